@@ -1,0 +1,36 @@
+//! The kiln IR: element types, tensor types, the op set, SSA functions, the verifier, and the
+//! text printer and parser.
+//!
+//! ```
+//! use kiln_ir::{parse_func_text, verify};
+//! let src = "func @main(%0: f32[2], %1: f32[2]) -> f32[2] {\n  %2 = add %0, %1 : f32[2]\n  return %2\n}\n";
+//! let f = parse_func_text(src).unwrap();
+//! verify(&f).unwrap();
+//! assert_eq!(f.to_string(), src);
+//! ```
+#![warn(missing_docs)]
+
+pub mod attr;
+mod builder;
+mod dtype;
+pub mod error;
+mod func;
+pub mod literal;
+mod op;
+pub mod parse;
+pub mod print;
+pub mod random;
+mod types;
+pub mod verify;
+
+pub use attr::{Attr, Combiner, ComparisonDirection, RngAlgorithm};
+pub use builder::Builder;
+pub use dtype::{DType, DTypeClass};
+pub use error::{Diag, Error, ParseError, Result, VerifyError};
+pub use func::{Func, Inst, Loc, Module, ValueId};
+pub use literal::{Data, Literal, LiteralError};
+pub use op::{Arity, Op, OpKind, Props, ResultCount};
+pub use parse::{parse_func_text, parse_literal, parse_module};
+pub use print::{print_func, print_module};
+pub use types::{ShapeDisplay, TensorType, strides};
+pub use verify::{type_rule, verify, verify_module};

@@ -1,0 +1,434 @@
+//! Concrete tensor values.
+
+use crate::{DType, TensorType};
+use half::{bf16, f16};
+use std::fmt;
+
+/// Typed element storage of a [`Literal`], row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    /// `pred` elements.
+    Pred(Vec<bool>),
+    /// `i8` elements.
+    I8(Vec<i8>),
+    /// `i32` elements.
+    I32(Vec<i32>),
+    /// `i64` elements.
+    I64(Vec<i64>),
+    /// `u32` elements.
+    U32(Vec<u32>),
+    /// `f16` elements.
+    F16(Vec<f16>),
+    /// `bf16` elements.
+    BF16(Vec<bf16>),
+    /// `f32` elements.
+    F32(Vec<f32>),
+    /// `f64` elements.
+    F64(Vec<f64>),
+}
+
+/// A concrete tensor: a type and row-major elements of that type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Literal {
+    ty: TensorType,
+    data: Data,
+}
+
+/// Why a literal could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiteralError(pub String);
+
+impl fmt::Display for LiteralError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LiteralError {}
+
+/// Rounds `x` to the nearest value representable in the float dtype `dtype` (ties to even).
+/// Integer and `pred` dtypes convert as [`convert_f64`] does.
+pub fn round_to(dtype: DType, x: f64) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        DType::F16 => f16::from_f64(x).to_f64(),
+        DType::BF16 => bf16::from_f64(x).to_f64(),
+        _ => convert_f64(dtype, x) as f64,
+    }
+}
+
+/// Wraps the integer `x` to the range of `dtype` (two's complement), or to 0/1 for `pred`.
+pub fn wrap_to(dtype: DType, x: i64) -> i64 {
+    match dtype {
+        DType::Pred => (x != 0) as i64,
+        DType::I8 => x as i8 as i64,
+        DType::I32 => x as i32 as i64,
+        DType::U32 => x as u32 as i64,
+        _ => x,
+    }
+}
+
+/// Converts a float to an integer or `pred` dtype: truncation toward zero, saturating at the
+/// type's bounds, NaN to 0; `pred` is `x != 0`.
+pub fn convert_f64(dtype: DType, x: f64) -> i64 {
+    match dtype {
+        DType::Pred => (x != 0.0) as i64,
+        DType::I8 => x as i8 as i64,
+        DType::I32 => x as i32 as i64,
+        DType::U32 => x as u32 as i64,
+        _ => x as i64,
+    }
+}
+
+macro_rules! each_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            Data::Pred($v) => $body,
+            Data::I8($v) => $body,
+            Data::I32($v) => $body,
+            Data::I64($v) => $body,
+            Data::U32($v) => $body,
+            Data::F16($v) => $body,
+            Data::BF16($v) => $body,
+            Data::F32($v) => $body,
+            Data::F64($v) => $body,
+        }
+    };
+}
+
+impl Data {
+    /// The dtype of the stored elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Data::Pred(_) => DType::Pred,
+            Data::I8(_) => DType::I8,
+            Data::I32(_) => DType::I32,
+            Data::I64(_) => DType::I64,
+            Data::U32(_) => DType::U32,
+            Data::F16(_) => DType::F16,
+            Data::BF16(_) => DType::BF16,
+            Data::F32(_) => DType::F32,
+            Data::F64(_) => DType::F64,
+        }
+    }
+
+    /// Number of stored elements.
+    pub fn len(&self) -> usize {
+        each_data!(self, v => v.len())
+    }
+
+    /// True when no element is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Literal {
+    /// A literal from a type and matching data.
+    pub fn new(ty: TensorType, data: Data) -> Result<Literal, LiteralError> {
+        if data.dtype() != ty.dtype {
+            return Err(LiteralError(format!("data of dtype {} given for type {ty}", data.dtype())));
+        }
+        if data.len() != ty.numel() {
+            return Err(LiteralError(format!(
+                "{} elements given for type {ty}, which has {}",
+                data.len(),
+                ty.numel()
+            )));
+        }
+        Ok(Literal { ty, data })
+    }
+
+    /// A literal of `dtype` and `shape` from f64 values, each rounded (floats) or converted
+    /// (integers: truncation, saturating; `pred`: nonzero) to the dtype.
+    pub fn from_f64s(ty: TensorType, values: &[f64]) -> Result<Literal, LiteralError> {
+        let d = match ty.dtype {
+            DType::Pred => Data::Pred(values.iter().map(|&x| x != 0.0).collect()),
+            DType::I8 => Data::I8(values.iter().map(|&x| x as i8).collect()),
+            DType::I32 => Data::I32(values.iter().map(|&x| x as i32).collect()),
+            DType::I64 => Data::I64(values.iter().map(|&x| x as i64).collect()),
+            DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
+            DType::F16 => Data::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::BF16 => Data::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F32 => Data::F32(values.iter().map(|&x| x as f32).collect()),
+            DType::F64 => Data::F64(values.to_vec()),
+        };
+        Literal::new(ty, d)
+    }
+
+    /// A literal from i64 values, each wrapped to the dtype (floats: rounded to nearest).
+    pub fn from_i64s(ty: TensorType, values: &[i64]) -> Result<Literal, LiteralError> {
+        let d = match ty.dtype {
+            DType::Pred => Data::Pred(values.iter().map(|&x| x != 0).collect()),
+            DType::I8 => Data::I8(values.iter().map(|&x| x as i8).collect()),
+            DType::I32 => Data::I32(values.iter().map(|&x| x as i32).collect()),
+            DType::I64 => Data::I64(values.to_vec()),
+            DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
+            _ => return Literal::from_f64s(ty, &values.iter().map(|&x| x as f64).collect::<Vec<_>>()),
+        };
+        Literal::new(ty, d)
+    }
+
+    /// An f32 literal of the given shape.
+    pub fn f32(shape: impl Into<Vec<usize>>, values: Vec<f32>) -> Result<Literal, LiteralError> {
+        Literal::new(TensorType::new(DType::F32, shape), Data::F32(values))
+    }
+
+    /// An f64 literal of the given shape.
+    pub fn f64(shape: impl Into<Vec<usize>>, values: Vec<f64>) -> Result<Literal, LiteralError> {
+        Literal::new(TensorType::new(DType::F64, shape), Data::F64(values))
+    }
+
+    /// An i32 literal of the given shape.
+    pub fn i32(shape: impl Into<Vec<usize>>, values: Vec<i32>) -> Result<Literal, LiteralError> {
+        Literal::new(TensorType::new(DType::I32, shape), Data::I32(values))
+    }
+
+    /// A literal of zeros (false for `pred`).
+    pub fn zeros(ty: TensorType) -> Literal {
+        let n = ty.numel();
+        let data = match ty.dtype {
+            DType::Pred => Data::Pred(vec![false; n]),
+            DType::I8 => Data::I8(vec![0; n]),
+            DType::I32 => Data::I32(vec![0; n]),
+            DType::I64 => Data::I64(vec![0; n]),
+            DType::U32 => Data::U32(vec![0; n]),
+            DType::F16 => Data::F16(vec![f16::ZERO; n]),
+            DType::BF16 => Data::BF16(vec![bf16::ZERO; n]),
+            DType::F32 => Data::F32(vec![0.0; n]),
+            DType::F64 => Data::F64(vec![0.0; n]),
+        };
+        Literal { ty, data }
+    }
+
+    /// The type of this literal.
+    pub fn ty(&self) -> &TensorType {
+        &self.ty
+    }
+
+    /// The dtype of this literal.
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+
+    /// The shape of this literal.
+    pub fn shape(&self) -> &[usize] {
+        &self.ty.shape
+    }
+
+    /// The typed elements.
+    pub fn data(&self) -> &Data {
+        &self.data
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The same elements viewed with another shape of equal element count.
+    pub fn reshaped(&self, shape: impl Into<Vec<usize>>) -> Result<Literal, LiteralError> {
+        Literal::new(TensorType::new(self.ty.dtype, shape), self.data.clone())
+    }
+
+    /// Every element as f64 (exact for all dtypes except i64 beyond 2^53).
+    pub fn to_f64s(&self) -> Vec<f64> {
+        match &self.data {
+            Data::Pred(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+            Data::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            Data::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::F64(v) => v.clone(),
+        }
+    }
+
+    /// Every element as i64: integers exactly, `pred` as 0/1, floats converted as
+    /// [`convert_f64`] does for `i64`.
+    pub fn to_i64s(&self) -> Vec<i64> {
+        match &self.data {
+            Data::Pred(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::I8(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::I32(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::I64(v) => v.clone(),
+            Data::U32(v) => v.iter().map(|&x| x as i64).collect(),
+            _ => self.to_f64s().into_iter().map(|x| x as i64).collect(),
+        }
+    }
+
+    /// The elements as f32, if this is an f32 literal.
+    pub fn as_f32s(&self) -> Option<&[f32]> {
+        match &self.data {
+            Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Little-endian bytes of every element, in order (`pred` as one byte 0/1).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.numel() * self.dtype().bytes());
+        match &self.data {
+            Data::Pred(v) => out.extend(v.iter().map(|&b| b as u8)),
+            Data::I8(v) => out.extend(v.iter().map(|&b| b as u8)),
+            Data::I32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::I64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::U32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::F16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::BF16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::F64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        }
+        out
+    }
+
+    /// A literal from little-endian element bytes.
+    pub fn from_le_bytes(ty: TensorType, bytes: &[u8]) -> Result<Literal, LiteralError> {
+        let w = ty.dtype.bytes();
+        if bytes.len() != ty.numel() * w {
+            return Err(LiteralError(format!("{} bytes given for type {ty}", bytes.len())));
+        }
+        let ch = bytes.chunks_exact(w);
+        let data = match ty.dtype {
+            DType::Pred => Data::Pred(bytes.iter().map(|&b| b != 0).collect()),
+            DType::I8 => Data::I8(bytes.iter().map(|&b| b as i8).collect()),
+            DType::I32 => Data::I32(ch.map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()),
+            DType::I64 => Data::I64(ch.map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
+            DType::U32 => Data::U32(ch.map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()),
+            DType::F16 => Data::F16(ch.map(|c| f16::from_le_bytes(c.try_into().unwrap())).collect()),
+            DType::BF16 => Data::BF16(ch.map(|c| bf16::from_le_bytes(c.try_into().unwrap())).collect()),
+            DType::F32 => Data::F32(ch.map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
+            DType::F64 => Data::F64(ch.map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()),
+        };
+        Literal::new(ty, data)
+    }
+
+    /// The text form of element `i`: shortest round-trip decimal in the element's own precision,
+    /// `nan`, `inf`, `-inf`, `true`, `false`.
+    pub fn format_elem(&self, i: usize) -> String {
+        fn float(x: f64, s: String) -> String {
+            if x.is_nan() {
+                "nan".into()
+            } else if x.is_infinite() {
+                if x > 0.0 { "inf".into() } else { "-inf".into() }
+            } else {
+                s
+            }
+        }
+        match &self.data {
+            Data::Pred(v) => v[i].to_string(),
+            Data::I8(v) => v[i].to_string(),
+            Data::I32(v) => v[i].to_string(),
+            Data::I64(v) => v[i].to_string(),
+            Data::U32(v) => v[i].to_string(),
+            Data::F16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
+            Data::BF16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
+            Data::F32(v) => float(v[i] as f64, format!("{:?}", v[i])),
+            Data::F64(v) => float(v[i], format!("{:?}", v[i])),
+        }
+    }
+
+    /// Parses the text form of one element of `dtype` (the inverse of [`Literal::format_elem`]),
+    /// returning it as f64 for floats or i64 for integers and `pred`.
+    pub fn parse_elem(dtype: DType, tok: &str) -> Result<Elem, LiteralError> {
+        let bad = || LiteralError(format!("`{tok}` is not a valid {dtype} value"));
+        if dtype.is_float() {
+            let x = match tok {
+                "nan" => f64::NAN,
+                "-nan" => -f64::NAN,
+                "inf" => f64::INFINITY,
+                "-inf" => f64::NEG_INFINITY,
+                _ if tok.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+' || c == '.') => {
+                    if dtype == DType::F32 {
+                        tok.parse::<f32>().map_err(|_| bad())? as f64
+                    } else {
+                        tok.parse::<f64>().map_err(|_| bad())?
+                    }
+                }
+                _ => return Err(bad()),
+            };
+            Ok(Elem::F(round_to(dtype, x)))
+        } else if dtype == DType::Pred {
+            match tok {
+                "true" => Ok(Elem::I(1)),
+                "false" => Ok(Elem::I(0)),
+                _ => Err(bad()),
+            }
+        } else {
+            let x: i64 = tok.parse().map_err(|_| bad())?;
+            if wrap_to(dtype, x) != x {
+                return Err(LiteralError(format!("{x} is out of range for {dtype}")));
+            }
+            Ok(Elem::I(x))
+        }
+    }
+
+    /// Builds a literal of `dtype` and `shape` from parsed elements.
+    pub fn from_elems(ty: TensorType, elems: &[Elem]) -> Result<Literal, LiteralError> {
+        if ty.dtype.is_float() {
+            let v: Vec<f64> = elems.iter().map(|e| e.as_f64()).collect();
+            Literal::from_f64s(ty, &v)
+        } else {
+            let v: Vec<i64> = elems.iter().map(|e| e.as_i64()).collect();
+            Literal::from_i64s(ty, &v)
+        }
+    }
+
+    /// Writes the elements as nested lists, one level per dimension (`[[1, 2], [3, 4]]`; a
+    /// scalar is just its element).
+    pub fn write_nested(&self, out: &mut String) {
+        fn rec(l: &Literal, out: &mut String, dim: usize, offset: usize, strides: &[usize]) {
+            if dim == l.shape().len() {
+                out.push_str(&l.format_elem(offset));
+                return;
+            }
+            out.push('[');
+            for i in 0..l.shape()[dim] {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                rec(l, out, dim + 1, offset + i * strides[dim], strides);
+            }
+            out.push(']');
+        }
+        rec(self, out, 0, 0, &self.ty.strides());
+    }
+}
+
+/// One parsed element: an integer (or `pred` as 0/1) or a float.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Elem {
+    /// An integer or `pred` value.
+    I(i64),
+    /// A float value.
+    F(f64),
+}
+
+impl Elem {
+    /// The value as f64.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Elem::I(x) => x as f64,
+            Elem::F(x) => x,
+        }
+    }
+
+    /// The value as i64.
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Elem::I(x) => x,
+            Elem::F(x) => x as i64,
+        }
+    }
+}
+
+impl fmt::Display for Literal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = String::new();
+        self.write_nested(&mut s);
+        write!(f, "{s} : {}", self.ty)
+    }
+}

@@ -1,0 +1,366 @@
+//! The op set, declared once.
+//!
+//! Every op's name, text mnemonic, operand and result counts, attributes (with their text names)
+//! and properties come from the single [`define_ops!`] invocation below. Passes match on
+//! [`Op`] or [`OpKind`] exhaustively, so adding an op walks the compiler through every place
+//! that must learn about it.
+
+use crate::attr::{Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm};
+use crate::Literal;
+
+/// Op properties, as data: passes ask these instead of listing ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Props(u16);
+
+impl Props {
+    /// Applies independently to each element position of same-shaped operands.
+    pub const ELEMENTWISE: Props = Props(1);
+    /// `op(a, b) == op(b, a)` exactly.
+    pub const COMMUTATIVE: Props = Props(2);
+    /// `op(op(a, b), c) == op(a, op(b, c))` (exactly for integers; up to rounding for floats).
+    pub const ASSOCIATIVE: Props = Props(4);
+    /// Has a VJP rule (see the op's spec); the gradient flows to float operands.
+    pub const DIFFERENTIABLE: Props = Props(8);
+    /// Combines many elements into fewer.
+    pub const REDUCTION: Props = Props(16);
+    /// Moves or replicates elements without computing on them.
+    pub const LAYOUT: Props = Props(32);
+    /// Must not be moved, merged or removed by rewrites.
+    pub const BARRIER: Props = Props(64);
+    /// No property.
+    pub const NONE: Props = Props(0);
+
+    /// True when every property of `other` is in `self`.
+    pub fn contains(self, other: Props) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Props {
+    type Output = Props;
+    fn bitor(self, rhs: Props) -> Props {
+        Props(self.0 | rhs.0)
+    }
+}
+
+/// How many operands an op takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// Exactly this many.
+    Fixed(usize),
+    /// At least this many.
+    AtLeast(usize),
+}
+
+impl Arity {
+    /// Whether `n` operands are accepted.
+    pub fn accepts(self, n: usize) -> bool {
+        match self {
+            Arity::Fixed(k) => n == k,
+            Arity::AtLeast(k) => n >= k,
+        }
+    }
+}
+
+impl std::fmt::Display for Arity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arity::Fixed(k) => write!(f, "{k}"),
+            Arity::AtLeast(k) => write!(f, "at least {k}"),
+        }
+    }
+}
+
+/// How many results an op produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResultCount {
+    /// Exactly this many.
+    Fixed(usize),
+    /// One per operand.
+    PerOperand,
+}
+
+impl ResultCount {
+    /// The number of results for `n` operands.
+    pub fn for_operands(self, n: usize) -> usize {
+        match self {
+            ResultCount::Fixed(k) => k,
+            ResultCount::PerOperand => n,
+        }
+    }
+}
+
+const EW: Props = Props::ELEMENTWISE;
+const COMM: Props = Props::COMMUTATIVE;
+const ASSOC: Props = Props::ASSOCIATIVE;
+const DIFF: Props = Props::DIFFERENTIABLE;
+const RED: Props = Props::REDUCTION;
+const LAYOUT: Props = Props::LAYOUT;
+const BARRIER: Props = Props::BARRIER;
+const NONE: Props = Props::NONE;
+
+macro_rules! define_ops {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident = $mnem:literal, $arity:expr, $results:expr, $props:expr $(, { $($field:ident : $fty:ty),* $(,)? })? ;
+    )*) => {
+        /// An operation with its attributes. The text mnemonic and attribute names are the
+        /// StableHLO ones.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Op {
+            $(
+                $(#[doc = $doc])*
+                $variant { $($(
+                    #[allow(missing_docs)]
+                    $field: $fty,
+                )*)? },
+            )*
+        }
+
+        /// The kind of an [`Op`], without attributes.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum OpKind {
+            $( $(#[doc = $doc])* $variant, )*
+        }
+
+        impl OpKind {
+            /// Every op kind, in declaration order.
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$variant),*];
+
+            /// The text mnemonic (StableHLO name without the dialect prefix).
+            pub fn mnemonic(self) -> &'static str {
+                match self { $(OpKind::$variant => $mnem),* }
+            }
+
+            /// The op kind with this mnemonic.
+            pub fn from_mnemonic(s: &str) -> Option<OpKind> {
+                match s { $($mnem => Some(OpKind::$variant),)* _ => None }
+            }
+
+            /// How many operands the op takes.
+            pub fn arity(self) -> Arity {
+                match self { $(OpKind::$variant => $arity),* }
+            }
+
+            /// How many results the op produces.
+            pub fn results(self) -> ResultCount {
+                match self { $(OpKind::$variant => $results),* }
+            }
+
+            /// The op's properties.
+            pub fn props(self) -> Props {
+                match self { $(OpKind::$variant => $props),* }
+            }
+
+            /// The names of the op's attributes, in text order.
+            pub fn attr_names(self) -> &'static [&'static str] {
+                match self { $(OpKind::$variant => &[$($(stringify!($field)),*)?]),* }
+            }
+
+            /// The one-line description from the declaration.
+            pub fn doc(self) -> &'static str {
+                match self { $(OpKind::$variant => concat!($($doc),*).trim_ascii()),* }
+            }
+        }
+
+        impl Op {
+            /// The kind of this op.
+            pub fn kind(&self) -> OpKind {
+                match self { $(Op::$variant { .. } => OpKind::$variant),* }
+            }
+
+            /// The attributes as (name, text tree) pairs, in declaration order.
+            pub fn attrs(&self) -> Vec<(&'static str, Attr)> {
+                match self {
+                    $(Op::$variant { $($($field),*)? } => vec![$($((stringify!($field), $field.to_attr())),*)?],)*
+                }
+            }
+
+            /// Builds an op of `kind` from named attribute trees; every attribute must be
+            /// present exactly once and no other may be.
+            pub fn from_attrs(kind: OpKind, attrs: &[(String, Attr)], ctx: &AttrCtx) -> Result<Op, String> {
+                for (name, _) in attrs {
+                    if !kind.attr_names().contains(&name.as_str()) {
+                        return Err(format!("`{}` has no attribute `{name}` (it has: {})", kind.mnemonic(),
+                            if kind.attr_names().is_empty() { "none".to_string() } else { kind.attr_names().join(", ") }));
+                    }
+                    if attrs.iter().filter(|(n, _)| n == name).count() > 1 {
+                        return Err(format!("attribute `{name}` is given twice"));
+                    }
+                }
+                #[allow(unused)]
+                let get = |name: &str| -> Result<&Attr, String> {
+                    attrs.iter().find(|(n, _)| n == name).map(|(_, a)| a)
+                        .ok_or_else(|| format!("`{}` needs the attribute `{name}`", kind.mnemonic()))
+                };
+                Ok(match kind {
+                    $(OpKind::$variant => Op::$variant { $($(
+                        $field: <$fty as AttrValue>::from_attr(get(stringify!($field))?, ctx)
+                            .map_err(|e| format!("attribute `{}`: {e}", stringify!($field)))?,
+                    )*)? },)*
+                })
+            }
+        }
+    };
+}
+
+use Arity::{AtLeast, Fixed};
+const ONE: ResultCount = ResultCount::Fixed(1);
+
+define_ops! {
+    /// Elementwise sum (logical or on `pred`).
+    Add = "add", Fixed(2), ONE, EW | COMM | ASSOC | DIFF;
+    /// Elementwise difference.
+    Subtract = "subtract", Fixed(2), ONE, EW | DIFF;
+    /// Elementwise product (logical and on `pred`).
+    Multiply = "multiply", Fixed(2), ONE, EW | COMM | ASSOC | DIFF;
+    /// Elementwise quotient (integers: truncating).
+    Divide = "divide", Fixed(2), ONE, EW | DIFF;
+    /// Elementwise remainder with the sign of the dividend.
+    Remainder = "remainder", Fixed(2), ONE, EW | DIFF;
+    /// Elementwise maximum (NaN-propagating).
+    Maximum = "maximum", Fixed(2), ONE, EW | COMM | ASSOC | DIFF;
+    /// Elementwise minimum (NaN-propagating).
+    Minimum = "minimum", Fixed(2), ONE, EW | COMM | ASSOC | DIFF;
+    /// Elementwise `lhs` raised to the power `rhs`.
+    Power = "power", Fixed(2), ONE, EW | DIFF;
+    /// Elementwise bitwise or logical and.
+    And = "and", Fixed(2), ONE, EW | COMM | ASSOC;
+    /// Elementwise bitwise or logical or.
+    Or = "or", Fixed(2), ONE, EW | COMM | ASSOC;
+    /// Elementwise bitwise or logical exclusive or.
+    Xor = "xor", Fixed(2), ONE, EW | COMM | ASSOC;
+    /// Elementwise left shift (0 when the shift is out of range).
+    ShiftLeft = "shift_left", Fixed(2), ONE, EW;
+    /// Elementwise logical right shift (0 when the shift is out of range).
+    ShiftRightLogical = "shift_right_logical", Fixed(2), ONE, EW;
+    /// Elementwise negation.
+    Negate = "negate", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise absolute value.
+    Abs = "abs", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise sign: -1, 0 or 1 (NaN stays NaN, -0 stays -0).
+    Sign = "sign", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise e^x.
+    Exponential = "exponential", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise natural logarithm.
+    Log = "log", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise ln(1 + x), accurate near 0.
+    LogPlusOne = "log_plus_one", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise e^x - 1, accurate near 0.
+    ExponentialMinusOne = "exponential_minus_one", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise square root.
+    Sqrt = "sqrt", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise reciprocal square root.
+    Rsqrt = "rsqrt", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise hyperbolic tangent.
+    Tanh = "tanh", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise logistic sigmoid 1 / (1 + e^-x).
+    Logistic = "logistic", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise sine.
+    Sine = "sine", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise cosine.
+    Cosine = "cosine", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise Gauss error function.
+    Erf = "erf", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise round toward negative infinity.
+    Floor = "floor", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise round toward positive infinity.
+    Ceil = "ceil", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise round to nearest, ties away from zero.
+    Round = "round", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise bitwise or logical not.
+    Not = "not", Fixed(1), ONE, EW;
+    /// Elementwise test for a finite value (neither infinite nor NaN).
+    IsFinite = "is_finite", Fixed(1), ONE, EW;
+    /// Elementwise comparison producing `pred`.
+    Compare = "compare", Fixed(2), ONE, EW, { comparison_direction: ComparisonDirection };
+    /// Elementwise choice: `on_true` where `pred` holds, else `on_false`.
+    Select = "select", Fixed(3), ONE, EW | DIFF;
+    /// Elementwise `min(max(operand, min), max)`; operands are (min, operand, max).
+    Clamp = "clamp", Fixed(3), ONE, EW | DIFF;
+    /// Elementwise conversion to the result's element type.
+    Convert = "convert", Fixed(1), ONE, EW | DIFF;
+    /// Reinterprets the bits of each element as the result's element type.
+    BitcastConvert = "bitcast_convert", Fixed(1), ONE, NONE;
+    /// A tensor given by value.
+    Constant = "constant", Fixed(0), ONE, NONE, { value: Literal };
+    /// The index along `iota_dimension`, at every position of the result.
+    Iota = "iota", Fixed(0), ONE, NONE, { iota_dimension: i64 };
+    /// Replicates the operand into the result shape; operand dim i maps to result dim
+    /// `broadcast_dimensions[i]`.
+    BroadcastInDim = "broadcast_in_dim", Fixed(1), ONE, LAYOUT | DIFF, { broadcast_dimensions: Vec<i64> };
+    /// The same elements, row-major, in the result shape.
+    Reshape = "reshape", Fixed(1), ONE, LAYOUT | DIFF;
+    /// Permutes dimensions: result dim i is operand dim `permutation[i]`.
+    Transpose = "transpose", Fixed(1), ONE, LAYOUT | DIFF, { permutation: Vec<i64> };
+    /// A strided window of the operand.
+    Slice = "slice", Fixed(1), ONE, LAYOUT | DIFF, { start_indices: Vec<i64>, limit_indices: Vec<i64>, strides: Vec<i64> };
+    /// A window of size `slice_sizes` at run-time start indices (clamped into bounds).
+    DynamicSlice = "dynamic_slice", AtLeast(1), ONE, DIFF, { slice_sizes: Vec<i64> };
+    /// The operand with a window replaced by `update` at run-time start indices (clamped).
+    DynamicUpdateSlice = "dynamic_update_slice", AtLeast(2), ONE, DIFF;
+    /// Pads with `padding_value` at the edges (negative edges crop) and between elements.
+    Pad = "pad", Fixed(2), ONE, LAYOUT | DIFF, { edge_padding_low: Vec<i64>, edge_padding_high: Vec<i64>, interior_padding: Vec<i64> };
+    /// Joins operands along `dimension`.
+    Concatenate = "concatenate", AtLeast(1), ONE, LAYOUT | DIFF, { dimension: i64 };
+    /// Reverses the order of elements along `dimensions`.
+    Reverse = "reverse", Fixed(1), ONE, LAYOUT | DIFF, { dimensions: Vec<i64> };
+    /// Reduces `dimensions` of the operand with `kind`, starting from `init_value`.
+    Reduce = "reduce", Fixed(2), ONE, RED | DIFF, { dimensions: Vec<i64>, kind: Combiner };
+    /// Generalized matrix product with batch and contracting dimensions.
+    DotGeneral = "dot_general", Fixed(2), ONE, DIFF, {
+        lhs_batching_dimensions: Vec<i64>, rhs_batching_dimensions: Vec<i64>,
+        lhs_contracting_dimensions: Vec<i64>, rhs_contracting_dimensions: Vec<i64>,
+    };
+    /// N-dimensional convolution (cross-correlation) with strides, padding, dilations and
+    /// feature groups. `input_dims` = [batch, feature, spatial...], `kernel_dims` =
+    /// [output feature, input feature, spatial...], `output_dims` = [batch, feature, spatial...].
+    Convolution = "convolution", Fixed(2), ONE, DIFF, {
+        window_strides: Vec<i64>, padding: Vec<(i64, i64)>, lhs_dilation: Vec<i64>, rhs_dilation: Vec<i64>,
+        feature_group_count: i64, input_dims: Vec<i64>, kernel_dims: Vec<i64>, output_dims: Vec<i64>,
+    };
+    /// Gathers slices of the operand at positions read from `start_indices`.
+    Gather = "gather", Fixed(2), ONE, DIFF, {
+        offset_dims: Vec<i64>, collapsed_slice_dims: Vec<i64>, start_index_map: Vec<i64>,
+        index_vector_dim: i64, slice_sizes: Vec<i64>,
+    };
+    /// Writes `updates` into the operand at positions read from `scatter_indices`, replacing
+    /// or combining with `kind`; out-of-bounds elements are skipped.
+    Scatter = "scatter", Fixed(3), ONE, DIFF, {
+        update_window_dims: Vec<i64>, inserted_window_dims: Vec<i64>, scatter_dims_to_operand_dims: Vec<i64>,
+        index_vector_dim: i64, kind: Combiner,
+    };
+    /// Reduces sliding windows of the operand with `kind`, starting from `init_value`.
+    ReduceWindow = "reduce_window", Fixed(2), ONE, RED | DIFF, {
+        window_dimensions: Vec<i64>, window_strides: Vec<i64>, base_dilations: Vec<i64>,
+        window_dilations: Vec<i64>, padding: Vec<(i64, i64)>, kind: Combiner,
+    };
+    /// For each window, picks one element with `select` and combines the matching `source`
+    /// value into it with `kind` (the gradient of max pooling).
+    SelectAndScatter = "select_and_scatter", Fixed(3), ONE, DIFF, {
+        window_dimensions: Vec<i64>, window_strides: Vec<i64>, padding: Vec<(i64, i64)>,
+        select: ComparisonDirection, kind: Combiner,
+    };
+    /// Pseudo-random bits from a counter-based generator; returns the next state and the bits.
+    RngBitGenerator = "rng_bit_generator", Fixed(1), ResultCount::Fixed(2), NONE, { algorithm: RngAlgorithm };
+    /// Returns its operands unchanged; a fence that rewrites do not move values across.
+    OptimizationBarrier = "optimization_barrier", AtLeast(0), ResultCount::PerOperand, BARRIER;
+}
+
+impl Op {
+    /// The text mnemonic of this op.
+    pub fn mnemonic(&self) -> &'static str {
+        self.kind().mnemonic()
+    }
+
+    /// The properties of this op.
+    pub fn props(&self) -> Props {
+        self.kind().props()
+    }
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.mnemonic())
+    }
+}

@@ -1,0 +1,693 @@
+//! One function per op family. Inputs are verified, so shapes and dtypes are consistent.
+
+use kiln_ir::literal::wrap_to;
+use kiln_ir::verify::window_output_size;
+use kiln_ir::{Combiner, ComparisonDirection, DType, Data, Literal, Op, TensorType};
+
+const VERIFIED: &str = "the verifier guarantees consistent types";
+
+/// Calls `f` with every multi-index of `shape`, row-major.
+fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0; shape.len()];
+    loop {
+        f(&idx);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+fn lin(idx: &[usize], st: &[usize]) -> usize {
+    idx.iter().zip(st).map(|(i, s)| i * s).sum()
+}
+
+macro_rules! map_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            Data::Pred($v) => Data::Pred($body),
+            Data::I8($v) => Data::I8($body),
+            Data::I32($v) => Data::I32($body),
+            Data::I64($v) => Data::I64($body),
+            Data::U32($v) => Data::U32($body),
+            Data::F16($v) => Data::F16($body),
+            Data::BF16($v) => Data::BF16($body),
+            Data::F32($v) => Data::F32($body),
+            Data::F64($v) => Data::F64($body),
+        }
+    };
+}
+
+/// Elements of `src` at linear positions `idx`, as a literal of type `ty`.
+fn take(src: &Literal, ty: &TensorType, idx: &[usize]) -> Literal {
+    Literal::new(ty.clone(), map_data!(src.data(), v => idx.iter().map(|&i| v[i]).collect())).expect(VERIFIED)
+}
+
+/// The elements of several literals of one dtype, concatenated.
+fn concat(srcs: &[&Literal]) -> Literal {
+    let mut data = srcs[0].data().clone();
+    for s in &srcs[1..] {
+        match (&mut data, s.data()) {
+            (Data::Pred(a), Data::Pred(b)) => a.extend(b),
+            (Data::I8(a), Data::I8(b)) => a.extend(b),
+            (Data::I32(a), Data::I32(b)) => a.extend(b),
+            (Data::I64(a), Data::I64(b)) => a.extend(b),
+            (Data::U32(a), Data::U32(b)) => a.extend(b),
+            (Data::F16(a), Data::F16(b)) => a.extend(b),
+            (Data::BF16(a), Data::BF16(b)) => a.extend(b),
+            (Data::F32(a), Data::F32(b)) => a.extend(b),
+            (Data::F64(a), Data::F64(b)) => a.extend(b),
+            _ => unreachable!("{VERIFIED}"),
+        }
+    }
+    let n = data.len();
+    Literal::new(TensorType::new(srcs[0].dtype(), [n]), data).expect(VERIFIED)
+}
+
+/// Computes in f64 for floats or wrapping i64 otherwise, then rounds or wraps to `ty`.
+fn from_lane(ty: &TensorType, lane: Lane) -> Literal {
+    match lane {
+        Lane::F(v) => Literal::from_f64s(ty.clone(), &v),
+        Lane::I(v) => Literal::from_i64s(ty.clone(), &v),
+    }
+    .expect(VERIFIED)
+}
+
+enum Lane {
+    F(Vec<f64>),
+    I(Vec<i64>),
+}
+
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() { b } else { a }
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() { a } else { b }
+    } else if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+fn int_pow(base: i64, exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 => if exp % 2 == 0 { 1 } else { -1 },
+            _ => 0,
+        };
+    }
+    let (mut acc, mut b, mut e) = (1i64, base, exp);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(b);
+        }
+        b = b.wrapping_mul(b);
+        e >>= 1;
+    }
+    acc
+}
+
+fn combine_f(kind: Combiner, a: f64, b: f64) -> f64 {
+    match kind {
+        Combiner::Replace => b,
+        Combiner::Add => a + b,
+        Combiner::Mul => a * b,
+        Combiner::Max => nan_max(a, b),
+        Combiner::Min => nan_min(a, b),
+        Combiner::And | Combiner::Or => unreachable!("{VERIFIED}"),
+    }
+}
+
+fn combine_i(kind: Combiner, d: DType, a: i64, b: i64) -> i64 {
+    let r = match (kind, d) {
+        (Combiner::Replace, _) => b,
+        (Combiner::Add, DType::Pred) | (Combiner::Or, _) => a | b,
+        (Combiner::Mul, DType::Pred) | (Combiner::And, _) => a & b,
+        (Combiner::Add, _) => a.wrapping_add(b),
+        (Combiner::Mul, _) => a.wrapping_mul(b),
+        (Combiner::Max, _) => a.max(b),
+        (Combiner::Min, _) => a.min(b),
+    };
+    wrap_to(d, r)
+}
+
+fn compare_f(dir: ComparisonDirection, a: f64, b: f64) -> bool {
+    use ComparisonDirection::*;
+    match dir {
+        Eq => a == b,
+        Ne => a != b,
+        Lt => a < b,
+        Le => a <= b,
+        Gt => a > b,
+        Ge => a >= b,
+    }
+}
+
+fn compare_i(dir: ComparisonDirection, a: i64, b: i64) -> bool {
+    use ComparisonDirection::*;
+    match dir {
+        Eq => a == b,
+        Ne => a != b,
+        Lt => a < b,
+        Le => a <= b,
+        Gt => a > b,
+        Ge => a >= b,
+    }
+}
+
+fn binary(op: &Op, a: &Literal, b: &Literal, ty: &TensorType) -> Literal {
+    let d = a.dtype();
+    if d.is_float() {
+        let f: fn(f64, f64) -> f64 = match op {
+            Op::Add {} => |a, b| a + b,
+            Op::Subtract {} => |a, b| a - b,
+            Op::Multiply {} => |a, b| a * b,
+            Op::Divide {} => |a, b| a / b,
+            Op::Remainder {} => |a, b| a % b,
+            Op::Maximum {} => nan_max,
+            Op::Minimum {} => nan_min,
+            Op::Power {} => f64::powf,
+            _ => unreachable!("{VERIFIED}"),
+        };
+        let v = a.to_f64s().into_iter().zip(b.to_f64s()).map(|(x, y)| f(x, y)).collect();
+        return from_lane(ty, Lane::F(v));
+    }
+    let bits = d.bits() as i64;
+    let mask: u64 = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let v = a
+        .to_i64s()
+        .into_iter()
+        .zip(b.to_i64s())
+        .map(|(x, y)| match op {
+            Op::Add {} if d.is_pred() => x | y,
+            Op::Add {} => x.wrapping_add(y),
+            Op::Subtract {} => x.wrapping_sub(y),
+            Op::Multiply {} => x.wrapping_mul(y),
+            Op::Divide {} if y == 0 => -1,
+            Op::Divide {} => x.wrapping_div(y),
+            Op::Remainder {} if y == 0 => x,
+            Op::Remainder {} => x.wrapping_rem(y),
+            Op::Maximum {} => x.max(y),
+            Op::Minimum {} => x.min(y),
+            Op::Power {} => int_pow(x, y),
+            Op::And {} => x & y,
+            Op::Or {} => x | y,
+            Op::Xor {} => x ^ y,
+            Op::ShiftLeft {} if y < 0 || y >= bits => 0,
+            Op::ShiftLeft {} => x.wrapping_shl(y as u32),
+            Op::ShiftRightLogical {} if y < 0 || y >= bits => 0,
+            Op::ShiftRightLogical {} => ((x as u64 & mask) >> y) as i64,
+            _ => unreachable!("{VERIFIED}"),
+        })
+        .map(|x| wrap_to(d, x))
+        .collect();
+    from_lane(ty, Lane::I(v))
+}
+
+fn unary(op: &Op, a: &Literal, ty: &TensorType) -> Literal {
+    let d = a.dtype();
+    if d.is_float() {
+        let f: fn(f64) -> f64 = match op {
+            Op::Negate {} => |x| -x,
+            Op::Abs {} => f64::abs,
+            Op::Sign {} => |x| if x.is_nan() || x == 0.0 { x } else { x.signum() },
+            Op::Exponential {} => f64::exp,
+            Op::Log {} => f64::ln,
+            Op::LogPlusOne {} => f64::ln_1p,
+            Op::ExponentialMinusOne {} => f64::exp_m1,
+            Op::Sqrt {} => f64::sqrt,
+            Op::Rsqrt {} => |x| 1.0 / x.sqrt(),
+            Op::Tanh {} => f64::tanh,
+            Op::Logistic {} => |x| 1.0 / (1.0 + (-x).exp()),
+            Op::Sine {} => f64::sin,
+            Op::Cosine {} => f64::cos,
+            Op::Erf {} => libm::erf,
+            Op::Floor {} => f64::floor,
+            Op::Ceil {} => f64::ceil,
+            Op::Round {} => f64::round,
+            _ => unreachable!("{VERIFIED}"),
+        };
+        return from_lane(ty, Lane::F(a.to_f64s().into_iter().map(f).collect()));
+    }
+    let v = a
+        .to_i64s()
+        .into_iter()
+        .map(|x| match op {
+            Op::Negate {} => x.wrapping_neg(),
+            Op::Abs {} => x.wrapping_abs(),
+            Op::Sign {} => x.signum(),
+            Op::Not {} if d.is_pred() => 1 - x,
+            Op::Not {} => !x,
+            _ => unreachable!("{VERIFIED}"),
+        })
+        .map(|x| wrap_to(d, x))
+        .collect();
+    from_lane(ty, Lane::I(v))
+}
+
+/// Broadcasts a scalar or same-shaped operand to `n` elements.
+fn expand<T: Copy>(v: Vec<T>, n: usize) -> Vec<T> {
+    if v.len() == n { v } else { vec![v[0]; n] }
+}
+
+/// Runs one op on concrete operands; `types` are the instruction's result types.
+///
+/// The op and operands must be verified (see [`kiln_ir::type_rule`]): this function trusts
+/// that shapes and dtypes are consistent.
+pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
+    let ty = &types[0];
+    let single = |l: Literal| vec![l];
+    match op {
+        Op::Add {} | Op::Subtract {} | Op::Multiply {} | Op::Divide {} | Op::Remainder {} | Op::Maximum {}
+        | Op::Minimum {} | Op::Power {} | Op::And {} | Op::Or {} | Op::Xor {} | Op::ShiftLeft {}
+        | Op::ShiftRightLogical {} => single(binary(op, x[0], x[1], ty)),
+        Op::Negate {} | Op::Abs {} | Op::Sign {} | Op::Exponential {} | Op::Log {} | Op::LogPlusOne {}
+        | Op::ExponentialMinusOne {} | Op::Sqrt {} | Op::Rsqrt {} | Op::Tanh {} | Op::Logistic {} | Op::Sine {}
+        | Op::Cosine {} | Op::Erf {} | Op::Floor {} | Op::Ceil {} | Op::Round {} | Op::Not {} => single(unary(op, x[0], ty)),
+        Op::IsFinite {} => single(from_lane(ty, Lane::I(x[0].to_f64s().iter().map(|v| v.is_finite() as i64).collect()))),
+        Op::Compare { comparison_direction: dir } => {
+            let v = if x[0].dtype().is_float() {
+                x[0].to_f64s().into_iter().zip(x[1].to_f64s()).map(|(a, b)| compare_f(*dir, a, b) as i64).collect()
+            } else {
+                x[0].to_i64s().into_iter().zip(x[1].to_i64s()).map(|(a, b)| compare_i(*dir, a, b) as i64).collect()
+            };
+            single(from_lane(ty, Lane::I(v)))
+        }
+        Op::Select {} => {
+            let n = ty.numel();
+            let p = expand(x[0].to_i64s(), n);
+            let both = concat(&[x[1], x[2]]);
+            let idx: Vec<usize> = (0..n).map(|i| if p[i] != 0 { i } else { n + i }).collect();
+            single(take(&both, ty, &idx))
+        }
+        Op::Clamp {} => {
+            let n = ty.numel();
+            if ty.dtype.is_float() {
+                let (lo, v, hi) = (expand(x[0].to_f64s(), n), x[1].to_f64s(), expand(x[2].to_f64s(), n));
+                single(from_lane(ty, Lane::F((0..n).map(|i| nan_min(nan_max(v[i], lo[i]), hi[i])).collect())))
+            } else {
+                let (lo, v, hi) = (expand(x[0].to_i64s(), n), x[1].to_i64s(), expand(x[2].to_i64s(), n));
+                single(from_lane(ty, Lane::I((0..n).map(|i| v[i].max(lo[i]).min(hi[i])).collect())))
+            }
+        }
+        Op::Convert {} => {
+            let src = x[0];
+            if src.dtype().is_float() && !ty.dtype.is_float() {
+                // Truncation toward zero, saturating, NaN to 0; pred is `x != 0`.
+                let v = src.to_f64s().into_iter().map(|f| kiln_ir::literal::convert_f64(ty.dtype, f)).collect();
+                single(from_lane(ty, Lane::I(v)))
+            } else if src.dtype().is_float() {
+                single(from_lane(ty, Lane::F(src.to_f64s())))
+            } else if ty.dtype == DType::Pred {
+                single(from_lane(ty, Lane::I(src.to_i64s().into_iter().map(|v| (v != 0) as i64).collect())))
+            } else {
+                single(from_lane(ty, Lane::I(src.to_i64s())))
+            }
+        }
+        Op::BitcastConvert {} => single(Literal::from_le_bytes(ty.clone(), &x[0].to_le_bytes()).expect(VERIFIED)),
+        Op::Constant { value } => single(value.clone()),
+        Op::Iota { iota_dimension } => {
+            let mut v = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |i| v.push(i[*iota_dimension as usize] as i64));
+            single(from_lane(ty, Lane::I(v)))
+        }
+        Op::BroadcastInDim { broadcast_dimensions: dims } => {
+            let a = x[0];
+            let st = a.ty().strides();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                idx.push(dims.iter().enumerate().map(|(i, &d)| if a.shape()[i] == 1 { 0 } else { o[d as usize] * st[i] }).sum());
+            });
+            single(take(a, ty, &idx))
+        }
+        Op::Reshape {} => single(x[0].reshaped(ty.shape.clone()).expect(VERIFIED)),
+        Op::Transpose { permutation } => {
+            let st = x[0].ty().strides();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| idx.push(permutation.iter().enumerate().map(|(i, &p)| o[i] * st[p as usize]).sum()));
+            single(take(x[0], ty, &idx))
+        }
+        Op::Slice { start_indices, strides: step, .. } => {
+            let st = x[0].ty().strides();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                idx.push((0..o.len()).map(|d| (start_indices[d] as usize + o[d] * step[d] as usize) * st[d]).sum());
+            });
+            single(take(x[0], ty, &idx))
+        }
+        Op::DynamicSlice { slice_sizes } => {
+            let a = x[0];
+            let st = a.ty().strides();
+            let start: Vec<usize> = (0..a.ty().rank())
+                .map(|d| x[1 + d].to_i64s()[0].clamp(0, a.shape()[d] as i64 - slice_sizes[d]) as usize)
+                .collect();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| idx.push((0..o.len()).map(|d| (start[d] + o[d]) * st[d]).sum()));
+            single(take(a, ty, &idx))
+        }
+        Op::DynamicUpdateSlice {} => {
+            let (a, u) = (x[0], x[1]);
+            let st = a.ty().strides();
+            let start: Vec<usize> = (0..a.ty().rank())
+                .map(|d| x[2 + d].to_i64s()[0].clamp(0, (a.shape()[d] - u.shape()[d]) as i64) as usize)
+                .collect();
+            let n = a.numel();
+            let mut idx: Vec<usize> = (0..n).collect();
+            let mut k = 0;
+            for_each_index(u.shape(), |o| {
+                idx[(0..o.len()).map(|d| (start[d] + o[d]) * st[d]).sum::<usize>()] = n + k;
+                k += 1;
+            });
+            single(take(&concat(&[a, u]), ty, &idx))
+        }
+        Op::Pad { edge_padding_low: lo, interior_padding: int, .. } => {
+            let a = x[0];
+            let st = a.ty().strides();
+            let fill = a.numel();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                let mut src = 0;
+                for d in 0..o.len() {
+                    let p = o[d] as i64 - lo[d];
+                    let step = int[d] + 1;
+                    if p < 0 || p % step != 0 || p / step >= a.shape()[d] as i64 {
+                        idx.push(fill);
+                        return;
+                    }
+                    src += (p / step) as usize * st[d];
+                }
+                idx.push(src);
+            });
+            single(take(&concat(&[a, x[1]]), ty, &idx))
+        }
+        Op::Concatenate { dimension } => {
+            let d = *dimension as usize;
+            let mut offsets = Vec::new();
+            let mut base = 0;
+            for s in x {
+                offsets.push(base);
+                base += s.numel();
+            }
+            let sts: Vec<Vec<usize>> = x.iter().map(|s| s.ty().strides()).collect();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                let mut pos = o[d];
+                let mut k = 0;
+                while pos >= x[k].shape()[d] {
+                    pos -= x[k].shape()[d];
+                    k += 1;
+                }
+                let mut i = o.to_vec();
+                i[d] = pos;
+                idx.push(offsets[k] + lin(&i, &sts[k]));
+            });
+            single(take(&concat(x), ty, &idx))
+        }
+        Op::Reverse { dimensions } => {
+            let a = x[0];
+            let st = a.ty().strides();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                idx.push((0..o.len()).map(|d| if dimensions.contains(&(d as i64)) { a.shape()[d] - 1 - o[d] } else { o[d] } * st[d]).sum());
+            });
+            single(take(a, ty, &idx))
+        }
+        Op::Reduce { dimensions, kind } => {
+            let a = x[0];
+            let keep: Vec<usize> = (0..a.ty().rank()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
+            let ost = ty.strides();
+            let out_pos = |i: &[usize]| keep.iter().zip(&ost).map(|(&d, s)| i[d] * s).sum::<usize>();
+            single(reduce_into(a, x[1], ty, *kind, |f| for_each_index(a.shape(), |i| f(out_pos(i), lin(i, &a.ty().strides())))))
+        }
+        Op::DotGeneral { lhs_batching_dimensions: lb, rhs_batching_dimensions: rb, lhs_contracting_dimensions: lc, rhs_contracting_dimensions: rc } => {
+            let (a, b) = (x[0], x[1]);
+            let (sa, sb) = (a.ty().strides(), b.ty().strides());
+            let lfree: Vec<usize> = (0..a.ty().rank()).filter(|d| !lb.contains(&(*d as i64)) && !lc.contains(&(*d as i64))).collect();
+            let rfree: Vec<usize> = (0..b.ty().rank()).filter(|d| !rb.contains(&(*d as i64)) && !rc.contains(&(*d as i64))).collect();
+            let cshape: Vec<usize> = lc.iter().map(|&d| a.shape()[d as usize]).collect();
+            // Linear offsets of every contracting position, in lhs and in rhs.
+            let mut coff = Vec::new();
+            for_each_index(&cshape, |c| {
+                coff.push((
+                    lc.iter().zip(c).map(|(&d, &i)| i * sa[d as usize]).sum::<usize>(),
+                    rc.iter().zip(c).map(|(&d, &i)| i * sb[d as usize]).sum::<usize>(),
+                ))
+            });
+            let nb = lb.len();
+            let nl = lfree.len();
+            let mut pairs = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                let mut ao: usize = lb.iter().zip(&o[..nb]).map(|(&d, &i)| i * sa[d as usize]).sum();
+                let mut bo: usize = rb.iter().zip(&o[..nb]).map(|(&d, &i)| i * sb[d as usize]).sum();
+                ao += lfree.iter().zip(&o[nb..nb + nl]).map(|(&d, &i)| i * sa[d]).sum::<usize>();
+                bo += rfree.iter().zip(&o[nb + nl..]).map(|(&d, &i)| i * sb[d]).sum::<usize>();
+                pairs.push((ao, bo));
+            });
+            single(sum_products(a, b, ty, &pairs, &coff))
+        }
+        Op::Convolution { window_strides, padding, lhs_dilation, rhs_dilation, feature_group_count, input_dims, kernel_dims, output_dims } => {
+            let (a, w) = (x[0], x[1]);
+            let (sa, sw) = (a.ty().strides(), w.ty().strides());
+            let sp = a.ty().rank() - 2;
+            let k_in = w.shape()[kernel_dims[1] as usize];
+            let k_out = w.shape()[kernel_dims[0] as usize];
+            let per_group = k_out / *feature_group_count as usize;
+            let kspatial: Vec<usize> = (0..sp).map(|i| w.shape()[kernel_dims[2 + i] as usize]).collect();
+            let mut terms: Vec<Vec<(usize, usize)>> = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                let batch = o[output_dims[0] as usize];
+                let oc = o[output_dims[1] as usize];
+                let g = oc / per_group;
+                let mut t = Vec::new();
+                for ic in 0..k_in {
+                    for_each_index(&kspatial, |k| {
+                        let mut ao = batch * sa[input_dims[0] as usize] + (g * k_in + ic) * sa[input_dims[1] as usize];
+                        let mut wo = oc * sw[kernel_dims[0] as usize] + ic * sw[kernel_dims[1] as usize];
+                        for i in 0..sp {
+                            let pos = o[output_dims[2 + i] as usize] as i64 * window_strides[i] - padding[i].0 + k[i] as i64 * rhs_dilation[i];
+                            let size = a.shape()[input_dims[2 + i] as usize] as i64;
+                            if pos < 0 || pos % lhs_dilation[i] != 0 || pos / lhs_dilation[i] >= size {
+                                return;
+                            }
+                            ao += (pos / lhs_dilation[i]) as usize * sa[input_dims[2 + i] as usize];
+                            wo += k[i] * sw[kernel_dims[2 + i] as usize];
+                        }
+                        t.push((ao, wo));
+                    });
+                }
+                terms.push(t);
+            });
+            single(sum_terms(a, w, ty, &terms))
+        }
+        Op::Gather { offset_dims, collapsed_slice_dims, start_index_map, index_vector_dim, slice_sizes } => {
+            let (a, si) = (x[0], x[1]);
+            let st = a.ty().strides();
+            let ivals = si.to_i64s();
+            let sst = si.ty().strides();
+            let ivd = *index_vector_dim as usize;
+            let window_dims: Vec<usize> = (0..a.ty().rank()).filter(|d| !collapsed_slice_dims.contains(&(*d as i64))).collect();
+            let mut idx = Vec::with_capacity(ty.numel());
+            for_each_index(&ty.shape, |o| {
+                let batch: Vec<usize> = (0..o.len()).filter(|d| !offset_dims.contains(&(*d as i64))).map(|d| o[d]).collect();
+                let mut start = vec![0i64; a.ty().rank()];
+                for (k, &od) in start_index_map.iter().enumerate() {
+                    let mut pos = batch.clone();
+                    if ivd < si.ty().rank() {
+                        pos.insert(ivd, k);
+                    }
+                    start[od as usize] = ivals[lin(&pos, &sst)];
+                }
+                let mut src = 0;
+                for d in 0..a.ty().rank() {
+                    let s = start[d].clamp(0, a.shape()[d] as i64 - slice_sizes[d]) as usize;
+                    let off = window_dims.iter().position(|&w| w == d).map(|j| o[offset_dims[j] as usize]).unwrap_or(0);
+                    src += (s + off) * st[d];
+                }
+                idx.push(src);
+            });
+            single(take(a, ty, &idx))
+        }
+        Op::Scatter { update_window_dims: uwd, inserted_window_dims: iwd, scatter_dims_to_operand_dims: sdod, index_vector_dim, kind } => {
+            let (a, si, u) = (x[0], x[1], x[2]);
+            let st = a.ty().strides();
+            let ivals = si.to_i64s();
+            let sst = si.ty().strides();
+            let ivd = *index_vector_dim as usize;
+            let window_dims: Vec<usize> = (0..a.ty().rank()).filter(|d| !iwd.contains(&(*d as i64))).collect();
+            let mut writes = Vec::new();
+            let mut k = 0;
+            for_each_index(u.shape(), |o| {
+                let batch: Vec<usize> = (0..o.len()).filter(|d| !uwd.contains(&(*d as i64))).map(|d| o[d]).collect();
+                let mut pos = vec![0i64; a.ty().rank()];
+                for (j, &od) in sdod.iter().enumerate() {
+                    let mut p = batch.clone();
+                    if ivd < si.ty().rank() {
+                        p.insert(ivd, j);
+                    }
+                    pos[od as usize] = ivals[lin(&p, &sst)];
+                }
+                for (j, &wd) in window_dims.iter().enumerate() {
+                    pos[wd] += o[uwd[j] as usize] as i64;
+                }
+                if pos.iter().zip(a.shape()).all(|(&p, &s)| p >= 0 && (p as usize) < s) {
+                    writes.push((pos.iter().zip(&st).map(|(&p, s)| p as usize * s).sum::<usize>(), k));
+                }
+                k += 1;
+            });
+            single(apply_updates(a, u, *kind, &writes))
+        }
+        Op::ReduceWindow { window_dimensions: wd, window_strides: ws, base_dilations: bd, window_dilations: wdl, padding, kind } => {
+            let a = x[0];
+            let st = a.ty().strides();
+            let ost = ty.strides();
+            let init_pos = a.numel();
+            let both = concat(&[a, x[1]]);
+            single(reduce_into(&both, x[1], ty, *kind, |f| {
+                for_each_index(&ty.shape, |o| {
+                    let out = lin(o, &ost);
+                    let wshape: Vec<usize> = wd.iter().map(|&w| w as usize).collect();
+                    for_each_index(&wshape, |w| {
+                        let mut src = 0;
+                        for d in 0..o.len() {
+                            let p = o[d] as i64 * ws[d] - padding[d].0 + w[d] as i64 * wdl[d];
+                            if p < 0 || p % bd[d] != 0 || p / bd[d] >= a.shape()[d] as i64 {
+                                f(out, init_pos);
+                                return;
+                            }
+                            src += (p / bd[d]) as usize * st[d];
+                        }
+                        f(out, src);
+                    });
+                });
+            }))
+        }
+        Op::SelectAndScatter { window_dimensions: wd, window_strides: ws, padding, select, kind } => {
+            let (a, src) = (x[0], x[1]);
+            let st = a.ty().strides();
+            let vals_f = a.to_f64s();
+            let vals_i = a.to_i64s();
+            let better = |cur: usize, cand: usize| -> bool {
+                // `select(current, candidate)` true keeps the current element.
+                if a.dtype().is_float() { !compare_f(*select, vals_f[cur], vals_f[cand]) } else { !compare_i(*select, vals_i[cur], vals_i[cand]) }
+            };
+            let grid: Vec<usize> = (0..a.ty().rank()).map(|d| window_output_size(a.shape()[d], 1, padding[d], wd[d], 1, ws[d])).collect();
+            let wshape: Vec<usize> = wd.iter().map(|&w| w as usize).collect();
+            let mut writes = Vec::new();
+            let mut k = 0;
+            for_each_index(&grid, |o| {
+                let mut chosen: Option<usize> = None;
+                for_each_index(&wshape, |w| {
+                    let mut pos = 0;
+                    for d in 0..o.len() {
+                        let p = o[d] as i64 * ws[d] - padding[d].0 + w[d] as i64;
+                        if p < 0 || p >= a.shape()[d] as i64 {
+                            return;
+                        }
+                        pos += p as usize * st[d];
+                    }
+                    chosen = match chosen {
+                        Some(c) if !better(c, pos) => Some(c),
+                        _ => Some(pos),
+                    };
+                });
+                if let Some(c) = chosen {
+                    writes.push((c, k));
+                }
+                k += 1;
+            });
+            let init = take(x[2], ty, &vec![0; ty.numel()]);
+            single(apply_updates(&init, src, *kind, &writes))
+        }
+        Op::RngBitGenerator { .. } => {
+            let s: Vec<u32> = x[0].to_i64s().into_iter().map(|v| v as u32).collect();
+            let (bits, next) = crate::rng::bits([s[0], s[1], s[2], s[3]], types[1].numel());
+            vec![
+                Literal::new(types[0].clone(), Data::U32(next.to_vec())).expect(VERIFIED),
+                Literal::new(types[1].clone(), Data::U32(bits)).expect(VERIFIED),
+            ]
+        }
+        Op::OptimizationBarrier {} => x.iter().map(|l| (*l).clone()).collect(),
+    }
+}
+
+/// Reduces elements of `src` into a result of type `ty` filled with `init`: `visit` calls its
+/// argument with (result position, source position) pairs. Floats accumulate in f64 and round
+/// once at the end.
+fn reduce_into(src: &Literal, init: &Literal, ty: &TensorType, kind: Combiner, visit: impl FnOnce(&mut dyn FnMut(usize, usize))) -> Literal {
+    let n = ty.numel();
+    if ty.dtype.is_float() {
+        let s = src.to_f64s();
+        let mut acc = vec![init.to_f64s()[0]; n];
+        visit(&mut |o, i| acc[o] = combine_f(kind, acc[o], s[i]));
+        from_lane(ty, Lane::F(acc))
+    } else {
+        let s = src.to_i64s();
+        let mut acc = vec![init.to_i64s()[0]; n];
+        visit(&mut |o, i| acc[o] = combine_i(kind, ty.dtype, acc[o], s[i]));
+        from_lane(ty, Lane::I(acc))
+    }
+}
+
+/// Combines `updates[k]` into `base[pos]` for each (pos, k), in order, rounding after each step.
+fn apply_updates(base: &Literal, updates: &Literal, kind: Combiner, writes: &[(usize, usize)]) -> Literal {
+    let ty = base.ty();
+    if ty.dtype.is_float() {
+        let mut v = base.to_f64s();
+        let u = updates.to_f64s();
+        for &(p, k) in writes {
+            v[p] = kiln_ir::literal::round_to(ty.dtype, combine_f(kind, v[p], u[k]));
+        }
+        from_lane(ty, Lane::F(v))
+    } else {
+        let mut v = base.to_i64s();
+        let u = updates.to_i64s();
+        for &(p, k) in writes {
+            v[p] = combine_i(kind, ty.dtype, v[p], u[k]);
+        }
+        from_lane(ty, Lane::I(v))
+    }
+}
+
+/// Dot products: result element j is the sum over `coff` of a[pairs[j].0 + c.0] * b[pairs[j].1 + c.1].
+fn sum_products(a: &Literal, b: &Literal, ty: &TensorType, pairs: &[(usize, usize)], coff: &[(usize, usize)]) -> Literal {
+    let terms: Vec<Vec<(usize, usize)>> = pairs.iter().map(|&(ao, bo)| coff.iter().map(|&(ca, cb)| (ao + ca, bo + cb)).collect()).collect();
+    sum_terms(a, b, ty, &terms)
+}
+
+/// Result element j is the sum over `terms[j]` of a[p] * b[q], in f64 (floats, rounded once)
+/// or wrapping i64.
+fn sum_terms(a: &Literal, b: &Literal, ty: &TensorType, terms: &[Vec<(usize, usize)>]) -> Literal {
+    if ty.dtype.is_float() {
+        let (av, bv) = (a.to_f64s(), b.to_f64s());
+        from_lane(ty, Lane::F(terms.iter().map(|t| t.iter().map(|&(p, q)| av[p] * bv[q]).sum()).collect()))
+    } else {
+        let (av, bv) = (a.to_i64s(), b.to_i64s());
+        let v = terms.iter().map(|t| t.iter().fold(0i64, |s, &(p, q)| s.wrapping_add(av[p].wrapping_mul(bv[q]))));
+        from_lane(ty, Lane::I(v.map(|x| wrap_to(ty.dtype, x)).collect()))
+    }
+}

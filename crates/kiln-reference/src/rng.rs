@@ -1,0 +1,37 @@
+//! Threefry-2x32 (20 rounds), the counter-based generator of `rng_bit_generator`.
+
+const ROTATIONS: [u32; 8] = [13, 15, 26, 6, 17, 29, 16, 24];
+
+/// Threefry-2x32 with 20 rounds: encrypts the counter block `ctr` under `key`.
+pub fn threefry2x32(key: [u32; 2], ctr: [u32; 2]) -> [u32; 2] {
+    let ks = [key[0], key[1], key[0] ^ key[1] ^ 0x1BD1_1BDA];
+    let mut x0 = ctr[0].wrapping_add(ks[0]);
+    let mut x1 = ctr[1].wrapping_add(ks[1]);
+    for round in 0..20 {
+        x0 = x0.wrapping_add(x1);
+        x1 = x1.rotate_left(ROTATIONS[round % 8]);
+        x1 ^= x0;
+        if round % 4 == 3 {
+            let s = round / 4 + 1;
+            x0 = x0.wrapping_add(ks[s % 3]);
+            x1 = x1.wrapping_add(ks[(s + 1) % 3]).wrapping_add(s as u32);
+        }
+    }
+    [x0, x1]
+}
+
+/// Fills `n` words from `state` = [key0, key1, counter_hi, counter_lo] and returns them with the
+/// next state (the counter advanced by the number of blocks used).
+pub fn bits(state: [u32; 4], n: usize) -> (Vec<u32>, [u32; 4]) {
+    let key = [state[0], state[1]];
+    let ctr = ((state[2] as u64) << 32) | state[3] as u64;
+    let blocks = n.div_ceil(2) as u64;
+    let mut out = Vec::with_capacity(n + 1);
+    for b in 0..blocks {
+        let c = ctr.wrapping_add(b);
+        out.extend(threefry2x32(key, [(c >> 32) as u32, c as u32]));
+    }
+    out.truncate(n);
+    let next = ctr.wrapping_add(blocks);
+    (out, [state[0], state[1], (next >> 32) as u32, next as u32])
+}
