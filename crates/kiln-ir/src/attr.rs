@@ -50,7 +50,9 @@ impl AttrValue for i64 {
     }
     fn from_attr(a: &Attr, _: &AttrCtx) -> Result<Self, String> {
         match a {
-            Attr::Token(t) => t.parse().map_err(|_| format!("expected an integer, found `{t}`")),
+            Attr::Token(t) => t
+                .parse()
+                .map_err(|_| format!("expected an integer, found `{t}`")),
             Attr::List(_) => Err(format!("expected an integer, found `{a}`")),
         }
     }
@@ -70,7 +72,11 @@ impl AttrValue for Vec<i64> {
 
 impl AttrValue for Vec<(i64, i64)> {
     fn to_attr(&self) -> Attr {
-        Attr::List(self.iter().map(|&(a, b)| Attr::List(vec![a.to_attr(), b.to_attr()])).collect())
+        Attr::List(
+            self.iter()
+                .map(|&(a, b)| Attr::List(vec![a.to_attr(), b.to_attr()]))
+                .collect(),
+        )
     }
     fn from_attr(a: &Attr, ctx: &AttrCtx) -> Result<Self, String> {
         let err = || format!("expected a list of [low, high] pairs, found `{a}`");
@@ -78,7 +84,9 @@ impl AttrValue for Vec<(i64, i64)> {
             Attr::List(items) => items
                 .iter()
                 .map(|p| match p {
-                    Attr::List(v) if v.len() == 2 => Ok((i64::from_attr(&v[0], ctx)?, i64::from_attr(&v[1], ctx)?)),
+                    Attr::List(v) if v.len() == 2 => {
+                        Ok((i64::from_attr(&v[0], ctx)?, i64::from_attr(&v[1], ctx)?))
+                    }
                     _ => Err(err()),
                 })
                 .collect(),
@@ -180,13 +188,21 @@ impl AttrValue for Literal {
             if dim == l.shape().len() {
                 return Attr::Token(l.format_elem(offset));
             }
-            Attr::List((0..l.shape()[dim]).map(|i| rec(l, dim + 1, offset + i * strides[dim], strides)).collect())
+            Attr::List(
+                (0..l.shape()[dim])
+                    .map(|i| rec(l, dim + 1, offset + i * strides[dim], strides))
+                    .collect(),
+            )
         }
         rec(self, 0, 0, &self.ty().strides())
     }
 
     fn from_attr(a: &Attr, ctx: &AttrCtx) -> Result<Self, String> {
-        let dtype = ctx.result_types.first().ok_or("a constant needs a result type")?.dtype;
+        let dtype = ctx
+            .result_types
+            .first()
+            .ok_or("a constant needs a result type")?
+            .dtype;
         // The nesting gives the shape: the first element at each level sets the size.
         let mut shape = Vec::new();
         let mut cur = a;
@@ -198,16 +214,24 @@ impl AttrValue for Literal {
             }
         }
         let mut elems = Vec::new();
-        fn walk(a: &Attr, dim: usize, shape: &[usize], dtype: crate::DType, out: &mut Vec<Elem>) -> Result<(), String> {
+        fn walk(
+            a: &Attr,
+            dim: usize,
+            shape: &[usize],
+            dtype: crate::DType,
+            out: &mut Vec<Elem>,
+        ) -> Result<(), String> {
             match a {
                 Attr::Token(t) if dim == shape.len() => {
                     out.push(Literal::parse_elem(dtype, t).map_err(|e| e.0)?);
                     Ok(())
                 }
-                Attr::List(items) if dim < shape.len() && items.len() == shape[dim] => {
-                    items.iter().try_for_each(|x| walk(x, dim + 1, shape, dtype, out))
-                }
-                _ => Err(format!("ragged constant: `{a}` does not fit the shape {shape:?} of the first elements")),
+                Attr::List(items) if dim < shape.len() && items.len() == shape[dim] => items
+                    .iter()
+                    .try_for_each(|x| walk(x, dim + 1, shape, dtype, out)),
+                _ => Err(format!(
+                    "ragged constant: `{a}` does not fit the shape {shape:?} of the first elements"
+                )),
             }
         }
         walk(a, 0, &shape, dtype, &mut elems)?;

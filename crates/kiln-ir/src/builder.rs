@@ -46,22 +46,42 @@ impl Builder {
     }
 
     fn error(&self, op: &Op, operands: &[ValueId], loc: Loc, diag: Diag) -> VerifyError {
-        let inst = Inst { op: op.clone(), operands: operands.to_vec(), results: vec![], loc: Some(loc) };
-        VerifyError { func: self.f.name.clone(), inst: Some(inst_head(&inst)), loc: Some(loc), diag }
+        let inst = Inst {
+            op: op.clone(),
+            operands: operands.to_vec(),
+            results: vec![],
+            loc: Some(loc),
+        };
+        VerifyError {
+            func: self.f.name.clone(),
+            inst: Some(inst_head(&inst)),
+            loc: Some(loc),
+            diag,
+        }
     }
 
-    fn add(&mut self, op: Op, operands: &[ValueId], declared: Option<&[TensorType]>, loc: Loc) -> Result<Vec<ValueId>, VerifyError> {
+    fn add(
+        &mut self,
+        op: Op,
+        operands: &[ValueId],
+        declared: Option<&[TensorType]>,
+        loc: Loc,
+    ) -> Result<Vec<ValueId>, VerifyError> {
         let mut tys = Vec::with_capacity(operands.len());
         for &o in operands {
             match self.f.ty(o) {
                 Some(t) => tys.push(t),
                 None => {
-                    let d = Diag { label: "ir_ssa".into(), message: format!("operand {o} is not defined") };
+                    let d = Diag {
+                        label: "ir_ssa".into(),
+                        message: format!("operand {o} is not defined"),
+                    };
                     return Err(self.error(&op, operands, loc, d));
                 }
             }
         }
-        let types = type_rule(&op, &tys, declared).map_err(|d| self.error(&op, operands, loc, d))?;
+        let types =
+            type_rule(&op, &tys, declared).map_err(|d| self.error(&op, operands, loc, d))?;
         let results: Vec<ValueId> = types
             .into_iter()
             .map(|t| {
@@ -69,7 +89,12 @@ impl Builder {
                 ValueId(self.f.values.len() as u32 - 1)
             })
             .collect();
-        self.f.insts.push(Inst { op, operands: operands.to_vec(), results: results.clone(), loc: Some(loc) });
+        self.f.insts.push(Inst {
+            op,
+            operands: operands.to_vec(),
+            results: results.clone(),
+            loc: Some(loc),
+        });
         Ok(results)
     }
 
@@ -81,7 +106,12 @@ impl Builder {
 
     /// Adds an instruction with declared result types (needed by reshape, convert, iota, ...).
     #[track_caller]
-    pub fn push_typed(&mut self, op: Op, operands: &[ValueId], types: &[TensorType]) -> Result<Vec<ValueId>, VerifyError> {
+    pub fn push_typed(
+        &mut self,
+        op: Op,
+        operands: &[ValueId],
+        types: &[TensorType],
+    ) -> Result<Vec<ValueId>, VerifyError> {
         self.add(op, operands, Some(types), Loc::caller())
     }
 
@@ -93,7 +123,12 @@ impl Builder {
 
     /// Adds a single-result instruction with a declared result type.
     #[track_caller]
-    pub fn inst_typed(&mut self, op: Op, operands: &[ValueId], ty: TensorType) -> Result<ValueId, VerifyError> {
+    pub fn inst_typed(
+        &mut self,
+        op: Op,
+        operands: &[ValueId],
+        ty: TensorType,
+    ) -> Result<ValueId, VerifyError> {
         Ok(self.add(op, operands, Some(std::slice::from_ref(&ty)), Loc::caller())?[0])
     }
 
@@ -108,13 +143,40 @@ impl Builder {
                         func: self.f.name.clone(),
                         inst: None,
                         loc: None,
-                        diag: Diag { label: "ir_ssa".into(), message: format!("returned value {o} is not defined") },
+                        diag: Diag {
+                            label: "ir_ssa".into(),
+                            message: format!("returned value {o} is not defined"),
+                        },
                     });
                 }
             }
         }
         self.f.outputs = outputs.to_vec();
         self.f.output_types = tys;
-        Ok(self.f)
+        Ok(canonicalize(self.f))
     }
+}
+
+/// Renumbers values densely in definition order (parameters first, then each instruction's
+/// results), the order the text form uses, so a built function prints as it would parse.
+fn canonicalize(mut f: Func) -> Func {
+    let mut map = vec![ValueId(u32::MAX); f.values.len()];
+    let mut values = Vec::with_capacity(f.values.len());
+    let order = f
+        .params
+        .iter()
+        .chain(f.insts.iter().flat_map(|i| i.results.iter()));
+    for &v in order {
+        map[v.index()] = ValueId(values.len() as u32);
+        values.push(f.values[v.index()].clone());
+    }
+    let m = |v: &mut ValueId| *v = map[v.index()];
+    f.params.iter_mut().for_each(m);
+    f.outputs.iter_mut().for_each(m);
+    for inst in &mut f.insts {
+        inst.operands.iter_mut().for_each(m);
+        inst.results.iter_mut().for_each(m);
+    }
+    f.values = values;
+    f
 }

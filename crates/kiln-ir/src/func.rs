@@ -37,7 +37,11 @@ impl Loc {
     #[track_caller]
     pub fn caller() -> Loc {
         let l = std::panic::Location::caller();
-        Loc { file: l.file(), line: l.line(), column: l.column() }
+        Loc {
+            file: l.file(),
+            line: l.line(),
+            column: l.column(),
+        }
     }
 }
 
@@ -87,7 +91,10 @@ impl Func {
 
     /// The parameter types, in order.
     pub fn param_types(&self) -> Vec<TensorType> {
-        self.params.iter().filter_map(|&p| self.ty(p).cloned()).collect()
+        self.params
+            .iter()
+            .filter_map(|&p| self.ty(p).cloned())
+            .collect()
     }
 }
 

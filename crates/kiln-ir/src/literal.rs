@@ -128,7 +128,10 @@ impl Literal {
     /// A literal from a type and matching data.
     pub fn new(ty: TensorType, data: Data) -> Result<Literal, LiteralError> {
         if data.dtype() != ty.dtype {
-            return Err(LiteralError(format!("data of dtype {} given for type {ty}", data.dtype())));
+            return Err(LiteralError(format!(
+                "data of dtype {} given for type {ty}",
+                data.dtype()
+            )));
         }
         if data.len() != ty.numel() {
             return Err(LiteralError(format!(
@@ -165,7 +168,12 @@ impl Literal {
             DType::I32 => Data::I32(values.iter().map(|&x| x as i32).collect()),
             DType::I64 => Data::I64(values.to_vec()),
             DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
-            _ => return Literal::from_f64s(ty, &values.iter().map(|&x| x as f64).collect::<Vec<_>>()),
+            _ => {
+                return Literal::from_f64s(
+                    ty,
+                    &values.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                );
+            }
         };
         Literal::new(ty, d)
     }
@@ -215,6 +223,16 @@ impl Literal {
     /// The shape of this literal.
     pub fn shape(&self) -> &[usize] {
         &self.ty.shape
+    }
+
+    /// A pointer to the first element's storage (for backends handing buffers to kernels).
+    pub fn as_ptr(&self) -> *const u8 {
+        each_data!(&self.data, v => v.as_ptr() as *const u8)
+    }
+
+    /// A mutable pointer to the first element's storage (for backends writing results).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        each_data!(&mut self.data, v => v.as_mut_ptr() as *mut u8)
     }
 
     /// The typed elements.
@@ -289,19 +307,43 @@ impl Literal {
     pub fn from_le_bytes(ty: TensorType, bytes: &[u8]) -> Result<Literal, LiteralError> {
         let w = ty.dtype.bytes();
         if bytes.len() != ty.numel() * w {
-            return Err(LiteralError(format!("{} bytes given for type {ty}", bytes.len())));
+            return Err(LiteralError(format!(
+                "{} bytes given for type {ty}",
+                bytes.len()
+            )));
         }
         let ch = bytes.chunks_exact(w);
         let data = match ty.dtype {
             DType::Pred => Data::Pred(bytes.iter().map(|&b| b != 0).collect()),
             DType::I8 => Data::I8(bytes.iter().map(|&b| b as i8).collect()),
-            DType::I32 => Data::I32(ch.map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()),
-            DType::I64 => Data::I64(ch.map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
-            DType::U32 => Data::U32(ch.map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()),
-            DType::F16 => Data::F16(ch.map(|c| f16::from_le_bytes(c.try_into().unwrap())).collect()),
-            DType::BF16 => Data::BF16(ch.map(|c| bf16::from_le_bytes(c.try_into().unwrap())).collect()),
-            DType::F32 => Data::F32(ch.map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
-            DType::F64 => Data::F64(ch.map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()),
+            DType::I32 => Data::I32(
+                ch.map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::I64 => Data::I64(
+                ch.map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::U32 => Data::U32(
+                ch.map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::F16 => Data::F16(
+                ch.map(|c| f16::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::BF16 => Data::BF16(
+                ch.map(|c| bf16::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::F32 => Data::F32(
+                ch.map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::F64 => Data::F64(
+                ch.map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
         };
         Literal::new(ty, data)
     }
@@ -341,7 +383,10 @@ impl Literal {
                 "-nan" => -f64::NAN,
                 "inf" => f64::INFINITY,
                 "-inf" => f64::NEG_INFINITY,
-                _ if tok.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+' || c == '.') => {
+                _ if tok.starts_with(|c: char| {
+                    c.is_ascii_digit() || c == '-' || c == '+' || c == '.'
+                }) =>
+                {
                     if dtype == DType::F32 {
                         tok.parse::<f32>().map_err(|_| bad())? as f64
                     } else {

@@ -5,8 +5,8 @@
 //! [`Op`] or [`OpKind`] exhaustively, so adding an op walks the compiler through every place
 //! that must learn about it.
 
-use crate::attr::{Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm};
 use crate::Literal;
+use crate::attr::{Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm};
 
 /// Op properties, as data: passes ask these instead of listing ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -344,7 +344,7 @@ define_ops! {
     /// Pseudo-random bits from a counter-based generator; returns the next state and the bits.
     RngBitGenerator = "rng_bit_generator", Fixed(1), ResultCount::Fixed(2), NONE, { algorithm: RngAlgorithm };
     /// Returns its operands unchanged; a fence that rewrites do not move values across.
-    OptimizationBarrier = "optimization_barrier", AtLeast(0), ResultCount::PerOperand, BARRIER;
+    OptimizationBarrier = "optimization_barrier", AtLeast(0), ResultCount::PerOperand, BARRIER | DIFF;
 }
 
 impl Op {

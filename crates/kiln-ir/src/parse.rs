@@ -66,7 +66,10 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize, usize)>, ParseError> {
             out.push((Tok::Punct("->"), l0, c0));
             i += 2;
             col += 2;
-        } else if let Some(p) = ["(", ")", "[", "]", "{", "}", ",", ":", "="].iter().find(|p| p.starts_with(c)) {
+        } else if let Some(p) = ["(", ")", "[", "]", "{", "}", ",", ":", "="]
+            .iter()
+            .find(|p| p.starts_with(c))
+        {
             out.push((Tok::Punct(p), l0, c0));
             advance(&mut i, &mut line, &mut col, c);
         } else if c == '%' || c == '@' || is_word(c) {
@@ -75,13 +78,20 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize, usize)>, ParseError> {
                 advance(&mut i, &mut line, &mut col, c);
             }
             let start = i;
-            while i < chars.len() && is_word(chars[i]) && !(chars[i] == '-' && chars.get(i + 1) == Some(&'>')) {
+            while i < chars.len()
+                && is_word(chars[i])
+                && !(chars[i] == '-' && chars.get(i + 1) == Some(&'>'))
+            {
                 let ch = chars[i];
                 advance(&mut i, &mut line, &mut col, ch);
             }
             let w: String = chars[start..i].iter().collect();
             if sigil && w.is_empty() {
-                return Err(ParseError { line: l0, column: c0, message: format!("expected a name after `{c}`") });
+                return Err(ParseError {
+                    line: l0,
+                    column: c0,
+                    message: format!("expected a name after `{c}`"),
+                });
             }
             out.push((
                 match c {
@@ -93,7 +103,11 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize, usize)>, ParseError> {
                 c0,
             ));
         } else {
-            return Err(ParseError { line: l0, column: c0, message: format!("unexpected character `{c}`") });
+            return Err(ParseError {
+                line: l0,
+                column: c0,
+                message: format!("unexpected character `{c}`"),
+            });
         }
     }
     out.push((Tok::Eof, line, col));
@@ -109,7 +123,11 @@ impl Lexer {
 
     fn err<T>(&self, message: String) -> PResult<T> {
         let (_, line, column) = self.toks[self.pos];
-        Err(ParseError { line, column, message })
+        Err(ParseError {
+            line,
+            column,
+            message,
+        })
     }
 
     fn expected<T>(&self, what: &str) -> PResult<T> {
@@ -134,7 +152,11 @@ impl Lexer {
     }
 
     fn expect(&mut self, p: &str) -> PResult<()> {
-        if self.eat(p) { Ok(()) } else { self.expected(&format!("`{p}`")) }
+        if self.eat(p) {
+            Ok(())
+        } else {
+            self.expected(&format!("`{p}`"))
+        }
     }
 
     fn word(&mut self, what: &str) -> PResult<String> {
@@ -247,7 +269,11 @@ fn parse_func(lx: &mut Lexer) -> PResult<Func> {
             return lx.expected("a function name such as `@main`");
         }
     };
-    let mut p = FuncParser { lx, names: HashMap::new(), values: Vec::new() };
+    let mut p = FuncParser {
+        lx,
+        names: HashMap::new(),
+        values: Vec::new(),
+    };
     p.lx.expect("(")?;
     let mut params = Vec::new();
     if !p.lx.eat(")") {
@@ -292,7 +318,11 @@ fn parse_func(lx: &mut Lexer) -> PResult<Func> {
                 break;
             }
             Tok::Value(_) => insts.push(parse_inst(&mut p)?),
-            _ => return p.lx.expected("an instruction such as `%2 = add %0, %1 : f32[2]` or `return`"),
+            _ => {
+                return p
+                    .lx
+                    .expected("an instruction such as `%2 = add %0, %1 : f32[2]` or `return`");
+            }
         }
     }
     let mut outputs = Vec::new();
@@ -305,7 +335,14 @@ fn parse_func(lx: &mut Lexer) -> PResult<Func> {
             p.lx.expect(",")?;
         }
     }
-    Ok(Func { name, params, insts, outputs, output_types, values: p.values })
+    Ok(Func {
+        name,
+        params,
+        insts,
+        outputs,
+        output_types,
+        values: p.values,
+    })
 }
 
 fn parse_inst(p: &mut FuncParser) -> PResult<Inst> {
@@ -358,9 +395,19 @@ fn parse_inst(p: &mut FuncParser) -> PResult<Inst> {
         types.push(p.lx.ty()?);
     }
     if types.len() != result_names.len() {
-        return p.lx.err(format!("{} result(s) named but {} type(s) given", result_names.len(), types.len()));
+        return p.lx.err(format!(
+            "{} result(s) named but {} type(s) given",
+            result_names.len(),
+            types.len()
+        ));
     }
-    let op = match Op::from_attrs(kind, &attrs, &AttrCtx { result_types: &types }) {
+    let op = match Op::from_attrs(
+        kind,
+        &attrs,
+        &AttrCtx {
+            result_types: &types,
+        },
+    ) {
         Ok(op) => op,
         Err(e) => {
             let end = p.lx.pos;
@@ -381,12 +428,20 @@ fn parse_inst(p: &mut FuncParser) -> PResult<Inst> {
         p.names.insert(n, id);
         results.push(id);
     }
-    Ok(Inst { op, operands, results, loc: None })
+    Ok(Inst {
+        op,
+        operands,
+        results,
+        loc: None,
+    })
 }
 
 /// Parses a module: one or more functions.
 pub fn parse_module(src: &str) -> PResult<Module> {
-    let mut lx = Lexer { toks: lex(src)?, pos: 0 };
+    let mut lx = Lexer {
+        toks: lex(src)?,
+        pos: 0,
+    };
     let mut funcs = Vec::new();
     while *lx.peek() != Tok::Eof {
         funcs.push(parse_func(&mut lx)?);
@@ -399,7 +454,10 @@ pub fn parse_module(src: &str) -> PResult<Module> {
 
 /// Parses exactly one function.
 pub fn parse_func_text(src: &str) -> PResult<Func> {
-    let mut lx = Lexer { toks: lex(src)?, pos: 0 };
+    let mut lx = Lexer {
+        toks: lex(src)?,
+        pos: 0,
+    };
     let f = parse_func(&mut lx)?;
     if *lx.peek() != Tok::Eof {
         return lx.expected("end of input");
@@ -410,15 +468,31 @@ pub fn parse_func_text(src: &str) -> PResult<Func> {
 /// Parses a nested-list value of the given type (the form the printer writes for constants
 /// and `cargo xtask dump --stage eval` takes for inputs), e.g. `[[1.0, 2.0], [3.0, 4.0]]`.
 pub fn parse_literal(src: &str, ty: &TensorType) -> PResult<crate::Literal> {
-    let mut lx = Lexer { toks: lex(src)?, pos: 0 };
+    let mut lx = Lexer {
+        toks: lex(src)?,
+        pos: 0,
+    };
     let a = lx.attr()?;
     if *lx.peek() != Tok::Eof {
         return lx.expected("end of the value");
     }
-    let lit = <crate::Literal as crate::attr::AttrValue>::from_attr(&a, &AttrCtx { result_types: std::slice::from_ref(ty) })
-        .map_err(|message| ParseError { line: 1, column: 1, message })?;
+    let lit = <crate::Literal as crate::attr::AttrValue>::from_attr(
+        &a,
+        &AttrCtx {
+            result_types: std::slice::from_ref(ty),
+        },
+    )
+    .map_err(|message| ParseError {
+        line: 1,
+        column: 1,
+        message,
+    })?;
     if lit.ty() != ty {
-        return Err(ParseError { line: 1, column: 1, message: format!("value has type {}, expected {ty}", lit.ty()) });
+        return Err(ParseError {
+            line: 1,
+            column: 1,
+            message: format!("value has type {}, expected {ty}", lit.ty()),
+        });
     }
     Ok(lit)
 }

@@ -69,7 +69,11 @@ pub fn print_func(f: &Func) -> String {
             let _ = write!(s, "{r}");
         }
         let _ = write!(s, " = {} : ", inst_head(inst));
-        let tys: Vec<TensorType> = inst.results.iter().map(|r| f.values[r.index()].clone()).collect();
+        let tys: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
         type_list(&mut s, &tys);
         s.push('\n');
     }
@@ -84,7 +88,11 @@ pub fn print_func(f: &Func) -> String {
 
 /// Prints a module: its functions separated by blank lines.
 pub fn print_module(m: &Module) -> String {
-    m.funcs.iter().map(print_func).collect::<Vec<_>>().join("\n")
+    m.funcs
+        .iter()
+        .map(print_func)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 impl std::fmt::Display for Func {

@@ -1,1 +1,395 @@
-//! Random well-typed programs.
+//! Random well-typed programs, for property tests and differential testing of backends.
+//!
+//! The generator is deterministic for a given seed, so a failing case is reproduced by its
+//! seed alone.
+
+use crate::{
+    Builder, Combiner, ComparisonDirection, DType, Func, Literal, Op, TensorType, ValueId,
+};
+
+/// A small, fast, seedable generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform integer in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// A uniform float in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.uniform(0.0, 1.0) < p
+    }
+
+    /// One element of a non-empty slice.
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
+}
+
+/// What random programs may contain.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Number of instructions to attempt.
+    pub ops: usize,
+    /// Element types of parameters.
+    pub dtypes: Vec<DType>,
+    /// Largest rank of a parameter.
+    pub max_rank: usize,
+    /// Largest dimension size (0 and 1 included).
+    pub max_dim: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ops: 12,
+            dtypes: DType::ALL.to_vec(),
+            max_rank: 3,
+            max_dim: 4,
+        }
+    }
+}
+
+/// Random values of a type: floats in [-4, 4), integers in [-20, 20) (unsigned [0, 40)),
+/// random `pred`s.
+pub fn random_literal(rng: &mut Rng, ty: &TensorType) -> Literal {
+    let n = ty.numel();
+    if ty.dtype.is_float() {
+        let v: Vec<f64> = (0..n).map(|_| rng.uniform(-4.0, 4.0)).collect();
+        Literal::from_f64s(ty.clone(), &v).expect("sizes match")
+    } else {
+        let v: Vec<i64> = (0..n)
+            .map(|_| match ty.dtype {
+                DType::Pred => rng.below(2) as i64,
+                DType::U32 => rng.below(40) as i64,
+                _ => rng.below(40) as i64 - 20,
+            })
+            .collect();
+        Literal::from_i64s(ty.clone(), &v).expect("sizes match")
+    }
+}
+
+struct Gen<'a> {
+    rng: &'a mut Rng,
+    cfg: &'a Config,
+    b: Builder,
+    pool: Vec<ValueId>,
+}
+
+impl Gen<'_> {
+    fn ty(&self, v: ValueId) -> TensorType {
+        self.b.ty(v).expect("pool values exist").clone()
+    }
+
+    fn random_type(&mut self) -> TensorType {
+        let dtype = *self.rng.pick(&self.cfg.dtypes);
+        let rank = self.rng.below(self.cfg.max_rank + 1);
+        let shape: Vec<usize> = (0..rank)
+            .map(|_| self.rng.below(self.cfg.max_dim + 1))
+            .collect();
+        TensorType::new(dtype, shape)
+    }
+
+    fn param(&mut self, ty: TensorType) -> ValueId {
+        let v = self.b.param(ty);
+        self.pool.push(v);
+        v
+    }
+
+    /// A value of exactly this type: from the pool when one exists, else a new parameter.
+    fn value_of(&mut self, ty: &TensorType) -> ValueId {
+        let same: Vec<ValueId> = self
+            .pool
+            .iter()
+            .copied()
+            .filter(|&v| self.b.ty(v) == Some(ty))
+            .collect();
+        if !same.is_empty() && self.rng.chance(0.7) {
+            *self.rng.pick(&same)
+        } else {
+            self.param(ty.clone())
+        }
+    }
+
+    fn scalar_const(&mut self, dtype: DType, x: f64) -> ValueId {
+        let value = Literal::from_f64s(TensorType::scalar(dtype), &[x]).expect("scalar");
+        self.b
+            .inst(Op::Constant { value }, &[])
+            .expect("constants are well-typed")
+    }
+
+    fn step(&mut self) {
+        let a = *self.rng.pick(&self.pool);
+        let t = self.ty(a);
+        let d = t.dtype;
+        let r = t.rank();
+        let result: Option<ValueId> = match self.rng.below(16) {
+            0 | 1 => {
+                let ops: Vec<Op> = if d.is_float() {
+                    vec![
+                        Op::Negate {},
+                        Op::Abs {},
+                        Op::Exponential {},
+                        Op::Tanh {},
+                        Op::Logistic {},
+                        Op::Sine {},
+                        Op::Floor {},
+                        Op::Erf {},
+                        Op::Sqrt {},
+                        Op::Log {},
+                    ]
+                } else if d.is_pred() {
+                    vec![Op::Not {}]
+                } else if d.is_signed() {
+                    vec![Op::Negate {}, Op::Abs {}, Op::Sign {}, Op::Not {}]
+                } else {
+                    vec![Op::Not {}, Op::Negate {}]
+                };
+                let op = self.rng.pick(&ops).clone();
+                self.b.inst(op, &[a]).ok()
+            }
+            2..=4 => {
+                let ops: Vec<Op> = if d.is_float() {
+                    vec![
+                        Op::Add {},
+                        Op::Subtract {},
+                        Op::Multiply {},
+                        Op::Divide {},
+                        Op::Maximum {},
+                        Op::Minimum {},
+                        Op::Power {},
+                        Op::Remainder {},
+                    ]
+                } else if d.is_pred() {
+                    vec![Op::And {}, Op::Or {}, Op::Xor {}, Op::Add {}]
+                } else {
+                    vec![
+                        Op::Add {},
+                        Op::Subtract {},
+                        Op::Multiply {},
+                        Op::Maximum {},
+                        Op::And {},
+                        Op::Xor {},
+                        Op::ShiftLeft {},
+                        Op::Divide {},
+                    ]
+                };
+                let op = self.rng.pick(&ops).clone();
+                let b = self.value_of(&t);
+                self.b.inst(op, &[a, b]).ok()
+            }
+            5 => {
+                let b = self.value_of(&t);
+                let dir = *self.rng.pick(ComparisonDirection::ALL);
+                let p = self
+                    .b
+                    .inst(
+                        Op::Compare {
+                            comparison_direction: dir,
+                        },
+                        &[a, b],
+                    )
+                    .ok();
+                let c = self.value_of(&t);
+                p.and_then(|p| self.b.inst(Op::Select {}, &[p, a, c]).ok())
+            }
+            6 => {
+                let to = *self.rng.pick(&self.cfg.dtypes);
+                self.b
+                    .inst_typed(Op::Convert {}, &[a], t.with_dtype(to))
+                    .ok()
+            }
+            7 => {
+                let n = self.rng.below(3) + 1;
+                let mut shape = vec![n];
+                shape.extend(&t.shape);
+                self.b
+                    .inst_typed(
+                        Op::BroadcastInDim {
+                            broadcast_dimensions: (1..=r as i64).collect(),
+                        },
+                        &[a],
+                        TensorType::new(d, shape),
+                    )
+                    .ok()
+            }
+            8 => {
+                let shape = if r > 1 && self.rng.chance(0.5) {
+                    vec![t.numel()]
+                } else {
+                    t.shape.iter().rev().copied().collect()
+                };
+                let shape = if shape.iter().product::<usize>() == t.numel() {
+                    shape
+                } else {
+                    vec![t.numel()]
+                };
+                self.b
+                    .inst_typed(Op::Reshape {}, &[a], TensorType::new(d, shape))
+                    .ok()
+            }
+            9 => {
+                let mut p: Vec<i64> = (0..r as i64).collect();
+                for i in (1..p.len()).rev() {
+                    let j = self.rng.below(i + 1);
+                    p.swap(i, j);
+                }
+                self.b.inst(Op::Transpose { permutation: p }, &[a]).ok()
+            }
+            10 => {
+                let mut s = Vec::new();
+                let mut l = Vec::new();
+                let mut st = Vec::new();
+                for &n in &t.shape {
+                    let x = self.rng.below(n + 1);
+                    let y = x + self.rng.below(n - x + 1);
+                    s.push(x as i64);
+                    l.push(y as i64);
+                    st.push(self.rng.below(2) as i64 + 1);
+                }
+                self.b
+                    .inst(
+                        Op::Slice {
+                            start_indices: s,
+                            limit_indices: l,
+                            strides: st,
+                        },
+                        &[a],
+                    )
+                    .ok()
+            }
+            11 => {
+                let dims: Vec<i64> = (0..r as i64).filter(|_| self.rng.chance(0.5)).collect();
+                self.b.inst(Op::Reverse { dimensions: dims }, &[a]).ok()
+            }
+            12 => {
+                let pv = self.scalar_const(d, 0.0);
+                let lo: Vec<i64> = (0..r).map(|_| self.rng.below(3) as i64 - 1).collect();
+                let hi: Vec<i64> = (0..r).map(|_| self.rng.below(3) as i64).collect();
+                let int: Vec<i64> = (0..r).map(|_| self.rng.below(2) as i64).collect();
+                self.b
+                    .inst(
+                        Op::Pad {
+                            edge_padding_low: lo,
+                            edge_padding_high: hi,
+                            interior_padding: int,
+                        },
+                        &[a, pv],
+                    )
+                    .ok()
+            }
+            13 if r > 0 => {
+                let kind = if d.is_float() || d.is_signed() {
+                    *self
+                        .rng
+                        .pick(&[Combiner::Add, Combiner::Max, Combiner::Min])
+                } else {
+                    Combiner::Add
+                };
+                let init = match kind {
+                    Combiner::Add => 0.0,
+                    Combiner::Max => -100.0,
+                    _ => 100.0,
+                };
+                let init = self.scalar_const(d, init);
+                let dims: Vec<i64> = (0..r as i64).filter(|_| self.rng.chance(0.5)).collect();
+                self.b
+                    .inst(
+                        Op::Reduce {
+                            dimensions: dims,
+                            kind,
+                        },
+                        &[a, init],
+                    )
+                    .ok()
+            }
+            14 if r >= 1 && !d.is_pred() => {
+                let k = t.shape[r - 1];
+                let n = self.rng.below(self.cfg.max_dim + 1);
+                let w = self.value_of(&TensorType::new(d, [k, n]));
+                self.b
+                    .inst(
+                        Op::DotGeneral {
+                            lhs_batching_dimensions: vec![],
+                            rhs_batching_dimensions: vec![],
+                            lhs_contracting_dimensions: vec![r as i64 - 1],
+                            rhs_contracting_dimensions: vec![0],
+                        },
+                        &[a, w],
+                    )
+                    .ok()
+            }
+            15 if r >= 1 => {
+                let b = self.value_of(&t);
+                let dim = self.rng.below(r) as i64;
+                self.b
+                    .inst(Op::Concatenate { dimension: dim }, &[a, b])
+                    .ok()
+            }
+            _ => {
+                let ty = TensorType::new(if d.is_pred() { DType::I32 } else { d }, t.shape.clone());
+                if r > 0 {
+                    let dim = self.rng.below(r) as i64;
+                    self.b
+                        .inst_typed(
+                            Op::Iota {
+                                iota_dimension: dim,
+                            },
+                            &[],
+                            ty,
+                        )
+                        .ok()
+                } else {
+                    let value = random_literal(self.rng, &t);
+                    self.b.inst(Op::Constant { value }, &[]).ok()
+                }
+            }
+        };
+        if let Some(v) = result {
+            self.pool.push(v);
+        }
+    }
+}
+
+/// A random well-typed function named `main`.
+pub fn random_func(rng: &mut Rng, cfg: &Config) -> Func {
+    let mut g = Gen {
+        rng,
+        cfg,
+        b: Builder::new("main"),
+        pool: Vec::new(),
+    };
+    let t = g.random_type();
+    g.param(t);
+    for _ in 0..cfg.ops {
+        g.step();
+    }
+    let last = *g.pool.last().expect("one parameter at least");
+    let mut outs = vec![last];
+    if g.pool.len() > 2 && g.rng.chance(0.5) {
+        let other = *g.rng.pick(&g.pool);
+        outs.push(other);
+    }
+    g.b.finish(&outs).expect("outputs come from the pool")
+}

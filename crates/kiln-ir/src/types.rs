@@ -17,12 +17,18 @@ pub struct TensorType {
 impl TensorType {
     /// A tensor type from a dtype and a shape.
     pub fn new(dtype: DType, shape: impl Into<Vec<usize>>) -> TensorType {
-        TensorType { dtype, shape: shape.into() }
+        TensorType {
+            dtype,
+            shape: shape.into(),
+        }
     }
 
     /// A rank-0 tensor type.
     pub fn scalar(dtype: DType) -> TensorType {
-        TensorType { dtype, shape: Vec::new() }
+        TensorType {
+            dtype,
+            shape: Vec::new(),
+        }
     }
 
     /// Number of dimensions.
@@ -37,7 +43,10 @@ impl TensorType {
 
     /// The same shape with another dtype.
     pub fn with_dtype(&self, dtype: DType) -> TensorType {
-        TensorType { dtype, shape: self.shape.clone() }
+        TensorType {
+            dtype,
+            shape: self.shape.clone(),
+        }
     }
 
     /// Row-major strides of the shape, in elements.

@@ -24,7 +24,11 @@ impl Labels {
         format!("{}_c{n}", self.0.mnemonic())
     }
     fn ensure(&self, n: u32, cond: bool, msg: impl FnOnce() -> String) -> R<()> {
-        if cond { Ok(()) } else { Err(diag(self.c(n), msg())) }
+        if cond {
+            Ok(())
+        } else {
+            Err(diag(self.c(n), msg()))
+        }
     }
 }
 
@@ -36,11 +40,17 @@ struct Inferred {
 }
 
 fn one(t: TensorType, label: u32) -> R<Inferred> {
-    Ok(Inferred { types: vec![t], label })
+    Ok(Inferred {
+        types: vec![t],
+        label,
+    })
 }
 
 fn list(xs: &[TensorType]) -> String {
-    xs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+    xs.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn in_range(d: i64, rank: usize) -> bool {
@@ -84,46 +94,83 @@ fn combiner_ok(kind: Combiner, d: DType) -> bool {
 }
 
 /// Output size of one windowed dimension (reduce_window, convolution, select_and_scatter).
-pub fn window_output_size(input: usize, base_dil: i64, pad: (i64, i64), window: i64, win_dil: i64, stride: i64) -> usize {
-    let dilated_in = if input == 0 { 0 } else { (input as i64 - 1) * base_dil + 1 };
+pub fn window_output_size(
+    input: usize,
+    base_dil: i64,
+    pad: (i64, i64),
+    window: i64,
+    win_dil: i64,
+    stride: i64,
+) -> usize {
+    let dilated_in = if input == 0 {
+        0
+    } else {
+        (input as i64 - 1) * base_dil + 1
+    };
     let padded = dilated_in + pad.0 + pad.1;
-    let dilated_w = if window == 0 { 0 } else { (window - 1) * win_dil + 1 };
-    if padded < dilated_w || stride <= 0 { 0 } else { ((padded - dilated_w) / stride + 1) as usize }
+    let dilated_w = if window == 0 {
+        0
+    } else {
+        (window - 1) * win_dil + 1
+    };
+    if padded < dilated_w || stride <= 0 {
+        0
+    } else {
+        ((padded - dilated_w) / stride + 1) as usize
+    }
 }
 
 /// The type rule of one instruction.
 ///
 /// With `declared` = `None`, infers the result types (ops that need a declared result type
 /// say so). With `declared` = `Some`, also checks them. Errors cite the op's spec labels.
-pub fn type_rule(op: &Op, operands: &[&TensorType], declared: Option<&[TensorType]>) -> R<Vec<TensorType>> {
+pub fn type_rule(
+    op: &Op,
+    operands: &[&TensorType],
+    declared: Option<&[TensorType]>,
+) -> R<Vec<TensorType>> {
     let k = op.kind();
     if !k.arity().accepts(operands.len()) {
         return Err(diag(
             "ir_operands".into(),
-            format!("`{k}` takes {} operand(s), got {}", k.arity(), operands.len()),
+            format!(
+                "`{k}` takes {} operand(s), got {}",
+                k.arity(),
+                operands.len()
+            ),
         ));
     }
     let n_results = k.results().for_operands(operands.len());
-    if let Some(d) = declared {
-        if d.len() != n_results {
-            return Err(diag("ir_results".into(), format!("`{k}` has {n_results} result(s), {} declared", d.len())));
-        }
+    if let Some(d) = declared
+        && d.len() != n_results
+    {
+        return Err(diag(
+            "ir_results".into(),
+            format!("`{k}` has {n_results} result(s), {} declared", d.len()),
+        ));
     }
     let inferred = rule(op, operands, declared)?;
-    if let Some(d) = declared {
-        if d != inferred.types.as_slice() {
-            return Err(diag(
-                Labels(k).c(inferred.label),
-                format!("result type {} does not match the inferred {}", list(d), list(&inferred.types)),
-            ));
-        }
+    if let Some(d) = declared
+        && d != inferred.types.as_slice()
+    {
+        return Err(diag(
+            Labels(k).c(inferred.label),
+            format!(
+                "result type {} does not match the inferred {}",
+                list(d),
+                list(&inferred.types)
+            ),
+        ));
     }
     Ok(inferred.types)
 }
 
-fn need_declared<'a>(k: OpKind, declared: Option<&'a [TensorType]>) -> R<&'a TensorType> {
+fn need_declared(k: OpKind, declared: Option<&[TensorType]>) -> R<&TensorType> {
     declared.and_then(|d| d.first()).ok_or_else(|| {
-        diag("ir_results".into(), format!("`{k}` needs an explicit result type"))
+        diag(
+            "ir_results".into(),
+            format!("`{k}` needs an explicit result type"),
+        )
     })
 }
 
@@ -132,32 +179,81 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
     let l = Labels(k);
     use Op::*;
     match op {
-        Add {} | Subtract {} | Multiply {} | Divide {} | Remainder {} | Maximum {} | Minimum {} | Power {}
-        | And {} | Or {} | Xor {} | ShiftLeft {} | ShiftRightLogical {} => {
-            l.ensure(1, x[0] == x[1], || format!("operands must have the same type, got {} and {}", x[0], x[1]))?;
+        Add {}
+        | Subtract {}
+        | Multiply {}
+        | Divide {}
+        | Remainder {}
+        | Maximum {}
+        | Minimum {}
+        | Power {}
+        | And {}
+        | Or {}
+        | Xor {}
+        | ShiftLeft {}
+        | ShiftRightLogical {} => {
+            l.ensure(1, x[0] == x[1], || {
+                format!(
+                    "operands must have the same type, got {} and {}",
+                    x[0], x[1]
+                )
+            })?;
             let (what, ok) = elementwise_dtypes(k);
-            l.ensure(2, ok(x[0].dtype), || format!("element type must be {what}, got {}", x[0].dtype))?;
+            l.ensure(2, ok(x[0].dtype), || {
+                format!("element type must be {what}, got {}", x[0].dtype)
+            })?;
             one(x[0].clone(), 1)
         }
-        Negate {} | Abs {} | Sign {} | Exponential {} | Log {} | LogPlusOne {} | ExponentialMinusOne {} | Sqrt {}
-        | Rsqrt {} | Tanh {} | Logistic {} | Sine {} | Cosine {} | Erf {} | Floor {} | Ceil {} | Round {} | Not {} => {
+        Negate {}
+        | Abs {}
+        | Sign {}
+        | Exponential {}
+        | Log {}
+        | LogPlusOne {}
+        | ExponentialMinusOne {}
+        | Sqrt {}
+        | Rsqrt {}
+        | Tanh {}
+        | Logistic {}
+        | Sine {}
+        | Cosine {}
+        | Erf {}
+        | Floor {}
+        | Ceil {}
+        | Round {}
+        | Not {} => {
             let (what, ok) = elementwise_dtypes(k);
-            l.ensure(2, ok(x[0].dtype), || format!("element type must be {what}, got {}", x[0].dtype))?;
+            l.ensure(2, ok(x[0].dtype), || {
+                format!("element type must be {what}, got {}", x[0].dtype)
+            })?;
             one(x[0].clone(), 1)
         }
         IsFinite {} => {
-            l.ensure(1, x[0].dtype.is_float(), || format!("operand must be float, got {}", x[0]))?;
+            l.ensure(1, x[0].dtype.is_float(), || {
+                format!("operand must be float, got {}", x[0])
+            })?;
             one(x[0].with_dtype(DType::Pred), 2)
         }
         Compare { .. } => {
-            l.ensure(1, x[0] == x[1], || format!("operands must have the same type, got {} and {}", x[0], x[1]))?;
+            l.ensure(1, x[0] == x[1], || {
+                format!(
+                    "operands must have the same type, got {} and {}",
+                    x[0], x[1]
+                )
+            })?;
             one(x[0].with_dtype(DType::Pred), 2)
         }
         Select {} => {
             let (p, t, f) = (x[0], x[1], x[2]);
-            l.ensure(1, p.dtype == DType::Pred, || format!("pred must have element type pred, got {p}"))?;
-            l.ensure(2, p.rank() == 0 || p.shape == t.shape, || format!("pred must be a scalar or have the shape of on_true, got {p} and {t}"))?;
-            l.ensure(3, t == f, || format!("on_true and on_false must have the same type, got {t} and {f}"))?;
+            l.ensure(1, p.dtype == DType::Pred, || {
+                format!("pred must have element type pred, got {p}")
+            })?;
+            l.ensure(2, p.rank() == 0 || p.shape == t.shape, || {
+                format!("pred must be a scalar or have the shape of on_true, got {p} and {t}")
+            })?;
+            l.ensure(3, t == f, || {
+                format!("on_true and on_false must have the same type, got {t} and {f}")
+            })?;
             one(t.clone(), 3)
         }
         Clamp {} => {
@@ -172,38 +268,67 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         }
         Convert {} => {
             let r = need_declared(k, declared)?;
-            l.ensure(1, r.shape == x[0].shape, || format!("result shape must equal operand shape, got {} and {r}", x[0]))?;
+            l.ensure(1, r.shape == x[0].shape, || {
+                format!(
+                    "result shape must equal operand shape, got {} and {r}",
+                    x[0]
+                )
+            })?;
             one(r.clone(), 1)
         }
         BitcastConvert {} => {
             let r = need_declared(k, declared)?;
             let (a, b) = (x[0], r);
-            l.ensure(1, !a.dtype.is_pred() && !b.dtype.is_pred(), || format!("pred cannot be bitcast, got {a} to {b}"))?;
+            l.ensure(1, !a.dtype.is_pred() && !b.dtype.is_pred(), || {
+                format!("pred cannot be bitcast, got {a} to {b}")
+            })?;
             let (wa, wb) = (a.dtype.bits() as usize, b.dtype.bits() as usize);
             let ok = if wa == wb {
                 a.shape == b.shape
             } else if wa > wb {
-                b.shape.len() == a.shape.len() + 1 && b.shape[..a.rank()] == a.shape[..] && b.shape[a.rank()] == wa / wb
+                b.shape.len() == a.shape.len() + 1
+                    && b.shape[..a.rank()] == a.shape[..]
+                    && b.shape[a.rank()] == wa / wb
             } else {
-                a.shape.len() == b.shape.len() + 1 && a.shape[..b.rank()] == b.shape[..] && a.shape[b.rank()] == wb / wa
+                a.shape.len() == b.shape.len() + 1
+                    && a.shape[..b.rank()] == b.shape[..]
+                    && a.shape[b.rank()] == wb / wa
             };
-            l.ensure(2, ok, || format!("shapes do not fit the bit widths: {a} to {b}"))?;
+            l.ensure(2, ok, || {
+                format!("shapes do not fit the bit widths: {a} to {b}")
+            })?;
             one(r.clone(), 2)
         }
         Constant { value } => one(value.ty().clone(), 1),
         Iota { iota_dimension } => {
             let r = need_declared(k, declared)?;
-            l.ensure(1, in_range(*iota_dimension, r.rank()), || format!("iota_dimension {iota_dimension} is out of range for {r}"))?;
-            l.ensure(2, !r.dtype.is_pred(), || format!("element type must be integer or float, got {r}"))?;
+            l.ensure(1, in_range(*iota_dimension, r.rank()), || {
+                format!("iota_dimension {iota_dimension} is out of range for {r}")
+            })?;
+            l.ensure(2, !r.dtype.is_pred(), || {
+                format!("element type must be integer or float, got {r}")
+            })?;
             one(r.clone(), 1)
         }
-        BroadcastInDim { broadcast_dimensions: dims } => {
+        BroadcastInDim {
+            broadcast_dimensions: dims,
+        } => {
             let r = need_declared(k, declared)?;
             let a = x[0];
-            l.ensure(1, r.dtype == a.dtype, || format!("element types differ: {a} and {r}"))?;
-            l.ensure(2, dims.len() == a.rank(), || format!("broadcast_dimensions {dims:?} must have one entry per operand dimension of {a}"))?;
-            l.ensure(3, dims.iter().all(|&d| in_range(d, r.rank())), || format!("broadcast_dimensions {dims:?} out of range for {r}"))?;
-            l.ensure(4, unique(dims), || format!("broadcast_dimensions {dims:?} must be unique"))?;
+            l.ensure(1, r.dtype == a.dtype, || {
+                format!("element types differ: {a} and {r}")
+            })?;
+            l.ensure(2, dims.len() == a.rank(), || {
+                format!(
+                    "broadcast_dimensions {dims:?} must have one entry per operand dimension of {a}"
+                )
+            })?;
+            l.ensure(3, dims.iter().all(|&d| in_range(d, r.rank())), || {
+                format!("broadcast_dimensions {dims:?} out of range for {r}")
+            })?;
+            l.ensure(4, unique(dims), || {
+                format!("broadcast_dimensions {dims:?} must be unique")
+            })?;
             for (i, &d) in dims.iter().enumerate() {
                 let (s, t) = (a.shape[i], r.shape[d as usize]);
                 l.ensure(5, s == 1 || s == t, || format!("operand dimension {i} of {a} (size {s}) cannot broadcast to dimension {d} of {r} (size {t})"))?;
@@ -213,102 +338,217 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         Reshape {} => {
             let r = need_declared(k, declared)?;
             let a = x[0];
-            l.ensure(1, r.dtype == a.dtype, || format!("element types differ: {a} and {r}"))?;
-            l.ensure(2, r.numel() == a.numel(), || format!("element counts differ: {a} has {}, {r} has {}", a.numel(), r.numel()))?;
+            l.ensure(1, r.dtype == a.dtype, || {
+                format!("element types differ: {a} and {r}")
+            })?;
+            l.ensure(2, r.numel() == a.numel(), || {
+                format!(
+                    "element counts differ: {a} has {}, {r} has {}",
+                    a.numel(),
+                    r.numel()
+                )
+            })?;
             one(r.clone(), 1)
         }
         Transpose { permutation: p } => {
             let a = x[0];
-            l.ensure(1, is_permutation(p, a.rank()), || format!("permutation {p:?} is not a permutation of the {} dimensions of {a}", a.rank()))?;
-            one(TensorType::new(a.dtype, p.iter().map(|&d| a.shape[d as usize]).collect::<Vec<_>>()), 2)
-        }
-        Slice { start_indices: s, limit_indices: lim, strides: st } => {
-            let a = x[0];
-            l.ensure(1, s.len() == a.rank() && lim.len() == a.rank() && st.len() == a.rank(), || {
-                format!("start_indices, limit_indices and strides must have {} entries for {a}", a.rank())
+            l.ensure(1, is_permutation(p, a.rank()), || {
+                format!(
+                    "permutation {p:?} is not a permutation of the {} dimensions of {a}",
+                    a.rank()
+                )
             })?;
+            one(
+                TensorType::new(
+                    a.dtype,
+                    p.iter().map(|&d| a.shape[d as usize]).collect::<Vec<_>>(),
+                ),
+                2,
+            )
+        }
+        Slice {
+            start_indices: s,
+            limit_indices: lim,
+            strides: st,
+        } => {
+            let a = x[0];
+            l.ensure(
+                1,
+                s.len() == a.rank() && lim.len() == a.rank() && st.len() == a.rank(),
+                || {
+                    format!(
+                        "start_indices, limit_indices and strides must have {} entries for {a}",
+                        a.rank()
+                    )
+                },
+            )?;
             for d in 0..a.rank() {
-                l.ensure(2, 0 <= s[d] && s[d] <= lim[d] && lim[d] <= a.shape[d] as i64, || {
-                    format!("dimension {d}: need 0 <= start {} <= limit {} <= size {} of {a}", s[d], lim[d], a.shape[d])
+                l.ensure(
+                    2,
+                    0 <= s[d] && s[d] <= lim[d] && lim[d] <= a.shape[d] as i64,
+                    || {
+                        format!(
+                            "dimension {d}: need 0 <= start {} <= limit {} <= size {} of {a}",
+                            s[d], lim[d], a.shape[d]
+                        )
+                    },
+                )?;
+                l.ensure(3, st[d] > 0, || {
+                    format!("dimension {d}: stride {} must be positive", st[d])
                 })?;
-                l.ensure(3, st[d] > 0, || format!("dimension {d}: stride {} must be positive", st[d]))?;
             }
-            let shape: Vec<usize> = (0..a.rank()).map(|d| ((lim[d] - s[d] + st[d] - 1) / st[d]) as usize).collect();
+            let shape: Vec<usize> = (0..a.rank())
+                .map(|d| ((lim[d] - s[d] + st[d] - 1) / st[d]) as usize)
+                .collect();
             one(TensorType::new(a.dtype, shape), 4)
         }
         DynamicSlice { slice_sizes } => {
             let a = x[0];
             let idx = &x[1..];
-            l.ensure(1, idx.len() == a.rank(), || format!("{} start indices given for {a}", idx.len()))?;
-            l.ensure(2, idx.iter().all(|t| t.rank() == 0 && t.dtype.is_int() && t.dtype == idx[0].dtype), || {
-                format!("start indices must be integer scalars of one type, got {}", list(&idx.iter().map(|t| (*t).clone()).collect::<Vec<_>>()))
+            l.ensure(1, idx.len() == a.rank(), || {
+                format!("{} start indices given for {a}", idx.len())
             })?;
+            l.ensure(
+                2,
+                idx.iter()
+                    .all(|t| t.rank() == 0 && t.dtype.is_int() && t.dtype == idx[0].dtype),
+                || {
+                    format!(
+                        "start indices must be integer scalars of one type, got {}",
+                        list(&idx.iter().map(|t| (*t).clone()).collect::<Vec<_>>())
+                    )
+                },
+            )?;
             l.ensure(3, slice_sizes.len() == a.rank() && slice_sizes.iter().zip(&a.shape).all(|(&s, &d)| 0 <= s && s <= d as i64), || {
                 format!("slice_sizes {slice_sizes:?} must have one entry per dimension of {a}, each within the dimension")
             })?;
-            one(TensorType::new(a.dtype, slice_sizes.iter().map(|&s| s as usize).collect::<Vec<_>>()), 4)
+            one(
+                TensorType::new(
+                    a.dtype,
+                    slice_sizes.iter().map(|&s| s as usize).collect::<Vec<_>>(),
+                ),
+                4,
+            )
         }
         DynamicUpdateSlice {} => {
             let (a, u) = (x[0], x[1]);
             let idx = &x[2..];
-            l.ensure(1, u.dtype == a.dtype, || format!("update element type must match the operand: {u} and {a}"))?;
-            l.ensure(2, u.rank() == a.rank() && u.shape.iter().zip(&a.shape).all(|(s, d)| s <= d), || {
-                format!("update {u} must have the operand's rank and fit inside {a}")
+            l.ensure(1, u.dtype == a.dtype, || {
+                format!("update element type must match the operand: {u} and {a}")
             })?;
-            l.ensure(3, idx.len() == a.rank(), || format!("{} start indices given for {a}", idx.len()))?;
-            l.ensure(4, idx.iter().all(|t| t.rank() == 0 && t.dtype.is_int() && t.dtype == idx[0].dtype), || {
-                "start indices must be integer scalars of one type".to_string()
+            l.ensure(
+                2,
+                u.rank() == a.rank() && u.shape.iter().zip(&a.shape).all(|(s, d)| s <= d),
+                || format!("update {u} must have the operand's rank and fit inside {a}"),
+            )?;
+            l.ensure(3, idx.len() == a.rank(), || {
+                format!("{} start indices given for {a}", idx.len())
             })?;
+            l.ensure(
+                4,
+                idx.iter()
+                    .all(|t| t.rank() == 0 && t.dtype.is_int() && t.dtype == idx[0].dtype),
+                || "start indices must be integer scalars of one type".to_string(),
+            )?;
             one(a.clone(), 1)
         }
-        Pad { edge_padding_low: lo, edge_padding_high: hi, interior_padding: int } => {
+        Pad {
+            edge_padding_low: lo,
+            edge_padding_high: hi,
+            interior_padding: int,
+        } => {
             let (a, pv) = (x[0], x[1]);
-            l.ensure(1, pv.rank() == 0 && pv.dtype == a.dtype, || format!("padding_value must be a scalar of the operand's element type, got {pv} for {a}"))?;
+            l.ensure(1, pv.rank() == 0 && pv.dtype == a.dtype, || {
+                format!(
+                    "padding_value must be a scalar of the operand's element type, got {pv} for {a}"
+                )
+            })?;
             l.ensure(2, lo.len() == a.rank() && hi.len() == a.rank() && int.len() == a.rank(), || {
                 format!("edge_padding_low, edge_padding_high and interior_padding must have {} entries for {a}", a.rank())
             })?;
-            l.ensure(3, int.iter().all(|&i| i >= 0), || format!("interior_padding {int:?} must be non-negative"))?;
+            l.ensure(3, int.iter().all(|&i| i >= 0), || {
+                format!("interior_padding {int:?} must be non-negative")
+            })?;
             let mut shape = Vec::new();
             for d in 0..a.rank() {
                 let n = a.shape[d] as i64;
                 let size = lo[d] + hi[d] + n + (n - 1).max(0) * int[d];
-                l.ensure(4, size >= 0, || format!("dimension {d} of {a} would have negative size {size}"))?;
+                l.ensure(4, size >= 0, || {
+                    format!("dimension {d} of {a} would have negative size {size}")
+                })?;
                 shape.push(size as usize);
             }
             one(TensorType::new(a.dtype, shape), 4)
         }
         Concatenate { dimension } => {
             let a = x[0];
-            l.ensure(1, x.iter().all(|t| t.dtype == a.dtype && t.rank() == a.rank()), || {
-                format!("operands must share element type and rank, got {}", list(&x.iter().map(|t| (*t).clone()).collect::<Vec<_>>()))
+            l.ensure(
+                1,
+                x.iter().all(|t| t.dtype == a.dtype && t.rank() == a.rank()),
+                || {
+                    format!(
+                        "operands must share element type and rank, got {}",
+                        list(&x.iter().map(|t| (*t).clone()).collect::<Vec<_>>())
+                    )
+                },
+            )?;
+            l.ensure(2, in_range(*dimension, a.rank()), || {
+                format!("dimension {dimension} is out of range for {a}")
             })?;
-            l.ensure(2, in_range(*dimension, a.rank()), || format!("dimension {dimension} is out of range for {a}"))?;
             let d = *dimension as usize;
-            l.ensure(3, x.iter().all(|t| (0..a.rank()).all(|i| i == d || t.shape[i] == a.shape[i])), || {
-                format!("operands must agree except in dimension {d}, got {}", list(&x.iter().map(|t| (*t).clone()).collect::<Vec<_>>()))
-            })?;
+            l.ensure(
+                3,
+                x.iter()
+                    .all(|t| (0..a.rank()).all(|i| i == d || t.shape[i] == a.shape[i])),
+                || {
+                    format!(
+                        "operands must agree except in dimension {d}, got {}",
+                        list(&x.iter().map(|t| (*t).clone()).collect::<Vec<_>>())
+                    )
+                },
+            )?;
             let mut shape = a.shape.clone();
             shape[d] = x.iter().map(|t| t.shape[d]).sum();
             one(TensorType::new(a.dtype, shape), 4)
         }
         Reverse { dimensions } => {
             let a = x[0];
-            l.ensure(1, unique(dimensions) && dimensions.iter().all(|&d| in_range(d, a.rank())), || {
-                format!("dimensions {dimensions:?} must be unique and in range for {a}")
-            })?;
+            l.ensure(
+                1,
+                unique(dimensions) && dimensions.iter().all(|&d| in_range(d, a.rank())),
+                || format!("dimensions {dimensions:?} must be unique and in range for {a}"),
+            )?;
             one(a.clone(), 2)
         }
         Reduce { dimensions, kind } => {
             let (a, init) = (x[0], x[1]);
-            l.ensure(1, init.rank() == 0 && init.dtype == a.dtype, || format!("init_value must be a scalar of the operand's element type, got {init} for {a}"))?;
-            l.ensure(2, unique(dimensions) && dimensions.iter().all(|&d| in_range(d, a.rank())), || {
-                format!("dimensions {dimensions:?} must be unique and in range for {a}")
+            l.ensure(1, init.rank() == 0 && init.dtype == a.dtype, || {
+                format!(
+                    "init_value must be a scalar of the operand's element type, got {init} for {a}"
+                )
             })?;
-            l.ensure(3, *kind != Combiner::Replace && combiner_ok(*kind, a.dtype), || format!("kind `{kind}` cannot reduce {}", a.dtype))?;
-            let shape: Vec<usize> = (0..a.rank()).filter(|d| !dimensions.contains(&(*d as i64))).map(|d| a.shape[d]).collect();
+            l.ensure(
+                2,
+                unique(dimensions) && dimensions.iter().all(|&d| in_range(d, a.rank())),
+                || format!("dimensions {dimensions:?} must be unique and in range for {a}"),
+            )?;
+            l.ensure(
+                3,
+                *kind != Combiner::Replace && combiner_ok(*kind, a.dtype),
+                || format!("kind `{kind}` cannot reduce {}", a.dtype),
+            )?;
+            let shape: Vec<usize> = (0..a.rank())
+                .filter(|d| !dimensions.contains(&(*d as i64)))
+                .map(|d| a.shape[d])
+                .collect();
             one(TensorType::new(a.dtype, shape), 4)
         }
-        DotGeneral { lhs_batching_dimensions: lb, rhs_batching_dimensions: rb, lhs_contracting_dimensions: lc, rhs_contracting_dimensions: rc } => {
+        DotGeneral {
+            lhs_batching_dimensions: lb,
+            rhs_batching_dimensions: rb,
+            lhs_contracting_dimensions: lc,
+            rhs_contracting_dimensions: rc,
+        } => {
             let (a, b) = (x[0], x[1]);
             l.ensure(1, lb.len() == rb.len(), || format!("lhs_batching_dimensions {lb:?} and rhs_batching_dimensions {rb:?} differ in length"))?;
             l.ensure(2, lc.len() == rc.len(), || format!("lhs_contracting_dimensions {lc:?} and rhs_contracting_dimensions {rc:?} differ in length"))?;
@@ -317,18 +557,41 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             l.ensure(3, unique(&all_l) && all_l.iter().all(|&d| in_range(d, a.rank())), || format!("lhs batching and contracting dimensions {all_l:?} must be unique and in range for {a}"))?;
             l.ensure(4, unique(&all_r) && all_r.iter().all(|&d| in_range(d, b.rank())), || format!("rhs batching and contracting dimensions {all_r:?} must be unique and in range for {b}"))?;
             for (&i, &j) in lb.iter().zip(rb) {
-                l.ensure(5, a.shape[i as usize] == b.shape[j as usize], || format!("batch dimension {i} of {a} and {j} of {b} differ"))?;
+                l.ensure(5, a.shape[i as usize] == b.shape[j as usize], || {
+                    format!("batch dimension {i} of {a} and {j} of {b} differ")
+                })?;
             }
             for (&i, &j) in lc.iter().zip(rc) {
-                l.ensure(6, a.shape[i as usize] == b.shape[j as usize], || format!("contracting dimension {i} of {a} and {j} of {b} differ"))?;
+                l.ensure(6, a.shape[i as usize] == b.shape[j as usize], || {
+                    format!("contracting dimension {i} of {a} and {j} of {b} differ")
+                })?;
             }
-            l.ensure(7, a.dtype == b.dtype && !a.dtype.is_pred(), || format!("operands must share an integer or float element type, got {a} and {b}"))?;
+            l.ensure(7, a.dtype == b.dtype && !a.dtype.is_pred(), || {
+                format!("operands must share an integer or float element type, got {a} and {b}")
+            })?;
             let mut shape: Vec<usize> = lb.iter().map(|&d| a.shape[d as usize]).collect();
-            shape.extend((0..a.rank()).filter(|d| !all_l.contains(&(*d as i64))).map(|d| a.shape[d]));
-            shape.extend((0..b.rank()).filter(|d| !all_r.contains(&(*d as i64))).map(|d| b.shape[d]));
+            shape.extend(
+                (0..a.rank())
+                    .filter(|d| !all_l.contains(&(*d as i64)))
+                    .map(|d| a.shape[d]),
+            );
+            shape.extend(
+                (0..b.rank())
+                    .filter(|d| !all_r.contains(&(*d as i64)))
+                    .map(|d| b.shape[d]),
+            );
             one(TensorType::new(a.dtype, shape), 8)
         }
-        Convolution { window_strides, padding, lhs_dilation, rhs_dilation, feature_group_count, input_dims, kernel_dims, output_dims } => {
+        Convolution {
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        } => {
             let (a, w) = (x[0], x[1]);
             let n = a.rank();
             l.ensure(1, n >= 2 && w.rank() == n && a.dtype == w.dtype && !a.dtype.is_pred(), || {
@@ -341,7 +604,12 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             l.ensure(3, [window_strides, lhs_dilation, rhs_dilation].iter().all(|v| v.len() == sp && v.iter().all(|&s| s > 0)), || {
                 format!("window_strides, lhs_dilation and rhs_dilation must have {sp} positive entries")
             })?;
-            l.ensure(4, padding.len() == sp, || format!("padding must have {sp} [low, high] pairs, got {}", padding.len()))?;
+            l.ensure(4, padding.len() == sp, || {
+                format!(
+                    "padding must have {sp} [low, high] pairs, got {}",
+                    padding.len()
+                )
+            })?;
             let g = *feature_group_count;
             let in_f = a.shape[input_dims[1] as usize];
             let k_in = w.shape[kernel_dims[1] as usize];
@@ -356,15 +624,32 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             for i in 0..sp {
                 let size = a.shape[input_dims[2 + i] as usize];
                 let win = w.shape[kernel_dims[2 + i] as usize] as i64;
-                shape[output_dims[2 + i] as usize] = window_output_size(size, lhs_dilation[i], padding[i], win, rhs_dilation[i], window_strides[i]);
+                shape[output_dims[2 + i] as usize] = window_output_size(
+                    size,
+                    lhs_dilation[i],
+                    padding[i],
+                    win,
+                    rhs_dilation[i],
+                    window_strides[i],
+                );
             }
             one(TensorType::new(a.dtype, shape), 7)
         }
-        Gather { offset_dims, collapsed_slice_dims, start_index_map, index_vector_dim, slice_sizes } => {
+        Gather {
+            offset_dims,
+            collapsed_slice_dims,
+            start_index_map,
+            index_vector_dim,
+            slice_sizes,
+        } => {
             let (a, idx) = (x[0], x[1]);
-            l.ensure(1, idx.dtype.is_int(), || format!("start_indices must be integers, got {idx}"))?;
+            l.ensure(1, idx.dtype.is_int(), || {
+                format!("start_indices must be integers, got {idx}")
+            })?;
             let ivd = *index_vector_dim;
-            l.ensure(2, ivd >= 0 && ivd as usize <= idx.rank(), || format!("index_vector_dim {ivd} out of range for {idx}"))?;
+            l.ensure(2, ivd >= 0 && ivd as usize <= idx.rank(), || {
+                format!("index_vector_dim {ivd} out of range for {idx}")
+            })?;
             let ivd = ivd as usize;
             l.ensure(3, sorted_unique(offset_dims) && offset_dims.len() + collapsed_slice_dims.len() == a.rank(), || {
                 format!("offset_dims {offset_dims:?} must be sorted, unique, and name every operand dimension that is not collapsed")
@@ -379,10 +664,18 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             l.ensure(5, start_index_map.len() == ivec && unique(start_index_map) && start_index_map.iter().all(|&d| in_range(d, a.rank())), || {
                 format!("start_index_map {start_index_map:?} must have {ivec} unique in-range entries")
             })?;
-            let batch: Vec<usize> = (0..idx.rank()).filter(|&d| d != ivd).map(|d| idx.shape[d]).collect();
-            let offsets: Vec<usize> = (0..a.rank()).filter(|d| !collapsed_slice_dims.contains(&(*d as i64))).map(|d| slice_sizes[d] as usize).collect();
+            let batch: Vec<usize> = (0..idx.rank())
+                .filter(|&d| d != ivd)
+                .map(|d| idx.shape[d])
+                .collect();
+            let offsets: Vec<usize> = (0..a.rank())
+                .filter(|d| !collapsed_slice_dims.contains(&(*d as i64)))
+                .map(|d| slice_sizes[d] as usize)
+                .collect();
             let rank = batch.len() + offsets.len();
-            l.ensure(3, offset_dims.iter().all(|&d| in_range(d, rank)), || format!("offset_dims {offset_dims:?} out of range for a result of rank {rank}"))?;
+            l.ensure(3, offset_dims.iter().all(|&d| in_range(d, rank)), || {
+                format!("offset_dims {offset_dims:?} out of range for a result of rank {rank}")
+            })?;
             let (mut bi, mut oi) = (0, 0);
             let shape: Vec<usize> = (0..rank)
                 .map(|d| {
@@ -397,12 +690,24 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 .collect();
             one(TensorType::new(a.dtype, shape), 7)
         }
-        Scatter { update_window_dims: uwd, inserted_window_dims: iwd, scatter_dims_to_operand_dims: sdod, index_vector_dim, kind } => {
+        Scatter {
+            update_window_dims: uwd,
+            inserted_window_dims: iwd,
+            scatter_dims_to_operand_dims: sdod,
+            index_vector_dim,
+            kind,
+        } => {
             let (a, idx, u) = (x[0], x[1], x[2]);
-            l.ensure(1, u.dtype == a.dtype, || format!("updates element type must match the operand: {u} and {a}"))?;
-            l.ensure(2, idx.dtype.is_int(), || format!("scatter_indices must be integers, got {idx}"))?;
+            l.ensure(1, u.dtype == a.dtype, || {
+                format!("updates element type must match the operand: {u} and {a}")
+            })?;
+            l.ensure(2, idx.dtype.is_int(), || {
+                format!("scatter_indices must be integers, got {idx}")
+            })?;
             let ivd = *index_vector_dim;
-            l.ensure(3, ivd >= 0 && ivd as usize <= idx.rank(), || format!("index_vector_dim {ivd} out of range for {idx}"))?;
+            l.ensure(3, ivd >= 0 && ivd as usize <= idx.rank(), || {
+                format!("index_vector_dim {ivd} out of range for {idx}")
+            })?;
             let ivd = ivd as usize;
             l.ensure(4, sorted_unique(uwd) && uwd.iter().all(|&d| in_range(d, u.rank())) && sorted_unique(iwd)
                 && iwd.iter().all(|&d| in_range(d, a.rank())) && uwd.len() + iwd.len() == a.rank(), || {
@@ -412,28 +717,68 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             l.ensure(5, sdod.len() == ivec && unique(sdod) && sdod.iter().all(|&d| in_range(d, a.rank())), || {
                 format!("scatter_dims_to_operand_dims {sdod:?} must have {ivec} unique in-range entries")
             })?;
-            let batch: Vec<usize> = (0..idx.rank()).filter(|&d| d != ivd).map(|d| idx.shape[d]).collect();
-            let scatter_dims: Vec<usize> = (0..u.rank()).filter(|d| !uwd.contains(&(*d as i64))).map(|d| u.shape[d]).collect();
-            let window_operand_dims: Vec<usize> = (0..a.rank()).filter(|d| !iwd.contains(&(*d as i64))).collect();
+            let batch: Vec<usize> = (0..idx.rank())
+                .filter(|&d| d != ivd)
+                .map(|d| idx.shape[d])
+                .collect();
+            let scatter_dims: Vec<usize> = (0..u.rank())
+                .filter(|d| !uwd.contains(&(*d as i64)))
+                .map(|d| u.shape[d])
+                .collect();
+            let window_operand_dims: Vec<usize> = (0..a.rank())
+                .filter(|d| !iwd.contains(&(*d as i64)))
+                .collect();
             let fits = scatter_dims == batch
-                && uwd.iter().zip(&window_operand_dims).all(|(&ud, &od)| u.shape[ud as usize] <= a.shape[od]);
+                && uwd
+                    .iter()
+                    .zip(&window_operand_dims)
+                    .all(|(&ud, &od)| u.shape[ud as usize] <= a.shape[od]);
             l.ensure(6, fits, || format!("updates {u} do not fit: scatter dimensions must equal the index batch shape {batch:?} and window sizes must fit {a}"))?;
-            l.ensure(7, combiner_ok(*kind, a.dtype), || format!("kind `{kind}` cannot combine {}", a.dtype))?;
+            l.ensure(7, combiner_ok(*kind, a.dtype), || {
+                format!("kind `{kind}` cannot combine {}", a.dtype)
+            })?;
             one(a.clone(), 1)
         }
-        ReduceWindow { window_dimensions: wd, window_strides: ws, base_dilations: bd, window_dilations: wdl, padding, kind } => {
+        ReduceWindow {
+            window_dimensions: wd,
+            window_strides: ws,
+            base_dilations: bd,
+            window_dilations: wdl,
+            padding,
+            kind,
+        } => {
             let (a, init) = (x[0], x[1]);
-            l.ensure(1, init.rank() == 0 && init.dtype == a.dtype, || format!("init_value must be a scalar of the operand's element type, got {init} for {a}"))?;
+            l.ensure(1, init.rank() == 0 && init.dtype == a.dtype, || {
+                format!(
+                    "init_value must be a scalar of the operand's element type, got {init} for {a}"
+                )
+            })?;
             let r = a.rank();
             l.ensure(2, wd.len() == r && ws.len() == r && bd.len() == r && wdl.len() == r && padding.len() == r, || {
                 format!("window_dimensions, window_strides, base_dilations, window_dilations and padding must have {r} entries for {a}")
             })?;
-            l.ensure(3, [wd, ws, bd, wdl].iter().all(|v| v.iter().all(|&s| s > 0)), || "window sizes, strides and dilations must be positive".to_string())?;
-            l.ensure(4, *kind != Combiner::Replace && combiner_ok(*kind, a.dtype), || format!("kind `{kind}` cannot reduce {}", a.dtype))?;
-            let shape: Vec<usize> = (0..r).map(|d| window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d])).collect();
+            l.ensure(
+                3,
+                [wd, ws, bd, wdl].iter().all(|v| v.iter().all(|&s| s > 0)),
+                || "window sizes, strides and dilations must be positive".to_string(),
+            )?;
+            l.ensure(
+                4,
+                *kind != Combiner::Replace && combiner_ok(*kind, a.dtype),
+                || format!("kind `{kind}` cannot reduce {}", a.dtype),
+            )?;
+            let shape: Vec<usize> = (0..r)
+                .map(|d| window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d]))
+                .collect();
             one(TensorType::new(a.dtype, shape), 5)
         }
-        SelectAndScatter { window_dimensions: wd, window_strides: ws, padding, select: _, kind } => {
+        SelectAndScatter {
+            window_dimensions: wd,
+            window_strides: ws,
+            padding,
+            select: _,
+            kind,
+        } => {
             let (a, src, init) = (x[0], x[1], x[2]);
             l.ensure(1, init.rank() == 0 && init.dtype == a.dtype && src.dtype == a.dtype, || {
                 format!("source and init_value must have the operand's element type and init_value must be a scalar, got {src}, {init} for {a}")
@@ -442,23 +787,46 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             l.ensure(2, wd.len() == r && ws.len() == r && padding.len() == r && wd.iter().chain(ws).all(|&s| s > 0), || {
                 format!("window_dimensions, window_strides and padding must have {r} entries, sizes and strides positive")
             })?;
-            let expect: Vec<usize> = (0..r).map(|d| window_output_size(a.shape[d], 1, padding[d], wd[d], 1, ws[d])).collect();
-            l.ensure(3, src.shape == expect, || format!("source shape {src} must be the window grid shape {expect:?}"))?;
-            l.ensure(4, *kind != Combiner::Replace && combiner_ok(*kind, a.dtype), || format!("kind `{kind}` cannot combine {}", a.dtype))?;
+            let expect: Vec<usize> = (0..r)
+                .map(|d| window_output_size(a.shape[d], 1, padding[d], wd[d], 1, ws[d]))
+                .collect();
+            l.ensure(3, src.shape == expect, || {
+                format!("source shape {src} must be the window grid shape {expect:?}")
+            })?;
+            l.ensure(
+                4,
+                *kind != Combiner::Replace && combiner_ok(*kind, a.dtype),
+                || format!("kind `{kind}` cannot combine {}", a.dtype),
+            )?;
             one(a.clone(), 5)
         }
         RngBitGenerator { .. } => {
             let s = x[0];
             let state = TensorType::new(DType::U32, [4]);
-            l.ensure(1, *s == state, || format!("initial_state must be u32[4], got {s}"))?;
+            l.ensure(1, *s == state, || {
+                format!("initial_state must be u32[4], got {s}")
+            })?;
             let out = match declared {
                 Some(d) => d[1].clone(),
-                None => return Err(diag("ir_results".into(), "`rng_bit_generator` needs an explicit output type".into())),
+                None => {
+                    return Err(diag(
+                        "ir_results".into(),
+                        "`rng_bit_generator` needs an explicit output type".into(),
+                    ));
+                }
             };
-            l.ensure(3, out.dtype == DType::U32, || format!("output must have element type u32, got {out}"))?;
-            Ok(Inferred { types: vec![state, out], label: 2 })
+            l.ensure(3, out.dtype == DType::U32, || {
+                format!("output must have element type u32, got {out}")
+            })?;
+            Ok(Inferred {
+                types: vec![state, out],
+                label: 2,
+            })
         }
-        OptimizationBarrier {} => Ok(Inferred { types: x.iter().map(|t| (*t).clone()).collect(), label: 1 }),
+        OptimizationBarrier {} => Ok(Inferred {
+            types: x.iter().map(|t| (*t).clone()).collect(),
+            label: 1,
+        }),
     }
 }
 
@@ -469,13 +837,23 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
         func: f.name.clone(),
         inst,
         loc,
-        diag: Diag { label: label.into(), message },
+        diag: Diag {
+            label: label.into(),
+            message,
+        },
     };
     let mut defined = vec![false; f.values.len()];
     for &p in &f.params {
         match defined.get_mut(p.index()) {
             Some(d) if !*d => *d = true,
-            _ => return Err(err(None, None, "ir_ssa", format!("parameter {p} is not a fresh value"))),
+            _ => {
+                return Err(err(
+                    None,
+                    None,
+                    "ir_ssa",
+                    format!("parameter {p} is not a fresh value"),
+                ));
+            }
         }
     }
     for inst in &f.insts {
@@ -483,7 +861,12 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
         let mut tys = Vec::with_capacity(inst.operands.len());
         for &o in &inst.operands {
             if !defined.get(o.index()).copied().unwrap_or(false) {
-                return Err(err(Some(head), inst.loc, "ir_ssa", format!("operand {o} is used before it is defined")));
+                return Err(err(
+                    Some(head),
+                    inst.loc,
+                    "ir_ssa",
+                    format!("operand {o} is used before it is defined"),
+                ));
             }
             tys.push(&f.values[o.index()]);
         }
@@ -491,22 +874,48 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
         for &r in &inst.results {
             match defined.get_mut(r.index()) {
                 Some(d) if !*d => *d = true,
-                _ => return Err(err(Some(head), inst.loc, "ir_ssa", format!("result {r} is not a fresh value"))),
+                _ => {
+                    return Err(err(
+                        Some(head),
+                        inst.loc,
+                        "ir_ssa",
+                        format!("result {r} is not a fresh value"),
+                    ));
+                }
             }
             declared.push(f.values[r.index()].clone());
         }
-        type_rule(&inst.op, &tys, Some(&declared)).map_err(|d| VerifyError { func: f.name.clone(), inst: Some(head), loc: inst.loc, diag: d })?;
+        type_rule(&inst.op, &tys, Some(&declared)).map_err(|d| VerifyError {
+            func: f.name.clone(),
+            inst: Some(head),
+            loc: inst.loc,
+            diag: d,
+        })?;
     }
     let out_tys: Vec<TensorType> = f
         .outputs
         .iter()
         .map(|&o| match defined.get(o.index()) {
             Some(true) => Ok(f.values[o.index()].clone()),
-            _ => Err(err(None, None, "ir_ssa", format!("returned value {o} is not defined"))),
+            _ => Err(err(
+                None,
+                None,
+                "ir_ssa",
+                format!("returned value {o} is not defined"),
+            )),
         })
         .collect::<Result<_, _>>()?;
     if out_tys != f.output_types {
-        return Err(err(None, None, "ir_return", format!("returns {} but is declared to return {}", list(&out_tys), list(&f.output_types))));
+        return Err(err(
+            None,
+            None,
+            "ir_return",
+            format!(
+                "returns {} but is declared to return {}",
+                list(&out_tys),
+                list(&f.output_types)
+            ),
+        ));
     }
     Ok(())
 }
@@ -520,7 +929,10 @@ pub fn verify_module(m: &crate::Module) -> Result<(), VerifyError> {
                 func: f.name.clone(),
                 inst: None,
                 loc: None,
-                diag: Diag { label: "ir_names".into(), message: format!("function @{} is defined twice", f.name) },
+                diag: Diag {
+                    label: "ir_names".into(),
+                    message: format!("function @{} is defined twice", f.name),
+                },
             });
         }
         names.push(&f.name);

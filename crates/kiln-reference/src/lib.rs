@@ -13,6 +13,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod compare;
 mod ops;
 mod rng;
 
@@ -52,11 +53,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn check_args(f: &Func, args: &[Literal]) -> Result<()> {
     let params = f.param_types();
     if args.len() != params.len() {
-        return Err(Error::Args(format!("@{} takes {} argument(s), {} given", f.name, params.len(), args.len())));
+        return Err(Error::Args(format!(
+            "@{} takes {} argument(s), {} given",
+            f.name,
+            params.len(),
+            args.len()
+        )));
     }
     for (i, (a, p)) in args.iter().zip(&params).enumerate() {
         if a.ty() != p {
-            return Err(Error::Args(format!("argument {i} of @{} must be {p}, got {}", f.name, a.ty())));
+            return Err(Error::Args(format!(
+                "argument {i} of @{} must be {p}, got {}",
+                f.name,
+                a.ty()
+            )));
         }
     }
     Ok(())
@@ -71,14 +81,25 @@ pub fn eval(f: &Func, args: &[Literal]) -> Result<Vec<Literal>> {
         env[p.index()] = Some(a.clone());
     }
     for inst in &f.insts {
-        let operands: Vec<&Literal> = inst.operands.iter().map(|o| env[o.index()].as_ref().expect("verified SSA")).collect();
-        let types: Vec<_> = inst.results.iter().map(|r| f.values[r.index()].clone()).collect();
+        let operands: Vec<&Literal> = inst
+            .operands
+            .iter()
+            .map(|o| env[o.index()].as_ref().expect("verified SSA"))
+            .collect();
+        let types: Vec<_> = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
         let outs = eval_op(&inst.op, &operands, &types);
         for (&r, v) in inst.results.iter().zip(outs) {
             env[r.index()] = Some(v);
         }
     }
-    Ok(f.outputs.iter().map(|o| env[o.index()].clone().expect("verified SSA")).collect())
+    Ok(f.outputs
+        .iter()
+        .map(|o| env[o.index()].clone().expect("verified SSA"))
+        .collect())
 }
 
 /// Runs the entry function (`@main` or the first) of a module.

@@ -51,7 +51,11 @@ macro_rules! map_data {
 
 /// Elements of `src` at linear positions `idx`, as a literal of type `ty`.
 fn take(src: &Literal, ty: &TensorType, idx: &[usize]) -> Literal {
-    Literal::new(ty.clone(), map_data!(src.data(), v => idx.iter().map(|&i| v[i]).collect())).expect(VERIFIED)
+    Literal::new(
+        ty.clone(),
+        map_data!(src.data(), v => idx.iter().map(|&i| v[i]).collect()),
+    )
+    .expect(VERIFIED)
 }
 
 /// The elements of several literals of one dtype, concatenated.
@@ -117,7 +121,13 @@ fn int_pow(base: i64, exp: i64) -> i64 {
     if exp < 0 {
         return match base {
             1 => 1,
-            -1 => if exp % 2 == 0 { 1 } else { -1 },
+            -1 => {
+                if exp % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
             _ => 0,
         };
     }
@@ -194,11 +204,20 @@ fn binary(op: &Op, a: &Literal, b: &Literal, ty: &TensorType) -> Literal {
             Op::Power {} => f64::powf,
             _ => unreachable!("{VERIFIED}"),
         };
-        let v = a.to_f64s().into_iter().zip(b.to_f64s()).map(|(x, y)| f(x, y)).collect();
+        let v = a
+            .to_f64s()
+            .into_iter()
+            .zip(b.to_f64s())
+            .map(|(x, y)| f(x, y))
+            .collect();
         return from_lane(ty, Lane::F(v));
     }
     let bits = d.bits() as i64;
-    let mask: u64 = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let mask: u64 = if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
     let v = a
         .to_i64s()
         .into_iter()
@@ -235,7 +254,13 @@ fn unary(op: &Op, a: &Literal, ty: &TensorType) -> Literal {
         let f: fn(f64) -> f64 = match op {
             Op::Negate {} => |x| -x,
             Op::Abs {} => f64::abs,
-            Op::Sign {} => |x| if x.is_nan() || x == 0.0 { x } else { x.signum() },
+            Op::Sign {} => |x| {
+                if x.is_nan() || x == 0.0 {
+                    x
+                } else {
+                    x.signum()
+                }
+            },
             Op::Exponential {} => f64::exp,
             Op::Log {} => f64::ln,
             Op::LogPlusOne {} => f64::ln_1p,
@@ -283,18 +308,61 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
     let ty = &types[0];
     let single = |l: Literal| vec![l];
     match op {
-        Op::Add {} | Op::Subtract {} | Op::Multiply {} | Op::Divide {} | Op::Remainder {} | Op::Maximum {}
-        | Op::Minimum {} | Op::Power {} | Op::And {} | Op::Or {} | Op::Xor {} | Op::ShiftLeft {}
+        Op::Add {}
+        | Op::Subtract {}
+        | Op::Multiply {}
+        | Op::Divide {}
+        | Op::Remainder {}
+        | Op::Maximum {}
+        | Op::Minimum {}
+        | Op::Power {}
+        | Op::And {}
+        | Op::Or {}
+        | Op::Xor {}
+        | Op::ShiftLeft {}
         | Op::ShiftRightLogical {} => single(binary(op, x[0], x[1], ty)),
-        Op::Negate {} | Op::Abs {} | Op::Sign {} | Op::Exponential {} | Op::Log {} | Op::LogPlusOne {}
-        | Op::ExponentialMinusOne {} | Op::Sqrt {} | Op::Rsqrt {} | Op::Tanh {} | Op::Logistic {} | Op::Sine {}
-        | Op::Cosine {} | Op::Erf {} | Op::Floor {} | Op::Ceil {} | Op::Round {} | Op::Not {} => single(unary(op, x[0], ty)),
-        Op::IsFinite {} => single(from_lane(ty, Lane::I(x[0].to_f64s().iter().map(|v| v.is_finite() as i64).collect()))),
-        Op::Compare { comparison_direction: dir } => {
+        Op::Negate {}
+        | Op::Abs {}
+        | Op::Sign {}
+        | Op::Exponential {}
+        | Op::Log {}
+        | Op::LogPlusOne {}
+        | Op::ExponentialMinusOne {}
+        | Op::Sqrt {}
+        | Op::Rsqrt {}
+        | Op::Tanh {}
+        | Op::Logistic {}
+        | Op::Sine {}
+        | Op::Cosine {}
+        | Op::Erf {}
+        | Op::Floor {}
+        | Op::Ceil {}
+        | Op::Round {}
+        | Op::Not {} => single(unary(op, x[0], ty)),
+        Op::IsFinite {} => single(from_lane(
+            ty,
+            Lane::I(
+                x[0].to_f64s()
+                    .iter()
+                    .map(|v| v.is_finite() as i64)
+                    .collect(),
+            ),
+        )),
+        Op::Compare {
+            comparison_direction: dir,
+        } => {
             let v = if x[0].dtype().is_float() {
-                x[0].to_f64s().into_iter().zip(x[1].to_f64s()).map(|(a, b)| compare_f(*dir, a, b) as i64).collect()
+                x[0].to_f64s()
+                    .into_iter()
+                    .zip(x[1].to_f64s())
+                    .map(|(a, b)| compare_f(*dir, a, b) as i64)
+                    .collect()
             } else {
-                x[0].to_i64s().into_iter().zip(x[1].to_i64s()).map(|(a, b)| compare_i(*dir, a, b) as i64).collect()
+                x[0].to_i64s()
+                    .into_iter()
+                    .zip(x[1].to_i64s())
+                    .map(|(a, b)| compare_i(*dir, a, b) as i64)
+                    .collect()
             };
             single(from_lane(ty, Lane::I(v)))
         }
@@ -308,40 +376,80 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         Op::Clamp {} => {
             let n = ty.numel();
             if ty.dtype.is_float() {
-                let (lo, v, hi) = (expand(x[0].to_f64s(), n), x[1].to_f64s(), expand(x[2].to_f64s(), n));
-                single(from_lane(ty, Lane::F((0..n).map(|i| nan_min(nan_max(v[i], lo[i]), hi[i])).collect())))
+                let (lo, v, hi) = (
+                    expand(x[0].to_f64s(), n),
+                    x[1].to_f64s(),
+                    expand(x[2].to_f64s(), n),
+                );
+                single(from_lane(
+                    ty,
+                    Lane::F(
+                        (0..n)
+                            .map(|i| nan_min(nan_max(v[i], lo[i]), hi[i]))
+                            .collect(),
+                    ),
+                ))
             } else {
-                let (lo, v, hi) = (expand(x[0].to_i64s(), n), x[1].to_i64s(), expand(x[2].to_i64s(), n));
-                single(from_lane(ty, Lane::I((0..n).map(|i| v[i].max(lo[i]).min(hi[i])).collect())))
+                let (lo, v, hi) = (
+                    expand(x[0].to_i64s(), n),
+                    x[1].to_i64s(),
+                    expand(x[2].to_i64s(), n),
+                );
+                single(from_lane(
+                    ty,
+                    Lane::I((0..n).map(|i| v[i].max(lo[i]).min(hi[i])).collect()),
+                ))
             }
         }
         Op::Convert {} => {
             let src = x[0];
             if src.dtype().is_float() && !ty.dtype.is_float() {
                 // Truncation toward zero, saturating, NaN to 0; pred is `x != 0`.
-                let v = src.to_f64s().into_iter().map(|f| kiln_ir::literal::convert_f64(ty.dtype, f)).collect();
+                let v = src
+                    .to_f64s()
+                    .into_iter()
+                    .map(|f| kiln_ir::literal::convert_f64(ty.dtype, f))
+                    .collect();
                 single(from_lane(ty, Lane::I(v)))
             } else if src.dtype().is_float() {
                 single(from_lane(ty, Lane::F(src.to_f64s())))
             } else if ty.dtype == DType::Pred {
-                single(from_lane(ty, Lane::I(src.to_i64s().into_iter().map(|v| (v != 0) as i64).collect())))
+                single(from_lane(
+                    ty,
+                    Lane::I(src.to_i64s().into_iter().map(|v| (v != 0) as i64).collect()),
+                ))
             } else {
                 single(from_lane(ty, Lane::I(src.to_i64s())))
             }
         }
-        Op::BitcastConvert {} => single(Literal::from_le_bytes(ty.clone(), &x[0].to_le_bytes()).expect(VERIFIED)),
+        Op::BitcastConvert {} => {
+            single(Literal::from_le_bytes(ty.clone(), &x[0].to_le_bytes()).expect(VERIFIED))
+        }
         Op::Constant { value } => single(value.clone()),
         Op::Iota { iota_dimension } => {
             let mut v = Vec::with_capacity(ty.numel());
             for_each_index(&ty.shape, |i| v.push(i[*iota_dimension as usize] as i64));
             single(from_lane(ty, Lane::I(v)))
         }
-        Op::BroadcastInDim { broadcast_dimensions: dims } => {
+        Op::BroadcastInDim {
+            broadcast_dimensions: dims,
+        } => {
             let a = x[0];
             let st = a.ty().strides();
             let mut idx = Vec::with_capacity(ty.numel());
             for_each_index(&ty.shape, |o| {
-                idx.push(dims.iter().enumerate().map(|(i, &d)| if a.shape()[i] == 1 { 0 } else { o[d as usize] * st[i] }).sum());
+                idx.push(
+                    dims.iter()
+                        .enumerate()
+                        .map(|(i, &d)| {
+                            if a.shape()[i] == 1 {
+                                0
+                            } else {
+                                o[d as usize] * st[i]
+                            }
+                        })
+                        .sum(),
+                );
             });
             single(take(a, ty, &idx))
         }
@@ -349,14 +457,30 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         Op::Transpose { permutation } => {
             let st = x[0].ty().strides();
             let mut idx = Vec::with_capacity(ty.numel());
-            for_each_index(&ty.shape, |o| idx.push(permutation.iter().enumerate().map(|(i, &p)| o[i] * st[p as usize]).sum()));
+            for_each_index(&ty.shape, |o| {
+                idx.push(
+                    permutation
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &p)| o[i] * st[p as usize])
+                        .sum(),
+                )
+            });
             single(take(x[0], ty, &idx))
         }
-        Op::Slice { start_indices, strides: step, .. } => {
+        Op::Slice {
+            start_indices,
+            strides: step,
+            ..
+        } => {
             let st = x[0].ty().strides();
             let mut idx = Vec::with_capacity(ty.numel());
             for_each_index(&ty.shape, |o| {
-                idx.push((0..o.len()).map(|d| (start_indices[d] as usize + o[d] * step[d] as usize) * st[d]).sum());
+                idx.push(
+                    (0..o.len())
+                        .map(|d| (start_indices[d] as usize + o[d] * step[d] as usize) * st[d])
+                        .sum(),
+                );
             });
             single(take(x[0], ty, &idx))
         }
@@ -364,28 +488,40 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             let a = x[0];
             let st = a.ty().strides();
             let start: Vec<usize> = (0..a.ty().rank())
-                .map(|d| x[1 + d].to_i64s()[0].clamp(0, a.shape()[d] as i64 - slice_sizes[d]) as usize)
+                .map(|d| {
+                    x[1 + d].to_i64s()[0].clamp(0, a.shape()[d] as i64 - slice_sizes[d]) as usize
+                })
                 .collect();
             let mut idx = Vec::with_capacity(ty.numel());
-            for_each_index(&ty.shape, |o| idx.push((0..o.len()).map(|d| (start[d] + o[d]) * st[d]).sum()));
+            for_each_index(&ty.shape, |o| {
+                idx.push((0..o.len()).map(|d| (start[d] + o[d]) * st[d]).sum())
+            });
             single(take(a, ty, &idx))
         }
         Op::DynamicUpdateSlice {} => {
             let (a, u) = (x[0], x[1]);
             let st = a.ty().strides();
             let start: Vec<usize> = (0..a.ty().rank())
-                .map(|d| x[2 + d].to_i64s()[0].clamp(0, (a.shape()[d] - u.shape()[d]) as i64) as usize)
+                .map(|d| {
+                    x[2 + d].to_i64s()[0].clamp(0, (a.shape()[d] - u.shape()[d]) as i64) as usize
+                })
                 .collect();
             let n = a.numel();
             let mut idx: Vec<usize> = (0..n).collect();
             let mut k = 0;
             for_each_index(u.shape(), |o| {
-                idx[(0..o.len()).map(|d| (start[d] + o[d]) * st[d]).sum::<usize>()] = n + k;
+                idx[(0..o.len())
+                    .map(|d| (start[d] + o[d]) * st[d])
+                    .sum::<usize>()] = n + k;
                 k += 1;
             });
             single(take(&concat(&[a, u]), ty, &idx))
         }
-        Op::Pad { edge_padding_low: lo, interior_padding: int, .. } => {
+        Op::Pad {
+            edge_padding_low: lo,
+            interior_padding: int,
+            ..
+        } => {
             let a = x[0];
             let st = a.ty().strides();
             let fill = a.numel();
@@ -439,45 +575,92 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         }
         Op::Reduce { dimensions, kind } => {
             let a = x[0];
-            let keep: Vec<usize> = (0..a.ty().rank()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
+            let keep: Vec<usize> = (0..a.ty().rank())
+                .filter(|d| !dimensions.contains(&(*d as i64)))
+                .collect();
             let ost = ty.strides();
-            let out_pos = |i: &[usize]| keep.iter().zip(&ost).map(|(&d, s)| i[d] * s).sum::<usize>();
-            single(reduce_into(a, x[1], ty, *kind, |f| for_each_index(a.shape(), |i| f(out_pos(i), lin(i, &a.ty().strides())))))
+            let out_pos =
+                |i: &[usize]| keep.iter().zip(&ost).map(|(&d, s)| i[d] * s).sum::<usize>();
+            single(reduce_into(a, x[1], ty, *kind, |f| {
+                for_each_index(a.shape(), |i| f(out_pos(i), lin(i, &a.ty().strides())))
+            }))
         }
-        Op::DotGeneral { lhs_batching_dimensions: lb, rhs_batching_dimensions: rb, lhs_contracting_dimensions: lc, rhs_contracting_dimensions: rc } => {
+        Op::DotGeneral {
+            lhs_batching_dimensions: lb,
+            rhs_batching_dimensions: rb,
+            lhs_contracting_dimensions: lc,
+            rhs_contracting_dimensions: rc,
+        } => {
             let (a, b) = (x[0], x[1]);
             let (sa, sb) = (a.ty().strides(), b.ty().strides());
-            let lfree: Vec<usize> = (0..a.ty().rank()).filter(|d| !lb.contains(&(*d as i64)) && !lc.contains(&(*d as i64))).collect();
-            let rfree: Vec<usize> = (0..b.ty().rank()).filter(|d| !rb.contains(&(*d as i64)) && !rc.contains(&(*d as i64))).collect();
+            let lfree: Vec<usize> = (0..a.ty().rank())
+                .filter(|d| !lb.contains(&(*d as i64)) && !lc.contains(&(*d as i64)))
+                .collect();
+            let rfree: Vec<usize> = (0..b.ty().rank())
+                .filter(|d| !rb.contains(&(*d as i64)) && !rc.contains(&(*d as i64)))
+                .collect();
             let cshape: Vec<usize> = lc.iter().map(|&d| a.shape()[d as usize]).collect();
             // Linear offsets of every contracting position, in lhs and in rhs.
             let mut coff = Vec::new();
             for_each_index(&cshape, |c| {
                 coff.push((
-                    lc.iter().zip(c).map(|(&d, &i)| i * sa[d as usize]).sum::<usize>(),
-                    rc.iter().zip(c).map(|(&d, &i)| i * sb[d as usize]).sum::<usize>(),
+                    lc.iter()
+                        .zip(c)
+                        .map(|(&d, &i)| i * sa[d as usize])
+                        .sum::<usize>(),
+                    rc.iter()
+                        .zip(c)
+                        .map(|(&d, &i)| i * sb[d as usize])
+                        .sum::<usize>(),
                 ))
             });
             let nb = lb.len();
             let nl = lfree.len();
             let mut pairs = Vec::with_capacity(ty.numel());
             for_each_index(&ty.shape, |o| {
-                let mut ao: usize = lb.iter().zip(&o[..nb]).map(|(&d, &i)| i * sa[d as usize]).sum();
-                let mut bo: usize = rb.iter().zip(&o[..nb]).map(|(&d, &i)| i * sb[d as usize]).sum();
-                ao += lfree.iter().zip(&o[nb..nb + nl]).map(|(&d, &i)| i * sa[d]).sum::<usize>();
-                bo += rfree.iter().zip(&o[nb + nl..]).map(|(&d, &i)| i * sb[d]).sum::<usize>();
+                let mut ao: usize = lb
+                    .iter()
+                    .zip(&o[..nb])
+                    .map(|(&d, &i)| i * sa[d as usize])
+                    .sum();
+                let mut bo: usize = rb
+                    .iter()
+                    .zip(&o[..nb])
+                    .map(|(&d, &i)| i * sb[d as usize])
+                    .sum();
+                ao += lfree
+                    .iter()
+                    .zip(&o[nb..nb + nl])
+                    .map(|(&d, &i)| i * sa[d])
+                    .sum::<usize>();
+                bo += rfree
+                    .iter()
+                    .zip(&o[nb + nl..])
+                    .map(|(&d, &i)| i * sb[d])
+                    .sum::<usize>();
                 pairs.push((ao, bo));
             });
             single(sum_products(a, b, ty, &pairs, &coff))
         }
-        Op::Convolution { window_strides, padding, lhs_dilation, rhs_dilation, feature_group_count, input_dims, kernel_dims, output_dims } => {
+        Op::Convolution {
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        } => {
             let (a, w) = (x[0], x[1]);
             let (sa, sw) = (a.ty().strides(), w.ty().strides());
             let sp = a.ty().rank() - 2;
             let k_in = w.shape()[kernel_dims[1] as usize];
             let k_out = w.shape()[kernel_dims[0] as usize];
             let per_group = k_out / *feature_group_count as usize;
-            let kspatial: Vec<usize> = (0..sp).map(|i| w.shape()[kernel_dims[2 + i] as usize]).collect();
+            let kspatial: Vec<usize> = (0..sp)
+                .map(|i| w.shape()[kernel_dims[2 + i] as usize])
+                .collect();
             let mut terms: Vec<Vec<(usize, usize)>> = Vec::with_capacity(ty.numel());
             for_each_index(&ty.shape, |o| {
                 let batch = o[output_dims[0] as usize];
@@ -486,12 +669,19 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 let mut t = Vec::new();
                 for ic in 0..k_in {
                     for_each_index(&kspatial, |k| {
-                        let mut ao = batch * sa[input_dims[0] as usize] + (g * k_in + ic) * sa[input_dims[1] as usize];
-                        let mut wo = oc * sw[kernel_dims[0] as usize] + ic * sw[kernel_dims[1] as usize];
+                        let mut ao = batch * sa[input_dims[0] as usize]
+                            + (g * k_in + ic) * sa[input_dims[1] as usize];
+                        let mut wo =
+                            oc * sw[kernel_dims[0] as usize] + ic * sw[kernel_dims[1] as usize];
                         for i in 0..sp {
-                            let pos = o[output_dims[2 + i] as usize] as i64 * window_strides[i] - padding[i].0 + k[i] as i64 * rhs_dilation[i];
+                            let pos = o[output_dims[2 + i] as usize] as i64 * window_strides[i]
+                                - padding[i].0
+                                + k[i] as i64 * rhs_dilation[i];
                             let size = a.shape()[input_dims[2 + i] as usize] as i64;
-                            if pos < 0 || pos % lhs_dilation[i] != 0 || pos / lhs_dilation[i] >= size {
+                            if pos < 0
+                                || pos % lhs_dilation[i] != 0
+                                || pos / lhs_dilation[i] >= size
+                            {
                                 return;
                             }
                             ao += (pos / lhs_dilation[i]) as usize * sa[input_dims[2 + i] as usize];
@@ -504,16 +694,27 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             });
             single(sum_terms(a, w, ty, &terms))
         }
-        Op::Gather { offset_dims, collapsed_slice_dims, start_index_map, index_vector_dim, slice_sizes } => {
+        Op::Gather {
+            offset_dims,
+            collapsed_slice_dims,
+            start_index_map,
+            index_vector_dim,
+            slice_sizes,
+        } => {
             let (a, si) = (x[0], x[1]);
             let st = a.ty().strides();
             let ivals = si.to_i64s();
             let sst = si.ty().strides();
             let ivd = *index_vector_dim as usize;
-            let window_dims: Vec<usize> = (0..a.ty().rank()).filter(|d| !collapsed_slice_dims.contains(&(*d as i64))).collect();
+            let window_dims: Vec<usize> = (0..a.ty().rank())
+                .filter(|d| !collapsed_slice_dims.contains(&(*d as i64)))
+                .collect();
             let mut idx = Vec::with_capacity(ty.numel());
             for_each_index(&ty.shape, |o| {
-                let batch: Vec<usize> = (0..o.len()).filter(|d| !offset_dims.contains(&(*d as i64))).map(|d| o[d]).collect();
+                let batch: Vec<usize> = (0..o.len())
+                    .filter(|d| !offset_dims.contains(&(*d as i64)))
+                    .map(|d| o[d])
+                    .collect();
                 let mut start = vec![0i64; a.ty().rank()];
                 for (k, &od) in start_index_map.iter().enumerate() {
                     let mut pos = batch.clone();
@@ -525,24 +726,39 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 let mut src = 0;
                 for d in 0..a.ty().rank() {
                     let s = start[d].clamp(0, a.shape()[d] as i64 - slice_sizes[d]) as usize;
-                    let off = window_dims.iter().position(|&w| w == d).map(|j| o[offset_dims[j] as usize]).unwrap_or(0);
+                    let off = window_dims
+                        .iter()
+                        .position(|&w| w == d)
+                        .map(|j| o[offset_dims[j] as usize])
+                        .unwrap_or(0);
                     src += (s + off) * st[d];
                 }
                 idx.push(src);
             });
             single(take(a, ty, &idx))
         }
-        Op::Scatter { update_window_dims: uwd, inserted_window_dims: iwd, scatter_dims_to_operand_dims: sdod, index_vector_dim, kind } => {
+        Op::Scatter {
+            update_window_dims: uwd,
+            inserted_window_dims: iwd,
+            scatter_dims_to_operand_dims: sdod,
+            index_vector_dim,
+            kind,
+        } => {
             let (a, si, u) = (x[0], x[1], x[2]);
             let st = a.ty().strides();
             let ivals = si.to_i64s();
             let sst = si.ty().strides();
             let ivd = *index_vector_dim as usize;
-            let window_dims: Vec<usize> = (0..a.ty().rank()).filter(|d| !iwd.contains(&(*d as i64))).collect();
+            let window_dims: Vec<usize> = (0..a.ty().rank())
+                .filter(|d| !iwd.contains(&(*d as i64)))
+                .collect();
             let mut writes = Vec::new();
             let mut k = 0;
             for_each_index(u.shape(), |o| {
-                let batch: Vec<usize> = (0..o.len()).filter(|d| !uwd.contains(&(*d as i64))).map(|d| o[d]).collect();
+                let batch: Vec<usize> = (0..o.len())
+                    .filter(|d| !uwd.contains(&(*d as i64)))
+                    .map(|d| o[d])
+                    .collect();
                 let mut pos = vec![0i64; a.ty().rank()];
                 for (j, &od) in sdod.iter().enumerate() {
                     let mut p = batch.clone();
@@ -554,14 +770,31 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 for (j, &wd) in window_dims.iter().enumerate() {
                     pos[wd] += o[uwd[j] as usize] as i64;
                 }
-                if pos.iter().zip(a.shape()).all(|(&p, &s)| p >= 0 && (p as usize) < s) {
-                    writes.push((pos.iter().zip(&st).map(|(&p, s)| p as usize * s).sum::<usize>(), k));
+                if pos
+                    .iter()
+                    .zip(a.shape())
+                    .all(|(&p, &s)| p >= 0 && (p as usize) < s)
+                {
+                    writes.push((
+                        pos.iter()
+                            .zip(&st)
+                            .map(|(&p, s)| p as usize * s)
+                            .sum::<usize>(),
+                        k,
+                    ));
                 }
                 k += 1;
             });
             single(apply_updates(a, u, *kind, &writes))
         }
-        Op::ReduceWindow { window_dimensions: wd, window_strides: ws, base_dilations: bd, window_dilations: wdl, padding, kind } => {
+        Op::ReduceWindow {
+            window_dimensions: wd,
+            window_strides: ws,
+            base_dilations: bd,
+            window_dilations: wdl,
+            padding,
+            kind,
+        } => {
             let a = x[0];
             let st = a.ty().strides();
             let ost = ty.strides();
@@ -586,16 +819,28 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 });
             }))
         }
-        Op::SelectAndScatter { window_dimensions: wd, window_strides: ws, padding, select, kind } => {
+        Op::SelectAndScatter {
+            window_dimensions: wd,
+            window_strides: ws,
+            padding,
+            select,
+            kind,
+        } => {
             let (a, src) = (x[0], x[1]);
             let st = a.ty().strides();
             let vals_f = a.to_f64s();
             let vals_i = a.to_i64s();
             let better = |cur: usize, cand: usize| -> bool {
                 // `select(current, candidate)` true keeps the current element.
-                if a.dtype().is_float() { !compare_f(*select, vals_f[cur], vals_f[cand]) } else { !compare_i(*select, vals_i[cur], vals_i[cand]) }
+                if a.dtype().is_float() {
+                    !compare_f(*select, vals_f[cur], vals_f[cand])
+                } else {
+                    !compare_i(*select, vals_i[cur], vals_i[cand])
+                }
             };
-            let grid: Vec<usize> = (0..a.ty().rank()).map(|d| window_output_size(a.shape()[d], 1, padding[d], wd[d], 1, ws[d])).collect();
+            let grid: Vec<usize> = (0..a.ty().rank())
+                .map(|d| window_output_size(a.shape()[d], 1, padding[d], wd[d], 1, ws[d]))
+                .collect();
             let wshape: Vec<usize> = wd.iter().map(|&w| w as usize).collect();
             let mut writes = Vec::new();
             let mut k = 0;
@@ -638,7 +883,13 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
 /// Reduces elements of `src` into a result of type `ty` filled with `init`: `visit` calls its
 /// argument with (result position, source position) pairs. Floats accumulate in f64 and round
 /// once at the end.
-fn reduce_into(src: &Literal, init: &Literal, ty: &TensorType, kind: Combiner, visit: impl FnOnce(&mut dyn FnMut(usize, usize))) -> Literal {
+fn reduce_into(
+    src: &Literal,
+    init: &Literal,
+    ty: &TensorType,
+    kind: Combiner,
+    visit: impl FnOnce(&mut dyn FnMut(usize, usize)),
+) -> Literal {
     let n = ty.numel();
     if ty.dtype.is_float() {
         let s = src.to_f64s();
@@ -654,7 +905,12 @@ fn reduce_into(src: &Literal, init: &Literal, ty: &TensorType, kind: Combiner, v
 }
 
 /// Combines `updates[k]` into `base[pos]` for each (pos, k), in order, rounding after each step.
-fn apply_updates(base: &Literal, updates: &Literal, kind: Combiner, writes: &[(usize, usize)]) -> Literal {
+fn apply_updates(
+    base: &Literal,
+    updates: &Literal,
+    kind: Combiner,
+    writes: &[(usize, usize)],
+) -> Literal {
     let ty = base.ty();
     if ty.dtype.is_float() {
         let mut v = base.to_f64s();
@@ -674,8 +930,17 @@ fn apply_updates(base: &Literal, updates: &Literal, kind: Combiner, writes: &[(u
 }
 
 /// Dot products: result element j is the sum over `coff` of a[pairs[j].0 + c.0] * b[pairs[j].1 + c.1].
-fn sum_products(a: &Literal, b: &Literal, ty: &TensorType, pairs: &[(usize, usize)], coff: &[(usize, usize)]) -> Literal {
-    let terms: Vec<Vec<(usize, usize)>> = pairs.iter().map(|&(ao, bo)| coff.iter().map(|&(ca, cb)| (ao + ca, bo + cb)).collect()).collect();
+fn sum_products(
+    a: &Literal,
+    b: &Literal,
+    ty: &TensorType,
+    pairs: &[(usize, usize)],
+    coff: &[(usize, usize)],
+) -> Literal {
+    let terms: Vec<Vec<(usize, usize)>> = pairs
+        .iter()
+        .map(|&(ao, bo)| coff.iter().map(|&(ca, cb)| (ao + ca, bo + cb)).collect())
+        .collect();
     sum_terms(a, b, ty, &terms)
 }
 
@@ -684,10 +949,21 @@ fn sum_products(a: &Literal, b: &Literal, ty: &TensorType, pairs: &[(usize, usiz
 fn sum_terms(a: &Literal, b: &Literal, ty: &TensorType, terms: &[Vec<(usize, usize)>]) -> Literal {
     if ty.dtype.is_float() {
         let (av, bv) = (a.to_f64s(), b.to_f64s());
-        from_lane(ty, Lane::F(terms.iter().map(|t| t.iter().map(|&(p, q)| av[p] * bv[q]).sum()).collect()))
+        from_lane(
+            ty,
+            Lane::F(
+                terms
+                    .iter()
+                    .map(|t| t.iter().map(|&(p, q)| av[p] * bv[q]).sum())
+                    .collect(),
+            ),
+        )
     } else {
         let (av, bv) = (a.to_i64s(), b.to_i64s());
-        let v = terms.iter().map(|t| t.iter().fold(0i64, |s, &(p, q)| s.wrapping_add(av[p].wrapping_mul(bv[q]))));
+        let v = terms.iter().map(|t| {
+            t.iter()
+                .fold(0i64, |s, &(p, q)| s.wrapping_add(av[p].wrapping_mul(bv[q])))
+        });
         from_lane(ty, Lane::I(v.map(|x| wrap_to(ty.dtype, x)).collect()))
     }
 }

@@ -1,0 +1,80 @@
+//! Comparing results against the reference, with per-dtype tolerances.
+
+use kiln_ir::{DType, Literal};
+
+/// How close two float results must be: |a - e| <= atol + rtol * |e|.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    /// Absolute tolerance.
+    pub atol: f64,
+    /// Relative tolerance.
+    pub rtol: f64,
+}
+
+impl Tolerance {
+    /// A few units in the last place of `dtype` (exact for integers and `pred`).
+    pub fn ulps(dtype: DType, ulps: f64) -> Tolerance {
+        let eps = match dtype {
+            DType::F16 => 2f64.powi(-10),
+            DType::BF16 => 2f64.powi(-7),
+            DType::F32 => 2f64.powi(-23),
+            DType::F64 => 2f64.powi(-52),
+            _ => 0.0,
+        };
+        let tiny = match dtype {
+            DType::F16 => 6.0e-8,
+            DType::BF16 | DType::F32 => 1.0e-37,
+            DType::F64 => 1.0e-300,
+            _ => 0.0,
+        };
+        Tolerance {
+            atol: tiny,
+            rtol: eps * ulps,
+        }
+    }
+}
+
+/// Checks that `actual` matches `expected`: same type; integers and `pred` equal; floats within
+/// `tol`, with NaN matching NaN and infinities matching exactly. The error names the first
+/// mismatching element.
+pub fn check_close(actual: &Literal, expected: &Literal, tol: Tolerance) -> Result<(), String> {
+    if actual.ty() != expected.ty() {
+        return Err(format!(
+            "type {} differs from the expected {}",
+            actual.ty(),
+            expected.ty()
+        ));
+    }
+    if !actual.dtype().is_float() {
+        let (a, e) = (actual.to_i64s(), expected.to_i64s());
+        return match a.iter().zip(&e).position(|(x, y)| x != y) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "element {i}: {} differs from the expected {}",
+                actual.format_elem(i),
+                expected.format_elem(i)
+            )),
+        };
+    }
+    let (a, e) = (actual.to_f64s(), expected.to_f64s());
+    for i in 0..a.len() {
+        let (x, y) = (a[i], e[i]);
+        let ok = if y.is_nan() {
+            x.is_nan()
+        } else if y.is_infinite() || x.is_infinite() {
+            x == y
+        } else {
+            (x - y).abs() <= tol.atol + tol.rtol * y.abs()
+        };
+        if !ok {
+            return Err(format!(
+                "element {i}: {} differs from the expected {} (tolerance {:e} + {:e} relative)",
+                actual.format_elem(i),
+                expected.format_elem(i),
+                tol.atol,
+                tol.rtol
+            ));
+        }
+    }
+    Ok(())
+}

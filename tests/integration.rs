@@ -1,0 +1,348 @@
+//! kiln's integration tests: one binary, so the LLVM-linked test code is linked once.
+//!
+//! Bless snapshots with `INSTA_UPDATE=always cargo test -p kiln-tests` (or `cargo insta
+//! review`); regenerate `ir-specs/status.md` with `cargo xtask codegen`.
+
+use kiln_ir::random::{Config, Rng, random_func, random_literal};
+use kiln_ir::{Func, Literal, OpKind, parse_func_text, parse_module, print_func, verify};
+use kiln_tests::*;
+use std::collections::BTreeSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+#[test]
+fn spec_files_match_the_op_list() {
+    let specs: BTreeSet<String> = load_specs().into_iter().map(|s| s.name).collect();
+    let ops: BTreeSet<String> = OpKind::ALL
+        .iter()
+        .map(|k| k.mnemonic().to_string())
+        .collect();
+    assert_eq!(
+        specs, ops,
+        "ir-specs/ops/*.md must match OpKind::ALL one to one"
+    );
+    assert!(ops.len() >= 55, "{} ops", ops.len());
+}
+
+#[test]
+fn specs_have_every_section_and_numbered_labels() {
+    for s in load_specs() {
+        for sec in [
+            "Semantics",
+            "Inputs",
+            "Outputs",
+            "Constraints",
+            "VJP",
+            "Examples",
+        ] {
+            assert!(
+                s.text.contains(&format!("\n## {sec}\n")),
+                "{}: missing section {sec}",
+                s.name
+            );
+        }
+        let want: Vec<String> = (1..=s.labels.len())
+            .map(|i| format!("{}_c{i}", s.name))
+            .collect();
+        assert_eq!(
+            s.labels, want,
+            "{}: labels must be numbered {}_c1, {}_c2, ...",
+            s.name, s.name, s.name
+        );
+        assert!(!s.examples.is_empty(), "{}: needs an example", s.name);
+        let k = OpKind::from_mnemonic(&s.name).expect("checked by spec_files_match_the_op_list");
+        assert_eq!(
+            s.differentiable,
+            k.props().contains(kiln_ir::Props::DIFFERENTIABLE),
+            "{}: the spec's VJP section and the DIFFERENTIABLE property disagree",
+            s.name
+        );
+    }
+}
+
+#[test]
+fn spec_examples_run_on_the_reference_interpreter() {
+    let mut n = 0;
+    let mut failures = Vec::new();
+    for s in load_specs() {
+        for ex in &s.examples {
+            n += 1;
+            if let Err(e) = run_example_reference(ex) {
+                failures.push(format!("ir-specs/ops/{}.md:{}: {e}", s.name, ex.line));
+            }
+        }
+    }
+    println!("{n} spec examples ran on the reference interpreter");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn spec_examples_print_canonically() {
+    for s in load_specs() {
+        for ex in &s.examples {
+            let m = parse_module(&ex.kiln).unwrap();
+            assert_eq!(
+                kiln_ir::print_module(&m),
+                ex.kiln,
+                "ir-specs/ops/{}.md:{} is not in printed form",
+                s.name,
+                ex.line
+            );
+        }
+    }
+}
+
+#[test]
+fn every_constraint_label_has_a_negative_filetest() {
+    let negs: BTreeSet<String> = negative_labels().into_iter().collect();
+    let spec: BTreeSet<String> = load_specs().into_iter().flat_map(|s| s.labels).collect();
+    let generic: BTreeSet<String> = negs
+        .iter()
+        .filter(|l| l.starts_with("ir_"))
+        .cloned()
+        .collect();
+    let missing: Vec<_> = spec.difference(&negs).collect();
+    assert!(
+        missing.is_empty(),
+        "labels without a negative filetest: {missing:?}"
+    );
+    let unknown: Vec<_> = negs
+        .difference(&spec)
+        .filter(|l| !generic.contains(*l))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "negative filetests cite labels no spec defines: {unknown:?}"
+    );
+    let readme = std::fs::read_to_string(root().join("ir-specs/README.md")).unwrap();
+    for g in &generic {
+        assert!(
+            readme.contains(&format!("`{g}`")),
+            "generic label {g} is not documented in ir-specs/README.md"
+        );
+    }
+}
+
+#[test]
+fn filetests_match_snapshots() {
+    let files = filetests();
+    assert!(!files.is_empty());
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("tests/snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| {
+        for path in &files {
+            let rel = path.strip_prefix(root().join("tests/filetests")).unwrap();
+            let name = rel.with_extension("").to_string_lossy().replace('/', "__");
+            let out = run_filetest(path).unwrap_or_else(|e| panic!("{}: {e}", rel.display()));
+            insta::assert_snapshot!(name, out);
+        }
+    });
+    println!("{} filetests", files.len());
+}
+
+#[test]
+fn ir_ssa_violations_are_caught() {
+    let mut f = parse_func_text("func @main(%0: f32[2]) -> f32[2] {\n  %1 = add %0, %0 : f32[2]\n  %2 = add %1, %1 : f32[2]\n  return %2\n}\n").unwrap();
+    f.insts.swap(0, 1);
+    let e = verify(&f).unwrap_err();
+    assert_eq!(e.diag.label, "ir_ssa", "{e}");
+    let mut g = parse_func_text(
+        "func @main(%0: f32[2]) -> f32[2] {\n  %1 = add %0, %0 : f32[2]\n  return %1\n}\n",
+    )
+    .unwrap();
+    g.outputs = vec![kiln_ir::ValueId(9)];
+    assert_eq!(verify(&g).unwrap_err().diag.label, "ir_ssa");
+}
+
+fn random_programs() -> impl Iterator<Item = (u64, Func)> {
+    (0..600u64).map(|seed| {
+        let cfg = Config {
+            ops: 1 + (seed as usize % 30),
+            ..Config::default()
+        };
+        (seed, random_func(&mut Rng::new(seed), &cfg))
+    })
+}
+
+#[test]
+fn random_programs_round_trip_through_text() {
+    let mut n = 0;
+    for (seed, f) in random_programs() {
+        verify(&f)
+            .unwrap_or_else(|e| panic!("seed {seed}: generated an ill-typed program: {e}\n{f}"));
+        let text = print_func(&f);
+        let g = parse_func_text(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        assert_eq!(
+            print_func(&g),
+            text,
+            "seed {seed}: print -> parse -> print changed the text"
+        );
+        assert_eq!(
+            print_func(&f),
+            text,
+            "seed {seed}: printing is not deterministic"
+        );
+        n += 1;
+    }
+    println!("{n} random programs round-tripped");
+}
+
+#[test]
+fn random_programs_run_on_the_reference_without_panicking() {
+    let mut n = 0;
+    for (seed, f) in random_programs().take(300) {
+        let mut rng = Rng::new(seed ^ 0xABCD);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        let a = kiln_reference::eval(&f, &args).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let b = kiln_reference::eval(&f, &args).unwrap();
+        assert_eq!(
+            format!("{a:?}"),
+            format!("{b:?}"),
+            "seed {seed}: evaluation is not deterministic"
+        );
+        n += 1;
+    }
+    println!("{n} random programs evaluated");
+}
+
+/// Each case must produce an error, never a panic.
+fn must_fail(what: &str, f: impl FnOnce() -> Result<(), String>) -> String {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => panic!("{what}: accepted, but should be rejected"),
+        Ok(Err(e)) => e,
+        Err(_) => panic!("{what}: panicked instead of returning an error"),
+    }
+}
+
+#[test]
+fn bad_input_gives_errors_never_panics() {
+    let good = "func @main(%0: f32[2], %1: f32[2]) -> f32[2] {\n  %2 = add %0, %1 : f32[2]\n  return %2\n}\n";
+    let texts = [
+        "",
+        "func",
+        "func @main",
+        "func @main(%0: f32[2] -> f32[2] { return %0 }",
+        "func @main(%0: f33[2]) -> f32[2] { return %0 }",
+        "func @main(%0: f32[2,]) -> f32[2] { return %0 }",
+        "func @main(%0: f32[-2]) -> f32[2] { return %0 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = frobnicate %0 : f32[2] return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = add %0, %9 : f32[2] return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %0 = add %0, %0 : f32[2] return %0 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = add %0, %0 return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = add %0, %0 : f32[2], f32[2] return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = transpose %0 {permutation = 0} : f32[2] return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = transpose %0 {perm = [0]} : f32[2] return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = transpose %0 : f32[2] return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = compare %0, %0 {comparison_direction = ABOUT} : pred[2] return %1 }",
+        "func @main() -> f32[2] { %1 = constant {value = [1.0, [2.0]]} : f32[2] return %1 }",
+        "func @main() -> f32[2] { %1 = constant {value = [1.0, x]} : f32[2] return %1 }",
+        "func @main() -> i8[1] { %1 = constant {value = [300]} : i8[1] return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { return %0 } garbage",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = add %0, %0 : f32[2] $ return %1 }",
+        "func @main(%0: f32[2]) -> f32[2] { %1 = add %0, %0 {} : f32[2] return %1 }",
+    ];
+    let mut n = 0;
+    for t in texts {
+        let e = must_fail(t, || parse_module(t).map(|_| ()).map_err(|e| e.to_string()));
+        assert!(e.contains(':'), "parse errors give line:column: {e}");
+        n += 1;
+    }
+    let ill_typed = [
+        "func @main(%0: f32[2], %1: f32[3]) -> f32[2] {\n  %2 = add %0, %1 : f32[2]\n  return %2\n}\n",
+        "func @main(%0: f32[2]) -> f32[2] {\n  %1 = reshape %0 : f32[3]\n  return %1\n}\n",
+        "func @main(%0: f32[2]) -> i32[2] {\n  %1 = add %0, %0 : i32[2]\n  return %1\n}\n",
+        "func @main(%0: f32[2,2]) -> f32[2] {\n  %1 = dot_general %0, %0 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [7], rhs_contracting_dimensions = [0]} : f32[2]\n  return %1\n}\n",
+        "func @main(%0: f32[0]) -> f32[1] {\n  %1 = slice %0 {start_indices = [0], limit_indices = [1], strides = [1]} : f32[1]\n  return %1\n}\n",
+    ];
+    for t in ill_typed {
+        let e = must_fail(t, || {
+            kiln_reference::eval_module(&parse_module(t).map_err(|e| e.to_string())?, &[])
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        assert!(
+            e.contains("_c") || e.contains("ir_"),
+            "verifier errors cite a label: {e}"
+        );
+        n += 1;
+    }
+    let f = parse_func_text(good).unwrap();
+    let two = Literal::f32([2], vec![1.0, 2.0]).unwrap();
+    let three = Literal::f32([3], vec![1.0, 2.0, 3.0]).unwrap();
+    let int = Literal::i32([2], vec![1, 2]).unwrap();
+    let arg_cases: [(&str, Vec<Literal>); 4] = [
+        ("no arguments", vec![]),
+        ("too many", vec![two.clone(), two.clone(), two.clone()]),
+        ("wrong shape", vec![two.clone(), three]),
+        ("wrong dtype", vec![two, int]),
+    ];
+    for (what, args) in arg_cases {
+        let e = must_fail(what, || {
+            kiln_reference::eval(&f, &args)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        assert!(e.contains("argument"), "{what}: {e}");
+        n += 1;
+    }
+    for v in [
+        "[1.0]",
+        "[1.0, 2.0, 3.0]",
+        "[[1.0, 2.0]]",
+        "[1.0, true]",
+        "[1.0, 2.0",
+        "1.0",
+    ] {
+        must_fail(v, || {
+            kiln_ir::parse_literal(v, &kiln_ir::TensorType::new(kiln_ir::DType::F32, [2]))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        n += 1;
+    }
+    println!("{n} bad inputs rejected with errors");
+    assert!(n >= 30);
+}
+
+#[test]
+fn status_md_is_fresh() {
+    let want = status_table();
+    let path = root().join("ir-specs/status.md");
+    if std::env::var_os("KILN_BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "ir-specs/status.md is stale: run `cargo xtask codegen`"
+    );
+}
+
+#[test]
+fn builder_errors_name_the_op_the_types_and_the_callers_line() {
+    use kiln_ir::{Builder, DType, Op, TensorType};
+    let mut b = Builder::new("f");
+    let x = b.param(TensorType::new(DType::F32, [2, 3]));
+    let y = b.param(TensorType::new(DType::F32, [3, 2]));
+    let line = line!() + 1;
+    let e = b.inst(Op::Add {}, &[x, y]).unwrap_err();
+    let text = e.to_string();
+    assert_eq!(
+        e.loc.map(|l| (l.file, l.line)),
+        Some((file!(), line)),
+        "{text}"
+    );
+    for part in [
+        "add_c1",
+        "add %0, %1",
+        "f32[2,3]",
+        "f32[3,2]",
+        "integration.rs",
+    ] {
+        assert!(text.contains(part), "`{part}` missing from: {text}");
+    }
+}

@@ -1,0 +1,346 @@
+//! Helpers for kiln's integration tests: reading `ir-specs/`, running spec examples, running
+//! filetests, and generating `ir-specs/status.md`.
+//!
+//! A filetest is a `.kir` file under `tests/filetests/` whose first line says what to run:
+//!
+//! - `// RUN: parse`: parse and print the module (the output must round-trip).
+//! - `// RUN: verify`: cases separated by `// -----`, each with `// error: LABEL`; every case
+//!   must parse and then fail verification citing LABEL.
+//! - `// RUN: parse-error`: cases separated by `// -----`; every case must fail to parse.
+//! - `// RUN: eval`: `// %N = VALUE` lines give the arguments; prints the reference results.
+//!
+//! The printed output of each file is an insta snapshot under `tests/snapshots/`.
+
+use kiln_ir::{Literal, Module, OpKind, parse_literal, parse_module, print_module, verify_module};
+use kiln_reference::compare::{Tolerance, check_close};
+use std::path::{Path, PathBuf};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the workspace")
+        .to_path_buf()
+}
+
+/// One example of a spec: a program, its argument values and its expected results.
+#[derive(Clone, Debug)]
+pub struct Example {
+    /// The program text.
+    pub kiln: String,
+    /// `%N = VALUE` argument values, in order.
+    pub args: Vec<String>,
+    /// Expected result values, in order.
+    pub results: Vec<String>,
+    /// 1-based line of the example in the spec file.
+    pub line: usize,
+}
+
+/// One op spec file.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// The op mnemonic (file stem).
+    pub name: String,
+    /// The whole text.
+    pub text: String,
+    /// Constraint labels, in order.
+    pub labels: Vec<String>,
+    /// The examples.
+    pub examples: Vec<Example>,
+    /// Whether the VJP section gives a rule (not "Not differentiable.").
+    pub differentiable: bool,
+}
+
+fn section<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let start = text.find(&format!("\n## {name}\n"))? + name.len() + 5;
+    let rest = &text[start..];
+    Some(&rest[..rest.find("\n## ").unwrap_or(rest.len())])
+}
+
+/// Reads every `ir-specs/ops/*.md`, sorted by name.
+pub fn load_specs() -> Vec<Spec> {
+    let dir = root().join("ir-specs/ops");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("ir-specs/ops exists")
+        .map(|e| e.expect("readable").path())
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("readable spec");
+            let name = p
+                .file_stem()
+                .expect("file name")
+                .to_string_lossy()
+                .into_owned();
+            let labels = section(&text, "Constraints")
+                .unwrap_or("")
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("- `")
+                        .and_then(|r| r.split('`').next())
+                        .map(str::to_string)
+                })
+                .collect();
+            let differentiable =
+                section(&text, "VJP").is_some_and(|v| !v.trim().starts_with("Not differentiable"));
+            let examples = parse_examples(&text);
+            Spec {
+                name,
+                text,
+                labels,
+                examples,
+                differentiable,
+            }
+        })
+        .collect()
+}
+
+fn parse_examples(text: &str) -> Vec<Example> {
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i] == "```kiln" {
+            let line = i + 1;
+            let mut kiln = String::new();
+            i += 1;
+            while i < lines.len() && lines[i] != "```" {
+                kiln.push_str(lines[i]);
+                kiln.push('\n');
+                i += 1;
+            }
+            while i < lines.len() && lines[i] != "```values" {
+                i += 1;
+            }
+            let (mut args, mut results) = (Vec::new(), Vec::new());
+            i += 1;
+            while i < lines.len() && lines[i] != "```" {
+                if let Some((k, v)) = lines[i].split_once(" = ") {
+                    if k.starts_with('%') {
+                        args.push(v.to_string())
+                    } else {
+                        results.push(v.to_string())
+                    }
+                }
+                i += 1;
+            }
+            out.push(Example {
+                kiln,
+                args,
+                results,
+                line,
+            });
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The tolerance spec examples are held to: a few ulps of the result type.
+pub fn example_tolerance(l: &Literal) -> Tolerance {
+    Tolerance::ulps(l.dtype(), 4.0)
+}
+
+/// Parses an example's program and values: (module, arguments, expected results).
+pub fn load_example(ex: &Example) -> Result<(Module, Vec<Literal>, Vec<Literal>), String> {
+    let m = parse_module(&ex.kiln).map_err(|e| format!("parse: {e}"))?;
+    let f = m.entry().ok_or("no function")?;
+    if ex.args.len() != f.params.len() || ex.results.len() != f.output_types.len() {
+        return Err(format!(
+            "{} args and {} results given for {} params and {} results",
+            ex.args.len(),
+            ex.results.len(),
+            f.params.len(),
+            f.output_types.len()
+        ));
+    }
+    let args = ex
+        .args
+        .iter()
+        .zip(f.param_types())
+        .map(|(s, t)| parse_literal(s, &t).map_err(|e| format!("argument `{s}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let expected = ex
+        .results
+        .iter()
+        .zip(&f.output_types)
+        .map(|(s, t)| parse_literal(s, t).map_err(|e| format!("result `{s}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((m, args, expected))
+}
+
+/// Checks results against expected values with [`example_tolerance`].
+pub fn check_results(actual: &[Literal], expected: &[Literal]) -> Result<(), String> {
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "{} results, {} expected",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
+        check_close(a, e, example_tolerance(e)).map_err(|m| format!("result {i}: {m}"))?;
+    }
+    Ok(())
+}
+
+/// Runs an example on the reference interpreter.
+pub fn run_example_reference(ex: &Example) -> Result<(), String> {
+    let (m, args, expected) = load_example(ex)?;
+    let got = kiln_reference::eval_module(&m, &args).map_err(|e| e.to_string())?;
+    check_results(&got, &expected)
+}
+
+/// Splits a filetest body into `// -----`-separated cases.
+pub fn split_cases(text: &str) -> Vec<&str> {
+    text.split("\n// -----\n").collect()
+}
+
+/// Runs one filetest file and returns its printed output.
+pub fn run_filetest(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mode = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("// RUN: "))
+        .ok_or("first line must be `// RUN: MODE`")?
+        .trim()
+        .to_string();
+    let mut out = String::new();
+    match mode.as_str() {
+        "parse" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            let printed = print_module(&m);
+            let again = parse_module(&printed).map_err(|e| format!("reparse: {e}"))?;
+            if print_module(&again) != printed {
+                return Err("printing is not a fixed point".into());
+            }
+            out.push_str(&printed);
+        }
+        "verify" => {
+            for case in split_cases(&text) {
+                let label = case
+                    .lines()
+                    .find_map(|l| l.strip_prefix("// error: "))
+                    .ok_or("a case without `// error:`")?
+                    .trim();
+                let m =
+                    parse_module(case).map_err(|e| format!("case {label} does not parse: {e}"))?;
+                match verify_module(&m) {
+                    Ok(()) => return Err(format!("case {label} verified, but should fail")),
+                    Err(e) if e.diag.label == label => out.push_str(&format!("{e}\n")),
+                    Err(e) => return Err(format!("case {label} failed with another label: {e}")),
+                }
+            }
+        }
+        "parse-error" => {
+            for case in split_cases(&text) {
+                match parse_module(case) {
+                    Ok(_) => return Err(format!("case parsed, but should fail:\n{case}")),
+                    Err(e) => out.push_str(&format!("{e}\n")),
+                }
+            }
+        }
+        "eval" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            verify_module(&m).map_err(|e| e.to_string())?;
+            let f = m.entry().ok_or("no function")?;
+            let args = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("// %").and_then(|r| r.split_once(" = ")))
+                .zip(f.param_types())
+                .map(|((_, v), t)| parse_literal(v, &t).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, _>>()?;
+            for r in kiln_reference::eval_module(&m, &args).map_err(|e| e.to_string())? {
+                out.push_str(&format!("{r}\n"));
+            }
+        }
+        other => return Err(format!("unknown mode `{other}`")),
+    }
+    Ok(out)
+}
+
+/// Every filetest path, sorted.
+pub fn filetests() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "kir") {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root().join("tests/filetests"), &mut out);
+    out.sort();
+    out
+}
+
+/// The labels cited by `// error:` lines of the verify filetests.
+pub fn negative_labels() -> Vec<String> {
+    let mut labels: Vec<String> = filetests()
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter(|t| t.starts_with("// RUN: verify"))
+        .flat_map(|t| {
+            t.lines()
+                .filter_map(|l| l.strip_prefix("// error: ").map(|s| s.trim().to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    labels.sort();
+    labels.dedup();
+    labels
+}
+
+/// The text of `ir-specs/status.md`, generated from the specs, the filetests, the reference
+/// interpreter and the backends' capability lists.
+pub fn status_table() -> String {
+    let specs = load_specs();
+    let negs = negative_labels();
+    let mut s = String::from(
+        "# Op status\n\nGenerated by `cargo xtask codegen`; a test fails when it is stale. \
+         Columns: a spec file exists; every constraint has a negative filetest; every example \
+         passes on the reference interpreter; the VJP (`rule` = written in the spec, `n/a` = not \
+         differentiable, `yes` = implemented by autodiff); the CPU (LLVM) and GPU (PTX) backends \
+         (`yes` for every dtype, `partial` for some, `-` for none).\n\n\
+         | op | spec | verifier | reference | vjp | llvm | ptx |\n|---|---|---|---|---|---|---|\n",
+    );
+    let yes = |b: bool| if b { "yes" } else { "-" };
+    let mut kinds: Vec<OpKind> = OpKind::ALL.to_vec();
+    kinds.sort_by_key(|k| k.mnemonic());
+    for k in kinds {
+        let spec = specs.iter().find(|s| s.name == k.mnemonic());
+        let verifier = spec.is_some_and(|s| s.labels.iter().all(|l| negs.contains(l)));
+        let reference = spec.is_some_and(|s| {
+            !s.examples.is_empty() && s.examples.iter().all(|e| run_example_reference(e).is_ok())
+        });
+        let vjp = match spec {
+            Some(s) if s.differentiable => "rule",
+            Some(_) => "n/a",
+            None => "-",
+        };
+        let cap = |c: kiln_codegen_llvm::Support| match c {
+            kiln_codegen_llvm::Support::All => "yes",
+            kiln_codegen_llvm::Support::Some => "partial",
+            kiln_codegen_llvm::Support::None => "-",
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {vjp} | {} | {} |\n",
+            k.mnemonic(),
+            yes(spec.is_some()),
+            yes(verifier),
+            yes(reference),
+            cap(kiln_codegen_llvm::cpu_support(k)),
+            cap(kiln_codegen_llvm::ptx_support(k)),
+        ));
+    }
+    s
+}

@@ -1,0 +1,285 @@
+//! kiln's developer commands, run as `cargo xtask <command>`.
+//!
+//! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
+//! - `demo`: install missing toolchain packages, then train a model end to end.
+//! - `dump FILE --stage parse|verify|eval [--arg VALUE]...`: print a stage of a `.kir` file.
+//! - `codegen [--check]`: regenerate (or check) generated files such as `ir-specs/status.md`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+/// The Debian packages LLVM/MLIR 22 needs (see `shared/design/TOOLCHAIN.md`).
+const PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libmlir-22-dev",
+    "libpolly-22-dev",
+    "libclang1-22",
+    "libclang-common-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+];
+/// The PyPI package that brings `ptxas`, for validating PTX without a GPU.
+const PTXAS_PACKAGE: &str = "nvidia-cuda-nvcc-cu12==12.9.86";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result {
+    eprintln!("[xtask] {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn is_installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn apt(args: &[&str]) -> Command {
+    let mut c = if is_root() {
+        Command::new("apt-get")
+    } else {
+        let mut s = Command::new("sudo");
+        s.arg("apt-get");
+        s
+    };
+    c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+    c
+}
+
+/// Installs the LLVM/MLIR packages that are missing, saying so.
+fn ensure_toolchain() -> Result {
+    if Path::new("/usr/bin/dpkg-query").exists() {
+        let missing: Vec<&str> = PACKAGES
+            .iter()
+            .copied()
+            .filter(|p| !is_installed(p))
+            .collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "[xtask] installing missing toolchain packages: {}",
+                missing.join(" ")
+            );
+            run(&mut apt(&["update"]))?;
+            let mut args = vec!["install", "-y", "--no-install-recommends"];
+            args.extend(&missing);
+            run(&mut apt(&args))?;
+        }
+    }
+    if !Path::new("/usr/lib/llvm-22/bin/llvm-config").exists() {
+        return Err(
+            "LLVM 22 is not at /usr/lib/llvm-22 (on Debian 12 the packages above provide it)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+fn ptxas_dir() -> PathBuf {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    Path::new(&home).join(".cache/kiln/ptxas")
+}
+
+/// Installs `ptxas` from PyPI into a cache outside the checkout; returns its path if it works.
+fn ensure_ptxas() -> Option<PathBuf> {
+    let ptxas = ptxas_dir().join("nvidia/cuda_nvcc/bin/ptxas");
+    let works = |p: &Path| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if works(&ptxas) {
+        return Some(ptxas);
+    }
+    eprintln!(
+        "[xtask] installing ptxas ({PTXAS_PACKAGE}) into {}",
+        ptxas_dir().display()
+    );
+    let pip = |c: &mut Command| {
+        c.args(["-m", "pip", "install", "-q", "--target"])
+            .arg(ptxas_dir())
+            .arg(PTXAS_PACKAGE)
+            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    if !pip(&mut Command::new("python3")) {
+        eprintln!("[xtask] pip is missing; installing python3-pip");
+        let _ = run(&mut apt(&[
+            "install",
+            "-y",
+            "--no-install-recommends",
+            "python3-pip",
+        ]));
+        pip(&mut Command::new("python3"));
+    }
+    if works(&ptxas) {
+        Some(ptxas)
+    } else {
+        eprintln!("[xtask] warning: ptxas is unavailable; PTX is checked as text only");
+        None
+    }
+}
+
+fn test() -> Result {
+    ensure_toolchain()?;
+    let ptxas = ensure_ptxas();
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(cargo()
+        .args(["doc", "--workspace", "--no-deps", "--quiet"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
+    let mut t = cargo();
+    t.args(["test", "--workspace"]).env("INSTA_UPDATE", "no");
+    if let Some(p) = ptxas {
+        t.env("KILN_PTXAS", p);
+    }
+    run(&mut t)
+}
+
+fn demo() -> Result {
+    ensure_toolchain()?;
+    run(cargo().args([
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "kiln",
+        "--example",
+        "train_mlp",
+    ]))
+}
+
+fn codegen(check: bool) -> Result {
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "kiln-tests",
+        "--test",
+        "integration",
+        "status_md_is_fresh",
+    ]);
+    if !check {
+        c.env("KILN_BLESS", "1");
+    }
+    run(&mut c)
+}
+
+fn dump(args: &[String]) -> Result {
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval [--arg VALUE]...";
+    let mut file = None;
+    let mut stage = "parse".to_string();
+    let mut values = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--stage" => stage = it.next().ok_or(usage)?.clone(),
+            "--arg" => values.push(it.next().ok_or(usage)?.clone()),
+            _ if file.is_none() => file = Some(a.clone()),
+            _ => return Err(usage.into()),
+        }
+    }
+    let file = file.ok_or(usage)?;
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
+    let m = kiln_ir::parse_module(&text).map_err(|e| format!("{file}:{e}"))?;
+    match stage.as_str() {
+        "parse" => print!("{}", kiln_ir::print_module(&m)),
+        "verify" => {
+            kiln_ir::verify_module(&m).map_err(|e| format!("{file}: {e}"))?;
+            print!("{}", kiln_ir::print_module(&m));
+            println!("// verified: {} function(s)", m.funcs.len());
+        }
+        "eval" => {
+            let f = m.entry().ok_or("no function")?;
+            if values.is_empty() {
+                values = text
+                    .lines()
+                    .filter_map(|l| {
+                        l.strip_prefix("// %")
+                            .and_then(|r| r.split_once(" = "))
+                            .map(|(_, v)| v.to_string())
+                    })
+                    .collect();
+            }
+            let tys = f.param_types();
+            if values.len() != tys.len() {
+                return Err(format!(
+                    "@{} takes {} argument(s), {} given (use --arg VALUE or `// %N = VALUE` lines)",
+                    f.name,
+                    tys.len(),
+                    values.len()
+                ));
+            }
+            let args = values
+                .iter()
+                .zip(&tys)
+                .map(|(v, t)| {
+                    kiln_ir::parse_literal(v, t).map_err(|e| format!("argument `{v}`: {e}"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for r in kiln_reference::eval_module(&m, &args).map_err(|e| e.to_string())? {
+                println!("{r}");
+            }
+        }
+        other => return Err(format!("unknown stage `{other}`; {usage}")),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(),
+        Some("demo") => demo(),
+        Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
+        Some("dump") => dump(&args[1..]),
+        _ => Err("usage: cargo xtask test | demo | dump FILE --stage parse|verify|eval | codegen [--check]".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
