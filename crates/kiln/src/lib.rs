@@ -1,7 +1,7 @@
 //! kiln: a graph-compiling ML framework with an XLA-like IR.
 //!
-//! Programs are typed SSA functions over tensors ([`ir`](crate::ir)); the reference interpreter
-//! ([`reference`](crate::reference)) runs every op and is the oracle every backend is tested against.
+//! Programs are typed SSA functions over tensors ([`ir`]); the reference interpreter
+//! ([`mod@reference`]) runs every op and is the oracle every backend is tested against.
 //!
 //! ```
 //! use kiln::ir::{parse_func_text, Literal};
