@@ -6,6 +6,8 @@
 use kiln_ir::random::{Config, Rng, random_func, random_literal};
 use kiln_ir::{Func, Literal, OpKind, parse_func_text, parse_module, print_func, verify};
 use kiln_tests::*;
+
+mod gradcheck;
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

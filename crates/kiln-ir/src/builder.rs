@@ -180,3 +180,161 @@ fn canonicalize(mut f: Func) -> Func {
     f.values = values;
     f
 }
+
+/// Shorthands for common instructions. Each infers or states the result type and reports the
+/// caller's source line on error.
+impl Builder {
+    /// A scalar constant of `dtype` (floats rounded, integers truncated, `pred` nonzero).
+    #[track_caller]
+    pub fn scalar(&mut self, dtype: crate::DType, x: f64) -> Result<ValueId, VerifyError> {
+        let value = crate::Literal::from_f64s(TensorType::scalar(dtype), &[x])
+            .expect("one element for a scalar");
+        self.inst(Op::Constant { value }, &[])
+    }
+
+    /// A tensor of `ty` filled with `x`.
+    #[track_caller]
+    pub fn full(&mut self, ty: &TensorType, x: f64) -> Result<ValueId, VerifyError> {
+        let s = self.scalar(ty.dtype, x)?;
+        self.broadcast(s, &[], &ty.shape)
+    }
+
+    /// `broadcast_in_dim` of `v` into `shape`, operand dimension i landing on `dims[i]`.
+    #[track_caller]
+    pub fn broadcast(
+        &mut self,
+        v: ValueId,
+        dims: &[i64],
+        shape: &[usize],
+    ) -> Result<ValueId, VerifyError> {
+        let dtype = self.ty(v).map(|t| t.dtype).unwrap_or(crate::DType::F32);
+        self.inst_typed(
+            Op::BroadcastInDim {
+                broadcast_dimensions: dims.to_vec(),
+            },
+            &[v],
+            TensorType::new(dtype, shape),
+        )
+    }
+
+    /// `reshape` of `v` into `shape`.
+    #[track_caller]
+    pub fn reshape(&mut self, v: ValueId, shape: &[usize]) -> Result<ValueId, VerifyError> {
+        let dtype = self.ty(v).map(|t| t.dtype).unwrap_or(crate::DType::F32);
+        self.inst_typed(Op::Reshape {}, &[v], TensorType::new(dtype, shape))
+    }
+
+    /// `convert` of `v` to `dtype`.
+    #[track_caller]
+    pub fn convert(&mut self, v: ValueId, dtype: crate::DType) -> Result<ValueId, VerifyError> {
+        let shape = self.ty(v).map(|t| t.shape.clone()).unwrap_or_default();
+        self.inst_typed(Op::Convert {}, &[v], TensorType::new(dtype, shape))
+    }
+
+    /// Sum of `v` over `dims`.
+    #[track_caller]
+    pub fn sum(&mut self, v: ValueId, dims: &[i64]) -> Result<ValueId, VerifyError> {
+        let dtype = self.ty(v).map(|t| t.dtype).unwrap_or(crate::DType::F32);
+        let zero = self.scalar(dtype, 0.0)?;
+        self.inst(
+            Op::Reduce {
+                dimensions: dims.to_vec(),
+                kind: crate::Combiner::Add,
+            },
+            &[v, zero],
+        )
+    }
+
+    /// `transpose` of `v` by `permutation`.
+    #[track_caller]
+    pub fn transpose(&mut self, v: ValueId, permutation: &[i64]) -> Result<ValueId, VerifyError> {
+        self.inst(
+            Op::Transpose {
+                permutation: permutation.to_vec(),
+            },
+            &[v],
+        )
+    }
+
+    /// An elementwise binary op.
+    #[track_caller]
+    pub fn binary(&mut self, op: Op, a: ValueId, b: ValueId) -> Result<ValueId, VerifyError> {
+        self.inst(op, &[a, b])
+    }
+
+    /// An elementwise unary op.
+    #[track_caller]
+    pub fn unary(&mut self, op: Op, a: ValueId) -> Result<ValueId, VerifyError> {
+        self.inst(op, &[a])
+    }
+
+    /// `compare` of `a` and `b`.
+    #[track_caller]
+    pub fn compare(
+        &mut self,
+        a: ValueId,
+        b: ValueId,
+        dir: crate::ComparisonDirection,
+    ) -> Result<ValueId, VerifyError> {
+        self.inst(
+            Op::Compare {
+                comparison_direction: dir,
+            },
+            &[a, b],
+        )
+    }
+
+    /// `select` between `t` and `f` by `p`.
+    #[track_caller]
+    pub fn select(&mut self, p: ValueId, t: ValueId, f: ValueId) -> Result<ValueId, VerifyError> {
+        self.inst(Op::Select {}, &[p, t, f])
+    }
+
+    /// Copies every instruction of `f` into this builder, with `args` for its parameters;
+    /// returns the values standing for its outputs.
+    #[track_caller]
+    pub fn inline(&mut self, f: &Func, args: &[ValueId]) -> Result<Vec<ValueId>, VerifyError> {
+        let loc = Loc::caller();
+        if args.len() != f.params.len() {
+            let d = Diag {
+                label: "ir_operands".into(),
+                message: format!(
+                    "@{} takes {} argument(s), {} given",
+                    f.name,
+                    f.params.len(),
+                    args.len()
+                ),
+            };
+            return Err(VerifyError {
+                func: self.f.name.clone(),
+                inst: None,
+                loc: Some(loc),
+                diag: d,
+            });
+        }
+        let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
+        for (&p, &a) in f.params.iter().zip(args) {
+            map[p.index()] = Some(a);
+        }
+        for inst in &f.insts {
+            let ops: Vec<ValueId> = inst
+                .operands
+                .iter()
+                .map(|o| map[o.index()].expect("the inlined function is verified"))
+                .collect();
+            let tys: Vec<TensorType> = inst
+                .results
+                .iter()
+                .map(|r| f.values[r.index()].clone())
+                .collect();
+            let rs = self.add(inst.op.clone(), &ops, Some(&tys), inst.loc.unwrap_or(loc))?;
+            for (&r, v) in inst.results.iter().zip(rs) {
+                map[r.index()] = Some(v);
+            }
+        }
+        Ok(f.outputs
+            .iter()
+            .map(|o| map[o.index()].expect("the inlined function is verified"))
+            .collect())
+    }
+}

@@ -1,0 +1,353 @@
+//! Differentiation as a graph transform: every function here takes a [`Func`] and returns
+//! another [`Func`] in the same IR, which prints, verifies and runs like any other, and can be
+//! differentiated again.
+//!
+//! - [`vjp`]: `(x..., ct...) -> (y..., x_bar...)`, the reverse mode.
+//! - [`grad`] and [`value_and_grad`]: the reverse mode of a scalar function.
+//! - [`jvp`]: `(x..., t...) -> (y..., y_dot...)`, the forward mode, obtained as the reverse mode
+//!   of the reverse mode (the VJP is linear in its cotangent, so transposing it gives the JVP).
+//!
+//! The per-op rules are one exhaustive `match` in [`rules`], mirroring the VJP section of each
+//! `ir-specs/ops/*.md`.
+//!
+//! ```
+//! use kiln_ir::{parse_func_text, Literal};
+//! let f = parse_func_text("func @main(%0: f64[]) -> f64[] {\n  %1 = multiply %0, %0 : f64[]\n  return %1\n}\n").unwrap();
+//! let df = kiln_autodiff::grad(&f, &[0]).unwrap();
+//! let x = Literal::f64([], vec![3.0]).unwrap();
+//! let g = kiln_reference::eval(&df, &[x]).unwrap();
+//! assert_eq!(g[0].to_f64s(), vec![6.0]);
+//! ```
+#![warn(missing_docs)]
+
+pub mod rules;
+
+use kiln_ir::{Builder, DType, Func, Op, TensorType, ValueId, VerifyError};
+use std::fmt;
+
+/// An error of the autodiff transforms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Error {
+    /// The request does not fit the function (wrong parameter index, non-float parameter,
+    /// non-scalar output for `grad`).
+    BadRequest(String),
+    /// An op on the differentiated path has no rule for this case.
+    Unsupported(String),
+    /// The transform built an ill-typed instruction: a bug in a rule.
+    Verify(VerifyError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BadRequest(m) => write!(f, "cannot differentiate: {m}"),
+            Error::Unsupported(m) => write!(f, "no derivative rule: {m}"),
+            Error::Verify(e) => write!(f, "autodiff built an ill-typed instruction (a bug): {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<VerifyError> for Error {
+    fn from(e: VerifyError) -> Error {
+        Error::Verify(e)
+    }
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn check_wrt(f: &Func, wrt: &[usize]) -> Result<()> {
+    for &i in wrt {
+        let Some(&p) = f.params.get(i) else {
+            return Err(Error::BadRequest(format!(
+                "@{} has {} parameter(s); cannot differentiate with respect to parameter {i}",
+                f.name,
+                f.params.len()
+            )));
+        };
+        if !f.values[p.index()].dtype.is_float() {
+            return Err(Error::BadRequest(format!(
+                "parameter {i} of @{} is {}; gradients need float parameters",
+                f.name,
+                f.values[p.index()]
+            )));
+        }
+    }
+    kiln_ir::verify(f).map_err(Error::Verify)
+}
+
+/// Adds `f`'s forward computation and its backward pass to `b`. `args` stand for `f`'s
+/// parameters and `cts` for the cotangents of its outputs (`None`: zero). Returns the forward
+/// outputs and the cotangent of each parameter in `wrt` (zeros where none flows).
+pub fn vjp_into(
+    b: &mut Builder,
+    f: &Func,
+    args: &[ValueId],
+    cts: &[Option<ValueId>],
+    wrt: &[usize],
+) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
+    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
+    for (&p, &a) in f.params.iter().zip(args) {
+        map[p.index()] = Some(a);
+    }
+    for inst in &f.insts {
+        let ops: Vec<ValueId> = inst
+            .operands
+            .iter()
+            .map(|o| map[o.index()].expect("verified SSA"))
+            .collect();
+        let tys: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
+        for (&r, v) in inst
+            .results
+            .iter()
+            .zip(b.push_typed(inst.op.clone(), &ops, &tys)?)
+        {
+            map[r.index()] = Some(v);
+        }
+    }
+    let val = |v: ValueId| map[v.index()].expect("verified SSA");
+    let mut adj: Vec<Option<ValueId>> = vec![None; f.values.len()];
+    for (&o, ct) in f.outputs.iter().zip(cts) {
+        if let Some(ct) = ct {
+            accumulate(b, &mut adj, o, *ct)?;
+        }
+    }
+    for inst in f.insts.iter().rev() {
+        let gs: Vec<Option<ValueId>> = inst.results.iter().map(|r| adj[r.index()]).collect();
+        if gs.iter().all(Option::is_none)
+            || !inst.op.props().contains(kiln_ir::Props::DIFFERENTIABLE)
+        {
+            continue;
+        }
+        let xs: Vec<ValueId> = inst.operands.iter().map(|&o| val(o)).collect();
+        let rs: Vec<ValueId> = inst.results.iter().map(|&r| val(r)).collect();
+        let cts = rules::vjp_rule(b, &inst.op, &xs, &rs, &gs)?;
+        for (&o, ct) in inst.operands.iter().zip(cts) {
+            if let Some(ct) = ct
+                && f.values[o.index()].dtype.is_float()
+            {
+                accumulate(b, &mut adj, o, ct)?;
+            }
+        }
+    }
+    let outs = f.outputs.iter().map(|&o| val(o)).collect();
+    let mut grads = Vec::with_capacity(wrt.len());
+    for &i in wrt {
+        let p = f.params[i];
+        grads.push(match adj[p.index()] {
+            Some(g) => g,
+            None => b.full(&f.values[p.index()], 0.0)?,
+        });
+    }
+    Ok((outs, grads))
+}
+
+fn accumulate(b: &mut Builder, adj: &mut [Option<ValueId>], v: ValueId, ct: ValueId) -> Result<()> {
+    adj[v.index()] = Some(match adj[v.index()] {
+        None => ct,
+        Some(prev) => b.binary(Op::Add {}, prev, ct)?,
+    });
+    Ok(())
+}
+
+/// The reverse mode of `f`: a function of `f`'s parameters followed by one cotangent per output
+/// (same types as the outputs) that returns `f`'s outputs followed by the gradient of
+/// `<cotangents, outputs>` with respect to each parameter listed in `wrt`.
+pub fn vjp(f: &Func, wrt: &[usize]) -> Result<Func> {
+    check_wrt(f, wrt)?;
+    let mut b = Builder::new(&format!("{}_vjp", f.name));
+    let args: Vec<ValueId> = f.param_types().into_iter().map(|t| b.param(t)).collect();
+    let cts: Vec<Option<ValueId>> = f
+        .output_types
+        .iter()
+        .map(|t| Some(b.param(t.clone())))
+        .collect();
+    let (outs, grads) = vjp_into(&mut b, f, &args, &cts, wrt)?;
+    let all: Vec<ValueId> = outs.into_iter().chain(grads).collect();
+    Ok(eliminate_dead_code(&b.finish(&all)?))
+}
+
+fn scalar_output(f: &Func) -> Result<()> {
+    match f.output_types.first() {
+        Some(t) if t.rank() == 0 && t.dtype.is_float() => Ok(()),
+        Some(t) => Err(Error::BadRequest(format!(
+            "grad needs a float scalar first output, @{} returns {t}",
+            f.name
+        ))),
+        None => Err(Error::BadRequest(format!(
+            "grad needs a float scalar first output, @{} returns nothing",
+            f.name
+        ))),
+    }
+}
+
+/// The gradient of `f`'s first output (a float scalar) with respect to the parameters in `wrt`:
+/// a function of `f`'s parameters returning one gradient per entry of `wrt`.
+pub fn grad(f: &Func, wrt: &[usize]) -> Result<Func> {
+    let vg = value_and_grad(f, wrt, false)?;
+    let n = 1;
+    let outs: Vec<usize> = (n..vg.outputs.len()).collect();
+    Ok(select_outputs(&vg, &outs, &format!("{}_grad", f.name)))
+}
+
+/// `f`'s first output (a float scalar) and its gradient with respect to the parameters in
+/// `wrt`. With `has_aux`, `f`'s other outputs are auxiliary values returned after the value and
+/// not differentiated; without it, `f` must have exactly one output.
+/// Returns `(value, aux..., grads...)`.
+pub fn value_and_grad(f: &Func, wrt: &[usize], has_aux: bool) -> Result<Func> {
+    check_wrt(f, wrt)?;
+    scalar_output(f)?;
+    if !has_aux && f.outputs.len() != 1 {
+        return Err(Error::BadRequest(format!(
+            "@{} has {} outputs; pass has_aux to return the others as auxiliary values",
+            f.name,
+            f.outputs.len()
+        )));
+    }
+    let mut b = Builder::new(&format!("{}_value_and_grad", f.name));
+    let args: Vec<ValueId> = f.param_types().into_iter().map(|t| b.param(t)).collect();
+    let one = b.scalar(f.output_types[0].dtype, 1.0)?;
+    let mut cts = vec![Some(one)];
+    cts.extend(std::iter::repeat_n(None, f.outputs.len() - 1));
+    let (outs, grads) = vjp_into(&mut b, f, &args, &cts, wrt)?;
+    let all: Vec<ValueId> = outs.into_iter().chain(grads).collect();
+    Ok(eliminate_dead_code(&b.finish(&all)?))
+}
+
+/// The forward mode of `f`: a function of `f`'s parameters followed by one tangent per entry
+/// of `wrt` that returns `f`'s outputs followed by their tangents (zeros for non-float outputs
+/// are not returned: only float outputs get a tangent).
+pub fn jvp(f: &Func, wrt: &[usize]) -> Result<Func> {
+    check_wrt(f, wrt)?;
+    // V(x, u) = J(x)^T u is linear in u, so the VJP of V with respect to u, at any u, with
+    // cotangent t, is J(x) t.
+    let float_outs: Vec<usize> = (0..f.outputs.len())
+        .filter(|&i| f.output_types[i].dtype.is_float())
+        .collect();
+    let f_float = select_outputs(f, &float_outs, &f.name);
+    let v = vjp(&f_float, wrt)?;
+    let v_grads = select_outputs(
+        &v,
+        &(f_float.outputs.len()..v.outputs.len()).collect::<Vec<_>>(),
+        &format!("{}_vjp", f.name),
+    );
+    let u_params: Vec<usize> = (f.params.len()..v_grads.params.len()).collect();
+    let mut b = Builder::new(&format!("{}_jvp", f.name));
+    let args: Vec<ValueId> = f.param_types().into_iter().map(|t| b.param(t)).collect();
+    let tangents: Vec<Option<ValueId>> = wrt
+        .iter()
+        .map(|&i| Some(b.param(f.values[f.params[i].index()].clone())))
+        .collect();
+    let outs = b.inline(f, &args)?;
+    let mut v_args = args.clone();
+    for &i in &float_outs {
+        v_args.push(b.full(&f.output_types[i], 0.0)?);
+    }
+    let (_, dots) = vjp_into(&mut b, &v_grads, &v_args, &tangents, &u_params)?;
+    let all: Vec<ValueId> = outs.into_iter().chain(dots).collect();
+    Ok(eliminate_dead_code(&b.finish(&all)?))
+}
+
+/// The same function returning only the outputs at `indices`.
+pub fn select_outputs(f: &Func, indices: &[usize], name: &str) -> Func {
+    let mut g = f.clone();
+    g.name = name.to_string();
+    g.outputs = indices.iter().map(|&i| f.outputs[i]).collect();
+    g.output_types = indices.iter().map(|&i| f.output_types[i].clone()).collect();
+    eliminate_dead_code(&g)
+}
+
+/// Removes instructions none of whose results are used, keeping the function's canonical
+/// numbering. Ops with the BARRIER property are kept.
+pub fn eliminate_dead_code(f: &Func) -> Func {
+    let mut live = vec![false; f.values.len()];
+    for &o in &f.outputs {
+        live[o.index()] = true;
+    }
+    let mut keep = vec![false; f.insts.len()];
+    for (i, inst) in f.insts.iter().enumerate().rev() {
+        if inst.results.iter().any(|r| live[r.index()])
+            || inst.op.props().contains(kiln_ir::Props::BARRIER)
+        {
+            keep[i] = true;
+            for o in &inst.operands {
+                live[o.index()] = true;
+            }
+        }
+    }
+    let mut b = Builder::new(&f.name);
+    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
+    for &p in &f.params {
+        map[p.index()] = Some(b.param(f.values[p.index()].clone()));
+    }
+    for (inst, _) in f.insts.iter().zip(&keep).filter(|(_, k)| **k) {
+        let ops: Vec<ValueId> = inst
+            .operands
+            .iter()
+            .map(|o| map[o.index()].expect("kept operands are live"))
+            .collect();
+        let tys: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
+        let rs = b
+            .push_typed(inst.op.clone(), &ops, &tys)
+            .expect("a verified function stays verified");
+        for (&r, v) in inst.results.iter().zip(rs) {
+            map[r.index()] = Some(v);
+        }
+    }
+    let outs: Vec<ValueId> = f
+        .outputs
+        .iter()
+        .map(|o| map[o.index()].expect("outputs are live"))
+        .collect();
+    let mut g = b.finish(&outs).expect("outputs are defined");
+    for (new, old) in g.insts.iter_mut().zip(
+        f.insts
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(i, _)| i),
+    ) {
+        new.loc = old.loc;
+    }
+    g
+}
+
+/// Whether a dtype carries gradients.
+pub fn is_differentiable_dtype(d: DType) -> bool {
+    d.is_float()
+}
+
+/// How completely the reverse mode handles an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    /// Every attribute combination the op allows.
+    Full,
+    /// Some combinations return [`Error::Unsupported`]; the text says which work.
+    Partial(&'static str),
+    /// The op is not differentiable.
+    NotDifferentiable,
+}
+
+/// What the rule table covers for `k` (reported in `ir-specs/status.md`).
+pub fn coverage(k: kiln_ir::OpKind) -> Coverage {
+    use kiln_ir::OpKind;
+    if !k.props().contains(kiln_ir::Props::DIFFERENTIABLE) {
+        return Coverage::NotDifferentiable;
+    }
+    match k {
+        OpKind::Scatter => Coverage::Partial("kind add or replace"),
+        OpKind::ReduceWindow => Coverage::Partial("kind add; max and min without dilation"),
+        OpKind::SelectAndScatter => Coverage::Partial("kind add"),
+        _ => Coverage::Full,
+    }
+}

@@ -1,0 +1,203 @@
+//! Gradient checks generated from the op list: every differentiable op's spec examples,
+//! promoted to f64, differentiated in reverse (VJP) and forward (JVP) mode, and compared with
+//! central finite differences on random inputs.
+
+use kiln_ir::random::{Rng, random_literal};
+use kiln_ir::{DType, Func, Literal, OpKind, Props, TensorType, parse_module};
+use kiln_tests::{load_example, load_specs};
+
+/// Ops whose inputs must stay positive for the function to be smooth and finite.
+fn positive_domain(op: &str) -> bool {
+    matches!(
+        op,
+        "log" | "sqrt" | "rsqrt" | "power" | "log_plus_one" | "divide" | "remainder"
+    )
+}
+
+fn to_f64(text: &str) -> String {
+    text.replace("bf16[", "f64[")
+        .replace("f16[", "f64[")
+        .replace("f32[", "f64[")
+}
+
+fn random_args(rng: &mut Rng, f: &Func, example_args: &[Literal], positive: bool) -> Vec<Literal> {
+    f.param_types()
+        .iter()
+        .zip(example_args)
+        .map(|(t, ex)| {
+            if t.dtype == DType::F64 {
+                let v: Vec<f64> = (0..t.numel())
+                    .map(|_| {
+                        if positive {
+                            rng.uniform(0.5, 2.0)
+                        } else {
+                            rng.uniform(-2.0, 2.0)
+                        }
+                    })
+                    .collect();
+                Literal::f64(t.shape.clone(), v).unwrap()
+            } else {
+                ex.clone()
+            }
+        })
+        .collect()
+}
+
+fn eval(f: &Func, args: &[Literal]) -> Vec<Literal> {
+    kiln_reference::eval(f, args).unwrap_or_else(|e| panic!("{e}\n{f}"))
+}
+
+/// <cts, f(args)> over the float outputs.
+fn pairing(f: &Func, args: &[Literal], cts: &[Option<Literal>]) -> f64 {
+    eval(f, args)
+        .iter()
+        .zip(cts)
+        .filter_map(|(y, c)| {
+            c.as_ref().map(|c| {
+                y.to_f64s()
+                    .iter()
+                    .zip(c.to_f64s())
+                    .map(|(a, b)| a * b)
+                    .sum::<f64>()
+            })
+        })
+        .sum()
+}
+
+fn with_element(args: &[Literal], p: usize, j: usize, delta: f64) -> Vec<Literal> {
+    let mut out = args.to_vec();
+    let mut v = out[p].to_f64s();
+    v[j] += delta;
+    out[p] = Literal::f64(out[p].shape().to_vec(), v).unwrap();
+    out
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-5 * (1.0 + a.abs().max(b.abs()))
+}
+
+/// Checks VJP and JVP of `f` at random points against finite differences; returns the number
+/// of derivative entries compared.
+fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize {
+    const EPS: f64 = 1e-6;
+    let wrt: Vec<usize> = (0..f.params.len())
+        .filter(|&i| f.values[f.params[i].index()].dtype == DType::F64)
+        .collect();
+    if wrt.is_empty() {
+        return 0;
+    }
+    let args = random_args(rng, f, example_args, positive_domain(name));
+    let cts: Vec<Option<Literal>> = f
+        .output_types
+        .iter()
+        .map(|t| (t.dtype == DType::F64).then(|| random_literal(rng, t)))
+        .collect();
+    let vjp = kiln_autodiff::vjp(f, &wrt).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut vargs = args.clone();
+    vargs.extend(
+        f.output_types
+            .iter()
+            .zip(&cts)
+            .map(|(t, c)| c.clone().unwrap_or_else(|| Literal::zeros(t.clone()))),
+    );
+    let out = eval(&vjp, &vargs);
+    let grads = &out[f.outputs.len()..];
+    let mut n = 0;
+    for (k, &p) in wrt.iter().enumerate() {
+        let g = grads[k].to_f64s();
+        for j in 0..args[p].numel() {
+            let fd = (pairing(f, &with_element(&args, p, j, EPS), &cts)
+                - pairing(f, &with_element(&args, p, j, -EPS), &cts))
+                / (2.0 * EPS);
+            assert!(
+                close(g[j], fd),
+                "{name}: d/d(param {p})[{j}]: vjp {} vs finite difference {fd}\n{f}\nvjp:\n{vjp}",
+                g[j]
+            );
+            n += 1;
+        }
+    }
+    // JVP in a random direction.
+    let jvp = kiln_autodiff::jvp(f, &wrt).unwrap_or_else(|e| panic!("{name}: jvp: {e}"));
+    let tangents: Vec<Literal> = wrt
+        .iter()
+        .map(|&p| random_literal(rng, &f.param_types()[p]))
+        .collect();
+    let mut jargs = args.clone();
+    jargs.extend(tangents.iter().cloned());
+    let jout = eval(&jvp, &jargs);
+    let float_outs: Vec<usize> = (0..f.outputs.len())
+        .filter(|&i| f.output_types[i].dtype == DType::F64)
+        .collect();
+    let shifted = |s: f64| -> Vec<Literal> {
+        let mut a = args.clone();
+        for (k, &p) in wrt.iter().enumerate() {
+            let v: Vec<f64> = a[p]
+                .to_f64s()
+                .iter()
+                .zip(tangents[k].to_f64s())
+                .map(|(x, t)| x + s * t)
+                .collect();
+            a[p] = Literal::f64(a[p].shape().to_vec(), v).unwrap();
+        }
+        a
+    };
+    let (plus, minus) = (eval(f, &shifted(EPS)), eval(f, &shifted(-EPS)));
+    for (k, &o) in float_outs.iter().enumerate() {
+        let dot = jout[f.outputs.len() + k].to_f64s();
+        for (j, (a, b)) in plus[o].to_f64s().iter().zip(minus[o].to_f64s()).enumerate() {
+            let fd = (a - b) / (2.0 * EPS);
+            assert!(
+                close(dot[j], fd),
+                "{name}: jvp output {o}[{j}]: {} vs finite difference {fd}\n{f}\njvp:\n{jvp}",
+                dot[j]
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn every_differentiable_op_matches_finite_differences() {
+    let mut rng = Rng::new(2026);
+    let mut total = 0;
+    let mut checked_ops = Vec::new();
+    for spec in load_specs() {
+        let kind = OpKind::from_mnemonic(&spec.name).unwrap();
+        if !kind.props().contains(Props::DIFFERENTIABLE) {
+            continue;
+        }
+        let mut n_op = 0;
+        for ex in &spec.examples {
+            let (m, ex_args, _) = load_example(ex).unwrap();
+            let promoted = parse_module(&to_f64(&kiln_ir::print_module(&m))).unwrap();
+            let f = promoted.entry().unwrap();
+            let ex_args: Vec<Literal> = ex_args
+                .iter()
+                .zip(f.param_types())
+                .map(|(a, t): (&Literal, TensorType)| {
+                    if t.dtype == DType::F64 {
+                        Literal::from_f64s(t, &a.to_f64s()).unwrap()
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
+            for _ in 0..2 {
+                n_op += check(&spec.name, f, &ex_args, &mut rng);
+            }
+        }
+        assert!(
+            n_op > 0,
+            "{}: differentiable, but no example has a float input to check",
+            spec.name
+        );
+        checked_ops.push(spec.name.clone());
+        total += n_op;
+    }
+    println!(
+        "{} differentiable ops, {total} derivative entries checked against finite differences",
+        checked_ops.len()
+    );
+}
