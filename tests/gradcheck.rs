@@ -105,7 +105,7 @@ fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize
     let mut n = 0;
     for (k, &p) in wrt.iter().enumerate() {
         let g = grads[k].to_f64s();
-        for j in 0..args[p].numel() {
+        for (j, &gj) in g.iter().enumerate() {
             let fd = (pairing(f, &with_element(&args, p, j, EPS), &cts)
                 - pairing(f, &with_element(&args, p, j, -EPS), &cts))
                 / (2.0 * EPS);
