@@ -110,9 +110,8 @@ fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize
                 - pairing(f, &with_element(&args, p, j, -EPS), &cts))
                 / (2.0 * EPS);
             assert!(
-                close(g[j], fd),
-                "{name}: d/d(param {p})[{j}]: vjp {} vs finite difference {fd}\n{f}\nvjp:\n{vjp}",
-                g[j]
+                close(gj, fd),
+                "{name}: d/d(param {p})[{j}]: vjp {gj} vs finite difference {fd}\n{f}\nvjp:\n{vjp}"
             );
             n += 1;
         }
