@@ -98,6 +98,18 @@ impl Builder {
         Ok(results)
     }
 
+    /// Adds an instruction at a given source location, with result types inferred (`None`) or
+    /// declared.
+    pub fn push_at(
+        &mut self,
+        op: Op,
+        operands: &[ValueId],
+        declared: Option<&[TensorType]>,
+        loc: Loc,
+    ) -> Result<Vec<ValueId>, VerifyError> {
+        self.add(op, operands, declared, loc)
+    }
+
     /// Adds an instruction whose result types are inferred.
     #[track_caller]
     pub fn push(&mut self, op: Op, operands: &[ValueId]) -> Result<Vec<ValueId>, VerifyError> {

@@ -1,23 +1,35 @@
 //! kiln: a graph-compiling ML framework with an XLA-like IR.
 //!
-//! Programs are typed SSA functions over tensors ([`ir`]); the reference interpreter
-//! ([`mod@reference`]) runs every op and is the oracle every backend is tested against.
+//! Write tensor code once; it runs eagerly for inspection, and [`jit`] traces it into the IR
+//! and compiles it. [`grad`] differentiates by transforming the traced IR, so it composes with
+//! itself and with `jit`. Programs are typed SSA functions over tensors ([`ir`]); the reference
+//! interpreter ([`mod@reference`]) is the oracle every backend is tested against.
 //!
 //! ```
-//! use kiln::ir::{parse_func_text, Literal};
-//! let f = parse_func_text(
-//!     "func @main(%0: f32[2,2]) -> f32[2] {
-//!        %1 = constant {value = 0.0} : f32[]
-//!        %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[2]
-//!        return %2
-//!      }",
-//! )
-//! .unwrap();
-//! let x = Literal::f32([2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
-//! let sums = kiln::reference::eval(&f, &[x]).unwrap();
-//! assert_eq!(sums[0].as_f32s().unwrap(), &[3.0, 7.0]);
+//! use kiln::{Tensor, grad, jit};
+//! let f = |x: &Tensor| (x * x * x).sum_all();
+//! let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]).unwrap();
+//! // d/dx sum(x^3) = 3 x^2
+//! assert_eq!(grad(f)(&x).to_vec::<f64>().unwrap(), vec![3.0, 12.0]);
+//! // Second derivative of x^3 summed: 6 x.
+//! let g2 = grad(|x: &Tensor| grad(f)(x).sum_all())(&x);
+//! assert_eq!(g2.to_vec::<f64>().unwrap(), vec![6.0, 12.0]);
+//! let step = jit(|x: &Tensor| x.tanh() * 2.0);
+//! assert_eq!(step.call(&x).unwrap().shape(), vec![2]);
 //! ```
 #![warn(missing_docs)]
 
+pub mod testing;
+mod transforms;
+
 pub use kiln_ir as ir;
+pub use kiln_ir::DType;
 pub use kiln_reference as reference;
+pub use kiln_trace::{Device, Element, Error, Result, Tensor, Tree, backend, tree};
+pub use transforms::{Jit, grad, jit, jvp, value_and_grad, value_and_grad_with_aux, vjp};
+
+/// The same values with no gradient flowing back (JAX `stop_gradient`).
+#[track_caller]
+pub fn stop_gradient(t: &Tensor) -> Tensor {
+    t.detach()
+}

@@ -1,0 +1,86 @@
+//! Where tensor programs run: a [`Backend`] compiles a [`Func`] into an [`Executable`].
+//!
+//! The reference interpreter is the default backend; the facade installs faster ones with
+//! [`set_backend`]. Compiled executables are cached by backend and program text, so an op or a
+//! traced function of a given signature compiles once.
+
+use crate::{Error, Result};
+use kiln_ir::{Func, Literal};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// A compiled program.
+pub trait Executable: Send + Sync {
+    /// Runs the program on arguments of its parameter types.
+    fn run(&self, args: &[Literal]) -> Result<Vec<Literal>>;
+}
+
+/// A compiler from IR functions to executables.
+pub trait Backend: Send + Sync {
+    /// A short name, part of the compile cache key.
+    fn name(&self) -> &'static str;
+    /// Compiles a verified function.
+    fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>>;
+}
+
+/// The reference interpreter as a backend: slow, exact, always available.
+pub struct Reference;
+
+struct Interpreted(Func);
+
+impl Executable for Interpreted {
+    fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
+        kiln_reference::eval(&self.0, args).map_err(|e| Error::internal("run", e.to_string()))
+    }
+}
+
+impl Backend for Reference {
+    fn name(&self) -> &'static str {
+        "reference"
+    }
+    fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>> {
+        kiln_ir::verify(f).map_err(|e| Error::internal("compile", e.to_string()))?;
+        Ok(Arc::new(Interpreted(f.clone())))
+    }
+}
+
+static BACKEND: RwLock<Option<Arc<dyn Backend>>> = RwLock::new(None);
+
+type Cache = Mutex<Option<HashMap<String, Arc<dyn Executable>>>>;
+static CACHE: Cache = Mutex::new(None);
+
+/// Installs the backend used by eager ops and compiled functions from now on.
+pub fn set_backend(b: Arc<dyn Backend>) {
+    *BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(b);
+}
+
+/// The installed backend (the reference interpreter unless another was set).
+pub fn backend() -> Arc<dyn Backend> {
+    BACKEND
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_else(|| Arc::new(Reference))
+}
+
+/// Compiles `f` with the installed backend, or returns the cached executable for the same
+/// backend and program text.
+pub fn compile_cached(f: &Func) -> Result<Arc<dyn Executable>> {
+    let b = backend();
+    let key = format!("{}\n{}", b.name(), kiln_ir::print_func(f));
+    if let Some(e) = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
+        return Ok(e.clone());
+    }
+    let exe = b.compile(f)?;
+    CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, exe.clone());
+    Ok(exe)
+}

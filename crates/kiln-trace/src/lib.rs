@@ -1,0 +1,32 @@
+//! kiln's `Tensor`: eager values and traced graphs behind one type.
+//!
+//! Outside a trace, every operation runs at once (each op compiled once per signature by the
+//! installed [`backend`], the reference interpreter by default), so values can be printed and
+//! inspected. Inside a trace ([`trace::trace`], used by `jit` and `grad`), the same operations
+//! record IR instead. Broadcasting follows NumPy and is made explicit (`broadcast_in_dim`).
+//!
+//! Errors never panic: an operation that fails returns a failed tensor carrying the error and
+//! the user's source line (every entry point is `#[track_caller]`); the error surfaces when
+//! values are read or when a trace ends.
+//!
+//! ```
+//! use kiln_trace::Tensor;
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+//! let y = (&x * 2.0 + 1.0).sum_all();
+//! assert_eq!(y.to_vec::<f32>().unwrap(), vec![15.0]);
+//! let bad = &x + &Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+//! let err = bad.to_vec::<f32>().unwrap_err();
+//! assert!(err.to_string().contains("cannot broadcast f32[3] and f32[2]"));
+//! ```
+#![warn(missing_docs)]
+
+pub mod backend;
+mod error;
+pub mod ops;
+mod tensor;
+pub mod trace;
+pub mod tree;
+
+pub use error::{Error, Result};
+pub use tensor::{Device, Element, Tensor};
+pub use tree::Tree;

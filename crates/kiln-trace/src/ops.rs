@@ -1,0 +1,1019 @@
+//! Tensor operations at the level users write them, lowered to IR ops with explicit
+//! broadcasting. Every entry point is `#[track_caller]`, so errors name the user's line.
+
+use crate::Error;
+use crate::tensor::Tensor;
+use crate::trace::apply;
+use kiln_ir::{Combiner, ComparisonDirection as Cmp, DType, Loc, Op, ShapeDisplay, TensorType};
+
+fn ty_str(t: &Tensor) -> String {
+    t.ty()
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| "<failed>".into())
+}
+
+/// NumPy broadcasting of two shapes.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let x = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let y = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = if x == y || y == 1 {
+            x
+        } else if x == 1 {
+            y
+        } else {
+            return None;
+        };
+    }
+    Some(out)
+}
+
+impl Tensor {
+    #[track_caller]
+    fn fail(&self, op: &str, msg: String) -> Tensor {
+        Tensor::failed(Error::new(op, msg))
+    }
+
+    #[track_caller]
+    fn op1(&self, op: Op, name: &str) -> Tensor {
+        apply(op, &[self], None, name, Loc::caller()).remove(0)
+    }
+
+    #[track_caller]
+    fn op1_typed(&self, op: Op, ty: TensorType, name: &str) -> Tensor {
+        apply(op, &[self], Some(vec![ty]), name, Loc::caller()).remove(0)
+    }
+
+    /// Normalizes a possibly negative axis.
+    #[track_caller]
+    fn axis(&self, a: isize, op: &str) -> Result<usize, Tensor> {
+        if let Some(e) = self.error() {
+            return Err(Tensor::failed(e.clone()));
+        }
+        let r = self.rank() as isize;
+        let n = if a < 0 { a + r } else { a };
+        if n < 0 || n >= r.max(0) {
+            return Err(self.fail(op, format!("axis {a} is out of range for {}", ty_str(self))));
+        }
+        Ok(n as usize)
+    }
+
+    /// NumPy-style broadcast of this tensor to `shape`.
+    #[track_caller]
+    pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        if self.error().is_some() {
+            return self.clone();
+        }
+        let s = self.shape();
+        if s.as_slice() == shape {
+            return self.clone();
+        }
+        match broadcast_shapes(&s, shape) {
+            Some(b) if b.as_slice() == shape => {
+                let off = shape.len() - s.len();
+                let dims: Vec<i64> = (0..s.len()).map(|i| (i + off) as i64).collect();
+                self.op1_typed(
+                    Op::BroadcastInDim {
+                        broadcast_dimensions: dims,
+                    },
+                    TensorType::new(self.dtype(), shape),
+                    "broadcast_to",
+                )
+            }
+            _ => self.fail(
+                "broadcast_to",
+                format!(
+                    "cannot broadcast {} to shape {}",
+                    ty_str(self),
+                    ShapeDisplay(shape)
+                ),
+            ),
+        }
+    }
+
+    /// Same as [`Tensor::broadcast_to`].
+    #[track_caller]
+    pub fn expand(&self, shape: &[usize]) -> Tensor {
+        self.broadcast_to(shape)
+    }
+
+    /// A scalar of this tensor's dtype.
+    fn like_scalar(&self, x: f64) -> Tensor {
+        Tensor::full(self.dtype(), [], x)
+    }
+
+    #[track_caller]
+    fn binary(&self, other: &Tensor, op: Op, name: &str) -> Tensor {
+        if let Some(e) = self.error().or(other.error()) {
+            return Tensor::failed(e.clone());
+        }
+        if self.dtype() != other.dtype() {
+            return self.fail(
+                name,
+                format!(
+                    "dtype mismatch: {} and {} (use .cast(dtype))",
+                    ty_str(self),
+                    ty_str(other)
+                ),
+            );
+        }
+        let Some(shape) = broadcast_shapes(&self.shape(), &other.shape()) else {
+            return self.fail(
+                name,
+                format!(
+                    "cannot broadcast {} and {} together",
+                    ty_str(self),
+                    ty_str(other)
+                ),
+            );
+        };
+        let (a, b) = (self.broadcast_to(&shape), other.broadcast_to(&shape));
+        apply(op, &[&a, &b], None, name, Loc::caller()).remove(0)
+    }
+
+    /// Elementwise sum with broadcasting.
+    #[track_caller]
+    pub fn add(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Add {}, "add")
+    }
+    /// Elementwise difference with broadcasting.
+    #[track_caller]
+    pub fn sub(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Subtract {}, "sub")
+    }
+    /// Elementwise product with broadcasting.
+    #[track_caller]
+    pub fn mul(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Multiply {}, "mul")
+    }
+    /// Elementwise quotient with broadcasting.
+    #[track_caller]
+    pub fn div(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Divide {}, "div")
+    }
+    /// Elementwise power with broadcasting.
+    #[track_caller]
+    pub fn pow(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Power {}, "pow")
+    }
+    /// Elementwise power by a constant.
+    #[track_caller]
+    pub fn powf(&self, p: f64) -> Tensor {
+        self.binary(&self.like_scalar(p), Op::Power {}, "pow")
+    }
+    /// Elementwise maximum with broadcasting.
+    #[track_caller]
+    pub fn maximum(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Maximum {}, "maximum")
+    }
+    /// Elementwise minimum with broadcasting.
+    #[track_caller]
+    pub fn minimum(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Minimum {}, "minimum")
+    }
+
+    #[track_caller]
+    fn cmp(&self, o: &Tensor, dir: Cmp, name: &str) -> Tensor {
+        self.binary(
+            o,
+            Op::Compare {
+                comparison_direction: dir,
+            },
+            name,
+        )
+    }
+    /// Elementwise `==` (a `pred` tensor).
+    #[track_caller]
+    pub fn eq(&self, o: &Tensor) -> Tensor {
+        self.cmp(o, Cmp::Eq, "eq")
+    }
+    /// Elementwise `!=`.
+    #[track_caller]
+    pub fn ne(&self, o: &Tensor) -> Tensor {
+        self.cmp(o, Cmp::Ne, "ne")
+    }
+    /// Elementwise `<`.
+    #[track_caller]
+    pub fn lt(&self, o: &Tensor) -> Tensor {
+        self.cmp(o, Cmp::Lt, "lt")
+    }
+    /// Elementwise `<=`.
+    #[track_caller]
+    pub fn le(&self, o: &Tensor) -> Tensor {
+        self.cmp(o, Cmp::Le, "le")
+    }
+    /// Elementwise `>`.
+    #[track_caller]
+    pub fn gt(&self, o: &Tensor) -> Tensor {
+        self.cmp(o, Cmp::Gt, "gt")
+    }
+    /// Elementwise `>=`.
+    #[track_caller]
+    pub fn ge(&self, o: &Tensor) -> Tensor {
+        self.cmp(o, Cmp::Ge, "ge")
+    }
+
+    /// `on_true` where `self` (a `pred` tensor) holds, else `on_false`, with broadcasting.
+    #[track_caller]
+    pub fn where_(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
+        if let Some(e) = self.error().or(on_true.error()).or(on_false.error()) {
+            return Tensor::failed(e.clone());
+        }
+        if self.dtype() != DType::Pred {
+            return self.fail(
+                "where",
+                format!("the condition must be pred, got {}", ty_str(self)),
+            );
+        }
+        if on_true.dtype() != on_false.dtype() {
+            return self.fail(
+                "where",
+                format!(
+                    "dtype mismatch: {} and {}",
+                    ty_str(on_true),
+                    ty_str(on_false)
+                ),
+            );
+        }
+        let shape = broadcast_shapes(&self.shape(), &on_true.shape())
+            .and_then(|s| broadcast_shapes(&s, &on_false.shape()));
+        let Some(shape) = shape else {
+            return self.fail(
+                "where",
+                format!(
+                    "cannot broadcast {}, {} and {} together",
+                    ty_str(self),
+                    ty_str(on_true),
+                    ty_str(on_false)
+                ),
+            );
+        };
+        let (p, t, f) = (
+            self.broadcast_to(&shape),
+            on_true.broadcast_to(&shape),
+            on_false.broadcast_to(&shape),
+        );
+        apply(Op::Select {}, &[&p, &t, &f], None, "where", Loc::caller()).remove(0)
+    }
+
+    /// Elementwise negation.
+    #[track_caller]
+    pub fn neg(&self) -> Tensor {
+        self.op1(Op::Negate {}, "neg")
+    }
+    /// Elementwise e^x.
+    #[track_caller]
+    pub fn exp(&self) -> Tensor {
+        self.op1(Op::Exponential {}, "exp")
+    }
+    /// Elementwise natural logarithm.
+    #[track_caller]
+    pub fn log(&self) -> Tensor {
+        self.op1(Op::Log {}, "log")
+    }
+    /// Elementwise ln(1 + x).
+    #[track_caller]
+    pub fn log1p(&self) -> Tensor {
+        self.op1(Op::LogPlusOne {}, "log1p")
+    }
+    /// Elementwise e^x - 1.
+    #[track_caller]
+    pub fn expm1(&self) -> Tensor {
+        self.op1(Op::ExponentialMinusOne {}, "expm1")
+    }
+    /// Elementwise hyperbolic tangent.
+    #[track_caller]
+    pub fn tanh(&self) -> Tensor {
+        self.op1(Op::Tanh {}, "tanh")
+    }
+    /// Elementwise square root.
+    #[track_caller]
+    pub fn sqrt(&self) -> Tensor {
+        self.op1(Op::Sqrt {}, "sqrt")
+    }
+    /// Elementwise 1 / sqrt(x).
+    #[track_caller]
+    pub fn rsqrt(&self) -> Tensor {
+        self.op1(Op::Rsqrt {}, "rsqrt")
+    }
+    /// Elementwise absolute value.
+    #[track_caller]
+    pub fn abs(&self) -> Tensor {
+        self.op1(Op::Abs {}, "abs")
+    }
+    /// Elementwise sine.
+    #[track_caller]
+    pub fn sin(&self) -> Tensor {
+        self.op1(Op::Sine {}, "sin")
+    }
+    /// Elementwise cosine.
+    #[track_caller]
+    pub fn cos(&self) -> Tensor {
+        self.op1(Op::Cosine {}, "cos")
+    }
+    /// Elementwise error function.
+    #[track_caller]
+    pub fn erf(&self) -> Tensor {
+        self.op1(Op::Erf {}, "erf")
+    }
+    /// Elementwise floor.
+    #[track_caller]
+    pub fn floor(&self) -> Tensor {
+        self.op1(Op::Floor {}, "floor")
+    }
+    /// Elementwise sign.
+    #[track_caller]
+    pub fn sign(&self) -> Tensor {
+        self.op1(Op::Sign {}, "sign")
+    }
+    /// Elementwise logistic sigmoid.
+    #[track_caller]
+    pub fn sigmoid(&self) -> Tensor {
+        self.op1(Op::Logistic {}, "sigmoid")
+    }
+    /// Elementwise max(x, 0).
+    #[track_caller]
+    pub fn relu(&self) -> Tensor {
+        self.maximum(&self.like_scalar(0.0))
+    }
+    /// GELU: with `approximate`, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); otherwise
+    /// 0.5 x (1 + erf(x / sqrt(2))).
+    #[track_caller]
+    pub fn gelu(&self, approximate: bool) -> Tensor {
+        let half = self.like_scalar(0.5);
+        let one = self.like_scalar(1.0);
+        let inner = if approximate {
+            let c = self.like_scalar((2.0 / std::f64::consts::PI).sqrt());
+            let cube = self.mul(self).mul(self).mul(&self.like_scalar(0.044715));
+            self.add(&cube).mul(&c).tanh()
+        } else {
+            self.mul(&self.like_scalar(std::f64::consts::FRAC_1_SQRT_2))
+                .erf()
+        };
+        self.mul(&half).mul(&one.add(&inner))
+    }
+
+    /// Converts to another dtype.
+    #[track_caller]
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        if self.error().is_some() || self.dtype() == dtype {
+            return self.clone();
+        }
+        self.op1_typed(Op::Convert {}, TensorType::new(dtype, self.shape()), "cast")
+    }
+
+    /// The same values with no gradient flowing back through them (JAX `stop_gradient`,
+    /// PyTorch `detach`). Recorded as a bit-preserving round trip through an integer type, which
+    /// autodiff treats as constant.
+    #[track_caller]
+    pub fn detach(&self) -> Tensor {
+        let d = self.dtype();
+        let int = match d {
+            DType::F32 => DType::U32,
+            DType::F64 => DType::I64,
+            DType::F16 | DType::BF16 => return self.cast(DType::F32).detach().cast(d),
+            _ => return self.clone(),
+        };
+        let bits = self.op1_typed(
+            Op::BitcastConvert {},
+            TensorType::new(int, self.shape()),
+            "detach",
+        );
+        bits.op1_typed(
+            Op::BitcastConvert {},
+            TensorType::new(d, self.shape()),
+            "detach",
+        )
+    }
+
+    #[track_caller]
+    fn reduce(&self, axes: &[isize], keepdims: bool, kind: Combiner, name: &str) -> Tensor {
+        let mut dims = Vec::new();
+        for &a in axes {
+            match self.axis(a, name) {
+                Ok(d) if !dims.contains(&(d as i64)) => dims.push(d as i64),
+                Ok(_) => return self.fail(name, format!("axis {a} is given twice")),
+                Err(t) => return t,
+            }
+        }
+        dims.sort_unstable();
+        let d = self.dtype();
+        let init = match kind {
+            Combiner::Max if d.is_float() => f64::NEG_INFINITY,
+            Combiner::Min if d.is_float() => f64::INFINITY,
+            Combiner::Max => match d {
+                DType::I8 => i8::MIN as f64,
+                DType::I32 => i32::MIN as f64,
+                DType::I64 => i64::MIN as f64,
+                _ => 0.0,
+            },
+            Combiner::Min => match d {
+                DType::I8 => i8::MAX as f64,
+                DType::I32 => i32::MAX as f64,
+                DType::I64 => i64::MAX as f64,
+                DType::U32 => u32::MAX as f64,
+                _ => 1.0,
+            },
+            _ => 0.0,
+        };
+        let r = apply(
+            Op::Reduce {
+                dimensions: dims.clone(),
+                kind,
+            },
+            &[self, &self.like_scalar(init)],
+            None,
+            name,
+            Loc::caller(),
+        )
+        .remove(0);
+        if keepdims {
+            let shape: Vec<usize> = self
+                .shape()
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| if dims.contains(&(i as i64)) { 1 } else { s })
+                .collect();
+            r.reshape_to(&shape)
+        } else {
+            r
+        }
+    }
+
+    fn all_axes(&self) -> Vec<isize> {
+        (0..self.rank() as isize).collect()
+    }
+
+    /// Sum over `axes` (all axes when empty is not what you want: use [`Tensor::sum_all`]).
+    #[track_caller]
+    pub fn sum(&self, axes: &[isize], keepdims: bool) -> Tensor {
+        self.reduce(axes, keepdims, Combiner::Add, "sum")
+    }
+    /// Sum of every element (a scalar).
+    #[track_caller]
+    pub fn sum_all(&self) -> Tensor {
+        self.reduce(&self.all_axes(), false, Combiner::Add, "sum")
+    }
+    /// Mean over `axes`.
+    #[track_caller]
+    pub fn mean(&self, axes: &[isize], keepdims: bool) -> Tensor {
+        let s = self.sum(axes, keepdims);
+        let shape = self.shape();
+        let count: usize = axes
+            .iter()
+            .filter_map(|&a| self.axis(a, "mean").ok())
+            .map(|d| shape[d])
+            .product();
+        s.div(&self.like_scalar(count as f64))
+    }
+    /// Mean of every element (a scalar).
+    #[track_caller]
+    pub fn mean_all(&self) -> Tensor {
+        self.mean(&self.all_axes(), false)
+    }
+    /// Maximum over `axes`.
+    #[track_caller]
+    pub fn max(&self, axes: &[isize], keepdims: bool) -> Tensor {
+        self.reduce(axes, keepdims, Combiner::Max, "max")
+    }
+    /// Minimum over `axes`.
+    #[track_caller]
+    pub fn min(&self, axes: &[isize], keepdims: bool) -> Tensor {
+        self.reduce(axes, keepdims, Combiner::Min, "min")
+    }
+
+    /// Softmax along `axis`, computed stably.
+    #[track_caller]
+    pub fn softmax(&self, axis: isize) -> Tensor {
+        let m = self.max(&[axis], true).detach();
+        let e = self.sub(&m).exp();
+        e.div(&e.sum(&[axis], true))
+    }
+    /// Log-softmax along `axis`, computed stably.
+    #[track_caller]
+    pub fn log_softmax(&self, axis: isize) -> Tensor {
+        let m = self.max(&[axis], true).detach();
+        let z = self.sub(&m);
+        z.sub(&z.exp().sum(&[axis], true).log())
+    }
+
+    #[track_caller]
+    fn reshape_to(&self, shape: &[usize]) -> Tensor {
+        if self.error().is_some() || self.shape() == shape {
+            return self.clone();
+        }
+        self.op1_typed(
+            Op::Reshape {},
+            TensorType::new(self.dtype(), shape),
+            "reshape",
+        )
+    }
+
+    /// The same elements in another shape; one entry may be -1 (inferred).
+    #[track_caller]
+    pub fn reshape(&self, shape: &[isize]) -> Tensor {
+        if self.error().is_some() {
+            return self.clone();
+        }
+        let n: usize = self.shape().iter().product();
+        let known: usize = shape
+            .iter()
+            .filter(|&&s| s >= 0)
+            .map(|&s| s as usize)
+            .product();
+        let holes = shape.iter().filter(|&&s| s == -1).count();
+        if shape.iter().any(|&s| s < -1)
+            || holes > 1
+            || (holes == 1 && (known == 0 || !n.is_multiple_of(known)))
+            || (holes == 0 && known != n)
+        {
+            return self.fail(
+                "reshape",
+                format!(
+                    "cannot reshape {} ({n} elements) to {shape:?}",
+                    ty_str(self)
+                ),
+            );
+        }
+        let shape: Vec<usize> = shape
+            .iter()
+            .map(|&s| if s == -1 { n / known } else { s as usize })
+            .collect();
+        self.reshape_to(&shape)
+    }
+
+    /// Permutes dimensions: result dimension i is dimension `perm[i]`.
+    #[track_caller]
+    pub fn permute(&self, perm: &[usize]) -> Tensor {
+        self.op1(
+            Op::Transpose {
+                permutation: perm.iter().map(|&p| p as i64).collect(),
+            },
+            "permute",
+        )
+    }
+    /// Same as [`Tensor::permute`].
+    #[track_caller]
+    pub fn transpose(&self, perm: &[usize]) -> Tensor {
+        self.permute(perm)
+    }
+    /// Swaps the last two dimensions.
+    #[track_caller]
+    pub fn t(&self) -> Tensor {
+        let r = self.rank();
+        if r < 2 {
+            return self.fail(
+                "t",
+                format!("t() needs at least 2 dimensions, got {}", ty_str(self)),
+            );
+        }
+        let mut p: Vec<usize> = (0..r).collect();
+        p.swap(r - 2, r - 1);
+        self.permute(&p)
+    }
+    /// Removes dimension `axis`, which must have size 1.
+    #[track_caller]
+    pub fn squeeze(&self, axis: isize) -> Tensor {
+        let d = match self.axis(axis, "squeeze") {
+            Ok(d) => d,
+            Err(t) => return t,
+        };
+        let mut s = self.shape();
+        if s[d] != 1 {
+            return self.fail(
+                "squeeze",
+                format!("dimension {d} of {} has size {}, not 1", ty_str(self), s[d]),
+            );
+        }
+        s.remove(d);
+        self.reshape_to(&s)
+    }
+    /// Inserts a dimension of size 1 at `axis` (which may equal the rank).
+    #[track_caller]
+    pub fn unsqueeze(&self, axis: isize) -> Tensor {
+        if self.error().is_some() {
+            return self.clone();
+        }
+        let r = self.rank() as isize;
+        let d = if axis < 0 { axis + r + 1 } else { axis };
+        if d < 0 || d > r {
+            return self.fail(
+                "unsqueeze",
+                format!("axis {axis} is out of range for {}", ty_str(self)),
+            );
+        }
+        let mut s = self.shape();
+        s.insert(d as usize, 1);
+        self.reshape_to(&s)
+    }
+
+    /// Python-style slicing along one axis: `start..end` by `step` (> 0), negative indices from
+    /// the end, bounds clamped.
+    #[track_caller]
+    pub fn slice(&self, axis: isize, start: isize, end: isize, step: usize) -> Tensor {
+        let d = match self.axis(axis, "slice") {
+            Ok(d) => d,
+            Err(t) => return t,
+        };
+        if step == 0 {
+            return self.fail("slice", "step must be positive".into());
+        }
+        let shape = self.shape();
+        let n = shape[d] as isize;
+        let norm = |i: isize| (if i < 0 { i + n } else { i }).clamp(0, n) as i64;
+        let (s, e) = (norm(start), norm(end).max(norm(start)));
+        let mut st = vec![0i64; shape.len()];
+        let mut lim: Vec<i64> = shape.iter().map(|&x| x as i64).collect();
+        let mut steps = vec![1i64; shape.len()];
+        st[d] = s;
+        lim[d] = e;
+        steps[d] = step as i64;
+        self.op1(
+            Op::Slice {
+                start_indices: st,
+                limit_indices: lim,
+                strides: steps,
+            },
+            "slice",
+        )
+    }
+    /// Element `i` along axis 0 (negative from the end), dropping that axis.
+    #[track_caller]
+    pub fn index(&self, i: isize) -> Tensor {
+        let s = self.shape();
+        if s.is_empty() {
+            return self.fail("index", format!("cannot index a scalar {}", ty_str(self)));
+        }
+        let n = s[0] as isize;
+        let j = if i < 0 { i + n } else { i };
+        if j < 0 || j >= n {
+            return self.fail(
+                "index",
+                format!("index {i} is out of range for {}", ty_str(self)),
+            );
+        }
+        self.slice(0, j, j + 1, 1).squeeze(0)
+    }
+
+    /// Joins tensors along `axis`.
+    #[track_caller]
+    pub fn concat(tensors: &[&Tensor], axis: isize) -> Tensor {
+        let Some(first) = tensors.first() else {
+            return Tensor::failed(Error::new("concat", "needs at least one tensor"));
+        };
+        let d = match first.axis(axis, "concat") {
+            Ok(d) => d,
+            Err(t) => return t,
+        };
+        apply(
+            Op::Concatenate {
+                dimension: d as i64,
+            },
+            tensors,
+            None,
+            "concat",
+            Loc::caller(),
+        )
+        .remove(0)
+    }
+
+    /// Pads each dimension with (before, after) copies of `value` (negative values crop).
+    #[track_caller]
+    pub fn pad(&self, pads: &[(i64, i64)], value: f64) -> Tensor {
+        if pads.len() != self.rank() {
+            return self.fail(
+                "pad",
+                format!(
+                    "{} (before, after) pairs given for {}",
+                    pads.len(),
+                    ty_str(self)
+                ),
+            );
+        }
+        let op = Op::Pad {
+            edge_padding_low: pads.iter().map(|p| p.0).collect(),
+            edge_padding_high: pads.iter().map(|p| p.1).collect(),
+            interior_padding: vec![0; pads.len()],
+        };
+        apply(
+            op,
+            &[self, &self.like_scalar(value)],
+            None,
+            "pad",
+            Loc::caller(),
+        )
+        .remove(0)
+    }
+
+    /// Matrix product with NumPy semantics: batch dimensions broadcast; a 1-D operand is a
+    /// vector.
+    #[track_caller]
+    pub fn matmul(&self, o: &Tensor) -> Tensor {
+        if let Some(e) = self.error().or(o.error()) {
+            return Tensor::failed(e.clone());
+        }
+        if self.dtype() != o.dtype() {
+            return self.fail(
+                "matmul",
+                format!("dtype mismatch: {} @ {}", ty_str(self), ty_str(o)),
+            );
+        }
+        let (ra, rb) = (self.rank(), o.rank());
+        if ra == 0 || rb == 0 {
+            return self.fail(
+                "matmul",
+                format!(
+                    "matmul needs at least 1-D operands, got {} @ {}",
+                    ty_str(self),
+                    ty_str(o)
+                ),
+            );
+        }
+        let a = if ra == 1 {
+            self.unsqueeze(0)
+        } else {
+            self.clone()
+        };
+        let b = if rb == 1 { o.unsqueeze(1) } else { o.clone() };
+        let (sa, sb) = (a.shape(), b.shape());
+        let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+        let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+        if k != k2 {
+            return self.fail(
+                "matmul",
+                format!(
+                    "{} @ {}: contracting dimensions {k} and {k2} differ",
+                    ty_str(self),
+                    ty_str(o)
+                ),
+            );
+        }
+        let Some(batch) = broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2]) else {
+            return self.fail(
+                "matmul",
+                format!(
+                    "{} @ {}: batch dimensions do not broadcast",
+                    ty_str(self),
+                    ty_str(o)
+                ),
+            );
+        };
+        let full = |x: &Tensor, r: usize, c: usize| {
+            let mut s = batch.clone();
+            s.extend([r, c]);
+            x.broadcast_to(&s)
+        };
+        let (a, b) = (full(&a, m, k), full(&b, k, n));
+        let nb = batch.len() as i64;
+        let bd: Vec<i64> = (0..nb).collect();
+        let op = Op::DotGeneral {
+            lhs_batching_dimensions: bd.clone(),
+            rhs_batching_dimensions: bd,
+            lhs_contracting_dimensions: vec![nb + 1],
+            rhs_contracting_dimensions: vec![nb],
+        };
+        let r = apply(op, &[&a, &b], None, "matmul", Loc::caller()).remove(0);
+        let r = if rb == 1 { r.squeeze(-1) } else { r };
+        if ra == 1 { r.squeeze(-2) } else { r }
+    }
+
+    /// 2-D convolution, NCHW input and OIHW weight (PyTorch layout).
+    #[track_caller]
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        stride: (usize, usize),
+        padding: (usize, usize),
+        dilation: (usize, usize),
+        groups: usize,
+    ) -> Tensor {
+        if self.rank() != 4 || weight.rank() != 4 {
+            return self.fail(
+                "conv2d",
+                format!(
+                    "conv2d needs NCHW input and OIHW weight, got {} and {}",
+                    ty_str(self),
+                    ty_str(weight)
+                ),
+            );
+        }
+        let p = |x: usize| (x as i64, x as i64);
+        let op = Op::Convolution {
+            window_strides: vec![stride.0 as i64, stride.1 as i64],
+            padding: vec![p(padding.0), p(padding.1)],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![dilation.0 as i64, dilation.1 as i64],
+            feature_group_count: groups as i64,
+            input_dims: vec![0, 1, 2, 3],
+            kernel_dims: vec![0, 1, 2, 3],
+            output_dims: vec![0, 1, 2, 3],
+        };
+        apply(op, &[self, weight], None, "conv2d", Loc::caller()).remove(0)
+    }
+
+    #[track_caller]
+    fn pool2d(
+        &self,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize),
+        kind: Combiner,
+        name: &str,
+    ) -> Tensor {
+        if self.rank() != 4 {
+            return self.fail(
+                name,
+                format!("{name} needs an NCHW input, got {}", ty_str(self)),
+            );
+        }
+        let init = if kind == Combiner::Max {
+            f64::NEG_INFINITY
+        } else {
+            0.0
+        };
+        let op = Op::ReduceWindow {
+            window_dimensions: vec![1, 1, kernel.0 as i64, kernel.1 as i64],
+            window_strides: vec![1, 1, stride.0 as i64, stride.1 as i64],
+            base_dilations: vec![1; 4],
+            window_dilations: vec![1; 4],
+            padding: vec![
+                (0, 0),
+                (0, 0),
+                (padding.0 as i64, padding.0 as i64),
+                (padding.1 as i64, padding.1 as i64),
+            ],
+            kind,
+        };
+        apply(
+            op,
+            &[self, &self.like_scalar(init)],
+            None,
+            name,
+            Loc::caller(),
+        )
+        .remove(0)
+    }
+
+    /// 2-D max pooling over NCHW input.
+    #[track_caller]
+    pub fn max_pool2d(
+        &self,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize),
+    ) -> Tensor {
+        self.pool2d(kernel, stride, padding, Combiner::Max, "max_pool2d")
+    }
+
+    /// 2-D average pooling over NCHW input (padding counts as zeros in the average).
+    #[track_caller]
+    pub fn avg_pool2d(
+        &self,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize),
+    ) -> Tensor {
+        let s = self.pool2d(kernel, stride, padding, Combiner::Add, "avg_pool2d");
+        s.div(&self.like_scalar((kernel.0 * kernel.1) as f64))
+    }
+
+    /// Elements at integer `indices` along `axis`: the result's shape is this shape with `axis`
+    /// replaced by the indices' shape. Indices are clamped into range.
+    #[track_caller]
+    pub fn take(&self, indices: &Tensor, axis: isize) -> Tensor {
+        let d = match self.axis(axis, "take") {
+            Ok(d) => d,
+            Err(t) => return t,
+        };
+        if indices.error().is_none() && !indices.dtype().is_int() {
+            return self.fail(
+                "take",
+                format!("indices must be integers, got {}", ty_str(indices)),
+            );
+        }
+        let s = self.shape();
+        let ri = indices.rank();
+        let offset_dims: Vec<i64> = (0..d as i64)
+            .chain((d + ri) as i64..(s.len() + ri - 1) as i64)
+            .collect();
+        let mut sizes: Vec<i64> = s.iter().map(|&x| x as i64).collect();
+        sizes[d] = 1;
+        let op = Op::Gather {
+            offset_dims,
+            collapsed_slice_dims: vec![d as i64],
+            start_index_map: vec![d as i64],
+            index_vector_dim: ri as i64,
+            slice_sizes: sizes,
+        };
+        apply(op, &[self, indices], None, "take", Loc::caller()).remove(0)
+    }
+
+    /// One-hot encoding of integer `self` over `n` classes, as `dtype`, in a new last axis.
+    #[track_caller]
+    pub fn one_hot(&self, n: usize, dtype: DType) -> Tensor {
+        if self.error().is_none() && !self.dtype().is_int() {
+            return self.fail(
+                "one_hot",
+                format!("one_hot needs integer labels, got {}", ty_str(self)),
+            );
+        }
+        let mut shape = self.shape();
+        shape.push(n);
+        let classes = Tensor::arange(n, self.dtype());
+        let r = self.rank() as isize;
+        self.unsqueeze(r)
+            .eq(&classes.broadcast_to(&shape))
+            .cast(dtype)
+    }
+}
+
+macro_rules! binop {
+    ($Trait:ident, $method:ident, $call:ident) => {
+        impl std::ops::$Trait<&Tensor> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: &Tensor) -> Tensor {
+                self.$call(o)
+            }
+        }
+        impl std::ops::$Trait<Tensor> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: Tensor) -> Tensor {
+                (&self).$call(&o)
+            }
+        }
+        impl std::ops::$Trait<&Tensor> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: &Tensor) -> Tensor {
+                (&self).$call(o)
+            }
+        }
+        impl std::ops::$Trait<Tensor> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: Tensor) -> Tensor {
+                self.$call(&o)
+            }
+        }
+        impl std::ops::$Trait<f64> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: f64) -> Tensor {
+                self.$call(&self.like_scalar(o))
+            }
+        }
+        impl std::ops::$Trait<f64> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: f64) -> Tensor {
+                (&self).$call(&self.like_scalar(o))
+            }
+        }
+        impl std::ops::$Trait<&Tensor> for f64 {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: &Tensor) -> Tensor {
+                o.like_scalar(self).$call(o)
+            }
+        }
+        impl std::ops::$Trait<Tensor> for f64 {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: Tensor) -> Tensor {
+                o.like_scalar(self).$call(&o)
+            }
+        }
+    };
+}
+binop!(Add, add, add);
+binop!(Sub, sub, sub);
+binop!(Mul, mul, mul);
+binop!(Div, div, div);
+
+impl std::ops::Neg for &Tensor {
+    type Output = Tensor;
+    #[track_caller]
+    fn neg(self) -> Tensor {
+        Tensor::neg(self)
+    }
+}
+
+impl std::ops::Neg for Tensor {
+    type Output = Tensor;
+    #[track_caller]
+    fn neg(self) -> Tensor {
+        Tensor::neg(&self)
+    }
+}

@@ -1,0 +1,268 @@
+//! The `Tensor` type: an eager value, a symbolic value in a trace, or a failure.
+
+use crate::trace::arc_identity;
+use crate::{Error, Result};
+use half::{bf16, f16};
+use kiln_ir::{DType, Data, Literal, Loc, TensorType, ValueId};
+use std::fmt;
+use std::sync::Arc;
+
+/// Where a tensor lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// Host memory.
+    Cpu,
+    /// An NVIDIA GPU, by ordinal.
+    Cuda(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+pub(crate) enum Repr {
+    Eager(Literal),
+    Traced {
+        frame: u64,
+        value: ValueId,
+        ty: TensorType,
+    },
+    Failed(Error),
+}
+
+/// A tensor. Outside a trace it holds values and every operation runs at once; inside
+/// `jit`/`grad` it is symbolic and operations record IR. The same code works both ways.
+///
+/// Operators cannot return `Result`, so an operation that fails (a shape or dtype mismatch,
+/// say) returns a *failed* tensor carrying the error and the user's source line; operations on
+/// failed tensors pass the first error along, and it surfaces where values are read
+/// ([`Tensor::to_vec`], [`Tensor::to_literal`]) or where a trace ends (`jit`, `grad` return it).
+#[derive(Clone)]
+pub struct Tensor(Arc<Repr>);
+
+/// Rust element types that map to kiln dtypes.
+pub trait Element: Copy + 'static {
+    /// The kiln dtype.
+    const DTYPE: DType;
+    /// Wraps a vector as literal data.
+    fn data(v: Vec<Self>) -> Data;
+    /// The elements of a literal of this dtype.
+    fn elements(l: &Literal) -> Option<Vec<Self>>;
+}
+
+macro_rules! element {
+    ($t:ty, $d:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            fn data(v: Vec<Self>) -> Data {
+                Data::$d(v)
+            }
+            fn elements(l: &Literal) -> Option<Vec<Self>> {
+                match l.data() {
+                    Data::$d(v) => Some(v.clone()),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+element!(bool, Pred);
+element!(i8, I8);
+element!(i32, I32);
+element!(i64, I64);
+element!(u32, U32);
+element!(f16, F16);
+element!(bf16, BF16);
+element!(f32, F32);
+element!(f64, F64);
+
+impl Tensor {
+    pub(crate) fn from_repr(r: Repr) -> Tensor {
+        Tensor(Arc::new(r))
+    }
+
+    pub(crate) fn repr(&self) -> &Repr {
+        &self.0
+    }
+
+    pub(crate) fn identity(&self) -> usize {
+        arc_identity(&self.0)
+    }
+
+    /// A tensor holding `value`.
+    pub fn new(value: Literal) -> Tensor {
+        Tensor::from_repr(Repr::Eager(value))
+    }
+
+    /// A failed tensor carrying `e`.
+    pub fn failed(e: Error) -> Tensor {
+        Tensor::from_repr(Repr::Failed(e))
+    }
+
+    /// A tensor of `shape` from row-major values.
+    #[track_caller]
+    pub fn from_vec<T: Element>(values: Vec<T>, shape: impl Into<Vec<usize>>) -> Result<Tensor> {
+        let ty = TensorType::new(T::DTYPE, shape);
+        let loc = Loc::caller();
+        Literal::new(ty, T::data(values))
+            .map(Tensor::new)
+            .map_err(|e| Error::at("from_vec", e.0, loc))
+    }
+
+    /// A scalar tensor.
+    pub fn scalar<T: Element>(x: T) -> Tensor {
+        Tensor::new(
+            Literal::new(TensorType::scalar(T::DTYPE), T::data(vec![x])).expect("one element"),
+        )
+    }
+
+    /// A tensor of `dtype` and `shape` filled with `x` (rounded or converted to the dtype).
+    pub fn full(dtype: DType, shape: impl Into<Vec<usize>>, x: f64) -> Tensor {
+        let ty = TensorType::new(dtype, shape);
+        let n = ty.numel();
+        Tensor::new(Literal::from_f64s(ty, &vec![x; n]).expect("sizes match"))
+    }
+
+    /// Zeros.
+    pub fn zeros(dtype: DType, shape: impl Into<Vec<usize>>) -> Tensor {
+        Tensor::full(dtype, shape, 0.0)
+    }
+
+    /// Ones.
+    pub fn ones(dtype: DType, shape: impl Into<Vec<usize>>) -> Tensor {
+        Tensor::full(dtype, shape, 1.0)
+    }
+
+    /// `[0, 1, ..., n-1]` of `dtype`.
+    pub fn arange(n: usize, dtype: DType) -> Tensor {
+        let ty = TensorType::new(dtype, [n]);
+        Tensor::new(
+            Literal::from_f64s(ty, &(0..n).map(|i| i as f64).collect::<Vec<_>>())
+                .expect("sizes match"),
+        )
+    }
+
+    /// The type, unless the tensor failed.
+    pub fn ty(&self) -> Option<TensorType> {
+        match self.repr() {
+            Repr::Eager(l) => Some(l.ty().clone()),
+            Repr::Traced { ty, .. } => Some(ty.clone()),
+            Repr::Failed(_) => None,
+        }
+    }
+
+    /// The shape (empty for a failed tensor).
+    pub fn shape(&self) -> Vec<usize> {
+        self.ty().map(|t| t.shape).unwrap_or_default()
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// The element type (`f32` for a failed tensor).
+    pub fn dtype(&self) -> DType {
+        self.ty().map(|t| t.dtype).unwrap_or(DType::F32)
+    }
+
+    /// Whether this tensor is symbolic (inside a trace).
+    pub fn is_traced(&self) -> bool {
+        matches!(self.repr(), Repr::Traced { .. })
+    }
+
+    /// The error, if this tensor failed.
+    pub fn error(&self) -> Option<&Error> {
+        match self.repr() {
+            Repr::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The value of an eager tensor.
+    pub fn literal(&self) -> Option<&Literal> {
+        match self.repr() {
+            Repr::Eager(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The value, or the error that made this tensor fail, or an error if it is symbolic.
+    #[track_caller]
+    pub fn to_literal(&self) -> Result<Literal> {
+        match self.repr() {
+            Repr::Eager(l) => Ok(l.clone()),
+            Repr::Failed(e) => Err(e.clone()),
+            Repr::Traced { ty, .. } => Err(Error::new(
+                "to_literal",
+                format!("a traced {ty} tensor has no value until the traced function runs"),
+            )),
+        }
+    }
+
+    /// The row-major values as `T`, which must match the dtype.
+    #[track_caller]
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let loc = Loc::caller();
+        let l = self.to_literal()?;
+        T::elements(&l).ok_or_else(|| {
+            Error::at(
+                "to_vec",
+                format!("the tensor is {}, not {}", l.ty(), T::DTYPE),
+                loc,
+            )
+        })
+    }
+
+    /// The single value of a one-element tensor, converted to f64.
+    #[track_caller]
+    pub fn item(&self) -> Result<f64> {
+        let l = self.to_literal()?;
+        if l.numel() != 1 {
+            return Err(Error::new(
+                "item",
+                format!("item() needs one element, the tensor is {}", l.ty()),
+            ));
+        }
+        Ok(l.to_f64s()[0])
+    }
+
+    /// The device this tensor lives on.
+    pub fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    /// This tensor on `device`. CUDA needs the `cuda` backend, which this build lacks, so
+    /// moving to a GPU gives a failed tensor saying so.
+    #[track_caller]
+    pub fn to(&self, device: Device) -> Tensor {
+        match device {
+            Device::Cpu => self.clone(),
+            Device::Cuda(_) => Tensor::failed(Error::new(
+                "to",
+                format!("cannot move to {device}: kiln was built without CUDA support"),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.repr() {
+            Repr::Eager(l) => write!(f, "{l}"),
+            Repr::Traced { ty, value, .. } => write!(f, "traced {value} : {ty}"),
+            Repr::Failed(e) => write!(f, "failed tensor: {e}"),
+        }
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({self})")
+    }
+}

@@ -1,0 +1,320 @@
+//! Trace frames: while a function is traced, operations on its tensors record instructions.
+//!
+//! Frames nest (a function traced inside another's trace). A tensor of an outer frame used in
+//! an inner one becomes a capture: an extra parameter of the inner function, fed the outer
+//! value when the inner function is applied. An eager tensor used in a trace becomes a constant.
+
+use crate::tensor::{Repr, Tensor};
+use crate::{Error, Result};
+use kiln_ir::{Builder, Func, Inst, Loc, Op, TensorType, ValueId};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+struct Frame {
+    id: u64,
+    b: Builder,
+    error: Option<Error>,
+    captures: Vec<Tensor>,
+    /// Values already made for eager constants and captures, by tensor identity; the tensor is
+    /// kept so its identity cannot be reused while the frame lives.
+    known: HashMap<usize, (Tensor, ValueId)>,
+}
+
+thread_local! {
+    static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
+}
+
+static NEXT_FRAME: AtomicU64 = AtomicU64::new(1);
+
+/// Pops the frame even if the traced function panics.
+struct FrameGuard;
+
+impl Drop for FrameGuard {
+    fn drop(&mut self) {
+        FRAMES.with(|f| f.borrow_mut().pop());
+    }
+}
+
+/// A traced function: the IR, and the outer tensors its trailing capture parameters stand for.
+pub struct Traced {
+    /// The function: the declared parameters, then one parameter per capture.
+    pub func: Func,
+    /// The tensors to pass for the capture parameters.
+    pub captures: Vec<Tensor>,
+}
+
+/// Traces `f` on fresh symbolic parameters of the given types. Returns the function with
+/// `f`'s results as outputs, or the first error any traced operation reported.
+pub fn trace(
+    name: &str,
+    params: &[TensorType],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<Traced> {
+    let id = NEXT_FRAME.fetch_add(1, Ordering::Relaxed);
+    let mut b = Builder::new(name);
+    let args: Vec<Tensor> = params
+        .iter()
+        .map(|t| {
+            let v = b.param(t.clone());
+            Tensor::from_repr(Repr::Traced {
+                frame: id,
+                value: v,
+                ty: t.clone(),
+            })
+        })
+        .collect();
+    FRAMES.with(|fr| {
+        fr.borrow_mut().push(Frame {
+            id,
+            b,
+            error: None,
+            captures: Vec::new(),
+            known: HashMap::new(),
+        })
+    });
+    let guard = FrameGuard;
+    let outs = f(&args);
+    // Outputs: lift each into this frame, as any operand would be.
+    let out_vals: Vec<Result<ValueId>> = outs
+        .iter()
+        .map(|t| with_frame(|fr| value_in(fr, t)))
+        .collect();
+    let frame = FRAMES
+        .with(|fr| fr.borrow_mut().pop())
+        .expect("the frame pushed above");
+    std::mem::forget(guard);
+    if let Some(e) = frame.error {
+        return Err(e);
+    }
+    let out_vals = out_vals.into_iter().collect::<Result<Vec<_>>>()?;
+    let func = frame
+        .b
+        .finish(&out_vals)
+        .map_err(|e| Error::internal("trace", e.to_string()))?;
+    Ok(Traced {
+        func,
+        captures: frame.captures,
+    })
+}
+
+fn with_frame<T>(f: impl FnOnce(&mut Frame) -> T) -> T {
+    FRAMES.with(|fr| f(fr.borrow_mut().last_mut().expect("called inside a trace")))
+}
+
+/// Whether any trace is active on this thread.
+pub fn tracing() -> bool {
+    FRAMES.with(|fr| !fr.borrow().is_empty())
+}
+
+fn frame_exists(id: u64) -> bool {
+    FRAMES.with(|fr| fr.borrow().iter().any(|f| f.id == id))
+}
+
+/// The value standing for `t` in frame `fr`: its own value, a new constant for an eager
+/// tensor, or a capture parameter for a tensor of an outer frame.
+fn value_in(fr: &mut Frame, t: &Tensor) -> Result<ValueId> {
+    let key = t.identity();
+    match t.repr() {
+        Repr::Failed(e) => Err(e.clone()),
+        Repr::Traced { frame, value, .. } if *frame == fr.id => Ok(*value),
+        Repr::Traced { frame, ty, .. } => {
+            if let Some((_, v)) = fr.known.get(&key) {
+                return Ok(*v);
+            }
+            if !frame_exists(*frame) && *frame != fr.id {
+                return Err(Error::internal(
+                    "trace",
+                    format!(
+                        "a traced {ty} tensor was used after its trace ended (it escaped the traced function)"
+                    ),
+                ));
+            }
+            let v = fr.b.param(ty.clone());
+            fr.captures.push(t.clone());
+            fr.known.insert(key, (t.clone(), v));
+            Ok(v)
+        }
+        Repr::Eager(lit) => {
+            if let Some((_, v)) = fr.known.get(&key) {
+                return Ok(*v);
+            }
+            let v =
+                fr.b.push(Op::Constant { value: lit.clone() }, &[])
+                    .map_err(|e| Error::internal("constant", e.to_string()))?[0];
+            fr.known.insert(key, (t.clone(), v));
+            Ok(v)
+        }
+    }
+}
+
+/// Applies `op` to tensors: records it when tracing, runs it otherwise. `declared` gives the
+/// result types of ops that need them. Errors become failed tensors carrying `user_op` and
+/// `loc`; in a trace the first error is also kept for the trace's result.
+pub fn apply(
+    op: Op,
+    xs: &[&Tensor],
+    declared: Option<Vec<TensorType>>,
+    user_op: &str,
+    loc: Loc,
+) -> Vec<Tensor> {
+    let n = op.kind().results().for_operands(xs.len());
+    if let Some(e) = xs.iter().find_map(|t| t.error()) {
+        return vec![Tensor::failed(e.clone()); n];
+    }
+    let fail = |message: String| Error {
+        op: user_op.to_string(),
+        message,
+        loc: Some(loc),
+    };
+    let traced = xs.iter().any(|t| t.is_traced()) && tracing();
+    if xs.iter().any(|t| t.is_traced()) && !traced {
+        return vec![
+            Tensor::failed(fail(
+                "a traced tensor was used after its trace ended (it escaped the traced function)"
+                    .into()
+            ));
+            n
+        ];
+    }
+    if traced {
+        return with_frame(|fr| {
+            let vals: Result<Vec<ValueId>> = xs.iter().map(|t| value_in(fr, t)).collect();
+            let res = vals.and_then(|vals| {
+                fr.b.push_at(op, &vals, declared.as_deref(), loc)
+                    .map_err(|e| fail(format!("{}: {}", e.diag.label, e.diag.message)))
+            });
+            match res {
+                Ok(rs) => rs
+                    .into_iter()
+                    .map(|v| {
+                        let ty = fr.b.ty(v).expect("just defined").clone();
+                        Tensor::from_repr(Repr::Traced {
+                            frame: fr.id,
+                            value: v,
+                            ty,
+                        })
+                    })
+                    .collect(),
+                Err(e) => {
+                    fr.error.get_or_insert(e.clone());
+                    vec![Tensor::failed(e); n]
+                }
+            }
+        });
+    }
+    // Eager: type-check with the user's location, then run the one-op function.
+    let lits: Vec<&kiln_ir::Literal> = xs
+        .iter()
+        .map(|t| t.literal().expect("eager and not failed"))
+        .collect();
+    let tys: Vec<&TensorType> = lits.iter().map(|l| l.ty()).collect();
+    let types = match kiln_ir::type_rule(&op, &tys, declared.as_deref()) {
+        Ok(t) => t,
+        Err(d) => return vec![Tensor::failed(fail(format!("{}: {}", d.label, d.message))); n],
+    };
+    match run_op(op, &lits, types) {
+        Ok(outs) => outs.into_iter().map(Tensor::new).collect(),
+        Err(e) => vec![
+            Tensor::failed(Error {
+                loc: Some(loc),
+                ..e
+            });
+            n
+        ],
+    }
+}
+
+fn run_op(
+    op: Op,
+    lits: &[&kiln_ir::Literal],
+    types: Vec<TensorType>,
+) -> Result<Vec<kiln_ir::Literal>> {
+    let values: Vec<TensorType> = lits
+        .iter()
+        .map(|l| l.ty().clone())
+        .chain(types.iter().cloned())
+        .collect();
+    let n = lits.len();
+    let results: Vec<ValueId> = (n..n + types.len()).map(|i| ValueId(i as u32)).collect();
+    let f = Func {
+        name: format!("eager_{}", op.mnemonic()),
+        params: (0..n).map(|i| ValueId(i as u32)).collect(),
+        insts: vec![Inst {
+            op,
+            operands: (0..n).map(|i| ValueId(i as u32)).collect(),
+            results: results.clone(),
+            loc: None,
+        }],
+        outputs: results,
+        output_types: types,
+        values,
+    };
+    let exe = crate::backend::compile_cached(&f)?;
+    let args: Vec<kiln_ir::Literal> = lits.iter().map(|l| (*l).clone()).collect();
+    exe.run(&args)
+}
+
+/// Applies a function to tensors: inlines it when tracing, compiles and runs it otherwise.
+pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> {
+    let n = f.outputs.len();
+    if let Some(e) = args.iter().find_map(|t| t.error()) {
+        return vec![Tensor::failed(e.clone()); n];
+    }
+    let fail = |message: String| Error {
+        op: user_op.to_string(),
+        message,
+        loc: Some(loc),
+    };
+    if args.iter().any(|t| t.is_traced()) && tracing() {
+        return with_frame(|fr| {
+            let vals: Result<Vec<ValueId>> = args.iter().map(|t| value_in(fr, t)).collect();
+            let res = vals.and_then(|vals| fr.b.inline(f, &vals).map_err(|e| fail(e.to_string())));
+            match res {
+                Ok(rs) => rs
+                    .into_iter()
+                    .map(|v| {
+                        let ty = fr.b.ty(v).expect("just defined").clone();
+                        Tensor::from_repr(Repr::Traced {
+                            frame: fr.id,
+                            value: v,
+                            ty,
+                        })
+                    })
+                    .collect(),
+                Err(e) => {
+                    fr.error.get_or_insert(e.clone());
+                    vec![Tensor::failed(e); n]
+                }
+            }
+        });
+    }
+    let lits: Vec<kiln_ir::Literal> = match args
+        .iter()
+        .map(|t| {
+            t.literal()
+                .cloned()
+                .ok_or_else(|| fail("a traced tensor was used after its trace ended".into()))
+        })
+        .collect()
+    {
+        Ok(l) => l,
+        Err(e) => return vec![Tensor::failed(e); n],
+    };
+    let run = crate::backend::compile_cached(f).and_then(|exe| exe.run(&lits));
+    match run {
+        Ok(outs) => outs.into_iter().map(Tensor::new).collect(),
+        Err(e) => vec![
+            Tensor::failed(Error {
+                loc: Some(loc),
+                ..e
+            });
+            n
+        ],
+    }
+}
+
+pub(crate) fn arc_identity<T>(a: &Arc<T>) -> usize {
+    Arc::as_ptr(a) as *const u8 as usize
+}

@@ -1,0 +1,152 @@
+//! Parameter trees: structures of tensors that functions take and return, like JAX pytrees.
+//!
+//! A [`Tree`] lists its tensor leaves in a fixed order and can rebuild itself with new leaves.
+//! Tensors, tuples, arrays, `Vec`s and `Option`s of trees are trees; plain numbers and `()` are
+//! trees without leaves; user structs derive [`Tree`] with `#[derive(kiln::Tree)]`.
+
+use crate::tensor::Tensor;
+
+/// A structure of tensors.
+pub trait Tree: Sized {
+    /// Appends the tensor leaves, in order.
+    fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>);
+
+    /// The same structure with every leaf replaced by `f(leaf)`, in leaf order.
+    fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self;
+
+    /// The leaves, in order.
+    fn leaf_vec(&self) -> Vec<&Tensor> {
+        let mut v = Vec::new();
+        self.leaves(&mut v);
+        v
+    }
+
+    /// A one-line description of the structure and leaf types (the jit cache key).
+    fn signature(&self) -> String {
+        let tys: Vec<String> = self
+            .leaf_vec()
+            .iter()
+            .map(|t| {
+                t.ty()
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "failed".into())
+            })
+            .collect();
+        format!("{}({})", std::any::type_name::<Self>(), tys.join(", "))
+    }
+
+    /// Rebuilds this structure from `leaves` (as many as it has).
+    fn with_leaves(&self, leaves: &[Tensor]) -> Self {
+        let mut it = leaves.iter();
+        self.map_leaves(&mut |old| it.next().cloned().unwrap_or_else(|| old.clone()))
+    }
+}
+
+impl Tree for Tensor {
+    fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+        out.push(self);
+    }
+    fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+        f(self)
+    }
+}
+
+macro_rules! static_leaf {
+    ($($t:ty),*) => {$(
+        impl Tree for $t {
+            fn leaves<'a>(&'a self, _: &mut Vec<&'a Tensor>) {}
+            fn map_leaves(&self, _: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+                self.clone()
+            }
+        }
+    )*};
+}
+static_leaf!((), bool, usize, u32, i32, i64, f32, f64, String);
+
+impl<T: Tree> Tree for Vec<T> {
+    fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+        self.iter().for_each(|x| x.leaves(out));
+    }
+    fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+        self.iter().map(|x| x.map_leaves(f)).collect()
+    }
+    fn signature(&self) -> String {
+        format!(
+            "Vec[{}]",
+            self.iter()
+                .map(|x| x.signature())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+impl<T: Tree> Tree for Option<T> {
+    fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+        if let Some(x) = self {
+            x.leaves(out);
+        }
+    }
+    fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+        self.as_ref().map(|x| x.map_leaves(f))
+    }
+    fn signature(&self) -> String {
+        match self {
+            Some(x) => format!("Some({})", x.signature()),
+            None => "None".into(),
+        }
+    }
+}
+
+impl<T: Tree, const N: usize> Tree for [T; N] {
+    fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+        self.iter().for_each(|x| x.leaves(out));
+    }
+    fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+        std::array::from_fn(|i| self[i].map_leaves(f))
+    }
+}
+
+macro_rules! tuple_tree {
+    ($($n:tt $t:ident),+) => {
+        impl<$($t: Tree),+> Tree for ($($t,)+) {
+            fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+                $(self.$n.leaves(out);)+
+            }
+            fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+                ($(self.$n.map_leaves(f),)+)
+            }
+        }
+    };
+}
+tuple_tree!(0 A);
+tuple_tree!(0 A, 1 B);
+tuple_tree!(0 A, 1 B, 2 C);
+tuple_tree!(0 A, 1 B, 2 C, 3 D);
+tuple_tree!(0 A, 1 B, 2 C, 3 D, 4 E);
+tuple_tree!(0 A, 1 B, 2 C, 3 D, 4 E, 5 F);
+
+/// Applies `f` to corresponding leaves of two trees of the same structure; the error names
+/// both structures when they differ.
+#[track_caller]
+pub fn zip_map<T: Tree>(
+    a: &T,
+    b: &T,
+    mut f: impl FnMut(&Tensor, &Tensor) -> Tensor,
+) -> crate::Result<T> {
+    let lb: Vec<Tensor> = b.leaf_vec().into_iter().cloned().collect();
+    let la = a.leaf_vec();
+    let same = la.len() == lb.len() && la.iter().zip(&lb).all(|(x, y)| x.ty() == y.ty());
+    if !same {
+        return Err(crate::Error::new(
+            "tree",
+            format!(
+                "tree structures differ: {} and {}",
+                a.signature(),
+                b.signature()
+            ),
+        ));
+    }
+    let mut it = lb.into_iter();
+    Ok(a.map_leaves(&mut |x| f(x, &it.next().expect("checked: same number of leaves"))))
+}

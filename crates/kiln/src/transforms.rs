@@ -1,0 +1,326 @@
+//! `jit`, `grad`, `value_and_grad`, `vjp` and `jvp` over functions of parameter trees.
+//!
+//! Each transform traces the user's function to IR, transforms the IR (autodiff is an
+//! IR-to-IR transform), and applies the result: it runs when the arguments hold values and is
+//! inlined when they are themselves traced, so transforms compose (`grad(grad(f))`,
+//! `jit(|p| grad(loss)(p))`).
+
+use crate::{Error, Result, Tensor, Tree};
+use kiln_ir::{Func, Loc};
+use kiln_trace::backend::{Executable, compile_cached};
+use kiln_trace::trace::{call, trace};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+fn leaves_of<T: Tree>(x: &T, op: &str, loc: Loc) -> Result<Vec<Tensor>> {
+    let leaves: Vec<Tensor> = x.leaf_vec().into_iter().cloned().collect();
+    if let Some(e) = leaves.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    if leaves.is_empty() {
+        return Err(Error {
+            op: op.into(),
+            message: "the argument has no tensor leaves".into(),
+            loc: Some(loc),
+        });
+    }
+    Ok(leaves)
+}
+
+/// Traces `f` on symbolic copies of `x`'s leaves; returns the function, its captures and the
+/// output template `f` returned.
+fn trace_tree<I: Tree, O: Tree>(
+    name: &str,
+    x: &I,
+    f: impl FnOnce(&I) -> O,
+    loc: Loc,
+) -> Result<(kiln_trace::trace::Traced, O)> {
+    let leaves = leaves_of(x, name, loc)?;
+    let types: Vec<_> = leaves.iter().map(|t| t.ty().expect("not failed")).collect();
+    let mut template = None;
+    let traced = trace(name, &types, |params| {
+        let out = f(&x.with_leaves(params));
+        let outs = out.leaf_vec().into_iter().cloned().collect();
+        template = Some(out);
+        outs
+    })?;
+    Ok((traced, template.expect("the traced closure ran")))
+}
+
+fn ad_error(op: &str, e: kiln_autodiff::Error, loc: Loc) -> Error {
+    Error {
+        op: op.into(),
+        message: e.to_string(),
+        loc: Some(loc),
+    }
+}
+
+/// Applies a transformed function to `x`'s leaves and the captures.
+fn apply_transformed(
+    g: &Func,
+    leaves: &[Tensor],
+    captures: &[Tensor],
+    op: &str,
+    loc: Loc,
+) -> Result<Vec<Tensor>> {
+    let args: Vec<&Tensor> = leaves.iter().chain(captures).collect();
+    let outs = call(g, &args, op, loc);
+    if let Some(e) = outs.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    Ok(outs)
+}
+
+/// `f`'s value and its gradient with respect to every leaf of `x` (which must be floats);
+/// `f` returns a scalar and auxiliary outputs.
+#[track_caller]
+pub fn value_and_grad_with_aux<I: Tree, A: Tree>(
+    f: impl Fn(&I) -> (Tensor, A),
+    x: &I,
+) -> Result<((Tensor, A), I)> {
+    value_and_grad_at(f, x, Loc::caller())
+}
+
+fn value_and_grad_at<I: Tree, A: Tree>(
+    f: impl Fn(&I) -> (Tensor, A),
+    x: &I,
+    loc: Loc,
+) -> Result<((Tensor, A), I)> {
+    let leaves = leaves_of(x, "grad", loc)?;
+    let (traced, (_, aux_t)) = trace_tree(
+        "f",
+        x,
+        |i| {
+            let (v, a) = f(i);
+            (v, a)
+        },
+        loc,
+    )?;
+    let wrt: Vec<usize> = (0..leaves.len()).collect();
+    let g = kiln_autodiff::value_and_grad(&traced.func, &wrt, true)
+        .map_err(|e| ad_error("grad", e, loc))?;
+    let outs = apply_transformed(&g, &leaves, &traced.captures, "grad", loc)?;
+    let n_aux = aux_t.leaf_vec().len();
+    let value = outs[0].clone();
+    let aux = aux_t.with_leaves(&outs[1..1 + n_aux]);
+    let grads = x.with_leaves(&outs[1 + n_aux..]);
+    Ok(((value, aux), grads))
+}
+
+/// `f`'s value (a float scalar) and its gradient with respect to every leaf of `x`.
+#[track_caller]
+pub fn value_and_grad<I: Tree>(f: impl Fn(&I) -> Tensor, x: &I) -> Result<(Tensor, I)> {
+    let ((v, ()), g) = value_and_grad_with_aux(|i| (f(i), ()), x)?;
+    Ok((v, g))
+}
+
+/// The gradient of `f` (returning a float scalar) at `x`, as a tree like `x`. When `x` is
+/// traced (inside `jit` or another `grad`), the gradient computation is recorded instead, so
+/// `grad` composes with itself and with `jit`. Errors become failed leaves.
+#[track_caller]
+pub fn grad<I: Tree>(f: impl Fn(&I) -> Tensor) -> impl Fn(&I) -> I {
+    let loc = Loc::caller();
+    move |x: &I| match value_and_grad_at(|i| (f(i), ()), x, loc) {
+        Ok((_, g)) => g,
+        Err(e) => x.map_leaves(&mut |_| {
+            Tensor::failed(Error {
+                loc: e.loc.or(Some(loc)),
+                ..e.clone()
+            })
+        }),
+    }
+}
+
+/// Reverse mode: `f`'s outputs at `x` and a pullback mapping output cotangents (a tree like
+/// the outputs) to input cotangents (a tree like `x`).
+#[track_caller]
+pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, impl Fn(&O) -> Result<I>)> {
+    let loc = Loc::caller();
+    let leaves = leaves_of(x, "vjp", loc)?;
+    let (traced, out_t) = trace_tree("f", x, f, loc)?;
+    let wrt: Vec<usize> = (0..leaves.len()).collect();
+    let v = kiln_autodiff::vjp(&traced.func, &wrt).map_err(|e| ad_error("vjp", e, loc))?;
+    let outs = apply_transformed(&traced.func, &leaves, &traced.captures, "vjp", loc)?;
+    let n_out = outs.len();
+    let primal = out_t.with_leaves(&outs);
+    let x_t = x.with_leaves(&leaves);
+    let pullback = move |ct: &O| -> Result<I> {
+        let cts: Vec<Tensor> = ct.leaf_vec().into_iter().cloned().collect();
+        if cts.len() != n_out {
+            return Err(Error {
+                op: "vjp".into(),
+                message: format!("the cotangent has {} leaves, the output {n_out}", cts.len()),
+                loc: Some(loc),
+            });
+        }
+        let mut args: Vec<Tensor> = leaves.clone();
+        args.extend(traced.captures.iter().cloned());
+        args.extend(cts);
+        // The VJP function's parameters: the traced function's (leaves, captures), then one
+        // cotangent per output.
+        let refs: Vec<&Tensor> = args.iter().collect();
+        let res = call(&v, &refs, "vjp", loc);
+        if let Some(e) = res.iter().find_map(|t| t.error()) {
+            return Err(e.clone());
+        }
+        Ok(x_t.with_leaves(&res[n_out..]))
+    };
+    Ok((primal, pullback))
+}
+
+/// Forward mode: `f`'s outputs at `x` and their derivative in the direction `t` (a tree like
+/// `x`). Outputs must be float tensors.
+#[track_caller]
+pub fn jvp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I, t: &I) -> Result<(O, O)> {
+    let loc = Loc::caller();
+    let leaves = leaves_of(x, "jvp", loc)?;
+    let tangents: Vec<Tensor> = t.leaf_vec().into_iter().cloned().collect();
+    if tangents.len() != leaves.len() || tangents.iter().zip(&leaves).any(|(a, b)| a.ty() != b.ty())
+    {
+        return Err(Error {
+            op: "jvp".into(),
+            message: format!(
+                "the tangent {} does not match the primal {}",
+                t.signature(),
+                x.signature()
+            ),
+            loc: Some(loc),
+        });
+    }
+    let (traced, out_t) = trace_tree("f", x, f, loc)?;
+    if let Some(bad) = out_t.leaf_vec().iter().find(|o| !o.dtype().is_float()) {
+        return Err(Error {
+            op: "jvp".into(),
+            message: format!("outputs must be floats, got {bad}"),
+            loc: Some(loc),
+        });
+    }
+    let wrt: Vec<usize> = (0..leaves.len()).collect();
+    let j = kiln_autodiff::jvp(&traced.func, &wrt).map_err(|e| ad_error("jvp", e, loc))?;
+    // jvp's parameters: the traced function's (leaves, captures), then the tangents.
+    let mut args: Vec<Tensor> = leaves;
+    args.extend(traced.captures.iter().cloned());
+    args.extend(tangents);
+    let refs: Vec<&Tensor> = args.iter().collect();
+    let res = call(&j, &refs, "jvp", loc);
+    if let Some(e) = res.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    let n = res.len() / 2;
+    Ok((out_t.with_leaves(&res[..n]), out_t.with_leaves(&res[n..])))
+}
+
+struct Compiled<O> {
+    exe: Arc<dyn Executable>,
+    func: Func,
+    template: O,
+}
+
+/// A compiled function: see [`jit`].
+pub struct Jit<I, O, F> {
+    f: F,
+    cache: Mutex<HashMap<String, Arc<Compiled<O>>>>,
+    misses: Mutex<Vec<String>>,
+    loc: Loc,
+    _in: std::marker::PhantomData<fn(&I)>,
+}
+
+/// Compiles `f` for each new input signature (tree structure, shapes, dtypes) on first call
+/// and runs the compiled program afterwards. Called with traced inputs (inside another `jit`
+/// or `grad`), it records `f` into the enclosing trace instead.
+#[track_caller]
+pub fn jit<I: Tree, O: Tree + Clone, F: Fn(&I) -> O>(f: F) -> Jit<I, O, F> {
+    Jit {
+        f,
+        cache: Mutex::new(HashMap::new()),
+        misses: Mutex::new(Vec::new()),
+        loc: Loc::caller(),
+        _in: std::marker::PhantomData,
+    }
+}
+
+impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
+    /// Runs the function on `x`, compiling it first if `x`'s signature is new.
+    #[track_caller]
+    pub fn call(&self, x: &I) -> Result<O> {
+        let loc = Loc::caller();
+        let leaves = leaves_of(x, "jit", loc)?;
+        if leaves.iter().any(|t| t.is_traced()) {
+            return Ok((self.f)(x));
+        }
+        let key = x.signature();
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        let c = match cached {
+            Some(c) => c,
+            None => {
+                let (traced, template) = trace_tree("jit", x, &self.f, loc)?;
+                if !traced.captures.is_empty() {
+                    return Err(Error {
+                        op: "jit".into(),
+                        message: "the function captured traced tensors of an enclosing trace"
+                            .into(),
+                        loc: Some(self.loc),
+                    });
+                }
+                let exe = compile_cached(&traced.func)?;
+                let c = Arc::new(Compiled {
+                    exe,
+                    func: traced.func,
+                    template,
+                });
+                self.misses
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(key.clone());
+                self.cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, c.clone());
+                c
+            }
+        };
+        let args: Vec<kiln_ir::Literal> = leaves
+            .iter()
+            .map(|t| t.literal().cloned().expect("eager leaves"))
+            .collect();
+        let outs = c.exe.run(&args).map_err(|e| Error {
+            loc: Some(loc),
+            ..e
+        })?;
+        Ok(c.template
+            .with_leaves(&outs.into_iter().map(Tensor::new).collect::<Vec<_>>()))
+    }
+
+    /// How many times the function was traced and compiled.
+    pub fn compiles(&self) -> usize {
+        self.misses.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The input signatures that missed the cache and caused a compile, in order.
+    pub fn compile_log(&self) -> Vec<String> {
+        self.misses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The IR compiled for `x`'s signature (tracing it if needed), for inspection and dumps.
+    #[track_caller]
+    pub fn lower(&self, x: &I) -> Result<Func> {
+        let loc = Loc::caller();
+        if let Some(c) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&x.signature())
+        {
+            return Ok(c.func.clone());
+        }
+        Ok(trace_tree("jit", x, &self.f, loc)?.0.func)
+    }
+}

@@ -1,0 +1,261 @@
+//! The user API: tracing, transforms, errors with source lines.
+
+use kiln::{DType, Tensor, grad, jit, jvp, value_and_grad, vjp};
+
+fn t64(v: Vec<f64>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v, shape.to_vec()).unwrap()
+}
+
+#[test]
+fn autograd_tutorial_values() {
+    // x = [2, 3], w = [1.5, -0.5], b = 0.1: z = (x*w).sum() + b = 1.6.
+    let x = Tensor::from_vec(vec![2.0f32, 3.0], [2]).unwrap();
+    let w = Tensor::from_vec(vec![1.5f32, -0.5], [2]).unwrap();
+    let b = Tensor::scalar(0.1f32);
+    let z = |(x, w, b): &(Tensor, Tensor, Tensor)| (x * w).sum_all() + b;
+    let args = (x.clone(), w.clone(), b);
+    assert!((z(&args).item().unwrap() - 1.6).abs() < 1e-6);
+    let (dx, dw, db) = grad(z)(&args);
+    assert_eq!(dx.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+    assert_eq!(dw.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    assert_eq!(db.to_vec::<f32>().unwrap(), vec![1.0]);
+}
+
+/// Checks the second derivative of `f` along `v`: grad of x -> <grad f(x), v> against finite
+/// differences of grad f.
+fn check_second_order(name: &str, f: impl Fn(&Tensor) -> Tensor + Copy, x: &Tensor) {
+    let v = t64(
+        (0..x.shape().iter().product::<usize>())
+            .map(|i| 0.3 + 0.1 * i as f64)
+            .collect(),
+        &x.shape(),
+    );
+    let h = |x: &Tensor| (grad(f)(x) * &v).sum_all();
+    let n = kiln::testing::check_grads(h, x, 1e-5, 1e-5).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(n > 0);
+}
+
+#[test]
+fn grad_of_grad() {
+    let x = t64(vec![0.3, -0.7, 1.1, 0.5], &[4]);
+    check_second_order("tanh", |x| x.tanh().sum_all(), &x);
+    check_second_order("exp", |x| x.exp().sum_all(), &x);
+    check_second_order("log", |x| (x * x + 1.0).log().sum_all(), &x);
+    check_second_order("multiply", |x| (x * x * x).sum_all(), &x);
+    check_second_order("softmax", |x| (x.softmax(-1) * x).sum_all(), &x);
+    let m = t64(vec![0.3, -0.7, 1.1, 0.5, 0.2, -0.1], &[2, 3]);
+    check_second_order("dot_general", |m| m.matmul(&m.t()).tanh().sum_all(), &m);
+    // And the third order, to show transforms nest arbitrarily.
+    let s = Tensor::scalar(0.4f64);
+    let d3 = grad(|x: &Tensor| grad(|x: &Tensor| grad(|x: &Tensor| x.tanh())(x))(x))(&s)
+        .item()
+        .unwrap();
+    let t = 0.4f64.tanh();
+    let want = -2.0 * (1.0 - t * t) * (1.0 - 3.0 * t * t);
+    assert!((d3 - want).abs() < 1e-12, "{d3} vs {want}");
+}
+
+#[test]
+fn check_grads_on_cubic() {
+    let x = t64(vec![0.5, -1.5, 2.0], &[3]);
+    assert_eq!(
+        kiln::testing::check_grads(|x: &Tensor| x.powf(3.0).sum_all(), &x, 1e-6, 1e-6).unwrap(),
+        3
+    );
+}
+
+#[test]
+fn jit_caches_by_signature_and_reports_misses() {
+    let f = jit(|(a, b): &(Tensor, Tensor)| a.matmul(b).relu());
+    let a = t64(vec![1.0, -2.0, 3.0, 4.0], &[2, 2]);
+    let r1 = f.call(&(a.clone(), a.clone())).unwrap();
+    let r2 = f.call(&(a.clone(), a.clone())).unwrap();
+    assert_eq!(r1.to_vec::<f64>().unwrap(), r2.to_vec::<f64>().unwrap());
+    assert_eq!(r1.to_vec::<f64>().unwrap(), vec![0.0, 0.0, 15.0, 10.0]);
+    assert_eq!(f.compiles(), 1);
+    let b = t64(vec![1.0; 6], &[2, 3]);
+    f.call(&(a.clone(), b)).unwrap();
+    assert_eq!(f.compiles(), 2);
+    let log = f.compile_log();
+    assert!(log[1].contains("f64[2,3]"), "{log:?}");
+    let ir = f.lower(&(a.clone(), a)).unwrap();
+    assert!(ir.to_string().contains("dot_general"), "{ir}");
+}
+
+#[test]
+fn jit_of_grad_and_grad_inside_jit() {
+    let loss = |p: &Tensor| (p * p).sum_all();
+    let step = jit(move |p: &Tensor| p - &(grad(loss)(p) * 0.25));
+    let p = t64(vec![1.0, -2.0], &[2]);
+    assert_eq!(
+        step.call(&p).unwrap().to_vec::<f64>().unwrap(),
+        vec![0.5, -1.0]
+    );
+    let traced = step.lower(&p).unwrap().to_string();
+    assert!(traced.contains("multiply"), "{traced}");
+}
+
+#[test]
+fn value_and_grad_aux_vjp_jvp() {
+    let x = t64(vec![1.0, 2.0], &[2]);
+    let (v, g) = value_and_grad(|x: &Tensor| (x * x).sum_all(), &x).unwrap();
+    assert_eq!(v.item().unwrap(), 5.0);
+    assert_eq!(g.to_vec::<f64>().unwrap(), vec![2.0, 4.0]);
+    let ((v, aux), g) =
+        kiln::value_and_grad_with_aux(|x: &Tensor| ((x * 3.0).sum_all(), x.exp()), &x).unwrap();
+    assert_eq!(v.item().unwrap(), 9.0);
+    assert_eq!(aux.shape(), vec![2]);
+    assert_eq!(g.to_vec::<f64>().unwrap(), vec![3.0, 3.0]);
+    let (y, pullback) = vjp(|x: &Tensor| x * x, &x).unwrap();
+    assert_eq!(y.to_vec::<f64>().unwrap(), vec![1.0, 4.0]);
+    let ct = t64(vec![1.0, 10.0], &[2]);
+    assert_eq!(
+        pullback(&ct).unwrap().to_vec::<f64>().unwrap(),
+        vec![2.0, 40.0]
+    );
+    let (y, ydot) = jvp(|x: &Tensor| x.sin(), &x, &t64(vec![1.0, 0.0], &[2])).unwrap();
+    assert_eq!(y.to_vec::<f64>().unwrap(), vec![1f64.sin(), 2f64.sin()]);
+    let d = ydot.to_vec::<f64>().unwrap();
+    assert!((d[0] - 1f64.cos()).abs() < 1e-15 && d[1] == 0.0, "{d:?}");
+}
+
+#[test]
+fn stop_gradient_blocks_the_gradient() {
+    let x = t64(vec![3.0], &[1]);
+    let g = grad(|x: &Tensor| (x * &kiln::stop_gradient(x)).sum_all())(&x);
+    assert_eq!(g.to_vec::<f64>().unwrap(), vec![3.0]);
+}
+
+#[test]
+fn broadcasting_follows_numpy() {
+    let a = t64(vec![1.0, 2.0, 3.0], &[3]);
+    let b = t64(vec![10.0, 20.0], &[2, 1]);
+    let c = &a + &b;
+    assert_eq!(c.shape(), vec![2, 3]);
+    assert_eq!(
+        c.to_vec::<f64>().unwrap(),
+        vec![11.0, 12.0, 13.0, 21.0, 22.0, 23.0]
+    );
+    let g = grad(|(a, b): &(Tensor, Tensor)| (a + b).sum_all())(&(a, b));
+    assert_eq!(g.0.to_vec::<f64>().unwrap(), vec![2.0, 2.0, 2.0]);
+    assert_eq!(g.1.to_vec::<f64>().unwrap(), vec![3.0, 3.0]);
+}
+
+#[test]
+fn display_shows_values_or_types() {
+    let x = Tensor::from_vec(vec![1.5f32, 2.0], [2]).unwrap();
+    assert_eq!(x.to_string(), "[1.5, 2.0] : f32[2]");
+    let f = jit(|x: &Tensor| {
+        let s = format!("{x}");
+        assert!(s.starts_with("traced %0 : f32[2]"), "{s}");
+        x * 2.0
+    });
+    f.call(&x).unwrap();
+}
+
+/// Every bad input gives an error that names the op and this file's line, never a panic.
+#[test]
+fn bad_inputs_name_the_source_line() {
+    let a = Tensor::from_vec(vec![1.0f32; 6], [2, 3]).unwrap();
+    let v3 = Tensor::from_vec(vec![1.0f32; 3], [3]).unwrap();
+    let v4 = Tensor::from_vec(vec![1.0f32; 4], [4]).unwrap();
+    let i3 = Tensor::from_vec(vec![0i32, 1, 2], [3]).unwrap();
+    let img = Tensor::zeros(DType::F32, [1, 3, 8, 8]);
+    let ker = Tensor::zeros(DType::F32, [4, 2, 3, 3]);
+    let mut cases: Vec<(u32, &str, kiln::Error)> = Vec::new();
+    macro_rules! case {
+        ($op:expr, $e:expr) => {{
+            let line = line!();
+            let r: kiln::Result<()> = (|| {
+                let _ = $e?;
+                Ok(())
+            })();
+            match r {
+                Err(e) => cases.push((line, $op, e)),
+                Ok(()) => panic!("line {line}: accepted, but should fail"),
+            }
+        }};
+    }
+    case!("add", (&a + &v4).to_literal());
+    case!("add", (&v3 + &v4).to_literal());
+    case!(
+        "mul",
+        (&a * &Tensor::from_vec(vec![1.0f32; 4], [4, 1]).unwrap()).to_literal()
+    );
+    case!("add", (&v3 + &i3).to_literal());
+    case!("matmul", a.matmul(&a).to_literal());
+    case!("matmul", a.matmul(&i3).to_literal());
+    case!("matmul", Tensor::scalar(1.0f32).matmul(&a).to_literal());
+    case!("reshape", a.reshape(&[4, -1]).to_literal());
+    case!("reshape", a.reshape(&[-1, -1]).to_literal());
+    case!("squeeze", a.squeeze(0).to_literal());
+    case!("sum", a.sum(&[2], false).to_literal());
+    case!("sum", a.sum(&[1, -1], false).to_literal());
+    case!("permute", a.permute(&[0, 0]).to_literal());
+    case!("concat", Tensor::concat(&[&a, &v3], 0).to_literal());
+    case!("concat", Tensor::concat(&[&v3, &i3], 0).to_literal());
+    case!("where", v3.where_(&v3, &v3).to_literal());
+    case!("where", v3.gt(&v3).where_(&v3, &v4).to_literal());
+    case!("take", a.take(&v3, 0).to_literal());
+    case!("one_hot", v3.one_hot(3, DType::F32).to_literal());
+    case!(
+        "conv2d",
+        a.conv2d(&ker, (1, 1), (0, 0), (1, 1), 1).to_literal()
+    );
+    case!(
+        "conv2d",
+        img.conv2d(&ker, (1, 1), (0, 0), (1, 1), 1).to_literal()
+    );
+    case!(
+        "max_pool2d",
+        a.max_pool2d((2, 2), (2, 2), (0, 0)).to_literal()
+    );
+    case!("slice", a.slice(0, 0, 1, 0).to_literal());
+    case!("index", a.index(5).to_literal());
+    case!("t", v3.t().to_literal());
+    case!("pad", a.pad(&[(1, 1)], 0.0).to_literal());
+    case!("to_vec", a.to_vec::<i32>());
+    case!("item", a.item());
+    case!("to", a.to(kiln::Device::Cuda(0)).to_literal());
+    case!("from_vec", Tensor::from_vec(vec![1.0f32; 5], [2, 3]));
+    case!("grad", grad(|x: &Tensor| x * 2.0)(&v3).to_literal());
+    case!(
+        "grad",
+        kiln::value_and_grad(|x: &Tensor| x.sum_all(), &i3).map(|_| ())
+    );
+    case!(
+        "tree",
+        kiln::tree::zip_map(
+            &(a.clone(), v3.clone()),
+            &(v3.clone(), a.clone()),
+            |x, y| x + y
+        )
+    );
+    case!("jvp", jvp(|x: &Tensor| x.exp(), &v3, &v4).map(|_| ()));
+    case!(
+        "add",
+        jit(|x: &Tensor| x + &Tensor::zeros(DType::F32, [7]))
+            .call(&v3)
+            .map(|_| ())
+    );
+    assert!(cases.len() >= 25, "{} cases", cases.len());
+    for (line, op, e) in &cases {
+        let text = e.to_string();
+        let loc = e
+            .loc
+            .unwrap_or_else(|| panic!("line {line}: no location in {text}"));
+        assert!(
+            loc.file.ends_with("api.rs"),
+            "line {line}: located in {loc}, not this file: {text}"
+        );
+        // The jit and tree cases report the line of the closure or call inside the case.
+        assert!(
+            loc.line == *line || loc.line == line + 1 || loc.line + 1 == *line,
+            "line {line}: located at {loc}: {text}"
+        );
+        assert!(
+            text.contains(op),
+            "line {line}: `{op}` missing from: {text}"
+        );
+    }
+}
