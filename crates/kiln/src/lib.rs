@@ -19,9 +19,13 @@
 //! ```
 #![warn(missing_docs)]
 
+extern crate self as kiln;
+
+pub mod random;
 pub mod testing;
 mod transforms;
 
+pub use kiln_derive::Tree;
 pub use kiln_ir as ir;
 pub use kiln_ir::DType;
 pub use kiln_reference as reference;
@@ -32,4 +36,8 @@ pub use transforms::{Jit, grad, jit, jvp, value_and_grad, value_and_grad_with_au
 #[track_caller]
 pub fn stop_gradient(t: &Tensor) -> Tensor {
     t.detach()
+}
+
+pub(crate) fn ops_broadcast(a: &[usize], b: &[usize]) -> Vec<usize> {
+    kiln_trace::ops::broadcast_shapes(a, b).unwrap_or_else(|| a.to_vec())
 }

@@ -1,0 +1,234 @@
+//! Functional pseudo-random numbers with explicit keys, bit-compatible with `jax.random`
+//! (Threefry-2x32, JAX's default "partitionable" layout).
+//!
+//! A key is a `u32[2]` tensor. Nothing is stateful: [`split`] and [`fold_in`] derive new keys,
+//! and the same key always gives the same numbers. The generator is built from IR ops, so it
+//! traces, compiles and differentiates (as a constant) like any other code.
+
+use crate::{DType, Error, Result, Tensor, Tree};
+use kiln_ir::Loc;
+
+/// A PRNG key: a `u32[2]` tensor.
+#[derive(Clone, Debug)]
+pub struct Key(pub Tensor);
+
+impl Tree for Key {
+    fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+        out.push(&self.0);
+    }
+    fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+        Key(f(&self.0))
+    }
+}
+
+/// The key for an integer seed, as `jax.random.PRNGKey(seed)` (the seed's high and low
+/// 32-bit words).
+pub fn key(seed: u64) -> Key {
+    Key(Tensor::from_vec(vec![(seed >> 32) as u32, seed as u32], [2]).expect("two words"))
+}
+
+fn u32c(x: u32) -> Tensor {
+    Tensor::scalar(x)
+}
+
+fn rotl(x: &Tensor, r: u32) -> Tensor {
+    let l = shift(x, r, true);
+    let rr = shift(x, 32 - r, false);
+    or(&l, &rr)
+}
+
+fn apply2(op: kiln_ir::Op, a: &Tensor, b: &Tensor) -> Tensor {
+    let shape = crate::ops_broadcast(&a.shape(), &b.shape());
+    let (a, b) = (a.broadcast_to(&shape), b.broadcast_to(&shape));
+    kiln_trace::trace::apply(op, &[&a, &b], None, "random", Loc::caller()).remove(0)
+}
+
+fn shift(x: &Tensor, by: u32, left: bool) -> Tensor {
+    let op = if left {
+        kiln_ir::Op::ShiftLeft {}
+    } else {
+        kiln_ir::Op::ShiftRightLogical {}
+    };
+    apply2(op, x, &u32c(by))
+}
+
+fn or(a: &Tensor, b: &Tensor) -> Tensor {
+    apply2(kiln_ir::Op::Or {}, a, b)
+}
+
+fn xor(a: &Tensor, b: &Tensor) -> Tensor {
+    apply2(kiln_ir::Op::Xor {}, a, b)
+}
+
+/// Threefry-2x32 (20 rounds) of counter words `x0`, `x1` (same shape) under key words `k0`,
+/// `k1` (scalars).
+pub fn threefry2x32(k0: &Tensor, k1: &Tensor, x0: &Tensor, x1: &Tensor) -> (Tensor, Tensor) {
+    const R: [u32; 8] = [13, 15, 26, 6, 17, 29, 16, 24];
+    let k2 = xor(&xor(k0, k1), &u32c(0x1BD1_1BDA));
+    let ks = [k0.clone(), k1.clone(), k2];
+    let mut a = x0 + &ks[0];
+    let mut b = x1 + &ks[1];
+    for round in 0..20 {
+        a = &a + &b;
+        b = rotl(&b, R[round % 8]);
+        b = xor(&b, &a);
+        if round % 4 == 3 {
+            let s = round / 4 + 1;
+            a = &a + &ks[s % 3];
+            b = &(&b + &ks[(s + 1) % 3]) + &u32c(s as u32);
+        }
+    }
+    (a, b)
+}
+
+fn key_words(k: &Key) -> (Tensor, Tensor) {
+    (
+        k.0.slice(0, 0, 1, 1).reshape(&[]),
+        k.0.slice(0, 1, 2, 1).reshape(&[]),
+    )
+}
+
+/// The (high, low) words of the row-major index of every position of `shape`.
+fn counters(shape: &[usize]) -> (Tensor, Tensor) {
+    let n: usize = shape.iter().product();
+    let lo = Tensor::arange(n, DType::U32)
+        .reshape(&shape.iter().map(|&s| s as isize).collect::<Vec<_>>());
+    (Tensor::zeros(DType::U32, shape.to_vec()), lo)
+}
+
+/// Uniformly random 32-bit words of `shape` (as `jax.random.bits`).
+pub fn bits(k: &Key, shape: &[usize]) -> Tensor {
+    let (k0, k1) = key_words(k);
+    let (hi, lo) = counters(shape);
+    let (a, b) = threefry2x32(&k0, &k1, &hi, &lo);
+    xor(&a, &b)
+}
+
+/// `n` new keys from `k` (as `jax.random.split`).
+pub fn split(k: &Key, n: usize) -> Vec<Key> {
+    let (k0, k1) = key_words(k);
+    let (hi, lo) = counters(&[n]);
+    let (a, b) = threefry2x32(&k0, &k1, &hi, &lo);
+    (0..n as isize)
+        .map(|i| {
+            Key(Tensor::concat(
+                &[&a.slice(0, i, i + 1, 1), &b.slice(0, i, i + 1, 1)],
+                0,
+            ))
+        })
+        .collect()
+}
+
+/// A new key from `k` and an integer (as `jax.random.fold_in`).
+pub fn fold_in(k: &Key, data: u32) -> Key {
+    let (k0, k1) = key_words(k);
+    let (a, b) = threefry2x32(
+        &k0,
+        &k1,
+        &Tensor::zeros(DType::U32, [1]),
+        &Tensor::from_vec(vec![data], [1]).expect("one word"),
+    );
+    Key(Tensor::concat(&[&a, &b], 0))
+}
+
+/// Uniform floats in [lo, hi) of `shape` and `dtype` (f32 or f64 use their mantissa bits as
+/// `jax.random.uniform` does; f16/bf16 are drawn in f32 and rounded).
+#[track_caller]
+pub fn uniform(k: &Key, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Tensor {
+    if !dtype.is_float() {
+        return Tensor::failed(Error::new(
+            "uniform",
+            format!("uniform needs a float dtype, got {dtype}"),
+        ));
+    }
+    if dtype != DType::F32 {
+        return uniform(k, shape, DType::F32, lo, hi).cast(dtype);
+    }
+    let b = bits(k, shape);
+    let mant = or(&shift(&b, 32 - 23, false), &u32c(1.0f32.to_bits()));
+    let shape_ty = kiln_ir::TensorType::new(DType::F32, shape.to_vec());
+    let one_two = kiln_trace::trace::apply(
+        kiln_ir::Op::BitcastConvert {},
+        &[&mant],
+        Some(vec![shape_ty]),
+        "uniform",
+        Loc::caller(),
+    )
+    .remove(0);
+    let f = &one_two - 1.0;
+    let scaled = &(&f * (hi - lo)) + lo;
+    scaled.maximum(&Tensor::full(DType::F32, [], lo))
+}
+
+/// erf⁻¹ in f32 by Giles' polynomials (the approximation XLA uses).
+fn erf_inv(x: &Tensor) -> Tensor {
+    const SMALL: [f64; 9] = [
+        2.81022636e-08,
+        3.43273939e-07,
+        -3.5233877e-06,
+        -4.39150654e-06,
+        0.00021858087,
+        -0.00125372503,
+        -0.00417768164,
+        0.246640727,
+        1.50140941,
+    ];
+    const LARGE: [f64; 9] = [
+        -0.000200214257,
+        0.000100950558,
+        0.00134934322,
+        -0.00367342844,
+        0.00573950773,
+        -0.0076224613,
+        0.00943887047,
+        1.00167406,
+        2.83297682,
+    ];
+    let w = -((-(x * x)).log1p());
+    let dt = x.dtype();
+    let lt = w.lt(&Tensor::full(dt, [], 5.0));
+    let ws = lt.where_(&(&w - 2.5), &(&w.sqrt() - 3.0));
+    let coef = |i: usize| {
+        lt.where_(
+            &Tensor::full(dt, [], SMALL[i]),
+            &Tensor::full(dt, [], LARGE[i]),
+        )
+    };
+    let mut p = coef(0).broadcast_to(&x.shape());
+    for i in 1..9 {
+        p = &coef(i) + &(&p * &ws);
+    }
+    let r = &p * x;
+    let edge = x.abs().eq(&Tensor::full(dt, [], 1.0));
+    edge.where_(&(x * f32::MAX as f64), &r)
+}
+
+/// Standard normal floats of `shape` (as `jax.random.normal`: sqrt(2) erf⁻¹(u) for uniform u in
+/// (-1, 1)).
+#[track_caller]
+pub fn normal(k: &Key, shape: &[usize], dtype: DType) -> Tensor {
+    if dtype != DType::F32 && dtype.is_float() {
+        return normal(k, shape, DType::F32).cast(dtype);
+    }
+    let lo = f32::from_bits((-1.0f32).to_bits() - 1) as f64;
+    let u = uniform(k, shape, dtype, lo, 1.0);
+    &erf_inv(&u) * std::f64::consts::SQRT_2
+}
+
+/// Bernoulli draws: `true` with probability `p`.
+#[track_caller]
+pub fn bernoulli(k: &Key, p: f64, shape: &[usize]) -> Tensor {
+    uniform(k, shape, DType::F32, 0.0, 1.0).lt(&Tensor::full(DType::F32, [], p))
+}
+
+/// Checks that a key is a `u32[2]` tensor.
+#[track_caller]
+pub fn check_key(k: &Key) -> Result<()> {
+    match k.0.ty() {
+        Some(t) if t == kiln_ir::TensorType::new(DType::U32, [2]) => Ok(()),
+        _ => Err(Error::new(
+            "random",
+            format!("a key must be u32[2], got {}", k.0),
+        )),
+    }
+}
