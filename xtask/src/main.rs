@@ -2,7 +2,8 @@
 //!
 //! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
-//! - `dump FILE --stage parse|verify|eval [--arg VALUE]...`: print a stage of a `.kir` file.
+//! - `dump FILE --stage parse|verify|eval [--arg VALUE]...`: print a stage of a `.kir` file;
+//!   `dump --example NAME --stage trace|grad`: the traced or differentiated IR of an example.
 //! - `codegen [--check]`: regenerate (or check) generated files such as `ir-specs/status.md`.
 
 use std::path::{Path, PathBuf};
@@ -206,7 +207,31 @@ fn codegen(check: bool) -> Result {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval [--arg VALUE]...";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval [--arg VALUE]... | dump --example NAME --stage trace|grad";
+    if let Some(i) = args.iter().position(|a| a == "--example") {
+        let name = args.get(i + 1).ok_or(usage)?;
+        let stage = args
+            .iter()
+            .position(|a| a == "--stage")
+            .and_then(|j| args.get(j + 1))
+            .map(String::as_str)
+            .unwrap_or("trace");
+        if !matches!(stage, "trace" | "grad") {
+            return Err(format!("unknown stage `{stage}` for an example; {usage}"));
+        }
+        return run(cargo().args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "kiln",
+            "--example",
+            name,
+            "--",
+            "--dump",
+            stage,
+        ]));
+    }
     let mut file = None;
     let mut stage = "parse".to_string();
     let mut values = Vec::new();
@@ -273,7 +298,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | dump FILE --stage parse|verify|eval | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | dump FILE --stage parse|verify|eval | dump --example NAME --stage trace|grad | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,7 @@
 
 use crate::Error;
 use crate::tensor::Tensor;
-use crate::trace::apply;
+use crate::trace::{apply, lift_all};
 use kiln_ir::{Combiner, ComparisonDirection as Cmp, DType, Loc, Op, ShapeDisplay, TensorType};
 
 fn ty_str(t: &Tensor) -> String {
@@ -137,7 +137,8 @@ impl Tensor {
                 ),
             );
         };
-        let (a, b) = (self.broadcast_to(&shape), other.broadcast_to(&shape));
+        let l = lift_all(&[self, other]);
+        let (a, b) = (l[0].broadcast_to(&shape), l[1].broadcast_to(&shape));
         apply(op, &[&a, &b], None, name, Loc::caller()).remove(0)
     }
 
@@ -258,10 +259,11 @@ impl Tensor {
                 ),
             );
         };
+        let l = lift_all(&[self, on_true, on_false]);
         let (p, t, f) = (
-            self.broadcast_to(&shape),
-            on_true.broadcast_to(&shape),
-            on_false.broadcast_to(&shape),
+            l[0].broadcast_to(&shape),
+            l[1].broadcast_to(&shape),
+            l[2].broadcast_to(&shape),
         );
         apply(Op::Select {}, &[&p, &t, &f], None, "where", Loc::caller()).remove(0)
     }
@@ -739,12 +741,17 @@ impl Tensor {
                 ),
             );
         }
+        let l = lift_all(&[self, o]);
         let a = if ra == 1 {
-            self.unsqueeze(0)
+            l[0].unsqueeze(0)
         } else {
-            self.clone()
+            l[0].clone()
         };
-        let b = if rb == 1 { o.unsqueeze(1) } else { o.clone() };
+        let b = if rb == 1 {
+            l[1].unsqueeze(1)
+        } else {
+            l[1].clone()
+        };
         let (sa, sb) = (a.shape(), b.shape());
         let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
         let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
@@ -927,13 +934,9 @@ impl Tensor {
                 format!("one_hot needs integer labels, got {}", ty_str(self)),
             );
         }
-        let mut shape = self.shape();
-        shape.push(n);
         let classes = Tensor::arange(n, self.dtype());
         let r = self.rank() as isize;
-        self.unsqueeze(r)
-            .eq(&classes.broadcast_to(&shape))
-            .cast(dtype)
+        self.unsqueeze(r).eq(&classes).cast(dtype)
     }
 }
 

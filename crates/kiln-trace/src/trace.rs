@@ -79,7 +79,7 @@ pub fn trace(
     // Outputs: lift each into this frame, as any operand would be.
     let out_vals: Vec<Result<ValueId>> = outs
         .iter()
-        .map(|t| with_frame(|fr| value_in(fr, t)))
+        .map(|t| with_frame(|fr, live| value_in(fr, live, t)))
         .collect();
     let frame = FRAMES
         .with(|fr| fr.borrow_mut().pop())
@@ -99,8 +99,45 @@ pub fn trace(
     })
 }
 
-fn with_frame<T>(f: impl FnOnce(&mut Frame) -> T) -> T {
-    FRAMES.with(|fr| f(fr.borrow_mut().last_mut().expect("called inside a trace")))
+/// Runs `f` on the innermost frame, with the ids of every live frame.
+fn with_frame<T>(f: impl FnOnce(&mut Frame, &[u64]) -> T) -> T {
+    FRAMES.with(|fr| {
+        let live: Vec<u64> = fr.borrow().iter().map(|f| f.id).collect();
+        f(
+            fr.borrow_mut().last_mut().expect("called inside a trace"),
+            &live,
+        )
+    })
+}
+
+/// Inside a trace, the traced form of an eager tensor (a constant of the innermost frame), so
+/// that what follows (a broadcast, say) is recorded rather than computed on the constant.
+/// Other tensors are returned unchanged.
+pub fn lift(t: &Tensor) -> Tensor {
+    let Repr::Eager(lit) = t.repr() else {
+        return t.clone();
+    };
+    if !tracing() {
+        return t.clone();
+    }
+    let ty = lit.ty().clone();
+    with_frame(|fr, live| match value_in(fr, live, t) {
+        Ok(value) => Tensor::from_repr(Repr::Traced {
+            frame: fr.id,
+            value,
+            ty,
+        }),
+        Err(e) => Tensor::failed(e),
+    })
+}
+
+/// Lifts every operand when any of them is traced (see [`lift`]).
+pub fn lift_all(xs: &[&Tensor]) -> Vec<Tensor> {
+    if xs.iter().any(|t| t.is_traced()) {
+        xs.iter().map(|t| lift(t)).collect()
+    } else {
+        xs.iter().map(|t| (*t).clone()).collect()
+    }
 }
 
 /// Whether any trace is active on this thread.
@@ -108,13 +145,9 @@ pub fn tracing() -> bool {
     FRAMES.with(|fr| !fr.borrow().is_empty())
 }
 
-fn frame_exists(id: u64) -> bool {
-    FRAMES.with(|fr| fr.borrow().iter().any(|f| f.id == id))
-}
-
 /// The value standing for `t` in frame `fr`: its own value, a new constant for an eager
 /// tensor, or a capture parameter for a tensor of an outer frame.
-fn value_in(fr: &mut Frame, t: &Tensor) -> Result<ValueId> {
+fn value_in(fr: &mut Frame, live: &[u64], t: &Tensor) -> Result<ValueId> {
     let key = t.identity();
     match t.repr() {
         Repr::Failed(e) => Err(e.clone()),
@@ -123,7 +156,7 @@ fn value_in(fr: &mut Frame, t: &Tensor) -> Result<ValueId> {
             if let Some((_, v)) = fr.known.get(&key) {
                 return Ok(*v);
             }
-            if !frame_exists(*frame) && *frame != fr.id {
+            if !live.contains(frame) {
                 return Err(Error::internal(
                     "trace",
                     format!(
@@ -179,8 +212,8 @@ pub fn apply(
         ];
     }
     if traced {
-        return with_frame(|fr| {
-            let vals: Result<Vec<ValueId>> = xs.iter().map(|t| value_in(fr, t)).collect();
+        return with_frame(|fr, live| {
+            let vals: Result<Vec<ValueId>> = xs.iter().map(|t| value_in(fr, live, t)).collect();
             let res = vals.and_then(|vals| {
                 fr.b.push_at(op, &vals, declared.as_deref(), loc)
                     .map_err(|e| fail(format!("{}: {}", e.diag.label, e.diag.message)))
@@ -268,8 +301,8 @@ pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> 
         loc: Some(loc),
     };
     if args.iter().any(|t| t.is_traced()) && tracing() {
-        return with_frame(|fr| {
-            let vals: Result<Vec<ValueId>> = args.iter().map(|t| value_in(fr, t)).collect();
+        return with_frame(|fr, live| {
+            let vals: Result<Vec<ValueId>> = args.iter().map(|t| value_in(fr, live, t)).collect();
             let res = vals.and_then(|vals| fr.b.inline(f, &vals).map_err(|e| fail(e.to_string())));
             match res {
                 Ok(rs) => rs

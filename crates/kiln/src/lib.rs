@@ -21,6 +21,9 @@
 
 extern crate self as kiln;
 
+pub mod lower;
+pub mod nn;
+pub mod optim;
 pub mod random;
 pub mod testing;
 mod transforms;

@@ -96,6 +96,25 @@ fn jit_of_grad_and_grad_inside_jit() {
 }
 
 #[test]
+fn grad_inside_jit_captures_the_outer_trace() {
+    // The inner grad's function uses `x` and `y` of the jit trace: they become captured
+    // parameters of the gradient function, fed by the outer trace and not differentiated.
+    let step = jit(|(w, x, y): &(Tensor, Tensor, Tensor)| {
+        grad(|w: &Tensor| ((w * x) - y).powf(2.0).sum_all())(w)
+    });
+    let (w, x, y) = (
+        t64(vec![1.0, 2.0], &[2]),
+        t64(vec![3.0, 4.0], &[2]),
+        t64(vec![0.0, 1.0], &[2]),
+    );
+    // d/dw sum((w x - y)^2) = 2 (w x - y) x = [18, 56].
+    assert_eq!(
+        step.call(&(w, x, y)).unwrap().to_vec::<f64>().unwrap(),
+        vec![18.0, 56.0]
+    );
+}
+
+#[test]
 fn value_and_grad_aux_vjp_jvp() {
     let x = t64(vec![1.0, 2.0], &[2]);
     let (v, g) = value_and_grad(|x: &Tensor| (x * x).sum_all(), &x).unwrap();

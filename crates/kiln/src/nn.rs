@@ -1,0 +1,358 @@
+//! Layers, initializers and losses. Layers are parameter trees (`#[derive(Tree)]`) with a
+//! `forward` method, so a model is a tree, `grad` differentiates with respect to all of it, and
+//! a training step compiles into one `jit`.
+
+use crate::random::{Key, normal, split, uniform};
+use crate::{DType, Tensor, Tree};
+
+/// Weight initializers, seeded by keys.
+pub mod init {
+    use super::*;
+
+    /// U(-b, b) with b = sqrt(6 / fan_in): He/Kaiming uniform for ReLU layers.
+    pub fn kaiming_uniform(k: &Key, shape: &[usize], fan_in: usize, dtype: DType) -> Tensor {
+        let b = (6.0 / fan_in as f64).sqrt();
+        uniform(k, shape, dtype, -b, b)
+    }
+
+    /// N(0, 2 / fan_in): He/Kaiming normal.
+    pub fn kaiming_normal(k: &Key, shape: &[usize], fan_in: usize, dtype: DType) -> Tensor {
+        &normal(k, shape, dtype) * (2.0 / fan_in as f64).sqrt()
+    }
+
+    /// U(-b, b) with b = sqrt(6 / (fan_in + fan_out)): Glorot/Xavier uniform.
+    pub fn xavier_uniform(
+        k: &Key,
+        shape: &[usize],
+        fan_in: usize,
+        fan_out: usize,
+        dtype: DType,
+    ) -> Tensor {
+        let b = (6.0 / (fan_in + fan_out) as f64).sqrt();
+        uniform(k, shape, dtype, -b, b)
+    }
+
+    /// N(0, 2 / (fan_in + fan_out)): Glorot/Xavier normal.
+    pub fn xavier_normal(
+        k: &Key,
+        shape: &[usize],
+        fan_in: usize,
+        fan_out: usize,
+        dtype: DType,
+    ) -> Tensor {
+        &normal(k, shape, dtype) * (2.0 / (fan_in + fan_out) as f64).sqrt()
+    }
+}
+
+/// `y = x W + b`, with `W` of shape `[in, out]`.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct Linear {
+    /// `[in, out]`.
+    pub weight: Tensor,
+    /// `[out]`, if present.
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// PyTorch's default initialization: weight and bias uniform in ±1/sqrt(in).
+    pub fn new(k: &Key, input: usize, output: usize, dtype: DType) -> Linear {
+        let ks = split(k, 2);
+        let b = 1.0 / (input as f64).sqrt();
+        Linear {
+            weight: uniform(&ks[0], &[input, output], dtype, -b, b),
+            bias: Some(uniform(&ks[1], &[output], dtype, -b, b)),
+        }
+    }
+
+    /// Applies the layer to the last axis of `x`.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let y = x.matmul(&self.weight);
+        match &self.bias {
+            Some(b) => &y + b,
+            None => y,
+        }
+    }
+}
+
+/// A stack of linear layers with an activation between them.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct Mlp {
+    /// The layers, input first.
+    pub layers: Vec<Linear>,
+}
+
+impl Mlp {
+    /// Layers of widths `dims[0] -> dims[1] -> ...`.
+    pub fn new(k: &Key, dims: &[usize], dtype: DType) -> Mlp {
+        let ks = split(k, dims.len().max(2) - 1);
+        Mlp {
+            layers: dims
+                .windows(2)
+                .zip(&ks)
+                .map(|(w, k)| Linear::new(k, w[0], w[1], dtype))
+                .collect(),
+        }
+    }
+
+    /// ReLU between layers, none after the last.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let mut h = x.clone();
+        for (i, l) in self.layers.iter().enumerate() {
+            h = l.forward(&h);
+            if i + 1 < self.layers.len() {
+                h = h.relu();
+            }
+        }
+        h
+    }
+}
+
+/// Layer normalization over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct LayerNorm {
+    /// Scale, `[dim]`.
+    pub gamma: Tensor,
+    /// Shift, `[dim]`.
+    pub beta: Tensor,
+    /// Added to the variance.
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// Ones and zeros, eps 1e-5.
+    pub fn new(dim: usize, dtype: DType) -> LayerNorm {
+        LayerNorm {
+            gamma: Tensor::ones(dtype, [dim]),
+            beta: Tensor::zeros(dtype, [dim]),
+            eps: 1e-5,
+        }
+    }
+
+    /// Normalizes the last axis.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let mean = x.mean(&[-1], true);
+        let c = x - &mean;
+        let var = (&c * &c).mean(&[-1], true);
+        &(&(&c * &(&var + self.eps).rsqrt()) * &self.gamma) + &self.beta
+    }
+}
+
+/// A lookup table of vectors.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct Embedding {
+    /// `[vocab, dim]`.
+    pub table: Tensor,
+}
+
+impl Embedding {
+    /// N(0, 1) entries, as PyTorch.
+    pub fn new(k: &Key, vocab: usize, dim: usize, dtype: DType) -> Embedding {
+        Embedding {
+            table: normal(k, &[vocab, dim], dtype),
+        }
+    }
+
+    /// The vectors of integer `ids` (any shape), in a new last axis.
+    #[track_caller]
+    pub fn forward(&self, ids: &Tensor) -> Tensor {
+        self.table.take(ids, 0)
+    }
+}
+
+/// 2-D convolution over NCHW inputs.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct Conv2d {
+    /// `[out, in / groups, kh, kw]`.
+    pub weight: Tensor,
+    /// `[out]`, if present.
+    pub bias: Option<Tensor>,
+    /// Stride (rows, columns).
+    pub stride: (usize, usize),
+    /// Zero padding (rows, columns).
+    pub padding: (usize, usize),
+    /// Kernel dilation (rows, columns).
+    pub dilation: (usize, usize),
+    /// Feature groups.
+    pub groups: usize,
+}
+
+impl Conv2d {
+    /// PyTorch's default initialization (uniform in ±1/sqrt(fan_in)).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        k: &Key,
+        input: usize,
+        output: usize,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize),
+        groups: usize,
+        dtype: DType,
+    ) -> Conv2d {
+        let ks = split(k, 2);
+        let fan_in = input / groups.max(1) * kernel.0 * kernel.1;
+        let b = 1.0 / (fan_in as f64).sqrt();
+        Conv2d {
+            weight: uniform(
+                &ks[0],
+                &[output, input / groups.max(1), kernel.0, kernel.1],
+                dtype,
+                -b,
+                b,
+            ),
+            bias: Some(uniform(&ks[1], &[output], dtype, -b, b)),
+            stride,
+            padding,
+            dilation: (1, 1),
+            groups,
+        }
+    }
+
+    /// Convolves `x` (NCHW).
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let y = x.conv2d(
+            &self.weight,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+        );
+        match &self.bias {
+            Some(b) => &y + &b.reshape(&[1, -1, 1, 1]),
+            None => y,
+        }
+    }
+}
+
+/// Multi-head self-attention over `[batch, time, dim]`, optionally causal.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct MultiHeadAttention {
+    /// Query projection.
+    pub q: Linear,
+    /// Key projection.
+    pub k: Linear,
+    /// Value projection.
+    pub v: Linear,
+    /// Output projection.
+    pub o: Linear,
+    /// Number of heads (dividing the model width).
+    pub heads: usize,
+    /// Whether each position attends only to itself and earlier positions.
+    pub causal: bool,
+}
+
+impl MultiHeadAttention {
+    /// Four `dim x dim` projections.
+    pub fn new(
+        k: &Key,
+        dim: usize,
+        heads: usize,
+        causal: bool,
+        dtype: DType,
+    ) -> MultiHeadAttention {
+        let ks = split(k, 4);
+        let l = |i: usize| Linear::new(&ks[i], dim, dim, dtype);
+        MultiHeadAttention {
+            q: l(0),
+            k: l(1),
+            v: l(2),
+            o: l(3),
+            heads,
+            causal,
+        }
+    }
+
+    /// Attends over the time axis of `x` (`[batch, time, dim]`).
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let s = x.shape();
+        if s.len() != 3 || !s[2].is_multiple_of(self.heads.max(1)) {
+            return Tensor::failed(crate::Error::new(
+                "attention",
+                format!(
+                    "expected [batch, time, dim] with dim divisible by {} heads, got {x}",
+                    self.heads
+                ),
+            ));
+        }
+        let (b, t, d) = (s[0] as isize, s[1] as isize, s[2]);
+        let h = self.heads as isize;
+        let dh = (d / self.heads) as isize;
+        let split_heads = |y: Tensor| y.reshape(&[b, t, h, dh]).permute(&[0, 2, 1, 3]);
+        let (q, k, v) = (
+            split_heads(self.q.forward(x)),
+            split_heads(self.k.forward(x)),
+            split_heads(self.v.forward(x)),
+        );
+        let mut scores = &q.matmul(&k.t()) * (1.0 / (dh as f64).sqrt());
+        if self.causal {
+            let n = t as usize;
+            let i = Tensor::arange(n, DType::I32).reshape(&[-1, 1]);
+            let j = Tensor::arange(n, DType::I32).reshape(&[1, -1]);
+            let allowed = j.le(&i);
+            scores = allowed.where_(
+                &scores,
+                &Tensor::full(scores.dtype(), [], f64::NEG_INFINITY),
+            );
+        }
+        let att = scores.softmax(-1).matmul(&v);
+        self.o
+            .forward(&att.permute(&[0, 2, 1, 3]).reshape(&[b, t, d as isize]))
+    }
+}
+
+/// Dropout: during training, zeroes each element with probability `rate` and scales the rest
+/// by 1 / (1 - rate); the identity otherwise.
+#[track_caller]
+pub fn dropout(x: &Tensor, rate: f64, k: &Key, training: bool) -> Tensor {
+    if !training || rate == 0.0 {
+        return x.clone();
+    }
+    let keep = crate::random::bernoulli(k, 1.0 - rate, &x.shape());
+    keep.where_(&(x * (1.0 / (1.0 - rate))), &Tensor::zeros(x.dtype(), []))
+}
+
+/// Mean squared error.
+#[track_caller]
+pub fn mse(pred: &Tensor, target: &Tensor) -> Tensor {
+    let d = pred - target;
+    (&d * &d).mean_all()
+}
+
+/// Softmax cross-entropy of `logits` `[n, classes]` against integer `labels` `[n]`, averaged.
+#[track_caller]
+pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Tensor {
+    let classes = logits.shape().last().copied().unwrap_or(0);
+    let onehot = labels.one_hot(classes, logits.dtype());
+    -(&logits.log_softmax(-1) * &onehot)
+        .sum(&[-1], false)
+        .mean_all()
+}
+
+/// Softmax cross-entropy of `logits` against target probabilities of the same shape, averaged.
+#[track_caller]
+pub fn cross_entropy_probs(logits: &Tensor, probs: &Tensor) -> Tensor {
+    -(&logits.log_softmax(-1) * probs)
+        .sum(&[-1], false)
+        .mean_all()
+}
+
+/// Binary cross-entropy of `logits` against 0/1 `targets`, computed stably and averaged:
+/// max(z, 0) - z y + log(1 + e^-|z|).
+#[track_caller]
+pub fn binary_cross_entropy_with_logits(logits: &Tensor, targets: &Tensor) -> Tensor {
+    let z = logits;
+    (&(&z.relu() - &(z * targets)) + &(-z.abs()).exp().log1p()).mean_all()
+}
+
+/// The number of scalar parameters in a tree.
+pub fn parameter_count<T: Tree>(t: &T) -> usize {
+    t.leaf_vec()
+        .iter()
+        .map(|l| l.shape().iter().product::<usize>())
+        .sum()
+}

@@ -1,0 +1,221 @@
+//! Optimizers as pure functions over parameter trees: `init` makes the state, `update` maps
+//! (params, grads, state) to (new params, new state). Everything is tensor code, so the whole
+//! training step (forward, backward, update) compiles into one `jit`.
+
+use crate::{Error, Result, Tensor, Tree};
+
+/// Applies `f` to the corresponding leaves of several trees of one structure.
+#[track_caller]
+fn zip_leaves<P: Tree>(
+    trees: &[&P],
+    mut f: impl FnMut(&[&Tensor]) -> Vec<Tensor>,
+) -> Result<Vec<P>> {
+    let leaves: Vec<Vec<&Tensor>> = trees.iter().map(|t| t.leaf_vec()).collect();
+    let first = &leaves[0];
+    for (i, l) in leaves.iter().enumerate().skip(1) {
+        if l.len() != first.len() || l.iter().zip(first).any(|(a, b)| a.ty() != b.ty()) {
+            return Err(Error::new(
+                "optimizer",
+                format!(
+                    "tree {i} does not match the parameters: {} vs {}",
+                    trees[i].signature(),
+                    trees[0].signature()
+                ),
+            ));
+        }
+    }
+    let mut outs: Vec<Vec<Tensor>> = Vec::new();
+    for j in 0..first.len() {
+        let args: Vec<&Tensor> = leaves.iter().map(|l| l[j]).collect();
+        let r = f(&args);
+        if outs.is_empty() {
+            outs = vec![Vec::new(); r.len()];
+        }
+        for (k, t) in r.into_iter().enumerate() {
+            outs[k].push(t);
+        }
+    }
+    Ok(outs.iter().map(|o| trees[0].with_leaves(o)).collect())
+}
+
+fn zeros_like<P: Tree>(p: &P) -> P {
+    p.map_leaves(&mut |t| Tensor::zeros(t.dtype(), t.shape()))
+}
+
+/// Stochastic gradient descent with optional momentum (heavy ball or Nesterov) and L2 weight
+/// decay, as `torch.optim.SGD`.
+#[derive(Clone, Debug)]
+pub struct Sgd {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor (0 for plain SGD).
+    pub momentum: f64,
+    /// L2 penalty added to the gradient.
+    pub weight_decay: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+}
+
+/// The state of [`Sgd`]: the velocity of each parameter.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct SgdState<P> {
+    /// Momentum buffers, like the parameters.
+    pub velocity: P,
+}
+
+impl Sgd {
+    /// Plain SGD.
+    pub fn new(lr: f64) -> Sgd {
+        Sgd {
+            lr,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        }
+    }
+
+    /// Zero velocities.
+    pub fn init<P: Tree>(&self, params: &P) -> SgdState<P> {
+        SgdState {
+            velocity: zeros_like(params),
+        }
+    }
+
+    /// One step.
+    #[track_caller]
+    pub fn update<P: Tree>(
+        &self,
+        params: &P,
+        grads: &P,
+        state: &SgdState<P>,
+    ) -> Result<(P, SgdState<P>)> {
+        let mut out = zip_leaves(&[params, grads, &state.velocity], |x| {
+            let (p, g, v) = (x[0], x[1], x[2]);
+            let g = if self.weight_decay != 0.0 {
+                g + &(p * self.weight_decay)
+            } else {
+                g.clone()
+            };
+            let v = if self.momentum != 0.0 {
+                &(v * self.momentum) + &g
+            } else {
+                g.clone()
+            };
+            let step = if self.nesterov {
+                &g + &(&v * self.momentum)
+            } else {
+                v.clone()
+            };
+            vec![p - &(&step * self.lr), v]
+        })?;
+        let v = out.pop().expect("two outputs");
+        Ok((out.pop().expect("two outputs"), SgdState { velocity: v }))
+    }
+}
+
+/// Adam (L2 weight decay added to the gradient), or AdamW (decoupled weight decay) with
+/// `decoupled`, as `torch.optim.Adam` / `AdamW`.
+#[derive(Clone, Debug)]
+pub struct Adam {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Added to the denominator.
+    pub eps: f64,
+    /// Weight decay.
+    pub weight_decay: f64,
+    /// Decoupled (AdamW) rather than L2 (Adam) weight decay.
+    pub decoupled: bool,
+}
+
+/// The state of [`Adam`].
+#[derive(Clone, Debug, crate::Tree)]
+pub struct AdamState<P> {
+    /// First moments.
+    pub m: P,
+    /// Second moments.
+    pub v: P,
+    /// Steps taken, as an f32 scalar.
+    pub step: Tensor,
+}
+
+impl Adam {
+    /// Adam with betas (0.9, 0.999), eps 1e-8, no weight decay.
+    pub fn new(lr: f64) -> Adam {
+        Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+        }
+    }
+
+    /// AdamW with betas (0.9, 0.999), eps 1e-8 and decoupled weight decay.
+    pub fn adamw(lr: f64, weight_decay: f64) -> Adam {
+        Adam {
+            weight_decay,
+            decoupled: true,
+            ..Adam::new(lr)
+        }
+    }
+
+    /// Zero moments, step 0.
+    pub fn init<P: Tree>(&self, params: &P) -> AdamState<P> {
+        AdamState {
+            m: zeros_like(params),
+            v: zeros_like(params),
+            step: Tensor::scalar(0.0f32),
+        }
+    }
+
+    /// One step.
+    #[track_caller]
+    pub fn update<P: Tree>(
+        &self,
+        params: &P,
+        grads: &P,
+        state: &AdamState<P>,
+    ) -> Result<(P, AdamState<P>)> {
+        let step = &state.step + 1.0;
+        let mut out = zip_leaves(&[params, grads, &state.m, &state.v], |x| {
+            let (p, g, m, v) = (x[0], x[1], x[2], x[3]);
+            let g = if self.weight_decay != 0.0 && !self.decoupled {
+                g + &(p * self.weight_decay)
+            } else {
+                g.clone()
+            };
+            let m = &(m * self.beta1) + &(&g * (1.0 - self.beta1));
+            let v = &(v * self.beta2) + &(&(&g * &g) * (1.0 - self.beta2));
+            let t = step.cast(p.dtype());
+            let c1 = 1.0 - &Tensor::full(p.dtype(), [], self.beta1).pow(&t);
+            let c2 = 1.0 - &Tensor::full(p.dtype(), [], self.beta2).pow(&t);
+            let mhat = &m / &c1;
+            let vhat = &v / &c2;
+            let mut upd = &mhat / &(&vhat.sqrt() + self.eps);
+            if self.decoupled && self.weight_decay != 0.0 {
+                upd = &upd + &(p * self.weight_decay);
+            }
+            vec![p - &(&upd * self.lr), m, v]
+        })?;
+        let v = out.pop().expect("three outputs");
+        let m = out.pop().expect("three outputs");
+        Ok((out.pop().expect("three outputs"), AdamState { m, v, step }))
+    }
+}
+
+/// Checks that every leaf of a tree is a float tensor (what optimizers update).
+#[track_caller]
+pub fn check_float<P: Tree>(p: &P) -> Result<()> {
+    match p.leaf_vec().iter().find(|t| !t.dtype().is_float()) {
+        Some(t) => Err(Error::new(
+            "optimizer",
+            format!("parameters must be floats, found {t}"),
+        )),
+        None => Ok(()),
+    }
+}
