@@ -333,6 +333,16 @@ impl Tensor {
     pub fn floor(&self) -> Tensor {
         self.op1(Op::Floor {}, "floor")
     }
+    /// Elementwise rounding to nearest, ties away from zero.
+    #[track_caller]
+    pub fn round(&self) -> Tensor {
+        self.op1(Op::Round {}, "round")
+    }
+    /// Elementwise ceiling.
+    #[track_caller]
+    pub fn ceil(&self) -> Tensor {
+        self.op1(Op::Ceil {}, "ceil")
+    }
     /// Elementwise sign.
     #[track_caller]
     pub fn sign(&self) -> Tensor {

@@ -324,3 +324,88 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         Ok(trace_tree("jit", x, &self.f, loc)?.0.func)
     }
 }
+
+/// A function with a user-defined reverse-mode rule, like `jax.custom_vjp`: the returned
+/// function computes `f(x)`, and differentiating it with respect to `x` with output cotangent
+/// `g` gives `bwd(x, f(x), g)` instead of differentiating `f`'s own ops.
+///
+/// The rule is recorded as `stop(f(x)) + L(x) - stop(L(x))`, where `L(x) = B x` is the linear map
+/// whose transpose is `bwd` at the current point (obtained by transposing `bwd` with autodiff),
+/// so the value is exactly `f(x)` and its VJP is exactly `bwd`. Higher derivatives through the
+/// rule treat `B` as constant.
+///
+/// `bwd` must be linear in its cotangent argument, as every true VJP is. Rules that are not
+/// (gradient clipping by clamping `g`, say) are linearized at `g = 0`, which is not what JAX
+/// does; clip gradients in the optimizer instead.
+#[track_caller]
+pub fn custom_vjp<I: Tree, O: Tree>(
+    f: impl Fn(&I) -> O,
+    bwd: impl Fn(&I, &O, &O) -> I,
+) -> impl Fn(&I) -> O {
+    let loc = Loc::caller();
+    move |x: &I| {
+        let y = f(x);
+        let xs: Vec<Tensor> = x.leaf_vec().into_iter().cloned().collect();
+        if !xs.iter().any(|t| t.is_traced()) {
+            return y;
+        }
+        match linearized(&bwd, x, &y, loc) {
+            Ok(lx) => {
+                let mut it = lx.into_iter();
+                y.map_leaves(&mut |yl| match it.next() {
+                    Some(l) if yl.dtype().is_float() => &(&yl.detach() + &l) - &l.detach(),
+                    _ => yl.clone(),
+                })
+            }
+            Err(e) => y.map_leaves(&mut |_| Tensor::failed(e.clone())),
+        }
+    }
+}
+
+/// `B x` for the linear map `B` whose transpose is `g -> bwd(x0, y0, g)` at the current point.
+fn linearized<I: Tree, O: Tree>(
+    bwd: &impl Fn(&I, &O, &O) -> I,
+    x: &I,
+    y: &O,
+    loc: Loc,
+) -> Result<Vec<Tensor>> {
+    let x0 = x.map_leaves(&mut |t| t.detach());
+    let y0 = y.map_leaves(&mut |t| t.detach());
+    let g_types: Vec<_> = y
+        .leaf_vec()
+        .iter()
+        .map(|t| t.ty().ok_or_else(|| t.error().cloned().expect("failed")))
+        .collect::<Result<_>>()?;
+    let traced = trace("custom_vjp_bwd", &g_types, |g| {
+        bwd(&x0, &y0, &y0.with_leaves(g))
+            .leaf_vec()
+            .into_iter()
+            .cloned()
+            .collect()
+    })?;
+    let n_g = g_types.len();
+    let wrt: Vec<usize> = (0..n_g).filter(|&i| g_types[i].dtype.is_float()).collect();
+    let t = kiln_autodiff::vjp(&traced.func, &wrt).map_err(|e| ad_error("custom_vjp", e, loc))?;
+    // The transpose's parameters: (g..., captures..., cotangents of bwd's outputs = x).
+    let mut args: Vec<Tensor> = g_types
+        .iter()
+        .map(|ty| Tensor::zeros(ty.dtype, ty.shape.clone()))
+        .collect();
+    args.extend(traced.captures.iter().cloned());
+    args.extend(x.leaf_vec().into_iter().cloned());
+    let refs: Vec<&Tensor> = args.iter().collect();
+    let outs = call(&t, &refs, "custom_vjp", loc);
+    if let Some(e) = outs.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    let n_out = traced.func.outputs.len();
+    let mut by_leaf = vec![None; n_g];
+    for (k, &i) in wrt.iter().enumerate() {
+        by_leaf[i] = Some(outs[n_out + k].clone());
+    }
+    Ok(by_leaf
+        .into_iter()
+        .zip(y.leaf_vec())
+        .map(|(l, yl)| l.unwrap_or_else(|| yl.clone()))
+        .collect())
+}

@@ -248,3 +248,27 @@ fn bad_inputs_name_the_source_line() {
         );
     }
 }
+
+#[test]
+fn custom_vjp_replaces_the_rule_but_not_the_value() {
+    // f(x) = x^2 with a deliberately different rule: 10 * (2 x g).
+    let f = kiln::custom_vjp(
+        |x: &Tensor| x * x,
+        |x: &Tensor, _y: &Tensor, g: &Tensor| &(x * g) * 20.0,
+    );
+    let x = t64(vec![1.5, -2.0], &[2]);
+    assert_eq!(f(&x).to_vec::<f64>().unwrap(), vec![2.25, 4.0]);
+    let g = grad(|x: &Tensor| f(x).sum_all())(&x);
+    assert_eq!(g.to_vec::<f64>().unwrap(), vec![30.0, -40.0]);
+    // The straight-through estimator: round forward, identity backward; inside jit too.
+    let ste = kiln::custom_vjp(
+        |x: &Tensor| x.round(),
+        |_x: &Tensor, _y: &Tensor, g: &Tensor| g.clone(),
+    );
+    let step = jit(|x: &Tensor| grad(|x: &Tensor| (ste(x) * 5.0).sum_all())(x));
+    assert_eq!(
+        step.call(&x).unwrap().to_vec::<f64>().unwrap(),
+        vec![5.0, 5.0]
+    );
+    assert_eq!(ste(&x).to_vec::<f64>().unwrap(), vec![2.0, -2.0]);
+}
