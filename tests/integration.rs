@@ -78,6 +78,27 @@ fn spec_examples_run_on_the_reference_interpreter() {
 }
 
 #[test]
+fn spec_examples_run_on_the_cpu_backend() {
+    let mut n = 0;
+    let mut failures = Vec::new();
+    for s in load_specs() {
+        for ex in &s.examples {
+            let (m, args, expected) = load_example(ex).unwrap();
+            let f = m.entry().unwrap();
+            let r = kiln_codegen_llvm::cpu::CpuExecutable::compile(f)
+                .map_err(|e| e.to_string())
+                .and_then(|exe| exe.run(&args).map_err(|e| e.to_string()));
+            match r.and_then(|got| check_results(&got, &expected)) {
+                Ok(()) => n += 1,
+                Err(e) => failures.push(format!("ir-specs/ops/{}.md:{}: {e}", s.name, ex.line)),
+            }
+        }
+    }
+    println!("{n} spec examples ran on the CPU backend");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
 fn spec_examples_print_canonically() {
     for s in load_specs() {
         for ex in &s.examples {

@@ -1,10 +1,14 @@
 //! Lowers kiln kernels to LLVM IR: host machine code through a JIT, and PTX through LLVM's
 //! NVPTX target (no GPU or CUDA toolkit needed to produce PTX).
 //!
-//! A kernel is a loop over an output index space whose body is an expression of its inputs,
-//! with producers inlined. This first version handles flat elementwise kernels of
-//! add/subtract/multiply (integers and floats) and divide (floats) on contiguous buffers; the
-//! op and dtype coverage is reported by [`cpu_support`] and [`ptx_support`] and in
+//! - [`cpu`]: the CPU backend. A function becomes one LLVM module with a kernel per
+//!   instruction ([`kernel`]: a loop nest over the output index space whose body is an
+//!   expression tree, loads through affine index maps), optimized at O3 for the host CPU and
+//!   JIT-compiled.
+//! - [`ElementwiseKernel`] and [`ptx`]: flat elementwise kernels (add, subtract, multiply,
+//!   divide) as PTX for sm_90.
+//!
+//! Coverage per op is reported by [`cpu_support`] and [`ptx_support`] and in
 //! `ir-specs/status.md`.
 //!
 //! ```
@@ -17,6 +21,9 @@
 //! assert_eq!(out.as_f32s().unwrap(), &[2.0, 4.0, 6.0]);
 //! ```
 #![warn(missing_docs)]
+
+pub mod cpu;
+pub mod kernel;
 
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
@@ -80,18 +87,26 @@ fn binary_supports(k: OpKind, d: DType) -> bool {
     }
 }
 
-/// What the CPU backend lowers of op `k`.
+/// What the CPU backend compiles into kernels for op `k` (instructions without a kernel run on
+/// the reference interpreter inside the executable).
 pub fn cpu_support(k: OpKind) -> Support {
-    if DType::ALL.iter().any(|&d| binary_supports(k, d)) {
-        Support::Some
-    } else {
-        Support::None
+    use OpKind::*;
+    match k {
+        Power => Support::Some,
+        _ if k.props().contains(kiln_ir::Props::ELEMENTWISE) => Support::All,
+        BroadcastInDim | Transpose | Slice | Reverse | Reshape | Iota | Reduce | DotGeneral
+        | Constant => Support::All,
+        _ => Support::None,
     }
 }
 
 /// What the PTX backend lowers of op `k`.
 pub fn ptx_support(k: OpKind) -> Support {
-    cpu_support(k)
+    if DType::ALL.iter().any(|&d| binary_supports(k, d)) {
+        Support::Some
+    } else {
+        Support::None
+    }
 }
 
 /// The expression computed at each output position.

@@ -1,7 +1,8 @@
 //! Where tensor programs run: a [`Backend`] compiles a [`Func`] into an [`Executable`].
 //!
-//! The reference interpreter is the default backend; the facade installs faster ones with
-//! [`set_backend`]. Compiled executables are cached by backend and program text, so an op or a
+//! The CPU backend (LLVM kernels, JIT-compiled for this machine) is the default; set
+//! `KILN_BACKEND=reference` to run everything on the reference interpreter instead, or install
+//! another backend with [`set_backend`]. Compiled executables are cached by backend and program text, so an op or a
 //! traced function of a given signature compiles once.
 
 use crate::{Error, Result};
@@ -44,6 +45,30 @@ impl Backend for Reference {
     }
 }
 
+/// The CPU backend: one LLVM kernel per instruction, O3 for the host CPU.
+pub struct Cpu;
+
+struct CpuCompiled(kiln_codegen_llvm::cpu::CpuExecutable);
+
+impl Executable for CpuCompiled {
+    fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
+        self.0
+            .run(args)
+            .map_err(|e| Error::internal("run", e.to_string()))
+    }
+}
+
+impl Backend for Cpu {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+    fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>> {
+        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile(f)
+            .map_err(|e| Error::internal("compile", e.to_string()))?;
+        Ok(Arc::new(CpuCompiled(exe)))
+    }
+}
+
 static BACKEND: RwLock<Option<Arc<dyn Backend>>> = RwLock::new(None);
 
 type Cache = Mutex<Option<HashMap<String, Arc<dyn Executable>>>>;
@@ -54,13 +79,17 @@ pub fn set_backend(b: Arc<dyn Backend>) {
     *BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(b);
 }
 
-/// The installed backend (the reference interpreter unless another was set).
+/// The installed backend: the CPU backend unless another was set or `KILN_BACKEND=reference`.
 pub fn backend() -> Arc<dyn Backend> {
-    BACKEND
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .unwrap_or_else(|| Arc::new(Reference))
+    if let Some(b) = BACKEND.read().unwrap_or_else(|e| e.into_inner()).clone() {
+        return b;
+    }
+    let b: Arc<dyn Backend> = match std::env::var("KILN_BACKEND").as_deref() {
+        Ok("reference") => Arc::new(Reference),
+        _ => Arc::new(Cpu),
+    };
+    *BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(b.clone());
+    b
 }
 
 /// Compiles `f` with the installed backend, or returns the cached executable for the same

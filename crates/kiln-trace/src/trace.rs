@@ -284,10 +284,24 @@ fn run_op(
         output_types: types,
         values,
     };
+    // A small op runs faster interpreted than compiled (an LLVM compile costs milliseconds);
+    // both agree, as the differential tests check.
+    let elements: usize = f.values.iter().map(|t| t.numel()).sum();
+    if elements < EAGER_COMPILE_THRESHOLD {
+        kiln_ir::verify(&f).map_err(|e| Error::internal("run", e.to_string()))?;
+        return Ok(kiln_reference::eval_op(
+            &f.insts[0].op,
+            lits,
+            &f.output_types,
+        ));
+    }
     let exe = crate::backend::compile_cached(&f)?;
     let args: Vec<kiln_ir::Literal> = lits.iter().map(|l| (*l).clone()).collect();
     exe.run(&args)
 }
+
+/// Eager ops touching fewer elements than this are interpreted instead of compiled.
+pub const EAGER_COMPILE_THRESHOLD: usize = 1 << 16;
 
 /// Applies a function to tensors: inlines it when tracing, compiles and runs it otherwise.
 pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> {

@@ -1,0 +1,984 @@
+//! The CPU backend: a function becomes one LLVM module with a kernel per instruction,
+//! optimized at O3 for the host CPU and JIT-compiled; instructions without a kernel yet run on
+//! the reference interpreter inside the same executable (see [`CpuExecutable::plan`]).
+
+use crate::kernel::{Ew, Expr, Kernel, lower};
+use crate::{Error, Result};
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::execution_engine::ExecutionEngine;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::{BasicTypeEnum, FloatType, IntType};
+use inkwell::values::{BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
+use kiln_ir::{
+    Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
+};
+
+type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8);
+
+/// How one instruction runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A JIT-compiled kernel.
+    Kernel,
+    /// The value is a constant held by the executable.
+    Constant,
+    /// The reference interpreter (no kernel for this op yet).
+    Reference,
+}
+
+/// A function compiled for this CPU.
+pub struct CpuExecutable {
+    func: Func,
+    steps: Vec<Step>,
+    kernels: Vec<Option<KernelFn>>,
+    // Declared before the context so it is dropped first.
+    _engine: Option<ExecutionEngine<'static>>,
+    _context: Box<Context>,
+}
+
+// SAFETY: after construction the engine and context are only kept alive, never touched; the
+// kernels are pure functions of their arguments, safe to call from several threads at once.
+unsafe impl Send for CpuExecutable {}
+unsafe impl Sync for CpuExecutable {}
+
+fn llvm<E: std::fmt::Display>(e: E) -> Error {
+    Error::Llvm(e.to_string())
+}
+
+struct Emitter<'c> {
+    ctx: &'c Context,
+    m: &'c Module<'c>,
+    b: Builder<'c>,
+    f: FunctionValue<'c>,
+    inputs: PointerValue<'c>,
+    vars: Vec<PointerValue<'c>>,
+}
+
+fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
+    match d {
+        DType::Pred | DType::I8 => ctx.i8_type().into(),
+        DType::F16 | DType::BF16 => ctx.i16_type().into(),
+        DType::I32 | DType::U32 => ctx.i32_type().into(),
+        DType::I64 => ctx.i64_type().into(),
+        DType::F32 => ctx.f32_type().into(),
+        DType::F64 => ctx.f64_type().into(),
+    }
+}
+
+impl<'c> Emitter<'c> {
+    fn ftype(&self, d: DType) -> FloatType<'c> {
+        if d == DType::F64 {
+            self.ctx.f64_type()
+        } else {
+            self.ctx.f32_type()
+        }
+    }
+
+    fn itype(&self, d: DType) -> IntType<'c> {
+        match d {
+            DType::Pred => self.ctx.bool_type(),
+            DType::I8 => self.ctx.i8_type(),
+            DType::I32 | DType::U32 => self.ctx.i32_type(),
+            _ => self.ctx.i64_type(),
+        }
+    }
+
+    fn i64c(&self, v: i64) -> IntValue<'c> {
+        self.ctx.i64_type().const_int(v as u64, true)
+    }
+
+    fn intrinsic(
+        &self,
+        name: &str,
+        ty: BasicTypeEnum<'c>,
+        args: &[BasicValueEnum<'c>],
+    ) -> Result<BasicValueEnum<'c>> {
+        let i = Intrinsic::find(name).ok_or_else(|| Error::Llvm(format!("no intrinsic {name}")))?;
+        let decl = i
+            .get_declaration(self.m, &[ty])
+            .ok_or_else(|| Error::Llvm(format!("cannot declare {name}")))?;
+        let args: Vec<_> = args.iter().map(|a| (*a).into()).collect();
+        self.b
+            .build_call(decl, &args, "r")
+            .map_err(llvm)?
+            .try_as_basic_value()
+            .basic()
+            .ok_or_else(|| Error::Llvm(format!("{name} returned nothing")))
+    }
+
+    /// A call to a C math function (`tanhf` for f32, `tanh` for f64).
+    fn libm(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let ft = self.ftype(d);
+        let sym = if d == DType::F64 {
+            name.to_string()
+        } else {
+            format!("{name}f")
+        };
+        let f = self.m.get_function(&sym).unwrap_or_else(|| {
+            self.m.add_function(
+                &sym,
+                ft.fn_type(&[ft.into()], false),
+                Some(Linkage::External),
+            )
+        });
+        Ok(self
+            .b
+            .build_call(f, &[x.into()], "m")
+            .map_err(llvm)?
+            .try_as_basic_value()
+            .basic()
+            .ok_or_else(|| Error::Llvm(format!("{sym} returned nothing")))?
+            .into_float_value())
+    }
+
+    fn var(&self, k: usize) -> Result<IntValue<'c>> {
+        Ok(self
+            .b
+            .build_load(self.ctx.i64_type(), self.vars[k], "v")
+            .map_err(llvm)?
+            .into_int_value())
+    }
+
+    fn load(&self, input: usize, d: DType, coef: &[i64], off: i64) -> Result<BasicValueEnum<'c>> {
+        let ptr = self.ctx.ptr_type(AddressSpace::default());
+        // SAFETY (of the emitted code): `input` indexes the pointer array built by `run`.
+        let slot = unsafe {
+            self.b
+                .build_in_bounds_gep(ptr, self.inputs, &[self.i64c(input as i64)], "slot")
+        }
+        .map_err(llvm)?;
+        let base = self
+            .b
+            .build_load(ptr, slot, "base")
+            .map_err(llvm)?
+            .into_pointer_value();
+        let mut idx = self.i64c(off);
+        for (k, &c) in coef.iter().enumerate() {
+            if c != 0 {
+                let t = self
+                    .b
+                    .build_int_mul(self.var(k)?, self.i64c(c), "t")
+                    .map_err(llvm)?;
+                idx = self.b.build_int_add(idx, t, "i").map_err(llvm)?;
+            }
+        }
+        let st = storage(self.ctx, d);
+        // SAFETY (of the emitted code): the verifier bounds every index inside the buffer.
+        let p = unsafe { self.b.build_gep(st, base, &[idx], "p") }.map_err(llvm)?;
+        let raw = self.b.build_load(st, p, "x").map_err(llvm)?;
+        self.load_value(d, raw)
+    }
+
+    fn load_value(&self, d: DType, raw: BasicValueEnum<'c>) -> Result<BasicValueEnum<'c>> {
+        Ok(match d {
+            DType::Pred => self
+                .b
+                .build_int_compare(
+                    IntPredicate::NE,
+                    raw.into_int_value(),
+                    self.ctx.i8_type().const_zero(),
+                    "p",
+                )
+                .map_err(llvm)?
+                .into(),
+            DType::F16 => {
+                let h = self
+                    .b
+                    .build_bit_cast(raw, self.ctx.f16_type(), "h")
+                    .map_err(llvm)?
+                    .into_float_value();
+                self.b
+                    .build_float_ext(h, self.ctx.f32_type(), "f")
+                    .map_err(llvm)?
+                    .into()
+            }
+            DType::BF16 => {
+                let w = self
+                    .b
+                    .build_int_z_extend(raw.into_int_value(), self.ctx.i32_type(), "w")
+                    .map_err(llvm)?;
+                let s = self
+                    .b
+                    .build_left_shift(w, self.ctx.i32_type().const_int(16, false), "s")
+                    .map_err(llvm)?;
+                self.b
+                    .build_bit_cast(s, self.ctx.f32_type(), "f")
+                    .map_err(llvm)?
+            }
+            _ => raw,
+        })
+    }
+
+    fn store_value(&self, d: DType, v: BasicValueEnum<'c>) -> Result<BasicValueEnum<'c>> {
+        let i32t = self.ctx.i32_type();
+        Ok(match d {
+            DType::Pred => self
+                .b
+                .build_int_z_extend(v.into_int_value(), self.ctx.i8_type(), "p")
+                .map_err(llvm)?
+                .into(),
+            DType::F16 => {
+                let h = self
+                    .b
+                    .build_float_trunc(v.into_float_value(), self.ctx.f16_type(), "h")
+                    .map_err(llvm)?;
+                self.b
+                    .build_bit_cast(h, self.ctx.i16_type(), "b")
+                    .map_err(llvm)?
+            }
+            DType::BF16 => {
+                // Round to nearest even on the top 16 bits; NaN stays a quiet NaN.
+                let bits = self
+                    .b
+                    .build_bit_cast(v, i32t, "bits")
+                    .map_err(llvm)?
+                    .into_int_value();
+                let lsb = self
+                    .b
+                    .build_right_shift(bits, i32t.const_int(16, false), false, "l")
+                    .map_err(llvm)?;
+                let lsb = self
+                    .b
+                    .build_and(lsb, i32t.const_int(1, false), "l1")
+                    .map_err(llvm)?;
+                let bias = self
+                    .b
+                    .build_int_add(lsb, i32t.const_int(0x7FFF, false), "bias")
+                    .map_err(llvm)?;
+                let rounded = self.b.build_int_add(bits, bias, "r").map_err(llvm)?;
+                let top = self
+                    .b
+                    .build_right_shift(rounded, i32t.const_int(16, false), false, "t")
+                    .map_err(llvm)?;
+                let isnan = self
+                    .b
+                    .build_float_compare(
+                        FloatPredicate::UNO,
+                        v.into_float_value(),
+                        v.into_float_value(),
+                        "nan",
+                    )
+                    .map_err(llvm)?;
+                let q = self
+                    .b
+                    .build_select(isnan, i32t.const_int(0x7FC0, false), top, "q")
+                    .map_err(llvm)?
+                    .into_int_value();
+                self.b
+                    .build_int_truncate(q, self.ctx.i16_type(), "h")
+                    .map_err(llvm)?
+                    .into()
+            }
+            _ => v,
+        })
+    }
+
+    fn constant(&self, d: DType, x: f64) -> BasicValueEnum<'c> {
+        if d.is_float() {
+            self.ftype(d)
+                .const_float(kiln_ir::literal::round_to(d, x))
+                .into()
+        } else if d == DType::Pred {
+            self.ctx
+                .bool_type()
+                .const_int((x != 0.0) as u64, false)
+                .into()
+        } else {
+            self.itype(d)
+                .const_int(kiln_ir::literal::convert_f64(d, x) as u64, true)
+                .into()
+        }
+    }
+
+    /// Emits a counted loop over `var` in `0..extent`, running `body` inside.
+    fn counted(
+        &self,
+        var: usize,
+        extent: usize,
+        body: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
+        let i64t = self.ctx.i64_type();
+        self.b
+            .build_store(self.vars[var], i64t.const_zero())
+            .map_err(llvm)?;
+        let head = self.ctx.append_basic_block(self.f, "head");
+        let inner = self.ctx.append_basic_block(self.f, "body");
+        let exit = self.ctx.append_basic_block(self.f, "exit");
+        self.b.build_unconditional_branch(head).map_err(llvm)?;
+        self.b.position_at_end(head);
+        let v = self.var(var)?;
+        let more = self
+            .b
+            .build_int_compare(IntPredicate::SLT, v, self.i64c(extent as i64), "more")
+            .map_err(llvm)?;
+        self.b
+            .build_conditional_branch(more, inner, exit)
+            .map_err(llvm)?;
+        self.b.position_at_end(inner);
+        body(self)?;
+        let v = self.var(var)?;
+        let next = self
+            .b
+            .build_int_add(v, self.i64c(1), "next")
+            .map_err(llvm)?;
+        self.b.build_store(self.vars[var], next).map_err(llvm)?;
+        self.b.build_unconditional_branch(head).map_err(llvm)?;
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
+    fn expr(&self, e: &Expr) -> Result<BasicValueEnum<'c>> {
+        match e {
+            Expr::Load {
+                input,
+                dtype,
+                coef,
+                off,
+            } => self.load(*input, *dtype, coef, *off),
+            Expr::Iota { var, .. } => Ok(self.var(*var)?.into()),
+            Expr::Const { dtype, value } => Ok(self.constant(*dtype, *value)),
+            Expr::Op { op, dtype, args } => {
+                let vals: Vec<BasicValueEnum> =
+                    args.iter().map(|a| self.expr(a)).collect::<Result<_>>()?;
+                let in_dt = match op {
+                    Ew::Select => args[1].dtype(),
+                    _ => args[0].dtype(),
+                };
+                self.op(op, in_dt, *dtype, &vals)
+            }
+            Expr::Reduce {
+                kind,
+                dtype,
+                init,
+                vars,
+                body,
+            } => {
+                let ct: BasicTypeEnum = if dtype.is_float() {
+                    self.ftype(*dtype).into()
+                } else {
+                    self.itype(*dtype).into()
+                };
+                let acc = self.b.build_alloca(ct, "acc").map_err(llvm)?;
+                let i = self.expr(init)?;
+                self.b.build_store(acc, i).map_err(llvm)?;
+                self.nest(vars, &mut |em: &Self| {
+                    let x = em.expr(body)?;
+                    let a = em.b.build_load(ct, acc, "a").map_err(llvm)?;
+                    let c = em.combine(*kind, *dtype, a, x)?;
+                    em.b.build_store(acc, c).map_err(llvm)?;
+                    Ok(())
+                })?;
+                Ok(self.b.build_load(ct, acc, "sum").map_err(llvm)?)
+            }
+        }
+    }
+
+    fn nest(
+        &self,
+        vars: &[(usize, usize)],
+        body: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
+        match vars.split_first() {
+            None => body(self),
+            Some((&(v, n), rest)) => self.counted(v, n, &mut |em: &Self| em.nest(rest, body)),
+        }
+    }
+
+    fn combine(
+        &self,
+        kind: Combiner,
+        d: DType,
+        a: BasicValueEnum<'c>,
+        x: BasicValueEnum<'c>,
+    ) -> Result<BasicValueEnum<'c>> {
+        let k = match (kind, d) {
+            (Combiner::Add, DType::Pred) | (Combiner::Max, DType::Pred) | (Combiner::Or, _) => {
+                OpKind::Or
+            }
+            (Combiner::Mul, DType::Pred) | (Combiner::Min, DType::Pred) | (Combiner::And, _) => {
+                OpKind::And
+            }
+            (Combiner::Add, _) | (Combiner::Replace, _) => OpKind::Add,
+            (Combiner::Mul, _) => OpKind::Multiply,
+            (Combiner::Max, _) => OpKind::Maximum,
+            (Combiner::Min, _) => OpKind::Minimum,
+        };
+        self.op(&Ew::Kind(k), d, d, &[a, x])
+    }
+
+    fn op(
+        &self,
+        op: &Ew,
+        d: DType,
+        out: DType,
+        v: &[BasicValueEnum<'c>],
+    ) -> Result<BasicValueEnum<'c>> {
+        let b = &self.b;
+        match op {
+            Ew::Select => Ok(b
+                .build_select(v[0].into_int_value(), v[1], v[2], "sel")
+                .map_err(llvm)?),
+            Ew::Clamp => {
+                let m = self.op(&Ew::Kind(OpKind::Maximum), d, d, &[v[1], v[0]])?;
+                self.op(&Ew::Kind(OpKind::Minimum), d, d, &[m, v[2]])
+            }
+            Ew::Convert => self.convert(d, out, v[0]),
+            Ew::Cmp(dir) => {
+                if d.is_float() {
+                    let p = match dir {
+                        Cmp::Eq => FloatPredicate::OEQ,
+                        Cmp::Ne => FloatPredicate::UNE,
+                        Cmp::Lt => FloatPredicate::OLT,
+                        Cmp::Le => FloatPredicate::OLE,
+                        Cmp::Gt => FloatPredicate::OGT,
+                        Cmp::Ge => FloatPredicate::OGE,
+                    };
+                    Ok(b.build_float_compare(
+                        p,
+                        v[0].into_float_value(),
+                        v[1].into_float_value(),
+                        "c",
+                    )
+                    .map_err(llvm)?
+                    .into())
+                } else {
+                    let signed = d.is_signed();
+                    let p = match (dir, signed) {
+                        (Cmp::Eq, _) => IntPredicate::EQ,
+                        (Cmp::Ne, _) => IntPredicate::NE,
+                        (Cmp::Lt, true) => IntPredicate::SLT,
+                        (Cmp::Le, true) => IntPredicate::SLE,
+                        (Cmp::Gt, true) => IntPredicate::SGT,
+                        (Cmp::Ge, true) => IntPredicate::SGE,
+                        (Cmp::Lt, false) => IntPredicate::ULT,
+                        (Cmp::Le, false) => IntPredicate::ULE,
+                        (Cmp::Gt, false) => IntPredicate::UGT,
+                        (Cmp::Ge, false) => IntPredicate::UGE,
+                    };
+                    Ok(
+                        b.build_int_compare(p, v[0].into_int_value(), v[1].into_int_value(), "c")
+                            .map_err(llvm)?
+                            .into(),
+                    )
+                }
+            }
+            Ew::Kind(k) if d.is_float() => self.float_op(*k, d, v),
+            Ew::Kind(k) => self.int_op(*k, d, v),
+        }
+    }
+
+    fn float_op(
+        &self,
+        k: OpKind,
+        d: DType,
+        v: &[BasicValueEnum<'c>],
+    ) -> Result<BasicValueEnum<'c>> {
+        let b = &self.b;
+        let ft = self.ftype(d);
+        let x = v[0].into_float_value();
+        let y = v.get(1).map(|y| y.into_float_value());
+        let one = ft.const_float(1.0);
+        let intr = |name: &str| self.intrinsic(name, ft.into(), v);
+        let r: BasicValueEnum = match k {
+            OpKind::Add => b
+                .build_float_add(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Subtract => b
+                .build_float_sub(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Multiply => b
+                .build_float_mul(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Divide => b
+                .build_float_div(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Remainder => b
+                .build_float_rem(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Maximum => intr("llvm.maximum")?,
+            OpKind::Minimum => intr("llvm.minimum")?,
+            OpKind::Power => intr("llvm.pow")?,
+            OpKind::Negate => b.build_float_neg(x, "r").map_err(llvm)?.into(),
+            OpKind::Abs => intr("llvm.fabs")?,
+            OpKind::Sign => {
+                let pos = b
+                    .build_float_compare(FloatPredicate::OGT, x, ft.const_zero(), "pos")
+                    .map_err(llvm)?;
+                let neg = b
+                    .build_float_compare(FloatPredicate::OLT, x, ft.const_zero(), "neg")
+                    .map_err(llvm)?;
+                let s = b
+                    .build_select(neg, ft.const_float(-1.0), x, "s")
+                    .map_err(llvm)?;
+                b.build_select(pos, one.into(), s, "r").map_err(llvm)?
+            }
+            OpKind::Exponential => intr("llvm.exp")?,
+            OpKind::Log => intr("llvm.log")?,
+            OpKind::LogPlusOne => self.libm("log1p", d, x)?.into(),
+            OpKind::ExponentialMinusOne => self.libm("expm1", d, x)?.into(),
+            OpKind::Sqrt => intr("llvm.sqrt")?,
+            OpKind::Rsqrt => {
+                let s = intr("llvm.sqrt")?.into_float_value();
+                b.build_float_div(one, s, "r").map_err(llvm)?.into()
+            }
+            OpKind::Tanh => self.libm("tanh", d, x)?.into(),
+            OpKind::Logistic => {
+                let n = b.build_float_neg(x, "n").map_err(llvm)?;
+                let e = self
+                    .intrinsic("llvm.exp", ft.into(), &[n.into()])?
+                    .into_float_value();
+                let den = b.build_float_add(one, e, "d").map_err(llvm)?;
+                b.build_float_div(one, den, "r").map_err(llvm)?.into()
+            }
+            OpKind::Sine => intr("llvm.sin")?,
+            OpKind::Cosine => intr("llvm.cos")?,
+            OpKind::Erf => self.libm("erf", d, x)?.into(),
+            OpKind::Floor => intr("llvm.floor")?,
+            OpKind::Ceil => intr("llvm.ceil")?,
+            OpKind::Round => intr("llvm.round")?,
+            OpKind::IsFinite => {
+                let a = intr("llvm.fabs")?.into_float_value();
+                b.build_float_compare(FloatPredicate::ONE, a, ft.const_float(f64::INFINITY), "r")
+                    .map_err(llvm)?
+                    .into()
+            }
+            other => return Err(Error::Unsupported(format!("`{other}` on {d}"))),
+        };
+        Ok(r)
+    }
+
+    fn int_op(&self, k: OpKind, d: DType, v: &[BasicValueEnum<'c>]) -> Result<BasicValueEnum<'c>> {
+        let b = &self.b;
+        let it = self.itype(d);
+        let x = v[0].into_int_value();
+        let y = v.get(1).map(|y| y.into_int_value());
+        let signed = d.is_signed();
+        let pred = d == DType::Pred;
+        let bits = it.get_bit_width() as u64;
+        let intr = |name: &str| self.intrinsic(name, it.into(), v);
+        let r: BasicValueEnum = match k {
+            OpKind::Add if pred => b.build_or(x, y.expect("binary"), "r").map_err(llvm)?.into(),
+            OpKind::Multiply if pred => b
+                .build_and(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Maximum if pred => b.build_or(x, y.expect("binary"), "r").map_err(llvm)?.into(),
+            OpKind::Minimum if pred => b
+                .build_and(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Add => b
+                .build_int_add(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Subtract => b
+                .build_int_sub(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Multiply => b
+                .build_int_mul(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Divide | OpKind::Remainder => {
+                let y = y.expect("binary");
+                let zero = b
+                    .build_int_compare(IntPredicate::EQ, y, it.const_zero(), "z")
+                    .map_err(llvm)?;
+                let min = it.const_int(1u64 << (bits - 1), false);
+                let all = it.const_all_ones();
+                let overflow = if signed {
+                    let a = b
+                        .build_int_compare(IntPredicate::EQ, x, min, "a")
+                        .map_err(llvm)?;
+                    let c = b
+                        .build_int_compare(IntPredicate::EQ, y, all, "c")
+                        .map_err(llvm)?;
+                    b.build_and(a, c, "o").map_err(llvm)?
+                } else {
+                    self.ctx.bool_type().const_zero()
+                };
+                let bad = b.build_or(zero, overflow, "bad").map_err(llvm)?;
+                let safe_y = b
+                    .build_select(bad, it.const_int(1, false), y, "sy")
+                    .map_err(llvm)?
+                    .into_int_value();
+                if k == OpKind::Divide {
+                    let q = if signed {
+                        b.build_int_signed_div(x, safe_y, "q")
+                    } else {
+                        b.build_int_unsigned_div(x, safe_y, "q")
+                    }
+                    .map_err(llvm)?;
+                    // x / 0 = -1 (all bits); MIN / -1 = MIN.
+                    let q = b.build_select(overflow, min, q, "q1").map_err(llvm)?;
+                    b.build_select(zero, all.into(), q, "r").map_err(llvm)?
+                } else {
+                    let q = if signed {
+                        b.build_int_signed_rem(x, safe_y, "q")
+                    } else {
+                        b.build_int_unsigned_rem(x, safe_y, "q")
+                    }
+                    .map_err(llvm)?;
+                    // x % 0 = x; MIN % -1 = 0.
+                    let q = b
+                        .build_select(overflow, it.const_zero(), q, "q1")
+                        .map_err(llvm)?;
+                    b.build_select(zero, x.into(), q, "r").map_err(llvm)?
+                }
+            }
+            OpKind::Maximum => intr(if signed { "llvm.smax" } else { "llvm.umax" })?,
+            OpKind::Minimum => intr(if signed { "llvm.smin" } else { "llvm.umin" })?,
+            OpKind::And => b
+                .build_and(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Or => b.build_or(x, y.expect("binary"), "r").map_err(llvm)?.into(),
+            OpKind::Xor => b
+                .build_xor(x, y.expect("binary"), "r")
+                .map_err(llvm)?
+                .into(),
+            OpKind::Not => b.build_not(x, "r").map_err(llvm)?.into(),
+            OpKind::ShiftLeft | OpKind::ShiftRightLogical => {
+                let y = y.expect("binary");
+                // Amounts outside [0, bits) give 0 (as unsigned, negatives are huge).
+                let inside = b
+                    .build_int_compare(IntPredicate::ULT, y, it.const_int(bits, false), "in")
+                    .map_err(llvm)?;
+                let safe = b
+                    .build_select(inside, y, it.const_zero(), "s")
+                    .map_err(llvm)?
+                    .into_int_value();
+                let sh = if k == OpKind::ShiftLeft {
+                    b.build_left_shift(x, safe, "sh")
+                } else {
+                    b.build_right_shift(x, safe, false, "sh")
+                }
+                .map_err(llvm)?;
+                b.build_select(inside, sh, it.const_zero(), "r")
+                    .map_err(llvm)?
+            }
+            OpKind::Negate => b.build_int_neg(x, "r").map_err(llvm)?.into(),
+            OpKind::Abs => {
+                let neg = b
+                    .build_int_compare(IntPredicate::SLT, x, it.const_zero(), "n")
+                    .map_err(llvm)?;
+                let nx = b.build_int_neg(x, "nx").map_err(llvm)?;
+                b.build_select(neg, nx, x, "r").map_err(llvm)?
+            }
+            OpKind::Sign => {
+                let pos = b
+                    .build_int_compare(IntPredicate::SGT, x, it.const_zero(), "p")
+                    .map_err(llvm)?;
+                let neg = b
+                    .build_int_compare(IntPredicate::SLT, x, it.const_zero(), "n")
+                    .map_err(llvm)?;
+                let s = b
+                    .build_select(neg, it.const_all_ones(), it.const_zero(), "s")
+                    .map_err(llvm)?
+                    .into_int_value();
+                b.build_select(pos, it.const_int(1, false), s, "r")
+                    .map_err(llvm)?
+            }
+            other => return Err(Error::Unsupported(format!("`{other}` on {d}"))),
+        };
+        Ok(r)
+    }
+
+    fn convert(&self, from: DType, to: DType, v: BasicValueEnum<'c>) -> Result<BasicValueEnum<'c>> {
+        let b = &self.b;
+        if from.is_float() && to.is_float() {
+            let (ff, tf) = (self.ftype(from), self.ftype(to));
+            let x = v.into_float_value();
+            // f16/bf16 values are f32 in registers; rounding happens on store.
+            return Ok(if ff == tf {
+                x.into()
+            } else if tf == self.ctx.f64_type() {
+                b.build_float_ext(x, tf, "c").map_err(llvm)?.into()
+            } else {
+                b.build_float_trunc(x, tf, "c").map_err(llvm)?.into()
+            });
+        }
+        if from.is_float() {
+            let x = v.into_float_value();
+            if to == DType::Pred {
+                return Ok(b
+                    .build_float_compare(FloatPredicate::UNE, x, self.ftype(from).const_zero(), "c")
+                    .map_err(llvm)?
+                    .into());
+            }
+            let it = self.itype(to);
+            let name = if to.is_signed() {
+                "llvm.fptosi.sat"
+            } else {
+                "llvm.fptoui.sat"
+            };
+            let i =
+                Intrinsic::find(name).ok_or_else(|| Error::Llvm(format!("no intrinsic {name}")))?;
+            let decl = i
+                .get_declaration(self.m, &[it.into(), self.ftype(from).into()])
+                .ok_or_else(|| Error::Llvm(format!("cannot declare {name}")))?;
+            return b
+                .build_call(decl, &[x.into()], "c")
+                .map_err(llvm)?
+                .try_as_basic_value()
+                .basic()
+                .ok_or_else(|| Error::Llvm("no result".into()));
+        }
+        let x = v.into_int_value();
+        let unsigned_src = from == DType::U32 || from == DType::Pred;
+        if to.is_float() {
+            let ft = self.ftype(to);
+            return Ok(if unsigned_src {
+                b.build_unsigned_int_to_float(x, ft, "c")
+            } else {
+                b.build_signed_int_to_float(x, ft, "c")
+            }
+            .map_err(llvm)?
+            .into());
+        }
+        if to == DType::Pred {
+            return Ok(b
+                .build_int_compare(IntPredicate::NE, x, x.get_type().const_zero(), "c")
+                .map_err(llvm)?
+                .into());
+        }
+        let it = self.itype(to);
+        let (fw, tw) = (x.get_type().get_bit_width(), it.get_bit_width());
+        Ok(if fw == tw {
+            x.into()
+        } else if fw > tw {
+            b.build_int_truncate(x, it, "c").map_err(llvm)?.into()
+        } else if unsigned_src {
+            b.build_int_z_extend(x, it, "c").map_err(llvm)?.into()
+        } else {
+            b.build_int_s_extend(x, it, "c").map_err(llvm)?.into()
+        })
+    }
+}
+
+/// Emits `void name(ptr inputs, ptr out)` computing `k`.
+fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) -> Result<()> {
+    let ptr = ctx.ptr_type(AddressSpace::default());
+    let f = m.add_function(
+        name,
+        ctx.void_type().fn_type(&[ptr.into(), ptr.into()], false),
+        None,
+    );
+    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
+    f.add_attribute(AttributeLoc::Param(1), noalias);
+    let b = ctx.create_builder();
+    let entry = ctx.append_basic_block(f, "entry");
+    b.position_at_end(entry);
+    let vars = (0..k.vars)
+        .map(|_| b.build_alloca(ctx.i64_type(), "var"))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(llvm)?;
+    for v in &vars {
+        b.build_store(*v, ctx.i64_type().const_zero())
+            .map_err(llvm)?;
+    }
+    let inputs = f.get_nth_param(0).expect("declared").into_pointer_value();
+    let out = f.get_nth_param(1).expect("declared").into_pointer_value();
+    let em = Emitter {
+        ctx,
+        m,
+        b,
+        f,
+        inputs,
+        vars,
+    };
+    let rank = k.out.rank();
+    let out_vars: Vec<(usize, usize)> = (0..rank).map(|d| (d, k.out.shape[d])).collect();
+    let ost = strides(&k.out.shape);
+    em.nest(&out_vars, &mut |em: &Emitter<'c>| {
+        let v = em.expr(&k.body)?;
+        let v = em.store_value(k.out.dtype, v)?;
+        let mut idx = em.i64c(0);
+        for (d, &stride) in ost.iter().enumerate() {
+            let t =
+                em.b.build_int_mul(em.var(d)?, em.i64c(stride as i64), "t")
+                    .map_err(llvm)?;
+            idx = em.b.build_int_add(idx, t, "i").map_err(llvm)?;
+        }
+        // SAFETY (of the emitted code): idx is below the output's element count.
+        let p = unsafe {
+            em.b.build_in_bounds_gep(storage(ctx, k.out.dtype), out, &[idx], "po")
+        }
+        .map_err(llvm)?;
+        em.b.build_store(p, v).map_err(llvm)?;
+        Ok(())
+    })?;
+    em.b.build_return(None).map_err(llvm)?;
+    Ok(())
+}
+
+/// The kernels of `f`, one per instruction that has one (`None` for the others).
+pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
+    f.insts
+        .iter()
+        .map(|inst| {
+            if inst.results.len() != 1 || matches!(inst.op, Op::Constant { .. }) {
+                return None;
+            }
+            let x: Vec<TensorType> = inst
+                .operands
+                .iter()
+                .map(|o| f.values[o.index()].clone())
+                .collect();
+            lower(&inst.op, &x, &f.values[inst.results[0].index()])
+        })
+        .collect()
+}
+
+fn build_module<'c>(ctx: &'c Context, f: &Func, ks: &[Option<Kernel>]) -> Result<Module<'c>> {
+    let m = ctx.create_module(&f.name);
+    // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
+    let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
+    for (i, k) in ks.iter().enumerate() {
+        if let Some(k) = k {
+            emit_kernel(ctx, mref, &format!("k{i}"), k)?;
+        }
+    }
+    m.verify()
+        .map_err(|e| Error::Llvm(format!("invalid module for @{}: {e}", f.name)))?;
+    Ok(m)
+}
+
+/// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O3 for this CPU.
+pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
+    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let ctx = Context::create();
+    let ks = kernels(f);
+    let m = build_module(&ctx, f, &ks)?;
+    if optimized {
+        crate::optimize(&m, &crate::host_machine()?)?;
+    }
+    Ok(m.print_to_string().to_string())
+}
+
+impl CpuExecutable {
+    /// Compiles `f` for this CPU.
+    pub fn compile(f: &Func) -> Result<CpuExecutable> {
+        kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+        let ks = kernels(f);
+        let steps: Vec<Step> = f
+            .insts
+            .iter()
+            .zip(&ks)
+            .map(|(inst, k)| match (k, &inst.op) {
+                (Some(_), _) => Step::Kernel,
+                (None, Op::Constant { .. }) => Step::Constant,
+                (None, _) => Step::Reference,
+            })
+            .collect();
+        let context = Box::new(Context::create());
+        // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
+        // and every value derived from it (field order of CpuExecutable).
+        let ctx: &'static Context = unsafe { &*(context.as_ref() as *const Context) };
+        let mut kernels_fns = vec![None; f.insts.len()];
+        let engine = if ks.iter().any(Option::is_some) {
+            let m = build_module(ctx, f, &ks)?;
+            crate::optimize(&m, &crate::host_machine()?)?;
+            let ee = m
+                .create_jit_execution_engine(OptimizationLevel::Aggressive)
+                .map_err(llvm)?;
+            for (i, k) in ks.iter().enumerate() {
+                if k.is_some() {
+                    // SAFETY: every kernel was emitted with this signature.
+                    let jf =
+                        unsafe { ee.get_function::<KernelFn>(&format!("k{i}")) }.map_err(llvm)?;
+                    kernels_fns[i] = Some(unsafe { jf.into_raw() });
+                }
+            }
+            Some(ee)
+        } else {
+            None
+        };
+        Ok(CpuExecutable {
+            func: f.clone(),
+            steps,
+            kernels: kernels_fns,
+            _engine: engine,
+            _context: context,
+        })
+    }
+
+    /// How each instruction runs.
+    pub fn plan(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Runs on arguments of the function's parameter types.
+    pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
+        let f = &self.func;
+        let params = f.param_types();
+        if args.len() != params.len() {
+            return Err(Error::Args(format!(
+                "@{} takes {} argument(s), {} given",
+                f.name,
+                params.len(),
+                args.len()
+            )));
+        }
+        for (i, (a, p)) in args.iter().zip(&params).enumerate() {
+            if a.ty() != p {
+                return Err(Error::Args(format!(
+                    "argument {i} of @{} must be {p}, got {}",
+                    f.name,
+                    a.ty()
+                )));
+            }
+        }
+        let mut env: Vec<Option<Literal>> = vec![None; f.values.len()];
+        for (&p, a) in f.params.iter().zip(args) {
+            env[p.index()] = Some(a.clone());
+        }
+        for (i, inst) in f.insts.iter().enumerate() {
+            let outs = match (&self.steps[i], &inst.op) {
+                (Step::Constant, Op::Constant { value }) => vec![value.clone()],
+                (Step::Kernel, _) => {
+                    let ptrs: Vec<*const u8> = inst
+                        .operands
+                        .iter()
+                        .map(|o| env[o.index()].as_ref().expect("verified SSA").as_ptr())
+                        .collect();
+                    let mut out = Literal::zeros(f.values[inst.results[0].index()].clone());
+                    let kernel = self.kernels[i].expect("compiled with the plan");
+                    // SAFETY: the pointers address live buffers of the types the kernel was
+                    // compiled for, and the output buffer is exclusively ours.
+                    unsafe { kernel(ptrs.as_ptr(), out.as_mut_ptr()) };
+                    vec![out]
+                }
+                _ => {
+                    let xs: Vec<&Literal> = inst
+                        .operands
+                        .iter()
+                        .map(|o| env[o.index()].as_ref().expect("verified SSA"))
+                        .collect();
+                    let tys: Vec<TensorType> = inst
+                        .results
+                        .iter()
+                        .map(|r| f.values[r.index()].clone())
+                        .collect();
+                    kiln_reference::eval_op(&inst.op, &xs, &tys)
+                }
+            };
+            for (&r, v) in inst.results.iter().zip(outs) {
+                env[r.index()] = Some(v);
+            }
+        }
+        Ok(f.outputs
+            .iter()
+            .map(|o| env[o.index()].clone().expect("verified SSA"))
+            .collect())
+    }
+}
