@@ -8,6 +8,8 @@
 //!   must parse and then fail verification citing LABEL.
 //! - `// RUN: parse-error`: cases separated by `// -----`; every case must fail to parse.
 //! - `// RUN: eval`: `// %N = VALUE` lines give the arguments; prints the reference results.
+//! - `// RUN: llvm`: prints the CPU backend's LLVM IR before optimization (the optimized IR
+//!   depends on the host CPU, so it is not snapshotted; `cargo xtask dump --stage llvm` shows it).
 //!
 //! The printed output of each file is an insta snapshot under `tests/snapshots/`.
 
@@ -257,6 +259,13 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             for r in kiln_reference::eval_module(&m, &args).map_err(|e| e.to_string())? {
                 out.push_str(&format!("{r}\n"));
             }
+        }
+        "llvm" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            let f = m.entry().ok_or("no function")?;
+            out.push_str(
+                &kiln_codegen_llvm::cpu::function_llvm_ir(f, false).map_err(|e| e.to_string())?,
+            );
         }
         other => return Err(format!("unknown mode `{other}`")),
     }

@@ -2,7 +2,7 @@
 //!
 //! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
-//! - `dump FILE --stage parse|verify|eval [--arg VALUE]...`: print a stage of a `.kir` file;
+//! - `dump FILE --stage parse|verify|eval|llvm [--arg VALUE]...`: print a stage of a `.kir` file;
 //!   `dump --example NAME --stage trace|grad`: the traced or differentiated IR of an example.
 //! - `codegen [--check]`: regenerate (or check) generated files such as `ir-specs/status.md`.
 
@@ -207,7 +207,7 @@ fn codegen(check: bool) -> Result {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval [--arg VALUE]... | dump --example NAME --stage trace|grad";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|llvm [--arg VALUE]... | dump --example NAME --stage trace|grad";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -245,6 +245,34 @@ fn dump(args: &[String]) -> Result {
         }
     }
     let file = file.ok_or(usage)?;
+    if stage == "llvm" {
+        ensure_toolchain()?;
+        println!("; LLVM IR before optimization");
+        run(cargo().args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "kiln-codegen-llvm",
+            "--bin",
+            "kiln-llvm-dump",
+            "--",
+            &file,
+        ]))?;
+        println!("; LLVM IR after O3 for this CPU");
+        return run(cargo().args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "kiln-codegen-llvm",
+            "--bin",
+            "kiln-llvm-dump",
+            "--",
+            &file,
+            "--optimized",
+        ]));
+    }
     let text = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
     let m = kiln_ir::parse_module(&text).map_err(|e| format!("{file}:{e}"))?;
     match stage.as_str() {
@@ -298,7 +326,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | dump FILE --stage parse|verify|eval | dump --example NAME --stage trace|grad | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | dump FILE --stage parse|verify|eval|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

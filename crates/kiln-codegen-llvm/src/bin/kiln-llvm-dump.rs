@@ -1,0 +1,36 @@
+//! Prints the LLVM IR of a `.kir` file's entry function: `kiln-llvm-dump FILE [--optimized]`.
+//! Used by `cargo xtask dump FILE --stage llvm`.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
+        eprintln!("usage: kiln-llvm-dump FILE [--optimized]");
+        return ExitCode::FAILURE;
+    };
+    let optimized = args.iter().any(|a| a == "--optimized");
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{file}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = kiln_ir::parse_module(&text)
+        .map_err(|e| format!("{file}:{e}"))
+        .and_then(|m| m.entry().cloned().ok_or_else(|| "no function".to_string()))
+        .and_then(|f| {
+            kiln_codegen_llvm::cpu::function_llvm_ir(&f, optimized).map_err(|e| e.to_string())
+        });
+    match result {
+        Ok(ir) => {
+            print!("{ir}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
