@@ -2,7 +2,7 @@
 //! optimized at O3 for the host CPU and JIT-compiled; instructions without a kernel yet run on
 //! the reference interpreter inside the same executable (see [`CpuExecutable::plan`]).
 
-use crate::kernel::{Ew, Expr, Kernel, lower};
+use crate::kernel::{Cond, Ew, Expr, Idx, Kernel, lower};
 use crate::{Error, Result};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
@@ -144,6 +144,21 @@ impl<'c> Emitter<'c> {
     }
 
     fn load(&self, input: usize, d: DType, coef: &[i64], off: i64) -> Result<BasicValueEnum<'c>> {
+        let mut idx = self.i64c(off);
+        for (k, &c) in coef.iter().enumerate() {
+            if c != 0 {
+                let t = self
+                    .b
+                    .build_int_mul(self.var(k)?, self.i64c(c), "t")
+                    .map_err(llvm)?;
+                idx = self.b.build_int_add(idx, t, "i").map_err(llvm)?;
+            }
+        }
+        self.load_at(input, d, idx)
+    }
+
+    /// Loads element `idx` of input buffer `input` and widens it to its register type.
+    fn load_at(&self, input: usize, d: DType, idx: IntValue<'c>) -> Result<BasicValueEnum<'c>> {
         let ptr = self.ctx.ptr_type(AddressSpace::default());
         // SAFETY (of the emitted code): `input` indexes the pointer array built by `run`.
         let slot = unsafe {
@@ -156,16 +171,6 @@ impl<'c> Emitter<'c> {
             .build_load(ptr, slot, "base")
             .map_err(llvm)?
             .into_pointer_value();
-        let mut idx = self.i64c(off);
-        for (k, &c) in coef.iter().enumerate() {
-            if c != 0 {
-                let t = self
-                    .b
-                    .build_int_mul(self.var(k)?, self.i64c(c), "t")
-                    .map_err(llvm)?;
-                idx = self.b.build_int_add(idx, t, "i").map_err(llvm)?;
-            }
-        }
         let st = storage(self.ctx, d);
         // SAFETY (of the emitted code): the verifier bounds every index inside the buffer.
         let p = unsafe { self.b.build_gep(st, base, &[idx], "p") }.map_err(llvm)?;
@@ -331,8 +336,126 @@ impl<'c> Emitter<'c> {
         Ok(())
     }
 
+    fn idx(&self, i: &Idx) -> Result<IntValue<'c>> {
+        let b = &self.b;
+        Ok(match i {
+            Idx::Var(v) => self.var(*v)?,
+            Idx::Const(c) => self.i64c(*c),
+            Idx::Add(xs) => {
+                let mut acc = self.i64c(0);
+                for x in xs {
+                    acc = b.build_int_add(acc, self.idx(x)?, "ia").map_err(llvm)?;
+                }
+                acc
+            }
+            Idx::Mul(x, c) => b
+                .build_int_mul(self.idx(x)?, self.i64c(*c), "im")
+                .map_err(llvm)?,
+            Idx::Div(x, c) => b
+                .build_int_signed_div(self.idx(x)?, self.i64c(*c), "id")
+                .map_err(llvm)?,
+            Idx::Clamp(x, lo, hi) => {
+                let v = self.idx(x)?;
+                let lo_v = self.i64c(*lo);
+                let hi_v = self.i64c(*hi);
+                let below = b
+                    .build_int_compare(IntPredicate::SLT, v, lo_v, "lo")
+                    .map_err(llvm)?;
+                let v = b
+                    .build_select(below, lo_v, v, "c1")
+                    .map_err(llvm)?
+                    .into_int_value();
+                let above = b
+                    .build_int_compare(IntPredicate::SGT, v, hi_v, "hi")
+                    .map_err(llvm)?;
+                b.build_select(above, hi_v, v, "c2")
+                    .map_err(llvm)?
+                    .into_int_value()
+            }
+            Idx::Value(e) => {
+                let d = e.dtype();
+                let v = self.expr(e)?.into_int_value();
+                let i64t = self.ctx.i64_type();
+                if v.get_type().get_bit_width() == 64 {
+                    v
+                } else if d == DType::U32 || d == DType::Pred {
+                    b.build_int_z_extend(v, i64t, "z").map_err(llvm)?
+                } else {
+                    b.build_int_s_extend(v, i64t, "s").map_err(llvm)?
+                }
+            }
+        })
+    }
+
+    fn cond(&self, c: &Cond) -> Result<IntValue<'c>> {
+        let b = &self.b;
+        Ok(match c {
+            Cond::InRange(x, lo, hi) => {
+                let v = self.idx(x)?;
+                let a = b
+                    .build_int_compare(IntPredicate::SGE, v, self.i64c(*lo), "ge")
+                    .map_err(llvm)?;
+                let z = b
+                    .build_int_compare(IntPredicate::SLT, v, self.i64c(*hi), "lt")
+                    .map_err(llvm)?;
+                b.build_and(a, z, "in").map_err(llvm)?
+            }
+            Cond::Divisible(x, m) => {
+                let r = b
+                    .build_int_signed_rem(self.idx(x)?, self.i64c(*m), "rem")
+                    .map_err(llvm)?;
+                b.build_int_compare(IntPredicate::EQ, r, self.i64c(0), "div")
+                    .map_err(llvm)?
+            }
+        })
+    }
+
     fn expr(&self, e: &Expr) -> Result<BasicValueEnum<'c>> {
         match e {
+            Expr::Gather {
+                input,
+                dtype,
+                index,
+                strides,
+            } => {
+                let mut parts = Vec::new();
+                let mut off = 0i64;
+                for (i, s) in index.iter().zip(strides) {
+                    match i {
+                        Idx::Const(c) => off += c * s,
+                        _ => parts.push(Idx::Mul(Box::new(i.clone()), *s)),
+                    }
+                }
+                parts.push(Idx::Const(off));
+                let flat = self.idx(&Idx::Add(parts))?;
+                self.load_at(*input, *dtype, flat)
+            }
+            Expr::Guard {
+                conds,
+                then,
+                otherwise,
+            } => {
+                let mut ok = self.ctx.bool_type().const_int(1, false);
+                for c in conds {
+                    ok = self.b.build_and(ok, self.cond(c)?, "ok").map_err(llvm)?;
+                }
+                let tb = self.ctx.append_basic_block(self.f, "then");
+                let eb = self.ctx.append_basic_block(self.f, "else");
+                let mb = self.ctx.append_basic_block(self.f, "merge");
+                self.b.build_conditional_branch(ok, tb, eb).map_err(llvm)?;
+                self.b.position_at_end(tb);
+                let tv = self.expr(then)?;
+                let t_end = self.b.get_insert_block().expect("positioned");
+                self.b.build_unconditional_branch(mb).map_err(llvm)?;
+                self.b.position_at_end(eb);
+                let ev = self.expr(otherwise)?;
+                let e_end = self.b.get_insert_block().expect("positioned");
+                self.b.build_unconditional_branch(mb).map_err(llvm)?;
+                self.b.position_at_end(mb);
+                let phi = self.b.build_phi(tv.get_type(), "g").map_err(llvm)?;
+                phi.add_incoming(&[(&tv, t_end), (&ev, e_end)]);
+                Ok(phi.as_basic_value())
+            }
             Expr::Load {
                 input,
                 dtype,

@@ -22,6 +22,44 @@ pub enum Ew {
     Convert,
 }
 
+/// An integer index expression over loop variables (i64 arithmetic).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Idx {
+    /// A loop variable.
+    Var(usize),
+    /// A constant.
+    Const(i64),
+    /// A sum.
+    Add(Vec<Idx>),
+    /// A product with a constant.
+    Mul(Box<Idx>, i64),
+    /// Truncating division by a positive constant.
+    Div(Box<Idx>, i64),
+    /// `min(max(x, lo), hi)`.
+    Clamp(Box<Idx>, i64, i64),
+    /// An integer value computed by an expression (a run-time index).
+    Value(Box<Expr>),
+}
+
+impl Idx {
+    fn var_plus(v: usize, c: i64) -> Idx {
+        if c == 0 {
+            Idx::Var(v)
+        } else {
+            Idx::Add(vec![Idx::Var(v), Idx::Const(c)])
+        }
+    }
+}
+
+/// A condition on index expressions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cond {
+    /// `lo <= x < hi`.
+    InRange(Idx, i64, i64),
+    /// `x` is a multiple of the constant.
+    Divisible(Idx, i64),
+}
+
 /// A kernel body expression; every node has the dtype of the value it computes. Field names
 /// are described on each variant.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +90,19 @@ pub enum Expr {
         vars: Vec<(usize, usize)>,
         body: Box<Expr>,
     },
+    /// Element `Σ index[d] * strides[d]` of input buffer `input` (any index expressions).
+    Gather {
+        input: usize,
+        dtype: DType,
+        index: Vec<Idx>,
+        strides: Vec<i64>,
+    },
+    /// `then` where every condition holds, else `otherwise`; only the chosen side is evaluated.
+    Guard {
+        conds: Vec<Cond>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
 }
 
 impl Expr {
@@ -62,7 +113,9 @@ impl Expr {
             | Expr::Iota { dtype, .. }
             | Expr::Const { dtype, .. }
             | Expr::Op { dtype, .. }
-            | Expr::Reduce { dtype, .. } => *dtype,
+            | Expr::Reduce { dtype, .. }
+            | Expr::Gather { dtype, .. } => *dtype,
+            Expr::Guard { then, .. } => then.dtype(),
         }
     }
 }
@@ -311,6 +364,294 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                 },
             )
         }
+        Op::Pad {
+            edge_padding_low: lo,
+            interior_padding: int,
+            ..
+        } => {
+            let (mut conds, mut index) = (Vec::new(), Vec::new());
+            for d in 0..r {
+                let p = Idx::var_plus(d, -lo[d]);
+                let step = int[d] + 1;
+                let n = x[0].shape[d] as i64;
+                conds.push(Cond::InRange(
+                    p.clone(),
+                    0,
+                    if n == 0 { 0 } else { (n - 1) * step + 1 },
+                ));
+                if step > 1 {
+                    conds.push(Cond::Divisible(p.clone(), step));
+                }
+                index.push(if step > 1 {
+                    Idx::Div(Box::new(p), step)
+                } else {
+                    p
+                });
+            }
+            let inside = gather(0, &x[0], index);
+            kernel(
+                r,
+                Expr::Guard {
+                    conds,
+                    then: Box::new(inside),
+                    otherwise: Box::new(load(1, &x[1], r, &[])),
+                },
+            )
+        }
+        Op::Concatenate { dimension } => {
+            let d = *dimension as usize;
+            let mut offsets = Vec::new();
+            let mut acc = 0i64;
+            for t in x {
+                offsets.push(acc);
+                acc += t.shape[d] as i64;
+            }
+            // Nested guards from the last operand back: operand i where o_d < its end.
+            let piece = |i: usize| {
+                let index = (0..r)
+                    .map(|e| {
+                        if e == d {
+                            Idx::var_plus(e, -offsets[i])
+                        } else {
+                            Idx::Var(e)
+                        }
+                    })
+                    .collect();
+                gather(i, &x[i], index)
+            };
+            let mut body = piece(x.len() - 1);
+            for i in (0..x.len() - 1).rev() {
+                let end = offsets[i] + x[i].shape[d] as i64;
+                body = Expr::Guard {
+                    conds: vec![Cond::InRange(Idx::Var(d), 0, end)],
+                    then: Box::new(piece(i)),
+                    otherwise: Box::new(body),
+                };
+            }
+            kernel(r, body)
+        }
+        Op::DynamicSlice { slice_sizes } => {
+            let index = (0..r)
+                .map(|d| {
+                    let start = Idx::Clamp(
+                        Box::new(Idx::Value(Box::new(load(1 + d, &x[1 + d], r, &[])))),
+                        0,
+                        x[0].shape[d] as i64 - slice_sizes[d],
+                    );
+                    Idx::Add(vec![start, Idx::Var(d)])
+                })
+                .collect();
+            kernel(r, gather(0, &x[0], index))
+        }
+        Op::DynamicUpdateSlice {} => {
+            let (mut conds, mut index) = (Vec::new(), Vec::new());
+            for d in 0..r {
+                let start = Idx::Clamp(
+                    Box::new(Idx::Value(Box::new(load(2 + d, &x[2 + d], r, &[])))),
+                    0,
+                    (x[0].shape[d] - x[1].shape[d]) as i64,
+                );
+                let p = Idx::Add(vec![Idx::Var(d), Idx::Mul(Box::new(start), -1)]);
+                conds.push(Cond::InRange(p.clone(), 0, x[1].shape[d] as i64));
+                index.push(p);
+            }
+            kernel(
+                r,
+                Expr::Guard {
+                    conds,
+                    then: Box::new(gather(1, &x[1], index)),
+                    otherwise: Box::new(same(0, &x[0], out, r)),
+                },
+            )
+        }
+        Op::Gather {
+            offset_dims,
+            collapsed_slice_dims,
+            start_index_map,
+            index_vector_dim,
+            slice_sizes,
+        } => {
+            let (a, si) = (&x[0], &x[1]);
+            let ivd = *index_vector_dim as usize;
+            let batch_vars: Vec<usize> = (0..r)
+                .filter(|d| !offset_dims.contains(&(*d as i64)))
+                .collect();
+            let window_dims: Vec<usize> = (0..a.rank())
+                .filter(|d| !collapsed_slice_dims.contains(&(*d as i64)))
+                .collect();
+            let mut index = Vec::new();
+            for (d, (&size, &slice)) in a.shape.iter().zip(slice_sizes).enumerate() {
+                let mut parts = Vec::new();
+                if let Some(k) = start_index_map.iter().position(|&s| s as usize == d) {
+                    // Position in start_indices: the batch variables with k at index_vector_dim.
+                    let mut pos: Vec<Idx> = batch_vars.iter().map(|&v| Idx::Var(v)).collect();
+                    if ivd < si.rank() {
+                        pos.insert(ivd, Idx::Const(k as i64));
+                    }
+                    let sv = gather(1, si, pos);
+                    parts.push(Idx::Clamp(
+                        Box::new(Idx::Value(Box::new(sv))),
+                        0,
+                        size as i64 - slice,
+                    ));
+                }
+                if let Some(j) = window_dims.iter().position(|&w| w == d) {
+                    parts.push(Idx::Var(offset_dims[j] as usize));
+                }
+                index.push(if parts.is_empty() {
+                    Idx::Const(0)
+                } else {
+                    Idx::Add(parts)
+                });
+            }
+            kernel(r, gather(0, a, index))
+        }
+        Op::Convolution {
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        } => {
+            let (a, w) = (&x[0], &x[1]);
+            let sp = a.rank() - 2;
+            let k_in = w.shape[kernel_dims[1] as usize];
+            let per_group = (w.shape[kernel_dims[0] as usize] as i64 / feature_group_count).max(1);
+            // Reduction variables: input feature within the group, then kernel spatial positions.
+            let ic = r;
+            let kv = |i: usize| r + 1 + i;
+            let vars = r + 1 + sp;
+            let ob = output_dims[0] as usize;
+            let of = output_dims[1] as usize;
+            let mut li = vec![Idx::Const(0); a.rank()];
+            let mut wi = vec![Idx::Const(0); w.rank()];
+            li[input_dims[0] as usize] = Idx::Var(ob);
+            li[input_dims[1] as usize] = Idx::Add(vec![
+                Idx::Mul(
+                    Box::new(Idx::Div(Box::new(Idx::Var(of)), per_group)),
+                    k_in as i64,
+                ),
+                Idx::Var(ic),
+            ]);
+            wi[kernel_dims[0] as usize] = Idx::Var(of);
+            wi[kernel_dims[1] as usize] = Idx::Var(ic);
+            let mut conds = Vec::new();
+            for i in 0..sp {
+                let pos = Idx::Add(vec![
+                    Idx::Mul(
+                        Box::new(Idx::Var(output_dims[2 + i] as usize)),
+                        window_strides[i],
+                    ),
+                    Idx::Const(-padding[i].0),
+                    Idx::Mul(Box::new(Idx::Var(kv(i))), rhs_dilation[i]),
+                ]);
+                let size = a.shape[input_dims[2 + i] as usize] as i64;
+                let ld = lhs_dilation[i];
+                conds.push(Cond::InRange(
+                    pos.clone(),
+                    0,
+                    if size == 0 { 0 } else { (size - 1) * ld + 1 },
+                ));
+                if ld > 1 {
+                    conds.push(Cond::Divisible(pos.clone(), ld));
+                }
+                li[input_dims[2 + i] as usize] = if ld > 1 {
+                    Idx::Div(Box::new(pos), ld)
+                } else {
+                    pos
+                };
+                wi[kernel_dims[2 + i] as usize] = Idx::Var(kv(i));
+            }
+            let prod = Expr::Op {
+                op: Ew::Kind(OpKind::Multiply),
+                dtype: out.dtype,
+                args: vec![gather(0, a, li), gather(1, w, wi)],
+            };
+            let zero = Expr::Const {
+                dtype: out.dtype,
+                value: 0.0,
+            };
+            let body = Expr::Guard {
+                conds,
+                then: Box::new(prod),
+                otherwise: Box::new(zero.clone()),
+            };
+            let mut rvars = vec![(ic, k_in)];
+            rvars.extend((0..sp).map(|i| (kv(i), w.shape[kernel_dims[2 + i] as usize])));
+            kernel(
+                vars,
+                Expr::Reduce {
+                    kind: Combiner::Add,
+                    dtype: out.dtype,
+                    init: Box::new(zero),
+                    vars: rvars,
+                    body: Box::new(body),
+                },
+            )
+        }
+        Op::ReduceWindow {
+            window_dimensions: wd,
+            window_strides: ws,
+            base_dilations: bd,
+            window_dilations: wdl,
+            padding,
+            kind,
+        } => {
+            let a = &x[0];
+            let vars = r + r;
+            let (mut conds, mut index) = (Vec::new(), Vec::new());
+            for d in 0..r {
+                let pos = Idx::Add(vec![
+                    Idx::Mul(Box::new(Idx::Var(d)), ws[d]),
+                    Idx::Const(-padding[d].0),
+                    Idx::Mul(Box::new(Idx::Var(r + d)), wdl[d]),
+                ]);
+                let size = a.shape[d] as i64;
+                conds.push(Cond::InRange(
+                    pos.clone(),
+                    0,
+                    if size == 0 { 0 } else { (size - 1) * bd[d] + 1 },
+                ));
+                if bd[d] > 1 {
+                    conds.push(Cond::Divisible(pos.clone(), bd[d]));
+                }
+                index.push(if bd[d] > 1 {
+                    Idx::Div(Box::new(pos), bd[d])
+                } else {
+                    pos
+                });
+            }
+            let init = load(1, &x[1], vars, &[]);
+            let body = Expr::Guard {
+                conds,
+                then: Box::new(gather(0, a, index)),
+                otherwise: Box::new(init.clone()),
+            };
+            let rvars = (0..r).map(|d| (r + d, wd[d] as usize)).collect();
+            kernel(
+                vars,
+                Expr::Reduce {
+                    kind: *kind,
+                    dtype: out.dtype,
+                    init: Box::new(init),
+                    vars: rvars,
+                    body: Box::new(body),
+                },
+            )
+        }
         _ => None,
+    }
+}
+
+/// A load of `ty` at index expressions `index` (one per dimension).
+fn gather(input: usize, ty: &TensorType, index: Vec<Idx>) -> Expr {
+    Expr::Gather {
+        input,
+        dtype: ty.dtype,
+        index,
+        strides: strides(&ty.shape).iter().map(|&s| s as i64).collect(),
     }
 }

@@ -95,7 +95,8 @@ pub fn cpu_support(k: OpKind) -> Support {
         Power => Support::Some,
         _ if k.props().contains(kiln_ir::Props::ELEMENTWISE) => Support::All,
         BroadcastInDim | Transpose | Slice | Reverse | Reshape | Iota | Reduce | DotGeneral
-        | Constant => Support::All,
+        | Constant | Pad | Concatenate | DynamicSlice | DynamicUpdateSlice | Gather
+        | Convolution | ReduceWindow => Support::All,
         _ => Support::None,
     }
 }
