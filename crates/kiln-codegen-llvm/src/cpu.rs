@@ -2,7 +2,7 @@
 //! optimized at O3 for the host CPU and JIT-compiled; instructions without a kernel yet run on
 //! the reference interpreter inside the same executable (see [`CpuExecutable::plan`]).
 
-use crate::kernel::{Cond, Ew, Expr, Idx, Kernel, lower};
+use crate::kernel::{Cond, Ew, Expr, Idx, Kernel, Schedule, lower};
 use crate::{Error, Result};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
@@ -17,7 +17,12 @@ use kiln_ir::{
     Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
 };
 
-type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8);
+type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64);
+
+/// Work (multiply-adds or elements) below which a kernel runs on one thread.
+const PARALLEL_WORK: usize = 1 << 16;
+/// Contraction rows of B kept hot in cache by the GEMM schedule.
+const GEMM_KC: i64 = 256;
 
 /// How one instruction runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +40,8 @@ pub struct CpuExecutable {
     func: Func,
     steps: Vec<Step>,
     kernels: Vec<Option<KernelFn>>,
+    /// For each kernel: rows of its outermost loop and its total work.
+    shape: Vec<(usize, usize)>,
     // Declared before the context so it is dropped first.
     _engine: Option<ExecutionEngine<'static>>,
     _context: Box<Context>,
@@ -297,6 +304,42 @@ impl<'c> Emitter<'c> {
                 .const_int(kiln_ir::literal::convert_f64(d, x) as u64, true)
                 .into()
         }
+    }
+
+    /// Emits a loop over `var` from `lo` (inclusive) to `hi` (exclusive) by `step`.
+    fn range_loop(
+        &self,
+        var: usize,
+        lo: IntValue<'c>,
+        hi: IntValue<'c>,
+        step: i64,
+        body: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
+        self.b.build_store(self.vars[var], lo).map_err(llvm)?;
+        let head = self.ctx.append_basic_block(self.f, "head");
+        let inner = self.ctx.append_basic_block(self.f, "body");
+        let exit = self.ctx.append_basic_block(self.f, "exit");
+        self.b.build_unconditional_branch(head).map_err(llvm)?;
+        self.b.position_at_end(head);
+        let v = self.var(var)?;
+        let more = self
+            .b
+            .build_int_compare(IntPredicate::SLT, v, hi, "more")
+            .map_err(llvm)?;
+        self.b
+            .build_conditional_branch(more, inner, exit)
+            .map_err(llvm)?;
+        self.b.position_at_end(inner);
+        body(self)?;
+        let v = self.var(var)?;
+        let next = self
+            .b
+            .build_int_add(v, self.i64c(step), "next")
+            .map_err(llvm)?;
+        self.b.build_store(self.vars[var], next).map_err(llvm)?;
+        self.b.build_unconditional_branch(head).map_err(llvm)?;
+        self.b.position_at_end(exit);
+        Ok(())
     }
 
     /// Emits a counted loop over `var` in `0..extent`, running `body` inside.
@@ -888,12 +931,15 @@ impl<'c> Emitter<'c> {
     }
 }
 
-/// Emits `void name(ptr inputs, ptr out)` computing `k`.
+/// Emits `void name(ptr inputs, ptr out, i64 lo, i64 hi)` computing rows `lo..hi` of the
+/// kernel's outermost loop (all of it for a scalar output).
 fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) -> Result<()> {
     let ptr = ctx.ptr_type(AddressSpace::default());
+    let i64t = ctx.i64_type();
     let f = m.add_function(
         name,
-        ctx.void_type().fn_type(&[ptr.into(), ptr.into()], false),
+        ctx.void_type()
+            .fn_type(&[ptr.into(), ptr.into(), i64t.into(), i64t.into()], false),
         None,
     );
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
@@ -901,16 +947,30 @@ fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) 
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
-    let vars = (0..k.vars)
-        .map(|_| b.build_alloca(ctx.i64_type(), "var"))
+    let nvars = match k.schedule {
+        Schedule::Nest => k.vars,
+        Schedule::Gemm { .. } => 4,
+    };
+    let vars = (0..nvars)
+        .map(|_| b.build_alloca(i64t, "var"))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(llvm)?;
     for v in &vars {
-        b.build_store(*v, ctx.i64_type().const_zero())
-            .map_err(llvm)?;
+        b.build_store(*v, i64t.const_zero()).map_err(llvm)?;
     }
     let inputs = f.get_nth_param(0).expect("declared").into_pointer_value();
     let out = f.get_nth_param(1).expect("declared").into_pointer_value();
+    // Only kernels worth splitting across threads take their row range at run time; the
+    // others keep constant trip counts, which LLVM optimizes faster and better.
+    let (rows, work) = kernel_shape(k);
+    let (lo, hi) = if is_parallel(rows, work) {
+        (
+            f.get_nth_param(2).expect("declared").into_int_value(),
+            f.get_nth_param(3).expect("declared").into_int_value(),
+        )
+    } else {
+        (i64t.const_zero(), i64t.const_int(rows as u64, false))
+    };
     let em = Emitter {
         ctx,
         m,
@@ -919,10 +979,39 @@ fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) 
         inputs,
         vars,
     };
+    match k.schedule {
+        Schedule::Nest => emit_nest(&em, k, out, lo, hi)?,
+        Schedule::Gemm {
+            batch: _,
+            m: rows,
+            n,
+            k: kk,
+        } => emit_gemm(
+            &em,
+            k.out.dtype,
+            rows as i64,
+            n as i64,
+            kk as i64,
+            out,
+            lo,
+            hi,
+        )?,
+    }
+    em.b.build_return(None).map_err(llvm)?;
+    Ok(())
+}
+
+fn emit_nest<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    out: PointerValue<'c>,
+    lo: IntValue<'c>,
+    hi: IntValue<'c>,
+) -> Result<()> {
     let rank = k.out.rank();
-    let out_vars: Vec<(usize, usize)> = (0..rank).map(|d| (d, k.out.shape[d])).collect();
     let ost = strides(&k.out.shape);
-    em.nest(&out_vars, &mut |em: &Emitter<'c>| {
+    let st = storage(em.ctx, k.out.dtype);
+    let mut store = |em: &Emitter<'c>| -> Result<()> {
         let v = em.expr(&k.body)?;
         let v = em.store_value(k.out.dtype, v)?;
         let mut idx = em.i64c(0);
@@ -933,15 +1022,115 @@ fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) 
             idx = em.b.build_int_add(idx, t, "i").map_err(llvm)?;
         }
         // SAFETY (of the emitted code): idx is below the output's element count.
-        let p = unsafe {
-            em.b.build_in_bounds_gep(storage(ctx, k.out.dtype), out, &[idx], "po")
-        }
-        .map_err(llvm)?;
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
         em.b.build_store(p, v).map_err(llvm)?;
         Ok(())
+    };
+    if rank == 0 {
+        return store(em);
+    }
+    let inner: Vec<(usize, usize)> = (1..rank).map(|d| (d, k.out.shape[d])).collect();
+    em.range_loop(0, lo, hi, 1, &mut |em: &Emitter<'c>| {
+        em.nest(&inner, &mut store)
+    })
+}
+
+/// C[r, :] = sum over kk of A[r, kk] * B[batch(r), kk, :] for rows r in lo..hi (r runs over
+/// batch * m), with the contraction blocked by `GEMM_KC` so a block of B stays in cache while
+/// every row uses it.
+#[allow(clippy::too_many_arguments)]
+fn emit_gemm<'c>(
+    em: &Emitter<'c>,
+    d: DType,
+    m: i64,
+    n: i64,
+    k: i64,
+    out: PointerValue<'c>,
+    lo: IntValue<'c>,
+    hi: IntValue<'c>,
+) -> Result<()> {
+    let (r, j, kb, kk) = (0, 1, 2, 3);
+    let ft = em.ftype(d);
+    let b = &em.b;
+    let ptr = em.ctx.ptr_type(AddressSpace::default());
+    let base = |i: i64| -> Result<PointerValue<'c>> {
+        // SAFETY (of the emitted code): inputs 0 and 1 are A and B.
+        let slot = unsafe { b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(i)], "slot") }
+            .map_err(llvm)?;
+        Ok(b.build_load(ptr, slot, "base")
+            .map_err(llvm)?
+            .into_pointer_value())
+    };
+    let (pa, pb) = (base(0)?, base(1)?);
+    let elem = |p: PointerValue<'c>, idx: IntValue<'c>| -> Result<PointerValue<'c>> {
+        // SAFETY (of the emitted code): the indices stay inside the [batch, m|k, k|n] buffers.
+        unsafe { b.build_in_bounds_gep(ft, p, &[idx], "e") }.map_err(llvm)
+    };
+    let n_v = em.i64c(n);
+    // Zero the rows.
+    em.range_loop(r, lo, hi, 1, &mut |em: &Emitter<'c>| {
+        em.range_loop(j, em.i64c(0), n_v, 1, &mut |em: &Emitter<'c>| {
+            let idx =
+                em.b.build_int_add(
+                    em.b.build_int_mul(em.var(r)?, n_v, "rn").map_err(llvm)?,
+                    em.var(j)?,
+                    "ij",
+                )
+                .map_err(llvm)?;
+            em.b.build_store(elem(out, idx)?, ft.const_zero())
+                .map_err(llvm)?;
+            Ok(())
+        })
     })?;
-    em.b.build_return(None).map_err(llvm)?;
-    Ok(())
+    em.range_loop(kb, em.i64c(0), em.i64c(k), GEMM_KC, &mut |em: &Emitter<
+        'c,
+    >| {
+        let kb_v = em.var(kb)?;
+        let end =
+            em.b.build_int_add(kb_v, em.i64c(GEMM_KC), "end")
+                .map_err(llvm)?;
+        let past =
+            em.b.build_int_compare(IntPredicate::SGT, end, em.i64c(k), "past")
+                .map_err(llvm)?;
+        let kend =
+            em.b.build_select(past, em.i64c(k), end, "kend")
+                .map_err(llvm)?
+                .into_int_value();
+        em.range_loop(r, lo, hi, 1, &mut |em: &Emitter<'c>| {
+            let row = em.var(r)?;
+            let batch =
+                em.b.build_int_signed_div(row, em.i64c(m), "bt")
+                    .map_err(llvm)?;
+            let b_base =
+                em.b.build_int_mul(batch, em.i64c(k * n), "bb")
+                    .map_err(llvm)?;
+            let c_row = em.b.build_int_mul(row, n_v, "cr").map_err(llvm)?;
+            let a_row = em.b.build_int_mul(row, em.i64c(k), "ar").map_err(llvm)?;
+            em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
+                let kv = em.var(kk)?;
+                let a_idx = em.b.build_int_add(a_row, kv, "ai").map_err(llvm)?;
+                let a = em.b.build_load(ft, elem(pa, a_idx)?, "a").map_err(llvm)?;
+                let b_row =
+                    em.b.build_int_add(
+                        b_base,
+                        em.b.build_int_mul(kv, n_v, "kn").map_err(llvm)?,
+                        "br",
+                    )
+                    .map_err(llvm)?;
+                em.range_loop(j, em.i64c(0), n_v, 1, &mut |em: &Emitter<'c>| {
+                    let jv = em.var(j)?;
+                    let bi = em.b.build_int_add(b_row, jv, "bi").map_err(llvm)?;
+                    let ci = em.b.build_int_add(c_row, jv, "ci").map_err(llvm)?;
+                    let bv = em.b.build_load(ft, elem(pb, bi)?, "b").map_err(llvm)?;
+                    let cp = elem(out, ci)?;
+                    let cv = em.b.build_load(ft, cp, "c").map_err(llvm)?;
+                    let fma = em.intrinsic("llvm.fmuladd", ft.into(), &[a, bv, cv])?;
+                    em.b.build_store(cp, fma).map_err(llvm)?;
+                    Ok(())
+                })
+            })
+        })
+    })
 }
 
 /// The kernels of `f`, one per instruction that has one (`None` for the others).
@@ -1008,6 +1197,10 @@ impl CpuExecutable {
         // and every value derived from it (field order of CpuExecutable).
         let ctx: &'static Context = unsafe { &*(context.as_ref() as *const Context) };
         let mut kernels_fns = vec![None; f.insts.len()];
+        let shape = ks
+            .iter()
+            .map(|k| k.as_ref().map(kernel_shape).unwrap_or((0, 0)))
+            .collect();
         let engine = if ks.iter().any(Option::is_some) {
             let m = build_module(ctx, f, &ks)?;
             crate::optimize(&m, &crate::host_machine()?)?;
@@ -1030,6 +1223,7 @@ impl CpuExecutable {
             func: f.clone(),
             steps,
             kernels: kernels_fns,
+            shape,
             _engine: engine,
             _context: context,
         })
@@ -1078,7 +1272,7 @@ impl CpuExecutable {
                     let kernel = self.kernels[i].expect("compiled with the plan");
                     // SAFETY: the pointers address live buffers of the types the kernel was
                     // compiled for, and the output buffer is exclusively ours.
-                    unsafe { kernel(ptrs.as_ptr(), out.as_mut_ptr()) };
+                    run_kernel(kernel, &ptrs, out.as_mut_ptr(), self.shape[i]);
                     vec![out]
                 }
                 _ => {
@@ -1104,4 +1298,66 @@ impl CpuExecutable {
             .map(|o| env[o.index()].clone().expect("verified SSA"))
             .collect())
     }
+}
+
+/// Rows of a kernel's outermost loop and its total work.
+fn kernel_shape(k: &Kernel) -> (usize, usize) {
+    match k.schedule {
+        Schedule::Gemm { batch, m, n, k } => (batch * m, batch * m * n * k),
+        Schedule::Nest => (
+            k.out.shape.first().copied().unwrap_or(1),
+            k.out.numel() * reduction_work(&k.body),
+        ),
+    }
+}
+
+/// Whether a kernel of this shape is split across threads.
+fn is_parallel(rows: usize, work: usize) -> bool {
+    work >= PARALLEL_WORK && rows >= 2
+}
+
+/// Total work of one output element: the product of the reduction extents in the body.
+fn reduction_work(e: &Expr) -> usize {
+    match e {
+        Expr::Reduce { vars, body, .. } => {
+            vars.iter().map(|v| v.1).product::<usize>().max(1) * reduction_work(body)
+        }
+        Expr::Op { args, .. } => args.iter().map(reduction_work).max().unwrap_or(1),
+        Expr::Guard {
+            then, otherwise, ..
+        } => reduction_work(then).max(reduction_work(otherwise)),
+        _ => 1,
+    }
+}
+
+/// Pointers handed to kernels running on other threads.
+#[derive(Clone, Copy)]
+struct Buffers(*const *const u8, *mut u8);
+
+// SAFETY: the input buffers are only read, and each thread writes a disjoint range of rows of
+// the output; all of them outlive the scope the threads run in.
+unsafe impl Send for Buffers {}
+unsafe impl Sync for Buffers {}
+
+/// Calls `kernel` on all its rows, split across threads when the work is large.
+fn run_kernel(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, (rows, work): (usize, usize)) {
+    let bufs = Buffers(inputs.as_ptr(), out);
+    let threads = rayon::current_num_threads();
+    let call = |lo: usize, hi: usize| {
+        let b = bufs;
+        // SAFETY: the pointers address live buffers of the types the kernel was compiled for;
+        // rows lo..hi of the output are written by this call alone.
+        unsafe { kernel(b.0, b.1, lo as i64, hi as i64) };
+    };
+    if !is_parallel(rows, work) || threads < 2 {
+        call(0, rows);
+        return;
+    }
+    let chunks = rows.min(threads * 4);
+    rayon::scope(|s| {
+        for c in 0..chunks {
+            let (lo, hi) = (rows * c / chunks, rows * (c + 1) / chunks);
+            s.spawn(move |_| call(lo, hi));
+        }
+    });
 }

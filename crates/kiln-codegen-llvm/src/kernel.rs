@@ -120,9 +120,31 @@ impl Expr {
     }
 }
 
+/// How a kernel's loops are arranged.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Schedule {
+    /// A loop per output dimension (outermost first) around the body.
+    Nest,
+    /// A matrix product `[batch, m, k] x [batch, k, n] -> [batch, m, n]` of contiguous
+    /// operands, in k-blocked i-k-j order so the inner loop is a contiguous, vectorizable AXPY.
+    /// The body is unused.
+    Gemm {
+        /// Batch size.
+        batch: usize,
+        /// Rows.
+        m: usize,
+        /// Columns.
+        n: usize,
+        /// Contraction length.
+        k: usize,
+    },
+}
+
 /// One kernel: the output type, the number of loop variables, and the body.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
+    /// The loop arrangement.
+    pub schedule: Schedule,
     /// The output buffer's type; loop variables `0..rank` index it.
     pub out: TensorType,
     /// Loop variables in total (output dims, then reduction loops).
@@ -184,6 +206,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
     let k = op.kind();
     let kernel = |vars: usize, body: Expr| {
         Some(Kernel {
+            schedule: Schedule::Nest,
             out: out.clone(),
             vars,
             body,
@@ -311,6 +334,27 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     body: Box::new(body),
                 },
             )
+        }
+        Op::DotGeneral {
+            lhs_batching_dimensions: lb,
+            rhs_batching_dimensions: rb,
+            lhs_contracting_dimensions: lc,
+            rhs_contracting_dimensions: rc,
+        } if is_canonical_matmul(lb, rb, lc, rc, &x[0], &x[1])
+            && matches!(out.dtype, DType::F32 | DType::F64) =>
+        {
+            let nb = lb.len();
+            let batch = x[0].shape[..nb].iter().product();
+            let (m, k, n) = (x[0].shape[nb], x[0].shape[nb + 1], x[1].shape[nb + 1]);
+            Some(Kernel {
+                schedule: Schedule::Gemm { batch, m, n, k },
+                out: out.clone(),
+                vars: 0,
+                body: Expr::Const {
+                    dtype: out.dtype,
+                    value: 0.0,
+                },
+            })
         }
         Op::DotGeneral {
             lhs_batching_dimensions: lb,
@@ -644,6 +688,25 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
         }
         _ => None,
     }
+}
+
+/// Whether a dot_general is `[batch..., m, k] x [batch..., k, n]` in this dimension order.
+fn is_canonical_matmul(
+    lb: &[i64],
+    rb: &[i64],
+    lc: &[i64],
+    rc: &[i64],
+    a: &TensorType,
+    b: &TensorType,
+) -> bool {
+    let nb = lb.len();
+    let batch: Vec<i64> = (0..nb as i64).collect();
+    a.rank() == nb + 2
+        && b.rank() == nb + 2
+        && lb == batch.as_slice()
+        && rb == batch.as_slice()
+        && lc == [nb as i64 + 1]
+        && rc == [nb as i64]
 }
 
 /// A load of `ty` at index expressions `index` (one per dimension).
