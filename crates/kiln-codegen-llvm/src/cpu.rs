@@ -379,6 +379,21 @@ impl<'c> Emitter<'c> {
         Ok(())
     }
 
+    /// A stack slot in the entry block (allocas elsewhere would grow the stack on every
+    /// iteration and are not promoted to registers).
+    fn entry_alloca(&self, ty: BasicTypeEnum<'c>) -> Result<PointerValue<'c>> {
+        let entry = self
+            .f
+            .get_first_basic_block()
+            .expect("the kernel has an entry block");
+        let tmp = self.ctx.create_builder();
+        match entry.get_first_instruction() {
+            Some(first) => tmp.position_before(&first),
+            None => tmp.position_at_end(entry),
+        }
+        tmp.build_alloca(ty, "acc").map_err(llvm)
+    }
+
     fn idx(&self, i: &Idx) -> Result<IntValue<'c>> {
         let b = &self.b;
         Ok(match i {
@@ -528,7 +543,7 @@ impl<'c> Emitter<'c> {
                 } else {
                     self.itype(*dtype).into()
                 };
-                let acc = self.b.build_alloca(ct, "acc").map_err(llvm)?;
+                let acc = self.entry_alloca(ct)?;
                 let i = self.expr(init)?;
                 self.b.build_store(acc, i).map_err(llvm)?;
                 self.nest(vars, &mut |em: &Self| {

@@ -70,3 +70,20 @@ fn random_programs_agree_with_the_reference() {
         "{n} random programs agree with the reference ({kernels} kernels, {by_reference} instructions on the reference)"
     );
 }
+
+#[test]
+fn many_small_reductions_do_not_grow_the_stack() {
+    // One accumulator per output element: 500,000 of them, split across threads.
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f32[500000,2]) -> f32[500000] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[500000]\n  return %2\n}\n",
+    )
+    .unwrap();
+    let exe = CpuExecutable::compile(&f).unwrap();
+    let x = Literal::f32(
+        [500000, 2],
+        (0..1_000_000).map(|i| (i % 7) as f32).collect(),
+    )
+    .unwrap();
+    let got = exe.run(&[x.clone()]).unwrap();
+    close(&got[0], &kiln_reference::eval(&f, &[x]).unwrap()[0]).unwrap();
+}
