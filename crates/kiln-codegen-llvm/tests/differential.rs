@@ -84,6 +84,6 @@ fn many_small_reductions_do_not_grow_the_stack() {
         (0..1_000_000).map(|i| (i % 7) as f32).collect(),
     )
     .unwrap();
-    let got = exe.run(&[x.clone()]).unwrap();
+    let got = exe.run(std::slice::from_ref(&x)).unwrap();
     close(&got[0], &kiln_reference::eval(&f, &[x]).unwrap()[0]).unwrap();
 }
