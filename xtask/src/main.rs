@@ -4,6 +4,7 @@
 //! - `demo`: install missing toolchain packages, then train a model end to end.
 //! - `dump FILE --stage parse|verify|eval|llvm [--arg VALUE]...`: print a stage of a `.kir` file;
 //!   `dump --example NAME --stage trace|grad`: the traced or differentiated IR of an example.
+//! - `bench [--json FILE] [--only a,b]`: the benchmark workloads of `shared/bench/README.md`.
 //! - `codegen [--check]`: regenerate (or check) generated files such as `ir-specs/status.md`.
 
 use std::path::{Path, PathBuf};
@@ -190,6 +191,14 @@ fn demo() -> Result {
     ]))
 }
 
+fn bench(args: &[String]) -> Result {
+    ensure_toolchain()?;
+    let mut c = cargo();
+    c.args(["run", "--release", "--quiet", "-p", "kiln-bench", "--"])
+        .args(args);
+    run(&mut c)
+}
+
 fn codegen(check: bool) -> Result {
     let mut c = cargo();
     c.args([
@@ -324,9 +333,10 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
         Some("demo") => demo(),
+        Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | dump FILE --stage parse|verify|eval|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

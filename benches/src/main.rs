@@ -1,0 +1,358 @@
+//! kiln's side of the benchmark contract in `shared/bench/README.md`:
+//! `kiln-bench --json FILE [--only a,b]` (run through `cargo xtask bench`).
+//!
+//! Every workload is written with kiln's user API and compiled with `jit`, as a user would. Before
+//! timing, each one is checked against the reference interpreter on a smaller instance of the
+//! same program, so a fast wrong answer cannot count.
+
+use kiln::nn::{Mlp, cross_entropy};
+use kiln::optim::{Sgd, SgdState};
+use kiln::random::{key, normal, uniform};
+use kiln::{DType, Tensor, Tree, jit, value_and_grad};
+use std::time::Instant;
+
+/// A workload: builds inputs of a size and the function to time.
+struct Workload {
+    name: &'static str,
+    /// (full size, small size for the correctness check)
+    sizes: (usize, usize),
+    run: fn(usize, bool) -> Result<Timing, String>,
+}
+
+#[derive(Default)]
+struct Timing {
+    first: f64,
+    samples: Vec<f64>,
+}
+
+fn rand(shape: &[usize], seed: u64) -> Tensor {
+    uniform(&key(seed), shape, DType::F32, -1.0, 1.0)
+}
+
+/// Times `f` per the contract: the first call alone, two warm-ups, then samples of `inner`
+/// back-to-back calls (about 20 ms each) until at least 5 samples and 1 s.
+fn time<O>(mut f: impl FnMut() -> Result<O, String>) -> Result<Timing, String> {
+    let t = Instant::now();
+    f()?;
+    let first = t.elapsed().as_secs_f64();
+    f()?;
+    let t = Instant::now();
+    f()?;
+    let one = t.elapsed().as_secs_f64().max(1e-6);
+    let inner = ((0.02 / one).ceil() as usize).max(1);
+    let (mut samples, start) = (Vec::new(), Instant::now());
+    while samples.len() < 5 || start.elapsed().as_secs_f64() < 1.0 {
+        let t = Instant::now();
+        for _ in 0..inner {
+            f()?;
+        }
+        samples.push(t.elapsed().as_secs_f64() / inner as f64);
+    }
+    Ok(Timing { first, samples })
+}
+
+/// Runs `f` on `x` compiled (the installed backend) and on the reference interpreter, and
+/// checks they agree.
+fn check<I: Tree, O: Tree + Clone>(
+    name: &str,
+    f: impl Fn(&I) -> O + Copy,
+    x: &I,
+) -> Result<(), String> {
+    let compiled = jit(f).call(x).map_err(|e| e.to_string())?;
+    let func = kiln::lower::trace_ir(f, x).map_err(|e| e.to_string())?;
+    let args: Vec<_> = x
+        .leaf_vec()
+        .iter()
+        .map(|t| t.to_literal())
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let want = kiln::reference::eval(&func, &args).map_err(|e| e.to_string())?;
+    for (got, want) in compiled.leaf_vec().iter().zip(&want) {
+        let g = got.to_literal().map_err(|e| e.to_string())?.to_f64s();
+        let w = want.to_f64s();
+        let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        if let Some(i) = g
+            .iter()
+            .zip(&w)
+            .position(|(a, b)| (a - b).abs() > 1e-3 * scale)
+        {
+            return Err(format!(
+                "{name}: element {i} is {} but the reference gives {}",
+                g[i], w[i]
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn matmul(n: usize, verify: bool) -> Result<Timing, String> {
+    let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
+    let x = (rand(&[n, n], 1), rand(&[n, n], 2));
+    if verify {
+        check("matmul", f, &x)?;
+        return Ok(Timing::default());
+    }
+    let j = jit(f);
+    time(|| j.call(&x).map_err(|e| e.to_string()))
+}
+
+fn gelu_chain(n: usize, verify: bool) -> Result<Timing, String> {
+    let f = |x: &Tensor| (&(x * 1.5) + 0.25).gelu(true);
+    let x = rand(&[n], 3);
+    if verify {
+        check("gelu_chain", f, &x)?;
+        return Ok(Timing::default());
+    }
+    let j = jit(f);
+    time(|| j.call(&x).map_err(|e| e.to_string()))
+}
+
+fn softmax(n: usize, verify: bool) -> Result<Timing, String> {
+    let f = |x: &Tensor| x.softmax(-1);
+    let x = rand(&[n, n], 4);
+    if verify {
+        check("softmax", f, &x)?;
+        return Ok(Timing::default());
+    }
+    let j = jit(f);
+    time(|| j.call(&x).map_err(|e| e.to_string()))
+}
+
+fn layernorm(rows: usize, verify: bool) -> Result<Timing, String> {
+    let f = |(x, g, b): &(Tensor, Tensor, Tensor)| {
+        let mean = x.mean(&[-1], true);
+        let c = x - &mean;
+        let var = (&c * &c).mean(&[-1], true);
+        &(&(&c * &(&var + 1e-5).rsqrt()) * g) + b
+    };
+    let d = 1024;
+    let x = (rand(&[rows, d], 5), rand(&[d], 6), rand(&[d], 7));
+    if verify {
+        check("layernorm", f, &x)?;
+        return Ok(Timing::default());
+    }
+    let j = jit(f);
+    time(|| j.call(&x).map_err(|e| e.to_string()))
+}
+
+type MlpArgs = (Mlp, SgdState<Mlp>, Tensor, Tensor);
+
+fn mlp_step((m, s, x, y): &MlpArgs) -> (Mlp, SgdState<Mlp>, Tensor) {
+    let opt = Sgd::new(0.01);
+    match value_and_grad(|m: &Mlp| cross_entropy(&m.forward(x), y), m)
+        .and_then(|(l, g)| opt.update(m, &g, s).map(|(m, s)| (m, s, l)))
+    {
+        Ok(r) => r,
+        Err(e) => (m.clone(), s.clone(), Tensor::failed(e)),
+    }
+}
+
+fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
+    let dims: &[usize] = if verify {
+        &[784 / 8, 1024 / 8, 1024 / 8, 10]
+    } else {
+        &[784, 1024, 1024, 10]
+    };
+    let m = Mlp::new(&key(8), dims, DType::F32);
+    let s = Sgd::new(0.01).init(&m);
+    let x = normal(&key(9), &[batch, dims[0]], DType::F32);
+    let y = Tensor::from_vec(
+        (0..batch).map(|i| (i * 7 % 10) as i32).collect::<Vec<_>>(),
+        [batch],
+    )
+    .map_err(|e| e.to_string())?;
+    if verify {
+        check("mlp_train_step", mlp_step, &(m, s, x, y))?;
+        return Ok(Timing::default());
+    }
+    // Parameters are carried from call to call.
+    let j = jit(mlp_step);
+    let mut state = Some((m, s));
+    time(|| {
+        let (m, s) = state.take().expect("carried");
+        let (m, s, l) = j
+            .call(&(m, s, x.clone(), y.clone()))
+            .map_err(|e| e.to_string())?;
+        state = Some((m, s));
+        Ok(l)
+    })
+}
+
+fn conv(
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    stride: usize,
+    pad: usize,
+    verify: bool,
+) -> Result<Timing, String> {
+    let f = move |(x, w): &(Tensor, Tensor)| x.conv2d(w, (stride, stride), (pad, pad), (1, 1), 1);
+    let x = (rand(&x_shape, 10), rand(&w_shape, 11));
+    if verify {
+        check("conv", f, &x)?;
+        return Ok(Timing::default());
+    }
+    let j = jit(f);
+    time(|| j.call(&x).map_err(|e| e.to_string()))
+}
+
+fn conv_7x7(n: usize, verify: bool) -> Result<Timing, String> {
+    let hw = if verify { 28 } else { 224 };
+    conv([n, 3, hw, hw], [64, 3, 7, 7], 2, 3, verify)
+}
+
+fn conv_3x3(n: usize, verify: bool) -> Result<Timing, String> {
+    let (c, hw) = if verify { (8, 12) } else { (64, 56) };
+    conv([n, c, hw, hw], [64, c, 3, 3], 1, 1, verify)
+}
+
+fn attention(t: usize, verify: bool) -> Result<Timing, String> {
+    let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
+        (&q.matmul(&k.t()) * (1.0 / 8.0)).softmax(-1).matmul(v)
+    };
+    let b = if verify { 2 } else { 8 };
+    let x = (
+        rand(&[b, 8, t, 64], 12),
+        rand(&[b, 8, t, 64], 13),
+        rand(&[b, 8, t, 64], 14),
+    );
+    if verify {
+        check("attention", f, &x)?;
+        return Ok(Timing::default());
+    }
+    let j = jit(f);
+    time(|| j.call(&x).map_err(|e| e.to_string()))
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "matmul_256",
+        sizes: (256, 32),
+        run: matmul,
+    },
+    Workload {
+        name: "matmul_1024",
+        sizes: (1024, 48),
+        run: matmul,
+    },
+    Workload {
+        name: "matmul_2048",
+        sizes: (2048, 64),
+        run: matmul,
+    },
+    Workload {
+        name: "gelu_chain_16M",
+        sizes: (16 << 20, 1000),
+        run: gelu_chain,
+    },
+    Workload {
+        name: "softmax_4096x4096",
+        sizes: (4096, 64),
+        run: softmax,
+    },
+    Workload {
+        name: "layernorm_8192x1024",
+        sizes: (8192, 16),
+        run: layernorm,
+    },
+    Workload {
+        name: "mlp_train_step",
+        sizes: (256, 16),
+        run: mlp_train_step,
+    },
+    Workload {
+        name: "conv_7x7s2_32x3x224",
+        sizes: (32, 2),
+        run: conv_7x7,
+    },
+    Workload {
+        name: "conv_3x3_64x64x56",
+        sizes: (64, 2),
+        run: conv_3x3,
+    },
+    Workload {
+        name: "attention_8x8x512x64",
+        sizes: (512, 16),
+        run: attention,
+    },
+];
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let out = value("--json");
+    let only: Vec<String> = value("--only")
+        .map(|s| s.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    if let Some(bad) = only
+        .iter()
+        .find(|o| !WORKLOADS.iter().any(|w| w.name == o.as_str()))
+    {
+        eprintln!(
+            "unknown workload `{bad}`; known: {}",
+            WORKLOADS
+                .iter()
+                .map(|w| w.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        std::process::exit(2);
+    }
+    let mut entries = Vec::new();
+    for w in WORKLOADS
+        .iter()
+        .filter(|w| only.is_empty() || only.iter().any(|o| o == w.name))
+    {
+        if let Err(e) = (w.run)(w.sizes.1, true) {
+            eprintln!("{}: wrong result on the small instance: {e}", w.name);
+            std::process::exit(1);
+        }
+        match (w.run)(w.sizes.0, false) {
+            Ok(t) => {
+                let med = median(&t.samples);
+                let min = t.samples.iter().copied().fold(f64::INFINITY, f64::min);
+                eprintln!(
+                    "{:24} median {:10.3} ms  first call {:10.3} ms",
+                    w.name,
+                    med * 1e3,
+                    t.first * 1e3
+                );
+                let samples: Vec<String> = t.samples.iter().map(|s| format!("{s:.6e}")).collect();
+                entries.push(format!(
+                    "\"{}\": {{\"first_call_s\": {:.6e}, \"median_s\": {med:.6e}, \"min_s\": {min:.6e}, \"compile_s\": {:.6e}, \"samples_s\": [{}]}}",
+                    w.name,
+                    t.first,
+                    (t.first - med).max(0.0),
+                    samples.join(", ")
+                ));
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", w.name);
+                std::process::exit(1);
+            }
+        }
+    }
+    let json = format!(
+        "{{\"framework\": \"kiln\", \"results\": {{{}}}}}\n",
+        entries.join(", ")
+    );
+    match out {
+        Some(path) => {
+            if let Err(e) = std::fs::write(&path, json) {
+                eprintln!("{path}: {e}");
+                std::process::exit(1);
+            }
+        }
+        None => print!("{json}"),
+    }
+}
