@@ -88,6 +88,21 @@ pub fn vjp_into(
     cts: &[Option<ValueId>],
     wrt: &[usize],
 ) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
+    vjp_into_with_rules(b, f, args, cts, wrt, &[])
+}
+
+/// [`vjp_into`] with custom rules: for each `(index, bwd)`, the instruction at `index` of `f`
+/// is an `optimization_barrier(xs..., ys...)` whose `ys` are the outputs of a function with a
+/// user-defined VJP; its cotangents come from inlining `bwd(xs..., ys..., ys_bar...)`, which
+/// returns the `xs`' cotangents, instead of from differentiating the function's own ops.
+pub fn vjp_into_with_rules(
+    b: &mut Builder,
+    f: &Func,
+    args: &[ValueId],
+    cts: &[Option<ValueId>],
+    wrt: &[usize],
+    custom: &[(usize, Func)],
+) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
     let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
     for (&p, &a) in f.params.iter().zip(args) {
         map[p.index()] = Some(a);
@@ -118,7 +133,7 @@ pub fn vjp_into(
             accumulate(b, &mut adj, o, *ct)?;
         }
     }
-    for inst in f.insts.iter().rev() {
+    for (index, inst) in f.insts.iter().enumerate().rev() {
         let gs: Vec<Option<ValueId>> = inst.results.iter().map(|r| adj[r.index()]).collect();
         if gs.iter().all(Option::is_none)
             || !inst.op.props().contains(kiln_ir::Props::DIFFERENTIABLE)
@@ -127,7 +142,10 @@ pub fn vjp_into(
         }
         let xs: Vec<ValueId> = inst.operands.iter().map(|&o| val(o)).collect();
         let rs: Vec<ValueId> = inst.results.iter().map(|&r| val(r)).collect();
-        let cts = rules::vjp_rule(b, &inst.op, &xs, &rs, &gs)?;
+        let cts = match custom.iter().find(|(i, _)| *i == index) {
+            Some((_, bwd)) => custom_cotangents(b, bwd, &xs, &rs, &gs)?,
+            None => rules::vjp_rule(b, &inst.op, &xs, &rs, &gs)?,
+        };
         for (&o, ct) in inst.operands.iter().zip(cts) {
             if let Some(ct) = ct
                 && f.values[o.index()].dtype.is_float()
@@ -148,6 +166,35 @@ pub fn vjp_into(
     Ok((outs, grads))
 }
 
+/// The cotangents of a custom-rule barrier's operands: `bwd(xs, ys, ys_bar)` for the `xs`,
+/// nothing for the `ys` (the function's own ops are not differentiated).
+fn custom_cotangents(
+    b: &mut Builder,
+    bwd: &Func,
+    xs: &[ValueId],
+    rs: &[ValueId],
+    gs: &[Option<ValueId>],
+) -> Result<Vec<Option<ValueId>>> {
+    let nx = bwd.outputs.len();
+    let ny = xs.len() - nx;
+    let mut args: Vec<ValueId> = xs.to_vec();
+    for k in 0..ny {
+        args.push(match gs[nx + k] {
+            Some(g) => g,
+            None => {
+                let t = b.ty(rs[nx + k]).expect("defined").clone();
+                b.full(&t, 0.0)?
+            }
+        });
+    }
+    let x_bar = b.inline(bwd, &args)?;
+    Ok(x_bar
+        .into_iter()
+        .map(Some)
+        .chain(std::iter::repeat_n(None, ny))
+        .collect())
+}
+
 fn accumulate(b: &mut Builder, adj: &mut [Option<ValueId>], v: ValueId, ct: ValueId) -> Result<()> {
     adj[v.index()] = Some(match adj[v.index()] {
         None => ct,
@@ -160,6 +207,11 @@ fn accumulate(b: &mut Builder, adj: &mut [Option<ValueId>], v: ValueId, ct: Valu
 /// (same types as the outputs) that returns `f`'s outputs followed by the gradient of
 /// `<cotangents, outputs>` with respect to each parameter listed in `wrt`.
 pub fn vjp(f: &Func, wrt: &[usize]) -> Result<Func> {
+    vjp_with_rules(f, wrt, &[])
+}
+
+/// [`vjp`] with custom rules (see [`vjp_into_with_rules`]).
+pub fn vjp_with_rules(f: &Func, wrt: &[usize], rules: &[(usize, Func)]) -> Result<Func> {
     check_wrt(f, wrt)?;
     let mut b = Builder::new(&format!("{}_vjp", f.name));
     let args: Vec<ValueId> = f.param_types().into_iter().map(|t| b.param(t)).collect();
@@ -168,7 +220,7 @@ pub fn vjp(f: &Func, wrt: &[usize]) -> Result<Func> {
         .iter()
         .map(|t| Some(b.param(t.clone())))
         .collect();
-    let (outs, grads) = vjp_into(&mut b, f, &args, &cts, wrt)?;
+    let (outs, grads) = vjp_into_with_rules(&mut b, f, &args, &cts, wrt, rules)?;
     let all: Vec<ValueId> = outs.into_iter().chain(grads).collect();
     Ok(eliminate_dead_code(&b.finish(&all)?))
 }
@@ -201,6 +253,16 @@ pub fn grad(f: &Func, wrt: &[usize]) -> Result<Func> {
 /// not differentiated; without it, `f` must have exactly one output.
 /// Returns `(value, aux..., grads...)`.
 pub fn value_and_grad(f: &Func, wrt: &[usize], has_aux: bool) -> Result<Func> {
+    value_and_grad_with_rules(f, wrt, has_aux, &[])
+}
+
+/// [`value_and_grad`] with custom rules (see [`vjp_into_with_rules`]).
+pub fn value_and_grad_with_rules(
+    f: &Func,
+    wrt: &[usize],
+    has_aux: bool,
+    rules: &[(usize, Func)],
+) -> Result<Func> {
     check_wrt(f, wrt)?;
     scalar_output(f)?;
     if !has_aux && f.outputs.len() != 1 {
@@ -215,7 +277,7 @@ pub fn value_and_grad(f: &Func, wrt: &[usize], has_aux: bool) -> Result<Func> {
     let one = b.scalar(f.output_types[0].dtype, 1.0)?;
     let mut cts = vec![Some(one)];
     cts.extend(std::iter::repeat_n(None, f.outputs.len() - 1));
-    let (outs, grads) = vjp_into(&mut b, f, &args, &cts, wrt)?;
+    let (outs, grads) = vjp_into_with_rules(&mut b, f, &args, &cts, wrt, rules)?;
     let all: Vec<ValueId> = outs.into_iter().chain(grads).collect();
     Ok(eliminate_dead_code(&b.finish(&all)?))
 }

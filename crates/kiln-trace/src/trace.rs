@@ -17,6 +17,8 @@ struct Frame {
     b: Builder,
     error: Option<Error>,
     captures: Vec<Tensor>,
+    /// Custom differentiation rules: instruction index -> backward function.
+    custom: Vec<(usize, Func)>,
     /// Values already made for eager constants and captures, by tensor identity; the tensor is
     /// kept so its identity cannot be reused while the frame lives.
     known: HashMap<usize, (Tensor, ValueId)>,
@@ -43,6 +45,9 @@ pub struct Traced {
     pub func: Func,
     /// The tensors to pass for the capture parameters.
     pub captures: Vec<Tensor>,
+    /// Custom VJP rules recorded by [`custom_rule`]: for the `optimization_barrier`
+    /// instruction at each index, the backward function to use instead of differentiating.
+    pub custom: Vec<(usize, Func)>,
 }
 
 /// Traces `f` on fresh symbolic parameters of the given types. Returns the function with
@@ -71,6 +76,7 @@ pub fn trace(
             b,
             error: None,
             captures: Vec::new(),
+            custom: Vec::new(),
             known: HashMap::new(),
         })
     });
@@ -96,6 +102,7 @@ pub fn trace(
     Ok(Traced {
         func,
         captures: frame.captures,
+        custom: frame.custom,
     })
 }
 
@@ -302,6 +309,49 @@ fn run_op(
 
 /// Eager ops touching fewer elements than this are interpreted instead of compiled.
 pub const EAGER_COMPILE_THRESHOLD: usize = 1 << 16;
+
+/// Marks `ys = f(xs)` as having the custom backward function `bwd` (parameters `xs`, `ys`, then
+/// one cotangent per `y`; results: one cotangent per `x`). Records
+/// `optimization_barrier(xs..., ys...)` in the innermost trace and returns the barrier's `ys`,
+/// which the caller uses in place of `ys`; autodiff applies `bwd` at that instruction instead of
+/// differentiating `f`. Outside a trace the `ys` are returned unchanged.
+pub fn custom_rule(xs: &[Tensor], ys: &[Tensor], bwd: Func, loc: Loc) -> Vec<Tensor> {
+    if !tracing() || !xs.iter().chain(ys).any(|t| t.is_traced()) {
+        return ys.to_vec();
+    }
+    with_frame(|fr, live| {
+        let vals: Result<Vec<ValueId>> =
+            xs.iter().chain(ys).map(|t| value_in(fr, live, t)).collect();
+        let res = vals.and_then(|vals| {
+            fr.b.push_at(Op::OptimizationBarrier {}, &vals, None, loc)
+                .map_err(|e| Error {
+                    op: "custom_vjp".into(),
+                    message: e.to_string(),
+                    loc: Some(loc),
+                })
+        });
+        match res {
+            Ok(rs) => {
+                fr.custom.push((fr.b.func().insts.len() - 1, bwd));
+                rs[xs.len()..]
+                    .iter()
+                    .map(|&v| {
+                        let ty = fr.b.ty(v).expect("just defined").clone();
+                        Tensor::from_repr(Repr::Traced {
+                            frame: fr.id,
+                            value: v,
+                            ty,
+                        })
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                fr.error.get_or_insert(e.clone());
+                vec![Tensor::failed(e); ys.len()]
+            }
+        }
+    })
+}
 
 /// Applies a function to tensors: inlines it when tracing, compiles and runs it otherwise.
 pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> {

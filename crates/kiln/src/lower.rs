@@ -33,8 +33,20 @@ pub fn trace_ir<I: Tree, O: Tree>(f: impl FnOnce(&I) -> O, x: &I) -> Result<Func
 #[track_caller]
 pub fn grad_ir<I: Tree>(f: impl FnOnce(&I) -> Tensor, x: &I) -> Result<Func> {
     let loc = Loc::caller();
-    let traced = trace_ir(f, x)?;
-    let wrt: Vec<usize> = (0..traced.params.len()).collect();
-    kiln_autodiff::value_and_grad(&traced, &wrt, false)
+    let leaves: Vec<Tensor> = x.leaf_vec().into_iter().cloned().collect();
+    let types: Vec<_> = leaves
+        .iter()
+        .map(|t| t.ty().ok_or_else(|| t.error().cloned().expect("failed")))
+        .collect::<Result<_>>()?;
+    let traced = kiln_trace::trace::trace("main", &types, |p| vec![f(&x.with_leaves(p))])?;
+    if !traced.captures.is_empty() {
+        return Err(Error::at(
+            "grad_ir",
+            "the function captured traced tensors",
+            loc,
+        ));
+    }
+    let wrt: Vec<usize> = (0..traced.func.params.len()).collect();
+    kiln_autodiff::value_and_grad_with_rules(&traced.func, &wrt, false, &traced.custom)
         .map_err(|e| Error::at("grad_ir", e.to_string(), loc))
 }

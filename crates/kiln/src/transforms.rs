@@ -97,7 +97,7 @@ fn value_and_grad_at<I: Tree, A: Tree>(
         loc,
     )?;
     let wrt: Vec<usize> = (0..leaves.len()).collect();
-    let g = kiln_autodiff::value_and_grad(&traced.func, &wrt, true)
+    let g = kiln_autodiff::value_and_grad_with_rules(&traced.func, &wrt, true, &traced.custom)
         .map_err(|e| ad_error("grad", e, loc))?;
     let outs = apply_transformed(&g, &leaves, &traced.captures, "grad", loc)?;
     let n_aux = aux_t.leaf_vec().len();
@@ -139,7 +139,8 @@ pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, impl Fn(&
     let leaves = leaves_of(x, "vjp", loc)?;
     let (traced, out_t) = trace_tree("f", x, f, loc)?;
     let wrt: Vec<usize> = (0..leaves.len()).collect();
-    let v = kiln_autodiff::vjp(&traced.func, &wrt).map_err(|e| ad_error("vjp", e, loc))?;
+    let v = kiln_autodiff::vjp_with_rules(&traced.func, &wrt, &traced.custom)
+        .map_err(|e| ad_error("vjp", e, loc))?;
     let outs = apply_transformed(&traced.func, &leaves, &traced.captures, "vjp", loc)?;
     let n_out = outs.len();
     let primal = out_t.with_leaves(&outs);
@@ -327,16 +328,10 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
 
 /// A function with a user-defined reverse-mode rule, like `jax.custom_vjp`: the returned
 /// function computes `f(x)`, and differentiating it with respect to `x` with output cotangent
-/// `g` gives `bwd(x, f(x), g)` instead of differentiating `f`'s own ops.
-///
-/// The rule is recorded as `stop(f(x)) + L(x) - stop(L(x))`, where `L(x) = B x` is the linear map
-/// whose transpose is `bwd` at the current point (obtained by transposing `bwd` with autodiff),
-/// so the value is exactly `f(x)` and its VJP is exactly `bwd`. Higher derivatives through the
-/// rule treat `B` as constant.
-///
-/// `bwd` must be linear in its cotangent argument, as every true VJP is. Rules that are not
-/// (gradient clipping by clamping `g`, say) are linearized at `g = 0`, which is not what JAX
-/// does; clip gradients in the optimizer instead.
+/// `g` gives `bwd(x, f(x), g)` instead of differentiating `f`'s own ops. `bwd` receives the
+/// actual cotangent, so rules need not be linear in it (gradient clipping, say), and it is
+/// differentiated like any code for higher-order derivatives. `bwd` may not capture traced
+/// tensors of an enclosing trace; pass what it needs through `x`.
 #[track_caller]
 pub fn custom_vjp<I: Tree, O: Tree>(
     f: impl Fn(&I) -> O,
@@ -346,66 +341,61 @@ pub fn custom_vjp<I: Tree, O: Tree>(
     move |x: &I| {
         let y = f(x);
         let xs: Vec<Tensor> = x.leaf_vec().into_iter().cloned().collect();
-        if !xs.iter().any(|t| t.is_traced()) {
+        let ys: Vec<Tensor> = y.leaf_vec().into_iter().cloned().collect();
+        if !kiln_trace::trace::tracing() || !xs.iter().chain(&ys).any(|t| t.is_traced()) {
             return y;
         }
-        match linearized(&bwd, x, &y, loc) {
-            Ok(lx) => {
-                let mut it = lx.into_iter();
-                y.map_leaves(&mut |yl| match it.next() {
-                    Some(l) if yl.dtype().is_float() => &(&yl.detach() + &l) - &l.detach(),
-                    _ => yl.clone(),
-                })
-            }
+        match trace_bwd(&bwd, x, &y, &xs, &ys, loc) {
+            Ok(func) => y.with_leaves(&kiln_trace::trace::custom_rule(&xs, &ys, func, loc)),
             Err(e) => y.map_leaves(&mut |_| Tensor::failed(e.clone())),
         }
     }
 }
 
-/// `B x` for the linear map `B` whose transpose is `g -> bwd(x0, y0, g)` at the current point.
-fn linearized<I: Tree, O: Tree>(
+/// `bwd` traced as a function of (x leaves, y leaves, cotangent leaves) returning x cotangents.
+fn trace_bwd<I: Tree, O: Tree>(
     bwd: &impl Fn(&I, &O, &O) -> I,
     x: &I,
     y: &O,
+    xs: &[Tensor],
+    ys: &[Tensor],
     loc: Loc,
-) -> Result<Vec<Tensor>> {
-    let x0 = x.map_leaves(&mut |t| t.detach());
-    let y0 = y.map_leaves(&mut |t| t.detach());
-    let g_types: Vec<_> = y
-        .leaf_vec()
+) -> Result<Func> {
+    let fail = |m: String| Error {
+        op: "custom_vjp".into(),
+        message: m,
+        loc: Some(loc),
+    };
+    let types: Vec<_> = xs
         .iter()
+        .chain(ys)
+        .chain(ys)
         .map(|t| t.ty().ok_or_else(|| t.error().cloned().expect("failed")))
         .collect::<Result<_>>()?;
-    let traced = trace("custom_vjp_bwd", &g_types, |g| {
-        bwd(&x0, &y0, &y0.with_leaves(g))
-            .leaf_vec()
-            .into_iter()
-            .cloned()
-            .collect()
-    })?;
-    let n_g = g_types.len();
-    let wrt: Vec<usize> = (0..n_g).filter(|&i| g_types[i].dtype.is_float()).collect();
-    let t = kiln_autodiff::vjp(&traced.func, &wrt).map_err(|e| ad_error("custom_vjp", e, loc))?;
-    // The transpose's parameters: (g..., captures..., cotangents of bwd's outputs = x).
-    let mut args: Vec<Tensor> = g_types
-        .iter()
-        .map(|ty| Tensor::zeros(ty.dtype, ty.shape.clone()))
-        .collect();
-    args.extend(traced.captures.iter().cloned());
-    args.extend(x.leaf_vec().into_iter().cloned());
-    let refs: Vec<&Tensor> = args.iter().collect();
-    let outs = call(&t, &refs, "custom_vjp", loc);
-    if let Some(e) = outs.iter().find_map(|t| t.error()) {
-        return Err(e.clone());
-    }
-    let n_out = traced.func.outputs.len();
-    let mut by_leaf = vec![None; n_g];
-    for (k, &i) in wrt.iter().enumerate() {
-        by_leaf[i] = Some(outs[n_out + k].clone());
-    }
-    Ok(by_leaf
+    let (nx, ny) = (xs.len(), ys.len());
+    let traced = trace("custom_vjp_bwd", &types, |p| {
+        bwd(
+            &x.with_leaves(&p[..nx]),
+            &y.with_leaves(&p[nx..nx + ny]),
+            &y.with_leaves(&p[nx + ny..]),
+        )
+        .leaf_vec()
         .into_iter()
-        .zip(y.leaf_vec())
-        .map(|(l, yl)| l.unwrap_or_else(|| yl.clone()))
-        .collect())
+        .cloned()
+        .collect()
+    })?;
+    if !traced.captures.is_empty() {
+        return Err(fail(
+            "bwd captured traced tensors of an enclosing trace; pass them through x".into(),
+        ));
+    }
+    let want: Vec<_> = xs.iter().map(|t| t.ty()).collect();
+    let got: Vec<_> = traced.func.output_types.iter().cloned().map(Some).collect();
+    if want != got {
+        return Err(fail(format!(
+            "bwd must return one cotangent per leaf of x, with x's types; it returned {} value(s)",
+            got.len()
+        )));
+    }
+    Ok(traced.func)
 }

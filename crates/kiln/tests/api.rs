@@ -260,7 +260,23 @@ fn custom_vjp_replaces_the_rule_but_not_the_value() {
     assert_eq!(f(&x).to_vec::<f64>().unwrap(), vec![2.25, 4.0]);
     let g = grad(|x: &Tensor| f(x).sum_all())(&x);
     assert_eq!(g.to_vec::<f64>().unwrap(), vec![30.0, -40.0]);
-    // The straight-through estimator: round forward, identity backward; inside jit too.
+    // Gradient clipping, a rule that is not linear in the cotangent; inside jit too.
+    let clip = kiln::custom_vjp(
+        |x: &Tensor| x.clone(),
+        |_x: &Tensor, _y: &Tensor, g: &Tensor| {
+            g.maximum(&Tensor::scalar(-1.0f64))
+                .minimum(&Tensor::scalar(1.0f64))
+        },
+    );
+    let step = jit(|x: &Tensor| grad(|x: &Tensor| (clip(x) * 5.0).sum_all())(x));
+    assert_eq!(
+        step.call(&x).unwrap().to_vec::<f64>().unwrap(),
+        vec![1.0, 1.0]
+    );
+    // Higher order: the rule's own ops are differentiated. d/dx of sum(20 x * 1) is 20.
+    let second = grad(|x: &Tensor| grad(|x: &Tensor| f(x).sum_all())(x).sum_all())(&x);
+    assert_eq!(second.to_vec::<f64>().unwrap(), vec![20.0, 20.0]);
+    // The straight-through estimator: round forward, identity backward.
     let ste = kiln::custom_vjp(
         |x: &Tensor| x.round(),
         |_x: &Tensor, _y: &Tensor, g: &Tensor| g.clone(),
