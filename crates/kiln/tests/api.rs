@@ -229,6 +229,7 @@ fn bad_inputs_name_the_source_line() {
     case!("grad", grad(|x: &Tensor| x * 2.0)(&v3).to_literal());
     case!("grad", kiln::value_and_grad(|x: &Tensor| x.sum_all(), &i3).map(|_| ()));
     case!("tree", kiln::tree::zip_map(&(a.clone(), v3.clone()), &(v3.clone(), a.clone()), |x, y| x + y ));
+    case!("optimizer", kiln::optim::Sgd::new(0.1).update(&vec![a.clone()], &vec![a.clone(), a.clone()], &kiln::optim::Sgd::new(0.1).init(&vec![a.clone()])).map(|_| ()));
     case!("jvp", jvp(|x: &Tensor| x.exp(), &v3, &v4).map(|_| ()));
     case!("add", jit(|x: &Tensor| x + &Tensor::zeros(DType::F32, [7])) .call(&v3) .map(|_| ()));
     assert!(cases.len() >= 25, "{} cases", cases.len());
