@@ -1196,6 +1196,9 @@ impl CpuExecutable {
     /// Compiles `f` for this CPU.
     pub fn compile(f: &Func) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+        let canonical = crate::canon::canonicalize_dots(f)
+            .map_err(|e| Error::Llvm(format!("canonicalizing matrix products: {e}")))?;
+        let f = &canonical;
         let ks = kernels(f);
         let steps: Vec<Step> = f
             .insts

@@ -22,6 +22,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod canon;
 pub mod cpu;
 pub mod kernel;
 
