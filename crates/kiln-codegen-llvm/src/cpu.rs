@@ -963,7 +963,7 @@ fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) 
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
     let nvars = match k.schedule {
-        Schedule::Nest => k.vars,
+        Schedule::Nest | Schedule::Scatter { .. } => k.vars,
         Schedule::Gemm { .. } => 4,
     };
     let vars = (0..nvars)
@@ -1011,9 +1011,78 @@ fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) 
             lo,
             hi,
         )?,
+        Schedule::Scatter {
+            ref updates,
+            ref target,
+            kind,
+        } => emit_scatter(&em, k, updates, target, kind, out)?,
     }
     em.b.build_return(None).map_err(llvm)?;
     Ok(())
+}
+
+fn emit_scatter<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    updates: &[usize],
+    target: &[Idx],
+    kind: Combiner,
+    out: PointerValue<'c>,
+) -> Result<()> {
+    let ctx = em.ctx;
+    let d = k.out.dtype;
+    let st = storage(ctx, d);
+    let ptr = ctx.ptr_type(AddressSpace::default());
+    // out = operand.
+    // SAFETY (of the emitted code): input 0 is the operand, of the output's type.
+    let slot = unsafe {
+        em.b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(0)], "slot")
+    }
+    .map_err(llvm)?;
+    let src =
+        em.b.build_load(ptr, slot, "src")
+            .map_err(llvm)?
+            .into_pointer_value();
+    let bytes = (k.out.numel() * d.bytes()) as i64;
+    if bytes > 0 {
+        em.b.build_memcpy(out, 1, src, 1, em.i64c(bytes))
+            .map_err(llvm)?;
+    }
+    let ost = strides(&k.out.shape);
+    let vars: Vec<(usize, usize)> = updates.iter().copied().enumerate().collect();
+    em.nest(&vars, &mut |em: &Emitter<'c>| {
+        let mut ok = ctx.bool_type().const_int(1, false);
+        let mut flat = em.i64c(0);
+        for (dim, t) in target.iter().enumerate() {
+            let v = em.idx(t)?;
+            let inside = em.cond(&Cond::InRange(t.clone(), 0, k.out.shape[dim] as i64))?;
+            ok = em.b.build_and(ok, inside, "ok").map_err(llvm)?;
+            let term =
+                em.b.build_int_mul(v, em.i64c(ost[dim] as i64), "t")
+                    .map_err(llvm)?;
+            flat = em.b.build_int_add(flat, term, "f").map_err(llvm)?;
+        }
+        let write = ctx.append_basic_block(em.f, "write");
+        let done = ctx.append_basic_block(em.f, "done");
+        em.b.build_conditional_branch(ok, write, done)
+            .map_err(llvm)?;
+        em.b.position_at_end(write);
+        let upd = em.expr(&k.body)?;
+        // SAFETY (of the emitted code): the target was checked to be inside the output.
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[flat], "pt") }.map_err(llvm)?;
+        let new = if kind == Combiner::Replace {
+            upd
+        } else {
+            let raw = em.b.build_load(st, p, "old").map_err(llvm)?;
+            let old = em.load_value(d, raw)?;
+            em.combine(kind, d, old, upd)?
+        };
+        let v = em.store_value(d, new)?;
+        em.b.build_store(p, v).map_err(llvm)?;
+        em.b.build_unconditional_branch(done).map_err(llvm)?;
+        em.b.position_at_end(done);
+        Ok(())
+    })
 }
 
 fn emit_nest<'c>(
@@ -1326,6 +1395,8 @@ fn kernel_shape(k: &Kernel) -> (usize, usize) {
             k.out.shape.first().copied().unwrap_or(1),
             k.out.numel() * reduction_work(&k.body),
         ),
+        // Updates may hit the same position: one thread, in order.
+        Schedule::Scatter { .. } => (1, 1),
     }
 }
 

@@ -125,6 +125,17 @@ impl Expr {
 pub enum Schedule {
     /// A loop per output dimension (outermost first) around the body.
     Nest,
+    /// `out = operand`, then for each update position (loop variables over the updates'
+    /// shape, row-major) the operand position `target` (one index per dimension) gets
+    /// `kind(out[target], body)`, skipped when out of bounds. Runs on one thread, in order.
+    Scatter {
+        /// The updates' shape.
+        updates: Vec<usize>,
+        /// The target position per operand dimension.
+        target: Vec<Idx>,
+        /// How an update combines with the old value.
+        kind: Combiner,
+    },
     /// A matrix product `[batch, m, k] x [batch, k, n] -> [batch, m, n]` of contiguous
     /// operands, in k-blocked i-k-j order so the inner loop is a contiguous, vectorizable AXPY.
     /// The body is unused.
@@ -407,6 +418,51 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     body: Box::new(prod),
                 },
             )
+        }
+        Op::Scatter {
+            update_window_dims: uwd,
+            inserted_window_dims: iwd,
+            scatter_dims_to_operand_dims: sdod,
+            index_vector_dim,
+            kind,
+        } => {
+            let (a, si, u) = (&x[0], &x[1], &x[2]);
+            let ivd = *index_vector_dim as usize;
+            let ru = u.rank();
+            let batch_vars: Vec<usize> = (0..ru).filter(|d| !uwd.contains(&(*d as i64))).collect();
+            let window_dims: Vec<usize> = (0..a.rank())
+                .filter(|d| !iwd.contains(&(*d as i64)))
+                .collect();
+            let mut target = Vec::new();
+            for d in 0..a.rank() {
+                let mut parts = Vec::new();
+                if let Some(k) = sdod.iter().position(|&s| s as usize == d) {
+                    let mut pos: Vec<Idx> = batch_vars.iter().map(|&v| Idx::Var(v)).collect();
+                    if ivd < si.rank() {
+                        pos.insert(ivd, Idx::Const(k as i64));
+                    }
+                    parts.push(Idx::Value(Box::new(gather(1, si, pos))));
+                }
+                if let Some(j) = window_dims.iter().position(|&w| w == d) {
+                    parts.push(Idx::Var(uwd[j] as usize));
+                }
+                target.push(if parts.is_empty() {
+                    Idx::Const(0)
+                } else {
+                    Idx::Add(parts)
+                });
+            }
+            let body = same(2, u, u, ru);
+            Some(Kernel {
+                schedule: Schedule::Scatter {
+                    updates: u.shape.clone(),
+                    target,
+                    kind: *kind,
+                },
+                out: out.clone(),
+                vars: ru,
+                body,
+            })
         }
         Op::Pad {
             edge_padding_low: lo,
