@@ -42,6 +42,9 @@ pub struct CpuExecutable {
     kernels: Vec<Option<KernelFn>>,
     /// For each kernel: rows of its outermost loop and its total work.
     shape: Vec<(usize, usize)>,
+    /// Intermediate buffers of the previous call, by value, reused so repeated calls do not
+    /// pay for fresh pages (every kernel writes its whole output).
+    pool: std::sync::Mutex<Vec<Option<Literal>>>,
     // Declared before the context so it is dropped first.
     _engine: Option<ExecutionEngine<'static>>,
     _context: Box<Context>,
@@ -1311,6 +1314,7 @@ impl CpuExecutable {
             steps,
             kernels: kernels_fns,
             shape,
+            pool: std::sync::Mutex::new(Vec::new()),
             _engine: engine,
             _context: context,
         })
@@ -1343,6 +1347,8 @@ impl CpuExecutable {
             }
         }
         let mut env: Vec<Option<Literal>> = vec![None; f.values.len()];
+        // Take the pool (a concurrent call finds it empty and allocates its own buffers).
+        let mut reuse = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
         for (&p, a) in f.params.iter().zip(args) {
             env[p.index()] = Some(a.clone());
         }
@@ -1355,7 +1361,12 @@ impl CpuExecutable {
                         .iter()
                         .map(|o| env[o.index()].as_ref().expect("verified SSA").as_ptr())
                         .collect();
-                    let mut out = Literal::zeros(f.values[inst.results[0].index()].clone());
+                    let ty = &f.values[inst.results[0].index()];
+                    let mut out = reuse
+                        .get_mut(inst.results[0].index())
+                        .and_then(Option::take)
+                        .filter(|l| l.ty() == ty)
+                        .unwrap_or_else(|| Literal::zeros(ty.clone()));
                     let kernel = self.kernels[i].expect("compiled with the plan");
                     // SAFETY: the pointers address live buffers of the types the kernel was
                     // compiled for, and the output buffer is exclusively ours.
@@ -1380,10 +1391,21 @@ impl CpuExecutable {
                 env[r.index()] = Some(v);
             }
         }
-        Ok(f.outputs
+        let outputs: Vec<Literal> = f
+            .outputs
             .iter()
             .map(|o| env[o.index()].clone().expect("verified SSA"))
-            .collect())
+            .collect();
+        // Keep the intermediates written by kernels for the next call.
+        let mut keep: Vec<Option<Literal>> = vec![None; f.values.len()];
+        for (inst, step) in f.insts.iter().zip(&self.steps) {
+            let r = inst.results[0].index();
+            if *step == Step::Kernel && !f.outputs.iter().any(|o| o.index() == r) {
+                keep[r] = env[r].take();
+            }
+        }
+        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
+        Ok(outputs)
     }
 }
 
