@@ -11,7 +11,7 @@ use inkwell::execution_engine::ExecutionEngine;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicTypeEnum, FloatType, IntType};
-use inkwell::values::{BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::values::{BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::{
     Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
@@ -1122,101 +1122,161 @@ fn emit_nest<'c>(
     })
 }
 
+/// Rows of C per register tile.
+const GEMM_MR: i64 = 4;
+/// Vectors of C per row of a register tile.
+const GEMM_NV: i64 = 2;
+
 /// C[r, :] = sum over kk of A[r, kk] * B[batch(r), kk, :] for rows r in lo..hi (r runs over
-/// batch * m), with the contraction blocked by `GEMM_KC` so a block of B stays in cache while
-/// every row uses it.
+/// batch * m). The contraction is blocked by `GEMM_KC` so a block of B stays in cache; within a
+/// block, tiles of `GEMM_MR` rows by `GEMM_NV` vectors of C live in vector registers while the
+/// block's rows of B stream by (one broadcast of A and one vector FMA per register). Rows and
+/// columns that do not fill a tile take a row-by-row AXPY path.
 #[allow(clippy::too_many_arguments)]
-fn emit_gemm<'c>(
-    em: &Emitter<'c>,
-    d: DType,
-    m: i64,
-    n: i64,
-    k: i64,
-    out: PointerValue<'c>,
-    lo: IntValue<'c>,
-    hi: IntValue<'c>,
-) -> Result<()> {
+fn emit_gemm<'c>(em: &Emitter<'c>, d: DType, m: i64, n: i64, k: i64, out: PointerValue<'c>, lo: IntValue<'c>, hi: IntValue<'c>) -> Result<()> {
     let (r, j, kb, kk) = (0, 1, 2, 3);
     let ft = em.ftype(d);
+    let lanes: u32 = if d == DType::F64 { 4 } else { 8 };
+    let vt = ft.vec_type(lanes);
     let b = &em.b;
     let ptr = em.ctx.ptr_type(AddressSpace::default());
     let base = |i: i64| -> Result<PointerValue<'c>> {
         // SAFETY (of the emitted code): inputs 0 and 1 are A and B.
-        let slot = unsafe { b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(i)], "slot") }
-            .map_err(llvm)?;
-        Ok(b.build_load(ptr, slot, "base")
-            .map_err(llvm)?
-            .into_pointer_value())
+        let slot = unsafe { b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(i)], "slot") }.map_err(llvm)?;
+        Ok(b.build_load(ptr, slot, "base").map_err(llvm)?.into_pointer_value())
     };
     let (pa, pb) = (base(0)?, base(1)?);
     let elem = |p: PointerValue<'c>, idx: IntValue<'c>| -> Result<PointerValue<'c>> {
         // SAFETY (of the emitted code): the indices stay inside the [batch, m|k, k|n] buffers.
         unsafe { b.build_in_bounds_gep(ft, p, &[idx], "e") }.map_err(llvm)
     };
+    let add = |x: IntValue<'c>, y: IntValue<'c>| b.build_int_add(x, y, "a").map_err(llvm);
+    let mul = |x: IntValue<'c>, c: i64| b.build_int_mul(x, em.i64c(c), "m").map_err(llvm);
     let n_v = em.i64c(n);
+    let tile_w = lanes as i64 * GEMM_NV;
+    // Vectors of C and B start at any element: only element alignment holds.
+    let elem_align = d.bytes() as u32;
+    let align = |v: BasicValueEnum<'c>, a: u32| -> Result<()> {
+        v.as_instruction_value().ok_or_else(|| Error::Llvm("a load is an instruction".into()))?.set_alignment(a).map_err(llvm)
+    };
+    let n_full = n - n % tile_w;
     // Zero the rows.
     em.range_loop(r, lo, hi, 1, &mut |em: &Emitter<'c>| {
         em.range_loop(j, em.i64c(0), n_v, 1, &mut |em: &Emitter<'c>| {
-            let idx =
-                em.b.build_int_add(
-                    em.b.build_int_mul(em.var(r)?, n_v, "rn").map_err(llvm)?,
-                    em.var(j)?,
-                    "ij",
-                )
-                .map_err(llvm)?;
-            em.b.build_store(elem(out, idx)?, ft.const_zero())
-                .map_err(llvm)?;
+            let idx = add(mul(em.var(r)?, n)?, em.var(j)?)?;
+            em.b.build_store(elem(out, idx)?, ft.const_zero()).map_err(llvm)?;
             Ok(())
         })
     })?;
-    em.range_loop(kb, em.i64c(0), em.i64c(k), GEMM_KC, &mut |em: &Emitter<
-        'c,
-    >| {
-        let kb_v = em.var(kb)?;
-        let end =
-            em.b.build_int_add(kb_v, em.i64c(GEMM_KC), "end")
-                .map_err(llvm)?;
-        let past =
-            em.b.build_int_compare(IntPredicate::SGT, end, em.i64c(k), "past")
-                .map_err(llvm)?;
-        let kend =
-            em.b.build_select(past, em.i64c(k), end, "kend")
-                .map_err(llvm)?
-                .into_int_value();
-        em.range_loop(r, lo, hi, 1, &mut |em: &Emitter<'c>| {
-            let row = em.var(r)?;
-            let batch =
-                em.b.build_int_signed_div(row, em.i64c(m), "bt")
-                    .map_err(llvm)?;
-            let b_base =
-                em.b.build_int_mul(batch, em.i64c(k * n), "bb")
-                    .map_err(llvm)?;
-            let c_row = em.b.build_int_mul(row, n_v, "cr").map_err(llvm)?;
-            let a_row = em.b.build_int_mul(row, em.i64c(k), "ar").map_err(llvm)?;
-            em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
-                let kv = em.var(kk)?;
-                let a_idx = em.b.build_int_add(a_row, kv, "ai").map_err(llvm)?;
-                let a = em.b.build_load(ft, elem(pa, a_idx)?, "a").map_err(llvm)?;
-                let b_row =
-                    em.b.build_int_add(
-                        b_base,
-                        em.b.build_int_mul(kv, n_v, "kn").map_err(llvm)?,
-                        "br",
-                    )
-                    .map_err(llvm)?;
-                em.range_loop(j, em.i64c(0), n_v, 1, &mut |em: &Emitter<'c>| {
-                    let jv = em.var(j)?;
-                    let bi = em.b.build_int_add(b_row, jv, "bi").map_err(llvm)?;
-                    let ci = em.b.build_int_add(c_row, jv, "ci").map_err(llvm)?;
-                    let bv = em.b.build_load(ft, elem(pb, bi)?, "b").map_err(llvm)?;
-                    let cp = elem(out, ci)?;
-                    let cv = em.b.build_load(ft, cp, "c").map_err(llvm)?;
-                    let fma = em.intrinsic("llvm.fmuladd", ft.into(), &[a, bv, cv])?;
-                    em.b.build_store(cp, fma).map_err(llvm)?;
-                    Ok(())
-                })
+    let accs: Vec<PointerValue<'c>> = (0..GEMM_MR * GEMM_NV).map(|_| em.entry_alloca(vt.into())).collect::<Result<_>>()?;
+    // One row's AXPY over columns j_from..n for the contraction block kb..kend.
+    let axpy_row = |em: &Emitter<'c>, row: IntValue<'c>, kend: IntValue<'c>, j_from: i64| -> Result<()> {
+        let batch = em.b.build_int_signed_div(row, em.i64c(m), "bt").map_err(llvm)?;
+        let b_base = mul(batch, k * n)?;
+        em.range_loop(kk, em.var(kb)?, kend, 1, &mut |em: &Emitter<'c>| {
+            let kv = em.var(kk)?;
+            let a = em.b.build_load(ft, elem(pa, add(mul(row, k)?, kv)?)?, "a").map_err(llvm)?;
+            let b_row = add(b_base, mul(kv, n)?)?;
+            em.range_loop(j, em.i64c(j_from), n_v, 1, &mut |em: &Emitter<'c>| {
+                let jv = em.var(j)?;
+                let bv = em.b.build_load(ft, elem(pb, add(b_row, jv)?)?, "b").map_err(llvm)?;
+                let cp = elem(out, add(mul(row, n)?, jv)?)?;
+                let cv = em.b.build_load(ft, cp, "c").map_err(llvm)?;
+                let fma = em.intrinsic("llvm.fmuladd", ft.into(), &[a, bv, cv])?;
+                em.b.build_store(cp, fma).map_err(llvm)?;
+                Ok(())
             })
         })
+    };
+    em.range_loop(kb, em.i64c(0), em.i64c(k), GEMM_KC, &mut |em: &Emitter<'c>| {
+        let kb_v = em.var(kb)?;
+        let end = add(kb_v, em.i64c(GEMM_KC))?;
+        let past = em.b.build_int_compare(IntPredicate::SGT, end, em.i64c(k), "past").map_err(llvm)?;
+        let kend = em.b.build_select(past, em.i64c(k), end, "kend").map_err(llvm)?.into_int_value();
+        // Rows: a tile of GEMM_MR when they fit in range and in one batch, else one row.
+        em.b.build_store(em.vars[r], lo).map_err(llvm)?;
+        let head = em.ctx.append_basic_block(em.f, "rows");
+        let body = em.ctx.append_basic_block(em.f, "row");
+        let tile = em.ctx.append_basic_block(em.f, "tile");
+        let single = em.ctx.append_basic_block(em.f, "single");
+        let exit = em.ctx.append_basic_block(em.f, "rows_done");
+        em.b.build_unconditional_branch(head).map_err(llvm)?;
+        em.b.position_at_end(head);
+        let rv = em.var(r)?;
+        let more = em.b.build_int_compare(IntPredicate::SLT, rv, hi, "more").map_err(llvm)?;
+        em.b.build_conditional_branch(more, body, exit).map_err(llvm)?;
+        em.b.position_at_end(body);
+        let rv = em.var(r)?;
+        let fits_range = em.b.build_int_compare(IntPredicate::SLE, add(rv, em.i64c(GEMM_MR))?, hi, "fr").map_err(llvm)?;
+        let in_batch = em.b.build_int_signed_rem(rv, em.i64c(m), "rb").map_err(llvm)?;
+        let fits_batch = em.b.build_int_compare(IntPredicate::SLE, add(in_batch, em.i64c(GEMM_MR))?, em.i64c(m), "fb").map_err(llvm)?;
+        let fits = em.b.build_and(fits_range, fits_batch, "fits").map_err(llvm)?;
+        let use_tile = if n_full > 0 { fits } else { em.ctx.bool_type().const_zero() };
+        em.b.build_conditional_branch(use_tile, tile, single).map_err(llvm)?;
+        // A register tile of GEMM_MR rows.
+        em.b.position_at_end(tile);
+        let row0 = em.var(r)?;
+        let batch = em.b.build_int_signed_div(row0, em.i64c(m), "bt").map_err(llvm)?;
+        let b_base = mul(batch, k * n)?;
+        em.range_loop(j, em.i64c(0), em.i64c(n_full), tile_w, &mut |em: &Emitter<'c>| {
+            let jv = em.var(j)?;
+            let c_at = |i: i64, v: i64| -> Result<PointerValue<'c>> { elem(out, add(add(mul(add(row0, em.i64c(i))?, n)?, jv)?, em.i64c(v * lanes as i64))?) };
+            for i in 0..GEMM_MR {
+                for v in 0..GEMM_NV {
+                    let c = em.b.build_load(vt, c_at(i, v)?, "cv").map_err(llvm)?;
+                    align(c, elem_align)?;
+                    em.b.build_store(accs[(i * GEMM_NV + v) as usize], c).map_err(llvm)?;
+                }
+            }
+            em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
+                let kv = em.var(kk)?;
+                let b_row = add(add(b_base, mul(kv, n)?)?, jv)?;
+                let bvs: Vec<BasicValueEnum<'c>> = (0..GEMM_NV)
+                    .map(|v| {
+                        let bv = em.b.build_load(vt, elem(pb, add(b_row, em.i64c(v * lanes as i64))?)?, "bv").map_err(llvm)?;
+                        align(bv, elem_align)?;
+                        Ok(bv)
+                    })
+                    .collect::<Result<_>>()?;
+                for i in 0..GEMM_MR {
+                    let a = em.b.build_load(ft, elem(pa, add(mul(add(row0, em.i64c(i))?, k)?, kv)?)?, "a").map_err(llvm)?;
+                    let one = em.b.build_insert_element(vt.get_undef(), a, em.ctx.i32_type().const_zero(), "a1").map_err(llvm)?;
+                    let splat = em.b.build_shuffle_vector(one, vt.get_undef(), em.ctx.i32_type().vec_type(lanes).const_zero(), "as").map_err(llvm)?;
+                    for (v, bv) in bvs.iter().enumerate() {
+                        let slot = accs[(i * GEMM_NV) as usize + v];
+                        let acc = em.b.build_load(vt, slot, "acc").map_err(llvm)?;
+                        let fma = em.intrinsic("llvm.fmuladd", vt.into(), &[splat.into(), *bv, acc])?;
+                        em.b.build_store(slot, fma).map_err(llvm)?;
+                    }
+                }
+                Ok(())
+            })?;
+            for i in 0..GEMM_MR {
+                for v in 0..GEMM_NV {
+                    let acc = em.b.build_load(vt, accs[(i * GEMM_NV + v) as usize], "acc").map_err(llvm)?;
+                    let st = em.b.build_store(c_at(i, v)?, acc).map_err(llvm)?;
+                    st.set_alignment(elem_align).map_err(llvm)?;
+                }
+            }
+            Ok(())
+        })?;
+        if n_full < n {
+            for i in 0..GEMM_MR {
+                axpy_row(em, add(row0, em.i64c(i))?, kend, n_full)?;
+            }
+        }
+        let next = add(em.var(r)?, em.i64c(GEMM_MR))?;
+        em.b.build_store(em.vars[r], next).map_err(llvm)?;
+        em.b.build_unconditional_branch(head).map_err(llvm)?;
+        // One row.
+        em.b.position_at_end(single);
+        let row = em.var(r)?;
+        axpy_row(em, row, kend, 0)?;
+        let next = add(em.var(r)?, em.i64c(1))?;
+        em.b.build_store(em.vars[r], next).map_err(llvm)?;
+        em.b.build_unconditional_branch(head).map_err(llvm)?;
+        em.b.position_at_end(exit);
+        Ok(())
     })
 }
 
