@@ -11,7 +11,9 @@ use inkwell::execution_engine::ExecutionEngine;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicTypeEnum, FloatType, IntType};
-use inkwell::values::{BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::values::{
+    BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue,
+};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::{
     Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
@@ -951,7 +953,13 @@ impl<'c> Emitter<'c> {
 
 /// Emits `void name(ptr inputs, ptr out, i64 lo, i64 hi)` computing rows `lo..hi` of the
 /// kernel's outermost loop (all of it for a scalar output).
-fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) -> Result<()> {
+fn emit_kernel<'c>(
+    ctx: &'c Context,
+    m: &'c Module<'c>,
+    name: &str,
+    k: &Kernel,
+    for_host: bool,
+) -> Result<()> {
     let ptr = ctx.ptr_type(AddressSpace::default());
     let i64t = ctx.i64_type();
     let f = m.add_function(
@@ -962,12 +970,25 @@ fn emit_kernel<'c>(ctx: &'c Context, m: &'c Module<'c>, name: &str, k: &Kernel) 
     );
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
     f.add_attribute(AttributeLoc::Param(1), noalias);
+    // The JIT generates code per function attributes: name this machine's CPU and features,
+    // or it falls back to baseline x86-64 (no AVX, no FMA).
+    if for_host {
+        let (cpu, features) = host_cpu();
+        f.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute("target-cpu", &cpu),
+        );
+        f.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute("target-features", &features),
+        );
+    }
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
     let nvars = match k.schedule {
         Schedule::Nest | Schedule::Scatter { .. } => k.vars,
-        Schedule::Gemm { .. } => 4,
+        Schedule::Gemm { .. } => 5,
     };
     let vars = (0..nvars)
         .map(|_| b.build_alloca(i64t, "var"))
@@ -1128,13 +1149,23 @@ const GEMM_MR: i64 = 4;
 const GEMM_NV: i64 = 2;
 
 /// C[r, :] = sum over kk of A[r, kk] * B[batch(r), kk, :] for rows r in lo..hi (r runs over
-/// batch * m). The contraction is blocked by `GEMM_KC` so a block of B stays in cache; within a
-/// block, tiles of `GEMM_MR` rows by `GEMM_NV` vectors of C live in vector registers while the
-/// block's rows of B stream by (one broadcast of A and one vector FMA per register). Rows and
-/// columns that do not fill a tile take a row-by-row AXPY path.
+/// batch * m), BLIS-style: the contraction is split into blocks of `GEMM_KC`; for each block
+/// and each batch, every panel of `GEMM_NV` vectors of columns of B is packed into a
+/// contiguous, aligned stack buffer (rows of B are far apart and would thrash the cache), and
+/// tiles of `GEMM_MR` rows by that panel of C stay in vector registers while the panel streams
+/// by. Leftover rows use one-row tiles; leftover columns take a row-by-row AXPY path.
 #[allow(clippy::too_many_arguments)]
-fn emit_gemm<'c>(em: &Emitter<'c>, d: DType, m: i64, n: i64, k: i64, out: PointerValue<'c>, lo: IntValue<'c>, hi: IntValue<'c>) -> Result<()> {
-    let (r, j, kb, kk) = (0, 1, 2, 3);
+fn emit_gemm<'c>(
+    em: &Emitter<'c>,
+    d: DType,
+    m: i64,
+    n: i64,
+    k: i64,
+    out: PointerValue<'c>,
+    lo: IntValue<'c>,
+    hi: IntValue<'c>,
+) -> Result<()> {
+    let (r, j, kb, kk, bt) = (0, 1, 2, 3, 4);
     let ft = em.ftype(d);
     let lanes: u32 = if d == DType::F64 { 4 } else { 8 };
     let vt = ft.vec_type(lanes);
@@ -1142,44 +1173,83 @@ fn emit_gemm<'c>(em: &Emitter<'c>, d: DType, m: i64, n: i64, k: i64, out: Pointe
     let ptr = em.ctx.ptr_type(AddressSpace::default());
     let base = |i: i64| -> Result<PointerValue<'c>> {
         // SAFETY (of the emitted code): inputs 0 and 1 are A and B.
-        let slot = unsafe { b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(i)], "slot") }.map_err(llvm)?;
-        Ok(b.build_load(ptr, slot, "base").map_err(llvm)?.into_pointer_value())
+        let slot = unsafe { b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(i)], "slot") }
+            .map_err(llvm)?;
+        Ok(b.build_load(ptr, slot, "base")
+            .map_err(llvm)?
+            .into_pointer_value())
     };
     let (pa, pb) = (base(0)?, base(1)?);
     let elem = |p: PointerValue<'c>, idx: IntValue<'c>| -> Result<PointerValue<'c>> {
-        // SAFETY (of the emitted code): the indices stay inside the [batch, m|k, k|n] buffers.
+        // SAFETY (of the emitted code): the indices stay inside their buffers.
         unsafe { b.build_in_bounds_gep(ft, p, &[idx], "e") }.map_err(llvm)
     };
     let add = |x: IntValue<'c>, y: IntValue<'c>| b.build_int_add(x, y, "a").map_err(llvm);
     let mul = |x: IntValue<'c>, c: i64| b.build_int_mul(x, em.i64c(c), "m").map_err(llvm);
+    let min = |x: IntValue<'c>, y: IntValue<'c>| -> Result<IntValue<'c>> {
+        let lt = b
+            .build_int_compare(IntPredicate::SLT, x, y, "lt")
+            .map_err(llvm)?;
+        Ok(b.build_select(lt, x, y, "min")
+            .map_err(llvm)?
+            .into_int_value())
+    };
+    let max = |x: IntValue<'c>, y: IntValue<'c>| -> Result<IntValue<'c>> {
+        let gt = b
+            .build_int_compare(IntPredicate::SGT, x, y, "gt")
+            .map_err(llvm)?;
+        Ok(b.build_select(gt, x, y, "max")
+            .map_err(llvm)?
+            .into_int_value())
+    };
     let n_v = em.i64c(n);
     let tile_w = lanes as i64 * GEMM_NV;
-    // Vectors of C and B start at any element: only element alignment holds.
-    let elem_align = d.bytes() as u32;
-    let align = |v: BasicValueEnum<'c>, a: u32| -> Result<()> {
-        v.as_instruction_value().ok_or_else(|| Error::Llvm("a load is an instruction".into()))?.set_alignment(a).map_err(llvm)
-    };
     let n_full = n - n % tile_w;
+    // Vectors of C and B start at any element: only element alignment holds there.
+    let elem_align = d.bytes() as u32;
+    let set_align = |v: BasicValueEnum<'c>, a: u32| -> Result<BasicValueEnum<'c>> {
+        v.as_instruction_value()
+            .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
+            .set_alignment(a)
+            .map_err(llvm)?;
+        Ok(v)
+    };
     // Zero the rows.
     em.range_loop(r, lo, hi, 1, &mut |em: &Emitter<'c>| {
         em.range_loop(j, em.i64c(0), n_v, 1, &mut |em: &Emitter<'c>| {
             let idx = add(mul(em.var(r)?, n)?, em.var(j)?)?;
-            em.b.build_store(elem(out, idx)?, ft.const_zero()).map_err(llvm)?;
+            em.b.build_store(elem(out, idx)?, ft.const_zero())
+                .map_err(llvm)?;
             Ok(())
         })
     })?;
-    let accs: Vec<PointerValue<'c>> = (0..GEMM_MR * GEMM_NV).map(|_| em.entry_alloca(vt.into())).collect::<Result<_>>()?;
+    let accs: Vec<PointerValue<'c>> = (0..GEMM_MR * GEMM_NV)
+        .map(|_| em.entry_alloca(vt.into()))
+        .collect::<Result<_>>()?;
+    let panel = em.entry_alloca(ft.array_type((GEMM_KC * tile_w) as u32).into())?;
+    panel
+        .as_instruction_value()
+        .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
+        .set_alignment(32)
+        .map_err(llvm)?;
     // One row's AXPY over columns j_from..n for the contraction block kb..kend.
-    let axpy_row = |em: &Emitter<'c>, row: IntValue<'c>, kend: IntValue<'c>, j_from: i64| -> Result<()> {
-        let batch = em.b.build_int_signed_div(row, em.i64c(m), "bt").map_err(llvm)?;
-        let b_base = mul(batch, k * n)?;
+    let axpy_row = |em: &Emitter<'c>,
+                    row: IntValue<'c>,
+                    kend: IntValue<'c>,
+                    b_base: IntValue<'c>,
+                    j_from: i64|
+     -> Result<()> {
         em.range_loop(kk, em.var(kb)?, kend, 1, &mut |em: &Emitter<'c>| {
             let kv = em.var(kk)?;
-            let a = em.b.build_load(ft, elem(pa, add(mul(row, k)?, kv)?)?, "a").map_err(llvm)?;
+            let a =
+                em.b.build_load(ft, elem(pa, add(mul(row, k)?, kv)?)?, "a")
+                    .map_err(llvm)?;
             let b_row = add(b_base, mul(kv, n)?)?;
             em.range_loop(j, em.i64c(j_from), n_v, 1, &mut |em: &Emitter<'c>| {
                 let jv = em.var(j)?;
-                let bv = em.b.build_load(ft, elem(pb, add(b_row, jv)?)?, "b").map_err(llvm)?;
+                let bv =
+                    em.b.build_load(ft, elem(pb, add(b_row, jv)?)?, "b")
+                        .map_err(llvm)?;
                 let cp = elem(out, add(mul(row, n)?, jv)?)?;
                 let cv = em.b.build_load(ft, cp, "c").map_err(llvm)?;
                 let fma = em.intrinsic("llvm.fmuladd", ft.into(), &[a, bv, cv])?;
@@ -1188,95 +1258,182 @@ fn emit_gemm<'c>(em: &Emitter<'c>, d: DType, m: i64, n: i64, k: i64, out: Pointe
             })
         })
     };
-    em.range_loop(kb, em.i64c(0), em.i64c(k), GEMM_KC, &mut |em: &Emitter<'c>| {
+    // A tile of `rows` rows at row0 by the packed panel at column j.
+    let tile = |em: &Emitter<'c>,
+                rows: i64,
+                row0: IntValue<'c>,
+                kend: IntValue<'c>|
+     -> Result<()> {
+        let jv = em.var(j)?;
         let kb_v = em.var(kb)?;
-        let end = add(kb_v, em.i64c(GEMM_KC))?;
-        let past = em.b.build_int_compare(IntPredicate::SGT, end, em.i64c(k), "past").map_err(llvm)?;
-        let kend = em.b.build_select(past, em.i64c(k), end, "kend").map_err(llvm)?.into_int_value();
-        // Rows: a tile of GEMM_MR when they fit in range and in one batch, else one row.
-        em.b.build_store(em.vars[r], lo).map_err(llvm)?;
-        let head = em.ctx.append_basic_block(em.f, "rows");
-        let body = em.ctx.append_basic_block(em.f, "row");
-        let tile = em.ctx.append_basic_block(em.f, "tile");
-        let single = em.ctx.append_basic_block(em.f, "single");
-        let exit = em.ctx.append_basic_block(em.f, "rows_done");
-        em.b.build_unconditional_branch(head).map_err(llvm)?;
-        em.b.position_at_end(head);
-        let rv = em.var(r)?;
-        let more = em.b.build_int_compare(IntPredicate::SLT, rv, hi, "more").map_err(llvm)?;
-        em.b.build_conditional_branch(more, body, exit).map_err(llvm)?;
-        em.b.position_at_end(body);
-        let rv = em.var(r)?;
-        let fits_range = em.b.build_int_compare(IntPredicate::SLE, add(rv, em.i64c(GEMM_MR))?, hi, "fr").map_err(llvm)?;
-        let in_batch = em.b.build_int_signed_rem(rv, em.i64c(m), "rb").map_err(llvm)?;
-        let fits_batch = em.b.build_int_compare(IntPredicate::SLE, add(in_batch, em.i64c(GEMM_MR))?, em.i64c(m), "fb").map_err(llvm)?;
-        let fits = em.b.build_and(fits_range, fits_batch, "fits").map_err(llvm)?;
-        let use_tile = if n_full > 0 { fits } else { em.ctx.bool_type().const_zero() };
-        em.b.build_conditional_branch(use_tile, tile, single).map_err(llvm)?;
-        // A register tile of GEMM_MR rows.
-        em.b.position_at_end(tile);
-        let row0 = em.var(r)?;
-        let batch = em.b.build_int_signed_div(row0, em.i64c(m), "bt").map_err(llvm)?;
-        let b_base = mul(batch, k * n)?;
-        em.range_loop(j, em.i64c(0), em.i64c(n_full), tile_w, &mut |em: &Emitter<'c>| {
-            let jv = em.var(j)?;
-            let c_at = |i: i64, v: i64| -> Result<PointerValue<'c>> { elem(out, add(add(mul(add(row0, em.i64c(i))?, n)?, jv)?, em.i64c(v * lanes as i64))?) };
-            for i in 0..GEMM_MR {
-                for v in 0..GEMM_NV {
-                    let c = em.b.build_load(vt, c_at(i, v)?, "cv").map_err(llvm)?;
-                    align(c, elem_align)?;
-                    em.b.build_store(accs[(i * GEMM_NV + v) as usize], c).map_err(llvm)?;
-                }
+        let c_at = |i: i64, v: i64| -> Result<PointerValue<'c>> {
+            elem(
+                out,
+                add(
+                    add(mul(add(row0, em.i64c(i))?, n)?, jv)?,
+                    em.i64c(v * lanes as i64),
+                )?,
+            )
+        };
+        for i in 0..rows {
+            for v in 0..GEMM_NV {
+                let c = set_align(
+                    em.b.build_load(vt, c_at(i, v)?, "cv").map_err(llvm)?,
+                    elem_align,
+                )?;
+                em.b.build_store(accs[(i * GEMM_NV + v) as usize], c)
+                    .map_err(llvm)?;
             }
-            em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
-                let kv = em.var(kk)?;
-                let b_row = add(add(b_base, mul(kv, n)?)?, jv)?;
-                let bvs: Vec<BasicValueEnum<'c>> = (0..GEMM_NV)
-                    .map(|v| {
-                        let bv = em.b.build_load(vt, elem(pb, add(b_row, em.i64c(v * lanes as i64))?)?, "bv").map_err(llvm)?;
-                        align(bv, elem_align)?;
-                        Ok(bv)
-                    })
-                    .collect::<Result<_>>()?;
-                for i in 0..GEMM_MR {
-                    let a = em.b.build_load(ft, elem(pa, add(mul(add(row0, em.i64c(i))?, k)?, kv)?)?, "a").map_err(llvm)?;
-                    let one = em.b.build_insert_element(vt.get_undef(), a, em.ctx.i32_type().const_zero(), "a1").map_err(llvm)?;
-                    let splat = em.b.build_shuffle_vector(one, vt.get_undef(), em.ctx.i32_type().vec_type(lanes).const_zero(), "as").map_err(llvm)?;
-                    for (v, bv) in bvs.iter().enumerate() {
-                        let slot = accs[(i * GEMM_NV) as usize + v];
-                        let acc = em.b.build_load(vt, slot, "acc").map_err(llvm)?;
-                        let fma = em.intrinsic("llvm.fmuladd", vt.into(), &[splat.into(), *bv, acc])?;
-                        em.b.build_store(slot, fma).map_err(llvm)?;
-                    }
-                }
-                Ok(())
-            })?;
-            for i in 0..GEMM_MR {
-                for v in 0..GEMM_NV {
-                    let acc = em.b.build_load(vt, accs[(i * GEMM_NV + v) as usize], "acc").map_err(llvm)?;
-                    let st = em.b.build_store(c_at(i, v)?, acc).map_err(llvm)?;
-                    st.set_alignment(elem_align).map_err(llvm)?;
+        }
+        em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
+            let kv = em.var(kk)?;
+            let prow = mul(em.b.build_int_sub(kv, kb_v, "pk").map_err(llvm)?, tile_w)?;
+            let bvs: Vec<BasicValueEnum<'c>> = (0..GEMM_NV)
+                .map(|v| {
+                    set_align(
+                        em.b.build_load(
+                            vt,
+                            elem(panel, add(prow, em.i64c(v * lanes as i64))?)?,
+                            "bv",
+                        )
+                        .map_err(llvm)?,
+                        32,
+                    )
+                })
+                .collect::<Result<_>>()?;
+            for i in 0..rows {
+                let a =
+                    em.b.build_load(
+                        ft,
+                        elem(pa, add(mul(add(row0, em.i64c(i))?, k)?, kv)?)?,
+                        "a",
+                    )
+                    .map_err(llvm)?;
+                let one = em
+                    .b
+                    .build_insert_element(vt.get_undef(), a, em.ctx.i32_type().const_zero(), "a1")
+                    .map_err(llvm)?;
+                let splat =
+                    em.b.build_shuffle_vector(
+                        one,
+                        vt.get_undef(),
+                        em.ctx.i32_type().vec_type(lanes).const_zero(),
+                        "as",
+                    )
+                    .map_err(llvm)?;
+                for (v, bv) in bvs.iter().enumerate() {
+                    let slot = accs[(i * GEMM_NV) as usize + v];
+                    let acc = em.b.build_load(vt, slot, "acc").map_err(llvm)?;
+                    let fma = em.intrinsic("llvm.fmuladd", vt.into(), &[splat.into(), *bv, acc])?;
+                    em.b.build_store(slot, fma).map_err(llvm)?;
                 }
             }
             Ok(())
         })?;
-        if n_full < n {
-            for i in 0..GEMM_MR {
-                axpy_row(em, add(row0, em.i64c(i))?, kend, n_full)?;
+        for i in 0..rows {
+            for v in 0..GEMM_NV {
+                let acc =
+                    em.b.build_load(vt, accs[(i * GEMM_NV + v) as usize], "acc")
+                        .map_err(llvm)?;
+                em.b.build_store(c_at(i, v)?, acc)
+                    .map_err(llvm)?
+                    .set_alignment(elem_align)
+                    .map_err(llvm)?;
             }
         }
-        let next = add(em.var(r)?, em.i64c(GEMM_MR))?;
-        em.b.build_store(em.vars[r], next).map_err(llvm)?;
-        em.b.build_unconditional_branch(head).map_err(llvm)?;
-        // One row.
-        em.b.position_at_end(single);
-        let row = em.var(r)?;
-        axpy_row(em, row, kend, 0)?;
-        let next = add(em.var(r)?, em.i64c(1))?;
-        em.b.build_store(em.vars[r], next).map_err(llvm)?;
-        em.b.build_unconditional_branch(head).map_err(llvm)?;
-        em.b.position_at_end(exit);
         Ok(())
+    };
+    em.range_loop(kb, em.i64c(0), em.i64c(k), GEMM_KC, &mut |em: &Emitter<
+        'c,
+    >| {
+        let kb_v = em.var(kb)?;
+        let kend = min(add(kb_v, em.i64c(GEMM_KC))?, em.i64c(k))?;
+        // The batches that rows lo..hi touch.
+        let b_lo =
+            em.b.build_int_signed_div(lo, em.i64c(m), "blo")
+                .map_err(llvm)?;
+        let last = em.b.build_int_sub(hi, em.i64c(1), "last").map_err(llvm)?;
+        let b_hi = add(
+            em.b.build_int_signed_div(last, em.i64c(m), "bhi")
+                .map_err(llvm)?,
+            em.i64c(1),
+        )?;
+        em.range_loop(bt, b_lo, b_hi, 1, &mut |em: &Emitter<'c>| {
+            let btv = em.var(bt)?;
+            let r_lo = max(lo, mul(btv, m)?)?;
+            let r_hi = min(hi, add(mul(btv, m)?, em.i64c(m))?)?;
+            let b_base = mul(btv, k * n)?;
+            em.range_loop(
+                j,
+                em.i64c(0),
+                em.i64c(n_full),
+                tile_w,
+                &mut |em: &Emitter<'c>| {
+                    // Pack B[kb..kend, j..j + tile_w].
+                    let jv = em.var(j)?;
+                    em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
+                        let kv = em.var(kk)?;
+                        let src = add(add(b_base, mul(kv, n)?)?, jv)?;
+                        let dst = mul(em.b.build_int_sub(kv, kb_v, "pk").map_err(llvm)?, tile_w)?;
+                        for v in 0..GEMM_NV {
+                            let off = em.i64c(v * lanes as i64);
+                            let x = set_align(
+                                em.b.build_load(vt, elem(pb, add(src, off)?)?, "pb")
+                                    .map_err(llvm)?,
+                                elem_align,
+                            )?;
+                            em.b.build_store(elem(panel, add(dst, off)?)?, x)
+                                .map_err(llvm)?
+                                .set_alignment(32)
+                                .map_err(llvm)?;
+                        }
+                        Ok(())
+                    })?;
+                    // Rows: tiles of GEMM_MR, then single rows.
+                    em.b.build_store(em.vars[r], r_lo).map_err(llvm)?;
+                    let head = em.ctx.append_basic_block(em.f, "rows");
+                    let body = em.ctx.append_basic_block(em.f, "row");
+                    let four = em.ctx.append_basic_block(em.f, "tile");
+                    let one = em.ctx.append_basic_block(em.f, "single");
+                    let exit = em.ctx.append_basic_block(em.f, "rows_done");
+                    em.b.build_unconditional_branch(head).map_err(llvm)?;
+                    em.b.position_at_end(head);
+                    let more =
+                        em.b.build_int_compare(IntPredicate::SLT, em.var(r)?, r_hi, "more")
+                            .map_err(llvm)?;
+                    em.b.build_conditional_branch(more, body, exit)
+                        .map_err(llvm)?;
+                    em.b.position_at_end(body);
+                    let fits =
+                        em.b.build_int_compare(
+                            IntPredicate::SLE,
+                            add(em.var(r)?, em.i64c(GEMM_MR))?,
+                            r_hi,
+                            "fits",
+                        )
+                        .map_err(llvm)?;
+                    em.b.build_conditional_branch(fits, four, one)
+                        .map_err(llvm)?;
+                    for (block, rows) in [(four, GEMM_MR), (one, 1)] {
+                        em.b.position_at_end(block);
+                        let row0 = em.var(r)?;
+                        tile(em, rows, row0, kend)?;
+                        em.b.build_store(em.vars[r], add(row0, em.i64c(rows))?)
+                            .map_err(llvm)?;
+                        em.b.build_unconditional_branch(head).map_err(llvm)?;
+                    }
+                    em.b.position_at_end(exit);
+                    Ok(())
+                },
+            )?;
+            if n_full < n {
+                em.range_loop(r, r_lo, r_hi, 1, &mut |em: &Emitter<'c>| {
+                    let row = em.var(r)?;
+                    axpy_row(em, row, kend, b_base, n_full)
+                })?;
+            }
+            Ok(())
+        })
     })
 }
 
@@ -1298,13 +1455,20 @@ pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
         .collect()
 }
 
-fn build_module<'c>(ctx: &'c Context, f: &Func, ks: &[Option<Kernel>]) -> Result<Module<'c>> {
+/// The module of `f`'s kernels; `for_host` adds this machine's CPU and features to every
+/// function (needed to run them well, left out of machine-independent dumps).
+fn build_module<'c>(
+    ctx: &'c Context,
+    f: &Func,
+    ks: &[Option<Kernel>],
+    for_host: bool,
+) -> Result<Module<'c>> {
     let m = ctx.create_module(&f.name);
     // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
     for (i, k) in ks.iter().enumerate() {
         if let Some(k) = k {
-            emit_kernel(ctx, mref, &format!("k{i}"), k)?;
+            emit_kernel(ctx, mref, &format!("k{i}"), k, for_host)?;
         }
     }
     m.verify()
@@ -1317,7 +1481,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
     let ctx = Context::create();
     let ks = kernels(f);
-    let m = build_module(&ctx, f, &ks)?;
+    let m = build_module(&ctx, f, &ks, optimized)?;
     if optimized {
         crate::optimize(&m, &crate::host_machine()?)?;
     }
@@ -1352,7 +1516,7 @@ impl CpuExecutable {
             .map(|k| k.as_ref().map(kernel_shape).unwrap_or((0, 0)))
             .collect();
         let engine = if ks.iter().any(Option::is_some) {
-            let m = build_module(ctx, f, &ks)?;
+            let m = build_module(ctx, f, &ks, true)?;
             crate::optimize(&m, &crate::host_machine()?)?;
             let ee = m
                 .create_jit_execution_engine(OptimizationLevel::Aggressive)
@@ -1467,6 +1631,18 @@ impl CpuExecutable {
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
         Ok(outputs)
     }
+}
+
+/// This machine's CPU name and feature string, as LLVM spells them.
+fn host_cpu() -> (String, String) {
+    static HOST: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        (
+            inkwell::targets::TargetMachine::get_host_cpu_name().to_string(),
+            inkwell::targets::TargetMachine::get_host_cpu_features().to_string(),
+        )
+    })
+    .clone()
 }
 
 /// Rows of a kernel's outermost loop and its total work.

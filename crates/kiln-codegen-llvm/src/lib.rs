@@ -255,6 +255,17 @@ const KERNEL_NAME: &str = "kiln_kernel";
 
 /// Emits the kernel function: `(in0, ..., out, n)`.
 fn emit<'c>(ctx: &'c Context, k: &ElementwiseKernel, target: Target_) -> Result<Module<'c>> {
+    emit_for(ctx, k, target, false)
+}
+
+/// [`emit`], with this machine's CPU and features on the function when `for_host` (what the
+/// JIT needs to use AVX and FMA).
+fn emit_for<'c>(
+    ctx: &'c Context,
+    k: &ElementwiseKernel,
+    target: Target_,
+    for_host: bool,
+) -> Result<Module<'c>> {
     let llvm = |e: inkwell::builder::BuilderError| Error::Llvm(e.to_string());
     let m = ctx.create_module("kiln");
     let space = if target == Target_::Ptx {
@@ -271,6 +282,18 @@ fn emit<'c>(ctx: &'c Context, k: &ElementwiseKernel, target: Target_) -> Result<
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
     for i in 0..=k.inputs {
         f.add_attribute(AttributeLoc::Param(i as u32), noalias);
+    }
+    if for_host && target == Target_::Host {
+        let cpu = TargetMachine::get_host_cpu_name().to_string();
+        let features = TargetMachine::get_host_cpu_features().to_string();
+        f.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute("target-cpu", &cpu),
+        );
+        f.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute("target-features", &features),
+        );
     }
     let ty = elem_type(ctx, k.dtype);
     let ptrs: Vec<PointerValue> = (0..=k.inputs)
@@ -401,7 +424,7 @@ fn optimize(m: &Module, tm: &TargetMachine) -> Result<()> {
 /// CPU. The unoptimized form is the same on every machine.
 pub fn cpu_llvm_ir(k: &ElementwiseKernel, optimized: bool) -> Result<String> {
     let ctx = Context::create();
-    let m = emit(&ctx, k, Target_::Host)?;
+    let m = emit_for(&ctx, k, Target_::Host, optimized)?;
     if optimized {
         optimize(&m, &host_machine()?)?;
     }
@@ -439,7 +462,7 @@ pub fn run_cpu(k: &ElementwiseKernel, inputs: &[&Literal]) -> Result<Literal> {
         )));
     }
     let ctx = Context::create();
-    let m = emit(&ctx, k, Target_::Host)?;
+    let m = emit_for(&ctx, k, Target_::Host, true)?;
     optimize(&m, &host_machine()?)?;
     let ee = m
         .create_jit_execution_engine(OptimizationLevel::Aggressive)

@@ -98,8 +98,13 @@ fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
         );
         let f = kiln_ir::parse_func_text(&src).unwrap();
         let mut rng = Rng::new(9);
-        let args: Vec<Literal> = f.param_types().iter().map(|t| random_literal(&mut rng, t)).collect();
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
         let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
-        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0]).unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0])
+            .unwrap_or_else(|e| panic!("{dtype}: {e}"));
     }
 }
