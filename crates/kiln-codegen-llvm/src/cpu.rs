@@ -1144,7 +1144,7 @@ fn emit_nest<'c>(
 }
 
 /// Rows of C per register tile.
-const GEMM_MR: i64 = 4;
+const GEMM_MR: i64 = 6;
 /// Vectors of C per row of a register tile.
 const GEMM_NV: i64 = 2;
 

@@ -90,11 +90,11 @@ fn many_small_reductions_do_not_grow_the_stack() {
 
 #[test]
 fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
-    // Batches of 6 rows (a tile of 4 and 2 single rows each), 37 columns (two 16-wide tiles
+    // Batches of 8 rows (a tile of 6 and 2 single rows each), 37 columns (two 16-wide tiles
     // and 5 edge columns), 300-long contraction (crossing the 256 block), in f32 and f64.
     for dtype in ["f32", "f64"] {
         let src = format!(
-            "func @main(%0: {dtype}[3,6,300], %1: {dtype}[3,300,37]) -> {dtype}[3,6,37] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dtype}[3,6,37]\n  return %2\n}}\n"
+            "func @main(%0: {dtype}[3,8,300], %1: {dtype}[3,300,37]) -> {dtype}[3,8,37] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dtype}[3,8,37]\n  return %2\n}}\n"
         );
         let f = kiln_ir::parse_func_text(&src).unwrap();
         let mut rng = Rng::new(9);
