@@ -108,3 +108,63 @@ fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
             .unwrap_or_else(|e| panic!("{dtype}: {e}"));
     }
 }
+
+/// Distance in units in the last place between two f32 values (NaN equals NaN).
+fn ulps(a: f32, b: f32) -> u32 {
+    if a.is_nan() && b.is_nan() || a == b {
+        return 0;
+    }
+    let key = |x: f32| {
+        let i = x.to_bits() as i32;
+        if i < 0 { i32::MIN - i } else { i }
+    };
+    (key(a) as i64 - key(b) as i64)
+        .unsigned_abs()
+        .min(u32::MAX as u64) as u32
+}
+
+#[test]
+fn vectorized_transcendentals_are_accurate() {
+    // exp, tanh and logistic are computed in f32 by polynomials (no library calls); bound
+    // their error against the reference, which rounds the f64 result once.
+    let mut xs: Vec<f32> = (-120_000..=120_000).map(|i| i as f32 * 1e-3).collect();
+    xs.extend([
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        1e-8,
+        88.7,
+        88.8,
+        -103.9,
+        -104.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MAX,
+        f32::MIN,
+    ]);
+    let n = xs.len();
+    let x = Literal::f32([n], xs.clone()).unwrap();
+    for (op, bound) in [("exponential", 2), ("tanh", 4), ("logistic", 4)] {
+        let src = format!(
+            "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = {op} %0 : f32[{n}]\n  return %1\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let got = CpuExecutable::compile(&f)
+            .unwrap()
+            .run(std::slice::from_ref(&x))
+            .unwrap();
+        let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).unwrap();
+        let (g, w) = (got[0].as_f32s().unwrap(), want[0].as_f32s().unwrap());
+        let (worst, at) = (0..n).map(|i| (ulps(g[i], w[i]), i)).max().unwrap();
+        println!("{op}: at most {worst} ulp (at x = {})", xs[at]);
+        assert!(
+            worst <= bound,
+            "{op}({}) = {} but the reference gives {} ({worst} ulp)",
+            xs[at],
+            g[at],
+            w[at]
+        );
+    }
+}
