@@ -102,3 +102,126 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, kiln_ir::VerifyError> {
         .collect();
     b.finish(&outs)
 }
+
+/// Rewrites each float 2-D convolution without feature groups or input dilation as im2col: the
+/// padded input's strided, dilated patches gathered by slices into a `[N*OH*OW, C*KH*KW]`
+/// matrix, multiplied by the kernel as a `[C*KH*KW, O]` matrix on the GEMM path, and reshaped
+/// back to the output layout.
+pub fn im2col_convs(f: &Func) -> Result<Func, kiln_ir::VerifyError> {
+    if !f
+        .insts
+        .iter()
+        .any(|i| matches!(i.op, Op::Convolution { .. }))
+    {
+        return Ok(f.clone());
+    }
+    let mut b = Builder::new(&f.name);
+    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
+    for &p in &f.params {
+        map[p.index()] = Some(b.param(f.values[p.index()].clone()));
+    }
+    for inst in &f.insts {
+        let ops: Vec<ValueId> = inst
+            .operands
+            .iter()
+            .map(|o| map[o.index()].expect("verified SSA"))
+            .collect();
+        let out_ty = f.values[inst.results[0].index()].clone();
+        let results = match &inst.op {
+            Op::Convolution {
+                window_strides: ws,
+                padding,
+                lhs_dilation,
+                rhs_dilation: rd,
+                feature_group_count: 1,
+                input_dims,
+                kernel_dims,
+                output_dims,
+            } if out_ty.dtype.is_float()
+                && input_dims.len() == 4
+                && lhs_dilation.iter().all(|&d| d == 1)
+                && out_ty.numel() > 0 =>
+            {
+                let x = b.transpose(ops[0], input_dims)?;
+                let w = b.transpose(ops[1], kernel_dims)?;
+                let (xs, wsh) = (
+                    b.ty(x).expect("defined").shape.clone(),
+                    b.ty(w).expect("defined").shape.clone(),
+                );
+                let (n, c, o, kh, kw) = (xs[0], xs[1], wsh[0], wsh[2], wsh[3]);
+                let oh = out_ty.shape[output_dims[2] as usize];
+                let ow = out_ty.shape[output_dims[3] as usize];
+                let zero = b.scalar(out_ty.dtype, 0.0)?;
+                let xp = b.inst(
+                    Op::Pad {
+                        edge_padding_low: vec![0, 0, padding[0].0, padding[1].0],
+                        edge_padding_high: vec![0, 0, padding[0].1, padding[1].1],
+                        interior_padding: vec![0; 4],
+                    },
+                    &[x, zero],
+                )?;
+                let mut pieces = Vec::with_capacity(kh * kw);
+                for i in 0..kh as i64 {
+                    for j in 0..kw as i64 {
+                        let (h0, w0) = (i * rd[0], j * rd[1]);
+                        let s = b.inst(
+                            Op::Slice {
+                                start_indices: vec![0, 0, h0, w0],
+                                limit_indices: vec![
+                                    n as i64,
+                                    c as i64,
+                                    h0 + (oh as i64 - 1) * ws[0] + 1,
+                                    w0 + (ow as i64 - 1) * ws[1] + 1,
+                                ],
+                                strides: vec![1, 1, ws[0], ws[1]],
+                            },
+                            &[xp],
+                        )?;
+                        pieces.push(b.reshape(s, &[n, c, 1, oh * ow])?);
+                    }
+                }
+                let patches = if pieces.len() == 1 {
+                    pieces[0]
+                } else {
+                    b.inst(Op::Concatenate { dimension: 2 }, &pieces)?
+                };
+                let rows = arrange(&mut b, patches, &[0, 3, 1, 2], &[n * oh * ow, c * kh * kw])?;
+                let wm = b.reshape(w, &[o, c * kh * kw])?;
+                let prod = b.inst(
+                    Op::DotGeneral {
+                        lhs_batching_dimensions: vec![],
+                        rhs_batching_dimensions: vec![],
+                        lhs_contracting_dimensions: vec![1],
+                        rhs_contracting_dimensions: vec![1],
+                    },
+                    &[rows, wm],
+                )?;
+                let nhwo = b.reshape(prod, &[n, oh, ow, o])?;
+                // [N, OH, OW, O] -> the output layout: output dim output_dims[k] holds canonical k.
+                let canon_of_nhwo = [0i64, 3, 1, 2];
+                let mut perm = vec![0i64; 4];
+                for (k, &d) in output_dims.iter().enumerate() {
+                    perm[d as usize] = canon_of_nhwo[k];
+                }
+                vec![b.transpose(nhwo, &perm)?]
+            }
+            _ => {
+                let tys: Vec<TensorType> = inst
+                    .results
+                    .iter()
+                    .map(|r| f.values[r.index()].clone())
+                    .collect();
+                b.push_typed(inst.op.clone(), &ops, &tys)?
+            }
+        };
+        for (&r, v) in inst.results.iter().zip(results) {
+            map[r.index()] = Some(v);
+        }
+    }
+    let outs: Vec<ValueId> = f
+        .outputs
+        .iter()
+        .map(|o| map[o.index()].expect("verified SSA"))
+        .collect();
+    b.finish(&outs)
+}

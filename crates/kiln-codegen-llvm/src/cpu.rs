@@ -1631,6 +1631,7 @@ fn build_module<'c>(
 /// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O3 for this CPU.
 pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let f = &prepare(f)?;
     let ctx = Context::create();
     let ks = kernels(f);
     let m = build_module(&ctx, f, &ks, optimized)?;
@@ -1640,12 +1641,20 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     Ok(m.print_to_string().to_string())
 }
 
+/// The rewrites the CPU backend applies before making kernels: convolutions as im2col, then
+/// every matrix product in canonical form.
+fn prepare(f: &Func) -> Result<Func> {
+    let convs = crate::canon::im2col_convs(f)
+        .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
+    crate::canon::canonicalize_dots(&convs)
+        .map_err(|e| Error::Llvm(format!("canonicalizing matrix products: {e}")))
+}
+
 impl CpuExecutable {
     /// Compiles `f` for this CPU.
     pub fn compile(f: &Func) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-        let canonical = crate::canon::canonicalize_dots(f)
-            .map_err(|e| Error::Llvm(format!("canonicalizing matrix products: {e}")))?;
+        let canonical = prepare(f)?;
         let f = &canonical;
         let ks = kernels(f);
         let steps: Vec<Step> = f

@@ -506,7 +506,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                 offsets.push(acc);
                 acc += t.shape[d] as i64;
             }
-            // Nested guards from the last operand back: operand i where o_d < its end.
+            // A balanced tree of guards on o_d picks the operand in O(log operands) tests.
             let piece = |i: usize| {
                 let index = (0..r)
                     .map(|e| {
@@ -519,15 +519,24 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     .collect();
                 gather(i, &x[i], index)
             };
-            let mut body = piece(x.len() - 1);
-            for i in (0..x.len() - 1).rev() {
-                let end = offsets[i] + x[i].shape[d] as i64;
-                body = Expr::Guard {
-                    conds: vec![Cond::InRange(Idx::Var(d), 0, end)],
-                    then: Box::new(piece(i)),
-                    otherwise: Box::new(body),
-                };
+            fn tree(
+                lo: usize,
+                hi: usize,
+                d: usize,
+                offsets: &[i64],
+                piece: &dyn Fn(usize) -> Expr,
+            ) -> Expr {
+                if hi - lo == 1 {
+                    return piece(lo);
+                }
+                let mid = (lo + hi) / 2;
+                Expr::Guard {
+                    conds: vec![Cond::InRange(Idx::Var(d), 0, offsets[mid])],
+                    then: Box::new(tree(lo, mid, d, offsets, piece)),
+                    otherwise: Box::new(tree(mid, hi, d, offsets, piece)),
+                }
             }
+            let body = tree(0, x.len(), d, &offsets, &piece);
             kernel(r, body)
         }
         Op::DynamicSlice { slice_sizes } => {

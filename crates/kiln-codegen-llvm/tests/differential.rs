@@ -168,3 +168,43 @@ fn vectorized_transcendentals_are_accurate() {
         );
     }
 }
+
+#[test]
+fn convolutions_through_im2col_agree_with_the_reference() {
+    // (input type, kernel type, output type, attributes) in NCHW/OIHW and NHWC/HWIO layouts.
+    let cases = [
+        (
+            "f32[2,3,9,8]",
+            "f32[4,3,3,2]",
+            "f32[2,4,4,4]",
+            "window_strides = [2, 2], padding = [[1, 0], [0, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 2], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        (
+            "f32[2,7,7,3]",
+            "f32[3,3,3,5]",
+            "f32[2,7,7,5]",
+            "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]",
+        ),
+        (
+            "f64[1,2,5,5]",
+            "f64[3,2,5,5]",
+            "f64[1,3,1,1]",
+            "window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+    ];
+    for (x, w, y, attrs) in cases {
+        let src = format!(
+            "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        let mut rng = Rng::new(4);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
+        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0])
+            .unwrap_or_else(|e| panic!("{x} * {w}: {e}"));
+    }
+}
