@@ -352,6 +352,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
             lhs_contracting_dimensions: lc,
             rhs_contracting_dimensions: rc,
         } if is_canonical_matmul(lb, rb, lc, rc, &x[0], &x[1])
+            && out.numel() > 0
             && matches!(out.dtype, DType::F32 | DType::F64) =>
         {
             let nb = lb.len();

@@ -37,12 +37,11 @@ fn close(a: &Literal, e: &Literal) -> Result<(), String> {
     }
 }
 
-#[test]
-fn random_programs_agree_with_the_reference() {
-    let mut n = 0;
-    let mut kernels = 0;
-    let mut by_reference = 0;
-    for seed in 0..2000u64 {
+/// Compiles and runs the random programs of `seeds`; returns (programs, kernels, instructions
+/// left to the reference).
+fn check_random_programs(seeds: std::ops::Range<u64>) -> (usize, usize, usize) {
+    let (mut n, mut kernels, mut by_reference) = (0, 0, 0);
+    for seed in seeds {
         let cfg = Config {
             ops: 1 + (seed as usize % 12),
             ..Config::default()
@@ -66,6 +65,33 @@ fn random_programs_agree_with_the_reference() {
         }
         n += 1;
     }
+    (n, kernels, by_reference)
+}
+
+#[test]
+fn random_programs_agree_with_the_reference() {
+    const PROGRAMS: u64 = 10_000;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get() as u64)
+        .unwrap_or(1)
+        .max(1);
+    let parts: Vec<(usize, usize, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    check_random_programs(PROGRAMS * t / threads..PROGRAMS * (t + 1) / threads)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a worker panicked"))
+            .collect()
+    });
+    let (n, kernels, by_reference) = parts
+        .iter()
+        .fold((0, 0, 0), |a, p| (a.0 + p.0, a.1 + p.1, a.2 + p.2));
+    assert_eq!(n as u64, PROGRAMS);
     println!(
         "{n} random programs agree with the reference ({kernels} kernels, {by_reference} instructions on the reference)"
     );
@@ -206,5 +232,27 @@ fn convolutions_through_im2col_agree_with_the_reference() {
         let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
         close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0])
             .unwrap_or_else(|e| panic!("{x} * {w}: {e}"));
+    }
+}
+
+#[test]
+fn empty_matrix_products_compile_and_run() {
+    for (a, b, out) in [
+        ("f32[0,4]", "f32[4,2]", "f32[0,2]"),
+        ("f32[3,0]", "f32[0,2]", "f32[3,2]"),
+        ("f32[2,3,4]", "f32[4,0]", "f32[2,3,0]"),
+    ] {
+        let ra = a.matches(',').count() as i64;
+        let src = format!(
+            "func @main(%0: {a}, %1: {b}) -> {out} {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [{ra}], rhs_contracting_dimensions = [0]}} : {out}\n  return %2\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut Rng::new(1), t))
+            .collect();
+        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
+        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0]).unwrap();
     }
 }
