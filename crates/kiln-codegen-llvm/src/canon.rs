@@ -1,9 +1,12 @@
-//! Rewrites every float `dot_general` into the canonical `[B, M, K] x [B, K, N]` form the GEMM
-//! schedule handles, by permuting and reshaping the operands (O(size) copies in front of the
-//! O(M N K) product). The result needs only a reshape: its dimensions are already batch, lhs
-//! free, rhs free.
+//! Rewrites the CPU backend applies before making kernels.
+//!
+//! - [`im2col_convs`]: 2-D convolutions become a patch matrix times the kernel matrix.
+//! - [`canonicalize_dots`]: every float `dot_general` becomes `[B, M, K] x [B, K, N]`, the form
+//!   the GEMM schedule handles, by permuting and reshaping the operands (O(size) copies in front
+//!   of the O(M N K) product). The result needs only a reshape: its dimensions are already
+//!   batch, lhs free, rhs free.
 
-use kiln_ir::{Builder, Func, Op, TensorType, ValueId};
+use kiln_ir::{Builder, Func, Inst, Op, TensorType, ValueId, VerifyError};
 
 fn free_dims(rank: usize, a: &[i64], c: &[i64]) -> Vec<i64> {
     (0..rank as i64)
@@ -21,7 +24,7 @@ fn arrange(
     v: ValueId,
     perm: &[i64],
     shape: &[usize],
-) -> Result<ValueId, kiln_ir::VerifyError> {
+) -> Result<ValueId, VerifyError> {
     let identity = perm.iter().enumerate().all(|(i, &p)| p == i as i64);
     let t = if identity { v } else { b.transpose(v, perm)? };
     if b.ty(t).map(|t| t.shape.as_slice()) == Some(shape) {
@@ -31,15 +34,16 @@ fn arrange(
     }
 }
 
-/// The function with its float dot_generals in canonical form.
-pub fn canonicalize_dots(f: &Func) -> Result<Func, kiln_ir::VerifyError> {
-    if !f
-        .insts
-        .iter()
-        .any(|i| matches!(i.op, Op::DotGeneral { .. }))
-    {
-        return Ok(f.clone());
-    }
+/// `f` rebuilt instruction by instruction; `rewrite` may replace one (given the builder, the
+/// instruction and its operands' new values) by returning the values standing for its results.
+fn rebuild(
+    f: &Func,
+    mut rewrite: impl FnMut(
+        &mut Builder,
+        &Inst,
+        &[ValueId],
+    ) -> Result<Option<Vec<ValueId>>, VerifyError>,
+) -> Result<Func, VerifyError> {
     let mut b = Builder::new(&f.name);
     let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
     for &p in &f.params {
@@ -51,38 +55,9 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, kiln_ir::VerifyError> {
             .iter()
             .map(|o| map[o.index()].expect("verified SSA"))
             .collect();
-        let out_ty = &f.values[inst.results[0].index()];
-        let results = match &inst.op {
-            Op::DotGeneral {
-                lhs_batching_dimensions: lb,
-                rhs_batching_dimensions: rb,
-                lhs_contracting_dimensions: lc,
-                rhs_contracting_dimensions: rc,
-            } if out_ty.dtype.is_float() => {
-                let (lt, rt) = (
-                    &f.values[inst.operands[0].index()],
-                    &f.values[inst.operands[1].index()],
-                );
-                let (lf, rf) = (free_dims(lt.rank(), lb, lc), free_dims(rt.rank(), rb, rc));
-                let (bsz, m, k, n) = (prod(lt, lb), prod(lt, &lf), prod(lt, lc), prod(rt, &rf));
-                let lperm: Vec<i64> = lb.iter().chain(&lf).chain(lc).copied().collect();
-                let rperm: Vec<i64> = rb.iter().chain(rc).chain(&rf).copied().collect();
-                let a = arrange(&mut b, ops[0], &lperm, &[bsz, m, k])?;
-                let c = arrange(&mut b, ops[1], &rperm, &[bsz, k, n])?;
-                let canon = Op::DotGeneral {
-                    lhs_batching_dimensions: vec![0],
-                    rhs_batching_dimensions: vec![0],
-                    lhs_contracting_dimensions: vec![2],
-                    rhs_contracting_dimensions: vec![1],
-                };
-                let d = b.inst(canon, &[a, c])?;
-                vec![if b.ty(d).map(|t| &t.shape) == Some(&out_ty.shape) {
-                    d
-                } else {
-                    b.reshape(d, &out_ty.shape)?
-                }]
-            }
-            _ => {
+        let results = match rewrite(&mut b, inst, &ops)? {
+            Some(r) => r,
+            None => {
                 let tys: Vec<TensorType> = inst
                     .results
                     .iter()
@@ -103,11 +78,60 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, kiln_ir::VerifyError> {
     b.finish(&outs)
 }
 
+/// The function with its float dot_generals in canonical form.
+pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
+    if !f
+        .insts
+        .iter()
+        .any(|i| matches!(i.op, Op::DotGeneral { .. }))
+    {
+        return Ok(f.clone());
+    }
+    rebuild(f, |b, inst, ops| {
+        let out_ty = &f.values[inst.results[0].index()];
+        let Op::DotGeneral {
+            lhs_batching_dimensions: lb,
+            rhs_batching_dimensions: rb,
+            lhs_contracting_dimensions: lc,
+            rhs_contracting_dimensions: rc,
+        } = &inst.op
+        else {
+            return Ok(None);
+        };
+        if !out_ty.dtype.is_float() {
+            return Ok(None);
+        }
+        let (lt, rt) = (
+            &f.values[inst.operands[0].index()],
+            &f.values[inst.operands[1].index()],
+        );
+        let (lf, rf) = (free_dims(lt.rank(), lb, lc), free_dims(rt.rank(), rb, rc));
+        let (bsz, m, k, n) = (prod(lt, lb), prod(lt, &lf), prod(lt, lc), prod(rt, &rf));
+        let lperm: Vec<i64> = lb.iter().chain(&lf).chain(lc).copied().collect();
+        let rperm: Vec<i64> = rb.iter().chain(rc).chain(&rf).copied().collect();
+        let a = arrange(b, ops[0], &lperm, &[bsz, m, k])?;
+        let c = arrange(b, ops[1], &rperm, &[bsz, k, n])?;
+        let canon = Op::DotGeneral {
+            lhs_batching_dimensions: vec![0],
+            rhs_batching_dimensions: vec![0],
+            lhs_contracting_dimensions: vec![2],
+            rhs_contracting_dimensions: vec![1],
+        };
+        let d = b.inst(canon, &[a, c])?;
+        let r = if b.ty(d).map(|t| &t.shape) == Some(&out_ty.shape) {
+            d
+        } else {
+            b.reshape(d, &out_ty.shape)?
+        };
+        Ok(Some(vec![r]))
+    })
+}
+
 /// Rewrites each float 2-D convolution without feature groups or input dilation as im2col: the
 /// padded input's strided, dilated patches gathered by slices into a `[N*OH*OW, C*KH*KW]`
 /// matrix, multiplied by the kernel as a `[C*KH*KW, O]` matrix on the GEMM path, and reshaped
 /// back to the output layout.
-pub fn im2col_convs(f: &Func) -> Result<Func, kiln_ir::VerifyError> {
+pub fn im2col_convs(f: &Func) -> Result<Func, VerifyError> {
     if !f
         .insts
         .iter()
@@ -115,113 +139,90 @@ pub fn im2col_convs(f: &Func) -> Result<Func, kiln_ir::VerifyError> {
     {
         return Ok(f.clone());
     }
-    let mut b = Builder::new(&f.name);
-    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
-    for &p in &f.params {
-        map[p.index()] = Some(b.param(f.values[p.index()].clone()));
-    }
-    for inst in &f.insts {
-        let ops: Vec<ValueId> = inst
-            .operands
-            .iter()
-            .map(|o| map[o.index()].expect("verified SSA"))
-            .collect();
-        let out_ty = f.values[inst.results[0].index()].clone();
-        let results = match &inst.op {
-            Op::Convolution {
-                window_strides: ws,
-                padding,
-                lhs_dilation,
-                rhs_dilation: rd,
-                feature_group_count: 1,
-                input_dims,
-                kernel_dims,
-                output_dims,
-            } if out_ty.dtype.is_float()
-                && input_dims.len() == 4
-                && lhs_dilation.iter().all(|&d| d == 1)
-                && out_ty.numel() > 0 =>
-            {
-                let x = b.transpose(ops[0], input_dims)?;
-                let w = b.transpose(ops[1], kernel_dims)?;
-                let (xs, wsh) = (
-                    b.ty(x).expect("defined").shape.clone(),
-                    b.ty(w).expect("defined").shape.clone(),
-                );
-                let (n, c, o, kh, kw) = (xs[0], xs[1], wsh[0], wsh[2], wsh[3]);
-                let oh = out_ty.shape[output_dims[2] as usize];
-                let ow = out_ty.shape[output_dims[3] as usize];
-                let zero = b.scalar(out_ty.dtype, 0.0)?;
-                let xp = b.inst(
-                    Op::Pad {
-                        edge_padding_low: vec![0, 0, padding[0].0, padding[1].0],
-                        edge_padding_high: vec![0, 0, padding[0].1, padding[1].1],
-                        interior_padding: vec![0; 4],
-                    },
-                    &[x, zero],
-                )?;
-                let mut pieces = Vec::with_capacity(kh * kw);
-                for i in 0..kh as i64 {
-                    for j in 0..kw as i64 {
-                        let (h0, w0) = (i * rd[0], j * rd[1]);
-                        let s = b.inst(
-                            Op::Slice {
-                                start_indices: vec![0, 0, h0, w0],
-                                limit_indices: vec![
-                                    n as i64,
-                                    c as i64,
-                                    h0 + (oh as i64 - 1) * ws[0] + 1,
-                                    w0 + (ow as i64 - 1) * ws[1] + 1,
-                                ],
-                                strides: vec![1, 1, ws[0], ws[1]],
-                            },
-                            &[xp],
-                        )?;
-                        pieces.push(b.reshape(s, &[n, c, 1, oh * ow])?);
-                    }
-                }
-                let patches = if pieces.len() == 1 {
-                    pieces[0]
-                } else {
-                    b.inst(Op::Concatenate { dimension: 2 }, &pieces)?
-                };
-                let rows = arrange(&mut b, patches, &[0, 3, 1, 2], &[n * oh * ow, c * kh * kw])?;
-                let wm = b.reshape(w, &[o, c * kh * kw])?;
-                let prod = b.inst(
-                    Op::DotGeneral {
-                        lhs_batching_dimensions: vec![],
-                        rhs_batching_dimensions: vec![],
-                        lhs_contracting_dimensions: vec![1],
-                        rhs_contracting_dimensions: vec![1],
-                    },
-                    &[rows, wm],
-                )?;
-                let nhwo = b.reshape(prod, &[n, oh, ow, o])?;
-                // [N, OH, OW, O] -> the output layout: output dim output_dims[k] holds canonical k.
-                let canon_of_nhwo = [0i64, 3, 1, 2];
-                let mut perm = vec![0i64; 4];
-                for (k, &d) in output_dims.iter().enumerate() {
-                    perm[d as usize] = canon_of_nhwo[k];
-                }
-                vec![b.transpose(nhwo, &perm)?]
-            }
-            _ => {
-                let tys: Vec<TensorType> = inst
-                    .results
-                    .iter()
-                    .map(|r| f.values[r.index()].clone())
-                    .collect();
-                b.push_typed(inst.op.clone(), &ops, &tys)?
-            }
+    rebuild(f, |b, inst, ops| {
+        let out_ty = &f.values[inst.results[0].index()];
+        let Op::Convolution {
+            window_strides: ws,
+            padding,
+            lhs_dilation,
+            rhs_dilation: rd,
+            feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        } = &inst.op
+        else {
+            return Ok(None);
         };
-        for (&r, v) in inst.results.iter().zip(results) {
-            map[r.index()] = Some(v);
+        if !out_ty.dtype.is_float()
+            || *feature_group_count != 1
+            || input_dims.len() != 4
+            || lhs_dilation.iter().any(|&d| d != 1)
+            || out_ty.numel() == 0
+        {
+            return Ok(None);
         }
-    }
-    let outs: Vec<ValueId> = f
-        .outputs
-        .iter()
-        .map(|o| map[o.index()].expect("verified SSA"))
-        .collect();
-    b.finish(&outs)
+        let x = b.transpose(ops[0], input_dims)?;
+        let w = b.transpose(ops[1], kernel_dims)?;
+        let (xs, wsh) = (
+            b.ty(x).expect("defined").shape.clone(),
+            b.ty(w).expect("defined").shape.clone(),
+        );
+        let (n, c, o, kh, kw) = (xs[0], xs[1], wsh[0], wsh[2], wsh[3]);
+        let oh = out_ty.shape[output_dims[2] as usize];
+        let ow = out_ty.shape[output_dims[3] as usize];
+        let zero = b.scalar(out_ty.dtype, 0.0)?;
+        let xp = b.inst(
+            Op::Pad {
+                edge_padding_low: vec![0, 0, padding[0].0, padding[1].0],
+                edge_padding_high: vec![0, 0, padding[0].1, padding[1].1],
+                interior_padding: vec![0; 4],
+            },
+            &[x, zero],
+        )?;
+        let mut pieces = Vec::with_capacity(kh * kw);
+        for i in 0..kh as i64 {
+            for j in 0..kw as i64 {
+                let (h0, w0) = (i * rd[0], j * rd[1]);
+                let s = b.inst(
+                    Op::Slice {
+                        start_indices: vec![0, 0, h0, w0],
+                        limit_indices: vec![
+                            n as i64,
+                            c as i64,
+                            h0 + (oh as i64 - 1) * ws[0] + 1,
+                            w0 + (ow as i64 - 1) * ws[1] + 1,
+                        ],
+                        strides: vec![1, 1, ws[0], ws[1]],
+                    },
+                    &[xp],
+                )?;
+                pieces.push(b.reshape(s, &[n, c, 1, oh * ow])?);
+            }
+        }
+        let patches = if pieces.len() == 1 {
+            pieces[0]
+        } else {
+            b.inst(Op::Concatenate { dimension: 2 }, &pieces)?
+        };
+        let rows = arrange(b, patches, &[0, 3, 1, 2], &[n * oh * ow, c * kh * kw])?;
+        let wm = b.reshape(w, &[o, c * kh * kw])?;
+        let prod = b.inst(
+            Op::DotGeneral {
+                lhs_batching_dimensions: vec![],
+                rhs_batching_dimensions: vec![],
+                lhs_contracting_dimensions: vec![1],
+                rhs_contracting_dimensions: vec![1],
+            },
+            &[rows, wm],
+        )?;
+        let nhwo = b.reshape(prod, &[n, oh, ow, o])?;
+        // [N, OH, OW, O] -> the output layout: output dim output_dims[k] holds canonical k.
+        let canon_of_nhwo = [0i64, 3, 1, 2];
+        let mut perm = vec![0i64; 4];
+        for (k, &d) in output_dims.iter().enumerate() {
+            perm[d as usize] = canon_of_nhwo[k];
+        }
+        Ok(Some(vec![b.transpose(nhwo, &perm)?]))
+    })
 }

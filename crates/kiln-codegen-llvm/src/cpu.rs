@@ -1713,24 +1713,7 @@ impl CpuExecutable {
     /// Runs on arguments of the function's parameter types.
     pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
         let f = &self.func;
-        let params = f.param_types();
-        if args.len() != params.len() {
-            return Err(Error::Args(format!(
-                "@{} takes {} argument(s), {} given",
-                f.name,
-                params.len(),
-                args.len()
-            )));
-        }
-        for (i, (a, p)) in args.iter().zip(&params).enumerate() {
-            if a.ty() != p {
-                return Err(Error::Args(format!(
-                    "argument {i} of @{} must be {p}, got {}",
-                    f.name,
-                    a.ty()
-                )));
-            }
-        }
+        kiln_reference::check_args(f, args).map_err(|e| Error::Args(e.to_string()))?;
         let mut env: Vec<Option<Literal>> = vec![None; f.values.len()];
         // Take the pool (a concurrent call finds it empty and allocates its own buffers).
         let mut reuse = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));

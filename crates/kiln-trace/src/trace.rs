@@ -189,6 +189,40 @@ fn value_in(fr: &mut Frame, live: &[u64], t: &Tensor) -> Result<ValueId> {
     }
 }
 
+/// Adds instructions to the innermost trace: `emit` receives the builder and the values standing
+/// for `xs`, and returns new values, which become traced tensors. On an error every one of the
+/// `n` results is a failed tensor, and the trace keeps the first error.
+fn record(
+    xs: &[&Tensor],
+    n: usize,
+    emit: impl FnOnce(&mut Builder, &[ValueId]) -> Result<Vec<ValueId>>,
+) -> Vec<Tensor> {
+    with_frame(|fr, live| {
+        let res = xs
+            .iter()
+            .map(|t| value_in(fr, live, t))
+            .collect::<Result<Vec<_>>>()
+            .and_then(|vals| emit(&mut fr.b, &vals));
+        match res {
+            Ok(rs) => rs
+                .into_iter()
+                .map(|v| {
+                    let ty = fr.b.ty(v).expect("just defined").clone();
+                    Tensor::from_repr(Repr::Traced {
+                        frame: fr.id,
+                        value: v,
+                        ty,
+                    })
+                })
+                .collect(),
+            Err(e) => {
+                fr.error.get_or_insert(e.clone());
+                vec![Tensor::failed(e); n]
+            }
+        }
+    })
+}
+
 /// Applies `op` to tensors: records it when tracing, runs it otherwise. `declared` gives the
 /// result types of ops that need them. Errors become failed tensors carrying `user_op` and
 /// `loc`; in a trace the first error is also kept for the trace's result.
@@ -219,29 +253,9 @@ pub fn apply(
         ];
     }
     if traced {
-        return with_frame(|fr, live| {
-            let vals: Result<Vec<ValueId>> = xs.iter().map(|t| value_in(fr, live, t)).collect();
-            let res = vals.and_then(|vals| {
-                fr.b.push_at(op, &vals, declared.as_deref(), loc)
-                    .map_err(|e| fail(format!("{}: {}", e.diag.label, e.diag.message)))
-            });
-            match res {
-                Ok(rs) => rs
-                    .into_iter()
-                    .map(|v| {
-                        let ty = fr.b.ty(v).expect("just defined").clone();
-                        Tensor::from_repr(Repr::Traced {
-                            frame: fr.id,
-                            value: v,
-                            ty,
-                        })
-                    })
-                    .collect(),
-                Err(e) => {
-                    fr.error.get_or_insert(e.clone());
-                    vec![Tensor::failed(e); n]
-                }
-            }
+        return record(xs, n, |b, vals| {
+            b.push_at(op, vals, declared.as_deref(), loc)
+                .map_err(|e| fail(format!("{}: {}", e.diag.label, e.diag.message)))
         });
     }
     // Eager: type-check with the user's location, then run the one-op function.
@@ -365,26 +379,8 @@ pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> 
         loc: Some(loc),
     };
     if args.iter().any(|t| t.is_traced()) && tracing() {
-        return with_frame(|fr, live| {
-            let vals: Result<Vec<ValueId>> = args.iter().map(|t| value_in(fr, live, t)).collect();
-            let res = vals.and_then(|vals| fr.b.inline(f, &vals).map_err(|e| fail(e.to_string())));
-            match res {
-                Ok(rs) => rs
-                    .into_iter()
-                    .map(|v| {
-                        let ty = fr.b.ty(v).expect("just defined").clone();
-                        Tensor::from_repr(Repr::Traced {
-                            frame: fr.id,
-                            value: v,
-                            ty,
-                        })
-                    })
-                    .collect(),
-                Err(e) => {
-                    fr.error.get_or_insert(e.clone());
-                    vec![Tensor::failed(e); n]
-                }
-            }
+        return record(args, n, |b, vals| {
+            b.inline(f, vals).map_err(|e| fail(e.to_string()))
         });
     }
     let lits: Vec<kiln_ir::Literal> = match args
