@@ -613,6 +613,14 @@ impl<'c> Emitter<'c> {
                 self.op(&Ew::Kind(OpKind::Minimum), d, d, &[m, v[2]])
             }
             Ew::Convert => self.convert(d, out, v[0]),
+            Ew::Bitcast => {
+                let to: BasicTypeEnum = if out.is_float() {
+                    self.ftype(out).into()
+                } else {
+                    self.itype(out).into()
+                };
+                Ok(b.build_bit_cast(v[0], to, "bc").map_err(llvm)?)
+            }
             Ew::Cmp(dir) => {
                 if d.is_float() {
                     let p = match dir {

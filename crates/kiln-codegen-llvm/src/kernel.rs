@@ -20,6 +20,8 @@ pub enum Ew {
     Clamp,
     /// Conversion from the operand's dtype.
     Convert,
+    /// Reinterpretation of the bits as the result dtype (same width, 32 or 64 bits).
+    Bitcast,
 }
 
 /// An integer index expression over loop variables (i64 arithmetic).
@@ -417,6 +419,20 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     init: Box::new(zero),
                     vars: rvars,
                     body: Box::new(prod),
+                },
+            )
+        }
+        Op::BitcastConvert {}
+            if x[0].shape == out.shape
+                && x[0].dtype.bits() == out.dtype.bits()
+                && matches!(out.dtype.bits(), 32 | 64) =>
+        {
+            kernel(
+                r,
+                Expr::Op {
+                    op: Ew::Bitcast,
+                    dtype: out.dtype,
+                    args: vec![same(0, &x[0], out, r)],
                 },
             )
         }

@@ -93,7 +93,7 @@ fn binary_supports(k: OpKind, d: DType) -> bool {
 pub fn cpu_support(k: OpKind) -> Support {
     use OpKind::*;
     match k {
-        Power => Support::Some,
+        Power | BitcastConvert => Support::Some,
         _ if k.props().contains(kiln_ir::Props::ELEMENTWISE) => Support::All,
         BroadcastInDim | Transpose | Slice | Reverse | Reshape | Iota | Reduce | DotGeneral
         | Constant | Pad | Concatenate | DynamicSlice | DynamicUpdateSlice | Gather

@@ -256,3 +256,39 @@ fn empty_matrix_products_compile_and_run() {
         close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0]).unwrap();
     }
 }
+
+#[test]
+fn same_width_bitcasts_compile_and_keep_every_bit() {
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f64[4], %1: f32[4]) -> (f64[4], i64[4], f32[4]) {\n  %2 = bitcast_convert %0 : i64[4]\n  %3 = bitcast_convert %2 : f64[4]\n  %4 = bitcast_convert %1 : u32[4]\n  %5 = bitcast_convert %4 : f32[4]\n  return %3, %2, %5\n}\n",
+    )
+    .unwrap();
+    let exe = CpuExecutable::compile(&f).unwrap();
+    assert!(
+        exe.plan().iter().all(|s| *s == Step::Kernel),
+        "{:?}",
+        exe.plan()
+    );
+    let a = Literal::f64(
+        [4],
+        vec![
+            -0.0,
+            f64::INFINITY,
+            f64::from_bits(0x7ff8_0000_0000_0001),
+            1.5,
+        ],
+    )
+    .unwrap();
+    let b = Literal::f32(
+        [4],
+        vec![-0.0, f32::NEG_INFINITY, f32::from_bits(0x7fc0_0001), -2.25],
+    )
+    .unwrap();
+    let got = exe.run(&[a.clone(), b.clone()]).unwrap();
+    let want = kiln_reference::eval(&f, &[a.clone(), b.clone()]).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.to_le_bytes(), w.to_le_bytes());
+    }
+    assert_eq!(got[0].to_le_bytes(), a.to_le_bytes());
+    assert_eq!(got[2].to_le_bytes(), b.to_le_bytes());
+}
