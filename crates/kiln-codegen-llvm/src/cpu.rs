@@ -311,6 +311,50 @@ impl<'c> Emitter<'c> {
         }
     }
 
+    /// Emits a loop over the counter in stack slot `slot` from `lo` to `hi` (exclusive).
+    fn range_loop_ptr(
+        &self,
+        slot: PointerValue<'c>,
+        lo: IntValue<'c>,
+        hi: IntValue<'c>,
+        body: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
+        let i64t = self.ctx.i64_type();
+        self.b.build_store(slot, lo).map_err(llvm)?;
+        let head = self.ctx.append_basic_block(self.f, "head");
+        let inner = self.ctx.append_basic_block(self.f, "body");
+        let exit = self.ctx.append_basic_block(self.f, "exit");
+        self.b.build_unconditional_branch(head).map_err(llvm)?;
+        self.b.position_at_end(head);
+        let v = self
+            .b
+            .build_load(i64t, slot, "c")
+            .map_err(llvm)?
+            .into_int_value();
+        let more = self
+            .b
+            .build_int_compare(IntPredicate::SLT, v, hi, "more")
+            .map_err(llvm)?;
+        self.b
+            .build_conditional_branch(more, inner, exit)
+            .map_err(llvm)?;
+        self.b.position_at_end(inner);
+        body(self)?;
+        let v = self
+            .b
+            .build_load(i64t, slot, "c")
+            .map_err(llvm)?
+            .into_int_value();
+        let next = self
+            .b
+            .build_int_add(v, self.i64c(1), "next")
+            .map_err(llvm)?;
+        self.b.build_store(slot, next).map_err(llvm)?;
+        self.b.build_unconditional_branch(head).map_err(llvm)?;
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
     /// Emits a loop over `var` from `lo` (inclusive) to `hi` (exclusive) by `step`.
     fn range_loop(
         &self,
@@ -1147,7 +1191,7 @@ fn emit_kernel<'c>(
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
     let nvars = match k.schedule {
-        Schedule::Nest | Schedule::Scatter { .. } => k.vars,
+        Schedule::Nest | Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => k.vars,
         Schedule::Gemm { .. } => 5,
     };
     let vars = (0..nvars)
@@ -1200,6 +1244,14 @@ fn emit_kernel<'c>(
             ref target,
             kind,
         } => emit_scatter(&em, k, updates, target, kind, out)?,
+        Schedule::SelectScatter {
+            ref grid,
+            ref window,
+            ref strides,
+            ref pad_low,
+            select,
+            kind,
+        } => emit_select_scatter(&em, k, grid, window, strides, pad_low, select, kind, out)?,
     }
     em.b.build_return(None).map_err(llvm)?;
     Ok(())
@@ -1267,6 +1319,137 @@ fn emit_scatter<'c>(
         em.b.position_at_end(done);
         Ok(())
     })
+}
+
+/// See [`Schedule::SelectScatter`]. Input 0 is the operand, 1 the source, 2 the init value.
+#[allow(clippy::too_many_arguments)]
+fn emit_select_scatter<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    grid: &[usize],
+    window: &[usize],
+    strides: &[i64],
+    pad_low: &[i64],
+    select: Cmp,
+    kind: Combiner,
+    out: PointerValue<'c>,
+) -> Result<()> {
+    let ctx = em.ctx;
+    let d = k.out.dtype;
+    let st = storage(ctx, d);
+    let r = k.out.rank();
+    let rt: BasicTypeEnum = if d.is_float() {
+        em.ftype(d).into()
+    } else {
+        em.itype(d).into()
+    };
+    // out = init.
+    let init = em.load(2, d, &vec![0; k.vars], 0)?;
+    let init_raw = em.store_value(d, init)?;
+    let n = k.out.numel() as i64;
+    let flat = em.entry_alloca(ctx.i64_type().into())?;
+    em.range_loop_ptr(flat, em.i64c(0), em.i64c(n), &mut |em: &Emitter<'c>| {
+        let i =
+            em.b.build_load(ctx.i64_type(), flat, "i")
+                .map_err(llvm)?
+                .into_int_value();
+        // SAFETY (of the emitted code): i < the output's element count.
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[i], "po") }.map_err(llvm)?;
+        em.b.build_store(p, init_raw).map_err(llvm)?;
+        Ok(())
+    })?;
+    let best_v = em.entry_alloca(rt)?;
+    let best_i = em.entry_alloca(ctx.i64_type().into())?;
+    let have = em.entry_alloca(ctx.bool_type().into())?;
+    let ost = strides_of(&k.out.shape);
+    let grid_vars: Vec<(usize, usize)> = grid.iter().copied().enumerate().collect();
+    let win_vars: Vec<(usize, usize)> = window
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| (r + i, w))
+        .collect();
+    em.nest(&grid_vars, &mut |em: &Emitter<'c>| {
+        em.b.build_store(have, ctx.bool_type().const_zero())
+            .map_err(llvm)?;
+        em.nest(&win_vars, &mut |em: &Emitter<'c>| {
+            let mut ok = ctx.bool_type().const_int(1, false);
+            let mut pos = em.i64c(0);
+            for dim in 0..r {
+                let p = Idx::Add(vec![
+                    Idx::Mul(Box::new(Idx::Var(dim)), strides[dim]),
+                    Idx::Const(-pad_low[dim]),
+                    Idx::Var(r + dim),
+                ]);
+                ok =
+                    em.b.build_and(
+                        ok,
+                        em.cond(&Cond::InRange(p.clone(), 0, k.out.shape[dim] as i64))?,
+                        "ok",
+                    )
+                    .map_err(llvm)?;
+                let term =
+                    em.b.build_int_mul(em.idx(&p)?, em.i64c(ost[dim]), "t")
+                        .map_err(llvm)?;
+                pos = em.b.build_int_add(pos, term, "pos").map_err(llvm)?;
+            }
+            let visit = ctx.append_basic_block(em.f, "visit");
+            let next = ctx.append_basic_block(em.f, "next");
+            em.b.build_conditional_branch(ok, visit, next)
+                .map_err(llvm)?;
+            em.b.position_at_end(visit);
+            let cand = em.load_at(0, d, pos)?;
+            let cur = em.b.build_load(rt, best_v, "cur").map_err(llvm)?;
+            let keep = em
+                .op(&Ew::Cmp(select), d, DType::Pred, &[cur, cand])?
+                .into_int_value();
+            let had =
+                em.b.build_load(ctx.bool_type(), have, "had")
+                    .map_err(llvm)?
+                    .into_int_value();
+            let keep = em.b.build_and(keep, had, "keep").map_err(llvm)?;
+            let v = em.b.build_select(keep, cur, cand, "v").map_err(llvm)?;
+            let prev =
+                em.b.build_load(ctx.i64_type(), best_i, "pi")
+                    .map_err(llvm)?;
+            let idx =
+                em.b.build_select(keep, prev, pos.into(), "bi")
+                    .map_err(llvm)?;
+            em.b.build_store(best_v, v).map_err(llvm)?;
+            em.b.build_store(best_i, idx).map_err(llvm)?;
+            em.b.build_store(have, ctx.bool_type().const_int(1, false))
+                .map_err(llvm)?;
+            em.b.build_unconditional_branch(next).map_err(llvm)?;
+            em.b.position_at_end(next);
+            Ok(())
+        })?;
+        let found =
+            em.b.build_load(ctx.bool_type(), have, "found")
+                .map_err(llvm)?
+                .into_int_value();
+        let write = ctx.append_basic_block(em.f, "write");
+        let done = ctx.append_basic_block(em.f, "done");
+        em.b.build_conditional_branch(found, write, done)
+            .map_err(llvm)?;
+        em.b.position_at_end(write);
+        let src = em.expr(&k.body)?;
+        let at =
+            em.b.build_load(ctx.i64_type(), best_i, "at")
+                .map_err(llvm)?
+                .into_int_value();
+        // SAFETY (of the emitted code): the selected position is inside the output.
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[at], "pt") }.map_err(llvm)?;
+        let raw = em.b.build_load(st, p, "old").map_err(llvm)?;
+        let old = em.load_value(d, raw)?;
+        let new = em.combine(kind, d, old, src)?;
+        em.b.build_store(p, em.store_value(d, new)?).map_err(llvm)?;
+        em.b.build_unconditional_branch(done).map_err(llvm)?;
+        em.b.position_at_end(done);
+        Ok(())
+    })
+}
+
+fn strides_of(shape: &[usize]) -> Vec<i64> {
+    strides(shape).iter().map(|&s| s as i64).collect()
 }
 
 fn emit_nest<'c>(
@@ -1806,7 +1989,7 @@ fn kernel_shape(k: &Kernel) -> (usize, usize) {
             k.out.numel() * reduction_work(&k.body),
         ),
         // Updates may hit the same position: one thread, in order.
-        Schedule::Scatter { .. } => (1, 1),
+        Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => (1, 1),
     }
 }
 

@@ -138,6 +138,24 @@ pub enum Schedule {
         /// How an update combines with the old value.
         kind: Combiner,
     },
+    /// `out = init` everywhere; then for each position of the window grid (variables
+    /// `0..rank`), the window's valid positions (variables `rank..2 rank`) are scanned in
+    /// row-major order keeping the selected one (`select(current, candidate)` keeps the current),
+    /// and `body` (the source value) is combined into the output there. One thread, in order.
+    SelectScatter {
+        /// The grid's shape (the source's shape).
+        grid: Vec<usize>,
+        /// Window sizes.
+        window: Vec<usize>,
+        /// Window strides.
+        strides: Vec<i64>,
+        /// Low padding per dimension.
+        pad_low: Vec<i64>,
+        /// The selection comparison.
+        select: ComparisonDirection,
+        /// How source values combine into the output.
+        kind: Combiner,
+    },
     /// A matrix product `[batch, m, k] x [batch, k, n] -> [batch, m, n]` of contiguous
     /// operands, in k-blocked i-k-j order so the inner loop is a contiguous, vectorizable AXPY.
     /// The body is unused.
@@ -435,6 +453,29 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     args: vec![same(0, &x[0], out, r)],
                 },
             )
+        }
+        Op::SelectAndScatter {
+            window_dimensions,
+            window_strides,
+            padding,
+            select,
+            kind,
+        } => {
+            let grid = x[1].shape.clone();
+            let body = same(1, &x[1], &x[1], r);
+            Some(Kernel {
+                schedule: Schedule::SelectScatter {
+                    grid,
+                    window: window_dimensions.iter().map(|&w| w as usize).collect(),
+                    strides: window_strides.clone(),
+                    pad_low: padding.iter().map(|p| p.0).collect(),
+                    select: *select,
+                    kind: *kind,
+                },
+                out: out.clone(),
+                vars: 2 * r,
+                body,
+            })
         }
         Op::Scatter {
             update_window_dims: uwd,

@@ -97,7 +97,7 @@ pub fn cpu_support(k: OpKind) -> Support {
         _ if k.props().contains(kiln_ir::Props::ELEMENTWISE) => Support::All,
         BroadcastInDim | Transpose | Slice | Reverse | Reshape | Iota | Reduce | DotGeneral
         | Constant | Pad | Concatenate | DynamicSlice | DynamicUpdateSlice | Gather
-        | Convolution | ReduceWindow | Scatter => Support::All,
+        | Convolution | ReduceWindow | Scatter | SelectAndScatter => Support::All,
         _ => Support::None,
     }
 }

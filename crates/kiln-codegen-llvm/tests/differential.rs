@@ -292,3 +292,34 @@ fn same_width_bitcasts_compile_and_keep_every_bit() {
     assert_eq!(got[0].to_le_bytes(), a.to_le_bytes());
     assert_eq!(got[2].to_le_bytes(), b.to_le_bytes());
 }
+
+#[test]
+fn select_and_scatter_kernels_agree_with_the_reference() {
+    // The gradient of 3x3/2 max pooling with padding, and a min-selecting variant with ties.
+    for (dir, dtype, values) in [("GE", "f32", None), ("LE", "i32", Some(3))] {
+        let src = format!(
+            "func @main(%0: {dtype}[2,3,9,9], %1: {dtype}[2,3,5,5], %2: {dtype}[]) -> {dtype}[2,3,9,9] {{\n  %3 = select_and_scatter %0, %1, %2 {{window_dimensions = [1, 1, 3, 3], window_strides = [1, 1, 2, 2], padding = [[0, 0], [0, 0], [1, 1], [1, 1]], select = {dir}, kind = add}} : {dtype}[2,3,9,9]\n  return %3\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let exe = CpuExecutable::compile(&f).unwrap();
+        assert!(
+            exe.plan().iter().all(|s| *s == Step::Kernel),
+            "{:?}",
+            exe.plan()
+        );
+        let mut rng = Rng::new(21);
+        let mut args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        if let Some(m) = values {
+            // Few distinct values, so windows have ties.
+            let v: Vec<i64> = args[0].to_i64s().iter().map(|x| x.rem_euclid(m)).collect();
+            args[0] = Literal::from_i64s(args[0].ty().clone(), &v).unwrap();
+        }
+        let got = exe.run(&args).unwrap();
+        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0])
+            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+    }
+}
