@@ -144,7 +144,7 @@ impl Gen<'_> {
         let t = self.ty(a);
         let d = t.dtype;
         let r = t.rank();
-        let result: Option<ValueId> = match self.rng.below(16) {
+        let result: Option<ValueId> = match self.rng.below(22) {
             0 | 1 => {
                 let ops: Vec<Op> = if d.is_float() {
                     vec![
@@ -346,6 +346,155 @@ impl Gen<'_> {
                 self.b
                     .inst(Op::Concatenate { dimension: dim }, &[a, b])
                     .ok()
+            }
+            // A window at run-time start indices (any values: they are clamped).
+            16 if r >= 1 => {
+                let sizes: Vec<i64> = t
+                    .shape
+                    .iter()
+                    .map(|&n| self.rng.below(n + 1) as i64)
+                    .collect();
+                let mut ops = vec![a];
+                for _ in 0..r {
+                    let x = self.rng.below(9) as f64 - 4.0;
+                    ops.push(self.scalar_const(DType::I32, x));
+                }
+                self.b
+                    .inst(Op::DynamicSlice { slice_sizes: sizes }, &ops)
+                    .ok()
+            }
+            // Rows picked by (possibly out-of-range, so clamped) indices.
+            17 if r >= 1 && t.shape[0] > 0 => {
+                let n = self.rng.below(4) + 1;
+                let idx: Vec<i64> = (0..n)
+                    .map(|_| self.rng.below(t.shape[0] + 2) as i64)
+                    .collect();
+                let value = Literal::from_i64s(TensorType::new(DType::I32, [n]), &idx)
+                    .expect("sizes match");
+                let ids = self.b.inst(Op::Constant { value }, &[]).ok();
+                let mut sizes: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+                sizes[0] = 1;
+                ids.and_then(|ids| {
+                    let op = Op::Gather {
+                        offset_dims: (1..r as i64).collect(),
+                        collapsed_slice_dims: vec![0],
+                        start_index_map: vec![0],
+                        index_vector_dim: 1,
+                        slice_sizes: sizes,
+                    };
+                    self.b.inst(op, &[a, ids]).ok()
+                })
+            }
+            // Rows added into (out-of-range rows are skipped).
+            18 if r >= 1 && !d.is_pred() => {
+                let n = self.rng.below(4) + 1;
+                let idx: Vec<i64> = (0..n)
+                    .map(|_| self.rng.below(t.shape[0] + 2) as i64)
+                    .collect();
+                let value = Literal::from_i64s(TensorType::new(DType::I32, [n, 1]), &idx)
+                    .expect("sizes match");
+                let mut ushape = vec![n];
+                ushape.extend(&t.shape[1..]);
+                let u = self.value_of(&TensorType::new(d, ushape));
+                let ids = self.b.inst(Op::Constant { value }, &[]).ok();
+                let kind = if self.rng.chance(0.5) {
+                    Combiner::Add
+                } else {
+                    Combiner::Replace
+                };
+                ids.and_then(|ids| {
+                    let op = Op::Scatter {
+                        update_window_dims: (1..r as i64).collect(),
+                        inserted_window_dims: vec![0],
+                        scatter_dims_to_operand_dims: vec![0],
+                        index_vector_dim: 1,
+                        kind,
+                    };
+                    self.b.inst(op, &[a, ids, u]).ok()
+                })
+            }
+            // Windowed sums and maxima with strides, padding and dilations.
+            19 if r >= 1 && !d.is_pred() => {
+                let kind = if self.rng.chance(0.5) {
+                    Combiner::Add
+                } else {
+                    Combiner::Max
+                };
+                let init = self.scalar_const(d, if kind == Combiner::Add { 0.0 } else { -100.0 });
+                let pick = |g: &mut Self, lo: usize, hi: usize| -> Vec<i64> {
+                    (0..r)
+                        .map(|_| (lo + g.rng.below(hi - lo + 1)) as i64)
+                        .collect()
+                };
+                let op = Op::ReduceWindow {
+                    window_dimensions: pick(self, 1, 3),
+                    window_strides: pick(self, 1, 2),
+                    base_dilations: pick(self, 1, 2),
+                    window_dilations: pick(self, 1, 2),
+                    padding: (0..r)
+                        .map(|_| (self.rng.below(2) as i64, self.rng.below(2) as i64))
+                        .collect(),
+                    kind,
+                };
+                self.b.inst(op, &[a, init]).ok()
+            }
+            // The gradient of max pooling.
+            20 if r >= 1 && d.is_float() => {
+                let wd: Vec<i64> = (0..r).map(|_| self.rng.below(2) as i64 + 1).collect();
+                let ws: Vec<i64> = (0..r).map(|_| self.rng.below(2) as i64 + 1).collect();
+                let padding: Vec<(i64, i64)> =
+                    (0..r).map(|_| (self.rng.below(2) as i64, 0)).collect();
+                let grid: Vec<usize> = (0..r)
+                    .map(|i| {
+                        crate::verify::window_output_size(
+                            t.shape[i], 1, padding[i], wd[i], 1, ws[i],
+                        )
+                    })
+                    .collect();
+                let src = self.value_of(&TensorType::new(d, grid));
+                let init = self.scalar_const(d, 0.0);
+                let op = Op::SelectAndScatter {
+                    window_dimensions: wd,
+                    window_strides: ws,
+                    padding,
+                    select: ComparisonDirection::Ge,
+                    kind: Combiner::Add,
+                };
+                self.b.inst(op, &[a, src, init]).ok()
+            }
+            // A small NCHW convolution with strides, padding, dilation and groups.
+            21 if d.is_float() => {
+                let groups = self.rng.below(2) + 1;
+                let (n, c, h, w) = (
+                    self.rng.below(2) + 1,
+                    groups * (self.rng.below(2) + 1),
+                    self.rng.below(5) + 2,
+                    self.rng.below(5) + 2,
+                );
+                let (o, kh, kw) = (
+                    groups * (self.rng.below(2) + 1),
+                    self.rng.below(2) + 1,
+                    self.rng.below(3) + 1,
+                );
+                let x = self.value_of(&TensorType::new(d, [n, c, h, w]));
+                let k = self.value_of(&TensorType::new(d, [o, c / groups, kh, kw]));
+                let op = Op::Convolution {
+                    window_strides: vec![
+                        self.rng.below(2) as i64 + 1,
+                        self.rng.below(2) as i64 + 1,
+                    ],
+                    padding: vec![
+                        (self.rng.below(2) as i64, self.rng.below(2) as i64),
+                        (self.rng.below(2) as i64, 0),
+                    ],
+                    lhs_dilation: vec![self.rng.below(2) as i64 + 1, 1],
+                    rhs_dilation: vec![1, self.rng.below(2) as i64 + 1],
+                    feature_group_count: groups as i64,
+                    input_dims: vec![0, 1, 2, 3],
+                    kernel_dims: vec![0, 1, 2, 3],
+                    output_dims: vec![0, 1, 2, 3],
+                };
+                self.b.inst(op, &[x, k]).ok()
             }
             _ => {
                 let ty = TensorType::new(if d.is_pred() { DType::I32 } else { d }, t.shape.clone());
