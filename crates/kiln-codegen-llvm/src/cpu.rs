@@ -840,6 +840,112 @@ impl<'c> Emitter<'c> {
             .into_float_value())
     }
 
+    /// ln x in f32 without a library call: subnormals are scaled by 2^24, x = m 2^e with m in
+    /// [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) with s = (m - 1) / (m + 1) as an odd series to
+    /// s^11, plus e ln 2 in two parts. Zero gives -inf, negatives NaN, +inf and NaN themselves.
+    fn log_f32(&self, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let b = &self.b;
+        let ft = self.ctx.f32_type();
+        let i32t = self.ctx.i32_type();
+        let c = |v: f64| ft.const_float(v);
+        let ci = |v: u64| i32t.const_int(v, false);
+        let fma =
+            |a: FloatValue<'c>, m: FloatValue<'c>, add: FloatValue<'c>| -> Result<FloatValue<'c>> {
+                Ok(self
+                    .intrinsic("llvm.fmuladd", ft.into(), &[a.into(), m.into(), add.into()])?
+                    .into_float_value())
+            };
+        let sel = |cond, a: FloatValue<'c>, e: FloatValue<'c>| -> Result<FloatValue<'c>> {
+            Ok(b.build_select(cond, a, e, "s")
+                .map_err(llvm)?
+                .into_float_value())
+        };
+        // Scale subnormals into the normal range.
+        let tiny = b
+            .build_float_compare(FloatPredicate::OLT, x, c(1.1754943508222875e-38), "tiny")
+            .map_err(llvm)?;
+        let xs = sel(
+            tiny,
+            b.build_float_mul(x, c(16777216.0), "xs").map_err(llvm)?,
+            x,
+        )?;
+        let bits = b
+            .build_bit_cast(xs, i32t, "bits")
+            .map_err(llvm)?
+            .into_int_value();
+        let exp_bits = b
+            .build_and(
+                b.build_right_shift(bits, ci(23), false, "eb")
+                    .map_err(llvm)?,
+                ci(0xff),
+                "e8",
+            )
+            .map_err(llvm)?;
+        let mbits = b
+            .build_or(
+                b.build_and(bits, ci(0x007f_ffff), "mb").map_err(llvm)?,
+                ci(0x3f80_0000),
+                "m1",
+            )
+            .map_err(llvm)?;
+        let m = b
+            .build_bit_cast(mbits, ft, "m")
+            .map_err(llvm)?
+            .into_float_value();
+        // m in [1, 2): fold the top half down so m is in [sqrt(1/2), sqrt(2)).
+        let big = b
+            .build_float_compare(FloatPredicate::OGT, m, c(std::f64::consts::SQRT_2), "big")
+            .map_err(llvm)?;
+        let m = sel(big, b.build_float_mul(m, c(0.5), "mh").map_err(llvm)?, m)?;
+        let e_i = b.build_int_sub(exp_bits, ci(127), "e").map_err(llvm)?;
+        let e_i = b
+            .build_int_add(
+                e_i,
+                b.build_int_z_extend(big, i32t, "bz").map_err(llvm)?,
+                "e1",
+            )
+            .map_err(llvm)?;
+        let e_i = b
+            .build_int_sub(
+                e_i,
+                b.build_select(tiny, ci(24), ci(0), "adj")
+                    .map_err(llvm)?
+                    .into_int_value(),
+                "e2",
+            )
+            .map_err(llvm)?;
+        let e = b.build_signed_int_to_float(e_i, ft, "ef").map_err(llvm)?;
+        let s = b
+            .build_float_div(
+                b.build_float_sub(m, c(1.0), "mm").map_err(llvm)?,
+                b.build_float_add(m, c(1.0), "mp").map_err(llvm)?,
+                "s",
+            )
+            .map_err(llvm)?;
+        let z = b.build_float_mul(s, s, "z").map_err(llvm)?;
+        let mut p = c(2.0 / 11.0);
+        for coef in [2.0 / 9.0, 2.0 / 7.0, 2.0 / 5.0, 2.0 / 3.0] {
+            p = fma(p, z, c(coef))?;
+        }
+        // ln m = 2 s + s z p.
+        let sz = b.build_float_mul(s, z, "sz").map_err(llvm)?;
+        let lnm = fma(sz, p, b.build_float_add(s, s, "2s").map_err(llvm)?)?;
+        let lo = fma(e, c(-2.1219444005469057e-4), lnm)?;
+        let y = fma(e, c(0.693359375), lo)?;
+        let zero = b
+            .build_float_compare(FloatPredicate::OEQ, x, c(0.0), "zero")
+            .map_err(llvm)?;
+        let neg = b
+            .build_float_compare(FloatPredicate::OLT, x, c(0.0), "neg")
+            .map_err(llvm)?;
+        let special = b
+            .build_float_compare(FloatPredicate::UEQ, x, c(f64::INFINITY), "inf_or_nan")
+            .map_err(llvm)?;
+        let y = sel(special, b.build_float_add(x, x, "xx").map_err(llvm)?, y)?;
+        let y = sel(neg, c(f64::NAN), y)?;
+        sel(zero, c(f64::NEG_INFINITY), y)
+    }
+
     fn float_op(
         &self,
         k: OpKind,
@@ -892,6 +998,7 @@ impl<'c> Emitter<'c> {
             }
             OpKind::Exponential if d != DType::F64 => self.exp_f32(x)?.into(),
             OpKind::Exponential => intr("llvm.exp")?,
+            OpKind::Log if d != DType::F64 => self.log_f32(x)?.into(),
             OpKind::Log => intr("llvm.log")?,
             OpKind::LogPlusOne => self.libm("log1p", d, x)?.into(),
             OpKind::ExponentialMinusOne => self.libm("expm1", d, x)?.into(),

@@ -193,6 +193,42 @@ fn vectorized_transcendentals_are_accurate() {
             w[at]
         );
     }
+    // log over positive values of every magnitude, subnormals included, and its special cases.
+    let mut ps: Vec<f32> = (0..200_000)
+        .map(|i| f32::from_bits(1 + i * (0x7f7f_ffff / 200_000)))
+        .collect();
+    ps.extend([
+        0.0,
+        -0.0,
+        -1.0,
+        1.0,
+        f32::INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        1e-45,
+        std::f32::consts::E,
+    ]);
+    let n = ps.len();
+    let x = Literal::f32([n], ps.clone()).unwrap();
+    let f = kiln_ir::parse_func_text(&format!(
+        "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = log %0 : f32[{n}]\n  return %1\n}}\n"
+    ))
+    .unwrap();
+    let got = CpuExecutable::compile(&f)
+        .unwrap()
+        .run(std::slice::from_ref(&x))
+        .unwrap();
+    let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).unwrap();
+    let (g, w) = (got[0].as_f32s().unwrap(), want[0].as_f32s().unwrap());
+    let (worst, at) = (0..n).map(|i| (ulps(g[i], w[i]), i)).max().unwrap();
+    println!("log: at most {worst} ulp (at x = {:e})", ps[at]);
+    assert!(
+        worst <= 2,
+        "log({:e}) = {:e} but the reference gives {:e} ({worst} ulp)",
+        ps[at],
+        g[at],
+        w[at]
+    );
 }
 
 #[test]
