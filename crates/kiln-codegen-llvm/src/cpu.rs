@@ -311,43 +311,40 @@ impl<'c> Emitter<'c> {
         }
     }
 
-    /// Emits a loop over the counter in stack slot `slot` from `lo` to `hi` (exclusive).
+    /// Emits a loop over the counter in stack slot `slot` from `lo` (inclusive) to `hi`
+    /// (exclusive) by `step`, running `body` inside.
     fn range_loop_ptr(
         &self,
         slot: PointerValue<'c>,
         lo: IntValue<'c>,
         hi: IntValue<'c>,
+        step: i64,
         body: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
         let i64t = self.ctx.i64_type();
+        let load = |b: &Builder<'c>| -> Result<IntValue<'c>> {
+            Ok(b.build_load(i64t, slot, "v")
+                .map_err(llvm)?
+                .into_int_value())
+        };
         self.b.build_store(slot, lo).map_err(llvm)?;
         let head = self.ctx.append_basic_block(self.f, "head");
         let inner = self.ctx.append_basic_block(self.f, "body");
         let exit = self.ctx.append_basic_block(self.f, "exit");
         self.b.build_unconditional_branch(head).map_err(llvm)?;
         self.b.position_at_end(head);
-        let v = self
-            .b
-            .build_load(i64t, slot, "c")
-            .map_err(llvm)?
-            .into_int_value();
         let more = self
             .b
-            .build_int_compare(IntPredicate::SLT, v, hi, "more")
+            .build_int_compare(IntPredicate::SLT, load(&self.b)?, hi, "more")
             .map_err(llvm)?;
         self.b
             .build_conditional_branch(more, inner, exit)
             .map_err(llvm)?;
         self.b.position_at_end(inner);
         body(self)?;
-        let v = self
-            .b
-            .build_load(i64t, slot, "c")
-            .map_err(llvm)?
-            .into_int_value();
         let next = self
             .b
-            .build_int_add(v, self.i64c(1), "next")
+            .build_int_add(load(&self.b)?, self.i64c(step), "next")
             .map_err(llvm)?;
         self.b.build_store(slot, next).map_err(llvm)?;
         self.b.build_unconditional_branch(head).map_err(llvm)?;
@@ -364,31 +361,7 @@ impl<'c> Emitter<'c> {
         step: i64,
         body: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
-        self.b.build_store(self.vars[var], lo).map_err(llvm)?;
-        let head = self.ctx.append_basic_block(self.f, "head");
-        let inner = self.ctx.append_basic_block(self.f, "body");
-        let exit = self.ctx.append_basic_block(self.f, "exit");
-        self.b.build_unconditional_branch(head).map_err(llvm)?;
-        self.b.position_at_end(head);
-        let v = self.var(var)?;
-        let more = self
-            .b
-            .build_int_compare(IntPredicate::SLT, v, hi, "more")
-            .map_err(llvm)?;
-        self.b
-            .build_conditional_branch(more, inner, exit)
-            .map_err(llvm)?;
-        self.b.position_at_end(inner);
-        body(self)?;
-        let v = self.var(var)?;
-        let next = self
-            .b
-            .build_int_add(v, self.i64c(step), "next")
-            .map_err(llvm)?;
-        self.b.build_store(self.vars[var], next).map_err(llvm)?;
-        self.b.build_unconditional_branch(head).map_err(llvm)?;
-        self.b.position_at_end(exit);
-        Ok(())
+        self.range_loop_ptr(self.vars[var], lo, hi, step, body)
     }
 
     /// Emits a counted loop over `var` in `0..extent`, running `body` inside.
@@ -398,34 +371,37 @@ impl<'c> Emitter<'c> {
         extent: usize,
         body: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
-        let i64t = self.ctx.i64_type();
-        self.b
-            .build_store(self.vars[var], i64t.const_zero())
-            .map_err(llvm)?;
-        let head = self.ctx.append_basic_block(self.f, "head");
-        let inner = self.ctx.append_basic_block(self.f, "body");
-        let exit = self.ctx.append_basic_block(self.f, "exit");
-        self.b.build_unconditional_branch(head).map_err(llvm)?;
-        self.b.position_at_end(head);
-        let v = self.var(var)?;
-        let more = self
+        self.range_loop(var, self.i64c(0), self.i64c(extent as i64), 1, body)
+    }
+
+    /// `a * m + add` in f32, fused where the target allows.
+    fn fmuladd_f32(
+        &self,
+        a: FloatValue<'c>,
+        m: FloatValue<'c>,
+        add: FloatValue<'c>,
+    ) -> Result<FloatValue<'c>> {
+        Ok(self
+            .intrinsic(
+                "llvm.fmuladd",
+                self.ctx.f32_type().into(),
+                &[a.into(), m.into(), add.into()],
+            )?
+            .into_float_value())
+    }
+
+    /// `cond ? a : e` for floats.
+    fn select_float(
+        &self,
+        cond: IntValue<'c>,
+        a: FloatValue<'c>,
+        e: FloatValue<'c>,
+    ) -> Result<FloatValue<'c>> {
+        Ok(self
             .b
-            .build_int_compare(IntPredicate::SLT, v, self.i64c(extent as i64), "more")
-            .map_err(llvm)?;
-        self.b
-            .build_conditional_branch(more, inner, exit)
-            .map_err(llvm)?;
-        self.b.position_at_end(inner);
-        body(self)?;
-        let v = self.var(var)?;
-        let next = self
-            .b
-            .build_int_add(v, self.i64c(1), "next")
-            .map_err(llvm)?;
-        self.b.build_store(self.vars[var], next).map_err(llvm)?;
-        self.b.build_unconditional_branch(head).map_err(llvm)?;
-        self.b.position_at_end(exit);
-        Ok(())
+            .build_select(cond, a, e, "s")
+            .map_err(llvm)?
+            .into_float_value())
     }
 
     /// A stack slot in the entry block (allocas elsewhere would grow the stack on every
@@ -718,32 +694,21 @@ impl<'c> Emitter<'c> {
         let ft = self.ctx.f32_type();
         let i32t = self.ctx.i32_type();
         let c = |v: f64| ft.const_float(v);
-        let fma =
-            |a: FloatValue<'c>, m: FloatValue<'c>, add: FloatValue<'c>| -> Result<FloatValue<'c>> {
-                Ok(self
-                    .intrinsic("llvm.fmuladd", ft.into(), &[a.into(), m.into(), add.into()])?
-                    .into_float_value())
-            };
-        let sel = |cond, a: FloatValue<'c>, e: FloatValue<'c>| -> Result<FloatValue<'c>> {
-            Ok(b.build_select(cond, a, e, "s")
-                .map_err(llvm)?
-                .into_float_value())
-        };
         let hi = b
             .build_float_compare(FloatPredicate::OGT, x, c(89.0), "hi")
             .map_err(llvm)?;
         let lo = b
             .build_float_compare(FloatPredicate::OLT, x, c(-104.0), "lo")
             .map_err(llvm)?;
-        let xc = sel(hi, c(89.0), sel(lo, c(-104.0), x)?)?;
+        let xc = self.select_float(hi, c(89.0), self.select_float(lo, c(-104.0), x)?)?;
         let t = b
             .build_float_mul(xc, c(std::f64::consts::LOG2_E), "t")
             .map_err(llvm)?;
         let n = self
             .intrinsic("llvm.rint", ft.into(), &[t.into()])?
             .into_float_value();
-        let r = fma(n, c(-0.693359375), xc)?;
-        let r = fma(n, c(2.121944400546906e-4), r)?;
+        let r = self.fmuladd_f32(n, c(-0.693359375), xc)?;
+        let r = self.fmuladd_f32(n, c(2.121944400546906e-4), r)?;
         let mut p = c(1.0 / 5040.0);
         for coef in [
             1.0 / 720.0,
@@ -754,7 +719,7 @@ impl<'c> Emitter<'c> {
             1.0,
             1.0,
         ] {
-            p = fma(p, r, c(coef))?;
+            p = self.fmuladd_f32(p, r, c(coef))?;
         }
         let ni = b.build_float_to_signed_int(n, i32t, "ni").map_err(llvm)?;
         let n1 = b
@@ -788,7 +753,11 @@ impl<'c> Emitter<'c> {
         let nan = b
             .build_float_compare(FloatPredicate::UNO, x, x, "nan")
             .map_err(llvm)?;
-        sel(nan, x, sel(over, c(f64::INFINITY), sel(under, c(0.0), y)?)?)
+        self.select_float(
+            nan,
+            x,
+            self.select_float(over, c(f64::INFINITY), self.select_float(under, c(0.0), y)?)?,
+        )
     }
 
     /// tanh in f32 without a library call: x + x^3 P(x^2) for |x| < 0.625 (P fitted for
@@ -849,22 +818,11 @@ impl<'c> Emitter<'c> {
         let i32t = self.ctx.i32_type();
         let c = |v: f64| ft.const_float(v);
         let ci = |v: u64| i32t.const_int(v, false);
-        let fma =
-            |a: FloatValue<'c>, m: FloatValue<'c>, add: FloatValue<'c>| -> Result<FloatValue<'c>> {
-                Ok(self
-                    .intrinsic("llvm.fmuladd", ft.into(), &[a.into(), m.into(), add.into()])?
-                    .into_float_value())
-            };
-        let sel = |cond, a: FloatValue<'c>, e: FloatValue<'c>| -> Result<FloatValue<'c>> {
-            Ok(b.build_select(cond, a, e, "s")
-                .map_err(llvm)?
-                .into_float_value())
-        };
         // Scale subnormals into the normal range.
         let tiny = b
             .build_float_compare(FloatPredicate::OLT, x, c(1.1754943508222875e-38), "tiny")
             .map_err(llvm)?;
-        let xs = sel(
+        let xs = self.select_float(
             tiny,
             b.build_float_mul(x, c(16777216.0), "xs").map_err(llvm)?,
             x,
@@ -896,7 +854,7 @@ impl<'c> Emitter<'c> {
         let big = b
             .build_float_compare(FloatPredicate::OGT, m, c(std::f64::consts::SQRT_2), "big")
             .map_err(llvm)?;
-        let m = sel(big, b.build_float_mul(m, c(0.5), "mh").map_err(llvm)?, m)?;
+        let m = self.select_float(big, b.build_float_mul(m, c(0.5), "mh").map_err(llvm)?, m)?;
         let e_i = b.build_int_sub(exp_bits, ci(127), "e").map_err(llvm)?;
         let e_i = b
             .build_int_add(
@@ -925,13 +883,13 @@ impl<'c> Emitter<'c> {
         let z = b.build_float_mul(s, s, "z").map_err(llvm)?;
         let mut p = c(2.0 / 11.0);
         for coef in [2.0 / 9.0, 2.0 / 7.0, 2.0 / 5.0, 2.0 / 3.0] {
-            p = fma(p, z, c(coef))?;
+            p = self.fmuladd_f32(p, z, c(coef))?;
         }
         // ln m = 2 s + s z p.
         let sz = b.build_float_mul(s, z, "sz").map_err(llvm)?;
-        let lnm = fma(sz, p, b.build_float_add(s, s, "2s").map_err(llvm)?)?;
-        let lo = fma(e, c(-2.1219444005469057e-4), lnm)?;
-        let y = fma(e, c(0.693359375), lo)?;
+        let lnm = self.fmuladd_f32(sz, p, b.build_float_add(s, s, "2s").map_err(llvm)?)?;
+        let lo = self.fmuladd_f32(e, c(-2.1219444005469057e-4), lnm)?;
+        let y = self.fmuladd_f32(e, c(0.693359375), lo)?;
         let zero = b
             .build_float_compare(FloatPredicate::OEQ, x, c(0.0), "zero")
             .map_err(llvm)?;
@@ -941,9 +899,9 @@ impl<'c> Emitter<'c> {
         let special = b
             .build_float_compare(FloatPredicate::UEQ, x, c(f64::INFINITY), "inf_or_nan")
             .map_err(llvm)?;
-        let y = sel(special, b.build_float_add(x, x, "xx").map_err(llvm)?, y)?;
-        let y = sel(neg, c(f64::NAN), y)?;
-        sel(zero, c(f64::NEG_INFINITY), y)
+        let y = self.select_float(special, b.build_float_add(x, x, "xx").map_err(llvm)?, y)?;
+        let y = self.select_float(neg, c(f64::NAN), y)?;
+        self.select_float(zero, c(f64::NEG_INFINITY), y)
     }
 
     fn float_op(
@@ -1455,7 +1413,7 @@ fn emit_select_scatter<'c>(
     let init_raw = em.store_value(d, init)?;
     let n = k.out.numel() as i64;
     let flat = em.entry_alloca(ctx.i64_type().into())?;
-    em.range_loop_ptr(flat, em.i64c(0), em.i64c(n), &mut |em: &Emitter<'c>| {
+    em.range_loop_ptr(flat, em.i64c(0), em.i64c(n), 1, &mut |em: &Emitter<'c>| {
         let i =
             em.b.build_load(ctx.i64_type(), flat, "i")
                 .map_err(llvm)?
