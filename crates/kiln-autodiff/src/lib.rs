@@ -103,30 +103,8 @@ pub fn vjp_into_with_rules(
     wrt: &[usize],
     custom: &[(usize, Func)],
 ) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
-    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
-    for (&p, &a) in f.params.iter().zip(args) {
-        map[p.index()] = Some(a);
-    }
-    for inst in &f.insts {
-        let ops: Vec<ValueId> = inst
-            .operands
-            .iter()
-            .map(|o| map[o.index()].expect("verified SSA"))
-            .collect();
-        let tys: Vec<TensorType> = inst
-            .results
-            .iter()
-            .map(|r| f.values[r.index()].clone())
-            .collect();
-        for (&r, v) in inst
-            .results
-            .iter()
-            .zip(b.push_typed(inst.op.clone(), &ops, &tys)?)
-        {
-            map[r.index()] = Some(v);
-        }
-    }
-    let val = |v: ValueId| map[v.index()].expect("verified SSA");
+    let values = b.inline_values(f, args)?;
+    let val = |v: ValueId| values[v.index()];
     let mut adj: Vec<Option<ValueId>> = vec![None; f.values.len()];
     for (&o, ct) in f.outputs.iter().zip(cts) {
         if let Some(ct) = ct {

@@ -306,6 +306,18 @@ impl Builder {
     /// returns the values standing for its outputs.
     #[track_caller]
     pub fn inline(&mut self, f: &Func, args: &[ValueId]) -> Result<Vec<ValueId>, VerifyError> {
+        let values = self.inline_values(f, args)?;
+        Ok(f.outputs.iter().map(|o| values[o.index()]).collect())
+    }
+
+    /// Like [`Builder::inline`], but returns the value standing for every value of `f`, indexed
+    /// by `f`'s value ids.
+    #[track_caller]
+    pub fn inline_values(
+        &mut self,
+        f: &Func,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>, VerifyError> {
         let loc = Loc::caller();
         if args.len() != f.params.len() {
             let d = Diag {
@@ -344,9 +356,9 @@ impl Builder {
                 map[r.index()] = Some(v);
             }
         }
-        Ok(f.outputs
-            .iter()
-            .map(|o| map[o.index()].expect("the inlined function is verified"))
+        Ok(map
+            .into_iter()
+            .map(|v| v.expect("the inlined function is verified"))
             .collect())
     }
 }
