@@ -85,37 +85,38 @@ fn check<I: Tree, O: Tree + Clone>(
     Ok(())
 }
 
-fn matmul(n: usize, verify: bool) -> Result<Timing, String> {
-    let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
-    let x = (rand(&[n, n], 1), rand(&[n, n], 2));
+/// On the small instance (`verify`), checks `f` at `x` against the reference; otherwise times
+/// the compiled `f` at `x`.
+fn measure<I: Tree, O: Tree + Clone>(
+    name: &str,
+    f: impl Fn(&I) -> O + Copy,
+    x: &I,
+    verify: bool,
+) -> Result<Timing, String> {
     if verify {
-        check("matmul", f, &x)?;
+        check(name, f, x)?;
         return Ok(Timing::default());
     }
     let j = jit(f);
-    time(|| j.call(&x).map_err(|e| e.to_string()))
+    time(|| j.call(x).map_err(|e| e.to_string()))
+}
+
+fn matmul(n: usize, verify: bool) -> Result<Timing, String> {
+    let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
+    let x = (rand(&[n, n], 1), rand(&[n, n], 2));
+    measure("matmul", f, &x, verify)
 }
 
 fn gelu_chain(n: usize, verify: bool) -> Result<Timing, String> {
     let f = |x: &Tensor| (&(x * 1.5) + 0.25).gelu(true);
     let x = rand(&[n], 3);
-    if verify {
-        check("gelu_chain", f, &x)?;
-        return Ok(Timing::default());
-    }
-    let j = jit(f);
-    time(|| j.call(&x).map_err(|e| e.to_string()))
+    measure("gelu_chain", f, &x, verify)
 }
 
 fn softmax(n: usize, verify: bool) -> Result<Timing, String> {
     let f = |x: &Tensor| x.softmax(-1);
     let x = rand(&[n, n], 4);
-    if verify {
-        check("softmax", f, &x)?;
-        return Ok(Timing::default());
-    }
-    let j = jit(f);
-    time(|| j.call(&x).map_err(|e| e.to_string()))
+    measure("softmax", f, &x, verify)
 }
 
 fn layernorm(rows: usize, verify: bool) -> Result<Timing, String> {
@@ -127,12 +128,7 @@ fn layernorm(rows: usize, verify: bool) -> Result<Timing, String> {
     };
     let d = 1024;
     let x = (rand(&[rows, d], 5), rand(&[d], 6), rand(&[d], 7));
-    if verify {
-        check("layernorm", f, &x)?;
-        return Ok(Timing::default());
-    }
-    let j = jit(f);
-    time(|| j.call(&x).map_err(|e| e.to_string()))
+    measure("layernorm", f, &x, verify)
 }
 
 type MlpArgs = (Mlp, SgdState<Mlp>, Tensor, Tensor);
@@ -187,12 +183,7 @@ fn conv(
 ) -> Result<Timing, String> {
     let f = move |(x, w): &(Tensor, Tensor)| x.conv2d(w, (stride, stride), (pad, pad), (1, 1), 1);
     let x = (rand(&x_shape, 10), rand(&w_shape, 11));
-    if verify {
-        check("conv", f, &x)?;
-        return Ok(Timing::default());
-    }
-    let j = jit(f);
-    time(|| j.call(&x).map_err(|e| e.to_string()))
+    measure("conv", f, &x, verify)
 }
 
 fn conv_7x7(n: usize, verify: bool) -> Result<Timing, String> {
@@ -215,12 +206,7 @@ fn attention(t: usize, verify: bool) -> Result<Timing, String> {
         rand(&[b, 8, t, 64], 13),
         rand(&[b, 8, t, 64], 14),
     );
-    if verify {
-        check("attention", f, &x)?;
-        return Ok(Timing::default());
-    }
-    let j = jit(f);
-    time(|| j.call(&x).map_err(|e| e.to_string()))
+    measure("attention", f, &x, verify)
 }
 
 const WORKLOADS: &[Workload] = &[
