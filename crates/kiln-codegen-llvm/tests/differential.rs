@@ -68,6 +68,19 @@ fn check_random_programs(seeds: std::ops::Range<u64>) -> (usize, usize, usize) {
     (n, kernels, by_reference)
 }
 
+/// Compiles `f` for the CPU, runs it on `args`, and compares its first output with the
+/// reference interpreter's.
+fn agrees(f: &kiln_ir::Func, args: &[Literal]) -> Result<(), String> {
+    let got = CpuExecutable::compile(f)
+        .map_err(|e| e.to_string())?
+        .run(args)
+        .map_err(|e| e.to_string())?;
+    close(
+        &got[0],
+        &kiln_reference::eval(f, args).map_err(|e| e.to_string())?[0],
+    )
+}
+
 #[test]
 fn random_programs_agree_with_the_reference() {
     const PROGRAMS: u64 = 10_000;
@@ -129,9 +142,7 @@ fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
             .iter()
             .map(|t| random_literal(&mut rng, t))
             .collect();
-        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
-        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0])
-            .unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        agrees(&f, &args).unwrap_or_else(|e| panic!("{dtype}: {e}"));
     }
 }
 
@@ -265,9 +276,7 @@ fn convolutions_through_im2col_agree_with_the_reference() {
             .iter()
             .map(|t| random_literal(&mut rng, t))
             .collect();
-        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
-        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0])
-            .unwrap_or_else(|e| panic!("{x} * {w}: {e}"));
+        agrees(&f, &args).unwrap_or_else(|e| panic!("{x} * {w}: {e}"));
     }
 }
 
@@ -288,8 +297,7 @@ fn empty_matrix_products_compile_and_run() {
             .iter()
             .map(|t| random_literal(&mut Rng::new(1), t))
             .collect();
-        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
-        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0]).unwrap();
+        agrees(&f, &args).unwrap();
     }
 }
 
