@@ -1,10 +1,11 @@
 //! Rewrites the CPU backend applies before making kernels.
 //!
 //! - [`im2col_convs`]: 2-D convolutions become a patch matrix times the kernel matrix.
-//! - [`canonicalize_dots`]: every float `dot_general` becomes `[B, M, K] x [B, K, N]`, the form
-//!   the GEMM schedule handles, by permuting and reshaping the operands (O(size) copies in front
-//!   of the O(M N K) product). The result needs only a reshape: its dimensions are already
-//!   batch, lhs free, rhs free.
+//! - [`canonicalize_dots`]: every float `dot_general` becomes `[B..., M..., K...] x
+//!   [B..., K..., N...]`, the form the GEMM schedule reads as `[B, M, K] x [B, K, N]` matrices in
+//!   place, by transposing operands whose dimensions are out of that order (O(size) copies in
+//!   front of the O(M N K) product; none for the usual `x @ w`). The result type is unchanged:
+//!   its dimensions are batch, lhs free, rhs free either way.
 
 use kiln_ir::{Builder, Func, Inst, Op, TensorType, ValueId, VerifyError};
 
@@ -14,23 +15,12 @@ fn free_dims(rank: usize, a: &[i64], c: &[i64]) -> Vec<i64> {
         .collect()
 }
 
-fn prod(t: &TensorType, dims: &[i64]) -> usize {
-    dims.iter().map(|&d| t.shape[d as usize]).product()
-}
-
-/// Permutes `v` to `perm` (skipped when it is the identity), then reshapes it to `shape`.
-fn arrange(
-    b: &mut Builder,
-    v: ValueId,
-    perm: &[i64],
-    shape: &[usize],
-) -> Result<ValueId, VerifyError> {
-    let identity = perm.iter().enumerate().all(|(i, &p)| p == i as i64);
-    let t = if identity { v } else { b.transpose(v, perm)? };
-    if b.ty(t).map(|t| t.shape.as_slice()) == Some(shape) {
-        Ok(t)
+/// Permutes `v` to `perm` (skipped when it is the identity).
+fn permute(b: &mut Builder, v: ValueId, perm: &[i64]) -> Result<ValueId, VerifyError> {
+    if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
+        Ok(v)
     } else {
-        b.reshape(t, shape)
+        b.transpose(v, perm)
     }
 }
 
@@ -105,25 +95,24 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
             &f.values[inst.operands[0].index()],
             &f.values[inst.operands[1].index()],
         );
+        if crate::kernel::is_canonical_matmul(lb, rb, lc, rc, lt, rt) {
+            return Ok(None);
+        }
         let (lf, rf) = (free_dims(lt.rank(), lb, lc), free_dims(rt.rank(), rb, rc));
-        let (bsz, m, k, n) = (prod(lt, lb), prod(lt, &lf), prod(lt, lc), prod(rt, &rf));
         let lperm: Vec<i64> = lb.iter().chain(&lf).chain(lc).copied().collect();
         let rperm: Vec<i64> = rb.iter().chain(rc).chain(&rf).copied().collect();
-        let a = arrange(b, ops[0], &lperm, &[bsz, m, k])?;
-        let c = arrange(b, ops[1], &rperm, &[bsz, k, n])?;
+        let a = permute(b, ops[0], &lperm)?;
+        let c = permute(b, ops[1], &rperm)?;
+        let (nb, nc) = (lb.len() as i64, lc.len() as i64);
+        let range = |lo: i64, hi: i64| (lo..hi).collect::<Vec<i64>>();
         let canon = Op::DotGeneral {
-            lhs_batching_dimensions: vec![0],
-            rhs_batching_dimensions: vec![0],
-            lhs_contracting_dimensions: vec![2],
-            rhs_contracting_dimensions: vec![1],
+            lhs_batching_dimensions: range(0, nb),
+            rhs_batching_dimensions: range(0, nb),
+            lhs_contracting_dimensions: range(lt.rank() as i64 - nc, lt.rank() as i64),
+            rhs_contracting_dimensions: range(nb, nb + nc),
         };
-        let d = b.inst(canon, &[a, c])?;
-        let r = if b.ty(d).map(|t| &t.shape) == Some(&out_ty.shape) {
-            d
-        } else {
-            b.reshape(d, &out_ty.shape)?
-        };
-        Ok(Some(vec![r]))
+        // The free dimensions keep their order, so the result type is unchanged.
+        Ok(Some(vec![b.inst(canon, &[a, c])?]))
     })
 }
 
@@ -205,7 +194,8 @@ pub fn im2col_convs(f: &Func) -> Result<Func, VerifyError> {
         } else {
             b.inst(Op::Concatenate { dimension: 2 }, &pieces)?
         };
-        let rows = arrange(b, patches, &[0, 3, 1, 2], &[n * oh * ow, c * kh * kw])?;
+        let rows = permute(b, patches, &[0, 3, 1, 2])?;
+        let rows = b.reshape(rows, &[n * oh * ow, c * kh * kw])?;
         let wm = b.reshape(w, &[o, c * kh * kw])?;
         let prod = b.inst(
             Op::DotGeneral {

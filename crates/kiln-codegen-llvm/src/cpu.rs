@@ -11,20 +11,20 @@ use inkwell::execution_engine::ExecutionEngine;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicTypeEnum, FloatType, IntType};
-use inkwell::values::{
-    BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue,
-};
+use inkwell::values::{BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::{
     Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
 };
 
-type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64);
+mod gemm;
+
+/// A compiled kernel: input pointers, output pointer, the row range `lo..hi` to compute, and
+/// scratch memory of the kernel's [`scratch_bytes`], 64-byte aligned.
+type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64, *mut u8);
 
 /// Work (multiply-adds or elements) below which a kernel runs on one thread.
 const PARALLEL_WORK: usize = 1 << 16;
-/// Contraction rows of B kept hot in cache by the GEMM schedule.
-const GEMM_KC: i64 = 256;
 
 /// How one instruction runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,8 +42,8 @@ pub struct CpuExecutable {
     func: Func,
     steps: Vec<Step>,
     kernels: Vec<Option<KernelFn>>,
-    /// For each kernel: rows of its outermost loop and its total work.
-    shape: Vec<(usize, usize)>,
+    /// For each kernel: rows of its outermost loop, its total work and its scratch bytes.
+    shape: Vec<KernelShape>,
     /// Intermediate buffers of the previous call, by value, reused so repeated calls do not
     /// pay for fresh pages (every kernel writes its whole output).
     pool: std::sync::Mutex<Vec<Option<Literal>>>,
@@ -1233,8 +1233,10 @@ fn emit_kernel<'c>(
     let i64t = ctx.i64_type();
     let f = m.add_function(
         name,
-        ctx.void_type()
-            .fn_type(&[ptr.into(), ptr.into(), i64t.into(), i64t.into()], false),
+        ctx.void_type().fn_type(
+            &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
+            false,
+        ),
         None,
     );
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
@@ -1251,13 +1253,26 @@ fn emit_kernel<'c>(
             AttributeLoc::Function,
             ctx.create_string_attribute("target-features", &features),
         );
+        if matches!(k.schedule, Schedule::Gemm { .. }) && wide_vectors(true) {
+            // Use the 512-bit registers the GEMM tile was sized for (the host's tuning may
+            // prefer 256-bit vectors and would split them).
+            for (key, value) in [
+                ("prefer-vector-width", "512"),
+                ("min-legal-vector-width", "512"),
+            ] {
+                f.add_attribute(
+                    AttributeLoc::Function,
+                    ctx.create_string_attribute(key, value),
+                );
+            }
+        }
     }
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
     let nvars = match k.schedule {
         Schedule::Nest | Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => k.vars,
-        Schedule::Gemm { .. } => 5,
+        Schedule::Gemm { .. } => 0,
     };
     let vars = (0..nvars)
         .map(|_| b.build_alloca(i64t, "var"))
@@ -1270,7 +1285,7 @@ fn emit_kernel<'c>(
     let out = f.get_nth_param(1).expect("declared").into_pointer_value();
     // Only kernels worth splitting across threads take their row range at run time; the
     // others keep constant trip counts, which LLVM optimizes faster and better.
-    let (rows, work) = kernel_shape(k);
+    let KernelShape { rows, work, .. } = kernel_shape(k);
     let (lo, hi) = if is_parallel(rows, work) {
         (
             f.get_nth_param(2).expect("declared").into_int_value(),
@@ -1290,17 +1305,14 @@ fn emit_kernel<'c>(
     match k.schedule {
         Schedule::Nest => emit_nest(&em, k, out, lo, hi)?,
         Schedule::Gemm {
-            batch: _,
-            m: rows,
-            n,
-            k: kk,
-        } => emit_gemm(
+            m: rows, n, k: kk, ..
+        } => gemm::emit(
             &em,
             k.out.dtype,
-            rows as i64,
-            n as i64,
-            kk as i64,
+            gemm::Blocking::new(k.out.dtype, wide_vectors(for_host)),
+            (rows as i64, n as i64, kk as i64),
             out,
+            f.get_nth_param(4).expect("declared").into_pointer_value(),
             lo,
             hi,
         )?,
@@ -1551,300 +1563,6 @@ fn emit_nest<'c>(
     })
 }
 
-/// Rows of C per register tile.
-const GEMM_MR: i64 = 6;
-/// Vectors of C per row of a register tile.
-const GEMM_NV: i64 = 2;
-
-/// C[r, :] = sum over kk of A[r, kk] * B[batch(r), kk, :] for rows r in lo..hi (r runs over
-/// batch * m), BLIS-style: the contraction is split into blocks of `GEMM_KC`; for each block
-/// and each batch, every panel of `GEMM_NV` vectors of columns of B is packed into a
-/// contiguous, aligned stack buffer (rows of B are far apart and would thrash the cache), and
-/// tiles of `GEMM_MR` rows by that panel of C stay in vector registers while the panel streams
-/// by. Leftover rows use one-row tiles; leftover columns take a row-by-row AXPY path.
-#[allow(clippy::too_many_arguments)]
-fn emit_gemm<'c>(
-    em: &Emitter<'c>,
-    d: DType,
-    m: i64,
-    n: i64,
-    k: i64,
-    out: PointerValue<'c>,
-    lo: IntValue<'c>,
-    hi: IntValue<'c>,
-) -> Result<()> {
-    let (r, j, kb, kk, bt) = (0, 1, 2, 3, 4);
-    let ft = em.ftype(d);
-    let lanes: u32 = if d == DType::F64 { 4 } else { 8 };
-    let vt = ft.vec_type(lanes);
-    let b = &em.b;
-    let ptr = em.ctx.ptr_type(AddressSpace::default());
-    let base = |i: i64| -> Result<PointerValue<'c>> {
-        // SAFETY (of the emitted code): inputs 0 and 1 are A and B.
-        let slot = unsafe { b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(i)], "slot") }
-            .map_err(llvm)?;
-        Ok(b.build_load(ptr, slot, "base")
-            .map_err(llvm)?
-            .into_pointer_value())
-    };
-    let (pa, pb) = (base(0)?, base(1)?);
-    let elem = |p: PointerValue<'c>, idx: IntValue<'c>| -> Result<PointerValue<'c>> {
-        // SAFETY (of the emitted code): the indices stay inside their buffers.
-        unsafe { b.build_in_bounds_gep(ft, p, &[idx], "e") }.map_err(llvm)
-    };
-    let add = |x: IntValue<'c>, y: IntValue<'c>| b.build_int_add(x, y, "a").map_err(llvm);
-    let mul = |x: IntValue<'c>, c: i64| b.build_int_mul(x, em.i64c(c), "m").map_err(llvm);
-    let min = |x: IntValue<'c>, y: IntValue<'c>| -> Result<IntValue<'c>> {
-        let lt = b
-            .build_int_compare(IntPredicate::SLT, x, y, "lt")
-            .map_err(llvm)?;
-        Ok(b.build_select(lt, x, y, "min")
-            .map_err(llvm)?
-            .into_int_value())
-    };
-    let max = |x: IntValue<'c>, y: IntValue<'c>| -> Result<IntValue<'c>> {
-        let gt = b
-            .build_int_compare(IntPredicate::SGT, x, y, "gt")
-            .map_err(llvm)?;
-        Ok(b.build_select(gt, x, y, "max")
-            .map_err(llvm)?
-            .into_int_value())
-    };
-    let n_v = em.i64c(n);
-    let tile_w = lanes as i64 * GEMM_NV;
-    let n_full = n - n % tile_w;
-    // Vectors of C and B start at any element: only element alignment holds there.
-    let elem_align = d.bytes() as u32;
-    let set_align = |v: BasicValueEnum<'c>, a: u32| -> Result<BasicValueEnum<'c>> {
-        v.as_instruction_value()
-            .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
-            .set_alignment(a)
-            .map_err(llvm)?;
-        Ok(v)
-    };
-    // Zero the rows.
-    em.range_loop(r, lo, hi, 1, &mut |em: &Emitter<'c>| {
-        em.range_loop(j, em.i64c(0), n_v, 1, &mut |em: &Emitter<'c>| {
-            let idx = add(mul(em.var(r)?, n)?, em.var(j)?)?;
-            em.b.build_store(elem(out, idx)?, ft.const_zero())
-                .map_err(llvm)?;
-            Ok(())
-        })
-    })?;
-    let accs: Vec<PointerValue<'c>> = (0..GEMM_MR * GEMM_NV)
-        .map(|_| em.entry_alloca(vt.into()))
-        .collect::<Result<_>>()?;
-    let panel = em.entry_alloca(ft.array_type((GEMM_KC * tile_w) as u32).into())?;
-    panel
-        .as_instruction_value()
-        .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
-        .set_alignment(32)
-        .map_err(llvm)?;
-    // One row's AXPY over columns j_from..n for the contraction block kb..kend.
-    let axpy_row = |em: &Emitter<'c>,
-                    row: IntValue<'c>,
-                    kend: IntValue<'c>,
-                    b_base: IntValue<'c>,
-                    j_from: i64|
-     -> Result<()> {
-        em.range_loop(kk, em.var(kb)?, kend, 1, &mut |em: &Emitter<'c>| {
-            let kv = em.var(kk)?;
-            let a =
-                em.b.build_load(ft, elem(pa, add(mul(row, k)?, kv)?)?, "a")
-                    .map_err(llvm)?;
-            let b_row = add(b_base, mul(kv, n)?)?;
-            em.range_loop(j, em.i64c(j_from), n_v, 1, &mut |em: &Emitter<'c>| {
-                let jv = em.var(j)?;
-                let bv =
-                    em.b.build_load(ft, elem(pb, add(b_row, jv)?)?, "b")
-                        .map_err(llvm)?;
-                let cp = elem(out, add(mul(row, n)?, jv)?)?;
-                let cv = em.b.build_load(ft, cp, "c").map_err(llvm)?;
-                let fma = em.intrinsic("llvm.fmuladd", ft.into(), &[a, bv, cv])?;
-                em.b.build_store(cp, fma).map_err(llvm)?;
-                Ok(())
-            })
-        })
-    };
-    // A tile of `rows` rows at row0 by the packed panel at column j.
-    let tile = |em: &Emitter<'c>,
-                rows: i64,
-                row0: IntValue<'c>,
-                kend: IntValue<'c>|
-     -> Result<()> {
-        let jv = em.var(j)?;
-        let kb_v = em.var(kb)?;
-        let c_at = |i: i64, v: i64| -> Result<PointerValue<'c>> {
-            elem(
-                out,
-                add(
-                    add(mul(add(row0, em.i64c(i))?, n)?, jv)?,
-                    em.i64c(v * lanes as i64),
-                )?,
-            )
-        };
-        for i in 0..rows {
-            for v in 0..GEMM_NV {
-                let c = set_align(
-                    em.b.build_load(vt, c_at(i, v)?, "cv").map_err(llvm)?,
-                    elem_align,
-                )?;
-                em.b.build_store(accs[(i * GEMM_NV + v) as usize], c)
-                    .map_err(llvm)?;
-            }
-        }
-        em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
-            let kv = em.var(kk)?;
-            let prow = mul(em.b.build_int_sub(kv, kb_v, "pk").map_err(llvm)?, tile_w)?;
-            let bvs: Vec<BasicValueEnum<'c>> = (0..GEMM_NV)
-                .map(|v| {
-                    set_align(
-                        em.b.build_load(
-                            vt,
-                            elem(panel, add(prow, em.i64c(v * lanes as i64))?)?,
-                            "bv",
-                        )
-                        .map_err(llvm)?,
-                        32,
-                    )
-                })
-                .collect::<Result<_>>()?;
-            for i in 0..rows {
-                let a =
-                    em.b.build_load(
-                        ft,
-                        elem(pa, add(mul(add(row0, em.i64c(i))?, k)?, kv)?)?,
-                        "a",
-                    )
-                    .map_err(llvm)?;
-                let one = em
-                    .b
-                    .build_insert_element(vt.get_undef(), a, em.ctx.i32_type().const_zero(), "a1")
-                    .map_err(llvm)?;
-                let splat =
-                    em.b.build_shuffle_vector(
-                        one,
-                        vt.get_undef(),
-                        em.ctx.i32_type().vec_type(lanes).const_zero(),
-                        "as",
-                    )
-                    .map_err(llvm)?;
-                for (v, bv) in bvs.iter().enumerate() {
-                    let slot = accs[(i * GEMM_NV) as usize + v];
-                    let acc = em.b.build_load(vt, slot, "acc").map_err(llvm)?;
-                    let fma = em.intrinsic("llvm.fmuladd", vt.into(), &[splat.into(), *bv, acc])?;
-                    em.b.build_store(slot, fma).map_err(llvm)?;
-                }
-            }
-            Ok(())
-        })?;
-        for i in 0..rows {
-            for v in 0..GEMM_NV {
-                let acc =
-                    em.b.build_load(vt, accs[(i * GEMM_NV + v) as usize], "acc")
-                        .map_err(llvm)?;
-                em.b.build_store(c_at(i, v)?, acc)
-                    .map_err(llvm)?
-                    .set_alignment(elem_align)
-                    .map_err(llvm)?;
-            }
-        }
-        Ok(())
-    };
-    em.range_loop(kb, em.i64c(0), em.i64c(k), GEMM_KC, &mut |em: &Emitter<
-        'c,
-    >| {
-        let kb_v = em.var(kb)?;
-        let kend = min(add(kb_v, em.i64c(GEMM_KC))?, em.i64c(k))?;
-        // The batches that rows lo..hi touch.
-        let b_lo =
-            em.b.build_int_signed_div(lo, em.i64c(m), "blo")
-                .map_err(llvm)?;
-        let last = em.b.build_int_sub(hi, em.i64c(1), "last").map_err(llvm)?;
-        let b_hi = add(
-            em.b.build_int_signed_div(last, em.i64c(m), "bhi")
-                .map_err(llvm)?,
-            em.i64c(1),
-        )?;
-        em.range_loop(bt, b_lo, b_hi, 1, &mut |em: &Emitter<'c>| {
-            let btv = em.var(bt)?;
-            let r_lo = max(lo, mul(btv, m)?)?;
-            let r_hi = min(hi, add(mul(btv, m)?, em.i64c(m))?)?;
-            let b_base = mul(btv, k * n)?;
-            em.range_loop(
-                j,
-                em.i64c(0),
-                em.i64c(n_full),
-                tile_w,
-                &mut |em: &Emitter<'c>| {
-                    // Pack B[kb..kend, j..j + tile_w].
-                    let jv = em.var(j)?;
-                    em.range_loop(kk, kb_v, kend, 1, &mut |em: &Emitter<'c>| {
-                        let kv = em.var(kk)?;
-                        let src = add(add(b_base, mul(kv, n)?)?, jv)?;
-                        let dst = mul(em.b.build_int_sub(kv, kb_v, "pk").map_err(llvm)?, tile_w)?;
-                        for v in 0..GEMM_NV {
-                            let off = em.i64c(v * lanes as i64);
-                            let x = set_align(
-                                em.b.build_load(vt, elem(pb, add(src, off)?)?, "pb")
-                                    .map_err(llvm)?,
-                                elem_align,
-                            )?;
-                            em.b.build_store(elem(panel, add(dst, off)?)?, x)
-                                .map_err(llvm)?
-                                .set_alignment(32)
-                                .map_err(llvm)?;
-                        }
-                        Ok(())
-                    })?;
-                    // Rows: tiles of GEMM_MR, then single rows.
-                    em.b.build_store(em.vars[r], r_lo).map_err(llvm)?;
-                    let head = em.ctx.append_basic_block(em.f, "rows");
-                    let body = em.ctx.append_basic_block(em.f, "row");
-                    let four = em.ctx.append_basic_block(em.f, "tile");
-                    let one = em.ctx.append_basic_block(em.f, "single");
-                    let exit = em.ctx.append_basic_block(em.f, "rows_done");
-                    em.b.build_unconditional_branch(head).map_err(llvm)?;
-                    em.b.position_at_end(head);
-                    let more =
-                        em.b.build_int_compare(IntPredicate::SLT, em.var(r)?, r_hi, "more")
-                            .map_err(llvm)?;
-                    em.b.build_conditional_branch(more, body, exit)
-                        .map_err(llvm)?;
-                    em.b.position_at_end(body);
-                    let fits =
-                        em.b.build_int_compare(
-                            IntPredicate::SLE,
-                            add(em.var(r)?, em.i64c(GEMM_MR))?,
-                            r_hi,
-                            "fits",
-                        )
-                        .map_err(llvm)?;
-                    em.b.build_conditional_branch(fits, four, one)
-                        .map_err(llvm)?;
-                    for (block, rows) in [(four, GEMM_MR), (one, 1)] {
-                        em.b.position_at_end(block);
-                        let row0 = em.var(r)?;
-                        tile(em, rows, row0, kend)?;
-                        em.b.build_store(em.vars[r], add(row0, em.i64c(rows))?)
-                            .map_err(llvm)?;
-                        em.b.build_unconditional_branch(head).map_err(llvm)?;
-                    }
-                    em.b.position_at_end(exit);
-                    Ok(())
-                },
-            )?;
-            if n_full < n {
-                em.range_loop(r, r_lo, r_hi, 1, &mut |em: &Emitter<'c>| {
-                    let row = em.var(r)?;
-                    axpy_row(em, row, kend, b_base, n_full)
-                })?;
-            }
-            Ok(())
-        })
-    })
-}
-
 /// The kernels of `f`, one per instruction that has one (`None` for the others).
 pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
     f.insts
@@ -1930,7 +1648,7 @@ impl CpuExecutable {
         let mut kernels_fns = vec![None; f.insts.len()];
         let shape = ks
             .iter()
-            .map(|k| k.as_ref().map(kernel_shape).unwrap_or((0, 0)))
+            .map(|k| k.as_ref().map(kernel_shape).unwrap_or_default())
             .collect();
         let engine = if ks.iter().any(Option::is_some) {
             let m = build_module(ctx, f, &ks, true)?;
@@ -1968,17 +1686,24 @@ impl CpuExecutable {
 
     /// Runs on arguments of the function's parameter types.
     pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
+        self.call(&args.iter().collect::<Vec<_>>())
+    }
+
+    /// Runs on borrowed arguments of the function's parameter types: arguments are read in
+    /// place, and results move out of the executable without a copy.
+    pub fn call(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
+        use std::borrow::Cow;
         let f = &self.func;
         kiln_reference::check_args(f, args).map_err(|e| Error::Args(e.to_string()))?;
-        let mut env: Vec<Option<Literal>> = vec![None; f.values.len()];
+        let mut env: Vec<Option<Cow<'_, Literal>>> = vec![None; f.values.len()];
         // Take the pool (a concurrent call finds it empty and allocates its own buffers).
         let mut reuse = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
-        for (&p, a) in f.params.iter().zip(args) {
-            env[p.index()] = Some(a.clone());
+        for (&p, &a) in f.params.iter().zip(args) {
+            env[p.index()] = Some(Cow::Borrowed(a));
         }
         for (i, inst) in f.insts.iter().enumerate() {
             let outs = match (&self.steps[i], &inst.op) {
-                (Step::Constant, Op::Constant { value }) => vec![value.clone()],
+                (Step::Constant, Op::Constant { value }) => vec![Cow::Borrowed(value)],
                 (Step::Kernel, _) => {
                     let ptrs: Vec<*const u8> = inst
                         .operands
@@ -1995,13 +1720,13 @@ impl CpuExecutable {
                     // SAFETY: the pointers address live buffers of the types the kernel was
                     // compiled for, and the output buffer is exclusively ours.
                     run_kernel(kernel, &ptrs, out.as_mut_ptr(), self.shape[i]);
-                    vec![out]
+                    vec![Cow::Owned(out)]
                 }
                 _ => {
                     let xs: Vec<&Literal> = inst
                         .operands
                         .iter()
-                        .map(|o| env[o.index()].as_ref().expect("verified SSA"))
+                        .map(|o| env[o.index()].as_deref().expect("verified SSA"))
                         .collect();
                     let tys: Vec<TensorType> = inst
                         .results
@@ -2009,23 +1734,34 @@ impl CpuExecutable {
                         .map(|r| f.values[r.index()].clone())
                         .collect();
                     kiln_reference::eval_op(&inst.op, &xs, &tys)
+                        .into_iter()
+                        .map(Cow::Owned)
+                        .collect()
                 }
             };
             for (&r, v) in inst.results.iter().zip(outs) {
                 env[r.index()] = Some(v);
             }
         }
-        let outputs: Vec<Literal> = f
-            .outputs
-            .iter()
-            .map(|o| env[o.index()].clone().expect("verified SSA"))
-            .collect();
+        // Results move out, except a value returned twice (copied for the earlier position).
+        let mut outputs: Vec<Literal> = Vec::with_capacity(f.outputs.len());
+        for (pos, o) in f.outputs.iter().enumerate() {
+            let again = f.outputs[pos + 1..].contains(o);
+            let v = if again {
+                env[o.index()].as_deref().expect("verified SSA").clone()
+            } else {
+                env[o.index()].take().expect("verified SSA").into_owned()
+            };
+            outputs.push(v);
+        }
         // Keep the intermediates written by kernels for the next call.
         let mut keep: Vec<Option<Literal>> = vec![None; f.values.len()];
         for (inst, step) in f.insts.iter().zip(&self.steps) {
             let r = inst.results[0].index();
-            if *step == Step::Kernel && !f.outputs.iter().any(|o| o.index() == r) {
-                keep[r] = env[r].take();
+            if *step == Step::Kernel
+                && let Some(Cow::Owned(l)) = env[r].take()
+            {
+                keep[r] = Some(l);
             }
         }
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
@@ -2045,9 +1781,19 @@ fn host_cpu() -> (String, String) {
     .clone()
 }
 
-/// Rows of a kernel's outermost loop and its total work.
-fn kernel_shape(k: &Kernel) -> (usize, usize) {
-    match k.schedule {
+/// How a kernel is called.
+#[derive(Clone, Copy, Debug, Default)]
+struct KernelShape {
+    /// Rows of its outermost loop (the range callers split across threads).
+    rows: usize,
+    /// Total work (elements or multiply-adds).
+    work: usize,
+    /// Scratch bytes per call.
+    scratch: usize,
+}
+
+fn kernel_shape(k: &Kernel) -> KernelShape {
+    let (rows, work) = match k.schedule {
         Schedule::Gemm { batch, m, n, k } => (batch * m, batch * m * n * k),
         Schedule::Nest => (
             k.out.shape.first().copied().unwrap_or(1),
@@ -2055,7 +1801,24 @@ fn kernel_shape(k: &Kernel) -> (usize, usize) {
         ),
         // Updates may hit the same position: one thread, in order.
         Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => (1, 1),
+    };
+    let scratch = match k.schedule {
+        Schedule::Gemm { n, .. } => {
+            gemm::Blocking::new(k.out.dtype, wide_vectors(true)).scratch_bytes(n as i64)
+        }
+        _ => 0,
+    };
+    KernelShape {
+        rows,
+        work,
+        scratch,
     }
+}
+
+/// Whether kernels use 512-bit vectors: when compiled for a host with AVX-512 (machine-
+/// independent dumps assume 256-bit ones).
+fn wide_vectors(for_host: bool) -> bool {
+    for_host && host_cpu().1.split(',').any(|f| f == "+avx512f")
 }
 
 /// Whether a kernel of this shape is split across threads.
@@ -2086,21 +1849,43 @@ struct Buffers(*const *const u8, *mut u8);
 unsafe impl Send for Buffers {}
 unsafe impl Sync for Buffers {}
 
+/// A 64-byte aligned block of scratch memory.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+thread_local! {
+    /// Each thread's kernel scratch memory, grown to the largest request and kept.
+    static SCRATCH: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Calls `kernel` on all its rows, split across threads when the work is large.
-fn run_kernel(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, (rows, work): (usize, usize)) {
+fn run_kernel(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, shape: KernelShape) {
     let bufs = Buffers(inputs.as_ptr(), out);
     let threads = rayon::current_num_threads();
     let call = |lo: usize, hi: usize| {
         let b = bufs;
-        // SAFETY: the pointers address live buffers of the types the kernel was compiled for;
-        // rows lo..hi of the output are written by this call alone.
-        unsafe { kernel(b.0, b.1, lo as i64, hi as i64) };
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let lines = shape.scratch.div_ceil(64);
+            if s.len() < lines {
+                s.resize(lines, Line([0; 64]));
+            }
+            // SAFETY: the pointers address live buffers of the types the kernel was compiled
+            // for; rows lo..hi of the output are written by this call alone; the scratch
+            // memory is this thread's and as large as the kernel asked for.
+            unsafe { kernel(b.0, b.1, lo as i64, hi as i64, s.as_mut_ptr().cast()) };
+        })
     };
+    let KernelShape { rows, work, .. } = shape;
     if !is_parallel(rows, work) || threads < 2 {
         call(0, rows);
         return;
     }
-    let chunks = rows.min(threads * 4);
+    // Chunks per thread: enough to even out threads slowed by other work. A GEMM chunk packs
+    // all of B once, so GEMMs take fewer, larger chunks.
+    let per_thread = if shape.scratch > 0 { 2 } else { 4 };
+    let chunks = rows.min(threads * per_thread);
     rayon::scope(|s| {
         for c in 0..chunks {
             let (lo, hi) = (rows * c / chunks, rows * (c + 1) / chunks);

@@ -375,9 +375,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
             && out.numel() > 0
             && matches!(out.dtype, DType::F32 | DType::F64) =>
         {
-            let nb = lb.len();
-            let batch = x[0].shape[..nb].iter().product();
-            let (m, k, n) = (x[0].shape[nb], x[0].shape[nb + 1], x[1].shape[nb + 1]);
+            let [batch, m, k, n] = matmul_dims(lb.len(), lc.len(), &x[0], &x[1]);
             Some(Kernel {
                 schedule: Schedule::Gemm { batch, m, n, k },
                 out: out.clone(),
@@ -813,8 +811,11 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
     }
 }
 
-/// Whether a dot_general is `[batch..., m, k] x [batch..., k, n]` in this dimension order.
-fn is_canonical_matmul(
+/// Whether a dot_general is `[batch..., m..., k...] x [batch..., k..., n...]`: batch dimensions
+/// lead both operands, the contracting ones trail the lhs and follow the batch in the rhs, all
+/// in order. Row-major buffers of such operands are `[batch, m, k]` and `[batch, k, n]`
+/// matrices as they stand, and so is the result (`[batch, m, n]`).
+pub fn is_canonical_matmul(
     lb: &[i64],
     rb: &[i64],
     lc: &[i64],
@@ -822,14 +823,26 @@ fn is_canonical_matmul(
     a: &TensorType,
     b: &TensorType,
 ) -> bool {
-    let nb = lb.len();
-    let batch: Vec<i64> = (0..nb as i64).collect();
-    a.rank() == nb + 2
-        && b.rank() == nb + 2
-        && lb == batch.as_slice()
-        && rb == batch.as_slice()
-        && lc == [nb as i64 + 1]
-        && rc == [nb as i64]
+    let (nb, nc) = (lb.len() as i64, lc.len() as i64);
+    let range = |lo: i64, hi: i64| (lo..hi).collect::<Vec<i64>>();
+    lb == range(0, nb)
+        && rb == range(0, nb)
+        && lc == range(a.rank() as i64 - nc, a.rank() as i64)
+        && rc == range(nb, nb + nc)
+        && a.rank() as i64 >= nb + nc
+        && b.rank() as i64 >= nb + nc
+}
+
+/// `(batch, m, k, n)` of a canonical matrix product (see [`is_canonical_matmul`]).
+pub fn matmul_dims(nb: usize, nc: usize, a: &TensorType, b: &TensorType) -> [usize; 4] {
+    let p = |s: &[usize]| s.iter().product::<usize>();
+    let ra = a.rank();
+    [
+        p(&a.shape[..nb]),
+        p(&a.shape[nb..ra - nc]),
+        p(&a.shape[ra - nc..]),
+        p(&b.shape[nb + nc..]),
+    ]
 }
 
 /// A load of `ty` at index expressions `index` (one per dimension).

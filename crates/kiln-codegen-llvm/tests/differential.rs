@@ -129,20 +129,75 @@ fn many_small_reductions_do_not_grow_the_stack() {
 
 #[test]
 fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
-    // Batches of 8 rows (a tile of 6 and 2 single rows each), 37 columns (two 16-wide tiles
-    // and 5 edge columns), 300-long contraction (crossing the 256 block), in f32 and f64.
+    // (batch, m, k, n): rows that fill register tiles and rows that leave a partial one; row
+    // blocks past one packed block of A (192 f32 rows); contractions crossing the 256-step
+    // block; column tails narrower than a panel; more columns than one packed block of B (4096
+    // f32 or 2048 f64 columns); work large enough to split rows across threads mid-batch.
+    let shapes = [
+        (3, 8, 300, 37),
+        (1, 1, 1, 1),
+        (2, 13, 5, 32),
+        (1, 200, 513, 70),
+        (5, 37, 64, 33),
+        (1, 3, 3, 4100),
+        (4, 100, 40, 17),
+    ];
     for dtype in ["f32", "f64"] {
+        for (bt, m, k, n) in shapes {
+            let src = format!(
+                "func @main(%0: {dtype}[{bt},{m},{k}], %1: {dtype}[{bt},{k},{n}]) -> {dtype}[{bt},{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dtype}[{bt},{m},{n}]\n  return %2\n}}\n"
+            );
+            let f = kiln_ir::parse_func_text(&src).unwrap();
+            let mut rng = Rng::new(9);
+            let args: Vec<Literal> = f
+                .param_types()
+                .iter()
+                .map(|t| random_literal(&mut rng, t))
+                .collect();
+            agrees(&f, &args).unwrap_or_else(|e| panic!("{dtype} {:?}: {e}", (bt, m, k, n)));
+        }
+    }
+}
+
+#[test]
+fn matrix_products_in_any_dimension_order_agree_with_the_reference() {
+    // Several free and contracting dimensions, in and out of the order the GEMM reads in
+    // place: the first two need no transposes, the others permute an operand first.
+    let cases = [
+        (
+            "f32[2,3,4,5]",
+            "f32[2,4,5,6,7]",
+            "[0]",
+            "[0]",
+            "[2,3]",
+            "[1,2]",
+            "f32[2,3,6,7]",
+        ),
+        ("f32[6,4]", "f32[4]", "[]", "[]", "[1]", "[0]", "f32[6]"),
+        ("f32[4,6]", "f32[4,5]", "[]", "[]", "[0]", "[0]", "f32[6,5]"),
+        (
+            "f32[3,2,4,5]",
+            "f32[5,2,4,7]",
+            "[1]",
+            "[1]",
+            "[3,2]",
+            "[0,2]",
+            "f32[2,3,7]",
+        ),
+        ("f64[2,3]", "f64[5,3]", "[]", "[]", "[1]", "[1]", "f64[2,5]"),
+    ];
+    for (a, b, lb, rb, lc, rc, out) in cases {
         let src = format!(
-            "func @main(%0: {dtype}[3,8,300], %1: {dtype}[3,300,37]) -> {dtype}[3,8,37] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dtype}[3,8,37]\n  return %2\n}}\n"
+            "func @main(%0: {a}, %1: {b}) -> {out} {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = {lb}, rhs_batching_dimensions = {rb}, lhs_contracting_dimensions = {lc}, rhs_contracting_dimensions = {rc}}} : {out}\n  return %2\n}}\n"
         );
-        let f = kiln_ir::parse_func_text(&src).unwrap();
-        let mut rng = Rng::new(9);
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let mut rng = Rng::new(4);
         let args: Vec<Literal> = f
             .param_types()
             .iter()
             .map(|t| random_literal(&mut rng, t))
             .collect();
-        agrees(&f, &args).unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        agrees(&f, &args).unwrap_or_else(|e| panic!("{src}: {e}"));
     }
 }
 

@@ -50,7 +50,7 @@ impl std::error::Error for Error {}
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Checks that `args` fit the parameters of `f`: count, dtypes and shapes.
-pub fn check_args(f: &Func, args: &[Literal]) -> Result<()> {
+pub fn check_args<L: std::borrow::Borrow<Literal>>(f: &Func, args: &[L]) -> Result<()> {
     let params = f.param_types();
     if args.len() != params.len() {
         return Err(Error::Args(format!(
@@ -61,6 +61,7 @@ pub fn check_args(f: &Func, args: &[Literal]) -> Result<()> {
         )));
     }
     for (i, (a, p)) in args.iter().zip(&params).enumerate() {
+        let a = a.borrow();
         if a.ty() != p {
             return Err(Error::Args(format!(
                 "argument {i} of @{} must be {p}, got {}",

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 /// A compiled program.
 pub trait Executable: Send + Sync {
-    /// Runs the program on arguments of its parameter types.
-    fn run(&self, args: &[Literal]) -> Result<Vec<Literal>>;
+    /// Runs the program on arguments of its parameter types (borrowed: a backend copies only
+    /// what it must).
+    fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>>;
 }
 
 /// A compiler from IR functions to executables.
@@ -30,8 +31,9 @@ pub struct Reference;
 struct Interpreted(Func);
 
 impl Executable for Interpreted {
-    fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
-        kiln_reference::eval(&self.0, args).map_err(|e| Error::internal("run", e.to_string()))
+    fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
+        let args: Vec<Literal> = args.iter().map(|&a| a.clone()).collect();
+        kiln_reference::eval(&self.0, &args).map_err(|e| Error::internal("run", e.to_string()))
     }
 }
 
@@ -51,9 +53,9 @@ pub struct Cpu;
 struct CpuCompiled(kiln_codegen_llvm::cpu::CpuExecutable);
 
 impl Executable for CpuCompiled {
-    fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
+    fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
         self.0
-            .run(args)
+            .call(args)
             .map_err(|e| Error::internal("run", e.to_string()))
     }
 }

@@ -317,8 +317,7 @@ fn run_op(
         ));
     }
     let exe = crate::backend::compile_cached(&f)?;
-    let args: Vec<kiln_ir::Literal> = lits.iter().map(|l| (*l).clone()).collect();
-    exe.run(&args)
+    exe.run(lits)
 }
 
 /// Eager ops touching fewer elements than this are interpreted instead of compiled.
@@ -383,11 +382,10 @@ pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> 
             b.inline(f, vals).map_err(|e| fail(e.to_string()))
         });
     }
-    let lits: Vec<kiln_ir::Literal> = match args
+    let lits: Vec<&kiln_ir::Literal> = match args
         .iter()
         .map(|t| {
             t.literal()
-                .cloned()
                 .ok_or_else(|| fail("a traced tensor was used after its trace ended".into()))
         })
         .collect()

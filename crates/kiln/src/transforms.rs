@@ -285,9 +285,9 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
                 c
             }
         };
-        let args: Vec<kiln_ir::Literal> = leaves
+        let args: Vec<&kiln_ir::Literal> = leaves
             .iter()
-            .map(|t| t.literal().cloned().expect("eager leaves"))
+            .map(|t| t.literal().expect("eager leaves"))
             .collect();
         let outs = c.exe.run(&args).map_err(|e| Error {
             loc: Some(loc),

@@ -1,0 +1,569 @@
+//! The GEMM schedule: `C[r, :] = A[r, :] · B[batch(r)]` for the rows `lo..hi` of a
+//! `[batch, m, k] x [batch, k, n]` product, in the BLIS layering.
+//!
+//! - The columns are split into blocks of `nc`; the contraction into blocks of `kc`.
+//! - For each (column block, contraction block) the block of B is packed into scratch memory as
+//!   panels of `nr = nv * lanes` columns, each panel `kc` rows of `nr` contiguous, aligned
+//!   elements (the tail panel is padded with zeros).
+//! - The rows are split into blocks of `mc`; each block of A is packed as slivers of `mr` rows,
+//!   interleaved so that one contraction step of a sliver is `mr` consecutive elements (rows past
+//!   the end are zeros).
+//! - The micro-kernel keeps an `mr` x `nr` tile of C in vector registers while one sliver of A
+//!   and one panel of B stream by: per contraction step, `nv` vector loads of B, `mr`
+//!   broadcasts of A and `mr * nv` fused multiply-adds.
+//!
+//! The packed B block stays in the L2/L3 cache across the row blocks, the packed A block in L2
+//! across the panels, and one panel in L1 across the slivers.
+
+use super::{Emitter, llvm};
+use crate::Result;
+use inkwell::types::{BasicType, FloatType, VectorType};
+use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue};
+use inkwell::{AddressSpace, IntPredicate};
+use kiln_ir::DType;
+
+/// Bytes of a packed block of A (kept in the L2 cache).
+const MC_BYTES: i64 = 192 * 1024;
+/// Bytes of a packed block of B (kept in the L3 cache).
+const NC_BYTES: i64 = 4 * 1024 * 1024;
+
+/// The cache blocks and the register tile of one GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Blocking {
+    /// Bytes per element.
+    bytes: i64,
+    /// Elements per vector.
+    lanes: u32,
+    /// Rows of a register tile.
+    mr: i64,
+    /// Vectors per row of a register tile.
+    nv: i64,
+    /// Contraction steps per block.
+    kc: i64,
+    /// Rows per packed block of A.
+    mc: i64,
+    /// Columns per packed block of B.
+    nc: i64,
+}
+
+impl Blocking {
+    /// The blocking for `d` with 512-bit vectors (`wide`, 32 vector registers) or 256-bit ones
+    /// (16 registers): the tile uses 24 or 12 accumulators, enough independent chains to hide
+    /// the FMA latency on two FMA ports, and leaves registers for the B vectors.
+    pub(super) fn new(d: DType, wide: bool) -> Blocking {
+        let bytes = d.bytes() as i64;
+        let lanes = ((if wide { 64 } else { 32 }) / bytes) as u32;
+        let (mr, nv) = if wide { (12, 2) } else { (6, 2) };
+        let kc = 256;
+        let nr = lanes as i64 * nv;
+        Blocking {
+            bytes,
+            lanes,
+            mr,
+            nv,
+            kc,
+            mc: (MC_BYTES / (kc * bytes) / mr).max(1) * mr,
+            nc: (NC_BYTES / (kc * bytes) / nr).max(1) * nr,
+        }
+    }
+
+    fn nr(&self) -> i64 {
+        self.lanes as i64 * self.nv
+    }
+
+    /// Columns of the packed B block for `n` columns: whole panels, at most `nc`.
+    fn nc_for(&self, n: i64) -> i64 {
+        let nr = self.nr();
+        ((n + nr - 1) / nr * nr).min(self.nc)
+    }
+
+    /// Scratch bytes a kernel with `n` columns needs per call: one packed block of B and one of
+    /// A, each a multiple of 64 bytes.
+    pub(super) fn scratch_bytes(&self, n: i64) -> usize {
+        ((self.kc * self.nc_for(n) + self.mc * self.kc) * self.bytes) as usize
+    }
+}
+
+/// Integer and pointer arithmetic for the emitted code.
+struct Arith<'a, 'c> {
+    em: &'a Emitter<'c>,
+}
+
+impl<'c> Arith<'_, 'c> {
+    fn c(&self, v: i64) -> IntValue<'c> {
+        self.em.i64c(v)
+    }
+    fn add(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.em.b.build_int_add(x, y, "a").map_err(llvm)
+    }
+    fn addc(&self, x: IntValue<'c>, y: i64) -> Result<IntValue<'c>> {
+        self.add(x, self.c(y))
+    }
+    fn sub(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.em.b.build_int_sub(x, y, "s").map_err(llvm)
+    }
+    fn mulc(&self, x: IntValue<'c>, y: i64) -> Result<IntValue<'c>> {
+        self.em.b.build_int_mul(x, self.c(y), "m").map_err(llvm)
+    }
+    fn cmp(&self, p: IntPredicate, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.em.b.build_int_compare(p, x, y, "c").map_err(llvm)
+    }
+    fn pick(&self, p: IntPredicate, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
+        let c = self.cmp(p, x, y)?;
+        Ok(self
+            .em
+            .b
+            .build_select(c, x, y, "p")
+            .map_err(llvm)?
+            .into_int_value())
+    }
+    fn min(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.pick(IntPredicate::SLT, x, y)
+    }
+    fn max(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.pick(IntPredicate::SGT, x, y)
+    }
+    fn sdiv(&self, x: IntValue<'c>, y: i64) -> Result<IntValue<'c>> {
+        self.em
+            .b
+            .build_int_signed_div(x, self.c(y), "d")
+            .map_err(llvm)
+    }
+    /// The address of element `idx` of `ty`s at `p`.
+    fn at<T: BasicType<'c>>(
+        &self,
+        ty: T,
+        p: PointerValue<'c>,
+        idx: IntValue<'c>,
+    ) -> Result<PointerValue<'c>> {
+        // SAFETY (of the emitted code): every index stays inside its buffer.
+        unsafe { self.em.b.build_in_bounds_gep(ty, p, &[idx], "e") }.map_err(llvm)
+    }
+    fn slot(&self) -> Result<PointerValue<'c>> {
+        self.em.entry_alloca(self.em.ctx.i64_type().into())
+    }
+    fn get(&self, slot: PointerValue<'c>) -> Result<IntValue<'c>> {
+        Ok(self
+            .em
+            .b
+            .build_load(self.em.ctx.i64_type(), slot, "v")
+            .map_err(llvm)?
+            .into_int_value())
+    }
+    /// Emits `if cond { then } else { otherwise }`.
+    fn branch(
+        &self,
+        cond: IntValue<'c>,
+        then: &mut dyn FnMut() -> Result<()>,
+        otherwise: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let (em, b) = (self.em, &self.em.b);
+        let t = em.ctx.append_basic_block(em.f, "then");
+        let e = em.ctx.append_basic_block(em.f, "else");
+        let j = em.ctx.append_basic_block(em.f, "join");
+        b.build_conditional_branch(cond, t, e).map_err(llvm)?;
+        b.position_at_end(t);
+        then()?;
+        b.build_unconditional_branch(j).map_err(llvm)?;
+        b.position_at_end(e);
+        otherwise()?;
+        b.build_unconditional_branch(j).map_err(llvm)?;
+        b.position_at_end(j);
+        Ok(())
+    }
+}
+
+/// Sets the alignment of a load or store.
+fn align<'c, V: BasicValue<'c>>(v: V, a: u32) -> Result<V> {
+    v.as_instruction_value()
+        .ok_or_else(|| crate::Error::Llvm("loads and stores are instructions".into()))?
+        .set_alignment(a)
+        .map_err(llvm)?;
+    Ok(v)
+}
+
+/// The loaded vector types and pointers of one emitted GEMM.
+struct Gemm<'a, 'c> {
+    x: Arith<'a, 'c>,
+    bl: Blocking,
+    ft: FloatType<'c>,
+    vt: VectorType<'c>,
+    /// Columns of C and B.
+    n: i64,
+    /// Contraction length.
+    k: i64,
+    a: PointerValue<'c>,
+    b: PointerValue<'c>,
+    c: PointerValue<'c>,
+    packed_b: PointerValue<'c>,
+    packed_a: PointerValue<'c>,
+}
+
+impl<'c> Gemm<'_, 'c> {
+    /// Bytes of one vector (the alignment of packed vectors).
+    fn vbytes(&self) -> u32 {
+        self.bl.lanes * self.bl.bytes as u32
+    }
+
+    /// `width` consecutive elements at `p[idx..]` as a vector (zeros past `width`), by scalar
+    /// loads when `width` is short of a whole vector.
+    fn load_cols(
+        &self,
+        p: PointerValue<'c>,
+        idx: IntValue<'c>,
+        width: i64,
+    ) -> Result<BasicValueEnum<'c>> {
+        let b = &self.x.em.b;
+        if width >= self.bl.lanes as i64 {
+            let v = b
+                .build_load(self.vt, self.x.at(self.ft, p, idx)?, "lv")
+                .map_err(llvm)?;
+            return align(v, self.bl.bytes as u32);
+        }
+        let mut v = self.vt.const_zero();
+        for l in 0..width.max(0) {
+            let s = b
+                .build_load(self.ft, self.x.at(self.ft, p, self.x.addc(idx, l)?)?, "ls")
+                .map_err(llvm)?;
+            v = b
+                .build_insert_element(v, s, self.x.c(l), "ins")
+                .map_err(llvm)?;
+        }
+        Ok(v.into())
+    }
+
+    /// Stores the first `width` lanes of `v` at `p[idx..]`.
+    fn store_cols(
+        &self,
+        p: PointerValue<'c>,
+        idx: IntValue<'c>,
+        width: i64,
+        v: BasicValueEnum<'c>,
+    ) -> Result<()> {
+        let b = &self.x.em.b;
+        if width >= self.bl.lanes as i64 {
+            let s = b
+                .build_store(self.x.at(self.ft, p, idx)?, v)
+                .map_err(llvm)?;
+            s.set_alignment(self.bl.bytes as u32).map_err(llvm)?;
+            return Ok(());
+        }
+        for l in 0..width.max(0) {
+            let s = b
+                .build_extract_element(v.into_vector_value(), self.x.c(l), "ext")
+                .map_err(llvm)?;
+            b.build_store(self.x.at(self.ft, p, self.x.addc(idx, l)?)?, s)
+                .map_err(llvm)?;
+        }
+        Ok(())
+    }
+
+    /// Packs rows `kb..kend` of the panel of B starting at column `j` (`width` valid columns)
+    /// into `panel`.
+    fn pack_b_panel(
+        &self,
+        b_base: IntValue<'c>,
+        j: IntValue<'c>,
+        width: i64,
+        kb: IntValue<'c>,
+        kend: IntValue<'c>,
+        panel: PointerValue<'c>,
+    ) -> Result<()> {
+        let x = &self.x;
+        let (lanes, nr) = (self.bl.lanes as i64, self.bl.nr());
+        let s_kk = x.slot()?;
+        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em: &Emitter<'c>| {
+            let kk = x.get(s_kk)?;
+            let src = x.add(x.add(b_base, x.mulc(kk, self.n)?)?, j)?;
+            let dst = x.mulc(x.sub(kk, kb)?, nr)?;
+            for v in 0..self.bl.nv {
+                let val = self.load_cols(self.b, x.addc(src, v * lanes)?, width - v * lanes)?;
+                let s =
+                    em.b.build_store(x.at(self.ft, panel, x.addc(dst, v * lanes)?)?, val)
+                        .map_err(llvm)?;
+                s.set_alignment(self.vbytes()).map_err(llvm)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Packs rows `ic..ic_end` (columns `kb..kend`) of A into slivers of `mr` rows: row by
+    /// row, a contiguous read and a store every `mr` elements; rows past the block are zeros.
+    fn pack_a(
+        &self,
+        ic: IntValue<'c>,
+        ic_end: IntValue<'c>,
+        kb: IntValue<'c>,
+        kend: IntValue<'c>,
+    ) -> Result<()> {
+        let x = &self.x;
+        let (mr, kc) = (self.bl.mr, self.bl.kc);
+        let (s_r, s_i, s_kk) = (x.slot()?, x.slot()?, x.slot()?);
+        x.em.range_loop_ptr(s_r, ic, ic_end, mr, &mut |_| {
+            let r = x.get(s_r)?;
+            let sliver = x.mulc(x.sub(r, ic)?, kc)?;
+            x.em.range_loop_ptr(s_i, x.c(0), x.c(mr), 1, &mut |_| {
+                let i = x.get(s_i)?;
+                let row = x.add(r, i)?;
+                let dst = |kk: IntValue<'c>| -> Result<PointerValue<'c>> {
+                    let at = x.add(x.add(sliver, x.mulc(x.sub(kk, kb)?, mr)?)?, i)?;
+                    x.at(self.ft, self.packed_a, at)
+                };
+                x.branch(
+                    x.cmp(IntPredicate::SLT, row, ic_end)?,
+                    &mut || {
+                        let src = x.mulc(row, self.k)?;
+                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
+                            let kk = x.get(s_kk)?;
+                            let v = em
+                                .b
+                                .build_load(self.ft, x.at(self.ft, self.a, x.add(src, kk)?)?, "pa")
+                                .map_err(llvm)?;
+                            // Volatile: stores `mr` elements apart, which the loop vectorizer
+                            // would otherwise turn into (slow) scatters.
+                            em.b.build_store(dst(kk)?, v)
+                                .map_err(llvm)?
+                                .set_volatile(true)
+                                .map_err(llvm)?;
+                            Ok(())
+                        })
+                    },
+                    &mut || {
+                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
+                            em.b.build_store(dst(x.get(s_kk)?)?, self.ft.const_zero())
+                                .map_err(llvm)?
+                                .set_volatile(true)
+                                .map_err(llvm)?;
+                            Ok(())
+                        })
+                    },
+                )
+            })
+        })
+    }
+
+    /// One register tile: rows `r..r + mr` (those under `r_end`) by columns `j..j + width` of C
+    /// accumulate sliver `sliver` of packed A times `panel` of packed B over `kc` steps; C is
+    /// read first unless `first` (the first contraction block).
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        r: IntValue<'c>,
+        r_end: IntValue<'c>,
+        j: IntValue<'c>,
+        width: i64,
+        sliver: PointerValue<'c>,
+        panel: PointerValue<'c>,
+        kc: IntValue<'c>,
+        first: IntValue<'c>,
+    ) -> Result<()> {
+        let x = &self.x;
+        let em = x.em;
+        let (mr, nv, lanes) = (self.bl.mr, self.bl.nv, self.bl.lanes as i64);
+        let accs: Vec<PointerValue<'c>> = (0..mr * nv)
+            .map(|_| em.entry_alloca(self.vt.into()))
+            .collect::<Result<_>>()?;
+        let c_at = |i: i64| -> Result<IntValue<'c>> { x.add(x.mulc(x.addc(r, i)?, self.n)?, j) };
+        let live: Vec<IntValue<'c>> = (0..mr)
+            .map(|i| x.cmp(IntPredicate::SLT, x.addc(r, i)?, r_end))
+            .collect::<Result<_>>()?;
+        for i in 0..mr {
+            let read =
+                em.b.build_and(
+                    live[i as usize],
+                    em.b.build_not(first, "nf").map_err(llvm)?,
+                    "rd",
+                )
+                .map_err(llvm)?;
+            let row = c_at(i)?;
+            x.branch(
+                read,
+                &mut || {
+                    for v in 0..nv {
+                        let c =
+                            self.load_cols(self.c, x.addc(row, v * lanes)?, width - v * lanes)?;
+                        em.b.build_store(accs[(i * nv + v) as usize], c)
+                            .map_err(llvm)?;
+                    }
+                    Ok(())
+                },
+                &mut || {
+                    for v in 0..nv {
+                        em.b.build_store(accs[(i * nv + v) as usize], self.vt.const_zero())
+                            .map_err(llvm)?;
+                    }
+                    Ok(())
+                },
+            )?;
+        }
+        let s_kk = x.slot()?;
+        em.range_loop_ptr(s_kk, x.c(0), kc, 1, &mut |em: &Emitter<'c>| {
+            let kk = x.get(s_kk)?;
+            let prow = x.mulc(kk, self.bl.nr())?;
+            let bvs: Vec<BasicValueEnum<'c>> = (0..nv)
+                .map(|v| {
+                    let p = x.at(self.ft, panel, x.addc(prow, v * lanes)?)?;
+                    align(
+                        em.b.build_load(self.vt, p, "bv").map_err(llvm)?,
+                        self.vbytes(),
+                    )
+                })
+                .collect::<Result<_>>()?;
+            let arow = x.mulc(kk, mr)?;
+            for i in 0..mr {
+                let a =
+                    em.b.build_load(self.ft, x.at(self.ft, sliver, x.addc(arow, i)?)?, "a")
+                        .map_err(llvm)?;
+                let one =
+                    em.b.build_insert_element(self.vt.get_undef(), a, x.c(0), "a1")
+                        .map_err(llvm)?;
+                let splat =
+                    em.b.build_shuffle_vector(
+                        one,
+                        self.vt.get_undef(),
+                        em.ctx.i32_type().vec_type(self.bl.lanes).const_zero(),
+                        "as",
+                    )
+                    .map_err(llvm)?;
+                for (v, bv) in bvs.iter().enumerate() {
+                    let slot = accs[(i * nv) as usize + v];
+                    let acc = em.b.build_load(self.vt, slot, "acc").map_err(llvm)?;
+                    let fma =
+                        em.intrinsic("llvm.fmuladd", self.vt.into(), &[splat.into(), *bv, acc])?;
+                    em.b.build_store(slot, fma).map_err(llvm)?;
+                }
+            }
+            Ok(())
+        })?;
+        for i in 0..mr {
+            let row = c_at(i)?;
+            x.branch(
+                live[i as usize],
+                &mut || {
+                    for v in 0..nv {
+                        let acc =
+                            em.b.build_load(self.vt, accs[(i * nv + v) as usize], "acc")
+                                .map_err(llvm)?;
+                        self.store_cols(self.c, x.addc(row, v * lanes)?, width - v * lanes, acc)?;
+                    }
+                    Ok(())
+                },
+                &mut || Ok(()),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Emits the GEMM over rows `lo..hi` of `[batch * m, n]` C. `scratch` holds at least
+/// [`Blocking::scratch_bytes`] bytes, 64-byte aligned.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn emit<'c>(
+    em: &Emitter<'c>,
+    d: DType,
+    bl: Blocking,
+    (m, n, k): (i64, i64, i64),
+    out: PointerValue<'c>,
+    scratch: PointerValue<'c>,
+    lo: IntValue<'c>,
+    hi: IntValue<'c>,
+) -> Result<()> {
+    let x = Arith { em };
+    let ft = em.ftype(d);
+    let ptr = em.ctx.ptr_type(AddressSpace::default());
+    let base = |i: i64| -> Result<PointerValue<'c>> {
+        let slot = x.at(ptr, em.inputs, x.c(i))?;
+        Ok(em
+            .b
+            .build_load(ptr, slot, "base")
+            .map_err(llvm)?
+            .into_pointer_value())
+    };
+    let nc = bl.nc_for(n);
+    let g = Gemm {
+        x: Arith { em },
+        bl,
+        ft,
+        vt: ft.vec_type(bl.lanes),
+        n,
+        k,
+        a: base(0)?,
+        b: base(1)?,
+        c: out,
+        packed_b: scratch,
+        packed_a: x.at(ft, scratch, x.c(bl.kc * nc))?,
+    };
+    let (s_r, s_j) = (x.slot()?, x.slot()?);
+    if k == 0 {
+        // An empty contraction: C is zero.
+        return em.range_loop_ptr(s_r, x.mulc(lo, n)?, x.mulc(hi, n)?, 1, &mut |em| {
+            em.b.build_store(x.at(ft, out, x.get(s_r)?)?, ft.const_zero())
+                .map_err(llvm)?;
+            Ok(())
+        });
+    }
+    let nr = bl.nr();
+    let n_full = n - n % nr;
+    let (s_bt, s_jc, s_kb, s_ic) = (x.slot()?, x.slot()?, x.slot()?, x.slot()?);
+    // The batches that rows lo..hi touch.
+    let b_lo = x.sdiv(lo, m)?;
+    let b_hi = x.addc(x.sdiv(x.sub(hi, x.c(1))?, m)?, 1)?;
+    em.range_loop_ptr(s_bt, b_lo, b_hi, 1, &mut |_| {
+        let bt = x.get(s_bt)?;
+        let r_lo = x.max(lo, x.mulc(bt, m)?)?;
+        let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
+        let b_base = x.mulc(bt, k * n)?;
+        x.em.range_loop_ptr(s_jc, x.c(0), x.c(n), nc, &mut |_| {
+            let jc = x.get(s_jc)?;
+            let jc_end = x.min(x.addc(jc, nc)?, x.c(n))?;
+            let full_end = x.min(jc_end, x.c(n_full))?;
+            // The tail panel (fewer than nr columns) is the last one of the last block.
+            let has_tail = x.cmp(IntPredicate::SGT, jc_end, x.c(n_full))?;
+            let panel_of = |j: IntValue<'c>| -> Result<PointerValue<'c>> {
+                x.at(ft, g.packed_b, x.mulc(x.sub(j, jc)?, bl.kc)?)
+            };
+            x.em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+                let kb = x.get(s_kb)?;
+                let kend = x.min(x.addc(kb, bl.kc)?, x.c(k))?;
+                let kc = x.sub(kend, kb)?;
+                let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
+                x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| {
+                    let j = x.get(s_j)?;
+                    g.pack_b_panel(b_base, j, nr, kb, kend, panel_of(j)?)
+                })?;
+                if n_full < n {
+                    x.branch(
+                        has_tail,
+                        &mut || {
+                            let j = x.c(n_full);
+                            g.pack_b_panel(b_base, j, n - n_full, kb, kend, panel_of(j)?)
+                        },
+                        &mut || Ok(()),
+                    )?;
+                }
+                x.em.range_loop_ptr(s_ic, r_lo, r_hi, bl.mc, &mut |_| {
+                    let ic = x.get(s_ic)?;
+                    let ic_end = x.min(x.addc(ic, bl.mc)?, r_hi)?;
+                    g.pack_a(ic, ic_end, kb, kend)?;
+                    let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
+                        let panel = panel_of(j)?;
+                        x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
+                            let r = x.get(s_r)?;
+                            let sliver = x.at(ft, g.packed_a, x.mulc(x.sub(r, ic)?, bl.kc)?)?;
+                            g.tile(r, ic_end, j, width, sliver, panel, kc, first)
+                        })
+                    };
+                    x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| slivers(x.get(s_j)?, nr))?;
+                    if n_full < n {
+                        x.branch(
+                            has_tail,
+                            &mut || slivers(x.c(n_full), n - n_full),
+                            &mut || Ok(()),
+                        )?;
+                    }
+                    Ok(())
+                })
+            })
+        })
+    })
+}
