@@ -217,7 +217,7 @@ fn ulps(a: f32, b: f32) -> u32 {
 
 #[test]
 fn vectorized_transcendentals_are_accurate() {
-    // exp, tanh and logistic are computed in f32 by polynomials (no library calls); bound
+    // exp, tanh, logistic and erf are computed in f32 by polynomials (no library calls); bound
     // their error against the reference, which rounds the f64 result once.
     let mut xs: Vec<f32> = (-120_000..=120_000).map(|i| i as f32 * 1e-3).collect();
     xs.extend([
@@ -238,7 +238,7 @@ fn vectorized_transcendentals_are_accurate() {
     ]);
     let n = xs.len();
     let x = Literal::f32([n], xs.clone()).unwrap();
-    for (op, bound) in [("exponential", 2), ("tanh", 4), ("logistic", 4)] {
+    for (op, bound) in [("exponential", 2), ("tanh", 4), ("logistic", 4), ("erf", 4)] {
         let src = format!(
             "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = {op} %0 : f32[{n}]\n  return %1\n}}\n"
         );
