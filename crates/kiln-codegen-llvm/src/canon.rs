@@ -7,7 +7,7 @@
 //!   front of the O(M N K) product; none for the usual `x @ w`). The result type is unchanged:
 //!   its dimensions are batch, lhs free, rhs free either way.
 
-use kiln_ir::{Builder, Func, Inst, Op, TensorType, ValueId, VerifyError};
+use kiln_ir::{Builder, DType, Func, Inst, Op, TensorType, ValueId, VerifyError};
 
 fn free_dims(rank: usize, a: &[i64], c: &[i64]) -> Vec<i64> {
     (0..rank as i64)
@@ -214,5 +214,123 @@ pub fn im2col_convs(f: &Func) -> Result<Func, VerifyError> {
             perm[d as usize] = canon_of_nhwo[k];
         }
         Ok(Some(vec![b.transpose(nhwo, &perm)?]))
+    })
+}
+
+/// Rewrites each `rng_bit_generator` (Threefry-2x32, 20 rounds) into integer arithmetic on
+/// vectors of counter blocks, so that its bits come from kernels: block `i` encrypts the
+/// 64-bit counter `state[2..4] + i` under the key `state[0..2]`, and its two words are bits
+/// `2i` and `2i + 1`; the next state advances the counter by the number of blocks.
+pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
+    if !f
+        .insts
+        .iter()
+        .any(|i| matches!(i.op, Op::RngBitGenerator { .. }))
+    {
+        return Ok(f.clone());
+    }
+    rebuild(f, |b, inst, ops| {
+        if !matches!(inst.op, Op::RngBitGenerator { .. }) {
+            return Ok(None);
+        }
+        let out_ty = &f.values[inst.results[1].index()];
+        let n = out_ty.numel();
+        let blocks = n.div_ceil(2);
+        // The 64-bit counter lives in i64 (wrapping arithmetic, logical shifts: the same bits).
+        let (u32t, u64t) = (DType::U32, DType::I64);
+        // The four state words as u32 scalars.
+        let word = |b: &mut Builder, i: i64| -> Result<ValueId, VerifyError> {
+            let w = b.inst(
+                Op::Slice {
+                    start_indices: vec![i],
+                    limit_indices: vec![i + 1],
+                    strides: vec![1],
+                },
+                &[ops[0]],
+            )?;
+            b.reshape(w, &[])
+        };
+        let (k0, k1, hi, lo) = (word(b, 0)?, word(b, 1)?, word(b, 2)?, word(b, 3)?);
+        let wide = |b: &mut Builder, v: ValueId, shape: &[usize]| {
+            let c = b.scalar(u64t, 32.0)?;
+            let c = b.broadcast(c, &[], shape)?;
+            let h = b.convert(v, u64t)?;
+            b.binary(Op::ShiftLeft {}, h, c)
+        };
+        let hi64 = wide(b, hi, &[])?;
+        let lo64 = b.convert(lo, u64t)?;
+        let start = b.binary(Op::Or {}, hi64, lo64)?;
+        // Splits u64 values into their high and low u32 words.
+        let split = |b: &mut Builder, v: ValueId, shape: &[usize]| {
+            let c = b.scalar(u64t, 32.0)?;
+            let c = b.broadcast(c, &[], shape)?;
+            let h = b.binary(Op::ShiftRightLogical {}, v, c)?;
+            Ok::<_, VerifyError>((b.convert(h, u32t)?, b.convert(v, u32t)?))
+        };
+        let iota = b.inst_typed(
+            Op::Iota { iota_dimension: 0 },
+            &[],
+            TensorType::new(u64t, [blocks]),
+        )?;
+        let base = b.broadcast(start, &[], &[blocks])?;
+        let ctr = b.binary(Op::Add {}, iota, base)?;
+        let (mut x0, mut x1) = split(b, ctr, &[blocks])?;
+        let k2 = {
+            let x = b.binary(Op::Xor {}, k0, k1)?;
+            let c = b.scalar(u32t, f64::from(0x1BD1_1BDAu32))?;
+            b.binary(Op::Xor {}, x, c)?
+        };
+        let ks = [
+            b.broadcast(k0, &[], &[blocks])?,
+            b.broadcast(k1, &[], &[blocks])?,
+            b.broadcast(k2, &[], &[blocks])?,
+        ];
+        let constant = |b: &mut Builder, v: u32| -> Result<ValueId, VerifyError> {
+            let c = b.scalar(u32t, f64::from(v))?;
+            b.broadcast(c, &[], &[blocks])
+        };
+        x0 = b.binary(Op::Add {}, x0, ks[0])?;
+        x1 = b.binary(Op::Add {}, x1, ks[1])?;
+        const ROTATIONS: [u32; 8] = [13, 15, 26, 6, 17, 29, 16, 24];
+        for round in 0..20 {
+            x0 = b.binary(Op::Add {}, x0, x1)?;
+            let r = ROTATIONS[round % 8];
+            let (left, right) = (constant(b, r)?, constant(b, 32 - r)?);
+            let l = b.binary(Op::ShiftLeft {}, x1, left)?;
+            let h = b.binary(Op::ShiftRightLogical {}, x1, right)?;
+            x1 = b.binary(Op::Or {}, l, h)?;
+            x1 = b.binary(Op::Xor {}, x1, x0)?;
+            if round % 4 == 3 {
+                let s = round / 4 + 1;
+                x0 = b.binary(Op::Add {}, x0, ks[s % 3])?;
+                x1 = b.binary(Op::Add {}, x1, ks[(s + 1) % 3])?;
+                let sc = constant(b, s as u32)?;
+                x1 = b.binary(Op::Add {}, x1, sc)?;
+            }
+        }
+        // Interleave the words: [blocks, 2] -> 2 * blocks, then the first n.
+        let c0 = b.reshape(x0, &[blocks, 1])?;
+        let c1 = b.reshape(x1, &[blocks, 1])?;
+        let pairs = b.inst(Op::Concatenate { dimension: 1 }, &[c0, c1])?;
+        let flat = b.reshape(pairs, &[2 * blocks])?;
+        let first = b.inst(
+            Op::Slice {
+                start_indices: vec![0],
+                limit_indices: vec![n as i64],
+                strides: vec![1],
+            },
+            &[flat],
+        )?;
+        let bits = b.reshape(first, &out_ty.shape)?;
+        // The next state.
+        let used = b.scalar(u64t, blocks as f64)?;
+        let next = b.binary(Op::Add {}, start, used)?;
+        let (nh, nl) = split(b, next, &[])?;
+        let words: Vec<ValueId> = [k0, k1, nh, nl]
+            .into_iter()
+            .map(|w| b.reshape(w, &[1]))
+            .collect::<Result<_, _>>()?;
+        let state = b.inst(Op::Concatenate { dimension: 0 }, &words)?;
+        Ok(Some(vec![state, bits]))
     })
 }

@@ -33,6 +33,8 @@ pub enum Step {
     Kernel,
     /// The value is a constant held by the executable.
     Constant,
+    /// The results are the operands, passed through (`optimization_barrier`).
+    Forward,
     /// The reference interpreter (no kernel for this op yet).
     Reference,
 }
@@ -1090,6 +1092,51 @@ impl<'c> Emitter<'c> {
         Ok(r)
     }
 
+    /// `x` to the power `y` in wrapping integer arithmetic: square-and-multiply over every bit
+    /// of `y` (straight-line code, so it vectorizes). A negative exponent gives 1 for a base of
+    /// 1, +-1 for -1 (by the exponent's parity) and 0 otherwise.
+    fn int_pow(
+        &self,
+        it: IntType<'c>,
+        signed: bool,
+        x: IntValue<'c>,
+        y: IntValue<'c>,
+    ) -> Result<IntValue<'c>> {
+        let b = &self.b;
+        let one = it.const_int(1, false);
+        let sel = |c: IntValue<'c>, t: IntValue<'c>, e: IntValue<'c>| -> Result<IntValue<'c>> {
+            Ok(b.build_select(c, t, e, "s").map_err(llvm)?.into_int_value())
+        };
+        let odd = |e: IntValue<'c>| -> Result<IntValue<'c>> {
+            let bit = b.build_and(e, one, "bit").map_err(llvm)?;
+            b.build_int_compare(IntPredicate::NE, bit, it.const_zero(), "odd")
+                .map_err(llvm)
+        };
+        let (mut acc, mut base, mut e) = (one, x, y);
+        for step in 0..it.get_bit_width() {
+            let times = b.build_int_mul(acc, base, "t").map_err(llvm)?;
+            acc = sel(odd(e)?, times, acc)?;
+            if step + 1 < it.get_bit_width() {
+                base = b.build_int_mul(base, base, "sq").map_err(llvm)?;
+                e = b.build_right_shift(e, one, false, "e").map_err(llvm)?;
+            }
+        }
+        if !signed {
+            return Ok(acc);
+        }
+        let minus_one = it.const_all_ones();
+        let is = |v: IntValue<'c>| {
+            b.build_int_compare(IntPredicate::EQ, x, v, "is")
+                .map_err(llvm)
+        };
+        let parity = sel(odd(y)?, minus_one, one)?;
+        let neg = sel(is(one)?, one, sel(is(minus_one)?, parity, it.const_zero())?)?;
+        let negative = b
+            .build_int_compare(IntPredicate::SLT, y, it.const_zero(), "neg")
+            .map_err(llvm)?;
+        sel(negative, neg, acc)
+    }
+
     fn int_op(&self, k: OpKind, d: DType, v: &[BasicValueEnum<'c>]) -> Result<BasicValueEnum<'c>> {
         let b = &self.b;
         let it = self.itype(d);
@@ -1122,6 +1169,7 @@ impl<'c> Emitter<'c> {
                 .build_int_mul(x, y.expect("binary"), "r")
                 .map_err(llvm)?
                 .into(),
+            OpKind::Power => self.int_pow(it, signed, x, y.expect("binary"))?.into(),
             OpKind::Divide | OpKind::Remainder => {
                 let y = y.expect("binary");
                 let zero = b
@@ -1694,9 +1742,11 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     Ok(m.print_to_string().to_string())
 }
 
-/// The rewrites the CPU backend applies before making kernels: convolutions as im2col, then
-/// every matrix product in canonical form.
+/// The rewrites the CPU backend applies before making kernels: random bit generators as
+/// integer arithmetic, convolutions as im2col, then every matrix product in canonical form.
 fn prepare(f: &Func) -> Result<Func> {
+    let f = &crate::canon::expand_rngs(f)
+        .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
     let convs = crate::canon::im2col_convs(f)
         .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
     crate::canon::canonicalize_dots(&convs)
@@ -1717,6 +1767,7 @@ impl CpuExecutable {
             .map(|(inst, k)| match (k, &inst.op) {
                 (Some(_), _) => Step::Kernel,
                 (None, Op::Constant { .. }) => Step::Constant,
+                (None, Op::OptimizationBarrier {}) => Step::Forward,
                 (None, _) => Step::Reference,
             })
             .collect();
@@ -1783,6 +1834,11 @@ impl CpuExecutable {
         for (i, inst) in f.insts.iter().enumerate() {
             let outs = match (&self.steps[i], &inst.op) {
                 (Step::Constant, Op::Constant { value }) => vec![Cow::Borrowed(value)],
+                (Step::Forward, _) => inst
+                    .operands
+                    .iter()
+                    .map(|o| env[o.index()].clone().expect("verified SSA"))
+                    .collect(),
                 (Step::Kernel, _) => {
                     let ptrs: Vec<*const u8> = inst
                         .operands

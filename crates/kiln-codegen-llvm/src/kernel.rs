@@ -221,7 +221,7 @@ fn same(input: usize, ty: &TensorType, out: &TensorType, vars: usize) -> Expr {
 pub fn elementwise_supported(k: OpKind, d: DType) -> bool {
     use OpKind::*;
     match k {
-        Power => d.is_float(),
+        Power => d != DType::Pred,
         Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | And | Or | Xor
         | ShiftLeft | ShiftRightLogical | Negate | Abs | Sign | Exponential | Log | LogPlusOne
         | ExponentialMinusOne | Sqrt | Rsqrt | Tanh | Logistic | Sine | Cosine | Erf | Floor
@@ -451,6 +451,22 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     args: vec![same(0, &x[0], out, r)],
                 },
             )
+        }
+        // Any other bitcast (between widths, or of 8- and 16-bit types) keeps the buffer's
+        // little-endian bytes as they are: a byte copy.
+        Op::BitcastConvert {} => {
+            let bytes = out.numel() * out.dtype.bytes();
+            Some(Kernel {
+                schedule: Schedule::Nest,
+                out: TensorType::new(DType::I8, [bytes]),
+                vars: 1,
+                body: Expr::Gather {
+                    input: 0,
+                    dtype: DType::I8,
+                    index: vec![Idx::Var(0)],
+                    strides: vec![1],
+                },
+            })
         }
         Op::SelectAndScatter {
             window_dimensions,
