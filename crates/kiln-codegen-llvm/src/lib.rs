@@ -93,11 +93,13 @@ fn binary_supports(k: OpKind, d: DType) -> bool {
 pub fn cpu_support(k: OpKind) -> Support {
     use OpKind::*;
     match k {
-        Power | BitcastConvert => Support::Some,
         _ if k.props().contains(kiln_ir::Props::ELEMENTWISE) => Support::All,
+        // rng_bit_generator runs as integer kernels after `canon::expand_rngs`;
+        // optimization_barrier passes its operands through.
         BroadcastInDim | Transpose | Slice | Reverse | Reshape | Iota | Reduce | DotGeneral
         | Constant | Pad | Concatenate | DynamicSlice | DynamicUpdateSlice | Gather
-        | Convolution | ReduceWindow | Scatter | SelectAndScatter => Support::All,
+        | Convolution | ReduceWindow | Scatter | SelectAndScatter | BitcastConvert
+        | RngBitGenerator | OptimizationBarrier => Support::All,
         _ => Support::None,
     }
 }
