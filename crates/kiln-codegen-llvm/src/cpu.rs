@@ -18,6 +18,7 @@ use kiln_ir::{
 };
 
 mod gemm;
+mod math;
 
 /// A compiled kernel: input pointers, output pointer, the row range `lo..hi` to compute, and
 /// scratch memory of the kernel's [`scratch_bytes`], 64-byte aligned.
@@ -376,22 +377,6 @@ impl<'c> Emitter<'c> {
         self.range_loop(var, self.i64c(0), self.i64c(extent as i64), 1, body)
     }
 
-    /// `a * m + add` in f32, fused where the target allows.
-    fn fmuladd_f32(
-        &self,
-        a: FloatValue<'c>,
-        m: FloatValue<'c>,
-        add: FloatValue<'c>,
-    ) -> Result<FloatValue<'c>> {
-        Ok(self
-            .intrinsic(
-                "llvm.fmuladd",
-                self.ctx.f32_type().into(),
-                &[a.into(), m.into(), add.into()],
-            )?
-            .into_float_value())
-    }
-
     /// `cond ? a : e` for floats.
     fn select_float(
         &self,
@@ -687,303 +672,6 @@ impl<'c> Emitter<'c> {
         }
     }
 
-    /// e^x in f32 without a library call, so loops vectorize: x = n ln 2 + r with n rounded to
-    /// nearest and ln 2 split in two, e^r by its degree-7 Taylor polynomial (|r| <= ln 2 / 2),
-    /// then scaled by 2^n in two steps to reach the subnormal range. Within 2 ulps of the
-    /// correctly rounded result (checked by `vectorized_transcendentals_are_accurate`).
-    fn exp_f32(&self, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
-        let b = &self.b;
-        let ft = self.ctx.f32_type();
-        let i32t = self.ctx.i32_type();
-        let c = |v: f64| ft.const_float(v);
-        let hi = b
-            .build_float_compare(FloatPredicate::OGT, x, c(89.0), "hi")
-            .map_err(llvm)?;
-        let lo = b
-            .build_float_compare(FloatPredicate::OLT, x, c(-104.0), "lo")
-            .map_err(llvm)?;
-        let xc = self.select_float(hi, c(89.0), self.select_float(lo, c(-104.0), x)?)?;
-        let t = b
-            .build_float_mul(xc, c(std::f64::consts::LOG2_E), "t")
-            .map_err(llvm)?;
-        let n = self
-            .intrinsic("llvm.rint", ft.into(), &[t.into()])?
-            .into_float_value();
-        let r = self.fmuladd_f32(n, c(-0.693359375), xc)?;
-        let r = self.fmuladd_f32(n, c(2.121944400546906e-4), r)?;
-        let mut p = c(1.0 / 5040.0);
-        for coef in [
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-            1.0,
-        ] {
-            p = self.fmuladd_f32(p, r, c(coef))?;
-        }
-        let ni = b.build_float_to_signed_int(n, i32t, "ni").map_err(llvm)?;
-        let n1 = b
-            .build_right_shift(ni, i32t.const_int(1, false), true, "n1")
-            .map_err(llvm)?;
-        let n2 = b.build_int_sub(ni, n1, "n2").map_err(llvm)?;
-        let pow2 = |e: IntValue<'c>| -> Result<FloatValue<'c>> {
-            let biased = b
-                .build_int_add(e, i32t.const_int(127, false), "eb")
-                .map_err(llvm)?;
-            let bits = b
-                .build_left_shift(biased, i32t.const_int(23, false), "bits")
-                .map_err(llvm)?;
-            Ok(b.build_bit_cast(bits, ft, "p2")
-                .map_err(llvm)?
-                .into_float_value())
-        };
-        let y = b
-            .build_float_mul(
-                b.build_float_mul(p, pow2(n1)?, "y1").map_err(llvm)?,
-                pow2(n2)?,
-                "y",
-            )
-            .map_err(llvm)?;
-        let over = b
-            .build_float_compare(FloatPredicate::OGT, x, c(88.72283935546875), "over")
-            .map_err(llvm)?;
-        let under = b
-            .build_float_compare(FloatPredicate::OLT, x, c(-103.97208), "under")
-            .map_err(llvm)?;
-        let nan = b
-            .build_float_compare(FloatPredicate::UNO, x, x, "nan")
-            .map_err(llvm)?;
-        self.select_float(
-            nan,
-            x,
-            self.select_float(over, c(f64::INFINITY), self.select_float(under, c(0.0), y)?)?,
-        )
-    }
-
-    /// tanh in f32 without a library call: x + x^3 P(x^2) for |x| < 0.625 (P fitted for
-    /// relative error), 1 - 2 / (e^(2|x|) + 1) with x's sign above. Within 4 ulps.
-    fn tanh_f32(&self, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
-        let b = &self.b;
-        let ft = self.ctx.f32_type();
-        let c = |v: f64| ft.const_float(v);
-        let ax = self
-            .intrinsic("llvm.fabs", ft.into(), &[x.into()])?
-            .into_float_value();
-        let z = b.build_float_mul(x, x, "z").map_err(llvm)?;
-        let mut p = c(-0.00571895512510833);
-        for coef in [
-            0.020653118198681084,
-            -0.05374465608119191,
-            0.13331512644825047,
-            -0.333332852188943,
-        ] {
-            p = self
-                .intrinsic(
-                    "llvm.fmuladd",
-                    ft.into(),
-                    &[p.into(), z.into(), c(coef).into()],
-                )?
-                .into_float_value();
-        }
-        let x3 = b.build_float_mul(x, z, "x3").map_err(llvm)?;
-        let small = self
-            .intrinsic("llvm.fmuladd", ft.into(), &[x3.into(), p.into(), x.into()])?
-            .into_float_value();
-        let e = self.exp_f32(b.build_float_add(ax, ax, "2x").map_err(llvm)?)?;
-        let q = b
-            .build_float_div(
-                c(2.0),
-                b.build_float_add(e, c(1.0), "e1").map_err(llvm)?,
-                "q",
-            )
-            .map_err(llvm)?;
-        let big = b.build_float_sub(c(1.0), q, "big").map_err(llvm)?;
-        let signed = self
-            .intrinsic("llvm.copysign", ft.into(), &[big.into(), x.into()])?
-            .into_float_value();
-        let is_small = b
-            .build_float_compare(FloatPredicate::OLT, ax, c(0.625), "sm")
-            .map_err(llvm)?;
-        Ok(b.build_select(is_small, small, signed, "tanh")
-            .map_err(llvm)?
-            .into_float_value())
-    }
-
-    /// erf in f32 without a library call. |x| < 0.921875: x P(x^2) with P the Taylor series
-    /// of erf(x) / x to x^20. Up to 4: 1 - e^(-x^2) G(|x|), G a degree-12 Chebyshev fit of
-    /// erfc(x) e^(x^2) on [0.921875, 4] (written in powers of (|x| - 2.4609375) / 1.5390625),
-    /// with x's sign. Beyond 4: +-1 (erf rounds to 1 in f32 from 3.92). Within 4 ulps.
-    fn erf_f32(&self, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
-        let b = &self.b;
-        let ft = self.ctx.f32_type();
-        let c = |v: f64| ft.const_float(v);
-        let horner = |t: FloatValue<'c>, coefs: &[f64]| -> Result<FloatValue<'c>> {
-            let mut p = c(coefs[coefs.len() - 1]);
-            for &k in coefs.iter().rev().skip(1) {
-                p = self.fmuladd_f32(p, t, c(k))?;
-            }
-            Ok(p)
-        };
-        let ax = self
-            .intrinsic("llvm.fabs", ft.into(), &[x.into()])?
-            .into_float_value();
-        let z = b.build_float_mul(x, x, "z").map_err(llvm)?;
-        let taylor = horner(
-            z,
-            &[
-                1.128379225730896,
-                -0.37612637877464294,
-                0.11283791810274124,
-                -0.02686617150902748,
-                0.005223977845162153,
-                -0.0008548327023163438,
-                0.00012055332626914605,
-                -1.4925650248187594e-05,
-                1.6462114444948384e-06,
-                -1.6365844146548625e-07,
-                1.4807192805221803e-08,
-            ],
-        )?;
-        let small = b.build_float_mul(x, taylor, "small").map_err(llvm)?;
-        let u = b
-            .build_float_mul(
-                b.build_float_sub(ax, c(2.4609375), "u0").map_err(llvm)?,
-                c(1.0 / 1.5390625),
-                "u",
-            )
-            .map_err(llvm)?;
-        let g = horner(
-            u,
-            &[
-                0.21374909579753876,
-                -0.11748100817203522,
-                0.061346590518951416,
-                -0.03061823360621929,
-                0.014674331992864609,
-                -0.00677316403016448,
-                0.003024532226845622,
-                -0.0013295066310092807,
-                0.0005607217899523675,
-                -0.0001964636758202687,
-                7.735335384495556e-05,
-                -5.6745611800579354e-05,
-                2.1956744603812695e-05,
-            ],
-        )?;
-        let e = self.exp_f32(b.build_float_neg(z, "nz").map_err(llvm)?)?;
-        let erfc = b.build_float_mul(e, g, "erfc").map_err(llvm)?;
-        let mid = b.build_float_sub(c(1.0), erfc, "mid").map_err(llvm)?;
-        let far = b
-            .build_float_compare(FloatPredicate::OGE, ax, c(4.0), "far")
-            .map_err(llvm)?;
-        let big = self.select_float(far, c(1.0), mid)?;
-        let signed = self
-            .intrinsic("llvm.copysign", ft.into(), &[big.into(), x.into()])?
-            .into_float_value();
-        // NaN compares false and takes the small branch, which returns it.
-        let is_big = b
-            .build_float_compare(FloatPredicate::OGE, ax, c(0.921875), "big")
-            .map_err(llvm)?;
-        self.select_float(is_big, signed, small)
-    }
-
-    /// ln x in f32 without a library call: subnormals are scaled by 2^24, x = m 2^e with m in
-    /// [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) with s = (m - 1) / (m + 1) as an odd series to
-    /// s^11, plus e ln 2 in two parts. Zero gives -inf, negatives NaN, +inf and NaN themselves.
-    fn log_f32(&self, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
-        let b = &self.b;
-        let ft = self.ctx.f32_type();
-        let i32t = self.ctx.i32_type();
-        let c = |v: f64| ft.const_float(v);
-        let ci = |v: u64| i32t.const_int(v, false);
-        // Scale subnormals into the normal range.
-        let tiny = b
-            .build_float_compare(FloatPredicate::OLT, x, c(1.1754943508222875e-38), "tiny")
-            .map_err(llvm)?;
-        let xs = self.select_float(
-            tiny,
-            b.build_float_mul(x, c(16777216.0), "xs").map_err(llvm)?,
-            x,
-        )?;
-        let bits = b
-            .build_bit_cast(xs, i32t, "bits")
-            .map_err(llvm)?
-            .into_int_value();
-        let exp_bits = b
-            .build_and(
-                b.build_right_shift(bits, ci(23), false, "eb")
-                    .map_err(llvm)?,
-                ci(0xff),
-                "e8",
-            )
-            .map_err(llvm)?;
-        let mbits = b
-            .build_or(
-                b.build_and(bits, ci(0x007f_ffff), "mb").map_err(llvm)?,
-                ci(0x3f80_0000),
-                "m1",
-            )
-            .map_err(llvm)?;
-        let m = b
-            .build_bit_cast(mbits, ft, "m")
-            .map_err(llvm)?
-            .into_float_value();
-        // m in [1, 2): fold the top half down so m is in [sqrt(1/2), sqrt(2)).
-        let big = b
-            .build_float_compare(FloatPredicate::OGT, m, c(std::f64::consts::SQRT_2), "big")
-            .map_err(llvm)?;
-        let m = self.select_float(big, b.build_float_mul(m, c(0.5), "mh").map_err(llvm)?, m)?;
-        let e_i = b.build_int_sub(exp_bits, ci(127), "e").map_err(llvm)?;
-        let e_i = b
-            .build_int_add(
-                e_i,
-                b.build_int_z_extend(big, i32t, "bz").map_err(llvm)?,
-                "e1",
-            )
-            .map_err(llvm)?;
-        let e_i = b
-            .build_int_sub(
-                e_i,
-                b.build_select(tiny, ci(24), ci(0), "adj")
-                    .map_err(llvm)?
-                    .into_int_value(),
-                "e2",
-            )
-            .map_err(llvm)?;
-        let e = b.build_signed_int_to_float(e_i, ft, "ef").map_err(llvm)?;
-        let s = b
-            .build_float_div(
-                b.build_float_sub(m, c(1.0), "mm").map_err(llvm)?,
-                b.build_float_add(m, c(1.0), "mp").map_err(llvm)?,
-                "s",
-            )
-            .map_err(llvm)?;
-        let z = b.build_float_mul(s, s, "z").map_err(llvm)?;
-        let mut p = c(2.0 / 11.0);
-        for coef in [2.0 / 9.0, 2.0 / 7.0, 2.0 / 5.0, 2.0 / 3.0] {
-            p = self.fmuladd_f32(p, z, c(coef))?;
-        }
-        // ln m = 2 s + s z p.
-        let sz = b.build_float_mul(s, z, "sz").map_err(llvm)?;
-        let lnm = self.fmuladd_f32(sz, p, b.build_float_add(s, s, "2s").map_err(llvm)?)?;
-        let lo = self.fmuladd_f32(e, c(-2.1219444005469057e-4), lnm)?;
-        let y = self.fmuladd_f32(e, c(0.693359375), lo)?;
-        let zero = b
-            .build_float_compare(FloatPredicate::OEQ, x, c(0.0), "zero")
-            .map_err(llvm)?;
-        let neg = b
-            .build_float_compare(FloatPredicate::OLT, x, c(0.0), "neg")
-            .map_err(llvm)?;
-        let special = b
-            .build_float_compare(FloatPredicate::UEQ, x, c(f64::INFINITY), "inf_or_nan")
-            .map_err(llvm)?;
-        let y = self.select_float(special, b.build_float_add(x, x, "xx").map_err(llvm)?, y)?;
-        let y = self.select_float(neg, c(f64::NAN), y)?;
-        self.select_float(zero, c(f64::NEG_INFINITY), y)
-    }
-
     fn float_op(
         &self,
         k: OpKind,
@@ -1034,10 +722,8 @@ impl<'c> Emitter<'c> {
                     .map_err(llvm)?;
                 b.build_select(pos, one.into(), s, "r").map_err(llvm)?
             }
-            OpKind::Exponential if d != DType::F64 => self.exp_f32(x)?.into(),
-            OpKind::Exponential => intr("llvm.exp")?,
-            OpKind::Log if d != DType::F64 => self.log_f32(x)?.into(),
-            OpKind::Log => intr("llvm.log")?,
+            OpKind::Exponential => self.exp_fast(d, x)?.into(),
+            OpKind::Log => self.log_fast(d, x)?.into(),
             OpKind::LogPlusOne => self.libm("log1p", d, x)?.into(),
             OpKind::ExponentialMinusOne => self.libm("expm1", d, x)?.into(),
             OpKind::Sqrt => intr("llvm.sqrt")?,
@@ -1045,39 +731,11 @@ impl<'c> Emitter<'c> {
                 let s = intr("llvm.sqrt")?.into_float_value();
                 b.build_float_div(one, s, "r").map_err(llvm)?.into()
             }
-            OpKind::Tanh if d != DType::F64 => self.tanh_f32(x)?.into(),
-            OpKind::Tanh => self.libm("tanh", d, x)?.into(),
-            // 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, from e = e^-|x|, so neither
-            // side overflows (large negative x gives subnormals, not 0).
-            OpKind::Logistic if d != DType::F64 => {
-                let a = self
-                    .intrinsic("llvm.fabs", ft.into(), &[x.into()])?
-                    .into_float_value();
-                let e = self.exp_f32(b.build_float_neg(a, "na").map_err(llvm)?)?;
-                let den = b.build_float_add(one, e, "d").map_err(llvm)?;
-                let pos = b.build_float_div(one, den, "p").map_err(llvm)?;
-                let neg = b.build_float_div(e, den, "n").map_err(llvm)?;
-                let nonneg = b
-                    .build_float_compare(FloatPredicate::OGE, x, ft.const_zero(), "nn")
-                    .map_err(llvm)?;
-                let nan = b
-                    .build_float_compare(FloatPredicate::UNO, x, x, "nan")
-                    .map_err(llvm)?;
-                let r = b.build_select(nonneg, pos, neg, "r").map_err(llvm)?;
-                b.build_select(nan, x.into(), r, "r").map_err(llvm)?
-            }
-            OpKind::Logistic => {
-                let n = b.build_float_neg(x, "n").map_err(llvm)?;
-                let e = self
-                    .intrinsic("llvm.exp", ft.into(), &[n.into()])?
-                    .into_float_value();
-                let den = b.build_float_add(one, e, "d").map_err(llvm)?;
-                b.build_float_div(one, den, "r").map_err(llvm)?.into()
-            }
+            OpKind::Tanh => self.tanh_fast(d, x)?.into(),
+            OpKind::Logistic => self.logistic_fast(d, x)?.into(),
             OpKind::Sine => intr("llvm.sin")?,
             OpKind::Cosine => intr("llvm.cos")?,
-            OpKind::Erf if d != DType::F64 => self.erf_f32(x)?.into(),
-            OpKind::Erf => self.libm("erf", d, x)?.into(),
+            OpKind::Erf => self.erf_fast(d, x)?.into(),
             OpKind::Floor => intr("llvm.floor")?,
             OpKind::Ceil => intr("llvm.ceil")?,
             OpKind::Round => intr("llvm.round")?,

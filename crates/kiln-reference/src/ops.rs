@@ -268,7 +268,14 @@ fn unary(op: &Op, a: &Literal, ty: &TensorType) -> Literal {
             Op::Sqrt {} => f64::sqrt,
             Op::Rsqrt {} => |x| 1.0 / x.sqrt(),
             Op::Tanh {} => f64::tanh,
-            Op::Logistic {} => |x| 1.0 / (1.0 + (-x).exp()),
+            // e^x / (1 + e^x) below zero: 1 / (1 + e^-x) overflows there in f64.
+            Op::Logistic {} => |x| {
+                if x < 0.0 {
+                    x.exp() / (1.0 + x.exp())
+                } else {
+                    1.0 / (1.0 + (-x).exp())
+                }
+            },
             Op::Sine {} => f64::sin,
             Op::Cosine {} => f64::cos,
             Op::Erf {} => libm::erf,

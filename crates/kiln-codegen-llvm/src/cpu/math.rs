@@ -1,0 +1,361 @@
+//! exp, log, tanh, logistic and erf as straight-line LLVM IR for f32 (also used by f16 and
+//! bf16, which compute in f32) and f64: no library calls, so loops over them vectorize. The
+//! error bounds are checked against the reference interpreter (which rounds a correctly
+//! computed f64 or higher result once) by `vectorized_transcendentals_are_accurate`.
+
+use super::{Emitter, llvm};
+use crate::Result;
+use inkwell::FloatPredicate;
+use inkwell::types::{FloatType, IntType};
+use inkwell::values::{FloatValue, IntValue};
+use kiln_ir::DType;
+
+/// One binary float format: its types and the constants the functions below depend on.
+struct Format<'c> {
+    ft: FloatType<'c>,
+    /// The integer type of the same width.
+    it: IntType<'c>,
+    /// Mantissa bits.
+    mant: u64,
+    /// Exponent bias.
+    bias: u64,
+    /// The smallest normal value, and the power of two that scales subnormals above it.
+    min_normal: f64,
+    tiny_shift: u64,
+    /// ln 2 = ln2_hi + ln2_lo, ln2_hi with enough trailing zeros that n * ln2_hi is exact.
+    ln2_hi: f64,
+    ln2_lo: f64,
+    /// Whether this is f64 (longer polynomials).
+    double: bool,
+}
+
+/// f64 coefficient tables (lowest degree first), fitted offline at 50 digits.
+mod tables {
+    include!("math_tables.rs");
+}
+use tables::*;
+
+impl<'c> Emitter<'c> {
+    fn format(&self, d: DType) -> Format<'c> {
+        if d == DType::F64 {
+            Format {
+                ft: self.ctx.f64_type(),
+                it: self.ctx.i64_type(),
+                mant: 52,
+                bias: 1023,
+                min_normal: f64::MIN_POSITIVE,
+                tiny_shift: 54,
+                ln2_hi: 6.931_471_803_691_238e-1,
+                ln2_lo: 1.908_214_929_270_587_7e-10,
+                double: true,
+            }
+        } else {
+            Format {
+                ft: self.ctx.f32_type(),
+                it: self.ctx.i32_type(),
+                mant: 23,
+                bias: 127,
+                min_normal: 1.1754943508222875e-38,
+                tiny_shift: 24,
+                ln2_hi: 0.693359375,
+                ln2_lo: -2.1219444005469057e-4,
+                double: false,
+            }
+        }
+    }
+
+    /// `a * m + add`, fused where the target allows.
+    pub(super) fn fmuladd(
+        &self,
+        a: FloatValue<'c>,
+        m: FloatValue<'c>,
+        add: FloatValue<'c>,
+    ) -> Result<FloatValue<'c>> {
+        Ok(self
+            .intrinsic(
+                "llvm.fmuladd",
+                a.get_type().into(),
+                &[a.into(), m.into(), add.into()],
+            )?
+            .into_float_value())
+    }
+
+    /// The polynomial with coefficients `coefs` (lowest degree first) at `t`, by Horner's rule.
+    fn horner(&self, t: FloatValue<'c>, coefs: &[f64]) -> Result<FloatValue<'c>> {
+        let ft = t.get_type();
+        let mut p = ft.const_float(coefs[coefs.len() - 1]);
+        for &k in coefs.iter().rev().skip(1) {
+            p = self.fmuladd(p, t, ft.const_float(k))?;
+        }
+        Ok(p)
+    }
+
+    fn fcmp(
+        &self,
+        p: FloatPredicate,
+        x: FloatValue<'c>,
+        y: FloatValue<'c>,
+    ) -> Result<IntValue<'c>> {
+        self.b.build_float_compare(p, x, y, "c").map_err(llvm)
+    }
+
+    fn fabs(&self, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        Ok(self
+            .intrinsic("llvm.fabs", x.get_type().into(), &[x.into()])?
+            .into_float_value())
+    }
+
+    /// `v` with the sign of `s`.
+    fn copysign(&self, v: FloatValue<'c>, s: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        Ok(self
+            .intrinsic("llvm.copysign", v.get_type().into(), &[v.into(), s.into()])?
+            .into_float_value())
+    }
+
+    /// e^x: x = n ln 2 + r with n rounded to nearest and ln 2 split in two, e^r by its Taylor
+    /// polynomial (degree 7 in f32, 13 in f64; |r| <= ln 2 / 2), then scaled by 2^n in two
+    /// steps to reach the subnormal range. Within 2 ulps.
+    pub(super) fn exp_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let f = self.format(d);
+        let b = &self.b;
+        let c = |v: f64| f.ft.const_float(v);
+        // Clamp so 2^n stays representable; beyond `over` and `under` the result is inf or 0.
+        let (top, bottom, over, under, degree) = if f.double {
+            (710.0, -746.0, 709.782712893384, -745.1332191019412, 13)
+        } else {
+            (89.0, -104.0, 88.72283935546875, -103.97208, 7)
+        };
+        let hi = self.fcmp(FloatPredicate::OGT, x, c(top))?;
+        let lo = self.fcmp(FloatPredicate::OLT, x, c(bottom))?;
+        let xc = self.select_float(hi, c(top), self.select_float(lo, c(bottom), x)?)?;
+        let t = b
+            .build_float_mul(xc, c(std::f64::consts::LOG2_E), "t")
+            .map_err(llvm)?;
+        let n = self
+            .intrinsic("llvm.rint", f.ft.into(), &[t.into()])?
+            .into_float_value();
+        let r = self.fmuladd(n, c(-f.ln2_hi), xc)?;
+        let r = self.fmuladd(n, c(-f.ln2_lo), r)?;
+        let mut taylor = vec![1.0f64];
+        for k in 1..=degree {
+            taylor.push(taylor[k - 1] / k as f64);
+        }
+        let p = self.horner(r, &taylor)?;
+        let ni = b.build_float_to_signed_int(n, f.it, "ni").map_err(llvm)?;
+        let n1 = b
+            .build_right_shift(ni, f.it.const_int(1, false), true, "n1")
+            .map_err(llvm)?;
+        let n2 = b.build_int_sub(ni, n1, "n2").map_err(llvm)?;
+        let pow2 = |e: IntValue<'c>| -> Result<FloatValue<'c>> {
+            let biased = b
+                .build_int_add(e, f.it.const_int(f.bias, false), "eb")
+                .map_err(llvm)?;
+            let bits = b
+                .build_left_shift(biased, f.it.const_int(f.mant, false), "bits")
+                .map_err(llvm)?;
+            Ok(b.build_bit_cast(bits, f.ft, "p2")
+                .map_err(llvm)?
+                .into_float_value())
+        };
+        let y = b
+            .build_float_mul(
+                b.build_float_mul(p, pow2(n1)?, "y1").map_err(llvm)?,
+                pow2(n2)?,
+                "y",
+            )
+            .map_err(llvm)?;
+        let over = self.fcmp(FloatPredicate::OGT, x, c(over))?;
+        let under = self.fcmp(FloatPredicate::OLT, x, c(under))?;
+        let nan = self.fcmp(FloatPredicate::UNO, x, x)?;
+        self.select_float(
+            nan,
+            x,
+            self.select_float(over, c(f64::INFINITY), self.select_float(under, c(0.0), y)?)?,
+        )
+    }
+
+    /// ln x: subnormals are scaled into the normal range, x = m 2^e with m in
+    /// [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) with s = (m - 1) / (m + 1) as an odd series (to
+    /// s^11 in f32, s^25 in f64), plus e ln 2 in two parts. Zero gives -inf, negatives NaN, +inf
+    /// and NaN themselves. Within 2 ulps.
+    pub(super) fn log_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let f = self.format(d);
+        let b = &self.b;
+        let c = |v: f64| f.ft.const_float(v);
+        let ci = |v: u64| f.it.const_int(v, false);
+        let tiny = self.fcmp(FloatPredicate::OLT, x, c(f.min_normal))?;
+        let scaled = b
+            .build_float_mul(x, c(2f64.powi(f.tiny_shift as i32)), "xs")
+            .map_err(llvm)?;
+        let xs = self.select_float(tiny, scaled, x)?;
+        let bits = b
+            .build_bit_cast(xs, f.it, "bits")
+            .map_err(llvm)?
+            .into_int_value();
+        let exp_mask = (1u64 << (f.it.get_bit_width() as u64 - 1 - f.mant)) - 1;
+        let exp_bits = b
+            .build_and(
+                b.build_right_shift(bits, ci(f.mant), false, "eb")
+                    .map_err(llvm)?,
+                ci(exp_mask),
+                "e8",
+            )
+            .map_err(llvm)?;
+        let mbits = b
+            .build_or(
+                b.build_and(bits, ci((1u64 << f.mant) - 1), "mb")
+                    .map_err(llvm)?,
+                ci(f.bias << f.mant),
+                "m1",
+            )
+            .map_err(llvm)?;
+        let m = b
+            .build_bit_cast(mbits, f.ft, "m")
+            .map_err(llvm)?
+            .into_float_value();
+        // m in [1, 2): fold the top half down so m is in [sqrt(1/2), sqrt(2)).
+        let big = self.fcmp(FloatPredicate::OGT, m, c(std::f64::consts::SQRT_2))?;
+        let m = self.select_float(big, b.build_float_mul(m, c(0.5), "mh").map_err(llvm)?, m)?;
+        let e_i = b.build_int_sub(exp_bits, ci(f.bias), "e").map_err(llvm)?;
+        let e_i = b
+            .build_int_add(
+                e_i,
+                b.build_int_z_extend(big, f.it, "bz").map_err(llvm)?,
+                "e1",
+            )
+            .map_err(llvm)?;
+        let e_i = b
+            .build_int_sub(
+                e_i,
+                b.build_select(tiny, ci(f.tiny_shift), ci(0), "adj")
+                    .map_err(llvm)?
+                    .into_int_value(),
+                "e2",
+            )
+            .map_err(llvm)?;
+        let e = b.build_signed_int_to_float(e_i, f.ft, "ef").map_err(llvm)?;
+        let s = b
+            .build_float_div(
+                b.build_float_sub(m, c(1.0), "mm").map_err(llvm)?,
+                b.build_float_add(m, c(1.0), "mp").map_err(llvm)?,
+                "s",
+            )
+            .map_err(llvm)?;
+        let z = b.build_float_mul(s, s, "z").map_err(llvm)?;
+        let terms = if f.double { 12 } else { 5 };
+        let series: Vec<f64> = (1..=terms).map(|k| 2.0 / (2 * k + 1) as f64).collect();
+        let p = self.horner(z, &series)?;
+        // ln m = 2 s + s z p.
+        let sz = b.build_float_mul(s, z, "sz").map_err(llvm)?;
+        let lnm = self.fmuladd(sz, p, b.build_float_add(s, s, "2s").map_err(llvm)?)?;
+        let lo = self.fmuladd(e, c(f.ln2_lo), lnm)?;
+        let y = self.fmuladd(e, c(f.ln2_hi), lo)?;
+        let zero = self.fcmp(FloatPredicate::OEQ, x, c(0.0))?;
+        let neg = self.fcmp(FloatPredicate::OLT, x, c(0.0))?;
+        let special = self.fcmp(FloatPredicate::UEQ, x, c(f64::INFINITY))?;
+        let y = self.select_float(special, b.build_float_add(x, x, "xx").map_err(llvm)?, y)?;
+        let y = self.select_float(neg, c(f64::NAN), y)?;
+        self.select_float(zero, c(f64::NEG_INFINITY), y)
+    }
+
+    /// tanh: x + x^3 P(x^2) for |x| < 0.625 (P fitted for relative error), 1 - 2 / (e^(2|x|) +
+    /// 1) with x's sign above. Within 4 ulps.
+    pub(super) fn tanh_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let f = self.format(d);
+        let b = &self.b;
+        let c = |v: f64| f.ft.const_float(v);
+        let ax = self.fabs(x)?;
+        let z = b.build_float_mul(x, x, "z").map_err(llvm)?;
+        let p = if f.double {
+            self.horner(
+                self.fmuladd(z, c(1.0 / 0.1953125), c(-1.0))?,
+                &TANH_SMALL_F64,
+            )?
+        } else {
+            self.horner(
+                z,
+                &[
+                    -0.333332852188943,
+                    0.13331512644825047,
+                    -0.05374465608119191,
+                    0.020653118198681084,
+                    -0.00571895512510833,
+                ],
+            )?
+        };
+        let x3 = b.build_float_mul(x, z, "x3").map_err(llvm)?;
+        let small = self.fmuladd(x3, p, x)?;
+        let e = self.exp_fast(d, b.build_float_add(ax, ax, "2x").map_err(llvm)?)?;
+        let q = b
+            .build_float_div(
+                c(2.0),
+                b.build_float_add(e, c(1.0), "e1").map_err(llvm)?,
+                "q",
+            )
+            .map_err(llvm)?;
+        let big = b.build_float_sub(c(1.0), q, "big").map_err(llvm)?;
+        let signed = self.copysign(big, x)?;
+        let is_small = self.fcmp(FloatPredicate::OLT, ax, c(0.625))?;
+        self.select_float(is_small, small, signed)
+    }
+
+    /// logistic: 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, from e = e^-|x|, so
+    /// neither side overflows (large negative x gives subnormals, not 0). Within 4 ulps.
+    pub(super) fn logistic_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let f = self.format(d);
+        let b = &self.b;
+        let one = f.ft.const_float(1.0);
+        let a = self.fabs(x)?;
+        let e = self.exp_fast(d, b.build_float_neg(a, "na").map_err(llvm)?)?;
+        let den = b.build_float_add(one, e, "d").map_err(llvm)?;
+        let pos = b.build_float_div(one, den, "p").map_err(llvm)?;
+        let neg = b.build_float_div(e, den, "n").map_err(llvm)?;
+        let nonneg = self.fcmp(FloatPredicate::OGE, x, f.ft.const_zero())?;
+        let nan = self.fcmp(FloatPredicate::UNO, x, x)?;
+        let r = self.select_float(nonneg, pos, neg)?;
+        self.select_float(nan, x, r)
+    }
+
+    /// erf. Small |x| (below 0.921875): x P(x^2) with P the Taylor series of erf(x) / x (to
+    /// x^20 in f32, x^34 in f64). Up to the point where erf rounds to 1 (4 in f32, 6 in f64):
+    /// 1 - e^(-x^2) G(|x|), G a Chebyshev interpolant of erfc(x) e^(x^2) (one piece in f32, two
+    /// in f64, split at 2.5), with x's sign. Beyond: +-1. Within 4 ulps.
+    pub(super) fn erf_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let f = self.format(d);
+        let b = &self.b;
+        let c = |v: f64| f.ft.const_float(v);
+        let ax = self.fabs(x)?;
+        let z = b.build_float_mul(x, x, "z").map_err(llvm)?;
+        // G on [lo, hi], written in powers of (|x| - mid) / half.
+        let piece = |lo: f64, hi: f64, coefs: &[f64]| -> Result<FloatValue<'c>> {
+            let (mid, half) = ((lo + hi) / 2.0, (hi - lo) / 2.0);
+            let u = b
+                .build_float_mul(
+                    b.build_float_sub(ax, c(mid), "u0").map_err(llvm)?,
+                    c(1.0 / half),
+                    "u",
+                )
+                .map_err(llvm)?;
+            self.horner(u, coefs)
+        };
+        let (taylor, g, one_from): (&[f64], FloatValue<'c>, f64) = if f.double {
+            let near = piece(0.921875, 2.5, &ERFC_NEAR_F64)?;
+            let far = piece(2.5, 6.0, &ERFC_FAR_F64)?;
+            let is_far = self.fcmp(FloatPredicate::OGE, ax, c(2.5))?;
+            (&ERF_TAYLOR_F64, self.select_float(is_far, far, near)?, 6.0)
+        } else {
+            (&ERF_TAYLOR_F32, piece(0.921875, 4.0, &ERFC_F32)?, 4.0)
+        };
+        let small = b
+            .build_float_mul(x, self.horner(z, taylor)?, "small")
+            .map_err(llvm)?;
+        let e = self.exp_fast(d, b.build_float_neg(z, "nz").map_err(llvm)?)?;
+        let erfc = b.build_float_mul(e, g, "erfc").map_err(llvm)?;
+        let mid = b.build_float_sub(c(1.0), erfc, "mid").map_err(llvm)?;
+        let far = self.fcmp(FloatPredicate::OGE, ax, c(one_from))?;
+        let big = self.copysign(self.select_float(far, c(1.0), mid)?, x)?;
+        // NaN compares false and takes the small branch, which returns it.
+        let is_big = self.fcmp(FloatPredicate::OGE, ax, c(0.921875))?;
+        self.select_float(is_big, big, small)
+    }
+}
