@@ -1,6 +1,8 @@
 //! The CPU backend: a function becomes one LLVM module with a kernel per instruction,
-//! optimized at O3 for the host CPU and JIT-compiled; instructions without a kernel yet run on
-//! the reference interpreter inside the same executable (see [`CpuExecutable::plan`]).
+//! optimized at O3 for the host CPU and JIT-compiled, and run by a `kiln_runtime::Program`.
+//! Every op has a kernel (constants are held, `optimization_barrier` passes values through);
+//! the runtime would run an instruction without one on the reference interpreter, and
+//! [`CpuExecutable::plan`] shows which way each instruction runs.
 
 use crate::kernel::{Cond, Ew, Expr, Idx, Kernel, Schedule, lower};
 use crate::{Error, Result};
@@ -20,37 +22,15 @@ use kiln_ir::{
 mod gemm;
 mod math;
 
-/// A compiled kernel: input pointers, output pointer, the row range `lo..hi` to compute, and
-/// scratch memory of the kernel's [`scratch_bytes`], 64-byte aligned.
-type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64, *mut u8);
+pub use kiln_runtime::Step;
+use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
 
-/// Work (multiply-adds or elements) below which a kernel runs on one thread.
-const PARALLEL_WORK: usize = 1 << 16;
-
-/// How one instruction runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// A JIT-compiled kernel.
-    Kernel,
-    /// The value is a constant held by the executable.
-    Constant,
-    /// The results are the operands, passed through (`optimization_barrier`).
-    Forward,
-    /// The reference interpreter (no kernel for this op yet).
-    Reference,
-}
-
-/// A function compiled for this CPU.
+/// A function compiled for this CPU: the runtime program and the JIT engine that owns its
+/// kernels' code.
 pub struct CpuExecutable {
-    func: Func,
-    steps: Vec<Step>,
-    kernels: Vec<Option<KernelFn>>,
-    /// For each kernel: rows of its outermost loop, its total work and its scratch bytes.
-    shape: Vec<KernelShape>,
-    /// Intermediate buffers of the previous call, by value, reused so repeated calls do not
-    /// pay for fresh pages (every kernel writes its whole output).
-    pool: std::sync::Mutex<Vec<Option<Literal>>>,
-    // Declared before the context so it is dropped first.
+    program: Program,
+    // Declared before the context so it is dropped first (the program only holds pointers
+    // into the engine's code).
     _engine: Option<ExecutionEngine<'static>>,
     _context: Box<Context>,
 }
@@ -533,6 +513,7 @@ impl<'c> Emitter<'c> {
                 off,
             } => self.load(*input, *dtype, coef, *off),
             Expr::Iota { var, .. } => Ok(self.var(*var)?.into()),
+            Expr::Index { idx, .. } => Ok(self.idx(idx)?.into()),
             Expr::Const { dtype, value } => Ok(self.constant(*dtype, *value)),
             Expr::Op { op, dtype, args } => {
                 let vals: Vec<BasicValueEnum> =
@@ -620,6 +601,7 @@ impl<'c> Emitter<'c> {
                 self.op(&Ew::Kind(OpKind::Minimum), d, d, &[m, v[2]])
             }
             Ew::Convert => self.convert(d, out, v[0]),
+            Ew::Narrow => self.load_value(out, self.store_value(out, v[0])?),
             Ew::Bitcast => {
                 let to: BasicTypeEnum = if out.is_float() {
                     self.ftype(out).into()
@@ -1070,7 +1052,7 @@ fn emit_kernel<'c>(
     let out = f.get_nth_param(1).expect("declared").into_pointer_value();
     // Only kernels worth splitting across threads take their row range at run time; the
     // others keep constant trip counts, which LLVM optimizes faster and better.
-    let KernelShape { rows, work, .. } = kernel_shape(k);
+    let Launch { rows, work, .. } = kernel_shape(k);
     let (lo, hi) = if is_parallel(rows, work) {
         (
             f.get_nth_param(2).expect("declared").into_int_value(),
@@ -1348,6 +1330,16 @@ fn emit_nest<'c>(
     })
 }
 
+/// The fused kernels of `f` (see [`crate::fuse`]); `KILN_NO_FUSION=1` in the environment keeps
+/// one kernel per instruction (for measuring what fusion buys, and for debugging).
+pub fn fused_kernels(f: &Func) -> crate::fuse::Fused {
+    let ks = kernels(f);
+    if std::env::var("KILN_NO_FUSION").is_ok_and(|v| v == "1") {
+        return crate::fuse::unfused(f, ks);
+    }
+    crate::fuse::fuse(f, ks)
+}
+
 /// The kernels of `f`, one per instruction that has one (`None` for the others).
 pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
     f.insts
@@ -1392,7 +1384,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
     let f = &prepare(f)?;
     let ctx = Context::create();
-    let ks = kernels(f);
+    let ks = fused_kernels(f).kernels;
     let m = build_module(&ctx, f, &ks, optimized)?;
     if optimized {
         crate::optimize(&m, &crate::host_machine()?)?;
@@ -1417,12 +1409,15 @@ impl CpuExecutable {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
         let canonical = prepare(f)?;
         let f = &canonical;
-        let ks = kernels(f);
+        let fused = fused_kernels(f);
+        let ks = &fused.kernels;
         let steps: Vec<Step> = f
             .insts
             .iter()
-            .zip(&ks)
-            .map(|(inst, k)| match (k, &inst.op) {
+            .zip(ks)
+            .enumerate()
+            .map(|(i, (inst, k))| match (k, &inst.op) {
+                _ if fused.inlined[i] => Step::Fused,
                 (Some(_), _) => Step::Kernel,
                 (None, Op::Constant { .. }) => Step::Constant,
                 (None, Op::OptimizationBarrier {}) => Step::Forward,
@@ -1439,7 +1434,7 @@ impl CpuExecutable {
             .map(|k| k.as_ref().map(kernel_shape).unwrap_or_default())
             .collect();
         let engine = if ks.iter().any(Option::is_some) {
-            let m = build_module(ctx, f, &ks, true)?;
+            let m = build_module(ctx, f, ks, true)?;
             crate::optimize(&m, &crate::host_machine()?)?;
             let ee = m
                 .create_jit_execution_engine(OptimizationLevel::Aggressive)
@@ -1456,12 +1451,12 @@ impl CpuExecutable {
         } else {
             None
         };
+        // SAFETY: each kernel was emitted for its instruction's operand and result types,
+        // writes its whole result (its rows when split), uses the scratch its launch names, and
+        // lives in the engine, which the executable keeps alive as long as the program.
+        let program = unsafe { Program::new(f.clone(), steps, kernels_fns, shape, fused.operands) };
         Ok(CpuExecutable {
-            func: f.clone(),
-            steps,
-            kernels: kernels_fns,
-            shape,
-            pool: std::sync::Mutex::new(Vec::new()),
+            program,
             _engine: engine,
             _context: context,
         })
@@ -1469,96 +1464,18 @@ impl CpuExecutable {
 
     /// How each instruction runs.
     pub fn plan(&self) -> &[Step] {
-        &self.steps
+        self.program.plan()
     }
 
     /// Runs on arguments of the function's parameter types.
     pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
-        self.call(&args.iter().collect::<Vec<_>>())
+        self.program.run(args).map_err(|e| Error::Args(e.0))
     }
 
     /// Runs on borrowed arguments of the function's parameter types: arguments are read in
     /// place, and results move out of the executable without a copy.
     pub fn call(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
-        use std::borrow::Cow;
-        let f = &self.func;
-        kiln_reference::check_args(f, args).map_err(|e| Error::Args(e.to_string()))?;
-        let mut env: Vec<Option<Cow<'_, Literal>>> = vec![None; f.values.len()];
-        // Take the pool (a concurrent call finds it empty and allocates its own buffers).
-        let mut reuse = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
-        for (&p, &a) in f.params.iter().zip(args) {
-            env[p.index()] = Some(Cow::Borrowed(a));
-        }
-        for (i, inst) in f.insts.iter().enumerate() {
-            let outs = match (&self.steps[i], &inst.op) {
-                (Step::Constant, Op::Constant { value }) => vec![Cow::Borrowed(value)],
-                (Step::Forward, _) => inst
-                    .operands
-                    .iter()
-                    .map(|o| env[o.index()].clone().expect("verified SSA"))
-                    .collect(),
-                (Step::Kernel, _) => {
-                    let ptrs: Vec<*const u8> = inst
-                        .operands
-                        .iter()
-                        .map(|o| env[o.index()].as_ref().expect("verified SSA").as_ptr())
-                        .collect();
-                    let ty = &f.values[inst.results[0].index()];
-                    let mut out = reuse
-                        .get_mut(inst.results[0].index())
-                        .and_then(Option::take)
-                        .filter(|l| l.ty() == ty)
-                        .unwrap_or_else(|| Literal::zeros(ty.clone()));
-                    let kernel = self.kernels[i].expect("compiled with the plan");
-                    // SAFETY: the pointers address live buffers of the types the kernel was
-                    // compiled for, and the output buffer is exclusively ours.
-                    run_kernel(kernel, &ptrs, out.as_mut_ptr(), self.shape[i]);
-                    vec![Cow::Owned(out)]
-                }
-                _ => {
-                    let xs: Vec<&Literal> = inst
-                        .operands
-                        .iter()
-                        .map(|o| env[o.index()].as_deref().expect("verified SSA"))
-                        .collect();
-                    let tys: Vec<TensorType> = inst
-                        .results
-                        .iter()
-                        .map(|r| f.values[r.index()].clone())
-                        .collect();
-                    kiln_reference::eval_op(&inst.op, &xs, &tys)
-                        .into_iter()
-                        .map(Cow::Owned)
-                        .collect()
-                }
-            };
-            for (&r, v) in inst.results.iter().zip(outs) {
-                env[r.index()] = Some(v);
-            }
-        }
-        // Results move out, except a value returned twice (copied for the earlier position).
-        let mut outputs: Vec<Literal> = Vec::with_capacity(f.outputs.len());
-        for (pos, o) in f.outputs.iter().enumerate() {
-            let again = f.outputs[pos + 1..].contains(o);
-            let v = if again {
-                env[o.index()].as_deref().expect("verified SSA").clone()
-            } else {
-                env[o.index()].take().expect("verified SSA").into_owned()
-            };
-            outputs.push(v);
-        }
-        // Keep the intermediates written by kernels for the next call.
-        let mut keep: Vec<Option<Literal>> = vec![None; f.values.len()];
-        for (inst, step) in f.insts.iter().zip(&self.steps) {
-            let r = inst.results[0].index();
-            if *step == Step::Kernel
-                && let Some(Cow::Owned(l)) = env[r].take()
-            {
-                keep[r] = Some(l);
-            }
-        }
-        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
-        Ok(outputs)
+        self.program.call(args).map_err(|e| Error::Args(e.0))
     }
 }
 
@@ -1574,18 +1491,8 @@ fn host_cpu() -> (String, String) {
     .clone()
 }
 
-/// How a kernel is called.
-#[derive(Clone, Copy, Debug, Default)]
-struct KernelShape {
-    /// Rows of its outermost loop (the range callers split across threads).
-    rows: usize,
-    /// Total work (elements or multiply-adds).
-    work: usize,
-    /// Scratch bytes per call.
-    scratch: usize,
-}
-
-fn kernel_shape(k: &Kernel) -> KernelShape {
+/// How the runtime calls `k`.
+fn kernel_shape(k: &Kernel) -> Launch {
     let (rows, work) = match k.schedule {
         Schedule::Gemm { batch, m, n, k } => (batch * m, batch * m * n * k),
         Schedule::Nest => (
@@ -1601,10 +1508,12 @@ fn kernel_shape(k: &Kernel) -> KernelShape {
         }
         _ => 0,
     };
-    KernelShape {
+    Launch {
         rows,
         work,
         scratch,
+        // A GEMM chunk packs all of B: fewer, larger chunks.
+        chunks_per_thread: if scratch > 0 { 2 } else { 4 },
     }
 }
 
@@ -1612,11 +1521,6 @@ fn kernel_shape(k: &Kernel) -> KernelShape {
 /// independent dumps assume 256-bit ones).
 fn wide_vectors(for_host: bool) -> bool {
     for_host && host_cpu().1.split(',').any(|f| f == "+avx512f")
-}
-
-/// Whether a kernel of this shape is split across threads.
-fn is_parallel(rows: usize, work: usize) -> bool {
-    work >= PARALLEL_WORK && rows >= 2
 }
 
 /// Total work of one output element: the product of the reduction extents in the body.
@@ -1631,58 +1535,4 @@ fn reduction_work(e: &Expr) -> usize {
         } => reduction_work(then).max(reduction_work(otherwise)),
         _ => 1,
     }
-}
-
-/// Pointers handed to kernels running on other threads.
-#[derive(Clone, Copy)]
-struct Buffers(*const *const u8, *mut u8);
-
-// SAFETY: the input buffers are only read, and each thread writes a disjoint range of rows of
-// the output; all of them outlive the scope the threads run in.
-unsafe impl Send for Buffers {}
-unsafe impl Sync for Buffers {}
-
-/// A 64-byte aligned block of scratch memory.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-thread_local! {
-    /// Each thread's kernel scratch memory, grown to the largest request and kept.
-    static SCRATCH: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Calls `kernel` on all its rows, split across threads when the work is large.
-fn run_kernel(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, shape: KernelShape) {
-    let bufs = Buffers(inputs.as_ptr(), out);
-    let threads = rayon::current_num_threads();
-    let call = |lo: usize, hi: usize| {
-        let b = bufs;
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            let lines = shape.scratch.div_ceil(64);
-            if s.len() < lines {
-                s.resize(lines, Line([0; 64]));
-            }
-            // SAFETY: the pointers address live buffers of the types the kernel was compiled
-            // for; rows lo..hi of the output are written by this call alone; the scratch
-            // memory is this thread's and as large as the kernel asked for.
-            unsafe { kernel(b.0, b.1, lo as i64, hi as i64, s.as_mut_ptr().cast()) };
-        })
-    };
-    let KernelShape { rows, work, .. } = shape;
-    if !is_parallel(rows, work) || threads < 2 {
-        call(0, rows);
-        return;
-    }
-    // Chunks per thread: enough to even out threads slowed by other work. A GEMM chunk packs
-    // all of B once, so GEMMs take fewer, larger chunks.
-    let per_thread = if shape.scratch > 0 { 2 } else { 4 };
-    let chunks = rows.min(threads * per_thread);
-    rayon::scope(|s| {
-        for c in 0..chunks {
-            let (lo, hi) = (rows * c / chunks, rows * (c + 1) / chunks);
-            s.spawn(move |_| call(lo, hi));
-        }
-    });
 }

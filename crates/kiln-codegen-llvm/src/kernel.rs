@@ -22,6 +22,10 @@ pub enum Ew {
     Convert,
     /// Reinterpretation of the bits as the result dtype (same width, 32 or 64 bits).
     Bitcast,
+    /// Rounding to the result dtype (f16 or bf16) of a value held in f32: what storing and
+    /// loading it back would do. Fusion inserts it where an inlined producer's result was
+    /// stored.
+    Narrow,
 }
 
 /// An integer index expression over loop variables (i64 arithmetic).
@@ -76,6 +80,9 @@ pub enum Expr {
     },
     /// Loop variable `var` as a value of `dtype`.
     Iota { var: usize, dtype: DType },
+    /// An index expression as a value of `dtype` (i64); fusion turns a producer's `Iota` into
+    /// this when it inlines the producer at a consumer's index.
+    Index { idx: Idx, dtype: DType },
     /// A constant.
     Const { dtype: DType, value: f64 },
     /// An elementwise op producing `dtype`.
@@ -113,6 +120,7 @@ impl Expr {
         match self {
             Expr::Load { dtype, .. }
             | Expr::Iota { dtype, .. }
+            | Expr::Index { dtype, .. }
             | Expr::Const { dtype, .. }
             | Expr::Op { dtype, .. }
             | Expr::Reduce { dtype, .. }

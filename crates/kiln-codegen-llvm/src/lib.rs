@@ -24,6 +24,7 @@
 
 mod canon;
 pub mod cpu;
+pub mod fuse;
 pub mod kernel;
 
 use inkwell::attributes::{Attribute, AttributeLoc};

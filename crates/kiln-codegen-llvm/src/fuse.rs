@@ -1,0 +1,636 @@
+//! Loop fusion: producers inlined into their consumers' loop nests.
+//!
+//! A kernel's body reads its inputs through index expressions of its loop variables. When an
+//! instruction's kernel is a plain loop nest without reductions (elementwise ops, broadcasts,
+//! transposes, slices, reshapes, pads, concatenations, iotas, converts, selects, ...), its body
+//! can be evaluated at any index instead of being stored and loaded back: every load of its
+//! value in a consumer is replaced by the producer's body with the producer's loop variables
+//! replaced by the consumer's index expressions. An instruction is inlined when:
+//!
+//! - it is not a function output, and every user is itself a loop-nest kernel (GEMM, scatter
+//!   and select-and-scatter kernels read whole buffers);
+//! - each user reads each of its elements about once, or the body is cheap enough to
+//!   recompute where a user reads it many times (a broadcast, a reduction over it);
+//! - the fused body stays small (compile time).
+//!
+//! Chains fuse transitively (producers are processed first), and a value used by several
+//! consumers is recomputed in each, trading arithmetic for memory traffic, which is what
+//! bounds these kernels. Inlining never creates cycles: a consumer only absorbs instructions
+//! that precede it.
+
+use crate::kernel::{Cond, Expr, Idx, Kernel, Schedule};
+use kiln_ir::{DType, Func, ValueId, strides};
+
+/// Largest body (in expression nodes) a fused kernel may grow to.
+const MAX_NODES: usize = 400;
+/// Largest arithmetic cost of a producer recomputed for every read of a user that reads each
+/// of its elements more than once.
+const CHEAP: usize = 3;
+
+/// The fused kernels of a function.
+#[derive(Debug)]
+pub struct Fused {
+    /// Per instruction: its kernel with inlined producers (`None` for an instruction without
+    /// a kernel, or one inlined into all its users).
+    pub kernels: Vec<Option<Kernel>>,
+    /// Per instruction: the values whose buffers its kernel reads, in input order.
+    pub operands: Vec<Vec<ValueId>>,
+    /// Per instruction: whether it is computed inside its users' kernels.
+    pub inlined: Vec<bool>,
+    /// Per instruction: the instructions its kernel computes (itself and what it inlined).
+    pub members: Vec<Vec<usize>>,
+}
+
+/// The per-instruction kernels `ks` of `f` as they are: nothing inlined.
+pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
+    let n = f.insts.len();
+    Fused {
+        kernels: ks,
+        operands: f.insts.iter().map(|i| i.operands.clone()).collect(),
+        inlined: vec![false; n],
+        members: (0..n).map(|i| vec![i]).collect(),
+    }
+}
+
+/// Fuses the per-instruction kernels `ks` of `f`.
+pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
+    let n = f.insts.len();
+    let mut producer: Vec<Option<usize>> = vec![None; f.values.len()];
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        for r in &inst.results {
+            producer[r.index()] = Some(i);
+        }
+        for o in &inst.operands {
+            users[o.index()].push(i);
+        }
+    }
+    let mut out = Fused {
+        kernels: vec![None; n],
+        operands: vec![Vec::new(); n],
+        inlined: vec![false; n],
+        members: vec![Vec::new(); n],
+    };
+    for (i, inst) in f.insts.iter().enumerate() {
+        out.members[i] = vec![i];
+        let Some(k) = &ks[i] else {
+            out.operands[i] = inst.operands.clone();
+            continue;
+        };
+        if k.schedule != Schedule::Nest {
+            out.operands[i] = inst.operands.clone();
+            out.kernels[i] = Some(k.clone());
+            continue;
+        }
+        // Inline the operands computed by inlined producers.
+        let mut inputs: Vec<ValueId> = Vec::new();
+        let mut members = vec![i];
+        let extents = var_extents(k);
+        let body = {
+            let mut ctx = Inline {
+                f,
+                fused: &out,
+                producer: &producer,
+                old_inputs: &inst.operands,
+                inputs: &mut inputs,
+                members: &mut members,
+                extents: &extents,
+            };
+            ctx.expr(&k.body)
+        };
+        members.sort_unstable();
+        members.dedup();
+        let fused = Kernel { body, ..k.clone() };
+        out.operands[i] = inputs;
+        out.members[i] = members;
+        out.kernels[i] = Some(fused);
+        out.inlined[i] = inlinable(f, i, &ks, &out, &users);
+        if out.inlined[i] {
+            // Its users compute it; it has no kernel of its own.
+            out.members[i].clear();
+        }
+    }
+    for i in 0..n {
+        if out.inlined[i] {
+            out.kernels[i] = None;
+        }
+    }
+    out
+}
+
+/// Whether instruction `i` (its fused kernel already in `fused`) can be computed inside every
+/// user's kernel.
+fn inlinable(
+    f: &Func,
+    i: usize,
+    ks: &[Option<Kernel>],
+    fused: &Fused,
+    users: &[Vec<usize>],
+) -> bool {
+    let inst = &f.insts[i];
+    let Some(k) = &fused.kernels[i] else {
+        return false;
+    };
+    let v = inst.results[0];
+    let numel = f.values[v.index()].numel();
+    if inst.results.len() != 1
+        || k.schedule != Schedule::Nest
+        || k.vars != k.out.rank()
+        || has_reduce(&k.body)
+        || numel == 0
+        || f.outputs.contains(&v)
+        || users[v.index()].is_empty()
+        || nodes(&k.body) > MAX_NODES
+    {
+        return false;
+    }
+    let cost = cost(&k.body);
+    users[v.index()].iter().all(|&u| {
+        let Some(uk) = &ks[u] else { return false };
+        if uk.schedule != Schedule::Nest || uk.out.numel() == 0 {
+            return false;
+        }
+        let positions: Vec<usize> = f.insts[u]
+            .operands
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| **o == v)
+            .map(|(j, _)| j)
+            .collect();
+        let reads: usize = positions
+            .iter()
+            .map(|&j| reads_of(&uk.body, j, uk.out.numel()))
+            .sum();
+        reads <= numel || cost <= CHEAP
+    })
+}
+
+/// How many times a kernel over `outer` positions evaluates loads of input `j` in `e`.
+fn reads_of(e: &Expr, j: usize, outer: usize) -> usize {
+    match e {
+        Expr::Load { input, .. } | Expr::Gather { input, .. } => {
+            let inner = match e {
+                Expr::Gather { index, .. } => index.iter().map(|i| idx_reads(i, j, outer)).sum(),
+                _ => 0,
+            };
+            if *input == j { outer + inner } else { inner }
+        }
+        Expr::Iota { .. } | Expr::Const { .. } | Expr::Index { .. } => 0,
+        Expr::Op { args, .. } => args.iter().map(|a| reads_of(a, j, outer)).sum(),
+        Expr::Reduce {
+            init, vars, body, ..
+        } => {
+            let n: usize = vars.iter().map(|v| v.1).product();
+            reads_of(init, j, outer) + reads_of(body, j, outer.saturating_mul(n))
+        }
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => {
+            conds
+                .iter()
+                .map(|c| match c {
+                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => idx_reads(i, j, outer),
+                })
+                .sum::<usize>()
+                + reads_of(then, j, outer)
+                + reads_of(otherwise, j, outer)
+        }
+    }
+}
+
+fn idx_reads(i: &Idx, j: usize, outer: usize) -> usize {
+    match i {
+        Idx::Value(e) => reads_of(e, j, outer),
+        Idx::Add(xs) => xs.iter().map(|x| idx_reads(x, j, outer)).sum(),
+        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => idx_reads(x, j, outer),
+        Idx::Var(_) | Idx::Const(_) => 0,
+    }
+}
+
+fn has_reduce(e: &Expr) -> bool {
+    let mut found = false;
+    visit(e, &mut |x| found |= matches!(x, Expr::Reduce { .. }));
+    found
+}
+
+fn nodes(e: &Expr) -> usize {
+    let mut n = 0;
+    visit(e, &mut |_| n += 1);
+    n
+}
+
+/// Arithmetic cost of evaluating `e` once: elementwise ops count 1, transcendental ones 8.
+fn cost(e: &Expr) -> usize {
+    use kiln_ir::OpKind::*;
+    let mut c = 0;
+    visit(e, &mut |x| {
+        if let Expr::Op { op, .. } = x {
+            c += match op {
+                crate::kernel::Ew::Kind(
+                    Exponential | Log | LogPlusOne | ExponentialMinusOne | Tanh | Logistic | Sine
+                    | Cosine | Erf | Power | Divide | Remainder | Sqrt | Rsqrt,
+                ) => 8,
+                _ => 1,
+            }
+        }
+    });
+    c
+}
+
+/// Calls `f` on every expression node of `e`, index expressions included.
+fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    let idx = |i: &Idx, f: &mut dyn FnMut(&Expr)| visit_idx(i, f);
+    match e {
+        Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => {}
+        Expr::Index { idx: i, .. } => idx(i, f),
+        Expr::Op { args, .. } => args.iter().for_each(|a| visit(a, f)),
+        Expr::Reduce { init, body, .. } => {
+            visit(init, f);
+            visit(body, f);
+        }
+        Expr::Gather { index, .. } => index.iter().for_each(|i| idx(i, f)),
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => {
+            for c in conds {
+                match c {
+                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => idx(i, f),
+                }
+            }
+            visit(then, f);
+            visit(otherwise, f);
+        }
+    }
+}
+
+fn visit_idx(i: &Idx, f: &mut dyn FnMut(&Expr)) {
+    match i {
+        Idx::Value(e) => visit(e, f),
+        Idx::Add(xs) => xs.iter().for_each(|x| visit_idx(x, f)),
+        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => visit_idx(x, f),
+        Idx::Var(_) | Idx::Const(_) => {}
+    }
+}
+
+/// The extent of each loop variable of `k`: the output dimensions, then reduction variables.
+fn var_extents(k: &Kernel) -> Vec<usize> {
+    let mut ext: Vec<usize> = k.out.shape.clone();
+    visit(&k.body, &mut |e| {
+        if let Expr::Reduce { vars, .. } = e {
+            for &(v, n) in vars {
+                if ext.len() <= v {
+                    ext.resize(v + 1, 1);
+                }
+                ext[v] = n;
+            }
+        }
+    });
+    ext
+}
+
+/// Rewrites one consumer body, inlining producers and renumbering inputs.
+struct Inline<'a> {
+    f: &'a Func,
+    fused: &'a Fused,
+    producer: &'a [Option<usize>],
+    /// The consumer's operands (its unfused kernel's inputs).
+    old_inputs: &'a [ValueId],
+    /// The fused kernel's inputs, built up.
+    inputs: &'a mut Vec<ValueId>,
+    members: &'a mut Vec<usize>,
+    extents: &'a [usize],
+}
+
+impl Inline<'_> {
+    /// The fused input index of value `v`.
+    fn input(&mut self, v: ValueId) -> usize {
+        match self.inputs.iter().position(|&x| x == v) {
+            Some(p) => p,
+            None => {
+                self.inputs.push(v);
+                self.inputs.len() - 1
+            }
+        }
+    }
+
+    /// The producer of the consumer's input `j`, when it is inlined.
+    fn inlined(&self, j: usize) -> Option<usize> {
+        let p = self.producer[self.old_inputs[j].index()]?;
+        self.fused.inlined[p].then_some(p)
+    }
+
+    fn expr(&mut self, e: &Expr) -> Expr {
+        match e {
+            Expr::Load {
+                input,
+                dtype,
+                coef,
+                off,
+            } => match self.inlined(*input) {
+                Some(p) => {
+                    let shape = &self.f.values[self.old_inputs[*input].index()].shape;
+                    let terms: Vec<(usize, i64)> = coef
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| **c != 0)
+                        .map(|(v, c)| (v, *c))
+                        .collect();
+                    let index = split_flat(&terms, *off, shape, self.extents);
+                    self.producer_at(p, &index)
+                }
+                None => Expr::Load {
+                    input: self.input(self.old_inputs[*input]),
+                    dtype: *dtype,
+                    coef: coef.clone(),
+                    off: *off,
+                },
+            },
+            Expr::Gather {
+                input,
+                dtype,
+                index,
+                strides: st,
+            } => {
+                let index: Vec<Idx> = index.iter().map(|i| self.idx(i)).collect();
+                match self.inlined(*input) {
+                    Some(p) => {
+                        let shape = &self.f.values[self.old_inputs[*input].index()].shape;
+                        let own: Vec<i64> = strides(shape).iter().map(|&s| s as i64).collect();
+                        let at = if *st == own {
+                            index
+                        } else {
+                            let flat = Idx::Add(
+                                index
+                                    .into_iter()
+                                    .zip(st)
+                                    .map(|(i, &s)| Idx::Mul(Box::new(i), s))
+                                    .collect(),
+                            );
+                            unflatten(flat, shape)
+                        };
+                        self.producer_at(p, &at)
+                    }
+                    None => Expr::Gather {
+                        input: self.input(self.old_inputs[*input]),
+                        dtype: *dtype,
+                        index,
+                        strides: st.clone(),
+                    },
+                }
+            }
+            Expr::Iota { .. } | Expr::Const { .. } => e.clone(),
+            Expr::Index { idx, dtype } => Expr::Index {
+                idx: self.idx(idx),
+                dtype: *dtype,
+            },
+            Expr::Op { op, dtype, args } => Expr::Op {
+                op: op.clone(),
+                dtype: *dtype,
+                args: args.iter().map(|a| self.expr(a)).collect(),
+            },
+            Expr::Reduce {
+                kind,
+                dtype,
+                init,
+                vars,
+                body,
+            } => Expr::Reduce {
+                kind: *kind,
+                dtype: *dtype,
+                init: Box::new(self.expr(init)),
+                vars: vars.clone(),
+                body: Box::new(self.expr(body)),
+            },
+            Expr::Guard {
+                conds,
+                then,
+                otherwise,
+            } => Expr::Guard {
+                conds: conds.iter().map(|c| self.cond(c)).collect(),
+                then: Box::new(self.expr(then)),
+                otherwise: Box::new(self.expr(otherwise)),
+            },
+        }
+    }
+
+    fn idx(&mut self, i: &Idx) -> Idx {
+        match i {
+            Idx::Value(e) => Idx::Value(Box::new(self.expr(e))),
+            Idx::Add(xs) => Idx::Add(xs.iter().map(|x| self.idx(x)).collect()),
+            Idx::Mul(x, c) => Idx::Mul(Box::new(self.idx(x)), *c),
+            Idx::Div(x, c) => Idx::Div(Box::new(self.idx(x)), *c),
+            Idx::Clamp(x, lo, hi) => Idx::Clamp(Box::new(self.idx(x)), *lo, *hi),
+            Idx::Var(_) | Idx::Const(_) => i.clone(),
+        }
+    }
+
+    fn cond(&mut self, c: &Cond) -> Cond {
+        match c {
+            Cond::InRange(i, lo, hi) => Cond::InRange(self.idx(i), *lo, *hi),
+            Cond::Divisible(i, m) => Cond::Divisible(self.idx(i), *m),
+        }
+    }
+
+    /// Producer `p`'s fused body at output position `at` (one index per dimension), its
+    /// inputs renumbered into the consumer's.
+    fn producer_at(&mut self, p: usize, at: &[Idx]) -> Expr {
+        let pk = self.fused.kernels[p]
+            .as_ref()
+            .expect("an inlined producer has a kernel");
+        let map: Vec<usize> = self.fused.operands[p]
+            .iter()
+            .map(|&v| self.input(v))
+            .collect();
+        self.members.extend(self.fused.members[p].iter().copied());
+        self.members.push(p);
+        let body = substitute(&pk.body, at, &map);
+        match pk.out.dtype {
+            // The producer's kernel would have rounded its f32 result on store.
+            DType::F16 | DType::BF16 => Expr::Op {
+                op: crate::kernel::Ew::Narrow,
+                dtype: pk.out.dtype,
+                args: vec![body],
+            },
+            _ => body,
+        }
+    }
+}
+
+/// `e` (a producer body over its output variables) with variable `d` replaced by `at[d]` and
+/// input `j` by input `map[j]`.
+fn substitute(e: &Expr, at: &[Idx], map: &[usize]) -> Expr {
+    let sub = |x: &Expr| substitute(x, at, map);
+    match e {
+        Expr::Load {
+            input,
+            dtype,
+            coef,
+            off,
+        } => {
+            let mut terms = vec![Idx::Const(*off)];
+            for (d, &c) in coef.iter().enumerate() {
+                if c != 0 {
+                    terms.push(Idx::Mul(Box::new(at[d].clone()), c));
+                }
+            }
+            Expr::Gather {
+                input: map[*input],
+                dtype: *dtype,
+                index: vec![Idx::Add(terms)],
+                strides: vec![1],
+            }
+        }
+        Expr::Gather {
+            input,
+            dtype,
+            index,
+            strides,
+        } => Expr::Gather {
+            input: map[*input],
+            dtype: *dtype,
+            index: index.iter().map(|i| substitute_idx(i, at, map)).collect(),
+            strides: strides.clone(),
+        },
+        Expr::Iota { var, dtype } => Expr::Index {
+            idx: at[*var].clone(),
+            dtype: *dtype,
+        },
+        Expr::Index { idx, dtype } => Expr::Index {
+            idx: substitute_idx(idx, at, map),
+            dtype: *dtype,
+        },
+        Expr::Const { .. } => e.clone(),
+        Expr::Op { op, dtype, args } => Expr::Op {
+            op: op.clone(),
+            dtype: *dtype,
+            args: args.iter().map(sub).collect(),
+        },
+        Expr::Reduce { .. } => unreachable!("producers with reductions are not inlined"),
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => Expr::Guard {
+            conds: conds
+                .iter()
+                .map(|c| match c {
+                    Cond::InRange(i, lo, hi) => Cond::InRange(substitute_idx(i, at, map), *lo, *hi),
+                    Cond::Divisible(i, m) => Cond::Divisible(substitute_idx(i, at, map), *m),
+                })
+                .collect(),
+            then: Box::new(sub(then)),
+            otherwise: Box::new(sub(otherwise)),
+        },
+    }
+}
+
+fn substitute_idx(i: &Idx, at: &[Idx], map: &[usize]) -> Idx {
+    let sub = |x: &Idx| substitute_idx(x, at, map);
+    match i {
+        Idx::Var(d) => at[*d].clone(),
+        Idx::Const(_) => i.clone(),
+        Idx::Add(xs) => Idx::Add(xs.iter().map(sub).collect()),
+        Idx::Mul(x, c) => Idx::Mul(Box::new(sub(x)), *c),
+        Idx::Div(x, c) => Idx::Div(Box::new(sub(x)), *c),
+        Idx::Clamp(x, lo, hi) => Idx::Clamp(Box::new(sub(x)), *lo, *hi),
+        Idx::Value(e) => Idx::Value(Box::new(substitute(e, at, map))),
+    }
+}
+
+/// The position in `shape` of flat element `off + Σ c * var` (vars ranging over `extents`):
+/// per dimension an affine expression of the variables when the terms split exactly between
+/// dimensions without carries (broadcasts, transposes, slices, reshapes that keep dimensions),
+/// otherwise by division and remainder of the flat index.
+fn split_flat(terms: &[(usize, i64)], off: i64, shape: &[usize], extents: &[usize]) -> Vec<Idx> {
+    let st: Vec<i64> = strides(shape).iter().map(|&s| s as i64).collect();
+    let rank = shape.len();
+    let mut parts: Vec<Vec<(usize, i64)>> = vec![Vec::new(); rank];
+    let mut offs = vec![0i64; rank];
+    let mut exact = off >= 0;
+    // Each term goes to the outermost dimension whose stride divides its coefficient.
+    for &(v, c) in terms {
+        match (0..rank)
+            .find(|&d| st[d] != 0 && c % st[d] == 0 && (c / st[d]).abs() < shape[d] as i64)
+        {
+            Some(d) => parts[d].push((v, c / st[d])),
+            None => exact = false,
+        }
+    }
+    let mut rest = off.max(0);
+    for d in 0..rank {
+        if st[d] > 0 {
+            offs[d] = rest / st[d];
+            rest %= st[d];
+        }
+    }
+    exact &= rest == 0;
+    if exact {
+        for d in 0..rank {
+            let (mut lo, mut hi) = (offs[d], offs[d]);
+            for &(v, c) in &parts[d] {
+                let e = extents.get(v).copied().unwrap_or(1) as i64 - 1;
+                if c > 0 {
+                    hi += c * e;
+                } else {
+                    lo += c * e;
+                }
+            }
+            if lo < 0 || hi >= shape[d] as i64 {
+                exact = false;
+            }
+        }
+    }
+    if exact {
+        return (0..rank)
+            .map(|d| {
+                let mut xs: Vec<Idx> = parts[d]
+                    .iter()
+                    .map(|&(v, c)| {
+                        if c == 1 {
+                            Idx::Var(v)
+                        } else {
+                            Idx::Mul(Box::new(Idx::Var(v)), c)
+                        }
+                    })
+                    .collect();
+                if offs[d] != 0 || xs.is_empty() {
+                    xs.push(Idx::Const(offs[d]));
+                }
+                if xs.len() == 1 {
+                    xs.pop().expect("one term")
+                } else {
+                    Idx::Add(xs)
+                }
+            })
+            .collect();
+    }
+    let mut flat = vec![Idx::Const(off)];
+    flat.extend(
+        terms
+            .iter()
+            .map(|&(v, c)| Idx::Mul(Box::new(Idx::Var(v)), c)),
+    );
+    unflatten(Idx::Add(flat), shape)
+}
+
+/// The position in `shape` of the (in-range) flat index `flat`, by division and remainder.
+fn unflatten(flat: Idx, shape: &[usize]) -> Vec<Idx> {
+    let st: Vec<i64> = strides(shape).iter().map(|&s| s as i64).collect();
+    (0..shape.len())
+        .map(|d| {
+            let q = Idx::Div(Box::new(flat.clone()), st[d].max(1));
+            if d == 0 {
+                q
+            } else {
+                // q mod shape[d] = q - (flat / st[d - 1]) * shape[d].
+                let outer = Idx::Div(Box::new(flat.clone()), st[d - 1].max(1));
+                Idx::Add(vec![q, Idx::Mul(Box::new(outer), -(shape[d] as i64))])
+            }
+        })
+        .collect()
+}

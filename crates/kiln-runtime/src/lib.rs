@@ -1,0 +1,344 @@
+//! kiln's host runtime: what runs a compiled function once a backend has produced its kernels.
+//!
+//! - [`Program`]: the function's instructions in order, each a [`Step`] (a kernel, a constant, a
+//!   pass-through, or, as a fallback, the reference interpreter). It is `Send + Sync`, and
+//!   concurrent calls are safe: each call owns its intermediate buffers.
+//! - Buffers: arguments are read in place, results move out without a copy, and the
+//!   intermediates of one call are kept in a pool for the next (repeated calls do not pay for
+//!   fresh pages).
+//! - Threads ([`launch`]): a kernel's outer rows are split into chunks run on rayon when its work
+//!   is large ([`PARALLEL_WORK`]); small kernels stay on the calling thread.
+//! - Scratch memory: each thread keeps one 64-byte aligned scratch area, grown to the largest
+//!   request and reused (the GEMM packs its operands there).
+
+use kiln_ir::{Func, Literal, Op, TensorType, ValueId};
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Mutex;
+
+/// A compiled kernel: input pointers, output pointer, the row range `lo..hi` to compute, and
+/// scratch memory of [`Launch::scratch`] bytes, 64-byte aligned.
+pub type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64, *mut u8);
+
+/// Work (multiply-adds or elements) below which a kernel runs on one thread.
+pub const PARALLEL_WORK: usize = 1 << 16;
+
+/// How one instruction runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A compiled kernel.
+    Kernel,
+    /// The value is a constant held by the program.
+    Constant,
+    /// The results are the operands, passed through (`optimization_barrier`).
+    Forward,
+    /// Computed inside the kernels of its users (fused); never materialized.
+    Fused,
+    /// The reference interpreter (an instruction the backend has no kernel for).
+    Reference,
+}
+
+/// How a kernel is called.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Launch {
+    /// Rows of its outermost loop: the range split across threads.
+    pub rows: usize,
+    /// Total work (elements or multiply-adds), which decides whether to split.
+    pub work: usize,
+    /// Scratch bytes per call.
+    pub scratch: usize,
+    /// Chunks per thread when split: more even out threads slowed by other work, fewer save
+    /// per-chunk setup (a GEMM chunk packs all of its B operand).
+    pub chunks_per_thread: usize,
+}
+
+/// Whether a kernel of this shape is split across threads.
+pub fn is_parallel(rows: usize, work: usize) -> bool {
+    work >= PARALLEL_WORK && rows >= 2
+}
+
+/// Why a call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad arguments: {}", self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A function ready to run: its instructions, how each runs, and the kernels.
+pub struct Program {
+    func: Func,
+    steps: Vec<Step>,
+    kernels: Vec<Option<KernelFn>>,
+    launch: Vec<Launch>,
+    /// Per instruction: the values whose buffers its kernel reads, in input order.
+    operands: Vec<Vec<ValueId>>,
+    /// Intermediate buffers of the previous call, by value, reused so repeated calls do not
+    /// pay for fresh pages (every kernel writes its whole output).
+    pool: Mutex<Vec<Option<Literal>>>,
+}
+
+impl Program {
+    /// A program running `func` with `steps[i]` for instruction `i`; a `Step::Kernel`
+    /// instruction calls `kernels[i]` on the buffers of `operands[i]` as `launch[i]` says.
+    ///
+    /// # Safety
+    ///
+    /// Each kernel must compute its instruction's (first) result from buffers of the types
+    /// `func` gives its operand values, write every element of it (rows `lo..hi` when called
+    /// on them), use no more scratch than its launch says, and stay callable, from any thread,
+    /// for as long as the program lives. A `Step::Fused` instruction's value must not be read
+    /// by any other step or be an output.
+    pub unsafe fn new(
+        func: Func,
+        steps: Vec<Step>,
+        kernels: Vec<Option<KernelFn>>,
+        launch: Vec<Launch>,
+        operands: Vec<Vec<ValueId>>,
+    ) -> Program {
+        let n = func.insts.len();
+        assert_eq!(steps.len(), n, "one step per instruction");
+        assert_eq!(kernels.len(), n, "one kernel slot per instruction");
+        assert_eq!(launch.len(), n, "one launch per instruction");
+        assert_eq!(operands.len(), n, "one operand list per instruction");
+        Program {
+            func,
+            steps,
+            kernels,
+            launch,
+            operands,
+            pool: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The function the program runs.
+    pub fn func(&self) -> &Func {
+        &self.func
+    }
+
+    /// How each instruction runs.
+    pub fn plan(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Runs on arguments of the function's parameter types.
+    pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>, Error> {
+        self.call(&args.iter().collect::<Vec<_>>())
+    }
+
+    /// Runs on borrowed arguments of the function's parameter types: arguments are read in
+    /// place, and results move out of the program without a copy.
+    pub fn call(&self, args: &[&Literal]) -> Result<Vec<Literal>, Error> {
+        let f = &self.func;
+        kiln_reference::check_args(f, args).map_err(|e| Error(e.to_string()))?;
+        let mut env: Vec<Option<Cow<'_, Literal>>> = vec![None; f.values.len()];
+        // Take the pool (a concurrent call finds it empty and allocates its own buffers).
+        let mut reuse = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
+        for (&p, &a) in f.params.iter().zip(args) {
+            env[p.index()] = Some(Cow::Borrowed(a));
+        }
+        for (i, inst) in f.insts.iter().enumerate() {
+            let outs = match (&self.steps[i], &inst.op) {
+                (Step::Constant, Op::Constant { value }) => vec![Cow::Borrowed(value)],
+                (Step::Forward, _) => inst
+                    .operands
+                    .iter()
+                    .map(|o| env[o.index()].clone().expect("verified SSA"))
+                    .collect(),
+                (Step::Fused, _) => continue,
+                (Step::Kernel, _) => {
+                    let ptrs: Vec<*const u8> = self.operands[i]
+                        .iter()
+                        .map(|o| env[o.index()].as_ref().expect("verified SSA").as_ptr())
+                        .collect();
+                    let ty = &f.values[inst.results[0].index()];
+                    let mut out = reuse
+                        .get_mut(inst.results[0].index())
+                        .and_then(Option::take)
+                        .filter(|l| l.ty() == ty)
+                        .unwrap_or_else(|| Literal::zeros(ty.clone()));
+                    let kernel = self.kernels[i].expect("a kernel for every Kernel step");
+                    // SAFETY: the pointers address live buffers of the types the kernel was
+                    // compiled for (Program::new's contract), and the output buffer is
+                    // exclusively ours.
+                    unsafe { launch(kernel, &ptrs, out.as_mut_ptr(), self.launch[i]) };
+                    vec![Cow::Owned(out)]
+                }
+                _ => {
+                    let xs: Vec<&Literal> = inst
+                        .operands
+                        .iter()
+                        .map(|o| env[o.index()].as_deref().expect("verified SSA"))
+                        .collect();
+                    let tys: Vec<TensorType> = inst
+                        .results
+                        .iter()
+                        .map(|r| f.values[r.index()].clone())
+                        .collect();
+                    kiln_reference::eval_op(&inst.op, &xs, &tys)
+                        .into_iter()
+                        .map(Cow::Owned)
+                        .collect()
+                }
+            };
+            for (&r, v) in inst.results.iter().zip(outs) {
+                env[r.index()] = Some(v);
+            }
+        }
+        // Results move out, except a value returned twice (copied for the earlier position).
+        let mut outputs: Vec<Literal> = Vec::with_capacity(f.outputs.len());
+        for (pos, o) in f.outputs.iter().enumerate() {
+            let again = f.outputs[pos + 1..].contains(o);
+            let v = if again {
+                env[o.index()].as_deref().expect("verified SSA").clone()
+            } else {
+                env[o.index()].take().expect("verified SSA").into_owned()
+            };
+            outputs.push(v);
+        }
+        // Keep the intermediates written by kernels for the next call.
+        let mut keep: Vec<Option<Literal>> = vec![None; f.values.len()];
+        for (inst, step) in f.insts.iter().zip(&self.steps) {
+            let r = inst.results[0].index();
+            if *step == Step::Kernel
+                && let Some(Cow::Owned(l)) = env[r].take()
+            {
+                keep[r] = Some(l);
+            }
+        }
+        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
+        Ok(outputs)
+    }
+}
+
+/// Pointers handed to kernels running on other threads.
+#[derive(Clone, Copy)]
+struct Buffers(*const *const u8, *mut u8);
+
+// SAFETY: the input buffers are only read, and each thread writes a disjoint range of rows of
+// the output; all of them outlive the scope the threads run in.
+unsafe impl Send for Buffers {}
+unsafe impl Sync for Buffers {}
+
+/// A 64-byte aligned block of scratch memory.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+thread_local! {
+    /// Each thread's kernel scratch memory, grown to the largest request and kept.
+    static SCRATCH: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Calls `kernel` on all its rows, split across threads when the work is large.
+///
+/// # Safety
+///
+/// `inputs` and `out` must address live buffers of the types `kernel` was compiled for, `out`
+/// must not be read or written by anyone else during the call, and `kernel` must write only
+/// rows `lo..hi` of `out` when called on them and use at most `l.scratch` bytes of scratch.
+pub unsafe fn launch(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, l: Launch) {
+    let bufs = Buffers(inputs.as_ptr(), out);
+    let threads = rayon::current_num_threads();
+    let call = |lo: usize, hi: usize| {
+        let b = bufs;
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let lines = l.scratch.div_ceil(64);
+            if s.len() < lines {
+                s.resize(lines, Line([0; 64]));
+            }
+            // SAFETY: the caller's contract; rows lo..hi are this call's alone, and the
+            // scratch memory is this thread's and as large as the kernel asked for.
+            unsafe { kernel(b.0, b.1, lo as i64, hi as i64, s.as_mut_ptr().cast()) };
+        })
+    };
+    if !is_parallel(l.rows, l.work) || threads < 2 {
+        call(0, l.rows);
+        return;
+    }
+    let chunks = l.rows.min(threads * l.chunks_per_thread.max(1));
+    rayon::scope(|s| {
+        for c in 0..chunks {
+            let (lo, hi) = (l.rows * c / chunks, l.rows * (c + 1) / chunks);
+            s.spawn(move |_| call(lo, hi));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// out[i] = 2 * in[i] over rows lo..hi of an f32 vector, using scratch as a staging area.
+    unsafe extern "C" fn double(ins: *const *const u8, out: *mut u8, lo: i64, hi: i64, s: *mut u8) {
+        // SAFETY: the test hands one f32 input and an f32 output of the launched length.
+        unsafe {
+            let x = *ins as *const f32;
+            let y = out as *mut f32;
+            assert_eq!(s as usize % 64, 0, "scratch is 64-byte aligned");
+            for i in lo..hi {
+                *(s as *mut f32) = *x.add(i as usize) * 2.0;
+                *y.add(i as usize) = *(s as *const f32);
+            }
+        }
+    }
+
+    fn doubling_program(n: usize) -> Program {
+        let f = kiln_ir::parse_func_text(&format!(
+            "func @main(%0: f32[{n}]) -> (f32[{n}], f32[{n}]) {{\n  %1 = add %0, %0 : f32[{n}]\n  %2 = add %1, %1 : f32[{n}]\n  return %2, %1\n}}\n"
+        ))
+        .unwrap();
+        let l = Launch {
+            rows: n,
+            work: n,
+            scratch: 4,
+            chunks_per_thread: 4,
+        };
+        // SAFETY: `double` computes `add x, x` for f32 vectors of n elements, row by row.
+        let operands = f.insts.iter().map(|i| i.operands[..1].to_vec()).collect();
+        unsafe {
+            Program::new(
+                f,
+                vec![Step::Kernel; 2],
+                vec![Some(double); 2],
+                vec![l; 2],
+                operands,
+            )
+        }
+    }
+
+    #[test]
+    fn programs_run_kernels_in_order_on_every_thread_count_and_concurrently() {
+        // Small (one thread) and large (split across threads) kernels.
+        for n in [3, 200_000] {
+            let p = doubling_program(n);
+            let x = Literal::f32([n], (0..n).map(|i| i as f32).collect()).unwrap();
+            let want2: Vec<f32> = (0..n).map(|i| 4.0 * i as f32).collect();
+            std::thread::scope(|s| {
+                for _ in 0..3 {
+                    s.spawn(|| {
+                        for _ in 0..3 {
+                            let out = p.run(std::slice::from_ref(&x)).unwrap();
+                            assert_eq!(out[0].as_f32s().unwrap(), want2.as_slice());
+                            assert_eq!(out[1].as_f32s().unwrap()[n - 1], 2.0 * (n - 1) as f32);
+                        }
+                    });
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let p = doubling_program(3);
+        let e = p.run(&[]).unwrap_err();
+        assert!(e.to_string().contains("argument"), "{e}");
+        let wrong = Literal::f32([2], vec![1.0, 2.0]).unwrap();
+        assert!(p.run(&[wrong]).is_err());
+    }
+}
