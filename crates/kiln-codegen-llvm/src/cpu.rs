@@ -13,7 +13,9 @@ use inkwell::execution_engine::ExecutionEngine;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicTypeEnum, FloatType, IntType};
-use inkwell::values::{BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::values::{
+    BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue,
+};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::{
     Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
@@ -581,7 +583,18 @@ impl<'c> Emitter<'c> {
             (Combiner::Max, _) => OpKind::Maximum,
             (Combiner::Min, _) => OpKind::Minimum,
         };
-        self.op(&Ew::Kind(k), d, d, &[a, x])
+        let r = self.op(&Ew::Kind(k), d, d, &[a, x])?;
+        // Float sums and products may be reassociated, so the loop vectorizer can keep several
+        // partial accumulators (a scalar chain runs at one add per FMA latency). The order is
+        // fixed at compile time, so results are the same on every run.
+        if d.is_float()
+            && matches!(k, OpKind::Add | OpKind::Multiply)
+            && let Some(inst) = r.as_instruction_value()
+        {
+            inst.set_fast_math_flags(inkwell::values::FastMathFlags::AllowReassoc)
+                .map_err(llvm)?;
+        }
+        Ok(r)
     }
 
     fn op(

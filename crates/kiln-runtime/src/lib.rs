@@ -160,7 +160,7 @@ impl Program {
                         .get_mut(inst.results[0].index())
                         .and_then(Option::take)
                         .filter(|l| l.ty() == ty)
-                        .unwrap_or_else(|| Literal::zeros(ty.clone()));
+                        .unwrap_or_else(|| fresh(ty));
                     let kernel = self.kernels[i].expect("a kernel for every Kernel step");
                     // SAFETY: the pointers address live buffers of the types the kernel was
                     // compiled for (Program::new's contract), and the output buffer is
@@ -214,6 +214,42 @@ impl Program {
         Ok(outputs)
     }
 }
+
+/// Buffers at least this large are backed by transparent huge pages where the system offers
+/// them on request.
+const HUGE_PAGE_BYTES: usize = 4 << 20;
+
+/// A new buffer of type `ty` for a kernel to fill. Large fresh buffers are faulted in on first
+/// touch, one 4 KiB page at a time, which costs more than writing them; asking for huge pages
+/// (2 MiB) cuts the faults 512-fold.
+fn fresh(ty: &TensorType) -> Literal {
+    let mut l = Literal::zeros(ty.clone());
+    let bytes = ty.numel() * ty.dtype.bytes();
+    if bytes >= HUGE_PAGE_BYTES {
+        advise_huge_pages(l.as_mut_ptr(), bytes);
+    }
+    l
+}
+
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(p: *mut u8, bytes: usize) {
+    const MADV_HUGEPAGE: i32 = 14;
+    const HUGE: usize = 2 << 20;
+    unsafe extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    // The whole huge pages inside the buffer.
+    let start = (p as usize).div_ceil(HUGE) * HUGE;
+    let end = (p as usize + bytes) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: the range lies inside a live allocation we own; MADV_HUGEPAGE is advice
+        // about how to back it and leaves its contents unchanged. Failure (no THP) is harmless.
+        unsafe { madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_: *mut u8, _: usize) {}
 
 /// Pointers handed to kernels running on other threads.
 #[derive(Clone, Copy)]
