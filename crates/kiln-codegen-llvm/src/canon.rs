@@ -1,6 +1,6 @@
 //! Rewrites the CPU backend applies before making kernels.
 //!
-//! - [`im2col_convs`]: 2-D convolutions become a patch matrix times the kernel matrix.
+//! - [`gemm_convs`]: 2-D convolutions take the layouts the GEMM reads as an implicit im2col.
 //! - [`canonicalize_dots`]: every float `dot_general` becomes `[B..., M..., K...] x
 //!   [B..., K..., N...]`, the form the GEMM schedule reads as `[B, M, K] x [B, K, N]` matrices in
 //!   place, by transposing operands whose dimensions are out of that order (O(size) copies in
@@ -116,11 +116,21 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
     })
 }
 
-/// Rewrites each float 2-D convolution without feature groups or input dilation as im2col: the
-/// padded input's strided, dilated patches gathered by slices into a `[N*OH*OW, C*KH*KW]`
-/// matrix, multiplied by the kernel as a `[C*KH*KW, O]` matrix on the GEMM path, and reshaped
-/// back to the output layout.
-pub fn im2col_convs(f: &Func) -> Result<Func, VerifyError> {
+/// The dimension numbers of the convolutions the GEMM runs directly: input `[N, H, W, C]`
+/// (already padded), kernel `[KH, KW, C, O]` (a `[KH*KW*C, O]` matrix as it stands), output
+/// `[N, OH, OW, O]` (the `[N*OH*OW, O]` product as it stands).
+pub const GEMM_CONV_INPUT: [i64; 4] = [0, 3, 1, 2];
+/// Kernel dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
+pub const GEMM_CONV_KERNEL: [i64; 4] = [3, 2, 0, 1];
+/// Output dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
+pub const GEMM_CONV_OUTPUT: [i64; 4] = [0, 3, 1, 2];
+
+/// Rewrites each float 2-D convolution without feature groups or input dilation into the form
+/// the GEMM runs as an implicit im2col (its packing reads the patches straight from the
+/// input): the input transposed to NHWC and padded, the kernel transposed to HWIO, the output
+/// NHWC, transposed back to the original layout. Transposes and pads are O(size) copies (none
+/// for operands already in that layout); the patch matrix is never materialized.
+pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
     if !f
         .insts
         .iter()
@@ -131,10 +141,10 @@ pub fn im2col_convs(f: &Func) -> Result<Func, VerifyError> {
     rebuild(f, |b, inst, ops| {
         let out_ty = &f.values[inst.results[0].index()];
         let Op::Convolution {
-            window_strides: ws,
+            window_strides,
             padding,
             lhs_dilation,
-            rhs_dilation: rd,
+            rhs_dilation,
             feature_group_count,
             input_dims,
             kernel_dims,
@@ -143,7 +153,12 @@ pub fn im2col_convs(f: &Func) -> Result<Func, VerifyError> {
         else {
             return Ok(None);
         };
-        if !out_ty.dtype.is_float()
+        let canonical = input_dims[..] == GEMM_CONV_INPUT
+            && kernel_dims[..] == GEMM_CONV_KERNEL
+            && output_dims[..] == GEMM_CONV_OUTPUT
+            && padding.iter().all(|&p| p == (0, 0));
+        if canonical
+            || !out_ty.dtype.is_float()
             || *feature_group_count != 1
             || input_dims.len() != 4
             || lhs_dilation.iter().any(|&d| d != 1)
@@ -151,69 +166,49 @@ pub fn im2col_convs(f: &Func) -> Result<Func, VerifyError> {
         {
             return Ok(None);
         }
-        let x = b.transpose(ops[0], input_dims)?;
-        let w = b.transpose(ops[1], kernel_dims)?;
-        let (xs, wsh) = (
-            b.ty(x).expect("defined").shape.clone(),
-            b.ty(w).expect("defined").shape.clone(),
-        );
-        let (n, c, o, kh, kw) = (xs[0], xs[1], wsh[0], wsh[2], wsh[3]);
-        let oh = out_ty.shape[output_dims[2] as usize];
-        let ow = out_ty.shape[output_dims[3] as usize];
-        let zero = b.scalar(out_ty.dtype, 0.0)?;
-        let xp = b.inst(
-            Op::Pad {
-                edge_padding_low: vec![0, 0, padding[0].0, padding[1].0],
-                edge_padding_high: vec![0, 0, padding[0].1, padding[1].1],
-                interior_padding: vec![0; 4],
-            },
-            &[x, zero],
-        )?;
-        let mut pieces = Vec::with_capacity(kh * kw);
-        for i in 0..kh as i64 {
-            for j in 0..kw as i64 {
-                let (h0, w0) = (i * rd[0], j * rd[1]);
-                let s = b.inst(
-                    Op::Slice {
-                        start_indices: vec![0, 0, h0, w0],
-                        limit_indices: vec![
-                            n as i64,
-                            c as i64,
-                            h0 + (oh as i64 - 1) * ws[0] + 1,
-                            w0 + (ow as i64 - 1) * ws[1] + 1,
-                        ],
-                        strides: vec![1, 1, ws[0], ws[1]],
-                    },
-                    &[xp],
-                )?;
-                pieces.push(b.reshape(s, &[n, c, 1, oh * ow])?);
-            }
-        }
-        let patches = if pieces.len() == 1 {
-            pieces[0]
+        let at = |dims: &[i64], order: [usize; 4]| order.map(|i| dims[i]);
+        let x = permute(b, ops[0], &at(input_dims, [0, 2, 3, 1]))?;
+        let x = if padding.iter().all(|&p| p == (0, 0)) {
+            x
         } else {
-            b.inst(Op::Concatenate { dimension: 2 }, &pieces)?
+            let zero = b.scalar(out_ty.dtype, 0.0)?;
+            b.inst(
+                Op::Pad {
+                    edge_padding_low: vec![0, padding[0].0, padding[1].0, 0],
+                    edge_padding_high: vec![0, padding[0].1, padding[1].1, 0],
+                    interior_padding: vec![0; 4],
+                },
+                &[x, zero],
+            )?
         };
-        let rows = permute(b, patches, &[0, 3, 1, 2])?;
-        let rows = b.reshape(rows, &[n * oh * ow, c * kh * kw])?;
-        let wm = b.reshape(w, &[o, c * kh * kw])?;
-        let prod = b.inst(
-            Op::DotGeneral {
-                lhs_batching_dimensions: vec![],
-                rhs_batching_dimensions: vec![],
-                lhs_contracting_dimensions: vec![1],
-                rhs_contracting_dimensions: vec![1],
+        let w = permute(b, ops[1], &at(kernel_dims, [2, 3, 1, 0]))?;
+        let nhwo = [
+            out_ty.shape[output_dims[0] as usize],
+            out_ty.shape[output_dims[2] as usize],
+            out_ty.shape[output_dims[3] as usize],
+            out_ty.shape[output_dims[1] as usize],
+        ];
+        let conv = b.inst_typed(
+            Op::Convolution {
+                window_strides: window_strides.clone(),
+                padding: vec![(0, 0); 2],
+                lhs_dilation: vec![1, 1],
+                rhs_dilation: rhs_dilation.clone(),
+                feature_group_count: 1,
+                input_dims: GEMM_CONV_INPUT.to_vec(),
+                kernel_dims: GEMM_CONV_KERNEL.to_vec(),
+                output_dims: GEMM_CONV_OUTPUT.to_vec(),
             },
-            &[rows, wm],
+            &[x, w],
+            TensorType::new(out_ty.dtype, nhwo),
         )?;
-        let nhwo = b.reshape(prod, &[n, oh, ow, o])?;
-        // [N, OH, OW, O] -> the output layout: output dim output_dims[k] holds canonical k.
-        let canon_of_nhwo = [0i64, 3, 1, 2];
+        // [N, OH, OW, O] -> the output layout: output dim output_dims[k] holds canonical k,
+        // which sits at NHWC position GEMM_CONV_OUTPUT[k].
         let mut perm = vec![0i64; 4];
         for (k, &d) in output_dims.iter().enumerate() {
-            perm[d as usize] = canon_of_nhwo[k];
+            perm[d as usize] = GEMM_CONV_OUTPUT[k];
         }
-        Ok(Some(vec![b.transpose(nhwo, &perm)?]))
+        Ok(Some(vec![permute(b, conv, &perm)?]))
     })
 }
 

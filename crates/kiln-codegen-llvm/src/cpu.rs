@@ -1085,12 +1085,17 @@ fn emit_kernel<'c>(
     match k.schedule {
         Schedule::Nest => emit_nest(&em, k, out, lo, hi)?,
         Schedule::Gemm {
-            m: rows, n, k: kk, ..
+            m: rows,
+            n,
+            k: kk,
+            ref conv,
+            ..
         } => gemm::emit(
             &em,
             k.out.dtype,
             gemm::Blocking::new(k.out.dtype, wide_vectors(for_host)),
             (rows as i64, n as i64, kk as i64),
+            conv.as_ref(),
             out,
             f.get_nth_param(4).expect("declared").into_pointer_value(),
             lo,
@@ -1406,11 +1411,12 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
 }
 
 /// The rewrites the CPU backend applies before making kernels: random bit generators as
-/// integer arithmetic, convolutions as im2col, then every matrix product in canonical form.
+/// integer arithmetic, convolutions in the layouts of the implicit-im2col GEMM, then every matrix
+/// product in canonical form.
 fn prepare(f: &Func) -> Result<Func> {
     let f = &crate::canon::expand_rngs(f)
         .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
-    let convs = crate::canon::im2col_convs(f)
+    let convs = crate::canon::gemm_convs(f)
         .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
     crate::canon::canonicalize_dots(&convs)
         .map_err(|e| Error::Llvm(format!("canonicalizing matrix products: {e}")))
@@ -1507,7 +1513,7 @@ fn host_cpu() -> (String, String) {
 /// How the runtime calls `k`.
 fn kernel_shape(k: &Kernel) -> Launch {
     let (rows, work) = match k.schedule {
-        Schedule::Gemm { batch, m, n, k } => (batch * m, batch * m * n * k),
+        Schedule::Gemm { batch, m, n, k, .. } => (batch * m, batch * m * n * k),
         Schedule::Nest => (
             k.out.shape.first().copied().unwrap_or(1),
             k.out.numel() * reduction_work(&k.body),

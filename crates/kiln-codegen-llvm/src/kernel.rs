@@ -176,7 +176,51 @@ pub enum Schedule {
         n: usize,
         /// Contraction length.
         k: usize,
+        /// `None`: A is a `[batch, m, k]` buffer. `Some`: A is the implicit patch matrix of a
+        /// convolution, read from its input.
+        conv: Option<ConvPatches>,
     },
+}
+
+/// The patch matrix of a convolution with input `[N, H, W, C]` (padded) and kernel
+/// `[KH, KW, C, O]`: row `(n, oh, ow)`, column `(kh, kw, c)` holds
+/// `input[n, oh * stride[0] + kh * dilation[0], ow * stride[1] + kw * dilation[1], c]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvPatches {
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Input channels.
+    pub c: usize,
+    /// Output height.
+    pub oh: usize,
+    /// Output width.
+    pub ow: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Window strides.
+    pub stride: [usize; 2],
+    /// Kernel dilation.
+    pub dilation: [usize; 2],
+}
+
+impl ConvPatches {
+    /// The input element offset of each column from its row's window corner.
+    pub fn column_offsets(&self) -> Vec<i64> {
+        let mut v = Vec::with_capacity(self.kh * self.kw * self.c);
+        for kh in 0..self.kh {
+            for kw in 0..self.kw {
+                for c in 0..self.c {
+                    let (dy, dx) = (kh * self.dilation[0], kw * self.dilation[1]);
+                    v.push(((dy * self.w + dx) * self.c + c) as i64);
+                }
+            }
+        }
+        v
+    }
 }
 
 /// One kernel: the output type, the number of loop variables, and the body.
@@ -385,7 +429,13 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
         {
             let [batch, m, k, n] = matmul_dims(lb.len(), lc.len(), &x[0], &x[1]);
             Some(Kernel {
-                schedule: Schedule::Gemm { batch, m, n, k },
+                schedule: Schedule::Gemm {
+                    batch,
+                    m,
+                    n,
+                    k,
+                    conv: None,
+                },
                 out: out.clone(),
                 vars: 0,
                 body: Expr::Const {
@@ -694,6 +744,52 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                 });
             }
             kernel(r, gather(0, a, index))
+        }
+        Op::Convolution {
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        } if input_dims[..] == crate::canon::GEMM_CONV_INPUT
+            && kernel_dims[..] == crate::canon::GEMM_CONV_KERNEL
+            && output_dims[..] == crate::canon::GEMM_CONV_OUTPUT
+            && padding.iter().all(|&p| p == (0, 0))
+            && lhs_dilation.iter().all(|&d| d == 1)
+            && *feature_group_count == 1
+            && out.numel() > 0
+            && matches!(out.dtype, DType::F32 | DType::F64) =>
+        {
+            let (a, w) = (&x[0].shape, &x[1].shape);
+            let patches = ConvPatches {
+                h: a[1],
+                w: a[2],
+                c: a[3],
+                oh: out.shape[1],
+                ow: out.shape[2],
+                kh: w[0],
+                kw: w[1],
+                stride: [window_strides[0] as usize, window_strides[1] as usize],
+                dilation: [rhs_dilation[0] as usize, rhs_dilation[1] as usize],
+            };
+            Some(Kernel {
+                schedule: Schedule::Gemm {
+                    batch: 1,
+                    m: out.shape[0] * out.shape[1] * out.shape[2],
+                    n: out.shape[3],
+                    k: w[0] * w[1] * w[2],
+                    conv: Some(patches),
+                },
+                out: out.clone(),
+                vars: 0,
+                body: Expr::Const {
+                    dtype: out.dtype,
+                    value: 0.0,
+                },
+            })
         }
         Op::Convolution {
             window_strides,

@@ -313,7 +313,7 @@ fn vectorized_transcendentals_are_accurate() {
 }
 
 #[test]
-fn convolutions_through_im2col_agree_with_the_reference() {
+fn convolutions_through_the_implicit_gemm_agree_with_the_reference() {
     // (input type, kernel type, output type, attributes) in NCHW/OIHW and NHWC/HWIO layouts.
     let cases = [
         (
@@ -327,6 +327,21 @@ fn convolutions_through_im2col_agree_with_the_reference() {
             "f32[3,3,3,5]",
             "f32[2,7,7,5]",
             "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]",
+        ),
+        // Contraction (3*3*40) across blocks, rows (2*12*12) across packed row blocks and
+        // threads, 37 output channels (a panel and a tail).
+        (
+            "f32[2,40,12,12]",
+            "f32[37,40,3,3]",
+            "f32[2,37,12,12]",
+            "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        // Already in the GEMM's layouts, stride and dilation both 2, no padding.
+        (
+            "f32[3,11,13,6]",
+            "f32[2,3,6,9]",
+            "f32[3,5,5,9]",
+            "window_strides = [2, 2], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [2, 2], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]",
         ),
         (
             "f64[1,2,5,5]",

@@ -17,6 +17,7 @@
 
 use super::{Emitter, llvm};
 use crate::Result;
+use crate::kernel::ConvPatches;
 use inkwell::types::{BasicType, FloatType, VectorType};
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
@@ -193,6 +194,8 @@ struct Gemm<'a, 'c> {
     /// Contraction length.
     k: i64,
     a: PointerValue<'c>,
+    /// When A is a convolution's patch matrix: its shape and the table of column offsets.
+    conv: Option<(&'a ConvPatches, PointerValue<'c>)>,
     b: PointerValue<'c>,
     c: PointerValue<'c>,
     packed_b: PointerValue<'c>,
@@ -287,6 +290,41 @@ impl<'c> Gemm<'_, 'c> {
         })
     }
 
+    /// Where row `row` of A starts: `row * k` in a matrix, its window corner in a
+    /// convolution's input.
+    fn a_row(&self, row: IntValue<'c>) -> Result<IntValue<'c>> {
+        let x = &self.x;
+        let Some((p, _)) = self.conv else {
+            return x.mulc(row, self.k);
+        };
+        let (oh, ow) = (p.oh as i64, p.ow as i64);
+        let n = x.sdiv(row, oh * ow)?;
+        let rest = x.sub(row, x.mulc(n, oh * ow)?)?;
+        let y = x.sdiv(rest, ow)?;
+        let xx = x.sub(rest, x.mulc(y, ow)?)?;
+        let (h, w, c) = (p.h as i64, p.w as i64, p.c as i64);
+        let top = x.add(x.mulc(n, h)?, x.mulc(y, p.stride[0] as i64)?)?;
+        let corner = x.add(x.mulc(top, w)?, x.mulc(xx, p.stride[1] as i64)?)?;
+        x.mulc(corner, c)
+    }
+
+    /// The element of A at column `kk` of the row starting at `row_start` (from `a_row`).
+    fn a_at(&self, row_start: IntValue<'c>, kk: IntValue<'c>) -> Result<IntValue<'c>> {
+        let x = &self.x;
+        match self.conv {
+            None => x.add(row_start, kk),
+            Some((_, table)) => {
+                let i64t = x.em.ctx.i64_type();
+                let off =
+                    x.em.b
+                        .build_load(i64t, x.at(i64t, table, kk)?, "off")
+                        .map_err(llvm)?
+                        .into_int_value();
+                x.add(row_start, off)
+            }
+        }
+    }
+
     /// Packs rows `ic..ic_end` (columns `kb..kend`) of A into slivers of `mr` rows: row by
     /// row, a contiguous read and a store every `mr` elements; rows past the block are zeros.
     fn pack_a(
@@ -312,12 +350,15 @@ impl<'c> Gemm<'_, 'c> {
                 x.branch(
                     x.cmp(IntPredicate::SLT, row, ic_end)?,
                     &mut || {
-                        let src = x.mulc(row, self.k)?;
+                        let src = self.a_row(row)?;
                         x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
                             let kk = x.get(s_kk)?;
-                            let v = em
-                                .b
-                                .build_load(self.ft, x.at(self.ft, self.a, x.add(src, kk)?)?, "pa")
+                            let v =
+                                em.b.build_load(
+                                    self.ft,
+                                    x.at(self.ft, self.a, self.a_at(src, kk)?)?,
+                                    "pa",
+                                )
                                 .map_err(llvm)?;
                             // Volatile: stores `mr` elements apart, which the loop vectorizer
                             // would otherwise turn into (slow) scatters.
@@ -463,6 +504,7 @@ pub(super) fn emit<'c>(
     d: DType,
     bl: Blocking,
     (m, n, k): (i64, i64, i64),
+    conv: Option<&ConvPatches>,
     out: PointerValue<'c>,
     scratch: PointerValue<'c>,
     lo: IntValue<'c>,
@@ -480,6 +522,25 @@ pub(super) fn emit<'c>(
             .into_pointer_value())
     };
     let nc = bl.nc_for(n);
+    // A convolution's column offsets, as a constant table in the module.
+    let conv = match conv {
+        None => None,
+        Some(p) => {
+            let i64t = em.ctx.i64_type();
+            let offsets: Vec<IntValue<'c>> = p
+                .column_offsets()
+                .iter()
+                .map(|&o| i64t.const_int(o as u64, true))
+                .collect();
+            let table = i64t.const_array(&offsets);
+            let name = format!("{}.patch_offsets", em.f.get_name().to_string_lossy());
+            let global = em.m.add_global(table.get_type(), None, &name);
+            global.set_initializer(&table);
+            global.set_constant(true);
+            global.set_linkage(inkwell::module::Linkage::Private);
+            Some((p, global.as_pointer_value()))
+        }
+    };
     let g = Gemm {
         x: Arith { em },
         bl,
@@ -488,6 +549,7 @@ pub(super) fn emit<'c>(
         n,
         k,
         a: base(0)?,
+        conv,
         b: base(1)?,
         c: out,
         packed_b: scratch,
