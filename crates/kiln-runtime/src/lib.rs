@@ -80,6 +80,20 @@ pub struct Program {
     /// Intermediate buffers of the previous call, by value, reused so repeated calls do not
     /// pay for fresh pages (every kernel writes its whole output).
     pool: Mutex<Vec<Option<Literal>>>,
+    /// With `KILN_PROFILE=1`: time spent in each instruction, summed over calls, reported on
+    /// stderr after 16, 64, 256, ... calls and when the program is dropped.
+    profile: Option<Mutex<(usize, Vec<std::time::Duration>)>>,
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            let (calls, times) = &*p.lock().unwrap_or_else(|e| e.into_inner());
+            if *calls > 0 {
+                eprint!("{}", self.profile_report(*calls, times));
+            }
+        }
+    }
 }
 
 impl Program {
@@ -112,7 +126,41 @@ impl Program {
             launch,
             operands,
             pool: Mutex::new(Vec::new()),
+            profile: std::env::var("KILN_PROFILE")
+                .is_ok_and(|v| v == "1")
+                .then(|| Mutex::new((0, vec![std::time::Duration::ZERO; n]))),
         }
+    }
+
+    /// The per-instruction profile: time per call of each instruction that ran, slowest
+    /// first, with its op, result type and step.
+    fn profile_report(&self, calls: usize, times: &[std::time::Duration]) -> String {
+        let total: std::time::Duration = times.iter().sum();
+        let mut rows: Vec<(usize, std::time::Duration)> = times
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, t)| !t.is_zero())
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let per_call = |t: std::time::Duration| t.as_secs_f64() * 1e3 / calls as f64;
+        let mut out = format!(
+            "kiln profile of @{}: {calls} calls, {:.3} ms per call\n",
+            self.func.name,
+            per_call(total)
+        );
+        for (i, t) in rows.into_iter().take(25) {
+            let inst = &self.func.insts[i];
+            let ty = &self.func.values[inst.results[0].index()];
+            out += &format!(
+                "  {:>9.3} ms {:>5.1}%  #{i} {} -> {ty} ({:?})\n",
+                per_call(t),
+                100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12),
+                inst.op.mnemonic(),
+                self.steps[i]
+            );
+        }
+        out
     }
 
     /// The function the program runs.
@@ -141,7 +189,12 @@ impl Program {
         for (&p, &a) in f.params.iter().zip(args) {
             env[p.index()] = Some(Cow::Borrowed(a));
         }
+        let mut times = self
+            .profile
+            .as_ref()
+            .map(|_| vec![std::time::Duration::ZERO; f.insts.len()]);
         for (i, inst) in f.insts.iter().enumerate() {
+            let start = times.as_ref().map(|_| std::time::Instant::now());
             let outs = match (&self.steps[i], &inst.op) {
                 (Step::Constant, Op::Constant { value }) => vec![Cow::Borrowed(value)],
                 (Step::Forward, _) => inst
@@ -187,6 +240,21 @@ impl Program {
             };
             for (&r, v) in inst.results.iter().zip(outs) {
                 env[r.index()] = Some(v);
+            }
+            if let (Some(t), Some(s)) = (times.as_mut(), start) {
+                t[i] += s.elapsed();
+            }
+        }
+        if let (Some(p), Some(t)) = (&self.profile, times) {
+            let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+            p.0 += 1;
+            for (acc, x) in p.1.iter_mut().zip(t) {
+                *acc += x;
+            }
+            // Programs often live until the process exits (compile caches hold them): report
+            // after 16, 64, 256, ... calls too.
+            if p.0 >= 16 && p.0.is_power_of_two() && p.0.trailing_zeros() % 2 == 0 {
+                eprint!("{}", self.profile_report(p.0, &p.1));
             }
         }
         // Results move out, except a value returned twice (copied for the earlier position).
