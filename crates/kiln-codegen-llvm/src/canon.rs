@@ -1,11 +1,13 @@
 //! Rewrites the CPU backend applies before making kernels.
 //!
+//! - [`fold_transposed_products`]: `transpose(a b)` becomes `b a` with the operands swapped.
 //! - [`gemm_convs`]: 2-D convolutions take the layouts the GEMM reads as an implicit im2col.
-//! - [`canonicalize_dots`]: every float `dot_general` becomes `[B..., M..., K...] x
-//!   [B..., K..., N...]`, the form the GEMM schedule reads as `[B, M, K] x [B, K, N]` matrices in
-//!   place, by transposing operands whose dimensions are out of that order (O(size) copies in
-//!   front of the O(M N K) product; none for the usual `x @ w`). The result type is unchanged:
-//!   its dimensions are batch, lhs free, rhs free either way.
+//! - [`expand_rngs`]: `rng_bit_generator` becomes Threefry integer arithmetic.
+//! - [`canonicalize_dots`]: every float `dot_general` gets operands the GEMM reads in place
+//!   (`[B, M, K]` or `[B, K, M]` times `[B, K, N]` or `[B, N, K]`, see
+//!   `kernel::matmul_layout`), by transposing an operand whose dimensions are in neither order
+//!   (an O(size) copy in front of the O(M N K) product; none for `x @ w`, `x^T @ y`, `x @ w^T`).
+//!   The result type is unchanged: its dimensions are batch, lhs free, rhs free either way.
 
 use kiln_ir::{Builder, DType, Func, Inst, Op, TensorType, ValueId, VerifyError};
 
@@ -95,7 +97,7 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
             &f.values[inst.operands[0].index()],
             &f.values[inst.operands[1].index()],
         );
-        if crate::kernel::is_canonical_matmul(lb, rb, lc, rc, lt, rt) {
+        if crate::kernel::matmul_layout(lb, rb, lc, rc, lt, rt).is_some() {
             return Ok(None);
         }
         let (lf, rf) = (free_dims(lt.rank(), lb, lc), free_dims(rt.rank(), rb, rc));
@@ -328,4 +330,117 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
         let state = b.inst(Op::Concatenate { dimension: 0 }, &words)?;
         Ok(Some(vec![state, bits]))
     })
+}
+
+/// Folds `transpose(dot_general(a, b))` that swaps the two free parts of the product (keeping
+/// the batch in front) into `dot_general(b, a)`, when the transpose is the product's only user:
+/// (A B)^T = B^T A^T costs nothing, while the transpose is a full pass over the result.
+pub fn fold_transposed_products(f: &Func) -> Result<Func, VerifyError> {
+    let mut users = vec![0usize; f.values.len()];
+    for inst in &f.insts {
+        for o in &inst.operands {
+            users[o.index()] += 1;
+        }
+    }
+    for o in &f.outputs {
+        users[o.index()] += 1;
+    }
+    let mut producer = vec![None; f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        for r in &inst.results {
+            producer[r.index()] = Some(i);
+        }
+    }
+    // The products to swap, by instruction index.
+    let mut swap = vec![false; f.insts.len()];
+    for inst in &f.insts {
+        let Op::Transpose { permutation } = &inst.op else {
+            continue;
+        };
+        let v = inst.operands[0];
+        let Some(p) = producer[v.index()] else {
+            continue;
+        };
+        let Op::DotGeneral {
+            lhs_batching_dimensions: lb,
+            lhs_contracting_dimensions: lc,
+            rhs_contracting_dimensions: rc,
+            ..
+        } = &f.insts[p].op
+        else {
+            continue;
+        };
+        let (ta, tb) = (
+            &f.values[f.insts[p].operands[0].index()],
+            &f.values[f.insts[p].operands[1].index()],
+        );
+        let nb = lb.len();
+        let (fl, fr) = (ta.rank() - nb - lc.len(), tb.rank() - nb - rc.len());
+        let want: Vec<i64> = (0..nb)
+            .chain(nb + fl..nb + fl + fr)
+            .chain(nb..nb + fl)
+            .map(|d| d as i64)
+            .collect();
+        if users[v.index()] == 1 && fl > 0 && fr > 0 && *permutation == want {
+            swap[p] = true;
+        }
+    }
+    if !swap.contains(&true) {
+        return Ok(f.clone());
+    }
+    let mut index = 0;
+    rebuild(f, |b, inst, ops| {
+        let i = index;
+        index += 1;
+        match &inst.op {
+            Op::DotGeneral {
+                lhs_batching_dimensions: lb,
+                rhs_batching_dimensions: rb,
+                lhs_contracting_dimensions: lc,
+                rhs_contracting_dimensions: rc,
+            } if swap[i] => {
+                let swapped = Op::DotGeneral {
+                    lhs_batching_dimensions: rb.clone(),
+                    rhs_batching_dimensions: lb.clone(),
+                    lhs_contracting_dimensions: rc.clone(),
+                    rhs_contracting_dimensions: lc.clone(),
+                };
+                // Stands for the transpose's result; the transpose below passes it on.
+                Ok(Some(vec![b.inst(swapped, &[ops[1], ops[0]])?]))
+            }
+            Op::Transpose { .. } if producer[inst.operands[0].index()].is_some_and(|p| swap[p]) => {
+                Ok(Some(vec![ops[0]]))
+            }
+            _ => Ok(None),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(f: &Func, name: &str) -> usize {
+        f.insts.iter().filter(|i| i.op.mnemonic() == name).count()
+    }
+
+    #[test]
+    fn swapping_transposes_of_products_fold_and_others_stay() {
+        let folds = kiln_ir::parse_func_text(
+            "func @main(%0: f32[3,4,5,6], %1: f32[3,6,7]) -> f32[3,7,4,5] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [1]} : f32[3,4,5,7]\n  %3 = transpose %2 {permutation = [0, 3, 1, 2]} : f32[3,7,4,5]\n  return %3\n}\n",
+        )
+        .unwrap();
+        let g = fold_transposed_products(&folds).unwrap();
+        assert_eq!(
+            (count(&g, "dot_general"), count(&g, "transpose")),
+            (1, 0),
+            "{g}"
+        );
+        assert_eq!(g.output_types, folds.output_types);
+        let stays = kiln_ir::parse_func_text(
+            "func @main(%0: f32[3,4,5,6], %1: f32[3,6,7]) -> f32[3,5,4,7] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [1]} : f32[3,4,5,7]\n  %3 = transpose %2 {permutation = [0, 2, 1, 3]} : f32[3,5,4,7]\n  return %3\n}\n",
+        )
+        .unwrap();
+        assert_eq!(fold_transposed_products(&stays).unwrap(), stays);
+    }
 }

@@ -1089,12 +1089,15 @@ fn emit_kernel<'c>(
             n,
             k: kk,
             ref conv,
+            a_trans,
+            b_trans,
             ..
         } => gemm::emit(
             &em,
             k.out.dtype,
             gemm::Blocking::new(k.out.dtype, wide_vectors(for_host)),
             (rows as i64, n as i64, kk as i64),
+            (a_trans, b_trans),
             conv.as_ref(),
             out,
             f.get_nth_param(4).expect("declared").into_pointer_value(),
@@ -1411,11 +1414,13 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
 }
 
 /// The rewrites the CPU backend applies before making kernels: random bit generators as
-/// integer arithmetic, convolutions in the layouts of the implicit-im2col GEMM, then every matrix
+/// integer arithmetic, transposed products as swapped products, convolutions in the layouts of the implicit-im2col GEMM, then every matrix
 /// product in canonical form.
 fn prepare(f: &Func) -> Result<Func> {
     let f = &crate::canon::expand_rngs(f)
         .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
+    let f = &crate::canon::fold_transposed_products(f)
+        .map_err(|e| Error::Llvm(format!("folding transposed products: {e}")))?;
     let convs = crate::canon::gemm_convs(f)
         .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
     crate::canon::canonicalize_dots(&convs)

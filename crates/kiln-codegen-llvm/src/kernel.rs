@@ -176,9 +176,13 @@ pub enum Schedule {
         n: usize,
         /// Contraction length.
         k: usize,
-        /// `None`: A is a `[batch, m, k]` buffer. `Some`: A is the implicit patch matrix of a
-        /// convolution, read from its input.
+        /// `None`: A is a `[batch, m, k]` buffer (`[batch, k, m]` with `a_trans`). `Some`: A
+        /// is the implicit patch matrix of a convolution, read from its input.
         conv: Option<ConvPatches>,
+        /// A is stored transposed, `[batch, k, m]`.
+        a_trans: bool,
+        /// B is stored transposed, `[batch, n, k]`.
+        b_trans: bool,
     },
 }
 
@@ -423,11 +427,9 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
             rhs_batching_dimensions: rb,
             lhs_contracting_dimensions: lc,
             rhs_contracting_dimensions: rc,
-        } if is_canonical_matmul(lb, rb, lc, rc, &x[0], &x[1])
-            && out.numel() > 0
-            && matches!(out.dtype, DType::F32 | DType::F64) =>
-        {
-            let [batch, m, k, n] = matmul_dims(lb.len(), lc.len(), &x[0], &x[1]);
+        } if out.numel() > 0 && matches!(out.dtype, DType::F32 | DType::F64) => {
+            let layout = matmul_layout(lb, rb, lc, rc, &x[0], &x[1])?;
+            let [batch, m, k, n] = layout.dims;
             Some(Kernel {
                 schedule: Schedule::Gemm {
                     batch,
@@ -435,6 +437,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     n,
                     k,
                     conv: None,
+                    a_trans: layout.a_trans,
+                    b_trans: layout.b_trans,
                 },
                 out: out.clone(),
                 vars: 0,
@@ -782,6 +786,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     n: out.shape[3],
                     k: w[0] * w[1] * w[2],
                     conv: Some(patches),
+                    a_trans: false,
+                    b_trans: false,
                 },
                 out: out.clone(),
                 vars: 0,
@@ -931,38 +937,64 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
     }
 }
 
-/// Whether a dot_general is `[batch..., m..., k...] x [batch..., k..., n...]`: batch dimensions
-/// lead both operands, the contracting ones trail the lhs and follow the batch in the rhs, all
-/// in order. Row-major buffers of such operands are `[batch, m, k]` and `[batch, k, n]`
-/// matrices as they stand, and so is the result (`[batch, m, n]`).
-pub fn is_canonical_matmul(
+/// A dot_general the GEMM reads in place: `[batch, m, k]` or `[batch, k, m]` times
+/// `[batch, k, n]` or `[batch, n, k]` row-major matrices, each of `batch`, `m`, `k` and `n` a
+/// run of consecutive dimensions in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulLayout {
+    /// Batch size, rows, contraction length, columns.
+    pub dims: [usize; 4],
+    /// The lhs is stored `[batch, k, m]`.
+    pub a_trans: bool,
+    /// The rhs is stored `[batch, n, k]`.
+    pub b_trans: bool,
+}
+
+/// The in-place layout of a dot_general (see [`MatmulLayout`]): batch dimensions lead both
+/// operands, and each operand's contracting dimensions are, in order, either its trailing
+/// ones or the ones right after the batch. The result (batch, lhs free, rhs free) is the
+/// `[batch, m, n]` product either way.
+pub fn matmul_layout(
     lb: &[i64],
     rb: &[i64],
     lc: &[i64],
     rc: &[i64],
     a: &TensorType,
     b: &TensorType,
-) -> bool {
+) -> Option<MatmulLayout> {
     let (nb, nc) = (lb.len() as i64, lc.len() as i64);
+    let (ra, rr) = (a.rank() as i64, b.rank() as i64);
     let range = |lo: i64, hi: i64| (lo..hi).collect::<Vec<i64>>();
-    lb == range(0, nb)
-        && rb == range(0, nb)
-        && lc == range(a.rank() as i64 - nc, a.rank() as i64)
-        && rc == range(nb, nb + nc)
-        && a.rank() as i64 >= nb + nc
-        && b.rank() as i64 >= nb + nc
-}
-
-/// `(batch, m, k, n)` of a canonical matrix product (see [`is_canonical_matmul`]).
-pub fn matmul_dims(nb: usize, nc: usize, a: &TensorType, b: &TensorType) -> [usize; 4] {
-    let p = |s: &[usize]| s.iter().product::<usize>();
-    let ra = a.rank();
-    [
-        p(&a.shape[..nb]),
-        p(&a.shape[nb..ra - nc]),
-        p(&a.shape[ra - nc..]),
-        p(&b.shape[nb + nc..]),
-    ]
+    if lb != range(0, nb) || rb != range(0, nb) || ra < nb + nc || rr < nb + nc {
+        return None;
+    }
+    let a_trans = if lc == range(ra - nc, ra) {
+        false
+    } else if lc == range(nb, nb + nc) {
+        true
+    } else {
+        return None;
+    };
+    let b_trans = if rc == range(nb, nb + nc) {
+        false
+    } else if rc == range(rr - nc, rr) {
+        true
+    } else {
+        return None;
+    };
+    let nb = nb as usize;
+    let free = |t: &TensorType, c: &[i64]| -> usize {
+        (nb..t.rank())
+            .filter(|d| !c.contains(&(*d as i64)))
+            .map(|d| t.shape[d])
+            .product()
+    };
+    let k = lc.iter().map(|&d| a.shape[d as usize]).product();
+    Some(MatmulLayout {
+        dims: [a.shape[..nb].iter().product(), free(a, lc), k, free(b, rc)],
+        a_trans,
+        b_trans,
+    })
 }
 
 /// A load of `ty` at index expressions `index` (one per dimension).

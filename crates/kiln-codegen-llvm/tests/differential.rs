@@ -161,8 +161,8 @@ fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
 
 #[test]
 fn matrix_products_in_any_dimension_order_agree_with_the_reference() {
-    // Several free and contracting dimensions, in and out of the order the GEMM reads in
-    // place: the first two need no transposes, the others permute an operand first.
+    // Several free and contracting dimensions, in and out of the orders the GEMM reads in place
+    // (either operand may be stored transposed); the fourth case permutes an operand first.
     let cases = [
         (
             "f32[2,3,4,5]",
@@ -185,6 +185,34 @@ fn matrix_products_in_any_dimension_order_agree_with_the_reference() {
             "f32[2,3,7]",
         ),
         ("f64[2,3]", "f64[5,3]", "[]", "[]", "[1]", "[1]", "f64[2,5]"),
+        // Transposed operands read in place, across contraction blocks and threads.
+        (
+            "f32[2,300,37]",
+            "f32[2,45,300]",
+            "[0]",
+            "[0]",
+            "[1]",
+            "[2]",
+            "f32[2,37,45]",
+        ),
+        (
+            "f32[700,200]",
+            "f32[700,70]",
+            "[]",
+            "[]",
+            "[0]",
+            "[0]",
+            "f32[200,70]",
+        ),
+        (
+            "f64[130,260]",
+            "f64[33,260]",
+            "[]",
+            "[]",
+            "[1]",
+            "[1]",
+            "f64[130,33]",
+        ),
     ];
     for (a, b, lb, rb, lc, rc, out) in cases {
         let src = format!(
@@ -362,6 +390,32 @@ fn convolutions_through_the_implicit_gemm_agree_with_the_reference() {
             .map(|t| random_literal(&mut rng, t))
             .collect();
         agrees(&f, &args).unwrap_or_else(|e| panic!("{x} * {w}: {e}"));
+    }
+}
+
+#[test]
+fn transposed_products_fold_and_agree_with_the_reference() {
+    // transpose(a b) swapping the free parts becomes b a; a transpose that does not swap them,
+    // or a product with another user, stays.
+    let cases = [
+        "func @main(%0: f32[40,30], %1: f32[30,50]) -> f32[50,40] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,50]\n  %3 = transpose %2 {permutation = [1, 0]} : f32[50,40]\n  return %3\n}\n",
+        "func @main(%0: f32[3,4,5,6], %1: f32[3,6,7]) -> f32[3,7,4,5] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [1]} : f32[3,4,5,7]\n  %3 = transpose %2 {permutation = [0, 3, 1, 2]} : f32[3,7,4,5]\n  return %3\n}\n",
+        "func @main(%0: f32[3,4,5,6], %1: f32[3,6,7]) -> f32[3,5,4,7] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [1]} : f32[3,4,5,7]\n  %3 = transpose %2 {permutation = [0, 2, 1, 3]} : f32[3,5,4,7]\n  return %3\n}\n",
+        "func @main(%0: f32[4,6], %1: f32[6,5]) -> (f32[5,4], f32[4,5]) {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[4,5]\n  %3 = transpose %2 {permutation = [1, 0]} : f32[5,4]\n  return %3, %2\n}\n",
+    ];
+    for src in cases {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let mut rng = Rng::new(8);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            close(g, w).unwrap_or_else(|e| panic!("{src}: {e}"));
+        }
     }
 }
 

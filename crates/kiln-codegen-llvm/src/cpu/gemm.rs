@@ -189,8 +189,13 @@ struct Gemm<'a, 'c> {
     bl: Blocking,
     ft: FloatType<'c>,
     vt: VectorType<'c>,
+    /// Rows of A and C per batch.
+    m: i64,
     /// Columns of C and B.
     n: i64,
+    /// A is stored `[batch, k, m]`, B `[batch, n, k]`.
+    a_trans: bool,
+    b_trans: bool,
     /// Contraction length.
     k: i64,
     a: PointerValue<'c>,
@@ -275,6 +280,46 @@ impl<'c> Gemm<'_, 'c> {
         let x = &self.x;
         let (lanes, nr) = (self.bl.lanes as i64, self.bl.nr());
         let s_kk = x.slot()?;
+        if self.b_trans {
+            // B is stored [n, k]: column by column, a contiguous read and a store every nr
+            // elements; columns past `width` are zeros.
+            let s_jj = x.slot()?;
+            return x.em.range_loop_ptr(s_jj, x.c(0), x.c(nr), 1, &mut |_| {
+                let jj = x.get(s_jj)?;
+                let col = x.add(j, jj)?;
+                let dst = |kk: IntValue<'c>| -> Result<PointerValue<'c>> {
+                    x.at(self.ft, panel, x.add(x.mulc(x.sub(kk, kb)?, nr)?, jj)?)
+                };
+                x.branch(
+                    x.cmp(IntPredicate::SLT, jj, x.c(width))?,
+                    &mut || {
+                        let src = x.add(b_base, x.mulc(col, self.k)?)?;
+                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
+                            let kk = x.get(s_kk)?;
+                            let v = em
+                                .b
+                                .build_load(self.ft, x.at(self.ft, self.b, x.add(src, kk)?)?, "pb")
+                                .map_err(llvm)?;
+                            // Volatile: keeps the strided stores out of the vectorizer.
+                            em.b.build_store(dst(kk)?, v)
+                                .map_err(llvm)?
+                                .set_volatile(true)
+                                .map_err(llvm)?;
+                            Ok(())
+                        })
+                    },
+                    &mut || {
+                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
+                            em.b.build_store(dst(x.get(s_kk)?)?, self.ft.const_zero())
+                                .map_err(llvm)?
+                                .set_volatile(true)
+                                .map_err(llvm)?;
+                            Ok(())
+                        })
+                    },
+                )
+            });
+        }
         x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em: &Emitter<'c>| {
             let kk = x.get(s_kk)?;
             let src = x.add(x.add(b_base, x.mulc(kk, self.n)?)?, j)?;
@@ -295,6 +340,12 @@ impl<'c> Gemm<'_, 'c> {
     fn a_row(&self, row: IntValue<'c>) -> Result<IntValue<'c>> {
         let x = &self.x;
         let Some((p, _)) = self.conv else {
+            if self.a_trans {
+                // [batch, k, m]: row i of batch bt starts at bt * k * m + i.
+                let bt = x.sdiv(row, self.m)?;
+                let i = x.sub(row, x.mulc(bt, self.m)?)?;
+                return x.add(x.mulc(bt, self.k * self.m)?, i);
+            }
             return x.mulc(row, self.k);
         };
         let (oh, ow) = (p.oh as i64, p.ow as i64);
@@ -312,6 +363,7 @@ impl<'c> Gemm<'_, 'c> {
     fn a_at(&self, row_start: IntValue<'c>, kk: IntValue<'c>) -> Result<IntValue<'c>> {
         let x = &self.x;
         match self.conv {
+            None if self.a_trans => x.add(row_start, x.mulc(kk, self.m)?),
             None => x.add(row_start, kk),
             Some((_, table)) => {
                 let i64t = x.em.ctx.i64_type();
@@ -504,6 +556,7 @@ pub(super) fn emit<'c>(
     d: DType,
     bl: Blocking,
     (m, n, k): (i64, i64, i64),
+    (a_trans, b_trans): (bool, bool),
     conv: Option<&ConvPatches>,
     out: PointerValue<'c>,
     scratch: PointerValue<'c>,
@@ -546,7 +599,10 @@ pub(super) fn emit<'c>(
         bl,
         ft,
         vt: ft.vec_type(bl.lanes),
+        m,
         n,
+        a_trans,
+        b_trans,
         k,
         a: base(0)?,
         conv,
