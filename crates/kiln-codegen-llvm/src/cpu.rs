@@ -1065,7 +1065,7 @@ fn emit_kernel<'c>(
     let out = f.get_nth_param(1).expect("declared").into_pointer_value();
     // Only kernels worth splitting across threads take their row range at run time; the
     // others keep constant trip counts, which LLVM optimizes faster and better.
-    let Launch { rows, work, .. } = kernel_shape(k);
+    let Launch { rows, work, .. } = kernel_shape(k, wide_vectors(for_host));
     let (lo, hi) = if is_parallel(rows, work) {
         (
             f.get_nth_param(2).expect("declared").into_int_value(),
@@ -1085,6 +1085,7 @@ fn emit_kernel<'c>(
     match k.schedule {
         Schedule::Nest => emit_nest(&em, k, out, lo, hi)?,
         Schedule::Gemm {
+            batch,
             m: rows,
             n,
             k: kk,
@@ -1101,8 +1102,9 @@ fn emit_kernel<'c>(
             conv.as_ref(),
             out,
             f.get_nth_param(4).expect("declared").into_pointer_value(),
-            lo,
-            hi,
+            (lo, hi),
+            gemm::Blocking::new(k.out.dtype, wide_vectors(for_host))
+                .split_columns(batch, rows, n, kk),
         )?,
         Schedule::Scatter {
             ref updates,
@@ -1455,7 +1457,11 @@ impl CpuExecutable {
         let mut kernels_fns = vec![None; f.insts.len()];
         let shape = ks
             .iter()
-            .map(|k| k.as_ref().map(kernel_shape).unwrap_or_default())
+            .map(|k| {
+                k.as_ref()
+                    .map(|k| kernel_shape(k, wide_vectors(true)))
+                    .unwrap_or_default()
+            })
             .collect();
         let engine = if ks.iter().any(Option::is_some) {
             let m = build_module(ctx, f, ks, true)?;
@@ -1515,10 +1521,20 @@ fn host_cpu() -> (String, String) {
     .clone()
 }
 
-/// How the runtime calls `k`.
-fn kernel_shape(k: &Kernel) -> Launch {
+/// How the runtime calls `k` when compiled with 512-bit vectors (`wide`) or not.
+fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
     let (rows, work) = match k.schedule {
-        Schedule::Gemm { batch, m, n, k, .. } => (batch * m, batch * m * n * k),
+        Schedule::Gemm {
+            batch, m, n, k: kk, ..
+        } => {
+            let bl = gemm::Blocking::new(k.out.dtype, wide);
+            let rows = if bl.split_columns(batch, m, n, kk) {
+                (n as i64 + bl.nr() - 1) as usize / bl.nr() as usize
+            } else {
+                batch * m
+            };
+            (rows, batch * m * n * kk)
+        }
         Schedule::Nest => (
             k.out.shape.first().copied().unwrap_or(1),
             k.out.numel() * reduction_work(&k.body),
@@ -1527,9 +1543,7 @@ fn kernel_shape(k: &Kernel) -> Launch {
         Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => (1, 1),
     };
     let scratch = match k.schedule {
-        Schedule::Gemm { n, .. } => {
-            gemm::Blocking::new(k.out.dtype, wide_vectors(true)).scratch_bytes(n as i64)
-        }
+        Schedule::Gemm { n, .. } => gemm::Blocking::new(k.out.dtype, wide).scratch_bytes(n as i64),
         _ => 0,
     };
     Launch {

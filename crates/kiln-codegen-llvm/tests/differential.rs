@@ -132,7 +132,8 @@ fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
     // (batch, m, k, n): rows that fill register tiles and rows that leave a partial one; row
     // blocks past one packed block of A (192 f32 rows); contractions crossing the 256-step
     // block; column tails narrower than a panel; more columns than one packed block of B (4096
-    // f32 or 2048 f64 columns); work large enough to split rows across threads mid-batch.
+    // f32 or 2048 f64 columns); work large enough to split rows across threads mid-batch, or
+    // columns when there are fewer rows than columns.
     let shapes = [
         (3, 8, 300, 37),
         (1, 1, 1, 1),
@@ -141,6 +142,8 @@ fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
         (5, 37, 64, 33),
         (1, 3, 3, 4100),
         (4, 100, 40, 17),
+        // Few rows and many columns: threads split the columns.
+        (1, 50, 300, 1000),
     ];
     for dtype in ["f32", "f64"] {
         for (bt, m, k, n) in shapes {

@@ -68,8 +68,16 @@ impl Blocking {
         }
     }
 
-    fn nr(&self) -> i64 {
+    /// Columns per panel of packed B.
+    pub(super) fn nr(&self) -> i64 {
         self.lanes as i64 * self.nv
+    }
+
+    /// Whether a GEMM's threads split its columns (in panels) rather than its rows: each thread
+    /// packs the operand whose block it splits, so split the longer side (a wide product with
+    /// few rows, like a training step's, would otherwise pack all of B once per row chunk).
+    pub(super) fn split_columns(&self, batch: usize, m: usize, n: usize, k: usize) -> bool {
+        batch == 1 && k > 0 && m < n && n as i64 > self.nr()
     }
 
     /// Columns of the packed B block for `n` columns: whole panels, at most `nc`.
@@ -560,10 +568,18 @@ pub(super) fn emit<'c>(
     conv: Option<&ConvPatches>,
     out: PointerValue<'c>,
     scratch: PointerValue<'c>,
-    lo: IntValue<'c>,
-    hi: IntValue<'c>,
+    (lo, hi): (IntValue<'c>, IntValue<'c>),
+    split_columns: bool,
 ) -> Result<()> {
     let x = Arith { em };
+    // lo..hi are rows, or with `split_columns` panels of columns (all rows).
+    let (lo, hi, col_lo, col_hi) = if split_columns {
+        let nr = bl.nr();
+        let col_hi = x.min(x.mulc(hi, nr)?, x.c(n))?;
+        (x.c(0), x.c(m), x.mulc(lo, nr)?, col_hi)
+    } else {
+        (lo, hi, x.c(0), x.c(n))
+    };
     let ft = em.ftype(d);
     let ptr = em.ctx.ptr_type(AddressSpace::default());
     let base = |i: i64| -> Result<PointerValue<'c>> {
@@ -631,9 +647,9 @@ pub(super) fn emit<'c>(
         let r_lo = x.max(lo, x.mulc(bt, m)?)?;
         let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
         let b_base = x.mulc(bt, k * n)?;
-        x.em.range_loop_ptr(s_jc, x.c(0), x.c(n), nc, &mut |_| {
+        x.em.range_loop_ptr(s_jc, col_lo, col_hi, nc, &mut |_| {
             let jc = x.get(s_jc)?;
-            let jc_end = x.min(x.addc(jc, nc)?, x.c(n))?;
+            let jc_end = x.min(x.addc(jc, nc)?, col_hi)?;
             let full_end = x.min(jc_end, x.c(n_full))?;
             // The tail panel (fewer than nr columns) is the last one of the last block.
             let has_tail = x.cmp(IntPredicate::SGT, jc_end, x.c(n_full))?;
