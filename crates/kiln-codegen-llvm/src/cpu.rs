@@ -1550,8 +1550,9 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
         rows,
         work,
         scratch,
-        // A GEMM chunk packs all of B: fewer, larger chunks.
-        chunks_per_thread: if scratch > 0 { 2 } else { 4 },
+        // A GEMM chunk packs its whole share of the operand it does not split: one chunk per
+        // thread.
+        chunks_per_thread: if scratch > 0 { 1 } else { 4 },
     }
 }
 

@@ -129,11 +129,11 @@ fn many_small_reductions_do_not_grow_the_stack() {
 
 #[test]
 fn gemm_tiles_edges_and_blocks_agree_with_the_reference() {
-    // (batch, m, k, n): rows that fill register tiles and rows that leave a partial one; row
-    // blocks past one packed block of A (192 f32 rows); contractions crossing the 256-step
-    // block; column tails narrower than a panel; more columns than one packed block of B (4096
-    // f32 or 2048 f64 columns); work large enough to split rows across threads mid-batch, or
-    // columns when there are fewer rows than columns.
+    // (batch, m, k, n) on AVX-512 blocking: rows that fill register tiles and rows that leave
+    // a partial one; rows past one packed block of A (96 f32 rows); contractions crossing the
+    // 512-step block (256 on AVX2); column tails narrower than a panel; more columns than one
+    // packed block of B (2048 f32 or 1024 f64 columns); work large enough to split rows across
+    // threads mid-batch, or columns when there are fewer rows than columns.
     let shapes = [
         (3, 8, 300, 37),
         (1, 1, 1, 1),
