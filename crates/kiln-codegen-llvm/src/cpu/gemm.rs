@@ -275,6 +275,41 @@ impl<'c> Gemm<'_, 'c> {
         Ok(())
     }
 
+    /// For kk in `kb..kend`: `*dst(kk) = *src(kk)` where `live`, else zeros. The stores are
+    /// volatile: they land `mr` or `nr` elements apart, which the loop vectorizer would
+    /// otherwise turn into (slow) scatters.
+    fn strided_run(
+        &self,
+        live: IntValue<'c>,
+        (kb, kend): (IntValue<'c>, IntValue<'c>),
+        src: &dyn Fn(IntValue<'c>) -> Result<PointerValue<'c>>,
+        dst: &dyn Fn(IntValue<'c>) -> Result<PointerValue<'c>>,
+    ) -> Result<()> {
+        let x = &self.x;
+        let s_kk = x.slot()?;
+        let store = |em: &Emitter<'c>, kk: IntValue<'c>, v: BasicValueEnum<'c>| -> Result<()> {
+            em.b.build_store(dst(kk)?, v)
+                .map_err(llvm)?
+                .set_volatile(true)
+                .map_err(llvm)
+        };
+        x.branch(
+            live,
+            &mut || {
+                x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
+                    let kk = x.get(s_kk)?;
+                    let v = em.b.build_load(self.ft, src(kk)?, "v").map_err(llvm)?;
+                    store(em, kk, v)
+                })
+            },
+            &mut || {
+                x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
+                    store(em, x.get(s_kk)?, self.ft.const_zero().into())
+                })
+            },
+        )
+    }
+
     /// Packs rows `kb..kend` of the panel of B starting at column `j` (`width` valid columns)
     /// into `panel`.
     fn pack_b_panel(
@@ -299,33 +334,12 @@ impl<'c> Gemm<'_, 'c> {
                 let dst = |kk: IntValue<'c>| -> Result<PointerValue<'c>> {
                     x.at(self.ft, panel, x.add(x.mulc(x.sub(kk, kb)?, nr)?, jj)?)
                 };
-                x.branch(
+                let src = x.add(b_base, x.mulc(col, self.k)?)?;
+                self.strided_run(
                     x.cmp(IntPredicate::SLT, jj, x.c(width))?,
-                    &mut || {
-                        let src = x.add(b_base, x.mulc(col, self.k)?)?;
-                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
-                            let kk = x.get(s_kk)?;
-                            let v = em
-                                .b
-                                .build_load(self.ft, x.at(self.ft, self.b, x.add(src, kk)?)?, "pb")
-                                .map_err(llvm)?;
-                            // Volatile: keeps the strided stores out of the vectorizer.
-                            em.b.build_store(dst(kk)?, v)
-                                .map_err(llvm)?
-                                .set_volatile(true)
-                                .map_err(llvm)?;
-                            Ok(())
-                        })
-                    },
-                    &mut || {
-                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
-                            em.b.build_store(dst(x.get(s_kk)?)?, self.ft.const_zero())
-                                .map_err(llvm)?
-                                .set_volatile(true)
-                                .map_err(llvm)?;
-                            Ok(())
-                        })
-                    },
+                    (kb, kend),
+                    &|kk| x.at(self.ft, self.b, x.add(src, kk)?),
+                    &dst,
                 )
             });
         }
@@ -397,7 +411,7 @@ impl<'c> Gemm<'_, 'c> {
     ) -> Result<()> {
         let x = &self.x;
         let (mr, kc) = (self.bl.mr, self.bl.kc);
-        let (s_r, s_i, s_kk) = (x.slot()?, x.slot()?, x.slot()?);
+        let (s_r, s_i) = (x.slot()?, x.slot()?);
         x.em.range_loop_ptr(s_r, ic, ic_end, mr, &mut |_| {
             let r = x.get(s_r)?;
             let sliver = x.mulc(x.sub(r, ic)?, kc)?;
@@ -408,37 +422,12 @@ impl<'c> Gemm<'_, 'c> {
                     let at = x.add(x.add(sliver, x.mulc(x.sub(kk, kb)?, mr)?)?, i)?;
                     x.at(self.ft, self.packed_a, at)
                 };
-                x.branch(
+                let src = self.a_row(row)?;
+                self.strided_run(
                     x.cmp(IntPredicate::SLT, row, ic_end)?,
-                    &mut || {
-                        let src = self.a_row(row)?;
-                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
-                            let kk = x.get(s_kk)?;
-                            let v =
-                                em.b.build_load(
-                                    self.ft,
-                                    x.at(self.ft, self.a, self.a_at(src, kk)?)?,
-                                    "pa",
-                                )
-                                .map_err(llvm)?;
-                            // Volatile: stores `mr` elements apart, which the loop vectorizer
-                            // would otherwise turn into (slow) scatters.
-                            em.b.build_store(dst(kk)?, v)
-                                .map_err(llvm)?
-                                .set_volatile(true)
-                                .map_err(llvm)?;
-                            Ok(())
-                        })
-                    },
-                    &mut || {
-                        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em| {
-                            em.b.build_store(dst(x.get(s_kk)?)?, self.ft.const_zero())
-                                .map_err(llvm)?
-                                .set_volatile(true)
-                                .map_err(llvm)?;
-                            Ok(())
-                        })
-                    },
+                    (kb, kend),
+                    &|kk| x.at(self.ft, self.a, self.a_at(src, kk)?),
+                    &dst,
                 )
             })
         })
