@@ -144,8 +144,9 @@ impl Program {
             .collect();
         rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let per_call = |t: std::time::Duration| t.as_secs_f64() * 1e3 / calls as f64;
+        let kernels = self.steps.iter().filter(|s| **s == Step::Kernel).count();
         let mut out = format!(
-            "kiln profile of @{}: {calls} calls, {:.3} ms per call\n",
+            "kiln profile of @{}: {calls} calls, {:.3} ms per call, {kernels} kernels\n",
             self.func.name,
             per_call(total)
         );
