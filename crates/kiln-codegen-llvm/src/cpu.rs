@@ -1558,8 +1558,14 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
 
 /// Whether kernels use 512-bit vectors: when compiled for a host with AVX-512 (machine-
 /// independent dumps assume 256-bit ones).
+///
+/// `KILN_VECTOR_BITS=256` in the environment keeps 256-bit vectors on an AVX-512 host (the
+/// blocking of AVX2 machines), so that path can be tested and measured here too.
 fn wide_vectors(for_host: bool) -> bool {
-    for_host && host_cpu().1.split(',').any(|f| f == "+avx512f")
+    static NARROW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let narrow =
+        *NARROW.get_or_init(|| std::env::var("KILN_VECTOR_BITS").is_ok_and(|v| v == "256"));
+    for_host && !narrow && host_cpu().1.split(',').any(|f| f == "+avx512f")
 }
 
 /// Total work of one output element: the product of the reduction extents in the body.

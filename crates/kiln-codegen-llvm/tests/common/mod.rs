@@ -1,0 +1,237 @@
+//! Checks shared by the test binaries: result comparison and the matrix-product cases that run
+//! on the GEMM (`differential.rs` with the host's vectors, `gemm_256bit.rs` with 256-bit ones).
+
+#![allow(dead_code)]
+
+use kiln_codegen_llvm::cpu::CpuExecutable;
+use kiln_ir::random::{Rng, random_literal};
+use kiln_ir::{DType, Literal};
+
+/// Backends compute f16/bf16 in f32 and f32 in f32 (the reference rounds exact f64 results
+/// once), and transcendental functions come from the C library, so floats agree to a relative
+/// tolerance that grows with the dtype's precision; integers and `pred` agree exactly.
+pub fn close(a: &Literal, e: &Literal) -> Result<(), String> {
+    let rtol = match e.dtype() {
+        DType::F16 => 1e-2,
+        DType::BF16 => 5e-2,
+        DType::F32 => 1e-4,
+        DType::F64 => 1e-9,
+        _ => 0.0,
+    };
+    if e.dtype().is_float() {
+        let (av, ev) = (a.to_f64s(), e.to_f64s());
+        let scale = ev
+            .iter()
+            .filter(|x| x.is_finite())
+            .fold(1.0f64, |m, x| m.max(x.abs()));
+        for (i, (x, y)) in av.iter().zip(&ev).enumerate() {
+            let ok =
+                (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= rtol * (scale + y.abs());
+            if !ok {
+                return Err(format!("element {i}: {x} vs reference {y}"));
+            }
+        }
+        Ok(())
+    } else if a.to_i64s() == e.to_i64s() {
+        Ok(())
+    } else {
+        Err(format!("{a} vs reference {e}"))
+    }
+}
+
+/// Compiles `f` for the CPU, runs it on `args`, and compares its first output with the
+/// reference interpreter's.
+pub fn agrees(f: &kiln_ir::Func, args: &[Literal]) -> Result<(), String> {
+    let got = CpuExecutable::compile(f)
+        .map_err(|e| e.to_string())?
+        .run(args)
+        .map_err(|e| e.to_string())?;
+    close(
+        &got[0],
+        &kiln_reference::eval(f, args).map_err(|e| e.to_string())?[0],
+    )
+}
+
+/// Matrix products of many shapes on the GEMM, against the reference.
+pub fn gemm_shapes() {
+    // (batch, m, k, n) on AVX-512 blocking: rows that fill register tiles and rows that leave
+    // a partial one; rows past one packed block of A (96 f32 rows); contractions crossing the
+    // 512-step block (256 on AVX2); column tails narrower than a panel; more columns than one
+    // packed block of B (2048 f32 or 1024 f64 columns); work large enough to split rows across
+    // threads mid-batch, or columns when there are fewer rows than columns.
+    let shapes = [
+        (3, 8, 300, 37),
+        (1, 1, 1, 1),
+        (2, 13, 5, 32),
+        (1, 200, 513, 70),
+        (5, 37, 64, 33),
+        (1, 3, 3, 4100),
+        (4, 100, 40, 17),
+        // Few rows and many columns: threads split the columns.
+        (1, 50, 300, 1000),
+    ];
+    for dtype in ["f32", "f64"] {
+        for (bt, m, k, n) in shapes {
+            let src = format!(
+                "func @main(%0: {dtype}[{bt},{m},{k}], %1: {dtype}[{bt},{k},{n}]) -> {dtype}[{bt},{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dtype}[{bt},{m},{n}]\n  return %2\n}}\n"
+            );
+            let f = kiln_ir::parse_func_text(&src).unwrap();
+            let mut rng = Rng::new(9);
+            let args: Vec<Literal> = f
+                .param_types()
+                .iter()
+                .map(|t| random_literal(&mut rng, t))
+                .collect();
+            agrees(&f, &args).unwrap_or_else(|e| panic!("{dtype} {:?}: {e}", (bt, m, k, n)));
+        }
+    }
+}
+
+/// Matrix products with their dimensions in and out of the orders the GEMM reads in place.
+pub fn dimension_orders() {
+    // Several free and contracting dimensions, in and out of the orders the GEMM reads in place
+    // (either operand may be stored transposed); the fourth case permutes an operand first.
+    let cases = [
+        (
+            "f32[2,3,4,5]",
+            "f32[2,4,5,6,7]",
+            "[0]",
+            "[0]",
+            "[2,3]",
+            "[1,2]",
+            "f32[2,3,6,7]",
+        ),
+        ("f32[6,4]", "f32[4]", "[]", "[]", "[1]", "[0]", "f32[6]"),
+        ("f32[4,6]", "f32[4,5]", "[]", "[]", "[0]", "[0]", "f32[6,5]"),
+        (
+            "f32[3,2,4,5]",
+            "f32[5,2,4,7]",
+            "[1]",
+            "[1]",
+            "[3,2]",
+            "[0,2]",
+            "f32[2,3,7]",
+        ),
+        ("f64[2,3]", "f64[5,3]", "[]", "[]", "[1]", "[1]", "f64[2,5]"),
+        // Transposed operands read in place, across contraction blocks and threads.
+        (
+            "f32[2,300,37]",
+            "f32[2,45,300]",
+            "[0]",
+            "[0]",
+            "[1]",
+            "[2]",
+            "f32[2,37,45]",
+        ),
+        (
+            "f32[700,200]",
+            "f32[700,70]",
+            "[]",
+            "[]",
+            "[0]",
+            "[0]",
+            "f32[200,70]",
+        ),
+        (
+            "f64[130,260]",
+            "f64[33,260]",
+            "[]",
+            "[]",
+            "[1]",
+            "[1]",
+            "f64[130,33]",
+        ),
+    ];
+    for (a, b, lb, rb, lc, rc, out) in cases {
+        let src = format!(
+            "func @main(%0: {a}, %1: {b}) -> {out} {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = {lb}, rhs_batching_dimensions = {rb}, lhs_contracting_dimensions = {lc}, rhs_contracting_dimensions = {rc}}} : {out}\n  return %2\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let mut rng = Rng::new(4);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        agrees(&f, &args).unwrap_or_else(|e| panic!("{src}: {e}"));
+    }
+}
+
+/// Convolutions on the implicit-im2col GEMM (and the direct kernel), against the reference.
+pub fn convolutions() {
+    // (input type, kernel type, output type, attributes) in NCHW/OIHW and NHWC/HWIO layouts.
+    let cases = [
+        (
+            "f32[2,3,9,8]",
+            "f32[4,3,3,2]",
+            "f32[2,4,4,4]",
+            "window_strides = [2, 2], padding = [[1, 0], [0, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 2], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        (
+            "f32[2,7,7,3]",
+            "f32[3,3,3,5]",
+            "f32[2,7,7,5]",
+            "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]",
+        ),
+        // Contraction (3*3*40) across blocks, rows (2*12*12) across packed row blocks and
+        // threads, 37 output channels (a panel and a tail).
+        (
+            "f32[2,40,12,12]",
+            "f32[37,40,3,3]",
+            "f32[2,37,12,12]",
+            "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        // Already in the GEMM's layouts, stride and dilation both 2, no padding.
+        (
+            "f32[3,11,13,6]",
+            "f32[2,3,6,9]",
+            "f32[3,5,5,9]",
+            "window_strides = [2, 2], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [2, 2], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]",
+        ),
+        (
+            "f64[1,2,5,5]",
+            "f64[3,2,5,5]",
+            "f64[1,3,1,1]",
+            "window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+    ];
+    for (x, w, y, attrs) in cases {
+        let src = format!(
+            "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        let mut rng = Rng::new(4);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        agrees(&f, &args).unwrap_or_else(|e| panic!("{x} * {w}: {e}"));
+    }
+}
+
+/// Transposed products (folded into swapped ones, or not), against the reference.
+pub fn transposed_folds() {
+    // transpose(a b) swapping the free parts becomes b a; a transpose that does not swap them,
+    // or a product with another user, stays.
+    let cases = [
+        "func @main(%0: f32[40,30], %1: f32[30,50]) -> f32[50,40] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,50]\n  %3 = transpose %2 {permutation = [1, 0]} : f32[50,40]\n  return %3\n}\n",
+        "func @main(%0: f32[3,4,5,6], %1: f32[3,6,7]) -> f32[3,7,4,5] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [1]} : f32[3,4,5,7]\n  %3 = transpose %2 {permutation = [0, 3, 1, 2]} : f32[3,7,4,5]\n  return %3\n}\n",
+        "func @main(%0: f32[3,4,5,6], %1: f32[3,6,7]) -> f32[3,5,4,7] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [1]} : f32[3,4,5,7]\n  %3 = transpose %2 {permutation = [0, 2, 1, 3]} : f32[3,5,4,7]\n  return %3\n}\n",
+        "func @main(%0: f32[4,6], %1: f32[6,5]) -> (f32[5,4], f32[4,5]) {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[4,5]\n  %3 = transpose %2 {permutation = [1, 0]} : f32[5,4]\n  return %3, %2\n}\n",
+    ];
+    for src in cases {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let mut rng = Rng::new(8);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            close(g, w).unwrap_or_else(|e| panic!("{src}: {e}"));
+        }
+    }
+}
