@@ -8,8 +8,9 @@ use kiln_ir::random::{Rng, random_literal};
 use kiln_ir::{DType, Literal};
 
 /// Backends compute f16/bf16 in f32 and f32 in f32 (the reference rounds exact f64 results
-/// once), and transcendental functions come from the C library, so floats agree to a relative
-/// tolerance that grows with the dtype's precision; integers and `pred` agree exactly.
+/// once), and transcendental functions are polynomials or C library calls, so floats agree to
+/// a relative tolerance that grows with the dtype's precision; integers and `pred` agree
+/// exactly.
 pub fn close(a: &Literal, e: &Literal) -> Result<(), String> {
     let rtol = match e.dtype() {
         DType::F16 => 1e-2,
