@@ -53,6 +53,25 @@ pub fn agrees(f: &kiln_ir::Func, args: &[Literal]) -> Result<(), String> {
     )
 }
 
+/// Parses `src`, runs it on the CPU and on the reference with random arguments from `seed`,
+/// and panics (naming the program) unless every output agrees.
+pub fn agrees_on_random_inputs(src: &str, seed: u64) {
+    let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+    let mut rng = Rng::new(seed);
+    let args: Vec<Literal> = f
+        .param_types()
+        .iter()
+        .map(|t| random_literal(&mut rng, t))
+        .collect();
+    let got = CpuExecutable::compile(&f)
+        .and_then(|e| e.run(&args))
+        .unwrap_or_else(|e| panic!("{src}: {e}"));
+    let want = kiln_reference::eval(&f, &args).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        close(g, w).unwrap_or_else(|e| panic!("{src}: {e}"));
+    }
+}
+
 /// Matrix products of many shapes on the GEMM, against the reference.
 pub fn gemm_shapes() {
     // (batch, m, k, n) on AVX-512 blocking: rows that fill register tiles and rows that leave
@@ -76,14 +95,7 @@ pub fn gemm_shapes() {
             let src = format!(
                 "func @main(%0: {dtype}[{bt},{m},{k}], %1: {dtype}[{bt},{k},{n}]) -> {dtype}[{bt},{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dtype}[{bt},{m},{n}]\n  return %2\n}}\n"
             );
-            let f = kiln_ir::parse_func_text(&src).unwrap();
-            let mut rng = Rng::new(9);
-            let args: Vec<Literal> = f
-                .param_types()
-                .iter()
-                .map(|t| random_literal(&mut rng, t))
-                .collect();
-            agrees(&f, &args).unwrap_or_else(|e| panic!("{dtype} {:?}: {e}", (bt, m, k, n)));
+            agrees_on_random_inputs(&src, 9);
         }
     }
 }
@@ -147,14 +159,7 @@ pub fn dimension_orders() {
         let src = format!(
             "func @main(%0: {a}, %1: {b}) -> {out} {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = {lb}, rhs_batching_dimensions = {rb}, lhs_contracting_dimensions = {lc}, rhs_contracting_dimensions = {rc}}} : {out}\n  return %2\n}}\n"
         );
-        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
-        let mut rng = Rng::new(4);
-        let args: Vec<Literal> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal(&mut rng, t))
-            .collect();
-        agrees(&f, &args).unwrap_or_else(|e| panic!("{src}: {e}"));
+        agrees_on_random_inputs(&src, 4);
     }
 }
 
@@ -200,14 +205,7 @@ pub fn convolutions() {
         let src = format!(
             "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
         );
-        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
-        let mut rng = Rng::new(4);
-        let args: Vec<Literal> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal(&mut rng, t))
-            .collect();
-        agrees(&f, &args).unwrap_or_else(|e| panic!("{x} * {w}: {e}"));
+        agrees_on_random_inputs(&src, 4);
     }
 }
 
@@ -222,17 +220,6 @@ pub fn transposed_folds() {
         "func @main(%0: f32[4,6], %1: f32[6,5]) -> (f32[5,4], f32[4,5]) {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[4,5]\n  %3 = transpose %2 {permutation = [1, 0]} : f32[5,4]\n  return %3, %2\n}\n",
     ];
     for src in cases {
-        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
-        let mut rng = Rng::new(8);
-        let args: Vec<Literal> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal(&mut rng, t))
-            .collect();
-        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
-        let want = kiln_reference::eval(&f, &args).unwrap();
-        for (g, w) in got.iter().zip(&want) {
-            close(g, w).unwrap_or_else(|e| panic!("{src}: {e}"));
-        }
+        agrees_on_random_inputs(src, 8);
     }
 }
