@@ -1,14 +1,18 @@
 //! Loop fusion: producers inlined into their consumers' loop nests.
 //!
 //! A kernel's body reads its inputs through index expressions of its loop variables. When an
-//! instruction's kernel is a plain loop nest without reductions (elementwise ops, broadcasts,
-//! transposes, slices, reshapes, pads, concatenations, iotas, converts, selects, ...), its body
-//! can be evaluated at any index instead of being stored and loaded back: every load of its
+//! instruction's kernel is a loop nest (elementwise ops, broadcasts, transposes, slices,
+//! reshapes, pads, concatenations, iotas, converts, selects, reductions, ...), its body can be
+//! evaluated at any index instead of being stored and loaded back: every load of its
 //! value in a consumer is replaced by the producer's body with the producer's loop variables
 //! replaced by the consumer's index expressions. An instruction is inlined when:
 //!
 //! - it is not a function output, and every user is itself a loop-nest kernel (GEMM, scatter
 //!   and select-and-scatter kernels read whole buffers);
+//! - if it is a reduction, it has one user, which reads each of its elements once and has no
+//!   reduction of its own: the reduction then runs inside the user's loop nest, followed by the
+//!   user's elementwise epilogue (`sum / n`, `rsqrt(var + eps)`), with loop variables of its
+//!   own;
 //! - each user reads each of its elements about once, or the body is cheap enough to
 //!   recompute where a user reads it many times (a broadcast, a reduction over it);
 //! - the fused body stays small (compile time).
@@ -95,12 +99,19 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
                 inputs: &mut inputs,
                 members: &mut members,
                 extents: &extents,
+                next_var: k.vars,
             };
-            ctx.expr(&k.body)
+            let body = ctx.expr(&k.body);
+            (body, ctx.next_var)
         };
+        let (body, vars) = body;
         members.sort_unstable();
         members.dedup();
-        let fused = Kernel { body, ..k.clone() };
+        let fused = Kernel {
+            body,
+            vars,
+            ..k.clone()
+        };
         out.operands[i] = inputs;
         out.members[i] = members;
         out.kernels[i] = Some(fused);
@@ -133,10 +144,16 @@ fn inlinable(
     };
     let v = inst.results[0];
     let numel = f.values[v.index()].numel();
+    // A reduction is inlined only where each of its elements is read once (never recomputed),
+    // by users without reductions of their own: its result then feeds their elementwise
+    // epilogue instead of a stored buffer.
+    let reduces = has_reduce(&k.body);
+    if reduces && users[v.index()].len() != 1 {
+        // Several users would each recompute the reduction.
+        return false;
+    }
     if inst.results.len() != 1
         || k.schedule != Schedule::Nest
-        || k.vars != k.out.rank()
-        || has_reduce(&k.body)
         || numel == 0
         || f.outputs.contains(&v)
         || users[v.index()].is_empty()
@@ -147,7 +164,8 @@ fn inlinable(
     let cost = cost(&k.body);
     users[v.index()].iter().all(|&u| {
         let Some(uk) = &ks[u] else { return false };
-        if uk.schedule != Schedule::Nest || uk.out.numel() == 0 {
+        if uk.schedule != Schedule::Nest || uk.out.numel() == 0 || (reduces && has_reduce(&uk.body))
+        {
             return false;
         }
         let positions: Vec<usize> = f.insts[u]
@@ -161,7 +179,7 @@ fn inlinable(
             .iter()
             .map(|&j| reads_of(&uk.body, j, uk.out.numel()))
             .sum();
-        reads <= numel || cost <= CHEAP
+        reads <= numel || (cost <= CHEAP && !reduces)
     })
 }
 
@@ -304,6 +322,9 @@ struct Inline<'a> {
     inputs: &'a mut Vec<ValueId>,
     members: &'a mut Vec<usize>,
     extents: &'a [usize],
+    /// The first loop variable not yet used by the fused kernel (inlined reductions bring
+    /// loop variables of their own).
+    next_var: usize,
 }
 
 impl Inline<'_> {
@@ -448,7 +469,16 @@ impl Inline<'_> {
             .collect();
         self.members.extend(self.fused.members[p].iter().copied());
         self.members.push(p);
-        let body = substitute(&pk.body, at, &map);
+        let base = self.next_var;
+        self.next_var += pk.vars - pk.out.rank();
+        let body = substitute(
+            &pk.body,
+            &Subst {
+                at,
+                map: &map,
+                base,
+            },
+        );
         match pk.out.dtype {
             // The producer's kernel would have rounded its f32 result on store.
             DType::F16 | DType::BF16 => Expr::Op {
@@ -461,10 +491,26 @@ impl Inline<'_> {
     }
 }
 
-/// `e` (a producer body over its output variables) with variable `d` replaced by `at[d]` and
-/// input `j` by input `map[j]`.
-fn substitute(e: &Expr, at: &[Idx], map: &[usize]) -> Expr {
-    let sub = |x: &Expr| substitute(x, at, map);
+/// How a producer body moves into a consumer: its output variable `d` becomes `at[d]`, its
+/// other (reduction) variables `at.len() + i` become `base + i`, and its input `j` becomes
+/// input `map[j]`.
+struct Subst<'a> {
+    at: &'a [Idx],
+    map: &'a [usize],
+    base: usize,
+}
+
+impl Subst<'_> {
+    /// The consumer variable standing for producer reduction variable `v`.
+    fn var(&self, v: usize) -> usize {
+        v - self.at.len() + self.base
+    }
+}
+
+/// `e` (a producer body) moved into a consumer by `s`.
+fn substitute(e: &Expr, s: &Subst) -> Expr {
+    let (at, map) = (s.at, s.map);
+    let sub = |x: &Expr| substitute(x, s);
     match e {
         Expr::Load {
             input,
@@ -475,7 +521,8 @@ fn substitute(e: &Expr, at: &[Idx], map: &[usize]) -> Expr {
             let mut terms = vec![Idx::Const(*off)];
             for (d, &c) in coef.iter().enumerate() {
                 if c != 0 {
-                    terms.push(Idx::Mul(Box::new(at[d].clone()), c));
+                    let v = substitute_idx(&Idx::Var(d), s);
+                    terms.push(Idx::Mul(Box::new(v), c));
                 }
             }
             Expr::Gather {
@@ -493,15 +540,19 @@ fn substitute(e: &Expr, at: &[Idx], map: &[usize]) -> Expr {
         } => Expr::Gather {
             input: map[*input],
             dtype: *dtype,
-            index: index.iter().map(|i| substitute_idx(i, at, map)).collect(),
+            index: index.iter().map(|i| substitute_idx(i, s)).collect(),
             strides: strides.clone(),
         },
-        Expr::Iota { var, dtype } => Expr::Index {
+        Expr::Iota { var, dtype } if *var < at.len() => Expr::Index {
             idx: at[*var].clone(),
             dtype: *dtype,
         },
+        Expr::Iota { var, dtype } => Expr::Iota {
+            var: s.var(*var),
+            dtype: *dtype,
+        },
         Expr::Index { idx, dtype } => Expr::Index {
-            idx: substitute_idx(idx, at, map),
+            idx: substitute_idx(idx, s),
             dtype: *dtype,
         },
         Expr::Const { .. } => e.clone(),
@@ -510,7 +561,19 @@ fn substitute(e: &Expr, at: &[Idx], map: &[usize]) -> Expr {
             dtype: *dtype,
             args: args.iter().map(sub).collect(),
         },
-        Expr::Reduce { .. } => unreachable!("producers with reductions are not inlined"),
+        Expr::Reduce {
+            kind,
+            dtype,
+            init,
+            vars,
+            body,
+        } => Expr::Reduce {
+            kind: *kind,
+            dtype: *dtype,
+            init: Box::new(sub(init)),
+            vars: vars.iter().map(|&(v, n)| (s.var(v), n)).collect(),
+            body: Box::new(sub(body)),
+        },
         Expr::Guard {
             conds,
             then,
@@ -519,8 +582,8 @@ fn substitute(e: &Expr, at: &[Idx], map: &[usize]) -> Expr {
             conds: conds
                 .iter()
                 .map(|c| match c {
-                    Cond::InRange(i, lo, hi) => Cond::InRange(substitute_idx(i, at, map), *lo, *hi),
-                    Cond::Divisible(i, m) => Cond::Divisible(substitute_idx(i, at, map), *m),
+                    Cond::InRange(i, lo, hi) => Cond::InRange(substitute_idx(i, s), *lo, *hi),
+                    Cond::Divisible(i, m) => Cond::Divisible(substitute_idx(i, s), *m),
                 })
                 .collect(),
             then: Box::new(sub(then)),
@@ -529,16 +592,17 @@ fn substitute(e: &Expr, at: &[Idx], map: &[usize]) -> Expr {
     }
 }
 
-fn substitute_idx(i: &Idx, at: &[Idx], map: &[usize]) -> Idx {
-    let sub = |x: &Idx| substitute_idx(x, at, map);
+fn substitute_idx(i: &Idx, s: &Subst) -> Idx {
+    let sub = |x: &Idx| substitute_idx(x, s);
     match i {
-        Idx::Var(d) => at[*d].clone(),
+        Idx::Var(d) if *d < s.at.len() => s.at[*d].clone(),
+        Idx::Var(d) => Idx::Var(s.var(*d)),
         Idx::Const(_) => i.clone(),
         Idx::Add(xs) => Idx::Add(xs.iter().map(sub).collect()),
         Idx::Mul(x, c) => Idx::Mul(Box::new(sub(x)), *c),
         Idx::Div(x, c) => Idx::Div(Box::new(sub(x)), *c),
         Idx::Clamp(x, lo, hi) => Idx::Clamp(Box::new(sub(x)), *lo, *hi),
-        Idx::Value(e) => Idx::Value(Box::new(substitute(e, at, map))),
+        Idx::Value(e) => Idx::Value(Box::new(substitute(e, s))),
     }
 }
 
