@@ -127,6 +127,25 @@ pub const GEMM_CONV_KERNEL: [i64; 4] = [3, 2, 0, 1];
 /// Output dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
 pub const GEMM_CONV_OUTPUT: [i64; 4] = [0, 3, 1, 2];
 
+/// Whether `op` is a convolution the GEMM runs directly: the layouts above, no padding, no
+/// input dilation, one feature group.
+pub fn is_gemm_conv(op: &Op) -> bool {
+    matches!(op, Op::Convolution {
+        padding,
+        lhs_dilation,
+        feature_group_count,
+        input_dims,
+        kernel_dims,
+        output_dims,
+        ..
+    } if input_dims[..] == GEMM_CONV_INPUT
+        && kernel_dims[..] == GEMM_CONV_KERNEL
+        && output_dims[..] == GEMM_CONV_OUTPUT
+        && padding.iter().all(|&p| p == (0, 0))
+        && lhs_dilation.iter().all(|&d| d == 1)
+        && *feature_group_count == 1)
+}
+
 /// Rewrites each float 2-D convolution without feature groups or input dilation into the form
 /// the GEMM runs as an implicit im2col (its packing reads the patches straight from the
 /// input): the input transposed to NHWC and padded, the kernel transposed to HWIO, the output
@@ -155,11 +174,7 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
         else {
             return Ok(None);
         };
-        let canonical = input_dims[..] == GEMM_CONV_INPUT
-            && kernel_dims[..] == GEMM_CONV_KERNEL
-            && output_dims[..] == GEMM_CONV_OUTPUT
-            && padding.iter().all(|&p| p == (0, 0));
-        if canonical
+        if is_gemm_conv(&inst.op)
             || !out_ty.dtype.is_float()
             || *feature_group_count != 1
             || input_dims.len() != 4

@@ -751,19 +751,9 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
         }
         Op::Convolution {
             window_strides,
-            padding,
-            lhs_dilation,
             rhs_dilation,
-            feature_group_count,
-            input_dims,
-            kernel_dims,
-            output_dims,
-        } if input_dims[..] == crate::canon::GEMM_CONV_INPUT
-            && kernel_dims[..] == crate::canon::GEMM_CONV_KERNEL
-            && output_dims[..] == crate::canon::GEMM_CONV_OUTPUT
-            && padding.iter().all(|&p| p == (0, 0))
-            && lhs_dilation.iter().all(|&d| d == 1)
-            && *feature_group_count == 1
+            ..
+        } if crate::canon::is_gemm_conv(op)
             && out.numel() > 0
             && matches!(out.dtype, DType::F32 | DType::F64) =>
         {
