@@ -267,6 +267,30 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
                 &kiln_codegen_llvm::cpu::function_llvm_ir(f, false).map_err(|e| e.to_string())?,
             );
         }
+        "rule" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            let f = m.entry().ok_or("no function")?;
+            let rule = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .ok_or("no file name")?;
+            let rewritten = kiln_opt::rewrite_once(f, rule)?;
+            if rewritten.is_empty() {
+                return Err(format!("rule `{rule}` does not fire on its filetest"));
+            }
+            let parts: Vec<String> = rewritten.iter().map(|g| g.to_string()).collect();
+            out.push_str(&parts.join("// -----\n"));
+        }
+        "opt" | "opt fast-math" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            let f = m.entry().ok_or("no function")?;
+            let opts = kiln_opt::Options {
+                fast_math: mode == "opt fast-math",
+                machine: kiln_opt::cost::Machine::REFERENCE,
+                ..kiln_opt::Options::default()
+            };
+            out.push_str(&kiln_opt::explain(f, &opts)?);
+        }
         other => return Err(format!("unknown mode `{other}`")),
     }
     Ok(out)

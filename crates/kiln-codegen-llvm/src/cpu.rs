@@ -1419,6 +1419,15 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
 /// integer arithmetic, transposed products as swapped products, convolutions in the layouts of the implicit-im2col GEMM, then every matrix
 /// product in canonical form.
 fn prepare(f: &Func) -> Result<Func> {
+    let optimized;
+    let f = if std::env::var("KILN_NO_OPT").is_ok_and(|v| v == "1") {
+        f
+    } else {
+        optimized = kiln_opt::optimize(f, &kiln_opt::Options::from_env())
+            .map_err(|e| Error::Llvm(format!("optimizing: {e}")))?
+            .0;
+        &optimized
+    };
     let f = &crate::canon::expand_rngs(f)
         .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
     let f = &crate::canon::fold_transposed_products(f)

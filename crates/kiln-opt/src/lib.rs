@@ -1,0 +1,318 @@
+//! kiln's graph optimizer: equality saturation over the IR's op set.
+//!
+//! A function becomes an e-graph ([`lang`]: one node kind per op, generated from the op
+//! declaration; attributes and result types in meta leaves). The rules of the rule files
+//! ([`rules`]: algebra, layout, reductions; each one line, tagged `exact` or `reassoc`) grow it
+//! until it saturates or a limit is hit, constant folding runs as the e-graph's analysis
+//! ([`analysis`]), and extraction picks the cheapest program under the cost model ([`cost`]).
+//!
+//! ```
+//! use kiln_ir::parse_func_text;
+//! let f = parse_func_text(
+//!     "func @main(%0: f32[2,3]) -> f32[2,3] {\n  %1 = transpose %0 {permutation = [1, 0]} : f32[3,2]\n  %2 = transpose %1 {permutation = [1, 0]} : f32[2,3]\n  %3 = negate %2 : f32[2,3]\n  %4 = negate %3 : f32[2,3]\n  return %4\n}\n",
+//! ).unwrap();
+//! let (g, report) = kiln_opt::optimize(&f, &kiln_opt::Options::default()).unwrap();
+//! assert!(g.insts.is_empty(), "{g}");
+//! assert!(report.applied.iter().any(|(rule, _)| rule == "transpose-transpose"));
+//! ```
+#![warn(missing_docs)]
+
+pub mod analysis;
+pub mod cost;
+pub mod lang;
+pub mod rules;
+
+use analysis::{EGraph, Facts, meta};
+use cost::{CostModel, Machine};
+use egg::{Extractor, Id, Runner, StopReason};
+use kiln_ir::{Builder, Func, ValueId};
+use lang::{Head, Meta, Node, is_tuple};
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the optimizer may do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Also run `reassoc` rules (equal up to rounding), like `-ffast-math`.
+    pub fast_math: bool,
+    /// Stop growing the e-graph past this many nodes.
+    pub node_limit: usize,
+    /// Stop after this many rounds of rule application.
+    pub iter_limit: usize,
+    /// Stop after this long (a safety net; the node and round limits stop first in practice,
+    /// which keeps the output deterministic).
+    pub time_limit: Duration,
+    /// The machine the cost model estimates for.
+    pub machine: Machine,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            fast_math: false,
+            node_limit: 20_000,
+            iter_limit: 12,
+            time_limit: Duration::from_secs(5),
+            machine: Machine::host(),
+        }
+    }
+}
+
+impl Options {
+    /// The defaults, with `KILN_FAST_MATH=1` turning fast math on.
+    pub fn from_env() -> Options {
+        Options {
+            fast_math: std::env::var("KILN_FAST_MATH").is_ok_and(|v| v == "1"),
+            ..Options::default()
+        }
+    }
+}
+
+/// What one optimization did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Why saturation stopped: `saturated`, or the limit that was hit.
+    pub stop: String,
+    /// Rounds of rule application.
+    pub iterations: usize,
+    /// E-nodes and e-classes at the end.
+    pub nodes: usize,
+    /// E-classes at the end.
+    pub classes: usize,
+    /// Classes folded to constants.
+    pub folded: usize,
+    /// Successful applications per rule (rules that never fired are left out), by name.
+    pub applied: Vec<(String, usize)>,
+    /// Estimated cost of the input and of the output (nanoseconds, see [`cost`]).
+    pub cost_before: f64,
+    /// Estimated cost of the extracted program.
+    pub cost_after: f64,
+    /// Rule applications dropped because they would change a type (must be zero).
+    pub type_mismatches: usize,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "stop: {} after {} rounds; {} nodes in {} classes; {} folded",
+            self.stop, self.iterations, self.nodes, self.classes, self.folded
+        )?;
+        writeln!(
+            f,
+            "cost: {:.1} ns -> {:.1} ns (estimated)",
+            self.cost_before, self.cost_after
+        )?;
+        if self.applied.is_empty() {
+            writeln!(f, "rules applied: none")?;
+        } else {
+            let list: Vec<String> = self
+                .applied
+                .iter()
+                .map(|(r, n)| format!("{r} x{n}"))
+                .collect();
+            writeln!(f, "rules applied: {}", list.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds `f` to `eg`; returns the classes of its outputs.
+pub fn add_func(eg: &mut EGraph, f: &Func) -> Vec<Id> {
+    let mut val: Vec<Option<Id>> = vec![None; f.values.len()];
+    for (i, &p) in f.params.iter().enumerate() {
+        let ty = f.values[p.index()].clone();
+        val[p.index()] = Some(eg.add(Node::leaf(Head::Param(i as u32, ty))));
+    }
+    for inst in &f.insts {
+        let types = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
+        let m = eg.add(Node::leaf(Head::Meta(Arc::new(Meta::new(
+            inst.op.clone(),
+            types,
+        )))));
+        let mut children = vec![m];
+        children.extend(inst.operands.iter().map(|o| val[o.index()].expect("SSA")));
+        let kind = inst.op.kind();
+        let id = eg.add(Node {
+            head: Head::Op(kind),
+            children,
+        });
+        if is_tuple(kind) {
+            for (j, r) in inst.results.iter().enumerate() {
+                val[r.index()] = Some(eg.add(Node {
+                    head: Head::Get(j as u32),
+                    children: vec![id],
+                }));
+            }
+        } else {
+            val[inst.results[0].index()] = Some(id);
+        }
+    }
+    f.outputs
+        .iter()
+        .map(|o| val[o.index()].expect("SSA"))
+        .collect()
+}
+
+/// Rebuilds a function from the e-graph, taking `choose(class)` as each class's node.
+pub fn build_func(
+    eg: &EGraph,
+    f: &Func,
+    roots: &[Id],
+    choose: impl Fn(Id) -> Node,
+) -> Result<Func, String> {
+    let mut b = Builder::new(&f.name);
+    let params: Vec<ValueId> = f
+        .params
+        .iter()
+        .map(|p| b.param(f.values[p.index()].clone()))
+        .collect();
+    let mut done: HashMap<Id, Vec<ValueId>> = HashMap::new();
+    let mut stack: Vec<(Id, bool)> = roots.iter().rev().map(|&r| (eg.find(r), false)).collect();
+    while let Some((c, expanded)) = stack.pop() {
+        if done.contains_key(&c) {
+            continue;
+        }
+        let n = choose(c);
+        let deps: Vec<Id> = match n.head {
+            Head::Op(_) => n.operands().iter().map(|&x| eg.find(x)).collect(),
+            Head::Get(_) => vec![eg.find(n.children[0])],
+            _ => vec![],
+        };
+        if !expanded {
+            stack.push((c, true));
+            for &d in deps.iter().rev() {
+                if !done.contains_key(&d) {
+                    stack.push((d, false));
+                }
+            }
+            continue;
+        }
+        let vals = match &n.head {
+            Head::Param(i, _) => vec![params[*i as usize]],
+            Head::Meta(_) => return Err("a meta leaf used as a value".into()),
+            Head::Get(i) => vec![done[&deps[0]][*i as usize]],
+            Head::Op(kind) => {
+                let m = meta(eg, n.children[0]).ok_or("an op without its meta")?;
+                let op = m
+                    .op_as(*kind)
+                    .ok_or_else(|| format!("`{kind}` cannot take the attributes {:?}", m.op))?;
+                let operands: Vec<ValueId> = deps.iter().map(|d| done[d][0]).collect();
+                b.push_typed(op, &operands, &m.types)
+                    .map_err(|e| e.to_string())?
+            }
+        };
+        done.insert(c, vals);
+    }
+    let outs: Vec<ValueId> = roots.iter().map(|r| done[&eg.find(*r)][0]).collect();
+    b.finish(&outs).map_err(|e| e.to_string())
+}
+
+/// Optimizes `f`: saturates with the rules `opts` allows, then extracts the cheapest program.
+///
+/// The result computes what `f` computes (bit for bit unless `fast_math`), verifies, and is the
+/// same for the same input and options.
+pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
+    kiln_ir::verify(f).map_err(|e| e.to_string())?;
+    let cost_before = {
+        let mut plain = EGraph::new(Facts {
+            fold: false,
+            ..Facts::default()
+        });
+        let roots = add_func(&mut plain, f);
+        plain.rebuild();
+        let ex = Extractor::new(&plain, CostModel::new(&plain, opts.machine));
+        roots.iter().map(|&r| ex.find_best_cost(r)).sum()
+    };
+    let mut eg = EGraph::new(Facts::default());
+    let roots = add_func(&mut eg, f);
+    eg.rebuild();
+    let runner = Runner::<Node, Facts>::default()
+        .with_egraph(eg)
+        .with_node_limit(opts.node_limit)
+        .with_iter_limit(opts.iter_limit)
+        .with_time_limit(opts.time_limit)
+        .run(&rules::rewrites(opts.fast_math));
+    let eg = &runner.egraph;
+    let mut applied: HashMap<String, usize> = HashMap::new();
+    for it in &runner.iterations {
+        for (rule, n) in &it.applied {
+            *applied.entry(rule.to_string()).or_default() += n;
+        }
+    }
+    let mut applied: Vec<(String, usize)> = applied.into_iter().filter(|(_, n)| *n > 0).collect();
+    applied.sort();
+    let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
+    let cost_after = roots.iter().map(|&r| ex.find_best_cost(r)).sum();
+    let out = build_func(eg, f, &roots, |c| ex.find_best_node(c).clone())?;
+    kiln_ir::verify(&out).map_err(|e| format!("the optimized program does not verify: {e}"))?;
+    let stop = match &runner.stop_reason {
+        Some(StopReason::Saturated) => "saturated".to_string(),
+        Some(StopReason::IterationLimit(n)) => format!("round limit ({n})"),
+        Some(StopReason::NodeLimit(n)) => format!("node limit ({n})"),
+        Some(StopReason::TimeLimit(t)) => format!("time limit ({t:.1} s)"),
+        Some(StopReason::Other(s)) => s.clone(),
+        None => "not run".to_string(),
+    };
+    let report = Report {
+        stop,
+        iterations: runner.iterations.len(),
+        nodes: eg.total_number_of_nodes(),
+        classes: eg.number_of_classes(),
+        folded: eg.analysis.folded,
+        applied,
+        cost_before,
+        cost_after,
+        type_mismatches: eg.analysis.type_mismatches,
+    };
+    Ok((out, report))
+}
+
+/// Applies the rule named `rule` alone at each of its matches in `f`, one match at a time and
+/// without constant folding: the rewritten programs, one per match where the rule's conditions
+/// hold. Errors name a rule whose replacement would change a type.
+pub fn rewrite_once(f: &Func, rule: &str) -> Result<Vec<Func>, String> {
+    let def = rules::all_rules()
+        .into_iter()
+        .find(|r| r.name == rule)
+        .ok_or_else(|| format!("no rule named `{rule}`"))?;
+    kiln_ir::verify(f).map_err(|e| e.to_string())?;
+    let mut eg = EGraph::new(Facts {
+        fold: false,
+        ..Facts::default()
+    });
+    let roots = add_func(&mut eg, f);
+    eg.rebuild();
+    let matches = egg::Searcher::search(&def.searcher, &eg);
+    let mut out = Vec::new();
+    for m in matches {
+        for subst in &m.substs {
+            let id = match def.applier.instantiate(&mut eg, m.eclass, subst) {
+                Ok(id) => id,
+                Err(rules::Declined::NotApplicable) => continue,
+                Err(rules::Declined::TypeMismatch(e)) => return Err(format!("{rule}: {e}")),
+            };
+            let from = eg.find(m.eclass);
+            let g = build_func(&eg, f, &roots, |c| {
+                let c = if c == from { eg.find(id) } else { c };
+                eg[c].nodes[0].clone()
+            })?;
+            out.push(g);
+        }
+    }
+    Ok(out)
+}
+
+/// The optimized program and report as text (for dumps and snapshots).
+pub fn explain(f: &Func, opts: &Options) -> Result<String, String> {
+    let (g, report) = optimize(f, opts)?;
+    let mut s = String::new();
+    let _ = write!(s, "{g}\n// {}", report.to_string().replace('\n', "\n// "));
+    Ok(s.trim_end_matches("// ").to_string())
+}
