@@ -45,7 +45,12 @@ fn every_rule_holds_on_random_inputs() {
         let rewritten = kiln_opt::rewrite_once(&f, &r.name).unwrap();
         assert!(!rewritten.is_empty(), "rule {} does not fire", r.name);
         for g in &rewritten {
-            assert_ne!(g.to_string(), f.to_string(), "rule {} changed nothing", r.name);
+            assert_ne!(
+                g.to_string(),
+                f.to_string(),
+                "rule {} changed nothing",
+                r.name
+            );
             let mut rng = Rng::new(0x5EED ^ checked as u64);
             for _ in 0..25 {
                 let args = random_args(&f, &mut rng);
@@ -64,14 +69,20 @@ fn every_rule_holds_on_random_inputs() {
                         ),
                     };
                     if let Err(e) = res {
-                        panic!("rule {} ({:?}) is wrong: {e}\nbefore:\n{f}after:\n{g}", r.name, r.tag);
+                        panic!(
+                            "rule {} ({:?}) is wrong: {e}\nbefore:\n{f}after:\n{g}",
+                            r.name, r.tag
+                        );
                     }
                 }
             }
             checked += 1;
         }
     }
-    println!("{} rules, {checked} rewrites checked on 25 random inputs each", rules.len());
+    println!(
+        "{} rules, {checked} rewrites checked on 25 random inputs each",
+        rules.len()
+    );
 }
 
 /// Exact optimization of random programs changes no bit of any result on the reference
@@ -90,11 +101,15 @@ fn optimized_random_programs_are_bit_identical() {
             machine: kiln_opt::cost::Machine::REFERENCE,
             ..kiln_opt::Options::default()
         };
-        let (g, report) = kiln_opt::optimize(&f, &opts)
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+        let (g, report) =
+            kiln_opt::optimize(&f, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
         assert_eq!(report.type_mismatches, 0, "seed {seed}: {report}");
         let (again, _) = kiln_opt::optimize(&f, &opts).unwrap();
-        assert_eq!(g.to_string(), again.to_string(), "seed {seed}: not deterministic");
+        assert_eq!(
+            g.to_string(),
+            again.to_string(),
+            "seed {seed}: not deterministic"
+        );
         if g.to_string() != f.to_string() {
             changed += 1;
         }

@@ -2,7 +2,11 @@
 //!
 //! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
-//! - `dump FILE --stage parse|verify|eval|llvm [--arg VALUE]...`: print a stage of a `.kir` file;
+//! - `dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|llvm [--arg VALUE]...
+//!   [--fast-math]`: print a stage of a `.kir` file (`egraph`: the saturated e-graph with costs;
+//!   `opt`: the optimized program and what the optimizer did; `fused`: the CPU backend's kernels,
+//!   their member ops and the reason for every fusion decision; `dot`: the fused graph for
+//!   Graphviz);
 //!   `dump --example NAME --stage trace|grad`: the traced or differentiated IR of an example.
 //! - `bench [--json FILE] [--only a,b]`: the benchmark workloads of `shared/bench/README.md`.
 //! - `codegen [--check]`: regenerate (or check) generated files such as `ir-specs/status.md`.
@@ -216,7 +220,7 @@ fn codegen(check: bool) -> Result {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|llvm [--arg VALUE]... | dump --example NAME --stage trace|grad";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|llvm [--arg VALUE]... [--fast-math] | dump --example NAME --stage trace|grad";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -244,16 +248,33 @@ fn dump(args: &[String]) -> Result {
     let mut file = None;
     let mut stage = "parse".to_string();
     let mut values = Vec::new();
+    let mut fast_math = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--stage" => stage = it.next().ok_or(usage)?.clone(),
             "--arg" => values.push(it.next().ok_or(usage)?.clone()),
+            "--fast-math" => fast_math = true,
             _ if file.is_none() => file = Some(a.clone()),
             _ => return Err(usage.into()),
         }
     }
     let file = file.ok_or(usage)?;
+    if stage == "fused" || stage == "dot" {
+        ensure_toolchain()?;
+        return run(cargo().args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "kiln-codegen-llvm",
+            "--bin",
+            "kiln-llvm-dump",
+            "--",
+            &file,
+            &format!("--{stage}"),
+        ]));
+    }
     if stage == "llvm" {
         ensure_toolchain()?;
         println!("; LLVM IR before optimization");
@@ -290,6 +311,19 @@ fn dump(args: &[String]) -> Result {
             kiln_ir::verify_module(&m).map_err(|e| format!("{file}: {e}"))?;
             print!("{}", kiln_ir::print_module(&m));
             println!("// verified: {} function(s)", m.funcs.len());
+        }
+        "egraph" | "opt" => {
+            let f = m.entry().ok_or("no function")?;
+            let opts = kiln_opt::Options {
+                fast_math,
+                ..kiln_opt::Options::default()
+            };
+            let text = if stage == "opt" {
+                kiln_opt::explain(f, &opts)
+            } else {
+                kiln_opt::dump_egraph(f, &opts)
+            };
+            println!("{}", text.map_err(|e| format!("{file}: {e}"))?);
         }
         "eval" => {
             let f = m.entry().ok_or("no function")?;
@@ -336,7 +370,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,7 +4,9 @@
 //! the runtime would run an instruction without one on the reference interpreter, and
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
 
-use crate::kernel::{Cond, Ew, Expr, Idx, Kernel, Schedule, lower};
+use crate::kernel::{
+    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, lower, value_key,
+};
 use crate::{Error, Result};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
@@ -53,6 +55,9 @@ struct Emitter<'c> {
     f: FunctionValue<'c>,
     inputs: PointerValue<'c>,
     vars: Vec<PointerValue<'c>>,
+    /// Reductions already computed ahead of the loops that use them, by [`value_key`]; each
+    /// entry dominates the code emitted while it is present.
+    hoisted: std::cell::RefCell<Vec<(String, BasicValueEnum<'c>)>>,
 }
 
 fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
@@ -533,6 +538,12 @@ impl<'c> Emitter<'c> {
                 vars,
                 body,
             } => {
+                if !self.hoisted.borrow().is_empty() {
+                    let key = value_key(e);
+                    if let Some((_, v)) = self.hoisted.borrow().iter().find(|(k, _)| *k == key) {
+                        return Ok(*v);
+                    }
+                }
                 let ct: BasicTypeEnum = if dtype.is_float() {
                     self.ftype(*dtype).into()
                 } else {
@@ -1081,6 +1092,7 @@ fn emit_kernel<'c>(
         f,
         inputs,
         vars,
+        hoisted: Default::default(),
     };
     match k.schedule {
         Schedule::Nest => emit_nest(&em, k, out, lo, hi)?,
@@ -1326,7 +1338,6 @@ fn emit_nest<'c>(
     lo: IntValue<'c>,
     hi: IntValue<'c>,
 ) -> Result<()> {
-    let rank = k.out.rank();
     let ost = strides(&k.out.shape);
     let st = storage(em.ctx, k.out.dtype);
     let mut store = |em: &Emitter<'c>| -> Result<()> {
@@ -1344,13 +1355,43 @@ fn emit_nest<'c>(
         em.b.build_store(p, v).map_err(llvm)?;
         Ok(())
     };
-    if rank == 0 {
-        return store(em);
+    // Loop d runs inside loop d - 1. Before it, every reduction that reads only the variables
+    // of the enclosing loops is computed once and reused (a row's max and sum ahead of the
+    // loop over its columns, which makes softmax one kernel).
+    fn level<'c>(
+        em: &Emitter<'c>,
+        k: &Kernel,
+        d: usize,
+        lohi: (IntValue<'c>, IntValue<'c>),
+        store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+    ) -> Result<()> {
+        let mark = em.hoisted.borrow().len();
+        for r in hoistable_reduces(&k.body) {
+            if free_vars(r).iter().all(|&v| v < d) {
+                let key = value_key(r);
+                if em.hoisted.borrow().iter().any(|(k, _)| *k == key) {
+                    continue;
+                }
+                let v = em.expr(r)?;
+                em.hoisted.borrow_mut().push((key, v));
+            }
+        }
+        let rank = k.out.rank();
+        if d == rank {
+            store(em)?;
+        } else if d == 0 {
+            em.range_loop(0, lohi.0, lohi.1, 1, &mut |em: &Emitter<'c>| {
+                level(em, k, 1, lohi, store)
+            })?;
+        } else {
+            em.counted(d, k.out.shape[d], &mut |em: &Emitter<'c>| {
+                level(em, k, d + 1, lohi, store)
+            })?;
+        }
+        em.hoisted.borrow_mut().truncate(mark);
+        Ok(())
     }
-    let inner: Vec<(usize, usize)> = (1..rank).map(|d| (d, k.out.shape[d])).collect();
-    em.range_loop(0, lo, hi, 1, &mut |em: &Emitter<'c>| {
-        em.nest(&inner, &mut store)
-    })
+    level(em, k, 0, (lo, hi), &mut store)
 }
 
 /// The fused kernels of `f` (see [`crate::fuse`]); `KILN_NO_FUSION=1` in the environment keeps
@@ -1405,7 +1446,7 @@ fn build_module<'c>(
 /// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O3 for this CPU.
 pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let f = &prepare(f)?;
+    let f = &prepare(f, &printing_options())?;
     let ctx = Context::create();
     let ks = fused_kernels(f).kernels;
     let m = build_module(&ctx, f, &ks, optimized)?;
@@ -1418,12 +1459,126 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
 /// The rewrites the CPU backend applies before making kernels: random bit generators as
 /// integer arithmetic, transposed products as swapped products, convolutions in the layouts of the implicit-im2col GEMM, then every matrix
 /// product in canonical form.
-fn prepare(f: &Func) -> Result<Func> {
+/// The fused kernels of `f` as the CPU backend builds them (after the optimizer and the
+/// canonicalizing rewrites), as text: each kernel with its member instructions and inputs, and
+/// for every instruction the reason it has a kernel of its own or runs inside its users.
+pub fn describe_fusion(f: &Func) -> Result<String> {
+    use std::fmt::Write as _;
+    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let g = prepare(f, &printing_options())?;
+    let fused = fused_kernels(&g);
+    let mut s = String::new();
+    let _ = writeln!(s, "{g}");
+    let count = fused.kernels.iter().filter(|k| k.is_some()).count();
+    let _ = writeln!(s, "// {count} kernels");
+    for (i, inst) in g.insts.iter().enumerate() {
+        let ty = &g.values[inst.results[0].index()];
+        if let Some(k) = &fused.kernels[i] {
+            let members: Vec<String> = fused.members[i]
+                .iter()
+                .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
+                .collect();
+            let reads: Vec<String> = fused.operands[i].iter().map(|v| v.to_string()).collect();
+            let launch = kernel_shape(k, false);
+            let _ = writeln!(
+                s,
+                "kernel k{i}: {} -> {ty}; members [{}]; reads [{}]; rows {}, work {}",
+                inst.op.mnemonic(),
+                members.join(", "),
+                reads.join(", "),
+                launch.rows,
+                launch.work,
+            );
+        }
+    }
+    for (i, inst) in g.insts.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "#{i} {} = {}: {}",
+            inst.results[0],
+            inst.op.mnemonic(),
+            fused.decisions[i]
+        );
+    }
+    Ok(s)
+}
+
+/// The fused graph in Graphviz dot: one box per kernel (its member ops inside), edges for the
+/// buffers kernels read.
+pub fn fusion_dot(f: &Func) -> Result<String> {
+    use std::fmt::Write as _;
+    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let g = prepare(f, &printing_options())?;
+    let fused = fused_kernels(&g);
+    let mut producer = vec![None; g.values.len()];
+    for (i, inst) in g.insts.iter().enumerate() {
+        for r in &inst.results {
+            producer[r.index()] = Some(i);
+        }
+    }
+    let mut s =
+        String::from("digraph fused {\n  rankdir=TB;\n  node [shape=box, fontname=monospace];\n");
+    for (i, p) in g.params.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  p{i} [shape=ellipse, label=\"{p}: {}\"];",
+            g.values[p.index()]
+        );
+    }
+    for (i, inst) in g.insts.iter().enumerate() {
+        if fused.inlined[i] {
+            continue;
+        }
+        let ty = &g.values[inst.results[0].index()];
+        let label = if fused.kernels[i].is_some() {
+            let members: Vec<String> = fused.members[i]
+                .iter()
+                .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
+                .collect();
+            format!("k{i} -> {ty}\\n{}", members.join("\\n"))
+        } else {
+            format!("#{i} {} -> {ty}", inst.op.mnemonic())
+        };
+        let _ = writeln!(s, "  n{i} [label=\"{label}\"];");
+        for v in &fused.operands[i] {
+            match producer[v.index()] {
+                Some(p) => {
+                    let _ = writeln!(s, "  n{p} -> n{i};");
+                }
+                None => {
+                    if let Some(k) = g.params.iter().position(|q| q == v) {
+                        let _ = writeln!(s, "  p{k} -> n{i};");
+                    }
+                }
+            }
+        }
+    }
+    for (k, o) in g.outputs.iter().enumerate() {
+        let _ = writeln!(s, "  out{k} [shape=ellipse, label=\"output {k}\"];");
+        if let Some(p) = producer[o.index()] {
+            let _ = writeln!(s, "  n{p} -> out{k};");
+        }
+    }
+    s.push_str("}\n");
+    Ok(s)
+}
+
+/// The optimizer's options for printing: the reference machine's costs, so that dumps and
+/// snapshots are the same on every machine.
+fn printing_options() -> kiln_opt::Options {
+    kiln_opt::Options {
+        machine: kiln_opt::cost::Machine::REFERENCE,
+        ..kiln_opt::Options::from_env()
+    }
+}
+
+/// The program the backend lowers: optimized (unless `KILN_NO_OPT=1`), then canonicalized.
+fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
     let optimized;
     let f = if std::env::var("KILN_NO_OPT").is_ok_and(|v| v == "1") {
         f
     } else {
-        optimized = kiln_opt::optimize(f, &kiln_opt::Options::from_env())
+        optimized = kiln_opt::optimize(f, opts)
             .map_err(|e| Error::Llvm(format!("optimizing: {e}")))?
             .0;
         &optimized
@@ -1442,7 +1597,7 @@ impl CpuExecutable {
     /// Compiles `f` for this CPU.
     pub fn compile(f: &Func) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-        let canonical = prepare(f)?;
+        let canonical = prepare(f, &kiln_opt::Options::from_env())?;
         let f = &canonical;
         let fused = fused_kernels(f);
         let ks = &fused.kernels;

@@ -43,6 +43,8 @@ pub struct Fused {
     pub inlined: Vec<bool>,
     /// Per instruction: the instructions its kernel computes (itself and what it inlined).
     pub members: Vec<Vec<usize>>,
+    /// Per instruction: why it got a kernel of its own or was computed inside its users.
+    pub decisions: Vec<String>,
 }
 
 /// The per-instruction kernels `ks` of `f` as they are: nothing inlined.
@@ -53,6 +55,7 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         operands: f.insts.iter().map(|i| i.operands.clone()).collect(),
         inlined: vec![false; n],
         members: (0..n).map(|i| vec![i]).collect(),
+        decisions: vec!["fusion is off".to_string(); n],
     }
 }
 
@@ -74,16 +77,19 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         operands: vec![Vec::new(); n],
         inlined: vec![false; n],
         members: vec![Vec::new(); n],
+        decisions: vec![String::new(); n],
     };
     for (i, inst) in f.insts.iter().enumerate() {
         out.members[i] = vec![i];
         let Some(k) = &ks[i] else {
             out.operands[i] = inst.operands.clone();
+            out.decisions[i] = "no kernel (a constant or a pass-through)".into();
             continue;
         };
         if k.schedule != Schedule::Nest {
             out.operands[i] = inst.operands.clone();
             out.kernels[i] = Some(k.clone());
+            out.decisions[i] = "own kernel: not a loop nest (GEMM, scatter)".into();
             continue;
         }
         // Inline the operands computed by inlined producers.
@@ -115,59 +121,80 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         out.operands[i] = inputs;
         out.members[i] = members;
         out.kernels[i] = Some(fused);
-        out.inlined[i] = inlinable(f, i, &ks, &out, &users);
-        if out.inlined[i] {
-            // Its users compute it; it has no kernel of its own.
-            out.members[i].clear();
-        }
+        let decision = inlinable(f, i, &ks, &out, &users);
+        out.inlined[i] = decision.is_ok();
+        out.decisions[i] = match decision {
+            Ok(why) => format!("inlined into its users: {why}"),
+            Err(why) => format!("own kernel: {why}"),
+        };
     }
     for i in 0..n {
         if out.inlined[i] {
+            // Its users compute it; it has no kernel of its own.
             out.kernels[i] = None;
+            out.members[i].clear();
         }
     }
     out
 }
 
 /// Whether instruction `i` (its fused kernel already in `fused`) can be computed inside every
-/// user's kernel.
+/// user's kernel: `Ok` with the measure that allowed it, or `Err` with the reason it may not.
 fn inlinable(
     f: &Func,
     i: usize,
     ks: &[Option<Kernel>],
     fused: &Fused,
     users: &[Vec<usize>],
-) -> bool {
+) -> Result<String, String> {
     let inst = &f.insts[i];
     let Some(k) = &fused.kernels[i] else {
-        return false;
+        return Err("no loop-nest kernel".into());
     };
     let v = inst.results[0];
     let numel = f.values[v.index()].numel();
-    // A reduction is inlined only where each of its elements is read once (never recomputed),
-    // by users without reductions of their own: its result then feeds their elementwise
-    // epilogue instead of a stored buffer.
+    // A reduction is inlined only where the user computes each of its elements once: the
+    // CPU backend computes a reduction that reads only enclosing loop variables ahead of the
+    // inner loops (a row's sum before the loop over the row), and computes equal reductions
+    // in one kernel once. Users in different kernels each compute it, so only a few may.
     let reduces = has_reduce(&k.body);
-    if reduces && users[v.index()].len() != 1 {
-        // Several users would each recompute the reduction.
-        return false;
+    let n_users = users[v.index()].len();
+    if reduces && n_users > MAX_REDUCTION_USERS {
+        return Err(format!(
+            "computes a reduction and has {n_users} users (at most {MAX_REDUCTION_USERS} may recompute it)"
+        ));
     }
-    if inst.results.len() != 1
-        || k.schedule != Schedule::Nest
-        || numel == 0
-        || f.outputs.contains(&v)
-        || users[v.index()].is_empty()
-        || nodes(&k.body) > MAX_NODES
-    {
-        return false;
+    if inst.results.len() != 1 || k.schedule != Schedule::Nest {
+        return Err("not a single-result loop nest".into());
+    }
+    if numel == 0 {
+        return Err("empty".into());
+    }
+    if f.outputs.contains(&v) {
+        return Err("a function output (must be stored)".into());
+    }
+    if n_users == 0 {
+        return Err("unused".into());
+    }
+    let size = nodes(&k.body);
+    if size > MAX_NODES {
+        return Err(format!("body of {size} nodes (limit {MAX_NODES})"));
     }
     let cost = cost(&k.body);
-    users[v.index()].iter().all(|&u| {
-        let Some(uk) = &ks[u] else { return false };
-        if uk.schedule != Schedule::Nest || uk.out.numel() == 0 || (reduces && has_reduce(&uk.body))
-        {
-            return false;
+    let mut why = Vec::new();
+    let mut seen = Vec::new();
+    for &u in &users[v.index()] {
+        if seen.contains(&u) {
+            continue;
         }
+        seen.push(u);
+        let Some(uk) = &ks[u] else {
+            return Err(format!("user #{u} has no kernel"));
+        };
+        if uk.schedule != Schedule::Nest || uk.out.numel() == 0 {
+            return Err(format!("user #{u} is not a loop nest"));
+        }
+        let ext = var_extents(uk);
         let positions: Vec<usize> = f.insts[u]
             .operands
             .iter()
@@ -175,12 +202,87 @@ fn inlinable(
             .filter(|(_, o)| **o == v)
             .map(|(j, _)| j)
             .collect();
-        let reads: usize = positions
+        let reads: usize = if reduces {
+            hoisted_reads(&uk.body, &positions, &ext, uk.out.rank(), uk.out.numel())
+        } else {
+            positions
+                .iter()
+                .map(|&j| reads_of(&uk.body, j, uk.out.numel()))
+                .sum()
+        };
+        if reads <= numel {
+            why.push(format!(
+                "#{u} reads each of its {numel} elements at most once ({reads} reads)"
+            ));
+        } else if cost <= CHEAP && !reduces {
+            why.push(format!("#{u} reads it {reads} times for {numel} elements, but it costs {cost} <= {CHEAP} per element"));
+        } else {
+            return Err(format!(
+                "user #{u} would compute its {numel} elements {reads} times at cost {cost} each{}",
+                if reduces {
+                    " (it holds a reduction)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    Ok(why.join("; "))
+}
+
+/// Users (kernels) a reduction may be inlined into; each computes it once.
+const MAX_REDUCTION_USERS: usize = 3;
+
+/// How many times a kernel over `outer` positions evaluates input `j` of `e` when a reduction
+/// inlined in its place is computed ahead of the loops it does not depend on (the CPU
+/// backend's `emit_nest`): a load reached through elementwise ops and reductions only, whose
+/// index uses output variables `0..=d` and no reduction variable, runs once per iteration of
+/// loops `0..=d`. Other loads count as [`reads_of`] counts them.
+fn hoisted_reads(e: &Expr, js: &[usize], ext: &[usize], rank: usize, outer: usize) -> usize {
+    // Loads of any of `js` at the same position read the same value.
+    let same = |a: &Expr, b: &Expr| match (a, b) {
+        (
+            Expr::Load {
+                input: i,
+                coef: c,
+                off: o,
+                ..
+            },
+            Expr::Load {
+                input: i2,
+                coef: c2,
+                off: o2,
+                ..
+            },
+        ) if js.contains(i) && js.contains(i2) => c == c2 && o == o2,
+        _ => a == b,
+    };
+    match e {
+        Expr::Load { input, coef, .. } if js.contains(input) => {
+            let free: Vec<usize> = (0..coef.len()).filter(|&v| coef[v] != 0).collect();
+            if free.iter().all(|&v| v < rank) {
+                let last = free.last().map_or(0, |&v| v + 1);
+                ext[..last].iter().product()
+            } else {
+                outer
+            }
+        }
+        // An argument equal to an earlier one is the same value (`d * d`): counted once.
+        Expr::Op { args, .. } => args
             .iter()
-            .map(|&j| reads_of(&uk.body, j, uk.out.numel()))
-            .sum();
-        reads <= numel || (cost <= CHEAP && !reduces)
-    })
+            .enumerate()
+            .filter(|(i, a)| !args[..*i].iter().any(|b| same(a, b)))
+            .map(|(_, a)| hoisted_reads(a, js, ext, rank, outer))
+            .sum(),
+        Expr::Reduce {
+            init, vars, body, ..
+        } => {
+            let n: usize = vars.iter().map(|v| v.1).product();
+            hoisted_reads(init, js, ext, rank, outer)
+                + hoisted_reads(body, js, ext, rank, outer.saturating_mul(n))
+        }
+        _ => js.iter().map(|&j| reads_of(e, j, outer)).sum(),
+    }
 }
 
 /// How many times a kernel over `outer` positions evaluates loads of input `j` in `e`.

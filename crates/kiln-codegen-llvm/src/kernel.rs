@@ -996,3 +996,228 @@ fn gather(input: usize, ty: &TensorType, index: Vec<Idx>) -> Expr {
         strides: strides(&ty.shape).iter().map(|&s| s as i64).collect(),
     }
 }
+
+/// The loop variables `e` reads, without those bound by its own reductions.
+pub fn free_vars(e: &Expr) -> std::collections::BTreeSet<usize> {
+    let mut out = std::collections::BTreeSet::new();
+    collect_free(e, &mut out);
+    out
+}
+
+fn collect_free(e: &Expr, out: &mut std::collections::BTreeSet<usize>) {
+    match e {
+        Expr::Load { coef, .. } => {
+            out.extend(coef.iter().enumerate().filter(|c| *c.1 != 0).map(|c| c.0));
+        }
+        Expr::Iota { var, .. } => {
+            out.insert(*var);
+        }
+        Expr::Index { idx, .. } => collect_free_idx(idx, out),
+        Expr::Const { .. } => {}
+        Expr::Op { args, .. } => args.iter().for_each(|a| collect_free(a, out)),
+        Expr::Reduce {
+            init, vars, body, ..
+        } => {
+            collect_free(init, out);
+            let mut inner = std::collections::BTreeSet::new();
+            collect_free(body, &mut inner);
+            out.extend(
+                inner
+                    .into_iter()
+                    .filter(|v| !vars.iter().any(|b| b.0 == *v)),
+            );
+        }
+        Expr::Gather { index, .. } => index.iter().for_each(|i| collect_free_idx(i, out)),
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => {
+            for c in conds {
+                match c {
+                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => collect_free_idx(i, out),
+                }
+            }
+            collect_free(then, out);
+            collect_free(otherwise, out);
+        }
+    }
+}
+
+fn collect_free_idx(i: &Idx, out: &mut std::collections::BTreeSet<usize>) {
+    match i {
+        Idx::Var(v) => {
+            out.insert(*v);
+        }
+        Idx::Const(_) => {}
+        Idx::Add(xs) => xs.iter().for_each(|x| collect_free_idx(x, out)),
+        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => collect_free_idx(x, out),
+        Idx::Value(e) => collect_free(e, out),
+    }
+}
+
+/// A text key equal for expressions that compute the same value: variables bound by
+/// reductions inside `e` are numbered by binding order, so two copies of one inlined reduction
+/// (each given fresh loop variables) have the same key.
+pub fn value_key(e: &Expr) -> String {
+    let mut s = String::new();
+    key_expr(e, &mut Vec::new(), &mut s);
+    s
+}
+
+fn key_var(v: usize, bound: &[usize]) -> String {
+    match bound.iter().rposition(|&b| b == v) {
+        Some(k) => format!("b{k}"),
+        None => format!("v{v}"),
+    }
+}
+
+fn key_expr(e: &Expr, bound: &mut Vec<usize>, s: &mut String) {
+    use std::fmt::Write as _;
+    match e {
+        Expr::Load {
+            input,
+            dtype,
+            coef,
+            off,
+        } => {
+            let _ = write!(s, "L{input}:{dtype}:{off}[");
+            for (v, c) in coef.iter().enumerate().filter(|c| *c.1 != 0) {
+                let _ = write!(s, "{}*{c},", key_var(v, bound));
+            }
+            s.push(']');
+        }
+        Expr::Iota { var, dtype } => {
+            let _ = write!(s, "I{}:{dtype}", key_var(*var, bound));
+        }
+        Expr::Index { idx, dtype } => {
+            let _ = write!(s, "X{dtype}(");
+            key_idx(idx, bound, s);
+            s.push(')');
+        }
+        Expr::Const { dtype, value } => {
+            let _ = write!(s, "C{dtype}:{:x}", value.to_bits());
+        }
+        Expr::Op { op, dtype, args } => {
+            let _ = write!(s, "O{op:?}:{dtype}(");
+            for a in args {
+                key_expr(a, bound, s);
+                s.push(',');
+            }
+            s.push(')');
+        }
+        Expr::Reduce {
+            kind,
+            dtype,
+            init,
+            vars,
+            body,
+        } => {
+            let _ = write!(s, "R{kind:?}:{dtype}(");
+            key_expr(init, bound, s);
+            let depth = bound.len();
+            for &(v, n) in vars {
+                bound.push(v);
+                let _ = write!(s, ";{}<{n}", key_var(v, bound));
+            }
+            s.push('|');
+            key_expr(body, bound, s);
+            bound.truncate(depth);
+            s.push(')');
+        }
+        Expr::Gather {
+            input,
+            dtype,
+            index,
+            strides,
+        } => {
+            let _ = write!(s, "G{input}:{dtype}:{strides:?}(");
+            for i in index {
+                key_idx(i, bound, s);
+                s.push(',');
+            }
+            s.push(')');
+        }
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => {
+            s.push_str("W(");
+            for c in conds {
+                match c {
+                    Cond::InRange(i, lo, hi) => {
+                        let _ = write!(s, "in{lo}:{hi}:");
+                        key_idx(i, bound, s);
+                    }
+                    Cond::Divisible(i, d) => {
+                        let _ = write!(s, "div{d}:");
+                        key_idx(i, bound, s);
+                    }
+                }
+                s.push(',');
+            }
+            key_expr(then, bound, s);
+            s.push('?');
+            key_expr(otherwise, bound, s);
+            s.push(')');
+        }
+    }
+}
+
+fn key_idx(i: &Idx, bound: &mut Vec<usize>, s: &mut String) {
+    use std::fmt::Write as _;
+    match i {
+        Idx::Var(v) => s.push_str(&key_var(*v, bound)),
+        Idx::Const(c) => {
+            let _ = write!(s, "{c}");
+        }
+        Idx::Add(xs) => {
+            s.push_str("+(");
+            for x in xs {
+                key_idx(x, bound, s);
+                s.push(',');
+            }
+            s.push(')');
+        }
+        Idx::Mul(x, c) => {
+            s.push_str("*(");
+            key_idx(x, bound, s);
+            let _ = write!(s, ",{c})");
+        }
+        Idx::Div(x, c) => {
+            s.push_str("/(");
+            key_idx(x, bound, s);
+            let _ = write!(s, ",{c})");
+        }
+        Idx::Clamp(x, lo, hi) => {
+            s.push_str("c(");
+            key_idx(x, bound, s);
+            let _ = write!(s, ",{lo},{hi})");
+        }
+        Idx::Value(e) => {
+            s.push_str("v(");
+            key_expr(e, bound, s);
+            s.push(')');
+        }
+    }
+}
+
+/// The reductions in `e` that may be computed ahead of the loops they sit in (every one not
+/// under a guard, whose condition may protect its loads), inner ones before outer ones.
+pub fn hoistable_reduces(e: &Expr) -> Vec<&Expr> {
+    fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        match e {
+            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
+            Expr::Reduce { init, body, .. } => {
+                walk(init, out);
+                walk(body, out);
+                out.push(e);
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(e, &mut out);
+    out
+}

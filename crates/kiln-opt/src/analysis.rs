@@ -166,10 +166,7 @@ impl Analysis<Node> for Facts {
         }
         let folded = eg[id].nodes.iter().find_map(|n| {
             let kind = n.kind()?;
-            if kind == OpKind::Constant
-                || is_tuple(kind)
-                || kind.props().contains(Props::BARRIER)
-            {
+            if kind == OpKind::Constant || is_tuple(kind) || kind.props().contains(Props::BARRIER) {
                 return None;
             }
             let args: Option<Vec<Arc<Literal>>> = n

@@ -309,6 +309,111 @@ pub fn rewrite_once(f: &Func, rule: &str) -> Result<Vec<Func>, String> {
     Ok(out)
 }
 
+/// The saturated e-graph of `f` as text: every class reachable from the outputs, with its
+/// type, its nodes (`op(attrs) c1 c2`), the cost of each node's cheapest program, and `*` on the
+/// node extraction picks. Deterministic: classes in the order a walk from the outputs meets
+/// them, nodes in the e-graph's order.
+pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
+    kiln_ir::verify(f).map_err(|e| e.to_string())?;
+    let mut eg = EGraph::new(Facts::default());
+    let roots = add_func(&mut eg, f);
+    eg.rebuild();
+    let runner = Runner::<Node, Facts>::default()
+        .with_egraph(eg)
+        .with_node_limit(opts.node_limit)
+        .with_iter_limit(opts.iter_limit)
+        .with_time_limit(opts.time_limit)
+        .run(&rules::rewrites(opts.fast_math));
+    let eg = &runner.egraph;
+    let model = CostModel::new(eg, opts.machine);
+    let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
+    let mut order: Vec<Id> = Vec::new();
+    let mut stack: Vec<Id> = roots.iter().rev().map(|&r| eg.find(r)).collect();
+    while let Some(c) = stack.pop() {
+        if order.contains(&c) {
+            continue;
+        }
+        order.push(c);
+        for n in eg[c].nodes.iter().rev() {
+            let kids: Vec<Id> = match n.head {
+                Head::Op(_) => n.operands().to_vec(),
+                Head::Get(_) => n.children.clone(),
+                _ => vec![],
+            };
+            for k in kids.into_iter().rev() {
+                stack.push(eg.find(k));
+            }
+        }
+    }
+    let name: HashMap<Id, usize> = order.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let mut s = String::new();
+    for (i, &c) in order.iter().enumerate() {
+        let ty = eg[c]
+            .data
+            .types
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(s, "c{i}: {ty}");
+        let best = ex.find_best_node(c);
+        for n in &eg[c].nodes {
+            let label = match &n.head {
+                Head::Param(p, _) => format!("param {p}"),
+                Head::Meta(_) => continue,
+                Head::Get(j) => format!("get {j}"),
+                Head::Op(k) => {
+                    let attrs = meta(eg, n.children[0])
+                        .and_then(|m| m.op_as(*k))
+                        .map(|op| {
+                            let a: Vec<String> = op
+                                .attrs()
+                                .iter()
+                                .map(|(n, a)| format!("{n} = {a}"))
+                                .collect();
+                            if a.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" {{{}}}", a.join(", "))
+                            }
+                        })
+                        .unwrap_or_default();
+                    format!("{k}{attrs}")
+                }
+            };
+            let kids: Vec<String> = match n.head {
+                Head::Op(_) => n.operands().to_vec(),
+                Head::Get(_) => n.children.clone(),
+                _ => vec![],
+            }
+            .iter()
+            .map(|k| format!("c{}", name.get(&eg.find(*k)).copied().unwrap_or(usize::MAX)))
+            .collect();
+            let total: f64 = model.node_cost(n)
+                + n.children
+                    .iter()
+                    .map(|&k| ex.find_best_cost(k))
+                    .sum::<f64>();
+            let _ = writeln!(
+                s,
+                "  {} {label} {}  (cost {total:.3})",
+                if n == best { "*" } else { " " },
+                kids.join(" ")
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "// {} classes shown of {}; {} nodes; stop: {:?} after {} rounds",
+        order.len(),
+        eg.number_of_classes(),
+        eg.total_number_of_nodes(),
+        runner.stop_reason,
+        runner.iterations.len()
+    );
+    Ok(s)
+}
+
 /// The optimized program and report as text (for dumps and snapshots).
 pub fn explain(f: &Func, opts: &Options) -> Result<String, String> {
     let (g, report) = optimize(f, opts)?;

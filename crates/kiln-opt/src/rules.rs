@@ -262,9 +262,7 @@ fn parse_applier(rhs: &str, conds: Option<&str>) -> Result<RuleApplier, String> 
     let (rhs, rhs_var) = if let Ok(v) = text.parse::<Var>() {
         (PatternAst::default(), Some(v))
     } else {
-        let p: Pattern<Node> = text
-            .parse()
-            .map_err(|e| format!("replacement: {e:?}"))?;
+        let p: Pattern<Node> = text.parse().map_err(|e| format!("replacement: {e:?}"))?;
         (p.ast, None)
     };
     let mut out = Vec::new();
@@ -430,7 +428,11 @@ fn check(eg: &EGraph, c: &Cond, s: &Subst) -> bool {
 fn checked_meta(eg: &mut EGraph, op: Op, operands: &[&TensorType], ty: TensorType) -> Option<Id> {
     let types = vec![ty];
     kiln_ir::type_rule(&op, operands, Some(&types)).ok()?;
-    Some(eg.add(Node::leaf(crate::lang::Head::Meta(Arc::new(Meta::new(op, types))))))
+    Some(
+        eg.add(Node::leaf(crate::lang::Head::Meta(Arc::new(Meta::new(
+            op, types,
+        ))))),
+    )
 }
 
 fn add_meta(eg: &mut EGraph, m: Meta) -> Id {
@@ -708,10 +710,13 @@ fn call(eg: &mut EGraph, name: &str, a: &[Id]) -> Option<Id> {
                     dimensions: dims,
                     kind: *sk,
                 },
-                &[&x, &TensorType {
-                    dtype: x.dtype,
-                    shape: vec![],
-                }],
+                &[
+                    &x,
+                    &TensorType {
+                        dtype: x.dtype,
+                        shape: vec![],
+                    },
+                ],
                 r.ty().clone(),
             )
         }
@@ -757,7 +762,10 @@ fn call(eg: &mut EGraph, name: &str, a: &[Id]) -> Option<Id> {
             let Op::Reduce { dimensions, .. } = &r.op else {
                 return None;
             };
-            let n: usize = dimensions.iter().map(|&d| b.ty().shape[d as usize]).product();
+            let n: usize = dimensions
+                .iter()
+                .map(|&d| b.ty().shape[d as usize])
+                .product();
             let ty = r.ty().clone();
             if !ty.dtype.is_float() && ty.dtype != DType::I32 && ty.dtype != DType::I64 {
                 return None;

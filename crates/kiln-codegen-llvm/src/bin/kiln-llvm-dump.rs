@@ -1,12 +1,13 @@
-//! Prints the LLVM IR of a `.kir` file's entry function: `kiln-llvm-dump FILE [--optimized]`.
-//! Used by `cargo xtask dump FILE --stage llvm`.
+//! Prints the LLVM IR of a `.kir` file's entry function, or its fused kernels:
+//! `kiln-llvm-dump FILE [--optimized | --fused | --dot]`. Used by `cargo xtask dump FILE --stage
+//! llvm|fused|dot`.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: kiln-llvm-dump FILE [--optimized]");
+        eprintln!("usage: kiln-llvm-dump FILE [--optimized | --fused | --dot]");
         return ExitCode::FAILURE;
     };
     let optimized = args.iter().any(|a| a == "--optimized");
@@ -21,7 +22,14 @@ fn main() -> ExitCode {
         .map_err(|e| format!("{file}:{e}"))
         .and_then(|m| m.entry().cloned().ok_or_else(|| "no function".to_string()))
         .and_then(|f| {
-            kiln_codegen_llvm::cpu::function_llvm_ir(&f, optimized).map_err(|e| e.to_string())
+            if args.iter().any(|a| a == "--fused") {
+                kiln_codegen_llvm::cpu::describe_fusion(&f)
+            } else if args.iter().any(|a| a == "--dot") {
+                kiln_codegen_llvm::cpu::fusion_dot(&f)
+            } else {
+                kiln_codegen_llvm::cpu::function_llvm_ir(&f, optimized)
+            }
+            .map_err(|e| e.to_string())
         });
     match result {
         Ok(ir) => {
