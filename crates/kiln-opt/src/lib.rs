@@ -214,6 +214,20 @@ pub fn build_func(
     b.finish(&outs).map_err(|e| e.to_string())
 }
 
+/// The e-graph of `f` grown by the rules `opts` allows, and the classes of `f`'s outputs.
+fn saturate(f: &Func, opts: &Options) -> (Runner<Node, Facts>, Vec<Id>) {
+    let mut eg = EGraph::new(Facts::default());
+    let roots = add_func(&mut eg, f);
+    eg.rebuild();
+    let runner = Runner::<Node, Facts>::default()
+        .with_egraph(eg)
+        .with_node_limit(opts.node_limit)
+        .with_iter_limit(opts.iter_limit)
+        .with_time_limit(opts.time_limit)
+        .run(&rules::rewrites(opts.fast_math));
+    (runner, roots)
+}
+
 /// Optimizes `f`: saturates with the rules `opts` allows, then extracts the cheapest program.
 ///
 /// The result computes what `f` computes (bit for bit unless `fast_math`), verifies, and is the
@@ -230,15 +244,7 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
         let ex = Extractor::new(&plain, CostModel::new(&plain, opts.machine));
         roots.iter().map(|&r| ex.find_best_cost(r)).sum()
     };
-    let mut eg = EGraph::new(Facts::default());
-    let roots = add_func(&mut eg, f);
-    eg.rebuild();
-    let runner = Runner::<Node, Facts>::default()
-        .with_egraph(eg)
-        .with_node_limit(opts.node_limit)
-        .with_iter_limit(opts.iter_limit)
-        .with_time_limit(opts.time_limit)
-        .run(&rules::rewrites(opts.fast_math));
+    let (runner, roots) = saturate(f, opts);
     let eg = &runner.egraph;
     let mut applied: HashMap<String, usize> = HashMap::new();
     for it in &runner.iterations {
@@ -315,15 +321,7 @@ pub fn rewrite_once(f: &Func, rule: &str) -> Result<Vec<Func>, String> {
 /// them, nodes in the e-graph's order.
 pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
     kiln_ir::verify(f).map_err(|e| e.to_string())?;
-    let mut eg = EGraph::new(Facts::default());
-    let roots = add_func(&mut eg, f);
-    eg.rebuild();
-    let runner = Runner::<Node, Facts>::default()
-        .with_egraph(eg)
-        .with_node_limit(opts.node_limit)
-        .with_iter_limit(opts.iter_limit)
-        .with_time_limit(opts.time_limit)
-        .run(&rules::rewrites(opts.fast_math));
+    let (runner, roots) = saturate(f, opts);
     let eg = &runner.egraph;
     let model = CostModel::new(eg, opts.machine);
     let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
