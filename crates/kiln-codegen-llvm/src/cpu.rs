@@ -53,7 +53,7 @@ struct Emitter<'c> {
     m: &'c Module<'c>,
     b: Builder<'c>,
     f: FunctionValue<'c>,
-    inputs: PointerValue<'c>,
+    inputs: std::cell::Cell<PointerValue<'c>>,
     vars: Vec<PointerValue<'c>>,
     /// Reductions already computed ahead of the loops that use them, by [`value_key`]; each
     /// entry dominates the code emitted while it is present.
@@ -165,7 +165,7 @@ impl<'c> Emitter<'c> {
         // SAFETY (of the emitted code): `input` indexes the pointer array built by `run`.
         let slot = unsafe {
             self.b
-                .build_in_bounds_gep(ptr, self.inputs, &[self.i64c(input as i64)], "slot")
+                .build_in_bounds_gep(ptr, self.inputs.get(), &[self.i64c(input as i64)], "slot")
         }
         .map_err(llvm)?;
         let base = self
@@ -1061,10 +1061,8 @@ fn emit_kernel<'c>(
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
-    let nvars = match k.schedule {
-        Schedule::Nest | Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => k.vars,
-        Schedule::Gemm { .. } => 0,
-    };
+    // A GEMM's variables are its epilogue's (none without one).
+    let nvars = k.vars;
     let vars = (0..nvars)
         .map(|_| b.build_alloca(i64t, "var"))
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -1090,7 +1088,7 @@ fn emit_kernel<'c>(
         m,
         b,
         f,
-        inputs,
+        inputs: std::cell::Cell::new(inputs),
         vars,
         hoisted: Default::default(),
     };
@@ -1104,20 +1102,43 @@ fn emit_kernel<'c>(
             ref conv,
             a_trans,
             b_trans,
-            ..
-        } => gemm::emit(
-            &em,
-            k.out.dtype,
-            gemm::Blocking::new(k.out.dtype, wide_vectors(for_host)),
-            (rows as i64, n as i64, kk as i64),
-            (a_trans, b_trans),
-            conv.as_ref(),
-            out,
-            f.get_nth_param(4).expect("declared").into_pointer_value(),
-            (lo, hi),
-            gemm::Blocking::new(k.out.dtype, wide_vectors(for_host))
-                .split_columns(batch, rows, n, kk),
-        )?,
+            epilogue,
+        } => {
+            let bl = gemm::Blocking::new(k.out.dtype, wide_vectors(for_host));
+            let split_columns = bl.split_columns(batch, rows, n, kk);
+            gemm::emit(
+                &em,
+                k.out.dtype,
+                bl,
+                (rows as i64, n as i64, kk as i64),
+                (a_trans, b_trans),
+                conv.as_ref(),
+                out,
+                f.get_nth_param(4).expect("declared").into_pointer_value(),
+                (lo, hi),
+                split_columns,
+            )?;
+            if let Some(product) = epilogue {
+                // The part of C this call computed: its rows, or its panels of columns.
+                let (row_range, col_range) = if split_columns {
+                    let nr = em.i64c(bl.nr());
+                    let c_lo = em.b.build_int_mul(lo, nr, "c_lo").map_err(llvm)?;
+                    let c_hi = em.b.build_int_mul(hi, nr, "c_hi").map_err(llvm)?;
+                    let n_c = em.i64c(n as i64);
+                    let fits =
+                        em.b.build_int_compare(IntPredicate::SLT, c_hi, n_c, "fits")
+                            .map_err(llvm)?;
+                    let c_hi =
+                        em.b.build_select(fits, c_hi, n_c, "c_hi")
+                            .map_err(llvm)?
+                            .into_int_value();
+                    ((em.i64c(0), em.i64c((batch * rows) as i64)), (c_lo, c_hi))
+                } else {
+                    ((lo, hi), (em.i64c(0), em.i64c(n as i64)))
+                };
+                emit_epilogue(&em, k, product, out, row_range, col_range, batch * rows, n)?;
+            }
+        }
         Schedule::Scatter {
             ref updates,
             ref target,
@@ -1136,6 +1157,95 @@ fn emit_kernel<'c>(
     Ok(())
 }
 
+/// Applies a GEMM kernel's epilogue (its body) in place to rows `rows` and columns `cols` of
+/// the `[m, n]` product in `out`, which the body reads as input `product`.
+#[allow(clippy::too_many_arguments)]
+fn emit_epilogue<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    product: usize,
+    out: PointerValue<'c>,
+    rows: (IntValue<'c>, IntValue<'c>),
+    cols: (IntValue<'c>, IntValue<'c>),
+    m: usize,
+    n: usize,
+) -> Result<()> {
+    let ptr = em.ctx.ptr_type(AddressSpace::default());
+    let i64t = em.ctx.i64_type();
+    // The kernel's inputs with the product (this kernel's output buffer) after them.
+    let table = em.entry_alloca(ptr.array_type(product as u32 + 1).into())?;
+    let slot = |base: PointerValue<'c>, i: usize| {
+        // SAFETY (of the emitted code): i is within the table.
+        unsafe {
+            em.b.build_in_bounds_gep(ptr, base, &[em.i64c(i as i64)], "slot")
+        }
+        .map_err(llvm)
+    };
+    for i in 0..product {
+        let p =
+            em.b.build_load(ptr, slot(em.inputs.get(), i)?, "in")
+                .map_err(llvm)?;
+        em.b.build_store(slot(table, i)?, p).map_err(llvm)?;
+    }
+    em.b.build_store(slot(table, product)?, out).map_err(llvm)?;
+    let saved = em.inputs.replace(table);
+    let shape = &k.out.shape;
+    let split = crate::fuse::row_split(shape, m, n).ok_or_else(|| {
+        Error::Llvm(format!(
+            "epilogue over {shape:?} is not a [{m}, {n}] matrix"
+        ))
+    })?;
+    // Dimension d of the output from a row (d < split) or column index.
+    let set_vars = |em: &Emitter<'c>, x: IntValue<'c>, dims: std::ops::Range<usize>| {
+        for d in dims.clone() {
+            let inner: usize = shape[d + 1..dims.end].iter().product();
+            let v = if shape[d] == 1 {
+                em.i64c(0)
+            } else {
+                let q =
+                    em.b.build_int_signed_div(x, em.i64c(inner as i64), "q")
+                        .map_err(llvm)?;
+                if d == dims.start {
+                    q
+                } else {
+                    em.b.build_int_signed_rem(q, em.i64c(shape[d] as i64), "v")
+                        .map_err(llvm)?
+                }
+            };
+            em.b.build_store(em.vars[d], v).map_err(llvm)?;
+        }
+        Ok::<(), Error>(())
+    };
+    let (s_r, s_c) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
+    let st = storage(em.ctx, k.out.dtype);
+    em.range_loop_ptr(s_r, rows.0, rows.1, 1, &mut |em: &Emitter<'c>| {
+        let r =
+            em.b.build_load(i64t, s_r, "r")
+                .map_err(llvm)?
+                .into_int_value();
+        set_vars(em, r, 0..split)?;
+        let row =
+            em.b.build_int_mul(r, em.i64c(n as i64), "row")
+                .map_err(llvm)?;
+        em.range_loop_ptr(s_c, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
+            let c =
+                em.b.build_load(i64t, s_c, "c")
+                    .map_err(llvm)?
+                    .into_int_value();
+            set_vars(em, c, split..shape.len())?;
+            let v = em.expr(&k.body)?;
+            let v = em.store_value(k.out.dtype, v)?;
+            let idx = em.b.build_int_add(row, c, "i").map_err(llvm)?;
+            // SAFETY (of the emitted code): idx is below m * n, the output's element count.
+            let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
+            em.b.build_store(p, v).map_err(llvm)?;
+            Ok(())
+        })
+    })?;
+    em.inputs.set(saved);
+    Ok(())
+}
+
 fn emit_scatter<'c>(
     em: &Emitter<'c>,
     k: &Kernel,
@@ -1151,7 +1261,7 @@ fn emit_scatter<'c>(
     // out = operand.
     // SAFETY (of the emitted code): input 0 is the operand, of the output's type.
     let slot = unsafe {
-        em.b.build_in_bounds_gep(ptr, em.inputs, &[em.i64c(0)], "slot")
+        em.b.build_in_bounds_gep(ptr, em.inputs.get(), &[em.i64c(0)], "slot")
     }
     .map_err(llvm)?;
     let src =
@@ -1597,6 +1707,13 @@ impl CpuExecutable {
     /// Compiles `f` for this CPU.
     pub fn compile(f: &Func) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+        if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "// kiln: fused kernels of @{}\n{}",
+                f.name,
+                describe_fusion(f)?
+            );
+        }
         let canonical = prepare(f, &kiln_opt::Options::from_env())?;
         let f = &canonical;
         let fused = fused_kernels(f);

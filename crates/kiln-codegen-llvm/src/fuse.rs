@@ -22,7 +22,7 @@
 //! bounds these kernels. Inlining never creates cycles: a consumer only absorbs instructions
 //! that precede it.
 
-use crate::kernel::{Cond, Expr, Idx, Kernel, Schedule};
+use crate::kernel::{Cond, Expr, Idx, Kernel, Schedule, map_inputs, reads_only_own_position};
 use kiln_ir::{DType, Func, ValueId, strides};
 
 /// Largest body (in expression nodes) a fused kernel may grow to.
@@ -128,6 +128,7 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
             Err(why) => format!("own kernel: {why}"),
         };
     }
+    fuse_gemm_epilogues(f, &producer, &mut out);
     for i in 0..n {
         if out.inlined[i] {
             // Its users compute it; it has no kernel of its own.
@@ -136,6 +137,112 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         }
     }
     out
+}
+
+/// Runs elementwise users of matrix products inside the GEMM: where a product's only user is a
+/// loop-nest kernel over the same type that reads it only at its own position (a bias, an
+/// activation, an SGD update), the user's kernel becomes the GEMM with the user's body as
+/// epilogue, and the product has no buffer of its own.
+fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
+    for u in 0..f.insts.len() {
+        let Some(uk) = &out.kernels[u] else { continue };
+        if out.inlined[u] || uk.schedule != Schedule::Nest {
+            continue;
+        }
+        let found = out.operands[u].iter().enumerate().find_map(|(j, v)| {
+            let p = producer[v.index()]?;
+            let pk = out.kernels[p].as_ref()?;
+            let Schedule::Gemm {
+                epilogue: None,
+                batch,
+                m,
+                n,
+                ..
+            } = pk.schedule
+            else {
+                return None;
+            };
+            // The user must be the only kernel (after inlining) that reads the product.
+            let only_reader = (0..f.insts.len())
+                .filter(|&i| !out.inlined[i] && out.operands[i].contains(v))
+                .all(|i| i == u);
+            let ok = only_reader
+                && !f.outputs.contains(v)
+                // Same bytes: the user's type may be a reshape of the product's.
+                && pk.out.dtype == uk.out.dtype
+                && pk.out.numel() == uk.out.numel()
+                && splits_rows(&uk.out.shape, batch * m, n)
+                && reads_only_own_position(&uk.body, j, &uk.out);
+            ok.then_some((j, p))
+        });
+        let Some((j, p)) = found else { continue };
+        let pk = out.kernels[p].clone().expect("checked");
+        let uk = out.kernels[u].clone().expect("checked");
+        // Inputs: the product's operands, then the user's others; the product itself is read
+        // after them.
+        let mut inputs = out.operands[p].clone();
+        let mut map = vec![0; out.operands[u].len()];
+        for (i, v) in out.operands[u].iter().enumerate() {
+            if i != j {
+                map[i] = inputs.len();
+                inputs.push(*v);
+            }
+        }
+        let product = inputs.len();
+        map[j] = product;
+        let body = map_inputs(&uk.body, &|i| map[i]);
+        let Schedule::Gemm {
+            batch,
+            m,
+            n,
+            k,
+            conv,
+            a_trans,
+            b_trans,
+            ..
+        } = pk.schedule
+        else {
+            unreachable!("checked above")
+        };
+        out.kernels[u] = Some(Kernel {
+            schedule: Schedule::Gemm {
+                epilogue: Some(product),
+                batch,
+                m,
+                n,
+                k,
+                conv,
+                a_trans,
+                b_trans,
+            },
+            out: uk.out.clone(),
+            vars: uk.vars,
+            body,
+        });
+        out.operands[u] = inputs;
+        let absorbed = std::mem::take(&mut out.members[p]);
+        out.members[u].extend(absorbed);
+        out.members[u].sort_unstable();
+        out.inlined[p] = true;
+        out.decisions[p] =
+            format!("runs inside #{u}'s kernel, which is this GEMM with #{u} as its epilogue");
+        out.decisions[u] = format!(
+            "own kernel: the GEMM of #{p} with this op (and what it inlined) as its epilogue"
+        );
+    }
+}
+
+/// Whether a `[rows, cols]` matrix is `shape` with its leading dimensions as rows and the
+/// trailing ones as columns (see [`row_split`]).
+fn splits_rows(shape: &[usize], rows: usize, cols: usize) -> bool {
+    row_split(shape, rows, cols).is_some()
+}
+
+/// The first `s` such that `shape[..s]` makes `rows` and `shape[s..]` makes `cols`.
+pub fn row_split(shape: &[usize], rows: usize, cols: usize) -> Option<usize> {
+    (0..=shape.len()).find(|&s| {
+        shape[..s].iter().product::<usize>() == rows && shape[s..].iter().product::<usize>() == cols
+    })
 }
 
 /// Whether instruction `i` (its fused kernel already in `fused`) can be computed inside every

@@ -164,10 +164,14 @@ pub enum Schedule {
         /// How source values combine into the output.
         kind: Combiner,
     },
-    /// A matrix product `[batch, m, k] x [batch, k, n] -> [batch, m, n]` of contiguous
-    /// operands, in k-blocked i-k-j order so the inner loop is a contiguous, vectorizable AXPY.
-    /// The body is unused.
+    /// A matrix product `[batch, m, k] x [batch, k, n] -> [batch, m, n]` (the BLIS-layered
+    /// GEMM of `cpu/gemm.rs`). Without an epilogue the body is unused; with one, the body is an
+    /// elementwise expression over the output's index space applied to each element once the
+    /// product is complete, reading the product as input `epilogue`.
     Gemm {
+        /// The input index under which the body reads the product (fused elementwise users
+        /// such as a bias and an activation), if there is an epilogue.
+        epilogue: Option<usize>,
         /// Batch size.
         batch: usize,
         /// Rows.
@@ -432,6 +436,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
             let [batch, m, k, n] = layout.dims;
             Some(Kernel {
                 schedule: Schedule::Gemm {
+                    epilogue: None,
                     batch,
                     m,
                     n,
@@ -771,6 +776,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
             };
             Some(Kernel {
                 schedule: Schedule::Gemm {
+                    epilogue: None,
                     batch: 1,
                     m: out.shape[0] * out.shape[1] * out.shape[2],
                     n: out.shape[3],
@@ -1220,4 +1226,167 @@ pub fn hoistable_reduces(e: &Expr) -> Vec<&Expr> {
     let mut out = Vec::new();
     walk(e, &mut out);
     out
+}
+
+/// `e` with every input index `i` replaced by `map(i)`.
+pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
+    let idx = |i: &Idx| map_inputs_idx(i, map);
+    let sub = |x: &Expr| Box::new(map_inputs(x, map));
+    match e {
+        Expr::Load {
+            input,
+            dtype,
+            coef,
+            off,
+        } => Expr::Load {
+            input: map(*input),
+            dtype: *dtype,
+            coef: coef.clone(),
+            off: *off,
+        },
+        Expr::Gather {
+            input,
+            dtype,
+            index,
+            strides,
+        } => Expr::Gather {
+            input: map(*input),
+            dtype: *dtype,
+            index: index.iter().map(idx).collect(),
+            strides: strides.clone(),
+        },
+        Expr::Iota { .. } | Expr::Const { .. } => e.clone(),
+        Expr::Index { idx: i, dtype } => Expr::Index {
+            idx: idx(i),
+            dtype: *dtype,
+        },
+        Expr::Op { op, dtype, args } => Expr::Op {
+            op: op.clone(),
+            dtype: *dtype,
+            args: args.iter().map(|a| map_inputs(a, map)).collect(),
+        },
+        Expr::Reduce {
+            kind,
+            dtype,
+            init,
+            vars,
+            body,
+        } => Expr::Reduce {
+            kind: *kind,
+            dtype: *dtype,
+            init: sub(init),
+            vars: vars.clone(),
+            body: sub(body),
+        },
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => Expr::Guard {
+            conds: conds
+                .iter()
+                .map(|c| match c {
+                    Cond::InRange(i, lo, hi) => Cond::InRange(idx(i), *lo, *hi),
+                    Cond::Divisible(i, m) => Cond::Divisible(idx(i), *m),
+                })
+                .collect(),
+            then: sub(then),
+            otherwise: sub(otherwise),
+        },
+    }
+}
+
+fn map_inputs_idx(i: &Idx, map: &dyn Fn(usize) -> usize) -> Idx {
+    let sub = |x: &Idx| Box::new(map_inputs_idx(x, map));
+    match i {
+        Idx::Var(_) | Idx::Const(_) => i.clone(),
+        Idx::Add(xs) => Idx::Add(xs.iter().map(|x| map_inputs_idx(x, map)).collect()),
+        Idx::Mul(x, c) => Idx::Mul(sub(x), *c),
+        Idx::Div(x, c) => Idx::Div(sub(x), *c),
+        Idx::Clamp(x, lo, hi) => Idx::Clamp(sub(x), *lo, *hi),
+        Idx::Value(e) => Idx::Value(Box::new(map_inputs(e, map))),
+    }
+}
+
+/// Whether every read of input `j` in `e` is a load of the element at the kernel's own output
+/// position (`strides` are the output's row-major strides), outside reductions and guards: the
+/// reads an in-place epilogue may make (`out` is the kernel's output type).
+pub fn reads_only_own_position(e: &Expr, j: usize, out: &TensorType) -> bool {
+    let st = strides(&out.shape);
+    match e {
+        Expr::Load {
+            input, coef, off, ..
+        } if *input == j => {
+            *off == 0
+                && coef
+                    .iter()
+                    .enumerate()
+                    .all(|(v, &c)| match out.shape.get(v) {
+                        Some(1) => true,
+                        Some(_) => c == st[v] as i64,
+                        None => c == 0,
+                    })
+        }
+        // Fusion turns a producer's loads into gathers at the consumer's index; an affine one
+        // may still be the own position.
+        Expr::Gather {
+            input,
+            index,
+            strides: gs,
+            ..
+        } if *input == j => {
+            let mut coef: Vec<i64> = Vec::new();
+            let mut off = 0;
+            for (i, &s) in index.iter().zip(gs) {
+                let Some((terms, c)) = affine(i) else {
+                    return false;
+                };
+                off += c * s;
+                for (v, a) in terms {
+                    if coef.len() <= v {
+                        coef.resize(v + 1, 0);
+                    }
+                    coef[v] += a * s;
+                }
+            }
+            let own = Expr::Load {
+                input: j,
+                dtype: out.dtype,
+                coef,
+                off,
+            };
+            reads_only_own_position(&own, j, out)
+        }
+        Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => true,
+        Expr::Op { args, .. } => args.iter().all(|a| reads_only_own_position(a, j, out)),
+        _ => !reads_input(e, j),
+    }
+}
+
+/// `i` as `Σ coef * var + constant`, when it is affine in the loop variables.
+fn affine(i: &Idx) -> Option<(Vec<(usize, i64)>, i64)> {
+    match i {
+        Idx::Var(v) => Some((vec![(*v, 1)], 0)),
+        Idx::Const(c) => Some((vec![], *c)),
+        Idx::Add(xs) => {
+            let mut terms = Vec::new();
+            let mut c = 0;
+            for x in xs {
+                let (t, k) = affine(x)?;
+                terms.extend(t);
+                c += k;
+            }
+            Some((terms, c))
+        }
+        Idx::Mul(x, m) => {
+            let (t, k) = affine(x)?;
+            Some((t.into_iter().map(|(v, a)| (v, a * m)).collect(), k * m))
+        }
+        Idx::Div(..) | Idx::Clamp(..) | Idx::Value(_) => None,
+    }
+}
+
+/// Whether `e` reads input `j` anywhere.
+fn reads_input(e: &Expr, j: usize) -> bool {
+    map_inputs(e, &|i| if i == j { usize::MAX } else { i }) != *e
 }

@@ -573,7 +573,7 @@ pub(super) fn emit<'c>(
     let ft = em.ftype(d);
     let ptr = em.ctx.ptr_type(AddressSpace::default());
     let base = |i: i64| -> Result<PointerValue<'c>> {
-        let slot = x.at(ptr, em.inputs, x.c(i))?;
+        let slot = x.at(ptr, em.inputs.get(), x.c(i))?;
         Ok(em
             .b
             .build_load(ptr, slot, "base")
