@@ -281,10 +281,15 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             let parts: Vec<String> = rewritten.iter().map(|g| g.to_string()).collect();
             out.push_str(&parts.join("// -----\n"));
         }
-        "fused" => {
+        "fused" | "plan" => {
             let m = parse_module(&text).map_err(|e| e.to_string())?;
             let f = m.entry().ok_or("no function")?;
-            out.push_str(&kiln_codegen_llvm::cpu::describe_fusion(f).map_err(|e| e.to_string())?);
+            let text = if mode == "fused" {
+                kiln_codegen_llvm::cpu::describe_fusion(f)
+            } else {
+                kiln_codegen_llvm::cpu::describe_memory(f)
+            };
+            out.push_str(&text.map_err(|e| e.to_string())?);
         }
         "opt" | "opt fast-math" => {
             let m = parse_module(&text).map_err(|e| e.to_string())?;

@@ -2,11 +2,11 @@
 //!
 //! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
-//! - `dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|llvm [--arg VALUE]...
+//! - `dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]...
 //!   [--fast-math]`: print a stage of a `.kir` file (`egraph`: the saturated e-graph with costs;
 //!   `opt`: the optimized program and what the optimizer did; `fused`: the CPU backend's kernels,
 //!   their member ops and the reason for every fusion decision; `dot`: the fused graph for
-//!   Graphviz);
+//!   Graphviz; `plan`: the memory plan, each intermediate's arena offset, size and live steps);
 //!   `dump --example NAME --stage trace|grad`: the traced or differentiated IR of an example.
 //! - `bench [--json FILE] [--only a,b]`: the benchmark workloads of `shared/bench/README.md`.
 //! - `codegen [--check]`: regenerate (or check) generated files such as `ir-specs/status.md`.
@@ -220,7 +220,7 @@ fn codegen(check: bool) -> Result {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|llvm [--arg VALUE]... [--fast-math] | dump --example NAME --stage trace|grad";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] | dump --example NAME --stage trace|grad";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -260,7 +260,7 @@ fn dump(args: &[String]) -> Result {
         }
     }
     let file = file.ok_or(usage)?;
-    if stage == "fused" || stage == "dot" {
+    if stage == "fused" || stage == "dot" || stage == "plan" {
         ensure_toolchain()?;
         return run(cargo().args([
             "run",
@@ -370,7 +370,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1613,6 +1613,39 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
     Ok(s)
 }
 
+/// How each instruction of the prepared function `f` runs, given its fusion.
+fn steps_of(f: &Func, fused: &crate::fuse::Fused) -> Vec<Step> {
+    f.insts
+        .iter()
+        .zip(&fused.kernels)
+        .enumerate()
+        .map(|(i, (inst, k))| match (k, &inst.op) {
+            _ if fused.inlined[i] => Step::Fused,
+            (Some(_), _) => Step::Kernel,
+            (None, Op::Constant { .. }) => Step::Constant,
+            (None, Op::OptimizationBarrier {}) => Step::Forward,
+            (None, _) => Step::Reference,
+        })
+        .collect()
+}
+
+/// The memory plan of `f` on the CPU backend, as text: the program as lowered, then each
+/// intermediate's arena offset, size and live steps, and the arena, outside and peak bytes.
+pub fn describe_memory(f: &Func) -> Result<String> {
+    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let g = prepare(f, &printing_options())?;
+    let fused = fused_kernels(&g);
+    let steps = steps_of(&g, &fused);
+    // The 256-bit blocking's scratch, so the text is the same on every machine.
+    let scratch: Vec<usize> = fused
+        .kernels
+        .iter()
+        .map(|k| k.as_ref().map_or(0, |k| kernel_shape(k, false).scratch))
+        .collect();
+    let plan = kiln_runtime::plan::plan(&g, &steps, &fused.operands, &scratch);
+    Ok(format!("{g}\n{plan}"))
+}
+
 /// The fused graph in Graphviz dot: one box per kernel (its member ops inside), edges for the
 /// buffers kernels read.
 pub fn fusion_dot(f: &Func) -> Result<String> {
@@ -1718,19 +1751,7 @@ impl CpuExecutable {
         let f = &canonical;
         let fused = fused_kernels(f);
         let ks = &fused.kernels;
-        let steps: Vec<Step> = f
-            .insts
-            .iter()
-            .zip(ks)
-            .enumerate()
-            .map(|(i, (inst, k))| match (k, &inst.op) {
-                _ if fused.inlined[i] => Step::Fused,
-                (Some(_), _) => Step::Kernel,
-                (None, Op::Constant { .. }) => Step::Constant,
-                (None, Op::OptimizationBarrier {}) => Step::Forward,
-                (None, _) => Step::Reference,
-            })
-            .collect();
+        let steps = steps_of(f, &fused);
         let context = Box::new(Context::create());
         // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
         // and every value derived from it (field order of CpuExecutable).

@@ -4,14 +4,17 @@
 //!   pass-through, or, as a fallback, the reference interpreter). It is `Send + Sync`, and
 //!   concurrent calls are safe: each call owns its intermediate buffers.
 //! - Buffers: arguments are read in place, results move out without a copy, and the
-//!   intermediates of one call are kept in a pool for the next (repeated calls do not pay for
-//!   fresh pages).
+//!   intermediates live in one arena laid out by a memory plan ([`plan`]: liveness, reuse of
+//!   dead buffers), kept from one call to the next (repeated calls do not pay for fresh pages).
 //! - Threads ([`launch`]): a kernel's outer rows are split into chunks run on rayon when its work
 //!   is large ([`PARALLEL_WORK`]); small kernels stay on the calling thread.
 //! - Scratch memory: each thread keeps one 64-byte aligned scratch area, grown to the largest
 //!   request and reused (the GEMM packs its operands there).
 
+pub mod plan;
+
 use kiln_ir::{Func, Literal, Op, TensorType, ValueId};
+use plan::MemoryPlan;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Mutex;
@@ -77,8 +80,13 @@ pub struct Program {
     launch: Vec<Launch>,
     /// Per instruction: the values whose buffers its kernel reads, in input order.
     operands: Vec<Vec<ValueId>>,
-    /// Intermediate buffers of the previous call, by value, reused so repeated calls do not
-    /// pay for fresh pages (every kernel writes its whole output).
+    /// Where the intermediates live in the arena.
+    memory: MemoryPlan,
+    /// The arena of the previous call, reused so repeated calls do not pay for fresh pages
+    /// (a concurrent call finds it taken and allocates its own).
+    arena: Mutex<Vec<Line>>,
+    /// Kernel results outside the arena (read by steps that are not kernels) of the previous
+    /// call, by value, reused likewise (every kernel writes its whole output).
     pool: Mutex<Vec<Option<Literal>>>,
     /// With `KILN_PROFILE=1`: time spent in each instruction, summed over calls, reported on
     /// stderr after 16, 64, 256, ... calls and when the program is dropped.
@@ -119,12 +127,16 @@ impl Program {
         assert_eq!(kernels.len(), n, "one kernel slot per instruction");
         assert_eq!(launch.len(), n, "one launch per instruction");
         assert_eq!(operands.len(), n, "one operand list per instruction");
+        let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
+        let memory = plan::plan(&func, &steps, &operands, &scratch);
         Program {
             func,
             steps,
             kernels,
             launch,
             operands,
+            memory,
+            arena: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
             profile: std::env::var("KILN_PROFILE")
                 .is_ok_and(|v| v == "1")
@@ -174,6 +186,11 @@ impl Program {
         &self.steps
     }
 
+    /// Where the intermediates live.
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.memory
+    }
+
     /// Runs on arguments of the function's parameter types.
     pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>, Error> {
         self.call(&args.iter().collect::<Vec<_>>())
@@ -185,8 +202,24 @@ impl Program {
         let f = &self.func;
         kiln_reference::check_args(f, args).map_err(|e| Error(e.to_string()))?;
         let mut env: Vec<Option<Cow<'_, Literal>>> = vec![None; f.values.len()];
-        // Take the pool (a concurrent call finds it empty and allocates its own buffers).
+        // Take the pool and the arena (a concurrent call finds them empty and allocates its
+        // own buffers).
         let mut reuse = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut arena = std::mem::take(&mut *self.arena.lock().unwrap_or_else(|e| e.into_inner()));
+        let lines = self.memory.arena_bytes.div_ceil(64);
+        if arena.len() < lines {
+            arena = vec![Line([0; 64]); lines];
+            if self.memory.arena_bytes >= HUGE_PAGE_BYTES {
+                advise_huge_pages(arena.as_mut_ptr().cast(), self.memory.arena_bytes);
+            }
+        }
+        let base: *mut u8 = arena.as_mut_ptr().cast();
+        // The arena address of a value placed there.
+        let in_arena = |v: ValueId| -> Option<*mut u8> {
+            let s = self.memory.slots[v.index()].as_ref()?;
+            // SAFETY: the plan keeps every slot inside the arena, which has arena_bytes.
+            Some(unsafe { base.add(s.offset) })
+        };
         for (&p, &a) in f.params.iter().zip(args) {
             env[p.index()] = Some(Cow::Borrowed(a));
         }
@@ -207,20 +240,32 @@ impl Program {
                 (Step::Kernel, _) => {
                     let ptrs: Vec<*const u8> = self.operands[i]
                         .iter()
-                        .map(|o| env[o.index()].as_ref().expect("verified SSA").as_ptr())
+                        .map(|&o| match in_arena(o) {
+                            Some(p) => p as *const u8,
+                            None => env[o.index()].as_ref().expect("verified SSA").as_ptr(),
+                        })
                         .collect();
-                    let ty = &f.values[inst.results[0].index()];
-                    let mut out = reuse
-                        .get_mut(inst.results[0].index())
-                        .and_then(Option::take)
-                        .filter(|l| l.ty() == ty)
-                        .unwrap_or_else(|| fresh(ty));
+                    let r = inst.results[0];
                     let kernel = self.kernels[i].expect("a kernel for every Kernel step");
-                    // SAFETY: the pointers address live buffers of the types the kernel was
-                    // compiled for (Program::new's contract), and the output buffer is
-                    // exclusively ours.
-                    unsafe { launch(kernel, &ptrs, out.as_mut_ptr(), self.launch[i]) };
-                    vec![Cow::Owned(out)]
+                    if let Some(p) = in_arena(r) {
+                        // SAFETY: as below; the plan gives the result a slot that no live
+                        // value (in particular no input of this kernel) overlaps, and readers
+                        // find it there (its env entry stays empty).
+                        unsafe { launch(kernel, &ptrs, p, self.launch[i]) };
+                        Vec::new()
+                    } else {
+                        let ty = &f.values[r.index()];
+                        let mut out = reuse
+                            .get_mut(r.index())
+                            .and_then(Option::take)
+                            .filter(|l| l.ty() == ty)
+                            .unwrap_or_else(|| fresh(ty));
+                        // SAFETY: the pointers address live buffers of the types the kernel
+                        // was compiled for (Program::new's contract), and the output buffer is
+                        // exclusively ours.
+                        unsafe { launch(kernel, &ptrs, out.as_mut_ptr(), self.launch[i]) };
+                        vec![Cow::Owned(out)]
+                    }
                 }
                 _ => {
                     let xs: Vec<&Literal> = inst
@@ -280,6 +325,7 @@ impl Program {
             }
         }
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
+        *self.arena.lock().unwrap_or_else(|e| e.into_inner()) = arena;
         Ok(outputs)
     }
 }
@@ -390,6 +436,49 @@ mod tests {
                 *(s as *mut f32) = *x.add(i as usize) * 2.0;
                 *y.add(i as usize) = *(s as *const f32);
             }
+        }
+    }
+
+    /// A chain of four doublings returning only the last: the intermediates live in the
+    /// arena, the third reuses the first's block, and results are right on every call.
+    #[test]
+    fn intermediates_share_the_arena_by_liveness() {
+        let n = 1000;
+        let f = kiln_ir::parse_func_text(&format!(
+            "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = add %0, %0 : f32[{n}]\n  %2 = add %1, %1 : f32[{n}]\n  %3 = add %2, %2 : f32[{n}]\n  %4 = add %3, %3 : f32[{n}]\n  return %4\n}}\n"
+        ))
+        .unwrap();
+        let l = Launch {
+            rows: n,
+            work: n,
+            scratch: 4,
+            chunks_per_thread: 4,
+        };
+        let operands = f.insts.iter().map(|i| i.operands[..1].to_vec()).collect();
+        // SAFETY: `double` computes `add x, x` for f32 vectors of n elements, row by row.
+        let p = unsafe {
+            Program::new(
+                f,
+                vec![Step::Kernel; 4],
+                vec![Some(double); 4],
+                vec![l; 4],
+                operands,
+            )
+        };
+        let m = p.memory_plan();
+        let block = (n * 4).div_ceil(plan::ALIGN) * plan::ALIGN;
+        assert_eq!(m.arena_bytes, 2 * block, "{m}");
+        assert_eq!(m.unplanned_bytes, 3 * n * 4);
+        assert_eq!(m.other_bytes, n * 4, "the output is outside the arena");
+        let s1 = m.slots[1].as_ref().unwrap();
+        let s3 = m.slots[3].as_ref().unwrap();
+        assert_eq!(s1.offset, s3.offset, "%3 reuses %1's block:\n{m}");
+        assert_ne!(m.slots[2].as_ref().unwrap().offset, s1.offset);
+        let x = Literal::f32([n], (0..n).map(|i| i as f32).collect()).unwrap();
+        for _ in 0..3 {
+            let y = p.run(std::slice::from_ref(&x)).unwrap();
+            let want: Vec<f32> = (0..n).map(|i| 16.0 * i as f32).collect();
+            assert_eq!(y[0].as_f32s().unwrap(), &want[..]);
         }
     }
 

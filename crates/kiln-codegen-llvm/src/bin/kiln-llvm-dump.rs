@@ -1,13 +1,13 @@
 //! Prints the LLVM IR of a `.kir` file's entry function, or its fused kernels:
-//! `kiln-llvm-dump FILE [--optimized | --fused | --dot]`. Used by `cargo xtask dump FILE --stage
-//! llvm|fused|dot`.
+//! `kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan]`. Used by `cargo xtask dump FILE --stage
+//! llvm|fused|dot|plan`.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: kiln-llvm-dump FILE [--optimized | --fused | --dot]");
+        eprintln!("usage: kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan]");
         return ExitCode::FAILURE;
     };
     let optimized = args.iter().any(|a| a == "--optimized");
@@ -24,6 +24,8 @@ fn main() -> ExitCode {
         .and_then(|f| {
             if args.iter().any(|a| a == "--fused") {
                 kiln_codegen_llvm::cpu::describe_fusion(&f)
+            } else if args.iter().any(|a| a == "--plan") {
+                kiln_codegen_llvm::cpu::describe_memory(&f)
             } else if args.iter().any(|a| a == "--dot") {
                 kiln_codegen_llvm::cpu::fusion_dot(&f)
             } else {

@@ -1,0 +1,204 @@
+//! Memory planning: where each intermediate buffer lives in one arena.
+//!
+//! A kernel's result that only kernels read, and that is not returned, is an intermediate: it
+//! lives in the arena from the step that writes it to the last step that reads it. Steps are
+//! scanned in program order; a buffer is placed in the smallest free block that holds it (or
+//! at the arena's end), and its block is freed after its last reader, so a later step reuses
+//! it. A kernel's result never shares memory with its own inputs: kernels are compiled with
+//! their output marked `noalias`. Outputs are separate buffers, since they move out to the
+//! caller.
+
+use crate::Step;
+use kiln_ir::{Func, ValueId};
+use std::fmt;
+
+/// Arena offsets are multiples of this (a cache line; kernels' vector loads stay aligned).
+pub const ALIGN: usize = 64;
+
+/// Where one intermediate lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// Byte offset in the arena.
+    pub offset: usize,
+    /// Bytes.
+    pub bytes: usize,
+    /// The step (instruction index) that writes it.
+    pub def: usize,
+    /// The last step that reads it.
+    pub last: usize,
+}
+
+/// The memory plan of a program.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Per value: its slot in the arena, if it lives there.
+    pub slots: Vec<Option<Slot>>,
+    /// The arena's size in bytes.
+    pub arena_bytes: usize,
+    /// Bytes of kernel results outside the arena (outputs, and values read by steps that are
+    /// not kernels).
+    pub other_bytes: usize,
+    /// What the intermediates would take with one buffer each (no reuse).
+    pub unplanned_bytes: usize,
+    /// The largest scratch area a kernel asks of each thread (GEMM packing buffers), kept
+    /// per thread between calls; not part of [`MemoryPlan::peak_bytes`].
+    pub scratch_per_thread: usize,
+}
+
+impl MemoryPlan {
+    /// Peak bytes of buffers a call writes: the arena plus the results outside it.
+    pub fn peak_bytes(&self) -> usize {
+        self.arena_bytes + self.other_bytes
+    }
+}
+
+fn aligned(bytes: usize) -> usize {
+    bytes.div_ceil(ALIGN) * ALIGN
+}
+
+/// Plans the buffers of `func` run by `steps`, where a `Step::Kernel` instruction `i` reads
+/// `operands[i]` and uses `scratch[i]` bytes of per-thread scratch.
+pub fn plan(
+    func: &Func,
+    steps: &[Step],
+    operands: &[Vec<ValueId>],
+    scratch: &[usize],
+) -> MemoryPlan {
+    let nv = func.values.len();
+    // The last step reading each value, and whether every reader is a kernel.
+    let mut last: Vec<Option<usize>> = vec![None; nv];
+    let mut kernel_only = vec![true; nv];
+    for (i, inst) in func.insts.iter().enumerate() {
+        let reads: &[ValueId] = match steps[i] {
+            Step::Fused => continue,
+            Step::Kernel => &operands[i],
+            _ => &inst.operands,
+        };
+        for v in reads {
+            last[v.index()] = Some(i);
+            if steps[i] != Step::Kernel {
+                kernel_only[v.index()] = false;
+            }
+        }
+    }
+    for o in &func.outputs {
+        kernel_only[o.index()] = false;
+    }
+    let mut out = MemoryPlan {
+        slots: vec![None; nv],
+        scratch_per_thread: (0..steps.len())
+            .filter(|&i| steps[i] == Step::Kernel)
+            .map(|i| scratch[i])
+            .max()
+            .unwrap_or(0),
+        ..MemoryPlan::default()
+    };
+    // Free blocks (offset, bytes), sorted by offset, and the arena's end.
+    let mut free: Vec<(usize, usize)> = Vec::new();
+    let mut end = 0usize;
+    for (i, inst) in func.insts.iter().enumerate() {
+        if steps[i] != Step::Kernel {
+            continue;
+        }
+        let v = inst.results[0];
+        let t = &func.values[v.index()];
+        let bytes = t.numel() * t.dtype.bytes();
+        if !kernel_only[v.index()] || bytes == 0 {
+            out.other_bytes += bytes;
+        } else {
+            out.unplanned_bytes += bytes;
+            let size = aligned(bytes);
+            // Best fit among the free blocks, else the arena's end.
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.1 >= size)
+                .min_by_key(|(_, b)| b.1)
+                .map(|(k, _)| k);
+            let offset = match best {
+                Some(k) => {
+                    let (off, len) = free[k];
+                    if len == size {
+                        free.remove(k);
+                    } else {
+                        free[k] = (off + size, len - size);
+                    }
+                    off
+                }
+                None => {
+                    end += size;
+                    end - size
+                }
+            };
+            out.slots[v.index()] = Some(Slot {
+                offset,
+                bytes,
+                def: i,
+                last: last[v.index()].unwrap_or(i),
+            });
+        }
+        // Free the blocks of the values read for the last time here (and of a result nobody
+        // reads).
+        let mut dying: Vec<ValueId> = operands[i]
+            .iter()
+            .copied()
+            .chain(std::iter::once(v))
+            .filter(|u| last[u.index()].unwrap_or(i) == i)
+            .collect();
+        dying.sort_unstable();
+        dying.dedup();
+        for u in dying {
+            if let Some(s) = &out.slots[u.index()] {
+                release(&mut free, s.offset, aligned(s.bytes));
+            }
+        }
+    }
+    out.arena_bytes = end;
+    out
+}
+
+/// Returns block `(off, len)` to the sorted free list, merging neighbours.
+fn release(free: &mut Vec<(usize, usize)>, off: usize, len: usize) {
+    let k = free.partition_point(|b| b.0 < off);
+    free.insert(k, (off, len));
+    if k + 1 < free.len() && free[k].0 + free[k].1 == free[k + 1].0 {
+        free[k].1 += free[k + 1].1;
+        free.remove(k + 1);
+    }
+    if k > 0 && free[k - 1].0 + free[k - 1].1 == free[k].0 {
+        free[k - 1].1 += free[k].1;
+        free.remove(k);
+    }
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "value      offset        bytes  live steps")?;
+        for (v, s) in self.slots.iter().enumerate() {
+            if let Some(s) = s {
+                writeln!(
+                    f,
+                    "{:<6} {:>10} {:>12}  {:>4}..{}",
+                    format!("%{v}"),
+                    s.offset,
+                    s.bytes,
+                    s.def,
+                    s.last
+                )?;
+            }
+        }
+        writeln!(
+            f,
+            "arena {} bytes (one buffer per intermediate: {}); outside the arena {} bytes; peak {} bytes",
+            self.arena_bytes,
+            self.unplanned_bytes,
+            self.other_bytes,
+            self.peak_bytes()
+        )?;
+        writeln!(
+            f,
+            "scratch (GEMM packing) {} bytes per thread",
+            self.scratch_per_thread
+        )
+    }
+}
