@@ -175,7 +175,14 @@ fn test() -> Result {
         .args(["doc", "--workspace", "--no-deps", "--quiet"])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     let mut t = cargo();
-    t.args(["test", "--workspace"]).env("INSTA_UPDATE", "no");
+    // Tests keep their compiled kernels under target/, not in the user's cache.
+    let cache = std::env::current_dir()
+        .map_err(|e| e.to_string())?
+        .join("target")
+        .join("kiln-kernel-cache");
+    t.args(["test", "--workspace"])
+        .env("INSTA_UPDATE", "no")
+        .env("KILN_CACHE_DIR", cache);
     if let Some(p) = ptxas {
         t.env("KILN_PTXAS", p);
     }

@@ -34,8 +34,10 @@ use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
 pub struct CpuExecutable {
     program: Program,
     // Declared before the context so it is dropped first (the program only holds pointers
-    // into the engine's code).
+    // into the engine's or the library's code).
     _engine: Option<ExecutionEngine<'static>>,
+    _library: Option<crate::cache::Library>,
+    from_cache: bool,
     _context: Box<Context>,
 }
 
@@ -1613,6 +1615,111 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
     Ok(s)
 }
 
+/// The module's kernels as a shared library: from the cache when an intact one is stored under
+/// the module's key (`true`), else compiled at O3 to an object, linked and stored (`false`).
+///
+/// A miss compiles the kernels on all cores: they are dealt into one module per thread
+/// (heaviest first, GEMMs weighing most), each optimized and turned into an object in its own
+/// LLVM context, and the objects are linked into one library.
+fn compile_cached(
+    m: &inkwell::module::Module,
+    f: &Func,
+    ks: &[Option<Kernel>],
+    dir: &std::path::Path,
+    names: &[String],
+) -> Result<(crate::cache::Library, bool)> {
+    use inkwell::targets::{FileType, TargetMachine};
+    let machine = format!(
+        "{} {}",
+        TargetMachine::get_host_cpu_name().to_string_lossy(),
+        TargetMachine::get_host_cpu_features().to_string_lossy()
+    );
+    let key = crate::cache::key(&m.print_to_string().to_string(), &machine);
+    if let Some(lib) = crate::cache::load(dir, &key, names) {
+        return Ok((lib, true));
+    }
+    crate::aot_machine()?; // initializes LLVM's native target once, before the threads
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut order: Vec<usize> = (0..ks.len()).filter(|&i| ks[i].is_some()).collect();
+    let weight = |i: usize| match ks[i].as_ref().map(|k| &k.schedule) {
+        Some(Schedule::Gemm { .. }) => 20,
+        _ => 1,
+    };
+    order.sort_by_key(|&i| (std::cmp::Reverse(weight(i)), i));
+    let mut groups: Vec<(usize, Vec<Option<Kernel>>)> = (0..threads.min(order.len()).max(1))
+        .map(|_| (0, vec![None; ks.len()]))
+        .collect();
+    for i in order {
+        let g = groups
+            .iter_mut()
+            .min_by_key(|g| g.0)
+            .expect("at least one group");
+        g.0 += weight(i);
+        g.1[i] = ks[i].clone();
+    }
+    let objects: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .iter()
+            .map(|(_, part)| {
+                s.spawn(move || -> Result<Vec<u8>> {
+                    let ctx = Context::create();
+                    let m = build_module(&ctx, f, part, true)?;
+                    let tm = crate::aot_machine()?;
+                    crate::optimize(&m, &tm)?;
+                    let object = tm
+                        .write_to_memory_buffer(&m, FileType::Object)
+                        .map_err(llvm)?;
+                    Ok(object.as_slice().to_vec())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Llvm("a compile thread panicked".into())))
+            })
+            .collect()
+    });
+    let objects = objects.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok((crate::cache::store(dir, &key, &objects)?, false))
+}
+
+/// Reports, once per process, that the kernel cache could not be used (kernels are then
+/// JIT-compiled as usual).
+fn warn_cache_off(e: &Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| eprintln!("kiln: kernel cache not used: {e}"));
+}
+
+/// With `KILN_COMPILE_TIMES=1`, prints how long each phase of a compile took (stderr).
+struct PhaseClock {
+    name: Option<String>,
+    last: std::time::Instant,
+}
+
+impl PhaseClock {
+    fn new(name: &str) -> PhaseClock {
+        PhaseClock {
+            name: std::env::var("KILN_COMPILE_TIMES")
+                .is_ok_and(|v| v == "1")
+                .then(|| name.to_string()),
+            last: std::time::Instant::now(),
+        }
+    }
+
+    fn lap(&mut self, phase: &str) {
+        if let Some(name) = &self.name {
+            let now = std::time::Instant::now();
+            eprintln!(
+                "kiln compile @{name}: {phase}: {:.1} ms",
+                (now - self.last).as_secs_f64() * 1e3
+            );
+            self.last = now;
+        }
+    }
+}
+
 /// How each instruction of the prepared function `f` runs, given its fusion.
 fn steps_of(f: &Func, fused: &crate::fuse::Fused) -> Vec<Step> {
     f.insts
@@ -1737,8 +1844,13 @@ fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
 }
 
 impl CpuExecutable {
-    /// Compiles `f` for this CPU.
+    /// Compiles `f` for this CPU, through the kernel cache of [`crate::cache::dir`].
     pub fn compile(f: &Func) -> Result<CpuExecutable> {
+        Self::compile_with_cache(f, crate::cache::dir().as_deref())
+    }
+
+    /// Compiles `f` for this CPU, with the kernel cache in `cache` (`None`: no cache).
+    pub fn compile_with_cache(f: &Func, cache: Option<&std::path::Path>) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
         if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
             eprintln!(
@@ -1747,9 +1859,12 @@ impl CpuExecutable {
                 describe_fusion(f)?
             );
         }
+        let mut clock = PhaseClock::new(&f.name);
         let canonical = prepare(f, &kiln_opt::Options::from_env())?;
+        clock.lap("optimize and canonicalize the graph");
         let f = &canonical;
         let fused = fused_kernels(f);
+        clock.lap("fuse");
         let ks = &fused.kernels;
         let steps = steps_of(f, &fused);
         let context = Box::new(Context::create());
@@ -1765,9 +1880,50 @@ impl CpuExecutable {
                     .unwrap_or_default()
             })
             .collect();
-        let engine = if ks.iter().any(Option::is_some) {
+        let names: Vec<String> = (0..ks.len())
+            .filter(|&i| ks[i].is_some())
+            .map(|i| format!("k{i}"))
+            .collect();
+        // Functions that are slow to compile go through the on-disk cache.
+        let cacheable = ks
+            .iter()
+            .flatten()
+            .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
+            || names.len() >= 8;
+        let mut library = None;
+        let mut from_cache = false;
+        if cacheable && let Some(dir) = cache {
             let m = build_module(ctx, f, ks, true)?;
+            clock.lap("emit LLVM IR");
+            match compile_cached(&m, f, ks, dir, &names) {
+                Ok((lib, hit)) => {
+                    clock.lap(if hit {
+                        "load from the kernel cache"
+                    } else {
+                        "LLVM O3, object code, link (stored in the kernel cache)"
+                    });
+                    for (i, k) in ks.iter().enumerate() {
+                        if k.is_some() {
+                            let p = lib.symbol(&format!("k{i}")).ok_or_else(|| {
+                                Error::Llvm(format!("kernel k{i} missing from the library"))
+                            })?;
+                            // SAFETY: every kernel was emitted with this signature.
+                            kernels_fns[i] = Some(unsafe {
+                                std::mem::transmute::<*const std::ffi::c_void, KernelFn>(p)
+                            });
+                        }
+                    }
+                    library = Some(lib);
+                    from_cache = hit;
+                }
+                Err(e) => warn_cache_off(&e),
+            }
+        }
+        let engine = if library.is_none() && ks.iter().any(Option::is_some) {
+            let m = build_module(ctx, f, ks, true)?;
+            clock.lap("emit LLVM IR");
             crate::optimize(&m, &crate::host_machine()?)?;
+            clock.lap("LLVM O3");
             let ee = m
                 .create_jit_execution_engine(OptimizationLevel::Aggressive)
                 .map_err(llvm)?;
@@ -1779,6 +1935,7 @@ impl CpuExecutable {
                     kernels_fns[i] = Some(unsafe { jf.into_raw() });
                 }
             }
+            clock.lap("machine code (JIT)");
             Some(ee)
         } else {
             None
@@ -1790,6 +1947,8 @@ impl CpuExecutable {
         Ok(CpuExecutable {
             program,
             _engine: engine,
+            _library: library,
+            from_cache,
             _context: context,
         })
     }
@@ -1797,6 +1956,16 @@ impl CpuExecutable {
     /// How each instruction runs.
     pub fn plan(&self) -> &[Step] {
         self.program.plan()
+    }
+
+    /// Whether the kernels were loaded from the on-disk cache (see [`crate::cache`]).
+    pub fn loaded_from_cache(&self) -> bool {
+        self.from_cache
+    }
+
+    /// Where the intermediates live.
+    pub fn memory_plan(&self) -> &kiln_runtime::plan::MemoryPlan {
+        self.program.memory_plan()
     }
 
     /// Runs on arguments of the function's parameter types.

@@ -22,6 +22,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod cache;
 mod canon;
 pub mod cpu;
 pub mod fuse;
@@ -396,6 +397,23 @@ fn host_machine() -> Result<TargetMachine> {
             OptimizationLevel::Aggressive,
             RelocMode::Default,
             CodeModel::JITDefault,
+        )
+        .ok_or_else(|| Error::Llvm("cannot create a host target machine".into()))
+}
+
+/// The host machine for position-independent objects (the kernel cache's shared libraries).
+fn aot_machine() -> Result<TargetMachine> {
+    Target::initialize_native(&InitializationConfig::default()).map_err(Error::Llvm)?;
+    let triple = TargetMachine::get_default_triple();
+    let target = Target::from_triple(&triple).map_err(|e| Error::Llvm(e.to_string()))?;
+    target
+        .create_target_machine(
+            &triple,
+            &TargetMachine::get_host_cpu_name().to_string(),
+            &TargetMachine::get_host_cpu_features().to_string(),
+            OptimizationLevel::Aggressive,
+            RelocMode::PIC,
+            CodeModel::Default,
         )
         .ok_or_else(|| Error::Llvm("cannot create a host target machine".into()))
 }

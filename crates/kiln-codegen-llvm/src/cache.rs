@@ -1,0 +1,172 @@
+//! A persistent on-disk cache of compiled kernels.
+//!
+//! A function whose kernels are expensive to compile (any GEMM, or many kernels) is compiled
+//! ahead of time to a shared library: its LLVM module is optimized at O3, written as a
+//! position-independent object, linked by the system C compiler (`cc -shared`), and loaded with
+//! `dlopen`. The library is stored under a key hashed from the module's unoptimized IR, the
+//! CPU's name and features and LLVM's version, so the next process that compiles the same
+//! function loads it instead of running LLVM. Next to each library lies a checksum of its
+//! bytes; a library whose checksum does not match, that does not load, or that lacks a kernel is
+//! rebuilt.
+//!
+//! The directory is `$KILN_CACHE_DIR`, else `$XDG_CACHE_HOME/kiln/kernels`, else
+//! `~/.cache/kiln/kernels`; `KILN_NO_CACHE=1` turns the cache off (everything is JIT-compiled).
+
+use crate::{Error, Result};
+use std::ffi::{CStr, CString, c_void};
+use std::path::{Path, PathBuf};
+
+/// The cache directory, or `None` when the cache is off.
+pub fn dir() -> Option<PathBuf> {
+    if std::env::var("KILN_NO_CACHE").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    if let Some(d) = std::env::var_os("KILN_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("kiln").join("kernels"))
+}
+
+/// 128-bit FNV-1a of `bytes`, as 32 hex digits (stable across runs and builds).
+pub fn hash(bytes: &[u8]) -> String {
+    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
+    for &b in bytes {
+        h ^= b as u128;
+        h = h.wrapping_mul(0x0000000001000000000000000000013B);
+    }
+    format!("{h:032x}")
+}
+
+/// The cache key of a module: its IR text and everything else that decides its machine code.
+pub fn key(ir: &str, machine: &str) -> String {
+    let (major, minor, patch) = inkwell::support::get_llvm_version();
+    hash(format!("kiln-kernels-v1\n{major}.{minor}.{patch}\n{machine}\n{ir}").as_bytes())
+}
+
+/// A loaded shared library of kernels (closed when dropped).
+pub struct Library {
+    handle: *mut c_void,
+}
+
+// SAFETY: the handle is only used to look up symbols (thread-safe in the C library) and to
+// close the library once, on drop.
+unsafe impl Send for Library {}
+unsafe impl Sync for Library {}
+
+unsafe extern "C" {
+    fn dlopen(filename: *const std::ffi::c_char, flag: i32) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
+    fn dlclose(handle: *mut c_void) -> i32;
+    fn dlerror() -> *const std::ffi::c_char;
+}
+
+const RTLD_NOW: i32 = 2;
+const RTLD_LOCAL: i32 = 0;
+
+impl Library {
+    /// Loads the library at `path`.
+    pub fn open(path: &Path) -> Result<Library> {
+        let c = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|e| Error::Llvm(e.to_string()))?;
+        // SAFETY: a valid NUL-terminated path; the library is ours (built by `store`), so its
+        // initializers are the compiler's own.
+        let handle = unsafe { dlopen(c.as_ptr(), RTLD_NOW | RTLD_LOCAL) };
+        if handle.is_null() {
+            // SAFETY: dlerror returns a NUL-terminated message (or null) after a failure.
+            let msg = unsafe {
+                let e = dlerror();
+                if e.is_null() {
+                    "unknown error".to_string()
+                } else {
+                    CStr::from_ptr(e).to_string_lossy().into_owned()
+                }
+            };
+            return Err(Error::Llvm(format!("loading {}: {msg}", path.display())));
+        }
+        Ok(Library { handle })
+    }
+
+    /// The address of `name`, if the library defines it.
+    pub fn symbol(&self, name: &str) -> Option<*const c_void> {
+        let c = CString::new(name).ok()?;
+        // SAFETY: the handle is open; dlsym only reads the name.
+        let p = unsafe { dlsym(self.handle, c.as_ptr()) };
+        (!p.is_null()).then_some(p as *const c_void)
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // SAFETY: opened by `open` and closed once; nothing uses its code afterwards (the
+        // executable that owns it drops its program first).
+        unsafe { dlclose(self.handle) };
+    }
+}
+
+fn paths(dir: &Path, key: &str) -> (PathBuf, PathBuf) {
+    (
+        dir.join(format!("{key}.so")),
+        dir.join(format!("{key}.sum")),
+    )
+}
+
+/// The cached library for `key` with every one of `symbols`, if it is there and intact.
+pub fn load(dir: &Path, key: &str, symbols: &[String]) -> Option<Library> {
+    let (so, sum) = paths(dir, key);
+    let bytes = std::fs::read(&so).ok()?;
+    let want = std::fs::read_to_string(&sum).ok()?;
+    if want.trim() != hash(&bytes) {
+        return None;
+    }
+    let lib = Library::open(&so).ok()?;
+    symbols
+        .iter()
+        .all(|s| lib.symbol(s).is_some())
+        .then_some(lib)
+}
+
+/// Links `objects` into a shared library stored under `key`, with its checksum, and loads it.
+pub fn store(dir: &Path, key: &str, objects: &[Vec<u8>]) -> Result<Library> {
+    let io = |e: std::io::Error| Error::Llvm(format!("kernel cache {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let (so, sum) = paths(dir, key);
+    // Unique temporary names: several processes may build the same key at once; the renames
+    // at the end are atomic, and either result is the same library.
+    let tag = format!("{}.{:?}", std::process::id(), std::thread::current().id())
+        .replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let objs: Vec<PathBuf> = (0..objects.len())
+        .map(|i| dir.join(format!("{key}.{tag}.{i}.o")))
+        .collect();
+    let tmp = dir.join(format!("{key}.{tag}.so"));
+    for (path, bytes) in objs.iter().zip(objects) {
+        std::fs::write(path, bytes).map_err(io)?;
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let out = std::process::Command::new(&cc)
+        .arg("-shared")
+        .arg("-o")
+        .arg(&tmp)
+        .args(&objs)
+        .arg("-lm")
+        .output();
+    for path in &objs {
+        let _ = std::fs::remove_file(path);
+    }
+    let out = out.map_err(|e| Error::Llvm(format!("running `{cc}` to link kernels: {e}")))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::Llvm(format!(
+            "`{cc} -shared` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let bytes = std::fs::read(&tmp).map_err(io)?;
+    std::fs::rename(&tmp, &so).map_err(io)?;
+    let sum_tmp = dir.join(format!("{key}.{tag}.sum"));
+    std::fs::write(&sum_tmp, hash(&bytes)).map_err(io)?;
+    std::fs::rename(&sum_tmp, &sum).map_err(io)?;
+    Library::open(&so)
+}

@@ -1,0 +1,56 @@
+//! The on-disk kernel cache: a second compile of the same function loads its kernels, a
+//! damaged library is rebuilt, and every result agrees with the reference.
+
+mod common;
+
+use common::close;
+use kiln_codegen_llvm::cpu::CpuExecutable;
+use kiln_ir::random::{Rng, random_literal};
+
+#[test]
+fn cached_kernels_load_verify_and_agree() {
+    let dir = std::env::temp_dir().join(format!("kiln-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f32[40,30], %1: f32[30,50], %2: f32[50]) -> f32[40,50] {
+  %3 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,50]
+  %4 = broadcast_in_dim %2 {broadcast_dimensions = [1]} : f32[40,50]
+  %5 = add %3, %4 : f32[40,50]
+  %6 = tanh %5 : f32[40,50]
+  return %6
+}
+",
+    )
+    .unwrap();
+    let mut rng = Rng::new(7);
+    let args: Vec<_> = f
+        .param_types()
+        .iter()
+        .map(|t| random_literal(&mut rng, t))
+        .collect();
+    let want = kiln_reference::eval(&f, &args).unwrap();
+    let run = |expect_hit: bool, what: &str| {
+        let e = CpuExecutable::compile_with_cache(&f, Some(&dir)).unwrap();
+        assert_eq!(e.loaded_from_cache(), expect_hit, "{what}");
+        close(&e.run(&args).unwrap()[0], &want[0]).unwrap();
+    };
+    run(false, "the first compile builds the library");
+    run(true, "the second loads it");
+    // Damage the library: its checksum no longer matches, so it is rebuilt.
+    let so = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "so"))
+        .expect("a stored library");
+    let mut bytes = std::fs::read(&so).unwrap();
+    bytes.push(0);
+    std::fs::write(&so, bytes).unwrap();
+    run(false, "a damaged library is rebuilt");
+    run(true, "and then loaded");
+    // Without a cache, the JIT compiles it.
+    let e = CpuExecutable::compile_with_cache(&f, None).unwrap();
+    assert!(!e.loaded_from_cache());
+    close(&e.run(&args).unwrap()[0], &want[0]).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
