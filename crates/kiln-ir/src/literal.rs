@@ -210,6 +210,36 @@ impl Literal {
         Literal { ty, data }
     }
 
+    /// A literal of `ty` whose elements `init` writes into the buffer it receives
+    /// (`numel * bytes` bytes, aligned for the dtype; `pred` elements are bytes 0 or 1). No
+    /// time is spent zeroing memory that is about to be overwritten.
+    ///
+    /// # Safety
+    ///
+    /// `init` must write every element with a valid value of the dtype.
+    pub unsafe fn new_uninit(ty: TensorType, init: impl FnOnce(*mut u8)) -> Literal {
+        fn fill<T>(n: usize, init: impl FnOnce(*mut u8)) -> Vec<T> {
+            let mut v = Vec::<T>::with_capacity(n);
+            init(v.as_mut_ptr().cast());
+            // SAFETY: the caller's contract: `init` wrote all n elements.
+            unsafe { v.set_len(n) };
+            v
+        }
+        let n = ty.numel();
+        let data = match ty.dtype {
+            DType::Pred => Data::Pred(fill(n, init)),
+            DType::I8 => Data::I8(fill(n, init)),
+            DType::I32 => Data::I32(fill(n, init)),
+            DType::I64 => Data::I64(fill(n, init)),
+            DType::U32 => Data::U32(fill(n, init)),
+            DType::F16 => Data::F16(fill(n, init)),
+            DType::BF16 => Data::BF16(fill(n, init)),
+            DType::F32 => Data::F32(fill(n, init)),
+            DType::F64 => Data::F64(fill(n, init)),
+        };
+        Literal { ty, data }
+    }
+
     /// The type of this literal.
     pub fn ty(&self) -> &TensorType {
         &self.ty

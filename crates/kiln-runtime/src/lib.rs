@@ -127,6 +127,7 @@ impl Program {
         assert_eq!(kernels.len(), n, "one kernel slot per instruction");
         assert_eq!(launch.len(), n, "one launch per instruction");
         assert_eq!(operands.len(), n, "one operand list per instruction");
+        keep_freed_buffers();
         let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
         let memory = plan::plan(&func, &steps, &operands, &scratch);
         Program {
@@ -255,15 +256,30 @@ impl Program {
                         Vec::new()
                     } else {
                         let ty = &f.values[r.index()];
-                        let mut out = reuse
+                        let out = match reuse
                             .get_mut(r.index())
                             .and_then(Option::take)
                             .filter(|l| l.ty() == ty)
-                            .unwrap_or_else(|| fresh(ty));
-                        // SAFETY: the pointers address live buffers of the types the kernel
-                        // was compiled for (Program::new's contract), and the output buffer is
-                        // exclusively ours.
-                        unsafe { launch(kernel, &ptrs, out.as_mut_ptr(), self.launch[i]) };
+                        {
+                            Some(mut out) => {
+                                // SAFETY: the pointers address live buffers of the types the
+                                // kernel was compiled for (Program::new's contract), and the
+                                // output buffer is exclusively ours.
+                                unsafe { launch(kernel, &ptrs, out.as_mut_ptr(), self.launch[i]) };
+                                out
+                            }
+                            // SAFETY: as above; the kernel writes every element of its output
+                            // (Program::new's contract), so the fresh buffer needs no zeroing.
+                            None => unsafe {
+                                Literal::new_uninit(ty.clone(), |p| {
+                                    let bytes = ty.numel() * ty.dtype.bytes();
+                                    if bytes >= HUGE_PAGE_BYTES {
+                                        advise_huge_pages(p, bytes);
+                                    }
+                                    launch(kernel, &ptrs, p, self.launch[i])
+                                })
+                            },
+                        };
                         vec![Cow::Owned(out)]
                     }
                 }
@@ -331,19 +347,38 @@ impl Program {
 }
 
 /// Buffers at least this large are backed by transparent huge pages where the system offers
-/// them on request.
+/// them on request: large fresh buffers are faulted in on first touch, one 4 KiB page at a
+/// time, which costs more than writing them; huge pages (2 MiB) cut the faults 512-fold.
 const HUGE_PAGE_BYTES: usize = 4 << 20;
 
-/// A new buffer of type `ty` for a kernel to fill. Large fresh buffers are faulted in on first
-/// touch, one 4 KiB page at a time, which costs more than writing them; asking for huge pages
-/// (2 MiB) cuts the faults 512-fold.
-fn fresh(ty: &TensorType) -> Literal {
-    let mut l = Literal::zeros(ty.clone());
-    let bytes = ty.numel() * ty.dtype.bytes();
-    if bytes >= HUGE_PAGE_BYTES {
-        advise_huge_pages(l.as_mut_ptr(), bytes);
+
+/// Asks the C allocator to keep large freed blocks for reuse instead of returning them to the
+/// system (glibc's default for blocks over 32 MiB), once per process. Results move out to the
+/// caller, who drops them; the next call's result of the same size then reuses that memory
+/// instead of getting fresh pages, which the kernel must zero first (a third of a 4096 x 4096
+/// softmax's time). Blocks up to 1 GiB come from the heap; the heap's top is trimmed only
+/// beyond 1 GiB free. `KILN_KEEP_FREED=0` leaves the allocator's settings alone.
+fn keep_freed_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            if std::env::var("KILN_KEEP_FREED").is_ok_and(|v| v == "0") {
+                return;
+            }
+            const M_TRIM_THRESHOLD: i32 = -1;
+            const M_MMAP_THRESHOLD: i32 = -3;
+            unsafe extern "C" {
+                fn mallopt(param: i32, value: i32) -> i32;
+            }
+            // SAFETY: mallopt only changes the allocator's thresholds; it is called once,
+            // before this runtime allocates its buffers.
+            unsafe {
+                mallopt(M_MMAP_THRESHOLD, 1 << 30);
+                mallopt(M_TRIM_THRESHOLD, 1 << 30);
+            }
+        });
     }
-    l
 }
 
 #[cfg(target_os = "linux")]
