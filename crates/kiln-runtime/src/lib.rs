@@ -351,7 +351,6 @@ impl Program {
 /// time, which costs more than writing them; huge pages (2 MiB) cut the faults 512-fold.
 const HUGE_PAGE_BYTES: usize = 4 << 20;
 
-
 /// Asks the C allocator to keep large freed blocks for reuse instead of returning them to the
 /// system (glibc's default for blocks over 32 MiB), once per process. Results move out to the
 /// caller, who drops them; the next call's result of the same size then reuses that memory
