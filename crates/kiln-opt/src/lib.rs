@@ -91,6 +91,9 @@ pub struct Report {
     pub cost_after: f64,
     /// Rule applications dropped because they would change a type (must be zero).
     pub type_mismatches: usize,
+    /// For each value of the result whose class held other programs: the op kept and the
+    /// cheapest alternatives rejected, with their costs (one line each, in value order).
+    pub rejected: Vec<String>,
 }
 
 impl fmt::Display for Report {
@@ -114,6 +117,9 @@ impl fmt::Display for Report {
                 .map(|(r, n)| format!("{r} x{n}"))
                 .collect();
             writeln!(f, "rules applied: {}", list.join(", "))?;
+        }
+        for r in &self.rejected {
+            writeln!(f, "{r}")?;
         }
         Ok(())
     }
@@ -167,6 +173,16 @@ pub fn build_func(
     roots: &[Id],
     choose: impl Fn(Id) -> Node,
 ) -> Result<Func, String> {
+    build_func_with_values(eg, f, roots, choose).map(|(g, _)| g)
+}
+
+/// [`build_func`], also returning the values each class became.
+fn build_func_with_values(
+    eg: &EGraph,
+    f: &Func,
+    roots: &[Id],
+    choose: impl Fn(Id) -> Node,
+) -> Result<(Func, HashMap<Id, Vec<ValueId>>), String> {
     let mut b = Builder::new(&f.name);
     let params: Vec<ValueId> = f
         .params
@@ -211,7 +227,8 @@ pub fn build_func(
         done.insert(c, vals);
     }
     let outs: Vec<ValueId> = roots.iter().map(|r| done[&eg.find(*r)][0]).collect();
-    b.finish(&outs).map_err(|e| e.to_string())
+    let g = b.finish(&outs).map_err(|e| e.to_string())?;
+    Ok((g, done))
 }
 
 /// The e-graph of `f` grown by the rules `opts` allows, and the classes of `f`'s outputs.
@@ -256,7 +273,8 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
     applied.sort();
     let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
     let cost_after = roots.iter().map(|&r| ex.find_best_cost(r)).sum();
-    let out = build_func(eg, f, &roots, |c| ex.find_best_node(c).clone())?;
+    let (out, values) = build_func_with_values(eg, f, &roots, |c| ex.find_best_node(c).clone())?;
+    let rejected = rejected_alternatives(eg, &ex, &CostModel::new(eg, opts.machine), &values);
     kiln_ir::verify(&out).map_err(|e| format!("the optimized program does not verify: {e}"))?;
     let stop = match &runner.stop_reason {
         Some(StopReason::Saturated) => "saturated".to_string(),
@@ -276,8 +294,76 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
         cost_before,
         cost_after,
         type_mismatches: eg.analysis.type_mismatches,
+        rejected,
     };
     Ok((out, report))
+}
+
+/// One line per output value whose class had alternatives: what extraction kept and the (up to
+/// three) cheapest rejected nodes, each with the cost of its cheapest program.
+fn rejected_alternatives(
+    eg: &EGraph,
+    ex: &Extractor<CostModel, Node, Facts>,
+    model: &CostModel,
+    values: &HashMap<Id, Vec<ValueId>>,
+) -> Vec<String> {
+    // An operand is named by the value it became, or by its class when extraction left it out.
+    let operand = |c: Id| -> String {
+        let c = eg.find(c);
+        values
+            .get(&c)
+            .map_or_else(|| format!("c{c}"), |v| v[0].to_string())
+    };
+    let label = |n: &Node| -> String {
+        match &n.head {
+            Head::Param(i, _) => format!("param {i}"),
+            Head::Get(j) => format!("get {j}"),
+            Head::Meta(_) => "meta".into(),
+            Head::Op(k) => {
+                let args: Vec<String> = n.operands().iter().map(|&c| operand(c)).collect();
+                format!("{}({})", k.mnemonic(), args.join(", "))
+            }
+        }
+    };
+    let total = |n: &Node| -> f64 {
+        model.node_cost(n)
+            + n.children
+                .iter()
+                .map(|&c| ex.find_best_cost(c))
+                .sum::<f64>()
+    };
+    let mut rows: Vec<(ValueId, String)> = Vec::new();
+    for (&c, vals) in values {
+        let best = ex.find_best_node(c);
+        let mut others: Vec<(f64, String)> = eg[c]
+            .nodes
+            .iter()
+            .filter(|n| *n != best && !matches!(n.head, Head::Meta(_)))
+            .map(|n| (total(n), label(n)))
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        others.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        others.dedup_by(|a, b| a.1 == b.1);
+        let list: Vec<String> = others
+            .iter()
+            .take(3)
+            .map(|(cost, l)| format!("{l} ({cost:.3})"))
+            .collect();
+        rows.push((
+            vals[0],
+            format!(
+                "{}: kept {} ({:.3}); rejected {}",
+                vals[0],
+                label(best),
+                total(best),
+                list.join(", ")
+            ),
+        ));
+    }
+    rows.sort_by_key(|r| r.0);
+    rows.into_iter().map(|r| r.1).collect()
 }
 
 /// Applies the rule named `rule` alone at each of its matches in `f`, one match at a time and
