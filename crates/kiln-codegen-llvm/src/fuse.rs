@@ -232,35 +232,6 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
     }
 }
 
-/// The matrix product whose epilogue instruction `i` (its loop-nest kernel, fused so far, in
-/// `fused`) can become: a GEMM whose only reader is `i`, read only at `i`'s own position, over
-/// the same elements.
-fn epilogue_of(f: &Func, i: usize, ks: &[Option<Kernel>], fused: &Fused) -> Option<usize> {
-    let k = fused.kernels[i].as_ref()?;
-    fused.operands[i].iter().enumerate().find_map(|(j, v)| {
-        let p = (0..i).rev().find(|&p| f.insts[p].results.contains(v))?;
-        let pk = ks[p].as_ref()?;
-        let Schedule::Gemm {
-            epilogue: None,
-            batch,
-            m,
-            n,
-            ..
-        } = pk.schedule
-        else {
-            return None;
-        };
-        let readers = f.insts.iter().filter(|x| x.operands.contains(v)).count();
-        (readers == 1
-            && !f.outputs.contains(v)
-            && pk.out.dtype == k.out.dtype
-            && pk.out.numel() == k.out.numel()
-            && splits_rows(&k.out.shape, batch * m, n)
-            && reads_only_own_position(&k.body, j, &k.out))
-        .then_some(p)
-    })
-}
-
 /// Whether a `[rows, cols]` matrix is `shape` with its leading dimensions as rows and the
 /// trailing ones as columns (see [`row_split`]).
 fn splits_rows(shape: &[usize], rows: usize, cols: usize) -> bool {
@@ -315,13 +286,6 @@ fn inlinable(
     let size = nodes(&k.body);
     if size > MAX_NODES {
         return Err(format!("body of {size} nodes (limit {MAX_NODES})"));
-    }
-    // A cheap op on a matrix product it alone reads (a bias add) runs better as that GEMM's
-    // epilogue, once, than inlined into each of several users.
-    if n_users > 1
-        && let Some(p) = epilogue_of(f, i, ks, fused)
-    {
-        return Err(format!("kept as the epilogue of the GEMM #{p}"));
     }
     let cost = cost(&k.body);
     let mut why = Vec::new();
