@@ -1109,6 +1109,10 @@ fn emit_kernel<'c>(
         } => {
             let bl = gemm::Blocking::new(k.out.dtype, wide_vectors(for_host));
             let split_columns = bl.split_columns(batch, rows, n, kk);
+            let mut apply = |r: (IntValue<'c>, IntValue<'c>), c: (IntValue<'c>, IntValue<'c>)| {
+                let product = epilogue.expect("only called with an epilogue");
+                emit_epilogue(&em, k, product, out, r, c, batch * rows, n)
+            };
             gemm::emit(
                 &em,
                 k.out.dtype,
@@ -1120,27 +1124,8 @@ fn emit_kernel<'c>(
                 f.get_nth_param(4).expect("declared").into_pointer_value(),
                 (lo, hi),
                 split_columns,
+                epilogue.map(|_| &mut apply as gemm::Epilogue<'_, 'c>),
             )?;
-            if let Some(product) = epilogue {
-                // The part of C this call computed: its rows, or its panels of columns.
-                let (row_range, col_range) = if split_columns {
-                    let nr = em.i64c(bl.nr());
-                    let c_lo = em.b.build_int_mul(lo, nr, "c_lo").map_err(llvm)?;
-                    let c_hi = em.b.build_int_mul(hi, nr, "c_hi").map_err(llvm)?;
-                    let n_c = em.i64c(n as i64);
-                    let fits =
-                        em.b.build_int_compare(IntPredicate::SLT, c_hi, n_c, "fits")
-                            .map_err(llvm)?;
-                    let c_hi =
-                        em.b.build_select(fits, c_hi, n_c, "c_hi")
-                            .map_err(llvm)?
-                            .into_int_value();
-                    ((em.i64c(0), em.i64c((batch * rows) as i64)), (c_lo, c_hi))
-                } else {
-                    ((lo, hi), (em.i64c(0), em.i64c(n as i64)))
-                };
-                emit_epilogue(&em, k, product, out, row_range, col_range, batch * rows, n)?;
-            }
         }
         Schedule::Scatter {
             ref updates,

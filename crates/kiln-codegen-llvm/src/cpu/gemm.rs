@@ -546,7 +546,12 @@ impl<'c> Gemm<'_, 'c> {
     }
 }
 
-/// Emits the GEMM over rows `lo..hi` of `[batch * m, n]` C. `scratch` holds at least
+/// Code applied to a finished block of C: rows `.0..​.1`, columns `.2..​.3`.
+pub(super) type Epilogue<'a, 'c> =
+    &'a mut dyn FnMut((IntValue<'c>, IntValue<'c>), (IntValue<'c>, IntValue<'c>)) -> Result<()>;
+
+/// Emits the GEMM over rows `lo..hi` of `[batch * m, n]` C, then `epilogue` over each block of
+/// C as soon as its last contraction block is done (while the block is still in cache). `scratch` holds at least
 /// [`Blocking::scratch_bytes`] bytes, 64-byte aligned.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn emit<'c>(
@@ -560,7 +565,9 @@ pub(super) fn emit<'c>(
     scratch: PointerValue<'c>,
     (lo, hi): (IntValue<'c>, IntValue<'c>),
     split_columns: bool,
+    epilogue: Option<Epilogue<'_, 'c>>,
 ) -> Result<()> {
+    let mut epilogue = epilogue;
     let x = Arith { em };
     // lo..hi are rows, or with `split_columns` panels of columns (all rows).
     let (lo, hi, col_lo, col_hi) = if split_columns {
@@ -620,11 +627,15 @@ pub(super) fn emit<'c>(
     let (s_r, s_j) = (x.slot()?, x.slot()?);
     if k == 0 {
         // An empty contraction: C is zero.
-        return em.range_loop_ptr(s_r, x.mulc(lo, n)?, x.mulc(hi, n)?, 1, &mut |em| {
+        em.range_loop_ptr(s_r, x.mulc(lo, n)?, x.mulc(hi, n)?, 1, &mut |em| {
             em.b.build_store(x.at(ft, out, x.get(s_r)?)?, ft.const_zero())
                 .map_err(llvm)?;
             Ok(())
-        });
+        })?;
+        if let Some(e) = epilogue.as_mut() {
+            e((lo, hi), (col_lo, col_hi))?;
+        }
+        return Ok(());
     }
     let nr = bl.nr();
     let n_full = n - n % nr;
@@ -684,6 +695,10 @@ pub(super) fn emit<'c>(
                             &mut || slivers(x.c(n_full), n - n_full),
                             &mut || Ok(()),
                         )?;
+                    }
+                    if let Some(e) = epilogue.as_mut() {
+                        let last = x.cmp(IntPredicate::SGE, kend, x.c(k))?;
+                        x.branch(last, &mut || e((ic, ic_end), (jc, jc_end)), &mut || Ok(()))?;
                     }
                     Ok(())
                 })
