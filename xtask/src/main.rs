@@ -267,9 +267,10 @@ fn dump(args: &[String]) -> Result {
         }
     }
     let file = file.ok_or(usage)?;
-    if stage == "fused" || stage == "dot" || stage == "plan" {
-        ensure_toolchain()?;
-        return run(cargo().args([
+    // Stages that need LLVM run in the backend's dump tool.
+    let llvm_dump = |flag: Option<&str>| {
+        let mut c = cargo();
+        c.args([
             "run",
             "--release",
             "--quiet",
@@ -279,36 +280,20 @@ fn dump(args: &[String]) -> Result {
             "kiln-llvm-dump",
             "--",
             &file,
-            &format!("--{stage}"),
-        ]));
+        ]);
+        c.args(flag);
+        run(&mut c)
+    };
+    if stage == "fused" || stage == "dot" || stage == "plan" {
+        ensure_toolchain()?;
+        return llvm_dump(Some(&format!("--{stage}")));
     }
     if stage == "llvm" {
         ensure_toolchain()?;
         println!("; LLVM IR before optimization");
-        run(cargo().args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "kiln-codegen-llvm",
-            "--bin",
-            "kiln-llvm-dump",
-            "--",
-            &file,
-        ]))?;
+        llvm_dump(None)?;
         println!("; LLVM IR after O3 for this CPU");
-        return run(cargo().args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "kiln-codegen-llvm",
-            "--bin",
-            "kiln-llvm-dump",
-            "--",
-            &file,
-            "--optimized",
-        ]));
+        return llvm_dump(Some("--optimized"));
     }
     let text = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
     let m = kiln_ir::parse_module(&text).map_err(|e| format!("{file}:{e}"))?;

@@ -478,27 +478,12 @@ mod tests {
     #[test]
     fn intermediates_share_the_arena_by_liveness() {
         let n = 1000;
-        let f = kiln_ir::parse_func_text(&format!(
-            "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = add %0, %0 : f32[{n}]\n  %2 = add %1, %1 : f32[{n}]\n  %3 = add %2, %2 : f32[{n}]\n  %4 = add %3, %3 : f32[{n}]\n  return %4\n}}\n"
-        ))
-        .unwrap();
-        let l = Launch {
-            rows: n,
-            work: n,
-            scratch: 4,
-            chunks_per_thread: 4,
-        };
-        let operands = f.insts.iter().map(|i| i.operands[..1].to_vec()).collect();
-        // SAFETY: `double` computes `add x, x` for f32 vectors of n elements, row by row.
-        let p = unsafe {
-            Program::new(
-                f,
-                vec![Step::Kernel; 4],
-                vec![Some(double); 4],
-                vec![l; 4],
-                operands,
-            )
-        };
+        let p = doubling_chain(
+            n,
+            &format!(
+                "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = add %0, %0 : f32[{n}]\n  %2 = add %1, %1 : f32[{n}]\n  %3 = add %2, %2 : f32[{n}]\n  %4 = add %3, %3 : f32[{n}]\n  return %4\n}}\n"
+            ),
+        );
         let m = p.memory_plan();
         let block = (n * 4).div_ceil(plan::ALIGN) * plan::ALIGN;
         assert_eq!(m.arena_bytes, 2 * block, "{m}");
@@ -516,28 +501,37 @@ mod tests {
         }
     }
 
-    fn doubling_program(n: usize) -> Program {
-        let f = kiln_ir::parse_func_text(&format!(
-            "func @main(%0: f32[{n}]) -> (f32[{n}], f32[{n}]) {{\n  %1 = add %0, %0 : f32[{n}]\n  %2 = add %1, %1 : f32[{n}]\n  return %2, %1\n}}\n"
-        ))
-        .unwrap();
+    /// A program of `add x, x` instructions (`src`, over f32 vectors of `n` elements), each a
+    /// `double` kernel.
+    fn doubling_chain(n: usize, src: &str) -> Program {
+        let f = kiln_ir::parse_func_text(src).unwrap();
         let l = Launch {
             rows: n,
             work: n,
             scratch: 4,
             chunks_per_thread: 4,
         };
-        // SAFETY: `double` computes `add x, x` for f32 vectors of n elements, row by row.
+        let k = f.insts.len();
         let operands = f.insts.iter().map(|i| i.operands[..1].to_vec()).collect();
+        // SAFETY: `double` computes `add x, x` for f32 vectors of n elements, row by row.
         unsafe {
             Program::new(
                 f,
-                vec![Step::Kernel; 2],
-                vec![Some(double); 2],
-                vec![l; 2],
+                vec![Step::Kernel; k],
+                vec![Some(double); k],
+                vec![l; k],
                 operands,
             )
         }
+    }
+
+    fn doubling_program(n: usize) -> Program {
+        doubling_chain(
+            n,
+            &format!(
+                "func @main(%0: f32[{n}]) -> (f32[{n}], f32[{n}]) {{\n  %1 = add %0, %0 : f32[{n}]\n  %2 = add %1, %1 : f32[{n}]\n  return %2, %1\n}}\n"
+            ),
+        )
     }
 
     #[test]
