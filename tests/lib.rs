@@ -281,15 +281,24 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             let parts: Vec<String> = rewritten.iter().map(|g| g.to_string()).collect();
             out.push_str(&parts.join("// -----\n"));
         }
-        "fused" | "plan" => {
+        "fused" | "plan" | "dot" => {
             let m = parse_module(&text).map_err(|e| e.to_string())?;
             let f = m.entry().ok_or("no function")?;
-            let text = if mode == "fused" {
-                kiln_codegen_llvm::cpu::describe_fusion(f)
-            } else {
-                kiln_codegen_llvm::cpu::describe_memory(f)
+            let text = match mode.as_str() {
+                "fused" => kiln_codegen_llvm::cpu::describe_fusion(f),
+                "plan" => kiln_codegen_llvm::cpu::describe_memory(f),
+                _ => kiln_codegen_llvm::cpu::fusion_dot(f),
             };
             out.push_str(&text.map_err(|e| e.to_string())?);
+        }
+        "egraph" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            let f = m.entry().ok_or("no function")?;
+            let opts = kiln_opt::Options {
+                machine: kiln_opt::cost::Machine::REFERENCE,
+                ..kiln_opt::Options::default()
+            };
+            out.push_str(&kiln_opt::dump_egraph(f, &opts)?);
         }
         "opt" | "opt fast-math" => {
             let m = parse_module(&text).map_err(|e| e.to_string())?;

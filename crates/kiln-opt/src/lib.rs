@@ -231,6 +231,18 @@ fn build_func_with_values(
     Ok((g, done))
 }
 
+/// Why saturation stopped, in words.
+fn stop_text(reason: &Option<StopReason>) -> String {
+    match reason {
+        Some(StopReason::Saturated) => "saturated".to_string(),
+        Some(StopReason::IterationLimit(n)) => format!("round limit ({n})"),
+        Some(StopReason::NodeLimit(n)) => format!("node limit ({n})"),
+        Some(StopReason::TimeLimit(t)) => format!("time limit ({t:.1} s)"),
+        Some(StopReason::Other(s)) => s.clone(),
+        None => "not run".to_string(),
+    }
+}
+
 /// The e-graph of `f` grown by the rules `opts` allows, and the classes of `f`'s outputs.
 fn saturate(f: &Func, opts: &Options) -> (Runner<Node, Facts>, Vec<Id>) {
     let mut eg = EGraph::new(Facts::default());
@@ -276,14 +288,7 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
     let (out, values) = build_func_with_values(eg, f, &roots, |c| ex.find_best_node(c).clone())?;
     let rejected = rejected_alternatives(eg, &ex, &CostModel::new(eg, opts.machine), &values);
     kiln_ir::verify(&out).map_err(|e| format!("the optimized program does not verify: {e}"))?;
-    let stop = match &runner.stop_reason {
-        Some(StopReason::Saturated) => "saturated".to_string(),
-        Some(StopReason::IterationLimit(n)) => format!("round limit ({n})"),
-        Some(StopReason::NodeLimit(n)) => format!("node limit ({n})"),
-        Some(StopReason::TimeLimit(t)) => format!("time limit ({t:.1} s)"),
-        Some(StopReason::Other(s)) => s.clone(),
-        None => "not run".to_string(),
-    };
+    let stop = stop_text(&runner.stop_reason);
     let report = Report {
         stop,
         iterations: runner.iterations.len(),
@@ -488,11 +493,11 @@ pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
     }
     let _ = writeln!(
         s,
-        "// {} classes shown of {}; {} nodes; stop: {:?} after {} rounds",
+        "// {} classes shown of {}; {} nodes; stop: {} after {} rounds",
         order.len(),
         eg.number_of_classes(),
         eg.total_number_of_nodes(),
-        runner.stop_reason,
+        stop_text(&runner.stop_reason),
         runner.iterations.len()
     );
     Ok(s)
