@@ -56,7 +56,8 @@ pub struct Sgd {
     pub nesterov: bool,
 }
 
-/// The state of [`Sgd`]: the velocity of each parameter.
+/// The state of [`Sgd`]: the velocity of each parameter (unchanged by plain SGD, which has no
+/// momentum).
 #[derive(Clone, Debug, crate::Tree)]
 pub struct SgdState<P> {
     /// Momentum buffers, like the parameters.
@@ -96,15 +97,18 @@ impl Sgd {
             } else {
                 g.clone()
             };
-            let v = if self.momentum != 0.0 {
-                &(v * self.momentum) + &g
+            // Plain SGD (no momentum) has no velocity: the state passes through unchanged, so
+            // a compiled step does not have to write the gradients out.
+            let (v, step) = if self.momentum == 0.0 {
+                (v.clone(), g)
             } else {
-                g.clone()
-            };
-            let step = if self.nesterov {
-                &g + &(&v * self.momentum)
-            } else {
-                v.clone()
+                let v = &(v * self.momentum) + &g;
+                let step = if self.nesterov {
+                    &g + &(&v * self.momentum)
+                } else {
+                    v.clone()
+                };
+                (v, step)
             };
             vec![p - &(&step * self.lr), v]
         })?;
