@@ -7,7 +7,8 @@
 //!   `opt`: the optimized program and what the optimizer did; `fused`: the CPU backend's kernels,
 //!   their member ops and the reason for every fusion decision; `dot`: the fused graph for
 //!   Graphviz; `plan`: the memory plan, each intermediate's arena offset, size and live steps);
-//!   `dump --example NAME --stage trace|grad`: the traced or differentiated IR of an example.
+//!   `dump --example NAME --stage trace|grad|egraph|opt|fused|dot|plan|llvm`: the traced or
+//!   differentiated IR of an example; later stages dump its gradient function.
 //! - `bench [--json FILE] [--only a,b]`: the benchmark workloads of `shared/bench/README.md`.
 //! - `codegen [--check]`: regenerate (or check) generated files such as `ir-specs/status.md`.
 
@@ -227,7 +228,7 @@ fn codegen(check: bool) -> Result {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] | dump --example NAME --stage trace|grad";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] | dump --example NAME --stage trace|grad|egraph|opt|fused|dot|plan|llvm";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -236,21 +237,51 @@ fn dump(args: &[String]) -> Result {
             .and_then(|j| args.get(j + 1))
             .map(String::as_str)
             .unwrap_or("trace");
-        if !matches!(stage, "trace" | "grad") {
-            return Err(format!("unknown stage `{stage}` for an example; {usage}"));
+        let example = |stage: &str| {
+            let mut c = cargo();
+            c.args([
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "kiln",
+                "--example",
+                name,
+                "--",
+                "--dump",
+                stage,
+            ]);
+            c
+        };
+        if matches!(stage, "trace" | "grad") {
+            return run(&mut example(stage));
         }
-        return run(cargo().args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "kiln",
-            "--example",
-            name,
-            "--",
-            "--dump",
-            stage,
-        ]));
+        // Later stages: the example's training-step (gradient) function, written to a file
+        // under target/, then dumped like any file.
+        eprintln!("[xtask] tracing example `{name}` for --stage {stage}");
+        let out = example("grad")
+            .output()
+            .map_err(|e| format!("running example `{name}`: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "example `{name}` failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let dir = std::env::current_dir()
+            .map_err(|e| e.to_string())?
+            .join("target")
+            .join("dumps");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let path = dir.join(format!("{name}.grad.kir"));
+        std::fs::write(&path, &out.stdout).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut rest: Vec<String> = vec![path.to_string_lossy().into_owned()];
+        rest.extend(
+            args.iter()
+                .filter(|a| *a != "--example" && *a != name)
+                .cloned(),
+        );
+        return dump(&rest);
     }
     let mut file = None;
     let mut stage = "parse".to_string();
@@ -362,7 +393,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm | dump --example NAME --stage trace|grad | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|fused|plan|... | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
