@@ -1850,6 +1850,8 @@ impl CpuExecutable {
         clock.lap("optimize and canonicalize the graph");
         let f = &canonical;
         let fused = fused_kernels(f);
+        crate::fuse::check_legal(f, &fused)
+            .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", f.name)))?;
         clock.lap("fuse");
         let ks = &fused.kernels;
         let steps = steps_of(f, &fused);

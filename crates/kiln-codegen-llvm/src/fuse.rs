@@ -32,7 +32,7 @@ const MAX_NODES: usize = 400;
 const CHEAP: usize = 3;
 
 /// The fused kernels of a function.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Fused {
     /// Per instruction: its kernel with inlined producers (`None` for an instruction without
     /// a kernel, or one inlined into all its users).
@@ -137,6 +137,38 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         }
     }
     out
+}
+
+/// Checks that the fused program can run: no kernel reads a value computed only inside other
+/// kernels, and the kernels, with an edge from each kernel to every kernel that reads its
+/// result, form a DAG (a topological order exists), so no fused group depends on itself.
+pub fn check_legal(f: &Func, fused: &Fused) -> Result<(), String> {
+    use petgraph::graph::{DiGraph, NodeIndex};
+    let n = f.insts.len();
+    let mut producer = vec![None; f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        for r in &inst.results {
+            producer[r.index()] = Some(i);
+        }
+    }
+    let mut g: DiGraph<usize, ()> = DiGraph::with_capacity(n, n);
+    let nodes: Vec<NodeIndex> = (0..n).map(|i| g.add_node(i)).collect();
+    for u in (0..n).filter(|&u| !fused.inlined[u]) {
+        for v in &fused.operands[u] {
+            let Some(p) = producer[v.index()] else {
+                continue;
+            };
+            if fused.inlined[p] {
+                return Err(format!(
+                    "#{u} reads {v}, which #{p} computes only inside other kernels"
+                ));
+            }
+            g.add_edge(nodes[p], nodes[u], ());
+        }
+    }
+    petgraph::algo::toposort(&g, None)
+        .map(|_| ())
+        .map_err(|c| format!("the fused kernels form a cycle through #{}", g[c.node_id()]))
 }
 
 /// Runs elementwise users of matrix products inside the GEMM: where a product's only user is a

@@ -434,3 +434,40 @@ fn gemm_epilogues_run_inside_the_gemm_and_agree_with_the_reference() {
         common::agrees_on_random_inputs(src, 40 + i as u64);
     }
 }
+
+/// The fusion legality check (petgraph): every compiled program passes it (the random-program
+/// test compiles thousands), and it rejects a kernel reading a value computed only inside other
+/// kernels, and kernels that depend on each other in a cycle.
+#[test]
+fn fusion_legality_rejects_hidden_values_and_cycles() {
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f32[64,64]) -> f32[64,64] {
+  %1 = exponential %0 : f32[64,64]
+  %2 = transpose %1 {permutation = [1, 0]} : f32[64,64]
+  %3 = dot_general %2, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[64,64]
+  %4 = add %3, %1 : f32[64,64]
+  return %4
+}
+",
+    )
+    .unwrap();
+    let fused = kiln_codegen_llvm::cpu::fused_kernels(&f);
+    kiln_codegen_llvm::fuse::check_legal(&f, &fused).unwrap();
+    // A kernel reading a value that has no buffer.
+    let mut hidden = fused.clone();
+    let producer_of = |v: &kiln_ir::ValueId| f.insts.iter().position(|i| i.results.contains(v));
+    let p = (0..f.insts.len())
+        .filter(|&u| !hidden.inlined[u])
+        .find_map(|u| hidden.operands[u].iter().find_map(producer_of))
+        .expect("a kernel reading another kernel's result");
+    hidden.inlined[p] = true;
+    let e = kiln_codegen_llvm::fuse::check_legal(&f, &hidden).unwrap_err();
+    assert!(e.contains("only inside other kernels"), "{e}");
+    // Two kernels reading each other's results.
+    let mut cyclic = fused.clone();
+    let ks: Vec<usize> = (0..f.insts.len()).filter(|&i| !cyclic.inlined[i]).collect();
+    let (a, b) = (ks[0], ks[ks.len() - 1]);
+    cyclic.operands[a].push(f.insts[b].results[0]);
+    let e = kiln_codegen_llvm::fuse::check_legal(&f, &cyclic).unwrap_err();
+    assert!(e.contains("cycle"), "{e}");
+}
