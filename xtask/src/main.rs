@@ -192,22 +192,13 @@ fn test() -> Result {
 
 fn demo() -> Result {
     ensure_toolchain()?;
-    run(cargo().args([
-        "run",
-        "--release",
-        "--quiet",
-        "-p",
-        "kiln",
-        "--example",
-        "train_mlp",
-    ]))
+    run(&mut release_run(&["-p", "kiln", "--example", "train_mlp"]))
 }
 
 fn bench(args: &[String]) -> Result {
     ensure_toolchain()?;
-    let mut c = cargo();
-    c.args(["run", "--release", "--quiet", "-p", "kiln-bench", "--"])
-        .args(args);
+    let mut c = release_run(&["-p", "kiln-bench", "--"]);
+    c.args(args);
     run(&mut c)
 }
 
@@ -227,6 +218,13 @@ fn codegen(check: bool) -> Result {
     run(&mut c)
 }
 
+/// `cargo run --release --quiet` with `args` (package, target, `--`, the program's arguments).
+fn release_run(args: &[&str]) -> Command {
+    let mut c = cargo();
+    c.args(["run", "--release", "--quiet"]).args(args);
+    c
+}
+
 fn dump(args: &[String]) -> Result {
     let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] | dump --example NAME --stage trace|grad|egraph|opt|fused|dot|plan|llvm";
     if let Some(i) = args.iter().position(|a| a == "--example") {
@@ -237,22 +235,8 @@ fn dump(args: &[String]) -> Result {
             .and_then(|j| args.get(j + 1))
             .map(String::as_str)
             .unwrap_or("trace");
-        let example = |stage: &str| {
-            let mut c = cargo();
-            c.args([
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "kiln",
-                "--example",
-                name,
-                "--",
-                "--dump",
-                stage,
-            ]);
-            c
-        };
+        let example =
+            |stage: &str| release_run(&["-p", "kiln", "--example", name, "--", "--dump", stage]);
         if matches!(stage, "trace" | "grad") {
             return run(&mut example(stage));
         }
@@ -300,11 +284,7 @@ fn dump(args: &[String]) -> Result {
     let file = file.ok_or(usage)?;
     // Stages that need LLVM run in the backend's dump tool.
     let llvm_dump = |flag: Option<&str>| {
-        let mut c = cargo();
-        c.args([
-            "run",
-            "--release",
-            "--quiet",
+        let mut c = release_run(&[
             "-p",
             "kiln-codegen-llvm",
             "--bin",

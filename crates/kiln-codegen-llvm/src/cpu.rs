@@ -1562,9 +1562,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
 /// for every instruction the reason it has a kernel of its own or runs inside its users.
 pub fn describe_fusion(f: &Func) -> Result<String> {
     use std::fmt::Write as _;
-    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let g = prepare(f, &printing_options())?;
-    let fused = fused_kernels(&g);
+    let (g, fused) = lowered_for_printing(f)?;
     let mut s = String::new();
     let _ = writeln!(s, "{g}");
     let count = fused.kernels.iter().filter(|k| k.is_some()).count();
@@ -1706,6 +1704,15 @@ impl PhaseClock {
     }
 }
 
+/// `f` as the backend lowers it (optimized and canonicalized with the reference machine's
+/// costs, so the text is the same on every machine) and its fusion: what the dumps print.
+fn lowered_for_printing(f: &Func) -> Result<(Func, crate::fuse::Fused)> {
+    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let g = prepare(f, &printing_options())?;
+    let fused = fused_kernels(&g);
+    Ok((g, fused))
+}
+
 /// How each instruction of the prepared function `f` runs, given its fusion.
 fn steps_of(f: &Func, fused: &crate::fuse::Fused) -> Vec<Step> {
     f.insts
@@ -1725,9 +1732,7 @@ fn steps_of(f: &Func, fused: &crate::fuse::Fused) -> Vec<Step> {
 /// The memory plan of `f` on the CPU backend, as text: the program as lowered, then each
 /// intermediate's arena offset, size and live steps, and the arena, outside and peak bytes.
 pub fn describe_memory(f: &Func) -> Result<String> {
-    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let g = prepare(f, &printing_options())?;
-    let fused = fused_kernels(&g);
+    let (g, fused) = lowered_for_printing(f)?;
     let steps = steps_of(&g, &fused);
     // The 256-bit blocking's scratch, so the text is the same on every machine.
     let scratch: Vec<usize> = fused
@@ -1743,9 +1748,7 @@ pub fn describe_memory(f: &Func) -> Result<String> {
 /// buffers kernels read.
 pub fn fusion_dot(f: &Func) -> Result<String> {
     use std::fmt::Write as _;
-    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let g = prepare(f, &printing_options())?;
-    let fused = fused_kernels(&g);
+    let (g, fused) = lowered_for_printing(f)?;
     let mut producer = vec![None; g.values.len()];
     for (i, inst) in g.insts.iter().enumerate() {
         for r in &inst.results {

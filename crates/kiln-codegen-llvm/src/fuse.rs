@@ -22,7 +22,9 @@
 //! bounds these kernels. Inlining never creates cycles: a consumer only absorbs instructions
 //! that precede it.
 
-use crate::kernel::{Cond, Expr, Idx, Kernel, Schedule, map_inputs, reads_only_own_position};
+use crate::kernel::{
+    Cond, Expr, Idx, Kernel, Schedule, map_inputs, reads_only_own_position, visit,
+};
 use kiln_ir::{DType, Func, ValueId, strides};
 
 /// Largest body (in expression nodes) a fused kernel may grow to.
@@ -203,7 +205,7 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
                 // Same bytes: the user's type may be a reshape of the product's.
                 && pk.out.dtype == uk.out.dtype
                 && pk.out.numel() == uk.out.numel()
-                && splits_rows(&uk.out.shape, batch * m, n)
+                && row_split(&uk.out.shape, batch * m, n).is_some()
                 && reads_only_own_position(&uk.body, j, &uk.out);
             ok.then_some((j, p))
         });
@@ -262,12 +264,6 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
             "own kernel: the GEMM of #{p} with this op (and what it inlined) as its epilogue"
         );
     }
-}
-
-/// Whether a `[rows, cols]` matrix is `shape` with its leading dimensions as rows and the
-/// trailing ones as columns (see [`row_split`]).
-fn splits_rows(shape: &[usize], rows: usize, cols: usize) -> bool {
-    row_split(shape, rows, cols).is_some()
 }
 
 /// The first `s` such that `shape[..s]` makes `rows` and `shape[s..]` makes `cols`.
@@ -499,43 +495,6 @@ fn cost(e: &Expr) -> usize {
 }
 
 /// Calls `f` on every expression node of `e`, index expressions included.
-fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
-    f(e);
-    let idx = |i: &Idx, f: &mut dyn FnMut(&Expr)| visit_idx(i, f);
-    match e {
-        Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => {}
-        Expr::Index { idx: i, .. } => idx(i, f),
-        Expr::Op { args, .. } => args.iter().for_each(|a| visit(a, f)),
-        Expr::Reduce { init, body, .. } => {
-            visit(init, f);
-            visit(body, f);
-        }
-        Expr::Gather { index, .. } => index.iter().for_each(|i| idx(i, f)),
-        Expr::Guard {
-            conds,
-            then,
-            otherwise,
-        } => {
-            for c in conds {
-                match c {
-                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => idx(i, f),
-                }
-            }
-            visit(then, f);
-            visit(otherwise, f);
-        }
-    }
-}
-
-fn visit_idx(i: &Idx, f: &mut dyn FnMut(&Expr)) {
-    match i {
-        Idx::Value(e) => visit(e, f),
-        Idx::Add(xs) => xs.iter().for_each(|x| visit_idx(x, f)),
-        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => visit_idx(x, f),
-        Idx::Var(_) | Idx::Const(_) => {}
-    }
-}
-
 /// The extent of each loop variable of `k`: the output dimensions, then reduction variables.
 fn var_extents(k: &Kernel) -> Vec<usize> {
     let mut ext: Vec<usize> = k.out.shape.clone();

@@ -1388,5 +1388,52 @@ fn affine(i: &Idx) -> Option<(Vec<(usize, i64)>, i64)> {
 
 /// Whether `e` reads input `j` anywhere.
 fn reads_input(e: &Expr, j: usize) -> bool {
-    map_inputs(e, &|i| if i == j { usize::MAX } else { i }) != *e
+    let mut found = false;
+    visit(
+        e,
+        &mut |x| {
+            found |=
+                matches!(x, Expr::Load { input, .. } | Expr::Gather { input, .. } if *input == j)
+        },
+    );
+    found
+}
+
+/// Calls `f` on `e` and every expression inside it (operands, reduction bodies, index
+/// expressions, guard conditions and branches), parents first.
+pub(crate) fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    let idx = |i: &Idx, f: &mut dyn FnMut(&Expr)| visit_idx(i, f);
+    match e {
+        Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => {}
+        Expr::Index { idx: i, .. } => idx(i, f),
+        Expr::Op { args, .. } => args.iter().for_each(|a| visit(a, f)),
+        Expr::Reduce { init, body, .. } => {
+            visit(init, f);
+            visit(body, f);
+        }
+        Expr::Gather { index, .. } => index.iter().for_each(|i| idx(i, f)),
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => {
+            for c in conds {
+                match c {
+                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => idx(i, f),
+                }
+            }
+            visit(then, f);
+            visit(otherwise, f);
+        }
+    }
+}
+
+fn visit_idx(i: &Idx, f: &mut dyn FnMut(&Expr)) {
+    match i {
+        Idx::Value(e) => visit(e, f),
+        Idx::Add(xs) => xs.iter().for_each(|x| visit_idx(x, f)),
+        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => visit_idx(x, f),
+        Idx::Var(_) | Idx::Const(_) => {}
+    }
 }
