@@ -190,9 +190,12 @@ fn test() -> Result {
     run(&mut t)
 }
 
+/// The example `cargo xtask demo` runs: an MLP classifier trained end to end.
+const DEMO_EXAMPLE: &str = "mlp_classifier";
+
 fn demo() -> Result {
     ensure_toolchain()?;
-    run(&mut release_run(&["-p", "kiln", "--example", "train_mlp"]))
+    run(&mut release_run(&["-p", "kiln", "--example", DEMO_EXAMPLE]))
 }
 
 fn bench(args: &[String]) -> Result {
@@ -381,5 +384,18 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The README's first command runs this example, so it must exist.
+    #[test]
+    fn demo_example_exists() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let file = root
+            .join("crates/kiln/examples")
+            .join(format!("{}.rs", super::DEMO_EXAMPLE));
+        assert!(file.is_file(), "{} is missing", file.display());
     }
 }
