@@ -133,14 +133,18 @@ pub fn vjp_rule(
             let gt = mul(b, g, t)?;
             Ok(vec![Some(g), Some(un(b, Op::Negate {}, gt)?)])
         }
-        // Ties send the gradient to lhs.
+        // lhs_bar = g where lhs wins, rhs_bar = g elsewhere; ties send the gradient to rhs, so
+        // relu = maximum(x, 0) has gradient 0 at 0. "lhs wins" is read off the result
+        // (maximum(x, y) > y exactly when x > y, NaN included), so the backward pass needs the
+        // result, which it keeps anyway, and not lhs: a product feeding a ReLU then has one
+        // reader and the ReLU runs as its epilogue.
         Op::Maximum {} | Op::Minimum {} => {
             let dir = if matches!(op, Op::Maximum {}) {
-                Cmp::Ge
+                Cmp::Gt
             } else {
-                Cmp::Le
+                Cmp::Lt
             };
-            let p = b.compare(x[0], x[1], dir)?;
+            let p = b.compare(r, x[1], dir)?;
             let z = zeros_like(b, g)?;
             Ok(vec![Some(b.select(p, g, z)?), Some(b.select(p, z, g)?)])
         }
@@ -233,9 +237,9 @@ pub fn vjp_rule(
                 Some(b.select(x[0], z, g)?),
             ])
         }
-        // result = minimum(maximum(operand, min), max), with the tie rules of those ops:
-        // the gradient goes to max where maximum(operand, min) > max, else to operand where
-        // operand >= min, else to min.
+        // result = minimum(maximum(operand, min), max); the gradient goes to max where
+        // maximum(operand, min) > max, else to operand where operand >= min, else to min
+        // (ties go to the operand).
         Op::Clamp {} => {
             let vt = ty(b, x[1]);
             let full = |b: &mut Builder, v: ValueId| -> Result<ValueId> {
@@ -725,7 +729,7 @@ pub fn vjp_rule(
                             "max/min windows with dilation are not differentiable yet",
                         );
                     }
-                    // init_value enters first and wins ties (maximum/minimum give ties to lhs);
+                    // init_value enters first and wins ties;
                     // elsewhere the first selected element of each window gets the gradient.
                     let zero = b.scalar(xt.dtype, 0.0)?;
                     let rt = ty(b, r);
