@@ -10,6 +10,8 @@
 //! - `// RUN: eval`: `// %N = VALUE` lines give the arguments; prints the reference results.
 //! - `// RUN: llvm`: prints the CPU backend's LLVM IR before optimization (the optimized IR
 //!   depends on the host CPU, so it is not snapshotted; `cargo xtask dump --stage llvm` shows it).
+//! - `// RUN: plan`: prints the CPU backend's memory plan; a `// DONATE: 0,1` line donates those
+//!   parameters (their buffers may hold results, like `donate_argnums`).
 //!
 //! The printed output of each file is an insta snapshot under `tests/snapshots/`.
 
@@ -286,7 +288,17 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             let f = m.entry().ok_or("no function")?;
             let text = match mode.as_str() {
                 "fused" => kiln_codegen_llvm::cpu::describe_fusion(f),
-                "plan" => kiln_codegen_llvm::cpu::describe_memory(f),
+                "plan" => {
+                    // `// DONATE: 0,2` donates those parameters.
+                    let mut donated = vec![false; f.params.len()];
+                    for l in text.lines().filter_map(|l| l.strip_prefix("// DONATE: ")) {
+                        for p in l.split(',') {
+                            let p: usize = p.trim().parse().map_err(|e| format!("DONATE: {e}"))?;
+                            *donated.get_mut(p).ok_or("DONATE: no such parameter")? = true;
+                        }
+                    }
+                    kiln_codegen_llvm::cpu::describe_memory_donating(f, &donated)
+                }
                 _ => kiln_codegen_llvm::cpu::fusion_dot(f),
             };
             out.push_str(&text.map_err(|e| e.to_string())?);

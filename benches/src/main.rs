@@ -164,13 +164,14 @@ fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
         check("mlp_train_step", mlp_step, &(m, s, x, y))?;
         return Ok(Timing::default());
     }
-    // Parameters are carried from call to call.
+    // Parameters are carried from call to call and donated, as the JAX peer does
+    // (`donate_argnums`): the step updates them in place.
     let j = jit(mlp_step);
     let mut state = Some(m);
     time(|| {
         let m = state.take().expect("carried");
         let (m, l) = j
-            .call(&(m, s.clone(), x.clone(), y.clone()))
+            .call_donating((m, s.clone(), x.clone(), y.clone()))
             .map_err(|e| e.to_string())?;
         state = Some(m);
         Ok(l)

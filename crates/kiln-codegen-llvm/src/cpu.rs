@@ -1015,12 +1015,17 @@ impl<'c> Emitter<'c> {
 
 /// Emits `void name(ptr inputs, ptr out, i64 lo, i64 hi)` computing rows `lo..hi` of the
 /// kernel's outermost loop (all of it for a scalar output).
+///
+/// `alias` is `Some((q, inputs))` for a kernel compiled in place: of its `inputs` input
+/// buffers, buffer `q` is the output buffer, and the kernel reads it through `out` (one pointer
+/// for that memory, so `out` stays `noalias`).
 fn emit_kernel<'c>(
     ctx: &'c Context,
     m: &'c Module<'c>,
     name: &str,
     k: &Kernel,
     for_host: bool,
+    alias: Option<(usize, usize)>,
 ) -> Result<()> {
     let ptr = ctx.ptr_type(AddressSpace::default());
     let i64t = ctx.i64_type();
@@ -1095,6 +1100,30 @@ fn emit_kernel<'c>(
         vars,
         hoisted: Default::default(),
     };
+    if let Some((q, n_inputs)) = alias {
+        // The input table with slot q replaced by the output pointer.
+        let table = em.entry_alloca(ptr.array_type(n_inputs as u32).into())?;
+        for i in 0..n_inputs {
+            // SAFETY (of the emitted code): i is below the table's and the inputs' length.
+            let dst = unsafe {
+                em.b.build_in_bounds_gep(ptr, table, &[em.i64c(i as i64)], "slot")
+            }
+            .map_err(llvm)?;
+            let p = if i == q {
+                out
+            } else {
+                let src = unsafe {
+                    em.b.build_in_bounds_gep(ptr, inputs, &[em.i64c(i as i64)], "slot")
+                }
+                .map_err(llvm)?;
+                em.b.build_load(ptr, src, "in")
+                    .map_err(llvm)?
+                    .into_pointer_value()
+            };
+            em.b.build_store(dst, p).map_err(llvm)?;
+        }
+        em.inputs.set(table);
+    }
     match k.schedule {
         Schedule::Nest => emit_nest(&em, k, out, lo, hi)?,
         Schedule::Gemm {
@@ -1109,6 +1138,16 @@ fn emit_kernel<'c>(
         } => {
             let bl = gemm::Blocking::new(k.out.dtype, wide_vectors(for_host));
             let split_columns = bl.split_columns(batch, rows, n, kk);
+            // In place on a donated X: the epilogue X -/+ P s becomes the GEMM's update mode.
+            let update = match alias.and_then(|(q, _)| crate::fuse::gemm_update(k, q)) {
+                Some((scale, subtract)) => Some((em.expr(&scale)?, subtract)),
+                None if alias.is_some() => {
+                    return Err(Error::Llvm(format!(
+                        "{name}: a GEMM compiled in place needs an update epilogue"
+                    )));
+                }
+                None => None,
+            };
             let mut apply = |r: (IntValue<'c>, IntValue<'c>), c: (IntValue<'c>, IntValue<'c>)| {
                 let product = epilogue.expect("only called with an epilogue");
                 emit_epilogue(&em, k, product, out, r, c, batch * rows, n)
@@ -1124,7 +1163,10 @@ fn emit_kernel<'c>(
                 f.get_nth_param(4).expect("declared").into_pointer_value(),
                 (lo, hi),
                 split_columns,
-                epilogue.map(|_| &mut apply as gemm::Epilogue<'_, 'c>),
+                epilogue
+                    .filter(|_| update.is_none())
+                    .map(|_| &mut apply as gemm::Epilogue<'_, 'c>),
+                update,
             )?;
         }
         Schedule::Scatter {
@@ -1522,18 +1564,21 @@ pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
 
 /// The module of `f`'s kernels; `for_host` adds this machine's CPU and features to every
 /// function (needed to run them well, left out of machine-independent dumps).
+/// `aliases[i]` (if present) is kernel `i`'s in-place alias (see [`emit_kernel`]).
 fn build_module<'c>(
     ctx: &'c Context,
     f: &Func,
     ks: &[Option<Kernel>],
     for_host: bool,
+    aliases: &[Option<(usize, usize)>],
 ) -> Result<Module<'c>> {
     let m = ctx.create_module(&f.name);
     // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
     for (i, k) in ks.iter().enumerate() {
         if let Some(k) = k {
-            emit_kernel(ctx, mref, &format!("k{i}"), k, for_host)?;
+            let alias = aliases.get(i).copied().flatten();
+            emit_kernel(ctx, mref, &format!("k{i}"), k, for_host, alias)?;
         }
     }
     m.verify()
@@ -1547,7 +1592,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     let f = &prepare(f, &printing_options())?;
     let ctx = Context::create();
     let ks = fused_kernels(f).kernels;
-    let m = build_module(&ctx, f, &ks, optimized)?;
+    let m = build_module(&ctx, f, &ks, optimized, &[])?;
     if optimized {
         crate::optimize(&m, &crate::host_machine()?)?;
     }
@@ -1609,6 +1654,7 @@ fn compile_cached(
     m: &inkwell::module::Module,
     f: &Func,
     ks: &[Option<Kernel>],
+    aliases: &[Option<(usize, usize)>],
     dir: &std::path::Path,
     names: &[String],
 ) -> Result<(crate::cache::Library, bool)> {
@@ -1647,7 +1693,7 @@ fn compile_cached(
             .map(|(_, part)| {
                 s.spawn(move || -> Result<Vec<u8>> {
                     let ctx = Context::create();
-                    let m = build_module(&ctx, f, part, true)?;
+                    let m = build_module(&ctx, f, part, true, aliases)?;
                     let tm = crate::aot_machine()?;
                     crate::optimize(&m, &tm)?;
                     let object = tm
@@ -1732,15 +1778,22 @@ fn steps_of(f: &Func, fused: &crate::fuse::Fused) -> Vec<Step> {
 /// The memory plan of `f` on the CPU backend, as text: the program as lowered, then each
 /// intermediate's arena offset, size and live steps, and the arena, outside and peak bytes.
 pub fn describe_memory(f: &Func) -> Result<String> {
+    describe_memory_donating(f, &[])
+}
+
+/// [`describe_memory`] for a function whose parameters `p` with `donated[p]` are donated: the
+/// plan also lists the results written in place into their buffers.
+pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
     let (g, fused) = lowered_for_printing(f)?;
     let steps = steps_of(&g, &fused);
+    let in_place = crate::fuse::in_place(&g, &fused, &steps, donated);
     // The 256-bit blocking's scratch, so the text is the same on every machine.
     let scratch: Vec<usize> = fused
         .kernels
         .iter()
         .map(|k| k.as_ref().map_or(0, |k| kernel_shape(k, false).scratch))
         .collect();
-    let plan = kiln_runtime::plan::plan(&g, &steps, &fused.operands, &scratch);
+    let plan = kiln_runtime::plan::plan(&g, &steps, &fused.operands, &scratch, &in_place);
     Ok(format!("{g}\n{plan}"))
 }
 
@@ -1840,6 +1893,18 @@ impl CpuExecutable {
 
     /// Compiles `f` for this CPU, with the kernel cache in `cache` (`None`: no cache).
     pub fn compile_with_cache(f: &Func, cache: Option<&std::path::Path>) -> Result<CpuExecutable> {
+        Self::compile_donating(f, &[], cache)
+    }
+
+    /// Compiles `f` for this CPU, where the parameters `p` with `donated[p]` are donated by the
+    /// caller ([`CpuExecutable::call_donating`] passes them by value): kernels that can write
+    /// their result into a donated buffer are compiled to do so (see [`crate::fuse::in_place`];
+    /// `cargo xtask dump --stage plan` lists them).
+    pub fn compile_donating(
+        f: &Func,
+        donated: &[bool],
+        cache: Option<&std::path::Path>,
+    ) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
         if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
             eprintln!(
@@ -1858,6 +1923,12 @@ impl CpuExecutable {
         clock.lap("fuse");
         let ks = &fused.kernels;
         let steps = steps_of(f, &fused);
+        let in_place = crate::fuse::in_place(f, &fused, &steps, donated);
+        let aliases: Vec<Option<(usize, usize)>> = in_place
+            .iter()
+            .zip(&fused.operands)
+            .map(|(q, ops)| q.map(|q| (q, ops.len())))
+            .collect();
         let context = Box::new(Context::create());
         // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
         // and every value derived from it (field order of CpuExecutable).
@@ -1884,9 +1955,9 @@ impl CpuExecutable {
         let mut library = None;
         let mut from_cache = false;
         if cacheable && let Some(dir) = cache {
-            let m = build_module(ctx, f, ks, true)?;
+            let m = build_module(ctx, f, ks, true, &aliases)?;
             clock.lap("emit LLVM IR");
-            match compile_cached(&m, f, ks, dir, &names) {
+            match compile_cached(&m, f, ks, &aliases, dir, &names) {
                 Ok((lib, hit)) => {
                     clock.lap(if hit {
                         "load from the kernel cache"
@@ -1911,7 +1982,7 @@ impl CpuExecutable {
             }
         }
         let engine = if library.is_none() && ks.iter().any(Option::is_some) {
-            let m = build_module(ctx, f, ks, true)?;
+            let m = build_module(ctx, f, ks, true, &aliases)?;
             clock.lap("emit LLVM IR");
             crate::optimize(&m, &crate::host_machine()?)?;
             clock.lap("LLVM O3");
@@ -1934,7 +2005,18 @@ impl CpuExecutable {
         // SAFETY: each kernel was emitted for its instruction's operand and result types,
         // writes its whole result (its rows when split), uses the scratch its launch names, and
         // lives in the engine, which the executable keeps alive as long as the program.
-        let program = unsafe { Program::new(f.clone(), steps, kernels_fns, shape, fused.operands) };
+        // Kernels compiled in place read their donated operand through the output pointer only
+        // (crate::fuse::in_place checked it is their last use, at their own positions).
+        let program = unsafe {
+            Program::new(
+                f.clone(),
+                steps,
+                kernels_fns,
+                shape,
+                fused.operands,
+                in_place,
+            )
+        };
         Ok(CpuExecutable {
             program,
             _engine: engine,
@@ -1968,6 +2050,15 @@ impl CpuExecutable {
     /// place, and results move out of the executable without a copy.
     pub fn call(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
         self.program.call(args).map_err(|e| Error::Args(e.0))
+    }
+
+    /// Runs like [`CpuExecutable::call`], where arguments passed by value are donated: results
+    /// of kernels compiled in place on them (see [`CpuExecutable::compile_donating`]) are
+    /// written into their buffers.
+    pub fn call_donating(&self, args: Vec<std::borrow::Cow<'_, Literal>>) -> Result<Vec<Literal>> {
+        self.program
+            .call_donating(args)
+            .map_err(|e| Error::Args(e.0))
     }
 }
 

@@ -141,6 +141,131 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
     out
 }
 
+/// Which kernels write their result into the buffer of a donated parameter (`donated[p]` for
+/// parameter `p`): per instruction, `Some(q)` for its operand `fused.operands[i][q]`.
+///
+/// A kernel may when the parameter has its result's type, is not an output, the kernel is its
+/// last reader (`steps` as the runtime runs them), and the kernel reads it only at the position
+/// it is writing, outside reductions (an elementwise update such as `b - lr * db`): each element
+/// is then read once, just before it is overwritten. A GEMM whose epilogue is such an update of
+/// the parameter by its product, `X - P s` or `X + P s` with `s` the same everywhere (the SGD
+/// step `w - lr * dW`), qualifies too: it runs in update mode (see [`gemm_update`]). Other GEMM
+/// epilogues do not, since the product is accumulated in the output buffer before they read
+/// their inputs.
+pub fn in_place(
+    f: &Func,
+    fused: &Fused,
+    steps: &[kiln_runtime::Step],
+    donated: &[bool],
+) -> Vec<Option<usize>> {
+    use kiln_runtime::Step;
+    let n = f.insts.len();
+    let mut out = vec![None; n];
+    if !donated.iter().any(|&d| d) {
+        return out;
+    }
+    let mut last: Vec<Option<usize>> = vec![None; f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        let reads = match steps[i] {
+            Step::Fused => continue,
+            Step::Kernel => &fused.operands[i],
+            _ => &inst.operands,
+        };
+        for v in reads {
+            last[v.index()] = Some(i);
+        }
+    }
+    for (&v, _) in f.params.iter().zip(donated).filter(|(_, d)| **d) {
+        if f.outputs.contains(&v) {
+            continue;
+        }
+        let Some(i) = last[v.index()] else { continue };
+        let (Step::Kernel, Some(k)) = (&steps[i], &fused.kernels[i]) else {
+            continue;
+        };
+        let ops = &fused.operands[i];
+        let r = f.insts[i].results[0];
+        let Some(q) = ops.iter().position(|&o| o == v) else {
+            continue;
+        };
+        if out[i].is_none()
+            && f.values[r.index()] == f.values[v.index()]
+            && ops.iter().filter(|&&o| o == v).count() == 1
+            && match k.schedule {
+                Schedule::Nest => reads_only_own_position(&k.body, q, &k.out),
+                Schedule::Gemm { .. } => gemm_update(k, q).is_some(),
+                _ => false,
+            }
+        {
+            out[i] = Some(q);
+        }
+    }
+    out
+}
+
+/// For a GEMM kernel whose epilogue updates its input `q` by the product, `X - P s`,
+/// `X - s P`, `X - P`, or the same with `+` (X read at the output position): `s` (a value that
+/// is the same at every position; the constant 1 for a bare `P`) and whether it subtracts.
+/// Only for f32 and f64 results, and never for the GEMM's own operands (inputs 0 and 1).
+pub fn gemm_update(k: &Kernel, q: usize) -> Option<(Expr, bool)> {
+    let Schedule::Gemm {
+        epilogue: Some(p), ..
+    } = k.schedule
+    else {
+        return None;
+    };
+    if q < 2 || !matches!(k.out.dtype, DType::F32 | DType::F64) {
+        return None;
+    }
+    let own = |e: &Expr, j: usize| {
+        matches!(e, Expr::Load { input, .. } | Expr::Gather { input, .. } if *input == j)
+            && reads_only_own_position(e, j, &k.out)
+    };
+    // Whether `e` is the same at every position and reads neither X nor the product.
+    fn invariant(e: &Expr, p: usize, q: usize) -> bool {
+        match e {
+            Expr::Const { .. } => true,
+            Expr::Load { input, coef, .. } => {
+                *input != p && *input != q && coef.iter().all(|&c| c == 0)
+            }
+            Expr::Gather { input, index, .. } => {
+                *input != p && *input != q && index.iter().all(crate::kernel::is_constant)
+            }
+            Expr::Op { args, .. } => args.iter().all(|a| invariant(a, p, q)),
+            _ => false,
+        }
+    }
+    fn kind(e: &Expr) -> Option<(kiln_ir::OpKind, &Expr, &Expr)> {
+        match e {
+            Expr::Op {
+                op: crate::kernel::Ew::Kind(k),
+                args,
+                ..
+            } if args.len() == 2 => Some((*k, &args[0], &args[1])),
+            _ => None,
+        }
+    }
+    let scaled = |t: &Expr| -> Option<Expr> {
+        if own(t, p) {
+            return Some(Expr::Const {
+                dtype: k.out.dtype,
+                value: 1.0,
+            });
+        }
+        match kind(t)? {
+            (kiln_ir::OpKind::Multiply, a, b) if own(a, p) && invariant(b, p, q) => Some(b.clone()),
+            (kiln_ir::OpKind::Multiply, a, b) if own(b, p) && invariant(a, p, q) => Some(a.clone()),
+            _ => None,
+        }
+    };
+    match kind(&k.body)? {
+        (kiln_ir::OpKind::Subtract, x, t) if own(x, q) => Some((scaled(t)?, true)),
+        (kiln_ir::OpKind::Add, x, t) if own(x, q) => Some((scaled(t)?, false)),
+        (kiln_ir::OpKind::Add, t, x) if own(x, q) => Some((scaled(t)?, false)),
+        _ => None,
+    }
+}
+
 /// Checks that the fused program can run: no kernel reads a value computed only inside other
 /// kernels, and the kernels, with an edge from each kernel to every kernel that reads its
 /// result, form a DAG (a topological order exists), so no fused group depends on itself.

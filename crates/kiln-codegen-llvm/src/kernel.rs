@@ -1364,6 +1364,11 @@ pub fn reads_only_own_position(e: &Expr, j: usize, out: &TensorType) -> bool {
 }
 
 /// `i` as `Σ coef * var + constant`, when it is affine in the loop variables.
+/// Whether an index expression is a constant (uses no loop variable).
+pub fn is_constant(i: &Idx) -> bool {
+    affine(i).is_some_and(|(terms, _)| terms.iter().all(|&(_, c)| c == 0))
+}
+
 fn affine(i: &Idx) -> Option<(Vec<(usize, i64)>, i64)> {
     match i {
         Idx::Var(v) => Some((vec![(*v, 1)], 0)),

@@ -80,6 +80,9 @@ pub struct Program {
     launch: Vec<Launch>,
     /// Per instruction: the values whose buffers its kernel reads, in input order.
     operands: Vec<Vec<ValueId>>,
+    /// Per instruction: `Some(q)` when its kernel writes its result into the buffer of
+    /// `operands[i][q]`, a donated parameter (read only there, through the output pointer).
+    in_place: Vec<Option<usize>>,
     /// Where the intermediates live in the arena.
     memory: MemoryPlan,
     /// The arena of the previous call, reused so repeated calls do not pay for fresh pages
@@ -114,28 +117,34 @@ impl Program {
     /// `func` gives its operand values, write every element of it (rows `lo..hi` when called
     /// on them), use no more scratch than its launch says, and stay callable, from any thread,
     /// for as long as the program lives. A `Step::Fused` instruction's value must not be read
-    /// by any other step or be an output.
+    /// by any other step or be an output. When `in_place[i]` is `Some(q)`, `operands[i][q]`
+    /// must be a parameter of the result's type that is not an output and that no later step
+    /// reads, and kernel `i` must read it only through its output pointer, each element before
+    /// writing it and nowhere else (the runtime passes that buffer as the output).
     pub unsafe fn new(
         func: Func,
         steps: Vec<Step>,
         kernels: Vec<Option<KernelFn>>,
         launch: Vec<Launch>,
         operands: Vec<Vec<ValueId>>,
+        in_place: Vec<Option<usize>>,
     ) -> Program {
         let n = func.insts.len();
         assert_eq!(steps.len(), n, "one step per instruction");
         assert_eq!(kernels.len(), n, "one kernel slot per instruction");
         assert_eq!(launch.len(), n, "one launch per instruction");
         assert_eq!(operands.len(), n, "one operand list per instruction");
+        assert_eq!(in_place.len(), n, "one in-place slot per instruction");
         keep_freed_buffers();
         let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
-        let memory = plan::plan(&func, &steps, &operands, &scratch);
+        let memory = plan::plan(&func, &steps, &operands, &scratch, &in_place);
         Program {
             func,
             steps,
             kernels,
             launch,
             operands,
+            in_place,
             memory,
             arena: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
@@ -200,8 +209,17 @@ impl Program {
     /// Runs on borrowed arguments of the function's parameter types: arguments are read in
     /// place, and results move out of the program without a copy.
     pub fn call(&self, args: &[&Literal]) -> Result<Vec<Literal>, Error> {
+        self.call_donating(args.iter().map(|&a| Cow::Borrowed(a)).collect())
+    }
+
+    /// Runs like [`Program::call`], where the arguments passed by value (`Cow::Owned`) are
+    /// donated: a kernel compiled in place writes its result into such an argument's buffer
+    /// instead of a new one (like JAX's `donate_argnums`). An in-place kernel given a borrowed
+    /// argument works on a copy of it.
+    pub fn call_donating(&self, args: Vec<Cow<'_, Literal>>) -> Result<Vec<Literal>, Error> {
         let f = &self.func;
-        kiln_reference::check_args(f, args).map_err(|e| Error(e.to_string()))?;
+        let refs: Vec<&Literal> = args.iter().map(|a| a.as_ref()).collect();
+        kiln_reference::check_args(f, &refs).map_err(|e| Error(e.to_string()))?;
         let mut env: Vec<Option<Cow<'_, Literal>>> = vec![None; f.values.len()];
         // Take the pool and the arena (a concurrent call finds them empty and allocates its
         // own buffers).
@@ -221,8 +239,8 @@ impl Program {
             // SAFETY: the plan keeps every slot inside the arena, which has arena_bytes.
             Some(unsafe { base.add(s.offset) })
         };
-        for (&p, &a) in f.params.iter().zip(args) {
-            env[p.index()] = Some(Cow::Borrowed(a));
+        for (&p, a) in f.params.iter().zip(args) {
+            env[p.index()] = Some(a);
         }
         let mut times = self
             .profile
@@ -238,6 +256,32 @@ impl Program {
                     .map(|o| env[o.index()].clone().expect("verified SSA"))
                     .collect(),
                 (Step::Fused, _) => continue,
+                (Step::Kernel, _) if let Some(q) = self.in_place[i] => {
+                    let kernel = self.kernels[i].expect("a kernel for every Kernel step");
+                    // The donated parameter's buffer becomes the result (a copy of it when the
+                    // caller only lent it).
+                    let v = self.operands[i][q];
+                    let mut buf = env[v.index()].take().expect("verified SSA").into_owned();
+                    let target = buf.as_mut_ptr();
+                    let ptrs: Vec<*const u8> = self.operands[i]
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &o)| {
+                            if j == q {
+                                target as *const u8
+                            } else {
+                                match in_arena(o) {
+                                    Some(p) => p as *const u8,
+                                    None => env[o.index()].as_ref().expect("verified SSA").as_ptr(),
+                                }
+                            }
+                        })
+                        .collect();
+                    // SAFETY: as below; `buf` has the result's type (Program::new's contract)
+                    // and is ours alone, and the kernel reads operand q only through it.
+                    unsafe { launch(kernel, &ptrs, target, self.launch[i]) };
+                    vec![Cow::Owned(buf)]
+                }
                 (Step::Kernel, _) => {
                     let ptrs: Vec<*const u8> = self.operands[i]
                         .iter()
@@ -521,8 +565,57 @@ mod tests {
                 vec![Some(double); k],
                 vec![l; k],
                 operands,
+                vec![None; k],
             )
         }
+    }
+
+    /// A donated argument's buffer becomes the result of the kernel compiled in place on it; a
+    /// lent one is copied first and left as it was.
+    #[test]
+    fn in_place_kernels_write_into_donated_arguments() {
+        let n = 1 << 17;
+        let f = kiln_ir::parse_func_text(&format!(
+            "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = add %0, %0 : f32[{n}]\n  return %1\n}}\n"
+        ))
+        .unwrap();
+        let l = Launch {
+            rows: n,
+            work: n,
+            scratch: 4,
+            chunks_per_thread: 4,
+        };
+        // SAFETY: `double` reads each element before writing it, at the same position.
+        let p = unsafe {
+            Program::new(
+                f,
+                vec![Step::Kernel],
+                vec![Some(double)],
+                vec![l],
+                vec![vec![ValueId(0)]],
+                vec![Some(0)],
+            )
+        };
+        assert_eq!(p.memory_plan().in_place_bytes, 4 * n);
+        let x = Literal::f32([n], (0..n).map(|i| i as f32).collect()).unwrap();
+        let want: Vec<f32> = (0..n).map(|i| 2.0 * i as f32).collect();
+        let lent = p.call(&[&x]).unwrap();
+        assert_eq!(lent[0].as_f32s().unwrap(), &want[..]);
+        assert_eq!(
+            x.as_f32s().unwrap()[5],
+            5.0,
+            "a lent argument is not written"
+        );
+        let mut owned = x.clone();
+        let addr = owned.as_mut_ptr();
+        let y = p.call_donating(vec![Cow::Owned(owned)]).unwrap();
+        assert_eq!(y[0].as_f32s().unwrap(), &want[..]);
+        let mut y = y;
+        assert_eq!(
+            y[0].as_mut_ptr(),
+            addr,
+            "the result lives in the donated buffer"
+        );
     }
 
     fn doubling_program(n: usize) -> Program {

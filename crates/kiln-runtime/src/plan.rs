@@ -7,6 +7,10 @@
 //! it. A kernel's result never shares memory with its own inputs: kernels are compiled with
 //! their output marked `noalias`. Outputs are separate buffers, since they move out to the
 //! caller.
+//!
+//! The exception is donation: a kernel compiled *in place* writes its result into the buffer
+//! of a parameter the caller gave up (its last reader, reading it only at the position it
+//! writes, through the output pointer). That result takes no new memory at all.
 
 use crate::Step;
 use kiln_ir::{Func, ValueId};
@@ -43,6 +47,10 @@ pub struct MemoryPlan {
     /// The largest scratch area a kernel asks of each thread (GEMM packing buffers), kept
     /// per thread between calls; not part of [`MemoryPlan::peak_bytes`].
     pub scratch_per_thread: usize,
+    /// Results written in place into a donated parameter's buffer: (result, parameter).
+    pub in_place: Vec<(ValueId, ValueId)>,
+    /// Bytes of those results (memory the call does not allocate).
+    pub in_place_bytes: usize,
 }
 
 impl MemoryPlan {
@@ -57,12 +65,14 @@ fn aligned(bytes: usize) -> usize {
 }
 
 /// Plans the buffers of `func` run by `steps`, where a `Step::Kernel` instruction `i` reads
-/// `operands[i]` and uses `scratch[i]` bytes of per-thread scratch.
+/// `operands[i]`, uses `scratch[i]` bytes of per-thread scratch, and writes its result into the
+/// buffer of `operands[i][q]` when `in_place[i]` is `Some(q)`.
 pub fn plan(
     func: &Func,
     steps: &[Step],
     operands: &[Vec<ValueId>],
     scratch: &[usize],
+    in_place: &[Option<usize>],
 ) -> MemoryPlan {
     let nv = func.values.len();
     // The last step reading each value, and whether every reader is a kernel.
@@ -103,7 +113,10 @@ pub fn plan(
         let v = inst.results[0];
         let t = &func.values[v.index()];
         let bytes = t.numel() * t.dtype.bytes();
-        if !kernel_only[v.index()] || bytes == 0 {
+        if let Some(q) = in_place.get(i).copied().flatten() {
+            out.in_place.push((v, operands[i][q]));
+            out.in_place_bytes += bytes;
+        } else if !kernel_only[v.index()] || bytes == 0 {
             out.other_bytes += bytes;
         } else {
             out.unplanned_bytes += bytes;
@@ -195,6 +208,12 @@ impl fmt::Display for MemoryPlan {
             self.other_bytes,
             self.peak_bytes()
         )?;
+        for (r, p) in &self.in_place {
+            writeln!(f, "%{} in place of donated %{}", r.index(), p.index())?;
+        }
+        if !self.in_place.is_empty() {
+            writeln!(f, "in place (not allocated): {} bytes", self.in_place_bytes)?;
+        }
         writeln!(
             f,
             "scratch (GEMM packing) {} bytes per thread",

@@ -7,6 +7,7 @@
 
 use crate::{Error, Result};
 use kiln_ir::{Func, Literal};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -15,6 +16,14 @@ pub trait Executable: Send + Sync {
     /// Runs the program on arguments of its parameter types (borrowed: a backend copies only
     /// what it must).
     fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>>;
+
+    /// Runs like [`Executable::run`], where the arguments passed by value are donated: a
+    /// backend may write results into their buffers (compiled for it with
+    /// [`Backend::compile_donating`]). By default they are only read.
+    fn run_donating(&self, args: Vec<Cow<'_, Literal>>) -> Result<Vec<Literal>> {
+        let refs: Vec<&Literal> = args.iter().map(|a| a.as_ref()).collect();
+        self.run(&refs)
+    }
 }
 
 /// A compiler from IR functions to executables.
@@ -23,6 +32,14 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     /// Compiles a verified function.
     fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>>;
+
+    /// Compiles a verified function whose parameters `p` with `donated[p]` the caller gives up
+    /// ([`Executable::run_donating`] passes them by value), so their buffers may hold results.
+    /// By default donation is ignored.
+    fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
+        let _ = donated;
+        self.compile(f)
+    }
 }
 
 /// The reference interpreter as a backend: slow, exact, always available.
@@ -58,6 +75,11 @@ impl Executable for CpuCompiled {
             .call(args)
             .map_err(|e| Error::internal("run", e.to_string()))
     }
+    fn run_donating(&self, args: Vec<Cow<'_, Literal>>) -> Result<Vec<Literal>> {
+        self.0
+            .call_donating(args)
+            .map_err(|e| Error::internal("run", e.to_string()))
+    }
 }
 
 impl Backend for Cpu {
@@ -65,8 +87,13 @@ impl Backend for Cpu {
         "cpu"
     }
     fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>> {
-        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile(f)
-            .map_err(|e| Error::internal("compile", e.to_string()))?;
+        self.compile_donating(f, &[])
+    }
+    fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
+        let dir = kiln_codegen_llvm::cache::dir();
+        let exe =
+            kiln_codegen_llvm::cpu::CpuExecutable::compile_donating(f, donated, dir.as_deref())
+                .map_err(|e| Error::internal("compile", e.to_string()))?;
         Ok(Arc::new(CpuCompiled(exe)))
     }
 }
@@ -97,8 +124,15 @@ pub fn backend() -> Arc<dyn Backend> {
 /// Compiles `f` with the installed backend, or returns the cached executable for the same
 /// backend and program text.
 pub fn compile_cached(f: &Func) -> Result<Arc<dyn Executable>> {
+    compile_cached_donating(f, &[])
+}
+
+/// [`compile_cached`] for a function whose parameters `p` with `donated[p]` are donated (see
+/// [`Backend::compile_donating`]); the donation is part of the cache key.
+pub fn compile_cached_donating(f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
     let b = backend();
-    let key = format!("{}\n{}", b.name(), kiln_ir::print_func(f));
+    let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
+    let key = format!("{}\n{mask}\n{}", b.name(), kiln_ir::print_func(f));
     if let Some(e) = CACHE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -107,7 +141,11 @@ pub fn compile_cached(f: &Func) -> Result<Arc<dyn Executable>> {
     {
         return Ok(e.clone());
     }
-    let exe = b.compile(f)?;
+    let exe = if donated.iter().any(|&d| d) {
+        b.compile_donating(f, donated)?
+    } else {
+        b.compile(f)?
+    };
     CACHE
         .lock()
         .unwrap_or_else(|e| e.into_inner())

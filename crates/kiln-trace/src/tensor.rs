@@ -184,6 +184,21 @@ impl Tensor {
         }
     }
 
+    /// How many tensor handles (clones) share this tensor's value, this one included.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
+    /// The value of an eager tensor by move, when no other handle shares it (what donating a
+    /// buffer needs); otherwise the tensor back.
+    pub fn try_into_literal(self) -> std::result::Result<Literal, Tensor> {
+        match Arc::try_unwrap(self.0) {
+            Ok(Repr::Eager(l)) => Ok(l),
+            Ok(r) => Err(Tensor::from_repr(r)),
+            Err(shared) => Err(Tensor(shared)),
+        }
+    }
+
     /// The value of an eager tensor.
     pub fn literal(&self) -> Option<&Literal> {
         match self.repr() {

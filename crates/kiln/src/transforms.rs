@@ -7,7 +7,7 @@
 
 use crate::{Error, Result, Tensor, Tree};
 use kiln_ir::{Func, Loc};
-use kiln_trace::backend::{Executable, compile_cached};
+use kiln_trace::backend::{Executable, compile_cached_donating};
 use kiln_trace::trace::{call, trace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -249,42 +249,7 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         if leaves.iter().any(|t| t.is_traced()) {
             return Ok((self.f)(x));
         }
-        let key = x.signature();
-        let cached = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
-        let c = match cached {
-            Some(c) => c,
-            None => {
-                let (traced, template) = trace_tree("jit", x, &self.f, loc)?;
-                if !traced.captures.is_empty() {
-                    return Err(Error {
-                        op: "jit".into(),
-                        message: "the function captured traced tensors of an enclosing trace"
-                            .into(),
-                        loc: Some(self.loc),
-                    });
-                }
-                let exe = compile_cached(&traced.func)?;
-                let c = Arc::new(Compiled {
-                    exe,
-                    func: traced.func,
-                    template,
-                });
-                self.misses
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(key.clone());
-                self.cache
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, c.clone());
-                c
-            }
-        };
+        let c = self.compiled(x, &[], loc)?;
         let args: Vec<&kiln_ir::Literal> = leaves
             .iter()
             .map(|t| t.literal().expect("eager leaves"))
@@ -295,6 +260,98 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         })?;
         Ok(c.template
             .with_leaves(&outs.into_iter().map(Tensor::new).collect::<Vec<_>>()))
+    }
+
+    /// Runs like [`Jit::call`], but takes `x` by value and donates its leaves' buffers, like
+    /// `jax.jit(f, donate_argnums=...)`: an output may be written in place into the buffer of
+    /// an input leaf that no other tensor handle shares (a training step's parameters, updated
+    /// in place). Leaves the caller still holds elsewhere (a clone) are only read, so donation
+    /// never changes a value the caller can see. Programs compiled for a donation pattern are
+    /// cached apart from those of [`Jit::call`].
+    #[track_caller]
+    pub fn call_donating(&self, x: I) -> Result<O> {
+        let loc = Loc::caller();
+        if leaves_of(&x, "jit", loc)?.iter().any(|t| t.is_traced()) {
+            return Ok((self.f)(&x));
+        }
+        // A leaf only `x` holds, in one slot (a tensor in two slots has two handles).
+        let refs = x.leaf_vec();
+        let donated: Vec<bool> = refs.iter().map(|t| t.handles() == 1).collect();
+        let c = self.compiled(&x, &donated, loc)?;
+        let leaves: Vec<Tensor> = refs.into_iter().cloned().collect();
+        drop(x);
+        let mut owned: Vec<Option<kiln_ir::Literal>> = Vec::with_capacity(leaves.len());
+        let mut kept: Vec<Option<Tensor>> = Vec::with_capacity(leaves.len());
+        for (t, &d) in leaves.into_iter().zip(&donated) {
+            match if d { t.try_into_literal() } else { Err(t) } {
+                Ok(l) => {
+                    owned.push(Some(l));
+                    kept.push(None);
+                }
+                Err(t) => {
+                    owned.push(None);
+                    kept.push(Some(t));
+                }
+            }
+        }
+        let args: Vec<std::borrow::Cow<'_, kiln_ir::Literal>> = owned
+            .into_iter()
+            .zip(&kept)
+            .map(|(l, t)| match (l, t) {
+                (Some(l), _) => std::borrow::Cow::Owned(l),
+                (None, t) => std::borrow::Cow::Borrowed(
+                    t.as_ref().and_then(Tensor::literal).expect("eager leaves"),
+                ),
+            })
+            .collect();
+        let outs = c.exe.run_donating(args).map_err(|e| Error {
+            loc: Some(loc),
+            ..e
+        })?;
+        Ok(c.template
+            .with_leaves(&outs.into_iter().map(Tensor::new).collect::<Vec<_>>()))
+    }
+
+    /// The program compiled for `x`'s signature and the donation pattern `donated` (empty:
+    /// none), tracing and compiling it first if it is new.
+    fn compiled(&self, x: &I, donated: &[bool], loc: Loc) -> Result<Arc<Compiled<O>>> {
+        let mut key = x.signature();
+        if donated.iter().any(|&d| d) {
+            key.push_str(" donating ");
+            key.extend(donated.iter().map(|&d| if d { 'd' } else { '-' }));
+        }
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        if let Some(c) = cached {
+            return Ok(c);
+        }
+        let (traced, template) = trace_tree("jit", x, &self.f, loc)?;
+        if !traced.captures.is_empty() {
+            return Err(Error {
+                op: "jit".into(),
+                message: "the function captured traced tensors of an enclosing trace".into(),
+                loc: Some(self.loc),
+            });
+        }
+        let exe = compile_cached_donating(&traced.func, donated)?;
+        let c = Arc::new(Compiled {
+            exe,
+            func: traced.func,
+            template,
+        });
+        self.misses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(key.clone());
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, c.clone());
+        Ok(c)
     }
 
     /// How many times the function was traced and compiled.

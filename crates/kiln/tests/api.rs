@@ -289,3 +289,30 @@ fn custom_vjp_replaces_the_rule_but_not_the_value() {
     );
     assert_eq!(ste(&x).to_vec::<f64>().unwrap(), vec![2.0, -2.0]);
 }
+
+#[test]
+fn call_donating_writes_results_into_donated_leaves_only() {
+    let step = jit(|(w, g): &(Tensor, Tensor)| w - &(g * 0.5));
+    let n = 64 * 64;
+    let w = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [64, 64]).unwrap();
+    let g = Tensor::from_vec(vec![2.0f32; n], [64, 64]).unwrap();
+    let want: Vec<f32> = (0..n).map(|i| i as f32 - 1.0).collect();
+    let addr = w.literal().unwrap().as_ptr();
+    // `w` is given up; `g` is still held here (a clone), so it is only read.
+    let w1 = step.call_donating((w, g.clone())).unwrap();
+    assert_eq!(w1.to_vec::<f32>().unwrap(), want);
+    assert_eq!(w1.literal().unwrap().as_ptr(), addr, "updated in place");
+    assert_eq!(g.to_vec::<f32>().unwrap(), vec![2.0f32; n]);
+    // A leaf the caller keeps a handle to is not overwritten.
+    let kept = w1.clone();
+    let w2 = step.call_donating((w1, g.clone())).unwrap();
+    assert_eq!(kept.to_vec::<f32>().unwrap(), want);
+    let want2: Vec<f32> = want.iter().map(|x| x - 1.0).collect();
+    assert_eq!(w2.to_vec::<f32>().unwrap(), want2);
+    assert_ne!(w2.literal().unwrap().as_ptr(), addr);
+    // Same results as `call`.
+    assert_eq!(
+        step.call(&(kept, g)).unwrap().to_vec::<f32>().unwrap(),
+        want2
+    );
+}

@@ -214,6 +214,9 @@ struct Gemm<'a, 'c> {
     c: PointerValue<'c>,
     packed_b: PointerValue<'c>,
     packed_a: PointerValue<'c>,
+    /// In update mode, C already holds X and each contraction block's product `P` is folded in
+    /// as `C - s P` (`true`) or `C + s P`: `s` splat across a vector.
+    update: Option<(BasicValueEnum<'c>, bool)>,
 }
 
 impl<'c> Gemm<'_, 'c> {
@@ -435,7 +438,8 @@ impl<'c> Gemm<'_, 'c> {
 
     /// One register tile: rows `r..r + mr` (those under `r_end`) by columns `j..j + width` of C
     /// accumulate sliver `sliver` of packed A times `panel` of packed B over `kc` steps; C is
-    /// read first unless `first` (the first contraction block).
+    /// read first unless `first` (the first contraction block). In update mode the product
+    /// starts from zero and is folded into C at the end.
     #[allow(clippy::too_many_arguments)]
     fn tile(
         &self,
@@ -459,13 +463,16 @@ impl<'c> Gemm<'_, 'c> {
             .map(|i| x.cmp(IntPredicate::SLT, x.addc(r, i)?, r_end))
             .collect::<Result<_>>()?;
         for i in 0..mr {
-            let read =
+            let read = if self.update.is_some() {
+                em.ctx.bool_type().const_zero()
+            } else {
                 em.b.build_and(
                     live[i as usize],
                     em.b.build_not(first, "nf").map_err(llvm)?,
                     "rd",
                 )
-                .map_err(llvm)?;
+                .map_err(llvm)?
+            };
             let row = c_at(i)?;
             x.branch(
                 read,
@@ -532,10 +539,30 @@ impl<'c> Gemm<'_, 'c> {
                 live[i as usize],
                 &mut || {
                     for v in 0..nv {
-                        let acc =
+                        let mut acc =
                             em.b.build_load(self.vt, accs[(i * nv + v) as usize], "acc")
                                 .map_err(llvm)?;
-                        self.store_cols(self.c, x.addc(row, v * lanes)?, width - v * lanes, acc)?;
+                        let at = x.addc(row, v * lanes)?;
+                        if let Some((scale, subtract)) = self.update {
+                            // C = X - s P (or + s P): the product scaled, then folded in, as the
+                            // epilogue computes it.
+                            let c = self.load_cols(self.c, at, width - v * lanes)?;
+                            let sp =
+                                em.b.build_float_mul(
+                                    acc.into_vector_value(),
+                                    scale.into_vector_value(),
+                                    "sp",
+                                )
+                                .map_err(llvm)?;
+                            acc = if subtract {
+                                em.b.build_float_sub(c.into_vector_value(), sp, "upd")
+                            } else {
+                                em.b.build_float_add(c.into_vector_value(), sp, "upd")
+                            }
+                            .map_err(llvm)?
+                            .into();
+                        }
+                        self.store_cols(self.c, at, width - v * lanes, acc)?;
                     }
                     Ok(())
                 },
@@ -553,6 +580,11 @@ pub(super) type Epilogue<'a, 'c> =
 /// Emits the GEMM over rows `lo..hi` of `[batch * m, n]` C, then `epilogue` over each block of
 /// C as soon as its last contraction block is done (while the block is still in cache). `scratch` holds at least
 /// [`Blocking::scratch_bytes`] bytes, 64-byte aligned.
+///
+/// With `update = Some((s, subtract))` (and no epilogue) C already holds a matrix X, and the
+/// GEMM computes `X - s P` (or `X + s P`) in place: an SGD step written into the donated
+/// parameter. With one contraction block that is bit for bit the epilogue's `X - P s`; with
+/// several, each block's product is folded in on its own.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn emit<'c>(
     em: &Emitter<'c>,
@@ -566,6 +598,7 @@ pub(super) fn emit<'c>(
     (lo, hi): (IntValue<'c>, IntValue<'c>),
     split_columns: bool,
     epilogue: Option<Epilogue<'_, 'c>>,
+    update: Option<(BasicValueEnum<'c>, bool)>,
 ) -> Result<()> {
     let mut epilogue = epilogue;
     let x = Arith { em };
@@ -623,13 +656,49 @@ pub(super) fn emit<'c>(
         c: out,
         packed_b: scratch,
         packed_a: x.at(ft, scratch, x.c(bl.kc * nc))?,
+        update: match update {
+            None => None,
+            Some((scale, subtract)) => {
+                let vt = ft.vec_type(bl.lanes);
+                let one =
+                    em.b.build_insert_element(vt.get_undef(), scale, x.c(0), "s1")
+                        .map_err(llvm)?;
+                let splat =
+                    em.b.build_shuffle_vector(
+                        one,
+                        vt.get_undef(),
+                        em.ctx.i32_type().vec_type(bl.lanes).const_zero(),
+                        "ss",
+                    )
+                    .map_err(llvm)?;
+                Some((splat.into(), subtract))
+            }
+        },
     };
     let (s_r, s_j) = (x.slot()?, x.slot()?);
     if k == 0 {
-        // An empty contraction: C is zero.
+        // An empty contraction: the product is zero.
         em.range_loop_ptr(s_r, x.mulc(lo, n)?, x.mulc(hi, n)?, 1, &mut |em| {
-            em.b.build_store(x.at(ft, out, x.get(s_r)?)?, ft.const_zero())
-                .map_err(llvm)?;
+            let p = x.at(ft, out, x.get(s_r)?)?;
+            let v = match update {
+                None => ft.const_zero(),
+                Some((scale, subtract)) => {
+                    let old =
+                        em.b.build_load(ft, p, "x")
+                            .map_err(llvm)?
+                            .into_float_value();
+                    let sp =
+                        em.b.build_float_mul(ft.const_zero(), scale.into_float_value(), "sp")
+                            .map_err(llvm)?;
+                    if subtract {
+                        em.b.build_float_sub(old, sp, "upd")
+                    } else {
+                        em.b.build_float_add(old, sp, "upd")
+                    }
+                    .map_err(llvm)?
+                }
+            };
+            em.b.build_store(p, v).map_err(llvm)?;
             Ok(())
         })?;
         if let Some(e) = epilogue.as_mut() {
