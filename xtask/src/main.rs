@@ -3,10 +3,12 @@
 //! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
 //! - `dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]...
-//!   [--fast-math]`: print a stage of a `.kir` file (`egraph`: the saturated e-graph with costs;
+//!   [--fast-math] [--donate 0,1,...]`: print a stage of a `.kir` file (`egraph`: the saturated
+//!   e-graph with costs;
 //!   `opt`: the optimized program and what the optimizer did; `fused`: the CPU backend's kernels,
 //!   their member ops and the reason for every fusion decision; `dot`: the fused graph for
-//!   Graphviz; `plan`: the memory plan, each intermediate's arena offset, size and live steps);
+//!   Graphviz; `plan`: the memory plan, each intermediate's arena offset, size and live steps,
+//!   and with `--donate` the results written in place into donated parameters);
 //!   `dump --example NAME --stage trace|grad|egraph|opt|fused|dot|plan|llvm`: the traced or
 //!   differentiated IR of an example; later stages dump its gradient function.
 //! - `bench [--json FILE] [--only a,b]`: the benchmark workloads of `shared/bench/README.md`.
@@ -229,7 +231,7 @@ fn release_run(args: &[&str]) -> Command {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] | dump --example NAME --stage trace|grad|egraph|opt|fused|dot|plan|llvm";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] | dump --example NAME --stage trace|grad|egraph|opt|fused|dot|plan|llvm";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -274,12 +276,14 @@ fn dump(args: &[String]) -> Result {
     let mut stage = "parse".to_string();
     let mut values = Vec::new();
     let mut fast_math = false;
+    let mut donate: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--stage" => stage = it.next().ok_or(usage)?.clone(),
             "--arg" => values.push(it.next().ok_or(usage)?.clone()),
             "--fast-math" => fast_math = true,
+            "--donate" => donate = Some(it.next().ok_or(usage)?.clone()),
             _ if file.is_none() => file = Some(a.clone()),
             _ => return Err(usage.into()),
         }
@@ -296,6 +300,9 @@ fn dump(args: &[String]) -> Result {
             &file,
         ]);
         c.args(flag);
+        if let Some(d) = &donate {
+            c.arg(format!("--donate={d}"));
+        }
         run(&mut c)
     };
     if stage == "fused" || stage == "dot" || stage == "plan" {

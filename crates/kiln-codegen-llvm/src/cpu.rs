@@ -1924,6 +1924,16 @@ impl CpuExecutable {
         let ks = &fused.kernels;
         let steps = steps_of(f, &fused);
         let in_place = crate::fuse::in_place(f, &fused, &steps, donated);
+        if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
+            for (i, q) in in_place.iter().enumerate() {
+                if let Some(q) = q {
+                    eprintln!(
+                        "// kiln: k{i} writes {} in place of donated {}",
+                        f.insts[i].results[0], fused.operands[i][*q]
+                    );
+                }
+            }
+        }
         let aliases: Vec<Option<(usize, usize)>> = in_place
             .iter()
             .zip(&fused.operands)

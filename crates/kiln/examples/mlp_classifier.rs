@@ -65,7 +65,8 @@ pub fn run(steps: usize, verbose: bool) -> Result<(f64, f64, f64, usize)> {
     let train = jit(|args: &(Mlp, AdamState<Mlp>, Tensor, Tensor)| step(&opt, args));
     let (mut first, mut last) = (None, 0.0);
     for i in 0..steps {
-        let (m2, s2, l) = train.call(&(m, s, x.clone(), y.clone()))?;
+        // The model and optimizer state are donated (updated in place); x and y are lent.
+        let (m2, s2, l) = train.call_donating((m, s, x.clone(), y.clone()))?;
         (m, s) = (m2, s2);
         last = l.item()?;
         first.get_or_insert(last);

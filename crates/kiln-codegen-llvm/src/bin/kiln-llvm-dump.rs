@@ -1,15 +1,28 @@
 //! Prints the LLVM IR of a `.kir` file's entry function, or its fused kernels:
-//! `kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan]`. Used by `cargo xtask dump FILE --stage
-//! llvm|fused|dot|plan`.
+//! `kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan [--donate=0,1,...]]`. Used by
+//! `cargo xtask dump FILE --stage llvm|fused|dot|plan`. `--donate` lists the donated parameters
+//! whose buffers the plan may reuse for results.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan]");
+        eprintln!(
+            "usage: kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan [--donate=0,1,...]]"
+        );
         return ExitCode::FAILURE;
     };
+    let donate: Result<Vec<usize>, String> = args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--donate="))
+        .flat_map(|l| l.split(','))
+        .map(|p| {
+            p.trim()
+                .parse()
+                .map_err(|e| format!("--donate: `{p}`: {e}"))
+        })
+        .collect();
     let optimized = args.iter().any(|a| a == "--optimized");
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
@@ -22,10 +35,18 @@ fn main() -> ExitCode {
         .map_err(|e| format!("{file}:{e}"))
         .and_then(|m| m.entry().cloned().ok_or_else(|| "no function".to_string()))
         .and_then(|f| {
+            let donate = donate?;
+            if let Some(&p) = donate.iter().find(|&&p| p >= f.params.len()) {
+                return Err(format!("--donate: @{} has no parameter {p}", f.name));
+            }
+            let mut donated = vec![false; f.params.len()];
+            for p in donate {
+                donated[p] = true;
+            }
             if args.iter().any(|a| a == "--fused") {
                 kiln_codegen_llvm::cpu::describe_fusion(&f)
             } else if args.iter().any(|a| a == "--plan") {
-                kiln_codegen_llvm::cpu::describe_memory(&f)
+                kiln_codegen_llvm::cpu::describe_memory_donating(&f, &donated)
             } else if args.iter().any(|a| a == "--dot") {
                 kiln_codegen_llvm::cpu::fusion_dot(&f)
             } else {
