@@ -1016,16 +1016,17 @@ impl<'c> Emitter<'c> {
 /// Emits `void name(ptr inputs, ptr out, i64 lo, i64 hi)` computing rows `lo..hi` of the
 /// kernel's outermost loop (all of it for a scalar output).
 ///
-/// `alias` is `Some((q, inputs))` for a kernel compiled in place: of its `inputs` input
-/// buffers, buffer `q` is the output buffer, and the kernel reads it through `out` (one pointer
-/// for that memory, so `out` stays `noalias`).
+/// `alias` is `(pairs, slots)` for a kernel compiled in place: of the `slots` pointers of its
+/// table (inputs, then extra outputs), input `q` of each pair `(q, o)` is output `o`'s buffer
+/// (0: `out`, then the extra outputs), and the kernel reads it through that output's pointer
+/// (one pointer for that memory, so `out` stays `noalias`).
 fn emit_kernel<'c>(
     ctx: &'c Context,
     m: &'c Module<'c>,
     name: &str,
     k: &Kernel,
     for_host: bool,
-    alias: Option<(usize, usize)>,
+    alias: Option<&Alias>,
 ) -> Result<()> {
     let ptr = ctx.ptr_type(AddressSpace::default());
     let i64t = ctx.i64_type();
@@ -1100,27 +1101,30 @@ fn emit_kernel<'c>(
         vars,
         hoisted: Default::default(),
     };
-    if let Some((q, n_inputs)) = alias {
-        // The input table with slot q replaced by the output pointer.
-        let table = em.entry_alloca(ptr.array_type(n_inputs as u32).into())?;
-        for i in 0..n_inputs {
+    if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
+        // The pointer table with each in-place input's slot replaced by its output's pointer.
+        let table = em.entry_alloca(ptr.array_type(*slots as u32).into())?;
+        let at = |base: PointerValue<'c>, i: usize| {
             // SAFETY (of the emitted code): i is below the table's and the inputs' length.
-            let dst = unsafe {
-                em.b.build_in_bounds_gep(ptr, table, &[em.i64c(i as i64)], "slot")
+            unsafe {
+                em.b.build_in_bounds_gep(ptr, base, &[em.i64c(i as i64)], "slot")
             }
-            .map_err(llvm)?;
-            let p = if i == q {
-                out
-            } else {
-                let src = unsafe {
-                    em.b.build_in_bounds_gep(ptr, inputs, &[em.i64c(i as i64)], "slot")
-                }
-                .map_err(llvm)?;
-                em.b.build_load(ptr, src, "in")
-                    .map_err(llvm)?
-                    .into_pointer_value()
+            .map_err(llvm)
+        };
+        let load = |i: usize| -> Result<PointerValue<'c>> {
+            Ok(em
+                .b
+                .build_load(ptr, at(inputs, i)?, "in")
+                .map_err(llvm)?
+                .into_pointer_value())
+        };
+        for i in 0..*slots {
+            let p = match pairs.iter().find(|p| p.0 == i) {
+                Some(&(_, 0)) => out,
+                Some(&(_, o)) => load(k.extra[o - 1].slot)?,
+                None => load(i)?,
             };
-            em.b.build_store(dst, p).map_err(llvm)?;
+            em.b.build_store(at(table, i)?, p).map_err(llvm)?;
         }
         em.inputs.set(table);
     }
@@ -1139,9 +1143,10 @@ fn emit_kernel<'c>(
             let bl = gemm::Blocking::new(k.out.dtype, wide_vectors(for_host));
             let split_columns = bl.split_columns(batch, rows, n, kk);
             // In place on a donated X: the epilogue X -/+ P s becomes the GEMM's update mode.
-            let update = match alias.and_then(|(q, _)| crate::fuse::gemm_update(k, q)) {
+            let in_place = alias.and_then(|a| a.0.first());
+            let update = match in_place.and_then(|&(q, _)| crate::fuse::gemm_update(k, q)) {
                 Some((scale, subtract)) => Some((em.expr(&scale)?, subtract)),
-                None if alias.is_some() => {
+                None if in_place.is_some() => {
                     return Err(Error::Llvm(format!(
                         "{name}: a GEMM compiled in place needs an update epilogue"
                     )));
@@ -1479,10 +1484,25 @@ fn emit_nest<'c>(
     hi: IntValue<'c>,
 ) -> Result<()> {
     let ost = strides(&k.out.shape);
-    let st = storage(em.ctx, k.out.dtype);
+    let ptr = em.ctx.ptr_type(AddressSpace::default());
     let mut store = |em: &Emitter<'c>| -> Result<()> {
-        let v = em.expr(&k.body)?;
-        let v = em.store_value(k.out.dtype, v)?;
+        // Every output's value first, then the stores: the values' loads and arithmetic are
+        // then one straight-line block (no store between them), which LLVM shares between the
+        // outputs of a multi-output kernel.
+        let mut values = vec![(k.out.dtype, out, em.expr(&k.body)?)];
+        for x in &k.extra {
+            // SAFETY (of the emitted code): the slot is in the pointer table (Program::new's
+            // contract: extra outputs follow the inputs).
+            let slot = unsafe {
+                em.b.build_in_bounds_gep(ptr, em.inputs.get(), &[em.i64c(x.slot as i64)], "slot")
+            }
+            .map_err(llvm)?;
+            let base =
+                em.b.build_load(ptr, slot, "xo")
+                    .map_err(llvm)?
+                    .into_pointer_value();
+            values.push((x.out.dtype, base, em.expr(&x.body)?));
+        }
         let mut idx = em.i64c(0);
         for (d, &stride) in ost.iter().enumerate() {
             let t =
@@ -1490,9 +1510,14 @@ fn emit_nest<'c>(
                     .map_err(llvm)?;
             idx = em.b.build_int_add(idx, t, "i").map_err(llvm)?;
         }
-        // SAFETY (of the emitted code): idx is below the output's element count.
-        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
-        em.b.build_store(p, v).map_err(llvm)?;
+        for (dtype, base, v) in values {
+            let v = em.store_value(dtype, v)?;
+            let st = storage(em.ctx, dtype);
+            // SAFETY (of the emitted code): idx is below the output's element count, which
+            // every output of the kernel shares.
+            let p = unsafe { em.b.build_in_bounds_gep(st, base, &[idx], "po") }.map_err(llvm)?;
+            em.b.build_store(p, v).map_err(llvm)?;
+        }
         Ok(())
     };
     // Loop d runs inside loop d - 1. Before it, every reduction that reads only the variables
@@ -1506,7 +1531,8 @@ fn emit_nest<'c>(
         store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
     ) -> Result<()> {
         let mark = em.hoisted.borrow().len();
-        for r in hoistable_reduces(&k.body) {
+        let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
+        for r in bodies.flat_map(hoistable_reduces) {
             if free_vars(r).iter().all(|&v| v < d) {
                 let key = value_key(r);
                 if em.hoisted.borrow().iter().any(|(k, _)| *k == key) {
@@ -1564,21 +1590,24 @@ pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
 
 /// The module of `f`'s kernels; `for_host` adds this machine's CPU and features to every
 /// function (needed to run them well, left out of machine-independent dumps).
+/// In-place inputs of a kernel: `(input, output)` pairs and the pointer table's length (see
+/// [`emit_kernel`]).
+type Alias = (Vec<(usize, usize)>, usize);
+
 /// `aliases[i]` (if present) is kernel `i`'s in-place alias (see [`emit_kernel`]).
 fn build_module<'c>(
     ctx: &'c Context,
     f: &Func,
     ks: &[Option<Kernel>],
     for_host: bool,
-    aliases: &[Option<(usize, usize)>],
+    aliases: &[Alias],
 ) -> Result<Module<'c>> {
     let m = ctx.create_module(&f.name);
     // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
     for (i, k) in ks.iter().enumerate() {
         if let Some(k) = k {
-            let alias = aliases.get(i).copied().flatten();
-            emit_kernel(ctx, mref, &format!("k{i}"), k, for_host, alias)?;
+            emit_kernel(ctx, mref, &format!("k{i}"), k, for_host, aliases.get(i))?;
         }
     }
     m.verify()
@@ -1621,9 +1650,18 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
                 .collect();
             let reads: Vec<String> = fused.operands[i].iter().map(|v| v.to_string()).collect();
             let launch = kernel_shape(k, false);
+            let also = if fused.extra[i].is_empty() {
+                String::new()
+            } else {
+                let vs: Vec<String> = fused.extra[i]
+                    .iter()
+                    .map(|v| format!("{v}: {}", g.values[v.index()]))
+                    .collect();
+                format!("; also writes [{}]", vs.join(", "))
+            };
             let _ = writeln!(
                 s,
-                "kernel k{i}: {} -> {ty}; members [{}]; reads [{}]; rows {}, work {}",
+                "kernel k{i}: {} -> {ty}{also}; members [{}]; reads [{}]; rows {}, work {}",
                 inst.op.mnemonic(),
                 members.join(", "),
                 reads.join(", "),
@@ -1654,7 +1692,7 @@ fn compile_cached(
     m: &inkwell::module::Module,
     f: &Func,
     ks: &[Option<Kernel>],
-    aliases: &[Option<(usize, usize)>],
+    aliases: &[Alias],
     dir: &std::path::Path,
     names: &[String],
 ) -> Result<(crate::cache::Library, bool)> {
@@ -1767,6 +1805,7 @@ fn steps_of(f: &Func, fused: &crate::fuse::Fused) -> Vec<Step> {
         .enumerate()
         .map(|(i, (inst, k))| match (k, &inst.op) {
             _ if fused.inlined[i] => Step::Fused,
+            _ if fused.merged_into[i].is_some() => Step::Merged,
             (Some(_), _) => Step::Kernel,
             (None, Op::Constant { .. }) => Step::Constant,
             (None, Op::OptimizationBarrier {}) => Step::Forward,
@@ -1793,7 +1832,14 @@ pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
         .iter()
         .map(|k| k.as_ref().map_or(0, |k| kernel_shape(k, false).scratch))
         .collect();
-    let plan = kiln_runtime::plan::plan(&g, &steps, &fused.operands, &scratch, &in_place);
+    let plan = kiln_runtime::plan::plan(
+        &g,
+        &steps,
+        &fused.operands,
+        &scratch,
+        &in_place,
+        &fused.extra,
+    );
     Ok(format!("{g}\n{plan}"))
 }
 
@@ -1817,8 +1863,12 @@ pub fn fusion_dot(f: &Func) -> Result<String> {
             g.values[p.index()]
         );
     }
+    // A merged instruction's value comes from the kernel that writes it.
+    for p in producer.iter_mut().flatten() {
+        *p = fused.merged_into[*p].unwrap_or(*p);
+    }
     for (i, inst) in g.insts.iter().enumerate() {
-        if fused.inlined[i] {
+        if fused.inlined[i] || fused.merged_into[i].is_some() {
             continue;
         }
         let ty = &g.values[inst.results[0].index()];
@@ -1827,7 +1877,11 @@ pub fn fusion_dot(f: &Func) -> Result<String> {
                 .iter()
                 .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
                 .collect();
-            format!("k{i} -> {ty}\\n{}", members.join("\\n"))
+            let also: String = fused.extra[i]
+                .iter()
+                .map(|v| format!(", {v}: {}", g.values[v.index()]))
+                .collect();
+            format!("k{i} -> {ty}{also}\\n{}", members.join("\\n"))
         } else {
             format!("#{i} {} -> {ty}", inst.op.mnemonic())
         };
@@ -1925,19 +1979,24 @@ impl CpuExecutable {
         let steps = steps_of(f, &fused);
         let in_place = crate::fuse::in_place(f, &fused, &steps, donated);
         if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
-            for (i, q) in in_place.iter().enumerate() {
-                if let Some(q) = q {
+            for (i, pairs) in in_place.iter().enumerate() {
+                for &(q, o) in pairs {
+                    let r = if o == 0 {
+                        f.insts[i].results[0]
+                    } else {
+                        fused.extra[i][o - 1]
+                    };
                     eprintln!(
-                        "// kiln: k{i} writes {} in place of donated {}",
-                        f.insts[i].results[0], fused.operands[i][*q]
+                        "// kiln: k{i} writes {r} in place of donated {}",
+                        fused.operands[i][q]
                     );
                 }
             }
         }
-        let aliases: Vec<Option<(usize, usize)>> = in_place
+        let aliases: Vec<Alias> = in_place
             .iter()
-            .zip(&fused.operands)
-            .map(|(q, ops)| q.map(|q| (q, ops.len())))
+            .zip(fused.operands.iter().zip(&fused.extra))
+            .map(|(pairs, (ops, extra))| (pairs.clone(), ops.len() + extra.len()))
             .collect();
         let context = Box::new(Context::create());
         // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
@@ -2025,6 +2084,7 @@ impl CpuExecutable {
                 shape,
                 fused.operands,
                 in_place,
+                fused.extra,
             )
         };
         Ok(CpuExecutable {
@@ -2100,7 +2160,12 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
         }
         Schedule::Nest => (
             k.out.shape.first().copied().unwrap_or(1),
-            k.out.numel() * reduction_work(&k.body),
+            k.out.numel()
+                * (reduction_work(&k.body)
+                    + k.extra
+                        .iter()
+                        .map(|x| reduction_work(&x.body))
+                        .sum::<usize>()),
         ),
         // Updates may hit the same position: one thread, in order.
         Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => (1, 1),

@@ -23,7 +23,7 @@
 //! that precede it.
 
 use crate::kernel::{
-    Cond, Expr, Idx, Kernel, Schedule, map_inputs, reads_only_own_position, visit,
+    Cond, Expr, Idx, Kernel, Schedule, map_inputs, reads_input, reads_only_own_position, visit,
 };
 use kiln_ir::{DType, Func, ValueId, strides};
 
@@ -47,6 +47,12 @@ pub struct Fused {
     pub members: Vec<Vec<usize>>,
     /// Per instruction: why it got a kernel of its own or was computed inside its users.
     pub decisions: Vec<String>,
+    /// Per instruction: the later instruction whose kernel also writes its result
+    /// (multi-output fusion); its own kernel is then `None`.
+    pub merged_into: Vec<Option<usize>>,
+    /// Per instruction: the results of the instructions merged into its kernel, in the order
+    /// of the kernel's [`Kernel::extra`] outputs.
+    pub extra: Vec<Vec<ValueId>>,
 }
 
 /// The per-instruction kernels `ks` of `f` as they are: nothing inlined.
@@ -58,6 +64,8 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         inlined: vec![false; n],
         members: (0..n).map(|i| vec![i]).collect(),
         decisions: vec!["fusion is off".to_string(); n],
+        merged_into: vec![None; n],
+        extra: vec![Vec::new(); n],
     }
 }
 
@@ -80,6 +88,8 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         inlined: vec![false; n],
         members: vec![Vec::new(); n],
         decisions: vec![String::new(); n],
+        merged_into: vec![None; n],
+        extra: vec![Vec::new(); n],
     };
     for (i, inst) in f.insts.iter().enumerate() {
         out.members[i] = vec![i];
@@ -138,7 +148,115 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
             out.members[i].clear();
         }
     }
+    merge_siblings(f, &mut out);
     out
+}
+
+/// The values step `u` of the fused program reads: a kernel's buffers, or the operands of an
+/// instruction that runs without a kernel (nothing for one computed elsewhere).
+fn step_reads<'a>(f: &'a Func, fused: &'a Fused, u: usize) -> &'a [ValueId] {
+    if fused.kernels[u].is_some() {
+        &fused.operands[u]
+    } else if fused.inlined[u] || fused.merged_into[u].is_some() {
+        &[]
+    } else {
+        &f.insts[u].operands
+    }
+}
+
+/// Multi-output fusion: loop-nest kernels over the same index space (output shape) run as one
+/// loop nest writing several outputs. Kernel `i` merges into a later kernel `j` when nothing
+/// reads `i`'s result before `j` has run (so `j`'s place in the program is late enough for
+/// both): the siblings of one producer read their shared inputs in one pass, and reductions
+/// they both inline (a row's mean and variance) are computed once per row (the emitter's
+/// hoisting shares equal reductions). The merged kernel's extra outputs follow its inputs in
+/// the pointer table.
+fn merge_siblings(f: &Func, out: &mut Fused) {
+    let n = f.insts.len();
+    for j in 0..n {
+        match &out.kernels[j] {
+            Some(k) if k.schedule == Schedule::Nest => {}
+            _ => continue,
+        }
+        for i in (0..j).rev() {
+            let Some(ki) = &out.kernels[i] else { continue };
+            let kj = out.kernels[j].as_ref().expect("checked above");
+            let size =
+                |k: &Kernel| nodes(&k.body) + k.extra.iter().map(|e| nodes(&e.body)).sum::<usize>();
+            if ki.schedule != Schedule::Nest
+                || ki.out.shape != kj.out.shape
+                || size(ki) + size(kj) > MAX_NODES
+            {
+                continue;
+            }
+            // Everything kernel i writes (its result and what merged into it) moves to j.
+            let moved: Vec<ValueId> = std::iter::once(f.insts[i].results[0])
+                .chain(out.extra[i].iter().copied())
+                .collect();
+            if (i + 1..=j).any(|u| step_reads(f, out, u).iter().any(|v| moved.contains(v))) {
+                continue;
+            }
+            let ki = out.kernels[i].take().expect("checked above");
+            let mut inputs = out.operands[j].clone();
+            let shared = out.operands[i]
+                .iter()
+                .filter(|v| inputs.contains(v))
+                .count();
+            let map: Vec<usize> = out.operands[i]
+                .iter()
+                .map(|v| match inputs.iter().position(|w| w == v) {
+                    Some(k) => k,
+                    None => {
+                        inputs.push(*v);
+                        inputs.len() - 1
+                    }
+                })
+                .collect();
+            let kj = out.kernels[j].as_mut().expect("checked above");
+            for (ty, body) in std::iter::once((&ki.out, &ki.body))
+                .chain(ki.extra.iter().map(|x| (&x.out, &x.body)))
+            {
+                kj.extra.push(crate::kernel::Extra {
+                    out: ty.clone(),
+                    body: map_inputs(body, &|x| map[x]),
+                    slot: 0,
+                });
+            }
+            kj.vars = kj.vars.max(ki.vars);
+            out.operands[j] = inputs;
+            out.operands[i].clear();
+            out.extra[i].clear();
+            out.extra[j].extend(&moved);
+            for m in out.merged_into.iter_mut() {
+                if *m == Some(i) {
+                    *m = Some(j);
+                }
+            }
+            out.merged_into[i] = Some(j);
+            let absorbed = std::mem::take(&mut out.members[i]);
+            out.members[j].extend(absorbed);
+            out.members[j].sort_unstable();
+            out.members[j].dedup();
+            for (u, d) in out.decisions.iter_mut().enumerate() {
+                if u == i
+                    || out.merged_into[u] == Some(j) && d.starts_with(&format!("written by #{i}'s"))
+                {
+                    *d = format!(
+                        "written by #{j}'s kernel: multi-output fusion over the same index space \
+                         {:?} ({shared} input buffer(s) shared), nothing reads it before #{j}",
+                        ki.out.shape
+                    );
+                }
+            }
+        }
+        // The extra outputs' pointers follow the inputs.
+        let ninputs = out.operands[j].len();
+        if let Some(k) = out.kernels[j].as_mut() {
+            for (e, x) in k.extra.iter_mut().enumerate() {
+                x.slot = ninputs + e;
+            }
+        }
+    }
 }
 
 /// Which kernels write their result into the buffer of a donated parameter (`donated[p]` for
@@ -157,17 +275,17 @@ pub fn in_place(
     fused: &Fused,
     steps: &[kiln_runtime::Step],
     donated: &[bool],
-) -> Vec<Option<usize>> {
+) -> Vec<Vec<(usize, usize)>> {
     use kiln_runtime::Step;
     let n = f.insts.len();
-    let mut out = vec![None; n];
+    let mut out = vec![Vec::new(); n];
     if !donated.iter().any(|&d| d) {
         return out;
     }
     let mut last: Vec<Option<usize>> = vec![None; f.values.len()];
     for (i, inst) in f.insts.iter().enumerate() {
         let reads = match steps[i] {
-            Step::Fused => continue,
+            Step::Fused | Step::Merged => continue,
             Step::Kernel => &fused.operands[i],
             _ => &inst.operands,
         };
@@ -184,20 +302,39 @@ pub fn in_place(
             continue;
         };
         let ops = &fused.operands[i];
-        let r = f.insts[i].results[0];
         let Some(q) = ops.iter().position(|&o| o == v) else {
             continue;
         };
-        if out[i].is_none()
-            && f.values[r.index()] == f.values[v.index()]
-            && ops.iter().filter(|&&o| o == v).count() == 1
-            && match k.schedule {
-                Schedule::Nest => reads_only_own_position(&k.body, q, &k.out),
-                Schedule::Gemm { .. } => gemm_update(k, q).is_some(),
-                _ => false,
-            }
-        {
-            out[i] = Some(q);
+        if ops.iter().filter(|&&o| o == v).count() != 1 {
+            continue;
+        }
+        // The kernel's outputs: its result, then its extra results.
+        let bodies: Vec<&Expr> = std::iter::once(&k.body)
+            .chain(k.extra.iter().map(|x| &x.body))
+            .collect();
+        let results: Vec<ValueId> = std::iter::once(f.insts[i].results[0])
+            .chain(fused.extra[i].iter().copied())
+            .collect();
+        let legal = match k.schedule {
+            Schedule::Nest => bodies.iter().all(|b| reads_only_own_position(b, q, &k.out)),
+            Schedule::Gemm { .. } => gemm_update(k, q).is_some(),
+            _ => false,
+        };
+        if !legal {
+            continue;
+        }
+        // A free output of the parameter's type, preferring one computed from it (the update
+        // of that parameter).
+        let free = |o: usize| {
+            f.values[results[o].index()] == f.values[v.index()]
+                && !out[i].iter().any(|&(_, taken)| taken == o)
+        };
+        let choice = (0..results.len())
+            .find(|&o| free(o) && reads_input(bodies[o], q))
+            .or_else(|| (0..results.len()).find(|&o| free(o)));
+        // A GEMM in update mode writes its one result.
+        if let Some(o) = choice.filter(|&o| o == 0 || k.schedule == Schedule::Nest) {
+            out[i].push((q, o));
         }
     }
     out
@@ -281,7 +418,7 @@ pub fn check_legal(f: &Func, fused: &Fused) -> Result<(), String> {
     let mut g: DiGraph<usize, ()> = DiGraph::with_capacity(n, n);
     let nodes: Vec<NodeIndex> = (0..n).map(|i| g.add_node(i)).collect();
     for u in (0..n).filter(|&u| !fused.inlined[u]) {
-        for v in &fused.operands[u] {
+        for v in step_reads(f, fused, u) {
             let Some(p) = producer[v.index()] else {
                 continue;
             };
@@ -290,7 +427,15 @@ pub fn check_legal(f: &Func, fused: &Fused) -> Result<(), String> {
                     "#{u} reads {v}, which #{p} computes only inside other kernels"
                 ));
             }
-            g.add_edge(nodes[p], nodes[u], ());
+            // A merged instruction's value is written by the kernel it merged into, which
+            // runs at that kernel's place in the program.
+            let w = fused.merged_into[p].unwrap_or(p);
+            if w != p && w > u {
+                return Err(format!(
+                    "#{u} reads {v} before #{w}'s kernel writes it (merged from #{p})"
+                ));
+            }
+            g.add_edge(nodes[w], nodes[u], ());
         }
     }
     petgraph::algo::toposort(&g, None)
@@ -377,6 +522,7 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
             out: uk.out.clone(),
             vars: uk.vars,
             body,
+            extra: Vec::new(),
         });
         out.operands[u] = inputs;
         let absorbed = std::mem::take(&mut out.members[p]);

@@ -242,6 +242,21 @@ pub struct Kernel {
     pub vars: usize,
     /// The value stored at each output position.
     pub body: Expr,
+    /// More outputs of the same shape written by the same loop nest (multi-output fusion); a
+    /// loop-nest kernel only.
+    pub extra: Vec<Extra>,
+}
+
+/// An extra output of a multi-output loop-nest kernel: at each position of the kernel's index
+/// space, `body` is stored into the buffer whose pointer is input slot `slot`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extra {
+    /// The buffer's type (the kernel output's shape).
+    pub out: TensorType,
+    /// The value stored at each position.
+    pub body: Expr,
+    /// The input slot holding the buffer's pointer (after the kernel's inputs).
+    pub slot: usize,
 }
 
 /// A load of `ty` where operand dimension `d` is indexed by `map[d]`: `Some((var, scale,
@@ -301,6 +316,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
             out: out.clone(),
             vars,
             body,
+            extra: Vec::new(),
         })
     };
     if k.props().contains(kiln_ir::Props::ELEMENTWISE) {
@@ -451,6 +467,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     dtype: out.dtype,
                     value: 0.0,
                 },
+                extra: Vec::new(),
             })
         }
         Op::DotGeneral {
@@ -533,6 +550,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     index: vec![Idx::Var(0)],
                     strides: vec![1],
                 },
+                extra: Vec::new(),
             })
         }
         Op::SelectAndScatter {
@@ -556,6 +574,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                 out: out.clone(),
                 vars: 2 * r,
                 body,
+                extra: Vec::new(),
             })
         }
         Op::Scatter {
@@ -601,6 +620,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                 out: out.clone(),
                 vars: ru,
                 body,
+                extra: Vec::new(),
             })
         }
         Op::Pad {
@@ -791,6 +811,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     dtype: out.dtype,
                     value: 0.0,
                 },
+                extra: Vec::new(),
             })
         }
         Op::Convolution {
@@ -1392,7 +1413,7 @@ fn affine(i: &Idx) -> Option<(Vec<(usize, i64)>, i64)> {
 }
 
 /// Whether `e` reads input `j` anywhere.
-fn reads_input(e: &Expr, j: usize) -> bool {
+pub fn reads_input(e: &Expr, j: usize) -> bool {
     let mut found = false;
     visit(
         e,

@@ -471,3 +471,45 @@ fn fusion_legality_rejects_hidden_values_and_cycles() {
     let e = kiln_codegen_llvm::fuse::check_legal(&f, &cyclic).unwrap_err();
     assert!(e.contains("cycle"), "{e}");
 }
+
+#[test]
+fn multi_output_kernels_agree_and_merges_keep_program_order() {
+    // Three same-shaped results of one input: one loop nest writes all three; the row sums
+    // they share are computed once per row.
+    let src =
+        "func @main(%0: f32[300,70], %1: f32[70]) -> (f32[300,70], f32[300,70], f32[300,70]) {
+  %2 = constant {value = 0.0} : f32[]
+  %3 = reduce %0, %2 {dimensions = [1], kind = add} : f32[300]
+  %4 = broadcast_in_dim %3 {broadcast_dimensions = [0]} : f32[300,70]
+  %5 = subtract %0, %4 : f32[300,70]
+  %6 = exponential %5 : f32[300,70]
+  %7 = broadcast_in_dim %1 {broadcast_dimensions = [1]} : f32[300,70]
+  %8 = multiply %5, %7 : f32[300,70]
+  %9 = tanh %4 : f32[300,70]
+  return %6, %8, %9
+}
+";
+    common::agrees_on_random_inputs(src, 5);
+    let f = kiln_ir::parse_func_text(src).unwrap();
+    let text = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    assert!(text.contains("// 1 kernels"), "{text}");
+    // exp(x) merges into log(x)'s kernel past the GEMM between them; a GEMM reading exp(x)
+    // would run before that kernel writes it.
+    let g = kiln_ir::parse_func_text(
+        "func @main(%0: f32[64,64]) -> (f32[64,64], f32[64,64], f32[64,64]) {
+  %1 = exponential %0 : f32[64,64]
+  %2 = dot_general %0, %0 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[64,64]
+  %3 = log %0 : f32[64,64]
+  return %1, %2, %3
+}
+",
+    )
+    .unwrap();
+    let fused = kiln_codegen_llvm::cpu::fused_kernels(&g);
+    kiln_codegen_llvm::fuse::check_legal(&g, &fused).unwrap();
+    assert_eq!(fused.merged_into[0], Some(2), "{:?}", fused.decisions);
+    let mut early = fused.clone();
+    early.operands[1].push(g.insts[0].results[0]);
+    let e = kiln_codegen_llvm::fuse::check_legal(&g, &early).unwrap_err();
+    assert!(e.contains("before #2's kernel writes it"), "{e}");
+}

@@ -166,3 +166,37 @@ fn only_parameters_read_last_at_their_own_positions_are_overwritten() {
         close(g, w).unwrap();
     }
 }
+
+#[test]
+fn a_multi_output_kernel_updates_several_donated_parameters() {
+    // Two bias updates over the same index space run as one loop nest; each result goes into
+    // its own parameter's buffer (one the kernel's result, one an extra output).
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f32[96], %1: f32[96], %2: f32[50,96], %3: f32[50,96]) -> (f32[96], f32[96]) {
+  %4 = constant {value = 0.0} : f32[]
+  %5 = constant {value = 0.01} : f32[]
+  %6 = broadcast_in_dim %5 {broadcast_dimensions = []} : f32[96]
+  %7 = reduce %2, %4 {dimensions = [0], kind = add} : f32[96]
+  %8 = multiply %6, %7 : f32[96]
+  %9 = subtract %0, %8 : f32[96]
+  %10 = reduce %3, %4 {dimensions = [0], kind = add} : f32[96]
+  %11 = multiply %6, %10 : f32[96]
+  %12 = subtract %1, %11 : f32[96]
+  return %9, %12
+}
+",
+    )
+    .unwrap();
+    let args = random_args(&f, 9);
+    let want = kiln_reference::eval(&f, &args).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    assert!(fusion.contains("// 1 kernels"), "{fusion}");
+    let donated = [true, true, false, false];
+    let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
+    assert_eq!(e.memory_plan().in_place.len(), 2, "{}", e.memory_plan());
+    let (got, same) = run_donating(&e, &args, &donated);
+    assert_eq!(same, [true, true]);
+    for (g, w) in got.iter().zip(&want) {
+        close(g, w).unwrap();
+    }
+}

@@ -37,6 +37,9 @@ pub enum Step {
     Forward,
     /// Computed inside the kernels of its users (fused); never materialized.
     Fused,
+    /// Written by a later instruction's kernel along with that instruction's own result
+    /// (multi-output fusion); nothing runs here.
+    Merged,
     /// The reference interpreter (an instruction the backend has no kernel for).
     Reference,
 }
@@ -80,9 +83,13 @@ pub struct Program {
     launch: Vec<Launch>,
     /// Per instruction: the values whose buffers its kernel reads, in input order.
     operands: Vec<Vec<ValueId>>,
-    /// Per instruction: `Some(q)` when its kernel writes its result into the buffer of
-    /// `operands[i][q]`, a donated parameter (read only there, through the output pointer).
-    in_place: Vec<Option<usize>>,
+    /// Per instruction: pairs `(q, k)` where its kernel writes output `k` (0: its result, then
+    /// its extra results) into the buffer of `operands[i][q]`, a donated parameter (read only
+    /// there, through that output's pointer).
+    in_place: Vec<Vec<(usize, usize)>>,
+    /// Per instruction: the results of `Step::Merged` instructions its kernel also writes,
+    /// whose buffers it finds after its inputs.
+    extra: Vec<Vec<ValueId>>,
     /// Where the intermediates live in the arena.
     memory: MemoryPlan,
     /// The arena of the previous call, reused so repeated calls do not pay for fresh pages
@@ -117,17 +124,22 @@ impl Program {
     /// `func` gives its operand values, write every element of it (rows `lo..hi` when called
     /// on them), use no more scratch than its launch says, and stay callable, from any thread,
     /// for as long as the program lives. A `Step::Fused` instruction's value must not be read
-    /// by any other step or be an output. When `in_place[i]` is `Some(q)`, `operands[i][q]`
-    /// must be a parameter of the result's type that is not an output and that no later step
-    /// reads, and kernel `i` must read it only through its output pointer, each element before
-    /// writing it and nowhere else (the runtime passes that buffer as the output).
+    /// by any other step or be an output. For each pair `(q, k)` of `in_place[i]`,
+    /// `operands[i][q]` must be a parameter of output `k`'s type that is not an output and that
+    /// no later step reads, and kernel `i` must read it only through output `k`'s pointer, each
+    /// element before writing it and nowhere else (the runtime passes that buffer as the
+    /// output). Kernel `i`
+    /// also writes every element of the results `extra[i]` (of `Step::Merged` instructions
+    /// before it, whose values nothing reads before step `i`), through the pointers that follow
+    /// its inputs in the pointer array, in that order.
     pub unsafe fn new(
         func: Func,
         steps: Vec<Step>,
         kernels: Vec<Option<KernelFn>>,
         launch: Vec<Launch>,
         operands: Vec<Vec<ValueId>>,
-        in_place: Vec<Option<usize>>,
+        in_place: Vec<Vec<(usize, usize)>>,
+        extra: Vec<Vec<ValueId>>,
     ) -> Program {
         let n = func.insts.len();
         assert_eq!(steps.len(), n, "one step per instruction");
@@ -135,9 +147,10 @@ impl Program {
         assert_eq!(launch.len(), n, "one launch per instruction");
         assert_eq!(operands.len(), n, "one operand list per instruction");
         assert_eq!(in_place.len(), n, "one in-place slot per instruction");
+        assert_eq!(extra.len(), n, "one extra-result list per instruction");
         keep_freed_buffers();
         let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
-        let memory = plan::plan(&func, &steps, &operands, &scratch, &in_place);
+        let memory = plan::plan(&func, &steps, &operands, &scratch, &in_place, &extra);
         Program {
             func,
             steps,
@@ -145,6 +158,7 @@ impl Program {
             launch,
             operands,
             in_place,
+            extra,
             memory,
             arena: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
@@ -256,19 +270,46 @@ impl Program {
                     .map(|o| env[o.index()].clone().expect("verified SSA"))
                     .collect(),
                 (Step::Fused, _) => continue,
-                (Step::Kernel, _) if let Some(q) = self.in_place[i] => {
+                (Step::Merged, _) => continue,
+                (Step::Kernel, _) => {
                     let kernel = self.kernels[i].expect("a kernel for every Kernel step");
-                    // The donated parameter's buffer becomes the result (a copy of it when the
-                    // caller only lent it).
-                    let v = self.operands[i][q];
-                    let mut buf = env[v.index()].take().expect("verified SSA").into_owned();
-                    let target = buf.as_mut_ptr();
-                    let ptrs: Vec<*const u8> = self.operands[i]
+                    // What the kernel writes: its result, then the results of the instructions
+                    // merged into it (multi-output fusion).
+                    let results: Vec<ValueId> = std::iter::once(inst.results[0])
+                        .chain(self.extra[i].iter().copied())
+                        .collect();
+                    // Each result's buffer: an arena slot, or a literal we hold.
+                    let mut held: Vec<Option<Literal>> = vec![None; results.len()];
+                    let mut at: Vec<Option<*mut u8>> = vec![None; results.len()];
+                    for &(q, k) in &self.in_place[i] {
+                        // The donated parameter's buffer becomes the result (a copy of it when
+                        // the caller only lent it).
+                        let v = self.operands[i][q];
+                        let mut buf = env[v.index()].take().expect("verified SSA").into_owned();
+                        at[k] = Some(buf.as_mut_ptr());
+                        held[k] = Some(buf);
+                    }
+                    for (k, r) in results.iter().enumerate() {
+                        if at[k].is_some() {
+                            continue;
+                        }
+                        if let Some(p) = in_arena(*r) {
+                            at[k] = Some(p);
+                        } else if let Some(mut l) = reuse
+                            .get_mut(r.index())
+                            .and_then(Option::take)
+                            .filter(|l| l.ty() == &f.values[r.index()])
+                        {
+                            at[k] = Some(l.as_mut_ptr());
+                            held[k] = Some(l);
+                        }
+                    }
+                    let mut ptrs: Vec<*const u8> = self.operands[i]
                         .iter()
                         .enumerate()
                         .map(|(j, &o)| {
-                            if j == q {
-                                target as *const u8
+                            if let Some(&(_, k)) = self.in_place[i].iter().find(|p| p.0 == j) {
+                                at[k].expect("set above") as *const u8
                             } else {
                                 match in_arena(o) {
                                     Some(p) => p as *const u8,
@@ -277,55 +318,46 @@ impl Program {
                             }
                         })
                         .collect();
-                    // SAFETY: as below; `buf` has the result's type (Program::new's contract)
-                    // and is ours alone, and the kernel reads operand q only through it.
-                    unsafe { launch(kernel, &ptrs, target, self.launch[i]) };
-                    vec![Cow::Owned(buf)]
-                }
-                (Step::Kernel, _) => {
-                    let ptrs: Vec<*const u8> = self.operands[i]
+                    let fresh: Vec<usize> =
+                        (0..results.len()).filter(|&k| at[k].is_none()).collect();
+                    let tys: Vec<TensorType> = fresh
                         .iter()
-                        .map(|&o| match in_arena(o) {
-                            Some(p) => p as *const u8,
-                            None => env[o.index()].as_ref().expect("verified SSA").as_ptr(),
-                        })
+                        .map(|&k| f.values[results[k].index()].clone())
                         .collect();
-                    let r = inst.results[0];
-                    let kernel = self.kernels[i].expect("a kernel for every Kernel step");
-                    if let Some(p) = in_arena(r) {
-                        // SAFETY: as below; the plan gives the result a slot that no live
-                        // value (in particular no input of this kernel) overlaps, and readers
-                        // find it there (its env entry stays empty).
-                        unsafe { launch(kernel, &ptrs, p, self.launch[i]) };
-                        Vec::new()
-                    } else {
-                        let ty = &f.values[r.index()];
-                        let out = match reuse
-                            .get_mut(r.index())
-                            .and_then(Option::take)
-                            .filter(|l| l.ty() == ty)
-                        {
-                            Some(mut out) => {
-                                // SAFETY: the pointers address live buffers of the types the
-                                // kernel was compiled for (Program::new's contract), and the
-                                // output buffer is exclusively ours.
-                                unsafe { launch(kernel, &ptrs, out.as_mut_ptr(), self.launch[i]) };
-                                out
+                    // SAFETY: the pointers address live buffers of the types the kernel was
+                    // compiled for (Program::new's contract); arena slots overlap no live value
+                    // (in particular no input of this kernel); held and fresh buffers are ours
+                    // alone; an in-place kernel reads its donated operand only through its
+                    // output; and the kernel writes every element of every result, so fresh
+                    // buffers need no zeroing.
+                    let made = unsafe {
+                        with_uninit(&tys, &mut Vec::new(), &mut |fresh_at| {
+                            for (n, &k) in fresh.iter().enumerate() {
+                                at[k] = Some(fresh_at[n]);
                             }
-                            // SAFETY: as above; the kernel writes every element of its output
-                            // (Program::new's contract), so the fresh buffer needs no zeroing.
-                            None => unsafe {
-                                Literal::new_uninit(ty.clone(), |p| {
-                                    let bytes = ty.numel() * ty.dtype.bytes();
-                                    if bytes >= HUGE_PAGE_BYTES {
-                                        advise_huge_pages(p, bytes);
-                                    }
-                                    launch(kernel, &ptrs, p, self.launch[i])
-                                })
-                            },
-                        };
-                        vec![Cow::Owned(out)]
+                            ptrs.extend(
+                                at[1..]
+                                    .iter()
+                                    .map(|p| p.expect("every result placed") as *const u8),
+                            );
+                            launch(
+                                kernel,
+                                &ptrs,
+                                at[0].expect("every result placed"),
+                                self.launch[i],
+                            );
+                        })
+                    };
+                    for (l, &k) in made.into_iter().zip(&fresh) {
+                        held[k] = Some(l);
                     }
+                    // Results in the arena have no env entry: readers find them there.
+                    for (r, h) in results.iter().zip(held) {
+                        if let Some(l) = h {
+                            env[r.index()] = Some(Cow::Owned(l));
+                        }
+                    }
+                    Vec::new()
                 }
                 _ => {
                     let xs: Vec<&Literal> = inst
@@ -376,18 +408,52 @@ impl Program {
         }
         // Keep the intermediates written by kernels for the next call.
         let mut keep: Vec<Option<Literal>> = vec![None; f.values.len()];
-        for (inst, step) in f.insts.iter().zip(&self.steps) {
-            let r = inst.results[0].index();
-            if *step == Step::Kernel
-                && let Some(Cow::Owned(l)) = env[r].take()
-            {
-                keep[r] = Some(l);
+        for (i, inst) in f.insts.iter().enumerate() {
+            if self.steps[i] != Step::Kernel {
+                continue;
+            }
+            for r in std::iter::once(&inst.results[0]).chain(&self.extra[i]) {
+                if let Some(Cow::Owned(l)) = env[r.index()].take() {
+                    keep[r.index()] = Some(l);
+                }
             }
         }
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
         *self.arena.lock().unwrap_or_else(|e| e.into_inner()) = arena;
         Ok(outputs)
     }
+}
+
+/// Allocates literals of `tys` without zeroing them, calls `init` with their buffers (after
+/// those already in `at`), and returns them.
+///
+/// # Safety
+///
+/// `init` must write every element of every buffer with a valid value of its dtype.
+unsafe fn with_uninit(
+    tys: &[TensorType],
+    at: &mut Vec<*mut u8>,
+    init: &mut dyn FnMut(&[*mut u8]),
+) -> Vec<Literal> {
+    let Some((t, rest)) = tys.split_first() else {
+        init(at);
+        return Vec::new();
+    };
+    let mut tail = Vec::new();
+    let bytes = t.numel() * t.dtype.bytes();
+    // SAFETY: the caller's contract, passed on.
+    let l = unsafe {
+        Literal::new_uninit(t.clone(), |p| {
+            if bytes >= HUGE_PAGE_BYTES {
+                advise_huge_pages(p, bytes);
+            }
+            at.push(p);
+            tail = with_uninit(rest, at, init);
+        })
+    };
+    let mut all = vec![l];
+    all.extend(tail);
+    all
 }
 
 /// Buffers at least this large are backed by transparent huge pages where the system offers
@@ -449,7 +515,8 @@ fn advise_huge_pages(_: *mut u8, _: usize) {}
 struct Buffers(*const *const u8, *mut u8);
 
 // SAFETY: the input buffers are only read, and each thread writes a disjoint range of rows of
-// the output; all of them outlive the scope the threads run in.
+// the output (and of a multi-output kernel's extra outputs, which have the output's shape); all
+// of them outlive the scope the threads run in.
 unsafe impl Send for Buffers {}
 unsafe impl Sync for Buffers {}
 
@@ -565,7 +632,8 @@ mod tests {
                 vec![Some(double); k],
                 vec![l; k],
                 operands,
-                vec![None; k],
+                vec![Vec::new(); k],
+                vec![Vec::new(); k],
             )
         }
     }
@@ -593,7 +661,8 @@ mod tests {
                 vec![Some(double)],
                 vec![l],
                 vec![vec![ValueId(0)]],
-                vec![Some(0)],
+                vec![vec![(0, 0)]],
+                vec![Vec::new()],
             )
         };
         assert_eq!(p.memory_plan().in_place_bytes, 4 * n);

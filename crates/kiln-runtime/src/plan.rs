@@ -66,13 +66,15 @@ fn aligned(bytes: usize) -> usize {
 
 /// Plans the buffers of `func` run by `steps`, where a `Step::Kernel` instruction `i` reads
 /// `operands[i]`, uses `scratch[i]` bytes of per-thread scratch, and writes its result into the
-/// buffer of `operands[i][q]` when `in_place[i]` is `Some(q)`.
+/// buffer of `operands[i][q]` for each `(q, k)` of `in_place[i]` (output `k`: 0 its result,
+/// then `extra[i]`, the results it also writes in multi-output fusion).
 pub fn plan(
     func: &Func,
     steps: &[Step],
     operands: &[Vec<ValueId>],
     scratch: &[usize],
-    in_place: &[Option<usize>],
+    in_place: &[Vec<(usize, usize)>],
+    extra: &[Vec<ValueId>],
 ) -> MemoryPlan {
     let nv = func.values.len();
     // The last step reading each value, and whether every reader is a kernel.
@@ -80,7 +82,7 @@ pub fn plan(
     let mut kernel_only = vec![true; nv];
     for (i, inst) in func.insts.iter().enumerate() {
         let reads: &[ValueId] = match steps[i] {
-            Step::Fused => continue,
+            Step::Fused | Step::Merged => continue,
             Step::Kernel => &operands[i],
             _ => &inst.operands,
         };
@@ -110,15 +112,21 @@ pub fn plan(
         if steps[i] != Step::Kernel {
             continue;
         }
-        let v = inst.results[0];
-        let t = &func.values[v.index()];
-        let bytes = t.numel() * t.dtype.bytes();
-        if let Some(q) = in_place.get(i).copied().flatten() {
-            out.in_place.push((v, operands[i][q]));
-            out.in_place_bytes += bytes;
-        } else if !kernel_only[v.index()] || bytes == 0 {
-            out.other_bytes += bytes;
-        } else {
+        let results: Vec<ValueId> = std::iter::once(inst.results[0])
+            .chain(extra.get(i).into_iter().flatten().copied())
+            .collect();
+        for (k, &v) in results.iter().enumerate() {
+            let t = &func.values[v.index()];
+            let bytes = t.numel() * t.dtype.bytes();
+            if let Some(&(q, _)) = in_place.get(i).into_iter().flatten().find(|p| p.1 == k) {
+                out.in_place.push((v, operands[i][q]));
+                out.in_place_bytes += bytes;
+                continue;
+            }
+            if !kernel_only[v.index()] || bytes == 0 {
+                out.other_bytes += bytes;
+                continue;
+            }
             out.unplanned_bytes += bytes;
             let size = aligned(bytes);
             // Best fit among the free blocks, else the arena's end.
@@ -155,7 +163,7 @@ pub fn plan(
         let mut dying: Vec<ValueId> = operands[i]
             .iter()
             .copied()
-            .chain(std::iter::once(v))
+            .chain(results.iter().copied())
             .filter(|u| last[u.index()].unwrap_or(i) == i)
             .collect();
         dying.sort_unstable();
