@@ -584,6 +584,18 @@ impl<'c> Emitter<'c> {
         a: BasicValueEnum<'c>,
         x: BasicValueEnum<'c>,
     ) -> Result<BasicValueEnum<'c>> {
+        self.combine_with(kind, d, a, x, true)
+    }
+
+    /// [`Emitter::combine`], with float sums and products marked reassociable or not.
+    fn combine_with(
+        &self,
+        kind: Combiner,
+        d: DType,
+        a: BasicValueEnum<'c>,
+        x: BasicValueEnum<'c>,
+        reassoc: bool,
+    ) -> Result<BasicValueEnum<'c>> {
         let k = match (kind, d) {
             (Combiner::Add, DType::Pred) | (Combiner::Max, DType::Pred) | (Combiner::Or, _) => {
                 OpKind::Or
@@ -600,7 +612,8 @@ impl<'c> Emitter<'c> {
         // Float sums and products may be reassociated, so the loop vectorizer can keep several
         // partial accumulators (a scalar chain runs at one add per FMA latency). The order is
         // fixed at compile time, so results are the same on every run.
-        if d.is_float()
+        if reassoc
+            && d.is_float()
             && matches!(k, OpKind::Add | OpKind::Multiply)
             && let Some(inst) = r.as_instruction_value()
         {
@@ -1543,7 +1556,22 @@ fn emit_nest<'c>(
             }
         }
         let rank = k.out.rank();
-        if d == rank {
+        let (from, to) = if d == 0 {
+            lohi
+        } else {
+            (
+                em.i64c(0),
+                em.i64c(k.out.shape.get(d).copied().unwrap_or(1) as i64),
+            )
+        };
+        let columns = if d + 1 == rank {
+            column_reduces(em, k, d)
+        } else {
+            Vec::new()
+        };
+        if !columns.is_empty() {
+            strips(em, d, (from, to), &columns, store)?;
+        } else if d == rank {
             store(em)?;
         } else if d == 0 {
             em.range_loop(0, lohi.0, lohi.1, 1, &mut |em: &Emitter<'c>| {
@@ -1558,6 +1586,123 @@ fn emit_nest<'c>(
         Ok(())
     }
     level(em, k, 0, (lo, hi), &mut store)
+}
+
+/// Columns computed side by side by the strip-mined innermost loop (see [`strips`]).
+const STRIP: i64 = 16;
+
+/// The reductions of `k`'s bodies that depend on the innermost output variable `d` and read
+/// contiguously along it (a column sum: each output element sums a strided column), not yet
+/// computed, without duplicates; empty when the loop is too short to strip-mine.
+fn column_reduces<'e>(em: &Emitter<'_>, k: &'e Kernel, d: usize) -> Vec<&'e Expr> {
+    if (k.out.shape[d] as i64) < STRIP {
+        return Vec::new();
+    }
+    let mut out: Vec<&Expr> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
+    for r in bodies.flat_map(hoistable_reduces) {
+        let Expr::Reduce { body, init, .. } = r else {
+            continue;
+        };
+        let free = free_vars(r);
+        let key = value_key(r);
+        if free.contains(&d)
+            && free.iter().all(|&v| v <= d)
+            && free_vars(init).is_empty()
+            && crate::kernel::contiguous_along(body, d)
+            && !keys.contains(&key)
+            && !em.hoisted.borrow().iter().any(|(h, _)| *h == key)
+        {
+            keys.push(key);
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The innermost output loop (variable `d` over `range`) in strips of [`STRIP`] consecutive
+/// positions: each reduction of `columns` runs once per strip with one accumulator per
+/// position, so its loop reads a contiguous run of the row it is at (one vector) instead of
+/// one strided element per output; then each position's body runs with the sums ready. The
+/// positions past the last whole strip run one by one.
+fn strips<'c>(
+    em: &Emitter<'c>,
+    d: usize,
+    range: (IntValue<'c>, IntValue<'c>),
+    columns: &[&Expr],
+    store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+) -> Result<()> {
+    let i64t = em.ctx.i64_type();
+    let n = em.b.build_int_sub(range.1, range.0, "n").map_err(llvm)?;
+    let tail =
+        em.b.build_int_signed_rem(n, em.i64c(STRIP), "tail")
+            .map_err(llvm)?;
+    let end = em.b.build_int_sub(range.1, tail, "end").map_err(llvm)?;
+    let s_j = em.entry_alloca(i64t.into())?;
+    em.range_loop_ptr(s_j, range.0, end, STRIP, &mut |em: &Emitter<'c>| {
+        let j0 =
+            em.b.build_load(i64t, s_j, "j0")
+                .map_err(llvm)?
+                .into_int_value();
+        let at = |em: &Emitter<'c>, w: i64| -> Result<()> {
+            let j = em.b.build_int_add(j0, em.i64c(w), "j").map_err(llvm)?;
+            em.b.build_store(em.vars[d], j).map_err(llvm)?;
+            Ok(())
+        };
+        let mut sums: Vec<(String, Vec<PointerValue<'c>>, BasicTypeEnum<'c>)> = Vec::new();
+        for r in columns {
+            let Expr::Reduce {
+                kind,
+                dtype,
+                init,
+                vars,
+                body,
+            } = r
+            else {
+                continue;
+            };
+            let ct: BasicTypeEnum = if dtype.is_float() {
+                em.ftype(*dtype).into()
+            } else {
+                em.itype(*dtype).into()
+            };
+            let accs = (0..STRIP)
+                .map(|_| em.entry_alloca(ct))
+                .collect::<Result<Vec<_>>>()?;
+            let i = em.expr(init)?;
+            for a in &accs {
+                em.b.build_store(*a, i).map_err(llvm)?;
+            }
+            em.nest(vars, &mut |em: &Emitter<'c>| {
+                for (w, acc) in accs.iter().enumerate() {
+                    at(em, w as i64)?;
+                    let x = em.expr(body)?;
+                    let a = em.b.build_load(ct, *acc, "a").map_err(llvm)?;
+                    // In order along the column: the positions' chains are then vectorized
+                    // side by side (one vector per row), not each along its strided column.
+                    let c = em.combine_with(*kind, *dtype, a, x, false)?;
+                    em.b.build_store(*acc, c).map_err(llvm)?;
+                }
+                Ok(())
+            })?;
+            sums.push((value_key(r), accs, ct));
+        }
+        for w in 0..STRIP {
+            at(em, w)?;
+            let mark = em.hoisted.borrow().len();
+            for (key, accs, ct) in &sums {
+                let v =
+                    em.b.build_load(*ct, accs[w as usize], "sum")
+                        .map_err(llvm)?;
+                em.hoisted.borrow_mut().push((key.clone(), v));
+            }
+            store(em)?;
+            em.hoisted.borrow_mut().truncate(mark);
+        }
+        Ok(())
+    })?;
+    em.range_loop(d, end, range.1, 1, &mut |em: &Emitter<'c>| store(em))
 }
 
 /// The fused kernels of `f` (see [`crate::fuse`]); `KILN_NO_FUSION=1` in the environment keeps

@@ -23,7 +23,8 @@
 //! that precede it.
 
 use crate::kernel::{
-    Cond, Expr, Idx, Kernel, Schedule, map_inputs, reads_input, reads_only_own_position, visit,
+    Cond, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, map_inputs, reads_input,
+    reads_only_own_position, visit,
 };
 use kiln_ir::{DType, Func, ValueId, strides};
 
@@ -608,6 +609,29 @@ fn inlinable(
             .filter(|(_, o)| **o == v)
             .map(|(j, _)| j)
             .collect();
+        if reduces {
+            // Its reductions run ahead of the loops they do not depend on; read inside a
+            // reduction of the user that moves along a dimension they depend on (a row's
+            // variance inside a sum down a column), they would run again at every step.
+            // That wastes work when the user also has an output loop those reductions do not
+            // depend on: they are recomputed for each of its positions.
+            let shape = &f.values[v.index()].shape;
+            let (moved, by_output) = dims_moved(&uk.body, &positions, shape, uk.out.rank());
+            let inner: std::collections::BTreeSet<usize> = hoistable_reduces(&k.body)
+                .into_iter()
+                .flat_map(free_vars)
+                .filter(|&d| d < k.out.rank())
+                .collect();
+            let stepped = inner.iter().find(|d| moved.contains(d));
+            let repeated = (0..uk.out.rank())
+                .find(|&o| uk.out.shape[o] > 1 && !by_output[o].iter().any(|d| inner.contains(d)));
+            if let (Some(d), Some(o)) = (stepped, repeated) {
+                return Err(format!(
+                    "user #{u} reads it inside a reduction along its dimension {d}, which its own reduction depends on, for each position of its output dimension {o} (the reduction would be recomputed {} times over)",
+                    uk.out.shape[o]
+                ));
+            }
+        }
         let reads: usize = if reduces {
             hoisted_reads(&uk.body, &positions, &ext, uk.out.rank(), uk.out.numel())
         } else {
@@ -733,6 +757,90 @@ fn idx_reads(i: &Idx, j: usize, outer: usize) -> usize {
         Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => idx_reads(x, j, outer),
         Idx::Var(_) | Idx::Const(_) => 0,
     }
+}
+
+/// Where `e` reads a producer of shape `shape` (as inputs `js`): the producer dimensions that
+/// the variables of enclosing reductions move, and per output variable `0..rank` the
+/// dimensions it moves. A load's coefficient for a variable names the dimension with that
+/// stride; a read that cannot be attributed moves every dimension.
+fn dims_moved(
+    e: &Expr,
+    js: &[usize],
+    shape: &[usize],
+    rank: usize,
+) -> (Vec<usize>, Vec<Vec<usize>>) {
+    struct Walk<'a> {
+        js: &'a [usize],
+        st: Vec<usize>,
+        shape: &'a [usize],
+        bound: Vec<usize>,
+        in_reduce: Vec<usize>,
+        by_output: Vec<Vec<usize>>,
+    }
+    impl Walk<'_> {
+        fn dims(&self, c: i64) -> Vec<usize> {
+            match (0..self.shape.len()).find(|&d| self.shape[d] > 1 && self.st[d] as i64 == c.abs())
+            {
+                Some(d) => vec![d],
+                None => (0..self.shape.len()).collect(),
+            }
+        }
+        fn walk(&mut self, e: &Expr) {
+            match e {
+                Expr::Load { input, coef, .. } if self.js.contains(input) => {
+                    for (v, &c) in coef.iter().enumerate() {
+                        if c == 0 {
+                            continue;
+                        }
+                        let ds = self.dims(c);
+                        if self.bound.contains(&v) {
+                            self.in_reduce.extend(&ds);
+                        } else if let Some(o) = self.by_output.get_mut(v) {
+                            o.extend(ds);
+                        }
+                    }
+                }
+                Expr::Gather { input, .. } if self.js.contains(input) => {
+                    let all: Vec<usize> = (0..self.shape.len()).collect();
+                    if !self.bound.is_empty() {
+                        self.in_reduce.extend(&all);
+                    }
+                    for o in &mut self.by_output {
+                        o.extend(&all);
+                    }
+                }
+                Expr::Reduce {
+                    init, vars, body, ..
+                } => {
+                    self.walk(init);
+                    let mark = self.bound.len();
+                    self.bound.extend(vars.iter().map(|v| v.0));
+                    self.walk(body);
+                    self.bound.truncate(mark);
+                }
+                Expr::Op { args, .. } => args.iter().for_each(|a| self.walk(a)),
+                Expr::Guard {
+                    then, otherwise, ..
+                } => {
+                    self.walk(then);
+                    self.walk(otherwise);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut w = Walk {
+        js,
+        st: strides(shape),
+        shape,
+        bound: Vec::new(),
+        in_reduce: Vec::new(),
+        by_output: vec![Vec::new(); rank],
+    };
+    w.walk(e);
+    w.in_reduce.sort_unstable();
+    w.in_reduce.dedup();
+    (w.in_reduce, w.by_output)
 }
 
 fn has_reduce(e: &Expr) -> bool {

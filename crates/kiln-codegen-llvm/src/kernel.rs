@@ -1385,6 +1385,44 @@ pub fn reads_only_own_position(e: &Expr, j: usize, out: &TensorType) -> bool {
 }
 
 /// `i` as `Σ coef * var + constant`, when it is affine in the loop variables.
+/// Whether every buffer read in `e` moves by 0 or 1 element when loop variable `var` grows
+/// by one, at least one by 1 (the reads are contiguous along `var`), and `e` has no reduction
+/// or guard inside.
+pub fn contiguous_along(e: &Expr, var: usize) -> bool {
+    let mut ok = true;
+    let mut unit = false;
+    visit(e, &mut |x| match x {
+        Expr::Load { coef, .. } => match coef.get(var).copied().unwrap_or(0) {
+            0 => {}
+            1 => unit = true,
+            _ => ok = false,
+        },
+        Expr::Gather { index, strides, .. } => {
+            let mut step = 0i64;
+            for (i, s) in index.iter().zip(strides) {
+                match affine(i) {
+                    Some((terms, _)) => {
+                        step += s * terms
+                            .iter()
+                            .filter(|t| t.0 == var)
+                            .map(|t| t.1)
+                            .sum::<i64>();
+                    }
+                    None => ok = false,
+                }
+            }
+            match step {
+                0 => {}
+                1 => unit = true,
+                _ => ok = false,
+            }
+        }
+        Expr::Reduce { .. } | Expr::Guard { .. } => ok = false,
+        _ => {}
+    });
+    ok && unit
+}
+
 /// Whether an index expression is a constant (uses no loop variable).
 pub fn is_constant(i: &Idx) -> bool {
     affine(i).is_some_and(|(terms, _)| terms.iter().all(|&(_, c)| c == 0))

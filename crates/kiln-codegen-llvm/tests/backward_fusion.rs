@@ -19,9 +19,10 @@ fn backward_kernels(src: &str, wrt: &[usize]) -> (usize, String) {
 
 /// The vjp functions return the forward output too: softmax's forward and backward take 2
 /// kernels. Layernorm's take 3: the centred input (read by both passes), one row kernel that
-/// writes the output and the input gradient (multi-output fusion: the row's mean and variance
-/// are computed once for both), and one column kernel that writes the gamma and beta
-/// gradients. The goal of 2 would need the column sums accumulated inside the row
+/// writes the output, the input gradient and `g * x_hat` (multi-output fusion: the row's mean
+/// and variance are computed once for all three), and one column kernel that writes the gamma
+/// and beta gradients (it reads `g * x_hat` rather than recomputing each row's variance at
+/// every step down a column). The goal of 2 would need the column sums accumulated inside the row
 /// kernel (partial sums per thread, combined at the end), which is not built; this guards the
 /// count against regressions.
 #[test]
@@ -31,4 +32,16 @@ fn softmax_and_layernorm_backward_kernel_counts() {
     let (l, ld) = backward_kernels(LAYERNORM, &[0, 1, 2]);
     assert!(l <= 3, "layernorm forward + backward: {l} kernels\n{ld}");
     println!("softmax forward + backward: {s} kernels; layernorm: {l}");
+}
+
+#[test]
+fn layernorm_backward_column_kernel_does_not_recompute_row_statistics() {
+    // The gamma gradient sums g * x_hat down each column; x_hat holds the row's variance, which
+    // must not be recomputed for every column at every row.
+    let (_, d) = backward_kernels(LAYERNORM, &[0, 1, 2]);
+    let column = d
+        .lines()
+        .find(|l| l.starts_with("kernel") && l.contains("-> f32[8]"))
+        .unwrap_or_else(|| panic!("a column kernel\n{d}"));
+    assert!(column.contains("work 64"), "linear work: {column}\n{d}");
 }

@@ -513,3 +513,47 @@ fn multi_output_kernels_agree_and_merges_keep_program_order() {
     let e = kiln_codegen_llvm::fuse::check_legal(&g, &early).unwrap_err();
     assert!(e.contains("before #2's kernel writes it"), "{e}");
 }
+
+#[test]
+fn column_reductions_in_strips_agree() {
+    // Sums, maxima and products down columns (the innermost output loop runs in strips of 16
+    // with one accumulator per column), with a remainder past the last strip, split across
+    // threads, in several dtypes, and a reduction over a middle dimension.
+    for (ty, kind, init) in [
+        ("f32", "add", "0.0"),
+        ("f32", "max", "-inf"),
+        ("f64", "add", "0.0"),
+        ("bf16", "add", "0.0"),
+        ("i32", "add", "0"),
+        ("i32", "min", "2147483647"),
+        ("f32", "mul", "1.0"),
+    ] {
+        for (rows, cols) in [(37, 50), (300, 530), (5, 16)] {
+            if kind == "mul" && rows > 40 {
+                // A product of hundreds of random values leaves f32's range partway (the
+                // reference rounds its exact product once).
+                continue;
+            }
+            let src = format!(
+                "func @main(%0: {ty}[{rows},{cols}], %1: {ty}[{cols}]) -> {ty}[{cols}] {{
+  %2 = constant {{value = {init}}} : {ty}[]
+  %3 = reduce %0, %2 {{dimensions = [0], kind = {kind}}} : {ty}[{cols}]
+  %4 = add %3, %1 : {ty}[{cols}]
+  return %4
+}}
+"
+            );
+            common::agrees_on_random_inputs(&src, rows as u64);
+        }
+    }
+    common::agrees_on_random_inputs(
+        "func @main(%0: f32[4,33,40]) -> f32[4,40] {
+  %1 = constant {value = 0.0} : f32[]
+  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[4,40]
+  %3 = exponential %2 : f32[4,40]
+  return %3
+}
+",
+        3,
+    );
+}
