@@ -1153,7 +1153,7 @@ fn emit_kernel<'c>(
             b_trans,
             epilogue,
         } => {
-            let bl = gemm::Blocking::new(k.out.dtype, wide_vectors(for_host));
+            let bl = gemm::Blocking::new(k.out.dtype, wide_vectors(for_host), n);
             let split_columns = bl.split_columns(batch, rows, n, kk);
             // In place on a donated X: the epilogue X -/+ P s becomes the GEMM's update mode.
             let in_place = alias.and_then(|a| a.0.first());
@@ -2295,7 +2295,7 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
         Schedule::Gemm {
             batch, m, n, k: kk, ..
         } => {
-            let bl = gemm::Blocking::new(k.out.dtype, wide);
+            let bl = gemm::Blocking::new(k.out.dtype, wide, n);
             let rows = if bl.split_columns(batch, m, n, kk) {
                 (n as i64 + bl.nr() - 1) as usize / bl.nr() as usize
             } else {
@@ -2316,7 +2316,9 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
         Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => (1, 1),
     };
     let scratch = match k.schedule {
-        Schedule::Gemm { n, .. } => gemm::Blocking::new(k.out.dtype, wide).scratch_bytes(n as i64),
+        Schedule::Gemm { n, .. } => {
+            gemm::Blocking::new(k.out.dtype, wide, n).scratch_bytes(n as i64)
+        }
         _ => 0,
     };
     Launch {

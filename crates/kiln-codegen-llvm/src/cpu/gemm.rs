@@ -4,10 +4,13 @@
 //! - The columns are split into blocks of `nc`; the contraction into blocks of `kc`.
 //! - For each (column block, contraction block) the block of B is packed into scratch memory as
 //!   panels of `nr = nv * lanes` columns, each panel `kc` rows of `nr` contiguous, aligned
-//!   elements (the tail panel is padded with zeros).
+//!   elements (the tail panel is padded with zeros). B stored transposed is packed by
+//!   transposing `lanes` x `lanes` blocks in registers.
 //! - The rows are split into blocks of `mc`; each block of A is packed as slivers of `mr` rows,
 //!   interleaved so that one contraction step of a sliver is `mr` consecutive elements (rows past
-//!   the end are zeros).
+//!   the end are zeros): by vectors, transposing `mr` x `mr` blocks in registers when A is stored
+//!   by rows. A product with a single panel of columns reads A unpacked.
+//! - A product at most one vector wide uses a tile one vector wide and twice as tall.
 //! - The micro-kernel keeps an `mr` x `nr` tile of C in vector registers while one sliver of A
 //!   and one panel of B stream by: per contraction step, `nv` vector loads of B, `mr`
 //!   broadcasts of A and `mr * nv` fused multiply-adds.
@@ -19,7 +22,7 @@ use super::{Emitter, llvm};
 use crate::Result;
 use crate::kernel::ConvPatches;
 use inkwell::types::{BasicType, FloatType, VectorType};
-use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue};
+use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{AddressSpace, IntPredicate};
 use kiln_ir::DType;
 
@@ -51,12 +54,21 @@ impl Blocking {
     /// The blocking for `d` with 512-bit vectors (`wide`, 32 vector registers) or 256-bit ones
     /// (16 registers): the tile uses 24 (8 x 3) or 12 (6 x 2) accumulators, enough independent
     /// chains to hide the FMA latency on two FMA ports, and leaves registers for the B vectors.
-    pub(super) fn new(d: DType, wide: bool) -> Blocking {
+    ///
+    /// A product with at most one vector of columns (`n`; a classifier's 10 logits) uses tiles
+    /// one vector wide and twice as tall: the wide tile would multiply mostly the zeros padding
+    /// its panel.
+    pub(super) fn new(d: DType, wide: bool, n: usize) -> Blocking {
         let bytes = d.bytes() as i64;
         let lanes = ((if wide { 64 } else { 32 }) / bytes) as u32;
         // Measured on AVX-512 (matmul_1024/2048, two threads): 8 x 3 vectors with 512-step
         // contraction blocks beat 12 x 2, 6 x 4 and shorter blocks.
-        let (mr, nv, kc) = if wide { (8, 3, 512) } else { (6, 2, 256) };
+        let (mr, nv, kc) = match (wide, n <= lanes as usize) {
+            (true, false) => (8, 3, 512),
+            (true, true) => (16, 1, 512),
+            (false, false) => (6, 2, 256),
+            (false, true) => (12, 1, 256),
+        };
         let nr = lanes as i64 * nv;
         Blocking {
             bytes,
@@ -225,6 +237,34 @@ impl<'c> Gemm<'_, 'c> {
         self.bl.lanes * self.bl.bytes as u32
     }
 
+    /// Transposes `lanes` vectors of `lanes` elements (row `t` in, column `t` out): at each
+    /// level, rows `i` and `i + b` (bit `b` of `i` clear) swap their off-diagonal blocks of `b`
+    /// elements, for `b` = lanes/2 down to 1; two two-source shuffles per pair and level.
+    fn transpose(&self, mut r: Vec<VectorValue<'c>>) -> Result<Vec<VectorValue<'c>>> {
+        let em = self.x.em;
+        let n = r.len();
+        let i32t = em.ctx.i32_type();
+        let mask = |f: &dyn Fn(usize) -> usize| {
+            VectorType::const_vector(
+                &(0..n)
+                    .map(|k| i32t.const_int(f(k) as u64, false))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let mut b = n / 2;
+        while b >= 1 {
+            for i in (0..n).filter(|i| i & b == 0) {
+                let (a, c) = (r[i], r[i + b]);
+                let lo = mask(&|k| if k & b == 0 { k } else { n + k - b });
+                let hi = mask(&|k| if k & b == 0 { k + b } else { n + k });
+                r[i] = em.b.build_shuffle_vector(a, c, lo, "tl").map_err(llvm)?;
+                r[i + b] = em.b.build_shuffle_vector(a, c, hi, "th").map_err(llvm)?;
+            }
+            b /= 2;
+        }
+        Ok(r)
+    }
+
     /// `width` consecutive elements at `p[idx..]` as a vector (zeros past `width`), by scalar
     /// loads when `width` is short of a whole vector.
     fn load_cols(
@@ -328,14 +368,61 @@ impl<'c> Gemm<'_, 'c> {
         let (lanes, nr) = (self.bl.lanes as i64, self.bl.nr());
         let s_kk = x.slot()?;
         if self.b_trans {
-            // B is stored [n, k]: column by column, a contiguous read and a store every nr
-            // elements; columns past `width` are zeros.
+            // B is stored [n, k]. Whole panels: blocks of `lanes` columns by `lanes`
+            // contraction steps are loaded as one vector per column, transposed in registers
+            // and stored as one vector per step; the steps past the last whole block, and a
+            // tail panel, column by column as below.
+            let from = if width == nr {
+                let span = x.sub(kend, kb)?;
+                let whole = x.sub(
+                    span,
+                    x.em.b
+                        .build_int_signed_rem(span, x.c(lanes), "r")
+                        .map_err(llvm)?,
+                )?;
+                let kfull = x.add(kb, whole)?;
+                let s_kb = x.slot()?;
+                x.em.range_loop_ptr(s_kb, kb, kfull, lanes, &mut |_| {
+                    let k0 = x.get(s_kb)?;
+                    for v in 0..self.bl.nv {
+                        let rows: Vec<VectorValue<'c>> = (0..lanes)
+                            .map(|t| {
+                                let col = x.add(j, x.c(v * lanes + t))?;
+                                let at = x.add(x.add(b_base, x.mulc(col, self.k)?)?, k0)?;
+                                let l = self
+                                    .x
+                                    .em
+                                    .b
+                                    .build_load(self.vt, x.at(self.ft, self.b, at)?, "bt")
+                                    .map_err(llvm)?;
+                                Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
+                            })
+                            .collect::<Result<_>>()?;
+                        let cols = self.transpose(rows)?;
+                        for (u, c) in cols.into_iter().enumerate() {
+                            let step = x.addc(x.sub(k0, kb)?, u as i64)?;
+                            let dst = x.addc(x.mulc(step, nr)?, v * lanes)?;
+                            let st =
+                                x.em.b
+                                    .build_store(x.at(self.ft, panel, dst)?, c)
+                                    .map_err(llvm)?;
+                            st.set_alignment(self.vbytes()).map_err(llvm)?;
+                        }
+                    }
+                    Ok(())
+                })?;
+                kfull
+            } else {
+                kb
+            };
+            let kb_all = kb;
+            let kb = from;
             let s_jj = x.slot()?;
             return x.em.range_loop_ptr(s_jj, x.c(0), x.c(nr), 1, &mut |_| {
                 let jj = x.get(s_jj)?;
                 let col = x.add(j, jj)?;
                 let dst = |kk: IntValue<'c>| -> Result<PointerValue<'c>> {
-                    x.at(self.ft, panel, x.add(x.mulc(x.sub(kk, kb)?, nr)?, jj)?)
+                    x.at(self.ft, panel, x.add(x.mulc(x.sub(kk, kb_all)?, nr)?, jj)?)
                 };
                 let src = x.add(b_base, x.mulc(col, self.k)?)?;
                 self.strided_run(
@@ -415,9 +502,59 @@ impl<'c> Gemm<'_, 'c> {
         let x = &self.x;
         let (mr, kc) = (self.bl.mr, self.bl.kc);
         let (s_r, s_i) = (x.slot()?, x.slot()?);
+        // Whole slivers of a matrix go by vectors of `mr` elements: stored transposed ([k, m]),
+        // each contraction step of a sliver is `mr` consecutive elements already; stored by
+        // rows, blocks of `mr` rows by `mr` steps are transposed in registers.
+        let vectors = self.conv.is_none() && (self.a_trans || (mr as u64).is_power_of_two());
+        let mt = self.ft.vec_type(mr as u32);
         x.em.range_loop_ptr(s_r, ic, ic_end, mr, &mut |_| {
             let r = x.get(s_r)?;
             let sliver = x.mulc(x.sub(r, ic)?, kc)?;
+            let whole = x.cmp(IntPredicate::SLE, x.addc(r, mr)?, ic_end)?;
+            let from = if vectors {
+                let span = x.sub(kend, kb)?;
+                let step = if self.a_trans { 1 } else { mr };
+                let rem =
+                    x.em.b
+                        .build_int_signed_rem(span, x.c(step), "r")
+                        .map_err(llvm)?;
+                // Whole slivers: vectors up to the last whole block, the rest as below.
+                let kfull =
+                    x.em.b
+                        .build_select(whole, x.add(kb, x.sub(span, rem)?)?, kb, "kf")
+                        .map_err(llvm)?
+                        .into_int_value();
+                let s_k = x.slot()?;
+                x.em.range_loop_ptr(s_k, kb, kfull, step, &mut |em| {
+                    let k0 = x.get(s_k)?;
+                    let store = |u: i64, v: VectorValue<'c>| -> Result<()> {
+                        let at = x.add(sliver, x.mulc(x.addc(x.sub(k0, kb)?, u)?, mr)?)?;
+                        em.b.build_store(x.at(self.ft, self.packed_a, at)?, v)
+                            .map_err(llvm)?
+                            .set_alignment(self.bl.bytes as u32)
+                            .map_err(llvm)
+                    };
+                    let load = |at: IntValue<'c>| -> Result<VectorValue<'c>> {
+                        let l =
+                            em.b.build_load(mt, x.at(self.ft, self.a, at)?, "av")
+                                .map_err(llvm)?;
+                        Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
+                    };
+                    if self.a_trans {
+                        return store(0, load(self.a_at(self.a_row(r)?, k0)?)?);
+                    }
+                    let rows: Vec<VectorValue<'c>> = (0..mr)
+                        .map(|i| load(self.a_at(self.a_row(x.addc(r, i)?)?, k0)?))
+                        .collect::<Result<_>>()?;
+                    for (u, v) in self.transpose(rows)?.into_iter().enumerate() {
+                        store(u as i64, v)?;
+                    }
+                    Ok(())
+                })?;
+                kfull
+            } else {
+                kb
+            };
             x.em.range_loop_ptr(s_i, x.c(0), x.c(mr), 1, &mut |_| {
                 let i = x.get(s_i)?;
                 let row = x.add(r, i)?;
@@ -428,7 +565,7 @@ impl<'c> Gemm<'_, 'c> {
                 let src = self.a_row(row)?;
                 self.strided_run(
                     x.cmp(IntPredicate::SLT, row, ic_end)?,
-                    (kb, kend),
+                    (from, kend),
                     &|kk| x.at(self.ft, self.a, self.a_at(src, kk)?),
                     &dst,
                 )
@@ -451,6 +588,7 @@ impl<'c> Gemm<'_, 'c> {
         panel: PointerValue<'c>,
         kc: IntValue<'c>,
         first: IntValue<'c>,
+        direct: Option<IntValue<'c>>,
     ) -> Result<()> {
         let x = &self.x;
         let em = x.em;
@@ -494,6 +632,17 @@ impl<'c> Gemm<'_, 'c> {
                 },
             )?;
         }
+        // Unpacked A: where each row of the tile starts (rows past the block read the last
+        // one; their results are not stored).
+        let starts: Vec<IntValue<'c>> = match direct {
+            None => Vec::new(),
+            Some(_) => {
+                let last = x.sub(r_end, x.c(1))?;
+                (0..mr)
+                    .map(|i| self.a_row(x.min(x.addc(r, i)?, last)?))
+                    .collect::<Result<_>>()?
+            }
+        };
         let s_kk = x.slot()?;
         em.range_loop_ptr(s_kk, x.c(0), kc, 1, &mut |em: &Emitter<'c>| {
             let kk = x.get(s_kk)?;
@@ -509,9 +658,15 @@ impl<'c> Gemm<'_, 'c> {
                 .collect::<Result<_>>()?;
             let arow = x.mulc(kk, mr)?;
             for i in 0..mr {
-                let a =
-                    em.b.build_load(self.ft, x.at(self.ft, sliver, x.addc(arow, i)?)?, "a")
-                        .map_err(llvm)?;
+                let at = match direct {
+                    None => x.at(self.ft, sliver, x.addc(arow, i)?)?,
+                    Some(kb) => x.at(
+                        self.ft,
+                        self.a,
+                        self.a_at(starts[i as usize], x.add(kb, kk)?)?,
+                    )?,
+                };
+                let a = em.b.build_load(self.ft, at, "a").map_err(llvm)?;
                 let one =
                     em.b.build_insert_element(self.vt.get_undef(), a, x.c(0), "a1")
                         .map_err(llvm)?;
@@ -748,13 +903,28 @@ pub(super) fn emit<'c>(
                 x.em.range_loop_ptr(s_ic, r_lo, r_hi, bl.mc, &mut |_| {
                     let ic = x.get(s_ic)?;
                     let ic_end = x.min(x.addc(ic, bl.mc)?, r_hi)?;
-                    g.pack_a(ic, ic_end, kb, kend)?;
+                    // One panel: each sliver of A meets one panel, so the tile reads A where it
+                    // is instead of packing it first.
+                    let direct = g.conv.is_none() && n <= nr;
+                    if !direct {
+                        g.pack_a(ic, ic_end, kb, kend)?;
+                    }
                     let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
                         let panel = panel_of(j)?;
                         x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
                             let r = x.get(s_r)?;
                             let sliver = x.at(ft, g.packed_a, x.mulc(x.sub(r, ic)?, bl.kc)?)?;
-                            g.tile(r, ic_end, j, width, sliver, panel, kc, first)
+                            g.tile(
+                                r,
+                                ic_end,
+                                j,
+                                width,
+                                sliver,
+                                panel,
+                                kc,
+                                first,
+                                direct.then_some(kb),
+                            )
                         })
                     };
                     x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| slivers(x.get(s_j)?, nr))?;

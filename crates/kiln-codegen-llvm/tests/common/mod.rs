@@ -154,6 +154,27 @@ pub fn dimension_orders() {
             "[1]",
             "f64[130,33]",
         ),
+        // B stored transposed across whole panels (packed by in-register transposes of
+        // vector-square blocks), a contraction that is not a whole number of blocks, and a
+        // tail panel; batched too.
+        (
+            "f32[64,300]",
+            "f32[100,300]",
+            "[]",
+            "[]",
+            "[1]",
+            "[1]",
+            "f32[64,100]",
+        ),
+        (
+            "f32[2,20,70]",
+            "f32[2,130,70]",
+            "[0]",
+            "[0]",
+            "[2]",
+            "[2]",
+            "f32[2,20,130]",
+        ),
     ];
     for (a, b, lb, rb, lc, rc, out) in cases {
         let src = format!(
