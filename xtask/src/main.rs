@@ -313,7 +313,7 @@ fn dump(args: &[String]) -> Result {
         ensure_toolchain()?;
         println!("; LLVM IR before optimization");
         llvm_dump(None)?;
-        println!("; LLVM IR after O3 for this CPU");
+        println!("; LLVM IR after O2 for this CPU");
         return llvm_dump(Some("--optimized"));
     }
     let text = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;

@@ -1,7 +1,7 @@
 //! A persistent on-disk cache of compiled kernels.
 //!
 //! A function whose kernels are expensive to compile (any GEMM, or many kernels) is compiled
-//! ahead of time to a shared library: its LLVM module is optimized at O3, written as a
+//! ahead of time to a shared library: its LLVM module is optimized at O2, written as a
 //! position-independent object, linked by the system C compiler (`cc -shared`), and loaded with
 //! `dlopen`. The library is stored under a key hashed from the module's unoptimized IR, the
 //! CPU's name and features and LLVM's version, so the next process that compiles the same

@@ -1,5 +1,5 @@
 //! The CPU backend: a function becomes one LLVM module with a kernel per instruction,
-//! optimized at O3 for the host CPU and JIT-compiled, and run by a `kiln_runtime::Program`.
+//! optimized at O2 for the host CPU and JIT-compiled, and run by a `kiln_runtime::Program`.
 //! Every op has a kernel (constants are held, `optimization_barrier` passes values through);
 //! the runtime would run an instruction without one on the reference interpreter, and
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
@@ -1760,7 +1760,7 @@ fn build_module<'c>(
     Ok(m)
 }
 
-/// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O3 for this CPU.
+/// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O2 for this CPU.
 pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
     let f = &prepare(f, &printing_options())?;
@@ -1828,7 +1828,7 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
 }
 
 /// The module's kernels as a shared library: from the cache when an intact one is stored under
-/// the module's key (`true`), else compiled at O3 to an object, linked and stored (`false`).
+/// the module's key (`true`), else compiled at O2 to an object, linked and stored (`false`).
 ///
 /// A miss compiles the kernels on all cores: they are dealt into one module per thread
 /// (heaviest first, GEMMs weighing most), each optimized and turned into an object in its own
@@ -1842,10 +1842,13 @@ fn compile_cached(
     names: &[String],
 ) -> Result<(crate::cache::Library, bool)> {
     use inkwell::targets::{FileType, TargetMachine};
+    // The optimization pipeline is part of the key: a library built with other settings is
+    // not reused.
     let machine = format!(
-        "{} {}",
+        "{} {} {}",
         TargetMachine::get_host_cpu_name().to_string_lossy(),
-        TargetMachine::get_host_cpu_features().to_string_lossy()
+        TargetMachine::get_host_cpu_features().to_string_lossy(),
+        crate::PIPELINE
     );
     let key = crate::cache::key(&m.print_to_string().to_string(), &machine);
     if let Some(lib) = crate::cache::load(dir, &key, names) {
@@ -2176,7 +2179,7 @@ impl CpuExecutable {
                     clock.lap(if hit {
                         "load from the kernel cache"
                     } else {
-                        "LLVM O3, object code, link (stored in the kernel cache)"
+                        "LLVM O2, object code, link (stored in the kernel cache)"
                     });
                     for (i, k) in ks.iter().enumerate() {
                         if k.is_some() {
@@ -2199,7 +2202,7 @@ impl CpuExecutable {
             let m = build_module(ctx, f, ks, true, &aliases)?;
             clock.lap("emit LLVM IR");
             crate::optimize(&m, &crate::host_machine()?)?;
-            clock.lap("LLVM O3");
+            clock.lap("LLVM O2");
             let ee = m
                 .create_jit_execution_engine(OptimizationLevel::Aggressive)
                 .map_err(llvm)?;

@@ -64,7 +64,7 @@ impl Backend for Reference {
     }
 }
 
-/// The CPU backend: one LLVM kernel per instruction, O3 for the host CPU.
+/// The CPU backend: fused LLVM kernels, optimized at O2 for the host CPU.
 pub struct Cpu;
 
 struct CpuCompiled(kiln_codegen_llvm::cpu::CpuExecutable);
