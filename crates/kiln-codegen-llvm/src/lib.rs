@@ -434,8 +434,8 @@ fn ptx_machine() -> Result<TargetMachine> {
         .ok_or_else(|| Error::Llvm("cannot create an NVPTX target machine".into()))
 }
 
-/// LLVM's O2 pipeline (loop and SLP vectorization included), [`PIPELINE`]: measured against O3 in one
-/// process, alternating calls of both builds (MLP step, softmax, gelu, layernorm, matmul 1024;
+/// The optimization pipeline, LLVM's O2 (loop and SLP vectorization included): measured against
+/// O3 in one process, alternating calls of both builds (MLP step, softmax, gelu, layernorm, matmul 1024;
 /// 195 pairs each), neither won more than 55% of the pairs, and O2 compiles the MLP step's
 /// kernels in about 0.65 s instead of 1.0 s.
 const PIPELINE: &str = "default<O2>";
