@@ -154,6 +154,16 @@ pub fn dimension_orders() {
             "[1]",
             "f64[130,33]",
         ),
+        // 64 columns: the 6 x 4 tile (no padding), with row tails and contraction blocks.
+        (
+            "f32[203,700]",
+            "f32[700,64]",
+            "[]",
+            "[]",
+            "[1]",
+            "[0]",
+            "f32[203,64]",
+        ),
         // B stored transposed across whole panels (packed by in-register transposes of
         // vector-square blocks), a contraction that is not a whole number of blocks, and a
         // tail panel; batched too.
@@ -206,6 +216,13 @@ pub fn convolutions() {
             "f32[2,40,12,12]",
             "f32[37,40,3,3]",
             "f32[2,37,12,12]",
+            "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        // 64 output channels: the 6 x 4 tile.
+        (
+            "f32[2,16,10,10]",
+            "f32[64,16,3,3]",
+            "f32[2,64,10,10]",
             "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
         ),
         // Already in the GEMM's layouts, stride and dilation both 2, no padding.
