@@ -30,6 +30,9 @@ use kiln_ir::{DType, Func, ValueId, strides};
 
 /// Largest body (in expression nodes) a fused kernel may grow to.
 const MAX_NODES: usize = 400;
+/// Largest total of the bodies of a multi-output kernel (its outputs often repeat the same
+/// inlined producers, which the emitter computes once).
+const MAX_MERGED_NODES: usize = 2 * MAX_NODES;
 /// Largest arithmetic cost of a producer recomputed for every read of a user that reads each
 /// of its elements more than once.
 const CHEAP: usize = 3;
@@ -186,7 +189,7 @@ fn merge_siblings(f: &Func, out: &mut Fused) {
                 |k: &Kernel| nodes(&k.body) + k.extra.iter().map(|e| nodes(&e.body)).sum::<usize>();
             if ki.schedule != Schedule::Nest
                 || ki.out.shape != kj.out.shape
-                || size(ki) + size(kj) > MAX_NODES
+                || size(ki) + size(kj) > MAX_MERGED_NODES
             {
                 continue;
             }
@@ -566,9 +569,18 @@ fn inlinable(
     // in one kernel once. Users in different kernels each compute it, so only a few may.
     let reduces = has_reduce(&k.body);
     let n_users = users[v.index()].len();
-    if reduces && n_users > MAX_REDUCTION_USERS {
+    // Users over the same index space usually end up in one multi-output kernel (see
+    // `merge_siblings`), which computes the reduction once: count index spaces.
+    let mut spaces: Vec<&[usize]> = users[v.index()]
+        .iter()
+        .map(|&u| f.values[f.insts[u].results[0].index()].shape.as_slice())
+        .collect();
+    spaces.sort_unstable();
+    spaces.dedup();
+    if reduces && spaces.len() > MAX_REDUCTION_USERS {
         return Err(format!(
-            "computes a reduction and has {n_users} users (at most {MAX_REDUCTION_USERS} may recompute it)"
+            "computes a reduction and has {n_users} users over {} index spaces (at most {MAX_REDUCTION_USERS} may recompute it)",
+            spaces.len()
         ));
     }
     if inst.results.len() != 1 || k.schedule != Schedule::Nest {
@@ -660,7 +672,8 @@ fn inlinable(
     Ok(why.join("; "))
 }
 
-/// Users (kernels) a reduction may be inlined into; each computes it once.
+/// Users (kernels, counted by index space) a reduction may be inlined into; each computes it
+/// once.
 const MAX_REDUCTION_USERS: usize = 3;
 
 /// How many times a kernel over `outer` positions evaluates input `j` of `e` when a reduction
