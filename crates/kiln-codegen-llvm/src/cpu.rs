@@ -16,7 +16,8 @@ use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicTypeEnum, FloatType, IntType};
 use inkwell::values::{
-    BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue,
+    BasicValue, BasicValueEnum, FloatValue, FunctionValue, InstructionValue, IntValue,
+    MetadataValue, PointerValue,
 };
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::{
@@ -60,6 +61,11 @@ struct Emitter<'c> {
     /// Reductions already computed ahead of the loops that use them, by [`value_key`]; each
     /// entry dominates the code emitted while it is present.
     hoisted: std::cell::RefCell<Vec<(String, BasicValueEnum<'c>)>>,
+    /// In a multi-output kernel: alias scopes saying that reads of the inputs (and of the
+    /// pointer table) never touch the extra outputs, as `(inputs, extra outputs)` scope lists.
+    /// Without them LLVM must assume every store to an extra output may change any input, and
+    /// neither vectorizes the loops nor hoists the row constants out of them.
+    scopes: std::cell::Cell<Option<(MetadataValue<'c>, MetadataValue<'c>)>>,
 }
 
 fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
@@ -170,16 +176,33 @@ impl<'c> Emitter<'c> {
                 .build_in_bounds_gep(ptr, self.inputs.get(), &[self.i64c(input as i64)], "slot")
         }
         .map_err(llvm)?;
-        let base = self
-            .b
-            .build_load(ptr, slot, "base")
-            .map_err(llvm)?
-            .into_pointer_value();
+        let base = self.b.build_load(ptr, slot, "base").map_err(llvm)?;
+        self.scope_input(base)?;
+        let base = base.into_pointer_value();
         let st = storage(self.ctx, d);
         // SAFETY (of the emitted code): the verifier bounds every index inside the buffer.
         let p = unsafe { self.b.build_gep(st, base, &[idx], "p") }.map_err(llvm)?;
         let raw = self.b.build_load(st, p, "x").map_err(llvm)?;
+        self.scope_input(raw)?;
         self.load_value(d, raw)
+    }
+
+    /// Marks a load as a read of the inputs (see [`Emitter::scopes`]).
+    fn scope_input(&self, v: BasicValueEnum<'c>) -> Result<()> {
+        self.scope(v.as_instruction_value(), false)
+    }
+
+    /// Puts `inst` in the inputs' scope (a load) or the extra outputs' (`extra`, a store),
+    /// with no alias in the other.
+    fn scope(&self, inst: Option<InstructionValue<'c>>, extra: bool) -> Result<()> {
+        let (Some(inst), Some((ins, outs))) = (inst, self.scopes.get()) else {
+            return Ok(());
+        };
+        let (own, other) = if extra { (outs, ins) } else { (ins, outs) };
+        inst.set_metadata(own, self.ctx.get_kind_id("alias.scope"))
+            .map_err(llvm)?;
+        inst.set_metadata(other, self.ctx.get_kind_id("noalias"))
+            .map_err(llvm)
     }
 
     fn load_value(&self, d: DType, raw: BasicValueEnum<'c>) -> Result<BasicValueEnum<'c>> {
@@ -1113,6 +1136,7 @@ fn emit_kernel<'c>(
         inputs: std::cell::Cell::new(inputs),
         vars,
         hoisted: Default::default(),
+        scopes: Default::default(),
     };
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
         // The pointer table with each in-place input's slot replaced by its output's pointer.
@@ -1142,7 +1166,23 @@ fn emit_kernel<'c>(
         em.inputs.set(table);
     }
     match k.schedule {
-        Schedule::Nest => emit_nest(&em, k, out, lo, hi)?,
+        Schedule::Nest => {
+            // Extra outputs are fresh buffers or arena slots apart from every live input,
+            // except one written in place of a donated input (which the kernel reads through
+            // it): then no scopes.
+            let extra_in_place = alias.is_some_and(|a| a.0.iter().any(|&(_, o)| o > 0));
+            if !k.extra.is_empty() && !extra_in_place {
+                let md = |s: &str| ctx.metadata_string(s);
+                let domain = ctx.metadata_node(&[md(&format!("kiln.{name}.domain")).into()]);
+                let scope = |what: &str| {
+                    let s = ctx
+                        .metadata_node(&[md(&format!("kiln.{name}.{what}")).into(), domain.into()]);
+                    ctx.metadata_node(&[s.into()])
+                };
+                em.scopes.set(Some((scope("inputs"), scope("extra"))));
+            }
+            emit_nest(&em, k, out, lo, hi)?
+        }
         Schedule::Gemm {
             batch,
             m: rows,
@@ -1510,11 +1550,9 @@ fn emit_nest<'c>(
                 em.b.build_in_bounds_gep(ptr, em.inputs.get(), &[em.i64c(x.slot as i64)], "slot")
             }
             .map_err(llvm)?;
-            let base =
-                em.b.build_load(ptr, slot, "xo")
-                    .map_err(llvm)?
-                    .into_pointer_value();
-            values.push((x.out.dtype, base, em.expr(&x.body)?));
+            let base = em.b.build_load(ptr, slot, "xo").map_err(llvm)?;
+            em.scope_input(base)?;
+            values.push((x.out.dtype, base.into_pointer_value(), em.expr(&x.body)?));
         }
         let mut idx = em.i64c(0);
         for (d, &stride) in ost.iter().enumerate() {
@@ -1523,13 +1561,16 @@ fn emit_nest<'c>(
                     .map_err(llvm)?;
             idx = em.b.build_int_add(idx, t, "i").map_err(llvm)?;
         }
-        for (dtype, base, v) in values {
+        for (n, (dtype, base, v)) in values.into_iter().enumerate() {
             let v = em.store_value(dtype, v)?;
             let st = storage(em.ctx, dtype);
             // SAFETY (of the emitted code): idx is below the output's element count, which
             // every output of the kernel shares.
             let p = unsafe { em.b.build_in_bounds_gep(st, base, &[idx], "po") }.map_err(llvm)?;
-            em.b.build_store(p, v).map_err(llvm)?;
+            let s = em.b.build_store(p, v).map_err(llvm)?;
+            if n > 0 {
+                em.scope(Some(s), true)?;
+            }
         }
         Ok(())
     };
