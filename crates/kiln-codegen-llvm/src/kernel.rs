@@ -1194,6 +1194,26 @@ fn key_expr(e: &Expr, bound: &mut Vec<usize>, s: &mut String) {
 
 fn key_idx(i: &Idx, bound: &mut Vec<usize>, s: &mut String) {
     use std::fmt::Write as _;
+    // An affine index by its terms: inlining a producer wraps its indices in sums with zeros
+    // (`((v0 + 0) + 0)`), which must not make equal values look different.
+    if let Some((terms, c)) = affine(i) {
+        let mut merged: Vec<(String, i64)> = Vec::new();
+        for (v, k) in terms {
+            let name = key_var(v, bound);
+            match merged.iter_mut().find(|t| t.0 == name) {
+                Some(t) => t.1 += k,
+                None => merged.push((name, k)),
+            }
+        }
+        merged.retain(|t| t.1 != 0);
+        merged.sort();
+        s.push_str("a(");
+        for (name, k) in merged {
+            let _ = write!(s, "{name}*{k},");
+        }
+        let _ = write!(s, "{c})");
+        return;
+    }
     match i {
         Idx::Var(v) => s.push_str(&key_var(*v, bound)),
         Idx::Const(c) => {
@@ -1499,5 +1519,39 @@ fn visit_idx(i: &Idx, f: &mut dyn FnMut(&Expr)) {
         Idx::Add(xs) => xs.iter().for_each(|x| visit_idx(x, f)),
         Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => visit_idx(x, f),
         Idx::Var(_) | Idx::Const(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inlined producers wrap indices in sums with zeros; equal values keep equal keys.
+    #[test]
+    fn value_keys_see_through_zero_sums() {
+        let gather = |index: Idx| Expr::Gather {
+            input: 1,
+            dtype: DType::F32,
+            index: vec![index],
+            strides: vec![1],
+        };
+        let plain = Idx::Add(vec![Idx::Mul(Box::new(Idx::Var(0)), 1024), Idx::Var(1)]);
+        let wrapped = Idx::Add(vec![
+            Idx::Const(0),
+            Idx::Mul(
+                Box::new(Idx::Add(vec![
+                    Idx::Add(vec![Idx::Var(0), Idx::Const(0)]),
+                    Idx::Const(0),
+                ])),
+                1024,
+            ),
+            Idx::Mul(Box::new(Idx::Var(1)), 1),
+        ]);
+        assert_eq!(
+            value_key(&gather(plain.clone())),
+            value_key(&gather(wrapped))
+        );
+        let other = Idx::Add(vec![Idx::Mul(Box::new(Idx::Var(0)), 1024), Idx::Var(2)]);
+        assert_ne!(value_key(&gather(plain)), value_key(&gather(other)));
     }
 }
