@@ -405,6 +405,39 @@ impl<'c> Emitter<'c> {
 
     /// A stack slot in the entry block (allocas elsewhere would grow the stack on every
     /// iteration and are not promoted to registers).
+    /// A pointer table of `len` slots, slot `i` holding `pick(i)` or else slot `i` of the
+    /// current table, which it then replaces (in-place kernels and GEMM epilogues read some
+    /// buffers through other pointers than the runtime passed). Returns the previous table.
+    fn swap_pointer_table(
+        &self,
+        len: usize,
+        pick: &dyn Fn(usize) -> Option<PointerValue<'c>>,
+    ) -> Result<PointerValue<'c>> {
+        let ptr = self.ctx.ptr_type(AddressSpace::default());
+        let table = self.entry_alloca(ptr.array_type(len as u32).into())?;
+        let old = self.inputs.get();
+        for i in 0..len {
+            // SAFETY (of the emitted code): i is below both tables' lengths.
+            let at = |base| unsafe {
+                self.b
+                    .build_in_bounds_gep(ptr, base, &[self.i64c(i as i64)], "slot")
+            };
+            let p = match pick(i) {
+                Some(p) => p,
+                None => self
+                    .b
+                    .build_load(ptr, at(old).map_err(llvm)?, "in")
+                    .map_err(llvm)?
+                    .into_pointer_value(),
+            };
+            self.b
+                .build_store(at(table).map_err(llvm)?, p)
+                .map_err(llvm)?;
+        }
+        self.inputs.set(table);
+        Ok(old)
+    }
+
     fn entry_alloca(&self, ty: BasicTypeEnum<'c>) -> Result<PointerValue<'c>> {
         let entry = self
             .f
@@ -1139,31 +1172,25 @@ fn emit_kernel<'c>(
         scopes: Default::default(),
     };
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
-        // The pointer table with each in-place input's slot replaced by its output's pointer.
-        let table = em.entry_alloca(ptr.array_type(*slots as u32).into())?;
-        let at = |base: PointerValue<'c>, i: usize| {
-            // SAFETY (of the emitted code): i is below the table's and the inputs' length.
-            unsafe {
-                em.b.build_in_bounds_gep(ptr, base, &[em.i64c(i as i64)], "slot")
-            }
-            .map_err(llvm)
-        };
-        let load = |i: usize| -> Result<PointerValue<'c>> {
-            Ok(em
-                .b
-                .build_load(ptr, at(inputs, i)?, "in")
-                .map_err(llvm)?
-                .into_pointer_value())
-        };
-        for i in 0..*slots {
-            let p = match pairs.iter().find(|p| p.0 == i) {
-                Some(&(_, 0)) => out,
-                Some(&(_, o)) => load(k.extra[o - 1].slot)?,
-                None => load(i)?,
-            };
-            em.b.build_store(at(table, i)?, p).map_err(llvm)?;
-        }
-        em.inputs.set(table);
+        // Each in-place input's slot holds its output's pointer: `out`, or an extra output's
+        // (whose own slot is left as it is).
+        let targets: Vec<(usize, PointerValue<'c>)> = pairs
+            .iter()
+            .map(|&(q, o)| {
+                if o == 0 {
+                    return Ok((q, out));
+                }
+                let slot = k.extra[o - 1].slot as i64;
+                // SAFETY (of the emitted code): the slot is in the runtime's pointer table.
+                let at = unsafe {
+                    em.b.build_in_bounds_gep(ptr, inputs, &[em.i64c(slot)], "slot")
+                }
+                .map_err(llvm)?;
+                let p = em.b.build_load(ptr, at, "xo").map_err(llvm)?;
+                Ok((q, p.into_pointer_value()))
+            })
+            .collect::<Result<_>>()?;
+        em.swap_pointer_table(*slots, &|i| targets.iter().find(|t| t.0 == i).map(|t| t.1))?;
     }
     match k.schedule {
         Schedule::Nest => {
@@ -1258,25 +1285,9 @@ fn emit_epilogue<'c>(
     m: usize,
     n: usize,
 ) -> Result<()> {
-    let ptr = em.ctx.ptr_type(AddressSpace::default());
     let i64t = em.ctx.i64_type();
     // The kernel's inputs with the product (this kernel's output buffer) after them.
-    let table = em.entry_alloca(ptr.array_type(product as u32 + 1).into())?;
-    let slot = |base: PointerValue<'c>, i: usize| {
-        // SAFETY (of the emitted code): i is within the table.
-        unsafe {
-            em.b.build_in_bounds_gep(ptr, base, &[em.i64c(i as i64)], "slot")
-        }
-        .map_err(llvm)
-    };
-    for i in 0..product {
-        let p =
-            em.b.build_load(ptr, slot(em.inputs.get(), i)?, "in")
-                .map_err(llvm)?;
-        em.b.build_store(slot(table, i)?, p).map_err(llvm)?;
-    }
-    em.b.build_store(slot(table, product)?, out).map_err(llvm)?;
-    let saved = em.inputs.replace(table);
+    let saved = em.swap_pointer_table(product + 1, &|i| (i == product).then_some(out))?;
     let shape = &k.out.shape;
     let split = crate::fuse::row_split(shape, m, n).ok_or_else(|| {
         Error::Llvm(format!(
@@ -2335,11 +2346,13 @@ fn host_cpu() -> (String, String) {
 
 /// How the runtime calls `k` when compiled with 512-bit vectors (`wide`) or not.
 fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
+    let mut scratch = 0;
     let (rows, work) = match k.schedule {
         Schedule::Gemm {
             batch, m, n, k: kk, ..
         } => {
             let bl = gemm::Blocking::new(k.out.dtype, wide, n);
+            scratch = bl.scratch_bytes(n as i64);
             let rows = if bl.split_columns(batch, m, n, kk) {
                 (n as i64 + bl.nr() - 1) as usize / bl.nr() as usize
             } else {
@@ -2358,12 +2371,6 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
         ),
         // Updates may hit the same position: one thread, in order.
         Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => (1, 1),
-    };
-    let scratch = match k.schedule {
-        Schedule::Gemm { n, .. } => {
-            gemm::Blocking::new(k.out.dtype, wide, n).scratch_bytes(n as i64)
-        }
-        _ => 0,
     };
     Launch {
         rows,

@@ -287,13 +287,8 @@ pub fn in_place(
         return out;
     }
     let mut last: Vec<Option<usize>> = vec![None; f.values.len()];
-    for (i, inst) in f.insts.iter().enumerate() {
-        let reads = match steps[i] {
-            Step::Fused | Step::Merged => continue,
-            Step::Kernel => &fused.operands[i],
-            _ => &inst.operands,
-        };
-        for v in reads {
+    for i in 0..n {
+        for v in step_reads(f, fused, i) {
             last[v.index()] = Some(i);
         }
     }
