@@ -1814,11 +1814,9 @@ fn build_module<'c>(
 
 /// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O2 for this CPU.
 pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
-    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let f = &prepare(f, &printing_options())?;
+    let (f, fused) = lowered_for_printing(f)?;
     let ctx = Context::create();
-    let ks = fused_kernels(f).kernels;
-    let m = build_module(&ctx, f, &ks, optimized, &[])?;
+    let m = build_module(&ctx, &f, &fused.kernels, optimized, &[])?;
     if optimized {
         crate::optimize(&m, &crate::host_machine()?)?;
     }
@@ -1991,10 +1989,68 @@ impl PhaseClock {
 /// `f` as the backend lowers it (optimized and canonicalized with the reference machine's
 /// costs, so the text is the same on every machine) and its fusion: what the dumps print.
 fn lowered_for_printing(f: &Func) -> Result<(Func, crate::fuse::Fused)> {
+    lowered_for_printing_donating(f, &[]).map(|(g, fused, _)| (g, fused))
+}
+
+/// [`lowered_for_printing`] for the parameters `p` with `donated[p]` donated (scheduling
+/// depends on them), with the line saying what scheduling decided.
+fn lowered_for_printing_donating(
+    f: &Func,
+    donated: &[bool],
+) -> Result<(Func, crate::fuse::Fused, String)> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
     let g = prepare(f, &printing_options())?;
     let fused = fused_kernels(&g);
-    Ok((g, fused))
+    scheduled(g, fused, donated)
+}
+
+/// The fused program `f`, `fused` in the order [`crate::schedule::step_order`] picks, fused
+/// again, when that lowers the memory plan's peak without adding kernels; else as it is. With
+/// it, one line saying which order was kept and the peaks of both.
+fn scheduled(
+    f: Func,
+    fused: crate::fuse::Fused,
+    donated: &[bool],
+) -> Result<(Func, crate::fuse::Fused, String)> {
+    let peak = |g: &Func, fz: &crate::fuse::Fused| {
+        let steps = steps_of(g, fz);
+        let in_place = crate::fuse::in_place(g, fz, &steps, donated);
+        let no_scratch = vec![0; g.insts.len()];
+        kiln_runtime::plan::plan(g, &steps, &fz.operands, &no_scratch, &in_place, &fz.extra)
+            .peak_bytes()
+    };
+    let count = |fz: &crate::fuse::Fused| fz.kernels.iter().flatten().count();
+    let order = crate::schedule::step_order(&f, &fused, donated);
+    let before = peak(&f, &fused);
+    if order.windows(2).all(|w| w[0] < w[1]) {
+        let note = format!("schedule: program order (the memory-aware order; peak {before} bytes)");
+        return Ok((f, fused, note));
+    }
+    let g = crate::schedule::reorder(&f, &fused, &order)
+        .map_err(|e| Error::Llvm(format!("scheduling @{}: {e}", f.name)))?;
+    let refused = fused_kernels(&g);
+    if crate::fuse::check_legal(&g, &refused).is_ok() {
+        let after = peak(&g, &refused);
+        if after < before && count(&refused) <= count(&fused) {
+            let moved = order
+                .iter()
+                .enumerate()
+                .filter(|(k, u)| order[..*k].iter().any(|w| w > u))
+                .count();
+            let note = format!(
+                "schedule: {moved} step(s) moved earlier for memory; peak {before} -> {after} bytes"
+            );
+            return Ok((g, refused, note));
+        }
+        let note = format!(
+            "schedule: program order (peak {before} bytes; the memory-aware order peaks at \
+             {after} bytes with {} kernels)",
+            count(&refused)
+        );
+        return Ok((f, fused, note));
+    }
+    let note = format!("schedule: program order (peak {before} bytes)");
+    Ok((f, fused, note))
 }
 
 /// How each instruction of the prepared function `f` runs, given its fusion.
@@ -2023,7 +2079,7 @@ pub fn describe_memory(f: &Func) -> Result<String> {
 /// [`describe_memory`] for a function whose parameters `p` with `donated[p]` are donated: the
 /// plan also lists the results written in place into their buffers.
 pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
-    let (g, fused) = lowered_for_printing(f)?;
+    let (g, fused, note) = lowered_for_printing_donating(f, donated)?;
     let steps = steps_of(&g, &fused);
     let in_place = crate::fuse::in_place(&g, &fused, &steps, donated);
     // The 256-bit blocking's scratch, so the text is the same on every machine.
@@ -2040,7 +2096,7 @@ pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
         &in_place,
         &fused.extra,
     );
-    Ok(format!("{g}\n{plan}"))
+    Ok(format!("{g}\n{note}\n{plan}"))
 }
 
 /// The fused graph in Graphviz dot: one box per kernel (its member ops inside), edges for the
@@ -2170,11 +2226,16 @@ impl CpuExecutable {
         let mut clock = PhaseClock::new(&f.name);
         let canonical = prepare(f, &kiln_opt::Options::from_env())?;
         clock.lap("optimize and canonicalize the graph");
-        let f = &canonical;
-        let fused = fused_kernels(f);
-        crate::fuse::check_legal(f, &fused)
-            .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", f.name)))?;
+        let fused = fused_kernels(&canonical);
+        crate::fuse::check_legal(&canonical, &fused)
+            .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", canonical.name)))?;
         clock.lap("fuse");
+        let (scheduled, fused, note) = scheduled(canonical, fused, donated)?;
+        if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
+            eprintln!("// kiln: {note}");
+        }
+        clock.lap("schedule");
+        let f = &scheduled;
         let ks = &fused.kernels;
         let steps = steps_of(f, &fused);
         let in_place = crate::fuse::in_place(f, &fused, &steps, donated);

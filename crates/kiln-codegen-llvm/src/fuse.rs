@@ -158,7 +158,7 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
 
 /// The values step `u` of the fused program reads: a kernel's buffers, or the operands of an
 /// instruction that runs without a kernel (nothing for one computed elsewhere).
-fn step_reads<'a>(f: &'a Func, fused: &'a Fused, u: usize) -> &'a [ValueId] {
+pub(crate) fn step_reads<'a>(f: &'a Func, fused: &'a Fused, u: usize) -> &'a [ValueId] {
     if fused.kernels[u].is_some() {
         &fused.operands[u]
     } else if fused.inlined[u] || fused.merged_into[u].is_some() {
@@ -297,31 +297,19 @@ pub fn in_place(
             continue;
         }
         let Some(i) = last[v.index()] else { continue };
-        let (Step::Kernel, Some(k)) = (&steps[i], &fused.kernels[i]) else {
-            continue;
-        };
-        let ops = &fused.operands[i];
-        let Some(q) = ops.iter().position(|&o| o == v) else {
-            continue;
-        };
-        if ops.iter().filter(|&&o| o == v).count() != 1 {
+        if steps[i] != Step::Kernel {
             continue;
         }
-        // The kernel's outputs: its result, then its extra results.
+        let Some(q) = can_update(f, fused, i, v) else {
+            continue;
+        };
+        let k = fused.kernels[i].as_ref().expect("checked by can_update");
         let bodies: Vec<&Expr> = std::iter::once(&k.body)
             .chain(k.extra.iter().map(|x| &x.body))
             .collect();
         let results: Vec<ValueId> = std::iter::once(f.insts[i].results[0])
             .chain(fused.extra[i].iter().copied())
             .collect();
-        let legal = match k.schedule {
-            Schedule::Nest => bodies.iter().all(|b| reads_only_own_position(b, q, &k.out)),
-            Schedule::Gemm { .. } => gemm_update(k, q).is_some(),
-            _ => false,
-        };
-        if !legal {
-            continue;
-        }
         // A free output of the parameter's type, preferring one computed from it (the update
         // of that parameter).
         let free = |o: usize| {
@@ -337,6 +325,32 @@ pub fn in_place(
         }
     }
     out
+}
+
+/// Whether kernel `i` may write a result into the buffer of parameter `v` once it is `v`'s last
+/// reader: the operand index `q` it reads `v` as, when it reads `v` through one operand, only at
+/// the position it writes (outside reductions, or as the GEMM update `X - P s`), and has a
+/// result of `v`'s type. [`in_place`] uses it for the last readers of donated parameters;
+/// [`crate::schedule`] runs such kernels after `v`'s other readers.
+pub fn can_update(f: &Func, fused: &Fused, i: usize, v: ValueId) -> Option<usize> {
+    let k = fused.kernels[i].as_ref()?;
+    let ops = &fused.operands[i];
+    let q = ops.iter().position(|&o| o == v)?;
+    if ops.iter().filter(|&&o| o == v).count() != 1 {
+        return None;
+    }
+    let legal = match k.schedule {
+        Schedule::Nest => std::iter::once(&k.body)
+            .chain(k.extra.iter().map(|x| &x.body))
+            .all(|b| reads_only_own_position(b, q, &k.out)),
+        Schedule::Gemm { .. } => gemm_update(k, q).is_some(),
+        _ => false,
+    };
+    let ty = &f.values[v.index()];
+    let typed = f.values[f.insts[i].results[0].index()] == *ty
+        || (k.schedule == Schedule::Nest
+            && fused.extra[i].iter().any(|r| f.values[r.index()] == *ty));
+    (legal && typed).then_some(q)
 }
 
 /// For a GEMM kernel whose epilogue updates its input `q` by the product, `X - P s`,

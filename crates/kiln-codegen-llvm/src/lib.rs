@@ -27,6 +27,7 @@ mod canon;
 pub mod cpu;
 pub mod fuse;
 pub mod kernel;
+pub mod schedule;
 
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;

@@ -200,3 +200,42 @@ fn a_multi_output_kernel_updates_several_donated_parameters() {
         close(g, w).unwrap();
     }
 }
+
+#[test]
+fn an_update_written_before_a_later_reader_is_scheduled_after_it_and_runs_in_place() {
+    // The update of %0 comes first in program order and the loss (a reduction over %0) after
+    // it, so in program order the update is not %0's last reader and cannot overwrite it. The
+    // schedule runs the loss first; the update then writes into %0's buffer.
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f32[64], %1: f32[64]) -> (f32[64], f32[]) {
+  %2 = constant {value = 0.1} : f32[]
+  %3 = broadcast_in_dim %2 {broadcast_dimensions = []} : f32[64]
+  %4 = multiply %1, %3 : f32[64]
+  %5 = subtract %0, %4 : f32[64]
+  %6 = constant {value = 0.0} : f32[]
+  %7 = multiply %0, %0 : f32[64]
+  %8 = reduce %7, %6 {dimensions = [0], kind = add} : f32[]
+  return %5, %8
+}
+",
+    )
+    .unwrap();
+    let args = random_args(&f, 11);
+    let want = kiln_reference::eval(&f, &args).unwrap();
+    let donated = [true, false];
+    let plan = describe_memory_donating(&f, &donated).unwrap();
+    assert!(
+        plan.contains("schedule: 1 step(s) moved earlier"),
+        "the loss moves before the update:\n{plan}"
+    );
+    let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
+    assert_eq!(e.memory_plan().in_place.len(), 1, "{plan}");
+    let (got, same) = run_donating(&e, &args, &donated);
+    assert_eq!(same, [true, false], "the update lives in %0's buffer");
+    for (g, w) in got.iter().zip(&want) {
+        close(g, w).unwrap();
+    }
+    // Without donation there is nothing to gain: program order stays.
+    let plain = describe_memory_donating(&f, &[false, false]).unwrap();
+    assert!(plain.contains("schedule: program order"), "{plain}");
+}

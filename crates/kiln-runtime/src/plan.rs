@@ -3,7 +3,7 @@
 //! A kernel's result that only kernels read, and that is not returned, is an intermediate: it
 //! lives in the arena from the step that writes it to the last step that reads it. Steps are
 //! scanned in program order; a buffer is placed in the smallest free block that holds it (or
-//! at the arena's end), and its block is freed after its last reader, so a later step reuses
+//! at the arena's end, taking in a free block that ends there), and its block is freed after its last reader, so a later step reuses
 //! it. A kernel's result never shares memory with its own inputs: kernels are compiled with
 //! their output marked `noalias`. Outputs are separate buffers, since they move out to the
 //! caller.
@@ -146,10 +146,18 @@ pub fn plan(
                     }
                     off
                 }
-                None => {
-                    end += size;
-                    end - size
-                }
+                // A free block at the arena's end grows into the new buffer.
+                None => match free.last() {
+                    Some(&(off, len)) if off + len == end => {
+                        free.pop();
+                        end = off + size;
+                        off
+                    }
+                    _ => {
+                        end += size;
+                        end - size
+                    }
+                },
             };
             out.slots[v.index()] = Some(Slot {
                 offset,
