@@ -2005,8 +2005,9 @@ fn lowered_for_printing_donating(
 }
 
 /// The fused program `f`, `fused` in the order [`crate::schedule::step_order`] picks, fused
-/// again, when that lowers the memory plan's peak without adding kernels; else as it is. With
-/// it, one line saying which order was kept and the peaks of both.
+/// again, when that lowers the memory plan's peak without adding kernels; else (and with
+/// `KILN_SCHEDULE=0` in the environment, for measuring) as it is. With it, one line saying
+/// which order was kept and the peaks of both.
 fn scheduled(
     f: Func,
     fused: crate::fuse::Fused,
@@ -2020,8 +2021,12 @@ fn scheduled(
             .peak_bytes()
     };
     let count = |fz: &crate::fuse::Fused| fz.kernels.iter().flatten().count();
-    let order = crate::schedule::step_order(&f, &fused, donated);
     let before = peak(&f, &fused);
+    if std::env::var("KILN_SCHEDULE").is_ok_and(|v| v == "0") {
+        let note = format!("schedule: program order (KILN_SCHEDULE=0; peak {before} bytes)");
+        return Ok((f, fused, note));
+    }
+    let order = crate::schedule::step_order(&f, &fused, donated);
     if order.windows(2).all(|w| w[0] < w[1]) {
         let note = format!("schedule: program order (the memory-aware order; peak {before} bytes)");
         return Ok((f, fused, note));

@@ -4,7 +4,8 @@
 //! declaration; attributes and result types in meta leaves). The rules of the rule files
 //! ([`rules`]: algebra, layout, reductions; each one line, tagged `exact` or `reassoc`) grow it
 //! until it saturates or a limit is hit, constant folding runs as the e-graph's analysis
-//! ([`analysis`]), and extraction picks the cheapest program under the cost model ([`cost`]).
+//! ([`analysis`]), and extraction picks the cheapest program under the cost model ([`cost`]),
+//! each value paid for once ([`extract`]).
 //!
 //! ```
 //! use kiln_ir::parse_func_text;
@@ -19,6 +20,7 @@
 
 pub mod analysis;
 pub mod cost;
+pub mod extract;
 pub mod lang;
 pub mod rules;
 
@@ -89,6 +91,11 @@ pub struct Report {
     pub cost_before: f64,
     /// Estimated cost of the extracted program.
     pub cost_after: f64,
+    /// Estimated cost of the program egg's tree extraction picks (each use of a value paid for
+    /// again), counted like `cost_after`.
+    pub tree_cost: f64,
+    /// Classes of the extracted program whose node differs from the tree extraction's.
+    pub dag_changed: usize,
     /// Rule applications dropped because they would change a type (must be zero).
     pub type_mismatches: usize,
     /// For each value of the result whose class held other programs: the op kept and the
@@ -108,6 +115,13 @@ impl fmt::Display for Report {
             "cost: {:.1} ns -> {:.1} ns (estimated)",
             self.cost_before, self.cost_after
         )?;
+        if self.dag_changed > 0 {
+            writeln!(
+                f,
+                "extraction: {} class(es) changed from the tree choice ({:.1} ns) for shared work",
+                self.dag_changed, self.tree_cost
+            )?;
+        }
         if self.applied.is_empty() {
             writeln!(f, "rules applied: none")?;
         } else {
@@ -270,8 +284,7 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
         });
         let roots = add_func(&mut plain, f);
         plain.rebuild();
-        let ex = Extractor::new(&plain, CostModel::new(&plain, opts.machine));
-        roots.iter().map(|&r| ex.find_best_cost(r)).sum()
+        extract::extract(&plain, &roots, opts.machine).cost
     };
     let (runner, roots) = saturate(f, opts);
     let eg = &runner.egraph;
@@ -284,9 +297,10 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
     let mut applied: Vec<(String, usize)> = applied.into_iter().filter(|(_, n)| *n > 0).collect();
     applied.sort();
     let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
-    let cost_after = roots.iter().map(|&r| ex.find_best_cost(r)).sum();
-    let (out, values) = build_func_with_values(eg, f, &roots, |c| ex.find_best_node(c).clone())?;
-    let rejected = rejected_alternatives(eg, &ex, &CostModel::new(eg, opts.machine), &values);
+    let chosen = extract::extract(eg, &roots, opts.machine);
+    let (out, values) = build_func_with_values(eg, f, &roots, |c| chosen.node(eg, c).clone())?;
+    let rejected =
+        rejected_alternatives(eg, &ex, &chosen, &CostModel::new(eg, opts.machine), &values);
     kiln_ir::verify(&out).map_err(|e| format!("the optimized program does not verify: {e}"))?;
     let stop = stop_text(&runner.stop_reason);
     let report = Report {
@@ -297,7 +311,9 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
         folded: eg.analysis.folded,
         applied,
         cost_before,
-        cost_after,
+        cost_after: chosen.cost,
+        tree_cost: chosen.tree_cost,
+        dag_changed: chosen.changed,
         type_mismatches: eg.analysis.type_mismatches,
         rejected,
     };
@@ -309,6 +325,7 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
 fn rejected_alternatives(
     eg: &EGraph,
     ex: &Extractor<CostModel, Node, Facts>,
+    chosen: &extract::Extraction,
     model: &CostModel,
     values: &HashMap<Id, Vec<ValueId>>,
 ) -> Vec<String> {
@@ -339,7 +356,7 @@ fn rejected_alternatives(
     };
     let mut rows: Vec<(ValueId, String)> = Vec::new();
     for (&c, vals) in values {
-        let best = ex.find_best_node(c);
+        let best = chosen.node(eg, c);
         let mut others: Vec<(f64, String)> = eg[c]
             .nodes
             .iter()
@@ -416,6 +433,7 @@ pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
     let eg = &runner.egraph;
     let model = CostModel::new(eg, opts.machine);
     let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
+    let chosen = extract::extract(eg, &roots, opts.machine);
     let mut order: Vec<Id> = Vec::new();
     let mut stack: Vec<Id> = roots.iter().rev().map(|&r| eg.find(r)).collect();
     while let Some(c) = stack.pop() {
@@ -445,7 +463,7 @@ pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
             .collect::<Vec<_>>()
             .join(", ");
         let _ = writeln!(s, "c{i}: {ty}");
-        let best = ex.find_best_node(c);
+        let best = chosen.node(eg, c);
         for n in &eg[c].nodes {
             let label = match &n.head {
                 Head::Param(p, _) => format!("param {p}"),
