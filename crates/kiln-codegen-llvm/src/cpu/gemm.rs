@@ -922,8 +922,11 @@ pub(super) fn emit<'c>(
                     let ic = x.get(s_ic)?;
                     let ic_end = x.min(x.addc(ic, bl.mc)?, r_hi)?;
                     // One panel: each sliver of A meets one panel, so the tile reads A where it
-                    // is instead of packing it first.
-                    let direct = g.conv.is_none() && n <= nr;
+                    // is instead of packing it first. For a convolution that is its input
+                    // through the column offset table (an implicit im2col with no patch matrix
+                    // at all): measured on conv 3x3 64 -> 64 and conv 7x7/2 3 -> 64 (alternating
+                    // A/B calls), 14 of 15 and 15 of 15 pairs won, about 20% and 11% faster.
+                    let direct = n <= nr;
                     if !direct {
                         g.pack_a(ic, ic_end, kb, kend)?;
                     }

@@ -225,6 +225,14 @@ pub fn convolutions() {
             "f32[2,64,10,10]",
             "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
         ),
+        // 100 output channels: several panels, so the patches are packed (with one panel the
+        // tile reads the input through the offset table).
+        (
+            "f32[2,8,7,6]",
+            "f32[100,8,3,3]",
+            "f32[2,100,5,4]",
+            "window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
         // Already in the GEMM's layouts, stride and dilation both 2, no padding.
         (
             "f32[3,11,13,6]",
