@@ -1220,8 +1220,7 @@ fn emit_kernel<'c>(
             b_trans,
             epilogue,
         } => {
-            let bl = gemm::Blocking::new(k.out.dtype, wide_vectors(for_host), n);
-            let split_columns = bl.split_columns(batch, rows, n, kk);
+            let (bl, split_columns) = gemm_blocking(k, wide_vectors(for_host)).expect("a GEMM");
             // In place on a donated X: the epilogue X -/+ P s becomes the GEMM's update mode.
             let in_place = alias.and_then(|a| a.0.first());
             let update = match in_place.and_then(|&(q, _)| crate::fuse::gemm_update(k, q)) {
@@ -1317,15 +1316,26 @@ fn emit_epilogue<'c>(
     };
     let (s_r, s_c) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
     let st = storage(em.ctx, k.out.dtype);
+    let ost = strides(shape);
     em.range_loop_ptr(s_r, rows.0, rows.1, 1, &mut |em: &Emitter<'c>| {
         let r =
             em.b.build_load(i64t, s_r, "r")
                 .map_err(llvm)?
                 .into_int_value();
         set_vars(em, r, 0..split)?;
-        let row =
-            em.b.build_int_mul(r, em.i64c(n as i64), "row")
-                .map_err(llvm)?;
+        // The row's reductions (a softmax's max and sum) before any of its elements is
+        // overwritten: the block holds whole rows (crate::fuse::row_epilogue).
+        let mark = em.hoisted.borrow().len();
+        for red in hoistable_reduces(&k.body) {
+            if free_vars(red).iter().all(|&v| v < split) {
+                let key = value_key(red);
+                if em.hoisted.borrow().iter().any(|(h, _)| *h == key) {
+                    continue;
+                }
+                let v = em.expr(red)?;
+                em.hoisted.borrow_mut().push((key, v));
+            }
+        }
         em.range_loop_ptr(s_c, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
             let c =
                 em.b.build_load(i64t, s_c, "c")
@@ -1334,12 +1344,24 @@ fn emit_epilogue<'c>(
             set_vars(em, c, split..shape.len())?;
             let v = em.expr(&k.body)?;
             let v = em.store_value(k.out.dtype, v)?;
-            let idx = em.b.build_int_add(row, c, "i").map_err(llvm)?;
+            // The position from the variables, as the body's loads of the product at their
+            // own position compute it: LLVM then sees each element read before it is
+            // overwritten at the same address, and vectorizes without run-time overlap checks
+            // (which fail here, since the row is read and written in place).
+            let mut idx = em.i64c(0);
+            for (d, &stride) in ost.iter().enumerate() {
+                let t =
+                    em.b.build_int_mul(em.var(d)?, em.i64c(stride as i64), "t")
+                        .map_err(llvm)?;
+                idx = em.b.build_int_add(idx, t, "i").map_err(llvm)?;
+            }
             // SAFETY (of the emitted code): idx is below m * n, the output's element count.
             let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
             em.b.build_store(p, v).map_err(llvm)?;
             Ok(())
-        })
+        })?;
+        em.hoisted.borrow_mut().truncate(mark);
+        Ok(())
     })?;
     em.inputs.set(saved);
     Ok(())
@@ -2411,15 +2433,32 @@ fn host_cpu() -> (String, String) {
 }
 
 /// How the runtime calls `k` when compiled with 512-bit vectors (`wide`) or not.
+/// The blocking of GEMM kernel `k` and whether its threads split columns: blocks of whole
+/// rows, split by rows, when its epilogue reduces over rows ([`crate::fuse::row_epilogue`]).
+fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
+    let Schedule::Gemm {
+        batch, m, n, k: kk, ..
+    } = k.schedule
+    else {
+        return None;
+    };
+    let bl = gemm::Blocking::new(k.out.dtype, wide, n);
+    Some(if crate::fuse::row_epilogue(k) {
+        (bl.whole_rows(n), false)
+    } else {
+        (bl, bl.split_columns(batch, m, n, kk))
+    })
+}
+
 fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
     let mut scratch = 0;
     let (rows, work) = match k.schedule {
         Schedule::Gemm {
             batch, m, n, k: kk, ..
         } => {
-            let bl = gemm::Blocking::new(k.out.dtype, wide, n);
+            let (bl, split_columns) = gemm_blocking(k, wide).expect("a GEMM kernel");
             scratch = bl.scratch_bytes(n as i64);
-            let rows = if bl.split_columns(batch, m, n, kk) {
+            let rows = if split_columns {
                 (n as i64 + bl.nr() - 1) as usize / bl.nr() as usize
             } else {
                 batch * m

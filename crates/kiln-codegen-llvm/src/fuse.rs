@@ -24,7 +24,7 @@
 
 use crate::kernel::{
     Cond, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, map_inputs, reads_input,
-    reads_only_own_position, visit,
+    reads_only_own_position, reads_own_position_or_row, visit,
 };
 use kiln_ir::{DType, Func, ValueId, strides};
 
@@ -33,6 +33,9 @@ const MAX_NODES: usize = 400;
 /// Largest total of the bodies of a multi-output kernel (its outputs often repeat the same
 /// inlined producers, which the emitter computes once).
 const MAX_MERGED_NODES: usize = 2 * MAX_NODES;
+/// Widest product (columns) whose epilogue may reduce over its rows: the GEMM then packs
+/// blocks of B that hold whole rows (see [`row_epilogue`]).
+const MAX_ROW_EPILOGUE: usize = 2048;
 /// Largest arithmetic cost of a producer recomputed for every read of a user that reads each
 /// of its elements more than once.
 const CHEAP: usize = 3;
@@ -456,10 +459,24 @@ pub fn check_legal(f: &Func, fused: &Fused) -> Result<(), String> {
         .map_err(|c| format!("the fused kernels form a cycle through #{}", g[c.node_id()]))
 }
 
-/// Runs elementwise users of matrix products inside the GEMM: where a product's only user is a
-/// loop-nest kernel over the same type that reads it only at its own position (a bias, an
-/// activation, an SGD update), the user's kernel becomes the GEMM with the user's body as
-/// epilogue, and the product has no buffer of its own.
+/// Whether GEMM kernel `k`'s epilogue reduces over rows of the product (a softmax of the
+/// scores): it then needs blocks of whole rows, each row's reductions computed before its
+/// elements are overwritten.
+pub fn row_epilogue(k: &Kernel) -> bool {
+    match k.schedule {
+        Schedule::Gemm {
+            epilogue: Some(p), ..
+        } => hoistable_reduces(&k.body).iter().any(|r| reads_input(r, p)),
+        _ => false,
+    }
+}
+
+/// Runs users of matrix products inside the GEMM: where a product's only user is a loop-nest
+/// kernel over the same type that reads it only at its own position (a bias, an activation, an
+/// SGD update), or also in reductions over the row it writes (a softmax, for products at most
+/// [`MAX_ROW_EPILOGUE`] columns wide), the user's kernel becomes the GEMM with the user's body as
+/// epilogue, and the product has no buffer of its own: each block of the product is
+/// transformed while it is in cache.
 fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
     for u in 0..f.insts.len() {
         let Some(uk) = &out.kernels[u] else { continue };
@@ -488,8 +505,11 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
                 // Same bytes: the user's type may be a reshape of the product's.
                 && pk.out.dtype == uk.out.dtype
                 && pk.out.numel() == uk.out.numel()
-                && row_split(&uk.out.shape, batch * m, n).is_some()
-                && reads_only_own_position(&uk.body, j, &uk.out);
+                && row_split(&uk.out.shape, batch * m, n).is_some_and(|split| {
+                    reads_only_own_position(&uk.body, j, &uk.out)
+                        || (n <= MAX_ROW_EPILOGUE
+                            && reads_own_position_or_row(&uk.body, j, &uk.out, split))
+                });
             ok.then_some((j, p))
         });
         let Some((j, p)) = found else { continue };

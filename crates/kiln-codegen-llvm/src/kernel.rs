@@ -1349,6 +1349,110 @@ fn map_inputs_idx(i: &Idx, map: &dyn Fn(usize) -> usize) -> Idx {
     }
 }
 
+/// The flat affine index `(coef, off)` at which `e` reads input `j` when `e` is a load of it or
+/// a gather of it at an affine index with strides; `None` for anything else.
+fn affine_read(e: &Expr, j: usize) -> Option<(Vec<i64>, i64)> {
+    match e {
+        Expr::Load {
+            input, coef, off, ..
+        } if *input == j => Some((coef.clone(), *off)),
+        Expr::Gather {
+            input,
+            index,
+            strides: gs,
+            ..
+        } if *input == j => {
+            let mut coef: Vec<i64> = Vec::new();
+            let mut off = 0;
+            for (i, &s) in index.iter().zip(gs) {
+                let (terms, c) = affine(i)?;
+                off += c * s;
+                for (v, a) in terms {
+                    if coef.len() <= v {
+                        coef.resize(v + 1, 0);
+                    }
+                    coef[v] += a * s;
+                }
+            }
+            Some((coef, off))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `e` reads input `j` (of `out`'s type, a `[rows, row]` matrix whose rows are the
+/// dimensions before `split`) only at the position it writes, or inside reductions over the row
+/// it writes: a reduction that depends on no variable from `split` on, whose every read of `j`
+/// is at the written row (the row variables at their own strides, no offset) plus a
+/// non-negative combination of the reduction's own variables staying below the row's length.
+/// Such a body (a softmax, a layer norm) can run over a block of whole rows in place: each
+/// row's reductions first, then its elements, each read just before it is overwritten.
+pub fn reads_own_position_or_row(e: &Expr, j: usize, out: &TensorType, split: usize) -> bool {
+    fn in_row(
+        e: &Expr,
+        j: usize,
+        out: &TensorType,
+        split: usize,
+        extents: &mut Vec<(usize, usize)>,
+    ) -> bool {
+        let rank = out.rank();
+        let st = strides(&out.shape);
+        let row_len: i64 = out.shape[split..].iter().product::<usize>() as i64;
+        if let Some((coef, off)) = affine_read(e, j) {
+            let mut span = 0i64;
+            for (v, &c) in coef.iter().enumerate() {
+                if v < split {
+                    if out.shape[v] != 1 && c != st[v] as i64 {
+                        return false;
+                    }
+                } else if v < rank {
+                    if c != 0 {
+                        return false;
+                    }
+                } else if c != 0 {
+                    let Some(&(_, ext)) = extents.iter().find(|x| x.0 == v) else {
+                        return false;
+                    };
+                    if c < 0 {
+                        return false;
+                    }
+                    span += c * (ext as i64 - 1);
+                }
+            }
+            return off == 0 && span < row_len;
+        }
+        match e {
+            Expr::Load { .. }
+            | Expr::Iota { .. }
+            | Expr::Const { .. }
+            | Expr::Index { .. }
+            | Expr::Gather { .. } => !reads_input(e, j),
+            Expr::Op { args, .. } => args.iter().all(|a| in_row(a, j, out, split, extents)),
+            Expr::Reduce {
+                init, vars, body, ..
+            } => {
+                let mark = extents.len();
+                extents.extend(vars.iter().copied());
+                let ok =
+                    in_row(init, j, out, split, extents) && in_row(body, j, out, split, extents);
+                extents.truncate(mark);
+                ok
+            }
+            // Conditions may hold run-time indices: only a guard not reading `j` at all.
+            Expr::Guard { .. } => !reads_input(e, j),
+        }
+    }
+    match e {
+        Expr::Reduce { .. } if reads_input(e, j) => {
+            free_vars(e).iter().all(|&v| v < split) && in_row(e, j, out, split, &mut Vec::new())
+        }
+        Expr::Op { args, .. } => args
+            .iter()
+            .all(|a| reads_own_position_or_row(a, j, out, split)),
+        _ => reads_only_own_position(e, j, out),
+    }
+}
+
 /// Whether every read of input `j` in `e` is a load of the element at the kernel's own output
 /// position (`strides` are the output's row-major strides), outside reductions and guards: the
 /// reads an in-place epilogue may make (`out` is the kernel's output type).

@@ -207,6 +207,11 @@ fn vectorized_transcendentals_are_accurate() {
 }
 
 #[test]
+fn softmaxes_of_products_run_as_gemm_epilogues_and_agree_with_the_reference() {
+    common::row_epilogues();
+}
+
+#[test]
 fn convolutions_through_the_implicit_gemm_agree_with_the_reference() {
     common::convolutions();
 }

@@ -16,5 +16,6 @@ fn gemm_with_256_bit_vectors_agrees_with_the_reference() {
     common::gemm_shapes();
     common::dimension_orders();
     common::convolutions();
+    common::row_epilogues();
     common::transposed_folds();
 }

@@ -111,6 +111,16 @@ impl Blocking {
         batch == 1 && k > 0 && m < n && n as i64 > self.nr()
     }
 
+    /// This blocking with packed B blocks of at least `n` columns, so every block of C holds
+    /// whole rows (for an epilogue that reduces over rows).
+    pub(super) fn whole_rows(self, n: usize) -> Blocking {
+        let nr = self.nr();
+        Blocking {
+            nc: self.nc.max((n as i64 + nr - 1) / nr * nr),
+            ..self
+        }
+    }
+
     /// Columns of the packed B block for `n` columns: whole panels, at most `nc`.
     fn nc_for(&self, n: i64) -> i64 {
         let nr = self.nr();

@@ -269,3 +269,58 @@ pub fn transposed_folds() {
         agrees_on_random_inputs(src, 8);
     }
 }
+
+/// A product followed by a softmax over its rows (`[b, m, k] x [b, k, n]`, scaled by `s`),
+/// or over its columns when `rows` is false (not a row epilogue: the columns span blocks).
+pub fn softmax_of_product(b: usize, m: usize, k: usize, n: usize, rows: bool) -> String {
+    let (dim, keep, bshape) = if rows {
+        (2, "[0, 1]", format!("[{b},{m}]"))
+    } else {
+        (1, "[0, 2]", format!("[{b},{n}]"))
+    };
+    format!(
+        "func @main(%0: f32[{b},{m},{k}], %1: f32[{b},{k},{n}]) -> f32[{b},{m},{n}] {{
+  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{b},{m},{n}]
+  %3 = constant {{value = 0.125}} : f32[]
+  %4 = broadcast_in_dim %3 {{broadcast_dimensions = []}} : f32[{b},{m},{n}]
+  %5 = multiply %2, %4 : f32[{b},{m},{n}]
+  %6 = constant {{value = -inf}} : f32[]
+  %7 = reduce %5, %6 {{dimensions = [{dim}], kind = max}} : f32{bshape}
+  %8 = broadcast_in_dim %7 {{broadcast_dimensions = {keep}}} : f32[{b},{m},{n}]
+  %9 = subtract %5, %8 : f32[{b},{m},{n}]
+  %10 = exponential %9 : f32[{b},{m},{n}]
+  %11 = constant {{value = 0.0}} : f32[]
+  %12 = reduce %10, %11 {{dimensions = [{dim}], kind = add}} : f32{bshape}
+  %13 = broadcast_in_dim %12 {{broadcast_dimensions = {keep}}} : f32[{b},{m},{n}]
+  %14 = divide %10, %13 : f32[{b},{m},{n}]
+  return %14
+}}
+"
+    )
+}
+
+/// Softmaxes over the rows of products run as the GEMM's epilogue (one kernel), across row
+/// blocks and threads, column tails, several contraction blocks and rows wider than a packed
+/// block of B, against the reference; the product of a softmax over columns keeps a kernel of
+/// its own.
+pub fn row_epilogues() {
+    for (b, m, k, n) in [
+        (2, 4, 8, 4),
+        (3, 37, 20, 50),
+        (2, 130, 40, 97),
+        (2, 9, 600, 33),
+        (2, 20, 16, 700),
+        (4, 64, 64, 512),
+    ] {
+        let src = softmax_of_product(b, m, k, n, true);
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert!(fusion.contains("// 1 kernels"), "{fusion}");
+        agrees_on_random_inputs(&src, (b * m + k * n) as u64);
+    }
+    let src = softmax_of_product(2, 20, 8, 12, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    assert!(fusion.contains("dot_general: own kernel"), "{fusion}");
+    agrees_on_random_inputs(&src, 5);
+}
