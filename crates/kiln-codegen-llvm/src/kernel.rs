@@ -1380,6 +1380,31 @@ fn affine_read(e: &Expr, j: usize) -> Option<(Vec<i64>, i64)> {
     }
 }
 
+/// The coefficients (per loop variable) of every read of an input at an affine index in `e`,
+/// outside reductions: loads, and gathers whose index is affine.
+pub fn affine_reads(e: &Expr) -> Vec<Vec<i64>> {
+    fn walk(e: &Expr, out: &mut Vec<Vec<i64>>) {
+        match e {
+            Expr::Load { input, .. } | Expr::Gather { input, .. } => {
+                if let Some((coef, _)) = affine_read(e, *input) {
+                    out.push(coef);
+                }
+            }
+            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
+            Expr::Guard {
+                then, otherwise, ..
+            } => {
+                walk(then, out);
+                walk(otherwise, out);
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(e, &mut out);
+    out
+}
+
 /// Whether `e` reads input `j` (of `out`'s type, a `[rows, row]` matrix whose rows are the
 /// dimensions before `split`) only at the position it writes, or inside reductions over the row
 /// it writes: a reduction that depends on no variable from `split` on, whose every read of `j`

@@ -212,6 +212,11 @@ fn softmaxes_of_products_run_as_gemm_epilogues_and_agree_with_the_reference() {
 }
 
 #[test]
+fn transposes_in_tiles_agree_with_the_reference() {
+    common::tiled_transposes();
+}
+
+#[test]
 fn convolutions_through_the_implicit_gemm_agree_with_the_reference() {
     common::convolutions();
 }

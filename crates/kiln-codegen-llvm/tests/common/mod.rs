@@ -324,3 +324,23 @@ pub fn row_epilogues() {
     assert!(fusion.contains("dot_general: own kernel"), "{fusion}");
     agrees_on_random_inputs(&src, 5);
 }
+
+/// Transposes that run in tiles (the innermost output dimension strided in the input, another
+/// contiguous), with partial tiles and thread splits on either dimension, a transposing pad
+/// and a transpose feeding an elementwise op, against the reference.
+pub fn tiled_transposes() {
+    let cases = [
+        "func @main(%0: f32[37,50]) -> f32[50,37] {\n  %1 = transpose %0 {permutation = [1, 0]} : f32[50,37]\n  return %1\n}\n",
+        "func @main(%0: f32[2,19,23,35]) -> f32[2,35,19,23] {\n  %1 = transpose %0 {permutation = [0, 3, 1, 2]} : f32[2,35,19,23]\n  return %1\n}\n",
+        "func @main(%0: f32[3,40,17,33]) -> f32[3,17,33,40] {\n  %1 = transpose %0 {permutation = [0, 2, 3, 1]} : f32[3,17,33,40]\n  return %1\n}\n",
+        "func @main(%0: f64[33,16,20]) -> f64[16,20,33] {\n  %1 = transpose %0 {permutation = [1, 2, 0]} : f64[16,20,33]\n  %2 = exponential %1 : f64[16,20,33]\n  return %2\n}\n",
+        "func @main(%0: f32[2,24,18,18]) -> f32[2,20,20,24] {\n  %1 = transpose %0 {permutation = [0, 2, 3, 1]} : f32[2,18,18,24]\n  %2 = constant {value = 0.0} : f32[]\n  %3 = pad %1, %2 {edge_padding_low = [0, 1, 1, 0], edge_padding_high = [0, 1, 1, 0], interior_padding = [0, 0, 0, 0]} : f32[2,20,20,24]\n  return %3\n}\n",
+        "func @main(%0: i32[17,64]) -> i32[64,17] {\n  %1 = transpose %0 {permutation = [1, 0]} : i32[64,17]\n  return %1\n}\n",
+    ];
+    for src in cases {
+        let f = kiln_ir::parse_func_text(src).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert!(fusion.contains("tiles of dimensions"), "{fusion}");
+        agrees_on_random_inputs(src, 7);
+    }
+}
