@@ -403,8 +403,6 @@ impl<'c> Emitter<'c> {
             .into_float_value())
     }
 
-    /// A stack slot in the entry block (allocas elsewhere would grow the stack on every
-    /// iteration and are not promoted to registers).
     /// A pointer table of `len` slots, slot `i` holding `pick(i)` or else slot `i` of the
     /// current table, which it then replaces (in-place kernels and GEMM epilogues read some
     /// buffers through other pointers than the runtime passed). Returns the previous table.
@@ -438,6 +436,8 @@ impl<'c> Emitter<'c> {
         Ok(old)
     }
 
+    /// A stack slot in the entry block (allocas elsewhere would grow the stack on every
+    /// iteration and are not promoted to registers).
     fn entry_alloca(&self, ty: BasicTypeEnum<'c>) -> Result<PointerValue<'c>> {
         let entry = self
             .f
@@ -1968,9 +1968,6 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     Ok(m.print_to_string().to_string())
 }
 
-/// The rewrites the CPU backend applies before making kernels: random bit generators as
-/// integer arithmetic, transposed products as swapped products, convolutions in the layouts of the implicit-im2col GEMM, then every matrix
-/// product in canonical form.
 /// The fused kernels of `f` as the CPU backend builds them (after the optimizer and the
 /// canonicalizing rewrites), as text: each kernel with its member instructions and inputs, and
 /// for every instruction the reason it has a kernel of its own or runs inside its users.
