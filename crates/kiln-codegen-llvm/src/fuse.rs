@@ -1232,6 +1232,14 @@ fn substitute_idx(i: &Idx, s: &Subst) -> Idx {
 /// dimensions without carries (broadcasts, transposes, slices, reshapes that keep dimensions),
 /// otherwise by division and remainder of the flat index.
 fn split_flat(terms: &[(usize, i64)], off: i64, shape: &[usize], extents: &[usize]) -> Vec<Idx> {
+    // A variable with one value (a batch of one) is always zero: its term adds nothing, and
+    // keeping it would defeat the exact split (its coefficient fits no dimension).
+    let terms: Vec<(usize, i64)> = terms
+        .iter()
+        .copied()
+        .filter(|&(v, _)| extents.get(v) != Some(&1))
+        .collect();
+    let terms = &terms[..];
     let st: Vec<i64> = strides(shape).iter().map(|&s| s as i64).collect();
     let rank = shape.len();
     let mut parts: Vec<Vec<(usize, i64)>> = vec![Vec::new(); rank];

@@ -299,7 +299,8 @@ pub fn softmax_of_product(b: usize, m: usize, k: usize, n: usize, rows: bool) ->
     )
 }
 
-/// Softmaxes over the rows of products run as the GEMM's epilogue (one kernel), across row
+/// Softmaxes over the rows of products run as the GEMM's epilogue (one kernel), with a batch of
+/// one (its variable always zero) or more, across row
 /// blocks and threads, column tails, several contraction blocks and rows wider than a packed
 /// block of B, against the reference; the product of a softmax over columns keeps a kernel of
 /// its own.
@@ -307,7 +308,7 @@ pub fn row_epilogues() {
     for (b, m, k, n) in [
         (2, 4, 8, 4),
         (3, 37, 20, 50),
-        (2, 130, 40, 97),
+        (1, 130, 40, 97),
         (2, 9, 600, 33),
         (2, 20, 16, 700),
         (4, 64, 64, 512),
