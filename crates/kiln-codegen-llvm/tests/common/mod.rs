@@ -300,10 +300,9 @@ pub fn softmax_of_product(b: usize, m: usize, k: usize, n: usize, rows: bool) ->
 }
 
 /// Softmaxes over the rows of products run as the GEMM's epilogue (one kernel), with a batch of
-/// one (its variable always zero) or more, across row
-/// blocks and threads, column tails, several contraction blocks and rows wider than a packed
-/// block of B, against the reference; the product of a softmax over columns keeps a kernel of
-/// its own.
+/// one (its variable always zero) or more, across row blocks and threads, column tails, several
+/// contraction blocks and rows wider than a packed block of B, against the reference; the
+/// product of a softmax over columns keeps a kernel of its own.
 pub fn row_epilogues() {
     for (b, m, k, n) in [
         (2, 4, 8, 4),
