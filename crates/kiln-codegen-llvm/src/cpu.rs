@@ -1608,7 +1608,7 @@ fn emit_nest<'c>(
         Ok(())
     };
     if let Some(a) = transpose_tile_dim(k) {
-        return emit_tiled(em, k, a, (lo, hi), &mut store);
+        return emit_tiled(em, k, a, (lo, hi), out, &mut store);
     }
     // Loop d runs inside loop d - 1. Before it, every reduction that reads only the variables
     // of the enclosing loops is computed once and reused (a row's max and sum ahead of the
@@ -1706,6 +1706,7 @@ fn emit_tiled<'c>(
     k: &Kernel,
     a: usize,
     lohi: (IntValue<'c>, IntValue<'c>),
+    out: PointerValue<'c>,
     store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
 ) -> Result<()> {
     let rank = k.out.rank();
@@ -1719,6 +1720,21 @@ fn emit_tiled<'c>(
     };
     let i64t = em.ctx.i64_type();
     let (s_a, s_b) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
+    // Whole tiles go through a stack tile and in-register transposes when the kernel writes
+    // one output of 4-byte elements.
+    let buf = if k.extra.is_empty() && matches!(k.out.dtype, DType::F32 | DType::I32 | DType::U32) {
+        let st = storage(em.ctx, k.out.dtype);
+        let t = em.entry_alloca(
+            inkwell::types::BasicType::array_type(&st, (TILE * TILE) as u32).into(),
+        )?;
+        t.as_instruction()
+            .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
+            .set_alignment(64)
+            .map_err(llvm)?;
+        Some(t)
+    } else {
+        None
+    };
     let min = |em: &Emitter<'c>, x: IntValue<'c>, y: IntValue<'c>| -> Result<IntValue<'c>> {
         let lt =
             em.b.build_int_compare(IntPredicate::SLT, x, y, "lt")
@@ -1757,9 +1773,50 @@ fn emit_tiled<'c>(
                 // Along `a` innermost: the reads are contiguous there, so that loop vectorizes
                 // (measured against the other order: conv 7x7's output transpose 46 -> 29 ms,
                 // conv 3x3's transposing pad 30 -> 22 ms, its output transpose 12 -> 15 ms).
-                em.range_loop(inner, b0, b1, 1, &mut |em: &Emitter<'c>| {
-                    em.range_loop(a, a0, a1, 1, &mut |em: &Emitter<'c>| store(em))
-                })
+                let mut elementwise = |em: &Emitter<'c>| -> Result<()> {
+                    em.range_loop(inner, b0, b1, 1, &mut |em: &Emitter<'c>| {
+                        em.range_loop(a, a0, a1, 1, &mut |em: &Emitter<'c>| store(em))
+                    })
+                };
+                let Some(buf) = buf else {
+                    return elementwise(em);
+                };
+                // A whole tile: its values into the stack tile (rows along `a`, contiguous
+                // reads and writes), then 16 vectors transposed in registers and stored along
+                // the innermost dimension.
+                let full_a =
+                    em.b.build_int_compare(
+                        IntPredicate::EQ,
+                        a1,
+                        em.b.build_int_add(a0, em.i64c(TILE as i64), "af")
+                            .map_err(llvm)?,
+                        "fa",
+                    )
+                    .map_err(llvm)?;
+                let full_b =
+                    em.b.build_int_compare(
+                        IntPredicate::EQ,
+                        b1,
+                        em.b.build_int_add(b0, em.i64c(TILE as i64), "bf")
+                            .map_err(llvm)?,
+                        "fb",
+                    )
+                    .map_err(llvm)?;
+                let full = em.b.build_and(full_a, full_b, "full").map_err(llvm)?;
+                let (t, e, j) = (
+                    em.ctx.append_basic_block(em.f, "tile"),
+                    em.ctx.append_basic_block(em.f, "edge"),
+                    em.ctx.append_basic_block(em.f, "tiled"),
+                );
+                em.b.build_conditional_branch(full, t, e).map_err(llvm)?;
+                em.b.position_at_end(t);
+                whole_tile(em, k, a, (a0, b0), buf, out)?;
+                em.b.build_unconditional_branch(j).map_err(llvm)?;
+                em.b.position_at_end(e);
+                elementwise(em)?;
+                em.b.build_unconditional_branch(j).map_err(llvm)?;
+                em.b.position_at_end(j);
+                Ok(())
             })
         })
     };
@@ -1783,6 +1840,84 @@ fn emit_tiled<'c>(
         })
     }
     outer(em, 0, a, inner, &range, &mut tiles)
+}
+
+/// One whole [`TILE`] x [`TILE`] tile of kernel `k` (one output of 4-byte elements, no
+/// reductions) at `a0` along dimension `a` and `b0` along the innermost one (the variables of
+/// the other dimensions set): its values computed into the stack tile `buf`, row `b` holding
+/// positions `a0..a0 + TILE` (contiguous reads of the input), then the rows transposed in
+/// registers and each column stored as one vector along the innermost dimension.
+fn whole_tile<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    a: usize,
+    (a0, b0): (IntValue<'c>, IntValue<'c>),
+    buf: PointerValue<'c>,
+    out: PointerValue<'c>,
+) -> Result<()> {
+    let inner = k.out.rank() - 1;
+    let st = storage(em.ctx, k.out.dtype);
+    let t = TILE as i64;
+    let end = |x: IntValue<'c>| em.b.build_int_add(x, em.i64c(t), "e").map_err(llvm);
+    em.range_loop(inner, b0, end(b0)?, 1, &mut |em: &Emitter<'c>| {
+        em.range_loop(a, a0, end(a0)?, 1, &mut |em: &Emitter<'c>| {
+            let v = em.expr(&k.body)?;
+            let v = em.store_value(k.out.dtype, v)?;
+            let bi = em.b.build_int_sub(em.var(inner)?, b0, "bi").map_err(llvm)?;
+            let ai = em.b.build_int_sub(em.var(a)?, a0, "ai").map_err(llvm)?;
+            let at =
+                em.b.build_int_add(
+                    em.b.build_int_mul(bi, em.i64c(t), "r").map_err(llvm)?,
+                    ai,
+                    "at",
+                )
+                .map_err(llvm)?;
+            // SAFETY (of the emitted code): bi and ai are below TILE.
+            let p = unsafe { em.b.build_in_bounds_gep(st, buf, &[at], "tp") }.map_err(llvm)?;
+            em.b.build_store(p, v).map_err(llvm)?;
+            Ok(())
+        })
+    })?;
+    let vt: BasicTypeEnum<'c> = match st {
+        BasicTypeEnum::FloatType(f) => f.vec_type(TILE as u32).into(),
+        BasicTypeEnum::IntType(i) => i.vec_type(TILE as u32).into(),
+        _ => return Err(Error::Llvm("a tile of 4-byte elements".into())),
+    };
+    let rows: Vec<inkwell::values::VectorValue<'c>> = (0..t)
+        .map(|r| {
+            // SAFETY (of the emitted code): row r of the tile is in the buffer.
+            let p = unsafe { em.b.build_in_bounds_gep(st, buf, &[em.i64c(r * t)], "tr") }
+                .map_err(llvm)?;
+            let l = em.b.build_load(vt, p, "row").map_err(llvm)?;
+            l.as_instruction_value()
+                .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
+                .set_alignment(64)
+                .map_err(llvm)?;
+            Ok(l.into_vector_value())
+        })
+        .collect::<Result<_>>()?;
+    let cols = gemm::transpose_vectors(em, rows)?;
+    let ost = strides(&k.out.shape);
+    em.b.build_store(em.vars[inner], b0).map_err(llvm)?;
+    for (i, col) in cols.into_iter().enumerate() {
+        let ai =
+            em.b.build_int_add(a0, em.i64c(i as i64), "ac")
+                .map_err(llvm)?;
+        em.b.build_store(em.vars[a], ai).map_err(llvm)?;
+        let mut idx = em.i64c(0);
+        for (d, &stride) in ost.iter().enumerate() {
+            let m =
+                em.b.build_int_mul(em.var(d)?, em.i64c(stride as i64), "t")
+                    .map_err(llvm)?;
+            idx = em.b.build_int_add(idx, m, "i").map_err(llvm)?;
+        }
+        // SAFETY (of the emitted code): the tile is whole, so positions b0..b0 + TILE along the
+        // innermost dimension are in the output.
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "to") }.map_err(llvm)?;
+        let s = em.b.build_store(p, col).map_err(llvm)?;
+        s.set_alignment(4).map_err(llvm)?;
+    }
+    Ok(())
 }
 
 /// Columns computed side by side by the strip-mined innermost loop (see [`strips`]).

@@ -273,29 +273,8 @@ impl<'c> Gemm<'_, 'c> {
     /// Transposes `lanes` vectors of `lanes` elements (row `t` in, column `t` out): at each
     /// level, rows `i` and `i + b` (bit `b` of `i` clear) swap their off-diagonal blocks of `b`
     /// elements, for `b` = lanes/2 down to 1; two two-source shuffles per pair and level.
-    fn transpose(&self, mut r: Vec<VectorValue<'c>>) -> Result<Vec<VectorValue<'c>>> {
-        let em = self.x.em;
-        let n = r.len();
-        let i32t = em.ctx.i32_type();
-        let mask = |f: &dyn Fn(usize) -> usize| {
-            VectorType::const_vector(
-                &(0..n)
-                    .map(|k| i32t.const_int(f(k) as u64, false))
-                    .collect::<Vec<_>>(),
-            )
-        };
-        let mut b = n / 2;
-        while b >= 1 {
-            for i in (0..n).filter(|i| i & b == 0) {
-                let (a, c) = (r[i], r[i + b]);
-                let lo = mask(&|k| if k & b == 0 { k } else { n + k - b });
-                let hi = mask(&|k| if k & b == 0 { k + b } else { n + k });
-                r[i] = em.b.build_shuffle_vector(a, c, lo, "tl").map_err(llvm)?;
-                r[i + b] = em.b.build_shuffle_vector(a, c, hi, "th").map_err(llvm)?;
-            }
-            b /= 2;
-        }
-        Ok(r)
+    fn transpose(&self, r: Vec<VectorValue<'c>>) -> Result<Vec<VectorValue<'c>>> {
+        transpose_vectors(self.x.em, r)
     }
 
     /// `width` consecutive elements at `p[idx..]` as a vector (zeros past `width`), by scalar
@@ -1003,4 +982,34 @@ pub(super) fn emit<'c>(
             })
         })
     })
+}
+
+/// Transposes `n` vectors of `n` elements (row `t` in, column `t` out; `n` a power of two): at
+/// each level, rows `i` and `i + b` (bit `b` of `i` clear) swap their off-diagonal blocks of
+/// `b` elements, for `b` = n/2 down to 1; two two-source shuffles per pair and level.
+pub(super) fn transpose_vectors<'c>(
+    em: &Emitter<'c>,
+    mut r: Vec<VectorValue<'c>>,
+) -> Result<Vec<VectorValue<'c>>> {
+    let n = r.len();
+    let i32t = em.ctx.i32_type();
+    let mask = |f: &dyn Fn(usize) -> usize| {
+        VectorType::const_vector(
+            &(0..n)
+                .map(|k| i32t.const_int(f(k) as u64, false))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut b = n / 2;
+    while b >= 1 {
+        for i in (0..n).filter(|i| i & b == 0) {
+            let (a, c) = (r[i], r[i + b]);
+            let lo = mask(&|k| if k & b == 0 { k } else { n + k - b });
+            let hi = mask(&|k| if k & b == 0 { k + b } else { n + k });
+            r[i] = em.b.build_shuffle_vector(a, c, lo, "tl").map_err(llvm)?;
+            r[i + b] = em.b.build_shuffle_vector(a, c, hi, "th").map_err(llvm)?;
+        }
+        b /= 2;
+    }
+    Ok(r)
 }
