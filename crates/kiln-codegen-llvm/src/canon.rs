@@ -9,7 +9,7 @@
 //!   (an O(size) copy in front of the O(M N K) product; none for `x @ w`, `x^T @ y`, `x @ w^T`).
 //!   The result type is unchanged: its dimensions are batch, lhs free, rhs free either way.
 
-use kiln_ir::{Builder, DType, Func, Inst, Op, TensorType, ValueId, VerifyError};
+use kiln_ir::{Builder, DType, Func, Inst, Loc, Op, TensorType, ValueId, VerifyError};
 
 fn free_dims(rank: usize, a: &[i64], c: &[i64]) -> Vec<i64> {
     (0..rank as i64)
@@ -26,9 +26,10 @@ fn permute(b: &mut Builder, v: ValueId, perm: &[i64]) -> Result<ValueId, VerifyE
     }
 }
 
-/// `f` rebuilt instruction by instruction; `rewrite` may replace one (given the builder, the
-/// instruction and its operands' new values) by returning the values standing for its results.
-fn rebuild(
+/// `f` rebuilt instruction by instruction, values renumbered in definition order and source
+/// locations kept; `rewrite` may replace one (given the builder, the instruction and its
+/// operands' new values) by returning the values standing for its results.
+pub(crate) fn rebuild(
     f: &Func,
     mut rewrite: impl FnMut(
         &mut Builder,
@@ -55,7 +56,12 @@ fn rebuild(
                     .iter()
                     .map(|r| f.values[r.index()].clone())
                     .collect();
-                b.push_typed(inst.op.clone(), &ops, &tys)?
+                b.push_at(
+                    inst.op.clone(),
+                    &ops,
+                    Some(&tys),
+                    inst.loc.unwrap_or_else(Loc::caller),
+                )?
             }
         };
         for (&r, v) in inst.results.iter().zip(results) {

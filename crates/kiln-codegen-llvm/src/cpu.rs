@@ -436,6 +436,19 @@ impl<'c> Emitter<'c> {
         Ok(old)
     }
 
+    /// The flat position `Σ var(d) * strides[d]` of the current loop variables.
+    fn position(&self, strides: &[usize]) -> Result<IntValue<'c>> {
+        let mut idx = self.i64c(0);
+        for (d, &stride) in strides.iter().enumerate() {
+            let t = self
+                .b
+                .build_int_mul(self.var(d)?, self.i64c(stride as i64), "t")
+                .map_err(llvm)?;
+            idx = self.b.build_int_add(idx, t, "i").map_err(llvm)?;
+        }
+        Ok(idx)
+    }
+
     /// A stack slot in the entry block (allocas elsewhere would grow the stack on every
     /// iteration and are not promoted to registers).
     fn entry_alloca(&self, ty: BasicTypeEnum<'c>) -> Result<PointerValue<'c>> {
@@ -1348,13 +1361,7 @@ fn emit_epilogue<'c>(
             // own position compute it: LLVM then sees each element read before it is
             // overwritten at the same address, and vectorizes without run-time overlap checks
             // (which fail here, since the row is read and written in place).
-            let mut idx = em.i64c(0);
-            for (d, &stride) in ost.iter().enumerate() {
-                let t =
-                    em.b.build_int_mul(em.var(d)?, em.i64c(stride as i64), "t")
-                        .map_err(llvm)?;
-                idx = em.b.build_int_add(idx, t, "i").map_err(llvm)?;
-            }
+            let idx = em.position(&ost)?;
             // SAFETY (of the emitted code): idx is below m * n, the output's element count.
             let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
             em.b.build_store(p, v).map_err(llvm)?;
@@ -1587,13 +1594,7 @@ fn emit_nest<'c>(
             em.scope_input(base)?;
             values.push((x.out.dtype, base.into_pointer_value(), em.expr(&x.body)?));
         }
-        let mut idx = em.i64c(0);
-        for (d, &stride) in ost.iter().enumerate() {
-            let t =
-                em.b.build_int_mul(em.var(d)?, em.i64c(stride as i64), "t")
-                    .map_err(llvm)?;
-            idx = em.b.build_int_add(idx, t, "i").map_err(llvm)?;
-        }
+        let idx = em.position(&ost)?;
         for (n, (dtype, base, v)) in values.into_iter().enumerate() {
             let v = em.store_value(dtype, v)?;
             let st = storage(em.ctx, dtype);
@@ -1735,41 +1736,34 @@ fn emit_tiled<'c>(
     } else {
         None
     };
-    let min = |em: &Emitter<'c>, x: IntValue<'c>, y: IntValue<'c>| -> Result<IntValue<'c>> {
-        let lt =
-            em.b.build_int_compare(IntPredicate::SLT, x, y, "lt")
+    // The tile a loop counter in `slot` is at: its start, and its end (at most `hi`).
+    let tile = |em: &Emitter<'c>,
+                slot: PointerValue<'c>,
+                hi: IntValue<'c>|
+     -> Result<(IntValue<'c>, IntValue<'c>)> {
+        let x0 =
+            em.b.build_load(i64t, slot, "t0")
+                .map_err(llvm)?
+                .into_int_value();
+        let x1 =
+            em.b.build_int_add(x0, em.i64c(TILE as i64), "t1")
                 .map_err(llvm)?;
-        Ok(em
-            .b
-            .build_select(lt, x, y, "min")
-            .map_err(llvm)?
-            .into_int_value())
+        let lt =
+            em.b.build_int_compare(IntPredicate::SLT, x1, hi, "lt")
+                .map_err(llvm)?;
+        let end =
+            em.b.build_select(lt, x1, hi, "end")
+                .map_err(llvm)?
+                .into_int_value();
+        Ok((x0, end))
     };
     let mut tiles = |em: &Emitter<'c>| -> Result<()> {
         let (a_lo, a_hi) = range(a);
         let (b_lo, b_hi) = range(inner);
         em.range_loop_ptr(s_a, a_lo, a_hi, TILE as i64, &mut |em: &Emitter<'c>| {
-            let a0 =
-                em.b.build_load(i64t, s_a, "a0")
-                    .map_err(llvm)?
-                    .into_int_value();
-            let a1 = min(
-                em,
-                em.b.build_int_add(a0, em.i64c(TILE as i64), "a1")
-                    .map_err(llvm)?,
-                a_hi,
-            )?;
+            let (a0, a1) = tile(em, s_a, a_hi)?;
             em.range_loop_ptr(s_b, b_lo, b_hi, TILE as i64, &mut |em: &Emitter<'c>| {
-                let b0 =
-                    em.b.build_load(i64t, s_b, "b0")
-                        .map_err(llvm)?
-                        .into_int_value();
-                let b1 = min(
-                    em,
-                    em.b.build_int_add(b0, em.i64c(TILE as i64), "b1")
-                        .map_err(llvm)?,
-                    b_hi,
-                )?;
+                let (b0, b1) = tile(em, s_b, b_hi)?;
                 // Along `a` innermost: the reads are contiguous there, so that loop vectorizes
                 // (measured against the other order: conv 7x7's output transpose 46 -> 29 ms,
                 // conv 3x3's transposing pad 30 -> 22 ms, its output transpose 12 -> 15 ms).
@@ -1904,13 +1898,7 @@ fn whole_tile<'c>(
             em.b.build_int_add(a0, em.i64c(i as i64), "ac")
                 .map_err(llvm)?;
         em.b.build_store(em.vars[a], ai).map_err(llvm)?;
-        let mut idx = em.i64c(0);
-        for (d, &stride) in ost.iter().enumerate() {
-            let m =
-                em.b.build_int_mul(em.var(d)?, em.i64c(stride as i64), "t")
-                    .map_err(llvm)?;
-            idx = em.b.build_int_add(idx, m, "i").map_err(llvm)?;
-        }
+        let idx = em.position(&ost)?;
         // SAFETY (of the emitted code): the tile is whole, so positions b0..b0 + TILE along the
         // innermost dimension are in the output.
         let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "to") }.map_err(llvm)?;

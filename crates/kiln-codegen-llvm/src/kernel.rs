@@ -1499,34 +1499,18 @@ pub fn reads_only_own_position(e: &Expr, j: usize, out: &TensorType) -> bool {
         }
         // Fusion turns a producer's loads into gathers at the consumer's index; an affine one
         // may still be the own position.
-        Expr::Gather {
-            input,
-            index,
-            strides: gs,
-            ..
-        } if *input == j => {
-            let mut coef: Vec<i64> = Vec::new();
-            let mut off = 0;
-            for (i, &s) in index.iter().zip(gs) {
-                let Some((terms, c)) = affine(i) else {
-                    return false;
+        Expr::Gather { input, .. } if *input == j => match affine_read(e, j) {
+            Some((coef, off)) => {
+                let own = Expr::Load {
+                    input: j,
+                    dtype: out.dtype,
+                    coef,
+                    off,
                 };
-                off += c * s;
-                for (v, a) in terms {
-                    if coef.len() <= v {
-                        coef.resize(v + 1, 0);
-                    }
-                    coef[v] += a * s;
-                }
+                reads_only_own_position(&own, j, out)
             }
-            let own = Expr::Load {
-                input: j,
-                dtype: out.dtype,
-                coef,
-                off,
-            };
-            reads_only_own_position(&own, j, out)
-        }
+            None => false,
+        },
         Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => true,
         Expr::Op { args, .. } => args.iter().all(|a| reads_only_own_position(a, j, out)),
         _ => !reads_input(e, j),

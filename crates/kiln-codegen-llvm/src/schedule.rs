@@ -20,7 +20,7 @@
 //! plan peaks lower (a greedy order is not always better than the program's own).
 
 use crate::fuse::{Fused, can_update, step_reads};
-use kiln_ir::{Builder, Func, Loc, TensorType, ValueId, VerifyError};
+use kiln_ir::{Func, ValueId, VerifyError};
 
 /// Whether instruction `u` is a step of the fused program (it runs, rather than being computed
 /// inside another instruction's kernel).
@@ -214,35 +214,11 @@ pub fn reorder(f: &Func, fused: &Fused, order: &[usize]) -> Result<Func, VerifyE
     for i in 0..n {
         place(i, &mut placed, &mut insts);
     }
-    let mut b = Builder::new(&f.name);
-    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
-    for &p in &f.params {
-        map[p.index()] = Some(b.param(f.values[p.index()].clone()));
-    }
-    for i in insts {
-        let inst = &f.insts[i];
-        let ops: Vec<ValueId> = inst
-            .operands
-            .iter()
-            .map(|o| map[o.index()].expect("operands are placed first"))
-            .collect();
-        let tys: Vec<TensorType> = inst
-            .results
-            .iter()
-            .map(|r| f.values[r.index()].clone())
-            .collect();
-        let loc = inst.loc.unwrap_or_else(Loc::caller);
-        let results = b.push_at(inst.op.clone(), &ops, Some(&tys), loc)?;
-        for (r, v) in inst.results.iter().zip(results) {
-            map[r.index()] = Some(v);
-        }
-    }
-    let outs: Vec<ValueId> = f
-        .outputs
-        .iter()
-        .map(|o| map[o.index()].expect("verified SSA"))
-        .collect();
-    b.finish(&outs)
+    let permuted = Func {
+        insts: insts.iter().map(|&i| f.insts[i].clone()).collect(),
+        ..f.clone()
+    };
+    crate::canon::rebuild(&permuted, |_, _, _| Ok(None))
 }
 
 #[cfg(test)]
