@@ -436,6 +436,24 @@ impl<'c> Emitter<'c> {
         Ok(old)
     }
 
+    /// Computes every reduction of `bodies` that reads only loop variables below `d` and is
+    /// not computed yet, for the expressions emitted next to reuse (`hoisted`); returns the
+    /// mark to truncate `hoisted` to when those loops end.
+    fn hoist<'e>(&self, bodies: impl Iterator<Item = &'e Expr>, d: usize) -> Result<usize> {
+        let mark = self.hoisted.borrow().len();
+        for r in bodies.flat_map(hoistable_reduces) {
+            if free_vars(r).iter().all(|&v| v < d) {
+                let key = value_key(r);
+                if self.hoisted.borrow().iter().any(|(h, _)| *h == key) {
+                    continue;
+                }
+                let v = self.expr(r)?;
+                self.hoisted.borrow_mut().push((key, v));
+            }
+        }
+        Ok(mark)
+    }
+
     /// The flat position `Σ var(d) * strides[d]` of the current loop variables.
     fn position(&self, strides: &[usize]) -> Result<IntValue<'c>> {
         let mut idx = self.i64c(0);
@@ -1338,17 +1356,7 @@ fn emit_epilogue<'c>(
         set_vars(em, r, 0..split)?;
         // The row's reductions (a softmax's max and sum) before any of its elements is
         // overwritten: the block holds whole rows (crate::fuse::row_epilogue).
-        let mark = em.hoisted.borrow().len();
-        for red in hoistable_reduces(&k.body) {
-            if free_vars(red).iter().all(|&v| v < split) {
-                let key = value_key(red);
-                if em.hoisted.borrow().iter().any(|(h, _)| *h == key) {
-                    continue;
-                }
-                let v = em.expr(red)?;
-                em.hoisted.borrow_mut().push((key, v));
-            }
-        }
+        let mark = em.hoist(std::iter::once(&k.body), split)?;
         em.range_loop_ptr(s_c, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
             let c =
                 em.b.build_load(i64t, s_c, "c")
@@ -1621,18 +1629,8 @@ fn emit_nest<'c>(
         lohi: (IntValue<'c>, IntValue<'c>),
         store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
     ) -> Result<()> {
-        let mark = em.hoisted.borrow().len();
         let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
-        for r in bodies.flat_map(hoistable_reduces) {
-            if free_vars(r).iter().all(|&v| v < d) {
-                let key = value_key(r);
-                if em.hoisted.borrow().iter().any(|(k, _)| *k == key) {
-                    continue;
-                }
-                let v = em.expr(r)?;
-                em.hoisted.borrow_mut().push((key, v));
-            }
-        }
+        let mark = em.hoist(bodies, d)?;
         let rank = k.out.rank();
         let (from, to) = if d == 0 {
             lohi
