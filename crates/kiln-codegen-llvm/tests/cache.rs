@@ -5,7 +5,6 @@ mod common;
 
 use common::close;
 use kiln_codegen_llvm::cpu::CpuExecutable;
-use kiln_ir::random::{Rng, random_literal};
 
 #[test]
 fn cached_kernels_load_verify_and_agree() {
@@ -22,12 +21,7 @@ fn cached_kernels_load_verify_and_agree() {
 ",
     )
     .unwrap();
-    let mut rng = Rng::new(7);
-    let args: Vec<_> = f
-        .param_types()
-        .iter()
-        .map(|t| random_literal(&mut rng, t))
-        .collect();
+    let args = common::random_args(&f, 7);
     let want = kiln_reference::eval(&f, &args).unwrap();
     let run = |expect_hit: bool, what: &str| {
         let e = CpuExecutable::compile_with_cache(&f, Some(&dir)).unwrap();

@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::close;
+use common::{close, random_args};
 use kiln_codegen_llvm::cpu::{CpuExecutable, describe_memory_donating};
-use kiln_ir::random::{Rng, random_literal};
 use kiln_ir::{Func, Literal};
 use std::borrow::Cow;
 
@@ -30,14 +29,6 @@ fn sgd_step(k: usize) -> Func {
 "
     ))
     .unwrap()
-}
-
-fn random_args(f: &Func, seed: u64) -> Vec<Literal> {
-    let mut rng = Rng::new(seed);
-    f.param_types()
-        .iter()
-        .map(|t| random_literal(&mut rng, t))
-        .collect()
 }
 
 /// Runs `e` donating the parameters marked in `donated` (the others lent); returns the

@@ -3,9 +3,8 @@
 
 mod common;
 
-use common::close;
+use common::{close, random_args};
 use kiln_codegen_llvm::cpu::{CpuExecutable, describe_memory};
-use kiln_ir::random::{Rng, random_literal};
 
 /// `n` branches, each a product reduced to its column sums, written products first.
 fn branches(n: usize) -> kiln_ir::Func {
@@ -47,9 +46,9 @@ fn branches(n: usize) -> kiln_ir::Func {
     kiln_ir::parse_func_text(&s).unwrap()
 }
 
-/// The peak in a plan's text after scheduling, and whether the schedule moved steps (then
-/// checking that it lowered the peak).
-fn peak(plan: &str) -> (usize, bool) {
+/// The peak in a plan's schedule line; when the schedule moved steps, checks that it lowered
+/// the peak.
+fn peak(plan: &str) -> usize {
     let line = plan
         .lines()
         .find(|l| l.starts_with("schedule:"))
@@ -61,9 +60,9 @@ fn peak(plan: &str) -> (usize, bool) {
     if line.contains("moved earlier") {
         let (before, after) = (nums[nums.len() - 2], nums[nums.len() - 1]);
         assert!(after < before, "{plan}");
-        (after, true)
+        after
     } else {
-        (nums[0], false)
+        nums[0]
     }
 }
 
@@ -74,14 +73,9 @@ fn independent_branches_run_one_at_a_time_and_agree_with_the_reference() {
         let plan = describe_memory(&f).unwrap();
         // The optimizer's extraction may already emit each reduction after its product; either
         // way, at most two products (up to 256 x 256 f32 each) are live at once, not all n.
-        let (after, _) = peak(&plan);
+        let after = peak(&plan);
         assert!(after <= 2 * 256 * 256 * 4 + 64 * 1024, "n = {n}:\n{plan}");
-        let mut rng = Rng::new(n as u64);
-        let args: Vec<_> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal(&mut rng, t))
-            .collect();
+        let args = random_args(&f, n as u64);
         let want = kiln_reference::eval(&f, &args).unwrap();
         let e = CpuExecutable::compile_with_cache(&f, None).unwrap();
         let got = e.run(&args).unwrap();

@@ -53,16 +53,20 @@ pub fn agrees(f: &kiln_ir::Func, args: &[Literal]) -> Result<(), String> {
     )
 }
 
+/// Random arguments for `f`'s parameters, from `seed`.
+pub fn random_args(f: &kiln_ir::Func, seed: u64) -> Vec<Literal> {
+    let mut rng = Rng::new(seed);
+    f.param_types()
+        .iter()
+        .map(|t| random_literal(&mut rng, t))
+        .collect()
+}
+
 /// Parses `src`, runs it on the CPU and on the reference with random arguments from `seed`,
 /// and panics (naming the program) unless every output agrees.
 pub fn agrees_on_random_inputs(src: &str, seed: u64) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
-    let mut rng = Rng::new(seed);
-    let args: Vec<Literal> = f
-        .param_types()
-        .iter()
-        .map(|t| random_literal(&mut rng, t))
-        .collect();
+    let args = random_args(&f, seed);
     let got = CpuExecutable::compile(&f)
         .and_then(|e| e.run(&args))
         .unwrap_or_else(|e| panic!("{src}: {e}"));
