@@ -66,6 +66,10 @@ struct Emitter<'c> {
     /// Without them LLVM must assume every store to an extra output may change any input, and
     /// neither vectorizes the loops nor hoists the row constants out of them.
     scopes: std::cell::Cell<Option<(MetadataValue<'c>, MetadataValue<'c>)>>,
+    /// Whether the target scales by powers of two in one instruction (AVX-512's `vscalef`,
+    /// which `llvm.ldexp` lowers to; taken with 512-bit vectors, so `KILN_VECTOR_BITS=256`
+    /// tests the other path); elsewhere a vector `ldexp` would become library calls.
+    scalef: bool,
 }
 
 fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
@@ -607,7 +611,15 @@ impl<'c> Emitter<'c> {
                 dtype,
                 coef,
                 off,
-            } => self.load(*input, *dtype, coef, *off),
+            } => {
+                if coef.iter().all(|&c| c == 0) && !self.hoisted.borrow().is_empty() {
+                    let key = value_key(e);
+                    if let Some((_, v)) = self.hoisted.borrow().iter().find(|(k, _)| *k == key) {
+                        return Ok(*v);
+                    }
+                }
+                self.load(*input, *dtype, coef, *off)
+            }
             Expr::Iota { var, .. } => Ok(self.var(*var)?.into()),
             Expr::Index { idx, .. } => Ok(self.idx(idx)?.into()),
             Expr::Const { dtype, value } => Ok(self.constant(*dtype, *value)),
@@ -1201,6 +1213,7 @@ fn emit_kernel<'c>(
         vars,
         hoisted: Default::default(),
         scopes: Default::default(),
+        scalef: wide_vectors(for_host),
     };
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
         // Each in-place input's slot holds its output's pointer: `out`, or an extra output's
@@ -1619,6 +1632,7 @@ fn emit_nest<'c>(
     if let Some(a) = transpose_tile_dim(k) {
         return emit_tiled(em, k, a, (lo, hi), out, &mut store);
     }
+    let stream = streams(k).then_some(out);
     // Loop d runs inside loop d - 1. Before it, every reduction that reads only the variables
     // of the enclosing loops is computed once and reused (a row's max and sum ahead of the
     // loop over its columns, which makes softmax one kernel).
@@ -1627,6 +1641,7 @@ fn emit_nest<'c>(
         k: &Kernel,
         d: usize,
         lohi: (IntValue<'c>, IntValue<'c>),
+        stream: Option<PointerValue<'c>>,
         store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
     ) -> Result<()> {
         let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
@@ -1649,19 +1664,199 @@ fn emit_nest<'c>(
             strips(em, d, (from, to), &columns, store)?;
         } else if d == rank {
             store(em)?;
+        } else if let Some(out) = stream.filter(|_| d + 1 == rank) {
+            emit_streaming(em, k, d, (from, to), out, store)?;
         } else if d == 0 {
             em.range_loop(0, lohi.0, lohi.1, 1, &mut |em: &Emitter<'c>| {
-                level(em, k, 1, lohi, store)
+                level(em, k, 1, lohi, stream, store)
             })?;
         } else {
             em.counted(d, k.out.shape[d], &mut |em: &Emitter<'c>| {
-                level(em, k, d + 1, lohi, store)
+                level(em, k, d + 1, lohi, stream, store)
             })?;
         }
         em.hoisted.borrow_mut().truncate(mark);
         Ok(())
     }
-    level(em, k, 0, (lo, hi), &mut store)
+    level(em, k, 0, (lo, hi), stream, &mut store)?;
+    if stream.is_some() {
+        // Streaming stores are weakly ordered: drain them before the kernel returns, so the
+        // thread that reads the output next (after joining this one) sees them.
+        let sfence = em.m.get_function("llvm.x86.sse.sfence").unwrap_or_else(|| {
+            em.m.add_function(
+                "llvm.x86.sse.sfence",
+                em.ctx.void_type().fn_type(&[], false),
+                None,
+            )
+        });
+        em.b.build_call(sfence, &[], "").map_err(llvm)?;
+    }
+    Ok(())
+}
+
+/// Outputs at least this large are written with streaming (non-temporal) stores: they do not
+/// fit the last-level cache together with their inputs (48 MiB on this machine's CPU), so
+/// each line written would otherwise first be read from memory (write-allocate), a third more
+/// traffic for an elementwise kernel, and would evict the inputs still to be read.
+const STREAM_BYTES: usize = 32 << 20;
+
+/// Whether loop-nest kernel `k` writes its output with streaming stores (see
+/// [`STREAM_BYTES`]): one output, large, on x86-64, whose innermost dimension holds at least
+/// four 64-byte lines. `KILN_STREAM=0` in the environment turns them off (for measuring).
+fn streams(k: &Kernel) -> bool {
+    let off = std::env::var("KILN_STREAM").is_ok_and(|v| v == "0");
+    let bytes = k.out.dtype.bytes();
+    cfg!(target_arch = "x86_64")
+        && !off
+        && k.extra.is_empty()
+        && k.out.numel() * bytes >= STREAM_BYTES
+        && k.out.shape.last().is_some_and(|&n| n * bytes >= 4 * LINE)
+}
+
+/// A cache line, and the width of one streaming store.
+const LINE: usize = 64;
+
+/// The innermost loop of a streaming kernel (see [`streams`]): positions `from..to` of
+/// innermost dimension `d` (the other variables set). Positions up to the first 64-byte
+/// boundary of the output are stored one by one; then each line's values go through a stack
+/// buffer (the loop that fills it vectorizes) and are stored as one aligned non-temporal
+/// vector; the positions after the last whole line, one by one again.
+fn emit_streaming<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    d: usize,
+    (from, to): (IntValue<'c>, IntValue<'c>),
+    out: PointerValue<'c>,
+    store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+) -> Result<()> {
+    let i64t = em.ctx.i64_type();
+    let bytes = k.out.dtype.bytes();
+    let lanes = (LINE / bytes) as i64;
+    let st = storage(em.ctx, k.out.dtype);
+    let ost = strides(&k.out.shape);
+    let int = |v: BasicValueEnum<'c>| v.into_int_value();
+    // Elements from `from` to the next line boundary (the output is aligned to its element).
+    em.b.build_store(em.vars[d], from).map_err(llvm)?;
+    let idx = em.position(&ost)?;
+    // SAFETY (of the emitted code): only the address is used.
+    let p0 = unsafe { em.b.build_gep(st, out, &[idx], "p0") }.map_err(llvm)?;
+    let addr = em.b.build_ptr_to_int(p0, i64t, "a0").map_err(llvm)?;
+    let line = em.i64c(LINE as i64 - 1);
+    let past = em.b.build_and(addr, line, "past").map_err(llvm)?;
+    let to_line =
+        em.b.build_and(
+            em.b.build_int_sub(em.i64c(LINE as i64), past, "tl")
+                .map_err(llvm)?,
+            line,
+            "tl",
+        )
+        .map_err(llvm)?;
+    let peel =
+        em.b.build_int_unsigned_div(to_line, em.i64c(bytes as i64), "peel")
+            .map_err(llvm)?;
+    let n = em.b.build_int_sub(to, from, "n").map_err(llvm)?;
+    let min = |a: IntValue<'c>, b: IntValue<'c>| -> Result<IntValue<'c>> {
+        let lt =
+            em.b.build_int_compare(IntPredicate::SLT, a, b, "lt")
+                .map_err(llvm)?;
+        Ok(int(em.b.build_select(lt, a, b, "min").map_err(llvm)?))
+    };
+    let peel = min(peel, n)?;
+    let mid = em.b.build_int_add(from, peel, "mid").map_err(llvm)?;
+    let whole =
+        em.b.build_int_signed_div(
+            em.b.build_int_sub(to, mid, "rest").map_err(llvm)?,
+            em.i64c(lanes),
+            "lines",
+        )
+        .map_err(llvm)?;
+    let end =
+        em.b.build_int_add(
+            mid,
+            em.b.build_int_mul(whole, em.i64c(lanes), "span")
+                .map_err(llvm)?,
+            "end",
+        )
+        .map_err(llvm)?;
+    // Loads of one position (scalars broadcast over the output) ahead of the loops: LLVM
+    // hoists them out of a plain loop, but not out of this loop of vectorized lines.
+    let mark = em.hoisted.borrow().len();
+    for l in invariant_loads(&k.body) {
+        let key = value_key(l);
+        if !em.hoisted.borrow().iter().any(|(h, _)| *h == key) {
+            let v = em.expr(l)?;
+            em.hoisted.borrow_mut().push((key, v));
+        }
+    }
+    em.range_loop(d, from, mid, 1, store)?;
+    let buf = em.entry_alloca(inkwell::types::BasicType::array_type(&st, lanes as u32).into())?;
+    buf.as_instruction()
+        .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
+        .set_alignment(LINE as u32)
+        .map_err(llvm)?;
+    let (slot, lane) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
+    let vt: BasicTypeEnum<'c> = match st {
+        BasicTypeEnum::FloatType(f) => f.vec_type(lanes as u32).into(),
+        BasicTypeEnum::IntType(i) => i.vec_type(lanes as u32).into(),
+        _ => return Err(Error::Llvm("a line of scalar elements".into())),
+    };
+    let nontemporal = em.ctx.get_kind_id("nontemporal");
+    let one = em
+        .ctx
+        .metadata_node(&[em.ctx.i32_type().const_int(1, false).into()]);
+    em.range_loop_ptr(slot, mid, end, lanes, &mut |em: &Emitter<'c>| {
+        let c = int(em.b.build_load(i64t, slot, "c").map_err(llvm)?);
+        // A constant trip count (not c..c + lanes), so LLVM turns the loop into vectors.
+        em.range_loop_ptr(lane, em.i64c(0), em.i64c(lanes), 1, &mut |em: &Emitter<
+            'c,
+        >| {
+            let at = int(em.b.build_load(i64t, lane, "j").map_err(llvm)?);
+            let x = em.b.build_int_nsw_add(c, at, "x").map_err(llvm)?;
+            em.b.build_store(em.vars[d], x).map_err(llvm)?;
+            let v = em.expr(&k.body)?;
+            let v = em.store_value(k.out.dtype, v)?;
+            // SAFETY (of the emitted code): `at` is below the buffer's length.
+            let p = unsafe { em.b.build_in_bounds_gep(st, buf, &[at], "bp") }.map_err(llvm)?;
+            em.b.build_store(p, v).map_err(llvm)?;
+            Ok(())
+        })?;
+        let l = em.b.build_load(vt, buf, "line").map_err(llvm)?;
+        l.as_instruction_value()
+            .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
+            .set_alignment(LINE as u32)
+            .map_err(llvm)?;
+        em.b.build_store(em.vars[d], c).map_err(llvm)?;
+        let idx = em.position(&ost)?;
+        // SAFETY (of the emitted code): positions c..c + lanes are in the output, and the
+        // address is on a line boundary (c is `mid` plus whole lines).
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
+        let s = em.b.build_store(p, l).map_err(llvm)?;
+        s.set_alignment(LINE as u32).map_err(llvm)?;
+        s.set_metadata(one, nontemporal).map_err(llvm)?;
+        Ok(())
+    })?;
+    em.range_loop(d, end, to, 1, store)?;
+    em.hoisted.borrow_mut().truncate(mark);
+    Ok(())
+}
+
+/// The loads in `e` that read one position whatever the loop variables.
+fn invariant_loads(e: &Expr) -> Vec<&Expr> {
+    fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        match e {
+            Expr::Load { coef, .. } if coef.iter().all(|&c| c == 0) => out.push(e),
+            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
+            Expr::Reduce { init, body, .. } => {
+                walk(init, out);
+                walk(body, out);
+            }
+            // Not under guards: what they guard may be out of range.
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(e, &mut out);
+    out
 }
 
 /// Edge of the square tiles a transposing kernel runs in (a cache line of f32).

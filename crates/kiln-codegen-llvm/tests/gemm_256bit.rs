@@ -1,5 +1,6 @@
 //! The GEMM with 256-bit vectors (the AVX2 blocking) on any x86-64 host with AVX2, so that path
-//! is tested here even on an AVX-512 machine, which otherwise uses 512-bit vectors.
+//! is tested here even on an AVX-512 machine, which otherwise uses 512-bit vectors; also the
+//! math functions' scaling without AVX-512's `vscalef`.
 
 mod common;
 
@@ -18,4 +19,5 @@ fn gemm_with_256_bit_vectors_agrees_with_the_reference() {
     common::convolutions();
     common::row_epilogues();
     common::transposed_folds();
+    common::transcendentals();
 }

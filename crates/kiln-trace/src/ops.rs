@@ -358,20 +358,22 @@ impl Tensor {
     pub fn relu(&self) -> Tensor {
         self.maximum(&self.like_scalar(0.0))
     }
-    /// GELU: with `approximate`, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); otherwise
+    /// GELU: with `approximate`, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as
+    /// x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (the same function: 0.5 (1 + tanh(u)) =
+    /// sigmoid(2u), with one exp and one division instead of tanh's two branches); otherwise
     /// 0.5 x (1 + erf(x / sqrt(2))).
     #[track_caller]
     pub fn gelu(&self, approximate: bool) -> Tensor {
+        if approximate {
+            let c = self.like_scalar(2.0 * (2.0 / std::f64::consts::PI).sqrt());
+            let cube = self.mul(self).mul(self).mul(&self.like_scalar(0.044715));
+            return self.mul(&self.add(&cube).mul(&c).sigmoid());
+        }
         let half = self.like_scalar(0.5);
         let one = self.like_scalar(1.0);
-        let inner = if approximate {
-            let c = self.like_scalar((2.0 / std::f64::consts::PI).sqrt());
-            let cube = self.mul(self).mul(self).mul(&self.like_scalar(0.044715));
-            self.add(&cube).mul(&c).tanh()
-        } else {
-            self.mul(&self.like_scalar(std::f64::consts::FRAC_1_SQRT_2))
-                .erf()
-        };
+        let inner = self
+            .mul(&self.like_scalar(std::f64::consts::FRAC_1_SQRT_2))
+            .erf();
         self.mul(&half).mul(&one.add(&inner))
     }
 

@@ -29,6 +29,17 @@ struct Format<'c> {
     double: bool,
 }
 
+impl Format<'_> {
+    /// exp's clamp `(top, bottom)`, and where its result becomes inf and 0 `(over, under)`.
+    fn exp_range(&self) -> (f64, f64, f64, f64) {
+        if self.double {
+            (710.0, -746.0, 709.782712893384, -745.1332191019412)
+        } else {
+            (89.0, -104.0, 88.72283935546875, -103.97208)
+        }
+    }
+}
+
 /// f64 coefficient tables (lowest degree first), fitted offline at 50 digits.
 mod tables {
     include!("math_tables.rs");
@@ -113,65 +124,129 @@ impl<'c> Emitter<'c> {
     }
 
     /// e^x: x = n ln 2 + r with n rounded to nearest and ln 2 split in two, e^r by its Taylor
-    /// polynomial (degree 7 in f32, 13 in f64; |r| <= ln 2 / 2), then scaled by 2^n in two
-    /// steps to reach the subnormal range. Within 2 ulps.
+    /// polynomial (degree 7 in f32, 13 in f64; |r| <= ln 2 / 2), then scaled by 2^n (see
+    /// [`Self::scale`]). Within 2 ulps.
     pub(super) fn exp_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
-        let b = &self.b;
         let c = |v: f64| f.ft.const_float(v);
         // Clamp so 2^n stays representable; beyond `over` and `under` the result is inf or 0.
-        let (top, bottom, over, under, degree) = if f.double {
-            (710.0, -746.0, 709.782712893384, -745.1332191019412, 13)
-        } else {
-            (89.0, -104.0, 88.72283935546875, -103.97208, 7)
-        };
+        // NaN stays NaN (it compares false).
+        let (top, bottom, over, under) = f.exp_range();
         let hi = self.fcmp(FloatPredicate::OGT, x, c(top))?;
         let lo = self.fcmp(FloatPredicate::OLT, x, c(bottom))?;
         let xc = self.select_float(hi, c(top), self.select_float(lo, c(bottom), x)?)?;
-        let t = b
-            .build_float_mul(xc, c(std::f64::consts::LOG2_E), "t")
-            .map_err(llvm)?;
-        let n = self
-            .intrinsic("llvm.rint", f.ft.into(), &[t.into()])?
-            .into_float_value();
-        let r = self.fmuladd(n, c(-f.ln2_hi), xc)?;
-        let r = self.fmuladd(n, c(-f.ln2_lo), r)?;
-        let mut taylor = vec![1.0f64];
-        for k in 1..=degree {
-            taylor.push(taylor[k - 1] / k as f64);
+        let (n, p) = self.exp_reduced(&f, xc)?;
+        let nan = self.fcmp(FloatPredicate::UNO, x, x)?;
+        if self.scalef {
+            // NaN's n is NaN, and converting that to an integer gives poison: use 0 (its p is
+            // NaN). 2^128 (2^1024) times p >= 1 is inf, as e^x is beyond `over`; below
+            // `under`, p 2^n rounds to 0.
+            return self.scale(&f, p, self.select_float(nan, c(0.0), n)?);
         }
-        let p = self.horner(r, &taylor)?;
-        let ni = b.build_float_to_signed_int(n, f.it, "ni").map_err(llvm)?;
-        let n1 = b
-            .build_right_shift(ni, f.it.const_int(1, false), true, "n1")
-            .map_err(llvm)?;
-        let n2 = b.build_int_sub(ni, n1, "n2").map_err(llvm)?;
-        let pow2 = |e: IntValue<'c>| -> Result<FloatValue<'c>> {
-            let biased = b
-                .build_int_add(e, f.it.const_int(f.bias, false), "eb")
-                .map_err(llvm)?;
-            let bits = b
-                .build_left_shift(biased, f.it.const_int(f.mant, false), "bits")
-                .map_err(llvm)?;
-            Ok(b.build_bit_cast(bits, f.ft, "p2")
-                .map_err(llvm)?
-                .into_float_value())
-        };
-        let y = b
-            .build_float_mul(
-                b.build_float_mul(p, pow2(n1)?, "y1").map_err(llvm)?,
-                pow2(n2)?,
-                "y",
-            )
-            .map_err(llvm)?;
+        let y = self.scale(&f, p, n)?;
         let over = self.fcmp(FloatPredicate::OGT, x, c(over))?;
         let under = self.fcmp(FloatPredicate::OLT, x, c(under))?;
-        let nan = self.fcmp(FloatPredicate::UNO, x, x)?;
         self.select_float(
             nan,
             x,
             self.select_float(over, c(f64::INFINITY), self.select_float(under, c(0.0), y)?)?,
         )
+    }
+
+    /// e^x for x <= 0, as [`Self::exp_fast`] without its checks for overflow and NaN (a NaN
+    /// `x` gives a number: callers return NaN themselves). Within 2 ulps.
+    fn exp_nonpositive(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let f = self.format(d);
+        let c = |v: f64| f.ft.const_float(v);
+        let (_, bottom, _, under) = f.exp_range();
+        let inside = self.fcmp(FloatPredicate::OGE, x, c(bottom))?;
+        let (n, p) = self.exp_reduced(&f, self.select_float(inside, x, c(bottom))?)?;
+        let y = self.scale(&f, p, n)?;
+        if self.scalef {
+            return Ok(y);
+        }
+        let under = self.fcmp(FloatPredicate::OLT, x, c(under))?;
+        self.select_float(under, c(0.0), y)
+    }
+
+    /// p 2^n for an integral `n` (not NaN) in exp's clamped range: by `ldexp` where the
+    /// target does that in one instruction (which rounds subnormal results once and overflows
+    /// to inf by itself); elsewhere in two steps by exponent bits, which reach the subnormal
+    /// range but not overflow (the caller checks that).
+    fn scale(
+        &self,
+        f: &Format<'c>,
+        p: FloatValue<'c>,
+        n: FloatValue<'c>,
+    ) -> Result<FloatValue<'c>> {
+        let b = &self.b;
+        if self.scalef {
+            let i32t = self.ctx.i32_type();
+            let ni = b.build_float_to_signed_int(n, i32t, "ni").map_err(llvm)?;
+            let ldexp = inkwell::intrinsics::Intrinsic::find("llvm.ldexp")
+                .ok_or_else(|| crate::Error::Llvm("no intrinsic llvm.ldexp".into()))?;
+            let decl = ldexp
+                .get_declaration(self.m, &[f.ft.into(), i32t.into()])
+                .ok_or_else(|| crate::Error::Llvm("cannot declare llvm.ldexp".into()))?;
+            return Ok(b
+                .build_call(decl, &[p.into(), ni.into()], "y")
+                .map_err(llvm)?
+                .try_as_basic_value()
+                .basic()
+                .ok_or_else(|| crate::Error::Llvm("llvm.ldexp returned nothing".into()))?
+                .into_float_value());
+        }
+        let ni = b.build_float_to_signed_int(n, f.it, "ni").map_err(llvm)?;
+        let n1 = b
+            .build_right_shift(ni, f.it.const_int(1, false), true, "n1")
+            .map_err(llvm)?;
+        let n2 = b.build_int_sub(ni, n1, "n2").map_err(llvm)?;
+        b.build_float_mul(
+            b.build_float_mul(p, self.pow2(f, n1)?, "y1")
+                .map_err(llvm)?,
+            self.pow2(f, n2)?,
+            "y",
+        )
+        .map_err(llvm)
+    }
+
+    /// For `x` in exp's clamped range: `(n, e^r)` with x = n ln 2 + r, n rounded to nearest
+    /// (see [`Self::exp_fast`]).
+    fn exp_reduced(
+        &self,
+        f: &Format<'c>,
+        x: FloatValue<'c>,
+    ) -> Result<(FloatValue<'c>, FloatValue<'c>)> {
+        let c = |v: f64| f.ft.const_float(v);
+        let t = self
+            .b
+            .build_float_mul(x, c(std::f64::consts::LOG2_E), "t")
+            .map_err(llvm)?;
+        let n = self
+            .intrinsic("llvm.rint", f.ft.into(), &[t.into()])?
+            .into_float_value();
+        let r = self.fmuladd(n, c(-f.ln2_hi), x)?;
+        let r = self.fmuladd(n, c(-f.ln2_lo), r)?;
+        let degree = if f.double { 13 } else { 7 };
+        let mut taylor = vec![1.0f64];
+        for k in 1..=degree {
+            taylor.push(taylor[k - 1] / k as f64);
+        }
+        Ok((n, self.horner(r, &taylor)?))
+    }
+
+    /// 2^e for an integer `e` in the normal exponent range, from its exponent bits.
+    fn pow2(&self, f: &Format<'c>, e: IntValue<'c>) -> Result<FloatValue<'c>> {
+        let b = &self.b;
+        let biased = b
+            .build_int_add(e, f.it.const_int(f.bias, false), "eb")
+            .map_err(llvm)?;
+        let bits = b
+            .build_left_shift(biased, f.it.const_int(f.mant, false), "bits")
+            .map_err(llvm)?;
+        Ok(b.build_bit_cast(bits, f.ft, "p2")
+            .map_err(llvm)?
+            .into_float_value())
     }
 
     /// ln x: subnormals are scaled into the normal range, x = m 2^e with m in
@@ -285,7 +360,17 @@ impl<'c> Emitter<'c> {
         };
         let x3 = b.build_float_mul(x, z, "x3").map_err(llvm)?;
         let small = self.fmuladd(x3, p, x)?;
-        let e = self.exp_fast(d, b.build_float_add(ax, ax, "2x").map_err(llvm)?)?;
+        // e^(2|x|) with 2|x| clamped to where tanh has rounded to 1 (|x| = 9.25 in f32, 19.25
+        // in f64): 2^n stays normal, so exp's range checks and two-step scaling are not
+        // needed. NaN is clamped too; it takes the small branch below, which returns it.
+        let y = b.build_float_add(ax, ax, "2x").map_err(llvm)?;
+        let top = c(if f.double { 38.5 } else { 18.5 });
+        let inside = self.fcmp(FloatPredicate::OLT, y, top)?;
+        let (n, p) = self.exp_reduced(&f, self.select_float(inside, y, top)?)?;
+        let ni = b.build_float_to_signed_int(n, f.it, "ni").map_err(llvm)?;
+        let e = b
+            .build_float_mul(p, self.pow2(&f, ni)?, "e")
+            .map_err(llvm)?;
         let q = b
             .build_float_div(
                 c(2.0),
@@ -295,8 +380,8 @@ impl<'c> Emitter<'c> {
             .map_err(llvm)?;
         let big = b.build_float_sub(c(1.0), q, "big").map_err(llvm)?;
         let signed = self.copysign(big, x)?;
-        let is_small = self.fcmp(FloatPredicate::OLT, ax, c(0.625))?;
-        self.select_float(is_small, small, signed)
+        let is_big = self.fcmp(FloatPredicate::OGE, ax, c(0.625))?;
+        self.select_float(is_big, signed, small)
     }
 
     /// logistic: 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, from e = e^-|x|, so
@@ -306,10 +391,11 @@ impl<'c> Emitter<'c> {
         let b = &self.b;
         let one = f.ft.const_float(1.0);
         let a = self.fabs(x)?;
-        let e = self.exp_fast(d, b.build_float_neg(a, "na").map_err(llvm)?)?;
+        let e = self.exp_nonpositive(d, b.build_float_neg(a, "na").map_err(llvm)?)?;
         let den = b.build_float_add(one, e, "d").map_err(llvm)?;
         let pos = b.build_float_div(one, den, "p").map_err(llvm)?;
-        let neg = b.build_float_div(e, den, "n").map_err(llvm)?;
+        // e / (1 + e) as e times 1 / (1 + e): one division for both sides.
+        let neg = b.build_float_mul(e, pos, "n").map_err(llvm)?;
         let nonneg = self.fcmp(FloatPredicate::OGE, x, f.ft.const_zero())?;
         let nan = self.fcmp(FloatPredicate::UNO, x, x)?;
         let r = self.select_float(nonneg, pos, neg)?;

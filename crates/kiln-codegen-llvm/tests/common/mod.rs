@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use kiln_codegen_llvm::cpu::CpuExecutable;
+use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::random::{Rng, random_literal};
 use kiln_ir::{DType, Literal};
 
@@ -346,5 +346,117 @@ pub fn tiled_transposes() {
         let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
         assert!(fusion.contains("tiles of dimensions"), "{fusion}");
         agrees_on_random_inputs(src, 7);
+    }
+}
+
+/// Distance in units in the last place between two floats of one format, given as their
+/// bits mapped to a monotonic integer line (NaN equals NaN).
+fn ulps_of(a: i64, b: i64, a_nan: bool, b_nan: bool) -> u64 {
+    match (a_nan, b_nan) {
+        (true, true) => 0,
+        (false, false) => a.abs_diff(b),
+        _ => u64::MAX,
+    }
+}
+
+/// f32 bits on a monotonic integer line.
+fn line32(x: f32) -> i64 {
+    let b = x.to_bits() as i32;
+    i64::from(if b < 0 { i32::MIN - b } else { b })
+}
+
+/// f64 bits on a monotonic integer line.
+fn line64(x: f64) -> i64 {
+    let b = x.to_bits() as i64;
+    if b < 0 { i64::MIN - b } else { b }
+}
+
+/// The largest error of `op` over `xs` in `dtype` (f32 or f64) against the reference, in ulps,
+/// with the input where it occurs.
+fn worst_ulps(op: &str, dtype: DType, xs: &[f64]) -> (u64, f64) {
+    let n = xs.len();
+    let src = format!(
+        "func @main(%0: {dtype}[{n}]) -> {dtype}[{n}] {{\n  %1 = {op} %0 : {dtype}[{n}]\n  return %1\n}}\n"
+    );
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let x = Literal::from_f64s(kiln_ir::TensorType::new(dtype, [n]), xs).unwrap();
+    let exe = CpuExecutable::compile(&f).unwrap();
+    assert!(!exe.plan().contains(&Step::Reference));
+    let got = exe.run(std::slice::from_ref(&x)).unwrap();
+    let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).unwrap();
+    let (g, w, x) = (got[0].to_f64s(), want[0].to_f64s(), x.to_f64s());
+    (0..n)
+        .map(|i| {
+            let u = if dtype == DType::F32 {
+                let (a, b) = (g[i] as f32, w[i] as f32);
+                ulps_of(line32(a), line32(b), a.is_nan(), b.is_nan())
+            } else {
+                ulps_of(line64(g[i]), line64(w[i]), g[i].is_nan(), w[i].is_nan())
+            };
+            (u, x[i])
+        })
+        .fold((0, 0.0), |a, b| if b.0 > a.0 { b } else { a })
+}
+
+/// exp, log, tanh, logistic and erf within their error bounds over every range (see
+/// `cpu/math.rs`).
+pub fn transcendentals() {
+    // exp, log, tanh, logistic and erf are computed by polynomials (no library calls) in f32
+    // and f64; bound their error against the reference, which rounds a more precise result
+    // once.
+    for dtype in [DType::F32, DType::F64] {
+        let (top, bottom) = if dtype == DType::F32 {
+            (88.8, -104.5)
+        } else {
+            (709.9, -745.5)
+        };
+        let mut xs: Vec<f64> = (-120_000..=120_000).map(|i| i as f64 * 1e-3).collect();
+        xs.extend((-2000..=2000).map(|i| i as f64 * 0.37));
+        xs.extend([
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            1e-300,
+            1e-8,
+            top - 0.1,
+            top,
+            bottom + 0.6,
+            bottom,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MAX,
+            f64::MIN,
+        ]);
+        for (op, bound) in [("exponential", 2), ("tanh", 4), ("logistic", 4), ("erf", 4)] {
+            let (worst, at) = worst_ulps(op, dtype, &xs);
+            println!("{op} {dtype}: at most {worst} ulp (at x = {at})");
+            assert!(worst <= bound, "{op} {dtype} at {at}: {worst} ulp");
+        }
+        // log over positive values of every magnitude, subnormals included, and its special
+        // cases.
+        let mut ps: Vec<f64> = if dtype == DType::F32 {
+            (0..200_000)
+                .map(|i| f64::from(f32::from_bits(1 + i * (0x7f7f_ffff / 200_000))))
+                .collect()
+        } else {
+            (0..200_000u64)
+                .map(|i| f64::from_bits(1 + i * (0x7fef_ffff_ffff_ffff / 200_000)))
+                .collect()
+        };
+        ps.extend([
+            0.0,
+            -0.0,
+            -1.0,
+            1.0,
+            f64::INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+            std::f64::consts::E,
+        ]);
+        let (worst, at) = worst_ulps("log", dtype, &ps);
+        println!("log {dtype}: at most {worst} ulp (at x = {at:e})");
+        assert!(worst <= 2, "log {dtype} at {at:e}: {worst} ulp");
     }
 }
