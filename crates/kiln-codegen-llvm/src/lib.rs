@@ -442,9 +442,16 @@ fn ptx_machine() -> Result<TargetMachine> {
 const PIPELINE: &str = "default<O2>";
 
 fn optimize(m: &Module, tm: &TargetMachine) -> Result<()> {
+    optimize_with(m, tm, true)
+}
+
+/// [`PIPELINE`], with LLVM's loop unrolling (runtime, partial and full) or without.
+fn optimize_with(m: &Module, tm: &TargetMachine, unroll: bool) -> Result<()> {
     m.set_triple(&tm.get_triple());
     m.set_data_layout(&tm.get_target_data().get_data_layout());
-    m.run_passes(PIPELINE, tm, PassBuilderOptions::create())
+    let options = PassBuilderOptions::create();
+    options.set_loop_unrolling(unroll);
+    m.run_passes(PIPELINE, tm, options)
         .map_err(|e| Error::Llvm(e.to_string()))
 }
 
