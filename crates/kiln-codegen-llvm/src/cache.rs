@@ -1,9 +1,9 @@
 //! A persistent on-disk cache of compiled kernels.
 //!
 //! A function whose kernels are expensive to compile (any GEMM, or many kernels) is compiled
-//! ahead of time to a shared library: its LLVM module is optimized at O2, written as a
-//! position-independent object, linked by the system C compiler (`cc -shared`), and loaded with
-//! `dlopen`. The library is stored under a key hashed from the module's unoptimized IR, the
+//! ahead of time to a shared library: its kernels are optimized at O2 (each matrix product in a
+//! module of its own, the others together, on all cores), written as position-independent
+//! objects, linked by the system C compiler (`cc -shared`), and loaded with `dlopen`. The library is stored under a key hashed from the module's unoptimized IR, the
 //! CPU's name and features and LLVM's version, so the next process that compiles the same
 //! function loads it instead of running LLVM. Next to each library lies a checksum of its
 //! bytes; a library whose checksum does not match, that does not load, or that lacks a kernel is

@@ -2383,51 +2383,54 @@ fn compile_cached(
         return Ok((lib, true));
     }
     crate::aot_machine()?; // initializes LLVM's native target once, before the threads
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut order: Vec<usize> = (0..ks.len()).filter(|&i| ks[i].is_some()).collect();
-    let weight = |i: usize| match ks[i].as_ref().map(|k| &k.schedule) {
-        Some(Schedule::Gemm { .. }) => 20,
-        _ => 1,
+    // One module per matrix-product kernel, optimized without LLVM's loop unrolling: their
+    // tiles are unrolled as emitted, and the unroll passes took a quarter of their O2 time
+    // (`opt -time-passes`); runtime even in alternating calls (MLP step 54 of 115 pairs,
+    // matmul 1024 and 2048 32 of 55 and 28 of 55, attention 13 of 25). The other kernels, which
+    // compile quickly, share one module. The threads take the next module as they finish one,
+    // so a few large GEMMs do not leave a core idle.
+    let one = |i: usize| {
+        let mut part = vec![None; ks.len()];
+        part[i] = ks[i].clone();
+        part
     };
-    order.sort_by_key(|&i| (std::cmp::Reverse(weight(i)), i));
-    let mut groups: Vec<(usize, Vec<Option<Kernel>>)> = (0..threads.min(order.len()).max(1))
-        .map(|_| (0, vec![None; ks.len()]))
+    let (gemms, others) = split_gemms(ks);
+    let mut jobs: Vec<(Vec<Option<Kernel>>, bool)> = (0..ks.len())
+        .filter(|&i| gemms[i].is_some())
+        .map(|i| (one(i), gemm_unroll()))
         .collect();
-    for i in order {
-        let g = groups
-            .iter_mut()
-            .min_by_key(|g| g.0)
-            .expect("at least one group");
-        g.0 += weight(i);
-        g.1[i] = ks[i].clone();
+    if others.iter().any(Option::is_some) {
+        jobs.push((others, true));
     }
-    let objects: Vec<Result<Vec<Vec<u8>>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = groups
-            .iter()
-            .map(|(_, part)| {
-                s.spawn(move || -> Result<Vec<Vec<u8>>> {
-                    // Matrix-product kernels in a module of their own, optimized without
-                    // LLVM's loop unrolling: their tiles are unrolled as emitted, and the
-                    // unroll passes took a quarter of their O2 time (`opt -time-passes`).
-                    // Runtime even in alternating calls (MLP step 54 of 115 pairs, matmul
-                    // 1024 and 2048 32 of 55 and 28 of 55, attention 13 of 25); the MLP
-                    // step's cold compile about 12% shorter.
-                    let (gemms, others) = split_gemms(part);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let compile = |(part, unroll): &(Vec<Option<Kernel>>, bool)| -> Result<Vec<u8>> {
+        let ctx = Context::create();
+        let m = build_module(&ctx, f, part, true, aliases)?;
+        let tm = crate::aot_machine()?;
+        crate::optimize_with(&m, &tm, *unroll)?;
+        let object = tm
+            .write_to_memory_buffer(&m, FileType::Object)
+            .map_err(llvm)?;
+        Ok(object.as_slice().to_vec())
+    };
+    // Each thread's objects, with the index of their job.
+    type Objects = Vec<(usize, Vec<u8>)>;
+    let done: Vec<Result<Objects>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Result<Objects> {
                     let mut objects = Vec::new();
-                    for (part, unroll) in [(gemms, gemm_unroll()), (others, true)] {
-                        if part.iter().all(Option::is_none) {
-                            continue;
-                        }
-                        let ctx = Context::create();
-                        let m = build_module(&ctx, f, &part, true, aliases)?;
-                        let tm = crate::aot_machine()?;
-                        crate::optimize_with(&m, &tm, unroll)?;
-                        let object = tm
-                            .write_to_memory_buffer(&m, FileType::Object)
-                            .map_err(llvm)?;
-                        objects.push(object.as_slice().to_vec());
+                    loop {
+                        let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(job) = jobs.get(j) else {
+                            return Ok(objects);
+                        };
+                        objects.push((j, compile(job)?));
                     }
-                    Ok(objects)
                 })
             })
             .collect();
@@ -2439,12 +2442,15 @@ fn compile_cached(
             })
             .collect()
     });
-    let objects: Vec<Vec<u8>> = objects
+    // Linked in job order, whichever thread compiled them.
+    let mut objects: Objects = done
         .into_iter()
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .flatten()
         .collect();
+    objects.sort_by_key(|o| o.0);
+    let objects: Vec<Vec<u8>> = objects.into_iter().map(|o| o.1).collect();
     Ok((crate::cache::store(dir, &key, &objects)?, false))
 }
 
