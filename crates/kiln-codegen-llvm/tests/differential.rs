@@ -106,6 +106,11 @@ fn softmaxes_of_products_run_as_gemm_epilogues_and_agree_with_the_reference() {
 }
 
 #[test]
+fn streaming_stores_agree_with_the_reference() {
+    common::streaming_stores();
+}
+
+#[test]
 fn transposes_in_tiles_agree_with_the_reference() {
     common::tiled_transposes();
 }

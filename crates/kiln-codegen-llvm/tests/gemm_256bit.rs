@@ -1,6 +1,6 @@
 //! The GEMM with 256-bit vectors (the AVX2 blocking) on any x86-64 host with AVX2, so that path
 //! is tested here even on an AVX-512 machine, which otherwise uses 512-bit vectors; also the
-//! math functions' scaling without AVX-512's `vscalef`.
+//! math functions' scaling without AVX-512's `vscalef`, and streaming stores with 256-bit loops.
 
 mod common;
 
@@ -20,4 +20,5 @@ fn gemm_with_256_bit_vectors_agrees_with_the_reference() {
     common::row_epilogues();
     common::transposed_folds();
     common::transcendentals();
+    common::streaming_stores();
 }
