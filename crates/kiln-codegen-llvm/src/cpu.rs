@@ -83,6 +83,15 @@ fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
     }
 }
 
+/// The vector of `lanes` elements of the storage type `st` (a float or an integer).
+fn vector_of(st: BasicTypeEnum<'_>, lanes: usize) -> Result<BasicTypeEnum<'_>> {
+    Ok(match st {
+        BasicTypeEnum::FloatType(f) => f.vec_type(lanes as u32).into(),
+        BasicTypeEnum::IntType(i) => i.vec_type(lanes as u32).into(),
+        _ => return Err(Error::Llvm(format!("no vector of {st}"))),
+    })
+}
+
 impl<'c> Emitter<'c> {
     fn ftype(&self, d: DType) -> FloatType<'c> {
         if d == DType::F64 {
@@ -484,6 +493,17 @@ impl<'c> Emitter<'c> {
             None => tmp.position_at_end(entry),
         }
         tmp.build_alloca(ty, "acc").map_err(llvm)
+    }
+
+    /// A stack buffer of `len` elements of `st` in the entry block, aligned to a cache line.
+    fn line_buffer(&self, st: BasicTypeEnum<'c>, len: usize) -> Result<PointerValue<'c>> {
+        let buf =
+            self.entry_alloca(inkwell::types::BasicType::array_type(&st, len as u32).into())?;
+        buf.as_instruction()
+            .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
+            .set_alignment(LINE as u32)
+            .map_err(llvm)?;
+        Ok(buf)
     }
 
     fn idx(&self, i: &Idx) -> Result<IntValue<'c>> {
@@ -1789,17 +1809,9 @@ fn emit_streaming<'c>(
         }
     }
     em.range_loop(d, from, mid, 1, store)?;
-    let buf = em.entry_alloca(inkwell::types::BasicType::array_type(&st, lanes as u32).into())?;
-    buf.as_instruction()
-        .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
-        .set_alignment(LINE as u32)
-        .map_err(llvm)?;
+    let buf = em.line_buffer(st, lanes as usize)?;
     let (slot, lane) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
-    let vt: BasicTypeEnum<'c> = match st {
-        BasicTypeEnum::FloatType(f) => f.vec_type(lanes as u32).into(),
-        BasicTypeEnum::IntType(i) => i.vec_type(lanes as u32).into(),
-        _ => return Err(Error::Llvm("a line of scalar elements".into())),
-    };
+    let vt = vector_of(st, lanes as usize)?;
     let nontemporal = em.ctx.get_kind_id("nontemporal");
     let one = em
         .ctx
@@ -1917,15 +1929,7 @@ fn emit_tiled<'c>(
     // Whole tiles go through a stack tile and in-register transposes when the kernel writes
     // one output of 4-byte elements.
     let buf = if k.extra.is_empty() && matches!(k.out.dtype, DType::F32 | DType::I32 | DType::U32) {
-        let st = storage(em.ctx, k.out.dtype);
-        let t = em.entry_alloca(
-            inkwell::types::BasicType::array_type(&st, (TILE * TILE) as u32).into(),
-        )?;
-        t.as_instruction()
-            .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
-            .set_alignment(64)
-            .map_err(llvm)?;
-        Some(t)
+        Some(em.line_buffer(storage(em.ctx, k.out.dtype), TILE * TILE)?)
     } else {
         None
     };
@@ -2065,11 +2069,7 @@ fn whole_tile<'c>(
             Ok(())
         })
     })?;
-    let vt: BasicTypeEnum<'c> = match st {
-        BasicTypeEnum::FloatType(f) => f.vec_type(TILE as u32).into(),
-        BasicTypeEnum::IntType(i) => i.vec_type(TILE as u32).into(),
-        _ => return Err(Error::Llvm("a tile of 4-byte elements".into())),
-    };
+    let vt = vector_of(st, TILE)?;
     let rows: Vec<inkwell::values::VectorValue<'c>> = (0..t)
         .map(|r| {
             // SAFETY (of the emitted code): row r of the tile is in the buffer.
@@ -2078,7 +2078,7 @@ fn whole_tile<'c>(
             let l = em.b.build_load(vt, p, "row").map_err(llvm)?;
             l.as_instruction_value()
                 .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
-                .set_alignment(64)
+                .set_alignment(LINE as u32)
                 .map_err(llvm)?;
             Ok(l.into_vector_value())
         })
