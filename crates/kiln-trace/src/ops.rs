@@ -358,16 +358,19 @@ impl Tensor {
     pub fn relu(&self) -> Tensor {
         self.maximum(&self.like_scalar(0.0))
     }
-    /// GELU: with `approximate`, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as
-    /// x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (the same function: 0.5 (1 + tanh(u)) =
-    /// sigmoid(2u), with one exp and one division instead of tanh's two branches); otherwise
-    /// 0.5 x (1 + erf(x / sqrt(2))).
+    /// GELU: with `approximate`, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+    /// computed as x sigmoid(x (a + b x^2)), a = 2 sqrt(2/pi), b = 0.044715 a (the same
+    /// function: 0.5 (1 + tanh(u)) = sigmoid(2u), with one exp and one division instead of
+    /// tanh's two branches); otherwise 0.5 x (1 + erf(x / sqrt(2))).
     #[track_caller]
     pub fn gelu(&self, approximate: bool) -> Tensor {
         if approximate {
-            let c = self.like_scalar(2.0 * (2.0 / std::f64::consts::PI).sqrt());
-            let cube = self.mul(self).mul(self).mul(&self.like_scalar(0.044715));
-            return self.mul(&self.add(&cube).mul(&c).sigmoid());
+            let a = 2.0 * (2.0 / std::f64::consts::PI).sqrt();
+            let inner = self
+                .mul(self)
+                .mul(&self.like_scalar(a * 0.044715))
+                .add(&self.like_scalar(a));
+            return self.mul(&self.mul(&inner).sigmoid());
         }
         let half = self.like_scalar(0.5);
         let one = self.like_scalar(1.0);

@@ -136,7 +136,7 @@ impl<'c> Emitter<'c> {
             .into_float_value())
     }
 
-    /// e^x: x = n ln 2 + r with n rounded to nearest and ln 2 split in two, e^r by a
+    /// e^x: x = n ln 2 + r with n rounded to nearest (by a shifter constant) and ln 2 split in two, e^r by a
     /// polynomial (degree 6 in f32, the degree-13 Taylor polynomial in f64; |r| <= ln 2 / 2),
     /// then scaled by 2^n (see
     /// [`Self::scale`]). Within 2 ulps.
@@ -232,13 +232,11 @@ impl<'c> Emitter<'c> {
         x: FloatValue<'c>,
     ) -> Result<(FloatValue<'c>, FloatValue<'c>)> {
         let c = |v: f64| f.ft.const_float(v);
-        let t = self
-            .b
-            .build_float_mul(x, c(std::f64::consts::LOG2_E), "t")
-            .map_err(llvm)?;
-        let n = self
-            .intrinsic("llvm.rint", f.ft.into(), &[t.into()])?
-            .into_float_value();
+        // n = x log2(e) rounded to nearest, by adding and subtracting 1.5 2^p (p the mantissa
+        // bits): the sum's last place is 1, so it rounds there (|x log2(e)| <= 1076 here).
+        let shifter = c(1.5 * 2f64.powi(f.mant as i32));
+        let t = self.fmuladd(x, c(std::f64::consts::LOG2_E), shifter)?;
+        let n = self.b.build_float_sub(t, shifter, "n").map_err(llvm)?;
         let r = self.fmuladd(n, c(-f.ln2_hi), x)?;
         let r = self.fmuladd(n, c(-f.ln2_lo), r)?;
         if !f.double {
