@@ -2385,8 +2385,9 @@ fn compile_cached(
     crate::aot_machine()?; // initializes LLVM's native target once, before the threads
     // One module per matrix-product kernel, optimized without LLVM's loop unrolling: their
     // tiles are unrolled as emitted, and the unroll passes took a quarter of their O2 time
-    // (`opt -time-passes`); runtime even in alternating calls (MLP step 54 of 115 pairs,
-    // matmul 1024 and 2048 32 of 55 and 28 of 55, attention 13 of 25). The other kernels, which
+    // (`opt -time-passes`); runtime even (matmul 1024 and 2048 76 of 145 and 28 of 55
+    // alternating calls, attention 13 of 25; the MLP step 14.6 against 14.7 ms over four
+    // alternating processes: see docs/performance.md). The other kernels, which
     // compile quickly, share one module. The threads take the next module as they finish one,
     // so a few large GEMMs do not leave a core idle.
     let one = |i: usize| {
