@@ -2390,15 +2390,15 @@ fn compile_cached(
     // alternating processes: see docs/performance.md). The other kernels, which
     // compile quickly, share one module. The threads take the next module as they finish one,
     // so a few large GEMMs do not leave a core idle.
-    let one = |i: usize| {
-        let mut part = vec![None; ks.len()];
-        part[i] = ks[i].clone();
-        part
-    };
     let (gemms, others) = split_gemms(ks);
-    let mut jobs: Vec<(Vec<Option<Kernel>>, bool)> = (0..ks.len())
-        .filter(|&i| gemms[i].is_some())
-        .map(|i| (one(i), gemm_unroll()))
+    let mut jobs: Vec<(Vec<Option<Kernel>>, bool)> = gemms
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, k)| {
+            let mut part = vec![None; ks.len()];
+            part[i] = Some(k?);
+            Some((part, gemm_unroll()))
+        })
         .collect();
     if others.iter().any(Option::is_some) {
         jobs.push((others, true));

@@ -136,10 +136,9 @@ impl<'c> Emitter<'c> {
             .into_float_value())
     }
 
-    /// e^x: x = n ln 2 + r with n rounded to nearest (by a shifter constant) and ln 2 split in two, e^r by a
-    /// polynomial (degree 6 in f32, the degree-13 Taylor polynomial in f64; |r| <= ln 2 / 2),
-    /// then scaled by 2^n (see
-    /// [`Self::scale`]). Within 2 ulps.
+    /// e^x: x = n ln 2 + r with n rounded to nearest (by a shifter constant) and ln 2 split in
+    /// two, e^r by a polynomial (degree 6 in f32, the degree-13 Taylor polynomial in f64;
+    /// |r| <= ln 2 / 2), then scaled by 2^n (see [`Self::scale`]). Within 2 ulps.
     pub(super) fn exp_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
         let c = |v: f64| f.ft.const_float(v);
@@ -183,7 +182,8 @@ impl<'c> Emitter<'c> {
         self.select_float(under, c(0.0), y)
     }
 
-    /// p 2^n for an integral `n` (not NaN) in exp's clamped range: by `ldexp` where the
+    /// p 2^n for an integral `n` in exp's clamped range (NaN only where the caller discards the
+    /// result, as its conversion to an integer is poison): by `ldexp` where the
     /// target does that in one instruction (which rounds subnormal results once and overflows
     /// to inf by itself); elsewhere in two steps by exponent bits, which reach the subnormal
     /// range but not overflow (the caller checks that).
