@@ -456,15 +456,29 @@ impl<'c> Emitter<'c> {
         let mark = self.hoisted.borrow().len();
         for r in bodies.flat_map(hoistable_reduces) {
             if free_vars(r).iter().all(|&v| v < d) {
-                let key = value_key(r);
-                if self.hoisted.borrow().iter().any(|(h, _)| *h == key) {
-                    continue;
-                }
-                let v = self.expr(r)?;
-                self.hoisted.borrow_mut().push((key, v));
+                self.hoist_one(r)?;
             }
         }
         Ok(mark)
+    }
+
+    /// Computes `e` here, unless already hoisted, for the expressions emitted next to reuse.
+    fn hoist_one(&self, e: &Expr) -> Result<()> {
+        if self.hoisted_value(e).is_none() {
+            let v = self.expr(e)?;
+            self.hoisted.borrow_mut().push((value_key(e), v));
+        }
+        Ok(())
+    }
+
+    /// `e`'s value if it was computed ahead of the current loops (see [`Self::hoist`]).
+    fn hoisted_value(&self, e: &Expr) -> Option<BasicValueEnum<'c>> {
+        let hoisted = self.hoisted.borrow();
+        if hoisted.is_empty() {
+            return None;
+        }
+        let key = value_key(e);
+        hoisted.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 
     /// The flat position `Σ var(d) * strides[d]` of the current loop variables.
@@ -632,11 +646,10 @@ impl<'c> Emitter<'c> {
                 coef,
                 off,
             } => {
-                if coef.iter().all(|&c| c == 0) && !self.hoisted.borrow().is_empty() {
-                    let key = value_key(e);
-                    if let Some((_, v)) = self.hoisted.borrow().iter().find(|(k, _)| *k == key) {
-                        return Ok(*v);
-                    }
+                if coef.iter().all(|&c| c == 0)
+                    && let Some(v) = self.hoisted_value(e)
+                {
+                    return Ok(v);
                 }
                 self.load(*input, *dtype, coef, *off)
             }
@@ -659,11 +672,8 @@ impl<'c> Emitter<'c> {
                 vars,
                 body,
             } => {
-                if !self.hoisted.borrow().is_empty() {
-                    let key = value_key(e);
-                    if let Some((_, v)) = self.hoisted.borrow().iter().find(|(k, _)| *k == key) {
-                        return Ok(*v);
-                    }
+                if let Some(v) = self.hoisted_value(e) {
+                    return Ok(v);
                 }
                 let ct: BasicTypeEnum = if dtype.is_float() {
                     self.ftype(*dtype).into()
@@ -1802,11 +1812,7 @@ fn emit_streaming<'c>(
     // hoists them out of a plain loop, but not out of this loop of vectorized lines.
     let mark = em.hoisted.borrow().len();
     for l in invariant_loads(&k.body) {
-        let key = value_key(l);
-        if !em.hoisted.borrow().iter().any(|(h, _)| *h == key) {
-            let v = em.expr(l)?;
-            em.hoisted.borrow_mut().push((key, v));
-        }
+        em.hoist_one(l)?;
     }
     em.range_loop(d, from, mid, 1, store)?;
     let buf = em.line_buffer(st, lanes as usize)?;
