@@ -5,7 +5,8 @@
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
 
 use crate::kernel::{
-    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, lower, value_key,
+    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, lower, rename_var,
+    value_key, visit,
 };
 use crate::{Error, Result};
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -70,6 +71,9 @@ struct Emitter<'c> {
     /// which `llvm.ldexp` lowers to; taken with 512-bit vectors, so `KILN_VECTOR_BITS=256`
     /// tests the other path); elsewhere a vector `ldexp` would become library calls.
     scalef: bool,
+    /// Whether `hoisted` may hold values of elementwise expressions (see [`Self::hoist`]'s
+    /// row caches), which [`Self::expr`] then looks up.
+    memo: std::cell::Cell<bool>,
 }
 
 fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
@@ -452,14 +456,89 @@ impl<'c> Emitter<'c> {
     /// Computes every reduction of `bodies` that reads only loop variables below `d` and is
     /// not computed yet, for the expressions emitted next to reuse (`hoisted`); returns the
     /// mark to truncate `hoisted` to when those loops end.
-    fn hoist<'e>(&self, bodies: impl Iterator<Item = &'e Expr>, d: usize) -> Result<usize> {
+    ///
+    /// `extents[v]` is the trip count of loop variable `v` below the output's rank. A
+    /// reduction whose body computes something costly that the expressions also compute at
+    /// their own position along the reduced axis (a softmax's exp(x - max), in its sum and in
+    /// its outputs) keeps that value per position in a stack buffer as it reduces (see
+    /// [`row_cache`]); the expressions then read the buffer instead of computing it again.
+    fn hoist<'e>(
+        &self,
+        bodies: impl Iterator<Item = &'e Expr>,
+        d: usize,
+        extents: &[usize],
+    ) -> Result<usize> {
         let mark = self.hoisted.borrow().len();
-        for r in bodies.flat_map(hoistable_reduces) {
-            if free_vars(r).iter().all(|&v| v < d) {
-                self.hoist_one(r)?;
+        let bodies: Vec<&Expr> = bodies.collect();
+        for r in bodies.iter().flat_map(|b| hoistable_reduces(b)) {
+            if !free_vars(r).iter().all(|&v| v < d) || self.hoisted_value(r).is_some() {
+                continue;
+            }
+            match row_cache(r, &bodies, d, extents) {
+                Some(plan) if row_caches() => self.hoist_caching(r, &plan)?,
+                _ => self.hoist_one(r)?,
             }
         }
         Ok(mark)
+    }
+
+    /// Computes the reduction `r` (whose single variable is the one `plan` caches along),
+    /// storing the value of `plan.part` at each position into a stack buffer, and makes both
+    /// the reduction and the buffer available to the expressions emitted next.
+    fn hoist_caching(&self, r: &Expr, plan: &RowCache<'_>) -> Result<()> {
+        let Expr::Reduce { vars, .. } = r else {
+            return Ok(());
+        };
+        let ct = self.ftype(plan.part.dtype());
+        let buf = self.line_buffer(ct.into(), plan.len)?;
+        let part_key = format!("memo:{}", value_key(plan.part));
+        let v = self.reduce(r, &mut |em: &Self| {
+            let x = em.expr(plan.part)?;
+            // SAFETY (of the emitted code): the variable runs below `plan.len`, the buffer's
+            // length.
+            let p = unsafe {
+                em.b.build_in_bounds_gep(ct, buf, &[em.var(vars[0].0)?], "rc")
+            }
+            .map_err(llvm)?;
+            em.b.build_store(p, x).map_err(llvm)?;
+            em.hoisted.borrow_mut().push((part_key.clone(), x));
+            em.memo.set(true);
+            Ok(())
+        })?;
+        let mut hoisted = self.hoisted.borrow_mut();
+        hoisted.push((value_key(r), v));
+        hoisted.push((format!("row:{}:{}", plan.var, plan.key), buf.into()));
+        Ok(())
+    }
+
+    /// The value of the elementwise expression `e` from a row cache or the enclosing
+    /// reduction's memo (see [`Self::hoist_caching`]), if it has one.
+    fn memo_value(&self, e: &Expr) -> Result<Option<BasicValueEnum<'c>>> {
+        let key = value_key(e);
+        let hoisted = self.hoisted.borrow();
+        for (k, v) in hoisted.iter().rev() {
+            if k.strip_prefix("memo:") == Some(key.as_str()) {
+                return Ok(Some(*v));
+            }
+            if let Some(rest) = k.strip_prefix("row:")
+                && let Some((var, part)) = rest.split_once(':')
+                && part == key
+            {
+                let var: usize = var
+                    .parse()
+                    .map_err(|_| Error::Llvm(format!("bad row cache key {k}")))?;
+                let ct = self.ftype(e.dtype());
+                // SAFETY (of the emitted code): the variable runs below the buffer's length
+                // (`row_cache` checks the extents).
+                let p = unsafe {
+                    self.b
+                        .build_in_bounds_gep(ct, v.into_pointer_value(), &[self.var(var)?], "rc")
+                }
+                .map_err(llvm)?;
+                return Ok(Some(self.b.build_load(ct, p, "cached").map_err(llvm)?));
+            }
+        }
+        Ok(None)
     }
 
     /// Computes `e` here, unless already hoisted, for the expressions emitted next to reuse.
@@ -657,6 +736,11 @@ impl<'c> Emitter<'c> {
             Expr::Index { idx, .. } => Ok(self.idx(idx)?.into()),
             Expr::Const { dtype, value } => Ok(self.constant(*dtype, *value)),
             Expr::Op { op, dtype, args } => {
+                if self.memo.get()
+                    && let Some(v) = self.memo_value(e)?
+                {
+                    return Ok(v);
+                }
                 let vals: Vec<BasicValueEnum> =
                     args.iter().map(|a| self.expr(a)).collect::<Result<_>>()?;
                 let in_dt = match op {
@@ -665,34 +749,51 @@ impl<'c> Emitter<'c> {
                 };
                 self.op(op, in_dt, *dtype, &vals)
             }
-            Expr::Reduce {
-                kind,
-                dtype,
-                init,
-                vars,
-                body,
-            } => {
+            Expr::Reduce { .. } => {
                 if let Some(v) = self.hoisted_value(e) {
                     return Ok(v);
                 }
-                let ct: BasicTypeEnum = if dtype.is_float() {
-                    self.ftype(*dtype).into()
-                } else {
-                    self.itype(*dtype).into()
-                };
-                let acc = self.entry_alloca(ct)?;
-                let i = self.expr(init)?;
-                self.b.build_store(acc, i).map_err(llvm)?;
-                self.nest(vars, &mut |em: &Self| {
-                    let x = em.expr(body)?;
-                    let a = em.b.build_load(ct, acc, "a").map_err(llvm)?;
-                    let c = em.combine(*kind, *dtype, a, x)?;
-                    em.b.build_store(acc, c).map_err(llvm)?;
-                    Ok(())
-                })?;
-                Ok(self.b.build_load(ct, acc, "sum").map_err(llvm)?)
+                self.reduce(e, &mut |_| Ok(()))
             }
         }
+    }
+
+    /// The reduction `e` (an [`Expr::Reduce`]), calling `before` at each position ahead of the
+    /// body; whatever `before` adds to `hoisted` is dropped after the body.
+    fn reduce(
+        &self,
+        e: &Expr,
+        before: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<BasicValueEnum<'c>> {
+        let Expr::Reduce {
+            kind,
+            dtype,
+            init,
+            vars,
+            body,
+        } = e
+        else {
+            return self.expr(e);
+        };
+        let ct: BasicTypeEnum = if dtype.is_float() {
+            self.ftype(*dtype).into()
+        } else {
+            self.itype(*dtype).into()
+        };
+        let acc = self.entry_alloca(ct)?;
+        let i = self.expr(init)?;
+        self.b.build_store(acc, i).map_err(llvm)?;
+        self.nest(vars, &mut |em: &Self| {
+            let mark = em.hoisted.borrow().len();
+            before(em)?;
+            let x = em.expr(body)?;
+            em.hoisted.borrow_mut().truncate(mark);
+            let a = em.b.build_load(ct, acc, "a").map_err(llvm)?;
+            let c = em.combine(*kind, *dtype, a, x)?;
+            em.b.build_store(acc, c).map_err(llvm)?;
+            Ok(())
+        })?;
+        self.b.build_load(ct, acc, "sum").map_err(llvm)
     }
 
     fn nest(
@@ -1244,6 +1345,7 @@ fn emit_kernel<'c>(
         hoisted: Default::default(),
         scopes: Default::default(),
         scalef: wide_vectors(for_host),
+        memo: Default::default(),
     };
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
         // Each in-place input's slot holds its output's pointer: `out`, or an extra output's
@@ -1399,7 +1501,7 @@ fn emit_epilogue<'c>(
         set_vars(em, r, 0..split)?;
         // The row's reductions (a softmax's max and sum) before any of its elements is
         // overwritten: the block holds whole rows (crate::fuse::row_epilogue).
-        let mark = em.hoist(std::iter::once(&k.body), split)?;
+        let mark = em.hoist(std::iter::once(&k.body), split, shape)?;
         em.range_loop_ptr(s_c, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
             let c =
                 em.b.build_load(i64t, s_c, "c")
@@ -1675,7 +1777,7 @@ fn emit_nest<'c>(
         store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
     ) -> Result<()> {
         let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
-        let mark = em.hoist(bodies, d)?;
+        let mark = em.hoist(bodies, d, &k.out.shape)?;
         let rank = k.out.rank();
         let (from, to) = if d == 0 {
             lohi
@@ -2414,14 +2516,32 @@ fn compile_cached(
         .min(jobs.len())
         .max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let times = std::env::var("KILN_COMPILE_TIMES").is_ok_and(|v| v == "1");
     let compile = |(part, unroll): &(Vec<Option<Kernel>>, bool)| -> Result<Vec<u8>> {
+        let start = std::time::Instant::now();
         let ctx = Context::create();
         let m = build_module(&ctx, f, part, true, aliases)?;
         let tm = crate::aot_machine()?;
+        let built = std::time::Instant::now();
         crate::optimize_with(&m, &tm, *unroll)?;
+        let optimized = std::time::Instant::now();
         let object = tm
             .write_to_memory_buffer(&m, FileType::Object)
             .map_err(llvm)?;
+        if times {
+            let names: Vec<String> = (0..part.len())
+                .filter(|&i| part[i].is_some())
+                .map(|i| format!("k{i}"))
+                .collect();
+            eprintln!(
+                "kiln compile @{}: module [{}]: build {:.1} ms, optimize {:.1} ms, code {:.1} ms",
+                f.name,
+                names.join(" "),
+                (built - start).as_secs_f64() * 1e3,
+                (optimized - built).as_secs_f64() * 1e3,
+                optimized.elapsed().as_secs_f64() * 1e3
+            );
+        }
         Ok(object.as_slice().to_vec())
     };
     // Each thread's objects, with the index of their job.
@@ -2472,6 +2592,124 @@ fn split_gemms(part: &[Option<Kernel>]) -> (Vec<Option<Kernel>>, Vec<Option<Kern
             .collect()
     };
     (pick(true), pick(false))
+}
+
+/// The largest row cache, in bytes: a softmax row of 4096 f32 values (16 KiB), which stays in
+/// the L1 cache between the reduction that fills it and the loop that reads it.
+const ROW_CACHE_BYTES: usize = 16 * 1024;
+
+/// Whether reductions keep costly per-position values for the loops after them (see
+/// [`row_cache`]): yes unless `KILN_ROW_CACHE=0` (for measuring).
+fn row_caches() -> bool {
+    std::env::var("KILN_ROW_CACHE").map_or(true, |v| v != "0")
+}
+
+/// What a reduction keeps per position for the expressions after it (see [`row_cache`]).
+struct RowCache<'e> {
+    /// The costly part of the reduction's body, computed at each position of its variable.
+    part: &'e Expr,
+    /// The loop variable along which the expressions compute the same part.
+    var: usize,
+    /// [`value_key`] of the part as the expressions compute it (at `var`).
+    key: String,
+    /// Positions: the reduction's trip count, equal to `var`'s.
+    len: usize,
+}
+
+/// Whether `e` contains an operation much costlier than a multiply-add.
+fn costly(e: &Expr) -> bool {
+    let mut found = false;
+    visit(e, &mut |x| {
+        if let Expr::Op {
+            op: Ew::Kind(k), ..
+        } = x
+        {
+            found |= matches!(
+                k,
+                OpKind::Exponential
+                    | OpKind::ExponentialMinusOne
+                    | OpKind::Log
+                    | OpKind::LogPlusOne
+                    | OpKind::Tanh
+                    | OpKind::Logistic
+                    | OpKind::Erf
+                    | OpKind::Power
+            );
+        }
+    });
+    found
+}
+
+/// The row cache for the reduction `r`, hoisted ahead of loop `d` of expressions `bodies`
+/// (whose loop variables below the output's rank have trip counts `extents`), if it is worth
+/// one: `r` reduces over one variable, and the largest costly float part of its body that reads
+/// nothing but that variable and the enclosing loops' variables is also computed by `bodies`
+/// with the reduced variable replaced by an inner loop variable of the same trip count. A
+/// softmax's sum of exp(x - max) then stores each exp(x - max) in the buffer, and its outputs
+/// read it back instead of computing a second exp.
+fn row_cache<'e>(
+    r: &'e Expr,
+    bodies: &[&Expr],
+    d: usize,
+    extents: &[usize],
+) -> Option<RowCache<'e>> {
+    let Expr::Reduce { vars, body, .. } = r else {
+        return None;
+    };
+    let [(from, len)] = vars.as_slice() else {
+        return None;
+    };
+    let (from, len) = (*from, *len);
+    // The body's operations reachable through operations, largest first.
+    fn parts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        if let Expr::Op { args, .. } = e {
+            out.push(e);
+            args.iter().for_each(|a| parts(a, out));
+        }
+    }
+    let mut candidates = Vec::new();
+    parts(body, &mut candidates);
+    let mut keys: Option<Vec<String>> = None;
+    for part in candidates {
+        let fv = free_vars(part);
+        // Values are kept as they are computed: f64, or f32 for the narrower floats.
+        let bytes = if part.dtype() == DType::F64 { 8 } else { 4 };
+        if !part.dtype().is_float()
+            || len * bytes > ROW_CACHE_BYTES
+            || !fv.contains(&from)
+            || fv.iter().any(|&v| v != from && v >= d)
+            || !costly(part)
+        {
+            continue;
+        }
+        // Every value the expressions compute, by key (computed once, when needed).
+        let keys = keys.get_or_insert_with(|| {
+            let mut ks = Vec::new();
+            for b in bodies {
+                visit(b, &mut |x| {
+                    if matches!(x, Expr::Op { .. }) {
+                        ks.push(value_key(x));
+                    }
+                });
+            }
+            ks
+        });
+        for (to, &n) in extents.iter().enumerate().skip(d) {
+            if n != len || fv.contains(&to) {
+                continue;
+            }
+            let key = value_key(&rename_var(part, from, to));
+            if keys.contains(&key) {
+                return Some(RowCache {
+                    part,
+                    var: to,
+                    key,
+                    len,
+                });
+            }
+        }
+    }
+    None
 }
 
 /// Whether LLVM unrolls loops in GEMM kernels: not unless `KILN_GEMM_UNROLL=1` (for

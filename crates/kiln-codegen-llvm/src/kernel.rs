@@ -1337,6 +1337,102 @@ pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
     }
 }
 
+/// `e` with the free loop variable `from` replaced by `to`, which `e` must not use (loads'
+/// coefficients move from one variable to the other; reductions binding `from` are kept).
+pub fn rename_var(e: &Expr, from: usize, to: usize) -> Expr {
+    let idx = |i: &Idx| rename_var_idx(i, from, to);
+    let sub = |x: &Expr| Box::new(rename_var(x, from, to));
+    match e {
+        Expr::Load {
+            input,
+            dtype,
+            coef,
+            off,
+        } => {
+            let mut coef = coef.clone();
+            if let Some(c) = coef.get_mut(from).map(std::mem::take) {
+                if coef.len() <= to {
+                    coef.resize(to + 1, 0);
+                }
+                coef[to] += c;
+            }
+            Expr::Load {
+                input: *input,
+                dtype: *dtype,
+                coef,
+                off: *off,
+            }
+        }
+        Expr::Iota { var, dtype } => Expr::Iota {
+            var: if *var == from { to } else { *var },
+            dtype: *dtype,
+        },
+        Expr::Index { idx: i, dtype } => Expr::Index {
+            idx: idx(i),
+            dtype: *dtype,
+        },
+        Expr::Const { .. } => e.clone(),
+        Expr::Op { op, dtype, args } => Expr::Op {
+            op: op.clone(),
+            dtype: *dtype,
+            args: args.iter().map(|a| rename_var(a, from, to)).collect(),
+        },
+        Expr::Reduce { vars, .. } if vars.iter().any(|v| v.0 == from) => e.clone(),
+        Expr::Reduce {
+            kind,
+            dtype,
+            init,
+            vars,
+            body,
+        } => Expr::Reduce {
+            kind: *kind,
+            dtype: *dtype,
+            init: sub(init),
+            vars: vars.clone(),
+            body: sub(body),
+        },
+        Expr::Gather {
+            input,
+            dtype,
+            index,
+            strides,
+        } => Expr::Gather {
+            input: *input,
+            dtype: *dtype,
+            index: index.iter().map(idx).collect(),
+            strides: strides.clone(),
+        },
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => Expr::Guard {
+            conds: conds
+                .iter()
+                .map(|c| match c {
+                    Cond::InRange(i, lo, hi) => Cond::InRange(idx(i), *lo, *hi),
+                    Cond::Divisible(i, m) => Cond::Divisible(idx(i), *m),
+                })
+                .collect(),
+            then: sub(then),
+            otherwise: sub(otherwise),
+        },
+    }
+}
+
+fn rename_var_idx(i: &Idx, from: usize, to: usize) -> Idx {
+    let sub = |x: &Idx| Box::new(rename_var_idx(x, from, to));
+    match i {
+        Idx::Var(v) if *v == from => Idx::Var(to),
+        Idx::Var(_) | Idx::Const(_) => i.clone(),
+        Idx::Add(xs) => Idx::Add(xs.iter().map(|x| rename_var_idx(x, from, to)).collect()),
+        Idx::Mul(x, c) => Idx::Mul(sub(x), *c),
+        Idx::Div(x, c) => Idx::Div(sub(x), *c),
+        Idx::Clamp(x, lo, hi) => Idx::Clamp(sub(x), *lo, *hi),
+        Idx::Value(e) => Idx::Value(Box::new(rename_var(e, from, to))),
+    }
+}
+
 fn map_inputs_idx(i: &Idx, map: &dyn Fn(usize) -> usize) -> Idx {
     let sub = |x: &Idx| Box::new(map_inputs_idx(x, map));
     match i {

@@ -21,4 +21,5 @@ fn gemm_with_256_bit_vectors_agrees_with_the_reference() {
     common::transposed_folds();
     common::transcendentals();
     common::streaming_stores();
+    common::row_caches();
 }
