@@ -3,9 +3,12 @@
 //! A function whose kernels are expensive to compile (any GEMM, or many kernels) is compiled
 //! ahead of time to a shared library: its kernels are optimized at O2 (each matrix product in a
 //! module of its own, the others together, on all cores), written as position-independent
-//! objects, linked by the system C compiler (`cc -shared`), and loaded with `dlopen`. The library is stored under a key hashed from the module's unoptimized IR, the
-//! CPU's name and features and LLVM's version, so the next process that compiles the same
-//! function loads it instead of running LLVM. Next to each library lies a checksum of its
+//! objects, linked by the system C compiler (`cc -shared`), and loaded with `dlopen`. The
+//! library is stored under a key hashed from what its modules are built from (the function, its
+//! fused kernels and in-place outputs), the settings that change their code (vector width,
+//! streaming stores, row caches, the pass pipeline), the CPU's name and features, LLVM's
+//! version and a hash of this crate's sources (`build.rs`), so the next process that compiles
+//! the same function with the same code generation loads it without building any LLVM IR. Next to each library lies a checksum of its
 //! bytes; a library whose checksum does not match, that does not load, or that lacks a kernel is
 //! rebuilt.
 //!
@@ -40,10 +43,11 @@ pub fn hash(bytes: &[u8]) -> String {
     format!("{h:032x}")
 }
 
-/// The cache key of a module: its IR text and everything else that decides its machine code.
-pub fn key(ir: &str, machine: &str) -> String {
+/// The cache key of `what` (a description of the kernels) compiled for `machine` (everything
+/// else that decides their machine code).
+pub fn key(what: &str, machine: &str) -> String {
     let (major, minor, patch) = inkwell::support::get_llvm_version();
-    hash(format!("kiln-kernels-v1\n{major}.{minor}.{patch}\n{machine}\n{ir}").as_bytes())
+    hash(format!("kiln-kernels-v2\n{major}.{minor}.{patch}\n{machine}\n{what}").as_bytes())
 }
 
 /// A loaded shared library of kernels (closed when dropped).

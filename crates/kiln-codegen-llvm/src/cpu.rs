@@ -1832,14 +1832,18 @@ fn emit_nest<'c>(
 /// traffic for an elementwise kernel, and would evict the inputs still to be read.
 const STREAM_BYTES: usize = 32 << 20;
 
+/// Whether streaming stores are on: unless `KILN_STREAM=0`.
+fn streaming() -> bool {
+    !std::env::var("KILN_STREAM").is_ok_and(|v| v == "0")
+}
+
 /// Whether loop-nest kernel `k` writes its output with streaming stores (see
 /// [`STREAM_BYTES`]): one output, large, on x86-64, whose innermost dimension holds at least
 /// four 64-byte lines. `KILN_STREAM=0` in the environment turns them off (for measuring).
 fn streams(k: &Kernel) -> bool {
-    let off = std::env::var("KILN_STREAM").is_ok_and(|v| v == "0");
     let bytes = k.out.dtype.bytes();
     cfg!(target_arch = "x86_64")
-        && !off
+        && streaming()
         && k.extra.is_empty()
         && k.out.numel() * bytes >= STREAM_BYTES
         && k.out.shape.last().is_some_and(|&n| n * bytes >= 4 * LINE)
@@ -2462,14 +2466,13 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
     Ok(s)
 }
 
-/// The module's kernels as a shared library: from the cache when an intact one is stored under
-/// the module's key (`true`), else compiled at O2 to an object, linked and stored (`false`).
+/// The kernels `ks` of `f` as a shared library: from the cache when an intact one is stored
+/// under their key (`true`), else compiled at O2 to objects, linked and stored (`false`).
 ///
-/// A miss compiles the kernels on all cores: they are dealt into one module per thread
-/// (heaviest first, GEMMs weighing most), each optimized and turned into an object in its own
-/// LLVM context, and the objects are linked into one library.
+/// A miss compiles the kernels on all cores: each GEMM kernel in a module of its own, the
+/// others together, each module optimized and turned into an object in its own LLVM context
+/// by whichever thread is free, and the objects are linked into one library.
 fn compile_cached(
-    m: &inkwell::module::Module,
     f: &Func,
     ks: &[Option<Kernel>],
     aliases: &[Alias],
@@ -2477,16 +2480,22 @@ fn compile_cached(
     names: &[String],
 ) -> Result<(crate::cache::Library, bool)> {
     use inkwell::targets::{FileType, TargetMachine};
-    // The optimization pipeline is part of the key: a library built with other settings is
-    // not reused.
+    // The key: what the modules are built from (the function, its kernels and the in-place
+    // outputs), the settings that change how they are emitted and optimized, the CPU and
+    // this crate's sources. Building and printing the LLVM IR to hash it instead took about
+    // 40 ms of the MLP step's 60 ms compile with the cache warm.
     let machine = format!(
-        "{} {} {} gemm-unroll={}",
+        "{} {} {} gemm-unroll={} wide={} stream={} row-caches={} codegen={}",
         TargetMachine::get_host_cpu_name().to_string_lossy(),
         TargetMachine::get_host_cpu_features().to_string_lossy(),
         crate::PIPELINE,
-        gemm_unroll()
+        gemm_unroll(),
+        wide_vectors(true),
+        streaming(),
+        row_caches(),
+        env!("KILN_CODEGEN_SOURCE_HASH"),
     );
-    let key = crate::cache::key(&m.print_to_string().to_string(), &machine);
+    let key = crate::cache::key(&format!("{f}\n{ks:?}\n{aliases:?}"), &machine);
     if let Some(lib) = crate::cache::load(dir, &key, names) {
         return Ok((lib, true));
     }
@@ -3057,9 +3066,7 @@ impl CpuExecutable {
         let mut library = None;
         let mut from_cache = false;
         if cacheable && let Some(dir) = cache {
-            let m = build_module(ctx, f, ks, true, &aliases)?;
-            clock.lap("emit LLVM IR");
-            match compile_cached(&m, f, ks, &aliases, dir, &names) {
+            match compile_cached(f, ks, &aliases, dir, &names) {
                 Ok((lib, hit)) => {
                     clock.lap(if hit {
                         "load from the kernel cache"

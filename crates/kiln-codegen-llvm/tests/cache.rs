@@ -1,5 +1,6 @@
 //! The on-disk kernel cache: a second compile of the same function loads its kernels, a
-//! damaged library is rebuilt, and every result agrees with the reference.
+//! damaged library is rebuilt, a different function does not load it, and every result agrees
+//! with the reference.
 
 mod common;
 
@@ -42,6 +43,16 @@ fn cached_kernels_load_verify_and_agree() {
     std::fs::write(&so, bytes).unwrap();
     run(false, "a damaged library is rebuilt");
     run(true, "and then loaded");
+    // The same function with another shape or another operation has kernels of its own: it
+    // must not load this library, whose key covers the kernels it was built from.
+    for (from, to) in [("f32[40,", "f32[41,"), ("tanh", "exponential")] {
+        let g = kiln_ir::parse_func_text(&f.to_string().replace(from, to)).unwrap();
+        let args = common::random_args(&g, 8);
+        let want = kiln_reference::eval(&g, &args).unwrap();
+        let e = CpuExecutable::compile_with_cache(&g, Some(&dir)).unwrap();
+        assert!(!e.loaded_from_cache(), "{g}");
+        close(&e.run(&args).unwrap()[0], &want[0]).unwrap();
+    }
     // Without a cache, the JIT compiles it.
     let e = CpuExecutable::compile_with_cache(&f, None).unwrap();
     assert!(!e.loaded_from_cache());
