@@ -2452,6 +2452,9 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
                     _ => String::new(),
                 },
             );
+            for note in row_cache_notes(k) {
+                let _ = writeln!(s, "  {note}");
+            }
         }
     }
     for (i, inst) in g.insts.iter().enumerate() {
@@ -2719,6 +2722,57 @@ fn row_cache<'e>(
         }
     }
     None
+}
+
+/// What the emitter keeps in row caches in kernel `k` (see [`row_cache`]), one line per
+/// cached reduction, for the fusion dump.
+fn row_cache_notes(k: &Kernel) -> Vec<String> {
+    if !row_caches() {
+        return Vec::new();
+    }
+    let bodies: Vec<&Expr> = std::iter::once(&k.body)
+        .chain(k.extra.iter().map(|x| &x.body))
+        .collect();
+    // Where the emitter hoists each reduction: ahead of the first loop inside all its free
+    // variables, or, in a GEMM's row epilogue, ahead of the loop over a row's columns.
+    let split = match k.schedule {
+        Schedule::Gemm {
+            batch,
+            m,
+            n,
+            epilogue: Some(_),
+            ..
+        } => crate::fuse::row_split(&k.out.shape, batch * m, n),
+        Schedule::Nest => None,
+        _ => return Vec::new(),
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut notes = Vec::new();
+    for r in bodies.iter().flat_map(|b| hoistable_reduces(b)) {
+        let d = match split {
+            Some(d) => d,
+            None => free_vars(r).last().map_or(0, |&v| v + 1),
+        };
+        let key = value_key(r);
+        if seen.contains(&key) || free_vars(r).iter().any(|&v| v >= d) {
+            continue;
+        }
+        seen.push(key);
+        if let (Expr::Reduce { kind, .. }, Some(plan)) = (r, row_cache(r, &bodies, d, &k.out.shape))
+        {
+            let op = match plan.part {
+                Expr::Op {
+                    op: Ew::Kind(op), ..
+                } => op.to_string(),
+                _ => "costly part".to_string(),
+            };
+            notes.push(format!(
+                "row cache: the {kind} reduction over {} positions keeps its {op} of each for the outputs along dimension {}",
+                plan.len, plan.var
+            ));
+        }
+    }
+    notes
 }
 
 /// Whether LLVM unrolls loops in GEMM kernels: not unless `KILN_GEMM_UNROLL=1` (for

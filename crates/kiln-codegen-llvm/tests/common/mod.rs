@@ -374,6 +374,12 @@ pub fn row_caches() {
         let f = kiln_ir::parse_func_text(&src).unwrap();
         let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
         assert_eq!(ir.contains("%cached"), cached, "{dt} {shape:?}");
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert_eq!(
+            fusion.contains("row cache: the add reduction"),
+            cached,
+            "{fusion}"
+        );
         agrees_on_random_inputs(&src, shape.iter().product::<usize>() as u64);
     }
     // A softmax of a product, as the GEMM's row epilogue.
