@@ -2628,26 +2628,28 @@ struct RowCache<'e> {
     len: usize,
 }
 
-/// Whether `e` contains an operation much costlier than a multiply-add.
+/// Whether `op` is much costlier than a multiply-add (a polynomial or a library call).
+fn costly_op(op: &Ew) -> bool {
+    matches!(
+        op,
+        Ew::Kind(
+            OpKind::Exponential
+                | OpKind::ExponentialMinusOne
+                | OpKind::Log
+                | OpKind::LogPlusOne
+                | OpKind::Tanh
+                | OpKind::Logistic
+                | OpKind::Erf
+                | OpKind::Power
+        )
+    )
+}
+
+/// Whether `e` contains a costly operation (see [`costly_op`]).
 fn costly(e: &Expr) -> bool {
     let mut found = false;
     visit(e, &mut |x| {
-        if let Expr::Op {
-            op: Ew::Kind(k), ..
-        } = x
-        {
-            found |= matches!(
-                k,
-                OpKind::Exponential
-                    | OpKind::ExponentialMinusOne
-                    | OpKind::Log
-                    | OpKind::LogPlusOne
-                    | OpKind::Tanh
-                    | OpKind::Logistic
-                    | OpKind::Erf
-                    | OpKind::Power
-            );
-        }
+        found |= matches!(x, Expr::Op { op, .. } if costly_op(op));
     });
     found
 }
@@ -2773,6 +2775,38 @@ fn row_cache_notes(k: &Kernel) -> Vec<String> {
         }
     }
     notes
+}
+
+/// Functions without a GEMM go through the kernel cache when their kernels' LLVM instructions
+/// as emitted, plus `COSTLY_WEIGHT` for each costly operation (exp, log, tanh, logistic, erf,
+/// power: the loop vectorizer and the code generator then work through their polynomials
+/// in vector form), reach this weight. Measured JIT compiles: an eager elementwise op (35-180
+/// instructions) 7-15 ms, less than linking a library would add on a miss; a 4096 x 4096
+/// softmax (213 and one exp) 25-80 ms, layernorm (366) 35-75 ms, the GELU chain (432 and a
+/// logistic) 55-80 ms, erf + tanh x logistic over 100 x 100 (180 and three) about 50 ms, where
+/// loading a stored library takes about a millisecond.
+const CACHE_WEIGHT: usize = 250;
+
+/// What one costly operation adds to a function's compile weight (see [`CACHE_WEIGHT`]).
+const COSTLY_WEIGHT: usize = 100;
+
+/// The costly operations (see [`costly_op`]) in kernel `k`'s expressions.
+fn costly_ops(k: &Kernel) -> usize {
+    let mut n = 0;
+    for body in std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body)) {
+        visit(body, &mut |x| {
+            n += usize::from(matches!(x, Expr::Op { op, .. } if costly_op(op)));
+        });
+    }
+    n
+}
+
+/// The number of instructions in `m`'s functions.
+fn instruction_count(m: &Module<'_>) -> usize {
+    m.get_functions()
+        .flat_map(|f| f.get_basic_block_iter())
+        .map(|bb| bb.get_instructions().count())
+        .sum()
 }
 
 /// Whether LLVM unrolls loops in GEMM kernels: not unless `KILN_GEMM_UNROLL=1` (for
@@ -3111,12 +3145,24 @@ impl CpuExecutable {
             .filter(|&i| ks[i].is_some())
             .map(|i| format!("k{i}"))
             .collect();
-        // Functions that are slow to compile go through the on-disk cache.
+        // Functions that are slow to compile go through the on-disk cache: a GEMM, 8 kernels or
+        // more, or kernels whose compile weight (see `CACHE_WEIGHT`) is large.
+        let mut module = None;
         let cacheable = ks
             .iter()
             .flatten()
             .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
-            || names.len() >= 8;
+            || names.len() >= 8
+            || (cache.is_some() && {
+                let m = build_module(ctx, f, ks, true, &aliases)?;
+                let n = instruction_count(&m);
+                let costly = ks.iter().flatten().map(costly_ops).sum::<usize>();
+                module = Some(m);
+                clock.lap(&format!(
+                    "emit LLVM IR ({n} instructions, {costly} costly operations)"
+                ));
+                n + COSTLY_WEIGHT * costly >= CACHE_WEIGHT
+            });
         let mut library = None;
         let mut from_cache = false;
         if cacheable && let Some(dir) = cache {
@@ -3145,8 +3191,14 @@ impl CpuExecutable {
             }
         }
         let engine = if library.is_none() && ks.iter().any(Option::is_some) {
-            let m = build_module(ctx, f, ks, true, &aliases)?;
-            clock.lap("emit LLVM IR");
+            let m = match module.take() {
+                Some(m) => m,
+                None => {
+                    let m = build_module(ctx, f, ks, true, &aliases)?;
+                    clock.lap("emit LLVM IR");
+                    m
+                }
+            };
             crate::optimize(&m, &crate::host_machine()?)?;
             clock.lap("LLVM O2");
             let ee = m

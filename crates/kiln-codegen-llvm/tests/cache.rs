@@ -53,6 +53,27 @@ fn cached_kernels_load_verify_and_agree() {
         assert!(!e.loaded_from_cache(), "{g}");
         close(&e.run(&args).unwrap()[0], &want[0]).unwrap();
     }
+    // A function without a GEMM whose kernel is large as emitted (here erf, tanh and logistic)
+    // goes through the cache too; a small one (an add) is JIT-compiled every time.
+    for (src, cached) in [
+        (
+            "func @main(%0: f32[100,100]) -> f32[100,100] {\n  %1 = erf %0 : f32[100,100]\n  %2 = tanh %0 : f32[100,100]\n  %3 = logistic %0 : f32[100,100]\n  %4 = multiply %2, %3 : f32[100,100]\n  %5 = add %1, %4 : f32[100,100]\n  return %5\n}\n",
+            true,
+        ),
+        (
+            "func @main(%0: f32[100,100]) -> f32[100,100] {\n  %1 = add %0, %0 : f32[100,100]\n  return %1\n}\n",
+            false,
+        ),
+    ] {
+        let g = kiln_ir::parse_func_text(src).unwrap();
+        let args = common::random_args(&g, 9);
+        let want = kiln_reference::eval(&g, &args).unwrap();
+        for second in [false, true] {
+            let e = CpuExecutable::compile_with_cache(&g, Some(&dir)).unwrap();
+            assert_eq!(e.loaded_from_cache(), cached && second, "{g}");
+            close(&e.run(&args).unwrap()[0], &want[0]).unwrap();
+        }
+    }
     // Without a cache, the JIT compiles it.
     let e = CpuExecutable::compile_with_cache(&f, None).unwrap();
     assert!(!e.loaded_from_cache());
