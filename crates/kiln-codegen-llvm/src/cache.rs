@@ -1,6 +1,7 @@
 //! A persistent on-disk cache of compiled kernels.
 //!
-//! A function whose kernels are expensive to compile (any GEMM, or many kernels) is compiled
+//! A function whose kernels are expensive to compile (any GEMM, many kernels, or kernels heavy
+//! with code: see `cpu::CACHE_WEIGHT`) is compiled
 //! ahead of time to a shared library: its kernels are optimized at O2 (each matrix product in a
 //! module of its own, the others together, on all cores), written as position-independent
 //! objects, linked by the system C compiler (`cc -shared`), and loaded with `dlopen`. The
