@@ -6,7 +6,7 @@
 
 use crate::kernel::{
     Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, lower, rename_var,
-    value_key, visit,
+    value_key, var_plus_const, visit,
 };
 use crate::{Error, Result};
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -74,6 +74,9 @@ struct Emitter<'c> {
     /// Whether `hoisted` may hold values of elementwise expressions (see [`Self::hoist`]'s
     /// row caches), which [`Self::expr`] then looks up.
     memo: std::cell::Cell<bool>,
+    /// What the enclosing loops know: variable `v` lies in `lo..hi` for each `(v, lo, hi)`
+    /// (see [`guard_segments`]); guards whose conditions these decide take one side unchecked.
+    facts: std::cell::RefCell<Vec<(usize, i64, i64)>>,
 }
 
 fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
@@ -406,6 +409,68 @@ impl<'c> Emitter<'c> {
         self.range_loop(var, self.i64c(0), self.i64c(extent as i64), 1, body)
     }
 
+    /// The larger of two signed integers.
+    fn int_max(&self, a: IntValue<'c>, b: IntValue<'c>) -> Result<IntValue<'c>> {
+        let gt = self
+            .b
+            .build_int_compare(IntPredicate::SGT, a, b, "gt")
+            .map_err(llvm)?;
+        Ok(self
+            .b
+            .build_select(gt, a, b, "max")
+            .map_err(llvm)?
+            .into_int_value())
+    }
+
+    /// The smaller of two signed integers.
+    fn int_min(&self, a: IntValue<'c>, b: IntValue<'c>) -> Result<IntValue<'c>> {
+        let lt = self
+            .b
+            .build_int_compare(IntPredicate::SLT, a, b, "lt")
+            .map_err(llvm)?;
+        Ok(self
+            .b
+            .build_select(lt, a, b, "min")
+            .map_err(llvm)?
+            .into_int_value())
+    }
+
+    /// Whether the enclosing loops' facts decide condition `c`: `lo <= v + k < hi` holds at
+    /// every value `v` can take here, or at none.
+    fn known(&self, c: &Cond) -> Option<bool> {
+        let Cond::InRange(i, lo, hi) = c else {
+            return None;
+        };
+        let (v, k) = var_plus_const(i)?;
+        let facts = self.facts.borrow();
+        let &(_, flo, fhi) = facts.iter().rev().find(|f| f.0 == v)?;
+        let (first, last) = (flo + k, fhi - 1 + k);
+        if first >= *lo && last < *hi {
+            Some(true)
+        } else if last < *lo || first >= *hi {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// Loop `var` over each of `segments` in turn (together `0..extent`, see
+    /// [`guard_segments`]), knowing in each that `var` lies in it.
+    fn segmented(
+        &self,
+        var: usize,
+        segments: &[(i64, i64)],
+        body: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
+        for &(lo, hi) in segments {
+            self.facts.borrow_mut().push((var, lo, hi));
+            let r = self.range_loop(var, self.i64c(lo), self.i64c(hi), 1, body);
+            self.facts.borrow_mut().pop();
+            r?;
+        }
+        Ok(())
+    }
+
     /// `cond ? a : e` for floats.
     fn select_float(
         &self,
@@ -698,8 +763,20 @@ impl<'c> Emitter<'c> {
                 then,
                 otherwise,
             } => {
-                let mut ok = self.ctx.bool_type().const_int(1, false);
+                // Conditions the enclosing loops decide are not checked.
+                let mut open = Vec::new();
                 for c in conds {
+                    match self.known(c) {
+                        Some(false) => return self.expr(otherwise),
+                        Some(true) => {}
+                        None => open.push(c),
+                    }
+                }
+                if open.is_empty() {
+                    return self.expr(then);
+                }
+                let mut ok = self.ctx.bool_type().const_int(1, false);
+                for c in open {
                     ok = self.b.build_and(ok, self.cond(c)?, "ok").map_err(llvm)?;
                 }
                 let tb = self.ctx.append_basic_block(self.f, "then");
@@ -1346,6 +1423,7 @@ fn emit_kernel<'c>(
         scopes: Default::default(),
         scalef: wide_vectors(for_host),
         memo: Default::default(),
+        facts: Default::default(),
     };
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
         // Each in-place input's slot holds its output's pointer: `out`, or an extra output's
@@ -1729,6 +1807,30 @@ fn emit_nest<'c>(
     lo: IntValue<'c>,
     hi: IntValue<'c>,
 ) -> Result<()> {
+    // Each loop variable stays within its dimension (a thread's rows too), which decides the
+    // guards of dimensions without padding (see `Emitter::known`); loops cut at guards know
+    // narrower ranges.
+    let mark = em.facts.borrow().len();
+    em.facts.borrow_mut().extend(
+        k.out
+            .shape
+            .iter()
+            .enumerate()
+            .map(|(v, &n)| (v, 0, n as i64)),
+    );
+    let r = emit_nest_loops(em, k, out, lo, hi);
+    em.facts.borrow_mut().truncate(mark);
+    r
+}
+
+/// [`emit_nest`]'s loops.
+fn emit_nest_loops<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    out: PointerValue<'c>,
+    lo: IntValue<'c>,
+    hi: IntValue<'c>,
+) -> Result<()> {
     let ost = strides(&k.out.shape);
     let ptr = em.ctx.ptr_type(AddressSpace::default());
     let mut store = |em: &Emitter<'c>| -> Result<()> {
@@ -1776,8 +1878,10 @@ fn emit_nest<'c>(
         stream: Option<PointerValue<'c>>,
         store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
     ) -> Result<()> {
-        let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
-        let mark = em.hoist(bodies, d, &k.out.shape)?;
+        let bodies: Vec<&Expr> = std::iter::once(&k.body)
+            .chain(k.extra.iter().map(|x| &x.body))
+            .collect();
+        let mark = em.hoist(bodies.iter().copied(), d, &k.out.shape)?;
         let rank = k.out.rank();
         let (from, to) = if d == 0 {
             lohi
@@ -1797,13 +1901,43 @@ fn emit_nest<'c>(
         } else if d == rank {
             store(em)?;
         } else if let Some(out) = stream.filter(|_| d + 1 == rank) {
-            emit_streaming(em, k, d, (from, to), out, store)?;
+            // (A one-dimensional kernel's range is a thread's rows.)
+            let segments = guard_segments(&bodies, d, k.out.shape[d]);
+            for &(s, e) in &segments {
+                let range = if segments.len() == 1 {
+                    (from, to)
+                } else {
+                    let lo = em.int_max(from, em.i64c(s))?;
+                    // An empty range where the thread's rows miss the segment.
+                    (lo, em.int_max(lo, em.int_min(to, em.i64c(e))?)?)
+                };
+                em.facts.borrow_mut().push((d, s, e));
+                let r = emit_streaming(em, k, d, range, out, store);
+                em.facts.borrow_mut().pop();
+                r?;
+            }
         } else if d == 0 {
-            em.range_loop(0, lohi.0, lohi.1, 1, &mut |em: &Emitter<'c>| {
-                level(em, k, 1, lohi, stream, store)
-            })?;
+            // A thread's rows, in the segments where the guards on them are decided.
+            let segments = guard_segments(&bodies, 0, k.out.shape[0]);
+            for &(s, e) in &segments {
+                let (from, to) = if segments.len() == 1 {
+                    lohi
+                } else {
+                    (
+                        em.int_max(lohi.0, em.i64c(s))?,
+                        em.int_min(lohi.1, em.i64c(e))?,
+                    )
+                };
+                em.facts.borrow_mut().push((0, s, e));
+                let r = em.range_loop(0, from, to, 1, &mut |em: &Emitter<'c>| {
+                    level(em, k, 1, lohi, stream, store)
+                });
+                em.facts.borrow_mut().pop();
+                r?;
+            }
         } else {
-            em.counted(d, k.out.shape[d], &mut |em: &Emitter<'c>| {
+            let segments = guard_segments(&bodies, d, k.out.shape[d]);
+            em.segmented(d, &segments, &mut |em: &Emitter<'c>| {
                 level(em, k, d + 1, lohi, stream, store)
             })?;
         }
@@ -1839,18 +1973,27 @@ fn streaming() -> bool {
 
 /// Whether loop-nest kernel `k` writes its output with streaming stores (see
 /// [`STREAM_BYTES`]): one output, large, on x86-64, whose innermost dimension holds at least
-/// four 64-byte lines. `KILN_STREAM=0` in the environment turns them off (for measuring).
+/// [`STREAM_ROW_LINES`] 64-byte lines. `KILN_STREAM=0` in the environment turns them off (for
+/// measuring).
 fn streams(k: &Kernel) -> bool {
     let bytes = k.out.dtype.bytes();
     cfg!(target_arch = "x86_64")
         && streaming()
         && k.extra.is_empty()
         && k.out.numel() * bytes >= STREAM_BYTES
-        && k.out.shape.last().is_some_and(|&n| n * bytes >= 4 * LINE)
+        && k.out
+            .shape
+            .last()
+            .is_some_and(|&n| n * bytes >= STREAM_ROW_LINES * LINE)
 }
 
 /// A cache line, and the width of one streaming store.
 const LINE: usize = 64;
+
+/// The fewest cache lines an output row must span for streaming stores: shorter rows spend
+/// more on each row's unaligned head and tail, stored one by one, than the stores save (a pad
+/// of `[64, 56, 56, 64]` to `[64, 58, 58, 64]`, rows of 4 lines: 93 ms with them, 19 without).
+const STREAM_ROW_LINES: usize = 16;
 
 /// The innermost loop of a streaming kernel (see [`streams`]): positions `from..to` of
 /// innermost dimension `d` (the other variables set). Positions up to the first 64-byte
@@ -2066,8 +2209,22 @@ fn emit_tiled<'c>(
                 .into_int_value();
         Ok((x0, end))
     };
-    let mut tiles = |em: &Emitter<'c>| -> Result<()> {
-        let (a_lo, a_hi) = range(a);
+    let bodies: Vec<&Expr> = std::iter::once(&k.body)
+        .chain(k.extra.iter().map(|x| &x.body))
+        .collect();
+    // Dimension `a` in segments where the guards on it are decided (see `guard_segments`):
+    // the tiles inside a pad's interior then need no check per element.
+    // (from, to, the fact that the variable lies in from..to, when both are constants)
+    type Segment<'c> = (IntValue<'c>, IntValue<'c>, Option<(i64, i64)>);
+    let a_segments: Vec<Segment<'c>> = if a == 0 {
+        vec![(range(0).0, range(0).1, None)]
+    } else {
+        guard_segments(&bodies, a, k.out.shape[a])
+            .into_iter()
+            .map(|(s, e)| (em.i64c(s), em.i64c(e), Some((s, e))))
+            .collect()
+    };
+    let mut a_tiles = |em: &Emitter<'c>, a_lo: IntValue<'c>, a_hi: IntValue<'c>| -> Result<()> {
         let (b_lo, b_hi) = range(inner);
         em.range_loop_ptr(s_a, a_lo, a_hi, TILE as i64, &mut |em: &Emitter<'c>| {
             let (a0, a1) = tile(em, s_a, a_hi)?;
@@ -2123,26 +2280,45 @@ fn emit_tiled<'c>(
             })
         })
     };
+    let mut tiles = |em: &Emitter<'c>| -> Result<()> {
+        for &(a_lo, a_hi, fact) in &a_segments {
+            if let Some((s, e)) = fact {
+                em.facts.borrow_mut().push((a, s, e));
+            }
+            let r = a_tiles(em, a_lo, a_hi);
+            if fact.is_some() {
+                em.facts.borrow_mut().pop();
+            }
+            r?;
+        }
+        Ok(())
+    };
+    // The other dimensions, outside the tiles; those after the first in segments where the
+    // guards on them are decided.
     fn outer<'c>(
         em: &Emitter<'c>,
         d: usize,
-        skip: usize,
-        inner: usize,
+        (skip, inner): (usize, usize),
         range: &dyn Fn(usize) -> (IntValue<'c>, IntValue<'c>),
+        segments: &dyn Fn(usize) -> Vec<(i64, i64)>,
         tiles: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
     ) -> Result<()> {
         if d == inner {
             return tiles(em);
         }
         if d == skip {
-            return outer(em, d + 1, skip, inner, range, tiles);
+            return outer(em, d + 1, (skip, inner), range, segments, tiles);
         }
-        let (from, to) = range(d);
-        em.range_loop(d, from, to, 1, &mut |em: &Emitter<'c>| {
-            outer(em, d + 1, skip, inner, range, tiles)
-        })
+        let mut next = |em: &Emitter<'c>| outer(em, d + 1, (skip, inner), range, segments, tiles);
+        if d == 0 {
+            let (from, to) = range(d);
+            em.range_loop(d, from, to, 1, &mut next)
+        } else {
+            em.segmented(d, &segments(d), &mut next)
+        }
     }
-    outer(em, 0, a, inner, &range, &mut tiles)
+    let segments = |d: usize| guard_segments(&bodies, d, k.out.shape[d]);
+    outer(em, 0, (a, inner), &range, &segments, &mut tiles)
 }
 
 /// One whole [`TILE`] x [`TILE`] tile of kernel `k` (one output of 4-byte elements, no
@@ -2488,7 +2664,7 @@ fn compile_cached(
     // this crate's sources. Building and printing the LLVM IR to hash it instead took about
     // 40 ms of the MLP step's 60 ms compile with the cache warm.
     let machine = format!(
-        "{} {} {} gemm-unroll={} wide={} stream={} row-caches={} codegen={}",
+        "{} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
         TargetMachine::get_host_cpu_name().to_string_lossy(),
         TargetMachine::get_host_cpu_features().to_string_lossy(),
         crate::PIPELINE,
@@ -2496,6 +2672,7 @@ fn compile_cached(
         wide_vectors(true),
         streaming(),
         row_caches(),
+        guard_splits(),
         env!("KILN_CODEGEN_SOURCE_HASH"),
     );
     let key = crate::cache::key(&format!("{f}\n{ks:?}\n{aliases:?}"), &machine);
@@ -2604,6 +2781,47 @@ fn split_gemms(part: &[Option<Kernel>]) -> (Vec<Option<Kernel>>, Vec<Option<Kern
             .collect()
     };
     (pick(true), pick(false))
+}
+
+/// Whether loops are cut where guards change (see [`guard_segments`]): yes unless
+/// `KILN_GUARD_SPLIT=0` (for measuring).
+fn guard_splits() -> bool {
+    std::env::var("KILN_GUARD_SPLIT").map_or(true, |v| v != "0")
+}
+
+/// The most places a loop is cut at to decide guards (see [`guard_segments`]).
+const MAX_GUARD_CUTS: usize = 4;
+
+/// `0..extent` cut where a guard of `bodies` on loop variable `var` (a condition
+/// `lo <= var + k < hi`: a pad's edge, a concatenation's seam) changes its outcome, so that
+/// in each segment every such condition holds everywhere or nowhere: a padded row then runs
+/// its interior without a check per element (and vectorized) and its edges as constants.
+/// One segment when there is no such guard, or more than [`MAX_GUARD_CUTS`] cuts.
+fn guard_segments(bodies: &[&Expr], var: usize, extent: usize) -> Vec<(i64, i64)> {
+    let n = extent as i64;
+    let mut cuts = std::collections::BTreeSet::new();
+    for b in bodies {
+        visit(b, &mut |x| {
+            if let Expr::Guard { conds, .. } = x {
+                for c in conds {
+                    if let Cond::InRange(i, lo, hi) = c
+                        && let Some((v, k)) = var_plus_const(i)
+                        && v == var
+                    {
+                        cuts.extend([lo - k, hi - k].into_iter().filter(|&p| p > 0 && p < n));
+                    }
+                }
+            }
+        });
+    }
+    if cuts.is_empty() || cuts.len() > MAX_GUARD_CUTS || !guard_splits() {
+        return vec![(0, n)];
+    }
+    let points: Vec<i64> = std::iter::once(0)
+        .chain(cuts)
+        .chain(std::iter::once(n))
+        .collect();
+    points.windows(2).map(|w| (w[0], w[1])).collect()
 }
 
 /// The largest row cache, in bytes: a softmax row of 4096 f32 values (16 KiB), which stays in

@@ -1657,6 +1657,23 @@ pub fn is_constant(i: &Idx) -> bool {
     affine(i).is_some_and(|(terms, _)| terms.iter().all(|&(_, c)| c == 0))
 }
 
+/// `(v, c)` when `i` is `v + c` for one loop variable `v` (terms of one variable merged).
+pub fn var_plus_const(i: &Idx) -> Option<(usize, i64)> {
+    let (terms, c) = affine(i)?;
+    let mut merged: Vec<(usize, i64)> = Vec::new();
+    for (v, a) in terms {
+        match merged.iter_mut().find(|m| m.0 == v) {
+            Some(m) => m.1 += a,
+            None => merged.push((v, a)),
+        }
+    }
+    merged.retain(|m| m.1 != 0);
+    match merged.as_slice() {
+        [(v, 1)] => Some((*v, c)),
+        _ => None,
+    }
+}
+
 fn affine(i: &Idx) -> Option<(Vec<(usize, i64)>, i64)> {
     match i {
         Idx::Var(v) => Some((vec![(*v, 1)], 0)),

@@ -106,6 +106,11 @@ fn softmaxes_of_products_run_as_gemm_epilogues_and_agree_with_the_reference() {
 }
 
 #[test]
+fn guard_splits_agree_with_the_reference() {
+    common::guard_splits();
+}
+
+#[test]
 fn row_caches_agree_with_the_reference() {
     common::row_caches();
 }

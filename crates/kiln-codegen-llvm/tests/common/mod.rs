@@ -394,6 +394,109 @@ pub fn row_caches() {
     agrees_on_random_inputs(src, 4);
 }
 
+/// Guards decided by the loops: pads (low, high, negative and interior padding, on inner and
+/// outer dimensions, transposing ones in tiles, long rows with streaming stores) and
+/// concatenations run their loops in segments where every guard holds or fails throughout.
+/// Against the reference; the pads whose segments decide every guard have none left in the IR.
+pub fn guard_splits() {
+    let pad = |dt: &str, shape: &[usize], lo: &[i64], hi: &[i64], int: &[i64]| {
+        let out: Vec<i64> = shape
+            .iter()
+            .zip(lo.iter().zip(hi.iter().zip(int)))
+            .map(|(&n, (&l, (&h, &i)))| n as i64 + l + h + (n as i64 - 1).max(0) * i)
+            .collect();
+        let list = |v: &[i64]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let dims = |v: &[i64]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let ins: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+        format!(
+            "func @main(%0: {dt}[{}]) -> {dt}[{}] {{\n  %1 = constant {{value = 0.5}} : {dt}[]\n  %2 = pad %0, %1 {{edge_padding_low = [{}], edge_padding_high = [{}], interior_padding = [{}]}} : {dt}[{}]\n  return %2\n}}\n",
+            dims(&ins),
+            dims(&out),
+            list(lo),
+            list(hi),
+            list(int),
+            dims(&out)
+        )
+    };
+    let cases: Vec<(String, bool)> = vec![
+        // NHWC padding of H and W: every guard decided.
+        (
+            pad(
+                "f32",
+                &[2, 9, 11, 16],
+                &[0, 1, 2, 0],
+                &[0, 1, 3, 0],
+                &[0, 0, 0, 0],
+            ),
+            true,
+        ),
+        // NCHW padding of the innermost dimension, f64.
+        (
+            pad(
+                "f64",
+                &[2, 3, 7, 13],
+                &[0, 0, 1, 2],
+                &[0, 0, 2, 1],
+                &[0, 0, 0, 0],
+            ),
+            true,
+        ),
+        // Cropping (negative padding) and padding.
+        (
+            pad("f32", &[3, 20, 17], &[0, -2, 3], &[0, 1, -4], &[0, 0, 0]),
+            true,
+        ),
+        // Interior padding: divisibility stays checked.
+        (
+            pad("f32", &[2, 5, 6], &[0, 1, 0], &[0, 0, 1], &[0, 1, 2]),
+            false,
+        ),
+        // Long rows: streaming stores, padded on the innermost dimension.
+        (pad("f32", &[8200, 1030], &[1, 1], &[0, 3], &[0, 0]), true),
+        // One dimension, split between threads, with streaming stores.
+        (pad("f32", &[8388600], &[5], &[11], &[0]), true),
+    ];
+    for (src, decided) in &cases {
+        let f = kiln_ir::parse_func_text(src).unwrap();
+        let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+        if *decided {
+            assert!(!ir.contains("\nthen"), "a guard left in:\n{src}");
+        }
+        agrees_on_random_inputs(src, 12);
+    }
+    // A transposing pad in tiles (a convolution's input to NHWC, padded).
+    let src = "func @main(%0: f32[2,24,18,18]) -> f32[2,20,20,24] {\n  %1 = transpose %0 {permutation = [0, 2, 3, 1]} : f32[2,18,18,24]\n  %2 = constant {value = 0.0} : f32[]\n  %3 = pad %1, %2 {edge_padding_low = [0, 1, 1, 0], edge_padding_high = [0, 1, 1, 0], interior_padding = [0, 0, 0, 0]} : f32[2,20,20,24]\n  return %3\n}\n";
+    let f = kiln_ir::parse_func_text(src).unwrap();
+    assert!(
+        !kiln_codegen_llvm::cpu::function_llvm_ir(&f, false)
+            .unwrap()
+            .contains("\nthen")
+    );
+    agrees_on_random_inputs(src, 13);
+    // Concatenations along an outer and the innermost dimension.
+    for (d, out) in [(1, "f32[3,12,5]"), (2, "f32[3,7,10]")] {
+        let (a, b) = if d == 1 {
+            ("f32[3,7,5]", "f32[3,5,5]")
+        } else {
+            ("f32[3,7,5]", "f32[3,7,5]")
+        };
+        let src = format!(
+            "func @main(%0: {a}, %1: {b}) -> {out} {{\n  %2 = concatenate %0, %1 {{dimension = {d}}} : {out}\n  return %2\n}}\n"
+        );
+        agrees_on_random_inputs(&src, 14);
+    }
+}
+
 /// Transposes that run in tiles (the innermost output dimension strided in the input, another
 /// contiguous), with partial tiles and thread splits on either dimension, a transposing pad
 /// and a transpose feeding an elementwise op, against the reference.
