@@ -409,30 +409,25 @@ impl<'c> Emitter<'c> {
         self.range_loop(var, self.i64c(0), self.i64c(extent as i64), 1, body)
     }
 
-    /// The larger of two signed integers.
-    fn int_max(&self, a: IntValue<'c>, b: IntValue<'c>) -> Result<IntValue<'c>> {
-        let gt = self
-            .b
-            .build_int_compare(IntPredicate::SGT, a, b, "gt")
-            .map_err(llvm)?;
+    /// `a` where `a p b` holds, else `b`: the larger (`SGT`) or smaller (`SLT`) of two signed
+    /// integers.
+    fn int_pick(&self, p: IntPredicate, a: IntValue<'c>, b: IntValue<'c>) -> Result<IntValue<'c>> {
+        let c = self.b.build_int_compare(p, a, b, "c").map_err(llvm)?;
         Ok(self
             .b
-            .build_select(gt, a, b, "max")
+            .build_select(c, a, b, "pick")
             .map_err(llvm)?
             .into_int_value())
     }
 
+    /// The larger of two signed integers.
+    fn int_max(&self, a: IntValue<'c>, b: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.int_pick(IntPredicate::SGT, a, b)
+    }
+
     /// The smaller of two signed integers.
     fn int_min(&self, a: IntValue<'c>, b: IntValue<'c>) -> Result<IntValue<'c>> {
-        let lt = self
-            .b
-            .build_int_compare(IntPredicate::SLT, a, b, "lt")
-            .map_err(llvm)?;
-        Ok(self
-            .b
-            .build_select(lt, a, b, "min")
-            .map_err(llvm)?
-            .into_int_value())
+        self.int_pick(IntPredicate::SLT, a, b)
     }
 
     /// Whether the enclosing loops' facts decide condition `c`: `lo <= v + k < hi` holds at

@@ -1269,10 +1269,23 @@ pub fn hoistable_reduces(e: &Expr) -> Vec<&Expr> {
     out
 }
 
-/// `e` with every input index `i` replaced by `map(i)`.
-pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
-    let idx = |i: &Idx| map_inputs_idx(i, map);
-    let sub = |x: &Expr| Box::new(map_inputs(x, map));
+/// How [`rebuild`] changes an expression: the leaves that name inputs and loop variables, and
+/// the reductions it leaves alone.
+struct Rewrite<'a> {
+    /// A load's or gather's input.
+    input: &'a dyn Fn(usize) -> usize,
+    /// A load's coefficients.
+    coef: &'a dyn Fn(&[i64]) -> Vec<i64>,
+    /// A loop variable (in `Iota` and index expressions).
+    var: &'a dyn Fn(usize) -> usize,
+    /// Reductions kept as they are, children included.
+    keep: &'a dyn Fn(&Expr) -> bool,
+}
+
+/// `e` with its inputs, load coefficients and loop variables rewritten by `r`.
+fn rebuild(e: &Expr, r: &Rewrite<'_>) -> Expr {
+    let idx = |i: &Idx| rebuild_idx(i, r);
+    let sub = |x: &Expr| Box::new(rebuild(x, r));
     match e {
         Expr::Load {
             input,
@@ -1280,9 +1293,9 @@ pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
             coef,
             off,
         } => Expr::Load {
-            input: map(*input),
+            input: (r.input)(*input),
             dtype: *dtype,
-            coef: coef.clone(),
+            coef: (r.coef)(coef),
             off: *off,
         },
         Expr::Gather {
@@ -1291,12 +1304,16 @@ pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
             index,
             strides,
         } => Expr::Gather {
-            input: map(*input),
+            input: (r.input)(*input),
             dtype: *dtype,
             index: index.iter().map(idx).collect(),
             strides: strides.clone(),
         },
-        Expr::Iota { .. } | Expr::Const { .. } => e.clone(),
+        Expr::Iota { var, dtype } => Expr::Iota {
+            var: (r.var)(*var),
+            dtype: *dtype,
+        },
+        Expr::Const { .. } => e.clone(),
         Expr::Index { idx: i, dtype } => Expr::Index {
             idx: idx(i),
             dtype: *dtype,
@@ -1304,8 +1321,9 @@ pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
         Expr::Op { op, dtype, args } => Expr::Op {
             op: op.clone(),
             dtype: *dtype,
-            args: args.iter().map(|a| map_inputs(a, map)).collect(),
+            args: args.iter().map(|a| rebuild(a, r)).collect(),
         },
+        Expr::Reduce { .. } if (r.keep)(e) => e.clone(),
         Expr::Reduce {
             kind,
             dtype,
@@ -1335,114 +1353,55 @@ pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
             otherwise: sub(otherwise),
         },
     }
+}
+
+fn rebuild_idx(i: &Idx, r: &Rewrite<'_>) -> Idx {
+    let sub = |x: &Idx| Box::new(rebuild_idx(x, r));
+    match i {
+        Idx::Var(v) => Idx::Var((r.var)(*v)),
+        Idx::Const(_) => i.clone(),
+        Idx::Add(xs) => Idx::Add(xs.iter().map(|x| rebuild_idx(x, r)).collect()),
+        Idx::Mul(x, c) => Idx::Mul(sub(x), *c),
+        Idx::Div(x, c) => Idx::Div(sub(x), *c),
+        Idx::Clamp(x, lo, hi) => Idx::Clamp(sub(x), *lo, *hi),
+        Idx::Value(e) => Idx::Value(Box::new(rebuild(e, r))),
+    }
+}
+
+/// `e` with every input index `i` replaced by `map(i)`.
+pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
+    rebuild(
+        e,
+        &Rewrite {
+            input: map,
+            coef: &|c| c.to_vec(),
+            var: &|v| v,
+            keep: &|_| false,
+        },
+    )
 }
 
 /// `e` with the free loop variable `from` replaced by `to`, which `e` must not use (loads'
 /// coefficients move from one variable to the other; reductions binding `from` are kept).
 pub fn rename_var(e: &Expr, from: usize, to: usize) -> Expr {
-    let idx = |i: &Idx| rename_var_idx(i, from, to);
-    let sub = |x: &Expr| Box::new(rename_var(x, from, to));
-    match e {
-        Expr::Load {
-            input,
-            dtype,
-            coef,
-            off,
-        } => {
-            let mut coef = coef.clone();
-            if let Some(c) = coef.get_mut(from).map(std::mem::take) {
-                if coef.len() <= to {
-                    coef.resize(to + 1, 0);
+    rebuild(
+        e,
+        &Rewrite {
+            input: &|i| i,
+            coef: &|coef| {
+                let mut coef = coef.to_vec();
+                if let Some(c) = coef.get_mut(from).map(std::mem::take) {
+                    if coef.len() <= to {
+                        coef.resize(to + 1, 0);
+                    }
+                    coef[to] += c;
                 }
-                coef[to] += c;
-            }
-            Expr::Load {
-                input: *input,
-                dtype: *dtype,
-                coef,
-                off: *off,
-            }
-        }
-        Expr::Iota { var, dtype } => Expr::Iota {
-            var: if *var == from { to } else { *var },
-            dtype: *dtype,
+                coef
+            },
+            var: &|v| if v == from { to } else { v },
+            keep: &|x| matches!(x, Expr::Reduce { vars, .. } if vars.iter().any(|v| v.0 == from)),
         },
-        Expr::Index { idx: i, dtype } => Expr::Index {
-            idx: idx(i),
-            dtype: *dtype,
-        },
-        Expr::Const { .. } => e.clone(),
-        Expr::Op { op, dtype, args } => Expr::Op {
-            op: op.clone(),
-            dtype: *dtype,
-            args: args.iter().map(|a| rename_var(a, from, to)).collect(),
-        },
-        Expr::Reduce { vars, .. } if vars.iter().any(|v| v.0 == from) => e.clone(),
-        Expr::Reduce {
-            kind,
-            dtype,
-            init,
-            vars,
-            body,
-        } => Expr::Reduce {
-            kind: *kind,
-            dtype: *dtype,
-            init: sub(init),
-            vars: vars.clone(),
-            body: sub(body),
-        },
-        Expr::Gather {
-            input,
-            dtype,
-            index,
-            strides,
-        } => Expr::Gather {
-            input: *input,
-            dtype: *dtype,
-            index: index.iter().map(idx).collect(),
-            strides: strides.clone(),
-        },
-        Expr::Guard {
-            conds,
-            then,
-            otherwise,
-        } => Expr::Guard {
-            conds: conds
-                .iter()
-                .map(|c| match c {
-                    Cond::InRange(i, lo, hi) => Cond::InRange(idx(i), *lo, *hi),
-                    Cond::Divisible(i, m) => Cond::Divisible(idx(i), *m),
-                })
-                .collect(),
-            then: sub(then),
-            otherwise: sub(otherwise),
-        },
-    }
-}
-
-fn rename_var_idx(i: &Idx, from: usize, to: usize) -> Idx {
-    let sub = |x: &Idx| Box::new(rename_var_idx(x, from, to));
-    match i {
-        Idx::Var(v) if *v == from => Idx::Var(to),
-        Idx::Var(_) | Idx::Const(_) => i.clone(),
-        Idx::Add(xs) => Idx::Add(xs.iter().map(|x| rename_var_idx(x, from, to)).collect()),
-        Idx::Mul(x, c) => Idx::Mul(sub(x), *c),
-        Idx::Div(x, c) => Idx::Div(sub(x), *c),
-        Idx::Clamp(x, lo, hi) => Idx::Clamp(sub(x), *lo, *hi),
-        Idx::Value(e) => Idx::Value(Box::new(rename_var(e, from, to))),
-    }
-}
-
-fn map_inputs_idx(i: &Idx, map: &dyn Fn(usize) -> usize) -> Idx {
-    let sub = |x: &Idx| Box::new(map_inputs_idx(x, map));
-    match i {
-        Idx::Var(_) | Idx::Const(_) => i.clone(),
-        Idx::Add(xs) => Idx::Add(xs.iter().map(|x| map_inputs_idx(x, map)).collect()),
-        Idx::Mul(x, c) => Idx::Mul(sub(x), *c),
-        Idx::Div(x, c) => Idx::Div(sub(x), *c),
-        Idx::Clamp(x, lo, hi) => Idx::Clamp(sub(x), *lo, *hi),
-        Idx::Value(e) => Idx::Value(Box::new(map_inputs(e, map))),
-    }
+    )
 }
 
 /// The flat affine index `(coef, off)` at which `e` reads input `j` when `e` is a load of it or

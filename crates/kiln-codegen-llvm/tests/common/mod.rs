@@ -405,18 +405,14 @@ pub fn guard_splits() {
             .zip(lo.iter().zip(hi.iter().zip(int)))
             .map(|(&n, (&l, (&h, &i)))| n as i64 + l + h + (n as i64 - 1).max(0) * i)
             .collect();
-        let list = |v: &[i64]| {
+        let join = |v: &[i64], sep: &str| {
             v.iter()
                 .map(|x| x.to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(sep)
         };
-        let dims = |v: &[i64]| {
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let list = |v: &[i64]| join(v, ", ");
+        let dims = |v: &[i64]| join(v, ",");
         let ins: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
         format!(
             "func @main(%0: {dt}[{}]) -> {dt}[{}] {{\n  %1 = constant {{value = 0.5}} : {dt}[]\n  %2 = pad %0, %1 {{edge_padding_low = [{}], edge_padding_high = [{}], interior_padding = [{}]}} : {dt}[{}]\n  return %2\n}}\n",
