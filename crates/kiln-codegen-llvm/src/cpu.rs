@@ -2178,11 +2178,8 @@ fn emit_tiled<'c>(
     let (s_a, s_b) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
     // Whole tiles go through a stack tile and in-register transposes when the kernel writes
     // one output of 4-byte elements.
-    let buf = if k.extra.is_empty() && matches!(k.out.dtype, DType::F32 | DType::I32 | DType::U32) {
-        Some(em.line_buffer(storage(em.ctx, k.out.dtype), TILE * TILE)?)
-    } else {
-        None
-    };
+    let whole_tiles =
+        k.extra.is_empty() && matches!(k.out.dtype, DType::F32 | DType::I32 | DType::U32);
     // The tile a loop counter in `slot` is at: its start, and its end (at most `hi`).
     let tile = |em: &Emitter<'c>,
                 slot: PointerValue<'c>,
@@ -2220,6 +2217,14 @@ fn emit_tiled<'c>(
             .collect()
     };
     let mut a_tiles = |em: &Emitter<'c>, a_lo: IntValue<'c>, a_hi: IntValue<'c>| -> Result<()> {
+        // A stack tile for each copy of the loops (one per segment): with one for all, its
+        // many uses exceeded what LLVM's capture tracking follows, and LLVM then guarded the
+        // tile's fill against overlapping the input and vectorized it into gathers.
+        let buf = if whole_tiles {
+            Some(em.line_buffer(storage(em.ctx, k.out.dtype), TILE * TILE)?)
+        } else {
+            None
+        };
         let (b_lo, b_hi) = range(inner);
         em.range_loop_ptr(s_a, a_lo, a_hi, TILE as i64, &mut |em: &Emitter<'c>| {
             let (a0, a1) = tile(em, s_a, a_hi)?;
