@@ -59,9 +59,10 @@ struct Emitter<'c> {
     f: FunctionValue<'c>,
     inputs: std::cell::Cell<PointerValue<'c>>,
     vars: Vec<PointerValue<'c>>,
-    /// Reductions already computed ahead of the loops that use them, by [`value_key`]; each
-    /// entry dominates the code emitted while it is present.
-    hoisted: std::cell::RefCell<Vec<(String, BasicValueEnum<'c>)>>,
+    /// Values already computed ahead of the code that uses them, by [`value_key`]: reductions
+    /// ahead of their loops, and row caches and their parts (see [`Self::hoist_caching`]);
+    /// each entry dominates the code emitted while it is present.
+    hoisted: std::cell::RefCell<Vec<(String, Hoisted<'c>)>>,
     /// In a multi-output kernel: alias scopes saying that reads of the inputs (and of the
     /// pointer table) never touch the extra outputs, as `(inputs, extra outputs)` scope lists.
     /// Without them LLVM must assume every store to an extra output may change any input, and
@@ -71,12 +72,21 @@ struct Emitter<'c> {
     /// which `llvm.ldexp` lowers to; taken with 512-bit vectors, so `KILN_VECTOR_BITS=256`
     /// tests the other path); elsewhere a vector `ldexp` would become library calls.
     scalef: bool,
-    /// Whether `hoisted` may hold values of elementwise expressions (see [`Self::hoist`]'s
-    /// row caches), which [`Self::expr`] then looks up.
+    /// Whether `hoisted` may hold values of elementwise expressions (row caches), which
+    /// [`Self::expr`] then looks up.
     memo: std::cell::Cell<bool>,
     /// What the enclosing loops know: variable `v` lies in `lo..hi` for each `(v, lo, hi)`
     /// (see [`guard_segments`]); guards whose conditions these decide take one side unchecked.
     facts: std::cell::RefCell<Vec<(usize, i64, i64)>>,
+}
+
+/// A value the emitter computed ahead of the code that uses it (see `Emitter::hoisted`).
+#[derive(Clone, Copy)]
+enum Hoisted<'c> {
+    /// The value itself.
+    Value(BasicValueEnum<'c>),
+    /// A row cache: the value at each position of loop variable `var`, in `buf`.
+    Row { buf: PointerValue<'c>, var: usize },
 }
 
 fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
@@ -531,7 +541,7 @@ impl<'c> Emitter<'c> {
         let mark = self.hoisted.borrow().len();
         let bodies: Vec<&Expr> = bodies.collect();
         for r in bodies.iter().flat_map(|b| hoistable_reduces(b)) {
-            if !free_vars(r).iter().all(|&v| v < d) || self.hoisted_value(r).is_some() {
+            if !free_vars(r).iter().all(|&v| v < d) || self.is_hoisted(r) {
                 continue;
             }
             match row_cache(r, &bodies, d, extents) {
@@ -551,7 +561,7 @@ impl<'c> Emitter<'c> {
         };
         let ct = self.ftype(plan.part.dtype());
         let buf = self.line_buffer(ct.into(), plan.len)?;
-        let part_key = format!("memo:{}", value_key(plan.part));
+        let part_key = value_key(plan.part);
         let v = self.reduce(r, &mut |em: &Self| {
             let x = em.expr(plan.part)?;
             // SAFETY (of the emitted code): the variable runs below `plan.len`, the buffer's
@@ -561,63 +571,65 @@ impl<'c> Emitter<'c> {
             }
             .map_err(llvm)?;
             em.b.build_store(p, x).map_err(llvm)?;
-            em.hoisted.borrow_mut().push((part_key.clone(), x));
+            em.hoisted
+                .borrow_mut()
+                .push((part_key.clone(), Hoisted::Value(x)));
             em.memo.set(true);
             Ok(())
         })?;
         let mut hoisted = self.hoisted.borrow_mut();
-        hoisted.push((value_key(r), v));
-        hoisted.push((format!("row:{}:{}", plan.var, plan.key), buf.into()));
+        hoisted.push((value_key(r), Hoisted::Value(v)));
+        hoisted.push((plan.key.clone(), Hoisted::Row { buf, var: plan.var }));
         Ok(())
-    }
-
-    /// The value of the elementwise expression `e` from a row cache or the enclosing
-    /// reduction's memo (see [`Self::hoist_caching`]), if it has one.
-    fn memo_value(&self, e: &Expr) -> Result<Option<BasicValueEnum<'c>>> {
-        let key = value_key(e);
-        let hoisted = self.hoisted.borrow();
-        for (k, v) in hoisted.iter().rev() {
-            if k.strip_prefix("memo:") == Some(key.as_str()) {
-                return Ok(Some(*v));
-            }
-            if let Some(rest) = k.strip_prefix("row:")
-                && let Some((var, part)) = rest.split_once(':')
-                && part == key
-            {
-                let var: usize = var
-                    .parse()
-                    .map_err(|_| Error::Llvm(format!("bad row cache key {k}")))?;
-                let ct = self.ftype(e.dtype());
-                // SAFETY (of the emitted code): the variable runs below the buffer's length
-                // (`row_cache` checks the extents).
-                let p = unsafe {
-                    self.b
-                        .build_in_bounds_gep(ct, v.into_pointer_value(), &[self.var(var)?], "rc")
-                }
-                .map_err(llvm)?;
-                return Ok(Some(self.b.build_load(ct, p, "cached").map_err(llvm)?));
-            }
-        }
-        Ok(None)
     }
 
     /// Computes `e` here, unless already hoisted, for the expressions emitted next to reuse.
     fn hoist_one(&self, e: &Expr) -> Result<()> {
-        if self.hoisted_value(e).is_none() {
+        if !self.is_hoisted(e) {
             let v = self.expr(e)?;
-            self.hoisted.borrow_mut().push((value_key(e), v));
+            self.hoisted
+                .borrow_mut()
+                .push((value_key(e), Hoisted::Value(v)));
         }
         Ok(())
     }
 
-    /// `e`'s value if it was computed ahead of the current loops (see [`Self::hoist`]).
-    fn hoisted_value(&self, e: &Expr) -> Option<BasicValueEnum<'c>> {
+    /// Whether `e` was computed ahead of the current code (see [`Self::hoist`]).
+    fn is_hoisted(&self, e: &Expr) -> bool {
         let hoisted = self.hoisted.borrow();
-        if hoisted.is_empty() {
-            return None;
+        !hoisted.is_empty() && {
+            let key = value_key(e);
+            hoisted.iter().any(|(k, _)| *k == key)
         }
-        let key = value_key(e);
-        hoisted.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    /// `e`'s value if it was computed ahead of the current code (see [`Self::hoist`]): the
+    /// value itself, or a row cache's element at the current position.
+    fn hoisted_value(&self, e: &Expr) -> Result<Option<BasicValueEnum<'c>>> {
+        let found = {
+            let hoisted = self.hoisted.borrow();
+            if hoisted.is_empty() {
+                return Ok(None);
+            }
+            let key = value_key(e);
+            hoisted
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == key)
+                .map(|(_, h)| *h)
+        };
+        match found {
+            None => Ok(None),
+            Some(Hoisted::Value(v)) => Ok(Some(v)),
+            Some(Hoisted::Row { buf, var }) => {
+                let ct = self.ftype(e.dtype());
+                // SAFETY (of the emitted code): the variable runs below the buffer's length
+                // (`row_cache` checks the extents).
+                let p = unsafe { self.b.build_in_bounds_gep(ct, buf, &[self.var(var)?], "rc") }
+                    .map_err(llvm)?;
+                Ok(Some(self.b.build_load(ct, p, "cached").map_err(llvm)?))
+            }
+        }
     }
 
     /// The flat position `Σ var(d) * strides[d]` of the current loop variables.
@@ -798,7 +810,7 @@ impl<'c> Emitter<'c> {
                 off,
             } => {
                 if coef.iter().all(|&c| c == 0)
-                    && let Some(v) = self.hoisted_value(e)
+                    && let Some(v) = self.hoisted_value(e)?
                 {
                     return Ok(v);
                 }
@@ -809,7 +821,7 @@ impl<'c> Emitter<'c> {
             Expr::Const { dtype, value } => Ok(self.constant(*dtype, *value)),
             Expr::Op { op, dtype, args } => {
                 if self.memo.get()
-                    && let Some(v) = self.memo_value(e)?
+                    && let Some(v) = self.hoisted_value(e)?
                 {
                     return Ok(v);
                 }
@@ -822,7 +834,7 @@ impl<'c> Emitter<'c> {
                 self.op(op, in_dt, *dtype, &vals)
             }
             Expr::Reduce { .. } => {
-                if let Some(v) = self.hoisted_value(e) {
+                if let Some(v) = self.hoisted_value(e)? {
                     return Ok(v);
                 }
                 self.reduce(e, &mut |_| Ok(()))
@@ -2496,7 +2508,9 @@ fn strips<'c>(
                 let v =
                     em.b.build_load(*ct, accs[w as usize], "sum")
                         .map_err(llvm)?;
-                em.hoisted.borrow_mut().push((key.clone(), v));
+                em.hoisted
+                    .borrow_mut()
+                    .push((key.clone(), Hoisted::Value(v)));
             }
             store(em)?;
             em.hoisted.borrow_mut().truncate(mark);
