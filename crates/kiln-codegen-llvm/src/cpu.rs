@@ -425,7 +425,7 @@ impl<'c> Emitter<'c> {
         let c = self.b.build_int_compare(p, a, b, "c").map_err(llvm)?;
         Ok(self
             .b
-            .build_select(c, a, b, "pick")
+            .build_select(c, a, b, "p")
             .map_err(llvm)?
             .into_int_value())
     }
@@ -2041,13 +2041,7 @@ fn emit_streaming<'c>(
         em.b.build_int_unsigned_div(to_line, em.i64c(bytes as i64), "peel")
             .map_err(llvm)?;
     let n = em.b.build_int_sub(to, from, "n").map_err(llvm)?;
-    let min = |a: IntValue<'c>, b: IntValue<'c>| -> Result<IntValue<'c>> {
-        let lt =
-            em.b.build_int_compare(IntPredicate::SLT, a, b, "lt")
-                .map_err(llvm)?;
-        Ok(int(em.b.build_select(lt, a, b, "min").map_err(llvm)?))
-    };
-    let peel = min(peel, n)?;
+    let peel = em.int_min(peel, n)?;
     let mid = em.b.build_int_add(from, peel, "mid").map_err(llvm)?;
     let whole =
         em.b.build_int_signed_div(
@@ -2204,14 +2198,7 @@ fn emit_tiled<'c>(
         let x1 =
             em.b.build_int_add(x0, em.i64c(TILE as i64), "t1")
                 .map_err(llvm)?;
-        let lt =
-            em.b.build_int_compare(IntPredicate::SLT, x1, hi, "lt")
-                .map_err(llvm)?;
-        let end =
-            em.b.build_select(lt, x1, hi, "end")
-                .map_err(llvm)?
-                .into_int_value();
-        Ok((x0, end))
+        Ok((x0, em.int_min(x1, hi)?))
     };
     let bodies: Vec<&Expr> = std::iter::once(&k.body)
         .chain(k.extra.iter().map(|x| &x.body))

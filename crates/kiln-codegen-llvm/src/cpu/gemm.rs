@@ -163,20 +163,11 @@ impl<'c> Arith<'_, 'c> {
     fn cmp(&self, p: IntPredicate, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
         self.em.b.build_int_compare(p, x, y, "c").map_err(llvm)
     }
-    fn pick(&self, p: IntPredicate, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
-        let c = self.cmp(p, x, y)?;
-        Ok(self
-            .em
-            .b
-            .build_select(c, x, y, "p")
-            .map_err(llvm)?
-            .into_int_value())
-    }
     fn min(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
-        self.pick(IntPredicate::SLT, x, y)
+        self.em.int_min(x, y)
     }
     fn max(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
-        self.pick(IntPredicate::SGT, x, y)
+        self.em.int_max(x, y)
     }
     fn sdiv(&self, x: IntValue<'c>, y: i64) -> Result<IntValue<'c>> {
         self.em
