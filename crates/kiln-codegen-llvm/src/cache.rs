@@ -13,6 +13,10 @@
 //! bytes; a library whose checksum does not match, that does not load, or that lacks a kernel is
 //! rebuilt.
 //!
+//! The GEMM routines the kernels call (register tiles, packing: `cpu::gemm::Routine`) do not
+//! depend on the function: each is stored once as an object file (with its checksum) under a
+//! key of its name and the machine settings, and linked into every library that calls it.
+//!
 //! The directory is `$KILN_CACHE_DIR`, else `$XDG_CACHE_HOME/kiln/kernels`, else
 //! `~/.cache/kiln/kernels`; `KILN_NO_CACHE=1` turns the cache off (everything is JIT-compiled).
 
@@ -133,15 +137,40 @@ pub fn load(dir: &Path, key: &str, symbols: &[String]) -> Option<Library> {
         .then_some(lib)
 }
 
+/// The cached object file for `key` (a GEMM register tile's, which every library that calls it
+/// links in), if it is there and intact.
+pub fn load_object(dir: &Path, key: &str) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(dir.join(format!("{key}.o"))).ok()?;
+    let want = std::fs::read_to_string(dir.join(format!("{key}.o.sum"))).ok()?;
+    (want.trim() == hash(&bytes)).then_some(bytes)
+}
+
+/// Stores the object file `bytes` under `key`, with its checksum.
+pub fn store_object(dir: &Path, key: &str, bytes: &[u8]) -> Result<()> {
+    let io = |e: std::io::Error| Error::Llvm(format!("kernel cache {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let tag = temp_tag();
+    for (ext, data) in [("o", bytes), ("o.sum", hash(bytes).as_bytes())] {
+        let tmp = dir.join(format!("{key}.{tag}.{ext}"));
+        std::fs::write(&tmp, data).map_err(io)?;
+        std::fs::rename(&tmp, dir.join(format!("{key}.{ext}"))).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// A name part unique to this process and thread, for temporary files: several processes may
+/// build the same key at once; the renames at the end are atomic, and either result is the same.
+fn temp_tag() -> String {
+    format!("{}.{:?}", std::process::id(), std::thread::current().id())
+        .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+}
+
 /// Links `objects` into a shared library stored under `key`, with its checksum, and loads it.
 pub fn store(dir: &Path, key: &str, objects: &[Vec<u8>]) -> Result<Library> {
     let io = |e: std::io::Error| Error::Llvm(format!("kernel cache {}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let (so, sum) = paths(dir, key);
-    // Unique temporary names: several processes may build the same key at once; the renames
-    // at the end are atomic, and either result is the same library.
-    let tag = format!("{}.{:?}", std::process::id(), std::thread::current().id())
-        .replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let tag = temp_tag();
     let objs: Vec<PathBuf> = (0..objects.len())
         .map(|i| dir.join(format!("{key}.{tag}.{i}.o")))
         .collect();

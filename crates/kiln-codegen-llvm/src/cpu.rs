@@ -78,6 +78,20 @@ struct Emitter<'c> {
     /// What the enclosing loops know: variable `v` lies in `lo..hi` for each `(v, lo, hi)`
     /// (see [`guard_segments`]); guards whose conditions these decide take one side unchecked.
     facts: std::cell::RefCell<Vec<(usize, i64, i64)>>,
+    /// Whether the code is for this machine (see [`host_attributes`]).
+    for_host: bool,
+    /// Where GEMM register tiles are compiled.
+    tiles: Tiles,
+}
+
+/// Where a module's GEMM register tiles (`gemm::Routine`) are compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tiles {
+    /// In the module itself, once per variant (the JIT and the `--stage llvm` dump).
+    Here,
+    /// Elsewhere: the module only declares them. The kernel cache compiles each variant once,
+    /// in a module of its own, and keeps its object for every function that needs it.
+    Apart,
 }
 
 /// A value the emitter computed ahead of the code that uses it (see `Emitter::hoisted`).
@@ -110,6 +124,34 @@ fn vector_of(st: BasicTypeEnum<'_>, lanes: usize) -> Result<BasicTypeEnum<'_>> {
 }
 
 impl<'c> Emitter<'c> {
+    /// An emitter for the body of `f`, with `b` positioned in it and `inputs` as its pointer
+    /// table.
+    fn new(
+        ctx: &'c Context,
+        m: &'c Module<'c>,
+        b: Builder<'c>,
+        f: FunctionValue<'c>,
+        inputs: PointerValue<'c>,
+        for_host: bool,
+        tiles: Tiles,
+    ) -> Emitter<'c> {
+        Emitter {
+            ctx,
+            m,
+            b,
+            f,
+            inputs: std::cell::Cell::new(inputs),
+            vars: Vec::new(),
+            hoisted: Default::default(),
+            scopes: Default::default(),
+            scalef: wide_vectors(for_host),
+            memo: Default::default(),
+            facts: Default::default(),
+            for_host,
+            tiles,
+        }
+    }
+
     fn ftype(&self, d: DType) -> FloatType<'c> {
         if d == DType::F64 {
             self.ctx.f64_type()
@@ -1340,35 +1382,10 @@ impl<'c> Emitter<'c> {
     }
 }
 
-/// Emits `void name(ptr inputs, ptr out, i64 lo, i64 hi)` computing rows `lo..hi` of the
-/// kernel's outermost loop (all of it for a scalar output).
-///
-/// `alias` is `(pairs, slots)` for a kernel compiled in place: of the `slots` pointers of its
-/// table (inputs, then extra outputs), input `q` of each pair `(q, o)` is output `o`'s buffer
-/// (0: `out`, then the extra outputs), and the kernel reads it through that output's pointer
-/// (one pointer for that memory, so `out` stays `noalias`).
-fn emit_kernel<'c>(
-    ctx: &'c Context,
-    m: &'c Module<'c>,
-    name: &str,
-    k: &Kernel,
-    for_host: bool,
-    alias: Option<&Alias>,
-) -> Result<()> {
-    let ptr = ctx.ptr_type(AddressSpace::default());
-    let i64t = ctx.i64_type();
-    let f = m.add_function(
-        name,
-        ctx.void_type().fn_type(
-            &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
-            false,
-        ),
-        None,
-    );
-    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
-    f.add_attribute(AttributeLoc::Param(1), noalias);
-    // The JIT generates code per function attributes: name this machine's CPU and features,
-    // or it falls back to baseline x86-64 (no AVX, no FMA).
+/// The attributes every emitted function needs to run on this machine: the JIT generates code
+/// per function attributes, so name this machine's CPU and features, or it falls back to
+/// baseline x86-64 (no AVX, no FMA).
+fn host_attributes<'c>(ctx: &'c Context, f: FunctionValue<'c>, for_host: bool) {
     if for_host {
         let (cpu, features) = host_cpu();
         f.add_attribute(
@@ -1394,6 +1411,37 @@ fn emit_kernel<'c>(
             }
         }
     }
+}
+
+/// Emits `void name(ptr inputs, ptr out, i64 lo, i64 hi)` computing rows `lo..hi` of the
+/// kernel's outermost loop (all of it for a scalar output).
+///
+/// `alias` is `(pairs, slots)` for a kernel compiled in place: of the `slots` pointers of its
+/// table (inputs, then extra outputs), input `q` of each pair `(q, o)` is output `o`'s buffer
+/// (0: `out`, then the extra outputs), and the kernel reads it through that output's pointer
+/// (one pointer for that memory, so `out` stays `noalias`).
+fn emit_kernel<'c>(
+    ctx: &'c Context,
+    m: &'c Module<'c>,
+    name: &str,
+    k: &Kernel,
+    for_host: bool,
+    alias: Option<&Alias>,
+    tiles: Tiles,
+) -> Result<()> {
+    let ptr = ctx.ptr_type(AddressSpace::default());
+    let i64t = ctx.i64_type();
+    let f = m.add_function(
+        name,
+        ctx.void_type().fn_type(
+            &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
+            false,
+        ),
+        None,
+    );
+    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
+    f.add_attribute(AttributeLoc::Param(1), noalias);
+    host_attributes(ctx, f, for_host);
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
@@ -1419,19 +1467,8 @@ fn emit_kernel<'c>(
     } else {
         (i64t.const_zero(), i64t.const_int(rows as u64, false))
     };
-    let em = Emitter {
-        ctx,
-        m,
-        b,
-        f,
-        inputs: std::cell::Cell::new(inputs),
-        vars,
-        hoisted: Default::default(),
-        scopes: Default::default(),
-        scalef: wide_vectors(for_host),
-        memo: Default::default(),
-        facts: Default::default(),
-    };
+    let mut em = Emitter::new(ctx, m, b, f, inputs, for_host, tiles);
+    em.vars = vars;
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
         // Each in-place input's slot holds its output's pointer: `out`, or an extra output's
         // (whose own slot is left as it is).
@@ -2548,13 +2585,22 @@ fn build_module<'c>(
     ks: &[Option<Kernel>],
     for_host: bool,
     aliases: &[Alias],
+    tiles: Tiles,
 ) -> Result<Module<'c>> {
     let m = ctx.create_module(&f.name);
     // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
     for (i, k) in ks.iter().enumerate() {
         if let Some(k) = k {
-            emit_kernel(ctx, mref, &format!("k{i}"), k, for_host, aliases.get(i))?;
+            emit_kernel(
+                ctx,
+                mref,
+                &format!("k{i}"),
+                k,
+                for_host,
+                aliases.get(i),
+                tiles,
+            )?;
         }
     }
     m.verify()
@@ -2567,7 +2613,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     let (f, fused) = lowered_for_printing(f)?;
     if !optimized {
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &fused.kernels, false, &[])?;
+        let m = build_module(&ctx, &f, &fused.kernels, false, &[], Tiles::Here)?;
         return Ok(m.print_to_string().to_string());
     }
     // Optimized as the kernel cache compiles them: matrix products in a module of their own.
@@ -2578,7 +2624,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
             continue;
         }
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &part, true, &[])?;
+        let m = build_module(&ctx, &f, &part, true, &[], Tiles::Here)?;
         crate::optimize_with(&m, &crate::host_machine()?, unroll)?;
         text.push_str(&m.print_to_string().to_string());
     }
@@ -2689,17 +2735,30 @@ fn compile_cached(
     // compile quickly, share one module. The threads take the next module as they finish one,
     // so a few large GEMMs do not leave a core idle.
     let (gemms, others) = split_gemms(ks);
-    let mut jobs: Vec<(Vec<Option<Kernel>>, bool)> = gemms
+    let mut jobs: Vec<Job> = gemms
         .into_iter()
         .enumerate()
         .filter_map(|(i, k)| {
             let mut part = vec![None; ks.len()];
             part[i] = Some(k?);
-            Some((part, gemm_unroll()))
+            Some(Job::Kernels(part, gemm_unroll()))
         })
         .collect();
     if others.iter().any(Option::is_some) {
-        jobs.push((others, true));
+        jobs.push(Job::Kernels(others, true));
+    }
+    // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
+    // module of its own, or loaded as an object from the cache: they depend on the tile and
+    // the machine, not on the function, so every function with the same tiles shares them.
+    let planned = planned_routines(ks, aliases);
+    let routine_key =
+        |r: &gemm::Routine| crate::cache::key(&format!("routine {}", r.name()), &machine);
+    let mut routine_objects = Vec::new();
+    for r in &planned {
+        match crate::cache::load_object(dir, &routine_key(r)) {
+            Some(o) => routine_objects.push(o),
+            None => jobs.push(Job::Routine(*r)),
+        }
     }
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -2707,26 +2766,47 @@ fn compile_cached(
         .max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let times = std::env::var("KILN_COMPILE_TIMES").is_ok_and(|v| v == "1");
-    let compile = |(part, unroll): &(Vec<Option<Kernel>>, bool)| -> Result<Vec<u8>> {
+    let compile = |job: &Job| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
         let ctx = Context::create();
-        let m = build_module(&ctx, f, part, true, aliases)?;
+        let (m, unroll, what) = match job {
+            Job::Kernels(part, unroll) => {
+                let m = build_module(&ctx, f, part, true, aliases, Tiles::Apart)?;
+                // The routines the kernels declare must be among those compiled for the library.
+                for g in m.get_functions() {
+                    let name = g.get_name().to_string_lossy();
+                    if g.count_basic_blocks() == 0
+                        && name.starts_with(gemm::ROUTINE_PREFIX)
+                        && !planned.iter().any(|r| r.name() == name)
+                    {
+                        return Err(Error::Llvm(format!(
+                            "@{}: GEMM routine {name} called but not planned",
+                            f.name
+                        )));
+                    }
+                }
+                let names: Vec<String> = (0..part.len())
+                    .filter(|&i| part[i].is_some())
+                    .map(|i| format!("k{i}"))
+                    .collect();
+                (m, *unroll, names.join(" "))
+            }
+            Job::Routine(t) => (routine_module(&ctx, t)?, gemm_unroll(), t.name()),
+        };
         let tm = crate::aot_machine()?;
         let built = std::time::Instant::now();
-        crate::optimize_with(&m, &tm, *unroll)?;
+        crate::optimize_with(&m, &tm, unroll)?;
         let optimized = std::time::Instant::now();
         let object = tm
             .write_to_memory_buffer(&m, FileType::Object)
             .map_err(llvm)?;
+        if let Job::Routine(t) = job {
+            crate::cache::store_object(dir, &routine_key(t), object.as_slice())?;
+        }
         if times {
-            let names: Vec<String> = (0..part.len())
-                .filter(|&i| part[i].is_some())
-                .map(|i| format!("k{i}"))
-                .collect();
             eprintln!(
-                "kiln compile @{}: module [{}]: build {:.1} ms, optimize {:.1} ms, code {:.1} ms",
+                "kiln compile @{}: module [{what}]: build {:.1} ms, optimize {:.1} ms, code {:.1} ms",
                 f.name,
-                names.join(" "),
                 (built - start).as_secs_f64() * 1e3,
                 (optimized - built).as_secs_f64() * 1e3,
                 optimized.elapsed().as_secs_f64() * 1e3
@@ -2767,8 +2847,69 @@ fn compile_cached(
         .flatten()
         .collect();
     objects.sort_by_key(|o| o.0);
-    let objects: Vec<Vec<u8>> = objects.into_iter().map(|o| o.1).collect();
+    let objects: Vec<Vec<u8>> = objects
+        .into_iter()
+        .map(|o| o.1)
+        .chain(routine_objects)
+        .collect();
     Ok((crate::cache::store(dir, &key, &objects)?, false))
+}
+
+/// One module the kernel cache compiles: kernels (with LLVM's loop unrolling or without), or
+/// a GEMM routine.
+enum Job {
+    Kernels(Vec<Option<Kernel>>, bool),
+    Routine(gemm::Routine),
+}
+
+/// The GEMM routines that the kernels `ks` call (see [`gemm::Routine`]), compiled with
+/// in-place outputs `aliases`.
+fn planned_routines(
+    ks: &[Option<Kernel>],
+    aliases: &[Alias],
+) -> std::collections::BTreeSet<gemm::Routine> {
+    let mut routines = std::collections::BTreeSet::new();
+    for (i, k) in ks.iter().enumerate() {
+        let Some(k) = k else { continue };
+        let (
+            Schedule::Gemm {
+                n,
+                a_trans,
+                b_trans,
+                conv,
+                ..
+            },
+            Some((bl, _)),
+        ) = (&k.schedule, gemm_blocking(k, wide_vectors(true)))
+        else {
+            continue;
+        };
+        // As `emit_kernel` decides: in update mode when written in place.
+        let update = aliases
+            .get(i)
+            .and_then(|a| a.0.first())
+            .and_then(|&(q, _)| crate::fuse::gemm_update(k, q))
+            .map(|u| u.1);
+        routines.extend(gemm::Routine::of_gemm(
+            bl,
+            *n as i64,
+            (*a_trans, *b_trans),
+            conv.is_some(),
+            update,
+        ));
+    }
+    routines
+}
+
+/// A module defining GEMM routine `r` alone.
+fn routine_module<'c>(ctx: &'c Context, r: &gemm::Routine) -> Result<Module<'c>> {
+    let m = ctx.create_module(&r.name());
+    // SAFETY: `m` outlives the function built in it, which only borrows it for the call.
+    let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
+    r.function(ctx, mref, Tiles::Here, true)?;
+    m.verify()
+        .map_err(|e| Error::Llvm(format!("invalid module for {}: {e}", r.name())))?;
+    Ok(m)
 }
 
 /// `part` as its matrix-product GEMM kernels and its other kernels (each in `part`'s slots).
@@ -3373,7 +3514,7 @@ impl CpuExecutable {
             .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
             || names.len() >= 8
             || (cache.is_some() && {
-                let m = build_module(ctx, f, ks, true, &aliases)?;
+                let m = build_module(ctx, f, ks, true, &aliases, Tiles::Here)?;
                 let n = instruction_count(&m);
                 let costly = ks.iter().flatten().map(costly_ops).sum::<usize>();
                 module = Some(m);
@@ -3413,7 +3554,7 @@ impl CpuExecutable {
             let m = match module.take() {
                 Some(m) => m,
                 None => {
-                    let m = build_module(ctx, f, ks, true, &aliases)?;
+                    let m = build_module(ctx, f, ks, true, &aliases, Tiles::Here)?;
                     clock.lap("emit LLVM IR");
                     m
                 }

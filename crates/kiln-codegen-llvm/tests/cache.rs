@@ -1,6 +1,7 @@
 //! The on-disk kernel cache: a second compile of the same function loads its kernels, a
-//! damaged library is rebuilt, a different function does not load it, and every result agrees
-//! with the reference.
+//! damaged library is rebuilt, a different function does not load it, GEMM routines compiled
+//! for one function serve the next (a damaged one is rebuilt), and every result agrees with
+//! the reference.
 
 mod common;
 
@@ -43,8 +44,23 @@ fn cached_kernels_load_verify_and_agree() {
     std::fs::write(&so, bytes).unwrap();
     run(false, "a damaged library is rebuilt");
     run(true, "and then loaded");
+    // The GEMM routines (register tiles, packing of B) are objects of their own, shared by every
+    // function whose products use the same tiles.
+    let routines = || -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "o"))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = routines();
+    assert!(!before.is_empty(), "the GEMM's routines are stored");
     // The same function with another shape or another operation has kernels of its own: it
-    // must not load this library, whose key covers the kernels it was built from.
+    // must not load this library, whose key covers the kernels it was built from. Both use
+    // the first one's GEMM routines, and store none of their own.
     for (from, to) in [("f32[40,", "f32[41,"), ("tanh", "exponential")] {
         let g = kiln_ir::parse_func_text(&f.to_string().replace(from, to)).unwrap();
         let args = common::random_args(&g, 8);
@@ -52,7 +68,24 @@ fn cached_kernels_load_verify_and_agree() {
         let e = CpuExecutable::compile_with_cache(&g, Some(&dir)).unwrap();
         assert!(!e.loaded_from_cache(), "{g}");
         close(&e.run(&args).unwrap()[0], &want[0]).unwrap();
+        assert_eq!(routines(), before, "{g}");
     }
+    // A damaged routine object fails its checksum and is compiled again.
+    for o in &before {
+        std::fs::write(o, b"not an object").unwrap();
+    }
+    let g = kiln_ir::parse_func_text(&f.to_string().replace("f32[40,", "f32[39,")).unwrap();
+    let args_g = common::random_args(&g, 10);
+    let want_g = kiln_reference::eval(&g, &args_g).unwrap();
+    let e = CpuExecutable::compile_with_cache(&g, Some(&dir)).unwrap();
+    close(&e.run(&args_g).unwrap()[0], &want_g[0]).unwrap();
+    assert_eq!(routines(), before);
+    assert!(
+        before
+            .iter()
+            .all(|o| std::fs::read(o).unwrap() != b"not an object"),
+        "damaged routines are rebuilt"
+    );
     // A function without a GEMM whose kernel is large as emitted (here erf, tanh and logistic)
     // goes through the cache too; a small one (an add) is JIT-compiled every time.
     for (src, cached) in [

@@ -18,10 +18,14 @@
 //! The packed B block stays in the L2/L3 cache across the row blocks, the packed A block in L2
 //! across the panels, and one panel in L1 across the slivers.
 
-use super::{Emitter, llvm};
+use super::{Emitter, Tiles, host_attributes, llvm};
 use crate::Result;
 use crate::kernel::ConvPatches;
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::context::Context;
+use inkwell::module::Module;
 use inkwell::types::{BasicType, FloatType, VectorType};
+use inkwell::values::FunctionValue;
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{AddressSpace, IntPredicate};
 use kiln_ir::DType;
@@ -157,6 +161,9 @@ impl<'c> Arith<'_, 'c> {
     fn sub(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
         self.em.b.build_int_sub(x, y, "s").map_err(llvm)
     }
+    fn mul(&self, x: IntValue<'c>, y: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.em.b.build_int_mul(x, y, "m").map_err(llvm)
+    }
     fn mulc(&self, x: IntValue<'c>, y: i64) -> Result<IntValue<'c>> {
         self.em.b.build_int_mul(x, self.c(y), "m").map_err(llvm)
     }
@@ -228,34 +235,43 @@ fn align<'c, V: BasicValue<'c>>(v: V, a: u32) -> Result<V> {
     Ok(v)
 }
 
-/// The loaded vector types and pointers of one emitted GEMM.
-struct Gemm<'a, 'c> {
+/// What a register tile's code works with: the element and vector types and, in update mode,
+/// the scale.
+struct Regs<'a, 'c> {
     x: Arith<'a, 'c>,
     bl: Blocking,
     ft: FloatType<'c>,
     vt: VectorType<'c>,
+    /// In update mode, C already holds X and each contraction block's product `P` is folded in
+    /// as `C - s P` (`true`) or `C + s P`: `s` splat across a vector.
+    update: Option<(BasicValueEnum<'c>, bool)>,
+}
+
+/// The loaded vector types and pointers of one emitted GEMM.
+struct Gemm<'a, 'c> {
+    r: Regs<'a, 'c>,
     /// Rows of A and C per batch.
     m: i64,
-    /// Columns of C and B.
-    n: i64,
-    /// A is stored `[batch, k, m]`, B `[batch, n, k]`.
+    /// A is stored `[batch, k, m]`.
     a_trans: bool,
-    b_trans: bool,
     /// Contraction length.
     k: i64,
     a: PointerValue<'c>,
     /// When A is a convolution's patch matrix: its shape and the table of column offsets.
     conv: Option<(&'a ConvPatches, PointerValue<'c>)>,
     b: PointerValue<'c>,
-    c: PointerValue<'c>,
     packed_b: PointerValue<'c>,
     packed_a: PointerValue<'c>,
-    /// In update mode, C already holds X and each contraction block's product `P` is folded in
-    /// as `C - s P` (`true`) or `C + s P`: `s` splat across a vector.
-    update: Option<(BasicValueEnum<'c>, bool)>,
 }
 
-impl<'c> Gemm<'_, 'c> {
+impl<'a, 'c> std::ops::Deref for Gemm<'a, 'c> {
+    type Target = Regs<'a, 'c>;
+    fn deref(&self) -> &Regs<'a, 'c> {
+        &self.r
+    }
+}
+
+impl<'c> Regs<'_, 'c> {
     /// Bytes of one vector (the alignment of packed vectors).
     fn vbytes(&self) -> u32 {
         self.bl.lanes * self.bl.bytes as u32
@@ -321,6 +337,87 @@ impl<'c> Gemm<'_, 'c> {
         Ok(())
     }
 
+    /// Packs `span` contraction steps of a panel of B into `panel` (`span` rows of
+    /// `nr = lanes * nv` elements): column `t` at step `s` is `src[t * ld + s]` when B is stored
+    /// transposed (`[n, k]`: `trans`), else `src[s * ld + t]`; columns from `width` on are
+    /// zeros.
+    fn pack_b(
+        &self,
+        src: PointerValue<'c>,
+        ld: IntValue<'c>,
+        span: IntValue<'c>,
+        width: i64,
+        trans: bool,
+        panel: PointerValue<'c>,
+    ) -> Result<()> {
+        let x = &self.x;
+        let (lanes, nr) = (self.bl.lanes as i64, self.bl.nr());
+        let dst = |s: IntValue<'c>, col: IntValue<'c>| -> Result<PointerValue<'c>> {
+            x.at(self.ft, panel, x.add(x.mulc(s, nr)?, col)?)
+        };
+        if trans {
+            // Whole panels: blocks of `lanes` columns by `lanes` contraction steps are loaded
+            // as one vector per column, transposed in registers and stored as one vector per
+            // step; the steps past the last whole block, and a tail panel, column by column.
+            let from = if width == nr {
+                let rem =
+                    x.em.b
+                        .build_int_signed_rem(span, x.c(lanes), "r")
+                        .map_err(llvm)?;
+                let whole = x.sub(span, rem)?;
+                let s_k = x.slot()?;
+                x.em.range_loop_ptr(s_k, x.c(0), whole, lanes, &mut |_| {
+                    let k0 = x.get(s_k)?;
+                    for v in 0..self.bl.nv {
+                        let rows: Vec<VectorValue<'c>> = (0..lanes)
+                            .map(|t| {
+                                let at = x.add(x.mul(ld, x.c(v * lanes + t))?, k0)?;
+                                let l =
+                                    x.em.b
+                                        .build_load(self.vt, x.at(self.ft, src, at)?, "bt")
+                                        .map_err(llvm)?;
+                                Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
+                            })
+                            .collect::<Result<_>>()?;
+                        for (u, c) in self.transpose(rows)?.into_iter().enumerate() {
+                            let at = dst(x.addc(k0, u as i64)?, x.c(v * lanes))?;
+                            let st = x.em.b.build_store(at, c).map_err(llvm)?;
+                            st.set_alignment(self.vbytes()).map_err(llvm)?;
+                        }
+                    }
+                    Ok(())
+                })?;
+                whole
+            } else {
+                x.c(0)
+            };
+            let s_jj = x.slot()?;
+            return x.em.range_loop_ptr(s_jj, x.c(0), x.c(nr), 1, &mut |_| {
+                let jj = x.get(s_jj)?;
+                let row = x.mul(jj, ld)?;
+                self.strided_run(
+                    x.cmp(IntPredicate::SLT, jj, x.c(width))?,
+                    (from, span),
+                    &|kk| x.at(self.ft, src, x.add(row, kk)?),
+                    &|kk| dst(kk, jj),
+                )
+            });
+        }
+        let s_kk = x.slot()?;
+        x.em.range_loop_ptr(s_kk, x.c(0), span, 1, &mut |em: &Emitter<'c>| {
+            let kk = x.get(s_kk)?;
+            let row = x.mul(kk, ld)?;
+            for v in 0..self.bl.nv {
+                let val = self.load_cols(src, x.addc(row, v * lanes)?, width - v * lanes)?;
+                let s =
+                    em.b.build_store(dst(kk, x.c(v * lanes))?, val)
+                        .map_err(llvm)?;
+                s.set_alignment(self.vbytes()).map_err(llvm)?;
+            }
+            Ok(())
+        })
+    }
+
     /// For kk in `kb..kend`: `*dst(kk) = *src(kk)` where `live`, else zeros. The stores are
     /// volatile: they land `mr` or `nr` elements apart, which the loop vectorizer would
     /// otherwise turn into (slow) scatters.
@@ -355,102 +452,9 @@ impl<'c> Gemm<'_, 'c> {
             },
         )
     }
+}
 
-    /// Packs rows `kb..kend` of the panel of B starting at column `j` (`width` valid columns)
-    /// into `panel`.
-    fn pack_b_panel(
-        &self,
-        b_base: IntValue<'c>,
-        j: IntValue<'c>,
-        width: i64,
-        kb: IntValue<'c>,
-        kend: IntValue<'c>,
-        panel: PointerValue<'c>,
-    ) -> Result<()> {
-        let x = &self.x;
-        let (lanes, nr) = (self.bl.lanes as i64, self.bl.nr());
-        let s_kk = x.slot()?;
-        if self.b_trans {
-            // B is stored [n, k]. Whole panels: blocks of `lanes` columns by `lanes`
-            // contraction steps are loaded as one vector per column, transposed in registers
-            // and stored as one vector per step; the steps past the last whole block, and a
-            // tail panel, column by column as below.
-            let from = if width == nr {
-                let span = x.sub(kend, kb)?;
-                let whole = x.sub(
-                    span,
-                    x.em.b
-                        .build_int_signed_rem(span, x.c(lanes), "r")
-                        .map_err(llvm)?,
-                )?;
-                let kfull = x.add(kb, whole)?;
-                let s_kb = x.slot()?;
-                x.em.range_loop_ptr(s_kb, kb, kfull, lanes, &mut |_| {
-                    let k0 = x.get(s_kb)?;
-                    for v in 0..self.bl.nv {
-                        let rows: Vec<VectorValue<'c>> = (0..lanes)
-                            .map(|t| {
-                                let col = x.add(j, x.c(v * lanes + t))?;
-                                let at = x.add(x.add(b_base, x.mulc(col, self.k)?)?, k0)?;
-                                let l = self
-                                    .x
-                                    .em
-                                    .b
-                                    .build_load(self.vt, x.at(self.ft, self.b, at)?, "bt")
-                                    .map_err(llvm)?;
-                                Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
-                            })
-                            .collect::<Result<_>>()?;
-                        let cols = self.transpose(rows)?;
-                        for (u, c) in cols.into_iter().enumerate() {
-                            let step = x.addc(x.sub(k0, kb)?, u as i64)?;
-                            let dst = x.addc(x.mulc(step, nr)?, v * lanes)?;
-                            let st =
-                                x.em.b
-                                    .build_store(x.at(self.ft, panel, dst)?, c)
-                                    .map_err(llvm)?;
-                            st.set_alignment(self.vbytes()).map_err(llvm)?;
-                        }
-                    }
-                    Ok(())
-                })?;
-                kfull
-            } else {
-                kb
-            };
-            let kb_all = kb;
-            let kb = from;
-            let s_jj = x.slot()?;
-            return x.em.range_loop_ptr(s_jj, x.c(0), x.c(nr), 1, &mut |_| {
-                let jj = x.get(s_jj)?;
-                let col = x.add(j, jj)?;
-                let dst = |kk: IntValue<'c>| -> Result<PointerValue<'c>> {
-                    x.at(self.ft, panel, x.add(x.mulc(x.sub(kk, kb_all)?, nr)?, jj)?)
-                };
-                let src = x.add(b_base, x.mulc(col, self.k)?)?;
-                self.strided_run(
-                    x.cmp(IntPredicate::SLT, jj, x.c(width))?,
-                    (kb, kend),
-                    &|kk| x.at(self.ft, self.b, x.add(src, kk)?),
-                    &dst,
-                )
-            });
-        }
-        x.em.range_loop_ptr(s_kk, kb, kend, 1, &mut |em: &Emitter<'c>| {
-            let kk = x.get(s_kk)?;
-            let src = x.add(x.add(b_base, x.mulc(kk, self.n)?)?, j)?;
-            let dst = x.mulc(x.sub(kk, kb)?, nr)?;
-            for v in 0..self.bl.nv {
-                let val = self.load_cols(self.b, x.addc(src, v * lanes)?, width - v * lanes)?;
-                let s =
-                    em.b.build_store(x.at(self.ft, panel, x.addc(dst, v * lanes)?)?, val)
-                        .map_err(llvm)?;
-                s.set_alignment(self.vbytes()).map_err(llvm)?;
-            }
-            Ok(())
-        })
-    }
-
+impl<'c> Gemm<'_, 'c> {
     /// Where row `row` of A starts: `row * k` in a matrix, its window corner in a
     /// convolution's input.
     fn a_row(&self, row: IntValue<'c>) -> Result<IntValue<'c>> {
@@ -575,23 +579,25 @@ impl<'c> Gemm<'_, 'c> {
             })
         })
     }
+}
 
-    /// One register tile: rows `r..r + mr` (those under `r_end`) by columns `j..j + width` of C
-    /// accumulate sliver `sliver` of packed A times `panel` of packed B over `kc` steps; C is
-    /// read first unless `first` (the first contraction block). In update mode the product
-    /// starts from zero and is folded into C at the end.
+impl<'c> Regs<'_, 'c> {
+    /// One register tile: the first `rows` of its `mr` rows (all when `rows >= mr`) by
+    /// `width` columns of C, at `c` with rows `ldc` apart, accumulate A times `panel` of packed
+    /// B over `kc` steps, A's row `i` at step `kk` read at `a(i, kk)`; C is read first unless
+    /// `first` (the first contraction block). In update mode the product starts from zero and
+    /// is folded into C at the end.
     #[allow(clippy::too_many_arguments)]
     fn tile(
         &self,
-        r: IntValue<'c>,
-        r_end: IntValue<'c>,
-        j: IntValue<'c>,
+        c: PointerValue<'c>,
+        ldc: IntValue<'c>,
+        rows: IntValue<'c>,
         width: i64,
-        sliver: PointerValue<'c>,
+        a: &dyn Fn(i64, IntValue<'c>) -> Result<PointerValue<'c>>,
         panel: PointerValue<'c>,
         kc: IntValue<'c>,
         first: IntValue<'c>,
-        direct: Option<IntValue<'c>>,
     ) -> Result<()> {
         let x = &self.x;
         let em = x.em;
@@ -599,9 +605,9 @@ impl<'c> Gemm<'_, 'c> {
         let accs: Vec<PointerValue<'c>> = (0..mr * nv)
             .map(|_| em.entry_alloca(self.vt.into()))
             .collect::<Result<_>>()?;
-        let c_at = |i: i64| -> Result<IntValue<'c>> { x.add(x.mulc(x.addc(r, i)?, self.n)?, j) };
+        let c_at = |i: i64| x.mulc(ldc, i);
         let live: Vec<IntValue<'c>> = (0..mr)
-            .map(|i| x.cmp(IntPredicate::SLT, x.addc(r, i)?, r_end))
+            .map(|i| x.cmp(IntPredicate::SLT, x.c(i), rows))
             .collect::<Result<_>>()?;
         for i in 0..mr {
             let read = if self.update.is_some() {
@@ -619,8 +625,7 @@ impl<'c> Gemm<'_, 'c> {
                 read,
                 &mut || {
                     for v in 0..nv {
-                        let c =
-                            self.load_cols(self.c, x.addc(row, v * lanes)?, width - v * lanes)?;
+                        let c = self.load_cols(c, x.addc(row, v * lanes)?, width - v * lanes)?;
                         em.b.build_store(accs[(i * nv + v) as usize], c)
                             .map_err(llvm)?;
                     }
@@ -635,17 +640,6 @@ impl<'c> Gemm<'_, 'c> {
                 },
             )?;
         }
-        // Unpacked A: where each row of the tile starts (rows past the block read the last
-        // one; their results are not stored).
-        let starts: Vec<IntValue<'c>> = match direct {
-            None => Vec::new(),
-            Some(_) => {
-                let last = x.sub(r_end, x.c(1))?;
-                (0..mr)
-                    .map(|i| self.a_row(x.min(x.addc(r, i)?, last)?))
-                    .collect::<Result<_>>()?
-            }
-        };
         let s_kk = x.slot()?;
         let step = |em: &Emitter<'c>, kk: IntValue<'c>| -> Result<()> {
             let prow = x.mulc(kk, self.bl.nr())?;
@@ -658,16 +652,8 @@ impl<'c> Gemm<'_, 'c> {
                     )
                 })
                 .collect::<Result<_>>()?;
-            let arow = x.mulc(kk, mr)?;
             for i in 0..mr {
-                let at = match direct {
-                    None => x.at(self.ft, sliver, x.addc(arow, i)?)?,
-                    Some(kb) => x.at(
-                        self.ft,
-                        self.a,
-                        self.a_at(starts[i as usize], x.add(kb, kk)?)?,
-                    )?,
-                };
+                let at = a(i, kk)?;
                 let a = em.b.build_load(self.ft, at, "a").map_err(llvm)?;
                 let one =
                     em.b.build_insert_element(self.vt.get_undef(), a, x.c(0), "a1")
@@ -727,7 +713,7 @@ impl<'c> Gemm<'_, 'c> {
                         if let Some((scale, subtract)) = self.update {
                             // C = X - s P (or + s P): the product scaled, then folded in, as the
                             // epilogue computes it.
-                            let c = self.load_cols(self.c, at, width - v * lanes)?;
+                            let c = self.load_cols(c, at, width - v * lanes)?;
                             let sp =
                                 em.b.build_float_mul(
                                     acc.into_vector_value(),
@@ -743,7 +729,7 @@ impl<'c> Gemm<'_, 'c> {
                             .map_err(llvm)?
                             .into();
                         }
-                        self.store_cols(self.c, at, width - v * lanes, acc)?;
+                        self.store_cols(c, at, width - v * lanes, acc)?;
                     }
                     Ok(())
                 },
@@ -751,6 +737,333 @@ impl<'c> Gemm<'_, 'c> {
             )?;
         }
         Ok(())
+    }
+}
+
+/// `v` in every lane of a vector of `lanes` `ft`s.
+fn splat<'c>(
+    em: &Emitter<'c>,
+    ft: FloatType<'c>,
+    lanes: u32,
+    v: BasicValueEnum<'c>,
+) -> Result<VectorValue<'c>> {
+    let vt = ft.vec_type(lanes);
+    let one =
+        em.b.build_insert_element(vt.get_undef(), v, em.i64c(0), "s1")
+            .map_err(llvm)?;
+    em.b.build_shuffle_vector(
+        one,
+        vt.get_undef(),
+        em.ctx.i32_type().vec_type(lanes).const_zero(),
+        "ss",
+    )
+    .map_err(llvm)
+}
+
+/// The name prefix of the GEMM routines compiled as functions of their own.
+pub(super) const ROUTINE_PREFIX: &str = "kiln_gemm_";
+
+/// A piece of GEMM code compiled as a function of its own and shared by every GEMM kernel (and,
+/// through the kernel cache, every function) that uses it. It depends on the register tile and
+/// the element type, never on the product's shape, and it is most of a GEMM kernel's code and
+/// of its compile time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Routine {
+    /// A register tile, `void (ptr c, i64 ldc, i64 rows, ptr a, i64 lda, ptr panel, i64 kc,
+    /// i1 first, float scale)`: the tile of C at `c` (rows `ldc` apart, the first `rows` of
+    /// them stored) gets the product of A at `a` (read as [`ARead`] says) and packed B's
+    /// `panel` over `kc` steps, as [`Regs::tile`] describes (`scale` is the update mode's `s`).
+    Tile {
+        /// Bytes per element (4 or 8).
+        bytes: i64,
+        /// Elements per vector.
+        lanes: u32,
+        /// Rows of the tile.
+        mr: i64,
+        /// Vectors per row.
+        nv: i64,
+        /// Columns stored: a whole panel's, or the tail panel's.
+        width: i64,
+        /// Update mode: C - s P (`Some(true)`) or C + s P (`Some(false)`).
+        update: Option<bool>,
+        /// How A is read.
+        a: ARead,
+    },
+    /// A panel of B packed, `void (ptr src, i64 ld, i64 span, ptr panel)`, as
+    /// [`Regs::pack_b`] describes.
+    PackB {
+        bytes: i64,
+        lanes: u32,
+        nv: i64,
+        /// Columns of the panel read from B (the others are zeros).
+        width: i64,
+        /// B stored `[n, k]`.
+        trans: bool,
+    },
+}
+
+/// How a register tile reads A: row `i` (of the tile) at contraction step `kk`, from `a`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum ARead {
+    /// A packed sliver: `a[kk * mr + i]` (`lda` unused).
+    Packed,
+    /// A matrix stored by rows, read in place: `a[i * lda + kk]`.
+    Rows,
+    /// A matrix stored transposed (`[k, m]`), read in place: `a[i + kk * lda]`.
+    Cols,
+}
+
+impl Routine {
+    fn tile(bl: Blocking, width: i64, update: Option<bool>, a: ARead) -> Routine {
+        Routine::Tile {
+            bytes: bl.bytes,
+            lanes: bl.lanes,
+            mr: bl.mr,
+            nv: bl.nv,
+            width,
+            update,
+            a,
+        }
+    }
+
+    fn pack_b(bl: Blocking, width: i64, trans: bool) -> Routine {
+        Routine::PackB {
+            bytes: bl.bytes,
+            lanes: bl.lanes,
+            nv: bl.nv,
+            width,
+            trans,
+        }
+    }
+
+    /// The routines a GEMM of `n` columns calls: a pack of B for each panel width (whole
+    /// panels and the tail's), and a tile for each, except for a convolution with a single
+    /// panel of columns (its tile reads the input in place through the column offset table,
+    /// emitted inline).
+    pub(super) fn of_gemm(
+        bl: Blocking,
+        n: i64,
+        (a_trans, b_trans): (bool, bool),
+        conv: bool,
+        update: Option<bool>,
+    ) -> Vec<Routine> {
+        let nr = bl.nr();
+        let widths: Vec<i64> = (n >= nr)
+            .then_some(nr)
+            .into_iter()
+            .chain((n % nr != 0).then_some(n % nr))
+            .collect();
+        let packs = widths.iter().map(|&w| Routine::pack_b(bl, w, b_trans));
+        let a = match (n > nr, a_trans) {
+            (true, _) => Some(ARead::Packed),
+            (false, _) if conv => None,
+            (false, false) => Some(ARead::Rows),
+            (false, true) => Some(ARead::Cols),
+        };
+        let tiles = widths
+            .iter()
+            .filter_map(|&w| Some(Routine::tile(bl, w, update, a?)));
+        packs.chain(tiles).collect()
+    }
+
+    /// The function's symbol, which names every field.
+    pub(super) fn name(&self) -> String {
+        match *self {
+            Routine::Tile {
+                bytes,
+                lanes,
+                mr,
+                nv,
+                width,
+                update,
+                a,
+            } => {
+                let mode = match update {
+                    None => "set",
+                    Some(true) => "sub",
+                    Some(false) => "add",
+                };
+                let a = match a {
+                    ARead::Packed => "p",
+                    ARead::Rows => "r",
+                    ARead::Cols => "c",
+                };
+                format!(
+                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{mode}_{a}",
+                    bytes * 8
+                )
+            }
+            Routine::PackB {
+                bytes,
+                lanes,
+                nv,
+                width,
+                trans,
+            } => format!(
+                "{ROUTINE_PREFIX}packb_f{}_{lanes}x{nv}_w{width}_{}",
+                bytes * 8,
+                if trans { "t" } else { "n" }
+            ),
+        }
+    }
+
+    /// The register tile and element type this routine works with (only those fields of the
+    /// blocking are read).
+    fn regs_blocking(&self) -> Blocking {
+        let (bytes, lanes, mr, nv) = match *self {
+            Routine::Tile {
+                bytes,
+                lanes,
+                mr,
+                nv,
+                ..
+            } => (bytes, lanes, mr, nv),
+            Routine::PackB {
+                bytes, lanes, nv, ..
+            } => (bytes, lanes, 0, nv),
+        };
+        Blocking {
+            bytes,
+            lanes,
+            mr,
+            nv,
+            kc: 0,
+            mc: 0,
+            nc: 0,
+        }
+    }
+
+    /// The function in module `m`: declared, or (with [`Tiles::Here`]) defined there once.
+    pub(super) fn function<'c>(
+        &self,
+        ctx: &'c Context,
+        m: &'c Module<'c>,
+        tiles: Tiles,
+        for_host: bool,
+    ) -> Result<FunctionValue<'c>> {
+        let name = self.name();
+        if let Some(f) = m.get_function(&name) {
+            return Ok(f);
+        }
+        let bl = self.regs_blocking();
+        let ptr = ctx.ptr_type(AddressSpace::default());
+        let i64t = ctx.i64_type();
+        let ft = if bl.bytes == 8 {
+            ctx.f64_type()
+        } else {
+            ctx.f32_type()
+        };
+        let (ty, noalias) = match self {
+            Routine::Tile { .. } => (
+                ctx.void_type().fn_type(
+                    &[
+                        ptr.into(),
+                        i64t.into(),
+                        i64t.into(),
+                        ptr.into(),
+                        i64t.into(),
+                        ptr.into(),
+                        i64t.into(),
+                        ctx.bool_type().into(),
+                        ft.into(),
+                    ],
+                    false,
+                ),
+                &[0, 3, 5][..],
+            ),
+            Routine::PackB { .. } => (
+                ctx.void_type()
+                    .fn_type(&[ptr.into(), i64t.into(), i64t.into(), ptr.into()], false),
+                &[0, 3][..],
+            ),
+        };
+        let f = m.add_function(&name, ty, None);
+        // Hidden: a library's kernels call its own copy directly, not through the PLT.
+        f.as_global_value()
+            .set_visibility(inkwell::GlobalVisibility::Hidden);
+        let attr =
+            |name: &str| ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0);
+        for &p in noalias {
+            f.add_attribute(AttributeLoc::Param(p), attr("noalias"));
+        }
+        if tiles == Tiles::Apart {
+            return Ok(f);
+        }
+        // Not inlined, so that a module that defines it compiles the same code as the kernel
+        // cache, which links it in.
+        f.add_attribute(AttributeLoc::Function, attr("noinline"));
+        host_attributes(ctx, f, for_host);
+        let b = ctx.create_builder();
+        b.position_at_end(ctx.append_basic_block(f, "entry"));
+        let param = |i: u32| f.get_nth_param(i).expect("declared");
+        let first = param(0).into_pointer_value();
+        let te = Emitter::new(ctx, m, b, f, first, for_host, tiles);
+        let update = match *self {
+            Routine::Tile {
+                update: Some(sub), ..
+            } => Some((splat(&te, ft, bl.lanes, param(8))?.into(), sub)),
+            _ => None,
+        };
+        let regs = Regs {
+            x: Arith { em: &te },
+            bl,
+            ft,
+            vt: ft.vec_type(bl.lanes),
+            update,
+        };
+        match *self {
+            Routine::Tile { mr, width, a, .. } => {
+                let (base, lda) = (param(3).into_pointer_value(), param(4).into_int_value());
+                let rows = param(2).into_int_value();
+                let x = &regs.x;
+                // Read in place, rows past the block read the last one (their results are
+                // not stored).
+                let starts: Vec<IntValue<'c>> = match a {
+                    ARead::Packed => Vec::new(),
+                    ARead::Rows | ARead::Cols => {
+                        let last = x.sub(rows, x.c(1))?;
+                        (0..mr)
+                            .map(|i| {
+                                let i = x.min(x.c(i), last)?;
+                                if a == ARead::Rows {
+                                    x.mul(i, lda)
+                                } else {
+                                    Ok(i)
+                                }
+                            })
+                            .collect::<Result<_>>()?
+                    }
+                };
+                let at = |i: i64, kk: IntValue<'c>| -> Result<PointerValue<'c>> {
+                    let idx = match a {
+                        ARead::Packed => x.addc(x.mulc(kk, mr)?, i)?,
+                        ARead::Rows => x.add(starts[i as usize], kk)?,
+                        ARead::Cols => x.add(starts[i as usize], x.mul(kk, lda)?)?,
+                    };
+                    x.at(ft, base, idx)
+                };
+                regs.tile(
+                    first,
+                    param(1).into_int_value(),
+                    rows,
+                    width,
+                    &at,
+                    param(5).into_pointer_value(),
+                    param(6).into_int_value(),
+                    param(7).into_int_value(),
+                )?;
+            }
+            Routine::PackB { width, trans, .. } => regs.pack_b(
+                first,
+                param(1).into_int_value(),
+                param(2).into_int_value(),
+                width,
+                trans,
+                param(3).into_pointer_value(),
+            )?,
+        }
+        te.b.build_return(None).map_err(llvm)?;
+        Ok(f)
     }
 }
 
@@ -822,39 +1135,24 @@ pub(super) fn emit<'c>(
         }
     };
     let g = Gemm {
-        x: Arith { em },
-        bl,
-        ft,
-        vt: ft.vec_type(bl.lanes),
+        r: Regs {
+            x: Arith { em },
+            bl,
+            ft,
+            vt: ft.vec_type(bl.lanes),
+            update: match update {
+                None => None,
+                Some((scale, subtract)) => Some((splat(em, ft, bl.lanes, scale)?.into(), subtract)),
+            },
+        },
         m,
-        n,
         a_trans,
-        b_trans,
         k,
         a: base(0)?,
         conv,
         b: base(1)?,
-        c: out,
         packed_b: scratch,
         packed_a: x.at(ft, scratch, x.c(bl.kc * nc))?,
-        update: match update {
-            None => None,
-            Some((scale, subtract)) => {
-                let vt = ft.vec_type(bl.lanes);
-                let one =
-                    em.b.build_insert_element(vt.get_undef(), scale, x.c(0), "s1")
-                        .map_err(llvm)?;
-                let splat =
-                    em.b.build_shuffle_vector(
-                        one,
-                        vt.get_undef(),
-                        em.ctx.i32_type().vec_type(bl.lanes).const_zero(),
-                        "ss",
-                    )
-                    .map_err(llvm)?;
-                Some((splat.into(), subtract))
-            }
-        },
     };
     let (s_r, s_j) = (x.slot()?, x.slot()?);
     if k == 0 {
@@ -912,16 +1210,35 @@ pub(super) fn emit<'c>(
                 let kend = x.min(x.addc(kb, bl.kc)?, x.c(k))?;
                 let kc = x.sub(kend, kb)?;
                 let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
-                x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| {
-                    let j = x.get(s_j)?;
-                    g.pack_b_panel(b_base, j, nr, kb, kend, panel_of(j)?)
-                })?;
+                // Panel `j` of B (`width` columns) through its packing routine.
+                let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
+                    let r = Routine::pack_b(bl, width, b_trans);
+                    let f = r.function(em.ctx, em.m, em.tiles, em.for_host)?;
+                    let (at, ld) = if b_trans {
+                        (x.add(x.add(b_base, x.mulc(j, k)?)?, kb)?, k)
+                    } else {
+                        (x.add(x.add(b_base, x.mulc(kb, n)?)?, j)?, n)
+                    };
+                    let args = [
+                        x.at(ft, g.b, at)?.into(),
+                        x.c(ld).into(),
+                        x.sub(kend, kb)?.into(),
+                        panel_of(j)?.into(),
+                    ];
+                    em.b.build_call(f, &args, "").map_err(llvm)?;
+                    Ok(())
+                };
+                // (Whole panels only when there are any: no dead code calling routines the
+                // kernel cache does not compile.)
+                if n_full > 0 {
+                    x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| pack(x.get(s_j)?, nr))?;
+                }
                 if n_full < n {
                     x.branch(
                         has_tail,
                         &mut || {
                             let j = x.c(n_full);
-                            g.pack_b_panel(b_base, j, n - n_full, kb, kend, panel_of(j)?)
+                            pack(j, n - n_full)
                         },
                         &mut || Ok(()),
                     )?;
@@ -940,23 +1257,72 @@ pub(super) fn emit<'c>(
                     }
                     let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
                         let panel = panel_of(j)?;
+                        // The tile's code is a function shared by every GEMM with the same
+                        // tile (see [`Routine`]), except a convolution's reading its input in
+                        // place, emitted here with the column offset table.
+                        let read = match (direct, g.conv.is_some(), g.a_trans) {
+                            (false, _, _) => Some(ARead::Packed),
+                            (true, true, _) => None,
+                            (true, false, false) => Some(ARead::Rows),
+                            (true, false, true) => Some(ARead::Cols),
+                        };
+                        let shared = match read {
+                            None => None,
+                            Some(a) => {
+                                let t = Routine::tile(bl, width, update.map(|u| u.1), a);
+                                Some((t.function(em.ctx, em.m, em.tiles, em.for_host)?, a))
+                            }
+                        };
                         x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
                             let r = x.get(s_r)?;
-                            let sliver = x.at(ft, g.packed_a, x.mulc(x.sub(r, ic)?, bl.kc)?)?;
-                            g.tile(
-                                r,
-                                ic_end,
-                                j,
-                                width,
-                                sliver,
-                                panel,
-                                kc,
-                                first,
-                                direct.then_some(kb),
-                            )
+                            let c = x.at(ft, out, x.add(x.mulc(r, n)?, j)?)?;
+                            let rows = x.sub(ic_end, r)?;
+                            if let Some((f, a)) = shared {
+                                let (at, lda) = match a {
+                                    ARead::Packed => {
+                                        (x.at(ft, g.packed_a, x.mulc(x.sub(r, ic)?, bl.kc)?)?, 0)
+                                    }
+                                    ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(r)?, kb)?)?, k),
+                                    ARead::Cols => {
+                                        (x.at(ft, g.a, x.add(g.a_row(r)?, x.mulc(kb, m)?)?)?, m)
+                                    }
+                                };
+                                let scale = update.map_or(ft.const_zero().into(), |u| u.0);
+                                em.b.build_call(
+                                    f,
+                                    &[
+                                        c.into(),
+                                        x.c(n).into(),
+                                        rows.into(),
+                                        at.into(),
+                                        x.c(lda).into(),
+                                        panel.into(),
+                                        kc.into(),
+                                        first.into(),
+                                        scale.into(),
+                                    ],
+                                    "",
+                                )
+                                .map_err(llvm)?;
+                                return Ok(());
+                            }
+                            // Where each row of the tile starts (rows past the block read the
+                            // last one; their results are not stored).
+                            let last = x.sub(ic_end, x.c(1))?;
+                            let starts: Vec<IntValue<'c>> = (0..bl.mr)
+                                .map(|i| g.a_row(x.min(x.addc(r, i)?, last)?))
+                                .collect::<Result<_>>()?;
+                            let a = |i: i64, kk: IntValue<'c>| {
+                                x.at(ft, g.a, g.a_at(starts[i as usize], x.add(kb, kk)?)?)
+                            };
+                            g.tile(c, x.c(n), rows, width, &a, panel, kc, first)
                         })
                     };
-                    x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| slivers(x.get(s_j)?, nr))?;
+                    if n_full > 0 {
+                        x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| {
+                            slivers(x.get(s_j)?, nr)
+                        })?;
+                    }
                     if n_full < n {
                         x.branch(
                             has_tail,
