@@ -2745,7 +2745,9 @@ fn compile_cached(
         })
         .collect();
     if others.iter().any(Option::is_some) {
-        jobs.push(Job::Kernels(others, true));
+        // First: it is usually the largest job (every other kernel together), and started
+        // last it would finish alone on one core.
+        jobs.insert(0, Job::Kernels(others, true));
     }
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and

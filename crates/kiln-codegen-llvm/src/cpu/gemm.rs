@@ -769,10 +769,12 @@ pub(super) const ROUTINE_PREFIX: &str = "kiln_gemm_";
 /// of its compile time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Routine {
-    /// A register tile, `void (ptr c, i64 ldc, i64 rows, ptr a, i64 lda, ptr panel, i64 kc,
-    /// i1 first, float scale)`: the tile of C at `c` (rows `ldc` apart, the first `rows` of
-    /// them stored) gets the product of A at `a` (read as [`ARead`] says) and packed B's
-    /// `panel` over `kc` steps, as [`Regs::tile`] describes (`scale` is the update mode's `s`).
+    /// Register tiles down a panel, `void (ptr c, i64 ldc, i64 rows, ptr a, i64 lda,
+    /// ptr panel, i64 kc, i1 first, float scale)`: the `rows` rows of C at `c` (`ldc` apart),
+    /// `mr` at a time, get the product of A at `a` (read as [`ARead`] says) and packed B's
+    /// `panel` over `kc` steps, each tile as [`Regs::tile`] describes (`scale` is the update
+    /// mode's `s`). One call covers a block of rows, so short contractions (attention's 64
+    /// steps) do not pay a call per tile.
     Tile {
         /// Bytes per element (4 or 8).
         bytes: i64,
@@ -805,7 +807,7 @@ pub(super) enum Routine {
 /// How a register tile reads A: row `i` (of the tile) at contraction step `kk`, from `a`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum ARead {
-    /// A packed sliver: `a[kk * mr + i]` (`lda` unused).
+    /// Packed slivers, `lda` elements apart: `a[kk * mr + i]` in each.
     Packed,
     /// A matrix stored by rows, read in place: `a[i * lda + kk]`.
     Rows,
@@ -1014,44 +1016,52 @@ impl Routine {
         match *self {
             Routine::Tile { mr, width, a, .. } => {
                 let (base, lda) = (param(3).into_pointer_value(), param(4).into_int_value());
-                let rows = param(2).into_int_value();
+                let (ldc, rows) = (param(1).into_int_value(), param(2).into_int_value());
                 let x = &regs.x;
-                // Read in place, rows past the block read the last one (their results are
-                // not stored).
-                let starts: Vec<IntValue<'c>> = match a {
-                    ARead::Packed => Vec::new(),
-                    ARead::Rows | ARead::Cols => {
-                        let last = x.sub(rows, x.c(1))?;
-                        (0..mr)
-                            .map(|i| {
-                                let i = x.min(x.c(i), last)?;
-                                if a == ARead::Rows {
-                                    x.mul(i, lda)
-                                } else {
-                                    Ok(i)
-                                }
-                            })
-                            .collect::<Result<_>>()?
-                    }
-                };
-                let at = |i: i64, kk: IntValue<'c>| -> Result<PointerValue<'c>> {
-                    let idx = match a {
-                        ARead::Packed => x.addc(x.mulc(kk, mr)?, i)?,
-                        ARead::Rows => x.add(starts[i as usize], kk)?,
-                        ARead::Cols => x.add(starts[i as usize], x.mul(kk, lda)?)?,
+                // One tile per `mr` rows: rows `r..` of C, and of A (a sliver `lda` elements
+                // after the last when packed).
+                let s_r = x.slot()?;
+                te.range_loop_ptr(s_r, x.c(0), rows, mr, &mut |_| {
+                    let r = x.get(s_r)?;
+                    let left = x.sub(rows, r)?;
+                    let base = x.at(ft, base, if a == ARead::Cols { r } else { x.mul(r, lda)? })?;
+                    // Read in place, rows past the block read the last one (their results are
+                    // not stored).
+                    let starts: Vec<IntValue<'c>> = match a {
+                        ARead::Packed => Vec::new(),
+                        ARead::Rows | ARead::Cols => {
+                            let last = x.sub(left, x.c(1))?;
+                            (0..mr)
+                                .map(|i| {
+                                    let i = x.min(x.c(i), last)?;
+                                    if a == ARead::Rows {
+                                        x.mul(i, lda)
+                                    } else {
+                                        Ok(i)
+                                    }
+                                })
+                                .collect::<Result<_>>()?
+                        }
                     };
-                    x.at(ft, base, idx)
-                };
-                regs.tile(
-                    first,
-                    param(1).into_int_value(),
-                    rows,
-                    width,
-                    &at,
-                    param(5).into_pointer_value(),
-                    param(6).into_int_value(),
-                    param(7).into_int_value(),
-                )?;
+                    let at = |i: i64, kk: IntValue<'c>| -> Result<PointerValue<'c>> {
+                        let idx = match a {
+                            ARead::Packed => x.addc(x.mulc(kk, mr)?, i)?,
+                            ARead::Rows => x.add(starts[i as usize], kk)?,
+                            ARead::Cols => x.add(starts[i as usize], x.mul(kk, lda)?)?,
+                        };
+                        x.at(ft, base, idx)
+                    };
+                    regs.tile(
+                        x.at(ft, first, x.mul(r, ldc)?)?,
+                        ldc,
+                        left,
+                        width,
+                        &at,
+                        param(5).into_pointer_value(),
+                        param(6).into_int_value(),
+                        param(7).into_int_value(),
+                    )
+                })?;
             }
             Routine::PackB { width, trans, .. } => regs.pack_b(
                 first,
@@ -1273,39 +1283,37 @@ pub(super) fn emit<'c>(
                                 Some((t.function(em.ctx, em.m, em.tiles, em.for_host)?, a))
                             }
                         };
+                        if let Some((f, a)) = shared {
+                            let (at, lda) = match a {
+                                ARead::Packed => (g.packed_a, bl.kc),
+                                ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(ic)?, kb)?)?, k),
+                                ARead::Cols => {
+                                    (x.at(ft, g.a, x.add(g.a_row(ic)?, x.mulc(kb, m)?)?)?, m)
+                                }
+                            };
+                            let scale = update.map_or(ft.const_zero().into(), |u| u.0);
+                            em.b.build_call(
+                                f,
+                                &[
+                                    x.at(ft, out, x.add(x.mulc(ic, n)?, j)?)?.into(),
+                                    x.c(n).into(),
+                                    x.sub(ic_end, ic)?.into(),
+                                    at.into(),
+                                    x.c(lda).into(),
+                                    panel.into(),
+                                    kc.into(),
+                                    first.into(),
+                                    scale.into(),
+                                ],
+                                "",
+                            )
+                            .map_err(llvm)?;
+                            return Ok(());
+                        }
                         x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
                             let r = x.get(s_r)?;
                             let c = x.at(ft, out, x.add(x.mulc(r, n)?, j)?)?;
                             let rows = x.sub(ic_end, r)?;
-                            if let Some((f, a)) = shared {
-                                let (at, lda) = match a {
-                                    ARead::Packed => {
-                                        (x.at(ft, g.packed_a, x.mulc(x.sub(r, ic)?, bl.kc)?)?, 0)
-                                    }
-                                    ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(r)?, kb)?)?, k),
-                                    ARead::Cols => {
-                                        (x.at(ft, g.a, x.add(g.a_row(r)?, x.mulc(kb, m)?)?)?, m)
-                                    }
-                                };
-                                let scale = update.map_or(ft.const_zero().into(), |u| u.0);
-                                em.b.build_call(
-                                    f,
-                                    &[
-                                        c.into(),
-                                        x.c(n).into(),
-                                        rows.into(),
-                                        at.into(),
-                                        x.c(lda).into(),
-                                        panel.into(),
-                                        kc.into(),
-                                        first.into(),
-                                        scale.into(),
-                                    ],
-                                    "",
-                                )
-                                .map_err(llvm)?;
-                                return Ok(());
-                            }
                             // Where each row of the tile starts (rows past the block read the
                             // last one; their results are not stored).
                             let last = x.sub(ic_end, x.c(1))?;
