@@ -1387,15 +1387,7 @@ impl<'c> Emitter<'c> {
 /// baseline x86-64 (no AVX, no FMA).
 fn host_attributes<'c>(ctx: &'c Context, f: FunctionValue<'c>, for_host: bool) {
     if for_host {
-        let (cpu, features) = host_cpu();
-        f.add_attribute(
-            AttributeLoc::Function,
-            ctx.create_string_attribute("target-cpu", &cpu),
-        );
-        f.add_attribute(
-            AttributeLoc::Function,
-            ctx.create_string_attribute("target-features", &features),
-        );
+        crate::name_host_cpu(ctx, f);
         if wide_vectors(true) {
             // Use the 512-bit registers: the GEMM tile was sized for them, and loop nests run
             // twice the lanes per instruction (gelu 17 -> 9.5 ms, softmax 18 -> 14 ms). The
@@ -3641,18 +3633,6 @@ impl CpuExecutable {
 }
 
 /// This machine's CPU name and feature string, as LLVM spells them.
-fn host_cpu() -> (String, String) {
-    static HOST: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
-    HOST.get_or_init(|| {
-        (
-            inkwell::targets::TargetMachine::get_host_cpu_name().to_string(),
-            inkwell::targets::TargetMachine::get_host_cpu_features().to_string(),
-        )
-    })
-    .clone()
-}
-
-/// How the runtime calls `k` when compiled with 512-bit vectors (`wide`) or not.
 /// The blocking of GEMM kernel `k` and whether its threads split columns: blocks of whole
 /// rows, split by rows, when its epilogue reduces over rows ([`crate::fuse::row_epilogue`]).
 fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
@@ -3670,6 +3650,7 @@ fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
     })
 }
 
+/// How the runtime calls `k` when compiled with 512-bit vectors (`wide`) or not.
 fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
     let mut scratch = 0;
     let (rows, work) = match k.schedule {
@@ -3716,7 +3697,7 @@ fn wide_vectors(for_host: bool) -> bool {
     static NARROW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let narrow =
         *NARROW.get_or_init(|| std::env::var("KILN_VECTOR_BITS").is_ok_and(|v| v == "256"));
-    for_host && !narrow && host_cpu().1.split(',').any(|f| f == "+avx512f")
+    for_host && !narrow && crate::host_cpu().1.split(',').any(|f| f == "+avx512f")
 }
 
 /// Total work of one output element: the product of the reduction extents in the body.

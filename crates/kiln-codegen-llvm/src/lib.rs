@@ -289,16 +289,7 @@ fn emit_for<'c>(
         f.add_attribute(AttributeLoc::Param(i as u32), noalias);
     }
     if for_host && target == Target_::Host {
-        let cpu = TargetMachine::get_host_cpu_name().to_string();
-        let features = TargetMachine::get_host_cpu_features().to_string();
-        f.add_attribute(
-            AttributeLoc::Function,
-            ctx.create_string_attribute("target-cpu", &cpu),
-        );
-        f.add_attribute(
-            AttributeLoc::Function,
-            ctx.create_string_attribute("target-features", &features),
-        );
+        name_host_cpu(ctx, f);
     }
     let ty = elem_type(ctx, k.dtype);
     let ptrs: Vec<PointerValue> = (0..=k.inputs)
@@ -440,6 +431,32 @@ fn ptx_machine() -> Result<TargetMachine> {
 /// 195 pairs each), neither won more than 55% of the pairs, and O2 compiles the MLP step's
 /// kernels in about 0.65 s instead of 1.0 s.
 const PIPELINE: &str = "default<O2>";
+
+/// This machine's CPU name and features, as LLVM reports them (once per process).
+fn host_cpu() -> (String, String) {
+    static HOST: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        (
+            TargetMachine::get_host_cpu_name().to_string(),
+            TargetMachine::get_host_cpu_features().to_string(),
+        )
+    })
+    .clone()
+}
+
+/// Names this machine's CPU and features on `f` (`target-cpu`, `target-features`): LLVM
+/// generates code per function attributes, and without them targets baseline x86-64.
+fn name_host_cpu<'c>(ctx: &'c Context, f: FunctionValue<'c>) {
+    let (cpu, features) = host_cpu();
+    f.add_attribute(
+        AttributeLoc::Function,
+        ctx.create_string_attribute("target-cpu", &cpu),
+    );
+    f.add_attribute(
+        AttributeLoc::Function,
+        ctx.create_string_attribute("target-features", &features),
+    );
+}
 
 fn optimize(m: &Module, tm: &TargetMachine) -> Result<()> {
     optimize_with(m, tm, true)
