@@ -80,13 +80,13 @@ struct Emitter<'c> {
     facts: std::cell::RefCell<Vec<(usize, i64, i64)>>,
     /// Whether the code is for this machine (see [`host_attributes`]).
     for_host: bool,
-    /// Where GEMM register tiles are compiled.
-    tiles: Tiles,
+    /// Where the GEMM routines are compiled.
+    routines: Routines,
 }
 
-/// Where a module's GEMM register tiles (`gemm::Routine`) are compiled.
+/// Where the GEMM routines a module's kernels call (`gemm::Routine`) are compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tiles {
+enum Routines {
     /// In the module itself, once per variant (the JIT and the `--stage llvm` dump).
     Here,
     /// Elsewhere: the module only declares them. The kernel cache compiles each variant once,
@@ -133,7 +133,7 @@ impl<'c> Emitter<'c> {
         f: FunctionValue<'c>,
         inputs: PointerValue<'c>,
         for_host: bool,
-        tiles: Tiles,
+        routines: Routines,
     ) -> Emitter<'c> {
         Emitter {
             ctx,
@@ -148,7 +148,7 @@ impl<'c> Emitter<'c> {
             memo: Default::default(),
             facts: Default::default(),
             for_host,
-            tiles,
+            routines,
         }
     }
 
@@ -1419,7 +1419,7 @@ fn emit_kernel<'c>(
     k: &Kernel,
     for_host: bool,
     alias: Option<&Alias>,
-    tiles: Tiles,
+    routines: Routines,
 ) -> Result<()> {
     let ptr = ctx.ptr_type(AddressSpace::default());
     let i64t = ctx.i64_type();
@@ -1459,7 +1459,7 @@ fn emit_kernel<'c>(
     } else {
         (i64t.const_zero(), i64t.const_int(rows as u64, false))
     };
-    let mut em = Emitter::new(ctx, m, b, f, inputs, for_host, tiles);
+    let mut em = Emitter::new(ctx, m, b, f, inputs, for_host, routines);
     em.vars = vars;
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
         // Each in-place input's slot holds its output's pointer: `out`, or an extra output's
@@ -2577,7 +2577,7 @@ fn build_module<'c>(
     ks: &[Option<Kernel>],
     for_host: bool,
     aliases: &[Alias],
-    tiles: Tiles,
+    routines: Routines,
 ) -> Result<Module<'c>> {
     let m = ctx.create_module(&f.name);
     // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
@@ -2591,7 +2591,7 @@ fn build_module<'c>(
                 k,
                 for_host,
                 aliases.get(i),
-                tiles,
+                routines,
             )?;
         }
     }
@@ -2605,7 +2605,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     let (f, fused) = lowered_for_printing(f)?;
     if !optimized {
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &fused.kernels, false, &[], Tiles::Here)?;
+        let m = build_module(&ctx, &f, &fused.kernels, false, &[], Routines::Here)?;
         return Ok(m.print_to_string().to_string());
     }
     // Optimized as the kernel cache compiles them: matrix products in a module of their own.
@@ -2616,7 +2616,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
             continue;
         }
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &part, true, &[], Tiles::Here)?;
+        let m = build_module(&ctx, &f, &part, true, &[], Routines::Here)?;
         crate::optimize_with(&m, &crate::host_machine()?, unroll)?;
         text.push_str(&m.print_to_string().to_string());
     }
@@ -2765,7 +2765,7 @@ fn compile_cached(
         let ctx = Context::create();
         let (m, unroll, what) = match job {
             Job::Kernels(part, unroll) => {
-                let m = build_module(&ctx, f, part, true, aliases, Tiles::Apart)?;
+                let m = build_module(&ctx, f, part, true, aliases, Routines::Apart)?;
                 // The routines the kernels declare must be among those compiled for the library.
                 for g in m.get_functions() {
                     let name = g.get_name().to_string_lossy();
@@ -2900,7 +2900,7 @@ fn routine_module<'c>(ctx: &'c Context, r: &gemm::Routine) -> Result<Module<'c>>
     let m = ctx.create_module(&r.name());
     // SAFETY: `m` outlives the function built in it, which only borrows it for the call.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
-    r.function(ctx, mref, Tiles::Here, true)?;
+    r.function(ctx, mref, Routines::Here, true)?;
     m.verify()
         .map_err(|e| Error::Llvm(format!("invalid module for {}: {e}", r.name())))?;
     Ok(m)
@@ -3508,7 +3508,7 @@ impl CpuExecutable {
             .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
             || names.len() >= 8
             || (cache.is_some() && {
-                let m = build_module(ctx, f, ks, true, &aliases, Tiles::Here)?;
+                let m = build_module(ctx, f, ks, true, &aliases, Routines::Here)?;
                 let n = instruction_count(&m);
                 let costly = ks.iter().flatten().map(costly_ops).sum::<usize>();
                 module = Some(m);
@@ -3548,7 +3548,7 @@ impl CpuExecutable {
             let m = match module.take() {
                 Some(m) => m,
                 None => {
-                    let m = build_module(ctx, f, ks, true, &aliases, Tiles::Here)?;
+                    let m = build_module(ctx, f, ks, true, &aliases, Routines::Here)?;
                     clock.lap("emit LLVM IR");
                     m
                 }

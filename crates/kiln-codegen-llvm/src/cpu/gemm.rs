@@ -18,7 +18,7 @@
 //! The packed B block stays in the L2/L3 cache across the row blocks, the packed A block in L2
 //! across the panels, and one panel in L1 across the slivers.
 
-use super::{Emitter, Tiles, host_attributes, llvm};
+use super::{Emitter, Routines, host_attributes, llvm};
 use crate::Result;
 use crate::kernel::ConvPatches;
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -418,6 +418,95 @@ impl<'c> Regs<'_, 'c> {
         })
     }
 
+    /// Packs the first `rows` rows of A by `span` contraction steps into slivers of `mr` rows
+    /// at `dst`, `stride` elements apart (step `s` of a sliver's row `i` at `s * mr + i`; rows
+    /// past `rows` are zeros). Row `i` at step `s` is `src[i + s * ld]` when A is stored
+    /// transposed (`[k, m]`: `trans`), else `src[i * ld + s]`. Whole slivers go by vectors of
+    /// `mr` elements: stored transposed, each step of a sliver is `mr` consecutive elements
+    /// already; stored by rows, blocks of `mr` rows by `mr` steps are transposed in registers.
+    /// The rest goes element by element: a contiguous read and a store every `mr` elements.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_a(
+        &self,
+        src: PointerValue<'c>,
+        ld: IntValue<'c>,
+        rows: IntValue<'c>,
+        span: IntValue<'c>,
+        dst: PointerValue<'c>,
+        stride: IntValue<'c>,
+        trans: bool,
+    ) -> Result<()> {
+        let x = &self.x;
+        let mr = self.bl.mr;
+        let (s_r, s_i) = (x.slot()?, x.slot()?);
+        let vectors = trans || (mr as u64).is_power_of_two();
+        let mt = self.ft.vec_type(mr as u32);
+        let at = |row: IntValue<'c>, kk: IntValue<'c>| -> Result<PointerValue<'c>> {
+            let idx = if trans {
+                x.add(row, x.mul(kk, ld)?)?
+            } else {
+                x.add(x.mul(row, ld)?, kk)?
+            };
+            x.at(self.ft, src, idx)
+        };
+        x.em.range_loop_ptr(s_r, x.c(0), rows, mr, &mut |_| {
+            let r = x.get(s_r)?;
+            let sliver = x.mul(r, stride)?;
+            let whole = x.cmp(IntPredicate::SLE, x.addc(r, mr)?, rows)?;
+            let from = if vectors {
+                let step = if trans { 1 } else { mr };
+                let rem =
+                    x.em.b
+                        .build_int_signed_rem(span, x.c(step), "r")
+                        .map_err(llvm)?;
+                // Whole slivers: vectors up to the last whole block, the rest as below.
+                let kfull =
+                    x.em.b
+                        .build_select(whole, x.sub(span, rem)?, x.c(0), "kf")
+                        .map_err(llvm)?
+                        .into_int_value();
+                let s_k = x.slot()?;
+                x.em.range_loop_ptr(s_k, x.c(0), kfull, step, &mut |em| {
+                    let k0 = x.get(s_k)?;
+                    let store = |u: i64, v: VectorValue<'c>| -> Result<()> {
+                        let idx = x.add(sliver, x.mulc(x.addc(k0, u)?, mr)?)?;
+                        em.b.build_store(x.at(self.ft, dst, idx)?, v)
+                            .map_err(llvm)?
+                            .set_alignment(self.bl.bytes as u32)
+                            .map_err(llvm)
+                    };
+                    let load = |p: PointerValue<'c>| -> Result<VectorValue<'c>> {
+                        let l = em.b.build_load(mt, p, "av").map_err(llvm)?;
+                        Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
+                    };
+                    if trans {
+                        return store(0, load(at(r, k0)?)?);
+                    }
+                    let block: Vec<VectorValue<'c>> = (0..mr)
+                        .map(|i| load(at(x.addc(r, i)?, k0)?))
+                        .collect::<Result<_>>()?;
+                    for (u, v) in self.transpose(block)?.into_iter().enumerate() {
+                        store(u as i64, v)?;
+                    }
+                    Ok(())
+                })?;
+                kfull
+            } else {
+                x.c(0)
+            };
+            x.em.range_loop_ptr(s_i, x.c(0), x.c(mr), 1, &mut |_| {
+                let i = x.get(s_i)?;
+                let row = x.add(r, i)?;
+                self.strided_run(
+                    x.cmp(IntPredicate::SLT, row, rows)?,
+                    (from, span),
+                    &|kk| at(row, kk),
+                    &|kk| x.at(self.ft, dst, x.add(x.add(sliver, x.mulc(kk, mr)?)?, i)?),
+                )
+            })
+        })
+    }
+
     /// For kk in `kb..kend`: `*dst(kk) = *src(kk)` where `live`, else zeros. The stores are
     /// volatile: they land `mr` or `nr` elements apart, which the loop vectorizer would
     /// otherwise turn into (slow) scatters.
@@ -497,8 +586,10 @@ impl<'c> Gemm<'_, 'c> {
         }
     }
 
-    /// Packs rows `ic..ic_end` (columns `kb..kend`) of A into slivers of `mr` rows: row by
-    /// row, a contiguous read and a store every `mr` elements; rows past the block are zeros.
+    /// Packs rows `ic..ic_end` (columns `kb..kend`) of A into slivers of `mr` rows (see
+    /// [`Regs::pack_a`]): a matrix through its shared routine; a convolution's patches, read
+    /// through the column offset table, here, row by row (a contiguous read and a store every
+    /// `mr` elements; rows past the block are zeros).
     fn pack_a(
         &self,
         ic: IntValue<'c>,
@@ -507,61 +598,35 @@ impl<'c> Gemm<'_, 'c> {
         kend: IntValue<'c>,
     ) -> Result<()> {
         let x = &self.x;
+        let em = x.em;
         let (mr, kc) = (self.bl.mr, self.bl.kc);
+        if self.conv.is_none() {
+            let f = Routine::pack_a(self.bl, self.a_trans).function(
+                em.ctx,
+                em.m,
+                em.routines,
+                em.for_host,
+            )?;
+            let (at, ld) = if self.a_trans {
+                (x.add(self.a_row(ic)?, x.mulc(kb, self.m)?)?, self.m)
+            } else {
+                (x.add(self.a_row(ic)?, kb)?, self.k)
+            };
+            let args = [
+                x.at(self.ft, self.a, at)?.into(),
+                x.c(ld).into(),
+                x.sub(ic_end, ic)?.into(),
+                x.sub(kend, kb)?.into(),
+                self.packed_a.into(),
+                x.c(kc).into(),
+            ];
+            em.b.build_call(f, &args, "").map_err(llvm)?;
+            return Ok(());
+        }
         let (s_r, s_i) = (x.slot()?, x.slot()?);
-        // Whole slivers of a matrix go by vectors of `mr` elements: stored transposed ([k, m]),
-        // each contraction step of a sliver is `mr` consecutive elements already; stored by
-        // rows, blocks of `mr` rows by `mr` steps are transposed in registers.
-        let vectors = self.conv.is_none() && (self.a_trans || (mr as u64).is_power_of_two());
-        let mt = self.ft.vec_type(mr as u32);
         x.em.range_loop_ptr(s_r, ic, ic_end, mr, &mut |_| {
             let r = x.get(s_r)?;
             let sliver = x.mulc(x.sub(r, ic)?, kc)?;
-            let whole = x.cmp(IntPredicate::SLE, x.addc(r, mr)?, ic_end)?;
-            let from = if vectors {
-                let span = x.sub(kend, kb)?;
-                let step = if self.a_trans { 1 } else { mr };
-                let rem =
-                    x.em.b
-                        .build_int_signed_rem(span, x.c(step), "r")
-                        .map_err(llvm)?;
-                // Whole slivers: vectors up to the last whole block, the rest as below.
-                let kfull =
-                    x.em.b
-                        .build_select(whole, x.add(kb, x.sub(span, rem)?)?, kb, "kf")
-                        .map_err(llvm)?
-                        .into_int_value();
-                let s_k = x.slot()?;
-                x.em.range_loop_ptr(s_k, kb, kfull, step, &mut |em| {
-                    let k0 = x.get(s_k)?;
-                    let store = |u: i64, v: VectorValue<'c>| -> Result<()> {
-                        let at = x.add(sliver, x.mulc(x.addc(x.sub(k0, kb)?, u)?, mr)?)?;
-                        em.b.build_store(x.at(self.ft, self.packed_a, at)?, v)
-                            .map_err(llvm)?
-                            .set_alignment(self.bl.bytes as u32)
-                            .map_err(llvm)
-                    };
-                    let load = |at: IntValue<'c>| -> Result<VectorValue<'c>> {
-                        let l =
-                            em.b.build_load(mt, x.at(self.ft, self.a, at)?, "av")
-                                .map_err(llvm)?;
-                        Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
-                    };
-                    if self.a_trans {
-                        return store(0, load(self.a_at(self.a_row(r)?, k0)?)?);
-                    }
-                    let rows: Vec<VectorValue<'c>> = (0..mr)
-                        .map(|i| load(self.a_at(self.a_row(x.addc(r, i)?)?, k0)?))
-                        .collect::<Result<_>>()?;
-                    for (u, v) in self.transpose(rows)?.into_iter().enumerate() {
-                        store(u as i64, v)?;
-                    }
-                    Ok(())
-                })?;
-                kfull
-            } else {
-                kb
-            };
             x.em.range_loop_ptr(s_i, x.c(0), x.c(mr), 1, &mut |_| {
                 let i = x.get(s_i)?;
                 let row = x.add(r, i)?;
@@ -572,7 +637,7 @@ impl<'c> Gemm<'_, 'c> {
                 let src = self.a_row(row)?;
                 self.strided_run(
                     x.cmp(IntPredicate::SLT, row, ic_end)?,
-                    (from, kend),
+                    (kb, kend),
                     &|kk| x.at(self.ft, self.a, self.a_at(src, kk)?),
                     &dst,
                 )
@@ -791,6 +856,15 @@ pub(super) enum Routine {
         /// How A is read.
         a: ARead,
     },
+    /// A block of A packed into slivers, `void (ptr src, i64 ld, i64 rows, i64 span, ptr dst,
+    /// i64 stride)`, as [`Regs::pack_a`] describes.
+    PackA {
+        bytes: i64,
+        /// Rows per sliver.
+        mr: i64,
+        /// A stored `[k, m]`.
+        trans: bool,
+    },
     /// A panel of B packed, `void (ptr src, i64 ld, i64 span, ptr panel)`, as
     /// [`Regs::pack_b`] describes.
     PackB {
@@ -828,6 +902,14 @@ impl Routine {
         }
     }
 
+    fn pack_a(bl: Blocking, trans: bool) -> Routine {
+        Routine::PackA {
+            bytes: bl.bytes,
+            mr: bl.mr,
+            trans,
+        }
+    }
+
     fn pack_b(bl: Blocking, width: i64, trans: bool) -> Routine {
         Routine::PackB {
             bytes: bl.bytes,
@@ -841,7 +923,7 @@ impl Routine {
     /// The routines a GEMM of `n` columns calls: a pack of B for each panel width (whole
     /// panels and the tail's), and a tile for each, except for a convolution with a single
     /// panel of columns (its tile reads the input in place through the column offset table,
-    /// emitted inline).
+    /// emitted inline); and with several panels, unless it is a convolution's, the pack of A.
     pub(super) fn of_gemm(
         bl: Blocking,
         n: i64,
@@ -865,7 +947,8 @@ impl Routine {
         let tiles = widths
             .iter()
             .filter_map(|&w| Some(Routine::tile(bl, w, update, a?)));
-        packs.chain(tiles).collect()
+        let pack_a = (n > nr && !conv).then(|| Routine::pack_a(bl, a_trans));
+        packs.chain(tiles).chain(pack_a).collect()
     }
 
     /// The function's symbol, which names every field.
@@ -895,6 +978,11 @@ impl Routine {
                     bytes * 8
                 )
             }
+            Routine::PackA { bytes, mr, trans } => format!(
+                "{ROUTINE_PREFIX}packa_f{}_{mr}_{}",
+                bytes * 8,
+                if trans { "t" } else { "n" }
+            ),
             Routine::PackB {
                 bytes,
                 lanes,
@@ -920,6 +1008,7 @@ impl Routine {
                 nv,
                 ..
             } => (bytes, lanes, mr, nv),
+            Routine::PackA { bytes, mr, .. } => (bytes, mr as u32, mr, 0),
             Routine::PackB {
                 bytes, lanes, nv, ..
             } => (bytes, lanes, 0, nv),
@@ -935,12 +1024,12 @@ impl Routine {
         }
     }
 
-    /// The function in module `m`: declared, or (with [`Tiles::Here`]) defined there once.
+    /// The function in module `m`: declared, or (with [`Routines::Here`]) defined there once.
     pub(super) fn function<'c>(
         &self,
         ctx: &'c Context,
         m: &'c Module<'c>,
-        tiles: Tiles,
+        routines: Routines,
         for_host: bool,
     ) -> Result<FunctionValue<'c>> {
         let name = self.name();
@@ -973,6 +1062,20 @@ impl Routine {
                 ),
                 &[0, 3, 5][..],
             ),
+            Routine::PackA { .. } => (
+                ctx.void_type().fn_type(
+                    &[
+                        ptr.into(),
+                        i64t.into(),
+                        i64t.into(),
+                        i64t.into(),
+                        ptr.into(),
+                        i64t.into(),
+                    ],
+                    false,
+                ),
+                &[0, 4][..],
+            ),
             Routine::PackB { .. } => (
                 ctx.void_type()
                     .fn_type(&[ptr.into(), i64t.into(), i64t.into(), ptr.into()], false),
@@ -988,7 +1091,7 @@ impl Routine {
         for &p in noalias {
             f.add_attribute(AttributeLoc::Param(p), attr("noalias"));
         }
-        if tiles == Tiles::Apart {
+        if routines == Routines::Apart {
             return Ok(f);
         }
         // Not inlined, so that a module that defines it compiles the same code as the kernel
@@ -999,7 +1102,7 @@ impl Routine {
         b.position_at_end(ctx.append_basic_block(f, "entry"));
         let param = |i: u32| f.get_nth_param(i).expect("declared");
         let first = param(0).into_pointer_value();
-        let te = Emitter::new(ctx, m, b, f, first, for_host, tiles);
+        let te = Emitter::new(ctx, m, b, f, first, for_host, routines);
         let update = match *self {
             Routine::Tile {
                 update: Some(sub), ..
@@ -1063,6 +1166,15 @@ impl Routine {
                     )
                 })?;
             }
+            Routine::PackA { trans, .. } => regs.pack_a(
+                first,
+                param(1).into_int_value(),
+                param(2).into_int_value(),
+                param(3).into_int_value(),
+                param(4).into_pointer_value(),
+                param(5).into_int_value(),
+                trans,
+            )?,
             Routine::PackB { width, trans, .. } => regs.pack_b(
                 first,
                 param(1).into_int_value(),
@@ -1223,7 +1335,7 @@ pub(super) fn emit<'c>(
                 // Panel `j` of B (`width` columns) through its packing routine.
                 let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
                     let r = Routine::pack_b(bl, width, b_trans);
-                    let f = r.function(em.ctx, em.m, em.tiles, em.for_host)?;
+                    let f = r.function(em.ctx, em.m, em.routines, em.for_host)?;
                     let (at, ld) = if b_trans {
                         (x.add(x.add(b_base, x.mulc(j, k)?)?, kb)?, k)
                     } else {
@@ -1280,7 +1392,7 @@ pub(super) fn emit<'c>(
                             None => None,
                             Some(a) => {
                                 let t = Routine::tile(bl, width, update.map(|u| u.1), a);
-                                Some((t.function(em.ctx, em.m, em.tiles, em.for_host)?, a))
+                                Some((t.function(em.ctx, em.m, em.routines, em.for_host)?, a))
                             }
                         };
                         if let Some((f, a)) = shared {
