@@ -2760,7 +2760,7 @@ fn compile_cached(
         .max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let times = std::env::var("KILN_COMPILE_TIMES").is_ok_and(|v| v == "1");
-    let compile = |job: &Job| -> Result<Vec<u8>> {
+    let compile = |job: &Job, tm: &inkwell::targets::TargetMachine| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
         let ctx = Context::create();
         let (m, unroll, what) = match job {
@@ -2787,9 +2787,8 @@ fn compile_cached(
             }
             Job::Routine(t) => (routine_module(&ctx, t)?, gemm_unroll(), t.name()),
         };
-        let tm = crate::aot_machine()?;
         let built = std::time::Instant::now();
-        crate::optimize_with(&m, &tm, unroll)?;
+        crate::optimize_with(&m, tm, unroll)?;
         let optimized = std::time::Instant::now();
         let object = tm
             .write_to_memory_buffer(&m, FileType::Object)
@@ -2814,13 +2813,16 @@ fn compile_cached(
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| -> Result<Objects> {
+                    // One target machine per thread for all its modules: LLVM builds the
+                    // subtarget for the host CPU's features once per target machine.
+                    let tm = crate::aot_machine()?;
                     let mut objects = Vec::new();
                     loop {
                         let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(job) = jobs.get(j) else {
                             return Ok(objects);
                         };
-                        objects.push((j, compile(job)?));
+                        objects.push((j, compile(job, &tm)?));
                     }
                 })
             })
@@ -3604,6 +3606,13 @@ impl CpuExecutable {
     /// Whether the kernels were loaded from the on-disk cache (see [`crate::cache`]).
     pub fn loaded_from_cache(&self) -> bool {
         self.from_cache
+    }
+
+    /// Whether the kernels run from a library of the kernel cache (loaded, or compiled and
+    /// stored by this call), rather than from the JIT: false for functions the cache does not
+    /// take, without a cache, or when building the library failed (which prints a warning).
+    pub fn in_kernel_cache(&self) -> bool {
+        self._library.is_some()
     }
 
     /// Where the intermediates live.
