@@ -365,13 +365,17 @@ impl<'c> Regs<'_, 'c> {
                         .build_int_signed_rem(span, x.c(lanes), "r")
                         .map_err(llvm)?;
                 let whole = x.sub(span, rem)?;
-                let s_k = x.slot()?;
+                let (s_k, s_c) = (x.slot()?, x.slot()?);
                 x.em.range_loop_ptr(s_k, x.c(0), whole, lanes, &mut |_| {
                     let k0 = x.get(s_k)?;
-                    for v in 0..self.bl.nv {
+                    // The panel's vectors of columns in a loop, not unrolled: each is `lanes`
+                    // loads, `lanes * log2(lanes)` shuffles and `lanes` stores, and unrolled
+                    // `nv` times their code generation took 50-80 ms of the routine's compile.
+                    x.em.range_loop_ptr(s_c, x.c(0), x.c(nr), lanes, &mut |_| {
+                        let c0 = x.get(s_c)?;
                         let rows: Vec<VectorValue<'c>> = (0..lanes)
                             .map(|t| {
-                                let at = x.add(x.mul(ld, x.c(v * lanes + t))?, k0)?;
+                                let at = x.add(x.mul(ld, x.addc(c0, t)?)?, k0)?;
                                 let l =
                                     x.em.b
                                         .build_load(self.vt, x.at(self.ft, src, at)?, "bt")
@@ -380,12 +384,12 @@ impl<'c> Regs<'_, 'c> {
                             })
                             .collect::<Result<_>>()?;
                         for (u, c) in self.transpose(rows)?.into_iter().enumerate() {
-                            let at = dst(x.addc(k0, u as i64)?, x.c(v * lanes))?;
+                            let at = dst(x.addc(k0, u as i64)?, c0)?;
                             let st = x.em.b.build_store(at, c).map_err(llvm)?;
                             st.set_alignment(self.vbytes()).map_err(llvm)?;
                         }
-                    }
-                    Ok(())
+                        Ok(())
+                    })
                 })?;
                 whole
             } else {
