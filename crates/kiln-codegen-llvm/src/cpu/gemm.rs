@@ -24,7 +24,7 @@ use crate::kernel::ConvPatches;
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::context::Context;
 use inkwell::module::Module;
-use inkwell::types::{BasicType, FloatType, VectorType};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, FloatType, VectorType};
 use inkwell::values::FunctionValue;
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{AddressSpace, IntPredicate};
@@ -1048,52 +1048,31 @@ impl Routine {
         } else {
             ctx.f32_type()
         };
-        let (ty, noalias) = match self {
-            Routine::Tile { .. } => (
-                ctx.void_type().fn_type(
-                    &[
-                        ptr.into(),
-                        i64t.into(),
-                        i64t.into(),
-                        ptr.into(),
-                        i64t.into(),
-                        ptr.into(),
-                        i64t.into(),
-                        ctx.bool_type().into(),
-                        ft.into(),
-                    ],
-                    false,
-                ),
-                &[0, 3, 5][..],
-            ),
-            Routine::PackA { .. } => (
-                ctx.void_type().fn_type(
-                    &[
-                        ptr.into(),
-                        i64t.into(),
-                        i64t.into(),
-                        i64t.into(),
-                        ptr.into(),
-                        i64t.into(),
-                    ],
-                    false,
-                ),
-                &[0, 4][..],
-            ),
-            Routine::PackB { .. } => (
-                ctx.void_type()
-                    .fn_type(&[ptr.into(), i64t.into(), i64t.into(), ptr.into()], false),
-                &[0, 3][..],
-            ),
+        // The parameters (see each variant): pointers (`p`, none aliasing another), 64-bit
+        // integers (`i`), a flag (`b`) and a float (`f`).
+        let sig = match self {
+            Routine::Tile { .. } => "piipipibf",
+            Routine::PackA { .. } => "piiipi",
+            Routine::PackB { .. } => "piip",
         };
+        let params: Vec<BasicMetadataTypeEnum<'c>> = sig
+            .chars()
+            .map(|c| match c {
+                'p' => ptr.into(),
+                'i' => i64t.into(),
+                'b' => ctx.bool_type().into(),
+                _ => ft.into(),
+            })
+            .collect();
+        let ty = ctx.void_type().fn_type(&params, false);
         let f = m.add_function(&name, ty, None);
         // Hidden: a library's kernels call its own copy directly, not through the PLT.
         f.as_global_value()
             .set_visibility(inkwell::GlobalVisibility::Hidden);
         let attr =
             |name: &str| ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0);
-        for &p in noalias {
-            f.add_attribute(AttributeLoc::Param(p), attr("noalias"));
+        for (i, _) in sig.char_indices().filter(|&(_, c)| c == 'p') {
+            f.add_attribute(AttributeLoc::Param(i as u32), attr("noalias"));
         }
         if routines == Routines::Apart {
             return Ok(f);
