@@ -125,11 +125,7 @@ fn paths(dir: &Path, key: &str) -> (PathBuf, PathBuf) {
 /// The cached library for `key` with every one of `symbols`, if it is there and intact.
 pub fn load(dir: &Path, key: &str, symbols: &[String]) -> Option<Library> {
     let (so, sum) = paths(dir, key);
-    let bytes = std::fs::read(&so).ok()?;
-    let want = std::fs::read_to_string(&sum).ok()?;
-    if want.trim() != hash(&bytes) {
-        return None;
-    }
+    read_checked(&so, &sum)?;
     let lib = Library::open(&so).ok()?;
     symbols
         .iter()
@@ -137,12 +133,20 @@ pub fn load(dir: &Path, key: &str, symbols: &[String]) -> Option<Library> {
         .then_some(lib)
 }
 
-/// The cached object file for `key` (a GEMM register tile's, which every library that calls it
-/// links in), if it is there and intact.
-pub fn load_object(dir: &Path, key: &str) -> Option<Vec<u8>> {
-    let bytes = std::fs::read(dir.join(format!("{key}.o"))).ok()?;
-    let want = std::fs::read_to_string(dir.join(format!("{key}.o.sum"))).ok()?;
+/// The bytes of `file` if `sum` holds their checksum.
+fn read_checked(file: &Path, sum: &Path) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(file).ok()?;
+    let want = std::fs::read_to_string(sum).ok()?;
     (want.trim() == hash(&bytes)).then_some(bytes)
+}
+
+/// The cached object file for `key` (a GEMM routine's, which every library that calls it links
+/// in), if it is there and intact.
+pub fn load_object(dir: &Path, key: &str) -> Option<Vec<u8>> {
+    read_checked(
+        &dir.join(format!("{key}.o")),
+        &dir.join(format!("{key}.o.sum")),
+    )
 }
 
 /// Stores the object file `bytes` under `key`, with its checksum.

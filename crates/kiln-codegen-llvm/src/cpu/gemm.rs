@@ -893,6 +893,20 @@ pub(super) enum ARead {
     Cols,
 }
 
+impl ARead {
+    /// How the tile of a GEMM reads A: packed when the product has several panels of columns
+    /// (`one_panel` false); with one, in place, by rows or by columns (`a_trans`), or, for a
+    /// convolution (`conv`), through its column offset table inline (`None`: no routine).
+    fn of(one_panel: bool, conv: bool, a_trans: bool) -> Option<ARead> {
+        match (one_panel, conv, a_trans) {
+            (false, _, _) => Some(ARead::Packed),
+            (true, true, _) => None,
+            (true, false, false) => Some(ARead::Rows),
+            (true, false, true) => Some(ARead::Cols),
+        }
+    }
+}
+
 impl Routine {
     fn tile(bl: Blocking, width: i64, update: Option<bool>, a: ARead) -> Routine {
         Routine::Tile {
@@ -942,12 +956,7 @@ impl Routine {
             .chain((n % nr != 0).then_some(n % nr))
             .collect();
         let packs = widths.iter().map(|&w| Routine::pack_b(bl, w, b_trans));
-        let a = match (n > nr, a_trans) {
-            (true, _) => Some(ARead::Packed),
-            (false, _) if conv => None,
-            (false, false) => Some(ARead::Rows),
-            (false, true) => Some(ARead::Cols),
-        };
+        let a = ARead::of(n <= nr, conv, a_trans);
         let tiles = widths
             .iter()
             .filter_map(|&w| Some(Routine::tile(bl, w, update, a?)));
@@ -1365,13 +1374,7 @@ pub(super) fn emit<'c>(
                         // The tile's code is a function shared by every GEMM with the same
                         // tile (see [`Routine`]), except a convolution's reading its input in
                         // place, emitted here with the column offset table.
-                        let read = match (direct, g.conv.is_some(), g.a_trans) {
-                            (false, _, _) => Some(ARead::Packed),
-                            (true, true, _) => None,
-                            (true, false, false) => Some(ARead::Rows),
-                            (true, false, true) => Some(ARead::Cols),
-                        };
-                        let shared = match read {
+                        let shared = match ARead::of(direct, g.conv.is_some(), g.a_trans) {
                             None => None,
                             Some(a) => {
                                 let t = Routine::tile(bl, width, update.map(|u| u.1), a);
