@@ -1,6 +1,7 @@
 //! Rewrites the CPU backend applies before making kernels.
 //!
 //! - [`fold_transposed_products`]: `transpose(a b)` becomes `b a` with the operands swapped.
+//! - [`winograd_convs`]: 3 x 3 convolutions with enough features become Winograd's F(4x4, 3x3).
 //! - [`gemm_convs`]: 2-D convolutions take the layouts the GEMM reads as an implicit im2col.
 //! - [`expand_rngs`]: `rng_bit_generator` becomes Threefry integer arithmetic.
 //! - [`canonicalize_dots`]: every float `dot_general` gets operands the GEMM reads in place
@@ -235,6 +236,279 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
     })
 }
 
+/// Winograd's F(4x4, 3x3) transforms (Lavin and Gray's points 0, ±1, ±2): a 6 x 6 tile `d` of
+/// the input and a 3 x 3 kernel `g` give the 4 x 4 outputs `AT [(G g G^T) ⊙ (BT d BT^T)] AT^T`.
+const WINOGRAD_BT: [[f64; 6]; 6] = [
+    [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+    [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+    [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+    [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+    [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+    [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+];
+/// See [`WINOGRAD_BT`].
+const WINOGRAD_G: [[f64; 3]; 6] = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+/// See [`WINOGRAD_BT`].
+const WINOGRAD_AT: [[f64; 6]; 4] = [
+    [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+    [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+    [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+    [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+];
+
+/// Whether convolutions run as Winograd's F(4x4, 3x3) where it pays (see [`winograd_convs`]);
+/// `KILN_WINOGRAD=0` in the environment keeps them all on the implicit-im2col GEMM.
+pub fn winograd() -> bool {
+    std::env::var("KILN_WINOGRAD").map_or(true, |v| v != "0")
+}
+
+/// The smallest input and output feature counts a convolution needs for Winograd's transforms
+/// to pay: they write and read 36 values per 16 outputs per feature, against the direct GEMM's
+/// 9 multiply-adds per output, input and output feature.
+const WINOGRAD_MIN_FEATURES: usize = 32;
+
+/// `Σ coef · value` over the terms with a nonzero coefficient (none: zeros of `ty`); ±1 as
+/// adds and subtracts, other coefficients as multiplies by a broadcast constant.
+fn combination(
+    b: &mut Builder,
+    ty: &TensorType,
+    terms: impl IntoIterator<Item = (f64, ValueId)>,
+) -> Result<ValueId, VerifyError> {
+    let mut acc: Option<ValueId> = None;
+    for (c, v) in terms {
+        if c == 0.0 {
+            continue;
+        }
+        let (magnitude, negative) = (c.abs(), c < 0.0);
+        let term = if magnitude == 1.0 {
+            v
+        } else {
+            let k = b.full(ty, magnitude)?;
+            b.binary(Op::Multiply {}, v, k)?
+        };
+        acc = Some(match (acc, negative) {
+            (None, false) => term,
+            (None, true) => b.unary(Op::Negate {}, term)?,
+            (Some(a), false) => b.binary(Op::Add {}, a, term)?,
+            (Some(a), true) => b.binary(Op::Subtract {}, a, term)?,
+        });
+    }
+    match acc {
+        Some(a) => Ok(a),
+        None => b.full(ty, 0.0),
+    }
+}
+
+/// `t x t^T` for the `k x k` grid `x` of arrays of type `ty` (row-major) and the `m x k`
+/// matrix `t`: the `m x m` grid (row-major), rows first (`t x`, each entry a [`combination`]
+/// of a column of `x`), then columns.
+fn sandwich<const K: usize>(
+    b: &mut Builder,
+    ty: &TensorType,
+    t: &[[f64; K]],
+    x: &[ValueId],
+) -> Result<Vec<ValueId>, VerifyError> {
+    let mut rows = Vec::with_capacity(t.len() * K);
+    for ta in t {
+        for j in 0..K {
+            let terms = ta.iter().enumerate().map(|(i, &c)| (c, x[i * K + j]));
+            rows.push(combination(b, ty, terms)?);
+        }
+    }
+    let mut out = Vec::with_capacity(t.len() * t.len());
+    for row in rows.chunks(K) {
+        for te in t {
+            let terms = te.iter().zip(row).map(|(&c, &r)| (c, r));
+            out.push(combination(b, ty, terms)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Rewrites each 2-D convolution with a 3 x 3 kernel, unit strides and dilations, one feature
+/// group, non-negative padding, f32 or f64 elements and at least [`WINOGRAD_MIN_FEATURES`] input
+/// and output features into Winograd's F(4x4, 3x3): the padded NHWC input cut into overlapping
+/// 6 x 6 tiles (36 strided slices) and transformed (`BT d BT^T`, adds and small multiples), the
+/// kernel transformed (`G g G^T`), one batched product of the 36 transformed positions
+/// (`[36, tiles, C] x [36, C, O]`, a quarter of the direct convolution's multiply-adds), and
+/// the output transform (`AT m AT^T`) interleaving each tile's 4 x 4 outputs back into place.
+/// Results differ from the direct sum by rounding only (the transforms are exact in exact
+/// arithmetic); f16 and bf16 keep the direct form, whose rounding the transforms' constants (up
+/// to 8) would magnify.
+pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
+    if !winograd()
+        || !f
+            .insts
+            .iter()
+            .any(|i| matches!(i.op, Op::Convolution { .. }))
+    {
+        return Ok(f.clone());
+    }
+    rebuild(f, |b, inst, ops| {
+        let out_ty = &f.values[inst.results[0].index()];
+        let Op::Convolution {
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        } = &inst.op
+        else {
+            return Ok(None);
+        };
+        let (x_ty, w_ty) = (
+            &f.values[inst.operands[0].index()],
+            &f.values[inst.operands[1].index()],
+        );
+        if !matches!(out_ty.dtype, DType::F32 | DType::F64)
+            || input_dims.len() != 4
+            || *feature_group_count != 1
+            || window_strides.iter().any(|&s| s != 1)
+            || lhs_dilation.iter().any(|&d| d != 1)
+            || rhs_dilation.iter().any(|&d| d != 1)
+            || padding.iter().any(|&(lo, hi)| lo < 0 || hi < 0)
+            || kernel_dims[2..]
+                .iter()
+                .any(|&d| w_ty.shape[d as usize] != 3)
+            || x_ty.shape[input_dims[1] as usize] < WINOGRAD_MIN_FEATURES
+            || w_ty.shape[kernel_dims[0] as usize] < WINOGRAD_MIN_FEATURES
+            || out_ty.numel() == 0
+        {
+            return Ok(None);
+        }
+        let dt = out_ty.dtype;
+        let at = |dims: &[i64], order: [usize; 4]| order.map(|i| dims[i]);
+        // The input as NHWC, padded to whole 4 x 4 output tiles (plus the 2 extra rows and
+        // columns of the last tiles' 6 x 6 windows).
+        let x = permute(b, ops[0], &at(input_dims, [0, 2, 3, 1]))?;
+        let (n, h, w, c) = (
+            x_ty.shape[input_dims[0] as usize],
+            x_ty.shape[input_dims[2] as usize],
+            x_ty.shape[input_dims[3] as usize],
+            x_ty.shape[input_dims[1] as usize],
+        );
+        let o = w_ty.shape[kernel_dims[0] as usize];
+        let (oh, ow) = (
+            out_ty.shape[output_dims[2] as usize],
+            out_ty.shape[output_dims[3] as usize],
+        );
+        let (th, tw) = (oh.div_ceil(4), ow.div_ceil(4));
+        let high = |extent: usize, full: usize, lo: i64| (full as i64) - extent as i64 - lo;
+        let zero = b.scalar(dt, 0.0)?;
+        let xp = b.inst(
+            Op::Pad {
+                edge_padding_low: vec![0, padding[0].0, padding[1].0, 0],
+                edge_padding_high: vec![
+                    0,
+                    high(h, 4 * th + 2, padding[0].0),
+                    high(w, 4 * tw + 2, padding[1].0),
+                    0,
+                ],
+                interior_padding: vec![0; 4],
+            },
+            &[x, zero],
+        )?;
+        // Stored as it stands: the transform reads it along C, in vectors; inlined, it would
+        // read the input across its planes (NCHW) at every one of its 36 tile positions.
+        let xp = b.inst(Op::OptimizationBarrier {}, &[xp])?;
+        // d[i][j]: element (i, j) of every tile, [N, TH, TW, C].
+        let tile_ty = TensorType::new(dt, [n, th, tw, c]);
+        let mut d = Vec::with_capacity(36);
+        for i in 0..6i64 {
+            for j in 0..6i64 {
+                d.push(b.inst(
+                    Op::Slice {
+                        start_indices: vec![0, i, j, 0],
+                        limit_indices: vec![
+                            n as i64,
+                            i + 4 * (th as i64 - 1) + 1,
+                            j + 4 * (tw as i64 - 1) + 1,
+                            c as i64,
+                        ],
+                        strides: vec![1, 4, 4, 1],
+                    },
+                    &[xp],
+                )?);
+            }
+        }
+        // BT d BT^T: 36 arrays [N, TH, TW, C], one per position of the transformed tile.
+        let v = sandwich(b, &tile_ty, &WINOGRAD_BT, &d)?;
+        // G g G^T from the kernel as HWIO: 36 arrays [C, O].
+        let wk = permute(b, ops[1], &at(kernel_dims, [2, 3, 1, 0]))?;
+        let tap_ty = TensorType::new(dt, [c, o]);
+        let mut g = Vec::with_capacity(9);
+        for i in 0..3i64 {
+            for j in 0..3i64 {
+                let s = b.inst(
+                    Op::Slice {
+                        start_indices: vec![i, j, 0, 0],
+                        limit_indices: vec![i + 1, j + 1, c as i64, o as i64],
+                        strides: vec![1; 4],
+                    },
+                    &[wk],
+                )?;
+                g.push(b.reshape(s, &[c, o])?);
+            }
+        }
+        let u = sandwich(b, &tap_ty, &WINOGRAD_G, &g)?;
+        // The 36 products, [N, TH, TW, C] x [C, O] each.
+        let out_tile = TensorType::new(dt, [n, th, tw, o]);
+        let mut ms = Vec::with_capacity(36);
+        for (vk, uk) in v.iter().zip(&u) {
+            ms.push(b.inst(
+                Op::DotGeneral {
+                    lhs_batching_dimensions: vec![],
+                    rhs_batching_dimensions: vec![],
+                    lhs_contracting_dimensions: vec![3],
+                    rhs_contracting_dimensions: vec![0],
+                },
+                &[*vk, *uk],
+            )?);
+        }
+        // AT m AT^T: y[4 p + q] is output (p, q) of every tile, [N, TH, TW, O].
+        let y = sandwich(b, &out_tile, &WINOGRAD_AT, &ms)?;
+        // [N, TH, 4, TW, 4, O] -> [N, 4 TH, 4 TW, O], cut to the output's extent.
+        let mut prow = Vec::with_capacity(4);
+        for row in y.chunks(4) {
+            let qs = row
+                .iter()
+                .map(|&y| b.reshape(y, &[n, th, 1, tw, 1, o]))
+                .collect::<Result<Vec<_>, _>>()?;
+            prow.push(b.inst(Op::Concatenate { dimension: 4 }, &qs)?);
+        }
+        let y = b.inst(Op::Concatenate { dimension: 2 }, &prow)?;
+        let y = b.reshape(y, &[n, 4 * th, 4 * tw, o])?;
+        let y = if (4 * th, 4 * tw) == (oh, ow) {
+            y
+        } else {
+            b.inst(
+                Op::Slice {
+                    start_indices: vec![0; 4],
+                    limit_indices: vec![n as i64, oh as i64, ow as i64, o as i64],
+                    strides: vec![1; 4],
+                },
+                &[y],
+            )?
+        };
+        // [N, OH, OW, O] -> the output layout (as in `gemm_convs`).
+        let mut perm = vec![0i64; 4];
+        for (k, &dim) in output_dims.iter().enumerate() {
+            perm[dim as usize] = GEMM_CONV_OUTPUT[k];
+        }
+        Ok(Some(vec![permute(b, y, &perm)?]))
+    })
+}
+
 /// Rewrites each `rng_bit_generator` (Threefry-2x32, 20 rounds) into integer arithmetic on
 /// vectors of counter blocks, so that its bits come from kernels: block `i` encrypts the
 /// 64-bit counter `state[2..4] + i` under the key `state[0..2]`, and its two words are bits
@@ -443,6 +717,37 @@ mod tests {
 
     fn count(f: &Func, name: &str) -> usize {
         f.insts.iter().filter(|i| i.op.mnemonic() == name).count()
+    }
+
+    #[test]
+    fn winograd_takes_3x3_unit_stride_convolutions_with_enough_features_only() {
+        let conv = |dt: &str, c: usize, o: usize, k: usize, stride: usize, dil: usize| {
+            let span = dil * (k - 1) + 1;
+            let out = (12 + 2 - span) / stride + 1;
+            format!(
+                "func @main(%0: {dt}[2,{c},12,12], %1: {dt}[{o},{c},{k},{k}]) -> {dt}[2,{o},{out},{out}] {{\n  %2 = convolution %0, %1 {{window_strides = [{stride}, {stride}], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [{dil}, {dil}], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]}} : {dt}[2,{o},{out},{out}]\n  return %2\n}}\n"
+            )
+        };
+        let cases = [
+            (conv("f32", 32, 48, 3, 1, 1), true),
+            (conv("f64", 64, 32, 3, 1, 1), true),
+            // Half precision, too few features, another kernel size, a stride, a dilation.
+            (conv("f16", 64, 64, 3, 1, 1), false),
+            (conv("bf16", 64, 64, 3, 1, 1), false),
+            (conv("f32", 16, 64, 3, 1, 1), false),
+            (conv("f32", 64, 16, 3, 1, 1), false),
+            (conv("f32", 64, 64, 5, 1, 1), false),
+            (conv("f32", 64, 64, 3, 2, 1), false),
+            (conv("f32", 64, 64, 3, 1, 2), false),
+        ];
+        for (src, rewritten) in cases {
+            let f = kiln_ir::parse_func_text(&src).unwrap();
+            let g = winograd_convs(&f).unwrap();
+            kiln_ir::verify(&g).unwrap();
+            assert_eq!(g.output_types, f.output_types);
+            let counts = (count(&g, "convolution"), count(&g, "dot_general"));
+            assert_eq!(counts, if rewritten { (0, 36) } else { (1, 0) }, "{src}");
+        }
     }
 
     #[test]

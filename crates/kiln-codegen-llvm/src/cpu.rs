@@ -40,6 +40,8 @@ pub struct CpuExecutable {
     _engine: Option<ExecutionEngine<'static>>,
     _library: Option<crate::cache::Library>,
     from_cache: bool,
+    /// Kernel functions compiled (kernels equal to an earlier one share its function).
+    functions: usize,
     _context: Box<Context>,
 }
 
@@ -1954,7 +1956,7 @@ fn emit_nest_loops<'c>(
             }
         } else if d == 0 {
             // A thread's rows, in the segments where the guards on them are decided.
-            let segments = guard_segments(&bodies, 0, k.out.shape[0]);
+            let segments = guard_segments_up_to(&bodies, 0, k.out.shape[0], MAX_ROW_GUARD_CUTS);
             for &(s, e) in &segments {
                 let (from, to) = if segments.len() == 1 {
                     lohi
@@ -2736,11 +2738,22 @@ fn compile_cached(
             Some(Job::Kernels(part, gemm_unroll()))
         })
         .collect();
-    if others.iter().any(Option::is_some) {
-        // First: it is usually the largest job (every other kernel together), and started
-        // last it would finish alone on one core.
-        jobs.insert(0, Job::Kernels(others, true));
+    // The other kernels, which mostly compile quickly, share modules of up to
+    // `MODULE_NODES` expression nodes (a large kernel alone), first in the queue: they are
+    // the largest jobs, and started last they would finish alone on one core.
+    let mut parts: Vec<Vec<Option<Kernel>>> = Vec::new();
+    let mut filled = MODULE_NODES;
+    for (i, k) in others.into_iter().enumerate() {
+        let Some(k) = k else { continue };
+        let size = kernel_nodes(&k);
+        if filled + size > MODULE_NODES {
+            parts.push(vec![None; ks.len()]);
+            filled = 0;
+        }
+        filled += size;
+        parts.last_mut().expect("pushed")[i] = Some(k);
     }
+    jobs.splice(0..0, parts.into_iter().map(|p| Job::Kernels(p, true)));
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and
     // the machine, not on the function, so every function with the same tiles shares them.
@@ -2851,6 +2864,19 @@ fn compile_cached(
     Ok((crate::cache::store(dir, &key, &objects)?, false))
 }
 
+/// The most expression nodes (see [`kernel_nodes`]) of the non-GEMM kernels that share one
+/// module in the kernel cache's compile.
+const MODULE_NODES: usize = 500;
+
+/// Expression nodes of `k`'s bodies (its result's and its extra outputs').
+fn kernel_nodes(k: &Kernel) -> usize {
+    let mut n = 0;
+    for body in std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body)) {
+        visit(body, &mut |_| n += 1);
+    }
+    n
+}
+
 /// One module the kernel cache compiles: kernels (with LLVM's loop unrolling or without), or
 /// a GEMM routine.
 enum Job {
@@ -2936,6 +2962,23 @@ const MAX_GUARD_CUTS: usize = 4;
 /// its interior without a check per element (and vectorized) and its edges as constants.
 /// One segment when there is no such guard, or more than [`MAX_GUARD_CUTS`] cuts.
 fn guard_segments(bodies: &[&Expr], var: usize, extent: usize) -> Vec<(i64, i64)> {
+    guard_segments_up_to(bodies, var, extent, MAX_GUARD_CUTS)
+}
+
+/// The most places a kernel's rows (its outermost loop) are cut at to decide guards: a
+/// concatenation of many pieces along its first dimension then runs each piece as a loop nest
+/// of its own, with no guard tree per element (measured on 36 pieces of `[12544, 64]`: 168 ->
+/// 61 ms). Every segment holds only the pieces it decides, so the code grows by a loop per
+/// segment.
+const MAX_ROW_GUARD_CUTS: usize = 63;
+
+/// [`guard_segments`] with at most `max_cuts` cuts.
+fn guard_segments_up_to(
+    bodies: &[&Expr],
+    var: usize,
+    extent: usize,
+    max_cuts: usize,
+) -> Vec<(i64, i64)> {
     let n = extent as i64;
     let mut cuts = std::collections::BTreeSet::new();
     for b in bodies {
@@ -2952,7 +2995,7 @@ fn guard_segments(bodies: &[&Expr], var: usize, extent: usize) -> Vec<(i64, i64)
             }
         });
     }
-    if cuts.is_empty() || cuts.len() > MAX_GUARD_CUTS || !guard_splits() {
+    if cuts.is_empty() || cuts.len() > max_cuts || !guard_splits() {
         return vec![(0, n)];
     }
     let points: Vec<i64> = std::iter::once(0)
@@ -3414,6 +3457,8 @@ fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
         .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
     let f = &crate::canon::fold_transposed_products(f)
         .map_err(|e| Error::Llvm(format!("folding transposed products: {e}")))?;
+    let f = &crate::canon::winograd_convs(f)
+        .map_err(|e| Error::Llvm(format!("rewriting 3 x 3 convolutions (Winograd): {e}")))?;
     let convs = crate::canon::gemm_convs(f)
         .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
     crate::canon::canonicalize_dots(&convs)
@@ -3484,6 +3529,19 @@ impl CpuExecutable {
             .zip(fused.operands.iter().zip(&fused.extra))
             .map(|(pairs, (ops, extra))| (pairs.clone(), ops.len() + extra.len()))
             .collect();
+        // A kernel equal to an earlier one (the same body over the same types, the same
+        // in-place outputs) is compiled once and called through the earlier one's function:
+        // Winograd's 36 products, for one. `own` holds the kernels compiled.
+        let first: Vec<usize> = (0..ks.len())
+            .map(|i| {
+                (0..i)
+                    .find(|&j| ks[i].is_some() && ks[j] == ks[i] && aliases[j] == aliases[i])
+                    .unwrap_or(i)
+            })
+            .collect();
+        let own: Vec<Option<Kernel>> = (0..ks.len())
+            .map(|i| if first[i] == i { ks[i].clone() } else { None })
+            .collect();
         let context = Box::new(Context::create());
         // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
         // and every value derived from it (field order of CpuExecutable).
@@ -3497,8 +3555,8 @@ impl CpuExecutable {
                     .unwrap_or_default()
             })
             .collect();
-        let names: Vec<String> = (0..ks.len())
-            .filter(|&i| ks[i].is_some())
+        let names: Vec<String> = (0..own.len())
+            .filter(|&i| own[i].is_some())
             .map(|i| format!("k{i}"))
             .collect();
         // Functions that are slow to compile go through the on-disk cache: a GEMM, 8 kernels or
@@ -3510,9 +3568,9 @@ impl CpuExecutable {
             .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
             || names.len() >= 8
             || (cache.is_some() && {
-                let m = build_module(ctx, f, ks, true, &aliases, Routines::Here)?;
+                let m = build_module(ctx, f, &own, true, &aliases, Routines::Here)?;
                 let n = instruction_count(&m);
-                let costly = ks.iter().flatten().map(costly_ops).sum::<usize>();
+                let costly = own.iter().flatten().map(costly_ops).sum::<usize>();
                 module = Some(m);
                 clock.lap(&format!(
                     "emit LLVM IR ({n} instructions, {costly} costly operations)"
@@ -3522,14 +3580,14 @@ impl CpuExecutable {
         let mut library = None;
         let mut from_cache = false;
         if cacheable && let Some(dir) = cache {
-            match compile_cached(f, ks, &aliases, dir, &names) {
+            match compile_cached(f, &own, &aliases, dir, &names) {
                 Ok((lib, hit)) => {
                     clock.lap(if hit {
                         "load from the kernel cache"
                     } else {
                         "LLVM O2, object code, link (stored in the kernel cache)"
                     });
-                    for (i, k) in ks.iter().enumerate() {
+                    for (i, k) in own.iter().enumerate() {
                         if k.is_some() {
                             let p = lib.symbol(&format!("k{i}")).ok_or_else(|| {
                                 Error::Llvm(format!("kernel k{i} missing from the library"))
@@ -3546,11 +3604,11 @@ impl CpuExecutable {
                 Err(e) => warn_cache_off(&e),
             }
         }
-        let engine = if library.is_none() && ks.iter().any(Option::is_some) {
+        let engine = if library.is_none() && own.iter().any(Option::is_some) {
             let m = match module.take() {
                 Some(m) => m,
                 None => {
-                    let m = build_module(ctx, f, ks, true, &aliases, Routines::Here)?;
+                    let m = build_module(ctx, f, &own, true, &aliases, Routines::Here)?;
                     clock.lap("emit LLVM IR");
                     m
                 }
@@ -3560,7 +3618,7 @@ impl CpuExecutable {
             let ee = m
                 .create_jit_execution_engine(OptimizationLevel::Aggressive)
                 .map_err(llvm)?;
-            for (i, k) in ks.iter().enumerate() {
+            for (i, k) in own.iter().enumerate() {
                 if k.is_some() {
                     // SAFETY: every kernel was emitted with this signature.
                     let jf =
@@ -3573,6 +3631,9 @@ impl CpuExecutable {
         } else {
             None
         };
+        for i in 0..ks.len() {
+            kernels_fns[i] = kernels_fns[first[i]];
+        }
         // SAFETY: each kernel was emitted for its instruction's operand and result types,
         // writes its whole result (its rows when split), uses the scratch its launch names, and
         // lives in the engine, which the executable keeps alive as long as the program.
@@ -3594,6 +3655,7 @@ impl CpuExecutable {
             _engine: engine,
             _library: library,
             from_cache,
+            functions: own.iter().flatten().count(),
             _context: context,
         })
     }
@@ -3613,6 +3675,13 @@ impl CpuExecutable {
     /// take, without a cache, or when building the library failed (which prints a warning).
     pub fn in_kernel_cache(&self) -> bool {
         self._library.is_some()
+    }
+
+    /// How many kernel functions were compiled: one per kernel, except that a kernel equal to
+    /// an earlier one (the same body over the same types, the same in-place outputs) runs the
+    /// earlier one's function.
+    pub fn kernel_functions(&self) -> usize {
+        self.functions
     }
 
     /// Where the intermediates live.

@@ -678,7 +678,7 @@ fn inlinable(
         } else {
             positions
                 .iter()
-                .map(|&j| reads_of(&uk.body, j, uk.out.numel()))
+                .map(|&j| reads_of(&uk.body, j, uk.out.numel(), &ext))
                 .sum()
         };
         if reads <= numel {
@@ -753,50 +753,110 @@ fn hoisted_reads(e: &Expr, js: &[usize], ext: &[usize], rank: usize, outer: usiz
             hoisted_reads(init, js, ext, rank, outer)
                 + hoisted_reads(body, js, ext, rank, outer.saturating_mul(n))
         }
-        _ => js.iter().map(|&j| reads_of(e, j, outer)).sum(),
+        _ => js.iter().map(|&j| reads_of(e, j, outer, ext)).sum(),
     }
 }
 
-/// How many times a kernel over `outer` positions evaluates loads of input `j` in `e`.
-fn reads_of(e: &Expr, j: usize, outer: usize) -> usize {
+/// How many times a kernel over `outer` positions, its variables `v` ranging over
+/// `0..ext[v]`, evaluates loads of input `j` in `e`. The branches of a guard on plain variables
+/// (`lo <= var < hi`) run on their share of the positions only: each piece of a concatenation
+/// is read on its own rows, once per element, not at every position of the result.
+fn reads_of(e: &Expr, j: usize, outer: usize, ext: &[usize]) -> usize {
+    let mut range: Vec<(i64, i64)> = ext.iter().map(|&n| (0, n as i64)).collect();
+    reads_in(e, j, outer, &mut range)
+}
+
+/// [`reads_of`] with each variable's current range.
+fn reads_in(e: &Expr, j: usize, outer: usize, range: &mut Vec<(i64, i64)>) -> usize {
     match e {
         Expr::Load { input, .. } | Expr::Gather { input, .. } => {
             let inner = match e {
-                Expr::Gather { index, .. } => index.iter().map(|i| idx_reads(i, j, outer)).sum(),
+                Expr::Gather { index, .. } => {
+                    index.iter().map(|i| idx_reads(i, j, outer, range)).sum()
+                }
                 _ => 0,
             };
             if *input == j { outer + inner } else { inner }
         }
         Expr::Iota { .. } | Expr::Const { .. } | Expr::Index { .. } => 0,
-        Expr::Op { args, .. } => args.iter().map(|a| reads_of(a, j, outer)).sum(),
+        Expr::Op { args, .. } => args.iter().map(|a| reads_in(a, j, outer, range)).sum(),
         Expr::Reduce {
             init, vars, body, ..
         } => {
             let n: usize = vars.iter().map(|v| v.1).product();
-            reads_of(init, j, outer) + reads_of(body, j, outer.saturating_mul(n))
+            reads_in(init, j, outer, range) + reads_in(body, j, outer.saturating_mul(n), range)
         }
         Expr::Guard {
             conds,
             then,
             otherwise,
         } => {
-            conds
+            let in_conds: usize = conds
                 .iter()
                 .map(|c| match c {
-                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => idx_reads(i, j, outer),
+                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => idx_reads(i, j, outer, range),
                 })
-                .sum::<usize>()
-                + reads_of(then, j, outer)
-                + reads_of(otherwise, j, outer)
+                .sum();
+            // The share of the positions each branch runs on: `outer` scaled by how much of
+            // a guarded variable's range its condition keeps (or leaves, for `otherwise`).
+            let plain: Option<Vec<(usize, i64, i64)>> = conds
+                .iter()
+                .map(|c| match c {
+                    Cond::InRange(Idx::Var(d), lo, hi) if *d < range.len() => Some((*d, *lo, *hi)),
+                    _ => None,
+                })
+                .collect();
+            let Some(plain) = plain else {
+                return in_conds
+                    + reads_in(then, j, outer, range)
+                    + reads_in(otherwise, j, outer, range);
+            };
+            let scaled = |outer: usize, kept: i64, of: i64| {
+                if of <= 0 {
+                    outer
+                } else {
+                    (outer as u128 * kept.max(0) as u128 / of as u128) as usize
+                }
+            };
+            let saved = range.clone();
+            let mut then_outer = outer;
+            for &(d, lo, hi) in &plain {
+                let (a, b) = range[d];
+                let kept = (a.max(lo), b.min(hi));
+                then_outer = scaled(then_outer, kept.1 - kept.0, b - a);
+                range[d] = (kept.0, kept.1.max(kept.0));
+            }
+            let then_reads = reads_in(then, j, then_outer, range);
+            range.clone_from(&saved);
+            // What a single condition leaves is one interval when it cuts the range at one
+            // end (a concatenation's guard tree); otherwise count every position.
+            let mut other_outer = outer;
+            if let [(d, lo, hi)] = plain[..] {
+                let (a, b) = range[d];
+                let left = if lo <= a {
+                    Some((a.max(hi), b))
+                } else if hi >= b {
+                    Some((a, b.min(lo)))
+                } else {
+                    None
+                };
+                if let Some(left) = left {
+                    other_outer = scaled(outer, left.1 - left.0, b - a);
+                    range[d] = (left.0, left.1.max(left.0));
+                }
+            }
+            let other_reads = reads_in(otherwise, j, other_outer, range);
+            *range = saved;
+            in_conds + then_reads + other_reads
         }
     }
 }
 
-fn idx_reads(i: &Idx, j: usize, outer: usize) -> usize {
+fn idx_reads(i: &Idx, j: usize, outer: usize, range: &mut Vec<(i64, i64)>) -> usize {
     match i {
-        Idx::Value(e) => reads_of(e, j, outer),
-        Idx::Add(xs) => xs.iter().map(|x| idx_reads(x, j, outer)).sum(),
-        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => idx_reads(x, j, outer),
+        Idx::Value(e) => reads_in(e, j, outer, range),
+        Idx::Add(xs) => xs.iter().map(|x| idx_reads(x, j, outer, range)).sum(),
+        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => idx_reads(x, j, outer, range),
         Idx::Var(_) | Idx::Const(_) => 0,
     }
 }

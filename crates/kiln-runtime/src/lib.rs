@@ -98,6 +98,9 @@ pub struct Program {
     /// Kernel results outside the arena (read by steps that are not kernels) of the previous
     /// call, by value, reused likewise (every kernel writes its whole output).
     pool: Mutex<Vec<Option<Literal>>>,
+    /// Per value, the last step that reads it (`usize::MAX` for outputs): a value passed on
+    /// (`Step::Forward`) by its last reader moves instead of being copied.
+    last_read: Vec<usize>,
     /// With `KILN_PROFILE=1`: time spent in each instruction, summed over calls, reported on
     /// stderr after 16, 64, 256, ... calls and when the program is dropped.
     profile: Option<Mutex<(usize, Vec<std::time::Duration>)>>,
@@ -151,7 +154,22 @@ impl Program {
         keep_freed_buffers();
         let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
         let memory = plan::plan(&func, &steps, &operands, &scratch, &in_place, &extra);
+        let mut last_read = vec![0; func.values.len()];
+        for (i, inst) in func.insts.iter().enumerate() {
+            let reads: &[ValueId] = match steps[i] {
+                Step::Fused | Step::Merged => continue,
+                Step::Kernel => &operands[i],
+                _ => &inst.operands,
+            };
+            for v in reads {
+                last_read[v.index()] = i;
+            }
+        }
+        for o in &func.outputs {
+            last_read[o.index()] = usize::MAX;
+        }
         Program {
+            last_read,
             func,
             steps,
             kernels,
@@ -264,10 +282,19 @@ impl Program {
             let start = times.as_ref().map(|_| std::time::Instant::now());
             let outs = match (&self.steps[i], &inst.op) {
                 (Step::Constant, Op::Constant { value }) => vec![Cow::Borrowed(value)],
-                (Step::Forward, _) => inst
-                    .operands
-                    .iter()
-                    .map(|o| env[o.index()].clone().expect("verified SSA"))
+                // Moved when nothing reads the operand after this step (an operand given
+                // twice is copied for the earlier position).
+                (Step::Forward, _) => (0..inst.operands.len())
+                    .map(|k| {
+                        let o = inst.operands[k];
+                        let again = inst.operands[k + 1..].contains(&o);
+                        if self.last_read[o.index()] == i && !again {
+                            env[o.index()].take()
+                        } else {
+                            env[o.index()].clone()
+                        }
+                        .expect("verified SSA")
+                    })
                     .collect(),
                 (Step::Fused, _) => continue,
                 (Step::Merged, _) => continue,
@@ -415,6 +442,22 @@ impl Program {
             for r in std::iter::once(&inst.results[0]).chain(&self.extra[i]) {
                 if let Some(Cow::Owned(l)) = env[r.index()].take() {
                     keep[r.index()] = Some(l);
+                }
+            }
+        }
+        // A kernel's result moved on by an `optimization_barrier` comes back the same way
+        // (latest barrier first, so a chain of them ends at the kernel).
+        for (i, inst) in f.insts.iter().enumerate().rev() {
+            if self.steps[i] != Step::Forward {
+                continue;
+            }
+            for (o, r) in inst.operands.iter().zip(&inst.results) {
+                if keep[o.index()].is_none() {
+                    if let Some(Cow::Owned(l)) = env[r.index()].take() {
+                        keep[o.index()] = Some(l);
+                    } else if let Some(l) = keep[r.index()].take() {
+                        keep[o.index()] = Some(l);
+                    }
                 }
             }
         }

@@ -293,6 +293,57 @@ pub fn convolutions() {
     }
 }
 
+/// 3 x 3 convolutions that run as Winograd's F(4x4, 3x3) (32 or more input and output
+/// features), against the reference: outputs that fill whole 4 x 4 tiles and outputs that
+/// leave partial ones, symmetric, asymmetric and no padding, NCHW and NHWC layouts, f32 and f64.
+pub fn winograd_convolutions() {
+    let cases = [
+        (
+            "f32[2,64,13,11]",
+            "f32[40,64,3,3]",
+            "f32[2,40,13,11]",
+            "padding = [[1, 1], [1, 1]], input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        (
+            "f32[1,9,10,32]",
+            "f32[3,3,32,48]",
+            "f32[1,9,9,48]",
+            "padding = [[0, 2], [1, 0]], input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]",
+        ),
+        (
+            "f32[3,32,8,12]",
+            "f32[64,32,3,3]",
+            "f32[3,64,6,10]",
+            "padding = [[0, 0], [0, 0]], input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        // The kernel as IOHW (an input gradient's layout), the output as NHWC.
+        (
+            "f32[2,40,9,7]",
+            "f32[40,33,3,3]",
+            "f32[2,9,7,33]",
+            "padding = [[1, 1], [1, 1]], input_dims = [0, 1, 2, 3], kernel_dims = [1, 0, 2, 3], output_dims = [0, 3, 1, 2]",
+        ),
+        (
+            "f64[1,32,8,8]",
+            "f64[32,32,3,3]",
+            "f64[1,32,8,8]",
+            "padding = [[1, 1], [1, 1]], input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+    ];
+    for (x, w, y, attrs) in cases {
+        let src = format!(
+            "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{window_strides = [1, 1], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, {attrs}}} : {y}\n  return %2\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let fused = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert!(
+            !fused.contains("convolution") && fused.contains("dot_general"),
+            "{src}: not rewritten into Winograd's transforms:\n{fused}"
+        );
+        agrees_cached_and_jit(&src, 5);
+    }
+}
+
 /// Transposed products (folded into swapped ones, or not), against the reference.
 pub fn transposed_folds() {
     // transpose(a b) swapping the free parts becomes b a; a transpose that does not swap them,
@@ -525,6 +576,47 @@ pub fn guard_splits() {
         );
         agrees_on_random_inputs(&src, 14);
     }
+    // A concatenation of nine computed pieces along the rows (split between threads): each
+    // piece runs on its own rows, inlined, with no guard left (cut at every seam).
+    let rows = [1usize, 3, 7, 2, 40, 5, 1, 9, 64];
+    let total: usize = rows.iter().sum();
+    let params: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("%{i}: f32[{r},300]"))
+        .collect();
+    let mut body = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        let op = ["exponential", "tanh", "negate"][i % 3];
+        body.push_str(&format!(
+            "  %{} = {op} %{i} : f32[{r},300]\n",
+            rows.len() + i
+        ));
+    }
+    let pieces: Vec<String> = (0..rows.len())
+        .map(|i| format!("%{}", rows.len() + i))
+        .collect();
+    let src = format!(
+        "func @main({}) -> f32[{total},300] {{\n{body}  %{} = concatenate {} {{dimension = 0}} : f32[{total},300]\n  return %{}\n}}\n",
+        params.join(", "),
+        2 * rows.len(),
+        pieces.join(", "),
+        2 * rows.len()
+    );
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    assert!(
+        kiln_codegen_llvm::cpu::describe_fusion(&f)
+            .unwrap()
+            .contains("// 1 kernels"),
+        "{src}"
+    );
+    assert!(
+        !kiln_codegen_llvm::cpu::function_llvm_ir(&f, false)
+            .unwrap()
+            .contains("\nthen"),
+        "a guard left in:\n{src}"
+    );
+    agrees_on_random_inputs(&src, 15);
 }
 
 /// Transposes that run in tiles (the innermost output dimension strided in the input, another
