@@ -135,6 +135,28 @@ fn winograd_convolutions_agree_with_the_reference() {
     common::winograd_convolutions();
 }
 
+/// A 3 x 3 convolution's forward and backward passes (`vjp`): the forward convolution and the
+/// input gradient (a 3 x 3 convolution of the output gradient with the flipped kernel, input
+/// and output features swapped) run as Winograd's F(4x4, 3x3); the kernel gradient (a 10 x 10
+/// window) stays direct. Every result agrees with the reference.
+#[test]
+fn winograd_convolution_gradients_agree_with_the_reference() {
+    let src = "func @main(%0: f32[2,32,10,10], %1: f32[40,32,3,3]) -> f32[2,40,10,10] {\n  %2 = convolution %0, %1 {window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]} : f32[2,40,10,10]\n  return %2\n}\n";
+    let f = kiln_ir::parse_func_text(src).unwrap();
+    let b = kiln_autodiff::vjp(&f, &[0, 1]).unwrap();
+    let fused = kiln_codegen_llvm::cpu::describe_fusion(&b).unwrap();
+    let convs = fused
+        .lines()
+        .filter(|l| l.starts_with("kernel") && l.contains(": convolution ->"))
+        .count();
+    let products = fused
+        .lines()
+        .filter(|l| l.starts_with("kernel") && l.contains(": dot_general ->"))
+        .count();
+    assert_eq!((convs, products), (1, 72), "{fused}");
+    common::agrees_on_random_inputs(&b.to_string(), 31);
+}
+
 #[test]
 fn transposed_products_fold_and_agree_with_the_reference() {
     common::transposed_folds();
