@@ -153,12 +153,30 @@ pub fn is_gemm_conv(op: &Op) -> bool {
         && *feature_group_count == 1)
 }
 
-/// Rewrites each float 2-D convolution without feature groups or input dilation into the form
-/// the GEMM runs as an implicit im2col (its packing reads the patches straight from the
-/// input): the input transposed to NHWC and padded, the kernel transposed to HWIO, the output
-/// NHWC, transposed back to the original layout. Transposes and pads are O(size) copies (none
-/// for operands already in that layout); the patch matrix is never materialized.
-pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
+/// A convolution's attributes (see `Op::Convolution`).
+struct Conv<'a> {
+    window_strides: &'a [i64],
+    padding: &'a [(i64, i64)],
+    lhs_dilation: &'a [i64],
+    rhs_dilation: &'a [i64],
+    feature_group_count: i64,
+    input_dims: &'a [i64],
+    kernel_dims: &'a [i64],
+    output_dims: &'a [i64],
+}
+
+/// `f` rebuilt (see [`rebuild`]) with `rewrite` offered each convolution, given its attributes
+/// and its result type; `f` itself when it has none.
+fn rebuild_convs(
+    f: &Func,
+    mut rewrite: impl FnMut(
+        &mut Builder,
+        &Inst,
+        &[ValueId],
+        &Conv,
+        &TensorType,
+    ) -> Result<Option<Vec<ValueId>>, VerifyError>,
+) -> Result<Func, VerifyError> {
     if !f
         .insts
         .iter()
@@ -167,7 +185,6 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
         return Ok(f.clone());
     }
     rebuild(f, |b, inst, ops| {
-        let out_ty = &f.values[inst.results[0].index()];
         let Op::Convolution {
             window_strides,
             padding,
@@ -181,43 +198,64 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
         else {
             return Ok(None);
         };
+        let conv = Conv {
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            feature_group_count: *feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        };
+        rewrite(b, inst, ops, &conv, &f.values[inst.results[0].index()])
+    })
+}
+
+/// Rewrites each float 2-D convolution without feature groups or input dilation into the form
+/// the GEMM runs as an implicit im2col (its packing reads the patches straight from the
+/// input): the input transposed to NHWC and padded, the kernel transposed to HWIO, the output
+/// NHWC, transposed back to the original layout. Transposes and pads are O(size) copies (none
+/// for operands already in that layout); the patch matrix is never materialized.
+pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
+    rebuild_convs(f, |b, inst, ops, c, out_ty| {
         if is_gemm_conv(&inst.op)
             || !out_ty.dtype.is_float()
-            || *feature_group_count != 1
-            || input_dims.len() != 4
-            || lhs_dilation.iter().any(|&d| d != 1)
+            || c.feature_group_count != 1
+            || c.input_dims.len() != 4
+            || c.lhs_dilation.iter().any(|&d| d != 1)
             || out_ty.numel() == 0
         {
             return Ok(None);
         }
         let at = |dims: &[i64], order: [usize; 4]| order.map(|i| dims[i]);
-        let x = permute(b, ops[0], &at(input_dims, [0, 2, 3, 1]))?;
-        let x = if padding.iter().all(|&p| p == (0, 0)) {
+        let x = permute(b, ops[0], &at(c.input_dims, [0, 2, 3, 1]))?;
+        let x = if c.padding.iter().all(|&p| p == (0, 0)) {
             x
         } else {
             let zero = b.scalar(out_ty.dtype, 0.0)?;
             b.inst(
                 Op::Pad {
-                    edge_padding_low: vec![0, padding[0].0, padding[1].0, 0],
-                    edge_padding_high: vec![0, padding[0].1, padding[1].1, 0],
+                    edge_padding_low: vec![0, c.padding[0].0, c.padding[1].0, 0],
+                    edge_padding_high: vec![0, c.padding[0].1, c.padding[1].1, 0],
                     interior_padding: vec![0; 4],
                 },
                 &[x, zero],
             )?
         };
-        let w = permute(b, ops[1], &at(kernel_dims, [2, 3, 1, 0]))?;
+        let w = permute(b, ops[1], &at(c.kernel_dims, [2, 3, 1, 0]))?;
         let nhwo = [
-            out_ty.shape[output_dims[0] as usize],
-            out_ty.shape[output_dims[2] as usize],
-            out_ty.shape[output_dims[3] as usize],
-            out_ty.shape[output_dims[1] as usize],
+            out_ty.shape[c.output_dims[0] as usize],
+            out_ty.shape[c.output_dims[2] as usize],
+            out_ty.shape[c.output_dims[3] as usize],
+            out_ty.shape[c.output_dims[1] as usize],
         ];
         let conv = b.inst_typed(
             Op::Convolution {
-                window_strides: window_strides.clone(),
+                window_strides: c.window_strides.to_vec(),
                 padding: vec![(0, 0); 2],
                 lhs_dilation: vec![1, 1],
-                rhs_dilation: rhs_dilation.clone(),
+                rhs_dilation: c.rhs_dilation.to_vec(),
                 feature_group_count: 1,
                 input_dims: GEMM_CONV_INPUT.to_vec(),
                 kernel_dims: GEMM_CONV_KERNEL.to_vec(),
@@ -226,10 +264,10 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
             &[x, w],
             TensorType::new(out_ty.dtype, nhwo),
         )?;
-        // [N, OH, OW, O] -> the output layout: output dim output_dims[k] holds canonical k,
+        // [N, OH, OW, O] -> the output layout: output dim c.output_dims[k] holds canonical k,
         // which sits at NHWC position GEMM_CONV_OUTPUT[k].
         let mut perm = vec![0i64; 4];
-        for (k, &d) in output_dims.iter().enumerate() {
+        for (k, &d) in c.output_dims.iter().enumerate() {
             perm[d as usize] = GEMM_CONV_OUTPUT[k];
         }
         Ok(Some(vec![permute(b, conv, &perm)?]))
@@ -336,52 +374,36 @@ fn sandwich<const K: usize>(
 /// group, non-negative padding, f32 or f64 elements and at least [`WINOGRAD_MIN_FEATURES`] input
 /// and output features into Winograd's F(4x4, 3x3): the padded NHWC input cut into overlapping
 /// 6 x 6 tiles (36 strided slices) and transformed (`BT d BT^T`, adds and small multiples), the
-/// kernel transformed (`G g G^T`), one batched product of the 36 transformed positions
-/// (`[36, tiles, C] x [36, C, O]`, a quarter of the direct convolution's multiply-adds), and
-/// the output transform (`AT m AT^T`) interleaving each tile's 4 x 4 outputs back into place.
+/// kernel transformed (`G g G^T`), one product per transformed position (36 of `[N, TH, TW,
+/// C] x [C, O]`, a quarter of the direct convolution's multiply-adds in all; equal kernels,
+/// compiled once), and the output transform (`AT m AT^T`) interleaving each tile's 4 x 4
+/// outputs back into place. Separate arrays per position, not one stacked `[36, ...]` array:
+/// its transform ran the positions as outer loops, each over the whole input (see
+/// docs/performance.md).
 /// Results differ from the direct sum by rounding only (the transforms are exact in exact
 /// arithmetic); f16 and bf16 keep the direct form, whose rounding the transforms' constants (up
 /// to 8) would magnify.
 pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
-    if !winograd()
-        || !f
-            .insts
-            .iter()
-            .any(|i| matches!(i.op, Op::Convolution { .. }))
-    {
+    if !winograd() {
         return Ok(f.clone());
     }
-    rebuild(f, |b, inst, ops| {
-        let out_ty = &f.values[inst.results[0].index()];
-        let Op::Convolution {
-            window_strides,
-            padding,
-            lhs_dilation,
-            rhs_dilation,
-            feature_group_count,
-            input_dims,
-            kernel_dims,
-            output_dims,
-        } = &inst.op
-        else {
-            return Ok(None);
-        };
+    rebuild_convs(f, |b, inst, ops, conv, out_ty| {
         let (x_ty, w_ty) = (
             &f.values[inst.operands[0].index()],
             &f.values[inst.operands[1].index()],
         );
         if !matches!(out_ty.dtype, DType::F32 | DType::F64)
-            || input_dims.len() != 4
-            || *feature_group_count != 1
-            || window_strides.iter().any(|&s| s != 1)
-            || lhs_dilation.iter().any(|&d| d != 1)
-            || rhs_dilation.iter().any(|&d| d != 1)
-            || padding.iter().any(|&(lo, hi)| lo < 0 || hi < 0)
-            || kernel_dims[2..]
+            || conv.input_dims.len() != 4
+            || conv.feature_group_count != 1
+            || conv.window_strides.iter().any(|&s| s != 1)
+            || conv.lhs_dilation.iter().any(|&d| d != 1)
+            || conv.rhs_dilation.iter().any(|&d| d != 1)
+            || conv.padding.iter().any(|&(lo, hi)| lo < 0 || hi < 0)
+            || conv.kernel_dims[2..]
                 .iter()
                 .any(|&d| w_ty.shape[d as usize] != 3)
-            || x_ty.shape[input_dims[1] as usize] < WINOGRAD_MIN_FEATURES
-            || w_ty.shape[kernel_dims[0] as usize] < WINOGRAD_MIN_FEATURES
+            || x_ty.shape[conv.input_dims[1] as usize] < WINOGRAD_MIN_FEATURES
+            || w_ty.shape[conv.kernel_dims[0] as usize] < WINOGRAD_MIN_FEATURES
             || out_ty.numel() == 0
         {
             return Ok(None);
@@ -390,28 +412,28 @@ pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
         let at = |dims: &[i64], order: [usize; 4]| order.map(|i| dims[i]);
         // The input as NHWC, padded to whole 4 x 4 output tiles (plus the 2 extra rows and
         // columns of the last tiles' 6 x 6 windows).
-        let x = permute(b, ops[0], &at(input_dims, [0, 2, 3, 1]))?;
+        let x = permute(b, ops[0], &at(conv.input_dims, [0, 2, 3, 1]))?;
         let (n, h, w, c) = (
-            x_ty.shape[input_dims[0] as usize],
-            x_ty.shape[input_dims[2] as usize],
-            x_ty.shape[input_dims[3] as usize],
-            x_ty.shape[input_dims[1] as usize],
+            x_ty.shape[conv.input_dims[0] as usize],
+            x_ty.shape[conv.input_dims[2] as usize],
+            x_ty.shape[conv.input_dims[3] as usize],
+            x_ty.shape[conv.input_dims[1] as usize],
         );
-        let o = w_ty.shape[kernel_dims[0] as usize];
+        let o = w_ty.shape[conv.kernel_dims[0] as usize];
         let (oh, ow) = (
-            out_ty.shape[output_dims[2] as usize],
-            out_ty.shape[output_dims[3] as usize],
+            out_ty.shape[conv.output_dims[2] as usize],
+            out_ty.shape[conv.output_dims[3] as usize],
         );
         let (th, tw) = (oh.div_ceil(4), ow.div_ceil(4));
         let high = |extent: usize, full: usize, lo: i64| (full as i64) - extent as i64 - lo;
         let zero = b.scalar(dt, 0.0)?;
         let xp = b.inst(
             Op::Pad {
-                edge_padding_low: vec![0, padding[0].0, padding[1].0, 0],
+                edge_padding_low: vec![0, conv.padding[0].0, conv.padding[1].0, 0],
                 edge_padding_high: vec![
                     0,
-                    high(h, 4 * th + 2, padding[0].0),
-                    high(w, 4 * tw + 2, padding[1].0),
+                    high(h, 4 * th + 2, conv.padding[0].0),
+                    high(w, 4 * tw + 2, conv.padding[1].0),
                     0,
                 ],
                 interior_padding: vec![0; 4],
@@ -444,7 +466,7 @@ pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
         // BT d BT^T: 36 arrays [N, TH, TW, C], one per position of the transformed tile.
         let v = sandwich(b, &tile_ty, &WINOGRAD_BT, &d)?;
         // G g G^T from the kernel as HWIO: 36 arrays [C, O].
-        let wk = permute(b, ops[1], &at(kernel_dims, [2, 3, 1, 0]))?;
+        let wk = permute(b, ops[1], &at(conv.kernel_dims, [2, 3, 1, 0]))?;
         let tap_ty = TensorType::new(dt, [c, o]);
         let mut g = Vec::with_capacity(9);
         for i in 0..3i64 {
@@ -502,7 +524,7 @@ pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
         };
         // [N, OH, OW, O] -> the output layout (as in `gemm_convs`).
         let mut perm = vec![0i64; 4];
-        for (k, &dim) in output_dims.iter().enumerate() {
+        for (k, &dim) in conv.output_dims.iter().enumerate() {
             perm[dim as usize] = GEMM_CONV_OUTPUT[k];
         }
         Ok(Some(vec![permute(b, y, &perm)?]))

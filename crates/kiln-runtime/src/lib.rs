@@ -154,17 +154,10 @@ impl Program {
         keep_freed_buffers();
         let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
         let memory = plan::plan(&func, &steps, &operands, &scratch, &in_place, &extra);
-        let mut last_read = vec![0; func.values.len()];
-        for (i, inst) in func.insts.iter().enumerate() {
-            let reads: &[ValueId] = match steps[i] {
-                Step::Fused | Step::Merged => continue,
-                Step::Kernel => &operands[i],
-                _ => &inst.operands,
-            };
-            for v in reads {
-                last_read[v.index()] = i;
-            }
-        }
+        let mut last_read: Vec<usize> = plan::last_reads(&func, &steps, &operands)
+            .into_iter()
+            .map(|l| l.unwrap_or(0))
+            .collect();
         for o in &func.outputs {
             last_read[o.index()] = usize::MAX;
         }

@@ -60,6 +60,23 @@ impl MemoryPlan {
     }
 }
 
+/// Per value of `func` run by `steps`, the last step that reads it (a `Step::Kernel`
+/// instruction `i` reads `operands[i]`; fused and merged ones read nothing).
+pub fn last_reads(func: &Func, steps: &[Step], operands: &[Vec<ValueId>]) -> Vec<Option<usize>> {
+    let mut last = vec![None; func.values.len()];
+    for (i, inst) in func.insts.iter().enumerate() {
+        let reads: &[ValueId] = match steps[i] {
+            Step::Fused | Step::Merged => continue,
+            Step::Kernel => &operands[i],
+            _ => &inst.operands,
+        };
+        for v in reads {
+            last[v.index()] = Some(i);
+        }
+    }
+    last
+}
+
 fn aligned(bytes: usize) -> usize {
     bytes.div_ceil(ALIGN) * ALIGN
 }
@@ -78,17 +95,11 @@ pub fn plan(
 ) -> MemoryPlan {
     let nv = func.values.len();
     // The last step reading each value, and whether every reader is a kernel.
-    let mut last: Vec<Option<usize>> = vec![None; nv];
+    let last = last_reads(func, steps, operands);
     let mut kernel_only = vec![true; nv];
     for (i, inst) in func.insts.iter().enumerate() {
-        let reads: &[ValueId] = match steps[i] {
-            Step::Fused | Step::Merged => continue,
-            Step::Kernel => &operands[i],
-            _ => &inst.operands,
-        };
-        for v in reads {
-            last[v.index()] = Some(i);
-            if steps[i] != Step::Kernel {
+        if !matches!(steps[i], Step::Fused | Step::Merged | Step::Kernel) {
+            for v in &inst.operands {
                 kernel_only[v.index()] = false;
             }
         }

@@ -286,11 +286,15 @@ pub fn convolutions() {
         ),
     ];
     for (x, w, y, attrs) in cases {
-        let src = format!(
-            "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
-        );
-        agrees_cached_and_jit(&src, 4);
+        agrees_cached_and_jit(&convolution(x, w, y, attrs), 4);
     }
+}
+
+/// A function of one convolution of `x` by `w` into `y`, with attributes `attrs`.
+fn convolution(x: &str, w: &str, y: &str, attrs: &str) -> String {
+    format!(
+        "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
+    )
 }
 
 /// 3 x 3 convolutions that run as Winograd's F(4x4, 3x3) (32 or more input and output
@@ -331,9 +335,10 @@ pub fn winograd_convolutions() {
         ),
     ];
     for (x, w, y, attrs) in cases {
-        let src = format!(
-            "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{window_strides = [1, 1], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, {attrs}}} : {y}\n  return %2\n}}\n"
+        let attrs = format!(
+            "window_strides = [1, 1], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, {attrs}"
         );
+        let src = convolution(x, w, y, &attrs);
         let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
         let fused = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
         assert!(
