@@ -2602,16 +2602,37 @@ fn build_module<'c>(
     Ok(m)
 }
 
-/// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O2 for this CPU.
+/// For each of the kernels `ks` (compiled with in-place outputs `aliases`), the index of the
+/// first kernel equal to it (the same body over the same types, the same in-place outputs),
+/// and the kernels to compile: those that are their own first. The others run through the
+/// first one's function (Winograd's 36 products, for one).
+fn distinct_kernels(ks: &[Option<Kernel>], aliases: &[Alias]) -> (Vec<usize>, Vec<Option<Kernel>>) {
+    let first: Vec<usize> = (0..ks.len())
+        .map(|i| {
+            (0..i)
+                .find(|&j| ks[i].is_some() && ks[j] == ks[i] && aliases.get(j) == aliases.get(i))
+                .unwrap_or(i)
+        })
+        .collect();
+    let own = (0..ks.len())
+        .map(|i| if first[i] == i { ks[i].clone() } else { None })
+        .collect();
+    (first, own)
+}
+
+/// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O2 for this CPU:
+/// a kernel equal to an earlier one is compiled once (see [`distinct_kernels`]) and printed
+/// once.
 pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     let (f, fused) = lowered_for_printing(f)?;
+    let (_, kernels) = distinct_kernels(&fused.kernels, &[]);
     if !optimized {
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &fused.kernels, false, &[], Routines::Here)?;
+        let m = build_module(&ctx, &f, &kernels, false, &[], Routines::Here)?;
         return Ok(m.print_to_string().to_string());
     }
     // Optimized as the kernel cache compiles them: matrix products in a module of their own.
-    let (gemms, others) = split_gemms(&fused.kernels);
+    let (gemms, others) = split_gemms(&kernels);
     let mut text = String::new();
     for (part, unroll) in [(gemms, gemm_unroll()), (others, true)] {
         if part.iter().all(Option::is_none) {
@@ -3529,19 +3550,7 @@ impl CpuExecutable {
             .zip(fused.operands.iter().zip(&fused.extra))
             .map(|(pairs, (ops, extra))| (pairs.clone(), ops.len() + extra.len()))
             .collect();
-        // A kernel equal to an earlier one (the same body over the same types, the same
-        // in-place outputs) is compiled once and called through the earlier one's function:
-        // Winograd's 36 products, for one. `own` holds the kernels compiled.
-        let first: Vec<usize> = (0..ks.len())
-            .map(|i| {
-                (0..i)
-                    .find(|&j| ks[i].is_some() && ks[j] == ks[i] && aliases[j] == aliases[i])
-                    .unwrap_or(i)
-            })
-            .collect();
-        let own: Vec<Option<Kernel>> = (0..ks.len())
-            .map(|i| if first[i] == i { ks[i].clone() } else { None })
-            .collect();
+        let (first, own) = distinct_kernels(ks, &aliases);
         let context = Box::new(Context::create());
         // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
         // and every value derived from it (field order of CpuExecutable).

@@ -519,6 +519,9 @@ fn column_reductions_in_strips_agree() {
 fn equal_kernels_share_one_function() {
     let src = "func @main(%0: f32[40,30], %1: f32[40,30], %2: f32[30,20], %3: f32[50,30]) -> (f32[40,20], f32[40,20], f32[50,20]) {\n  %4 = dot_general %0, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %5 = dot_general %1, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %6 = dot_general %3, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[50,20]\n  return %4, %5, %6\n}\n";
     let f = kiln_ir::parse_func_text(src).unwrap();
+    // The LLVM stage of the dump shows the compiled functions: two.
+    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+    assert_eq!(ir.matches("define void @k").count(), 2, "{ir}");
     let args = common::random_args(&f, 21);
     let want = kiln_reference::eval(&f, &args).unwrap();
     let dir = std::env::temp_dir().join("kiln-test-equal-kernels");
