@@ -2621,7 +2621,7 @@ fn distinct_kernels(ks: &[Option<Kernel>], aliases: &[Alias]) -> (Vec<usize>, Ve
 }
 
 /// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O2 for this CPU:
-/// a kernel equal to an earlier one is compiled once (see [`distinct_kernels`]) and printed
+/// a kernel equal to an earlier one is compiled once (`distinct_kernels`) and printed
 /// once.
 pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     let (f, fused) = lowered_for_printing(f)?;
