@@ -212,6 +212,17 @@ fn rebuild_convs(
     })
 }
 
+/// A convolution's `[N, OH, OW, O]` result `y` in the layout of `output_dims`: output dimension
+/// `output_dims[k]` holds canonical dimension k, which sits at NHWC position
+/// `GEMM_CONV_OUTPUT[k]`.
+fn from_nhwc(b: &mut Builder, y: ValueId, output_dims: &[i64]) -> Result<ValueId, VerifyError> {
+    let mut perm = vec![0i64; 4];
+    for (k, &d) in output_dims.iter().enumerate() {
+        perm[d as usize] = GEMM_CONV_OUTPUT[k];
+    }
+    permute(b, y, &perm)
+}
+
 /// Rewrites each float 2-D convolution without feature groups or input dilation into the form
 /// the GEMM runs as an implicit im2col (its packing reads the patches straight from the
 /// input): the input transposed to NHWC and padded, the kernel transposed to HWIO, the output
@@ -264,13 +275,7 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
             &[x, w],
             TensorType::new(out_ty.dtype, nhwo),
         )?;
-        // [N, OH, OW, O] -> the output layout: output dim c.output_dims[k] holds canonical k,
-        // which sits at NHWC position GEMM_CONV_OUTPUT[k].
-        let mut perm = vec![0i64; 4];
-        for (k, &d) in c.output_dims.iter().enumerate() {
-            perm[d as usize] = GEMM_CONV_OUTPUT[k];
-        }
-        Ok(Some(vec![permute(b, conv, &perm)?]))
+        Ok(Some(vec![from_nhwc(b, conv, c.output_dims)?]))
     })
 }
 
@@ -522,12 +527,7 @@ pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
                 &[y],
             )?
         };
-        // [N, OH, OW, O] -> the output layout (as in `gemm_convs`).
-        let mut perm = vec![0i64; 4];
-        for (k, &dim) in conv.output_dims.iter().enumerate() {
-            perm[dim as usize] = GEMM_CONV_OUTPUT[k];
-        }
-        Ok(Some(vec![permute(b, y, &perm)?]))
+        Ok(Some(vec![from_nhwc(b, y, conv.output_dims)?]))
     })
 }
 

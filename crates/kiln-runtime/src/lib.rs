@@ -428,30 +428,37 @@ impl Program {
         }
         // Keep the intermediates written by kernels for the next call.
         let mut keep: Vec<Option<Literal>> = vec![None; f.values.len()];
+        let mut kernel_result = vec![false; f.values.len()];
         for (i, inst) in f.insts.iter().enumerate() {
             if self.steps[i] != Step::Kernel {
                 continue;
             }
             for r in std::iter::once(&inst.results[0]).chain(&self.extra[i]) {
+                kernel_result[r.index()] = true;
                 if let Some(Cow::Owned(l)) = env[r.index()].take() {
                     keep[r.index()] = Some(l);
                 }
             }
         }
         // A kernel's result moved on by an `optimization_barrier` comes back the same way
-        // (latest barrier first, so a chain of them ends at the kernel).
+        // (latest barrier first, so a chain of them ends at the kernel); anything else passed
+        // on (a donated argument) is dropped, not kept.
         for (i, inst) in f.insts.iter().enumerate().rev() {
             if self.steps[i] != Step::Forward {
                 continue;
             }
             for (o, r) in inst.operands.iter().zip(&inst.results) {
                 if keep[o.index()].is_none() {
-                    if let Some(Cow::Owned(l)) = env[r.index()].take() {
-                        keep[o.index()] = Some(l);
-                    } else if let Some(l) = keep[r.index()].take() {
-                        keep[o.index()] = Some(l);
-                    }
+                    keep[o.index()] = match env[r.index()].take() {
+                        Some(Cow::Owned(l)) => Some(l),
+                        _ => keep[r.index()].take(),
+                    };
                 }
+            }
+        }
+        for (k, is_result) in keep.iter_mut().zip(&kernel_result) {
+            if !is_result {
+                *k = None;
             }
         }
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = keep;
