@@ -2620,8 +2620,9 @@ fn distinct_kernels(ks: &[Option<Kernel>], aliases: &[Alias]) -> (Vec<usize>, Ve
     (first, own)
 }
 
-/// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after O2 for this CPU:
-/// a kernel equal to an earlier one is compiled once (`distinct_kernels`) and printed
+/// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after optimization for
+/// this CPU, module by module as the kernel cache compiles them (with the GEMM routines they
+/// call): a kernel equal to an earlier one is compiled once (`distinct_kernels`) and printed
 /// once.
 pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     let (f, fused) = lowered_for_printing(f)?;
@@ -2631,16 +2632,19 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
         let m = build_module(&ctx, &f, &kernels, false, &[], Routines::Here)?;
         return Ok(m.print_to_string().to_string());
     }
-    // Optimized as the kernel cache compiles them: matrix products in a module of their own.
-    let (gemms, others) = split_gemms(&kernels);
+    // Optimized as the kernel cache compiles them: the same modules, each with its pipeline.
+    let tm = crate::host_machine()?;
     let mut text = String::new();
-    for (part, unroll) in [(gemms, gemm_unroll()), (others, true)] {
-        if part.iter().all(Option::is_none) {
-            continue;
-        }
+    let mut jobs = kernel_jobs(&kernels);
+    jobs.extend(
+        planned_routines(&kernels, &[])
+            .into_iter()
+            .map(Job::Routine),
+    );
+    for job in &jobs {
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &part, true, &[], Routines::Here)?;
-        crate::optimize_with(&m, &crate::host_machine()?, unroll)?;
+        let (m, _) = job.module(&ctx, &f, &[])?;
+        crate::optimize_as(&m, &tm, job.pipeline())?;
         text.push_str(&m.print_to_string().to_string());
     }
     Ok(text)
@@ -2726,10 +2730,11 @@ fn compile_cached(
     // this crate's sources. Building and printing the LLVM IR to hash it instead took about
     // 40 ms of the MLP step's 60 ms compile with the cache warm.
     let machine = format!(
-        "{} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
+        "{} {} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
         TargetMachine::get_host_cpu_name().to_string_lossy(),
         TargetMachine::get_host_cpu_features().to_string_lossy(),
         crate::PIPELINE,
+        crate::EXPLICIT_PIPELINE,
         gemm_unroll(),
         wide_vectors(true),
         streaming(),
@@ -2742,39 +2747,7 @@ fn compile_cached(
         return Ok((lib, true));
     }
     crate::aot_machine()?; // initializes LLVM's native target once, before the threads
-    // One module per matrix-product kernel, optimized without LLVM's loop unrolling: their
-    // tiles are unrolled as emitted, and the unroll passes took a quarter of their O2 time
-    // (`opt -time-passes`); runtime even (matmul 1024 and 2048 76 of 145 and 28 of 55
-    // alternating calls, attention 13 of 25; the MLP step 14.6 against 14.7 ms over four
-    // alternating processes: see docs/performance.md). The other kernels, which
-    // compile quickly, share one module. The threads take the next module as they finish one,
-    // so a few large GEMMs do not leave a core idle.
-    let (gemms, others) = split_gemms(ks);
-    let mut jobs: Vec<Job> = gemms
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, k)| {
-            let mut part = vec![None; ks.len()];
-            part[i] = Some(k?);
-            Some(Job::Kernels(part, gemm_unroll()))
-        })
-        .collect();
-    // The other kernels, which mostly compile quickly, share modules of up to
-    // `MODULE_NODES` expression nodes (a large kernel alone), first in the queue: they are
-    // the largest jobs, and started last they would finish alone on one core.
-    let mut parts: Vec<Vec<Option<Kernel>>> = Vec::new();
-    let mut filled = MODULE_NODES;
-    for (i, k) in others.into_iter().enumerate() {
-        let Some(k) = k else { continue };
-        let size = kernel_nodes(&k);
-        if filled + size > MODULE_NODES {
-            parts.push(vec![None; ks.len()]);
-            filled = 0;
-        }
-        filled += size;
-        parts.last_mut().expect("pushed")[i] = Some(k);
-    }
-    jobs.splice(0..0, parts.into_iter().map(|p| Job::Kernels(p, true)));
+    let mut jobs = kernel_jobs(ks);
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and
     // the machine, not on the function, so every function with the same tiles shares them.
@@ -2797,32 +2770,22 @@ fn compile_cached(
     let compile = |job: &Job, tm: &inkwell::targets::TargetMachine| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
         let ctx = Context::create();
-        let (m, unroll, what) = match job {
-            Job::Kernels(part, unroll) => {
-                let m = build_module(&ctx, f, part, true, aliases, Routines::Apart)?;
-                // The routines the kernels declare must be among those compiled for the library.
-                for g in m.get_functions() {
-                    let name = g.get_name().to_string_lossy();
-                    if g.count_basic_blocks() == 0
-                        && name.starts_with(gemm::ROUTINE_PREFIX)
-                        && !planned.iter().any(|r| r.name() == name)
-                    {
-                        return Err(Error::Llvm(format!(
-                            "@{}: GEMM routine {name} called but not planned",
-                            f.name
-                        )));
-                    }
-                }
-                let names: Vec<String> = (0..part.len())
-                    .filter(|&i| part[i].is_some())
-                    .map(|i| format!("k{i}"))
-                    .collect();
-                (m, *unroll, names.join(" "))
+        let (m, what) = job.module(&ctx, f, aliases)?;
+        // The routines the kernels declare must be among those compiled for the library.
+        for g in m.get_functions() {
+            let name = g.get_name().to_string_lossy();
+            if g.count_basic_blocks() == 0
+                && name.starts_with(gemm::ROUTINE_PREFIX)
+                && !planned.iter().any(|r| r.name() == name)
+            {
+                return Err(Error::Llvm(format!(
+                    "@{}: GEMM routine {name} called but not planned",
+                    f.name
+                )));
             }
-            Job::Routine(t) => (routine_module(&ctx, t)?, gemm_unroll(), t.name()),
-        };
+        }
         let built = std::time::Instant::now();
-        crate::optimize_with(&m, tm, unroll)?;
+        crate::optimize_as(&m, tm, job.pipeline())?;
         let optimized = std::time::Instant::now();
         let object = tm
             .write_to_memory_buffer(&m, FileType::Object)
@@ -2898,11 +2861,94 @@ fn kernel_nodes(k: &Kernel) -> usize {
     n
 }
 
-/// One module the kernel cache compiles: kernels (with LLVM's loop unrolling or without), or
-/// a GEMM routine.
+/// One module the kernel cache compiles: kernels (each in its slot), or a GEMM routine.
 enum Job {
-    Kernels(Vec<Option<Kernel>>, bool),
+    Kernels(Vec<Option<Kernel>>, crate::Pipeline),
     Routine(gemm::Routine),
+}
+
+impl Job {
+    /// The module, built in `ctx` for function `f` with in-place outputs `aliases`, and what
+    /// it holds (kernel names, or the routine's).
+    fn module<'c>(
+        &self,
+        ctx: &'c Context,
+        f: &Func,
+        aliases: &[Alias],
+    ) -> Result<(Module<'c>, String)> {
+        Ok(match self {
+            Job::Kernels(part, _) => {
+                let names: Vec<String> = (0..part.len())
+                    .filter(|&i| part[i].is_some())
+                    .map(|i| format!("k{i}"))
+                    .collect();
+                (
+                    build_module(ctx, f, part, true, aliases, Routines::Apart)?,
+                    names.join(" "),
+                )
+            }
+            Job::Routine(r) => (routine_module(ctx, r)?, r.name()),
+        })
+    }
+
+    fn pipeline(&self) -> crate::Pipeline {
+        match self {
+            Job::Kernels(_, p) => *p,
+            Job::Routine(_) => crate::Pipeline::Explicit,
+        }
+    }
+}
+
+/// The modules the kernels `ks` are compiled in, in the order the threads take them.
+///
+/// - The non-GEMM kernels, which mostly compile quickly, share modules of up to
+///   [`MODULE_NODES`] expression nodes (a large kernel alone), at O2, first in the queue: they
+///   are the largest jobs, and started last they would finish alone on one core.
+/// - Each matrix-product kernel has a module of its own, without LLVM's loop unrolling: its
+///   tiles are unrolled as emitted, and the unroll passes took a quarter of its O2 time
+///   (`opt -time-passes`); runtime even (matmul 1024 and 2048 76 of 145 and 28 of 55
+///   alternating calls, attention 13 of 25; the MLP step 14.6 against 14.7 ms over four
+///   alternating processes: see docs/performance.md). One with an epilogue (fused elementwise
+///   users, whose loops LLVM vectorizes) is optimized at O2, one without with the pipeline of
+///   explicit vector code (`EXPLICIT_PIPELINE`): its loops only walk the cache blocks and
+///   call the GEMM routines.
+///
+/// The threads take the next module as they finish one, so a few large ones do not leave a
+/// core idle.
+fn kernel_jobs(ks: &[Option<Kernel>]) -> Vec<Job> {
+    let (gemms, others) = split_gemms(ks);
+    let mut parts: Vec<Vec<Option<Kernel>>> = Vec::new();
+    let mut filled = MODULE_NODES;
+    for (i, k) in others.into_iter().enumerate() {
+        let Some(k) = k else { continue };
+        let size = kernel_nodes(&k);
+        if filled + size > MODULE_NODES {
+            parts.push(vec![None; ks.len()]);
+            filled = 0;
+        }
+        filled += size;
+        parts.last_mut().expect("pushed")[i] = Some(k);
+    }
+    let mut jobs: Vec<Job> = parts
+        .into_iter()
+        .map(|p| Job::Kernels(p, crate::Pipeline::O2 { unroll: true }))
+        .collect();
+    for (i, k) in gemms.into_iter().enumerate() {
+        let Some(k) = k else { continue };
+        let plain =
+            matches!(k.schedule, Schedule::Gemm { epilogue: None, .. }) && k.extra.is_empty();
+        let pipeline = if plain && !gemm_unroll() {
+            crate::Pipeline::Explicit
+        } else {
+            crate::Pipeline::O2 {
+                unroll: gemm_unroll(),
+            }
+        };
+        let mut part = vec![None; ks.len()];
+        part[i] = Some(k);
+        jobs.push(Job::Kernels(part, pipeline));
+    }
+    jobs
 }
 
 /// The GEMM routines that the kernels `ks` call (see [`gemm::Routine`]), compiled with
