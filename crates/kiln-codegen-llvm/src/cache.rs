@@ -2,8 +2,9 @@
 //!
 //! A function whose kernels are expensive to compile (any GEMM, many kernels, or kernels heavy
 //! with code: see `cpu::CACHE_WEIGHT`) is compiled
-//! ahead of time to a shared library: its kernels are optimized at O2 (each matrix product in a
-//! module of its own, the others together, on all cores), written as position-independent
+//! ahead of time to a shared library: its kernels are optimized (each matrix product in a
+//! module of its own, the others together, on all cores: `cpu::kernel_jobs`), written as
+//! position-independent
 //! objects, linked by the system linker (`ld -shared`, or `$CC -shared`), and loaded with
 //! `dlopen`. The
 //! library is stored under a key hashed from what its modules are built from (the function, its

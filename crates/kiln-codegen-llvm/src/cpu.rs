@@ -1414,6 +1414,7 @@ fn host_attributes<'c>(ctx: &'c Context, f: FunctionValue<'c>, for_host: bool) {
 /// table (inputs, then extra outputs), input `q` of each pair `(q, o)` is output `o`'s buffer
 /// (0: `out`, then the extra outputs), and the kernel reads it through that output's pointer
 /// (one pointer for that memory, so `out` stays `noalias`).
+#[allow(clippy::too_many_arguments)]
 fn emit_kernel<'c>(
     ctx: &'c Context,
     m: &'c Module<'c>,
@@ -1422,19 +1423,26 @@ fn emit_kernel<'c>(
     for_host: bool,
     alias: Option<&Alias>,
     routines: Routines,
-) -> Result<()> {
+    shared_contraction: bool,
+) -> Result<FunctionValue<'c>> {
     let ptr = ctx.ptr_type(AddressSpace::default());
     let i64t = ctx.i64_type();
+    let mut params = vec![ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()];
+    if shared_contraction {
+        params.push(i64t.into());
+    }
     let f = m.add_function(
         name,
-        ctx.void_type().fn_type(
-            &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
-            false,
-        ),
-        None,
+        ctx.void_type().fn_type(&params, false),
+        shared_contraction.then_some(inkwell::module::Linkage::Private),
     );
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
     f.add_attribute(AttributeLoc::Param(1), noalias);
+    if shared_contraction {
+        // Compiled once for all its callers (see `contraction_groups`).
+        let noinline = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noinline"), 0);
+        f.add_attribute(AttributeLoc::Function, noinline);
+    }
     host_attributes(ctx, f, for_host);
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
@@ -1451,9 +1459,11 @@ fn emit_kernel<'c>(
     let inputs = f.get_nth_param(0).expect("declared").into_pointer_value();
     let out = f.get_nth_param(1).expect("declared").into_pointer_value();
     // Only kernels worth splitting across threads take their row range at run time; the
-    // others keep constant trip counts, which LLVM optimizes faster and better.
+    // others keep constant trip counts, which LLVM optimizes faster and better. A function
+    // shared by products of different contraction lengths always takes it: whether a product
+    // is split depends on its work, so on its length.
     let Launch { rows, work, .. } = kernel_shape(k, wide_vectors(for_host));
-    let (lo, hi) = if is_parallel(rows, work) {
+    let (lo, hi) = if shared_contraction || is_parallel(rows, work) {
         (
             f.get_nth_param(2).expect("declared").into_int_value(),
             f.get_nth_param(3).expect("declared").into_int_value(),
@@ -1533,6 +1543,7 @@ fn emit_kernel<'c>(
                 k.out.dtype,
                 bl,
                 (rows as i64, n as i64, kk as i64),
+                shared_contraction.then(|| f.get_nth_param(5).expect("declared").into_int_value()),
                 (a_trans, b_trans),
                 conv.as_ref(),
                 out,
@@ -1560,7 +1571,75 @@ fn emit_kernel<'c>(
         } => emit_select_scatter(&em, k, grid, window, strides, pad_low, select, kind, out)?,
     }
     em.b.build_return(None).map_err(llvm)?;
+    Ok(f)
+}
+
+/// Kernel `name` as a call of `shared` (a kernel emitted with `shared_contraction`) with
+/// contraction length `k`.
+fn emit_contraction_wrapper<'c>(
+    ctx: &'c Context,
+    m: &'c Module<'c>,
+    name: &str,
+    shared: FunctionValue<'c>,
+    k: usize,
+    for_host: bool,
+) -> Result<()> {
+    let ptr = ctx.ptr_type(AddressSpace::default());
+    let i64t = ctx.i64_type();
+    let f = m.add_function(
+        name,
+        ctx.void_type().fn_type(
+            &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
+            false,
+        ),
+        None,
+    );
+    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
+    f.add_attribute(AttributeLoc::Param(1), noalias);
+    host_attributes(ctx, f, for_host);
+    let b = ctx.create_builder();
+    b.position_at_end(ctx.append_basic_block(f, "entry"));
+    let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'c>> =
+        f.get_param_iter().map(Into::into).collect();
+    args.push(i64t.const_int(k as u64, false).into());
+    b.build_call(shared, &args, "").map_err(llvm)?;
+    b.build_return(None).map_err(llvm)?;
     Ok(())
+}
+
+/// For each of the kernels `ks` (compiled with in-place outputs `aliases`), the first kernel
+/// whose matrix product differs from its own only in the contraction length (`Some(i)` for the
+/// first itself), when there is another such kernel: they share one function taking the
+/// length as a parameter (an MLP's layers of equal width: `[256, 784] x [784, 1024]` and
+/// `[256, 1024] x [1024, 1024]`, both with a bias and a ReLU), and each kernel is a call of
+/// it. Convolutions and empty contractions keep their own.
+fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Option<usize>> {
+    let key = |k: &Kernel| -> Option<Kernel> {
+        match k.schedule {
+            Schedule::Gemm {
+                conv: None, k: kk, ..
+            } if kk > 0 => {
+                let mut key = k.clone();
+                if let Schedule::Gemm { k: kk, .. } = &mut key.schedule {
+                    *kk = 0;
+                }
+                Some(key)
+            }
+            _ => None,
+        }
+    };
+    let keys: Vec<Option<Kernel>> = ks.iter().map(|k| k.as_ref().and_then(key)).collect();
+    let first = |i: usize| {
+        keys[i].as_ref()?;
+        (0..ks.len()).find(|&j| keys[j] == keys[i] && aliases.get(j) == aliases.get(i))
+    };
+    (0..ks.len())
+        .map(|i| {
+            let f = first(i)?;
+            let members = (0..ks.len()).filter(|&j| first(j) == Some(f)).count();
+            (members > 1).then_some(f)
+        })
+        .collect()
 }
 
 /// Applies a GEMM kernel's epilogue (its body) in place to rows `rows` and columns `cols` of
@@ -2584,8 +2663,11 @@ fn build_module<'c>(
     let m = ctx.create_module(&f.name);
     // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
+    let groups = contraction_groups(ks, aliases);
+    let mut shared = std::collections::BTreeMap::new();
     for (i, k) in ks.iter().enumerate() {
-        if let Some(k) = k {
+        let Some(k) = k else { continue };
+        let Some(g) = groups[i] else {
             emit_kernel(
                 ctx,
                 mref,
@@ -2594,8 +2676,27 @@ fn build_module<'c>(
                 for_host,
                 aliases.get(i),
                 routines,
+                false,
             )?;
+            continue;
+        };
+        if g == i {
+            let body = emit_kernel(
+                ctx,
+                mref,
+                &format!("k{i}.shared"),
+                k,
+                for_host,
+                aliases.get(i),
+                routines,
+                true,
+            )?;
+            shared.insert(i, body);
         }
+        let Schedule::Gemm { k: kk, .. } = k.schedule else {
+            unreachable!("only matrix products share a function")
+        };
+        emit_contraction_wrapper(ctx, mref, &format!("k{i}"), shared[&g], kk, for_host)?;
     }
     m.verify()
         .map_err(|e| Error::Llvm(format!("invalid module for @{}: {e}", f.name)))?;
@@ -2635,7 +2736,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
     // Optimized as the kernel cache compiles them: the same modules, each with its pipeline.
     let tm = crate::host_machine()?;
     let mut text = String::new();
-    let mut jobs = kernel_jobs(&kernels);
+    let mut jobs = kernel_jobs(&kernels, &[]);
     jobs.extend(
         planned_routines(&kernels, &[])
             .into_iter()
@@ -2747,7 +2848,7 @@ fn compile_cached(
         return Ok((lib, true));
     }
     crate::aot_machine()?; // initializes LLVM's native target once, before the threads
-    let mut jobs = kernel_jobs(ks);
+    let mut jobs = kernel_jobs(ks, aliases);
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and
     // the machine, not on the function, so every function with the same tiles shares them.
@@ -2911,11 +3012,13 @@ impl Job {
 ///   alternating processes: see docs/performance.md). One with an epilogue (fused elementwise
 ///   users, whose loops LLVM vectorizes) is optimized at O2, one without with the pipeline of
 ///   explicit vector code (`EXPLICIT_PIPELINE`): its loops only walk the cache blocks and
-///   call the GEMM routines.
+///   call the GEMM routines. Products that share a function (`contraction_groups`) share
+///   the module.
 ///
 /// The threads take the next module as they finish one, so a few large ones do not leave a
 /// core idle.
-fn kernel_jobs(ks: &[Option<Kernel>]) -> Vec<Job> {
+fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Job> {
+    let groups = contraction_groups(ks, aliases);
     let (gemms, others) = split_gemms(ks);
     let mut parts: Vec<Vec<Option<Kernel>>> = Vec::new();
     let mut filled = MODULE_NODES;
@@ -2933,8 +3036,18 @@ fn kernel_jobs(ks: &[Option<Kernel>]) -> Vec<Job> {
         .into_iter()
         .map(|p| Job::Kernels(p, crate::Pipeline::O2 { unroll: true }))
         .collect();
+    let mut group_job = std::collections::BTreeMap::new();
     for (i, k) in gemms.into_iter().enumerate() {
         let Some(k) = k else { continue };
+        if let Some(&j) = groups[i].and_then(|g| group_job.get(&g)) {
+            if let Job::Kernels(part, _) = &mut jobs[j] {
+                part[i] = Some(k);
+            }
+            continue;
+        }
+        if let Some(g) = groups[i] {
+            group_job.insert(g, jobs.len());
+        }
         let plain =
             matches!(k.schedule, Schedule::Gemm { epilogue: None, .. }) && k.extra.is_empty();
         let pipeline = if plain && !gemm_unroll() {

@@ -254,8 +254,9 @@ struct Gemm<'a, 'c> {
     m: i64,
     /// A is stored `[batch, k, m]`.
     a_trans: bool,
-    /// Contraction length.
-    k: i64,
+    /// Contraction length (a constant, or a parameter of a kernel shared by products that
+    /// differ only in it).
+    k: IntValue<'c>,
     a: PointerValue<'c>,
     /// When A is a convolution's patch matrix: its shape and the table of column offsets.
     conv: Option<(&'a ConvPatches, PointerValue<'c>)>,
@@ -557,9 +558,9 @@ impl<'c> Gemm<'_, 'c> {
                 // [batch, k, m]: row i of batch bt starts at bt * k * m + i.
                 let bt = x.sdiv(row, self.m)?;
                 let i = x.sub(row, x.mulc(bt, self.m)?)?;
-                return x.add(x.mulc(bt, self.k * self.m)?, i);
+                return x.add(x.mul(bt, x.mul(self.k, x.c(self.m))?)?, i);
             }
-            return x.mulc(row, self.k);
+            return x.mul(row, self.k);
         };
         let (oh, ow) = (p.oh as i64, p.ow as i64);
         let n = x.sdiv(row, oh * ow)?;
@@ -612,13 +613,13 @@ impl<'c> Gemm<'_, 'c> {
                 em.for_host,
             )?;
             let (at, ld) = if self.a_trans {
-                (x.add(self.a_row(ic)?, x.mulc(kb, self.m)?)?, self.m)
+                (x.add(self.a_row(ic)?, x.mulc(kb, self.m)?)?, x.c(self.m))
             } else {
                 (x.add(self.a_row(ic)?, kb)?, self.k)
             };
             let args = [
                 x.at(self.ft, self.a, at)?.into(),
-                x.c(ld).into(),
+                ld.into(),
                 x.sub(ic_end, ic)?.into(),
                 x.sub(kend, kb)?.into(),
                 self.packed_a.into(),
@@ -1193,12 +1194,16 @@ pub(super) type Epilogue<'a, 'c> =
 /// GEMM computes `X - s P` (or `X + s P`) in place: an SGD step written into the donated
 /// parameter. With one contraction block that is bit for bit the epilogue's `X - P s`; with
 /// several, each block's product is folded in on its own.
+///
+/// With `k_at_run`, the contraction length is that value (the kernel's parameter), not `k`:
+/// one function then serves products that differ only in it (`k` is one of them, not 0).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn emit<'c>(
     em: &Emitter<'c>,
     d: DType,
     bl: Blocking,
     (m, n, k): (i64, i64, i64),
+    k_at_run: Option<IntValue<'c>>,
     (a_trans, b_trans): (bool, bool),
     conv: Option<&ConvPatches>,
     out: PointerValue<'c>,
@@ -1261,7 +1266,7 @@ pub(super) fn emit<'c>(
         },
         m,
         a_trans,
-        k,
+        k: k_at_run.unwrap_or(x.c(k)),
         a: base(0)?,
         conv,
         b: base(1)?,
@@ -1309,7 +1314,7 @@ pub(super) fn emit<'c>(
         let bt = x.get(s_bt)?;
         let r_lo = x.max(lo, x.mulc(bt, m)?)?;
         let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
-        let b_base = x.mulc(bt, k * n)?;
+        let b_base = x.mul(bt, x.mul(g.k, x.c(n))?)?;
         x.em.range_loop_ptr(s_jc, col_lo, col_hi, nc, &mut |_| {
             let jc = x.get(s_jc)?;
             let jc_end = x.min(x.addc(jc, nc)?, col_hi)?;
@@ -1319,9 +1324,9 @@ pub(super) fn emit<'c>(
             let panel_of = |j: IntValue<'c>| -> Result<PointerValue<'c>> {
                 x.at(ft, g.packed_b, x.mulc(x.sub(j, jc)?, bl.kc)?)
             };
-            x.em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+            x.em.range_loop_ptr(s_kb, x.c(0), g.k, bl.kc, &mut |_| {
                 let kb = x.get(s_kb)?;
-                let kend = x.min(x.addc(kb, bl.kc)?, x.c(k))?;
+                let kend = x.min(x.addc(kb, bl.kc)?, g.k)?;
                 let kc = x.sub(kend, kb)?;
                 let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
                 // Panel `j` of B (`width` columns) through its packing routine.
@@ -1329,13 +1334,13 @@ pub(super) fn emit<'c>(
                     let r = Routine::pack_b(bl, width, b_trans);
                     let f = r.function(em.ctx, em.m, em.routines, em.for_host)?;
                     let (at, ld) = if b_trans {
-                        (x.add(x.add(b_base, x.mulc(j, k)?)?, kb)?, k)
+                        (x.add(x.add(b_base, x.mul(j, g.k)?)?, kb)?, g.k)
                     } else {
-                        (x.add(x.add(b_base, x.mulc(kb, n)?)?, j)?, n)
+                        (x.add(x.add(b_base, x.mulc(kb, n)?)?, j)?, x.c(n))
                     };
                     let args = [
                         x.at(ft, g.b, at)?.into(),
-                        x.c(ld).into(),
+                        ld.into(),
                         x.sub(kend, kb)?.into(),
                         panel_of(j)?.into(),
                     ];
@@ -1383,10 +1388,10 @@ pub(super) fn emit<'c>(
                         };
                         if let Some((f, a)) = shared {
                             let (at, lda) = match a {
-                                ARead::Packed => (g.packed_a, bl.kc),
-                                ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(ic)?, kb)?)?, k),
+                                ARead::Packed => (g.packed_a, x.c(bl.kc)),
+                                ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(ic)?, kb)?)?, g.k),
                                 ARead::Cols => {
-                                    (x.at(ft, g.a, x.add(g.a_row(ic)?, x.mulc(kb, m)?)?)?, m)
+                                    (x.at(ft, g.a, x.add(g.a_row(ic)?, x.mulc(kb, m)?)?)?, x.c(m))
                                 }
                             };
                             let scale = update.map_or(ft.const_zero().into(), |u| u.0);
@@ -1397,7 +1402,7 @@ pub(super) fn emit<'c>(
                                     x.c(n).into(),
                                     x.sub(ic_end, ic)?.into(),
                                     at.into(),
-                                    x.c(lda).into(),
+                                    lda.into(),
                                     panel.into(),
                                     kc.into(),
                                     first.into(),
@@ -1437,7 +1442,7 @@ pub(super) fn emit<'c>(
                         )?;
                     }
                     if let Some(e) = epilogue.as_mut() {
-                        let last = x.cmp(IntPredicate::SGE, kend, x.c(k))?;
+                        let last = x.cmp(IntPredicate::SGE, kend, g.k)?;
                         x.branch(last, &mut || e((ic, ic_end), (jc, jc_end)), &mut || Ok(()))?;
                     }
                     Ok(())
