@@ -1427,23 +1427,7 @@ fn emit_kernel<'c>(
 ) -> Result<FunctionValue<'c>> {
     let ptr = ctx.ptr_type(AddressSpace::default());
     let i64t = ctx.i64_type();
-    let mut params = vec![ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()];
-    if shared_contraction {
-        params.push(i64t.into());
-    }
-    let f = m.add_function(
-        name,
-        ctx.void_type().fn_type(&params, false),
-        shared_contraction.then_some(inkwell::module::Linkage::Private),
-    );
-    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
-    f.add_attribute(AttributeLoc::Param(1), noalias);
-    if shared_contraction {
-        // Compiled once for all its callers (see `contraction_groups`).
-        let noinline = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noinline"), 0);
-        f.add_attribute(AttributeLoc::Function, noinline);
-    }
-    host_attributes(ctx, f, for_host);
+    let f = kernel_function(ctx, m, name, for_host, shared_contraction);
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
@@ -1574,6 +1558,37 @@ fn emit_kernel<'c>(
     Ok(f)
 }
 
+/// A kernel's function `name`, declared: `void (ptr inputs, ptr noalias out, i64 lo, i64 hi,
+/// ptr scratch)`, and with `shared_contraction` an `i64` contraction length after them, private
+/// to its module and never inlined (it is compiled once for the kernels that call it: see
+/// [`contraction_groups`]).
+fn kernel_function<'c>(
+    ctx: &'c Context,
+    m: &'c Module<'c>,
+    name: &str,
+    for_host: bool,
+    shared_contraction: bool,
+) -> FunctionValue<'c> {
+    let ptr = ctx.ptr_type(AddressSpace::default());
+    let i64t = ctx.i64_type();
+    let mut params = vec![ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()];
+    if shared_contraction {
+        params.push(i64t.into());
+    }
+    let f = m.add_function(
+        name,
+        ctx.void_type().fn_type(&params, false),
+        shared_contraction.then_some(Linkage::Private),
+    );
+    let attr = |name: &str| ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0);
+    f.add_attribute(AttributeLoc::Param(1), attr("noalias"));
+    if shared_contraction {
+        f.add_attribute(AttributeLoc::Function, attr("noinline"));
+    }
+    host_attributes(ctx, f, for_host);
+    f
+}
+
 /// Kernel `name` as a call of `shared` (a kernel emitted with `shared_contraction`) with
 /// contraction length `k`.
 fn emit_contraction_wrapper<'c>(
@@ -1584,24 +1599,12 @@ fn emit_contraction_wrapper<'c>(
     k: usize,
     for_host: bool,
 ) -> Result<()> {
-    let ptr = ctx.ptr_type(AddressSpace::default());
-    let i64t = ctx.i64_type();
-    let f = m.add_function(
-        name,
-        ctx.void_type().fn_type(
-            &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
-            false,
-        ),
-        None,
-    );
-    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
-    f.add_attribute(AttributeLoc::Param(1), noalias);
-    host_attributes(ctx, f, for_host);
+    let f = kernel_function(ctx, m, name, for_host, false);
     let b = ctx.create_builder();
     b.position_at_end(ctx.append_basic_block(f, "entry"));
     let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'c>> =
         f.get_param_iter().map(Into::into).collect();
-    args.push(i64t.const_int(k as u64, false).into());
+    args.push(ctx.i64_type().const_int(k as u64, false).into());
     b.build_call(shared, &args, "").map_err(llvm)?;
     b.build_return(None).map_err(llvm)?;
     Ok(())
