@@ -1632,15 +1632,17 @@ fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Option<us
         }
     };
     let keys: Vec<Option<Kernel>> = ks.iter().map(|k| k.as_ref().and_then(key)).collect();
-    let first = |i: usize| {
-        keys[i].as_ref()?;
-        (0..ks.len()).find(|&j| keys[j] == keys[i] && aliases.get(j) == aliases.get(i))
-    };
-    (0..ks.len())
+    let first: Vec<Option<usize>> = (0..ks.len())
         .map(|i| {
-            let f = first(i)?;
-            let members = (0..ks.len()).filter(|&j| first(j) == Some(f)).count();
-            (members > 1).then_some(f)
+            keys[i].as_ref()?;
+            (0..=i).find(|&j| keys[j] == keys[i] && aliases.get(j) == aliases.get(i))
+        })
+        .collect();
+    first
+        .iter()
+        .map(|&f| {
+            let f = f?;
+            (first.iter().filter(|&&g| g == Some(f)).count() > 1).then_some(f)
         })
         .collect()
 }

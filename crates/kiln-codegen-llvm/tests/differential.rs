@@ -516,31 +516,49 @@ fn column_reductions_in_strips_agree() {
 /// Kernels equal to an earlier one (two products of the same shapes) run through one compiled
 /// function, through the kernel cache and the JIT, and every result agrees with the reference.
 /// Matrix products that differ only in their contraction length (30 and 600: one contraction
-/// block, and two with 256-bit or 512-bit vectors) share one function taking it as a parameter, with B stored as is and
-/// transposed, without an epilogue and with one: each kernel is a call of the shared function.
-/// Through the kernel cache and the JIT, against the reference.
+/// block, and two with 256-bit or 512-bit vectors) share one function taking it as a
+/// parameter: with B stored as is and transposed, without an epilogue and with one, and
+/// batched with A stored transposed; f32 and f64. Each kernel is a call of the shared
+/// function. Through the kernel cache and the JIT, against the reference.
 #[test]
 fn products_differing_in_contraction_length_share_one_function() {
-    let src = "func @main(%0: f32[40,30], %1: f32[40,600], %2: f32[30,20], %3: f32[600,20], %4: f32[20,30], %5: f32[20,600]) -> (f32[40,20], f32[40,20], f32[40,20], f32[40,20]) {\n  %6 = dot_general %0, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %7 = dot_general %1, %3 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %8 = dot_general %0, %4 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : f32[40,20]\n  %9 = dot_general %1, %5 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : f32[40,20]\n  %10 = tanh %8 : f32[40,20]\n  %11 = tanh %9 : f32[40,20]\n  return %6, %7, %10, %11\n}\n";
-    let f = kiln_ir::parse_func_text(src).unwrap();
-    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
-    assert_eq!(ir.matches("define private void @k").count(), 2, "{ir}");
-    for (shared, k) in [("k0", 30), ("k0", 600), ("k3", 30), ("k3", 600)] {
-        let call = format!("@{shared}.shared(ptr %0, ptr %1, i64 %2, i64 %3, ptr %4, i64 {k})");
-        assert!(ir.contains(&call), "{call}\n{ir}");
-    }
-    let args = common::random_args(&f, 23);
-    let want = kiln_reference::eval(&f, &args).unwrap();
-    let dir = std::env::temp_dir().join("kiln-test-contraction-groups");
-    for cache in [Some(dir.as_path()), None] {
-        let e = CpuExecutable::compile_with_cache(&f, cache).unwrap();
-        // Several calls: a shared function run on row ranges split between threads once
-        // computed every row on each thread (it took its rows from the shortest product,
-        // which is not split), and the threads' sums raced.
-        for _ in 0..4 {
-            let got = e.run(&args).unwrap();
-            for (g, w) in got.iter().zip(&want) {
-                common::close(g, w).unwrap_or_else(|e| panic!("cache {cache:?}: {e}"));
+    let cases = [
+        (
+            "func @main(%0: f32[40,30], %1: f32[40,600], %2: f32[30,20], %3: f32[600,20], %4: f32[20,30], %5: f32[20,600]) -> (f32[40,20], f32[40,20], f32[40,20], f32[40,20]) {\n  %6 = dot_general %0, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %7 = dot_general %1, %3 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %8 = dot_general %0, %4 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : f32[40,20]\n  %9 = dot_general %1, %5 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : f32[40,20]\n  %10 = tanh %8 : f32[40,20]\n  %11 = tanh %9 : f32[40,20]\n  return %6, %7, %10, %11\n}\n",
+            vec![("k0", 30), ("k0", 600), ("k3", 30), ("k3", 600)],
+        ),
+        (
+            "func @main(%0: f32[2,30,40], %1: f32[2,600,40], %2: f32[2,30,20], %3: f32[2,600,20]) -> (f32[2,40,20], f32[2,40,20]) {\n  %4 = dot_general %0, %2 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : f32[2,40,20]\n  %5 = dot_general %1, %3 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : f32[2,40,20]\n  return %4, %5\n}\n",
+            vec![("k0", 30), ("k0", 600)],
+        ),
+    ];
+    for (src, calls) in cases {
+        for dtype in ["f32", "f64"] {
+            let src = src.replace("f32", dtype);
+            let f = kiln_ir::parse_func_text(&src).unwrap();
+            let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+            let shared = calls.len() / 2;
+            assert_eq!(ir.matches("define private void @k").count(), shared, "{ir}");
+            for (body, k) in &calls {
+                let call =
+                    format!("@{body}.shared(ptr %0, ptr %1, i64 %2, i64 %3, ptr %4, i64 {k})");
+                assert!(ir.contains(&call), "{call}\n{ir}");
+            }
+            let args = common::random_args(&f, 23);
+            let want = kiln_reference::eval(&f, &args).unwrap();
+            let dir = std::env::temp_dir().join("kiln-test-contraction-groups");
+            for cache in [Some(dir.as_path()), None] {
+                let e = CpuExecutable::compile_with_cache(&f, cache).unwrap();
+                // Several calls: a shared function run on row ranges split between threads
+                // once computed every row on each thread (it took its rows from the shortest
+                // product, which is not split), and the threads' sums raced.
+                for _ in 0..4 {
+                    let got = e.run(&args).unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        common::close(g, w)
+                            .unwrap_or_else(|e| panic!("{src}\ncache {cache:?}: {e}"));
+                    }
+                }
             }
         }
     }
