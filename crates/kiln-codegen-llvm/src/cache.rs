@@ -1,19 +1,17 @@
 //! A persistent on-disk cache of compiled kernels.
 //!
 //! A function whose kernels are expensive to compile (any GEMM, many kernels, or kernels heavy
-//! with code: see `cpu::CACHE_WEIGHT`) is compiled
-//! ahead of time to a shared library: its kernels are optimized (each matrix product in a
-//! module of its own, the others together, on all cores: `cpu::kernel_jobs`), written as
-//! position-independent
-//! objects, linked by the system linker (`ld -shared`, or `$CC -shared`), and loaded with
-//! `dlopen`. The
-//! library is stored under a key hashed from what its modules are built from (the function, its
-//! fused kernels and in-place outputs), the settings that change their code (vector width,
-//! streaming stores, row caches, the pass pipeline), the CPU's name and features, LLVM's
-//! version and a hash of this crate's sources (`build.rs`), so the next process that compiles
-//! the same function with the same code generation loads it without building any LLVM IR. Next to each library lies a checksum of its
-//! bytes; a library whose checksum does not match, that does not load, or that lacks a kernel is
-//! rebuilt.
+//! with code: see `cpu::CACHE_WEIGHT`) is compiled ahead of time to a shared library: its
+//! kernels are optimized (each matrix product in a module of its own, the others together, on
+//! all cores: `cpu::kernel_jobs`), written as position-independent objects, linked by the
+//! system linker (`ld -shared`, or `$CC -shared`), and loaded with `dlopen`. The library is
+//! stored under a key hashed from what its modules are built from (the function, its fused
+//! kernels and in-place outputs), the settings that change their code (vector width, streaming
+//! stores, row caches, the pass pipelines), the CPU's name and features, LLVM's version and a
+//! hash of this crate's sources (`build.rs`), so the next process that compiles the same
+//! function with the same code generation loads it without building any LLVM IR. Next to each
+//! library lies a checksum of its bytes; a library whose checksum does not match, that does not
+//! load, or that lacks a kernel is rebuilt.
 //!
 //! The GEMM routines the kernels call (register tiles, packing: `cpu::gemm::Routine`) do not
 //! depend on the function: each is stored once as an object file (with its checksum) under a
@@ -145,7 +143,7 @@ fn read_checked(file: &Path, sum: &Path) -> Option<Vec<u8>> {
 /// Links the position-independent objects `objs` into the shared library `out`: with `ld`
 /// directly, or through `$CC -shared` (default `cc`) when `CC` is set or `ld` fails. The
 /// compiler driver runs `collect2` and adds start files a `dlopen`ed library of kernels does not
-/// need: linking the MLP step's 20 objects took 19-24 ms through `cc`, 11-12 ms with `ld`,
+/// need: linking the MLP step's 28 objects took 19-24 ms through `cc`, 11-12 ms with `ld`,
 /// and the link is the one step of a compile that runs on one core.
 fn link(objs: &[PathBuf], out: &Path) -> Result<()> {
     let run = |program: &str| {

@@ -478,30 +478,24 @@ fn name_host_cpu<'c>(ctx: &'c Context, f: FunctionValue<'c>) {
 }
 
 fn optimize(m: &Module, tm: &TargetMachine) -> Result<()> {
-    optimize_with(m, tm, true)
-}
-
-/// [`PIPELINE`], with LLVM's loop unrolling (runtime, partial and full) or without.
-fn optimize_with(m: &Module, tm: &TargetMachine, unroll: bool) -> Result<()> {
-    m.set_triple(&tm.get_triple());
-    m.set_data_layout(&tm.get_target_data().get_data_layout());
-    let options = PassBuilderOptions::create();
-    options.set_loop_unrolling(unroll);
-    m.run_passes(PIPELINE, tm, options)
-        .map_err(|e| Error::Llvm(e.to_string()))
+    optimize_as(m, tm, Pipeline::O2 { unroll: true })
 }
 
 /// Optimizes `m` for `tm` with `pipeline`.
 fn optimize_as(m: &Module, tm: &TargetMachine, pipeline: Pipeline) -> Result<()> {
-    match pipeline {
-        Pipeline::O2 { unroll } => optimize_with(m, tm, unroll),
-        Pipeline::Explicit => {
-            m.set_triple(&tm.get_triple());
-            m.set_data_layout(&tm.get_target_data().get_data_layout());
-            m.run_passes(EXPLICIT_PIPELINE, tm, PassBuilderOptions::create())
-                .map_err(|e| Error::Llvm(e.to_string()))
+    m.set_triple(&tm.get_triple());
+    m.set_data_layout(&tm.get_target_data().get_data_layout());
+    let options = PassBuilderOptions::create();
+    let passes = match pipeline {
+        Pipeline::O2 { unroll } => {
+            // LLVM's loop unrolling: runtime, partial and full.
+            options.set_loop_unrolling(unroll);
+            PIPELINE
         }
-    }
+        Pipeline::Explicit => EXPLICIT_PIPELINE,
+    };
+    m.run_passes(passes, tm, options)
+        .map_err(|e| Error::Llvm(e.to_string()))
 }
 
 /// The LLVM IR of the host kernel, before (`optimized = false`) or after O2 for this machine's
