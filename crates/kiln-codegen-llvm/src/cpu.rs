@@ -1632,12 +1632,7 @@ fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Option<us
         }
     };
     let keys: Vec<Option<Kernel>> = ks.iter().map(|k| k.as_ref().and_then(key)).collect();
-    let first: Vec<Option<usize>> = (0..ks.len())
-        .map(|i| {
-            keys[i].as_ref()?;
-            (0..=i).find(|&j| keys[j] == keys[i] && aliases.get(j) == aliases.get(i))
-        })
-        .collect();
+    let first = first_equal(&keys, aliases);
     first
         .iter()
         .map(|&f| {
@@ -2708,17 +2703,26 @@ fn build_module<'c>(
     Ok(m)
 }
 
+/// For each slot of `keys` that holds one, the first slot (itself, or an earlier one) with an
+/// equal key and the same in-place outputs (`aliases`).
+fn first_equal<T: PartialEq>(keys: &[Option<T>], aliases: &[Alias]) -> Vec<Option<usize>> {
+    (0..keys.len())
+        .map(|i| {
+            keys[i].as_ref()?;
+            (0..=i).find(|&j| keys[j] == keys[i] && aliases.get(j) == aliases.get(i))
+        })
+        .collect()
+}
+
 /// For each of the kernels `ks` (compiled with in-place outputs `aliases`), the index of the
 /// first kernel equal to it (the same body over the same types, the same in-place outputs),
 /// and the kernels to compile: those that are their own first. The others run through the
 /// first one's function (Winograd's 36 products, for one).
 fn distinct_kernels(ks: &[Option<Kernel>], aliases: &[Alias]) -> (Vec<usize>, Vec<Option<Kernel>>) {
-    let first: Vec<usize> = (0..ks.len())
-        .map(|i| {
-            (0..i)
-                .find(|&j| ks[i].is_some() && ks[j] == ks[i] && aliases.get(j) == aliases.get(i))
-                .unwrap_or(i)
-        })
+    let first: Vec<usize> = first_equal(ks, aliases)
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| f.unwrap_or(i))
         .collect();
     let own = (0..ks.len())
         .map(|i| if first[i] == i { ks[i].clone() } else { None })
