@@ -77,6 +77,10 @@ struct Emitter<'c> {
     /// Whether `hoisted` may hold values of elementwise expressions (row caches), which
     /// [`Self::expr`] then looks up.
     memo: std::cell::Cell<bool>,
+    /// Whether float sums and products combine in order (not reassociable): in the positions
+    /// past the last strip of a column sum (see [`strips`]), which then add in the strips'
+    /// order, and are not vectorized along their strided columns.
+    in_order: std::cell::Cell<bool>,
     /// What the enclosing loops know: variable `v` lies in `lo..hi` for each `(v, lo, hi)`
     /// (see [`guard_segments`]); guards whose conditions these decide take one side unchecked.
     facts: std::cell::RefCell<Vec<(usize, i64, i64)>>,
@@ -148,6 +152,7 @@ impl<'c> Emitter<'c> {
             scopes: Default::default(),
             scalef: wide_vectors(for_host),
             memo: Default::default(),
+            in_order: Default::default(),
             facts: Default::default(),
             for_host,
             routines,
@@ -911,17 +916,59 @@ impl<'c> Emitter<'c> {
         let acc = self.entry_alloca(ct)?;
         let i = self.expr(init)?;
         self.b.build_store(acc, i).map_err(llvm)?;
-        self.nest(vars, &mut |em: &Self| {
+        // The reductions inside the body that stay fixed while some of this reduction's loops
+        // move (a row's maximum, inside a sum over rows and columns) are computed once where
+        // the loops they depend on have opened, not at every step.
+        let inner = hoistable_reduces(body);
+        let mut fixed = std::collections::BTreeSet::new();
+        for r in &inner {
+            if let Expr::Reduce { vars: own, .. } = r {
+                fixed.extend(own.iter().map(|v| v.0));
+            }
+        }
+        let mark = self.hoisted.borrow().len();
+        self.nest_hoisting(vars, &inner, &fixed, &mut |em: &Self| {
             let mark = em.hoisted.borrow().len();
             before(em)?;
             let x = em.expr(body)?;
             em.hoisted.borrow_mut().truncate(mark);
             let a = em.b.build_load(ct, acc, "a").map_err(llvm)?;
-            let c = em.combine(*kind, *dtype, a, x)?;
+            let c = em.combine_with(*kind, *dtype, a, x, !em.in_order.get())?;
             em.b.build_store(acc, c).map_err(llvm)?;
             Ok(())
         })?;
+        self.hoisted.borrow_mut().truncate(mark);
         self.b.build_load(ct, acc, "sum").map_err(llvm)
+    }
+
+    /// [`Self::nest`], computing ahead of each loop the reductions of `inner` that read none
+    /// of the loop variables still to open (`vars`) nor those bound inside the body
+    /// (`inner_bound`), and are not computed yet; they are dropped when the loop ends.
+    fn nest_hoisting(
+        &self,
+        vars: &[(usize, usize)],
+        inner: &[&Expr],
+        inner_bound: &std::collections::BTreeSet<usize>,
+        body: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
+        for r in inner {
+            let free = free_vars(r);
+            if !free
+                .iter()
+                .any(|v| inner_bound.contains(v) || vars.iter().any(|b| b.0 == *v))
+            {
+                self.hoist_one(r)?;
+            }
+        }
+        match vars.split_first() {
+            None => body(self),
+            Some((&(v, n), rest)) => self.counted(v, n, &mut |em: &Self| {
+                let mark = em.hoisted.borrow().len();
+                em.nest_hoisting(rest, inner, inner_bound, body)?;
+                em.hoisted.borrow_mut().truncate(mark);
+                Ok(())
+            }),
+        }
     }
 
     fn nest(
@@ -2614,7 +2661,10 @@ fn strips<'c>(
         }
         Ok(())
     })?;
-    em.range_loop(d, end, range.1, 1, &mut |em: &Emitter<'c>| store(em))
+    let was = em.in_order.replace(true);
+    em.range_loop(d, end, range.1, 1, &mut |em: &Emitter<'c>| store(em))?;
+    em.in_order.set(was);
+    Ok(())
 }
 
 /// The fused kernels of `f` (see [`crate::fuse`]); `KILN_NO_FUSION=1` in the environment keeps
@@ -2840,11 +2890,12 @@ fn compile_cached(
     // this crate's sources. Building and printing the LLVM IR to hash it instead took about
     // 40 ms of the MLP step's 60 ms compile with the cache warm.
     let machine = format!(
-        "{} {} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
+        "{} {} {} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
         TargetMachine::get_host_cpu_name().to_string_lossy(),
         TargetMachine::get_host_cpu_features().to_string_lossy(),
         crate::PIPELINE,
         crate::EXPLICIT_PIPELINE,
+        crate::LIGHT_PIPELINE,
         gemm_unroll(),
         wide_vectors(true),
         streaming(),
@@ -2877,6 +2928,7 @@ fn compile_cached(
         .max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let times = std::env::var("KILN_COMPILE_TIMES").is_ok_and(|v| v == "1");
+    let t_begin = std::time::Instant::now();
     let compile = |job: &Job, tm: &inkwell::targets::TargetMachine| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
         let ctx = Context::create();
@@ -2905,8 +2957,9 @@ fn compile_cached(
         }
         if times {
             eprintln!(
-                "kiln compile @{}: module [{what}]: build {:.1} ms, optimize {:.1} ms, code {:.1} ms",
+                "kiln compile @{}: module [{what}]: at {:.1} ms: build {:.1} ms, optimize {:.1} ms, code {:.1} ms",
                 f.name,
+                (start - t_begin).as_secs_f64() * 1e3,
                 (built - start).as_secs_f64() * 1e3,
                 (optimized - built).as_secs_f64() * 1e3,
                 optimized.elapsed().as_secs_f64() * 1e3
@@ -2957,6 +3010,10 @@ fn compile_cached(
         .collect();
     Ok((crate::cache::store(dir, &key, &objects)?, false))
 }
+
+/// Work (output elements times reduction steps, see [`kernel_shape`]) below which a loop-nest
+/// kernel is optimized with the light pipeline (`LIGHT_PIPELINE`).
+const LIGHT_WORK: usize = 1 << 22;
 
 /// The most expression nodes (see [`kernel_nodes`]) of the non-GEMM kernels that share one
 /// module in the kernel cache's compile.
@@ -3012,14 +3069,18 @@ impl Job {
 /// The modules the kernels `ks` are compiled in, in the order the threads take them.
 ///
 /// - The non-GEMM kernels, which mostly compile quickly, share modules of up to
-///   [`MODULE_NODES`] expression nodes (a large kernel alone), at O2, first in the queue: they
-///   are the largest jobs, and started last they would finish alone on one core.
+///   [`MODULE_NODES`] expression nodes (a large kernel alone), first in the queue: they are
+///   the largest jobs, and started last they would finish alone on one core. Kernels with
+///   less work than [`LIGHT_WORK`] (a training step's loss, its gradient, bias updates) share
+///   modules of their own optimized with the light pipeline (`LIGHT_PIPELINE`), the others
+///   are optimized at O2.
 /// - Each matrix-product kernel has a module of its own, without LLVM's loop unrolling: its
 ///   tiles are unrolled as emitted, and the unroll passes took a quarter of its O2 time
 ///   (`opt -time-passes`); runtime even (matmul 1024 and 2048 76 of 145 and 28 of 55
 ///   alternating calls, attention 13 of 25; the MLP step 14.6 against 14.7 ms over four
 ///   alternating processes: see docs/performance.md). One with an epilogue (fused elementwise
-///   users, whose loops LLVM vectorizes) is optimized at O2, one without with the pipeline of
+///   users, whose loops LLVM vectorizes) is optimized at O2, or with the light pipeline when
+///   its output has fewer than [`LIGHT_WORK`] elements; one without with the pipeline of
 ///   explicit vector code (`EXPLICIT_PIPELINE`): its loops only walk the cache blocks and
 ///   call the GEMM routines. Products that share a function (`contraction_groups`) share
 ///   the module.
@@ -3029,22 +3090,30 @@ impl Job {
 fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Job> {
     let groups = contraction_groups(ks, aliases);
     let (gemms, others) = split_gemms(ks);
-    let mut parts: Vec<Vec<Option<Kernel>>> = Vec::new();
-    let mut filled = MODULE_NODES;
-    for (i, k) in others.into_iter().enumerate() {
-        let Some(k) = k else { continue };
-        let size = kernel_nodes(&k);
-        if filled + size > MODULE_NODES {
-            parts.push(vec![None; ks.len()]);
-            filled = 0;
+    let mut jobs: Vec<Job> = Vec::new();
+    for light in [false, true] {
+        let pipeline = if light {
+            crate::Pipeline::Light
+        } else {
+            crate::Pipeline::O2 { unroll: true }
+        };
+        let mut filled = MODULE_NODES;
+        for (i, k) in others.iter().enumerate() {
+            let Some(k) = k else { continue };
+            if (kernel_shape(k, false).work < LIGHT_WORK) != light {
+                continue;
+            }
+            let size = kernel_nodes(k);
+            if filled + size > MODULE_NODES {
+                jobs.push(Job::Kernels(vec![None; ks.len()], pipeline));
+                filled = 0;
+            }
+            filled += size;
+            if let Some(Job::Kernels(part, _)) = jobs.last_mut() {
+                part[i] = Some(k.clone());
+            }
         }
-        filled += size;
-        parts.last_mut().expect("pushed")[i] = Some(k);
     }
-    let mut jobs: Vec<Job> = parts
-        .into_iter()
-        .map(|p| Job::Kernels(p, crate::Pipeline::O2 { unroll: true }))
-        .collect();
     let mut group_job = std::collections::BTreeMap::new();
     for (i, k) in gemms.into_iter().enumerate() {
         let Some(k) = k else { continue };
@@ -3061,6 +3130,8 @@ fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Job> {
             matches!(k.schedule, Schedule::Gemm { epilogue: None, .. }) && k.extra.is_empty();
         let pipeline = if plain && !gemm_unroll() {
             crate::Pipeline::Explicit
+        } else if k.out.numel() < LIGHT_WORK {
+            crate::Pipeline::Light
         } else {
             crate::Pipeline::O2 {
                 unroll: gemm_unroll(),

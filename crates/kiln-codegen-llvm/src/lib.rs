@@ -442,6 +442,16 @@ const PIPELINE: &str = "default<O2>";
 /// runtime even in alternating calls (see docs/performance.md).
 const EXPLICIT_PIPELINE: &str = "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),instcombine<no-verify-fixpoint>,simplifycfg)";
 
+/// The optimization pipeline of loop-nest kernels with little work (see
+/// `cpu::LIGHT_WORK`), which run for microseconds but took most of a small training step's
+/// compile at O2: scalar cleanup (promotion to registers, CSE, instcombine), loop invariants
+/// hoisted out of rotated loops, then LLVM's loop and SLP vectorizers. It leaves out GVN,
+/// induction-variable rewriting, unrolling and the interprocedural passes; the emitter already
+/// computes a reduction once where its loops open (a row's maximum ahead of the loop over
+/// the row, also inside another reduction), which O2 otherwise recovered by unrolling and
+/// GVN.
+const LIGHT_PIPELINE: &str = "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(loop-rotate,licm),loop-vectorize,slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)";
+
 /// How a module is optimized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pipeline {
@@ -449,6 +459,8 @@ enum Pipeline {
     O2 { unroll: bool },
     /// [`EXPLICIT_PIPELINE`].
     Explicit,
+    /// [`LIGHT_PIPELINE`].
+    Light,
 }
 
 /// This machine's CPU name and features, as LLVM reports them (once per process).
@@ -493,6 +505,7 @@ fn optimize_as(m: &Module, tm: &TargetMachine, pipeline: Pipeline) -> Result<()>
             PIPELINE
         }
         Pipeline::Explicit => EXPLICIT_PIPELINE,
+        Pipeline::Light => LIGHT_PIPELINE,
     };
     m.run_passes(passes, tm, options)
         .map_err(|e| Error::Llvm(e.to_string()))

@@ -513,6 +513,97 @@ fn column_reductions_in_strips_agree() {
     );
 }
 
+/// A reduction inside another, which stays fixed while some of the outer one's loops move: a
+/// cross-entropy loss sums `y * (x - max - log(sum(exp(x - max))))` over rows and columns in
+/// one kernel, and each row's maximum and sum of exponentials are computed once per row, where
+/// the row loop opens, not at every column (nor the maximum again at every step of the sum).
+/// Loops in the unoptimized IR: the rows, the maximum, the sum and the columns.
+#[test]
+fn reductions_inside_reductions_run_once_per_position() {
+    let src = "func @main(%0: f32[64,10], %1: f32[64,10]) -> f32[] {
+  %2 = constant {value = -inf} : f32[]
+  %3 = reduce %0, %2 {dimensions = [1], kind = max} : f32[64]
+  %4 = broadcast_in_dim %3 {broadcast_dimensions = [0]} : f32[64,10]
+  %5 = subtract %0, %4 : f32[64,10]
+  %6 = exponential %5 : f32[64,10]
+  %7 = constant {value = 0.0} : f32[]
+  %8 = reduce %6, %7 {dimensions = [1], kind = add} : f32[64]
+  %9 = log %8 : f32[64]
+  %10 = broadcast_in_dim %9 {broadcast_dimensions = [0]} : f32[64,10]
+  %11 = subtract %5, %10 : f32[64,10]
+  %12 = multiply %11, %1 : f32[64,10]
+  %13 = reduce %12, %7 {dimensions = [0, 1], kind = add} : f32[]
+  return %13
+}
+";
+    let f = kiln_ir::parse_func_text(src).unwrap();
+    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+    assert_eq!(ir.matches("define void @k").count(), 1, "one kernel\n{ir}");
+    assert_eq!(ir.matches("\nhead").count(), 4, "four loops\n{ir}");
+    common::agrees_cached_and_jit(src, 31);
+    // Row statistics of a batched loss: the maximum depends on the outer two of three
+    // reduced dimensions.
+    common::agrees_on_random_inputs(
+        "func @main(%0: f32[3,20,7]) -> f32[] {
+  %1 = constant {value = -inf} : f32[]
+  %2 = reduce %0, %1 {dimensions = [2], kind = max} : f32[3,20]
+  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0, 1]} : f32[3,20,7]
+  %4 = subtract %0, %3 : f32[3,20,7]
+  %5 = exponential %4 : f32[3,20,7]
+  %6 = constant {value = 0.0} : f32[]
+  %7 = reduce %5, %6 {dimensions = [0, 1, 2], kind = add} : f32[]
+  return %7
+}
+",
+        32,
+    );
+}
+
+/// Column sums run in strips of 16 columns, then one column at a time past the last strip.
+/// Those last columns add down the column in the same order as the strips do (not
+/// reassociated and vectorized along the strided column), so equal columns give bit-equal
+/// sums wherever they fall; with 37 columns, 5 lie past the last strip.
+#[test]
+fn column_sums_past_the_last_strip_add_in_the_strips_order() {
+    for (ty, rows, cols) in [("f32", 300, 37), ("f64", 300, 37), ("f32", 1000, 21)] {
+        let src = format!(
+            "func @main(%0: {ty}[{rows},{cols}]) -> {ty}[{cols}] {{
+  %1 = constant {{value = 0.0}} : {ty}[]
+  %2 = reduce %0, %1 {{dimensions = [0], kind = add}} : {ty}[{cols}]
+  return %2
+}}
+"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let column = kiln_ir::random::random_literal(
+            &mut kiln_ir::random::Rng::new(rows as u64),
+            &kiln_ir::TensorType::new(f.param_types()[0].dtype, vec![rows]),
+        )
+        .to_f64s();
+        let x: Vec<f64> = column
+            .iter()
+            .flat_map(|&v| std::iter::repeat_n(v, cols))
+            .collect();
+        let args = vec![kiln_ir::Literal::from_f64s(f.param_types()[0].clone(), &x).unwrap()];
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        let dir = std::env::temp_dir().join("kiln-test-column-tails");
+        for cache in [Some(dir.as_path()), None] {
+            let got = CpuExecutable::compile_with_cache(&f, cache)
+                .and_then(|e| e.run(&args))
+                .unwrap();
+            common::close(&got[0], &want[0]).unwrap();
+            let sums = got[0].to_f64s();
+            for (c, s) in sums.iter().enumerate() {
+                assert_eq!(
+                    s.to_bits(),
+                    sums[0].to_bits(),
+                    "{ty}[{rows},{cols}] column {c} (cache {cache:?}): {sums:?}"
+                );
+            }
+        }
+    }
+}
+
 /// Kernels equal to an earlier one (two products of the same shapes) run through one compiled
 /// function, through the kernel cache and the JIT, and every result agrees with the reference.
 /// Matrix products that differ only in their contraction length (30 and 600: one contraction
