@@ -920,14 +920,14 @@ impl<'c> Emitter<'c> {
         // move (a row's maximum, inside a sum over rows and columns) are computed once where
         // the loops they depend on have opened, not at every step.
         let inner = hoistable_reduces(body);
-        let mut fixed = std::collections::BTreeSet::new();
+        let mut inner_bound = std::collections::BTreeSet::new();
         for r in &inner {
             if let Expr::Reduce { vars: own, .. } = r {
-                fixed.extend(own.iter().map(|v| v.0));
+                inner_bound.extend(own.iter().map(|v| v.0));
             }
         }
         let mark = self.hoisted.borrow().len();
-        self.nest_hoisting(vars, &inner, &fixed, &mut |em: &Self| {
+        self.nest_hoisting(vars, &inner, &inner_bound, &mut |em: &Self| {
             let mark = em.hoisted.borrow().len();
             before(em)?;
             let x = em.expr(body)?;
@@ -971,15 +971,13 @@ impl<'c> Emitter<'c> {
         }
     }
 
+    /// Counted loops over `vars`, outermost first, running `body` inside.
     fn nest(
         &self,
         vars: &[(usize, usize)],
         body: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
-        match vars.split_first() {
-            None => body(self),
-            Some((&(v, n), rest)) => self.counted(v, n, &mut |em: &Self| em.nest(rest, body)),
-        }
+        self.nest_hoisting(vars, &[], &std::collections::BTreeSet::new(), body)
     }
 
     fn combine(
