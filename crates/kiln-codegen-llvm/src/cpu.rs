@@ -926,7 +926,6 @@ impl<'c> Emitter<'c> {
                 inner_bound.extend(own.iter().map(|v| v.0));
             }
         }
-        let mark = self.hoisted.borrow().len();
         self.nest_hoisting(vars, &inner, &inner_bound, &mut |em: &Self| {
             let mark = em.hoisted.borrow().len();
             before(em)?;
@@ -937,13 +936,13 @@ impl<'c> Emitter<'c> {
             em.b.build_store(acc, c).map_err(llvm)?;
             Ok(())
         })?;
-        self.hoisted.borrow_mut().truncate(mark);
         self.b.build_load(ct, acc, "sum").map_err(llvm)
     }
 
-    /// [`Self::nest`], computing ahead of each loop the reductions of `inner` that read none
-    /// of the loop variables still to open (`vars`) nor those bound inside the body
-    /// (`inner_bound`), and are not computed yet; they are dropped when the loop ends.
+    /// Counted loops over `vars`, outermost first, running `body` inside, and computing ahead
+    /// of each loop the reductions of `inner` that read none of the loop variables still to
+    /// open nor those bound inside the body (`inner_bound`), and are not computed yet; they
+    /// are dropped when the loop they were computed in (or the nest) ends.
     fn nest_hoisting(
         &self,
         vars: &[(usize, usize)],
@@ -951,6 +950,7 @@ impl<'c> Emitter<'c> {
         inner_bound: &std::collections::BTreeSet<usize>,
         body: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
+        let mark = self.hoisted.borrow().len();
         for r in inner {
             let free = free_vars(r);
             if !free
@@ -960,15 +960,14 @@ impl<'c> Emitter<'c> {
                 self.hoist_one(r)?;
             }
         }
-        match vars.split_first() {
+        let done = match vars.split_first() {
             None => body(self),
             Some((&(v, n), rest)) => self.counted(v, n, &mut |em: &Self| {
-                let mark = em.hoisted.borrow().len();
-                em.nest_hoisting(rest, inner, inner_bound, body)?;
-                em.hoisted.borrow_mut().truncate(mark);
-                Ok(())
+                em.nest_hoisting(rest, inner, inner_bound, body)
             }),
-        }
+        };
+        self.hoisted.borrow_mut().truncate(mark);
+        done
     }
 
     /// Counted loops over `vars`, outermost first, running `body` inside.
@@ -3010,7 +3009,8 @@ fn compile_cached(
 }
 
 /// Work (output elements times reduction steps, see [`kernel_shape`]) below which a loop-nest
-/// kernel is optimized with the light pipeline (`LIGHT_PIPELINE`).
+/// kernel is optimized with the light pipeline (`LIGHT_PIPELINE`); also the outputs below
+/// which a GEMM kernel's epilogue is (see [`kernel_jobs`]).
 const LIGHT_WORK: usize = 1 << 22;
 
 /// The most expression nodes (see [`kernel_nodes`]) of the non-GEMM kernels that share one
