@@ -426,10 +426,11 @@ impl<'c> Regs<'_, 'c> {
     /// Packs the first `rows` rows of A by `span` contraction steps into slivers of `mr` rows
     /// at `dst`, `stride` elements apart (step `s` of a sliver's row `i` at `s * mr + i`; rows
     /// past `rows` are zeros). Row `i` at step `s` is `src[i + s * ld]` when A is stored
-    /// transposed (`[k, m]`: `trans`), else `src[i * ld + s]`. Whole slivers go by vectors of
-    /// `mr` elements: stored transposed, each step of a sliver is `mr` consecutive elements
-    /// already; stored by rows, blocks of `mr` rows by `mr` steps are transposed in registers.
-    /// The rest goes element by element: a contiguous read and a store every `mr` elements.
+    /// transposed (`[k, m]`: `trans`), else `src[i * ld + s]`. Whole slivers go by vectors:
+    /// stored transposed, each step of a sliver is `mr` consecutive elements already; stored by
+    /// rows, blocks of `mr` rows by `mr` steps are transposed in registers, or, when `mr` is not
+    /// a power of two, blocks of `lanes` steps (see [`Self::pack_a_grouped`]). The rest goes
+    /// element by element: a contiguous read and a store every `mr` elements.
     #[allow(clippy::too_many_arguments)]
     fn pack_a(
         &self,
@@ -444,7 +445,10 @@ impl<'c> Regs<'_, 'c> {
         let x = &self.x;
         let mr = self.bl.mr;
         let (s_r, s_i) = (x.slot()?, x.slot()?);
-        let vectors = trans || (mr as u64).is_power_of_two();
+        let lanes = self.bl.lanes as i64;
+        // Stored by rows with `mr` not a power of two (the 256-bit tiles' 6 and 12 rows):
+        // blocks of `lanes` steps, transposed `lanes` rows at a time.
+        let grouped = !trans && !(mr as u64).is_power_of_two();
         let mt = self.ft.vec_type(mr as u32);
         let at = |row: IntValue<'c>, kk: IntValue<'c>| -> Result<PointerValue<'c>> {
             let idx = if trans {
@@ -458,47 +462,50 @@ impl<'c> Regs<'_, 'c> {
             let r = x.get(s_r)?;
             let sliver = x.mul(r, stride)?;
             let whole = x.cmp(IntPredicate::SLE, x.addc(r, mr)?, rows)?;
-            let from = if vectors {
-                let step = if trans { 1 } else { mr };
-                let rem =
-                    x.em.b
-                        .build_int_signed_rem(span, x.c(step), "r")
-                        .map_err(llvm)?;
-                // Whole slivers: vectors up to the last whole block, the rest as below.
-                let kfull =
-                    x.em.b
-                        .build_select(whole, x.sub(span, rem)?, x.c(0), "kf")
-                        .map_err(llvm)?
-                        .into_int_value();
-                let s_k = x.slot()?;
-                x.em.range_loop_ptr(s_k, x.c(0), kfull, step, &mut |em| {
-                    let k0 = x.get(s_k)?;
-                    let store = |u: i64, v: VectorValue<'c>| -> Result<()> {
-                        let idx = x.add(sliver, x.mulc(x.addc(k0, u)?, mr)?)?;
-                        em.b.build_store(x.at(self.ft, dst, idx)?, v)
-                            .map_err(llvm)?
-                            .set_alignment(self.bl.bytes as u32)
-                            .map_err(llvm)
-                    };
-                    let load = |p: PointerValue<'c>| -> Result<VectorValue<'c>> {
-                        let l = em.b.build_load(mt, p, "av").map_err(llvm)?;
-                        Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
-                    };
-                    if trans {
-                        return store(0, load(at(r, k0)?)?);
-                    }
-                    let block: Vec<VectorValue<'c>> = (0..mr)
-                        .map(|i| load(at(x.addc(r, i)?, k0)?))
-                        .collect::<Result<_>>()?;
-                    for (u, v) in self.transpose(block)?.into_iter().enumerate() {
-                        store(u as i64, v)?;
-                    }
-                    Ok(())
-                })?;
-                kfull
-            } else {
-                x.c(0)
+            let step = match (trans, grouped) {
+                (true, _) => 1,
+                (false, true) => lanes,
+                (false, false) => mr,
             };
+            let rem =
+                x.em.b
+                    .build_int_signed_rem(span, x.c(step), "r")
+                    .map_err(llvm)?;
+            // Whole slivers: vectors up to the last whole block, the rest as below.
+            let kfull =
+                x.em.b
+                    .build_select(whole, x.sub(span, rem)?, x.c(0), "kf")
+                    .map_err(llvm)?
+                    .into_int_value();
+            let s_k = x.slot()?;
+            x.em.range_loop_ptr(s_k, x.c(0), kfull, step, &mut |em| {
+                let k0 = x.get(s_k)?;
+                let store = |u: i64, v: VectorValue<'c>| -> Result<()> {
+                    let idx = x.add(sliver, x.mulc(x.addc(k0, u)?, mr)?)?;
+                    em.b.build_store(x.at(self.ft, dst, idx)?, v)
+                        .map_err(llvm)?
+                        .set_alignment(self.bl.bytes as u32)
+                        .map_err(llvm)
+                };
+                let load = |p: PointerValue<'c>| -> Result<VectorValue<'c>> {
+                    let l = em.b.build_load(mt, p, "av").map_err(llvm)?;
+                    Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
+                };
+                if trans {
+                    return store(0, load(at(r, k0)?)?);
+                }
+                if grouped {
+                    return self.pack_a_grouped(r, k0, sliver, &at, dst);
+                }
+                let block: Vec<VectorValue<'c>> = (0..mr)
+                    .map(|i| load(at(x.addc(r, i)?, k0)?))
+                    .collect::<Result<_>>()?;
+                for (u, v) in self.transpose(block)?.into_iter().enumerate() {
+                    store(u as i64, v)?;
+                }
+                Ok(())
+            })?;
+            let from = kfull;
             x.em.range_loop_ptr(s_i, x.c(0), x.c(mr), 1, &mut |_| {
                 let i = x.get(s_i)?;
                 let row = x.add(r, i)?;
@@ -510,6 +517,66 @@ impl<'c> Regs<'_, 'c> {
                 )
             })
         })
+    }
+
+    /// One block of `lanes` steps (from `k0`) of the whole sliver of rows `r..r + mr` at
+    /// `sliver` in `dst`, when `mr` is not a power of two: each group of `lanes` rows (the last
+    /// padded) is loaded by rows and transposed in registers, then step `u` of group `g` is
+    /// stored at `(k0 + u) * mr + g * lanes`. A short last group is still stored a whole vector
+    /// wide, except at the block's last step: its extra lanes land on the next step's first
+    /// elements, which are stored after it.
+    fn pack_a_grouped(
+        &self,
+        r: IntValue<'c>,
+        k0: IntValue<'c>,
+        sliver: IntValue<'c>,
+        at: &dyn Fn(IntValue<'c>, IntValue<'c>) -> Result<PointerValue<'c>>,
+        dst: PointerValue<'c>,
+    ) -> Result<()> {
+        let x = &self.x;
+        let b = &x.em.b;
+        let (mr, lanes) = (self.bl.mr, self.bl.lanes as i64);
+        let groups = (mr + lanes - 1) / lanes;
+        let mut cols = Vec::new();
+        for g in 0..groups {
+            let rows: Vec<VectorValue<'c>> = (0..lanes)
+                .map(|j| {
+                    let i = g * lanes + j;
+                    if i >= mr {
+                        return Ok(self.vt.get_poison());
+                    }
+                    let l = b
+                        .build_load(self.vt, at(x.addc(r, i)?, k0)?, "ar")
+                        .map_err(llvm)?;
+                    Ok(align(l, self.bl.bytes as u32)?.into_vector_value())
+                })
+                .collect::<Result<_>>()?;
+            cols.push(self.transpose(rows)?);
+        }
+        let i32t = x.em.ctx.i32_type();
+        for u in 0..lanes {
+            for (g, col) in cols.iter().enumerate() {
+                let g = g as i64;
+                let w = (mr - g * lanes).min(lanes);
+                let v = if w == lanes || u + 1 < lanes {
+                    col[u as usize]
+                } else {
+                    let first = VectorType::const_vector(
+                        &(0..w)
+                            .map(|k| i32t.const_int(k as u64, false))
+                            .collect::<Vec<_>>(),
+                    );
+                    b.build_shuffle_vector(col[u as usize], self.vt.get_poison(), first, "aw")
+                        .map_err(llvm)?
+                };
+                let idx = x.add(sliver, x.addc(x.mulc(x.addc(k0, u)?, mr)?, g * lanes)?)?;
+                b.build_store(x.at(self.ft, dst, idx)?, v)
+                    .map_err(llvm)?
+                    .set_alignment(self.bl.bytes as u32)
+                    .map_err(llvm)?;
+            }
+        }
+        Ok(())
     }
 
     /// For kk in `kb..kend`: `*dst(kk) = *src(kk)` where `live`, else zeros. The stores are
@@ -865,6 +932,9 @@ pub(super) enum Routine {
     /// i64 stride)`, as [`Regs::pack_a`] describes.
     PackA {
         bytes: i64,
+        /// Elements per vector of the GEMM (the width of a block of steps when `mr` is not a
+        /// power of two).
+        lanes: u32,
         /// Rows per sliver.
         mr: i64,
         /// A stored `[k, m]`.
@@ -924,6 +994,7 @@ impl Routine {
     fn pack_a(bl: Blocking, trans: bool) -> Routine {
         Routine::PackA {
             bytes: bl.bytes,
+            lanes: bl.lanes,
             mr: bl.mr,
             trans,
         }
@@ -992,8 +1063,13 @@ impl Routine {
                     bytes * 8
                 )
             }
-            Routine::PackA { bytes, mr, trans } => format!(
-                "{ROUTINE_PREFIX}packa_f{}_{mr}_{}",
+            Routine::PackA {
+                bytes,
+                lanes,
+                mr,
+                trans,
+            } => format!(
+                "{ROUTINE_PREFIX}packa_f{}_{mr}x{lanes}_{}",
                 bytes * 8,
                 if trans { "t" } else { "n" }
             ),
@@ -1022,7 +1098,9 @@ impl Routine {
                 nv,
                 ..
             } => (bytes, lanes, mr, nv),
-            Routine::PackA { bytes, mr, .. } => (bytes, mr as u32, mr, 0),
+            Routine::PackA {
+                bytes, lanes, mr, ..
+            } => (bytes, lanes, mr, 0),
             Routine::PackB {
                 bytes, lanes, nv, ..
             } => (bytes, lanes, 0, nv),

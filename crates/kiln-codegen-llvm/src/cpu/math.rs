@@ -5,9 +5,9 @@
 
 use super::{Emitter, llvm};
 use crate::Result;
-use inkwell::FloatPredicate;
 use inkwell::types::{FloatType, IntType};
 use inkwell::values::{FloatValue, IntValue};
+use inkwell::{FloatPredicate, IntPredicate};
 use kiln_ir::DType;
 
 /// One binary float format: its types and the constants the functions below depend on.
@@ -30,12 +30,15 @@ struct Format<'c> {
 }
 
 impl Format<'_> {
-    /// exp's clamp `(top, bottom)`, and where its result becomes inf and 0 `(over, under)`.
-    fn exp_range(&self) -> (f64, f64, f64, f64) {
+    /// exp's clamp `(top, bottom)`. Past `top` (where e^x is beyond the largest finite value),
+    /// n is the largest exponent plus one and e^r >= 1, so scaling overflows to inf. `bottom`
+    /// lies just below where e^x is half the smallest subnormal: n is the exponent of that
+    /// half, e^r < 1, and p 2^n rounds to 0.
+    fn exp_range(&self) -> (f64, f64) {
         if self.double {
-            (710.0, -746.0, 709.782712893384, -745.1332191019412)
+            (710.0, -745.14)
         } else {
-            (89.0, -104.0, 88.72283935546875, -103.97208)
+            (89.0, -103.98)
         }
     }
 }
@@ -139,64 +142,59 @@ impl<'c> Emitter<'c> {
     /// e^x: x = n ln 2 + r with n rounded to nearest (by a shifter constant) and ln 2 split in
     /// two, e^r by a polynomial (degree 6 in f32, the degree-13 Taylor polynomial in f64;
     /// |r| <= ln 2 / 2), then scaled by 2^n (see [`Self::scale`]). Within 2 ulps.
+    ///
+    /// The clamp keeps NaN (each comparison is false for it, so the select passes `x` on), and
+    /// NaN's `r` makes the result NaN whatever its `n` became; the scaling itself overflows to
+    /// inf past the top and rounds to 0 past the bottom (see [`Format::exp_range`]).
     pub(super) fn exp_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
         let c = |v: f64| f.ft.const_float(v);
-        // Clamp so 2^n stays representable; beyond `over` and `under` the result is inf or 0.
-        // NaN stays NaN (it compares false).
-        let (top, bottom, over, under) = f.exp_range();
+        let (top, bottom) = f.exp_range();
         let hi = self.fcmp(FloatPredicate::OGT, x, c(top))?;
         let lo = self.fcmp(FloatPredicate::OLT, x, c(bottom))?;
         let xc = self.select_float(hi, c(top), self.select_float(lo, c(bottom), x)?)?;
-        let (n, p) = self.exp_reduced(&f, xc)?;
-        let nan = self.fcmp(FloatPredicate::UNO, x, x)?;
-        if self.scalef {
-            // NaN's n is NaN, and converting that to an integer gives poison: use 0 (its p is
-            // NaN). 2^128 (2^1024) times p >= 1 is inf, as e^x is beyond `over`; below
-            // `under`, p 2^n rounds to 0.
-            return self.scale(&f, p, self.select_float(nan, c(0.0), n)?);
-        }
-        let y = self.scale(&f, p, n)?;
-        let over = self.fcmp(FloatPredicate::OGT, x, c(over))?;
-        let under = self.fcmp(FloatPredicate::OLT, x, c(under))?;
-        self.select_float(
-            nan,
-            x,
-            self.select_float(over, c(f64::INFINITY), self.select_float(under, c(0.0), y)?)?,
-        )
+        let (n, p) = self.exp_reduced(&f, xc, 1.0)?;
+        self.scale(&f, p, n)
     }
 
-    /// e^x for x <= 0, as [`Self::exp_fast`] without its checks for overflow and NaN (a NaN
-    /// `x` gives a number: callers return NaN themselves). Within 2 ulps.
+    /// e^x for x <= 0 (NaN gives NaN), as [`Self::exp_fast`] with a one-step scaling: 2^n never
+    /// overflows here, so where the target has no `ldexp` instruction, the polynomial's
+    /// coefficients are scaled by 2^-64 (exactly: its values stay far above the subnormals) and
+    /// p 2^n is that times 2^(n + 64), a normal number: one product, which rounds a subnormal
+    /// result once, as the two-step scaling does. Within 2 ulps.
     fn exp_nonpositive(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
         let c = |v: f64| f.ft.const_float(v);
-        let (_, bottom, _, under) = f.exp_range();
-        let inside = self.fcmp(FloatPredicate::OGE, x, c(bottom))?;
-        let (n, p) = self.exp_reduced(&f, self.select_float(inside, x, c(bottom))?)?;
-        let y = self.scale(&f, p, n)?;
+        let (_, bottom) = f.exp_range();
+        let below = self.fcmp(FloatPredicate::OLT, x, c(bottom))?;
+        let xc = self.select_float(below, c(bottom), x)?;
         if self.scalef {
-            return Ok(y);
+            let (n, p) = self.exp_reduced(&f, xc, 1.0)?;
+            return self.scale(&f, p, n);
         }
-        let under = self.fcmp(FloatPredicate::OLT, x, c(under))?;
-        self.select_float(under, c(0.0), y)
+        let (n, p) = self.exp_reduced(&f, xc, 2f64.powi(-64))?;
+        let b = &self.b;
+        let shifted = b
+            .build_int_add(n, f.it.const_int(64, false), "n64")
+            .map_err(llvm)?;
+        b.build_float_mul(p, self.pow2(&f, shifted)?, "y")
+            .map_err(llvm)
     }
 
-    /// p 2^n for an integral `n` in exp's clamped range (NaN only where the caller discards the
-    /// result, as its conversion to an integer is poison): by `ldexp` where the
-    /// target does that in one instruction (which rounds subnormal results once and overflows
-    /// to inf by itself); elsewhere in two steps by exponent bits, which reach the subnormal
-    /// range but not overflow (the caller checks that).
-    fn scale(
-        &self,
-        f: &Format<'c>,
-        p: FloatValue<'c>,
-        n: FloatValue<'c>,
-    ) -> Result<FloatValue<'c>> {
+    /// p 2^n for an integer `n` in exp's clamped range (or any, with `p` NaN): by `ldexp`
+    /// where the target does that in one instruction (which rounds subnormal results once and
+    /// overflows to inf by itself); elsewhere in two steps by exponent bits, which reach the
+    /// subnormal range (rounding once: the first step is exact) and overflow to inf at the top
+    /// of the range (2^n = 2^(max exponent + 1) times p >= 1).
+    fn scale(&self, f: &Format<'c>, p: FloatValue<'c>, ni: IntValue<'c>) -> Result<FloatValue<'c>> {
         let b = &self.b;
         if self.scalef {
             let i32t = self.ctx.i32_type();
-            let ni = b.build_float_to_signed_int(n, i32t, "ni").map_err(llvm)?;
+            let ni = if f.double {
+                b.build_int_truncate(ni, i32t, "n32").map_err(llvm)?
+            } else {
+                ni
+            };
             let ldexp = inkwell::intrinsics::Intrinsic::find("llvm.ldexp")
                 .ok_or_else(|| crate::Error::Llvm("no intrinsic llvm.ldexp".into()))?;
             let decl = ldexp
@@ -210,7 +208,6 @@ impl<'c> Emitter<'c> {
                 .ok_or_else(|| crate::Error::Llvm("llvm.ldexp returned nothing".into()))?
                 .into_float_value());
         }
-        let ni = b.build_float_to_signed_int(n, f.it, "ni").map_err(llvm)?;
         let n1 = b
             .build_right_shift(ni, f.it.const_int(1, false), true, "n1")
             .map_err(llvm)?;
@@ -224,29 +221,51 @@ impl<'c> Emitter<'c> {
         .map_err(llvm)
     }
 
-    /// For `x` in exp's clamped range: `(n, e^r)` with x = n ln 2 + r, n rounded to nearest
-    /// (see [`Self::exp_fast`]).
+    /// For `x` in exp's clamped range (or NaN): `(n, s e^r)` with x = n ln 2 + r, n rounded to
+    /// nearest (see [`Self::exp_fast`]), `n` as an integer of the format's width, and `s` a
+    /// power of two that scales the polynomial's coefficients.
     fn exp_reduced(
         &self,
         f: &Format<'c>,
         x: FloatValue<'c>,
-    ) -> Result<(FloatValue<'c>, FloatValue<'c>)> {
+        s: f64,
+    ) -> Result<(IntValue<'c>, FloatValue<'c>)> {
+        let b = &self.b;
         let c = |v: f64| f.ft.const_float(v);
         // n = x log2(e) rounded to nearest, by adding and subtracting 1.5 2^p (p the mantissa
-        // bits): the sum's last place is 1, so it rounds there (|x log2(e)| <= 1076 here).
-        let shifter = c(1.5 * 2f64.powi(f.mant as i32));
-        let t = self.fmuladd(x, c(std::f64::consts::LOG2_E), shifter)?;
-        let n = self.b.build_float_sub(t, shifter, "n").map_err(llvm)?;
+        // bits): the sum's last place is 1, so it rounds there (|x log2(e)| <= 1076 here), and
+        // its bits less the shifter's are n as an integer (no conversion, which would be
+        // poison for NaN).
+        let shifter = 1.5 * 2f64.powi(f.mant as i32);
+        let t = self.fmuladd(x, c(std::f64::consts::LOG2_E), c(shifter))?;
+        let n = b.build_float_sub(t, c(shifter), "n").map_err(llvm)?;
+        let shifter_bits = if f.double {
+            shifter.to_bits()
+        } else {
+            u64::from((shifter as f32).to_bits())
+        };
+        let ni = b
+            .build_int_sub(
+                b.build_bit_cast(t, f.it, "tb")
+                    .map_err(llvm)?
+                    .into_int_value(),
+                f.it.const_int(shifter_bits, false),
+                "ni",
+            )
+            .map_err(llvm)?;
         let r = self.fmuladd(n, c(-f.ln2_hi), x)?;
         let r = self.fmuladd(n, c(-f.ln2_lo), r)?;
-        if !f.double {
-            return Ok((n, self.horner(r, &EXP_F32)?));
-        }
-        let mut taylor = vec![1.0f64];
-        for k in 1..=13 {
-            taylor.push(taylor[k - 1] / k as f64);
-        }
-        Ok((n, self.horner(r, &taylor)?))
+        let coefs: Vec<f64> = if f.double {
+            let mut taylor = vec![1.0f64];
+            for k in 1..=13 {
+                taylor.push(taylor[k - 1] / k as f64);
+            }
+            taylor
+        } else {
+            EXP_F32.to_vec()
+        };
+        let scaled: Vec<f64> = coefs.iter().map(|k| k * s).collect();
+        Ok((ni, self.horner(r, &scaled)?))
     }
 
     /// 2^e for an integer `e` in the normal exponent range, from its exponent bits.
@@ -380,8 +399,7 @@ impl<'c> Emitter<'c> {
         let y = b.build_float_add(ax, ax, "2x").map_err(llvm)?;
         let top = c(if f.double { 38.5 } else { 18.5 });
         let inside = self.fcmp(FloatPredicate::OLT, y, top)?;
-        let (n, p) = self.exp_reduced(&f, self.select_float(inside, y, top)?)?;
-        let ni = b.build_float_to_signed_int(n, f.it, "ni").map_err(llvm)?;
+        let (ni, p) = self.exp_reduced(&f, self.select_float(inside, y, top)?, 1.0)?;
         let e = b
             .build_float_mul(p, self.pow2(&f, ni)?, "e")
             .map_err(llvm)?;
@@ -410,10 +428,16 @@ impl<'c> Emitter<'c> {
         let pos = b.build_float_div(one, den, "p").map_err(llvm)?;
         // e / (1 + e) as e times 1 / (1 + e): one division for both sides.
         let neg = b.build_float_mul(e, pos, "n").map_err(llvm)?;
-        let nonneg = self.fcmp(FloatPredicate::OGE, x, f.ft.const_zero())?;
-        let nan = self.fcmp(FloatPredicate::UNO, x, x)?;
-        let r = self.select_float(nonneg, pos, neg)?;
-        self.select_float(nan, x, r)
+        // By x's sign bit (-0 gives 1/2 either way; for NaN, e and so both sides are NaN): one
+        // blend on x86, which selects by that bit, with no comparison.
+        let bits = b
+            .build_bit_cast(x, f.it, "xb")
+            .map_err(llvm)?
+            .into_int_value();
+        let negative = b
+            .build_int_compare(IntPredicate::SLT, bits, f.it.const_zero(), "neg")
+            .map_err(llvm)?;
+        self.select_float(negative, neg, pos)
     }
 
     /// erf. Small |x| (below 0.921875): x P(x^2) with P the Taylor series of erf(x) / x (to

@@ -743,6 +743,17 @@ pub fn transcendentals() {
             f64::MAX,
             f64::MIN,
         ]);
+        // Around the points where e^x overflows and where it falls below half the smallest
+        // subnormal (the ends of exp's clamp), at the format's spacing there.
+        let (over, under) = if dtype == DType::F32 {
+            (88.72283935546875, -103.97208)
+        } else {
+            (709.782712893384, -745.1332191019412)
+        };
+        for edge in [over, under, -over, -under] {
+            let step = if dtype == DType::F32 { 8e-6 } else { 2e-13 };
+            xs.extend((-2000..=2000).map(|i| edge + i as f64 * step));
+        }
         for (op, bound) in [("exponential", 2), ("tanh", 4), ("logistic", 4), ("erf", 4)] {
             let (worst, at) = worst_ulps(op, dtype, &xs);
             println!("{op} {dtype}: at most {worst} ulp (at x = {at})");
