@@ -88,6 +88,11 @@ struct Emitter<'c> {
     for_host: bool,
     /// Where the GEMM routines are compiled.
     routines: Routines,
+    /// The keys ([`value_key`]) of the kernel's exponentials whose argument is never positive
+    /// (see [`nonpositive_exps`]).
+    nonpositive: std::collections::HashSet<String>,
+    /// Set just before an exponential of `nonpositive` is emitted, taken by [`Self::op`].
+    exp_nonpositive: std::cell::Cell<bool>,
 }
 
 /// Where the GEMM routines a module's kernels call (`gemm::Routine`) are compiled.
@@ -156,6 +161,8 @@ impl<'c> Emitter<'c> {
             facts: Default::default(),
             for_host,
             routines,
+            nonpositive: Default::default(),
+            exp_nonpositive: Default::default(),
         }
     }
 
@@ -880,6 +887,12 @@ impl<'c> Emitter<'c> {
                     Ew::Select => args[1].dtype(),
                     _ => args[0].dtype(),
                 };
+                if matches!(op, Ew::Kind(OpKind::Exponential))
+                    && !self.nonpositive.is_empty()
+                    && self.nonpositive.contains(&value_key(e))
+                {
+                    self.exp_nonpositive.set(true);
+                }
                 self.op(op, in_dt, *dtype, &vals)
             }
             Expr::Reduce { .. } => {
@@ -1144,6 +1157,9 @@ impl<'c> Emitter<'c> {
                     .build_select(neg, ft.const_float(-1.0), x, "s")
                     .map_err(llvm)?;
                 b.build_select(pos, one.into(), s, "r").map_err(llvm)?
+            }
+            OpKind::Exponential if self.exp_nonpositive.replace(false) => {
+                self.exp_nonpositive(d, x)?.into()
             }
             OpKind::Exponential => self.exp_fast(d, x)?.into(),
             OpKind::Log => self.log_fast(d, x)?.into(),
@@ -1501,6 +1517,10 @@ fn emit_kernel<'c>(
     };
     let mut em = Emitter::new(ctx, m, b, f, inputs, for_host, routines);
     em.vars = vars;
+    let mut extents: Vec<Option<usize>> = k.out.shape.iter().map(|&e| Some(e)).collect();
+    for body in std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body)) {
+        nonpositive_exps(body, &mut extents, &mut em.nonpositive);
+    }
     if let Some((pairs, slots)) = alias.filter(|a| !a.0.is_empty()) {
         // Each in-place input's slot holds its output's pointer: `out`, or an extra output's
         // (whose own slot is left as it is).
@@ -2263,6 +2283,100 @@ fn emit_streaming<'c>(
 }
 
 /// The loads in `e` that read one position whatever the loop variables.
+/// Collects into `out` the keys of the exponentials in `e` whose argument is `a - m`, `m` a
+/// maximum over one variable `v` of an expression that is `a` with `v` in place of one of
+/// `a`'s variables, `w`, whose range (`extents[w]`, where known) lies inside `v`'s: `m` is then
+/// at least `a` (a softmax's `exp(x - max(x))`), so the argument is at most 0 or NaN, and
+/// [`Emitter::exp_nonpositive`] computes it with the same bits as [`Emitter::exp_fast`] in
+/// fewer operations. `extents` holds the enclosing loops' trip counts by variable.
+fn nonpositive_exps(
+    e: &Expr,
+    extents: &mut Vec<Option<usize>>,
+    out: &mut std::collections::HashSet<String>,
+) {
+    match e {
+        Expr::Op {
+            op: Ew::Kind(OpKind::Exponential),
+            args,
+            ..
+        } if max_difference(&args[0], extents) => {
+            out.insert(value_key(e));
+            nonpositive_exps(&args[0], extents, out);
+        }
+        Expr::Op { args, .. } => args.iter().for_each(|a| nonpositive_exps(a, extents, out)),
+        Expr::Reduce {
+            init, vars, body, ..
+        } => {
+            nonpositive_exps(init, extents, out);
+            let saved = extents.clone();
+            for &(v, n) in vars {
+                if extents.len() <= v {
+                    extents.resize(v + 1, None);
+                }
+                extents[v] = Some(n);
+            }
+            nonpositive_exps(body, extents, out);
+            *extents = saved;
+        }
+        Expr::Guard {
+            then, otherwise, ..
+        } => {
+            nonpositive_exps(then, extents, out);
+            nonpositive_exps(otherwise, extents, out);
+        }
+        _ => {}
+    }
+}
+
+/// Whether `e` is `a - m` with `m` a maximum of `a` over a range holding `a`'s position (see
+/// [`nonpositive_exps`]), through round trips of bit casts (a stop-gradient's).
+fn max_difference(e: &Expr, extents: &[Option<usize>]) -> bool {
+    let Expr::Op {
+        op: Ew::Kind(OpKind::Subtract),
+        args,
+        ..
+    } = e
+    else {
+        return false;
+    };
+    let (a, mut m) = (&args[0], &args[1]);
+    while let Expr::Op {
+        op: Ew::Bitcast,
+        dtype,
+        args: inner,
+    } = m
+        && let Expr::Op {
+            op: Ew::Bitcast,
+            args: innermost,
+            ..
+        } = &inner[0]
+        && innermost[0].dtype() == *dtype
+    {
+        m = &innermost[0];
+    }
+    let Expr::Reduce {
+        kind: Combiner::Max,
+        vars,
+        body,
+        ..
+    } = m
+    else {
+        return false;
+    };
+    let [(v, n)] = vars[..] else {
+        return false;
+    };
+    let (fa, fm) = (free_vars(a), free_vars(m));
+    fa.difference(&fm).any(|&w| {
+        extents
+            .get(w)
+            .copied()
+            .flatten()
+            .is_some_and(|ext| ext <= n)
+            && crate::kernel::rename_var(body, v, w) == *a
+    })
+}
+
 fn invariant_loads(e: &Expr) -> Vec<&Expr> {
     fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
         match e {
@@ -4035,5 +4149,64 @@ fn reduction_work(e: &Expr) -> usize {
             then, otherwise, ..
         } => reduction_work(then).max(reduction_work(otherwise)),
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exponentials of `src`'s kernels proven to take no positive argument, and all of
+    /// them.
+    fn nonpositive_count(src: &str) -> (usize, usize) {
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let fused = fused_kernels(&f);
+        let (mut proven, mut all) = (0, 0);
+        for k in fused.kernels.iter().flatten() {
+            let mut keys = std::collections::HashSet::new();
+            let mut extents: Vec<Option<usize>> = k.out.shape.iter().map(|&e| Some(e)).collect();
+            nonpositive_exps(&k.body, &mut extents, &mut keys);
+            proven += keys.len();
+            crate::kernel::visit(&k.body, &mut |e| {
+                if let Expr::Op {
+                    op: Ew::Kind(OpKind::Exponential),
+                    ..
+                } = e
+                {
+                    all += 1;
+                }
+            });
+        }
+        (proven, all)
+    }
+
+    fn softmax_like(prefix: &str, max_of: &str, arg: &str) -> String {
+        format!(
+            "func @main(%0: f32[4,16], %1: f32[4,16]) -> f32[4,16] {{\n{prefix}  %m = constant {{value = -inf}} : f32[]\n  %r = reduce {max_of}, %m {{dimensions = [1], kind = max}} : f32[4]\n  %b = broadcast_in_dim %r {{broadcast_dimensions = [0]}} : f32[4,16]\n  %d = subtract {arg} : f32[4,16]\n  %e = exponential %d : f32[4,16]\n  return %e\n}}\n"
+        )
+    }
+
+    #[test]
+    fn exponentials_of_a_difference_from_the_maximum_are_proven_nonpositive() {
+        // exp(x - max(x)) over the row holding x: proven.
+        assert_eq!(nonpositive_count(&softmax_like("", "%0", "%0, %b")), (1, 1));
+        // The softmax of a scaled product, with a stop-gradient's bit-cast round trip around
+        // the maximum (attention's form): both exponentials, in the sum and in the outputs.
+        let attention = "func @main(%0: f32[2,16,8], %1: f32[2,16,8]) -> f32[2,16,16] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]} : f32[2,16,16]\n  %3 = constant {value = -inf} : f32[]\n  %4 = reduce %2, %3 {dimensions = [2], kind = max} : f32[2,16]\n  %5 = bitcast_convert %4 : u32[2,16]\n  %6 = bitcast_convert %5 : f32[2,16]\n  %7 = broadcast_in_dim %6 {broadcast_dimensions = [0, 1]} : f32[2,16,16]\n  %8 = subtract %2, %7 : f32[2,16,16]\n  %9 = exponential %8 : f32[2,16,16]\n  %10 = constant {value = 0.0} : f32[]\n  %11 = reduce %9, %10 {dimensions = [2], kind = add} : f32[2,16]\n  %12 = broadcast_in_dim %11 {broadcast_dimensions = [0, 1]} : f32[2,16,16]\n  %13 = divide %9, %12 : f32[2,16,16]\n  return %13\n}\n";
+        assert_eq!(nonpositive_count(attention), (2, 2));
+    }
+
+    #[test]
+    fn other_exponentials_are_not_proven_nonpositive() {
+        // The maximum of another tensor.
+        assert_eq!(nonpositive_count(&softmax_like("", "%1", "%0, %b")).0, 0);
+        // The difference the other way round.
+        assert_eq!(nonpositive_count(&softmax_like("", "%0", "%b, %0")).0, 0);
+        // The maximum over half the row: x's position may lie outside it.
+        let half = "  %h = slice %0 {start_indices = [0, 0], limit_indices = [4, 8], strides = [1, 1]} : f32[4,8]\n";
+        assert_eq!(nonpositive_count(&softmax_like(half, "%h", "%0, %b")).0, 0);
+        // A minimum, not a maximum.
+        let min = softmax_like("", "%0", "%0, %b").replace("kind = max", "kind = min");
+        assert_eq!(nonpositive_count(&min).0, 0);
     }
 }

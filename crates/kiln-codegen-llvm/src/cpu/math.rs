@@ -162,7 +162,7 @@ impl<'c> Emitter<'c> {
     /// coefficients are scaled by 2^-64 (exactly: its values stay far above the subnormals) and
     /// p 2^n is that times 2^(n + 64), a normal number: one product, which rounds a subnormal
     /// result once, as the two-step scaling does. Within 2 ulps.
-    fn exp_nonpositive(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+    pub(super) fn exp_nonpositive(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
         let c = |v: f64| f.ft.const_float(v);
         let (_, bottom) = f.exp_range();
