@@ -2282,7 +2282,6 @@ fn emit_streaming<'c>(
     Ok(())
 }
 
-/// The loads in `e` that read one position whatever the loop variables.
 /// Collects into `out` the keys of the exponentials in `e` whose argument is `a - m`, `m` a
 /// maximum over one variable `v` of an expression that is `a` with `v` in place of one of
 /// `a`'s variables, `w`, whose range (`extents[w]`, where known) lies inside `v`'s: `m` is then
@@ -2377,6 +2376,7 @@ fn max_difference(e: &Expr, extents: &[Option<usize>]) -> bool {
     })
 }
 
+/// The loads in `e` that read one position whatever the loop variables.
 fn invariant_loads(e: &Expr) -> Vec<&Expr> {
     fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
         match e {

@@ -446,7 +446,7 @@ impl<'c> Regs<'_, 'c> {
         let mr = self.bl.mr;
         let (s_r, s_i) = (x.slot()?, x.slot()?);
         let lanes = self.bl.lanes as i64;
-        // Stored by rows with `mr` not a power of two (the 256-bit tiles' 6 and 12 rows):
+        // Stored by rows with `mr` not a power of two (tiles of 6 and 12 rows):
         // blocks of `lanes` steps, transposed `lanes` rows at a time.
         let grouped = !trans && !(mr as u64).is_power_of_two();
         let mt = self.ft.vec_type(mr as u32);
@@ -523,8 +523,8 @@ impl<'c> Regs<'_, 'c> {
     /// `sliver` in `dst`, when `mr` is not a power of two: each group of `lanes` rows (the last
     /// padded) is loaded by rows and transposed in registers, then step `u` of group `g` is
     /// stored at `(k0 + u) * mr + g * lanes`. A short last group is still stored a whole vector
-    /// wide, except at the block's last step: its extra lanes land on the next step's first
-    /// elements, which are stored after it.
+    /// wide where that stays inside the block (all steps but the last one or two): its extra
+    /// lanes land on the next steps' elements, which are stored after it.
     fn pack_a_grouped(
         &self,
         r: IntValue<'c>,
@@ -558,7 +558,7 @@ impl<'c> Regs<'_, 'c> {
             for (g, col) in cols.iter().enumerate() {
                 let g = g as i64;
                 let w = (mr - g * lanes).min(lanes);
-                let v = if w == lanes || u + 1 < lanes {
+                let v = if grouped_store_lanes(mr, lanes, u, g) == lanes {
                     col[u as usize]
                 } else {
                     let first = VectorType::const_vector(
@@ -874,6 +874,18 @@ impl<'c> Regs<'_, 'c> {
             )?;
         }
         Ok(())
+    }
+}
+
+/// How many lanes [`Regs::pack_a_grouped`] stores for step `u` of group `g`: the group's rows,
+/// or a whole vector where its extra lanes stay inside the block of `lanes` steps, so later
+/// steps' stores overwrite them (with 6 rows of 16 lanes they reach over a whole step).
+fn grouped_store_lanes(mr: i64, lanes: i64, u: i64, g: i64) -> i64 {
+    let w = (mr - g * lanes).min(lanes);
+    if u * mr + g * lanes + lanes <= lanes * mr {
+        lanes
+    } else {
+        w
     }
 }
 
@@ -1558,4 +1570,36 @@ pub(super) fn transpose_vectors<'c>(
         b /= 2;
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grouped_store_lanes;
+
+    /// The grouped packing's stores, replayed in order on a block with room after it: every
+    /// element ends up with its row and step, and nothing is written past the block.
+    #[test]
+    fn grouped_packing_stores_stay_inside_their_block() {
+        for lanes in [4, 8, 16] {
+            for mr in [3, 5, 6, 10, 12, 24] {
+                let len = (lanes * mr) as usize;
+                let mut block = vec![None; len + lanes as usize];
+                for u in 0..lanes {
+                    for g in 0..(mr + lanes - 1) / lanes {
+                        let n = grouped_store_lanes(mr, lanes, u, g);
+                        for l in 0..n {
+                            let at = (u * mr + g * lanes + l) as usize;
+                            // Lanes past the group's rows hold padding.
+                            let row = g * lanes + l;
+                            block[at] = Some((row < mr).then_some((row, u)));
+                        }
+                    }
+                }
+                for (at, got) in block.iter().enumerate() {
+                    let want = (at < len).then_some(Some(((at as i64) % mr, (at as i64) / mr)));
+                    assert_eq!(*got, want, "mr {mr}, lanes {lanes}, element {at}");
+                }
+            }
+        }
+    }
 }
