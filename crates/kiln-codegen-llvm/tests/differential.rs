@@ -101,6 +101,11 @@ fn vectorized_transcendentals_are_accurate() {
 }
 
 #[test]
+fn softmaxes_of_special_values_agree_with_the_reference() {
+    common::softmax_special_values();
+}
+
+#[test]
 fn softmaxes_of_products_run_as_gemm_epilogues_and_agree_with_the_reference() {
     common::row_epilogues();
 }

@@ -20,6 +20,7 @@ fn gemm_with_256_bit_vectors_agrees_with_the_reference() {
     common::row_epilogues();
     common::transposed_folds();
     common::transcendentals();
+    common::softmax_special_values();
     common::streaming_stores();
     common::row_caches();
 }

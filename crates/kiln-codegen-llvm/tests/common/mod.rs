@@ -712,6 +712,78 @@ fn worst_ulps(op: &str, dtype: DType, xs: &[f64]) -> (u64, f64) {
         .fold((0, 0.0), |a, b| if b.0 > a.0 { b } else { a })
 }
 
+/// Softmax rows with infinities, NaN and differences from the maximum reaching the subnormal
+/// range and beyond, f32 and f64, with the exponentials as a second output: the kernel's
+/// exponentials take the nonpositive form (their argument is `x - max(x)`, see
+/// `cpu::nonpositive_exps`), and every element agrees with the reference within 4 ulps, NaN
+/// where it has NaN.
+pub fn softmax_special_values() {
+    let cols = 37;
+    let rows: Vec<Vec<f64>> = vec![
+        vec![f64::NEG_INFINITY; cols],
+        (0..cols)
+            .map(|j| {
+                if j % 3 == 0 {
+                    f64::NEG_INFINITY
+                } else {
+                    j as f64 * 0.5
+                }
+            })
+            .collect(),
+        (0..cols)
+            .map(|j| if j == 5 { f64::INFINITY } else { j as f64 })
+            .collect(),
+        (0..cols)
+            .map(|j| if j == 7 { f64::NAN } else { -(j as f64) })
+            .collect(),
+        // x - max from 0 down to -810: exp's normal, subnormal and zero ranges in both types.
+        (0..cols).map(|j| -(j as f64) * 22.5).collect(),
+        (0..cols)
+            .map(|j| ((j * 37 % 11) as f64 - 5.0) * 0.7)
+            .collect(),
+    ];
+    let n = rows.len();
+    let xs: Vec<f64> = rows.concat();
+    for dtype in ["f32", "f64"] {
+        let src = format!(
+            "func @main(%0: {dtype}[{n},{cols}]) -> ({dtype}[{n},{cols}], {dtype}[{n},{cols}]) {{\n  %1 = constant {{value = -inf}} : {dtype}[]\n  %2 = reduce %0, %1 {{dimensions = [1], kind = max}} : {dtype}[{n}]\n  %3 = broadcast_in_dim %2 {{broadcast_dimensions = [0]}} : {dtype}[{n},{cols}]\n  %4 = subtract %0, %3 : {dtype}[{n},{cols}]\n  %5 = exponential %4 : {dtype}[{n},{cols}]\n  %6 = constant {{value = 0.0}} : {dtype}[]\n  %7 = reduce %5, %6 {{dimensions = [1], kind = add}} : {dtype}[{n}]\n  %8 = broadcast_in_dim %7 {{broadcast_dimensions = [0]}} : {dtype}[{n},{cols}]\n  %9 = divide %5, %8 : {dtype}[{n},{cols}]\n  return %9, %5\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let x = Literal::from_f64s(f.values[f.params[0].index()].clone(), &xs).unwrap();
+        let exe = CpuExecutable::compile(&f).unwrap();
+        assert!(!exe.plan().contains(&Step::Reference));
+        // The probabilities, then the exponentials themselves (a softmax hides a common
+        // factor in them).
+        let got: Vec<f64> = exe
+            .run(std::slice::from_ref(&x))
+            .unwrap()
+            .iter()
+            .flat_map(|l| l.to_f64s())
+            .collect();
+        let want: Vec<f64> = kiln_reference::eval(&f, std::slice::from_ref(&x))
+            .unwrap()
+            .iter()
+            .flat_map(|l| l.to_f64s())
+            .collect();
+        assert_eq!(got.len(), 2 * n * cols);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let i = i % (n * cols);
+            let u = if dtype == "f32" {
+                let (a, b) = (*g as f32, *w as f32);
+                ulps_of(line32(a), line32(b), a.is_nan(), b.is_nan())
+            } else {
+                ulps_of(line64(*g), line64(*w), g.is_nan(), w.is_nan())
+            };
+            assert!(
+                u <= 4,
+                "{dtype} softmax row {}, column {}: {g} against {w}",
+                i / cols,
+                i % cols
+            );
+        }
+    }
+}
+
 /// exp, log, tanh, logistic and erf within their error bounds over every range (see
 /// `cpu/math.rs`).
 pub fn transcendentals() {
