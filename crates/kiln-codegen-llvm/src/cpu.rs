@@ -893,7 +893,10 @@ impl<'c> Emitter<'c> {
                 {
                     self.exp_nonpositive.set(true);
                 }
-                self.op(op, in_dt, *dtype, &vals)
+                let r = self.op(op, in_dt, *dtype, &vals);
+                // Taken by the exponential itself; never left for another one.
+                self.exp_nonpositive.set(false);
+                r
             }
             Expr::Reduce { .. } => {
                 if let Some(v) = self.hoisted_value(e)? {
