@@ -505,13 +505,12 @@ impl<'c> Regs<'_, 'c> {
                 }
                 Ok(())
             })?;
-            let from = kfull;
             x.em.range_loop_ptr(s_i, x.c(0), x.c(mr), 1, &mut |_| {
                 let i = x.get(s_i)?;
                 let row = x.add(r, i)?;
                 self.strided_run(
                     x.cmp(IntPredicate::SLT, row, rows)?,
-                    (from, span),
+                    (kfull, span),
                     &|kk| at(row, kk),
                     &|kk| x.at(self.ft, dst, x.add(x.add(sliver, x.mulc(kk, mr)?)?, i)?),
                 )
@@ -557,12 +556,12 @@ impl<'c> Regs<'_, 'c> {
         for u in 0..lanes {
             for (g, col) in cols.iter().enumerate() {
                 let g = g as i64;
-                let w = (mr - g * lanes).min(lanes);
-                let v = if grouped_store_lanes(mr, lanes, u, g) == lanes {
+                let n = grouped_store_lanes(mr, lanes, u, g);
+                let v = if n == lanes {
                     col[u as usize]
                 } else {
                     let first = VectorType::const_vector(
-                        &(0..w)
+                        &(0..n)
                             .map(|k| i32t.const_int(k as u64, false))
                             .collect::<Vec<_>>(),
                     );
