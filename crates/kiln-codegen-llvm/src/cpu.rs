@@ -93,6 +93,9 @@ struct Emitter<'c> {
     nonpositive: std::collections::HashSet<String>,
     /// Set just before an exponential of `nonpositive` is emitted, taken by [`Self::op`].
     exp_nonpositive: std::cell::Cell<bool>,
+    /// An input whose buffer holds its elements from `offset` on (`(input, offset)`): a
+    /// chained GEMM's block of rows, which its epilogue reads as the product.
+    shifted: std::cell::Cell<Option<(usize, IntValue<'c>)>>,
 }
 
 /// Where the GEMM routines a module's kernels call (`gemm::Routine`) are compiled.
@@ -163,6 +166,7 @@ impl<'c> Emitter<'c> {
             routines,
             nonpositive: Default::default(),
             exp_nonpositive: Default::default(),
+            shifted: Default::default(),
         }
     }
 
@@ -265,6 +269,12 @@ impl<'c> Emitter<'c> {
         let base = self.b.build_load(ptr, slot, "base").map_err(llvm)?;
         self.scope_input(base)?;
         let base = base.into_pointer_value();
+        let idx = match self.shifted.get() {
+            Some((i, offset)) if i == input => {
+                self.b.build_int_sub(idx, offset, "i").map_err(llvm)?
+            }
+            _ => idx,
+        };
         let st = storage(self.ctx, d);
         // SAFETY (of the emitted code): the verifier bounds every index inside the buffer.
         let p = unsafe { self.b.build_gep(st, base, &[idx], "p") }.map_err(llvm)?;
@@ -1572,8 +1582,10 @@ fn emit_kernel<'c>(
             a_trans,
             b_trans,
             epilogue,
+            ref chain,
         } => {
-            let (bl, split_columns) = gemm_blocking(k, wide_vectors(for_host)).expect("a GEMM");
+            let wide = wide_vectors(for_host);
+            let (bl, split_columns) = gemm_blocking(k, wide).expect("a GEMM");
             // In place on a donated X: the epilogue X -/+ P s becomes the GEMM's update mode.
             let in_place = alias.and_then(|a| a.0.first());
             let update = match in_place.and_then(|&(q, _)| crate::fuse::gemm_update(k, q)) {
@@ -1585,10 +1597,20 @@ fn emit_kernel<'c>(
                 }
                 None => None,
             };
-            let mut apply = |r: (IntValue<'c>, IntValue<'c>), c: (IntValue<'c>, IntValue<'c>)| {
+            let mut apply = |r: (IntValue<'c>, IntValue<'c>),
+                             c: (IntValue<'c>, IntValue<'c>),
+                             at: PointerValue<'c>,
+                             row0: IntValue<'c>| {
                 let product = epilogue.expect("only called with an epilogue");
-                emit_epilogue(&em, k, product, out, r, c, batch * rows, n)
+                emit_epilogue(&em, k, product, (at, row0), r, c, batch * rows, n)
             };
+            let chain = chain.as_ref().map(|c| gemm::Chain {
+                bl: gemm::Blocking::new(k.out.dtype, wide, c.n),
+                n: c.n as i64,
+                b: c.b as i64,
+                b_trans: c.b_trans,
+                out,
+            });
             gemm::emit(
                 &em,
                 k.out.dtype,
@@ -1605,6 +1627,7 @@ fn emit_kernel<'c>(
                     .filter(|_| update.is_none())
                     .map(|_| &mut apply as gemm::Epilogue<'_, 'c>),
                 update,
+                chain,
             )?;
         }
         Schedule::Scatter {
@@ -1687,7 +1710,10 @@ fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Option<us
     let key = |k: &Kernel| -> Option<Kernel> {
         match k.schedule {
             Schedule::Gemm {
-                conv: None, k: kk, ..
+                conv: None,
+                chain: None,
+                k: kk,
+                ..
             } if kk > 0 => {
                 let mut key = k.clone();
                 if let Schedule::Gemm { k: kk, .. } = &mut key.schedule {
@@ -1710,13 +1736,15 @@ fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Option<us
 }
 
 /// Applies a GEMM kernel's epilogue (its body) in place to rows `rows` and columns `cols` of
-/// the `[m, n]` product in `out`, which the body reads as input `product`.
+/// the `[m, n]` product, which the body reads as input `product`: stored at `out` from row
+/// `row0` on (0 for the kernel's output; a block's first row for a chained GEMM's block
+/// buffer).
 #[allow(clippy::too_many_arguments)]
 fn emit_epilogue<'c>(
     em: &Emitter<'c>,
     k: &Kernel,
     product: usize,
-    out: PointerValue<'c>,
+    (out, row0): (PointerValue<'c>, IntValue<'c>),
     rows: (IntValue<'c>, IntValue<'c>),
     cols: (IntValue<'c>, IntValue<'c>),
     m: usize,
@@ -1725,6 +1753,10 @@ fn emit_epilogue<'c>(
     let i64t = em.ctx.i64_type();
     // The kernel's inputs with the product (this kernel's output buffer) after them.
     let saved = em.swap_pointer_table(product + 1, &|i| (i == product).then_some(out))?;
+    let first =
+        em.b.build_int_mul(row0, em.i64c(n as i64), "first")
+            .map_err(llvm)?;
+    em.shifted.set(Some((product, first)));
     let shape = &k.out.shape;
     let split = crate::fuse::row_split(shape, m, n).ok_or_else(|| {
         Error::Llvm(format!(
@@ -1777,7 +1809,9 @@ fn emit_epilogue<'c>(
             // overwritten at the same address, and vectorizes without run-time overlap checks
             // (which fail here, since the row is read and written in place).
             let idx = em.position(&ost)?;
-            // SAFETY (of the emitted code): idx is below m * n, the output's element count.
+            let idx = em.b.build_int_sub(idx, first, "pi").map_err(llvm)?;
+            // SAFETY (of the emitted code): idx is below m * n, the output's element count,
+            // less the elements before `out`.
             let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
             em.b.build_store(p, v).map_err(llvm)?;
             Ok(())
@@ -1786,6 +1820,7 @@ fn emit_epilogue<'c>(
         Ok(())
     })?;
     em.inputs.set(saved);
+    em.shifted.set(None);
     Ok(())
 }
 
@@ -2968,6 +3003,19 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
                     _ => String::new(),
                 },
             );
+            if let (Schedule::Gemm { chain: Some(c), .. }, Some((bl, _))) =
+                (&k.schedule, gemm_blocking(k, false))
+            {
+                let _ = writeln!(
+                    s,
+                    "  chained: the epilogue's {} is never stored; each block of {} rows is \
+                     multiplied by {} ({} columns) as soon as it is done",
+                    k.out,
+                    bl.rows_per_block(),
+                    fused.operands[i][c.b],
+                    c.n
+                );
+            }
             for note in row_cache_notes(k) {
                 let _ = writeln!(s, "  {note}");
             }
@@ -3274,6 +3322,7 @@ fn planned_routines(
                 a_trans,
                 b_trans,
                 conv,
+                chain,
                 ..
             },
             Some((bl, _)),
@@ -3281,6 +3330,16 @@ fn planned_routines(
         else {
             continue;
         };
+        if let Some(c) = chain {
+            let bl2 = gemm::Blocking::new(k.out.dtype, wide_vectors(true), c.n);
+            routines.extend(gemm::Routine::of_gemm(
+                bl2,
+                c.n as i64,
+                (false, c.b_trans),
+                false,
+                None,
+            ));
+        }
         // As `emit_kernel` decides: in update mode when written in place.
         let update = aliases
             .get(i)
@@ -4078,13 +4137,20 @@ impl CpuExecutable {
 /// rows, split by rows, when its epilogue reduces over rows ([`crate::fuse::row_epilogue`]).
 fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
     let Schedule::Gemm {
-        batch, m, n, k: kk, ..
+        batch,
+        m,
+        n,
+        k: kk,
+        ref chain,
+        ..
     } = k.schedule
     else {
         return None;
     };
     let bl = gemm::Blocking::new(k.out.dtype, wide, n);
-    Some(if crate::fuse::row_epilogue(k) {
+    Some(if chain.is_some() {
+        (bl.whole_rows(n).chained(n), false)
+    } else if crate::fuse::row_epilogue(k) {
         (bl.whole_rows(n), false)
     } else {
         (bl, bl.split_columns(batch, m, n, kk))
@@ -4096,16 +4162,28 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
     let mut scratch = 0;
     let (rows, work) = match k.schedule {
         Schedule::Gemm {
-            batch, m, n, k: kk, ..
+            batch,
+            m,
+            n,
+            k: kk,
+            ref chain,
+            ..
         } => {
             let (bl, split_columns) = gemm_blocking(k, wide).expect("a GEMM kernel");
-            scratch = bl.scratch_bytes(n as i64);
+            scratch = match chain {
+                None => bl.scratch_bytes(n as i64),
+                Some(c) => {
+                    let bl2 = gemm::Blocking::new(k.out.dtype, wide, c.n);
+                    bl.chain_scratch(n as i64, bl2, c.n as i64).bytes
+                }
+            };
             let rows = if split_columns {
                 (n as i64 + bl.nr() - 1) as usize / bl.nr() as usize
             } else {
                 batch * m
             };
-            (rows, batch * m * n * kk)
+            let chained = chain.as_ref().map_or(0, |c| batch * m * c.n * n);
+            (rows, batch * m * n * kk + chained)
         }
         Schedule::Nest => (
             k.out.shape.first().copied().unwrap_or(1),

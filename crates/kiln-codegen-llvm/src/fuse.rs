@@ -36,6 +36,9 @@ const MAX_MERGED_NODES: usize = 2 * MAX_NODES;
 /// Widest product (columns) whose epilogue may reduce over its rows: the GEMM then packs
 /// blocks of B that hold whole rows (see [`row_epilogue`]).
 const MAX_ROW_EPILOGUE: usize = 2048;
+/// Longest contraction of a GEMM whose epilogue's result a chained product reads (see
+/// [`fuse_gemm_chains`]): one contraction block on every target.
+const MAX_CHAIN_K: usize = 256;
 /// Largest arithmetic cost of a producer recomputed for every read of a user that reads each
 /// of its elements more than once.
 const CHEAP: usize = 3;
@@ -148,6 +151,7 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         };
     }
     fuse_gemm_epilogues(f, &producer, &mut out);
+    fuse_gemm_chains(f, &producer, &mut out);
     for i in 0..n {
         if out.inlined[i] {
             // Its users compute it; it has no kernel of its own.
@@ -362,7 +366,9 @@ pub fn can_update(f: &Func, fused: &Fused, i: usize, v: ValueId) -> Option<usize
 /// Only for f32 and f64 results, and never for the GEMM's own operands (inputs 0 and 1).
 pub fn gemm_update(k: &Kernel, q: usize) -> Option<(Expr, bool)> {
     let Schedule::Gemm {
-        epilogue: Some(p), ..
+        epilogue: Some(p),
+        chain: None,
+        ..
     } = k.schedule
     else {
         return None;
@@ -551,6 +557,7 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
                 conv,
                 a_trans,
                 b_trans,
+                chain: None,
             },
             out: uk.out.clone(),
             vars: uk.vars,
@@ -566,6 +573,108 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
             format!("runs inside #{u}'s kernel, which is this GEMM with #{u} as its epilogue");
         out.decisions[u] = format!(
             "own kernel: the GEMM of #{p} with this op (and what it inlined) as its epilogue"
+        );
+    }
+}
+
+/// Chains matrix products (see [`crate::kernel::Chain`]): where a GEMM kernel with a row
+/// epilogue (a softmax of attention scores) of at most [`MAX_CHAIN_K`] contraction steps (one
+/// contraction block, so each block of rows is final after one pass) has as its only reader a
+/// plain matrix product that takes it, stored by rows, as its A with the same batches and rows
+/// (the probabilities times V), that product runs inside the first kernel on each block of
+/// rows as soon as its epilogue is done, and the epilogue's result is never stored whole.
+fn fuse_gemm_chains(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
+    if std::env::var("KILN_CHAIN").is_ok_and(|v| v == "0") {
+        return;
+    }
+    for u in 0..f.insts.len() {
+        let Some(uk) = &out.kernels[u] else { continue };
+        let Schedule::Gemm {
+            epilogue: None,
+            batch,
+            m,
+            n: n2,
+            k: k2,
+            conv: None,
+            a_trans: false,
+            b_trans: b2_trans,
+            chain: None,
+        } = uk.schedule
+        else {
+            continue;
+        };
+        let [a, b] = out.operands[u][..] else {
+            continue;
+        };
+        let Some(p) = producer[a.index()] else {
+            continue;
+        };
+        let Some(pk) = &out.kernels[p] else { continue };
+        let chains = match pk.schedule {
+            Schedule::Gemm {
+                epilogue: Some(_),
+                batch: b1,
+                m: m1,
+                n: n1,
+                k: k1,
+                conv: None,
+                chain: None,
+                ..
+            } => {
+                b1 == batch
+                    && m1 == m
+                    && n1 == k2
+                    && (1..=MAX_CHAIN_K).contains(&k1)
+                    && pk.extra.is_empty()
+                    && row_epilogue(pk)
+            }
+            _ => false,
+        };
+        let only_reader = (0..f.insts.len())
+            .filter(|&i| !out.inlined[i] && out.operands[i].contains(&a))
+            .all(|i| i == u);
+        if !chains
+            || !only_reader
+            || a == b
+            || f.outputs.contains(&a)
+            || pk.out.dtype != uk.out.dtype
+        {
+            continue;
+        }
+        let mut pk = pk.clone();
+        let Schedule::Gemm {
+            epilogue: Some(product),
+            chain,
+            ..
+        } = &mut pk.schedule
+        else {
+            unreachable!("checked above")
+        };
+        // B2 takes the product's slot; the product is read after it.
+        let b_slot = *product;
+        *product += 1;
+        *chain = Some(Box::new(crate::kernel::Chain {
+            n: n2,
+            b: b_slot,
+            b_trans: b2_trans,
+            out: uk.out.clone(),
+        }));
+        pk.body = map_inputs(&pk.body, &|i| if i == b_slot { b_slot + 1 } else { i });
+        let mut inputs = out.operands[p].clone();
+        inputs.push(b);
+        out.kernels[u] = Some(pk);
+        out.operands[u] = inputs;
+        let absorbed = std::mem::take(&mut out.members[p]);
+        out.members[u].extend(absorbed);
+        out.members[u].sort_unstable();
+        out.inlined[p] = true;
+        out.decisions[p] = format!(
+            "runs inside #{u}'s kernel: its GEMM and epilogue, then #{u}'s product of each block \
+             of its rows"
+        );
+        out.decisions[u] = format!(
+            "own kernel: the GEMM of #{p}'s kernel and its epilogue, then this product on each \
+             block of rows while it is in cache"
         );
     }
 }

@@ -187,7 +187,27 @@ pub enum Schedule {
         a_trans: bool,
         /// B is stored transposed, `[batch, n, k]`.
         b_trans: bool,
+        /// A second product that takes the epilogue's result as its A (see [`Chain`]).
+        chain: Option<Box<Chain>>,
     },
+}
+
+/// A matrix product chained to a GEMM kernel with a row epilogue (attention's probabilities
+/// times V): `[batch, m, n] x [batch, n, n2] -> [batch, m, n2]`, where the first operand is the
+/// epilogue's result (the kernel's `out`, which is never stored whole). Each block of rows of
+/// it is multiplied as soon as the epilogue has run over it, while it is in cache, and the
+/// kernel's buffer is this product's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chain {
+    /// The second product's columns.
+    pub n: usize,
+    /// The input holding its B, `[batch, n, n2]` (`[batch, n2, n]` with `b_trans`), where `n`
+    /// is the first product's columns.
+    pub b: usize,
+    /// Its B is stored transposed.
+    pub b_trans: bool,
+    /// The kernel's result, the second product.
+    pub out: TensorType,
 }
 
 /// The patch matrix of a convolution with input `[N, H, W, C]` (padded) and kernel
@@ -460,6 +480,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     conv: None,
                     a_trans: layout.a_trans,
                     b_trans: layout.b_trans,
+                    chain: None,
                 },
                 out: out.clone(),
                 vars: 0,
@@ -804,6 +825,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                     conv: Some(patches),
                     a_trans: false,
                     b_trans: false,
+                    chain: None,
                 },
                 out: out.clone(),
                 vars: 0,

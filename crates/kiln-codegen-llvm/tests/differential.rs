@@ -111,6 +111,11 @@ fn softmaxes_of_products_run_as_gemm_epilogues_and_agree_with_the_reference() {
 }
 
 #[test]
+fn attention_products_chain_in_one_kernel_and_agree_with_the_reference() {
+    common::chained_products();
+}
+
+#[test]
 fn guard_splits_agree_with_the_reference() {
     common::guard_splits();
 }

@@ -18,6 +18,7 @@ fn gemm_with_256_bit_vectors_agrees_with_the_reference() {
     common::dimension_orders();
     common::convolutions();
     common::row_epilogues();
+    common::chained_products();
     common::transposed_folds();
     common::transcendentals();
     common::softmax_special_values();

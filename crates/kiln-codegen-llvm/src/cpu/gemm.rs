@@ -37,6 +37,9 @@ const MC_BYTES: i64 = 192 * 1024;
 /// 75 (15.8 -> 15.0 ms), matmul_2048 13 of 15 (96.6 -> 89.2 ms, when all tiles were unrolled);
 /// cold MLP compile about 10% longer. 8 was faster still on matmul_1024 but doubles the code.
 const UNROLL: i64 = 4;
+/// Bytes of a block of rows of a GEMM's epilogue result that a chained product reads (kept in
+/// the L2 cache between the epilogue and the second product).
+const CHAIN_BYTES: i64 = 64 * 1024;
 /// Bytes of a packed block of B (kept in the L3 cache).
 const NC_BYTES: i64 = 4 * 1024 * 1024;
 
@@ -108,6 +111,11 @@ impl Blocking {
         }
     }
 
+    /// Rows per packed block of A.
+    pub(super) fn rows_per_block(&self) -> i64 {
+        self.mc
+    }
+
     /// Columns per panel of packed B.
     pub(super) fn nr(&self) -> i64 {
         self.lanes as i64 * self.nv
@@ -130,6 +138,17 @@ impl Blocking {
         }
     }
 
+    /// This blocking for a GEMM whose epilogue's result a chained product reads (see
+    /// [`crate::kernel::Chain`]): blocks of rows of at most [`CHAIN_BYTES`] of `n` columns (and
+    /// no more rows than before).
+    pub(super) fn chained(self, n: usize) -> Blocking {
+        let row = n as i64 * self.bytes;
+        Blocking {
+            mc: ((CHAIN_BYTES / row / self.mr).max(1) * self.mr).min(self.mc),
+            ..self
+        }
+    }
+
     /// Columns of the packed B block for `n` columns: whole panels, at most `nc`.
     fn nc_for(&self, n: i64) -> i64 {
         let nr = self.nr();
@@ -141,6 +160,55 @@ impl Blocking {
     pub(super) fn scratch_bytes(&self, n: i64) -> usize {
         ((self.kc * self.nc_for(n) + self.mc * self.kc) * self.bytes) as usize
     }
+
+    /// Where a chained product's buffers lie in the scratch memory of this blocking's GEMM of
+    /// `n` columns, after its own (see [`ChainScratch`]), for a second product of `n2` columns
+    /// with blocking `bl2`.
+    pub(super) fn chain_scratch(&self, n: i64, bl2: Blocking, n2: i64) -> ChainScratch {
+        let line = 64 / self.bytes;
+        let up = |x: i64, to: i64| (x + to - 1) / to * to;
+        let block = self.kc * self.nc_for(n) + self.mc * self.kc;
+        let b2 = block + up(self.mc * n, line);
+        let cols2 = up(n2, bl2.nr());
+        let a2 = b2 + up(n, bl2.kc) * cols2;
+        let end = a2 + up(self.mc, bl2.mr) * bl2.kc;
+        ChainScratch {
+            p: block,
+            b2,
+            cols2,
+            a2,
+            bytes: (end * self.bytes) as usize,
+        }
+    }
+}
+
+/// A chained product's buffers in a GEMM's scratch memory, as element offsets (each a multiple
+/// of 64 bytes): the block of the epilogue's result (`mc` rows), the second product's B packed
+/// whole (every contraction block of `kc2` steps, `cols2` columns each, packed once per batch
+/// and read by every block of rows), and its packed block of A.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ChainScratch {
+    p: i64,
+    b2: i64,
+    /// Columns of each packed contraction block of B2: whole panels.
+    cols2: i64,
+    a2: i64,
+    /// The whole scratch memory's size.
+    pub(super) bytes: usize,
+}
+
+/// A product chained to a GEMM (see [`crate::kernel::Chain`]), as [`emit`] takes it.
+pub(super) struct Chain<'c> {
+    /// Its blocking.
+    pub(super) bl: Blocking,
+    /// Its columns.
+    pub(super) n: i64,
+    /// The kernel input holding its B.
+    pub(super) b: i64,
+    /// Its B is stored transposed.
+    pub(super) b_trans: bool,
+    /// Its result, `[batch * m, n]`.
+    pub(super) out: PointerValue<'c>,
 }
 
 /// Integer and pointer arithmetic for the emitted code.
@@ -1272,8 +1340,14 @@ impl Routine {
 }
 
 /// Code applied to a finished block of C: rows `.0..​.1`, columns `.2..​.3`.
-pub(super) type Epilogue<'a, 'c> =
-    &'a mut dyn FnMut((IntValue<'c>, IntValue<'c>), (IntValue<'c>, IntValue<'c>)) -> Result<()>;
+/// An epilogue over rows `rows` and columns `cols` of C, which is stored at `c` from row `row0`
+/// on (`out` from row 0, or a chained GEMM's block buffer from the block's first row).
+pub(super) type Epilogue<'a, 'c> = &'a mut dyn FnMut(
+    (IntValue<'c>, IntValue<'c>),
+    (IntValue<'c>, IntValue<'c>),
+    PointerValue<'c>,
+    IntValue<'c>,
+) -> Result<()>;
 
 /// Emits the GEMM over rows `lo..hi` of `[batch * m, n]` C, then `epilogue` over each block of
 /// C as soon as its last contraction block is done (while the block is still in cache). `scratch` holds at least
@@ -1286,6 +1360,11 @@ pub(super) type Epilogue<'a, 'c> =
 ///
 /// With `k_at_run`, the contraction length is that value (the kernel's parameter), not `k`:
 /// one function then serves products that differ only in it (`k` is one of them, not 0).
+///
+/// With `chain` (a row epilogue, `k` at most one contraction block), each block of rows of C
+/// lives in the scratch memory instead of `out`: after the epilogue the chained product
+/// multiplies it by its B, packed once per batch, into the chain's `out` (see
+/// [`crate::kernel::Chain`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn emit<'c>(
     em: &Emitter<'c>,
@@ -1301,6 +1380,7 @@ pub(super) fn emit<'c>(
     split_columns: bool,
     epilogue: Option<Epilogue<'_, 'c>>,
     update: Option<(BasicValueEnum<'c>, bool)>,
+    chain: Option<Chain<'c>>,
 ) -> Result<()> {
     let mut epilogue = epilogue;
     let x = Arith { em };
@@ -1389,10 +1469,41 @@ pub(super) fn emit<'c>(
             Ok(())
         })?;
         if let Some(e) = epilogue.as_mut() {
-            e((lo, hi), (col_lo, col_hi))?;
+            e((lo, hi), (col_lo, col_hi), out, x.c(0))?;
         }
         return Ok(());
     }
+    // A chained product's buffers, and where the block of C starting at row `ic` lies.
+    let chained = match &chain {
+        None => None,
+        Some(ch) => {
+            let at = bl.chain_scratch(n, ch.bl, ch.n);
+            Some(Chained {
+                ch,
+                ft,
+                k: n,
+                cols2: at.cols2,
+                p: x.at(ft, scratch, x.c(at.p))?,
+                b2: x.at(ft, scratch, x.c(at.b2))?,
+                a2: x.at(ft, scratch, x.c(at.a2))?,
+                b: base(ch.b)?,
+            })
+        }
+    };
+    let c_block = |ic: IntValue<'c>| -> (PointerValue<'c>, IntValue<'c>) {
+        match &chained {
+            None => (out, x.c(0)),
+            Some(c) => (c.p, ic),
+        }
+    };
+    // Element (r, j) of C, in the block starting at row `ic`.
+    let c_at = |ic: IntValue<'c>, r: IntValue<'c>, j: IntValue<'c>| {
+        let r = match &chained {
+            None => r,
+            Some(_) => x.sub(r, ic)?,
+        };
+        x.at(ft, c_block(ic).0, x.add(x.mulc(r, n)?, j)?)
+    };
     let nr = bl.nr();
     let n_full = n - n % nr;
     let (s_bt, s_jc, s_kb, s_ic) = (x.slot()?, x.slot()?, x.slot()?, x.slot()?);
@@ -1404,6 +1515,9 @@ pub(super) fn emit<'c>(
         let r_lo = x.max(lo, x.mulc(bt, m)?)?;
         let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
         let b_base = x.mul(bt, x.mul(g.k, x.c(n))?)?;
+        if let Some(c) = &chained {
+            c.pack_b(em, bt)?;
+        }
         x.em.range_loop_ptr(s_jc, col_lo, col_hi, nc, &mut |_| {
             let jc = x.get(s_jc)?;
             let jc_end = x.min(x.addc(jc, nc)?, col_hi)?;
@@ -1487,7 +1601,7 @@ pub(super) fn emit<'c>(
                             em.b.build_call(
                                 f,
                                 &[
-                                    x.at(ft, out, x.add(x.mulc(ic, n)?, j)?)?.into(),
+                                    c_at(ic, ic, j)?.into(),
                                     x.c(n).into(),
                                     x.sub(ic_end, ic)?.into(),
                                     at.into(),
@@ -1504,7 +1618,7 @@ pub(super) fn emit<'c>(
                         }
                         x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
                             let r = x.get(s_r)?;
-                            let c = x.at(ft, out, x.add(x.mulc(r, n)?, j)?)?;
+                            let c = c_at(ic, r, j)?;
                             let rows = x.sub(ic_end, r)?;
                             // Where each row of the tile starts (rows past the block read the
                             // last one; their results are not stored).
@@ -1532,13 +1646,157 @@ pub(super) fn emit<'c>(
                     }
                     if let Some(e) = epilogue.as_mut() {
                         let last = x.cmp(IntPredicate::SGE, kend, g.k)?;
-                        x.branch(last, &mut || e((ic, ic_end), (jc, jc_end)), &mut || Ok(()))?;
+                        let (c, row0) = c_block(ic);
+                        x.branch(
+                            last,
+                            &mut || {
+                                e((ic, ic_end), (jc, jc_end), c, row0)?;
+                                match &chained {
+                                    Some(c) => c.product(em, ic, ic_end),
+                                    None => Ok(()),
+                                }
+                            },
+                            &mut || Ok(()),
+                        )?;
                     }
                     Ok(())
                 })
             })
         })
     })
+}
+
+/// A chained product (see [`Chain`]) as [`emit`] runs it, with its buffers: the block of the
+/// first product's epilogue result at `p` (`k` columns), its B packed at `b2` and its block of
+/// A packed at `a2` (see [`ChainScratch`]), and its B's kernel input at `b`.
+struct Chained<'a, 'c> {
+    ch: &'a Chain<'c>,
+    ft: FloatType<'c>,
+    /// The contraction length: the first product's columns.
+    k: i64,
+    /// Columns of each packed contraction block of B2.
+    cols2: i64,
+    p: PointerValue<'c>,
+    b2: PointerValue<'c>,
+    a2: PointerValue<'c>,
+    b: PointerValue<'c>,
+}
+
+impl<'c> Chained<'_, 'c> {
+    /// Packs batch `bt` of the chained product's B (`[batch, k, n]`, `[batch, n, k]`
+    /// transposed) whole at `b2`: contraction block `kb` (of the chain's `kc` steps) at
+    /// `kb * cols2`, panel `j` of it `j * kc` further, as [`emit`] packs B's panels.
+    fn pack_b(&self, em: &Emitter<'c>, bt: IntValue<'c>) -> Result<()> {
+        let (ch, ft, k, b, packed) = (self.ch, self.ft, self.k, self.b, self.b2);
+        let x = Arith { em };
+        let (bl, n) = (ch.bl, ch.n);
+        let nr = bl.nr();
+        let n_full = n - n % nr;
+        let base = x.mulc(bt, k * n)?;
+        let (s_kb, s_j) = (x.slot()?, x.slot()?);
+        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+            let kb = x.get(s_kb)?;
+            let span = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
+            let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
+                let f = Routine::pack_b(bl, width, ch.b_trans).function(
+                    em.ctx,
+                    em.m,
+                    em.routines,
+                    em.for_host,
+                )?;
+                let (from, ld) = if ch.b_trans {
+                    (x.add(x.add(base, x.mulc(j, k)?)?, kb)?, k)
+                } else {
+                    (x.add(x.add(base, x.mulc(kb, n)?)?, j)?, n)
+                };
+                let to = x.add(x.mulc(kb, self.cols2)?, x.mulc(j, bl.kc)?)?;
+                let args = [
+                    x.at(ft, b, from)?.into(),
+                    x.c(ld).into(),
+                    span.into(),
+                    x.at(ft, packed, to)?.into(),
+                ];
+                em.b.build_call(f, &args, "").map_err(llvm)?;
+                Ok(())
+            };
+            if n_full > 0 {
+                em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| pack(x.get(s_j)?, nr))?;
+            }
+            if n_full < n {
+                pack(x.c(n_full), n - n_full)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The chained product of rows `ic..ic_end`: their block of the first product's epilogue
+    /// result (at `p` from row `ic` on) times its B packed at `b2` (see [`Self::pack_b`]), into
+    /// rows `ic..ic_end` of the chain's `out`, by contraction blocks, through the shared
+    /// routines: A packed at `a2` (or read in place when there is one panel of columns), then
+    /// the tiles down each panel.
+    fn product(&self, em: &Emitter<'c>, ic: IntValue<'c>, ic_end: IntValue<'c>) -> Result<()> {
+        let (ch, ft, k, p, b2, a2) = (self.ch, self.ft, self.k, self.p, self.b2, self.a2);
+        let x = Arith { em };
+        let (bl, n) = (ch.bl, ch.n);
+        let nr = bl.nr();
+        let n_full = n - n % nr;
+        let rows = x.sub(ic_end, ic)?;
+        let direct = n <= nr;
+        let (s_kb, s_j) = (x.slot()?, x.slot()?);
+        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+            let kb = x.get(s_kb)?;
+            let kc = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
+            let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
+            let a_in = x.at(ft, p, kb)?;
+            let (a, lda, read) = if direct {
+                (a_in, x.c(k), ARead::Rows)
+            } else {
+                let f =
+                    Routine::pack_a(bl, false).function(em.ctx, em.m, em.routines, em.for_host)?;
+                let args = [
+                    a_in.into(),
+                    x.c(k).into(),
+                    rows.into(),
+                    kc.into(),
+                    a2.into(),
+                    x.c(bl.kc).into(),
+                ];
+                em.b.build_call(f, &args, "").map_err(llvm)?;
+                (a2, x.c(bl.kc), ARead::Packed)
+            };
+            let tiles = |j: IntValue<'c>, width: i64| -> Result<()> {
+                let f = Routine::tile(bl, width, None, read).function(
+                    em.ctx,
+                    em.m,
+                    em.routines,
+                    em.for_host,
+                )?;
+                let panel = x.add(x.mulc(kb, self.cols2)?, x.mulc(j, bl.kc)?)?;
+                let args = [
+                    x.at(ft, ch.out, x.add(x.mulc(ic, n)?, j)?)?.into(),
+                    x.c(n).into(),
+                    rows.into(),
+                    a.into(),
+                    lda.into(),
+                    x.at(ft, b2, panel)?.into(),
+                    kc.into(),
+                    first.into(),
+                    ft.const_zero().into(),
+                ];
+                em.b.build_call(f, &args, "").map_err(llvm)?;
+                Ok(())
+            };
+            if n_full > 0 {
+                em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| {
+                    tiles(x.get(s_j)?, nr)
+                })?;
+            }
+            if n_full < n {
+                tiles(x.c(n_full), n - n_full)?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Transposes `n` vectors of `n` elements (row `t` in, column `t` out; `n` a power of two): at

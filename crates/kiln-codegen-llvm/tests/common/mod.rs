@@ -419,6 +419,82 @@ pub fn row_epilogues() {
     agrees_on_random_inputs(&src, 5);
 }
 
+/// Attention in `dt`, `softmax(q kᵀ / 8) v` with q and k `[b, m, k]` (so `n` = m columns of
+/// scores) and v `[b, m, n2]` (`[b, n2, m]` with `v_trans`); with `probs` the probabilities are
+/// returned too.
+pub fn attention_text(
+    dt: &str,
+    (b, m, k, n2): (usize, usize, usize, usize),
+    v_trans: bool,
+    probs: bool,
+) -> String {
+    let (vshape, vdim) = if v_trans {
+        (format!("[{b},{n2},{m}]"), 2)
+    } else {
+        (format!("[{b},{m},{n2}]"), 1)
+    };
+    let (ret, rty) = if probs {
+        (
+            "%16, %15".to_string(),
+            format!("{dt}[{b},{m},{n2}], {dt}[{b},{m},{m}]"),
+        )
+    } else {
+        ("%16".to_string(), format!("{dt}[{b},{m},{n2}]"))
+    };
+    format!(
+        "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{m},{k}], %2: {dt}{vshape}) -> ({rty}) {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {dt}[{b},{m},{m}]
+  %4 = constant {{value = 0.125}} : {dt}[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {dt}[{b},{m},{m}]
+  %6 = multiply %3, %5 : {dt}[{b},{m},{m}]
+  %7 = constant {{value = -inf}} : {dt}[]
+  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[{b},{m}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {dt}[{b},{m},{m}]
+  %10 = subtract %6, %9 : {dt}[{b},{m},{m}]
+  %11 = exponential %10 : {dt}[{b},{m},{m}]
+  %12 = constant {{value = 0.0}} : {dt}[]
+  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {dt}[{b},{m},{m}]
+  %15 = divide %11, %14 : {dt}[{b},{m},{m}]
+  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [{vdim}]}} : {dt}[{b},{m},{n2}]
+  return {ret}
+}}
+"
+    )
+}
+
+/// Attention's two products chained in one kernel (the second multiplying each block of the
+/// first's softmax rows while it is in cache) agree with the reference, through the kernel cache
+/// and the JIT: one batch and several; rows crossing blocks and threads; V's columns one
+/// panel, several, and with a tail; V stored transposed; a second product of several
+/// contraction blocks (600 scores per row); f32 and f64. A first product longer than one
+/// contraction block, or probabilities that are also returned, keep two kernels.
+pub fn chained_products() {
+    for (dt, shape, v_trans) in [
+        ("f32", (2, 4, 8, 4), false),
+        ("f32", (1, 130, 40, 20), false),
+        ("f32", (3, 100, 64, 64), true),
+        ("f32", (2, 600, 16, 37), false),
+        ("f32", (2, 97, 256, 8), true),
+        ("f64", (2, 70, 24, 13), false),
+        ("f64", (1, 300, 8, 40), true),
+    ] {
+        let src = attention_text(dt, shape, v_trans, false);
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert!(fusion.contains("// 1 kernels"), "{fusion}");
+        let (b, m, k, n2) = shape;
+        agrees_cached_and_jit(&src, (b * m + k * n2) as u64);
+    }
+    for (shape, probs) in [((2, 20, 257, 8), false), ((2, 40, 16, 8), true)] {
+        let src = attention_text("f32", shape, false, probs);
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert!(fusion.contains("// 2 kernels"), "{fusion}");
+        agrees_on_random_inputs(&src, 9);
+    }
+}
+
 /// A softmax over the last axis of `shape`, in `dt`, written in the IR.
 pub fn softmax_text(dt: &str, shape: &[usize]) -> String {
     let list = |s: &[usize]| {
