@@ -3084,6 +3084,8 @@ fn compile_cached(
             None => jobs.push(Job::Routine(*r)),
         }
     }
+    // Longest first (a stable sort: equal weights keep their order).
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.weight()));
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(jobs.len())
@@ -3227,6 +3229,39 @@ impl Job {
             Job::Routine(_) => crate::Pipeline::Explicit,
         }
     }
+
+    /// About how long the job takes to compile, in milliseconds on the machine the figures
+    /// were taken on (`KILN_COMPILE_TIMES=1`, the MLP step): the compile threads take the jobs
+    /// longest first, so that the last ones to finish are short.
+    fn weight(&self) -> usize {
+        match self {
+            // Modules of other kernels, filled up to `MODULE_NODES`: the longest (40-80 ms).
+            Job::Kernels(part, _) if part.iter().flatten().any(|k| !is_matrix_gemm(k)) => {
+                100 + part.iter().flatten().map(kernel_nodes).sum::<usize>()
+            }
+            // GEMM kernels: their loops and epilogues at O2 (12-37 ms with two kernels), or
+            // only loops calling the routines (8-10 ms).
+            Job::Kernels(part, pipeline) => {
+                let each = match pipeline {
+                    crate::Pipeline::O2 { .. } => 15,
+                    _ => 8,
+                };
+                each * part.iter().flatten().count()
+            }
+            // The routines: tiles 13-19 ms, packing A or transposed B 8-14, plain B 4.
+            Job::Routine(r) => match r {
+                gemm::Routine::Tile { .. } => 16,
+                gemm::Routine::PackA { .. } | gemm::Routine::PackB { trans: true, .. } => 11,
+                gemm::Routine::PackB { .. } => 4,
+            },
+        }
+    }
+}
+
+/// Whether `k` is a matrix product on the GEMM (not a convolution's, which compiles with the
+/// other kernels: see [`split_gemms`]).
+fn is_matrix_gemm(k: &Kernel) -> bool {
+    matches!(k.schedule, Schedule::Gemm { conv: None, .. })
 }
 
 /// The modules the kernels `ks` are compiled in, in the order the threads take them.
@@ -3372,10 +3407,9 @@ fn routine_module<'c>(ctx: &'c Context, r: &gemm::Routine) -> Result<Module<'c>>
 /// Convolutions' GEMMs stay with the others: without LLVM's unrolling, conv 3x3 64 -> 64 lost
 /// 10 of 11 alternating calls (73 -> 77 ms).
 fn split_gemms(part: &[Option<Kernel>]) -> (Vec<Option<Kernel>>, Vec<Option<Kernel>>) {
-    let is_gemm = |k: &Kernel| matches!(k.schedule, Schedule::Gemm { conv: None, .. });
     let pick = |gemm: bool| {
         part.iter()
-            .map(|k| k.as_ref().filter(|k| is_gemm(k) == gemm).cloned())
+            .map(|k| k.as_ref().filter(|k| is_matrix_gemm(k) == gemm).cloned())
             .collect()
     };
     (pick(true), pick(false))
