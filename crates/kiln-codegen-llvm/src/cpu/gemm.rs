@@ -1831,7 +1831,40 @@ pub(super) fn transpose_vectors<'c>(
 
 #[cfg(test)]
 mod tests {
-    use super::grouped_store_lanes;
+    use super::{Blocking, grouped_store_lanes};
+    use kiln_ir::DType;
+
+    /// A chained product's buffers lie after the GEMM's own, in order, 64-byte aligned, each as
+    /// large as what is stored in it: the block of rows of the epilogue's result, the second
+    /// product's B packed whole (every contraction block, whole panels) and its packed A (the
+    /// block's rows in whole slivers of its own tile).
+    #[test]
+    fn chained_buffers_are_aligned_and_do_not_overlap() {
+        for d in [DType::F32, DType::F64] {
+            for wide in [false, true] {
+                for (n, n2) in [(4, 8), (512, 64), (600, 37), (97, 13), (2048, 200)] {
+                    let bl = Blocking::new(d, wide, n as usize)
+                        .whole_rows(n as usize)
+                        .chained(n as usize);
+                    let bl2 = Blocking::new(d, wide, n2 as usize);
+                    let at = bl.chain_scratch(n, bl2, n2);
+                    let up = |x: i64, to: i64| (x + to - 1) / to * to;
+                    let line = 64 / bl.bytes;
+                    let what = format!("{d:?} wide {wide}, {n} then {n2} columns");
+                    for off in [at.p, at.b2, at.a2] {
+                        assert_eq!(off % line, 0, "{what}");
+                    }
+                    assert!(bl.mc * n * bl.bytes <= 64 * 1024 || bl.mc == bl.mr, "{what}");
+                    assert_eq!(at.p, bl.scratch_bytes(n) as i64 / bl.bytes, "{what}");
+                    assert!(at.b2 >= at.p + bl.mc * n, "{what}");
+                    assert_eq!(at.cols2, up(n2, bl2.nr()), "{what}");
+                    assert!(at.a2 >= at.b2 + up(n, bl2.kc) * at.cols2, "{what}");
+                    let end = at.a2 + up(bl.mc, bl2.mr) * bl2.kc;
+                    assert!(at.bytes as i64 >= end * bl.bytes, "{what}");
+                }
+            }
+        }
+    }
 
     /// The grouped packing's stores, replayed in order on a block with room after it: every
     /// element ends up with its row and step, and nothing is written past the block.
