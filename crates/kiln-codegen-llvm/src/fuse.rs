@@ -39,6 +39,11 @@ const MAX_ROW_EPILOGUE: usize = 2048;
 /// Longest contraction of a GEMM whose epilogue's result a chained product reads (see
 /// [`fuse_gemm_chains`]): one contraction block on every target.
 const MAX_CHAIN_K: usize = 256;
+/// Widest product whose epilogue may reduce over its rows when a chained product reads the
+/// result (attention over up to this many keys): the blocks of rows are then as few as one
+/// tile's, so the probabilities take `O(rows x keys)` memory for one block instead of the whole
+/// matrix (B's packed blocks take one contraction block of whole rows).
+const MAX_CHAIN_ROW: usize = 16384;
 /// Largest arithmetic cost of a producer recomputed for every read of a user that reads each
 /// of its elements more than once.
 const CHEAP: usize = 3;
@@ -151,7 +156,7 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         };
     }
     fuse_gemm_epilogues(f, &producer, &mut out);
-    fuse_gemm_chains(f, &producer, &mut out);
+    fuse_gemm_chains(f, &mut out);
     for i in 0..n {
         if out.inlined[i] {
             // Its users compute it; it has no kernel of its own.
@@ -497,6 +502,8 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
                 batch,
                 m,
                 n,
+                k,
+                conv: None,
                 ..
             } = pk.schedule
             else {
@@ -513,7 +520,11 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
                 && pk.out.numel() == uk.out.numel()
                 && row_split(&uk.out.shape, batch * m, n).is_some_and(|split| {
                     reads_only_own_position(&uk.body, j, &uk.out)
-                        || (n <= MAX_ROW_EPILOGUE
+                        || ((n <= MAX_ROW_EPILOGUE
+                            || (n <= MAX_CHAIN_ROW
+                                && chains_on()
+                                && (1..=MAX_CHAIN_K).contains(&k)
+                                && chain_reader(f, out, u, (batch, m, n)).is_some()))
                             && reads_own_position_or_row(&uk.body, j, &uk.out, split))
                 });
             ok.then_some((j, p))
@@ -583,68 +594,56 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
 /// plain matrix product that takes it, stored by rows, as its A with the same batches and rows
 /// (the probabilities times V), that product runs inside the first kernel on each block of
 /// rows as soon as its epilogue is done, and the epilogue's result is never stored whole.
-fn fuse_gemm_chains(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
-    if std::env::var("KILN_CHAIN").is_ok_and(|v| v == "0") {
+fn fuse_gemm_chains(f: &Func, out: &mut Fused) {
+    if !chains_on() {
         return;
     }
-    for u in 0..f.insts.len() {
-        let Some(uk) = &out.kernels[u] else { continue };
-        let Schedule::Gemm {
-            epilogue: None,
-            batch,
-            m,
-            n: n2,
-            k: k2,
-            conv: None,
-            a_trans: false,
-            b_trans: b2_trans,
-            chain: None,
-        } = uk.schedule
-        else {
-            continue;
-        };
-        let [a, b] = out.operands[u][..] else {
-            continue;
-        };
-        let Some(p) = producer[a.index()] else {
-            continue;
-        };
+    for p in 0..f.insts.len() {
         let Some(pk) = &out.kernels[p] else { continue };
         let chains = match pk.schedule {
             Schedule::Gemm {
                 epilogue: Some(_),
-                batch: b1,
-                m: m1,
-                n: n1,
-                k: k1,
+                k,
                 conv: None,
                 chain: None,
                 ..
             } => {
-                b1 == batch
-                    && m1 == m
-                    && n1 == k2
-                    && (1..=MAX_CHAIN_K).contains(&k1)
+                (1..=MAX_CHAIN_K).contains(&k)
                     && pk.extra.is_empty()
                     && row_epilogue(pk)
+                    && !out.inlined[p]
             }
             _ => false,
         };
-        let only_reader = (0..f.insts.len())
-            .filter(|&i| !out.inlined[i] && out.operands[i].contains(&a))
-            .all(|i| i == u);
-        if !chains
-            || !only_reader
-            || a == b
-            || f.outputs.contains(&a)
-            || pk.out.dtype != uk.out.dtype
-        {
+        let Schedule::Gemm { batch, m, n, .. } = pk.schedule else {
             continue;
-        }
+        };
+        let Some(u) = chains
+            .then(|| chain_reader(f, out, p, (batch, m, n)))
+            .flatten()
+        else {
+            continue;
+        };
+        let uk = out.kernels[u].as_ref().expect("checked by chain_reader");
+        let Schedule::Gemm {
+            n: n2,
+            b_trans: b2_trans,
+            ..
+        } = uk.schedule
+        else {
+            unreachable!("checked by chain_reader")
+        };
+        let b = out.operands[u][1];
+        let chain = crate::kernel::Chain {
+            n: n2,
+            b: 0,
+            b_trans: b2_trans,
+            out: uk.out.clone(),
+        };
         let mut pk = pk.clone();
         let Schedule::Gemm {
             epilogue: Some(product),
-            chain,
+            chain: slot,
             ..
         } = &mut pk.schedule
         else {
@@ -653,12 +652,7 @@ fn fuse_gemm_chains(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
         // B2 takes the product's slot; the product is read after it.
         let b_slot = *product;
         *product += 1;
-        *chain = Some(Box::new(crate::kernel::Chain {
-            n: n2,
-            b: b_slot,
-            b_trans: b2_trans,
-            out: uk.out.clone(),
-        }));
+        *slot = Some(Box::new(crate::kernel::Chain { b: b_slot, ..chain }));
         pk.body = map_inputs(&pk.body, &|i| if i == b_slot { b_slot + 1 } else { i });
         let mut inputs = out.operands[p].clone();
         inputs.push(b);
@@ -677,6 +671,53 @@ fn fuse_gemm_chains(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
              block of rows while it is in cache"
         );
     }
+}
+
+/// Whether products are chained (see [`fuse_gemm_chains`]): unless `KILN_CHAIN=0`.
+fn chains_on() -> bool {
+    std::env::var("KILN_CHAIN").map_or(true, |v| v != "0")
+}
+
+/// The product that can run chained to instruction `p`'s GEMM kernel (see
+/// [`fuse_gemm_chains`]), whose result is a `[batch, m, n]` matrix: the only kernel reading
+/// `p`'s result, a plain matrix product (no epilogue, not a convolution's) that takes it as its
+/// A, stored by rows, with the same batches and rows and a contraction over its `n` columns, in
+/// the same element type; and `p`'s result is not a function output.
+fn chain_reader(
+    f: &Func,
+    out: &Fused,
+    p: usize,
+    (batch, m, n): (usize, usize, usize),
+) -> Option<usize> {
+    let a = f.insts[p].results[0];
+    if f.outputs.contains(&a) {
+        return None;
+    }
+    let mut readers =
+        (0..f.insts.len()).filter(|&i| !out.inlined[i] && out.operands[i].contains(&a));
+    let u = readers.next()?;
+    if readers.next().is_some() {
+        return None;
+    }
+    let uk = out.kernels[u].as_ref()?;
+    let ok = matches!(
+        uk.schedule,
+        Schedule::Gemm {
+            epilogue: None,
+            batch: b2,
+            m: m2,
+            k: k2,
+            conv: None,
+            a_trans: false,
+            chain: None,
+            ..
+        } if b2 == batch && m2 == m && k2 == n
+    ) && uk.extra.is_empty()
+        && out.operands[u].len() == 2
+        && out.operands[u][0] == a
+        && out.operands[u][1] != a
+        && f.values[a.index()].dtype == uk.out.dtype;
+    ok.then_some(u)
 }
 
 /// The first `s` such that `shape[..s]` makes `rows` and `shape[s..]` makes `cols`.

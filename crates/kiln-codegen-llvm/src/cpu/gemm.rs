@@ -138,13 +138,16 @@ impl Blocking {
         }
     }
 
-    /// This blocking for a GEMM whose epilogue's result a chained product reads (see
-    /// [`crate::kernel::Chain`]): blocks of rows of at most [`CHAIN_BYTES`] of `n` columns (and
-    /// no more rows than before).
-    pub(super) fn chained(self, n: usize) -> Blocking {
+    /// This blocking for a GEMM of `n` columns and `k` contraction steps (one block) whose
+    /// epilogue's result a chained product reads (see [`crate::kernel::Chain`]): blocks of rows
+    /// of at most [`CHAIN_BYTES`] (at least one tile's rows, no more than before), and
+    /// contraction blocks of `k` steps rounded up to 16, so that B's packed block of whole rows
+    /// (up to `fuse::MAX_CHAIN_ROW` columns) takes no more room than it needs.
+    pub(super) fn chained(self, n: usize, k: usize) -> Blocking {
         let row = n as i64 * self.bytes;
         Blocking {
             mc: ((CHAIN_BYTES / row / self.mr).max(1) * self.mr).min(self.mc),
+            kc: self.kc.min((k as i64 + 15) / 16 * 16),
             ..self
         }
     }
@@ -1842,19 +1845,30 @@ mod tests {
     fn chained_buffers_are_aligned_and_do_not_overlap() {
         for d in [DType::F32, DType::F64] {
             for wide in [false, true] {
-                for (n, n2) in [(4, 8), (512, 64), (600, 37), (97, 13), (2048, 200)] {
+                for (n, n2, k) in [
+                    (4, 8, 8),
+                    (512, 64, 64),
+                    (600, 37, 40),
+                    (97, 13, 256),
+                    (2048, 200, 64),
+                    (16384, 64, 128),
+                ] {
                     let bl = Blocking::new(d, wide, n as usize)
                         .whole_rows(n as usize)
-                        .chained(n as usize);
+                        .chained(n as usize, k);
+                    assert!(bl.kc >= k as i64 && bl.kc % 16 == 0);
                     let bl2 = Blocking::new(d, wide, n2 as usize);
                     let at = bl.chain_scratch(n, bl2, n2);
                     let up = |x: i64, to: i64| (x + to - 1) / to * to;
                     let line = 64 / bl.bytes;
-                    let what = format!("{d:?} wide {wide}, {n} then {n2} columns");
+                    let what = format!("{d:?} wide {wide}, {n} then {n2} columns, {k} steps");
                     for off in [at.p, at.b2, at.a2] {
                         assert_eq!(off % line, 0, "{what}");
                     }
-                    assert!(bl.mc * n * bl.bytes <= 64 * 1024 || bl.mc == bl.mr, "{what}");
+                    assert!(
+                        bl.mc * n * bl.bytes <= 64 * 1024 || bl.mc == bl.mr,
+                        "{what}"
+                    );
                     assert_eq!(at.p, bl.scratch_bytes(n) as i64 / bl.bytes, "{what}");
                     assert!(at.b2 >= at.p + bl.mc * n, "{what}");
                     assert_eq!(at.cols2, up(n2, bl2.nr()), "{what}");

@@ -419,43 +419,44 @@ pub fn row_epilogues() {
     agrees_on_random_inputs(&src, 5);
 }
 
-/// Attention in `dt`, `softmax(q kᵀ / 8) v` with q and k `[b, m, k]` (so `n` = m columns of
-/// scores) and v `[b, m, n2]` (`[b, n2, m]` with `v_trans`); with `probs` the probabilities are
+/// Attention in `dt`, `softmax(q kᵀ / 8) v` with q `[b, m, k]`, k `[b, keys, k]` and v
+/// `[b, keys, n2]` (`[b, n2, keys]` with `v_trans`); with `probs` the probabilities are
 /// returned too.
 pub fn attention_text(
     dt: &str,
-    (b, m, k, n2): (usize, usize, usize, usize),
+    (b, m, keys, k, n2): (usize, usize, usize, usize, usize),
     v_trans: bool,
     probs: bool,
 ) -> String {
     let (vshape, vdim) = if v_trans {
-        (format!("[{b},{n2},{m}]"), 2)
+        (format!("[{b},{n2},{keys}]"), 2)
     } else {
-        (format!("[{b},{m},{n2}]"), 1)
+        (format!("[{b},{keys},{n2}]"), 1)
     };
     let (ret, rty) = if probs {
         (
             "%16, %15".to_string(),
-            format!("{dt}[{b},{m},{n2}], {dt}[{b},{m},{m}]"),
+            format!("{dt}[{b},{m},{n2}], {dt}[{b},{m},{keys}]"),
         )
     } else {
         ("%16".to_string(), format!("{dt}[{b},{m},{n2}]"))
     };
+    let s = format!("{dt}[{b},{m},{keys}]");
     format!(
-        "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{m},{k}], %2: {dt}{vshape}) -> ({rty}) {{
-  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {dt}[{b},{m},{m}]
+        "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {dt}{vshape}) -> ({rty}) {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}
   %4 = constant {{value = 0.125}} : {dt}[]
-  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {dt}[{b},{m},{m}]
-  %6 = multiply %3, %5 : {dt}[{b},{m},{m}]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}
+  %6 = multiply %3, %5 : {s}
   %7 = constant {{value = -inf}} : {dt}[]
   %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[{b},{m}]
-  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {dt}[{b},{m},{m}]
-  %10 = subtract %6, %9 : {dt}[{b},{m},{m}]
-  %11 = exponential %10 : {dt}[{b},{m},{m}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}
+  %10 = subtract %6, %9 : {s}
+  %11 = exponential %10 : {s}
   %12 = constant {{value = 0.0}} : {dt}[]
   %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]
-  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {dt}[{b},{m},{m}]
-  %15 = divide %11, %14 : {dt}[{b},{m},{m}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}
+  %15 = divide %11, %14 : {s}
   %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [{vdim}]}} : {dt}[{b},{m},{n2}]
   return {ret}
 }}
@@ -467,32 +468,50 @@ pub fn attention_text(
 /// first's softmax rows while it is in cache) agree with the reference, through the kernel cache
 /// and the JIT: one batch and several; rows crossing blocks and threads; V's columns one
 /// panel, several, and with a tail; V stored transposed; a second product of several
-/// contraction blocks (600 scores per row); f32 and f64. A first product longer than one
-/// contraction block, or probabilities that are also returned, keep two kernels.
+/// contraction blocks (600 scores per row); more keys than a plain row epilogue takes (3000,
+/// and 5000 with one row per block); f32 and f64. A first product longer than one contraction
+/// block, probabilities that are also returned, or more keys than a chain takes keep two or
+/// three kernels, and so does a softmax of more than 2048 columns that no product reads.
 pub fn chained_products() {
     for (dt, shape, v_trans) in [
-        ("f32", (2, 4, 8, 4), false),
-        ("f32", (1, 130, 40, 20), false),
-        ("f32", (3, 100, 64, 64), true),
-        ("f32", (2, 600, 16, 37), false),
-        ("f32", (2, 97, 256, 8), true),
-        ("f64", (2, 70, 24, 13), false),
-        ("f64", (1, 300, 8, 40), true),
+        ("f32", (2, 4, 4, 8, 4), false),
+        ("f32", (1, 130, 130, 40, 20), false),
+        ("f32", (3, 100, 100, 64, 64), true),
+        ("f32", (2, 600, 600, 16, 37), false),
+        ("f32", (2, 97, 97, 256, 8), true),
+        ("f32", (2, 9, 3000, 16, 24), false),
+        ("f32", (1, 13, 5000, 8, 8), true),
+        ("f64", (2, 70, 70, 24, 13), false),
+        ("f64", (1, 300, 300, 8, 40), true),
+        ("f64", (1, 7, 2500, 16, 9), false),
     ] {
         let src = attention_text(dt, shape, v_trans, false);
         let f = kiln_ir::parse_func_text(&src).unwrap();
         let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
         assert!(fusion.contains("// 1 kernels"), "{fusion}");
-        let (b, m, k, n2) = shape;
-        agrees_cached_and_jit(&src, (b * m + k * n2) as u64);
+        let (b, m, keys, k, n2) = shape;
+        agrees_cached_and_jit(&src, (b * m + keys + k * n2) as u64);
     }
-    for (shape, probs) in [((2, 20, 257, 8), false), ((2, 40, 16, 8), true)] {
+    for (shape, probs, kernels) in [
+        ((2, 20, 20, 257, 8), false, 2),
+        ((2, 40, 40, 16, 8), true, 2),
+        ((1, 3, 16385, 8, 8), false, 3),
+    ] {
         let src = attention_text("f32", shape, false, probs);
         let f = kiln_ir::parse_func_text(&src).unwrap();
         let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
-        assert!(fusion.contains("// 2 kernels"), "{fusion}");
+        assert!(
+            fusion.contains(&format!("// {kernels} kernels")),
+            "{fusion}"
+        );
         agrees_on_random_inputs(&src, 9);
     }
+    // Without a chained product, a softmax over more than 2048 columns stays a kernel of its
+    // own.
+    let src = softmax_of_product(1, 5, 8, 3000, true);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    assert!(fusion.contains("// 2 kernels"), "{fusion}");
 }
 
 /// A softmax over the last axis of `shape`, in `dt`, written in the IR.
