@@ -1605,7 +1605,7 @@ fn emit_kernel<'c>(
                 emit_epilogue(&em, k, product, (at, row0), r, c, batch * rows, n)
             };
             let chain = chain.as_ref().map(|c| gemm::Chain {
-                bl: gemm::Blocking::new(k.out.dtype, wide, c.n),
+                bl: chain_blocking(k, c, wide),
                 n: c.n as i64,
                 b: c.b as i64,
                 b_trans: c.b_trans,
@@ -3366,9 +3366,8 @@ fn planned_routines(
             continue;
         };
         if let Some(c) = chain {
-            let bl2 = gemm::Blocking::new(k.out.dtype, wide_vectors(true), c.n);
             routines.extend(gemm::Routine::of_gemm(
-                bl2,
+                chain_blocking(k, c, wide_vectors(true)),
                 c.n as i64,
                 (false, c.b_trans),
                 false,
@@ -4191,6 +4190,11 @@ fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
     })
 }
 
+/// The blocking of GEMM kernel `k`'s chained product `c` (see [`crate::kernel::Chain`]).
+fn chain_blocking(k: &Kernel, c: &crate::kernel::Chain, wide: bool) -> gemm::Blocking {
+    gemm::Blocking::new(k.out.dtype, wide, c.n)
+}
+
 /// How the runtime calls `k` when compiled with 512-bit vectors (`wide`) or not.
 fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
     let mut scratch = 0;
@@ -4207,8 +4211,8 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
             scratch = match chain {
                 None => bl.scratch_bytes(n as i64),
                 Some(c) => {
-                    let bl2 = gemm::Blocking::new(k.out.dtype, wide, c.n);
-                    bl.chain_scratch(n as i64, bl2, c.n as i64).bytes
+                    bl.chain_scratch(n as i64, chain_blocking(k, c, wide), c.n as i64)
+                        .bytes
                 }
             };
             let rows = if split_columns {

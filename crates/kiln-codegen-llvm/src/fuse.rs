@@ -503,7 +503,7 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
                 m,
                 n,
                 k,
-                conv: None,
+                ref conv,
                 ..
             } = pk.schedule
             else {
@@ -523,7 +523,10 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
                         || ((n <= MAX_ROW_EPILOGUE
                             || (n <= MAX_CHAIN_ROW
                                 && chains_on()
+                                && conv.is_none()
                                 && (1..=MAX_CHAIN_K).contains(&k)
+                                // A row epilogue (whole rows per block) for certain.
+                                && hoistable_reduces(&uk.body).iter().any(|r| reads_input(r, j))
                                 && chain_reader(f, out, u, (batch, m, n)).is_some()))
                             && reads_own_position_or_row(&uk.body, j, &uk.out, split))
                 });

@@ -378,6 +378,17 @@ fn gemm_epilogues_run_inside_the_gemm_and_agree_with_the_reference() {
   return %5
 }
 ";
+    // A convolution in NHWC layouts (no transposes around it) with a bias and a ReLU.
+    let conv = "func @main(%0: f32[2,9,9,8], %1: f32[3,3,8,16], %2: f32[16]) -> f32[2,7,7,16] {
+  %3 = convolution %0, %1 {window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]} : f32[2,7,7,16]
+  %4 = broadcast_in_dim %2 {broadcast_dimensions = [3]} : f32[2,7,7,16]
+  %5 = add %3, %4 : f32[2,7,7,16]
+  %6 = constant {value = 0.0} : f32[]
+  %7 = broadcast_in_dim %6 {broadcast_dimensions = []} : f32[2,7,7,16]
+  %8 = maximum %5, %7 : f32[2,7,7,16]
+  return %8
+}
+";
     let mut programs = vec![
         dense(256, 128, 200),
         dense(7, 33, 500),
@@ -386,6 +397,7 @@ fn gemm_epilogues_run_inside_the_gemm_and_agree_with_the_reference() {
     ];
     programs.push(update.to_string());
     programs.push(batched.to_string());
+    programs.push(conv.to_string());
     for (i, src) in programs.iter().enumerate() {
         let f = kiln_ir::parse_func_text(src).unwrap();
         let fused = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();

@@ -506,6 +506,17 @@ pub fn chained_products() {
         );
         agrees_on_random_inputs(&src, 9);
     }
+    // The product with V taking an epilogue of its own (a residual added to it) is not chained:
+    // the softmax over 3000 keys, taken as a row epilogue in view of the chain, then runs
+    // unchained over whole rows.
+    let src = attention_text("f32", (1, 9, 3000, 16, 16), false, false).replace(
+        "  return %16\n",
+        "  %17 = add %16, %0 : f32[1,9,16]\n  return %17\n",
+    );
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    assert!(fusion.contains("// 2 kernels"), "{fusion}");
+    agrees_cached_and_jit(&src, 11);
     // Without a chained product, a softmax over more than 2048 columns stays a kernel of its
     // own.
     let src = softmax_of_product(1, 5, 8, 3000, true);
