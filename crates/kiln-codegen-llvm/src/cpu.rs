@@ -1753,10 +1753,15 @@ fn emit_epilogue<'c>(
     let i64t = em.ctx.i64_type();
     // The kernel's inputs with the product (this kernel's output buffer) after them.
     let saved = em.swap_pointer_table(product + 1, &|i| (i == product).then_some(out))?;
-    let first =
-        em.b.build_int_mul(row0, em.i64c(n as i64), "first")
-            .map_err(llvm)?;
-    em.shifted.set(Some((product, first)));
+    // The elements before `out` (none when it holds the product from row 0).
+    let first = match row0.get_zero_extended_constant() {
+        Some(0) => None,
+        _ => Some(
+            em.b.build_int_mul(row0, em.i64c(n as i64), "first")
+                .map_err(llvm)?,
+        ),
+    };
+    em.shifted.set(first.map(|f| (product, f)));
     let shape = &k.out.shape;
     let split = crate::fuse::row_split(shape, m, n).ok_or_else(|| {
         Error::Llvm(format!(
@@ -1809,7 +1814,10 @@ fn emit_epilogue<'c>(
             // overwritten at the same address, and vectorizes without run-time overlap checks
             // (which fail here, since the row is read and written in place).
             let idx = em.position(&ost)?;
-            let idx = em.b.build_int_sub(idx, first, "pi").map_err(llvm)?;
+            let idx = match first {
+                Some(f) => em.b.build_int_sub(idx, f, "pi").map_err(llvm)?,
+                None => idx,
+            };
             // SAFETY (of the emitted code): idx is below m * n, the output's element count,
             // less the elements before `out`.
             let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;

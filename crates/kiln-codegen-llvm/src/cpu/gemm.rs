@@ -1342,9 +1342,8 @@ impl Routine {
     }
 }
 
-/// Code applied to a finished block of C: rows `.0..​.1`, columns `.2..​.3`.
-/// An epilogue over rows `rows` and columns `cols` of C, which is stored at `c` from row `row0`
-/// on (`out` from row 0, or a chained GEMM's block buffer from the block's first row).
+/// Code applied to a finished block of C: rows `.0`, columns `.1`, with C stored at `.2` from
+/// row `.3` on (`out` from row 0, or a chained GEMM's block buffer from the block's first row).
 pub(super) type Epilogue<'a, 'c> = &'a mut dyn FnMut(
     (IntValue<'c>, IntValue<'c>),
     (IntValue<'c>, IntValue<'c>),
