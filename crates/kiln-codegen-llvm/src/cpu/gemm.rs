@@ -1535,22 +1535,15 @@ pub(super) fn emit<'c>(
                 let kc = x.sub(kend, kb)?;
                 let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
                 // Panel `j` of B (`width` columns) through its packing routine.
+                let source = BSource {
+                    b: g.b,
+                    base: b_base,
+                    k: g.k,
+                    n,
+                    trans: b_trans,
+                };
                 let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
-                    let r = Routine::pack_b(bl, width, b_trans);
-                    let f = r.function(em.ctx, em.m, em.routines, em.for_host)?;
-                    let (at, ld) = if b_trans {
-                        (x.add(x.add(b_base, x.mul(j, g.k)?)?, kb)?, g.k)
-                    } else {
-                        (x.add(x.add(b_base, x.mulc(kb, n)?)?, j)?, x.c(n))
-                    };
-                    let args = [
-                        x.at(ft, g.b, at)?.into(),
-                        ld.into(),
-                        x.sub(kend, kb)?.into(),
-                        panel_of(j)?.into(),
-                    ];
-                    em.b.build_call(f, &args, "").map_err(llvm)?;
-                    Ok(())
+                    pack_b_panel(&x, ft, bl, &source, (j, width), (kb, kc), panel_of(j)?)
                 };
                 // (Whole panels only when there are any: no dead code calling routines the
                 // kernel cache does not compile.)
@@ -1668,6 +1661,45 @@ pub(super) fn emit<'c>(
     })
 }
 
+/// A batch of a GEMM's B, as its panels are packed: `[k, n]` from element `base` of `b`
+/// (`[n, k]` with `trans`).
+struct BSource<'c> {
+    b: PointerValue<'c>,
+    base: IntValue<'c>,
+    k: IntValue<'c>,
+    n: i64,
+    trans: bool,
+}
+
+/// Packs panel `j` of `src` (`width` columns, the others zeros), contraction steps
+/// `kb..kb + span`, at `dst` through its routine (see [`Regs::pack_b`]).
+fn pack_b_panel<'c>(
+    x: &Arith<'_, 'c>,
+    ft: FloatType<'c>,
+    bl: Blocking,
+    src: &BSource<'c>,
+    (j, width): (IntValue<'c>, i64),
+    (kb, span): (IntValue<'c>, IntValue<'c>),
+    dst: PointerValue<'c>,
+) -> Result<()> {
+    let em = x.em;
+    let f =
+        Routine::pack_b(bl, width, src.trans).function(em.ctx, em.m, em.routines, em.for_host)?;
+    let (at, ld) = if src.trans {
+        (x.add(x.add(src.base, x.mul(j, src.k)?)?, kb)?, src.k)
+    } else {
+        (x.add(x.add(src.base, x.mulc(kb, src.n)?)?, j)?, x.c(src.n))
+    };
+    let args = [
+        x.at(ft, src.b, at)?.into(),
+        ld.into(),
+        span.into(),
+        dst.into(),
+    ];
+    em.b.build_call(f, &args, "").map_err(llvm)?;
+    Ok(())
+}
+
 /// A chained product (see [`Chain`]) as [`emit`] runs it, with its buffers: the block of the
 /// first product's epilogue result at `p` (`k` columns), its B packed at `b2` and its block of
 /// A packed at `a2` (see [`ChainScratch`]), and its B's kernel input at `b`.
@@ -1699,27 +1731,24 @@ impl<'c> Chained<'_, 'c> {
         em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
             let kb = x.get(s_kb)?;
             let span = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
+            let source = BSource {
+                b,
+                base,
+                k: x.c(k),
+                n,
+                trans: ch.b_trans,
+            };
             let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
-                let f = Routine::pack_b(bl, width, ch.b_trans).function(
-                    em.ctx,
-                    em.m,
-                    em.routines,
-                    em.for_host,
-                )?;
-                let (from, ld) = if ch.b_trans {
-                    (x.add(x.add(base, x.mulc(j, k)?)?, kb)?, k)
-                } else {
-                    (x.add(x.add(base, x.mulc(kb, n)?)?, j)?, n)
-                };
                 let to = x.add(x.mulc(kb, self.cols2)?, x.mulc(j, bl.kc)?)?;
-                let args = [
-                    x.at(ft, b, from)?.into(),
-                    x.c(ld).into(),
-                    span.into(),
-                    x.at(ft, packed, to)?.into(),
-                ];
-                em.b.build_call(f, &args, "").map_err(llvm)?;
-                Ok(())
+                pack_b_panel(
+                    &x,
+                    ft,
+                    bl,
+                    &source,
+                    (j, width),
+                    (kb, span),
+                    x.at(ft, packed, to)?,
+                )
             };
             if n_full > 0 {
                 em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| pack(x.get(s_j)?, nr))?;
