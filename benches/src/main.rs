@@ -213,6 +213,21 @@ fn attention(t: usize, verify: bool) -> Result<Timing, String> {
     measure("attention", f, &x, verify)
 }
 
+/// The same attention through the library's fused entry point (the peers' `attention_sdpa`
+/// row: PyTorch's `F.scaled_dot_product_attention`), scale 1/sqrt(64) by default.
+fn attention_sdpa(t: usize, verify: bool) -> Result<Timing, String> {
+    let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
+        kiln::nn::scaled_dot_product_attention(q, k, v, None, false, None)
+    };
+    let b = if verify { 2 } else { 8 };
+    let x = (
+        rand(&[b, 8, t, 64], 12),
+        rand(&[b, 8, t, 64], 13),
+        rand(&[b, 8, t, 64], 14),
+    );
+    measure("attention_sdpa", f, &x, verify)
+}
+
 const WORKLOADS: &[Workload] = &[
     Workload {
         name: "matmul_256",
@@ -263,6 +278,11 @@ const WORKLOADS: &[Workload] = &[
         name: "attention_8x8x512x64",
         sizes: (512, 16),
         run: attention,
+    },
+    Workload {
+        name: "attention_sdpa_8x8x512x64",
+        sizes: (512, 16),
+        run: attention_sdpa,
     },
 ];
 

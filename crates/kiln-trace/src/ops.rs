@@ -584,6 +584,34 @@ impl Tensor {
     pub fn transpose(&self, perm: &[usize]) -> Tensor {
         self.permute(perm)
     }
+    /// A tensor of `shape` whose elements are their own index along dimension `dim`
+    /// (StableHLO's `iota`). Inside a trace it is recorded as an op, so a mask built from it
+    /// (a causal mask, say) is computed where it is used rather than stored as a constant.
+    #[track_caller]
+    pub fn iota(dtype: DType, shape: &[usize], dim: usize) -> Tensor {
+        if dim >= shape.len() || dtype == DType::Pred {
+            return Tensor::failed(Error::new(
+                "iota",
+                format!(
+                    "expected an integer or float dtype and a dimension below the rank, got \
+                     {dtype} {}, dimension {dim}",
+                    ShapeDisplay(shape)
+                ),
+            ));
+        }
+        let ty = TensorType::new(dtype, shape.to_vec());
+        apply(
+            Op::Iota {
+                iota_dimension: dim as i64,
+            },
+            &[],
+            Some(vec![ty]),
+            "iota",
+            Loc::caller(),
+        )
+        .remove(0)
+    }
+
     /// Swaps the last two dimensions.
     #[track_caller]
     pub fn t(&self) -> Tensor {

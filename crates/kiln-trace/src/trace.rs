@@ -242,7 +242,8 @@ pub fn apply(
         message,
         loc: Some(loc),
     };
-    let traced = xs.iter().any(|t| t.is_traced()) && tracing();
+    // An op without operands (an iota) belongs to the innermost trace, if any.
+    let traced = (xs.is_empty() || xs.iter().any(|t| t.is_traced())) && tracing();
     if xs.iter().any(|t| t.is_traced()) && !traced {
         return vec![
             Tensor::failed(fail(

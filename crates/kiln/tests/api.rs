@@ -231,6 +231,14 @@ fn bad_inputs_name_the_source_line() {
     case!("tree", kiln::tree::zip_map(&(a.clone(), v3.clone()), &(v3.clone(), a.clone()), |x, y| x + y ));
     case!("optimizer", kiln::optim::Sgd::new(0.1).update(&vec![a.clone()], &vec![a.clone(), a.clone()], &kiln::optim::Sgd::new(0.1).init(&vec![a.clone()])).map(|_| ()));
     case!("jvp", jvp(|x: &Tensor| x.exp(), &v3, &v4).map(|_| ()));
+    let sdpa = kiln::nn::scaled_dot_product_attention;
+    let k54 = Tensor::zeros(DType::F32, [5, 4]);
+    case!("scaled_dot_product_attention", sdpa(&a, &k54, &k54, None, false, None).to_literal());
+    case!("scaled_dot_product_attention", sdpa(&a, &a, &k54, None, true, None).to_literal());
+    case!("scaled_dot_product_attention", sdpa(&v3, &a, &a, None, false, None).to_literal());
+    case!("scaled_dot_product_attention", sdpa(&a, &a, &a, Some(&v4.gt(&v4)), false, None).to_literal());
+    case!("scaled_dot_product_attention", sdpa(&a, &a, &a, Some(&i3), false, None).to_literal());
+    case!("iota", Tensor::iota(DType::F32, &[2], 1).to_literal());
     case!("add", jit(|x: &Tensor| x + &Tensor::zeros(DType::F32, [7])) .call(&v3) .map(|_| ()));
     assert!(cases.len() >= 25, "{} cases", cases.len());
     for (line, op, e) in &cases {
