@@ -4173,7 +4173,6 @@ impl CpuExecutable {
     }
 }
 
-/// This machine's CPU name and feature string, as LLVM spells them.
 /// The blocking of GEMM kernel `k` and whether its threads split columns: blocks of whole
 /// rows, split by rows, when its epilogue reduces over rows ([`crate::fuse::row_epilogue`]).
 fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
@@ -4194,7 +4193,7 @@ fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
     } else if crate::fuse::row_epilogue(k) {
         (bl.whole_rows(n), false)
     } else {
-        (bl, bl.split_columns(batch, m, n, kk))
+        gemm::Blocking::for_product(k.out.dtype, wide, (batch, m, n, kk))
     })
 }
 

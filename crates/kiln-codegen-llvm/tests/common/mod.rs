@@ -116,6 +116,10 @@ pub fn gemm_shapes() {
         (4, 100, 40, 17),
         // Few rows and many columns: threads split the columns.
         (1, 50, 300, 1000),
+        // Split columns on 6 x 4 tiles (AVX-512), which pad them less than 8 x 3: whole panels
+        // across two contraction blocks, and a tail narrower than a panel.
+        (1, 40, 600, 1024),
+        (1, 30, 70, 250),
     ];
     for dtype in ["f32", "f64"] {
         for (bt, m, k, n) in shapes {
