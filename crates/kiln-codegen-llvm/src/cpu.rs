@@ -4189,7 +4189,7 @@ fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
     };
     let bl = gemm::Blocking::new(k.out.dtype, wide, n);
     Some(if chain.is_some() {
-        (bl.whole_rows(n).chained(n, kk), false)
+        (bl.padding_least(n).whole_rows(n).chained(n, kk), false)
     } else if crate::fuse::row_epilogue(k) {
         (bl.whole_rows(n), false)
     } else {

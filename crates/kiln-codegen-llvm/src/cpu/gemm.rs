@@ -135,14 +135,14 @@ impl Blocking {
     }
 
     /// The blocking of a plain product of `batch` x `m` x `n` with `k` contraction steps and
-    /// whether its threads split its columns (see [`Self::split_columns`]). With 512-bit
-    /// vectors, a product whose columns are split takes the 6 x 4 tile instead of 8 x 3 when
-    /// that pads its columns less: its panels then divide evenly between the threads and no
-    /// ragged last panel needs tile and packing routines of its own (1024 columns: 16 panels
-    /// of 64 rather than 21 of 48 and one of 16). Measured on Zen 4 (alternating calls in one
-    /// process): the MLP step won 23 of 30 pairs (14.30 -> 14.02 ms) and a 256 x 1024 x 1024
-    /// product 16 of 20 (2.88 -> 2.83 ms); products split by rows stay 8 x 3 (1024 x 1024 x
-    /// 1024 lost 13 of 20 pairs with 6 x 4, 10.63 -> 10.74 ms).
+    /// whether its threads split its columns (see [`Self::split_columns`]). A product whose
+    /// columns are split takes the tile that pads them least ([`Self::padding_least`]): its
+    /// panels then divide evenly between the threads and no ragged last panel needs tile and
+    /// packing routines of its own (1024 columns: 16 panels of 64 rather than 21 of 48 and one
+    /// of 16). Measured on Zen 4 (alternating calls in one process): the MLP step won 23 of 30
+    /// pairs (14.30 -> 14.02 ms) and a 256 x 1024 x 1024 product 16 of 20 (2.88 -> 2.83 ms);
+    /// products split by rows stay 8 x 3 (1024 x 1024 x 1024 lost 13 of 20 pairs with 6 x 4,
+    /// 10.63 -> 10.74 ms).
     pub(super) fn for_product(
         d: DType,
         wide: bool,
@@ -150,18 +150,32 @@ impl Blocking {
     ) -> (Blocking, bool) {
         let bl = Blocking::new(d, wide, n);
         let split = bl.split_columns(batch, m, n, k);
-        if !(split && wide && bl.nv == 3) {
-            return (bl, split);
+        let alt = bl.padding_least(n);
+        if split && alt.split_columns(batch, m, n, k) {
+            (alt, true)
+        } else {
+            (bl, split)
+        }
+    }
+
+    /// This blocking, or with 512-bit 8 x 3 tiles the same with 6 x 4 tiles when those pad `n`
+    /// columns less. Also taken by a chained product's first GEMM (attention's scores: 512
+    /// columns are 8 panels of 64 rather than 10 of 48 and one of 32): measured on Zen 4,
+    /// attention_8x8x512x64 won 18 and 16 of 20 pairs (25.02 -> 24.08 and 25.04 -> 23.99 ms;
+    /// a null toggle 5 of 10).
+    pub(super) fn padding_least(self, n: usize) -> Blocking {
+        if (self.mr, self.nv, self.bytes * self.lanes as i64) != (8, 3, 64) {
+            return self;
         }
         let padding = |b: &Blocking| {
             let nr = b.nr() as usize;
             n.div_ceil(nr) * nr - n
         };
-        let alt = bl.tile(6, 4);
-        if padding(&alt) < padding(&bl) && alt.split_columns(batch, m, n, k) {
-            (alt, true)
+        let alt = self.tile(6, 4);
+        if padding(&alt) < padding(&self) {
+            alt
         } else {
-            (bl, split)
+            self
         }
     }
 
@@ -1909,11 +1923,11 @@ mod tests {
     use super::{Blocking, grouped_store_lanes};
     use kiln_ir::DType;
 
-    /// Products whose threads split the columns take 6 x 4 tiles on AVX-512 where those pad the
-    /// columns less than 8 x 3, with cache blocks sized for them; products split by rows, and
-    /// 256-bit tiles, keep theirs.
+    /// Products whose threads split the columns, and chained products' first GEMMs, take 6 x 4
+    /// tiles on AVX-512 where those pad the columns less than 8 x 3, with cache blocks sized
+    /// for them; products split by rows, and 256-bit tiles, keep theirs.
     #[test]
-    fn column_split_products_take_the_tile_that_pads_least() {
+    fn column_splits_and_chains_take_the_tile_that_pads_least() {
         let tile = |d, wide, shape| {
             let (bl, split) = Blocking::for_product(d, wide, shape);
             assert_eq!(bl.mc % bl.mr, 0);
@@ -1932,6 +1946,14 @@ mod tests {
         assert_eq!(tile(f32, true, (1, 1024, 1024, 1024)), (8, 3, false));
         assert_eq!(tile(f32, true, (2, 256, 1024, 1024)), (8, 3, false));
         assert_eq!(tile(f32, false, (1, 256, 1024, 1024)), (6, 2, true));
+        // A chained product's first GEMM: attention's 512 keys, 3000 keys, and 600 keys (which
+        // 8 x 3 pads less).
+        for (n, tile) in [(512, (6, 4)), (3000, (6, 4)), (600, (8, 3))] {
+            let bl = Blocking::new(f32, true, n).padding_least(n);
+            assert_eq!((bl.mr, bl.nv), tile, "{n} columns");
+        }
+        let bl = Blocking::new(f32, false, 512);
+        assert_eq!(bl.padding_least(512), bl);
     }
 
     /// A chained product's buffers lie after the GEMM's own, in order, 64-byte aligned, each as
@@ -1951,6 +1973,7 @@ mod tests {
                     (16384, 64, 128),
                 ] {
                     let bl = Blocking::new(d, wide, n as usize)
+                        .padding_least(n as usize)
                         .whole_rows(n as usize)
                         .chained(n as usize, k);
                     assert!(bl.kc >= k as i64 && bl.kc % 16 == 0);

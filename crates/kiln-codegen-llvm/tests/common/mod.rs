@@ -484,6 +484,8 @@ pub fn chained_products() {
         ("f32", (2, 600, 600, 16, 37), false),
         ("f32", (2, 97, 97, 256, 8), true),
         ("f32", (2, 9, 3000, 16, 24), false),
+        // The benchmark's 512 keys and 64-wide heads (6 x 4 tiles for both products on AVX-512).
+        ("f32", (1, 50, 512, 64, 64), false),
         ("f32", (1, 13, 5000, 8, 8), true),
         ("f64", (2, 70, 70, 24, 13), false),
         ("f64", (1, 300, 300, 8, 40), true),
