@@ -4189,11 +4189,11 @@ fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
     };
     let bl = gemm::Blocking::new(k.out.dtype, wide, n);
     Some(if chain.is_some() {
-        (bl.padding_least(n).whole_rows(n).chained(n, kk), false)
+        (bl.whole_rows(n).chained(n, kk), false)
     } else if crate::fuse::row_epilogue(k) {
         (bl.whole_rows(n), false)
     } else {
-        gemm::Blocking::for_product(k.out.dtype, wide, (batch, m, n, kk))
+        (bl, bl.split_columns(batch, m, n, kk))
     })
 }
 

@@ -75,52 +75,45 @@ impl Blocking {
         let lanes = ((if wide { 64 } else { 32 }) / bytes) as u32;
         // Measured on AVX-512 (matmul_1024/2048, two threads): 8 x 3 vectors with 512-step
         // contraction blocks beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the
-        // panels.
+        // panels of all three.
         let (mut mr, mut nv, kc) = match (wide, n <= lanes as usize) {
             (true, false) => (8, 3, 512),
             (true, true) => (16, 1, 512),
             (false, false) => (6, 2, 256),
             (false, true) => (12, 1, 256),
         };
-        // When the 8 x 3 tile's panels would pad the columns by more than a tenth (64 output
-        // channels: 96 columns computed), take the 6 x 4 or 12 x 2 tile padding least (6 x 4
-        // first): measured on conv 3x3 64 -> 64 and attention's 64-wide product (alternating
-        // A/B calls), 6 x 4 won 20 of 20 and 33 of 35 pairs, about 10% and 7% faster.
+        // Where the 8 x 3 tile's panels pad the columns, take the 6 x 4 tile when it pads them
+        // less, and when 8 x 3 would pad them by more than a tenth (64 output channels: 96
+        // columns computed), the 12 x 2 one too if it pads least (ties to the earlier tile).
+        // Measured with alternating calls in one process: conv 3x3 64 -> 64 and attention's
+        // 64-wide product, 6 x 4 won 20 of 20 and 33 of 35 pairs, about 10% and 7% faster; on
+        // Zen 4, with 6 x 4 wherever it pads less (1024 columns: 16 panels of 64 rather than
+        // 21 of 48 and one of 16), the MLP step won 24 of 30 pairs (14.30 -> 14.09 ms) and 16
+        // of 30, attention (512 keys) 18 and 16 of 20 (25.0 -> 24.0 ms), matmul_2048 11 of 16
+        // (82.0 -> 80.0 ms), 1024 x 1024 x 1024 8 and 13 of 30 (10.06 -> 10.12 and 10.17 ->
+        // 10.21 ms), and the MLP step's cold compile takes fewer routines (its LLVM phase
+        // 69-75 ms against 77-102).
         if wide && n > lanes as usize {
             let waste = |nv: i64| {
                 let nr = lanes as u64 * nv as u64;
                 (n as u64).div_ceil(nr) * nr - n as u64
             };
-            if waste(3) > n as u64 / 10 {
-                (mr, nv) = [(6, 4), (12, 2)]
-                    .into_iter()
-                    .filter(|&(_, v)| waste(v) < waste(3))
-                    .min_by_key(|&(_, v)| waste(v))
-                    .unwrap_or((mr, nv));
-            }
+            let wide_waste = waste(3) > n as u64 / 10;
+            (mr, nv) = [(8, 3), (6, 4), (12, 2)]
+                .into_iter()
+                .filter(|&(_, v)| v != 2 || wide_waste)
+                .min_by_key(|&(_, v)| waste(v))
+                .unwrap_or((mr, nv));
         }
+        let nr = lanes as i64 * nv;
         Blocking {
             bytes,
             lanes,
             mr,
             nv,
             kc,
-            mc: 0,
-            nc: 0,
-        }
-        .tile(mr, nv)
-    }
-
-    /// This blocking with register tiles of `mr` rows by `nv` vectors, and its cache blocks
-    /// sized for them.
-    fn tile(self, mr: i64, nv: i64) -> Blocking {
-        let nr = self.lanes as i64 * nv;
-        Blocking {
-            mr,
-            nv,
-            mc: (MC_BYTES / (self.kc * self.bytes) / mr).max(1) * mr,
-            nc: (NC_BYTES / (self.kc * self.bytes) / nr).max(1) * nr,
-            ..self
+            mc: (MC_BYTES / (kc * bytes) / mr).max(1) * mr,
+            nc: (NC_BYTES / (kc * bytes) / nr).max(1) * nr,
         }
     }
 
@@ -132,51 +125,6 @@ impl Blocking {
     /// Columns per panel of packed B.
     pub(super) fn nr(&self) -> i64 {
         self.lanes as i64 * self.nv
-    }
-
-    /// The blocking of a plain product of `batch` x `m` x `n` with `k` contraction steps and
-    /// whether its threads split its columns (see [`Self::split_columns`]). A product whose
-    /// columns are split takes the tile that pads them least ([`Self::padding_least`]): its
-    /// panels then divide evenly between the threads and no ragged last panel needs tile and
-    /// packing routines of its own (1024 columns: 16 panels of 64 rather than 21 of 48 and one
-    /// of 16). Measured on Zen 4 (alternating calls in one process): the MLP step won 23 of 30
-    /// pairs (14.30 -> 14.02 ms) and a 256 x 1024 x 1024 product 16 of 20 (2.88 -> 2.83 ms);
-    /// products split by rows stay 8 x 3 (1024 x 1024 x 1024 lost 13 of 20 pairs with 6 x 4,
-    /// 10.63 -> 10.74 ms).
-    pub(super) fn for_product(
-        d: DType,
-        wide: bool,
-        (batch, m, n, k): (usize, usize, usize, usize),
-    ) -> (Blocking, bool) {
-        let bl = Blocking::new(d, wide, n);
-        let split = bl.split_columns(batch, m, n, k);
-        let alt = bl.padding_least(n);
-        if split && alt.split_columns(batch, m, n, k) {
-            (alt, true)
-        } else {
-            (bl, split)
-        }
-    }
-
-    /// This blocking, or with 512-bit 8 x 3 tiles the same with 6 x 4 tiles when those pad `n`
-    /// columns less. Also taken by a chained product's first GEMM (attention's scores: 512
-    /// columns are 8 panels of 64 rather than 10 of 48 and one of 32): measured on Zen 4,
-    /// attention_8x8x512x64 won 18 and 16 of 20 pairs (25.02 -> 24.08 and 25.04 -> 23.99 ms;
-    /// a null toggle 5 of 10).
-    pub(super) fn padding_least(self, n: usize) -> Blocking {
-        if (self.mr, self.nv, self.bytes * self.lanes as i64) != (8, 3, 64) {
-            return self;
-        }
-        let padding = |b: &Blocking| {
-            let nr = b.nr() as usize;
-            n.div_ceil(nr) * nr - n
-        };
-        let alt = self.tile(6, 4);
-        if padding(&alt) < padding(&self) {
-            alt
-        } else {
-            self
-        }
     }
 
     /// Whether a GEMM's threads split its columns (in panels) rather than its rows: each thread
@@ -1923,37 +1871,33 @@ mod tests {
     use super::{Blocking, grouped_store_lanes};
     use kiln_ir::DType;
 
-    /// Products whose threads split the columns, and chained products' first GEMMs, take 6 x 4
-    /// tiles on AVX-512 where those pad the columns less than 8 x 3, with cache blocks sized
-    /// for them; products split by rows, and 256-bit tiles, keep theirs.
+    /// 512-bit products take the 8 x 3, 6 x 4 or 12 x 2 tile that pads the columns least, 12 x 2
+    /// only where 8 x 3 would pad them by more than a tenth; 256-bit ones keep 6 x 2.
     #[test]
-    fn column_splits_and_chains_take_the_tile_that_pads_least() {
-        let tile = |d, wide, shape| {
-            let (bl, split) = Blocking::for_product(d, wide, shape);
+    fn products_take_the_tile_that_pads_least() {
+        for (d, n, tile) in [
+            (DType::F32, 1024, (6, 4)),
+            (DType::F32, 2048, (6, 4)),
+            (DType::F32, 512, (6, 4)),
+            (DType::F32, 250, (6, 4)),
+            (DType::F32, 96, (8, 3)),
+            (DType::F32, 960, (8, 3)),
+            (DType::F32, 1000, (8, 3)),
+            (DType::F32, 600, (8, 3)),
+            (DType::F32, 64, (6, 4)),
+            (DType::F32, 160, (12, 2)),
+            (DType::F32, 32, (12, 2)),
+            (DType::F32, 10, (16, 1)),
+            (DType::F64, 1024, (6, 4)),
+            (DType::F64, 600, (8, 3)),
+        ] {
+            let bl = Blocking::new(d, true, n);
+            assert_eq!((bl.mr, bl.nv), tile, "{d:?}, {n} columns");
             assert_eq!(bl.mc % bl.mr, 0);
             assert_eq!(bl.nc % bl.nr(), 0);
-            assert_eq!(bl, Blocking::new(d, wide, shape.2).tile(bl.mr, bl.nv));
-            (bl.mr, bl.nv, split)
-        };
-        let f32 = DType::F32;
-        assert_eq!(tile(f32, true, (1, 256, 1024, 1024)), (6, 4, true));
-        assert_eq!(tile(f32, true, (1, 30, 250, 70)), (6, 4, true));
-        assert_eq!(tile(DType::F64, true, (1, 40, 1024, 600)), (6, 4, true));
-        // 8 x 3 pads less, or not at all.
-        assert_eq!(tile(f32, true, (1, 50, 1000, 300)), (8, 3, true));
-        assert_eq!(tile(f32, true, (1, 256, 960, 1024)), (8, 3, true));
-        // Split by rows, batched, or 256-bit vectors.
-        assert_eq!(tile(f32, true, (1, 1024, 1024, 1024)), (8, 3, false));
-        assert_eq!(tile(f32, true, (2, 256, 1024, 1024)), (8, 3, false));
-        assert_eq!(tile(f32, false, (1, 256, 1024, 1024)), (6, 2, true));
-        // A chained product's first GEMM: attention's 512 keys, 3000 keys, and 600 keys (which
-        // 8 x 3 pads less).
-        for (n, tile) in [(512, (6, 4)), (3000, (6, 4)), (600, (8, 3))] {
-            let bl = Blocking::new(f32, true, n).padding_least(n);
-            assert_eq!((bl.mr, bl.nv), tile, "{n} columns");
         }
-        let bl = Blocking::new(f32, false, 512);
-        assert_eq!(bl.padding_least(512), bl);
+        let bl = Blocking::new(DType::F32, false, 1000);
+        assert_eq!((bl.mr, bl.nv), (6, 2));
     }
 
     /// A chained product's buffers lie after the GEMM's own, in order, 64-byte aligned, each as
@@ -1973,7 +1917,6 @@ mod tests {
                     (16384, 64, 128),
                 ] {
                     let bl = Blocking::new(d, wide, n as usize)
-                        .padding_least(n as usize)
                         .whole_rows(n as usize)
                         .chained(n as usize, k);
                     assert!(bl.kc >= k as i64 && bl.kc % 16 == 0);
