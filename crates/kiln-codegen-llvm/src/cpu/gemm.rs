@@ -362,8 +362,8 @@ impl<'c> Regs<'_, 'c> {
         transpose_vectors(self.x.em, r)
     }
 
-    /// `width` consecutive elements at `p[idx..]` as a vector (zeros past `width`), by scalar
-    /// loads when `width` is short of a whole vector.
+    /// `width` consecutive elements at `p[idx..]` as a vector (zeros past `width`), by a masked
+    /// load when `width` is short of a whole vector (the lanes past it are not read).
     fn load_cols(
         &self,
         p: PointerValue<'c>,
@@ -371,25 +371,25 @@ impl<'c> Regs<'_, 'c> {
         width: i64,
     ) -> Result<BasicValueEnum<'c>> {
         let b = &self.x.em.b;
+        let at = self.x.at(self.ft, p, idx)?;
         if width >= self.bl.lanes as i64 {
-            let v = b
-                .build_load(self.vt, self.x.at(self.ft, p, idx)?, "lv")
-                .map_err(llvm)?;
+            let v = b.build_load(self.vt, at, "lv").map_err(llvm)?;
             return align(v, self.bl.bytes as u32);
         }
-        let mut v = self.vt.const_zero();
-        for l in 0..width.max(0) {
-            let s = b
-                .build_load(self.ft, self.x.at(self.ft, p, self.x.addc(idx, l)?)?, "ls")
-                .map_err(llvm)?;
-            v = b
-                .build_insert_element(v, s, self.x.c(l), "ins")
-                .map_err(llvm)?;
+        if width <= 0 {
+            return Ok(self.vt.const_zero().into());
         }
-        Ok(v.into())
+        let mask = self.lane_mask(width);
+        self.masked(
+            "llvm.masked.load",
+            at,
+            &[at.into(), mask.into(), self.vt.const_zero().into()],
+        )
+        .map(|v| v.expect("a masked load returns its vector"))
     }
 
-    /// Stores the first `width` lanes of `v` at `p[idx..]`.
+    /// Stores the first `width` lanes of `v` at `p[idx..]` (a masked store when `width` is
+    /// short of a whole vector).
     fn store_cols(
         &self,
         p: PointerValue<'c>,
@@ -398,21 +398,51 @@ impl<'c> Regs<'_, 'c> {
         v: BasicValueEnum<'c>,
     ) -> Result<()> {
         let b = &self.x.em.b;
+        let at = self.x.at(self.ft, p, idx)?;
         if width >= self.bl.lanes as i64 {
-            let s = b
-                .build_store(self.x.at(self.ft, p, idx)?, v)
-                .map_err(llvm)?;
+            let s = b.build_store(at, v).map_err(llvm)?;
             s.set_alignment(self.bl.bytes as u32).map_err(llvm)?;
             return Ok(());
         }
-        for l in 0..width.max(0) {
-            let s = b
-                .build_extract_element(v.into_vector_value(), self.x.c(l), "ext")
-                .map_err(llvm)?;
-            b.build_store(self.x.at(self.ft, p, self.x.addc(idx, l)?)?, s)
-                .map_err(llvm)?;
+        if width <= 0 {
+            return Ok(());
         }
+        let mask = self.lane_mask(width);
+        self.masked("llvm.masked.store", at, &[v, at.into(), mask.into()])?;
         Ok(())
+    }
+
+    /// The mask of a vector's first `width` lanes.
+    fn lane_mask(&self, width: i64) -> VectorValue<'c> {
+        let i1 = self.x.em.ctx.bool_type();
+        let lanes: Vec<IntValue<'c>> = (0..self.bl.lanes as i64)
+            .map(|l| i1.const_int((l < width) as u64, false))
+            .collect();
+        VectorType::const_vector(&lanes)
+    }
+
+    /// A call of the masked load or store intrinsic `name` on this tile's vectors at `at`
+    /// (element-aligned), with `args`; its result, for a load.
+    fn masked(
+        &self,
+        name: &str,
+        at: PointerValue<'c>,
+        args: &[BasicValueEnum<'c>],
+    ) -> Result<Option<BasicValueEnum<'c>>> {
+        let em = self.x.em;
+        let decl = inkwell::intrinsics::Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(em.m, &[self.vt.into(), at.get_type().into()]))
+            .ok_or_else(|| crate::Error::Llvm(format!("cannot declare {name}")))?;
+        let args: Vec<_> = args.iter().map(|a| (*a).into()).collect();
+        let call = em.b.build_call(decl, &args, "m").map_err(llvm)?;
+        let ptr_arg = if name.ends_with("store") { 1 } else { 0 };
+        let align_kind = Attribute::get_named_enum_kind_id("align");
+        call.add_attribute(
+            AttributeLoc::Param(ptr_arg),
+            em.ctx
+                .create_enum_attribute(align_kind, self.bl.bytes as u64),
+        );
+        Ok(call.try_as_basic_value().basic())
     }
 
     /// Packs `span` contraction steps of a panel of B into `panel` (`span` rows of
