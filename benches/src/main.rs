@@ -200,17 +200,21 @@ fn conv_3x3(n: usize, verify: bool) -> Result<Timing, String> {
     conv([n, c, hw, hw], [64, c, 3, 3], 1, 1, verify)
 }
 
+/// q, k and v of `t` positions, 8 heads of width 64, batch 8 (2 for the check).
+fn attention_inputs(t: usize, verify: bool) -> (Tensor, Tensor, Tensor) {
+    let b = if verify { 2 } else { 8 };
+    (
+        rand(&[b, 8, t, 64], 12),
+        rand(&[b, 8, t, 64], 13),
+        rand(&[b, 8, t, 64], 14),
+    )
+}
+
 fn attention(t: usize, verify: bool) -> Result<Timing, String> {
     let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         (&q.matmul(&k.t()) * (1.0 / 8.0)).softmax(-1).matmul(v)
     };
-    let b = if verify { 2 } else { 8 };
-    let x = (
-        rand(&[b, 8, t, 64], 12),
-        rand(&[b, 8, t, 64], 13),
-        rand(&[b, 8, t, 64], 14),
-    );
-    measure("attention", f, &x, verify)
+    measure("attention", f, &attention_inputs(t, verify), verify)
 }
 
 /// The same attention through the library's fused entry point (the peers' `attention_sdpa`
@@ -219,13 +223,7 @@ fn attention_sdpa(t: usize, verify: bool) -> Result<Timing, String> {
     let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         kiln::nn::scaled_dot_product_attention(q, k, v, None, false, None)
     };
-    let b = if verify { 2 } else { 8 };
-    let x = (
-        rand(&[b, 8, t, 64], 12),
-        rand(&[b, 8, t, 64], 13),
-        rand(&[b, 8, t, 64], 14),
-    );
-    measure("attention_sdpa", f, &x, verify)
+    measure("attention_sdpa", f, &attention_inputs(t, verify), verify)
 }
 
 const WORKLOADS: &[Workload] = &[

@@ -133,55 +133,14 @@ fn attention_matches_a_direct_computation() {
         bool,
         Option<f64>,
     );
+    #[rustfmt::skip]
     let cases: &[Case] = &[
-        (
-            &[2, 3, 5, 4],
-            &[2, 3, 5, 4],
-            &[2, 3, 5, 4],
-            Mask::None,
-            false,
-            None,
-        ),
-        (
-            &[2, 3, 5, 4],
-            &[2, 3, 7, 4],
-            &[2, 3, 7, 6],
-            Mask::None,
-            true,
-            None,
-        ),
-        (
-            &[2, 7, 4],
-            &[2, 5, 4],
-            &[2, 5, 3],
-            Mask::None,
-            true,
-            Some(0.3),
-        ),
-        (
-            &[2, 3, 5, 4],
-            &[3, 7, 4],
-            &[1, 3, 7, 6],
-            Mask::Pred(&[5, 7]),
-            false,
-            None,
-        ),
-        (
-            &[2, 3, 6, 4],
-            &[2, 3, 6, 4],
-            &[2, 3, 6, 2],
-            Mask::Pred(&[2, 1, 6, 6]),
-            true,
-            None,
-        ),
-        (
-            &[4, 6, 8],
-            &[4, 9, 8],
-            &[4, 9, 5],
-            Mask::Add(&[4, 6, 9]),
-            false,
-            None,
-        ),
+        (&[2, 3, 5, 4], &[2, 3, 5, 4], &[2, 3, 5, 4], Mask::None, false, None),
+        (&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Mask::None, true, None),
+        (&[2, 7, 4], &[2, 5, 4], &[2, 5, 3], Mask::None, true, Some(0.3)),
+        (&[2, 3, 5, 4], &[3, 7, 4], &[1, 3, 7, 6], Mask::Pred(&[5, 7]), false, None),
+        (&[2, 3, 6, 4], &[2, 3, 6, 4], &[2, 3, 6, 2], Mask::Pred(&[2, 1, 6, 6]), true, None),
+        (&[4, 6, 8], &[4, 9, 8], &[4, 9, 5], Mask::Add(&[4, 6, 9]), false, None),
         (&[6, 8], &[9, 8], &[9, 5], Mask::Add(&[9]), true, Some(2.0)),
     ];
     let ks = split(&key(20), 3);
