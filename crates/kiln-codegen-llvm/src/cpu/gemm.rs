@@ -435,7 +435,7 @@ impl<'c> Regs<'_, 'c> {
             .ok_or_else(|| crate::Error::Llvm(format!("cannot declare {name}")))?;
         let args: Vec<_> = args.iter().map(|a| (*a).into()).collect();
         let call = em.b.build_call(decl, &args, "m").map_err(llvm)?;
-        let ptr_arg = if name.ends_with("store") { 1 } else { 0 };
+        let ptr_arg = args.iter().position(|a| a.is_pointer_value()).unwrap_or(0) as u32;
         let align_kind = Attribute::get_named_enum_kind_id("align");
         call.add_attribute(
             AttributeLoc::Param(ptr_arg),
