@@ -603,28 +603,27 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused) {
     }
     for p in 0..f.insts.len() {
         let Some(pk) = &out.kernels[p] else { continue };
-        let chains = match pk.schedule {
-            Schedule::Gemm {
-                epilogue: Some(_),
-                k,
-                conv: None,
-                chain: None,
-                ..
-            } => {
-                (1..=MAX_CHAIN_K).contains(&k)
-                    && pk.extra.is_empty()
-                    && row_epilogue(pk)
-                    && !out.inlined[p]
-            }
-            _ => false,
-        };
-        let Schedule::Gemm { batch, m, n, .. } = pk.schedule else {
+        let Schedule::Gemm {
+            epilogue: Some(_),
+            batch,
+            m,
+            n,
+            k,
+            conv: None,
+            chain: None,
+            ..
+        } = pk.schedule
+        else {
             continue;
         };
-        let Some(u) = chains
-            .then(|| chain_reader(f, out, p, (batch, m, n)))
-            .flatten()
-        else {
+        if !(1..=MAX_CHAIN_K).contains(&k)
+            || !pk.extra.is_empty()
+            || !row_epilogue(pk)
+            || out.inlined[p]
+        {
+            continue;
+        }
+        let Some(u) = chain_reader(f, out, p, (batch, m, n)) else {
             continue;
         };
         let uk = out.kernels[u].as_ref().expect("checked by chain_reader");

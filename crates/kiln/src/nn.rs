@@ -332,23 +332,16 @@ pub fn scaled_dot_product_attention(
         return Tensor::failed(e.clone());
     }
     let ty = |t: &Tensor| t.ty().map(|t| t.to_string()).unwrap_or_default();
+    let got = format!("q {}, k {}, v {}", ty(q), ty(k), ty(v));
     let (sq, sk, sv) = (q.shape(), k.shape(), v.shape());
     let dt = q.dtype();
     if sq.len() < 2 || sk.len() < 2 || sv.len() < 2 || !dt.is_float() {
         return fail(format!(
-            "expected float q [..., L, E], k [..., S, E] and v [..., S, Ev], got q {}, k {}, v {}",
-            ty(q),
-            ty(k),
-            ty(v)
+            "expected float q [..., L, E], k [..., S, E] and v [..., S, Ev], got {got}"
         ));
     }
     if k.dtype() != dt || v.dtype() != dt {
-        return fail(format!(
-            "q, k and v must have one dtype, got q {}, k {}, v {}",
-            ty(q),
-            ty(k),
-            ty(v)
-        ));
+        return fail(format!("q, k and v must have one dtype, got {got}"));
     }
     let last2 = |s: &[usize]| (s[s.len() - 2], s[s.len() - 1]);
     let ((l, e), (s, e_k), (s_v, _)) = (last2(&sq), last2(&sk), last2(&sv));
@@ -370,12 +363,7 @@ pub fn scaled_dot_product_attention(
         kiln_trace::ops::broadcast_shapes(&b, &x[..x.len() - 2])
     });
     let Some(mut scores_shape) = batch else {
-        return fail(format!(
-            "the batch dimensions of q {}, k {} and v {} do not broadcast",
-            ty(q),
-            ty(k),
-            ty(v)
-        ));
+        return fail(format!("the batch dimensions do not broadcast: {got}"));
     };
     scores_shape.extend([l, s]);
     let neg_inf = Tensor::full(dt, [], f64::NEG_INFINITY);
