@@ -127,15 +127,19 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
 
 /// The dimension numbers of the convolutions the GEMM runs directly: input `[N, H, W, C]`
 /// (already padded), kernel `[KH, KW, C, O]` (a `[KH*KW*C, O]` matrix as it stands), output
-/// `[N, OH, OW, O]` (the `[N*OH*OW, O]` product as it stands).
+/// `[N, OH, OW, O]` (the `[N*OH*OW, O]` product as it stands) or `[N, O, OH, OW]` (see
+/// [`GEMM_CONV_PLANES`]).
 pub const GEMM_CONV_INPUT: [i64; 4] = [0, 3, 1, 2];
 /// Kernel dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
 pub const GEMM_CONV_KERNEL: [i64; 4] = [3, 2, 0, 1];
 /// Output dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
 pub const GEMM_CONV_OUTPUT: [i64; 4] = [0, 3, 1, 2];
+/// The other output dimension numbers the GEMM writes directly: `[N, O, OH, OW]` (NCHW), each
+/// image's product stored by columns, one plane per output feature.
+pub const GEMM_CONV_PLANES: [i64; 4] = [0, 1, 2, 3];
 
-/// Whether `op` is a convolution the GEMM runs directly: the layouts above, no padding, no
-/// input dilation, one feature group.
+/// Whether `op` is a convolution the GEMM runs directly: the layouts above (either output
+/// layout), no padding, no input dilation, one feature group.
 pub fn is_gemm_conv(op: &Op) -> bool {
     matches!(op, Op::Convolution {
         padding,
@@ -147,7 +151,7 @@ pub fn is_gemm_conv(op: &Op) -> bool {
         ..
     } if input_dims[..] == GEMM_CONV_INPUT
         && kernel_dims[..] == GEMM_CONV_KERNEL
-        && output_dims[..] == GEMM_CONV_OUTPUT
+        && (output_dims[..] == GEMM_CONV_OUTPUT || output_dims[..] == GEMM_CONV_PLANES)
         && padding.iter().all(|&p| p == (0, 0))
         && lhs_dilation.iter().all(|&d| d == 1)
         && *feature_group_count == 1)
@@ -226,7 +230,8 @@ fn from_nhwc(b: &mut Builder, y: ValueId, output_dims: &[i64]) -> Result<ValueId
 /// Rewrites each float 2-D convolution without feature groups or input dilation into the form
 /// the GEMM runs as an implicit im2col (its packing reads the patches straight from the
 /// input): the input transposed to NHWC and padded, the kernel transposed to HWIO, the output
-/// NHWC, transposed back to the original layout. Transposes and pads are O(size) copies (none
+/// NCHW as the GEMM writes it (by columns), or else NHWC, transposed back to the original
+/// layout. Transposes and pads are O(size) copies (none
 /// for operands already in that layout); the patch matrix is never materialized.
 pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
     rebuild_convs(f, |b, inst, ops, c, out_ty| {
@@ -255,12 +260,16 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
             )?
         };
         let w = permute(b, ops[1], &at(c.kernel_dims, [2, 3, 1, 0]))?;
-        let nhwo = [
-            out_ty.shape[c.output_dims[0] as usize],
-            out_ty.shape[c.output_dims[2] as usize],
-            out_ty.shape[c.output_dims[3] as usize],
-            out_ty.shape[c.output_dims[1] as usize],
-        ];
+        // An NCHW result is written as it stands (by the GEMM's columns); any other through
+        // NHWC and a transpose.
+        let planes = c.output_dims[..] == GEMM_CONV_PLANES;
+        let shape = if planes {
+            out_ty.shape.clone()
+        } else {
+            [0, 2, 3, 1]
+                .map(|d| out_ty.shape[c.output_dims[d] as usize])
+                .to_vec()
+        };
         let conv = b.inst_typed(
             Op::Convolution {
                 window_strides: c.window_strides.to_vec(),
@@ -270,12 +279,20 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
                 feature_group_count: 1,
                 input_dims: GEMM_CONV_INPUT.to_vec(),
                 kernel_dims: GEMM_CONV_KERNEL.to_vec(),
-                output_dims: GEMM_CONV_OUTPUT.to_vec(),
+                output_dims: if planes {
+                    GEMM_CONV_PLANES.to_vec()
+                } else {
+                    GEMM_CONV_OUTPUT.to_vec()
+                },
             },
             &[x, w],
-            TensorType::new(out_ty.dtype, nhwo),
+            TensorType::new(out_ty.dtype, shape),
         )?;
-        Ok(Some(vec![from_nhwc(b, conv, c.output_dims)?]))
+        Ok(Some(vec![if planes {
+            conv
+        } else {
+            from_nhwc(b, conv, c.output_dims)?
+        }]))
     })
 }
 

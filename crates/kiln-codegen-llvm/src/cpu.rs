@@ -1602,7 +1602,10 @@ fn emit_kernel<'c>(
                              at: PointerValue<'c>,
                              row0: IntValue<'c>| {
                 let product = epilogue.expect("only called with an epilogue");
-                emit_epilogue(&em, k, product, (at, row0), r, c, batch * rows, n)
+                match conv {
+                    Some(p) if p.planes => emit_plane_epilogue(&em, k, product, at, r, c, rows),
+                    _ => emit_epilogue(&em, k, product, (at, row0), r, c, batch * rows, n),
+                }
             };
             let chain = chain.as_ref().map(|c| gemm::Chain {
                 bl: chain_blocking(k, c, wide),
@@ -1829,6 +1832,89 @@ fn emit_epilogue<'c>(
     })?;
     em.inputs.set(saved);
     em.shifted.set(None);
+    Ok(())
+}
+
+/// Applies the epilogue of a convolution's GEMM kernel whose `[N, O, OH, OW]` output is stored
+/// by planes (see [`crate::kernel::ConvPatches::planes`]) in place to the product's rows `rows`
+/// (pixels of one image, `per` to an image) and columns `cols` (output features), at `out`:
+/// for each feature, a loop over the block's output rows and one along each row, so that the
+/// innermost loop runs over consecutive elements.
+fn emit_plane_epilogue<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    product: usize,
+    out: PointerValue<'c>,
+    rows: (IntValue<'c>, IntValue<'c>),
+    cols: (IntValue<'c>, IntValue<'c>),
+    per: usize,
+) -> Result<()> {
+    let shape = &k.out.shape;
+    if shape.len() != 4 || shape[2] * shape[3] != per {
+        return Err(Error::Llvm(format!(
+            "an epilogue stored by planes over {shape:?} is not [N, O, OH, OW] with {per} pixels \
+             per image"
+        )));
+    }
+    let i64t = em.ctx.i64_type();
+    let b = &em.b;
+    let saved = em.swap_pointer_table(product + 1, &|i| (i == product).then_some(out))?;
+    let ow = em.i64c(shape[3] as i64);
+    let load = |slot: PointerValue<'c>| -> Result<IntValue<'c>> {
+        Ok(b.build_load(i64t, slot, "v")
+            .map_err(llvm)?
+            .into_int_value())
+    };
+    // The block's image, and its pixels within it.
+    let image = b
+        .build_int_signed_div(rows.0, em.i64c(per as i64), "img")
+        .map_err(llvm)?;
+    let first = b
+        .build_int_mul(image, em.i64c(per as i64), "p0")
+        .map_err(llvm)?;
+    let p0 = b.build_int_sub(rows.0, first, "p0").map_err(llvm)?;
+    let p1 = b.build_int_sub(rows.1, first, "p1").map_err(llvm)?;
+    b.build_store(em.vars[0], image).map_err(llvm)?;
+    let y0 = b.build_int_signed_div(p0, ow, "y0").map_err(llvm)?;
+    let y1 = b
+        .build_int_signed_div(
+            b.build_int_add(p1, em.i64c(shape[3] as i64 - 1), "p1r")
+                .map_err(llvm)?,
+            ow,
+            "y1",
+        )
+        .map_err(llvm)?;
+    let st = storage(em.ctx, k.out.dtype);
+    let ost = strides(shape);
+    em.range_loop(1, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
+        em.range_loop(2, y0, y1, 1, &mut |em: &Emitter<'c>| {
+            let b = &em.b;
+            let row = b
+                .build_int_mul(load(em.vars[2])?, ow, "row")
+                .map_err(llvm)?;
+            // The row's pixels inside the block.
+            let lo = b.build_int_sub(p0, row, "lo").map_err(llvm)?;
+            let hi = b.build_int_sub(p1, row, "hi").map_err(llvm)?;
+            let lo = em
+                .intrinsic("llvm.smax", i64t.into(), &[lo.into(), em.i64c(0).into()])?
+                .into_int_value();
+            let hi = em
+                .intrinsic("llvm.smin", i64t.into(), &[hi.into(), ow.into()])?
+                .into_int_value();
+            em.range_loop(3, lo, hi, 1, &mut |em: &Emitter<'c>| {
+                let v = em.expr(&k.body)?;
+                let v = em.store_value(k.out.dtype, v)?;
+                // As in `emit_epilogue`: the position from the variables, as the body's load
+                // of the product computes it.
+                let idx = em.position(&ost)?;
+                // SAFETY (of the emitted code): the variables index the output's shape.
+                let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
+                em.b.build_store(p, v).map_err(llvm)?;
+                Ok(())
+            })
+        })
+    })?;
+    em.inputs.set(saved);
     Ok(())
 }
 
@@ -3378,7 +3464,7 @@ fn planned_routines(
                 chain_blocking(k, c, wide_vectors(true)),
                 c.n as i64,
                 (false, c.b_trans),
-                false,
+                None,
                 None,
             ));
         }
@@ -3392,7 +3478,7 @@ fn planned_routines(
             bl,
             *n as i64,
             (*a_trans, *b_trans),
-            conv.is_some(),
+            conv.as_ref(),
             update,
         ));
     }

@@ -373,12 +373,17 @@ pub fn gemm_update(k: &Kernel, q: usize) -> Option<(Expr, bool)> {
     let Schedule::Gemm {
         epilogue: Some(p),
         chain: None,
+        ref conv,
         ..
     } = k.schedule
     else {
         return None;
     };
-    if q < 2 || !matches!(k.out.dtype, DType::F32 | DType::F64) {
+    // (A convolution's output stored by planes has no update mode.)
+    if q < 2
+        || !matches!(k.out.dtype, DType::F32 | DType::F64)
+        || conv.as_ref().is_some_and(|c| c.planes)
+    {
         return None;
     }
     let own = |e: &Expr, j: usize| {
@@ -513,23 +518,31 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
             let only_reader = (0..f.insts.len())
                 .filter(|&i| !out.inlined[i] && out.operands[i].contains(v))
                 .all(|i| i == u);
+            // A convolution's output stored by planes takes elementwise epilogues over its own
+            // shape (see `emit_epilogue`); other products, over their rows and columns.
+            let planes = conv.as_ref().is_some_and(|c| c.planes);
+            let layout_ok = |split: usize| {
+                reads_only_own_position(&uk.body, j, &uk.out)
+                    || ((n <= MAX_ROW_EPILOGUE
+                        || (n <= MAX_CHAIN_ROW
+                            && chains_on()
+                            && conv.is_none()
+                            && (1..=MAX_CHAIN_K).contains(&k)
+                            // A row epilogue (whole rows per block) for certain.
+                            && hoistable_reduces(&uk.body).iter().any(|r| reads_input(r, j))
+                            && chain_reader(f, out, u, (batch, m, n)).is_some()))
+                        && reads_own_position_or_row(&uk.body, j, &uk.out, split))
+            };
             let ok = only_reader
                 && !f.outputs.contains(v)
                 // Same bytes: the user's type may be a reshape of the product's.
                 && pk.out.dtype == uk.out.dtype
                 && pk.out.numel() == uk.out.numel()
-                && row_split(&uk.out.shape, batch * m, n).is_some_and(|split| {
-                    reads_only_own_position(&uk.body, j, &uk.out)
-                        || ((n <= MAX_ROW_EPILOGUE
-                            || (n <= MAX_CHAIN_ROW
-                                && chains_on()
-                                && conv.is_none()
-                                && (1..=MAX_CHAIN_K).contains(&k)
-                                // A row epilogue (whole rows per block) for certain.
-                                && hoistable_reduces(&uk.body).iter().any(|r| reads_input(r, j))
-                                && chain_reader(f, out, u, (batch, m, n)).is_some()))
-                            && reads_own_position_or_row(&uk.body, j, &uk.out, split))
-                });
+                && if planes {
+                    pk.out.shape == uk.out.shape && reads_only_own_position(&uk.body, j, &uk.out)
+                } else {
+                    row_split(&uk.out.shape, batch * m, n).is_some_and(layout_ok)
+                };
             ok.then_some((j, p))
         });
         let Some((j, p)) = found else { continue };

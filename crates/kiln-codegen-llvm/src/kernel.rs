@@ -181,7 +181,9 @@ pub enum Schedule {
         /// Contraction length.
         k: usize,
         /// `None`: A is a `[batch, m, k]` buffer (`[batch, k, m]` with `a_trans`). `Some`: A
-        /// is the implicit patch matrix of a convolution, read from its input.
+        /// is the implicit patch matrix of a convolution, read from its input, B (its kernel)
+        /// is one `[k, n]` matrix for every batch, and the output is laid out as
+        /// [`ConvPatches::planes`] says.
         conv: Option<ConvPatches>,
         /// A is stored transposed, `[batch, k, m]`.
         a_trans: bool,
@@ -233,6 +235,10 @@ pub struct ConvPatches {
     pub stride: [usize; 2],
     /// Kernel dilation.
     pub dilation: [usize; 2],
+    /// The output is `[N, O, OH, OW]`: each image's `[OH*OW, O]` product stored by columns,
+    /// one plane per output feature (the GEMM then runs as a batch of images sharing B).
+    /// Otherwise it is `[N, OH, OW, O]`, the `[N*OH*OW, O]` product by rows.
+    pub planes: bool,
 }
 
 impl ConvPatches {
@@ -798,29 +804,43 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
         Op::Convolution {
             window_strides,
             rhs_dilation,
+            output_dims,
             ..
         } if crate::canon::is_gemm_conv(op)
             && out.numel() > 0
             && matches!(out.dtype, DType::F32 | DType::F64) =>
         {
             let (a, w) = (&x[0].shape, &x[1].shape);
+            let planes = output_dims[..] == crate::canon::GEMM_CONV_PLANES;
+            // [N, OH, OW, O] or [N, O, OH, OW].
+            let (oh, ow, o) = if planes {
+                (out.shape[2], out.shape[3], out.shape[1])
+            } else {
+                (out.shape[1], out.shape[2], out.shape[3])
+            };
             let patches = ConvPatches {
                 h: a[1],
                 w: a[2],
                 c: a[3],
-                oh: out.shape[1],
-                ow: out.shape[2],
+                oh,
+                ow,
                 kh: w[0],
                 kw: w[1],
                 stride: [window_strides[0] as usize, window_strides[1] as usize],
                 dilation: [rhs_dilation[0] as usize, rhs_dilation[1] as usize],
+                planes,
+            };
+            let (batch, m) = if planes {
+                (out.shape[0], oh * ow)
+            } else {
+                (1, out.shape[0] * oh * ow)
             };
             Some(Kernel {
                 schedule: Schedule::Gemm {
                     epilogue: None,
-                    batch: 1,
-                    m: out.shape[0] * out.shape[1] * out.shape[2],
-                    n: out.shape[3],
+                    batch,
+                    m,
+                    n: o,
                     k: w[0] * w[1] * w[2],
                     conv: Some(patches),
                     a_trans: false,

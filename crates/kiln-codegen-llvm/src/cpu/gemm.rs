@@ -322,6 +322,9 @@ struct Regs<'a, 'c> {
     /// In update mode, C already holds X and each contraction block's product `P` is folded in
     /// as `C - s P` (`true`) or `C + s P`: `s` splat across a vector.
     update: Option<(BasicValueEnum<'c>, bool)>,
+    /// C is stored by columns, `ldc` apart: element `(i, j)` of a tile at `c[j * ldc + i]` (a
+    /// convolution's NCHW output, [`ConvPatches::planes`]).
+    planes: bool,
 }
 
 /// The loaded vector types and pointers of one emitted GEMM.
@@ -429,9 +432,20 @@ impl<'c> Regs<'_, 'c> {
         at: PointerValue<'c>,
         args: &[BasicValueEnum<'c>],
     ) -> Result<Option<BasicValueEnum<'c>>> {
+        self.masked_as(self.vt, name, at, args)
+    }
+
+    /// [`Self::masked`] on vectors of type `vt`.
+    fn masked_as(
+        &self,
+        vt: VectorType<'c>,
+        name: &str,
+        at: PointerValue<'c>,
+        args: &[BasicValueEnum<'c>],
+    ) -> Result<Option<BasicValueEnum<'c>>> {
         let em = self.x.em;
         let decl = inkwell::intrinsics::Intrinsic::find(name)
-            .and_then(|i| i.get_declaration(em.m, &[self.vt.into(), at.get_type().into()]))
+            .and_then(|i| i.get_declaration(em.m, &[vt.into(), at.get_type().into()]))
             .ok_or_else(|| crate::Error::Llvm(format!("cannot declare {name}")))?;
         let args: Vec<_> = args.iter().map(|a| (*a).into()).collect();
         let call = em.b.build_call(decl, &args, "m").map_err(llvm)?;
@@ -443,6 +457,184 @@ impl<'c> Regs<'_, 'c> {
                 .create_enum_attribute(align_kind, self.bl.bytes as u64),
         );
         Ok(call.try_as_basic_value().basic())
+    }
+
+    /// Rows per group of a tile stored by columns: `mr` rounded up to a power of two, at most
+    /// a vector. Each group's column is one vector of this many lanes.
+    fn plane_group(&self) -> i64 {
+        (self.bl.mr as u64)
+            .next_power_of_two()
+            .min(self.bl.lanes as u64) as i64
+    }
+
+    /// Lanes `lo..lo + len` of `v`.
+    fn lanes_of(&self, v: VectorValue<'c>, lo: i64, len: i64) -> Result<VectorValue<'c>> {
+        let i32t = self.x.em.ctx.i32_type();
+        let idx: Vec<IntValue<'c>> = (lo..lo + len)
+            .map(|l| i32t.const_int(l as u64, false))
+            .collect();
+        self.x
+            .em
+            .b
+            .build_shuffle_vector(
+                v,
+                v.get_type().get_undef(),
+                VectorType::const_vector(&idx),
+                "sub",
+            )
+            .map_err(llvm)
+    }
+
+    /// The vectors `parts` (of equal length) one after another in one vector.
+    fn concat(&self, mut parts: Vec<VectorValue<'c>>) -> Result<VectorValue<'c>> {
+        let i32t = self.x.em.ctx.i32_type();
+        while parts.len() > 1 {
+            let len = parts[0].get_type().get_size() as u64;
+            let idx: Vec<IntValue<'c>> = (0..2 * len).map(|l| i32t.const_int(l, false)).collect();
+            parts = parts
+                .chunks(2)
+                .map(|p| {
+                    self.x
+                        .em
+                        .b
+                        .build_shuffle_vector(p[0], p[1], VectorType::const_vector(&idx), "cat")
+                        .map_err(llvm)
+                })
+                .collect::<Result<_>>()?;
+        }
+        Ok(parts[0])
+    }
+
+    /// The mask of the lanes of a group of `q` rows starting at tile row `g0` that are among
+    /// the tile's first `live` rows.
+    fn group_mask(&self, q: i64, g0: i64, live: IntValue<'c>) -> Result<VectorValue<'c>> {
+        let em = self.x.em;
+        let i64t = em.ctx.i64_type();
+        let idx: Vec<IntValue<'c>> = (0..q).map(|l| i64t.const_int(l as u64, false)).collect();
+        let left = self.x.sub(live, self.x.c(g0))?;
+        let vt = i64t.vec_type(q as u32);
+        let one =
+            em.b.build_insert_element(vt.get_undef(), left, self.x.c(0), "l1")
+                .map_err(llvm)?;
+        let splat =
+            em.b.build_shuffle_vector(
+                one,
+                vt.get_undef(),
+                em.ctx.i32_type().vec_type(q as u32).const_zero(),
+                "ls",
+            )
+            .map_err(llvm)?;
+        em.b.build_int_compare(
+            IntPredicate::SLT,
+            VectorType::const_vector(&idx),
+            splat,
+            "gm",
+        )
+        .map_err(llvm)
+    }
+
+    /// Stores the tile `tile` (`mr` rows of `nv` vectors) by columns (see [`Regs::planes`]):
+    /// its first `live` rows and `width` columns at `c`, columns `ldc` apart. Each group of
+    /// rows ([`Self::plane_group`]) is transposed in registers a square block at a time, and
+    /// each column of the group stored as one masked vector.
+    fn store_planes(
+        &self,
+        c: PointerValue<'c>,
+        ldc: IntValue<'c>,
+        live: IntValue<'c>,
+        width: i64,
+        tile: &[Vec<VectorValue<'c>>],
+    ) -> Result<()> {
+        let (mr, lanes, q) = (self.bl.mr, self.bl.lanes as i64, self.plane_group());
+        let qt = self.ft.vec_type(q as u32);
+        for g0 in (0..mr).step_by(q as usize) {
+            let mask = self.group_mask(q, g0, live)?;
+            for (v, s0) in
+                (0..self.bl.nv).flat_map(|v| (0..lanes).step_by(q as usize).map(move |s| (v, s)))
+            {
+                let col0 = v * lanes + s0;
+                if col0 >= width {
+                    continue;
+                }
+                let block: Vec<VectorValue<'c>> = (g0..g0 + q)
+                    .map(|i| match tile.get(i as usize) {
+                        Some(row) => self.lanes_of(row[v as usize], s0, q),
+                        None => Ok(qt.get_undef()),
+                    })
+                    .collect::<Result<_>>()?;
+                for (t, col) in transpose_vectors(self.x.em, block)?.into_iter().enumerate() {
+                    let j = col0 + t as i64;
+                    if j >= width {
+                        break;
+                    }
+                    let at = self
+                        .x
+                        .at(self.ft, c, self.x.addc(self.x.mulc(ldc, j)?, g0)?)?;
+                    self.masked_as(
+                        qt,
+                        "llvm.masked.store",
+                        at,
+                        &[col.into(), at.into(), mask.into()],
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tile stored by columns at `c` ([`Self::store_planes`]), as `mr` rows of `nv`
+    /// vectors: rows from `live` on and columns from `width` on are zeros.
+    fn load_planes(
+        &self,
+        c: PointerValue<'c>,
+        ldc: IntValue<'c>,
+        live: IntValue<'c>,
+        width: i64,
+    ) -> Result<Vec<Vec<VectorValue<'c>>>> {
+        let (mr, nv, lanes, q) = (
+            self.bl.mr,
+            self.bl.nv,
+            self.bl.lanes as i64,
+            self.plane_group(),
+        );
+        let qt = self.ft.vec_type(q as u32);
+        // parts[i][v]: row i's vector v, as lanes / q pieces of q lanes.
+        let mut parts = vec![vec![Vec::new(); nv as usize]; mr as usize];
+        for g0 in (0..mr).step_by(q as usize) {
+            let mask = self.group_mask(q, g0, live)?;
+            for v in 0..nv {
+                for s0 in (0..lanes).step_by(q as usize) {
+                    let cols: Vec<VectorValue<'c>> = (0..q)
+                        .map(|t| {
+                            let j = v * lanes + s0 + t;
+                            if j >= width {
+                                return Ok(qt.const_zero());
+                            }
+                            let at =
+                                self.x
+                                    .at(self.ft, c, self.x.addc(self.x.mulc(ldc, j)?, g0)?)?;
+                            let v = self.masked_as(
+                                qt,
+                                "llvm.masked.load",
+                                at,
+                                &[at.into(), mask.into(), qt.const_zero().into()],
+                            )?;
+                            Ok(v.expect("a masked load returns its vector")
+                                .into_vector_value())
+                        })
+                        .collect::<Result<_>>()?;
+                    for (i, row) in transpose_vectors(self.x.em, cols)?.into_iter().enumerate() {
+                        if let Some(p) = parts.get_mut(g0 as usize + i) {
+                            p[v as usize].push(row);
+                        }
+                    }
+                }
+            }
+        }
+        parts
+            .into_iter()
+            .map(|row| row.into_iter().map(|p| self.concat(p)).collect())
+            .collect()
     }
 
     /// Packs `span` contraction steps of a panel of B into `panel` (`span` rows of
@@ -826,10 +1018,11 @@ impl<'c> Gemm<'_, 'c> {
 
 impl<'c> Regs<'_, 'c> {
     /// One register tile: the first `rows` of its `mr` rows (all when `rows >= mr`) by
-    /// `width` columns of C, at `c` with rows `ldc` apart, accumulate A times `panel` of packed
-    /// B over `kc` steps, A's row `i` at step `kk` read at `a(i, kk)`; C is read first unless
-    /// `first` (the first contraction block). In update mode the product starts from zero and
-    /// is folded into C at the end.
+    /// `width` columns of C, at `c` with rows `ldc` apart (columns, when C is stored by
+    /// columns: [`Regs::planes`]), accumulate A times `panel` of packed B over `kc` steps, A's
+    /// row `i` at step `kk` read at `a(i, kk)`; C is read first unless `first` (the first
+    /// contraction block). In update mode the product starts from zero and is folded into C at
+    /// the end.
     #[allow(clippy::too_many_arguments)]
     fn tile(
         &self,
@@ -852,7 +1045,36 @@ impl<'c> Regs<'_, 'c> {
         let live: Vec<IntValue<'c>> = (0..mr)
             .map(|i| x.cmp(IntPredicate::SLT, x.c(i), rows))
             .collect::<Result<_>>()?;
-        for i in 0..mr {
+        // Rows stored, for a tile stored by columns.
+        let n_live = if self.planes {
+            Some(x.min(rows, x.c(mr))?)
+        } else {
+            None
+        };
+        if let Some(n_live) = n_live {
+            if self.update.is_some() {
+                return Err(crate::Error::Llvm(
+                    "a GEMM storing C by columns has no update mode".into(),
+                ));
+            }
+            let zero = |em: &Emitter<'c>| -> Result<()> {
+                for &acc in &accs {
+                    em.b.build_store(acc, self.vt.const_zero()).map_err(llvm)?;
+                }
+                Ok(())
+            };
+            x.branch(first, &mut || zero(em), &mut || {
+                let t = self.load_planes(c, ldc, n_live, width)?;
+                for (i, row) in t.iter().enumerate() {
+                    for (v, &r) in row.iter().enumerate() {
+                        em.b.build_store(accs[i * nv as usize + v], r)
+                            .map_err(llvm)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        for i in (0..mr).filter(|_| n_live.is_none()) {
             let read = if self.update.is_some() {
                 em.ctx.bool_type().const_zero()
             } else {
@@ -943,6 +1165,22 @@ impl<'c> Regs<'_, 'c> {
             let kk = x.get(s_kk)?;
             step(em, kk)
         })?;
+        if let Some(n_live) = n_live {
+            let tile: Vec<Vec<VectorValue<'c>>> = (0..mr)
+                .map(|i| {
+                    (0..nv)
+                        .map(|v| {
+                            Ok(em
+                                .b
+                                .build_load(self.vt, accs[(i * nv + v) as usize], "acc")
+                                .map_err(llvm)?
+                                .into_vector_value())
+                        })
+                        .collect()
+                })
+                .collect::<Result<_>>()?;
+            return self.store_planes(c, ldc, n_live, width, &tile);
+        }
         for i in 0..mr {
             let row = c_at(i)?;
             x.branch(
@@ -1045,6 +1283,9 @@ pub(super) enum Routine {
         update: Option<bool>,
         /// How A is read.
         a: ARead,
+        /// C is stored by columns ([`Regs::planes`]): `ldc` is then the distance between
+        /// columns, and the tiles' rows are consecutive elements.
+        planes: bool,
     },
     /// A block of A packed into slivers, `void (ptr src, i64 ld, i64 rows, i64 span, ptr dst,
     /// i64 stride)`, as [`Regs::pack_a`] describes.
@@ -1097,7 +1338,7 @@ impl ARead {
 }
 
 impl Routine {
-    fn tile(bl: Blocking, width: i64, update: Option<bool>, a: ARead) -> Routine {
+    fn tile(bl: Blocking, width: i64, update: Option<bool>, a: ARead, planes: bool) -> Routine {
         Routine::Tile {
             bytes: bl.bytes,
             lanes: bl.lanes,
@@ -1106,6 +1347,7 @@ impl Routine {
             width,
             update,
             a,
+            planes,
         }
     }
 
@@ -1132,13 +1374,16 @@ impl Routine {
     /// panels and the tail's), and a tile for each, except for a convolution with a single
     /// panel of columns (its tile reads the input in place through the column offset table,
     /// emitted inline); and with several panels, unless it is a convolution's, the pack of A.
+    /// A convolution's output stored by planes has tiles that store C by columns.
     pub(super) fn of_gemm(
         bl: Blocking,
         n: i64,
         (a_trans, b_trans): (bool, bool),
-        conv: bool,
+        conv: Option<&ConvPatches>,
         update: Option<bool>,
     ) -> Vec<Routine> {
+        let planes = conv.is_some_and(|p| p.planes);
+        let conv = conv.is_some();
         let nr = bl.nr();
         let widths: Vec<i64> = (n >= nr)
             .then_some(nr)
@@ -1149,7 +1394,7 @@ impl Routine {
         let a = ARead::of(n <= nr, conv, a_trans);
         let tiles = widths
             .iter()
-            .filter_map(|&w| Some(Routine::tile(bl, w, update, a?)));
+            .filter_map(|&w| Some(Routine::tile(bl, w, update, a?, planes)));
         let pack_a = (n > nr && !conv).then(|| Routine::pack_a(bl, a_trans));
         packs.chain(tiles).chain(pack_a).collect()
     }
@@ -1165,6 +1410,7 @@ impl Routine {
                 width,
                 update,
                 a,
+                planes,
             } => {
                 let mode = match update {
                     None => "set",
@@ -1177,8 +1423,9 @@ impl Routine {
                     ARead::Cols => "c",
                 };
                 format!(
-                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{mode}_{a}",
-                    bytes * 8
+                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{mode}_{a}{}",
+                    bytes * 8,
+                    if planes { "_planes" } else { "" }
                 )
             }
             Routine::PackA {
@@ -1304,9 +1551,16 @@ impl Routine {
             ft,
             vt: ft.vec_type(bl.lanes),
             update,
+            planes: matches!(*self, Routine::Tile { planes: true, .. }),
         };
         match *self {
-            Routine::Tile { mr, width, a, .. } => {
+            Routine::Tile {
+                mr,
+                width,
+                a,
+                planes,
+                ..
+            } => {
                 let (base, lda) = (param(3).into_pointer_value(), param(4).into_int_value());
                 let (ldc, rows) = (param(1).into_int_value(), param(2).into_int_value());
                 let x = &regs.x;
@@ -1344,7 +1598,7 @@ impl Routine {
                         x.at(ft, base, idx)
                     };
                     regs.tile(
-                        x.at(ft, first, x.mul(r, ldc)?)?,
+                        x.at(ft, first, if planes { r } else { x.mul(r, ldc)? })?,
                         ldc,
                         left,
                         width,
@@ -1422,6 +1676,14 @@ pub(super) fn emit<'c>(
 ) -> Result<()> {
     let mut epilogue = epilogue;
     let x = Arith { em };
+    let planes = conv.is_some_and(|p| p.planes);
+    if planes && (update.is_some() || chain.is_some()) {
+        return Err(crate::Error::Llvm(
+            "a convolution's GEMM storing its output by planes takes no update or chained \
+             product"
+                .into(),
+        ));
+    }
     // lo..hi are rows, or with `split_columns` panels of columns (all rows).
     let (lo, hi, col_lo, col_hi) = if split_columns {
         let nr = bl.nr();
@@ -1470,6 +1732,7 @@ pub(super) fn emit<'c>(
                 None => None,
                 Some((scale, subtract)) => Some((splat(em, ft, bl.lanes, scale)?.into(), subtract)),
             },
+            planes,
         },
         m,
         a_trans,
@@ -1481,6 +1744,30 @@ pub(super) fn emit<'c>(
         packed_a: x.at(ft, scratch, x.c(bl.kc * nc))?,
     };
     let (s_r, s_j) = (x.slot()?, x.slot()?);
+    // Where element (r, j) of C lies in `out`: by rows, or, stored by planes, column j of
+    // batch r / m's `[m, n]` product at `(r / m) * m * n + j * m + r % m`.
+    let out_at = |r: IntValue<'c>, j: IntValue<'c>| -> Result<IntValue<'c>> {
+        if planes {
+            let bt = x.sdiv(r, m)?;
+            x.add(x.add(r, x.mulc(bt, m * (n - 1))?)?, x.mulc(j, m)?)
+        } else {
+            x.add(x.mulc(r, n)?, j)
+        }
+    };
+    // The distance between C's rows (its columns, by planes) that tiles are given.
+    let ldc = x.c(if planes { m } else { n });
+    if k == 0 && planes {
+        // An empty contraction: the product is zero.
+        em.range_loop_ptr(s_r, lo, hi, 1, &mut |em| {
+            let r = x.get(s_r)?;
+            em.range_loop_ptr(s_j, x.c(0), x.c(n), 1, &mut |em| {
+                let p = x.at(ft, out, out_at(r, x.get(s_j)?)?)?;
+                em.b.build_store(p, ft.const_zero()).map_err(llvm)?;
+                Ok(())
+            })
+        })?;
+        return Ok(());
+    }
     if k == 0 {
         // An empty contraction: the product is zero.
         em.range_loop_ptr(s_r, x.mulc(lo, n)?, x.mulc(hi, n)?, 1, &mut |em| {
@@ -1540,7 +1827,7 @@ pub(super) fn emit<'c>(
             None => r,
             Some(_) => x.sub(r, ic)?,
         };
-        x.at(ft, c_block(ic).0, x.add(x.mulc(r, n)?, j)?)
+        x.at(ft, c_block(ic).0, out_at(r, j)?)
     };
     let nr = bl.nr();
     let n_full = n - n % nr;
@@ -1552,7 +1839,12 @@ pub(super) fn emit<'c>(
         let bt = x.get(s_bt)?;
         let r_lo = x.max(lo, x.mulc(bt, m)?)?;
         let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
-        let b_base = x.mul(bt, x.mul(g.k, x.c(n))?)?;
+        // A convolution's kernel is the B of every batch.
+        let b_base = if g.conv.is_some() {
+            x.c(0)
+        } else {
+            x.mul(bt, x.mul(g.k, x.c(n))?)?
+        };
         if let Some(c) = &chained {
             c.pack_b(em, bt)?;
         }
@@ -1616,7 +1908,7 @@ pub(super) fn emit<'c>(
                         let shared = match ARead::of(direct, g.conv.is_some(), g.a_trans) {
                             None => None,
                             Some(a) => {
-                                let t = Routine::tile(bl, width, update.map(|u| u.1), a);
+                                let t = Routine::tile(bl, width, update.map(|u| u.1), a, planes);
                                 Some((t.function(em.ctx, em.m, em.routines, em.for_host)?, a))
                             }
                         };
@@ -1633,7 +1925,7 @@ pub(super) fn emit<'c>(
                                 f,
                                 &[
                                     c_at(ic, ic, j)?.into(),
-                                    x.c(n).into(),
+                                    ldc.into(),
                                     x.sub(ic_end, ic)?.into(),
                                     at.into(),
                                     lda.into(),
@@ -1660,7 +1952,7 @@ pub(super) fn emit<'c>(
                             let a = |i: i64, kk: IntValue<'c>| {
                                 x.at(ft, g.a, g.a_at(starts[i as usize], x.add(kb, kk)?)?)
                             };
-                            g.tile(c, x.c(n), rows, width, &a, panel, kc, first)
+                            g.tile(c, ldc, rows, width, &a, panel, kc, first)
                         })
                     };
                     if n_full > 0 {
@@ -1832,7 +2124,7 @@ impl<'c> Chained<'_, 'c> {
                 (a2, x.c(bl.kc), ARead::Packed)
             };
             let tiles = |j: IntValue<'c>, width: i64| -> Result<()> {
-                let f = Routine::tile(bl, width, None, read).function(
+                let f = Routine::tile(bl, width, None, read, false).function(
                     em.ctx,
                     em.m,
                     em.routines,

@@ -288,6 +288,41 @@ pub fn convolutions() {
             "f64[1,3,1,1]",
             "window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
         ),
+        // NCHW outputs are written by the GEMM's columns, one plane per feature. 7 x 7 / 2 to
+        // 64 features: 100 pixels per image, so each image ends in a partial tile.
+        (
+            "f32[3,3,20,20]",
+            "f32[64,3,7,7]",
+            "f32[3,64,10,10]",
+            "window_strides = [2, 2], padding = [[3, 3], [3, 3]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        // A contraction of two blocks (5 * 5 * 24), so the second reads the planes back.
+        (
+            "f32[2,24,9,9]",
+            "f32[20,24,5,5]",
+            "f32[2,20,9,9]",
+            "window_strides = [1, 1], padding = [[2, 2], [2, 2]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        // One image of 16 pixels and 200 features: the threads split the columns.
+        (
+            "f32[1,8,4,4]",
+            "f32[200,8,3,3]",
+            "f32[1,200,4,4]",
+            "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        (
+            "f64[2,60,6,7]",
+            "f64[10,60,3,3]",
+            "f64[2,10,6,7]",
+            "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
+        // No input features: an empty contraction, zeros written by planes.
+        (
+            "f32[2,0,5,5]",
+            "f32[4,0,3,3]",
+            "f32[2,4,3,3]",
+            "window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]",
+        ),
     ];
     for (x, w, y, attrs) in cases {
         agrees_cached_and_jit(&convolution(x, w, y, attrs), 4);
