@@ -1597,13 +1597,20 @@ fn emit_kernel<'c>(
                 }
                 None => None,
             };
+            let logits = chain.as_ref().and_then(|c| c.online.as_ref());
             let mut apply = |r: (IntValue<'c>, IntValue<'c>),
                              c: (IntValue<'c>, IntValue<'c>),
                              at: PointerValue<'c>,
-                             row0: IntValue<'c>| {
+                             row0: IntValue<'c>,
+                             online: Option<&gemm::OnlineBlock<'c>>| {
                 let product = epilogue.expect("only called with an epilogue");
-                match conv {
-                    Some(p) if p.planes => emit_plane_epilogue(&em, k, product, at, r, c, rows),
+                match (conv, online.zip(logits)) {
+                    (_, Some((block, h))) => {
+                        emit_online_softmax(&em, k, product, h, at, r, c, block)
+                    }
+                    (Some(p), _) if p.planes => {
+                        emit_plane_epilogue(&em, k, product, at, r, c, rows)
+                    }
                     _ => emit_epilogue(&em, k, product, (at, row0), r, c, batch * rows, n),
                 }
             };
@@ -1613,6 +1620,7 @@ fn emit_kernel<'c>(
                 b: c.b as i64,
                 b_trans: c.b_trans,
                 out,
+                online: c.online.is_some(),
             });
             gemm::emit(
                 &em,
@@ -1828,6 +1836,192 @@ fn emit_epilogue<'c>(
             Ok(())
         })?;
         em.hoisted.borrow_mut().truncate(mark);
+        Ok(())
+    })?;
+    em.inputs.set(saved);
+    em.shifted.set(None);
+    Ok(())
+}
+
+/// One block of a softmax computed online ([`crate::kernel::Chain::online`]): rows `rows` and
+/// columns `cols` of the first product, stored at `p` (the block's first row and column first,
+/// rows `block.ld` apart). For each row: its logits `h` (from the product, stored over it) and
+/// their maximum; the row's running maximum raised to that; the exponentials from it (stored
+/// over the logits, for the chained product) and their sum, added to the running sum rescaled
+/// by `exp(old maximum - new maximum)`; and after the row's first block, the chained product's
+/// row rescaled by the same. While a row's maximum is -inf (every logit so far masked out) its
+/// exponentials are taken from 0, so they are 0 rather than NaN; if no finite logit comes, its
+/// sum stays 0 and the division at the end gives NaN, as the softmax does.
+#[allow(clippy::too_many_arguments)]
+fn emit_online_softmax<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    product: usize,
+    logits: &Expr,
+    p: PointerValue<'c>,
+    rows: (IntValue<'c>, IntValue<'c>),
+    cols: (IntValue<'c>, IntValue<'c>),
+    block: &gemm::OnlineBlock<'c>,
+) -> Result<()> {
+    let shape = &k.out.shape;
+    let col = shape.len() - 1;
+    let n = shape[col];
+    let d = k.out.dtype;
+    let ft = em.ftype(d);
+    let i64t = em.ctx.i64_type();
+    let own: Vec<i64> = strides(shape).iter().map(|&s| s as i64).collect();
+    // In the block buffer, rows are `ld` apart.
+    let blocked: Vec<i64> = own
+        .iter()
+        .enumerate()
+        .map(|(v, &s)| if v == col { s } else { s / n as i64 * block.ld })
+        .collect();
+    let h = crate::kernel::reindex_input(logits, product, (&own, &blocked), shape).ok_or_else(
+        || {
+            Error::Llvm(format!(
+                "{}: the online softmax's logits read the product off their own position",
+                k.out
+            ))
+        },
+    )?;
+    let blocked: Vec<usize> = blocked.iter().map(|&s| s as usize).collect();
+    let saved = em.swap_pointer_table(product + 1, &|i| (i == product).then_some(p))?;
+    let b = &em.b;
+    let shift = b
+        .build_int_add(
+            b.build_int_mul(rows.0, em.i64c(block.ld), "sr")
+                .map_err(llvm)?,
+            cols.0,
+            "shift",
+        )
+        .map_err(llvm)?;
+    em.shifted.set(Some((product, shift)));
+    // The block buffer's element at the current position.
+    let here = |em: &Emitter<'c>| -> Result<PointerValue<'c>> {
+        let idx = em.position(&blocked)?;
+        let idx = em.b.build_int_sub(idx, shift, "bi").map_err(llvm)?;
+        // SAFETY (of the emitted code): the position lies in the block: its rows and columns.
+        unsafe { em.b.build_in_bounds_gep(ft, p, &[idx], "pb") }.map_err(llvm)
+    };
+    let c = |v: f64| ft.const_float(v);
+    let (s_r, s_c) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
+    let (acc_max, acc_sum) = (em.entry_alloca(ft.into())?, em.entry_alloca(ft.into())?);
+    let load_f = |em: &Emitter<'c>, at: PointerValue<'c>| -> Result<FloatValue<'c>> {
+        Ok(em
+            .b
+            .build_load(ft, at, "f")
+            .map_err(llvm)?
+            .into_float_value())
+    };
+    em.range_loop_ptr(s_r, rows.0, rows.1, 1, &mut |em: &Emitter<'c>| {
+        let b = &em.b;
+        let r = b.build_load(i64t, s_r, "r").map_err(llvm)?.into_int_value();
+        // The row's variables.
+        for v in 0..col {
+            let inner: usize = shape[v + 1..col].iter().product();
+            let q = b
+                .build_int_signed_div(r, em.i64c(inner as i64), "q")
+                .map_err(llvm)?;
+            let x = if v == 0 {
+                q
+            } else {
+                b.build_int_signed_rem(q, em.i64c(shape[v] as i64), "v")
+                    .map_err(llvm)?
+            };
+            b.build_store(em.vars[v], x).map_err(llvm)?;
+        }
+        b.build_store(acc_max, c(f64::NEG_INFINITY)).map_err(llvm)?;
+        em.range_loop(col, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
+            let h = em.expr(&h)?;
+            em.b.build_store(here(em)?, h).map_err(llvm)?;
+            let m = em.b.build_load(ft, acc_max, "m").map_err(llvm)?;
+            let m = em.combine_with(Combiner::Max, d, m, h, false)?;
+            em.b.build_store(acc_max, m).map_err(llvm)?;
+            Ok(())
+        })?;
+        let b = &em.b;
+        let at = |what: PointerValue<'c>| -> Result<PointerValue<'c>> {
+            let i = b.build_int_sub(r, block.base, "rl").map_err(llvm)?;
+            // SAFETY (of the emitted code): the row lies in its batch, whose rows the state
+            // arrays hold.
+            unsafe { b.build_in_bounds_gep(ft, what, &[i], "st") }.map_err(llvm)
+        };
+        let old_max = b
+            .build_select(
+                block.first,
+                c(f64::NEG_INFINITY),
+                load_f(em, at(block.max)?)?,
+                "m0",
+            )
+            .map_err(llvm)?;
+        let m = load_f(em, acc_max)?;
+        let new_max = em
+            .combine_with(Combiner::Max, d, old_max, m.into(), false)?
+            .into_float_value();
+        let masked = b
+            .build_float_compare(FloatPredicate::OEQ, new_max, c(f64::NEG_INFINITY), "none")
+            .map_err(llvm)?;
+        let from = b
+            .build_select(masked, c(0.0), new_max, "from")
+            .map_err(llvm)?
+            .into_float_value();
+        let d_old = b
+            .build_float_sub(old_max.into_float_value(), from, "dm")
+            .map_err(llvm)?;
+        let scale = em.exp_nonpositive(d, d_old)?;
+        b.build_store(acc_sum, c(0.0)).map_err(llvm)?;
+        em.range_loop(col, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
+            let at = here(em)?;
+            let x = load_f(em, at)?;
+            let x = em.b.build_float_sub(x, from, "hd").map_err(llvm)?;
+            let e = em.exp_nonpositive(d, x)?;
+            em.b.build_store(at, e).map_err(llvm)?;
+            let s = em.b.build_load(ft, acc_sum, "s").map_err(llvm)?;
+            let s = em.combine_with(Combiner::Add, d, s, e.into(), true)?;
+            em.b.build_store(acc_sum, s).map_err(llvm)?;
+            Ok(())
+        })?;
+        let b = &em.b;
+        let old_sum = b
+            .build_select(block.first, c(0.0), load_f(em, at(block.sum)?)?, "s0")
+            .map_err(llvm)?
+            .into_float_value();
+        let kept = b.build_float_mul(old_sum, scale, "sk").map_err(llvm)?;
+        let new_sum = b
+            .build_float_add(kept, load_f(em, acc_sum)?, "s1")
+            .map_err(llvm)?;
+        b.build_store(at(block.max)?, new_max).map_err(llvm)?;
+        b.build_store(at(block.sum)?, new_sum).map_err(llvm)?;
+        // The chained product's row, from the earlier blocks, rescaled to the new maximum.
+        let not_first = b.build_not(block.first, "nf").map_err(llvm)?;
+        let then = em.ctx.append_basic_block(em.f, "rescale");
+        let join = em.ctx.append_basic_block(em.f, "rescaled");
+        b.build_conditional_branch(not_first, then, join)
+            .map_err(llvm)?;
+        b.position_at_end(then);
+        let row = b
+            .build_int_mul(r, em.i64c(block.n2), "orow")
+            .map_err(llvm)?;
+        em.range_loop_ptr(
+            s_c,
+            em.i64c(0),
+            em.i64c(block.n2),
+            1,
+            &mut |em: &Emitter<'c>| {
+                let b = &em.b;
+                let j = b.build_load(i64t, s_c, "c").map_err(llvm)?.into_int_value();
+                let i = b.build_int_add(row, j, "oi").map_err(llvm)?;
+                // SAFETY (of the emitted code): row `r` of the chained product's result.
+                let at =
+                    unsafe { b.build_in_bounds_gep(ft, block.out, &[i], "o") }.map_err(llvm)?;
+                let v = load_f(em, at)?;
+                let v = b.build_float_mul(v, scale, "os").map_err(llvm)?;
+                b.build_store(at, v).map_err(llvm)?;
+                Ok(())
+            },
+        )?;
+        em.b.build_unconditional_branch(join).map_err(llvm)?;
+        em.b.position_at_end(join);
         Ok(())
     })?;
     em.inputs.set(saved);
@@ -3109,8 +3303,19 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
                     fused.operands[i][c.b],
                     c.n
                 );
+                if c.online.is_some() {
+                    let _ = writeln!(
+                        s,
+                        "  online: the softmax runs over blocks of {} columns, from each row's \
+                         running maximum and sum",
+                        bl.columns_per_block()
+                    );
+                }
             }
-            for note in row_cache_notes(k) {
+            // (An online softmax does not run the body as it stands.)
+            let online =
+                matches!(&k.schedule, Schedule::Gemm { chain: Some(c), .. } if c.online.is_some());
+            for note in row_cache_notes(k).into_iter().filter(|_| !online) {
                 let _ = writeln!(s, "  {note}");
             }
         }
@@ -4274,13 +4479,17 @@ fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
         return None;
     };
     let bl = gemm::Blocking::new(k.out.dtype, wide, n);
-    Some(if chain.is_some() {
-        (bl.whole_rows(n).chained(n, kk), false)
-    } else if crate::fuse::row_epilogue(k) {
-        (bl.whole_rows(n), false)
-    } else {
-        (bl, bl.split_columns(batch, m, n, kk))
-    })
+    Some(
+        if let Some(c) = chain.as_ref().filter(|c| c.online.is_some()) {
+            (bl.online(kk, chain_blocking(k, c, wide)), false)
+        } else if chain.is_some() {
+            (bl.whole_rows(n).chained(n, kk), false)
+        } else if crate::fuse::row_epilogue(k) {
+            (bl.whole_rows(n), false)
+        } else {
+            (bl, bl.split_columns(batch, m, n, kk))
+        },
+    )
 }
 
 /// The blocking of GEMM kernel `k`'s chained product `c` (see [`crate::kernel::Chain`]).
@@ -4304,8 +4513,13 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
             scratch = match chain {
                 None => bl.scratch_bytes(n as i64),
                 Some(c) => {
-                    bl.chain_scratch(n as i64, chain_blocking(k, c, wide), c.n as i64)
-                        .bytes
+                    bl.chain_scratch(
+                        n as i64,
+                        chain_blocking(k, c, wide),
+                        c.n as i64,
+                        c.online.is_some().then_some(m as i64),
+                    )
+                    .bytes
                 }
             };
             let rows = if split_columns {

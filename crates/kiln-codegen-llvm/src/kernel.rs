@@ -210,6 +210,15 @@ pub struct Chain {
     pub b_trans: bool,
     /// The kernel's result, the second product.
     pub out: TensorType,
+    /// When the epilogue is a softmax along the row, `exp(h - max h) / Σ exp(h - max h)`, of
+    /// the logits `h` given here (an expression over the epilogue's position, its last
+    /// variable the column, reading the first product at its own position), it is computed
+    /// online (as flash attention does): the first product runs over blocks of columns, each
+    /// block's exponentials are taken from the row's running maximum and their sum kept, and
+    /// the second product's rows are rescaled whenever the maximum grows and divided by the
+    /// sums at the end. No row is ever held whole, so rows of any length chain. Other row
+    /// epilogues (`None`) run over whole rows, up to `fuse::MAX_CHAIN_ROW` columns.
+    pub online: Option<Expr>,
 }
 
 /// The patch matrix of a convolution with input `[N, H, W, C]` (padded) and kernel
@@ -1421,6 +1430,85 @@ pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
             keep: &|_| false,
         },
     )
+}
+
+/// `e` with every read of input `j` at coefficients `from` (no offset; a load, or a gather at
+/// that affine index) a load at coefficients `to` instead; `None` when `e` reads `j` any other
+/// way (elsewhere, or in an index expression or a condition). Variable `v` runs over
+/// `0..extents[v]`; the coefficients of those that run over one value do not matter.
+pub fn reindex_input(
+    e: &Expr,
+    j: usize,
+    (from, to): (&[i64], &[i64]),
+    extents: &[usize],
+) -> Option<Expr> {
+    let matches = |coef: &[i64]| {
+        let at = |c: &[i64], v: usize| c.get(v).copied().unwrap_or(0);
+        (0..coef.len().max(from.len()))
+            .all(|v| at(coef, v) == at(from, v) || extents.get(v) == Some(&1))
+    };
+    if !reads_input(e, j) {
+        return Some(e.clone());
+    }
+    let sub = |x: &Expr| reindex_input(x, j, (from, to), extents).map(Box::new);
+    match e {
+        Expr::Load { dtype, .. } | Expr::Gather { dtype, .. } => {
+            let (coef, off) = affine_read(e, j)?;
+            (off == 0 && matches(&coef)).then(|| Expr::Load {
+                input: j,
+                dtype: *dtype,
+                coef: to.to_vec(),
+                off: 0,
+            })
+        }
+        Expr::Op { op, dtype, args } => Some(Expr::Op {
+            op: op.clone(),
+            dtype: *dtype,
+            args: args
+                .iter()
+                .map(|a| reindex_input(a, j, (from, to), extents))
+                .collect::<Option<_>>()?,
+        }),
+        Expr::Reduce {
+            kind,
+            dtype,
+            init,
+            vars,
+            body,
+        } => Some(Expr::Reduce {
+            kind: *kind,
+            dtype: *dtype,
+            init: sub(init)?,
+            vars: vars.clone(),
+            body: sub(body)?,
+        }),
+        Expr::Guard {
+            conds,
+            then,
+            otherwise,
+        } => {
+            let bare = Expr::Guard {
+                conds: conds.clone(),
+                then: Box::new(Expr::Const {
+                    dtype: DType::F32,
+                    value: 0.0,
+                }),
+                otherwise: Box::new(Expr::Const {
+                    dtype: DType::F32,
+                    value: 0.0,
+                }),
+            };
+            if reads_input(&bare, j) {
+                return None;
+            }
+            Some(Expr::Guard {
+                conds: conds.clone(),
+                then: sub(then)?,
+                otherwise: sub(otherwise)?,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// `e` with the free loop variable `from` replaced by `to`, which `e` must not use (loads'

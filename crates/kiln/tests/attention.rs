@@ -299,3 +299,63 @@ fn iota_counts_along_its_dimension_eagerly_and_traced() {
         );
     }
 }
+
+/// Attention over more keys than a block of rows can hold whole (20000) runs as one kernel
+/// whose softmax is computed online, over blocks of keys, and matches the direct computation:
+/// without a mask, causal (every key block after the first masked out), with a pred mask that
+/// leaves each query only keys far along (its first blocks masked out, its running maximum -inf
+/// until then) and one query none (NaN), and with values wider than one panel.
+#[test]
+fn long_attention_runs_online_in_one_kernel_and_matches_a_direct_computation() {
+    let (l, s, e) = (37, 20000, 8);
+    let ks = split(&key(25), 3);
+    let q = normal(&ks[0], &[2, l, e], DType::F64);
+    let k = normal(&ks[1], &[2, s, e], DType::F64);
+    let far: Vec<bool> = (0..l * s)
+        .map(|f| {
+            let (i, j) = (f / s, f % s);
+            i != 5 && j >= 17000 + 50 * i
+        })
+        .collect();
+    let far_f: Vec<f64> = far.iter().map(|&x| f64::from(x)).collect();
+    let mask_shape = [l, s];
+    for (n, (mask, causal, ev)) in [(false, false, 5), (false, true, 5), (true, false, 70)]
+        .into_iter()
+        .enumerate()
+    {
+        let v = normal(&ks[2], &[2, s, ev], DType::F64);
+        let tm = mask.then(|| Tensor::from_vec(far.clone(), [l, s]).unwrap());
+        let f = |(q, k, v, m): &(Tensor, Tensor, Tensor, Option<Tensor>)| {
+            sdpa(q, k, v, m.as_ref(), causal, None)
+        };
+        let x = (q.clone(), k.clone(), v.clone(), tm.clone());
+        let func = kiln::lower::trace_ir(f, &x).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&func).unwrap();
+        assert!(
+            fusion.contains("// 1 kernels") && fusion.contains("online:"),
+            "{fusion}"
+        );
+        let want = direct(
+            (&q.to_vec::<f64>().unwrap(), &[2, l, e]),
+            (&k.to_vec::<f64>().unwrap(), &[2, s, e]),
+            (&v.to_vec::<f64>().unwrap(), &[2, s, ev]),
+            tm.as_ref().map(|_| (&far_f[..], &mask_shape[..], true)),
+            causal,
+            1.0 / (e as f64).sqrt(),
+            &[2],
+        );
+        let got = jit(f).call(&x).unwrap().to_vec::<f64>().unwrap();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-12 * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()),
+                "case {n}, element {i}: {g} but directly {w}"
+            );
+        }
+        if mask {
+            let row = |b: usize, i: usize| &got[(b * l + i) * ev..(b * l + i + 1) * ev];
+            assert!(row(1, 5).iter().all(|x| x.is_nan()));
+            assert!(row(1, 6).iter().all(|x| x.is_finite()));
+        }
+    }
+}

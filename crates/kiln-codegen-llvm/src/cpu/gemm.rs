@@ -122,6 +122,11 @@ impl Blocking {
         self.mc
     }
 
+    /// Columns per packed block of B.
+    pub(super) fn columns_per_block(&self) -> i64 {
+        self.nc
+    }
+
     /// Columns per panel of packed B.
     pub(super) fn nr(&self) -> i64 {
         self.lanes as i64 * self.nv
@@ -158,6 +163,25 @@ impl Blocking {
         }
     }
 
+    /// This blocking for a GEMM of `k` contraction steps (one block) whose epilogue is a
+    /// softmax computed online for a chained product with blocking `bl2` (see
+    /// [`crate::kernel::Chain::online`]): blocks of columns (of keys) of whole panels, at most
+    /// the chained product's contraction block, so that each block of its rows is one
+    /// contraction block of the second product; blocks of rows of at most [`CHAIN_BYTES`] of
+    /// such a block (at least one tile's rows, no more than before); contraction blocks as
+    /// [`Self::chained`] cuts them.
+    pub(super) fn online(self, k: usize, bl2: Blocking) -> Blocking {
+        let nr = self.nr();
+        let nc = (bl2.kc / nr).max(1) * nr;
+        let row = nc * self.bytes;
+        Blocking {
+            nc,
+            mc: ((CHAIN_BYTES / row / self.mr).max(1) * self.mr).min(self.mc),
+            kc: self.kc.min((k as i64 + 15) / 16 * 16),
+            ..self
+        }
+    }
+
     /// Columns of the packed B block for `n` columns: whole panels, at most `nc`.
     fn nc_for(&self, n: i64) -> i64 {
         let nr = self.nr();
@@ -173,19 +197,38 @@ impl Blocking {
     /// Where a chained product's buffers lie in the scratch memory of this blocking's GEMM of
     /// `n` columns, after its own (see [`ChainScratch`]), for a second product of `n2` columns
     /// with blocking `bl2`.
-    pub(super) fn chain_scratch(&self, n: i64, bl2: Blocking, n2: i64) -> ChainScratch {
+    ///
+    /// With `online` (a softmax computed online, [`Self::online`]; the value is the rows per
+    /// batch), the block of the epilogue's result holds the block's `nc` columns only, B2 is
+    /// packed one contraction block at a time, and each row of a batch has its running
+    /// maximum and sum after the chained product's packed A.
+    pub(super) fn chain_scratch(
+        &self,
+        n: i64,
+        bl2: Blocking,
+        n2: i64,
+        online: Option<i64>,
+    ) -> ChainScratch {
         let line = 64 / self.bytes;
         let up = |x: i64, to: i64| (x + to - 1) / to * to;
         let block = self.kc * self.nc_for(n) + self.mc * self.kc;
-        let b2 = block + up(self.mc * n, line);
+        let (p_cols, b2_rows) = match online {
+            Some(_) => (self.nc, bl2.kc),
+            None => (n, up(n, bl2.kc)),
+        };
+        let b2 = block + up(self.mc * p_cols, line);
         let cols2 = up(n2, bl2.nr());
-        let a2 = b2 + up(n, bl2.kc) * cols2;
-        let end = a2 + up(self.mc, bl2.mr) * bl2.kc;
+        let a2 = b2 + b2_rows * cols2;
+        let state = a2 + up(self.mc, bl2.mr) * bl2.kc;
+        let rows = up(online.unwrap_or(0), line);
+        let end = state + 2 * rows;
         ChainScratch {
             p: block,
             b2,
             cols2,
             a2,
+            max: state,
+            sum: state + rows,
             bytes: (end * self.bytes) as usize,
         }
     }
@@ -194,7 +237,8 @@ impl Blocking {
 /// A chained product's buffers in a GEMM's scratch memory, as element offsets (each a multiple
 /// of 64 bytes): the block of the epilogue's result (`mc` rows), the second product's B packed
 /// whole (every contraction block of `kc2` steps, `cols2` columns each, packed once per batch
-/// and read by every block of rows), and its packed block of A.
+/// and read by every block of rows; one contraction block at a time for an online softmax),
+/// its packed block of A, and for an online softmax each row's running maximum and sum.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ChainScratch {
     p: i64,
@@ -202,6 +246,8 @@ pub(super) struct ChainScratch {
     /// Columns of each packed contraction block of B2: whole panels.
     cols2: i64,
     a2: i64,
+    max: i64,
+    sum: i64,
     /// The whole scratch memory's size.
     pub(super) bytes: usize,
 }
@@ -218,6 +264,25 @@ pub(super) struct Chain<'c> {
     pub(super) b_trans: bool,
     /// Its result, `[batch * m, n]`.
     pub(super) out: PointerValue<'c>,
+    /// The first product's epilogue is a softmax computed online
+    /// ([`crate::kernel::Chain::online`]).
+    pub(super) online: bool,
+}
+
+/// What a block of a softmax computed online ([`crate::kernel::Chain::online`]) works with,
+/// besides its rows and columns and the block buffer: the buffer's rows are `ld` apart; each
+/// row of the batch has its running maximum and sum at `max` and `sum`, at its row less `base`
+/// (the batch's first row); `first` says whether the block holds the rows' first columns; and
+/// the rows of the chained product's result (`out`, `n2` columns) are rescaled whenever the
+/// maximum grows.
+pub(super) struct OnlineBlock<'c> {
+    pub(super) first: IntValue<'c>,
+    pub(super) ld: i64,
+    pub(super) max: PointerValue<'c>,
+    pub(super) sum: PointerValue<'c>,
+    pub(super) base: IntValue<'c>,
+    pub(super) out: PointerValue<'c>,
+    pub(super) n2: i64,
 }
 
 /// Integer and pointer arithmetic for the emitted code.
@@ -1633,12 +1698,15 @@ impl Routine {
 }
 
 /// Code applied to a finished block of C: rows `.0`, columns `.1`, with C stored at `.2` from
-/// row `.3` on (`out` from row 0, or a chained GEMM's block buffer from the block's first row).
+/// row `.3` on (`out` from row 0, or a chained GEMM's block buffer from the block's first row);
+/// `.4` for a block of a softmax computed online (whose buffer holds the block's columns
+/// only).
 pub(super) type Epilogue<'a, 'c> = &'a mut dyn FnMut(
     (IntValue<'c>, IntValue<'c>),
     (IntValue<'c>, IntValue<'c>),
     PointerValue<'c>,
     IntValue<'c>,
+    Option<&OnlineBlock<'c>>,
 ) -> Result<()>;
 
 /// Emits the GEMM over rows `lo..hi` of `[batch * m, n]` C, then `epilogue` over each block of
@@ -1794,7 +1862,7 @@ pub(super) fn emit<'c>(
             Ok(())
         })?;
         if let Some(e) = epilogue.as_mut() {
-            e((lo, hi), (col_lo, col_hi), out, x.c(0))?;
+            e((lo, hi), (col_lo, col_hi), out, x.c(0), None)?;
         }
         return Ok(());
     }
@@ -1802,7 +1870,7 @@ pub(super) fn emit<'c>(
     let chained = match &chain {
         None => None,
         Some(ch) => {
-            let at = bl.chain_scratch(n, ch.bl, ch.n);
+            let at = bl.chain_scratch(n, ch.bl, ch.n, ch.online.then_some(m));
             Some(Chained {
                 ch,
                 ft,
@@ -1811,24 +1879,31 @@ pub(super) fn emit<'c>(
                 p: x.at(ft, scratch, x.c(at.p))?,
                 b2: x.at(ft, scratch, x.c(at.b2))?,
                 a2: x.at(ft, scratch, x.c(at.a2))?,
+                max: x.at(ft, scratch, x.c(at.max))?,
+                sum: x.at(ft, scratch, x.c(at.sum))?,
+                online_ld: bl.nc,
                 b: base(ch.b)?,
             })
         }
     };
+    let online = chain.as_ref().is_some_and(|c| c.online);
     let c_block = |ic: IntValue<'c>| -> (PointerValue<'c>, IntValue<'c>) {
         match &chained {
             None => (out, x.c(0)),
             Some(c) => (c.p, ic),
         }
     };
-    // Element (r, j) of C, in the block starting at row `ic`.
-    let c_at = |ic: IntValue<'c>, r: IntValue<'c>, j: IntValue<'c>| {
-        let r = match &chained {
-            None => r,
-            Some(_) => x.sub(r, ic)?,
+    // Element (r, j) of C, in the block of rows starting at row `ic` (and, for an online
+    // softmax, of columns starting at `jc`: its buffer holds those only, `nc` to a row).
+    let c_at = |ic: IntValue<'c>, jc: IntValue<'c>, r: IntValue<'c>, j: IntValue<'c>| {
+        let at = match &chained {
+            None => out_at(r, j)?,
+            Some(_) if online => x.add(x.mulc(x.sub(r, ic)?, bl.nc)?, x.sub(j, jc)?)?,
+            Some(_) => out_at(x.sub(r, ic)?, j)?,
         };
-        x.at(ft, c_block(ic).0, out_at(r, j)?)
+        x.at(ft, c_block(ic).0, at)
     };
+    let ldc = if online { x.c(bl.nc) } else { ldc };
     let nr = bl.nr();
     let n_full = n - n % nr;
     let (s_bt, s_jc, s_kb, s_ic) = (x.slot()?, x.slot()?, x.slot()?, x.slot()?);
@@ -1845,12 +1920,18 @@ pub(super) fn emit<'c>(
         } else {
             x.mul(bt, x.mul(g.k, x.c(n))?)?
         };
-        if let Some(c) = &chained {
-            c.pack_b(em, bt)?;
+        match &chained {
+            Some(c) if !online => c.pack_b(em, bt)?,
+            _ => {}
         }
         x.em.range_loop_ptr(s_jc, col_lo, col_hi, nc, &mut |_| {
             let jc = x.get(s_jc)?;
             let jc_end = x.min(x.addc(jc, nc)?, col_hi)?;
+            // An online softmax's chained product takes this block's rows of its B.
+            match &chained {
+                Some(c) if online => c.pack_b_rows(em, bt, (jc, x.sub(jc_end, jc)?), c.b2)?,
+                _ => {}
+            }
             let full_end = x.min(jc_end, x.c(n_full))?;
             // The tail panel (fewer than nr columns) is the last one of the last block.
             let has_tail = x.cmp(IntPredicate::SGT, jc_end, x.c(n_full))?;
@@ -1924,7 +2005,7 @@ pub(super) fn emit<'c>(
                             em.b.build_call(
                                 f,
                                 &[
-                                    c_at(ic, ic, j)?.into(),
+                                    c_at(ic, jc, ic, j)?.into(),
                                     ldc.into(),
                                     x.sub(ic_end, ic)?.into(),
                                     at.into(),
@@ -1941,7 +2022,7 @@ pub(super) fn emit<'c>(
                         }
                         x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
                             let r = x.get(s_r)?;
-                            let c = c_at(ic, r, j)?;
+                            let c = c_at(ic, jc, r, j)?;
                             let rows = x.sub(ic_end, r)?;
                             // Where each row of the tile starts (rows past the block read the
                             // last one; their results are not stored).
@@ -1972,12 +2053,30 @@ pub(super) fn emit<'c>(
                         let (c, row0) = c_block(ic);
                         x.branch(
                             last,
-                            &mut || {
-                                e((ic, ic_end), (jc, jc_end), c, row0)?;
-                                match &chained {
-                                    Some(c) => c.product(em, ic, ic_end),
-                                    None => Ok(()),
+                            &mut || match &chained {
+                                Some(ch) if online => {
+                                    let block = OnlineBlock {
+                                        first: x.cmp(IntPredicate::EQ, jc, col_lo)?,
+                                        ld: bl.nc,
+                                        max: ch.max,
+                                        sum: ch.sum,
+                                        base: x.mulc(bt, m)?,
+                                        out: ch.ch.out,
+                                        n2: ch.ch.n,
+                                    };
+                                    e((ic, ic_end), (jc, jc_end), c, row0, Some(&block))?;
+                                    ch.product_block(
+                                        em,
+                                        (ic, ic_end),
+                                        x.sub(jc_end, jc)?,
+                                        block.first,
+                                    )
                                 }
+                                Some(ch) => {
+                                    e((ic, ic_end), (jc, jc_end), c, row0, None)?;
+                                    ch.product(em, ic, ic_end)
+                                }
+                                None => e((ic, ic_end), (jc, jc_end), c, row0, None),
                             },
                             &mut || Ok(()),
                         )?;
@@ -1985,7 +2084,12 @@ pub(super) fn emit<'c>(
                     Ok(())
                 })
             })
-        })
+        })?;
+        // An online softmax's rows are divided by their sums once all their columns are in.
+        match &chained {
+            Some(ch) if online => ch.normalize(em, (r_lo, r_hi), x.mulc(bt, m)?),
+            _ => Ok(()),
+        }
     })
 }
 
@@ -2041,119 +2145,202 @@ struct Chained<'a, 'c> {
     p: PointerValue<'c>,
     b2: PointerValue<'c>,
     a2: PointerValue<'c>,
+    /// An online softmax's running maximum and sum per row of a batch.
+    max: PointerValue<'c>,
+    sum: PointerValue<'c>,
+    /// Columns per row of an online softmax's block buffer.
+    online_ld: i64,
     b: PointerValue<'c>,
 }
 
 impl<'c> Chained<'_, 'c> {
     /// Packs batch `bt` of the chained product's B (`[batch, k, n]`, `[batch, n, k]`
     /// transposed) whole at `b2`: contraction block `kb` (of the chain's `kc` steps) at
-    /// `kb * cols2`, panel `j` of it `j * kc` further, as [`emit`] packs B's panels.
+    /// `kb * cols2`, each as [`Self::pack_b_rows`] packs it.
     fn pack_b(&self, em: &Emitter<'c>, bt: IntValue<'c>) -> Result<()> {
-        let (ch, ft, k, b, packed) = (self.ch, self.ft, self.k, self.b, self.b2);
+        let (bl, k) = (self.ch.bl, self.k);
+        let x = Arith { em };
+        let s_kb = x.slot()?;
+        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+            let kb = x.get(s_kb)?;
+            let span = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
+            self.pack_b_rows(
+                em,
+                bt,
+                (kb, span),
+                x.at(self.ft, self.b2, x.mulc(kb, self.cols2)?)?,
+            )
+        })
+    }
+
+    /// Packs contraction steps `kb..kb + span` (at most the chain's `kc`) of batch `bt` of the
+    /// chained product's B at `to`, as [`emit`] packs B's panels: panel `j` (a column index)
+    /// at `j * kc`.
+    fn pack_b_rows(
+        &self,
+        em: &Emitter<'c>,
+        bt: IntValue<'c>,
+        (kb, span): (IntValue<'c>, IntValue<'c>),
+        to: PointerValue<'c>,
+    ) -> Result<()> {
+        let (ch, ft, k) = (self.ch, self.ft, self.k);
         let x = Arith { em };
         let (bl, n) = (ch.bl, ch.n);
         let nr = bl.nr();
         let n_full = n - n % nr;
-        let base = x.mulc(bt, k * n)?;
-        let (s_kb, s_j) = (x.slot()?, x.slot()?);
-        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
-            let kb = x.get(s_kb)?;
-            let span = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
-            let source = BSource {
-                b,
-                base,
-                k: x.c(k),
-                n,
-                trans: ch.b_trans,
-            };
-            let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
-                let to = x.add(x.mulc(kb, self.cols2)?, x.mulc(j, bl.kc)?)?;
-                pack_b_panel(
-                    &x,
-                    ft,
-                    bl,
-                    &source,
-                    (j, width),
-                    (kb, span),
-                    x.at(ft, packed, to)?,
-                )
-            };
-            if n_full > 0 {
-                em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| pack(x.get(s_j)?, nr))?;
-            }
-            if n_full < n {
-                pack(x.c(n_full), n - n_full)?;
-            }
-            Ok(())
-        })
+        let source = BSource {
+            b: self.b,
+            base: x.mulc(bt, k * n)?,
+            k: x.c(k),
+            n,
+            trans: ch.b_trans,
+        };
+        let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
+            let at = x.at(ft, to, x.mulc(j, bl.kc)?)?;
+            pack_b_panel(&x, ft, bl, &source, (j, width), (kb, span), at)
+        };
+        let s_j = x.slot()?;
+        if n_full > 0 {
+            em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| pack(x.get(s_j)?, nr))?;
+        }
+        if n_full < n {
+            pack(x.c(n_full), n - n_full)?;
+        }
+        Ok(())
     }
 
     /// The chained product of rows `ic..ic_end`: their block of the first product's epilogue
     /// result (at `p` from row `ic` on) times its B packed at `b2` (see [`Self::pack_b`]), into
-    /// rows `ic..ic_end` of the chain's `out`, by contraction blocks, through the shared
-    /// routines: A packed at `a2` (or read in place when there is one panel of columns), then
-    /// the tiles down each panel.
+    /// rows `ic..ic_end` of the chain's `out`, by contraction blocks (see [`Self::step`]).
     fn product(&self, em: &Emitter<'c>, ic: IntValue<'c>, ic_end: IntValue<'c>) -> Result<()> {
-        let (ch, ft, k, p, b2, a2) = (self.ch, self.ft, self.k, self.p, self.b2, self.a2);
+        let (ft, k, bl) = (self.ft, self.k, self.ch.bl);
+        let x = Arith { em };
+        let s_kb = x.slot()?;
+        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+            let kb = x.get(s_kb)?;
+            let kc = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
+            let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
+            let panels = x.at(ft, self.b2, x.mulc(kb, self.cols2)?)?;
+            self.step(
+                em,
+                (ic, ic_end),
+                (x.at(ft, self.p, kb)?, k),
+                (kc, panels),
+                first,
+            )
+        })
+    }
+
+    /// The chained product of rows `ic..ic_end` for one block of an online softmax: the
+    /// block's `kc` columns of exponentials (at `p`, `nc` to a row) times its rows of B (packed
+    /// at `b2` by [`Self::pack_b_rows`]), added into the rows of the chain's `out` (rescaled
+    /// by the epilogue), or stored there for the rows' `first` block.
+    fn product_block(
+        &self,
+        em: &Emitter<'c>,
+        rows: (IntValue<'c>, IntValue<'c>),
+        kc: IntValue<'c>,
+        first: IntValue<'c>,
+    ) -> Result<()> {
+        self.step(em, rows, (self.p, self.online_ld), (kc, self.b2), first)
+    }
+
+    /// One contraction block of `kc` steps of the chained product of rows `ic..ic_end`: A at
+    /// `a` (rows `lda` apart), B's panels packed at `panels`, into rows `ic..ic_end` of the
+    /// chain's `out` (added to them unless `first`), through the shared routines: A packed at
+    /// `a2` (or read in place when there is one panel of columns), then the tiles down each
+    /// panel.
+    fn step(
+        &self,
+        em: &Emitter<'c>,
+        (ic, ic_end): (IntValue<'c>, IntValue<'c>),
+        (a_in, lda_in): (PointerValue<'c>, i64),
+        (kc, panels): (IntValue<'c>, PointerValue<'c>),
+        first: IntValue<'c>,
+    ) -> Result<()> {
+        let (ch, ft, a2) = (self.ch, self.ft, self.a2);
         let x = Arith { em };
         let (bl, n) = (ch.bl, ch.n);
         let nr = bl.nr();
         let n_full = n - n % nr;
         let rows = x.sub(ic_end, ic)?;
         let direct = n <= nr;
-        let (s_kb, s_j) = (x.slot()?, x.slot()?);
-        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
-            let kb = x.get(s_kb)?;
-            let kc = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
-            let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
-            let a_in = x.at(ft, p, kb)?;
-            let (a, lda, read) = if direct {
-                (a_in, x.c(k), ARead::Rows)
-            } else {
-                let f =
-                    Routine::pack_a(bl, false).function(em.ctx, em.m, em.routines, em.for_host)?;
-                let args = [
-                    a_in.into(),
-                    x.c(k).into(),
-                    rows.into(),
-                    kc.into(),
-                    a2.into(),
-                    x.c(bl.kc).into(),
-                ];
-                em.b.build_call(f, &args, "").map_err(llvm)?;
-                (a2, x.c(bl.kc), ARead::Packed)
-            };
-            let tiles = |j: IntValue<'c>, width: i64| -> Result<()> {
-                let f = Routine::tile(bl, width, None, read, false).function(
-                    em.ctx,
-                    em.m,
-                    em.routines,
-                    em.for_host,
-                )?;
-                let panel = x.add(x.mulc(kb, self.cols2)?, x.mulc(j, bl.kc)?)?;
-                let args = [
-                    x.at(ft, ch.out, x.add(x.mulc(ic, n)?, j)?)?.into(),
-                    x.c(n).into(),
-                    rows.into(),
-                    a.into(),
-                    lda.into(),
-                    x.at(ft, b2, panel)?.into(),
-                    kc.into(),
-                    first.into(),
-                    ft.const_zero().into(),
-                ];
-                em.b.build_call(f, &args, "").map_err(llvm)?;
-                Ok(())
-            };
-            if n_full > 0 {
-                em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| {
-                    tiles(x.get(s_j)?, nr)
-                })?;
-            }
-            if n_full < n {
-                tiles(x.c(n_full), n - n_full)?;
-            }
+        let (a, lda, read) = if direct {
+            (a_in, x.c(lda_in), ARead::Rows)
+        } else {
+            let f = Routine::pack_a(bl, false).function(em.ctx, em.m, em.routines, em.for_host)?;
+            let args = [
+                a_in.into(),
+                x.c(lda_in).into(),
+                rows.into(),
+                kc.into(),
+                a2.into(),
+                x.c(bl.kc).into(),
+            ];
+            em.b.build_call(f, &args, "").map_err(llvm)?;
+            (a2, x.c(bl.kc), ARead::Packed)
+        };
+        let tiles = |j: IntValue<'c>, width: i64| -> Result<()> {
+            let f = Routine::tile(bl, width, None, read, false).function(
+                em.ctx,
+                em.m,
+                em.routines,
+                em.for_host,
+            )?;
+            let args = [
+                x.at(ft, ch.out, x.add(x.mulc(ic, n)?, j)?)?.into(),
+                x.c(n).into(),
+                rows.into(),
+                a.into(),
+                lda.into(),
+                x.at(ft, panels, x.mulc(j, bl.kc)?)?.into(),
+                kc.into(),
+                first.into(),
+                ft.const_zero().into(),
+            ];
+            em.b.build_call(f, &args, "").map_err(llvm)?;
             Ok(())
+        };
+        let s_j = x.slot()?;
+        if n_full > 0 {
+            em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| {
+                tiles(x.get(s_j)?, nr)
+            })?;
+        }
+        if n_full < n {
+            tiles(x.c(n_full), n - n_full)?;
+        }
+        Ok(())
+    }
+
+    /// Divides rows `r_lo..r_hi` of the chain's `out` (an online softmax's, the batch's first
+    /// row `base`) by their sums.
+    fn normalize(
+        &self,
+        em: &Emitter<'c>,
+        (r_lo, r_hi): (IntValue<'c>, IntValue<'c>),
+        base: IntValue<'c>,
+    ) -> Result<()> {
+        let (ft, n) = (self.ft, self.ch.n);
+        let x = Arith { em };
+        let (s_r, s_c) = (x.slot()?, x.slot()?);
+        em.range_loop_ptr(s_r, r_lo, r_hi, 1, &mut |em| {
+            let r = x.get(s_r)?;
+            let sum =
+                em.b.build_load(ft, x.at(ft, self.sum, x.sub(r, base)?)?, "s")
+                    .map_err(llvm)?
+                    .into_float_value();
+            let row = x.mulc(r, n)?;
+            em.range_loop_ptr(s_c, x.c(0), x.c(n), 1, &mut |em| {
+                let p = x.at(ft, self.ch.out, x.add(row, x.get(s_c)?)?)?;
+                let v =
+                    em.b.build_load(ft, p, "o")
+                        .map_err(llvm)?
+                        .into_float_value();
+                let q = em.b.build_float_div(v, sum, "on").map_err(llvm)?;
+                em.b.build_store(p, q).map_err(llvm)?;
+                Ok(())
+            })
         })
     }
 }
@@ -2243,7 +2430,7 @@ mod tests {
                         .chained(n as usize, k);
                     assert!(bl.kc >= k as i64 && bl.kc % 16 == 0);
                     let bl2 = Blocking::new(d, wide, n2 as usize);
-                    let at = bl.chain_scratch(n, bl2, n2);
+                    let at = bl.chain_scratch(n, bl2, n2, None);
                     let up = |x: i64, to: i64| (x + to - 1) / to * to;
                     let line = 64 / bl.bytes;
                     let what = format!("{d:?} wide {wide}, {n} then {n2} columns, {k} steps");

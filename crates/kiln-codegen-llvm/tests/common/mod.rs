@@ -525,18 +525,44 @@ pub fn chained_products() {
         ("f64", (2, 70, 70, 24, 13), false),
         ("f64", (1, 300, 300, 8, 40), true),
         ("f64", (1, 7, 2500, 16, 9), false),
+        // More keys than a block of rows holds whole: the softmax runs online, over blocks of
+        // keys (the last one partial), V with one panel of columns, several, and transposed.
+        ("f32", (1, 3, 16385, 8, 8), false),
+        ("f32", (2, 45, 20000, 16, 70), false),
+        ("f32", (1, 7, 16400, 64, 8), true),
+        ("f64", (2, 9, 17000, 8, 20), false),
     ] {
         let src = attention_text(dt, shape, v_trans, false);
         let f = kiln_ir::parse_func_text(&src).unwrap();
         let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
         assert!(fusion.contains("// 1 kernels"), "{fusion}");
+        // The softmax runs online, over blocks of keys.
+        assert!(fusion.contains("online:"), "{fusion}");
         let (b, m, keys, k, n2) = shape;
         agrees_cached_and_jit(&src, (b * m + keys + k * n2) as u64);
+    }
+    // A row epilogue that is not a softmax (a logistic where the exponential was) chains over
+    // whole rows, up to 16384 columns.
+    for (dt, shape, v_trans, kernels) in [
+        ("f32", (2, 130, 3000, 16, 24), false, 1),
+        ("f32", (1, 50, 512, 64, 64), true, 1),
+        ("f64", (1, 7, 2500, 16, 9), false, 1),
+        ("f32", (1, 3, 16385, 8, 8), false, 3),
+    ] {
+        let src = attention_text(dt, shape, v_trans, false).replace("exponential", "logistic");
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert!(
+            fusion.contains(&format!("// {kernels} kernels")) && !fusion.contains("online:"),
+            "{fusion}"
+        );
+        let (b, m, keys, k, n2) = shape;
+        agrees_cached_and_jit(&src, (b * m + keys + k * n2 + 1) as u64);
     }
     for (shape, probs, kernels) in [
         ((2, 20, 20, 257, 8), false, 2),
         ((2, 40, 40, 16, 8), true, 2),
-        ((1, 3, 16385, 8, 8), false, 3),
+        ((1, 3, 16385, 8, 8), true, 3),
     ] {
         let src = attention_text("f32", shape, false, probs);
         let f = kiln_ir::parse_func_text(&src).unwrap();
