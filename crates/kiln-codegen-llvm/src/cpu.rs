@@ -3671,6 +3671,7 @@ fn planned_routines(
                 (false, c.b_trans),
                 None,
                 None,
+                false,
             ));
         }
         // As `emit_kernel` decides: in update mode when written in place.
@@ -3685,6 +3686,7 @@ fn planned_routines(
             (*a_trans, *b_trans),
             conv.as_ref(),
             update,
+            chain.is_some(),
         ));
     }
     routines

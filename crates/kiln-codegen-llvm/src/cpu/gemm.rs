@@ -1438,14 +1438,16 @@ impl Routine {
     /// The routines a GEMM of `n` columns calls: a pack of B for each panel width (whole
     /// panels and the tail's), and a tile for each, except for a convolution with a single
     /// panel of columns (its tile reads the input in place through the column offset table,
-    /// emitted inline); and with several panels, unless it is a convolution's, the pack of A.
-    /// A convolution's output stored by planes has tiles that store C by columns.
+    /// emitted inline); and with several panels, unless it is a convolution's or the first
+    /// product of a chain (`chained`, which reads A in place), the pack of A. A convolution's
+    /// output stored by planes has tiles that store C by columns.
     pub(super) fn of_gemm(
         bl: Blocking,
         n: i64,
         (a_trans, b_trans): (bool, bool),
         conv: Option<&ConvPatches>,
         update: Option<bool>,
+        chained: bool,
     ) -> Vec<Routine> {
         let planes = conv.is_some_and(|p| p.planes);
         let conv = conv.is_some();
@@ -1456,11 +1458,11 @@ impl Routine {
             .chain((n % nr != 0).then_some(n % nr))
             .collect();
         let packs = widths.iter().map(|&w| Routine::pack_b(bl, w, b_trans));
-        let a = ARead::of(n <= nr, conv, a_trans);
+        let a = ARead::of(n <= nr || chained, conv, a_trans);
         let tiles = widths
             .iter()
             .filter_map(|&w| Some(Routine::tile(bl, w, update, a?, planes)));
-        let pack_a = (n > nr && !conv).then(|| Routine::pack_a(bl, a_trans));
+        let pack_a = (n > nr && !conv && !chained).then(|| Routine::pack_a(bl, a_trans));
         packs.chain(tiles).chain(pack_a).collect()
     }
 
@@ -1977,7 +1979,10 @@ pub(super) fn emit<'c>(
                     // through the column offset table (an implicit im2col with no patch matrix
                     // at all): measured on conv 3x3 64 -> 64 and conv 7x7/2 3 -> 64 (alternating
                     // A/B calls), 14 of 15 and 15 of 15 pairs won, about 20% and 11% faster.
-                    let direct = n <= nr;
+                    // A chained product's first product (one short contraction block, attention's
+                    // queries) reads A in place too: measured on attention_8x8x512x64 (one
+                    // process, alternating calls), 17 of 20 pairs won, 23.40 -> 23.22 ms.
+                    let direct = n <= nr || chain.is_some();
                     if !direct {
                         g.pack_a(ic, ic_end, kb, kend)?;
                     }
