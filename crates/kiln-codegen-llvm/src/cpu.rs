@@ -1746,6 +1746,34 @@ fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Option<us
         .collect()
 }
 
+/// Sets the loop variables of dimensions `dims` of `shape` from `x`, their flat (row-major)
+/// index.
+fn set_index_vars<'c>(
+    em: &Emitter<'c>,
+    x: IntValue<'c>,
+    shape: &[usize],
+    dims: std::ops::Range<usize>,
+) -> Result<()> {
+    for d in dims.clone() {
+        let inner: usize = shape[d + 1..dims.end].iter().product();
+        let v = if shape[d] == 1 {
+            em.i64c(0)
+        } else {
+            let q =
+                em.b.build_int_signed_div(x, em.i64c(inner as i64), "q")
+                    .map_err(llvm)?;
+            if d == dims.start {
+                q
+            } else {
+                em.b.build_int_signed_rem(q, em.i64c(shape[d] as i64), "v")
+                    .map_err(llvm)?
+            }
+        };
+        em.b.build_store(em.vars[d], v).map_err(llvm)?;
+    }
+    Ok(())
+}
+
 /// Applies a GEMM kernel's epilogue (its body) in place to rows `rows` and columns `cols` of
 /// the `[m, n]` product, which the body reads as input `product`: stored at `out` from row
 /// `row0` on (0 for the kernel's output; a block's first row for a chained GEMM's block
@@ -1781,24 +1809,7 @@ fn emit_epilogue<'c>(
     })?;
     // Dimension d of the output from a row (d < split) or column index.
     let set_vars = |em: &Emitter<'c>, x: IntValue<'c>, dims: std::ops::Range<usize>| {
-        for d in dims.clone() {
-            let inner: usize = shape[d + 1..dims.end].iter().product();
-            let v = if shape[d] == 1 {
-                em.i64c(0)
-            } else {
-                let q =
-                    em.b.build_int_signed_div(x, em.i64c(inner as i64), "q")
-                        .map_err(llvm)?;
-                if d == dims.start {
-                    q
-                } else {
-                    em.b.build_int_signed_rem(q, em.i64c(shape[d] as i64), "v")
-                        .map_err(llvm)?
-                }
-            };
-            em.b.build_store(em.vars[d], v).map_err(llvm)?;
-        }
-        Ok::<(), Error>(())
+        set_index_vars(em, x, shape, dims)
     };
     let (s_r, s_c) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
     let st = storage(em.ctx, k.out.dtype);
@@ -1914,23 +1925,13 @@ fn emit_online_softmax<'c>(
             .into_float_value())
     };
     em.range_loop_ptr(s_r, rows.0, rows.1, 1, &mut |em: &Emitter<'c>| {
-        let b = &em.b;
-        let r = b.build_load(i64t, s_r, "r").map_err(llvm)?.into_int_value();
-        // The row's variables.
-        for v in 0..col {
-            let inner: usize = shape[v + 1..col].iter().product();
-            let q = b
-                .build_int_signed_div(r, em.i64c(inner as i64), "q")
-                .map_err(llvm)?;
-            let x = if v == 0 {
-                q
-            } else {
-                b.build_int_signed_rem(q, em.i64c(shape[v] as i64), "v")
-                    .map_err(llvm)?
-            };
-            b.build_store(em.vars[v], x).map_err(llvm)?;
-        }
-        b.build_store(acc_max, c(f64::NEG_INFINITY)).map_err(llvm)?;
+        let r =
+            em.b.build_load(i64t, s_r, "r")
+                .map_err(llvm)?
+                .into_int_value();
+        set_index_vars(em, r, shape, 0..col)?;
+        em.b.build_store(acc_max, c(f64::NEG_INFINITY))
+            .map_err(llvm)?;
         em.range_loop(col, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
             let h = em.expr(&h)?;
             em.b.build_store(here(em)?, h).map_err(llvm)?;
@@ -2656,36 +2657,10 @@ fn nonpositive_exps(
 /// Whether `e` is `a - m` with `m` a maximum of `a` over a range holding `a`'s position (see
 /// [`nonpositive_exps`]), through round trips of bit casts (a stop-gradient's).
 fn max_difference(e: &Expr, extents: &[Option<usize>]) -> bool {
-    let Expr::Op {
-        op: Ew::Kind(OpKind::Subtract),
-        args,
-        ..
-    } = e
-    else {
+    let Some((a, m)) = crate::kernel::minus_max(e) else {
         return false;
     };
-    let (a, mut m) = (&args[0], &args[1]);
-    while let Expr::Op {
-        op: Ew::Bitcast,
-        dtype,
-        args: inner,
-    } = m
-        && let Expr::Op {
-            op: Ew::Bitcast,
-            args: innermost,
-            ..
-        } = &inner[0]
-        && innermost[0].dtype() == *dtype
-    {
-        m = &innermost[0];
-    }
-    let Expr::Reduce {
-        kind: Combiner::Max,
-        vars,
-        body,
-        ..
-    } = m
-    else {
+    let Expr::Reduce { vars, body, .. } = m else {
         return false;
     };
     let [(v, n)] = vars[..] else {

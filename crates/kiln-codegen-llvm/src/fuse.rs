@@ -742,35 +742,9 @@ pub fn online_softmax(
         else {
             return None;
         };
-        let Expr::Op {
-            op: Ew::Kind(OpKind::Subtract),
-            args,
-            ..
-        } = &args[0]
-        else {
-            return None;
-        };
-        let (h, mut m) = (&args[0], &args[1]);
-        while let Expr::Op {
-            op: Ew::Bitcast,
-            dtype,
-            args: inner,
-        } = m
-            && let Expr::Op {
-                op: Ew::Bitcast,
-                args: innermost,
-                ..
-            } = &inner[0]
-            && innermost[0].dtype() == *dtype
-        {
-            m = &innermost[0];
-        }
+        let (h, m) = crate::kernel::minus_max(&args[0])?;
         let Expr::Reduce {
-            kind: kiln_ir::Combiner::Max,
-            init,
-            vars,
-            body,
-            ..
+            init, vars, body, ..
         } = m
         else {
             return None;

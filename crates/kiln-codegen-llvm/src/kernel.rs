@@ -1432,6 +1432,42 @@ pub fn map_inputs(e: &Expr, map: &dyn Fn(usize) -> usize) -> Expr {
     )
 }
 
+/// `(a, m)` when `e` is `a - m` with `m` a maximum reduction, through round trips of bit
+/// casts (a stop-gradient's).
+pub fn minus_max(e: &Expr) -> Option<(&Expr, &Expr)> {
+    let Expr::Op {
+        op: Ew::Kind(OpKind::Subtract),
+        args,
+        ..
+    } = e
+    else {
+        return None;
+    };
+    let (a, mut m) = (&args[0], &args[1]);
+    while let Expr::Op {
+        op: Ew::Bitcast,
+        dtype,
+        args: inner,
+    } = m
+        && let Expr::Op {
+            op: Ew::Bitcast,
+            args: innermost,
+            ..
+        } = &inner[0]
+        && innermost[0].dtype() == *dtype
+    {
+        m = &innermost[0];
+    }
+    matches!(
+        m,
+        Expr::Reduce {
+            kind: Combiner::Max,
+            ..
+        }
+    )
+    .then_some((a, m))
+}
+
 /// `e` with every read of input `j` at coefficients `from` (no offset; a load, or a gather at
 /// that affine index) a load at coefficients `to` instead; `None` when `e` reads `j` any other
 /// way (elsewhere, or in an index expression or a condition). Variable `v` runs over
