@@ -1827,14 +1827,26 @@ pub(super) fn emit<'c>(
     // The distance between C's rows (its columns, by planes) that tiles are given.
     let ldc = x.c(if planes { m } else { n });
     if k == 0 && planes {
-        // An empty contraction: the product is zero.
-        em.range_loop_ptr(s_r, lo, hi, 1, &mut |em| {
-            let r = x.get(s_r)?;
-            em.range_loop_ptr(s_j, x.c(0), x.c(n), 1, &mut |em| {
-                let p = x.at(ft, out, out_at(r, x.get(s_j)?)?)?;
-                em.b.build_store(p, ft.const_zero()).map_err(llvm)?;
-                Ok(())
-            })
+        // An empty contraction: the product is zero, then the epilogue, an image at a time.
+        let s_bt = x.slot()?;
+        let b_lo = x.sdiv(lo, m)?;
+        let b_hi = x.addc(x.sdiv(x.sub(hi, x.c(1))?, m)?, 1)?;
+        em.range_loop_ptr(s_bt, b_lo, b_hi, 1, &mut |em| {
+            let bt = x.get(s_bt)?;
+            let r_lo = x.max(lo, x.mulc(bt, m)?)?;
+            let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
+            em.range_loop_ptr(s_r, r_lo, r_hi, 1, &mut |em| {
+                let r = x.get(s_r)?;
+                em.range_loop_ptr(s_j, x.c(0), x.c(n), 1, &mut |em| {
+                    let p = x.at(ft, out, out_at(r, x.get(s_j)?)?)?;
+                    em.b.build_store(p, ft.const_zero()).map_err(llvm)?;
+                    Ok(())
+                })
+            })?;
+            match epilogue.as_mut() {
+                Some(e) => e((r_lo, r_hi), (x.c(0), x.c(n)), out, x.c(0), None),
+                None => Ok(()),
+            }
         })?;
         return Ok(());
     }
