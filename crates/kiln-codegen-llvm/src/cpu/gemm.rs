@@ -2469,6 +2469,46 @@ mod tests {
         }
     }
 
+    /// An online softmax's buffers: the block buffer holds a block of rows of one block of
+    /// columns (whole panels, at most the second product's contraction block), B2 one packed
+    /// contraction block, then the packed A and each row's maximum and sum, all 64-byte
+    /// aligned and apart.
+    #[test]
+    fn online_buffers_are_aligned_and_do_not_overlap() {
+        for d in [DType::F32, DType::F64] {
+            for wide in [false, true] {
+                for (n, n2, k, m) in [
+                    (16385, 8, 8, 3),
+                    (20000, 70, 16, 45),
+                    (512, 64, 64, 512),
+                    (100000, 13, 256, 1000),
+                ] {
+                    let bl2 = Blocking::new(d, wide, n2 as usize);
+                    let bl = Blocking::new(d, wide, n as usize).online(k, bl2);
+                    let what = format!("{d:?} wide {wide}, {n} then {n2} columns, {k} steps");
+                    assert!(bl.nc % bl.nr() == 0 && bl.nc <= bl2.kc, "{what}");
+                    assert!(bl.kc >= k as i64 && bl.kc % 16 == 0, "{what}");
+                    assert!(
+                        bl.mc * bl.nc * bl.bytes <= 64 * 1024 || bl.mc == bl.mr,
+                        "{what}"
+                    );
+                    let at = bl.chain_scratch(n, bl2, n2, Some(m));
+                    let up = |x: i64, to: i64| (x + to - 1) / to * to;
+                    let line = 64 / bl.bytes;
+                    for off in [at.p, at.b2, at.a2, at.max, at.sum] {
+                        assert_eq!(off % line, 0, "{what}");
+                    }
+                    assert_eq!(at.p, bl.scratch_bytes(n) as i64 / bl.bytes, "{what}");
+                    assert!(at.b2 >= at.p + bl.mc * bl.nc, "{what}");
+                    assert!(at.a2 >= at.b2 + bl2.kc * at.cols2, "{what}");
+                    assert!(at.max >= at.a2 + up(bl.mc, bl2.mr) * bl2.kc, "{what}");
+                    assert!(at.sum >= at.max + m, "{what}");
+                    assert!(at.bytes as i64 >= (at.sum + m) * bl.bytes, "{what}");
+                }
+            }
+        }
+    }
+
     /// The grouped packing's stores, replayed in order on a block with room after it: every
     /// element ends up with its row and step, and nothing is written past the block.
     #[test]
