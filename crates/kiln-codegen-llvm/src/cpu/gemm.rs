@@ -2203,8 +2203,6 @@ impl<'c> Chained<'_, 'c> {
         let (ch, ft, k) = (self.ch, self.ft, self.k);
         let x = Arith { em };
         let (bl, n) = (ch.bl, ch.n);
-        let nr = bl.nr();
-        let n_full = n - n % nr;
         let source = BSource {
             b: self.b,
             base: x.mulc(bt, k * n)?,
@@ -2212,16 +2210,24 @@ impl<'c> Chained<'_, 'c> {
             n,
             trans: ch.b_trans,
         };
-        let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
+        self.panels(em, &|j, width| {
             let at = x.at(ft, to, x.mulc(j, bl.kc)?)?;
             pack_b_panel(&x, ft, bl, &source, (j, width), (kb, span), at)
-        };
+        })
+    }
+
+    /// Runs `f` on each panel of the chained product's columns: its first column and its width
+    /// (whole panels in a loop, then the tail panel's).
+    fn panels(&self, em: &Emitter<'c>, f: &dyn Fn(IntValue<'c>, i64) -> Result<()>) -> Result<()> {
+        let x = Arith { em };
+        let (nr, n) = (self.ch.bl.nr(), self.ch.n);
+        let n_full = n - n % nr;
         let s_j = x.slot()?;
         if n_full > 0 {
-            em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| pack(x.get(s_j)?, nr))?;
+            em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| f(x.get(s_j)?, nr))?;
         }
         if n_full < n {
-            pack(x.c(n_full), n - n_full)?;
+            f(x.c(n_full), n - n_full)?;
         }
         Ok(())
     }
@@ -2278,10 +2284,8 @@ impl<'c> Chained<'_, 'c> {
         let (ch, ft, a2) = (self.ch, self.ft, self.a2);
         let x = Arith { em };
         let (bl, n) = (ch.bl, ch.n);
-        let nr = bl.nr();
-        let n_full = n - n % nr;
         let rows = x.sub(ic_end, ic)?;
-        let direct = n <= nr;
+        let direct = n <= bl.nr();
         let (a, lda, read) = if direct {
             (a_in, x.c(lda_in), ARead::Rows)
         } else {
@@ -2318,16 +2322,7 @@ impl<'c> Chained<'_, 'c> {
             em.b.build_call(f, &args, "").map_err(llvm)?;
             Ok(())
         };
-        let s_j = x.slot()?;
-        if n_full > 0 {
-            em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| {
-                tiles(x.get(s_j)?, nr)
-            })?;
-        }
-        if n_full < n {
-            tiles(x.c(n_full), n - n_full)?;
-        }
-        Ok(())
+        self.panels(em, &tiles)
     }
 
     /// Divides rows `r_lo..r_hi` of the chain's `out` (an online softmax's, the batch's first
