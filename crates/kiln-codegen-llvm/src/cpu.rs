@@ -1621,6 +1621,11 @@ fn emit_kernel<'c>(
                 b_trans: c.b_trans,
                 out,
                 online: c.online.is_some(),
+                // The row variable is the row within its batch when the rows per batch are the
+                // position's next-to-last dimension.
+                masked: c
+                    .masked
+                    .filter(|_| k.out.rank() >= 2 && k.out.shape[k.out.rank() - 2] == rows),
             });
             gemm::emit(
                 &em,
@@ -3284,6 +3289,13 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
                         "  online: the softmax runs over blocks of {} columns, from each row's \
                          running maximum and sum",
                         bl.columns_per_block()
+                    );
+                }
+                if let Some((a, b, c)) = c.masked {
+                    let _ = writeln!(
+                        s,
+                        "  masked: blocks where column * {a} + row * {b} + {c} > 0 throughout \
+                         are skipped"
                     );
                 }
             }

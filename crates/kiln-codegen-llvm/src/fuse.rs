@@ -664,6 +664,7 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused) {
             b_trans: b2_trans,
             out: uk.out.clone(),
             online: None,
+            masked: None,
         };
         let mut pk = pk.clone();
         let Schedule::Gemm {
@@ -685,13 +686,23 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused) {
         // 19 of 20 pairs, 24.4 -> 23.6 ms; 8 heads of 1024 queries, 4096 keys: 6 of 6, 46.1 ->
         // 45.2 ms; 16384 keys: 6 of 6, 200 -> 179 ms.
         let operands: Vec<ValueId> = out.operands[p].iter().chain([&b]).copied().collect();
-        let online = online_softmax(&pk.body, product, &pk.out, &constant_of(f, &operands));
+        let value = constant_of(f, &operands);
+        let online = online_softmax(&pk.body, product, &pk.out, &value);
         if online.is_none() && n > MAX_CHAIN_ROW {
             continue;
         }
+        // Blocks a causal mask leaves nothing of are skipped (positions well inside i32).
+        let rank = pk.out.rank();
+        let masked = online.as_ref().filter(|_| rank >= 2).and_then(|h| {
+            let small = pk.out.shape[rank - 2..].iter().all(|&d| d < 1 << 30);
+            small
+                .then(|| crate::kernel::masked_where(h, (rank - 1, rank - 2), &value))
+                .flatten()
+        });
         *slot = Some(Box::new(crate::kernel::Chain {
             b: b_slot,
             online,
+            masked,
             ..chain
         }));
         let mut inputs = out.operands[p].clone();

@@ -219,6 +219,108 @@ pub struct Chain {
     /// sums at the end. No row is ever held whole, so rows of any length chain. Other row
     /// epilogues (`None`) run over whole rows, up to `fuse::MAX_CHAIN_ROW` columns.
     pub online: Option<Expr>,
+    /// For an online softmax, where its logits are -inf whatever the product (a causal mask):
+    /// wherever `col * a + row * b + c > 0` for `(a, b, c)` here, `col` the column and `row`
+    /// the position's next-to-last variable (the row within its batch). Blocks of rows and
+    /// columns where that holds throughout are skipped.
+    pub masked: Option<(i64, i64, i64)>,
+}
+
+/// Where the logits `h` of an online softmax (see [`Chain::online`]) are -inf whatever the
+/// product: when `h` is `select(a ⋚ b, x, -inf)` (`-inf` as `value` resolves it) with `a` and
+/// `b` integer affine expressions of the column variable `col` and the row variable `row`,
+/// the `(a, b, c)` of [`Chain::masked`].
+pub fn masked_where(
+    h: &Expr,
+    (col, row): (usize, usize),
+    value: &dyn Fn(&Expr) -> Option<f64>,
+) -> Option<(i64, i64, i64)> {
+    // An integer expression as `col * a + row * b + c`.
+    fn affine_int(
+        e: &Expr,
+        (col, row): (usize, usize),
+        value: &dyn Fn(&Expr) -> Option<f64>,
+    ) -> Option<(i64, i64, i64)> {
+        let of_idx = |i: &Idx| {
+            let (terms, c) = affine(i)?;
+            let mut f = (0, 0, c);
+            for (v, k) in terms {
+                match v {
+                    _ if v == col => f.0 += k,
+                    _ if v == row => f.1 += k,
+                    _ => return None,
+                }
+            }
+            Some(f)
+        };
+        match e {
+            Expr::Index { idx, .. } => of_idx(idx),
+            Expr::Iota { var, .. } => of_idx(&Idx::Var(*var)),
+            Expr::Const { .. } | Expr::Load { .. } | Expr::Gather { .. }
+                if matches!(e.dtype(), DType::I32 | DType::I64) =>
+            {
+                let v = value(e)?;
+                (v.fract() == 0.0 && v.abs() < (1u64 << 52) as f64).then_some((0, 0, v as i64))
+            }
+            // (Exact for the positions of `masked`'s caller, below 2^30.)
+            Expr::Op {
+                op: Ew::Convert,
+                dtype: DType::I32 | DType::I64,
+                args,
+            } if matches!(args[0].dtype(), DType::I32 | DType::I64) => {
+                affine_int(&args[0], (col, row), value)
+            }
+            Expr::Op {
+                op: Ew::Kind(k @ (OpKind::Add | OpKind::Subtract)),
+                dtype: DType::I32 | DType::I64,
+                args,
+            } => {
+                let (x, y) = (
+                    affine_int(&args[0], (col, row), value)?,
+                    affine_int(&args[1], (col, row), value)?,
+                );
+                let s = if *k == OpKind::Add { 1 } else { -1 };
+                Some((x.0 + s * y.0, x.1 + s * y.1, x.2 + s * y.2))
+            }
+            _ => None,
+        }
+    }
+    let Expr::Op {
+        op: Ew::Select,
+        args,
+        ..
+    } = h
+    else {
+        return None;
+    };
+    if value(&args[2]) != Some(f64::NEG_INFINITY) {
+        return None;
+    }
+    let Expr::Op {
+        op: Ew::Cmp(dir),
+        args: sides,
+        ..
+    } = &args[0]
+    else {
+        return None;
+    };
+    let (a, b) = (
+        affine_int(&sides[0], (col, row), value)?,
+        affine_int(&sides[1], (col, row), value)?,
+    );
+    // f = a - b; kept where the comparison holds, masked where `g > 0`.
+    let f = (a.0 - b.0, a.1 - b.1, a.2 - b.2);
+    let neg = |f: (i64, i64, i64)| (-f.0, -f.1, -f.2);
+    match dir {
+        ComparisonDirection::Le => Some(f),
+        ComparisonDirection::Lt => Some((f.0, f.1, f.2 + 1)),
+        ComparisonDirection::Ge => Some(neg(f)),
+        ComparisonDirection::Gt => {
+            let g = neg(f);
+            Some((g.0, g.1, g.2 + 1))
+        }
+        _ => None,
+    }
 }
 
 /// The patch matrix of a convolution with input `[N, H, W, C]` (padded) and kernel

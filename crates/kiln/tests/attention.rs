@@ -263,6 +263,12 @@ fn attention_compiles_to_one_chained_kernel() {
         let fusion = kiln_codegen_llvm::cpu::describe_fusion(&func).unwrap();
         assert!(fusion.contains("// 1 kernels"), "{fusion}");
         assert!(fusion.contains("chained:"), "{fusion}");
+        // The keys past each query (j > i, i.e. j - i > 0): blocks of them are skipped.
+        assert_eq!(
+            fusion.contains("masked: blocks where column * 1 + row * -1 + 0 > 0"),
+            causal,
+            "{fusion}"
+        );
         let text = func.to_string();
         let stored = text
             .lines()

@@ -267,6 +267,9 @@ pub(super) struct Chain<'c> {
     /// The first product's epilogue is a softmax computed online
     /// ([`crate::kernel::Chain::online`]).
     pub(super) online: bool,
+    /// Where its logits are masked out ([`crate::kernel::Chain::masked`]), the position's
+    /// row being the row within its batch.
+    pub(super) masked: Option<(i64, i64, i64)>,
 }
 
 /// What a block of a softmax computed online ([`crate::kernel::Chain::online`]) works with,
@@ -1986,119 +1989,148 @@ pub(super) fn emit<'c>(
                 x.em.range_loop_ptr(s_ic, r_lo, r_hi, bl.mc, &mut |_| {
                     let ic = x.get(s_ic)?;
                     let ic_end = x.min(x.addc(ic, bl.mc)?, r_hi)?;
-                    // One panel: each sliver of A meets one panel, so the tile reads A where it
-                    // is instead of packing it first. For a convolution that is its input
-                    // through the column offset table (an implicit im2col with no patch matrix
-                    // at all): measured on conv 3x3 64 -> 64 and conv 7x7/2 3 -> 64 (alternating
-                    // A/B calls), 14 of 15 and 15 of 15 pairs won, about 20% and 11% faster.
-                    // A chained product's first product (one short contraction block, attention's
-                    // queries) reads A in place too: measured on attention_8x8x512x64 (one
-                    // process, alternating calls), 17 of 20 pairs won, 23.40 -> 23.22 ms.
-                    let direct = n <= nr || chain.is_some();
-                    if !direct {
-                        g.pack_a(ic, ic_end, kb, kend)?;
-                    }
-                    let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
-                        let panel = panel_of(j)?;
-                        // The tile's code is a function shared by every GEMM with the same
-                        // tile (see [`Routine`]), except a convolution's reading its input in
-                        // place, emitted here with the column offset table.
-                        let shared = match ARead::of(direct, g.conv.is_some(), g.a_trans) {
-                            None => None,
-                            Some(a) => {
-                                let t = Routine::tile(bl, width, update.map(|u| u.1), a, planes);
-                                Some((t.function(em.ctx, em.m, em.routines, em.for_host)?, a))
-                            }
-                        };
-                        if let Some((f, a)) = shared {
-                            let (at, lda) = match a {
-                                ARead::Packed => (g.packed_a, x.c(bl.kc)),
-                                ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(ic)?, kb)?)?, g.k),
-                                ARead::Cols => {
-                                    (x.at(ft, g.a, x.add(g.a_row(ic)?, x.mulc(kb, m)?)?)?, x.c(m))
-                                }
-                            };
-                            let scale = update.map_or(ft.const_zero().into(), |u| u.0);
-                            em.b.build_call(
-                                f,
-                                &[
-                                    c_at(ic, jc, ic, j)?.into(),
-                                    ldc.into(),
-                                    x.sub(ic_end, ic)?.into(),
-                                    at.into(),
-                                    lda.into(),
-                                    panel.into(),
-                                    kc.into(),
-                                    first.into(),
-                                    scale.into(),
-                                ],
-                                "",
-                            )
-                            .map_err(llvm)?;
-                            return Ok(());
+                    // The block itself, unless a mask leaves nothing of it.
+                    let mut block = || -> Result<()> {
+                        // One panel: each sliver of A meets one panel, so the tile reads A where it
+                        // is instead of packing it first. For a convolution that is its input
+                        // through the column offset table (an implicit im2col with no patch matrix
+                        // at all): measured on conv 3x3 64 -> 64 and conv 7x7/2 3 -> 64 (alternating
+                        // A/B calls), 14 of 15 and 15 of 15 pairs won, about 20% and 11% faster.
+                        // A chained product's first product (one short contraction block, attention's
+                        // queries) reads A in place too: measured on attention_8x8x512x64 (one
+                        // process, alternating calls), 17 of 20 pairs won, 23.40 -> 23.22 ms.
+                        let direct = n <= nr || chain.is_some();
+                        if !direct {
+                            g.pack_a(ic, ic_end, kb, kend)?;
                         }
-                        x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
-                            let r = x.get(s_r)?;
-                            let c = c_at(ic, jc, r, j)?;
-                            let rows = x.sub(ic_end, r)?;
-                            // Where each row of the tile starts (rows past the block read the
-                            // last one; their results are not stored).
-                            let last = x.sub(ic_end, x.c(1))?;
-                            let starts: Vec<IntValue<'c>> = (0..bl.mr)
-                                .map(|i| g.a_row(x.min(x.addc(r, i)?, last)?))
-                                .collect::<Result<_>>()?;
-                            let a = |i: i64, kk: IntValue<'c>| {
-                                x.at(ft, g.a, g.a_at(starts[i as usize], x.add(kb, kk)?)?)
+                        let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
+                            let panel = panel_of(j)?;
+                            // The tile's code is a function shared by every GEMM with the same
+                            // tile (see [`Routine`]), except a convolution's reading its input in
+                            // place, emitted here with the column offset table.
+                            let shared = match ARead::of(direct, g.conv.is_some(), g.a_trans) {
+                                None => None,
+                                Some(a) => {
+                                    let t =
+                                        Routine::tile(bl, width, update.map(|u| u.1), a, planes);
+                                    Some((t.function(em.ctx, em.m, em.routines, em.for_host)?, a))
+                                }
                             };
-                            g.tile(c, ldc, rows, width, &a, panel, kc, first)
-                        })
+                            if let Some((f, a)) = shared {
+                                let (at, lda) = match a {
+                                    ARead::Packed => (g.packed_a, x.c(bl.kc)),
+                                    ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(ic)?, kb)?)?, g.k),
+                                    ARead::Cols => (
+                                        x.at(ft, g.a, x.add(g.a_row(ic)?, x.mulc(kb, m)?)?)?,
+                                        x.c(m),
+                                    ),
+                                };
+                                let scale = update.map_or(ft.const_zero().into(), |u| u.0);
+                                em.b.build_call(
+                                    f,
+                                    &[
+                                        c_at(ic, jc, ic, j)?.into(),
+                                        ldc.into(),
+                                        x.sub(ic_end, ic)?.into(),
+                                        at.into(),
+                                        lda.into(),
+                                        panel.into(),
+                                        kc.into(),
+                                        first.into(),
+                                        scale.into(),
+                                    ],
+                                    "",
+                                )
+                                .map_err(llvm)?;
+                                return Ok(());
+                            }
+                            x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
+                                let r = x.get(s_r)?;
+                                let c = c_at(ic, jc, r, j)?;
+                                let rows = x.sub(ic_end, r)?;
+                                // Where each row of the tile starts (rows past the block read the
+                                // last one; their results are not stored).
+                                let last = x.sub(ic_end, x.c(1))?;
+                                let starts: Vec<IntValue<'c>> = (0..bl.mr)
+                                    .map(|i| g.a_row(x.min(x.addc(r, i)?, last)?))
+                                    .collect::<Result<_>>()?;
+                                let a = |i: i64, kk: IntValue<'c>| {
+                                    x.at(ft, g.a, g.a_at(starts[i as usize], x.add(kb, kk)?)?)
+                                };
+                                g.tile(c, ldc, rows, width, &a, panel, kc, first)
+                            })
+                        };
+                        if n_full > 0 {
+                            x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| {
+                                slivers(x.get(s_j)?, nr)
+                            })?;
+                        }
+                        if n_full < n {
+                            x.branch(
+                                has_tail,
+                                &mut || slivers(x.c(n_full), n - n_full),
+                                &mut || Ok(()),
+                            )?;
+                        }
+                        if let Some(e) = epilogue.as_mut() {
+                            let last = x.cmp(IntPredicate::SGE, kend, g.k)?;
+                            let (c, row0) = c_block(ic);
+                            x.branch(
+                                last,
+                                &mut || match &chained {
+                                    Some(ch) if online => {
+                                        let block = OnlineBlock {
+                                            first: x.cmp(IntPredicate::EQ, jc, col_lo)?,
+                                            ld: bl.nc,
+                                            max: ch.max,
+                                            sum: ch.sum,
+                                            base: x.mulc(bt, m)?,
+                                            out: ch.ch.out,
+                                            n2: ch.ch.n,
+                                        };
+                                        e((ic, ic_end), (jc, jc_end), c, row0, Some(&block))?;
+                                        ch.product_block(
+                                            em,
+                                            (ic, ic_end),
+                                            x.sub(jc_end, jc)?,
+                                            block.first,
+                                        )
+                                    }
+                                    Some(ch) => {
+                                        e((ic, ic_end), (jc, jc_end), c, row0, None)?;
+                                        ch.product(em, ic, ic_end)
+                                    }
+                                    None => e((ic, ic_end), (jc, jc_end), c, row0, None),
+                                },
+                                &mut || Ok(()),
+                            )?;
+                        }
+                        Ok(())
                     };
-                    if n_full > 0 {
-                        x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| {
-                            slivers(x.get(s_j)?, nr)
-                        })?;
-                    }
-                    if n_full < n {
-                        x.branch(
-                            has_tail,
-                            &mut || slivers(x.c(n_full), n - n_full),
-                            &mut || Ok(()),
-                        )?;
-                    }
-                    if let Some(e) = epilogue.as_mut() {
-                        let last = x.cmp(IntPredicate::SGE, kend, g.k)?;
-                        let (c, row0) = c_block(ic);
-                        x.branch(
-                            last,
-                            &mut || match &chained {
-                                Some(ch) if online => {
-                                    let block = OnlineBlock {
-                                        first: x.cmp(IntPredicate::EQ, jc, col_lo)?,
-                                        ld: bl.nc,
-                                        max: ch.max,
-                                        sum: ch.sum,
-                                        base: x.mulc(bt, m)?,
-                                        out: ch.ch.out,
-                                        n2: ch.ch.n,
-                                    };
-                                    e((ic, ic_end), (jc, jc_end), c, row0, Some(&block))?;
-                                    ch.product_block(
-                                        em,
-                                        (ic, ic_end),
-                                        x.sub(jc_end, jc)?,
-                                        block.first,
+                    match (&chained, chain.as_ref().and_then(|c| c.masked)) {
+                        (Some(ch), Some(mask)) if online => {
+                            let base = x.mulc(bt, m)?;
+                            let skip = all_masked(
+                                &x,
+                                mask,
+                                (x.sub(ic, base)?, x.sub(ic_end, base)?),
+                                (jc, jc_end),
+                            )?;
+                            let first = x.cmp(IntPredicate::EQ, jc, col_lo)?;
+                            x.branch(
+                                skip,
+                                &mut || {
+                                    x.branch(
+                                        first,
+                                        &mut || ch.clear_rows(em, (ic, ic_end), base),
+                                        &mut || Ok(()),
                                     )
-                                }
-                                Some(ch) => {
-                                    e((ic, ic_end), (jc, jc_end), c, row0, None)?;
-                                    ch.product(em, ic, ic_end)
-                                }
-                                None => e((ic, ic_end), (jc, jc_end), c, row0, None),
-                            },
-                            &mut || Ok(()),
-                        )?;
+                                },
+                                &mut block,
+                            )
+                        }
+                        _ => block(),
                     }
-                    Ok(())
                 })
             })
         })?;
@@ -2108,6 +2140,21 @@ pub(super) fn emit<'c>(
             _ => Ok(()),
         }
     })
+}
+
+/// Whether every position of a block of rows `rows` (within their batch) and columns `cols`
+/// (both half-open) is masked out by `(a, b, c)` (see [`crate::kernel::Chain::masked`]):
+/// whether `col * a + row * b + c`, least at one of the block's corners, is positive there.
+fn all_masked<'c>(
+    x: &Arith<'_, 'c>,
+    (a, b, c): (i64, i64, i64),
+    (r0, r1): (IntValue<'c>, IntValue<'c>),
+    (j0, j1): (IntValue<'c>, IntValue<'c>),
+) -> Result<IntValue<'c>> {
+    let j = if a >= 0 { j0 } else { x.addc(j1, -1)? };
+    let r = if b >= 0 { r0 } else { x.addc(r1, -1)? };
+    let least = x.addc(x.add(x.mulc(j, a)?, x.mulc(r, b)?)?, c)?;
+    x.cmp(IntPredicate::SGT, least, x.c(0))
 }
 
 /// A batch of a GEMM's B, as its panels are packed: `[k, n]` from element `base` of `b`
@@ -2323,6 +2370,35 @@ impl<'c> Chained<'_, 'c> {
             Ok(())
         };
         self.panels(em, &tiles)
+    }
+
+    /// Starts rows `ic..ic_end` of an online softmax (the batch's first row `base`) as its
+    /// first block would, for a first block that is skipped: a running maximum of -inf, a sum
+    /// of 0 and rows of zeros in the chain's `out`.
+    fn clear_rows(
+        &self,
+        em: &Emitter<'c>,
+        (ic, ic_end): (IntValue<'c>, IntValue<'c>),
+        base: IntValue<'c>,
+    ) -> Result<()> {
+        let (ft, n) = (self.ft, self.ch.n);
+        let x = Arith { em };
+        let (s_r, s_c) = (x.slot()?, x.slot()?);
+        em.range_loop_ptr(s_r, ic, ic_end, 1, &mut |em| {
+            let r = x.get(s_r)?;
+            let rl = x.sub(r, base)?;
+            let ninf = ft.const_float(f64::NEG_INFINITY);
+            em.b.build_store(x.at(ft, self.max, rl)?, ninf)
+                .map_err(llvm)?;
+            em.b.build_store(x.at(ft, self.sum, rl)?, ft.const_zero())
+                .map_err(llvm)?;
+            let row = x.mulc(r, n)?;
+            em.range_loop_ptr(s_c, x.c(0), x.c(n), 1, &mut |em| {
+                let p = x.at(ft, self.ch.out, x.add(row, x.get(s_c)?)?)?;
+                em.b.build_store(p, ft.const_zero()).map_err(llvm)?;
+                Ok(())
+            })
+        })
     }
 
     /// Divides rows `r_lo..r_hi` of the chain's `out` (an online softmax's, the batch's first

@@ -541,6 +541,35 @@ pub fn chained_products() {
         let (b, m, keys, k, n2) = shape;
         agrees_cached_and_jit(&src, (b * m + keys + k * n2) as u64);
     }
+    // A mask of iotas (query i keeps keys j >= i + shift; a causal one in reverse) lets the
+    // online softmax skip the blocks it leaves nothing of: here the first blocks of keys,
+    // whose rows must still start from zeros; with shift 0 past the diagonal's blocks.
+    for (dt, shape, shift) in [
+        ("f32", (2, 50, 3000, 16, 24), 600),
+        ("f32", (1, 130, 1500, 8, 70), 0),
+        ("f64", (2, 20, 2000, 8, 9), 1100),
+    ] {
+        let (b, m, keys, _, _) = shape;
+        let s = format!("{dt}[{b},{m},{keys}]");
+        let i = format!("i64[{b},{m},{keys}]");
+        let src = attention_text(dt, shape, false, false)
+            .replace(
+                &format!("  %6 = multiply %3, %5 : {s}\n"),
+                &format!(
+                    "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 2}} : {i}\n  %22 = iota {{iota_dimension = 1}} : {i}\n  %23 = constant {{value = {shift}}} : i64[]\n  %24 = broadcast_in_dim %23 {{broadcast_dimensions = []}} : {i}\n  %25 = add %22, %24 : {i}\n  %26 = compare %21, %25 {{comparison_direction = GE}} : pred[{b},{m},{keys}]\n  %27 = constant {{value = -inf}} : {dt}[]\n  %28 = broadcast_in_dim %27 {{broadcast_dimensions = []}} : {s}\n  %6 = select %26, %20, %28 : {s}\n"
+                ),
+            );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        assert!(
+            fusion.contains("// 1 kernels")
+                && fusion.contains(&format!(
+                    "masked: blocks where column * -1 + row * 1 + {shift} > 0"
+                )),
+            "{fusion}"
+        );
+        agrees_cached_and_jit(&src, (b * m + keys + shift) as u64);
+    }
     // A row epilogue that is not a softmax (a logistic where the exponential was) chains over
     // whole rows, up to 16384 columns.
     for (dt, shape, v_trans, kernels) in [
