@@ -7,7 +7,8 @@
 //!   intermediates live in one arena laid out by a memory plan ([`plan`]: liveness, reuse of
 //!   dead buffers), kept from one call to the next (repeated calls do not pay for fresh pages).
 //! - Threads ([`launch`]): a kernel's outer rows are split into chunks run on rayon when its work
-//!   is large ([`PARALLEL_WORK`]); small kernels stay on the calling thread.
+//!   is large ([`PARALLEL_WORK`]); smaller kernels run on one thread, and consecutive ones just
+//!   below that size that do not depend on each other run side by side (`concurrent_groups`).
 //! - Scratch memory: each thread keeps one 64-byte aligned scratch area, grown to the largest
 //!   request and reused (the GEMM packs its operands there).
 
@@ -25,6 +26,14 @@ pub type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64, *m
 
 /// Work (multiply-adds or elements) below which a kernel runs on one thread.
 pub const PARALLEL_WORK: usize = 1 << 16;
+
+/// Work from which a one-thread kernel runs beside its independent neighbours
+/// (`concurrent_groups`): waking the pool's threads costs about 20 us, more than smaller
+/// kernels take. Measured with 8 independent kernels of `tanh(x) * x` (one process, alternating
+/// calls, 30 pairs each, side by side against one after the other, both doing the same
+/// arithmetic): 40000 elements each 0.150 -> 0.173 ms, 50000 0.185 -> 0.186, 56000 0.206 ->
+/// 0.218, 60000 0.235 -> 0.213 (see docs/performance.md).
+pub const CONCURRENT_WORK: usize = 7 << 13;
 
 /// How one instruction runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,6 +110,9 @@ pub struct Program {
     /// Per value, the last step that reads it (`usize::MAX` for outputs): a value passed on
     /// (`Step::Forward`) by its last reader moves instead of being copied.
     last_read: Vec<usize>,
+    /// Per step: for a kernel run side by side with others ([`concurrent_groups`]), the
+    /// group's last step, once whose buffers are ready they all run.
+    groups: Vec<Option<usize>>,
     /// With `KILN_PROFILE=1`: time spent in each instruction, summed over calls, reported on
     /// stderr after 16, 64, 256, ... calls and when the program is dropped.
     profile: Option<Mutex<(usize, Vec<std::time::Duration>)>>,
@@ -161,8 +173,12 @@ impl Program {
         for o in &func.outputs {
             last_read[o.index()] = usize::MAX;
         }
+        let groups = concurrent_groups(
+            &func, &steps, &launch, &operands, &in_place, &extra, &memory,
+        );
         Program {
             last_read,
+            groups,
             func,
             steps,
             kernels,
@@ -221,6 +237,19 @@ impl Program {
         &self.steps
     }
 
+    /// The groups of kernel steps that run side by side, each as its steps in order: runs of
+    /// kernels that run on one thread with at least [`CONCURRENT_WORK`] of work, and that
+    /// neither read nor write what another writes.
+    pub fn concurrent_steps(&self) -> Vec<Vec<usize>> {
+        let mut by_last: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (i, g) in self.groups.iter().enumerate() {
+            if let Some(last) = g {
+                by_last.entry(*last).or_default().push(i);
+            }
+        }
+        by_last.into_values().collect()
+    }
+
     /// Where the intermediates live.
     pub fn memory_plan(&self) -> &MemoryPlan {
         &self.memory
@@ -271,6 +300,8 @@ impl Program {
             .profile
             .as_ref()
             .map(|_| vec![std::time::Duration::ZERO; f.insts.len()]);
+        // The launches of the current group of kernels that run side by side.
+        let mut pending: Vec<Pending> = Vec::new();
         for (i, inst) in f.insts.iter().enumerate() {
             let start = times.as_ref().map(|_| std::time::Instant::now());
             let outs = match (&self.steps[i], &inst.op) {
@@ -360,14 +391,26 @@ impl Program {
                                     .iter()
                                     .map(|p| p.expect("every result placed") as *const u8),
                             );
-                            launch(
-                                kernel,
-                                &ptrs,
-                                at[0].expect("every result placed"),
-                                self.launch[i],
-                            );
+                            let out = at[0].expect("every result placed");
+                            if self.groups[i].is_some() {
+                                pending.push(Pending {
+                                    kernel,
+                                    inputs: std::mem::take(&mut ptrs),
+                                    out,
+                                    launch: self.launch[i],
+                                });
+                            } else {
+                                launch(kernel, &ptrs, out, self.launch[i]);
+                            }
                         })
                     };
+                    if self.groups[i] == Some(i) {
+                        // SAFETY: as for `launch` above, for each of the group's kernels: their
+                        // buffers stay alive (in `env`, the arena or the arguments) to the end
+                        // of the call, none of them reads or writes what another writes
+                        // (`concurrent_groups`), and nothing reads their results before now.
+                        unsafe { launch_all(std::mem::take(&mut pending)) };
+                    }
                     for (l, &k) in made.into_iter().zip(&fresh) {
                         held[k] = Some(l);
                     }
@@ -553,6 +596,125 @@ fn advise_huge_pages(p: *mut u8, bytes: usize) {
 #[cfg(not(target_os = "linux"))]
 fn advise_huge_pages(_: *mut u8, _: usize) {}
 
+/// A kernel launch waiting for the rest of its group ([`concurrent_groups`]).
+struct Pending {
+    kernel: KernelFn,
+    inputs: Vec<*const u8>,
+    out: *mut u8,
+    launch: Launch,
+}
+
+// SAFETY: a pending launch's buffers are read (inputs) or written (outputs) by its kernel
+// alone while its group runs (`concurrent_groups`), and outlive the scope it runs in.
+unsafe impl Send for Pending {}
+
+impl Pending {
+    /// # Safety
+    ///
+    /// [`launch`]'s contract.
+    unsafe fn run(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { launch(self.kernel, &self.inputs, self.out, self.launch) }
+    }
+}
+
+/// Runs the launches `all` side by side on the thread pool, a task each.
+///
+/// # Safety
+///
+/// Each launch must satisfy [`launch`]'s contract, and none may read or write a buffer another
+/// one writes.
+unsafe fn launch_all(all: Vec<Pending>) {
+    if rayon::current_num_threads() < 2 {
+        for p in &all {
+            // SAFETY: the caller's contract.
+            unsafe { p.run() };
+        }
+        return;
+    }
+    rayon::scope(|s| {
+        for p in all {
+            // SAFETY: the caller's contract.
+            s.spawn(move |_| unsafe { p.run() });
+        }
+    });
+}
+
+/// Per step of a program, for the kernels that run side by side, their group's last step.
+///
+/// A group is a run of kernel steps, with only constants and steps that run nothing
+/// (`Step::Fused`, `Step::Merged`) between them, each of which runs on one thread (not
+/// [`is_parallel`]) with at least [`CONCURRENT_WORK`] of work and writes no donated buffer,
+/// and none of which reads what another writes or writes an arena block another reads or
+/// writes (the memory plan reuses blocks in program order, so a later kernel's output may lie
+/// where an earlier one's input did).
+fn concurrent_groups(
+    func: &Func,
+    steps: &[Step],
+    launch: &[Launch],
+    operands: &[Vec<ValueId>],
+    in_place: &[Vec<(usize, usize)>],
+    extra: &[Vec<ValueId>],
+    memory: &MemoryPlan,
+) -> Vec<Option<usize>> {
+    let n = steps.len();
+    let eligible = |i: usize| {
+        steps[i] == Step::Kernel
+            && in_place[i].is_empty()
+            && !is_parallel(launch[i].rows, launch[i].work)
+            && launch[i].work >= CONCURRENT_WORK
+    };
+    let writes = |i: usize| -> Vec<ValueId> {
+        std::iter::once(func.insts[i].results[0])
+            .chain(extra[i].iter().copied())
+            .collect()
+    };
+    let block = |v: &ValueId| {
+        memory.slots[v.index()]
+            .as_ref()
+            .map(|s| (s.offset, s.offset + s.bytes))
+    };
+    // Whether step `b` neither reads nor writes anything step `a` writes, value or arena block.
+    let apart = |a: usize, b: usize| {
+        let wa = writes(a);
+        operands[b].iter().chain(&writes(b)).all(|v| {
+            !wa.contains(v)
+                && wa.iter().all(|w| match (block(w), block(v)) {
+                    (Some((s, e)), Some((s2, e2))) => e <= s2 || e2 <= s,
+                    _ => true,
+                })
+        })
+    };
+    let mut groups = vec![None; n];
+    let mut i = 0;
+    while i < n {
+        if !eligible(i) {
+            i += 1;
+            continue;
+        }
+        let mut members = vec![i];
+        for (j, step) in steps.iter().enumerate().skip(i + 1) {
+            match step {
+                Step::Fused | Step::Merged | Step::Constant => {}
+                Step::Kernel
+                    if eligible(j) && members.iter().all(|&m| apart(m, j) && apart(j, m)) =>
+                {
+                    members.push(j)
+                }
+                _ => break,
+            }
+        }
+        let last = *members.last().expect("one member");
+        if members.len() > 1 {
+            for &m in &members {
+                groups[m] = Some(last);
+            }
+        }
+        i = last + 1;
+    }
+    groups
+}
+
 /// Pointers handed to kernels running on other threads.
 #[derive(Clone, Copy)]
 struct Buffers(*const *const u8, *mut u8);
@@ -653,6 +815,53 @@ mod tests {
             let want: Vec<f32> = (0..n).map(|i| 16.0 * i as f32).collect();
             assert_eq!(y[0].as_f32s().unwrap(), &want[..]);
         }
+    }
+
+    /// Independent one-thread kernels run side by side, and right: two doublings of
+    /// different arguments form a group; a kernel that reads another's result, or whose output
+    /// takes the arena block of an input another reads, does not join it.
+    #[test]
+    fn independent_kernels_run_side_by_side() {
+        let n = CONCURRENT_WORK + 100;
+        let f32n = format!("f32[{n}]");
+        let p = doubling_chain(
+            n,
+            &format!(
+                "func @main(%0: {f32n}, %1: {f32n}) -> ({f32n}, {f32n}) {{\n  %2 = add %0, %0 : {f32n}\n  %3 = add %1, %1 : {f32n}\n  return %2, %3\n}}\n"
+            ),
+        );
+        assert_eq!(p.concurrent_steps(), vec![vec![0, 1]]);
+        let x = Literal::f32([n], (0..n).map(|i| i as f32).collect()).unwrap();
+        let y = Literal::f32([n], (0..n).map(|i| -(i as f32)).collect()).unwrap();
+        for _ in 0..3 {
+            let out = p.run(&[x.clone(), y.clone()]).unwrap();
+            let want: Vec<f32> = (0..n).map(|i| 2.0 * i as f32).collect();
+            assert_eq!(out[0].as_f32s().unwrap(), &want[..]);
+            let want: Vec<f32> = want.iter().map(|v| -v).collect();
+            assert_eq!(out[1].as_f32s().unwrap(), &want[..]);
+        }
+        // %2 reads %1, and %3 (independent of %2) may take %1's block once %2 has read it.
+        let p = doubling_chain(
+            n,
+            &format!(
+                "func @main(%0: {f32n}) -> {f32n} {{\n  %1 = add %0, %0 : {f32n}\n  %2 = add %1, %1 : {f32n}\n  %3 = add %0, %0 : {f32n}\n  %4 = add %2, %3 : {f32n}\n  return %4\n}}\n"
+            ),
+        );
+        let m = p.memory_plan();
+        let s1 = m.slots[1].as_ref().unwrap();
+        let s3 = m.slots[3].as_ref().unwrap();
+        assert_eq!(s1.offset, s3.offset, "%3 reuses %1's block:\n{m}");
+        assert!(
+            p.concurrent_steps()
+                .iter()
+                .all(|g| !(g.contains(&1) && g.contains(&2))),
+            "{:?}",
+            p.concurrent_steps()
+        );
+        let x = Literal::f32([n], (0..n).map(|i| i as f32).collect()).unwrap();
+        let out = p.run(std::slice::from_ref(&x)).unwrap();
+        let want: Vec<f32> = (0..n).map(|i| 8.0 * i as f32).collect();
+        assert_eq!(out[0].as_f32s().unwrap(), &want[..]);
     }
 
     /// A program of `add x, x` instructions (`src`, over f32 vectors of `n` elements), each a
