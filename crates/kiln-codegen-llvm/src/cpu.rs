@@ -1920,7 +1920,7 @@ fn emit_online_softmax<'c>(
         unsafe { em.b.build_in_bounds_gep(ft, p, &[idx], "pb") }.map_err(llvm)
     };
     let c = |v: f64| ft.const_float(v);
-    let (s_r, s_c) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
+    let s_r = em.entry_alloca(i64t.into())?;
     let (acc_max, acc_sum) = (em.entry_alloca(ft.into())?, em.entry_alloca(ft.into())?);
     let load_f = |em: &Emitter<'c>, at: PointerValue<'c>| -> Result<FloatValue<'c>> {
         Ok(em
@@ -2005,27 +2005,9 @@ fn emit_online_softmax<'c>(
         b.build_conditional_branch(not_first, then, join)
             .map_err(llvm)?;
         b.position_at_end(then);
-        let row = b
-            .build_int_mul(r, em.i64c(block.n2), "orow")
-            .map_err(llvm)?;
-        em.range_loop_ptr(
-            s_c,
-            em.i64c(0),
-            em.i64c(block.n2),
-            1,
-            &mut |em: &Emitter<'c>| {
-                let b = &em.b;
-                let j = b.build_load(i64t, s_c, "c").map_err(llvm)?.into_int_value();
-                let i = b.build_int_add(row, j, "oi").map_err(llvm)?;
-                // SAFETY (of the emitted code): row `r` of the chained product's result.
-                let at =
-                    unsafe { b.build_in_bounds_gep(ft, block.out, &[i], "o") }.map_err(llvm)?;
-                let v = load_f(em, at)?;
-                let v = b.build_float_mul(v, scale, "os").map_err(llvm)?;
-                b.build_store(at, v).map_err(llvm)?;
-                Ok(())
-            },
-        )?;
+        gemm::map_row(em, ft, (block.out, block.n2), r, &|em, v| {
+            em.b.build_float_mul(v, scale, "os").map_err(llvm)
+        })?;
         em.b.build_unconditional_branch(join).map_err(llvm)?;
         em.b.position_at_end(join);
         Ok(())

@@ -26,7 +26,9 @@ use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::types::{BasicMetadataTypeEnum, BasicType, FloatType, VectorType};
 use inkwell::values::FunctionValue;
-use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
+use inkwell::values::{
+    BasicValue, BasicValueEnum, FloatValue, IntValue, PointerValue, VectorValue,
+};
 use inkwell::{AddressSpace, IntPredicate};
 use kiln_ir::DType;
 
@@ -2381,9 +2383,9 @@ impl<'c> Chained<'_, 'c> {
         (ic, ic_end): (IntValue<'c>, IntValue<'c>),
         base: IntValue<'c>,
     ) -> Result<()> {
-        let (ft, n) = (self.ft, self.ch.n);
+        let ft = self.ft;
         let x = Arith { em };
-        let (s_r, s_c) = (x.slot()?, x.slot()?);
+        let s_r = x.slot()?;
         em.range_loop_ptr(s_r, ic, ic_end, 1, &mut |em| {
             let r = x.get(s_r)?;
             let rl = x.sub(r, base)?;
@@ -2392,11 +2394,8 @@ impl<'c> Chained<'_, 'c> {
                 .map_err(llvm)?;
             em.b.build_store(x.at(ft, self.sum, rl)?, ft.const_zero())
                 .map_err(llvm)?;
-            let row = x.mulc(r, n)?;
-            em.range_loop_ptr(s_c, x.c(0), x.c(n), 1, &mut |em| {
-                let p = x.at(ft, self.ch.out, x.add(row, x.get(s_c)?)?)?;
-                em.b.build_store(p, ft.const_zero()).map_err(llvm)?;
-                Ok(())
+            map_row(em, ft, (self.ch.out, self.ch.n), r, &|_, _| {
+                Ok(ft.const_zero())
             })
         })
     }
@@ -2409,28 +2408,43 @@ impl<'c> Chained<'_, 'c> {
         (r_lo, r_hi): (IntValue<'c>, IntValue<'c>),
         base: IntValue<'c>,
     ) -> Result<()> {
-        let (ft, n) = (self.ft, self.ch.n);
+        let ft = self.ft;
         let x = Arith { em };
-        let (s_r, s_c) = (x.slot()?, x.slot()?);
+        let s_r = x.slot()?;
         em.range_loop_ptr(s_r, r_lo, r_hi, 1, &mut |em| {
             let r = x.get(s_r)?;
             let sum =
                 em.b.build_load(ft, x.at(ft, self.sum, x.sub(r, base)?)?, "s")
                     .map_err(llvm)?
                     .into_float_value();
-            let row = x.mulc(r, n)?;
-            em.range_loop_ptr(s_c, x.c(0), x.c(n), 1, &mut |em| {
-                let p = x.at(ft, self.ch.out, x.add(row, x.get(s_c)?)?)?;
-                let v =
-                    em.b.build_load(ft, p, "o")
-                        .map_err(llvm)?
-                        .into_float_value();
-                let q = em.b.build_float_div(v, sum, "on").map_err(llvm)?;
-                em.b.build_store(p, q).map_err(llvm)?;
-                Ok(())
+            map_row(em, ft, (self.ch.out, self.ch.n), r, &|em, v| {
+                em.b.build_float_div(v, sum, "on").map_err(llvm)
             })
         })
     }
+}
+
+/// Replaces each element `v` of row `r` of the `n`-column matrix at `out` by `f(v)`.
+pub(super) fn map_row<'c>(
+    em: &Emitter<'c>,
+    ft: FloatType<'c>,
+    (out, n): (PointerValue<'c>, i64),
+    r: IntValue<'c>,
+    f: &dyn Fn(&Emitter<'c>, FloatValue<'c>) -> Result<FloatValue<'c>>,
+) -> Result<()> {
+    let x = Arith { em };
+    let row = x.mulc(r, n)?;
+    let s_c = x.slot()?;
+    em.range_loop_ptr(s_c, x.c(0), x.c(n), 1, &mut |em| {
+        let p = x.at(ft, out, x.add(row, x.get(s_c)?)?)?;
+        let v =
+            em.b.build_load(ft, p, "o")
+                .map_err(llvm)?
+                .into_float_value();
+        let y = f(em, v)?;
+        em.b.build_store(p, y).map_err(llvm)?;
+        Ok(())
+    })
 }
 
 /// Transposes `n` vectors of `n` elements (row `t` in, column `t` out; `n` a power of two): at
