@@ -27,6 +27,7 @@ use kiln_ir::{
 
 mod gemm;
 mod math;
+mod sum_tree;
 
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
@@ -432,6 +433,19 @@ impl<'c> Emitter<'c> {
         step: i64,
         body: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
+        self.labeled_loop("head", slot, (lo, hi), step, body)
+    }
+
+    /// [`Emitter::range_loop_ptr`] over `range`, its header block named `label` (so dumps and
+    /// tests tell loops of different roles apart).
+    fn labeled_loop(
+        &self,
+        label: &str,
+        slot: PointerValue<'c>,
+        (lo, hi): (IntValue<'c>, IntValue<'c>),
+        step: i64,
+        body: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
         let i64t = self.ctx.i64_type();
         let load = |b: &Builder<'c>| -> Result<IntValue<'c>> {
             Ok(b.build_load(i64t, slot, "v")
@@ -439,7 +453,7 @@ impl<'c> Emitter<'c> {
                 .into_int_value())
         };
         self.b.build_store(slot, lo).map_err(llvm)?;
-        let head = self.ctx.append_basic_block(self.f, "head");
+        let head = self.ctx.append_basic_block(self.f, label);
         let inner = self.ctx.append_basic_block(self.f, "body");
         let exit = self.ctx.append_basic_block(self.f, "exit");
         self.b.build_unconditional_branch(head).map_err(llvm)?;
@@ -952,14 +966,15 @@ impl<'c> Emitter<'c> {
                 inner_bound.extend(own.iter().map(|v| v.0));
             }
         }
-        self.nest_hoisting(vars, &inner, &inner_bound, &mut |em: &Self| {
+        let sum = sum_tree::Sum::new(*kind, *dtype, ct);
+        self.accumulate(vars, &inner, &inner_bound, &sum, &[acc], &mut |em, accs| {
             let mark = em.hoisted.borrow().len();
             before(em)?;
             let x = em.expr(body)?;
             em.hoisted.borrow_mut().truncate(mark);
-            let a = em.b.build_load(ct, acc, "a").map_err(llvm)?;
+            let a = em.b.build_load(ct, accs[0], "a").map_err(llvm)?;
             let c = em.combine_with(*kind, *dtype, a, x, !em.in_order.get())?;
-            em.b.build_store(acc, c).map_err(llvm)?;
+            em.b.build_store(accs[0], c).map_err(llvm)?;
             Ok(())
         })?;
         self.b.build_load(ct, acc, "sum").map_err(llvm)
@@ -3030,7 +3045,9 @@ fn strips<'c>(
             for a in &accs {
                 em.b.build_store(*a, i).map_err(llvm)?;
             }
-            em.nest(vars, &mut |em: &Emitter<'c>| {
+            let sum = sum_tree::Sum::new(*kind, *dtype, ct);
+            let none = std::collections::BTreeSet::new();
+            em.accumulate(vars, &[], &none, &sum, &accs, &mut |em, accs| {
                 for (w, acc) in accs.iter().enumerate() {
                     at(em, w as i64)?;
                     let x = em.expr(body)?;
