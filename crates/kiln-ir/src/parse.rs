@@ -3,6 +3,9 @@
 //! Value names in the text may be any `%identifier`; they are renumbered densely in definition
 //! order, so printed text round-trips byte for byte. Parsing checks syntax, attribute forms and
 //! name resolution only: types are checked by the verifier, so ill-typed programs parse.
+//!
+//! Lists (attributes, constant values, argument values) may nest at most [`MAX_NESTING`]
+//! deep; deeper text is a parse error, so no input can exhaust the parser's stack.
 
 use crate::attr::{Attr, AttrCtx};
 use crate::error::ParseError;
@@ -116,6 +119,11 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize, usize)>, ParseError> {
 
 type PResult<T> = Result<T, ParseError>;
 
+/// The deepest nesting of `[...]` lists the parser accepts, in attributes, constant values and
+/// [`parse_literal`]'s values alike (a constant of rank r nests r deep). A list opened deeper
+/// is a parse error at its `[`.
+pub const MAX_NESTING: usize = 256;
+
 impl Lexer {
     fn peek(&self) -> &Tok {
         &self.toks[self.pos].0
@@ -210,11 +218,19 @@ impl Lexer {
     }
 
     fn attr(&mut self) -> PResult<Attr> {
+        self.attr_at(0)
+    }
+
+    /// An attribute inside `depth` enclosing lists (recursion is bounded by [`MAX_NESTING`]).
+    fn attr_at(&mut self, depth: usize) -> PResult<Attr> {
+        if matches!(self.peek(), Tok::Punct("[")) && depth == MAX_NESTING {
+            return self.err(format!("lists are nested more than {MAX_NESTING} deep"));
+        }
         if self.eat("[") {
             let mut items = Vec::new();
             if !self.eat("]") {
                 loop {
-                    items.push(self.attr()?);
+                    items.push(self.attr_at(depth + 1)?);
                     if self.eat("]") {
                         break;
                     }
