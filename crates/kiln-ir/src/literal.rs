@@ -457,7 +457,12 @@ impl Literal {
     /// Parses the text form of one element of `dtype` (the inverse of [`Literal::format_elem`]),
     /// returning it as f64 for floats or i64 for integers and `pred`.
     pub fn parse_elem(dtype: DType, tok: &str) -> Result<Elem, LiteralError> {
-        let bad = || LiteralError(format!("`{tok}` is not a valid {dtype} value"));
+        let bad = || {
+            LiteralError(format!(
+                "{} is not a valid {dtype} value",
+                crate::error::quote(tok)
+            ))
+        };
         if dtype.is_float() {
             let x = match tok {
                 "nan" => f64::NAN,
