@@ -1,5 +1,6 @@
 //! Attributes: the generic text tree and the typed values ops hold.
 
+use crate::error::{excerpt, quote};
 use crate::{Literal, TensorType, literal::Elem};
 use std::fmt;
 
@@ -52,8 +53,8 @@ impl AttrValue for i64 {
         match a {
             Attr::Token(t) => t
                 .parse()
-                .map_err(|_| format!("expected an integer, found `{t}`")),
-            Attr::List(_) => Err(format!("expected an integer, found `{a}`")),
+                .map_err(|_| format!("expected an integer, found {}", quote(t))),
+            Attr::List(_) => Err(format!("expected an integer, found {}", quote(a))),
         }
     }
 }
@@ -65,7 +66,7 @@ impl AttrValue for Vec<i64> {
     fn from_attr(a: &Attr, ctx: &AttrCtx) -> Result<Self, String> {
         match a {
             Attr::List(items) => items.iter().map(|x| i64::from_attr(x, ctx)).collect(),
-            Attr::Token(t) => Err(format!("expected a list of integers, found `{t}`")),
+            Attr::Token(t) => Err(format!("expected a list of integers, found {}", quote(t))),
         }
     }
 }
@@ -79,7 +80,7 @@ impl AttrValue for Vec<(i64, i64)> {
         )
     }
     fn from_attr(a: &Attr, ctx: &AttrCtx) -> Result<Self, String> {
-        let err = || format!("expected a list of [low, high] pairs, found `{a}`");
+        let err = || format!("expected a list of [low, high] pairs, found {}", quote(a));
         match a {
             Attr::List(items) => items
                 .iter()
@@ -125,8 +126,8 @@ macro_rules! text_enum {
                 let names: Vec<&str> = $name::ALL.iter().map(|v| v.name()).collect();
                 match a {
                     Attr::Token(t) => $name::ALL.iter().copied().find(|v| v.name() == t)
-                        .ok_or_else(|| format!("expected one of {}, found `{t}`", names.join(", "))),
-                    Attr::List(_) => Err(format!("expected one of {}, found `{a}`", names.join(", "))),
+                        .ok_or_else(|| format!("expected one of {}, found {}", names.join(", "), quote(t))),
+                    Attr::List(_) => Err(format!("expected one of {}, found {}", names.join(", "), quote(a))),
                 }
             }
         }
@@ -230,7 +231,9 @@ impl AttrValue for Literal {
                     .iter()
                     .try_for_each(|x| walk(x, dim + 1, shape, dtype, out)),
                 _ => Err(format!(
-                    "ragged constant: `{a}` does not fit the shape {shape:?} of the first elements"
+                    "ragged constant: {} does not fit the shape {} of the first elements",
+                    quote(a),
+                    excerpt(format_args!("{shape:?}"))
                 )),
             }
         }

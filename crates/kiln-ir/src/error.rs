@@ -1,6 +1,82 @@
 //! The errors of the IR crate.
+//!
+//! Messages quote the input they complain about (a token, an attribute, an instruction), but
+//! never much of it: a quote longer than [`EXCERPT_CHARS`] characters (an instruction in a
+//! verifier error: [`INST_CHARS`]) is cut, with `…` and a note of how many characters were
+//! left out, so an error about a huge input is still a short message.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
+
+/// The most characters of input text a parse error quotes at once.
+pub const EXCERPT_CHARS: usize = 80;
+
+/// The most characters of the offending instruction a verifier error quotes.
+pub const INST_CHARS: usize = 400;
+
+/// The most characters of a type rule's message a verifier error shows (the message names
+/// types and attribute values, which can be arbitrarily long).
+pub const DIAG_CHARS: usize = 1000;
+
+/// The first `limit` characters of `x`'s text, and how many more there were. Formats `x`
+/// once, keeping no more than `limit` characters of it.
+fn clip(x: impl fmt::Display, limit: usize) -> (String, usize) {
+    struct Clip {
+        kept: String,
+        room: usize,
+        cut: usize,
+    }
+    impl fmt::Write for Clip {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            if self.room == 0 {
+                self.cut += s.chars().count();
+                return Ok(());
+            }
+            for c in s.chars() {
+                if self.room > 0 {
+                    self.kept.push(c);
+                    self.room -= 1;
+                } else {
+                    self.cut += 1;
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut w = Clip {
+        kept: String::new(),
+        room: limit,
+        cut: 0,
+    };
+    let _ = write!(w, "{x}");
+    (w.kept, w.cut)
+}
+
+/// ` (N more characters)`, the note after a cut excerpt.
+fn cut_note(cut: usize) -> String {
+    format!(" ({cut} more character{})", if cut == 1 { "" } else { "s" })
+}
+
+/// `x` in backticks, cut to `limit` characters: `` `abc…` (N more characters) ``.
+fn quote_at(x: impl fmt::Display, limit: usize) -> String {
+    match clip(x, limit) {
+        (kept, 0) => format!("`{kept}`"),
+        (kept, cut) => format!("`{kept}…`{}", cut_note(cut)),
+    }
+}
+
+/// Input text quoted for an error message: `x` in backticks, cut to [`EXCERPT_CHARS`].
+pub(crate) fn quote(x: impl fmt::Display) -> String {
+    quote_at(x, EXCERPT_CHARS)
+}
+
+/// Input text for an error message, without backticks, cut to [`EXCERPT_CHARS`]:
+/// `abc… (N more characters)`.
+pub(crate) fn excerpt(x: impl fmt::Display) -> String {
+    match clip(x, EXCERPT_CHARS) {
+        (kept, 0) => kept,
+        (kept, cut) => format!("{kept}…{}", cut_note(cut)),
+    }
+}
 
 /// A text-form error: where, and what was expected.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +109,10 @@ pub struct Diag {
 
 impl fmt::Display for Diag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.label, self.message)
+        match clip(&self.message, DIAG_CHARS) {
+            (m, 0) => write!(f, "{}: {m}", self.label),
+            (m, cut) => write!(f, "{}: {m}…{}", self.label, cut_note(cut)),
+        }
     }
 }
 
@@ -54,7 +133,7 @@ impl fmt::Display for VerifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "in @{}", self.func)?;
         if let Some(i) = &self.inst {
-            write!(f, " at `{i}`")?;
+            write!(f, " at {}", quote_at(i, INST_CHARS))?;
         }
         if let Some(l) = &self.loc {
             write!(f, " ({l})")?;

@@ -32,5 +32,5 @@ pub use literal::{Data, Literal, LiteralError};
 pub use op::{Arity, Op, OpKind, Props, ResultCount};
 pub use parse::{parse_func_text, parse_literal, parse_module};
 pub use print::{print_func, print_module};
-pub use types::{ShapeDisplay, TensorType, strides};
+pub use types::{MAX_SIZE, ShapeDisplay, TensorType, strides};
 pub use verify::{type_rule, verify, verify_module};

@@ -81,6 +81,23 @@ pub fn convert_f64(dtype: DType, x: f64) -> i64 {
     }
 }
 
+/// An empty vector with room for exactly the elements of `ty` (each a `T`), and their count;
+/// an error when the byte size of `ty` overflows i64 or the memory cannot be had.
+fn storage<T>(ty: &TensorType) -> Result<(Vec<T>, usize), LiteralError> {
+    let (Some(n), Some(bytes)) = (ty.checked_numel(), ty.byte_size()) else {
+        return Err(LiteralError(format!(
+            "cannot hold a literal of type {ty}: its byte size overflows i64"
+        )));
+    };
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| {
+        LiteralError(format!(
+            "cannot allocate {bytes} bytes for a literal of type {ty}: {e}"
+        ))
+    })?;
+    Ok((v, n))
+}
+
 macro_rules! each_data {
     ($data:expr, $v:ident => $body:expr) => {
         match $data {
@@ -194,20 +211,35 @@ impl Literal {
     }
 
     /// A literal of zeros (false for `pred`).
+    ///
+    /// # Panics
+    ///
+    /// When the storage cannot be allocated; [`Literal::try_zeros`] returns an error instead.
     pub fn zeros(ty: TensorType) -> Literal {
-        let n = ty.numel();
+        Literal::try_zeros(ty).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A literal of zeros (false for `pred`), or an error when the type's byte size overflows
+    /// i64 or its storage cannot be allocated.
+    pub fn try_zeros(ty: TensorType) -> Result<Literal, LiteralError> {
+        fn fill<T: Clone>(ty: &TensorType, zero: T) -> Result<Vec<T>, LiteralError> {
+            let (mut v, n) = storage(ty)?;
+            v.resize(n, zero);
+            Ok(v)
+        }
+        let t = &ty;
         let data = match ty.dtype {
-            DType::Pred => Data::Pred(vec![false; n]),
-            DType::I8 => Data::I8(vec![0; n]),
-            DType::I32 => Data::I32(vec![0; n]),
-            DType::I64 => Data::I64(vec![0; n]),
-            DType::U32 => Data::U32(vec![0; n]),
-            DType::F16 => Data::F16(vec![f16::ZERO; n]),
-            DType::BF16 => Data::BF16(vec![bf16::ZERO; n]),
-            DType::F32 => Data::F32(vec![0.0; n]),
-            DType::F64 => Data::F64(vec![0.0; n]),
+            DType::Pred => Data::Pred(fill(t, false)?),
+            DType::I8 => Data::I8(fill(t, 0)?),
+            DType::I32 => Data::I32(fill(t, 0)?),
+            DType::I64 => Data::I64(fill(t, 0)?),
+            DType::U32 => Data::U32(fill(t, 0)?),
+            DType::F16 => Data::F16(fill(t, f16::ZERO)?),
+            DType::BF16 => Data::BF16(fill(t, bf16::ZERO)?),
+            DType::F32 => Data::F32(fill(t, 0.0)?),
+            DType::F64 => Data::F64(fill(t, 0.0)?),
         };
-        Literal { ty, data }
+        Ok(Literal { ty, data })
     }
 
     /// A literal of `ty` whose elements `init` writes into the buffer it receives
@@ -217,27 +249,46 @@ impl Literal {
     /// # Safety
     ///
     /// `init` must write every element with a valid value of the dtype.
+    ///
+    /// # Panics
+    ///
+    /// When the storage cannot be allocated; [`Literal::try_new_uninit`] returns an error
+    /// instead.
     pub unsafe fn new_uninit(ty: TensorType, init: impl FnOnce(*mut u8)) -> Literal {
-        fn fill<T>(n: usize, init: impl FnOnce(*mut u8)) -> Vec<T> {
-            let mut v = Vec::<T>::with_capacity(n);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { Literal::try_new_uninit(ty, init) }.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Literal::new_uninit`], or an error (without calling `init`) when the type's byte size
+    /// overflows i64 or its storage cannot be allocated.
+    ///
+    /// # Safety
+    ///
+    /// `init` must write every element with a valid value of the dtype.
+    pub unsafe fn try_new_uninit(
+        ty: TensorType,
+        init: impl FnOnce(*mut u8),
+    ) -> Result<Literal, LiteralError> {
+        fn fill<T>(ty: &TensorType, init: impl FnOnce(*mut u8)) -> Result<Vec<T>, LiteralError> {
+            let (mut v, n) = storage::<T>(ty)?;
             init(v.as_mut_ptr().cast());
-            // SAFETY: the caller's contract: `init` wrote all n elements.
+            // SAFETY: the caller's contract: `init` wrote all n elements, within the capacity
+            // reserved for them.
             unsafe { v.set_len(n) };
-            v
+            Ok(v)
         }
-        let n = ty.numel();
         let data = match ty.dtype {
-            DType::Pred => Data::Pred(fill(n, init)),
-            DType::I8 => Data::I8(fill(n, init)),
-            DType::I32 => Data::I32(fill(n, init)),
-            DType::I64 => Data::I64(fill(n, init)),
-            DType::U32 => Data::U32(fill(n, init)),
-            DType::F16 => Data::F16(fill(n, init)),
-            DType::BF16 => Data::BF16(fill(n, init)),
-            DType::F32 => Data::F32(fill(n, init)),
-            DType::F64 => Data::F64(fill(n, init)),
+            DType::Pred => Data::Pred(fill(&ty, init)?),
+            DType::I8 => Data::I8(fill(&ty, init)?),
+            DType::I32 => Data::I32(fill(&ty, init)?),
+            DType::I64 => Data::I64(fill(&ty, init)?),
+            DType::U32 => Data::U32(fill(&ty, init)?),
+            DType::F16 => Data::F16(fill(&ty, init)?),
+            DType::BF16 => Data::BF16(fill(&ty, init)?),
+            DType::F32 => Data::F32(fill(&ty, init)?),
+            DType::F64 => Data::F64(fill(&ty, init)?),
         };
-        Literal { ty, data }
+        Ok(Literal { ty, data })
     }
 
     /// The type of this literal.
@@ -336,7 +387,7 @@ impl Literal {
     /// A literal from little-endian element bytes.
     pub fn from_le_bytes(ty: TensorType, bytes: &[u8]) -> Result<Literal, LiteralError> {
         let w = ty.dtype.bytes();
-        if bytes.len() != ty.numel() * w {
+        if ty.byte_size() != Some(bytes.len()) {
             return Err(LiteralError(format!(
                 "{} bytes given for type {ty}",
                 bytes.len()
@@ -406,7 +457,12 @@ impl Literal {
     /// Parses the text form of one element of `dtype` (the inverse of [`Literal::format_elem`]),
     /// returning it as f64 for floats or i64 for integers and `pred`.
     pub fn parse_elem(dtype: DType, tok: &str) -> Result<Elem, LiteralError> {
-        let bad = || LiteralError(format!("`{tok}` is not a valid {dtype} value"));
+        let bad = || {
+            LiteralError(format!(
+                "{} is not a valid {dtype} value",
+                crate::error::quote(tok)
+            ))
+        };
         if dtype.is_float() {
             let x = match tok {
                 "nan" => f64::NAN,

@@ -181,11 +181,11 @@ macro_rules! define_ops {
             pub fn from_attrs(kind: OpKind, attrs: &[(String, Attr)], ctx: &AttrCtx) -> Result<Op, String> {
                 for (name, _) in attrs {
                     if !kind.attr_names().contains(&name.as_str()) {
-                        return Err(format!("`{}` has no attribute `{name}` (it has: {})", kind.mnemonic(),
+                        return Err(format!("`{}` has no attribute {} (it has: {})", kind.mnemonic(), crate::error::quote(name),
                             if kind.attr_names().is_empty() { "none".to_string() } else { kind.attr_names().join(", ") }));
                     }
                     if attrs.iter().filter(|(n, _)| n == name).count() > 1 {
-                        return Err(format!("attribute `{name}` is given twice"));
+                        return Err(format!("attribute {} is given twice", crate::error::quote(name)));
                     }
                 }
                 #[allow(unused)]

@@ -3,9 +3,12 @@
 //! Value names in the text may be any `%identifier`; they are renumbered densely in definition
 //! order, so printed text round-trips byte for byte. Parsing checks syntax, attribute forms and
 //! name resolution only: types are checked by the verifier, so ill-typed programs parse.
+//!
+//! Lists (attributes, constant values, argument values) may nest at most [`MAX_NESTING`]
+//! deep; deeper text is a parse error, so no input can exhaust the parser's stack.
 
 use crate::attr::{Attr, AttrCtx};
-use crate::error::ParseError;
+use crate::error::{ParseError, excerpt, quote};
 use crate::{DType, Func, Inst, Module, Op, OpKind, TensorType, ValueId};
 use std::collections::HashMap;
 
@@ -21,9 +24,9 @@ enum Tok {
 impl std::fmt::Display for Tok {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Tok::Value(s) => write!(f, "`%{s}`"),
-            Tok::Global(s) => write!(f, "`@{s}`"),
-            Tok::Word(s) => write!(f, "`{s}`"),
+            Tok::Value(s) => f.write_str(&quote(format_args!("%{s}"))),
+            Tok::Global(s) => f.write_str(&quote(format_args!("@{s}"))),
+            Tok::Word(s) => f.write_str(&quote(s)),
             Tok::Punct(p) => write!(f, "`{p}`"),
             Tok::Eof => f.write_str("end of input"),
         }
@@ -116,6 +119,11 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize, usize)>, ParseError> {
 
 type PResult<T> = Result<T, ParseError>;
 
+/// The deepest nesting of `[...]` lists the parser accepts, in attributes, constant values and
+/// [`parse_literal`]'s values alike (a constant of rank r nests r deep). A list opened deeper
+/// is a parse error at its `[`.
+pub const MAX_NESTING: usize = 256;
+
 impl Lexer {
     fn peek(&self) -> &Tok {
         &self.toks[self.pos].0
@@ -185,7 +193,7 @@ impl Lexer {
             _ => return self.expected("a type such as `f32[2,3]`"),
         };
         let Some(dtype) = DType::from_name(&w) else {
-            return self.err(format!("unknown element type `{w}` (expected one of pred, i8, i32, i64, u32, f16, bf16, f32, f64)"));
+            return self.err(format!("unknown element type {} (expected one of pred, i8, i32, i64, u32, f16, bf16, f32, f64)", quote(&w)));
         };
         self.pos += 1;
         self.expect("[")?;
@@ -197,7 +205,7 @@ impl Lexer {
                     Ok(n) => shape.push(n),
                     Err(_) => {
                         self.pos -= 1;
-                        return self.err(format!("expected a dimension size, found `{d}`"));
+                        return self.err(format!("expected a dimension size, found {}", quote(&d)));
                     }
                 }
                 if self.eat("]") {
@@ -210,11 +218,19 @@ impl Lexer {
     }
 
     fn attr(&mut self) -> PResult<Attr> {
+        self.attr_at(0)
+    }
+
+    /// An attribute inside `depth` enclosing lists (recursion is bounded by [`MAX_NESTING`]).
+    fn attr_at(&mut self, depth: usize) -> PResult<Attr> {
+        if matches!(self.peek(), Tok::Punct("[")) && depth == MAX_NESTING {
+            return self.err(format!("lists are nested more than {MAX_NESTING} deep"));
+        }
         if self.eat("[") {
             let mut items = Vec::new();
             if !self.eat("]") {
                 loop {
-                    items.push(self.attr()?);
+                    items.push(self.attr_at(depth + 1)?);
                     if self.eat("]") {
                         break;
                     }
@@ -238,7 +254,10 @@ impl FuncParser<'_> {
     fn define(&mut self, name: String, ty: TensorType) -> PResult<ValueId> {
         if self.names.contains_key(&name) {
             self.lx.pos -= 1;
-            return self.lx.err(format!("value `%{name}` is defined twice"));
+            return self.lx.err(format!(
+                "value {} is defined twice",
+                quote(format_args!("%{name}"))
+            ));
         }
         let id = ValueId(self.values.len() as u32);
         self.values.push(ty);
@@ -253,7 +272,10 @@ impl FuncParser<'_> {
                     self.lx.pos += 1;
                     Ok(v)
                 }
-                None => self.lx.err(format!("use of undefined value `%{n}`")),
+                None => self.lx.err(format!(
+                    "use of undefined value {}",
+                    quote(format_args!("%{n}"))
+                )),
             },
             _ => self.lx.expected("a value such as `%0`"),
         }
@@ -365,7 +387,7 @@ fn parse_inst(p: &mut FuncParser) -> PResult<Inst> {
     let mnemonic = p.lx.word("an op name")?;
     let Some(kind) = OpKind::from_mnemonic(&mnemonic) else {
         p.lx.pos = op_pos;
-        return p.lx.err(format!("unknown op `{mnemonic}`"));
+        return p.lx.err(format!("unknown op {}", quote(&mnemonic)));
     };
     let mut operands = Vec::new();
     if matches!(p.lx.peek(), Tok::Value(_)) {
@@ -421,7 +443,10 @@ fn parse_inst(p: &mut FuncParser) -> PResult<Inst> {
     for ((n, pos), ty) in result_names.into_iter().zip(types) {
         if p.names.contains_key(&n) {
             p.lx.pos = pos;
-            return p.lx.err(format!("value `%{n}` is defined twice"));
+            return p.lx.err(format!(
+                "value {} is defined twice",
+                quote(format_args!("%{n}"))
+            ));
         }
         let id = ValueId(p.values.len() as u32);
         p.values.push(ty);
@@ -491,7 +516,11 @@ pub fn parse_literal(src: &str, ty: &TensorType) -> PResult<crate::Literal> {
         return Err(ParseError {
             line: 1,
             column: 1,
-            message: format!("value has type {}, expected {ty}", lit.ty()),
+            message: format!(
+                "value has type {}, expected {}",
+                excerpt(lit.ty()),
+                excerpt(ty)
+            ),
         });
     }
     Ok(lit)

@@ -36,9 +36,48 @@ impl TensorType {
         self.shape.len()
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar), saturating at `usize::MAX` for a shape too large
+    /// to count (which the verifier rejects; see [`TensorType::check_size`]).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+    }
+
+    /// Number of elements, or `None` when it exceeds [`MAX_SIZE`].
+    pub fn checked_numel(&self) -> Option<usize> {
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
+        nonzero_product(&self.shape)
+    }
+
+    /// Size in bytes of the elements (`numel * dtype.bytes()`), or `None` when it exceeds
+    /// [`MAX_SIZE`].
+    pub fn byte_size(&self) -> Option<usize> {
+        self.checked_numel()?
+            .checked_mul(self.dtype.bytes())
+            .filter(|&b| b as u64 <= MAX_SIZE)
+    }
+
+    /// Whether kiln can address a tensor of this type: every dimension, and the product of the
+    /// nonzero dimensions times the element width, are at most [`MAX_SIZE`]. So the element
+    /// count, the byte size and every stride (in elements or bytes) fit in an `i64`, even for a
+    /// tensor with a zero dimension. The error says which size overflows.
+    pub fn check_size(&self) -> Result<(), String> {
+        if let Some(&d) = self.shape.iter().find(|&&d| d as u64 > MAX_SIZE) {
+            return Err(format!("dimension size {d} of {self} overflows i64"));
+        }
+        let Some(n) = nonzero_product(&self.shape) else {
+            return Err(format!("the element count of {self} overflows i64"));
+        };
+        if n.checked_mul(self.dtype.bytes())
+            .is_none_or(|b| b as u64 > MAX_SIZE)
+        {
+            return Err(format!(
+                "the byte size of {self} ({n} elements of {} bytes) overflows i64",
+                self.dtype.bytes()
+            ));
+        }
+        Ok(())
     }
 
     /// The same shape with another dtype.
@@ -55,11 +94,25 @@ impl TensorType {
     }
 }
 
-/// Row-major strides of a shape, in elements.
+/// The largest element count, byte size or dimension size a tensor type may have:
+/// `i64::MAX`, the size type of generated code and of the IR's integer attributes.
+pub const MAX_SIZE: u64 = i64::MAX as u64;
+
+/// The product of the nonzero entries of `shape`, or `None` when it exceeds [`MAX_SIZE`].
+fn nonzero_product(shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n as u64 <= MAX_SIZE)
+}
+
+/// Row-major strides of a shape, in elements. They saturate at `usize::MAX` for a shape the
+/// verifier rejects (see [`TensorType::check_size`]).
 pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
+    let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
 }

@@ -3,7 +3,8 @@
 //! [`type_rule`] is the single place that knows each op's typing: it checks the operands and
 //! attributes and either infers the result types or, for ops whose result type carries
 //! information (reshape, convert, iota, ...), checks the declared ones. Every failure cites a
-//! constraint label from the op's spec in `ir-specs/ops/`.
+//! constraint label from the op's spec in `ir-specs/ops/`, or one of the generic `ir_*` labels
+//! of `ir-specs/README.md` (`ir_size`: a type whose element count or byte size overflows i64).
 
 use crate::attr::Combiner;
 use crate::error::{Diag, VerifyError};
@@ -93,7 +94,8 @@ fn combiner_ok(kind: Combiner, d: DType) -> bool {
     }
 }
 
-/// Output size of one windowed dimension (reduce_window, convolution, select_and_scatter).
+/// Output size of one windowed dimension (reduce_window, convolution, select_and_scatter),
+/// saturating at `usize::MAX` when it exceeds [`crate::MAX_SIZE`].
 pub fn window_output_size(
     input: usize,
     base_dil: i64,
@@ -102,22 +104,56 @@ pub fn window_output_size(
     win_dil: i64,
     stride: i64,
 ) -> usize {
+    checked_window_output_size(input, base_dil, pad, window, win_dil, stride).unwrap_or(usize::MAX)
+}
+
+/// [`window_output_size`], or `None` when the size exceeds [`crate::MAX_SIZE`]. The
+/// arithmetic is done in i128, where no product of two sizes or attributes overflows.
+fn checked_window_output_size(
+    input: usize,
+    base_dil: i64,
+    pad: (i64, i64),
+    window: i64,
+    win_dil: i64,
+    stride: i64,
+) -> Option<usize> {
     let dilated_in = if input == 0 {
         0
     } else {
-        (input as i64 - 1) * base_dil + 1
+        (input as i128 - 1) * base_dil as i128 + 1
     };
-    let padded = dilated_in + pad.0 + pad.1;
+    let padded = dilated_in + pad.0 as i128 + pad.1 as i128;
     let dilated_w = if window == 0 {
         0
     } else {
-        (window - 1) * win_dil + 1
+        (window as i128 - 1) * win_dil as i128 + 1
     };
     if padded < dilated_w || stride <= 0 {
-        0
+        Some(0)
     } else {
-        ((padded - dilated_w) / stride + 1) as usize
+        dim_size((padded - dilated_w) / stride as i128 + 1)
     }
+}
+
+/// A dimension size computed in i128, if it is at most [`crate::MAX_SIZE`].
+fn dim_size(size: i128) -> Option<usize> {
+    (0..=crate::MAX_SIZE as i128)
+        .contains(&size)
+        .then_some(size as usize)
+}
+
+/// The `ir_size` error of a dimension whose computed size overflows i64.
+fn size_overflow(what: String) -> Diag {
+    diag("ir_size".into(), format!("{what} overflows i64"))
+}
+
+/// Checks that every type of `tys` is one kiln can address ([`TensorType::check_size`]).
+fn check_sizes<'a>(what: &str, tys: impl IntoIterator<Item = &'a TensorType>) -> R<()> {
+    for t in tys {
+        t.check_size()
+            .map_err(|m| diag("ir_size".into(), format!("{what}: {m}")))?;
+    }
+    Ok(())
 }
 
 /// The type rule of one instruction.
@@ -149,7 +185,12 @@ pub fn type_rule(
             format!("`{k}` has {n_results} result(s), {} declared", d.len()),
         ));
     }
+    check_sizes("operand", operands.iter().copied())?;
+    if let Some(d) = declared {
+        check_sizes("result", d)?;
+    }
     let inferred = rule(op, operands, declared)?;
+    check_sizes("inferred result", &inferred.types)?;
     if let Some(d) = declared
         && d != inferred.types.as_slice()
     {
@@ -398,7 +439,10 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 })?;
             }
             let shape: Vec<usize> = (0..a.rank())
-                .map(|d| ((lim[d] - s[d] + st[d] - 1) / st[d]) as usize)
+                .map(|d| {
+                    let n = lim[d] - s[d];
+                    (n / st[d] + i64::from(n % st[d] != 0)) as usize
+                })
                 .collect();
             one(TensorType::new(a.dtype, shape), 4)
         }
@@ -471,12 +515,14 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             })?;
             let mut shape = Vec::new();
             for d in 0..a.rank() {
-                let n = a.shape[d] as i64;
-                let size = lo[d] + hi[d] + n + (n - 1).max(0) * int[d];
+                let n = a.shape[d] as i128;
+                let size = lo[d] as i128 + hi[d] as i128 + n + (n - 1).max(0) * int[d] as i128;
                 l.ensure(4, size >= 0, || {
                     format!("dimension {d} of {a} would have negative size {size}")
                 })?;
-                shape.push(size as usize);
+                shape.push(dim_size(size).ok_or_else(|| {
+                    size_overflow(format!("the padded size {size} of dimension {d} of {a}"))
+                })?);
             }
             one(TensorType::new(a.dtype, shape), 4)
         }
@@ -508,7 +554,11 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 },
             )?;
             let mut shape = a.shape.clone();
-            shape[d] = x.iter().map(|t| t.shape[d]).sum();
+            shape[d] = x
+                .iter()
+                .try_fold(0usize, |n, t| n.checked_add(t.shape[d]))
+                .and_then(|n| dim_size(n as i128))
+                .ok_or_else(|| size_overflow(format!("the concatenated size of dimension {d}")))?;
             one(TensorType::new(a.dtype, shape), 4)
         }
         Reverse { dimensions } => {
@@ -614,7 +664,7 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             let in_f = a.shape[input_dims[1] as usize];
             let k_in = w.shape[kernel_dims[1] as usize];
             let k_out = w.shape[kernel_dims[0] as usize];
-            l.ensure(5, g > 0 && in_f == k_in * g as usize, || {
+            l.ensure(5, g > 0 && k_in.checked_mul(g as usize) == Some(in_f), || {
                 format!("input features ({in_f}) must equal kernel input features ({k_in}) times feature_group_count ({g})")
             })?;
             l.ensure(6, k_out % g as usize == 0, || format!("kernel output features ({k_out}) must be divisible by feature_group_count ({g})"))?;
@@ -624,14 +674,17 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             for i in 0..sp {
                 let size = a.shape[input_dims[2 + i] as usize];
                 let win = w.shape[kernel_dims[2 + i] as usize] as i64;
-                shape[output_dims[2 + i] as usize] = window_output_size(
+                shape[output_dims[2 + i] as usize] = checked_window_output_size(
                     size,
                     lhs_dilation[i],
                     padding[i],
                     win,
                     rhs_dilation[i],
                     window_strides[i],
-                );
+                )
+                .ok_or_else(|| {
+                    size_overflow(format!("the size of spatial dimension {i} of the result"))
+                })?;
             }
             one(TensorType::new(a.dtype, shape), 7)
         }
@@ -767,9 +820,14 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 *kind != Combiner::Replace && combiner_ok(*kind, a.dtype),
                 || format!("kind `{kind}` cannot reduce {}", a.dtype),
             )?;
-            let shape: Vec<usize> = (0..r)
-                .map(|d| window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d]))
-                .collect();
+            let shape = (0..r)
+                .map(|d| {
+                    checked_window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d])
+                        .ok_or_else(|| {
+                            size_overflow(format!("the size of dimension {d} of the result"))
+                        })
+                })
+                .collect::<R<Vec<usize>>>()?;
             one(TensorType::new(a.dtype, shape), 5)
         }
         SelectAndScatter {
@@ -830,8 +888,9 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
     }
 }
 
-/// Checks a function: SSA order, operand and result counts, every op's type rule, and the
-/// returned values against the declared output types.
+/// Checks a function: that every type's sizes fit in i64 (`ir_size`), SSA order, operand and
+/// result counts, every op's type rule, and the returned values against the declared output
+/// types.
 pub fn verify(f: &Func) -> Result<(), VerifyError> {
     let err = |inst: Option<String>, loc, label: &str, message: String| VerifyError {
         func: f.name.clone(),
@@ -844,6 +903,9 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
     };
     let mut defined = vec![false; f.values.len()];
     for &p in &f.params {
+        if let Some(Err(m)) = f.values.get(p.index()).map(TensorType::check_size) {
+            return Err(err(None, None, "ir_size", format!("parameter {p}: {m}")));
+        }
         match defined.get_mut(p.index()) {
             Some(d) if !*d => *d = true,
             _ => {
@@ -855,6 +917,9 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
                 ));
             }
         }
+    }
+    if let Some(m) = f.output_types.iter().find_map(|t| t.check_size().err()) {
+        return Err(err(None, None, "ir_size", format!("return type: {m}")));
     }
     for inst in &f.insts {
         let head = inst_head(inst);

@@ -161,7 +161,7 @@ impl Analysis<Node> for Facts {
         let Some(ty) = eg[id].data.ty().cloned() else {
             return;
         };
-        if ty.shape.iter().product::<usize>() > FOLD_LIMIT {
+        if ty.numel() > FOLD_LIMIT {
             return;
         }
         let folded = eg[id].nodes.iter().find_map(|n| {

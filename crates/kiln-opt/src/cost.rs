@@ -85,6 +85,20 @@ pub fn weight(kind: OpKind) -> f64 {
     }
 }
 
+/// The number of elements of a shape, as f64 (the arithmetic of the model): 0 for an empty
+/// shape, otherwise capped at `i64::MAX`, so that it is finite for any shape, even one the
+/// verifier rejects, and costs never become infinite or NaN.
+pub fn elements(shape: &[usize]) -> f64 {
+    if shape.contains(&0) {
+        return 0.0;
+    }
+    shape
+        .iter()
+        .map(|&d| d as f64)
+        .product::<f64>()
+        .min(i64::MAX as f64)
+}
+
 /// The cost of every op node, for egg's extractor.
 pub struct CostModel<'a> {
     eg: &'a EGraph,
@@ -110,7 +124,7 @@ impl<'a> CostModel<'a> {
         let Some(m) = meta(self.eg, n.children[0]) else {
             return NODE;
         };
-        let numel = |t: &kiln_ir::TensorType| t.shape.iter().product::<usize>() as f64;
+        let numel = |t: &kiln_ir::TensorType| elements(&t.shape);
         let out: f64 = m.types.iter().map(numel).sum();
         let bytes: f64 = m
             .types
@@ -136,10 +150,13 @@ impl<'a> CostModel<'a> {
                             ..
                         },
                         Some(lhs),
-                    ) => lhs_contracting_dimensions
-                        .iter()
-                        .map(|&d| lhs.shape[d as usize] as f64)
-                        .product(),
+                    ) => elements(
+                        &lhs_contracting_dimensions
+                            .iter()
+                            .map(|&d| usize::try_from(d).ok().and_then(|d| lhs.shape.get(d)))
+                            .map(|d| d.copied().unwrap_or(1))
+                            .collect::<Vec<_>>(),
+                    ),
                     _ => 1.0,
                 };
                 out * k * mk.fma_ns() + materialize
@@ -148,6 +165,8 @@ impl<'a> CostModel<'a> {
                 let k = operand(1).map_or(1.0, |w| {
                     numel(&w) / w.shape.first().copied().unwrap_or(1).max(1) as f64
                 });
+                // Bounded like a count, so that the product below stays finite.
+                let k = k.min(i64::MAX as f64);
                 out * k * mk.fma_ns() + materialize
             }
             (_, OpKind::Reduce) => {
@@ -175,5 +194,97 @@ impl CostFunction<Node> for CostModel<'_> {
         n.children
             .iter()
             .fold(self.node_cost(n), |acc, &c| acc + costs(c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::Facts;
+    use crate::{Options, add_func, extract, optimize};
+    use kiln_ir::parse_func_text;
+
+    /// 2^40: two such dimensions make 2^80 elements, past i64 and usize.
+    const BIG: usize = 1 << 40;
+
+    /// The e-graph of `src` (parsed, not verified) and the cost of every node in it.
+    fn costs_of_unverified(src: &str) -> Vec<f64> {
+        let f = parse_func_text(src).unwrap();
+        assert!(
+            kiln_ir::verify(&f).is_err(),
+            "the test wants an invalid function"
+        );
+        let mut eg = EGraph::new(Facts::default());
+        let roots = add_func(&mut eg, &f);
+        eg.rebuild();
+        let model = CostModel::new(&eg, Machine::REFERENCE);
+        let mut costs: Vec<f64> = eg
+            .classes()
+            .flat_map(|c| c.nodes.iter().map(|n| model.node_cost(n)))
+            .collect();
+        costs.push(extract::extract(&eg, &roots, Machine::REFERENCE).cost);
+        costs
+    }
+
+    #[test]
+    fn costs_of_unverified_huge_shapes_do_not_overflow() {
+        let deep = format!("{},0", vec![BIG.to_string(); 30].join(","));
+        let src = format!(
+            "func @main(%0: f32[{BIG},{BIG}], %1: f32[{BIG},{BIG}], %2: f32[{deep}]) -> f32[{BIG},{BIG}] {{
+  %3 = add %0, %1 : f32[{BIG},{BIG}]
+  %4 = exponential %3 : f32[{BIG},{BIG}]
+  %5 = dot_general %4, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [7], rhs_contracting_dimensions = [0]}} : f32[{BIG},{BIG}]
+  %6 = constant {{value = 0.0}} : f32[]
+  %7 = reduce %5, %6 {{dimensions = [1], kind = add}} : f32[{BIG}]
+  %8 = broadcast_in_dim %7 {{broadcast_dimensions = [0]}} : f32[{BIG},{BIG}]
+  %9 = negate %2 : f32[{deep}]
+  %10 = multiply %8, %5 : f32[{BIG},{BIG}]
+  return %10
+}}
+"
+        );
+        for c in costs_of_unverified(&src) {
+            assert!(c.is_finite() && c >= 0.0, "cost {c}");
+        }
+    }
+
+    #[test]
+    fn optimize_handles_huge_but_valid_shapes() {
+        let (m, n) = (1usize << 30, 1usize << 20);
+        let src = format!(
+            "func @main(%0: f32[{m},{n}], %1: f32[{n},2]) -> (f32[{m},2], f32[{m}]) {{
+  %2 = transpose %0 {{permutation = [1, 0]}} : f32[{n},{m}]
+  %3 = transpose %2 {{permutation = [1, 0]}} : f32[{m},{n}]
+  %4 = exponential %3 : f32[{m},{n}]
+  %5 = constant {{value = 0.0}} : f32[]
+  %6 = broadcast_in_dim %5 {{broadcast_dimensions = []}} : f32[{m},{n}]
+  %7 = add %4, %6 : f32[{m},{n}]
+  %8 = dot_general %7, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]}} : f32[{m},2]
+  %9 = reduce %7, %5 {{dimensions = [1], kind = add}} : f32[{m}]
+  return %8, %9
+}}
+"
+        );
+        let f = parse_func_text(&src).unwrap();
+        kiln_ir::verify(&f).unwrap();
+        let opts = Options {
+            machine: Machine::REFERENCE,
+            ..Options::default()
+        };
+        let (g, report) = optimize(&f, &opts).unwrap();
+        kiln_ir::verify(&g).unwrap();
+        assert!(report.cost_before.is_finite(), "{report}");
+        assert!(report.cost_after.is_finite(), "{report}");
+        assert!(report.cost_after <= report.cost_before, "{report}");
+    }
+
+    #[test]
+    fn optimize_rejects_types_whose_size_overflows() {
+        let src = format!(
+            "func @main(%0: f32[{BIG},{BIG}]) -> f32[{BIG},{BIG}] {{\n  %1 = negate %0 : f32[{BIG},{BIG}]\n  return %1\n}}\n"
+        );
+        let f = parse_func_text(&src).unwrap();
+        let e = optimize(&f, &Options::default()).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
     }
 }

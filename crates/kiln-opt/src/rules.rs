@@ -762,10 +762,10 @@ fn call(eg: &mut EGraph, name: &str, a: &[Id]) -> Option<Id> {
             let Op::Reduce { dimensions, .. } = &r.op else {
                 return None;
             };
-            let n: usize = dimensions
+            let n = dimensions
                 .iter()
-                .map(|&d| b.ty().shape[d as usize])
-                .product();
+                .map(|&d| b.ty().shape.get(usize::try_from(d).ok()?).copied())
+                .try_fold(1usize, |n, d| n.checked_mul(d?))?;
             let ty = r.ty().clone();
             if !ty.dtype.is_float() && ty.dtype != DType::I32 && ty.dtype != DType::I64 {
                 return None;
