@@ -5,12 +5,12 @@
 //! accuracy (the mean of 10⁷ copies of 0.1f32 came out 0.09985, and a sum of 2⁴⁰ ones stopped
 //! growing at 2²⁴·64). Here the loops of a float sum add at most [`SUM_LEAF`] values into one
 //! accumulator (a leaf, which the loop vectorizer still splits over its lanes); leaves and the
-//! sums of whole inner loops are combined pairwise, in halves, up to the reduction's own
-//! accumulator. The tree's shape depends only on the static extents, so every run (and every
+//! sums of whole inner loops are combined at most [`SUM_FANOUT`] at a time, level by level, up
+//! to the reduction's own accumulator. The tree's shape depends only on the static extents, so every run (and every
 //! thread split of the output) rounds the same way.
 //!
 //! Error bound (stated in `ir-specs/ops/reduce.md`): for a sum of `n` values in an accumulator
-//! of precision `ε`, `|computed - exact| <= (SUM_LEAF + ⌈log2(n / SUM_LEAF)⌉ + r) · ε · Σ|xᵢ|`
+//! of precision `ε`, `|computed - exact| <= (SUM_LEAF + 16 ⌈log16(n / SUM_LEAF)⌉ + 16 r) · ε · Σ|xᵢ|`
 //! where `r` is the number of reduced dimensions; in practice it is far smaller, since leaf
 //! errors are spread over the vector lanes.
 
@@ -24,6 +24,10 @@ use std::collections::BTreeSet;
 
 /// The most values a leaf of a float sum's tree adds into one accumulator.
 pub(crate) const SUM_LEAF: usize = 256;
+
+/// The most partial sums a node of the tree adds in one chain. Pairwise (2) rounds least but
+/// nests a loop per level, which costs compile time; 16 keeps four levels up to 2^24 values.
+const SUM_FANOUT: usize = 16;
 
 /// The accumulators of a reduction and how they combine.
 pub(super) struct Sum<'c> {
@@ -89,7 +93,11 @@ impl<'c> Emitter<'c> {
                     // iteration sums into partials of its own, which the tree combines.
                     let per: usize = rest.iter().map(|x| x.1).product();
                     let own = per >= SUM_LEAF;
-                    let leaf = if own { 1 } else { SUM_LEAF / per.max(1) };
+                    let leaf = if own {
+                        SUM_FANOUT
+                    } else {
+                        SUM_LEAF / per.max(1)
+                    };
                     let mut iteration = |em: &Self, accs: &[PointerValue<'c>]| {
                         if own {
                             let part = em.partials(sum, accs.len())?;
@@ -102,7 +110,7 @@ impl<'c> Emitter<'c> {
                     self.tree_loop(
                         v,
                         (self.i64c(0), self.i64c(n as i64)),
-                        n,
+                        (n, true),
                         leaf,
                         sum,
                         accs,
@@ -116,14 +124,17 @@ impl<'c> Emitter<'c> {
     }
 
     /// A loop over `v` in `range` (at most `size` iterations) adding into `accs`: the
-    /// iterations one after another when there are at most `leaf` of them, else two halves
-    /// (sizes `leaf` times powers of two), each summed into partials of its own and added to
-    /// `accs`.
+    /// iterations one after another when there are at most `leaf` of them, else up to
+    /// [`SUM_FANOUT`] chunks (of `leaf` times a power of the fanout), each summed into partials
+    /// of its own and added to `accs`. When `range` holds exactly `size` iterations (`exact`)
+    /// and the chunks divide it, each chunk is a loop of a constant trip count, which the
+    /// vectorizer takes without a remainder.
+    #[allow(clippy::too_many_arguments)]
     fn tree_loop(
         &self,
         v: usize,
         range: (IntValue<'c>, IntValue<'c>),
-        size: usize,
+        (size, exact): (usize, bool),
         leaf: usize,
         sum: &Sum<'c>,
         accs: &[PointerValue<'c>],
@@ -132,20 +143,28 @@ impl<'c> Emitter<'c> {
         if size <= leaf {
             return self.range_loop(v, range.0, range.1, 1, &mut |em: &Self| body(em, accs));
         }
-        let half = leaf * (size.div_ceil(leaf).next_power_of_two() / 2);
+        let mut chunk = leaf;
+        while chunk * SUM_FANOUT < size {
+            chunk *= SUM_FANOUT;
+        }
+        let whole = exact && size % chunk == 0;
         let i64t = self.ctx.i64_type();
         let slot = self.entry_alloca(i64t.into())?;
-        self.labeled_loop("tree", slot, range, half as i64, &mut |em: &Self| {
+        self.labeled_loop("tree", slot, range, chunk as i64, &mut |em: &Self| {
             let lo =
                 em.b.build_load(i64t, slot, "lo")
                     .map_err(llvm)?
                     .into_int_value();
             let end =
-                em.b.build_int_add(lo, em.i64c(half as i64), "end")
+                em.b.build_int_add(lo, em.i64c(chunk as i64), "end")
                     .map_err(llvm)?;
-            let hi = em.int_min(end, range.1)?;
+            let hi = if whole {
+                end
+            } else {
+                em.int_min(end, range.1)?
+            };
             let part = em.partials(sum, accs.len())?;
-            em.tree_loop(v, (lo, hi), half, leaf, sum, &part, body)?;
+            em.tree_loop(v, (lo, hi), (chunk, whole), leaf, sum, &part, body)?;
             em.fold(sum, accs, &part)
         })
     }
