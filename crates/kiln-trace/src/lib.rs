@@ -21,12 +21,17 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+mod composite;
 mod error;
+mod indexing;
 pub mod ops;
+pub mod promote;
 mod tensor;
 pub mod trace;
 pub mod tree;
 
+pub use composite::composite;
 pub use error::{Error, Result};
+pub use indexing::TakeMode;
 pub use tensor::{Device, Element, Tensor};
 pub use tree::Tree;

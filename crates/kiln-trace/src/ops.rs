@@ -2,11 +2,13 @@
 //! broadcasting. Every entry point is `#[track_caller]`, so errors name the user's line.
 
 use crate::Error;
+use crate::composite::{composite, naming};
+use crate::promote::{inexact, promote_types, weak_float, weak_int};
 use crate::tensor::Tensor;
 use crate::trace::{apply, lift_all};
 use kiln_ir::{Combiner, ComparisonDirection as Cmp, DType, Loc, Op, ShapeDisplay, TensorType};
 
-fn ty_str(t: &Tensor) -> String {
+pub(crate) fn ty_str(t: &Tensor) -> String {
     t.ty()
         .map(|t| t.to_string())
         .unwrap_or_else(|| "<failed>".into())
@@ -40,8 +42,23 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 
 impl Tensor {
     #[track_caller]
-    fn fail(&self, op: &str, msg: String) -> Tensor {
-        Tensor::failed(Error::new(op, msg))
+    pub(crate) fn fail(&self, op: &str, msg: String) -> Tensor {
+        let (op, loc) = naming(op, Loc::caller());
+        Tensor::failed(Error::at(&op, msg, loc))
+    }
+
+    /// This tensor converted to the float dtype floating-point functions compute in (itself
+    /// for floats, `f32` for integers and `pred`: see [`crate::promote`]).
+    #[track_caller]
+    pub fn to_inexact(&self) -> Tensor {
+        self.cast(inexact(self.dtype()))
+    }
+
+    /// A floating-point function of this tensor, computed in [`Tensor::to_inexact`]'s dtype.
+    #[track_caller]
+    fn float_op1(&self, op: Op, name: &str) -> Tensor {
+        let loc = Loc::caller();
+        apply(op, &[&self.to_inexact()], None, name, loc).remove(0)
     }
 
     #[track_caller]
@@ -56,7 +73,7 @@ impl Tensor {
 
     /// Normalizes a possibly negative axis.
     #[track_caller]
-    fn axis(&self, a: isize, op: &str) -> Result<usize, Tensor> {
+    pub(crate) fn axis(&self, a: isize, op: &str) -> Result<usize, Tensor> {
         if let Some(e) = self.error() {
             return Err(Tensor::failed(e.clone()));
         }
@@ -108,24 +125,33 @@ impl Tensor {
     }
 
     /// A scalar of this tensor's dtype.
-    fn like_scalar(&self, x: f64) -> Tensor {
+    pub(crate) fn like_scalar(&self, x: f64) -> Tensor {
         Tensor::full(self.dtype(), [], x)
     }
 
+    /// A Rust float scalar next to this tensor, weakly typed (see [`crate::promote`]).
+    fn weak_float_scalar(&self, x: f64) -> Tensor {
+        Tensor::full(weak_float(self.dtype()), [], x)
+    }
+
+    /// A Rust integer scalar next to this tensor, weakly typed (see [`crate::promote`]).
+    fn weak_int_scalar(&self, x: i32) -> Tensor {
+        Tensor::full(weak_int(self.dtype()), [], x as f64)
+    }
+
+    /// `op` of the two operands promoted to their common dtype (see [`crate::promote`]),
+    /// broadcast to their common shape.
     #[track_caller]
     fn binary(&self, other: &Tensor, op: Op, name: &str) -> Tensor {
+        let d = promote_types(self.dtype(), other.dtype());
+        self.binary_in(other, d, op, name)
+    }
+
+    /// `op` of the two operands converted to `d`, broadcast to their common shape.
+    #[track_caller]
+    fn binary_in(&self, other: &Tensor, d: DType, op: Op, name: &str) -> Tensor {
         if let Some(e) = self.error().or(other.error()) {
             return Tensor::failed(e.clone());
-        }
-        if self.dtype() != other.dtype() {
-            return self.fail(
-                name,
-                format!(
-                    "dtype mismatch: {} and {} (use .cast(dtype))",
-                    ty_str(self),
-                    ty_str(other)
-                ),
-            );
         }
         let Some(shape) = broadcast_shapes(&self.shape(), &other.shape()) else {
             return self.fail(
@@ -137,7 +163,8 @@ impl Tensor {
                 ),
             );
         };
-        let l = lift_all(&[self, other]);
+        let (x, y) = (self.cast(d), other.cast(d));
+        let l = lift_all(&[&x, &y]);
         let (a, b) = (l[0].broadcast_to(&shape), l[1].broadcast_to(&shape));
         apply(op, &[&a, &b], None, name, Loc::caller()).remove(0)
     }
@@ -157,10 +184,24 @@ impl Tensor {
     pub fn mul(&self, o: &Tensor) -> Tensor {
         self.binary(o, Op::Multiply {}, "mul")
     }
-    /// Elementwise quotient with broadcasting.
+    /// Elementwise true quotient with broadcasting: integer and `pred` operands divide as
+    /// `f32` (as `/` does in JAX and PyTorch); [`Tensor::div_trunc`] is integer division.
     #[track_caller]
     pub fn div(&self, o: &Tensor) -> Tensor {
-        self.binary(o, Op::Divide {}, "div")
+        let d = inexact(promote_types(self.dtype(), o.dtype()));
+        self.binary_in(o, d, Op::Divide {}, "div")
+    }
+    /// Elementwise quotient in the operands' promoted dtype: for integers, rounded toward
+    /// zero (StableHLO's `divide`; C's and Rust's `/`).
+    #[track_caller]
+    pub fn div_trunc(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Divide {}, "div_trunc")
+    }
+    /// Elementwise remainder with broadcasting, with the sign of the dividend (C's `%`,
+    /// StableHLO's `remainder`).
+    #[track_caller]
+    pub fn rem(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Remainder {}, "rem")
     }
     /// Elementwise power with broadcasting.
     #[track_caller]
@@ -170,7 +211,7 @@ impl Tensor {
     /// Elementwise power by a constant.
     #[track_caller]
     pub fn powf(&self, p: f64) -> Tensor {
-        self.binary(&self.like_scalar(p), Op::Power {}, "pow")
+        self.binary(&self.weak_float_scalar(p), Op::Power {}, "pow")
     }
     /// Elementwise maximum with broadcasting.
     #[track_caller]
@@ -236,16 +277,6 @@ impl Tensor {
                 format!("the condition must be pred, got {}", ty_str(self)),
             );
         }
-        if on_true.dtype() != on_false.dtype() {
-            return self.fail(
-                "where",
-                format!(
-                    "dtype mismatch: {} and {}",
-                    ty_str(on_true),
-                    ty_str(on_false)
-                ),
-            );
-        }
         let shape = broadcast_shapes(&self.shape(), &on_true.shape())
             .and_then(|s| broadcast_shapes(&s, &on_false.shape()));
         let Some(shape) = shape else {
@@ -259,7 +290,9 @@ impl Tensor {
                 ),
             );
         };
-        let l = lift_all(&[self, on_true, on_false]);
+        let d = promote_types(on_true.dtype(), on_false.dtype());
+        let (on_true, on_false) = (on_true.cast(d), on_false.cast(d));
+        let l = lift_all(&[self, &on_true, &on_false]);
         let (p, t, f) = (
             l[0].broadcast_to(&shape),
             l[1].broadcast_to(&shape),
@@ -276,37 +309,37 @@ impl Tensor {
     /// Elementwise e^x.
     #[track_caller]
     pub fn exp(&self) -> Tensor {
-        self.op1(Op::Exponential {}, "exp")
+        self.float_op1(Op::Exponential {}, "exp")
     }
     /// Elementwise natural logarithm.
     #[track_caller]
     pub fn log(&self) -> Tensor {
-        self.op1(Op::Log {}, "log")
+        self.float_op1(Op::Log {}, "log")
     }
     /// Elementwise ln(1 + x).
     #[track_caller]
     pub fn log1p(&self) -> Tensor {
-        self.op1(Op::LogPlusOne {}, "log1p")
+        self.float_op1(Op::LogPlusOne {}, "log1p")
     }
     /// Elementwise e^x - 1.
     #[track_caller]
     pub fn expm1(&self) -> Tensor {
-        self.op1(Op::ExponentialMinusOne {}, "expm1")
+        self.float_op1(Op::ExponentialMinusOne {}, "expm1")
     }
     /// Elementwise hyperbolic tangent.
     #[track_caller]
     pub fn tanh(&self) -> Tensor {
-        self.op1(Op::Tanh {}, "tanh")
+        self.float_op1(Op::Tanh {}, "tanh")
     }
     /// Elementwise square root.
     #[track_caller]
     pub fn sqrt(&self) -> Tensor {
-        self.op1(Op::Sqrt {}, "sqrt")
+        self.float_op1(Op::Sqrt {}, "sqrt")
     }
     /// Elementwise 1 / sqrt(x).
     #[track_caller]
     pub fn rsqrt(&self) -> Tensor {
-        self.op1(Op::Rsqrt {}, "rsqrt")
+        self.float_op1(Op::Rsqrt {}, "rsqrt")
     }
     /// Elementwise absolute value.
     #[track_caller]
@@ -316,32 +349,32 @@ impl Tensor {
     /// Elementwise sine.
     #[track_caller]
     pub fn sin(&self) -> Tensor {
-        self.op1(Op::Sine {}, "sin")
+        self.float_op1(Op::Sine {}, "sin")
     }
     /// Elementwise cosine.
     #[track_caller]
     pub fn cos(&self) -> Tensor {
-        self.op1(Op::Cosine {}, "cos")
+        self.float_op1(Op::Cosine {}, "cos")
     }
     /// Elementwise error function.
     #[track_caller]
     pub fn erf(&self) -> Tensor {
-        self.op1(Op::Erf {}, "erf")
+        self.float_op1(Op::Erf {}, "erf")
     }
     /// Elementwise floor.
     #[track_caller]
     pub fn floor(&self) -> Tensor {
-        self.op1(Op::Floor {}, "floor")
+        self.float_op1(Op::Floor {}, "floor")
     }
     /// Elementwise rounding to nearest, ties away from zero.
     #[track_caller]
     pub fn round(&self) -> Tensor {
-        self.op1(Op::Round {}, "round")
+        self.float_op1(Op::Round {}, "round")
     }
     /// Elementwise ceiling.
     #[track_caller]
     pub fn ceil(&self) -> Tensor {
-        self.op1(Op::Ceil {}, "ceil")
+        self.float_op1(Op::Ceil {}, "ceil")
     }
     /// Elementwise sign.
     #[track_caller]
@@ -351,7 +384,7 @@ impl Tensor {
     /// Elementwise logistic sigmoid.
     #[track_caller]
     pub fn sigmoid(&self) -> Tensor {
-        self.op1(Op::Logistic {}, "sigmoid")
+        self.float_op1(Op::Logistic {}, "sigmoid")
     }
     /// Elementwise max(x, 0).
     #[track_caller]
@@ -481,17 +514,21 @@ impl Tensor {
     pub fn sum_all(&self) -> Tensor {
         self.reduce(&self.all_axes(), false, Combiner::Add, "sum")
     }
-    /// Mean over `axes`.
+    /// Mean over `axes`. Integer and `pred` tensors average as `f32` (see
+    /// [`crate::promote`]).
     #[track_caller]
     pub fn mean(&self, axes: &[isize], keepdims: bool) -> Tensor {
-        let s = self.sum(axes, keepdims);
-        let shape = self.shape();
-        let count: usize = axes
-            .iter()
-            .filter_map(|&a| self.axis(a, "mean").ok())
-            .map(|d| shape[d])
-            .product();
-        s.div(&self.like_scalar(count as f64))
+        composite("mean", Loc::caller(), || {
+            let x = self.to_inexact();
+            let s = x.reduce(axes, keepdims, Combiner::Add, "mean");
+            let shape = self.shape();
+            let count: usize = axes
+                .iter()
+                .filter_map(|&a| self.axis(a, "mean").ok())
+                .map(|d| shape[d])
+                .product();
+            s.div(&x.like_scalar(count as f64))
+        })
     }
     /// Mean of every element (a scalar).
     #[track_caller]
@@ -512,16 +549,22 @@ impl Tensor {
     /// Softmax along `axis`, computed stably.
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Tensor {
-        let m = self.max(&[axis], true).detach();
-        let e = self.sub(&m).exp();
-        e.div(&e.sum(&[axis], true))
+        composite("softmax", Loc::caller(), || {
+            let x = self.to_inexact();
+            let m = x.max(&[axis], true).detach();
+            let e = x.sub(&m).exp();
+            e.div(&e.sum(&[axis], true))
+        })
     }
     /// Log-softmax along `axis`, computed stably.
     #[track_caller]
     pub fn log_softmax(&self, axis: isize) -> Tensor {
-        let m = self.max(&[axis], true).detach();
-        let z = self.sub(&m);
-        z.sub(&z.exp().sum(&[axis], true).log())
+        composite("log_softmax", Loc::caller(), || {
+            let x = self.to_inexact();
+            let m = x.max(&[axis], true).detach();
+            let z = x.sub(&m);
+            z.sub(&z.exp().sum(&[axis], true).log())
+        })
     }
 
     #[track_caller]
@@ -720,11 +763,16 @@ impl Tensor {
             Ok(d) => d,
             Err(t) => return t,
         };
+        let dtype = tensors
+            .iter()
+            .filter(|t| t.error().is_none())
+            .fold(first.dtype(), |d, t| promote_types(d, t.dtype()));
+        let cast: Vec<Tensor> = tensors.iter().map(|t| t.cast(dtype)).collect();
         apply(
             Op::Concatenate {
                 dimension: d as i64,
             },
-            tensors,
+            &cast.iter().collect::<Vec<_>>(),
             None,
             "concat",
             Loc::caller(),
@@ -767,13 +815,9 @@ impl Tensor {
         if let Some(e) = self.error().or(o.error()) {
             return Tensor::failed(e.clone());
         }
-        if self.dtype() != o.dtype() {
-            return self.fail(
-                "matmul",
-                format!("dtype mismatch: {} @ {}", ty_str(self), ty_str(o)),
-            );
-        }
-        let (ra, rb) = (self.rank(), o.rank());
+        let d = promote_types(self.dtype(), o.dtype());
+        let (x, o) = (&self.cast(d), &o.cast(d));
+        let (ra, rb) = (x.rank(), o.rank());
         if ra == 0 || rb == 0 {
             return self.fail(
                 "matmul",
@@ -784,7 +828,7 @@ impl Tensor {
                 ),
             );
         }
-        let l = lift_all(&[self, o]);
+        let l = lift_all(&[x, o]);
         let a = if ra == 1 {
             l[0].unsqueeze(0)
         } else {
@@ -857,6 +901,10 @@ impl Tensor {
                 ),
             );
         }
+        let ws = weight.shape();
+        if let Some(t) = self.window_check("conv2d", (ws[2], ws[3]), padding, dilation) {
+            return t;
+        }
         let p = |x: usize| (x as i64, x as i64);
         let op = Op::Convolution {
             window_strides: vec![stride.0 as i64, stride.1 as i64],
@@ -869,6 +917,42 @@ impl Tensor {
             output_dims: vec![0, 1, 2, 3],
         };
         apply(op, &[self, weight], None, "conv2d", Loc::caller()).remove(0)
+    }
+
+    /// An error unless a `window` (dilated by `dilation`) fits in this NCHW input's spatial
+    /// dimensions padded by `padding` on each side (PyTorch refuses such windows; the IR would
+    /// give an empty result).
+    #[track_caller]
+    fn window_check(
+        &self,
+        name: &str,
+        window: (usize, usize),
+        padding: (usize, usize),
+        dilation: (usize, usize),
+    ) -> Option<Tensor> {
+        let s = self.shape();
+        let padded = (s[2] + 2 * padding.0, s[3] + 2 * padding.1);
+        let span = |k: usize, d: usize| d * k.saturating_sub(1) + 1;
+        let (wh, ww) = (span(window.0, dilation.0), span(window.1, dilation.1));
+        if wh <= padded.0 && ww <= padded.1 {
+            return None;
+        }
+        Some(self.fail(
+            name,
+            format!(
+                "the {wh}x{ww} window (kernel {}x{}, dilation {}x{}) is larger than the {}x{} \
+                 input padded to {}x{} ({})",
+                window.0,
+                window.1,
+                dilation.0,
+                dilation.1,
+                s[2],
+                s[3],
+                padded.0,
+                padded.1,
+                ty_str(self)
+            ),
+        ))
     }
 
     #[track_caller]
@@ -885,6 +969,9 @@ impl Tensor {
                 name,
                 format!("{name} needs an NCHW input, got {}", ty_str(self)),
             );
+        }
+        if let Some(t) = self.window_check(name, kernel, padding, (1, 1)) {
+            return t;
         }
         let init = if kind == Combiner::Max {
             f64::NEG_INFINITY
@@ -937,37 +1024,6 @@ impl Tensor {
         s.div(&self.like_scalar((kernel.0 * kernel.1) as f64))
     }
 
-    /// Elements at integer `indices` along `axis`: the result's shape is this shape with `axis`
-    /// replaced by the indices' shape. Indices are clamped into range.
-    #[track_caller]
-    pub fn take(&self, indices: &Tensor, axis: isize) -> Tensor {
-        let d = match self.axis(axis, "take") {
-            Ok(d) => d,
-            Err(t) => return t,
-        };
-        if indices.error().is_none() && !indices.dtype().is_int() {
-            return self.fail(
-                "take",
-                format!("indices must be integers, got {}", ty_str(indices)),
-            );
-        }
-        let s = self.shape();
-        let ri = indices.rank();
-        let offset_dims: Vec<i64> = (0..d as i64)
-            .chain((d + ri) as i64..(s.len() + ri - 1) as i64)
-            .collect();
-        let mut sizes: Vec<i64> = s.iter().map(|&x| x as i64).collect();
-        sizes[d] = 1;
-        let op = Op::Gather {
-            offset_dims,
-            collapsed_slice_dims: vec![d as i64],
-            start_index_map: vec![d as i64],
-            index_vector_dim: ri as i64,
-            slice_sizes: sizes,
-        };
-        apply(op, &[self, indices], None, "take", Loc::caller()).remove(0)
-    }
-
     /// One-hot encoding of integer `self` over `n` classes, as `dtype`, in a new last axis.
     #[track_caller]
     pub fn one_hot(&self, n: usize, dtype: DType) -> Tensor {
@@ -981,6 +1037,40 @@ impl Tensor {
         let r = self.rank() as isize;
         self.unsqueeze(r).eq(&classes).cast(dtype)
     }
+}
+
+/// A binary operator between a tensor and a weakly typed Rust scalar, both ways round.
+macro_rules! scalar_binop {
+    ($Trait:ident, $method:ident, $call:ident, $S:ty, $weak:ident) => {
+        impl std::ops::$Trait<$S> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: $S) -> Tensor {
+                self.$call(&self.$weak(o))
+            }
+        }
+        impl std::ops::$Trait<$S> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: $S) -> Tensor {
+                (&self).$call(&self.$weak(o))
+            }
+        }
+        impl std::ops::$Trait<&Tensor> for $S {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: &Tensor) -> Tensor {
+                o.$weak(self).$call(o)
+            }
+        }
+        impl std::ops::$Trait<Tensor> for $S {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, o: Tensor) -> Tensor {
+                o.$weak(self).$call(&o)
+            }
+        }
+    };
 }
 
 macro_rules! binop {
@@ -1013,34 +1103,8 @@ macro_rules! binop {
                 self.$call(&o)
             }
         }
-        impl std::ops::$Trait<f64> for &Tensor {
-            type Output = Tensor;
-            #[track_caller]
-            fn $method(self, o: f64) -> Tensor {
-                self.$call(&self.like_scalar(o))
-            }
-        }
-        impl std::ops::$Trait<f64> for Tensor {
-            type Output = Tensor;
-            #[track_caller]
-            fn $method(self, o: f64) -> Tensor {
-                (&self).$call(&self.like_scalar(o))
-            }
-        }
-        impl std::ops::$Trait<&Tensor> for f64 {
-            type Output = Tensor;
-            #[track_caller]
-            fn $method(self, o: &Tensor) -> Tensor {
-                o.like_scalar(self).$call(o)
-            }
-        }
-        impl std::ops::$Trait<Tensor> for f64 {
-            type Output = Tensor;
-            #[track_caller]
-            fn $method(self, o: Tensor) -> Tensor {
-                o.like_scalar(self).$call(&o)
-            }
-        }
+        scalar_binop!($Trait, $method, $call, f64, weak_float_scalar);
+        scalar_binop!($Trait, $method, $call, i32, weak_int_scalar);
     };
 }
 binop!(Add, add, add);

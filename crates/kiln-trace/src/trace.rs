@@ -237,8 +237,9 @@ pub fn apply(
     if let Some(e) = xs.iter().find_map(|t| t.error()) {
         return vec![Tensor::failed(e.clone()); n];
     }
+    let (user_op, loc) = crate::composite::naming(user_op, loc);
     let fail = |message: String| Error {
-        op: user_op.to_string(),
+        op: user_op.clone(),
         message,
         loc: Some(loc),
     };

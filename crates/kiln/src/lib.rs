@@ -32,7 +32,9 @@ pub use kiln_derive::Tree;
 pub use kiln_ir as ir;
 pub use kiln_ir::DType;
 pub use kiln_reference as reference;
-pub use kiln_trace::{Device, Element, Error, Result, Tensor, Tree, backend, tree};
+pub use kiln_trace::{
+    Device, Element, Error, Result, TakeMode, Tensor, Tree, backend, promote, tree,
+};
 pub use transforms::{
     Jit, custom_vjp, grad, jit, jvp, value_and_grad, value_and_grad_with_aux, vjp,
 };

@@ -5,6 +5,9 @@
 use crate::random::{Key, normal, split, uniform};
 use crate::{DType, Tensor, Tree};
 
+mod losses;
+pub use losses::{binary_cross_entropy_with_logits, cross_entropy, cross_entropy_probs, mse};
+
 /// Weight initializers, seeded by keys.
 pub mod init {
     use super::*;
@@ -402,39 +405,6 @@ pub fn dropout(x: &Tensor, rate: f64, k: &Key, training: bool) -> Tensor {
     }
     let keep = crate::random::bernoulli(k, 1.0 - rate, &x.shape());
     keep.where_(&(x * (1.0 / (1.0 - rate))), &Tensor::zeros(x.dtype(), []))
-}
-
-/// Mean squared error.
-#[track_caller]
-pub fn mse(pred: &Tensor, target: &Tensor) -> Tensor {
-    let d = pred - target;
-    (&d * &d).mean_all()
-}
-
-/// Softmax cross-entropy of `logits` `[n, classes]` against integer `labels` `[n]`, averaged.
-#[track_caller]
-pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Tensor {
-    let classes = logits.shape().last().copied().unwrap_or(0);
-    let onehot = labels.one_hot(classes, logits.dtype());
-    -(&logits.log_softmax(-1) * &onehot)
-        .sum(&[-1], false)
-        .mean_all()
-}
-
-/// Softmax cross-entropy of `logits` against target probabilities of the same shape, averaged.
-#[track_caller]
-pub fn cross_entropy_probs(logits: &Tensor, probs: &Tensor) -> Tensor {
-    -(&logits.log_softmax(-1) * probs)
-        .sum(&[-1], false)
-        .mean_all()
-}
-
-/// Binary cross-entropy of `logits` against 0/1 `targets`, computed stably and averaged:
-/// max(z, 0) - z y + log(1 + e^-|z|).
-#[track_caller]
-pub fn binary_cross_entropy_with_logits(logits: &Tensor, targets: &Tensor) -> Tensor {
-    let z = logits;
-    (&(&z.relu() - &(z * targets)) + &(-z.abs()).exp().log1p()).mean_all()
 }
 
 /// The number of scalar parameters in a tree.

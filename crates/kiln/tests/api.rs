@@ -199,9 +199,11 @@ fn bad_inputs_name_the_source_line() {
     case!("add", (&a + &v4).to_literal());
     case!("add", (&v3 + &v4).to_literal());
     case!("mul", (&a * &Tensor::from_vec(vec![1.0f32; 4], [4, 1]).unwrap()).to_literal());
-    case!("add", (&v3 + &i3).to_literal());
+    case!("mean", a.mean(&[2], false).to_literal());
+    case!("softmax", a.softmax(3).to_literal());
+    case!("log_softmax", a.log_softmax(-3).to_literal());
     case!("matmul", a.matmul(&a).to_literal());
-    case!("matmul", a.matmul(&i3).to_literal());
+    case!("matmul", a.matmul(&v4).to_literal());
     case!("matmul", Tensor::scalar(1.0f32).matmul(&a).to_literal());
     case!("reshape", a.reshape(&[4, -1]).to_literal());
     case!("reshape", a.reshape(&[-1, -1]).to_literal());
@@ -210,7 +212,7 @@ fn bad_inputs_name_the_source_line() {
     case!("sum", a.sum(&[1, -1], false).to_literal());
     case!("permute", a.permute(&[0, 0]).to_literal());
     case!("concat", Tensor::concat(&[&a, &v3], 0).to_literal());
-    case!("concat", Tensor::concat(&[&v3, &i3], 0).to_literal());
+    case!("concat", Tensor::concat(&[&v3, &a], 1).to_literal());
     case!("where", v3.where_(&v3, &v3).to_literal());
     case!("where", v3.gt(&v3).where_(&v3, &v4).to_literal());
     case!("take", a.take(&v3, 0).to_literal());

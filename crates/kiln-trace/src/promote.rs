@@ -1,0 +1,125 @@
+//! Type promotion: the dtype a binary operation on two dtypes computes in.
+//!
+//! kiln follows JAX's promotion lattice (with 64-bit types enabled), restricted to kiln's
+//! dtypes, and treats Rust scalars as *weakly typed*, as JAX treats Python scalars:
+//!
+//! ```text
+//! pred ─> i8 ─> i32 ─> i64 ─┐
+//!           u32 ──────> i64  ├─> f16 ─┐
+//!                            └─> bf16 ┴─> f32 ─> f64
+//! ```
+//!
+//! - Two dtypes promote to their least upper bound in this lattice: `i8 + i32` is `i32`,
+//!   `u32 + i32` is `i64`, any integer with any float is that float, `f16 + bf16` is `f32`.
+//! - An `f64` Rust scalar (`&x * 1.5`) is a weak float: it takes a float tensor's dtype
+//!   (`bf16 * 1.5` stays bf16) and makes an integer or `pred` tensor `f32` (`i32 + 1.5` is
+//!   `f32`, 2.5 for 1, never the truncated 2).
+//! - An `i32` Rust scalar (`&x + 1`) is a weak integer: it takes the tensor's dtype, except that
+//!   `pred` becomes `i32`.
+//! - True division (`/`, [`Tensor::div`](crate::Tensor::div)), `mean` and the transcendental
+//!   functions compute in floats: integer and `pred` operands become `f32` (JAX's and PyTorch's
+//!   default float), so `mean` of integers is never truncated.
+//! - Nothing narrows silently: a lossy conversion is an explicit
+//!   [`Tensor::cast`](crate::Tensor::cast).
+//!
+//! `docs/dtype-promotion.md` has the whole table; `tests` check every pair.
+
+use kiln_ir::DType;
+
+/// The dtype that `a` and `b` promote to (their least upper bound in the lattice above).
+pub fn promote_types(a: DType, b: DType) -> DType {
+    use DType::*;
+    if a == b {
+        return a;
+    }
+    match (a, b) {
+        (Pred, x) | (x, Pred) => x,
+        (F16, BF16) | (BF16, F16) => F32,
+        (x, y) if x.is_float() && y.is_float() => float_rank(x).max(float_rank(y)).1,
+        (x, y) if x.is_float() || y.is_float() => {
+            if x.is_float() {
+                x
+            } else {
+                y
+            }
+        }
+        // Integers: u32 with a signed type needs i64 to hold both ranges.
+        (U32, _) | (_, U32) => I64,
+        (x, y) => x.max(y),
+    }
+}
+
+/// Floats in lattice order (f16 and bf16 share a rank below f32; their join is handled apart).
+fn float_rank(d: DType) -> (u8, DType) {
+    match d {
+        DType::F16 | DType::BF16 => (0, d),
+        DType::F32 => (1, d),
+        _ => (2, d),
+    }
+}
+
+/// The dtype a weakly typed float scalar takes next to a tensor of dtype `d`.
+pub fn weak_float(d: DType) -> DType {
+    if d.is_float() { d } else { DType::F32 }
+}
+
+/// The dtype a weakly typed integer scalar takes next to a tensor of dtype `d`.
+pub fn weak_int(d: DType) -> DType {
+    if d == DType::Pred { DType::I32 } else { d }
+}
+
+/// The float dtype that floating-point functions of `d` compute in: `d` itself for floats,
+/// `f32` for integers and `pred`.
+pub fn inexact(d: DType) -> DType {
+    weak_float(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use DType::*;
+
+    #[test]
+    fn promotion_is_a_join() {
+        for a in DType::ALL {
+            for b in DType::ALL {
+                let j = promote_types(a, b);
+                assert_eq!(j, promote_types(b, a), "commutative: {a} {b}");
+                assert_eq!(promote_types(a, j), j, "an upper bound: {a} {b} -> {j}");
+                assert_eq!(promote_types(b, j), j, "an upper bound: {a} {b} -> {j}");
+                for c in DType::ALL {
+                    assert_eq!(
+                        promote_types(promote_types(a, b), c),
+                        promote_types(a, promote_types(b, c)),
+                        "associative: {a} {b} {c}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_of_jax() {
+        let cases = [
+            (Pred, I32, I32),
+            (I8, I32, I32),
+            (I8, I64, I64),
+            (U32, I8, I64),
+            (U32, I32, I64),
+            (U32, I64, I64),
+            (I64, F16, F16),
+            (U32, BF16, BF16),
+            (F16, BF16, F32),
+            (BF16, F32, F32),
+            (F32, F64, F64),
+            (Pred, F16, F16),
+        ];
+        for (a, b, j) in cases {
+            assert_eq!(promote_types(a, b), j, "{a} + {b}");
+        }
+        assert_eq!(weak_float(I32), F32);
+        assert_eq!(weak_float(BF16), BF16);
+        assert_eq!(weak_int(Pred), I32);
+        assert_eq!(weak_int(U32), U32);
+    }
+}
