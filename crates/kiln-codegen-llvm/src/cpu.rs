@@ -4217,6 +4217,8 @@ impl CpuExecutable {
         cache: Option<&std::path::Path>,
     ) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+        // A cache directory others could write is not used (it warns once).
+        let cache = cache.filter(|d| crate::cache::usable(d));
         if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
             eprintln!(
                 "// kiln: fused kernels of @{}\n{}",
