@@ -25,9 +25,12 @@ use kiln_ir::{
     Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
 };
 
+mod compile_times;
 mod gemm;
 mod math;
 mod sum_tree;
+
+use compile_times::PhaseClock;
 
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
@@ -3376,7 +3379,9 @@ fn compile_cached(
         .min(jobs.len())
         .max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let times = std::env::var("KILN_COMPILE_TIMES").is_ok_and(|v| v == "1");
+    // Per-module lines, for functions only: eager ops are tallied (see `compile_times`).
+    let times = std::env::var("KILN_COMPILE_TIMES").is_ok_and(|v| v == "1")
+        && compile_times::prints_phases(&f.name);
     let t_begin = std::time::Instant::now();
     let compile = |job: &Job, tm: &inkwell::targets::TargetMachine| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
@@ -3975,34 +3980,6 @@ fn warn_cache_off(e: &Error) {
     ONCE.call_once(|| eprintln!("kiln: kernel cache not used: {e}"));
 }
 
-/// With `KILN_COMPILE_TIMES=1`, prints how long each phase of a compile took (stderr).
-struct PhaseClock {
-    name: Option<String>,
-    last: std::time::Instant,
-}
-
-impl PhaseClock {
-    fn new(name: &str) -> PhaseClock {
-        PhaseClock {
-            name: std::env::var("KILN_COMPILE_TIMES")
-                .is_ok_and(|v| v == "1")
-                .then(|| name.to_string()),
-            last: std::time::Instant::now(),
-        }
-    }
-
-    fn lap(&mut self, phase: &str) {
-        if let Some(name) = &self.name {
-            let now = std::time::Instant::now();
-            eprintln!(
-                "kiln compile @{name}: {phase}: {:.1} ms",
-                (now - self.last).as_secs_f64() * 1e3
-            );
-            self.last = now;
-        }
-    }
-}
-
 /// `f` as the backend lowers it (optimized and canonicalized with the reference machine's
 /// costs, so the text is the same on every machine) and its fusion: what the dumps print.
 fn lowered_for_printing(f: &Func) -> Result<(Func, crate::fuse::Fused)> {
@@ -4240,6 +4217,8 @@ impl CpuExecutable {
         cache: Option<&std::path::Path>,
     ) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+        // A cache directory others could write is not used (it warns once).
+        let cache = cache.filter(|d| crate::cache::usable(d));
         if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
             eprintln!(
                 "// kiln: fused kernels of @{}\n{}",

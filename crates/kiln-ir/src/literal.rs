@@ -509,25 +509,63 @@ impl Literal {
     }
 
     /// Writes the elements as nested lists, one level per dimension (`[[1, 2], [3, 4]]`; a
-    /// scalar is just its element).
+    /// scalar is just its element). Every element is written: this is the form the IR text
+    /// and [`crate::parse_literal`] use.
     pub fn write_nested(&self, out: &mut String) {
-        fn rec(l: &Literal, out: &mut String, dim: usize, offset: usize, strides: &[usize]) {
+        self.write_lists(out, None);
+    }
+
+    /// Writes the elements like [`Literal::write_nested`], but when there are more than
+    /// [`SUMMARY_THRESHOLD`] of them, each dimension longer than `2 *` [`SUMMARY_EDGE`] shows
+    /// only its first and last [`SUMMARY_EDGE`] items, with `...` between (NumPy's
+    /// `threshold` and `edgeitems`): `[[0, 1, 2, ..., 47, 48, 49], ..., [...]]`. This is what
+    /// `Display` prints; the result is for reading, not for parsing back.
+    pub fn write_summary(&self, out: &mut String) {
+        let edge = (self.numel() > SUMMARY_THRESHOLD).then_some(SUMMARY_EDGE);
+        self.write_lists(out, edge);
+    }
+
+    /// The nested lists, with only `edge` items at each end of a longer dimension when given.
+    fn write_lists(&self, out: &mut String, edge: Option<usize>) {
+        fn rec(
+            l: &Literal,
+            out: &mut String,
+            dim: usize,
+            offset: usize,
+            strides: &[usize],
+            edge: Option<usize>,
+        ) {
             if dim == l.shape().len() {
                 out.push_str(&l.format_elem(offset));
                 return;
             }
+            let n = l.shape()[dim];
+            // The items written before the gap and the first one after it.
+            let (head, tail) = match edge {
+                Some(e) if n > 2 * e => (e, n - e),
+                _ => (n, n),
+            };
             out.push('[');
-            for i in 0..l.shape()[dim] {
+            for i in (0..head).chain(tail..n) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                rec(l, out, dim + 1, offset + i * strides[dim], strides);
+                if i == tail && head < tail {
+                    out.push_str("..., ");
+                }
+                rec(l, out, dim + 1, offset + i * strides[dim], strides, edge);
             }
             out.push(']');
         }
-        rec(self, out, 0, 0, &self.ty.strides());
+        rec(self, out, 0, 0, &self.ty.strides(), edge);
     }
 }
+
+/// Above this many elements, a literal's `Display` summarizes it (NumPy's print threshold).
+pub const SUMMARY_THRESHOLD: usize = 1000;
+
+/// The items a summarized literal shows at each end of a dimension (NumPy's `edgeitems`).
+pub const SUMMARY_EDGE: usize = 3;
 
 /// One parsed element: an integer (or `pred` as 0/1) or a float.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -556,10 +594,17 @@ impl Elem {
     }
 }
 
+/// `[[1.0, 2.0], [3.0, 4.0]] : f32[2,2]`: the elements as nested lists, then the type. Above
+/// [`SUMMARY_THRESHOLD`] elements only the ends of each dimension are shown (see
+/// [`Literal::write_summary`]); the alternate form (`{:#}`) shows every element.
 impl fmt::Display for Literal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = String::new();
-        self.write_nested(&mut s);
+        if f.alternate() {
+            self.write_nested(&mut s);
+        } else {
+            self.write_summary(&mut s);
+        }
         write!(f, "{s} : {}", self.ty)
     }
 }

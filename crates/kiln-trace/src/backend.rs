@@ -3,13 +3,14 @@
 //! The CPU backend (LLVM kernels, JIT-compiled for this machine) is the default; set
 //! `KILN_BACKEND=reference` to run everything on the reference interpreter instead, or install
 //! another backend with [`set_backend`]. Compiled executables are cached by backend and program text, so an op or a
-//! traced function of a given signature compiles once.
+//! traced function of a given signature compiles once, even when several threads call it for
+//! the first time at once (they wait for the first one's compile).
 
 use crate::{Error, Result};
 use kiln_ir::{Func, Literal};
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 /// A compiled program.
 pub trait Executable: Send + Sync {
@@ -100,8 +101,79 @@ impl Backend for Cpu {
 
 static BACKEND: RwLock<Option<Arc<dyn Backend>>> = RwLock::new(None);
 
-type Cache = Mutex<Option<HashMap<String, Arc<dyn Executable>>>>;
+/// One signature's compile: empty while its first caller compiles it, then the outcome.
+#[derive(Default)]
+struct Slot {
+    outcome: Mutex<Option<Result<Arc<dyn Executable>>>>,
+    done: Condvar,
+}
+
+impl Slot {
+    /// Records the outcome and wakes every caller waiting for it.
+    fn finish(&self, outcome: Result<Arc<dyn Executable>>) {
+        *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+        self.done.notify_all();
+    }
+
+    /// Waits for the outcome.
+    fn wait(&self) -> Result<Arc<dyn Executable>> {
+        let mut outcome = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(o) = outcome.as_ref() {
+                return o.clone();
+            }
+            outcome = self.done.wait(outcome).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The compile cache: one slot per key (backend, donation, program text). The map's lock is
+/// held only to find or insert a slot, never while compiling, so different keys compile in
+/// parallel.
+type Cache = Mutex<Option<HashMap<String, Arc<Slot>>>>;
 static CACHE: Cache = Mutex::new(None);
+
+/// The first caller's compile of a key. [`Compiling::finish`] hands its outcome to the
+/// waiters (forgetting the key if it failed); dropped without an outcome (the backend
+/// panicked), it gives them an error and forgets the key, so a later call compiles again.
+struct Compiling<'a> {
+    key: &'a str,
+    slot: &'a Arc<Slot>,
+    finished: bool,
+}
+
+impl Compiling<'_> {
+    fn finish(mut self, outcome: Result<Arc<dyn Executable>>) -> Result<Arc<dyn Executable>> {
+        self.finished = true;
+        if outcome.is_err() {
+            forget(self.key, self.slot);
+        }
+        self.slot.finish(outcome.clone());
+        outcome
+    }
+}
+
+impl Drop for Compiling<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            forget(self.key, self.slot);
+            self.slot.finish(Err(Error::internal(
+                "compile",
+                "the backend panicked while compiling",
+            )));
+        }
+    }
+}
+
+/// Removes `key` from the cache if it still maps to `slot` (a failed compile is not cached).
+fn forget(key: &str, slot: &Arc<Slot>) {
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(map) = cache.as_mut()
+        && map.get(key).is_some_and(|s| Arc::ptr_eq(s, slot))
+    {
+        map.remove(key);
+    }
+}
 
 /// Installs the backend used by eager ops and compiled functions from now on.
 pub fn set_backend(b: Arc<dyn Backend>) {
@@ -122,7 +194,9 @@ pub fn backend() -> Arc<dyn Backend> {
 }
 
 /// Compiles `f` with the installed backend, or returns the cached executable for the same
-/// backend and program text.
+/// backend and program text. Each key compiles once: callers that ask for it while its first
+/// compile runs (other threads calling the same function for the first time) wait for that
+/// compile and share its result; a failed compile is reported to all of them and not cached.
 pub fn compile_cached(f: &Func) -> Result<Arc<dyn Executable>> {
     compile_cached_donating(f, &[])
 }
@@ -133,23 +207,33 @@ pub fn compile_cached_donating(f: &Func, donated: &[bool]) -> Result<Arc<dyn Exe
     let b = backend();
     let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
     let key = format!("{}\n{mask}\n{}", b.name(), kiln_ir::print_func(f));
-    if let Some(e) = CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .get(&key)
-    {
-        return Ok(e.clone());
-    }
-    let exe = if donated.iter().any(|&d| d) {
-        b.compile_donating(f, donated)?
-    } else {
-        b.compile(f)?
+    // The first caller for a key inserts its slot and compiles; callers that come while it
+    // compiles wait for its outcome, an error included. A failed compile leaves the cache, so
+    // a later call tries again.
+    let (slot, first) = {
+        let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        let map = cache.get_or_insert_with(HashMap::new);
+        match map.get(&key) {
+            Some(slot) => (slot.clone(), false),
+            None => {
+                let slot = Arc::new(Slot::default());
+                map.insert(key.clone(), slot.clone());
+                (slot, true)
+            }
+        }
     };
-    CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(key, exe.clone());
-    Ok(exe)
+    if !first {
+        return slot.wait();
+    }
+    let compiling = Compiling {
+        key: &key,
+        slot: &slot,
+        finished: false,
+    };
+    let outcome = if donated.iter().any(|&d| d) {
+        b.compile_donating(f, donated)
+    } else {
+        b.compile(f)
+    };
+    compiling.finish(outcome)
 }

@@ -269,6 +269,8 @@ impl Tensor {
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.repr() {
+            // Large values are summarized (`...`); `{:#}` prints every element.
+            Repr::Eager(l) if f.alternate() => write!(f, "{l:#}"),
             Repr::Eager(l) => write!(f, "{l}"),
             Repr::Traced { ty, value, .. } => write!(f, "traced {value} : {ty}"),
             Repr::Failed(e) => write!(f, "failed tensor: {e}"),
