@@ -177,6 +177,30 @@ impl Literal {
         Literal::new(ty, d)
     }
 
+    /// A literal of `ty` whose every element is `x`, converted as [`Literal::from_f64s`]
+    /// converts; an error (never an abort) when the type's byte size overflows i64 or its
+    /// storage cannot be allocated.
+    pub fn try_full(ty: TensorType, x: f64) -> Result<Literal, LiteralError> {
+        fn fill<T: Clone>(ty: &TensorType, v: T) -> Result<Vec<T>, LiteralError> {
+            let (mut out, n) = storage(ty)?;
+            out.resize(n, v);
+            Ok(out)
+        }
+        let t = &ty;
+        let data = match ty.dtype {
+            DType::Pred => Data::Pred(fill(t, x != 0.0)?),
+            DType::I8 => Data::I8(fill(t, x as i8)?),
+            DType::I32 => Data::I32(fill(t, x as i32)?),
+            DType::I64 => Data::I64(fill(t, x as i64)?),
+            DType::U32 => Data::U32(fill(t, x as u32)?),
+            DType::F16 => Data::F16(fill(t, f16::from_f64(x))?),
+            DType::BF16 => Data::BF16(fill(t, bf16::from_f64(x))?),
+            DType::F32 => Data::F32(fill(t, x as f32)?),
+            DType::F64 => Data::F64(fill(t, x)?),
+        };
+        Ok(Literal { ty, data })
+    }
+
     /// A literal from i64 values, each wrapped to the dtype (floats: rounded to nearest).
     pub fn from_i64s(ty: TensorType, values: &[i64]) -> Result<Literal, LiteralError> {
         let d = match ty.dtype {

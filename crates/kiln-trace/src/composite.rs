@@ -37,3 +37,10 @@ pub(crate) fn naming(op: &str, loc: Loc) -> (String, Loc) {
         None => (op.to_string(), loc),
     }
 }
+
+/// A failed tensor for an error of `op` at `loc`, named after the enclosing user-level
+/// operation when there is one (see [`composite`]).
+pub fn failure(op: &str, message: impl Into<String>, loc: Loc) -> crate::Tensor {
+    let (op, loc) = naming(op, loc);
+    crate::Tensor::failed(crate::Error::at(&op, message, loc))
+}

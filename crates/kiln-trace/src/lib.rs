@@ -30,7 +30,7 @@ mod tensor;
 pub mod trace;
 pub mod tree;
 
-pub use composite::composite;
+pub use composite::{composite, failure};
 pub use error::{Error, Result};
 pub use indexing::TakeMode;
 pub use tensor::{Device, Element, Tensor};

@@ -121,30 +121,49 @@ impl Tensor {
         )
     }
 
-    /// A tensor of `dtype` and `shape` filled with `x` (rounded or converted to the dtype).
+    /// A tensor of `dtype` and `shape` filled with `x` (rounded or converted to the dtype). A
+    /// shape too large to address or to allocate gives a failed tensor saying so.
+    #[track_caller]
     pub fn full(dtype: DType, shape: impl Into<Vec<usize>>, x: f64) -> Tensor {
-        let ty = TensorType::new(dtype, shape);
-        let n = ty.numel();
-        Tensor::new(Literal::from_f64s(ty, &vec![x; n]).expect("sizes match"))
+        Tensor::filled("full", TensorType::new(dtype, shape), x, Loc::caller())
     }
 
-    /// Zeros.
+    /// Zeros (a failed tensor for a shape too large to allocate).
+    #[track_caller]
     pub fn zeros(dtype: DType, shape: impl Into<Vec<usize>>) -> Tensor {
-        Tensor::full(dtype, shape, 0.0)
+        Tensor::filled("zeros", TensorType::new(dtype, shape), 0.0, Loc::caller())
     }
 
-    /// Ones.
+    /// Ones (a failed tensor for a shape too large to allocate).
+    #[track_caller]
     pub fn ones(dtype: DType, shape: impl Into<Vec<usize>>) -> Tensor {
-        Tensor::full(dtype, shape, 1.0)
+        Tensor::filled("ones", TensorType::new(dtype, shape), 1.0, Loc::caller())
+    }
+
+    fn filled(op: &str, ty: TensorType, x: f64, loc: Loc) -> Tensor {
+        match ty
+            .check_size()
+            .and_then(|()| Literal::try_full(ty, x).map_err(|e| e.0))
+        {
+            Ok(l) => Tensor::new(l),
+            Err(e) => Tensor::failed(Error::at(op, e, loc)),
+        }
     }
 
     /// `[0, 1, ..., n-1]` of `dtype`.
+    #[track_caller]
     pub fn arange(n: usize, dtype: DType) -> Tensor {
         let ty = TensorType::new(dtype, [n]);
-        Tensor::new(
-            Literal::from_f64s(ty, &(0..n).map(|i| i as f64).collect::<Vec<_>>())
-                .expect("sizes match"),
-        )
+        if let Err(e) = ty.check_size() {
+            return Tensor::failed(Error::at("arange", e, Loc::caller()));
+        }
+        let mut v = Vec::new();
+        if v.try_reserve_exact(n).is_err() {
+            let e = format!("cannot allocate {n} elements for {ty}");
+            return Tensor::failed(Error::at("arange", e, Loc::caller()));
+        }
+        v.extend((0..n).map(|i| i as f64));
+        Tensor::new(Literal::from_f64s(ty, &v).expect("sizes match"))
     }
 
     /// The type, unless the tensor failed.

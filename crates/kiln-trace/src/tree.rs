@@ -35,6 +35,12 @@ pub trait Tree: Sized {
         format!("{}({})", std::any::type_name::<Self>(), tys.join(", "))
     }
 
+    /// [`Tree::signature`] for messages: type names without their module paths
+    /// (`(Tensor, Vec[Tensor(f32[2])])`, not `(kiln_trace::tensor::Tensor, ...)`).
+    fn describe(&self) -> String {
+        readable(&self.signature())
+    }
+
     /// Rebuilds this structure from `leaves` (as many as it has).
     fn with_leaves(&self, leaves: &[Tensor]) -> Self {
         let mut it = leaves.iter();
@@ -98,6 +104,29 @@ impl<T: Tree> Tree for Option<T> {
     }
 }
 
+/// A traced function may return a `Result` and use `?` inside: an `Err` has no leaves and is
+/// handed back as it is (`jit(f).call(x)` then returns `Ok(Err(e))`, and `call(x)??`
+/// propagates it).
+impl<T: Tree> Tree for Result<T, crate::Error> {
+    fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+        if let Ok(x) = self {
+            x.leaves(out);
+        }
+    }
+    fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+        match self {
+            Ok(x) => Ok(x.map_leaves(f)),
+            Err(e) => Err(e.clone()),
+        }
+    }
+    fn signature(&self) -> String {
+        match self {
+            Ok(x) => format!("Ok({})", x.signature()),
+            Err(_) => "Err".into(),
+        }
+    }
+}
+
 impl<T: Tree, const N: usize> Tree for [T; N] {
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         self.iter().for_each(|x| x.leaves(out));
@@ -142,11 +171,43 @@ pub fn zip_map<T: Tree>(
             "tree",
             format!(
                 "tree structures differ: {} and {}",
-                a.signature(),
-                b.signature()
+                a.describe(),
+                b.describe()
             ),
         ));
     }
     let mut it = lb.into_iter();
     Ok(a.map_leaves(&mut |x| f(x, &it.next().expect("checked: same number of leaves"))))
+}
+
+/// `text` with every Rust path shortened to its last segment (`alloc::vec::Vec<kiln::Mlp>`
+/// becomes `Vec<Mlp>`).
+pub fn readable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(word.rsplit("::").next().unwrap_or(""));
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '_' || c == ':' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn paths_are_shortened_to_their_last_segment() {
+        assert_eq!(
+            super::readable("(kiln_trace::tensor::Tensor, alloc::vec::Vec<my::Mlp>)(f32[1])"),
+            "(Tensor, Vec<Mlp>)(f32[1])"
+        );
+    }
 }

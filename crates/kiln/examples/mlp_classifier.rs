@@ -42,13 +42,10 @@ pub fn loss(m: &Mlp, x: &Tensor, y: &Tensor) -> Tensor {
 pub fn step(
     opt: &Adam,
     (m, s, x, y): &(Mlp, AdamState<Mlp>, Tensor, Tensor),
-) -> (Mlp, AdamState<Mlp>, Tensor) {
-    match value_and_grad(|m: &Mlp| loss(m, x, y), m)
-        .and_then(|(l, g)| opt.update(m, &g, s).map(|(m, s)| (m, s, l)))
-    {
-        Ok(r) => r,
-        Err(e) => (m.clone(), s.clone(), Tensor::failed(e)),
-    }
+) -> Result<(Mlp, AdamState<Mlp>, Tensor)> {
+    let (l, g) = value_and_grad(|m: &Mlp| loss(m, x, y), m)?;
+    let (m, s) = opt.update(m, &g, s)?;
+    Ok((m, s, l))
 }
 
 /// The model before training.
@@ -66,7 +63,8 @@ pub fn run(steps: usize, verbose: bool) -> Result<(f64, f64, f64, usize)> {
     let (mut first, mut last) = (None, 0.0);
     for i in 0..steps {
         // The model and optimizer state are donated (updated in place); x and y are lent.
-        let (m2, s2, l) = train.call_donating((m, s, x.clone(), y.clone()))?;
+        // The outer `?`: compiling and running; the inner: the step's own errors.
+        let (m2, s2, l) = train.call_donating((m, s, x.clone(), y.clone()))??;
         (m, s) = (m2, s2);
         last = l.item()?;
         first.get_or_insert(last);

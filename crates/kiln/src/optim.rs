@@ -18,8 +18,8 @@ fn zip_leaves<P: Tree>(
                 "optimizer",
                 format!(
                     "tree {i} does not match the parameters: {} vs {}",
-                    trees[i].signature(),
-                    trees[0].signature()
+                    trees[i].describe(),
+                    trees[0].describe()
                 ),
             ));
         }

@@ -90,14 +90,50 @@ fn key_words(k: &Key) -> (Tensor, Tensor) {
 
 /// The (high, low) words of the row-major index of every position of `shape`.
 fn counters(shape: &[usize]) -> (Tensor, Tensor) {
-    let n: usize = shape.iter().product();
+    let ty = kiln_ir::TensorType::new(DType::U32, shape.to_vec());
+    if let Err(e) = ty.check_size() {
+        let t = kiln_trace::failure("random", e, Loc::caller());
+        return (t.clone(), t);
+    }
+    let n = ty.numel();
     let lo = Tensor::arange(n, DType::U32)
         .reshape(&shape.iter().map(|&s| s as isize).collect::<Vec<_>>());
     (Tensor::zeros(DType::U32, shape.to_vec()), lo)
 }
 
+/// `f()` as the user-level operation `name` at `loc`, after checking the key: a bad key, or
+/// any error inside, names `name` and the user's line (not this file's).
+fn keyed<T>(
+    name: &'static str,
+    k: &Key,
+    loc: Loc,
+    fail: impl Fn(Tensor) -> T,
+    f: impl FnOnce() -> T,
+) -> T {
+    if let Some(t) = k.0.error().map(|e| Tensor::failed(e.clone())).or_else(|| {
+        (k.0.ty() != Some(kiln_ir::TensorType::new(DType::U32, [2]))).then(|| {
+            Tensor::failed(Error::at(
+                name,
+                format!(
+                    "a key must be u32[2] (made by `key(seed)` or `split`), got {}",
+                    k.0
+                ),
+                loc,
+            ))
+        })
+    }) {
+        return fail(t);
+    }
+    kiln_trace::composite(name, loc, f)
+}
+
 /// Uniformly random 32-bit words of `shape` (as `jax.random.bits`).
+#[track_caller]
 pub fn bits(k: &Key, shape: &[usize]) -> Tensor {
+    keyed("bits", k, Loc::caller(), |t| t, || raw_bits(k, shape))
+}
+
+fn raw_bits(k: &Key, shape: &[usize]) -> Tensor {
     let (k0, k1) = key_words(k);
     let (hi, lo) = counters(shape);
     let (a, b) = threefry2x32(&k0, &k1, &hi, &lo);
@@ -105,7 +141,18 @@ pub fn bits(k: &Key, shape: &[usize]) -> Tensor {
 }
 
 /// `n` new keys from `k` (as `jax.random.split`).
+#[track_caller]
 pub fn split(k: &Key, n: usize) -> Vec<Key> {
+    keyed(
+        "split",
+        k,
+        Loc::caller(),
+        |t| vec![Key(t); n],
+        || raw_split(k, n),
+    )
+}
+
+fn raw_split(k: &Key, n: usize) -> Vec<Key> {
     let (k0, k1) = key_words(k);
     let (hi, lo) = counters(&[n]);
     let (a, b) = threefry2x32(&k0, &k1, &hi, &lo);
@@ -120,7 +167,12 @@ pub fn split(k: &Key, n: usize) -> Vec<Key> {
 }
 
 /// A new key from `k` and an integer (as `jax.random.fold_in`).
+#[track_caller]
 pub fn fold_in(k: &Key, data: u32) -> Key {
+    keyed("fold_in", k, Loc::caller(), Key, || raw_fold_in(k, data))
+}
+
+fn raw_fold_in(k: &Key, data: u32) -> Key {
     let (k0, k1) = key_words(k);
     let (a, b) = threefry2x32(
         &k0,
@@ -135,16 +187,28 @@ pub fn fold_in(k: &Key, data: u32) -> Key {
 /// `jax.random.uniform` does; f16/bf16 are drawn in f32 and rounded).
 #[track_caller]
 pub fn uniform(k: &Key, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Tensor {
+    let loc = Loc::caller();
+    keyed(
+        "uniform",
+        k,
+        loc,
+        |t| t,
+        || raw_uniform(k, shape, dtype, lo, hi, loc),
+    )
+}
+
+fn raw_uniform(k: &Key, shape: &[usize], dtype: DType, lo: f64, hi: f64, loc: Loc) -> Tensor {
     if !dtype.is_float() {
-        return Tensor::failed(Error::new(
+        return Tensor::failed(Error::at(
             "uniform",
             format!("uniform needs a float dtype, got {dtype}"),
+            loc,
         ));
     }
     if dtype != DType::F32 {
-        return uniform(k, shape, DType::F32, lo, hi).cast(dtype);
+        return raw_uniform(k, shape, DType::F32, lo, hi, loc).cast(dtype);
     }
-    let b = bits(k, shape);
+    let b = raw_bits(k, shape);
     let mant = or(&shift(&b, 32 - 23, false), &u32c(1.0f32.to_bits()));
     let shape_ty = kiln_ir::TensorType::new(DType::F32, shape.to_vec());
     let one_two = kiln_trace::trace::apply(
@@ -152,7 +216,7 @@ pub fn uniform(k: &Key, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Tens
         &[&mant],
         Some(vec![shape_ty]),
         "uniform",
-        Loc::caller(),
+        loc,
     )
     .remove(0);
     let f = &one_two - 1.0;
@@ -207,18 +271,32 @@ fn erf_inv(x: &Tensor) -> Tensor {
 /// (-1, 1)).
 #[track_caller]
 pub fn normal(k: &Key, shape: &[usize], dtype: DType) -> Tensor {
-    if dtype != DType::F32 && dtype.is_float() {
-        return normal(k, shape, DType::F32).cast(dtype);
-    }
-    let lo = f32::from_bits((-1.0f32).to_bits() - 1) as f64;
-    let u = uniform(k, shape, dtype, lo, 1.0);
-    &erf_inv(&u) * std::f64::consts::SQRT_2
+    let loc = Loc::caller();
+    keyed(
+        "normal",
+        k,
+        loc,
+        |t| t,
+        || {
+            let d = if dtype.is_float() { DType::F32 } else { dtype };
+            let lo = f32::from_bits((-1.0f32).to_bits() - 1) as f64;
+            let u = raw_uniform(k, shape, d, lo, 1.0, loc);
+            (&erf_inv(&u) * std::f64::consts::SQRT_2).cast(if dtype.is_float() { dtype } else { d })
+        },
+    )
 }
 
 /// Bernoulli draws: `true` with probability `p`.
 #[track_caller]
 pub fn bernoulli(k: &Key, p: f64, shape: &[usize]) -> Tensor {
-    uniform(k, shape, DType::F32, 0.0, 1.0).lt(&Tensor::full(DType::F32, [], p))
+    let loc = Loc::caller();
+    keyed(
+        "bernoulli",
+        k,
+        loc,
+        |t| t,
+        || raw_uniform(k, shape, DType::F32, 0.0, 1.0, loc).lt(&Tensor::full(DType::F32, [], p)),
+    )
 }
 
 /// Checks that a key is a `u32[2]` tensor.

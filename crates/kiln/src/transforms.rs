@@ -131,10 +131,10 @@ pub fn grad<I: Tree>(f: impl Fn(&I) -> Tensor) -> impl Fn(&I) -> I {
     }
 }
 
-/// Reverse mode: `f`'s outputs at `x` and a pullback mapping output cotangents (a tree like
-/// the outputs) to input cotangents (a tree like `x`).
+/// Reverse mode: `f`'s outputs at `x` and a [`Pullback`] mapping output cotangents (a tree
+/// like the outputs) to input cotangents (a tree like `x`), as JAX's `vjp`.
 #[track_caller]
-pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, impl Fn(&O) -> Result<I>)> {
+pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, Pullback<I, O>)> {
     let loc = Loc::caller();
     let leaves = leaves_of(x, "vjp", loc)?;
     let (traced, out_t) = trace_tree("f", x, f, loc)?;
@@ -142,31 +142,64 @@ pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, impl Fn(&
     let v = kiln_autodiff::vjp_with_rules(&traced.func, &wrt, &traced.custom)
         .map_err(|e| ad_error("vjp", e, loc))?;
     let outs = apply_transformed(&traced.func, &leaves, &traced.captures, "vjp", loc)?;
-    let n_out = outs.len();
     let primal = out_t.with_leaves(&outs);
-    let x_t = x.with_leaves(&leaves);
-    let pullback = move |ct: &O| -> Result<I> {
+    let pullback = Pullback {
+        func: v,
+        leaves: leaves.clone(),
+        captures: traced.captures.clone(),
+        x: x.with_leaves(&leaves),
+        out: out_t.with_leaves(&outs),
+    };
+    Ok((primal, pullback))
+}
+
+/// The pullback [`vjp`] returns: [`Pullback::call`] maps output cotangents to input
+/// cotangents, as often as wanted.
+pub struct Pullback<I, O> {
+    /// The VJP function: the traced function's parameters (leaves, captures), then one
+    /// cotangent per output; its results: the outputs, then one cotangent per leaf.
+    func: kiln_ir::Func,
+    leaves: Vec<Tensor>,
+    captures: Vec<Tensor>,
+    x: I,
+    out: O,
+}
+
+impl<I: Tree, O: Tree> Pullback<I, O> {
+    /// The input cotangents (a tree like `x`) for output cotangents `ct` (a tree like the
+    /// outputs, each leaf of its output's type). A mismatched cotangent is an error naming
+    /// this call's line.
+    #[track_caller]
+    pub fn call(&self, ct: &O) -> Result<I> {
+        let loc = Loc::caller();
         let cts: Vec<Tensor> = ct.leaf_vec().into_iter().cloned().collect();
-        if cts.len() != n_out {
+        let outs = self.out.leaf_vec();
+        let matches =
+            cts.len() == outs.len() && cts.iter().zip(&outs).all(|(c, o)| c.ty() == o.ty());
+        if let Some(e) = cts.iter().find_map(|t| t.error()) {
+            return Err(e.clone());
+        }
+        if !matches {
             return Err(Error {
-                op: "vjp".into(),
-                message: format!("the cotangent has {} leaves, the output {n_out}", cts.len()),
+                op: "pullback".into(),
+                message: format!(
+                    "the cotangent {} does not match the output {}",
+                    ct.describe(),
+                    self.out.describe()
+                ),
                 loc: Some(loc),
             });
         }
-        let mut args: Vec<Tensor> = leaves.clone();
-        args.extend(traced.captures.iter().cloned());
+        let mut args: Vec<Tensor> = self.leaves.clone();
+        args.extend(self.captures.iter().cloned());
         args.extend(cts);
-        // The VJP function's parameters: the traced function's (leaves, captures), then one
-        // cotangent per output.
         let refs: Vec<&Tensor> = args.iter().collect();
-        let res = call(&v, &refs, "vjp", loc);
+        let res = call(&self.func, &refs, "pullback", loc);
         if let Some(e) = res.iter().find_map(|t| t.error()) {
             return Err(e.clone());
         }
-        Ok(x_t.with_leaves(&res[n_out..]))
-    };
-    Ok((primal, pullback))
+        Ok(self.x.with_leaves(&res[outs.len()..]))
+    }
 }
 
 /// Forward mode: `f`'s outputs at `x` and their derivative in the direction `t` (a tree like
@@ -182,8 +215,8 @@ pub fn jvp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I, t: &I) -> Result<(O, O)
             op: "jvp".into(),
             message: format!(
                 "the tangent {} does not match the primal {}",
-                t.signature(),
-                x.signature()
+                t.describe(),
+                x.describe()
             ),
             loc: Some(loc),
         });

@@ -129,7 +129,7 @@ fn value_and_grad_aux_vjp_jvp() {
     assert_eq!(y.to_vec::<f64>().unwrap(), vec![1.0, 4.0]);
     let ct = t64(vec![1.0, 10.0], &[2]);
     assert_eq!(
-        pullback(&ct).unwrap().to_vec::<f64>().unwrap(),
+        pullback.call(&ct).unwrap().to_vec::<f64>().unwrap(),
         vec![2.0, 40.0]
     );
     let (y, ydot) = jvp(|x: &Tensor| x.sin(), &x, &t64(vec![1.0, 0.0], &[2])).unwrap();
@@ -242,6 +242,14 @@ fn bad_inputs_name_the_source_line() {
     case!("scaled_dot_product_attention", sdpa(&a, &a, &a, Some(&i3), false, None).to_literal());
     case!("iota", Tensor::iota(DType::F32, &[2], 1).to_literal());
     case!("add", jit(|x: &Tensor| x + &Tensor::zeros(DType::F32, [7])) .call(&v3) .map(|_| ()));
+    let (_, pullback) = vjp(|x: &Tensor| x * x, &v3).unwrap();
+    case!("pullback", pullback.call(&v4));
+    case!("pullback", pullback.call(&i3));
+    let bad_key = kiln::random::Key(v3.clone());
+    case!("uniform", kiln::random::uniform(&bad_key, &[2], DType::F32, 0.0, 1.0).to_literal());
+    case!("normal", kiln::random::normal(&bad_key, &[2], DType::F32).to_literal());
+    case!("split", kiln::random::split(&bad_key, 2)[0].0.to_literal());
+    case!("bits", kiln::random::bits(&kiln::random::key(1), &[usize::MAX, 2]).to_literal());
     assert!(cases.len() >= 25, "{} cases", cases.len());
     for (line, op, e) in &cases {
         let text = e.to_string();
@@ -257,6 +265,9 @@ fn bad_inputs_name_the_source_line() {
             text.contains(op),
             "line {line}: `{op}` missing from: {text}"
         );
+        // Messages speak the user's language: no Rust module paths, no doubled prefixes.
+        assert!(!text.contains("::"), "line {line}: a Rust path in: {text}");
+        assert!(!text.contains("bad arguments: bad arguments"), "line {line}: {text}");
     }
 }
 
