@@ -36,7 +36,7 @@ pub use kiln_trace::{
     Device, Element, Error, Result, TakeMode, Tensor, Tree, backend, promote, tree,
 };
 pub use transforms::{
-    Jit, custom_vjp, grad, jit, jvp, value_and_grad, value_and_grad_with_aux, vjp,
+    Jit, Pullback, custom_vjp, grad, jit, jvp, value_and_grad, value_and_grad_with_aux, vjp,
 };
 
 /// The same values with no gradient flowing back (JAX `stop_gradient`).
