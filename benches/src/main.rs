@@ -59,6 +59,17 @@ fn check<I: Tree, O: Tree + Clone>(
     x: &I,
 ) -> Result<(), String> {
     let compiled = jit(f).call(x).map_err(|e| e.to_string())?;
+    agrees(name, f, x, &compiled)
+}
+
+/// Checks `got`, the result of `f` at `x` computed some way, against the reference
+/// interpreter's.
+fn agrees<I: Tree, O: Tree>(
+    name: &str,
+    f: impl Fn(&I) -> O + Copy,
+    x: &I,
+    compiled: &O,
+) -> Result<(), String> {
     let func = kiln::lower::trace_ir(f, x).map_err(|e| e.to_string())?;
     let args: Vec<_> = x
         .leaf_vec()
@@ -178,6 +189,39 @@ fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
     })
 }
 
+/// `mlp_train_step` without `jit`, as a user's eager loop runs it: the gradient comes from
+/// `value_and_grad` (which compiles the gradient function once per signature) and the update
+/// runs op by op.
+fn mlp_train_step_eager(batch: usize, verify: bool) -> Result<Timing, String> {
+    let dims: &[usize] = if verify {
+        &[784 / 8, 1024 / 8, 1024 / 8, 10]
+    } else {
+        &[784, 1024, 1024, 10]
+    };
+    let m = Mlp::new(&key(8), dims, DType::F32);
+    let s = Sgd::new(0.01).init(&m);
+    let x = normal(&key(9), &[batch, dims[0]], DType::F32);
+    let y = Tensor::from_vec(
+        (0..batch).map(|i| (i * 7 % 10) as i32).collect::<Vec<_>>(),
+        [batch],
+    )
+    .map_err(|e| e.to_string())?;
+    if verify {
+        let args = (m, s, x, y);
+        let (m, l) = mlp_step(&args);
+        return agrees("mlp_train_step_eager", mlp_step, &args, &(m, l))
+            .map(|()| Timing::default());
+    }
+    let mut state = Some(m);
+    time(|| {
+        let m = state.take().expect("carried");
+        let (m, l) = mlp_step(&(m, s.clone(), x.clone(), y.clone()));
+        let l = l.item().map_err(|e| e.to_string())?;
+        state = Some(m);
+        Ok(l)
+    })
+}
+
 fn conv(
     x_shape: [usize; 4],
     w_shape: [usize; 4],
@@ -261,6 +305,11 @@ const WORKLOADS: &[Workload] = &[
         name: "mlp_train_step",
         sizes: (256, 16),
         run: mlp_train_step,
+    },
+    Workload {
+        name: "mlp_train_step_eager",
+        sizes: (256, 16),
+        run: mlp_train_step_eager,
     },
     Workload {
         name: "conv_7x7s2_32x3x224",
