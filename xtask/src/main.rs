@@ -157,7 +157,7 @@ fn ensure_ptxas() -> Option<PathBuf> {
     if works(&ptxas) {
         Some(ptxas)
     } else {
-        eprintln!("[xtask] warning: ptxas is unavailable; PTX is checked as text only");
+        eprintln!("[xtask] ptxas is unavailable");
         None
     }
 }
