@@ -2,7 +2,10 @@
 //!
 //! Frames nest (a function traced inside another's trace). A tensor of an outer frame used in
 //! an inner one becomes a capture: an extra parameter of the inner function, fed the outer
-//! value when the inner function is applied. An eager tensor used in a trace becomes a constant.
+//! value when the inner function is applied. An eager tensor used in a trace becomes a constant,
+//! except that in a frame traced by [`trace_hoisting`] one of more than [`HOIST_ELEMENTS`]
+//! elements (a batch of data, say) becomes a capture too: the program's text stays small and
+//! shape-keyed, so the next batch of the same shape reuses the compiled function.
 
 use crate::tensor::{Repr, Tensor};
 use crate::{Error, Result};
@@ -22,7 +25,12 @@ struct Frame {
     /// Values already made for eager constants and captures, by tensor identity; the tensor is
     /// kept so its identity cannot be reused while the frame lives.
     known: HashMap<usize, (Tensor, ValueId)>,
+    /// Whether large eager tensors become captures rather than constants.
+    hoist: bool,
 }
+
+/// Eager tensors with more elements than this become captures in a hoisting frame.
+pub const HOIST_ELEMENTS: usize = 1024;
 
 thread_local! {
     static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
@@ -57,6 +65,27 @@ pub fn trace(
     params: &[TensorType],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Result<Traced> {
+    trace_frame(name, params, false, f)
+}
+
+/// [`trace`], where eager tensors of more than [`HOIST_ELEMENTS`] elements that `f` uses
+/// become captures (parameters fed their values when the function is applied) instead of
+/// constants: what `jit` and the transforms use, so data closed over by the traced function is
+/// neither printed into the program nor compiled into it.
+pub fn trace_hoisting(
+    name: &str,
+    params: &[TensorType],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<Traced> {
+    trace_frame(name, params, true, f)
+}
+
+fn trace_frame(
+    name: &str,
+    params: &[TensorType],
+    hoist: bool,
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<Traced> {
     let id = NEXT_FRAME.fetch_add(1, Ordering::Relaxed);
     let mut b = Builder::new(name);
     let args: Vec<Tensor> = params
@@ -78,6 +107,7 @@ pub fn trace(
             captures: Vec::new(),
             custom: Vec::new(),
             known: HashMap::new(),
+            hoist,
         })
     });
     let guard = FrameGuard;
@@ -179,6 +209,12 @@ fn value_in(fr: &mut Frame, live: &[u64], t: &Tensor) -> Result<ValueId> {
         Repr::Eager(lit) => {
             if let Some((_, v)) = fr.known.get(&key) {
                 return Ok(*v);
+            }
+            if fr.hoist && lit.numel() > HOIST_ELEMENTS {
+                let v = fr.b.param(lit.ty().clone());
+                fr.captures.push(t.clone());
+                fr.known.insert(key, (t.clone(), v));
+                return Ok(v);
             }
             let v =
                 fr.b.push(Op::Constant { value: lit.clone() }, &[])

@@ -28,22 +28,31 @@ fn leaves_of<T: Tree>(x: &T, op: &str, loc: Loc) -> Result<Vec<Tensor>> {
 }
 
 /// Traces `f` on symbolic copies of `x`'s leaves; returns the function, its captures and the
-/// output template `f` returned.
+/// output template `f` returned. With `hoist`, large eager tensors `f` closes over (its data)
+/// become captures, passed when the function is applied, instead of constants: the
+/// transforms apply their function at once, and a program keyed by its text then compiles
+/// once per shape, not once per batch of data.
 fn trace_tree<I: Tree, O: Tree>(
     name: &str,
     x: &I,
     f: impl FnOnce(&I) -> O,
     loc: Loc,
+    hoist: bool,
 ) -> Result<(kiln_trace::trace::Traced, O)> {
     let leaves = leaves_of(x, name, loc)?;
     let types: Vec<_> = leaves.iter().map(|t| t.ty().expect("not failed")).collect();
     let mut template = None;
-    let traced = trace(name, &types, |params| {
+    let body = |params: &[Tensor]| {
         let out = f(&x.with_leaves(params));
         let outs = out.leaf_vec().into_iter().cloned().collect();
         template = Some(out);
         outs
-    })?;
+    };
+    let traced = if hoist {
+        kiln_trace::trace::trace_hoisting(name, &types, body)?
+    } else {
+        trace(name, &types, body)?
+    };
     Ok((traced, template.expect("the traced closure ran")))
 }
 
@@ -95,6 +104,7 @@ fn value_and_grad_at<I: Tree, A: Tree>(
             (v, a)
         },
         loc,
+        true,
     )?;
     let wrt: Vec<usize> = (0..leaves.len()).collect();
     let g = kiln_autodiff::value_and_grad_with_rules(&traced.func, &wrt, true, &traced.custom)
@@ -137,7 +147,7 @@ pub fn grad<I: Tree>(f: impl Fn(&I) -> Tensor) -> impl Fn(&I) -> I {
 pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, Pullback<I, O>)> {
     let loc = Loc::caller();
     let leaves = leaves_of(x, "vjp", loc)?;
-    let (traced, out_t) = trace_tree("f", x, f, loc)?;
+    let (traced, out_t) = trace_tree("f", x, f, loc, true)?;
     let wrt: Vec<usize> = (0..leaves.len()).collect();
     let v = kiln_autodiff::vjp_with_rules(&traced.func, &wrt, &traced.custom)
         .map_err(|e| ad_error("vjp", e, loc))?;
@@ -221,7 +231,7 @@ pub fn jvp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I, t: &I) -> Result<(O, O)
             loc: Some(loc),
         });
     }
-    let (traced, out_t) = trace_tree("f", x, f, loc)?;
+    let (traced, out_t) = trace_tree("f", x, f, loc, true)?;
     if let Some(bad) = out_t.leaf_vec().iter().find(|o| !o.dtype().is_float()) {
         return Err(Error {
             op: "jvp".into(),
@@ -362,7 +372,7 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         if let Some(c) = cached {
             return Ok(c);
         }
-        let (traced, template) = trace_tree("jit", x, &self.f, loc)?;
+        let (traced, template) = trace_tree("jit", x, &self.f, loc, false)?;
         if !traced.captures.is_empty() {
             return Err(Error {
                 op: "jit".into(),
@@ -412,7 +422,7 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         {
             return Ok(c.func.clone());
         }
-        Ok(trace_tree("jit", x, &self.f, loc)?.0.func)
+        Ok(trace_tree("jit", x, &self.f, loc, false)?.0.func)
     }
 }
 
