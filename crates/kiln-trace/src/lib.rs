@@ -22,6 +22,7 @@
 
 pub mod backend;
 mod composite;
+mod eager;
 mod error;
 mod indexing;
 pub mod ops;
