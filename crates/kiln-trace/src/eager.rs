@@ -1,11 +1,24 @@
 //! Eager elementwise arithmetic that needs no compiler: float add, subtract, multiply,
-//! divide, maximum, minimum, negate and abs on f32 and f64 run as plain loops, so the first
-//! eager use of such an op on a large tensor costs no compile (an optimizer update step is
-//! made of them). Each result is bit for bit the reference interpreter's: the reference
+//! divide, maximum, minimum, negate and abs on f32 and f64 run as plain loops the first time
+//! an op of a signature is used, so that use costs no compile (an optimizer update step is
+//! made of them); an op used again (a training loop) is compiled once, and its kernel, split
+//! across threads, runs from then on. Each result is bit for bit the reference interpreter's: the reference
 //! computes in f64 and rounds once, and for these operations rounding an f32 operation's exact
 //! result once (here) or the f64 result again (there) gives the same value.
 
-use kiln_ir::{Data, Literal, Op, TensorType};
+use kiln_ir::{Data, Func, Literal, Op, TensorType};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// Whether `f` (a one-op eager function) is used for the first time in this process: the
+/// signatures seen so far are kept by their text.
+pub(crate) fn first_use(f: &Func) -> bool {
+    static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    SEEN.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(kiln_ir::print_func(f))
+}
 
 /// `op` on `lits` computed natively, when it is one of the operations above on f32 or f64
 /// operands; `None` otherwise (the caller compiles or interprets it).

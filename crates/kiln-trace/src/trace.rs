@@ -355,7 +355,9 @@ fn run_op(
         ));
     }
     kiln_ir::verify(&f).map_err(|e| Error::internal("run", e.to_string()))?;
-    if let Some(l) = crate::eager::native(&f.insts[0].op, lits, &f.output_types) {
+    if crate::eager::first_use(&f)
+        && let Some(l) = crate::eager::native(&f.insts[0].op, lits, &f.output_types)
+    {
         return Ok(vec![l]);
     }
     let exe = crate::backend::compile_cached(&f)?;
