@@ -916,6 +916,10 @@ fn inlinable(
     if numel == 0 {
         return Err("empty".into());
     }
+    if k.out != f.values[v.index()] {
+        // A byte copy (a bitcast between 16- or 8-bit types): its positions are bytes.
+        return Err(format!("writes the bytes of a {}", f.values[v.index()]));
+    }
     if f.outputs.contains(&v) {
         return Err("a function output (must be stored)".into());
     }
@@ -948,6 +952,26 @@ fn inlinable(
             .filter(|(_, o)| **o == v)
             .map(|(j, _)| j)
             .collect();
+        // A user that reads the value's bytes as another type (a bitcast between 16- or 8-bit
+        // types is a byte copy) indexes the stored buffer, so the value must be stored.
+        let dtype = f.values[v.index()].dtype;
+        let mut reinterprets = false;
+        visit(&uk.body, &mut |e| {
+            if let Expr::Load {
+                input, dtype: d, ..
+            }
+            | Expr::Gather {
+                input, dtype: d, ..
+            } = e
+                && positions.contains(input)
+                && *d != dtype
+            {
+                reinterprets = true;
+            }
+        });
+        if reinterprets {
+            return Err(format!("user #{u} reads its bytes as another type"));
+        }
         if reduces {
             // Its reductions run ahead of the loops they do not depend on; read inside a
             // reduction of the user that moves along a dimension they depend on (a row's

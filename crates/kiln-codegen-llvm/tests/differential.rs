@@ -740,3 +740,33 @@ fn equal_kernels_share_one_function() {
         }
     }
 }
+
+/// A bitcast between 16- or 8-bit types is a byte copy of its operand's buffer, so its operand
+/// is stored, not inlined into it (it read a reversed f16 operand's bytes at element positions
+/// and returned zeros), and it is not inlined into its users (its positions are bytes). Found
+/// by the random programs with every op (seed 260).
+#[test]
+fn byte_copy_bitcasts_of_computed_values_agree_with_the_reference() {
+    for src in [
+        "func @main(%0: f16[1,4]) -> bf16[1,4] {
+  %1 = reverse %0 {dimensions = [0, 1]} : f16[1,4]
+  %2 = bitcast_convert %1 : bf16[1,4]
+  return %2
+}",
+        "func @main(%0: f16[3,5], %1: f16[3,5]) -> bf16[3,5] {
+  %2 = add %0, %1 : f16[3,5]
+  %3 = bitcast_convert %2 : bf16[3,5]
+  %4 = bitcast_convert %1 : bf16[3,5]
+  %5 = multiply %3, %4 : bf16[3,5]
+  return %5
+}",
+        "func @main(%0: i8[2,4]) -> f32[2] {
+  %1 = reverse %0 {dimensions = [1]} : i8[2,4]
+  %2 = bitcast_convert %1 : f32[2]
+  %3 = abs %2 : f32[2]
+  return %3
+}",
+    ] {
+        common::agrees_on_random_inputs(src, 7);
+    }
+}
