@@ -8,7 +8,7 @@
 use kiln::nn::{Mlp, cross_entropy};
 use kiln::optim::{Sgd, SgdState};
 use kiln::random::{key, normal, uniform};
-use kiln::{DType, Tensor, Tree, jit, value_and_grad};
+use kiln::{DType, Tensor, Tree, grad, jit, value_and_grad};
 use std::time::Instant;
 
 /// A workload: builds inputs of a size and the function to time.
@@ -23,6 +23,8 @@ struct Workload {
 struct Timing {
     first: f64,
     samples: Vec<f64>,
+    /// The fresh first calls of a compile_chain_* row (`first` is their median).
+    first_calls: Vec<f64>,
 }
 
 fn rand(shape: &[usize], seed: u64) -> Tensor {
@@ -48,7 +50,11 @@ fn time<O>(mut f: impl FnMut() -> Result<O, String>) -> Result<Timing, String> {
         }
         samples.push(t.elapsed().as_secs_f64() / inner as f64);
     }
-    Ok(Timing { first, samples })
+    Ok(Timing {
+        first,
+        samples,
+        first_calls: Vec::new(),
+    })
 }
 
 /// Runs `f` on `x` compiled (the installed backend) and on the reference interpreter, and
@@ -270,6 +276,114 @@ fn attention_sdpa(t: usize, verify: bool) -> Result<Timing, String> {
     measure("attention_sdpa", f, &attention_inputs(t, verify), verify)
 }
 
+/// The chain of `n` elementwise steps of the compile_chain_* rows: step i is
+/// `x = sin(x) * 0.9` for even i and `x = tanh(x * 1.01 + 0.1)` for odd i; the loss is the sum.
+fn chain_loss(n: usize) -> impl Fn(&Tensor) -> Tensor + Copy {
+    move |x: &Tensor| {
+        let mut x = x.clone();
+        for i in 0..n {
+            x = if i % 2 == 0 {
+                &x.sin() * 0.9
+            } else {
+                (&(&x * 1.01) + 0.1).tanh()
+            };
+        }
+        x.sum(&[0], false)
+    }
+}
+
+/// The chain's gradient at `x`, computed in f64: the product of the steps' derivatives.
+fn chain_grad_f64(n: usize, x: &[f32]) -> Vec<f64> {
+    x.iter()
+        .map(|&x| {
+            let (mut v, mut d) = (f64::from(x), 1.0f64);
+            for i in 0..n {
+                if i % 2 == 0 {
+                    d *= 0.9 * v.cos();
+                    v = 0.9 * v.sin();
+                } else {
+                    v = (v * 1.01 + 0.1).tanh();
+                    d *= 1.01 * (1.0 - v * v);
+                }
+            }
+            d
+        })
+        .collect()
+}
+
+/// A fresh, empty kernel cache directory for one cold compile (removed by the caller).
+fn fresh_cache_dir(tag: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("kiln-bench-{}-{tag}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// One cold first call of `jit(grad(chain))` at `x`: tracing, compiling with every kiln
+/// compile cache bypassed (a new `Jit`, no process-wide executable cache, an empty kernel
+/// cache directory) and one execution. Returns the seconds, the gradient and, with `warm`,
+/// samples of later calls of the compiled program.
+fn chain_first_call(n: usize, x: &Tensor, warm: bool) -> Result<(f64, Vec<f32>, Vec<f64>), String> {
+    let dir = fresh_cache_dir(&format!("chain{n}"));
+    let t = Instant::now();
+    let j = jit(grad(chain_loss(n))).bypassing_caches(Some(dir.clone()));
+    let g = j.call(x).map_err(|e| e.to_string())?;
+    let g = g.to_vec::<f32>().map_err(|e| e.to_string())?;
+    let s = t.elapsed().as_secs_f64();
+    let samples = if warm {
+        time(|| j.call(x).map_err(|e| e.to_string()))?.samples
+    } else {
+        Vec::new()
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((s, g, samples))
+}
+
+/// The compile_chain_* rows (shared/bench/README.md): the median of 3 cold first calls of the
+/// jitted gradient of an `n`-step chain on x f32[256], after one warm-up compile of a tiny
+/// different program (n = 2, x [8]). The gradient is checked against [`chain_grad_f64`]; on
+/// the small instance (`verify`) also against the reference interpreter.
+fn compile_chain(n: usize, verify: bool) -> Result<Timing, String> {
+    let size = if verify { 16 } else { 256 };
+    let x = normal(&key(4), &[size], DType::F32);
+    if verify {
+        check(
+            "compile_chain",
+            move |x: &Tensor| grad(chain_loss(n))(x),
+            &x,
+        )?;
+    } else {
+        chain_first_call(2, &normal(&key(4), &[8], DType::F32), false)?;
+    }
+    let want = chain_grad_f64(n, &x.to_vec::<f32>().map_err(|e| e.to_string())?);
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (mut first_calls, mut samples) = (Vec::new(), Vec::new());
+    let runs = if verify { 1 } else { 3 };
+    for run in 0..runs {
+        let (s, got, warm) = chain_first_call(n, &x, run + 1 == runs)?;
+        samples = warm;
+        // The gradient underflows (about 1e-24 at n = 250, 0 in f32 from n = 1000): an
+        // absolute floor below f32's smallest normal number.
+        if let Some(i) = got
+            .iter()
+            .zip(&want)
+            .position(|(&g, &w)| (f64::from(g) - w).abs() > 1e-3 * scale + 1e-37)
+        {
+            return Err(format!(
+                "compile_chain_{n}: element {i} is {} but the f64 gradient is {}",
+                got[i], want[i]
+            ));
+        }
+        first_calls.push(s);
+    }
+    Ok(Timing {
+        first: median(&first_calls),
+        samples,
+        first_calls,
+    })
+}
+
 const WORKLOADS: &[Workload] = &[
     Workload {
         name: "matmul_256",
@@ -331,6 +445,21 @@ const WORKLOADS: &[Workload] = &[
         sizes: (512, 16),
         run: attention_sdpa,
     },
+    Workload {
+        name: "compile_chain_250",
+        sizes: (250, 24),
+        run: compile_chain,
+    },
+    Workload {
+        name: "compile_chain_1000",
+        sizes: (1000, 25),
+        run: compile_chain,
+    },
+    Workload {
+        name: "compile_chain_4000",
+        sizes: (4000, 26),
+        run: compile_chain,
+    },
 ];
 
 fn median(v: &[f64]) -> f64 {
@@ -385,6 +514,19 @@ fn main() {
                     t.first * 1e3
                 );
                 let samples: Vec<String> = t.samples.iter().map(|s| format!("{s:.6e}")).collect();
+                if !t.first_calls.is_empty() {
+                    let firsts: Vec<String> =
+                        t.first_calls.iter().map(|s| format!("{s:.6e}")).collect();
+                    eprintln!("{:24} first calls {:?} s", w.name, t.first_calls);
+                    entries.push(format!(
+                        "\"{}\": {{\"first_call_s\": {:.6e}, \"first_calls_s\": [{}], \"median_s\": {med:.6e}, \"min_s\": {min:.6e}, \"samples_s\": [{}]}}",
+                        w.name,
+                        t.first,
+                        firsts.join(", "),
+                        samples.join(", ")
+                    ));
+                    continue;
+                }
                 entries.push(format!(
                     "\"{}\": {{\"first_call_s\": {:.6e}, \"median_s\": {med:.6e}, \"min_s\": {min:.6e}, \"compile_s\": {:.6e}, \"samples_s\": [{}]}}",
                     w.name,

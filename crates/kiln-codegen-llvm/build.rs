@@ -1,5 +1,7 @@
 //! Hashes this crate's sources into `KILN_CODEGEN_SOURCE_HASH`, which the kernel cache puts in
-//! its keys: a library that other code generation built is never loaded (see `src/cache.rs`).
+//! its keys: a library that other code generation built is never loaded (see `src/cache.rs`);
+//! and them with the optimizer's and the IR's into `KILN_PREPARE_SOURCE_HASH`, for the index of
+//! input programs (`src/cpu/lowering.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -17,13 +19,13 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn main() {
-    println!("cargo:rerun-if-changed=src");
-    println!("cargo:rerun-if-changed=build.rs");
+/// 64-bit FNV-1a over each file's path and bytes, in path order, of the files under `dirs`.
+fn hash_of(dirs: &[&str]) -> u64 {
     let mut files = Vec::new();
-    sources(Path::new("src"), &mut files);
+    for d in dirs {
+        sources(Path::new(d), &mut files);
+    }
     files.sort();
-    // 64-bit FNV-1a over each file's path and bytes, in path order.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for f in &files {
         let bytes = std::fs::read(f).unwrap_or_default();
@@ -32,5 +34,26 @@ fn main() {
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-    println!("cargo:rustc-env=KILN_CODEGEN_SOURCE_HASH={h:016x}");
+    h
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=src");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!(
+        "cargo:rustc-env=KILN_CODEGEN_SOURCE_HASH={:016x}",
+        hash_of(&["src"])
+    );
+    // What the index of input programs (`src/cpu/lowering.rs`) depends on besides this crate:
+    // the optimizer (its code and rules) and the IR (its printer and parser).
+    let prepare = ["../kiln-opt/src", "../kiln-opt/rules", "../kiln-ir/src"];
+    for d in prepare {
+        println!("cargo:rerun-if-changed={d}");
+    }
+    let mut dirs = vec!["src"];
+    dirs.extend(prepare);
+    println!(
+        "cargo:rustc-env=KILN_PREPARE_SOURCE_HASH={:016x}",
+        hash_of(&dirs)
+    );
 }

@@ -315,19 +315,31 @@ fn link(objs: &[PathBuf], out: &Path) -> Result<()> {
 /// The cached object file for `key` (a GEMM routine's, which every library that calls it links
 /// in), if it is there and intact.
 pub fn load_object(dir: &Path, key: &str) -> Option<Vec<u8>> {
-    check_dir(dir).ok()?;
-    read_checked(
-        &dir.join(format!("{key}.o")),
-        &dir.join(format!("{key}.o.sum")),
-    )
+    load_file(dir, key, "o")
 }
 
 /// Stores the object file `bytes` under `key`, with its checksum.
 pub fn store_object(dir: &Path, key: &str, bytes: &[u8]) -> Result<()> {
+    store_file(dir, key, "o", bytes)
+}
+
+/// The cached file `key.ext` (an object file, or a lowered program of the index of input
+/// programs: `cpu::lowering`), if it is there and intact.
+pub fn load_file(dir: &Path, key: &str, ext: &str) -> Option<Vec<u8>> {
+    check_dir(dir).ok()?;
+    read_checked(
+        &dir.join(format!("{key}.{ext}")),
+        &dir.join(format!("{key}.{ext}.sum")),
+    )
+}
+
+/// Stores `bytes` as the file `key.ext`, with its checksum.
+pub fn store_file(dir: &Path, key: &str, ext: &str, bytes: &[u8]) -> Result<()> {
     let io = |e: std::io::Error| Error::Llvm(format!("kernel cache {}: {e}", dir.display()));
     private_dir(dir)?;
     let tag = temp_tag();
-    for (ext, data) in [("o", bytes), ("o.sum", hash(bytes).as_bytes())] {
+    let sum = format!("{ext}.sum");
+    for (ext, data) in [(ext, bytes), (sum.as_str(), hash(bytes).as_bytes())] {
         let tmp = dir.join(format!("{key}.{tag}.{ext}"));
         write_private(&tmp, data).map_err(io)?;
         std::fs::rename(&tmp, dir.join(format!("{key}.{ext}"))).map_err(io)?;

@@ -27,10 +27,12 @@ use kiln_ir::{
 
 mod compile_times;
 mod gemm;
+mod lowering;
 mod math;
 mod sum_tree;
 
 use compile_times::PhaseClock;
+use lowering::prepare;
 
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
@@ -44,6 +46,7 @@ pub struct CpuExecutable {
     _engine: Option<ExecutionEngine<'static>>,
     _library: Option<crate::cache::Library>,
     from_cache: bool,
+    lowered_from_cache: bool,
     /// Kernel functions compiled (kernels equal to an earlier one share its function).
     functions: usize,
     _context: Box<Context>,
@@ -3334,25 +3337,12 @@ fn compile_cached(
     dir: &std::path::Path,
     names: &[String],
 ) -> Result<(crate::cache::Library, bool)> {
-    use inkwell::targets::{FileType, TargetMachine};
+    use inkwell::targets::FileType;
     // The key: what the modules are built from (the function, its kernels and the in-place
     // outputs), the settings that change how they are emitted and optimized, the CPU and
     // this crate's sources. Building and printing the LLVM IR to hash it instead took about
     // 40 ms of the MLP step's 60 ms compile with the cache warm.
-    let machine = format!(
-        "{} {} {} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
-        TargetMachine::get_host_cpu_name().to_string_lossy(),
-        TargetMachine::get_host_cpu_features().to_string_lossy(),
-        crate::PIPELINE,
-        crate::EXPLICIT_PIPELINE,
-        crate::LIGHT_PIPELINE,
-        gemm_unroll(),
-        wide_vectors(true),
-        streaming(),
-        row_caches(),
-        guard_splits(),
-        env!("KILN_CODEGEN_SOURCE_HASH"),
-    );
+    let machine = lowering::machine_settings();
     let key = crate::cache::key(&format!("{f}\n{ks:?}\n{aliases:?}"), &machine);
     if let Some(lib) = crate::cache::load(dir, &key, names) {
         return Ok((lib, true));
@@ -4173,29 +4163,6 @@ fn printing_options() -> kiln_opt::Options {
     }
 }
 
-/// The program the backend lowers: optimized (unless `KILN_NO_OPT=1`), then canonicalized.
-fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
-    let optimized;
-    let f = if std::env::var("KILN_NO_OPT").is_ok_and(|v| v == "1") {
-        f
-    } else {
-        optimized = kiln_opt::optimize(f, opts)
-            .map_err(|e| Error::Llvm(format!("optimizing: {e}")))?
-            .0;
-        &optimized
-    };
-    let f = &crate::canon::expand_rngs(f)
-        .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
-    let f = &crate::canon::fold_transposed_products(f)
-        .map_err(|e| Error::Llvm(format!("folding transposed products: {e}")))?;
-    let f = &crate::canon::winograd_convs(f)
-        .map_err(|e| Error::Llvm(format!("rewriting 3 x 3 convolutions (Winograd): {e}")))?;
-    let convs = crate::canon::gemm_convs(f)
-        .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
-    crate::canon::canonicalize_dots(&convs)
-        .map_err(|e| Error::Llvm(format!("canonicalizing matrix products: {e}")))
-}
-
 impl CpuExecutable {
     /// Compiles `f` for this CPU, through the kernel cache of [`crate::cache::dir`].
     pub fn compile(f: &Func) -> Result<CpuExecutable> {
@@ -4227,17 +4194,8 @@ impl CpuExecutable {
             );
         }
         let mut clock = PhaseClock::new(&f.name);
-        let canonical = prepare(f, &kiln_opt::Options::from_env())?;
-        clock.lap("optimize and canonicalize the graph");
-        let fused = fused_kernels(&canonical);
-        crate::fuse::check_legal(&canonical, &fused)
-            .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", canonical.name)))?;
-        clock.lap("fuse");
-        let (scheduled, fused, note) = scheduled(canonical, fused, donated)?;
-        if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
-            eprintln!("// kiln: {note}");
-        }
-        clock.lap("schedule");
+        let (scheduled, fused, lowered_from_cache) =
+            lowering::lowered(f, donated, cache, &mut clock)?;
         let f = &scheduled;
         let ks = &fused.kernels;
         let steps = steps_of(f, &fused);
@@ -4376,6 +4334,7 @@ impl CpuExecutable {
             _engine: engine,
             _library: library,
             from_cache,
+            lowered_from_cache,
             functions: own.iter().flatten().count(),
             _context: context,
         })
@@ -4389,6 +4348,12 @@ impl CpuExecutable {
     /// Whether the kernels were loaded from the on-disk cache (see [`crate::cache`]).
     pub fn loaded_from_cache(&self) -> bool {
         self.from_cache
+    }
+
+    /// Whether the optimized, canonicalized and scheduled program came from the kernel cache's
+    /// index of input programs (see [`crate::cache`]), so the optimizer did not run.
+    pub fn lowered_from_cache(&self) -> bool {
+        self.lowered_from_cache
     }
 
     /// Whether the kernels run from a library of the kernel cache (loaded, or compiled and

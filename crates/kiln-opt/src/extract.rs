@@ -13,7 +13,8 @@
 use crate::analysis::EGraph;
 use crate::cost::{CostModel, Machine};
 use crate::lang::{Head, Node};
-use egg::{Extractor, Id};
+use crate::tree::TreeCosts;
+use egg::Id;
 use std::collections::HashMap;
 
 /// Node visits the improvement rounds may spend (each try walks the whole program).
@@ -49,43 +50,64 @@ fn deps(n: &Node) -> &[Id] {
     }
 }
 
+/// The e-graph's classes numbered densely, with each node's cost and dependencies by number,
+/// so that a walk of the program costs no hashing.
+struct Dense {
+    /// Class id -> number.
+    num: HashMap<Id, usize>,
+    /// Per class and node: the node's own cost.
+    costs: Vec<Vec<f64>>,
+    /// Per class and node: the numbers of the classes it depends on.
+    deps: Vec<Vec<Vec<usize>>>,
+}
+
+/// Walk marks: a class is on the walk's stack while its mark is `2 * walk + 1`, done at
+/// `2 * walk + 2`; older marks mean unvisited (no clearing between walks).
+struct Marks {
+    mark: Vec<u64>,
+    walk: u64,
+}
+
 /// The cost of the program `choice` picks from `roots`, and its classes in the order a walk
 /// from the roots meets them; `None` when a class depends on itself.
 fn dag_cost(
-    eg: &EGraph,
-    roots: &[Id],
-    choice: &HashMap<Id, usize>,
-    costs: &HashMap<(Id, usize), f64>,
+    d: &Dense,
+    roots: &[usize],
+    choice: &[usize],
+    marks: &mut Marks,
     visits: &mut usize,
-) -> Option<(f64, Vec<Id>)> {
-    // 1: on the walk's stack, 2: done.
-    let mut state: HashMap<Id, u8> = HashMap::new();
+) -> Option<(f64, Vec<usize>)> {
+    marks.walk += 1;
+    let (open, done) = (2 * marks.walk + 1, 2 * marks.walk + 2);
+    let mark = &mut marks.mark;
     let mut order = Vec::new();
     let mut total = 0.0;
-    let mut stack: Vec<(Id, bool)> = roots.iter().rev().map(|&r| (eg.find(r), false)).collect();
+    let mut stack: Vec<(usize, bool)> = roots.iter().rev().map(|&r| (r, false)).collect();
     while let Some((c, expanded)) = stack.pop() {
         *visits += 1;
         if expanded {
-            state.insert(c, 2);
+            mark[c] = done;
             continue;
         }
-        match state.get(&c) {
-            Some(2) => continue,
-            Some(_) => return None,
-            None => {}
+        if mark[c] == done {
+            continue;
         }
-        state.insert(c, 1);
+        if mark[c] == open {
+            return None;
+        }
+        mark[c] = open;
         order.push(c);
-        let k = choice[&c];
-        total += costs[&(c, k)];
+        let k = choice[c];
+        total += d.costs[c][k];
         stack.push((c, true));
-        for &d in deps(&eg[c].nodes[k]).iter().rev() {
-            let d = eg.find(d);
-            match state.get(&d) {
-                Some(2) => {}
-                Some(_) => return None,
-                None => stack.push((d, false)),
+        for &x in d.deps[c][k].iter().rev() {
+            if mark[x] == done {
+                continue;
             }
+            if mark[x] == open {
+                return None;
+            }
+            stack.push((x, false));
         }
     }
     Some((total, order))
@@ -94,46 +116,60 @@ fn dag_cost(
 /// The cheapest program for `roots` in `eg` on `machine` (see the module documentation).
 pub fn extract(eg: &EGraph, roots: &[Id], machine: Machine) -> Extraction {
     let model = CostModel::new(eg, machine);
-    let tree = Extractor::new(eg, CostModel::new(eg, machine));
-    let mut choice: HashMap<Id, usize> = HashMap::new();
-    let mut costs: HashMap<(Id, usize), f64> = HashMap::new();
-    for class in eg.classes() {
-        let best = tree.find_best_node(class.id);
-        let k = class.nodes.iter().position(|n| n == best).unwrap_or(0);
-        choice.insert(class.id, k);
-        for (j, n) in class.nodes.iter().enumerate() {
-            costs.insert((class.id, j), model.node_cost(n));
-        }
+    let tree = TreeCosts::new(eg, &model);
+    let ids: Vec<Id> = eg.classes().map(|c| c.id).collect();
+    let num: HashMap<Id, usize> = ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let mut d = Dense {
+        costs: Vec::with_capacity(ids.len()),
+        deps: Vec::with_capacity(ids.len()),
+        num,
+    };
+    let mut choice: Vec<usize> = Vec::with_capacity(ids.len());
+    for &c in &ids {
+        let nodes = &eg[c].nodes;
+        choice.push(tree.find_best_index(c));
+        d.costs
+            .push(nodes.iter().map(|n| model.node_cost(n)).collect());
+        let deps = nodes
+            .iter()
+            .map(|n| deps(n).iter().map(|&x| d.num[&eg.find(x)]).collect())
+            .collect();
+        d.deps.push(deps);
     }
+    let roots: Vec<usize> = roots.iter().map(|&r| d.num[&eg.find(r)]).collect();
+    let mut marks = Marks {
+        mark: vec![0; ids.len()],
+        walk: 0,
+    };
     let tree_choice = choice.clone();
     let mut visits = 0usize;
     let (tree_cost, mut order) =
-        dag_cost(eg, roots, &choice, &costs, &mut visits).expect("egg's choice is acyclic");
+        dag_cost(&d, &roots, &choice, &mut marks, &mut visits).expect("egg's choice is acyclic");
     let mut best = tree_cost;
     'rounds: for _ in 0..ROUNDS {
         let mut improved = false;
         for c in order.clone() {
-            let nodes = &eg[c].nodes;
+            let nodes = &eg[ids[c]].nodes;
             if nodes.len() < 2 {
                 continue;
             }
             for (alt, node) in nodes.iter().enumerate() {
-                let current = choice[&c];
+                let current = choice[c];
                 if alt == current || matches!(node.head, Head::Meta(_)) {
                     continue;
                 }
                 if visits > BUDGET {
                     break 'rounds;
                 }
-                choice.insert(c, alt);
-                match dag_cost(eg, roots, &choice, &costs, &mut visits) {
+                choice[c] = alt;
+                match dag_cost(&d, &roots, &choice, &mut marks, &mut visits) {
                     Some((cost, o)) if cost < best - 1e-6 => {
                         best = cost;
                         order = o;
                         improved = true;
                     }
                     _ => {
-                        choice.insert(c, current);
+                        choice[c] = current;
                     }
                 }
             }
@@ -142,9 +178,12 @@ pub fn extract(eg: &EGraph, roots: &[Id], machine: Machine) -> Extraction {
             break;
         }
     }
-    let changed = order.iter().filter(|c| choice[c] != tree_choice[c]).count();
+    let changed = order
+        .iter()
+        .filter(|&&c| choice[c] != tree_choice[c])
+        .count();
     Extraction {
-        choice,
+        choice: ids.iter().zip(choice).map(|(&c, k)| (c, k)).collect(),
         cost: best,
         tree_cost,
         changed,
@@ -183,7 +222,7 @@ mod tests {
     #[test]
     fn shared_work_is_paid_for_once() {
         let (eg, root) = shared_exp();
-        let tree = Extractor::new(&eg, CostModel::new(&eg, Machine::REFERENCE));
+        let tree = egg::Extractor::new(&eg, CostModel::new(&eg, Machine::REFERENCE));
         assert_eq!(tree.find_best_node(root).head, Head::Op(OpKind::Sine));
         let x = extract(&eg, &[root], Machine::REFERENCE);
         assert_eq!(x.node(&eg, root).head, Head::Op(OpKind::Multiply));

@@ -23,16 +23,18 @@ pub mod cost;
 pub mod extract;
 pub mod lang;
 pub mod rules;
+pub mod tree;
 
 use analysis::{EGraph, Facts, meta};
 use cost::{CostModel, Machine};
-use egg::{Extractor, Id, Runner, StopReason};
+use egg::{Id, Runner, StopReason};
 use kiln_ir::{Builder, Func, ValueId};
 use lang::{Head, Meta, Node, is_tuple};
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::Duration;
+use tree::TreeCosts;
 
 /// What the optimizer may do.
 #[derive(Clone, Debug)]
@@ -271,11 +273,21 @@ fn saturate(f: &Func, opts: &Options) -> (Runner<Node, Facts>, Vec<Id>) {
     (runner, roots)
 }
 
+thread_local! {
+    static RUNS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times [`optimize`] has run on this thread (for tests that a cache skips it).
+pub fn runs_on_this_thread() -> usize {
+    RUNS.with(|r| r.get())
+}
+
 /// Optimizes `f`: saturates with the rules `opts` allows, then extracts the cheapest program.
 ///
 /// The result computes what `f` computes (bit for bit unless `fast_math`), verifies, and is the
 /// same for the same input and options.
 pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
+    RUNS.with(|r| r.set(r.get() + 1));
     kiln_ir::verify(f).map_err(|e| e.to_string())?;
     let cost_before = {
         let mut plain = EGraph::new(Facts {
@@ -296,11 +308,11 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
     }
     let mut applied: Vec<(String, usize)> = applied.into_iter().filter(|(_, n)| *n > 0).collect();
     applied.sort();
-    let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
+    let model = CostModel::new(eg, opts.machine);
+    let ex = TreeCosts::new(eg, &model);
     let chosen = extract::extract(eg, &roots, opts.machine);
     let (out, values) = build_func_with_values(eg, f, &roots, |c| chosen.node(eg, c).clone())?;
-    let rejected =
-        rejected_alternatives(eg, &ex, &chosen, &CostModel::new(eg, opts.machine), &values);
+    let rejected = rejected_alternatives(eg, &ex, &chosen, &model, &values);
     kiln_ir::verify(&out).map_err(|e| format!("the optimized program does not verify: {e}"))?;
     let stop = stop_text(&runner.stop_reason);
     let report = Report {
@@ -324,7 +336,7 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
 /// three) cheapest rejected nodes, each with the cost of its cheapest program.
 fn rejected_alternatives(
     eg: &EGraph,
-    ex: &Extractor<CostModel, Node, Facts>,
+    ex: &TreeCosts,
     chosen: &extract::Extraction,
     model: &CostModel,
     values: &HashMap<Id, Vec<ValueId>>,
@@ -432,12 +444,13 @@ pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
     let (runner, roots) = saturate(f, opts);
     let eg = &runner.egraph;
     let model = CostModel::new(eg, opts.machine);
-    let ex = Extractor::new(eg, CostModel::new(eg, opts.machine));
+    let ex = TreeCosts::new(eg, &model);
     let chosen = extract::extract(eg, &roots, opts.machine);
     let mut order: Vec<Id> = Vec::new();
+    let mut seen: std::collections::HashSet<Id> = std::collections::HashSet::new();
     let mut stack: Vec<Id> = roots.iter().rev().map(|&r| eg.find(r)).collect();
     while let Some(c) = stack.pop() {
-        if order.contains(&c) {
+        if !seen.insert(c) {
             continue;
         }
         order.push(c);

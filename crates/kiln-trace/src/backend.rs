@@ -41,6 +41,19 @@ pub trait Backend: Send + Sync {
         let _ = donated;
         self.compile(f)
     }
+
+    /// Compiles like [`Backend::compile_donating`], but with the on-disk kernel cache in
+    /// `kernel_cache` (`None`: none) instead of the backend's usual one. By default the backend
+    /// has no such cache, and this is [`Backend::compile_donating`].
+    fn compile_with_kernel_cache(
+        &self,
+        f: &Func,
+        donated: &[bool],
+        kernel_cache: Option<&std::path::Path>,
+    ) -> Result<Arc<dyn Executable>> {
+        let _ = kernel_cache;
+        self.compile_donating(f, donated)
+    }
 }
 
 /// The reference interpreter as a backend: slow, exact, always available.
@@ -92,9 +105,16 @@ impl Backend for Cpu {
     }
     fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
         let dir = kiln_codegen_llvm::cache::dir();
-        let exe =
-            kiln_codegen_llvm::cpu::CpuExecutable::compile_donating(f, donated, dir.as_deref())
-                .map_err(|e| Error::internal("compile", e.to_string()))?;
+        self.compile_with_kernel_cache(f, donated, dir.as_deref())
+    }
+    fn compile_with_kernel_cache(
+        &self,
+        f: &Func,
+        donated: &[bool],
+        kernel_cache: Option<&std::path::Path>,
+    ) -> Result<Arc<dyn Executable>> {
+        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_donating(f, donated, kernel_cache)
+            .map_err(|e| Error::internal("compile", e.to_string()))?;
         Ok(Arc::new(CpuCompiled(exe)))
     }
 }
@@ -236,4 +256,17 @@ pub fn compile_cached_donating(f: &Func, donated: &[bool]) -> Result<Arc<dyn Exe
         b.compile(f)
     };
     compiling.finish(outcome)
+}
+
+/// Compiles `f` with the installed backend without the in-process compile cache (neither
+/// reusing an executable compiled earlier nor keeping this one for later) and with the on-disk
+/// kernel cache in `kernel_cache` (`None`: none), so that everything is compiled anew when the
+/// directory is new. For measuring cold compiles (the `compile_chain_*` benchmarks); programs
+/// use [`compile_cached`].
+pub fn compile_uncached(
+    f: &Func,
+    donated: &[bool],
+    kernel_cache: Option<&std::path::Path>,
+) -> Result<Arc<dyn Executable>> {
+    backend().compile_with_kernel_cache(f, donated, kernel_cache)
 }

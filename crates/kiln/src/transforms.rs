@@ -7,7 +7,7 @@
 
 use crate::{Error, Result, Tensor, Tree};
 use kiln_ir::{Func, Loc};
-use kiln_trace::backend::{Executable, compile_cached_donating};
+use kiln_trace::backend::{Executable, compile_cached_donating, compile_uncached};
 use kiln_trace::trace::{call, trace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -266,6 +266,9 @@ pub struct Jit<I, O, F> {
     cache: Mutex<HashMap<String, Arc<Compiled<O>>>>,
     misses: Mutex<Vec<String>>,
     loc: Loc,
+    /// `Some(kernel cache)`: compile bypassing the process-wide compile cache (see
+    /// [`Jit::bypassing_caches`]).
+    bypass: Option<Option<std::path::PathBuf>>,
     _in: std::marker::PhantomData<fn(&I)>,
 }
 
@@ -279,11 +282,22 @@ pub fn jit<I: Tree, O: Tree + Clone, F: Fn(&I) -> O>(f: F) -> Jit<I, O, F> {
         cache: Mutex::new(HashMap::new()),
         misses: Mutex::new(Vec::new()),
         loc: Loc::caller(),
+        bypass: None,
         _in: std::marker::PhantomData,
     }
 }
 
 impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
+    /// This function compiled without reusing any earlier compile: each new signature is traced
+    /// and compiled by the backend itself, bypassing the process-wide cache of executables (and
+    /// not adding to it), with the on-disk kernel cache in `kernel_cache` (`None`: none; a new
+    /// empty directory: compiled from scratch, as on a machine that never compiled it). For
+    /// measuring cold first calls; this object still reuses its own compiles.
+    pub fn bypassing_caches(mut self, kernel_cache: Option<std::path::PathBuf>) -> Self {
+        self.bypass = Some(kernel_cache);
+        self
+    }
+
     /// Runs the function on `x`, compiling it first if `x`'s signature is new.
     #[track_caller]
     pub fn call(&self, x: &I) -> Result<O> {
@@ -380,7 +394,10 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
                 loc: Some(self.loc),
             });
         }
-        let exe = compile_cached_donating(&traced.func, donated)?;
+        let exe = match &self.bypass {
+            None => compile_cached_donating(&traced.func, donated)?,
+            Some(dir) => compile_uncached(&traced.func, donated, dir.as_deref())?,
+        };
         let c = Arc::new(Compiled {
             exe,
             func: traced.func,

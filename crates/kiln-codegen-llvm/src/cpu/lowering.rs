@@ -1,0 +1,132 @@
+//! From the function given to the backend to the fused, scheduled program whose kernels are
+//! emitted: the optimizer, canonicalization, fusion and scheduling, and the kernel cache's index
+//! of input programs, which lets a warm cache skip all but fusion.
+//!
+//! The library cache (see [`crate::cache`]) is keyed by what the kernels are built from, which
+//! is known only after the optimizer (seconds on a program of tens of thousands of
+//! instructions) and scheduling have run. So a function of at least [`INDEX_MIN_INSTS`]
+//! instructions compiled with a cache directory also stores its scheduled program, as text,
+//! under a key of the input program, the donated parameters and every setting that changes the
+//! result (the optimizer's options, `KILN_NO_OPT`, `KILN_NO_FUSION`, `KILN_SCHEDULE`, the
+//! machine settings of the library key, and hashes of the optimizer's, the IR's and this
+//! crate's sources). The next compile of the same function reads it back, fuses it (the
+//! fusion it was scheduled with: scheduling keeps the fusion of the program it returns) and
+//! goes on to the library cache, which then hits as well. A text that does not parse, verify
+//! or fuse legally is ignored and the program lowered again.
+
+use super::{PhaseClock, fused_kernels, gemm_unroll, guard_splits, row_caches, scheduled};
+use super::{streaming, wide_vectors};
+use crate::{Error, Result};
+use kiln_ir::Func;
+
+/// The fewest instructions of a function whose lowering the index keeps (smaller ones lower in
+/// a few milliseconds; eager ops compile by the hundreds and would only fill the directory).
+pub(super) const INDEX_MIN_INSTS: usize = 16;
+
+/// The settings that change the code emitted for a lowered program: the CPU, the pass
+/// pipelines, the emission switches and this crate's sources (part of every cache key).
+pub(super) fn machine_settings() -> String {
+    use inkwell::targets::TargetMachine;
+    format!(
+        "{} {} {} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
+        TargetMachine::get_host_cpu_name().to_string_lossy(),
+        TargetMachine::get_host_cpu_features().to_string_lossy(),
+        crate::PIPELINE,
+        crate::EXPLICIT_PIPELINE,
+        crate::LIGHT_PIPELINE,
+        gemm_unroll(),
+        wide_vectors(true),
+        streaming(),
+        row_caches(),
+        guard_splits(),
+        env!("KILN_CODEGEN_SOURCE_HASH"),
+    )
+}
+
+fn env_is(name: &str, value: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == value)
+}
+
+/// The index key of `f` compiled with `donated` under `opts`.
+fn index_key(f: &Func, donated: &[bool], opts: &kiln_opt::Options) -> String {
+    let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
+    let settings = format!(
+        "{}\nlowered-v1 opt={opts:?} no-opt={} no-fusion={} schedule={:?} prepare={}",
+        machine_settings(),
+        env_is("KILN_NO_OPT", "1"),
+        env_is("KILN_NO_FUSION", "1"),
+        std::env::var("KILN_SCHEDULE").ok(),
+        env!("KILN_PREPARE_SOURCE_HASH"),
+    );
+    crate::cache::key(&format!("input program\n{mask}\n{f}"), &settings)
+}
+
+/// The lowered program stored under `key` in `dir`, with its fusion, if it is there and sound.
+fn load(dir: &std::path::Path, key: &str) -> Option<(Func, crate::fuse::Fused)> {
+    let bytes = crate::cache::load_file(dir, key, "kir")?;
+    let g = kiln_ir::parse_func_text(std::str::from_utf8(&bytes).ok()?).ok()?;
+    kiln_ir::verify(&g).ok()?;
+    let fused = fused_kernels(&g);
+    crate::fuse::check_legal(&g, &fused).ok()?;
+    Some((g, fused))
+}
+
+/// `f` optimized, canonicalized, fused and scheduled for the donated parameters `donated`,
+/// through the index of the kernel cache in `cache` (`None`: computed); `true` when it came
+/// from the index (the optimizer did not run).
+pub(super) fn lowered(
+    f: &Func,
+    donated: &[bool],
+    cache: Option<&std::path::Path>,
+    clock: &mut PhaseClock,
+) -> Result<(Func, crate::fuse::Fused, bool)> {
+    let opts = kiln_opt::Options::from_env();
+    let key = cache
+        .filter(|_| f.insts.len() >= INDEX_MIN_INSTS)
+        .map(|dir| (dir, index_key(f, donated, &opts)));
+    if let Some((dir, key)) = &key
+        && let Some((g, fused)) = load(dir, key)
+    {
+        clock.lap("lowered program from the kernel cache's index, fused");
+        return Ok((g, fused, true));
+    }
+    let canonical = prepare(f, &opts)?;
+    clock.lap("optimize and canonicalize the graph");
+    let fused = fused_kernels(&canonical);
+    crate::fuse::check_legal(&canonical, &fused)
+        .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", canonical.name)))?;
+    clock.lap("fuse");
+    let (g, fused, note) = scheduled(canonical, fused, donated)?;
+    if env_is("KILN_EXPLAIN", "1") {
+        eprintln!("// kiln: {note}");
+    }
+    clock.lap("schedule");
+    if let Some((dir, key)) = &key {
+        // A failure to store costs only the next compile's time.
+        let _ = crate::cache::store_file(dir, key, "kir", g.to_string().as_bytes());
+    }
+    Ok((g, fused, false))
+}
+
+/// The program the backend lowers: optimized (unless `KILN_NO_OPT=1`), then canonicalized.
+pub(super) fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
+    let optimized;
+    let f = if std::env::var("KILN_NO_OPT").is_ok_and(|v| v == "1") {
+        f
+    } else {
+        optimized = kiln_opt::optimize(f, opts)
+            .map_err(|e| Error::Llvm(format!("optimizing: {e}")))?
+            .0;
+        &optimized
+    };
+    let f = &crate::canon::expand_rngs(f)
+        .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
+    let f = &crate::canon::fold_transposed_products(f)
+        .map_err(|e| Error::Llvm(format!("folding transposed products: {e}")))?;
+    let f = &crate::canon::winograd_convs(f)
+        .map_err(|e| Error::Llvm(format!("rewriting 3 x 3 convolutions (Winograd): {e}")))?;
+    let convs = crate::canon::gemm_convs(f)
+        .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
+    crate::canon::canonicalize_dots(&convs)
+        .map_err(|e| Error::Llvm(format!("canonicalizing matrix products: {e}")))
+}
