@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{agrees, close};
+use common::agrees;
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::random::{Config, Rng, random_func, random_literal};
 use kiln_ir::{DType, Literal};
@@ -27,12 +27,9 @@ fn check_random_programs(seeds: std::ops::Range<u64>) -> (usize, usize, usize) {
             .iter()
             .map(|t| random_literal(&mut rng, t))
             .collect();
-        let want = kiln_reference::eval(&f, &args).unwrap();
         let got = exe.run(&args).unwrap();
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            if let Err(e) = close(g, w) {
-                panic!("seed {seed}, output {i}: {e}\n{f}");
-            }
+        if let Err(e) = common::check(&f, &args, &got) {
+            panic!("seed {seed}: {e}\n{f}");
         }
         n += 1;
     }
@@ -82,7 +79,7 @@ fn many_small_reductions_do_not_grow_the_stack() {
     )
     .unwrap();
     let got = exe.run(std::slice::from_ref(&x)).unwrap();
-    close(&got[0], &kiln_reference::eval(&f, &[x]).unwrap()[0]).unwrap();
+    common::check(&f, &[x], &got).unwrap();
 }
 
 #[test]
@@ -247,8 +244,7 @@ fn select_and_scatter_kernels_agree_with_the_reference() {
             args[0] = Literal::from_i64s(args[0].ty().clone(), &v).unwrap();
         }
         let got = exe.run(&args).unwrap();
-        close(&got[0], &kiln_reference::eval(&f, &args).unwrap()[0])
-            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+        common::check(&f, &args, &got).unwrap_or_else(|e| panic!("{dir}: {e}"));
     }
 }
 
@@ -650,13 +646,12 @@ fn column_sums_past_the_last_strip_add_in_the_strips_order() {
             .flat_map(|&v| std::iter::repeat_n(v, cols))
             .collect();
         let args = vec![kiln_ir::Literal::from_f64s(f.param_types()[0].clone(), &x).unwrap()];
-        let want = kiln_reference::eval(&f, &args).unwrap();
         let dir = std::env::temp_dir().join("kiln-test-column-tails");
         for cache in [Some(dir.as_path()), None] {
             let got = CpuExecutable::compile_with_cache(&f, cache)
                 .and_then(|e| e.run(&args))
                 .unwrap();
-            common::close(&got[0], &want[0]).unwrap();
+            common::check(&f, &args, &got).unwrap();
             let sums = got[0].to_f64s();
             for (c, s) in sums.iter().enumerate() {
                 assert_eq!(
@@ -701,7 +696,6 @@ fn products_differing_in_contraction_length_share_one_function() {
                 assert!(ir.contains(&call), "{call}\n{ir}");
             }
             let args = common::random_args(&f, 23);
-            let want = kiln_reference::eval(&f, &args).unwrap();
             let dir = std::env::temp_dir().join("kiln-test-contraction-groups");
             for cache in [Some(dir.as_path()), None] {
                 let e = CpuExecutable::compile_with_cache(&f, cache).unwrap();
@@ -710,10 +704,8 @@ fn products_differing_in_contraction_length_share_one_function() {
                 // product, which is not split), and the threads' sums raced.
                 for _ in 0..4 {
                     let got = e.run(&args).unwrap();
-                    for (g, w) in got.iter().zip(&want) {
-                        common::close(g, w)
-                            .unwrap_or_else(|e| panic!("{src}\ncache {cache:?}: {e}"));
-                    }
+                    common::check(&f, &args, &got)
+                        .unwrap_or_else(|e| panic!("{src}\ncache {cache:?}: {e}"));
                 }
             }
         }
@@ -728,15 +720,12 @@ fn equal_kernels_share_one_function() {
     let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
     assert_eq!(ir.matches("define void @k").count(), 2, "{ir}");
     let args = common::random_args(&f, 21);
-    let want = kiln_reference::eval(&f, &args).unwrap();
     let dir = std::env::temp_dir().join("kiln-test-equal-kernels");
     for cache in [Some(dir.as_path()), None] {
         let e = CpuExecutable::compile_with_cache(&f, cache).unwrap();
         let kernels = e.plan().iter().filter(|s| **s == Step::Kernel).count();
         assert_eq!((kernels, e.kernel_functions()), (3, 2), "cache {cache:?}");
         let got = e.run(&args).unwrap();
-        for (g, w) in got.iter().zip(&want) {
-            common::close(g, w).unwrap_or_else(|e| panic!("cache {cache:?}: {e}"));
-        }
+        common::check(&f, &args, &got).unwrap_or_else(|e| panic!("cache {cache:?}: {e}"));
     }
 }
