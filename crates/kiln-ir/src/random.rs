@@ -58,6 +58,9 @@ pub struct Config {
     pub max_rank: usize,
     /// Largest dimension size (0 and 1 included).
     pub max_dim: usize,
+    /// When not empty, parameter dimensions are drawn from these sizes instead of
+    /// `0..=max_dim` (say, around vector widths: 7, 8, 9, 15, 16, 17, ...).
+    pub dims: Vec<usize>,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
             dtypes: DType::ALL.to_vec(),
             max_rank: 3,
             max_dim: 4,
+            dims: Vec::new(),
         }
     }
 }
@@ -90,6 +94,43 @@ pub fn random_literal(rng: &mut Rng, ty: &TensorType) -> Literal {
     }
 }
 
+/// Like [`random_literal`], with each float element replaced, with probability `rate`, by a
+/// special value: -0, +inf, -inf, NaN, a subnormal of the dtype or its largest finite value.
+pub fn random_literal_with_specials(rng: &mut Rng, ty: &TensorType, rate: f64) -> Literal {
+    let l = random_literal(rng, ty);
+    if !ty.dtype.is_float() || rate <= 0.0 {
+        return l;
+    }
+    let (sub, max) = match ty.dtype {
+        DType::F16 => (3.0e-6, 65504.0),
+        DType::BF16 => (5.0e-39, 3.38e38),
+        DType::F32 => (5.0e-40, f64::from(f32::MAX)),
+        _ => (5.0e-310, f64::MAX),
+    };
+    let specials = [
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        sub,
+        -sub,
+        max,
+        -max,
+    ];
+    let v: Vec<f64> = l
+        .to_f64s()
+        .into_iter()
+        .map(|x| {
+            if rng.chance(rate) {
+                *rng.pick(&specials)
+            } else {
+                x
+            }
+        })
+        .collect();
+    Literal::from_f64s(ty.clone(), &v).expect("sizes match")
+}
+
 struct Gen<'a> {
     rng: &'a mut Rng,
     cfg: &'a Config,
@@ -106,7 +147,13 @@ impl Gen<'_> {
         let dtype = *self.rng.pick(&self.cfg.dtypes);
         let rank = self.rng.below(self.cfg.max_rank + 1);
         let shape: Vec<usize> = (0..rank)
-            .map(|_| self.rng.below(self.cfg.max_dim + 1))
+            .map(|_| {
+                if self.cfg.dims.is_empty() {
+                    self.rng.below(self.cfg.max_dim + 1)
+                } else {
+                    *self.rng.pick(&self.cfg.dims)
+                }
+            })
             .collect();
         TensorType::new(dtype, shape)
     }
@@ -144,7 +191,7 @@ impl Gen<'_> {
         let t = self.ty(a);
         let d = t.dtype;
         let r = t.rank();
-        let result: Option<ValueId> = match self.rng.below(22) {
+        let result: Option<ValueId> = match self.rng.below(26) {
             0 | 1 => {
                 let ops: Vec<Op> = if d.is_float() {
                     vec![
@@ -158,6 +205,12 @@ impl Gen<'_> {
                         Op::Erf {},
                         Op::Sqrt {},
                         Op::Log {},
+                        Op::Ceil {},
+                        Op::Round {},
+                        Op::Cosine {},
+                        Op::ExponentialMinusOne {},
+                        Op::LogPlusOne {},
+                        Op::Rsqrt {},
                     ]
                 } else if d.is_pred() {
                     vec![Op::Not {}]
@@ -192,6 +245,7 @@ impl Gen<'_> {
                         Op::And {},
                         Op::Xor {},
                         Op::ShiftLeft {},
+                        Op::ShiftRightLogical {},
                         Op::Divide {},
                     ]
                 };
@@ -496,6 +550,74 @@ impl Gen<'_> {
                 };
                 self.b.inst(op, &[x, k]).ok()
             }
+            // Clamped between two values of the same type (bounds may cross: the spec's order
+            // of max then min decides).
+            22 if !d.is_pred() => {
+                let lo = self.value_of(&t);
+                let hi = self.value_of(&t);
+                self.b.inst(Op::Clamp {}, &[lo, a, hi]).ok()
+            }
+            // Finiteness tests, and bits reinterpreted between types of one width.
+            23 => {
+                if d.is_float() && self.rng.chance(0.5) {
+                    self.b.inst(Op::IsFinite {}, &[a]).ok()
+                } else {
+                    let to = match d {
+                        DType::F32 => *self.rng.pick(&[DType::I32, DType::U32]),
+                        DType::I32 | DType::U32 => DType::F32,
+                        DType::I64 => DType::F64,
+                        DType::F64 => DType::I64,
+                        DType::F16 => DType::BF16,
+                        DType::BF16 => DType::F16,
+                        _ => d,
+                    };
+                    self.b
+                        .inst_typed(Op::BitcastConvert {}, &[a], t.with_dtype(to))
+                        .ok()
+                }
+            }
+            // A window written at run-time start indices (clamped).
+            24 if r >= 1 => {
+                let ushape: Vec<usize> = t.shape.iter().map(|&n| self.rng.below(n + 1)).collect();
+                let u = self.value_of(&TensorType::new(d, ushape));
+                let mut ops = vec![a, u];
+                for _ in 0..r {
+                    let x = self.rng.below(9) as f64 - 4.0;
+                    ops.push(self.scalar_const(DType::I32, x));
+                }
+                self.b.inst(Op::DynamicUpdateSlice {}, &ops).ok()
+            }
+            // A barrier over one or two values, or random bits from a key.
+            25 => {
+                if self.rng.chance(0.5) {
+                    let b = *self.rng.pick(&self.pool);
+                    let ops = if a == b { vec![a] } else { vec![a, b] };
+                    self.b
+                        .push(Op::OptimizationBarrier {}, &ops)
+                        .ok()
+                        .map(|rs| rs[0])
+                } else {
+                    let key = random_literal(self.rng, &TensorType::new(DType::U32, [4]));
+                    let key = self.b.inst(Op::Constant { value: key }, &[]).ok();
+                    let n = self.rng.below(self.cfg.max_dim + 1);
+                    let shape: Vec<usize> = (0..self.rng.below(3)).map(|_| n).collect();
+                    key.and_then(|k| {
+                        self.b
+                            .push_typed(
+                                Op::RngBitGenerator {
+                                    algorithm: crate::RngAlgorithm::ThreeFry,
+                                },
+                                &[k],
+                                &[
+                                    TensorType::new(DType::U32, [4]),
+                                    TensorType::new(DType::U32, shape),
+                                ],
+                            )
+                            .ok()
+                            .map(|rs| rs[1])
+                    })
+                }
+            }
             _ => {
                 let ty = TensorType::new(if d.is_pred() { DType::I32 } else { d }, t.shape.clone());
                 if r > 0 {
@@ -541,4 +663,27 @@ pub fn random_func(rng: &mut Rng, cfg: &Config) -> Func {
         outs.push(other);
     }
     g.b.finish(&outs).expect("outputs come from the pool")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OpKind;
+
+    /// Every op of `OpKind::ALL` appears in the random programs of a few hundred seeds (the
+    /// differential test's configurations).
+    #[test]
+    fn every_op_is_generated() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..600u64 {
+            let cfg = Config {
+                ops: 1 + (seed as usize % 12),
+                ..Config::default()
+            };
+            let f = random_func(&mut Rng::new(seed), &cfg);
+            seen.extend(f.insts.iter().map(|i| i.op.kind()));
+        }
+        let missing: Vec<&OpKind> = OpKind::ALL.iter().filter(|k| !seen.contains(k)).collect();
+        assert!(missing.is_empty(), "never generated: {missing:?}");
+    }
 }

@@ -13,6 +13,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod accuracy;
 pub mod compare;
 mod ops;
 mod rng;

@@ -1,0 +1,533 @@
+//! One comparison of a backend's results with the reference's, for every test: per element, in
+//! units in the last place of the result dtype, with a bound derived from the ops that produced
+//! each output.
+//!
+//! # The bound
+//!
+//! For an output `o` of a function, let the *cone* be the instructions `o` depends on. Each op has
+//! a bound in ulps for one application in a dtype ([`op_ulps`]): 0 for ops the CPU backend
+//! computes exactly as the reference rounds (once, to nearest even: `add`, `multiply`, `divide`,
+//! `sqrt`, `compare`, `select`, `convert`, data movement, ...; f16 and bf16 are computed in f32
+//! and rounded on every store and between fused ops, and f32 in f32, which rounds like the
+//! reference's exact f64 value by the double-rounding theorem, 24 >= 2 * 11 + 2 and
+//! 53 >= 2 * 24 + 2), a stated bound for the polynomial and C-library transcendentals, and for
+//! float sums (`reduce`, `dot_general`, `convolution`, `reduce_window`, `scatter` with add) the
+//! summation-tree bound of `ir-specs/ops/reduce.md`, `K(n, r) = 256 + 16 ⌈log16(n / 256)⌉ + 16 r`
+//! times `ε · Σ|terms|`.
+//!
+//! Element `i` of `o` passes when, with `e` the reference's value and `a` the backend's,
+//!
+//! `|a - e| <= U · ulp(e) + (2 U + K) · ε · M[i]`
+//!
+//! where `U` is the sum over the cone's instructions of their ulp bounds (first-order error
+//! propagation: errors of a chain add when each op's condition number is about 1), `K` the
+//! largest summation bound in the cone, `ε` the largest unit roundoff of a float dtype in the
+//! cone, and `M` the *magnitude* of the element: the program evaluated by the reference with
+//! every float value replaced by an upper bound of the absolute values it is computed from
+//! (`subtract` adds magnitudes, `negate` keeps them, sums add |terms|, products multiply them;
+//! see [`magnitudes`]). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
+//! inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
+//! cancelled, not the tiny result. `2 U` covers the first-order growth through the
+//! transcendentals (whose condition numbers on the generator's ranges are a few units). A cone of
+//! exact ops has `U = K = 0`: the element must be bit for bit the reference's.
+//!
+//! Whatever the bound, NaN must meet NaN, an infinity the same infinity (a finite result never
+//! passes for an infinite reference, nor the opposite sign), and a finite reference a finite
+//! result. Zeros of either sign are equal: a zero's sign shows only through a later op (`1 / -0`
+//! is `-inf`), where the infinity's sign is checked. Integers and `pred` are compared exactly.
+//!
+//! Not covered: an inexact value feeding a discontinuous op (`floor`, `compare`, a conversion
+//! to an integer) can legitimately flip its result when it lies within its error of a step;
+//! such a flip fails the comparison and has to be looked at by hand.
+
+use crate::ops::eval_op;
+use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
+
+/// Unit roundoff (half the spacing of 1) of a float dtype; 0 for the others.
+pub fn unit_roundoff(d: DType) -> f64 {
+    match d {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        DType::F32 => 2f64.powi(-24),
+        DType::F64 => 2f64.powi(-53),
+        _ => 0.0,
+    }
+}
+
+/// The spacing of `d`'s floats at `x` (the gap above |x|; the smallest subnormal at 0).
+pub fn ulp(d: DType, x: f64) -> f64 {
+    let (p, emin) = match d {
+        DType::F16 => (11, -14),
+        DType::BF16 => (8, -126),
+        DType::F32 => (24, -126),
+        _ => (53, -1022),
+    };
+    let e = if x == 0.0 || !x.is_finite() {
+        emin
+    } else {
+        (x.abs().log2().floor() as i32).max(emin)
+    };
+    // log2 may round up just below a power of two; the spacing is then one binade too large,
+    // which only matters by a factor of two, in the lenient direction, at that single point.
+    2f64.powi(e - (p - 1))
+}
+
+/// The error bound in ulps of one application of `op` with a result of dtype `d` (float), when
+/// its operands are exact. Sums are bounded separately ([`sum_terms`]).
+pub fn op_ulps(op: OpKind, d: DType) -> f64 {
+    use OpKind::*;
+    let narrow = matches!(d, DType::F16 | DType::BF16);
+    match op {
+        // Polynomials within 2-4 ulps of the correctly rounded value (`cpu/math.rs`, tested
+        // over hundreds of thousands of points); C library calls within 1-2; f16/bf16 compute
+        // these in f32, so their one rounding may land on the other neighbour.
+        Exponential | Log | Tanh | Logistic | Erf | LogPlusOne | ExponentialMinusOne | Sine
+        | Cosine | Power => {
+            if narrow {
+                1.0
+            } else {
+                4.0
+            }
+        }
+        // 1 / sqrt(x): two roundings.
+        Rsqrt => {
+            if narrow {
+                1.0
+            } else {
+                2.0
+            }
+        }
+        // Rounding once at the end of a float sum (the sum's own error is `sum_terms`).
+        Reduce | DotGeneral | Convolution | ReduceWindow | Scatter | SelectAndScatter => 1.0,
+        _ => 0.0,
+    }
+}
+
+/// For a float sum-like instruction: its summation-tree factor `K(n, r)` (see the module
+/// documentation), 0 when the instruction sums nothing.
+fn sum_terms(f: &Func, inst: &kiln_ir::Inst) -> f64 {
+    let ty = |i: usize| &f.values[inst.operands[i].index()];
+    let k = |n: usize, r: usize| {
+        let levels = if n > 256 {
+            ((n as f64 / 256.0).ln() / 16f64.ln()).ceil()
+        } else {
+            0.0
+        };
+        256.0 + 16.0 * levels + 16.0 * r as f64
+    };
+    match &inst.op {
+        Op::Reduce { dimensions, kind } if *kind == Combiner::Add || *kind == Combiner::Mul => {
+            let n = dimensions
+                .iter()
+                .map(|&d| ty(0).shape[d as usize])
+                .product();
+            k(n, dimensions.len())
+        }
+        Op::DotGeneral {
+            lhs_contracting_dimensions,
+            ..
+        } => {
+            let n = lhs_contracting_dimensions
+                .iter()
+                .map(|&d| ty(0).shape[d as usize])
+                .product();
+            k(n, lhs_contracting_dimensions.len())
+        }
+        Op::Convolution { .. } => {
+            let kt = ty(1);
+            k(
+                kt.numel() / kt.shape.first().copied().unwrap_or(1).max(1),
+                3,
+            )
+        }
+        Op::ReduceWindow {
+            window_dimensions,
+            kind,
+            ..
+        } if *kind == Combiner::Add || *kind == Combiner::Mul => k(
+            window_dimensions.iter().map(|&w| w as usize).product(),
+            window_dimensions.len(),
+        ),
+        Op::Scatter { kind, .. } | Op::SelectAndScatter { kind, .. } if *kind == Combiner::Add => {
+            k(f.values[inst.results[0].index()].numel().max(1), 1)
+        }
+        _ => 0.0,
+    }
+}
+
+/// The bound of one output: see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bound {
+    /// `U`: ulps of the result, summed over the cone's inexact ops.
+    pub ulps: f64,
+    /// `K`: the largest summation factor in the cone.
+    pub sum: f64,
+    /// `ε`: the largest unit roundoff among the cone's float values.
+    pub eps: f64,
+}
+
+impl Bound {
+    /// True when the output must match the reference bit for bit.
+    pub fn exact(&self) -> bool {
+        self.ulps == 0.0 && self.sum == 0.0
+    }
+}
+
+/// The bound of each output of `f`, from the instructions in its cone.
+pub fn output_bounds(f: &Func) -> Vec<Bound> {
+    // The defining instruction of each value.
+    let mut def = vec![usize::MAX; f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        for r in &inst.results {
+            def[r.index()] = i;
+        }
+    }
+    f.outputs
+        .iter()
+        .map(|&o| {
+            let mut seen = vec![false; f.insts.len()];
+            let mut stack = vec![o];
+            let mut b = Bound {
+                ulps: 0.0,
+                sum: 0.0,
+                eps: unit_roundoff(f.values[o.index()].dtype),
+            };
+            while let Some(v) = stack.pop() {
+                let i = def[v.index()];
+                if i == usize::MAX || seen[i] {
+                    continue;
+                }
+                seen[i] = true;
+                let inst = &f.insts[i];
+                let Some(first) = inst.results.first() else {
+                    continue;
+                };
+                let d = f.values[first.index()].dtype;
+                let float_in = inst
+                    .operands
+                    .iter()
+                    .any(|x| f.values[x.index()].dtype.is_float());
+                if d.is_float() {
+                    b.ulps += op_ulps(inst.op.kind(), d);
+                    if float_in {
+                        b.sum = b.sum.max(sum_terms(f, inst));
+                    }
+                }
+                for x in inst.operands.iter().chain(&inst.results) {
+                    b.eps = b.eps.max(unit_roundoff(f.values[x.index()].dtype));
+                }
+                stack.extend(inst.operands.iter().copied());
+            }
+            b
+        })
+        .collect()
+}
+
+fn f64_type(t: &TensorType) -> TensorType {
+    if t.dtype.is_float() {
+        t.with_dtype(DType::F64)
+    } else {
+        t.clone()
+    }
+}
+
+fn map(l: &Literal, g: impl Fn(f64) -> f64) -> Literal {
+    let v: Vec<f64> = l.to_f64s().into_iter().map(g).collect();
+    Literal::from_f64s(f64_type(l.ty()), &v).expect("same size")
+}
+
+fn zip(a: &Literal, b: &Literal, g: impl Fn(f64, f64) -> f64) -> Literal {
+    let v: Vec<f64> = a
+        .to_f64s()
+        .into_iter()
+        .zip(b.to_f64s())
+        .map(|(x, y)| g(x, y))
+        .collect();
+    Literal::from_f64s(f64_type(a.ty()), &v).expect("same size")
+}
+
+/// For each output of `f` on `args`, the magnitude `M` of each element (an f64 tensor of the
+/// output's shape; the output itself for integer and `pred` outputs): the reference's evaluation
+/// with each float value replaced by a bound on the absolute values it is computed from.
+/// Integer, `pred` and index values keep their real values, and so do decisions: `select` picks
+/// by the real predicate, `select_and_scatter` by the real operand. Every magnitude is at least
+/// the absolute value of the real result.
+pub fn magnitudes(f: &Func, args: &[Literal]) -> crate::Result<Vec<Literal>> {
+    kiln_ir::verify(f).map_err(crate::Error::Verify)?;
+    crate::check_args(f, args)?;
+    let mut real: Vec<Option<Literal>> = vec![None; f.values.len()];
+    let mut mag: Vec<Option<Literal>> = vec![None; f.values.len()];
+    for (&p, a) in f.params.iter().zip(args) {
+        real[p.index()] = Some(a.clone());
+        mag[p.index()] = Some(if a.dtype().is_float() {
+            map(a, f64::abs)
+        } else {
+            a.clone()
+        });
+    }
+    for inst in &f.insts {
+        let r: Vec<&Literal> = inst
+            .operands
+            .iter()
+            .map(|o| real[o.index()].as_ref().expect("verified SSA"))
+            .collect();
+        let m: Vec<&Literal> = inst
+            .operands
+            .iter()
+            .map(|o| mag[o.index()].as_ref().expect("verified SSA"))
+            .collect();
+        let types: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|v| f.values[v.index()].clone())
+            .collect();
+        let out = eval_op(&inst.op, &r, &types);
+        let ftypes: Vec<TensorType> = types.iter().map(f64_type).collect();
+        let float_out = types.first().is_some_and(|t| t.dtype.is_float());
+        let float_in = r.first().is_some_and(|x| x.dtype().is_float());
+        let mags: Vec<Literal> = if !float_out {
+            out.clone()
+        } else {
+            let abs_out = || map(&out[0], f64::abs);
+            let one = match &inst.op {
+                Op::Subtract {} => Some(eval_op(&Op::Add {}, &m, &ftypes).remove(0)),
+                Op::Negate {} | Op::Abs {} => Some(m[0].clone()),
+                Op::Remainder {} => Some(m[0].clone()),
+                Op::Divide {} => Some(zip(m[0], r[1], |x, y| x / y.abs())),
+                Op::Minimum {} | Op::Clamp {} => {
+                    let mut acc = m[0].clone();
+                    for x in &m[1..] {
+                        acc = zip(&acc, x, f64::max);
+                    }
+                    Some(acc)
+                }
+                Op::Convert {} if float_in => Some(m[0].clone()),
+                Op::Sine {} | Op::Cosine {} | Op::Tanh {} | Op::Logistic {} | Op::Erf {} => {
+                    Some(zip(m[0], &out[0], |x, y| x.max(y.abs())))
+                }
+                Op::Exponential {} | Op::ExponentialMinusOne {} => {
+                    Some(eval_op(&inst.op, &m, &ftypes).remove(0))
+                }
+                Op::Log {}
+                | Op::LogPlusOne {}
+                | Op::Sqrt {}
+                | Op::Rsqrt {}
+                | Op::Power {}
+                | Op::Floor {}
+                | Op::Ceil {}
+                | Op::Round {}
+                | Op::Sign {}
+                | Op::Convert {}
+                | Op::BitcastConvert {}
+                | Op::Iota { .. }
+                | Op::Constant { .. } => Some(abs_out()),
+                Op::Reduce {
+                    dimensions,
+                    kind: Combiner::Min,
+                } => Some(
+                    eval_op(
+                        &Op::Reduce {
+                            dimensions: dimensions.clone(),
+                            kind: Combiner::Max,
+                        },
+                        &m,
+                        &ftypes,
+                    )
+                    .remove(0),
+                ),
+                Op::ReduceWindow {
+                    window_dimensions,
+                    window_strides,
+                    base_dilations,
+                    window_dilations,
+                    padding,
+                    kind: Combiner::Min,
+                } => Some(
+                    eval_op(
+                        &Op::ReduceWindow {
+                            window_dimensions: window_dimensions.clone(),
+                            window_strides: window_strides.clone(),
+                            base_dilations: base_dilations.clone(),
+                            window_dilations: window_dilations.clone(),
+                            padding: padding.clone(),
+                            kind: Combiner::Max,
+                        },
+                        &m,
+                        &ftypes,
+                    )
+                    .remove(0),
+                ),
+                Op::Select {} => Some(eval_op(&inst.op, &[r[0], m[1], m[2]], &ftypes).remove(0)),
+                Op::SelectAndScatter { .. } => {
+                    Some(eval_op(&inst.op, &[r[0], m[1], m[2]], &ftypes).remove(0))
+                }
+                _ => None,
+            };
+            match one {
+                Some(x) => vec![x],
+                // Everything else (sums, products, maxima, data movement, barriers) applies to
+                // magnitudes as it is.
+                None => eval_op(&inst.op, &m, &ftypes),
+            }
+        };
+        for ((&v, o), mg) in inst.results.iter().zip(out).zip(mags) {
+            let mg = if o.dtype().is_float() {
+                // NaN magnitudes (inf - inf among them) bound nothing: infinite.
+                zip(&mg, &o, |x, y| {
+                    let x = if x.is_nan() { f64::INFINITY } else { x.abs() };
+                    x.max(y.abs())
+                })
+            } else {
+                mg
+            };
+            real[v.index()] = Some(o);
+            mag[v.index()] = Some(mg);
+        }
+    }
+    Ok(f.outputs
+        .iter()
+        .map(|o| mag[o.index()].clone().expect("verified SSA"))
+        .collect())
+}
+
+/// Counts of one comparison.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Elements compared.
+    pub elements: usize,
+    /// Of those, in outputs that had to match bit for bit.
+    pub exact: usize,
+    /// NaN reference elements.
+    pub nan: usize,
+    /// Infinite reference elements.
+    pub inf: usize,
+    /// Negative zeros in the reference.
+    pub neg_zero: usize,
+    /// Subnormal reference elements.
+    pub subnormal: usize,
+    /// Elements whose bound was infinite (an infinite magnitude: inf or NaN met on the way).
+    pub unbounded: usize,
+}
+
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        self.elements += o.elements;
+        self.exact += o.exact;
+        self.nan += o.nan;
+        self.inf += o.inf;
+        self.neg_zero += o.neg_zero;
+        self.subnormal += o.subnormal;
+        self.unbounded += o.unbounded;
+    }
+}
+
+fn is_subnormal(d: DType, x: f64) -> bool {
+    let min = match d {
+        DType::F16 => 2f64.powi(-14),
+        DType::BF16 | DType::F32 => 2f64.powi(-126),
+        _ => f64::MIN_POSITIVE,
+    };
+    x != 0.0 && x.abs() < min
+}
+
+/// Checks `actual` against the reference's `expected` under `bound`, with the elements'
+/// magnitudes `mag` (needed when the bound is not exact). The error names the first failing
+/// element, both values and the distance in ulps.
+pub fn check(
+    actual: &Literal,
+    expected: &Literal,
+    bound: Bound,
+    mag: Option<&Literal>,
+) -> Result<Stats, String> {
+    if actual.ty() != expected.ty() {
+        return Err(format!(
+            "type {} differs from the reference's {}",
+            actual.ty(),
+            expected.ty()
+        ));
+    }
+    let d = expected.dtype();
+    let mut s = Stats {
+        elements: expected.numel(),
+        ..Stats::default()
+    };
+    if bound.exact() {
+        s.exact = s.elements;
+    }
+    if !d.is_float() {
+        let (a, e) = (actual.to_i64s(), expected.to_i64s());
+        return match a.iter().zip(&e).position(|(x, y)| x != y) {
+            None => Ok(s),
+            Some(i) => Err(format!(
+                "element {i}: {} differs from the reference's {}",
+                actual.format_elem(i),
+                expected.format_elem(i)
+            )),
+        };
+    }
+    let (a, e) = (actual.to_f64s(), expected.to_f64s());
+    let m = match (bound.exact(), mag) {
+        (true, _) => None,
+        (false, Some(m)) => Some(m.to_f64s()),
+        (false, None) => return Err("an inexact bound needs the magnitudes".into()),
+    };
+    for i in 0..e.len() {
+        let (x, y) = (a[i], e[i]);
+        s.nan += y.is_nan() as usize;
+        s.inf += y.is_infinite() as usize;
+        s.neg_zero += (y == 0.0 && y.is_sign_negative()) as usize;
+        s.subnormal += is_subnormal(d, y) as usize;
+        let allowed = match &m {
+            None => 0.0,
+            Some(m) => bound.ulps * ulp(d, y) + (2.0 * bound.ulps + bound.sum) * bound.eps * m[i],
+        };
+        if allowed.is_infinite() {
+            s.unbounded += 1;
+        }
+        let ok = if y.is_nan() {
+            x.is_nan()
+        } else if y.is_infinite() || x.is_infinite() || x.is_nan() {
+            x == y
+        } else {
+            (x - y).abs() <= allowed
+        };
+        if !ok {
+            let dist = (x - y).abs() / ulp(d, y);
+            return Err(format!(
+                "element {i}: {} differs from the reference's {} by {dist:.3e} ulp (allowed {:.3e} ulp: {bound:?}{})",
+                actual.format_elem(i),
+                expected.format_elem(i),
+                allowed / ulp(d, y),
+                m.as_ref()
+                    .map(|m| format!(", magnitude {:e}", m[i]))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    Ok(s)
+}
+
+/// Checks every output `got` of `f` on `args` against the reference interpreter, each under the
+/// bound of its cone. The error names the output.
+pub fn check_outputs(f: &Func, args: &[Literal], got: &[Literal]) -> Result<Stats, String> {
+    let want = crate::eval(f, args).map_err(|e| e.to_string())?;
+    if got.len() != want.len() {
+        return Err(format!(
+            "{} outputs, the reference has {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let bounds = output_bounds(f);
+    let mags = if bounds.iter().all(Bound::exact) {
+        None
+    } else {
+        Some(magnitudes(f, args).map_err(|e| e.to_string())?)
+    };
+    let mut s = Stats::default();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        s += check(g, w, bounds[i], mags.as_ref().map(|m| &m[i]))
+            .map_err(|e| format!("output {i}: {e}"))?;
+    }
+    Ok(s)
+}

@@ -1,0 +1,118 @@
+//! The one comparison of backend results with the reference (`kiln_reference::accuracy`):
+//! planted bugs that the old relative tolerance let through are caught, and honest rounding
+//! differences of inexact ops pass.
+
+use kiln_ir::{DType, Literal, TensorType, parse_func_text};
+use kiln_reference::accuracy::{check_outputs, output_bounds};
+
+/// The comparison the CPU backend's random-program test used before: a relative tolerance per
+/// dtype scaled by the largest finite value of the whole tensor (so an infinite reference
+/// accepts any non-NaN value), kept here only to show what it let through.
+fn old_close(a: &Literal, e: &Literal) -> bool {
+    let rtol = match e.dtype() {
+        DType::F16 => 1e-2,
+        DType::BF16 => 5e-2,
+        DType::F32 => 1e-4,
+        DType::F64 => 1e-9,
+        _ => 0.0,
+    };
+    let (av, ev) = (a.to_f64s(), e.to_f64s());
+    let scale = ev
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(1.0f64, |m, x| m.max(x.abs()));
+    av.iter().zip(&ev).all(|(x, y)| {
+        (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= rtol * (scale + y.abs())
+    })
+}
+
+fn bf16s(v: &[f64]) -> Literal {
+    Literal::from_f64s(TensorType::new(DType::BF16, [v.len()]), v).unwrap()
+}
+
+/// A bf16 conversion that rounds one element to the wrong neighbour (one ulp off): an exact op,
+/// so the new comparison refuses it; the old one accepted it.
+#[test]
+fn a_one_ulp_rounding_bug_in_a_bf16_convert_is_caught() {
+    let f = parse_func_text(
+        "func @main(%0: f32[4]) -> bf16[4] {\n  %1 = convert %0 : bf16[4]\n  return %1\n}\n",
+    )
+    .unwrap();
+    assert!(output_bounds(&f)[0].exact());
+    // 1 + 2^-8 + 2^-10 rounds up to 1 + 2^-7 in bf16 (8 bits of precision).
+    let x = Literal::from_f64s(
+        TensorType::new(DType::F32, [4]),
+        &[1.0 + 2f64.powi(-8) + 2f64.powi(-10), 3.0, -0.5, 100.0],
+    )
+    .unwrap();
+    let right = bf16s(&[1.0 + 2f64.powi(-7), 3.0, -0.5, 100.0]);
+    let wrong = bf16s(&[1.0, 3.0, -0.5, 100.0]);
+    assert_eq!(
+        kiln_reference::eval(&f, std::slice::from_ref(&x)).unwrap()[0],
+        right
+    );
+    check_outputs(&f, std::slice::from_ref(&x), std::slice::from_ref(&right)).unwrap();
+    let err =
+        check_outputs(&f, std::slice::from_ref(&x), std::slice::from_ref(&wrong)).unwrap_err();
+    assert!(err.contains("element 0"), "{err}");
+    assert!(old_close(&wrong, &right), "the old tolerance accepted it");
+}
+
+/// An infinity of the wrong sign: refused now; the old comparison accepted it because the
+/// difference (inf) is within "rtol * (scale + inf)".
+#[test]
+fn an_infinity_of_the_wrong_sign_is_caught() {
+    let f = parse_func_text(
+        "func @main(%0: f32[3], %1: f32[3]) -> f32[3] {\n  %2 = divide %0, %1 : f32[3]\n  return %2\n}\n",
+    )
+    .unwrap();
+    let t = TensorType::new(DType::F32, [3]);
+    let a = Literal::from_f64s(t.clone(), &[1.0, 2.0, -3.0]).unwrap();
+    let b = Literal::from_f64s(t.clone(), &[0.0, 4.0, 2.0]).unwrap();
+    let args = [a, b];
+    let right = kiln_reference::eval(&f, &args).unwrap().remove(0);
+    assert_eq!(right.to_f64s(), [f64::INFINITY, 0.5, -1.5]);
+    let wrong = Literal::from_f64s(t.clone(), &[f64::NEG_INFINITY, 0.5, -1.5]).unwrap();
+    check_outputs(&f, &args, std::slice::from_ref(&right)).unwrap();
+    let err = check_outputs(&f, &args, std::slice::from_ref(&wrong)).unwrap_err();
+    assert!(err.contains("element 0"), "{err}");
+    assert!(old_close(&wrong, &right), "the old tolerance accepted it");
+    // A finite value for an infinite reference is refused too.
+    let finite = Literal::from_f64s(t, &[f32::MAX as f64, 0.5, -1.5]).unwrap();
+    assert!(check_outputs(&f, &args, &[finite]).is_err());
+}
+
+/// Inexact ops are held to their ulp bounds: exp within a few ulps passes, 100 ulps off does
+/// not (the old tolerance allowed ~800 ulps at 1.0 in f32 and far more beside a large element).
+#[test]
+fn transcendental_results_are_held_to_ulps() {
+    let f = parse_func_text(
+        "func @main(%0: f32[2]) -> f32[2] {\n  %1 = exponential %0 : f32[2]\n  return %1\n}\n",
+    )
+    .unwrap();
+    let t = TensorType::new(DType::F32, [2]);
+    let x = [Literal::from_f64s(t.clone(), &[0.5, 10.0]).unwrap()];
+    let want = kiln_reference::eval(&f, &x).unwrap().remove(0);
+    let w = want.as_f32s().unwrap().to_vec();
+    let near = Literal::f32([2], vec![f32::from_bits(w[0].to_bits() + 2), w[1]]).unwrap();
+    check_outputs(&f, &x, &[near]).unwrap();
+    let far = Literal::f32([2], vec![f32::from_bits(w[0].to_bits() + 100), w[1]]).unwrap();
+    assert!(check_outputs(&f, &x, std::slice::from_ref(&far)).is_err());
+    assert!(old_close(&far, &want));
+}
+
+/// A sum is held to the summation bound relative to Σ|terms| (`ir-specs/ops/reduce.md`): a
+/// cancelling sum may be off by a few ulps of its terms, not of its tiny result.
+#[test]
+fn sums_are_bounded_by_the_sum_of_absolute_terms() {
+    let f = parse_func_text(
+        "func @main(%0: f32[3]) -> f32[] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = add} : f32[]\n  return %2\n}\n",
+    )
+    .unwrap();
+    let x = [Literal::f32([3], vec![1e8, 1.0, -1e8]).unwrap()];
+    // The reference sums exactly: 1. A left-to-right f32 sum gives 0.
+    assert_eq!(kiln_reference::eval(&f, &x).unwrap()[0].to_f64s(), [1.0]);
+    check_outputs(&f, &x, &[Literal::f32([], vec![0.0]).unwrap()]).unwrap();
+    // Off by far more than K ε Σ|x|: refused.
+    assert!(check_outputs(&f, &x, &[Literal::f32([], vec![1e6]).unwrap()]).is_err());
+}
