@@ -680,21 +680,26 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                             + (g * k_in + ic) * sa[input_dims[1] as usize];
                         let mut wo =
                             oc * sw[kernel_dims[0] as usize] + ic * sw[kernel_dims[1] as usize];
+                        let mut inside = true;
                         for i in 0..sp {
                             let pos = o[output_dims[2 + i] as usize] as i64 * window_strides[i]
                                 - padding[i].0
                                 + k[i] as i64 * rhs_dilation[i];
                             let size = a.shape()[input_dims[2 + i] as usize] as i64;
+                            wo += k[i] * sw[kernel_dims[2 + i] as usize];
                             if pos < 0
                                 || pos % lhs_dilation[i] != 0
                                 || pos / lhs_dilation[i] >= size
                             {
-                                return;
+                                inside = false;
+                            } else {
+                                ao += (pos / lhs_dilation[i]) as usize
+                                    * sa[input_dims[2 + i] as usize];
                             }
-                            ao += (pos / lhs_dilation[i]) as usize * sa[input_dims[2 + i] as usize];
-                            wo += k[i] * sw[kernel_dims[2 + i] as usize];
                         }
-                        t.push((ao, wo));
+                        // Padding and dilation holes are zeros that still multiply the
+                        // weight (StableHLO pads, then multiplies): 0 * inf is NaN.
+                        t.push((if inside { ao } else { PADDED }, wo));
                     });
                 }
                 terms.push(t);
@@ -953,23 +958,28 @@ fn sum_products(
 
 /// Result element j is the sum over `terms[j]` of a[p] * b[q], in f64 (floats, rounded once)
 /// or wrapping i64.
+/// The index standing for a zero of padding (or a dilation hole) in a term of [`sum_terms`].
+const PADDED: usize = usize::MAX;
+
 fn sum_terms(a: &Literal, b: &Literal, ty: &TensorType, terms: &[Vec<(usize, usize)>]) -> Literal {
     if ty.dtype.is_float() {
         let (av, bv) = (a.to_f64s(), b.to_f64s());
+        let at = |p: usize| if p == PADDED { 0.0 } else { av[p] };
         from_lane(
             ty,
             Lane::F(
                 terms
                     .iter()
-                    .map(|t| t.iter().map(|&(p, q)| av[p] * bv[q]).sum())
+                    .map(|t| t.iter().map(|&(p, q)| at(p) * bv[q]).sum())
                     .collect(),
             ),
         )
     } else {
         let (av, bv) = (a.to_i64s(), b.to_i64s());
+        let at = |p: usize| if p == PADDED { 0 } else { av[p] };
         let v = terms.iter().map(|t| {
             t.iter()
-                .fold(0i64, |s, &(p, q)| s.wrapping_add(av[p].wrapping_mul(bv[q])))
+                .fold(0i64, |s, &(p, q)| s.wrapping_add(at(p).wrapping_mul(bv[q])))
         });
         from_lane(ty, Lane::I(v.map(|x| wrap_to(ty.dtype, x)).collect()))
     }
