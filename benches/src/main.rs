@@ -341,8 +341,8 @@ fn chain_first_call(n: usize, x: &Tensor, warm: bool) -> Result<(f64, Vec<f32>, 
 }
 
 /// The compile_chain_* rows (shared/bench/README.md): the median of 3 cold first calls of the
-/// jitted gradient of an `n`-step chain on x f32[256], after one warm-up compile of a tiny
-/// different program (n = 2, x [8]). The gradient is checked against [`chain_grad_f64`]; on
+/// jitted gradient of an `n`-step chain on x `f32[256]`, after one warm-up compile of a tiny
+/// different program (n = 2, x `[8]`). The gradient is checked against [`chain_grad_f64`]; on
 /// the small instance (`verify`) also against the reference interpreter.
 fn compile_chain(n: usize, verify: bool) -> Result<Timing, String> {
     let size = if verify { 16 } else { 256 };

@@ -1026,19 +1026,27 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Option<Kernel> {
                 };
                 wi[kernel_dims[2 + i] as usize] = Idx::Var(kv(i));
             }
+            let weight = gather(1, w, wi);
             let prod = Expr::Op {
                 op: Ew::Kind(OpKind::Multiply),
                 dtype: out.dtype,
-                args: vec![gather(0, a, li), gather(1, w, wi)],
+                args: vec![gather(0, a, li), weight.clone()],
             };
             let zero = Expr::Const {
                 dtype: out.dtype,
                 value: 0.0,
             };
+            // Padding and dilation holes are zeros that multiply the weight like any input
+            // element (StableHLO pads, then multiplies): against an infinite weight, NaN.
+            let padded = Expr::Op {
+                op: Ew::Kind(OpKind::Multiply),
+                dtype: out.dtype,
+                args: vec![zero.clone(), weight],
+            };
             let body = Expr::Guard {
                 conds,
                 then: Box::new(prod),
-                otherwise: Box::new(zero.clone()),
+                otherwise: Box::new(padded),
             };
             let mut rvars = vec![(ic, k_in)];
             rvars.extend((0..sp).map(|i| (kv(i), w.shape[kernel_dims[2 + i] as usize])));

@@ -73,7 +73,7 @@ pub fn ulp(d: DType, x: f64) -> f64 {
 }
 
 /// The error bound in ulps of one application of `op` with a result of dtype `d` (float), when
-/// its operands are exact. Sums are bounded separately ([`sum_terms`]).
+/// its operands are exact. Sums are bounded separately (`sum_terms`).
 pub fn op_ulps(op: OpKind, d: DType) -> f64 {
     use OpKind::*;
     let narrow = matches!(d, DType::F16 | DType::BF16);
