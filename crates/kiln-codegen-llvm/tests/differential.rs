@@ -6,7 +6,7 @@ mod common;
 use common::agrees;
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::random::{Config, Rng, random_func, random_literal, random_literal_with_specials};
-use kiln_ir::{DType, Literal};
+use kiln_ir::{DType, Literal, TensorType};
 
 /// What the random programs exercised.
 #[derive(Default)]
@@ -871,5 +871,47 @@ fn byte_copy_bitcasts_of_computed_values_agree_with_the_reference() {
 }",
     ] {
         common::agrees_on_random_inputs(src, 7);
+    }
+}
+
+/// A convolution pads with zeros and then multiplies (StableHLO): a padded tap against an
+/// infinite weight is NaN on every CPU path as in the reference (the direct loop nest, which
+/// grouped and input-dilated convolutions take, gave 0 for it), and the interior is the finite
+/// sum. Found by the random programs with special values.
+#[test]
+fn padded_taps_multiply_the_weight() {
+    for (groups, lhs_dilation) in [(1, 1), (2, 1), (1, 2)] {
+        let (inf, outf) = (2, 2);
+        let per = inf / groups;
+        let n = 3;
+        let dn = (n - 1) * lhs_dilation + 1;
+        let on = dn + 2 - 2 + 1;
+        let src = format!(
+            "func @main(%0: f32[1,{inf},{n},{n}], %1: f32[{outf},{per},2,2]) -> f32[1,{outf},{on},{on}] {{
+  %2 = convolution %0, %1 {{window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [{lhs_dilation}, {lhs_dilation}], rhs_dilation = [1, 1], feature_group_count = {groups}, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]}} : f32[1,{outf},{on},{on}]
+  return %2
+}}"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let x = Literal::from_f64s(
+            TensorType::new(DType::F32, [1, inf, n, n]),
+            &vec![1.0; inf * n * n],
+        )
+        .unwrap();
+        let mut wv = vec![1.0; outf * per * 4];
+        wv[0] = f64::INFINITY;
+        let w = Literal::from_f64s(TensorType::new(DType::F32, [outf, per, 2, 2]), &wv).unwrap();
+        let args = [x, w];
+        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        let (g, e) = (got[0].to_f64s(), want[0].to_f64s());
+        // Output (0, 0) puts the infinite weight on padding: NaN.
+        assert!(e[0].is_nan(), "{e:?}");
+        for (i, (a, b)) in g.iter().zip(&e).enumerate() {
+            assert!(
+                a.is_nan() == b.is_nan() && (a.is_nan() || a == b),
+                "groups {groups}, lhs dilation {lhs_dilation}, element {i}: {a} vs {b}"
+            );
+        }
     }
 }
