@@ -75,6 +75,7 @@ fn check_random_programs(seeds: impl Iterator<Item = u64>) -> Report {
             CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
         rep.kernels += exe.plan().iter().filter(|s| **s == Step::Kernel).count();
         rep.by_reference += exe.plan().iter().filter(|s| **s == Step::Reference).count();
+        common::compiled_whole(&exe).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
         let mut rng = Rng::new(seed ^ 77);
         // Special input values (1 in 32 float elements of every other seed) are off until
         // the convolution's padding and the comparison's gaps are settled: 17 of the 10,000

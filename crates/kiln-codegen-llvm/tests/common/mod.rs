@@ -43,11 +43,23 @@ pub fn close(a: &Literal, e: &Literal) -> Result<(), String> {
 /// interpreter's under the bounds of `kiln_reference::accuracy` (per element, in ulps, from the
 /// ops that produced it).
 pub fn agrees(f: &kiln_ir::Func, args: &[Literal]) -> Result<(), String> {
-    let got = CpuExecutable::compile(f)
-        .map_err(|e| e.to_string())?
-        .run(args)
-        .map_err(|e| e.to_string())?;
+    let exe = CpuExecutable::compile(f).map_err(|e| e.to_string())?;
+    compiled_whole(&exe)?;
+    let got = exe.run(args).map_err(|e| e.to_string())?;
     check(f, args, &got).map(|_| ())
+}
+
+/// An error if any instruction of `exe` runs on the reference interpreter: every op has a
+/// kernel, so a fallback would quietly turn a differential test into reference against
+/// reference.
+pub fn compiled_whole(exe: &CpuExecutable) -> Result<(), String> {
+    match exe.plan().iter().position(|s| *s == Step::Reference) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "instruction {i} fell back to the reference interpreter: {:?}",
+            exe.plan()
+        )),
+    }
 }
 
 /// Compares `got`, the outputs of `f` on `args`, with the reference interpreter's under the
@@ -74,9 +86,9 @@ pub fn random_args(f: &kiln_ir::Func, seed: u64) -> Vec<Literal> {
 pub fn agrees_on_random_inputs(src: &str, seed: u64) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
     let args = random_args(&f, seed);
-    let got = CpuExecutable::compile(&f)
-        .and_then(|e| e.run(&args))
-        .unwrap_or_else(|e| panic!("{src}: {e}"));
+    let exe = CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("{src}: {e}"));
+    compiled_whole(&exe).unwrap_or_else(|e| panic!("{src}: {e}"));
+    let got = exe.run(&args).unwrap_or_else(|e| panic!("{src}: {e}"));
     check(&f, &args, &got).unwrap_or_else(|e| panic!("{src}: {e}"));
 }
 
@@ -95,6 +107,7 @@ pub fn agrees_cached_and_jit(src: &str, seed: u64) {
         let e =
             CpuExecutable::compile_with_cache(&f, cache).unwrap_or_else(|e| panic!("{src}: {e}"));
         assert_eq!(e.in_kernel_cache(), cache.is_some(), "{src}");
+        compiled_whole(&e).unwrap_or_else(|e| panic!("{src}: {e}"));
         let got = e.run(&args).unwrap_or_else(|e| panic!("{src}: {e}"));
         check(&f, &args, &got).unwrap_or_else(|e| panic!("{src} (cache {cache:?}): {e}"));
     }
