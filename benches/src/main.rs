@@ -163,7 +163,8 @@ fn mlp_step((m, s, x, y): &MlpArgs) -> (Mlp, Tensor) {
     }
 }
 
-fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
+/// The MLP step's model, optimizer state and batch (a model an eighth as wide for `verify`).
+fn mlp_args(batch: usize, verify: bool) -> Result<MlpArgs, String> {
     let dims: &[usize] = if verify {
         &[784 / 8, 1024 / 8, 1024 / 8, 10]
     } else {
@@ -177,6 +178,11 @@ fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
         [batch],
     )
     .map_err(|e| e.to_string())?;
+    Ok((m, s, x, y))
+}
+
+fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
+    let (m, s, x, y) = mlp_args(batch, verify)?;
     if verify {
         check("mlp_train_step", mlp_step, &(m, s, x, y))?;
         return Ok(Timing::default());
@@ -199,19 +205,7 @@ fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
 /// `value_and_grad` (which compiles the gradient function once per signature) and the update
 /// runs op by op.
 fn mlp_train_step_eager(batch: usize, verify: bool) -> Result<Timing, String> {
-    let dims: &[usize] = if verify {
-        &[784 / 8, 1024 / 8, 1024 / 8, 10]
-    } else {
-        &[784, 1024, 1024, 10]
-    };
-    let m = Mlp::new(&key(8), dims, DType::F32);
-    let s = Sgd::new(0.01).init(&m);
-    let x = normal(&key(9), &[batch, dims[0]], DType::F32);
-    let y = Tensor::from_vec(
-        (0..batch).map(|i| (i * 7 % 10) as i32).collect::<Vec<_>>(),
-        [batch],
-    )
-    .map_err(|e| e.to_string())?;
+    let (m, s, x, y) = mlp_args(batch, verify)?;
     if verify {
         let args = (m, s, x, y);
         let (m, l) = mlp_step(&args);
