@@ -61,9 +61,6 @@ fn nontrivial(f: &kiln_ir::Func) -> bool {
 /// Compiles and runs the random programs of `seeds` (inputs of every other seed with 1 in 32
 /// float elements special), compares them with the reference, and reports what they covered.
 /// A failure names the seed and the command that runs it alone.
-/// Whether the random programs' inputs hold special values (see `check_random_programs`).
-const SPECIALS: bool = false;
-
 fn check_random_programs(seeds: impl Iterator<Item = u64>) -> Report {
     let mut rep = Report::default();
     for seed in seeds {
@@ -77,14 +74,7 @@ fn check_random_programs(seeds: impl Iterator<Item = u64>) -> Report {
         rep.by_reference += exe.plan().iter().filter(|s| **s == Step::Reference).count();
         common::compiled_whole(&exe).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
         let mut rng = Rng::new(seed ^ 77);
-        // Special input values (1 in 32 float elements of every other seed) are off until
-        // the convolution's padding and the comparison's gaps are settled: 17 of the 10,000
-        // programs disagree with them (`docs/reliability.md`, "Open findings").
-        let rate = if SPECIALS && seed % 2 == 1 {
-            1.0 / 32.0
-        } else {
-            0.0
-        };
+        let rate = if seed % 2 == 1 { 1.0 / 32.0 } else { 0.0 };
         let args: Vec<Literal> = f
             .param_types()
             .iter()
