@@ -986,44 +986,20 @@ impl<'c> Emitter<'c> {
         self.b.build_load(ct, acc, "sum").map_err(llvm)
     }
 
-    /// Counted loops over `vars`, outermost first, running `body` inside, and computing ahead
-    /// of each loop the reductions of `inner` that read none of the loop variables still to
-    /// open nor those bound inside the body (`inner_bound`), and are not computed yet; they
-    /// are dropped when the loop they were computed in (or the nest) ends.
-    fn nest_hoisting(
-        &self,
-        vars: &[(usize, usize)],
-        inner: &[&Expr],
-        inner_bound: &std::collections::BTreeSet<usize>,
-        body: &mut dyn FnMut(&Self) -> Result<()>,
-    ) -> Result<()> {
-        let mark = self.hoisted.borrow().len();
-        for r in inner {
-            let free = free_vars(r);
-            if !free
-                .iter()
-                .any(|v| inner_bound.contains(v) || vars.iter().any(|b| b.0 == *v))
-            {
-                self.hoist_one(r)?;
-            }
-        }
-        let done = match vars.split_first() {
-            None => body(self),
-            Some((&(v, n), rest)) => self.counted(v, n, &mut |em: &Self| {
-                em.nest_hoisting(rest, inner, inner_bound, body)
-            }),
-        };
-        self.hoisted.borrow_mut().truncate(mark);
-        done
-    }
-
-    /// Counted loops over `vars`, outermost first, running `body` inside.
+    /// Counted loops over `vars`, outermost first, running `body` inside (no reduction is
+    /// hoisted: [`Emitter::accumulate`] hoists those of a reduction's body).
     fn nest(
         &self,
         vars: &[(usize, usize)],
         body: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
-        self.nest_hoisting(vars, &[], &std::collections::BTreeSet::new(), body)
+        let mark = self.hoisted.borrow().len();
+        let done = match vars.split_first() {
+            None => body(self),
+            Some((&(v, n), rest)) => self.counted(v, n, &mut |em: &Self| em.nest(rest, body)),
+        };
+        self.hoisted.borrow_mut().truncate(mark);
+        done
     }
 
     fn combine(

@@ -58,8 +58,9 @@ pub(super) type SumBody<'a, 'c> =
 
 impl<'c> Emitter<'c> {
     /// Counted loops over `vars` (outermost first) running `body`, which adds into `accs`, at
-    /// every position. Like [`Emitter::nest_hoisting`], the reductions of `inner` are computed
-    /// ahead of the first loop that leaves them fixed. For a float sum the loops form a tree:
+    /// every position. The reductions of `inner` are computed ahead of the first loop that
+    /// leaves them fixed (read none of the loop variables still to open nor those bound inside
+    /// the body, `inner_bound`), and dropped when that loop ends. For a float sum the loops form a tree:
     /// see the module documentation.
     pub(super) fn accumulate(
         &self,
