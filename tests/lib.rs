@@ -299,7 +299,7 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
                     }
                     kiln_codegen_llvm::cpu::describe_memory_donating(f, &donated)
                 }
-                _ => kiln_codegen_llvm::cpu::fusion_dot(f),
+                _ => kiln_kernel::pipeline::fusion_dot(f).map_err(Into::into),
             };
             out.push_str(&text.map_err(|e| e.to_string())?);
         }

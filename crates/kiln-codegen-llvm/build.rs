@@ -1,7 +1,8 @@
-//! Hashes this crate's sources into `KILN_CODEGEN_SOURCE_HASH`, which the kernel cache puts in
-//! its keys: a library that other code generation built is never loaded (see `src/cache.rs`);
-//! and them with the optimizer's and the IR's into `KILN_PREPARE_SOURCE_HASH`, for the index of
-//! input programs (`src/cpu/lowering.rs`).
+//! Hashes this crate's sources and the kernel layer's (`kiln-kernel`, which decides what the
+//! kernels are) into `KILN_CODEGEN_SOURCE_HASH`, which the kernel cache puts in its keys: a
+//! library that other code generation built is never loaded (see `src/cache.rs`); and them
+//! with the optimizer's and the IR's into `KILN_PREPARE_SOURCE_HASH`, for the index of input
+//! programs (`src/cpu/lowering.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -38,11 +39,14 @@ fn hash_of(dirs: &[&str]) -> u64 {
 }
 
 fn main() {
-    println!("cargo:rerun-if-changed=src");
+    let codegen = ["src", "../kiln-kernel/src"];
+    for d in codegen {
+        println!("cargo:rerun-if-changed={d}");
+    }
     println!("cargo:rerun-if-changed=build.rs");
     println!(
         "cargo:rustc-env=KILN_CODEGEN_SOURCE_HASH={:016x}",
-        hash_of(&["src"])
+        hash_of(&codegen)
     );
     // What the index of input programs (`src/cpu/lowering.rs`) depends on besides this crate:
     // the optimizer (its code and rules) and the IR (its printer and parser).
@@ -50,7 +54,7 @@ fn main() {
     for d in prepare {
         println!("cargo:rerun-if-changed={d}");
     }
-    let mut dirs = vec!["src"];
+    let mut dirs = codegen.to_vec();
     dirs.extend(prepare);
     println!(
         "cargo:rustc-env=KILN_PREPARE_SOURCE_HASH={:016x}",

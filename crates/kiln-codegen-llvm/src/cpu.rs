@@ -5,8 +5,8 @@
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
 
 use crate::kernel::{
-    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, lower, rename_var,
-    value_key, var_plus_const, visit,
+    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, rename_var, value_key,
+    var_plus_const, visit,
 };
 use crate::{Error, Result};
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -21,9 +21,7 @@ use inkwell::values::{
     MetadataValue, PointerValue,
 };
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
-use kiln_ir::{
-    Combiner, ComparisonDirection as Cmp, DType, Func, Literal, Op, OpKind, TensorType, strides,
-};
+use kiln_ir::{Combiner, ComparisonDirection as Cmp, DType, Func, Literal, OpKind, strides};
 
 mod compile_times;
 mod gemm;
@@ -32,7 +30,10 @@ mod math;
 mod sum_tree;
 
 use compile_times::PhaseClock;
-use lowering::prepare;
+pub use kiln_kernel::pipeline::{fused_kernels, kernels};
+use kiln_kernel::pipeline::{
+    lowered_for_printing, lowered_for_printing_donating, prepare, scheduled, steps_of,
+};
 
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
@@ -3065,34 +3066,6 @@ fn strips<'c>(
     Ok(())
 }
 
-/// The fused kernels of `f` (see [`crate::fuse`]); `KILN_NO_FUSION=1` in the environment keeps
-/// one kernel per instruction (for measuring what fusion buys, and for debugging).
-pub fn fused_kernels(f: &Func) -> crate::fuse::Fused {
-    let ks = kernels(f);
-    if std::env::var("KILN_NO_FUSION").is_ok_and(|v| v == "1") {
-        return crate::fuse::unfused(f, ks);
-    }
-    crate::fuse::fuse(f, ks)
-}
-
-/// The kernels of `f`, one per instruction that has one (`None` for the others).
-pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
-    f.insts
-        .iter()
-        .map(|inst| {
-            if inst.results.len() != 1 || matches!(inst.op, Op::Constant { .. }) {
-                return None;
-            }
-            let x: Vec<TensorType> = inst
-                .operands
-                .iter()
-                .map(|o| f.values[o.index()].clone())
-                .collect();
-            lower(&inst.op, &x, &f.values[inst.results[0].index()])
-        })
-        .collect()
-}
-
 /// The module of `f`'s kernels; `for_host` adds this machine's CPU and features to every
 /// function (needed to run them well, left out of machine-independent dumps).
 /// In-place inputs of a kernel: `(input, output)` pairs and the pointer table's length (see
@@ -3946,95 +3919,6 @@ fn warn_cache_off(e: &Error) {
     ONCE.call_once(|| eprintln!("kiln: kernel cache not used: {e}"));
 }
 
-/// `f` as the backend lowers it (optimized and canonicalized with the reference machine's
-/// costs, so the text is the same on every machine) and its fusion: what the dumps print.
-fn lowered_for_printing(f: &Func) -> Result<(Func, crate::fuse::Fused)> {
-    lowered_for_printing_donating(f, &[]).map(|(g, fused, _)| (g, fused))
-}
-
-/// [`lowered_for_printing`] for the parameters `p` with `donated[p]` donated (scheduling
-/// depends on them), with the line saying what scheduling decided.
-fn lowered_for_printing_donating(
-    f: &Func,
-    donated: &[bool],
-) -> Result<(Func, crate::fuse::Fused, String)> {
-    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let g = prepare(f, &printing_options())?;
-    let fused = fused_kernels(&g);
-    scheduled(g, fused, donated)
-}
-
-/// The fused program `f`, `fused` in the order [`crate::schedule::step_order`] picks, fused
-/// again, when that lowers the memory plan's peak without adding kernels; else (and with
-/// `KILN_SCHEDULE=0` in the environment, for measuring) as it is. With it, one line saying
-/// which order was kept and the peaks of both.
-fn scheduled(
-    f: Func,
-    fused: crate::fuse::Fused,
-    donated: &[bool],
-) -> Result<(Func, crate::fuse::Fused, String)> {
-    let peak = |g: &Func, fz: &crate::fuse::Fused| {
-        let steps = steps_of(g, fz);
-        let in_place = crate::fuse::in_place(g, fz, &steps, donated);
-        let no_scratch = vec![0; g.insts.len()];
-        kiln_runtime::plan::plan(g, &steps, &fz.operands, &no_scratch, &in_place, &fz.extra)
-            .peak_bytes()
-    };
-    let count = |fz: &crate::fuse::Fused| fz.kernels.iter().flatten().count();
-    let before = peak(&f, &fused);
-    if std::env::var("KILN_SCHEDULE").is_ok_and(|v| v == "0") {
-        let note = format!("schedule: program order (KILN_SCHEDULE=0; peak {before} bytes)");
-        return Ok((f, fused, note));
-    }
-    let order = crate::schedule::step_order(&f, &fused, donated);
-    if order.windows(2).all(|w| w[0] < w[1]) {
-        let note = format!("schedule: program order (the memory-aware order; peak {before} bytes)");
-        return Ok((f, fused, note));
-    }
-    let g = crate::schedule::reorder(&f, &fused, &order)
-        .map_err(|e| Error::Llvm(format!("scheduling @{}: {e}", f.name)))?;
-    let refused = fused_kernels(&g);
-    if crate::fuse::check_legal(&g, &refused).is_ok() {
-        let after = peak(&g, &refused);
-        if after < before && count(&refused) <= count(&fused) {
-            let moved = order
-                .iter()
-                .enumerate()
-                .filter(|(k, u)| order[..*k].iter().any(|w| w > u))
-                .count();
-            let note = format!(
-                "schedule: {moved} step(s) moved earlier for memory; peak {before} -> {after} bytes"
-            );
-            return Ok((g, refused, note));
-        }
-        let note = format!(
-            "schedule: program order (peak {before} bytes; the memory-aware order peaks at \
-             {after} bytes with {} kernels)",
-            count(&refused)
-        );
-        return Ok((f, fused, note));
-    }
-    let note = format!("schedule: program order (peak {before} bytes)");
-    Ok((f, fused, note))
-}
-
-/// How each instruction of the prepared function `f` runs, given its fusion.
-fn steps_of(f: &Func, fused: &crate::fuse::Fused) -> Vec<Step> {
-    f.insts
-        .iter()
-        .zip(&fused.kernels)
-        .enumerate()
-        .map(|(i, (inst, k))| match (k, &inst.op) {
-            _ if fused.inlined[i] => Step::Fused,
-            _ if fused.merged_into[i].is_some() => Step::Merged,
-            (Some(_), _) => Step::Kernel,
-            (None, Op::Constant { .. }) => Step::Constant,
-            (None, Op::OptimizationBarrier {}) => Step::Forward,
-            (None, _) => Step::Reference,
-        })
-        .collect()
-}
-
 /// The memory plan of `f` on the CPU backend, as text: the program as lowered, then each
 /// intermediate's arena offset, size and live steps, and the arena, outside and peak bytes.
 pub fn describe_memory(f: &Func) -> Result<String> {
@@ -4053,7 +3937,7 @@ pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
         .iter()
         .map(|k| k.as_ref().map_or(0, |k| kernel_shape(k, false).scratch))
         .collect();
-    let plan = kiln_runtime::plan::plan(
+    let plan = kiln_kernel::plan::plan(
         &g,
         &steps,
         &fused.operands,
@@ -4062,81 +3946,6 @@ pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
         &fused.extra,
     );
     Ok(format!("{g}\n{note}\n{plan}"))
-}
-
-/// The fused graph in Graphviz dot: one box per kernel (its member ops inside), edges for the
-/// buffers kernels read.
-pub fn fusion_dot(f: &Func) -> Result<String> {
-    use std::fmt::Write as _;
-    let (g, fused) = lowered_for_printing(f)?;
-    let mut producer = vec![None; g.values.len()];
-    for (i, inst) in g.insts.iter().enumerate() {
-        for r in &inst.results {
-            producer[r.index()] = Some(i);
-        }
-    }
-    let mut s =
-        String::from("digraph fused {\n  rankdir=TB;\n  node [shape=box, fontname=monospace];\n");
-    for (i, p) in g.params.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "  p{i} [shape=ellipse, label=\"{p}: {}\"];",
-            g.values[p.index()]
-        );
-    }
-    // A merged instruction's value comes from the kernel that writes it.
-    for p in producer.iter_mut().flatten() {
-        *p = fused.merged_into[*p].unwrap_or(*p);
-    }
-    for (i, inst) in g.insts.iter().enumerate() {
-        if fused.inlined[i] || fused.merged_into[i].is_some() {
-            continue;
-        }
-        let ty = &g.values[inst.results[0].index()];
-        let label = if fused.kernels[i].is_some() {
-            let members: Vec<String> = fused.members[i]
-                .iter()
-                .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
-                .collect();
-            let also: String = fused.extra[i]
-                .iter()
-                .map(|v| format!(", {v}: {}", g.values[v.index()]))
-                .collect();
-            format!("k{i} -> {ty}{also}\\n{}", members.join("\\n"))
-        } else {
-            format!("#{i} {} -> {ty}", inst.op.mnemonic())
-        };
-        let _ = writeln!(s, "  n{i} [label=\"{label}\"];");
-        for v in &fused.operands[i] {
-            match producer[v.index()] {
-                Some(p) => {
-                    let _ = writeln!(s, "  n{p} -> n{i};");
-                }
-                None => {
-                    if let Some(k) = g.params.iter().position(|q| q == v) {
-                        let _ = writeln!(s, "  p{k} -> n{i};");
-                    }
-                }
-            }
-        }
-    }
-    for (k, o) in g.outputs.iter().enumerate() {
-        let _ = writeln!(s, "  out{k} [shape=ellipse, label=\"output {k}\"];");
-        if let Some(p) = producer[o.index()] {
-            let _ = writeln!(s, "  n{p} -> out{k};");
-        }
-    }
-    s.push_str("}\n");
-    Ok(s)
-}
-
-/// The optimizer's options for printing: the reference machine's costs, so that dumps and
-/// snapshots are the same on every machine.
-fn printing_options() -> kiln_opt::Options {
-    kiln_opt::Options {
-        machine: kiln_opt::cost::Machine::REFERENCE,
-        ..kiln_opt::Options::from_env()
-    }
 }
 
 impl CpuExecutable {

@@ -23,11 +23,8 @@
 #![warn(missing_docs)]
 
 pub mod cache;
-mod canon;
 pub mod cpu;
-pub mod fuse;
-pub mod kernel;
-pub mod schedule;
+pub use kiln_kernel::{canon, fuse, kernel, schedule};
 
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
@@ -66,6 +63,15 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<kiln_kernel::Error> for Error {
+    fn from(e: kiln_kernel::Error) -> Self {
+        match e {
+            kiln_kernel::Error::Args(m) => Error::Args(m),
+            kiln_kernel::Error::Lowering(m) => Error::Llvm(m),
+        }
+    }
+}
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -12,7 +12,7 @@
 //! - Scratch memory: each thread keeps one 64-byte aligned scratch area, grown to the largest
 //!   request and reused (the GEMM packs its operands there).
 
-pub mod plan;
+pub use kiln_kernel::{Step, plan};
 
 use kiln_ir::{Func, Literal, Op, TensorType, ValueId};
 use plan::MemoryPlan;
@@ -34,24 +34,6 @@ pub const PARALLEL_WORK: usize = 1 << 16;
 /// arithmetic): 40000 elements each 0.150 -> 0.173 ms, 50000 0.185 -> 0.186, 56000 0.206 ->
 /// 0.218, 60000 0.235 -> 0.213 (see docs/performance.md).
 pub const CONCURRENT_WORK: usize = 7 << 13;
-
-/// How one instruction runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// A compiled kernel.
-    Kernel,
-    /// The value is a constant held by the program.
-    Constant,
-    /// The results are the operands, passed through (`optimization_barrier`).
-    Forward,
-    /// Computed inside the kernels of its users (fused); never materialized.
-    Fused,
-    /// Written by a later instruction's kernel along with that instruction's own result
-    /// (multi-output fusion); nothing runs here.
-    Merged,
-    /// The reference interpreter (an instruction the backend has no kernel for).
-    Reference,
-}
 
 /// How a kernel is called.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

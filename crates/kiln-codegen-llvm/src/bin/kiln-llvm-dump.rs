@@ -48,7 +48,7 @@ fn main() -> ExitCode {
             } else if args.iter().any(|a| a == "--plan") {
                 kiln_codegen_llvm::cpu::describe_memory_donating(&f, &donated)
             } else if args.iter().any(|a| a == "--dot") {
-                kiln_codegen_llvm::cpu::fusion_dot(&f)
+                kiln_kernel::pipeline::fusion_dot(&f).map_err(Into::into)
             } else {
                 kiln_codegen_llvm::cpu::function_llvm_ir(&f, optimized)
             }

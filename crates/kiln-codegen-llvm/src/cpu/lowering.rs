@@ -14,7 +14,7 @@
 //! goes on to the library cache, which then hits as well. A text that does not parse, verify
 //! or fuse legally is ignored and the program lowered again.
 
-use super::{PhaseClock, fused_kernels, gemm_unroll, guard_splits, row_caches, scheduled};
+use super::{PhaseClock, fused_kernels, gemm_unroll, guard_splits, prepare, row_caches, scheduled};
 use super::{streaming, wide_vectors};
 use crate::{Error, Result};
 use kiln_ir::Func;
@@ -106,27 +106,4 @@ pub(super) fn lowered(
         let _ = crate::cache::store_file(dir, key, "kir", g.to_string().as_bytes());
     }
     Ok((g, fused, false))
-}
-
-/// The program the backend lowers: optimized (unless `KILN_NO_OPT=1`), then canonicalized.
-pub(super) fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
-    let optimized;
-    let f = if std::env::var("KILN_NO_OPT").is_ok_and(|v| v == "1") {
-        f
-    } else {
-        optimized = kiln_opt::optimize(f, opts)
-            .map_err(|e| Error::Llvm(format!("optimizing: {e}")))?
-            .0;
-        &optimized
-    };
-    let f = &crate::canon::expand_rngs(f)
-        .map_err(|e| Error::Llvm(format!("expanding rng_bit_generator: {e}")))?;
-    let f = &crate::canon::fold_transposed_products(f)
-        .map_err(|e| Error::Llvm(format!("folding transposed products: {e}")))?;
-    let f = &crate::canon::winograd_convs(f)
-        .map_err(|e| Error::Llvm(format!("rewriting 3 x 3 convolutions (Winograd): {e}")))?;
-    let convs = crate::canon::gemm_convs(f)
-        .map_err(|e| Error::Llvm(format!("rewriting convolutions: {e}")))?;
-    crate::canon::canonicalize_dots(&convs)
-        .map_err(|e| Error::Llvm(format!("canonicalizing matrix products: {e}")))
 }

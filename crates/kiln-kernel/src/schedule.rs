@@ -224,7 +224,7 @@ pub fn reorder(f: &Func, fused: &Fused, order: &[usize]) -> Result<Func, VerifyE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::fused_kernels;
+    use crate::pipeline::fused_kernels;
 
     fn parse(src: &str) -> Func {
         kiln_ir::parse_func_text(src).unwrap()

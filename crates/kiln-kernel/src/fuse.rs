@@ -173,7 +173,7 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
 
 /// The values step `u` of the fused program reads: a kernel's buffers, or the operands of an
 /// instruction that runs without a kernel (nothing for one computed elsewhere).
-pub(crate) fn step_reads<'a>(f: &'a Func, fused: &'a Fused, u: usize) -> &'a [ValueId] {
+pub fn step_reads<'a>(f: &'a Func, fused: &'a Fused, u: usize) -> &'a [ValueId] {
     if fused.kernels[u].is_some() {
         &fused.operands[u]
     } else if fused.inlined[u] || fused.merged_into[u].is_some() {
@@ -197,10 +197,10 @@ pub(crate) fn step_reads<'a>(f: &'a Func, fused: &'a Fused, u: usize) -> &'a [Va
 pub fn in_place(
     f: &Func,
     fused: &Fused,
-    steps: &[kiln_runtime::Step],
+    steps: &[crate::Step],
     donated: &[bool],
 ) -> Vec<Vec<(usize, usize)>> {
-    use kiln_runtime::Step;
+    use crate::Step;
     let n = f.insts.len();
     let mut out = vec![Vec::new(); n];
     if !donated.iter().any(|&d| d) {

@@ -30,7 +30,7 @@ fn permute(b: &mut Builder, v: ValueId, perm: &[i64]) -> Result<ValueId, VerifyE
 /// `f` rebuilt instruction by instruction, values renumbered in definition order and source
 /// locations kept; `rewrite` may replace one (given the builder, the instruction and its
 /// operands' new values) by returning the values standing for its results.
-pub(crate) fn rebuild(
+pub fn rebuild(
     f: &Func,
     mut rewrite: impl FnMut(
         &mut Builder,
@@ -332,7 +332,7 @@ pub fn winograd() -> bool {
 /// The smallest input and output feature counts a convolution needs for Winograd's transforms
 /// to pay: they write and read 36 values per 16 outputs per feature, against the direct GEMM's
 /// 9 multiply-adds per output, input and output feature.
-const WINOGRAD_MIN_FEATURES: usize = 32;
+pub const WINOGRAD_MIN_FEATURES: usize = 32;
 
 /// `Σ coef · value` over the terms with a nonzero coefficient (none: zeros of `ty`); ±1 as
 /// adds and subtracts, other coefficients as multiplies by a broadcast constant.

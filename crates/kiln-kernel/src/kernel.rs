@@ -1946,7 +1946,7 @@ pub fn reads_input(e: &Expr, j: usize) -> bool {
 
 /// Calls `f` on `e` and every expression inside it (operands, reduction bodies, index
 /// expressions, guard conditions and branches), parents first.
-pub(crate) fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+pub fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
     f(e);
     let idx = |i: &Idx, f: &mut dyn FnMut(&Expr)| visit_idx(i, f);
     match e {

@@ -1,0 +1,62 @@
+//! kiln's kernel layer: everything that decides how a program becomes kernels, for every
+//! target, and nothing that renders them. It imports no LLVM, no GPU driver and no thread
+//! pool; backends (`kiln-codegen-llvm`) render what it decides and the runtime runs it.
+//!
+//! - [`kernel`]: the kernel IR (loop nests over index maps, reductions, epilogues) and the
+//!   lowering of each op to a kernel.
+//! - [`canon`]: canonicalizing rewrites of the graph before lowering (rng expansion, transposed
+//!   products, Winograd and GEMM convolutions, dot canonicalization).
+//! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
+//! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan.
+//! - [`pipeline`]: optimize, canonicalize, lower, fuse and schedule, in one place, with the
+//!   printed forms the dumps show.
+
+pub mod canon;
+pub mod fuse;
+pub mod kernel;
+pub mod pipeline;
+pub mod plan;
+pub mod schedule;
+
+use std::fmt;
+
+/// How one instruction runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A compiled kernel.
+    Kernel,
+    /// The value is a constant held by the program.
+    Constant,
+    /// The results are the operands, passed through (`optimization_barrier`).
+    Forward,
+    /// Computed inside the kernels of its users (fused); never materialized.
+    Fused,
+    /// Written by a later instruction's kernel along with that instruction's own result
+    /// (multi-output fusion); nothing runs here.
+    Merged,
+    /// The reference interpreter (an instruction the backend has no kernel for).
+    Reference,
+}
+
+/// Why a program could not be lowered to kernels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The program given does not verify.
+    Args(String),
+    /// A stage of the pipeline failed (the message names the stage and the function).
+    Lowering(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Args(m) => write!(f, "bad arguments: {m}"),
+            Error::Lowering(m) => write!(f, "lowering: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

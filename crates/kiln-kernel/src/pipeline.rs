@@ -1,0 +1,218 @@
+//! The pipeline from the function a backend is given to its fused, scheduled kernels:
+//! optimize ([`kiln_opt`]), canonicalize ([`crate::canon`]), lower each instruction to a kernel
+//! ([`crate::kernel::lower`]), fuse ([`crate::fuse`]) and schedule ([`crate::schedule`]), and
+//! the printed forms of its result.
+
+use crate::Step;
+use crate::canon;
+use crate::fuse::Fused;
+use crate::kernel::{Kernel, lower};
+use crate::{Error, Result};
+use kiln_ir::{Func, Op, TensorType};
+
+/// The fused kernels of `f` (see [`crate::fuse`]); `KILN_NO_FUSION=1` in the environment keeps
+/// one kernel per instruction (for measuring what fusion buys, and for debugging).
+pub fn fused_kernels(f: &Func) -> Fused {
+    let ks = kernels(f);
+    if std::env::var("KILN_NO_FUSION").is_ok_and(|v| v == "1") {
+        return crate::fuse::unfused(f, ks);
+    }
+    crate::fuse::fuse(f, ks)
+}
+
+/// The kernels of `f`, one per instruction that has one (`None` for the others).
+pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
+    f.insts
+        .iter()
+        .map(|inst| {
+            if inst.results.len() != 1 || matches!(inst.op, Op::Constant { .. }) {
+                return None;
+            }
+            let x: Vec<TensorType> = inst
+                .operands
+                .iter()
+                .map(|o| f.values[o.index()].clone())
+                .collect();
+            lower(&inst.op, &x, &f.values[inst.results[0].index()])
+        })
+        .collect()
+}
+
+/// `f` as the backend lowers it (optimized and canonicalized with the reference machine's
+/// costs, so the text is the same on every machine) and its fusion: what the dumps print.
+pub fn lowered_for_printing(f: &Func) -> Result<(Func, Fused)> {
+    lowered_for_printing_donating(f, &[]).map(|(g, fused, _)| (g, fused))
+}
+
+/// [`lowered_for_printing`] for the parameters `p` with `donated[p]` donated (scheduling
+/// depends on them), with the line saying what scheduling decided.
+pub fn lowered_for_printing_donating(f: &Func, donated: &[bool]) -> Result<(Func, Fused, String)> {
+    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let g = prepare(f, &printing_options())?;
+    let fused = fused_kernels(&g);
+    scheduled(g, fused, donated)
+}
+
+/// The fused program `f`, `fused` in the order [`crate::schedule::step_order`] picks, fused
+/// again, when that lowers the memory plan's peak without adding kernels; else (and with
+/// `KILN_SCHEDULE=0` in the environment, for measuring) as it is. With it, one line saying
+/// which order was kept and the peaks of both.
+pub fn scheduled(f: Func, fused: Fused, donated: &[bool]) -> Result<(Func, Fused, String)> {
+    let peak = |g: &Func, fz: &Fused| {
+        let steps = steps_of(g, fz);
+        let in_place = crate::fuse::in_place(g, fz, &steps, donated);
+        let no_scratch = vec![0; g.insts.len()];
+        crate::plan::plan(g, &steps, &fz.operands, &no_scratch, &in_place, &fz.extra).peak_bytes()
+    };
+    let count = |fz: &Fused| fz.kernels.iter().flatten().count();
+    let before = peak(&f, &fused);
+    if std::env::var("KILN_SCHEDULE").is_ok_and(|v| v == "0") {
+        let note = format!("schedule: program order (KILN_SCHEDULE=0; peak {before} bytes)");
+        return Ok((f, fused, note));
+    }
+    let order = crate::schedule::step_order(&f, &fused, donated);
+    if order.windows(2).all(|w| w[0] < w[1]) {
+        let note = format!("schedule: program order (the memory-aware order; peak {before} bytes)");
+        return Ok((f, fused, note));
+    }
+    let g = crate::schedule::reorder(&f, &fused, &order)
+        .map_err(|e| Error::Lowering(format!("scheduling @{}: {e}", f.name)))?;
+    let refused = fused_kernels(&g);
+    if crate::fuse::check_legal(&g, &refused).is_ok() {
+        let after = peak(&g, &refused);
+        if after < before && count(&refused) <= count(&fused) {
+            let moved = order
+                .iter()
+                .enumerate()
+                .filter(|(k, u)| order[..*k].iter().any(|w| w > u))
+                .count();
+            let note = format!(
+                "schedule: {moved} step(s) moved earlier for memory; peak {before} -> {after} bytes"
+            );
+            return Ok((g, refused, note));
+        }
+        let note = format!(
+            "schedule: program order (peak {before} bytes; the memory-aware order peaks at \
+             {after} bytes with {} kernels)",
+            count(&refused)
+        );
+        return Ok((f, fused, note));
+    }
+    let note = format!("schedule: program order (peak {before} bytes)");
+    Ok((f, fused, note))
+}
+
+/// How each instruction of the prepared function `f` runs, given its fusion.
+pub fn steps_of(f: &Func, fused: &Fused) -> Vec<Step> {
+    f.insts
+        .iter()
+        .zip(&fused.kernels)
+        .enumerate()
+        .map(|(i, (inst, k))| match (k, &inst.op) {
+            _ if fused.inlined[i] => Step::Fused,
+            _ if fused.merged_into[i].is_some() => Step::Merged,
+            (Some(_), _) => Step::Kernel,
+            (None, Op::Constant { .. }) => Step::Constant,
+            (None, Op::OptimizationBarrier {}) => Step::Forward,
+            (None, _) => Step::Reference,
+        })
+        .collect()
+}
+
+/// The fused graph in Graphviz dot: one box per kernel (its member ops inside), edges for the
+/// buffers kernels read.
+pub fn fusion_dot(f: &Func) -> Result<String> {
+    use std::fmt::Write as _;
+    let (g, fused) = lowered_for_printing(f)?;
+    let mut producer = vec![None; g.values.len()];
+    for (i, inst) in g.insts.iter().enumerate() {
+        for r in &inst.results {
+            producer[r.index()] = Some(i);
+        }
+    }
+    let mut s =
+        String::from("digraph fused {\n  rankdir=TB;\n  node [shape=box, fontname=monospace];\n");
+    for (i, p) in g.params.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  p{i} [shape=ellipse, label=\"{p}: {}\"];",
+            g.values[p.index()]
+        );
+    }
+    // A merged instruction's value comes from the kernel that writes it.
+    for p in producer.iter_mut().flatten() {
+        *p = fused.merged_into[*p].unwrap_or(*p);
+    }
+    for (i, inst) in g.insts.iter().enumerate() {
+        if fused.inlined[i] || fused.merged_into[i].is_some() {
+            continue;
+        }
+        let ty = &g.values[inst.results[0].index()];
+        let label = if fused.kernels[i].is_some() {
+            let members: Vec<String> = fused.members[i]
+                .iter()
+                .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
+                .collect();
+            let also: String = fused.extra[i]
+                .iter()
+                .map(|v| format!(", {v}: {}", g.values[v.index()]))
+                .collect();
+            format!("k{i} -> {ty}{also}\\n{}", members.join("\\n"))
+        } else {
+            format!("#{i} {} -> {ty}", inst.op.mnemonic())
+        };
+        let _ = writeln!(s, "  n{i} [label=\"{label}\"];");
+        for v in &fused.operands[i] {
+            match producer[v.index()] {
+                Some(p) => {
+                    let _ = writeln!(s, "  n{p} -> n{i};");
+                }
+                None => {
+                    if let Some(k) = g.params.iter().position(|q| q == v) {
+                        let _ = writeln!(s, "  p{k} -> n{i};");
+                    }
+                }
+            }
+        }
+    }
+    for (k, o) in g.outputs.iter().enumerate() {
+        let _ = writeln!(s, "  out{k} [shape=ellipse, label=\"output {k}\"];");
+        if let Some(p) = producer[o.index()] {
+            let _ = writeln!(s, "  n{p} -> out{k};");
+        }
+    }
+    s.push_str("}\n");
+    Ok(s)
+}
+
+/// The optimizer's options for printing: the reference machine's costs, so that dumps and
+/// snapshots are the same on every machine.
+pub fn printing_options() -> kiln_opt::Options {
+    kiln_opt::Options {
+        machine: kiln_opt::cost::Machine::REFERENCE,
+        ..kiln_opt::Options::from_env()
+    }
+}
+
+/// The program the backend lowers: optimized (unless `KILN_NO_OPT=1`), then canonicalized.
+pub fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
+    let optimized;
+    let f = if std::env::var("KILN_NO_OPT").is_ok_and(|v| v == "1") {
+        f
+    } else {
+        optimized = kiln_opt::optimize(f, opts)
+            .map_err(|e| Error::Lowering(format!("optimizing: {e}")))?
+            .0;
+        &optimized
+    };
+    let f = &canon::expand_rngs(f)
+        .map_err(|e| Error::Lowering(format!("expanding rng_bit_generator: {e}")))?;
+    let f = &canon::fold_transposed_products(f)
+        .map_err(|e| Error::Lowering(format!("folding transposed products: {e}")))?;
+    let f = &canon::winograd_convs(f)
+        .map_err(|e| Error::Lowering(format!("rewriting 3 x 3 convolutions (Winograd): {e}")))?;
+    let convs = canon::gemm_convs(f)
+        .map_err(|e| Error::Lowering(format!("rewriting convolutions: {e}")))?;
+    canon::canonicalize_dots(&convs)
+        .map_err(|e| Error::Lowering(format!("canonicalizing matrix products: {e}")))
+}
