@@ -369,3 +369,48 @@ fn builder_errors_name_the_op_the_types_and_the_callers_line() {
         assert!(text.contains(part), "`{part}` missing from: {text}");
     }
 }
+
+/// One `Options` value carries every switch, read from the environment at the API boundary
+/// only: no source file below the facade reads an environment variable, except the programs'
+/// `main`s (`src/bin/`) and the backend choice in `kiln-trace/src/backend.rs` (which moves to
+/// the facade with the CPU backend). Comments do not count.
+#[test]
+fn no_environment_reads_below_the_api_boundary() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        if krate.file_name() != "kiln" {
+            walk(&krate.path().join("src"), &mut files);
+        }
+    }
+    assert!(files.len() > 40, "found only {} source files", files.len());
+    let allowed = |p: &std::path::Path| {
+        let p = p.to_string_lossy().replace('\\', "/");
+        p.contains("/src/bin/") || p.ends_with("crates/kiln-trace/src/backend.rs")
+    };
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| !allowed(f)) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("env::var") || code.contains("env::vars") {
+                found.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "environment read below the facade:\n{}",
+        found.join("\n")
+    );
+}

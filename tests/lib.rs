@@ -266,7 +266,8 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             let m = parse_module(&text).map_err(|e| e.to_string())?;
             let f = m.entry().ok_or("no function")?;
             out.push_str(
-                &kiln_codegen_llvm::cpu::function_llvm_ir(f, false).map_err(|e| e.to_string())?,
+                &kiln_codegen_llvm::cpu::function_llvm_ir(f, false, &Default::default())
+                    .map_err(|e| e.to_string())?,
             );
         }
         "rule" => {
@@ -286,8 +287,9 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
         "fused" | "plan" | "dot" => {
             let m = parse_module(&text).map_err(|e| e.to_string())?;
             let f = m.entry().ok_or("no function")?;
+            let opts = kiln_kernel::Options::default();
             let text = match mode.as_str() {
-                "fused" => kiln_codegen_llvm::cpu::describe_fusion(f),
+                "fused" => kiln_codegen_llvm::cpu::describe_fusion(f, &opts),
                 "plan" => {
                     // `// DONATE: 0,2` donates those parameters.
                     let mut donated = vec![false; f.params.len()];
@@ -297,9 +299,9 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
                             *donated.get_mut(p).ok_or("DONATE: no such parameter")? = true;
                         }
                     }
-                    kiln_codegen_llvm::cpu::describe_memory_donating(f, &donated)
+                    kiln_codegen_llvm::cpu::describe_memory_donating(f, &donated, &opts)
                 }
-                _ => kiln_kernel::pipeline::fusion_dot(f).map_err(Into::into),
+                _ => kiln_kernel::pipeline::fusion_dot(f, &opts).map_err(Into::into),
             };
             out.push_str(&text.map_err(|e| e.to_string())?);
         }

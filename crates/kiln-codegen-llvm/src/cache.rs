@@ -42,20 +42,6 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// The cache directory, or `None` when the cache is off.
-pub fn dir() -> Option<PathBuf> {
-    if std::env::var("KILN_NO_CACHE").is_ok_and(|v| v == "1") {
-        return None;
-    }
-    if let Some(d) = std::env::var_os("KILN_CACHE_DIR") {
-        return Some(PathBuf::from(d));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("kiln").join("kernels"))
-}
-
 unsafe extern "C" {
     fn geteuid() -> u32;
 }
@@ -280,11 +266,12 @@ fn read_checked(file: &Path, sum: &Path) -> Option<Vec<u8>> {
 }
 
 /// Links the position-independent objects `objs` into the shared library `out`: with `ld`
-/// directly, or through `$CC -shared` (default `cc`) when `CC` is set or `ld` fails. The
+/// directly, or through `linker -shared` when one is given ([`kiln_kernel::Options::linker`],
+/// `CC`), or `cc` when `ld` fails. The
 /// compiler driver runs `collect2` and adds start files a `dlopen`ed library of kernels does not
 /// need: linking the MLP step's 28 objects took 19-24 ms through `cc`, 11-12 ms with `ld`,
 /// and the link is the one step of a compile that runs on one core.
-fn link(objs: &[PathBuf], out: &Path) -> Result<()> {
+fn link(objs: &[PathBuf], out: &Path, linker: Option<&str>) -> Result<()> {
     let run = |program: &str| {
         std::process::Command::new(program)
             .arg("-shared")
@@ -305,9 +292,9 @@ fn link(objs: &[PathBuf], out: &Path) -> Result<()> {
                 }
             })
     };
-    match std::env::var("CC") {
-        Ok(cc) => run(&cc),
-        Err(_) => run("ld").or_else(|ld| run("cc").map_err(|cc| format!("{ld}; then {cc}"))),
+    match linker {
+        Some(cc) => run(cc),
+        None => run("ld").or_else(|ld| run("cc").map_err(|cc| format!("{ld}; then {cc}"))),
     }
     .map_err(Error::Llvm)
 }
@@ -354,8 +341,9 @@ fn temp_tag() -> String {
         .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
 }
 
-/// Links `objects` into a shared library stored under `key`, with its checksum, and loads it.
-pub fn store(dir: &Path, key: &str, objects: &[Vec<u8>]) -> Result<Library> {
+/// Links `objects` (with `linker`, if given, else `ld` or `cc`) into a shared library stored under
+/// `key`, with its checksum, and loads it.
+pub fn store(dir: &Path, key: &str, objects: &[Vec<u8>], linker: Option<&str>) -> Result<Library> {
     let io = |e: std::io::Error| Error::Llvm(format!("kernel cache {}: {e}", dir.display()));
     private_dir(dir)?;
     let (so, sum) = paths(dir, key);
@@ -367,7 +355,7 @@ pub fn store(dir: &Path, key: &str, objects: &[Vec<u8>]) -> Result<Library> {
     for (path, bytes) in objs.iter().zip(objects) {
         write_private(path, bytes).map_err(io)?;
     }
-    let linked = link(&objs, &tmp);
+    let linked = link(&objs, &tmp, linker);
     for path in &objs {
         let _ = std::fs::remove_file(path);
     }

@@ -35,6 +35,7 @@ use kiln_kernel::pipeline::{
     lowered_for_printing, lowered_for_printing_donating, prepare, scheduled, steps_of,
 };
 
+use kiln_kernel::options::{CpuOptions, Options};
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
 
@@ -93,7 +94,7 @@ struct Emitter<'c> {
     /// (see [`guard_segments`]); guards whose conditions these decide take one side unchecked.
     facts: std::cell::RefCell<Vec<(usize, i64, i64)>>,
     /// Whether the code is for this machine (see [`host_attributes`]).
-    for_host: bool,
+    target: Target,
     /// Where the GEMM routines are compiled.
     routines: Routines,
     /// The keys ([`value_key`]) of the kernel's exponentials whose argument is never positive
@@ -104,6 +105,34 @@ struct Emitter<'c> {
     /// An input whose buffer holds its elements from `offset` on (`(input, offset)`): a
     /// chained GEMM's block of rows, which its epilogue reads as the product.
     shifted: std::cell::Cell<Option<(usize, IntValue<'c>)>>,
+}
+
+/// What code is emitted for: this machine (its CPU and features on every function) or any
+/// x86-64 machine (machine-independent dumps), and the emitter's switches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// Whether the code is for this machine (see [`host_attributes`]).
+    pub host: bool,
+    /// The CPU emitter's switches.
+    pub cpu: CpuOptions,
+}
+
+impl Target {
+    /// Code for this machine under `opts`.
+    fn host(opts: &Options) -> Target {
+        Target {
+            host: true,
+            cpu: opts.cpu,
+        }
+    }
+
+    /// Machine-independent code under `opts`.
+    fn any(opts: &Options) -> Target {
+        Target {
+            host: false,
+            cpu: opts.cpu,
+        }
+    }
 }
 
 /// Where the GEMM routines a module's kernels call (`gemm::Routine`) are compiled.
@@ -154,7 +183,7 @@ impl<'c> Emitter<'c> {
         b: Builder<'c>,
         f: FunctionValue<'c>,
         inputs: PointerValue<'c>,
-        for_host: bool,
+        target: Target,
         routines: Routines,
     ) -> Emitter<'c> {
         Emitter {
@@ -166,11 +195,11 @@ impl<'c> Emitter<'c> {
             vars: Vec::new(),
             hoisted: Default::default(),
             scopes: Default::default(),
-            scalef: wide_vectors(for_host),
+            scalef: wide_vectors(target),
             memo: Default::default(),
             in_order: Default::default(),
             facts: Default::default(),
-            for_host,
+            target,
             routines,
             nonpositive: Default::default(),
             exp_nonpositive: Default::default(),
@@ -632,7 +661,7 @@ impl<'c> Emitter<'c> {
                 continue;
             }
             match row_cache(r, &bodies, d, extents) {
-                Some(plan) if row_caches() => self.hoist_caching(r, &plan)?,
+                Some(plan) if self.target.cpu.row_caches => self.hoist_caching(r, &plan)?,
                 _ => self.hoist_one(r)?,
             }
         }
@@ -1458,10 +1487,10 @@ impl<'c> Emitter<'c> {
 /// The attributes every emitted function needs to run on this machine: the JIT generates code
 /// per function attributes, so name this machine's CPU and features, or it falls back to
 /// baseline x86-64 (no AVX, no FMA).
-fn host_attributes<'c>(ctx: &'c Context, f: FunctionValue<'c>, for_host: bool) {
-    if for_host {
+fn host_attributes<'c>(ctx: &'c Context, f: FunctionValue<'c>, target: Target) {
+    if target.host {
         crate::name_host_cpu(ctx, f);
-        if wide_vectors(true) {
+        if wide_vectors(target) {
             // Use the 512-bit registers: the GEMM tile was sized for them, and loop nests run
             // twice the lanes per instruction (gelu 17 -> 9.5 ms, softmax 18 -> 14 ms). The
             // host's tuning may prefer 256-bit vectors and would split them.
@@ -1491,14 +1520,14 @@ fn emit_kernel<'c>(
     m: &'c Module<'c>,
     name: &str,
     k: &Kernel,
-    for_host: bool,
+    target: Target,
     alias: Option<&Alias>,
     routines: Routines,
     shared_contraction: bool,
 ) -> Result<FunctionValue<'c>> {
     let ptr = ctx.ptr_type(AddressSpace::default());
     let i64t = ctx.i64_type();
-    let f = kernel_function(ctx, m, name, for_host, shared_contraction);
+    let f = kernel_function(ctx, m, name, target, shared_contraction);
     let b = ctx.create_builder();
     let entry = ctx.append_basic_block(f, "entry");
     b.position_at_end(entry);
@@ -1517,7 +1546,7 @@ fn emit_kernel<'c>(
     // others keep constant trip counts, which LLVM optimizes faster and better. A function
     // shared by products of different contraction lengths always takes it: whether a product
     // is split depends on its work, so on its length.
-    let Launch { rows, work, .. } = kernel_shape(k, wide_vectors(for_host));
+    let Launch { rows, work, .. } = kernel_shape(k, wide_vectors(target));
     let (lo, hi) = if shared_contraction || is_parallel(rows, work) {
         (
             f.get_nth_param(2).expect("declared").into_int_value(),
@@ -1526,7 +1555,7 @@ fn emit_kernel<'c>(
     } else {
         (i64t.const_zero(), i64t.const_int(rows as u64, false))
     };
-    let mut em = Emitter::new(ctx, m, b, f, inputs, for_host, routines);
+    let mut em = Emitter::new(ctx, m, b, f, inputs, target, routines);
     em.vars = vars;
     let mut extents: Vec<Option<usize>> = k.out.shape.iter().map(|&e| Some(e)).collect();
     for body in std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body)) {
@@ -1582,7 +1611,7 @@ fn emit_kernel<'c>(
             epilogue,
             ref chain,
         } => {
-            let wide = wide_vectors(for_host);
+            let wide = wide_vectors(target);
             let (bl, split_columns) = gemm_blocking(k, wide).expect("a GEMM");
             // In place on a donated X: the epilogue X -/+ P s becomes the GEMM's update mode.
             let in_place = alias.and_then(|a| a.0.first());
@@ -1670,7 +1699,7 @@ fn kernel_function<'c>(
     ctx: &'c Context,
     m: &'c Module<'c>,
     name: &str,
-    for_host: bool,
+    target: Target,
     shared_contraction: bool,
 ) -> FunctionValue<'c> {
     let ptr = ctx.ptr_type(AddressSpace::default());
@@ -1689,7 +1718,7 @@ fn kernel_function<'c>(
     if shared_contraction {
         f.add_attribute(AttributeLoc::Function, attr("noinline"));
     }
-    host_attributes(ctx, f, for_host);
+    host_attributes(ctx, f, target);
     f
 }
 
@@ -1701,9 +1730,9 @@ fn emit_contraction_wrapper<'c>(
     name: &str,
     shared: FunctionValue<'c>,
     k: usize,
-    for_host: bool,
+    target: Target,
 ) -> Result<()> {
-    let f = kernel_function(ctx, m, name, for_host, false);
+    let f = kernel_function(ctx, m, name, target, false);
     let b = ctx.create_builder();
     b.position_at_end(ctx.append_basic_block(f, "entry"));
     let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'c>> =
@@ -2359,7 +2388,7 @@ fn emit_nest_loops<'c>(
     if let Some(a) = transpose_tile_dim(k) {
         return emit_tiled(em, k, a, (lo, hi), out, &mut store);
     }
-    let stream = streams(k).then_some(out);
+    let stream = streams(k, &em.target.cpu).then_some(out);
     // Loop d runs inside loop d - 1. Before it, every reduction that reads only the variables
     // of the enclosing loops is computed once and reused (a row's max and sum ahead of the
     // loop over its columns, which makes softmax one kernel).
@@ -2395,7 +2424,7 @@ fn emit_nest_loops<'c>(
             store(em)?;
         } else if let Some(out) = stream.filter(|_| d + 1 == rank) {
             // (A one-dimensional kernel's range is a thread's rows.)
-            let segments = guard_segments(&bodies, d, k.out.shape[d]);
+            let segments = guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
             for &(s, e) in &segments {
                 let range = if segments.len() == 1 {
                     (from, to)
@@ -2411,7 +2440,13 @@ fn emit_nest_loops<'c>(
             }
         } else if d == 0 {
             // A thread's rows, in the segments where the guards on them are decided.
-            let segments = guard_segments_up_to(&bodies, 0, k.out.shape[0], MAX_ROW_GUARD_CUTS);
+            let segments = guard_segments_up_to(
+                &bodies,
+                0,
+                k.out.shape[0],
+                MAX_ROW_GUARD_CUTS,
+                em.target.cpu.guard_splits,
+            );
             for &(s, e) in &segments {
                 let (from, to) = if segments.len() == 1 {
                     lohi
@@ -2429,7 +2464,7 @@ fn emit_nest_loops<'c>(
                 r?;
             }
         } else {
-            let segments = guard_segments(&bodies, d, k.out.shape[d]);
+            let segments = guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
             em.segmented(d, &segments, &mut |em: &Emitter<'c>| {
                 level(em, k, d + 1, lohi, stream, store)
             })?;
@@ -2459,19 +2494,14 @@ fn emit_nest_loops<'c>(
 /// traffic for an elementwise kernel, and would evict the inputs still to be read.
 const STREAM_BYTES: usize = 32 << 20;
 
-/// Whether streaming stores are on: unless `KILN_STREAM=0`.
-fn streaming() -> bool {
-    !std::env::var("KILN_STREAM").is_ok_and(|v| v == "0")
-}
-
 /// Whether loop-nest kernel `k` writes its output with streaming stores (see
 /// [`STREAM_BYTES`]): one output, large, on x86-64, whose innermost dimension holds at least
-/// [`STREAM_ROW_LINES`] 64-byte lines. `KILN_STREAM=0` in the environment turns them off (for
-/// measuring).
-fn streams(k: &Kernel) -> bool {
+/// [`STREAM_ROW_LINES`] 64-byte lines. [`CpuOptions::streaming_stores`] (`KILN_STREAM=0`) turns
+/// them off (for measuring).
+fn streams(k: &Kernel, cpu: &CpuOptions) -> bool {
     let bytes = k.out.dtype.bytes();
     cfg!(target_arch = "x86_64")
-        && streaming()
+        && cpu.streaming_stores
         && k.extra.is_empty()
         && k.out.numel() * bytes >= STREAM_BYTES
         && k.out
@@ -2764,7 +2794,7 @@ fn emit_tiled<'c>(
     let a_segments: Vec<Segment<'c>> = if a == 0 {
         vec![(range(0).0, range(0).1, None)]
     } else {
-        guard_segments(&bodies, a, k.out.shape[a])
+        guard_segments(&bodies, a, k.out.shape[a], em.target.cpu.guard_splits)
             .into_iter()
             .map(|(s, e)| (em.i64c(s), em.i64c(e), Some((s, e))))
             .collect()
@@ -2870,7 +2900,8 @@ fn emit_tiled<'c>(
             em.segmented(d, &segments(d), &mut next)
         }
     }
-    let segments = |d: usize| guard_segments(&bodies, d, k.out.shape[d]);
+    let segments =
+        |d: usize| guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
     outer(em, 0, (a, inner), &range, &segments, &mut tiles)
 }
 
@@ -3066,7 +3097,7 @@ fn strips<'c>(
     Ok(())
 }
 
-/// The module of `f`'s kernels; `for_host` adds this machine's CPU and features to every
+/// The module of `f`'s kernels; `target` adds this machine's CPU and features to every
 /// function (needed to run them well, left out of machine-independent dumps).
 /// In-place inputs of a kernel: `(input, output)` pairs and the pointer table's length (see
 /// [`emit_kernel`]).
@@ -3077,7 +3108,7 @@ fn build_module<'c>(
     ctx: &'c Context,
     f: &Func,
     ks: &[Option<Kernel>],
-    for_host: bool,
+    target: Target,
     aliases: &[Alias],
     routines: Routines,
 ) -> Result<Module<'c>> {
@@ -3094,7 +3125,7 @@ fn build_module<'c>(
                 mref,
                 &format!("k{i}"),
                 k,
-                for_host,
+                target,
                 aliases.get(i),
                 routines,
                 false,
@@ -3107,7 +3138,7 @@ fn build_module<'c>(
                 mref,
                 &format!("k{i}.shared"),
                 k,
-                for_host,
+                target,
                 aliases.get(i),
                 routines,
                 true,
@@ -3117,7 +3148,7 @@ fn build_module<'c>(
         let Schedule::Gemm { k: kk, .. } = k.schedule else {
             unreachable!("only matrix products share a function")
         };
-        emit_contraction_wrapper(ctx, mref, &format!("k{i}"), shared[&g], kk, for_host)?;
+        emit_contraction_wrapper(ctx, mref, &format!("k{i}"), shared[&g], kk, target)?;
     }
     m.verify()
         .map_err(|e| Error::Llvm(format!("invalid module for @{}: {e}", f.name)))?;
@@ -3155,26 +3186,26 @@ fn distinct_kernels(ks: &[Option<Kernel>], aliases: &[Alias]) -> (Vec<usize>, Ve
 /// this CPU, module by module as the kernel cache compiles them (with the GEMM routines they
 /// call): a kernel equal to an earlier one is compiled once (`distinct_kernels`) and printed
 /// once.
-pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
-    let (f, fused) = lowered_for_printing(f)?;
+pub fn function_llvm_ir(f: &Func, optimized: bool, opts: &Options) -> Result<String> {
+    let (f, fused) = lowered_for_printing(f, opts)?;
     let (_, kernels) = distinct_kernels(&fused.kernels, &[]);
     if !optimized {
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &kernels, false, &[], Routines::Here)?;
+        let m = build_module(&ctx, &f, &kernels, Target::any(opts), &[], Routines::Here)?;
         return Ok(m.print_to_string().to_string());
     }
     // Optimized as the kernel cache compiles them: the same modules, each with its pipeline.
     let tm = crate::host_machine()?;
     let mut text = String::new();
-    let mut jobs = kernel_jobs(&kernels, &[]);
+    let mut jobs = kernel_jobs(&kernels, &[], Target::host(opts));
     jobs.extend(
-        planned_routines(&kernels, &[])
+        planned_routines(&kernels, &[], Target::host(opts))
             .into_iter()
             .map(Job::Routine),
     );
     for job in &jobs {
         let ctx = Context::create();
-        let (m, _) = job.module(&ctx, &f, &[])?;
+        let (m, _) = job.module(&ctx, &f, &[], Target::host(opts))?;
         crate::optimize_as(&m, &tm, job.pipeline())?;
         text.push_str(&m.print_to_string().to_string());
     }
@@ -3184,9 +3215,9 @@ pub fn function_llvm_ir(f: &Func, optimized: bool) -> Result<String> {
 /// The fused kernels of `f` as the CPU backend builds them (after the optimizer and the
 /// canonicalizing rewrites), as text: each kernel with its member instructions and inputs, and
 /// for every instruction the reason it has a kernel of its own or runs inside its users.
-pub fn describe_fusion(f: &Func) -> Result<String> {
+pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
     use std::fmt::Write as _;
-    let (g, fused) = lowered_for_printing(f)?;
+    let (g, fused) = lowered_for_printing(f, opts)?;
     let mut s = String::new();
     let _ = writeln!(s, "{g}");
     let count = fused.kernels.iter().filter(|k| k.is_some()).count();
@@ -3256,7 +3287,10 @@ pub fn describe_fusion(f: &Func) -> Result<String> {
             // (An online softmax does not run the body as it stands.)
             let online =
                 matches!(&k.schedule, Schedule::Gemm { chain: Some(c), .. } if c.online.is_some());
-            for note in row_cache_notes(k).into_iter().filter(|_| !online) {
+            for note in row_cache_notes(k, &opts.cpu)
+                .into_iter()
+                .filter(|_| !online)
+            {
                 let _ = writeln!(s, "  {note}");
             }
         }
@@ -3285,23 +3319,25 @@ fn compile_cached(
     aliases: &[Alias],
     dir: &std::path::Path,
     names: &[String],
+    opts: &Options,
 ) -> Result<(crate::cache::Library, bool)> {
+    let target = Target::host(opts);
     use inkwell::targets::FileType;
     // The key: what the modules are built from (the function, its kernels and the in-place
     // outputs), the settings that change how they are emitted and optimized, the CPU and
     // this crate's sources. Building and printing the LLVM IR to hash it instead took about
     // 40 ms of the MLP step's 60 ms compile with the cache warm.
-    let machine = lowering::machine_settings();
+    let machine = lowering::machine_settings(opts);
     let key = crate::cache::key(&format!("{f}\n{ks:?}\n{aliases:?}"), &machine);
     if let Some(lib) = crate::cache::load(dir, &key, names) {
         return Ok((lib, true));
     }
     crate::aot_machine()?; // initializes LLVM's native target once, before the threads
-    let mut jobs = kernel_jobs(ks, aliases);
+    let mut jobs = kernel_jobs(ks, aliases, target);
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and
     // the machine, not on the function, so every function with the same tiles shares them.
-    let planned = planned_routines(ks, aliases);
+    let planned = planned_routines(ks, aliases, target);
     let routine_key =
         |r: &gemm::Routine| crate::cache::key(&format!("routine {}", r.name()), &machine);
     let mut routine_objects = Vec::new();
@@ -3319,13 +3355,12 @@ fn compile_cached(
         .max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
     // Per-module lines, for functions only: eager ops are tallied (see `compile_times`).
-    let times = std::env::var("KILN_COMPILE_TIMES").is_ok_and(|v| v == "1")
-        && compile_times::prints_phases(&f.name);
+    let times = opts.compile_times && compile_times::prints_phases(&f.name);
     let t_begin = std::time::Instant::now();
     let compile = |job: &Job, tm: &inkwell::targets::TargetMachine| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
         let ctx = Context::create();
-        let (m, what) = job.module(&ctx, f, aliases)?;
+        let (m, what) = job.module(&ctx, f, aliases, target)?;
         // The routines the kernels declare must be among those compiled for the library.
         for g in m.get_functions() {
             let name = g.get_name().to_string_lossy();
@@ -3401,7 +3436,10 @@ fn compile_cached(
         .map(|o| o.1)
         .chain(routine_objects)
         .collect();
-    Ok((crate::cache::store(dir, &key, &objects)?, false))
+    Ok((
+        crate::cache::store(dir, &key, &objects, opts.linker.as_deref())?,
+        false,
+    ))
 }
 
 /// Work (output elements times reduction steps, see [`kernel_shape`]) below which a loop-nest
@@ -3436,6 +3474,7 @@ impl Job {
         ctx: &'c Context,
         f: &Func,
         aliases: &[Alias],
+        target: Target,
     ) -> Result<(Module<'c>, String)> {
         Ok(match self {
             Job::Kernels(part, _) => {
@@ -3444,11 +3483,11 @@ impl Job {
                     .map(|i| format!("k{i}"))
                     .collect();
                 (
-                    build_module(ctx, f, part, true, aliases, Routines::Apart)?,
+                    build_module(ctx, f, part, target, aliases, Routines::Apart)?,
                     names.join(" "),
                 )
             }
-            Job::Routine(r) => (routine_module(ctx, r)?, r.name()),
+            Job::Routine(r) => (routine_module(ctx, r, target)?, r.name()),
         })
     }
 
@@ -3514,7 +3553,7 @@ fn is_matrix_gemm(k: &Kernel) -> bool {
 ///
 /// The threads take the next module as they finish one, so a few large ones do not leave a
 /// core idle.
-fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Job> {
+fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias], target: Target) -> Vec<Job> {
     let groups = contraction_groups(ks, aliases);
     let (gemms, others) = split_gemms(ks);
     let mut jobs: Vec<Job> = Vec::new();
@@ -3555,13 +3594,13 @@ fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Job> {
         }
         let plain =
             matches!(k.schedule, Schedule::Gemm { epilogue: None, .. }) && k.extra.is_empty();
-        let pipeline = if plain && !gemm_unroll() {
+        let pipeline = if plain && !target.cpu.gemm_unroll {
             crate::Pipeline::Explicit
         } else if k.out.numel() < LIGHT_WORK {
             crate::Pipeline::Light
         } else {
             crate::Pipeline::O2 {
-                unroll: gemm_unroll(),
+                unroll: target.cpu.gemm_unroll,
             }
         };
         let mut part = vec![None; ks.len()];
@@ -3576,6 +3615,7 @@ fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Job> {
 fn planned_routines(
     ks: &[Option<Kernel>],
     aliases: &[Alias],
+    target: Target,
 ) -> std::collections::BTreeSet<gemm::Routine> {
     let mut routines = std::collections::BTreeSet::new();
     for (i, k) in ks.iter().enumerate() {
@@ -3590,13 +3630,13 @@ fn planned_routines(
                 ..
             },
             Some((bl, _)),
-        ) = (&k.schedule, gemm_blocking(k, wide_vectors(true)))
+        ) = (&k.schedule, gemm_blocking(k, wide_vectors(target)))
         else {
             continue;
         };
         if let Some(c) = chain {
             routines.extend(gemm::Routine::of_gemm(
-                chain_blocking(k, c, wide_vectors(true)),
+                chain_blocking(k, c, wide_vectors(target)),
                 c.n as i64,
                 (false, c.b_trans),
                 None,
@@ -3623,11 +3663,11 @@ fn planned_routines(
 }
 
 /// A module defining GEMM routine `r` alone.
-fn routine_module<'c>(ctx: &'c Context, r: &gemm::Routine) -> Result<Module<'c>> {
+fn routine_module<'c>(ctx: &'c Context, r: &gemm::Routine, target: Target) -> Result<Module<'c>> {
     let m = ctx.create_module(&r.name());
     // SAFETY: `m` outlives the function built in it, which only borrows it for the call.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
-    r.function(ctx, mref, Routines::Here, true)?;
+    r.function(ctx, mref, Routines::Here, target)?;
     m.verify()
         .map_err(|e| Error::Llvm(format!("invalid module for {}: {e}", r.name())))?;
     Ok(m)
@@ -3645,12 +3685,6 @@ fn split_gemms(part: &[Option<Kernel>]) -> (Vec<Option<Kernel>>, Vec<Option<Kern
     (pick(true), pick(false))
 }
 
-/// Whether loops are cut where guards change (see [`guard_segments`]): yes unless
-/// `KILN_GUARD_SPLIT=0` (for measuring).
-fn guard_splits() -> bool {
-    std::env::var("KILN_GUARD_SPLIT").map_or(true, |v| v != "0")
-}
-
 /// The most places a loop is cut at to decide guards (see [`guard_segments`]).
 const MAX_GUARD_CUTS: usize = 4;
 
@@ -3659,8 +3693,8 @@ const MAX_GUARD_CUTS: usize = 4;
 /// in each segment every such condition holds everywhere or nowhere: a padded row then runs
 /// its interior without a check per element (and vectorized) and its edges as constants.
 /// One segment when there is no such guard, or more than [`MAX_GUARD_CUTS`] cuts.
-fn guard_segments(bodies: &[&Expr], var: usize, extent: usize) -> Vec<(i64, i64)> {
-    guard_segments_up_to(bodies, var, extent, MAX_GUARD_CUTS)
+fn guard_segments(bodies: &[&Expr], var: usize, extent: usize, splits: bool) -> Vec<(i64, i64)> {
+    guard_segments_up_to(bodies, var, extent, MAX_GUARD_CUTS, splits)
 }
 
 /// The most places a kernel's rows (its outermost loop) are cut at to decide guards: a
@@ -3676,6 +3710,7 @@ fn guard_segments_up_to(
     var: usize,
     extent: usize,
     max_cuts: usize,
+    splits: bool,
 ) -> Vec<(i64, i64)> {
     let n = extent as i64;
     let mut cuts = std::collections::BTreeSet::new();
@@ -3693,7 +3728,7 @@ fn guard_segments_up_to(
             }
         });
     }
-    if cuts.is_empty() || cuts.len() > max_cuts || !guard_splits() {
+    if cuts.is_empty() || cuts.len() > max_cuts || !splits {
         return vec![(0, n)];
     }
     let points: Vec<i64> = std::iter::once(0)
@@ -3706,12 +3741,6 @@ fn guard_segments_up_to(
 /// The largest row cache, in bytes: a softmax row of 4096 f32 values (16 KiB), which stays in
 /// the L1 cache between the reduction that fills it and the loop that reads it.
 const ROW_CACHE_BYTES: usize = 16 * 1024;
-
-/// Whether reductions keep costly per-position values for the loops after them (see
-/// [`row_cache`]): yes unless `KILN_ROW_CACHE=0` (for measuring).
-fn row_caches() -> bool {
-    std::env::var("KILN_ROW_CACHE").map_or(true, |v| v != "0")
-}
 
 /// What a reduction keeps per position for the expressions after it (see [`row_cache`]).
 struct RowCache<'e> {
@@ -3825,8 +3854,8 @@ fn row_cache<'e>(
 
 /// What the emitter keeps in row caches in kernel `k` (see [`row_cache`]), one line per
 /// cached reduction, for the fusion dump.
-fn row_cache_notes(k: &Kernel) -> Vec<String> {
-    if !row_caches() {
+fn row_cache_notes(k: &Kernel, cpu: &CpuOptions) -> Vec<String> {
+    if !cpu.row_caches {
         return Vec::new();
     }
     let bodies: Vec<&Expr> = std::iter::once(&k.body)
@@ -3906,12 +3935,6 @@ fn instruction_count(m: &Module<'_>) -> usize {
         .sum()
 }
 
-/// Whether LLVM unrolls loops in GEMM kernels: not unless `KILN_GEMM_UNROLL=1` (for
-/// measuring).
-fn gemm_unroll() -> bool {
-    std::env::var("KILN_GEMM_UNROLL").is_ok_and(|v| v == "1")
-}
-
 /// Reports, once per process, that the kernel cache could not be used (kernels are then
 /// JIT-compiled as usual).
 fn warn_cache_off(e: &Error) {
@@ -3921,14 +3944,14 @@ fn warn_cache_off(e: &Error) {
 
 /// The memory plan of `f` on the CPU backend, as text: the program as lowered, then each
 /// intermediate's arena offset, size and live steps, and the arena, outside and peak bytes.
-pub fn describe_memory(f: &Func) -> Result<String> {
-    describe_memory_donating(f, &[])
+pub fn describe_memory(f: &Func, opts: &Options) -> Result<String> {
+    describe_memory_donating(f, &[], opts)
 }
 
 /// [`describe_memory`] for a function whose parameters `p` with `donated[p]` are donated: the
 /// plan also lists the results written in place into their buffers.
-pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
-    let (g, fused, note) = lowered_for_printing_donating(f, donated)?;
+pub fn describe_memory_donating(f: &Func, donated: &[bool], opts: &Options) -> Result<String> {
+    let (g, fused, note) = lowered_for_printing_donating(f, donated, opts)?;
     let steps = steps_of(&g, &fused);
     let in_place = crate::fuse::in_place(&g, &fused, &steps, donated);
     // The 256-bit blocking's scratch, so the text is the same on every machine.
@@ -3949,9 +3972,9 @@ pub fn describe_memory_donating(f: &Func, donated: &[bool]) -> Result<String> {
 }
 
 impl CpuExecutable {
-    /// Compiles `f` for this CPU, through the kernel cache of [`crate::cache::dir`].
+    /// Compiles `f` for this CPU under the default [`Options`] (no kernel cache).
     pub fn compile(f: &Func) -> Result<CpuExecutable> {
-        Self::compile_with_cache(f, crate::cache::dir().as_deref())
+        Self::compile_with_options(f, &[], &Options::default())
     }
 
     /// Compiles `f` for this CPU, with the kernel cache in `cache` (`None`: no cache).
@@ -3968,24 +3991,42 @@ impl CpuExecutable {
         donated: &[bool],
         cache: Option<&std::path::Path>,
     ) -> Result<CpuExecutable> {
+        let opts = Options {
+            kernel_cache: cache.map(std::path::Path::to_path_buf),
+            ..Options::default()
+        };
+        Self::compile_with_options(f, donated, &opts)
+    }
+
+    /// Compiles `f` for this CPU under `opts` (its kernel cache, switches and reports), where
+    /// the parameters `p` with `donated[p]` are donated (see [`Self::compile_donating`]).
+    pub fn compile_with_options(
+        f: &Func,
+        donated: &[bool],
+        opts: &Options,
+    ) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+        let target = Target::host(opts);
         // A cache directory others could write is not used (it warns once).
-        let cache = cache.filter(|d| crate::cache::usable(d));
-        if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
+        let cache = opts
+            .kernel_cache
+            .as_deref()
+            .filter(|d| crate::cache::usable(d));
+        if opts.explain {
             eprintln!(
                 "// kiln: fused kernels of @{}\n{}",
                 f.name,
-                describe_fusion(f)?
+                describe_fusion(f, opts)?
             );
         }
-        let mut clock = PhaseClock::new(&f.name);
+        let mut clock = PhaseClock::new(&f.name, opts.compile_times);
         let (scheduled, fused, lowered_from_cache) =
-            lowering::lowered(f, donated, cache, &mut clock)?;
+            lowering::lowered(f, donated, cache, &mut clock, opts)?;
         let f = &scheduled;
         let ks = &fused.kernels;
         let steps = steps_of(f, &fused);
         let in_place = crate::fuse::in_place(f, &fused, &steps, donated);
-        if std::env::var("KILN_EXPLAIN").is_ok_and(|v| v == "1") {
+        if opts.explain {
             for (i, pairs) in in_place.iter().enumerate() {
                 for &(q, o) in pairs {
                     let r = if o == 0 {
@@ -4015,7 +4056,7 @@ impl CpuExecutable {
             .iter()
             .map(|k| {
                 k.as_ref()
-                    .map(|k| kernel_shape(k, wide_vectors(true)))
+                    .map(|k| kernel_shape(k, wide_vectors(target)))
                     .unwrap_or_default()
             })
             .collect();
@@ -4032,7 +4073,7 @@ impl CpuExecutable {
             .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
             || names.len() >= 8
             || (cache.is_some() && {
-                let m = build_module(ctx, f, &own, true, &aliases, Routines::Here)?;
+                let m = build_module(ctx, f, &own, target, &aliases, Routines::Here)?;
                 let n = instruction_count(&m);
                 let costly = own.iter().flatten().map(costly_ops).sum::<usize>();
                 module = Some(m);
@@ -4044,7 +4085,7 @@ impl CpuExecutable {
         let mut library = None;
         let mut from_cache = false;
         if cacheable && let Some(dir) = cache {
-            match compile_cached(f, &own, &aliases, dir, &names) {
+            match compile_cached(f, &own, &aliases, dir, &names, opts) {
                 Ok((lib, hit)) => {
                     clock.lap(if hit {
                         "load from the kernel cache"
@@ -4072,7 +4113,7 @@ impl CpuExecutable {
             let m = match module.take() {
                 Some(m) => m,
                 None => {
-                    let m = build_module(ctx, f, &own, true, &aliases, Routines::Here)?;
+                    let m = build_module(ctx, f, &own, target, &aliases, Routines::Here)?;
                     clock.lap("emit LLVM IR");
                     m
                 }
@@ -4112,6 +4153,7 @@ impl CpuExecutable {
                 fused.operands,
                 in_place,
                 fused.extra,
+                opts,
             )
         };
         Ok(CpuExecutable {
@@ -4272,13 +4314,13 @@ fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
 /// Whether kernels use 512-bit vectors: when compiled for a host with AVX-512 (machine-
 /// independent dumps assume 256-bit ones).
 ///
-/// `KILN_VECTOR_BITS=256` in the environment keeps 256-bit vectors on an AVX-512 host (the
-/// blocking of AVX2 machines), so that path can be tested and measured here too.
-fn wide_vectors(for_host: bool) -> bool {
-    static NARROW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let narrow =
-        *NARROW.get_or_init(|| std::env::var("KILN_VECTOR_BITS").is_ok_and(|v| v == "256"));
-    for_host && !narrow && crate::host_cpu().1.split(',').any(|f| f == "+avx512f")
+/// [`CpuOptions::narrow_vectors`] (`KILN_VECTOR_BITS=256`) keeps 256-bit vectors on an
+/// AVX-512 host (the blocking of AVX2 machines), so that path can be tested and measured here
+/// too.
+fn wide_vectors(target: Target) -> bool {
+    target.host
+        && !target.cpu.narrow_vectors
+        && crate::host_cpu().1.split(',').any(|f| f == "+avx512f")
 }
 
 /// Total work of one output element: the product of the reduction extents in the body.
@@ -4303,7 +4345,7 @@ mod tests {
     /// them.
     fn nonpositive_count(src: &str) -> (usize, usize) {
         let f = kiln_ir::parse_func_text(src).expect("valid IR");
-        let fused = fused_kernels(&f);
+        let fused = fused_kernels(&f, &Options::default());
         let (mut proven, mut all) = (0, 0);
         for k in fused.kernels.iter().flatten() {
             let mut keys = std::collections::HashSet::new();

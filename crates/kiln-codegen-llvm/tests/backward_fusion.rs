@@ -12,9 +12,12 @@ fn backward_kernels(src: &str, wrt: &[usize]) -> (usize, String) {
     let f = kiln_ir::parse_func_text(src).unwrap();
     let b = kiln_autodiff::vjp(&f, wrt).unwrap();
     common::agrees_on_random_inputs(&b.to_string(), 11);
-    let e = CpuExecutable::compile(&b).unwrap();
+    let e = CpuExecutable::compile_with_options(&b, &[], &common::env_options()).unwrap();
     let n = e.plan().iter().filter(|s| **s == Step::Kernel).count();
-    (n, kiln_codegen_llvm::cpu::describe_fusion(&b).unwrap())
+    (
+        n,
+        kiln_codegen_llvm::cpu::describe_fusion(&b, &common::env_options()).unwrap(),
+    )
 }
 
 /// The vjp functions return the forward output too: softmax's forward and backward take 2

@@ -68,8 +68,8 @@ fn check_random_programs(seeds: impl Iterator<Item = u64>) -> Report {
         let again = format!(
             "reproduce: KILN_SEED={seed} cargo test -p kiln-codegen-llvm --test differential random_programs_agree_with_the_reference"
         );
-        let exe =
-            CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
+        let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options())
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
         rep.kernels += exe.plan().iter().filter(|s| **s == Step::Kernel).count();
         rep.by_reference += exe.plan().iter().filter(|s| **s == Step::Reference).count();
         common::compiled_whole(&exe).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
@@ -177,7 +177,7 @@ fn many_small_reductions_do_not_grow_the_stack() {
         "func @main(%0: f32[500000,2]) -> f32[500000] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[500000]\n  return %2\n}\n",
     )
     .unwrap();
-    let exe = CpuExecutable::compile(&f).unwrap();
+    let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
     let x = Literal::f32(
         [500000, 2],
         (0..1_000_000).map(|i| (i % 7) as f32).collect(),
@@ -256,7 +256,7 @@ fn winograd_convolution_gradients_agree_with_the_reference() {
     let src = "func @main(%0: f32[2,32,10,10], %1: f32[40,32,3,3]) -> f32[2,40,10,10] {\n  %2 = convolution %0, %1 {window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]} : f32[2,40,10,10]\n  return %2\n}\n";
     let f = kiln_ir::parse_func_text(src).unwrap();
     let b = kiln_autodiff::vjp(&f, &[0, 1]).unwrap();
-    let fused = kiln_codegen_llvm::cpu::describe_fusion(&b).unwrap();
+    let fused = kiln_codegen_llvm::cpu::describe_fusion(&b, &common::env_options()).unwrap();
     let convs = fused
         .lines()
         .filter(|l| l.starts_with("kernel") && l.contains(": convolution ->"))
@@ -301,7 +301,7 @@ fn same_width_bitcasts_compile_and_keep_every_bit() {
         "func @main(%0: f64[4], %1: f32[4]) -> (f64[4], i64[4], f32[4]) {\n  %2 = bitcast_convert %0 : i64[4]\n  %3 = bitcast_convert %2 : f64[4]\n  %4 = bitcast_convert %1 : u32[4]\n  %5 = bitcast_convert %4 : f32[4]\n  return %3, %2, %5\n}\n",
     )
     .unwrap();
-    let exe = CpuExecutable::compile(&f).unwrap();
+    let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
     assert!(!exe.plan().contains(&Step::Reference), "{:?}", exe.plan());
     let a = Literal::f64(
         [4],
@@ -335,7 +335,7 @@ fn select_and_scatter_kernels_agree_with_the_reference() {
             "func @main(%0: {dtype}[2,3,9,9], %1: {dtype}[2,3,5,5], %2: {dtype}[]) -> {dtype}[2,3,9,9] {{\n  %3 = select_and_scatter %0, %1, %2 {{window_dimensions = [1, 1, 3, 3], window_strides = [1, 1, 2, 2], padding = [[0, 0], [0, 0], [1, 1], [1, 1]], select = {dir}, kind = add}} : {dtype}[2,3,9,9]\n  return %3\n}}\n"
         );
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let exe = CpuExecutable::compile(&f).unwrap();
+        let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
         assert!(!exe.plan().contains(&Step::Reference), "{:?}", exe.plan());
         let mut rng = Rng::new(21);
         let mut args: Vec<Literal> = f
@@ -357,7 +357,7 @@ fn select_and_scatter_kernels_agree_with_the_reference() {
 /// compares all outputs bit for bit with the reference on `args`.
 fn bit_exact_without_reference(src: &str, args: &[Literal]) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
-    let exe = CpuExecutable::compile(&f).unwrap();
+    let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
     assert!(
         !exe.plan().contains(&Step::Reference),
         "{:?}\n{src}",
@@ -541,7 +541,7 @@ fn gemm_epilogues_run_inside_the_gemm_and_agree_with_the_reference() {
     programs.push(conv.to_string());
     for (i, src) in programs.iter().enumerate() {
         let f = kiln_ir::parse_func_text(src).unwrap();
-        let fused = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fused = kiln_codegen_llvm::cpu::describe_fusion(&f, &common::env_options()).unwrap();
         // A single-row product is canonicalized into another shape; it only has to agree.
         if i != 6 {
             assert!(
@@ -569,7 +569,7 @@ fn fusion_legality_rejects_hidden_values_and_cycles() {
 ",
     )
     .unwrap();
-    let fused = kiln_codegen_llvm::cpu::fused_kernels(&f);
+    let fused = kiln_codegen_llvm::cpu::fused_kernels(&f, &common::env_options());
     kiln_codegen_llvm::fuse::check_legal(&f, &fused).unwrap();
     // A kernel reading a value that has no buffer.
     let mut hidden = fused.clone();
@@ -609,7 +609,7 @@ fn multi_output_kernels_agree_and_merges_keep_program_order() {
 ";
     common::agrees_on_random_inputs(src, 5);
     let f = kiln_ir::parse_func_text(src).unwrap();
-    let text = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    let text = kiln_codegen_llvm::cpu::describe_fusion(&f, &common::env_options()).unwrap();
     assert!(text.contains("// 1 kernels"), "{text}");
     // exp(x) merges into log(x)'s kernel past the GEMM between them; a GEMM reading exp(x)
     // would run before that kernel writes it.
@@ -623,7 +623,7 @@ fn multi_output_kernels_agree_and_merges_keep_program_order() {
 ",
     )
     .unwrap();
-    let fused = kiln_codegen_llvm::cpu::fused_kernels(&g);
+    let fused = kiln_codegen_llvm::cpu::fused_kernels(&g, &common::env_options());
     kiln_codegen_llvm::fuse::check_legal(&g, &fused).unwrap();
     assert_eq!(fused.merged_into[0], Some(2), "{:?}", fused.decisions);
     let mut early = fused.clone();
@@ -700,7 +700,7 @@ fn reductions_inside_reductions_run_once_per_position() {
 }
 ";
     let f = kiln_ir::parse_func_text(src).unwrap();
-    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &common::env_options()).unwrap();
     assert_eq!(ir.matches("define void @k").count(), 1, "one kernel\n{ir}");
     assert_eq!(ir.matches("\nhead").count(), 4, "four loops\n{ir}");
     // The loss's 640 values sum as a tree (`sum_tree`): leaves of 25 rows of 10 (at most 256
@@ -792,7 +792,8 @@ fn products_differing_in_contraction_length_share_one_function() {
         for dtype in ["f32", "f64"] {
             let src = src.replace("f32", dtype);
             let f = kiln_ir::parse_func_text(&src).unwrap();
-            let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+            let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &common::env_options())
+                .unwrap();
             let shared = calls.len() / 2;
             assert_eq!(ir.matches("define private void @k").count(), shared, "{ir}");
             for (body, k) in &calls {
@@ -822,7 +823,7 @@ fn equal_kernels_share_one_function() {
     let src = "func @main(%0: f32[40,30], %1: f32[40,30], %2: f32[30,20], %3: f32[50,30]) -> (f32[40,20], f32[40,20], f32[50,20]) {\n  %4 = dot_general %0, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %5 = dot_general %1, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]\n  %6 = dot_general %3, %2 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[50,20]\n  return %4, %5, %6\n}\n";
     let f = kiln_ir::parse_func_text(src).unwrap();
     // The LLVM stage of the dump shows the compiled functions: two.
-    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &common::env_options()).unwrap();
     assert_eq!(ir.matches("define void @k").count(), 2, "{ir}");
     let args = common::random_args(&f, 21);
     let dir = std::env::temp_dir().join("kiln-test-equal-kernels");
@@ -893,7 +894,10 @@ fn padded_taps_multiply_the_weight() {
         wv[0] = f64::INFINITY;
         let w = Literal::from_f64s(TensorType::new(DType::F32, [outf, per, 2, 2]), &wv).unwrap();
         let args = [x, w];
-        let got = CpuExecutable::compile(&f).unwrap().run(&args).unwrap();
+        let got = CpuExecutable::compile_with_options(&f, &[], &common::env_options())
+            .unwrap()
+            .run(&args)
+            .unwrap();
         let want = kiln_reference::eval(&f, &args).unwrap();
         let (g, e) = (got[0].to_f64s(), want[0].to_f64s());
         // Output (0, 0) puts the infinite weight on padding: NaN.

@@ -142,7 +142,7 @@ fn only_parameters_read_last_at_their_own_positions_are_overwritten() {
     let want = kiln_reference::eval(&f, &args).unwrap();
     let donated = [true, true, true];
     let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
-    let plan = describe_memory_donating(&f, &donated).unwrap();
+    let plan = describe_memory_donating(&f, &donated, &common::env_options()).unwrap();
     let params: Vec<usize> = e
         .memory_plan()
         .in_place
@@ -180,7 +180,7 @@ fn a_multi_output_kernel_updates_several_donated_parameters() {
     .unwrap();
     let args = random_args(&f, 9);
     let want = kiln_reference::eval(&f, &args).unwrap();
-    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &common::env_options()).unwrap();
     assert!(fusion.contains("// 1 kernels"), "{fusion}");
     let donated = [true, true, false, false];
     let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
@@ -214,7 +214,7 @@ fn an_update_written_before_a_later_reader_is_scheduled_after_it_and_runs_in_pla
     let args = random_args(&f, 11);
     let want = kiln_reference::eval(&f, &args).unwrap();
     let donated = [true, false];
-    let plan = describe_memory_donating(&f, &donated).unwrap();
+    let plan = describe_memory_donating(&f, &donated, &common::env_options()).unwrap();
     assert!(
         plan.contains("schedule: 1 step(s) moved earlier"),
         "the loss moves before the update:\n{plan}"
@@ -227,6 +227,6 @@ fn an_update_written_before_a_later_reader_is_scheduled_after_it_and_runs_in_pla
         close(g, w).unwrap();
     }
     // Without donation there is nothing to gain: program order stays.
-    let plain = describe_memory_donating(&f, &[false, false]).unwrap();
+    let plain = describe_memory_donating(&f, &[false, false], &common::env_options()).unwrap();
     assert!(plain.contains("schedule: program order"), "{plain}");
 }

@@ -12,7 +12,7 @@ fn gemm_with_256_bit_vectors_agrees_with_the_reference() {
         "func @main(%0: f32[64,64], %1: f32[64,64]) -> f32[64,64] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[64,64]\n  return %2\n}\n",
     )
     .unwrap();
-    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, true).unwrap();
+    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, true, &common::env_options()).unwrap();
     assert!(ir.contains("<8 x float>") && !ir.contains("<16 x float>"));
     common::gemm_shapes();
     common::dimension_orders();

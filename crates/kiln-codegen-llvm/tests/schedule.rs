@@ -70,7 +70,7 @@ fn peak(plan: &str) -> usize {
 fn independent_branches_run_one_at_a_time_and_agree_with_the_reference() {
     for n in [2, 3, 5] {
         let f = branches(n);
-        let plan = describe_memory(&f).unwrap();
+        let plan = describe_memory(&f, &common::env_options()).unwrap();
         // The optimizer's extraction may already emit each reduction after its product; either
         // way, at most two products (up to 256 x 256 f32 each) are live at once, not all n.
         let after = peak(&plan);
@@ -89,8 +89,8 @@ fn independent_branches_run_one_at_a_time_and_agree_with_the_reference() {
 #[test]
 fn schedules_are_deterministic() {
     let f = branches(4);
-    let a = describe_memory(&f).unwrap();
+    let a = describe_memory(&f, &common::env_options()).unwrap();
     for _ in 0..3 {
-        assert_eq!(describe_memory(&f).unwrap(), a);
+        assert_eq!(describe_memory(&f, &common::env_options()).unwrap(), a);
     }
 }

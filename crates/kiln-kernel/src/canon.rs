@@ -323,12 +323,6 @@ const WINOGRAD_AT: [[f64; 6]; 4] = [
     [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
 ];
 
-/// Whether convolutions run as Winograd's F(4x4, 3x3) where it pays (see [`winograd_convs`]);
-/// `KILN_WINOGRAD=0` in the environment keeps them all on the implicit-im2col GEMM.
-pub fn winograd() -> bool {
-    std::env::var("KILN_WINOGRAD").map_or(true, |v| v != "0")
-}
-
 /// The smallest input and output feature counts a convolution needs for Winograd's transforms
 /// to pay: they write and read 36 values per 16 outputs per feature, against the direct GEMM's
 /// 9 multiply-adds per output, input and output feature.
@@ -406,9 +400,6 @@ fn sandwich<const K: usize>(
 /// arithmetic); f16 and bf16 keep the direct form, whose rounding the transforms' constants (up
 /// to 8) would magnify.
 pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
-    if !winograd() {
-        return Ok(f.clone());
-    }
     rebuild_convs(f, |b, inst, ops, conv, out_ty| {
         let (x_ty, w_ty) = (
             &f.values[inst.operands[0].index()],

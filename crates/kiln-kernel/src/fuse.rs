@@ -88,7 +88,7 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
 }
 
 /// Fuses the per-instruction kernels `ks` of `f`.
-pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
+pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
     let n = f.insts.len();
     let mut producer: Vec<Option<usize>> = vec![None; f.values.len()];
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); f.values.len()];
@@ -158,8 +158,8 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
             Err(why) => format!("own kernel: {why}"),
         };
     }
-    fuse_gemm_epilogues(f, &producer, &mut out);
-    fuse_gemm_chains(f, &mut out);
+    fuse_gemm_epilogues(f, &producer, &mut out, chains);
+    fuse_gemm_chains(f, &mut out, chains);
     for i in 0..n {
         if out.inlined[i] {
             // Its users compute it; it has no kernel of its own.
@@ -401,7 +401,7 @@ pub fn row_epilogue(k: &Kernel) -> bool {
 /// [`MAX_ROW_EPILOGUE`] columns wide), the user's kernel becomes the GEMM with the user's body as
 /// epilogue, and the product has no buffer of its own: each block of the product is
 /// transformed while it is in cache.
-fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
+fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused, chains: bool) {
     for u in 0..f.insts.len() {
         let Some(uk) = &out.kernels[u] else { continue };
         if out.inlined[u] || uk.schedule != Schedule::Nest {
@@ -432,7 +432,7 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
             let layout_ok = |split: usize| {
                 reads_only_own_position(&uk.body, j, &uk.out)
                     || ((n <= MAX_ROW_EPILOGUE
-                        || (chains_on()
+                        || (chains
                             && conv.is_none()
                             && (1..=MAX_CHAIN_K).contains(&k)
                             // A row epilogue (whole rows per block) for certain.
@@ -526,8 +526,8 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused) {
 /// plain matrix product that takes it, stored by rows, as its A with the same batches and rows
 /// (the probabilities times V), that product runs inside the first kernel on each block of
 /// rows as soon as its epilogue is done, and the epilogue's result is never stored whole.
-fn fuse_gemm_chains(f: &Func, out: &mut Fused) {
-    if !chains_on() {
+fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
+    if !chains {
         return;
     }
     for p in 0..f.insts.len() {
@@ -726,11 +726,6 @@ fn constant_of<'a>(f: &'a Func, operands: &'a [ValueId]) -> impl Fn(&Expr) -> Op
         }
         _ => None,
     }
-}
-
-/// Whether products are chained (see [`fuse_gemm_chains`]): unless `KILN_CHAIN=0`.
-fn chains_on() -> bool {
-    std::env::var("KILN_CHAIN").map_or(true, |v| v != "0")
 }
 
 /// The product that can run chained to instruction `p`'s GEMM kernel (see

@@ -8,16 +8,19 @@
 //!   products, Winograd and GEMM convolutions, dot canonicalization).
 //! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
 //! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan.
+//! - [`options`]: every switch of the compiler and the runtime, in one [`Options`] value.
 //! - [`pipeline`]: optimize, canonicalize, lower, fuse and schedule, in one place, with the
 //!   printed forms the dumps show.
 
 pub mod canon;
 pub mod fuse;
 pub mod kernel;
+pub mod options;
 pub mod pipeline;
 pub mod plan;
 pub mod schedule;
 
+pub use options::Options;
 use std::fmt;
 
 /// How one instruction runs.

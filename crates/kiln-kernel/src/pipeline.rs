@@ -7,17 +7,18 @@ use crate::Step;
 use crate::canon;
 use crate::fuse::Fused;
 use crate::kernel::{Kernel, lower};
+use crate::options::Options;
 use crate::{Error, Result};
 use kiln_ir::{Func, Op, TensorType};
 
-/// The fused kernels of `f` (see [`crate::fuse`]); `KILN_NO_FUSION=1` in the environment keeps
-/// one kernel per instruction (for measuring what fusion buys, and for debugging).
-pub fn fused_kernels(f: &Func) -> Fused {
+/// The fused kernels of `f` (see [`crate::fuse`]); without [`Options::fusion`], one kernel per
+/// instruction (for measuring what fusion buys, and for debugging).
+pub fn fused_kernels(f: &Func, opts: &Options) -> Fused {
     let ks = kernels(f);
-    if std::env::var("KILN_NO_FUSION").is_ok_and(|v| v == "1") {
+    if !opts.fusion {
         return crate::fuse::unfused(f, ks);
     }
-    crate::fuse::fuse(f, ks)
+    crate::fuse::fuse(f, ks, opts.chain_products)
 }
 
 /// The kernels of `f`, one per instruction that has one (`None` for the others).
@@ -40,24 +41,33 @@ pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
 
 /// `f` as the backend lowers it (optimized and canonicalized with the reference machine's
 /// costs, so the text is the same on every machine) and its fusion: what the dumps print.
-pub fn lowered_for_printing(f: &Func) -> Result<(Func, Fused)> {
-    lowered_for_printing_donating(f, &[]).map(|(g, fused, _)| (g, fused))
+pub fn lowered_for_printing(f: &Func, opts: &Options) -> Result<(Func, Fused)> {
+    lowered_for_printing_donating(f, &[], opts).map(|(g, fused, _)| (g, fused))
 }
 
 /// [`lowered_for_printing`] for the parameters `p` with `donated[p]` donated (scheduling
 /// depends on them), with the line saying what scheduling decided.
-pub fn lowered_for_printing_donating(f: &Func, donated: &[bool]) -> Result<(Func, Fused, String)> {
+pub fn lowered_for_printing_donating(
+    f: &Func,
+    donated: &[bool],
+    opts: &Options,
+) -> Result<(Func, Fused, String)> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let g = prepare(f, &printing_options())?;
-    let fused = fused_kernels(&g);
-    scheduled(g, fused, donated)
+    let g = prepare(f, opts, kiln_opt::cost::Machine::REFERENCE)?;
+    let fused = fused_kernels(&g, opts);
+    scheduled(g, fused, donated, opts)
 }
 
 /// The fused program `f`, `fused` in the order [`crate::schedule::step_order`] picks, fused
-/// again, when that lowers the memory plan's peak without adding kernels; else (and with
-/// `KILN_SCHEDULE=0` in the environment, for measuring) as it is. With it, one line saying
+/// again, when that lowers the memory plan's peak without adding kernels; else (and without
+/// [`Options::memory_schedule`], for measuring) as it is. With it, one line saying
 /// which order was kept and the peaks of both.
-pub fn scheduled(f: Func, fused: Fused, donated: &[bool]) -> Result<(Func, Fused, String)> {
+pub fn scheduled(
+    f: Func,
+    fused: Fused,
+    donated: &[bool],
+    opts: &Options,
+) -> Result<(Func, Fused, String)> {
     let peak = |g: &Func, fz: &Fused| {
         let steps = steps_of(g, fz);
         let in_place = crate::fuse::in_place(g, fz, &steps, donated);
@@ -66,7 +76,7 @@ pub fn scheduled(f: Func, fused: Fused, donated: &[bool]) -> Result<(Func, Fused
     };
     let count = |fz: &Fused| fz.kernels.iter().flatten().count();
     let before = peak(&f, &fused);
-    if std::env::var("KILN_SCHEDULE").is_ok_and(|v| v == "0") {
+    if !opts.memory_schedule {
         let note = format!("schedule: program order (KILN_SCHEDULE=0; peak {before} bytes)");
         return Ok((f, fused, note));
     }
@@ -77,7 +87,7 @@ pub fn scheduled(f: Func, fused: Fused, donated: &[bool]) -> Result<(Func, Fused
     }
     let g = crate::schedule::reorder(&f, &fused, &order)
         .map_err(|e| Error::Lowering(format!("scheduling @{}: {e}", f.name)))?;
-    let refused = fused_kernels(&g);
+    let refused = fused_kernels(&g, opts);
     if crate::fuse::check_legal(&g, &refused).is_ok() {
         let after = peak(&g, &refused);
         if after < before && count(&refused) <= count(&fused) {
@@ -121,9 +131,9 @@ pub fn steps_of(f: &Func, fused: &Fused) -> Vec<Step> {
 
 /// The fused graph in Graphviz dot: one box per kernel (its member ops inside), edges for the
 /// buffers kernels read.
-pub fn fusion_dot(f: &Func) -> Result<String> {
+pub fn fusion_dot(f: &Func, opts: &Options) -> Result<String> {
     use std::fmt::Write as _;
-    let (g, fused) = lowered_for_printing(f)?;
+    let (g, fused) = lowered_for_printing(f, opts)?;
     let mut producer = vec![None; g.values.len()];
     for (i, inst) in g.insts.iter().enumerate() {
         for r in &inst.results {
@@ -185,22 +195,14 @@ pub fn fusion_dot(f: &Func) -> Result<String> {
     Ok(s)
 }
 
-/// The optimizer's options for printing: the reference machine's costs, so that dumps and
-/// snapshots are the same on every machine.
-pub fn printing_options() -> kiln_opt::Options {
-    kiln_opt::Options {
-        machine: kiln_opt::cost::Machine::REFERENCE,
-        ..kiln_opt::Options::from_env()
-    }
-}
-
-/// The program the backend lowers: optimized (unless `KILN_NO_OPT=1`), then canonicalized.
-pub fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
+/// The program the backend lowers: optimized (with [`Options::optimize`], under the costs of
+/// `machine`), then canonicalized.
+pub fn prepare(f: &Func, opts: &Options, machine: kiln_opt::cost::Machine) -> Result<Func> {
     let optimized;
-    let f = if std::env::var("KILN_NO_OPT").is_ok_and(|v| v == "1") {
+    let f = if !opts.optimize {
         f
     } else {
-        optimized = kiln_opt::optimize(f, opts)
+        optimized = kiln_opt::optimize(f, &opts.optimizer(machine))
             .map_err(|e| Error::Lowering(format!("optimizing: {e}")))?
             .0;
         &optimized
@@ -209,8 +211,15 @@ pub fn prepare(f: &Func, opts: &kiln_opt::Options) -> Result<Func> {
         .map_err(|e| Error::Lowering(format!("expanding rng_bit_generator: {e}")))?;
     let f = &canon::fold_transposed_products(f)
         .map_err(|e| Error::Lowering(format!("folding transposed products: {e}")))?;
-    let f = &canon::winograd_convs(f)
-        .map_err(|e| Error::Lowering(format!("rewriting 3 x 3 convolutions (Winograd): {e}")))?;
+    let winograd;
+    let f = if opts.winograd {
+        winograd = canon::winograd_convs(f).map_err(|e| {
+            Error::Lowering(format!("rewriting 3 x 3 convolutions (Winograd): {e}"))
+        })?;
+        &winograd
+    } else {
+        f
+    };
     let convs = canon::gemm_convs(f)
         .map_err(|e| Error::Lowering(format!("rewriting convolutions: {e}")))?;
     canon::canonicalize_dots(&convs)

@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn each_reduction_runs_right_after_its_product() {
         let f = parse(BRANCHES);
-        let fused = fused_kernels(&f);
+        let fused = fused_kernels(&f, &crate::Options::default());
         let order = step_order(&f, &fused, &[]);
         // Products are instructions 0-2, the constant 3, the reductions 4-6; the constant and
         // the smallest branch (48 columns) come first.
@@ -281,7 +281,7 @@ mod tests {
 }
 ",
         );
-        let fused = fused_kernels(&f);
+        let fused = fused_kernels(&f, &crate::Options::default());
         assert_eq!(step_order(&f, &fused, &[false, false]), [0, 1, 2]);
         assert_eq!(step_order(&f, &fused, &[false, true]), [0, 1, 2]);
         assert_eq!(step_order(&f, &fused, &[true, false]), [1, 2, 0]);
@@ -307,7 +307,7 @@ mod tests {
 }
 ",
         );
-        let fused = fused_kernels(&f);
+        let fused = fused_kernels(&f, &crate::Options::default());
         assert!(
             fused.inlined[2],
             "the negation is computed inside its users"

@@ -64,16 +64,6 @@ impl Default for Options {
     }
 }
 
-impl Options {
-    /// The defaults, with `KILN_FAST_MATH=1` turning fast math on.
-    pub fn from_env() -> Options {
-        Options {
-            fast_math: std::env::var("KILN_FAST_MATH").is_ok_and(|v| v == "1"),
-            ..Options::default()
-        }
-    }
-}
-
 /// What one optimization did.
 #[derive(Clone, Debug, Default)]
 pub struct Report {

@@ -95,7 +95,7 @@ pub struct Program {
     /// Per step: for a kernel run side by side with others ([`concurrent_groups`]), the
     /// group's last step, once whose buffers are ready they all run.
     groups: Vec<Option<usize>>,
-    /// With `KILN_PROFILE=1`: time spent in each instruction, summed over calls, reported on
+    /// With [`kiln_kernel::Options::profile`] (`KILN_PROFILE=1`): time spent in each instruction, summed over calls, reported on
     /// stderr after 16, 64, 256, ... calls and when the program is dropped.
     profile: Option<Mutex<(usize, Vec<std::time::Duration>)>>,
 }
@@ -129,6 +129,7 @@ impl Program {
     /// also writes every element of the results `extra[i]` (of `Step::Merged` instructions
     /// before it, whose values nothing reads before step `i`), through the pointers that follow
     /// its inputs in the pointer array, in that order.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn new(
         func: Func,
         steps: Vec<Step>,
@@ -137,6 +138,7 @@ impl Program {
         operands: Vec<Vec<ValueId>>,
         in_place: Vec<Vec<(usize, usize)>>,
         extra: Vec<Vec<ValueId>>,
+        opts: &kiln_kernel::Options,
     ) -> Program {
         let n = func.insts.len();
         assert_eq!(steps.len(), n, "one step per instruction");
@@ -145,7 +147,9 @@ impl Program {
         assert_eq!(operands.len(), n, "one operand list per instruction");
         assert_eq!(in_place.len(), n, "one in-place slot per instruction");
         assert_eq!(extra.len(), n, "one extra-result list per instruction");
-        keep_freed_buffers();
+        if opts.keep_freed {
+            keep_freed_buffers();
+        }
         let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
         let memory = plan::plan(&func, &steps, &operands, &scratch, &in_place, &extra);
         let mut last_read: Vec<usize> = plan::last_reads(&func, &steps, &operands)
@@ -171,8 +175,8 @@ impl Program {
             memory,
             arena: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
-            profile: std::env::var("KILN_PROFILE")
-                .is_ok_and(|v| v == "1")
+            profile: opts
+                .profile
                 .then(|| Mutex::new((0, vec![std::time::Duration::ZERO; n]))),
         }
     }
@@ -534,15 +538,13 @@ const HUGE_PAGE_BYTES: usize = 4 << 20;
 /// caller, who drops them; the next call's result of the same size then reuses that memory
 /// instead of getting fresh pages, which the kernel must zero first (a third of a 4096 x 4096
 /// softmax's time). Blocks up to 1 GiB come from the heap; the heap's top is trimmed only
-/// beyond 1 GiB free. `KILN_KEEP_FREED=0` leaves the allocator's settings alone.
+/// beyond 1 GiB free. Without [`kiln_kernel::Options::keep_freed`] (`KILN_KEEP_FREED=0`), the
+/// allocator's settings are left alone.
 fn keep_freed_buffers() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
-            if std::env::var("KILN_KEEP_FREED").is_ok_and(|v| v == "0") {
-                return;
-            }
             const M_TRIM_THRESHOLD: i32 = -1;
             const M_MMAP_THRESHOLD: i32 = -3;
             unsafe extern "C" {
@@ -868,6 +870,7 @@ mod tests {
                 operands,
                 vec![Vec::new(); k],
                 vec![Vec::new(); k],
+                &kiln_kernel::Options::default(),
             )
         }
     }
@@ -897,6 +900,7 @@ mod tests {
                 vec![vec![ValueId(0)]],
                 vec![vec![(0, 0)]],
                 vec![Vec::new()],
+                &kiln_kernel::Options::default(),
             )
         };
         assert_eq!(p.memory_plan().in_place_bytes, 4 * n);

@@ -8,6 +8,7 @@
 
 use crate::{Error, Result};
 use kiln_ir::{Func, Literal};
+pub use kiln_kernel::Options;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -104,8 +105,10 @@ impl Backend for Cpu {
         self.compile_donating(f, &[])
     }
     fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
-        let dir = kiln_codegen_llvm::cache::dir();
-        self.compile_with_kernel_cache(f, donated, dir.as_deref())
+        let exe =
+            kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(f, donated, &options())
+                .map_err(|e| Error::internal("compile", e.to_string()))?;
+        Ok(Arc::new(CpuCompiled(exe)))
     }
     fn compile_with_kernel_cache(
         &self,
@@ -113,13 +116,41 @@ impl Backend for Cpu {
         donated: &[bool],
         kernel_cache: Option<&std::path::Path>,
     ) -> Result<Arc<dyn Executable>> {
-        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_donating(f, donated, kernel_cache)
+        let opts = Options {
+            kernel_cache: kernel_cache.map(std::path::Path::to_path_buf),
+            ..options()
+        };
+        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(f, donated, &opts)
             .map_err(|e| Error::internal("compile", e.to_string()))?;
         Ok(Arc::new(CpuCompiled(exe)))
     }
 }
 
 static BACKEND: RwLock<Option<Arc<dyn Backend>>> = RwLock::new(None);
+
+static OPTIONS: RwLock<Option<Options>> = RwLock::new(None);
+
+/// The options compiles run under: those given to [`set_options`], else the process
+/// environment's (see [`kiln_kernel::options::SWITCHES`]), read once. This is the one place
+/// below the facade that reads the environment: it picks the backend too, until that choice
+/// moves to the facade with the CPU backend.
+pub fn options() -> Options {
+    if let Some(o) = OPTIONS.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        return o.clone();
+    }
+    let o = Options::from_vars(&|name| std::env::var(name).ok());
+    OPTIONS
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert(o)
+        .clone()
+}
+
+/// Sets the options every compile from now on runs under (compiled executables are cached
+/// by options too, so a change compiles again).
+pub fn set_options(o: Options) {
+    *OPTIONS.write().unwrap_or_else(|e| e.into_inner()) = Some(o);
+}
 
 /// One signature's compile: empty while its first caller compiles it, then the outcome.
 #[derive(Default)]
@@ -205,8 +236,8 @@ pub fn backend() -> Arc<dyn Backend> {
     if let Some(b) = BACKEND.read().unwrap_or_else(|e| e.into_inner()).clone() {
         return b;
     }
-    let b: Arc<dyn Backend> = match std::env::var("KILN_BACKEND").as_deref() {
-        Ok("reference") => Arc::new(Reference),
+    let b: Arc<dyn Backend> = match options().backend.as_deref() {
+        Some("reference") => Arc::new(Reference),
         _ => Arc::new(Cpu),
     };
     *BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(b.clone());
@@ -226,7 +257,12 @@ pub fn compile_cached(f: &Func) -> Result<Arc<dyn Executable>> {
 pub fn compile_cached_donating(f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
     let b = backend();
     let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
-    let key = format!("{}\n{mask}\n{}", b.name(), kiln_ir::print_func(f));
+    let key = format!(
+        "{}\n{:?}\n{mask}\n{}",
+        b.name(),
+        options(),
+        kiln_ir::print_func(f)
+    );
     // The first caller for a key inserts its slot and compiles; callers that come while it
     // compiles wait for its outcome, an error included. A failed compile leaves the cache, so
     // a later call tries again.

@@ -32,6 +32,7 @@ pub use kiln_derive::Tree;
 pub use kiln_ir as ir;
 pub use kiln_ir::DType;
 pub use kiln_reference as reference;
+pub use kiln_trace::backend::{Options, options, set_options};
 pub use kiln_trace::{
     Device, Element, Error, Result, TakeMode, Tensor, Tree, backend, promote, tree,
 };

@@ -260,7 +260,7 @@ fn attention_compiles_to_one_chained_kernel() {
     for (mask, causal) in [(None, false), (None, true), (Some(keep), false)] {
         let f = |(q, k, v): &(Tensor, Tensor, Tensor)| sdpa(q, k, v, mask.as_ref(), causal, None);
         let func = kiln::lower::trace_ir(f, &(q.clone(), k.clone(), v.clone())).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&func).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&func, &Default::default()).unwrap();
         assert!(fusion.contains("// 1 kernels"), "{fusion}");
         assert!(fusion.contains("chained:"), "{fusion}");
         // The keys past each query (j > i, i.e. j - i > 0): blocks of them are skipped.
@@ -336,7 +336,7 @@ fn long_attention_runs_online_in_one_kernel_and_matches_a_direct_computation() {
         };
         let x = (q.clone(), k.clone(), v.clone(), tm.clone());
         let func = kiln::lower::trace_ir(f, &x).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&func).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&func, &Default::default()).unwrap();
         assert!(
             fusion.contains("// 1 kernels") && fusion.contains("online:"),
             "{fusion}"

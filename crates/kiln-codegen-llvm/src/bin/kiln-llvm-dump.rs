@@ -6,6 +6,8 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // A program's boundary: the one place it reads the environment.
+    let opts = kiln_kernel::Options::from_vars(&|name| std::env::var(name).ok());
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
         eprintln!(
@@ -44,13 +46,13 @@ fn main() -> ExitCode {
                 donated[p] = true;
             }
             if args.iter().any(|a| a == "--fused") {
-                kiln_codegen_llvm::cpu::describe_fusion(&f)
+                kiln_codegen_llvm::cpu::describe_fusion(&f, &opts)
             } else if args.iter().any(|a| a == "--plan") {
-                kiln_codegen_llvm::cpu::describe_memory_donating(&f, &donated)
+                kiln_codegen_llvm::cpu::describe_memory_donating(&f, &donated, &opts)
             } else if args.iter().any(|a| a == "--dot") {
-                kiln_kernel::pipeline::fusion_dot(&f).map_err(Into::into)
+                kiln_kernel::pipeline::fusion_dot(&f, &opts).map_err(Into::into)
             } else {
-                kiln_codegen_llvm::cpu::function_llvm_ir(&f, optimized)
+                kiln_codegen_llvm::cpu::function_llvm_ir(&f, optimized, &opts)
             }
             .map_err(|e| e.to_string())
         });

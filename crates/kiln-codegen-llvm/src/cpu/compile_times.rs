@@ -154,11 +154,9 @@ pub(super) struct PhaseClock {
 }
 
 impl PhaseClock {
-    pub fn new(name: &str) -> PhaseClock {
+    pub fn new(name: &str, on: bool) -> PhaseClock {
         PhaseClock {
-            name: std::env::var("KILN_COMPILE_TIMES")
-                .is_ok_and(|v| v == "1")
-                .then(|| name.to_string()),
+            name: on.then(|| name.to_string()),
             laps: Vec::new(),
             last: Instant::now(),
         }

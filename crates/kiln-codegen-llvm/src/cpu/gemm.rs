@@ -18,7 +18,7 @@
 //! The packed B block stays in the L2/L3 cache across the row blocks, the packed A block in L2
 //! across the panels, and one panel in L1 across the slivers.
 
-use super::{Emitter, Routines, host_attributes, llvm};
+use super::{Emitter, Routines, Target, host_attributes, llvm};
 use crate::Result;
 use crate::kernel::ConvPatches;
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -1045,7 +1045,7 @@ impl<'c> Gemm<'_, 'c> {
                 em.ctx,
                 em.m,
                 em.routines,
-                em.for_host,
+                em.target,
             )?;
             let (at, ld) = if self.a_trans {
                 (x.add(self.a_row(ic)?, x.mulc(kb, self.m)?)?, x.c(self.m))
@@ -1559,7 +1559,7 @@ impl Routine {
         ctx: &'c Context,
         m: &'c Module<'c>,
         routines: Routines,
-        for_host: bool,
+        target: Target,
     ) -> Result<FunctionValue<'c>> {
         let name = self.name();
         if let Some(f) = m.get_function(&name) {
@@ -1605,12 +1605,12 @@ impl Routine {
         // Not inlined, so that a module that defines it compiles the same code as the kernel
         // cache, which links it in.
         f.add_attribute(AttributeLoc::Function, attr("noinline"));
-        host_attributes(ctx, f, for_host);
+        host_attributes(ctx, f, target);
         let b = ctx.create_builder();
         b.position_at_end(ctx.append_basic_block(f, "entry"));
         let param = |i: u32| f.get_nth_param(i).expect("declared");
         let first = param(0).into_pointer_value();
-        let te = Emitter::new(ctx, m, b, f, first, for_host, routines);
+        let te = Emitter::new(ctx, m, b, f, first, target, routines);
         let update = match *self {
             Routine::Tile {
                 update: Some(sub), ..
@@ -2015,7 +2015,7 @@ pub(super) fn emit<'c>(
                                 Some(a) => {
                                     let t =
                                         Routine::tile(bl, width, update.map(|u| u.1), a, planes);
-                                    Some((t.function(em.ctx, em.m, em.routines, em.for_host)?, a))
+                                    Some((t.function(em.ctx, em.m, em.routines, em.target)?, a))
                                 }
                             };
                             if let Some((f, a)) = shared {
@@ -2181,8 +2181,7 @@ fn pack_b_panel<'c>(
     dst: PointerValue<'c>,
 ) -> Result<()> {
     let em = x.em;
-    let f =
-        Routine::pack_b(bl, width, src.trans).function(em.ctx, em.m, em.routines, em.for_host)?;
+    let f = Routine::pack_b(bl, width, src.trans).function(em.ctx, em.m, em.routines, em.target)?;
     let (at, ld) = if src.trans {
         (x.add(x.add(src.base, x.mul(j, src.k)?)?, kb)?, src.k)
     } else {
@@ -2338,7 +2337,7 @@ impl<'c> Chained<'_, 'c> {
         let (a, lda, read) = if direct {
             (a_in, x.c(lda_in), ARead::Rows)
         } else {
-            let f = Routine::pack_a(bl, false).function(em.ctx, em.m, em.routines, em.for_host)?;
+            let f = Routine::pack_a(bl, false).function(em.ctx, em.m, em.routines, em.target)?;
             let args = [
                 a_in.into(),
                 x.c(lda_in).into(),
@@ -2355,7 +2354,7 @@ impl<'c> Chained<'_, 'c> {
                 em.ctx,
                 em.m,
                 em.routines,
-                em.for_host,
+                em.target,
             )?;
             let args = [
                 x.at(ft, ch.out, x.add(x.mulc(ic, n)?, j)?)?.into(),

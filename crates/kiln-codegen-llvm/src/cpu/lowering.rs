@@ -7,17 +7,17 @@
 //! instructions) and scheduling have run. So a function of at least [`INDEX_MIN_INSTS`]
 //! instructions compiled with a cache directory also stores its scheduled program, as text,
 //! under a key of the input program, the donated parameters and every setting that changes the
-//! result (the optimizer's options, `KILN_NO_OPT`, `KILN_NO_FUSION`, `KILN_SCHEDULE`, the
+//! result (the pipeline's switches of [`Options`] and the optimizer's options, the
 //! machine settings of the library key, and hashes of the optimizer's, the IR's and this
 //! crate's sources). The next compile of the same function reads it back, fuses it (the
 //! fusion it was scheduled with: scheduling keeps the fusion of the program it returns) and
 //! goes on to the library cache, which then hits as well. A text that does not parse, verify
 //! or fuse legally is ignored and the program lowered again.
 
-use super::{PhaseClock, fused_kernels, gemm_unroll, guard_splits, prepare, row_caches, scheduled};
-use super::{streaming, wide_vectors};
+use super::{PhaseClock, Target, fused_kernels, prepare, scheduled, wide_vectors};
 use crate::{Error, Result};
 use kiln_ir::Func;
+use kiln_kernel::Options;
 
 /// The fewest instructions of a function whose lowering the index keeps (smaller ones lower in
 /// a few milliseconds; eager ops compile by the hundreds and would only fill the directory).
@@ -25,8 +25,9 @@ pub(super) const INDEX_MIN_INSTS: usize = 16;
 
 /// The settings that change the code emitted for a lowered program: the CPU, the pass
 /// pipelines, the emission switches and this crate's sources (part of every cache key).
-pub(super) fn machine_settings() -> String {
+pub(super) fn machine_settings(opts: &Options) -> String {
     use inkwell::targets::TargetMachine;
+    let cpu = &opts.cpu;
     format!(
         "{} {} {} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
         TargetMachine::get_host_cpu_name().to_string_lossy(),
@@ -34,39 +35,34 @@ pub(super) fn machine_settings() -> String {
         crate::PIPELINE,
         crate::EXPLICIT_PIPELINE,
         crate::LIGHT_PIPELINE,
-        gemm_unroll(),
-        wide_vectors(true),
-        streaming(),
-        row_caches(),
-        guard_splits(),
+        cpu.gemm_unroll,
+        wide_vectors(Target::host(opts)),
+        cpu.streaming_stores,
+        cpu.row_caches,
+        cpu.guard_splits,
         env!("KILN_CODEGEN_SOURCE_HASH"),
     )
 }
 
-fn env_is(name: &str, value: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == value)
-}
-
 /// The index key of `f` compiled with `donated` under `opts`.
-fn index_key(f: &Func, donated: &[bool], opts: &kiln_opt::Options) -> String {
+fn index_key(f: &Func, donated: &[bool], opts: &Options) -> String {
     let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
     let settings = format!(
-        "{}\nlowered-v1 opt={opts:?} no-opt={} no-fusion={} schedule={:?} prepare={}",
-        machine_settings(),
-        env_is("KILN_NO_OPT", "1"),
-        env_is("KILN_NO_FUSION", "1"),
-        std::env::var("KILN_SCHEDULE").ok(),
+        "{}\nlowered-v2 {} {:?} prepare={}",
+        machine_settings(opts),
+        opts.pipeline_key(),
+        opts.optimizer(kiln_opt::cost::Machine::host()),
         env!("KILN_PREPARE_SOURCE_HASH"),
     );
     crate::cache::key(&format!("input program\n{mask}\n{f}"), &settings)
 }
 
 /// The lowered program stored under `key` in `dir`, with its fusion, if it is there and sound.
-fn load(dir: &std::path::Path, key: &str) -> Option<(Func, crate::fuse::Fused)> {
+fn load(dir: &std::path::Path, key: &str, opts: &Options) -> Option<(Func, crate::fuse::Fused)> {
     let bytes = crate::cache::load_file(dir, key, "kir")?;
     let g = kiln_ir::parse_func_text(std::str::from_utf8(&bytes).ok()?).ok()?;
     kiln_ir::verify(&g).ok()?;
-    let fused = fused_kernels(&g);
+    let fused = fused_kernels(&g, opts);
     crate::fuse::check_legal(&g, &fused).ok()?;
     Some((g, fused))
 }
@@ -79,25 +75,25 @@ pub(super) fn lowered(
     donated: &[bool],
     cache: Option<&std::path::Path>,
     clock: &mut PhaseClock,
+    opts: &Options,
 ) -> Result<(Func, crate::fuse::Fused, bool)> {
-    let opts = kiln_opt::Options::from_env();
     let key = cache
         .filter(|_| f.insts.len() >= INDEX_MIN_INSTS)
-        .map(|dir| (dir, index_key(f, donated, &opts)));
+        .map(|dir| (dir, index_key(f, donated, opts)));
     if let Some((dir, key)) = &key
-        && let Some((g, fused)) = load(dir, key)
+        && let Some((g, fused)) = load(dir, key, opts)
     {
         clock.lap("lowered program from the kernel cache's index, fused");
         return Ok((g, fused, true));
     }
-    let canonical = prepare(f, &opts)?;
+    let canonical = prepare(f, opts, kiln_opt::cost::Machine::host())?;
     clock.lap("optimize and canonicalize the graph");
-    let fused = fused_kernels(&canonical);
+    let fused = fused_kernels(&canonical, opts);
     crate::fuse::check_legal(&canonical, &fused)
         .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", canonical.name)))?;
     clock.lap("fuse");
-    let (g, fused, note) = scheduled(canonical, fused, donated)?;
-    if env_is("KILN_EXPLAIN", "1") {
+    let (g, fused, note) = scheduled(canonical, fused, donated, opts)?;
+    if opts.explain {
         eprintln!("// kiln: {note}");
     }
     clock.lap("schedule");

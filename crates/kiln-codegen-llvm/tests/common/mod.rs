@@ -7,6 +7,12 @@ use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::random::{Rng, random_literal};
 use kiln_ir::{DType, Literal};
 
+/// The compile options of the test's environment (`KILN_CACHE_DIR`, `KILN_VECTOR_BITS`, ...,
+/// see `kiln_kernel::options::SWITCHES`): tests read it as a program's boundary does.
+pub fn env_options() -> kiln_kernel::Options {
+    kiln_kernel::Options::from_vars(&|name| std::env::var(name).ok())
+}
+
 /// A loose comparison for results whose program is not at hand: a relative tolerance per dtype
 /// scaled by the tensor's largest value. Everything with a program uses [`check`] (the bounds
 /// of `kiln_reference::accuracy`) instead.
@@ -43,7 +49,8 @@ pub fn close(a: &Literal, e: &Literal) -> Result<(), String> {
 /// interpreter's under the bounds of `kiln_reference::accuracy` (per element, in ulps, from the
 /// ops that produced it).
 pub fn agrees(f: &kiln_ir::Func, args: &[Literal]) -> Result<(), String> {
-    let exe = CpuExecutable::compile(f).map_err(|e| e.to_string())?;
+    let exe =
+        CpuExecutable::compile_with_options(f, &[], &env_options()).map_err(|e| e.to_string())?;
     compiled_whole(&exe)?;
     let got = exe.run(args).map_err(|e| e.to_string())?;
     check(f, args, &got).map(|_| ())
@@ -86,7 +93,8 @@ pub fn random_args(f: &kiln_ir::Func, seed: u64) -> Vec<Literal> {
 pub fn agrees_on_random_inputs(src: &str, seed: u64) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
     let args = random_args(&f, seed);
-    let exe = CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("{src}: {e}"));
+    let exe = CpuExecutable::compile_with_options(&f, &[], &env_options())
+        .unwrap_or_else(|e| panic!("{src}: {e}"));
     compiled_whole(&exe).unwrap_or_else(|e| panic!("{src}: {e}"));
     let got = exe.run(&args).unwrap_or_else(|e| panic!("{src}: {e}"));
     check(&f, &args, &got).unwrap_or_else(|e| panic!("{src}: {e}"));
@@ -101,7 +109,8 @@ pub fn agrees_on_random_inputs(src: &str, seed: u64) {
 pub fn agrees_cached_and_jit(src: &str, seed: u64) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
     let args = random_args(&f, seed);
-    let dir = kiln_codegen_llvm::cache::dir()
+    let dir = std::env::var_os("KILN_CACHE_DIR")
+        .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("kiln-test-kernel-cache"));
     for cache in [Some(dir.as_path()), None] {
         let e =
@@ -393,7 +402,7 @@ pub fn winograd_convolutions() {
         );
         let src = convolution(x, w, y, &attrs);
         let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
-        let fused = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fused = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert!(
             !fused.contains("convolution") && fused.contains("dot_general"),
             "{src}: not rewritten into Winograd's transforms:\n{fused}"
@@ -461,13 +470,13 @@ pub fn row_epilogues() {
     ] {
         let src = softmax_of_product(b, m, k, n, true);
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert!(fusion.contains("// 1 kernels"), "{fusion}");
         agrees_on_random_inputs(&src, (b * m + k * n) as u64);
     }
     let src = softmax_of_product(2, 20, 8, 12, false);
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
     assert!(fusion.contains("dot_general: own kernel"), "{fusion}");
     agrees_on_random_inputs(&src, 5);
 }
@@ -548,7 +557,7 @@ pub fn chained_products() {
     ] {
         let src = attention_text(dt, shape, v_trans, false);
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert!(fusion.contains("// 1 kernels"), "{fusion}");
         // The softmax runs online, over blocks of keys.
         assert!(fusion.contains("online:"), "{fusion}");
@@ -574,7 +583,7 @@ pub fn chained_products() {
                 ),
             );
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert!(
             fusion.contains("// 1 kernels")
                 && fusion.contains(&format!(
@@ -594,7 +603,7 @@ pub fn chained_products() {
     ] {
         let src = attention_text(dt, shape, v_trans, false).replace("exponential", "logistic");
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert!(
             fusion.contains(&format!("// {kernels} kernels")) && !fusion.contains("online:"),
             "{fusion}"
@@ -609,7 +618,7 @@ pub fn chained_products() {
     ] {
         let src = attention_text("f32", shape, false, probs);
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert!(
             fusion.contains(&format!("// {kernels} kernels")),
             "{fusion}"
@@ -624,14 +633,14 @@ pub fn chained_products() {
         "  %17 = add %16, %0 : f32[1,9,16]\n  return %17\n",
     );
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
     assert!(fusion.contains("// 2 kernels"), "{fusion}");
     agrees_cached_and_jit(&src, 11);
     // Without a chained product, a softmax over more than 2048 columns stays a kernel of its
     // own.
     let src = softmax_of_product(1, 5, 8, 3000, true);
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
     assert!(fusion.contains("// 2 kernels"), "{fusion}");
 }
 
@@ -678,9 +687,9 @@ pub fn row_caches() {
     for (dt, shape, cached) in cases {
         let src = softmax_text(dt, shape);
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+        let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &env_options()).unwrap();
         assert_eq!(ir.contains("%cached"), cached, "{dt} {shape:?}");
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert_eq!(
             fusion.contains("row cache: the add reduction"),
             cached,
@@ -691,7 +700,7 @@ pub fn row_caches() {
     // A softmax of a product, as the GEMM's row epilogue.
     let src = softmax_of_product(2, 9, 16, 33, true);
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+    let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &env_options()).unwrap();
     assert!(ir.contains("%cached"), "{src}");
     agrees_on_random_inputs(&src, 3);
     // The outputs read the exps at the mirrored position: no cache matches, and the kernel
@@ -770,7 +779,7 @@ pub fn guard_splits() {
     ];
     for (src, decided) in &cases {
         let f = kiln_ir::parse_func_text(src).unwrap();
-        let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false).unwrap();
+        let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &env_options()).unwrap();
         if *decided {
             assert!(!ir.contains("\nthen"), "a guard left in:\n{src}");
         }
@@ -780,7 +789,7 @@ pub fn guard_splits() {
     let src = "func @main(%0: f32[2,24,18,18]) -> f32[2,20,20,24] {\n  %1 = transpose %0 {permutation = [0, 2, 3, 1]} : f32[2,18,18,24]\n  %2 = constant {value = 0.0} : f32[]\n  %3 = pad %1, %2 {edge_padding_low = [0, 1, 1, 0], edge_padding_high = [0, 1, 1, 0], interior_padding = [0, 0, 0, 0]} : f32[2,20,20,24]\n  return %3\n}\n";
     let f = kiln_ir::parse_func_text(src).unwrap();
     assert!(
-        !kiln_codegen_llvm::cpu::function_llvm_ir(&f, false)
+        !kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &env_options())
             .unwrap()
             .contains("\nthen")
     );
@@ -826,13 +835,13 @@ pub fn guard_splits() {
     );
     let f = kiln_ir::parse_func_text(&src).unwrap();
     assert!(
-        kiln_codegen_llvm::cpu::describe_fusion(&f)
+        kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options())
             .unwrap()
             .contains("// 1 kernels"),
         "{src}"
     );
     assert!(
-        !kiln_codegen_llvm::cpu::function_llvm_ir(&f, false)
+        !kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &env_options())
             .unwrap()
             .contains("\nthen"),
         "a guard left in:\n{src}"
@@ -854,7 +863,7 @@ pub fn tiled_transposes() {
     ];
     for src in cases {
         let f = kiln_ir::parse_func_text(src).unwrap();
-        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f).unwrap();
+        let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &env_options()).unwrap();
         assert!(fusion.contains("tiles of dimensions"), "{fusion}");
         agrees_on_random_inputs(src, 7);
     }
@@ -873,7 +882,7 @@ pub fn streaming_stores() {
     ];
     for src in cases {
         let f = kiln_ir::parse_func_text(src).unwrap();
-        let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, true).unwrap();
+        let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, true, &env_options()).unwrap();
         assert!(ir.contains("!nontemporal"), "{src}");
         agrees_on_random_inputs(src, 11);
     }
@@ -910,7 +919,7 @@ fn worst_ulps(op: &str, dtype: DType, xs: &[f64]) -> (u64, f64) {
     );
     let f = kiln_ir::parse_func_text(&src).unwrap();
     let x = Literal::from_f64s(kiln_ir::TensorType::new(dtype, [n]), xs).unwrap();
-    let exe = CpuExecutable::compile(&f).unwrap();
+    let exe = CpuExecutable::compile_with_options(&f, &[], &env_options()).unwrap();
     assert!(!exe.plan().contains(&Step::Reference));
     let got = exe.run(std::slice::from_ref(&x)).unwrap();
     let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).unwrap();
@@ -966,7 +975,7 @@ pub fn softmax_special_values() {
         );
         let f = kiln_ir::parse_func_text(&src).unwrap();
         let x = Literal::from_f64s(f.values[f.params[0].index()].clone(), &xs).unwrap();
-        let exe = CpuExecutable::compile(&f).unwrap();
+        let exe = CpuExecutable::compile_with_options(&f, &[], &env_options()).unwrap();
         assert!(!exe.plan().contains(&Step::Reference));
         // The probabilities, then the exponentials themselves (a softmax hides a common
         // factor in them).

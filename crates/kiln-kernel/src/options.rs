@@ -1,0 +1,242 @@
+//! Every switch of the compiler and the runtime, in one value.
+//!
+//! An [`Options`] is built once, at the API boundary, from the process environment (the
+//! facade reads it with [`Options::from_vars`] and `std::env::var`), or in code; everything
+//! below takes it as an argument and reads no environment variable. [`SWITCHES`] lists the
+//! environment variables, the field each sets, and what it does.
+
+use std::path::PathBuf;
+
+/// The switches of one compile (and of the program it makes).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Options {
+    /// Run the e-graph optimizer before lowering (`KILN_NO_OPT=1`: off).
+    pub optimize: bool,
+    /// Let the optimizer apply rules that change rounding (`KILN_FAST_MATH=1`: on).
+    pub fast_math: bool,
+    /// Fuse kernels (`KILN_NO_FUSION=1`: one kernel per instruction).
+    pub fusion: bool,
+    /// Reorder steps to lower the memory plan's peak (`KILN_SCHEDULE=0`: program order).
+    pub memory_schedule: bool,
+    /// Rewrite eligible 3 x 3 convolutions to Winograd transforms (`KILN_WINOGRAD=0`: off).
+    pub winograd: bool,
+    /// Chain matrix products through their row blocks (`KILN_CHAIN=0`: off).
+    pub chain_products: bool,
+    /// The CPU emitter's switches.
+    pub cpu: CpuOptions,
+    /// The on-disk kernel cache's directory (`KILN_CACHE_DIR`; by default
+    /// `$XDG_CACHE_HOME/kiln/kernels` or `$HOME/.cache/kiln/kernels`; `KILN_NO_CACHE=1`: none).
+    pub kernel_cache: Option<PathBuf>,
+    /// The program that links kernel objects into a shared library (`CC`; by default `ld`,
+    /// then `cc`).
+    pub linker: Option<String>,
+    /// Print what fusion and scheduling decided for each compile on stderr (`KILN_EXPLAIN=1`).
+    pub explain: bool,
+    /// Print how long each phase of a compile took on stderr (`KILN_COMPILE_TIMES=1`).
+    pub compile_times: bool,
+    /// Time each instruction of a compiled program and report it on stderr (`KILN_PROFILE=1`).
+    pub profile: bool,
+    /// Ask the C allocator to keep large freed blocks for reuse (`KILN_KEEP_FREED=0`: leave
+    /// its settings alone).
+    pub keep_freed: bool,
+    /// The backend eager ops and compiled functions run on (`KILN_BACKEND`: `cpu`, the
+    /// default, or `reference`).
+    pub backend: Option<String>,
+}
+
+/// How the CPU emitter renders the kernels it is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CpuOptions {
+    /// Non-temporal stores for large outputs written once (`KILN_STREAM=0`: off).
+    pub streaming_stores: bool,
+    /// Split loops at the points where guards change (`KILN_GUARD_SPLIT=0`: off).
+    pub guard_splits: bool,
+    /// Cache a row's costly values in scratch memory (`KILN_ROW_CACHE=0`: off).
+    pub row_caches: bool,
+    /// Unroll the GEMM micro-kernel's loops explicitly (`KILN_GEMM_UNROLL=1`: on).
+    pub gemm_unroll: bool,
+    /// Use at most 256-bit vectors even where the CPU has 512-bit ones
+    /// (`KILN_VECTOR_BITS=256`).
+    pub narrow_vectors: bool,
+}
+
+impl Default for CpuOptions {
+    fn default() -> CpuOptions {
+        CpuOptions {
+            streaming_stores: true,
+            guard_splits: true,
+            row_caches: true,
+            gemm_unroll: false,
+            narrow_vectors: false,
+        }
+    }
+}
+
+/// The defaults: everything on that is on in a release, no kernel cache, no reports.
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            optimize: true,
+            fast_math: false,
+            fusion: true,
+            memory_schedule: true,
+            winograd: true,
+            chain_products: true,
+            cpu: CpuOptions::default(),
+            kernel_cache: None,
+            linker: None,
+            explain: false,
+            compile_times: false,
+            profile: false,
+            keep_freed: true,
+            backend: None,
+        }
+    }
+}
+
+/// The environment variables [`Options::from_vars`] reads: name, the value that changes the
+/// default, and what it does.
+pub const SWITCHES: &[(&str, &str, &str)] = &[
+    ("KILN_NO_OPT", "1", "skip the e-graph optimizer"),
+    ("KILN_FAST_MATH", "1", "allow rewrites that change rounding"),
+    ("KILN_NO_FUSION", "1", "one kernel per instruction"),
+    (
+        "KILN_SCHEDULE",
+        "0",
+        "keep program order (no memory-aware schedule)",
+    ),
+    ("KILN_WINOGRAD", "0", "no Winograd 3 x 3 convolutions"),
+    ("KILN_CHAIN", "0", "no chained matrix products"),
+    ("KILN_STREAM", "0", "no streaming (non-temporal) stores"),
+    ("KILN_GUARD_SPLIT", "0", "no loop splits at guard changes"),
+    ("KILN_ROW_CACHE", "0", "no row caches"),
+    (
+        "KILN_GEMM_UNROLL",
+        "1",
+        "explicitly unrolled GEMM micro-kernels",
+    ),
+    ("KILN_VECTOR_BITS", "256", "at most 256-bit vectors"),
+    (
+        "KILN_CACHE_DIR",
+        "a directory",
+        "the kernel cache's directory",
+    ),
+    ("KILN_NO_CACHE", "1", "no kernel cache"),
+    (
+        "XDG_CACHE_HOME, HOME",
+        "directories",
+        "where the default kernel cache lives",
+    ),
+    ("CC", "a program", "the linker of kernel libraries"),
+    ("KILN_EXPLAIN", "1", "print fusion and scheduling decisions"),
+    ("KILN_COMPILE_TIMES", "1", "print compile phase times"),
+    ("KILN_PROFILE", "1", "print per-instruction run times"),
+    (
+        "KILN_KEEP_FREED",
+        "0",
+        "leave the C allocator's settings alone",
+    ),
+    (
+        "KILN_BACKEND",
+        "reference",
+        "run everything on the reference interpreter",
+    ),
+];
+
+impl Options {
+    /// The options the variables `var` gives (see [`SWITCHES`]): `var(name)` is the value of
+    /// the variable `name`, if set. The facade calls it with the process environment.
+    pub fn from_vars(var: &dyn Fn(&str) -> Option<String>) -> Options {
+        let is = |name: &str, value: &str| var(name).is_some_and(|v| v == value);
+        let kernel_cache = if is("KILN_NO_CACHE", "1") {
+            None
+        } else if let Some(d) = var("KILN_CACHE_DIR") {
+            Some(PathBuf::from(d))
+        } else {
+            var("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|base| base.join("kiln").join("kernels"))
+        };
+        Options {
+            optimize: !is("KILN_NO_OPT", "1"),
+            fast_math: is("KILN_FAST_MATH", "1"),
+            fusion: !is("KILN_NO_FUSION", "1"),
+            memory_schedule: !is("KILN_SCHEDULE", "0"),
+            winograd: !is("KILN_WINOGRAD", "0"),
+            chain_products: !is("KILN_CHAIN", "0"),
+            cpu: CpuOptions {
+                streaming_stores: !is("KILN_STREAM", "0"),
+                guard_splits: !is("KILN_GUARD_SPLIT", "0"),
+                row_caches: !is("KILN_ROW_CACHE", "0"),
+                gemm_unroll: is("KILN_GEMM_UNROLL", "1"),
+                narrow_vectors: is("KILN_VECTOR_BITS", "256"),
+            },
+            kernel_cache,
+            linker: var("CC"),
+            explain: is("KILN_EXPLAIN", "1"),
+            compile_times: is("KILN_COMPILE_TIMES", "1"),
+            profile: is("KILN_PROFILE", "1"),
+            keep_freed: !is("KILN_KEEP_FREED", "0"),
+            backend: var("KILN_BACKEND"),
+        }
+    }
+
+    /// These options without a kernel cache.
+    pub fn without_cache(mut self) -> Options {
+        self.kernel_cache = None;
+        self
+    }
+
+    /// The optimizer's options under these switches, with the cost model of `machine`.
+    pub fn optimizer(&self, machine: kiln_opt::cost::Machine) -> kiln_opt::Options {
+        kiln_opt::Options {
+            fast_math: self.fast_math,
+            machine,
+            ..kiln_opt::Options::default()
+        }
+    }
+
+    /// The switches that change what the pipeline decides, as text (part of cache keys).
+    pub fn pipeline_key(&self) -> String {
+        format!(
+            "opt={} fast-math={} fusion={} schedule={} winograd={} chain={}",
+            self.optimize,
+            self.fast_math,
+            self.fusion,
+            self.memory_schedule,
+            self.winograd,
+            self.chain_products
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_variables_give_the_defaults_without_a_cache() {
+        assert_eq!(Options::from_vars(&|_| None), Options::default());
+    }
+
+    #[test]
+    fn every_switch_changes_its_field() {
+        // (`KILN_NO_CACHE` is checked below: alone it turns off a cache there is not.)
+        for (name, value, _) in SWITCHES.iter().filter(|s| s.0 != "KILN_NO_CACHE") {
+            let (name, value) = match *name {
+                "XDG_CACHE_HOME, HOME" => ("HOME", "/h"),
+                "KILN_CACHE_DIR" | "CC" | "KILN_BACKEND" => (*name, "x"),
+                _ => (*name, *value),
+            };
+            let o = Options::from_vars(&|n| (n == name).then(|| value.to_string()));
+            assert_ne!(o, Options::default(), "{name}={value} changed nothing");
+        }
+        let o = Options::from_vars(&|n| match n {
+            "HOME" => Some("/h".into()),
+            "KILN_NO_CACHE" => Some("1".into()),
+            _ => None,
+        });
+        assert_eq!(o.kernel_cache, None);
+    }
+}
