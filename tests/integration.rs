@@ -414,3 +414,51 @@ fn no_environment_reads_below_the_api_boundary() {
         found.join("\n")
     );
 }
+
+/// The kernel layer decides and does not render or run: no crate `kiln-kernel` depends on,
+/// directly or through other workspace crates, is LLVM, a GPU driver, a thread pool or the
+/// runtime (what `cargo tree -p kiln-kernel` shows, read from the manifests).
+#[test]
+fn the_kernel_layer_depends_on_no_backend_or_runtime() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let deps = |krate: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(root.join("crates").join(krate).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{krate}: {e}"));
+        let mut in_deps = false;
+        let mut out = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                in_deps = line == "[dependencies]";
+            } else if in_deps && let Some((name, _)) = line.split_once('=') {
+                out.push(name.trim().trim_end_matches(".workspace").to_string());
+            }
+        }
+        out
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = vec!["kiln-kernel".to_string()];
+    while let Some(k) = todo.pop() {
+        for d in deps(&k) {
+            if seen.insert(d.clone()) && d.starts_with("kiln-") {
+                todo.push(d);
+            }
+        }
+    }
+    assert!(
+        seen.contains("kiln-ir") && seen.contains("kiln-opt"),
+        "{seen:?}"
+    );
+    for banned in [
+        "inkwell",
+        "cudarc",
+        "rayon",
+        "kiln-runtime",
+        "kiln-codegen-llvm",
+        "melior",
+    ] {
+        assert!(
+            !seen.contains(banned),
+            "kiln-kernel depends on {banned}: {seen:?}"
+        );
+    }
+}

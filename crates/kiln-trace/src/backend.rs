@@ -43,16 +43,16 @@ pub trait Backend: Send + Sync {
         self.compile(f)
     }
 
-    /// Compiles like [`Backend::compile_donating`], but with the on-disk kernel cache in
-    /// `kernel_cache` (`None`: none) instead of the backend's usual one. By default the backend
-    /// has no such cache, and this is [`Backend::compile_donating`].
-    fn compile_with_kernel_cache(
+    /// Compiles like [`Backend::compile_donating`], under `opts` instead of the process's
+    /// [`options`] (its kernel cache, switches and reports). By default the backend has no
+    /// options, and this is [`Backend::compile_donating`].
+    fn compile_with_options(
         &self,
         f: &Func,
         donated: &[bool],
-        kernel_cache: Option<&std::path::Path>,
+        opts: &Options,
     ) -> Result<Arc<dyn Executable>> {
-        let _ = kernel_cache;
+        let _ = opts;
         self.compile_donating(f, donated)
     }
 }
@@ -105,22 +105,15 @@ impl Backend for Cpu {
         self.compile_donating(f, &[])
     }
     fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
-        let exe =
-            kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(f, donated, &options())
-                .map_err(|e| Error::internal("compile", e.to_string()))?;
-        Ok(Arc::new(CpuCompiled(exe)))
+        self.compile_with_options(f, donated, &options())
     }
-    fn compile_with_kernel_cache(
+    fn compile_with_options(
         &self,
         f: &Func,
         donated: &[bool],
-        kernel_cache: Option<&std::path::Path>,
+        opts: &Options,
     ) -> Result<Arc<dyn Executable>> {
-        let opts = Options {
-            kernel_cache: kernel_cache.map(std::path::Path::to_path_buf),
-            ..options()
-        };
-        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(f, donated, &opts)
+        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(f, donated, opts)
             .map_err(|e| Error::internal("compile", e.to_string()))?;
         Ok(Arc::new(CpuCompiled(exe)))
     }
@@ -255,14 +248,18 @@ pub fn compile_cached(f: &Func) -> Result<Arc<dyn Executable>> {
 /// [`compile_cached`] for a function whose parameters `p` with `donated[p]` are donated (see
 /// [`Backend::compile_donating`]); the donation is part of the cache key.
 pub fn compile_cached_donating(f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
+    compile_cached_with(f, donated, &options())
+}
+
+/// [`compile_cached_donating`] under the options `opts` (part of the cache key).
+pub fn compile_cached_with(
+    f: &Func,
+    donated: &[bool],
+    opts: &Options,
+) -> Result<Arc<dyn Executable>> {
     let b = backend();
     let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
-    let key = format!(
-        "{}\n{:?}\n{mask}\n{}",
-        b.name(),
-        options(),
-        kiln_ir::print_func(f)
-    );
+    let key = format!("{}\n{opts:?}\n{mask}\n{}", b.name(), kiln_ir::print_func(f));
     // The first caller for a key inserts its slot and compiles; callers that come while it
     // compiles wait for its outcome, an error included. A failed compile leaves the cache, so
     // a later call tries again.
@@ -286,23 +283,13 @@ pub fn compile_cached_donating(f: &Func, donated: &[bool]) -> Result<Arc<dyn Exe
         slot: &slot,
         finished: false,
     };
-    let outcome = if donated.iter().any(|&d| d) {
-        b.compile_donating(f, donated)
-    } else {
-        b.compile(f)
-    };
-    compiling.finish(outcome)
+    compiling.finish(b.compile_with_options(f, donated, opts))
 }
 
 /// Compiles `f` with the installed backend without the in-process compile cache (neither
-/// reusing an executable compiled earlier nor keeping this one for later) and with the on-disk
-/// kernel cache in `kernel_cache` (`None`: none), so that everything is compiled anew when the
-/// directory is new. For measuring cold compiles (the `compile_chain_*` benchmarks); programs
-/// use [`compile_cached`].
-pub fn compile_uncached(
-    f: &Func,
-    donated: &[bool],
-    kernel_cache: Option<&std::path::Path>,
-) -> Result<Arc<dyn Executable>> {
-    backend().compile_with_kernel_cache(f, donated, kernel_cache)
+/// reusing an executable compiled earlier nor keeping this one for later), under `opts`: with
+/// a new kernel cache directory (or none), everything is compiled anew. For measuring cold
+/// compiles (the `compile_chain_*` benchmarks); programs use [`compile_cached`].
+pub fn compile_uncached(f: &Func, donated: &[bool], opts: &Options) -> Result<Arc<dyn Executable>> {
+    backend().compile_with_options(f, donated, opts)
 }

@@ -7,7 +7,7 @@
 
 use crate::{Error, Result, Tensor, Tree};
 use kiln_ir::{Func, Loc};
-use kiln_trace::backend::{Executable, compile_cached_donating, compile_uncached};
+use kiln_trace::backend::{Executable, Options, compile_cached_with, compile_uncached, options};
 use kiln_trace::trace::{call, trace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -266,9 +266,10 @@ pub struct Jit<I, O, F> {
     cache: Mutex<HashMap<String, Arc<Compiled<O>>>>,
     misses: Mutex<Vec<String>>,
     loc: Loc,
-    /// `Some(kernel cache)`: compile bypassing the process-wide compile cache (see
-    /// [`Jit::bypassing_caches`]).
-    bypass: Option<Option<std::path::PathBuf>>,
+    /// Whether compiles bypass the process-wide compile cache (see [`Jit::bypassing_caches`]).
+    bypass: bool,
+    /// The options this function compiles under (`None`: the process's, [`options`]).
+    options: Option<Options>,
     _in: std::marker::PhantomData<fn(&I)>,
 }
 
@@ -282,7 +283,8 @@ pub fn jit<I: Tree, O: Tree + Clone, F: Fn(&I) -> O>(f: F) -> Jit<I, O, F> {
         cache: Mutex::new(HashMap::new()),
         misses: Mutex::new(Vec::new()),
         loc: Loc::caller(),
-        bypass: None,
+        bypass: false,
+        options: None,
         _in: std::marker::PhantomData,
     }
 }
@@ -294,7 +296,20 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     /// empty directory: compiled from scratch, as on a machine that never compiled it). For
     /// measuring cold first calls; this object still reuses its own compiles.
     pub fn bypassing_caches(mut self, kernel_cache: Option<std::path::PathBuf>) -> Self {
-        self.bypass = Some(kernel_cache);
+        self.bypass = true;
+        let opts = self.options.take().unwrap_or_else(options);
+        self.options = Some(Options {
+            kernel_cache,
+            ..opts
+        });
+        self
+    }
+
+    /// This function compiled under `opts` instead of the process's options ([`options`],
+    /// read from the environment: see `kiln::ir`'s `SWITCHES` in `kiln_kernel::options`), e.g.
+    /// without fusion, or with a kernel cache of its own. Set it before the first call.
+    pub fn options(mut self, opts: Options) -> Self {
+        self.options = Some(opts);
         self
     }
 
@@ -394,9 +409,11 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
                 loc: Some(self.loc),
             });
         }
-        let exe = match &self.bypass {
-            None => compile_cached_donating(&traced.func, donated)?,
-            Some(dir) => compile_uncached(&traced.func, donated, dir.as_deref())?,
+        let opts = self.options.clone().unwrap_or_else(options);
+        let exe = if self.bypass {
+            compile_uncached(&traced.func, donated, &opts)?
+        } else {
+            compile_cached_with(&traced.func, donated, &opts)?
         };
         let c = Arc::new(Compiled {
             exe,
