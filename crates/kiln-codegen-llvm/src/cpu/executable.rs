@@ -1,0 +1,255 @@
+//! `CpuExecutable`: compiling a function for this CPU and running it.
+
+use super::*;
+
+impl CpuExecutable {
+    /// Compiles `f` for this CPU under the default [`Options`] (no kernel cache).
+    pub fn compile(f: &Func) -> Result<CpuExecutable> {
+        Self::compile_with_options(f, &[], &Options::default())
+    }
+
+    /// Compiles `f` for this CPU, with the kernel cache in `cache` (`None`: no cache).
+    pub fn compile_with_cache(f: &Func, cache: Option<&std::path::Path>) -> Result<CpuExecutable> {
+        Self::compile_donating(f, &[], cache)
+    }
+
+    /// Compiles `f` for this CPU, where the parameters `p` with `donated[p]` are donated by the
+    /// caller ([`CpuExecutable::call_donating`] passes them by value): kernels that can write
+    /// their result into a donated buffer are compiled to do so (see [`crate::fuse::in_place`];
+    /// `cargo xtask dump --stage plan` lists them).
+    pub fn compile_donating(
+        f: &Func,
+        donated: &[bool],
+        cache: Option<&std::path::Path>,
+    ) -> Result<CpuExecutable> {
+        let opts = Options {
+            kernel_cache: cache.map(std::path::Path::to_path_buf),
+            ..Options::default()
+        };
+        Self::compile_with_options(f, donated, &opts)
+    }
+
+    /// Compiles `f` for this CPU under `opts` (its kernel cache, switches and reports), where
+    /// the parameters `p` with `donated[p]` are donated (see [`Self::compile_donating`]).
+    pub fn compile_with_options(
+        f: &Func,
+        donated: &[bool],
+        opts: &Options,
+    ) -> Result<CpuExecutable> {
+        kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+        let target = Target::host(opts);
+        // A cache directory others could write is not used (it warns once).
+        let cache = opts
+            .kernel_cache
+            .as_deref()
+            .filter(|d| crate::cache::usable(d));
+        if opts.explain {
+            eprintln!(
+                "// kiln: fused kernels of @{}\n{}",
+                f.name,
+                describe_fusion(f, opts)?
+            );
+        }
+        let mut clock = PhaseClock::new(&f.name, opts.compile_times);
+        let (scheduled, fused, lowered_from_cache) =
+            lowering::lowered(f, donated, cache, &mut clock, opts)?;
+        let f = &scheduled;
+        let ks = &fused.kernels;
+        let steps = steps_of(f, &fused);
+        let in_place = crate::fuse::in_place(f, &fused, &steps, donated);
+        if opts.explain {
+            for (i, pairs) in in_place.iter().enumerate() {
+                for &(q, o) in pairs {
+                    let r = if o == 0 {
+                        f.insts[i].results[0]
+                    } else {
+                        fused.extra[i][o - 1]
+                    };
+                    eprintln!(
+                        "// kiln: k{i} writes {r} in place of donated {}",
+                        fused.operands[i][q]
+                    );
+                }
+            }
+        }
+        let aliases: Vec<Alias> = in_place
+            .iter()
+            .zip(fused.operands.iter().zip(&fused.extra))
+            .map(|(pairs, (ops, extra))| (pairs.clone(), ops.len() + extra.len()))
+            .collect();
+        let (first, own) = distinct_kernels(ks, &aliases);
+        let context = Box::new(Context::create());
+        // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
+        // and every value derived from it (field order of CpuExecutable).
+        let ctx: &'static Context = unsafe { &*(context.as_ref() as *const Context) };
+        let mut kernels_fns = vec![None; f.insts.len()];
+        let shape = ks
+            .iter()
+            .map(|k| {
+                k.as_ref()
+                    .map(|k| kernel_shape(k, wide_vectors(target)))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let names: Vec<String> = (0..own.len())
+            .filter(|&i| own[i].is_some())
+            .map(|i| format!("k{i}"))
+            .collect();
+        // Functions that are slow to compile go through the on-disk cache: a GEMM, 8 kernels or
+        // more, or kernels whose compile weight (see `CACHE_WEIGHT`) is large.
+        let mut module = None;
+        let cacheable = ks
+            .iter()
+            .flatten()
+            .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
+            || names.len() >= 8
+            || (cache.is_some() && {
+                let m = build_module(ctx, f, &own, target, &aliases, Routines::Here)?;
+                let n = instruction_count(&m);
+                let costly = own.iter().flatten().map(costly_ops).sum::<usize>();
+                module = Some(m);
+                clock.lap(&format!(
+                    "emit LLVM IR ({n} instructions, {costly} costly operations)"
+                ));
+                n + COSTLY_WEIGHT * costly >= CACHE_WEIGHT
+            });
+        let mut library = None;
+        let mut from_cache = false;
+        if cacheable && let Some(dir) = cache {
+            match compile_cached(f, &own, &aliases, dir, &names, opts) {
+                Ok((lib, hit)) => {
+                    clock.lap(if hit {
+                        "load from the kernel cache"
+                    } else {
+                        "LLVM O2, object code, link (stored in the kernel cache)"
+                    });
+                    for (i, k) in own.iter().enumerate() {
+                        if k.is_some() {
+                            let p = lib.symbol(&format!("k{i}")).ok_or_else(|| {
+                                Error::Llvm(format!("kernel k{i} missing from the library"))
+                            })?;
+                            // SAFETY: every kernel was emitted with this signature.
+                            kernels_fns[i] = Some(unsafe {
+                                std::mem::transmute::<*const std::ffi::c_void, KernelFn>(p)
+                            });
+                        }
+                    }
+                    library = Some(lib);
+                    from_cache = hit;
+                }
+                Err(e) => warn_cache_off(&e),
+            }
+        }
+        let engine = if library.is_none() && own.iter().any(Option::is_some) {
+            let m = match module.take() {
+                Some(m) => m,
+                None => {
+                    let m = build_module(ctx, f, &own, target, &aliases, Routines::Here)?;
+                    clock.lap("emit LLVM IR");
+                    m
+                }
+            };
+            crate::optimize(&m, &crate::host_machine()?)?;
+            clock.lap("LLVM O2");
+            let ee = m
+                .create_jit_execution_engine(OptimizationLevel::Aggressive)
+                .map_err(llvm)?;
+            for (i, k) in own.iter().enumerate() {
+                if k.is_some() {
+                    // SAFETY: every kernel was emitted with this signature.
+                    let jf =
+                        unsafe { ee.get_function::<KernelFn>(&format!("k{i}")) }.map_err(llvm)?;
+                    kernels_fns[i] = Some(unsafe { jf.into_raw() });
+                }
+            }
+            clock.lap("machine code (JIT)");
+            Some(ee)
+        } else {
+            None
+        };
+        for i in 0..ks.len() {
+            kernels_fns[i] = kernels_fns[first[i]];
+        }
+        // SAFETY: each kernel was emitted for its instruction's operand and result types,
+        // writes its whole result (its rows when split), uses the scratch its launch names, and
+        // lives in the engine, which the executable keeps alive as long as the program.
+        // Kernels compiled in place read their donated operand through the output pointer only
+        // (crate::fuse::in_place checked it is their last use, at their own positions).
+        let program = unsafe {
+            Program::new(
+                f.clone(),
+                steps,
+                kernels_fns,
+                shape,
+                fused.operands,
+                in_place,
+                fused.extra,
+                opts,
+            )
+        };
+        Ok(CpuExecutable {
+            program,
+            _engine: engine,
+            _library: library,
+            from_cache,
+            lowered_from_cache,
+            functions: own.iter().flatten().count(),
+            _context: context,
+        })
+    }
+
+    /// How each instruction runs.
+    pub fn plan(&self) -> &[Step] {
+        self.program.plan()
+    }
+
+    /// Whether the kernels were loaded from the on-disk cache (see [`crate::cache`]).
+    pub fn loaded_from_cache(&self) -> bool {
+        self.from_cache
+    }
+
+    /// Whether the optimized, canonicalized and scheduled program came from the kernel cache's
+    /// index of input programs (see [`crate::cache`]), so the optimizer did not run.
+    pub fn lowered_from_cache(&self) -> bool {
+        self.lowered_from_cache
+    }
+
+    /// Whether the kernels run from a library of the kernel cache (loaded, or compiled and
+    /// stored by this call), rather than from the JIT: false for functions the cache does not
+    /// take, without a cache, or when building the library failed (which prints a warning).
+    pub fn in_kernel_cache(&self) -> bool {
+        self._library.is_some()
+    }
+
+    /// How many kernel functions were compiled: one per kernel, except that a kernel equal to
+    /// an earlier one (the same body over the same types, the same in-place outputs) runs the
+    /// earlier one's function.
+    pub fn kernel_functions(&self) -> usize {
+        self.functions
+    }
+
+    /// Where the intermediates live.
+    pub fn memory_plan(&self) -> &kiln_runtime::plan::MemoryPlan {
+        self.program.memory_plan()
+    }
+
+    /// Runs on arguments of the function's parameter types.
+    pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>> {
+        self.program.run(args).map_err(|e| Error::Args(e.0))
+    }
+
+    /// Runs on borrowed arguments of the function's parameter types: arguments are read in
+    /// place, and results move out of the executable without a copy.
+    pub fn call(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
+        self.program.call(args).map_err(|e| Error::Args(e.0))
+    }
+
+    /// Runs like [`CpuExecutable::call`], where arguments passed by value are donated: results
+    /// of kernels compiled in place on them (see [`CpuExecutable::compile_donating`]) are
+    /// written into their buffers.
+    pub fn call_donating(&self, args: Vec<std::borrow::Cow<'_, Literal>>) -> Result<Vec<Literal>> {
+        self.program
+            .call_donating(args)
+            .map_err(|e| Error::Args(e.0))
+    }
+}

@@ -1,0 +1,292 @@
+//! Chained products: each block of rows of one product's epilogue multiplied by the next
+//! product's B as soon as it is done (and the online softmax between them).
+
+use super::*;
+
+/// A chained product (see [`Chain`]) as [`emit`] runs it, with its buffers: the block of the
+/// first product's epilogue result at `p` (`k` columns), its B packed at `b2` and its block of
+/// A packed at `a2` (see [`ChainScratch`]), and its B's kernel input at `b`.
+pub(super) struct Chained<'a, 'c> {
+    pub(super) ch: &'a Chain<'c>,
+    pub(super) ft: FloatType<'c>,
+    /// The contraction length: the first product's columns.
+    pub(super) k: i64,
+    /// Columns of each packed contraction block of B2.
+    pub(super) cols2: i64,
+    pub(super) p: PointerValue<'c>,
+    pub(super) b2: PointerValue<'c>,
+    pub(super) a2: PointerValue<'c>,
+    /// An online softmax's running maximum and sum per row of a batch.
+    pub(super) max: PointerValue<'c>,
+    pub(super) sum: PointerValue<'c>,
+    /// Columns per row of an online softmax's block buffer.
+    pub(super) online_ld: i64,
+    pub(super) b: PointerValue<'c>,
+}
+
+impl<'c> Chained<'_, 'c> {
+    /// Packs batch `bt` of the chained product's B (`[batch, k, n]`, `[batch, n, k]`
+    /// transposed) whole at `b2`: contraction block `kb` (of the chain's `kc` steps) at
+    /// `kb * cols2`, each as [`Self::pack_b_rows`] packs it.
+    pub(super) fn pack_b(&self, em: &Emitter<'c>, bt: IntValue<'c>) -> Result<()> {
+        let (bl, k) = (self.ch.bl, self.k);
+        let x = Arith { em };
+        let s_kb = x.slot()?;
+        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+            let kb = x.get(s_kb)?;
+            let span = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
+            self.pack_b_rows(
+                em,
+                bt,
+                (kb, span),
+                x.at(self.ft, self.b2, x.mulc(kb, self.cols2)?)?,
+            )
+        })
+    }
+
+    /// Packs contraction steps `kb..kb + span` (at most the chain's `kc`) of batch `bt` of the
+    /// chained product's B at `to`, as [`emit`] packs B's panels: panel `j` (a column index)
+    /// at `j * kc`.
+    pub(super) fn pack_b_rows(
+        &self,
+        em: &Emitter<'c>,
+        bt: IntValue<'c>,
+        (kb, span): (IntValue<'c>, IntValue<'c>),
+        to: PointerValue<'c>,
+    ) -> Result<()> {
+        let (ch, ft, k) = (self.ch, self.ft, self.k);
+        let x = Arith { em };
+        let (bl, n) = (ch.bl, ch.n);
+        let source = BSource {
+            b: self.b,
+            base: x.mulc(bt, k * n)?,
+            k: x.c(k),
+            n,
+            trans: ch.b_trans,
+        };
+        self.panels(em, &|j, width| {
+            let at = x.at(ft, to, x.mulc(j, bl.kc)?)?;
+            pack_b_panel(&x, ft, bl, &source, (j, width), (kb, span), at)
+        })
+    }
+
+    /// Runs `f` on each panel of the chained product's columns: its first column and its width
+    /// (whole panels in a loop, then the tail panel's).
+    pub(super) fn panels(
+        &self,
+        em: &Emitter<'c>,
+        f: &dyn Fn(IntValue<'c>, i64) -> Result<()>,
+    ) -> Result<()> {
+        let x = Arith { em };
+        let (nr, n) = (self.ch.bl.nr(), self.ch.n);
+        let n_full = n - n % nr;
+        let s_j = x.slot()?;
+        if n_full > 0 {
+            em.range_loop_ptr(s_j, x.c(0), x.c(n_full), nr, &mut |_| f(x.get(s_j)?, nr))?;
+        }
+        if n_full < n {
+            f(x.c(n_full), n - n_full)?;
+        }
+        Ok(())
+    }
+
+    /// The chained product of rows `ic..ic_end`: their block of the first product's epilogue
+    /// result (at `p` from row `ic` on) times its B packed at `b2` (see [`Self::pack_b`]), into
+    /// rows `ic..ic_end` of the chain's `out`, by contraction blocks (see [`Self::step`]).
+    pub(super) fn product(
+        &self,
+        em: &Emitter<'c>,
+        ic: IntValue<'c>,
+        ic_end: IntValue<'c>,
+    ) -> Result<()> {
+        let (ft, k, bl) = (self.ft, self.k, self.ch.bl);
+        let x = Arith { em };
+        let s_kb = x.slot()?;
+        em.range_loop_ptr(s_kb, x.c(0), x.c(k), bl.kc, &mut |_| {
+            let kb = x.get(s_kb)?;
+            let kc = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
+            let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
+            let panels = x.at(ft, self.b2, x.mulc(kb, self.cols2)?)?;
+            self.step(
+                em,
+                (ic, ic_end),
+                (x.at(ft, self.p, kb)?, k),
+                (kc, panels),
+                first,
+            )
+        })
+    }
+
+    /// The chained product of rows `ic..ic_end` for one block of an online softmax: the
+    /// block's `kc` columns of exponentials (at `p`, `nc` to a row) times its rows of B (packed
+    /// at `b2` by [`Self::pack_b_rows`]), added into the rows of the chain's `out` (rescaled
+    /// by the epilogue), or stored there for the rows' `first` block.
+    pub(super) fn product_block(
+        &self,
+        em: &Emitter<'c>,
+        rows: (IntValue<'c>, IntValue<'c>),
+        kc: IntValue<'c>,
+        first: IntValue<'c>,
+    ) -> Result<()> {
+        self.step(em, rows, (self.p, self.online_ld), (kc, self.b2), first)
+    }
+
+    /// One contraction block of `kc` steps of the chained product of rows `ic..ic_end`: A at
+    /// `a` (rows `lda` apart), B's panels packed at `panels`, into rows `ic..ic_end` of the
+    /// chain's `out` (added to them unless `first`), through the shared routines: A packed at
+    /// `a2` (or read in place when there is one panel of columns), then the tiles down each
+    /// panel.
+    pub(super) fn step(
+        &self,
+        em: &Emitter<'c>,
+        (ic, ic_end): (IntValue<'c>, IntValue<'c>),
+        (a_in, lda_in): (PointerValue<'c>, i64),
+        (kc, panels): (IntValue<'c>, PointerValue<'c>),
+        first: IntValue<'c>,
+    ) -> Result<()> {
+        let (ch, ft, a2) = (self.ch, self.ft, self.a2);
+        let x = Arith { em };
+        let (bl, n) = (ch.bl, ch.n);
+        let rows = x.sub(ic_end, ic)?;
+        let direct = n <= bl.nr();
+        let (a, lda, read) = if direct {
+            (a_in, x.c(lda_in), ARead::Rows)
+        } else {
+            let f = Routine::pack_a(bl, false).function(em.ctx, em.m, em.routines, em.target)?;
+            let args = [
+                a_in.into(),
+                x.c(lda_in).into(),
+                rows.into(),
+                kc.into(),
+                a2.into(),
+                x.c(bl.kc).into(),
+            ];
+            em.b.build_call(f, &args, "").map_err(llvm)?;
+            (a2, x.c(bl.kc), ARead::Packed)
+        };
+        let tiles = |j: IntValue<'c>, width: i64| -> Result<()> {
+            let f = Routine::tile(bl, width, None, read, false).function(
+                em.ctx,
+                em.m,
+                em.routines,
+                em.target,
+            )?;
+            let args = [
+                x.at(ft, ch.out, x.add(x.mulc(ic, n)?, j)?)?.into(),
+                x.c(n).into(),
+                rows.into(),
+                a.into(),
+                lda.into(),
+                x.at(ft, panels, x.mulc(j, bl.kc)?)?.into(),
+                kc.into(),
+                first.into(),
+                ft.const_zero().into(),
+            ];
+            em.b.build_call(f, &args, "").map_err(llvm)?;
+            Ok(())
+        };
+        self.panels(em, &tiles)
+    }
+
+    /// Starts rows `ic..ic_end` of an online softmax (the batch's first row `base`) as its
+    /// first block would, for a first block that is skipped: a running maximum of -inf, a sum
+    /// of 0 and rows of zeros in the chain's `out`.
+    pub(super) fn clear_rows(
+        &self,
+        em: &Emitter<'c>,
+        (ic, ic_end): (IntValue<'c>, IntValue<'c>),
+        base: IntValue<'c>,
+    ) -> Result<()> {
+        let ft = self.ft;
+        let x = Arith { em };
+        let s_r = x.slot()?;
+        em.range_loop_ptr(s_r, ic, ic_end, 1, &mut |em| {
+            let r = x.get(s_r)?;
+            let rl = x.sub(r, base)?;
+            let ninf = ft.const_float(f64::NEG_INFINITY);
+            em.b.build_store(x.at(ft, self.max, rl)?, ninf)
+                .map_err(llvm)?;
+            em.b.build_store(x.at(ft, self.sum, rl)?, ft.const_zero())
+                .map_err(llvm)?;
+            map_row(em, ft, (self.ch.out, self.ch.n), r, &|_, _| {
+                Ok(ft.const_zero())
+            })
+        })
+    }
+
+    /// Divides rows `r_lo..r_hi` of the chain's `out` (an online softmax's, the batch's first
+    /// row `base`) by their sums.
+    pub(super) fn normalize(
+        &self,
+        em: &Emitter<'c>,
+        (r_lo, r_hi): (IntValue<'c>, IntValue<'c>),
+        base: IntValue<'c>,
+    ) -> Result<()> {
+        let ft = self.ft;
+        let x = Arith { em };
+        let s_r = x.slot()?;
+        em.range_loop_ptr(s_r, r_lo, r_hi, 1, &mut |em| {
+            let r = x.get(s_r)?;
+            let sum =
+                em.b.build_load(ft, x.at(ft, self.sum, x.sub(r, base)?)?, "s")
+                    .map_err(llvm)?
+                    .into_float_value();
+            map_row(em, ft, (self.ch.out, self.ch.n), r, &|em, v| {
+                em.b.build_float_div(v, sum, "on").map_err(llvm)
+            })
+        })
+    }
+}
+
+/// Replaces each element `v` of row `r` of the `n`-column matrix at `out` by `f(v)`.
+pub(crate) fn map_row<'c>(
+    em: &Emitter<'c>,
+    ft: FloatType<'c>,
+    (out, n): (PointerValue<'c>, i64),
+    r: IntValue<'c>,
+    f: &dyn Fn(&Emitter<'c>, FloatValue<'c>) -> Result<FloatValue<'c>>,
+) -> Result<()> {
+    let x = Arith { em };
+    let row = x.mulc(r, n)?;
+    let s_c = x.slot()?;
+    em.range_loop_ptr(s_c, x.c(0), x.c(n), 1, &mut |em| {
+        let p = x.at(ft, out, x.add(row, x.get(s_c)?)?)?;
+        let v =
+            em.b.build_load(ft, p, "o")
+                .map_err(llvm)?
+                .into_float_value();
+        let y = f(em, v)?;
+        em.b.build_store(p, y).map_err(llvm)?;
+        Ok(())
+    })
+}
+
+/// Transposes `n` vectors of `n` elements (row `t` in, column `t` out; `n` a power of two): at
+/// each level, rows `i` and `i + b` (bit `b` of `i` clear) swap their off-diagonal blocks of
+/// `b` elements, for `b` = n/2 down to 1; two two-source shuffles per pair and level.
+pub(crate) fn transpose_vectors<'c>(
+    em: &Emitter<'c>,
+    mut r: Vec<VectorValue<'c>>,
+) -> Result<Vec<VectorValue<'c>>> {
+    let n = r.len();
+    let i32t = em.ctx.i32_type();
+    let mask = |f: &dyn Fn(usize) -> usize| {
+        VectorType::const_vector(
+            &(0..n)
+                .map(|k| i32t.const_int(f(k) as u64, false))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut b = n / 2;
+    while b >= 1 {
+        for i in (0..n).filter(|i| i & b == 0) {
+            let (a, c) = (r[i], r[i + b]);
+            let lo = mask(&|k| if k & b == 0 { k } else { n + k - b });
+            let hi = mask(&|k| if k & b == 0 { k + b } else { n + k });
+            r[i] = em.b.build_shuffle_vector(a, c, lo, "tl").map_err(llvm)?;
+            r[i + b] = em.b.build_shuffle_vector(a, c, hi, "th").map_err(llvm)?;
+        }
+        b /= 2;
+    }
+    Ok(r)
+}

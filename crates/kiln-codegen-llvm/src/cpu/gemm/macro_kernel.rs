@@ -1,0 +1,497 @@
+//! The GEMM kernel's loops: column, contraction and row blocks around the routines, and the
+//! epilogue over each finished block.
+
+use super::*;
+
+/// Code applied to a finished block of C: rows `.0`, columns `.1`, with C stored at `.2` from
+/// row `.3` on (`out` from row 0, or a chained GEMM's block buffer from the block's first row);
+/// `.4` for a block of a softmax computed online (whose buffer holds the block's columns
+/// only).
+pub(crate) type Epilogue<'a, 'c> = &'a mut dyn FnMut(
+    (IntValue<'c>, IntValue<'c>),
+    (IntValue<'c>, IntValue<'c>),
+    PointerValue<'c>,
+    IntValue<'c>,
+    Option<&OnlineBlock<'c>>,
+) -> Result<()>;
+
+/// Emits the GEMM over rows `lo..hi` of `[batch * m, n]` C, then `epilogue` over each block of
+/// C as soon as its last contraction block is done (while the block is still in cache). `scratch` holds at least
+/// [`Blocking::scratch_bytes`] bytes, 64-byte aligned.
+///
+/// With `update = Some((s, subtract))` (and no epilogue) C already holds a matrix X, and the
+/// GEMM computes `X - s P` (or `X + s P`) in place: an SGD step written into the donated
+/// parameter. With one contraction block that is bit for bit the epilogue's `X - P s`; with
+/// several, each block's product is folded in on its own.
+///
+/// With `k_at_run`, the contraction length is that value (the kernel's parameter), not `k`:
+/// one function then serves products that differ only in it (`k` is one of them, not 0).
+///
+/// With `chain` (a row epilogue, `k` at most one contraction block), each block of rows of C
+/// lives in the scratch memory instead of `out`: after the epilogue the chained product
+/// multiplies it by its B, packed once per batch, into the chain's `out` (see
+/// [`crate::kernel::Chain`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn emit<'c>(
+    em: &Emitter<'c>,
+    d: DType,
+    bl: Blocking,
+    (m, n, k): (i64, i64, i64),
+    k_at_run: Option<IntValue<'c>>,
+    (a_trans, b_trans): (bool, bool),
+    conv: Option<&ConvPatches>,
+    out: PointerValue<'c>,
+    scratch: PointerValue<'c>,
+    (lo, hi): (IntValue<'c>, IntValue<'c>),
+    split_columns: bool,
+    epilogue: Option<Epilogue<'_, 'c>>,
+    update: Option<(BasicValueEnum<'c>, bool)>,
+    chain: Option<Chain<'c>>,
+) -> Result<()> {
+    let mut epilogue = epilogue;
+    let x = Arith { em };
+    let planes = conv.is_some_and(|p| p.planes);
+    if planes && (update.is_some() || chain.is_some()) {
+        return Err(crate::Error::Llvm(
+            "a convolution's GEMM storing its output by planes takes no update or chained \
+             product"
+                .into(),
+        ));
+    }
+    // lo..hi are rows, or with `split_columns` panels of columns (all rows).
+    let (lo, hi, col_lo, col_hi) = if split_columns {
+        let nr = bl.nr();
+        let col_hi = x.min(x.mulc(hi, nr)?, x.c(n))?;
+        (x.c(0), x.c(m), x.mulc(lo, nr)?, col_hi)
+    } else {
+        (lo, hi, x.c(0), x.c(n))
+    };
+    let ft = em.ftype(d);
+    let ptr = em.ctx.ptr_type(AddressSpace::default());
+    let base = |i: i64| -> Result<PointerValue<'c>> {
+        let slot = x.at(ptr, em.inputs.get(), x.c(i))?;
+        Ok(em
+            .b
+            .build_load(ptr, slot, "base")
+            .map_err(llvm)?
+            .into_pointer_value())
+    };
+    let nc = bl.nc_for(n);
+    // A convolution's column offsets, as a constant table in the module.
+    let conv = match conv {
+        None => None,
+        Some(p) => {
+            let i64t = em.ctx.i64_type();
+            let offsets: Vec<IntValue<'c>> = p
+                .column_offsets()
+                .iter()
+                .map(|&o| i64t.const_int(o as u64, true))
+                .collect();
+            let table = i64t.const_array(&offsets);
+            let name = format!("{}.patch_offsets", em.f.get_name().to_string_lossy());
+            let global = em.m.add_global(table.get_type(), None, &name);
+            global.set_initializer(&table);
+            global.set_constant(true);
+            global.set_linkage(inkwell::module::Linkage::Private);
+            Some((p, global.as_pointer_value()))
+        }
+    };
+    let g = Gemm {
+        r: Regs {
+            x: Arith { em },
+            bl,
+            ft,
+            vt: ft.vec_type(bl.lanes),
+            update: match update {
+                None => None,
+                Some((scale, subtract)) => Some((splat(em, ft, bl.lanes, scale)?.into(), subtract)),
+            },
+            planes,
+        },
+        m,
+        a_trans,
+        k: k_at_run.unwrap_or(x.c(k)),
+        a: base(0)?,
+        conv,
+        b: base(1)?,
+        packed_b: scratch,
+        packed_a: x.at(ft, scratch, x.c(bl.kc * nc))?,
+    };
+    let (s_r, s_j) = (x.slot()?, x.slot()?);
+    // Where element (r, j) of C lies in `out`: by rows, or, stored by planes, column j of
+    // batch r / m's `[m, n]` product at `(r / m) * m * n + j * m + r % m`.
+    let out_at = |r: IntValue<'c>, j: IntValue<'c>| -> Result<IntValue<'c>> {
+        if planes {
+            let bt = x.sdiv(r, m)?;
+            x.add(x.add(r, x.mulc(bt, m * (n - 1))?)?, x.mulc(j, m)?)
+        } else {
+            x.add(x.mulc(r, n)?, j)
+        }
+    };
+    // The distance between C's rows (its columns, by planes) that tiles are given.
+    let ldc = x.c(if planes { m } else { n });
+    if k == 0 && planes {
+        // An empty contraction: the product is zero, then the epilogue, an image at a time.
+        let s_bt = x.slot()?;
+        let b_lo = x.sdiv(lo, m)?;
+        let b_hi = x.addc(x.sdiv(x.sub(hi, x.c(1))?, m)?, 1)?;
+        em.range_loop_ptr(s_bt, b_lo, b_hi, 1, &mut |em| {
+            let bt = x.get(s_bt)?;
+            let r_lo = x.max(lo, x.mulc(bt, m)?)?;
+            let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
+            em.range_loop_ptr(s_r, r_lo, r_hi, 1, &mut |em| {
+                let r = x.get(s_r)?;
+                em.range_loop_ptr(s_j, x.c(0), x.c(n), 1, &mut |em| {
+                    let p = x.at(ft, out, out_at(r, x.get(s_j)?)?)?;
+                    em.b.build_store(p, ft.const_zero()).map_err(llvm)?;
+                    Ok(())
+                })
+            })?;
+            match epilogue.as_mut() {
+                Some(e) => e((r_lo, r_hi), (x.c(0), x.c(n)), out, x.c(0), None),
+                None => Ok(()),
+            }
+        })?;
+        return Ok(());
+    }
+    if k == 0 {
+        // An empty contraction: the product is zero.
+        em.range_loop_ptr(s_r, x.mulc(lo, n)?, x.mulc(hi, n)?, 1, &mut |em| {
+            let p = x.at(ft, out, x.get(s_r)?)?;
+            let v = match update {
+                None => ft.const_zero(),
+                Some((scale, subtract)) => {
+                    let old =
+                        em.b.build_load(ft, p, "x")
+                            .map_err(llvm)?
+                            .into_float_value();
+                    let sp =
+                        em.b.build_float_mul(ft.const_zero(), scale.into_float_value(), "sp")
+                            .map_err(llvm)?;
+                    if subtract {
+                        em.b.build_float_sub(old, sp, "upd")
+                    } else {
+                        em.b.build_float_add(old, sp, "upd")
+                    }
+                    .map_err(llvm)?
+                }
+            };
+            em.b.build_store(p, v).map_err(llvm)?;
+            Ok(())
+        })?;
+        if let Some(e) = epilogue.as_mut() {
+            e((lo, hi), (col_lo, col_hi), out, x.c(0), None)?;
+        }
+        return Ok(());
+    }
+    // A chained product's buffers, and where the block of C starting at row `ic` lies.
+    let chained = match &chain {
+        None => None,
+        Some(ch) => {
+            let at = bl.chain_scratch(n, ch.bl, ch.n, ch.online.then_some(m));
+            Some(Chained {
+                ch,
+                ft,
+                k: n,
+                cols2: at.cols2,
+                p: x.at(ft, scratch, x.c(at.p))?,
+                b2: x.at(ft, scratch, x.c(at.b2))?,
+                a2: x.at(ft, scratch, x.c(at.a2))?,
+                max: x.at(ft, scratch, x.c(at.max))?,
+                sum: x.at(ft, scratch, x.c(at.sum))?,
+                online_ld: bl.nc,
+                b: base(ch.b)?,
+            })
+        }
+    };
+    let online = chain.as_ref().is_some_and(|c| c.online);
+    let c_block = |ic: IntValue<'c>| -> (PointerValue<'c>, IntValue<'c>) {
+        match &chained {
+            None => (out, x.c(0)),
+            Some(c) => (c.p, ic),
+        }
+    };
+    // Element (r, j) of C, in the block of rows starting at row `ic` (and, for an online
+    // softmax, of columns starting at `jc`: its buffer holds those only, `nc` to a row).
+    let c_at = |ic: IntValue<'c>, jc: IntValue<'c>, r: IntValue<'c>, j: IntValue<'c>| {
+        let at = match &chained {
+            None => out_at(r, j)?,
+            Some(_) if online => x.add(x.mulc(x.sub(r, ic)?, bl.nc)?, x.sub(j, jc)?)?,
+            Some(_) => out_at(x.sub(r, ic)?, j)?,
+        };
+        x.at(ft, c_block(ic).0, at)
+    };
+    let ldc = if online { x.c(bl.nc) } else { ldc };
+    let nr = bl.nr();
+    let n_full = n - n % nr;
+    let (s_bt, s_jc, s_kb, s_ic) = (x.slot()?, x.slot()?, x.slot()?, x.slot()?);
+    // The batches that rows lo..hi touch.
+    let b_lo = x.sdiv(lo, m)?;
+    let b_hi = x.addc(x.sdiv(x.sub(hi, x.c(1))?, m)?, 1)?;
+    em.range_loop_ptr(s_bt, b_lo, b_hi, 1, &mut |_| {
+        let bt = x.get(s_bt)?;
+        let r_lo = x.max(lo, x.mulc(bt, m)?)?;
+        let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
+        // A convolution's kernel is the B of every batch.
+        let b_base = if g.conv.is_some() {
+            x.c(0)
+        } else {
+            x.mul(bt, x.mul(g.k, x.c(n))?)?
+        };
+        match &chained {
+            Some(c) if !online => c.pack_b(em, bt)?,
+            _ => {}
+        }
+        x.em.range_loop_ptr(s_jc, col_lo, col_hi, nc, &mut |_| {
+            let jc = x.get(s_jc)?;
+            let jc_end = x.min(x.addc(jc, nc)?, col_hi)?;
+            // An online softmax's chained product takes this block's rows of its B.
+            match &chained {
+                Some(c) if online => c.pack_b_rows(em, bt, (jc, x.sub(jc_end, jc)?), c.b2)?,
+                _ => {}
+            }
+            let full_end = x.min(jc_end, x.c(n_full))?;
+            // The tail panel (fewer than nr columns) is the last one of the last block.
+            let has_tail = x.cmp(IntPredicate::SGT, jc_end, x.c(n_full))?;
+            let panel_of = |j: IntValue<'c>| -> Result<PointerValue<'c>> {
+                x.at(ft, g.packed_b, x.mulc(x.sub(j, jc)?, bl.kc)?)
+            };
+            x.em.range_loop_ptr(s_kb, x.c(0), g.k, bl.kc, &mut |_| {
+                let kb = x.get(s_kb)?;
+                let kend = x.min(x.addc(kb, bl.kc)?, g.k)?;
+                let kc = x.sub(kend, kb)?;
+                let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
+                // Panel `j` of B (`width` columns) through its packing routine.
+                let source = BSource {
+                    b: g.b,
+                    base: b_base,
+                    k: g.k,
+                    n,
+                    trans: b_trans,
+                };
+                let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
+                    pack_b_panel(&x, ft, bl, &source, (j, width), (kb, kc), panel_of(j)?)
+                };
+                // (Whole panels only when there are any: no dead code calling routines the
+                // kernel cache does not compile.)
+                if n_full > 0 {
+                    x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| pack(x.get(s_j)?, nr))?;
+                }
+                if n_full < n {
+                    x.branch(
+                        has_tail,
+                        &mut || {
+                            let j = x.c(n_full);
+                            pack(j, n - n_full)
+                        },
+                        &mut || Ok(()),
+                    )?;
+                }
+                x.em.range_loop_ptr(s_ic, r_lo, r_hi, bl.mc, &mut |_| {
+                    let ic = x.get(s_ic)?;
+                    let ic_end = x.min(x.addc(ic, bl.mc)?, r_hi)?;
+                    // The block itself, unless a mask leaves nothing of it.
+                    let mut block = || -> Result<()> {
+                        // One panel: each sliver of A meets one panel, so the tile reads A where it
+                        // is instead of packing it first. For a convolution that is its input
+                        // through the column offset table (an implicit im2col with no patch matrix
+                        // at all): measured on conv 3x3 64 -> 64 and conv 7x7/2 3 -> 64 (alternating
+                        // A/B calls), 14 of 15 and 15 of 15 pairs won, about 20% and 11% faster.
+                        // A chained product's first product (one short contraction block, attention's
+                        // queries) reads A in place too: measured on attention_8x8x512x64 (one
+                        // process, alternating calls), 17 of 20 pairs won, 23.40 -> 23.22 ms.
+                        let direct = n <= nr || chain.is_some();
+                        if !direct {
+                            g.pack_a(ic, ic_end, kb, kend)?;
+                        }
+                        let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
+                            let panel = panel_of(j)?;
+                            // The tile's code is a function shared by every GEMM with the same
+                            // tile (see [`Routine`]), except a convolution's reading its input in
+                            // place, emitted here with the column offset table.
+                            let shared = match ARead::of(direct, g.conv.is_some(), g.a_trans) {
+                                None => None,
+                                Some(a) => {
+                                    let t =
+                                        Routine::tile(bl, width, update.map(|u| u.1), a, planes);
+                                    Some((t.function(em.ctx, em.m, em.routines, em.target)?, a))
+                                }
+                            };
+                            if let Some((f, a)) = shared {
+                                let (at, lda) = match a {
+                                    ARead::Packed => (g.packed_a, x.c(bl.kc)),
+                                    ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(ic)?, kb)?)?, g.k),
+                                    ARead::Cols => (
+                                        x.at(ft, g.a, x.add(g.a_row(ic)?, x.mulc(kb, m)?)?)?,
+                                        x.c(m),
+                                    ),
+                                };
+                                let scale = update.map_or(ft.const_zero().into(), |u| u.0);
+                                em.b.build_call(
+                                    f,
+                                    &[
+                                        c_at(ic, jc, ic, j)?.into(),
+                                        ldc.into(),
+                                        x.sub(ic_end, ic)?.into(),
+                                        at.into(),
+                                        lda.into(),
+                                        panel.into(),
+                                        kc.into(),
+                                        first.into(),
+                                        scale.into(),
+                                    ],
+                                    "",
+                                )
+                                .map_err(llvm)?;
+                                return Ok(());
+                            }
+                            x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
+                                let r = x.get(s_r)?;
+                                let c = c_at(ic, jc, r, j)?;
+                                let rows = x.sub(ic_end, r)?;
+                                // Where each row of the tile starts (rows past the block read the
+                                // last one; their results are not stored).
+                                let last = x.sub(ic_end, x.c(1))?;
+                                let starts: Vec<IntValue<'c>> = (0..bl.mr)
+                                    .map(|i| g.a_row(x.min(x.addc(r, i)?, last)?))
+                                    .collect::<Result<_>>()?;
+                                let a = |i: i64, kk: IntValue<'c>| {
+                                    x.at(ft, g.a, g.a_at(starts[i as usize], x.add(kb, kk)?)?)
+                                };
+                                g.tile(c, ldc, rows, width, &a, panel, kc, first)
+                            })
+                        };
+                        if n_full > 0 {
+                            x.em.range_loop_ptr(s_j, jc, full_end, nr, &mut |_| {
+                                slivers(x.get(s_j)?, nr)
+                            })?;
+                        }
+                        if n_full < n {
+                            x.branch(
+                                has_tail,
+                                &mut || slivers(x.c(n_full), n - n_full),
+                                &mut || Ok(()),
+                            )?;
+                        }
+                        if let Some(e) = epilogue.as_mut() {
+                            let last = x.cmp(IntPredicate::SGE, kend, g.k)?;
+                            let (c, row0) = c_block(ic);
+                            x.branch(
+                                last,
+                                &mut || match &chained {
+                                    Some(ch) if online => {
+                                        let block = OnlineBlock {
+                                            first: x.cmp(IntPredicate::EQ, jc, col_lo)?,
+                                            ld: bl.nc,
+                                            max: ch.max,
+                                            sum: ch.sum,
+                                            base: x.mulc(bt, m)?,
+                                            out: ch.ch.out,
+                                            n2: ch.ch.n,
+                                        };
+                                        e((ic, ic_end), (jc, jc_end), c, row0, Some(&block))?;
+                                        ch.product_block(
+                                            em,
+                                            (ic, ic_end),
+                                            x.sub(jc_end, jc)?,
+                                            block.first,
+                                        )
+                                    }
+                                    Some(ch) => {
+                                        e((ic, ic_end), (jc, jc_end), c, row0, None)?;
+                                        ch.product(em, ic, ic_end)
+                                    }
+                                    None => e((ic, ic_end), (jc, jc_end), c, row0, None),
+                                },
+                                &mut || Ok(()),
+                            )?;
+                        }
+                        Ok(())
+                    };
+                    match (&chained, chain.as_ref().and_then(|c| c.masked)) {
+                        (Some(ch), Some(mask)) if online => {
+                            let base = x.mulc(bt, m)?;
+                            let skip = all_masked(
+                                &x,
+                                mask,
+                                (x.sub(ic, base)?, x.sub(ic_end, base)?),
+                                (jc, jc_end),
+                            )?;
+                            let first = x.cmp(IntPredicate::EQ, jc, col_lo)?;
+                            x.branch(
+                                skip,
+                                &mut || {
+                                    x.branch(
+                                        first,
+                                        &mut || ch.clear_rows(em, (ic, ic_end), base),
+                                        &mut || Ok(()),
+                                    )
+                                },
+                                &mut block,
+                            )
+                        }
+                        _ => block(),
+                    }
+                })
+            })
+        })?;
+        // An online softmax's rows are divided by their sums once all their columns are in.
+        match &chained {
+            Some(ch) if online => ch.normalize(em, (r_lo, r_hi), x.mulc(bt, m)?),
+            _ => Ok(()),
+        }
+    })
+}
+
+/// Whether every position of a block of rows `rows` (within their batch) and columns `cols`
+/// (both half-open) is masked out by `(a, b, c)` (see [`crate::kernel::Chain::masked`]):
+/// whether `col * a + row * b + c`, least at one of the block's corners, is positive there.
+pub(super) fn all_masked<'c>(
+    x: &Arith<'_, 'c>,
+    (a, b, c): (i64, i64, i64),
+    (r0, r1): (IntValue<'c>, IntValue<'c>),
+    (j0, j1): (IntValue<'c>, IntValue<'c>),
+) -> Result<IntValue<'c>> {
+    let j = if a >= 0 { j0 } else { x.addc(j1, -1)? };
+    let r = if b >= 0 { r0 } else { x.addc(r1, -1)? };
+    let least = x.addc(x.add(x.mulc(j, a)?, x.mulc(r, b)?)?, c)?;
+    x.cmp(IntPredicate::SGT, least, x.c(0))
+}
+
+/// A batch of a GEMM's B, as its panels are packed: `[k, n]` from element `base` of `b`
+/// (`[n, k]` with `trans`).
+pub(super) struct BSource<'c> {
+    pub(super) b: PointerValue<'c>,
+    pub(super) base: IntValue<'c>,
+    pub(super) k: IntValue<'c>,
+    pub(super) n: i64,
+    pub(super) trans: bool,
+}
+
+/// Packs panel `j` of `src` (`width` columns, the others zeros), contraction steps
+/// `kb..kb + span`, at `dst` through its routine (see [`Regs::pack_b`]).
+pub(super) fn pack_b_panel<'c>(
+    x: &Arith<'_, 'c>,
+    ft: FloatType<'c>,
+    bl: Blocking,
+    src: &BSource<'c>,
+    (j, width): (IntValue<'c>, i64),
+    (kb, span): (IntValue<'c>, IntValue<'c>),
+    dst: PointerValue<'c>,
+) -> Result<()> {
+    let em = x.em;
+    let f = Routine::pack_b(bl, width, src.trans).function(em.ctx, em.m, em.routines, em.target)?;
+    let (at, ld) = if src.trans {
+        (x.add(x.add(src.base, x.mul(j, src.k)?)?, kb)?, src.k)
+    } else {
+        (x.add(x.add(src.base, x.mulc(kb, src.n)?)?, j)?, x.c(src.n))
+    };
+    let args = [
+        x.at(ft, src.b, at)?.into(),
+        ld.into(),
+        span.into(),
+        dst.into(),
+    ];
+    em.b.build_call(f, &args, "").map_err(llvm)?;
+    Ok(())
+}

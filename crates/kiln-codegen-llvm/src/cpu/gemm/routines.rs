@@ -1,0 +1,391 @@
+//! The GEMM routines (register tiles, packing) compiled once per tile shape and machine and
+//! shared by every kernel that uses them.
+
+use super::*;
+
+/// The name prefix of the GEMM routines compiled as functions of their own.
+pub(crate) const ROUTINE_PREFIX: &str = "kiln_gemm_";
+
+/// A piece of GEMM code compiled as a function of its own and shared by every GEMM kernel (and,
+/// through the kernel cache, every function) that uses it. It depends on the register tile and
+/// the element type, never on the product's shape, and it is most of a GEMM kernel's code and
+/// of its compile time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Routine {
+    /// Register tiles down a panel, `void (ptr c, i64 ldc, i64 rows, ptr a, i64 lda,
+    /// ptr panel, i64 kc, i1 first, float scale)`: the `rows` rows of C at `c` (`ldc` apart),
+    /// `mr` at a time, get the product of A at `a` (read as [`ARead`] says) and packed B's
+    /// `panel` over `kc` steps, each tile as [`Regs::tile`] describes (`scale` is the update
+    /// mode's `s`). One call covers a block of rows, so short contractions (attention's 64
+    /// steps) do not pay a call per tile.
+    Tile {
+        /// Bytes per element (4 or 8).
+        bytes: i64,
+        /// Elements per vector.
+        lanes: u32,
+        /// Rows of the tile.
+        mr: i64,
+        /// Vectors per row.
+        nv: i64,
+        /// Columns stored: a whole panel's, or the tail panel's.
+        width: i64,
+        /// Update mode: C - s P (`Some(true)`) or C + s P (`Some(false)`).
+        update: Option<bool>,
+        /// How A is read.
+        a: ARead,
+        /// C is stored by columns ([`Regs::planes`]): `ldc` is then the distance between
+        /// columns, and the tiles' rows are consecutive elements.
+        planes: bool,
+    },
+    /// A block of A packed into slivers, `void (ptr src, i64 ld, i64 rows, i64 span, ptr dst,
+    /// i64 stride)`, as [`Regs::pack_a`] describes.
+    PackA {
+        bytes: i64,
+        /// Elements per vector of the GEMM (the width of a block of steps when `mr` is not a
+        /// power of two).
+        lanes: u32,
+        /// Rows per sliver.
+        mr: i64,
+        /// A stored `[k, m]`.
+        trans: bool,
+    },
+    /// A panel of B packed, `void (ptr src, i64 ld, i64 span, ptr panel)`, as
+    /// [`Regs::pack_b`] describes.
+    PackB {
+        bytes: i64,
+        lanes: u32,
+        nv: i64,
+        /// Columns of the panel read from B (the others are zeros).
+        width: i64,
+        /// B stored `[n, k]`.
+        trans: bool,
+    },
+}
+
+/// How a register tile reads A: row `i` (of the tile) at contraction step `kk`, from `a`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ARead {
+    /// Packed slivers, `lda` elements apart: `a[kk * mr + i]` in each.
+    Packed,
+    /// A matrix stored by rows, read in place: `a[i * lda + kk]`.
+    Rows,
+    /// A matrix stored transposed (`[k, m]`), read in place: `a[i + kk * lda]`.
+    Cols,
+}
+
+impl ARead {
+    /// How the tile of a GEMM reads A: packed when the product has several panels of columns
+    /// (`one_panel` false); with one, in place, by rows or by columns (`a_trans`), or, for a
+    /// convolution (`conv`), through its column offset table inline (`None`: no routine).
+    pub(super) fn of(one_panel: bool, conv: bool, a_trans: bool) -> Option<ARead> {
+        match (one_panel, conv, a_trans) {
+            (false, _, _) => Some(ARead::Packed),
+            (true, true, _) => None,
+            (true, false, false) => Some(ARead::Rows),
+            (true, false, true) => Some(ARead::Cols),
+        }
+    }
+}
+
+impl Routine {
+    pub(super) fn tile(
+        bl: Blocking,
+        width: i64,
+        update: Option<bool>,
+        a: ARead,
+        planes: bool,
+    ) -> Routine {
+        Routine::Tile {
+            bytes: bl.bytes,
+            lanes: bl.lanes,
+            mr: bl.mr,
+            nv: bl.nv,
+            width,
+            update,
+            a,
+            planes,
+        }
+    }
+
+    pub(super) fn pack_a(bl: Blocking, trans: bool) -> Routine {
+        Routine::PackA {
+            bytes: bl.bytes,
+            lanes: bl.lanes,
+            mr: bl.mr,
+            trans,
+        }
+    }
+
+    pub(super) fn pack_b(bl: Blocking, width: i64, trans: bool) -> Routine {
+        Routine::PackB {
+            bytes: bl.bytes,
+            lanes: bl.lanes,
+            nv: bl.nv,
+            width,
+            trans,
+        }
+    }
+
+    /// The routines a GEMM of `n` columns calls: a pack of B for each panel width (whole
+    /// panels and the tail's), and a tile for each, except for a convolution with a single
+    /// panel of columns (its tile reads the input in place through the column offset table,
+    /// emitted inline); and with several panels, unless it is a convolution's or the first
+    /// product of a chain (`chained`, which reads A in place), the pack of A. A convolution's
+    /// output stored by planes has tiles that store C by columns.
+    pub(crate) fn of_gemm(
+        bl: Blocking,
+        n: i64,
+        (a_trans, b_trans): (bool, bool),
+        conv: Option<&ConvPatches>,
+        update: Option<bool>,
+        chained: bool,
+    ) -> Vec<Routine> {
+        let planes = conv.is_some_and(|p| p.planes);
+        let conv = conv.is_some();
+        let nr = bl.nr();
+        let widths: Vec<i64> = (n >= nr)
+            .then_some(nr)
+            .into_iter()
+            .chain((n % nr != 0).then_some(n % nr))
+            .collect();
+        let packs = widths.iter().map(|&w| Routine::pack_b(bl, w, b_trans));
+        let a = ARead::of(n <= nr || chained, conv, a_trans);
+        let tiles = widths
+            .iter()
+            .filter_map(|&w| Some(Routine::tile(bl, w, update, a?, planes)));
+        let pack_a = (n > nr && !conv && !chained).then(|| Routine::pack_a(bl, a_trans));
+        packs.chain(tiles).chain(pack_a).collect()
+    }
+
+    /// The function's symbol, which names every field.
+    pub(crate) fn name(&self) -> String {
+        match *self {
+            Routine::Tile {
+                bytes,
+                lanes,
+                mr,
+                nv,
+                width,
+                update,
+                a,
+                planes,
+            } => {
+                let mode = match update {
+                    None => "set",
+                    Some(true) => "sub",
+                    Some(false) => "add",
+                };
+                let a = match a {
+                    ARead::Packed => "p",
+                    ARead::Rows => "r",
+                    ARead::Cols => "c",
+                };
+                format!(
+                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{mode}_{a}{}",
+                    bytes * 8,
+                    if planes { "_planes" } else { "" }
+                )
+            }
+            Routine::PackA {
+                bytes,
+                lanes,
+                mr,
+                trans,
+            } => format!(
+                "{ROUTINE_PREFIX}packa_f{}_{mr}x{lanes}_{}",
+                bytes * 8,
+                if trans { "t" } else { "n" }
+            ),
+            Routine::PackB {
+                bytes,
+                lanes,
+                nv,
+                width,
+                trans,
+            } => format!(
+                "{ROUTINE_PREFIX}packb_f{}_{lanes}x{nv}_w{width}_{}",
+                bytes * 8,
+                if trans { "t" } else { "n" }
+            ),
+        }
+    }
+
+    /// The register tile and element type this routine works with (only those fields of the
+    /// blocking are read).
+    pub(super) fn regs_blocking(&self) -> Blocking {
+        let (bytes, lanes, mr, nv) = match *self {
+            Routine::Tile {
+                bytes,
+                lanes,
+                mr,
+                nv,
+                ..
+            } => (bytes, lanes, mr, nv),
+            Routine::PackA {
+                bytes, lanes, mr, ..
+            } => (bytes, lanes, mr, 0),
+            Routine::PackB {
+                bytes, lanes, nv, ..
+            } => (bytes, lanes, 0, nv),
+        };
+        Blocking {
+            bytes,
+            lanes,
+            mr,
+            nv,
+            kc: 0,
+            mc: 0,
+            nc: 0,
+        }
+    }
+
+    /// The function in module `m`: declared, or (with [`Routines::Here`]) defined there once.
+    pub(crate) fn function<'c>(
+        &self,
+        ctx: &'c Context,
+        m: &'c Module<'c>,
+        routines: Routines,
+        target: Target,
+    ) -> Result<FunctionValue<'c>> {
+        let name = self.name();
+        if let Some(f) = m.get_function(&name) {
+            return Ok(f);
+        }
+        let bl = self.regs_blocking();
+        let ptr = ctx.ptr_type(AddressSpace::default());
+        let i64t = ctx.i64_type();
+        let ft = if bl.bytes == 8 {
+            ctx.f64_type()
+        } else {
+            ctx.f32_type()
+        };
+        // The parameters (see each variant): pointers (`p`, none aliasing another), 64-bit
+        // integers (`i`), a flag (`b`) and a float (`f`).
+        let sig = match self {
+            Routine::Tile { .. } => "piipipibf",
+            Routine::PackA { .. } => "piiipi",
+            Routine::PackB { .. } => "piip",
+        };
+        let params: Vec<BasicMetadataTypeEnum<'c>> = sig
+            .chars()
+            .map(|c| match c {
+                'p' => ptr.into(),
+                'i' => i64t.into(),
+                'b' => ctx.bool_type().into(),
+                _ => ft.into(),
+            })
+            .collect();
+        let ty = ctx.void_type().fn_type(&params, false);
+        let f = m.add_function(&name, ty, None);
+        // Hidden: a library's kernels call its own copy directly, not through the PLT.
+        f.as_global_value()
+            .set_visibility(inkwell::GlobalVisibility::Hidden);
+        let attr =
+            |name: &str| ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0);
+        for (i, _) in sig.char_indices().filter(|&(_, c)| c == 'p') {
+            f.add_attribute(AttributeLoc::Param(i as u32), attr("noalias"));
+        }
+        if routines == Routines::Apart {
+            return Ok(f);
+        }
+        // Not inlined, so that a module that defines it compiles the same code as the kernel
+        // cache, which links it in.
+        f.add_attribute(AttributeLoc::Function, attr("noinline"));
+        host_attributes(ctx, f, target);
+        let b = ctx.create_builder();
+        b.position_at_end(ctx.append_basic_block(f, "entry"));
+        let param = |i: u32| f.get_nth_param(i).expect("declared");
+        let first = param(0).into_pointer_value();
+        let te = Emitter::new(ctx, m, b, f, first, target, routines);
+        let update = match *self {
+            Routine::Tile {
+                update: Some(sub), ..
+            } => Some((splat(&te, ft, bl.lanes, param(8))?.into(), sub)),
+            _ => None,
+        };
+        let regs = Regs {
+            x: Arith { em: &te },
+            bl,
+            ft,
+            vt: ft.vec_type(bl.lanes),
+            update,
+            planes: matches!(*self, Routine::Tile { planes: true, .. }),
+        };
+        match *self {
+            Routine::Tile {
+                mr,
+                width,
+                a,
+                planes,
+                ..
+            } => {
+                let (base, lda) = (param(3).into_pointer_value(), param(4).into_int_value());
+                let (ldc, rows) = (param(1).into_int_value(), param(2).into_int_value());
+                let x = &regs.x;
+                // One tile per `mr` rows: rows `r..` of C, and of A (a sliver `lda` elements
+                // after the last when packed).
+                let s_r = x.slot()?;
+                te.range_loop_ptr(s_r, x.c(0), rows, mr, &mut |_| {
+                    let r = x.get(s_r)?;
+                    let left = x.sub(rows, r)?;
+                    let base = x.at(ft, base, if a == ARead::Cols { r } else { x.mul(r, lda)? })?;
+                    // Read in place, rows past the block read the last one (their results are
+                    // not stored).
+                    let starts: Vec<IntValue<'c>> = match a {
+                        ARead::Packed => Vec::new(),
+                        ARead::Rows | ARead::Cols => {
+                            let last = x.sub(left, x.c(1))?;
+                            (0..mr)
+                                .map(|i| {
+                                    let i = x.min(x.c(i), last)?;
+                                    if a == ARead::Rows {
+                                        x.mul(i, lda)
+                                    } else {
+                                        Ok(i)
+                                    }
+                                })
+                                .collect::<Result<_>>()?
+                        }
+                    };
+                    let at = |i: i64, kk: IntValue<'c>| -> Result<PointerValue<'c>> {
+                        let idx = match a {
+                            ARead::Packed => x.addc(x.mulc(kk, mr)?, i)?,
+                            ARead::Rows => x.add(starts[i as usize], kk)?,
+                            ARead::Cols => x.add(starts[i as usize], x.mul(kk, lda)?)?,
+                        };
+                        x.at(ft, base, idx)
+                    };
+                    regs.tile(
+                        x.at(ft, first, if planes { r } else { x.mul(r, ldc)? })?,
+                        ldc,
+                        left,
+                        width,
+                        &at,
+                        param(5).into_pointer_value(),
+                        param(6).into_int_value(),
+                        param(7).into_int_value(),
+                    )
+                })?;
+            }
+            Routine::PackA { trans, .. } => regs.pack_a(
+                first,
+                param(1).into_int_value(),
+                param(2).into_int_value(),
+                param(3).into_int_value(),
+                param(4).into_pointer_value(),
+                param(5).into_int_value(),
+                trans,
+            )?,
+            Routine::PackB { width, trans, .. } => regs.pack_b(
+                first,
+                param(1).into_int_value(),
+                param(2).into_int_value(),
+                width,
+                trans,
+                param(3).into_pointer_value(),
+            )?,
+        }
+        te.b.build_return(None).map_err(llvm)?;
+        Ok(f)
+    }
+}

@@ -1,0 +1,240 @@
+//! The micro-kernel: one register tile of C accumulating a sliver of A times a panel of B.
+
+use super::*;
+
+impl<'c> Regs<'_, 'c> {
+    /// One register tile: the first `rows` of its `mr` rows (all when `rows >= mr`) by
+    /// `width` columns of C, at `c` with rows `ldc` apart (columns, when C is stored by
+    /// columns: [`Regs::planes`]), accumulate A times `panel` of packed B over `kc` steps, A's
+    /// row `i` at step `kk` read at `a(i, kk)`; C is read first unless `first` (the first
+    /// contraction block). In update mode the product starts from zero and is folded into C at
+    /// the end.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn tile(
+        &self,
+        c: PointerValue<'c>,
+        ldc: IntValue<'c>,
+        rows: IntValue<'c>,
+        width: i64,
+        a: &dyn Fn(i64, IntValue<'c>) -> Result<PointerValue<'c>>,
+        panel: PointerValue<'c>,
+        kc: IntValue<'c>,
+        first: IntValue<'c>,
+    ) -> Result<()> {
+        let x = &self.x;
+        let em = x.em;
+        let (mr, nv, lanes) = (self.bl.mr, self.bl.nv, self.bl.lanes as i64);
+        let accs: Vec<PointerValue<'c>> = (0..mr * nv)
+            .map(|_| em.entry_alloca(self.vt.into()))
+            .collect::<Result<_>>()?;
+        let c_at = |i: i64| x.mulc(ldc, i);
+        let live: Vec<IntValue<'c>> = (0..mr)
+            .map(|i| x.cmp(IntPredicate::SLT, x.c(i), rows))
+            .collect::<Result<_>>()?;
+        // Rows stored, for a tile stored by columns.
+        let n_live = if self.planes {
+            Some(x.min(rows, x.c(mr))?)
+        } else {
+            None
+        };
+        if let Some(n_live) = n_live {
+            if self.update.is_some() {
+                return Err(crate::Error::Llvm(
+                    "a GEMM storing C by columns has no update mode".into(),
+                ));
+            }
+            let zero = |em: &Emitter<'c>| -> Result<()> {
+                for &acc in &accs {
+                    em.b.build_store(acc, self.vt.const_zero()).map_err(llvm)?;
+                }
+                Ok(())
+            };
+            x.branch(first, &mut || zero(em), &mut || {
+                let t = self.load_planes(c, ldc, n_live, width)?;
+                for (i, row) in t.iter().enumerate() {
+                    for (v, &r) in row.iter().enumerate() {
+                        em.b.build_store(accs[i * nv as usize + v], r)
+                            .map_err(llvm)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        for i in (0..mr).filter(|_| n_live.is_none()) {
+            let read = if self.update.is_some() {
+                em.ctx.bool_type().const_zero()
+            } else {
+                em.b.build_and(
+                    live[i as usize],
+                    em.b.build_not(first, "nf").map_err(llvm)?,
+                    "rd",
+                )
+                .map_err(llvm)?
+            };
+            let row = c_at(i)?;
+            x.branch(
+                read,
+                &mut || {
+                    for v in 0..nv {
+                        let c = self.load_cols(c, x.addc(row, v * lanes)?, width - v * lanes)?;
+                        em.b.build_store(accs[(i * nv + v) as usize], c)
+                            .map_err(llvm)?;
+                    }
+                    Ok(())
+                },
+                &mut || {
+                    for v in 0..nv {
+                        em.b.build_store(accs[(i * nv + v) as usize], self.vt.const_zero())
+                            .map_err(llvm)?;
+                    }
+                    Ok(())
+                },
+            )?;
+        }
+        let s_kk = x.slot()?;
+        let step = |em: &Emitter<'c>, kk: IntValue<'c>| -> Result<()> {
+            let prow = x.mulc(kk, self.bl.nr())?;
+            let bvs: Vec<BasicValueEnum<'c>> = (0..nv)
+                .map(|v| {
+                    let p = x.at(self.ft, panel, x.addc(prow, v * lanes)?)?;
+                    align(
+                        em.b.build_load(self.vt, p, "bv").map_err(llvm)?,
+                        self.vbytes(),
+                    )
+                })
+                .collect::<Result<_>>()?;
+            for i in 0..mr {
+                let at = a(i, kk)?;
+                let a = em.b.build_load(self.ft, at, "a").map_err(llvm)?;
+                let one =
+                    em.b.build_insert_element(self.vt.get_undef(), a, x.c(0), "a1")
+                        .map_err(llvm)?;
+                let splat =
+                    em.b.build_shuffle_vector(
+                        one,
+                        self.vt.get_undef(),
+                        em.ctx.i32_type().vec_type(self.bl.lanes).const_zero(),
+                        "as",
+                    )
+                    .map_err(llvm)?;
+                for (v, bv) in bvs.iter().enumerate() {
+                    let slot = accs[(i * nv) as usize + v];
+                    let acc = em.b.build_load(self.vt, slot, "acc").map_err(llvm)?;
+                    let fma =
+                        em.intrinsic("llvm.fmuladd", self.vt.into(), &[splat.into(), *bv, acc])?;
+                    em.b.build_store(slot, fma).map_err(llvm)?;
+                }
+            }
+            Ok(())
+        };
+        // Full-width tiles take UNROLL contraction steps per loop iteration (fewer loop and
+        // pointer instructions between the FMAs); column tails, which run once per row block,
+        // keep one, for compile time.
+        let unroll = if width == self.bl.nr() { UNROLL } else { 1 };
+        let main_end = if unroll > 1 {
+            let rem =
+                em.b.build_int_signed_rem(kc, x.c(unroll), "kr")
+                    .map_err(llvm)?;
+            let end = x.sub(kc, rem)?;
+            em.range_loop_ptr(s_kk, x.c(0), end, unroll, &mut |em: &Emitter<'c>| {
+                let kk = x.get(s_kk)?;
+                for u in 0..unroll {
+                    step(em, x.addc(kk, u)?)?;
+                }
+                Ok(())
+            })?;
+            end
+        } else {
+            x.c(0)
+        };
+        em.range_loop_ptr(s_kk, main_end, kc, 1, &mut |em: &Emitter<'c>| {
+            let kk = x.get(s_kk)?;
+            step(em, kk)
+        })?;
+        if let Some(n_live) = n_live {
+            let tile: Vec<Vec<VectorValue<'c>>> = (0..mr)
+                .map(|i| {
+                    (0..nv)
+                        .map(|v| {
+                            Ok(em
+                                .b
+                                .build_load(self.vt, accs[(i * nv + v) as usize], "acc")
+                                .map_err(llvm)?
+                                .into_vector_value())
+                        })
+                        .collect()
+                })
+                .collect::<Result<_>>()?;
+            return self.store_planes(c, ldc, n_live, width, &tile);
+        }
+        for i in 0..mr {
+            let row = c_at(i)?;
+            x.branch(
+                live[i as usize],
+                &mut || {
+                    for v in 0..nv {
+                        let mut acc =
+                            em.b.build_load(self.vt, accs[(i * nv + v) as usize], "acc")
+                                .map_err(llvm)?;
+                        let at = x.addc(row, v * lanes)?;
+                        if let Some((scale, subtract)) = self.update {
+                            // C = X - s P (or + s P): the product scaled, then folded in, as the
+                            // epilogue computes it.
+                            let c = self.load_cols(c, at, width - v * lanes)?;
+                            let sp =
+                                em.b.build_float_mul(
+                                    acc.into_vector_value(),
+                                    scale.into_vector_value(),
+                                    "sp",
+                                )
+                                .map_err(llvm)?;
+                            acc = if subtract {
+                                em.b.build_float_sub(c.into_vector_value(), sp, "upd")
+                            } else {
+                                em.b.build_float_add(c.into_vector_value(), sp, "upd")
+                            }
+                            .map_err(llvm)?
+                            .into();
+                        }
+                        self.store_cols(c, at, width - v * lanes, acc)?;
+                    }
+                    Ok(())
+                },
+                &mut || Ok(()),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// How many lanes [`Regs::pack_a_grouped`] stores for step `u` of group `g`: the group's rows,
+/// or a whole vector where its extra lanes stay inside the block of `lanes` steps, so later
+/// steps' stores overwrite them (with 6 rows of 16 lanes they reach over a whole step).
+pub(super) fn grouped_store_lanes(mr: i64, lanes: i64, u: i64, g: i64) -> i64 {
+    let w = (mr - g * lanes).min(lanes);
+    if u * mr + g * lanes + lanes <= lanes * mr {
+        lanes
+    } else {
+        w
+    }
+}
+
+/// `v` in every lane of a vector of `lanes` `ft`s.
+pub(super) fn splat<'c>(
+    em: &Emitter<'c>,
+    ft: FloatType<'c>,
+    lanes: u32,
+    v: BasicValueEnum<'c>,
+) -> Result<VectorValue<'c>> {
+    let vt = ft.vec_type(lanes);
+    let one =
+        em.b.build_insert_element(vt.get_undef(), v, em.i64c(0), "s1")
+            .map_err(llvm)?;
+    em.b.build_shuffle_vector(
+        one,
+        vt.get_undef(),
+        em.ctx.i32_type().vec_type(lanes).const_zero(),
+        "ss",
+    )
+    .map_err(llvm)
+}

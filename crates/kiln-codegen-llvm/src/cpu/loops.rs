@@ -1,0 +1,841 @@
+//! Loop strategies of loop-nest kernels: plain nests, streaming stores, transposing tiles,
+//! column strips, and the guard segments loops are cut at.
+
+use super::*;
+
+pub(super) fn strides_of(shape: &[usize]) -> Vec<i64> {
+    strides(shape).iter().map(|&s| s as i64).collect()
+}
+
+pub(super) fn emit_nest<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    out: PointerValue<'c>,
+    lo: IntValue<'c>,
+    hi: IntValue<'c>,
+) -> Result<()> {
+    // Each loop variable stays within its dimension (a thread's rows too), which decides the
+    // guards of dimensions without padding (see `Emitter::known`); loops cut at guards know
+    // narrower ranges.
+    let mark = em.facts.borrow().len();
+    em.facts.borrow_mut().extend(
+        k.out
+            .shape
+            .iter()
+            .enumerate()
+            .map(|(v, &n)| (v, 0, n as i64)),
+    );
+    let r = emit_nest_loops(em, k, out, lo, hi);
+    em.facts.borrow_mut().truncate(mark);
+    r
+}
+
+/// [`emit_nest`]'s loops.
+pub(super) fn emit_nest_loops<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    out: PointerValue<'c>,
+    lo: IntValue<'c>,
+    hi: IntValue<'c>,
+) -> Result<()> {
+    let ost = strides(&k.out.shape);
+    let ptr = em.ctx.ptr_type(AddressSpace::default());
+    let mut store = |em: &Emitter<'c>| -> Result<()> {
+        // Every output's value first, then the stores: the values' loads and arithmetic are
+        // then one straight-line block (no store between them), which LLVM shares between the
+        // outputs of a multi-output kernel.
+        let mut values = vec![(k.out.dtype, out, em.expr(&k.body)?)];
+        for x in &k.extra {
+            // SAFETY (of the emitted code): the slot is in the pointer table (Program::new's
+            // contract: extra outputs follow the inputs).
+            let slot = unsafe {
+                em.b.build_in_bounds_gep(ptr, em.inputs.get(), &[em.i64c(x.slot as i64)], "slot")
+            }
+            .map_err(llvm)?;
+            let base = em.b.build_load(ptr, slot, "xo").map_err(llvm)?;
+            em.scope_input(base)?;
+            values.push((x.out.dtype, base.into_pointer_value(), em.expr(&x.body)?));
+        }
+        let idx = em.position(&ost)?;
+        for (n, (dtype, base, v)) in values.into_iter().enumerate() {
+            let v = em.store_value(dtype, v)?;
+            let st = storage(em.ctx, dtype);
+            // SAFETY (of the emitted code): idx is below the output's element count, which
+            // every output of the kernel shares.
+            let p = unsafe { em.b.build_in_bounds_gep(st, base, &[idx], "po") }.map_err(llvm)?;
+            let s = em.b.build_store(p, v).map_err(llvm)?;
+            if n > 0 {
+                em.scope(Some(s), true)?;
+            }
+        }
+        Ok(())
+    };
+    if let Some(a) = transpose_tile_dim(k) {
+        return emit_tiled(em, k, a, (lo, hi), out, &mut store);
+    }
+    let stream = streams(k, &em.target.cpu).then_some(out);
+    // Loop d runs inside loop d - 1. Before it, every reduction that reads only the variables
+    // of the enclosing loops is computed once and reused (a row's max and sum ahead of the
+    // loop over its columns, which makes softmax one kernel).
+    fn level<'c>(
+        em: &Emitter<'c>,
+        k: &Kernel,
+        d: usize,
+        lohi: (IntValue<'c>, IntValue<'c>),
+        stream: Option<PointerValue<'c>>,
+        store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+    ) -> Result<()> {
+        let bodies: Vec<&Expr> = std::iter::once(&k.body)
+            .chain(k.extra.iter().map(|x| &x.body))
+            .collect();
+        let mark = em.hoist(bodies.iter().copied(), d, &k.out.shape)?;
+        let rank = k.out.rank();
+        let (from, to) = if d == 0 {
+            lohi
+        } else {
+            (
+                em.i64c(0),
+                em.i64c(k.out.shape.get(d).copied().unwrap_or(1) as i64),
+            )
+        };
+        let columns = if d + 1 == rank {
+            column_reduces(em, k, d)
+        } else {
+            Vec::new()
+        };
+        if !columns.is_empty() {
+            strips(em, d, (from, to), &columns, store)?;
+        } else if d == rank {
+            store(em)?;
+        } else if let Some(out) = stream.filter(|_| d + 1 == rank) {
+            // (A one-dimensional kernel's range is a thread's rows.)
+            let segments = guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
+            for &(s, e) in &segments {
+                let range = if segments.len() == 1 {
+                    (from, to)
+                } else {
+                    let lo = em.int_max(from, em.i64c(s))?;
+                    // An empty range where the thread's rows miss the segment.
+                    (lo, em.int_max(lo, em.int_min(to, em.i64c(e))?)?)
+                };
+                em.facts.borrow_mut().push((d, s, e));
+                let r = emit_streaming(em, k, d, range, out, store);
+                em.facts.borrow_mut().pop();
+                r?;
+            }
+        } else if d == 0 {
+            // A thread's rows, in the segments where the guards on them are decided.
+            let segments = guard_segments_up_to(
+                &bodies,
+                0,
+                k.out.shape[0],
+                MAX_ROW_GUARD_CUTS,
+                em.target.cpu.guard_splits,
+            );
+            for &(s, e) in &segments {
+                let (from, to) = if segments.len() == 1 {
+                    lohi
+                } else {
+                    (
+                        em.int_max(lohi.0, em.i64c(s))?,
+                        em.int_min(lohi.1, em.i64c(e))?,
+                    )
+                };
+                em.facts.borrow_mut().push((0, s, e));
+                let r = em.range_loop(0, from, to, 1, &mut |em: &Emitter<'c>| {
+                    level(em, k, 1, lohi, stream, store)
+                });
+                em.facts.borrow_mut().pop();
+                r?;
+            }
+        } else {
+            let segments = guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
+            em.segmented(d, &segments, &mut |em: &Emitter<'c>| {
+                level(em, k, d + 1, lohi, stream, store)
+            })?;
+        }
+        em.hoisted.borrow_mut().truncate(mark);
+        Ok(())
+    }
+    level(em, k, 0, (lo, hi), stream, &mut store)?;
+    if stream.is_some() {
+        // Streaming stores are weakly ordered: drain them before the kernel returns, so the
+        // thread that reads the output next (after joining this one) sees them.
+        let sfence = em.m.get_function("llvm.x86.sse.sfence").unwrap_or_else(|| {
+            em.m.add_function(
+                "llvm.x86.sse.sfence",
+                em.ctx.void_type().fn_type(&[], false),
+                None,
+            )
+        });
+        em.b.build_call(sfence, &[], "").map_err(llvm)?;
+    }
+    Ok(())
+}
+
+/// Outputs at least this large are written with streaming (non-temporal) stores: they do not
+/// fit the last-level cache together with their inputs (48 MiB on this machine's CPU), so
+/// each line written would otherwise first be read from memory (write-allocate), a third more
+/// traffic for an elementwise kernel, and would evict the inputs still to be read.
+pub(super) const STREAM_BYTES: usize = 32 << 20;
+
+/// Whether loop-nest kernel `k` writes its output with streaming stores (see
+/// [`STREAM_BYTES`]): one output, large, on x86-64, whose innermost dimension holds at least
+/// [`STREAM_ROW_LINES`] 64-byte lines. [`CpuOptions::streaming_stores`] (`KILN_STREAM=0`) turns
+/// them off (for measuring).
+pub(super) fn streams(k: &Kernel, cpu: &CpuOptions) -> bool {
+    let bytes = k.out.dtype.bytes();
+    cfg!(target_arch = "x86_64")
+        && cpu.streaming_stores
+        && k.extra.is_empty()
+        && k.out.numel() * bytes >= STREAM_BYTES
+        && k.out
+            .shape
+            .last()
+            .is_some_and(|&n| n * bytes >= STREAM_ROW_LINES * LINE)
+}
+
+/// A cache line, and the width of one streaming store.
+pub(super) const LINE: usize = 64;
+
+/// The fewest cache lines an output row must span for streaming stores: shorter rows spend
+/// more on each row's unaligned head and tail, stored one by one, than the stores save (a pad
+/// of `[64, 56, 56, 64]` to `[64, 58, 58, 64]`, rows of 4 lines: 93 ms with them, 19 without).
+pub(super) const STREAM_ROW_LINES: usize = 16;
+
+/// The innermost loop of a streaming kernel (see [`streams`]): positions `from..to` of
+/// innermost dimension `d` (the other variables set). Positions up to the first 64-byte
+/// boundary of the output are stored one by one; then each line's values go through a stack
+/// buffer (the loop that fills it vectorizes) and are stored as one aligned non-temporal
+/// vector; the positions after the last whole line, one by one again.
+pub(super) fn emit_streaming<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    d: usize,
+    (from, to): (IntValue<'c>, IntValue<'c>),
+    out: PointerValue<'c>,
+    store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+) -> Result<()> {
+    let i64t = em.ctx.i64_type();
+    let bytes = k.out.dtype.bytes();
+    let lanes = (LINE / bytes) as i64;
+    let st = storage(em.ctx, k.out.dtype);
+    let ost = strides(&k.out.shape);
+    let int = |v: BasicValueEnum<'c>| v.into_int_value();
+    // Elements from `from` to the next line boundary (the output is aligned to its element).
+    em.b.build_store(em.vars[d], from).map_err(llvm)?;
+    let idx = em.position(&ost)?;
+    // SAFETY (of the emitted code): only the address is used.
+    let p0 = unsafe { em.b.build_gep(st, out, &[idx], "p0") }.map_err(llvm)?;
+    let addr = em.b.build_ptr_to_int(p0, i64t, "a0").map_err(llvm)?;
+    let line = em.i64c(LINE as i64 - 1);
+    let past = em.b.build_and(addr, line, "past").map_err(llvm)?;
+    let to_line =
+        em.b.build_and(
+            em.b.build_int_sub(em.i64c(LINE as i64), past, "tl")
+                .map_err(llvm)?,
+            line,
+            "tl",
+        )
+        .map_err(llvm)?;
+    let peel =
+        em.b.build_int_unsigned_div(to_line, em.i64c(bytes as i64), "peel")
+            .map_err(llvm)?;
+    let n = em.b.build_int_sub(to, from, "n").map_err(llvm)?;
+    let peel = em.int_min(peel, n)?;
+    let mid = em.b.build_int_add(from, peel, "mid").map_err(llvm)?;
+    let whole =
+        em.b.build_int_signed_div(
+            em.b.build_int_sub(to, mid, "rest").map_err(llvm)?,
+            em.i64c(lanes),
+            "lines",
+        )
+        .map_err(llvm)?;
+    let end =
+        em.b.build_int_add(
+            mid,
+            em.b.build_int_mul(whole, em.i64c(lanes), "span")
+                .map_err(llvm)?,
+            "end",
+        )
+        .map_err(llvm)?;
+    // Loads of one position (scalars broadcast over the output) ahead of the loops: LLVM
+    // hoists them out of a plain loop, but not out of this loop of vectorized lines.
+    let mark = em.hoisted.borrow().len();
+    for l in invariant_loads(&k.body) {
+        em.hoist_one(l)?;
+    }
+    em.range_loop(d, from, mid, 1, store)?;
+    let buf = em.line_buffer(st, lanes as usize)?;
+    let (slot, lane) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
+    let vt = vector_of(st, lanes as usize)?;
+    let nontemporal = em.ctx.get_kind_id("nontemporal");
+    let one = em
+        .ctx
+        .metadata_node(&[em.ctx.i32_type().const_int(1, false).into()]);
+    em.range_loop_ptr(slot, mid, end, lanes, &mut |em: &Emitter<'c>| {
+        let c = int(em.b.build_load(i64t, slot, "c").map_err(llvm)?);
+        // A constant trip count (not c..c + lanes), so LLVM turns the loop into vectors.
+        em.range_loop_ptr(lane, em.i64c(0), em.i64c(lanes), 1, &mut |em: &Emitter<
+            'c,
+        >| {
+            let at = int(em.b.build_load(i64t, lane, "j").map_err(llvm)?);
+            let x = em.b.build_int_nsw_add(c, at, "x").map_err(llvm)?;
+            em.b.build_store(em.vars[d], x).map_err(llvm)?;
+            let v = em.expr(&k.body)?;
+            let v = em.store_value(k.out.dtype, v)?;
+            // SAFETY (of the emitted code): `at` is below the buffer's length.
+            let p = unsafe { em.b.build_in_bounds_gep(st, buf, &[at], "bp") }.map_err(llvm)?;
+            em.b.build_store(p, v).map_err(llvm)?;
+            Ok(())
+        })?;
+        let l = em.b.build_load(vt, buf, "line").map_err(llvm)?;
+        l.as_instruction_value()
+            .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
+            .set_alignment(LINE as u32)
+            .map_err(llvm)?;
+        em.b.build_store(em.vars[d], c).map_err(llvm)?;
+        let idx = em.position(&ost)?;
+        // SAFETY (of the emitted code): positions c..c + lanes are in the output, and the
+        // address is on a line boundary (c is `mid` plus whole lines).
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
+        let s = em.b.build_store(p, l).map_err(llvm)?;
+        s.set_alignment(LINE as u32).map_err(llvm)?;
+        s.set_metadata(one, nontemporal).map_err(llvm)?;
+        Ok(())
+    })?;
+    em.range_loop(d, end, to, 1, store)?;
+    em.hoisted.borrow_mut().truncate(mark);
+    Ok(())
+}
+
+/// Collects into `out` the keys of the exponentials in `e` whose argument is `a - m`, `m` a
+/// maximum over one variable `v` of an expression that is `a` with `v` in place of one of
+/// `a`'s variables, `w`, whose range (`extents[w]`, where known) lies inside `v`'s: `m` is then
+/// at least `a` (a softmax's `exp(x - max(x))`), so the argument is at most 0 or NaN, and
+/// [`Emitter::exp_nonpositive`] computes it with the same bits as [`Emitter::exp_fast`] in
+/// fewer operations. `extents` holds the enclosing loops' trip counts by variable.
+pub(super) fn nonpositive_exps(
+    e: &Expr,
+    extents: &mut Vec<Option<usize>>,
+    out: &mut std::collections::HashSet<String>,
+) {
+    match e {
+        Expr::Op {
+            op: Ew::Kind(OpKind::Exponential),
+            args,
+            ..
+        } if max_difference(&args[0], extents) => {
+            out.insert(value_key(e));
+            nonpositive_exps(&args[0], extents, out);
+        }
+        Expr::Op { args, .. } => args.iter().for_each(|a| nonpositive_exps(a, extents, out)),
+        Expr::Reduce {
+            init, vars, body, ..
+        } => {
+            nonpositive_exps(init, extents, out);
+            let saved = extents.clone();
+            for &(v, n) in vars {
+                if extents.len() <= v {
+                    extents.resize(v + 1, None);
+                }
+                extents[v] = Some(n);
+            }
+            nonpositive_exps(body, extents, out);
+            *extents = saved;
+        }
+        Expr::Guard {
+            then, otherwise, ..
+        } => {
+            nonpositive_exps(then, extents, out);
+            nonpositive_exps(otherwise, extents, out);
+        }
+        _ => {}
+    }
+}
+
+/// Whether `e` is `a - m` with `m` a maximum of `a` over a range holding `a`'s position (see
+/// [`nonpositive_exps`]), through round trips of bit casts (a stop-gradient's).
+pub(super) fn max_difference(e: &Expr, extents: &[Option<usize>]) -> bool {
+    let Some((a, m)) = crate::kernel::minus_max(e) else {
+        return false;
+    };
+    let Expr::Reduce { vars, body, .. } = m else {
+        return false;
+    };
+    let [(v, n)] = vars[..] else {
+        return false;
+    };
+    let (fa, fm) = (free_vars(a), free_vars(m));
+    fa.difference(&fm).any(|&w| {
+        extents
+            .get(w)
+            .copied()
+            .flatten()
+            .is_some_and(|ext| ext <= n)
+            && crate::kernel::rename_var(body, v, w) == *a
+    })
+}
+
+/// The loads in `e` that read one position whatever the loop variables.
+pub(super) fn invariant_loads(e: &Expr) -> Vec<&Expr> {
+    fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        match e {
+            Expr::Load { coef, .. } if coef.iter().all(|&c| c == 0) => out.push(e),
+            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
+            Expr::Reduce { init, body, .. } => {
+                walk(init, out);
+                walk(body, out);
+            }
+            // Not under guards: what they guard may be out of range.
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(e, &mut out);
+    out
+}
+
+/// Edge of the square tiles a transposing kernel runs in (a cache line of f32).
+pub(super) const TILE: usize = 16;
+
+/// For a loop-nest kernel without reductions that reads an input with a stride of at least a
+/// tile along its innermost output dimension and contiguously along another output dimension
+/// (a transpose, NHWC to NCHW and back): that dimension. Run in order, the innermost loop
+/// touches a new cache line of the input for every element it writes, and the lines are gone
+/// by the time the next row comes back for their neighbours (96 ms for conv 7x7's 103 MB
+/// output transpose); in [`TILE`] x [`TILE`] tiles of the two dimensions, each line read and
+/// written is used whole while in L1.
+pub(super) fn transpose_tile_dim(k: &Kernel) -> Option<usize> {
+    let rank = k.out.rank();
+    if rank < 2 || k.out.shape[rank - 1] < TILE {
+        return None;
+    }
+    let bodies: Vec<&Expr> = std::iter::once(&k.body)
+        .chain(k.extra.iter().map(|x| &x.body))
+        .collect();
+    if bodies.iter().any(|b| !hoistable_reduces(b).is_empty()) {
+        return None;
+    }
+    let reads: Vec<Vec<i64>> = bodies
+        .iter()
+        .flat_map(|b| crate::kernel::affine_reads(b))
+        .collect();
+    let inner = rank - 1;
+    (0..inner).filter(|&a| k.out.shape[a] >= TILE).find(|&a| {
+        reads
+            .iter()
+            .any(|c| c.get(inner).map_or(0, |x| x.abs()) >= TILE as i64 && c.get(a) == Some(&1))
+    })
+}
+
+/// Emits loop-nest kernel `k` (no reductions) with its output dimension `a` and its innermost
+/// one in [`TILE`] x [`TILE`] tiles, inside loops over the other dimensions in order (see
+/// [`transpose_tile_dim`]); `lohi` is this call's range of dimension 0.
+pub(super) fn emit_tiled<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    a: usize,
+    lohi: (IntValue<'c>, IntValue<'c>),
+    out: PointerValue<'c>,
+    store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+) -> Result<()> {
+    let rank = k.out.rank();
+    let inner = rank - 1;
+    let range = |d: usize| -> (IntValue<'c>, IntValue<'c>) {
+        if d == 0 {
+            lohi
+        } else {
+            (em.i64c(0), em.i64c(k.out.shape[d] as i64))
+        }
+    };
+    let i64t = em.ctx.i64_type();
+    let (s_a, s_b) = (em.entry_alloca(i64t.into())?, em.entry_alloca(i64t.into())?);
+    // Whole tiles go through a stack tile and in-register transposes when the kernel writes
+    // one output of 4-byte elements.
+    let whole_tiles =
+        k.extra.is_empty() && matches!(k.out.dtype, DType::F32 | DType::I32 | DType::U32);
+    // The tile a loop counter in `slot` is at: its start, and its end (at most `hi`).
+    let tile = |em: &Emitter<'c>,
+                slot: PointerValue<'c>,
+                hi: IntValue<'c>|
+     -> Result<(IntValue<'c>, IntValue<'c>)> {
+        let x0 =
+            em.b.build_load(i64t, slot, "t0")
+                .map_err(llvm)?
+                .into_int_value();
+        let x1 =
+            em.b.build_int_add(x0, em.i64c(TILE as i64), "t1")
+                .map_err(llvm)?;
+        Ok((x0, em.int_min(x1, hi)?))
+    };
+    let bodies: Vec<&Expr> = std::iter::once(&k.body)
+        .chain(k.extra.iter().map(|x| &x.body))
+        .collect();
+    // Dimension `a` in segments where the guards on it are decided (see `guard_segments`):
+    // the tiles inside a pad's interior then need no check per element.
+    // (from, to, the fact that the variable lies in from..to, when both are constants)
+    type Segment<'c> = (IntValue<'c>, IntValue<'c>, Option<(i64, i64)>);
+    let a_segments: Vec<Segment<'c>> = if a == 0 {
+        vec![(range(0).0, range(0).1, None)]
+    } else {
+        guard_segments(&bodies, a, k.out.shape[a], em.target.cpu.guard_splits)
+            .into_iter()
+            .map(|(s, e)| (em.i64c(s), em.i64c(e), Some((s, e))))
+            .collect()
+    };
+    let mut a_tiles = |em: &Emitter<'c>, a_lo: IntValue<'c>, a_hi: IntValue<'c>| -> Result<()> {
+        // A stack tile for each copy of the loops (one per segment): with one for all, its
+        // many uses exceeded what LLVM's capture tracking follows, and LLVM then guarded the
+        // tile's fill against overlapping the input and vectorized it into gathers.
+        let buf = if whole_tiles {
+            Some(em.line_buffer(storage(em.ctx, k.out.dtype), TILE * TILE)?)
+        } else {
+            None
+        };
+        let (b_lo, b_hi) = range(inner);
+        em.range_loop_ptr(s_a, a_lo, a_hi, TILE as i64, &mut |em: &Emitter<'c>| {
+            let (a0, a1) = tile(em, s_a, a_hi)?;
+            em.range_loop_ptr(s_b, b_lo, b_hi, TILE as i64, &mut |em: &Emitter<'c>| {
+                let (b0, b1) = tile(em, s_b, b_hi)?;
+                // Along `a` innermost: the reads are contiguous there, so that loop vectorizes
+                // (measured against the other order: conv 7x7's output transpose 46 -> 29 ms,
+                // conv 3x3's transposing pad 30 -> 22 ms, its output transpose 12 -> 15 ms).
+                let mut elementwise = |em: &Emitter<'c>| -> Result<()> {
+                    em.range_loop(inner, b0, b1, 1, &mut |em: &Emitter<'c>| {
+                        em.range_loop(a, a0, a1, 1, &mut |em: &Emitter<'c>| store(em))
+                    })
+                };
+                let Some(buf) = buf else {
+                    return elementwise(em);
+                };
+                // A whole tile: its values into the stack tile (rows along `a`, contiguous
+                // reads and writes), then 16 vectors transposed in registers and stored along
+                // the innermost dimension.
+                let full_a =
+                    em.b.build_int_compare(
+                        IntPredicate::EQ,
+                        a1,
+                        em.b.build_int_add(a0, em.i64c(TILE as i64), "af")
+                            .map_err(llvm)?,
+                        "fa",
+                    )
+                    .map_err(llvm)?;
+                let full_b =
+                    em.b.build_int_compare(
+                        IntPredicate::EQ,
+                        b1,
+                        em.b.build_int_add(b0, em.i64c(TILE as i64), "bf")
+                            .map_err(llvm)?,
+                        "fb",
+                    )
+                    .map_err(llvm)?;
+                let full = em.b.build_and(full_a, full_b, "full").map_err(llvm)?;
+                let (t, e, j) = (
+                    em.ctx.append_basic_block(em.f, "tile"),
+                    em.ctx.append_basic_block(em.f, "edge"),
+                    em.ctx.append_basic_block(em.f, "tiled"),
+                );
+                em.b.build_conditional_branch(full, t, e).map_err(llvm)?;
+                em.b.position_at_end(t);
+                whole_tile(em, k, a, (a0, b0), buf, out)?;
+                em.b.build_unconditional_branch(j).map_err(llvm)?;
+                em.b.position_at_end(e);
+                elementwise(em)?;
+                em.b.build_unconditional_branch(j).map_err(llvm)?;
+                em.b.position_at_end(j);
+                Ok(())
+            })
+        })
+    };
+    let mut tiles = |em: &Emitter<'c>| -> Result<()> {
+        for &(a_lo, a_hi, fact) in &a_segments {
+            if let Some((s, e)) = fact {
+                em.facts.borrow_mut().push((a, s, e));
+            }
+            let r = a_tiles(em, a_lo, a_hi);
+            if fact.is_some() {
+                em.facts.borrow_mut().pop();
+            }
+            r?;
+        }
+        Ok(())
+    };
+    // The other dimensions, outside the tiles; those after the first in segments where the
+    // guards on them are decided.
+    fn outer<'c>(
+        em: &Emitter<'c>,
+        d: usize,
+        (skip, inner): (usize, usize),
+        range: &dyn Fn(usize) -> (IntValue<'c>, IntValue<'c>),
+        segments: &dyn Fn(usize) -> Vec<(i64, i64)>,
+        tiles: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+    ) -> Result<()> {
+        if d == inner {
+            return tiles(em);
+        }
+        if d == skip {
+            return outer(em, d + 1, (skip, inner), range, segments, tiles);
+        }
+        let mut next = |em: &Emitter<'c>| outer(em, d + 1, (skip, inner), range, segments, tiles);
+        if d == 0 {
+            let (from, to) = range(d);
+            em.range_loop(d, from, to, 1, &mut next)
+        } else {
+            em.segmented(d, &segments(d), &mut next)
+        }
+    }
+    let segments =
+        |d: usize| guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
+    outer(em, 0, (a, inner), &range, &segments, &mut tiles)
+}
+
+/// One whole [`TILE`] x [`TILE`] tile of kernel `k` (one output of 4-byte elements, no
+/// reductions) at `a0` along dimension `a` and `b0` along the innermost one (the variables of
+/// the other dimensions set): its values computed into the stack tile `buf`, row `b` holding
+/// positions `a0..a0 + TILE` (contiguous reads of the input), then the rows transposed in
+/// registers and each column stored as one vector along the innermost dimension.
+pub(super) fn whole_tile<'c>(
+    em: &Emitter<'c>,
+    k: &Kernel,
+    a: usize,
+    (a0, b0): (IntValue<'c>, IntValue<'c>),
+    buf: PointerValue<'c>,
+    out: PointerValue<'c>,
+) -> Result<()> {
+    let inner = k.out.rank() - 1;
+    let st = storage(em.ctx, k.out.dtype);
+    let t = TILE as i64;
+    let end = |x: IntValue<'c>| em.b.build_int_add(x, em.i64c(t), "e").map_err(llvm);
+    em.range_loop(inner, b0, end(b0)?, 1, &mut |em: &Emitter<'c>| {
+        em.range_loop(a, a0, end(a0)?, 1, &mut |em: &Emitter<'c>| {
+            let v = em.expr(&k.body)?;
+            let v = em.store_value(k.out.dtype, v)?;
+            let bi = em.b.build_int_sub(em.var(inner)?, b0, "bi").map_err(llvm)?;
+            let ai = em.b.build_int_sub(em.var(a)?, a0, "ai").map_err(llvm)?;
+            let at =
+                em.b.build_int_add(
+                    em.b.build_int_mul(bi, em.i64c(t), "r").map_err(llvm)?,
+                    ai,
+                    "at",
+                )
+                .map_err(llvm)?;
+            // SAFETY (of the emitted code): bi and ai are below TILE.
+            let p = unsafe { em.b.build_in_bounds_gep(st, buf, &[at], "tp") }.map_err(llvm)?;
+            em.b.build_store(p, v).map_err(llvm)?;
+            Ok(())
+        })
+    })?;
+    let vt = vector_of(st, TILE)?;
+    let rows: Vec<inkwell::values::VectorValue<'c>> = (0..t)
+        .map(|r| {
+            // SAFETY (of the emitted code): row r of the tile is in the buffer.
+            let p = unsafe { em.b.build_in_bounds_gep(st, buf, &[em.i64c(r * t)], "tr") }
+                .map_err(llvm)?;
+            let l = em.b.build_load(vt, p, "row").map_err(llvm)?;
+            l.as_instruction_value()
+                .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
+                .set_alignment(LINE as u32)
+                .map_err(llvm)?;
+            Ok(l.into_vector_value())
+        })
+        .collect::<Result<_>>()?;
+    let cols = gemm::transpose_vectors(em, rows)?;
+    let ost = strides(&k.out.shape);
+    em.b.build_store(em.vars[inner], b0).map_err(llvm)?;
+    for (i, col) in cols.into_iter().enumerate() {
+        let ai =
+            em.b.build_int_add(a0, em.i64c(i as i64), "ac")
+                .map_err(llvm)?;
+        em.b.build_store(em.vars[a], ai).map_err(llvm)?;
+        let idx = em.position(&ost)?;
+        // SAFETY (of the emitted code): the tile is whole, so positions b0..b0 + TILE along the
+        // innermost dimension are in the output.
+        let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "to") }.map_err(llvm)?;
+        let s = em.b.build_store(p, col).map_err(llvm)?;
+        s.set_alignment(4).map_err(llvm)?;
+    }
+    Ok(())
+}
+
+/// Columns computed side by side by the strip-mined innermost loop (see [`strips`]).
+pub(super) const STRIP: i64 = 16;
+
+/// The reductions of `k`'s bodies that depend on the innermost output variable `d` and read
+/// contiguously along it (a column sum: each output element sums a strided column), not yet
+/// computed, without duplicates; empty when the loop is too short to strip-mine.
+pub(super) fn column_reduces<'e>(em: &Emitter<'_>, k: &'e Kernel, d: usize) -> Vec<&'e Expr> {
+    if (k.out.shape[d] as i64) < STRIP {
+        return Vec::new();
+    }
+    let mut out: Vec<&Expr> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
+    for r in bodies.flat_map(hoistable_reduces) {
+        let Expr::Reduce { body, init, .. } = r else {
+            continue;
+        };
+        let free = free_vars(r);
+        let key = value_key(r);
+        if free.contains(&d)
+            && free.iter().all(|&v| v <= d)
+            && free_vars(init).is_empty()
+            && crate::kernel::contiguous_along(body, d)
+            && !keys.contains(&key)
+            && !em.hoisted.borrow().iter().any(|(h, _)| *h == key)
+        {
+            keys.push(key);
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The innermost output loop (variable `d` over `range`) in strips of [`STRIP`] consecutive
+/// positions: each reduction of `columns` runs once per strip with one accumulator per
+/// position, so its loop reads a contiguous run of the row it is at (one vector) instead of
+/// one strided element per output; then each position's body runs with the sums ready. The
+/// positions past the last whole strip run one by one.
+pub(super) fn strips<'c>(
+    em: &Emitter<'c>,
+    d: usize,
+    range: (IntValue<'c>, IntValue<'c>),
+    columns: &[&Expr],
+    store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
+) -> Result<()> {
+    let i64t = em.ctx.i64_type();
+    let n = em.b.build_int_sub(range.1, range.0, "n").map_err(llvm)?;
+    let tail =
+        em.b.build_int_signed_rem(n, em.i64c(STRIP), "tail")
+            .map_err(llvm)?;
+    let end = em.b.build_int_sub(range.1, tail, "end").map_err(llvm)?;
+    let s_j = em.entry_alloca(i64t.into())?;
+    em.range_loop_ptr(s_j, range.0, end, STRIP, &mut |em: &Emitter<'c>| {
+        let j0 =
+            em.b.build_load(i64t, s_j, "j0")
+                .map_err(llvm)?
+                .into_int_value();
+        let at = |em: &Emitter<'c>, w: i64| -> Result<()> {
+            let j = em.b.build_int_add(j0, em.i64c(w), "j").map_err(llvm)?;
+            em.b.build_store(em.vars[d], j).map_err(llvm)?;
+            Ok(())
+        };
+        let mut sums: Vec<(String, Vec<PointerValue<'c>>, BasicTypeEnum<'c>)> = Vec::new();
+        for r in columns {
+            let Expr::Reduce {
+                kind,
+                dtype,
+                init,
+                vars,
+                body,
+            } = r
+            else {
+                continue;
+            };
+            let ct: BasicTypeEnum = if dtype.is_float() {
+                em.ftype(*dtype).into()
+            } else {
+                em.itype(*dtype).into()
+            };
+            let accs = (0..STRIP)
+                .map(|_| em.entry_alloca(ct))
+                .collect::<Result<Vec<_>>>()?;
+            let i = em.expr(init)?;
+            for a in &accs {
+                em.b.build_store(*a, i).map_err(llvm)?;
+            }
+            let sum = sum_tree::Sum::new(*kind, *dtype, ct);
+            let none = std::collections::BTreeSet::new();
+            em.accumulate(vars, &[], &none, &sum, &accs, &mut |em, accs| {
+                for (w, acc) in accs.iter().enumerate() {
+                    at(em, w as i64)?;
+                    let x = em.expr(body)?;
+                    let a = em.b.build_load(ct, *acc, "a").map_err(llvm)?;
+                    // In order along the column: the positions' chains are then vectorized
+                    // side by side (one vector per row), not each along its strided column.
+                    let c = em.combine_with(*kind, *dtype, a, x, false)?;
+                    em.b.build_store(*acc, c).map_err(llvm)?;
+                }
+                Ok(())
+            })?;
+            sums.push((value_key(r), accs, ct));
+        }
+        for w in 0..STRIP {
+            at(em, w)?;
+            let mark = em.hoisted.borrow().len();
+            for (key, accs, ct) in &sums {
+                let v =
+                    em.b.build_load(*ct, accs[w as usize], "sum")
+                        .map_err(llvm)?;
+                em.hoisted
+                    .borrow_mut()
+                    .push((key.clone(), Hoisted::Value(v)));
+            }
+            store(em)?;
+            em.hoisted.borrow_mut().truncate(mark);
+        }
+        Ok(())
+    })?;
+    let was = em.in_order.replace(true);
+    em.range_loop(d, end, range.1, 1, &mut |em: &Emitter<'c>| store(em))?;
+    em.in_order.set(was);
+    Ok(())
+}
+
+/// The most places a loop is cut at to decide guards (see [`guard_segments`]).
+pub(super) const MAX_GUARD_CUTS: usize = 4;
+
+/// `0..extent` cut where a guard of `bodies` on loop variable `var` (a condition
+/// `lo <= var + k < hi`: a pad's edge, a concatenation's seam) changes its outcome, so that
+/// in each segment every such condition holds everywhere or nowhere: a padded row then runs
+/// its interior without a check per element (and vectorized) and its edges as constants.
+/// One segment when there is no such guard, or more than [`MAX_GUARD_CUTS`] cuts.
+pub(super) fn guard_segments(
+    bodies: &[&Expr],
+    var: usize,
+    extent: usize,
+    splits: bool,
+) -> Vec<(i64, i64)> {
+    guard_segments_up_to(bodies, var, extent, MAX_GUARD_CUTS, splits)
+}
+
+/// The most places a kernel's rows (its outermost loop) are cut at to decide guards: a
+/// concatenation of many pieces along its first dimension then runs each piece as a loop nest
+/// of its own, with no guard tree per element (measured on 36 pieces of `[12544, 64]`: 168 ->
+/// 61 ms). Every segment holds only the pieces it decides, so the code grows by a loop per
+/// segment.
+pub(super) const MAX_ROW_GUARD_CUTS: usize = 63;
+
+/// [`guard_segments`] with at most `max_cuts` cuts.
+pub(super) fn guard_segments_up_to(
+    bodies: &[&Expr],
+    var: usize,
+    extent: usize,
+    max_cuts: usize,
+    splits: bool,
+) -> Vec<(i64, i64)> {
+    let n = extent as i64;
+    let mut cuts = std::collections::BTreeSet::new();
+    for b in bodies {
+        visit(b, &mut |x| {
+            if let Expr::Guard { conds, .. } = x {
+                for c in conds {
+                    if let Cond::InRange(i, lo, hi) = c
+                        && let Some((v, k)) = var_plus_const(i)
+                        && v == var
+                    {
+                        cuts.extend([lo - k, hi - k].into_iter().filter(|&p| p > 0 && p < n));
+                    }
+                }
+            }
+        });
+    }
+    if cuts.is_empty() || cuts.len() > max_cuts || !splits {
+        return vec![(0, n)];
+    }
+    let points: Vec<i64> = std::iter::once(0)
+        .chain(cuts)
+        .chain(std::iter::once(n))
+        .collect();
+    points.windows(2).map(|w| (w[0], w[1])).collect()
+}
