@@ -10,13 +10,17 @@
 //! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan.
 //! - [`pipeline`]: optimize, canonicalize, lower, fuse and schedule, in one place, with the
 //!   printed forms the dumps show.
+//! - [`print`](mod@print): the text form of kernels; [`verify`]: the kernel verifier, run after lowering
+//!   and after fusion in tests and debug builds.
 
 pub mod canon;
 pub mod fuse;
 pub mod kernel;
 pub mod pipeline;
 pub mod plan;
+pub mod print;
 pub mod schedule;
+pub mod verify;
 
 use std::fmt;
 
