@@ -12,6 +12,8 @@
 //!   depends on the host CPU, so it is not snapshotted; `cargo xtask dump --stage llvm` shows it).
 //! - `// RUN: plan`: prints the CPU backend's memory plan; a `// DONATE: 0,1` line donates those
 //!   parameters (their buffers may hold results, like `donate_argnums`).
+//! - `// RUN: kernels`: prints the fused kernels in the kernel IR's text form (loop nests, index
+//!   maps, guards, reductions, schedules), after checking them with the kernel verifier.
 //!
 //! The printed output of each file is an insta snapshot under `tests/snapshots/`.
 
@@ -304,6 +306,14 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
                 _ => kiln_kernel::pipeline::fusion_dot(f, &opts).map_err(Into::into),
             };
             out.push_str(&text.map_err(|e| e.to_string())?);
+        }
+        "kernels" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            let f = m.entry().ok_or("no function")?;
+            out.push_str(
+                &kiln_kernel::print::describe_kernels(f, &kiln_kernel::Options::default())
+                    .map_err(|e| e.to_string())?,
+            );
         }
         "egraph" => {
             let m = parse_module(&text).map_err(|e| e.to_string())?;

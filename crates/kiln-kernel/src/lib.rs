@@ -11,6 +11,8 @@
 //! - [`options`]: every switch of the compiler and the runtime, in one [`Options`] value.
 //! - [`pipeline`]: optimize, canonicalize, lower, fuse and schedule, in one place, with the
 //!   printed forms the dumps show.
+//! - [`print`](mod@print): the text form of kernels; [`verify`]: the kernel verifier, run after lowering
+//!   and after fusion in tests and debug builds.
 
 pub mod canon;
 pub mod fuse;
@@ -18,7 +20,9 @@ pub mod kernel;
 pub mod options;
 pub mod pipeline;
 pub mod plan;
+pub mod print;
 pub mod schedule;
+pub mod verify;
 
 pub use options::Options;
 use std::fmt;

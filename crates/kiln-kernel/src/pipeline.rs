@@ -61,13 +61,15 @@ pub fn lowered_for_printing_donating(
 /// The fused program `f`, `fused` in the order [`crate::schedule::step_order`] picks, fused
 /// again, when that lowers the memory plan's peak without adding kernels; else (and without
 /// [`Options::memory_schedule`], for measuring) as it is. With it, one line saying
-/// which order was kept and the peaks of both.
+/// which order was kept and the peaks of both. In tests and debug builds the kernels are
+/// verified first (see [`crate::verify::debug_check`]).
 pub fn scheduled(
     f: Func,
     fused: Fused,
     donated: &[bool],
     opts: &Options,
 ) -> Result<(Func, Fused, String)> {
+    crate::verify::debug_check(&f, &fused)?;
     let peak = |g: &Func, fz: &Fused| {
         let steps = steps_of(g, fz);
         let in_place = crate::fuse::in_place(g, fz, &steps, donated);
@@ -88,6 +90,7 @@ pub fn scheduled(
     let g = crate::schedule::reorder(&f, &fused, &order)
         .map_err(|e| Error::Lowering(format!("scheduling @{}: {e}", f.name)))?;
     let refused = fused_kernels(&g, opts);
+    crate::verify::debug_check(&g, &refused)?;
     if crate::fuse::check_legal(&g, &refused).is_ok() {
         let after = peak(&g, &refused);
         if after < before && count(&refused) <= count(&fused) {

@@ -64,6 +64,8 @@ fn load(dir: &std::path::Path, key: &str, opts: &Options) -> Option<(Func, crate
     kiln_ir::verify(&g).ok()?;
     let fused = fused_kernels(&g, opts);
     crate::fuse::check_legal(&g, &fused).ok()?;
+    // In tests and debug builds, kernels read back are verified like those lowered anew.
+    kiln_kernel::verify::debug_check(&g, &fused).ok()?;
     Some((g, fused))
 }
 
