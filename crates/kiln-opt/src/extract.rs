@@ -57,6 +57,11 @@ fn deps(n: &Node) -> &[Id] {
     }
 }
 
+/// Whether two nodes depend on the same set of classes.
+fn same_classes(a: &[usize], b: &[usize]) -> bool {
+    a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
+}
+
 /// The program a choice picks, kept for trying one change without walking all of it.
 struct State {
     /// Per class: how many times the program's nodes and the roots use it (0: not in it).
@@ -269,7 +274,7 @@ fn dag_cost(
 pub fn extract(eg: &EGraph, roots: &[Id], machine: Machine) -> Extraction {
     let model = CostModel::new(eg, machine);
     let tree = TreeCosts::new(eg, &model);
-    extract_with(eg, roots, &model, &tree)
+    extract_with(eg, roots, &model, &tree, &[])
 }
 
 /// The cost of the program in an e-graph where each class holds one node (a program added
@@ -337,8 +342,17 @@ fn dense(
     (ids, d, choice, roots)
 }
 
-/// [`extract`] with the cost model and tree costs already computed.
-pub fn extract_with(eg: &EGraph, roots: &[Id], model: &CostModel, tree: &TreeCosts) -> Extraction {
+/// [`extract`] with the cost model and tree costs already computed; `own` names, per class,
+/// the node of the program the e-graph was grown from (class, node index), kept wherever no
+/// other is cheaper: where rules only added forms of equal cost (operands in another order),
+/// the program stays as written, and equal steps of it stay equal.
+pub fn extract_with(
+    eg: &EGraph,
+    roots: &[Id],
+    model: &CostModel,
+    tree: &TreeCosts,
+    own: &[(Id, usize)],
+) -> Extraction {
     let (ids, d, mut choice, roots) = dense(eg, roots, model, tree);
     let mut marks = Marks {
         mark: vec![0; ids.len()],
@@ -395,6 +409,30 @@ pub fn extract_with(eg: &EGraph, roots: &[Id], model: &CostModel, tree: &TreeCos
         .iter()
         .filter(|&&c| choice[c] != tree_choice[c])
         .count();
+    for &(id, k) in own {
+        let c = d.num[usize::from(eg.find(id))];
+        if choice[c] == k || state.refs[c] == 0 {
+            continue;
+        }
+        if let Trial::Delta(delta) = try_change(&d, &mut state, &choice, c, k, &mut visits)
+            && delta <= 0.0
+        {
+            let current = choice[c];
+            choice[c] = k;
+            if same_classes(&d.deps[c][k], &d.deps[c][current]) {
+                best += delta;
+            } else {
+                match dag_cost(&d, &roots, &choice, &mut marks, &mut visits) {
+                    Some((cost, o)) if cost <= best => {
+                        best = cost;
+                        order = o;
+                        state = State::of(&d, &roots, &choice, &order, state.mark);
+                    }
+                    _ => choice[c] = current,
+                }
+            }
+        }
+    }
     Extraction {
         choice,
         num: d.num,
@@ -462,7 +500,8 @@ mod tests {
                 ..Config::default()
             };
             let f = random_func(&mut Rng::new(seed), &cfg);
-            let (runner, roots) = crate::saturate(&f, &crate::Options::default());
+            let crate::Grown { runner, roots, .. } =
+                crate::saturate(&f, &crate::Options::default());
             let eg = &runner.egraph;
             let model = CostModel::new(eg, Machine::REFERENCE);
             let tree = TreeCosts::new(eg, &model);

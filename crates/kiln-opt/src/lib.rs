@@ -178,6 +178,12 @@ impl fmt::Display for Report {
 
 /// Adds `f` to `eg`; returns the classes of its outputs.
 pub fn add_func(eg: &mut EGraph, f: &Func) -> Vec<Id> {
+    add_func_nodes(eg, f).0
+}
+
+/// [`add_func`], also returning each instruction's op node as added and its class.
+fn add_func_nodes(eg: &mut EGraph, f: &Func) -> (Vec<Id>, Vec<(Id, Node)>) {
+    let mut ops = Vec::with_capacity(f.insts.len());
     let mut val: Vec<Option<Id>> = vec![None; f.values.len()];
     for (i, &p) in f.params.iter().enumerate() {
         let ty = f.values[p.index()].clone();
@@ -196,10 +202,12 @@ pub fn add_func(eg: &mut EGraph, f: &Func) -> Vec<Id> {
         let mut children = vec![m];
         children.extend(inst.operands.iter().map(|o| val[o.index()].expect("SSA")));
         let kind = inst.op.kind();
-        let id = eg.add(Node {
+        let node = Node {
             head: Head::Op(kind),
             children,
-        });
+        };
+        let id = eg.add(node.clone());
+        ops.push((id, node));
         if is_tuple(kind) {
             for (j, r) in inst.results.iter().enumerate() {
                 val[r.index()] = Some(eg.add(Node {
@@ -211,9 +219,25 @@ pub fn add_func(eg: &mut EGraph, f: &Func) -> Vec<Id> {
             val[inst.results[0].index()] = Some(id);
         }
     }
-    f.outputs
+    let roots = f
+        .outputs
         .iter()
         .map(|o| val[o.index()].expect("SSA"))
+        .collect();
+    (roots, ops)
+}
+
+/// Per instruction added as `ops` (from [`add_func_nodes`]): its class in the grown e-graph
+/// and the index of its own node there (rules merge classes, never drop nodes).
+fn program_nodes(eg: &EGraph, ops: &[(Id, Node)]) -> Vec<(Id, usize)> {
+    ops.iter()
+        .filter_map(|(id, node)| {
+            let c = eg.find(*id);
+            let mut canonical = node.clone();
+            canonical.children.iter_mut().for_each(|k| *k = eg.find(*k));
+            let k = eg[c].nodes.iter().position(|n| *n == canonical)?;
+            Some((c, k))
+        })
         .collect()
 }
 
@@ -294,6 +318,14 @@ fn stop_text(reason: &Option<StopReason>) -> String {
     }
 }
 
+/// How many matches a rule may have in a round before egg's scheduler sets it aside for a few
+/// rounds, for a program of `insts` instructions: egg's 1,000, or two per instruction if that
+/// is more, so that a rule matching each step of a long region (an operand swap) is not set
+/// aside and revisited over extra rounds, which made rounds grow with the region.
+fn match_limit_for(insts: usize) -> usize {
+    1_000usize.max(2 * insts)
+}
+
 /// The rewrites of the rules `fast_math` allows (read from the rule files once).
 fn cached_rules(fast_math: bool) -> &'static [Rewrite<Node, Facts>] {
     static EXACT: std::sync::OnceLock<Vec<Rewrite<Node, Facts>>> = std::sync::OnceLock::new();
@@ -302,19 +334,34 @@ fn cached_rules(fast_math: bool) -> &'static [Rewrite<Node, Facts>] {
     cell.get_or_init(|| rules::rewrites(fast_math))
 }
 
+/// An e-graph grown from a program by the rules.
+struct Grown {
+    /// The runner, holding the e-graph and what each round did.
+    runner: Runner<Node, Facts>,
+    /// The classes of the program's outputs.
+    roots: Vec<Id>,
+    /// Each instruction's class and the index of its own node there.
+    own: Vec<(Id, usize)>,
+}
+
 /// The e-graph of `f` grown by the rules `opts` allows, under the limits of a region of `f`'s
-/// size, and the classes of `f`'s outputs.
-fn saturate(f: &Func, opts: &Options) -> (Runner<Node, Facts>, Vec<Id>) {
+/// size.
+fn saturate(f: &Func, opts: &Options) -> Grown {
     let mut eg = EGraph::new(Facts::default());
-    let roots = add_func(&mut eg, f);
+    let (roots, ops) = add_func_nodes(&mut eg, f);
     eg.rebuild();
     let runner = Runner::<Node, Facts>::default()
+        .with_scheduler(
+            egg::BackoffScheduler::default()
+                .with_initial_match_limit(match_limit_for(f.insts.len())),
+        )
         .with_egraph(eg)
         .with_node_limit(opts.node_limit_for(f.insts.len()))
         .with_iter_limit(opts.iter_limit)
         .with_time_limit(opts.time_limit)
         .run(cached_rules(opts.fast_math));
-    (runner, roots)
+    let own = program_nodes(&runner.egraph, &ops);
+    Grown { runner, roots, own }
 }
 
 thread_local! {
@@ -458,7 +505,7 @@ fn optimize_region(f: &Func, opts: &Options, whole: bool) -> Result<(Func, Repor
         plain.rebuild();
         extract::program_cost(&plain, &roots, opts.machine)
     };
-    let (runner, roots) = saturate(f, opts);
+    let Grown { runner, roots, own } = saturate(f, opts);
     let eg = &runner.egraph;
     let mut applied: HashMap<String, usize> = HashMap::new();
     for it in &runner.iterations {
@@ -470,7 +517,7 @@ fn optimize_region(f: &Func, opts: &Options, whole: bool) -> Result<(Func, Repor
     applied.sort();
     let model = CostModel::new(eg, opts.machine);
     let ex = TreeCosts::new(eg, &model);
-    let chosen = extract::extract_with(eg, &roots, &model, &ex);
+    let chosen = extract::extract_with(eg, &roots, &model, &ex, &own);
     let (out, values) = build_func_with_values(eg, f, &roots, |c| chosen.node(eg, c).clone())?;
     let rejected = if whole {
         rejected_alternatives(eg, &ex, &chosen, &model, &values)
@@ -630,11 +677,11 @@ pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
 
 /// [`dump_egraph`] of one region (or a whole program of one).
 fn dump_region(f: &Func, opts: &Options) -> String {
-    let (runner, roots) = saturate(f, opts);
+    let Grown { runner, roots, own } = saturate(f, opts);
     let eg = &runner.egraph;
     let model = CostModel::new(eg, opts.machine);
     let ex = TreeCosts::new(eg, &model);
-    let chosen = extract::extract_with(eg, &roots, &model, &ex);
+    let chosen = extract::extract_with(eg, &roots, &model, &ex, &own);
     let mut order: Vec<Id> = Vec::new();
     let mut seen: std::collections::HashSet<Id> = std::collections::HashSet::new();
     let mut stack: Vec<Id> = roots.iter().rev().map(|&r| eg.find(r)).collect();

@@ -537,6 +537,27 @@ mod tests {
         let (whole, w) = optimize(&chain(100), &options(1000)).unwrap();
         assert_eq!(w.regions, 1);
         assert_eq!(short.insts.len(), whole.insts.len());
+        // Forms of equal cost keep the program's own: every step multiplies by the constant
+        // on the right, as written, so equal steps stay equal.
+        for g in [&short, &long, &whole] {
+            let splat = g
+                .insts
+                .iter()
+                .find(|i| {
+                    matches!(i.op, Op::BroadcastInDim { .. })
+                        && g.insts.iter().any(|c| {
+                            c.results[0] == i.operands[0]
+                                && matches!(&c.op, Op::Constant { value } if value.to_f64s() == [0.9f32 as f64])
+                        })
+                })
+                .unwrap()
+                .results[0];
+            for i in &g.insts {
+                if i.operands.contains(&splat) {
+                    assert_eq!(i.operands[1], splat, "{}", kiln_ir::print::inst_head(i));
+                }
+            }
+        }
         assert!((a.cost_after - w.cost_after).abs() <= 1e-9 * w.cost_after);
         assert!((a.cost_before - w.cost_before).abs() <= 1e-9 * w.cost_before);
         assert_eq!(a.applied, w.applied);

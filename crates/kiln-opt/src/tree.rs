@@ -163,7 +163,7 @@ mod tests {
         ];
         for src in srcs {
             let f = parse_func_text(src).unwrap();
-            let (runner, _) = saturate(&f, &Options::default());
+            let runner = saturate(&f, &Options::default()).runner;
             let eg = &runner.egraph;
             let model = CostModel::new(eg, Machine::REFERENCE);
             let ours = TreeCosts::new(eg, &model);
@@ -194,7 +194,7 @@ mod tests {
                 ..Config::default()
             };
             let f = random_func(&mut Rng::new(seed), &cfg);
-            let (runner, _) = saturate(&f, &Options::default());
+            let runner = saturate(&f, &Options::default()).runner;
             let eg = &runner.egraph;
             let model = CostModel::new(eg, Machine::REFERENCE);
             let ours = TreeCosts::new(eg, &model);
