@@ -126,6 +126,52 @@ fn optimized_random_programs_are_bit_identical() {
     println!("{n} random programs optimized, {changed} changed, all bit-identical");
 }
 
+/// Random programs optimized in regions of a few instructions (parameters passed between them,
+/// constants copied, the results stitched and deduplicated) still compute the same bits, verify
+/// and print the same every time.
+#[test]
+fn random_programs_optimized_in_regions_are_bit_identical() {
+    let n = 200u64;
+    let mut split = 0;
+    for seed in 0..n {
+        let cfg = Config {
+            ops: 10 + (seed as usize % 40),
+            ..Config::default()
+        };
+        let f = random_func(&mut Rng::new(seed), &cfg);
+        let opts = kiln_opt::Options {
+            machine: kiln_opt::cost::Machine::REFERENCE,
+            region_insts: 3 + (seed as usize % 7),
+            ..kiln_opt::Options::default()
+        };
+        let (g, report) =
+            kiln_opt::optimize(&f, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+        assert_eq!(report.type_mismatches, 0, "seed {seed}: {report}");
+        if report.regions > 1 {
+            split += 1;
+        }
+        let (again, _) = kiln_opt::optimize(&f, &opts).unwrap();
+        assert_eq!(
+            g.to_string(),
+            again.to_string(),
+            "seed {seed}: not deterministic"
+        );
+        let mut rng = Rng::new(seed ^ 0x0F7);
+        let args = random_args(&f, &mut rng);
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        let got = kiln_reference::eval(&g, &args).unwrap();
+        for (a, e) in got.iter().zip(&want) {
+            if let Err(e) = same_bits(a, e) {
+                panic!("seed {seed}: {e}\nbefore:\n{f}after:\n{g}{report}");
+            }
+        }
+    }
+    assert!(
+        split > n / 2,
+        "only {split} of {n} programs had several regions"
+    );
+}
+
 /// `random_literal`'s values with special ones mixed in at a third of the elements: ±0, ±inf,
 /// NaNs with payloads, subnormals, the largest finite values and ±1.
 fn special_literal(rng: &mut Rng, ty: &kiln_ir::TensorType) -> Literal {

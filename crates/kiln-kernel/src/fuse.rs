@@ -89,6 +89,13 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
 
 /// Fuses the per-instruction kernels `ks` of `f`.
 pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
+    let mut out = fuse_unmerged(f, ks, chains);
+    merge::merge_siblings(f, &mut out);
+    out
+}
+
+/// [`fuse`] before multi-output fusion.
+fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
     let n = f.insts.len();
     let mut producer: Vec<Option<usize>> = vec![None; f.values.len()];
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); f.values.len()];
@@ -167,7 +174,6 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
             out.members[i].clear();
         }
     }
-    merge::merge_siblings(f, &mut out);
     out
 }
 

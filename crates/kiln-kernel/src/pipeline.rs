@@ -87,17 +87,36 @@ pub fn scheduled(
         let note = format!("schedule: program order (the memory-aware order; peak {before} bytes)");
         return Ok((f, fused, note));
     }
-    let g = crate::schedule::reorder(&f, &fused, &order)
+    let placement = crate::schedule::placement(&f, &fused, &order);
+    let g = crate::schedule::permute(&f, &placement)
         .map_err(|e| Error::Lowering(format!("scheduling @{}: {e}", f.name)))?;
+    // The reordered program under the same kernels first: when even that does not peak lower,
+    // the program order stays without fusing the reordered program (as long as fusing the
+    // program itself; the two fusions differ only where multi-output fusion finds other
+    // siblings in the new order).
+    let estimate = peak(&g, &crate::schedule::carried(&f, &fused, &placement));
+    if estimate >= before {
+        let note = format!(
+            "schedule: program order (peak {before} bytes; the memory-aware order peaks at \
+             {estimate} bytes with {} kernels)",
+            count(&fused)
+        );
+        return Ok((f, fused, note));
+    }
     let refused = fused_kernels(&g, opts);
     crate::verify::debug_check(&g, &refused)?;
     if crate::fuse::check_legal(&g, &refused).is_ok() {
         let after = peak(&g, &refused);
         if after < before && count(&refused) <= count(&fused) {
+            // Steps some earlier step in the order comes after in the program.
+            let mut latest = 0;
             let moved = order
                 .iter()
-                .enumerate()
-                .filter(|(k, u)| order[..*k].iter().any(|w| w > u))
+                .filter(|&&u| {
+                    let earlier = latest > u;
+                    latest = latest.max(u);
+                    earlier
+                })
                 .count();
             let note = format!(
                 "schedule: {moved} step(s) moved earlier for memory; peak {before} -> {after} bytes"

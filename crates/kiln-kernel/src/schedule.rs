@@ -170,6 +170,11 @@ pub fn step_order(f: &Func, fused: &Fused, donated: &[bool]) -> Vec<usize> {
 /// instruction needing it, and each one merged into a kernel just before that kernel. Values
 /// are renumbered in the new definition order.
 pub fn reorder(f: &Func, fused: &Fused, order: &[usize]) -> Result<Func, VerifyError> {
+    permute(f, &placement(f, fused, order))
+}
+
+/// The instructions of `f` (their indices) in the order [`reorder`] puts them for `order`.
+pub fn placement(f: &Func, fused: &Fused, order: &[usize]) -> Vec<usize> {
     let n = f.insts.len();
     let mut producer: Vec<Option<usize>> = vec![None; f.values.len()];
     for (i, inst) in f.insts.iter().enumerate() {
@@ -214,11 +219,67 @@ pub fn reorder(f: &Func, fused: &Fused, order: &[usize]) -> Result<Func, VerifyE
     for i in 0..n {
         place(i, &mut placed, &mut insts);
     }
+    insts
+}
+
+/// `f` with the instructions `placement` (indices into `f`, each once, operands first), values
+/// renumbered in definition order.
+pub fn permute(f: &Func, placement: &[usize]) -> Result<Func, VerifyError> {
     let permuted = Func {
-        insts: insts.iter().map(|&i| f.insts[i].clone()).collect(),
+        insts: placement.iter().map(|&i| f.insts[i].clone()).collect(),
         ..f.clone()
     };
     crate::canon::rebuild(&permuted, |_, _, _| Ok(None))
+}
+
+/// `fused` carried over to [`reorder`]'s function, whose instructions are `placement` (from
+/// [`placement`]): the same kernels reading and writing the same values under their new numbers
+/// (what fusing the reordered function gives, when fusion makes the same choices there).
+pub fn carried(f: &Func, fused: &Fused, placement: &[usize]) -> Fused {
+    let mut at = vec![0; placement.len()];
+    for (k, &i) in placement.iter().enumerate() {
+        at[i] = k;
+    }
+    let mut value = vec![ValueId(0); f.values.len()];
+    for (k, p) in f.params.iter().enumerate() {
+        value[p.index()] = ValueId(k as u32);
+    }
+    let mut next = f.params.len() as u32;
+    for &i in placement {
+        for r in &f.insts[i].results {
+            value[r.index()] = ValueId(next);
+            next += 1;
+        }
+    }
+    let values = |vs: &Vec<ValueId>| vs.iter().map(|v| value[v.index()]).collect::<Vec<_>>();
+    Fused {
+        kernels: placement
+            .iter()
+            .map(|&i| fused.kernels[i].clone())
+            .collect(),
+        operands: placement
+            .iter()
+            .map(|&i| values(&fused.operands[i]))
+            .collect(),
+        inlined: placement.iter().map(|&i| fused.inlined[i]).collect(),
+        members: placement
+            .iter()
+            .map(|&i| {
+                let mut m: Vec<usize> = fused.members[i].iter().map(|&u| at[u]).collect();
+                m.sort_unstable();
+                m
+            })
+            .collect(),
+        decisions: placement
+            .iter()
+            .map(|&i| fused.decisions[i].clone())
+            .collect(),
+        merged_into: placement
+            .iter()
+            .map(|&i| fused.merged_into[i].map(|j| at[j]))
+            .collect(),
+        extra: placement.iter().map(|&i| values(&fused.extra[i])).collect(),
+    }
 }
 
 #[cfg(test)]
@@ -268,6 +329,45 @@ mod tests {
         // Outputs keep their order and types.
         assert_eq!(g.output_types, f.output_types);
         assert_eq!(g.param_types(), f.param_types());
+    }
+
+    /// The kernels carried over to the reordered program are those fusing it again gives (the
+    /// kernels, what they read and write, what is inlined and merged), on programs whose steps
+    /// move.
+    #[test]
+    fn carried_kernels_are_those_of_fusing_again() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/filetests/plan");
+        let mut moved = 0;
+        let mut srcs = vec![BRANCHES.to_string()];
+        for e in std::fs::read_dir(dir).unwrap() {
+            srcs.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+        }
+        for src in &srcs {
+            let f = parse(src);
+            let fused = fused_kernels(&f, &crate::Options::default());
+            let order = step_order(&f, &fused, &[]);
+            let placed = placement(&f, &fused, &order);
+            if placed.windows(2).all(|w| w[0] < w[1]) {
+                continue;
+            }
+            moved += 1;
+            let g = permute(&f, &placed).unwrap();
+            let (a, b) = (
+                carried(&f, &fused, &placed),
+                fused_kernels(&g, &crate::Options::default()),
+            );
+            assert_eq!(
+                format!("{:?}", a.kernels),
+                format!("{:?}", b.kernels),
+                "{f}"
+            );
+            assert_eq!(a.operands, b.operands, "{f}");
+            assert_eq!(a.inlined, b.inlined, "{f}");
+            assert_eq!(a.merged_into, b.merged_into, "{f}");
+            assert_eq!(a.extra, b.extra, "{f}");
+            assert_eq!(a.members, b.members, "{f}");
+        }
+        assert!(moved >= 3, "{moved} programs reordered");
     }
 
     #[test]

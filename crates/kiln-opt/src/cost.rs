@@ -99,6 +99,10 @@ pub fn elements(shape: &[usize]) -> f64 {
         .min(i64::MAX as f64)
 }
 
+/// What every op node costs on top of its work, so that of equal programs the smaller one wins
+/// and the choice graph has no cycles.
+pub const NODE: f64 = 1e-3;
+
 /// The cost of every op node, for egg's extractor.
 pub struct CostModel<'a> {
     eg: &'a EGraph,
@@ -113,9 +117,6 @@ impl<'a> CostModel<'a> {
 
     /// The node's own cost, without its children's.
     pub fn node_cost(&self, n: &Node) -> f64 {
-        // Every op costs a little, so that of equal programs the smaller one wins and the
-        // choice graph has no cycles.
-        const NODE: f64 = 1e-3;
         let kind = match &n.head {
             Head::Param(..) | Head::Meta(_) => return 0.0,
             Head::Get(_) => return NODE,
@@ -124,63 +125,73 @@ impl<'a> CostModel<'a> {
         let Some(m) = meta(self.eg, n.children[0]) else {
             return NODE;
         };
-        let numel = |t: &kiln_ir::TensorType| elements(&t.shape);
-        let out: f64 = m.types.iter().map(numel).sum();
-        let bytes: f64 = m
-            .types
-            .iter()
-            .map(|t| numel(t) * t.dtype.bytes() as f64)
-            .sum();
-        let mk = &self.machine;
-        let materialize = 2.0 * bytes * mk.byte_ns();
         let operand = |i: usize| self.eg[n.operands()[i]].data.ty().cloned();
-        NODE + match (&m.op, kind) {
-            (Op::Constant { .. }, OpKind::Constant) => {
-                if out <= 1.0 {
-                    0.0
-                } else {
-                    bytes * mk.byte_ns()
-                }
+        NODE + op_cost(&self.machine, &m.op, kind, &m.types, operand)
+    }
+}
+
+/// The cost of an op of `kind` with the attributes of `op`, result types `types` and operand
+/// types `operand(i)`, without the per-node constant (see [`CostModel::node_cost`]).
+pub fn op_cost(
+    mk: &Machine,
+    op: &Op,
+    kind: OpKind,
+    types: &[kiln_ir::TensorType],
+    operand: impl Fn(usize) -> Option<kiln_ir::TensorType>,
+) -> f64 {
+    let numel = |t: &kiln_ir::TensorType| elements(&t.shape);
+    let out: f64 = types.iter().map(numel).sum();
+    let bytes: f64 = types
+        .iter()
+        .map(|t| numel(t) * t.dtype.bytes() as f64)
+        .sum();
+    let materialize = 2.0 * bytes * mk.byte_ns();
+    match (op, kind) {
+        (Op::Constant { .. }, OpKind::Constant) => {
+            if out <= 1.0 {
+                0.0
+            } else {
+                bytes * mk.byte_ns()
             }
-            (Op::DotGeneral { .. }, OpKind::DotGeneral) => {
-                let k: f64 = match (&m.op, operand(0)) {
-                    (
-                        Op::DotGeneral {
-                            lhs_contracting_dimensions,
-                            ..
-                        },
-                        Some(lhs),
-                    ) => elements(
-                        &lhs_contracting_dimensions
-                            .iter()
-                            .map(|&d| usize::try_from(d).ok().and_then(|d| lhs.shape.get(d)))
-                            .map(|d| d.copied().unwrap_or(1))
-                            .collect::<Vec<_>>(),
-                    ),
-                    _ => 1.0,
-                };
-                out * k * mk.fma_ns() + materialize
-            }
-            (_, OpKind::Convolution) => {
-                let k = operand(1).map_or(1.0, |w| {
-                    numel(&w) / w.shape.first().copied().unwrap_or(1).max(1) as f64
-                });
-                // Bounded like a count, so that the product below stays finite.
-                let k = k.min(i64::MAX as f64);
-                out * k * mk.fma_ns() + materialize
-            }
-            (_, OpKind::Reduce) => {
-                let input = operand(0).map_or(out, |t| numel(&t));
-                input * mk.element_ns() + materialize
-            }
-            _ if kind.props().contains(Props::ELEMENTWISE)
-                || kind.props().contains(Props::LAYOUT)
-                || matches!(kind, OpKind::Iota) =>
-            {
-                out * weight(kind) * mk.element_ns()
-            }
-            _ => 4.0 * out * mk.element_ns() + materialize,
         }
+        (Op::DotGeneral { .. }, OpKind::DotGeneral) => {
+            let k: f64 = match (op, operand(0)) {
+                (
+                    Op::DotGeneral {
+                        lhs_contracting_dimensions,
+                        ..
+                    },
+                    Some(lhs),
+                ) => elements(
+                    &lhs_contracting_dimensions
+                        .iter()
+                        .map(|&d| usize::try_from(d).ok().and_then(|d| lhs.shape.get(d)))
+                        .map(|d| d.copied().unwrap_or(1))
+                        .collect::<Vec<_>>(),
+                ),
+                _ => 1.0,
+            };
+            out * k * mk.fma_ns() + materialize
+        }
+        (_, OpKind::Convolution) => {
+            let k = operand(1).map_or(1.0, |w| {
+                numel(&w) / w.shape.first().copied().unwrap_or(1).max(1) as f64
+            });
+            // Bounded like a count, so that the product below stays finite.
+            let k = k.min(i64::MAX as f64);
+            out * k * mk.fma_ns() + materialize
+        }
+        (_, OpKind::Reduce) => {
+            let input = operand(0).map_or(out, |t| numel(&t));
+            input * mk.element_ns() + materialize
+        }
+        _ if kind.props().contains(Props::ELEMENTWISE)
+            || kind.props().contains(Props::LAYOUT)
+            || matches!(kind, OpKind::Iota) =>
+        {
+            out * weight(kind) * mk.element_ns()
+        }
+        _ => 4.0 * out * mk.element_ns() + materialize,
     }
 }
 

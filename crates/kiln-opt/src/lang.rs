@@ -31,28 +31,8 @@ pub struct Meta {
 impl Meta {
     /// The meta of `op` with `types` as its results.
     pub fn new(op: Op, types: Vec<TensorType>) -> Meta {
-        let mut key = String::new();
-        match &op {
-            Op::Constant { value } => {
-                key.push_str("value=");
-                for b in value.to_le_bytes() {
-                    let _ = write!(key, "{b:02x}");
-                }
-            }
-            _ => {
-                for (name, a) in op.attrs() {
-                    let _ = write!(key, "{name}={a};");
-                }
-            }
-        }
-        for t in &types {
-            let _ = write!(key, "->{t}");
-        }
-        Meta {
-            op,
-            types,
-            key: key.into_bytes(),
-        }
+        let key = meta_key(&op, &types);
+        Meta { op, types, key }
     }
 
     /// A meta with no attributes and one result type (for elementwise ops).
@@ -81,6 +61,28 @@ impl Meta {
         };
         Op::from_attrs(kind, &attrs, &ctx).ok()
     }
+}
+
+/// What makes two metas equal: the attribute texts (a constant's bytes) and the result types.
+pub(crate) fn meta_key(op: &Op, types: &[TensorType]) -> Vec<u8> {
+    let mut key = String::new();
+    match op {
+        Op::Constant { value } => {
+            key.push_str("value=");
+            for b in value.to_le_bytes() {
+                let _ = write!(key, "{b:02x}");
+            }
+        }
+        _ => {
+            for (name, a) in op.attrs() {
+                let _ = write!(key, "{name}={a};");
+            }
+        }
+    }
+    for t in types {
+        let _ = write!(key, "->{t}");
+    }
+    key.into_bytes()
 }
 
 impl PartialEq for Meta {

@@ -5,7 +5,9 @@
 //! ([`rules`]: algebra, layout, reductions; each one line, tagged `exact` or `reassoc`) grow it
 //! until it saturates or a limit is hit, constant folding runs as the e-graph's analysis
 //! ([`analysis`]), and extraction picks the cheapest program under the cost model ([`cost`]),
-//! each value paid for once ([`extract`]).
+//! each value paid for once ([`extract`]). A program longer than [`Options::region_insts`] is
+//! optimized in regions of consecutive instructions, each under limits in proportion to its size,
+//! and stitched back together ([`region`]), so the work grows linearly with the program.
 //!
 //! ```
 //! use kiln_ir::parse_func_text;
@@ -22,12 +24,13 @@ pub mod analysis;
 pub mod cost;
 pub mod extract;
 pub mod lang;
+pub mod region;
 pub mod rules;
 pub mod tree;
 
 use analysis::{EGraph, Facts, meta};
 use cost::{CostModel, Machine};
-use egg::{Id, Runner, StopReason};
+use egg::{Id, Rewrite, Runner, StopReason};
 use kiln_ir::{Builder, Func, ValueId};
 use lang::{Head, Meta, Node, is_tuple};
 use std::collections::HashMap;
@@ -41,15 +44,21 @@ use tree::TreeCosts;
 pub struct Options {
     /// Also run `reassoc` rules (equal up to rounding), like `-ffast-math`.
     pub fast_math: bool,
-    /// Stop growing the e-graph past this many nodes.
+    /// Stop growing a region's e-graph past this many nodes, for a region of `region_insts`
+    /// instructions; a smaller one gets a proportional share, at least a quarter
+    /// ([`Options::node_limit_for`]).
     pub node_limit: usize,
-    /// Stop after this many rounds of rule application.
+    /// Stop after this many rounds of rule application (per region).
     pub iter_limit: usize,
-    /// Stop after this long (a safety net; the node and round limits stop first in practice,
-    /// which keeps the output deterministic).
+    /// Stop a region after this long (a safety net; the node and round limits stop first in
+    /// practice, which keeps the output deterministic). A program's total is this times its
+    /// number of regions.
     pub time_limit: Duration,
     /// The machine the cost model estimates for.
     pub machine: Machine,
+    /// The most instructions saturated together: a longer program is cut into regions of at
+    /// most this many consecutive instructions, each optimized alone ([`region`]).
+    pub region_insts: usize,
 }
 
 impl Default for Options {
@@ -60,16 +69,31 @@ impl Default for Options {
             iter_limit: 12,
             time_limit: Duration::from_secs(5),
             machine: Machine::host(),
+            region_insts: 2_000,
         }
+    }
+}
+
+impl Options {
+    /// The node limit of a region of `insts` instructions: `node_limit` for `region_insts`,
+    /// in proportion for fewer, but no less than for a quarter of `region_insts`.
+    pub fn node_limit_for(&self, insts: usize) -> usize {
+        let full = self.region_insts.max(1);
+        let n = insts.clamp(full.div_ceil(4), full);
+        (self.node_limit as u128 * n as u128 / full as u128).max(1) as usize
     }
 }
 
 /// What one optimization did.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
-    /// Why saturation stopped: `saturated`, or the limit that was hit.
+    /// Why saturation stopped: `saturated`, or the limit that was hit (with several regions:
+    /// each reason and how many regions it stopped).
     pub stop: String,
-    /// Rounds of rule application.
+    /// Regions optimized one by one (1 unless the program is longer than
+    /// [`Options::region_insts`]).
+    pub regions: usize,
+    /// Rounds of rule application (the most any region took).
     pub iterations: usize,
     /// E-nodes and e-classes at the end.
     pub nodes: usize,
@@ -90,18 +114,31 @@ pub struct Report {
     pub dag_changed: usize,
     /// Rule applications dropped because they would change a type (must be zero).
     pub type_mismatches: usize,
+    /// The work saturation and extraction did, counted in nodes rather than time: per region,
+    /// the e-graph's nodes at the end times its rounds (each round searches every class) plus
+    /// the classes extraction's improvement rounds visited; summed over the regions.
+    pub work: usize,
     /// For each value of the result whose class held other programs: the op kept and the
-    /// cheapest alternatives rejected, with their costs (one line each, in value order).
+    /// cheapest alternatives rejected, with their costs (one line each, in value order; left
+    /// empty for programs of several regions).
     pub rejected: Vec<String>,
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "stop: {} after {} rounds; {} nodes in {} classes; {} folded",
-            self.stop, self.iterations, self.nodes, self.classes, self.folded
-        )?;
+        if self.regions > 1 {
+            writeln!(
+                f,
+                "stop: {} in {} regions, at most {} rounds; {} nodes in {} classes; {} folded",
+                self.stop, self.regions, self.iterations, self.nodes, self.classes, self.folded
+            )?;
+        } else {
+            writeln!(
+                f,
+                "stop: {} after {} rounds; {} nodes in {} classes; {} folded",
+                self.stop, self.iterations, self.nodes, self.classes, self.folded
+            )?;
+        }
         writeln!(
             f,
             "cost: {:.1} ns -> {:.1} ns (estimated)",
@@ -133,6 +170,12 @@ impl fmt::Display for Report {
 
 /// Adds `f` to `eg`; returns the classes of its outputs.
 pub fn add_func(eg: &mut EGraph, f: &Func) -> Vec<Id> {
+    add_func_nodes(eg, f).0
+}
+
+/// [`add_func`], also returning each instruction's op node as added and its class.
+fn add_func_nodes(eg: &mut EGraph, f: &Func) -> (Vec<Id>, Vec<(Id, Node)>) {
+    let mut ops = Vec::with_capacity(f.insts.len());
     let mut val: Vec<Option<Id>> = vec![None; f.values.len()];
     for (i, &p) in f.params.iter().enumerate() {
         let ty = f.values[p.index()].clone();
@@ -151,10 +194,12 @@ pub fn add_func(eg: &mut EGraph, f: &Func) -> Vec<Id> {
         let mut children = vec![m];
         children.extend(inst.operands.iter().map(|o| val[o.index()].expect("SSA")));
         let kind = inst.op.kind();
-        let id = eg.add(Node {
+        let node = Node {
             head: Head::Op(kind),
             children,
-        });
+        };
+        let id = eg.add(node.clone());
+        ops.push((id, node));
         if is_tuple(kind) {
             for (j, r) in inst.results.iter().enumerate() {
                 val[r.index()] = Some(eg.add(Node {
@@ -166,9 +211,25 @@ pub fn add_func(eg: &mut EGraph, f: &Func) -> Vec<Id> {
             val[inst.results[0].index()] = Some(id);
         }
     }
-    f.outputs
+    let roots = f
+        .outputs
         .iter()
         .map(|o| val[o.index()].expect("SSA"))
+        .collect();
+    (roots, ops)
+}
+
+/// Per instruction added as `ops` (from [`add_func_nodes`]): its class in the grown e-graph
+/// and the index of its own node there (rules merge classes, never drop nodes).
+fn program_nodes(eg: &EGraph, ops: &[(Id, Node)]) -> Vec<(Id, usize)> {
+    ops.iter()
+        .filter_map(|(id, node)| {
+            let c = eg.find(*id);
+            let mut canonical = node.clone();
+            canonical.children.iter_mut().for_each(|k| *k = eg.find(*k));
+            let k = eg[c].nodes.iter().position(|n| *n == canonical)?;
+            Some((c, k))
+        })
         .collect()
 }
 
@@ -249,18 +310,50 @@ fn stop_text(reason: &Option<StopReason>) -> String {
     }
 }
 
-/// The e-graph of `f` grown by the rules `opts` allows, and the classes of `f`'s outputs.
-fn saturate(f: &Func, opts: &Options) -> (Runner<Node, Facts>, Vec<Id>) {
+/// How many matches a rule may have in a round before egg's scheduler sets it aside for a few
+/// rounds, for a program of `insts` instructions: egg's 1,000, or two per instruction if that
+/// is more, so that a rule matching each step of a long region (an operand swap) is not set
+/// aside and revisited over extra rounds, which made rounds grow with the region.
+fn match_limit_for(insts: usize) -> usize {
+    1_000usize.max(2 * insts)
+}
+
+/// The rewrites of the rules `fast_math` allows (read from the rule files once).
+fn cached_rules(fast_math: bool) -> &'static [Rewrite<Node, Facts>] {
+    static EXACT: std::sync::OnceLock<Vec<Rewrite<Node, Facts>>> = std::sync::OnceLock::new();
+    static FAST: std::sync::OnceLock<Vec<Rewrite<Node, Facts>>> = std::sync::OnceLock::new();
+    let cell = if fast_math { &FAST } else { &EXACT };
+    cell.get_or_init(|| rules::rewrites(fast_math))
+}
+
+/// An e-graph grown from a program by the rules.
+struct Grown {
+    /// The runner, holding the e-graph and what each round did.
+    runner: Runner<Node, Facts>,
+    /// The classes of the program's outputs.
+    roots: Vec<Id>,
+    /// Each instruction's class and the index of its own node there.
+    own: Vec<(Id, usize)>,
+}
+
+/// The e-graph of `f` grown by the rules `opts` allows, under the limits of a region of `f`'s
+/// size.
+fn saturate(f: &Func, opts: &Options) -> Grown {
     let mut eg = EGraph::new(Facts::default());
-    let roots = add_func(&mut eg, f);
+    let (roots, ops) = add_func_nodes(&mut eg, f);
     eg.rebuild();
     let runner = Runner::<Node, Facts>::default()
+        .with_scheduler(
+            egg::BackoffScheduler::default()
+                .with_initial_match_limit(match_limit_for(f.insts.len())),
+        )
         .with_egraph(eg)
-        .with_node_limit(opts.node_limit)
+        .with_node_limit(opts.node_limit_for(f.insts.len()))
         .with_iter_limit(opts.iter_limit)
         .with_time_limit(opts.time_limit)
-        .run(&rules::rewrites(opts.fast_math));
-    (runner, roots)
+        .run(cached_rules(opts.fast_math));
+    let own = program_nodes(&runner.egraph, &ops);
+    Grown { runner, roots, own }
 }
 
 thread_local! {
@@ -272,23 +365,139 @@ pub fn runs_on_this_thread() -> usize {
     RUNS.with(|r| r.get())
 }
 
-/// Optimizes `f`: saturates with the rules `opts` allows, then extracts the cheapest program.
+/// Optimizes `f`: saturates with the rules `opts` allows, then extracts the cheapest program;
+/// a program longer than [`Options::region_insts`] region by region ([`region`]).
 ///
 /// The result computes what `f` computes (bit for bit unless `fast_math`), verifies, and is the
 /// same for the same input and options.
 pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
     RUNS.with(|r| r.set(r.get() + 1));
     kiln_ir::verify(f).map_err(|e| e.to_string())?;
-    let cost_before = {
+    let (out, report) = if f.insts.len() <= opts.region_insts {
+        optimize_region(f, opts, true)?
+    } else {
+        let regions = region::split(f, opts.region_insts);
+        let done = optimize_regions(&regions, opts)?;
+        let (funcs, reports): (Vec<Func>, Vec<Report>) = done.into_iter().unzip();
+        let out = region::stitch(f, &regions, &funcs);
+        let mut report = merge_reports(&reports);
+        report.cost_before = region::program_cost(f, opts.machine);
+        report.cost_after = region::deduped_cost(&out, opts.machine);
+        (out, report)
+    };
+    kiln_ir::verify(&out).map_err(|e| format!("the optimized program does not verify: {e}"))?;
+    Ok((out, report))
+}
+
+/// Each region optimized (on as many threads as the machine runs, each taking the next region
+/// in order; the results do not depend on which thread took which).
+fn optimize_regions(
+    regions: &[region::Region],
+    opts: &Options,
+) -> Result<Vec<(Func, Report)>, String> {
+    let one = |k: usize| -> Result<(Func, Report), String> {
+        let g = &regions[k].func;
+        if g.outputs.is_empty() {
+            // Nothing of it is used later.
+            let mut empty = g.clone();
+            empty.insts.clear();
+            let report = Report {
+                stop: "saturated".into(),
+                ..Report::default()
+            };
+            return Ok((empty, report));
+        }
+        optimize_region(g, opts, false)
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(regions.len());
+    if threads <= 1 {
+        return (0..regions.len()).map(one).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<Option<Result<(Func, Report), String>>> =
+        (0..regions.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if k >= regions.len() {
+                            return mine;
+                        }
+                        mine.push((k, one(k)));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            match w.join() {
+                Ok(mine) => mine.into_iter().for_each(|(k, r)| done[k] = Some(r)),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    done.into_iter()
+        .map(|r| r.expect("every region optimized"))
+        .collect()
+}
+
+/// The report of a program optimized in regions: sums, the most rounds, and the reasons to
+/// stop with how many regions each stopped (`saturated x3, node limit (5001) x1`); the costs
+/// before and after are left to the caller.
+fn merge_reports(reports: &[Report]) -> Report {
+    let mut stops: Vec<(String, usize)> = Vec::new();
+    let mut applied: HashMap<String, usize> = HashMap::new();
+    let mut out = Report {
+        regions: reports.len(),
+        ..Report::default()
+    };
+    for r in reports {
+        match stops.iter_mut().find(|s| s.0 == r.stop) {
+            Some(s) => s.1 += 1,
+            None => stops.push((r.stop.clone(), 1)),
+        }
+        for (rule, n) in &r.applied {
+            *applied.entry(rule.clone()).or_default() += n;
+        }
+        out.iterations = out.iterations.max(r.iterations);
+        out.nodes += r.nodes;
+        out.classes += r.classes;
+        out.folded += r.folded;
+        out.tree_cost += r.tree_cost;
+        out.dag_changed += r.dag_changed;
+        out.type_mismatches += r.type_mismatches;
+        out.work += r.work;
+    }
+    out.stop = stops
+        .iter()
+        .map(|(s, n)| format!("{s} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    out.applied = applied.into_iter().collect();
+    out.applied.sort();
+    out
+}
+
+/// Saturates and extracts `f`, a whole program (`whole`) or one region of one; for a whole
+/// program the report has its cost before and the rejected alternatives. Does not verify the
+/// result.
+fn optimize_region(f: &Func, opts: &Options, whole: bool) -> Result<(Func, Report), String> {
+    let cost_before = if !whole {
+        0.0
+    } else {
         let mut plain = EGraph::new(Facts {
             fold: false,
             ..Facts::default()
         });
         let roots = add_func(&mut plain, f);
         plain.rebuild();
-        extract::extract(&plain, &roots, opts.machine).cost
+        extract::program_cost(&plain, &roots, opts.machine)
     };
-    let (runner, roots) = saturate(f, opts);
+    let Grown { runner, roots, own } = saturate(f, opts);
     let eg = &runner.egraph;
     let mut applied: HashMap<String, usize> = HashMap::new();
     for it in &runner.iterations {
@@ -300,13 +509,16 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
     applied.sort();
     let model = CostModel::new(eg, opts.machine);
     let ex = TreeCosts::new(eg, &model);
-    let chosen = extract::extract(eg, &roots, opts.machine);
+    let chosen = extract::extract_with(eg, &roots, &model, &ex, &own);
     let (out, values) = build_func_with_values(eg, f, &roots, |c| chosen.node(eg, c).clone())?;
-    let rejected = rejected_alternatives(eg, &ex, &chosen, &model, &values);
-    kiln_ir::verify(&out).map_err(|e| format!("the optimized program does not verify: {e}"))?;
-    let stop = stop_text(&runner.stop_reason);
+    let rejected = if whole {
+        rejected_alternatives(eg, &ex, &chosen, &model, &values)
+    } else {
+        Vec::new()
+    };
     let report = Report {
-        stop,
+        stop: stop_text(&runner.stop_reason),
+        regions: 1,
         iterations: runner.iterations.len(),
         nodes: eg.total_number_of_nodes(),
         classes: eg.number_of_classes(),
@@ -317,6 +529,7 @@ pub fn optimize(f: &Func, opts: &Options) -> Result<(Func, Report), String> {
         tree_cost: chosen.tree_cost,
         dag_changed: chosen.changed,
         type_mismatches: eg.analysis.type_mismatches,
+        work: eg.total_number_of_nodes() * runner.iterations.len() + chosen.visits,
         rejected,
     };
     Ok((out, report))
@@ -429,13 +642,38 @@ pub fn rewrite_once(f: &Func, rule: &str) -> Result<Vec<Func>, String> {
 /// type, its nodes (`op(attrs) c1 c2`), the cost of each node's cheapest program, and `*` on the
 /// node extraction picks. Deterministic: classes in the order a walk from the outputs meets
 /// them, nodes in the e-graph's order.
+///
+/// A program longer than [`Options::region_insts`] prints each region's e-graph in turn, under
+/// a line naming its instructions.
 pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
     kiln_ir::verify(f).map_err(|e| e.to_string())?;
-    let (runner, roots) = saturate(f, opts);
+    if f.insts.len() <= opts.region_insts {
+        return Ok(dump_region(f, opts));
+    }
+    let regions = region::split(f, opts.region_insts);
+    let mut s = String::new();
+    for (k, r) in regions.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "// region {} of {}: instructions {}..{} of @{}",
+            k + 1,
+            regions.len(),
+            r.range.start,
+            r.range.end,
+            f.name
+        );
+        s.push_str(&dump_region(&r.func, opts));
+    }
+    Ok(s)
+}
+
+/// [`dump_egraph`] of one region (or a whole program of one).
+fn dump_region(f: &Func, opts: &Options) -> String {
+    let Grown { runner, roots, own } = saturate(f, opts);
     let eg = &runner.egraph;
     let model = CostModel::new(eg, opts.machine);
     let ex = TreeCosts::new(eg, &model);
-    let chosen = extract::extract(eg, &roots, opts.machine);
+    let chosen = extract::extract_with(eg, &roots, &model, &ex, &own);
     let mut order: Vec<Id> = Vec::new();
     let mut seen: std::collections::HashSet<Id> = std::collections::HashSet::new();
     let mut stack: Vec<Id> = roots.iter().rev().map(|&r| eg.find(r)).collect();
@@ -521,7 +759,7 @@ pub fn dump_egraph(f: &Func, opts: &Options) -> Result<String, String> {
         stop_text(&runner.stop_reason),
         runner.iterations.len()
     );
-    Ok(s)
+    s
 }
 
 /// The optimized program and report as text (for dumps and snapshots).

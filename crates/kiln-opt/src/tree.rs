@@ -17,13 +17,23 @@ use crate::cost::CostModel;
 use crate::lang::Node;
 use egg::Id;
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+/// Each class's position in `ids`, indexed by class id (`usize::MAX` for ids not in it).
+pub(crate) fn positions(ids: &[Id]) -> Vec<usize> {
+    let len = ids.iter().map(|&c| usize::from(c) + 1).max().unwrap_or(0);
+    let mut pos = vec![usize::MAX; len];
+    for (i, &c) in ids.iter().enumerate() {
+        pos[usize::from(c)] = i;
+    }
+    pos
+}
 
 /// Each class's cheapest tree: its cost and the node at its root.
 pub struct TreeCosts<'a> {
     eg: &'a EGraph,
     /// Class id -> position in the e-graph's class order.
-    pos: HashMap<Id, usize>,
+    pos: Vec<usize>,
     /// Per position: (cost, node index), once the class has a finite tree.
     best: Vec<Option<(f64, usize)>>,
     ids: Vec<Id>,
@@ -43,7 +53,7 @@ impl<'a> TreeCosts<'a> {
     /// The cheapest tree of every class of `eg` under `model`.
     pub fn new(eg: &'a EGraph, model: &CostModel) -> TreeCosts<'a> {
         let ids: Vec<Id> = eg.classes().map(|c| c.id).collect();
-        let pos: HashMap<Id, usize> = ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let pos = positions(&ids);
         // Per position: each node's own cost and its children's positions.
         let mut own: Vec<Vec<f64>> = Vec::with_capacity(ids.len());
         let mut kids: Vec<Vec<Vec<usize>>> = Vec::with_capacity(ids.len());
@@ -53,7 +63,12 @@ impl<'a> TreeCosts<'a> {
             own.push(nodes.iter().map(|n| model.node_cost(n)).collect());
             let ks: Vec<Vec<usize>> = nodes
                 .iter()
-                .map(|n| n.children.iter().map(|&k| pos[&eg.find(k)]).collect())
+                .map(|n| {
+                    n.children
+                        .iter()
+                        .map(|&k| pos[usize::from(eg.find(k))])
+                        .collect()
+                })
                 .collect();
             for &k in ks.iter().flatten() {
                 if parents[k].last() != Some(&p) {
@@ -109,7 +124,7 @@ impl<'a> TreeCosts<'a> {
     }
 
     fn at(&self, c: Id) -> (f64, usize) {
-        let p = self.pos[&self.eg.find(c)];
+        let p = self.pos[usize::from(self.eg.find(c))];
         self.best[p].unwrap_or_else(|| panic!("class {} has no finite tree", self.ids[p]))
     }
 
@@ -148,7 +163,7 @@ mod tests {
         ];
         for src in srcs {
             let f = parse_func_text(src).unwrap();
-            let (runner, _) = saturate(&f, &Options::default());
+            let runner = saturate(&f, &Options::default()).runner;
             let eg = &runner.egraph;
             let model = CostModel::new(eg, Machine::REFERENCE);
             let ours = TreeCosts::new(eg, &model);
@@ -179,7 +194,7 @@ mod tests {
                 ..Config::default()
             };
             let f = random_func(&mut Rng::new(seed), &cfg);
-            let (runner, _) = saturate(&f, &Options::default());
+            let runner = saturate(&f, &Options::default()).runner;
             let eg = &runner.egraph;
             let model = CostModel::new(eg, Machine::REFERENCE);
             let ours = TreeCosts::new(eg, &model);

@@ -3,6 +3,7 @@
 use super::{Fused, MAX_MERGED_NODES, map_inputs, nodes, step_reads};
 use crate::kernel::{Kernel, Schedule};
 use kiln_ir::{Func, ValueId};
+use std::collections::HashMap;
 
 /// Multi-output fusion: loop-nest kernels over the same index space (output shape) run as one
 /// loop nest writing several outputs. Kernel `i` merges into a later kernel `j` when nothing
@@ -21,28 +22,54 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
         .iter()
         .map(|k| k.as_ref().map_or(0, size))
         .collect();
-    for j in 0..n {
-        match &out.kernels[j] {
-            Some(k) if k.schedule == Schedule::Nest => {}
-            _ => continue,
+    // The steps reading each value, in order, kept up to date as kernels merge: what kernel
+    // `i` writes is read before kernel `j` runs when its first reader after `i` is at most `j`
+    // (scanning the steps between every pair made this quadratic on long programs).
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); f.values.len()];
+    for u in 0..n {
+        for v in step_reads(f, out, u) {
+            let r = &mut readers[v.index()];
+            if r.last() != Some(&u) {
+                r.push(u);
+            }
         }
-        for i in (0..j).rev() {
-            let Some(ki) = &out.kernels[i] else { continue };
-            let kj = out.kernels[j].as_ref().expect("checked above");
-            if ki.schedule != Schedule::Nest
-                || ki.out.shape != kj.out.shape
-                || sizes[i] + sizes[j] > MAX_MERGED_NODES
-            {
+    }
+    let read_by = |readers: &[Vec<usize>], v: ValueId, i: usize, j: usize| {
+        let r = &readers[v.index()];
+        r.get(r.partition_point(|&u| u <= i))
+            .is_some_and(|&u| u <= j)
+    };
+    // Per output shape: the earlier loop-nest kernels a later one may still take in, by index.
+    // A kernel leaves when it merges, or when a step after it reads what it writes: that step
+    // keeps reading it, or merges into a later kernel, which then reads it, so no later kernel
+    // could take it in either.
+    let mut open: HashMap<Vec<usize>, Vec<usize>> = HashMap::new();
+    // Per kernel: the instructions whose results it writes as extra outputs.
+    let mut merged: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for j in 0..n {
+        let shape = match &out.kernels[j] {
+            Some(k) if k.schedule == Schedule::Nest => k.out.shape.clone(),
+            _ => continue,
+        };
+        let mut candidates = open.remove(&shape).unwrap_or_default();
+        let mut left = Vec::with_capacity(candidates.len() + 1);
+        while let Some(i) = candidates.pop() {
+            if sizes[i] + sizes[j] > MAX_MERGED_NODES {
+                left.push(i);
                 continue;
             }
             // Everything kernel i writes (its result and what merged into it) moves to j.
-            let moved: Vec<ValueId> = std::iter::once(f.insts[i].results[0])
-                .chain(out.extra[i].iter().copied())
-                .collect();
-            if (i + 1..=j).any(|u| step_reads(f, out, u).iter().any(|v| moved.contains(v))) {
+            let result = f.insts[i].results[0];
+            if std::iter::once(&result)
+                .chain(&out.extra[i])
+                .any(|&v| read_by(&readers, v, i, j))
+            {
                 continue;
             }
-            let ki = out.kernels[i].take().expect("checked above");
+            let moved: Vec<ValueId> = std::iter::once(result)
+                .chain(out.extra[i].iter().copied())
+                .collect();
+            let ki = out.kernels[i].take().expect("a candidate has its kernel");
             let mut inputs = out.operands[j].clone();
             let shared = out.operands[i]
                 .iter()
@@ -58,6 +85,16 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
                     }
                 })
                 .collect();
+            // Kernel i's reads become kernel j's.
+            for v in &out.operands[i] {
+                let r = &mut readers[v.index()];
+                if let Ok(k) = r.binary_search(&i) {
+                    r.remove(k);
+                }
+                if let Err(k) = r.binary_search(&j) {
+                    r.insert(k, j);
+                }
+            }
             let kj = out.kernels[j].as_mut().expect("checked above");
             for (ty, body) in std::iter::once((&ki.out, &ki.body))
                 .chain(ki.extra.iter().map(|x| (&x.out, &x.body)))
@@ -73,20 +110,20 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
             out.operands[i].clear();
             out.extra[i].clear();
             out.extra[j].extend(&moved);
-            for m in out.merged_into.iter_mut() {
-                if *m == Some(i) {
-                    *m = Some(j);
-                }
+            let absorbed = std::mem::take(&mut merged[i]);
+            for &m in &absorbed {
+                out.merged_into[m] = Some(j);
             }
             out.merged_into[i] = Some(j);
             sizes[j] = out.kernels[j].as_ref().map_or(0, size);
-            let absorbed = std::mem::take(&mut out.members[i]);
-            out.members[j].extend(absorbed);
+            let members = std::mem::take(&mut out.members[i]);
+            out.members[j].extend(members);
             out.members[j].sort_unstable();
             out.members[j].dedup();
             let by_i = format!("written by #{i}'s");
-            for (u, d) in out.decisions.iter_mut().enumerate() {
-                if u == i || out.merged_into[u] == Some(j) && d.starts_with(&by_i) {
+            for &u in std::iter::once(&i).chain(&absorbed) {
+                let d = &mut out.decisions[u];
+                if u == i || d.starts_with(&by_i) {
                     *d = format!(
                         "written by #{j}'s kernel: multi-output fusion over the same index space \
                          {:?} ({shared} input buffer(s) shared), nothing reads it before #{j}",
@@ -94,7 +131,12 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
                     );
                 }
             }
+            merged[j].push(i);
+            merged[j].extend(absorbed);
         }
+        left.reverse();
+        left.push(j);
+        open.insert(shape, left);
         // The extra outputs' pointers follow the inputs.
         let ninputs = out.operands[j].len();
         if let Some(k) = out.kernels[j].as_mut() {
@@ -102,5 +144,142 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
                 x.slot = ninputs + e;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::random::{Config, Rng, random_func};
+
+    /// The pairwise form [`merge_siblings`] replaced: every earlier kernel tried for each
+    /// kernel, scanning the steps between them for a reader.
+    fn merge_pairwise(f: &Func, out: &mut Fused) {
+        let n = f.insts.len();
+        let size =
+            |k: &Kernel| nodes(&k.body) + k.extra.iter().map(|e| nodes(&e.body)).sum::<usize>();
+        // Each kernel's size, kept up to date as kernels merge (walking the bodies for every pair
+        // made this quadratic in the bodies' size on long programs).
+        let mut sizes: Vec<usize> = out
+            .kernels
+            .iter()
+            .map(|k| k.as_ref().map_or(0, size))
+            .collect();
+        for j in 0..n {
+            match &out.kernels[j] {
+                Some(k) if k.schedule == Schedule::Nest => {}
+                _ => continue,
+            }
+            for i in (0..j).rev() {
+                let Some(ki) = &out.kernels[i] else { continue };
+                let kj = out.kernels[j].as_ref().expect("checked above");
+                if ki.schedule != Schedule::Nest
+                    || ki.out.shape != kj.out.shape
+                    || sizes[i] + sizes[j] > MAX_MERGED_NODES
+                {
+                    continue;
+                }
+                // Everything kernel i writes (its result and what merged into it) moves to j.
+                let moved: Vec<ValueId> = std::iter::once(f.insts[i].results[0])
+                    .chain(out.extra[i].iter().copied())
+                    .collect();
+                if (i + 1..=j).any(|u| step_reads(f, out, u).iter().any(|v| moved.contains(v))) {
+                    continue;
+                }
+                let ki = out.kernels[i].take().expect("checked above");
+                let mut inputs = out.operands[j].clone();
+                let shared = out.operands[i]
+                    .iter()
+                    .filter(|v| inputs.contains(v))
+                    .count();
+                let map: Vec<usize> = out.operands[i]
+                    .iter()
+                    .map(|v| match inputs.iter().position(|w| w == v) {
+                        Some(k) => k,
+                        None => {
+                            inputs.push(*v);
+                            inputs.len() - 1
+                        }
+                    })
+                    .collect();
+                let kj = out.kernels[j].as_mut().expect("checked above");
+                for (ty, body) in std::iter::once((&ki.out, &ki.body))
+                    .chain(ki.extra.iter().map(|x| (&x.out, &x.body)))
+                {
+                    kj.extra.push(crate::kernel::Extra {
+                        out: ty.clone(),
+                        body: map_inputs(body, &|x| map[x]),
+                        slot: 0,
+                    });
+                }
+                kj.vars = kj.vars.max(ki.vars);
+                out.operands[j] = inputs;
+                out.operands[i].clear();
+                out.extra[i].clear();
+                out.extra[j].extend(&moved);
+                for m in out.merged_into.iter_mut() {
+                    if *m == Some(i) {
+                        *m = Some(j);
+                    }
+                }
+                out.merged_into[i] = Some(j);
+                sizes[j] = out.kernels[j].as_ref().map_or(0, size);
+                let absorbed = std::mem::take(&mut out.members[i]);
+                out.members[j].extend(absorbed);
+                out.members[j].sort_unstable();
+                out.members[j].dedup();
+                let by_i = format!("written by #{i}'s");
+                for (u, d) in out.decisions.iter_mut().enumerate() {
+                    if u == i || out.merged_into[u] == Some(j) && d.starts_with(&by_i) {
+                        *d = format!(
+                            "written by #{j}'s kernel: multi-output fusion over the same index space \
+                             {:?} ({shared} input buffer(s) shared), nothing reads it before #{j}",
+                            ki.out.shape
+                        );
+                    }
+                }
+            }
+            // The extra outputs' pointers follow the inputs.
+            let ninputs = out.operands[j].len();
+            if let Some(k) = out.kernels[j].as_mut() {
+                for (e, x) in k.extra.iter_mut().enumerate() {
+                    x.slot = ninputs + e;
+                }
+            }
+        }
+    }
+
+    /// The same multi-output kernels, decisions and all, as trying every pair, on random
+    /// programs and the fusion filetests.
+    #[test]
+    fn merges_as_trying_every_pair_does() {
+        let mut funcs: Vec<Func> = (0..400u64)
+            .map(|seed| {
+                let cfg = Config {
+                    ops: 5 + (seed as usize % 50),
+                    max_rank: 2,
+                    max_dim: 3,
+                    ..Config::default()
+                };
+                random_func(&mut Rng::new(seed), &cfg)
+            })
+            .collect();
+        for dir in ["fused", "plan"] {
+            let dir = format!("{}/../../tests/filetests/{dir}", env!("CARGO_MANIFEST_DIR"));
+            for e in std::fs::read_dir(dir).unwrap() {
+                let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+                funcs.push(kiln_ir::parse_func_text(&text).unwrap());
+            }
+        }
+        let mut merges = 0;
+        for f in &funcs {
+            let before = super::super::fuse_unmerged(f, crate::pipeline::kernels(f), true);
+            let (mut ours, mut theirs) = (before.clone(), before);
+            merge_siblings(f, &mut ours);
+            merge_pairwise(f, &mut theirs);
+            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "{f}");
+            merges += ours.merged_into.iter().flatten().count();
+        }
+        assert!(merges > 100, "only {merges} merges");
     }
 }
