@@ -290,16 +290,16 @@ impl Gen<'_> {
 
     fn step(&mut self) {
         // Large programs drop an instruction whose results grow too large, and favour matrix
-        // products (one step in three).
+        // products (one step in three) and transposes (one in six).
         let saved = self.cfg.elements.map(|_| (self.b.clone(), self.pool.len()));
         let a = *self.rng.pick(&self.pool);
         let t = self.ty(a);
         let d = t.dtype;
         let r = t.rank();
-        let case = if self.cfg.elements.is_some() && self.rng.chance(1.0 / 3.0) {
-            14
-        } else {
-            self.rng.below(26)
+        let case = match self.cfg.elements.map(|_| self.rng.below(6)) {
+            Some(0 | 1) => 14,
+            Some(2) => 9,
+            _ => self.rng.below(26),
         };
         let result: Option<ValueId> = match case {
             0 | 1 => {

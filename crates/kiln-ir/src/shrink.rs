@@ -17,6 +17,11 @@
 //!
 //! Dead instructions and unused parameters are dropped after each change, and values are
 //! numbered densely, as the text form numbers them.
+//!
+//! Failures often depend on the arguments' values, so a variant keeps them ([`Source`]): a
+//! parameter that stays keeps its argument, one whose shape shrank keeps the elements at the
+//! same indices, and one that replaces a value (a cut instruction, an operand) holds the value
+//! the reference computed there, given by the caller.
 
 use crate::attr::{Attr, AttrCtx};
 use crate::{Func, Inst, Literal, Op, OpKind, TensorType, ValueId, verify};
@@ -61,11 +66,37 @@ fn params_mask(f: &Func) -> Vec<bool> {
     m
 }
 
+/// Where a variant's parameter gets its argument, from the program it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// That program's argument `k`.
+    Arg(usize),
+    /// That program's argument `k`, cut to the parameter's smaller shape: the elements at the
+    /// same indices.
+    Block(usize),
+    /// The value of that program's value there (a cut instruction's result, an operand).
+    Value(ValueId),
+}
+
+/// A smaller variant of a program, and where its parameters' arguments come from.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    /// The program.
+    pub func: Func,
+    /// One per parameter.
+    pub sources: Vec<Source>,
+}
+
+/// Value `v` of a program on its arguments (the reference's): `value(f, args, v)`.
+pub type ValueOf<'a> = dyn FnMut(&Func, &[Literal], ValueId) -> Option<Literal> + 'a;
+
 /// What [`shrink`] did.
 #[derive(Clone, Debug)]
 pub struct Shrunk {
     /// The smallest failing program found.
     pub func: Func,
+    /// Its arguments.
+    pub args: Vec<Literal>,
     /// Variants accepted (each smaller and still failing).
     pub steps: usize,
     /// Oracle calls made.
@@ -74,15 +105,26 @@ pub struct Shrunk {
     pub out_of_budget: bool,
 }
 
-/// Shrinks `f`, on which `fails` holds, to a program on which it still holds and no variant
-/// of [`candidates`] does; at most `budget` calls of `fails`. If `fails` does not hold on `f`
-/// itself (a flaky failure), `f` is returned as it is.
-pub fn shrink(f: &Func, budget: usize, fails: &mut dyn FnMut(&Func) -> bool) -> Shrunk {
-    let mut cur = compact(f);
+/// Shrinks `f`, on which `fails` holds with arguments `args`, to a program on which it still
+/// holds (with arguments derived from `args`, see [`Source`]) and no variant of [`candidates`]
+/// does; at most `budget` calls of `fails`. `value(g, args, v)` is value `v` of program `g` on
+/// `args` (the reference's), for the parameter that replaces it; when it gives `None`, the
+/// parameter gets random values. If `fails` does not hold on `f` itself (a flaky failure), `f`
+/// is returned as it is.
+pub fn shrink(
+    f: &Func,
+    args: &[Literal],
+    budget: usize,
+    fails: &mut dyn FnMut(&Func, &[Literal]) -> bool,
+    value: &mut ValueOf<'_>,
+) -> Shrunk {
+    let (mut cur, kept) = compact_keeping(f);
+    let mut cur_args: Vec<Literal> = kept.iter().map(|&k| args[k].clone()).collect();
     let mut tries = 1;
-    if !fails(&cur) {
+    if !fails(&cur, &cur_args) {
         return Shrunk {
             func: f.clone(),
+            args: args.to_vec(),
             steps: 0,
             tries,
             out_of_budget: false,
@@ -91,10 +133,11 @@ pub fn shrink(f: &Func, budget: usize, fails: &mut dyn FnMut(&Func) -> bool) -> 
     let mut steps = 0;
     loop {
         let size = Size::of(&cur);
+        let mut values: Vec<(ValueId, Option<Literal>)> = Vec::new();
         let mut next = None;
         let mut out_of_budget = false;
         for c in candidates(&cur) {
-            if Size::of(&c) >= size {
+            if Size::of(&c.func) >= size {
                 continue;
             }
             if tries >= budget {
@@ -102,19 +145,22 @@ pub fn shrink(f: &Func, budget: usize, fails: &mut dyn FnMut(&Func) -> bool) -> 
                 break;
             }
             tries += 1;
-            if fails(&c) {
-                next = Some(c);
+            let a = arguments(&c, &cur, &cur_args, &mut values, value);
+            if fails(&c.func, &a) {
+                next = Some((c.func, a));
                 break;
             }
         }
         match next {
-            Some(c) => {
-                cur = c;
+            Some((g, a)) => {
+                cur = g;
+                cur_args = a;
                 steps += 1;
             }
             None => {
                 return Shrunk {
                     func: cur,
+                    args: cur_args,
                     steps,
                     tries,
                     out_of_budget,
@@ -124,10 +170,70 @@ pub fn shrink(f: &Func, budget: usize, fails: &mut dyn FnMut(&Func) -> bool) -> 
     }
 }
 
+/// The arguments of variant `c` of `f` (whose arguments are `args`): see [`Source`]. `values`
+/// caches the values of `f` asked of `value`.
+fn arguments(
+    c: &Variant,
+    f: &Func,
+    args: &[Literal],
+    values: &mut Vec<(ValueId, Option<Literal>)>,
+    value: &mut ValueOf<'_>,
+) -> Vec<Literal> {
+    c.sources
+        .iter()
+        .zip(&c.func.params)
+        .map(|(s, p)| {
+            let ty = &c.func.values[p.index()];
+            let got = match *s {
+                Source::Arg(k) => Some(args[k].clone()),
+                Source::Block(k) => block(&args[k], ty),
+                Source::Value(v) => {
+                    if let Some((_, l)) = values.iter().find(|(w, _)| *w == v) {
+                        l.clone()
+                    } else {
+                        let l = value(f, args, v);
+                        values.push((v, l.clone()));
+                        l
+                    }
+                }
+            };
+            got.filter(|l| l.ty() == ty).unwrap_or_else(|| {
+                crate::random::random_literal(&mut crate::random::Rng::new(p.0 as u64), ty)
+            })
+        })
+        .collect()
+}
+
+/// The elements of `l` at the indices of the (elementwise no larger) shape of `t`.
+fn block(l: &Literal, t: &TensorType) -> Option<Literal> {
+    let (old, new) = (l.ty().shape.clone(), &t.shape);
+    if old.len() != new.len() || new.iter().zip(&old).any(|(n, o)| n > o) {
+        return None;
+    }
+    let width = l.dtype().bytes();
+    let bytes = l.to_le_bytes();
+    let strides = crate::strides(&old);
+    let mut out = Vec::with_capacity(t.numel() * width);
+    let mut index = vec![0usize; new.len()];
+    for _ in 0..t.numel() {
+        let at: usize = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
+        out.extend_from_slice(&bytes[at * width..(at + 1) * width]);
+        for d in (0..new.len()).rev() {
+            index[d] += 1;
+            if index[d] < new[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    Literal::from_le_bytes(t.clone(), &out).ok()
+}
+
 /// The variants of `f` that [`shrink`] tries, in order (see the module documentation); each
 /// verifies and is compacted. They are built lazily, so a shrink that accepts an early one
 /// does not build the rest.
-pub fn candidates(f: &Func) -> impl Iterator<Item = Func> + '_ {
+pub fn candidates(f: &Func) -> impl Iterator<Item = Variant> + '_ {
+    let same = |f: &Func| -> Vec<Source> { (0..f.params.len()).map(Source::Arg).collect() };
     let results: Vec<ValueId> = f
         .insts
         .iter()
@@ -140,13 +246,13 @@ pub fn candidates(f: &Func) -> impl Iterator<Item = Func> + '_ {
         .map(move |v| {
             let mut g = f.clone();
             g.outputs = vec![v];
-            g
+            (g, same(f))
         });
     let several = f.outputs.len() > 1;
     let drop_output = (0..f.outputs.len()).filter(move |_| several).map(move |i| {
         let mut g = f.clone();
         g.outputs.remove(i);
-        g
+        (g, same(f))
     });
     let cut = (0..n).rev().map(move |i| cut_inst(f, i));
     let bypass = (0..n).rev().flat_map(move |i| {
@@ -165,7 +271,7 @@ pub fn candidates(f: &Func) -> impl Iterator<Item = Func> + '_ {
             let r = inst.results[0];
             g.insts.remove(i);
             replace_uses(&mut g, r, o);
-            g
+            (g, same(f))
         })
     });
     let is_param = params_mask(f);
@@ -175,10 +281,13 @@ pub fn candidates(f: &Func) -> impl Iterator<Item = Func> + '_ {
             .collect();
         slots.into_iter().map(move |j| {
             let mut g = f.clone();
-            let t = g.values[g.insts[i].operands[j].index()].clone();
+            let o = g.insts[i].operands[j];
+            let t = g.values[o.index()].clone();
             let p = new_param(&mut g, t);
             g.insts[i].operands[j] = p;
-            g
+            let mut sources = same(f);
+            sources.push(Source::Value(o));
+            (g, sources)
         })
     });
     let mut sizes: Vec<usize> = f
@@ -196,15 +305,33 @@ pub fn candidates(f: &Func) -> impl Iterator<Item = Func> + '_ {
             .filter(move |&t| t < s)
             .flat_map(move |t| [false, true].map(|attrs| resize(f, s, t, attrs)))
             .flatten()
+            .map(move |g| {
+                let sources = (0..f.params.len())
+                    .map(|k| {
+                        if g.values[g.params[k].index()] == f.values[f.params[k].index()] {
+                            Source::Arg(k)
+                        } else {
+                            Source::Block(k)
+                        }
+                    })
+                    .collect();
+                (g, sources)
+            })
     });
     single_outputs
         .chain(drop_output)
         .chain(cut)
         .chain(bypass)
         .chain(operand_to_param)
-        .map(|g| compact(&g))
-        .chain(shapes.map(|g| compact(&g)))
-        .filter(|g| verify(g).is_ok())
+        .chain(shapes)
+        .map(|(g, sources): (Func, Vec<Source>)| {
+            let (func, kept) = compact_keeping(&g);
+            Variant {
+                func,
+                sources: kept.iter().map(|&k| sources[k]).collect(),
+            }
+        })
+        .filter(|v| verify(&v.func).is_ok())
 }
 
 /// A new parameter of type `t` (numbered past the others until [`compact`]).
@@ -215,16 +342,18 @@ fn new_param(f: &mut Func, t: TensorType) -> ValueId {
     p
 }
 
-/// `f` with instruction `i`'s results replaced by new parameters.
-fn cut_inst(f: &Func, i: usize) -> Func {
+/// `f` with instruction `i`'s results replaced by new parameters (holding their values).
+fn cut_inst(f: &Func, i: usize) -> (Func, Vec<Source>) {
     let mut g = f.clone();
+    let mut sources: Vec<Source> = (0..f.params.len()).map(Source::Arg).collect();
     let inst = g.insts.remove(i);
     for r in inst.results {
         let t = g.values[r.index()].clone();
         let p = new_param(&mut g, t);
         replace_uses(&mut g, r, p);
+        sources.push(Source::Value(r));
     }
-    g
+    (g, sources)
 }
 
 /// Every use of `from` (operands and outputs) reads `to` instead.
@@ -318,6 +447,11 @@ fn resized_literal(l: &Literal, t: &TensorType) -> Option<Literal> {
 /// parameters, with values numbered densely in definition order: parameters, then each
 /// instruction's results.
 pub fn compact(f: &Func) -> Func {
+    compact_keeping(f).0
+}
+
+/// [`compact`], and the positions in `f.params` of the parameters kept.
+fn compact_keeping(f: &Func) -> (Func, Vec<usize>) {
     let mut live = vec![false; f.values.len()];
     for o in &f.outputs {
         live[o.index()] = true;
@@ -338,11 +472,12 @@ pub fn compact(f: &Func) -> Func {
         values.push(f.values[v.index()].clone());
         map[v.index()]
     };
-    let params: Vec<ValueId> = f
-        .params
+    let kept: Vec<usize> = (0..f.params.len())
+        .filter(|&k| live[f.params[k].index()])
+        .collect();
+    let params: Vec<ValueId> = kept
         .iter()
-        .filter(|p| live[p.index()])
-        .map(|&p| number(p, &mut map, &mut values))
+        .map(|&k| number(f.params[k], &mut map, &mut values))
         .collect();
     let mut insts = Vec::new();
     for (inst, _) in f.insts.iter().zip(&keep).filter(|(_, k)| **k) {
@@ -360,14 +495,15 @@ pub fn compact(f: &Func) -> Func {
     }
     let outputs: Vec<ValueId> = f.outputs.iter().map(|o| map[o.index()]).collect();
     let output_types = outputs.iter().map(|o| values[o.index()].clone()).collect();
-    Func {
+    let g = Func {
         name: f.name.clone(),
         params,
         insts,
         outputs,
         output_types,
         values,
-    }
+    };
+    (g, kept)
 }
 
 /// Whether `f` holds an instruction of `kind` with a result of more than `elements` elements
@@ -403,7 +539,20 @@ pub fn differential_filetest(f: &Func, args: &[Literal], notes: &str) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::random::{Config, Rng, random_func};
+    use crate::random::{Config, Rng, random_func, random_literal};
+
+    fn random_args(f: &Func) -> Vec<Literal> {
+        let mut rng = Rng::new(5);
+        f.param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect()
+    }
+
+    /// No values given for cut instructions: their parameters get random ones.
+    fn no_value(_: &Func, _: &[Literal], _: ValueId) -> Option<Literal> {
+        None
+    }
 
     /// A large random program (40 ops, every result returned) holding an instruction of
     /// `kind` with more than `elements` elements.
@@ -433,8 +582,8 @@ mod tests {
     /// result still fails.
     fn shrinks_to_one_instruction(kind: OpKind, elements: usize) {
         let (seed, f) = planted(kind, elements);
-        let mut fails = |g: &Func| has_large(g, kind, elements);
-        let s = shrink(&f, 100_000, &mut fails);
+        let mut fails = |g: &Func, _: &[Literal]| has_large(g, kind, elements);
+        let s = shrink(&f, &random_args(&f), 100_000, &mut fails, &mut no_value);
         let g = &s.func;
         println!(
             "seed {seed}: {:?} -> {:?} in {} steps, {} tries:\n{g}",
@@ -456,7 +605,11 @@ mod tests {
         );
         // Minimal: no variant still fails.
         for c in candidates(g) {
-            assert!(!fails(&c), "not minimal: {c}");
+            assert!(!fails(&c.func, &[]), "not minimal: {}", c.func);
+        }
+        assert_eq!(s.args.len(), g.params.len());
+        for (a, p) in s.args.iter().zip(&g.params) {
+            assert_eq!(a.ty(), &g.values[p.index()]);
         }
     }
 
@@ -485,13 +638,64 @@ mod tests {
         };
         let src = "func @main(%0: f32[4,5], %1: f32[4,5], %2: f32[5]) -> (f32[4,5], f32[5]) {\n  %3 = multiply %0, %1 : f32[4,5]\n  %4 = add %3, %0 : f32[4,5]\n  %5 = exponential %4 : f32[4,5]\n  %6 = tanh %5 : f32[4,5]\n  %7 = negate %2 : f32[5]\n  return %6, %7\n}\n";
         let f = crate::parse_func_text(src).unwrap();
-        let s = shrink(&f, 10_000, &mut |g| chain(g));
+        let s = shrink(
+            &f,
+            &random_args(&f),
+            10_000,
+            &mut |g, _| chain(g),
+            &mut no_value,
+        );
         let g = &s.func;
         let kinds: Vec<OpKind> = g.insts.iter().map(|i| i.op.kind()).collect();
         assert_eq!(kinds, [OpKind::Add, OpKind::Exponential], "{g}");
         assert_eq!(g.outputs, g.insts[1].results, "{g}");
         assert_eq!(g.values[g.outputs[0].index()].numel(), 6, "{g}");
         assert_eq!(g.params.len(), 2, "{g}");
+    }
+
+    /// A failure that depends on the arguments' values: the program computes `exp(x * y + x)`
+    /// and fails while an argument holds 7 at index 0 and an `exponential` is left. Variants
+    /// keep the arguments of the parameters that stay (cut to smaller shapes at the same
+    /// indices), and a cut `add` becomes a parameter holding the value it computed (here given
+    /// as all sevens), so the shrink ends at the `exponential` of that parameter, one element.
+    #[test]
+    fn variants_keep_the_arguments_a_failure_needs() {
+        let src = "func @main(%0: f32[4,5], %1: f32[4,5], %2: f32[5]) -> (f32[4,5], f32[5]) {\n  %3 = multiply %0, %1 : f32[4,5]\n  %4 = add %3, %0 : f32[4,5]\n  %5 = exponential %4 : f32[4,5]\n  %6 = negate %2 : f32[5]\n  return %5, %6\n}\n";
+        let f = crate::parse_func_text(src).unwrap();
+        let mut args = random_args(&f);
+        let mut x = args[0].to_f64s();
+        x[0] = 7.0;
+        args[0] = Literal::from_f64s(args[0].ty().clone(), &x).unwrap();
+        let mut fails = |g: &Func, a: &[Literal]| {
+            g.insts.iter().any(|i| i.op.kind() == OpKind::Exponential)
+                && a.iter()
+                    .any(|l| l.dtype().is_float() && l.numel() > 0 && l.to_f64s()[0] == 7.0)
+        };
+        let mut asked = Vec::new();
+        let mut value = |g: &Func, _: &[Literal], v: ValueId| {
+            asked.push(g.insts.iter().find(|i| i.results.contains(&v))?.op.kind());
+            let t = g.values[v.index()].clone();
+            Literal::from_f64s(t.clone(), &vec![7.0; t.numel()]).ok()
+        };
+        let s = shrink(&f, &args, 10_000, &mut fails, &mut value);
+        assert_eq!(
+            s.func.to_string(),
+            "func @main(%0: f32[1,1]) -> f32[1,1] {\n  %1 = exponential %0 : f32[1,1]\n  return %1\n}\n"
+        );
+        assert_eq!(s.args[0].to_f64s(), [7.0]);
+        assert!(asked.contains(&OpKind::Add), "{asked:?}");
+    }
+
+    #[test]
+    fn blocks_keep_the_elements_at_their_indices() {
+        let l = Literal::from_i64s(
+            TensorType::new(crate::DType::I32, [2, 3]),
+            &[1, 2, 3, 4, 5, 6],
+        )
+        .unwrap();
+        let b = block(&l, &TensorType::new(crate::DType::I32, [2, 2])).unwrap();
+        assert_eq!(b.to_i64s(), [1, 2, 4, 5]);
+        assert!(block(&l, &TensorType::new(crate::DType::I32, [3, 1])).is_none());
     }
 
     #[test]
