@@ -249,6 +249,9 @@ fn random_programs_agree_with_the_reference() {
             let f = random_func(&mut Rng::new(seed), &config(seed));
             println!("seed {seed}:\n{f}");
             let mut rep = check_random_programs(seed..seed + 1);
+            if rep.large > 0 {
+                println!("large kernels: {:?}", rep.large_kernels);
+            }
             println!(
                 "seconds compiling, running, comparing: {:.2?}",
                 rep.seconds[config(seed).elements.is_some() as usize]

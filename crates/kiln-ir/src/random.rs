@@ -90,7 +90,7 @@ impl Default for Config {
 pub const VECTOR_DIMS: [usize; 13] = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65];
 
 /// Leading dimensions of large programs' parameters (the last one makes up the element count).
-pub const LARGE_DIMS: [usize; 10] = [1, 2, 3, 5, 8, 17, 31, 64, 100, 257];
+pub const LARGE_DIMS: [usize; 8] = [1, 3, 17, 33, 64, 100, 127, 257];
 
 /// Element counts of large programs' parameters: 10^5 to 10^6.
 pub const LARGE_ELEMENTS: (usize, usize) = (100_000, 1_000_000);
@@ -418,6 +418,10 @@ impl Gen<'_> {
                 for i in (1..p.len()).rev() {
                     let j = self.rng.below(i + 1);
                     p.swap(i, j);
+                }
+                // Large programs move their innermost dimension (transposes in tiles).
+                if self.cfg.elements.is_some() && r >= 2 && p[r - 1] == r as i64 - 1 {
+                    p.swap(r - 1, self.rng.below(r - 1));
                 }
                 self.b.inst(Op::Transpose { permutation: p }, &[a]).ok()
             }
