@@ -452,6 +452,12 @@ pub fn compact(f: &Func) -> Func {
 
 /// [`compact`], and the positions in `f.params` of the parameters kept.
 fn compact_keeping(f: &Func) -> (Func, Vec<usize>) {
+    renumber(f, false)
+}
+
+/// `f` without dead instructions (and without unused parameters unless `all_params`), values
+/// numbered densely; and the positions in `f.params` of the parameters kept.
+fn renumber(f: &Func, all_params: bool) -> (Func, Vec<usize>) {
     let mut live = vec![false; f.values.len()];
     for o in &f.outputs {
         live[o.index()] = true;
@@ -473,7 +479,7 @@ fn compact_keeping(f: &Func) -> (Func, Vec<usize>) {
         map[v.index()]
     };
     let kept: Vec<usize> = (0..f.params.len())
-        .filter(|&k| live[f.params[k].index()])
+        .filter(|&k| all_params || live[f.params[k].index()])
         .collect();
     let params: Vec<ValueId> = kept
         .iter()
@@ -506,6 +512,50 @@ fn compact_keeping(f: &Func) -> (Func, Vec<usize>) {
     (g, kept)
 }
 
+/// `f` and `args` with each float argument that does not round-trip through the text form bit
+/// for bit passed as its bits (`i64`, `i32`, or `i8` pairs for 16-bit floats), converted back
+/// by a `bitcast_convert` at the start of the program.
+fn bits_for_floats(f: &Func, args: &[Literal]) -> (Func, Vec<Literal>) {
+    let mut g = f.clone();
+    let mut out = args.to_vec();
+    let mut casts = Vec::new();
+    for (k, a) in args.iter().enumerate() {
+        let mut text = String::new();
+        a.write_nested(&mut text);
+        let same =
+            crate::parse_literal(&text, a.ty()).is_ok_and(|b| b.to_le_bytes() == a.to_le_bytes());
+        if same || !a.dtype().is_float() {
+            continue;
+        }
+        let mut shape = a.ty().shape.clone();
+        let dtype = match a.dtype() {
+            crate::DType::F64 => crate::DType::I64,
+            crate::DType::F32 => crate::DType::I32,
+            _ => {
+                shape.push(a.dtype().bytes());
+                crate::DType::I8
+            }
+        };
+        let t = TensorType::new(dtype, shape);
+        let Ok(bits) = Literal::from_le_bytes(t.clone(), &a.to_le_bytes()) else {
+            continue;
+        };
+        let q = ValueId(g.values.len() as u32);
+        g.values.push(t);
+        casts.push(Inst {
+            op: Op::BitcastConvert {},
+            operands: vec![q],
+            results: vec![g.params[k]],
+            loc: None,
+        });
+        g.params[k] = q;
+        out[k] = bits;
+    }
+    casts.append(&mut g.insts);
+    g.insts = casts;
+    (renumber(&g, true).0, out)
+}
+
 /// Whether `f` holds an instruction of `kind` with a result of more than `elements` elements
 /// (a planted failure for testing the shrinker).
 pub fn has_large(f: &Func, kind: OpKind, elements: usize) -> bool {
@@ -520,7 +570,10 @@ pub fn has_large(f: &Func, kind: OpKind, elements: usize) -> bool {
 /// The text of a differential filetest (`// RUN: differential`) of `f` on `args`: the
 /// arguments as `// %N = VALUE` lines (every element, so the values round-trip), `notes` as
 /// comment lines, then the program. It fails until the backend agrees with the reference on it.
+/// A float argument whose text would not give its bits back (a NaN's sign and payload) is
+/// passed as integers, through a `bitcast_convert` added to the program.
 pub fn differential_filetest(f: &Func, args: &[Literal], notes: &str) -> String {
+    let (f, args) = &bits_for_floats(f, args);
     let mut s = String::from("// RUN: differential\n");
     for line in notes.lines() {
         s.push_str("// ");
@@ -738,5 +791,25 @@ mod tests {
             let got = crate::parse_literal(v, want.ty()).unwrap();
             assert_eq!(got.to_le_bytes(), want.to_le_bytes(), "{v}");
         }
+    }
+
+    /// A NaN with a payload or a sign (which the text form writes as `nan`) is passed as its
+    /// bits, through a `bitcast_convert`.
+    #[test]
+    fn nan_payloads_are_passed_as_bits() {
+        let src = "func @main(%0: f64[2], %1: f16[1]) -> (f64[2], f16[1]) {\n  %2 = maximum %0, %0 : f64[2]\n  %3 = negate %1 : f16[1]\n  return %2, %3\n}\n";
+        let f = crate::parse_func_text(src).unwrap();
+        let a = Literal::new(
+            TensorType::new(crate::DType::F64, [2]),
+            crate::Data::F64(vec![f64::from_bits(0xffff_ffff_ffff_fffa), 1.5]),
+        )
+        .unwrap();
+        let h =
+            Literal::from_le_bytes(TensorType::new(crate::DType::F16, [1]), &[0x01, 0x7e]).unwrap();
+        let text = differential_filetest(&f, &[a, h], "");
+        assert_eq!(
+            text,
+            "// RUN: differential\n// %0 = [-6, 4609434218613702656]\n// %1 = [[1, 126]]\nfunc @main(%0: i64[2], %1: i8[1,2]) -> (f64[2], f16[1]) {\n  %2 = bitcast_convert %0 : f64[2]\n  %3 = bitcast_convert %1 : f16[1]\n  %4 = maximum %2, %2 : f64[2]\n  %5 = negate %3 : f16[1]\n  return %4, %5\n}\n"
+        );
     }
 }

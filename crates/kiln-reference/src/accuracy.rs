@@ -42,10 +42,12 @@
 //!
 //! A `select_and_scatter` over an inexact operand may select another element of a window
 //! than the reference (two within their error of each other), so its results are checked by
-//! class only. The bits of an inexact float (`bitcast_convert` to an integer type) that are
-//! only moved are compared as that float, under its bound; computed on as integers (added,
-//! shifted, scattered), they have no bound: such outputs are checked by type only (integers)
-//! or by class (floats). Not covered: other discontinuous ops after inexact ones (`floor`, `compare`, a
+//! class only. The bits of a float (`bitcast_convert` to an integer type) that are only moved
+//! are compared as that float: under its bound when inexact, bit for bit when exact except that
+//! a NaN matches any NaN (no op defines a NaN's sign or payload: the reference's are canonical,
+//! a backend may pass an operand's on). Computed on as integers (added, shifted, scattered), the
+//! bits of an inexact float have no bound: such outputs are checked by type only (integers) or
+//! by class (floats). Not covered: other discontinuous ops after inexact ones (`floor`, `compare`, a
 //! conversion to an integer) can legitimately flip their result when it lies within its error
 //! of a step; such a flip fails the comparison and has to be looked at by hand.
 
@@ -572,14 +574,19 @@ pub fn check_outputs(f: &Func, args: &[Literal], got: &[Literal]) -> Result<Stat
     };
     let mut s = Stats::default();
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        if let Some(h) = as_float_program(f, i)
-            && !bounds[i].exact()
-        {
-            // The bits of an inexact float (moved around): compared as that float, under its
-            // own bound (one ulp apart is one apart as an integer of the same width).
+        if let Some(h) = as_float_program(f, i) {
             let ft = h.output_types[0].clone();
             let as_float =
                 |l: &Literal| Literal::from_le_bytes(ft.clone(), &l.to_le_bytes()).map_err(|e| e.0);
+            if bounds[i].exact() {
+                // The bits of an exact float: bit for bit, but a NaN for a NaN whatever its
+                // sign and payload (which no op defines).
+                s += same_bits_or_nan(&as_float(g)?, &as_float(w)?)
+                    .map_err(|e| format!("output {i} (the bits of a {ft}): {e}"))?;
+                continue;
+            }
+            // The bits of an inexact float (moved around): compared as that float, under its
+            // own bound (one ulp apart is one apart as an integer of the same width).
             let mag = magnitudes(&h, args).map_err(|e| e.to_string())?;
             s += check(
                 &as_float(g)?,
@@ -594,6 +601,32 @@ pub fn check_outputs(f: &Func, args: &[Literal], got: &[Literal]) -> Result<Stat
             .map_err(|e| format!("output {i}: {e}"))?;
     }
     Ok(s)
+}
+
+/// Float elements of `actual` and `expected` (one type) bit for bit, except that any NaN
+/// matches any NaN.
+fn same_bits_or_nan(actual: &Literal, expected: &Literal) -> Result<Stats, String> {
+    let width = expected.dtype().bytes();
+    let (ab, eb) = (actual.to_le_bytes(), expected.to_le_bytes());
+    let (a, e) = (actual.to_f64s(), expected.to_f64s());
+    for i in 0..e.len() {
+        let bits = |b: &[u8]| b[i * width..(i + 1) * width].to_vec();
+        if bits(&ab) != bits(&eb) && !(a[i].is_nan() && e[i].is_nan()) {
+            return Err(format!(
+                "element {i}: {} differs from the reference's {} (bits {:02x?} and {:02x?})",
+                actual.format_elem(i),
+                expected.format_elem(i),
+                bits(&ab),
+                bits(&eb)
+            ));
+        }
+    }
+    let bound = Bound {
+        ulps: 0.0,
+        sum: 0.0,
+        eps: 0.0,
+    };
+    check(actual, expected, bound, None)
 }
 
 /// When output `i` is the bits of floats (a `bitcast_convert` of a float of the same shape and

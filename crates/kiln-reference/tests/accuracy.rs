@@ -167,3 +167,31 @@ fn integer_arithmetic_on_bits_of_inexact_floats_is_unbounded() {
     let got = Literal::from_i64s(want.ty().clone(), &v).unwrap();
     assert!(check_outputs(&g, &x, &[got]).is_err());
 }
+
+/// The bits of an exact float are compared bit for bit, except that a NaN matches any NaN: no
+/// op defines a NaN's sign or payload (the reference's are canonical; the CPU backend's
+/// `maximum` passed an operand's on). A zero of the other sign, or another value, fails.
+/// Found by the random programs (seeds 37606 and 39919: a clamp and a maximum of NaNs with
+/// payloads, bitcast to integers).
+#[test]
+fn bits_of_nans_match_any_nan() {
+    let f = parse_func_text(
+        "func @main(%0: f64[3]) -> i64[3] {\n  %1 = maximum %0, %0 : f64[3]\n  %2 = bitcast_convert %1 : i64[3]\n  return %2\n}\n",
+    )
+    .unwrap();
+    let x = [Literal::f64([3], vec![f64::from_bits(0xffff_ffff_ffff_fffa), 0.0, 2.5]).unwrap()];
+    let want = kiln_reference::eval(&f, &x).unwrap().remove(0);
+    let bits = want.to_i64s();
+    let with = |i: usize, b: i64| {
+        let mut v = bits.clone();
+        v[i] = b;
+        Literal::from_i64s(want.ty().clone(), &v).unwrap()
+    };
+    check_outputs(&f, &x, &[with(0, -6)]).unwrap();
+    let e = check_outputs(&f, &x, &[with(1, i64::MIN)]).unwrap_err();
+    assert!(
+        e.starts_with("output 0 (the bits of a f64[3]): element 1"),
+        "{e}"
+    );
+    assert!(check_outputs(&f, &x, &[with(2, bits[2] + 1)]).is_err());
+}
