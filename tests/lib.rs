@@ -14,6 +14,10 @@
 //!   parameters (their buffers may hold results, like `donate_argnums`).
 //! - `// RUN: kernels`: prints the fused kernels in the kernel IR's text form (loop nests, index
 //!   maps, guards, reductions, schedules), after checking them with the kernel verifier.
+//! - `// RUN: differential`: `// %N = VALUE` lines give the arguments; runs the program on the
+//!   CPU backend (every instruction compiled) and fails unless every output agrees with the
+//!   reference under `kiln_reference::accuracy`. The random programs' failures are saved as
+//!   such files, shrunk (`tests/filetests/differential/`).
 //!
 //! The printed output of each file is an insta snapshot under `tests/snapshots/`.
 
@@ -254,15 +258,41 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             let m = parse_module(&text).map_err(|e| e.to_string())?;
             verify_module(&m).map_err(|e| e.to_string())?;
             let f = m.entry().ok_or("no function")?;
-            let args = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("// %").and_then(|r| r.split_once(" = ")))
-                .zip(f.param_types())
-                .map(|((_, v), t)| parse_literal(v, &t).map_err(|e| e.to_string()))
-                .collect::<Result<Vec<_>, _>>()?;
+            let args = filetest_args(&text, f)?;
             for r in kiln_reference::eval_module(&m, &args).map_err(|e| e.to_string())? {
                 out.push_str(&format!("{r}\n"));
             }
+        }
+        "differential" => {
+            let m = parse_module(&text).map_err(|e| e.to_string())?;
+            verify_module(&m).map_err(|e| e.to_string())?;
+            let f = m.entry().ok_or("no function")?;
+            let args = filetest_args(&text, f)?;
+            if args.len() != f.params.len() {
+                return Err(format!(
+                    "{} arguments given for {} parameters",
+                    args.len(),
+                    f.params.len()
+                ));
+            }
+            let exe =
+                kiln_codegen_llvm::cpu::CpuExecutable::compile(f).map_err(|e| e.to_string())?;
+            if let Some(i) = exe
+                .plan()
+                .iter()
+                .position(|s| *s == kiln_codegen_llvm::cpu::Step::Reference)
+            {
+                return Err(format!(
+                    "instruction {i} fell back to the reference interpreter"
+                ));
+            }
+            let got = exe.run(&args).map_err(|e| e.to_string())?;
+            kiln_reference::accuracy::check_outputs(f, &args, &got)
+                .map_err(|e| format!("disagrees with the reference: {e}"))?;
+            out.push_str(&format!(
+                "{} outputs agree with the reference\n",
+                f.outputs.len()
+            ));
         }
         "llvm" => {
             let m = parse_module(&text).map_err(|e| e.to_string())?;
@@ -337,6 +367,15 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
         other => return Err(format!("unknown mode `{other}`")),
     }
     Ok(out)
+}
+
+/// The arguments of a filetest: its `// %N = VALUE` lines, parsed with the parameters' types.
+fn filetest_args(text: &str, f: &kiln_ir::Func) -> Result<Vec<Literal>, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("// %").and_then(|r| r.split_once(" = ")))
+        .zip(f.param_types())
+        .map(|((_, v), t)| parse_literal(v, &t).map_err(|e| e.to_string()))
+        .collect()
 }
 
 /// Every filetest path, sorted.

@@ -5,8 +5,11 @@ mod common;
 
 use common::agrees;
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
-use kiln_ir::random::{Config, Rng, random_func, random_literal, random_literal_with_specials};
-use kiln_ir::{DType, Literal, TensorType};
+use kiln_ir::random::{
+    Config, Rng, computes_from_inputs, random_func, random_literal, random_literal_with_specials,
+};
+use kiln_ir::{DType, Func, Literal, TensorType};
+use kiln_reference::accuracy::Stats;
 
 /// What the random programs exercised.
 #[derive(Default)]
@@ -14,72 +17,84 @@ struct Report {
     programs: usize,
     /// Programs with an output computed from a parameter through at least one op.
     nontrivial: usize,
+    /// Programs of the large profile (10^5 to 10^6 elements), and the most elements of a value
+    /// in any program.
+    large: usize,
+    largest: usize,
+    /// The large programs' kernels: all, split across threads, matrix products, and
+    /// transposes in tiles.
+    large_kernels: [usize; 4],
     kernels: usize,
     by_reference: usize,
     ops: std::collections::BTreeSet<kiln_ir::OpKind>,
-    stats: kiln_reference::accuracy::Stats,
+    stats: Stats,
     /// Special input elements (-0, ±inf, NaN, subnormals, the largest finite values).
     special_inputs: usize,
+    /// Seeds whose program disagreed with the reference (or failed), and why.
+    failures: Vec<(u64, String)>,
+    /// Seconds compiling, running and comparing the small programs, and the large ones.
+    seconds: [[f64; 3]; 2],
 }
 
-/// Sizes around vector widths (8, 16, 32, 64 lanes) and their tails.
-const VECTOR_DIMS: [usize; 13] = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65];
-
-/// The generator's configuration for `seed`: 1 to 12 ops; one program in ten with dimensions
-/// around vector widths (rank at most 2, so the reference stays fast).
+/// The generator's configuration for `seed` (see [`Config::profile`]).
 fn config(seed: u64) -> Config {
-    let mut cfg = Config {
-        ops: 1 + (seed as usize % 12),
-        ..Config::default()
+    Config::profile(seed)
+}
+
+/// The arguments of `f` for `seed`: random values, with 1 in 32 float elements special on odd
+/// seeds; in large programs none on half of them and 1 in 100,000 on the others (more would
+/// make every long sum NaN).
+fn test_args(f: &Func, seed: u64) -> Vec<Literal> {
+    let mut rng = Rng::new(seed ^ 77);
+    let rate = match (config(seed).elements.is_some(), seed % 2, (seed / 200) % 2) {
+        (false, 1, _) => 1.0 / 32.0,
+        (true, _, 1) => 1e-5,
+        _ => 0.0,
     };
-    if seed % 10 == 5 {
-        cfg.dims = VECTOR_DIMS.to_vec();
-        cfg.max_rank = 2;
-    }
-    cfg
-}
-
-/// True when an output depends on a parameter through at least one instruction.
-fn nontrivial(f: &kiln_ir::Func) -> bool {
-    let mut from_param = vec![false; f.values.len()];
-    for &p in &f.params {
-        from_param[p.index()] = true;
-    }
-    let mut computed = vec![false; f.values.len()];
-    for inst in &f.insts {
-        let hit = inst.operands.iter().any(|o| from_param[o.index()]);
-        for r in &inst.results {
-            from_param[r.index()] = hit;
-            computed[r.index()] = hit;
-        }
-    }
-    f.outputs
+    f.param_types()
         .iter()
-        .any(|o| computed[o.index()] && f.values[o.index()].numel() > 0)
+        .map(|t| random_literal_with_specials(&mut rng, t, rate))
+        .collect()
 }
 
-/// Compiles and runs the random programs of `seeds` (inputs of every other seed with 1 in 32
-/// float elements special), compares them with the reference, and reports what they covered.
-/// A failure names the seed and the command that runs it alone.
+/// One program compiled, run and compared with the reference.
+struct Compared {
+    kernels: usize,
+    by_reference: usize,
+    stats: Stats,
+    /// Seconds compiling, running, and comparing (the reference's evaluations included).
+    seconds: [f64; 3],
+}
+
+/// Compiles `f`, runs it on `args` and compares it with the reference; the error says what
+/// failed.
+fn compare(f: &Func, args: &[Literal]) -> Result<Compared, String> {
+    let t = std::time::Instant::now();
+    let exe = CpuExecutable::compile_with_options(f, &[], &common::env_options())
+        .map_err(|e| e.to_string())?;
+    let compiled = t.elapsed().as_secs_f64();
+    let kernels = exe.plan().iter().filter(|s| **s == Step::Kernel).count();
+    let by_reference = exe.plan().iter().filter(|s| **s == Step::Reference).count();
+    common::compiled_whole(&exe)?;
+    let got = exe.run(args).map_err(|e| e.to_string())?;
+    let ran = t.elapsed().as_secs_f64();
+    let stats = common::check(f, args, &got)?;
+    let checked = t.elapsed().as_secs_f64();
+    Ok(Compared {
+        kernels,
+        by_reference,
+        stats,
+        seconds: [compiled, ran - compiled, checked - ran],
+    })
+}
+
+/// Compiles and runs the random programs of `seeds` (with the arguments of [`test_args`]),
+/// compares them with the reference, and reports what they covered and which seeds failed.
 fn check_random_programs(seeds: impl Iterator<Item = u64>) -> Report {
     let mut rep = Report::default();
     for seed in seeds {
         let f = random_func(&mut Rng::new(seed), &config(seed));
-        let again = format!(
-            "reproduce: KILN_SEED={seed} cargo test -p kiln-codegen-llvm --test differential random_programs_agree_with_the_reference"
-        );
-        let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options())
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
-        rep.kernels += exe.plan().iter().filter(|s| **s == Step::Kernel).count();
-        rep.by_reference += exe.plan().iter().filter(|s| **s == Step::Reference).count();
-        common::compiled_whole(&exe).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
-        let mut rng = Rng::new(seed ^ 77);
-        let rate = if seed % 2 == 1 { 1.0 / 32.0 } else { 0.0 };
-        let args: Vec<Literal> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal_with_specials(&mut rng, t, rate))
-            .collect();
+        let args = test_args(&f, seed);
         for a in args.iter().filter(|a| a.dtype().is_float()) {
             rep.special_inputs += a
                 .to_f64s()
@@ -92,27 +107,166 @@ fn check_random_programs(seeds: impl Iterator<Item = u64>) -> Report {
                 })
                 .count();
         }
-        let got = exe
-            .run(&args)
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}{again}"));
-        match common::check(&f, &args, &got) {
-            Ok(s) => rep.stats += s,
-            Err(e) => panic!("seed {seed}: {e}\n{f}{again}"),
+        match compare(&f, &args) {
+            Ok(c) => {
+                rep.kernels += c.kernels;
+                rep.by_reference += c.by_reference;
+                rep.stats += c.stats;
+                let large = config(seed).elements.is_some() as usize;
+                for (s, t) in rep.seconds[large].iter_mut().zip(c.seconds) {
+                    *s += t;
+                }
+            }
+            Err(e) => rep.failures.push((seed, e)),
         }
         rep.programs += 1;
-        rep.nontrivial += nontrivial(&f) as usize;
+        rep.nontrivial += computes_from_inputs(&f) as usize;
+        if config(seed).elements.is_some() {
+            rep.large += 1;
+            for (n, k) in rep.large_kernels.iter_mut().zip(large_kernels(&f)) {
+                *n += k;
+            }
+        }
+        rep.largest = rep
+            .largest
+            .max(f.values.iter().map(|t| t.numel()).max().unwrap_or(0));
         rep.ops.extend(f.insts.iter().map(|i| i.op.kind()));
     }
     rep
 }
 
+/// The kernels of `f` (from `describe_fusion`): all, split across threads, matrix products,
+/// and transposes in tiles.
+fn large_kernels(f: &Func) -> [usize; 4] {
+    let mut n = [0; 4];
+    let text =
+        kiln_codegen_llvm::cpu::describe_fusion(f, &common::env_options()).unwrap_or_default();
+    for line in text.lines().filter(|l| l.starts_with("kernel ")) {
+        let number = |key: &str| -> usize {
+            line.split(key)
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(0)
+        };
+        n[0] += 1;
+        n[1] += kiln_runtime::is_parallel(number("rows "), number("work ")) as usize;
+        n[2] += line.contains(": dot_general ->") as usize;
+        n[3] += line.contains("tiles of dimensions") as usize;
+    }
+    n
+}
+
+/// Whether the CPU backend disagrees with the reference on `f` with `args` (or fails to
+/// compile or run it, or panics).
+fn fails(f: &Func, args: &[Literal]) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compare(f, args)))
+        .map_or(true, |r| r.is_err())
+}
+
+/// The reference's value of `v` in `f` on `args`.
+fn reference_value(f: &Func, args: &[Literal], v: kiln_ir::ValueId) -> Option<Literal> {
+    let mut g = f.clone();
+    g.outputs = vec![v];
+    g.output_types = vec![g.values[v.index()].clone()];
+    kiln_reference::eval(&g, args).ok()?.pop()
+}
+
+/// Shrinks the program of a failing `seed` (at most 3,000 compilations, 10 minutes) and saves
+/// it as a differential filetest, `tests/filetests/differential/seed-N.kir`, with its
+/// snapshot (so the file passes once the backend agrees with the reference on it); the
+/// message names the file and shows the shrunk program.
+fn shrink_and_save(seed: u64, error: &str) -> String {
+    let f = random_func(&mut Rng::new(seed), &config(seed));
+    let start = std::time::Instant::now();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let shrunk = kiln_ir::shrink::shrink(
+        &f,
+        &test_args(&f, seed),
+        3000,
+        &mut |g, a| start.elapsed().as_secs() < 600 && fails(g, a),
+        &mut reference_value,
+    );
+    std::panic::set_hook(hook);
+    let (g, args) = (&shrunk.func, &shrunk.args);
+    let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compare(g, args))) {
+        Ok(Err(e)) => e,
+        Ok(Ok(_)) => "agrees (a flaky failure)".to_string(),
+        Err(_) => "the backend panicked".to_string(),
+    };
+    let notes = format!(
+        "Random program {seed} of the differential test, shrunk from {} to {} instructions \
+         ({} steps, {} compilations{}):\n{why}\nThe original: KILN_SEED={seed} cargo test -p \
+         kiln-codegen-llvm --test differential random_programs_agree_with_the_reference",
+        f.insts.len(),
+        g.insts.len(),
+        shrunk.steps,
+        shrunk.tries,
+        if shrunk.out_of_budget {
+            ", out of budget"
+        } else {
+            ""
+        }
+    );
+    let text = kiln_ir::shrink::differential_filetest(g, args, &notes);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root");
+    let path = root.join(format!("tests/filetests/differential/seed-{seed}.kir"));
+    let snap = root.join(format!("tests/snapshots/differential__seed-{seed}.snap"));
+    let written = std::fs::create_dir_all(path.parent().expect("a directory"))
+        .and_then(|_| std::fs::write(&path, &text))
+        .and_then(|_| {
+            std::fs::write(
+                &snap,
+                format!(
+                    "---\nsource: tests/integration.rs\nexpression: out\n---\n{} outputs agree with the reference\n",
+                    g.outputs.len()
+                ),
+            )
+        });
+    let saved = match written {
+        Ok(()) => format!(
+            "saved as {} (fails until fixed: cargo test -p kiln-tests --test integration filetests)",
+            path.display()
+        ),
+        Err(e) => format!("not saved: {e}"),
+    };
+    format!("seed {seed}: {error}\n{f}shrunk: {why}\n{g}{saved}")
+}
+
 #[test]
 fn random_programs_agree_with_the_reference() {
-    const PROGRAMS: u64 = 10_000;
-    if let Some(seed) = std::env::var("KILN_SEED").ok().and_then(|s| s.parse().ok()) {
-        let f = random_func(&mut Rng::new(seed), &config(seed));
-        println!("seed {seed}:\n{f}");
-        check_random_programs(seed..seed + 1);
+    // Seeds 0 to 9,999; `KILN_PROGRAMS=A..B` runs seeds A to B - 1 instead.
+    let (first, end) = std::env::var("KILN_PROGRAMS")
+        .ok()
+        .and_then(|r| {
+            let (a, b) = r.split_once("..")?;
+            Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+        })
+        .unwrap_or((0, 10_000));
+    let programs = end.saturating_sub(first);
+    // `KILN_SEED=N` (or a list, `N,M,...`) runs those seeds alone.
+    if let Ok(list) = std::env::var("KILN_SEED") {
+        let mut failed = Vec::new();
+        for seed in list.split(',').filter_map(|s| s.trim().parse::<u64>().ok()) {
+            let f = random_func(&mut Rng::new(seed), &config(seed));
+            println!("seed {seed}:\n{f}");
+            let mut rep = check_random_programs(seed..seed + 1);
+            if rep.large > 0 {
+                println!("large kernels: {:?}", rep.large_kernels);
+            }
+            println!(
+                "seconds compiling, running, comparing: {:.2?}",
+                rep.seconds[config(seed).elements.is_some() as usize]
+            );
+            if let Some((_, e)) = rep.failures.pop() {
+                failed.push(shrink_and_save(seed, &e));
+            }
+        }
+        assert!(failed.is_empty(), "{}", failed.join("\n\n"));
         return;
     }
     let threads = std::thread::available_parallelism()
@@ -122,7 +276,7 @@ fn random_programs_agree_with_the_reference() {
     let parts: Vec<Report> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                s.spawn(move || check_random_programs((t..PROGRAMS).step_by(threads as usize)))
+                s.spawn(move || check_random_programs((first + t..end).step_by(threads as usize)))
             })
             .collect();
         handles
@@ -132,19 +286,54 @@ fn random_programs_agree_with_the_reference() {
     });
     let mut rep = Report::default();
     for p in parts {
+        rep.failures.extend(p.failures);
+        for (a, b) in rep
+            .seconds
+            .iter_mut()
+            .flatten()
+            .zip(p.seconds.iter().flatten())
+        {
+            *a += b;
+        }
         rep.programs += p.programs;
         rep.nontrivial += p.nontrivial;
+        rep.large += p.large;
+        for (n, k) in rep.large_kernels.iter_mut().zip(p.large_kernels) {
+            *n += k;
+        }
+        rep.largest = rep.largest.max(p.largest);
         rep.kernels += p.kernels;
         rep.by_reference += p.by_reference;
         rep.ops.extend(p.ops);
         rep.stats += p.stats;
         rep.special_inputs += p.special_inputs;
     }
-    assert_eq!(rep.programs as u64, PROGRAMS);
+    assert_eq!(rep.programs as u64, programs);
+    if !rep.failures.is_empty() {
+        rep.failures.sort();
+        let first = shrink_and_save(rep.failures[0].0, &rep.failures[0].1);
+        let all: Vec<String> = rep
+            .failures
+            .iter()
+            .map(|(seed, e)| format!("seed {seed}: {e}"))
+            .collect();
+        panic!(
+            "{} of {programs} random programs disagree with the reference:\n{}\n\nthe first, shrunk:\n{first}\nreproduce: KILN_SEED={} cargo test -p kiln-codegen-llvm --test differential random_programs_agree_with_the_reference",
+            rep.failures.len(),
+            all.join("\n"),
+            rep.failures
+                .iter()
+                .map(|(s, _)| s.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
     let s = rep.stats;
     println!(
         "{} random programs agree with the reference ({} kernels, {} instructions on the reference)\n\
          programs with an output computed from an input: {}\n\
+         large programs: {} (the largest value: {} elements; {} kernels, {} split across threads, {} matrix products, {} transposes in tiles)\n\
+         seconds (all threads) compiling, running, comparing: small programs {:.1}, {:.1}, {:.1}; large ones {:.1}, {:.1}, {:.1}\n\
          ops covered: {} of {}\n\
          elements compared: {} ({} bit for bit, {} with an infinite bound)\n\
          special values: {} special input elements; reference outputs held {} NaN, {} infinities, {} negative zeros, {} subnormals",
@@ -152,6 +341,18 @@ fn random_programs_agree_with_the_reference() {
         rep.kernels,
         rep.by_reference,
         rep.nontrivial,
+        rep.large,
+        rep.largest,
+        rep.large_kernels[0],
+        rep.large_kernels[1],
+        rep.large_kernels[2],
+        rep.large_kernels[3],
+        rep.seconds[0][0],
+        rep.seconds[0][1],
+        rep.seconds[0][2],
+        rep.seconds[1][0],
+        rep.seconds[1][1],
+        rep.seconds[1][2],
         rep.ops.len(),
         kiln_ir::OpKind::ALL.len(),
         s.elements,
@@ -167,6 +368,16 @@ fn random_programs_agree_with_the_reference() {
         rep.ops.len(),
         kiln_ir::OpKind::ALL.len(),
         "ops never generated"
+    );
+    assert!(
+        rep.nontrivial * 100 >= rep.programs * 95,
+        "only {} of {} programs compute something from their inputs",
+        rep.nontrivial,
+        rep.programs
+    );
+    assert!(
+        programs < 1000 || (rep.large * 250 >= rep.programs && rep.largest >= 100_000),
+        "too few large programs"
     );
 }
 

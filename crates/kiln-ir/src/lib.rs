@@ -20,6 +20,7 @@ mod op;
 pub mod parse;
 pub mod print;
 pub mod random;
+pub mod shrink;
 mod types;
 pub mod verify;
 

@@ -61,6 +61,15 @@ pub struct Config {
     /// When not empty, parameter dimensions are drawn from these sizes instead of
     /// `0..=max_dim` (say, around vector widths: 7, 8, 9, 15, 16, 17, ...).
     pub dims: Vec<usize>,
+    /// The chance that a drawn size (a dimension, a slice's extent, a product's width) is 0:
+    /// empty tensors stay tested without making most programs compute nothing.
+    pub empty: f64,
+    /// Large programs: when set to `(lo, hi)`, parameters have between `lo` and `hi` elements
+    /// (log-uniformly; the leading dimensions from `dims`, the last one what remains), an
+    /// instruction whose results would hold more than `hi` elements is not added, and a
+    /// `dot_general`'s width keeps its multiply-adds under `16 * hi`, so the reference
+    /// interpreter stays fast.
+    pub elements: Option<(usize, usize)>,
 }
 
 impl Default for Config {
@@ -71,7 +80,40 @@ impl Default for Config {
             max_rank: 3,
             max_dim: 4,
             dims: Vec::new(),
+            empty: 0.05,
+            elements: None,
         }
+    }
+}
+
+/// Sizes around vector widths (8, 16, 32, 64 lanes) and their tails.
+pub const VECTOR_DIMS: [usize; 13] = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65];
+
+/// Leading dimensions of large programs' parameters (the last one makes up the element count).
+pub const LARGE_DIMS: [usize; 8] = [1, 3, 17, 33, 64, 100, 127, 257];
+
+/// Element counts of large programs' parameters: 10^5 to 10^6.
+pub const LARGE_ELEMENTS: (usize, usize) = (100_000, 1_000_000);
+
+impl Config {
+    /// The differential tests' configuration for `seed`: 1 to 12 ops of small shapes (at most
+    /// rank 3, dimensions up to 4); one seed in ten with dimensions around vector widths (rank
+    /// at most 2, so the reference stays fast); one in two hundred (seeds 77, 277, ...) a
+    /// large program of 1 to 4 ops over 10^5 to 10^6 elements ([`Config::elements`]).
+    pub fn profile(seed: u64) -> Config {
+        let mut cfg = Config {
+            ops: 1 + (seed as usize % 12),
+            ..Config::default()
+        };
+        if seed % 200 == 77 {
+            cfg.ops = 1 + (seed / 200) as usize % 4;
+            cfg.dims = LARGE_DIMS.to_vec();
+            cfg.elements = Some(LARGE_ELEMENTS);
+        } else if seed % 10 == 5 {
+            cfg.dims = VECTOR_DIMS.to_vec();
+            cfg.max_rank = 2;
+        }
+        cfg
     }
 }
 
@@ -145,17 +187,77 @@ impl Gen<'_> {
 
     fn random_type(&mut self) -> TensorType {
         let dtype = *self.rng.pick(&self.cfg.dtypes);
+        if let Some((lo, hi)) = self.cfg.elements {
+            return self.large_type(dtype, lo, hi);
+        }
         let rank = self.rng.below(self.cfg.max_rank + 1);
         let shape: Vec<usize> = (0..rank)
             .map(|_| {
                 if self.cfg.dims.is_empty() {
-                    self.rng.below(self.cfg.max_dim + 1)
+                    self.size(self.cfg.max_dim)
+                } else if self.rng.chance(self.cfg.empty) {
+                    0
                 } else {
                     *self.rng.pick(&self.cfg.dims)
                 }
             })
             .collect();
         TensorType::new(dtype, shape)
+    }
+
+    /// A type of rank 1 to `max_rank` with between `lo` and `hi` elements (about): leading
+    /// dimensions from `dims`, the last what remains, in a random order.
+    fn large_type(&mut self, dtype: DType, lo: usize, hi: usize) -> TensorType {
+        let n = self.log_uniform(lo, hi);
+        let rank = 1 + self.rng.below(self.cfg.max_rank.max(1));
+        let mut shape = Vec::with_capacity(rank);
+        let mut rest = n;
+        for _ in 1..rank {
+            let d = if self.cfg.dims.is_empty() {
+                1 + self.rng.below(self.cfg.max_dim.max(1))
+            } else {
+                *self.rng.pick(&self.cfg.dims)
+            };
+            let d = d.clamp(1, rest);
+            shape.push(d);
+            rest /= d;
+        }
+        shape.push(rest.max(1));
+        for i in (1..shape.len()).rev() {
+            let j = self.rng.below(i + 1);
+            shape.swap(i, j);
+        }
+        TensorType::new(dtype, shape)
+    }
+
+    /// An integer in `lo..=hi` (`1 <= lo <= hi`), uniform in its logarithm.
+    fn log_uniform(&mut self, lo: usize, hi: usize) -> usize {
+        let (a, b) = ((lo.max(1) as f64).ln(), (hi.max(lo).max(1) as f64).ln());
+        (self.rng.uniform(a, b).exp().round() as usize).clamp(lo, hi.max(lo))
+    }
+
+    /// A size in `0..=n`: 0 only with the chance `empty` (or when `n` is 0), else uniform in
+    /// `1..=n`.
+    fn size(&mut self, n: usize) -> usize {
+        if n == 0 || self.rng.chance(self.cfg.empty) {
+            0
+        } else {
+            1 + self.rng.below(n)
+        }
+    }
+
+    /// A `dot_general`'s width for a left operand `t`: small, or for large programs up to what
+    /// keeps the multiply-adds under `16 * hi` and the right operand and result under `hi`
+    /// elements, log-uniformly.
+    fn dot_width(&mut self, t: &TensorType) -> usize {
+        let Some((_, hi)) = self.cfg.elements else {
+            return self.size(self.cfg.max_dim);
+        };
+        let k = t.shape.last().copied().unwrap_or(1).max(1);
+        let numel = t.numel().max(1);
+        let rows = (numel / k).max(1);
+        let max = (16 * hi / numel).min(hi / k).min(hi / rows).max(1);
+        self.log_uniform(1, max)
     }
 
     fn param(&mut self, ty: TensorType) -> ValueId {
@@ -187,11 +289,19 @@ impl Gen<'_> {
     }
 
     fn step(&mut self) {
+        // Large programs drop an instruction whose results grow too large, and favour matrix
+        // products (one step in three) and transposes (one in six).
+        let saved = self.cfg.elements.map(|_| (self.b.clone(), self.pool.len()));
         let a = *self.rng.pick(&self.pool);
         let t = self.ty(a);
         let d = t.dtype;
         let r = t.rank();
-        let result: Option<ValueId> = match self.rng.below(26) {
+        let case = match self.cfg.elements.map(|_| self.rng.below(6)) {
+            Some(0 | 1) => 14,
+            Some(2) => 9,
+            _ => self.rng.below(26),
+        };
+        let result: Option<ValueId> = match case {
             0 | 1 => {
                 let ops: Vec<Op> = if d.is_float() {
                     vec![
@@ -309,6 +419,10 @@ impl Gen<'_> {
                     let j = self.rng.below(i + 1);
                     p.swap(i, j);
                 }
+                // Large programs move their innermost dimension (transposes in tiles).
+                if self.cfg.elements.is_some() && r >= 2 && p[r - 1] == r as i64 - 1 {
+                    p.swap(r - 1, self.rng.below(r - 1));
+                }
                 self.b.inst(Op::Transpose { permutation: p }, &[a]).ok()
             }
             10 => {
@@ -316,8 +430,8 @@ impl Gen<'_> {
                 let mut l = Vec::new();
                 let mut st = Vec::new();
                 for &n in &t.shape {
-                    let x = self.rng.below(n + 1);
-                    let y = x + self.rng.below(n - x + 1);
+                    let x = self.rng.below(n.max(1));
+                    let y = x + self.size(n - x);
                     s.push(x as i64);
                     l.push(y as i64);
                     st.push(self.rng.below(2) as i64 + 1);
@@ -380,7 +494,7 @@ impl Gen<'_> {
             }
             14 if r >= 1 && !d.is_pred() => {
                 let k = t.shape[r - 1];
-                let n = self.rng.below(self.cfg.max_dim + 1);
+                let n = self.dot_width(&t);
                 let w = self.value_of(&TensorType::new(d, [k, n]));
                 self.b
                     .inst(
@@ -403,11 +517,7 @@ impl Gen<'_> {
             }
             // A window at run-time start indices (any values: they are clamped).
             16 if r >= 1 => {
-                let sizes: Vec<i64> = t
-                    .shape
-                    .iter()
-                    .map(|&n| self.rng.below(n + 1) as i64)
-                    .collect();
+                let sizes: Vec<i64> = t.shape.iter().map(|&n| self.size(n) as i64).collect();
                 let mut ops = vec![a];
                 for _ in 0..r {
                     let x = self.rng.below(9) as f64 - 4.0;
@@ -578,7 +688,7 @@ impl Gen<'_> {
             }
             // A window written at run-time start indices (clamped).
             24 if r >= 1 => {
-                let ushape: Vec<usize> = t.shape.iter().map(|&n| self.rng.below(n + 1)).collect();
+                let ushape: Vec<usize> = t.shape.iter().map(|&n| self.size(n)).collect();
                 let u = self.value_of(&TensorType::new(d, ushape));
                 let mut ops = vec![a, u];
                 for _ in 0..r {
@@ -599,7 +709,7 @@ impl Gen<'_> {
                 } else {
                     let key = random_literal(self.rng, &TensorType::new(DType::U32, [4]));
                     let key = self.b.inst(Op::Constant { value: key }, &[]).ok();
-                    let n = self.rng.below(self.cfg.max_dim + 1);
+                    let n = self.size(self.cfg.max_dim);
                     let shape: Vec<usize> = (0..self.rng.below(3)).map(|_| n).collect();
                     key.and_then(|k| {
                         self.b
@@ -637,10 +747,57 @@ impl Gen<'_> {
                 }
             }
         };
+        if let (Some((b, pool)), Some((_, hi))) = (saved, self.cfg.elements) {
+            let start = b.func().values.len();
+            if self.b.func().values[start..].iter().any(|t| t.numel() > hi) {
+                self.b = b;
+                self.pool.truncate(pool);
+                return;
+            }
+        }
         if let Some(v) = result {
             self.pool.push(v);
         }
     }
+
+    /// The last value computed from a parameter (through at least one instruction) with an
+    /// element, if any.
+    fn last_computed(&self) -> Option<ValueId> {
+        let f = self.b.func();
+        let computed = computed_from_inputs(f);
+        f.insts
+            .iter()
+            .rev()
+            .flat_map(|i| i.results.iter().rev().copied())
+            .find(|r| computed[r.index()] && f.values[r.index()].numel() > 0)
+    }
+}
+
+/// For each value of `f`, whether an instruction computed it from a parameter (constants, iotas
+/// and the parameters themselves are not computed from one).
+pub fn computed_from_inputs(f: &Func) -> Vec<bool> {
+    let mut from_param = vec![false; f.values.len()];
+    for &p in &f.params {
+        from_param[p.index()] = true;
+    }
+    let mut computed = vec![false; f.values.len()];
+    for inst in &f.insts {
+        let hit = inst.operands.iter().any(|o| from_param[o.index()]);
+        for r in &inst.results {
+            from_param[r.index()] = hit;
+            computed[r.index()] = hit;
+        }
+    }
+    computed
+}
+
+/// Whether `f` computes something from its inputs: an output with an element that an
+/// instruction computed from a parameter (not only empty, constant or passed-through outputs).
+pub fn computes_from_inputs(f: &Func) -> bool {
+    let computed = computed_from_inputs(f);
+    f.outputs
+        .iter()
+        .any(|o| computed[o.index()] && f.values[o.index()].numel() > 0)
 }
 
 /// A random well-typed function named `main`.
@@ -656,7 +813,25 @@ pub fn random_func(rng: &mut Rng, cfg: &Config) -> Func {
     for _ in 0..cfg.ops {
         g.step();
     }
-    let last = *g.pool.last().expect("one parameter at least");
+    // The first output computes something from an input: the last value that does, after a
+    // few more instructions if none does yet, or else the negation of a new parameter.
+    for _ in 0..2 * cfg.ops.max(2) {
+        if g.last_computed().is_some() {
+            break;
+        }
+        g.step();
+    }
+    let last = g.last_computed().unwrap_or_else(|| {
+        let mut t = g.random_type();
+        t.shape.iter_mut().for_each(|d| *d = (*d).max(1));
+        let p = g.param(t.clone());
+        let op = if t.dtype.is_pred() {
+            Op::Not {}
+        } else {
+            Op::Negate {}
+        };
+        g.b.inst(op, &[p]).expect("negation is well-typed")
+    });
     let mut outs = vec![last];
     if g.pool.len() > 2 && g.rng.chance(0.5) {
         let other = *g.rng.pick(&g.pool);
@@ -685,5 +860,42 @@ mod tests {
         }
         let missing: Vec<&OpKind> = OpKind::ALL.iter().filter(|k| !seen.contains(k)).collect();
         assert!(missing.is_empty(), "never generated: {missing:?}");
+    }
+
+    /// Every program of the differential tests' profile computes something from its inputs,
+    /// and the large ones reach 10^5 elements and more, with matrix products among them.
+    #[test]
+    fn profiled_programs_compute_from_their_inputs() {
+        let (mut trivial, mut large, mut largest, mut large_dots) = (vec![], 0, 0, 0);
+        for seed in 0..10_000u64 {
+            let cfg = Config::profile(seed);
+            let f = random_func(&mut Rng::new(seed), &cfg);
+            crate::verify(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+            if !computes_from_inputs(&f) {
+                trivial.push(seed);
+            }
+            let most = f.values.iter().map(|t| t.numel()).max().unwrap_or(0);
+            if cfg.elements.is_some() {
+                large += 1;
+                largest = largest.max(most);
+                assert!(most >= LARGE_ELEMENTS.0, "seed {seed}: {most}\n{f}");
+                assert!(most <= LARGE_ELEMENTS.1, "seed {seed}: {most}\n{f}");
+                large_dots += f
+                    .insts
+                    .iter()
+                    .filter(|i| i.op.kind() == OpKind::DotGeneral)
+                    .count();
+            } else {
+                assert!(most < LARGE_ELEMENTS.0, "seed {seed}: {most}\n{f}");
+            }
+        }
+        println!(
+            "trivial: {} {:?}; large: {large} (largest {largest}, {large_dots} products)",
+            trivial.len(),
+            &trivial[..trivial.len().min(20)]
+        );
+        assert!(trivial.is_empty(), "trivial programs: {trivial:?}");
+        assert_eq!(large, 50);
+        assert!(large_dots >= 10, "{large_dots} products in large programs");
     }
 }

@@ -42,7 +42,12 @@
 //!
 //! A `select_and_scatter` over an inexact operand may select another element of a window
 //! than the reference (two within their error of each other), so its results are checked by
-//! class only. Not covered: other discontinuous ops after inexact ones (`floor`, `compare`, a
+//! class only. The bits of a float (`bitcast_convert` to an integer type) that are only moved
+//! are compared as that float: under its bound when inexact, bit for bit when exact except that
+//! a NaN matches any NaN (no op defines a NaN's sign or payload: the reference's are canonical,
+//! a backend may pass an operand's on). Computed on as integers (added, shifted, scattered), the
+//! bits of an inexact float have no bound: such outputs are checked by type only (integers) or
+//! by class (floats). Not covered: other discontinuous ops after inexact ones (`floor`, `compare`, a
 //! conversion to an integer) can legitimately flip their result when it lies within its error
 //! of a step; such a flip fails the comparison and has to be looked at by hand.
 
@@ -237,6 +242,13 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             {
                 b.ulps = f64::INFINITY;
             }
+        } else if matches!(inst.op, Op::BitcastConvert {})
+            && f.values[inst.operands[0].index()].dtype.is_float()
+            && !cone_bound(f, def, inst.operands[0]).exact()
+        {
+            // The bits of an inexact float computed on as integers: a float one ulp off is an
+            // integer one off, and no bound follows it through integer arithmetic.
+            b.ulps = f64::INFINITY;
         }
         for x in inst.operands.iter().chain(&inst.results) {
             b.eps = b.eps.max(unit_roundoff(f.values[x.index()].dtype));
@@ -477,6 +489,10 @@ pub fn check(
     if bound.exact() {
         s.exact = s.elements;
     }
+    if !d.is_float() && bound.ulps.is_infinite() {
+        s.unbounded = s.elements;
+        return Ok(s);
+    }
     if !d.is_float() {
         let (a, e) = (actual.to_i64s(), expected.to_i64s());
         return match a.iter().zip(&e).position(|(x, y)| x != y) {
@@ -558,20 +574,25 @@ pub fn check_outputs(f: &Func, args: &[Literal], got: &[Literal]) -> Result<Stat
     };
     let mut s = Stats::default();
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        if let Some(h) = as_float_program(f, i)
-            && !bounds[i].exact()
-        {
-            // The bits of an inexact float (moved around): compared as that float, under its
-            // own bound (one ulp apart is one apart as an integer of the same width).
-            let ft = h.output_types[i].clone();
+        if let Some(h) = as_float_program(f, i) {
+            let ft = h.output_types[0].clone();
             let as_float =
                 |l: &Literal| Literal::from_le_bytes(ft.clone(), &l.to_le_bytes()).map_err(|e| e.0);
+            if bounds[i].exact() {
+                // The bits of an exact float: bit for bit, but a NaN for a NaN whatever its
+                // sign and payload (which no op defines).
+                s += same_bits_or_nan(&as_float(g)?, &as_float(w)?)
+                    .map_err(|e| format!("output {i} (the bits of a {ft}): {e}"))?;
+                continue;
+            }
+            // The bits of an inexact float (moved around): compared as that float, under its
+            // own bound (one ulp apart is one apart as an integer of the same width).
             let mag = magnitudes(&h, args).map_err(|e| e.to_string())?;
             s += check(
                 &as_float(g)?,
                 &as_float(w)?,
-                output_bounds(&h)[i],
-                Some(&mag[i]),
+                output_bounds(&h)[0],
+                Some(&mag[0]),
             )
             .map_err(|e| format!("output {i} (the bits of a {ft}): {e}"))?;
             continue;
@@ -582,9 +603,37 @@ pub fn check_outputs(f: &Func, args: &[Literal], got: &[Literal]) -> Result<Stat
     Ok(s)
 }
 
+/// Float elements of `actual` and `expected` (one type) bit for bit, except that any NaN
+/// matches any NaN.
+fn same_bits_or_nan(actual: &Literal, expected: &Literal) -> Result<Stats, String> {
+    let width = expected.dtype().bytes();
+    let (ab, eb) = (actual.to_le_bytes(), expected.to_le_bytes());
+    let (a, e) = (actual.to_f64s(), expected.to_f64s());
+    for i in 0..e.len() {
+        let bits = |b: &[u8]| b[i * width..(i + 1) * width].to_vec();
+        if bits(&ab) != bits(&eb) && !(a[i].is_nan() && e[i].is_nan()) {
+            return Err(format!(
+                "element {i}: {} differs from the reference's {} (bits {:02x?} and {:02x?})",
+                actual.format_elem(i),
+                expected.format_elem(i),
+                bits(&ab),
+                bits(&eb)
+            ));
+        }
+    }
+    let bound = Bound {
+        ulps: 0.0,
+        sum: 0.0,
+        eps: 0.0,
+    };
+    check(actual, expected, bound, None)
+}
+
 /// When output `i` is the bits of floats (a `bitcast_convert` of a float of the same shape and
-/// width to an integer type, then only moved: transposed, reshaped, reversed, sliced), `f` with
-/// those values kept as floats (the bitcast an identity reshape), so output `i` is the floats.
+/// width to an integer type, then only moved: transposed, reshaped, reversed, sliced,
+/// broadcast, gathered), `f` returning only output `i`, with those values kept as floats (the
+/// bitcast an identity reshape), and without the instructions outside its cone (which may use
+/// the bits as integers).
 fn as_float_program(f: &Func, i: usize) -> Option<Func> {
     let def = |v: kiln_ir::ValueId| f.insts.iter().position(|k| k.results.contains(&v));
     let mut chain = Vec::new();
@@ -595,9 +644,13 @@ fn as_float_program(f: &Func, i: usize) -> Option<Func> {
         chain.push(k);
         match inst.op {
             Op::BitcastConvert {} => break,
-            Op::Transpose { .. } | Op::Reshape {} | Op::Reverse { .. } | Op::Slice { .. } => {
-                v = inst.operands[0]
-            }
+            Op::Transpose { .. }
+            | Op::Reshape {}
+            | Op::Reverse { .. }
+            | Op::Slice { .. }
+            | Op::BroadcastInDim { .. }
+            | Op::DynamicSlice { .. }
+            | Op::Gather { .. } => v = inst.operands[0],
             _ => return None,
         }
     }
@@ -610,6 +663,18 @@ fn as_float_program(f: &Func, i: usize) -> Option<Func> {
         return None;
     }
     let mut h = f.clone();
+    h.outputs = vec![f.outputs[i]];
+    let mut live = vec![false; f.values.len()];
+    live[f.outputs[i].index()] = true;
+    let mut keep = vec![false; f.insts.len()];
+    for (k, inst) in f.insts.iter().enumerate().rev() {
+        if inst.results.iter().any(|r| live[r.index()]) {
+            keep[k] = true;
+            for o in &inst.operands {
+                live[o.index()] = true;
+            }
+        }
+    }
     h.insts[*chain.last()?].op = Op::Reshape {};
     for &k in &chain {
         let r = h.insts[k].results[0].index();
@@ -620,5 +685,12 @@ fn as_float_program(f: &Func, i: usize) -> Option<Func> {
         .iter()
         .map(|o| h.values[o.index()].clone())
         .collect();
+    let mut k = 0;
+    h.insts.retain(|_| {
+        k += 1;
+        keep[k - 1]
+    });
+    // An index computed from the bits themselves would now read floats.
+    kiln_ir::verify(&h).ok()?;
     Some(h)
 }
