@@ -88,8 +88,7 @@ pub fn scheduled(
         return Ok((f, fused, note));
     }
     let placement = crate::schedule::placement(&f, &fused, &order);
-    let g = crate::schedule::permute(&f, &placement)
-        .map_err(|e| Error::Lowering(format!("scheduling @{}: {e}", f.name)))?;
+    let g = crate::schedule::permute(&f, &placement);
     // The reordered program under the same kernels first: when even that does not peak lower,
     // the program order stays without fusing the reordered program (as long as fusing the
     // program itself; the two fusions differ only where multi-output fusion finds other
