@@ -222,6 +222,62 @@ fn mlp_train_step_eager(batch: usize, verify: bool) -> Result<Timing, String> {
     })
 }
 
+/// The MLP step with the gradient written out by hand (as the NumPy peer writes it): the
+/// forward pass, softmax cross-entropy, the backward pass's products and sums and the update
+/// all run eagerly, op by op; nothing is traced or differentiated.
+fn mlp_step_by_hand((m, _, x, y): &MlpArgs) -> (Mlp, Tensor) {
+    let lr = 0.01;
+    let mut hs = vec![x.clone()];
+    let mut zs = Vec::new();
+    for (i, l) in m.layers.iter().enumerate() {
+        let z = l.forward(hs.last().expect("the input at least"));
+        if i + 1 < m.layers.len() {
+            hs.push(z.relu());
+        }
+        zs.push(z);
+    }
+    let logits = zs.last().expect("a layer at least");
+    let loss = cross_entropy(logits, y);
+    let onehot = y.one_hot(logits.shape()[1], logits.dtype());
+    let mut dz = &(&logits.softmax(-1) - &onehot) * (1.0 / x.shape()[0] as f64);
+    let mut layers = m.layers.clone();
+    for i in (0..layers.len()).rev() {
+        let dw = hs[i].t().matmul(&dz);
+        let db = dz.sum(&[0], false);
+        if i > 0 {
+            let dh = dz.matmul(&layers[i].weight.t());
+            let zero = Tensor::zeros(dh.dtype(), []);
+            dz = zs[i - 1]
+                .gt(&zero)
+                .where_(&dh, &Tensor::zeros(dh.dtype(), dh.shape()));
+        }
+        let l = &mut layers[i];
+        l.weight = &l.weight - &(&dw * lr);
+        l.bias = l.bias.as_ref().map(|b| b - &(&db * lr));
+    }
+    (Mlp { layers }, loss)
+}
+
+/// `mlp_train_step` fully eager: [`mlp_step_by_hand`], checked against the reference's
+/// evaluation of the traced `mlp_step` (autodiff's gradient).
+fn mlp_train_step_eager_ops(batch: usize, verify: bool) -> Result<Timing, String> {
+    let (m, s, x, y) = mlp_args(batch, verify)?;
+    if verify {
+        let args = (m, s, x, y);
+        let (m, l) = mlp_step_by_hand(&args);
+        return agrees("mlp_train_step_eager_ops", mlp_step, &args, &(m, l))
+            .map(|()| Timing::default());
+    }
+    let mut state = Some(m);
+    time(|| {
+        let m = state.take().expect("carried");
+        let (m, l) = mlp_step_by_hand(&(m, s.clone(), x.clone(), y.clone()));
+        let l = l.item().map_err(|e| e.to_string())?;
+        state = Some(m);
+        Ok(l)
+    })
+}
+
 fn conv(
     x_shape: [usize; 4],
     w_shape: [usize; 4],
@@ -418,6 +474,11 @@ const WORKLOADS: &[Workload] = &[
         name: "mlp_train_step_eager",
         sizes: (256, 16),
         run: mlp_train_step_eager,
+    },
+    Workload {
+        name: "mlp_train_step_eager_ops",
+        sizes: (256, 16),
+        run: mlp_train_step_eager_ops,
     },
     Workload {
         name: "conv_7x7s2_32x3x224",

@@ -17,6 +17,7 @@ pub mod accuracy;
 pub mod compare;
 mod ops;
 mod rng;
+pub mod scalar;
 
 use kiln_ir::{Func, Literal, Module, VerifyError};
 use std::fmt;

@@ -1,8 +1,12 @@
 //! One function per op family. Inputs are verified, so shapes and dtypes are consistent.
 
+use crate::scalar::{
+    combine_f, combine_i, compare_f, compare_i, float_binary, float_unary, int_binary, int_unary,
+    nan_max, nan_min,
+};
 use kiln_ir::literal::wrap_to;
 use kiln_ir::verify::window_output_size;
-use kiln_ir::{Combiner, ComparisonDirection, DType, Data, Literal, Op, TensorType};
+use kiln_ir::{Combiner, DType, Data, Literal, Op, TensorType};
 
 const VERIFIED: &str = "the verifier guarantees consistent types";
 
@@ -93,117 +97,10 @@ enum Lane {
     I(Vec<i64>),
 }
 
-fn nan_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a == b {
-        if a.is_sign_negative() { b } else { a }
-    } else if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-fn nan_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a == b {
-        if a.is_sign_negative() { a } else { b }
-    } else if a < b {
-        a
-    } else {
-        b
-    }
-}
-
-fn int_pow(base: i64, exp: i64) -> i64 {
-    if exp < 0 {
-        return match base {
-            1 => 1,
-            -1 => {
-                if exp % 2 == 0 {
-                    1
-                } else {
-                    -1
-                }
-            }
-            _ => 0,
-        };
-    }
-    let (mut acc, mut b, mut e) = (1i64, base, exp);
-    while e > 0 {
-        if e & 1 == 1 {
-            acc = acc.wrapping_mul(b);
-        }
-        b = b.wrapping_mul(b);
-        e >>= 1;
-    }
-    acc
-}
-
-fn combine_f(kind: Combiner, a: f64, b: f64) -> f64 {
-    match kind {
-        Combiner::Replace => b,
-        Combiner::Add => a + b,
-        Combiner::Mul => a * b,
-        Combiner::Max => nan_max(a, b),
-        Combiner::Min => nan_min(a, b),
-        Combiner::And | Combiner::Or => unreachable!("{VERIFIED}"),
-    }
-}
-
-fn combine_i(kind: Combiner, d: DType, a: i64, b: i64) -> i64 {
-    let r = match (kind, d) {
-        (Combiner::Replace, _) => b,
-        (Combiner::Add, DType::Pred) | (Combiner::Or, _) => a | b,
-        (Combiner::Mul, DType::Pred) | (Combiner::And, _) => a & b,
-        (Combiner::Add, _) => a.wrapping_add(b),
-        (Combiner::Mul, _) => a.wrapping_mul(b),
-        (Combiner::Max, _) => a.max(b),
-        (Combiner::Min, _) => a.min(b),
-    };
-    wrap_to(d, r)
-}
-
-fn compare_f(dir: ComparisonDirection, a: f64, b: f64) -> bool {
-    use ComparisonDirection::*;
-    match dir {
-        Eq => a == b,
-        Ne => a != b,
-        Lt => a < b,
-        Le => a <= b,
-        Gt => a > b,
-        Ge => a >= b,
-    }
-}
-
-fn compare_i(dir: ComparisonDirection, a: i64, b: i64) -> bool {
-    use ComparisonDirection::*;
-    match dir {
-        Eq => a == b,
-        Ne => a != b,
-        Lt => a < b,
-        Le => a <= b,
-        Gt => a > b,
-        Ge => a >= b,
-    }
-}
-
 fn binary(op: &Op, a: &Literal, b: &Literal, ty: &TensorType) -> Literal {
     let d = a.dtype();
     if d.is_float() {
-        let f: fn(f64, f64) -> f64 = match op {
-            Op::Add {} => |a, b| a + b,
-            Op::Subtract {} => |a, b| a - b,
-            Op::Multiply {} => |a, b| a * b,
-            Op::Divide {} => |a, b| a / b,
-            Op::Remainder {} => |a, b| a % b,
-            Op::Maximum {} => nan_max,
-            Op::Minimum {} => nan_min,
-            Op::Power {} => f64::powf,
-            _ => unreachable!("{VERIFIED}"),
-        };
+        let f = float_binary(op).expect(VERIFIED);
         let v = a
             .to_f64s()
             .into_iter()
@@ -212,38 +109,11 @@ fn binary(op: &Op, a: &Literal, b: &Literal, ty: &TensorType) -> Literal {
             .collect();
         return from_lane(ty, Lane::F(v));
     }
-    let bits = d.bits() as i64;
-    let mask: u64 = if bits == 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
-    };
     let v = a
         .to_i64s()
         .into_iter()
         .zip(b.to_i64s())
-        .map(|(x, y)| match op {
-            Op::Add {} if d.is_pred() => x | y,
-            Op::Add {} => x.wrapping_add(y),
-            Op::Subtract {} => x.wrapping_sub(y),
-            Op::Multiply {} => x.wrapping_mul(y),
-            Op::Divide {} if y == 0 => -1,
-            Op::Divide {} => x.wrapping_div(y),
-            Op::Remainder {} if y == 0 => x,
-            Op::Remainder {} => x.wrapping_rem(y),
-            Op::Maximum {} => x.max(y),
-            Op::Minimum {} => x.min(y),
-            Op::Power {} => int_pow(x, y),
-            Op::And {} => x & y,
-            Op::Or {} => x | y,
-            Op::Xor {} => x ^ y,
-            Op::ShiftLeft {} if y < 0 || y >= bits => 0,
-            Op::ShiftLeft {} => x.wrapping_shl(y as u32),
-            Op::ShiftRightLogical {} if y < 0 || y >= bits => 0,
-            Op::ShiftRightLogical {} => ((x as u64 & mask) >> y) as i64,
-            _ => unreachable!("{VERIFIED}"),
-        })
-        .map(|x| wrap_to(d, x))
+        .map(|(x, y)| int_binary(op, d, x, y))
         .collect();
     from_lane(ty, Lane::I(v))
 }
@@ -251,53 +121,13 @@ fn binary(op: &Op, a: &Literal, b: &Literal, ty: &TensorType) -> Literal {
 fn unary(op: &Op, a: &Literal, ty: &TensorType) -> Literal {
     let d = a.dtype();
     if d.is_float() {
-        let f: fn(f64) -> f64 = match op {
-            Op::Negate {} => |x| -x,
-            Op::Abs {} => f64::abs,
-            Op::Sign {} => |x| {
-                if x.is_nan() || x == 0.0 {
-                    x
-                } else {
-                    x.signum()
-                }
-            },
-            Op::Exponential {} => f64::exp,
-            Op::Log {} => f64::ln,
-            Op::LogPlusOne {} => f64::ln_1p,
-            Op::ExponentialMinusOne {} => f64::exp_m1,
-            Op::Sqrt {} => f64::sqrt,
-            Op::Rsqrt {} => |x| 1.0 / x.sqrt(),
-            Op::Tanh {} => f64::tanh,
-            // e^x / (1 + e^x) below zero: 1 / (1 + e^-x) overflows there in f64.
-            Op::Logistic {} => |x| {
-                if x < 0.0 {
-                    x.exp() / (1.0 + x.exp())
-                } else {
-                    1.0 / (1.0 + (-x).exp())
-                }
-            },
-            Op::Sine {} => f64::sin,
-            Op::Cosine {} => f64::cos,
-            Op::Erf {} => libm::erf,
-            Op::Floor {} => f64::floor,
-            Op::Ceil {} => f64::ceil,
-            Op::Round {} => f64::round,
-            _ => unreachable!("{VERIFIED}"),
-        };
+        let f = float_unary(op).expect(VERIFIED);
         return from_lane(ty, Lane::F(a.to_f64s().into_iter().map(f).collect()));
     }
     let v = a
         .to_i64s()
         .into_iter()
-        .map(|x| match op {
-            Op::Negate {} => x.wrapping_neg(),
-            Op::Abs {} => x.wrapping_abs(),
-            Op::Sign {} => x.signum(),
-            Op::Not {} if d.is_pred() => 1 - x,
-            Op::Not {} => !x,
-            _ => unreachable!("{VERIFIED}"),
-        })
-        .map(|x| wrap_to(d, x))
+        .map(|x| int_unary(op, d, x))
         .collect();
     from_lane(ty, Lane::I(v))
 }

@@ -318,19 +318,17 @@ pub fn apply(
     }
 }
 
-fn run_op(
-    op: Op,
-    lits: &[&kiln_ir::Literal],
-    types: Vec<TensorType>,
-) -> Result<Vec<kiln_ir::Literal>> {
-    let values: Vec<TensorType> = lits
+/// The one-op function `eager_<op>` an eager op runs as: parameters of `operands`' types,
+/// results of `types`.
+pub(crate) fn one_op_func(op: Op, operands: &[&TensorType], types: Vec<TensorType>) -> Func {
+    let values: Vec<TensorType> = operands
         .iter()
-        .map(|l| l.ty().clone())
+        .map(|&t| t.clone())
         .chain(types.iter().cloned())
         .collect();
-    let n = lits.len();
+    let n = operands.len();
     let results: Vec<ValueId> = (n..n + types.len()).map(|i| ValueId(i as u32)).collect();
-    let f = Func {
+    Func {
         name: format!("eager_{}", op.mnemonic()),
         params: (0..n).map(|i| ValueId(i as u32)).collect(),
         insts: vec![Inst {
@@ -342,29 +340,38 @@ fn run_op(
         outputs: results,
         output_types: types,
         values,
-    };
-    // A small op runs faster interpreted than compiled (an LLVM compile costs milliseconds);
-    // both agree, as the differential tests check.
-    let elements: usize = f.values.iter().map(|t| t.numel()).sum();
-    if elements < EAGER_COMPILE_THRESHOLD {
-        kiln_ir::verify(&f).map_err(|e| Error::internal("run", e.to_string()))?;
-        return Ok(kiln_reference::eval_op(
-            &f.insts[0].op,
-            lits,
-            &f.output_types,
-        ));
     }
+}
+
+fn run_op(
+    op: Op,
+    lits: &[&kiln_ir::Literal],
+    types: Vec<TensorType>,
+) -> Result<Vec<kiln_ir::Literal>> {
+    let tys: Vec<&TensorType> = lits.iter().map(|l| l.ty()).collect();
+    let f = one_op_func(op, &tys, types);
     kiln_ir::verify(&f).map_err(|e| Error::internal("run", e.to_string()))?;
-    if crate::eager::first_use(&f)
-        && let Some(l) = crate::eager::native(&f.insts[0].op, lits, &f.output_types)
+    // Most ops run as native loops, with the reference's bits (`eager`), whatever their size.
+    // A large op whose compiled kernel is much faster runs natively the first time only; used
+    // again, it is compiled (once). Other small ops run faster interpreted than compiled (an
+    // LLVM compile costs milliseconds); both agree, as the differential tests check.
+    let elements: usize = f.values.iter().map(|t| t.numel()).sum();
+    let large = elements >= EAGER_COMPILE_THRESHOLD;
+    let op = &f.insts[0].op;
+    if (!large || !crate::eager::compiles_when_reused(op) || crate::eager::first_use(&f))
+        && let Some(l) = crate::eager::native(op, lits, &f.output_types)
     {
         return Ok(vec![l]);
+    }
+    if !large {
+        return Ok(kiln_reference::eval_op(op, lits, &f.output_types));
     }
     let exe = crate::backend::compile_cached(&f)?;
     exe.run(lits)
 }
 
-/// Eager ops touching fewer elements than this are interpreted instead of compiled.
+/// Eager ops touching fewer elements than this are interpreted instead of compiled when they
+/// have no native loop.
 pub const EAGER_COMPILE_THRESHOLD: usize = 1 << 16;
 
 /// Marks `ys = f(xs)` as having the custom backward function `bwd` (parameters `xs`, `ys`, then

@@ -1,0 +1,246 @@
+//! The reference's arithmetic on one element: floats in f64, integers in wrapping i64 (wrapped
+//! back to the dtype's range, 0/1 for `pred`). The interpreter maps these over whole literals;
+//! eager mode's native loops (`kiln-trace`) map the same functions over typed slices, so an
+//! eager op computes each element exactly as the reference does.
+
+use kiln_ir::literal::wrap_to;
+use kiln_ir::{Combiner, ComparisonDirection, DType, Op};
+
+/// StableHLO's `maximum` on floats: NaN if either is, and +0 above -0.
+pub fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() { b } else { a }
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// StableHLO's `minimum` on floats: NaN if either is, and -0 below +0.
+pub fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() { a } else { b }
+    } else if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `base` to the power `exp` on integers, wrapping; a negative exponent gives 0 unless the
+/// base is 1 or -1.
+fn int_pow(base: i64, exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 => {
+                if exp % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let (mut acc, mut b, mut e) = (1i64, base, exp);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(b);
+        }
+        b = b.wrapping_mul(b);
+        e >>= 1;
+    }
+    acc
+}
+
+/// One step of a float reduction or scatter: the accumulator `a` combined with `b`.
+pub fn combine_f(kind: Combiner, a: f64, b: f64) -> f64 {
+    match kind {
+        Combiner::Replace => b,
+        Combiner::Add => a + b,
+        Combiner::Mul => a * b,
+        Combiner::Max => nan_max(a, b),
+        Combiner::Min => nan_min(a, b),
+        Combiner::And | Combiner::Or => unreachable!("the verifier allows no float and/or"),
+    }
+}
+
+/// One step of an integer or `pred` reduction or scatter in dtype `d`, wrapped.
+pub fn combine_i(kind: Combiner, d: DType, a: i64, b: i64) -> i64 {
+    let r = match (kind, d) {
+        (Combiner::Replace, _) => b,
+        (Combiner::Add, DType::Pred) | (Combiner::Or, _) => a | b,
+        (Combiner::Mul, DType::Pred) | (Combiner::And, _) => a & b,
+        (Combiner::Add, _) => a.wrapping_add(b),
+        (Combiner::Mul, _) => a.wrapping_mul(b),
+        (Combiner::Max, _) => a.max(b),
+        (Combiner::Min, _) => a.min(b),
+    };
+    wrap_to(d, r)
+}
+
+/// `compare` on floats (IEEE: every comparison with NaN is false but `NE`).
+pub fn compare_f(dir: ComparisonDirection, a: f64, b: f64) -> bool {
+    use ComparisonDirection::*;
+    match dir {
+        Eq => a == b,
+        Ne => a != b,
+        Lt => a < b,
+        Le => a <= b,
+        Gt => a > b,
+        Ge => a >= b,
+    }
+}
+
+/// `compare` on integers (as signed i64: unsigned values are zero-extended).
+pub fn compare_i(dir: ComparisonDirection, a: i64, b: i64) -> bool {
+    use ComparisonDirection::*;
+    match dir {
+        Eq => a == b,
+        Ne => a != b,
+        Lt => a < b,
+        Le => a <= b,
+        Gt => a > b,
+        Ge => a >= b,
+    }
+}
+
+/// A binary elementwise float op as a function of f64s; `None` for the others.
+pub fn float_binary(op: &Op) -> Option<fn(f64, f64) -> f64> {
+    Some(match op {
+        Op::Add {} => |a, b| a + b,
+        Op::Subtract {} => |a, b| a - b,
+        Op::Multiply {} => |a, b| a * b,
+        Op::Divide {} => |a, b| a / b,
+        Op::Remainder {} => |a, b| a % b,
+        Op::Maximum {} => nan_max,
+        Op::Minimum {} => nan_min,
+        Op::Power {} => f64::powf,
+        _ => return None,
+    })
+}
+
+/// A unary elementwise float op as a function of an f64; `None` for the others.
+pub fn float_unary(op: &Op) -> Option<fn(f64) -> f64> {
+    Some(match op {
+        Op::Negate {} => |x| -x,
+        Op::Abs {} => f64::abs,
+        Op::Sign {} => |x| {
+            if x.is_nan() || x == 0.0 {
+                x
+            } else {
+                x.signum()
+            }
+        },
+        Op::Exponential {} => f64::exp,
+        Op::Log {} => f64::ln,
+        Op::LogPlusOne {} => f64::ln_1p,
+        Op::ExponentialMinusOne {} => f64::exp_m1,
+        Op::Sqrt {} => f64::sqrt,
+        Op::Rsqrt {} => |x| 1.0 / x.sqrt(),
+        Op::Tanh {} => f64::tanh,
+        // e^x / (1 + e^x) below zero: 1 / (1 + e^-x) overflows there in f64.
+        Op::Logistic {} => |x| {
+            if x < 0.0 {
+                x.exp() / (1.0 + x.exp())
+            } else {
+                1.0 / (1.0 + (-x).exp())
+            }
+        },
+        Op::Sine {} => f64::sin,
+        Op::Cosine {} => f64::cos,
+        Op::Erf {} => libm::erf,
+        Op::Floor {} => f64::floor,
+        Op::Ceil {} => f64::ceil,
+        Op::Round {} => f64::round,
+        _ => return None,
+    })
+}
+
+/// Whether `op` is a binary elementwise op on integers or `pred` ([`int_binary`] computes it).
+pub fn is_int_binary(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Add {}
+            | Op::Subtract {}
+            | Op::Multiply {}
+            | Op::Divide {}
+            | Op::Remainder {}
+            | Op::Maximum {}
+            | Op::Minimum {}
+            | Op::Power {}
+            | Op::And {}
+            | Op::Or {}
+            | Op::Xor {}
+            | Op::ShiftLeft {}
+            | Op::ShiftRightLogical {}
+    )
+}
+
+/// A binary elementwise op on integers or `pred` of dtype `d` (values as i64: unsigned ones
+/// zero-extended), wrapped to `d`. Division by zero gives -1 and a remainder by zero the
+/// dividend, as XLA does; shifts by a negative amount or by the width or more give 0.
+///
+/// # Panics
+///
+/// When `op` is not one of [`is_int_binary`]'s.
+pub fn int_binary(op: &Op, d: DType, x: i64, y: i64) -> i64 {
+    let bits = d.bits() as i64;
+    let r = match op {
+        Op::Add {} if d.is_pred() => x | y,
+        Op::Add {} => x.wrapping_add(y),
+        Op::Subtract {} => x.wrapping_sub(y),
+        Op::Multiply {} => x.wrapping_mul(y),
+        Op::Divide {} if y == 0 => -1,
+        Op::Divide {} => x.wrapping_div(y),
+        Op::Remainder {} if y == 0 => x,
+        Op::Remainder {} => x.wrapping_rem(y),
+        Op::Maximum {} => x.max(y),
+        Op::Minimum {} => x.min(y),
+        Op::Power {} => int_pow(x, y),
+        Op::And {} => x & y,
+        Op::Or {} => x | y,
+        Op::Xor {} => x ^ y,
+        Op::ShiftLeft {} if y < 0 || y >= bits => 0,
+        Op::ShiftLeft {} => x.wrapping_shl(y as u32),
+        Op::ShiftRightLogical {} if y < 0 || y >= bits => 0,
+        Op::ShiftRightLogical {} => {
+            let mask: u64 = if bits == 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            };
+            ((x as u64 & mask) >> y) as i64
+        }
+        _ => unreachable!("`{}` is not a binary integer op", op.mnemonic()),
+    };
+    wrap_to(d, r)
+}
+
+/// Whether `op` is a unary elementwise op on integers or `pred` ([`int_unary`] computes it).
+pub fn is_int_unary(op: &Op) -> bool {
+    matches!(op, Op::Negate {} | Op::Abs {} | Op::Sign {} | Op::Not {})
+}
+
+/// A unary elementwise op on integers or `pred` of dtype `d`, wrapped to `d`.
+///
+/// # Panics
+///
+/// When `op` is not one of [`is_int_unary`]'s.
+pub fn int_unary(op: &Op, d: DType, x: i64) -> i64 {
+    let r = match op {
+        Op::Negate {} => x.wrapping_neg(),
+        Op::Abs {} => x.wrapping_abs(),
+        Op::Sign {} => x.signum(),
+        Op::Not {} if d.is_pred() => 1 - x,
+        Op::Not {} => !x,
+        _ => unreachable!("`{}` is not a unary integer op", op.mnemonic()),
+    };
+    wrap_to(d, r)
+}

@@ -1,0 +1,309 @@
+//! Elementwise ops: arithmetic, functions, comparisons, `select`, `clamp`, conversions and
+//! `iota`, on every dtype. Each element is the reference's: its per-element function
+//! (`kiln_reference::scalar`) on the operands widened to f64 (floats) or i64 (integers, `pred`),
+//! converted back as the reference converts. Float addition, subtraction, multiplication,
+//! division, maximum, minimum, negation and absolute value on f32 and f64 are computed in the
+//! dtype itself, which gives the same bits: rounding the exact result once (here) or the f64
+//! result again (the reference) agree for these operations, as 53 >= 2 * 24 + 2.
+
+use super::{Elem, par_collect, vectorized, with_elem, with_float};
+use kiln_ir::literal::convert_f64;
+use kiln_ir::{ComparisonDirection, Data, Literal, Op, TensorType};
+use kiln_reference::scalar;
+
+/// The cost (about nanoseconds per element) of a loop calling a function of the C library
+/// (`exp`, `tanh`, ... in f64), and of one doing a few instructions.
+const LIBM: usize = 20;
+const CHEAP: usize = 1;
+
+/// `op` on `lits` elementwise, with result type `ty`; `None` when it is not an elementwise op
+/// this module computes.
+pub(super) fn run(op: &Op, lits: &[&Literal], ty: &TensorType) -> Option<Data> {
+    let n = ty.numel();
+    if lits.iter().any(|l| l.numel() != n && l.numel() != 1) {
+        return None;
+    }
+    let d = lits.first().map(|l| l.dtype());
+    match (op, lits) {
+        (Op::Iota { iota_dimension }, []) => iota(ty, usize::try_from(*iota_dimension).ok()?),
+        (
+            Op::Compare {
+                comparison_direction,
+            },
+            [a, b],
+        ) => compare(*comparison_direction, a, b),
+        (Op::Select {}, [p, a, b]) => select(p, a, b),
+        (Op::Clamp {}, [lo, x, hi]) => clamp(lo, x, hi),
+        (Op::Convert {}, [a]) => Some(with_elem!(ty.dtype, R => R::data(convert::<R>(a)?))),
+        (Op::IsFinite {}, [a]) => {
+            with_elem!(a.dtype(), T => Some(Data::Pred(map1(T::slice(a.data())?, CHEAP, |x: T| x.f64().is_finite())?)))
+        }
+        (_, [a, b]) if a.numel() == n && b.numel() == n && Some(b.dtype()) == d => binary(op, a, b),
+        (_, [a]) if a.numel() == n => unary(op, a),
+        _ => None,
+    }
+}
+
+/// `f` on each element of `a`.
+fn map1<A: Elem, R: Elem>(a: &[A], cost: usize, f: impl Fn(A) -> R + Sync) -> Option<Vec<R>> {
+    par_collect(a.len(), 1, a.len() * cost, |s, chunk| {
+        vectorized(|| {
+            for (o, &x) in chunk.iter_mut().zip(&a[s..]) {
+                o.write(f(x));
+            }
+        })
+    })
+}
+
+/// `f` on each pair of elements of `a` and `b` (of one length).
+fn map2<A: Elem, B: Elem, R: Elem>(
+    a: &[A],
+    b: &[B],
+    cost: usize,
+    f: impl Fn(A, B) -> R + Sync,
+) -> Option<Vec<R>> {
+    par_collect(a.len(), 1, a.len() * cost, |s, chunk| {
+        vectorized(|| {
+            for ((o, &x), &y) in chunk.iter_mut().zip(&a[s..]).zip(&b[s..]) {
+                o.write(f(x, y));
+            }
+        })
+    })
+}
+
+/// `f(i, x)` on each element `x` of `a` at index `i`.
+fn map_indexed<A: Elem, R: Elem>(
+    a: &[A],
+    cost: usize,
+    f: impl Fn(usize, A) -> R + Sync,
+) -> Option<Vec<R>> {
+    par_collect(a.len(), 1, a.len() * cost, |s, chunk| {
+        vectorized(|| {
+            for (i, (o, &x)) in chunk.iter_mut().zip(&a[s..]).enumerate() {
+                o.write(f(s + i, x));
+            }
+        })
+    })
+}
+
+/// Element `i` of `v`, a scalar or a tensor of the result's shape.
+fn at<T: Copy>(v: &[T], i: usize) -> T {
+    if v.len() == 1 { v[0] } else { v[i] }
+}
+
+/// The cost per element of an op, by whether it calls the C library.
+fn cost(op: &Op) -> usize {
+    if super::compiles_when_reused(op) {
+        LIBM
+    } else {
+        CHEAP
+    }
+}
+
+fn binary(op: &Op, a: &Literal, b: &Literal) -> Option<Data> {
+    let d = a.dtype();
+    if let Some(data) = match (a.data(), b.data()) {
+        (Data::F32(x), Data::F32(y)) => binary_f32(op, x, y).map(Data::F32),
+        (Data::F64(x), Data::F64(y)) => binary_f64(op, x, y).map(Data::F64),
+        _ => None,
+    } {
+        return Some(data);
+    }
+    if d.is_float() {
+        let f = scalar::float_binary(op)?;
+        let c = cost(op);
+        return with_float!(d, T => T::data(map2(T::slice(a.data())?, T::slice(b.data())?, c, |x: T, y: T| T::from_f64(f(x.f64(), y.f64())))?));
+    }
+    if !scalar::is_int_binary(op) {
+        return None;
+    }
+    Some(
+        with_elem!(d, T => T::data(map2(T::slice(a.data())?, T::slice(b.data())?, CHEAP, |x: T, y: T| T::from_i64(scalar::int_binary(op, d, x.i64(), y.i64())))?)),
+    )
+}
+
+fn unary(op: &Op, a: &Literal) -> Option<Data> {
+    let d = a.dtype();
+    if let Some(data) = match a.data() {
+        Data::F32(x) => unary_f32(op, x).map(Data::F32),
+        Data::F64(x) => unary_f64(op, x).map(Data::F64),
+        _ => None,
+    } {
+        return Some(data);
+    }
+    if d.is_float() {
+        let c = cost(op);
+        return with_float!(d, T => {
+            let x = T::slice(a.data())?;
+            // The reference's functions; the cheap ones inlined (vectorized), the others
+            // called.
+            T::data(match op {
+                Op::Sqrt {} => map1(x, c, |v: T| T::from_f64(v.f64().sqrt()))?,
+                Op::Rsqrt {} => map1(x, c, |v: T| T::from_f64(1.0 / v.f64().sqrt()))?,
+                Op::Floor {} => map1(x, c, |v: T| T::from_f64(v.f64().floor()))?,
+                Op::Ceil {} => map1(x, c, |v: T| T::from_f64(v.f64().ceil()))?,
+                Op::Round {} => map1(x, c, |v: T| T::from_f64(v.f64().round()))?,
+                _ => {
+                    let f = scalar::float_unary(op)?;
+                    map1(x, c, |v: T| T::from_f64(f(v.f64())))?
+                }
+            })
+        });
+    }
+    if !scalar::is_int_unary(op) {
+        return None;
+    }
+    Some(
+        with_elem!(d, T => T::data(map1(T::slice(a.data())?, CHEAP, |x: T| T::from_i64(scalar::int_unary(op, d, x.i64())))?)),
+    )
+}
+
+fn compare(dir: ComparisonDirection, a: &Literal, b: &Literal) -> Option<Data> {
+    if a.dtype() != b.dtype() || a.numel() != b.numel() {
+        return None;
+    }
+    let float = a.dtype().is_float();
+    let out = with_elem!(a.dtype(), T => {
+        let (x, y) = (T::slice(a.data())?, T::slice(b.data())?);
+        if float {
+            compare_as(dir, x, y, T::f64)?
+        } else {
+            compare_as(dir, x, y, T::i64)?
+        }
+    });
+    Some(Data::Pred(out))
+}
+
+/// `compare` of the elements of `x` and `y` as `w` widens them (as the reference's
+/// `scalar::compare_f` and `compare_i` compare f64 and i64), one loop per direction.
+fn compare_as<T: Elem, W: PartialOrd>(
+    dir: ComparisonDirection,
+    x: &[T],
+    y: &[T],
+    w: impl Fn(T) -> W + Sync,
+) -> Option<Vec<bool>> {
+    use ComparisonDirection::*;
+    match dir {
+        Eq => map2(x, y, CHEAP, |p, q| w(p) == w(q)),
+        Ne => map2(x, y, CHEAP, |p, q| w(p) != w(q)),
+        Lt => map2(x, y, CHEAP, |p, q| w(p) < w(q)),
+        Le => map2(x, y, CHEAP, |p, q| w(p) <= w(q)),
+        Gt => map2(x, y, CHEAP, |p, q| w(p) > w(q)),
+        Ge => map2(x, y, CHEAP, |p, q| w(p) >= w(q)),
+    }
+}
+
+fn select(p: &Literal, a: &Literal, b: &Literal) -> Option<Data> {
+    let Data::Pred(p) = p.data() else { return None };
+    if a.dtype() != b.dtype() || a.numel() != b.numel() {
+        return None;
+    }
+    if let [p] = p[..] {
+        return Some(if p { a } else { b }.data().clone());
+    }
+    Some(with_elem!(a.dtype(), T => {
+        let (x, y) = (T::slice(a.data())?, T::slice(b.data())?);
+        T::data(map_indexed(x, CHEAP, |i, x: T| if p[i] { x } else { y[i] })?)
+    }))
+}
+
+fn clamp(lo: &Literal, x: &Literal, hi: &Literal) -> Option<Data> {
+    let d = x.dtype();
+    if lo.dtype() != d || hi.dtype() != d {
+        return None;
+    }
+    Some(with_elem!(d, T => {
+        let (l, v, h) = (T::slice(lo.data())?, T::slice(x.data())?, T::slice(hi.data())?);
+        let out = if d.is_float() {
+            map_indexed(v, CHEAP, |i, x: T| {
+                T::from_f64(scalar::nan_min(scalar::nan_max(x.f64(), at(l, i).f64()), at(h, i).f64()))
+            })?
+        } else {
+            map_indexed(v, CHEAP, |i, x: T| T::from_i64(x.i64().max(at(l, i).i64()).min(at(h, i).i64())))?
+        };
+        T::data(out)
+    }))
+}
+
+/// `a` converted to `R`: floats to floats rounded to nearest, floats to integers truncated
+/// (saturating, NaN to 0), integers wrapped, `pred` as `x != 0`.
+fn convert<R: Elem>(a: &Literal) -> Option<Vec<R>> {
+    let (from, to) = (a.dtype(), R::DTYPE);
+    if let (Data::F32(x), true) = (a.data(), to.is_float()) {
+        // Rounding an f32 once: as from its exact f64 value, and faster for f16 and bf16.
+        return map1(x, CHEAP, R::from_f32);
+    }
+    with_elem!(from, T => {
+        let x = T::slice(a.data())?;
+        if from.is_float() && to.is_float() {
+            map1(x, CHEAP, |x: T| R::from_f64(x.f64()))
+        } else if from.is_float() {
+            map1(x, CHEAP, |x: T| R::from_i64(convert_f64(to, x.f64())))
+        } else {
+            map1(x, CHEAP, |x: T| R::from_i64(x.i64()))
+        }
+    })
+}
+
+/// `iota` along dimension `dim` of `ty`.
+fn iota(ty: &TensorType, dim: usize) -> Option<Data> {
+    let size = *ty.shape.get(dim)?;
+    let stride: usize = ty.shape[dim + 1..].iter().product();
+    let n = ty.numel();
+    Some(
+        with_elem!(ty.dtype, T => T::data(par_collect(n, 1, n, |s, chunk| {
+        for (i, o) in chunk.iter_mut().enumerate() {
+            o.write(T::from_i64(((s + i) / stride % size) as i64));
+        }
+    })?)),
+    )
+}
+
+macro_rules! float_kernels {
+    ($t:ty, $binary:ident, $unary:ident) => {
+        /// The binary ops computed in the dtype itself; `None` for the others.
+        fn $binary(op: &Op, x: &[$t], y: &[$t]) -> Option<Vec<$t>> {
+            match op {
+                Op::Add {} => map2(x, y, CHEAP, |a: $t, b: $t| a + b),
+                Op::Subtract {} => map2(x, y, CHEAP, |a: $t, b: $t| a - b),
+                Op::Multiply {} => map2(x, y, CHEAP, |a: $t, b: $t| a * b),
+                Op::Divide {} => map2(x, y, CHEAP, |a: $t, b: $t| a / b),
+                // StableHLO's maximum and minimum: NaN if either is, and +0 above -0.
+                Op::Maximum {} => map2(x, y, CHEAP, |a: $t, b: $t| {
+                    if a.is_nan() || b.is_nan() {
+                        <$t>::NAN
+                    } else if a == b {
+                        if a.is_sign_negative() { b } else { a }
+                    } else if a > b {
+                        a
+                    } else {
+                        b
+                    }
+                }),
+                Op::Minimum {} => map2(x, y, CHEAP, |a: $t, b: $t| {
+                    if a.is_nan() || b.is_nan() {
+                        <$t>::NAN
+                    } else if a == b {
+                        if a.is_sign_negative() { a } else { b }
+                    } else if a < b {
+                        a
+                    } else {
+                        b
+                    }
+                }),
+                _ => None,
+            }
+        }
+
+        /// The unary ops computed in the dtype itself; `None` for the others.
+        fn $unary(op: &Op, x: &[$t]) -> Option<Vec<$t>> {
+            match op {
+                Op::Negate {} => map1(x, CHEAP, |a: $t| -a),
+                Op::Abs {} => map1(x, CHEAP, |a: $t| a.abs()),
+                _ => None,
+            }
+        }
+    };
+}
+float_kernels!(f32, binary_f32, unary_f32);
+float_kernels!(f64, binary_f64, unary_f64);

@@ -1,0 +1,380 @@
+//! Eager ops without a compiler: the ops a training or inference step is made of (elementwise
+//! arithmetic, functions, comparisons, selections and conversions on every dtype; broadcasts,
+//! reshapes, transposes, slices, reversals and concatenations; reductions; dot products) run as
+//! native loops over the literals' typed slices, split across threads when they are large, so
+//! an eager op costs no compile.
+//!
+//! Each loop computes every element exactly as the reference interpreter does, so its results
+//! are the reference's bit for bit: the per-element arithmetic is the reference's own
+//! (`kiln_reference::scalar`: floats in f64 rounded once to the result dtype, integers in
+//! wrapping i64), and sums (reductions, dot products) accumulate in f64 (wrapping i64) in the
+//! reference's order, each output's terms in row-major order of its operand, rounded once.
+//! Threads split the outputs, never one output's sum.
+//!
+//! Most of these loops run as fast as a compiled kernel would (they move memory), so they are
+//! used every time. For a few ops a compiled kernel is much faster: dot products (a GEMM with
+//! packed panels against a plain blocked loop in f64) and the transcendental functions (f32
+//! polynomials against the C library's f64 functions). Those run natively the first time a
+//! large one of a signature is used, and are compiled when used again (a training loop), once
+//! ([`compiles_when_reused`]).
+
+mod dot;
+mod elementwise;
+mod layout;
+mod reduce;
+#[cfg(test)]
+mod tests;
+
+use half::{bf16, f16};
+use kiln_ir::{DType, Data, Func, Literal, Op, TensorType};
+use std::collections::HashSet;
+use std::mem::MaybeUninit;
+use std::sync::{Mutex, OnceLock};
+
+/// Whether `f` (a one-op eager function) is used for the first time in this process: the
+/// signatures seen so far are kept by their text.
+pub(crate) fn first_use(f: &Func) -> bool {
+    static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    SEEN.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(kiln_ir::print_func(f))
+}
+
+/// Whether a large eager `op` used again is compiled (its kernel then runs from the second
+/// use on) rather than run natively every time: the ops whose compiled kernels are several
+/// times faster than their native loops.
+pub(crate) fn compiles_when_reused(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::DotGeneral { .. }
+            | Op::Exponential {}
+            | Op::Log {}
+            | Op::LogPlusOne {}
+            | Op::ExponentialMinusOne {}
+            | Op::Tanh {}
+            | Op::Logistic {}
+            | Op::Sine {}
+            | Op::Cosine {}
+            | Op::Erf {}
+            | Op::Power {}
+    )
+}
+
+/// `op` on `lits` with result types `out`, computed natively (bit for bit as the reference
+/// interpreter computes it); `None` for the ops and dtypes without a native loop (the caller
+/// interprets or compiles them).
+pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<Literal> {
+    let [ty] = out else { return None };
+    let data = match op {
+        Op::Reshape {} => return lits.first()?.reshaped(ty.shape.clone()).ok(),
+        Op::BitcastConvert {} => {
+            return Literal::from_le_bytes(ty.clone(), &lits.first()?.to_le_bytes()).ok();
+        }
+        Op::BroadcastInDim { .. }
+        | Op::Transpose { .. }
+        | Op::Slice { .. }
+        | Op::Reverse { .. }
+        | Op::Concatenate { .. } => layout::run(op, lits, ty)?,
+        Op::Reduce { dimensions, kind } => reduce::run(dimensions, *kind, lits, ty)?,
+        Op::DotGeneral {
+            lhs_batching_dimensions,
+            rhs_batching_dimensions,
+            lhs_contracting_dimensions,
+            rhs_contracting_dimensions,
+        } => dot::run(
+            [lits.first()?, lits.get(1)?],
+            [lhs_batching_dimensions, rhs_batching_dimensions],
+            [lhs_contracting_dimensions, rhs_contracting_dimensions],
+            ty,
+        )?,
+        _ => elementwise::run(op, lits, ty)?,
+    };
+    Literal::new(ty.clone(), data).ok()
+}
+
+/// An element type of a literal, converted as the reference converts it.
+pub(super) trait Elem: Copy + Default + Send + Sync + 'static {
+    /// The dtype.
+    const DTYPE: DType;
+    /// The value as `Literal::to_f64s` gives it (`pred` as 0 or 1).
+    fn f64(self) -> f64;
+    /// The value as `Literal::to_i64s` gives it (unsigned ones zero-extended).
+    fn i64(self) -> i64;
+    /// An f64 converted as `Literal::from_f64s` converts it (floats: to nearest, ties to
+    /// even).
+    fn from_f64(x: f64) -> Self;
+    /// An i64 converted as `Literal::from_i64s` converts it (integers: wrapped).
+    fn from_i64(x: i64) -> Self;
+    /// An f32 converted as [`Elem::from_f64`] converts it (its f64 value is exact).
+    fn from_f32(x: f32) -> Self {
+        Self::from_f64(x as f64)
+    }
+    /// The elements of `d`, if it holds this type.
+    fn slice(d: &Data) -> Option<&[Self]>;
+    /// Elements of this type as data.
+    fn data(v: Vec<Self>) -> Data;
+}
+
+macro_rules! float_elem {
+    ($t:ty, $d:ident, $to:expr, $from:expr $(, $from32:expr)?) => {
+        impl Elem for $t {
+            const DTYPE: DType = DType::$d;
+            fn f64(self) -> f64 {
+                $to(self)
+            }
+            fn i64(self) -> i64 {
+                $to(self) as i64
+            }
+            fn from_f64(x: f64) -> Self {
+                $from(x)
+            }
+            fn from_i64(x: i64) -> Self {
+                $from(x as f64)
+            }
+            $(fn from_f32(x: f32) -> Self {
+                $from32(x)
+            })?
+            fn slice(d: &Data) -> Option<&[Self]> {
+                match d {
+                    Data::$d(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn data(v: Vec<Self>) -> Data {
+                Data::$d(v)
+            }
+        }
+    };
+}
+float_elem!(f16, F16, |x: f16| x.to_f64(), f16::from_f64, f16::from_f32);
+float_elem!(
+    bf16,
+    BF16,
+    |x: bf16| x.to_f64(),
+    bf16::from_f64,
+    bf16::from_f32
+);
+float_elem!(f32, F32, |x: f32| x as f64, |x: f64| x as f32);
+float_elem!(f64, F64, |x: f64| x, |x: f64| x);
+
+macro_rules! int_elem {
+    ($t:ty, $d:ident) => {
+        impl Elem for $t {
+            const DTYPE: DType = DType::$d;
+            fn f64(self) -> f64 {
+                self as f64
+            }
+            fn i64(self) -> i64 {
+                self as i64
+            }
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+            fn from_i64(x: i64) -> Self {
+                x as $t
+            }
+            fn slice(d: &Data) -> Option<&[Self]> {
+                match d {
+                    Data::$d(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn data(v: Vec<Self>) -> Data {
+                Data::$d(v)
+            }
+        }
+    };
+}
+int_elem!(i8, I8);
+int_elem!(i32, I32);
+int_elem!(i64, I64);
+int_elem!(u32, U32);
+
+impl Elem for bool {
+    const DTYPE: DType = DType::Pred;
+    fn f64(self) -> f64 {
+        self as u8 as f64
+    }
+    fn i64(self) -> i64 {
+        self as i64
+    }
+    fn from_f64(x: f64) -> Self {
+        x != 0.0
+    }
+    fn from_i64(x: i64) -> Self {
+        x != 0
+    }
+    fn slice(d: &Data) -> Option<&[Self]> {
+        match d {
+            Data::Pred(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn data(v: Vec<Self>) -> Data {
+        Data::Pred(v)
+    }
+}
+
+/// `$body` with `$t` the element type of dtype `$d`.
+macro_rules! with_elem {
+    ($d:expr, $t:ident => $body:expr) => {
+        match $d {
+            kiln_ir::DType::Pred => {
+                type $t = bool;
+                $body
+            }
+            kiln_ir::DType::I8 => {
+                type $t = i8;
+                $body
+            }
+            kiln_ir::DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            kiln_ir::DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            kiln_ir::DType::U32 => {
+                type $t = u32;
+                $body
+            }
+            kiln_ir::DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            kiln_ir::DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            kiln_ir::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            kiln_ir::DType::F64 => {
+                type $t = f64;
+                $body
+            }
+        }
+    };
+}
+pub(super) use with_elem;
+
+/// `$body` with `$t` the element type of float dtype `$d`; `None` for other dtypes.
+macro_rules! with_float {
+    ($d:expr, $t:ident => $body:expr) => {
+        match $d {
+            kiln_ir::DType::F16 => {
+                type $t = half::f16;
+                Some($body)
+            }
+            kiln_ir::DType::BF16 => {
+                type $t = half::bf16;
+                Some($body)
+            }
+            kiln_ir::DType::F32 => {
+                type $t = f32;
+                Some($body)
+            }
+            kiln_ir::DType::F64 => {
+                type $t = f64;
+                Some($body)
+            }
+            _ => None,
+        }
+    };
+}
+pub(super) use with_float;
+
+/// The threads a large loop is split across: the machine's (at most 16).
+fn threads() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(16)
+    })
+}
+
+/// The work (about nanoseconds on one core) each thread of a split loop gets at least:
+/// starting a thread costs tens of microseconds.
+const WORK_PER_THREAD: usize = 1 << 17;
+
+/// Calls `f(start, chunk)` on consecutive chunks of `out` that together cover it (`start`:
+/// the index of the chunk's first element), each chunk a whole number of `unit`s, on up to
+/// [`threads`] threads when `work` (for all of `out`, in about nanoseconds) pays for them.
+pub(super) fn par_chunks<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let unit = unit.max(1);
+    let units = out.len() / unit;
+    let parts = (work / WORK_PER_THREAD).min(threads()).min(units).max(1);
+    if parts == 1 {
+        f(0, out);
+        return;
+    }
+    let per = units.div_ceil(parts) * unit;
+    std::thread::scope(|s| {
+        let f = &f;
+        let mut rest = out;
+        let mut start = 0;
+        while rest.len() > per {
+            let (chunk, tail) = rest.split_at_mut(per);
+            s.spawn(move || f(start, chunk));
+            start += per;
+            rest = tail;
+        }
+        f(start, rest);
+    });
+}
+
+/// `body()`, compiled for AVX2 (which brings SSE4.1's rounding instructions) as well as for
+/// the baseline x86-64 the crate is built for, and run as the CPU allows: the elementwise
+/// loops inlined into it vectorize 256 bits wide and round in registers instead of calling the
+/// C library. Products and sums stay separate instructions (Rust never fuses them).
+#[inline(always)]
+pub(super) fn vectorized<R>(body: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        fn avx2<R>(body: impl FnOnce() -> R) -> R {
+            body()
+        }
+        static AVX2: OnceLock<bool> = OnceLock::new();
+        if *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2")) {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { avx2(body) };
+        }
+    }
+    body()
+}
+
+/// A vector of `n` elements written by `f(start, chunk)` on chunks as [`par_chunks`] makes
+/// them (`f` must write every element of its chunk), or `None` when the memory cannot be had.
+/// The elements are not initialized first: an output is written once.
+pub(super) fn par_collect<T: Copy + Send>(
+    n: usize,
+    unit: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
+) -> Option<Vec<T>> {
+    let mut v: Vec<T> = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    par_chunks(&mut v.spare_capacity_mut()[..n], unit, work, f);
+    // SAFETY: the chunks cover the first `n` elements, and `f` wrote each of its chunk's.
+    unsafe { v.set_len(n) };
+    Some(v)
+}
+
+/// A vector of `n` copies of `x`, or `None` when the memory cannot be had.
+pub(super) fn filled<T: Clone>(n: usize, x: T) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.resize(n, x);
+    Some(v)
+}
