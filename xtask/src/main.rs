@@ -345,11 +345,8 @@ fn dump(args: &[String]) -> Result {
         "kernels" => {
             let f = m.entry().ok_or("no function")?;
             // xtask is a program's boundary: the environment's switches, and `--fast-math`.
-            let opts = kiln_kernel::Options {
-                fast_math: fast_math
-                    || kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok()).fast_math,
-                ..kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok())
-            };
+            let mut opts = kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok());
+            opts.fast_math |= fast_math;
             let text = kiln_kernel::print::describe_kernels(f, &opts)
                 .map_err(|e| format!("{file}: {e}"))?;
             print!("{text}");

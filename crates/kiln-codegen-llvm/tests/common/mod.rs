@@ -109,8 +109,8 @@ pub fn agrees_on_random_inputs(src: &str, seed: u64) {
 pub fn agrees_cached_and_jit(src: &str, seed: u64) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
     let args = random_args(&f, seed);
-    let dir = std::env::var_os("KILN_CACHE_DIR")
-        .map(std::path::PathBuf::from)
+    let dir = env_options()
+        .kernel_cache
         .unwrap_or_else(|| std::env::temp_dir().join("kiln-test-kernel-cache"));
     for cache in [Some(dir.as_path()), None] {
         let e =
