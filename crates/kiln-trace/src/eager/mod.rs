@@ -66,6 +66,9 @@ pub(crate) fn compiles_when_reused(op: &Op) -> bool {
 /// interprets or compiles them).
 pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<Literal> {
     let [ty] = out else { return None };
+    // Results are dropped and allocated again op after op: keep the freed blocks for reuse,
+    // as compiled programs do.
+    kiln_ir::literal::keep_freed_buffers();
     let data = match op {
         Op::Reshape {} => return lits.first()?.reshaped(ty.shape.clone()).ok(),
         Op::BitcastConvert {} => {
