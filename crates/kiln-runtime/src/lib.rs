@@ -148,7 +148,7 @@ impl Program {
         assert_eq!(in_place.len(), n, "one in-place slot per instruction");
         assert_eq!(extra.len(), n, "one extra-result list per instruction");
         if opts.keep_freed {
-            keep_freed_buffers();
+            kiln_ir::literal::keep_freed_buffers();
         }
         let scratch: Vec<usize> = launch.iter().map(|l| l.scratch).collect();
         let memory = plan::plan(&func, &steps, &operands, &scratch, &in_place, &extra);
@@ -532,33 +532,6 @@ unsafe fn with_uninit(
 /// them on request: large fresh buffers are faulted in on first touch, one 4 KiB page at a
 /// time, which costs more than writing them; huge pages (2 MiB) cut the faults 512-fold.
 const HUGE_PAGE_BYTES: usize = 4 << 20;
-
-/// Asks the C allocator to keep large freed blocks for reuse instead of returning them to the
-/// system (glibc's default for blocks over 32 MiB), once per process. Results move out to the
-/// caller, who drops them; the next call's result of the same size then reuses that memory
-/// instead of getting fresh pages, which the kernel must zero first (a third of a 4096 x 4096
-/// softmax's time). Blocks up to 1 GiB come from the heap; the heap's top is trimmed only
-/// beyond 1 GiB free. Without [`kiln_kernel::Options::keep_freed`] (`KILN_KEEP_FREED=0`), the
-/// allocator's settings are left alone.
-fn keep_freed_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            const M_TRIM_THRESHOLD: i32 = -1;
-            const M_MMAP_THRESHOLD: i32 = -3;
-            unsafe extern "C" {
-                fn mallopt(param: i32, value: i32) -> i32;
-            }
-            // SAFETY: mallopt only changes the allocator's thresholds; it is called once,
-            // before this runtime allocates its buffers.
-            unsafe {
-                mallopt(M_MMAP_THRESHOLD, 1 << 30);
-                mallopt(M_TRIM_THRESHOLD, 1 << 30);
-            }
-        });
-    }
-}
 
 #[cfg(target_os = "linux")]
 fn advise_huge_pages(p: *mut u8, bytes: usize) {

@@ -1,8 +1,9 @@
 //! kiln's `Tensor`: eager values and traced graphs behind one type.
 //!
-//! Outside a trace, every operation runs at once (each op compiled once per signature by the
-//! installed [`backend`], the reference interpreter by default), so values can be printed and
-//! inspected. Inside a trace ([`trace::trace`], used by `jit` and `grad`), the same operations
+//! Outside a trace, every operation runs at once, so values can be printed and inspected: most
+//! as native loops with the reference interpreter's results (large dot products and
+//! transcendental functions are compiled by the installed [`backend`] once used again), the
+//! rest interpreted when small and compiled once per signature when large. Inside a trace ([`trace::trace`], used by `jit` and `grad`), the same operations
 //! record IR instead. Broadcasting follows NumPy and is made explicit (`broadcast_in_dim`).
 //!
 //! Errors never panic: an operation that fails returns a failed tensor carrying the error and

@@ -62,6 +62,10 @@ fn map2<A: Elem, B: Elem, R: Elem>(
     cost: usize,
     f: impl Fn(A, B) -> R + Sync,
 ) -> Option<Vec<R>> {
+    // Every output element must be written (`par_collect`).
+    if b.len() != a.len() {
+        return None;
+    }
     par_collect(a.len(), 1, a.len() * cost, |s, chunk| {
         vectorized(|| {
             for ((o, &x), &y) in chunk.iter_mut().zip(&a[s..]).zip(&b[s..]) {

@@ -144,8 +144,25 @@ fn gather_rows<T: Copy, U: Copy + Default>(
         }
         return;
     }
-    // Strided rows, in blocks of TILE rows.
     let nrows_all = chunk.len() / len;
+    if step == 0 || nrows_all == 1 {
+        // Rows of one element repeated (a broadcast), or a single row: plain loops.
+        for dst in chunk.chunks_exact_mut(len) {
+            let off = rows.next();
+            if step == 0 {
+                let x = f(src[off as usize]);
+                dst.iter_mut().for_each(|o| {
+                    o.write(x);
+                });
+            } else {
+                for (j, o) in dst.iter_mut().enumerate() {
+                    o.write(f(src[(off + j as isize * step) as usize]));
+                }
+            }
+        }
+        return;
+    }
+    // Strided rows, in blocks of TILE rows.
     for r0 in (0..nrows_all).step_by(TILE) {
         let nrows = TILE.min(nrows_all - r0);
         let mut offs = [0isize; TILE];

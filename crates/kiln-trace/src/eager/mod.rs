@@ -66,6 +66,11 @@ pub(crate) fn compiles_when_reused(op: &Op) -> bool {
 /// interprets or compiles them).
 pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<Literal> {
     let [ty] = out else { return None };
+    // Results are dropped and allocated again op after op: keep the freed blocks for reuse,
+    // as compiled programs do.
+    if crate::backend::options().keep_freed {
+        kiln_ir::literal::keep_freed_buffers();
+    }
     let data = match op {
         Op::Reshape {} => return lits.first()?.reshaped(ty.shape.clone()).ok(),
         Op::BitcastConvert {} => {
@@ -298,9 +303,16 @@ fn threads() -> usize {
     })
 }
 
-/// The work (about nanoseconds on one core) each thread of a split loop gets at least:
-/// starting a thread costs tens of microseconds.
-const WORK_PER_THREAD: usize = 1 << 17;
+/// The work (about nanoseconds on one core) each thread of a split loop gets at least, about a
+/// millisecond: starting a thread costs tens of microseconds, and on a busy machine a new
+/// thread may wait milliseconds for a core (an elementwise op on a million f32 ran 2-6x slower
+/// split in two than on one thread, with other processes running). Loops that only move
+/// memory gain little from a second thread anyway.
+#[cfg(not(test))]
+const WORK_PER_THREAD: usize = 1 << 20;
+/// Unit tests split far smaller loops, so that every loop's split is checked.
+#[cfg(test)]
+const WORK_PER_THREAD: usize = 1 << 12;
 
 /// Calls `f(start, chunk)` on consecutive chunks of `out` that together cover it (`start`:
 /// the index of the chunk's first element), each chunk a whole number of `unit`s, on up to

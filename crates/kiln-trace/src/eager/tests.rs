@@ -138,7 +138,7 @@ fn agrees(op: Op, args: &[Literal]) -> bool {
     true
 }
 
-/// Large enough for the cheapest loops to be split across threads.
+/// A large operand (no multiple of the threads' chunks).
 const BIG: usize = (1 << 18) + 5;
 
 #[test]
@@ -225,7 +225,7 @@ fn integer_ops_are_the_references() {
                 .count();
         assert!(checked >= 4, "{d}: only {checked} ops type-check");
     }
-    // The u32 arithmetic of random bits, at a size split across threads.
+    // The u32 arithmetic of random bits, large.
     let (a, b) = (lit(DType::U32, &[BIG], 1), lit(DType::U32, &[BIG], 2));
     for op in [Op::Xor {}, Op::ShiftRightLogical {}, Op::Add {}] {
         assert!(agrees(op, &[a.clone(), b.clone()]));
@@ -365,6 +365,22 @@ fn data_movement_is_the_references() {
                 std::slice::from_ref(&a)
             ));
         }
+        // One row, strided.
+        let v = lit(d, &[1000], s + 4);
+        assert!(agrees(
+            Op::Reverse {
+                dimensions: vec![0]
+            },
+            std::slice::from_ref(&v)
+        ));
+        assert!(agrees(
+            Op::Slice {
+                start_indices: vec![3],
+                limit_indices: vec![990],
+                strides: vec![7],
+            },
+            std::slice::from_ref(&v)
+        ));
         for dim in 0..3 {
             let mut shape = [6, 70, 30];
             let mut parts = Vec::new();
@@ -423,7 +439,7 @@ fn reductions_are_the_references() {
         assert!(checked >= 24, "{d}: only {checked} reductions type-check");
     }
     // Sums of finite values only (the check is exact, so sums of many terms are checked
-    // for their order), split across threads, over rows and over columns.
+    // for their order), over rows and over columns.
     let mut r = Rng::new(9);
     let v: Vec<f64> = (0..(1 << 19)).map(|_| r.unit() * 2.0 - 1.0).collect();
     for d in [DType::F32, DType::F64] {
@@ -497,7 +513,7 @@ fn dot_products_are_the_references() {
         // Nothing to contract: every sum is empty.
         dot(d, [&[4, 0], &[0, 3]], [&[], &[]], [&[1], &[0]], s + 7);
     }
-    // Finite values, large enough for threads: the sums' order shows in the bits.
+    // Finite values: the sums' order shows in the bits.
     let mut r = Rng::new(5);
     let mut vals = |n: usize| -> Vec<f64> { (0..n).map(|_| r.unit() * 2.0 - 1.0).collect() };
     let (va, vb) = (vals(96 * 300), vals(300 * 40));
