@@ -462,3 +462,51 @@ fn the_kernel_layer_depends_on_no_backend_or_runtime() {
         );
     }
 }
+
+/// The filetest harness refuses target filetests that name no target, an unknown one, or no
+/// run against the reference, and target-independent ones that name a target.
+#[test]
+fn filetest_headers_are_checked() {
+    let dir = std::env::temp_dir().join(format!("kiln-filetest-headers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let body = "func @main(%0: f32[2]) -> f32[2] {\n  %1 = add %0, %0 : f32[2]\n  return %1\n}\n";
+    let cases = [
+        ("// RUN: kernels\n", "name it on the second line"),
+        (
+            "// RUN: kernels\n// TARGET: gpu\n// run: random 1\n",
+            "unknown target `gpu`",
+        ),
+        ("// RUN: llvm\n// TARGET: cpu\n", "needs a `// run:` line"),
+        ("// RUN: parse\n// TARGET: cpu\n", "depends on no target"),
+        (
+            "// RUN: llvm\n// run: random 1\n// TARGET: cpu\n",
+            "on the second line",
+        ),
+        (
+            "// RUN: llvm\n// TARGET: cpu\n// run: [1.0, 2.0] ; [3.0]\n",
+            "2 arguments given for 1",
+        ),
+        (
+            "// RUN: llvm\n// TARGET: cpu\n// run: [1.0, 2.0, 3.0]\n",
+            "argument 0",
+        ),
+        (
+            "// RUN: llvm\n// TARGET: cpu\n// run: random x\n",
+            "seed `x`",
+        ),
+    ];
+    for (i, (head, want)) in cases.iter().enumerate() {
+        let path = dir.join(format!("case-{i}.kir"));
+        std::fs::write(&path, format!("{head}{body}")).unwrap();
+        let e = run_filetest(&path).expect_err(head);
+        assert!(e.contains(want), "{head}: {e}");
+    }
+    let ok = dir.join("ok.kir");
+    std::fs::write(
+        &ok,
+        format!("// RUN: llvm\n// TARGET: cpu\n// run: [1.5, -2.0]\n// run: random 3\n{body}"),
+    )
+    .unwrap();
+    run_filetest(&ok).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -19,10 +19,20 @@
 //!   reference under `kiln_reference::accuracy`. The random programs' failures are saved as
 //!   such files, shrunk (`tests/filetests/differential/`).
 //!
+//! The modes that compile for a target (`llvm`, `plan`, `fused`, `kernels`, `dot`,
+//! `differential`) name it on the second line, `// TARGET: cpu` (the only target so far); the
+//! others must not name one. Each of them also runs its program, checked against the reference
+//! interpreter under `kiln_reference::accuracy` (like Cranelift's `test run`): every
+//! `// run: ARGS` line is one run, its arguments either written out (`// run: [1.0, 2.0] ; [3]`,
+//! one literal per parameter, separated by ` ; `) or drawn from a seed (`// run: random 7`,
+//! values from `kiln_ir::random::random_literal`). A `differential` file's `// %N = VALUE`
+//! lines are its one run; every other target filetest needs at least one `// run:` line.
+//!
 //! The printed output of each file is an insta snapshot under `tests/snapshots/`.
 
 use kiln_ir::{Literal, Module, OpKind, parse_literal, parse_module, print_module, verify_module};
 use kiln_reference::compare::{Tolerance, check_close};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 /// The workspace root.
@@ -219,6 +229,7 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
         .ok_or("first line must be `// RUN: MODE`")?
         .trim()
         .to_string();
+    let target = filetest_target(&text, &mode)?;
     let mut out = String::new();
     match mode.as_str() {
         "parse" => {
@@ -268,27 +279,7 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             verify_module(&m).map_err(|e| e.to_string())?;
             let f = m.entry().ok_or("no function")?;
             let args = filetest_args(&text, f)?;
-            if args.len() != f.params.len() {
-                return Err(format!(
-                    "{} arguments given for {} parameters",
-                    args.len(),
-                    f.params.len()
-                ));
-            }
-            let exe =
-                kiln_codegen_llvm::cpu::CpuExecutable::compile(f).map_err(|e| e.to_string())?;
-            if let Some(i) = exe
-                .plan()
-                .iter()
-                .position(|s| *s == kiln_codegen_llvm::cpu::Step::Reference)
-            {
-                return Err(format!(
-                    "instruction {i} fell back to the reference interpreter"
-                ));
-            }
-            let got = exe.run(&args).map_err(|e| e.to_string())?;
-            kiln_reference::accuracy::check_outputs(f, &args, &got)
-                .map_err(|e| format!("disagrees with the reference: {e}"))?;
+            run_on_target(f, &args, &[], target.unwrap_or(Target::Cpu))?;
             out.push_str(&format!(
                 "{} outputs agree with the reference\n",
                 f.outputs.len()
@@ -323,14 +314,7 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             let text = match mode.as_str() {
                 "fused" => kiln_codegen_llvm::cpu::describe_fusion(f, &opts),
                 "plan" => {
-                    // `// DONATE: 0,2` donates those parameters.
-                    let mut donated = vec![false; f.params.len()];
-                    for l in text.lines().filter_map(|l| l.strip_prefix("// DONATE: ")) {
-                        for p in l.split(',') {
-                            let p: usize = p.trim().parse().map_err(|e| format!("DONATE: {e}"))?;
-                            *donated.get_mut(p).ok_or("DONATE: no such parameter")? = true;
-                        }
-                    }
+                    let donated = donated_params(&text, f)?;
                     kiln_codegen_llvm::cpu::describe_memory_donating(f, &donated, &opts)
                 }
                 _ => kiln_kernel::pipeline::fusion_dot(f, &opts).map_err(Into::into),
@@ -366,7 +350,161 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
         }
         other => return Err(format!("unknown mode `{other}`")),
     }
+    if let Some(target) = target
+        && mode != "differential"
+    {
+        check_runs(&text, target)?;
+    }
     Ok(out)
+}
+
+/// A target a filetest compiles for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The CPU backend (LLVM, JIT-compiled for the host).
+    Cpu,
+}
+
+/// The filetest modes that compile for a target, and so name it (`// TARGET: ...`) and run.
+pub const TARGET_MODES: [&str; 6] = ["llvm", "plan", "fused", "kernels", "dot", "differential"];
+
+/// The target a filetest of `mode` names on its second line: required for the modes in
+/// [`TARGET_MODES`], refused for the others (their output depends on no target).
+fn filetest_target(text: &str, mode: &str) -> Result<Option<Target>, String> {
+    let named = text
+        .lines()
+        .nth(1)
+        .and_then(|l| l.strip_prefix("// TARGET: "))
+        .map(str::trim);
+    let stray = text.lines().skip(2).any(|l| l.starts_with("// TARGET:"));
+    if stray {
+        return Err("`// TARGET:` belongs on the second line, after `// RUN:`".into());
+    }
+    match (TARGET_MODES.contains(&mode), named) {
+        (true, Some("cpu")) => Ok(Some(Target::Cpu)),
+        (true, Some(other)) => Err(format!("unknown target `{other}` (known: cpu)")),
+        (true, None) => Err(format!(
+            "mode `{mode}` compiles for a target: name it on the second line (`// TARGET: cpu`)"
+        )),
+        (false, Some(t)) => Err(format!(
+            "mode `{mode}` depends on no target, but the file names `{t}`"
+        )),
+        (false, None) => Ok(None),
+    }
+}
+
+/// Runs every `// run:` line of a target filetest on `target`, each checked against the
+/// reference; an error names the line. A file with no `// run:` line is refused: a target
+/// filetest must show that what it prints also computes the right numbers.
+fn check_runs(text: &str, target: Target) -> Result<usize, String> {
+    let m = parse_module(text).map_err(|e| e.to_string())?;
+    verify_module(&m).map_err(|e| e.to_string())?;
+    let f = m.entry().ok_or("no function")?;
+    let donated = donated_params(text, f)?;
+    let mut runs = 0;
+    for line in text.lines().filter_map(|l| l.strip_prefix("// run: ")) {
+        let args = run_args(line.trim(), f).map_err(|e| format!("`// run: {line}`: {e}"))?;
+        run_on_target(f, &args, &donated, target).map_err(|e| format!("`// run: {line}`: {e}"))?;
+        runs += 1;
+    }
+    if runs == 0 {
+        return Err(
+            "a target filetest needs a `// run:` line (`// run: random 1`, or the arguments \
+             written out) checked against the reference"
+                .into(),
+        );
+    }
+    Ok(runs)
+}
+
+/// The arguments of one `// run:` line: `random SEED`, or one literal per parameter separated
+/// by ` ; `.
+fn run_args(line: &str, f: &kiln_ir::Func) -> Result<Vec<Literal>, String> {
+    let types = f.param_types();
+    if let Some(seed) = line.strip_prefix("random ") {
+        let seed: u64 = seed
+            .trim()
+            .parse()
+            .map_err(|e| format!("seed `{seed}`: {e}"))?;
+        let mut rng = kiln_ir::random::Rng::new(seed);
+        return Ok(types
+            .iter()
+            .map(|t| kiln_ir::random::random_literal(&mut rng, t))
+            .collect());
+    }
+    let parts: Vec<&str> = if line.is_empty() {
+        Vec::new()
+    } else {
+        line.split(" ; ").collect()
+    };
+    if parts.len() != types.len() {
+        return Err(format!(
+            "{} arguments given for {} parameters",
+            parts.len(),
+            types.len()
+        ));
+    }
+    parts
+        .iter()
+        .zip(&types)
+        .enumerate()
+        .map(|(i, (v, t))| parse_literal(v.trim(), t).map_err(|e| format!("argument {i}: {e}")))
+        .collect()
+}
+
+/// The parameters a filetest donates: `// DONATE: 0,2` donates those parameters (their
+/// buffers may hold results, like `donate_argnums`).
+fn donated_params(text: &str, f: &kiln_ir::Func) -> Result<Vec<bool>, String> {
+    let mut donated = vec![false; f.params.len()];
+    for l in text.lines().filter_map(|l| l.strip_prefix("// DONATE: ")) {
+        for p in l.split(',') {
+            let p: usize = p.trim().parse().map_err(|e| format!("DONATE: {e}"))?;
+            *donated.get_mut(p).ok_or("DONATE: no such parameter")? = true;
+        }
+    }
+    Ok(donated)
+}
+
+/// Compiles `f` for `target` with the parameters `donated` given up (every instruction
+/// compiled: a fallback to the reference interpreter is an error), runs it on `args` (copies of
+/// them, the donated ones passed by value) and checks every output against the reference.
+fn run_on_target(
+    f: &kiln_ir::Func,
+    args: &[Literal],
+    donated: &[bool],
+    target: Target,
+) -> Result<(), String> {
+    if args.len() != f.params.len() {
+        return Err(format!(
+            "{} arguments given for {} parameters",
+            args.len(),
+            f.params.len()
+        ));
+    }
+    let got = match target {
+        Target::Cpu => {
+            let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(
+                f,
+                donated,
+                &kiln_kernel::Options::default(),
+            )
+            .map_err(|e| e.to_string())?;
+            if let Some(i) = exe
+                .plan()
+                .iter()
+                .position(|s| *s == kiln_codegen_llvm::cpu::Step::Reference)
+            {
+                return Err(format!(
+                    "instruction {i} fell back to the reference interpreter"
+                ));
+            }
+            let owned = args.iter().map(|a| Cow::Owned(a.clone())).collect();
+            exe.call_donating(owned).map_err(|e| e.to_string())?
+        }
+    };
+    kiln_reference::accuracy::check_outputs(f, args, &got)
+        .map(|_| ())
+        .map_err(|e| format!("disagrees with the reference: {e}"))
 }
 
 /// The arguments of a filetest: its `// %N = VALUE` lines, parsed with the parameters' types.

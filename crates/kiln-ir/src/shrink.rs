@@ -574,7 +574,7 @@ pub fn has_large(f: &Func, kind: OpKind, elements: usize) -> bool {
 /// passed as integers, through a `bitcast_convert` added to the program.
 pub fn differential_filetest(f: &Func, args: &[Literal], notes: &str) -> String {
     let (f, args) = &bits_for_floats(f, args);
-    let mut s = String::from("// RUN: differential\n");
+    let mut s = String::from("// RUN: differential\n// TARGET: cpu\n");
     for line in notes.lines() {
         s.push_str("// ");
         s.push_str(line);
@@ -777,7 +777,7 @@ mod tests {
         .unwrap();
         let text = differential_filetest(&f, &[a.clone(), b.clone()], "seed 3");
         assert!(
-            text.starts_with("// RUN: differential\n// seed 3\n// %0 = ["),
+            text.starts_with("// RUN: differential\n// TARGET: cpu\n// seed 3\n// %0 = ["),
             "{text}"
         );
         let m = crate::parse_module(&text).unwrap();
@@ -809,7 +809,7 @@ mod tests {
         let text = differential_filetest(&f, &[a, h], "");
         assert_eq!(
             text,
-            "// RUN: differential\n// %0 = [-6, 4609434218613702656]\n// %1 = [[1, 126]]\nfunc @main(%0: i64[2], %1: i8[1,2]) -> (f64[2], f16[1]) {\n  %2 = bitcast_convert %0 : f64[2]\n  %3 = bitcast_convert %1 : f16[1]\n  %4 = maximum %2, %2 : f64[2]\n  %5 = negate %3 : f16[1]\n  return %4, %5\n}\n"
+            "// RUN: differential\n// TARGET: cpu\n// %0 = [-6, 4609434218613702656]\n// %1 = [[1, 126]]\nfunc @main(%0: i64[2], %1: i8[1,2]) -> (f64[2], f16[1]) {\n  %2 = bitcast_convert %0 : f64[2]\n  %3 = bitcast_convert %1 : f16[1]\n  %4 = maximum %2, %2 : f64[2]\n  %5 = negate %3 : f16[1]\n  return %4, %5\n}\n"
         );
     }
 }
