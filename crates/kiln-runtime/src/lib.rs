@@ -11,6 +11,11 @@
 //!   below that size that do not depend on each other run side by side (`concurrent_groups`).
 //! - Scratch memory: each thread keeps one 64-byte aligned scratch area, grown to the largest
 //!   request and reused (the GEMM packs its operands there).
+//! - [`cuda`] (feature `cuda`, on by default): the NVIDIA device runtime, which builds without
+//!   CUDA installed and says so, without panicking, where there is no driver or no GPU.
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 pub use kiln_kernel::{Step, plan};
 

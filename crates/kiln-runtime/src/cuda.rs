@@ -1,0 +1,470 @@
+//! The NVIDIA device runtime (feature `cuda`, on by default): a GPU opened through the CUDA
+//! driver API, its description, PTX modules loaded by the driver's JIT, a device arena per
+//! executable, host↔device copies and kernel launches on one stream.
+//!
+//! It builds and links without CUDA installed: cudarc loads `libcuda.so` at run time. Every
+//! entry point first checks that the driver library is present ([`driver_present`]) and returns
+//! a [`GpuError`] saying what was looked for when it is not; nothing here panics for a missing
+//! driver, a missing device or a full device. Only the driver is needed at run time: PTX is
+//! compiled by the driver (`cuModuleLoadData`), never by nvcc or NVRTC.
+
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// Why a GPU operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuError {
+    /// The CUDA driver library could not be loaded; `looked_for` lists the file names tried.
+    NoDriver {
+        /// The library names tried, in order.
+        looked_for: Vec<String>,
+    },
+    /// The driver has no device `index`; it has `count`.
+    NoDevice {
+        /// The device asked for.
+        index: usize,
+        /// How many devices the driver reports.
+        count: usize,
+    },
+    /// Allocating `bytes` on device `index` failed: `free` of `total` bytes were free.
+    OutOfMemory {
+        /// The device.
+        index: usize,
+        /// The size asked for.
+        bytes: usize,
+        /// Free device memory before the request.
+        free: usize,
+        /// The device's memory.
+        total: usize,
+    },
+    /// The driver rejected a PTX module (`message` is the driver's).
+    PtxLoad {
+        /// The module's first `.entry` name, or `?`.
+        module: String,
+        /// The driver's error.
+        message: String,
+    },
+    /// A module has no kernel of that name.
+    NoKernel {
+        /// The name asked for.
+        name: String,
+    },
+    /// A driver call failed.
+    Driver {
+        /// What kiln was doing.
+        call: &'static str,
+        /// The driver's error.
+        message: String,
+    },
+}
+
+impl fmt::Display for GpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuError::NoDriver { looked_for } => write!(
+                f,
+                "no NVIDIA GPU: the CUDA driver library was not found (looked for {}); \
+                 install the NVIDIA driver, or run on the CPU",
+                looked_for.join(", ")
+            ),
+            GpuError::NoDevice { index, count } => write!(
+                f,
+                "no GPU cuda:{index}: the driver reports {count} device{}",
+                if *count == 1 { "" } else { "s" }
+            ),
+            GpuError::OutOfMemory {
+                index,
+                bytes,
+                free,
+                total,
+            } => write!(
+                f,
+                "cuda:{index} is out of memory: {bytes} bytes asked for, {free} of {total} free"
+            ),
+            GpuError::PtxLoad { module, message } => {
+                write!(f, "the driver rejected PTX module `{module}`: {message}")
+            }
+            GpuError::NoKernel { name } => write!(f, "the PTX module has no kernel `{name}`"),
+            GpuError::Driver { call, message } => {
+                write!(f, "CUDA driver error in {call}: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+/// A driver error from `call`, as a [`GpuError`].
+fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
+    move |e| GpuError::Driver {
+        call,
+        message: describe(e),
+    }
+}
+
+/// The driver's name and text for an error code.
+fn describe(e: DriverError) -> String {
+    match e.error_string() {
+        Ok(s) => format!("{:?} ({})", e.0, s.to_string_lossy()),
+        Err(_) => format!("{:?}", e.0),
+    }
+}
+
+/// The file names the CUDA driver library is looked for under.
+pub fn driver_candidates() -> Vec<String> {
+    ["cuda", "nvcuda"]
+        .iter()
+        .flat_map(|l| cudarc::get_lib_name_candidates(l))
+        .collect()
+}
+
+/// Whether the CUDA driver library can be loaded. Checked before any other driver call: the
+/// driver bindings panic when the library is absent.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the library by name; nothing is called.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// A [`GpuError::NoDriver`] unless the driver library is present.
+fn require_driver() -> Result<(), GpuError> {
+    if driver_present() {
+        Ok(())
+    } else {
+        Err(GpuError::NoDriver {
+            looked_for: driver_candidates(),
+        })
+    }
+}
+
+/// How many GPUs the driver reports.
+pub fn device_count() -> Result<usize, GpuError> {
+    require_driver()?;
+    let n = CudaContext::device_count().map_err(driver("counting devices"))?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// What the compiler needs to know about a GPU (it becomes `TargetInfo`'s GPU part).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device's ordinal (`cuda:N`).
+    pub index: usize,
+    /// The product name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Compute capability (9, 0) for sm_90.
+    pub compute_capability: (u32, u32),
+    /// Streaming multiprocessors.
+    pub multiprocessors: usize,
+    /// Threads in a warp.
+    pub warp_size: usize,
+    /// The most threads in a block.
+    pub max_threads_per_block: usize,
+    /// Shared memory a block gets by default, in bytes.
+    pub shared_memory_per_block: usize,
+    /// Shared memory a block can opt into, in bytes.
+    pub shared_memory_per_block_optin: usize,
+    /// The L2 cache, in bytes.
+    pub l2_cache_bytes: usize,
+    /// Device memory, in bytes.
+    pub total_memory: usize,
+}
+
+impl DeviceInfo {
+    /// The PTX target name for this device, e.g. `sm_90`.
+    pub fn sm(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+}
+
+/// An opened GPU: its context, the stream its work runs on, and the PTX modules loaded so
+/// far (by text, so a module is compiled by the driver once).
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+}
+
+impl fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gpu").field("info", &self.info).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens GPU `index` (`cuda:index`) with a stream of its own.
+    pub fn open(index: usize) -> Result<Gpu, GpuError> {
+        let count = device_count()?;
+        if index >= count {
+            return Err(GpuError::NoDevice { index, count });
+        }
+        let ctx = CudaContext::new(index).map_err(driver("creating a context"))?;
+        let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
+        let attr = |a: Attr| -> Result<usize, GpuError> {
+            let v = ctx.attribute(a).map_err(driver("querying the device"))?;
+            Ok(usize::try_from(v).unwrap_or(0))
+        };
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver("querying the device"))?;
+        let info = DeviceInfo {
+            index,
+            name: ctx.name().map_err(driver("querying the device"))?,
+            compute_capability: (major as u32, minor as u32),
+            multiprocessors: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            warp_size: attr(Attr::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+            max_threads_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            shared_memory_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+            shared_memory_per_block_optin: attr(
+                Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?,
+            l2_cache_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
+            total_memory: ctx.total_mem().map_err(driver("querying the device"))?,
+        };
+        Ok(Gpu {
+            ctx,
+            stream,
+            info,
+            modules: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The device's description.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Loads PTX text (compiled by the driver's JIT for this device), or returns the module
+    /// loaded from the same text before.
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module, GpuError> {
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = modules.get(ptx) {
+            return Ok(Module(m.clone()));
+        }
+        let m = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| GpuError::PtxLoad {
+                module: first_entry(ptx).unwrap_or("?").to_string(),
+                message: describe(e),
+            })?;
+        modules.insert(ptx.to_string(), m.clone());
+        Ok(Module(m))
+    }
+
+    /// A device buffer of `bytes` bytes (uninitialized), for an executable's arena: the
+    /// request is checked against the free memory first, so a plan too large for the device
+    /// is a [`GpuError::OutOfMemory`] naming both sizes.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        let (free, total) = self
+            .ctx
+            .mem_get_info()
+            .map_err(driver("querying free memory"))?;
+        let oom = GpuError::OutOfMemory {
+            index: self.info.index,
+            bytes,
+            free,
+            total,
+        };
+        if bytes > free {
+            return Err(oom);
+        }
+        // SAFETY: the buffer is written (by a copy or a kernel) before it is read.
+        match unsafe { self.stream.alloc::<u8>(bytes.max(1)) } {
+            Ok(b) => Ok(DeviceBuffer(b)),
+            Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(oom),
+            Err(e) => Err(driver("allocating device memory")(e)),
+        }
+    }
+
+    /// Copies host bytes to a new device buffer.
+    pub fn upload(&self, bytes: &[u8]) -> Result<DeviceBuffer, GpuError> {
+        let mut b = self.alloc(bytes.len())?;
+        self.stream
+            .memcpy_htod(bytes, &mut b.0.slice_mut(..bytes.len()))
+            .map_err(driver("copying to the device"))?;
+        Ok(b)
+    }
+
+    /// Copies a device buffer's first `out.len()` bytes to the host, waiting for the stream's
+    /// work before it.
+    pub fn download(&self, b: &DeviceBuffer, out: &mut [u8]) -> Result<(), GpuError> {
+        self.stream
+            .memcpy_dtoh(&b.0.slice(..out.len()), out)
+            .map_err(driver("copying from the device"))?;
+        self.synchronize()
+    }
+
+    /// Launches `kernel` on `grid` blocks of `block` threads with `shared` bytes of dynamic
+    /// shared memory; `args` are the kernel's parameters in order (device addresses from
+    /// [`DeviceBuffer::address`] and integers, each 64 bits).
+    ///
+    /// # Safety
+    /// The kernel's parameters must be `args.len()` 64-bit values, and every address it reads
+    /// or writes at these arguments must lie inside live buffers of this GPU.
+    pub unsafe fn launch(
+        &self,
+        kernel: &Kernel,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared: u32,
+        args: &[u64],
+    ) -> Result<(), GpuError> {
+        use cudarc::driver::PushKernelArg;
+        let mut b = self.stream.launch_builder(&kernel.0);
+        for a in args {
+            b.arg(a);
+        }
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: grid,
+            block_dim: block,
+            shared_mem_bytes: shared,
+        };
+        // SAFETY: the caller vouches for the arguments.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(driver("launching a kernel"))
+    }
+
+    /// Waits for the stream's work.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("waiting for the device"))
+    }
+}
+
+/// The first `.entry` name of a PTX module.
+fn first_entry(ptx: &str) -> Option<&str> {
+    let rest = &ptx[ptx.find(".entry")? + ".entry".len()..];
+    let name = rest.trim_start();
+    let end = name.find(|c: char| c == '(' || c.is_whitespace())?;
+    Some(&name[..end])
+}
+
+/// A loaded PTX module.
+#[derive(Clone, Debug)]
+pub struct Module(Arc<CudaModule>);
+
+impl Module {
+    /// The kernel `name` of this module.
+    pub fn kernel(&self, name: &str) -> Result<Kernel, GpuError> {
+        self.0
+            .load_function(name)
+            .map(Kernel)
+            .map_err(|_| GpuError::NoKernel {
+                name: name.to_string(),
+            })
+    }
+}
+
+/// A kernel of a loaded module.
+#[derive(Clone, Debug)]
+pub struct Kernel(CudaFunction);
+
+/// Device memory, freed when dropped.
+#[derive(Debug)]
+pub struct DeviceBuffer(CudaSlice<u8>);
+
+impl DeviceBuffer {
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+
+    /// The device address of byte `offset`, for a kernel argument.
+    pub fn address(&self, offset: usize) -> u64 {
+        use cudarc::driver::DevicePtr;
+        let (p, _sync) = self.0.device_ptr(self.0.stream());
+        p + offset as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A machine without the driver (CI's) gets a clear error from every entry point, and no
+    /// panic; a machine with one opens device 0 and refuses an index past its devices.
+    #[test]
+    fn every_entry_point_says_when_there_is_no_gpu() {
+        if driver_present() {
+            let n = device_count().expect("the driver counts its devices");
+            let e = Gpu::open(n).unwrap_err();
+            assert_eq!(e, GpuError::NoDevice { index: n, count: n });
+            if n > 0 {
+                let g = Gpu::open(0).expect("device 0 opens");
+                assert!(g.info().warp_size == 32, "{:?}", g.info());
+                let e = g.alloc(g.info().total_memory * 2).unwrap_err();
+                assert!(matches!(e, GpuError::OutOfMemory { .. }), "{e}");
+                let e = g.load_ptx("not ptx").unwrap_err();
+                assert!(matches!(e, GpuError::PtxLoad { .. }), "{e}");
+            }
+            return;
+        }
+        for e in [device_count().unwrap_err(), Gpu::open(0).unwrap_err()] {
+            let GpuError::NoDriver { looked_for } = &e else {
+                panic!("{e}")
+            };
+            assert!(looked_for.iter().any(|l| l == "libcuda.so"), "{e}");
+            let text = e.to_string();
+            assert!(
+                text.starts_with(
+                    "no NVIDIA GPU: the CUDA driver library was not found (looked for libcuda.so"
+                ),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_name_what_failed() {
+        let cases = [
+            (
+                GpuError::NoDevice { index: 3, count: 1 },
+                "no GPU cuda:3: the driver reports 1 device",
+            ),
+            (
+                GpuError::OutOfMemory {
+                    index: 0,
+                    bytes: 10,
+                    free: 4,
+                    total: 8,
+                },
+                "cuda:0 is out of memory: 10 bytes asked for, 4 of 8 free",
+            ),
+            (
+                GpuError::PtxLoad {
+                    module: "k0".into(),
+                    message: "CUDA_ERROR_INVALID_PTX".into(),
+                },
+                "the driver rejected PTX module `k0`: CUDA_ERROR_INVALID_PTX",
+            ),
+            (
+                GpuError::NoKernel { name: "k9".into() },
+                "the PTX module has no kernel `k9`",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.to_string(), want);
+        }
+    }
+
+    #[test]
+    fn a_module_is_named_by_its_first_entry() {
+        let ptx =
+            ".version 8.0\n.target sm_90\n.visible .entry k3_add(\n .param .u64 a\n)\n{ ret; }";
+        assert_eq!(first_entry(ptx), Some("k3_add"));
+        assert_eq!(first_entry(".version 8.0"), None);
+    }
+}
