@@ -44,10 +44,13 @@ use row_cache::*;
 use compile_times::PhaseClock;
 pub use kiln_kernel::pipeline::{fused_kernels, kernels};
 use kiln_kernel::pipeline::{
-    lowered_for_printing, lowered_for_printing_donating, prepare, scheduled, steps_of,
+    loop_schedules, lowered_for_printing, lowered_for_printing_donating, prepare, scheduled,
+    steps_of,
 };
 
+use kiln_kernel::loop_schedule::{KernelSchedule, Tile};
 use kiln_kernel::options::{CpuOptions, Options};
+use kiln_kernel::target::{HostCpu, TargetInfo};
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
 
@@ -103,7 +106,8 @@ struct Emitter<'c> {
     /// order, and are not vectorized along their strided columns.
     in_order: std::cell::Cell<bool>,
     /// What the enclosing loops know: variable `v` lies in `lo..hi` for each `(v, lo, hi)`
-    /// (see [`guard_segments`]); guards whose conditions these decide take one side unchecked.
+    /// (see [`KernelSchedule::segments`]); guards whose conditions these decide take one side
+    /// unchecked.
     facts: std::cell::RefCell<Vec<(usize, i64, i64)>>,
     /// Whether the code is for this machine (see [`host_attributes`]).
     target: Target,
@@ -117,6 +121,9 @@ struct Emitter<'c> {
     /// An input whose buffer holds its elements from `offset` on (`(input, offset)`): a
     /// chained GEMM's block of rows, which its epilogue reads as the product.
     shifted: std::cell::Cell<Option<(usize, IntValue<'c>)>>,
+    /// The loop schedule of the loop-nest kernel being emitted, as the kernel layer decided it
+    /// (see [`kiln_kernel::loop_schedule`]).
+    schedule: Option<KernelSchedule>,
 }
 
 /// What code is emitted for: this machine (its CPU and features on every function) or any
@@ -144,6 +151,43 @@ impl Target {
             host: false,
             cpu: opts.cpu,
         }
+    }
+
+    /// What the kernel layer decides with for this code: this machine
+    /// ([`host_target_info`]), or the reference CPU for machine-independent code.
+    fn info(&self) -> TargetInfo {
+        if self.host {
+            host_target_info()
+        } else {
+            TargetInfo {
+                nontemporal_stores: cfg!(target_arch = "x86_64"),
+                ..TargetInfo::reference()
+            }
+        }
+    }
+}
+
+/// This machine, as the kernel layer's target: the widest vectors its CPU has (AVX-512, AVX2,
+/// else SSE's) and the threads it runs, with the reference CPU's other properties; streaming
+/// stores on x86-64 only.
+pub fn host_target_info() -> TargetInfo {
+    #[cfg(target_arch = "x86_64")]
+    let vector_bytes = if std::arch::is_x86_feature_detected!("avx512f") {
+        64
+    } else if std::arch::is_x86_feature_detected!("avx2") {
+        32
+    } else {
+        16
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let vector_bytes = 16;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    TargetInfo {
+        nontemporal_stores: cfg!(target_arch = "x86_64"),
+        ..TargetInfo::cpu_host(HostCpu {
+            vector_bytes,
+            threads,
+        })
     }
 }
 
@@ -331,7 +375,7 @@ mod tests {
     /// them.
     fn nonpositive_count(src: &str) -> (usize, usize) {
         let f = kiln_ir::parse_func_text(src).expect("valid IR");
-        let fused = fused_kernels(&f, &Options::default());
+        let fused = fused_kernels(&f, &Options::default(), &TargetInfo::reference());
         let (mut proven, mut all) = (0, 0);
         for k in fused.kernels.iter().flatten() {
             let mut keys = std::collections::HashSet::new();

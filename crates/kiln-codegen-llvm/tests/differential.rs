@@ -780,7 +780,11 @@ fn fusion_legality_rejects_hidden_values_and_cycles() {
 ",
     )
     .unwrap();
-    let fused = kiln_codegen_llvm::cpu::fused_kernels(&f, &common::env_options());
+    let fused = kiln_codegen_llvm::cpu::fused_kernels(
+        &f,
+        &common::env_options(),
+        &kiln_codegen_llvm::cpu::host_target_info(),
+    );
     kiln_codegen_llvm::fuse::check_legal(&f, &fused).unwrap();
     // A kernel reading a value that has no buffer.
     let mut hidden = fused.clone();
@@ -834,7 +838,11 @@ fn multi_output_kernels_agree_and_merges_keep_program_order() {
 ",
     )
     .unwrap();
-    let fused = kiln_codegen_llvm::cpu::fused_kernels(&g, &common::env_options());
+    let fused = kiln_codegen_llvm::cpu::fused_kernels(
+        &g,
+        &common::env_options(),
+        &kiln_codegen_llvm::cpu::host_target_info(),
+    );
     kiln_codegen_llvm::fuse::check_legal(&g, &fused).unwrap();
     assert_eq!(fused.merged_into[0], Some(2), "{:?}", fused.decisions);
     let mut early = fused.clone();

@@ -10,6 +10,7 @@
 //!   (an O(size) copy in front of the O(M N K) product; none for `x @ w`, `x^T @ y`, `x @ w^T`).
 //!   The result type is unchanged: its dimensions are batch, lhs free, rhs free either way.
 
+use crate::target::TargetInfo;
 use kiln_ir::{Builder, DType, Func, Inst, Loc, Op, TensorType, ValueId, VerifyError};
 
 fn free_dims(rank: usize, a: &[i64], c: &[i64]) -> Vec<i64> {
@@ -323,11 +324,6 @@ const WINOGRAD_AT: [[f64; 6]; 4] = [
     [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
 ];
 
-/// The smallest input and output feature counts a convolution needs for Winograd's transforms
-/// to pay: they write and read 36 values per 16 outputs per feature, against the direct GEMM's
-/// 9 multiply-adds per output, input and output feature.
-pub const WINOGRAD_MIN_FEATURES: usize = 32;
-
 /// `Σ coef · value` over the terms with a nonzero coefficient (none: zeros of `ty`); ±1 as
 /// adds and subtracts, other coefficients as multiplies by a broadcast constant.
 fn combination(
@@ -387,8 +383,9 @@ fn sandwich<const K: usize>(
 }
 
 /// Rewrites each 2-D convolution with a 3 x 3 kernel, unit strides and dilations, one feature
-/// group, non-negative padding, f32 or f64 elements and at least [`WINOGRAD_MIN_FEATURES`] input
-/// and output features into Winograd's F(4x4, 3x3): the padded NHWC input cut into overlapping
+/// group, non-negative padding, f32 or f64 elements and at least the target's
+/// [`FusionLimits::winograd_min_features`](crate::target::FusionLimits::winograd_min_features)
+/// input and output features into Winograd's F(4x4, 3x3): the padded NHWC input cut into overlapping
 /// 6 x 6 tiles (36 strided slices) and transformed (`BT d BT^T`, adds and small multiples), the
 /// kernel transformed (`G g G^T`), one product per transformed position (36 of `[N, TH, TW,
 /// C] x [C, O]`, a quarter of the direct convolution's multiply-adds in all; equal kernels,
@@ -399,7 +396,8 @@ fn sandwich<const K: usize>(
 /// Results differ from the direct sum by rounding only (the transforms are exact in exact
 /// arithmetic); f16 and bf16 keep the direct form, whose rounding the transforms' constants (up
 /// to 8) would magnify.
-pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
+pub fn winograd_convs(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError> {
+    let min_features = target.fusion.winograd_min_features;
     rebuild_convs(f, |b, inst, ops, conv, out_ty| {
         let (x_ty, w_ty) = (
             &f.values[inst.operands[0].index()],
@@ -415,8 +413,8 @@ pub fn winograd_convs(f: &Func) -> Result<Func, VerifyError> {
             || conv.kernel_dims[2..]
                 .iter()
                 .any(|&d| w_ty.shape[d as usize] != 3)
-            || x_ty.shape[conv.input_dims[1] as usize] < WINOGRAD_MIN_FEATURES
-            || w_ty.shape[conv.kernel_dims[0] as usize] < WINOGRAD_MIN_FEATURES
+            || x_ty.shape[conv.input_dims[1] as usize] < min_features
+            || w_ty.shape[conv.kernel_dims[0] as usize] < min_features
             || out_ty.numel() == 0
         {
             return Ok(None);
@@ -772,7 +770,7 @@ mod tests {
         ];
         for (src, rewritten) in cases {
             let f = kiln_ir::parse_func_text(&src).unwrap();
-            let g = winograd_convs(&f).unwrap();
+            let g = winograd_convs(&f, &TargetInfo::reference()).unwrap();
             kiln_ir::verify(&g).unwrap();
             assert_eq!(g.output_types, f.output_types);
             let counts = (count(&g, "convolution"), count(&g, "dot_general"));

@@ -26,6 +26,7 @@ use crate::kernel::{
     Cond, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, map_inputs, reads_input,
     reads_only_own_position, reads_own_position_or_row, visit,
 };
+use crate::target::FusionLimits;
 use kiln_ir::{DType, Func, ValueId, strides};
 
 mod merge;
@@ -35,18 +36,6 @@ const MAX_NODES: usize = 400;
 /// Largest total of the bodies of a multi-output kernel (its outputs often repeat the same
 /// inlined producers, which the emitter computes once).
 const MAX_MERGED_NODES: usize = 2 * MAX_NODES;
-/// Widest product (columns) whose epilogue may reduce over its rows: the GEMM then packs
-/// blocks of B that hold whole rows (see [`row_epilogue`]).
-const MAX_ROW_EPILOGUE: usize = 2048;
-/// Longest contraction of a GEMM whose epilogue's result a chained product reads (see
-/// [`fuse_gemm_chains`]): one contraction block on every target.
-const MAX_CHAIN_K: usize = 256;
-/// Widest product whose epilogue may reduce over its rows when a chained product reads the
-/// result and the epilogue is not a softmax (which runs online, over blocks of columns, for any
-/// width: see [`crate::kernel::Chain::online`]): the blocks of rows are then as few as one
-/// tile's, so the epilogue's result takes `O(rows x columns)` memory for one block instead of
-/// the whole matrix (B's packed blocks take one contraction block of whole rows).
-const MAX_CHAIN_ROW: usize = 16384;
 /// Largest arithmetic cost of a producer recomputed for every read of a user that reads each
 /// of its elements more than once.
 const CHEAP: usize = 3;
@@ -87,15 +76,15 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
     }
 }
 
-/// Fuses the per-instruction kernels `ks` of `f`.
-pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
-    let mut out = fuse_unmerged(f, ks, chains);
+/// Fuses the per-instruction kernels `ks` of `f` within the target's `limits`.
+pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimits) -> Fused {
+    let mut out = fuse_unmerged(f, ks, chains, limits);
     merge::merge_siblings(f, &mut out);
     out
 }
 
 /// [`fuse`] before multi-output fusion.
-fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
+fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimits) -> Fused {
     let n = f.insts.len();
     let mut producer: Vec<Option<usize>> = vec![None; f.values.len()];
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); f.values.len()];
@@ -165,8 +154,8 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
             Err(why) => format!("own kernel: {why}"),
         };
     }
-    fuse_gemm_epilogues(f, &producer, &mut out, chains);
-    fuse_gemm_chains(f, &mut out, chains);
+    fuse_gemm_epilogues(f, &producer, &mut out, chains, limits);
+    fuse_gemm_chains(f, &mut out, chains, limits);
     for i in 0..n {
         if out.inlined[i] {
             // Its users compute it; it has no kernel of its own.
@@ -404,10 +393,16 @@ pub fn row_epilogue(k: &Kernel) -> bool {
 /// Runs users of matrix products inside the GEMM: where a product's only user is a loop-nest
 /// kernel over the same type that reads it only at its own position (a bias, an activation, an
 /// SGD update), or also in reductions over the row it writes (a softmax, for products at most
-/// [`MAX_ROW_EPILOGUE`] columns wide), the user's kernel becomes the GEMM with the user's body as
+/// [`FusionLimits::row_epilogue`] columns wide), the user's kernel becomes the GEMM with the user's body as
 /// epilogue, and the product has no buffer of its own: each block of the product is
 /// transformed while it is in cache.
-fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused, chains: bool) {
+fn fuse_gemm_epilogues(
+    f: &Func,
+    producer: &[Option<usize>],
+    out: &mut Fused,
+    chains: bool,
+    limits: &FusionLimits,
+) {
     for u in 0..f.insts.len() {
         let Some(uk) = &out.kernels[u] else { continue };
         if out.inlined[u] || uk.schedule != Schedule::Nest {
@@ -437,15 +432,15 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused, ch
             let planes = conv.as_ref().is_some_and(|c| c.planes);
             let layout_ok = |split: usize| {
                 reads_only_own_position(&uk.body, j, &uk.out)
-                    || ((n <= MAX_ROW_EPILOGUE
+                    || ((n <= limits.row_epilogue
                         || (chains
                             && conv.is_none()
-                            && (1..=MAX_CHAIN_K).contains(&k)
+                            && (1..=limits.chain_k).contains(&k)
                             // A row epilogue (whole rows per block) for certain.
                             && hoistable_reduces(&uk.body).iter().any(|r| reads_input(r, j))
                             && chain_reader(f, out, u, (batch, m, n)).is_some()
                             // Longer rows than a block can hold whole: a softmax, online.
-                            && (n <= MAX_CHAIN_ROW
+                            && (n <= limits.chain_row
                                 || online_softmax(
                                     &uk.body,
                                     j,
@@ -527,12 +522,12 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused, ch
 }
 
 /// Chains matrix products (see [`crate::kernel::Chain`]): where a GEMM kernel with a row
-/// epilogue (a softmax of attention scores) of at most [`MAX_CHAIN_K`] contraction steps (one
+/// epilogue (a softmax of attention scores) of at most [`FusionLimits::chain_k`] contraction steps (one
 /// contraction block, so each block of rows is final after one pass) has as its only reader a
 /// plain matrix product that takes it, stored by rows, as its A with the same batches and rows
 /// (the probabilities times V), that product runs inside the first kernel on each block of
 /// rows as soon as its epilogue is done, and the epilogue's result is never stored whole.
-fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
+fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool, limits: &FusionLimits) {
     if !chains {
         return;
     }
@@ -551,7 +546,7 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
         else {
             continue;
         };
-        if !(1..=MAX_CHAIN_K).contains(&k)
+        if !(1..=limits.chain_k).contains(&k)
             || !pk.extra.is_empty()
             || !row_epilogue(pk)
             || out.inlined[p]
@@ -601,7 +596,7 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
         let operands: Vec<ValueId> = out.operands[p].iter().chain([&b]).copied().collect();
         let value = constant_of(f, &operands);
         let online = online_softmax(&pk.body, product, &pk.out, &value);
-        if online.is_none() && n > MAX_CHAIN_ROW {
+        if online.is_none() && n > limits.chain_row {
             continue;
         }
         // Blocks a causal mask leaves nothing of are skipped (positions well inside i32).

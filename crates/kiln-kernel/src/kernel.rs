@@ -217,7 +217,8 @@ pub struct Chain {
     /// block's exponentials are taken from the row's running maximum and their sum kept, and
     /// the second product's rows are rescaled whenever the maximum grows and divided by the
     /// sums at the end. No row is ever held whole, so rows of any length chain. Other row
-    /// epilogues (`None`) run over whole rows, up to `fuse::MAX_CHAIN_ROW` columns.
+    /// epilogues (`None`) run over whole rows, up to
+    /// [`crate::target::FusionLimits::chain_row`] columns.
     pub online: Option<Expr>,
     /// For an online softmax, where its logits are -inf whatever the product (a causal mask):
     /// wherever `col * a + row * b + c > 0` for `(a, b, c)` here, `col` the column and `row`

@@ -8,6 +8,10 @@
 //!   products, Winograd and GEMM convolutions, dot canonicalization).
 //! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
 //! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan.
+//! - [`loop_schedule`]: how each loop-nest kernel's loops run on a target (streaming stores,
+//!   transposing tiles, guard segments), decided once for the emitters to render.
+//! - [`target`]: what a target is, as data ([`TargetInfo`]): every target limit the kernel
+//!   layer decides with comes from it.
 //! - [`options`]: every switch of the compiler and the runtime, in one [`Options`] value.
 //! - [`pipeline`]: optimize, canonicalize, lower, fuse and schedule, in one place, with the
 //!   printed forms the dumps show.
@@ -17,15 +21,18 @@
 pub mod canon;
 pub mod fuse;
 pub mod kernel;
+pub mod loop_schedule;
 pub mod options;
 pub mod pipeline;
 pub mod plan;
 pub mod print;
 pub mod schedule;
+pub mod target;
 pub mod verify;
 
 pub use options::Options;
 use std::fmt;
+pub use target::TargetInfo;
 
 /// How one instruction runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,18 +7,31 @@ use crate::Step;
 use crate::canon;
 use crate::fuse::Fused;
 use crate::kernel::{Kernel, lower};
+use crate::loop_schedule::KernelSchedule;
 use crate::options::Options;
+use crate::target::TargetInfo;
 use crate::{Error, Result};
 use kiln_ir::{Func, Op, TensorType};
 
-/// The fused kernels of `f` (see [`crate::fuse`]); without [`Options::fusion`], one kernel per
-/// instruction (for measuring what fusion buys, and for debugging).
-pub fn fused_kernels(f: &Func, opts: &Options) -> Fused {
+/// The fused kernels of `f` (see [`crate::fuse`]) within the limits of `target`; without
+/// [`Options::fusion`], one kernel per instruction (for measuring what fusion buys, and for
+/// debugging).
+pub fn fused_kernels(f: &Func, opts: &Options, target: &TargetInfo) -> Fused {
     let ks = kernels(f);
     if !opts.fusion {
         return crate::fuse::unfused(f, ks);
     }
-    crate::fuse::fuse(f, ks, opts.chain_products)
+    crate::fuse::fuse(f, ks, opts.chain_products, &target.fusion)
+}
+
+/// The loop schedule of each of `fused`'s kernels on `target` under `opts` (see
+/// [`crate::loop_schedule`]), decided once for the emitter, which renders it.
+pub fn loop_schedules(
+    fused: &Fused,
+    opts: &Options,
+    target: &TargetInfo,
+) -> Vec<Option<KernelSchedule>> {
+    crate::loop_schedule::schedules(&fused.kernels, target, &opts.cpu)
 }
 
 /// The kernels of `f`, one per instruction that has one (`None` for the others).
@@ -39,8 +52,8 @@ pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
         .collect()
 }
 
-/// `f` as the backend lowers it (optimized and canonicalized with the reference machine's
-/// costs, so the text is the same on every machine) and its fusion: what the dumps print.
+/// `f` as the backend lowers it for the reference target ([`TargetInfo::reference`], so the
+/// text is the same on every machine) and its fusion: what the dumps print.
 pub fn lowered_for_printing(f: &Func, opts: &Options) -> Result<(Func, Fused)> {
     lowered_for_printing_donating(f, &[], opts).map(|(g, fused, _)| (g, fused))
 }
@@ -53,13 +66,14 @@ pub fn lowered_for_printing_donating(
     opts: &Options,
 ) -> Result<(Func, Fused, String)> {
     kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-    let g = prepare(f, opts, kiln_opt::cost::Machine::REFERENCE)?;
-    let fused = fused_kernels(&g, opts);
-    scheduled(g, fused, donated, opts)
+    let target = TargetInfo::reference();
+    let g = prepare(f, opts, &target)?;
+    let fused = fused_kernels(&g, opts, &target);
+    scheduled(g, fused, donated, opts, &target)
 }
 
 /// The fused program `f`, `fused` in the order [`crate::schedule::step_order`] picks, fused
-/// again, when that lowers the memory plan's peak without adding kernels; else (and without
+/// again (for `target`), when that lowers the memory plan's peak without adding kernels; else (and without
 /// [`Options::memory_schedule`], for measuring) as it is. With it, one line saying
 /// which order was kept and the peaks of both. In tests and debug builds the kernels are
 /// verified first (see [`crate::verify::debug_check`]).
@@ -68,6 +82,7 @@ pub fn scheduled(
     fused: Fused,
     donated: &[bool],
     opts: &Options,
+    target: &TargetInfo,
 ) -> Result<(Func, Fused, String)> {
     crate::verify::debug_check(&f, &fused)?;
     let peak = |g: &Func, fz: &Fused| {
@@ -102,7 +117,7 @@ pub fn scheduled(
         );
         return Ok((f, fused, note));
     }
-    let refused = fused_kernels(&g, opts);
+    let refused = fused_kernels(&g, opts, target);
     crate::verify::debug_check(&g, &refused)?;
     if crate::fuse::check_legal(&g, &refused).is_ok() {
         let after = peak(&g, &refused);
@@ -217,13 +232,13 @@ pub fn fusion_dot(f: &Func, opts: &Options) -> Result<String> {
 }
 
 /// The program the backend lowers: optimized (with [`Options::optimize`], under the costs of
-/// `machine`), then canonicalized.
-pub fn prepare(f: &Func, opts: &Options, machine: kiln_opt::cost::Machine) -> Result<Func> {
+/// `target`, see [`TargetInfo::cost_machine`]), then canonicalized for `target`.
+pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
     let optimized;
     let f = if !opts.optimize {
         f
     } else {
-        optimized = kiln_opt::optimize(f, &opts.optimizer(machine))
+        optimized = kiln_opt::optimize(f, &opts.optimizer(target.cost_machine()))
             .map_err(|e| Error::Lowering(format!("optimizing: {e}")))?
             .0;
         &optimized
@@ -234,7 +249,7 @@ pub fn prepare(f: &Func, opts: &Options, machine: kiln_opt::cost::Machine) -> Re
         .map_err(|e| Error::Lowering(format!("folding transposed products: {e}")))?;
     let winograd;
     let f = if opts.winograd {
-        winograd = canon::winograd_convs(f).map_err(|e| {
+        winograd = canon::winograd_convs(f, target).map_err(|e| {
             Error::Lowering(format!("rewriting 3 x 3 convolutions (Winograd): {e}"))
         })?;
         &winograd

@@ -391,6 +391,16 @@ pub fn kernel_text(k: &Kernel) -> String {
 /// type, member instructions, inputs (the values whose buffers it reads, with their types),
 /// extra outputs, and [`kernel`]'s lines.
 pub fn fused_text(f: &Func, fused: &Fused) -> String {
+    fused_text_scheduled(f, fused, &[])
+}
+
+/// [`fused_text`] with each loop-nest kernel's loop schedule (`schedules[i]`, for the kernel
+/// of instruction `i`, see [`crate::loop_schedule`]) on a `loops:` line.
+pub fn fused_text_scheduled(
+    f: &Func,
+    fused: &Fused,
+    schedules: &[Option<crate::loop_schedule::KernelSchedule>],
+) -> String {
     let mut s = String::new();
     let count = fused.kernels.iter().flatten().count();
     let _ = writeln!(s, "// {count} kernels");
@@ -434,6 +444,9 @@ pub fn fused_text(f: &Func, fused: &Fused) -> String {
                 .collect();
             let _ = writeln!(s, "  also writes: {}", also.join(", "));
         }
+        if let Some(Some(sched)) = schedules.get(i) {
+            let _ = writeln!(s, "  loops: {sched}");
+        }
         kernel(k, 2, &mut s);
     }
     s
@@ -441,13 +454,15 @@ pub fn fused_text(f: &Func, fused: &Fused) -> String {
 
 /// The kernels of `f` as the backends get them (optimized, canonicalized, lowered, fused and
 /// scheduled as for the dumps, see [`crate::pipeline::lowered_for_printing`]), verified
-/// ([`crate::verify::verify_fused`]): the program they index into, then [`fused_text`].
+/// ([`crate::verify::verify_fused`]): the program they index into, then [`fused_text`] with
+/// each loop nest's schedule on the reference target ([`crate::TargetInfo::reference`]).
 pub fn describe_kernels(f: &Func, opts: &crate::Options) -> crate::Result<String> {
     let (g, fused) = crate::pipeline::lowered_for_printing(f, opts)?;
     crate::verify::verify_fused(&g, &fused)
         .map_err(|e| crate::Error::Lowering(format!("@{}: {e}", g.name)))?;
     let mut s = format!("{g}\n");
-    s.push_str(&fused_text(&g, &fused));
+    let schedules = crate::pipeline::loop_schedules(&fused, opts, &crate::TargetInfo::reference());
+    s.push_str(&fused_text_scheduled(&g, &fused, &schedules));
     let _ = writeln!(s, "// verified");
     Ok(s)
 }

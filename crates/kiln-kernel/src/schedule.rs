@@ -335,7 +335,11 @@ mod tests {
     #[test]
     fn each_reduction_runs_right_after_its_product() {
         let f = parse(BRANCHES);
-        let fused = fused_kernels(&f, &crate::Options::default());
+        let fused = fused_kernels(
+            &f,
+            &crate::Options::default(),
+            &crate::TargetInfo::reference(),
+        );
         let order = step_order(&f, &fused, &[]);
         // Products are instructions 0-2, the constant 3, the reductions 4-6; the constant and
         // the smallest branch (48 columns) come first.
@@ -373,7 +377,11 @@ mod tests {
         }
         for src in &srcs {
             let f = parse(src);
-            let fused = fused_kernels(&f, &crate::Options::default());
+            let fused = fused_kernels(
+                &f,
+                &crate::Options::default(),
+                &crate::TargetInfo::reference(),
+            );
             let order = step_order(&f, &fused, &[]);
             let placed = placement(&f, &fused, &order);
             if placed.windows(2).all(|w| w[0] < w[1]) {
@@ -383,7 +391,11 @@ mod tests {
             let g = permute(&f, &placed);
             let (a, b) = (
                 carried(&f, &fused, &placed),
-                fused_kernels(&g, &crate::Options::default()),
+                fused_kernels(
+                    &g,
+                    &crate::Options::default(),
+                    &crate::TargetInfo::reference(),
+                ),
             );
             assert_eq!(
                 format!("{:?}", a.kernels),
@@ -410,7 +422,11 @@ mod tests {
 }
 ",
         );
-        let fused = fused_kernels(&f, &crate::Options::default());
+        let fused = fused_kernels(
+            &f,
+            &crate::Options::default(),
+            &crate::TargetInfo::reference(),
+        );
         assert_eq!(step_order(&f, &fused, &[false, false]), [0, 1, 2]);
         assert_eq!(step_order(&f, &fused, &[false, true]), [0, 1, 2]);
         assert_eq!(step_order(&f, &fused, &[true, false]), [1, 2, 0]);
@@ -436,7 +452,11 @@ mod tests {
 }
 ",
         );
-        let fused = fused_kernels(&f, &crate::Options::default());
+        let fused = fused_kernels(
+            &f,
+            &crate::Options::default(),
+            &crate::TargetInfo::reference(),
+        );
         assert!(
             fused.inlined[2],
             "the negation is computed inside its users"

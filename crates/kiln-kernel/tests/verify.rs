@@ -30,7 +30,11 @@ fn lowered(src: &str, i: usize) -> (Kernel, Vec<TensorType>) {
 /// The fused kernels of `src`, with the function; they verify.
 fn fused(src: &str) -> (Func, Fused) {
     let f = func(src);
-    let fz = fused_kernels(&f, &Options::default());
+    let fz = fused_kernels(
+        &f,
+        &Options::default(),
+        &kiln_kernel::TargetInfo::reference(),
+    );
     verify_fused(&f, &fz).unwrap_or_else(|e| panic!("the real kernels fail: {e}"));
     (f, fz)
 }
@@ -544,7 +548,7 @@ fn real_kernels_verify() {
     ] {
         let f = func(src);
         verify_lowered(&f, &kernels(&f)).unwrap_or_else(|e| panic!("{e}\n{src}"));
-        verify_fused(&f, &fused_kernels(&f, &Options::default())).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        verify_fused(&f, &fused_kernels(&f, &Options::default(), &kiln_kernel::TargetInfo::reference())).unwrap_or_else(|e| panic!("{e}\n{src}"));
         let (g, fz) = kiln_kernel::pipeline::lowered_for_printing(&f, &Options::default())
             .unwrap_or_else(|e| panic!("{e}\n{src}"));
         verify_fused(&g, &fz).unwrap_or_else(|e| panic!("{e}\n{g}"));
@@ -580,7 +584,11 @@ fn random_program_kernels_verify() {
         let ks = kernels(&f);
         count += ks.iter().flatten().count();
         verify_lowered(&f, &ks).unwrap_or_else(|e| fail(&e, &f));
-        let fz = fused_kernels(&f, &Options::default());
+        let fz = fused_kernels(
+            &f,
+            &Options::default(),
+            &kiln_kernel::TargetInfo::reference(),
+        );
         verify_fused(&f, &fz).unwrap_or_else(|e| {
             fail(
                 &format!("{e}\n{}", kiln_kernel::print::fused_text(&f, &fz)),
@@ -589,10 +597,15 @@ fn random_program_kernels_verify() {
         });
         // Through the optimizer for a quarter of them (it takes most of the time).
         if seed % 4 == 0 {
-            let g = kiln_kernel::pipeline::prepare(&f, &opts, kiln_opt::cost::Machine::REFERENCE)
-                .unwrap_or_else(|e| fail(&e, &f));
+            let g =
+                kiln_kernel::pipeline::prepare(&f, &opts, &kiln_kernel::TargetInfo::reference())
+                    .unwrap_or_else(|e| fail(&e, &f));
             verify_lowered(&g, &kernels(&g)).unwrap_or_else(|e| fail(&e, &g));
-            let fz = fused_kernels(&g, &Options::default());
+            let fz = fused_kernels(
+                &g,
+                &Options::default(),
+                &kiln_kernel::TargetInfo::reference(),
+            );
             verify_fused(&g, &fz).unwrap_or_else(|e| {
                 fail(
                     &format!("{e}\n{}", kiln_kernel::print::fused_text(&g, &fz)),

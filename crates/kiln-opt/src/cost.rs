@@ -1,4 +1,5 @@
-//! The cost model: estimated nanoseconds on this CPU.
+//! The cost model: estimated nanoseconds on the machine it is given ([`Machine`]: the
+//! backend describes its target, see `kiln_kernel::TargetInfo`; kiln-opt never reads the host).
 //!
 //! Elementwise and layout ops are assumed fused into their users (no memory traffic of their
 //! own), so they cost their arithmetic only. Ops that materialize their result (reductions,
@@ -12,7 +13,8 @@ use crate::lang::{Head, Node};
 use egg::{CostFunction, Id};
 use kiln_ir::{Op, OpKind, Props};
 
-/// The machine the costs are estimated for.
+/// The machine the costs are estimated for (a backend derives it from its target's
+/// description; [`Machine::REFERENCE`] where none is given).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Machine {
     /// f32 lanes per vector.
@@ -33,26 +35,6 @@ impl Machine {
         ghz: 2.5,
         gbps: 15.0,
     };
-
-    /// This CPU: its vector width and thread count, with the reference clock and bandwidth.
-    pub fn host() -> Machine {
-        #[cfg(target_arch = "x86_64")]
-        let lanes = if std::arch::is_x86_feature_detected!("avx512f") {
-            16.0
-        } else if std::arch::is_x86_feature_detected!("avx2") {
-            8.0
-        } else {
-            4.0
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let lanes = 4.0;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        Machine {
-            lanes,
-            threads,
-            ..Machine::REFERENCE
-        }
-    }
 
     /// Nanoseconds per elementwise operation on one element.
     fn element_ns(&self) -> f64 {

@@ -54,7 +54,8 @@ pub struct Options {
     /// practice, which keeps the output deterministic). A program's total is this times its
     /// number of regions.
     pub time_limit: Duration,
-    /// The machine the cost model estimates for.
+    /// The machine the cost model estimates for (by default [`Machine::REFERENCE`]; a backend
+    /// passes its target's).
     pub machine: Machine,
     /// The most instructions saturated together: a longer program is cut into regions of at
     /// most this many consecutive instructions, each optimized alone ([`region`]).
@@ -68,7 +69,7 @@ impl Default for Options {
             node_limit: 20_000,
             iter_limit: 12,
             time_limit: Duration::from_secs(5),
-            machine: Machine::host(),
+            machine: Machine::REFERENCE,
             region_insts: 2_000,
         }
     }

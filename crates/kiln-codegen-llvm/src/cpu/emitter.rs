@@ -33,6 +33,7 @@ impl<'c> Emitter<'c> {
             nonpositive: Default::default(),
             exp_nonpositive: Default::default(),
             shifted: Default::default(),
+            schedule: None,
         }
     }
 
@@ -429,7 +430,7 @@ impl<'c> Emitter<'c> {
     }
 
     /// Loop `var` over each of `segments` in turn (together `0..extent`, see
-    /// [`guard_segments`]), knowing in each that `var` lies in it.
+    /// [`KernelSchedule::segments`]), knowing in each that `var` lies in it.
     pub(super) fn segmented(
         &self,
         var: usize,

@@ -51,7 +51,7 @@ impl CpuExecutable {
             );
         }
         let mut clock = PhaseClock::new(&f.name, opts.compile_times);
-        let (scheduled, fused, lowered_from_cache) =
+        let (scheduled, fused, schedules, lowered_from_cache) =
             lowering::lowered(f, donated, cache, &mut clock, opts)?;
         let f = &scheduled;
         let ks = &fused.kernels;
@@ -104,7 +104,7 @@ impl CpuExecutable {
             .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
             || names.len() >= 8
             || (cache.is_some() && {
-                let m = build_module(ctx, f, &own, target, &aliases, Routines::Here)?;
+                let m = build_module(ctx, f, &own, &schedules, target, &aliases, Routines::Here)?;
                 let n = instruction_count(&m);
                 let costly = own.iter().flatten().map(costly_ops).sum::<usize>();
                 module = Some(m);
@@ -116,7 +116,7 @@ impl CpuExecutable {
         let mut library = None;
         let mut from_cache = false;
         if cacheable && let Some(dir) = cache {
-            match compile_cached(f, &own, &aliases, dir, &names, opts) {
+            match compile_cached(f, &own, &schedules, &aliases, dir, &names, opts) {
                 Ok((lib, hit)) => {
                     clock.lap(if hit {
                         "load from the kernel cache"
@@ -144,7 +144,8 @@ impl CpuExecutable {
             let m = match module.take() {
                 Some(m) => m,
                 None => {
-                    let m = build_module(ctx, f, &own, target, &aliases, Routines::Here)?;
+                    let m =
+                        build_module(ctx, f, &own, &schedules, target, &aliases, Routines::Here)?;
                     clock.lap("emit LLVM IR");
                     m
                 }

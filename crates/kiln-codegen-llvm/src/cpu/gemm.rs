@@ -168,7 +168,7 @@ impl Blocking {
     /// epilogue's result a chained product reads (see [`crate::kernel::Chain`]): blocks of rows
     /// of at most [`CHAIN_BYTES`] (at least one tile's rows, no more than before), and
     /// contraction blocks of `k` steps rounded up to 16, so that B's packed block of whole rows
-    /// (up to `fuse::MAX_CHAIN_ROW` columns) takes no more room than it needs.
+    /// (up to the target's `FusionLimits::chain_row` columns) takes no more room than it needs.
     pub(super) fn chained(self, n: usize, k: usize) -> Blocking {
         let row = n as i64 * self.bytes;
         Blocking {

@@ -9,13 +9,15 @@ use super::*;
 /// `alias` is `(pairs, slots)` for a kernel compiled in place: of the `slots` pointers of its
 /// table (inputs, then extra outputs), input `q` of each pair `(q, o)` is output `o`'s buffer
 /// (0: `out`, then the extra outputs), and the kernel reads it through that output's pointer
-/// (one pointer for that memory, so `out` stays `noalias`).
+/// (one pointer for that memory, so `out` stays `noalias`). `schedule` is a loop nest's loop
+/// schedule (see [`kiln_kernel::loop_schedule`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn emit_kernel<'c>(
     ctx: &'c Context,
     m: &'c Module<'c>,
     name: &str,
     k: &Kernel,
+    schedule: Option<&KernelSchedule>,
     target: Target,
     alias: Option<&Alias>,
     routines: Routines,
@@ -53,6 +55,7 @@ pub(super) fn emit_kernel<'c>(
     };
     let mut em = Emitter::new(ctx, m, b, f, inputs, target, routines);
     em.vars = vars;
+    em.schedule = schedule.cloned();
     let mut extents: Vec<Option<usize>> = k.out.shape.iter().map(|&e| Some(e)).collect();
     for body in std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body)) {
         nonpositive_exps(body, &mut extents, &mut em.nonpositive);

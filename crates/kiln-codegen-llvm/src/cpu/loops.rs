@@ -1,5 +1,6 @@
 //! Loop strategies of loop-nest kernels: plain nests, streaming stores, transposing tiles,
-//! column strips, and the guard segments loops are cut at.
+//! column strips, and the guard segments loops are cut at. Which of them a kernel takes (but
+//! column strips) is its [`KernelSchedule`], decided by the kernel layer; this renders it.
 
 use super::*;
 
@@ -70,10 +71,11 @@ pub(super) fn emit_nest_loops<'c>(
         }
         Ok(())
     };
-    if let Some(a) = transpose_tile_dim(k) {
-        return emit_tiled(em, k, a, (lo, hi), out, &mut store);
+    let schedule = schedule_of(em)?;
+    if let Some(tile) = schedule.tile {
+        return emit_tiled(em, k, tile, (lo, hi), out, &mut store);
     }
-    let stream = streams(k, &em.target.cpu).then_some(out);
+    let stream = schedule.stream.then_some(out);
     // Loop d runs inside loop d - 1. Before it, every reduction that reads only the variables
     // of the enclosing loops is computed once and reused (a row's max and sum ahead of the
     // loop over its columns, which makes softmax one kernel).
@@ -109,8 +111,8 @@ pub(super) fn emit_nest_loops<'c>(
             store(em)?;
         } else if let Some(out) = stream.filter(|_| d + 1 == rank) {
             // (A one-dimensional kernel's range is a thread's rows.)
-            let segments = guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
-            for &(s, e) in &segments {
+            let segments = &schedule_of(em)?.segments[d];
+            for &(s, e) in segments {
                 let range = if segments.len() == 1 {
                     (from, to)
                 } else {
@@ -125,14 +127,8 @@ pub(super) fn emit_nest_loops<'c>(
             }
         } else if d == 0 {
             // A thread's rows, in the segments where the guards on them are decided.
-            let segments = guard_segments_up_to(
-                &bodies,
-                0,
-                k.out.shape[0],
-                MAX_ROW_GUARD_CUTS,
-                em.target.cpu.guard_splits,
-            );
-            for &(s, e) in &segments {
+            let segments = &schedule_of(em)?.segments[0];
+            for &(s, e) in segments {
                 let (from, to) = if segments.len() == 1 {
                     lohi
                 } else {
@@ -149,8 +145,8 @@ pub(super) fn emit_nest_loops<'c>(
                 r?;
             }
         } else {
-            let segments = guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
-            em.segmented(d, &segments, &mut |em: &Emitter<'c>| {
+            let segments = &schedule_of(em)?.segments[d];
+            em.segmented(d, segments, &mut |em: &Emitter<'c>| {
                 level(em, k, d + 1, lohi, stream, store)
             })?;
         }
@@ -173,37 +169,10 @@ pub(super) fn emit_nest_loops<'c>(
     Ok(())
 }
 
-/// Outputs at least this large are written with streaming (non-temporal) stores: they do not
-/// fit the last-level cache together with their inputs (48 MiB on this machine's CPU), so
-/// each line written would otherwise first be read from memory (write-allocate), a third more
-/// traffic for an elementwise kernel, and would evict the inputs still to be read.
-pub(super) const STREAM_BYTES: usize = 32 << 20;
-
-/// Whether loop-nest kernel `k` writes its output with streaming stores (see
-/// [`STREAM_BYTES`]): one output, large, on x86-64, whose innermost dimension holds at least
-/// [`STREAM_ROW_LINES`] 64-byte lines. [`CpuOptions::streaming_stores`] (`KILN_STREAM=0`) turns
-/// them off (for measuring).
-pub(super) fn streams(k: &Kernel, cpu: &CpuOptions) -> bool {
-    let bytes = k.out.dtype.bytes();
-    cfg!(target_arch = "x86_64")
-        && cpu.streaming_stores
-        && k.extra.is_empty()
-        && k.out.numel() * bytes >= STREAM_BYTES
-        && k.out
-            .shape
-            .last()
-            .is_some_and(|&n| n * bytes >= STREAM_ROW_LINES * LINE)
-}
-
 /// A cache line, and the width of one streaming store.
 pub(super) const LINE: usize = 64;
 
-/// The fewest cache lines an output row must span for streaming stores: shorter rows spend
-/// more on each row's unaligned head and tail, stored one by one, than the stores save (a pad
-/// of `[64, 56, 56, 64]` to `[64, 58, 58, 64]`, rows of 4 lines: 93 ms with them, 19 without).
-pub(super) const STREAM_ROW_LINES: usize = 16;
-
-/// The innermost loop of a streaming kernel (see [`streams`]): positions `from..to` of
+/// The innermost loop of a streaming kernel (see [`KernelSchedule::stream`]): positions `from..to` of
 /// innermost dimension `d` (the other variables set). Positions up to the first 64-byte
 /// boundary of the output are stored one by one; then each line's values go through a stack
 /// buffer (the loop that fills it vectorizes) and are stored as one aligned non-temporal
@@ -396,46 +365,21 @@ pub(super) fn invariant_loads(e: &Expr) -> Vec<&Expr> {
     out
 }
 
-/// Edge of the square tiles a transposing kernel runs in (a cache line of f32).
-pub(super) const TILE: usize = 16;
-
-/// For a loop-nest kernel without reductions that reads an input with a stride of at least a
-/// tile along its innermost output dimension and contiguously along another output dimension
-/// (a transpose, NHWC to NCHW and back): that dimension. Run in order, the innermost loop
-/// touches a new cache line of the input for every element it writes, and the lines are gone
-/// by the time the next row comes back for their neighbours (96 ms for conv 7x7's 103 MB
-/// output transpose); in [`TILE`] x [`TILE`] tiles of the two dimensions, each line read and
-/// written is used whole while in L1.
-pub(super) fn transpose_tile_dim(k: &Kernel) -> Option<usize> {
-    let rank = k.out.rank();
-    if rank < 2 || k.out.shape[rank - 1] < TILE {
-        return None;
-    }
-    let bodies: Vec<&Expr> = std::iter::once(&k.body)
-        .chain(k.extra.iter().map(|x| &x.body))
-        .collect();
-    if bodies.iter().any(|b| !hoistable_reduces(b).is_empty()) {
-        return None;
-    }
-    let reads: Vec<Vec<i64>> = bodies
-        .iter()
-        .flat_map(|b| crate::kernel::affine_reads(b))
-        .collect();
-    let inner = rank - 1;
-    (0..inner).filter(|&a| k.out.shape[a] >= TILE).find(|&a| {
-        reads
-            .iter()
-            .any(|c| c.get(inner).map_or(0, |x| x.abs()) >= TILE as i64 && c.get(a) == Some(&1))
-    })
+/// The loop schedule of the kernel `em` emits (see [`KernelSchedule`]).
+pub(super) fn schedule_of<'e>(em: &'e Emitter<'_>) -> Result<&'e KernelSchedule> {
+    em.schedule
+        .as_ref()
+        .ok_or_else(|| Error::Llvm("a loop-nest kernel without its loop schedule".into()))
 }
 
-/// Emits loop-nest kernel `k` (no reductions) with its output dimension `a` and its innermost
-/// one in [`TILE`] x [`TILE`] tiles, inside loops over the other dimensions in order (see
-/// [`transpose_tile_dim`]); `lohi` is this call's range of dimension 0.
+/// Emits loop-nest kernel `k` (no reductions) with its output dimension `tile.dim` and its
+/// innermost one in square tiles of edge `tile.edge`, inside loops over the other dimensions
+/// in order (see [`kiln_kernel::loop_schedule::transpose_tile_dim`]); `lohi` is this call's
+/// range of dimension 0.
 pub(super) fn emit_tiled<'c>(
     em: &Emitter<'c>,
     k: &Kernel,
-    a: usize,
+    Tile { dim: a, edge }: Tile,
     lohi: (IntValue<'c>, IntValue<'c>),
     out: PointerValue<'c>,
     store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
@@ -465,23 +409,22 @@ pub(super) fn emit_tiled<'c>(
                 .map_err(llvm)?
                 .into_int_value();
         let x1 =
-            em.b.build_int_add(x0, em.i64c(TILE as i64), "t1")
+            em.b.build_int_add(x0, em.i64c(edge as i64), "t1")
                 .map_err(llvm)?;
         Ok((x0, em.int_min(x1, hi)?))
     };
-    let bodies: Vec<&Expr> = std::iter::once(&k.body)
-        .chain(k.extra.iter().map(|x| &x.body))
-        .collect();
-    // Dimension `a` in segments where the guards on it are decided (see `guard_segments`):
+    let schedule = schedule_of(em)?;
+    // Dimension `a` in segments where the guards on it are decided (see
+    // `KernelSchedule::segments`):
     // the tiles inside a pad's interior then need no check per element.
     // (from, to, the fact that the variable lies in from..to, when both are constants)
     type Segment<'c> = (IntValue<'c>, IntValue<'c>, Option<(i64, i64)>);
     let a_segments: Vec<Segment<'c>> = if a == 0 {
         vec![(range(0).0, range(0).1, None)]
     } else {
-        guard_segments(&bodies, a, k.out.shape[a], em.target.cpu.guard_splits)
-            .into_iter()
-            .map(|(s, e)| (em.i64c(s), em.i64c(e), Some((s, e))))
+        schedule.segments[a]
+            .iter()
+            .map(|&(s, e)| (em.i64c(s), em.i64c(e), Some((s, e))))
             .collect()
     };
     let mut a_tiles = |em: &Emitter<'c>, a_lo: IntValue<'c>, a_hi: IntValue<'c>| -> Result<()> {
@@ -489,14 +432,14 @@ pub(super) fn emit_tiled<'c>(
         // many uses exceeded what LLVM's capture tracking follows, and LLVM then guarded the
         // tile's fill against overlapping the input and vectorized it into gathers.
         let buf = if whole_tiles {
-            Some(em.line_buffer(storage(em.ctx, k.out.dtype), TILE * TILE)?)
+            Some(em.line_buffer(storage(em.ctx, k.out.dtype), edge * edge)?)
         } else {
             None
         };
         let (b_lo, b_hi) = range(inner);
-        em.range_loop_ptr(s_a, a_lo, a_hi, TILE as i64, &mut |em: &Emitter<'c>| {
+        em.range_loop_ptr(s_a, a_lo, a_hi, edge as i64, &mut |em: &Emitter<'c>| {
             let (a0, a1) = tile(em, s_a, a_hi)?;
-            em.range_loop_ptr(s_b, b_lo, b_hi, TILE as i64, &mut |em: &Emitter<'c>| {
+            em.range_loop_ptr(s_b, b_lo, b_hi, edge as i64, &mut |em: &Emitter<'c>| {
                 let (b0, b1) = tile(em, s_b, b_hi)?;
                 // Along `a` innermost: the reads are contiguous there, so that loop vectorizes
                 // (measured against the other order: conv 7x7's output transpose 46 -> 29 ms,
@@ -516,7 +459,7 @@ pub(super) fn emit_tiled<'c>(
                     em.b.build_int_compare(
                         IntPredicate::EQ,
                         a1,
-                        em.b.build_int_add(a0, em.i64c(TILE as i64), "af")
+                        em.b.build_int_add(a0, em.i64c(edge as i64), "af")
                             .map_err(llvm)?,
                         "fa",
                     )
@@ -525,7 +468,7 @@ pub(super) fn emit_tiled<'c>(
                     em.b.build_int_compare(
                         IntPredicate::EQ,
                         b1,
-                        em.b.build_int_add(b0, em.i64c(TILE as i64), "bf")
+                        em.b.build_int_add(b0, em.i64c(edge as i64), "bf")
                             .map_err(llvm)?,
                         "fb",
                     )
@@ -538,7 +481,7 @@ pub(super) fn emit_tiled<'c>(
                 );
                 em.b.build_conditional_branch(full, t, e).map_err(llvm)?;
                 em.b.position_at_end(t);
-                whole_tile(em, k, a, (a0, b0), buf, out)?;
+                whole_tile(em, k, (a, edge), (a0, b0), buf, out)?;
                 em.b.build_unconditional_branch(j).map_err(llvm)?;
                 em.b.position_at_end(e);
                 elementwise(em)?;
@@ -585,27 +528,26 @@ pub(super) fn emit_tiled<'c>(
             em.segmented(d, &segments(d), &mut next)
         }
     }
-    let segments =
-        |d: usize| guard_segments(&bodies, d, k.out.shape[d], em.target.cpu.guard_splits);
+    let segments = |d: usize| schedule.segments[d].clone();
     outer(em, 0, (a, inner), &range, &segments, &mut tiles)
 }
 
-/// One whole [`TILE`] x [`TILE`] tile of kernel `k` (one output of 4-byte elements, no
+/// One whole `edge` x `edge` tile of kernel `k` (one output of 4-byte elements, no
 /// reductions) at `a0` along dimension `a` and `b0` along the innermost one (the variables of
 /// the other dimensions set): its values computed into the stack tile `buf`, row `b` holding
-/// positions `a0..a0 + TILE` (contiguous reads of the input), then the rows transposed in
+/// positions `a0..a0 + edge` (contiguous reads of the input), then the rows transposed in
 /// registers and each column stored as one vector along the innermost dimension.
 pub(super) fn whole_tile<'c>(
     em: &Emitter<'c>,
     k: &Kernel,
-    a: usize,
+    (a, edge): (usize, usize),
     (a0, b0): (IntValue<'c>, IntValue<'c>),
     buf: PointerValue<'c>,
     out: PointerValue<'c>,
 ) -> Result<()> {
     let inner = k.out.rank() - 1;
     let st = storage(em.ctx, k.out.dtype);
-    let t = TILE as i64;
+    let t = edge as i64;
     let end = |x: IntValue<'c>| em.b.build_int_add(x, em.i64c(t), "e").map_err(llvm);
     em.range_loop(inner, b0, end(b0)?, 1, &mut |em: &Emitter<'c>| {
         em.range_loop(a, a0, end(a0)?, 1, &mut |em: &Emitter<'c>| {
@@ -620,13 +562,13 @@ pub(super) fn whole_tile<'c>(
                     "at",
                 )
                 .map_err(llvm)?;
-            // SAFETY (of the emitted code): bi and ai are below TILE.
+            // SAFETY (of the emitted code): bi and ai are below the edge.
             let p = unsafe { em.b.build_in_bounds_gep(st, buf, &[at], "tp") }.map_err(llvm)?;
             em.b.build_store(p, v).map_err(llvm)?;
             Ok(())
         })
     })?;
-    let vt = vector_of(st, TILE)?;
+    let vt = vector_of(st, edge)?;
     let rows: Vec<inkwell::values::VectorValue<'c>> = (0..t)
         .map(|r| {
             // SAFETY (of the emitted code): row r of the tile is in the buffer.
@@ -649,7 +591,7 @@ pub(super) fn whole_tile<'c>(
                 .map_err(llvm)?;
         em.b.build_store(em.vars[a], ai).map_err(llvm)?;
         let idx = em.position(&ost)?;
-        // SAFETY (of the emitted code): the tile is whole, so positions b0..b0 + TILE along the
+        // SAFETY (of the emitted code): the tile is whole, so positions b0..b0 + edge along the
         // innermost dimension are in the output.
         let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "to") }.map_err(llvm)?;
         let s = em.b.build_store(p, col).map_err(llvm)?;
@@ -780,62 +722,4 @@ pub(super) fn strips<'c>(
     em.range_loop(d, end, range.1, 1, &mut |em: &Emitter<'c>| store(em))?;
     em.in_order.set(was);
     Ok(())
-}
-
-/// The most places a loop is cut at to decide guards (see [`guard_segments`]).
-pub(super) const MAX_GUARD_CUTS: usize = 4;
-
-/// `0..extent` cut where a guard of `bodies` on loop variable `var` (a condition
-/// `lo <= var + k < hi`: a pad's edge, a concatenation's seam) changes its outcome, so that
-/// in each segment every such condition holds everywhere or nowhere: a padded row then runs
-/// its interior without a check per element (and vectorized) and its edges as constants.
-/// One segment when there is no such guard, or more than [`MAX_GUARD_CUTS`] cuts.
-pub(super) fn guard_segments(
-    bodies: &[&Expr],
-    var: usize,
-    extent: usize,
-    splits: bool,
-) -> Vec<(i64, i64)> {
-    guard_segments_up_to(bodies, var, extent, MAX_GUARD_CUTS, splits)
-}
-
-/// The most places a kernel's rows (its outermost loop) are cut at to decide guards: a
-/// concatenation of many pieces along its first dimension then runs each piece as a loop nest
-/// of its own, with no guard tree per element (measured on 36 pieces of `[12544, 64]`: 168 ->
-/// 61 ms). Every segment holds only the pieces it decides, so the code grows by a loop per
-/// segment.
-pub(super) const MAX_ROW_GUARD_CUTS: usize = 63;
-
-/// [`guard_segments`] with at most `max_cuts` cuts.
-pub(super) fn guard_segments_up_to(
-    bodies: &[&Expr],
-    var: usize,
-    extent: usize,
-    max_cuts: usize,
-    splits: bool,
-) -> Vec<(i64, i64)> {
-    let n = extent as i64;
-    let mut cuts = std::collections::BTreeSet::new();
-    for b in bodies {
-        visit(b, &mut |x| {
-            if let Expr::Guard { conds, .. } = x {
-                for c in conds {
-                    if let Cond::InRange(i, lo, hi) = c
-                        && let Some((v, k)) = var_plus_const(i)
-                        && v == var
-                    {
-                        cuts.extend([lo - k, hi - k].into_iter().filter(|&p| p > 0 && p < n));
-                    }
-                }
-            }
-        });
-    }
-    if cuts.is_empty() || cuts.len() > max_cuts || !splits {
-        return vec![(0, n)];
-    }
-    let points: Vec<i64> = std::iter::once(0)
-        .chain(cuts)
-        .chain(std::iter::once(n))
-        .collect();
-    points.windows(2).map(|w| (w[0], w[1])).collect()
 }

@@ -14,7 +14,10 @@
 //! goes on to the library cache, which then hits as well. A text that does not parse, verify
 //! or fuse legally is ignored and the program lowered again.
 
-use super::{PhaseClock, Target, fused_kernels, prepare, scheduled, wide_vectors};
+use super::{
+    KernelSchedule, PhaseClock, Target, fused_kernels, loop_schedules, prepare, scheduled,
+    wide_vectors,
+};
 use crate::{Error, Result};
 use kiln_ir::Func;
 use kiln_kernel::Options;
@@ -51,7 +54,7 @@ fn index_key(f: &Func, donated: &[bool], opts: &Options) -> String {
         "{}\nlowered-v2 {} {:?} prepare={}",
         machine_settings(opts),
         opts.pipeline_key(),
-        opts.optimizer(kiln_opt::cost::Machine::host()),
+        opts.optimizer(super::host_target_info().cost_machine()),
         env!("KILN_PREPARE_SOURCE_HASH"),
     );
     crate::cache::key(&format!("input program\n{mask}\n{f}"), &settings)
@@ -62,7 +65,7 @@ fn load(dir: &std::path::Path, key: &str, opts: &Options) -> Option<(Func, crate
     let bytes = crate::cache::load_file(dir, key, "kir")?;
     let g = kiln_ir::parse_func_text(std::str::from_utf8(&bytes).ok()?).ok()?;
     kiln_ir::verify(&g).ok()?;
-    let fused = fused_kernels(&g, opts);
+    let fused = fused_kernels(&g, opts, &Target::host(opts).info());
     crate::fuse::check_legal(&g, &fused).ok()?;
     // In tests and debug builds, kernels read back are verified like those lowered anew.
     kiln_kernel::verify::debug_check(&g, &fused).ok()?;
@@ -70,15 +73,15 @@ fn load(dir: &std::path::Path, key: &str, opts: &Options) -> Option<(Func, crate
 }
 
 /// `f` optimized, canonicalized, fused and scheduled for the donated parameters `donated`,
-/// through the index of the kernel cache in `cache` (`None`: computed); `true` when it came
-/// from the index (the optimizer did not run).
+/// through the index of the kernel cache in `cache` (`None`: computed), with its kernels' loop
+/// schedules; `true` when it came from the index (the optimizer did not run).
 pub(super) fn lowered(
     f: &Func,
     donated: &[bool],
     cache: Option<&std::path::Path>,
     clock: &mut PhaseClock,
     opts: &Options,
-) -> Result<(Func, crate::fuse::Fused, bool)> {
+) -> Result<(Func, crate::fuse::Fused, Vec<Option<KernelSchedule>>, bool)> {
     let key = cache
         .filter(|_| f.insts.len() >= INDEX_MIN_INSTS)
         .map(|dir| (dir, index_key(f, donated, opts)));
@@ -86,15 +89,17 @@ pub(super) fn lowered(
         && let Some((g, fused)) = load(dir, key, opts)
     {
         clock.lap("lowered program from the kernel cache's index, fused");
-        return Ok((g, fused, true));
+        let schedules = loop_schedules(&fused, opts, &Target::host(opts).info());
+        return Ok((g, fused, schedules, true));
     }
-    let canonical = prepare(f, opts, kiln_opt::cost::Machine::host())?;
+    let target = Target::host(opts).info();
+    let canonical = prepare(f, opts, &target)?;
     clock.lap("optimize and canonicalize the graph");
-    let fused = fused_kernels(&canonical, opts);
+    let fused = fused_kernels(&canonical, opts, &target);
     crate::fuse::check_legal(&canonical, &fused)
         .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", canonical.name)))?;
     clock.lap("fuse");
-    let (g, fused, note) = scheduled(canonical, fused, donated, opts)?;
+    let (g, fused, note) = scheduled(canonical, fused, donated, opts, &target)?;
     if opts.explain {
         eprintln!("// kiln: {note}");
     }
@@ -103,5 +108,6 @@ pub(super) fn lowered(
         // A failure to store costs only the next compile's time.
         let _ = crate::cache::store_file(dir, key, "kir", g.to_string().as_bytes());
     }
-    Ok((g, fused, false))
+    let schedules = loop_schedules(&fused, opts, &target);
+    Ok((g, fused, schedules, false))
 }

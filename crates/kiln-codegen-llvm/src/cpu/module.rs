@@ -9,11 +9,13 @@ pub(super) type Alias = (Vec<(usize, usize)>, usize);
 
 /// The module of `f`'s kernels; `target.host` adds this machine's CPU and features to every
 /// function (needed to run them well, left out of machine-independent dumps). `aliases[i]` (if
-/// present) is kernel `i`'s in-place alias (see [`emit_kernel`]).
+/// present) is kernel `i`'s in-place alias (see [`emit_kernel`]); `schedules[i]`, its loop
+/// schedule.
 pub(super) fn build_module<'c>(
     ctx: &'c Context,
     f: &Func,
     ks: &[Option<Kernel>],
+    schedules: &[Option<KernelSchedule>],
     target: Target,
     aliases: &[Alias],
     routines: Routines,
@@ -31,6 +33,7 @@ pub(super) fn build_module<'c>(
                 mref,
                 &format!("k{i}"),
                 k,
+                schedules.get(i).and_then(Option::as_ref),
                 target,
                 aliases.get(i),
                 routines,
@@ -44,6 +47,7 @@ pub(super) fn build_module<'c>(
                 mref,
                 &format!("k{i}.shared"),
                 k,
+                schedules.get(i).and_then(Option::as_ref),
                 target,
                 aliases.get(i),
                 routines,
@@ -102,12 +106,15 @@ pub fn function_llvm_ir(f: &Func, optimized: bool, opts: &Options) -> Result<Str
     let (f, fused) = lowered_for_printing(f, opts)?;
     let (_, kernels) = distinct_kernels(&fused.kernels, &[]);
     if !optimized {
+        let target = Target::any(opts);
+        let schedules = loop_schedules(&fused, opts, &target.info());
         let ctx = Context::create();
-        let m = build_module(&ctx, &f, &kernels, Target::any(opts), &[], Routines::Here)?;
+        let m = build_module(&ctx, &f, &kernels, &schedules, target, &[], Routines::Here)?;
         return Ok(m.print_to_string().to_string());
     }
     // Optimized as the kernel cache compiles them: the same modules, each with its pipeline.
     let tm = crate::host_machine()?;
+    let schedules = loop_schedules(&fused, opts, &Target::host(opts).info());
     let mut text = String::new();
     let mut jobs = kernel_jobs(&kernels, &[], Target::host(opts));
     jobs.extend(
@@ -117,7 +124,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool, opts: &Options) -> Result<Str
     );
     for job in &jobs {
         let ctx = Context::create();
-        let (m, _) = job.module(&ctx, &f, &[], Target::host(opts))?;
+        let (m, _) = job.module(&ctx, &f, &schedules, &[], Target::host(opts))?;
         crate::optimize_as(&m, &tm, job.pipeline())?;
         text.push_str(&m.print_to_string().to_string());
     }
@@ -130,6 +137,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool, opts: &Options) -> Result<Str
 pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
     use std::fmt::Write as _;
     let (g, fused) = lowered_for_printing(f, opts)?;
+    let schedules = loop_schedules(&fused, opts, &Target::any(opts).info());
     let mut s = String::new();
     let _ = writeln!(s, "{g}");
     let count = fused.kernels.iter().filter(|k| k.is_some()).count();
@@ -160,12 +168,12 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
                 reads.join(", "),
                 launch.rows,
                 launch.work,
-                match (&k.schedule, transpose_tile_dim(k)) {
-                    (Schedule::Nest, Some(a)) => format!(
-                        "; in {TILE} x {TILE} tiles of dimensions {a} and {}",
+                match schedules[i].as_ref().and_then(|s| s.tile) {
+                    Some(Tile { dim, edge }) => format!(
+                        "; in {edge} x {edge} tiles of dimensions {dim} and {}",
                         k.out.rank() - 1
                     ),
-                    _ => String::new(),
+                    None => String::new(),
                 },
             );
             if let (Schedule::Gemm { chain: Some(c), .. }, Some((bl, _))) =
@@ -225,9 +233,11 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
 /// A miss compiles the kernels on all cores: each GEMM kernel in a module of its own, the
 /// others together, each module optimized and turned into an object in its own LLVM context
 /// by whichever thread is free, and the objects are linked into one library.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn compile_cached(
     f: &Func,
     ks: &[Option<Kernel>],
+    schedules: &[Option<KernelSchedule>],
     aliases: &[Alias],
     dir: &std::path::Path,
     names: &[String],
@@ -272,7 +282,7 @@ pub(super) fn compile_cached(
     let compile = |job: &Job, tm: &inkwell::targets::TargetMachine| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
         let ctx = Context::create();
-        let (m, what) = job.module(&ctx, f, aliases, target)?;
+        let (m, what) = job.module(&ctx, f, schedules, aliases, target)?;
         // The routines the kernels declare must be among those compiled for the library.
         for g in m.get_functions() {
             let name = g.get_name().to_string_lossy();
@@ -379,12 +389,13 @@ pub(super) enum Job {
 }
 
 impl Job {
-    /// The module, built in `ctx` for function `f` with in-place outputs `aliases`, and what
-    /// it holds (kernel names, or the routine's).
+    /// The module, built in `ctx` for function `f` with loop schedules `schedules` and
+    /// in-place outputs `aliases`, and what it holds (kernel names, or the routine's).
     fn module<'c>(
         &self,
         ctx: &'c Context,
         f: &Func,
+        schedules: &[Option<KernelSchedule>],
         aliases: &[Alias],
         target: Target,
     ) -> Result<(Module<'c>, String)> {
@@ -395,7 +406,7 @@ impl Job {
                     .map(|i| format!("k{i}"))
                     .collect();
                 (
-                    build_module(ctx, f, part, target, aliases, Routines::Apart)?,
+                    build_module(ctx, f, part, schedules, target, aliases, Routines::Apart)?,
                     names.join(" "),
                 )
             }

@@ -273,7 +273,12 @@ mod tests {
         }
         let mut merges = 0;
         for f in &funcs {
-            let before = super::super::fuse_unmerged(f, crate::pipeline::kernels(f), true);
+            let before = super::super::fuse_unmerged(
+                f,
+                crate::pipeline::kernels(f),
+                true,
+                &crate::target::FusionLimits::default(),
+            );
             let (mut ours, mut theirs) = (before.clone(), before);
             merge_siblings(f, &mut ours);
             merge_pairwise(f, &mut theirs);

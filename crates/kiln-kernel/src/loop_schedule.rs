@@ -1,0 +1,249 @@
+//! How the loops of each loop-nest kernel run on a target: [`KernelSchedule`], decided here
+//! once per kernel (from the kernel, the [`TargetInfo`] and the [`CpuOptions`]) and rendered
+//! by the emitters, which never decide it again. (The order of steps is [`crate::schedule`].)
+//!
+//! - Streaming stores ([`streams`]): a large output written once goes to memory a cache line
+//!   at a time, past the caches.
+//! - Transposing tiles ([`transpose_tile_dim`]): a kernel that reads across its input runs in
+//!   square tiles of two dimensions.
+//! - Guard segments ([`guard_segments`]): each loop is cut where the guards on its variable
+//!   (a pad's edges, a concatenation's seams) change their outcome.
+
+use crate::kernel::{Cond, Expr, Kernel, Schedule, hoistable_reduces, var_plus_const, visit};
+use crate::options::CpuOptions;
+use crate::target::TargetInfo;
+use std::fmt;
+
+/// The loop strategy of one loop-nest kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSchedule {
+    /// The output is written with streaming (non-temporal) stores (see [`streams`]).
+    pub stream: bool,
+    /// The kernel runs in square tiles of this dimension and its innermost one (see
+    /// [`transpose_tile_dim`]).
+    pub tile: Option<Tile>,
+    /// Per output dimension: the segments `(start, end)` its loop runs in, in each of which
+    /// every guard on its variable is decided (see [`guard_segments`]); one segment covering
+    /// the dimension where the loop is not cut.
+    pub segments: Vec<Vec<(i64, i64)>>,
+}
+
+/// The square tiles a transposing kernel runs in (see [`transpose_tile_dim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tile {
+    /// The output dimension tiled along with the innermost one.
+    pub dim: usize,
+    /// The tiles' edge, in elements.
+    pub edge: usize,
+}
+
+/// The schedule of each of the kernels `ks` (`None` for a slot without a kernel and for
+/// kernels that are not loop nests), on `target` under the emitter's switches `cpu`.
+pub fn schedules(
+    ks: &[Option<Kernel>],
+    target: &TargetInfo,
+    cpu: &CpuOptions,
+) -> Vec<Option<KernelSchedule>> {
+    ks.iter()
+        .map(|k| k.as_ref().and_then(|k| kernel_schedule(k, target, cpu)))
+        .collect()
+}
+
+/// The schedule of kernel `k` on `target` under `cpu`, if `k` is a loop nest.
+///
+/// The loops cut at guards: with tiles, the dimensions between the outermost and the
+/// innermost (the outermost loop is split across threads, the innermost is tiled); without,
+/// every dimension, the outermost (a thread's rows) up to
+/// [`LoopLimits::row_guard_cuts`](crate::target::LoopLimits::row_guard_cuts) times unless it
+/// is also the innermost of a streaming kernel.
+pub fn kernel_schedule(
+    k: &Kernel,
+    target: &TargetInfo,
+    cpu: &CpuOptions,
+) -> Option<KernelSchedule> {
+    if k.schedule != Schedule::Nest {
+        return None;
+    }
+    let tile = transpose_tile_dim(k, target.loops.transpose_tile).map(|dim| Tile {
+        dim,
+        edge: target.loops.transpose_tile,
+    });
+    let stream = streams(k, target, cpu);
+    let bodies: Vec<&Expr> = std::iter::once(&k.body)
+        .chain(k.extra.iter().map(|x| &x.body))
+        .collect();
+    let rank = k.out.rank();
+    let segments = (0..rank)
+        .map(|d| {
+            let extent = k.out.shape[d];
+            let max_cuts = match tile {
+                Some(_) if d == 0 || d + 1 == rank => 0,
+                None if d == 0 && !(stream && rank == 1) => target.loops.row_guard_cuts,
+                _ => target.loops.guard_cuts,
+            };
+            guard_segments(&bodies, d, extent, max_cuts, cpu.guard_splits)
+        })
+        .collect();
+    Some(KernelSchedule {
+        stream,
+        tile,
+        segments,
+    })
+}
+
+/// Whether loop-nest kernel `k` writes its output with streaming stores on `target` (see
+/// [`crate::target::LoopLimits::stream_bytes`]): one output, large, on a target that has
+/// them, whose innermost dimension holds at least
+/// [`crate::target::LoopLimits::stream_row_lines`] cache lines.
+/// [`CpuOptions::streaming_stores`] (`KILN_STREAM=0`) turns them off (for measuring).
+pub fn streams(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> bool {
+    let bytes = k.out.dtype.bytes();
+    target.nontemporal_stores
+        && cpu.streaming_stores
+        && k.extra.is_empty()
+        && k.out.numel() * bytes >= target.loops.stream_bytes
+        && k.out
+            .shape
+            .last()
+            .is_some_and(|&n| n * bytes >= target.loops.stream_row_lines * target.cache_line)
+}
+
+/// For a loop-nest kernel without reductions that reads an input with a stride of at least a
+/// tile (of edge `tile`) along its innermost output dimension and contiguously along another
+/// output dimension (a transpose, NHWC to NCHW and back): that dimension. Run in order, the
+/// innermost loop touches a new cache line of the input for every element it writes, and the
+/// lines are gone by the time the next row comes back for their neighbours (96 ms for conv
+/// 7x7's 103 MB output transpose); in `tile` x `tile` tiles of the two dimensions, each line
+/// read and written is used whole while in L1.
+pub fn transpose_tile_dim(k: &Kernel, tile: usize) -> Option<usize> {
+    let rank = k.out.rank();
+    if rank < 2 || k.out.shape[rank - 1] < tile {
+        return None;
+    }
+    let bodies: Vec<&Expr> = std::iter::once(&k.body)
+        .chain(k.extra.iter().map(|x| &x.body))
+        .collect();
+    if bodies.iter().any(|b| !hoistable_reduces(b).is_empty()) {
+        return None;
+    }
+    let reads: Vec<Vec<i64>> = bodies
+        .iter()
+        .flat_map(|b| crate::kernel::affine_reads(b))
+        .collect();
+    let inner = rank - 1;
+    (0..inner).filter(|&a| k.out.shape[a] >= tile).find(|&a| {
+        reads
+            .iter()
+            .any(|c| c.get(inner).map_or(0, |x| x.abs()) >= tile as i64 && c.get(a) == Some(&1))
+    })
+}
+
+/// `0..extent` cut where a guard of `bodies` on loop variable `var` (a condition
+/// `lo <= var + k < hi`: a pad's edge, a concatenation's seam) changes its outcome, so that
+/// in each segment every such condition holds everywhere or nowhere: a padded row then runs
+/// its interior without a check per element (and vectorized) and its edges as constants.
+/// One segment when there is no such guard, more than `max_cuts` cuts, or `splits` is off
+/// ([`CpuOptions::guard_splits`], `KILN_GUARD_SPLIT=0`).
+pub fn guard_segments(
+    bodies: &[&Expr],
+    var: usize,
+    extent: usize,
+    max_cuts: usize,
+    splits: bool,
+) -> Vec<(i64, i64)> {
+    let n = extent as i64;
+    let mut cuts = std::collections::BTreeSet::new();
+    for b in bodies {
+        visit(b, &mut |x| {
+            if let Expr::Guard { conds, .. } = x {
+                for c in conds {
+                    if let Cond::InRange(i, lo, hi) = c
+                        && let Some((v, k)) = var_plus_const(i)
+                        && v == var
+                    {
+                        cuts.extend([lo - k, hi - k].into_iter().filter(|&p| p > 0 && p < n));
+                    }
+                }
+            }
+        });
+    }
+    if cuts.is_empty() || cuts.len() > max_cuts || !splits {
+        return vec![(0, n)];
+    }
+    let points: Vec<i64> = std::iter::once(0)
+        .chain(cuts)
+        .chain(std::iter::once(n))
+        .collect();
+    points.windows(2).map(|w| (w[0], w[1])).collect()
+}
+
+/// `stream, tile d1 16, cuts d0 [0, 3, 61, 64]`, or `in order` when nothing is decided.
+impl fmt::Display for KernelSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if self.stream {
+            parts.push("stream".to_string());
+        }
+        if let Some(t) = self.tile {
+            parts.push(format!("tile d{} {}", t.dim, t.edge));
+        }
+        for (d, segs) in self.segments.iter().enumerate() {
+            if segs.len() > 1 {
+                let points: Vec<String> = std::iter::once(segs[0].0)
+                    .chain(segs.iter().map(|s| s.1))
+                    .map(|p| p.to_string())
+                    .collect();
+                parts.push(format!("cuts d{d} [{}]", points.join(", ")));
+            }
+        }
+        if parts.is_empty() {
+            return f.write_str("in order");
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Options;
+
+    /// The printed schedules of the loop nests of `src`, fused for the reference target.
+    fn printed(src: &str, opts: &Options) -> Vec<String> {
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let target = TargetInfo::reference();
+        let fused = crate::pipeline::fused_kernels(&f, opts, &target);
+        schedules(&fused.kernels, &target, &opts.cpu)
+            .into_iter()
+            .flatten()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_transpose_runs_in_tiles() {
+        let src = "func @t(%0: f32[64,48]) -> f32[48,64] {\n  %1 = transpose %0 {permutation = [1, 0]} : f32[48,64]\n  return %1\n}\n";
+        assert_eq!(printed(src, &Options::default()), ["tile d0 16"]);
+    }
+
+    #[test]
+    fn a_large_output_streams_unless_switched_off() {
+        let src = "func @e(%0: f32[4096,4096]) -> f32[4096,4096] {\n  %1 = exponential %0 : f32[4096,4096]\n  return %1\n}\n";
+        assert_eq!(printed(src, &Options::default()), ["stream"]);
+        let mut opts = Options::default();
+        opts.cpu.streaming_stores = false;
+        assert_eq!(printed(src, &opts), ["in order"]);
+    }
+
+    #[test]
+    fn a_pad_cuts_its_loops_at_its_edges_unless_switched_off() {
+        let src = "func @p(%0: f32[6,6], %1: f32[]) -> f32[8,8] {\n  %2 = pad %0, %1 {edge_padding_low = [1, 1], edge_padding_high = [1, 1], interior_padding = [0, 0]} : f32[8,8]\n  return %2\n}\n";
+        assert_eq!(
+            printed(src, &Options::default()),
+            ["cuts d0 [0, 1, 7, 8], cuts d1 [0, 1, 7, 8]"]
+        );
+        let mut opts = Options::default();
+        opts.cpu.guard_splits = false;
+        assert_eq!(printed(src, &opts), ["in order"]);
+    }
+}

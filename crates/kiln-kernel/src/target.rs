@@ -1,0 +1,205 @@
+//! What a target is, as data: [`TargetInfo`].
+//!
+//! Everything the kernel layer decides for a particular machine (how large a fused product's
+//! epilogue may be, when a convolution is worth Winograd's transforms, the optimizer's costs,
+//! when a loop nest streams its stores or runs in tiles) reads it from a [`TargetInfo`] passed
+//! in, never from a constant of one backend or from the host it runs on. This crate does not
+//! probe the machine: a backend describes it ([`TargetInfo::cpu_host`] from a [`HostCpu`] the
+//! LLVM backend detects), and [`TargetInfo::reference`] is a fixed CPU for dumps and tests, so
+//! that their text is the same on every machine.
+//!
+//! The default values are those measured on the CPU backend's development machine (a Zen 4
+//! EPYC); the notes on each field say what they were measured on.
+
+/// A target the kernels are decided for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetInfo {
+    /// Bytes of the widest vector register kernels use (32: AVX2, 64: AVX-512).
+    pub vector_bytes: usize,
+    /// Threads kernels run on.
+    pub threads: usize,
+    /// Clock, in GHz (the optimizer's cost model).
+    pub ghz: f64,
+    /// Memory bandwidth, in GB/s (the optimizer's cost model).
+    pub memory_gbps: f64,
+    /// Bytes of a cache line: the unit of memory traffic, and the width of one streaming store.
+    pub cache_line: usize,
+    /// Bytes of the level 1 data cache (per core).
+    pub l1_bytes: usize,
+    /// Bytes of the level 2 cache (per core).
+    pub l2_bytes: usize,
+    /// Bytes of the last-level cache (shared).
+    pub llc_bytes: usize,
+    /// Whether the target has non-temporal (streaming) stores that bypass the caches.
+    pub nontemporal_stores: bool,
+    /// How large fused kernels may grow (see [`FusionLimits`]).
+    pub fusion: FusionLimits,
+    /// When loop nests use which loop strategy (see [`LoopLimits`]).
+    pub loops: LoopLimits,
+    /// A GPU's properties (`None` for a CPU); the NVIDIA backend fills them.
+    pub gpu: Option<Gpu>,
+}
+
+/// The capacities fusion and canonicalization decide with: what the target's blocking of a
+/// matrix product can hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FusionLimits {
+    /// Widest product (columns) whose epilogue may reduce over its rows: the GEMM then packs
+    /// blocks of B that hold whole rows (see [`crate::fuse::row_epilogue`]).
+    pub row_epilogue: usize,
+    /// Longest contraction of a GEMM whose epilogue's result a chained product reads (see
+    /// [`crate::kernel::Chain`]): one contraction block on every target.
+    pub chain_k: usize,
+    /// Widest product whose epilogue may reduce over its rows when a chained product reads the
+    /// result and the epilogue is not a softmax (which runs online, over blocks of columns, for
+    /// any width: see [`crate::kernel::Chain::online`]): the blocks of rows are then as few as
+    /// one tile's, so the epilogue's result takes `O(rows x columns)` memory for one block
+    /// instead of the whole matrix (B's packed blocks take one contraction block of whole
+    /// rows).
+    pub chain_row: usize,
+    /// The smallest input and output feature counts a convolution needs for Winograd's
+    /// transforms to pay: they write and read 36 values per 16 outputs per feature, against the
+    /// direct GEMM's 9 multiply-adds per output, input and output feature (see
+    /// [`crate::canon::winograd_convs`]).
+    pub winograd_min_features: usize,
+}
+
+/// The sizes at which a loop nest changes its loop strategy (see
+/// [`crate::loop_schedule::KernelSchedule`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoopLimits {
+    /// Outputs at least this large are written with streaming (non-temporal) stores: they do
+    /// not fit the last-level cache together with their inputs (48 MiB on the Zen 4 EPYC), so
+    /// each line written would otherwise first be read from memory (write-allocate), a third
+    /// more traffic for an elementwise kernel, and would evict the inputs still to be read.
+    pub stream_bytes: usize,
+    /// The fewest cache lines an output row must span for streaming stores: shorter rows spend
+    /// more on each row's unaligned head and tail, stored one by one, than the stores save (a
+    /// pad of `[64, 56, 56, 64]` to `[64, 58, 58, 64]`, rows of 4 lines: 93 ms with them, 19
+    /// without).
+    pub stream_row_lines: usize,
+    /// Edge of the square tiles a transposing kernel runs in (a cache line of f32).
+    pub transpose_tile: usize,
+    /// The most places a loop is cut at to decide guards (see
+    /// [`crate::loop_schedule::guard_segments`]).
+    pub guard_cuts: usize,
+    /// The most places a kernel's rows (its outermost loop) are cut at to decide guards: a
+    /// concatenation of many pieces along its first dimension then runs each piece as a loop
+    /// nest of its own, with no guard tree per element (measured on 36 pieces of
+    /// `[12544, 64]`: 168 -> 61 ms). Every segment holds only the pieces it decides, so the
+    /// code grows by a loop per segment.
+    pub row_guard_cuts: usize,
+}
+
+/// A GPU's properties, for the kernels decided for it (filled by the NVIDIA backend).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    /// Threads of a warp, which run in lockstep.
+    pub warp_size: usize,
+    /// Bytes of shared memory one block may use.
+    pub shared_memory_per_block: usize,
+    /// Streaming multiprocessors.
+    pub sms: usize,
+    /// The `(m, n, k)` shapes of the tensor cores' matrix multiply-adds.
+    pub tensor_core_shapes: Vec<(usize, usize, usize)>,
+}
+
+/// What a backend knows of the CPU it compiles for (see [`TargetInfo::cpu_host`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostCpu {
+    /// Bytes of the widest vector register (16: SSE, 32: AVX2, 64: AVX-512).
+    pub vector_bytes: usize,
+    /// Threads kernels run on.
+    pub threads: usize,
+}
+
+impl Default for FusionLimits {
+    fn default() -> FusionLimits {
+        FusionLimits {
+            row_epilogue: 2048,
+            chain_k: 256,
+            chain_row: 16384,
+            winograd_min_features: 32,
+        }
+    }
+}
+
+impl Default for LoopLimits {
+    fn default() -> LoopLimits {
+        LoopLimits {
+            stream_bytes: 32 << 20,
+            stream_row_lines: 16,
+            transpose_tile: 16,
+            guard_cuts: 4,
+            row_guard_cuts: 63,
+        }
+    }
+}
+
+impl TargetInfo {
+    /// A fixed x86-64 CPU (AVX2, 2 threads, 2.5 GHz, 15 GB/s, the Zen 4 EPYC's caches), for
+    /// dumps and tests whose text must be the same on every machine.
+    pub fn reference() -> TargetInfo {
+        TargetInfo {
+            vector_bytes: 32,
+            threads: 2,
+            ghz: 2.5,
+            memory_gbps: 15.0,
+            cache_line: 64,
+            l1_bytes: 32 << 10,
+            l2_bytes: 1 << 20,
+            llc_bytes: 48 << 20,
+            nontemporal_stores: true,
+            fusion: FusionLimits::default(),
+            loops: LoopLimits::default(),
+            gpu: None,
+        }
+    }
+
+    /// The CPU `host` describes: its vector width and threads, with the reference clock,
+    /// bandwidth, caches and capacities (see [`TargetInfo::reference`]).
+    pub fn cpu_host(host: HostCpu) -> TargetInfo {
+        TargetInfo {
+            vector_bytes: host.vector_bytes,
+            threads: host.threads.max(1),
+            ..TargetInfo::reference()
+        }
+    }
+
+    /// The optimizer's cost model for this target (f32 lanes per vector, threads, clock and
+    /// bandwidth).
+    pub fn cost_machine(&self) -> kiln_opt::cost::Machine {
+        kiln_opt::cost::Machine {
+            lanes: (self.vector_bytes / 4) as f64,
+            threads: self.threads as f64,
+            ghz: self.ghz,
+            gbps: self.memory_gbps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_target_costs_as_the_reference_machine() {
+        assert_eq!(
+            TargetInfo::reference().cost_machine(),
+            kiln_opt::cost::Machine::REFERENCE
+        );
+    }
+
+    #[test]
+    fn a_host_keeps_its_vectors_and_threads() {
+        let t = TargetInfo::cpu_host(HostCpu {
+            vector_bytes: 64,
+            threads: 16,
+        });
+        assert_eq!(
+            (t.cost_machine().lanes, t.cost_machine().threads),
+            (16.0, 16.0)
+        );
+        assert_eq!(t.fusion, TargetInfo::reference().fusion);
+    }
+}
