@@ -42,11 +42,10 @@ pub use module::{describe_fusion, describe_memory, describe_memory_donating, fun
 use row_cache::*;
 
 use compile_times::PhaseClock;
-pub use kiln_kernel::pipeline::{fused_kernels, kernels};
 use kiln_kernel::pipeline::{
-    loop_schedules, lowered_for_printing, lowered_for_printing_donating, prepare, scheduled,
-    steps_of,
+    Lowered, loop_schedules, lowered_for_printing, lowered_for_printing_donating, steps_of,
 };
+pub use kiln_kernel::pipeline::{fused_kernels, kernels};
 
 use kiln_kernel::loop_schedule::{KernelSchedule, Tile};
 use kiln_kernel::options::{CpuOptions, Options};

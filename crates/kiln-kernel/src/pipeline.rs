@@ -13,6 +13,97 @@ use crate::target::TargetInfo;
 use crate::{Error, Result};
 use kiln_ir::{Func, Op, TensorType};
 
+/// A program lowered for a target: everything the kernel layer decided, which a backend
+/// renders without deciding again (the LLVM backend's `CpuExecutable::render`).
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    /// The optimized, canonicalized program, in the order [`scheduled`] kept.
+    pub func: Func,
+    /// Its fusion: kernels, members, operands, merged results.
+    pub fused: Fused,
+    /// The loop schedule of each loop-nest kernel (see [`crate::loop_schedule`]).
+    pub schedules: Vec<Option<KernelSchedule>>,
+    /// How each instruction runs.
+    pub steps: Vec<Step>,
+    /// Per instruction, the `(operand, output)` pairs its kernel writes in place of a donated
+    /// operand (see [`crate::fuse::in_place`]).
+    pub in_place: Vec<Vec<(usize, usize)>>,
+    /// What scheduling decided, in words (`--explain` prints it); empty when the program came
+    /// from an index.
+    pub note: String,
+    /// Whether the program came from the index (the optimizer did not run).
+    pub from_index: bool,
+}
+
+/// Where a backend keeps lowered programs between compiles, as text under a key of the input
+/// program and every setting that changes the result (the LLVM backend: its kernel cache's
+/// index). The optimizer takes seconds on a program of tens of thousands of instructions; a
+/// program read back is only fused again.
+pub trait LoweredIndex {
+    /// The text stored under `key`, if any.
+    fn load(&self, key: &str) -> Option<String>;
+    /// Stores `text` under `key` (a failure costs only the next compile's time).
+    fn store(&self, key: &str, text: &str);
+}
+
+/// `f` lowered for `target` under `opts`, with the parameters `p` with `donated[p]` donated:
+/// optimized and canonicalized ([`prepare`]), fused ([`fused_kernels`], checked legal),
+/// scheduled ([`scheduled`]), its loops scheduled ([`loop_schedules`]) and its in-place
+/// kernels chosen. With `index`, a program stored under the key is read back and only fused
+/// (a text that does not parse, verify or fuse legally is ignored), and a program lowered anew
+/// is stored. `lap` is called after each phase with its name (compile-time reports).
+pub fn lower_program(
+    f: &Func,
+    donated: &[bool],
+    opts: &Options,
+    target: &TargetInfo,
+    index: Option<(&dyn LoweredIndex, &str)>,
+    lap: &mut dyn FnMut(&str),
+) -> Result<Lowered> {
+    kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
+    let read_back = index.and_then(|(ix, key)| {
+        let g = kiln_ir::parse_func_text(&ix.load(key)?).ok()?;
+        kiln_ir::verify(&g).ok()?;
+        let fused = fused_kernels(&g, opts, target);
+        crate::fuse::check_legal(&g, &fused).ok()?;
+        // In tests and debug builds, kernels read back are verified like those lowered anew.
+        crate::verify::debug_check(&g, &fused).ok()?;
+        Some((g, fused))
+    });
+    let (func, fused, note, from_index) = match read_back {
+        Some((g, fused)) => {
+            lap("lowered program from the index, fused");
+            (g, fused, String::new(), true)
+        }
+        None => {
+            let canonical = prepare(f, opts, target)?;
+            lap("optimize and canonicalize the graph");
+            let fused = fused_kernels(&canonical, opts, target);
+            crate::fuse::check_legal(&canonical, &fused)
+                .map_err(|e| Error::Lowering(format!("fusion of @{}: {e}", canonical.name)))?;
+            lap("fuse");
+            let (g, fused, note) = scheduled(canonical, fused, donated, opts, target)?;
+            lap("schedule");
+            if let Some((ix, key)) = index {
+                ix.store(key, &g.to_string());
+            }
+            (g, fused, note, false)
+        }
+    };
+    let schedules = loop_schedules(&fused, opts, target);
+    let steps = steps_of(&func, &fused);
+    let in_place = crate::fuse::in_place(&func, &fused, &steps, donated);
+    Ok(Lowered {
+        func,
+        fused,
+        schedules,
+        steps,
+        in_place,
+        note,
+        from_index,
+    })
+}
+
 /// The fused kernels of `f` (see [`crate::fuse`]) within the limits of `target`; without
 /// [`Options::fusion`], one kernel per instruction (for measuring what fusion buys, and for
 /// debugging).

@@ -37,7 +37,6 @@ impl CpuExecutable {
         opts: &Options,
     ) -> Result<CpuExecutable> {
         kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-        let target = Target::host(opts);
         // A cache directory others could write is not used (it warns once).
         let cache = opts
             .kernel_cache
@@ -51,12 +50,43 @@ impl CpuExecutable {
             );
         }
         let mut clock = PhaseClock::new(&f.name, opts.compile_times);
-        let (scheduled, fused, schedules, lowered_from_cache) =
-            lowering::lowered(f, donated, cache, &mut clock, opts)?;
+        let lowered = lowering::lowered(f, donated, cache, &mut clock, opts)?;
+        Self::render_timed(lowered, opts, cache, clock)
+    }
+
+    /// Renders a program the kernel layer lowered for this machine
+    /// ([`kiln_kernel::pipeline::lower_program`] with [`host_target_info`]): emits its kernels
+    /// as they were decided, compiles them (through the kernel cache of `opts`) and builds the
+    /// program that runs them. [`CpuExecutable::compile_with_options`] is `lower_program`, then
+    /// this.
+    pub fn render(lowered: Lowered, opts: &Options) -> Result<CpuExecutable> {
+        let cache = opts
+            .kernel_cache
+            .as_deref()
+            .filter(|d| crate::cache::usable(d));
+        let clock = PhaseClock::new(&lowered.func.name, opts.compile_times);
+        Self::render_timed(lowered, opts, cache, clock)
+    }
+
+    /// [`CpuExecutable::render`] with the kernel cache in `cache`, reporting phases on `clock`.
+    fn render_timed(
+        lowered: Lowered,
+        opts: &Options,
+        cache: Option<&std::path::Path>,
+        mut clock: PhaseClock,
+    ) -> Result<CpuExecutable> {
+        let target = Target::host(opts);
+        let Lowered {
+            func: scheduled,
+            fused,
+            schedules,
+            steps,
+            in_place,
+            from_index: lowered_from_cache,
+            ..
+        } = lowered;
         let f = &scheduled;
         let ks = &fused.kernels;
-        let steps = steps_of(f, &fused);
-        let in_place = crate::fuse::in_place(f, &fused, &steps, donated);
         if opts.explain {
             for (i, pairs) in in_place.iter().enumerate() {
                 for &(q, o) in pairs {

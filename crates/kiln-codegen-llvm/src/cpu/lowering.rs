@@ -1,6 +1,7 @@
 //! From the function given to the backend to the fused, scheduled program whose kernels are
-//! emitted: the optimizer, canonicalization, fusion and scheduling, and the kernel cache's index
-//! of input programs, which lets a warm cache skip all but fusion.
+//! emitted: the kernel layer's pipeline ([`kiln_kernel::pipeline::lower_program`]) for this machine,
+//! through the kernel cache's index of input programs, which lets a warm cache skip all but
+//! fusion.
 //!
 //! The library cache (see [`crate::cache`]) is keyed by what the kernels are built from, which
 //! is known only after the optimizer (seconds on a program of tens of thousands of
@@ -14,13 +15,11 @@
 //! goes on to the library cache, which then hits as well. A text that does not parse, verify
 //! or fuse legally is ignored and the program lowered again.
 
-use super::{
-    KernelSchedule, PhaseClock, Target, fused_kernels, loop_schedules, prepare, scheduled,
-    wide_vectors,
-};
-use crate::{Error, Result};
+use super::{PhaseClock, Target, wide_vectors};
+use crate::Result;
 use kiln_ir::Func;
 use kiln_kernel::Options;
+use kiln_kernel::pipeline::{Lowered, LoweredIndex, lower_program};
 
 /// The fewest instructions of a function whose lowering the index keeps (smaller ones lower in
 /// a few milliseconds; eager ops compile by the hundreds and would only fill the directory).
@@ -60,54 +59,41 @@ fn index_key(f: &Func, donated: &[bool], opts: &Options) -> String {
     crate::cache::key(&format!("input program\n{mask}\n{f}"), &settings)
 }
 
-/// The lowered program stored under `key` in `dir`, with its fusion, if it is there and sound.
-fn load(dir: &std::path::Path, key: &str, opts: &Options) -> Option<(Func, crate::fuse::Fused)> {
-    let bytes = crate::cache::load_file(dir, key, "kir")?;
-    let g = kiln_ir::parse_func_text(std::str::from_utf8(&bytes).ok()?).ok()?;
-    kiln_ir::verify(&g).ok()?;
-    let fused = fused_kernels(&g, opts, &Target::host(opts).info());
-    crate::fuse::check_legal(&g, &fused).ok()?;
-    // In tests and debug builds, kernels read back are verified like those lowered anew.
-    kiln_kernel::verify::debug_check(&g, &fused).ok()?;
-    Some((g, fused))
+/// The kernel cache's index of lowered programs: `kir` files in the cache directory.
+struct DiskIndex<'a>(&'a std::path::Path);
+
+impl LoweredIndex for DiskIndex<'_> {
+    fn load(&self, key: &str) -> Option<String> {
+        let bytes = crate::cache::load_file(self.0, key, "kir")?;
+        String::from_utf8(bytes).ok()
+    }
+    fn store(&self, key: &str, text: &str) {
+        // A failure to store costs only the next compile's time.
+        let _ = crate::cache::store_file(self.0, key, "kir", text.as_bytes());
+    }
 }
 
-/// `f` optimized, canonicalized, fused and scheduled for the donated parameters `donated`,
-/// through the index of the kernel cache in `cache` (`None`: computed), with its kernels' loop
-/// schedules; `true` when it came from the index (the optimizer did not run).
+/// `f` lowered for this machine ([`kiln_kernel::pipeline::lower_program`]) with the donated
+/// parameters `donated`, through the index of the kernel cache in `cache` (`None`: computed).
 pub(super) fn lowered(
     f: &Func,
     donated: &[bool],
     cache: Option<&std::path::Path>,
     clock: &mut PhaseClock,
     opts: &Options,
-) -> Result<(Func, crate::fuse::Fused, Vec<Option<KernelSchedule>>, bool)> {
+) -> Result<Lowered> {
     let key = cache
         .filter(|_| f.insts.len() >= INDEX_MIN_INSTS)
-        .map(|dir| (dir, index_key(f, donated, opts)));
-    if let Some((dir, key)) = &key
-        && let Some((g, fused)) = load(dir, key, opts)
-    {
-        clock.lap("lowered program from the kernel cache's index, fused");
-        let schedules = loop_schedules(&fused, opts, &Target::host(opts).info());
-        return Ok((g, fused, schedules, true));
-    }
+        .map(|dir| (DiskIndex(dir), index_key(f, donated, opts)));
+    let index = key
+        .as_ref()
+        .map(|(ix, key)| (ix as &dyn LoweredIndex, key.as_str()));
     let target = Target::host(opts).info();
-    let canonical = prepare(f, opts, &target)?;
-    clock.lap("optimize and canonicalize the graph");
-    let fused = fused_kernels(&canonical, opts, &target);
-    crate::fuse::check_legal(&canonical, &fused)
-        .map_err(|e| Error::Llvm(format!("fusion of @{}: {e}", canonical.name)))?;
-    clock.lap("fuse");
-    let (g, fused, note) = scheduled(canonical, fused, donated, opts, &target)?;
-    if opts.explain {
-        eprintln!("// kiln: {note}");
+    let lowered = lower_program(f, donated, opts, &target, index, &mut |phase| {
+        clock.lap(phase)
+    })?;
+    if opts.explain && !lowered.from_index {
+        eprintln!("// kiln: {}", lowered.note);
     }
-    clock.lap("schedule");
-    if let Some((dir, key)) = &key {
-        // A failure to store costs only the next compile's time.
-        let _ = crate::cache::store_file(dir, key, "kir", g.to_string().as_bytes());
-    }
-    let schedules = loop_schedules(&fused, opts, &target);
-    Ok((g, fused, schedules, false))
+    Ok(lowered)
 }
