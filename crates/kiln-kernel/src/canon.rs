@@ -6,7 +6,7 @@
 //! - [`expand_rngs`]: `rng_bit_generator` becomes Threefry integer arithmetic.
 //! - [`canonicalize_dots`]: every float `dot_general` gets operands the GEMM reads in place
 //!   (`[B, M, K]` or `[B, K, M]` times `[B, K, N]` or `[B, N, K]`, see
-//!   `kernel::matmul_layout`), by transposing an operand whose dimensions are in neither order
+//!   `lower::matmul_layout`), by transposing an operand whose dimensions are in neither order
 //!   (an O(size) copy in front of the O(M N K) product; none for `x @ w`, `x^T @ y`, `x @ w^T`).
 //!   The result type is unchanged: its dimensions are batch, lhs free, rhs free either way.
 
@@ -104,7 +104,7 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
             &f.values[inst.operands[0].index()],
             &f.values[inst.operands[1].index()],
         );
-        if crate::kernel::matmul_layout(lb, rb, lc, rc, lt, rt).is_some() {
+        if crate::lower::matmul_layout(lb, rb, lc, rc, lt, rt).is_some() {
             return Ok(None);
         }
         let (lf, rf) = (free_dims(lt.rank(), lb, lc), free_dims(rt.rank(), rb, rc));

@@ -22,10 +22,10 @@
 //! bounds these kernels. Inlining never creates cycles: a consumer only absorbs instructions
 //! that precede it.
 
-use crate::kernel::{
-    Cond, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, map_inputs, reads_input,
-    reads_only_own_position, reads_own_position_or_row, visit,
-};
+use crate::access::{free_vars, reads_input, reads_only_own_position, reads_own_position_or_row};
+use crate::ir::{Cond, Expr, Idx, Kernel, Schedule, visit};
+use crate::pattern::hoistable_reduces;
+use crate::rewrite::map_inputs;
 use kiln_ir::{DType, Func, ValueId, strides};
 
 mod merge;
@@ -43,7 +43,7 @@ const MAX_ROW_EPILOGUE: usize = 2048;
 const MAX_CHAIN_K: usize = 256;
 /// Widest product whose epilogue may reduce over its rows when a chained product reads the
 /// result and the epilogue is not a softmax (which runs online, over blocks of columns, for any
-/// width: see [`crate::kernel::Chain::online`]): the blocks of rows are then as few as one
+/// width: see [`crate::ir::Chain::online`]): the blocks of rows are then as few as one
 /// tile's, so the epilogue's result takes `O(rows x columns)` memory for one block instead of
 /// the whole matrix (B's packed blocks take one contraction block of whole rows).
 const MAX_CHAIN_ROW: usize = 16384;
@@ -312,7 +312,7 @@ pub fn gemm_update(k: &Kernel, q: usize) -> Option<(Expr, bool)> {
                 *input != p && *input != q && coef.iter().all(|&c| c == 0)
             }
             Expr::Gather { input, index, .. } => {
-                *input != p && *input != q && index.iter().all(crate::kernel::is_constant)
+                *input != p && *input != q && index.iter().all(crate::access::is_constant)
             }
             Expr::Op { args, .. } => args.iter().all(|a| invariant(a, p, q)),
             _ => false,
@@ -321,7 +321,7 @@ pub fn gemm_update(k: &Kernel, q: usize) -> Option<(Expr, bool)> {
     fn kind(e: &Expr) -> Option<(kiln_ir::OpKind, &Expr, &Expr)> {
         match e {
             Expr::Op {
-                op: crate::kernel::Ew::Kind(k),
+                op: crate::ir::Ew::Kind(k),
                 args,
                 ..
             } if args.len() == 2 => Some((*k, &args[0], &args[1])),
@@ -526,7 +526,7 @@ fn fuse_gemm_epilogues(f: &Func, producer: &[Option<usize>], out: &mut Fused, ch
     }
 }
 
-/// Chains matrix products (see [`crate::kernel::Chain`]): where a GEMM kernel with a row
+/// Chains matrix products (see [`crate::ir::Chain`]): where a GEMM kernel with a row
 /// epilogue (a softmax of attention scores) of at most [`MAX_CHAIN_K`] contraction steps (one
 /// contraction block, so each block of rows is final after one pass) has as its only reader a
 /// plain matrix product that takes it, stored by rows, as its A with the same batches and rows
@@ -571,7 +571,7 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
             unreachable!("checked by chain_reader")
         };
         let b = out.operands[u][1];
-        let chain = crate::kernel::Chain {
+        let chain = crate::ir::Chain {
             n: n2,
             b: 0,
             b_trans: b2_trans,
@@ -609,10 +609,10 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
         let masked = online.as_ref().filter(|_| rank >= 2).and_then(|h| {
             let small = pk.out.shape[rank - 2..].iter().all(|&d| d < 1 << 30);
             small
-                .then(|| crate::kernel::masked_where(h, (rank - 1, rank - 2), &value))
+                .then(|| crate::pattern::masked_where(h, (rank - 1, rank - 2), &value))
                 .flatten()
         });
-        *slot = Some(Box::new(crate::kernel::Chain {
+        *slot = Some(Box::new(crate::ir::Chain {
             b: b_slot,
             online,
             masked,
@@ -641,7 +641,7 @@ fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
 /// is a softmax of them along its last dimension, `exp(h - max h) / Σ exp(h - max h)` (the
 /// maximum through a stop-gradient's bit-cast round trips, starting from -inf; the sum from
 /// 0), `h` reading the product only at its own position: what a chained product's online
-/// softmax computes (see [`crate::kernel::Chain::online`]). `value` gives the value of an
+/// softmax computes (see [`crate::ir::Chain::online`]). `value` gives the value of an
 /// expression that is a constant (the reductions' starting values), where it is one.
 pub fn online_softmax(
     body: &Expr,
@@ -649,7 +649,7 @@ pub fn online_softmax(
     out: &kiln_ir::TensorType,
     value: &dyn Fn(&Expr) -> Option<f64>,
 ) -> Option<Expr> {
-    use crate::kernel::Ew;
+    use crate::ir::Ew;
     use kiln_ir::OpKind;
     let col = out.rank().checked_sub(1)?;
     let n = out.shape[col];
@@ -666,7 +666,7 @@ pub fn online_softmax(
         else {
             return None;
         };
-        let (h, m) = crate::kernel::minus_max(&args[0])?;
+        let (h, m) = crate::pattern::minus_max(&args[0])?;
         let Expr::Reduce {
             init, vars, body, ..
         } = m
@@ -679,7 +679,7 @@ pub fn online_softmax(
         (len == n
             && value(init) == Some(f64::NEG_INFINITY)
             && !free_vars(m).contains(&col)
-            && crate::kernel::rename_var(body, v, col) == *h)
+            && crate::rewrite::rename_var(body, v, col) == *h)
             .then(|| h.clone())
     };
     let Expr::Op {
@@ -707,9 +707,9 @@ pub fn online_softmax(
     let own: Vec<i64> = strides(&out.shape).iter().map(|&s| s as i64).collect();
     (len == n
         && value(init) == Some(0.0)
-        && exp_from_max(terms, u)? == crate::kernel::rename_var(&h, col, u)
+        && exp_from_max(terms, u)? == crate::rewrite::rename_var(&h, col, u)
         && free_vars(&h).iter().all(|&v| v < out.rank())
-        && crate::kernel::reindex_input(&h, j, (&own, &own), &out.shape).is_some())
+        && crate::rewrite::reindex_input(&h, j, (&own, &own), &out.shape).is_some())
     .then_some(h)
 }
 
@@ -1194,7 +1194,7 @@ fn cost(e: &Expr) -> usize {
     visit(e, &mut |x| {
         if let Expr::Op { op, .. } = x {
             c += match op {
-                crate::kernel::Ew::Kind(
+                crate::ir::Ew::Kind(
                     Exponential | Log | LogPlusOne | ExponentialMinusOne | Tanh | Logistic | Sine
                     | Cosine | Erf | Power | Divide | Remainder | Sqrt | Rsqrt,
                 ) => 8,
@@ -1393,7 +1393,7 @@ impl Inline<'_> {
         match pk.out.dtype {
             // The producer's kernel would have rounded its f32 result on store.
             DType::F16 | DType::BF16 => Expr::Op {
-                op: crate::kernel::Ew::Narrow,
+                op: crate::ir::Ew::Narrow,
                 dtype: pk.out.dtype,
                 args: vec![body],
             },

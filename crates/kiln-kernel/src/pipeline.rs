@@ -1,12 +1,13 @@
 //! The pipeline from the function a backend is given to its fused, scheduled kernels:
 //! optimize ([`kiln_opt`]), canonicalize ([`crate::canon`]), lower each instruction to a kernel
-//! ([`crate::kernel::lower`]), fuse ([`crate::fuse`]) and schedule ([`crate::schedule`]), and
+//! ([`crate::lower`]), fuse ([`crate::fuse`]) and schedule ([`crate::schedule`]), and
 //! the printed forms of its result.
 
 use crate::Step;
 use crate::canon;
 use crate::fuse::Fused;
-use crate::kernel::{Kernel, lower};
+use crate::ir::Kernel;
+use crate::lower::lower;
 use crate::options::Options;
 use crate::{Error, Result};
 use kiln_ir::{Func, Op, TensorType};
@@ -34,7 +35,7 @@ pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
                 .iter()
                 .map(|o| f.values[o.index()].clone())
                 .collect();
-            lower(&inst.op, &x, &f.values[inst.results[0].index()])
+            lower(&inst.op, &x, &f.values[inst.results[0].index()]).ok()
         })
         .collect()
 }

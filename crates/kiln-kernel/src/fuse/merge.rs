@@ -1,7 +1,7 @@
 //! Multi-output fusion of sibling kernels (see [`merge_siblings`]).
 
 use super::{Fused, MAX_MERGED_NODES, map_inputs, nodes, step_reads};
-use crate::kernel::{Kernel, Schedule};
+use crate::ir::{Kernel, Schedule};
 use kiln_ir::{Func, ValueId};
 use std::collections::HashMap;
 
@@ -99,7 +99,7 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
             for (ty, body) in std::iter::once((&ki.out, &ki.body))
                 .chain(ki.extra.iter().map(|x| (&x.out, &x.body)))
             {
-                kj.extra.push(crate::kernel::Extra {
+                kj.extra.push(crate::ir::Extra {
                     out: ty.clone(),
                     body: map_inputs(body, &|x| map[x]),
                     slot: 0,
@@ -206,7 +206,7 @@ mod tests {
                 for (ty, body) in std::iter::once((&ki.out, &ki.body))
                     .chain(ki.extra.iter().map(|x| (&x.out, &x.body)))
                 {
-                    kj.extra.push(crate::kernel::Extra {
+                    kj.extra.push(crate::ir::Extra {
                         out: ty.clone(),
                         body: map_inputs(body, &|x| map[x]),
                         slot: 0,
