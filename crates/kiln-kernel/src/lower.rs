@@ -548,12 +548,12 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             rhs_dilation,
             output_dims,
             ..
-        } if crate::canon::is_gemm_conv(op)
+        } if is_gemm_conv(op)
             && out.numel() > 0
             && matches!(out.dtype, DType::F32 | DType::F64) =>
         {
             let (a, w) = (&x[0].shape, &x[1].shape);
-            let planes = output_dims[..] == crate::canon::GEMM_CONV_PLANES;
+            let planes = output_dims[..] == GEMM_CONV_PLANES;
             // [N, OH, OW, O] or [N, O, OH, OW].
             let (oh, ow, o) = if planes {
                 (out.shape[2], out.shape[3], out.shape[1])
@@ -783,6 +783,38 @@ fn elementwise(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, No
         },
         extra: Vec::new(),
     })
+}
+
+/// The dimension numbers of the convolutions the GEMM runs directly: input `[N, H, W, C]`
+/// (already padded), kernel `[KH, KW, C, O]` (a `[KH*KW*C, O]` matrix as it stands), output
+/// `[N, OH, OW, O]` (the `[N*OH*OW, O]` product as it stands) or `[N, O, OH, OW]` (see
+/// [`GEMM_CONV_PLANES`]).
+pub const GEMM_CONV_INPUT: [i64; 4] = [0, 3, 1, 2];
+/// Kernel dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
+pub const GEMM_CONV_KERNEL: [i64; 4] = [3, 2, 0, 1];
+/// Output dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
+pub const GEMM_CONV_OUTPUT: [i64; 4] = [0, 3, 1, 2];
+/// The other output dimension numbers the GEMM writes directly: `[N, O, OH, OW]` (NCHW), each
+/// image's product stored by columns, one plane per output feature.
+pub const GEMM_CONV_PLANES: [i64; 4] = [0, 1, 2, 3];
+
+/// Whether `op` is a convolution the GEMM runs directly: the layouts above (either output
+/// layout), no padding, no input dilation, one feature group.
+pub fn is_gemm_conv(op: &Op) -> bool {
+    matches!(op, Op::Convolution {
+        padding,
+        lhs_dilation,
+        feature_group_count,
+        input_dims,
+        kernel_dims,
+        output_dims,
+        ..
+    } if input_dims[..] == GEMM_CONV_INPUT
+        && kernel_dims[..] == GEMM_CONV_KERNEL
+        && (output_dims[..] == GEMM_CONV_OUTPUT || output_dims[..] == GEMM_CONV_PLANES)
+        && padding.iter().all(|&p| p == (0, 0))
+        && lhs_dilation.iter().all(|&d| d == 1)
+        && *feature_group_count == 1)
 }
 
 /// A dot_general the GEMM reads in place: `[batch, m, k]` or `[batch, k, m]` times
