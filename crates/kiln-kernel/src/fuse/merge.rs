@@ -1,7 +1,9 @@
 //! Multi-output fusion of sibling kernels (see [`merge_siblings`]).
 
-use super::{Fused, MAX_MERGED_NODES, map_inputs, nodes, step_reads};
+use super::inlinable::nodes;
+use super::{Fused, MAX_MERGED_NODES, step_reads};
 use crate::ir::{Kernel, Schedule};
+use crate::rewrite::map_inputs;
 use kiln_ir::{Func, ValueId};
 use std::collections::HashMap;
 
