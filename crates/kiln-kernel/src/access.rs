@@ -1,66 +1,60 @@
 //! How kernel bodies read their inputs: the loop variables an expression uses, affine reads
 //! and their coefficients, reads at the kernel's own position or row, contiguity along a loop.
 
-use crate::ir::{Cond, Expr, Idx, visit};
+use crate::ir::{Expr, Idx, Visitor, visit};
 use kiln_ir::{TensorType, strides};
+use std::collections::BTreeSet;
 
 /// The loop variables `e` reads, without those bound by its own reductions.
-pub fn free_vars(e: &Expr) -> std::collections::BTreeSet<usize> {
-    let mut out = std::collections::BTreeSet::new();
-    collect_free(e, &mut out);
-    out
-}
-
-fn collect_free(e: &Expr, out: &mut std::collections::BTreeSet<usize>) {
-    match e {
-        Expr::Load { coef, .. } => {
-            out.extend(coef.iter().enumerate().filter(|c| *c.1 != 0).map(|c| c.0));
-        }
-        Expr::Iota { var, .. } => {
-            out.insert(*var);
-        }
-        Expr::Index { idx, .. } => collect_free_idx(idx, out),
-        Expr::Const { .. } => {}
-        Expr::Op { args, .. } => args.iter().for_each(|a| collect_free(a, out)),
-        Expr::Reduce {
-            init, vars, body, ..
-        } => {
-            collect_free(init, out);
-            let mut inner = std::collections::BTreeSet::new();
-            collect_free(body, &mut inner);
-            out.extend(
-                inner
-                    .into_iter()
-                    .filter(|v| !vars.iter().any(|b| b.0 == *v)),
-            );
-        }
-        Expr::Gather { index, .. } => index.iter().for_each(|i| collect_free_idx(i, out)),
-        Expr::Guard {
-            conds,
-            then,
-            otherwise,
-        } => {
-            for c in conds {
-                match c {
-                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => collect_free_idx(i, out),
-                }
+pub fn free_vars(e: &Expr) -> BTreeSet<usize> {
+    /// The variables read outside reductions binding them (`bound`: those of the reductions
+    /// around the node visited).
+    struct Free {
+        bound: Vec<usize>,
+        out: BTreeSet<usize>,
+    }
+    impl Free {
+        fn read(&mut self, v: usize) {
+            if !self.bound.contains(&v) {
+                self.out.insert(v);
             }
-            collect_free(then, out);
-            collect_free(otherwise, out);
         }
     }
-}
+    impl Visitor<'_> for Free {
+        fn expr(&mut self, e: &Expr) {
+            match e {
+                Expr::Load { coef, .. } => {
+                    for (v, _) in coef.iter().enumerate().filter(|c| *c.1 != 0) {
+                        self.read(v);
+                    }
+                }
+                Expr::Iota { var, .. } => self.read(*var),
+                Expr::Reduce {
+                    init, vars, body, ..
+                } => {
+                    self.expr(init);
+                    let mark = self.bound.len();
+                    self.bound.extend(vars.iter().map(|v| v.0));
+                    self.expr(body);
+                    self.bound.truncate(mark);
+                }
+                _ => e.for_each_child(self),
+            }
+        }
 
-fn collect_free_idx(i: &Idx, out: &mut std::collections::BTreeSet<usize>) {
-    match i {
-        Idx::Var(v) => {
-            out.insert(*v);
+        fn idx(&mut self, i: &Idx) {
+            match i {
+                Idx::Var(v) => self.read(*v),
+                _ => i.for_each_child(self),
+            }
         }
-        Idx::Const(_) => {}
-        Idx::Add(xs) => xs.iter().for_each(|x| collect_free_idx(x, out)),
-        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => collect_free_idx(x, out),
-        Idx::Value(e) => collect_free(e, out),
     }
+    let mut free = Free {
+        bound: Vec::new(),
+        out: BTreeSet::new(),
+    };
+    free.expr(e);
+    free.out
 }
 
 /// The flat affine index `(coef, off)` at which `e` reads input `j` when `e` is a load of it or
@@ -97,26 +91,30 @@ pub(crate) fn affine_read(e: &Expr, j: usize) -> Option<(Vec<i64>, i64)> {
 /// The coefficients (per loop variable) of every read of an input at an affine index in `e`,
 /// outside reductions: loads, and gathers whose index is affine.
 pub fn affine_reads(e: &Expr) -> Vec<Vec<i64>> {
-    fn walk(e: &Expr, out: &mut Vec<Vec<i64>>) {
-        match e {
-            Expr::Load { input, .. } | Expr::Gather { input, .. } => {
-                if let Some((coef, _)) = affine_read(e, *input) {
-                    out.push(coef);
+    struct Reads(Vec<Vec<i64>>);
+    impl Visitor<'_> for Reads {
+        fn expr(&mut self, e: &Expr) {
+            match e {
+                Expr::Load { input, .. } | Expr::Gather { input, .. } => {
+                    if let Some((coef, _)) = affine_read(e, *input) {
+                        self.0.push(coef);
+                    }
                 }
+                Expr::Op { .. } => e.for_each_child(self),
+                // The branches, not the conditions.
+                Expr::Guard {
+                    then, otherwise, ..
+                } => {
+                    self.expr(then);
+                    self.expr(otherwise);
+                }
+                _ => {}
             }
-            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
-            Expr::Guard {
-                then, otherwise, ..
-            } => {
-                walk(then, out);
-                walk(otherwise, out);
-            }
-            _ => {}
         }
     }
-    let mut out = Vec::new();
-    walk(e, &mut out);
-    out
+    let mut reads = Reads(Vec::new());
+    reads.expr(e);
+    reads.0
 }
 
 /// Whether `e` reads input `j` (of `out`'s type, a `[rows, row]` matrix whose rows are the

@@ -30,7 +30,7 @@ mod inline;
 mod legality;
 mod merge;
 
-use crate::ir::{Kernel, Schedule};
+use crate::ir::{Kernel, Rewriter, Schedule};
 use kiln_ir::{Func, ValueId};
 
 use chain::fuse_gemm_chains;

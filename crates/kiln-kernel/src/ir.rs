@@ -299,41 +299,173 @@ pub struct Extra {
     pub slot: usize,
 }
 
-/// Calls `f` on `e` and every expression inside it (operands, reduction bodies, index
-/// expressions, guard conditions and branches), parents first.
-pub fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
-    f(e);
-    let idx = |i: &Idx, f: &mut dyn FnMut(&Expr)| visit_idx(i, f);
-    match e {
-        Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => {}
-        Expr::Index { idx: i, .. } => idx(i, f),
-        Expr::Op { args, .. } => args.iter().for_each(|a| visit(a, f)),
-        Expr::Reduce { init, body, .. } => {
-            visit(init, f);
-            visit(body, f);
+/// A walk over an expression tree that looks at some nodes and passes through the others:
+/// each method's default visits the node's children ([`Expr::for_each_child`],
+/// [`Idx::for_each_child`]), so an implementation overrides what it looks at and calls those
+/// to go on below it. This and [`Rewriter`] are the one place that knows every node's
+/// children: a new variant is added there.
+pub trait Visitor<'e> {
+    /// Visits an expression; by default, its children.
+    fn expr(&mut self, e: &'e Expr) {
+        e.for_each_child(self);
+    }
+
+    /// Visits an index expression; by default, its children.
+    fn idx(&mut self, i: &'e Idx) {
+        i.for_each_child(self);
+    }
+}
+
+/// A rewrite of an expression tree: each method's default rebuilds the node from its children
+/// rewritten ([`Expr::map_children`], [`Idx::map_children`]), so an implementation overrides
+/// the nodes it changes and calls those to rewrite below them.
+pub trait Rewriter {
+    /// Rewrites an expression; by default, its children.
+    fn expr(&mut self, e: &Expr) -> Expr {
+        e.map_children(self)
+    }
+
+    /// Rewrites an index expression; by default, its children.
+    fn idx(&mut self, i: &Idx) -> Idx {
+        i.map_children(self)
+    }
+}
+
+impl Expr {
+    /// Calls `v` on each expression and index expression directly inside this one, in order:
+    /// an index node's index, an op's operands, a reduction's start then its body, a gather's
+    /// indices, a guard's conditions then its branches (loads, iotas and constants have none).
+    pub fn for_each_child<'e, V: Visitor<'e> + ?Sized>(&'e self, v: &mut V) {
+        match self {
+            Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => {}
+            Expr::Index { idx, .. } => v.idx(idx),
+            Expr::Op { args, .. } => args.iter().for_each(|a| v.expr(a)),
+            Expr::Reduce { init, body, .. } => {
+                v.expr(init);
+                v.expr(body);
+            }
+            Expr::Gather { index, .. } => index.iter().for_each(|i| v.idx(i)),
+            Expr::Guard {
+                conds,
+                then,
+                otherwise,
+            } => {
+                conds.iter().for_each(|c| v.idx(c.idx()));
+                v.expr(then);
+                v.expr(otherwise);
+            }
         }
-        Expr::Gather { index, .. } => index.iter().for_each(|i| idx(i, f)),
-        Expr::Guard {
-            conds,
-            then,
-            otherwise,
-        } => {
-            for c in conds {
-                match c {
-                    Cond::InRange(i, ..) | Cond::Divisible(i, _) => idx(i, f),
+    }
+
+    /// This node with each child (as [`Expr::for_each_child`] lists them, in that order)
+    /// replaced by what `r` makes of it; the node's own fields (inputs, dtypes, a load's
+    /// coefficients, an iota's variable, a reduction's variables) stay as they are.
+    pub fn map_children<R: Rewriter + ?Sized>(&self, r: &mut R) -> Expr {
+        match self {
+            Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => self.clone(),
+            Expr::Index { idx, dtype } => Expr::Index {
+                idx: r.idx(idx),
+                dtype: *dtype,
+            },
+            Expr::Op { op, dtype, args } => Expr::Op {
+                op: op.clone(),
+                dtype: *dtype,
+                args: args.iter().map(|a| r.expr(a)).collect(),
+            },
+            Expr::Reduce {
+                kind,
+                dtype,
+                init,
+                vars,
+                body,
+            } => {
+                let init = Box::new(r.expr(init));
+                Expr::Reduce {
+                    kind: *kind,
+                    dtype: *dtype,
+                    init,
+                    vars: vars.clone(),
+                    body: Box::new(r.expr(body)),
                 }
             }
-            visit(then, f);
-            visit(otherwise, f);
+            Expr::Gather {
+                input,
+                dtype,
+                index,
+                strides,
+            } => Expr::Gather {
+                input: *input,
+                dtype: *dtype,
+                index: index.iter().map(|i| r.idx(i)).collect(),
+                strides: strides.clone(),
+            },
+            Expr::Guard {
+                conds,
+                then,
+                otherwise,
+            } => {
+                let conds = conds
+                    .iter()
+                    .map(|c| match c {
+                        Cond::InRange(i, lo, hi) => Cond::InRange(r.idx(i), *lo, *hi),
+                        Cond::Divisible(i, m) => Cond::Divisible(r.idx(i), *m),
+                    })
+                    .collect();
+                let then = Box::new(r.expr(then));
+                Expr::Guard {
+                    conds,
+                    then,
+                    otherwise: Box::new(r.expr(otherwise)),
+                }
+            }
         }
     }
 }
 
-fn visit_idx(i: &Idx, f: &mut dyn FnMut(&Expr)) {
-    match i {
-        Idx::Value(e) => visit(e, f),
-        Idx::Add(xs) => xs.iter().for_each(|x| visit_idx(x, f)),
-        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => visit_idx(x, f),
-        Idx::Var(_) | Idx::Const(_) => {}
+impl Idx {
+    /// Calls `v` on each index expression directly inside this one (a sum's terms, the
+    /// operand of a product, quotient or clamp), or on the expression of a run-time index.
+    pub fn for_each_child<'e, V: Visitor<'e> + ?Sized>(&'e self, v: &mut V) {
+        match self {
+            Idx::Var(_) | Idx::Const(_) => {}
+            Idx::Add(xs) => xs.iter().for_each(|x| v.idx(x)),
+            Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => v.idx(x),
+            Idx::Value(e) => v.expr(e),
+        }
     }
+
+    /// This index with each child (as [`Idx::for_each_child`] lists them) replaced by what
+    /// `r` makes of it.
+    pub fn map_children<R: Rewriter + ?Sized>(&self, r: &mut R) -> Idx {
+        match self {
+            Idx::Var(_) | Idx::Const(_) => self.clone(),
+            Idx::Add(xs) => Idx::Add(xs.iter().map(|x| r.idx(x)).collect()),
+            Idx::Mul(x, c) => Idx::Mul(Box::new(r.idx(x)), *c),
+            Idx::Div(x, c) => Idx::Div(Box::new(r.idx(x)), *c),
+            Idx::Clamp(x, lo, hi) => Idx::Clamp(Box::new(r.idx(x)), *lo, *hi),
+            Idx::Value(e) => Idx::Value(Box::new(r.expr(e))),
+        }
+    }
+}
+
+impl Cond {
+    /// The index expression the condition tests.
+    pub fn idx(&self) -> &Idx {
+        match self {
+            Cond::InRange(i, ..) | Cond::Divisible(i, _) => i,
+        }
+    }
+}
+
+/// Calls `f` on `e` and every expression inside it (operands, reduction bodies, index
+/// expressions, guard conditions and branches), parents first.
+pub fn visit(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    struct Each<'f>(&'f mut dyn FnMut(&Expr));
+    impl<'e> Visitor<'e> for Each<'_> {
+        fn expr(&mut self, e: &'e Expr) {
+            (self.0)(e);
+            e.for_each_child(self);
+        }
+    }
+    Each(f).expr(e);
 }

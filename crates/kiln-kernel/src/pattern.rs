@@ -3,7 +3,7 @@
 //! reductions that can run ahead of the loops they sit in.
 
 use crate::access::affine;
-use crate::ir::{Ew, Expr, Idx};
+use crate::ir::{Ew, Expr, Idx, Visitor};
 use kiln_ir::{Combiner, ComparisonDirection, DType, OpKind};
 
 /// Where the logits `h` of an online softmax (see [`Chain::online`]) are -inf whatever the
@@ -106,20 +106,23 @@ pub fn masked_where(
 /// The reductions in `e` that may be computed ahead of the loops they sit in (every one not
 /// under a guard, whose condition may protect its loads), inner ones before outer ones.
 pub fn hoistable_reduces(e: &Expr) -> Vec<&Expr> {
-    fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-        match e {
-            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
-            Expr::Reduce { init, body, .. } => {
-                walk(init, out);
-                walk(body, out);
-                out.push(e);
+    struct Hoistable<'e>(Vec<&'e Expr>);
+    impl<'e> Visitor<'e> for Hoistable<'e> {
+        fn expr(&mut self, e: &'e Expr) {
+            match e {
+                Expr::Op { .. } => e.for_each_child(self),
+                Expr::Reduce { .. } => {
+                    e.for_each_child(self);
+                    self.0.push(e);
+                }
+                // Not under guards, nor inside index expressions.
+                _ => {}
             }
-            _ => {}
         }
     }
-    let mut out = Vec::new();
-    walk(e, &mut out);
-    out
+    let mut found = Hoistable(Vec::new());
+    found.expr(e);
+    found.0
 }
 
 /// `(a, m)` when `e` is `a - m` with `m` a maximum reduction, through round trips of bit

@@ -379,21 +379,21 @@ pub(super) fn max_difference(e: &Expr, extents: &[Option<usize>]) -> bool {
 
 /// The loads in `e` that read one position whatever the loop variables.
 pub(super) fn invariant_loads(e: &Expr) -> Vec<&Expr> {
-    fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-        match e {
-            Expr::Load { coef, .. } if coef.iter().all(|&c| c == 0) => out.push(e),
-            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
-            Expr::Reduce { init, body, .. } => {
-                walk(init, out);
-                walk(body, out);
+    use crate::kernel::Visitor;
+    struct Invariant<'e>(Vec<&'e Expr>);
+    impl<'e> Visitor<'e> for Invariant<'e> {
+        fn expr(&mut self, e: &'e Expr) {
+            match e {
+                Expr::Load { coef, .. } if coef.iter().all(|&c| c == 0) => self.0.push(e),
+                Expr::Op { .. } | Expr::Reduce { .. } => e.for_each_child(self),
+                // Not under guards: what they guard may be out of range.
+                _ => {}
             }
-            // Not under guards: what they guard may be out of range.
-            _ => {}
         }
     }
-    let mut out = Vec::new();
-    walk(e, &mut out);
-    out
+    let mut found = Invariant(Vec::new());
+    found.expr(e);
+    found.0
 }
 
 /// Edge of the square tiles a transposing kernel runs in (a cache line of f32).

@@ -3,7 +3,7 @@
 
 use super::{CHEAP, Fused, MAX_NODES};
 use crate::access::free_vars;
-use crate::ir::{Cond, Expr, Idx, Kernel, Schedule, visit};
+use crate::ir::{Cond, Expr, Idx, Kernel, Schedule, Visitor, visit};
 use crate::pattern::hoistable_reduces;
 use kiln_ir::{Func, strides};
 
@@ -306,13 +306,18 @@ fn reads_in(e: &Expr, j: usize, outer: usize, range: &mut Vec<(i64, i64)>) -> us
     }
 }
 
+/// [`reads_in`] for the run-time indices inside index expression `i`.
 fn idx_reads(i: &Idx, j: usize, outer: usize, range: &mut Vec<(i64, i64)>) -> usize {
-    match i {
-        Idx::Value(e) => reads_in(e, j, outer, range),
-        Idx::Add(xs) => xs.iter().map(|x| idx_reads(x, j, outer, range)).sum(),
-        Idx::Mul(x, _) | Idx::Div(x, _) | Idx::Clamp(x, ..) => idx_reads(x, j, outer, range),
-        Idx::Var(_) | Idx::Const(_) => 0,
+    /// The expressions of the run-time indices, not looking inside them.
+    struct Values<'e>(Vec<&'e Expr>);
+    impl<'e> Visitor<'e> for Values<'e> {
+        fn expr(&mut self, e: &'e Expr) {
+            self.0.push(e);
+        }
     }
+    let mut values = Values(Vec::new());
+    values.idx(i);
+    values.0.iter().map(|e| reads_in(e, j, outer, range)).sum()
 }
 
 /// Where `e` reads a producer of shape `shape` (as inputs `js`): the producer dimensions that
@@ -341,7 +346,9 @@ fn dims_moved(
                 None => (0..self.shape.len()).collect(),
             }
         }
-        fn walk(&mut self, e: &Expr) {
+    }
+    impl Visitor<'_> for Walk<'_> {
+        fn expr(&mut self, e: &Expr) {
             match e {
                 Expr::Load { input, coef, .. } if self.js.contains(input) => {
                     for (v, &c) in coef.iter().enumerate() {
@@ -368,18 +375,18 @@ fn dims_moved(
                 Expr::Reduce {
                     init, vars, body, ..
                 } => {
-                    self.walk(init);
+                    self.expr(init);
                     let mark = self.bound.len();
                     self.bound.extend(vars.iter().map(|v| v.0));
-                    self.walk(body);
+                    self.expr(body);
                     self.bound.truncate(mark);
                 }
-                Expr::Op { args, .. } => args.iter().for_each(|a| self.walk(a)),
+                Expr::Op { .. } => e.for_each_child(self),
                 Expr::Guard {
                     then, otherwise, ..
                 } => {
-                    self.walk(then);
-                    self.walk(otherwise);
+                    self.expr(then);
+                    self.expr(otherwise);
                 }
                 _ => {}
             }
@@ -393,7 +400,7 @@ fn dims_moved(
         in_reduce: Vec::new(),
         by_output: vec![Vec::new(); rank],
     };
-    w.walk(e);
+    w.expr(e);
     w.in_reduce.sort_unstable();
     w.in_reduce.dedup();
     (w.in_reduce, w.by_output)

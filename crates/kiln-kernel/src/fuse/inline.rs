@@ -2,7 +2,7 @@
 //! variables and inputs renumbered.
 
 use super::Fused;
-use crate::ir::{Cond, Expr, Idx};
+use crate::ir::{Expr, Idx, Rewriter};
 use kiln_ir::{DType, Func, ValueId, strides};
 
 /// Rewrites one consumer body, inlining producers and renumbering inputs.
@@ -39,7 +39,12 @@ impl Inline<'_> {
         self.fused.inlined[p].then_some(p)
     }
 
-    pub(super) fn expr(&mut self, e: &Expr) -> Expr {
+}
+
+/// Inlined producers replace the loads and gathers of their results; everything else is
+/// rebuilt around them.
+impl Rewriter for Inline<'_> {
+    fn expr(&mut self, e: &Expr) -> Expr {
         match e {
             Expr::Load {
                 input,
@@ -98,59 +103,12 @@ impl Inline<'_> {
                     },
                 }
             }
-            Expr::Iota { .. } | Expr::Const { .. } => e.clone(),
-            Expr::Index { idx, dtype } => Expr::Index {
-                idx: self.idx(idx),
-                dtype: *dtype,
-            },
-            Expr::Op { op, dtype, args } => Expr::Op {
-                op: op.clone(),
-                dtype: *dtype,
-                args: args.iter().map(|a| self.expr(a)).collect(),
-            },
-            Expr::Reduce {
-                kind,
-                dtype,
-                init,
-                vars,
-                body,
-            } => Expr::Reduce {
-                kind: *kind,
-                dtype: *dtype,
-                init: Box::new(self.expr(init)),
-                vars: vars.clone(),
-                body: Box::new(self.expr(body)),
-            },
-            Expr::Guard {
-                conds,
-                then,
-                otherwise,
-            } => Expr::Guard {
-                conds: conds.iter().map(|c| self.cond(c)).collect(),
-                then: Box::new(self.expr(then)),
-                otherwise: Box::new(self.expr(otherwise)),
-            },
+            _ => e.map_children(self),
         }
     }
+}
 
-    fn idx(&mut self, i: &Idx) -> Idx {
-        match i {
-            Idx::Value(e) => Idx::Value(Box::new(self.expr(e))),
-            Idx::Add(xs) => Idx::Add(xs.iter().map(|x| self.idx(x)).collect()),
-            Idx::Mul(x, c) => Idx::Mul(Box::new(self.idx(x)), *c),
-            Idx::Div(x, c) => Idx::Div(Box::new(self.idx(x)), *c),
-            Idx::Clamp(x, lo, hi) => Idx::Clamp(Box::new(self.idx(x)), *lo, *hi),
-            Idx::Var(_) | Idx::Const(_) => i.clone(),
-        }
-    }
-
-    fn cond(&mut self, c: &Cond) -> Cond {
-        match c {
-            Cond::InRange(i, lo, hi) => Cond::InRange(self.idx(i), *lo, *hi),
-            Cond::Divisible(i, m) => Cond::Divisible(self.idx(i), *m),
-        }
-    }
-
+impl Inline<'_> {
     /// Producer `p`'s fused body at output position `at` (one index per dimension), its
     /// inputs renumbered into the consumer's.
     fn producer_at(&mut self, p: usize, at: &[Idx]) -> Expr {
@@ -165,14 +123,12 @@ impl Inline<'_> {
         self.members.push(p);
         let base = self.next_var;
         self.next_var += pk.vars - pk.out.rank();
-        let body = substitute(
-            &pk.body,
-            &Subst {
-                at,
-                map: &map,
-                base,
-            },
-        );
+        let body = Subst {
+            at,
+            map: &map,
+            base,
+        }
+        .expr(&pk.body);
         match pk.out.dtype {
             // The producer's kernel would have rounded its f32 result on store.
             DType::F16 | DType::BF16 => Expr::Op {
@@ -201,102 +157,65 @@ impl Subst<'_> {
     }
 }
 
-/// `e` (a producer body) moved into a consumer by `s`.
-fn substitute(e: &Expr, s: &Subst) -> Expr {
-    let (at, map) = (s.at, s.map);
-    let sub = |x: &Expr| substitute(x, s);
-    match e {
-        Expr::Load {
-            input,
-            dtype,
-            coef,
-            off,
-        } => {
-            let mut terms = vec![Idx::Const(*off)];
-            for (d, &c) in coef.iter().enumerate() {
-                if c != 0 {
-                    let v = substitute_idx(&Idx::Var(d), s);
-                    terms.push(Idx::Mul(Box::new(v), c));
+/// A producer body moved into a consumer: loads become gathers at the consumer's index,
+/// iotas of output variables its index expressions, and reduction variables are renumbered.
+impl Rewriter for Subst<'_> {
+    fn expr(&mut self, e: &Expr) -> Expr {
+        match e {
+            Expr::Load {
+                input,
+                dtype,
+                coef,
+                off,
+            } => {
+                let mut terms = vec![Idx::Const(*off)];
+                for (d, &c) in coef.iter().enumerate() {
+                    if c != 0 {
+                        let v = self.idx(&Idx::Var(d));
+                        terms.push(Idx::Mul(Box::new(v), c));
+                    }
+                }
+                Expr::Gather {
+                    input: self.map[*input],
+                    dtype: *dtype,
+                    index: vec![Idx::Add(terms)],
+                    strides: vec![1],
                 }
             }
-            Expr::Gather {
-                input: map[*input],
-                dtype: *dtype,
-                index: vec![Idx::Add(terms)],
-                strides: vec![1],
+            Expr::Gather { input, .. } => {
+                let mut g = e.map_children(self);
+                if let Expr::Gather { input: i, .. } = &mut g {
+                    *i = self.map[*input];
+                }
+                g
             }
+            Expr::Iota { var, dtype } if *var < self.at.len() => Expr::Index {
+                idx: self.at[*var].clone(),
+                dtype: *dtype,
+            },
+            Expr::Iota { var, dtype } => Expr::Iota {
+                var: self.var(*var),
+                dtype: *dtype,
+            },
+            Expr::Reduce { .. } => {
+                let mut r = e.map_children(self);
+                if let Expr::Reduce { vars, .. } = &mut r {
+                    for v in vars {
+                        v.0 = self.var(v.0);
+                    }
+                }
+                r
+            }
+            _ => e.map_children(self),
         }
-        Expr::Gather {
-            input,
-            dtype,
-            index,
-            strides,
-        } => Expr::Gather {
-            input: map[*input],
-            dtype: *dtype,
-            index: index.iter().map(|i| substitute_idx(i, s)).collect(),
-            strides: strides.clone(),
-        },
-        Expr::Iota { var, dtype } if *var < at.len() => Expr::Index {
-            idx: at[*var].clone(),
-            dtype: *dtype,
-        },
-        Expr::Iota { var, dtype } => Expr::Iota {
-            var: s.var(*var),
-            dtype: *dtype,
-        },
-        Expr::Index { idx, dtype } => Expr::Index {
-            idx: substitute_idx(idx, s),
-            dtype: *dtype,
-        },
-        Expr::Const { .. } => e.clone(),
-        Expr::Op { op, dtype, args } => Expr::Op {
-            op: op.clone(),
-            dtype: *dtype,
-            args: args.iter().map(sub).collect(),
-        },
-        Expr::Reduce {
-            kind,
-            dtype,
-            init,
-            vars,
-            body,
-        } => Expr::Reduce {
-            kind: *kind,
-            dtype: *dtype,
-            init: Box::new(sub(init)),
-            vars: vars.iter().map(|&(v, n)| (s.var(v), n)).collect(),
-            body: Box::new(sub(body)),
-        },
-        Expr::Guard {
-            conds,
-            then,
-            otherwise,
-        } => Expr::Guard {
-            conds: conds
-                .iter()
-                .map(|c| match c {
-                    Cond::InRange(i, lo, hi) => Cond::InRange(substitute_idx(i, s), *lo, *hi),
-                    Cond::Divisible(i, m) => Cond::Divisible(substitute_idx(i, s), *m),
-                })
-                .collect(),
-            then: Box::new(sub(then)),
-            otherwise: Box::new(sub(otherwise)),
-        },
     }
-}
 
-fn substitute_idx(i: &Idx, s: &Subst) -> Idx {
-    let sub = |x: &Idx| substitute_idx(x, s);
-    match i {
-        Idx::Var(d) if *d < s.at.len() => s.at[*d].clone(),
-        Idx::Var(d) => Idx::Var(s.var(*d)),
-        Idx::Const(_) => i.clone(),
-        Idx::Add(xs) => Idx::Add(xs.iter().map(sub).collect()),
-        Idx::Mul(x, c) => Idx::Mul(Box::new(sub(x)), *c),
-        Idx::Div(x, c) => Idx::Div(Box::new(sub(x)), *c),
-        Idx::Clamp(x, lo, hi) => Idx::Clamp(Box::new(sub(x)), *lo, *hi),
-        Idx::Value(e) => Idx::Value(Box::new(substitute(e, s))),
+    fn idx(&mut self, i: &Idx) -> Idx {
+        match i {
+            Idx::Var(d) if *d < self.at.len() => self.at[*d].clone(),
+            Idx::Var(d) => Idx::Var(self.var(*d)),
+            _ => i.map_children(self),
+        }
     }
 }
 
