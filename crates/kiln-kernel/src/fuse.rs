@@ -23,6 +23,7 @@
 //! that precede it.
 
 mod chain;
+mod decision;
 mod donate;
 mod epilogue;
 mod inlinable;
@@ -39,6 +40,7 @@ use inlinable::{inlinable, var_extents};
 use inline::Inline;
 
 pub use chain::online_softmax;
+pub use decision::FusionDecision;
 pub use donate::{can_update, gemm_update, in_place};
 pub use epilogue::{row_epilogue, row_split};
 pub use legality::check_legal;
@@ -77,7 +79,7 @@ pub struct Fused {
     /// Per instruction: the instructions its kernel computes (itself and what it inlined).
     pub members: Vec<Vec<usize>>,
     /// Per instruction: why it got a kernel of its own or was computed inside its users.
-    pub decisions: Vec<String>,
+    pub decisions: Vec<FusionDecision>,
     /// Per instruction: the later instruction whose kernel also writes its result
     /// (multi-output fusion); its own kernel is then `None`.
     pub merged_into: Vec<Option<usize>>,
@@ -94,7 +96,7 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         operands: f.insts.iter().map(|i| i.operands.clone()).collect(),
         inlined: vec![false; n],
         members: (0..n).map(|i| vec![i]).collect(),
-        decisions: vec!["fusion is off".to_string(); n],
+        decisions: vec![FusionDecision::Off; n],
         merged_into: vec![None; n],
         extra: vec![Vec::new(); n],
     }
@@ -125,7 +127,7 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
         operands: vec![Vec::new(); n],
         inlined: vec![false; n],
         members: vec![Vec::new(); n],
-        decisions: vec![String::new(); n],
+        decisions: vec![FusionDecision::NoKernel; n],
         merged_into: vec![None; n],
         extra: vec![Vec::new(); n],
     };
@@ -133,13 +135,13 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
         out.members[i] = vec![i];
         let Some(k) = &ks[i] else {
             out.operands[i] = inst.operands.clone();
-            out.decisions[i] = "no kernel (a constant or a pass-through)".into();
+            out.decisions[i] = FusionDecision::NoKernel;
             continue;
         };
         if k.schedule != Schedule::Nest {
             out.operands[i] = inst.operands.clone();
             out.kernels[i] = Some(k.clone());
-            out.decisions[i] = "own kernel: not a loop nest (GEMM, scatter)".into();
+            out.decisions[i] = FusionDecision::NotLoopNest;
             continue;
         }
         // Inline the operands computed by inlined producers.
@@ -174,8 +176,8 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool) -> Fused {
         let decision = inlinable(f, i, &ks, &out, &users);
         out.inlined[i] = decision.is_ok();
         out.decisions[i] = match decision {
-            Ok(why) => format!("inlined into its users: {why}"),
-            Err(why) => format!("own kernel: {why}"),
+            Ok(why) => FusionDecision::Inlined(why),
+            Err(why) => FusionDecision::Own(why),
         };
     }
     fuse_gemm_epilogues(f, &producer, &mut out, chains);

@@ -2,7 +2,7 @@
 //! product on each block of its rows (attention's probabilities times V), the softmax online.
 
 use super::epilogue::row_epilogue;
-use super::{Fused, MAX_CHAIN_K, MAX_CHAIN_ROW};
+use super::{Fused, FusionDecision, MAX_CHAIN_K, MAX_CHAIN_ROW};
 use crate::access::free_vars;
 use crate::ir::{Expr, Schedule};
 use crate::rewrite::map_inputs;
@@ -108,14 +108,8 @@ pub(super) fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool) {
         out.members[u].extend(absorbed);
         out.members[u].sort_unstable();
         out.inlined[p] = true;
-        out.decisions[p] = format!(
-            "runs inside #{u}'s kernel: its GEMM and epilogue, then #{u}'s product of each block \
-             of its rows"
-        );
-        out.decisions[u] = format!(
-            "own kernel: the GEMM of #{p}'s kernel and its epilogue, then this product on each \
-             block of rows while it is in cache"
-        );
+        out.decisions[p] = FusionDecision::ChainedInto(u);
+        out.decisions[u] = FusionDecision::Chained(p);
     }
 }
 

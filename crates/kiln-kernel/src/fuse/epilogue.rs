@@ -2,7 +2,7 @@
 //! GEMM, on each block of the product while it is in cache.
 
 use super::chain::{chain_reader, constant_of, online_softmax};
-use super::{Fused, MAX_CHAIN_K, MAX_CHAIN_ROW, MAX_ROW_EPILOGUE};
+use super::{Fused, FusionDecision, MAX_CHAIN_K, MAX_CHAIN_ROW, MAX_ROW_EPILOGUE};
 use crate::access::{reads_input, reads_only_own_position, reads_own_position_or_row};
 use crate::ir::{Kernel, Schedule};
 use crate::pattern::hoistable_reduces;
@@ -143,11 +143,8 @@ pub(super) fn fuse_gemm_epilogues(
         out.members[u].extend(absorbed);
         out.members[u].sort_unstable();
         out.inlined[p] = true;
-        out.decisions[p] =
-            format!("runs inside #{u}'s kernel, which is this GEMM with #{u} as its epilogue");
-        out.decisions[u] = format!(
-            "own kernel: the GEMM of #{p} with this op (and what it inlined) as its epilogue"
-        );
+        out.decisions[p] = FusionDecision::EpilogueOf(u);
+        out.decisions[u] = FusionDecision::Epilogue(p);
     }
 }
 

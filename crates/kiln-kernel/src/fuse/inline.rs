@@ -38,7 +38,6 @@ impl Inline<'_> {
         let p = self.producer[self.old_inputs[j].index()]?;
         self.fused.inlined[p].then_some(p)
     }
-
 }
 
 /// Inlined producers replace the loads and gathers of their results; everything else is

@@ -1,7 +1,7 @@
 //! Multi-output fusion of sibling kernels (see [`merge_siblings`]).
 
 use super::inlinable::nodes;
-use super::{Fused, MAX_MERGED_NODES, step_reads};
+use super::{Fused, FusionDecision, MAX_MERGED_NODES, step_reads};
 use crate::ir::{Kernel, Schedule};
 use crate::rewrite::map_inputs;
 use kiln_ir::{Func, ValueId};
@@ -122,15 +122,14 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
             out.members[j].extend(members);
             out.members[j].sort_unstable();
             out.members[j].dedup();
-            let by_i = format!("written by #{i}'s");
             for &u in std::iter::once(&i).chain(&absorbed) {
                 let d = &mut out.decisions[u];
-                if u == i || d.starts_with(&by_i) {
-                    *d = format!(
-                        "written by #{j}'s kernel: multi-output fusion over the same index space \
-                         {:?} ({shared} input buffer(s) shared), nothing reads it before #{j}",
-                        ki.out.shape
-                    );
+                if u == i || matches!(d, FusionDecision::Merged { kernel, .. } if *kernel == i) {
+                    *d = FusionDecision::Merged {
+                        kernel: j,
+                        shape: ki.out.shape.clone(),
+                        shared,
+                    };
                 }
             }
             merged[j].push(i);
@@ -230,14 +229,16 @@ mod tests {
                 out.members[j].extend(absorbed);
                 out.members[j].sort_unstable();
                 out.members[j].dedup();
-                let by_i = format!("written by #{i}'s");
                 for (u, d) in out.decisions.iter_mut().enumerate() {
-                    if u == i || out.merged_into[u] == Some(j) && d.starts_with(&by_i) {
-                        *d = format!(
-                            "written by #{j}'s kernel: multi-output fusion over the same index space \
-                             {:?} ({shared} input buffer(s) shared), nothing reads it before #{j}",
-                            ki.out.shape
-                        );
+                    if u == i
+                        || out.merged_into[u] == Some(j)
+                            && matches!(d, FusionDecision::Merged { kernel, .. } if *kernel == i)
+                    {
+                        *d = FusionDecision::Merged {
+                            kernel: j,
+                            shape: ki.out.shape.clone(),
+                            shared,
+                        };
                     }
                 }
             }
