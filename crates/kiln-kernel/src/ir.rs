@@ -8,7 +8,7 @@
 use kiln_ir::{Combiner, ComparisonDirection, DType, OpKind, TensorType};
 
 /// An elementwise operation in a kernel body.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Ew {
     /// An arithmetic, logical or transcendental op of the IR (by kind).
     Kind(OpKind),

@@ -318,7 +318,7 @@ pub(super) fn emit_streaming<'c>(
 pub(super) fn nonpositive_exps(
     e: &Expr,
     extents: &mut Vec<Option<usize>>,
-    out: &mut std::collections::HashSet<String>,
+    out: &mut std::collections::HashSet<crate::kernel::ValueKey>,
 ) {
     match e {
         Expr::Op {
@@ -669,7 +669,7 @@ pub(super) fn column_reduces<'e>(em: &Emitter<'_>, k: &'e Kernel, d: usize) -> V
         return Vec::new();
     }
     let mut out: Vec<&Expr> = Vec::new();
-    let mut keys: Vec<String> = Vec::new();
+    let mut keys: Vec<crate::kernel::ValueKey> = Vec::new();
     let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
     for r in bodies.flat_map(hoistable_reduces) {
         let Expr::Reduce { body, init, .. } = r else {
@@ -720,7 +720,11 @@ pub(super) fn strips<'c>(
             em.b.build_store(em.vars[d], j).map_err(llvm)?;
             Ok(())
         };
-        let mut sums: Vec<(String, Vec<PointerValue<'c>>, BasicTypeEnum<'c>)> = Vec::new();
+        let mut sums: Vec<(
+            crate::kernel::ValueKey,
+            Vec<PointerValue<'c>>,
+            BasicTypeEnum<'c>,
+        )> = Vec::new();
         for r in columns {
             let Expr::Reduce {
                 kind,
