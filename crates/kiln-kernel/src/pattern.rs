@@ -6,10 +6,10 @@ use crate::access::affine;
 use crate::ir::{Ew, Expr, Idx, Visitor};
 use kiln_ir::{Combiner, ComparisonDirection, DType, OpKind};
 
-/// Where the logits `h` of an online softmax (see [`Chain::online`]) are -inf whatever the
-/// product: when `h` is `select(a ⋚ b, x, -inf)` (`-inf` as `value` resolves it) with `a` and
-/// `b` integer affine expressions of the column variable `col` and the row variable `row`,
-/// the `(a, b, c)` of [`Chain::masked`].
+/// Where the logits `h` of an online softmax (see [`crate::ir::Chain::online`]) are -inf
+/// whatever the product: when `h` is `select(a ⋚ b, x, -inf)` (`-inf` as `value` resolves it)
+/// with `a` and `b` integer affine expressions of the column variable `col` and the row
+/// variable `row`, the `(a, b, c)` of [`crate::ir::Chain::masked`].
 pub fn masked_where(
     h: &Expr,
     (col, row): (usize, usize),
