@@ -87,7 +87,7 @@ struct Emitter<'c> {
     /// Values already computed ahead of the code that uses them, by [`value_key`]: reductions
     /// ahead of their loops, and row caches and their parts (see [`Self::hoist_caching`]);
     /// each entry dominates the code emitted while it is present.
-    hoisted: std::cell::RefCell<Vec<(String, Hoisted<'c>)>>,
+    hoisted: std::cell::RefCell<Vec<(crate::kernel::ValueKey, Hoisted<'c>)>>,
     /// In a multi-output kernel: alias scopes saying that reads of the inputs (and of the
     /// pointer table) never touch the extra outputs, as `(inputs, extra outputs)` scope lists.
     /// Without them LLVM must assume every store to an extra output may change any input, and
@@ -114,7 +114,7 @@ struct Emitter<'c> {
     routines: Routines,
     /// The keys ([`value_key`]) of the kernel's exponentials whose argument is never positive
     /// (see [`nonpositive_exps`]).
-    nonpositive: std::collections::HashSet<String>,
+    nonpositive: std::collections::HashSet<crate::kernel::ValueKey>,
     /// Set just before an exponential of `nonpositive` is emitted, taken by [`Self::op`].
     exp_nonpositive: std::cell::Cell<bool>,
     /// An input whose buffer holds its elements from `offset` on (`(input, offset)`): a

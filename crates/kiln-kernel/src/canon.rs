@@ -6,10 +6,17 @@
 //! - [`expand_rngs`]: `rng_bit_generator` becomes Threefry integer arithmetic.
 //! - [`canonicalize_dots`]: every float `dot_general` gets operands the GEMM reads in place
 //!   (`[B, M, K]` or `[B, K, M]` times `[B, K, N]` or `[B, N, K]`, see
-//!   `kernel::matmul_layout`), by transposing an operand whose dimensions are in neither order
+//!   [`matmul_layout`]), by transposing an operand whose dimensions are in neither order
 //!   (an O(size) copy in front of the O(M N K) product; none for `x @ w`, `x^T @ y`, `x @ w^T`).
 //!   The result type is unchanged: its dimensions are batch, lhs free, rhs free either way.
+//!
+//! Canonicalization rewrites the graph into what lowering takes ([`crate::lower`]), so it
+//! imports lowering's layouts and never the other way around.
 
+use crate::lower::{
+    GEMM_CONV_INPUT, GEMM_CONV_KERNEL, GEMM_CONV_OUTPUT, GEMM_CONV_PLANES, is_gemm_conv,
+    matmul_layout,
+};
 use crate::target::TargetInfo;
 use kiln_ir::{Builder, DType, Func, Inst, Loc, Op, TensorType, ValueId, VerifyError};
 
@@ -105,7 +112,7 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
             &f.values[inst.operands[0].index()],
             &f.values[inst.operands[1].index()],
         );
-        if crate::kernel::matmul_layout(lb, rb, lc, rc, lt, rt).is_some() {
+        if matmul_layout(lb, rb, lc, rc, lt, rt).is_some() {
             return Ok(None);
         }
         let (lf, rf) = (free_dims(lt.rank(), lb, lc), free_dims(rt.rank(), rb, rc));
@@ -124,38 +131,6 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
         // The free dimensions keep their order, so the result type is unchanged.
         Ok(Some(vec![b.inst(canon, &[a, c])?]))
     })
-}
-
-/// The dimension numbers of the convolutions the GEMM runs directly: input `[N, H, W, C]`
-/// (already padded), kernel `[KH, KW, C, O]` (a `[KH*KW*C, O]` matrix as it stands), output
-/// `[N, OH, OW, O]` (the `[N*OH*OW, O]` product as it stands) or `[N, O, OH, OW]` (see
-/// [`GEMM_CONV_PLANES`]).
-pub const GEMM_CONV_INPUT: [i64; 4] = [0, 3, 1, 2];
-/// Kernel dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
-pub const GEMM_CONV_KERNEL: [i64; 4] = [3, 2, 0, 1];
-/// Output dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
-pub const GEMM_CONV_OUTPUT: [i64; 4] = [0, 3, 1, 2];
-/// The other output dimension numbers the GEMM writes directly: `[N, O, OH, OW]` (NCHW), each
-/// image's product stored by columns, one plane per output feature.
-pub const GEMM_CONV_PLANES: [i64; 4] = [0, 1, 2, 3];
-
-/// Whether `op` is a convolution the GEMM runs directly: the layouts above (either output
-/// layout), no padding, no input dilation, one feature group.
-pub fn is_gemm_conv(op: &Op) -> bool {
-    matches!(op, Op::Convolution {
-        padding,
-        lhs_dilation,
-        feature_group_count,
-        input_dims,
-        kernel_dims,
-        output_dims,
-        ..
-    } if input_dims[..] == GEMM_CONV_INPUT
-        && kernel_dims[..] == GEMM_CONV_KERNEL
-        && (output_dims[..] == GEMM_CONV_OUTPUT || output_dims[..] == GEMM_CONV_PLANES)
-        && padding.iter().all(|&p| p == (0, 0))
-        && lhs_dilation.iter().all(|&d| d == 1)
-        && *feature_group_count == 1)
 }
 
 /// A convolution's attributes (see `Op::Convolution`).

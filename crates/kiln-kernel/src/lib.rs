@@ -2,8 +2,12 @@
 //! target, and nothing that renders them. It imports no LLVM, no GPU driver and no thread
 //! pool; backends (`kiln-codegen-llvm`) render what it decides and the runtime runs it.
 //!
-//! - [`kernel`]: the kernel IR (loop nests over index maps, reductions, epilogues) and the
-//!   lowering of each op to a kernel.
+//! - [`ir`]: the kernel IR (loop nests over index maps, reductions, epilogues, schedules) and
+//!   the one traversal of its expressions; [`lower`]: the kernel of each op.
+//! - [`access`]: how kernel bodies read their inputs (free variables, affine reads, reads at
+//!   the kernel's own position or row); [`key`]: value keys; [`rewrite`]: renumbered inputs and
+//!   renamed variables; [`pattern`]: the expression shapes fusion and the emitters recognize.
+//! - [`kernel`]: all of the above under one path, as the emitters import them.
 //! - [`canon`]: canonicalizing rewrites of the graph before lowering (rng expansion, transposed
 //!   products, Winograd and GEMM convolutions, dot canonicalization).
 //! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
@@ -18,14 +22,20 @@
 //! - [`print`](mod@print): the text form of kernels; [`verify`]: the kernel verifier, run after lowering
 //!   and after fusion in tests and debug builds.
 
+pub mod access;
 pub mod canon;
 pub mod fuse;
+pub mod ir;
 pub mod kernel;
+pub mod key;
 pub mod loop_schedule;
+pub mod lower;
 pub mod options;
+pub mod pattern;
 pub mod pipeline;
 pub mod plan;
 pub mod print;
+pub mod rewrite;
 pub mod schedule;
 pub mod target;
 pub mod verify;

@@ -1,13 +1,14 @@
 //! The pipeline from the function a backend is given to its fused, scheduled kernels:
 //! optimize ([`kiln_opt`]), canonicalize ([`crate::canon`]), lower each instruction to a kernel
-//! ([`crate::kernel::lower`]), fuse ([`crate::fuse`]) and schedule ([`crate::schedule`]), and
+//! ([`crate::lower`]), fuse ([`crate::fuse`]) and schedule ([`crate::schedule`]), and
 //! the printed forms of its result.
 
 use crate::Step;
 use crate::canon;
 use crate::fuse::Fused;
-use crate::kernel::{Kernel, lower};
+use crate::ir::Kernel;
 use crate::loop_schedule::KernelSchedule;
+use crate::lower::lower;
 use crate::options::Options;
 use crate::target::TargetInfo;
 use crate::{Error, Result};
@@ -138,7 +139,7 @@ pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
                 .iter()
                 .map(|o| f.values[o.index()].clone())
                 .collect();
-            lower(&inst.op, &x, &f.values[inst.results[0].index()])
+            lower(&inst.op, &x, &f.values[inst.results[0].index()]).ok()
         })
         .collect()
 }

@@ -27,7 +27,7 @@
 //! `guard C1 and C2` evaluates `then:` where every condition holds, else `else:`.
 
 use crate::fuse::Fused;
-use crate::kernel::{Cond, ConvPatches, Ew, Expr, Idx, Kernel, Schedule};
+use crate::ir::{Cond, ConvPatches, Ew, Expr, Idx, Kernel, Schedule};
 use kiln_ir::{DType, Func, TensorType};
 use std::fmt::Write as _;
 

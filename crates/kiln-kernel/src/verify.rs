@@ -22,7 +22,8 @@
 //! [`debug_check`] runs it after lowering and after fusion in tests and debug builds.
 
 use crate::fuse::Fused;
-use crate::kernel::{Cond, Ew, Expr, Idx, Kernel, Schedule, value_key};
+use crate::ir::{Cond, Ew, Expr, Idx, Kernel, Schedule};
+use crate::key::value_key;
 use kiln_ir::{DType, Func, OpKind, Props, TensorType, strides};
 use std::fmt;
 

@@ -287,7 +287,7 @@ pub(super) fn emit_streaming<'c>(
 pub(super) fn nonpositive_exps(
     e: &Expr,
     extents: &mut Vec<Option<usize>>,
-    out: &mut std::collections::HashSet<String>,
+    out: &mut std::collections::HashSet<crate::kernel::ValueKey>,
 ) {
     match e {
         Expr::Op {
@@ -348,21 +348,21 @@ pub(super) fn max_difference(e: &Expr, extents: &[Option<usize>]) -> bool {
 
 /// The loads in `e` that read one position whatever the loop variables.
 pub(super) fn invariant_loads(e: &Expr) -> Vec<&Expr> {
-    fn walk<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-        match e {
-            Expr::Load { coef, .. } if coef.iter().all(|&c| c == 0) => out.push(e),
-            Expr::Op { args, .. } => args.iter().for_each(|a| walk(a, out)),
-            Expr::Reduce { init, body, .. } => {
-                walk(init, out);
-                walk(body, out);
+    use crate::kernel::Visitor;
+    struct Invariant<'e>(Vec<&'e Expr>);
+    impl<'e> Visitor<'e> for Invariant<'e> {
+        fn expr(&mut self, e: &'e Expr) {
+            match e {
+                Expr::Load { coef, .. } if coef.iter().all(|&c| c == 0) => self.0.push(e),
+                Expr::Op { .. } | Expr::Reduce { .. } => e.for_each_child(self),
+                // Not under guards: what they guard may be out of range.
+                _ => {}
             }
-            // Not under guards: what they guard may be out of range.
-            _ => {}
         }
     }
-    let mut out = Vec::new();
-    walk(e, &mut out);
-    out
+    let mut found = Invariant(Vec::new());
+    found.expr(e);
+    found.0
 }
 
 /// The loop schedule of the kernel `em` emits (see [`KernelSchedule`]).
@@ -611,7 +611,7 @@ pub(super) fn column_reduces<'e>(em: &Emitter<'_>, k: &'e Kernel, d: usize) -> V
         return Vec::new();
     }
     let mut out: Vec<&Expr> = Vec::new();
-    let mut keys: Vec<String> = Vec::new();
+    let mut keys: Vec<crate::kernel::ValueKey> = Vec::new();
     let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
     for r in bodies.flat_map(hoistable_reduces) {
         let Expr::Reduce { body, init, .. } = r else {
@@ -662,7 +662,11 @@ pub(super) fn strips<'c>(
             em.b.build_store(em.vars[d], j).map_err(llvm)?;
             Ok(())
         };
-        let mut sums: Vec<(String, Vec<PointerValue<'c>>, BasicTypeEnum<'c>)> = Vec::new();
+        let mut sums: Vec<(
+            crate::kernel::ValueKey,
+            Vec<PointerValue<'c>>,
+            BasicTypeEnum<'c>,
+        )> = Vec::new();
         for r in columns {
             let Expr::Reduce {
                 kind,

@@ -13,7 +13,7 @@ pub(super) struct RowCache<'e> {
     /// The loop variable along which the expressions compute the same part.
     pub(super) var: usize,
     /// [`value_key`] of the part as the expressions compute it (at `var`).
-    pub(super) key: String,
+    pub(super) key: crate::kernel::ValueKey,
     /// Positions: the reduction's trip count, equal to `var`'s.
     pub(super) len: usize,
 }
@@ -73,7 +73,7 @@ pub(super) fn row_cache<'e>(
     }
     let mut candidates = Vec::new();
     parts(body, &mut candidates);
-    let mut keys: Option<Vec<String>> = None;
+    let mut keys: Option<Vec<crate::kernel::ValueKey>> = None;
     for part in candidates {
         let fv = free_vars(part);
         // Values are kept as they are computed: f64, or f32 for the narrower floats.
@@ -138,7 +138,7 @@ pub(super) fn row_cache_notes(k: &Kernel, cpu: &CpuOptions) -> Vec<String> {
         Schedule::Nest => None,
         _ => return Vec::new(),
     };
-    let mut seen: Vec<String> = Vec::new();
+    let mut seen: Vec<crate::kernel::ValueKey> = Vec::new();
     let mut notes = Vec::new();
     for r in bodies.iter().flat_map(|b| hoistable_reduces(b)) {
         let d = match split {

@@ -1,7 +1,9 @@
 //! Multi-output fusion of sibling kernels (see [`merge_siblings`]).
 
-use super::{Fused, MAX_MERGED_NODES, map_inputs, nodes, step_reads};
-use crate::kernel::{Kernel, Schedule};
+use super::inlinable::nodes;
+use super::{Fused, FusionDecision, MAX_MERGED_NODES, step_reads};
+use crate::ir::{Kernel, Schedule};
+use crate::rewrite::map_inputs;
 use kiln_ir::{Func, ValueId};
 use std::collections::HashMap;
 
@@ -99,7 +101,7 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
             for (ty, body) in std::iter::once((&ki.out, &ki.body))
                 .chain(ki.extra.iter().map(|x| (&x.out, &x.body)))
             {
-                kj.extra.push(crate::kernel::Extra {
+                kj.extra.push(crate::ir::Extra {
                     out: ty.clone(),
                     body: map_inputs(body, &|x| map[x]),
                     slot: 0,
@@ -120,15 +122,14 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
             out.members[j].extend(members);
             out.members[j].sort_unstable();
             out.members[j].dedup();
-            let by_i = format!("written by #{i}'s");
             for &u in std::iter::once(&i).chain(&absorbed) {
                 let d = &mut out.decisions[u];
-                if u == i || d.starts_with(&by_i) {
-                    *d = format!(
-                        "written by #{j}'s kernel: multi-output fusion over the same index space \
-                         {:?} ({shared} input buffer(s) shared), nothing reads it before #{j}",
-                        ki.out.shape
-                    );
+                if u == i || matches!(d, FusionDecision::Merged { kernel, .. } if *kernel == i) {
+                    *d = FusionDecision::Merged {
+                        kernel: j,
+                        shape: ki.out.shape.clone(),
+                        shared,
+                    };
                 }
             }
             merged[j].push(i);
@@ -206,7 +207,7 @@ mod tests {
                 for (ty, body) in std::iter::once((&ki.out, &ki.body))
                     .chain(ki.extra.iter().map(|x| (&x.out, &x.body)))
                 {
-                    kj.extra.push(crate::kernel::Extra {
+                    kj.extra.push(crate::ir::Extra {
                         out: ty.clone(),
                         body: map_inputs(body, &|x| map[x]),
                         slot: 0,
@@ -228,14 +229,16 @@ mod tests {
                 out.members[j].extend(absorbed);
                 out.members[j].sort_unstable();
                 out.members[j].dedup();
-                let by_i = format!("written by #{i}'s");
                 for (u, d) in out.decisions.iter_mut().enumerate() {
-                    if u == i || out.merged_into[u] == Some(j) && d.starts_with(&by_i) {
-                        *d = format!(
-                            "written by #{j}'s kernel: multi-output fusion over the same index space \
-                             {:?} ({shared} input buffer(s) shared), nothing reads it before #{j}",
-                            ki.out.shape
-                        );
+                    if u == i
+                        || out.merged_into[u] == Some(j)
+                            && matches!(d, FusionDecision::Merged { kernel, .. } if *kernel == i)
+                    {
+                        *d = FusionDecision::Merged {
+                            kernel: j,
+                            shape: ki.out.shape.clone(),
+                            shared,
+                        };
                     }
                 }
             }

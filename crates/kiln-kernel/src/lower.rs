@@ -1,0 +1,888 @@
+//! Lowering: the kernel computing each op (see [`lower`]), with its loads at affine index
+//! maps of the loop variables.
+
+use crate::ir::{Cond, ConvPatches, Ew, Expr, Idx, Kernel, Schedule};
+use kiln_ir::{Combiner, DType, Op, OpKind, TensorType, strides};
+
+/// A load of `ty` where operand dimension `d` is indexed by `map[d]`: `Some((var, scale,
+/// offset))` for `offset + scale * var`, or `None` for index 0.
+fn load(input: usize, ty: &TensorType, vars: usize, map: &[Option<(usize, i64, i64)>]) -> Expr {
+    let st = strides(&ty.shape);
+    let mut coef = vec![0i64; vars];
+    let mut off = 0i64;
+    for (d, m) in map.iter().enumerate() {
+        if let Some((v, scale, o)) = m {
+            coef[*v] += scale * st[d] as i64;
+            off += o * st[d] as i64;
+        }
+    }
+    Expr::Load {
+        input,
+        dtype: ty.dtype,
+        coef,
+        off,
+    }
+}
+
+/// A load of `ty` at the same position as the output (or position 0 for a scalar operand).
+fn same(input: usize, ty: &TensorType, out: &TensorType, vars: usize) -> Expr {
+    if ty.rank() == 0 && out.rank() > 0 {
+        return load(input, ty, vars, &[]);
+    }
+    load(
+        input,
+        ty,
+        vars,
+        &(0..ty.rank()).map(|d| Some((d, 1, 0))).collect::<Vec<_>>(),
+    )
+}
+
+/// Which elementwise ops the CPU kernels implement for operand dtype `d`.
+pub fn elementwise_supported(k: OpKind, d: DType) -> bool {
+    use OpKind::*;
+    match k {
+        Power => d != DType::Pred,
+        Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | And | Or | Xor
+        | ShiftLeft | ShiftRightLogical | Negate | Abs | Sign | Exponential | Log | LogPlusOne
+        | ExponentialMinusOne | Sqrt | Rsqrt | Tanh | Logistic | Sine | Cosine | Erf | Floor
+        | Ceil | Round | Not | IsFinite | Compare | Select | Clamp | Convert => true,
+        _ => false,
+    }
+}
+
+/// Why an op has no kernel, in words the dumps can print: it then runs on the reference
+/// interpreter or, for a constant or a pass-through, runs nothing at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoKernel(pub &'static str);
+
+impl std::fmt::Display for NoKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// The kernel computing one instruction, or why there is none (the executable then runs that
+/// instruction on the reference interpreter). Every op is a case of its own: a new op must
+/// say here whether and how it becomes a kernel.
+pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKernel> {
+    let r = out.rank();
+    let kernel = |vars: usize, body: Expr| {
+        Ok(Kernel {
+            schedule: Schedule::Nest,
+            out: out.clone(),
+            vars,
+            body,
+            extra: Vec::new(),
+        })
+    };
+    match op {
+        Op::Add {}
+        | Op::Subtract {}
+        | Op::Multiply {}
+        | Op::Divide {}
+        | Op::Remainder {}
+        | Op::Maximum {}
+        | Op::Minimum {}
+        | Op::Power {}
+        | Op::And {}
+        | Op::Or {}
+        | Op::Xor {}
+        | Op::ShiftLeft {}
+        | Op::ShiftRightLogical {}
+        | Op::Negate {}
+        | Op::Abs {}
+        | Op::Sign {}
+        | Op::Exponential {}
+        | Op::Log {}
+        | Op::LogPlusOne {}
+        | Op::ExponentialMinusOne {}
+        | Op::Sqrt {}
+        | Op::Rsqrt {}
+        | Op::Tanh {}
+        | Op::Logistic {}
+        | Op::Sine {}
+        | Op::Cosine {}
+        | Op::Erf {}
+        | Op::Floor {}
+        | Op::Ceil {}
+        | Op::Round {}
+        | Op::Not {}
+        | Op::IsFinite {}
+        | Op::Compare { .. }
+        | Op::Select {}
+        | Op::Clamp {}
+        | Op::Convert {} => elementwise(op, x, out),
+        Op::Constant { .. } => Err(NoKernel("a constant: the program holds its value")),
+        Op::OptimizationBarrier {} => Err(NoKernel("a pass-through: its results are its operands")),
+        Op::RngBitGenerator { .. } => Err(NoKernel(
+            "a generator with two results, run by the interpreter where canonicalization did not \
+             expand it",
+        )),
+        Op::BroadcastInDim {
+            broadcast_dimensions,
+        } => {
+            let map: Vec<_> = (0..x[0].rank())
+                .map(|i| (x[0].shape[i] != 1).then_some((broadcast_dimensions[i] as usize, 1, 0)))
+                .collect();
+            kernel(r, load(0, &x[0], r, &map))
+        }
+        Op::Transpose { permutation } => {
+            let mut map = vec![None; r];
+            for (i, &p) in permutation.iter().enumerate() {
+                map[p as usize] = Some((i, 1, 0));
+            }
+            kernel(r, load(0, &x[0], r, &map))
+        }
+        Op::Slice {
+            start_indices,
+            strides: step,
+            ..
+        } => {
+            let map: Vec<_> = (0..r)
+                .map(|d| Some((d, step[d], start_indices[d])))
+                .collect();
+            kernel(r, load(0, &x[0], r, &map))
+        }
+        Op::Reverse { dimensions } => {
+            let map: Vec<_> = (0..r)
+                .map(|d| {
+                    if dimensions.contains(&(d as i64)) {
+                        Some((d, -1, x[0].shape[d] as i64 - 1))
+                    } else {
+                        Some((d, 1, 0))
+                    }
+                })
+                .collect();
+            kernel(r, load(0, &x[0], r, &map))
+        }
+        Op::Reshape {} => {
+            // Same row-major order: the operand's linear index is the output's.
+            let ost = strides(&out.shape);
+            let coef = ost.iter().map(|&s| s as i64).collect();
+            kernel(
+                r,
+                Expr::Load {
+                    input: 0,
+                    dtype: x[0].dtype,
+                    coef,
+                    off: 0,
+                },
+            )
+        }
+        Op::Iota { iota_dimension } => kernel(
+            r,
+            Expr::Op {
+                op: Ew::Convert,
+                dtype: out.dtype,
+                args: vec![Expr::Iota {
+                    var: *iota_dimension as usize,
+                    dtype: DType::I64,
+                }],
+            },
+        ),
+        Op::Reduce { dimensions, kind } => {
+            let vars = r + dimensions.len();
+            let mut map = Vec::new();
+            let (mut o, mut red) = (0, 0);
+            let mut rvars = Vec::new();
+            for d in 0..x[0].rank() {
+                if dimensions.contains(&(d as i64)) {
+                    map.push(Some((r + red, 1, 0)));
+                    rvars.push((r + red, x[0].shape[d]));
+                    red += 1;
+                } else {
+                    map.push(Some((o, 1, 0)));
+                    o += 1;
+                }
+            }
+            let body = load(0, &x[0], vars, &map);
+            let init = load(1, &x[1], vars, &[]);
+            kernel(
+                vars,
+                Expr::Reduce {
+                    kind: *kind,
+                    dtype: out.dtype,
+                    init: Box::new(init),
+                    vars: rvars,
+                    body: Box::new(body),
+                },
+            )
+        }
+        Op::DotGeneral {
+            lhs_batching_dimensions: lb,
+            rhs_batching_dimensions: rb,
+            lhs_contracting_dimensions: lc,
+            rhs_contracting_dimensions: rc,
+        } if out.numel() > 0 && matches!(out.dtype, DType::F32 | DType::F64) => {
+            let layout = matmul_layout(lb, rb, lc, rc, &x[0], &x[1]).ok_or(NoKernel(
+                "a matrix product whose operands the GEMM cannot read in place",
+            ))?;
+            let [batch, m, k, n] = layout.dims;
+            Ok(Kernel {
+                schedule: Schedule::Gemm {
+                    epilogue: None,
+                    batch,
+                    m,
+                    n,
+                    k,
+                    conv: None,
+                    a_trans: layout.a_trans,
+                    b_trans: layout.b_trans,
+                    chain: None,
+                },
+                out: out.clone(),
+                vars: 0,
+                body: Expr::Const {
+                    dtype: out.dtype,
+                    value: 0.0,
+                },
+                extra: Vec::new(),
+            })
+        }
+        Op::DotGeneral {
+            lhs_batching_dimensions: lb,
+            rhs_batching_dimensions: rb,
+            lhs_contracting_dimensions: lc,
+            rhs_contracting_dimensions: rc,
+        } => {
+            let vars = r + lc.len();
+            let free = |rank: usize, a: &[i64], c: &[i64]| -> Vec<usize> {
+                (0..rank)
+                    .filter(|d| !a.contains(&(*d as i64)) && !c.contains(&(*d as i64)))
+                    .collect()
+            };
+            let (lf, rf) = (free(x[0].rank(), lb, lc), free(x[1].rank(), rb, rc));
+            let nb = lb.len();
+            let mut lmap = vec![None; x[0].rank()];
+            let mut rmap = vec![None; x[1].rank()];
+            for i in 0..nb {
+                lmap[lb[i] as usize] = Some((i, 1, 0));
+                rmap[rb[i] as usize] = Some((i, 1, 0));
+            }
+            for (j, &d) in lf.iter().enumerate() {
+                lmap[d] = Some((nb + j, 1, 0));
+            }
+            for (j, &d) in rf.iter().enumerate() {
+                rmap[d] = Some((nb + lf.len() + j, 1, 0));
+            }
+            let mut rvars = Vec::new();
+            for (c, (&a, &b)) in lc.iter().zip(rc).enumerate() {
+                lmap[a as usize] = Some((r + c, 1, 0));
+                rmap[b as usize] = Some((r + c, 1, 0));
+                rvars.push((r + c, x[0].shape[a as usize]));
+            }
+            let prod = Expr::Op {
+                op: Ew::Kind(OpKind::Multiply),
+                dtype: out.dtype,
+                args: vec![load(0, &x[0], vars, &lmap), load(1, &x[1], vars, &rmap)],
+            };
+            let zero = Expr::Const {
+                dtype: out.dtype,
+                value: 0.0,
+            };
+            kernel(
+                vars,
+                Expr::Reduce {
+                    kind: Combiner::Add,
+                    dtype: out.dtype,
+                    init: Box::new(zero),
+                    vars: rvars,
+                    body: Box::new(prod),
+                },
+            )
+        }
+        Op::BitcastConvert {}
+            if x[0].shape == out.shape
+                && x[0].dtype.bits() == out.dtype.bits()
+                && matches!(out.dtype.bits(), 32 | 64) =>
+        {
+            kernel(
+                r,
+                Expr::Op {
+                    op: Ew::Bitcast,
+                    dtype: out.dtype,
+                    args: vec![same(0, &x[0], out, r)],
+                },
+            )
+        }
+        // Any other bitcast (between widths, or of 8- and 16-bit types) keeps the buffer's
+        // little-endian bytes as they are: a byte copy.
+        Op::BitcastConvert {} => {
+            let bytes = out.numel() * out.dtype.bytes();
+            Ok(Kernel {
+                schedule: Schedule::Nest,
+                out: TensorType::new(DType::I8, [bytes]),
+                vars: 1,
+                body: Expr::Gather {
+                    input: 0,
+                    dtype: DType::I8,
+                    index: vec![Idx::Var(0)],
+                    strides: vec![1],
+                },
+                extra: Vec::new(),
+            })
+        }
+        Op::SelectAndScatter {
+            window_dimensions,
+            window_strides,
+            padding,
+            select,
+            kind,
+        } => {
+            let grid = x[1].shape.clone();
+            let body = same(1, &x[1], &x[1], r);
+            Ok(Kernel {
+                schedule: Schedule::SelectScatter {
+                    grid,
+                    window: window_dimensions.iter().map(|&w| w as usize).collect(),
+                    strides: window_strides.clone(),
+                    pad_low: padding.iter().map(|p| p.0).collect(),
+                    select: *select,
+                    kind: *kind,
+                },
+                out: out.clone(),
+                vars: 2 * r,
+                body,
+                extra: Vec::new(),
+            })
+        }
+        Op::Scatter {
+            update_window_dims: uwd,
+            inserted_window_dims: iwd,
+            scatter_dims_to_operand_dims: sdod,
+            index_vector_dim,
+            kind,
+        } => {
+            let (a, si, u) = (&x[0], &x[1], &x[2]);
+            let ivd = *index_vector_dim as usize;
+            let ru = u.rank();
+            let batch_vars: Vec<usize> = (0..ru).filter(|d| !uwd.contains(&(*d as i64))).collect();
+            let window_dims: Vec<usize> = (0..a.rank())
+                .filter(|d| !iwd.contains(&(*d as i64)))
+                .collect();
+            let mut target = Vec::new();
+            for d in 0..a.rank() {
+                let mut parts = Vec::new();
+                if let Some(k) = sdod.iter().position(|&s| s as usize == d) {
+                    let mut pos: Vec<Idx> = batch_vars.iter().map(|&v| Idx::Var(v)).collect();
+                    if ivd < si.rank() {
+                        pos.insert(ivd, Idx::Const(k as i64));
+                    }
+                    parts.push(Idx::Value(Box::new(gather(1, si, pos))));
+                }
+                if let Some(j) = window_dims.iter().position(|&w| w == d) {
+                    parts.push(Idx::Var(uwd[j] as usize));
+                }
+                target.push(if parts.is_empty() {
+                    Idx::Const(0)
+                } else {
+                    Idx::Add(parts)
+                });
+            }
+            let body = same(2, u, u, ru);
+            Ok(Kernel {
+                schedule: Schedule::Scatter {
+                    updates: u.shape.clone(),
+                    target,
+                    kind: *kind,
+                },
+                out: out.clone(),
+                vars: ru,
+                body,
+                extra: Vec::new(),
+            })
+        }
+        Op::Pad {
+            edge_padding_low: lo,
+            interior_padding: int,
+            ..
+        } => {
+            let (mut conds, mut index) = (Vec::new(), Vec::new());
+            for d in 0..r {
+                let p = Idx::var_plus(d, -lo[d]);
+                let step = int[d] + 1;
+                let n = x[0].shape[d] as i64;
+                conds.push(Cond::InRange(
+                    p.clone(),
+                    0,
+                    if n == 0 { 0 } else { (n - 1) * step + 1 },
+                ));
+                if step > 1 {
+                    conds.push(Cond::Divisible(p.clone(), step));
+                }
+                index.push(if step > 1 {
+                    Idx::Div(Box::new(p), step)
+                } else {
+                    p
+                });
+            }
+            let inside = gather(0, &x[0], index);
+            kernel(
+                r,
+                Expr::Guard {
+                    conds,
+                    then: Box::new(inside),
+                    otherwise: Box::new(load(1, &x[1], r, &[])),
+                },
+            )
+        }
+        Op::Concatenate { dimension } => {
+            let d = *dimension as usize;
+            let mut offsets = Vec::new();
+            let mut acc = 0i64;
+            for t in x {
+                offsets.push(acc);
+                acc += t.shape[d] as i64;
+            }
+            // A balanced tree of guards on o_d picks the operand in O(log operands) tests.
+            let piece = |i: usize| {
+                let index = (0..r)
+                    .map(|e| {
+                        if e == d {
+                            Idx::var_plus(e, -offsets[i])
+                        } else {
+                            Idx::Var(e)
+                        }
+                    })
+                    .collect();
+                gather(i, &x[i], index)
+            };
+            fn tree(
+                lo: usize,
+                hi: usize,
+                d: usize,
+                offsets: &[i64],
+                piece: &dyn Fn(usize) -> Expr,
+            ) -> Expr {
+                if hi - lo == 1 {
+                    return piece(lo);
+                }
+                let mid = (lo + hi) / 2;
+                Expr::Guard {
+                    conds: vec![Cond::InRange(Idx::Var(d), 0, offsets[mid])],
+                    then: Box::new(tree(lo, mid, d, offsets, piece)),
+                    otherwise: Box::new(tree(mid, hi, d, offsets, piece)),
+                }
+            }
+            let body = tree(0, x.len(), d, &offsets, &piece);
+            kernel(r, body)
+        }
+        Op::DynamicSlice { slice_sizes } => {
+            let index = (0..r)
+                .map(|d| {
+                    let start = Idx::Clamp(
+                        Box::new(Idx::Value(Box::new(load(1 + d, &x[1 + d], r, &[])))),
+                        0,
+                        x[0].shape[d] as i64 - slice_sizes[d],
+                    );
+                    Idx::Add(vec![start, Idx::Var(d)])
+                })
+                .collect();
+            kernel(r, gather(0, &x[0], index))
+        }
+        Op::DynamicUpdateSlice {} => {
+            let (mut conds, mut index) = (Vec::new(), Vec::new());
+            for d in 0..r {
+                let start = Idx::Clamp(
+                    Box::new(Idx::Value(Box::new(load(2 + d, &x[2 + d], r, &[])))),
+                    0,
+                    (x[0].shape[d] - x[1].shape[d]) as i64,
+                );
+                let p = Idx::Add(vec![Idx::Var(d), Idx::Mul(Box::new(start), -1)]);
+                conds.push(Cond::InRange(p.clone(), 0, x[1].shape[d] as i64));
+                index.push(p);
+            }
+            kernel(
+                r,
+                Expr::Guard {
+                    conds,
+                    then: Box::new(gather(1, &x[1], index)),
+                    otherwise: Box::new(same(0, &x[0], out, r)),
+                },
+            )
+        }
+        Op::Gather {
+            offset_dims,
+            collapsed_slice_dims,
+            start_index_map,
+            index_vector_dim,
+            slice_sizes,
+        } => {
+            let (a, si) = (&x[0], &x[1]);
+            let ivd = *index_vector_dim as usize;
+            let batch_vars: Vec<usize> = (0..r)
+                .filter(|d| !offset_dims.contains(&(*d as i64)))
+                .collect();
+            let window_dims: Vec<usize> = (0..a.rank())
+                .filter(|d| !collapsed_slice_dims.contains(&(*d as i64)))
+                .collect();
+            let mut index = Vec::new();
+            for (d, (&size, &slice)) in a.shape.iter().zip(slice_sizes).enumerate() {
+                let mut parts = Vec::new();
+                if let Some(k) = start_index_map.iter().position(|&s| s as usize == d) {
+                    // Position in start_indices: the batch variables with k at index_vector_dim.
+                    let mut pos: Vec<Idx> = batch_vars.iter().map(|&v| Idx::Var(v)).collect();
+                    if ivd < si.rank() {
+                        pos.insert(ivd, Idx::Const(k as i64));
+                    }
+                    let sv = gather(1, si, pos);
+                    parts.push(Idx::Clamp(
+                        Box::new(Idx::Value(Box::new(sv))),
+                        0,
+                        size as i64 - slice,
+                    ));
+                }
+                if let Some(j) = window_dims.iter().position(|&w| w == d) {
+                    parts.push(Idx::Var(offset_dims[j] as usize));
+                }
+                index.push(if parts.is_empty() {
+                    Idx::Const(0)
+                } else {
+                    Idx::Add(parts)
+                });
+            }
+            kernel(r, gather(0, a, index))
+        }
+        Op::Convolution {
+            window_strides,
+            rhs_dilation,
+            output_dims,
+            ..
+        } if is_gemm_conv(op)
+            && out.numel() > 0
+            && matches!(out.dtype, DType::F32 | DType::F64) =>
+        {
+            let (a, w) = (&x[0].shape, &x[1].shape);
+            let planes = output_dims[..] == GEMM_CONV_PLANES;
+            // [N, OH, OW, O] or [N, O, OH, OW].
+            let (oh, ow, o) = if planes {
+                (out.shape[2], out.shape[3], out.shape[1])
+            } else {
+                (out.shape[1], out.shape[2], out.shape[3])
+            };
+            let patches = ConvPatches {
+                h: a[1],
+                w: a[2],
+                c: a[3],
+                oh,
+                ow,
+                kh: w[0],
+                kw: w[1],
+                stride: [window_strides[0] as usize, window_strides[1] as usize],
+                dilation: [rhs_dilation[0] as usize, rhs_dilation[1] as usize],
+                planes,
+            };
+            let (batch, m) = if planes {
+                (out.shape[0], oh * ow)
+            } else {
+                (1, out.shape[0] * oh * ow)
+            };
+            Ok(Kernel {
+                schedule: Schedule::Gemm {
+                    epilogue: None,
+                    batch,
+                    m,
+                    n: o,
+                    k: w[0] * w[1] * w[2],
+                    conv: Some(patches),
+                    a_trans: false,
+                    b_trans: false,
+                    chain: None,
+                },
+                out: out.clone(),
+                vars: 0,
+                body: Expr::Const {
+                    dtype: out.dtype,
+                    value: 0.0,
+                },
+                extra: Vec::new(),
+            })
+        }
+        Op::Convolution {
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            feature_group_count,
+            input_dims,
+            kernel_dims,
+            output_dims,
+        } => {
+            let (a, w) = (&x[0], &x[1]);
+            let sp = a.rank() - 2;
+            let k_in = w.shape[kernel_dims[1] as usize];
+            let per_group = (w.shape[kernel_dims[0] as usize] as i64 / feature_group_count).max(1);
+            // Reduction variables: input feature within the group, then kernel spatial positions.
+            let ic = r;
+            let kv = |i: usize| r + 1 + i;
+            let vars = r + 1 + sp;
+            let ob = output_dims[0] as usize;
+            let of = output_dims[1] as usize;
+            let mut li = vec![Idx::Const(0); a.rank()];
+            let mut wi = vec![Idx::Const(0); w.rank()];
+            li[input_dims[0] as usize] = Idx::Var(ob);
+            li[input_dims[1] as usize] = Idx::Add(vec![
+                Idx::Mul(
+                    Box::new(Idx::Div(Box::new(Idx::Var(of)), per_group)),
+                    k_in as i64,
+                ),
+                Idx::Var(ic),
+            ]);
+            wi[kernel_dims[0] as usize] = Idx::Var(of);
+            wi[kernel_dims[1] as usize] = Idx::Var(ic);
+            let mut conds = Vec::new();
+            for i in 0..sp {
+                let pos = Idx::Add(vec![
+                    Idx::Mul(
+                        Box::new(Idx::Var(output_dims[2 + i] as usize)),
+                        window_strides[i],
+                    ),
+                    Idx::Const(-padding[i].0),
+                    Idx::Mul(Box::new(Idx::Var(kv(i))), rhs_dilation[i]),
+                ]);
+                let size = a.shape[input_dims[2 + i] as usize] as i64;
+                let ld = lhs_dilation[i];
+                conds.push(Cond::InRange(
+                    pos.clone(),
+                    0,
+                    if size == 0 { 0 } else { (size - 1) * ld + 1 },
+                ));
+                if ld > 1 {
+                    conds.push(Cond::Divisible(pos.clone(), ld));
+                }
+                li[input_dims[2 + i] as usize] = if ld > 1 {
+                    Idx::Div(Box::new(pos), ld)
+                } else {
+                    pos
+                };
+                wi[kernel_dims[2 + i] as usize] = Idx::Var(kv(i));
+            }
+            let weight = gather(1, w, wi);
+            let prod = Expr::Op {
+                op: Ew::Kind(OpKind::Multiply),
+                dtype: out.dtype,
+                args: vec![gather(0, a, li), weight.clone()],
+            };
+            let zero = Expr::Const {
+                dtype: out.dtype,
+                value: 0.0,
+            };
+            // Padding and dilation holes are zeros that multiply the weight like any input
+            // element (StableHLO pads, then multiplies): against an infinite weight, NaN.
+            let padded = Expr::Op {
+                op: Ew::Kind(OpKind::Multiply),
+                dtype: out.dtype,
+                args: vec![zero.clone(), weight],
+            };
+            let body = Expr::Guard {
+                conds,
+                then: Box::new(prod),
+                otherwise: Box::new(padded),
+            };
+            let mut rvars = vec![(ic, k_in)];
+            rvars.extend((0..sp).map(|i| (kv(i), w.shape[kernel_dims[2 + i] as usize])));
+            kernel(
+                vars,
+                Expr::Reduce {
+                    kind: Combiner::Add,
+                    dtype: out.dtype,
+                    init: Box::new(zero),
+                    vars: rvars,
+                    body: Box::new(body),
+                },
+            )
+        }
+        Op::ReduceWindow {
+            window_dimensions: wd,
+            window_strides: ws,
+            base_dilations: bd,
+            window_dilations: wdl,
+            padding,
+            kind,
+        } => {
+            let a = &x[0];
+            let vars = r + r;
+            let (mut conds, mut index) = (Vec::new(), Vec::new());
+            for d in 0..r {
+                let pos = Idx::Add(vec![
+                    Idx::Mul(Box::new(Idx::Var(d)), ws[d]),
+                    Idx::Const(-padding[d].0),
+                    Idx::Mul(Box::new(Idx::Var(r + d)), wdl[d]),
+                ]);
+                let size = a.shape[d] as i64;
+                conds.push(Cond::InRange(
+                    pos.clone(),
+                    0,
+                    if size == 0 { 0 } else { (size - 1) * bd[d] + 1 },
+                ));
+                if bd[d] > 1 {
+                    conds.push(Cond::Divisible(pos.clone(), bd[d]));
+                }
+                index.push(if bd[d] > 1 {
+                    Idx::Div(Box::new(pos), bd[d])
+                } else {
+                    pos
+                });
+            }
+            let init = load(1, &x[1], vars, &[]);
+            let body = Expr::Guard {
+                conds,
+                then: Box::new(gather(0, a, index)),
+                otherwise: Box::new(init.clone()),
+            };
+            let rvars = (0..r).map(|d| (r + d, wd[d] as usize)).collect();
+            kernel(
+                vars,
+                Expr::Reduce {
+                    kind: *kind,
+                    dtype: out.dtype,
+                    init: Box::new(init),
+                    vars: rvars,
+                    body: Box::new(body),
+                },
+            )
+        }
+    }
+}
+
+/// The kernel of an elementwise op: the op applied to its operands at the output's position.
+fn elementwise(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKernel> {
+    let (r, k) = (out.rank(), op.kind());
+    let operand_dtype = if matches!(op, Op::Select {}) {
+        x[1].dtype
+    } else {
+        x[0].dtype
+    };
+    if !elementwise_supported(k, operand_dtype) {
+        return Err(NoKernel(
+            "an elementwise op the kernels lack for its operand dtype",
+        ));
+    }
+    let ew = match op {
+        Op::Compare {
+            comparison_direction,
+        } => Ew::Cmp(*comparison_direction),
+        Op::Select {} => Ew::Select,
+        Op::Clamp {} => Ew::Clamp,
+        Op::Convert {} => Ew::Convert,
+        _ => Ew::Kind(k),
+    };
+    let args = x
+        .iter()
+        .enumerate()
+        .map(|(i, t)| same(i, t, out, r))
+        .collect();
+    Ok(Kernel {
+        schedule: Schedule::Nest,
+        out: out.clone(),
+        vars: r,
+        body: Expr::Op {
+            op: ew,
+            dtype: out.dtype,
+            args,
+        },
+        extra: Vec::new(),
+    })
+}
+
+/// The dimension numbers of the convolutions the GEMM runs directly: input `[N, H, W, C]`
+/// (already padded), kernel `[KH, KW, C, O]` (a `[KH*KW*C, O]` matrix as it stands), output
+/// `[N, OH, OW, O]` (the `[N*OH*OW, O]` product as it stands) or `[N, O, OH, OW]` (see
+/// [`GEMM_CONV_PLANES`]).
+pub const GEMM_CONV_INPUT: [i64; 4] = [0, 3, 1, 2];
+/// Kernel dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
+pub const GEMM_CONV_KERNEL: [i64; 4] = [3, 2, 0, 1];
+/// Output dimension numbers of the GEMM convolution (see [`GEMM_CONV_INPUT`]).
+pub const GEMM_CONV_OUTPUT: [i64; 4] = [0, 3, 1, 2];
+/// The other output dimension numbers the GEMM writes directly: `[N, O, OH, OW]` (NCHW), each
+/// image's product stored by columns, one plane per output feature.
+pub const GEMM_CONV_PLANES: [i64; 4] = [0, 1, 2, 3];
+
+/// Whether `op` is a convolution the GEMM runs directly: the layouts above (either output
+/// layout), no padding, no input dilation, one feature group.
+pub fn is_gemm_conv(op: &Op) -> bool {
+    matches!(op, Op::Convolution {
+        padding,
+        lhs_dilation,
+        feature_group_count,
+        input_dims,
+        kernel_dims,
+        output_dims,
+        ..
+    } if input_dims[..] == GEMM_CONV_INPUT
+        && kernel_dims[..] == GEMM_CONV_KERNEL
+        && (output_dims[..] == GEMM_CONV_OUTPUT || output_dims[..] == GEMM_CONV_PLANES)
+        && padding.iter().all(|&p| p == (0, 0))
+        && lhs_dilation.iter().all(|&d| d == 1)
+        && *feature_group_count == 1)
+}
+
+/// A dot_general the GEMM reads in place: `[batch, m, k]` or `[batch, k, m]` times
+/// `[batch, k, n]` or `[batch, n, k]` row-major matrices, each of `batch`, `m`, `k` and `n` a
+/// run of consecutive dimensions in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulLayout {
+    /// Batch size, rows, contraction length, columns.
+    pub dims: [usize; 4],
+    /// The lhs is stored `[batch, k, m]`.
+    pub a_trans: bool,
+    /// The rhs is stored `[batch, n, k]`.
+    pub b_trans: bool,
+}
+
+/// The in-place layout of a dot_general (see [`MatmulLayout`]): batch dimensions lead both
+/// operands, and each operand's contracting dimensions are, in order, either its trailing
+/// ones or the ones right after the batch. The result (batch, lhs free, rhs free) is the
+/// `[batch, m, n]` product either way.
+pub fn matmul_layout(
+    lb: &[i64],
+    rb: &[i64],
+    lc: &[i64],
+    rc: &[i64],
+    a: &TensorType,
+    b: &TensorType,
+) -> Option<MatmulLayout> {
+    let (nb, nc) = (lb.len() as i64, lc.len() as i64);
+    let (ra, rr) = (a.rank() as i64, b.rank() as i64);
+    let range = |lo: i64, hi: i64| (lo..hi).collect::<Vec<i64>>();
+    if lb != range(0, nb) || rb != range(0, nb) || ra < nb + nc || rr < nb + nc {
+        return None;
+    }
+    let a_trans = if lc == range(ra - nc, ra) {
+        false
+    } else if lc == range(nb, nb + nc) {
+        true
+    } else {
+        return None;
+    };
+    let b_trans = if rc == range(nb, nb + nc) {
+        false
+    } else if rc == range(rr - nc, rr) {
+        true
+    } else {
+        return None;
+    };
+    let nb = nb as usize;
+    let free = |t: &TensorType, c: &[i64]| -> usize {
+        (nb..t.rank())
+            .filter(|d| !c.contains(&(*d as i64)))
+            .map(|d| t.shape[d])
+            .product()
+    };
+    let k = lc.iter().map(|&d| a.shape[d as usize]).product();
+    Some(MatmulLayout {
+        dims: [a.shape[..nb].iter().product(), free(a, lc), k, free(b, rc)],
+        a_trans,
+        b_trans,
+    })
+}
+
+/// A load of `ty` at index expressions `index` (one per dimension).
+fn gather(input: usize, ty: &TensorType, index: Vec<Idx>) -> Expr {
+    Expr::Gather {
+        input,
+        dtype: ty.dtype,
+        index,
+        strides: strides(&ty.shape).iter().map(|&s| s as i64).collect(),
+    }
+}
