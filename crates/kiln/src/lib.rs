@@ -33,6 +33,8 @@ pub use backend::{Options, options, set_options};
 pub use kiln_derive::Tree;
 pub use kiln_ir as ir;
 pub use kiln_ir::DType;
+#[cfg(feature = "mlir")]
+pub use kiln_mlir as mlir;
 pub use kiln_reference as reference;
 pub use kiln_trace::{Device, Element, Error, Result, TakeMode, Tensor, Tree, promote, tree};
 pub use transforms::{
