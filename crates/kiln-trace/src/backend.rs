@@ -197,14 +197,17 @@ pub fn set_backend(b: Arc<dyn Backend>) {
     *BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(b);
 }
 
-/// What picks the backend while none was set with [`set_backend`], from the [`options`].
-static DEFAULT_BACKEND: RwLock<Option<fn(&Options) -> Arc<dyn Backend>>> = RwLock::new(None);
+/// A choice of backend by the [`options`] (see [`set_default_backend`]).
+pub type Pick = fn(&Options) -> Arc<dyn Backend>;
+
+/// What picks the backend while none was set with [`set_backend`].
+static DEFAULT_BACKEND: RwLock<Option<Pick>> = RwLock::new(None);
 
 /// Installs what picks the backend while none was set with [`set_backend`]: `pick` is called
 /// once, with the [`options`], at the first compile. The `kiln` facade installs its choice
 /// (the CPU backend, or the reference interpreter under `KILN_BACKEND=reference`) when the
 /// program loads.
-pub fn set_default_backend(pick: fn(&Options) -> Arc<dyn Backend>) {
+pub fn set_default_backend(pick: Pick) {
     *DEFAULT_BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(pick);
 }
 
