@@ -396,7 +396,7 @@ fn no_environment_reads_below_the_api_boundary() {
     assert!(files.len() > 40, "found only {} source files", files.len());
     let allowed = |p: &std::path::Path| {
         let p = p.to_string_lossy().replace('\\', "/");
-        p.contains("/src/bin/") || p.ends_with("crates/kiln-trace/src/backend.rs")
+        p.contains("/src/bin/")
     };
     let mut found = Vec::new();
     for f in files.iter().filter(|f| !allowed(f)) {
@@ -415,11 +415,9 @@ fn no_environment_reads_below_the_api_boundary() {
     );
 }
 
-/// The kernel layer decides and does not render or run: no crate `kiln-kernel` depends on,
-/// directly or through other workspace crates, is LLVM, a GPU driver, a thread pool or the
-/// runtime (what `cargo tree -p kiln-kernel` shows, read from the manifests).
-#[test]
-fn the_kernel_layer_depends_on_no_backend_or_runtime() {
+/// The crates `krate` depends on, directly or through other workspace crates (what `cargo
+/// tree -p krate` shows of them, read from the manifests' `[dependencies]`).
+fn dependencies_of(krate: &str) -> std::collections::BTreeSet<String> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let deps = |krate: &str| -> Vec<String> {
         let text = std::fs::read_to_string(root.join("crates").join(krate).join("Cargo.toml"))
@@ -436,7 +434,7 @@ fn the_kernel_layer_depends_on_no_backend_or_runtime() {
         out
     };
     let mut seen = std::collections::BTreeSet::new();
-    let mut todo = vec!["kiln-kernel".to_string()];
+    let mut todo = vec![krate.to_string()];
     while let Some(k) = todo.pop() {
         for d in deps(&k) {
             if seen.insert(d.clone()) && d.starts_with("kiln-") {
@@ -444,6 +442,15 @@ fn the_kernel_layer_depends_on_no_backend_or_runtime() {
             }
         }
     }
+    seen
+}
+
+/// The kernel layer decides and does not render or run: no crate `kiln-kernel` depends on,
+/// directly or through other workspace crates, is LLVM, a GPU driver, a thread pool or the
+/// runtime (what `cargo tree -p kiln-kernel` shows, read from the manifests).
+#[test]
+fn the_kernel_layer_depends_on_no_backend_or_runtime() {
+    let seen = dependencies_of("kiln-kernel");
     assert!(
         seen.contains("kiln-ir") && seen.contains("kiln-opt"),
         "{seen:?}"
@@ -509,4 +516,28 @@ fn filetest_headers_are_checked() {
     .unwrap();
     run_filetest(&ok).unwrap();
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Tensors and tracing name no code generator: the facade (`kiln`) links the CPU backend and
+/// installs it, so `cargo tree -p kiln-trace` shows no LLVM, MLIR or GPU driver.
+#[test]
+fn tracing_depends_on_no_codegen_crate() {
+    let seen = dependencies_of("kiln-trace");
+    assert!(
+        seen.contains("kiln-ir") && seen.contains("kiln-kernel"),
+        "{seen:?}"
+    );
+    for banned in [
+        "inkwell",
+        "melior",
+        "cudarc",
+        "kiln-codegen-llvm",
+        "kiln-mlir",
+        "kiln-runtime",
+    ] {
+        assert!(
+            !seen.contains(banned),
+            "kiln-trace depends on {banned}: {seen:?}"
+        );
+    }
 }

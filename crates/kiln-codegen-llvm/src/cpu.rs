@@ -8,7 +8,7 @@ use crate::kernel::{
     Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, rename_var, value_key,
     var_plus_const, visit,
 };
-use crate::{Error, Result};
+use crate::{Error, Result, storage};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
@@ -207,17 +207,6 @@ enum Hoisted<'c> {
     Value(BasicValueEnum<'c>),
     /// A row cache: the value at each position of loop variable `var`, in `buf`.
     Row { buf: PointerValue<'c>, var: usize },
-}
-
-fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
-    match d {
-        DType::Pred | DType::I8 => ctx.i8_type().into(),
-        DType::F16 | DType::BF16 => ctx.i16_type().into(),
-        DType::I32 | DType::U32 => ctx.i32_type().into(),
-        DType::I64 => ctx.i64_type().into(),
-        DType::F32 => ctx.f32_type().into(),
-        DType::F64 => ctx.f64_type().into(),
-    }
 }
 
 /// The vector of `lanes` elements of the storage type `st` (a float or an integer).

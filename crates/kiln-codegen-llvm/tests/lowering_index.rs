@@ -65,3 +65,43 @@ fn a_warm_cache_skips_the_optimizer_and_gives_the_same_results() {
     assert_eq!(run(&again), run(&cold));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The backend renders what the kernel layer lowered: `lower_program`, then `render`, runs
+/// like `compile`, and the lowered program's decisions are the ones the executable runs.
+#[test]
+fn the_backend_renders_a_lowered_program() {
+    use kiln_codegen_llvm::cpu::{CpuExecutable, host_target_info};
+    use kiln_kernel::Options;
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f32[4,3], %1: f32[3]) -> f32[4,3] {\n  %2 = broadcast_in_dim %1 {broadcast_dimensions = [1]} : f32[4,3]\n  %3 = add %0, %2 : f32[4,3]\n  %4 = exponential %3 : f32[4,3]\n  return %4\n}\n",
+    )
+    .unwrap();
+    let opts = Options::default();
+    let lowered = kiln_kernel::pipeline::lower_program(
+        &f,
+        &[],
+        &opts,
+        &host_target_info(),
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(!lowered.from_index);
+    let steps = lowered.steps.clone();
+    let exe = CpuExecutable::render(lowered, &opts).unwrap();
+    assert_eq!(exe.plan(), &steps[..]);
+    let a = kiln_ir::Literal::from_f64s(
+        kiln_ir::TensorType::new(kiln_ir::DType::F32, vec![4, 3]),
+        &[
+            0.5, -1.0, 2.0, 0.0, 1.5, -2.5, 3.0, 0.25, -0.75, 1.0, 1.0, -1.0,
+        ],
+    )
+    .unwrap();
+    let b = kiln_ir::Literal::from_f64s(
+        kiln_ir::TensorType::new(kiln_ir::DType::F32, vec![3]),
+        &[0.1, 0.2, -0.3],
+    )
+    .unwrap();
+    let got = exe.run(&[a.clone(), b.clone()]).unwrap();
+    kiln_reference::accuracy::check_outputs(&f, &[a, b], &got).unwrap();
+}

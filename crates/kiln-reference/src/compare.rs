@@ -32,6 +32,18 @@ impl Tolerance {
             rtol: eps * ulps,
         }
     }
+
+    /// Whether `actual` is close enough to `expected`: NaN matches NaN, an infinity only itself,
+    /// and finite values within `atol + rtol * |expected|`.
+    pub fn accepts(&self, actual: f64, expected: f64) -> bool {
+        if expected.is_nan() {
+            actual.is_nan()
+        } else if expected.is_infinite() || actual.is_infinite() {
+            actual == expected
+        } else {
+            (actual - expected).abs() <= self.atol + self.rtol * expected.abs()
+        }
+    }
 }
 
 /// Checks that `actual` matches `expected`: same type; integers and `pred` equal; floats within
@@ -58,15 +70,7 @@ pub fn check_close(actual: &Literal, expected: &Literal, tol: Tolerance) -> Resu
     }
     let (a, e) = (actual.to_f64s(), expected.to_f64s());
     for i in 0..a.len() {
-        let (x, y) = (a[i], e[i]);
-        let ok = if y.is_nan() {
-            x.is_nan()
-        } else if y.is_infinite() || x.is_infinite() {
-            x == y
-        } else {
-            (x - y).abs() <= tol.atol + tol.rtol * y.abs()
-        };
-        if !ok {
+        if !tol.accepts(a[i], e[i]) {
             return Err(format!(
                 "element {i}: {} differs from the expected {} (tolerance {:e} + {:e} relative)",
                 actual.format_elem(i),

@@ -1,10 +1,12 @@
 //! Where tensor programs run: a [`Backend`] compiles a [`Func`] into an [`Executable`].
 //!
-//! The CPU backend (LLVM kernels, JIT-compiled for this machine) is the default; set
-//! `KILN_BACKEND=reference` to run everything on the reference interpreter instead, or install
-//! another backend with [`set_backend`]. Compiled executables are cached by backend and program text, so an op or a
-//! traced function of a given signature compiles once, even when several threads call it for
-//! the first time at once (they wait for the first one's compile).
+//! This crate names no backend but the [`Reference`] interpreter: the API layer above it
+//! installs one with [`set_backend`], or what picks one with [`set_default_backend`] (the
+//! `kiln` facade picks its CPU backend, LLVM kernels JIT-compiled for this machine, unless
+//! `KILN_BACKEND=reference`), and where the [`options`] come from with [`set_options_source`].
+//! Compiled executables are cached by backend and program text, so an op or a traced function
+//! of a given signature compiles once, even when several threads call it for the first time at
+//! once (they wait for the first one's compile).
 
 use crate::{Error, Result};
 use kiln_ir::{Func, Literal};
@@ -79,64 +81,35 @@ impl Backend for Reference {
     }
 }
 
-/// The CPU backend: fused LLVM kernels, optimized at O2 for the host CPU.
-pub struct Cpu;
-
-struct CpuCompiled(kiln_codegen_llvm::cpu::CpuExecutable);
-
-impl Executable for CpuCompiled {
-    fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
-        self.0
-            .call(args)
-            .map_err(|e| Error::internal("run", e.to_string()))
-    }
-    fn run_donating(&self, args: Vec<Cow<'_, Literal>>) -> Result<Vec<Literal>> {
-        self.0
-            .call_donating(args)
-            .map_err(|e| Error::internal("run", e.to_string()))
-    }
-}
-
-impl Backend for Cpu {
-    fn name(&self) -> &'static str {
-        "cpu"
-    }
-    fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>> {
-        self.compile_donating(f, &[])
-    }
-    fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
-        self.compile_with_options(f, donated, &options())
-    }
-    fn compile_with_options(
-        &self,
-        f: &Func,
-        donated: &[bool],
-        opts: &Options,
-    ) -> Result<Arc<dyn Executable>> {
-        let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(f, donated, opts)
-            .map_err(|e| Error::internal("compile", e.to_string()))?;
-        Ok(Arc::new(CpuCompiled(exe)))
-    }
-}
-
 static BACKEND: RwLock<Option<Arc<dyn Backend>>> = RwLock::new(None);
 
 static OPTIONS: RwLock<Option<Options>> = RwLock::new(None);
 
-/// The options compiles run under: those given to [`set_options`], else the process
-/// environment's (see [`kiln_kernel::options::SWITCHES`]), read once. This is the one place
-/// below the facade that reads the environment: it picks the backend too, until that choice
-/// moves to the facade with the CPU backend.
+/// Where the options come from when none were set: a function the API layer installs with
+/// [`set_options_source`] (the `kiln` facade reads the process environment, see
+/// [`kiln_kernel::options::SWITCHES`]), called once.
+static OPTIONS_SOURCE: RwLock<Option<fn() -> Options>> = RwLock::new(None);
+
+/// The options compiles run under: those given to [`set_options`], else those of the source
+/// installed with [`set_options_source`] (read once), else [`Options::default`]. This crate
+/// reads no environment variable: the API layer above it does.
 pub fn options() -> Options {
     if let Some(o) = OPTIONS.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
         return o.clone();
     }
-    let o = Options::from_vars(&|name| std::env::var(name).ok());
+    let source = *OPTIONS_SOURCE.read().unwrap_or_else(|e| e.into_inner());
+    let o = source.map_or_else(Options::default, |read| read());
     OPTIONS
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert(o)
         .clone()
+}
+
+/// Installs where [`options`] comes from while none were set: `read` is called once, at the
+/// first compile (the `kiln` facade installs its reading of the environment).
+pub fn set_options_source(read: fn() -> Options) {
+    *OPTIONS_SOURCE.write().unwrap_or_else(|e| e.into_inner()) = Some(read);
 }
 
 /// Sets the options every compile from now on runs under (compiled executables are cached
@@ -224,17 +197,41 @@ pub fn set_backend(b: Arc<dyn Backend>) {
     *BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(b);
 }
 
-/// The installed backend: the CPU backend unless another was set or `KILN_BACKEND=reference`.
-pub fn backend() -> Arc<dyn Backend> {
+/// A choice of backend by the [`options`] (see [`set_default_backend`]).
+pub type Pick = fn(&Options) -> Arc<dyn Backend>;
+
+/// What picks the backend while none was set with [`set_backend`].
+static DEFAULT_BACKEND: RwLock<Option<Pick>> = RwLock::new(None);
+
+/// Installs what picks the backend while none was set with [`set_backend`]: `pick` is called
+/// once, with the [`options`], at the first compile. The `kiln` facade installs its choice
+/// (the CPU backend, or the reference interpreter under `KILN_BACKEND=reference`) when the
+/// program loads.
+pub fn set_default_backend(pick: Pick) {
+    *DEFAULT_BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(pick);
+}
+
+/// The installed backend: the one set with [`set_backend`], else the one the default picks
+/// (see [`set_default_backend`]). With neither (this crate used without the `kiln` facade
+/// and without installing a backend), an error that says so: nothing runs on a backend the
+/// program did not choose.
+pub fn backend() -> Result<Arc<dyn Backend>> {
     if let Some(b) = BACKEND.read().unwrap_or_else(|e| e.into_inner()).clone() {
-        return b;
+        return Ok(b);
     }
-    let b: Arc<dyn Backend> = match options().backend.as_deref() {
-        Some("reference") => Arc::new(Reference),
-        _ => Arc::new(Cpu),
-    };
-    *BACKEND.write().unwrap_or_else(|e| e.into_inner()) = Some(b.clone());
-    b
+    let pick = (*DEFAULT_BACKEND.read().unwrap_or_else(|e| e.into_inner())).ok_or_else(|| {
+        Error::internal(
+            "compile",
+            "no backend is installed: the `kiln` crate installs the CPU backend; \
+             without it, call `kiln_trace::backend::set_backend`",
+        )
+    })?;
+    let b = pick(&options());
+    Ok(BACKEND
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert(b)
+        .clone())
 }
 
 /// Compiles `f` with the installed backend, or returns the cached executable for the same
@@ -257,7 +254,7 @@ pub fn compile_cached_with(
     donated: &[bool],
     opts: &Options,
 ) -> Result<Arc<dyn Executable>> {
-    let b = backend();
+    let b = backend()?;
     let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
     let key = format!("{}\n{opts:?}\n{mask}\n{}", b.name(), kiln_ir::print_func(f));
     // The first caller for a key inserts its slot and compiles; callers that come while it
@@ -291,5 +288,5 @@ pub fn compile_cached_with(
 /// a new kernel cache directory (or none), everything is compiled anew. For measuring cold
 /// compiles (the `compile_chain_*` benchmarks); programs use [`compile_cached`].
 pub fn compile_uncached(f: &Func, donated: &[bool], opts: &Options) -> Result<Arc<dyn Executable>> {
-    backend().compile_with_options(f, donated, opts)
+    backend()?.compile_with_options(f, donated, opts)
 }

@@ -21,6 +21,7 @@
 
 extern crate self as kiln;
 
+pub mod backend;
 pub mod lower;
 pub mod nn;
 pub mod optim;
@@ -28,14 +29,14 @@ pub mod random;
 pub mod testing;
 mod transforms;
 
+pub use backend::{Options, options, set_options};
 pub use kiln_derive::Tree;
 pub use kiln_ir as ir;
 pub use kiln_ir::DType;
+#[cfg(feature = "mlir")]
+pub use kiln_mlir as mlir;
 pub use kiln_reference as reference;
-pub use kiln_trace::backend::{Options, options, set_options};
-pub use kiln_trace::{
-    Device, Element, Error, Result, TakeMode, Tensor, Tree, backend, promote, tree,
-};
+pub use kiln_trace::{Device, Element, Error, Result, TakeMode, Tensor, Tree, promote, tree};
 pub use transforms::{
     Jit, Pullback, custom_vjp, grad, jit, jvp, value_and_grad, value_and_grad_with_aux, vjp,
 };

@@ -5,9 +5,9 @@
 //! inlined when they are themselves traced, so transforms compose (`grad(grad(f))`,
 //! `jit(|p| grad(loss)(p))`).
 
+use crate::backend::{Executable, Options, compile_cached_with, compile_uncached, options};
 use crate::{Error, Result, Tensor, Tree};
 use kiln_ir::{Func, Loc};
-use kiln_trace::backend::{Executable, Options, compile_cached_with, compile_uncached, options};
 use kiln_trace::trace::{call, trace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +39,7 @@ fn trace_tree<I: Tree, O: Tree>(
     loc: Loc,
     hoist: bool,
 ) -> Result<(kiln_trace::trace::Traced, O)> {
+    crate::backend::install();
     let leaves = leaves_of(x, name, loc)?;
     let types: Vec<_> = leaves.iter().map(|t| t.ty().expect("not failed")).collect();
     let mut template = None;

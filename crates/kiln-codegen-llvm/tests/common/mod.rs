@@ -6,6 +6,7 @@
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::random::{Rng, random_literal};
 use kiln_ir::{DType, Literal};
+use kiln_reference::compare::{Tolerance, check_close};
 
 /// The compile options of the test's environment (`KILN_CACHE_DIR`, `KILN_VECTOR_BITS`, ...,
 /// see `kiln_kernel::options::SWITCHES`): tests read it as a program's boundary does.
@@ -14,8 +15,8 @@ pub fn env_options() -> kiln_kernel::Options {
 }
 
 /// A loose comparison for results whose program is not at hand: a relative tolerance per dtype
-/// scaled by the tensor's largest value. Everything with a program uses [`check`] (the bounds
-/// of `kiln_reference::accuracy`) instead.
+/// and an absolute one scaled by the tensor's largest finite value (at least 1). Everything
+/// with a program uses [`check`] (the bounds of `kiln_reference::accuracy`) instead.
 pub fn close(a: &Literal, e: &Literal) -> Result<(), String> {
     let rtol = match e.dtype() {
         DType::F16 => 1e-2,
@@ -24,25 +25,16 @@ pub fn close(a: &Literal, e: &Literal) -> Result<(), String> {
         DType::F64 => 1e-9,
         _ => 0.0,
     };
-    if e.dtype().is_float() {
-        let (av, ev) = (a.to_f64s(), e.to_f64s());
-        let scale = ev
-            .iter()
-            .filter(|x| x.is_finite())
-            .fold(1.0f64, |m, x| m.max(x.abs()));
-        for (i, (x, y)) in av.iter().zip(&ev).enumerate() {
-            let ok =
-                (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= rtol * (scale + y.abs());
-            if !ok {
-                return Err(format!("element {i}: {x} vs reference {y}"));
-            }
-        }
-        Ok(())
-    } else if a.to_i64s() == e.to_i64s() {
-        Ok(())
-    } else {
-        Err(format!("{a} vs reference {e}"))
-    }
+    let scale = e
+        .to_f64s()
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(1.0f64, |m, x| m.max(x.abs()));
+    let tol = Tolerance {
+        atol: rtol * scale,
+        rtol,
+    };
+    check_close(a, e, tol).map_err(|m| format!("{m} (the reference's)"))
 }
 
 /// Compiles `f` for the CPU, runs it on `args`, and compares every output with the reference
