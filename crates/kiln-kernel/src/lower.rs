@@ -886,3 +886,64 @@ fn gather(input: usize, ty: &TensorType, index: Vec<Idx>) -> Expr {
         strides: strides(&ty.shape).iter().map(|&s| s as i64).collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::{Arity, ComparisonDirection, Props, RngAlgorithm, attr::AttrCtx};
+
+    /// Every elementwise op (by its properties) lowers to a loop nest applying it at the
+    /// output's position.
+    #[test]
+    fn every_elementwise_op_is_a_loop_nest() {
+        let t = TensorType::new(DType::F32, [2, 3]);
+        for &kind in OpKind::ALL {
+            if !kind.props().contains(Props::ELEMENTWISE) {
+                continue;
+            }
+            let op = match kind {
+                OpKind::Compare => Op::Compare {
+                    comparison_direction: ComparisonDirection::Lt,
+                },
+                _ => Op::from_attrs(kind, &[], &AttrCtx { result_types: &[] })
+                    .expect("an elementwise op without attributes"),
+            };
+            let Arity::Fixed(n) = kind.arity() else {
+                panic!("{kind:?} has a fixed arity");
+            };
+            let k = lower(&op, &vec![t.clone(); n], &t).expect("a kernel");
+            assert_eq!(k.schedule, Schedule::Nest, "{kind:?}");
+            assert!(matches!(k.body, Expr::Op { .. }), "{kind:?}");
+        }
+    }
+
+    /// An op without a kernel says why.
+    #[test]
+    fn ops_without_kernels_say_why() {
+        let t = TensorType::new(DType::F32, [2]);
+        let u = TensorType::new(DType::U32, [2]);
+        let pred = TensorType::new(DType::Pred, [2]);
+        let cases = [
+            (
+                Op::Constant {
+                    value: kiln_ir::Literal::zeros(t.clone()),
+                },
+                vec![],
+                t.clone(),
+            ),
+            (Op::OptimizationBarrier {}, vec![t.clone()], t.clone()),
+            (
+                Op::RngBitGenerator {
+                    algorithm: RngAlgorithm::ThreeFry,
+                },
+                vec![u.clone()],
+                u,
+            ),
+            (Op::Power {}, vec![pred.clone(), pred.clone()], pred),
+        ];
+        for (op, x, out) in cases {
+            let why = lower(&op, &x, &out).expect_err("no kernel");
+            assert!(!why.to_string().is_empty(), "{op:?}");
+        }
+    }
+}
