@@ -39,6 +39,7 @@ pub mod rewrite;
 pub mod schedule;
 pub mod target;
 pub mod verify;
+pub mod window;
 
 pub use options::Options;
 use std::fmt;

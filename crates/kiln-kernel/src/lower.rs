@@ -2,6 +2,7 @@
 //! maps of the loop variables.
 
 use crate::ir::{Cond, ConvPatches, Ew, Expr, Idx, Kernel, Schedule};
+use crate::window::WindowDim;
 use kiln_ir::{Combiner, DType, Op, OpKind, TensorType, strides};
 
 /// A load of `ty` where operand dimension `d` is indexed by `map[d]`: `Some((var, scale,
@@ -399,22 +400,17 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         } => {
             let (mut conds, mut index) = (Vec::new(), Vec::new());
             for d in 0..r {
+                // A pad is a window of one element: interior padding dilates the input.
+                let dim = WindowDim {
+                    size: x[0].shape[d] as i64,
+                    stride: 1,
+                    pad_lo: lo[d],
+                    base_dilation: int[d] + 1,
+                    window_dilation: 1,
+                };
                 let p = Idx::var_plus(d, -lo[d]);
-                let step = int[d] + 1;
-                let n = x[0].shape[d] as i64;
-                conds.push(Cond::InRange(
-                    p.clone(),
-                    0,
-                    if n == 0 { 0 } else { (n - 1) * step + 1 },
-                ));
-                if step > 1 {
-                    conds.push(Cond::Divisible(p.clone(), step));
-                }
-                index.push(if step > 1 {
-                    Idx::Div(Box::new(p), step)
-                } else {
-                    p
-                });
+                conds.extend(dim.holds_element(&p));
+                index.push(dim.element(p));
             }
             let inside = gather(0, &x[0], index);
             kernel(
@@ -632,29 +628,16 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             wi[kernel_dims[1] as usize] = Idx::Var(ic);
             let mut conds = Vec::new();
             for i in 0..sp {
-                let pos = Idx::Add(vec![
-                    Idx::Mul(
-                        Box::new(Idx::Var(output_dims[2 + i] as usize)),
-                        window_strides[i],
-                    ),
-                    Idx::Const(-padding[i].0),
-                    Idx::Mul(Box::new(Idx::Var(kv(i))), rhs_dilation[i]),
-                ]);
-                let size = a.shape[input_dims[2 + i] as usize] as i64;
-                let ld = lhs_dilation[i];
-                conds.push(Cond::InRange(
-                    pos.clone(),
-                    0,
-                    if size == 0 { 0 } else { (size - 1) * ld + 1 },
-                ));
-                if ld > 1 {
-                    conds.push(Cond::Divisible(pos.clone(), ld));
-                }
-                li[input_dims[2 + i] as usize] = if ld > 1 {
-                    Idx::Div(Box::new(pos), ld)
-                } else {
-                    pos
+                let dim = WindowDim {
+                    size: a.shape[input_dims[2 + i] as usize] as i64,
+                    stride: window_strides[i],
+                    pad_lo: padding[i].0,
+                    base_dilation: lhs_dilation[i],
+                    window_dilation: rhs_dilation[i],
                 };
+                let pos = dim.position(Idx::Var(output_dims[2 + i] as usize), Idx::Var(kv(i)));
+                conds.extend(dim.holds_element(&pos));
+                li[input_dims[2 + i] as usize] = dim.element(pos);
                 wi[kernel_dims[2 + i] as usize] = Idx::Var(kv(i));
             }
             let weight = gather(1, w, wi);
@@ -704,25 +687,16 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             let vars = r + r;
             let (mut conds, mut index) = (Vec::new(), Vec::new());
             for d in 0..r {
-                let pos = Idx::Add(vec![
-                    Idx::Mul(Box::new(Idx::Var(d)), ws[d]),
-                    Idx::Const(-padding[d].0),
-                    Idx::Mul(Box::new(Idx::Var(r + d)), wdl[d]),
-                ]);
-                let size = a.shape[d] as i64;
-                conds.push(Cond::InRange(
-                    pos.clone(),
-                    0,
-                    if size == 0 { 0 } else { (size - 1) * bd[d] + 1 },
-                ));
-                if bd[d] > 1 {
-                    conds.push(Cond::Divisible(pos.clone(), bd[d]));
-                }
-                index.push(if bd[d] > 1 {
-                    Idx::Div(Box::new(pos), bd[d])
-                } else {
-                    pos
-                });
+                let dim = WindowDim {
+                    size: a.shape[d] as i64,
+                    stride: ws[d],
+                    pad_lo: padding[d].0,
+                    base_dilation: bd[d],
+                    window_dilation: wdl[d],
+                };
+                let pos = dim.position(Idx::Var(d), Idx::Var(r + d));
+                conds.extend(dim.holds_element(&pos));
+                index.push(dim.element(pos));
             }
             let init = load(1, &x[1], vars, &[]);
             let body = Expr::Guard {

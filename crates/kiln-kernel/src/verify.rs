@@ -24,6 +24,7 @@
 use crate::fuse::Fused;
 use crate::ir::{Cond, Ew, Expr, Idx, Kernel, Schedule};
 use crate::key::value_key;
+use crate::window::windows_fit;
 use kiln_ir::{DType, Func, OpKind, Props, TensorType, strides};
 use std::fmt;
 
@@ -960,9 +961,6 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                     batch * kk * n
                 }
                 Some(p) => {
-                    let fits = |o: usize, s: usize, kd: usize, d: usize, h: usize| {
-                        o == 0 || kd == 0 || (o - 1) * s + (kd - 1) * d < h
-                    };
                     if kk != p.kh * p.kw * p.c {
                         return bad(
                             &c,
@@ -972,8 +970,8 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                             ),
                         );
                     }
-                    if !fits(p.oh, p.stride[0], p.kh, p.dilation[0], p.h)
-                        || !fits(p.ow, p.stride[1], p.kw, p.dilation[1], p.w)
+                    if !windows_fit(p.oh, p.stride[0], p.kh, p.dilation[0], p.h)
+                        || !windows_fit(p.ow, p.stride[1], p.kw, p.dilation[1], p.w)
                     {
                         return bad(
                             &c,
