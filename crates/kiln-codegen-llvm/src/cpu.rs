@@ -5,8 +5,8 @@
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
 
 use crate::kernel::{
-    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, rename_var, value_key,
-    var_plus_const, visit,
+    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, value_key, var_plus_const,
+    visit,
 };
 use crate::{Error, Result, storage};
 use inkwell::attributes::{Attribute, AttributeLoc};

@@ -89,6 +89,10 @@ pub struct LoopLimits {
     /// `[12544, 64]`: 168 -> 61 ms). Every segment holds only the pieces it decides, so the
     /// code grows by a loop per segment.
     pub row_guard_cuts: usize,
+    /// The largest row cache, in bytes (see [`crate::loop_schedule::row_caches`]): a softmax
+    /// row of 4096 f32 values (16 KiB), which stays in the L1 cache between the reduction that
+    /// fills it and the loop that reads it.
+    pub row_cache_bytes: usize,
 }
 
 /// A GPU's properties, for the kernels decided for it (filled by the NVIDIA backend).
@@ -132,6 +136,7 @@ impl Default for LoopLimits {
             transpose_tile: 16,
             guard_cuts: 4,
             row_guard_cuts: 63,
+            row_cache_bytes: 16 * 1024,
         }
     }
 }

@@ -90,7 +90,7 @@ pub(super) fn emit_nest_loops<'c>(
         let bodies: Vec<&Expr> = std::iter::once(&k.body)
             .chain(k.extra.iter().map(|x| &x.body))
             .collect();
-        let mark = em.hoist(bodies.iter().copied(), d, &k.out.shape)?;
+        let mark = em.hoist(bodies.iter().copied(), d)?;
         let rank = k.out.rank();
         let (from, to) = if d == 0 {
             lohi
