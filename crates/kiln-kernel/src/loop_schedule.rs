@@ -8,6 +8,8 @@
 //!   square tiles of two dimensions.
 //! - Guard segments ([`guard_segments`]): each loop is cut where the guards on its variable
 //!   (a pad's edges, a concatenation's seams) change their outcome.
+//! - Column strips ([`column_strips`]): the innermost loop of a kernel with column sums runs in
+//!   strips of positions, each reduction once per strip.
 //! - Row caches ([`row_caches`]): a reduction keeps a costly part of its body per position for
 //!   the expressions after it (also in a GEMM's row epilogue, the one schedule a GEMM has).
 
@@ -35,6 +37,19 @@ pub struct KernelSchedule {
     /// The reductions that keep a costly part of their body in a row's buffer (see
     /// [`row_caches`]).
     pub row_caches: Vec<RowCache>,
+    /// The column sums the innermost loop computes in strips (see [`column_strips`]).
+    pub strips: Option<Strips>,
+}
+
+/// The column sums a loop nest's innermost loop computes strip by strip (see
+/// [`column_strips`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Strips {
+    /// Positions a strip holds ([`crate::target::LoopLimits::strip`]).
+    pub width: usize,
+    /// [`value_key`] of each reduction computed per strip, in the order of the kernel's
+    /// bodies.
+    pub reduces: Vec<ValueKey>,
 }
 
 /// The square tiles a transposing kernel runs in (see [`transpose_tile_dim`]).
@@ -79,6 +94,7 @@ pub fn kernel_schedule(
             tile: None,
             segments: Vec::new(),
             row_caches,
+            strips: None,
         });
     }
     let tile = transpose_tile_dim(k, target.loops.transpose_tile).map(|dim| Tile {
@@ -106,6 +122,40 @@ pub fn kernel_schedule(
         tile,
         segments,
         row_caches: row_caches(k, target, cpu),
+        strips: column_strips(k, target),
+    })
+}
+
+/// For loop-nest kernel `k`: the reductions of its bodies that depend on its innermost output
+/// variable and read contiguously along it (a column sum: each output element sums a strided
+/// column), without duplicates, which its innermost loop computes in strips of
+/// [`LoopLimits::strip`](crate::target::LoopLimits::strip) positions; `None` when there are
+/// none or the loop is shorter than a strip. (A tiled kernel has no reductions.)
+pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
+    let d = k.out.rank().checked_sub(1)?;
+    if k.out.shape[d] < target.loops.strip {
+        return None;
+    }
+    let mut reduces: Vec<ValueKey> = Vec::new();
+    let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
+    for r in bodies.flat_map(hoistable_reduces) {
+        let Expr::Reduce { body, init, .. } = r else {
+            continue;
+        };
+        let free = free_vars(r);
+        let key = value_key(r);
+        if free.contains(&d)
+            && free.iter().all(|&v| v <= d)
+            && free_vars(init).is_empty()
+            && crate::kernel::contiguous_along(body, d)
+            && !reduces.contains(&key)
+        {
+            reduces.push(key);
+        }
+    }
+    (!reduces.is_empty()).then_some(Strips {
+        width: target.loops.strip,
+        reduces,
     })
 }
 
@@ -368,8 +418,8 @@ pub fn row_cache(
     None
 }
 
-/// `stream, tile d1 16, cuts d0 [0, 3, 61, 64], row cache exponential d1 x 4096`, or
-/// `in order` when nothing is decided.
+/// `stream, tile d1 16, cuts d0 [0, 3, 61, 64], strips of 16 (2 column sums), row cache
+/// exponential d1 x 4096`, or `in order` when nothing is decided.
 impl fmt::Display for KernelSchedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
@@ -387,6 +437,11 @@ impl fmt::Display for KernelSchedule {
                     .collect();
                 parts.push(format!("cuts d{d} [{}]", points.join(", ")));
             }
+        }
+        if let Some(st) = &self.strips {
+            let n = st.reduces.len();
+            let plural = if n == 1 { "" } else { "s" };
+            parts.push(format!("strips of {} ({n} column sum{plural})", st.width));
         }
         for c in &self.row_caches {
             let op = match &c.part {
@@ -462,5 +517,19 @@ mod tests {
         let mut opts = Options::default();
         opts.cpu.row_caches = false;
         assert_eq!(printed(src, &opts), ["in order"]);
+    }
+
+    #[test]
+    fn a_column_sum_runs_in_strips_when_its_row_holds_one() {
+        let sum = |n: usize| {
+            format!(
+                "func @c(%0: f32[8,{n}]) -> f32[{n}] {{\n  %1 = constant {{value = 0.0}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [0], kind = add}} : f32[{n}]\n  return %2\n}}\n"
+            )
+        };
+        assert_eq!(
+            printed(&sum(32), &Options::default()),
+            ["strips of 16 (1 column sum)"]
+        );
+        assert_eq!(printed(&sum(8), &Options::default()), ["in order"]);
     }
 }

@@ -95,6 +95,11 @@ pub struct LoopLimits {
     /// row of 4096 f32 values (16 KiB), which stays in the L1 cache between the reduction that
     /// fills it and the loop that reads it.
     pub row_cache_bytes: usize,
+    /// Positions of the innermost loop a strip-mined column sum computes side by side (see
+    /// [`crate::loop_schedule::column_strips`]): each reduction runs once per strip with one
+    /// accumulator per position, so its loop reads a contiguous run of the row it is at (one
+    /// vector) instead of one strided element per output.
+    pub strip: usize,
 }
 
 /// The shape of the tree of partial sums a float sum is computed as, so that its rounding error
@@ -163,6 +168,7 @@ impl Default for LoopLimits {
             guard_cuts: 4,
             row_guard_cuts: 63,
             row_cache_bytes: 16 * 1024,
+            strip: 16,
         }
     }
 }
