@@ -5,8 +5,8 @@
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
 
 use crate::kernel::{
-    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, rename_var, value_key,
-    var_plus_const, visit,
+    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, value_key, var_plus_const,
+    visit,
 };
 use crate::{Error, Result, storage};
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -49,7 +49,7 @@ pub use kiln_kernel::pipeline::{fused_kernels, kernels};
 
 use kiln_kernel::loop_schedule::{KernelSchedule, Tile};
 use kiln_kernel::options::{CpuOptions, Options};
-use kiln_kernel::target::{HostCpu, TargetInfo};
+use kiln_kernel::target::{HostCpu, SumTree, TargetInfo};
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
 
@@ -133,23 +133,31 @@ pub(crate) struct Target {
     pub host: bool,
     /// The CPU emitter's switches.
     pub cpu: CpuOptions,
+    /// The shape of float sums' trees, from [`Self::info`] (see [`SumTree`]).
+    pub sums: SumTree,
 }
 
 impl Target {
     /// Code for this machine under `opts`.
     fn host(opts: &Options) -> Target {
-        Target {
-            host: true,
-            cpu: opts.cpu,
-        }
+        Target::new(true, opts)
     }
 
     /// Machine-independent code under `opts`.
     fn any(opts: &Options) -> Target {
-        Target {
-            host: false,
+        Target::new(false, opts)
+    }
+
+    /// Code for this machine (`host`) or any under `opts`, with the properties the emitter
+    /// reads from [`Self::info`].
+    fn new(host: bool, opts: &Options) -> Target {
+        let mut t = Target {
+            host,
             cpu: opts.cpu,
-        }
+            sums: SumTree::default(),
+        };
+        t.sums = t.info().sums;
+        t
     }
 
     /// What the kernel layer decides with for this code: this machine

@@ -1,7 +1,7 @@
 //! Float sums on the CPU backend against exact (f64) sums: the error bound of
-//! `ir-specs/ops/reduce.md` (a summation tree: leaves of `SUM_LEAF` values, pairwise above),
-//! at sizes up to 2^30, on plain, row, column (strip-mined), multi-dimension and fused sums,
-//! with benign and adversarial inputs.
+//! `ir-specs/ops/reduce.md` (a summation tree: leaves of `TargetInfo::sums` values, pairwise
+//! above), at sizes up to 2^30, on plain, row, column (strip-mined), multi-dimension and fused
+//! sums, with benign and adversarial inputs.
 
 use kiln_codegen_llvm::cpu::CpuExecutable;
 use kiln_ir::{DType, Literal, TensorType};

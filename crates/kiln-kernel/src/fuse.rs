@@ -75,6 +75,10 @@ pub struct Fused {
     /// Per instruction: the results of the instructions merged into its kernel, in the order
     /// of the kernel's [`Kernel::extra`] outputs.
     pub extra: Vec<Vec<ValueId>>,
+    /// Per instruction: why lowering gave it no kernel ([`crate::lower::NoKernel`]), which the
+    /// kernels dump prints; `None` where it has one, and where the fusion was not made by
+    /// [`crate::pipeline::fused_kernels`] (which alone knows the reasons).
+    pub no_kernel: Vec<Option<crate::lower::NoKernel>>,
 }
 
 /// The per-instruction kernels `ks` of `f` as they are: nothing inlined.
@@ -88,6 +92,7 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         decisions: vec![FusionDecision::Off; n],
         merged_into: vec![None; n],
         extra: vec![Vec::new(); n],
+        no_kernel: vec![None; n],
     }
 }
 
@@ -119,6 +124,7 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &Fusio
         decisions: vec![FusionDecision::NoKernel; n],
         merged_into: vec![None; n],
         extra: vec![Vec::new(); n],
+        no_kernel: vec![None; n],
     };
     for (i, inst) in f.insts.iter().enumerate() {
         out.members[i] = vec![i];

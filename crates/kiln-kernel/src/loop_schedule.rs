@@ -8,14 +8,22 @@
 //!   square tiles of two dimensions.
 //! - Guard segments ([`guard_segments`]): each loop is cut where the guards on its variable
 //!   (a pad's edges, a concatenation's seams) change their outcome.
+//! - Column strips ([`column_strips`]): the innermost loop of a kernel with column sums runs in
+//!   strips of positions, each reduction once per strip.
+//! - Row caches ([`row_caches`]): a reduction keeps a costly part of its body per position for
+//!   the expressions after it (also in a GEMM's row epilogue, the one schedule a GEMM has).
 
-use crate::kernel::{Cond, Expr, Kernel, Schedule, hoistable_reduces, var_plus_const, visit};
+use crate::kernel::{
+    Cond, Ew, Expr, Kernel, Schedule, ValueKey, free_vars, hoistable_reduces, rename_var,
+    value_key, var_plus_const, visit,
+};
 use crate::options::CpuOptions;
 use crate::target::TargetInfo;
+use kiln_ir::{DType, OpKind};
 use std::fmt;
 
-/// The loop strategy of one loop-nest kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The loop strategy of one loop-nest kernel (or of a GEMM's row epilogue: its row caches).
+#[derive(Clone, Debug, PartialEq)]
 pub struct KernelSchedule {
     /// The output is written with streaming (non-temporal) stores (see [`streams`]).
     pub stream: bool,
@@ -24,8 +32,24 @@ pub struct KernelSchedule {
     pub tile: Option<Tile>,
     /// Per output dimension: the segments `(start, end)` its loop runs in, in each of which
     /// every guard on its variable is decided (see [`guard_segments`]); one segment covering
-    /// the dimension where the loop is not cut.
+    /// the dimension where the loop is not cut. (Empty for a GEMM.)
     pub segments: Vec<Vec<(i64, i64)>>,
+    /// The reductions that keep a costly part of their body in a row's buffer (see
+    /// [`row_caches`]).
+    pub row_caches: Vec<RowCache>,
+    /// The column sums the innermost loop computes in strips (see [`column_strips`]).
+    pub strips: Option<Strips>,
+}
+
+/// The column sums a loop nest's innermost loop computes strip by strip (see
+/// [`column_strips`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Strips {
+    /// Positions a strip holds ([`crate::target::LoopLimits::strip`]).
+    pub width: usize,
+    /// [`value_key`] of each reduction computed per strip, in the order of the kernel's
+    /// bodies.
+    pub reduces: Vec<ValueKey>,
 }
 
 /// The square tiles a transposing kernel runs in (see [`transpose_tile_dim`]).
@@ -38,7 +62,8 @@ pub struct Tile {
 }
 
 /// The schedule of each of the kernels `ks` (`None` for a slot without a kernel and for
-/// kernels that are not loop nests), on `target` under the emitter's switches `cpu`.
+/// kernels that are not loop nests, except a GEMM whose epilogue keeps row caches), on
+/// `target` under the emitter's switches `cpu`.
 pub fn schedules(
     ks: &[Option<Kernel>],
     target: &TargetInfo,
@@ -49,7 +74,8 @@ pub fn schedules(
         .collect()
 }
 
-/// The schedule of kernel `k` on `target` under `cpu`, if `k` is a loop nest.
+/// The schedule of kernel `k` on `target` under `cpu`, if `k` is a loop nest or a GEMM whose
+/// epilogue keeps row caches ([`row_caches`]; nothing else is decided for a GEMM here).
 ///
 /// The loops cut at guards: with tiles, the dimensions between the outermost and the
 /// innermost (the outermost loop is split across threads, the innermost is tiled); without,
@@ -62,7 +88,14 @@ pub fn kernel_schedule(
     cpu: &CpuOptions,
 ) -> Option<KernelSchedule> {
     if k.schedule != Schedule::Nest {
-        return None;
+        let row_caches = row_caches(k, target, cpu);
+        return (!row_caches.is_empty()).then_some(KernelSchedule {
+            stream: false,
+            tile: None,
+            segments: Vec::new(),
+            row_caches,
+            strips: None,
+        });
     }
     let tile = transpose_tile_dim(k, target.loops.transpose_tile).map(|dim| Tile {
         dim,
@@ -88,6 +121,41 @@ pub fn kernel_schedule(
         stream,
         tile,
         segments,
+        row_caches: row_caches(k, target, cpu),
+        strips: column_strips(k, target),
+    })
+}
+
+/// For loop-nest kernel `k`: the reductions of its bodies that depend on its innermost output
+/// variable and read contiguously along it (a column sum: each output element sums a strided
+/// column), without duplicates, which its innermost loop computes in strips of
+/// [`LoopLimits::strip`](crate::target::LoopLimits::strip) positions; `None` when there are
+/// none or the loop is shorter than a strip. (A tiled kernel has no reductions.)
+pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
+    let d = k.out.rank().checked_sub(1)?;
+    if k.out.shape[d] < target.loops.strip {
+        return None;
+    }
+    let mut reduces: Vec<ValueKey> = Vec::new();
+    let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
+    for r in bodies.flat_map(hoistable_reduces) {
+        let Expr::Reduce { body, init, .. } = r else {
+            continue;
+        };
+        let free = free_vars(r);
+        let key = value_key(r);
+        if free.contains(&d)
+            && free.iter().all(|&v| v <= d)
+            && free_vars(init).is_empty()
+            && crate::kernel::contiguous_along(body, d)
+            && !reduces.contains(&key)
+        {
+            reduces.push(key);
+        }
+    }
+    (!reduces.is_empty()).then_some(Strips {
+        width: target.loops.strip,
+        reduces,
     })
 }
 
@@ -177,7 +245,181 @@ pub fn guard_segments(
     points.windows(2).map(|w| (w[0], w[1])).collect()
 }
 
-/// `stream, tile d1 16, cuts d0 [0, 3, 61, 64]`, or `in order` when nothing is decided.
+/// A reduction that keeps the costly part of its body per position, in a buffer of a row, for
+/// the expressions after it (see [`row_caches`]): a softmax's sum of exp(x - max) stores each
+/// exp(x - max), and its outputs read them back instead of computing a second exp.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowCache {
+    /// [`value_key`] of the reduction.
+    pub reduce: ValueKey,
+    /// The loop the reduction is computed ahead of: the first whose enclosing loops' variables
+    /// are all it reads (in a GEMM's row epilogue, the loop over a row's columns).
+    pub at: usize,
+    /// The costly part of the reduction's body, computed at each position of its variable.
+    pub part: Expr,
+    /// The loop variable along which the expressions compute the same part.
+    pub var: usize,
+    /// [`value_key`] of the part as the expressions compute it (at `var`).
+    pub key: ValueKey,
+    /// Positions: the reduction's trip count, equal to `var`'s.
+    pub len: usize,
+}
+
+/// Whether `op` is much costlier than a multiply-add (a polynomial or a library call).
+pub fn costly_op(op: &Ew) -> bool {
+    matches!(
+        op,
+        Ew::Kind(
+            OpKind::Exponential
+                | OpKind::ExponentialMinusOne
+                | OpKind::Log
+                | OpKind::LogPlusOne
+                | OpKind::Tanh
+                | OpKind::Logistic
+                | OpKind::Erf
+                | OpKind::Power
+        )
+    )
+}
+
+/// Whether `e` contains a costly operation (see [`costly_op`]).
+pub fn costly(e: &Expr) -> bool {
+    let mut found = false;
+    visit(e, &mut |x| {
+        found |= matches!(x, Expr::Op { op, .. } if costly_op(op));
+    });
+    found
+}
+
+/// The row caches of kernel `k` (a loop nest, or a GEMM with a row epilogue) on `target`: for
+/// each reduction the emitter computes ahead of a loop (ahead of the first loop inside all its
+/// free variables; in a GEMM's row epilogue, ahead of the loop over a row's columns), the
+/// [`row_cache`] it keeps, if any. None with [`CpuOptions::row_caches`] off
+/// (`KILN_ROW_CACHE=0`).
+pub fn row_caches(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> Vec<RowCache> {
+    if !cpu.row_caches {
+        return Vec::new();
+    }
+    // A GEMM's epilogue has no extra outputs; the loop nest's are computed with its body. An
+    // online softmax and an epilogue stored by planes compute no reduction ahead of a loop.
+    let (bodies, split): (Vec<&Expr>, _) = match &k.schedule {
+        Schedule::Gemm { chain: Some(c), .. } if c.online.is_some() => return Vec::new(),
+        Schedule::Gemm { conv: Some(p), .. } if p.planes => return Vec::new(),
+        &Schedule::Gemm {
+            batch,
+            m,
+            n,
+            epilogue: Some(_),
+            ..
+        } => (
+            vec![&k.body],
+            crate::fuse::row_split(&k.out.shape, batch * m, n),
+        ),
+        Schedule::Nest => (
+            std::iter::once(&k.body)
+                .chain(k.extra.iter().map(|x| &x.body))
+                .collect(),
+            None,
+        ),
+        _ => return Vec::new(),
+    };
+    let mut seen: Vec<ValueKey> = Vec::new();
+    let mut caches = Vec::new();
+    for r in bodies.iter().flat_map(|b| hoistable_reduces(b)) {
+        let at = match split {
+            Some(d) => d,
+            None => free_vars(r).last().map_or(0, |&v| v + 1),
+        };
+        let key = value_key(r);
+        if seen.contains(&key) || free_vars(r).iter().any(|&v| v >= at) {
+            continue;
+        }
+        seen.push(key.clone());
+        if let Some(c) = row_cache(r, key, &bodies, at, &k.out.shape, target) {
+            caches.push(c);
+        }
+    }
+    caches
+}
+
+/// The row cache for the reduction `r` (whose [`value_key`] is `reduce`), computed ahead of
+/// loop `d` of expressions `bodies` (whose loop variables below the output's rank have trip
+/// counts `extents`), if it is worth one: `r` reduces over one variable, and the largest
+/// costly float part of its body that reads nothing but that variable and the enclosing loops'
+/// variables is also computed by `bodies` with the reduced variable replaced by an inner loop
+/// variable of the same trip count, and fits
+/// [`LoopLimits::row_cache_bytes`](crate::target::LoopLimits::row_cache_bytes).
+pub fn row_cache(
+    r: &Expr,
+    reduce: ValueKey,
+    bodies: &[&Expr],
+    d: usize,
+    extents: &[usize],
+    target: &TargetInfo,
+) -> Option<RowCache> {
+    let Expr::Reduce { vars, body, .. } = r else {
+        return None;
+    };
+    let [(from, len)] = vars.as_slice() else {
+        return None;
+    };
+    let (from, len) = (*from, *len);
+    // The body's operations reachable through operations, largest first.
+    fn parts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        if let Expr::Op { args, .. } = e {
+            out.push(e);
+            args.iter().for_each(|a| parts(a, out));
+        }
+    }
+    let mut candidates = Vec::new();
+    parts(body, &mut candidates);
+    let mut keys: Option<Vec<ValueKey>> = None;
+    for part in candidates {
+        let fv = free_vars(part);
+        // Values are kept as they are computed: f64, or f32 for the narrower floats.
+        let bytes = if part.dtype() == DType::F64 { 8 } else { 4 };
+        if !part.dtype().is_float()
+            || len * bytes > target.loops.row_cache_bytes
+            || !fv.contains(&from)
+            || fv.iter().any(|&v| v != from && v >= d)
+            || !costly(part)
+        {
+            continue;
+        }
+        // Every value the expressions compute, by key (computed once, when needed).
+        let keys = keys.get_or_insert_with(|| {
+            let mut ks = Vec::new();
+            for b in bodies {
+                visit(b, &mut |x| {
+                    if matches!(x, Expr::Op { .. }) {
+                        ks.push(value_key(x));
+                    }
+                });
+            }
+            ks
+        });
+        for (to, &n) in extents.iter().enumerate().skip(d) {
+            if n != len || fv.contains(&to) {
+                continue;
+            }
+            let key = value_key(&rename_var(part, from, to));
+            if keys.contains(&key) {
+                return Some(RowCache {
+                    reduce,
+                    at: d,
+                    part: part.clone(),
+                    var: to,
+                    key,
+                    len,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// `stream, tile d1 16, cuts d0 [0, 3, 61, 64], strips of 16 (2 column sums), row cache
+/// exponential d1 x 4096`, or `in order` when nothing is decided.
 impl fmt::Display for KernelSchedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
@@ -195,6 +437,18 @@ impl fmt::Display for KernelSchedule {
                     .collect();
                 parts.push(format!("cuts d{d} [{}]", points.join(", ")));
             }
+        }
+        if let Some(st) = &self.strips {
+            let n = st.reduces.len();
+            let plural = if n == 1 { "" } else { "s" };
+            parts.push(format!("strips of {} ({n} column sum{plural})", st.width));
+        }
+        for c in &self.row_caches {
+            let op = match &c.part {
+                Expr::Op { op, .. } => crate::print::ew_name(op),
+                _ => "part".to_string(),
+            };
+            parts.push(format!("row cache {op} d{} x {}", c.var, c.len));
         }
         if parts.is_empty() {
             return f.write_str("in order");
@@ -245,5 +499,37 @@ mod tests {
         let mut opts = Options::default();
         opts.cpu.guard_splits = false;
         assert_eq!(printed(src, &opts), ["in order"]);
+    }
+
+    #[test]
+    fn a_softmax_caches_its_exponentials_within_the_target_budget() {
+        let src = "func @s(%0: f32[2,3]) -> f32[2,3] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[2]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[2,3]\n  %4 = subtract %0, %3 : f32[2,3]\n  %5 = exponential %4 : f32[2,3]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[2]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[2,3]\n  %9 = divide %5, %8 : f32[2,3]\n  return %9\n}\n";
+        assert_eq!(
+            printed(src, &Options::default()),
+            ["row cache exponential d1 x 3"]
+        );
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let mut target = TargetInfo::reference();
+        target.loops.row_cache_bytes = 8;
+        let fused = crate::pipeline::fused_kernels(&f, &Options::default(), &target);
+        let k = fused.kernels.iter().flatten().next().expect("a kernel");
+        assert!(row_caches(k, &target, &CpuOptions::default()).is_empty());
+        let mut opts = Options::default();
+        opts.cpu.row_caches = false;
+        assert_eq!(printed(src, &opts), ["in order"]);
+    }
+
+    #[test]
+    fn a_column_sum_runs_in_strips_when_its_row_holds_one() {
+        let sum = |n: usize| {
+            format!(
+                "func @c(%0: f32[8,{n}]) -> f32[{n}] {{\n  %1 = constant {{value = 0.0}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [0], kind = add}} : f32[{n}]\n  return %2\n}}\n"
+            )
+        };
+        assert_eq!(
+            printed(&sum(32), &Options::default()),
+            ["strips of 16 (1 column sum)"]
+        );
+        assert_eq!(printed(&sum(8), &Options::default()), ["in order"]);
     }
 }

@@ -8,7 +8,7 @@ use crate::canon;
 use crate::fuse::Fused;
 use crate::ir::Kernel;
 use crate::loop_schedule::KernelSchedule;
-use crate::lower::lower;
+use crate::lower::{NoKernel, lower};
 use crate::options::Options;
 use crate::target::TargetInfo;
 use crate::{Error, Result};
@@ -108,12 +108,22 @@ pub fn lower_program(
 /// The fused kernels of `f` (see [`crate::fuse`]) within the limits of `target`; without
 /// [`Options::fusion`], one kernel per instruction (for measuring what fusion buys, and for
 /// debugging).
+/// Each instruction without a kernel keeps why ([`Fused::no_kernel`]).
 pub fn fused_kernels(f: &Func, opts: &Options, target: &TargetInfo) -> Fused {
-    let ks = kernels(f);
-    if !opts.fusion {
-        return crate::fuse::unfused(f, ks);
-    }
-    crate::fuse::fuse(f, ks, opts.chain_products, &target.fusion)
+    let (ks, no_kernel): (Vec<_>, Vec<_>) = lowerings(f)
+        .into_iter()
+        .map(|l| match l {
+            Ok(k) => (Some(k), None),
+            Err(why) => (None, Some(why)),
+        })
+        .unzip();
+    let mut fused = if opts.fusion {
+        crate::fuse::fuse(f, ks, opts.chain_products, &target.fusion)
+    } else {
+        crate::fuse::unfused(f, ks)
+    };
+    fused.no_kernel = no_kernel;
+    fused
 }
 
 /// The loop schedule of each of `fused`'s kernels on `target` under `opts` (see
@@ -126,20 +136,32 @@ pub fn loop_schedules(
     crate::loop_schedule::schedules(&fused.kernels, target, &opts.cpu)
 }
 
-/// The kernels of `f`, one per instruction that has one (`None` for the others).
+/// The kernels of `f`, one per instruction that has one (`None` for the others; see
+/// [`lowerings`] for why).
 pub fn kernels(f: &Func) -> Vec<Option<Kernel>> {
+    lowerings(f).into_iter().map(Result::ok).collect()
+}
+
+/// Per instruction of `f`: its kernel ([`lower`]), or why it has none.
+pub fn lowerings(f: &Func) -> Vec<std::result::Result<Kernel, NoKernel>> {
     f.insts
         .iter()
         .map(|inst| {
-            if inst.results.len() != 1 || matches!(inst.op, Op::Constant { .. }) {
-                return None;
-            }
+            let Some(r) = inst.results.first() else {
+                return Err(NoKernel("no result: nothing to compute"));
+            };
             let x: Vec<TensorType> = inst
                 .operands
                 .iter()
                 .map(|o| f.values[o.index()].clone())
                 .collect();
-            lower(&inst.op, &x, &f.values[inst.results[0].index()]).ok()
+            let lowered = lower(&inst.op, &x, &f.values[r.index()]);
+            if inst.results.len() != 1 {
+                // A kernel writes one result: the op's own reason when it has one.
+                lowered.and(Err(NoKernel("more than one result")))
+            } else {
+                lowered
+            }
         })
         .collect()
 }
@@ -352,4 +374,29 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
         .map_err(|e| Error::Lowering(format!("rewriting convolutions: {e}")))?;
     canon::canonicalize_dots(&convs)
         .map_err(|e| Error::Lowering(format!("canonicalizing matrix products: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instruction_without_a_kernel_is_printed_with_its_reason() {
+        let src = "func @r(%0: u32[4], %1: f32[4]) -> (u32[4], u32[2,2], f32[4]) {\n  %2, %3 = rng_bit_generator %0 {algorithm = THREE_FRY} : u32[4], u32[2,2]\n  %4 = constant {value = 1.0} : f32[]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = []} : f32[4]\n  %6 = add %1, %5 : f32[4]\n  return %2, %3, %6\n}\n";
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let opts = Options::default();
+        let fused = fused_kernels(&f, &opts, &TargetInfo::reference());
+        assert_eq!(steps_of(&f, &fused)[0], Step::Reference);
+        let text = crate::print::fused_text(&f, &fused);
+        assert!(
+            text.contains(
+                "#0 rng_bit_generator: interpreted (a generator with two results, run by the \
+                 interpreter where canonicalization did not expand it)\n"
+            ),
+            "{text}"
+        );
+        // The constant runs nothing and is left out; the broadcast runs inside the add's kernel.
+        assert_eq!(text.matches(": interpreted").count(), 1, "{text}");
+        assert!(text.contains("kernel k3 (#3 add)"), "{text}");
+    }
 }

@@ -389,7 +389,10 @@ pub fn kernel_text(k: &Kernel) -> String {
 
 /// Every kernel of the fused program `fused` of `f`, in program order: its instruction, output
 /// type, member instructions, inputs (the values whose buffers it reads, with their types),
-/// extra outputs, and [`kernel`]'s lines.
+/// extra outputs, and [`kernel`]'s lines; between them, one line for each instruction the
+/// reference interpreter runs, with why it has no kernel ([`Fused::no_kernel`]):
+/// `#5 rng_bit_generator: interpreted (a generator with two results, ...)`. Constants and
+/// pass-throughs, which run nothing, are left out.
 pub fn fused_text(f: &Func, fused: &Fused) -> String {
     fused_text_scheduled(f, fused, &[])
 }
@@ -405,8 +408,21 @@ pub fn fused_text_scheduled(
     let count = fused.kernels.iter().flatten().count();
     let _ = writeln!(s, "// {count} kernels");
     for (i, k) in fused.kernels.iter().enumerate() {
-        let Some(k) = k else { continue };
         let inst = &f.insts[i];
+        let Some(k) = k else {
+            let passive = matches!(
+                inst.op,
+                kiln_ir::Op::Constant { .. } | kiln_ir::Op::OptimizationBarrier {}
+            );
+            if !fused.inlined[i] && fused.merged_into[i].is_none() && !passive {
+                let why = match fused.no_kernel.get(i).copied().flatten() {
+                    Some(why) => format!(" ({why})"),
+                    None => String::new(),
+                };
+                let _ = writeln!(s, "#{i} {}: interpreted{why}", inst.op.mnemonic());
+            }
+            continue;
+        };
         let ty = |v: kiln_ir::ValueId| -> &TensorType { &f.values[v.index()] };
         let result = ty(inst.results[0]);
         let _ = writeln!(

@@ -308,6 +308,7 @@ pub fn carried(f: &Func, fused: &Fused, placement: &[usize]) -> Fused {
             .map(|&i| fused.merged_into[i].map(|j| at[j]))
             .collect(),
         extra: placement.iter().map(|&i| values(&fused.extra[i])).collect(),
+        no_kernel: placement.iter().map(|&i| fused.no_kernel[i]).collect(),
     }
 }
 

@@ -36,6 +36,8 @@ pub struct TargetInfo {
     pub fusion: FusionLimits,
     /// When loop nests use which loop strategy (see [`LoopLimits`]).
     pub loops: LoopLimits,
+    /// The shape of a float sum's tree of partial sums (see [`SumTree`]).
+    pub sums: SumTree,
     /// A GPU's properties (`None` for a CPU); the NVIDIA backend fills them.
     pub gpu: Option<Gpu>,
 }
@@ -89,6 +91,30 @@ pub struct LoopLimits {
     /// `[12544, 64]`: 168 -> 61 ms). Every segment holds only the pieces it decides, so the
     /// code grows by a loop per segment.
     pub row_guard_cuts: usize,
+    /// The largest row cache, in bytes (see [`crate::loop_schedule::row_caches`]): a softmax
+    /// row of 4096 f32 values (16 KiB), which stays in the L1 cache between the reduction that
+    /// fills it and the loop that reads it.
+    pub row_cache_bytes: usize,
+    /// Positions of the innermost loop a strip-mined column sum computes side by side (see
+    /// [`crate::loop_schedule::column_strips`]): each reduction runs once per strip with one
+    /// accumulator per position, so its loop reads a contiguous run of the row it is at (one
+    /// vector) instead of one strided element per output.
+    pub strip: usize,
+}
+
+/// The shape of the tree of partial sums a float sum is computed as, so that its rounding error
+/// grows with the logarithm of its length rather than with its length (a plain loop adding `n`
+/// values into one accumulator loses up to about `n·ε/2`: the mean of 10⁷ copies of 0.1f32
+/// came out 0.09985, and a sum of 2⁴⁰ ones stopped growing at 2²⁴·64). The error bound stated
+/// in `ir-specs/ops/reduce.md` is in these values: changing them changes the results of sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SumTree {
+    /// The most values a leaf of the tree adds into one accumulator.
+    pub leaf: usize,
+    /// The most partial sums a node of the tree adds in one chain. Pairwise (2) rounds least
+    /// but nests a loop per level, which costs compile time; 16 keeps four levels up to 2^24
+    /// values.
+    pub fanout: usize,
 }
 
 /// A GPU's properties, for the kernels decided for it (filled by the NVIDIA backend).
@@ -124,6 +150,15 @@ impl Default for FusionLimits {
     }
 }
 
+impl Default for SumTree {
+    fn default() -> SumTree {
+        SumTree {
+            leaf: 256,
+            fanout: 16,
+        }
+    }
+}
+
 impl Default for LoopLimits {
     fn default() -> LoopLimits {
         LoopLimits {
@@ -132,6 +167,8 @@ impl Default for LoopLimits {
             transpose_tile: 16,
             guard_cuts: 4,
             row_guard_cuts: 63,
+            row_cache_bytes: 16 * 1024,
+            strip: 16,
         }
     }
 }
@@ -152,6 +189,7 @@ impl TargetInfo {
             nontemporal_stores: true,
             fusion: FusionLimits::default(),
             loops: LoopLimits::default(),
+            sums: SumTree::default(),
             gpu: None,
         }
     }
@@ -201,5 +239,17 @@ mod tests {
             (16.0, 16.0)
         );
         assert_eq!(t.fusion, TargetInfo::reference().fusion);
+    }
+
+    #[test]
+    fn sums_keep_the_tree_their_error_bound_states() {
+        // `ir-specs/ops/reduce.md` states the bound in these values.
+        assert_eq!(
+            TargetInfo::reference().sums,
+            SumTree {
+                leaf: 256,
+                fanout: 16
+            }
+        );
     }
 }

@@ -497,16 +497,16 @@ impl<'c> Emitter<'c> {
     /// not computed yet, for the expressions emitted next to reuse (`hoisted`); returns the
     /// mark to truncate `hoisted` to when those loops end.
     ///
-    /// `extents[v]` is the trip count of loop variable `v` below the output's rank. A
-    /// reduction whose body computes something costly that the expressions also compute at
+    /// A reduction whose body computes something costly that the expressions also compute at
     /// their own position along the reduced axis (a softmax's exp(x - max), in its sum and in
-    /// its outputs) keeps that value per position in a stack buffer as it reduces (see
-    /// [`row_cache`]); the expressions then read the buffer instead of computing it again.
+    /// its outputs) keeps that value per position in a stack buffer as it reduces, where the
+    /// kernel's loop schedule says so ([`KernelSchedule::row_caches`], decided by
+    /// [`kiln_kernel::loop_schedule::row_caches`] for this `d`); the expressions then read the
+    /// buffer instead of computing it again.
     pub(super) fn hoist<'e>(
         &self,
         bodies: impl Iterator<Item = &'e Expr>,
         d: usize,
-        extents: &[usize],
     ) -> Result<usize> {
         let mark = self.hoisted.borrow().len();
         let bodies: Vec<&Expr> = bodies.collect();
@@ -514,9 +514,14 @@ impl<'c> Emitter<'c> {
             if !free_vars(r).iter().all(|&v| v < d) || self.is_hoisted(r) {
                 continue;
             }
-            match row_cache(r, &bodies, d, extents) {
-                Some(plan) if self.target.cpu.row_caches => self.hoist_caching(r, &plan)?,
-                _ => self.hoist_one(r)?,
+            let cache = self.schedule.as_ref().and_then(|s| {
+                s.row_caches
+                    .iter()
+                    .find(|c| c.at == d && c.reduce == value_key(r))
+            });
+            match cache {
+                Some(plan) => self.hoist_caching(r, plan)?,
+                None => self.hoist_one(r)?,
             }
         }
         Ok(mark)
@@ -525,15 +530,15 @@ impl<'c> Emitter<'c> {
     /// Computes the reduction `r` (whose single variable is the one `plan` caches along),
     /// storing the value of `plan.part` at each position into a stack buffer, and makes both
     /// the reduction and the buffer available to the expressions emitted next.
-    pub(super) fn hoist_caching(&self, r: &Expr, plan: &RowCache<'_>) -> Result<()> {
+    pub(super) fn hoist_caching(&self, r: &Expr, plan: &RowCache) -> Result<()> {
         let Expr::Reduce { vars, .. } = r else {
             return Ok(());
         };
         let ct = self.ftype(plan.part.dtype());
         let buf = self.line_buffer(ct.into(), plan.len)?;
-        let part_key = value_key(plan.part);
+        let part_key = value_key(&plan.part);
         let v = self.reduce(r, &mut |em: &Self| {
-            let x = em.expr(plan.part)?;
+            let x = em.expr(&plan.part)?;
             // SAFETY (of the emitted code): the variable runs below `plan.len`, the buffer's
             // length.
             let p = unsafe {
@@ -594,7 +599,7 @@ impl<'c> Emitter<'c> {
             Some(Hoisted::Row { buf, var }) => {
                 let ct = self.ftype(e.dtype());
                 // SAFETY (of the emitted code): the variable runs below the buffer's length
-                // (`row_cache` checks the extents).
+                // (`kiln_kernel::loop_schedule::row_cache` checks the extents).
                 let p = unsafe { self.b.build_in_bounds_gep(ct, buf, &[self.var(var)?], "rc") }
                     .map_err(llvm)?;
                 Ok(Some(self.b.build_load(ct, p, "cached").map_err(llvm)?))

@@ -353,7 +353,7 @@ pub(super) fn emit_epilogue<'c>(
         set_vars(em, r, 0..split)?;
         // The row's reductions (a softmax's max and sum) before any of its elements is
         // overwritten: the block holds whole rows (crate::fuse::row_epilogue).
-        let mark = em.hoist(std::iter::once(&k.body), split, shape)?;
+        let mark = em.hoist(std::iter::once(&k.body), split)?;
         em.range_loop_ptr(s_c, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
             let c =
                 em.b.build_load(i64t, s_c, "c")

@@ -90,7 +90,7 @@ pub(super) fn emit_nest_loops<'c>(
         let bodies: Vec<&Expr> = std::iter::once(&k.body)
             .chain(k.extra.iter().map(|x| &x.body))
             .collect();
-        let mark = em.hoist(bodies.iter().copied(), d, &k.out.shape)?;
+        let mark = em.hoist(bodies.iter().copied(), d)?;
         let rank = k.out.rank();
         let (from, to) = if d == 0 {
             lohi
@@ -101,12 +101,12 @@ pub(super) fn emit_nest_loops<'c>(
             )
         };
         let columns = if d + 1 == rank {
-            column_reduces(em, k, d)
+            column_reduces(em, k)?
         } else {
-            Vec::new()
+            None
         };
-        if !columns.is_empty() {
-            strips(em, d, (from, to), &columns, store)?;
+        if let Some((width, columns)) = columns {
+            strips(em, d, (from, to), width, &columns, store)?;
         } else if d == rank {
             store(em)?;
         } else if let Some(out) = stream.filter(|_| d + 1 == rank) {
@@ -600,40 +600,37 @@ pub(super) fn whole_tile<'c>(
     Ok(())
 }
 
-/// Columns computed side by side by the strip-mined innermost loop (see [`strips`]).
-pub(super) const STRIP: i64 = 16;
-
-/// The reductions of `k`'s bodies that depend on the innermost output variable `d` and read
-/// contiguously along it (a column sum: each output element sums a strided column), not yet
-/// computed, without duplicates; empty when the loop is too short to strip-mine.
-pub(super) fn column_reduces<'e>(em: &Emitter<'_>, k: &'e Kernel, d: usize) -> Vec<&'e Expr> {
-    if (k.out.shape[d] as i64) < STRIP {
-        return Vec::new();
-    }
-    let mut out: Vec<&Expr> = Vec::new();
-    let mut keys: Vec<crate::kernel::ValueKey> = Vec::new();
-    let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
-    for r in bodies.flat_map(hoistable_reduces) {
-        let Expr::Reduce { body, init, .. } = r else {
-            continue;
-        };
-        let free = free_vars(r);
-        let key = value_key(r);
-        if free.contains(&d)
-            && free.iter().all(|&v| v <= d)
-            && free_vars(init).is_empty()
-            && crate::kernel::contiguous_along(body, d)
-            && !keys.contains(&key)
-            && !em.hoisted.borrow().iter().any(|(h, _)| *h == key)
-        {
-            keys.push(key);
-            out.push(r);
-        }
-    }
-    out
+/// The strips' width and the reductions of `k`'s bodies its innermost loop computes in strips
+/// (see [`strips`]), as its loop schedule decided them
+/// ([`kiln_kernel::loop_schedule::column_strips`]); `None` without strips.
+pub(super) fn column_reduces<'e>(
+    em: &Emitter<'_>,
+    k: &'e Kernel,
+) -> Result<Option<(i64, Vec<&'e Expr>)>> {
+    let Some(st) = &schedule_of(em)?.strips else {
+        return Ok(None);
+    };
+    let reduces: Vec<&Expr> = std::iter::once(&k.body)
+        .chain(k.extra.iter().map(|x| &x.body))
+        .flat_map(hoistable_reduces)
+        .collect();
+    let columns = st
+        .reduces
+        .iter()
+        .map(|key| {
+            reduces
+                .iter()
+                .copied()
+                .find(|r| value_key(r) == *key)
+                .ok_or_else(|| {
+                    Error::Llvm("a column strip's reduction is not in the kernel".into())
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some((st.width as i64, columns)))
 }
 
-/// The innermost output loop (variable `d` over `range`) in strips of [`STRIP`] consecutive
+/// The innermost output loop (variable `d` over `range`) in strips of `width` consecutive
 /// positions: each reduction of `columns` runs once per strip with one accumulator per
 /// position, so its loop reads a contiguous run of the row it is at (one vector) instead of
 /// one strided element per output; then each position's body runs with the sums ready. The
@@ -642,17 +639,18 @@ pub(super) fn strips<'c>(
     em: &Emitter<'c>,
     d: usize,
     range: (IntValue<'c>, IntValue<'c>),
+    width: i64,
     columns: &[&Expr],
     store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
 ) -> Result<()> {
     let i64t = em.ctx.i64_type();
     let n = em.b.build_int_sub(range.1, range.0, "n").map_err(llvm)?;
     let tail =
-        em.b.build_int_signed_rem(n, em.i64c(STRIP), "tail")
+        em.b.build_int_signed_rem(n, em.i64c(width), "tail")
             .map_err(llvm)?;
     let end = em.b.build_int_sub(range.1, tail, "end").map_err(llvm)?;
     let s_j = em.entry_alloca(i64t.into())?;
-    em.range_loop_ptr(s_j, range.0, end, STRIP, &mut |em: &Emitter<'c>| {
+    em.range_loop_ptr(s_j, range.0, end, width, &mut |em: &Emitter<'c>| {
         let j0 =
             em.b.build_load(i64t, s_j, "j0")
                 .map_err(llvm)?
@@ -683,7 +681,7 @@ pub(super) fn strips<'c>(
             } else {
                 em.itype(*dtype).into()
             };
-            let accs = (0..STRIP)
+            let accs = (0..width)
                 .map(|_| em.entry_alloca(ct))
                 .collect::<Result<Vec<_>>>()?;
             let i = em.expr(init)?;
@@ -706,7 +704,7 @@ pub(super) fn strips<'c>(
             })?;
             sums.push((value_key(r), accs, ct));
         }
-        for w in 0..STRIP {
+        for w in 0..width {
             at(em, w)?;
             let mark = em.hoisted.borrow().len();
             for (key, accs, ct) in &sums {

@@ -207,7 +207,7 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
             // (An online softmax does not run the body as it stands.)
             let online =
                 matches!(&k.schedule, Schedule::Gemm { chain: Some(c), .. } if c.online.is_some());
-            for note in row_cache_notes(k, &opts.cpu)
+            for note in row_cache_notes(k, schedules[i].as_ref())
                 .into_iter()
                 .filter(|_| !online)
             {

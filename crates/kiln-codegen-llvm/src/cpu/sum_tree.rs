@@ -3,14 +3,16 @@
 //!
 //! A plain loop adding `n` values into one accumulator loses up to about `n·ε/2` of relative
 //! accuracy (the mean of 10⁷ copies of 0.1f32 came out 0.09985, and a sum of 2⁴⁰ ones stopped
-//! growing at 2²⁴·64). Here the loops of a float sum add at most [`SUM_LEAF`] values into one
-//! accumulator (a leaf, which the loop vectorizer still splits over its lanes); leaves and the
-//! sums of whole inner loops are combined at most [`SUM_FANOUT`] at a time, level by level, up
-//! to the reduction's own accumulator. The tree's shape depends only on the static extents, so every run (and every
-//! thread split of the output) rounds the same way.
+//! growing at 2²⁴·64). Here the loops of a float sum add at most [`SumTree::leaf`] values into
+//! one accumulator (a leaf, which the loop vectorizer still splits over its lanes); leaves and
+//! the sums of whole inner loops are combined at most [`SumTree::fanout`] at a time, level by
+//! level, up to the reduction's own accumulator. The tree's shape is the target's
+//! ([`kiln_kernel::target::TargetInfo::sums`]: leaves of 256 values, fanout 16) and depends
+//! otherwise only on the static extents, so every run (and every thread split of the output)
+//! rounds the same way.
 //!
 //! Error bound (stated in `ir-specs/ops/reduce.md`): for a sum of `n` values in an accumulator
-//! of precision `ε`, `|computed - exact| <= (SUM_LEAF + 16 ⌈log16(n / SUM_LEAF)⌉ + 16 r) · ε · Σ|xᵢ|`
+//! of precision `ε`, `|computed - exact| <= (leaf + 16 ⌈log16(n / leaf)⌉ + 16 r) · ε · Σ|xᵢ|`
 //! where `r` is the number of reduced dimensions; in practice it is far smaller, since leaf
 //! errors are spread over the vector lanes.
 
@@ -20,14 +22,8 @@ use crate::kernel::Expr;
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{IntValue, PointerValue};
 use kiln_ir::{Combiner, DType};
+use kiln_kernel::target::SumTree;
 use std::collections::BTreeSet;
-
-/// The most values a leaf of a float sum's tree adds into one accumulator.
-pub(crate) const SUM_LEAF: usize = 256;
-
-/// The most partial sums a node of the tree adds in one chain. Pairwise (2) rounds least but
-/// nests a loop per level, which costs compile time; 16 keeps four levels up to 2^24 values.
-const SUM_FANOUT: usize = 16;
 
 /// The accumulators of a reduction and how they combine.
 pub(super) struct Sum<'c> {
@@ -93,12 +89,9 @@ impl<'c> Emitter<'c> {
                     // Values each iteration of this loop adds: with a leaf's worth or more, an
                     // iteration sums into partials of its own, which the tree combines.
                     let per: usize = rest.iter().map(|x| x.1).product();
-                    let own = per >= SUM_LEAF;
-                    let leaf = if own {
-                        SUM_FANOUT
-                    } else {
-                        SUM_LEAF / per.max(1)
-                    };
+                    let SumTree { leaf, fanout } = self.target.sums;
+                    let own = per >= leaf;
+                    let leaf = if own { fanout } else { leaf / per.max(1) };
                     let mut iteration = |em: &Self, accs: &[PointerValue<'c>]| {
                         if own {
                             let part = em.partials(sum, accs.len())?;
@@ -126,7 +119,7 @@ impl<'c> Emitter<'c> {
 
     /// A loop over `v` in `range` (at most `size` iterations) adding into `accs`: the
     /// iterations one after another when there are at most `leaf` of them, else up to
-    /// [`SUM_FANOUT`] chunks (of `leaf` times a power of the fanout), each summed into partials
+    /// [`SumTree::fanout`] chunks (of `leaf` times a power of the fanout), each summed into partials
     /// of its own and added to `accs`. When `range` holds exactly `size` iterations (`exact`)
     /// and the chunks divide it, each chunk is a loop of a constant trip count, which the
     /// vectorizer takes without a remainder.
@@ -145,8 +138,9 @@ impl<'c> Emitter<'c> {
             return self.range_loop(v, range.0, range.1, 1, &mut |em: &Self| body(em, accs));
         }
         let mut chunk = leaf;
-        while chunk * SUM_FANOUT < size {
-            chunk *= SUM_FANOUT;
+        let fanout = self.target.sums.fanout;
+        while chunk * fanout < size {
+            chunk *= fanout;
         }
         let whole = exact && size % chunk == 0;
         let i64t = self.ctx.i64_type();
