@@ -36,12 +36,8 @@ impl CpuExecutable {
         donated: &[bool],
         opts: &Options,
     ) -> Result<CpuExecutable> {
-        kiln_ir::verify(f).map_err(|e| Error::Args(e.to_string()))?;
-        // A cache directory others could write is not used (it warns once).
-        let cache = opts
-            .kernel_cache
-            .as_deref()
-            .filter(|d| crate::cache::usable(d));
+        // `f` is verified by the pipeline (`lower_program`), and by `describe_fusion` first.
+        let cache = usable_cache(opts);
         if opts.explain {
             eprintln!(
                 "// kiln: fused kernels of @{}\n{}",
@@ -60,10 +56,7 @@ impl CpuExecutable {
     /// program that runs them. [`CpuExecutable::compile_with_options`] is `lower_program`, then
     /// this.
     pub fn render(lowered: Lowered, opts: &Options) -> Result<CpuExecutable> {
-        let cache = opts
-            .kernel_cache
-            .as_deref()
-            .filter(|d| crate::cache::usable(d));
+        let cache = usable_cache(opts);
         let clock = PhaseClock::new(&lowered.func.name, opts.compile_times);
         Self::render_timed(lowered, opts, cache, clock)
     }
@@ -283,4 +276,12 @@ impl CpuExecutable {
             .call_donating(args)
             .map_err(|e| Error::Args(e.0))
     }
+}
+
+/// The kernel cache directory of `opts`, unless others could write it (then it is not used,
+/// and that warns once).
+fn usable_cache(opts: &Options) -> Option<&std::path::Path> {
+    opts.kernel_cache
+        .as_deref()
+        .filter(|d| crate::cache::usable(d))
 }

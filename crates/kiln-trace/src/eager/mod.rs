@@ -67,10 +67,14 @@ pub(crate) fn compiles_when_reused(op: &Op) -> bool {
 pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<Literal> {
     let [ty] = out else { return None };
     // Results are dropped and allocated again op after op: keep the freed blocks for reuse,
-    // as compiled programs do.
-    if crate::backend::options().keep_freed {
-        kiln_ir::literal::keep_freed_buffers();
-    }
+    // as compiled programs do. The allocator is set once per process, so the options are
+    // asked once, not on every op.
+    static KEEP_FREED: std::sync::Once = std::sync::Once::new();
+    KEEP_FREED.call_once(|| {
+        if crate::backend::options().keep_freed {
+            kiln_ir::literal::keep_freed_buffers();
+        }
+    });
     let data = match op {
         Op::Reshape {} => return lits.first()?.reshaped(ty.shape.clone()).ok(),
         Op::BitcastConvert {} => {
