@@ -170,7 +170,38 @@ pub fn vjp_rule(
             one(mul(b, g, s)?)
         }
         // Piecewise constant: zero almost everywhere.
-        Op::Sign {} | Op::Floor {} | Op::Ceil {} | Op::Round {} => one(zeros_like(b, x[0])?),
+        Op::Sign {}
+        | Op::Floor {}
+        | Op::Ceil {}
+        | Op::RoundNearestAfz {}
+        | Op::RoundNearestEven {} => one(zeros_like(b, x[0])?),
+        // A straight-through estimator, as in JAX (which also rounds the cotangent): the
+        // rounding is treated as the identity, so gradients reach what it rounds.
+        Op::ReducePrecision { .. } => one(g),
+        // lhs_bar = g * rhs / (lhs² + rhs²); rhs_bar = -g * lhs / (lhs² + rhs²).
+        Op::Atan2 {} => {
+            let yy = mul(b, x[0], x[0])?;
+            let xx = mul(b, x[1], x[1])?;
+            let d = bin(b, Op::Add {}, yy, xx)?;
+            let gd = bin(b, Op::Divide {}, g, d)?;
+            let gy = mul(b, gd, x[1])?;
+            let gx = mul(b, gd, x[0])?;
+            Ok(vec![Some(gy), Some(un(b, Op::Negate {}, gx)?)])
+        }
+        // g * (1 + result²).
+        Op::Tan {} => {
+            let rr = mul(b, r, r)?;
+            let t = ty(b, r);
+            let onev = b.full(&t, 1.0)?;
+            let d = bin(b, Op::Add {}, onev, rr)?;
+            one(mul(b, g, d)?)
+        }
+        // g / (3 result²).
+        Op::Cbrt {} => {
+            let rr = mul(b, r, r)?;
+            let d = scale(b, rr, 3.0)?;
+            one(bin(b, Op::Divide {}, g, d)?)
+        }
         Op::Exponential {} => one(mul(b, g, r)?),
         Op::Log {} => one(bin(b, Op::Divide {}, g, x[0])?),
         Op::LogPlusOne {} => {
@@ -849,6 +880,9 @@ pub fn vjp_rule(
         | Op::Xor {}
         | Op::ShiftLeft {}
         | Op::ShiftRightLogical {}
+        | Op::ShiftRightArithmetic {}
+        | Op::Popcnt {}
+        | Op::CountLeadingZeros {}
         | Op::Not {}
         | Op::IsFinite {}
         | Op::Compare { .. }

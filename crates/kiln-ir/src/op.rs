@@ -234,6 +234,11 @@ define_ops! {
     ShiftLeft = "shift_left", Fixed(2), ONE, EW;
     /// Elementwise logical right shift (0 when the shift is out of range).
     ShiftRightLogical = "shift_right_logical", Fixed(2), ONE, EW;
+    /// Elementwise arithmetic right shift: the top bit fills in (all of it when the shift is
+    /// out of range).
+    ShiftRightArithmetic = "shift_right_arithmetic", Fixed(2), ONE, EW;
+    /// Elementwise arc tangent of `lhs / rhs`, in the quadrant of the point `(rhs, lhs)`.
+    Atan2 = "atan2", Fixed(2), ONE, EW | DIFF;
     /// Elementwise negation.
     Negate = "negate", Fixed(1), ONE, EW | DIFF;
     /// Elementwise absolute value.
@@ -260,6 +265,10 @@ define_ops! {
     Sine = "sine", Fixed(1), ONE, EW | DIFF;
     /// Elementwise cosine.
     Cosine = "cosine", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise tangent.
+    Tan = "tan", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise cube root.
+    Cbrt = "cbrt", Fixed(1), ONE, EW | DIFF;
     /// Elementwise Gauss error function.
     Erf = "erf", Fixed(1), ONE, EW | DIFF;
     /// Elementwise round toward negative infinity.
@@ -267,7 +276,16 @@ define_ops! {
     /// Elementwise round toward positive infinity.
     Ceil = "ceil", Fixed(1), ONE, EW | DIFF;
     /// Elementwise round to nearest, ties away from zero.
-    Round = "round", Fixed(1), ONE, EW | DIFF;
+    RoundNearestAfz = "round_nearest_afz", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise round to nearest, ties to even.
+    RoundNearestEven = "round_nearest_even", Fixed(1), ONE, EW | DIFF;
+    /// Elementwise rounding to a float format of `exponent_bits` and `mantissa_bits` (results
+    /// past its range become infinite, below its normal range zero), kept in the operand's type.
+    ReducePrecision = "reduce_precision", Fixed(1), ONE, EW | DIFF, { exponent_bits: i64, mantissa_bits: i64 };
+    /// Elementwise count of set bits.
+    Popcnt = "popcnt", Fixed(1), ONE, EW;
+    /// Elementwise count of zero bits above the highest set bit.
+    CountLeadingZeros = "count_leading_zeros", Fixed(1), ONE, EW;
     /// Elementwise bitwise or logical not.
     Not = "not", Fixed(1), ONE, EW;
     /// Elementwise test for a finite value (neither infinite nor NaN).

@@ -316,18 +316,37 @@ impl Gen<'_> {
                         Op::Sqrt {},
                         Op::Log {},
                         Op::Ceil {},
-                        Op::Round {},
+                        Op::RoundNearestAfz {},
                         Op::Cosine {},
                         Op::ExponentialMinusOne {},
                         Op::LogPlusOne {},
                         Op::Rsqrt {},
+                        Op::Tan {},
+                        Op::Cbrt {},
+                        Op::RoundNearestEven {},
+                        Op::ReducePrecision {
+                            exponent_bits: 1 + self.rng.below(8) as i64,
+                            mantissa_bits: self.rng.below(12) as i64,
+                        },
                     ]
                 } else if d.is_pred() {
                     vec![Op::Not {}]
                 } else if d.is_signed() {
-                    vec![Op::Negate {}, Op::Abs {}, Op::Sign {}, Op::Not {}]
+                    vec![
+                        Op::Negate {},
+                        Op::Abs {},
+                        Op::Sign {},
+                        Op::Not {},
+                        Op::Popcnt {},
+                        Op::CountLeadingZeros {},
+                    ]
                 } else {
-                    vec![Op::Not {}, Op::Negate {}]
+                    vec![
+                        Op::Not {},
+                        Op::Negate {},
+                        Op::Popcnt {},
+                        Op::CountLeadingZeros {},
+                    ]
                 };
                 let op = self.rng.pick(&ops).clone();
                 self.b.inst(op, &[a]).ok()
@@ -343,6 +362,7 @@ impl Gen<'_> {
                         Op::Minimum {},
                         Op::Power {},
                         Op::Remainder {},
+                        Op::Atan2 {},
                     ]
                 } else if d.is_pred() {
                     vec![Op::And {}, Op::Or {}, Op::Xor {}, Op::Add {}]
@@ -356,6 +376,7 @@ impl Gen<'_> {
                         Op::Xor {},
                         Op::ShiftLeft {},
                         Op::ShiftRightLogical {},
+                        Op::ShiftRightArithmetic {},
                         Op::Divide {},
                     ]
                 };

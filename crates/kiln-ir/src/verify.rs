@@ -79,7 +79,9 @@ fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool) {
         Add | Multiply | Maximum | Minimum => ("any", |_| true),
         Subtract | Divide | Remainder | Power | Negate => ("integer or float", |d| !d.is_pred()),
         And | Or | Xor | Not => ("pred or integer", |d| !d.is_float()),
-        ShiftLeft | ShiftRightLogical => ("integer", |d| d.is_int()),
+        ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | Popcnt | CountLeadingZeros => {
+            ("integer", |d| d.is_int())
+        }
         Abs | Sign => ("signed integer or float", |d| d.is_signed()),
         _ => ("float", |d| d.is_float()),
     }
@@ -232,7 +234,9 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         | Or {}
         | Xor {}
         | ShiftLeft {}
-        | ShiftRightLogical {} => {
+        | ShiftRightLogical {}
+        | ShiftRightArithmetic {}
+        | Atan2 {} => {
             l.ensure(1, x[0] == x[1], || {
                 format!(
                     "operands must have the same type, got {} and {}",
@@ -261,11 +265,31 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         | Erf {}
         | Floor {}
         | Ceil {}
-        | Round {}
+        | RoundNearestAfz {}
+        | RoundNearestEven {}
+        | Tan {}
+        | Cbrt {}
+        | Popcnt {}
+        | CountLeadingZeros {}
         | Not {} => {
             let (what, ok) = elementwise_dtypes(k);
             l.ensure(2, ok(x[0].dtype), || {
                 format!("element type must be {what}, got {}", x[0].dtype)
+            })?;
+            one(x[0].clone(), 1)
+        }
+        ReducePrecision {
+            exponent_bits,
+            mantissa_bits,
+        } => {
+            l.ensure(2, x[0].dtype.is_float(), || {
+                format!("element type must be float, got {}", x[0].dtype)
+            })?;
+            l.ensure(3, *exponent_bits >= 1, || {
+                format!("exponent_bits must be at least 1, got {exponent_bits}")
+            })?;
+            l.ensure(4, *mantissa_bits >= 0, || {
+                format!("mantissa_bits must not be negative, got {mantissa_bits}")
             })?;
             one(x[0].clone(), 1)
         }

@@ -34,6 +34,7 @@ pub mod options;
 pub mod pattern;
 pub mod pipeline;
 pub mod plan;
+pub mod precision;
 pub mod print;
 pub mod rewrite;
 pub mod schedule;

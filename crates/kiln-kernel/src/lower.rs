@@ -44,9 +44,10 @@ pub fn elementwise_supported(k: OpKind, d: DType) -> bool {
     match k {
         Power => d != DType::Pred,
         Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | And | Or | Xor
-        | ShiftLeft | ShiftRightLogical | Negate | Abs | Sign | Exponential | Log | LogPlusOne
-        | ExponentialMinusOne | Sqrt | Rsqrt | Tanh | Logistic | Sine | Cosine | Erf | Floor
-        | Ceil | Round | Not | IsFinite | Compare | Select | Clamp | Convert => true,
+        | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | Atan2 | Negate | Abs | Sign
+        | Exponential | Log | LogPlusOne | ExponentialMinusOne | Sqrt | Rsqrt | Tanh | Logistic
+        | Sine | Cosine | Tan | Cbrt | Erf | Floor | Ceil | RoundNearestAfz | RoundNearestEven
+        | Popcnt | CountLeadingZeros | Not | IsFinite | Compare | Select | Clamp | Convert => true,
         _ => false,
     }
 }
@@ -90,6 +91,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         | Op::Xor {}
         | Op::ShiftLeft {}
         | Op::ShiftRightLogical {}
+        | Op::ShiftRightArithmetic {}
+        | Op::Atan2 {}
         | Op::Negate {}
         | Op::Abs {}
         | Op::Sign {}
@@ -106,7 +109,12 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         | Op::Erf {}
         | Op::Floor {}
         | Op::Ceil {}
-        | Op::Round {}
+        | Op::RoundNearestAfz {}
+        | Op::RoundNearestEven {}
+        | Op::Tan {}
+        | Op::Cbrt {}
+        | Op::Popcnt {}
+        | Op::CountLeadingZeros {}
         | Op::Not {}
         | Op::IsFinite {}
         | Op::Compare { .. }
@@ -114,6 +122,10 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         | Op::Clamp {}
         | Op::Convert {} => elementwise(op, x, out),
         Op::Constant { .. } => Err(NoKernel("a constant: the program holds its value")),
+        Op::ReducePrecision { .. } => Err(NoKernel(
+            "bit arithmetic that canonicalization expands into integer ops; kept only where it \
+             did not run",
+        )),
         Op::OptimizationBarrier {} => Err(NoKernel("a pass-through: its results are its operands")),
         Op::RngBitGenerator { .. } => Err(NoKernel(
             "a generator with two results, run by the interpreter where canonicalization did not \
@@ -872,7 +884,8 @@ mod tests {
     fn every_elementwise_op_is_a_loop_nest() {
         let t = TensorType::new(DType::F32, [2, 3]);
         for &kind in OpKind::ALL {
-            if !kind.props().contains(Props::ELEMENTWISE) {
+            // `reduce_precision` is expanded into integer ops before lowering (`precision.rs`).
+            if !kind.props().contains(Props::ELEMENTWISE) || kind == OpKind::ReducePrecision {
                 continue;
             }
             let op = match kind {

@@ -359,6 +359,8 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
     };
     let f = &canon::expand_rngs(f)
         .map_err(|e| Error::Lowering(format!("expanding rng_bit_generator: {e}")))?;
+    let f = &crate::precision::expand_reduce_precisions(f)
+        .map_err(|e| Error::Lowering(format!("expanding reduce_precision: {e}")))?;
     let f = &canon::fold_transposed_products(f)
         .map_err(|e| Error::Lowering(format!("folding transposed products: {e}")))?;
     let winograd;

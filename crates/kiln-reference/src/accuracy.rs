@@ -102,7 +102,7 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
         // over hundreds of thousands of points); C library calls within 1-2; f16/bf16 compute
         // these in f32, so their one rounding may land on the other neighbour.
         Exponential | Log | Tanh | Logistic | Erf | LogPlusOne | ExponentialMinusOne | Sine
-        | Cosine | Power => {
+        | Cosine | Power | Tan | Atan2 | Cbrt => {
             if narrow {
                 1.0
             } else {
@@ -343,6 +343,21 @@ pub fn magnitudes(f: &Func, args: &[Literal]) -> crate::Result<Vec<Literal>> {
                 Op::Exponential {} | Op::ExponentialMinusOne {} => {
                     Some(eval_op(&inst.op, &m, &ftypes).remove(0))
                 }
+                // The first-order error of tan(x) is (1 + tan²x) times x's.
+                Op::Tan {} => Some(zip(m[0], &out[0], |x, t| x.max(t.abs()) * (1.0 + t * t))),
+                // atan2(y, x) moves by (|x| dy + |y| dx) / (x² + y²): at most the operands'
+                // magnitudes over their distance from the origin.
+                Op::Atan2 {} => {
+                    let (ys, xs) = (r[0].to_f64s(), r[1].to_f64s());
+                    let (my, mx) = (m[0].to_f64s(), m[1].to_f64s());
+                    let o = out[0].to_f64s();
+                    let v: Vec<f64> = (0..o.len())
+                        .map(|i| o[i].abs().max((my[i] + mx[i]) / ys[i].hypot(xs[i])))
+                        .collect();
+                    Some(Literal::from_f64s(f64_type(out[0].ty()), &v).expect("same size"))
+                }
+                // cbrt(x) moves by dx / (3 cbrt(x)²).
+                Op::Cbrt {} => Some(zip(m[0], &out[0], |x, c| c.abs().max(x / (3.0 * c * c)))),
                 Op::Log {}
                 | Op::LogPlusOne {}
                 | Op::Sqrt {}
@@ -350,7 +365,9 @@ pub fn magnitudes(f: &Func, args: &[Literal]) -> crate::Result<Vec<Literal>> {
                 | Op::Power {}
                 | Op::Floor {}
                 | Op::Ceil {}
-                | Op::Round {}
+                | Op::RoundNearestAfz {}
+                | Op::RoundNearestEven {}
+                | Op::ReducePrecision { .. }
                 | Op::Sign {}
                 | Op::Convert {}
                 | Op::BitcastConvert {}

@@ -157,7 +157,9 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         | Op::Or {}
         | Op::Xor {}
         | Op::ShiftLeft {}
-        | Op::ShiftRightLogical {} => single(binary(op, x[0], x[1], ty)),
+        | Op::ShiftRightLogical {}
+        | Op::ShiftRightArithmetic {}
+        | Op::Atan2 {} => single(binary(op, x[0], x[1], ty)),
         Op::Negate {}
         | Op::Abs {}
         | Op::Sign {}
@@ -174,8 +176,27 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         | Op::Erf {}
         | Op::Floor {}
         | Op::Ceil {}
-        | Op::Round {}
+        | Op::RoundNearestAfz {}
+        | Op::RoundNearestEven {}
+        | Op::Tan {}
+        | Op::Cbrt {}
+        | Op::Popcnt {}
+        | Op::CountLeadingZeros {}
         | Op::Not {} => single(unary(op, x[0], ty)),
+        Op::ReducePrecision {
+            exponent_bits,
+            mantissa_bits,
+        } => single(from_lane(
+            ty,
+            Lane::F(
+                x[0].to_f64s()
+                    .into_iter()
+                    .map(|v| {
+                        crate::scalar::reduce_precision(ty.dtype, v, *exponent_bits, *mantissa_bits)
+                    })
+                    .collect(),
+            ),
+        )),
         Op::IsFinite {} => single(from_lane(
             ty,
             Lane::I(
@@ -785,7 +806,10 @@ fn sum_products(
         let (av, bv) = (a.to_f64s(), b.to_f64s());
         let v = pairs
             .iter()
-            .map(|&(ao, bo)| coff.iter().map(|&(ca, cb)| av[ao + ca] * bv[bo + cb]).sum())
+            .map(|&(ao, bo)| {
+                coff.iter()
+                    .fold(0.0, |s, &(ca, cb)| s + av[ao + ca] * bv[bo + cb])
+            })
             .collect();
         from_lane(ty, Lane::F(v))
     } else {
@@ -803,7 +827,8 @@ fn sum_products(
 const PADDED: usize = usize::MAX;
 
 /// Result element j is the sum over `terms[j]` of a[p] * b[q], in f64 (floats, rounded once)
-/// or wrapping i64.
+/// or wrapping i64. Float sums start from +0, as a dot product's accumulator does (XLA, BLAS):
+/// products that are all -0 (or none) sum to +0 (Rust's `Iterator::sum` would start from -0).
 fn sum_terms(a: &Literal, b: &Literal, ty: &TensorType, terms: &[Vec<(usize, usize)>]) -> Literal {
     if ty.dtype.is_float() {
         let (av, bv) = (a.to_f64s(), b.to_f64s());
@@ -813,7 +838,7 @@ fn sum_terms(a: &Literal, b: &Literal, ty: &TensorType, terms: &[Vec<(usize, usi
             Lane::F(
                 terms
                     .iter()
-                    .map(|t| t.iter().map(|&(p, q)| at(p) * bv[q]).sum())
+                    .map(|t| t.iter().fold(0.0, |s, &(p, q)| s + at(p) * bv[q]))
                     .collect(),
             ),
         )

@@ -122,6 +122,7 @@ pub fn float_binary(op: &Op) -> Option<fn(f64, f64) -> f64> {
         Op::Maximum {} => nan_max,
         Op::Minimum {} => nan_min,
         Op::Power {} => f64::powf,
+        Op::Atan2 {} => f64::atan2,
         _ => return None,
     })
 }
@@ -158,7 +159,10 @@ pub fn float_unary(op: &Op) -> Option<fn(f64) -> f64> {
         Op::Erf {} => libm::erf,
         Op::Floor {} => f64::floor,
         Op::Ceil {} => f64::ceil,
-        Op::Round {} => f64::round,
+        Op::RoundNearestAfz {} => f64::round,
+        Op::RoundNearestEven {} => f64::round_ties_even,
+        Op::Tan {} => f64::tan,
+        Op::Cbrt {} => f64::cbrt,
         _ => return None,
     })
 }
@@ -180,6 +184,7 @@ pub fn is_int_binary(op: &Op) -> bool {
             | Op::Xor {}
             | Op::ShiftLeft {}
             | Op::ShiftRightLogical {}
+            | Op::ShiftRightArithmetic {}
     )
 }
 
@@ -218,6 +223,15 @@ pub fn int_binary(op: &Op, d: DType, x: i64, y: i64) -> i64 {
             };
             ((x as u64 & mask) >> y) as i64
         }
+        Op::ShiftRightArithmetic {} => {
+            // The bits as a signed number of the dtype's width, its top bit filling in.
+            let signed = (x << (64 - bits)) >> (64 - bits);
+            if y < 0 || y >= bits {
+                if signed < 0 { -1 } else { 0 }
+            } else {
+                signed >> y
+            }
+        }
         _ => unreachable!("`{}` is not a binary integer op", op.mnemonic()),
     };
     wrap_to(d, r)
@@ -225,7 +239,15 @@ pub fn int_binary(op: &Op, d: DType, x: i64, y: i64) -> i64 {
 
 /// Whether `op` is a unary elementwise op on integers or `pred` ([`int_unary`] computes it).
 pub fn is_int_unary(op: &Op) -> bool {
-    matches!(op, Op::Negate {} | Op::Abs {} | Op::Sign {} | Op::Not {})
+    matches!(
+        op,
+        Op::Negate {}
+            | Op::Abs {}
+            | Op::Sign {}
+            | Op::Not {}
+            | Op::Popcnt {}
+            | Op::CountLeadingZeros {}
+    )
 }
 
 /// A unary elementwise op on integers or `pred` of dtype `d`, wrapped to `d`.
@@ -240,7 +262,92 @@ pub fn int_unary(op: &Op, d: DType, x: i64) -> i64 {
         Op::Sign {} => x.signum(),
         Op::Not {} if d.is_pred() => 1 - x,
         Op::Not {} => !x,
+        Op::Popcnt {} => (x as u64 & width_mask(d)).count_ones() as i64,
+        Op::CountLeadingZeros {} => {
+            (x as u64 & width_mask(d)).leading_zeros() as i64 - (64 - d.bits() as i64)
+        }
         _ => unreachable!("`{}` is not a unary integer op", op.mnemonic()),
     };
     wrap_to(d, r)
+}
+
+/// The mask of dtype `d`'s bits in a u64.
+fn width_mask(d: DType) -> u64 {
+    if d.bits() >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << d.bits()) - 1
+    }
+}
+
+/// The exponent and mantissa (fraction) bits of a float dtype.
+pub fn float_format(d: DType) -> (u32, u32) {
+    match d {
+        DType::F16 => (5, 10),
+        DType::BF16 => (8, 7),
+        DType::F32 => (8, 23),
+        _ => (11, 52),
+    }
+}
+
+/// `reduce_precision` of `x`, a value of float dtype `d`, to a format of `exponent_bits` and
+/// `mantissa_bits`, computed on `d`'s own bits (`ir-specs/ops/reduce_precision.md`).
+pub fn reduce_precision(d: DType, x: f64, exponent_bits: i64, mantissa_bits: i64) -> f64 {
+    let bits = match d {
+        DType::F16 => half::f16::from_f64(x).to_bits() as u64,
+        DType::BF16 => half::bf16::from_f64(x).to_bits() as u64,
+        DType::F32 => (x as f32).to_bits() as u64,
+        _ => x.to_bits(),
+    };
+    let (src_e, src_m) = float_format(d);
+    let r = reduce_precision_bits(bits, src_e, src_m, exponent_bits, mantissa_bits);
+    match d {
+        DType::F16 => half::f16::from_bits(r as u16).to_f64(),
+        DType::BF16 => half::bf16::from_bits(r as u16).to_f64(),
+        DType::F32 => f32::from_bits(r as u32) as f64,
+        _ => f64::from_bits(r),
+    }
+}
+
+/// `reduce_precision` on the bits of a float with `src_e` exponent and `src_m` mantissa bits:
+/// the mantissa rounded to nearest even at `mantissa_bits` (a carry moves into the exponent,
+/// up to infinity), then, when the exponent is narrower, magnitudes past the narrow format's
+/// largest exponent become infinite and those below its smallest normal exponent zero, signs
+/// kept. A NaN stays the same NaN, unless no mantissa bit is left: then it is an infinity of
+/// its sign.
+pub fn reduce_precision_bits(
+    bits: u64,
+    src_e: u32,
+    src_m: u32,
+    exponent_bits: i64,
+    mantissa_bits: i64,
+) -> u64 {
+    let sign = bits & (1u64 << (src_e + src_m));
+    let exp_mask = ((1u64 << src_e) - 1) << src_m;
+    let frac_mask = (1u64 << src_m) - 1;
+    let mut mag = bits & (exp_mask | frac_mask);
+    if mag & exp_mask == exp_mask && mag & frac_mask != 0 {
+        return if mantissa_bits > 0 {
+            bits
+        } else {
+            sign | exp_mask
+        };
+    }
+    if mantissa_bits < src_m as i64 {
+        let drop = src_m - mantissa_bits as u32;
+        let last = 1u64 << drop;
+        let bias = (last >> 1) - 1 + ((mag & last) >> drop);
+        mag = (mag + bias) & !(last - 1);
+    }
+    if exponent_bits < src_e as i64 {
+        let src_bias = (1i64 << (src_e - 1)) - 1;
+        let bias = (1i64 << (exponent_bits - 1)) - 1;
+        let e = (mag >> src_m) as i64;
+        if e > src_bias + bias {
+            mag = exp_mask;
+        } else if e <= src_bias - bias {
+            mag = 0;
+        }
+    }
+    sign | mag
 }

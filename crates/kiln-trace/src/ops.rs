@@ -366,10 +366,95 @@ impl Tensor {
     pub fn floor(&self) -> Tensor {
         self.float_op1(Op::Floor {}, "floor")
     }
-    /// Elementwise rounding to nearest, ties away from zero.
+    /// Elementwise rounding to nearest, ties to even (as `jnp.round` and `torch.round`).
     #[track_caller]
     pub fn round(&self) -> Tensor {
-        self.float_op1(Op::Round {}, "round")
+        self.float_op1(Op::RoundNearestEven {}, "round")
+    }
+    /// Elementwise rounding to nearest, ties away from zero (C's `round`).
+    #[track_caller]
+    pub fn round_half_away(&self) -> Tensor {
+        self.float_op1(Op::RoundNearestAfz {}, "round_half_away")
+    }
+    /// Elementwise tangent.
+    #[track_caller]
+    pub fn tan(&self) -> Tensor {
+        self.float_op1(Op::Tan {}, "tan")
+    }
+    /// Elementwise cube root (negative for negative values).
+    #[track_caller]
+    pub fn cbrt(&self) -> Tensor {
+        self.float_op1(Op::Cbrt {}, "cbrt")
+    }
+    /// Elementwise arc tangent of `self / o` in the quadrant of the point `(o, self)`, in
+    /// `[-π, π]`, with broadcasting; integer operands compute in `f32`.
+    #[track_caller]
+    pub fn atan2(&self, o: &Tensor) -> Tensor {
+        let d = inexact(promote_types(self.dtype(), o.dtype()));
+        self.binary_in(o, d, Op::Atan2 {}, "atan2")
+    }
+    /// Each element rounded to a float format with `exponent_bits` and `mantissa_bits`
+    /// (`reduce_precision(x, 8, 7)` rounds f32 values as bf16 would hold them), kept in this
+    /// tensor's dtype: values past the format's range become infinite, those below its normal
+    /// range zero.
+    #[track_caller]
+    pub fn reduce_precision(&self, exponent_bits: u32, mantissa_bits: u32) -> Tensor {
+        self.float_op1(
+            Op::ReducePrecision {
+                exponent_bits: exponent_bits as i64,
+                mantissa_bits: mantissa_bits as i64,
+            },
+            "reduce_precision",
+        )
+    }
+    /// Elementwise count of set bits of an integer tensor.
+    #[track_caller]
+    pub fn popcount(&self) -> Tensor {
+        self.op1(Op::Popcnt {}, "popcount")
+    }
+    /// Elementwise count of zero bits above the highest set bit of an integer tensor (the
+    /// width for 0).
+    #[track_caller]
+    pub fn count_leading_zeros(&self) -> Tensor {
+        self.op1(Op::CountLeadingZeros {}, "count_leading_zeros")
+    }
+    /// Elementwise bitwise and of integer (or logical and of `pred`) tensors, with
+    /// broadcasting.
+    #[track_caller]
+    pub fn bitwise_and(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::And {}, "bitwise_and")
+    }
+    /// Elementwise bitwise or, with broadcasting.
+    #[track_caller]
+    pub fn bitwise_or(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Or {}, "bitwise_or")
+    }
+    /// Elementwise bitwise exclusive or, with broadcasting.
+    #[track_caller]
+    pub fn bitwise_xor(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::Xor {}, "bitwise_xor")
+    }
+    /// Elementwise bitwise (or logical) not.
+    #[track_caller]
+    pub fn bitwise_not(&self) -> Tensor {
+        self.op1(Op::Not {}, "bitwise_not")
+    }
+    /// Elementwise left shift of an integer tensor by `o` bits, with broadcasting; shifts
+    /// outside `[0, width)` give 0.
+    #[track_caller]
+    pub fn shift_left(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::ShiftLeft {}, "shift_left")
+    }
+    /// Elementwise logical right shift (zeros fill in); shifts outside `[0, width)` give 0.
+    #[track_caller]
+    pub fn shift_right_logical(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::ShiftRightLogical {}, "shift_right_logical")
+    }
+    /// Elementwise arithmetic right shift (the top bit fills in, for unsigned types too);
+    /// shifts outside `[0, width)` fill every bit with the top one.
+    #[track_caller]
+    pub fn shift_right_arithmetic(&self, o: &Tensor) -> Tensor {
+        self.binary(o, Op::ShiftRightArithmetic {}, "shift_right_arithmetic")
     }
     /// Elementwise ceiling.
     #[track_caller]

@@ -1047,6 +1047,7 @@ impl<'c> Emitter<'c> {
             OpKind::Maximum => intr("llvm.maximum")?,
             OpKind::Minimum => intr("llvm.minimum")?,
             OpKind::Power => intr("llvm.pow")?,
+            OpKind::Atan2 => intr("llvm.atan2")?,
             OpKind::Negate => b.build_float_neg(x, "r").map_err(llvm)?.into(),
             OpKind::Abs => intr("llvm.fabs")?,
             OpKind::Sign => {
@@ -1077,10 +1078,13 @@ impl<'c> Emitter<'c> {
             OpKind::Logistic => self.logistic_fast(d, x)?.into(),
             OpKind::Sine => intr("llvm.sin")?,
             OpKind::Cosine => intr("llvm.cos")?,
+            OpKind::Tan => intr("llvm.tan")?,
+            OpKind::Cbrt => self.libm("cbrt", d, x)?.into(),
             OpKind::Erf => self.erf_fast(d, x)?.into(),
             OpKind::Floor => intr("llvm.floor")?,
             OpKind::Ceil => intr("llvm.ceil")?,
-            OpKind::Round => intr("llvm.round")?,
+            OpKind::RoundNearestAfz => intr("llvm.round")?,
+            OpKind::RoundNearestEven => intr("llvm.roundeven")?,
             OpKind::IsFinite => {
                 let a = intr("llvm.fabs")?.into_float_value();
                 b.build_float_compare(FloatPredicate::ONE, a, ft.const_float(f64::INFINITY), "r")
@@ -1253,6 +1257,26 @@ impl<'c> Emitter<'c> {
                 b.build_select(inside, sh, it.const_zero(), "r")
                     .map_err(llvm)?
             }
+            OpKind::ShiftRightArithmetic => {
+                // Amounts outside [0, bits) shift by bits - 1: the top bit fills everything.
+                let y = y.expect("binary");
+                let inside = b
+                    .build_int_compare(IntPredicate::ULT, y, it.const_int(bits, false), "in")
+                    .map_err(llvm)?;
+                let safe = b
+                    .build_select(inside, y, it.const_int(bits - 1, false), "s")
+                    .map_err(llvm)?
+                    .into_int_value();
+                b.build_right_shift(x, safe, true, "r")
+                    .map_err(llvm)?
+                    .into()
+            }
+            OpKind::Popcnt => intr("llvm.ctpop")?,
+            OpKind::CountLeadingZeros => self.intrinsic(
+                "llvm.ctlz",
+                it.into(),
+                &[x.into(), self.ctx.bool_type().const_zero().into()],
+            )?,
             OpKind::Negate => b.build_int_neg(x, "r").map_err(llvm)?.into(),
             OpKind::Abs => {
                 let neg = b

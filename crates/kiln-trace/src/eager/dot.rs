@@ -96,11 +96,10 @@ fn gemm_i64(s: Shape, a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     Some(c)
 }
 
-/// f64 products summed in increasing `k` from the start value of Rust's f64 `sum` (as the
-/// reference's `Iterator::sum` does).
+/// f64 products summed in increasing `k` from +0 (as the reference's dot products do).
 fn gemm_f64(s: Shape, a: &[f64], b: &[f64], tile: TileKernel) -> Option<Vec<f64>> {
     let Shape { bsz, m, k, n } = s;
-    let zero: f64 = std::iter::empty::<f64>().sum();
+    let zero = 0.0f64;
     let mut c = filled(bsz * m * n, zero)?;
     if k == 0 || n == 0 || m == 0 {
         return Some(c);

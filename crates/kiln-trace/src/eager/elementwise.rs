@@ -146,7 +146,7 @@ fn unary(op: &Op, a: &Literal) -> Option<Data> {
                 Op::Rsqrt {} => map1(x, c, |v: T| T::from_f64(1.0 / v.f64().sqrt()))?,
                 Op::Floor {} => map1(x, c, |v: T| T::from_f64(v.f64().floor()))?,
                 Op::Ceil {} => map1(x, c, |v: T| T::from_f64(v.f64().ceil()))?,
-                Op::Round {} => map1(x, c, |v: T| T::from_f64(v.f64().round()))?,
+                Op::RoundNearestAfz {} => map1(x, c, |v: T| T::from_f64(v.f64().round()))?,
                 _ => {
                     let f = scalar::float_unary(op)?;
                     map1(x, c, |v: T| T::from_f64(f(v.f64())))?

@@ -56,6 +56,9 @@ pub(crate) fn compiles_when_reused(op: &Op) -> bool {
             | Op::Logistic {}
             | Op::Sine {}
             | Op::Cosine {}
+            | Op::Tan {}
+            | Op::Atan2 {}
+            | Op::Cbrt {}
             | Op::Erf {}
             | Op::Power {}
     )
