@@ -368,9 +368,11 @@ pub(super) fn compile_cached(
     ))
 }
 
-/// Work (output elements times reduction steps, see [`kernel_shape`]) below which a loop-nest
-/// kernel is optimized with the light pipeline (`LIGHT_PIPELINE`); also the outputs below
-/// which a GEMM kernel's epilogue is (see [`kernel_jobs`]).
+/// Work (output elements times reduction steps, see [`kiln_kernel::threads::launch`]) below
+/// which a loop-nest kernel is optimized with the light pipeline (`LIGHT_PIPELINE`); also the
+/// outputs below which a GEMM kernel's epilogue is (see [`kernel_jobs`]). Like
+/// [`MODULE_NODES`], a compile-time detail of this backend (how long LLVM takes), not a target
+/// property: it stays here (docs/architecture.md, "Targets and loop schedules").
 pub(super) const LIGHT_WORK: usize = 1 << 22;
 
 /// The most expression nodes (see [`kernel_nodes`]) of the non-GEMM kernels that share one
