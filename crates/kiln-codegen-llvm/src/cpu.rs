@@ -304,6 +304,21 @@ fn wide_vectors(target: Target) -> bool {
 mod tests {
     use super::*;
 
+    /// `narrow_vectors` acts where the target is described: the host's `TargetInfo` has at most
+    /// 32-byte vectors, so the kernel layer decides the AVX2 blocking; machine-independent
+    /// code is always for 32-byte vectors.
+    #[test]
+    fn narrow_vectors_describe_the_host_with_256_bit_vectors() {
+        let mut opts = Options::default();
+        opts.cpu.narrow_vectors = true;
+        let narrow = Target::host(&opts);
+        assert!(narrow.info().vector_bytes <= 32 && !wide_vectors(narrow));
+        assert_eq!(narrow.vector_bytes, narrow.info().vector_bytes);
+        let host = Target::host(&Options::default());
+        assert_eq!(host.vector_bytes, host_target_info().vector_bytes);
+        assert_eq!(Target::any(&Options::default()).vector_bytes, 32);
+    }
+
     /// The exponentials of `src`'s kernels proven to take no positive argument, and all of
     /// them.
     fn nonpositive_count(src: &str) -> (usize, usize) {
