@@ -47,11 +47,12 @@ use kiln_kernel::pipeline::{
 };
 pub use kiln_kernel::pipeline::{fused_kernels, kernels};
 
+use kiln_kernel::gemm_schedule::{GemmSchedule, gemm_schedule};
 use kiln_kernel::loop_schedule::{KernelSchedule, Tile};
 use kiln_kernel::options::{CpuOptions, Options};
 use kiln_kernel::target::{HostCpu, SumTree, TargetInfo};
 pub use kiln_runtime::Step;
-use kiln_runtime::{KernelFn, Launch, Program, is_parallel};
+use kiln_runtime::{KernelFn, Launch, Program};
 
 /// A function compiled for this CPU: the runtime program and the JIT engine that owns its
 /// kernels' code.
@@ -135,6 +136,11 @@ pub(crate) struct Target {
     pub cpu: CpuOptions,
     /// The shape of float sums' trees, from [`Self::info`] (see [`SumTree`]).
     pub sums: SumTree,
+    /// Bytes of the widest vector kernels use, from [`Self::info`].
+    pub vector_bytes: usize,
+    /// Bytes of a cache line, from [`Self::info`]: the width of one streaming store, and the
+    /// alignment of the line and tile buffers.
+    pub cache_line: usize,
 }
 
 impl Target {
@@ -155,16 +161,29 @@ impl Target {
             host,
             cpu: opts.cpu,
             sums: SumTree::default(),
+            vector_bytes: 0,
+            cache_line: 0,
         };
-        t.sums = t.info().sums;
+        let info = t.info();
+        t.sums = info.sums;
+        t.vector_bytes = info.vector_bytes;
+        t.cache_line = info.cache_line;
         t
     }
 
     /// What the kernel layer decides with for this code: this machine
     /// ([`host_target_info`]), or the reference CPU for machine-independent code.
+    ///
+    /// [`CpuOptions::narrow_vectors`] (`KILN_VECTOR_BITS=256`) gives an AVX-512 host 256-bit
+    /// vectors (the blocking of AVX2 machines), so that path can be tested and measured here
+    /// too.
     fn info(&self) -> TargetInfo {
         if self.host {
-            host_target_info()
+            let mut info = host_target_info();
+            if self.cpu.narrow_vectors {
+                info.vector_bytes = info.vector_bytes.min(32);
+            }
+            info
         } else {
             TargetInfo {
                 nontemporal_stores: cfg!(target_arch = "x86_64"),
@@ -176,8 +195,14 @@ impl Target {
 
 /// This machine, as the kernel layer's target: the widest vectors its CPU has (AVX-512, AVX2,
 /// else SSE's) and the threads it runs, with the reference CPU's other properties; streaming
-/// stores on x86-64 only.
+/// stores on x86-64 only. Detected once per process.
 pub fn host_target_info() -> TargetInfo {
+    static HOST: std::sync::OnceLock<TargetInfo> = std::sync::OnceLock::new();
+    HOST.get_or_init(detect_host).clone()
+}
+
+/// [`host_target_info`], detected.
+fn detect_host() -> TargetInfo {
     #[cfg(target_arch = "x86_64")]
     let vector_bytes = if std::arch::is_x86_feature_detected!("avx512f") {
         64
@@ -249,123 +274,50 @@ fn host_attributes<'c>(ctx: &'c Context, f: FunctionValue<'c>, target: Target) {
     }
 }
 
-/// The blocking of GEMM kernel `k` and whether its threads split columns: blocks of whole
-/// rows, split by rows, when its epilogue reduces over rows ([`crate::fuse::row_epilogue`]).
-fn gemm_blocking(k: &Kernel, wide: bool) -> Option<(gemm::Blocking, bool)> {
-    let Schedule::Gemm {
-        batch,
-        m,
-        n,
-        k: kk,
-        ref chain,
-        ..
-    } = k.schedule
-    else {
-        return None;
-    };
-    let bl = gemm::Blocking::new(k.out.dtype, wide, n);
-    Some(
-        if let Some(c) = chain.as_ref().filter(|c| c.online.is_some()) {
-            (bl.online(kk, chain_blocking(k, c, wide)), false)
-        } else if chain.is_some() {
-            (bl.whole_rows(n).chained(n, kk), false)
-        } else if crate::fuse::row_epilogue(k) {
-            (bl.whole_rows(n), false)
-        } else {
-            (bl, bl.split_columns(batch, m, n, kk))
-        },
-    )
-}
-
-/// The blocking of GEMM kernel `k`'s chained product `c` (see [`crate::kernel::Chain`]).
-fn chain_blocking(k: &Kernel, c: &crate::kernel::Chain, wide: bool) -> gemm::Blocking {
-    gemm::Blocking::new(k.out.dtype, wide, c.n)
-}
-
-/// How the runtime calls `k` when compiled with 512-bit vectors (`wide`) or not.
-fn kernel_shape(k: &Kernel, wide: bool) -> Launch {
-    let mut scratch = 0;
-    let (rows, work) = match k.schedule {
-        Schedule::Gemm {
-            batch,
-            m,
-            n,
-            k: kk,
-            ref chain,
-            ..
-        } => {
-            let (bl, split_columns) = gemm_blocking(k, wide).expect("a GEMM kernel");
-            scratch = match chain {
-                None => bl.scratch_bytes(n as i64),
-                Some(c) => {
-                    bl.chain_scratch(
-                        n as i64,
-                        chain_blocking(k, c, wide),
-                        c.n as i64,
-                        c.online.is_some().then_some(m as i64),
-                    )
-                    .bytes
-                }
-            };
-            let rows = if split_columns {
-                (n as i64 + bl.nr() - 1) as usize / bl.nr() as usize
-            } else {
-                batch * m
-            };
-            let chained = chain.as_ref().map_or(0, |c| batch * m * c.n * n);
-            (rows, batch * m * n * kk + chained)
-        }
-        Schedule::Nest => (
-            k.out.shape.first().copied().unwrap_or(1),
-            k.out.numel()
-                * (reduction_work(&k.body)
-                    + k.extra
-                        .iter()
-                        .map(|x| reduction_work(&x.body))
-                        .sum::<usize>()),
-        ),
-        // Updates may hit the same position: one thread, in order.
-        Schedule::Scatter { .. } | Schedule::SelectScatter { .. } => (1, 1),
-    };
-    Launch {
-        rows,
-        work,
-        scratch,
-        // A GEMM chunk packs its whole share of the operand it does not split: one chunk per
-        // thread.
-        chunks_per_thread: if scratch > 0 { 1 } else { 4 },
+/// The GEMM schedule of kernel `k` as the kernel layer decided it for `target`
+/// ([`kiln_kernel::gemm_schedule`]): `schedule`'s where the caller has the kernel's schedule,
+/// else decided now from [`Target::info`] (`None` if `k` is not a GEMM).
+fn gemm_of(k: &Kernel, schedule: Option<&KernelSchedule>, target: Target) -> Option<GemmSchedule> {
+    match schedule {
+        Some(s) => s.gemm,
+        None => gemm_schedule(k, &target.info()),
     }
 }
 
-/// Whether kernels use 512-bit vectors: when compiled for a host with AVX-512 (machine-
-/// independent dumps assume 256-bit ones).
-///
-/// [`CpuOptions::narrow_vectors`] (`KILN_VECTOR_BITS=256`) keeps 256-bit vectors on an
-/// AVX-512 host (the blocking of AVX2 machines), so that path can be tested and measured here
-/// too.
+/// How the runtime calls `k` ([`kiln_kernel::threads::launch`]): `schedule`'s where the caller
+/// has the kernel's schedule, else decided now from [`Target::info`].
+fn launch_of(k: &Kernel, schedule: Option<&KernelSchedule>, target: Target) -> Launch {
+    match schedule {
+        Some(s) => s.launch,
+        None => kiln_kernel::threads::launch(k, None, &target.info()),
+    }
+}
+
+/// Whether kernels use 512-bit vectors: when the target's vectors are ([`Target::info`]: a
+/// host with AVX-512 not switched to [`CpuOptions::narrow_vectors`]; machine-independent dumps
+/// assume 256-bit ones).
 fn wide_vectors(target: Target) -> bool {
-    target.host
-        && !target.cpu.narrow_vectors
-        && crate::host_cpu().1.split(',').any(|f| f == "+avx512f")
-}
-
-/// Total work of one output element: the product of the reduction extents in the body.
-fn reduction_work(e: &Expr) -> usize {
-    match e {
-        Expr::Reduce { vars, body, .. } => {
-            vars.iter().map(|v| v.1).product::<usize>().max(1) * reduction_work(body)
-        }
-        Expr::Op { args, .. } => args.iter().map(reduction_work).max().unwrap_or(1),
-        Expr::Guard {
-            then, otherwise, ..
-        } => reduction_work(then).max(reduction_work(otherwise)),
-        _ => 1,
-    }
+    target.vector_bytes >= 64
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `narrow_vectors` acts where the target is described: the host's `TargetInfo` has at most
+    /// 32-byte vectors, so the kernel layer decides the AVX2 blocking; machine-independent
+    /// code is always for 32-byte vectors.
+    #[test]
+    fn narrow_vectors_describe_the_host_with_256_bit_vectors() {
+        let mut opts = Options::default();
+        opts.cpu.narrow_vectors = true;
+        let narrow = Target::host(&opts);
+        assert!(narrow.info().vector_bytes <= 32 && !wide_vectors(narrow));
+        assert_eq!(narrow.vector_bytes, narrow.info().vector_bytes);
+        let host = Target::host(&Options::default());
+        assert_eq!(host.vector_bytes, host_target_info().vector_bytes);
+        assert_eq!(Target::any(&Options::default()).vector_bytes, 32);
+    }
 
     /// The exponentials of `src`'s kernels proven to take no positive argument, and all of
     /// them.

@@ -150,7 +150,9 @@ fn large_kernels(f: &Func) -> [usize; 4] {
                 .unwrap_or(0)
         };
         n[0] += 1;
-        n[1] += kiln_runtime::is_parallel(number("rows "), number("work ")) as usize;
+        n[1] += kiln_kernel::TargetInfo::reference()
+            .splits
+            .splits(number("rows "), number("work ")) as usize;
         n[2] += line.contains(": dot_general ->") as usize;
         n[3] += line.contains("tiles of dimensions") as usize;
     }

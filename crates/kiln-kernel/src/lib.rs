@@ -13,7 +13,9 @@
 //! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
 //! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan.
 //! - [`loop_schedule`]: how each loop-nest kernel's loops run on a target (streaming stores,
-//!   transposing tiles, guard segments), decided once for the emitters to render.
+//!   transposing tiles, guard segments), decided once for the emitters to render, with a
+//!   GEMM's blocking ([`gemm_schedule`]) and how the kernel's rows are split across threads
+//!   ([`threads`]).
 //! - [`target`]: what a target is, as data ([`TargetInfo`]): every target limit the kernel
 //!   layer decides with comes from it.
 //! - [`options`]: every switch of the compiler and the runtime, in one [`Options`] value.
@@ -25,6 +27,7 @@
 pub mod access;
 pub mod canon;
 pub mod fuse;
+pub mod gemm_schedule;
 pub mod ir;
 pub mod kernel;
 pub mod key;
@@ -39,6 +42,7 @@ pub mod print;
 pub mod rewrite;
 pub mod schedule;
 pub mod target;
+pub mod threads;
 pub mod verify;
 pub mod window;
 

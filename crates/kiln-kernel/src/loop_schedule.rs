@@ -11,18 +11,23 @@
 //! - Column strips ([`column_strips`]): the innermost loop of a kernel with column sums runs in
 //!   strips of positions, each reduction once per strip.
 //! - Row caches ([`row_caches`]): a reduction keeps a costly part of its body per position for
-//!   the expressions after it (also in a GEMM's row epilogue, the one schedule a GEMM has).
+//!   the expressions after it (also in a GEMM's row epilogue).
+//! - A GEMM's blocking ([`crate::gemm_schedule`]) and, for every kernel, how its rows are split
+//!   across threads ([`crate::threads`]).
 
+use crate::gemm_schedule::{GemmSchedule, gemm_schedule};
 use crate::kernel::{
     Cond, Ew, Expr, Kernel, Schedule, ValueKey, free_vars, hoistable_reduces, rename_var,
     value_key, var_plus_const, visit,
 };
 use crate::options::CpuOptions;
 use crate::target::TargetInfo;
+use crate::threads::Launch;
 use kiln_ir::{DType, OpKind};
 use std::fmt;
 
-/// The loop strategy of one loop-nest kernel (or of a GEMM's row epilogue: its row caches).
+/// The loop strategy of one kernel: a loop nest's loops, a GEMM's blocking and its row
+/// epilogue's row caches, and how every kernel's rows are split across threads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelSchedule {
     /// The output is written with streaming (non-temporal) stores (see [`streams`]).
@@ -39,6 +44,10 @@ pub struct KernelSchedule {
     pub row_caches: Vec<RowCache>,
     /// The column sums the innermost loop computes in strips (see [`column_strips`]).
     pub strips: Option<Strips>,
+    /// A GEMM's blocking (see [`crate::gemm_schedule`]; `None` for other kernels).
+    pub gemm: Option<GemmSchedule>,
+    /// How the kernel's rows are split across threads (see [`crate::threads`]).
+    pub launch: Launch,
 }
 
 /// The column sums a loop nest's innermost loop computes strip by strip (see
@@ -61,8 +70,7 @@ pub struct Tile {
     pub edge: usize,
 }
 
-/// The schedule of each of the kernels `ks` (`None` for a slot without a kernel and for
-/// kernels that are not loop nests, except a GEMM whose epilogue keeps row caches), on
+/// The schedule of each of the kernels `ks` (`None` for a slot without a kernel), on
 /// `target` under the emitter's switches `cpu`.
 pub fn schedules(
     ks: &[Option<Kernel>],
@@ -70,32 +78,31 @@ pub fn schedules(
     cpu: &CpuOptions,
 ) -> Vec<Option<KernelSchedule>> {
     ks.iter()
-        .map(|k| k.as_ref().and_then(|k| kernel_schedule(k, target, cpu)))
+        .map(|k| k.as_ref().map(|k| kernel_schedule(k, target, cpu)))
         .collect()
 }
 
-/// The schedule of kernel `k` on `target` under `cpu`, if `k` is a loop nest or a GEMM whose
-/// epilogue keeps row caches ([`row_caches`]; nothing else is decided for a GEMM here).
+/// The schedule of kernel `k` on `target` under `cpu`: for a GEMM its blocking
+/// ([`gemm_schedule`]) and its epilogue's row caches ([`row_caches`]), for every kernel how its
+/// rows are split across threads ([`crate::threads::launch`]).
 ///
 /// The loops cut at guards: with tiles, the dimensions between the outermost and the
 /// innermost (the outermost loop is split across threads, the innermost is tiled); without,
 /// every dimension, the outermost (a thread's rows) up to
 /// [`LoopLimits::row_guard_cuts`](crate::target::LoopLimits::row_guard_cuts) times unless it
 /// is also the innermost of a streaming kernel.
-pub fn kernel_schedule(
-    k: &Kernel,
-    target: &TargetInfo,
-    cpu: &CpuOptions,
-) -> Option<KernelSchedule> {
+pub fn kernel_schedule(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> KernelSchedule {
     if k.schedule != Schedule::Nest {
-        let row_caches = row_caches(k, target, cpu);
-        return (!row_caches.is_empty()).then_some(KernelSchedule {
+        let gemm = gemm_schedule(k, target);
+        return KernelSchedule {
             stream: false,
             tile: None,
             segments: Vec::new(),
-            row_caches,
+            row_caches: row_caches(k, target, cpu),
             strips: None,
-        });
+            gemm,
+            launch: crate::threads::launch(k, gemm.as_ref(), target),
+        };
     }
     let tile = transpose_tile_dim(k, target.loops.transpose_tile).map(|dim| Tile {
         dim,
@@ -117,13 +124,15 @@ pub fn kernel_schedule(
             guard_segments(&bodies, d, extent, max_cuts, cpu.guard_splits)
         })
         .collect();
-    Some(KernelSchedule {
+    KernelSchedule {
         stream,
         tile,
         segments,
         row_caches: row_caches(k, target, cpu),
         strips: column_strips(k, target),
-    })
+        gemm: None,
+        launch: crate::threads::launch(k, None, target),
+    }
 }
 
 /// For loop-nest kernel `k`: the reductions of its bodies that depend on its innermost output
@@ -419,10 +428,15 @@ pub fn row_cache(
 }
 
 /// `stream, tile d1 16, cuts d0 [0, 3, 61, 64], strips of 16 (2 column sums), row cache
-/// exponential d1 x 4096`, or `in order` when nothing is decided.
+/// exponential d1 x 4096`, a GEMM's blocking first (`gemm 6x16 kc 256 mc 72 nc 4096`), or
+/// `in order` when nothing is decided; then `; threads: ` and the split
+/// (`128 rows split, 4 chunks a thread`).
 impl fmt::Display for KernelSchedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
+        if let Some(g) = &self.gemm {
+            parts.push(g.to_string());
+        }
         if self.stream {
             parts.push("stream".to_string());
         }
@@ -451,9 +465,9 @@ impl fmt::Display for KernelSchedule {
             parts.push(format!("row cache {op} d{} x {}", c.var, c.len));
         }
         if parts.is_empty() {
-            return f.write_str("in order");
+            parts.push("in order".to_string());
         }
-        f.write_str(&parts.join(", "))
+        write!(f, "{}; threads: {}", parts.join(", "), self.launch)
     }
 }
 
@@ -470,7 +484,11 @@ mod tests {
         schedules(&fused.kernels, &target, &opts.cpu)
             .into_iter()
             .flatten()
-            .map(|s| s.to_string())
+            .filter(|s| s.gemm.is_none())
+            .map(|s| {
+                let s = s.to_string();
+                s.split("; threads").next().unwrap_or_default().to_string()
+            })
             .collect()
     }
 

@@ -56,7 +56,8 @@ pub struct CpuOptions {
     /// Unroll the GEMM micro-kernel's loops explicitly (`KILN_GEMM_UNROLL=1`: on).
     pub gemm_unroll: bool,
     /// Use at most 256-bit vectors even where the CPU has 512-bit ones
-    /// (`KILN_VECTOR_BITS=256`).
+    /// (`KILN_VECTOR_BITS=256`): the CPU backend then describes its host with 32-byte vectors
+    /// ([`crate::TargetInfo::vector_bytes`]), so the kernel layer decides the AVX2 blocking.
     pub narrow_vectors: bool,
 }
 

@@ -38,6 +38,10 @@ pub struct TargetInfo {
     pub loops: LoopLimits,
     /// The shape of a float sum's tree of partial sums (see [`SumTree`]).
     pub sums: SumTree,
+    /// The cache blocks of a matrix product (see [`GemmLimits`]).
+    pub gemm: GemmLimits,
+    /// When a kernel's rows are split across threads (see [`SplitLimits`]).
+    pub splits: SplitLimits,
     /// A GPU's properties (`None` for a CPU); the NVIDIA backend fills them.
     pub gpu: Option<Gpu>,
 }
@@ -100,6 +104,69 @@ pub struct LoopLimits {
     /// accumulator per position, so its loop reads a contiguous run of the row it is at (one
     /// vector) instead of one strided element per output.
     pub strip: usize,
+}
+
+/// The cache blocks a matrix product's blocking is sized by (see
+/// [`crate::gemm_schedule::Blocking`]). Measured on the Zen 4 EPYC and an AVX-512 Xeon
+/// (matmul_1024/2048, two threads); the register tile itself follows from
+/// [`TargetInfo::vector_bytes`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GemmLimits {
+    /// Bytes of a packed block of A, kept in the L2 cache across the panels of B (192 KiB).
+    pub a_block_bytes: i64,
+    /// Bytes of a packed block of B, kept in the L3 cache across the blocks of rows (4 MiB).
+    pub b_block_bytes: i64,
+    /// Bytes of a block of rows of a GEMM's epilogue result that a chained product reads, kept
+    /// in the L2 cache between the epilogue and the second product (64 KiB).
+    pub chain_block_bytes: i64,
+    /// Contraction steps per block with 256-bit vectors (256).
+    pub kc_256: i64,
+    /// Contraction steps per block with 512-bit vectors: 8 x 3 vectors with 512-step blocks
+    /// beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the panels of all three
+    /// (matmul_1024/2048 on AVX-512, two threads).
+    pub kc_512: i64,
+}
+
+/// When a kernel runs on several threads (see [`crate::threads`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitLimits {
+    /// Work (multiply-adds or elements) below which a kernel runs on one thread (`1 << 16`).
+    pub parallel_work: usize,
+    /// Work from which a one-thread kernel runs beside its independent neighbours: waking the
+    /// pool's threads costs about 20 us, more than smaller kernels take. Measured with 8
+    /// independent kernels of `tanh(x) * x` (one process, alternating calls, 30 pairs each,
+    /// side by side against one after the other, both doing the same arithmetic): 40000
+    /// elements each 0.150 -> 0.173 ms, 50000 0.185 -> 0.186, 56000 0.206 -> 0.218, 60000
+    /// 0.235 -> 0.213 (see docs/performance.md); `7 << 13`.
+    pub concurrent_work: usize,
+}
+
+impl SplitLimits {
+    /// Whether a kernel of `rows` rows and `work` work is split across threads.
+    pub fn splits(&self, rows: usize, work: usize) -> bool {
+        work >= self.parallel_work && rows >= 2
+    }
+}
+
+impl Default for GemmLimits {
+    fn default() -> GemmLimits {
+        GemmLimits {
+            a_block_bytes: 192 * 1024,
+            b_block_bytes: 4 * 1024 * 1024,
+            chain_block_bytes: 64 * 1024,
+            kc_256: 256,
+            kc_512: 512,
+        }
+    }
+}
+
+impl Default for SplitLimits {
+    fn default() -> SplitLimits {
+        SplitLimits {
+            parallel_work: 1 << 16,
+            concurrent_work: 7 << 13,
+        }
+    }
 }
 
 /// The shape of the tree of partial sums a float sum is computed as, so that its rounding error
@@ -190,6 +257,8 @@ impl TargetInfo {
             fusion: FusionLimits::default(),
             loops: LoopLimits::default(),
             sums: SumTree::default(),
+            gemm: GemmLimits::default(),
+            splits: SplitLimits::default(),
             gpu: None,
         }
     }

@@ -6,9 +6,11 @@
 //! - Buffers: arguments are read in place, results move out without a copy, and the
 //!   intermediates live in one arena laid out by a memory plan ([`plan`]: liveness, reuse of
 //!   dead buffers), kept from one call to the next (repeated calls do not pay for fresh pages).
-//! - Threads ([`launch`]): a kernel's outer rows are split into chunks run on rayon when its work
-//!   is large ([`PARALLEL_WORK`]); smaller kernels run on one thread, and consecutive ones just
-//!   below that size that do not depend on each other run side by side (`concurrent_groups`).
+//! - Threads ([`launch`]): a kernel's outer rows are split into chunks run on rayon where the
+//!   kernel layer decided so ([`Launch::split`], from the target's
+//!   [`SplitLimits`](kiln_kernel::target::SplitLimits)); other kernels run on one thread, and
+//!   consecutive ones with enough work ([`Launch::beside`]) that do not depend on each other
+//!   run side by side (`concurrent_groups`). The runtime only clamps the chunks to its threads.
 //! - Scratch memory: each thread keeps one 64-byte aligned scratch area, grown to the largest
 //!   request and reused (the GEMM packs its operands there).
 //! - [`cuda`] (feature `cuda`, on by default): the NVIDIA device runtime, which builds without
@@ -29,35 +31,7 @@ use std::sync::Mutex;
 /// scratch memory of [`Launch::scratch`] bytes, 64-byte aligned.
 pub type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64, *mut u8);
 
-/// Work (multiply-adds or elements) below which a kernel runs on one thread.
-pub const PARALLEL_WORK: usize = 1 << 16;
-
-/// Work from which a one-thread kernel runs beside its independent neighbours
-/// (`concurrent_groups`): waking the pool's threads costs about 20 us, more than smaller
-/// kernels take. Measured with 8 independent kernels of `tanh(x) * x` (one process, alternating
-/// calls, 30 pairs each, side by side against one after the other, both doing the same
-/// arithmetic): 40000 elements each 0.150 -> 0.173 ms, 50000 0.185 -> 0.186, 56000 0.206 ->
-/// 0.218, 60000 0.235 -> 0.213 (see docs/performance.md).
-pub const CONCURRENT_WORK: usize = 7 << 13;
-
-/// How a kernel is called.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Launch {
-    /// Rows of its outermost loop: the range split across threads.
-    pub rows: usize,
-    /// Total work (elements or multiply-adds), which decides whether to split.
-    pub work: usize,
-    /// Scratch bytes per call.
-    pub scratch: usize,
-    /// Chunks per thread when split: more even out threads slowed by other work, fewer save
-    /// per-chunk setup (a GEMM chunk packs all of its B operand).
-    pub chunks_per_thread: usize,
-}
-
-/// Whether a kernel of this shape is split across threads.
-pub fn is_parallel(rows: usize, work: usize) -> bool {
-    work >= PARALLEL_WORK && rows >= 2
-}
+pub use kiln_kernel::threads::Launch;
 
 /// Why a call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -229,7 +203,8 @@ impl Program {
     }
 
     /// The groups of kernel steps that run side by side, each as its steps in order: runs of
-    /// kernels that run on one thread with at least [`CONCURRENT_WORK`] of work, and that
+    /// kernels that run on one thread with enough work to run beside others
+    /// ([`Launch::beside`]), and that
     /// neither read nor write what another writes.
     pub fn concurrent_steps(&self) -> Vec<Vec<usize>> {
         let mut by_last: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
@@ -605,8 +580,8 @@ unsafe fn launch_all(all: Vec<Pending>) {
 /// Per step of a program, for the kernels that run side by side, their group's last step.
 ///
 /// A group is a run of kernel steps, with only constants and steps that run nothing
-/// (`Step::Fused`, `Step::Merged`) between them, each of which runs on one thread (not
-/// [`is_parallel`]) with at least [`CONCURRENT_WORK`] of work and writes no donated buffer,
+/// (`Step::Fused`, `Step::Merged`) between them, each of which runs on one thread with enough
+/// work to run beside others ([`Launch::beside`]) and writes no donated buffer,
 /// and none of which reads what another writes or writes an arena block another reads or
 /// writes (the memory plan reuses blocks in program order, so a later kernel's output may lie
 /// where an earlier one's input did).
@@ -621,10 +596,7 @@ fn concurrent_groups(
 ) -> Vec<Option<usize>> {
     let n = steps.len();
     let eligible = |i: usize| {
-        steps[i] == Step::Kernel
-            && in_place[i].is_empty()
-            && !is_parallel(launch[i].rows, launch[i].work)
-            && launch[i].work >= CONCURRENT_WORK
+        steps[i] == Step::Kernel && in_place[i].is_empty() && !launch[i].split && launch[i].beside
     };
     let writes = |i: usize| -> Vec<ValueId> {
         std::iter::once(func.insts[i].results[0])
@@ -697,7 +669,8 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Calls `kernel` on all its rows, split across threads when the work is large.
+/// Calls `kernel` on all its rows, split across threads where `l` says so ([`Launch::split`]),
+/// in at most `l.chunks_per_thread` chunks per thread of the pool.
 ///
 /// # Safety
 ///
@@ -720,7 +693,7 @@ pub unsafe fn launch(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, l: La
             unsafe { kernel(b.0, b.1, lo as i64, hi as i64, s.as_mut_ptr().cast()) };
         })
     };
-    if !is_parallel(l.rows, l.work) || threads < 2 {
+    if !l.split || threads < 2 {
         call(0, l.rows);
         return;
     }
@@ -784,7 +757,7 @@ mod tests {
     /// takes the arena block of an input another reads, does not join it.
     #[test]
     fn independent_kernels_run_side_by_side() {
-        let n = CONCURRENT_WORK + 100;
+        let n = kiln_kernel::TargetInfo::reference().splits.concurrent_work + 100;
         let f32n = format!("f32[{n}]");
         let p = doubling_chain(
             n,
@@ -830,12 +803,7 @@ mod tests {
     /// `double` kernel.
     fn doubling_chain(n: usize, src: &str) -> Program {
         let f = kiln_ir::parse_func_text(src).unwrap();
-        let l = Launch {
-            rows: n,
-            work: n,
-            scratch: 4,
-            chunks_per_thread: 4,
-        };
+        let l = Launch::new(n, n, 4, 4, &kiln_kernel::TargetInfo::reference());
         let k = f.insts.len();
         let operands = f.insts.iter().map(|i| i.operands[..1].to_vec()).collect();
         // SAFETY: `double` computes `add x, x` for f32 vectors of n elements, row by row.
@@ -862,12 +830,7 @@ mod tests {
             "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = add %0, %0 : f32[{n}]\n  return %1\n}}\n"
         ))
         .unwrap();
-        let l = Launch {
-            rows: n,
-            work: n,
-            scratch: 4,
-            chunks_per_thread: 4,
-        };
+        let l = Launch::new(n, n, 4, 4, &kiln_kernel::TargetInfo::reference());
         // SAFETY: `double` reads each element before writing it, at the same position.
         let p = unsafe {
             Program::new(

@@ -645,7 +645,7 @@ impl<'c> Emitter<'c> {
             self.entry_alloca(inkwell::types::BasicType::array_type(&st, len as u32).into())?;
         buf.as_instruction()
             .ok_or_else(|| Error::Llvm("an alloca is an instruction".into()))?
-            .set_alignment(LINE as u32)
+            .set_alignment(self.target.cache_line as u32)
             .map_err(llvm)?;
         Ok(buf)
     }

@@ -108,9 +108,10 @@ impl CpuExecutable {
         let mut kernels_fns = vec![None; f.insts.len()];
         let shape = ks
             .iter()
-            .map(|k| {
+            .enumerate()
+            .map(|(i, k)| {
                 k.as_ref()
-                    .map(|k| kernel_shape(k, wide_vectors(target)))
+                    .map(|k| launch_of(k, schedules.get(i).and_then(Option::as_ref), target))
                     .unwrap_or_default()
             })
             .collect();

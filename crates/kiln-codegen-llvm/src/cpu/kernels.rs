@@ -44,8 +44,8 @@ pub(super) fn emit_kernel<'c>(
     // others keep constant trip counts, which LLVM optimizes faster and better. A function
     // shared by products of different contraction lengths always takes it: whether a product
     // is split depends on its work, so on its length.
-    let Launch { rows, work, .. } = kernel_shape(k, wide_vectors(target));
-    let (lo, hi) = if shared_contraction || is_parallel(rows, work) {
+    let Launch { rows, split, .. } = launch_of(k, schedule, target);
+    let (lo, hi) = if shared_contraction || split {
         (
             f.get_nth_param(2).expect("declared").into_int_value(),
             f.get_nth_param(3).expect("declared").into_int_value(),
@@ -110,8 +110,8 @@ pub(super) fn emit_kernel<'c>(
             epilogue,
             ref chain,
         } => {
-            let wide = wide_vectors(target);
-            let (bl, split_columns) = gemm_blocking(k, wide).expect("a GEMM");
+            let g = gemm_of(k, schedule, target).expect("a GEMM");
+            let (bl, split_columns) = (g.blocking, g.split_columns);
             // In place on a donated X: the epilogue X -/+ P s becomes the GEMM's update mode.
             let in_place = alias.and_then(|a| a.0.first());
             let update = match in_place.and_then(|&(q, _)| crate::fuse::gemm_update(k, q)) {
@@ -141,7 +141,7 @@ pub(super) fn emit_kernel<'c>(
                 }
             };
             let chain = chain.as_ref().map(|c| gemm::Chain {
-                bl: chain_blocking(k, c, wide),
+                bl: g.chain.expect("a chained product's blocking"),
                 n: c.n as i64,
                 b: c.b as i64,
                 b_trans: c.b_trans,

@@ -169,12 +169,9 @@ pub(super) fn emit_nest_loops<'c>(
     Ok(())
 }
 
-/// A cache line, and the width of one streaming store.
-pub(super) const LINE: usize = 64;
-
 /// The innermost loop of a streaming kernel (see [`KernelSchedule::stream`]): positions `from..to` of
-/// innermost dimension `d` (the other variables set). Positions up to the first 64-byte
-/// boundary of the output are stored one by one; then each line's values go through a stack
+/// innermost dimension `d` (the other variables set). Positions up to the first cache-line
+/// boundary of the output ([`Target::cache_line`]) are stored one by one; then each line's values go through a stack
 /// buffer (the loop that fills it vectorizes) and are stored as one aligned non-temporal
 /// vector; the positions after the last whole line, one by one again.
 pub(super) fn emit_streaming<'c>(
@@ -187,7 +184,8 @@ pub(super) fn emit_streaming<'c>(
 ) -> Result<()> {
     let i64t = em.ctx.i64_type();
     let bytes = k.out.dtype.bytes();
-    let lanes = (LINE / bytes) as i64;
+    let line_bytes = em.target.cache_line;
+    let lanes = (line_bytes / bytes) as i64;
     let st = storage(em.ctx, k.out.dtype);
     let ost = strides(&k.out.shape);
     let int = |v: BasicValueEnum<'c>| v.into_int_value();
@@ -197,11 +195,11 @@ pub(super) fn emit_streaming<'c>(
     // SAFETY (of the emitted code): only the address is used.
     let p0 = unsafe { em.b.build_gep(st, out, &[idx], "p0") }.map_err(llvm)?;
     let addr = em.b.build_ptr_to_int(p0, i64t, "a0").map_err(llvm)?;
-    let line = em.i64c(LINE as i64 - 1);
+    let line = em.i64c(line_bytes as i64 - 1);
     let past = em.b.build_and(addr, line, "past").map_err(llvm)?;
     let to_line =
         em.b.build_and(
-            em.b.build_int_sub(em.i64c(LINE as i64), past, "tl")
+            em.b.build_int_sub(em.i64c(line_bytes as i64), past, "tl")
                 .map_err(llvm)?,
             line,
             "tl",
@@ -261,7 +259,7 @@ pub(super) fn emit_streaming<'c>(
         let l = em.b.build_load(vt, buf, "line").map_err(llvm)?;
         l.as_instruction_value()
             .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
-            .set_alignment(LINE as u32)
+            .set_alignment(em.target.cache_line as u32)
             .map_err(llvm)?;
         em.b.build_store(em.vars[d], c).map_err(llvm)?;
         let idx = em.position(&ost)?;
@@ -269,7 +267,7 @@ pub(super) fn emit_streaming<'c>(
         // address is on a line boundary (c is `mid` plus whole lines).
         let p = unsafe { em.b.build_in_bounds_gep(st, out, &[idx], "po") }.map_err(llvm)?;
         let s = em.b.build_store(p, l).map_err(llvm)?;
-        s.set_alignment(LINE as u32).map_err(llvm)?;
+        s.set_alignment(em.target.cache_line as u32).map_err(llvm)?;
         s.set_metadata(one, nontemporal).map_err(llvm)?;
         Ok(())
     })?;
@@ -577,7 +575,7 @@ pub(super) fn whole_tile<'c>(
             let l = em.b.build_load(vt, p, "row").map_err(llvm)?;
             l.as_instruction_value()
                 .ok_or_else(|| Error::Llvm("a load is an instruction".into()))?
-                .set_alignment(LINE as u32)
+                .set_alignment(em.target.cache_line as u32)
                 .map_err(llvm)?;
             Ok(l.into_vector_value())
         })

@@ -53,7 +53,7 @@ fn index_key(f: &Func, donated: &[bool], opts: &Options) -> String {
         "{}\nlowered-v2 {} {:?} prepare={}",
         machine_settings(opts),
         opts.pipeline_key(),
-        opts.optimizer(super::host_target_info().cost_machine()),
+        opts.optimizer(Target::host(opts).info().cost_machine()),
         env!("KILN_PREPARE_SOURCE_HASH"),
     );
     crate::cache::key(&format!("input program\n{mask}\n{f}"), &settings)

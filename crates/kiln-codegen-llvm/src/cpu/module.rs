@@ -150,7 +150,7 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
                 .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
                 .collect();
             let reads: Vec<String> = fused.operands[i].iter().map(|v| v.to_string()).collect();
-            let launch = kernel_shape(k, false);
+            let launch = launch_of(k, schedules[i].as_ref(), Target::any(opts));
             let also = if fused.extra[i].is_empty() {
                 String::new()
             } else {
@@ -176,9 +176,13 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
                     None => String::new(),
                 },
             );
-            if let (Schedule::Gemm { chain: Some(c), .. }, Some((bl, _))) =
-                (&k.schedule, gemm_blocking(k, false))
-            {
+            if let (
+                Schedule::Gemm { chain: Some(c), .. },
+                Some(GemmSchedule { blocking: bl, .. }),
+            ) = (
+                &k.schedule,
+                gemm_of(k, schedules[i].as_ref(), Target::any(opts)),
+            ) {
                 let _ = writeln!(
                     s,
                     "  chained: the epilogue's {} is never stored; each block of {} rows is \
@@ -364,9 +368,11 @@ pub(super) fn compile_cached(
     ))
 }
 
-/// Work (output elements times reduction steps, see [`kernel_shape`]) below which a loop-nest
-/// kernel is optimized with the light pipeline (`LIGHT_PIPELINE`); also the outputs below
-/// which a GEMM kernel's epilogue is (see [`kernel_jobs`]).
+/// Work (output elements times reduction steps, see [`kiln_kernel::threads::launch`]) below
+/// which a loop-nest kernel is optimized with the light pipeline (`LIGHT_PIPELINE`); also the
+/// outputs below which a GEMM kernel's epilogue is (see [`kernel_jobs`]). Like
+/// [`MODULE_NODES`], a compile-time detail of this backend (how long LLVM takes), not a target
+/// property: it stays here (docs/architecture.md, "Targets and loop schedules").
 pub(super) const LIGHT_WORK: usize = 1 << 22;
 
 /// The most expression nodes (see [`kernel_nodes`]) of the non-GEMM kernels that share one
@@ -489,7 +495,9 @@ pub(super) fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias], target: Targ
         let mut filled = MODULE_NODES;
         for (i, k) in others.iter().enumerate() {
             let Some(k) = k else { continue };
-            if (kernel_shape(k, false).work < LIGHT_WORK) != light {
+            if (kiln_kernel::threads::launch(k, None, &TargetInfo::reference()).work < LIGHT_WORK)
+                != light
+            {
                 continue;
             }
             let size = kernel_nodes(k);
@@ -552,14 +560,15 @@ pub(super) fn planned_routines(
                 chain,
                 ..
             },
-            Some((bl, _)),
-        ) = (&k.schedule, gemm_blocking(k, wide_vectors(target)))
+            Some(g),
+        ) = (&k.schedule, gemm_of(k, None, target))
         else {
             continue;
         };
+        let bl = g.blocking;
         if let Some(c) = chain {
             routines.extend(gemm::Routine::of_gemm(
-                chain_blocking(k, c, wide_vectors(target)),
+                g.chain.expect("a chained product's blocking"),
                 c.n as i64,
                 (false, c.b_trans),
                 None,
@@ -667,7 +676,11 @@ pub fn describe_memory_donating(f: &Func, donated: &[bool], opts: &Options) -> R
     let scratch: Vec<usize> = fused
         .kernels
         .iter()
-        .map(|k| k.as_ref().map_or(0, |k| kernel_shape(k, false).scratch))
+        .map(|k| {
+            k.as_ref().map_or(0, |k| {
+                kiln_kernel::threads::launch(k, None, &TargetInfo::reference()).scratch
+            })
+        })
         .collect();
     let plan = kiln_kernel::plan::plan(
         &g,

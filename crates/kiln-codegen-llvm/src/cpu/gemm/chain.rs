@@ -5,7 +5,7 @@ use super::*;
 
 /// A chained product (see [`Chain`]) as [`emit`] runs it, with its buffers: the block of the
 /// first product's epilogue result at `p` (`k` columns), its B packed at `b2` and its block of
-/// A packed at `a2` (see [`ChainScratch`]), and its B's kernel input at `b`.
+/// A packed at `a2` (see [`kiln_kernel::gemm_schedule::ChainScratch`]), and its B's kernel input at `b`.
 pub(super) struct Chained<'a, 'c> {
     pub(super) ch: &'a Chain<'c>,
     pub(super) ft: FloatType<'c>,

@@ -236,6 +236,7 @@ impl Routine {
             kc: 0,
             mc: 0,
             nc: 0,
+            chain_bytes: 0,
         }
     }
 

@@ -1,0 +1,470 @@
+//! A matrix product's blocking, decided for a target: the register tile (`mr` rows by `nv`
+//! vectors), the cache blocks (`kc` contraction steps, `mc` rows of A, `nc` columns of B),
+//! whether its blocks hold whole rows (a row epilogue), are cut for a chained product or an
+//! online softmax, whether its threads split columns, and the scratch memory it packs into.
+//! The CPU emitter renders a [`GemmSchedule`] (`cpu/gemm.rs`: the BLIS layering); the sizes
+//! come from [`TargetInfo::vector_bytes`] and [`GemmLimits`](crate::target::GemmLimits).
+
+use crate::ir::{Kernel, Schedule};
+use crate::target::TargetInfo;
+use kiln_ir::DType;
+use std::fmt;
+
+/// What is decided for one GEMM kernel on a target (see [`gemm_schedule`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmSchedule {
+    /// The product's blocking.
+    pub blocking: Blocking,
+    /// The chained product's blocking, if a product reads the epilogue's result (see
+    /// [`crate::kernel::Chain`]).
+    pub chain: Option<Blocking>,
+    /// Whether threads split the columns (in panels) rather than the rows (see
+    /// [`Blocking::split_columns`]).
+    pub split_columns: bool,
+    /// Scratch bytes per call: the packed blocks, and a chained product's buffers.
+    pub scratch: usize,
+}
+
+/// The schedule of GEMM kernel `k` on `target` (`None` if `k` is not a GEMM): blocks of whole
+/// rows, split by rows, when its epilogue reduces over rows ([`crate::fuse::row_epilogue`]);
+/// a chained product's blocks cut for it ([`Blocking::chained`], [`Blocking::online`]);
+/// otherwise threads split the longer side ([`Blocking::split_columns`]).
+pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
+    let Schedule::Gemm {
+        batch,
+        m,
+        n,
+        k: kk,
+        ref chain,
+        ..
+    } = k.schedule
+    else {
+        return None;
+    };
+    let bl = Blocking::new(k.out.dtype, target, n);
+    let chain_bl = chain
+        .as_ref()
+        .map(|c| Blocking::new(k.out.dtype, target, c.n));
+    let (blocking, split_columns) = match (chain, chain_bl) {
+        (Some(c), Some(bl2)) if c.online.is_some() => (bl.online(kk, bl2), false),
+        (Some(_), _) => (bl.whole_rows(n).chained(n, kk), false),
+        _ if crate::fuse::row_epilogue(k) => (bl.whole_rows(n), false),
+        _ => (bl, bl.split_columns(batch, m, n, kk)),
+    };
+    let scratch = match (chain, chain_bl) {
+        (Some(c), Some(bl2)) => {
+            blocking
+                .chain_scratch(
+                    n as i64,
+                    bl2,
+                    c.n as i64,
+                    c.online.is_some().then_some(m as i64),
+                )
+                .bytes
+        }
+        _ => blocking.scratch_bytes(n as i64),
+    };
+    Some(GemmSchedule {
+        blocking,
+        chain: chain_bl,
+        split_columns,
+        scratch,
+    })
+}
+
+impl fmt::Display for GemmSchedule {
+    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, chain 6x16 kc 256` for a chained product
+    /// and `, split columns` where threads split them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.blocking;
+        write!(
+            f,
+            "gemm {}x{} kc {} mc {} nc {}",
+            b.mr,
+            b.nr(),
+            b.kc,
+            b.mc,
+            b.nc
+        )?;
+        if let Some(c) = &self.chain {
+            write!(f, ", chain {}x{} kc {}", c.mr, c.nr(), c.kc)?;
+        }
+        if self.split_columns {
+            f.write_str(", split columns")?;
+        }
+        Ok(())
+    }
+}
+
+/// The cache blocks and the register tile of one GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocking {
+    /// Bytes per element.
+    pub bytes: i64,
+    /// Elements per vector.
+    pub lanes: u32,
+    /// Rows of a register tile.
+    pub mr: i64,
+    /// Vectors per row of a register tile.
+    pub nv: i64,
+    /// Contraction steps per block.
+    pub kc: i64,
+    /// Rows per packed block of A.
+    pub mc: i64,
+    /// Columns per packed block of B.
+    pub nc: i64,
+    /// Bytes of a block of rows of the epilogue's result a chained product reads
+    /// ([`GemmLimits::chain_block_bytes`](crate::target::GemmLimits::chain_block_bytes)).
+    pub chain_bytes: i64,
+}
+
+impl Blocking {
+    /// The blocking for `d` on `target`: with 512-bit vectors (32 vector registers) or
+    /// narrower ones (the 256-bit blocking, 16 registers; [`TargetInfo::vector_bytes`]), the
+    /// tile uses 24 (8 x 3) or 12 (6 x 2) accumulators, enough independent chains to hide the
+    /// FMA latency on two FMA ports, and leaves registers for the B vectors.
+    ///
+    /// A product with at most one vector of columns (`n`; a classifier's 10 logits) uses tiles
+    /// one vector wide and twice as tall: the wide tile would multiply mostly the zeros padding
+    /// its panel.
+    pub fn new(d: DType, target: &TargetInfo, n: usize) -> Blocking {
+        let wide = target.vector_bytes >= 64;
+        let limits = &target.gemm;
+        let bytes = d.bytes() as i64;
+        let lanes = ((if wide { 64 } else { 32 }) / bytes) as u32;
+        // Measured on AVX-512 (matmul_1024/2048, two threads): 8 x 3 vectors with 512-step
+        // contraction blocks beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the
+        // panels of all three.
+        let (mut mr, mut nv, kc) = match (wide, n <= lanes as usize) {
+            (true, false) => (8, 3, limits.kc_512),
+            (true, true) => (16, 1, limits.kc_512),
+            (false, false) => (6, 2, limits.kc_256),
+            (false, true) => (12, 1, limits.kc_256),
+        };
+        // Where the 8 x 3 tile's panels pad the columns, take the 6 x 4 tile when it pads them
+        // less, and when 8 x 3 would pad them by more than a tenth (64 output channels: 96
+        // columns computed), the 12 x 2 one too if it pads least (ties to the earlier tile).
+        // Measured with alternating calls in one process: conv 3x3 64 -> 64 and attention's
+        // 64-wide product, 6 x 4 won 20 of 20 and 33 of 35 pairs, about 10% and 7% faster; on
+        // Zen 4, with 6 x 4 wherever it pads less (1024 columns: 16 panels of 64 rather than
+        // 21 of 48 and one of 16), the MLP step won 24 of 30 pairs (14.30 -> 14.09 ms) and 16
+        // of 30, attention (512 keys) 18 and 16 of 20 (25.0 -> 24.0 ms), matmul_2048 11 of 16
+        // (82.0 -> 80.0 ms), 1024 x 1024 x 1024 8 and 13 of 30 (10.06 -> 10.12 and 10.17 ->
+        // 10.21 ms), and the MLP step's cold compile takes fewer routines (its LLVM phase
+        // 69-75 ms against 77-102).
+        if wide && n > lanes as usize {
+            let waste = |nv: i64| {
+                let nr = lanes as u64 * nv as u64;
+                (n as u64).div_ceil(nr) * nr - n as u64
+            };
+            let wide_waste = waste(3) > n as u64 / 10;
+            (mr, nv) = [(8, 3), (6, 4), (12, 2)]
+                .into_iter()
+                .filter(|&(_, v)| v != 2 || wide_waste)
+                .min_by_key(|&(_, v)| waste(v))
+                .unwrap_or((mr, nv));
+        }
+        let nr = lanes as i64 * nv;
+        Blocking {
+            bytes,
+            lanes,
+            mr,
+            nv,
+            kc,
+            mc: (limits.a_block_bytes / (kc * bytes) / mr).max(1) * mr,
+            nc: (limits.b_block_bytes / (kc * bytes) / nr).max(1) * nr,
+            chain_bytes: limits.chain_block_bytes,
+        }
+    }
+
+    /// Rows per packed block of A.
+    pub fn rows_per_block(&self) -> i64 {
+        self.mc
+    }
+
+    /// Columns per packed block of B.
+    pub fn columns_per_block(&self) -> i64 {
+        self.nc
+    }
+
+    /// Columns per panel of packed B.
+    pub fn nr(&self) -> i64 {
+        self.lanes as i64 * self.nv
+    }
+
+    /// Whether a GEMM's threads split its columns (in panels) rather than its rows: each thread
+    /// packs the operand whose block it splits, so split the longer side (a wide product with
+    /// few rows, like a training step's, would otherwise pack all of B once per row chunk).
+    pub fn split_columns(&self, batch: usize, m: usize, n: usize, k: usize) -> bool {
+        batch == 1 && k > 0 && m < n && n as i64 > self.nr()
+    }
+
+    /// This blocking with packed B blocks of at least `n` columns, so every block of C holds
+    /// whole rows (for an epilogue that reduces over rows).
+    pub fn whole_rows(self, n: usize) -> Blocking {
+        let nr = self.nr();
+        Blocking {
+            nc: self.nc.max((n as i64 + nr - 1) / nr * nr),
+            ..self
+        }
+    }
+
+    /// This blocking for a GEMM of `n` columns and `k` contraction steps (one block) whose
+    /// epilogue's result a chained product reads (see [`crate::kernel::Chain`]): blocks of rows
+    /// of at most `chain_bytes` (at least one tile's rows, no more than before), and
+    /// contraction blocks of `k` steps rounded up to 16, so that B's packed block of whole rows
+    /// (up to the target's `FusionLimits::chain_row` columns) takes no more room than it needs.
+    pub fn chained(self, n: usize, k: usize) -> Blocking {
+        let row = n as i64 * self.bytes;
+        Blocking {
+            mc: ((self.chain_bytes / row / self.mr).max(1) * self.mr).min(self.mc),
+            kc: self.kc.min((k as i64 + 15) / 16 * 16),
+            ..self
+        }
+    }
+
+    /// This blocking for a GEMM of `k` contraction steps (one block) whose epilogue is a
+    /// softmax computed online for a chained product with blocking `bl2` (see
+    /// [`crate::kernel::Chain::online`]): blocks of columns (of keys) of whole panels, at most
+    /// the chained product's contraction block, so that each block of its rows is one
+    /// contraction block of the second product; blocks of rows of at most `chain_bytes` of
+    /// such a block (at least one tile's rows, no more than before); contraction blocks as
+    /// [`Self::chained`] cuts them.
+    pub fn online(self, k: usize, bl2: Blocking) -> Blocking {
+        let nr = self.nr();
+        let nc = (bl2.kc / nr).max(1) * nr;
+        let row = nc * self.bytes;
+        Blocking {
+            nc,
+            mc: ((self.chain_bytes / row / self.mr).max(1) * self.mr).min(self.mc),
+            kc: self.kc.min((k as i64 + 15) / 16 * 16),
+            ..self
+        }
+    }
+
+    /// Columns of the packed B block for `n` columns: whole panels, at most `nc`.
+    pub fn nc_for(&self, n: i64) -> i64 {
+        let nr = self.nr();
+        ((n + nr - 1) / nr * nr).min(self.nc)
+    }
+
+    /// Scratch bytes a kernel with `n` columns needs per call: one packed block of B and one of
+    /// A, each a multiple of 64 bytes.
+    pub fn scratch_bytes(&self, n: i64) -> usize {
+        ((self.kc * self.nc_for(n) + self.mc * self.kc) * self.bytes) as usize
+    }
+
+    /// Where a chained product's buffers lie in the scratch memory of this blocking's GEMM of
+    /// `n` columns, after its own (see [`ChainScratch`]), for a second product of `n2` columns
+    /// with blocking `bl2`.
+    ///
+    /// With `online` (a softmax computed online, [`Self::online`]; the value is the rows per
+    /// batch), the block of the epilogue's result holds the block's `nc` columns only, B2 is
+    /// packed one contraction block at a time, and each row of a batch has its running
+    /// maximum and sum after the chained product's packed A.
+    pub fn chain_scratch(
+        &self,
+        n: i64,
+        bl2: Blocking,
+        n2: i64,
+        online: Option<i64>,
+    ) -> ChainScratch {
+        let line = 64 / self.bytes;
+        let up = |x: i64, to: i64| (x + to - 1) / to * to;
+        let block = self.kc * self.nc_for(n) + self.mc * self.kc;
+        let (p_cols, b2_rows) = match online {
+            Some(_) => (self.nc, bl2.kc),
+            None => (n, up(n, bl2.kc)),
+        };
+        let b2 = block + up(self.mc * p_cols, line);
+        let cols2 = up(n2, bl2.nr());
+        let a2 = b2 + b2_rows * cols2;
+        let state = a2 + up(self.mc, bl2.mr) * bl2.kc;
+        let rows = up(online.unwrap_or(0), line);
+        let end = state + 2 * rows;
+        ChainScratch {
+            p: block,
+            b2,
+            cols2,
+            a2,
+            max: state,
+            sum: state + rows,
+            bytes: (end * self.bytes) as usize,
+        }
+    }
+}
+
+/// A chained product's buffers in a GEMM's scratch memory, as element offsets (each a multiple
+/// of 64 bytes): the block of the epilogue's result (`mc` rows), the second product's B packed
+/// whole (every contraction block of `kc2` steps, `cols2` columns each, packed once per batch
+/// and read by every block of rows; one contraction block at a time for an online softmax),
+/// its packed block of A, and for an online softmax each row's running maximum and sum.
+#[derive(Clone, Copy, Debug)]
+pub struct ChainScratch {
+    pub p: i64,
+    pub b2: i64,
+    /// Columns of each packed contraction block of B2: whole panels.
+    pub cols2: i64,
+    pub a2: i64,
+    pub max: i64,
+    pub sum: i64,
+    /// The whole scratch memory's size.
+    pub bytes: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference target with vectors of `bytes` bytes.
+    fn vectors(bytes: usize) -> TargetInfo {
+        TargetInfo {
+            vector_bytes: bytes,
+            ..TargetInfo::reference()
+        }
+    }
+
+    /// 512-bit products take the 8 x 3, 6 x 4 or 12 x 2 tile that pads the columns least, 12 x 2
+    /// only where 8 x 3 would pad them by more than a tenth; 256-bit ones keep 6 x 2.
+    #[test]
+    fn products_take_the_tile_that_pads_least() {
+        for (d, n, tile) in [
+            (DType::F32, 1024, (6, 4)),
+            (DType::F32, 2048, (6, 4)),
+            (DType::F32, 512, (6, 4)),
+            (DType::F32, 250, (6, 4)),
+            (DType::F32, 96, (8, 3)),
+            (DType::F32, 960, (8, 3)),
+            (DType::F32, 1000, (8, 3)),
+            (DType::F32, 600, (8, 3)),
+            (DType::F32, 64, (6, 4)),
+            (DType::F32, 160, (12, 2)),
+            (DType::F32, 32, (12, 2)),
+            (DType::F32, 10, (16, 1)),
+            (DType::F64, 1024, (6, 4)),
+            (DType::F64, 600, (8, 3)),
+        ] {
+            let bl = Blocking::new(d, &vectors(64), n);
+            assert_eq!((bl.mr, bl.nv), tile, "{d:?}, {n} columns");
+            assert_eq!(bl.mc % bl.mr, 0);
+            assert_eq!(bl.nc % bl.nr(), 0);
+        }
+        let bl = Blocking::new(DType::F32, &vectors(32), 1000);
+        assert_eq!((bl.mr, bl.nv), (6, 2));
+    }
+
+    /// A chained product's buffers lie after the GEMM's own, in order, 64-byte aligned, each as
+    /// large as what is stored in it: the block of rows of the epilogue's result, the second
+    /// product's B packed whole (every contraction block, whole panels) and its packed A (the
+    /// block's rows in whole slivers of its own tile).
+    #[test]
+    fn chained_buffers_are_aligned_and_do_not_overlap() {
+        for d in [DType::F32, DType::F64] {
+            for wide in [false, true] {
+                for (n, n2, k) in [
+                    (4, 8, 8),
+                    (512, 64, 64),
+                    (600, 37, 40),
+                    (97, 13, 256),
+                    (2048, 200, 64),
+                    (16384, 64, 128),
+                ] {
+                    let bl = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n as usize)
+                        .whole_rows(n as usize)
+                        .chained(n as usize, k);
+                    assert!(bl.kc >= k as i64 && bl.kc % 16 == 0);
+                    let bl2 = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n2 as usize);
+                    let at = bl.chain_scratch(n, bl2, n2, None);
+                    let up = |x: i64, to: i64| (x + to - 1) / to * to;
+                    let line = 64 / bl.bytes;
+                    let what = format!("{d:?} wide {wide}, {n} then {n2} columns, {k} steps");
+                    for off in [at.p, at.b2, at.a2] {
+                        assert_eq!(off % line, 0, "{what}");
+                    }
+                    assert!(
+                        bl.mc * n * bl.bytes <= 64 * 1024 || bl.mc == bl.mr,
+                        "{what}"
+                    );
+                    assert_eq!(at.p, bl.scratch_bytes(n) as i64 / bl.bytes, "{what}");
+                    assert!(at.b2 >= at.p + bl.mc * n, "{what}");
+                    assert_eq!(at.cols2, up(n2, bl2.nr()), "{what}");
+                    assert!(at.a2 >= at.b2 + up(n, bl2.kc) * at.cols2, "{what}");
+                    let end = at.a2 + up(bl.mc, bl2.mr) * bl2.kc;
+                    assert!(at.bytes as i64 >= end * bl.bytes, "{what}");
+                }
+            }
+        }
+    }
+
+    /// An online softmax's buffers: the block buffer holds a block of rows of one block of
+    /// columns (whole panels, at most the second product's contraction block), B2 one packed
+    /// contraction block, then the packed A and each row's maximum and sum, all 64-byte
+    /// aligned and apart.
+    #[test]
+    fn online_buffers_are_aligned_and_do_not_overlap() {
+        for d in [DType::F32, DType::F64] {
+            for wide in [false, true] {
+                for (n, n2, k, m) in [
+                    (16385, 8, 8, 3),
+                    (20000, 70, 16, 45),
+                    (512, 64, 64, 512),
+                    (100000, 13, 256, 1000),
+                ] {
+                    let bl2 = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n2 as usize);
+                    let bl = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n as usize)
+                        .online(k, bl2);
+                    let what = format!("{d:?} wide {wide}, {n} then {n2} columns, {k} steps");
+                    assert!(bl.nc % bl.nr() == 0 && bl.nc <= bl2.kc, "{what}");
+                    assert!(bl.kc >= k as i64 && bl.kc % 16 == 0, "{what}");
+                    assert!(
+                        bl.mc * bl.nc * bl.bytes <= 64 * 1024 || bl.mc == bl.mr,
+                        "{what}"
+                    );
+                    let at = bl.chain_scratch(n, bl2, n2, Some(m));
+                    let up = |x: i64, to: i64| (x + to - 1) / to * to;
+                    let line = 64 / bl.bytes;
+                    for off in [at.p, at.b2, at.a2, at.max, at.sum] {
+                        assert_eq!(off % line, 0, "{what}");
+                    }
+                    assert_eq!(at.p, bl.scratch_bytes(n) as i64 / bl.bytes, "{what}");
+                    assert!(at.b2 >= at.p + bl.mc * bl.nc, "{what}");
+                    assert!(at.a2 >= at.b2 + bl2.kc * at.cols2, "{what}");
+                    assert!(at.max >= at.a2 + up(bl.mc, bl2.mr) * bl2.kc, "{what}");
+                    assert!(at.sum >= at.max + m, "{what}");
+                    assert!(at.bytes as i64 >= (at.sum + m) * bl.bytes, "{what}");
+                }
+            }
+        }
+    }
+
+    /// The target's vector width decides the tile and the contraction block: 256-bit vectors
+    /// (AVX2, or AVX-512 hosts with `narrow_vectors`) take 6 x 2 tiles of 256 steps, 512-bit
+    /// ones 6 x 4 (where it pads least) of 512.
+    #[test]
+    fn wide_and_narrow_vectors_block_differently() {
+        let product = "func @g(%0: f32[512,512], %1: f32[512,1024]) -> f32[512,1024] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[512,1024]\n  return %2\n}\n";
+        let f = kiln_ir::parse_func_text(product).expect("valid IR");
+        let schedule = |t: &TargetInfo| {
+            let fused = crate::pipeline::fused_kernels(&f, &crate::Options::default(), t);
+            let k = fused.kernels.iter().flatten().next().expect("a kernel");
+            gemm_schedule(k, t).expect("a GEMM")
+        };
+        let narrow = schedule(&vectors(32));
+        assert_eq!(
+            narrow.to_string(),
+            "gemm 6x16 kc 256 mc 192 nc 4096, split columns"
+        );
+        let wide = schedule(&vectors(64));
+        assert_eq!(
+            wide.to_string(),
+            "gemm 6x64 kc 512 mc 96 nc 2048, split columns"
+        );
+        assert_ne!(narrow.blocking, wide.blocking);
+        // Narrower targets than AVX2 keep the 256-bit blocking.
+        assert_eq!(schedule(&vectors(16)), narrow);
+        // The cache blocks are the target's.
+        let mut t = vectors(32);
+        t.gemm.a_block_bytes /= 2;
+        assert_eq!(schedule(&t).blocking.mc, 96);
+    }
+}
