@@ -2,7 +2,7 @@
 //! elementwise kernel (and fuses like one).
 //!
 //! f32 and f64 values are rounded on their own bits (`bitcast_convert` to i32 / i64, then adds,
-//! masks and comparisons: [`on_bits`]). bf16 has f32's exponent and the top 7 of its mantissa
+//! masks and comparisons: `on_bits`). bf16 has f32's exponent and the top 7 of its mantissa
 //! bits, so a bf16 value widened to f32 rounds the same way there, with at most 7 mantissa bits.
 //! f16 is widened to f32 too: its normal values round there as on their own bits; its
 //! subnormals, which f32 holds as normal numbers, are rounded at their own fixed spacing
