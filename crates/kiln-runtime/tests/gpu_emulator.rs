@@ -1,0 +1,356 @@
+//! The GPU mapping on the emulator against the reference interpreter: every spec example and
+//! random programs (2,000 by default; `KILN_GPU_EMU_PROGRAMS=N` for another count), plus the
+//! emulator's own checks (races, divergent barriers, accesses out of bounds).
+
+use kiln_ir::random::{Config, Rng, random_func, random_literal_with_specials};
+use kiln_ir::{Combiner, DType, Func, Literal, TensorType};
+use kiln_kernel::gpu::ir::*;
+use kiln_kernel::ir::Expr;
+use kiln_kernel::target::TargetInfo;
+use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_kernel};
+use std::path::PathBuf;
+
+/// The examples of `ir-specs/ops/*.md`: (file:line, program, arguments).
+fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../ir-specs/ops");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("ir-specs/ops")
+        .map(|e| e.expect("readable").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(&p).expect("readable spec");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i] != "```kiln" {
+                i += 1;
+                continue;
+            }
+            let line = i + 1;
+            let mut src = String::new();
+            i += 1;
+            while i < lines.len() && lines[i] != "```" {
+                src.push_str(lines[i]);
+                src.push('\n');
+                i += 1;
+            }
+            while i < lines.len() && lines[i] != "```values" {
+                i += 1;
+            }
+            let mut args = Vec::new();
+            i += 1;
+            while i < lines.len() && lines[i] != "```" {
+                if let Some((k, v)) = lines[i].split_once(" = ")
+                    && k.starts_with('%')
+                {
+                    args.push(v.to_string());
+                }
+                i += 1;
+            }
+            let name = format!("{}:{line}", p.file_name().unwrap().to_string_lossy());
+            let m = kiln_ir::parse_module(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let f = m.entry().expect("a function").clone();
+            let args = args
+                .iter()
+                .zip(f.param_types())
+                .map(|(s, t)| {
+                    kiln_ir::parse_literal(s, &t).unwrap_or_else(|e| panic!("{name}: {e}"))
+                })
+                .collect();
+            out.push((name, f, args));
+        }
+    }
+    out
+}
+
+/// Runs `f` on the emulator and compares it with the reference.
+fn check(f: &Func, args: &[Literal]) -> Result<EmuReport, String> {
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let (got, rep) = compile_and_run(f, &[], &opts, &target, args).map_err(|e| e.to_string())?;
+    kiln_reference::accuracy::check_outputs(f, args, &got)?;
+    // Only select-and-scatter is documented as not mapped yet.
+    if let Some(w) = rep
+        .fallbacks
+        .iter()
+        .find(|w| !w.contains("select-and-scatter"))
+    {
+        return Err(format!("a kernel fell back to the reference: {w}"));
+    }
+    Ok(rep)
+}
+
+fn report(what: &str, n: usize, rep: &EmuReport, secs: f64) {
+    let kinds: Vec<String> = rep
+        .launches
+        .iter()
+        .map(|(k, n)| format!("{} {n}", k.name()))
+        .collect();
+    println!(
+        "{what}: {n} programs, {} kernels emulated ({}), {} steps interpreted, {} select-and-scatter \
+         kernels on the reference, {secs:.1} s",
+        rep.kernels,
+        kinds.join(", "),
+        rep.interpreted,
+        rep.fallbacks.len()
+    );
+}
+
+#[test]
+fn spec_examples_agree_with_the_reference_on_the_emulator() {
+    let t = std::time::Instant::now();
+    let mut rep = EmuReport::default();
+    let mut failures = Vec::new();
+    let examples = spec_examples();
+    for (name, f, args) in &examples {
+        match check(f, args) {
+            Ok(r) => rep += r,
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    report(
+        "spec examples",
+        examples.len(),
+        &rep,
+        t.elapsed().as_secs_f64(),
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn random_programs_agree_with_the_reference_on_the_emulator() {
+    let n: u64 = std::env::var("KILN_GPU_EMU_PROGRAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let t = std::time::Instant::now();
+    let mut rep = EmuReport::default();
+    let mut failures = Vec::new();
+    for seed in 0..n {
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let mut rng = Rng::new(seed ^ 77);
+        let rate = if seed % 2 == 1 && Config::profile(seed).elements.is_none() {
+            1.0 / 32.0
+        } else {
+            0.0
+        };
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, rate))
+            .collect();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&f, &args)))
+            .unwrap_or_else(|_| Err("panicked".into()));
+        match r {
+            Ok(r) => rep += r,
+            Err(e) => failures.push(format!("seed {seed}: {e}")),
+        }
+    }
+    report(
+        "random programs",
+        n as usize,
+        &rep,
+        t.elapsed().as_secs_f64(),
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {n} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A launch of one block of `threads` threads (warps of 32) running `body`, with one f32
+/// input of 4 elements, one output of 64 and two registers.
+fn launch(threads: usize, shared: usize, body: Vec<Stmt>) -> GpuKernel {
+    let t = |n| TensorType {
+        dtype: DType::F32,
+        shape: vec![n],
+    };
+    GpuKernel {
+        name: "planted".into(),
+        kind: MapKind::Elementwise,
+        grid: 1,
+        block: threads,
+        warp: 32,
+        inputs: vec![(Buf::Input(0), t(4))],
+        outputs: vec![(Buf::Output(0), t(64))],
+        shared: vec![SharedArray {
+            dtype: DType::F32,
+            len: shared,
+        }],
+        regs: 2,
+        vars: 1,
+        sums: TargetInfo::h200().sums,
+        body,
+    }
+}
+
+fn run(k: &GpuKernel) -> Result<Vec<V>, String> {
+    let input = Buffer {
+        name: "%in".into(),
+        dtype: DType::F32,
+        data: vec![V::F(1.0); 4],
+    };
+    let mut out = vec![Buffer::zeros("%out", &k.outputs[0].1)];
+    run_kernel(k, &[&input], &mut out).map_err(|e| e.to_string())?;
+    Ok(out.pop().unwrap().data)
+}
+
+fn tid() -> Sc {
+    Sc::Special(Special::Thread)
+}
+
+#[test]
+fn two_threads_writing_one_shared_address_without_a_barrier_race() {
+    let set = Stmt::Identity {
+        reg: 0,
+        kind: Combiner::Add,
+        dtype: DType::F32,
+    };
+    // Every thread writes shared0[tid / 2]: threads 0 and 1 meet at element 0.
+    let k = launch(
+        64,
+        32,
+        vec![
+            set.clone(),
+            Stmt::SharedStore {
+                array: 0,
+                index: Sc::div(tid(), Sc::Const(2)),
+                value: 0,
+            },
+        ],
+    );
+    let e = run(&k).unwrap_err();
+    assert!(e.contains("race") && e.contains("shared0[0]"), "{e}");
+    assert!(
+        e.contains("thread 1") && e.contains("thread 0") && e.contains("planted"),
+        "{e}"
+    );
+    // A write, then a read of another thread's element in the same phase, races too; with a
+    // barrier between them it does not.
+    let read_other = |barrier: bool| {
+        let mut body = vec![
+            set.clone(),
+            Stmt::SharedStore {
+                array: 0,
+                index: tid(),
+                value: 0,
+            },
+        ];
+        if barrier {
+            body.push(Stmt::Barrier);
+        }
+        body.push(Stmt::SharedLoad {
+            reg: 1,
+            array: 0,
+            index: Sc::rem(Sc::add(tid(), Sc::Const(1)), Sc::Const(32)),
+        });
+        launch(32, 32, body)
+    };
+    assert!(run(&read_other(false)).unwrap_err().contains("race"));
+    run(&read_other(true)).unwrap();
+}
+
+#[test]
+fn a_barrier_reached_by_part_of_the_block_is_an_error() {
+    let k = launch(
+        64,
+        1,
+        vec![Stmt::If {
+            cond: Sc::lt(tid(), Sc::Const(32)),
+            body: vec![Stmt::Barrier],
+        }],
+    );
+    let e = run(&k).unwrap_err();
+    assert!(
+        e.contains("barrier reached by 32 of the block's 64 threads"),
+        "{e}"
+    );
+}
+
+#[test]
+fn reads_and_writes_out_of_bounds_are_errors() {
+    let read = launch(
+        32,
+        1,
+        vec![Stmt::Eval {
+            reg: 0,
+            expr: Expr::Load {
+                input: 0,
+                dtype: DType::F32,
+                coef: vec![],
+                off: 4,
+            },
+            scalars: vec![],
+        }],
+    );
+    let e = run(&read).unwrap_err();
+    assert!(
+        e.contains("out-of-bounds read") && e.contains("%in index 4 of 4"),
+        "{e}"
+    );
+    let write = launch(
+        32,
+        1,
+        vec![
+            Stmt::Identity {
+                reg: 0,
+                kind: Combiner::Add,
+                dtype: DType::F32,
+            },
+            Stmt::Store {
+                buf: Buf::Output(0),
+                index: Sc::add(tid(), Sc::Const(40)),
+                value: 0,
+            },
+        ],
+    );
+    let e = run(&write).unwrap_err();
+    assert!(e.contains("%out index 64 of 64"), "{e}");
+    let shared = launch(
+        32,
+        8,
+        vec![Stmt::SharedLoad {
+            reg: 0,
+            array: 0,
+            index: tid(),
+        }],
+    );
+    let e = run(&shared).unwrap_err();
+    assert!(e.contains("shared0 index 8 of 8"), "{e}");
+}
+
+#[test]
+fn shuffles_read_the_other_lanes_and_need_the_whole_warp() {
+    // r0 = tid; r1 = r0 of lane ^ 1, stored at tid.
+    let body = |cond: Sc| {
+        vec![
+            Stmt::Let {
+                reg: 0,
+                value: tid(),
+            },
+            Stmt::If {
+                cond,
+                body: vec![Stmt::Shuffle {
+                    reg: 1,
+                    src: 0,
+                    mode: Shuffle::Xor(1),
+                }],
+            },
+            Stmt::Store {
+                buf: Buf::Output(0),
+                index: tid(),
+                value: 1,
+            },
+        ]
+    };
+    let out = run(&launch(64, 1, body(Sc::Const(1)))).unwrap();
+    assert_eq!(out[5], V::F(4.0));
+    assert_eq!(out[40], V::F(41.0));
+    let e = run(&launch(64, 1, body(Sc::lt(tid(), Sc::Const(16))))).unwrap_err();
+    assert!(e.contains("shuffle by 16 of the 32 lanes of warp 0"), "{e}");
+}
