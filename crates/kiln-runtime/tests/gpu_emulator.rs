@@ -354,3 +354,145 @@ fn shuffles_read_the_other_lanes_and_need_the_whole_warp() {
     let e = run(&launch(64, 1, body(Sc::lt(tid(), Sc::Const(16))))).unwrap_err();
     assert!(e.contains("shuffle by 16 of the 32 lanes of warp 0"), "{e}");
 }
+
+/// A softmax over the last dimension of `shape` in `dt`.
+fn softmax_text(dt: &str, shape: &[usize]) -> String {
+    let list = |s: &[usize]| {
+        s.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let r = shape.len();
+    let full = format!("{dt}[{}]", list(shape));
+    let red = format!("{dt}[{}]", list(&shape[..r - 1]));
+    let bd = (0..r - 1)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let last = r - 1;
+    format!(
+        "func @main(%0: {full}) -> {full} {{\n  %1 = constant {{value = -inf}} : {dt}[]\n  %2 = reduce %0, %1 {{dimensions = [{last}], kind = max}} : {red}\n  %3 = broadcast_in_dim %2 {{broadcast_dimensions = [{bd}]}} : {full}\n  %4 = subtract %0, %3 : {full}\n  %5 = exponential %4 : {full}\n  %6 = constant {{value = 0.0}} : {dt}[]\n  %7 = reduce %5, %6 {{dimensions = [{last}], kind = add}} : {red}\n  %8 = broadcast_in_dim %7 {{broadcast_dimensions = [{bd}]}} : {full}\n  %9 = divide %5, %8 : {full}\n  return %9\n}}\n"
+    )
+}
+
+/// Attention, `softmax(q kᵀ / 8) v`: two products chained through a row epilogue.
+fn attention_text(b: usize, m: usize, keys: usize, k: usize, n2: usize) -> String {
+    let s = format!("f32[{b},{m},{keys}]");
+    format!(
+        "func @main(%0: f32[{b},{m},{k}], %1: f32[{b},{keys},{k}], %2: f32[{b},{keys},{n2}]) -> f32[{b},{m},{n2}] {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}
+  %4 = constant {{value = 0.125}} : f32[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}
+  %6 = multiply %3, %5 : {s}
+  %7 = constant {{value = -inf}} : f32[]
+  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : f32[{b},{m}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}
+  %10 = subtract %6, %9 : {s}
+  %11 = exponential %10 : {s}
+  %12 = constant {{value = 0.0}} : f32[]
+  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : f32[{b},{m}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}
+  %15 = divide %11, %14 : {s}
+  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{b},{m},{n2}]
+  return %16
+}}
+"
+    )
+}
+
+/// Programs that exercise every mapping: softmaxes by warps and by blocks, long sums (a whole
+/// tensor to one value, rows, columns), a layer norm's mean and variance, matrix products with
+/// and without epilogues, attention's chained products, convolutions (by feature planes and by
+/// rows), in f32, f16 and f64.
+#[test]
+fn every_mapping_agrees_with_the_reference() {
+    let conv = |x: &str, w: &str, y: &str, attrs: &str| {
+        format!(
+            "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
+        )
+    };
+    let nchw = "window_strides = [2, 2], padding = [[1, 0], [0, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 2], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]";
+    let nhwc = "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]";
+    let sum = |x: &str, dims: &str, r: &str| {
+        format!(
+            "func @main(%0: {x}) -> {r} {{\n  %1 = constant {{value = 0.0}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [{dims}], kind = add}} : {r}\n  return %2\n}}\n"
+        )
+    };
+    let layer_norm = "func @main(%0: f32[6,3000]) -> f32[6,3000] {
+  %1 = constant {value = 0.0} : f32[]
+  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[6]
+  %3 = constant {value = 0.000333333} : f32[]
+  %4 = broadcast_in_dim %3 {broadcast_dimensions = []} : f32[6]
+  %5 = multiply %2, %4 : f32[6]
+  %6 = broadcast_in_dim %5 {broadcast_dimensions = [0]} : f32[6,3000]
+  %7 = subtract %0, %6 : f32[6,3000]
+  %8 = multiply %7, %7 : f32[6,3000]
+  %9 = reduce %8, %1 {dimensions = [1], kind = add} : f32[6]
+  %10 = multiply %9, %4 : f32[6]
+  %11 = rsqrt %10 : f32[6]
+  %12 = broadcast_in_dim %11 {broadcast_dimensions = [0]} : f32[6,3000]
+  %13 = multiply %7, %12 : f32[6,3000]
+  return %13
+}
+"
+    .to_string();
+    let product = |b: usize, m: usize, k: usize, n: usize| {
+        format!(
+            "func @main(%0: f32[{b},{m},{k}], %1: f32[{b},{k},{n}], %2: f32[{n}]) -> f32[{b},{m},{n}] {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{b},{m},{n}]
+  %4 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : f32[{b},{m},{n}]
+  %5 = add %3, %4 : f32[{b},{m},{n}]
+  %6 = tanh %5 : f32[{b},{m},{n}]
+  return %6
+}}
+"
+        )
+    };
+    let programs = [
+        softmax_text("f32", &[37, 500]),
+        softmax_text("f16", &[4, 9, 300]),
+        softmax_text("f64", &[3, 20000]),
+        softmax_text("f32", &[2, 40000]),
+        sum("f32[300000]", "0", "f32[]"),
+        sum("f32[40,700]", "1", "f32[40]"),
+        sum("f32[700,40]", "0", "f32[40]"),
+        sum("f32[5,6,7,300]", "1, 3", "f32[5,7]"),
+        layer_norm,
+        product(2, 17, 300, 33),
+        product(1, 64, 1000, 8),
+        attention_text(2, 9, 40, 8, 12),
+        attention_text(1, 5, 3000, 16, 7),
+        conv("f32[2,3,9,8]", "f32[4,3,3,2]", "f32[2,4,4,4]", nchw),
+        conv("f32[2,7,7,3]", "f32[3,3,3,5]", "f32[2,7,7,5]", nhwc),
+    ];
+    let mut rep = EmuReport::default();
+    let mut failures = Vec::new();
+    for (i, src) in programs.iter().enumerate() {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let mut rng = Rng::new(i as u64);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        match check(&f, &args) {
+            Ok(r) => rep += r,
+            Err(e) => failures.push(format!("program {i}: {e}\n{src}")),
+        }
+    }
+    report("every mapping", programs.len(), &rep, 0.0);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for kind in [
+        MapKind::Elementwise,
+        MapKind::WarpRows,
+        MapKind::BlockRows,
+        MapKind::Gemm,
+    ] {
+        assert!(
+            rep.launches.contains_key(&kind),
+            "no {} launch: {rep:?}",
+            kind.name()
+        );
+    }
+}

@@ -85,7 +85,8 @@ pub fn run_lowered(
                         }
                         // A kernel whose output type is not its value's copies bytes (a
                         // bitcast between widths): its buffers are then seen as bytes.
-                        let bytes = k.out != ty(results[0]);
+                        let bytes =
+                            matches!(inst.op, Op::BitcastConvert {}) && k.out != ty(results[0]);
                         let ins: Vec<Buffer> = operands
                             .iter()
                             .map(|&o| {
@@ -103,7 +104,11 @@ pub fn run_lowered(
                             .iter()
                             .enumerate()
                             .map(|(n, &r)| {
-                                let t = if n == 0 { k.out.clone() } else { ty(r) };
+                                let t = if n == 0 && bytes {
+                                    k.out.clone()
+                                } else {
+                                    ty(r)
+                                };
                                 Buffer::zeros(&format!("%{}", r.index()), &t)
                             })
                             .collect();
