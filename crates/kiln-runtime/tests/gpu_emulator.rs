@@ -219,7 +219,7 @@ fn two_threads_writing_one_shared_address_without_a_barrier_race() {
             set.clone(),
             Stmt::SharedStore {
                 array: 0,
-                index: Sc::div(tid(), Sc::Const(2)),
+                index: Sc::quot(tid(), Sc::Const(2)),
                 value: 0,
             },
         ],
@@ -247,7 +247,7 @@ fn two_threads_writing_one_shared_address_without_a_barrier_race() {
         body.push(Stmt::SharedLoad {
             reg: 1,
             array: 0,
-            index: Sc::rem(Sc::add(tid(), Sc::Const(1)), Sc::Const(32)),
+            index: Sc::modulo(Sc::plus(tid(), Sc::Const(1)), Sc::Const(32)),
         });
         launch(32, 32, body)
     };
@@ -304,7 +304,7 @@ fn reads_and_writes_out_of_bounds_are_errors() {
             },
             Stmt::Store {
                 buf: Buf::Output(0),
-                index: Sc::add(tid(), Sc::Const(40)),
+                index: Sc::plus(tid(), Sc::Const(40)),
                 value: 0,
             },
         ],

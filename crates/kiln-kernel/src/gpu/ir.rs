@@ -60,16 +60,16 @@ pub enum Sc {
 
 #[allow(missing_docs)]
 impl Sc {
-    pub fn add(a: Sc, b: Sc) -> Sc {
+    pub fn plus(a: Sc, b: Sc) -> Sc {
         Sc::Add(Box::new(a), Box::new(b))
     }
-    pub fn mul(a: Sc, b: Sc) -> Sc {
+    pub fn times(a: Sc, b: Sc) -> Sc {
         Sc::Mul(Box::new(a), Box::new(b))
     }
-    pub fn div(a: Sc, b: Sc) -> Sc {
+    pub fn quot(a: Sc, b: Sc) -> Sc {
         Sc::Div(Box::new(a), Box::new(b))
     }
-    pub fn rem(a: Sc, b: Sc) -> Sc {
+    pub fn modulo(a: Sc, b: Sc) -> Sc {
         Sc::Rem(Box::new(a), Box::new(b))
     }
     pub fn lt(a: Sc, b: Sc) -> Sc {

@@ -123,10 +123,10 @@ fn set_vars(vars: &[(usize, usize)], p: Sc) -> Vec<Stmt> {
     for (d, &(v, e)) in vars.iter().enumerate().rev() {
         let mut x = p.clone();
         if stride != 1 {
-            x = Sc::div(x, c(stride));
+            x = Sc::quot(x, c(stride));
         }
         if d != 0 {
-            x = Sc::rem(x, c(e));
+            x = Sc::modulo(x, c(e));
         }
         out.push(Stmt::SetVar { var: v, value: x });
         stride *= e;
@@ -282,12 +282,12 @@ impl Mapper<'_> {
             sums: self.sums,
             body: vec![Stmt::For {
                 reg: p,
-                start: Sc::add(
-                    Sc::mul(sp(Special::Block), sp(Special::BlockDim)),
+                start: Sc::plus(
+                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
                     sp(Special::Thread),
                 ),
                 end: c(total),
-                step: Sc::mul(sp(Special::BlockDim), sp(Special::GridDim)),
+                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
                 body,
             }],
         }
@@ -335,7 +335,7 @@ impl Mapper<'_> {
         let pos = r.next();
         each.push(Stmt::Let {
             reg: pos,
-            value: Sc::add(Sc::mul(Sc::Reg(row), c(row_len)), Sc::Reg(e)),
+            value: Sc::plus(Sc::times(Sc::Reg(row), c(row_len)), Sc::Reg(e)),
         });
         let mut outputs = Vec::new();
         for (k, (buf, ty, x)) in outs.into_iter().enumerate() {
@@ -424,9 +424,9 @@ impl Mapper<'_> {
         });
         let mut term = vec![Stmt::Let {
             reg: q,
-            value: Sc::add(
-                Sc::mul(
-                    Sc::add(Sc::mul(Sc::Reg(round), c(threads)), sp(Special::Thread)),
+            value: Sc::plus(
+                Sc::times(
+                    Sc::plus(Sc::times(Sc::Reg(round), c(threads)), sp(Special::Thread)),
                     c(chunk),
                 ),
                 Sc::Reg(j),
@@ -731,9 +731,9 @@ impl Mapper<'_> {
         let v = r.next();
         let total = d.batch * d.m * d.n;
         let index = match conv {
-            Some(c) if c.planes => Sc::add(
-                Sc::mul(
-                    Sc::add(Sc::mul(Sc::Var(0), Sc::Const(n)), Sc::Var(2)),
+            Some(c) if c.planes => Sc::plus(
+                Sc::times(
+                    Sc::plus(Sc::times(Sc::Var(0), Sc::Const(n)), Sc::Var(2)),
                     Sc::Const(m),
                 ),
                 Sc::Var(1),
@@ -766,12 +766,12 @@ impl Mapper<'_> {
             sums: self.sums,
             body: vec![Stmt::For {
                 reg: p,
-                start: Sc::add(
-                    Sc::mul(sp(Special::Block), sp(Special::BlockDim)),
+                start: Sc::plus(
+                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
                     sp(Special::Thread),
                 ),
                 end: c(total),
-                step: Sc::mul(sp(Special::BlockDim), sp(Special::GridDim)),
+                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
                 body: each,
             }],
         }
@@ -833,7 +833,7 @@ impl Mapper<'_> {
                     Sc::lt(Sc::Reg(reg), Sc::Const(size)),
                 ),
             );
-            flat_sc = Sc::add(flat_sc, Sc::mul(Sc::Reg(reg), Sc::Const(stride)));
+            flat_sc = Sc::plus(flat_sc, Sc::times(Sc::Reg(reg), Sc::Const(stride)));
             stride *= size;
         }
         each.push(Stmt::Let {

@@ -149,7 +149,11 @@ pub fn program_text(p: &GpuProgram) -> String {
 /// arrays that exist.
 pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
     let fail = |m: String| Err(format!("gpu kernel {}: {m}", k.name));
-    if k.grid == 0 || k.block == 0 || k.block % k.warp != 0 || k.block > gpu.max_threads_per_block {
+    if k.grid == 0
+        || k.block == 0
+        || !k.block.is_multiple_of(k.warp)
+        || k.block > gpu.max_threads_per_block
+    {
         return fail(format!(
             "a block of {} threads (warp {}, at most {})",
             k.block, k.warp, gpu.max_threads_per_block
