@@ -246,6 +246,8 @@ pub enum MapKind {
     Gemm,
     /// A scatter, on one thread, in order.
     Scatter,
+    /// A select-and-scatter, on one thread, in order.
+    SelectScatter,
 }
 
 impl MapKind {
@@ -257,6 +259,7 @@ impl MapKind {
             MapKind::BlockRows => "block-rows",
             MapKind::Gemm => "gemm",
             MapKind::Scatter => "scatter",
+            MapKind::SelectScatter => "select-and-scatter",
         }
     }
 }

@@ -17,7 +17,7 @@
 //!   (`Gpu::tensor_core_shapes`), tiles in shared memory and an epilogue fused into the
 //!   product's launch come later.
 //! - A scatter runs on one thread, in order, so its result is deterministic
-//!   ([`MapKind::Scatter`]). Select-and-scatter is not mapped yet ([`map`] says so).
+//!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
 //!
 //! # The order of a cooperative sum, and its error bound
 //!
@@ -44,8 +44,7 @@ use crate::target::{Gpu, SumTree, TargetInfo};
 use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
 /// `k` (with inputs of types `inputs`, extra outputs after them) mapped onto the GPU of
-/// `target`, its launches named after `name`; an error for a kernel kind not mapped yet, or a
-/// target without a GPU.
+/// `target`, its launches named after `name`; an error for a target without a GPU.
 pub fn map(
     k: &Kernel,
     inputs: &[TensorType],
@@ -85,9 +84,29 @@ pub fn map(
             scratch: Vec::new(),
             launches: vec![m.scatter(name, k, ins, updates, at, *kind)],
         }),
-        Schedule::SelectScatter { .. } => Err(format!(
-            "{name}: select-and-scatter is not mapped to the GPU yet"
-        )),
+        Schedule::SelectScatter {
+            grid,
+            window,
+            strides,
+            pad_low,
+            select,
+            kind,
+        } => Ok(GpuProgram {
+            scratch: Vec::new(),
+            launches: vec![m.select_scatter(
+                name,
+                k,
+                ins,
+                &SelectWindows {
+                    grid,
+                    window,
+                    strides,
+                    pad_low,
+                    select: *select,
+                    kind: *kind,
+                },
+            )],
+        }),
     }
 }
 
@@ -895,6 +914,218 @@ impl Mapper<'_> {
                         body: each,
                     },
                 ],
+            }],
+        }
+    }
+}
+
+/// A select-and-scatter's windows (see [`Schedule::SelectScatter`]).
+struct SelectWindows<'s> {
+    grid: &'s [usize],
+    window: &'s [usize],
+    strides: &'s [i64],
+    pad_low: &'s [i64],
+    select: kiln_ir::ComparisonDirection,
+    kind: Combiner,
+}
+
+impl Mapper<'_> {
+    /// A select-and-scatter on thread 0 of one warp, as [`Schedule::SelectScatter`] says: the
+    /// output set to the init value (input 2), then for each window of the operand (input 0),
+    /// in order, its valid positions scanned in order keeping the current selection where
+    /// `select(current, candidate)` holds, and the source value (the body) combined into the
+    /// output at the selected position.
+    fn select_scatter(
+        &self,
+        name: &str,
+        k: &Kernel,
+        inputs: Vec<(Buf, TensorType)>,
+        w: &SelectWindows,
+    ) -> GpuKernel {
+        let mut r = Regs::default();
+        let dtype = k.out.dtype;
+        let rank = k.out.shape.len();
+        let total = k.out.numel();
+        let (p, init, g, have, u, ok, pos, cand, cur, keep, best, old, src) = (
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+        );
+        let scalar = |i: usize| Expr::Load {
+            input: inputs.len() + i,
+            dtype,
+            coef: Vec::new(),
+            off: 0,
+        };
+        let fill = vec![
+            Stmt::Eval {
+                reg: init,
+                expr: Expr::Load {
+                    input: 2,
+                    dtype,
+                    coef: Vec::new(),
+                    off: 0,
+                },
+                scalars: Vec::new(),
+            },
+            Stmt::For {
+                reg: p,
+                start: c(0),
+                end: c(total),
+                step: c(1),
+                body: vec![Stmt::Store {
+                    buf: Buf::Output(0),
+                    index: Sc::Reg(p),
+                    value: init,
+                }],
+            },
+        ];
+        let window_vars: Vec<(usize, usize)> = w
+            .window
+            .iter()
+            .enumerate()
+            .map(|(d, &e)| (rank + d, e))
+            .collect();
+        let mut scan = set_vars(&window_vars, Sc::Reg(u));
+        let mut valid = Sc::Const(1);
+        let mut flat = Sc::Const(0);
+        let mut stride = 1i64;
+        for d in (0..rank).rev() {
+            let coord = Sc::plus(
+                Sc::plus(
+                    Sc::times(Sc::Var(d), Sc::Const(w.strides[d])),
+                    Sc::Const(-w.pad_low[d]),
+                ),
+                Sc::Var(rank + d),
+            );
+            let size = k.out.shape[d] as i64;
+            valid = Sc::and(
+                valid,
+                Sc::and(
+                    Sc::lt(Sc::Const(-1), coord.clone()),
+                    Sc::lt(coord.clone(), Sc::Const(size)),
+                ),
+            );
+            flat = Sc::plus(flat, Sc::times(coord, Sc::Const(stride)));
+            stride *= size;
+        }
+        scan.push(Stmt::Let {
+            reg: ok,
+            value: valid,
+        });
+        scan.push(Stmt::If {
+            cond: Sc::Reg(ok),
+            body: vec![
+                Stmt::Let {
+                    reg: pos,
+                    value: flat,
+                },
+                Stmt::Load {
+                    reg: cand,
+                    buf: Buf::Input(0),
+                    index: Sc::Reg(pos),
+                },
+                Stmt::Eval {
+                    reg: keep,
+                    expr: Expr::Op {
+                        op: Ew::Cmp(w.select),
+                        dtype: DType::Pred,
+                        args: vec![scalar(0), scalar(1)],
+                    },
+                    scalars: vec![cur, cand],
+                },
+                Stmt::If {
+                    cond: Sc::eq(Sc::and(Sc::Reg(have), Sc::Reg(keep)), c(0)),
+                    body: vec![
+                        Stmt::Combine {
+                            acc: cur,
+                            value: cand,
+                            kind: Combiner::Replace,
+                            dtype,
+                        },
+                        Stmt::Let {
+                            reg: best,
+                            value: Sc::Reg(pos),
+                        },
+                    ],
+                },
+                Stmt::Let {
+                    reg: have,
+                    value: c(1),
+                },
+            ],
+        });
+        let mut each = set_vars(&dims(w.grid, 0), Sc::Reg(g));
+        each.push(Stmt::Let {
+            reg: have,
+            value: c(0),
+        });
+        each.push(Stmt::For {
+            reg: u,
+            start: c(0),
+            end: c(w.window.iter().product()),
+            step: c(1),
+            body: scan,
+        });
+        each.push(Stmt::If {
+            cond: Sc::Reg(have),
+            body: vec![
+                Stmt::Load {
+                    reg: old,
+                    buf: Buf::Output(0),
+                    index: Sc::Reg(best),
+                },
+                Stmt::Eval {
+                    reg: src,
+                    expr: k.body.clone(),
+                    scalars: Vec::new(),
+                },
+                Stmt::Combine {
+                    acc: old,
+                    value: src,
+                    kind: w.kind,
+                    dtype,
+                },
+                Stmt::Store {
+                    buf: Buf::Output(0),
+                    index: Sc::Reg(best),
+                    value: old,
+                },
+            ],
+        });
+        let mut body = fill;
+        body.push(Stmt::For {
+            reg: g,
+            start: c(0),
+            end: c(w.grid.iter().product()),
+            step: c(1),
+            body: each,
+        });
+        GpuKernel {
+            name: name.to_string(),
+            kind: MapKind::SelectScatter,
+            grid: 1,
+            block: self.gpu.warp_size,
+            warp: self.gpu.warp_size,
+            inputs,
+            outputs: vec![(Buf::Output(0), k.out.clone())],
+            shared: Vec::new(),
+            regs: r.0,
+            vars: k.vars.max(2 * rank),
+            sums: self.sums,
+            body: vec![Stmt::If {
+                cond: Sc::eq(sp(Special::Thread), c(0)),
+                body,
             }],
         }
     }
