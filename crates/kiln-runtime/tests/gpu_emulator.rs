@@ -1,6 +1,8 @@
-//! The GPU mapping on the emulator against the reference interpreter: every spec example and
-//! random programs (2,000 by default; `KILN_GPU_EMU_PROGRAMS=N` for another count), plus the
-//! emulator's own checks (races, divergent barriers, accesses out of bounds).
+//! The GPU mapping on the emulator against the reference interpreter: every spec example,
+//! programs of every mapping, and random programs (2,000 by default, on an H200 and again with
+//! every reduction cooperative; `KILN_GPU_EMU_PROGRAMS=N` for another count; about 45 s on 2
+//! busy cores), plus the emulator's own checks (races, divergent barriers, shuffles, accesses
+//! out of bounds).
 
 use kiln_ir::random::{Config, Rng, random_func, random_literal_with_specials};
 use kiln_ir::{Combiner, DType, Func, Literal, TensorType};
@@ -68,9 +70,26 @@ fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
 
 /// Runs `f` on the emulator and compares it with the reference.
 fn check(f: &Func, args: &[Literal]) -> Result<EmuReport, String> {
-    let target = TargetInfo::h200();
+    check_on(f, args, &TargetInfo::h200())
+}
+
+/// An H200 that gives every reduction of 2 terms or more a warp, and of 64 or more a block of
+/// 128 threads (blocks of at most 128), so random programs exercise the cooperative reductions' shuffles, barriers
+/// and shared memory in every dtype and combiner.
+fn cooperative_target() -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    let gpu = t.gpu.as_mut().expect("a GPU");
+    gpu.warp_reduce_min = 2;
+    gpu.block_reduce_min = 64;
+    gpu.max_threads_per_block = 128;
+    gpu.elementwise_block = 128;
+    t
+}
+
+/// Runs `f` on the emulator for `target` and compares it with the reference.
+fn check_on(f: &Func, args: &[Literal], target: &TargetInfo) -> Result<EmuReport, String> {
     let opts = kiln_kernel::Options::default();
-    let (got, rep) = compile_and_run(f, &[], &opts, &target, args).map_err(|e| e.to_string())?;
+    let (got, rep) = compile_and_run(f, &[], &opts, target, args).map_err(|e| e.to_string())?;
     kiln_reference::accuracy::check_outputs(f, args, &got)?;
     // Every kernel is mapped: none falls back to the reference.
     if let Some(w) = rep.fallbacks.first() {
@@ -117,6 +136,20 @@ fn spec_examples_agree_with_the_reference_on_the_emulator() {
 
 #[test]
 fn random_programs_agree_with_the_reference_on_the_emulator() {
+    random_programs("random programs", &TargetInfo::h200());
+}
+
+#[test]
+fn random_programs_agree_with_the_reference_with_every_reduction_cooperative() {
+    random_programs(
+        "random programs, cooperative reductions",
+        &cooperative_target(),
+    );
+}
+
+/// Random programs (2,000, or `KILN_GPU_EMU_PROGRAMS`) on the emulator for `target` against
+/// the reference.
+fn random_programs(what: &str, target: &TargetInfo) {
     let n: u64 = std::env::var("KILN_GPU_EMU_PROGRAMS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -137,19 +170,15 @@ fn random_programs_agree_with_the_reference_on_the_emulator() {
             .iter()
             .map(|t| random_literal_with_specials(&mut rng, t, rate))
             .collect();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&f, &args)))
-            .unwrap_or_else(|_| Err("panicked".into()));
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_on(&f, &args, target)))
+                .unwrap_or_else(|_| Err("panicked".into()));
         match r {
             Ok(r) => rep += r,
             Err(e) => failures.push(format!("seed {seed}: {e}")),
         }
     }
-    report(
-        "random programs",
-        n as usize,
-        &rep,
-        t.elapsed().as_secs_f64(),
-    );
+    report(what, n as usize, &rep, t.elapsed().as_secs_f64());
     assert!(
         failures.is_empty(),
         "{} of {n} failed:\n{}",
