@@ -83,12 +83,16 @@ impl Sc {
     }
 }
 
-/// A buffer a launch reads or writes.
+/// A buffer a launch reads or writes. In a launch's [`GpuKernel::inputs`] and
+/// [`GpuKernel::outputs`] lists it names the kernel's buffers; in a statement
+/// ([`Stmt::Load`], [`Stmt::Store`]), `Input(i)` and `Output(k)` name the launch's own input
+/// `i` and output `k` (entries of those lists).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Buf {
-    /// The kernel's input `i`.
+    /// The kernel's (or the launch's) input `i`.
     Input(usize),
-    /// The kernel's output `k` (0: its result, then its extra outputs in order).
+    /// The kernel's output `k` (0: its result, then its extra outputs in order), or the
+    /// launch's.
     Output(usize),
     /// The program's scratch buffer `s` (see [`GpuProgram::scratch`]).
     Scratch(usize),
