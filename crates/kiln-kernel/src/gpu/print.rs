@@ -211,3 +211,32 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
     }
     check(k, &k.body).or_else(fail)
 }
+
+/// `f` lowered for an H200 ([`crate::target::TargetInfo::h200`]) under `opts`, each kernel
+/// mapped to the GPU and printed (`cargo xtask dump FILE --stage gpu`); the instructions
+/// without a kernel are named with how they run.
+pub fn describe_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::Result<String> {
+    let target = crate::target::TargetInfo::h200();
+    let l = crate::pipeline::lower_program(f, &[], opts, &target, None, &mut |_| {})?;
+    let mut out = String::new();
+    for (i, inst) in l.func.insts.iter().enumerate() {
+        let Some(k) = l.fused.kernels[i].as_ref() else {
+            if !matches!(l.steps[i], crate::Step::Fused | crate::Step::Merged) {
+                let _ = writeln!(out, "// #{i} {}: {:?}", inst.op.mnemonic(), l.steps[i]);
+            }
+            continue;
+        };
+        let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
+            .iter()
+            .map(|v| l.func.values[v.index()].clone())
+            .collect();
+        let name = format!("k{i}_{}", inst.op.mnemonic());
+        match super::map(k, &ins, &target, &name) {
+            Ok(p) => out += &program_text(&p),
+            Err(e) => {
+                let _ = writeln!(out, "// #{i}: not mapped: {e}");
+            }
+        }
+    }
+    Ok(out)
+}

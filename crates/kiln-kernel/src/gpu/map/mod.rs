@@ -40,6 +40,7 @@
 use super::ir::*;
 use crate::access::free_vars;
 use crate::ir::{ConvPatches, Ew, Expr, Idx, Kernel, Rewriter, Schedule, Visitor};
+use crate::key::{ValueKey, value_key};
 use crate::target::{Gpu, SumTree, TargetInfo};
 use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
@@ -170,25 +171,29 @@ fn dims(shape: &[usize], from: usize) -> Vec<(usize, usize)> {
 }
 
 /// The reductions of `bodies` that depend on the first `rank` variables only, innermost
-/// first, each once.
+/// first, each value once (copies of one inlined reduction, with variables of their own, have
+/// one [`value_key`]).
 fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
     struct Walk {
         rank: usize,
+        keys: Vec<ValueKey>,
         out: Vec<Expr>,
     }
     impl<'e> Visitor<'e> for Walk {
         fn expr(&mut self, e: &'e Expr) {
             e.for_each_child(self);
-            if matches!(e, Expr::Reduce { .. })
-                && free_vars(e).iter().all(|&v| v < self.rank)
-                && !self.out.contains(e)
-            {
-                self.out.push(e.clone());
+            if matches!(e, Expr::Reduce { .. }) && free_vars(e).iter().all(|&v| v < self.rank) {
+                let key = value_key(e);
+                if !self.keys.contains(&key) {
+                    self.keys.push(key);
+                    self.out.push(e.clone());
+                }
             }
         }
     }
     let mut w = Walk {
         rank,
+        keys: Vec::new(),
         out: Vec::new(),
     };
     for b in bodies {
@@ -197,16 +202,21 @@ fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
     w.out
 }
 
-/// `e` with each of `hoisted` replaced by a load of the scalar input `first + i`.
+/// `e` with each reduction that computes the value of one of `hoisted` replaced by a load of
+/// the scalar input `first + i`.
 fn substituted(e: &Expr, hoisted: &[Expr], first: usize, vars: usize) -> Expr {
-    struct Sub<'h> {
-        hoisted: &'h [Expr],
+    struct Sub {
+        keys: Vec<ValueKey>,
         first: usize,
         vars: usize,
     }
-    impl Rewriter for Sub<'_> {
+    impl Rewriter for Sub {
         fn expr(&mut self, e: &Expr) -> Expr {
-            match self.hoisted.iter().position(|h| h == e) {
+            if !matches!(e, Expr::Reduce { .. }) {
+                return e.map_children(self);
+            }
+            let key = value_key(e);
+            match self.keys.iter().position(|h| *h == key) {
                 Some(i) => Expr::Load {
                     input: self.first + i,
                     dtype: e.dtype(),
@@ -218,7 +228,7 @@ fn substituted(e: &Expr, hoisted: &[Expr], first: usize, vars: usize) -> Expr {
         }
     }
     Sub {
-        hoisted,
+        keys: hoisted.iter().map(value_key).collect(),
         first,
         vars,
     }
