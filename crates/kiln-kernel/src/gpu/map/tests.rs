@@ -78,3 +78,18 @@ fn a_target_without_a_gpu_maps_nothing() {
     let e = map(k, &[f.values[0].clone()], &TargetInfo::reference(), "k").unwrap_err();
     assert!(e.contains("no GPU"), "{e}");
 }
+
+#[test]
+fn a_softmax_computes_each_row_reduction_once() {
+    // The maximum appears twice in the fused body (in the numerator and, with variables of its
+    // own, inside the denominator's sum): one value, one cooperative reduction.
+    let src = "func @main(%0: f32[4,300]) -> f32[4,300] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[4]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[4,300]\n  %4 = subtract %0, %3 : f32[4,300]\n  %5 = exponential %4 : f32[4,300]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[4]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[4,300]\n  %9 = divide %5, %8 : f32[4,300]\n  return %9\n}\n";
+    let p = mapped(src);
+    assert_eq!(p.launches[0].kind, MapKind::WarpRows);
+    let text = program_text(&p);
+    // Two reductions of five shuffle levels each (warps of 32), and no reduction left inside
+    // the elements' expression.
+    assert_eq!(text.matches("shfl.bfly").count(), 10, "{text}");
+    let last = text.lines().rev().find(|l| l.contains("= eval")).unwrap();
+    assert!(!last.contains("reduce"), "{text}");
+}
