@@ -1,6 +1,6 @@
 //! The GPU IR: a kernel as one thread of a grid of blocks runs it.
 //!
-//! A [`GpuProgram`] is what [`super::map`] makes of one kernel: scratch buffers and the
+//! A [`GpuProgram`] is what [`super::map()`] makes of one kernel: scratch buffers and the
 //! launches ([`GpuKernel`]) that run one after the other. A launch names its geometry (blocks,
 //! threads per block, the warp size), the buffers it reads and writes, its shared-memory
 //! arrays, and a body of [`Stmt`]s that every thread runs. Element computations are kernel-IR

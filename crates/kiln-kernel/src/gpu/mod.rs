@@ -1,5 +1,5 @@
 //! The GPU layer: the thread-level IR kernels are mapped to ([`ir`]), the mapping itself
-//! ([`map`]), decided from [`crate::target::Gpu`], and the printed form ([`print`]).
+//! ([`mod@map`]), decided from [`crate::target::Gpu`], and the printed form ([`mod@print`]).
 //!
 //! A PTX emitter renders a [`GpuKernel`] statement by statement; `kiln-runtime`'s GPU
 //! emulator runs the same program on the CPU with the GPU's semantics, which is how the

@@ -2,7 +2,7 @@
 //! semantics, so the mapping is tested where there is no GPU.
 //!
 //! Blocks run one after the other; the threads of a block run in lockstep, statement by
-//! statement ([`block`]: masks for `if`s and loops, barriers that must be reached by the
+//! statement (`block.rs`: masks for `if`s and loops, barriers that must be reached by the
 //! whole block, shuffles that read the other lanes' registers, shared memory checked for
 //! races). Elements are computed as the compiled CPU path computes them ([`value`]). Any
 //! global or shared access out of bounds is an error naming the buffer, the index and its
