@@ -350,8 +350,9 @@ fn reads_and_writes_out_of_bounds_are_errors() {
 
 #[test]
 fn shuffles_read_the_other_lanes_and_need_the_whole_warp() {
-    // r0 = tid; r1 = r0 of lane ^ 1, stored at tid.
-    let body = |cond: Sc| {
+    // r0 = tid; r1 = r0 of lane ^ 1 (or lane + 4, its own past the warp's end), stored at
+    // tid.
+    let shuffled = |cond: Sc, mode: Shuffle| {
         vec![
             Stmt::Let {
                 reg: 0,
@@ -362,7 +363,7 @@ fn shuffles_read_the_other_lanes_and_need_the_whole_warp() {
                 body: vec![Stmt::Shuffle {
                     reg: 1,
                     src: 0,
-                    mode: Shuffle::Xor(1),
+                    mode,
                 }],
             },
             Stmt::Store {
@@ -372,10 +373,16 @@ fn shuffles_read_the_other_lanes_and_need_the_whole_warp() {
             },
         ]
     };
-    let out = run(&launch(64, 1, body(Sc::Const(1)))).unwrap();
+    let out = run(&launch(64, 1, shuffled(Sc::Const(1), Shuffle::Xor(1)))).unwrap();
     assert_eq!(out[5], V::F(4.0));
     assert_eq!(out[40], V::F(41.0));
-    let e = run(&launch(64, 1, body(Sc::lt(tid(), Sc::Const(16))))).unwrap_err();
+    let out = run(&launch(64, 1, shuffled(Sc::Const(1), Shuffle::Down(4)))).unwrap();
+    assert_eq!(
+        (out[3], out[27], out[30], out[61]),
+        (V::F(7.0), V::F(31.0), V::F(30.0), V::F(61.0))
+    );
+    let partial = shuffled(Sc::lt(tid(), Sc::Const(16)), Shuffle::Xor(1));
+    let e = run(&launch(64, 1, partial)).unwrap_err();
     assert!(e.contains("shuffle by 16 of the 32 lanes of warp 0"), "{e}");
 }
 
