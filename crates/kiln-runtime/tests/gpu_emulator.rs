@@ -492,6 +492,9 @@ fn every_mapping_agrees_with_the_reference() {
         layer_norm,
         product(2, 17, 300, 33),
         product(1, 64, 1000, 8),
+        // A's contraction first (stored transposed), in f16 and in i32.
+        "func @main(%0: f16[300,17], %1: f16[300,9]) -> f16[17,9] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : f16[17,9]\n  return %2\n}\n".to_string(),
+        "func @main(%0: i32[30,7], %1: i32[30,5]) -> i32[7,5] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : i32[7,5]\n  return %2\n}\n".to_string(),
         attention_text(2, 9, 40, 8, 12),
         attention_text(1, 5, 3000, 16, 7),
         conv("f32[2,3,9,8]", "f32[4,3,3,2]", "f32[2,4,4,4]", nchw),
