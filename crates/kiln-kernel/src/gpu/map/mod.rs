@@ -29,12 +29,15 @@
 //! maximum is commutative bit for bit), and for a block, the warps' results by one more such
 //! tree in warp 0 through shared memory. Finally the reduction's start value is combined
 //! with the total. The order is fixed by the geometry, so results are deterministic. A term
-//! passes through at most `leaf + ⌈N / (T · leaf)⌉ + log2(T)` roundings, against the
+//! passes through at most `leaf + ⌈N / (T · leaf)⌉ + log2(T) + 1` roundings (its chunk's
+//! chain, the chain of chunk results, the shuffle levels, the start value), against the
 //! `K(n, r) = leaf + fanout · ⌈log_fanout(n / leaf)⌉ + fanout · r` of `ir-specs/ops/reduce.md`:
-//! within it for every `N <= T · leaf · fanout` (1,048,576 terms per warp-mapped row and
-//! 4,194,304 per block-mapped row with the defaults; longer warp rows are block rows, and
-//! block rows longer than that exceed the stated bound by `⌈N / (T · leaf)⌉ - fanout`
-//! roundings). Reductions inside a thread's own expression (short ones, and those of matrix
+//! within it for every `N <= T · leaf · fanout` (131,072 terms for a warp, which takes rows
+//! shorter than `block_reduce_min`, 16,384, only; 4,194,304 for a block of 1024 threads, with
+//! the defaults). Past that the chain of chunk results grows with `N` where `K` grows with its
+//! logarithm, so block rows of more than about 4 million terms can exceed the stated bound
+//! (the fix, a tree over the chunk results, is left for later). Reductions inside a thread's
+//! own expression (short ones, and those of matrix
 //! products over the contraction) run as [`SumTree`] says, as on the CPU.
 
 use super::ir::*;
