@@ -530,3 +530,18 @@ fn every_mapping_agrees_with_the_reference() {
         );
     }
 }
+
+/// Rows long enough for each thread to add many chunks (a tree of chunk results two levels
+/// deep with blocks of 128 threads) stay within the sum's error bound, ones and random values.
+#[test]
+fn long_rows_sum_chunk_results_in_a_tree() {
+    let src = "func @main(%0: f32[2,700000]) -> f32[2] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[2]\n  return %2\n}\n";
+    let f = kiln_ir::parse_func_text(src).unwrap();
+    let ty = f.param_types()[0].clone();
+    let ones = Literal::from_f64s(ty.clone(), &vec![0.1; ty.numel()]).unwrap();
+    let random = random_literal_with_specials(&mut Rng::new(3), &ty, 0.0);
+    for args in [vec![ones], vec![random]] {
+        let rep = check_on(&f, &args, &cooperative_target()).unwrap();
+        assert_eq!(rep.launches.get(&MapKind::BlockRows), Some(&1), "{rep:?}");
+    }
+}

@@ -24,20 +24,20 @@
 //! A row's reduction of `N` terms over `T` threads (a warp or a block) is cut into chunks of
 //! `c = clamp(⌈N / T⌉, 1, leaf)` consecutive terms (`leaf` of [`SumTree`]); thread `t` adds
 //! chunks `t, t + T, t + 2T, ...`, each chunk in one chain from the reduction's identity, the
-//! chunk results in a second chain; the threads' results are combined by a fixed butterfly
-//! of `log2(warp)` shuffle levels (every lane ends with the same value: a float sum or
-//! maximum is commutative bit for bit), and for a block, the warps' results by one more such
-//! tree in warp 0 through shared memory. Finally the reduction's start value is combined
-//! with the total. The order is fixed by the geometry, so results are deterministic. A term
-//! passes through at most `leaf + ⌈N / (T · leaf)⌉ + log2(T) + 1` roundings (its chunk's
-//! chain, the chain of chunk results, the shuffle levels, the start value), against the
+//! chunk results in a tree of `fanout` per node (as [`SumTree`] does); the threads' results
+//! are combined by a fixed butterfly of `log2(warp)` shuffle levels (every lane ends with the
+//! same value: a float sum or maximum is commutative bit for bit), and for a block, the
+//! warps' results by one more such tree in warp 0 through shared memory. Finally the
+//! reduction's start value is combined with the total. The order is fixed by the geometry, so
+//! results are deterministic. A term passes through at most
+//! `leaf + (fanout + 1) · L + log2(T) + 1` roundings (its chunk's chain; the tree of chunk
+//! results, `L = ⌈log_fanout ⌈N / (T · leaf)⌉⌉` levels of at most `fanout` each, plus one
+//! flush per level; the shuffle levels; the start value), within the
 //! `K(n, r) = leaf + fanout · ⌈log_fanout(n / leaf)⌉ + fanout · r` of `ir-specs/ops/reduce.md`:
-//! within it for every `N <= T · leaf · fanout` (131,072 terms for a warp, which takes rows
-//! shorter than `block_reduce_min`, 16,384, only; 4,194,304 for a block of 1024 threads, with
-//! the defaults). Past that the chain of chunk results grows with `N` where `K` grows with its
-//! logarithm, so block rows of more than about 4 million terms can exceed the stated bound
-//! (the fix, a tree over the chunk results, is left for later). Reductions inside a thread's
-//! own expression (short ones, and those of matrix
+//! with `T >= fanout` threads, `K`'s tree has at least `L + 1` levels and `r >= 1`, which pays
+//! for the shuffles, the flushes and the start value while `L <= 2 · fanout - log2(T) - 1`
+//! (21 levels for a block of 1024 threads with the defaults: any row that fits in memory).
+//! Reductions inside a thread's own expression (short ones, and those of matrix
 //! products over the contraction) run as [`SumTree`] says, as on the CPU.
 
 use super::ir::*;
@@ -485,32 +485,57 @@ impl Mapper<'_> {
             cond: Sc::lt(Sc::Reg(q), c(n)),
             body: inside,
         });
+        // The chunk results in a tree of `fanout` per node: level `l` takes `fanout` results
+        // of level `l - 1` (the chunks at level 0) before it passes its own up; `acc` is the
+        // top.
+        let fanout = self.sums.fanout.max(2);
+        let (mut levels, mut span) = (0, 1);
+        while span < rounds {
+            span *= fanout;
+            levels += 1;
+        }
+        let lower: Vec<usize> = (0..levels).map(|_| r.next()).collect();
+        let level = |l: usize| if l < levels { lower[l] } else { acc };
+        let identity = |reg: usize| Stmt::Identity { reg, kind, dtype };
+        let up = |l: usize| Stmt::Combine {
+            acc: level(l + 1),
+            value: level(l),
+            kind,
+            dtype,
+        };
+        out.extend(lower.iter().map(|&reg| identity(reg)));
+        let mut each_round = vec![
+            identity(part),
+            Stmt::For {
+                reg: j,
+                start: c(0),
+                end: c(chunk),
+                step: c(1),
+                body: term,
+            },
+            Stmt::Combine {
+                acc: level(0),
+                value: part,
+                kind,
+                dtype,
+            },
+        ];
+        let mut every = 1;
+        for l in 0..levels {
+            every *= fanout;
+            each_round.push(Stmt::If {
+                cond: Sc::eq(Sc::modulo(Sc::plus(Sc::Reg(round), c(1)), c(every)), c(0)),
+                body: vec![up(l), identity(level(l))],
+            });
+        }
         out.push(Stmt::For {
             reg: round,
             start: c(0),
             end: c(rounds),
             step: c(1),
-            body: vec![
-                Stmt::Identity {
-                    reg: part,
-                    kind,
-                    dtype,
-                },
-                Stmt::For {
-                    reg: j,
-                    start: c(0),
-                    end: c(chunk),
-                    step: c(1),
-                    body: term,
-                },
-                Stmt::Combine {
-                    acc,
-                    value: part,
-                    kind,
-                    dtype,
-                },
-            ],
+            body: each_round,
         });
+        out.extend((0..levels).map(up));
         let tree = |upto: usize| -> Vec<Stmt> {
             let mut s = Vec::new();
             let mut off = upto / 2;
