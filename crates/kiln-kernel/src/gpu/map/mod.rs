@@ -343,7 +343,9 @@ impl Mapper<'_> {
     ) -> GpuKernel {
         let warp = self.gpu.warp_size;
         let (kind, threads) = if longest >= self.gpu.block_reduce_min {
-            (MapKind::BlockRows, self.gpu.max_threads_per_block)
+            // Warp 0 combines the warps' results: at most a warp of them.
+            let most = self.gpu.max_threads_per_block.min(warp * warp);
+            (MapKind::BlockRows, most - most % warp)
         } else {
             (MapKind::WarpRows, warp)
         };
