@@ -19,13 +19,25 @@ struct Access {
     readers: bool,
 }
 
+/// A block's stores: `(output, element, value)`, in order.
+pub(crate) type StoreLog = Vec<(usize, usize, V)>;
+
+/// Where a block's stores go.
+pub(crate) enum Outputs<'a> {
+    /// Into the launch's output buffers (blocks run one after the other).
+    Direct(&'a mut [Buffer]),
+    /// Into a log of `(output, element, value)`, applied in block order once every block has
+    /// run (blocks run side by side; the outputs, by name and size, are then write-only).
+    Log(&'a [(String, usize)], &'a mut StoreLog),
+}
+
 pub(crate) struct Block<'a> {
     pub k: &'a GpuKernel,
     pub id: usize,
     /// The launch's inputs.
     pub inputs: &'a [&'a Buffer],
     /// The launch's outputs.
-    pub outputs: &'a mut [Buffer],
+    pub outputs: Outputs<'a>,
     regs: Vec<V>,
     vars: Vec<i64>,
     shared: Vec<Vec<V>>,
@@ -37,7 +49,7 @@ impl<'a> Block<'a> {
         k: &'a GpuKernel,
         id: usize,
         inputs: &'a [&'a Buffer],
-        outputs: &'a mut [Buffer],
+        outputs: Outputs<'a>,
     ) -> Block<'a> {
         Block {
             k,
@@ -128,7 +140,10 @@ impl<'a> Block<'a> {
     fn global(&self, buf: Buf) -> Result<&Buffer, EmuError> {
         match buf {
             Buf::Input(i) => self.inputs.get(i).copied(),
-            Buf::Output(k) => self.outputs.get(k),
+            Buf::Output(k) => match &self.outputs {
+                Outputs::Direct(o) => o.get(k),
+                Outputs::Log(..) => None,
+            },
             Buf::Scratch(_) => None,
         }
         .map_or_else(|| self.err(format!("no buffer {buf}")), Ok)
@@ -237,20 +252,23 @@ impl<'a> Block<'a> {
                 let Buf::Output(k) = *buf else {
                     return self.err(format!("a store to {buf}"));
                 };
-                if k >= self.outputs.len() {
-                    return self.err(format!("no output {k}"));
+                let (name, len) = match &self.outputs {
+                    Outputs::Direct(o) => o.get(k).map(|b| (b.name.clone(), b.data.len())),
+                    Outputs::Log(sizes, _) => sizes.get(k).cloned(),
                 }
+                .map_or_else(|| self.err(format!("no output {k}")), Ok)?;
                 for t in active() {
                     let i = self.sc(t, index);
                     let v = self.reg(t, *value);
-                    let b = &mut self.outputs[k];
-                    if i < 0 || i as usize >= b.data.len() {
-                        let (name, len) = (b.name.clone(), b.data.len());
+                    if i < 0 || i as usize >= len {
                         return self.err(format!(
                             "out-of-bounds write: {name} index {i} of {len} elements (thread {t})"
                         ));
                     }
-                    b.store(i as usize, v);
+                    match &mut self.outputs {
+                        Outputs::Direct(o) => o[k].store(i as usize, v),
+                        Outputs::Log(_, log) => log.push((k, i as usize, v)),
+                    }
                 }
             }
             Stmt::SharedLoad { reg, array, index } => {

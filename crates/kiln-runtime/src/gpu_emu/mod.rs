@@ -1,7 +1,9 @@
 //! The GPU emulator: runs the GPU IR ([`kiln_kernel::gpu`]) on the CPU with the GPU's
 //! semantics, so the mapping is tested where there is no GPU.
 //!
-//! Blocks run one after the other; the threads of a block run in lockstep, statement by
+//! Blocks run side by side on rayon (their stores logged and applied in block order, so the
+//! result is that of blocks run one after the other, as a launch that reads its own outputs
+//! runs); the threads of a block run in lockstep, statement by
 //! statement (`block.rs`: masks for `if`s and loops, barriers that must be reached by the
 //! whole block, shuffles that read the other lanes' registers, shared memory checked for
 //! races). Elements are computed as the compiled CPU path computes them ([`value`]). Any
@@ -171,14 +173,50 @@ fn empty() -> Buffer {
     }
 }
 
-/// Runs one launch over its grid, block after block.
+/// Runs one launch over its grid. Blocks run side by side (rayon) when the launch only
+/// writes its outputs: each block's stores are logged and applied in block order afterwards,
+/// so the result (and the first error, by block) is the same as block after block, which is
+/// how a launch that also reads its outputs (a scatter) runs.
 pub fn run_kernel(
     k: &GpuKernel,
     inputs: &[&Buffer],
     outputs: &mut [Buffer],
 ) -> Result<(), EmuError> {
-    for b in 0..k.grid {
-        block::Block::new(k, b, inputs, outputs).run()?;
+    use rayon::prelude::*;
+    if k.grid <= 1 || reads_outputs(&k.body) {
+        for b in 0..k.grid {
+            block::Block::new(k, b, inputs, block::Outputs::Direct(outputs)).run()?;
+        }
+        return Ok(());
+    }
+    let sizes: Vec<(String, usize)> = outputs
+        .iter()
+        .map(|b| (b.name.clone(), b.data.len()))
+        .collect();
+    let logs: Vec<Result<block::StoreLog, EmuError>> = (0..k.grid)
+        .into_par_iter()
+        .map(|b| {
+            let mut log = Vec::new();
+            block::Block::new(k, b, inputs, block::Outputs::Log(&sizes, &mut log)).run()?;
+            Ok(log)
+        })
+        .collect();
+    for log in logs {
+        for (o, i, v) in log? {
+            outputs[o].store(i, v);
+        }
     }
     Ok(())
+}
+
+/// Whether a statement of `body` loads from one of the launch's outputs.
+fn reads_outputs(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Load {
+            buf: Buf::Output(_),
+            ..
+        } => true,
+        Stmt::For { body, .. } | Stmt::If { body, .. } => reads_outputs(body),
+        _ => false,
+    })
 }
