@@ -2,12 +2,13 @@
 //!
 //! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
-//! - `dump FILE --stage parse|verify|eval|egraph|opt|kernels|fused|dot|plan|llvm [--arg VALUE]...
+//! - `dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|fused|dot|plan|llvm [--arg VALUE]...
 //!   [--fast-math] [--donate 0,1,...]`: print a stage of a `.kir` file (`egraph`: the saturated
 //!   e-graph with costs;
 //!   `opt`: the optimized program and what the optimizer did; `kernels`: the fused kernels in
 //!   the kernel IR's text form, each kernel's schedule, loop nest, index maps, guards and
-//!   reductions, checked by the kernel verifier; `fused`: the CPU backend's kernels,
+//!   reductions, checked by the kernel verifier; `gpu`: each kernel mapped to the GPU IR for an
+//!   H200 (grid, blocks, warps, shared memory, barriers, shuffles); `fused`: the CPU backend's kernels,
 //!   their member ops and the reason for every fusion decision; `dot`: the fused graph for
 //!   Graphviz; `plan`: the memory plan, each intermediate's arena offset, size and live steps,
 //!   and with `--donate` the results written in place into donated parameters);
@@ -235,7 +236,7 @@ fn release_run(args: &[&str]) -> Command {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -351,6 +352,14 @@ fn dump(args: &[String]) -> Result {
                 .map_err(|e| format!("{file}: {e}"))?;
             print!("{text}");
         }
+        "gpu" => {
+            let f = m.entry().ok_or("no function")?;
+            let mut opts = kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok());
+            opts.fast_math |= fast_math;
+            let text = kiln_kernel::gpu::print::describe_gpu(f, &opts)
+                .map_err(|e| format!("{file}: {e}"))?;
+            print!("{text}");
+        }
         "eval" => {
             let f = m.entry().ok_or("no function")?;
             if values.is_empty() {
@@ -396,7 +405,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

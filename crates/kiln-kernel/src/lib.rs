@@ -18,6 +18,8 @@
 //!   ([`threads`]).
 //! - [`target`]: what a target is, as data ([`TargetInfo`]): every target limit the kernel
 //!   layer decides with comes from it.
+//! - [`gpu`]: the GPU IR (grids, blocks, warps, shared memory, barriers, shuffles) and the
+//!   mapping of kernels onto it, decided from [`target::Gpu`].
 //! - [`options`]: every switch of the compiler and the runtime, in one [`Options`] value.
 //! - [`pipeline`]: optimize, canonicalize, lower, fuse and schedule, in one place, with the
 //!   printed forms the dumps show.
@@ -28,6 +30,7 @@ pub mod access;
 pub mod canon;
 pub mod fuse;
 pub mod gemm_schedule;
+pub mod gpu;
 pub mod ir;
 pub mod kernel;
 pub mod key;

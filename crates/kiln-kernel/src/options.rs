@@ -40,7 +40,7 @@ pub struct Options {
     /// its settings alone).
     pub keep_freed: bool,
     /// The backend eager ops and compiled functions run on (`KILN_BACKEND`: `cpu`, the
-    /// default, or `reference`).
+    /// default, `reference`, or `ptx-emulator`: the GPU mapping run on the GPU emulator).
     pub backend: Option<String>,
 }
 
@@ -141,6 +141,11 @@ pub const SWITCHES: &[(&str, &str, &str)] = &[
         "KILN_BACKEND",
         "reference",
         "run everything on the reference interpreter",
+    ),
+    (
+        "KILN_BACKEND",
+        "ptx-emulator",
+        "run compiled functions through the GPU mapping (an H200) on the GPU emulator",
     ),
 ];
 

@@ -195,6 +195,37 @@ pub struct Gpu {
     pub sms: usize,
     /// The `(m, n, k)` shapes of the tensor cores' matrix multiply-adds.
     pub tensor_core_shapes: Vec<(usize, usize, usize)>,
+    /// The most threads a block may have.
+    pub max_threads_per_block: usize,
+    /// Threads per block of an elementwise kernel's grid-stride loop.
+    pub elementwise_block: usize,
+    /// Blocks per multiprocessor a grid-stride grid is given (the grid is `sms` times this,
+    /// or fewer when the output has fewer elements): enough resident blocks to hide latency.
+    pub blocks_per_sm: usize,
+    /// The shortest reduction that gets a warp of its own (one warp per output row, lanes
+    /// taking strided chunks); shorter ones run inside one thread per output element.
+    pub warp_reduce_min: usize,
+    /// The shortest reduction that gets a whole block (`max_threads_per_block` threads, the
+    /// warps' partial results combined through shared memory).
+    pub block_reduce_min: usize,
+}
+
+impl Gpu {
+    /// An NVIDIA H200 (sm_90): 132 multiprocessors, warps of 32, 1024 threads and 227 KiB of
+    /// shared memory per block, the `m16n8k16` tensor-core shape.
+    pub fn h200() -> Gpu {
+        Gpu {
+            warp_size: 32,
+            shared_memory_per_block: 227 << 10,
+            sms: 132,
+            tensor_core_shapes: vec![(16, 8, 16)],
+            max_threads_per_block: 1024,
+            elementwise_block: 256,
+            blocks_per_sm: 8,
+            warp_reduce_min: 128,
+            block_reduce_min: 16384,
+        }
+    }
 }
 
 /// What a backend knows of the CPU it compiles for (see [`TargetInfo::cpu_host`]).
@@ -260,6 +291,25 @@ impl TargetInfo {
             gemm: GemmLimits::default(),
             splits: SplitLimits::default(),
             gpu: None,
+        }
+    }
+
+    /// An NVIDIA H200 (sm_90, see [`Gpu::h200`]) with the reference capacities and the
+    /// reference sum tree (so its sums keep the bound of `ir-specs/ops/reduce.md`); 4.8 TB/s of
+    /// memory bandwidth, 1.98 GHz.
+    pub fn h200() -> TargetInfo {
+        TargetInfo {
+            vector_bytes: 4,
+            threads: 132 * 2048,
+            ghz: 1.98,
+            memory_gbps: 4800.0,
+            cache_line: 128,
+            l1_bytes: 256 << 10,
+            l2_bytes: 50 << 20,
+            llc_bytes: 50 << 20,
+            nontemporal_stores: false,
+            gpu: Some(Gpu::h200()),
+            ..TargetInfo::reference()
         }
     }
 

@@ -15,9 +15,13 @@
 //!   request and reused (the GEMM packs its operands there).
 //! - [`cuda`] (feature `cuda`, on by default): the NVIDIA device runtime, which builds without
 //!   CUDA installed and says so, without panicking, where there is no driver or no GPU.
+//! - [`gpu_emu`]: the GPU emulator, which runs kernels mapped to the GPU (`kiln_kernel::gpu`)
+//!   on the CPU with the GPU's semantics, and whole lowered programs on it
+//!   (`KILN_BACKEND=ptx-emulator`).
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod gpu_emu;
 
 pub use kiln_kernel::{Step, plan};
 

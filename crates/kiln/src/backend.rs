@@ -3,7 +3,8 @@
 //!
 //! The CPU backend ([`Cpu`]: fused LLVM kernels, JIT-compiled for this machine) is the
 //! default; set `KILN_BACKEND=reference` to run everything on the reference interpreter
-//! instead, or install another backend with [`set_backend`]. The facade reads the process
+//! instead, `KILN_BACKEND=ptx-emulator` to run compiled functions through the GPU mapping on the
+//! GPU emulator ([`PtxEmulator`]), or install another backend with [`set_backend`]. The facade reads the process
 //! environment ([`Options::from_vars`]) once, at the first compile, unless [`set_options`]
 //! came first.
 //!
@@ -60,11 +61,57 @@ impl Backend for Cpu {
     }
 }
 
-/// The backend `opts` choose: the reference interpreter under `KILN_BACKEND=reference`, else
-/// the CPU backend.
+/// The GPU mapping on the GPU emulator (`KILN_BACKEND=ptx-emulator`): each function is
+/// lowered for an H200 ([`kiln_kernel::TargetInfo::h200`]), its kernels mapped to the GPU IR
+/// ([`kiln_kernel::gpu`]) and run, thread by thread, on `kiln_runtime::gpu_emu`, which checks
+/// for shared-memory races, divergent barriers and accesses out of bounds. Slow: it is for
+/// testing the GPU mapping where there is no GPU.
+pub struct PtxEmulator;
+
+struct Emulated {
+    lowered: kiln_kernel::pipeline::Lowered,
+    target: kiln_kernel::TargetInfo,
+}
+
+impl Executable for Emulated {
+    fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
+        let args: Vec<Literal> = args.iter().map(|&a| a.clone()).collect();
+        kiln_runtime::gpu_emu::run_lowered(&self.lowered, &self.target, &args)
+            .map(|(outs, _)| outs)
+            .map_err(|e| Error::internal("run", e.to_string()))
+    }
+}
+
+impl Backend for PtxEmulator {
+    fn name(&self) -> &'static str {
+        "ptx-emulator"
+    }
+    fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>> {
+        self.compile_donating(f, &[])
+    }
+    fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
+        self.compile_with_options(f, donated, &options())
+    }
+    fn compile_with_options(
+        &self,
+        f: &Func,
+        donated: &[bool],
+        opts: &Options,
+    ) -> Result<Arc<dyn Executable>> {
+        let target = kiln_kernel::TargetInfo::h200();
+        let lowered =
+            kiln_kernel::pipeline::lower_program(f, donated, opts, &target, None, &mut |_| {})
+                .map_err(|e| Error::internal("compile", e.to_string()))?;
+        Ok(Arc::new(Emulated { lowered, target }))
+    }
+}
+
+/// The backend `opts` choose: the reference interpreter under `KILN_BACKEND=reference`, the
+/// GPU emulator under `KILN_BACKEND=ptx-emulator`, else the CPU backend.
 fn pick(opts: &Options) -> Arc<dyn Backend> {
     match opts.backend.as_deref() {
         Some("reference") => Arc::new(Reference),
+        Some("ptx-emulator") => Arc::new(PtxEmulator),
         _ => Arc::new(Cpu),
     }
 }

@@ -30,9 +30,8 @@ fn eager_ops_run_on_the_cpu_backend_with_nothing_installed_by_hand() {
         );
     }
     let b = kiln::backend::backend().unwrap();
-    if kiln::options().backend.as_deref() == Some("reference") {
-        assert_eq!(b.name(), "reference");
-    } else {
-        assert_eq!(b.name(), "cpu");
+    match kiln::options().backend.as_deref() {
+        Some(chosen @ ("reference" | "ptx-emulator")) => assert_eq!(b.name(), chosen),
+        _ => assert_eq!(b.name(), "cpu"),
     }
 }

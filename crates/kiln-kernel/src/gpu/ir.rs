@@ -1,0 +1,317 @@
+//! The GPU IR: a kernel as one thread of a grid of blocks runs it.
+//!
+//! A [`GpuProgram`] is what [`super::map()`] makes of one kernel: scratch buffers and the
+//! launches ([`GpuKernel`]) that run one after the other. A launch names its geometry (blocks,
+//! threads per block, the warp size), the buffers it reads and writes, its shared-memory
+//! arrays, and a body of [`Stmt`]s that every thread runs. Element computations are kernel-IR
+//! [`Expr`] trees, evaluated at the kernel's loop variables as the thread set them
+//! ([`Stmt::SetVar`]); thread-level integer arithmetic (positions, strides, guards) is a
+//! [`Sc`]. A future PTX emitter renders each statement as it is; the emulator in
+//! `kiln-runtime` runs them on the CPU with the GPU's semantics (lockstep warps, barriers,
+//! shuffles, shared memory).
+
+use crate::ir::Expr;
+use crate::target::SumTree;
+use kiln_ir::{Combiner, DType, TensorType};
+
+/// A special register of a thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Special {
+    /// The thread's index in its block (`threadIdx.x`).
+    Thread,
+    /// The block's index in the grid (`blockIdx.x`).
+    Block,
+    /// Threads per block (`blockDim.x`).
+    BlockDim,
+    /// Blocks in the grid (`gridDim.x`).
+    GridDim,
+    /// The thread's lane in its warp (`%laneid`).
+    Lane,
+    /// The thread's warp in its block.
+    Warp,
+}
+
+/// A thread-level integer (i64) expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sc {
+    /// A constant.
+    Const(i64),
+    /// A special register.
+    Special(Special),
+    /// An integer register.
+    Reg(usize),
+    /// A kernel loop variable as the thread last set it.
+    Var(usize),
+    /// Sum.
+    Add(Box<Sc>, Box<Sc>),
+    /// Product.
+    Mul(Box<Sc>, Box<Sc>),
+    /// Truncating quotient (by a positive divisor).
+    Div(Box<Sc>, Box<Sc>),
+    /// Remainder (of a non-negative value by a positive divisor).
+    Rem(Box<Sc>, Box<Sc>),
+    /// `1` when the first is below the second, else `0`.
+    Lt(Box<Sc>, Box<Sc>),
+    /// `1` when both are equal, else `0`.
+    Eq(Box<Sc>, Box<Sc>),
+    /// `1` when both are nonzero, else `0`.
+    And(Box<Sc>, Box<Sc>),
+}
+
+#[allow(missing_docs)]
+impl Sc {
+    pub fn plus(a: Sc, b: Sc) -> Sc {
+        Sc::Add(Box::new(a), Box::new(b))
+    }
+    pub fn times(a: Sc, b: Sc) -> Sc {
+        Sc::Mul(Box::new(a), Box::new(b))
+    }
+    pub fn quot(a: Sc, b: Sc) -> Sc {
+        Sc::Div(Box::new(a), Box::new(b))
+    }
+    pub fn modulo(a: Sc, b: Sc) -> Sc {
+        Sc::Rem(Box::new(a), Box::new(b))
+    }
+    pub fn lt(a: Sc, b: Sc) -> Sc {
+        Sc::Lt(Box::new(a), Box::new(b))
+    }
+    pub fn eq(a: Sc, b: Sc) -> Sc {
+        Sc::Eq(Box::new(a), Box::new(b))
+    }
+    pub fn and(a: Sc, b: Sc) -> Sc {
+        Sc::And(Box::new(a), Box::new(b))
+    }
+}
+
+/// A buffer a launch reads or writes. In a launch's [`GpuKernel::inputs`] and
+/// [`GpuKernel::outputs`] lists it names the kernel's buffers; in a statement
+/// ([`Stmt::Load`], [`Stmt::Store`]), `Input(i)` and `Output(k)` name the launch's own input
+/// `i` and output `k` (entries of those lists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buf {
+    /// The kernel's (or the launch's) input `i`.
+    Input(usize),
+    /// The kernel's output `k` (0: its result, then its extra outputs in order), or the
+    /// launch's.
+    Output(usize),
+    /// The program's scratch buffer `s` (see [`GpuProgram::scratch`]).
+    Scratch(usize),
+}
+
+/// How a warp shuffle picks the lane it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shuffle {
+    /// Lane `lane ^ n` (`shfl.sync.bfly`).
+    Xor(usize),
+    /// Lane `lane + n`, the lane's own value past the warp's end (`shfl.sync.down`).
+    Down(usize),
+}
+
+/// One statement of a thread's program. Registers are numbered per thread; an integer
+/// register holds an i64, a value register a kernel-IR value of the dtype it was computed in.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    /// `reg = value` (integer).
+    Let {
+        /// The register.
+        reg: usize,
+        /// Its value.
+        value: Sc,
+    },
+    /// Sets kernel loop variable `var` for the expressions evaluated after it.
+    SetVar {
+        /// The variable.
+        var: usize,
+        /// Its value.
+        value: Sc,
+    },
+    /// `reg = expr` at the thread's loop variables. A load of input `inputs.len() + i` (with
+    /// zero coefficients) reads value register `scalars[i]`: a reduction computed before by the
+    /// whole warp or block stands for itself so.
+    Eval {
+        /// The register.
+        reg: usize,
+        /// The expression.
+        expr: Expr,
+        /// Value registers read as extra inputs.
+        scalars: Vec<usize>,
+    },
+    /// `reg = identity of kind` in `dtype` (0 for a sum, -inf for a float maximum, ...).
+    Identity {
+        /// The register.
+        reg: usize,
+        /// The combiner.
+        kind: Combiner,
+        /// The dtype.
+        dtype: DType,
+    },
+    /// `acc = kind(acc, value)` in `dtype`.
+    Combine {
+        /// The accumulator register.
+        acc: usize,
+        /// The register combined into it.
+        value: usize,
+        /// The combiner.
+        kind: Combiner,
+        /// The dtype.
+        dtype: DType,
+    },
+    /// `for (reg = start; reg < end; reg += step) body`, per thread; a warp runs it while any
+    /// of its threads continues (the others wait, masked).
+    For {
+        /// The loop register.
+        reg: usize,
+        /// First value.
+        start: Sc,
+        /// Bound (exclusive).
+        end: Sc,
+        /// Increment (positive).
+        step: Sc,
+        /// The loop body.
+        body: Vec<Stmt>,
+    },
+    /// `if (cond != 0) body`: the threads where it fails are masked.
+    If {
+        /// The condition.
+        cond: Sc,
+        /// The body.
+        body: Vec<Stmt>,
+    },
+    /// `reg = buf[index]` from global memory.
+    Load {
+        /// The register.
+        reg: usize,
+        /// The buffer.
+        buf: Buf,
+        /// The element index.
+        index: Sc,
+    },
+    /// `buf[index] = value` in global memory (rounded to the buffer's dtype).
+    Store {
+        /// The buffer.
+        buf: Buf,
+        /// The element index.
+        index: Sc,
+        /// The value register.
+        value: usize,
+    },
+    /// `reg = shared[array][index]`.
+    SharedLoad {
+        /// The register.
+        reg: usize,
+        /// The shared array.
+        array: usize,
+        /// The element index.
+        index: Sc,
+    },
+    /// `shared[array][index] = value`.
+    SharedStore {
+        /// The shared array.
+        array: usize,
+        /// The element index.
+        index: Sc,
+        /// The value register.
+        value: usize,
+    },
+    /// `__syncthreads()`: every thread of the block must reach it together.
+    Barrier,
+    /// `reg = src` of the lane `mode` picks, across the whole warp (`shfl.sync`).
+    Shuffle {
+        /// The register written.
+        reg: usize,
+        /// The register read in the other lane.
+        src: usize,
+        /// Which lane.
+        mode: Shuffle,
+    },
+}
+
+/// A shared-memory array of one block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedArray {
+    /// Its elements' dtype (f16 and bf16 are held as f32).
+    pub dtype: DType,
+    /// Its elements.
+    pub len: usize,
+}
+
+/// How a kernel was mapped (reports and the printed form).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MapKind {
+    /// Grid-stride loops over the output, one element per thread per iteration.
+    Elementwise,
+    /// One warp per row of the output: the row's reductions by lane-strided partial sums and
+    /// a shuffle tree, then its elements lane-strided.
+    WarpRows,
+    /// One block per row: as [`MapKind::WarpRows`], with the warps' partial sums combined
+    /// through shared memory between barriers.
+    BlockRows,
+    /// A matrix product, one thread per output element over the contraction.
+    Gemm,
+    /// A scatter, on one thread, in order.
+    Scatter,
+    /// A select-and-scatter, on one thread, in order.
+    SelectScatter,
+}
+
+impl MapKind {
+    /// Its name in reports and the printed form.
+    pub fn name(self) -> &'static str {
+        match self {
+            MapKind::Elementwise => "elementwise",
+            MapKind::WarpRows => "warp-rows",
+            MapKind::BlockRows => "block-rows",
+            MapKind::Gemm => "gemm",
+            MapKind::Scatter => "scatter",
+            MapKind::SelectScatter => "select-and-scatter",
+        }
+    }
+}
+
+/// One launch: a grid of `grid` blocks of `block` threads, each running `body`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuKernel {
+    /// Its name in errors and the printed form.
+    pub name: String,
+    /// How it was mapped.
+    pub kind: MapKind,
+    /// Blocks in the grid.
+    pub grid: usize,
+    /// Threads per block (a multiple of the warp size).
+    pub block: usize,
+    /// Threads per warp.
+    pub warp: usize,
+    /// The buffers its expressions load from, by input index, with their types.
+    pub inputs: Vec<(Buf, TensorType)>,
+    /// The buffers it stores into, by [`Stmt::Store`]'s buffer, with their types.
+    pub outputs: Vec<(Buf, TensorType)>,
+    /// Its shared-memory arrays, per block.
+    pub shared: Vec<SharedArray>,
+    /// Registers per thread.
+    pub regs: usize,
+    /// Kernel loop variables per thread.
+    pub vars: usize,
+    /// The order float sums inside its expressions run in (a tree of `leaf`-long chains).
+    pub sums: SumTree,
+    /// The thread's program.
+    pub body: Vec<Stmt>,
+}
+
+/// A kernel mapped to the GPU: launches run in order, sharing scratch buffers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuProgram {
+    /// Scratch buffers in global memory (a GEMM's product before its epilogue).
+    pub scratch: Vec<TensorType>,
+    /// The launches, in order.
+    pub launches: Vec<GpuKernel>,
+}
+
+impl GpuKernel {
+    /// Bytes of shared memory per block.
+    pub fn shared_bytes(&self) -> usize {
+        self.shared
+            .iter()
+            .map(|a| a.len * a.dtype.bits().div_ceil(8).max(4) as usize)
+            .sum()
+    }
+}

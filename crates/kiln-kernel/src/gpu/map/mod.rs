@@ -1,0 +1,628 @@
+//! The mapping of kernels onto the GPU ([`map`]): which threads compute what, decided from
+//! [`crate::target::Gpu`] and [`crate::target::SumTree`], never from constants.
+//!
+//! - A loop nest without long reductions runs as a grid-stride loop over its output, one
+//!   element per thread per iteration, the grid filling every multiprocessor
+//!   (`sms * blocks_per_sm` blocks at most) ([`MapKind::Elementwise`]).
+//! - A loop nest whose reductions depend on the output's leading dimensions only (a row's
+//!   sum, maximum, mean; softmax's maximum and denominator) and are at least
+//!   `warp_reduce_min` long runs one warp per row ([`MapKind::WarpRows`]), or one block of
+//!   `max_threads_per_block` threads per row from `block_reduce_min` on
+//!   ([`MapKind::BlockRows`]). Each reduction is computed once per row, innermost first, by
+//!   all the row's threads together, then the row's elements are computed thread-strided with
+//!   the reductions read from registers.
+//! - A matrix product runs one thread per output element over the whole contraction, with its
+//!   epilogue (and a chained second product) as further launches over a scratch buffer
+//!   ([`MapKind::Gemm`]). This is a first, correct mapping: tensor cores
+//!   (`Gpu::tensor_core_shapes`), tiles in shared memory and an epilogue fused into the
+//!   product's launch come later.
+//! - A scatter runs on one thread, in order, so its result is deterministic
+//!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
+//!
+//! # The order of a cooperative sum, and its error bound
+//!
+//! A row's reduction of `N` terms over `T` threads (a warp or a block) is cut into chunks of
+//! `c = clamp(⌈N / T⌉, 1, leaf)` consecutive terms (`leaf` of [`SumTree`]); thread `t` adds
+//! chunks `t, t + T, t + 2T, ...`, each chunk in one chain from the reduction's identity, the
+//! chunk results in a tree of `fanout` per node (as [`SumTree`] does); the threads' results
+//! are combined by a fixed butterfly of `log2(warp)` shuffle levels (every lane ends with the
+//! same value: a float sum or maximum is commutative bit for bit), and for a block, the
+//! warps' results by one more such tree in warp 0 through shared memory. Finally the
+//! reduction's start value is combined with the total. The order is fixed by the geometry, so
+//! results are deterministic. A term passes through at most
+//! `leaf + (fanout + 1) · L + log2(T) + 1` roundings (its chunk's chain; the tree of chunk
+//! results, `L = ⌈log_fanout ⌈N / (T · leaf)⌉⌉` levels of at most `fanout` each, plus one
+//! flush per level; the shuffle levels; the start value), within the
+//! `K(n, r) = leaf + fanout · ⌈log_fanout(n / leaf)⌉ + fanout · r` of `ir-specs/ops/reduce.md`:
+//! with `T >= fanout` threads, `K`'s tree has at least `L + 1` levels and `r >= 1`, which pays
+//! for the shuffles, the flushes and the start value while `L <= 2 · fanout - log2(T) - 1`
+//! (21 levels for a block of 1024 threads with the defaults: any row that fits in memory).
+//! Reductions inside a thread's own expression (short ones, and those of matrix
+//! products over the contraction) run as [`SumTree`] says, as on the CPU.
+
+use super::ir::*;
+use crate::access::free_vars;
+use crate::ir::{ConvPatches, Ew, Expr, Idx, Kernel, Rewriter, Schedule, Visitor};
+use crate::key::{ValueKey, value_key};
+use crate::target::{Gpu, SumTree, TargetInfo};
+use kiln_ir::{Combiner, DType, OpKind, TensorType};
+
+mod gemm;
+mod scatter;
+
+use scatter::SelectWindows;
+
+/// `k` (with inputs of types `inputs`, extra outputs after them) mapped onto the GPU of
+/// `target`, its launches named after `name`; an error for a target without a GPU.
+pub fn map(
+    k: &Kernel,
+    inputs: &[TensorType],
+    target: &TargetInfo,
+    name: &str,
+) -> Result<GpuProgram, String> {
+    let gpu = target
+        .gpu
+        .as_ref()
+        .ok_or_else(|| format!("{name}: the target has no GPU"))?;
+    let m = Mapper {
+        gpu,
+        sums: target.sums,
+    };
+    let ins: Vec<(Buf, TensorType)> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (Buf::Input(i), t.clone()))
+        .collect();
+    match &k.schedule {
+        Schedule::Nest => {
+            let mut outs = vec![(Buf::Output(0), k.out.clone(), k.body.clone())];
+            for (e, x) in k.extra.iter().enumerate() {
+                outs.push((Buf::Output(1 + e), x.out.clone(), x.body.clone()));
+            }
+            Ok(GpuProgram {
+                scratch: Vec::new(),
+                launches: vec![m.nest(name, &k.out, k.vars, ins, outs)],
+            })
+        }
+        Schedule::Gemm { .. } => m.gemm(name, k, ins),
+        Schedule::Scatter {
+            updates,
+            target: at,
+            kind,
+        } => Ok(GpuProgram {
+            scratch: Vec::new(),
+            launches: vec![m.scatter(name, k, ins, updates, at, *kind)],
+        }),
+        Schedule::SelectScatter {
+            grid,
+            window,
+            strides,
+            pad_low,
+            select,
+            kind,
+        } => Ok(GpuProgram {
+            scratch: Vec::new(),
+            launches: vec![m.select_scatter(
+                name,
+                k,
+                ins,
+                &SelectWindows {
+                    grid,
+                    window,
+                    strides,
+                    pad_low,
+                    select: *select,
+                    kind: *kind,
+                },
+            )],
+        }),
+    }
+}
+
+struct Mapper<'g> {
+    gpu: &'g Gpu,
+    sums: SumTree,
+}
+
+/// Register numbering of one launch.
+#[derive(Default)]
+struct Regs(usize);
+
+impl Regs {
+    fn next(&mut self) -> usize {
+        self.0 += 1;
+        self.0 - 1
+    }
+}
+
+fn c(x: usize) -> Sc {
+    Sc::Const(x as i64)
+}
+
+fn sp(s: Special) -> Sc {
+    Sc::Special(s)
+}
+
+/// Statements setting each variable `vars[d].0` to its digit of the row-major position `p`
+/// over the extents `vars[d].1`.
+fn set_vars(vars: &[(usize, usize)], p: Sc) -> Vec<Stmt> {
+    let mut stride = 1;
+    let mut out = Vec::with_capacity(vars.len());
+    for (d, &(v, e)) in vars.iter().enumerate().rev() {
+        let mut x = p.clone();
+        if stride != 1 {
+            x = Sc::quot(x, c(stride));
+        }
+        if d != 0 {
+            x = Sc::modulo(x, c(e));
+        }
+        out.push(Stmt::SetVar { var: v, value: x });
+        stride *= e;
+    }
+    out.reverse();
+    out
+}
+
+/// `(var, extent)` for dimensions `from..` of `shape`, numbered from `from`.
+fn dims(shape: &[usize], from: usize) -> Vec<(usize, usize)> {
+    shape
+        .iter()
+        .enumerate()
+        .skip(from)
+        .map(|(d, &e)| (d, e))
+        .collect()
+}
+
+/// The reductions of `bodies` that depend on the first `rank` variables only, innermost
+/// first, each value once (copies of one inlined reduction, with variables of their own, have
+/// one [`value_key`]).
+fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
+    struct Walk {
+        rank: usize,
+        keys: Vec<ValueKey>,
+        out: Vec<Expr>,
+    }
+    impl<'e> Visitor<'e> for Walk {
+        fn expr(&mut self, e: &'e Expr) {
+            e.for_each_child(self);
+            if matches!(e, Expr::Reduce { .. }) && free_vars(e).iter().all(|&v| v < self.rank) {
+                let key = value_key(e);
+                if !self.keys.contains(&key) {
+                    self.keys.push(key);
+                    self.out.push(e.clone());
+                }
+            }
+        }
+    }
+    let mut w = Walk {
+        rank,
+        keys: Vec::new(),
+        out: Vec::new(),
+    };
+    for b in bodies {
+        w.expr(b);
+    }
+    w.out
+}
+
+/// `e` with each reduction that computes the value of one of `hoisted` replaced by a load of
+/// the scalar input `first + i`.
+fn substituted(e: &Expr, hoisted: &[Expr], first: usize, vars: usize) -> Expr {
+    struct Sub {
+        keys: Vec<ValueKey>,
+        first: usize,
+        vars: usize,
+    }
+    impl Rewriter for Sub {
+        fn expr(&mut self, e: &Expr) -> Expr {
+            if !matches!(e, Expr::Reduce { .. }) {
+                return e.map_children(self);
+            }
+            let key = value_key(e);
+            match self.keys.iter().position(|h| *h == key) {
+                Some(i) => Expr::Load {
+                    input: self.first + i,
+                    dtype: e.dtype(),
+                    coef: vec![0; self.vars],
+                    off: 0,
+                },
+                None => e.map_children(self),
+            }
+        }
+    }
+    Sub {
+        keys: hoisted.iter().map(value_key).collect(),
+        first,
+        vars,
+    }
+    .expr(e)
+}
+
+fn extent(vars: &[(usize, usize)]) -> usize {
+    vars.iter().map(|v| v.1).product()
+}
+
+impl Mapper<'_> {
+    /// The grid of a grid-stride loop over `total` items in blocks of `block` threads.
+    fn grid(&self, total: usize, block: usize) -> usize {
+        total
+            .div_ceil(block)
+            .clamp(1, self.gpu.sms * self.gpu.blocks_per_sm)
+    }
+
+    /// A loop nest over `out`'s index space with `vars` loop variables, storing each of `outs`
+    /// (`(buffer, type, body)`) at every position.
+    fn nest(
+        &self,
+        name: &str,
+        out: &TensorType,
+        vars: usize,
+        inputs: Vec<(Buf, TensorType)>,
+        outs: Vec<(Buf, TensorType, Expr)>,
+    ) -> GpuKernel {
+        let rank = out.shape.len();
+        let bodies: Vec<&Expr> = outs.iter().map(|o| &o.2).collect();
+        let hoisted = hoistable(&bodies, rank);
+        let longest = hoisted
+            .iter()
+            .map(|h| match h {
+                Expr::Reduce { vars, .. } => extent(vars),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        if longest < self.gpu.warp_reduce_min {
+            return self.elementwise(name, out, vars, inputs, outs);
+        }
+        self.rows(name, out, vars, inputs, outs, hoisted, longest)
+    }
+
+    fn elementwise(
+        &self,
+        name: &str,
+        out: &TensorType,
+        vars: usize,
+        inputs: Vec<(Buf, TensorType)>,
+        outs: Vec<(Buf, TensorType, Expr)>,
+    ) -> GpuKernel {
+        let mut r = Regs::default();
+        let p = r.next();
+        let total = out.numel();
+        let block = self.gpu.elementwise_block;
+        let mut body = set_vars(&dims(&out.shape, 0), Sc::Reg(p));
+        let mut outputs = Vec::new();
+        for (k, (buf, ty, e)) in outs.into_iter().enumerate() {
+            let v = r.next();
+            body.push(Stmt::Eval {
+                reg: v,
+                expr: e,
+                scalars: Vec::new(),
+            });
+            body.push(Stmt::Store {
+                buf: Buf::Output(k),
+                index: Sc::Reg(p),
+                value: v,
+            });
+            outputs.push((buf, ty));
+        }
+        GpuKernel {
+            name: name.to_string(),
+            kind: MapKind::Elementwise,
+            grid: self.grid(total, block),
+            block,
+            warp: self.gpu.warp_size,
+            inputs,
+            outputs,
+            shared: Vec::new(),
+            regs: r.0,
+            vars,
+            sums: self.sums,
+            body: vec![Stmt::For {
+                reg: p,
+                start: Sc::plus(
+                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
+                    sp(Special::Thread),
+                ),
+                end: c(total),
+                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
+                body,
+            }],
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rows(
+        &self,
+        name: &str,
+        out: &TensorType,
+        vars: usize,
+        inputs: Vec<(Buf, TensorType)>,
+        outs: Vec<(Buf, TensorType, Expr)>,
+        hoisted: Vec<Expr>,
+        longest: usize,
+    ) -> GpuKernel {
+        let warp = self.gpu.warp_size;
+        let (kind, threads) = if longest >= self.gpu.block_reduce_min {
+            // Warp 0 combines the warps' results: at most a warp of them.
+            let most = self.gpu.max_threads_per_block.min(warp * warp);
+            (MapKind::BlockRows, most - most % warp)
+        } else {
+            (MapKind::WarpRows, warp)
+        };
+        // The row: the leading dimensions every hoisted reduction depends on.
+        let split = hoisted
+            .iter()
+            .flat_map(free_vars)
+            .map(|v| v + 1)
+            .max()
+            .unwrap_or(0);
+        let rows: usize = out.shape[..split].iter().product();
+        let row_len: usize = out.shape[split..].iter().product();
+        let first = inputs.len();
+        let mut r = Regs::default();
+        let row = r.next();
+        let mut shared = Vec::new();
+        let mut body = set_vars(&dims(&out.shape[..split], 0), Sc::Reg(row));
+        let mut scalars = Vec::new();
+        for (i, h) in hoisted.iter().enumerate() {
+            let h = substituted(h, &hoisted[..i], first, vars);
+            let s = self.cooperative(&h, threads, &scalars, &mut r, &mut shared, &mut body);
+            scalars.push(s);
+        }
+        let e = r.next();
+        let mut each = set_vars(&dims(&out.shape, split), Sc::Reg(e));
+        let pos = r.next();
+        each.push(Stmt::Let {
+            reg: pos,
+            value: Sc::plus(Sc::times(Sc::Reg(row), c(row_len)), Sc::Reg(e)),
+        });
+        let mut outputs = Vec::new();
+        for (k, (buf, ty, x)) in outs.into_iter().enumerate() {
+            let v = r.next();
+            each.push(Stmt::Eval {
+                reg: v,
+                expr: substituted(&x, &hoisted, first, vars),
+                scalars: scalars.clone(),
+            });
+            each.push(Stmt::Store {
+                buf: Buf::Output(k),
+                index: Sc::Reg(pos),
+                value: v,
+            });
+            outputs.push((buf, ty));
+        }
+        body.push(Stmt::For {
+            reg: e,
+            start: sp(Special::Thread),
+            end: c(row_len),
+            step: sp(Special::BlockDim),
+            body: each,
+        });
+        GpuKernel {
+            name: name.to_string(),
+            kind,
+            grid: rows.clamp(1, self.gpu.sms * self.gpu.blocks_per_sm),
+            block: threads,
+            warp,
+            inputs,
+            outputs,
+            shared,
+            regs: r.0,
+            vars,
+            sums: self.sums,
+            body: vec![Stmt::For {
+                reg: row,
+                start: sp(Special::Block),
+                end: c(rows),
+                step: sp(Special::GridDim),
+                body,
+            }],
+        }
+    }
+
+    /// Statements computing the reduction `h` by all `threads` threads of the block together
+    /// (see the module documentation for the order), leaving the result in the register
+    /// returned, the same in every thread.
+    fn cooperative(
+        &self,
+        h: &Expr,
+        threads: usize,
+        scalars: &[usize],
+        r: &mut Regs,
+        shared: &mut Vec<SharedArray>,
+        out: &mut Vec<Stmt>,
+    ) -> usize {
+        let Expr::Reduce {
+            kind,
+            dtype,
+            init,
+            vars,
+            body,
+        } = h
+        else {
+            unreachable!("hoisted reductions only")
+        };
+        let (kind, dtype) = (*kind, *dtype);
+        let warp = self.gpu.warp_size;
+        let n = extent(vars);
+        let chunk = n.div_ceil(threads).clamp(1, self.sums.leaf);
+        let rounds = n.div_ceil(chunk).div_ceil(threads);
+        let (acc, part, round, j, q, x, t) = (
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+        );
+        out.push(Stmt::Identity {
+            reg: acc,
+            kind,
+            dtype,
+        });
+        let mut term = vec![Stmt::Let {
+            reg: q,
+            value: Sc::plus(
+                Sc::times(
+                    Sc::plus(Sc::times(Sc::Reg(round), c(threads)), sp(Special::Thread)),
+                    c(chunk),
+                ),
+                Sc::Reg(j),
+            ),
+        }];
+        let mut inside = set_vars(vars, Sc::Reg(q));
+        inside.push(Stmt::Eval {
+            reg: x,
+            expr: (**body).clone(),
+            scalars: scalars.to_vec(),
+        });
+        inside.push(Stmt::Combine {
+            acc: part,
+            value: x,
+            kind,
+            dtype,
+        });
+        term.push(Stmt::If {
+            cond: Sc::lt(Sc::Reg(q), c(n)),
+            body: inside,
+        });
+        // The chunk results in a tree of `fanout` per node: level `l` takes `fanout` results
+        // of level `l - 1` (the chunks at level 0) before it passes its own up; `acc` is the
+        // top.
+        let fanout = self.sums.fanout.max(2);
+        let (mut levels, mut span) = (0, 1);
+        while span < rounds {
+            span *= fanout;
+            levels += 1;
+        }
+        let lower: Vec<usize> = (0..levels).map(|_| r.next()).collect();
+        let level = |l: usize| if l < levels { lower[l] } else { acc };
+        let identity = |reg: usize| Stmt::Identity { reg, kind, dtype };
+        let up = |l: usize| Stmt::Combine {
+            acc: level(l + 1),
+            value: level(l),
+            kind,
+            dtype,
+        };
+        out.extend(lower.iter().map(|&reg| identity(reg)));
+        let mut each_round = vec![
+            identity(part),
+            Stmt::For {
+                reg: j,
+                start: c(0),
+                end: c(chunk),
+                step: c(1),
+                body: term,
+            },
+            Stmt::Combine {
+                acc: level(0),
+                value: part,
+                kind,
+                dtype,
+            },
+        ];
+        let mut every = 1;
+        for l in 0..levels {
+            every *= fanout;
+            each_round.push(Stmt::If {
+                cond: Sc::eq(Sc::modulo(Sc::plus(Sc::Reg(round), c(1)), c(every)), c(0)),
+                body: vec![up(l), identity(level(l))],
+            });
+        }
+        out.push(Stmt::For {
+            reg: round,
+            start: c(0),
+            end: c(rounds),
+            step: c(1),
+            body: each_round,
+        });
+        out.extend((0..levels).map(up));
+        let tree = |upto: usize| -> Vec<Stmt> {
+            let mut s = Vec::new();
+            let mut off = upto / 2;
+            while off >= 1 {
+                s.push(Stmt::Shuffle {
+                    reg: t,
+                    src: acc,
+                    mode: Shuffle::Xor(off),
+                });
+                s.push(Stmt::Combine {
+                    acc,
+                    value: t,
+                    kind,
+                    dtype,
+                });
+                off /= 2;
+            }
+            s
+        };
+        out.extend(tree(warp));
+        if threads > warp {
+            let warps = threads / warp;
+            let (partials, total) = (shared.len(), shared.len() + 1);
+            shared.push(SharedArray { dtype, len: warps });
+            shared.push(SharedArray { dtype, len: 1 });
+            let lane0 = Sc::eq(sp(Special::Lane), c(0));
+            out.push(Stmt::If {
+                cond: lane0.clone(),
+                body: vec![Stmt::SharedStore {
+                    array: partials,
+                    index: sp(Special::Warp),
+                    value: acc,
+                }],
+            });
+            out.push(Stmt::Barrier);
+            let mut first_warp = vec![
+                Stmt::Identity {
+                    reg: acc,
+                    kind,
+                    dtype,
+                },
+                Stmt::If {
+                    cond: Sc::lt(sp(Special::Lane), c(warps)),
+                    body: vec![Stmt::SharedLoad {
+                        reg: acc,
+                        array: partials,
+                        index: sp(Special::Lane),
+                    }],
+                },
+            ];
+            first_warp.extend(tree(warps.next_power_of_two().min(warp)));
+            first_warp.push(Stmt::If {
+                cond: lane0,
+                body: vec![Stmt::SharedStore {
+                    array: total,
+                    index: c(0),
+                    value: acc,
+                }],
+            });
+            out.push(Stmt::If {
+                cond: Sc::eq(sp(Special::Warp), c(0)),
+                body: first_warp,
+            });
+            out.push(Stmt::Barrier);
+            out.push(Stmt::SharedLoad {
+                reg: acc,
+                array: total,
+                index: c(0),
+            });
+        }
+        let result = r.next();
+        out.push(Stmt::Eval {
+            reg: result,
+            expr: (**init).clone(),
+            scalars: scalars.to_vec(),
+        });
+        out.push(Stmt::Combine {
+            acc: result,
+            value: acc,
+            kind,
+            dtype,
+        });
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,13 @@
+//! The GPU layer: the thread-level IR kernels are mapped to ([`ir`]), the mapping itself
+//! ([`mod@map`]), decided from [`crate::target::Gpu`], and the printed form ([`mod@print`]).
+//!
+//! A PTX emitter renders a [`GpuKernel`] statement by statement; `kiln-runtime`'s GPU
+//! emulator runs the same program on the CPU with the GPU's semantics, which is how the
+//! mapping is tested where there is no GPU.
+
+pub mod ir;
+pub mod map;
+pub mod print;
+
+pub use ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Shuffle, Special, Stmt};
+pub use map::map;

@@ -1,0 +1,242 @@
+//! The text form of the GPU IR (`--stage gpu`), and its verifier.
+
+use super::ir::*;
+use crate::target::Gpu;
+use std::fmt::{self, Write as _};
+
+impl fmt::Display for Special {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Special::Thread => "tid",
+            Special::Block => "bid",
+            Special::BlockDim => "ntid",
+            Special::GridDim => "nctaid",
+            Special::Lane => "lane",
+            Special::Warp => "warp",
+        })
+    }
+}
+
+impl fmt::Display for Sc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bin =
+            |f: &mut fmt::Formatter<'_>, a: &Sc, op: &str, b: &Sc| write!(f, "({a} {op} {b})");
+        match self {
+            Sc::Const(c) => write!(f, "{c}"),
+            Sc::Special(s) => write!(f, "%{s}"),
+            Sc::Reg(r) => write!(f, "r{r}"),
+            Sc::Var(v) => write!(f, "v{v}"),
+            Sc::Add(a, b) => bin(f, a, "+", b),
+            Sc::Mul(a, b) => bin(f, a, "*", b),
+            Sc::Div(a, b) => bin(f, a, "/", b),
+            Sc::Rem(a, b) => bin(f, a, "%", b),
+            Sc::Lt(a, b) => bin(f, a, "<", b),
+            Sc::Eq(a, b) => bin(f, a, "==", b),
+            Sc::And(a, b) => bin(f, a, "&&", b),
+        }
+    }
+}
+
+impl fmt::Display for Buf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Buf::Input(i) => write!(f, "in{i}"),
+            Buf::Output(k) => write!(f, "out{k}"),
+            Buf::Scratch(s) => write!(f, "scratch{s}"),
+        }
+    }
+}
+
+fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
+    let pad = "  ".repeat(depth);
+    for s in body {
+        let _ = match s {
+            Stmt::Let { reg, value } => writeln!(out, "{pad}r{reg} = {value}"),
+            Stmt::SetVar { var, value } => writeln!(out, "{pad}v{var} = {value}"),
+            Stmt::Eval { reg, expr, scalars } => {
+                let text = crate::print::inline(expr);
+                if scalars.is_empty() {
+                    writeln!(out, "{pad}r{reg} = eval {text}")
+                } else {
+                    writeln!(out, "{pad}r{reg} = eval {text} scalars {scalars:?}")
+                }
+            }
+            Stmt::Identity { reg, kind, dtype } => {
+                writeln!(out, "{pad}r{reg} = identity {kind:?} : {dtype}")
+            }
+            Stmt::Combine {
+                acc,
+                value,
+                kind,
+                dtype,
+            } => writeln!(out, "{pad}r{acc} = {kind:?}(r{acc}, r{value}) : {dtype}"),
+            Stmt::For {
+                reg,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}for r{reg} = {start}; r{reg} < {end}; r{reg} += {step} {{"
+                );
+                stmts(out, body, depth + 1);
+                writeln!(out, "{pad}}}")
+            }
+            Stmt::If { cond, body } => {
+                let _ = writeln!(out, "{pad}if {cond} {{");
+                stmts(out, body, depth + 1);
+                writeln!(out, "{pad}}}")
+            }
+            Stmt::Load { reg, buf, index } => writeln!(out, "{pad}r{reg} = {buf}[{index}]"),
+            Stmt::Store { buf, index, value } => writeln!(out, "{pad}{buf}[{index}] = r{value}"),
+            Stmt::SharedLoad { reg, array, index } => {
+                writeln!(out, "{pad}r{reg} = shared{array}[{index}]")
+            }
+            Stmt::SharedStore {
+                array,
+                index,
+                value,
+            } => writeln!(out, "{pad}shared{array}[{index}] = r{value}"),
+            Stmt::Barrier => writeln!(out, "{pad}barrier"),
+            Stmt::Shuffle { reg, src, mode } => match mode {
+                Shuffle::Xor(n) => writeln!(out, "{pad}r{reg} = shfl.bfly r{src}, {n}"),
+                Shuffle::Down(n) => writeln!(out, "{pad}r{reg} = shfl.down r{src}, {n}"),
+            },
+        };
+    }
+}
+
+/// The text form of one launch.
+pub fn kernel_text(k: &GpuKernel) -> String {
+    let mut out = format!(
+        "gpu kernel {} ({}): grid {} x block {} (warp {}), {} registers\n",
+        k.name,
+        k.kind.name(),
+        k.grid,
+        k.block,
+        k.warp,
+        k.regs
+    );
+    for (i, (b, t)) in k.inputs.iter().enumerate() {
+        let _ = writeln!(out, "  input {i}: {b} : {t}");
+    }
+    for (i, (b, t)) in k.outputs.iter().enumerate() {
+        let _ = writeln!(out, "  output {i}: {b} : {t}");
+    }
+    for (i, a) in k.shared.iter().enumerate() {
+        let _ = writeln!(out, "  shared{i}: {}[{}]", a.dtype, a.len);
+    }
+    stmts(&mut out, &k.body, 1);
+    out
+}
+
+/// The text form of a mapped kernel: its scratch buffers, then each launch.
+pub fn program_text(p: &GpuProgram) -> String {
+    let mut out = String::new();
+    for (i, t) in p.scratch.iter().enumerate() {
+        let _ = writeln!(out, "scratch{i}: {t}");
+    }
+    for k in &p.launches {
+        out += &kernel_text(k);
+    }
+    out
+}
+
+/// Checks what the hardware requires of a launch on `gpu`: a block of whole warps within the
+/// thread limit, shared memory within the block's, at least one block, and registers and
+/// arrays that exist.
+pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
+    let fail = |m: String| Err(format!("gpu kernel {}: {m}", k.name));
+    if k.grid == 0
+        || k.block == 0
+        || !k.block.is_multiple_of(k.warp)
+        || k.block > gpu.max_threads_per_block
+    {
+        return fail(format!(
+            "a block of {} threads (warp {}, at most {})",
+            k.block, k.warp, gpu.max_threads_per_block
+        ));
+    }
+    if k.shared_bytes() > gpu.shared_memory_per_block {
+        return fail(format!("{} bytes of shared memory", k.shared_bytes()));
+    }
+    fn check(k: &GpuKernel, body: &[Stmt]) -> Result<(), String> {
+        for s in body {
+            let (regs, arrays): (Vec<usize>, Vec<usize>) = match s {
+                Stmt::Let { reg, .. } | Stmt::Identity { reg, .. } | Stmt::Load { reg, .. } => {
+                    (vec![*reg], vec![])
+                }
+                Stmt::Eval { reg, scalars, .. } => (
+                    std::iter::once(*reg)
+                        .chain(scalars.iter().copied())
+                        .collect(),
+                    vec![],
+                ),
+                Stmt::Combine { acc, value, .. } => (vec![*acc, *value], vec![]),
+                Stmt::For { reg, body, .. } => {
+                    check(k, body)?;
+                    (vec![*reg], vec![])
+                }
+                Stmt::If { body, .. } => {
+                    check(k, body)?;
+                    (vec![], vec![])
+                }
+                Stmt::Store { value, buf, .. } => {
+                    if !matches!(buf, Buf::Output(i) if *i < k.outputs.len()) {
+                        return Err(format!("a store to {buf}, not an output"));
+                    }
+                    (vec![*value], vec![])
+                }
+                Stmt::SharedLoad { reg, array, .. } => (vec![*reg], vec![*array]),
+                Stmt::SharedStore { value, array, .. } => (vec![*value], vec![*array]),
+                Stmt::Shuffle { reg, src, .. } => (vec![*reg, *src], vec![]),
+                Stmt::SetVar { var, .. } => {
+                    if *var >= k.vars {
+                        return Err(format!("variable v{var} of {}", k.vars));
+                    }
+                    (vec![], vec![])
+                }
+                Stmt::Barrier => (vec![], vec![]),
+            };
+            if let Some(r) = regs.iter().find(|&&r| r >= k.regs) {
+                return Err(format!("register r{r} of {}", k.regs));
+            }
+            if let Some(a) = arrays.iter().find(|&&a| a >= k.shared.len()) {
+                return Err(format!("shared array {a} of {}", k.shared.len()));
+            }
+        }
+        Ok(())
+    }
+    check(k, &k.body).or_else(fail)
+}
+
+/// `f` lowered for an H200 ([`crate::target::TargetInfo::h200`]) under `opts`, each kernel
+/// mapped to the GPU and printed (`cargo xtask dump FILE --stage gpu`); the instructions
+/// without a kernel are named with how they run.
+pub fn describe_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::Result<String> {
+    let target = crate::target::TargetInfo::h200();
+    let l = crate::pipeline::lower_program(f, &[], opts, &target, None, &mut |_| {})?;
+    let mut out = String::new();
+    for (i, inst) in l.func.insts.iter().enumerate() {
+        let Some(k) = l.fused.kernels[i].as_ref() else {
+            if !matches!(l.steps[i], crate::Step::Fused | crate::Step::Merged) {
+                let _ = writeln!(out, "// #{i} {}: {:?}", inst.op.mnemonic(), l.steps[i]);
+            }
+            continue;
+        };
+        let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
+            .iter()
+            .map(|v| l.func.values[v.index()].clone())
+            .collect();
+        let name = format!("k{i}_{}", inst.op.mnemonic());
+        match super::map(k, &ins, &target, &name) {
+            Ok(p) => out += &program_text(&p),
+            Err(e) => {
+                let _ = writeln!(out, "// #{i}: not mapped: {e}");
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,337 @@
+//! One block of a launch run in lockstep: every statement is executed by all of the block's
+//! active threads before the next, so barriers and shuffles see every thread at the same
+//! point. An `if` masks the threads where it fails; a loop runs while any active thread
+//! continues. Shared memory is checked for races between barriers: a write by one thread and
+//! any access by another in the same phase is an error, as is a barrier reached by part of the
+//! block, a shuffle by part of a warp, and any access out of bounds.
+
+use super::value::{Env, Thread, V, combine, eval, identity};
+use super::{Buffer, EmuError};
+use kiln_kernel::gpu::ir::*;
+use std::collections::HashMap;
+
+/// Who touched one shared element in the current phase.
+#[derive(Clone, Copy, Default)]
+struct Access {
+    writer: Option<usize>,
+    reader: Option<usize>,
+    /// More than one thread read it.
+    readers: bool,
+}
+
+/// A block's stores: `(output, element, value)`, in order.
+pub(crate) type StoreLog = Vec<(usize, usize, V)>;
+
+/// Where a block's stores go.
+pub(crate) enum Outputs<'a> {
+    /// Into the launch's output buffers (blocks run one after the other).
+    Direct(&'a mut [Buffer]),
+    /// Into a log of `(output, element, value)`, applied in block order once every block has
+    /// run (blocks run side by side; the outputs, by name and size, are then write-only).
+    Log(&'a [(String, usize)], &'a mut StoreLog),
+}
+
+pub(crate) struct Block<'a> {
+    pub k: &'a GpuKernel,
+    pub id: usize,
+    /// The launch's inputs.
+    pub inputs: &'a [&'a Buffer],
+    /// The launch's outputs.
+    pub outputs: Outputs<'a>,
+    regs: Vec<V>,
+    vars: Vec<i64>,
+    shared: Vec<Vec<V>>,
+    log: HashMap<(usize, usize), Access>,
+}
+
+impl<'a> Block<'a> {
+    pub(crate) fn new(
+        k: &'a GpuKernel,
+        id: usize,
+        inputs: &'a [&'a Buffer],
+        outputs: Outputs<'a>,
+    ) -> Block<'a> {
+        Block {
+            k,
+            id,
+            inputs,
+            outputs,
+            regs: vec![V::I(0); k.block * k.regs],
+            vars: vec![0; k.block * k.vars],
+            shared: k.shared.iter().map(|a| vec![V::I(0); a.len]).collect(),
+            log: HashMap::new(),
+        }
+    }
+
+    /// Runs the launch's body on every thread of the block.
+    pub(crate) fn run(&mut self) -> Result<(), EmuError> {
+        let all = vec![true; self.k.block];
+        self.stmts(&self.k.body, &all)
+    }
+
+    fn err<T>(&self, m: String) -> Result<T, EmuError> {
+        Err(EmuError(format!(
+            "kernel {} (block {}): {m}",
+            self.k.name, self.id
+        )))
+    }
+
+    fn sc(&self, t: usize, s: &Sc) -> i64 {
+        let (nr, nv) = (self.k.regs, self.k.vars);
+        Thread {
+            t,
+            block: self.id,
+            k: self.k,
+            regs: &self.regs[t * nr..(t + 1) * nr],
+            vars: &self.vars[t * nv..(t + 1) * nv],
+        }
+        .sc(s)
+    }
+
+    fn reg(&self, t: usize, r: usize) -> V {
+        self.regs[t * self.k.regs + r]
+    }
+
+    fn set(&mut self, t: usize, r: usize, v: V) {
+        self.regs[t * self.k.regs + r] = v;
+    }
+
+    fn touch(
+        &mut self,
+        t: usize,
+        array: usize,
+        index: i64,
+        write: bool,
+    ) -> Result<usize, EmuError> {
+        let len = self.shared[array].len();
+        if index < 0 || index as usize >= len {
+            let what = if write { "write" } else { "read" };
+            return self.err(format!(
+                "out-of-bounds shared {what}: shared{array} index {index} of {len} elements (thread {t})"
+            ));
+        }
+        let i = index as usize;
+        let a = self.log.entry((array, i)).or_default();
+        let other = match (write, a.writer) {
+            (_, Some(w)) if w != t => Some(("written", w)),
+            (true, _) => match a.reader {
+                Some(r) if r != t || a.readers => Some(("read", r)),
+                _ => None,
+            },
+            _ => None,
+        };
+        if write {
+            a.writer = Some(t);
+        } else if a.reader.is_some_and(|r| r != t) {
+            a.readers = true;
+        } else {
+            a.reader = Some(t);
+        }
+        if let Some((how, o)) = other {
+            let verb = if write { "writes" } else { "reads" };
+            return self.err(format!(
+                "shared-memory race: thread {t} {verb} shared{array}[{i}], {how} by thread {o} \
+                 since the last barrier"
+            ));
+        }
+        Ok(i)
+    }
+
+    fn global(&self, buf: Buf) -> Result<&Buffer, EmuError> {
+        match buf {
+            Buf::Input(i) => self.inputs.get(i).copied(),
+            Buf::Output(k) => match &self.outputs {
+                Outputs::Direct(o) => o.get(k),
+                Outputs::Log(..) => None,
+            },
+            Buf::Scratch(_) => None,
+        }
+        .map_or_else(|| self.err(format!("no buffer {buf}")), Ok)
+    }
+
+    fn stmts(&mut self, body: &[Stmt], mask: &[bool]) -> Result<(), EmuError> {
+        for s in body {
+            self.stmt(s, mask)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt, mask: &[bool]) -> Result<(), EmuError> {
+        let n = self.k.block;
+        let active = || (0..n).filter(|&t| mask[t]);
+        match s {
+            Stmt::Let { reg, value } => {
+                for t in active() {
+                    let v = self.sc(t, value);
+                    self.set(t, *reg, V::I(v));
+                }
+            }
+            Stmt::SetVar { var, value } => {
+                for t in active() {
+                    let v = self.sc(t, value);
+                    self.vars[t * self.k.vars + var] = v;
+                }
+            }
+            Stmt::Eval { reg, expr, scalars } => {
+                let nv = self.k.vars;
+                for t in active() {
+                    let sc: Vec<V> = scalars.iter().map(|&r| self.reg(t, r)).collect();
+                    let env = Env {
+                        kernel: &self.k.name,
+                        inputs: self.inputs,
+                        scalars: &sc,
+                        sums: self.k.sums,
+                    };
+                    let v = eval(expr, &env, &mut self.vars[t * nv..(t + 1) * nv])?;
+                    self.set(t, *reg, v);
+                }
+            }
+            Stmt::Identity { reg, kind, dtype } => {
+                for t in active() {
+                    self.set(t, *reg, identity(*kind, *dtype));
+                }
+            }
+            Stmt::Combine {
+                acc,
+                value,
+                kind,
+                dtype,
+            } => {
+                for t in active() {
+                    let v = combine(*kind, *dtype, self.reg(t, *acc), self.reg(t, *value));
+                    self.set(t, *acc, v);
+                }
+            }
+            Stmt::For {
+                reg,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                for t in active() {
+                    let v = self.sc(t, start);
+                    self.set(t, *reg, V::I(v));
+                }
+                loop {
+                    let m: Vec<bool> = (0..n)
+                        .map(|t| mask[t] && self.reg(t, *reg).i() < self.sc(t, end))
+                        .collect();
+                    if !m.contains(&true) {
+                        break;
+                    }
+                    self.stmts(body, &m)?;
+                    for t in (0..n).filter(|&t| m[t]) {
+                        let v = self.reg(t, *reg).i() + self.sc(t, step).max(1);
+                        self.set(t, *reg, V::I(v));
+                    }
+                }
+            }
+            Stmt::If { cond, body } => {
+                let m: Vec<bool> = (0..n).map(|t| mask[t] && self.sc(t, cond) != 0).collect();
+                if m.contains(&true) {
+                    self.stmts(body, &m)?;
+                }
+            }
+            Stmt::Load { reg, buf, index } => {
+                for t in active() {
+                    let i = self.sc(t, index);
+                    let b = self.global(*buf)?;
+                    if i < 0 || i as usize >= b.data.len() {
+                        return self.err(format!(
+                            "out-of-bounds read: {} index {i} of {} elements (thread {t})",
+                            b.name,
+                            b.data.len()
+                        ));
+                    }
+                    let v = b.data[i as usize];
+                    self.set(t, *reg, v);
+                }
+            }
+            Stmt::Store { buf, index, value } => {
+                let Buf::Output(k) = *buf else {
+                    return self.err(format!("a store to {buf}"));
+                };
+                let (name, len) = match &self.outputs {
+                    Outputs::Direct(o) => o.get(k).map(|b| (b.name.clone(), b.data.len())),
+                    Outputs::Log(sizes, _) => sizes.get(k).cloned(),
+                }
+                .map_or_else(|| self.err(format!("no output {k}")), Ok)?;
+                for t in active() {
+                    let i = self.sc(t, index);
+                    let v = self.reg(t, *value);
+                    if i < 0 || i as usize >= len {
+                        return self.err(format!(
+                            "out-of-bounds write: {name} index {i} of {len} elements (thread {t})"
+                        ));
+                    }
+                    match &mut self.outputs {
+                        Outputs::Direct(o) => o[k].store(i as usize, v),
+                        Outputs::Log(_, log) => log.push((k, i as usize, v)),
+                    }
+                }
+            }
+            Stmt::SharedLoad { reg, array, index } => {
+                for t in active() {
+                    let i = self.sc(t, index);
+                    let i = self.touch(t, *array, i, false)?;
+                    let v = self.shared[*array][i];
+                    self.set(t, *reg, v);
+                }
+            }
+            Stmt::SharedStore {
+                array,
+                index,
+                value,
+            } => {
+                for t in active() {
+                    let i = self.sc(t, index);
+                    let i = self.touch(t, *array, i, true)?;
+                    self.shared[*array][i] = self.reg(t, *value);
+                }
+            }
+            Stmt::Barrier => {
+                let reached = active().count();
+                if reached != n {
+                    return self.err(format!(
+                        "a barrier reached by {reached} of the block's {n} threads"
+                    ));
+                }
+                self.log.clear();
+            }
+            Stmt::Shuffle { reg, src, mode } => {
+                let w = self.k.warp;
+                for first in (0..n).step_by(w) {
+                    let lanes = first..(first + w).min(n);
+                    let on = lanes.clone().filter(|&t| mask[t]).count();
+                    if on == 0 {
+                        continue;
+                    }
+                    if on != lanes.len() {
+                        return self.err(format!(
+                            "a shuffle by {on} of the {} lanes of warp {}",
+                            lanes.len(),
+                            first / w
+                        ));
+                    }
+                    let got: Vec<V> = lanes
+                        .clone()
+                        .map(|t| {
+                            let lane = t - first;
+                            let from = match mode {
+                                Shuffle::Xor(m) => lane ^ m,
+                                Shuffle::Down(d) => lane + d,
+                            };
+                            let from = if from < lanes.len() { from } else { lane };
+                            self.reg(first + from, *src)
+                        })
+                        .collect();
+                    for (t, v) in lanes.zip(got) {
+                        self.set(t, *reg, v);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

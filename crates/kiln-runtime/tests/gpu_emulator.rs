@@ -1,0 +1,547 @@
+//! The GPU mapping on the emulator against the reference interpreter: every spec example,
+//! programs of every mapping, and random programs (2,000 by default, on an H200 and again with
+//! every reduction cooperative; `KILN_GPU_EMU_PROGRAMS=N` for another count; about 45 s on 2
+//! busy cores), plus the emulator's own checks (races, divergent barriers, shuffles, accesses
+//! out of bounds).
+
+use kiln_ir::random::{Config, Rng, random_func, random_literal_with_specials};
+use kiln_ir::{Combiner, DType, Func, Literal, TensorType};
+use kiln_kernel::gpu::ir::*;
+use kiln_kernel::ir::Expr;
+use kiln_kernel::target::TargetInfo;
+use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_kernel};
+use std::path::PathBuf;
+
+/// The examples of `ir-specs/ops/*.md`: (file:line, program, arguments).
+fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../ir-specs/ops");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("ir-specs/ops")
+        .map(|e| e.expect("readable").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(&p).expect("readable spec");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i] != "```kiln" {
+                i += 1;
+                continue;
+            }
+            let line = i + 1;
+            let mut src = String::new();
+            i += 1;
+            while i < lines.len() && lines[i] != "```" {
+                src.push_str(lines[i]);
+                src.push('\n');
+                i += 1;
+            }
+            while i < lines.len() && lines[i] != "```values" {
+                i += 1;
+            }
+            let mut args = Vec::new();
+            i += 1;
+            while i < lines.len() && lines[i] != "```" {
+                if let Some((k, v)) = lines[i].split_once(" = ")
+                    && k.starts_with('%')
+                {
+                    args.push(v.to_string());
+                }
+                i += 1;
+            }
+            let name = format!("{}:{line}", p.file_name().unwrap().to_string_lossy());
+            let m = kiln_ir::parse_module(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let f = m.entry().expect("a function").clone();
+            let args = args
+                .iter()
+                .zip(f.param_types())
+                .map(|(s, t)| {
+                    kiln_ir::parse_literal(s, &t).unwrap_or_else(|e| panic!("{name}: {e}"))
+                })
+                .collect();
+            out.push((name, f, args));
+        }
+    }
+    out
+}
+
+/// Runs `f` on the emulator and compares it with the reference.
+fn check(f: &Func, args: &[Literal]) -> Result<EmuReport, String> {
+    check_on(f, args, &TargetInfo::h200())
+}
+
+/// An H200 that gives every reduction of 2 terms or more a warp, and of 64 or more a block of
+/// 128 threads (blocks of at most 128), so random programs exercise the cooperative reductions' shuffles, barriers
+/// and shared memory in every dtype and combiner.
+fn cooperative_target() -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    let gpu = t.gpu.as_mut().expect("a GPU");
+    gpu.warp_reduce_min = 2;
+    gpu.block_reduce_min = 64;
+    gpu.max_threads_per_block = 128;
+    gpu.elementwise_block = 128;
+    t
+}
+
+/// Runs `f` on the emulator for `target` and compares it with the reference.
+fn check_on(f: &Func, args: &[Literal], target: &TargetInfo) -> Result<EmuReport, String> {
+    let opts = kiln_kernel::Options::default();
+    let (got, rep) = compile_and_run(f, &[], &opts, target, args).map_err(|e| e.to_string())?;
+    kiln_reference::accuracy::check_outputs(f, args, &got)?;
+    // Every kernel is mapped: none falls back to the reference.
+    if let Some(w) = rep.fallbacks.first() {
+        return Err(format!("a kernel fell back to the reference: {w}"));
+    }
+    Ok(rep)
+}
+
+fn report(what: &str, n: usize, rep: &EmuReport, secs: f64) {
+    let kinds: Vec<String> = rep
+        .launches
+        .iter()
+        .map(|(k, n)| format!("{} {n}", k.name()))
+        .collect();
+    println!(
+        "{what}: {n} programs, {} kernels emulated ({}), {} steps without a kernel interpreted, \
+         {secs:.1} s",
+        rep.kernels,
+        kinds.join(", "),
+        rep.interpreted
+    );
+}
+
+#[test]
+fn spec_examples_agree_with_the_reference_on_the_emulator() {
+    let t = std::time::Instant::now();
+    let mut rep = EmuReport::default();
+    let mut failures = Vec::new();
+    let examples = spec_examples();
+    for (name, f, args) in &examples {
+        match check(f, args) {
+            Ok(r) => rep += r,
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    report(
+        "spec examples",
+        examples.len(),
+        &rep,
+        t.elapsed().as_secs_f64(),
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn random_programs_agree_with_the_reference_on_the_emulator() {
+    random_programs("random programs", &TargetInfo::h200());
+}
+
+#[test]
+fn random_programs_agree_with_the_reference_with_every_reduction_cooperative() {
+    random_programs(
+        "random programs, cooperative reductions",
+        &cooperative_target(),
+    );
+}
+
+/// Random programs (2,000, or `KILN_GPU_EMU_PROGRAMS`) on the emulator for `target` against
+/// the reference.
+fn random_programs(what: &str, target: &TargetInfo) {
+    let n: u64 = std::env::var("KILN_GPU_EMU_PROGRAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let t = std::time::Instant::now();
+    let mut rep = EmuReport::default();
+    let mut failures = Vec::new();
+    for seed in 0..n {
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let mut rng = Rng::new(seed ^ 77);
+        let rate = if seed % 2 == 1 && Config::profile(seed).elements.is_none() {
+            1.0 / 32.0
+        } else {
+            0.0
+        };
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, rate))
+            .collect();
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_on(&f, &args, target)))
+                .unwrap_or_else(|_| Err("panicked".into()));
+        match r {
+            Ok(r) => rep += r,
+            Err(e) => failures.push(format!("seed {seed}: {e}")),
+        }
+    }
+    report(what, n as usize, &rep, t.elapsed().as_secs_f64());
+    assert!(
+        failures.is_empty(),
+        "{} of {n} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A launch of one block of `threads` threads (warps of 32) running `body`, with one f32
+/// input of 4 elements, one output of 64 and two registers.
+fn launch(threads: usize, shared: usize, body: Vec<Stmt>) -> GpuKernel {
+    let t = |n| TensorType {
+        dtype: DType::F32,
+        shape: vec![n],
+    };
+    GpuKernel {
+        name: "planted".into(),
+        kind: MapKind::Elementwise,
+        grid: 1,
+        block: threads,
+        warp: 32,
+        inputs: vec![(Buf::Input(0), t(4))],
+        outputs: vec![(Buf::Output(0), t(64))],
+        shared: vec![SharedArray {
+            dtype: DType::F32,
+            len: shared,
+        }],
+        regs: 2,
+        vars: 1,
+        sums: TargetInfo::h200().sums,
+        body,
+    }
+}
+
+fn run(k: &GpuKernel) -> Result<Vec<V>, String> {
+    let input = Buffer {
+        name: "%in".into(),
+        dtype: DType::F32,
+        data: vec![V::F(1.0); 4],
+    };
+    let mut out = vec![Buffer::zeros("%out", &k.outputs[0].1)];
+    run_kernel(k, &[&input], &mut out).map_err(|e| e.to_string())?;
+    Ok(out.pop().unwrap().data)
+}
+
+fn tid() -> Sc {
+    Sc::Special(Special::Thread)
+}
+
+#[test]
+fn two_threads_writing_one_shared_address_without_a_barrier_race() {
+    let set = Stmt::Identity {
+        reg: 0,
+        kind: Combiner::Add,
+        dtype: DType::F32,
+    };
+    // Every thread writes shared0[tid / 2]: threads 0 and 1 meet at element 0.
+    let k = launch(
+        64,
+        32,
+        vec![
+            set.clone(),
+            Stmt::SharedStore {
+                array: 0,
+                index: Sc::quot(tid(), Sc::Const(2)),
+                value: 0,
+            },
+        ],
+    );
+    let e = run(&k).unwrap_err();
+    assert!(e.contains("race") && e.contains("shared0[0]"), "{e}");
+    assert!(
+        e.contains("thread 1") && e.contains("thread 0") && e.contains("planted"),
+        "{e}"
+    );
+    // A write, then a read of another thread's element in the same phase, races too; with a
+    // barrier between them it does not.
+    let read_other = |barrier: bool| {
+        let mut body = vec![
+            set.clone(),
+            Stmt::SharedStore {
+                array: 0,
+                index: tid(),
+                value: 0,
+            },
+        ];
+        if barrier {
+            body.push(Stmt::Barrier);
+        }
+        body.push(Stmt::SharedLoad {
+            reg: 1,
+            array: 0,
+            index: Sc::modulo(Sc::plus(tid(), Sc::Const(1)), Sc::Const(32)),
+        });
+        launch(32, 32, body)
+    };
+    assert!(run(&read_other(false)).unwrap_err().contains("race"));
+    run(&read_other(true)).unwrap();
+}
+
+#[test]
+fn a_barrier_reached_by_part_of_the_block_is_an_error() {
+    let k = launch(
+        64,
+        1,
+        vec![Stmt::If {
+            cond: Sc::lt(tid(), Sc::Const(32)),
+            body: vec![Stmt::Barrier],
+        }],
+    );
+    let e = run(&k).unwrap_err();
+    assert!(
+        e.contains("barrier reached by 32 of the block's 64 threads"),
+        "{e}"
+    );
+}
+
+#[test]
+fn reads_and_writes_out_of_bounds_are_errors() {
+    let read = launch(
+        32,
+        1,
+        vec![Stmt::Eval {
+            reg: 0,
+            expr: Expr::Load {
+                input: 0,
+                dtype: DType::F32,
+                coef: vec![],
+                off: 4,
+            },
+            scalars: vec![],
+        }],
+    );
+    let e = run(&read).unwrap_err();
+    assert!(
+        e.contains("out-of-bounds read") && e.contains("%in index 4 of 4"),
+        "{e}"
+    );
+    let write = launch(
+        32,
+        1,
+        vec![
+            Stmt::Identity {
+                reg: 0,
+                kind: Combiner::Add,
+                dtype: DType::F32,
+            },
+            Stmt::Store {
+                buf: Buf::Output(0),
+                index: Sc::plus(tid(), Sc::Const(40)),
+                value: 0,
+            },
+        ],
+    );
+    let e = run(&write).unwrap_err();
+    assert!(e.contains("%out index 64 of 64"), "{e}");
+    let shared = launch(
+        32,
+        8,
+        vec![Stmt::SharedLoad {
+            reg: 0,
+            array: 0,
+            index: tid(),
+        }],
+    );
+    let e = run(&shared).unwrap_err();
+    assert!(e.contains("shared0 index 8 of 8"), "{e}");
+}
+
+#[test]
+fn shuffles_read_the_other_lanes_and_need_the_whole_warp() {
+    // r0 = tid; r1 = r0 of lane ^ 1 (or lane + 4, its own past the warp's end), stored at
+    // tid.
+    let shuffled = |cond: Sc, mode: Shuffle| {
+        vec![
+            Stmt::Let {
+                reg: 0,
+                value: tid(),
+            },
+            Stmt::If {
+                cond,
+                body: vec![Stmt::Shuffle {
+                    reg: 1,
+                    src: 0,
+                    mode,
+                }],
+            },
+            Stmt::Store {
+                buf: Buf::Output(0),
+                index: tid(),
+                value: 1,
+            },
+        ]
+    };
+    let out = run(&launch(64, 1, shuffled(Sc::Const(1), Shuffle::Xor(1)))).unwrap();
+    assert_eq!(out[5], V::F(4.0));
+    assert_eq!(out[40], V::F(41.0));
+    let out = run(&launch(64, 1, shuffled(Sc::Const(1), Shuffle::Down(4)))).unwrap();
+    assert_eq!(
+        (out[3], out[27], out[30], out[61]),
+        (V::F(7.0), V::F(31.0), V::F(30.0), V::F(61.0))
+    );
+    let partial = shuffled(Sc::lt(tid(), Sc::Const(16)), Shuffle::Xor(1));
+    let e = run(&launch(64, 1, partial)).unwrap_err();
+    assert!(e.contains("shuffle by 16 of the 32 lanes of warp 0"), "{e}");
+}
+
+/// A softmax over the last dimension of `shape` in `dt`.
+fn softmax_text(dt: &str, shape: &[usize]) -> String {
+    let list = |s: &[usize]| {
+        s.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let r = shape.len();
+    let full = format!("{dt}[{}]", list(shape));
+    let red = format!("{dt}[{}]", list(&shape[..r - 1]));
+    let bd = (0..r - 1)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let last = r - 1;
+    format!(
+        "func @main(%0: {full}) -> {full} {{\n  %1 = constant {{value = -inf}} : {dt}[]\n  %2 = reduce %0, %1 {{dimensions = [{last}], kind = max}} : {red}\n  %3 = broadcast_in_dim %2 {{broadcast_dimensions = [{bd}]}} : {full}\n  %4 = subtract %0, %3 : {full}\n  %5 = exponential %4 : {full}\n  %6 = constant {{value = 0.0}} : {dt}[]\n  %7 = reduce %5, %6 {{dimensions = [{last}], kind = add}} : {red}\n  %8 = broadcast_in_dim %7 {{broadcast_dimensions = [{bd}]}} : {full}\n  %9 = divide %5, %8 : {full}\n  return %9\n}}\n"
+    )
+}
+
+/// Attention, `softmax(q kᵀ / 8) v`: two products chained through a row epilogue.
+fn attention_text(b: usize, m: usize, keys: usize, k: usize, n2: usize) -> String {
+    let s = format!("f32[{b},{m},{keys}]");
+    format!(
+        "func @main(%0: f32[{b},{m},{k}], %1: f32[{b},{keys},{k}], %2: f32[{b},{keys},{n2}]) -> f32[{b},{m},{n2}] {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}
+  %4 = constant {{value = 0.125}} : f32[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}
+  %6 = multiply %3, %5 : {s}
+  %7 = constant {{value = -inf}} : f32[]
+  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : f32[{b},{m}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}
+  %10 = subtract %6, %9 : {s}
+  %11 = exponential %10 : {s}
+  %12 = constant {{value = 0.0}} : f32[]
+  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : f32[{b},{m}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}
+  %15 = divide %11, %14 : {s}
+  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{b},{m},{n2}]
+  return %16
+}}
+"
+    )
+}
+
+/// Programs that exercise every mapping: softmaxes by warps and by blocks, long sums (a whole
+/// tensor to one value, rows, columns), a layer norm's mean and variance, matrix products with
+/// and without epilogues, attention's chained products, convolutions (by feature planes and by
+/// rows), in f32, f16 and f64.
+#[test]
+fn every_mapping_agrees_with_the_reference() {
+    let conv = |x: &str, w: &str, y: &str, attrs: &str| {
+        format!(
+            "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
+        )
+    };
+    let nchw = "window_strides = [2, 2], padding = [[1, 0], [0, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 2], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]";
+    let nhwc = "window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]";
+    let sum = |x: &str, dims: &str, r: &str| {
+        format!(
+            "func @main(%0: {x}) -> {r} {{\n  %1 = constant {{value = 0.0}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [{dims}], kind = add}} : {r}\n  return %2\n}}\n"
+        )
+    };
+    let layer_norm = "func @main(%0: f32[6,3000]) -> f32[6,3000] {
+  %1 = constant {value = 0.0} : f32[]
+  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[6]
+  %3 = constant {value = 0.000333333} : f32[]
+  %4 = broadcast_in_dim %3 {broadcast_dimensions = []} : f32[6]
+  %5 = multiply %2, %4 : f32[6]
+  %6 = broadcast_in_dim %5 {broadcast_dimensions = [0]} : f32[6,3000]
+  %7 = subtract %0, %6 : f32[6,3000]
+  %8 = multiply %7, %7 : f32[6,3000]
+  %9 = reduce %8, %1 {dimensions = [1], kind = add} : f32[6]
+  %10 = multiply %9, %4 : f32[6]
+  %11 = rsqrt %10 : f32[6]
+  %12 = broadcast_in_dim %11 {broadcast_dimensions = [0]} : f32[6,3000]
+  %13 = multiply %7, %12 : f32[6,3000]
+  return %13
+}
+"
+    .to_string();
+    let product = |b: usize, m: usize, k: usize, n: usize| {
+        format!(
+            "func @main(%0: f32[{b},{m},{k}], %1: f32[{b},{k},{n}], %2: f32[{n}]) -> f32[{b},{m},{n}] {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{b},{m},{n}]
+  %4 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : f32[{b},{m},{n}]
+  %5 = add %3, %4 : f32[{b},{m},{n}]
+  %6 = tanh %5 : f32[{b},{m},{n}]
+  return %6
+}}
+"
+        )
+    };
+    let programs = [
+        softmax_text("f32", &[37, 500]),
+        softmax_text("f16", &[4, 9, 300]),
+        softmax_text("f64", &[3, 20000]),
+        softmax_text("f32", &[2, 40000]),
+        sum("f32[300000]", "0", "f32[]"),
+        sum("f32[40,700]", "1", "f32[40]"),
+        sum("f32[700,40]", "0", "f32[40]"),
+        sum("f32[5,6,7,300]", "1, 3", "f32[5,7]"),
+        layer_norm,
+        product(2, 17, 300, 33),
+        product(1, 64, 1000, 8),
+        // A's contraction first (stored transposed), in f16 and in i32.
+        "func @main(%0: f16[300,17], %1: f16[300,9]) -> f16[17,9] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : f16[17,9]\n  return %2\n}\n".to_string(),
+        "func @main(%0: i32[30,7], %1: i32[30,5]) -> i32[7,5] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : i32[7,5]\n  return %2\n}\n".to_string(),
+        attention_text(2, 9, 40, 8, 12),
+        attention_text(1, 5, 3000, 16, 7),
+        conv("f32[2,3,9,8]", "f32[4,3,3,2]", "f32[2,4,4,4]", nchw),
+        conv("f32[2,7,7,3]", "f32[3,3,3,5]", "f32[2,7,7,5]", nhwc),
+    ];
+    let mut rep = EmuReport::default();
+    let mut failures = Vec::new();
+    for (i, src) in programs.iter().enumerate() {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let mut rng = Rng::new(i as u64);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        match check(&f, &args) {
+            Ok(r) => rep += r,
+            Err(e) => failures.push(format!("program {i}: {e}\n{src}")),
+        }
+    }
+    report("every mapping", programs.len(), &rep, 0.0);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for kind in [
+        MapKind::Elementwise,
+        MapKind::WarpRows,
+        MapKind::BlockRows,
+        MapKind::Gemm,
+    ] {
+        assert!(
+            rep.launches.contains_key(&kind),
+            "no {} launch: {rep:?}",
+            kind.name()
+        );
+    }
+}
+
+/// Rows long enough for each thread to add many chunks (a tree of chunk results two levels
+/// deep with blocks of 128 threads) stay within the sum's error bound, ones and random values.
+#[test]
+fn long_rows_sum_chunk_results_in_a_tree() {
+    let src = "func @main(%0: f32[2,700000]) -> f32[2] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[2]\n  return %2\n}\n";
+    let f = kiln_ir::parse_func_text(src).unwrap();
+    let ty = f.param_types()[0].clone();
+    let ones = Literal::from_f64s(ty.clone(), &vec![0.1; ty.numel()]).unwrap();
+    let random = random_literal_with_specials(&mut Rng::new(3), &ty, 0.0);
+    for args in [vec![ones], vec![random]] {
+        let rep = check_on(&f, &args, &cooperative_target()).unwrap();
+        assert_eq!(rep.launches.get(&MapKind::BlockRows), Some(&1), "{rep:?}");
+    }
+}
