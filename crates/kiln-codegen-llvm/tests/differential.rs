@@ -364,10 +364,12 @@ fn random_programs_agree_with_the_reference() {
         s.neg_zero,
         s.subnormal
     );
-    assert_eq!(
+    // (A short range, `KILN_PROGRAMS=12754..12755`, need not generate every op.)
+    assert!(
+        programs < 1000 || rep.ops.len() == kiln_ir::OpKind::ALL.len(),
+        "ops never generated: {} of {}",
         rep.ops.len(),
-        kiln_ir::OpKind::ALL.len(),
-        "ops never generated"
+        kiln_ir::OpKind::ALL.len()
     );
     assert!(
         rep.nontrivial * 100 >= rep.programs * 95,
