@@ -28,7 +28,9 @@
 //! see [`magnitudes`]). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
 //! inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
 //! cancelled, not the tiny result. `2 U` covers the first-order growth through the
-//! transcendentals (whose condition numbers on the generator's ranges are a few units). A cone of
+//! transcendentals (whose condition numbers on the generator's ranges are a few units), except
+//! `power`'s, which grow without bound (`|y|` for the base, `|y ln x|` for the exponent): a
+//! power's magnitude carries them for its inexact operands (see `power_magnitude`). A cone of
 //! exact ops has `U = K = 0`: the element must be bit for bit the reference's.
 //!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
