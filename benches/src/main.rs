@@ -236,6 +236,12 @@ fn layernorm(rows: usize, mode: Mode) -> Result<Timing, String> {
 
 type MlpArgs = (Mlp, SgdState<Mlp>, Tensor, Tensor);
 
+/// One MLP step: the new parameters and the loss.
+type MlpStep = fn(&MlpArgs) -> (Mlp, Tensor);
+
+/// A check of an MLP step's result against the reference ([`agrees`] or [`agrees_loosely`]).
+type MlpCheck = fn(&str, MlpStep, &MlpArgs, &(Mlp, Tensor)) -> Result<f64, String>;
+
 /// One step of plain SGD. Without momentum the optimizer's state (its velocity is just the
 /// gradient) carries nothing to the next step, so only the parameters are returned and carried,
 /// as the peers do.
@@ -305,8 +311,8 @@ fn mlp_train_step(batch: usize, mode: Mode) -> Result<Timing, String> {
 /// kernels: no paths.)
 fn eager_mlp(
     name: &str,
-    step: fn(&MlpArgs) -> (Mlp, Tensor),
-    agree: fn(&str, fn(&MlpArgs) -> (Mlp, Tensor), &MlpArgs, &(Mlp, Tensor)) -> Result<f64, String>,
+    step: MlpStep,
+    agree: MlpCheck,
     args: MlpArgs,
     mode: Mode,
 ) -> Result<Timing, String> {
