@@ -331,6 +331,23 @@ fn bad_input_gives_errors_never_panics() {
     assert!(n >= 30);
 }
 
+/// `ir-specs/coverage/cpu.txt` (what the CPU backend compiled as kernels and checked, per op)
+/// is what the spec examples give now; `KILN_BLESS` (`cargo xtask codegen`) rewrites it.
+#[test]
+fn cpu_coverage_is_fresh() {
+    let want = kiln_tests::cpu_coverage();
+    let path = root().join("ir-specs/coverage/cpu.txt");
+    if std::env::var_os("KILN_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "ir-specs/coverage/cpu.txt is stale: run `cargo xtask codegen`"
+    );
+}
+
 #[test]
 fn status_md_is_fresh() {
     let want = status_table();

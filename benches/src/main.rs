@@ -2,8 +2,13 @@
 //! `kiln-bench --json FILE [--only a,b]` (run through `cargo xtask bench`).
 //!
 //! Every workload is written with kiln's user API and compiled with `jit`, as a user would. Before
-//! timing, each one is checked against the reference interpreter on a smaller instance of the
-//! same program, so a fast wrong answer cannot count.
+//! timing, the timed program checks itself: one call of the very function that is timed, on the
+//! very inputs, is compared with the reference interpreter on the same inputs, per element under
+//! the ulp bounds of `kiln_reference::accuracy`; a mismatch exits with status 1 and the
+//! workload's name. Where the reference is too slow at full size (see [`Check::Path`]), the
+//! largest instance that takes the same code path is checked instead, and the bench asserts
+//! that it does: its kernels' paths (GEMM blocking, streaming stores, tiles, thread splits, ...,
+//! `kiln_codegen_llvm::cpu::KernelPath`) are those of the timed program.
 
 use kiln::nn::{Mlp, cross_entropy};
 use kiln::optim::{Sgd, SgdState};
@@ -14,9 +19,36 @@ use std::time::Instant;
 /// A workload: builds inputs of a size and the function to time.
 struct Workload {
     name: &'static str,
-    /// (full size, small size for the correctness check)
-    sizes: (usize, usize),
-    run: fn(usize, bool) -> Result<Timing, String>,
+    /// The size timed.
+    size: usize,
+    /// How the timed program is checked against the reference.
+    check: Check,
+    run: fn(usize, Mode) -> Result<Timing, String>,
+}
+
+/// How a workload's timed program is checked against the reference interpreter.
+#[derive(Clone, Copy)]
+enum Check {
+    /// The first call of the timed function on the timed inputs.
+    Timed,
+    /// The reference is too slow at full size: the instance of this size, which must take the
+    /// same code paths (its kernels' `kiln_codegen_llvm::cpu::KernelPath`s, as text, equal the
+    /// timed program's).
+    Path(usize),
+    /// Like [`Check::Path`] for an instance that differs in more than the size (described),
+    /// run by the function.
+    Instance(&'static str, fn(Mode) -> Result<Timing, String>),
+}
+
+/// What a workload's run does.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Checks the first call against the reference, then times.
+    CheckAndTime,
+    /// Times only (the check ran on another instance); the kernels' paths are returned.
+    Time,
+    /// Checks this instance against the reference and returns its kernels' paths; no timing.
+    CheckOnly,
 }
 
 #[derive(Default)]
@@ -25,6 +57,10 @@ struct Timing {
     samples: Vec<f64>,
     /// The fresh first calls of a compile_chain_* row (`first` is their median).
     first_calls: Vec<f64>,
+    /// The code paths of the program's kernels (for [`Check::Path`]).
+    paths: Vec<String>,
+    /// Seconds the check against the reference took (compiled call excluded).
+    check_s: f64,
 }
 
 fn rand(shape: &[usize], seed: u64) -> Tensor {
@@ -53,39 +89,51 @@ fn time<O>(mut f: impl FnMut() -> Result<O, String>) -> Result<Timing, String> {
     Ok(Timing {
         first,
         samples,
-        first_calls: Vec::new(),
+        ..Timing::default()
     })
 }
 
-/// Runs `f` on `x` compiled (the installed backend) and on the reference interpreter, and
-/// checks they agree.
-fn check<I: Tree, O: Tree + Clone>(
-    name: &str,
-    f: impl Fn(&I) -> O + Copy,
-    x: &I,
-) -> Result<(), String> {
-    let compiled = jit(f).call(x).map_err(|e| e.to_string())?;
-    agrees(name, f, x, &compiled)
+/// The arguments `x` as literals.
+fn literals<I: Tree>(x: &I) -> Result<Vec<kiln::ir::Literal>, String> {
+    x.leaf_vec()
+        .iter()
+        .map(|t| t.to_literal())
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())
 }
 
 /// Checks `got`, the result of `f` at `x` computed some way, against the reference
-/// interpreter's.
+/// interpreter's evaluation of `f` traced at `x`: per element, under the ulp bounds of
+/// `kiln_reference::accuracy` for the traced program. Returns the seconds it took.
 fn agrees<I: Tree, O: Tree>(
     name: &str,
     f: impl Fn(&I) -> O + Copy,
     x: &I,
-    compiled: &O,
-) -> Result<(), String> {
+    got: &O,
+) -> Result<f64, String> {
+    let t = Instant::now();
     let func = kiln::lower::trace_ir(f, x).map_err(|e| e.to_string())?;
-    let args: Vec<_> = x
-        .leaf_vec()
-        .iter()
-        .map(|t| t.to_literal())
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    let want = kiln::reference::eval(&func, &args).map_err(|e| e.to_string())?;
-    for (got, want) in compiled.leaf_vec().iter().zip(&want) {
-        let g = got.to_literal().map_err(|e| e.to_string())?.to_f64s();
+    let args = literals(x)?;
+    let got = literals(got)?;
+    kiln::reference::accuracy::check_outputs(&func, &args, &got)
+        .map_err(|e| format!("{name}: {e}"))?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Like [`agrees`] for a result computed by another program than `f` (the hand-written
+/// gradient of `mlp_train_step_eager_ops`, which rounds differently from autodiff's): within
+/// a relative tolerance of each output's largest value.
+fn agrees_loosely<I: Tree, O: Tree>(
+    name: &str,
+    f: impl Fn(&I) -> O + Copy,
+    x: &I,
+    got: &O,
+) -> Result<f64, String> {
+    let t = Instant::now();
+    let func = kiln::lower::trace_ir(f, x).map_err(|e| e.to_string())?;
+    let want = kiln::reference::eval(&func, &literals(x)?).map_err(|e| e.to_string())?;
+    for (got, want) in literals(got)?.iter().zip(&want) {
+        let g = got.to_f64s();
         let w = want.to_f64s();
         let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
         if let Some(i) = g
@@ -99,44 +147,85 @@ fn agrees<I: Tree, O: Tree>(
             ));
         }
     }
-    Ok(())
+    Ok(t.elapsed().as_secs_f64())
 }
 
-/// On the small instance (`verify`), checks `f` at `x` against the reference; otherwise times
-/// the compiled `f` at `x`.
+/// The code paths of the kernels of `f` traced at `x`, compiled as `jit` compiles it: each
+/// kernel's op and paths, without its instruction number, sorted.
+fn kernel_paths<I: Tree, O: Tree>(
+    f: impl Fn(&I) -> O + Copy,
+    x: &I,
+) -> Result<Vec<String>, String> {
+    let func = kiln::lower::trace_ir(f, x).map_err(|e| e.to_string())?;
+    let exe =
+        kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(&func, &[], &kiln::options())
+            .map_err(|e| e.to_string())?;
+    let mut paths: Vec<String> = exe
+        .kernel_paths()
+        .iter()
+        .map(|p| {
+            let s = p.to_string();
+            s[s.find(' ').map_or(0, |i| i + 1)..].to_string()
+        })
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// Compiles `f` with `jit` and, per `mode`, checks its first call at `x` against the reference
+/// and times it, times it only (returning its kernels' paths), or checks only (returning
+/// them).
 fn measure<I: Tree, O: Tree + Clone>(
     name: &str,
     f: impl Fn(&I) -> O + Copy,
     x: &I,
-    verify: bool,
+    mode: Mode,
 ) -> Result<Timing, String> {
-    if verify {
-        check(name, f, x)?;
-        return Ok(Timing::default());
-    }
     let j = jit(f);
-    time(|| j.call(x).map_err(|e| e.to_string()))
+    let (mut check_s, mut first) = (0.0, None);
+    if mode != Mode::Time {
+        // The first call (the compile) is timed here: it is the one checked.
+        let t = Instant::now();
+        let got = j.call(x).map_err(|e| e.to_string())?;
+        first = Some(t.elapsed().as_secs_f64());
+        check_s = agrees(name, f, x, &got)?;
+    }
+    if mode == Mode::CheckOnly {
+        return Ok(Timing {
+            paths: kernel_paths(f, x)?,
+            check_s,
+            ..Timing::default()
+        });
+    }
+    let mut t = time(|| j.call(x).map_err(|e| e.to_string()))?;
+    t.first = first.unwrap_or(t.first);
+    // (After the timing: compiling for the paths fills the kernel cache the first call reads.)
+    if mode == Mode::Time {
+        t.paths = kernel_paths(f, x)?;
+    }
+    t.check_s = check_s;
+    Ok(t)
 }
 
-fn matmul(n: usize, verify: bool) -> Result<Timing, String> {
+fn matmul(n: usize, mode: Mode) -> Result<Timing, String> {
     let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
     let x = (rand(&[n, n], 1), rand(&[n, n], 2));
-    measure("matmul", f, &x, verify)
+    measure("matmul", f, &x, mode)
 }
 
-fn gelu_chain(n: usize, verify: bool) -> Result<Timing, String> {
+fn gelu_chain(n: usize, mode: Mode) -> Result<Timing, String> {
     let f = |x: &Tensor| (&(x * 1.5) + 0.25).gelu(true);
     let x = rand(&[n], 3);
-    measure("gelu_chain", f, &x, verify)
+    measure("gelu_chain", f, &x, mode)
 }
 
-fn softmax(n: usize, verify: bool) -> Result<Timing, String> {
+fn softmax(n: usize, mode: Mode) -> Result<Timing, String> {
     let f = |x: &Tensor| x.softmax(-1);
     let x = rand(&[n, n], 4);
-    measure("softmax", f, &x, verify)
+    measure("softmax", f, &x, mode)
 }
 
-fn layernorm(rows: usize, verify: bool) -> Result<Timing, String> {
+fn layernorm(rows: usize, mode: Mode) -> Result<Timing, String> {
     let f = |(x, g, b): &(Tensor, Tensor, Tensor)| {
         let mean = x.mean(&[-1], true);
         let c = x - &mean;
@@ -145,10 +234,16 @@ fn layernorm(rows: usize, verify: bool) -> Result<Timing, String> {
     };
     let d = 1024;
     let x = (rand(&[rows, d], 5), rand(&[d], 6), rand(&[d], 7));
-    measure("layernorm", f, &x, verify)
+    measure("layernorm", f, &x, mode)
 }
 
 type MlpArgs = (Mlp, SgdState<Mlp>, Tensor, Tensor);
+
+/// One MLP step: the new parameters and the loss.
+type MlpStep = fn(&MlpArgs) -> (Mlp, Tensor);
+
+/// A check of an MLP step's result against the reference ([`agrees`] or [`agrees_loosely`]).
+type MlpCheck = fn(&str, MlpStep, &MlpArgs, &(Mlp, Tensor)) -> Result<f64, String>;
 
 /// One step of plain SGD. Without momentum the optimizer's state (its velocity is just the
 /// gradient) carries nothing to the next step, so only the parameters are returned and carried,
@@ -163,13 +258,9 @@ fn mlp_step((m, s, x, y): &MlpArgs) -> (Mlp, Tensor) {
     }
 }
 
-/// The MLP step's model, optimizer state and batch (a model an eighth as wide for `verify`).
-fn mlp_args(batch: usize, verify: bool) -> Result<MlpArgs, String> {
-    let dims: &[usize] = if verify {
-        &[784 / 8, 1024 / 8, 1024 / 8, 10]
-    } else {
-        &[784, 1024, 1024, 10]
-    };
+/// The MLP step's model, optimizer state and a batch of `batch` rows.
+fn mlp_args(batch: usize) -> Result<MlpArgs, String> {
+    let dims: &[usize] = &[784, 1024, 1024, 10];
     let m = Mlp::new(&key(8), dims, DType::F32);
     let s = Sgd::new(0.01).init(&m);
     let x = normal(&key(9), &[batch, dims[0]], DType::F32);
@@ -181,45 +272,96 @@ fn mlp_args(batch: usize, verify: bool) -> Result<MlpArgs, String> {
     Ok((m, s, x, y))
 }
 
-fn mlp_train_step(batch: usize, verify: bool) -> Result<Timing, String> {
-    let (m, s, x, y) = mlp_args(batch, verify)?;
-    if verify {
-        check("mlp_train_step", mlp_step, &(m, s, x, y))?;
-        return Ok(Timing::default());
-    }
+fn mlp_train_step(batch: usize, mode: Mode) -> Result<Timing, String> {
+    let (m, s, x, y) = mlp_args(batch)?;
     // Parameters are carried from call to call and donated, as the JAX peer does
     // (`donate_argnums`): the step updates them in place.
     let j = jit(mlp_step);
+    let (mut check_s, mut first) = (0.0, None);
+    if mode != Mode::Time {
+        // The first call (the compile) is timed here: it is the one checked.
+        let args = (m.clone(), s.clone(), x.clone(), y.clone());
+        let t = Instant::now();
+        let got = j.call_donating(args.clone()).map_err(|e| e.to_string())?;
+        first = Some(t.elapsed().as_secs_f64());
+        check_s = agrees("mlp_train_step", mlp_step, &args, &got)?;
+    }
+    let args = (m.clone(), s.clone(), x.clone(), y.clone());
+    if mode == Mode::CheckOnly {
+        return Ok(Timing {
+            paths: kernel_paths(mlp_step, &args)?,
+            check_s,
+            ..Timing::default()
+        });
+    }
     let mut state = Some(m);
-    time(|| {
+    let mut t = time(|| {
         let m = state.take().expect("carried");
         let (m, l) = j
             .call_donating((m, s.clone(), x.clone(), y.clone()))
             .map_err(|e| e.to_string())?;
         state = Some(m);
         Ok(l)
-    })
+    })?;
+    t.first = first.unwrap_or(t.first);
+    // (After the timing: compiling for the paths fills the kernel cache the first call reads.)
+    if mode == Mode::Time {
+        t.paths = kernel_paths(mlp_step, &args)?;
+    }
+    t.check_s = check_s;
+    Ok(t)
+}
+
+/// Times `step` (an eager MLP step) from `args`, carrying the parameters, after checking its
+/// first result with `agree` unless `mode` is [`Mode::Time`]. (Eager ops run no fused
+/// kernels: no paths.)
+fn eager_mlp(
+    name: &str,
+    step: MlpStep,
+    agree: MlpCheck,
+    args: MlpArgs,
+    mode: Mode,
+) -> Result<Timing, String> {
+    let (mut check_s, mut first) = (0.0, None);
+    if mode != Mode::Time {
+        // The first call (the gradient's compile) is timed here: it is the one checked.
+        let t = Instant::now();
+        let got = step(&args);
+        got.1.item().map_err(|e| e.to_string())?;
+        first = Some(t.elapsed().as_secs_f64());
+        check_s = agree(name, mlp_step, &args, &got)?;
+    }
+    if mode == Mode::CheckOnly {
+        return Ok(Timing {
+            check_s,
+            ..Timing::default()
+        });
+    }
+    let (m, s, x, y) = args;
+    let mut state = Some(m);
+    let mut t = time(|| {
+        let m = state.take().expect("carried");
+        let (m, l) = step(&(m, s.clone(), x.clone(), y.clone()));
+        let l = l.item().map_err(|e| e.to_string())?;
+        state = Some(m);
+        Ok(l)
+    })?;
+    t.first = first.unwrap_or(t.first);
+    t.check_s = check_s;
+    Ok(t)
 }
 
 /// `mlp_train_step` without `jit`, as a user's eager loop runs it: the gradient comes from
 /// `value_and_grad` (which compiles the gradient function once per signature) and the update
 /// runs op by op.
-fn mlp_train_step_eager(batch: usize, verify: bool) -> Result<Timing, String> {
-    let (m, s, x, y) = mlp_args(batch, verify)?;
-    if verify {
-        let args = (m, s, x, y);
-        let (m, l) = mlp_step(&args);
-        return agrees("mlp_train_step_eager", mlp_step, &args, &(m, l))
-            .map(|()| Timing::default());
-    }
-    let mut state = Some(m);
-    time(|| {
-        let m = state.take().expect("carried");
-        let (m, l) = mlp_step(&(m, s.clone(), x.clone(), y.clone()));
-        let l = l.item().map_err(|e| e.to_string())?;
-        state = Some(m);
-        Ok(l)
-    })
+fn mlp_train_step_eager(batch: usize, mode: Mode) -> Result<Timing, String> {
+    eager_mlp(
+        "mlp_train_step_eager",
+        mlp_step,
+        agrees,
+        mlp_args(batch)?,
+        mode,
+    )
 }
 
 /// The MLP step with the gradient written out by hand (as the NumPy peer writes it): the
@@ -260,22 +402,16 @@ fn mlp_step_by_hand((m, _, x, y): &MlpArgs) -> (Mlp, Tensor) {
 
 /// `mlp_train_step` fully eager: [`mlp_step_by_hand`], checked against the reference's
 /// evaluation of the traced `mlp_step` (autodiff's gradient).
-fn mlp_train_step_eager_ops(batch: usize, verify: bool) -> Result<Timing, String> {
-    let (m, s, x, y) = mlp_args(batch, verify)?;
-    if verify {
-        let args = (m, s, x, y);
-        let (m, l) = mlp_step_by_hand(&args);
-        return agrees("mlp_train_step_eager_ops", mlp_step, &args, &(m, l))
-            .map(|()| Timing::default());
-    }
-    let mut state = Some(m);
-    time(|| {
-        let m = state.take().expect("carried");
-        let (m, l) = mlp_step_by_hand(&(m, s.clone(), x.clone(), y.clone()));
-        let l = l.item().map_err(|e| e.to_string())?;
-        state = Some(m);
-        Ok(l)
-    })
+/// Its result is a different program's (the gradient written by hand rounds otherwise than
+/// autodiff's): checked within a relative tolerance, not the traced program's ulp bounds.
+fn mlp_train_step_eager_ops(batch: usize, mode: Mode) -> Result<Timing, String> {
+    eager_mlp(
+        "mlp_train_step_eager_ops",
+        mlp_step_by_hand,
+        agrees_loosely,
+        mlp_args(batch)?,
+        mode,
+    )
 }
 
 fn conv(
@@ -283,26 +419,37 @@ fn conv(
     w_shape: [usize; 4],
     stride: usize,
     pad: usize,
-    verify: bool,
+    mode: Mode,
 ) -> Result<Timing, String> {
     let f = move |(x, w): &(Tensor, Tensor)| x.conv2d(w, (stride, stride), (pad, pad), (1, 1), 1);
     let x = (rand(&x_shape, 10), rand(&w_shape, 11));
-    measure("conv", f, &x, verify)
+    measure("conv", f, &x, mode)
 }
 
-fn conv_7x7(n: usize, verify: bool) -> Result<Timing, String> {
-    let hw = if verify { 28 } else { 224 };
-    conv([n, 3, hw, hw], [64, 3, 7, 7], 2, 3, verify)
+/// A batch of `n` images.
+fn conv_7x7(n: usize, mode: Mode) -> Result<Timing, String> {
+    conv([n, 3, 224, 224], [64, 3, 7, 7], 2, 3, mode)
 }
 
-fn conv_3x3(n: usize, verify: bool) -> Result<Timing, String> {
-    let (c, hw) = if verify { (8, 12) } else { (64, 56) };
-    conv([n, c, hw, hw], [64, c, 3, 3], 1, 1, verify)
+/// The instance of [`conv_7x7`] the reference checks: two images of 104 x 104 (enough rows for the pad to split across threads, as at full size).
+fn conv_7x7_checked(mode: Mode) -> Result<Timing, String> {
+    conv([2, 3, 104, 104], [64, 3, 7, 7], 2, 3, mode)
 }
 
-/// q, k and v of `t` positions, 8 heads of width 64, batch 8 (2 for the check).
-fn attention_inputs(t: usize, verify: bool) -> (Tensor, Tensor, Tensor) {
-    let b = if verify { 2 } else { 8 };
+/// A batch of `n` images.
+fn conv_3x3(n: usize, mode: Mode) -> Result<Timing, String> {
+    conv([n, 64, 56, 56], [64, 64, 3, 3], 1, 1, mode)
+}
+
+/// The instance of [`conv_3x3`] the reference checks: two images of 32 x 32 (Winograd's
+/// transforms, as at full size).
+fn conv_3x3_checked(mode: Mode) -> Result<Timing, String> {
+    conv([2, 64, 32, 32], [64, 64, 3, 3], 1, 1, mode)
+}
+
+/// q, k and v of 512 positions, 8 heads of width 64, batch `b`.
+fn attention_inputs(b: usize) -> (Tensor, Tensor, Tensor) {
+    let t = 512;
     (
         rand(&[b, 8, t, 64], 12),
         rand(&[b, 8, t, 64], 13),
@@ -310,20 +457,21 @@ fn attention_inputs(t: usize, verify: bool) -> (Tensor, Tensor, Tensor) {
     )
 }
 
-fn attention(t: usize, verify: bool) -> Result<Timing, String> {
+/// A batch of `b`.
+fn attention(b: usize, mode: Mode) -> Result<Timing, String> {
     let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         (&q.matmul(&k.t()) * (1.0 / 8.0)).softmax(-1).matmul(v)
     };
-    measure("attention", f, &attention_inputs(t, verify), verify)
+    measure("attention", f, &attention_inputs(b), mode)
 }
 
 /// The same attention through the library's fused entry point (the peers' `attention_sdpa`
 /// row: PyTorch's `F.scaled_dot_product_attention`), scale 1/sqrt(64) by default.
-fn attention_sdpa(t: usize, verify: bool) -> Result<Timing, String> {
+fn attention_sdpa(b: usize, mode: Mode) -> Result<Timing, String> {
     let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         kiln::nn::scaled_dot_product_attention(q, k, v, None, false, None)
     };
-    measure("attention_sdpa", f, &attention_inputs(t, verify), verify)
+    measure("attention_sdpa", f, &attention_inputs(b), mode)
 }
 
 /// The chain of `n` elementwise steps of the compile_chain_* rows: step i is
@@ -392,27 +540,26 @@ fn chain_first_call(n: usize, x: &Tensor, warm: bool) -> Result<(f64, Vec<f32>, 
 
 /// The compile_chain_* rows (shared/bench/README.md): the median of 3 cold first calls of the
 /// jitted gradient of an `n`-step chain on x `f32[256]`, after one warm-up compile of a tiny
-/// different program (n = 2, x `[8]`). The gradient is checked against [`chain_grad_f64`]; on
-/// the small instance (`verify`) also against the reference interpreter.
-fn compile_chain(n: usize, verify: bool) -> Result<Timing, String> {
-    let size = if verify { 16 } else { 256 };
-    let x = normal(&key(4), &[size], DType::F32);
-    if verify {
-        check(
-            "compile_chain",
-            move |x: &Tensor| grad(chain_loss(n))(x),
-            &x,
-        )?;
-    } else {
-        chain_first_call(2, &normal(&key(4), &[8], DType::F32), false)?;
-    }
+/// different program (n = 2, x `[8]`). Every call's gradient is checked against
+/// [`chain_grad_f64`], the first also against the reference interpreter.
+fn compile_chain(n: usize, mode: Mode) -> Result<Timing, String> {
+    let x = normal(&key(4), &[256], DType::F32);
+    chain_first_call(2, &normal(&key(4), &[8], DType::F32), false)?;
     let want = chain_grad_f64(n, &x.to_vec::<f32>().map_err(|e| e.to_string())?);
     let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let (mut first_calls, mut samples) = (Vec::new(), Vec::new());
-    let runs = if verify { 1 } else { 3 };
-    for run in 0..runs {
-        let (s, got, warm) = chain_first_call(n, &x, run + 1 == runs)?;
+    let (mut first_calls, mut samples, mut check_s) = (Vec::new(), Vec::new(), 0.0);
+    for run in 0..3 {
+        let (s, got, warm) = chain_first_call(n, &x, run == 2)?;
         samples = warm;
+        if run == 0 && mode != Mode::Time {
+            let got = Tensor::from_vec(got.clone(), [got.len()]).map_err(|e| e.to_string())?;
+            check_s = agrees(
+                &format!("compile_chain_{n}"),
+                move |x: &Tensor| grad(chain_loss(n))(x),
+                &x,
+                &got,
+            )?;
+        }
         // The gradient underflows (about 1e-24 at n = 250, 0 in f32 from n = 1000): an
         // absolute floor below f32's smallest normal number.
         if let Some(i) = got
@@ -431,91 +578,153 @@ fn compile_chain(n: usize, verify: bool) -> Result<Timing, String> {
         first: median(&first_calls),
         samples,
         first_calls,
+        check_s,
+        ..Timing::default()
     })
 }
 
+/// The workloads. A [`Check::Path`] names the largest instance the reference checks in
+/// reasonable time (see docs/reliability.md for the seconds each check takes); the bench asserts
+/// it takes the timed program's code paths.
 const WORKLOADS: &[Workload] = &[
     Workload {
         name: "matmul_256",
-        sizes: (256, 32),
+        size: 256,
+        check: Check::Timed,
         run: matmul,
     },
     Workload {
         name: "matmul_1024",
-        sizes: (1024, 48),
+        size: 1024,
+        check: Check::Timed,
         run: matmul,
     },
     Workload {
         name: "matmul_2048",
-        sizes: (2048, 64),
+        size: 2048,
+        check: Check::Path(1024),
         run: matmul,
     },
     Workload {
         name: "gelu_chain_16M",
-        sizes: (16 << 20, 1000),
+        size: 16 << 20,
+        check: Check::Timed,
         run: gelu_chain,
     },
     Workload {
         name: "softmax_4096x4096",
-        sizes: (4096, 64),
+        size: 4096,
+        check: Check::Timed,
         run: softmax,
     },
     Workload {
         name: "layernorm_8192x1024",
-        sizes: (8192, 16),
+        size: 8192,
+        check: Check::Timed,
         run: layernorm,
     },
     Workload {
         name: "mlp_train_step",
-        sizes: (256, 16),
+        size: 256,
+        check: Check::Timed,
         run: mlp_train_step,
     },
     Workload {
         name: "mlp_train_step_eager",
-        sizes: (256, 16),
+        size: 256,
+        check: Check::Timed,
         run: mlp_train_step_eager,
     },
     Workload {
         name: "mlp_train_step_eager_ops",
-        sizes: (256, 16),
+        size: 256,
+        check: Check::Timed,
         run: mlp_train_step_eager_ops,
     },
     Workload {
         name: "conv_7x7s2_32x3x224",
-        sizes: (32, 2),
+        size: 32,
+        check: Check::Instance("2 x 3 x 104 x 104", conv_7x7_checked),
         run: conv_7x7,
     },
     Workload {
         name: "conv_3x3_64x64x56",
-        sizes: (64, 2),
+        size: 64,
+        check: Check::Instance("2 x 64 x 32 x 32", conv_3x3_checked),
         run: conv_3x3,
     },
     Workload {
         name: "attention_8x8x512x64",
-        sizes: (512, 16),
+        size: 8,
+        check: Check::Timed,
         run: attention,
     },
     Workload {
         name: "attention_sdpa_8x8x512x64",
-        sizes: (512, 16),
+        size: 8,
+        check: Check::Timed,
         run: attention_sdpa,
     },
     Workload {
         name: "compile_chain_250",
-        sizes: (250, 24),
+        size: 250,
+        check: Check::Timed,
         run: compile_chain,
     },
     Workload {
         name: "compile_chain_1000",
-        sizes: (1000, 25),
+        size: 1000,
+        check: Check::Timed,
         run: compile_chain,
     },
     Workload {
         name: "compile_chain_4000",
-        sizes: (4000, 26),
+        size: 4000,
+        check: Check::Timed,
         run: compile_chain,
     },
 ];
+
+/// The timing of `timed`, after `checked` (the check of the instance `what`) passed, if the
+/// instance took the same code paths as the timed program. Whether a loop nest's rows are split
+/// across threads is not compared: the runtime calls the same kernel on each chunk of rows
+/// (the splits themselves are covered by `schedule_coverage`'s `thread_splits`), and a
+/// smaller instance has fewer rows or less work in some kernels (one elementwise `add` of
+/// `conv_3x3`'s Winograd transforms splits from a batch of 6 only). A GEMM's split (rows or
+/// columns) is compared, as its blocking.
+fn same_paths(
+    what: &str,
+    checked: Result<Timing, String>,
+    timed: impl FnOnce() -> Result<Timing, String>,
+) -> Result<Timing, String> {
+    let c = checked?;
+    let t = timed()?;
+    let loops = |p: &[String]| -> Vec<String> {
+        let mut v: Vec<String> = p
+            .iter()
+            .map(|s| {
+                if s.contains("gemm") {
+                    s.clone()
+                } else {
+                    s.replace(" threads;", "").replace(" plain loops;", "")
+                }
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    if loops(&c.paths) != loops(&t.paths) {
+        return Err(format!(
+            "the checked instance ({what}) takes other code paths than the timed one:\n  \
+             checked: {:?}\n  timed:   {:?}",
+            c.paths, t.paths
+        ));
+    }
+    Ok(Timing {
+        check_s: c.check_s,
+        ..t
+    })
+}
 
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
@@ -554,19 +763,33 @@ fn main() {
         .iter()
         .filter(|w| only.is_empty() || only.iter().any(|o| o == w.name))
     {
-        if let Err(e) = (w.run)(w.sizes.1, true) {
-            eprintln!("{}: wrong result on the small instance: {e}", w.name);
-            std::process::exit(1);
-        }
-        match (w.run)(w.sizes.0, false) {
+        let run = match w.check {
+            Check::Timed => (w.run)(w.size, Mode::CheckAndTime),
+            Check::Path(small) => {
+                let checked = (w.run)(small, Mode::CheckOnly);
+                same_paths(&format!("size {small}"), checked, || {
+                    (w.run)(w.size, Mode::Time)
+                })
+            }
+            Check::Instance(what, run) => {
+                same_paths(what, run(Mode::CheckOnly), || (w.run)(w.size, Mode::Time))
+            }
+        };
+        match run {
             Ok(t) => {
                 let med = median(&t.samples);
                 let min = t.samples.iter().copied().fold(f64::INFINITY, f64::min);
                 eprintln!(
-                    "{:24} median {:10.3} ms  first call {:10.3} ms",
+                    "{:24} median {:10.3} ms  first call {:10.3} ms  checked in {:.1} s ({})",
                     w.name,
                     med * 1e3,
-                    t.first * 1e3
+                    t.first * 1e3,
+                    t.check_s,
+                    match w.check {
+                        Check::Timed => "the timed call".to_string(),
+                        Check::Path(n) => format!("size {n}, same paths"),
+                        Check::Instance(what, _) => format!("{what}, same paths"),
+                    }
                 );
                 let samples: Vec<String> = t.samples.iter().map(|s| format!("{s:.6e}")).collect();
                 if !t.first_calls.is_empty() {
@@ -608,5 +831,38 @@ fn main() {
             }
         }
         None => print!("{json}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check accepts a compiled product and refuses it with one element off by a
+    /// thousandth (far past the sum's bound, far inside the old tolerance of a thousandth of
+    /// the largest value).
+    #[test]
+    fn the_check_refuses_a_wrong_element() {
+        let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
+        let x = (rand(&[40, 30], 1), rand(&[30, 20], 2));
+        let got = jit(f).call(&x).unwrap();
+        agrees("matmul", f, &x, &got).unwrap();
+        let mut v = got.to_vec::<f32>().unwrap();
+        v[7] += 1e-3 * v[7].abs().max(1e-3);
+        let bad = Tensor::from_vec(v, [40, 20]).unwrap();
+        let e = agrees("matmul", f, &x, &bad).unwrap_err();
+        assert!(e.contains("element 7"), "{e}");
+    }
+
+    /// Instances of the same program at two sizes compare their code paths: a product large
+    /// enough to split across threads differs from a small one.
+    #[test]
+    fn paths_tell_instances_apart() {
+        let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
+        let big = kernel_paths(f, &(rand(&[300, 200], 1), rand(&[200, 300], 2))).unwrap();
+        let big2 = kernel_paths(f, &(rand(&[400, 200], 1), rand(&[200, 300], 2))).unwrap();
+        let small = kernel_paths(f, &(rand(&[8, 8], 1), rand(&[8, 8], 2))).unwrap();
+        assert_eq!(big, big2);
+        assert_ne!(big, small, "{big:?}");
     }
 }

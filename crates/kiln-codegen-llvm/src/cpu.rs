@@ -32,6 +32,7 @@ mod loops;
 mod lowering;
 mod math;
 mod module;
+mod paths;
 mod row_cache;
 mod sum_tree;
 
@@ -39,6 +40,7 @@ use kernels::*;
 use loops::*;
 use module::*;
 pub use module::{describe_fusion, describe_memory, describe_memory_donating, function_llvm_ir};
+pub use paths::{GemmBlocking, KernelPath};
 use row_cache::*;
 
 use compile_times::PhaseClock;
@@ -66,6 +68,8 @@ pub struct CpuExecutable {
     lowered_from_cache: bool,
     /// Kernel functions compiled (kernels equal to an earlier one share its function).
     functions: usize,
+    /// The code paths of each kernel (see [`KernelPath`]).
+    paths: Vec<KernelPath>,
     _context: Box<Context>,
 }
 

@@ -34,6 +34,32 @@ struct Report {
     failures: Vec<(u64, String)>,
     /// Seconds compiling, running and comparing the small programs, and the large ones.
     seconds: [[f64; 3]; 2],
+    /// Programs compiled for [`small_target`].
+    small_target: usize,
+    /// Kernels that took each code path (`KernelPath`'s names), over all programs and over
+    /// those compiled for [`small_target`].
+    paths: std::collections::BTreeMap<String, [usize; 2]>,
+}
+
+/// The host's target with its loop thresholds lowered, so that moderately sized random
+/// programs reach the loop strategies of large outputs: streaming stores from 1 KiB of output
+/// (rows of one cache line), transposing tiles of 4 x 4.
+fn small_target() -> kiln_kernel::target::TargetInfo {
+    let mut t = kiln_codegen_llvm::cpu::host_target_info();
+    t.loops.stream_bytes = 1024;
+    t.loops.stream_row_lines = 1;
+    t.loops.transpose_tile = 4;
+    t
+}
+
+/// Whether seed `seed`'s program is compiled for [`small_target`]: one in four.
+fn on_small_target(seed: u64) -> bool {
+    seed % 4 == 3
+}
+
+thread_local! {
+    /// Whether [`compare`] compiles for [`small_target`] (set per seed).
+    static SMALL_TARGET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The generator's configuration for `seed` (see [`Config::profile`]).
@@ -64,14 +90,54 @@ struct Compared {
     stats: Stats,
     /// Seconds compiling, running, and comparing (the reference's evaluations included).
     seconds: [f64; 3],
+    /// The names of the code paths each kernel took.
+    paths: Vec<Vec<&'static str>>,
+}
+
+/// The names of the code paths `p` took.
+fn path_names(p: &kiln_codegen_llvm::cpu::KernelPath) -> Vec<&'static str> {
+    use kiln_codegen_llvm::cpu::GemmBlocking as G;
+    let mut v = Vec::new();
+    if let Some(g) = p.gemm {
+        v.push(match g {
+            G::Plain => "gemm plain",
+            G::SplitColumns => "gemm split columns",
+            G::WholeRows => "gemm whole rows",
+            G::Chained => "gemm chained",
+            G::Online => "gemm online",
+        });
+    }
+    for (on, name) in [
+        (p.stream, "streaming stores"),
+        (p.tile, "transposing tiles"),
+        (p.guard_cuts, "guard cuts"),
+        (p.row_caches > 0, "row caches"),
+        (p.strips, "column strips"),
+        (p.threads, "thread splits"),
+        (p.concurrent, "concurrent"),
+    ] {
+        if on {
+            v.push(name);
+        }
+    }
+    v
 }
 
 /// Compiles `f`, runs it on `args` and compares it with the reference; the error says what
 /// failed.
 fn compare(f: &Func, args: &[Literal]) -> Result<Compared, String> {
     let t = std::time::Instant::now();
-    let exe = CpuExecutable::compile_with_options(f, &[], &common::env_options())
-        .map_err(|e| e.to_string())?;
+    let opts = common::env_options();
+    let exe = if SMALL_TARGET.with(|s| s.get()) {
+        let lowered =
+            kiln_kernel::pipeline::lower_program(f, &[], &opts, &small_target(), None, &mut |_| {})
+                .map_err(|e| e.to_string())?;
+        CpuExecutable::render(lowered, &opts)
+    } else {
+        CpuExecutable::compile_with_options(f, &[], &opts)
+    }
+    .map_err(|e| e.to_string())?;
+    let paths = exe.kernel_paths().iter().map(path_names).collect();
     let compiled = t.elapsed().as_secs_f64();
     let kernels = exe.plan().iter().filter(|s| **s == Step::Kernel).count();
     let by_reference = exe.plan().iter().filter(|s| **s == Step::Reference).count();
@@ -85,6 +151,7 @@ fn compare(f: &Func, args: &[Literal]) -> Result<Compared, String> {
         by_reference,
         stats,
         seconds: [compiled, ran - compiled, checked - ran],
+        paths,
     })
 }
 
@@ -107,8 +174,16 @@ fn check_random_programs(seeds: impl Iterator<Item = u64>) -> Report {
                 })
                 .count();
         }
+        let small = on_small_target(seed);
+        SMALL_TARGET.with(|s| s.set(small));
+        rep.small_target += small as usize;
         match compare(&f, &args) {
             Ok(c) => {
+                for name in c.paths.iter().flatten() {
+                    let n = rep.paths.entry(name.to_string()).or_default();
+                    n[0] += 1;
+                    n[1] += small as usize;
+                }
                 rep.kernels += c.kernels;
                 rep.by_reference += c.by_reference;
                 rep.stats += c.stats;
@@ -180,6 +255,8 @@ fn reference_value(f: &Func, args: &[Literal], v: kiln_ir::ValueId) -> Option<Li
 /// message names the file and shows the shrunk program.
 fn shrink_and_save(seed: u64, error: &str) -> String {
     let f = random_func(&mut Rng::new(seed), &config(seed));
+    // (A failure only on the small target shrinks on it, and its filetest runs on the host's.)
+    SMALL_TARGET.with(|s| s.set(on_small_target(seed)));
     let start = std::time::Instant::now();
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
@@ -309,6 +386,12 @@ fn random_programs_agree_with_the_reference() {
         rep.ops.extend(p.ops);
         rep.stats += p.stats;
         rep.special_inputs += p.special_inputs;
+        rep.small_target += p.small_target;
+        for (k, v) in p.paths {
+            let n = rep.paths.entry(k).or_default();
+            n[0] += v[0];
+            n[1] += v[1];
+        }
     }
     assert_eq!(rep.programs as u64, programs);
     if !rep.failures.is_empty() {
@@ -366,10 +449,28 @@ fn random_programs_agree_with_the_reference() {
         s.neg_zero,
         s.subnormal
     );
-    assert_eq!(
+    let paths: Vec<String> = rep
+        .paths
+        .iter()
+        .map(|(k, [all, small])| format!("{k} {all} ({small})"))
+        .collect();
+    println!(
+        "kernels per code path (of them, in the {} programs compiled for small_target): {}",
+        rep.small_target,
+        paths.join(", ")
+    );
+    // The small target's programs reach streaming stores and transposing tiles.
+    let on_small = |k: &str| rep.paths.get(k).map_or(0, |v| v[1]);
+    assert!(
+        programs < 1000 || (on_small("streaming stores") > 0 && on_small("transposing tiles") > 0),
+        "the small target's programs reached no streaming stores or tiles: {paths:?}"
+    );
+    // (A short range, `KILN_PROGRAMS=12754..12755`, need not generate every op.)
+    assert!(
+        programs < 1000 || rep.ops.len() == kiln_ir::OpKind::ALL.len(),
+        "ops never generated: {} of {}",
         rep.ops.len(),
-        kiln_ir::OpKind::ALL.len(),
-        "ops never generated"
+        kiln_ir::OpKind::ALL.len()
     );
     assert!(
         rep.nontrivial * 100 >= rep.programs * 95,

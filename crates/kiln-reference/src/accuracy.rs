@@ -28,7 +28,9 @@
 //! see [`magnitudes`]). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
 //! inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
 //! cancelled, not the tiny result. `2 U` covers the first-order growth through the
-//! transcendentals (whose condition numbers on the generator's ranges are a few units). A cone of
+//! transcendentals (whose condition numbers on the generator's ranges are a few units), except
+//! `power`'s, which grow without bound (`|y|` for the base, `|y ln x|` for the exponent): a
+//! power's magnitude carries them for its inexact operands (see `power_magnitude`). A cone of
 //! exact ops has `U = K = 0`: the element must be bit for bit the reference's.
 //!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
@@ -281,6 +283,43 @@ fn zip(a: &Literal, b: &Literal, g: impl Fn(f64, f64) -> f64) -> Literal {
     Literal::from_f64s(f64_type(a.ty()), &v).expect("same size")
 }
 
+/// The magnitude of `z = x^y` (`out`) from its operands' values `r` and magnitudes `m`, where
+/// `inexact[k]` when operand `k`'s cone is not exact: `|z|`, plus what the operands' errors
+/// become through the power's condition numbers. An error `δx` of the base changes `z` by about
+/// `|z| · |y| · δx / |x|`, and `δy` of the exponent by `|z| · |ln x| · δy`; the operands' errors
+/// are within `(2 U + K) · ε` times their magnitudes (the output's `U` and `K` include theirs),
+/// so `|z| · (1 + |y| · M_x / |x| + |ln |x|| · M_y)` carries them at the output's own scale. An
+/// exact operand adds nothing (a power of exact operands keeps the bound of its own rounding),
+/// and an inexact base of 0 has no bound (infinite).
+fn power_magnitude(
+    out: &Literal,
+    r: [&Literal; 2],
+    m: [&Literal; 2],
+    inexact: [bool; 2],
+) -> Literal {
+    let (z, x, y) = (out.to_f64s(), r[0].to_f64s(), r[1].to_f64s());
+    let (mx, my) = (m[0].to_f64s(), m[1].to_f64s());
+    let v: Vec<f64> = (0..z.len())
+        .map(|i| {
+            let mut c = 1.0;
+            if inexact[0] {
+                c += if x[i] == 0.0 {
+                    f64::INFINITY
+                } else {
+                    y[i].abs() * mx[i] / x[i].abs()
+                };
+            }
+            if inexact[1] {
+                c += x[i].abs().ln().abs() * my[i];
+            }
+            // A zero or infinite power times an infinite condition: no bound (NaN, made
+            // infinite by the caller).
+            z[i].abs() * c
+        })
+        .collect();
+    Literal::from_f64s(f64_type(out.ty()), &v).expect("same size")
+}
+
 /// For each output of `f` on `args`, the magnitude `M` of each element (an f64 tensor of the
 /// output's shape; the output itself for integer and `pred` outputs): the reference's evaluation
 /// with each float value replaced by a bound on the absolute values it is computed from.
@@ -292,6 +331,12 @@ pub fn magnitudes(f: &Func, args: &[Literal]) -> crate::Result<Vec<Literal>> {
     crate::check_args(f, args)?;
     let mut real: Vec<Option<Literal>> = vec![None; f.values.len()];
     let mut mag: Vec<Option<Literal>> = vec![None; f.values.len()];
+    let mut def = vec![usize::MAX; f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        for r in &inst.results {
+            def[r.index()] = i;
+        }
+    }
     for (&p, a) in f.params.iter().zip(args) {
         real[p.index()] = Some(a.clone());
         mag[p.index()] = Some(if a.dtype().is_float() {
@@ -358,11 +403,16 @@ pub fn magnitudes(f: &Func, args: &[Literal]) -> crate::Result<Vec<Literal>> {
                 }
                 // cbrt(x) moves by dx / (3 cbrt(x)²).
                 Op::Cbrt {} => Some(zip(m[0], &out[0], |x, c| c.abs().max(x / (3.0 * c * c)))),
+                Op::Power {} => Some(power_magnitude(
+                    &out[0],
+                    [r[0], r[1]],
+                    [m[0], m[1]],
+                    [0, 1].map(|k| !cone_bound(f, &def, inst.operands[k]).exact()),
+                )),
                 Op::Log {}
                 | Op::LogPlusOne {}
                 | Op::Sqrt {}
                 | Op::Rsqrt {}
-                | Op::Power {}
                 | Op::Floor {}
                 | Op::Ceil {}
                 | Op::RoundNearestAfz {}

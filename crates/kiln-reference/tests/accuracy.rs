@@ -195,3 +195,33 @@ fn bits_of_nans_match_any_nan() {
     );
     assert!(check_outputs(&f, &x, &[with(2, bits[2] + 1)]).is_err());
 }
+
+/// A power's bound follows its condition numbers where an operand is inexact: `x^(exp(y))`
+/// with the exponent a few ulps off moves the result by `|ln x|` times that (seed 12754's
+/// failure: the convolution's rounding grown through `power`), and the comparison accepts it;
+/// a power of exact operands keeps the bound of its own rounding (4 ulps and the magnitude's
+/// share), and 40 ulps off is refused.
+#[test]
+fn powers_are_bounded_through_their_condition_numbers() {
+    let f = parse_func_text(
+        "func @main(%0: f32[1], %1: f32[1]) -> (f32[1], f32[1]) {\n  %2 = exponential %1 : f32[1]\n  %3 = power %0, %2 : f32[1]\n  %4 = power %0, %1 : f32[1]\n  return %3, %4\n}\n",
+    )
+    .unwrap();
+    let t = TensorType::new(DType::F32, [1]);
+    let x = Literal::from_f64s(t.clone(), &[1.0e4]).unwrap();
+    let y = Literal::from_f64s(t.clone(), &[2.0]).unwrap();
+    let args = [x, y];
+    let want = kiln_reference::eval(&f, &args).unwrap();
+    let w: Vec<f64> = want.iter().map(|l| l.to_f64s()[0]).collect();
+    // exp(2) = 7.389, one f32 ulp of it 4.8e-7 (relative 6.5e-8); |ln 1e4| = 9.2: four ulps of
+    // the exponent move the power by 4 * 6.5e-8 * 7.389 * 9.2 = 1.8e-5 relative, about 150
+    // ulps of the result.
+    let ulp = |v: f64| {
+        let b = (v as f32).to_bits();
+        f64::from(f32::from_bits(b + 1)) - v
+    };
+    let off = |v: f64, n: f64| Literal::from_f64s(t.clone(), &[v + n * ulp(v)]).unwrap();
+    check_outputs(&f, &args, &[off(w[0], 150.0), want[1].clone()]).unwrap();
+    let e = check_outputs(&f, &args, &[want[0].clone(), off(w[1], 40.0)]).unwrap_err();
+    assert!(e.contains("output 1"), "{e}");
+}

@@ -106,7 +106,7 @@ impl CpuExecutable {
         // and every value derived from it (field order of CpuExecutable).
         let ctx: &'static Context = unsafe { &*(context.as_ref() as *const Context) };
         let mut kernels_fns = vec![None; f.insts.len()];
-        let shape = ks
+        let shape: Vec<Launch> = ks
             .iter()
             .enumerate()
             .map(|(i, k)| {
@@ -200,6 +200,7 @@ impl CpuExecutable {
         // lives in the engine, which the executable keeps alive as long as the program.
         // Kernels compiled in place read their donated operand through the output pointer only
         // (crate::fuse::in_place checked it is their last use, at their own positions).
+        let launches = shape.clone();
         let program = unsafe {
             Program::new(
                 f.clone(),
@@ -212,7 +213,16 @@ impl CpuExecutable {
                 opts,
             )
         };
+        let paths = paths::kernel_paths(
+            f,
+            ks,
+            &schedules,
+            &launches,
+            &program.concurrent_steps(),
+            wide_vectors(target),
+        );
         Ok(CpuExecutable {
+            paths,
             program,
             _engine: engine,
             _library: library,
@@ -251,6 +261,12 @@ impl CpuExecutable {
     /// earlier one's function.
     pub fn kernel_functions(&self) -> usize {
         self.functions
+    }
+
+    /// The code paths each kernel takes (its GEMM blocking, streaming stores, tiles, guard
+    /// cuts, row caches, column strips, thread split, concurrent group), as compiled.
+    pub fn kernel_paths(&self) -> &[KernelPath] {
+        &self.paths
     }
 
     /// Where the intermediates live.

@@ -345,7 +345,7 @@ pub fn convolutions() {
 }
 
 /// A function of one convolution of `x` by `w` into `y`, with attributes `attrs`.
-fn convolution(x: &str, w: &str, y: &str, attrs: &str) -> String {
+pub fn convolution(x: &str, w: &str, y: &str, attrs: &str) -> String {
     format!(
         "func @main(%0: {x}, %1: {w}) -> {y} {{\n  %2 = convolution %0, %1 {{{attrs}}} : {y}\n  return %2\n}}\n"
     )
