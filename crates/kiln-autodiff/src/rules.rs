@@ -510,6 +510,16 @@ pub fn vjp_rule(
             lhs_contracting_dimensions: lc,
             rhs_contracting_dimensions: rc,
         } => {
+            // A product computed in a wider type than its operands' (`preferred_element_type`)
+            // is differentiated as the product of the converted operands; the conversions'
+            // VJPs convert the gradients back.
+            let (wide, narrow) = (ty(b, r).dtype, ty(b, x[0]).dtype);
+            let (x0, x1) = if wide != narrow {
+                (b.convert(x[0], wide)?, b.convert(x[1], wide)?)
+            } else {
+                (x[0], x[1])
+            };
+            let x = [x0, x1];
             let (lt, rt) = (ty(b, x[0]), ty(b, x[1]));
             let free = |rank: usize, a: &[i64], c: &[i64]| -> Vec<i64> {
                 (0..rank as i64)
@@ -578,6 +588,12 @@ pub fn vjp_rule(
                 perm[d as usize] = nb + rf.len() as i64 + pos;
             }
             let gr = b.transpose(dr, &perm)?;
+            if wide != narrow {
+                return Ok(vec![
+                    Some(b.convert(gl, narrow)?),
+                    Some(b.convert(gr, narrow)?),
+                ]);
+            }
             Ok(vec![Some(gl), Some(gr)])
         }
         Op::Convolution { .. } => crate::rules::conv::vjp(b, op, x, g),

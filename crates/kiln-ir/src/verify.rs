@@ -72,6 +72,17 @@ fn is_permutation(xs: &[i64], n: usize) -> bool {
     xs.len() == n && unique(xs) && xs.iter().all(|&d| in_range(d, n))
 }
 
+/// Whether every value of `from` is a value of `to`, a wider type a matrix product may
+/// compute in (`preferred_element_type`): a wider float for floats, a wider signed integer for
+/// integers.
+pub fn widens(from: DType, to: DType) -> bool {
+    use DType::*;
+    matches!(
+        (from, to),
+        (F16 | BF16, F32 | F64) | (F32, F64) | (I8, I32 | I64) | (I32 | U32, I64)
+    )
+}
+
 /// Which element types an elementwise op accepts.
 fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool) {
     use OpKind::*;
@@ -654,7 +665,13 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                     .filter(|d| !all_r.contains(&(*d as i64)))
                     .map(|d| b.shape[d]),
             );
-            one(TensorType::new(a.dtype, shape), 8)
+            // A declared result type may widen the element type (`preferred_element_type`):
+            // products and sums are then computed in it.
+            let dtype = match declared.and_then(|d| d.first()) {
+                Some(r) if widens(a.dtype, r.dtype) => r.dtype,
+                _ => a.dtype,
+            };
+            one(TensorType::new(dtype, shape), 8)
         }
         Convolution {
             window_strides,

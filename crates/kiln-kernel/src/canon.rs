@@ -85,6 +85,30 @@ pub fn rebuild(
     b.finish(&outs)
 }
 
+/// The function with every `dot_general` whose result type is wider than its operands'
+/// (`preferred_element_type`: bf16 x bf16 -> f32, i8 x i8 -> i32) computed as the product of
+/// its operands converted to the result type. The conversions are exact, so the products and
+/// sums are those of the wider type, as the op's spec defines them; the rest of the pipeline
+/// (the optimizer included) then sees only products of one element type.
+pub fn widen_dots(f: &Func) -> Result<Func, VerifyError> {
+    let mixed = |i: &kiln_ir::Inst| {
+        matches!(i.op, Op::DotGeneral { .. })
+            && f.values[i.results[0].index()].dtype != f.values[i.operands[0].index()].dtype
+    };
+    if !f.insts.iter().any(mixed) {
+        return Ok(f.clone());
+    }
+    rebuild(f, |b, inst, ops| {
+        if !mixed(inst) {
+            return Ok(None);
+        }
+        let out = f.values[inst.results[0].index()].clone();
+        let a = b.convert(ops[0], out.dtype)?;
+        let c = b.convert(ops[1], out.dtype)?;
+        Ok(Some(vec![b.inst_typed(inst.op.clone(), &[a, c], out)?]))
+    })
+}
+
 /// The function with its float dot_generals in canonical form.
 pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
     if !f

@@ -348,6 +348,8 @@ pub fn fusion_dot(f: &Func, opts: &Options) -> Result<String> {
 /// The program the backend lowers: optimized (with [`Options::optimize`], under the costs of
 /// `target`, see [`TargetInfo::cost_machine`]), then canonicalized for `target`.
 pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
+    let f = &canon::widen_dots(f)
+        .map_err(|e| Error::Lowering(format!("widening mixed matrix products: {e}")))?;
     let optimized;
     let f = if !opts.optimize {
         f

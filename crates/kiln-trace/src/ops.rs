@@ -897,6 +897,19 @@ impl Tensor {
     /// vector.
     #[track_caller]
     pub fn matmul(&self, o: &Tensor) -> Tensor {
+        self.matmul_as(o, None, "matmul")
+    }
+
+    /// [`Tensor::matmul`] with the products and sums computed in `dtype`, a wider type than the
+    /// operands' that holds their values (JAX's `preferred_element_type`): `bf16 @ bf16` in
+    /// `f32`, `i8 @ i8` in `i32`. The result has that type.
+    #[track_caller]
+    pub fn matmul_in(&self, o: &Tensor, dtype: DType) -> Tensor {
+        self.matmul_as(o, Some(dtype), "matmul_in")
+    }
+
+    #[track_caller]
+    fn matmul_as(&self, o: &Tensor, preferred: Option<DType>, name: &str) -> Tensor {
         if let Some(e) = self.error().or(o.error()) {
             return Tensor::failed(e.clone());
         }
@@ -905,7 +918,7 @@ impl Tensor {
         let (ra, rb) = (x.rank(), o.rank());
         if ra == 0 || rb == 0 {
             return self.fail(
-                "matmul",
+                name,
                 format!(
                     "matmul needs at least 1-D operands, got {} @ {}",
                     ty_str(self),
@@ -929,7 +942,7 @@ impl Tensor {
         let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
         if k != k2 {
             return self.fail(
-                "matmul",
+                name,
                 format!(
                     "{} @ {}: contracting dimensions {k} and {k2} differ",
                     ty_str(self),
@@ -939,7 +952,7 @@ impl Tensor {
         }
         let Some(batch) = broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2]) else {
             return self.fail(
-                "matmul",
+                name,
                 format!(
                     "{} @ {}: batch dimensions do not broadcast",
                     ty_str(self),
@@ -961,7 +974,12 @@ impl Tensor {
             lhs_contracting_dimensions: vec![nb + 1],
             rhs_contracting_dimensions: vec![nb],
         };
-        let r = apply(op, &[&a, &b], None, "matmul", Loc::caller()).remove(0);
+        let types = preferred.map(|d| {
+            let mut shape = batch.clone();
+            shape.extend([m, n]);
+            vec![TensorType::new(d, shape)]
+        });
+        let r = apply(op, &[&a, &b], types, name, Loc::caller()).remove(0);
         let r = if rb == 1 { r.squeeze(-1) } else { r };
         if ra == 1 { r.squeeze(-2) } else { r }
     }

@@ -337,3 +337,52 @@ fn call_donating_writes_results_into_donated_leaves_only() {
         want2
     );
 }
+
+#[test]
+fn matmul_in_computes_in_the_wider_type() {
+    // bf16 operands, f32 products and sums: 256 + 1 + 2^-8 is exact in f32; a bf16 result
+    // rounds it to 258.
+    let a = Tensor::from_vec(vec![256.0f32, 1.0, 0.00390625], [1, 3])
+        .unwrap()
+        .cast(DType::BF16);
+    let b = Tensor::from_vec(vec![1.0f32; 3], [3, 1])
+        .unwrap()
+        .cast(DType::BF16);
+    let c = a.matmul_in(&b, DType::F32);
+    assert_eq!(c.dtype(), DType::F32);
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![257.00390625]);
+    let narrow = a.matmul(&b);
+    assert_eq!(narrow.dtype(), DType::BF16);
+    assert_eq!(
+        narrow.cast(DType::F32).to_vec::<f32>().unwrap(),
+        vec![258.0]
+    );
+    // Compiled, and differentiated: the gradients come back in bf16.
+    let f = jit(|(a, b): &(Tensor, Tensor)| a.matmul_in(b, DType::F32));
+    assert_eq!(
+        f.call(&(a.clone(), b.clone()))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![257.00390625]
+    );
+    let g = grad(|a: &Tensor| a.matmul_in(&b, DType::F32).sum_all())(&a);
+    assert_eq!(g.dtype(), DType::BF16);
+    assert_eq!(g.cast(DType::F32).to_vec::<f32>().unwrap(), vec![1.0; 3]);
+    // i8 @ i8 in i32: no wrapping at i8's range.
+    let x = Tensor::from_vec(vec![127i32, 127, -128, 1], [2, 2])
+        .unwrap()
+        .cast(DType::I8);
+    let y = x.matmul_in(&x, DType::I32);
+    assert_eq!(
+        y.to_vec::<i32>().unwrap(),
+        vec![16129 - 16256, 16129 + 127, -16256 - 128, -16256 + 1]
+    );
+    // A narrower type is refused, naming the operation.
+    let bad = Tensor::from_vec(vec![1.0f32; 4], [2, 2]).unwrap();
+    let e = bad
+        .matmul_in(&bad, DType::BF16)
+        .to_vec::<f32>()
+        .unwrap_err();
+    assert!(e.to_string().contains("matmul_in"), "{e}");
+}

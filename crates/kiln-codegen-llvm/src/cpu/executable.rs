@@ -213,14 +213,7 @@ impl CpuExecutable {
                 opts,
             )
         };
-        let paths = paths::kernel_paths(
-            f,
-            ks,
-            &schedules,
-            &launches,
-            &program.concurrent_steps(),
-            wide_vectors(target),
-        );
+        let paths = paths::kernel_paths(f, ks, &schedules, &launches, &program.concurrent_steps());
         Ok(CpuExecutable {
             paths,
             program,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// How a GEMM kernel is blocked (see `gemm_blocking`).
+/// How a GEMM kernel is blocked (see `kiln_kernel::gemm_schedule`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GemmBlocking {
     /// Blocks of rows and columns, threads splitting rows.
@@ -92,18 +92,17 @@ pub(super) fn kernel_paths(
     schedules: &[Option<KernelSchedule>],
     launches: &[Launch],
     concurrent: &[Vec<usize>],
-    wide: bool,
 ) -> Vec<KernelPath> {
     ks.iter()
         .enumerate()
         .filter_map(|(i, k)| {
             let k = k.as_ref()?;
             let s = schedules.get(i).and_then(Option::as_ref);
-            let gemm = gemm_blocking(k, wide).map(|(_, split)| match &k.schedule {
+            let gemm = s.and_then(|s| s.gemm.as_ref()).map(|g| match &k.schedule {
                 Schedule::Gemm { chain: Some(c), .. } if c.online.is_some() => GemmBlocking::Online,
                 Schedule::Gemm { chain: Some(_), .. } => GemmBlocking::Chained,
                 _ if crate::fuse::row_epilogue(k) => GemmBlocking::WholeRows,
-                _ if split => GemmBlocking::SplitColumns,
+                _ if g.split_columns => GemmBlocking::SplitColumns,
                 _ => GemmBlocking::Plain,
             });
             let launch = launches.get(i).copied().unwrap_or_default();
@@ -116,7 +115,7 @@ pub(super) fn kernel_paths(
                 guard_cuts: s.is_some_and(|s| s.segments.iter().any(|d| d.len() > 1)),
                 row_caches: s.map_or(0, |s| s.row_caches.len()),
                 strips: s.is_some_and(|s| s.strips.is_some()),
-                threads: is_parallel(launch.rows, launch.work),
+                threads: launch.split,
                 concurrent: concurrent.iter().any(|g| g.len() > 1 && g.contains(&i)),
             })
         })
