@@ -31,7 +31,8 @@ pub struct Launch {
 
 impl Launch {
     /// A kernel of `rows` rows and `work` work with `scratch` bytes, split in
-    /// `chunks_per_thread` chunks a thread where `target`'s limits split it.
+    /// `chunks_per_thread` chunks a thread where `target`'s limits split it. A target of one
+    /// thread splits nothing and runs nothing side by side.
     pub fn new(
         rows: usize,
         work: usize,
@@ -39,14 +40,15 @@ impl Launch {
         chunks_per_thread: usize,
         target: &TargetInfo,
     ) -> Launch {
-        let split = target.splits.splits(rows, work);
+        let threads = target.threads >= 2;
+        let split = threads && target.splits.splits(rows, work);
         Launch {
             rows,
             work,
             scratch,
             chunks_per_thread,
             split,
-            beside: !split && work >= target.splits.concurrent_work,
+            beside: threads && !split && work >= target.splits.concurrent_work,
         }
     }
 }
@@ -167,6 +169,18 @@ mod tests {
         t.splits.parallel_work = 1 << 20;
         let l = first_launch(&exp(1024), &t);
         assert!(!l.split && l.beside, "{l}");
+    }
+
+    #[test]
+    fn a_target_of_one_thread_splits_nothing() {
+        let one = TargetInfo {
+            threads: 1,
+            ..TargetInfo::reference()
+        };
+        for rows in [224, 1024] {
+            let l = first_launch(&exp(rows), &one);
+            assert_eq!((l.split, l.beside), (false, false), "{rows} rows");
+        }
     }
 
     #[test]
