@@ -69,7 +69,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// pred as a byte): what every emitter loads and stores.
 pub(crate) fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
     match d {
-        DType::Pred | DType::I8 => ctx.i8_type().into(),
+        DType::Pred | DType::I8 | DType::U8 => ctx.i8_type().into(),
         DType::F16 | DType::BF16 => ctx.i16_type().into(),
         DType::I32 | DType::U32 => ctx.i32_type().into(),
         DType::I64 => ctx.i64_type().into(),

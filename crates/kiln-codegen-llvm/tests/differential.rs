@@ -459,11 +459,17 @@ fn random_programs_agree_with_the_reference() {
         rep.small_target,
         paths.join(", ")
     );
-    // The small target's programs reach streaming stores and transposing tiles.
+    // The small target's programs reach streaming stores (about one program in 250 of them)
+    // and transposing tiles (about one in 300: 8 in the default 10,000 programs; a run of 2,000
+    // may have none).
     let on_small = |k: &str| rep.paths.get(k).map_or(0, |v| v[1]);
     assert!(
-        programs < 1000 || (on_small("streaming stores") > 0 && on_small("transposing tiles") > 0),
-        "the small target's programs reached no streaming stores or tiles: {paths:?}"
+        programs < 1000 || on_small("streaming stores") > 0,
+        "the small target's programs reached no streaming stores: {paths:?}"
+    );
+    assert!(
+        programs < 5000 || on_small("transposing tiles") > 0,
+        "the small target's programs reached no transposing tiles: {paths:?}"
     );
     // (A short range, `KILN_PROGRAMS=12754..12755`, need not generate every op.)
     assert!(

@@ -17,6 +17,8 @@ pub enum DType {
     I64,
     /// Unsigned 32-bit integer.
     U32,
+    /// Unsigned 8-bit integer.
+    U8,
     /// IEEE binary16.
     F16,
     /// bfloat16: the top half of an f32.
@@ -34,7 +36,7 @@ pub enum DTypeClass {
     Pred,
     /// `i8`, `i32`, `i64`.
     Signed,
-    /// `u32`.
+    /// `u8`, `u32`.
     Unsigned,
     /// `f16`, `bf16`, `f32`, `f64`.
     Float,
@@ -42,12 +44,13 @@ pub enum DTypeClass {
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 10] = [
         DType::Pred,
         DType::I8,
         DType::I32,
         DType::I64,
         DType::U32,
+        DType::U8,
         DType::F16,
         DType::BF16,
         DType::F32,
@@ -62,6 +65,7 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::U32 => "u32",
+            DType::U8 => "u8",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::F32 => "f32",
@@ -79,7 +83,7 @@ impl DType {
         match self {
             DType::Pred => DTypeClass::Pred,
             DType::I8 | DType::I32 | DType::I64 => DTypeClass::Signed,
-            DType::U32 => DTypeClass::Unsigned,
+            DType::U8 | DType::U32 => DTypeClass::Unsigned,
             DType::F16 | DType::BF16 | DType::F32 | DType::F64 => DTypeClass::Float,
         }
     }
@@ -107,7 +111,7 @@ impl DType {
     /// Storage width in bits (`pred` is stored in 8 bits).
     pub fn bits(self) -> u32 {
         match self {
-            DType::Pred | DType::I8 => 8,
+            DType::Pred | DType::I8 | DType::U8 => 8,
             DType::F16 | DType::BF16 => 16,
             DType::I32 | DType::U32 | DType::F32 => 32,
             DType::I64 | DType::F64 => 64,

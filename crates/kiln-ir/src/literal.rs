@@ -17,6 +17,8 @@ pub enum Data {
     I64(Vec<i64>),
     /// `u32` elements.
     U32(Vec<u32>),
+    /// `u8` elements.
+    U8(Vec<u8>),
     /// `f16` elements.
     F16(Vec<f16>),
     /// `bf16` elements.
@@ -65,6 +67,7 @@ pub fn wrap_to(dtype: DType, x: i64) -> i64 {
         DType::I8 => x as i8 as i64,
         DType::I32 => x as i32 as i64,
         DType::U32 => x as u32 as i64,
+        DType::U8 => x as u8 as i64,
         _ => x,
     }
 }
@@ -77,6 +80,7 @@ pub fn convert_f64(dtype: DType, x: f64) -> i64 {
         DType::I8 => x as i8 as i64,
         DType::I32 => x as i32 as i64,
         DType::U32 => x as u32 as i64,
+        DType::U8 => x as u8 as i64,
         _ => x as i64,
     }
 }
@@ -134,6 +138,7 @@ macro_rules! each_data {
             Data::I32($v) => $body,
             Data::I64($v) => $body,
             Data::U32($v) => $body,
+            Data::U8($v) => $body,
             Data::F16($v) => $body,
             Data::BF16($v) => $body,
             Data::F32($v) => $body,
@@ -151,6 +156,7 @@ impl Data {
             Data::I32(_) => DType::I32,
             Data::I64(_) => DType::I64,
             Data::U32(_) => DType::U32,
+            Data::U8(_) => DType::U8,
             Data::F16(_) => DType::F16,
             Data::BF16(_) => DType::BF16,
             Data::F32(_) => DType::F32,
@@ -197,6 +203,7 @@ impl Literal {
             DType::I32 => Data::I32(values.iter().map(|&x| x as i32).collect()),
             DType::I64 => Data::I64(values.iter().map(|&x| x as i64).collect()),
             DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
+            DType::U8 => Data::U8(values.iter().map(|&x| x as u8).collect()),
             DType::F16 => Data::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
             DType::BF16 => Data::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::F32 => Data::F32(values.iter().map(|&x| x as f32).collect()),
@@ -221,6 +228,7 @@ impl Literal {
             DType::I32 => Data::I32(fill(t, x as i32)?),
             DType::I64 => Data::I64(fill(t, x as i64)?),
             DType::U32 => Data::U32(fill(t, x as u32)?),
+            DType::U8 => Data::U8(fill(t, x as u8)?),
             DType::F16 => Data::F16(fill(t, f16::from_f64(x))?),
             DType::BF16 => Data::BF16(fill(t, bf16::from_f64(x))?),
             DType::F32 => Data::F32(fill(t, x as f32)?),
@@ -237,6 +245,7 @@ impl Literal {
             DType::I32 => Data::I32(values.iter().map(|&x| x as i32).collect()),
             DType::I64 => Data::I64(values.to_vec()),
             DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
+            DType::U8 => Data::U8(values.iter().map(|&x| x as u8).collect()),
             _ => {
                 return Literal::from_f64s(
                     ty,
@@ -286,6 +295,7 @@ impl Literal {
             DType::I32 => Data::I32(fill(t, 0)?),
             DType::I64 => Data::I64(fill(t, 0)?),
             DType::U32 => Data::U32(fill(t, 0)?),
+            DType::U8 => Data::U8(fill(t, 0)?),
             DType::F16 => Data::F16(fill(t, f16::ZERO)?),
             DType::BF16 => Data::BF16(fill(t, bf16::ZERO)?),
             DType::F32 => Data::F32(fill(t, 0.0)?),
@@ -335,6 +345,7 @@ impl Literal {
             DType::I32 => Data::I32(fill(&ty, init)?),
             DType::I64 => Data::I64(fill(&ty, init)?),
             DType::U32 => Data::U32(fill(&ty, init)?),
+            DType::U8 => Data::U8(fill(&ty, init)?),
             DType::F16 => Data::F16(fill(&ty, init)?),
             DType::BF16 => Data::BF16(fill(&ty, init)?),
             DType::F32 => Data::F32(fill(&ty, init)?),
@@ -391,6 +402,7 @@ impl Literal {
             Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::U8(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
             Data::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -407,6 +419,7 @@ impl Literal {
             Data::I32(v) => v.iter().map(|&x| x as i64).collect(),
             Data::I64(v) => v.clone(),
             Data::U32(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::U8(v) => v.iter().map(|&x| x as i64).collect(),
             _ => self.to_f64s().into_iter().map(|x| x as i64).collect(),
         }
     }
@@ -428,6 +441,7 @@ impl Literal {
             Data::I32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::I64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::U32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::U8(v) => out.extend_from_slice(v),
             Data::F16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::BF16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
@@ -449,6 +463,7 @@ impl Literal {
         let data = match ty.dtype {
             DType::Pred => Data::Pred(bytes.iter().map(|&b| b != 0).collect()),
             DType::I8 => Data::I8(bytes.iter().map(|&b| b as i8).collect()),
+            DType::U8 => Data::U8(bytes.to_vec()),
             DType::I32 => Data::I32(
                 ch.map(|c| i32::from_le_bytes(c.try_into().unwrap()))
                     .collect(),
@@ -499,6 +514,7 @@ impl Literal {
             Data::I32(v) => v[i].to_string(),
             Data::I64(v) => v[i].to_string(),
             Data::U32(v) => v[i].to_string(),
+            Data::U8(v) => v[i].to_string(),
             Data::F16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
             Data::BF16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
             Data::F32(v) => float(v[i] as f64, format!("{:?}", v[i])),

@@ -128,7 +128,7 @@ pub fn random_literal(rng: &mut Rng, ty: &TensorType) -> Literal {
         let v: Vec<i64> = (0..n)
             .map(|_| match ty.dtype {
                 DType::Pred => rng.below(2) as i64,
-                DType::U32 => rng.below(40) as i64,
+                DType::U32 | DType::U8 => rng.below(40) as i64,
                 _ => rng.below(40) as i64 - 20,
             })
             .collect();

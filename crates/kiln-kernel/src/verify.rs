@@ -201,6 +201,7 @@ fn dtype_range(d: DType) -> (i128, i128) {
         DType::I8 => (i8::MIN as i128, i8::MAX as i128),
         DType::I32 => (i32::MIN as i128, i32::MAX as i128),
         DType::U32 => (0, u32::MAX as i128),
+        DType::U8 => (0, u8::MAX as i128),
         _ => (i64::MIN as i128, i64::MAX as i128),
     }
 }

@@ -139,6 +139,24 @@ fn random_programs_agree_with_the_reference_on_the_emulator() {
     random_programs("random programs", &TargetInfo::h200());
 }
 
+/// A product inlined into a pad: the padding's guard keeps the positions past the product from
+/// reading its operands, so its reduction is not computed ahead of the guard (random seed 1603
+/// read past the end of `%1` on the cooperative target).
+#[test]
+fn a_reduction_under_a_guard_is_not_computed_ahead_of_it() {
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f16[2], %1: f16[2,4]) -> f16[6] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : f16[4]\n  %3 = constant {value = 0.0} : f16[]\n  %4 = pad %2, %3 {edge_padding_low = [0], edge_padding_high = [2], interior_padding = [0]} : f16[6]\n  return %4\n}\n",
+    )
+    .unwrap();
+    let mut rng = Rng::new(5);
+    let args: Vec<Literal> = f
+        .param_types()
+        .iter()
+        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+        .collect();
+    check_on(&f, &args, &cooperative_target()).unwrap();
+}
+
 #[test]
 fn random_programs_agree_with_the_reference_with_every_reduction_cooperative() {
     random_programs(

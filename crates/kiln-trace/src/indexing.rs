@@ -74,7 +74,7 @@ impl Tensor {
         let s = self.shape();
         let n = s[d] as f64;
         let it = indices.dtype();
-        let signed = it != DType::U32;
+        let signed = it.is_signed();
         let zero = Tensor::full(it, [], 0.0);
         let len = Tensor::full(it, [], n);
         // Negative indices count from the end (u32 indices are never negative).
@@ -149,6 +149,7 @@ fn fill_value(d: DType) -> f64 {
         DType::I32 => i32::MIN as f64,
         DType::I64 => i64::MIN as f64,
         DType::U32 => u32::MAX as f64,
+        DType::U8 => u8::MAX as f64,
         _ => f64::NAN,
     }
 }

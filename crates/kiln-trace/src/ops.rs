@@ -557,6 +557,7 @@ impl Tensor {
                 DType::I32 => i32::MAX as f64,
                 DType::I64 => i64::MAX as f64,
                 DType::U32 => u32::MAX as f64,
+                DType::U8 => u8::MAX as f64,
                 _ => 1.0,
             },
             _ => 0.0,

@@ -5,9 +5,12 @@
 //!
 //! ```text
 //! pred ─> i8 ─> i32 ─> i64 ─┐
-//!           u32 ──────> i64  ├─> f16 ─┐
-//!                            └─> bf16 ┴─> f32 ─> f64
+//!   └─> u8 ──┘ ─> u32 ─> i64  ├─> f16 ─┐
+//!                             └─> bf16 ┴─> f32 ─> f64
 //! ```
+//!
+//! (`u8` lies below both `i32` and `u32`; JAX's `u8 + i8` is `i16`, which kiln does not have, so
+//! it is `i32` here.)
 //!
 //! - Two dtypes promote to their least upper bound in this lattice: `i8 + i32` is `i32`,
 //!   `u32 + i32` is `i64`, any integer with any float is that float, `f16 + bf16` is `f32`.
@@ -43,7 +46,11 @@ pub fn promote_types(a: DType, b: DType) -> DType {
                 y
             }
         }
-        // Integers: u32 with a signed type needs i64 to hold both ranges.
+        // Integers: u8 fits in u32 and in i32; with i8, i32 is the least type holding both.
+        (U8, U32) | (U32, U8) => U32,
+        (U8, I8) | (I8, U8) => I32,
+        (U8, x) | (x, U8) => x,
+        // u32 with a signed type needs i64 to hold both ranges.
         (U32, _) | (_, U32) => I64,
         (x, y) => x.max(y),
     }
@@ -105,6 +112,11 @@ mod tests {
             (I8, I32, I32),
             (I8, I64, I64),
             (U32, I8, I64),
+            (U8, I8, I32),
+            (U8, U32, U32),
+            (U8, I64, I64),
+            (U8, F16, F16),
+            (Pred, U8, U8),
             (U32, I32, I64),
             (U32, I64, I64),
             (I64, F16, F16),

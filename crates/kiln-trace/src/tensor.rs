@@ -76,6 +76,7 @@ element!(i8, I8);
 element!(i32, I32);
 element!(i64, I64);
 element!(u32, U32);
+element!(u8, U8);
 element!(f16, F16);
 element!(bf16, BF16);
 element!(f32, F32);

@@ -48,9 +48,9 @@ impl<'c> Emitter<'c> {
     pub(super) fn itype(&self, d: DType) -> IntType<'c> {
         match d {
             DType::Pred => self.ctx.bool_type(),
-            DType::I8 => self.ctx.i8_type(),
+            DType::I8 | DType::U8 => self.ctx.i8_type(),
             DType::I32 | DType::U32 => self.ctx.i32_type(),
-            _ => self.ctx.i64_type(),
+            DType::I64 | DType::F16 | DType::BF16 | DType::F32 | DType::F64 => self.ctx.i64_type(),
         }
     }
 
@@ -692,7 +692,7 @@ impl<'c> Emitter<'c> {
                 let i64t = self.ctx.i64_type();
                 if v.get_type().get_bit_width() == 64 {
                     v
-                } else if d == DType::U32 || d == DType::Pred {
+                } else if !d.is_signed() {
                     b.build_int_z_extend(v, i64t, "z").map_err(llvm)?
                 } else {
                     b.build_int_s_extend(v, i64t, "s").map_err(llvm)?
@@ -1350,7 +1350,7 @@ impl<'c> Emitter<'c> {
                 .ok_or_else(|| Error::Llvm("no result".into()));
         }
         let x = v.into_int_value();
-        let unsigned_src = from == DType::U32 || from == DType::Pred;
+        let unsigned_src = !from.is_signed();
         if to.is_float() {
             let ft = self.ftype(to);
             return Ok(if unsigned_src {

@@ -60,6 +60,7 @@ pub fn identity(kind: Combiner, d: DType) -> V {
         DType::I8 => (i8::MIN as i64, i8::MAX as i64),
         DType::I32 => (i32::MIN as i64, i32::MAX as i64),
         DType::U32 => (0, u32::MAX as i64),
+        DType::U8 => (0, u8::MAX as i64),
         _ => (i64::MIN, i64::MAX),
     };
     V::I(match kind {

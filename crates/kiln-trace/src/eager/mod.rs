@@ -202,6 +202,7 @@ int_elem!(i8, I8);
 int_elem!(i32, I32);
 int_elem!(i64, I64);
 int_elem!(u32, U32);
+int_elem!(u8, U8);
 
 impl Elem for bool {
     const DTYPE: DType = DType::Pred;
@@ -250,6 +251,10 @@ macro_rules! with_elem {
             }
             kiln_ir::DType::U32 => {
                 type $t = u32;
+                $body
+            }
+            kiln_ir::DType::U8 => {
+                type $t = u8;
                 $body
             }
             kiln_ir::DType::F16 => {

@@ -175,17 +175,29 @@ fn dims(shape: &[usize], from: usize) -> Vec<(usize, usize)> {
 
 /// The reductions of `bodies` that depend on the first `rank` variables only, innermost
 /// first, each value once (copies of one inlined reduction, with variables of their own, have
-/// one [`value_key`]).
+/// one [`value_key`]). A reduction under a guard is not hoisted: computed ahead for every
+/// position, it would read where the guard keeps the position from reading (a padded or
+/// concatenated producer's operand past its end).
 fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
     struct Walk {
         rank: usize,
+        guarded: usize,
         keys: Vec<ValueKey>,
         out: Vec<Expr>,
     }
     impl<'e> Visitor<'e> for Walk {
         fn expr(&mut self, e: &'e Expr) {
+            if matches!(e, Expr::Guard { .. }) {
+                self.guarded += 1;
+                e.for_each_child(self);
+                self.guarded -= 1;
+                return;
+            }
             e.for_each_child(self);
-            if matches!(e, Expr::Reduce { .. }) && free_vars(e).iter().all(|&v| v < self.rank) {
+            if self.guarded == 0
+                && matches!(e, Expr::Reduce { .. })
+                && free_vars(e).iter().all(|&v| v < self.rank)
+            {
                 let key = value_key(e);
                 if !self.keys.contains(&key) {
                     self.keys.push(key);
@@ -196,6 +208,7 @@ fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
     }
     let mut w = Walk {
         rank,
+        guarded: 0,
         keys: Vec::new(),
         out: Vec::new(),
     };
