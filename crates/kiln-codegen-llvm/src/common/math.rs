@@ -13,21 +13,21 @@ use kiln_ir::DType;
 
 /// One binary float format: its types and the constants the functions below depend on.
 pub(crate) struct Format<'c> {
-    ft: FloatType<'c>,
+    pub(crate) ft: FloatType<'c>,
     /// The integer type of the same width.
-    it: IntType<'c>,
+    pub(crate) it: IntType<'c>,
     /// Mantissa bits.
-    mant: u64,
+    pub(crate) mant: u64,
     /// Exponent bias.
-    bias: u64,
+    pub(crate) bias: u64,
     /// The smallest normal value, and the power of two that scales subnormals above it.
-    min_normal: f64,
-    tiny_shift: u64,
+    pub(crate) min_normal: f64,
+    pub(crate) tiny_shift: u64,
     /// ln 2 = ln2_hi + ln2_lo, ln2_hi with enough trailing zeros that n * ln2_hi is exact.
-    ln2_hi: f64,
-    ln2_lo: f64,
+    pub(crate) ln2_hi: f64,
+    pub(crate) ln2_lo: f64,
     /// Whether this is f64 (longer polynomials).
-    double: bool,
+    pub(crate) double: bool,
 }
 
 impl Format<'_> {

@@ -1,8 +1,10 @@
-//! What the CPU and GPU emitters share: the element operations on scalars ([`scalar`]) and
-//! kiln's own transcendental functions as target-independent LLVM IR ([`math`]). Each emitter
+//! What the CPU and GPU emitters share: the element operations on scalars ([`scalar`]),
+//! kiln's own transcendental functions as target-independent LLVM IR ([`math`]), and an exact
+//! float remainder for targets without a library `fmod` ([`fmod`]). Each emitter
 //! implements [`Base`] (its context, module and builder, and the few things that differ by
 //! target) and gets both.
 
+pub(crate) mod fmod;
 pub(crate) mod math;
 pub(crate) mod scalar;
 
@@ -36,6 +38,11 @@ pub(crate) trait Base<'c> {
     }
     /// The C math function `name` (`name` + `f` for f32) of `x`.
     fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>>;
+    /// Whether float remainders are computed by [`fmod::Remainder::fmod_exact`] (where the
+    /// target has no library `fmod`) rather than LLVM's `frem`.
+    fn exact_remainder(&self) -> bool {
+        false
+    }
     /// Whether the float op `k` on `d` renders on this target; an [`Error::Unsupported`]
     /// naming it where it does not.
     fn float_op_renders(&self, _k: OpKind, _d: DType) -> Result<()> {

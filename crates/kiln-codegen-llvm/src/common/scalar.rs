@@ -3,6 +3,7 @@
 //! select, clamp, conversions, bitcasts and f16/bf16 narrowing), constants, and the storage
 //! form of each dtype. f16 and bf16 values are f32 in registers, `pred` an `i1`.
 
+use super::fmod::Remainder;
 use super::math::Math;
 use super::{Base, llvm};
 use crate::{Error, Result};
@@ -335,6 +336,9 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                 .build_float_div(x, y.expect("binary"), "r")
                 .map_err(llvm)?
                 .into(),
+            OpKind::Remainder if self.exact_remainder() => {
+                self.fmod_exact(d, x, y.expect("binary"))?.into()
+            }
             OpKind::Remainder => b
                 .build_float_rem(x, y.expect("binary"), "r")
                 .map_err(llvm)?

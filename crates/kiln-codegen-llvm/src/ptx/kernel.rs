@@ -69,6 +69,10 @@ impl<'c> Base<'c> for Emit<'_, 'c> {
         )))
     }
 
+    fn exact_remainder(&self) -> bool {
+        true
+    }
+
     fn float_op_renders(&self, k: OpKind, d: DType) -> Result<()> {
         if UNSUPPORTED_FLOAT_OPS.contains(&k) {
             return Err(Error::Unsupported(format!(
@@ -95,6 +99,11 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
     let name = entry_name(k);
     let f = m.add_function(&name, ctx.void_type().fn_type(&params, false), None);
     f.set_call_conventions(PTX_KERNEL);
+    // The launch's exact block size (`.reqntid`), so ptxas fits registers to it.
+    f.add_attribute(
+        AttributeLoc::Function,
+        ctx.create_string_attribute("nvvm.reqntid", &k.block.to_string()),
+    );
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
     for (i, b) in bufs.iter().enumerate() {
         // A buffer passed once may be marked as not aliasing the others.

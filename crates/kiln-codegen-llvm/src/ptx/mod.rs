@@ -56,7 +56,6 @@ impl PtxTarget {
 /// Float ops with no GPU implementation yet (they would be library calls, which PTX cannot
 /// resolve): rendering one is an [`Error::Unsupported`] naming it.
 pub const UNSUPPORTED_FLOAT_OPS: &[OpKind] = &[
-    OpKind::Remainder,
     OpKind::Power,
     OpKind::Atan2,
     OpKind::Sine,
