@@ -26,6 +26,10 @@ use std::cell::RefCell;
 /// The PTX kernel calling convention (`PTX_Kernel`): the function is an `.entry`.
 const PTX_KERNEL: u32 = 71;
 
+/// The most static shared memory a block may declare (more needs dynamic shared memory, which
+/// the emitter does not use yet).
+const STATIC_SHARED_BYTES: usize = 48 << 10;
+
 /// The emitter of one launch.
 pub(super) struct Emit<'a, 'c> {
     pub(super) ctx: &'c Context,
@@ -90,6 +94,14 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
         return Err(Error::Unsupported(format!(
             "{}: a warp of {} threads (PTX warps have 32)",
             k.name, k.warp
+        )));
+    }
+    if k.shared_bytes() > STATIC_SHARED_BYTES {
+        return Err(Error::Unsupported(format!(
+            "{}: {} bytes of shared memory per block (static shared memory holds {})",
+            k.name,
+            k.shared_bytes(),
+            STATIC_SHARED_BYTES
         )));
     }
     let global = ctx.ptr_type(AddressSpace::from(1u16));
