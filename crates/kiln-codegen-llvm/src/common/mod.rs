@@ -1,10 +1,12 @@
 //! What the CPU and GPU emitters share: the element operations on scalars ([`scalar`]),
-//! kiln's own transcendental functions as target-independent LLVM IR ([`math`]), and an exact
-//! float remainder for targets without a library `fmod` ([`fmod`]). Each emitter
+//! kiln's own transcendental functions as target-independent LLVM IR ([`math`]), an exact
+//! float remainder for targets without a library `fmod` ([`fmod`]), and `log1p`, `expm1` and
+//! `cbrt` for targets without a C math library ([`libm`]). Each emitter
 //! implements [`Base`] (its context, module and builder, and the few things that differ by
 //! target) and gets both.
 
 pub(crate) mod fmod;
+pub(crate) mod libm;
 pub(crate) mod math;
 pub(crate) mod scalar;
 

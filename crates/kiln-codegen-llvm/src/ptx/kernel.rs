@@ -2,6 +2,7 @@
 //! (an `.entry`): statement by statement, as the emulator runs them.
 
 use super::{UNSUPPORTED_FLOAT_OPS, entry_name};
+use crate::common::libm::Library;
 use crate::common::scalar::Scalar;
 use crate::common::{Base, llvm};
 use crate::{Error, Result, storage};
@@ -67,10 +68,10 @@ impl<'c> Base<'c> for Emit<'_, 'c> {
         &self.b
     }
 
-    fn libm_call(&self, name: &str, d: DType, _x: FloatValue<'c>) -> Result<FloatValue<'c>> {
-        Err(Error::Unsupported(format!(
-            "`{name}` on {d} has no GPU implementation yet"
-        )))
+    fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        self.library(name, d, x)?.ok_or_else(|| {
+            Error::Unsupported(format!("`{name}` on {d} has no GPU implementation yet"))
+        })
     }
 
     fn exact_remainder(&self) -> bool {

@@ -61,9 +61,6 @@ pub const UNSUPPORTED_FLOAT_OPS: &[OpKind] = &[
     OpKind::Sine,
     OpKind::Cosine,
     OpKind::Tan,
-    OpKind::Cbrt,
-    OpKind::LogPlusOne,
-    OpKind::ExponentialMinusOne,
 ];
 
 /// The `.entry` name of launch `k`: its name with every character but letters, digits and
