@@ -5,7 +5,9 @@
 //! are counted by reason and printed. In CI (`CI` set), a missing ptxas is an error.
 
 use kiln_codegen_llvm::Error;
-use kiln_codegen_llvm::ptx::{PtxTarget, UNSUPPORTED_FLOAT_OPS, mapped_kernels, program_ptx};
+use kiln_codegen_llvm::ptx::{
+    PtxTarget, UNSUPPORTED_F64_OPS, UNSUPPORTED_FLOAT_OPS, mapped_kernels, program_ptx,
+};
 use kiln_ir::random::{Config, Rng, random_func};
 use kiln_ir::{Func, parse_func_text};
 use kiln_kernel::gpu::ir::GpuProgram;
@@ -156,7 +158,10 @@ impl Tally {
         for why in self.unsupported.keys() {
             let listed = UNSUPPORTED_FLOAT_OPS
                 .iter()
-                .any(|k| why.contains(&format!("`{}`", k.mnemonic())));
+                .any(|k| why.contains(&format!("`{}`", k.mnemonic())))
+                || UNSUPPORTED_F64_OPS
+                    .iter()
+                    .any(|k| why.contains(&format!("`{}` on f64", k.mnemonic())));
             if !listed {
                 self.failures.push(format!(
                     "{what}: not rendered for an unlisted reason: {why}"

@@ -1,6 +1,7 @@
-//! `log_plus_one`, `exponential_minus_one` and `cbrt` as target-independent LLVM IR, for
-//! targets without a C math library (the GPU). They compute in f64 (an f32, f16 or bf16 value
-//! is widened, and the result rounded once to f32) from [`Math`]'s exp and log:
+//! `log_plus_one`, `exponential_minus_one`, `cbrt` and (but in f64) `power` as
+//! target-independent LLVM IR, for targets without a C math library (the GPU). They compute in
+//! f64 (an f32, f16 or bf16 value is widened, and the result rounded once to f32) from
+//! [`Math`]'s exp and log:
 //!
 //! - log1p(x) = log(u) · x / (u - 1) with u = 1 + x rounded (x itself where u is 1): the
 //!   quotient corrects the rounding of u (Goldberg's formula).
@@ -8,6 +9,7 @@
 //!   the same correction (Kahan's).
 //! - cbrt(x): a first guess from the exponent bits divided by 3, five Newton steps
 //!   y - (y³ - a) / 3y², the sign put back; subnormal f64 scaled by 2^54 first.
+//! - x^y = e^(y log |x|) for f32, f16 and bf16 results (see [`Library::pow_narrow`]).
 //!
 //! Within 1 ulp for f32 results and 4 ulps for f64 (checked against Rust's functions on the
 //! host by `library_functions_are_accurate_on_the_host`).
@@ -43,6 +45,74 @@ pub(crate) trait Library<'c>: Base<'c> {
         } else {
             b.build_float_trunc(r, self.ftype(d), "n").map_err(llvm)?
         }))
+    }
+
+    /// x^y in `d` (f32, f16 or bf16) as e^(y log |x|) in f64, which is within a fraction of
+    /// an f32 ulp before the one rounding (|y log |x|| < 104 wherever the f32 result is finite
+    /// and nonzero), with C's special cases: x^0 = 1^y = 1, a negative finite x to a finite
+    /// non-integer power is NaN, and the sign of x is kept for odd integer powers. f64 is
+    /// [`crate::Error::Unsupported`] (that needs a more accurate log and exp).
+    fn pow_narrow(&self, d: DType, x: FloatValue<'c>, y: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        if d == DType::F64 {
+            return Err(crate::Error::Unsupported(
+                "`power` on f64 has no GPU implementation yet".into(),
+            ));
+        }
+        let b = self.builder();
+        let f64t = self.ctx().f64_type();
+        let c = |v: f64| f64t.const_float(v);
+        let x = b.build_float_ext(x, f64t, "x").map_err(llvm)?;
+        let y = b.build_float_ext(y, f64t, "y").map_err(llvm)?;
+        let ax = self.fabs(x)?;
+        let l = self.log_fast(DType::F64, ax)?;
+        let t = b.build_float_mul(y, l, "t").map_err(llvm)?;
+        let r = self.exp_fast(DType::F64, t)?;
+        // y an integer (infinities count as even ones), and odd.
+        let fl = self.intrinsic("llvm.floor", f64t.into(), &[y.into()])?;
+        let integer = self.fcmp(FloatPredicate::OEQ, fl.into_float_value(), y)?;
+        let half = b.build_float_mul(y, c(0.5), "h").map_err(llvm)?;
+        let fh = self
+            .intrinsic("llvm.floor", f64t.into(), &[half.into()])?
+            .into_float_value();
+        let not_even = self.fcmp(FloatPredicate::ONE, fh, half)?;
+        let odd = b.build_and(integer, not_even, "odd").map_err(llvm)?;
+        let bits = b
+            .build_bit_cast(x, self.ctx().i64_type(), "xb")
+            .map_err(llvm)?
+            .into_int_value();
+        let negative = b
+            .build_int_compare(
+                inkwell::IntPredicate::SLT,
+                bits,
+                self.ctx().i64_type().const_zero(),
+                "neg",
+            )
+            .map_err(llvm)?;
+        let flip = b.build_and(negative, odd, "flip").map_err(llvm)?;
+        let neg_r = b.build_float_neg(r, "nr").map_err(llvm)?;
+        let r = self.select_float(flip, neg_r, r)?;
+        // A negative finite x (not -0) to a non-integer power: NaN.
+        let below = self.fcmp(FloatPredicate::OLT, x, c(0.0))?;
+        let finite = self.fcmp(FloatPredicate::ONE, ax, c(f64::INFINITY))?;
+        let not_integer = b.build_not(integer, "ni").map_err(llvm)?;
+        let invalid = b.build_and(below, finite, "inv").map_err(llvm)?;
+        let invalid = b.build_and(invalid, not_integer, "inv").map_err(llvm)?;
+        let r = self.select_float(invalid, c(f64::NAN), r)?;
+        // x^0 = 1 and 1^y = 1 (NaNs included); (-1)^±inf = 1.
+        let y_zero = self.fcmp(FloatPredicate::OEQ, y, c(0.0))?;
+        let x_one = self.fcmp(FloatPredicate::OEQ, x, c(1.0))?;
+        let minus_one = self.fcmp(FloatPredicate::OEQ, x, c(-1.0))?;
+        let y_inf = self.fcmp(FloatPredicate::OEQ, self.fabs(y)?, c(f64::INFINITY))?;
+        let one = b.build_or(y_zero, x_one, "one").map_err(llvm)?;
+        let one = b
+            .build_or(
+                one,
+                b.build_and(minus_one, y_inf, "m1").map_err(llvm)?,
+                "one",
+            )
+            .map_err(llvm)?;
+        let r = self.select_float(one, c(1.0), r)?;
+        b.build_float_trunc(r, self.ftype(d), "p").map_err(llvm)
     }
 
     /// log(1 + x) in f64.
@@ -217,6 +287,20 @@ mod tests {
                 h.b.build_return(Some(&r)).unwrap();
             }
         }
+        let ft = ctx.f32_type();
+        let f = m.add_function("pow_f32", ft.fn_type(&[ft.into(), ft.into()], false), None);
+        let b = ctx.create_builder();
+        b.position_at_end(ctx.append_basic_block(f, "entry"));
+        let h = Host {
+            ctx: &ctx,
+            m: &m,
+            b,
+        };
+        let (x, y) = (f.get_nth_param(0).unwrap(), f.get_nth_param(1).unwrap());
+        let r = h
+            .pow_narrow(DType::F32, x.into_float_value(), y.into_float_value())
+            .unwrap();
+        h.b.build_return(Some(&r)).unwrap();
         m.verify().unwrap();
         let ee = m
             .create_jit_execution_engine(OptimizationLevel::None)
@@ -290,5 +374,46 @@ mod tests {
             }
             println!("{name}: at most {worst64} ulps in f64, {worst32} in f32");
         }
+        let pow =
+            unsafe { ee.get_function::<unsafe extern "C" fn(f32, f32) -> f32>("pow_f32") }.unwrap();
+        let mut ys: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            2.0,
+            -2.0,
+            3.0,
+            -3.0,
+            0.5,
+            -0.5,
+            1.5,
+            1e10,
+            -1e10,
+            25.0,
+            127.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        let mut xs: Vec<f32> = ys.clone();
+        xs.extend([1e-40, -1e-40, 1e38, -1e38, 0.999, 1.001, -7.0]);
+        for (i, &x) in v64.iter().enumerate().take(3000) {
+            if i % 2 == 1 {
+                ys.push((x as f32).clamp(-300.0, 300.0));
+            }
+            xs.push(x as f32);
+        }
+        let mut worst = 0;
+        for &x in &xs {
+            for &y in &ys {
+                let got = unsafe { pow.call(x, y) };
+                let w = (x as f64).powf(y as f64) as f32;
+                let u = ulps32(got, w);
+                assert!(u <= 1, "pow({x:e}, {y:e}) = {got:e}, not {w:e} ({u} ulps)");
+                worst = worst.max(u);
+            }
+        }
+        println!("pow: at most {worst} ulps in f32");
     }
 }

@@ -40,9 +40,10 @@ pub(crate) trait Base<'c> {
     }
     /// The C math function `name` (`name` + `f` for f32) of `x`.
     fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>>;
-    /// Whether float remainders are computed by [`fmod::Remainder::fmod_exact`] (where the
-    /// target has no library `fmod`) rather than LLVM's `frem`.
-    fn exact_remainder(&self) -> bool {
+    /// Whether the target has no C math library: float remainders are then computed by
+    /// [`fmod::Remainder::fmod_exact`] rather than LLVM's `frem`, and powers by
+    /// [`libm::Library::pow_narrow`] rather than `llvm.pow`.
+    fn inline_library(&self) -> bool {
         false
     }
     /// Whether the float op `k` on `d` renders on this target; an [`Error::Unsupported`]

@@ -4,6 +4,7 @@
 //! form of each dtype. f16 and bf16 values are f32 in registers, `pred` an `i1`.
 
 use super::fmod::Remainder;
+use super::libm::Library;
 use super::math::Math;
 use super::{Base, llvm};
 use crate::{Error, Result};
@@ -336,7 +337,7 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                 .build_float_div(x, y.expect("binary"), "r")
                 .map_err(llvm)?
                 .into(),
-            OpKind::Remainder if self.exact_remainder() => {
+            OpKind::Remainder if self.inline_library() => {
                 self.fmod_exact(d, x, y.expect("binary"))?.into()
             }
             OpKind::Remainder => b
@@ -345,6 +346,9 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                 .into(),
             OpKind::Maximum => intr("llvm.maximum")?,
             OpKind::Minimum => intr("llvm.minimum")?,
+            OpKind::Power if self.inline_library() => {
+                self.pow_narrow(d, x, y.expect("binary"))?.into()
+            }
             OpKind::Power => intr("llvm.pow")?,
             OpKind::Atan2 => intr("llvm.atan2")?,
             OpKind::Negate => b.build_float_neg(x, "r").map_err(llvm)?.into(),
