@@ -1,14 +1,15 @@
-//! What the CPU and GPU emitters share: the element operations on scalars ([`scalar`]),
-//! kiln's own transcendental functions as target-independent LLVM IR ([`math`]), an exact
-//! float remainder for targets without a library `fmod` ([`fmod`]), and `log1p`, `expm1` and
-//! `cbrt` for targets without a C math library ([`libm`]). Each emitter
-//! implements [`Base`] (its context, module and builder, and the few things that differ by
-//! target) and gets both.
+//! What the CPU and GPU emitters share: the element operations on scalars ([`scalar`]) and
+//! kiln's own transcendental functions as target-independent LLVM IR ([`math`]); and for
+//! targets without a C math library (the GPU), an exact float remainder ([`fmod`]), `log1p`,
+//! `expm1`, `cbrt` and `power` ([`libm`]), and `atan2` ([`trig`]). Each emitter implements
+//! [`Base`] (its context, module and builder, and the few things that differ by target) and
+//! gets them all.
 
 pub(crate) mod fmod;
 pub(crate) mod libm;
 pub(crate) mod math;
 pub(crate) mod scalar;
+pub(crate) mod trig;
 
 use crate::{Error, Result};
 use inkwell::builder::Builder;
@@ -41,8 +42,9 @@ pub(crate) trait Base<'c> {
     /// The C math function `name` (`name` + `f` for f32) of `x`.
     fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>>;
     /// Whether the target has no C math library: float remainders are then computed by
-    /// [`fmod::Remainder::fmod_exact`] rather than LLVM's `frem`, and powers by
-    /// [`libm::Library::pow_narrow`] rather than `llvm.pow`.
+    /// [`fmod::Remainder::fmod_exact`] rather than LLVM's `frem`, powers by
+    /// [`libm::Library::pow_narrow`] rather than `llvm.pow`, and `atan2` by
+    /// [`trig::Trig::atan2_narrow`].
     fn inline_library(&self) -> bool {
         false
     }

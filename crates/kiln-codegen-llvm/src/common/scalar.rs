@@ -6,6 +6,7 @@
 use super::fmod::Remainder;
 use super::libm::Library;
 use super::math::Math;
+use super::trig::Trig;
 use super::{Base, llvm};
 use crate::{Error, Result};
 use inkwell::intrinsics::Intrinsic;
@@ -350,6 +351,9 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                 self.pow_narrow(d, x, y.expect("binary"))?.into()
             }
             OpKind::Power => intr("llvm.pow")?,
+            OpKind::Atan2 if self.inline_library() => {
+                self.atan2_narrow(d, x, y.expect("binary"))?.into()
+            }
             OpKind::Atan2 => intr("llvm.atan2")?,
             OpKind::Negate => b.build_float_neg(x, "r").map_err(llvm)?.into(),
             OpKind::Abs => intr("llvm.fabs")?,

@@ -55,12 +55,11 @@ impl PtxTarget {
 
 /// Float ops with no GPU implementation yet (they would be library calls, which PTX cannot
 /// resolve): rendering one is an [`Error::Unsupported`] naming it.
-pub const UNSUPPORTED_FLOAT_OPS: &[OpKind] =
-    &[OpKind::Atan2, OpKind::Sine, OpKind::Cosine, OpKind::Tan];
+pub const UNSUPPORTED_FLOAT_OPS: &[OpKind] = &[OpKind::Sine, OpKind::Cosine, OpKind::Tan];
 
 /// Float ops with a GPU implementation for f32, f16 and bf16 but not yet for f64 (rendering
 /// one on f64 is an [`Error::Unsupported`] naming it).
-pub const UNSUPPORTED_F64_OPS: &[OpKind] = &[OpKind::Power];
+pub const UNSUPPORTED_F64_OPS: &[OpKind] = &[OpKind::Power, OpKind::Atan2];
 
 /// The `.entry` name of launch `k`: its name with every character but letters, digits and
 /// `_` as `_`.
