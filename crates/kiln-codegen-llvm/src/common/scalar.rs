@@ -6,7 +6,7 @@
 use super::fmod::Remainder;
 use super::libm::Library;
 use super::math::Math;
-use super::trig::Trig;
+use super::trig::{Circular, Trig};
 use super::{Base, llvm};
 use crate::{Error, Result};
 use inkwell::intrinsics::Intrinsic;
@@ -383,8 +383,11 @@ pub(crate) trait Scalar<'c>: Base<'c> {
             }
             OpKind::Tanh => self.tanh_fast(d, x)?.into(),
             OpKind::Logistic => self.logistic_fast(d, x)?.into(),
+            OpKind::Sine if self.inline_library() => self.circular(Circular::Sin, d, x)?.into(),
             OpKind::Sine => intr("llvm.sin")?,
+            OpKind::Cosine if self.inline_library() => self.circular(Circular::Cos, d, x)?.into(),
             OpKind::Cosine => intr("llvm.cos")?,
+            OpKind::Tan if self.inline_library() => self.circular(Circular::Tan, d, x)?.into(),
             OpKind::Tan => intr("llvm.tan")?,
             OpKind::Cbrt => self.libm_call("cbrt", d, x)?.into(),
             OpKind::Erf => self.erf_fast(d, x)?.into(),

@@ -1,7 +1,7 @@
 //! One launch ([`GpuKernel`]) as an LLVM function with the PTX kernel calling convention
 //! (an `.entry`): statement by statement, as the emulator runs them.
 
-use super::{UNSUPPORTED_F64_OPS, UNSUPPORTED_FLOAT_OPS, entry_name};
+use super::{UNSUPPORTED_F64_OPS, entry_name};
 use crate::common::libm::Library;
 use crate::common::scalar::Scalar;
 use crate::common::{Base, llvm};
@@ -79,8 +79,7 @@ impl<'c> Base<'c> for Emit<'_, 'c> {
     }
 
     fn float_op_renders(&self, k: OpKind, d: DType) -> Result<()> {
-        if UNSUPPORTED_FLOAT_OPS.contains(&k) || d == DType::F64 && UNSUPPORTED_F64_OPS.contains(&k)
-        {
+        if d == DType::F64 && UNSUPPORTED_F64_OPS.contains(&k) {
             return Err(Error::Unsupported(format!(
                 "`{}` on {d} has no GPU implementation yet",
                 k.mnemonic()

@@ -9,7 +9,7 @@
 //! - `expr.rs`: kernel-IR expressions at a thread's loop variables, reductions in the
 //!   [`kiln_kernel::target::SumTree`] order the emulator follows.
 //! - Element operations are the CPU's (`crate::common`); ops with no GPU implementation yet
-//!   are [`Error::Unsupported`] naming them (see [`UNSUPPORTED_FLOAT_OPS`]).
+//!   are [`Error::Unsupported`] naming them (see [`UNSUPPORTED_F64_OPS`]).
 //!
 //! The PTX ISA version and the SM come from a [`PtxTarget`].
 
@@ -53,13 +53,16 @@ impl PtxTarget {
     }
 }
 
-/// Float ops with no GPU implementation yet (they would be library calls, which PTX cannot
-/// resolve): rendering one is an [`Error::Unsupported`] naming it.
-pub const UNSUPPORTED_FLOAT_OPS: &[OpKind] = &[OpKind::Sine, OpKind::Cosine, OpKind::Tan];
-
-/// Float ops with a GPU implementation for f32, f16 and bf16 but not yet for f64 (rendering
-/// one on f64 is an [`Error::Unsupported`] naming it).
-pub const UNSUPPORTED_F64_OPS: &[OpKind] = &[OpKind::Power, OpKind::Atan2];
+/// Float ops with a GPU implementation for f32, f16 and bf16 (computed in f64, see
+/// `common/libm.rs` and `common/trig.rs`) but not yet for f64: rendering one on f64 is an
+/// [`Error::Unsupported`] naming it (a library call there, which PTX cannot resolve).
+pub const UNSUPPORTED_F64_OPS: &[OpKind] = &[
+    OpKind::Power,
+    OpKind::Atan2,
+    OpKind::Sine,
+    OpKind::Cosine,
+    OpKind::Tan,
+];
 
 /// The `.entry` name of launch `k`: its name with every character but letters, digits and
 /// `_` as `_`.
