@@ -2,13 +2,14 @@
 //!
 //! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
-//! - `dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|fused|dot|plan|llvm [--arg VALUE]...
+//! - `dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]...
 //!   [--fast-math] [--donate 0,1,...]`: print a stage of a `.kir` file (`egraph`: the saturated
 //!   e-graph with costs;
 //!   `opt`: the optimized program and what the optimizer did; `kernels`: the fused kernels in
 //!   the kernel IR's text form, each kernel's schedule, loop nest, index maps, guards and
 //!   reductions, checked by the kernel verifier; `gpu`: each kernel mapped to the GPU IR for an
-//!   H200 (grid, blocks, warps, shared memory, barriers, shuffles); `fused`: the CPU backend's kernels,
+//!   H200 (grid, blocks, warps, shared memory, barriers, shuffles); `ptx`: those kernels as
+//!   PTX for sm_90 (`--sm sm_80` for another SM), a module per kernel; `fused`: the CPU backend's kernels,
 //!   their member ops and the reason for every fusion decision; `dot`: the fused graph for
 //!   Graphviz; `plan`: the memory plan, each intermediate's arena offset, size and live steps,
 //!   and with `--donate` the results written in place into donated parameters);
@@ -243,7 +244,7 @@ fn release_run(args: &[&str]) -> Command {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] [--sm sm_80] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -289,6 +290,7 @@ fn dump(args: &[String]) -> Result {
     let mut values = Vec::new();
     let mut fast_math = false;
     let mut donate: Option<String> = None;
+    let mut sm: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -296,6 +298,7 @@ fn dump(args: &[String]) -> Result {
             "--arg" => values.push(it.next().ok_or(usage)?.clone()),
             "--fast-math" => fast_math = true,
             "--donate" => donate = Some(it.next().ok_or(usage)?.clone()),
+            "--sm" => sm = Some(it.next().ok_or(usage)?.clone()),
             _ if file.is_none() => file = Some(a.clone()),
             _ => return Err(usage.into()),
         }
@@ -320,6 +323,10 @@ fn dump(args: &[String]) -> Result {
     if stage == "fused" || stage == "dot" || stage == "plan" {
         ensure_toolchain()?;
         return llvm_dump(Some(&format!("--{stage}")));
+    }
+    if stage == "ptx" {
+        ensure_toolchain()?;
+        return llvm_dump(Some(&format!("--ptx={}", sm.as_deref().unwrap_or("sm_90"))));
     }
     if stage == "llvm" {
         ensure_toolchain()?;
@@ -412,7 +419,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check]".into()),
+        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,9 @@
 //! the runtime would run an instruction without one on the reference interpreter, and
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
 
+use crate::common::Base;
+use crate::common::math::Math;
+use crate::common::scalar::Scalar;
 use crate::kernel::{
     Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, value_key, var_plus_const,
     visit,
@@ -13,9 +16,8 @@ use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
-use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
-use inkwell::types::{BasicTypeEnum, FloatType, IntType};
+use inkwell::types::BasicTypeEnum;
 use inkwell::values::{
     BasicValue, BasicValueEnum, FloatValue, FunctionValue, InstructionValue, IntValue,
     MetadataValue, PointerValue,
@@ -30,7 +32,6 @@ mod gemm;
 mod kernels;
 mod loops;
 mod lowering;
-mod math;
 mod module;
 mod paths;
 mod row_cache;

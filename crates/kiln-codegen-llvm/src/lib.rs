@@ -5,14 +5,16 @@
 //!   instruction ([`kernel`]: a loop nest over the output index space whose body is an
 //!   expression tree, loads through affine index maps), optimized at O2 for the host CPU and
 //!   JIT-compiled.
-//! - [`ptx`]: kernel-IR loop nests of elementwise arithmetic as PTX for sm_90, one thread per
-//!   element (what the NVIDIA backend grows from).
+//! - [`ptx`]: kernels mapped to the GPU ([`kiln_kernel::gpu`]) as PTX for sm_80 and sm_90, a
+//!   `.entry` per launch, through LLVM's NVPTX target.
+//! - `common`: the element operations and transcendental functions both share.
 //!
 //! Which ops get kernels is [`kiln_kernel`]'s lowering's to say (`ir-specs/status.md` lists
 //! it per op).
 #![warn(missing_docs)]
 
 pub mod cache;
+mod common;
 pub mod cpu;
 pub mod ptx;
 pub use kiln_kernel::{canon, fuse, kernel, schedule};
@@ -113,15 +115,16 @@ fn aot_machine() -> Result<TargetMachine> {
         .ok_or_else(|| Error::Llvm("cannot create a host target machine".into()))
 }
 
-fn ptx_machine() -> Result<TargetMachine> {
+/// The NVPTX machine for the SM `cpu` (`sm_90`) with `features` (`+ptx80`).
+fn ptx_machine(cpu: &str, features: &str) -> Result<TargetMachine> {
     Target::initialize_nvptx(&InitializationConfig::default());
     let triple = TargetTriple::create("nvptx64-nvidia-cuda");
     let target = Target::from_triple(&triple).map_err(|e| Error::Llvm(e.to_string()))?;
     target
         .create_target_machine(
             &triple,
-            "sm_90",
-            "+ptx80",
+            cpu,
+            features,
             OptimizationLevel::Aggressive,
             RelocMode::Default,
             CodeModel::Default,

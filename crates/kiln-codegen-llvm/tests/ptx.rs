@@ -1,111 +1,349 @@
-//! PTX validity: a kernel-IR elementwise kernel, as kiln-kernel lowers and fuses it, rendered
-//! through LLVM's NVPTX target and assembled by ptxas.
+//! PTX validity: every GPU kernel the tests produce (each spec example of `ir-specs/ops`,
+//! each target filetest, and random programs), mapped to the GPU as the emulator maps it,
+//! rendered through LLVM's NVPTX target for sm_80 and sm_90 and assembled by ptxas. A kernel
+//! ptxas rejects fails with its message; kernels with an op that has no GPU implementation yet
+//! are counted by reason and printed. In CI (`CI` set), a missing ptxas is an error.
 
-use kiln_codegen_llvm::ptx::{KERNEL_NAME, ptx};
-use kiln_ir::parse_func_text;
-use kiln_kernel::Options;
-use kiln_kernel::kernel::Kernel;
-use kiln_kernel::pipeline::fused_kernels;
+use kiln_codegen_llvm::Error;
+use kiln_codegen_llvm::ptx::{PtxTarget, UNSUPPORTED_F64_OPS, mapped_kernels, program_ptx};
+use kiln_ir::random::{Config, Rng, random_func};
+use kiln_ir::{Func, parse_func_text};
+use kiln_kernel::gpu::ir::GpuProgram;
+use kiln_kernel::target::TargetInfo;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-/// The one kernel kiln-kernel fuses `body` (over three `dtype[10,100]` parameters, result
-/// `%5`) into.
-fn kernel(dtype: &str, body: &str) -> Kernel {
-    let src = format!(
-        "func @main(%0: {dtype}[10,100], %1: {dtype}[10,100], %2: {dtype}[10,100]) -> {dtype}[10,100] {{\n{body}  return %5\n}}\n"
-    );
-    let f = parse_func_text(&src).unwrap();
-    let fused = fused_kernels(
-        &f,
-        &Options::default(),
-        &kiln_kernel::target::TargetInfo::reference(),
-    );
-    let ks: Vec<&Kernel> = fused.kernels.iter().flatten().collect();
-    assert_eq!(ks.len(), 1, "{src} fuses into one kernel");
-    ks[0].clone()
-}
-
-/// Where `cargo xtask test` installs ptxas (or `KILN_PTXAS`).
-fn ptxas() -> Option<std::path::PathBuf> {
-    if let Ok(p) = std::env::var("KILN_PTXAS") {
-        return Some(p.into());
+/// Where `cargo xtask test` installs ptxas (or `KILN_PTXAS`); in CI its absence is an error.
+fn ptxas() -> Option<PathBuf> {
+    let found = std::env::var("KILN_PTXAS")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var("HOME").ok()?;
+            let p = Path::new(&home).join(".cache/kiln/ptxas/nvidia/cuda_nvcc/bin/ptxas");
+            p.exists().then_some(p)
+        });
+    if found.is_none() && std::env::var_os("CI").is_some() {
+        panic!("ptxas not found in CI (cargo xtask test installs it, or set KILN_PTXAS)");
     }
-    let home = std::env::var("HOME").ok()?;
-    let p = std::path::Path::new(&home).join(".cache/kiln/ptxas/nvidia/cuda_nvcc/bin/ptxas");
-    p.exists().then_some(p)
+    found
 }
 
-#[test]
-fn ptx_has_an_entry_and_assembles_for_sm90() {
-    for dtype in ["f32", "f64", "i32", "i64"] {
-        let last = if dtype.starts_with('f') {
-            "divide"
-        } else {
-            "subtract"
-        };
-        let k = kernel(
-            dtype,
-            &format!(
-                "  %3 = add %0, %1 : {dtype}[10,100]\n  %4 = multiply %3, %2 : {dtype}[10,100]\n  %5 = {last} %4, %0 : {dtype}[10,100]\n"
-            ),
-        );
-        let text = ptx(&k).unwrap_or_else(|e| panic!("{e}: {k:?}"));
-        assert_eq!(text, ptx(&k).unwrap(), "PTX must be deterministic");
-        assert!(
-            text.contains(&format!(".visible .entry {KERNEL_NAME}(")),
-            "{text}"
-        );
-        assert!(text.contains(".target sm_90"), "{text}");
-        match ptxas() {
-            Some(ptxas) => {
-                let dir = std::env::temp_dir().join(format!("kiln-ptx-{}", std::process::id()));
-                std::fs::create_dir_all(&dir).unwrap();
-                let src = dir.join(format!("{dtype}.ptx"));
-                std::fs::write(&src, &text).unwrap();
-                let out = std::process::Command::new(&ptxas)
-                    .arg("-arch=sm_90")
-                    .arg(&src)
-                    .arg("-o")
-                    .arg(dir.join(format!("{dtype}.cubin")))
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "ptxas rejected the {dtype} PTX: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                println!("ptxas assembled the {dtype} kernel for sm_90");
+/// A fresh directory for this test's files.
+fn scratch(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-ptx-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Assembles each `(name, ptx, sm)` with ptxas, on a few threads; the failures, with ptxas's
+/// messages.
+fn assemble_all(ptxas: &Path, dir: &Path, jobs: &[(String, String, String)]) -> Vec<String> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, text, sm)) = jobs.get(i) else {
+                        break;
+                    };
+                    let src = dir.join(format!("{i}.ptx"));
+                    std::fs::write(&src, text).unwrap();
+                    let out = std::process::Command::new(ptxas)
+                        .arg(format!("-arch={sm}"))
+                        .arg(&src)
+                        .arg("-o")
+                        .arg(dir.join(format!("{i}.cubin")))
+                        .output()
+                        .unwrap();
+                    if !out.status.success() {
+                        failures.lock().unwrap().push(format!(
+                            "{name} ({sm}): ptxas rejected it: {}\n{text}",
+                            String::from_utf8_lossy(&out.stderr)
+                        ));
+                    }
+                    let _ = std::fs::remove_file(&src);
+                    let _ = std::fs::remove_file(dir.join(format!("{i}.cubin")));
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+/// What rendering a set of programs came to.
+#[derive(Default)]
+struct Tally {
+    /// Kernel steps rendered (each for sm_80 and sm_90), and their launches.
+    rendered: usize,
+    launches: usize,
+    /// Kernel steps that do not render yet, by reason.
+    unsupported: BTreeMap<String, usize>,
+    /// Kernel steps the mapping refused, by reason.
+    unmapped: BTreeMap<String, usize>,
+    /// Renderings that failed otherwise (LLVM errors): bugs.
+    failures: Vec<String>,
+    /// `(name, ptx, sm)` for ptxas.
+    jobs: Vec<(String, String, String)>,
+}
+
+impl Tally {
+    /// Maps and renders every kernel of `f` (lowered for `gpu`) for sm_80 and sm_90.
+    fn add(&mut self, what: &str, f: &Func, gpu: &TargetInfo) {
+        let opts = kiln_kernel::Options::default();
+        let kernels = match mapped_kernels(f, &opts, gpu) {
+            Ok(k) => k,
+            Err(e) => {
+                self.failures.push(format!("{what}: lowering failed: {e}"));
+                return;
             }
-            None => println!(
-                "ptxas not found (cargo xtask test installs it); checked the PTX text only"
-            ),
+        };
+        for (name, p) in kernels {
+            match p {
+                Ok(p) => self.render(&format!("{what} {name}"), &p),
+                Err(why) => {
+                    // The reason without the kernel's name.
+                    let why = why
+                        .split_once(": ")
+                        .map_or(why.clone(), |w| w.1.to_string());
+                    *self.unmapped.entry(why).or_default() += 1;
+                }
+            }
         }
     }
+
+    fn render(&mut self, name: &str, p: &GpuProgram) {
+        for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
+            match program_ptx(p, &target) {
+                Ok(text) => {
+                    if target.sm == "sm_90" {
+                        self.rendered += 1;
+                        self.launches += p.launches.len();
+                    }
+                    self.jobs.push((name.to_string(), text, target.sm.clone()));
+                }
+                Err(Error::Unsupported(why)) => {
+                    if target.sm == "sm_90" {
+                        let why = why
+                            .split_once(": ")
+                            .map_or(why.clone(), |w| w.1.to_string());
+                        *self.unsupported.entry(why).or_default() += 1;
+                    }
+                }
+                Err(e) => self.failures.push(format!("{name} ({}): {e}", target.sm)),
+            }
+        }
+    }
+
+    /// Prints the table, assembles everything and fails on any failure.
+    fn finish(mut self, what: &str) {
+        println!(
+            "{what}: {} kernel steps ({} launches) rendered for sm_80 and sm_90",
+            self.rendered, self.launches
+        );
+        println!("  not rendered yet (kernel steps, by reason):");
+        for (why, n) in &self.unsupported {
+            println!("    {n:5}  {why}");
+        }
+        println!("  not mapped (kernel steps, by reason):");
+        for (why, n) in &self.unmapped {
+            println!("    {n:5}  {why}");
+        }
+        // Only the ops listed as unsupported may keep a kernel from rendering.
+        for why in self.unsupported.keys() {
+            let listed = UNSUPPORTED_F64_OPS
+                .iter()
+                .any(|k| why.contains(&format!("`{}` on f64", k.mnemonic())));
+            if !listed {
+                self.failures.push(format!(
+                    "{what}: not rendered for an unlisted reason: {why}"
+                ));
+            }
+        }
+        match ptxas() {
+            Some(ptxas) => {
+                let dir = scratch(&what.replace(' ', "-"));
+                let t = std::time::Instant::now();
+                let rejected = assemble_all(&ptxas, &dir, &self.jobs);
+                println!(
+                    "  ptxas assembled {} of {} in {:.1} s",
+                    self.jobs.len() - rejected.len(),
+                    self.jobs.len(),
+                    t.elapsed().as_secs_f64()
+                );
+                self.failures.extend(rejected);
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            None => println!("  ptxas not found (cargo xtask test installs it): PTX text only"),
+        }
+        assert!(
+            self.failures.is_empty(),
+            "{} failures:\n{}",
+            self.failures.len(),
+            self.failures.join("\n")
+        );
+    }
+}
+
+/// The programs of `ir-specs/ops/*.md`'s examples (file:line, program).
+fn spec_examples() -> Vec<(String, Func)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../ir-specs/ops");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("ir-specs/ops")
+        .map(|e| e.expect("readable").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(&p).expect("readable spec");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i] != "```kiln" {
+                i += 1;
+                continue;
+            }
+            let line = i + 1;
+            let mut src = String::new();
+            i += 1;
+            while i < lines.len() && lines[i] != "```" {
+                src.push_str(lines[i]);
+                src.push('\n');
+                i += 1;
+            }
+            let name = format!("{}:{line}", p.file_name().unwrap().to_string_lossy());
+            let m = kiln_ir::parse_module(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
+            out.push((name, m.entry().expect("a function").clone()));
+        }
+    }
+    out
+}
+
+/// The target filetests (`// TARGET:` files under `tests/filetests`).
+fn target_filetests() -> Vec<(String, Func)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("a directory")
+            .map(|e| e.expect("readable").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "kir") {
+                out.push(p);
+            }
+        }
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/filetests");
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    files
+        .into_iter()
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).expect("readable");
+            if !text.lines().any(|l| l.starts_with("// TARGET:")) {
+                return None;
+            }
+            let name = p.strip_prefix(&root).unwrap().display().to_string();
+            let m = kiln_ir::parse_module(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            Some((name, m.entry().expect("a function").clone()))
+        })
+        .collect()
+}
+
+/// An H200 that gives every reduction of 2 terms or more a warp and of 64 or more a block of
+/// 128 threads (as the emulator's tests do), so random programs render the cooperative
+/// reductions' shuffles, barriers and shared memory in every dtype and combiner.
+fn cooperative_target() -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    let gpu = t.gpu.as_mut().expect("a GPU");
+    gpu.warp_reduce_min = 2;
+    gpu.block_reduce_min = 64;
+    gpu.max_threads_per_block = 128;
+    gpu.elementwise_block = 128;
+    t
 }
 
 #[test]
-fn kernels_ptx_does_not_render_are_reported() {
-    let f = parse_func_text(
-        "func @main(%0: f32[2]) -> f32[2] {\n  %1 = tanh %0 : f32[2]\n  return %1\n}\n",
-    )
-    .unwrap();
-    let fused = fused_kernels(
-        &f,
-        &Options::default(),
-        &kiln_kernel::target::TargetInfo::reference(),
+fn spec_examples_and_target_filetests_assemble() {
+    let mut tally = Tally::default();
+    let examples = spec_examples();
+    for (name, f) in &examples {
+        tally.add(name, f, &TargetInfo::h200());
+    }
+    let files = target_filetests();
+    for (name, f) in &files {
+        tally.add(name, f, &TargetInfo::h200());
+        tally.add(&format!("{name} (cooperative)"), f, &cooperative_target());
+    }
+    tally.finish(&format!(
+        "{} spec examples and {} target filetests",
+        examples.len(),
+        files.len()
+    ));
+}
+
+#[test]
+fn random_programs_assemble() {
+    let n: u64 = std::env::var("KILN_PTX_PROGRAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let mut tally = Tally::default();
+    for seed in 0..n {
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        // Even seeds on an H200 as it is, odd ones with every reduction cooperative.
+        let target = if seed % 2 == 0 {
+            TargetInfo::h200()
+        } else {
+            cooperative_target()
+        };
+        tally.add(&format!("seed {seed}"), &f, &target);
+    }
+    tally.finish(&format!("{n} random programs"));
+}
+
+/// The one GPU program `src`'s function maps its only kernel to.
+fn program(src: &str, gpu: &TargetInfo) -> GpuProgram {
+    let f = parse_func_text(src).unwrap();
+    let ks = mapped_kernels(&f, &kiln_kernel::Options::default(), gpu).unwrap();
+    assert_eq!(ks.len(), 1, "{src} has one kernel");
+    ks.into_iter().next().unwrap().1.unwrap()
+}
+
+#[test]
+fn entries_are_named_after_launches_and_target_the_sm() {
+    let p = program(
+        "func @main(%0: f32[10,100], %1: f32[10,100]) -> f32[10,100] {\n  %2 = add %0, %1 : f32[10,100]\n  return %2\n}\n",
+        &TargetInfo::h200(),
     );
-    let k = fused.kernels.iter().flatten().next().unwrap();
-    let e = ptx(k).unwrap_err();
-    assert!(e.to_string().contains("Tanh"), "{e}");
-    let t = parse_func_text(
-        "func @main(%0: f32[2,3]) -> f32[3,2] {\n  %1 = transpose %0 {permutation = [1, 0]} : f32[3,2]\n  return %1\n}\n",
-    )
-    .unwrap();
-    let fused = fused_kernels(
-        &t,
-        &Options::default(),
-        &kiln_kernel::target::TargetInfo::reference(),
+    for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
+        let text = program_ptx(&p, &target).unwrap();
+        assert_eq!(
+            text,
+            program_ptx(&p, &target).unwrap(),
+            "PTX must be deterministic"
+        );
+        assert!(text.contains(".visible .entry k0_add("), "{text}");
+        assert!(text.contains(&format!(".target {}", target.sm)), "{text}");
+        assert!(text.contains(".version 8.0"), "{text}");
+    }
+}
+
+#[test]
+fn ops_without_a_gpu_implementation_are_named() {
+    let p = program(
+        "func @main(%0: f64[2]) -> f64[2] {\n  %1 = sine %0 : f64[2]\n  return %1\n}\n",
+        &TargetInfo::h200(),
     );
-    let k = fused.kernels.iter().flatten().next().unwrap();
-    let e = ptx(k).unwrap_err();
-    assert!(e.to_string().contains("own position"), "{e}");
+    let e = program_ptx(&p, &PtxTarget::sm90()).unwrap_err();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("`sine` on f64")),
+        "{e}"
+    );
 }

@@ -100,9 +100,10 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
     use OpKind::*;
     let narrow = matches!(d, DType::F16 | DType::BF16);
     match op {
-        // Polynomials within 2-4 ulps of the correctly rounded value (`cpu/math.rs`, tested
-        // over hundreds of thousands of points); C library calls within 1-2; f16/bf16 compute
-        // these in f32, so their one rounding may land on the other neighbour.
+        // Polynomials within 2-4 ulps of the correctly rounded value (`common/math.rs` and,
+        // on the GPU, `common/libm.rs` and `trig.rs` of kiln-codegen-llvm, tested over hundreds
+        // of thousands of points); C library calls within 1-2; f16/bf16 compute these in f32, so
+        // their one rounding may land on the other neighbour.
         Exponential | Log | Tanh | Logistic | Erf | LogPlusOne | ExponentialMinusOne | Sine
         | Cosine | Power | Tan | Atan2 | Cbrt => {
             if narrow {

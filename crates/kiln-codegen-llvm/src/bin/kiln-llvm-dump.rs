@@ -1,6 +1,7 @@
 //! Prints the LLVM IR of a `.kir` file's entry function, or its fused kernels:
-//! `kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan [--donate=0,1,...]]`. Used by
-//! `cargo xtask dump FILE --stage llvm|fused|dot|plan`. `--donate` lists the donated parameters
+//! `kiln-llvm-dump FILE [--optimized | --fused | --dot | --ptx=sm_90 | --plan [--donate=0,1,...]]`. Used by
+//! `cargo xtask dump FILE --stage llvm|fused|dot|plan|ptx` (`--ptx=SM`: each kernel mapped
+//! to the GPU for an H200 and rendered as PTX for that SM). `--donate` lists the donated parameters
 //! whose buffers the plan may reuse for results.
 
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
         eprintln!(
-            "usage: kiln-llvm-dump FILE [--optimized | --fused | --dot | --plan [--donate=0,1,...]]"
+            "usage: kiln-llvm-dump FILE [--optimized | --fused | --dot | --ptx=SM | --plan [--donate=0,1,...]]"
         );
         return ExitCode::FAILURE;
     };
@@ -49,6 +50,12 @@ fn main() -> ExitCode {
                 kiln_codegen_llvm::cpu::describe_fusion(&f, &opts)
             } else if args.iter().any(|a| a == "--plan") {
                 kiln_codegen_llvm::cpu::describe_memory_donating(&f, &donated, &opts)
+            } else if let Some(sm) = args.iter().find_map(|a| a.strip_prefix("--ptx=")) {
+                let target = kiln_codegen_llvm::ptx::PtxTarget {
+                    sm: sm.to_string(),
+                    ..kiln_codegen_llvm::ptx::PtxTarget::sm90()
+                };
+                kiln_codegen_llvm::ptx::function_ptx(&f, &opts, &target)
             } else if args.iter().any(|a| a == "--dot") {
                 kiln_kernel::pipeline::fusion_dot(&f, &opts).map_err(Into::into)
             } else {

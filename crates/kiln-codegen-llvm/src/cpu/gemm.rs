@@ -20,6 +20,7 @@
 
 use super::{Emitter, Routines, Target, host_attributes, llvm};
 use crate::Result;
+use crate::common::scalar::Scalar;
 use crate::kernel::ConvPatches;
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::context::Context;

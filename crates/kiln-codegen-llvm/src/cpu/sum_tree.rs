@@ -18,6 +18,7 @@
 
 use super::{Emitter, llvm};
 use crate::Result;
+use crate::common::scalar::Scalar;
 use crate::kernel::Expr;
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{IntValue, PointerValue};

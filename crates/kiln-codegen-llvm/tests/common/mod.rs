@@ -1002,7 +1002,7 @@ pub fn softmax_special_values() {
 }
 
 /// exp, log, tanh, logistic and erf within their error bounds over every range (see
-/// `cpu/math.rs`).
+/// `common/math.rs`).
 pub fn transcendentals() {
     // exp, log, tanh, logistic and erf are computed by polynomials (no library calls) in f32
     // and f64; bound their error against the reference, which rounds a more precise result

@@ -3,7 +3,8 @@
 //! error bounds are checked against the reference interpreter (which rounds a correctly
 //! computed f64 or higher result once) by `vectorized_transcendentals_are_accurate`.
 
-use super::{Emitter, llvm};
+use super::scalar::Scalar;
+use super::{Base, llvm};
 use crate::Result;
 use inkwell::types::{FloatType, IntType};
 use inkwell::values::{FloatValue, IntValue};
@@ -11,22 +12,22 @@ use inkwell::{FloatPredicate, IntPredicate};
 use kiln_ir::DType;
 
 /// One binary float format: its types and the constants the functions below depend on.
-struct Format<'c> {
-    ft: FloatType<'c>,
+pub(crate) struct Format<'c> {
+    pub(crate) ft: FloatType<'c>,
     /// The integer type of the same width.
-    it: IntType<'c>,
+    pub(crate) it: IntType<'c>,
     /// Mantissa bits.
-    mant: u64,
+    pub(crate) mant: u64,
     /// Exponent bias.
-    bias: u64,
+    pub(crate) bias: u64,
     /// The smallest normal value, and the power of two that scales subnormals above it.
-    min_normal: f64,
-    tiny_shift: u64,
+    pub(crate) min_normal: f64,
+    pub(crate) tiny_shift: u64,
     /// ln 2 = ln2_hi + ln2_lo, ln2_hi with enough trailing zeros that n * ln2_hi is exact.
-    ln2_hi: f64,
-    ln2_lo: f64,
+    pub(crate) ln2_hi: f64,
+    pub(crate) ln2_lo: f64,
     /// Whether this is f64 (longer polynomials).
-    double: bool,
+    pub(crate) double: bool,
 }
 
 impl Format<'_> {
@@ -62,12 +63,13 @@ mod tables {
 }
 use tables::*;
 
-impl<'c> Emitter<'c> {
+/// The functions, on any [`Base`].
+pub(crate) trait Math<'c>: Base<'c> {
     fn format(&self, d: DType) -> Format<'c> {
         if d == DType::F64 {
             Format {
-                ft: self.ctx.f64_type(),
-                it: self.ctx.i64_type(),
+                ft: self.ctx().f64_type(),
+                it: self.ctx().i64_type(),
                 mant: 52,
                 bias: 1023,
                 min_normal: f64::MIN_POSITIVE,
@@ -78,8 +80,8 @@ impl<'c> Emitter<'c> {
             }
         } else {
             Format {
-                ft: self.ctx.f32_type(),
-                it: self.ctx.i32_type(),
+                ft: self.ctx().f32_type(),
+                it: self.ctx().i32_type(),
                 mant: 23,
                 bias: 127,
                 min_normal: 1.1754943508222875e-38,
@@ -92,7 +94,7 @@ impl<'c> Emitter<'c> {
     }
 
     /// `a * m + add`, fused where the target allows.
-    pub(super) fn fmuladd(
+    fn fmuladd(
         &self,
         a: FloatValue<'c>,
         m: FloatValue<'c>,
@@ -123,7 +125,9 @@ impl<'c> Emitter<'c> {
         x: FloatValue<'c>,
         y: FloatValue<'c>,
     ) -> Result<IntValue<'c>> {
-        self.b.build_float_compare(p, x, y, "c").map_err(llvm)
+        self.builder()
+            .build_float_compare(p, x, y, "c")
+            .map_err(llvm)
     }
 
     fn fabs(&self, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
@@ -146,7 +150,7 @@ impl<'c> Emitter<'c> {
     /// The clamp keeps NaN (each comparison is false for it, so the select passes `x` on), and
     /// NaN's `r` makes the result NaN whatever its `n` became; the scaling itself overflows to
     /// inf past the top and rounds to 0 past the bottom (see [`Format::exp_range`]).
-    pub(super) fn exp_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+    fn exp_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
         let c = |v: f64| f.ft.const_float(v);
         let (top, bottom) = f.exp_range();
@@ -162,18 +166,18 @@ impl<'c> Emitter<'c> {
     /// coefficients are scaled by 2^-64 (exactly: its values stay far above the subnormals) and
     /// p 2^n is that times 2^(n + 64), a normal number: one product, which rounds a subnormal
     /// result once, as the two-step scaling does. Within 2 ulps.
-    pub(super) fn exp_nonpositive(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+    fn exp_nonpositive(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
         let c = |v: f64| f.ft.const_float(v);
         let (_, bottom) = f.exp_range();
         let below = self.fcmp(FloatPredicate::OLT, x, c(bottom))?;
         let xc = self.select_float(below, c(bottom), x)?;
-        if self.scalef {
+        if self.scalef() {
             let (n, p) = self.exp_reduced(&f, xc, 1.0)?;
             return self.scale(&f, p, n);
         }
         let (n, p) = self.exp_reduced(&f, xc, 2f64.powi(-64))?;
-        let b = &self.b;
+        let b = self.builder();
         let shifted = b
             .build_int_add(n, f.it.const_int(64, false), "n64")
             .map_err(llvm)?;
@@ -187,9 +191,9 @@ impl<'c> Emitter<'c> {
     /// subnormal range (rounding once: the first step is exact) and overflow to inf at the top
     /// of the range (2^n = 2^(max exponent + 1) times p >= 1).
     fn scale(&self, f: &Format<'c>, p: FloatValue<'c>, ni: IntValue<'c>) -> Result<FloatValue<'c>> {
-        let b = &self.b;
-        if self.scalef {
-            let i32t = self.ctx.i32_type();
+        let b = self.builder();
+        if self.scalef() {
+            let i32t = self.ctx().i32_type();
             let ni = if f.double {
                 b.build_int_truncate(ni, i32t, "n32").map_err(llvm)?
             } else {
@@ -198,7 +202,7 @@ impl<'c> Emitter<'c> {
             let ldexp = inkwell::intrinsics::Intrinsic::find("llvm.ldexp")
                 .ok_or_else(|| crate::Error::Llvm("no intrinsic llvm.ldexp".into()))?;
             let decl = ldexp
-                .get_declaration(self.m, &[f.ft.into(), i32t.into()])
+                .get_declaration(self.module(), &[f.ft.into(), i32t.into()])
                 .ok_or_else(|| crate::Error::Llvm("cannot declare llvm.ldexp".into()))?;
             return Ok(b
                 .build_call(decl, &[p.into(), ni.into()], "y")
@@ -230,7 +234,7 @@ impl<'c> Emitter<'c> {
         x: FloatValue<'c>,
         s: f64,
     ) -> Result<(IntValue<'c>, FloatValue<'c>)> {
-        let b = &self.b;
+        let b = self.builder();
         let c = |v: f64| f.ft.const_float(v);
         // n = x log2(e) rounded to nearest, by adding and subtracting 1.5 2^p (p the mantissa
         // bits): the sum's last place is 1, so it rounds there (|x log2(e)| <= 1076 here), and
@@ -270,7 +274,7 @@ impl<'c> Emitter<'c> {
 
     /// 2^e for an integer `e` in the normal exponent range, from its exponent bits.
     fn pow2(&self, f: &Format<'c>, e: IntValue<'c>) -> Result<FloatValue<'c>> {
-        let b = &self.b;
+        let b = self.builder();
         let biased = b
             .build_int_add(e, f.it.const_int(f.bias, false), "eb")
             .map_err(llvm)?;
@@ -286,9 +290,9 @@ impl<'c> Emitter<'c> {
     /// [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) with s = (m - 1) / (m + 1) as an odd series (to
     /// s^11 in f32, s^25 in f64), plus e ln 2 in two parts. Zero gives -inf, negatives NaN, +inf
     /// and NaN themselves. Within 2 ulps.
-    pub(super) fn log_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+    fn log_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
-        let b = &self.b;
+        let b = self.builder();
         let c = |v: f64| f.ft.const_float(v);
         let ci = |v: u64| f.it.const_int(v, false);
         let tiny = self.fcmp(FloatPredicate::OLT, x, c(f.min_normal))?;
@@ -368,9 +372,9 @@ impl<'c> Emitter<'c> {
 
     /// tanh: x + x^3 P(x^2) for |x| < 0.625 (P fitted for relative error), 1 - 2 / (e^(2|x|) +
     /// 1) with x's sign above. Within 4 ulps.
-    pub(super) fn tanh_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+    fn tanh_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
-        let b = &self.b;
+        let b = self.builder();
         let c = |v: f64| f.ft.const_float(v);
         let ax = self.fabs(x)?;
         let z = b.build_float_mul(x, x, "z").map_err(llvm)?;
@@ -418,9 +422,9 @@ impl<'c> Emitter<'c> {
 
     /// logistic: 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, from e = e^-|x|, so
     /// neither side overflows (large negative x gives subnormals, not 0). Within 4 ulps.
-    pub(super) fn logistic_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+    fn logistic_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
-        let b = &self.b;
+        let b = self.builder();
         let one = f.ft.const_float(1.0);
         let a = self.fabs(x)?;
         let e = self.exp_nonpositive(d, b.build_float_neg(a, "na").map_err(llvm)?)?;
@@ -444,9 +448,9 @@ impl<'c> Emitter<'c> {
     /// x^20 in f32, x^34 in f64). Up to the point where erf rounds to 1 (4 in f32, 6 in f64):
     /// 1 - e^(-x^2) G(|x|), G a Chebyshev interpolant of erfc(x) e^(x^2) (one piece in f32, two
     /// in f64, split at 2.5), with x's sign. Beyond: +-1. Within 4 ulps.
-    pub(super) fn erf_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+    fn erf_fast(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
-        let b = &self.b;
+        let b = self.builder();
         let c = |v: f64| f.ft.const_float(v);
         let ax = self.fabs(x)?;
         let z = b.build_float_mul(x, x, "z").map_err(llvm)?;
@@ -483,3 +487,5 @@ impl<'c> Emitter<'c> {
         self.select_float(is_big, big, small)
     }
 }
+
+impl<'c, T: Base<'c> + ?Sized> Math<'c> for T {}

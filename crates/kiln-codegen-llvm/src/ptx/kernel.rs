@@ -1,0 +1,768 @@
+//! One launch ([`GpuKernel`]) as an LLVM function with the PTX kernel calling convention
+//! (an `.entry`): statement by statement, as the emulator runs them.
+
+use super::{UNSUPPORTED_F64_OPS, entry_name};
+use crate::common::libm::Library;
+use crate::common::scalar::Scalar;
+use crate::common::{Base, llvm};
+use crate::{Error, Result, storage};
+use inkwell::AddressSpace;
+use inkwell::IntPredicate;
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::{BasicType, BasicTypeEnum};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValueEnum, FloatValue, FunctionValue, GlobalValue, IntValue,
+    PointerValue,
+};
+use kiln_ir::{Combiner, DType, OpKind};
+use kiln_kernel::gpu::ir::Sc;
+use kiln_kernel::gpu::ir::{Buf, GpuKernel, Shuffle, Special, Stmt};
+use std::cell::RefCell;
+
+/// The PTX kernel calling convention (`PTX_Kernel`): the function is an `.entry`.
+const PTX_KERNEL: u32 = 71;
+
+/// The most static shared memory a block may declare (more needs dynamic shared memory, which
+/// the emitter does not use yet).
+const STATIC_SHARED_BYTES: usize = 48 << 10;
+
+/// The emitter of one launch.
+pub(super) struct Emit<'a, 'c> {
+    pub(super) ctx: &'c Context,
+    pub(super) m: &'a Module<'c>,
+    pub(super) b: Builder<'c>,
+    pub(super) f: FunctionValue<'c>,
+    pub(super) k: &'a GpuKernel,
+    /// The launch's inputs, then its outputs.
+    params: Vec<PointerValue<'c>>,
+    shared: Vec<GlobalValue<'c>>,
+    /// The kernel loop variables' slots (i64).
+    pub(super) vars: Vec<PointerValue<'c>>,
+    /// Where stack slots go (the entry block, ahead of the body).
+    slots: Builder<'c>,
+    /// Each register's slot per type it is written in.
+    regs: RefCell<Vec<(usize, BasicTypeEnum<'c>, PointerValue<'c>)>>,
+    /// The type each register was last written in.
+    reg_ty: RefCell<Vec<Option<BasicTypeEnum<'c>>>>,
+    /// The type of each register's first write in program order.
+    first_types: Vec<Option<BasicTypeEnum<'c>>>,
+    /// The value registers the expression being evaluated reads as extra inputs.
+    pub(super) scalars: RefCell<Vec<BasicValueEnum<'c>>>,
+}
+
+impl<'c> Base<'c> for Emit<'_, 'c> {
+    fn ctx(&self) -> &'c Context {
+        self.ctx
+    }
+
+    fn module(&self) -> &Module<'c> {
+        self.m
+    }
+
+    fn builder(&self) -> &Builder<'c> {
+        &self.b
+    }
+
+    fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        self.library(name, d, x)?.ok_or_else(|| {
+            Error::Unsupported(format!("`{name}` on {d} has no GPU implementation yet"))
+        })
+    }
+
+    fn inline_library(&self) -> bool {
+        true
+    }
+
+    fn float_op_renders(&self, k: OpKind, d: DType) -> Result<()> {
+        if d == DType::F64 && UNSUPPORTED_F64_OPS.contains(&k) {
+            return Err(Error::Unsupported(format!(
+                "`{}` on {d} has no GPU implementation yet",
+                k.mnemonic()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Adds launch `k` to `m` as an `.entry` taking its inputs' and outputs' pointers.
+pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Result<()> {
+    if k.warp != 32 {
+        return Err(Error::Unsupported(format!(
+            "{}: a warp of {} threads (PTX warps have 32)",
+            k.name, k.warp
+        )));
+    }
+    if k.shared_bytes() > STATIC_SHARED_BYTES {
+        return Err(Error::Unsupported(format!(
+            "{}: {} bytes of shared memory per block (static shared memory holds {})",
+            k.name,
+            k.shared_bytes(),
+            STATIC_SHARED_BYTES
+        )));
+    }
+    let global = ctx.ptr_type(AddressSpace::from(1u16));
+    let bufs: Vec<Buf> = k.inputs.iter().chain(&k.outputs).map(|b| b.0).collect();
+    let params: Vec<inkwell::types::BasicMetadataTypeEnum> =
+        bufs.iter().map(|_| global.into()).collect();
+    let name = entry_name(k);
+    let f = m.add_function(&name, ctx.void_type().fn_type(&params, false), None);
+    f.set_call_conventions(PTX_KERNEL);
+    // The launch's exact block size (`.reqntid`), so ptxas fits registers to it.
+    f.add_attribute(
+        AttributeLoc::Function,
+        ctx.create_string_attribute("nvvm.reqntid", &k.block.to_string()),
+    );
+    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
+    for (i, b) in bufs.iter().enumerate() {
+        // A buffer passed once may be marked as not aliasing the others.
+        if bufs.iter().filter(|o| *o == b).count() == 1 {
+            f.add_attribute(AttributeLoc::Param(i as u32), noalias);
+        }
+    }
+    let shared = k
+        .shared
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let t = shared_type(ctx, a.dtype).array_type(a.len as u32);
+            let g = m.add_global(
+                t,
+                Some(AddressSpace::from(3u16)),
+                &format!("{name}_shared{i}"),
+            );
+            g.set_linkage(Linkage::Internal);
+            g.set_initializer(&t.get_undef());
+            g.set_alignment(8);
+            g
+        })
+        .collect();
+    let entry = ctx.append_basic_block(f, "entry");
+    let body = ctx.append_basic_block(f, "body");
+    let slots = ctx.create_builder();
+    slots.position_at_end(entry);
+    let b = ctx.create_builder();
+    b.position_at_end(body);
+    let i64t = ctx.i64_type();
+    let mut vars = Vec::with_capacity(k.vars);
+    for _ in 0..k.vars {
+        let v = slots.build_alloca(i64t, "var").map_err(llvm)?;
+        slots.build_store(v, i64t.const_zero()).map_err(llvm)?;
+        vars.push(v);
+    }
+    let em = Emit {
+        ctx,
+        m,
+        b,
+        f,
+        k,
+        params: (0..bufs.len())
+            .map(|i| {
+                f.get_nth_param(i as u32)
+                    .expect("declared")
+                    .into_pointer_value()
+            })
+            .collect(),
+        shared,
+        vars,
+        slots,
+        regs: RefCell::new(Vec::new()),
+        reg_ty: RefCell::new(vec![None; k.regs]),
+        first_types: Vec::new(),
+        scalars: RefCell::new(Vec::new()),
+    };
+    let mut first = vec![None; k.regs];
+    em.first_writes(&k.body, &mut first);
+    let em = Emit {
+        first_types: first,
+        ..em
+    };
+    em.stmts(&k.body)?;
+    em.b.build_return(None).map_err(llvm)?;
+    em.slots.build_unconditional_branch(body).map_err(llvm)?;
+    Ok(())
+}
+
+/// How a shared array of `d` holds its elements (f16 and bf16 as f32, pred as a byte).
+fn shared_type(ctx: &Context, d: DType) -> BasicTypeEnum<'_> {
+    match d {
+        DType::F16 | DType::BF16 | DType::F32 => ctx.f32_type().into(),
+        d => storage(ctx, d),
+    }
+}
+
+impl<'a, 'c> Emit<'a, 'c> {
+    fn err<T>(&self, what: String) -> Result<T> {
+        Err(Error::Llvm(format!("{}: {what}", self.k.name)))
+    }
+
+    /// The type a register holding a value of `d` has.
+    pub(super) fn reg_type(&self, d: DType) -> BasicTypeEnum<'c> {
+        if d.is_float() {
+            self.ftype(d).into()
+        } else {
+            self.itype(d).into()
+        }
+    }
+
+    pub(super) fn i64c(&self, v: i64) -> IntValue<'c> {
+        self.ctx.i64_type().const_int(v as u64, true)
+    }
+
+    /// A stack slot of type `t` in the entry block.
+    pub(super) fn slot(&self, t: BasicTypeEnum<'c>) -> Result<PointerValue<'c>> {
+        self.slots.build_alloca(t, "slot").map_err(llvm)
+    }
+
+    fn write(&self, r: usize, v: BasicValueEnum<'c>) -> Result<()> {
+        let t = v.get_type();
+        let p = self.reg_slot(r, t)?;
+        self.b.build_store(p, v).map_err(llvm)?;
+        self.reg_ty.borrow_mut()[r] = Some(t);
+        Ok(())
+    }
+
+    fn read(&self, r: usize) -> Result<BasicValueEnum<'c>> {
+        let last = self.reg_ty.borrow().get(r).copied().flatten();
+        // A register read before any write in program order (set in a later statement of a
+        // loop) is read in the type its first write has, from a slot holding zero until then,
+        // as the emulator's registers start at zero.
+        let Some(t) = last.or_else(|| self.first_types.get(r).copied().flatten()) else {
+            return self.err(format!("register {r} is read but never written"));
+        };
+        let p = self.reg_slot(r, t)?;
+        self.b.build_load(t, p, "r").map_err(llvm)
+    }
+
+    /// Register `r`'s slot for values of type `t` (zero until written).
+    fn reg_slot(&self, r: usize, t: BasicTypeEnum<'c>) -> Result<PointerValue<'c>> {
+        let found = self
+            .regs
+            .borrow()
+            .iter()
+            .find(|(q, u, _)| *q == r && *u == t)
+            .map(|e| e.2);
+        if let Some(p) = found {
+            return Ok(p);
+        }
+        let p = self.slot(t)?;
+        self.slots.build_store(p, t.const_zero()).map_err(llvm)?;
+        self.regs.borrow_mut().push((r, t, p));
+        Ok(p)
+    }
+
+    /// Register `r` as an i64 (an integer register, or a value register as the emulator
+    /// reads it as an integer).
+    fn read_int(&self, r: usize) -> Result<IntValue<'c>> {
+        let v = self.read(r)?;
+        let i64t = self.ctx.i64_type();
+        Ok(match v {
+            BasicValueEnum::IntValue(i) => match i.get_type().get_bit_width() {
+                64 => i,
+                1 => self.b.build_int_z_extend(i, i64t, "z").map_err(llvm)?,
+                _ => self.b.build_int_s_extend(i, i64t, "s").map_err(llvm)?,
+            },
+            BasicValueEnum::FloatValue(x) => self
+                .b
+                .build_float_to_signed_int(x, i64t, "i")
+                .map_err(llvm)?,
+            _ => return self.err(format!("register {r} is no number")),
+        })
+    }
+
+    /// Calls the intrinsic `name` (not overloaded) on `args`.
+    fn nvvm(
+        &self,
+        name: &str,
+        args: &[BasicMetadataValueEnum<'c>],
+    ) -> Result<Option<BasicValueEnum<'c>>> {
+        let i = Intrinsic::find(name).ok_or_else(|| Error::Llvm(format!("no intrinsic {name}")))?;
+        let decl = i
+            .get_declaration(self.m, &[])
+            .ok_or_else(|| Error::Llvm(format!("cannot declare {name}")))?;
+        Ok(self
+            .b
+            .build_call(decl, args, "n")
+            .map_err(llvm)?
+            .try_as_basic_value()
+            .basic())
+    }
+
+    fn sreg(&self, name: &str) -> Result<IntValue<'c>> {
+        let v = self
+            .nvvm(&format!("llvm.nvvm.read.ptx.sreg.{name}"), &[])?
+            .ok_or_else(|| Error::Llvm(format!("{name} returned nothing")))?;
+        self.b
+            .build_int_z_extend(v.into_int_value(), self.ctx.i64_type(), name)
+            .map_err(llvm)
+    }
+
+    fn special(&self, s: Special) -> Result<IntValue<'c>> {
+        let warp = self.i64c(self.k.warp as i64);
+        Ok(match s {
+            Special::Thread => self.sreg("tid.x")?,
+            Special::Block => self.sreg("ctaid.x")?,
+            Special::BlockDim => self.sreg("ntid.x")?,
+            Special::GridDim => self.sreg("nctaid.x")?,
+            Special::Lane => self
+                .b
+                .build_int_unsigned_rem(self.sreg("tid.x")?, warp, "lane")
+                .map_err(llvm)?,
+            Special::Warp => self
+                .b
+                .build_int_unsigned_div(self.sreg("tid.x")?, warp, "warp")
+                .map_err(llvm)?,
+        })
+    }
+
+    /// A thread-level integer.
+    fn sc(&self, s: &Sc) -> Result<IntValue<'c>> {
+        let b = &self.b;
+        let i64t = self.ctx.i64_type();
+        let flag = |c: IntValue<'c>| b.build_int_z_extend(c, i64t, "f").map_err(llvm);
+        // A divisor of at least 1, as the emulator takes it.
+        let divisor = |d: &Sc| -> Result<IntValue<'c>> {
+            if let Sc::Const(c) = d {
+                return Ok(self.i64c((*c).max(1)));
+            }
+            let v = self.sc(d)?;
+            let small = b
+                .build_int_compare(IntPredicate::SLT, v, self.i64c(1), "small")
+                .map_err(llvm)?;
+            Ok(b.build_select(small, self.i64c(1), v, "d")
+                .map_err(llvm)?
+                .into_int_value())
+        };
+        Ok(match s {
+            Sc::Const(c) => self.i64c(*c),
+            Sc::Special(sp) => self.special(*sp)?,
+            Sc::Reg(r) => self.read_int(*r)?,
+            Sc::Var(v) => b
+                .build_load(i64t, self.vars[*v], "v")
+                .map_err(llvm)?
+                .into_int_value(),
+            Sc::Add(x, y) => b
+                .build_int_add(self.sc(x)?, self.sc(y)?, "a")
+                .map_err(llvm)?,
+            Sc::Mul(x, y) => b
+                .build_int_mul(self.sc(x)?, self.sc(y)?, "m")
+                .map_err(llvm)?,
+            Sc::Div(x, y) => {
+                let x = self.sc(x)?;
+                b.build_int_signed_div(x, divisor(y)?, "q").map_err(llvm)?
+            }
+            Sc::Rem(x, y) => {
+                let x = self.sc(x)?;
+                b.build_int_signed_rem(x, divisor(y)?, "r").map_err(llvm)?
+            }
+            Sc::Lt(x, y) => flag(
+                b.build_int_compare(IntPredicate::SLT, self.sc(x)?, self.sc(y)?, "lt")
+                    .map_err(llvm)?,
+            )?,
+            Sc::Eq(x, y) => flag(
+                b.build_int_compare(IntPredicate::EQ, self.sc(x)?, self.sc(y)?, "eq")
+                    .map_err(llvm)?,
+            )?,
+            Sc::And(x, y) => {
+                let x = self.nonzero(self.sc(x)?)?;
+                let y = self.nonzero(self.sc(y)?)?;
+                flag(b.build_and(x, y, "and").map_err(llvm)?)?
+            }
+        })
+    }
+
+    fn nonzero(&self, v: IntValue<'c>) -> Result<IntValue<'c>> {
+        self.b
+            .build_int_compare(IntPredicate::NE, v, v.get_type().const_zero(), "nz")
+            .map_err(llvm)
+    }
+
+    /// The pointer and dtype of the launch's buffer `buf` (as statements name them).
+    fn buffer(&self, buf: Buf) -> Result<(PointerValue<'c>, DType)> {
+        let n = self.k.inputs.len();
+        let (i, d) = match buf {
+            Buf::Input(i) => (i, self.k.inputs.get(i).map(|b| b.1.dtype)),
+            Buf::Output(o) => (n + o, self.k.outputs.get(o).map(|b| b.1.dtype)),
+            Buf::Scratch(_) => return self.err(format!("a statement names {buf}")),
+        };
+        match (self.params.get(i), d) {
+            (Some(p), Some(d)) => Ok((*p, d)),
+            _ => self.err(format!("no buffer {buf}")),
+        }
+    }
+
+    /// Element `index` of global buffer `p` of `d`.
+    pub(super) fn element(
+        &self,
+        p: PointerValue<'c>,
+        d: DType,
+        index: IntValue<'c>,
+    ) -> Result<PointerValue<'c>> {
+        // SAFETY: the mapping keeps every access in bounds (the emulator checks it).
+        unsafe {
+            self.b
+                .build_in_bounds_gep(storage(self.ctx, d), p, &[index], "p")
+        }
+        .map_err(llvm)
+    }
+
+    /// Element `index` of input buffer `input` as a register value of `d`.
+    pub(super) fn load_input(
+        &self,
+        input: usize,
+        d: DType,
+        index: IntValue<'c>,
+    ) -> Result<BasicValueEnum<'c>> {
+        let Some(&p) = self
+            .params
+            .get(input)
+            .filter(|_| input < self.k.inputs.len())
+        else {
+            return self.err(format!("no input {input}"));
+        };
+        let at = self.element(p, d, index)?;
+        let raw = self
+            .b
+            .build_load(storage(self.ctx, d), at, "x")
+            .map_err(llvm)?;
+        self.load_value(d, raw)
+    }
+
+    /// `v` as a register of `d` holds it (a value computed in another width, stored).
+    fn coerce(&self, v: BasicValueEnum<'c>, d: DType) -> Result<BasicValueEnum<'c>> {
+        let t = self.reg_type(d);
+        if v.get_type() == t {
+            return Ok(v);
+        }
+        let b = &self.b;
+        Ok(match (v, t) {
+            (BasicValueEnum::FloatValue(x), BasicTypeEnum::FloatType(ft)) => {
+                b.build_float_cast(x, ft, "c").map_err(llvm)?.into()
+            }
+            (BasicValueEnum::IntValue(x), BasicTypeEnum::IntType(it)) => {
+                if it.get_bit_width() == 1 {
+                    self.nonzero(x)?.into()
+                } else {
+                    b.build_int_cast_sign_flag(x, it, x.get_type().get_bit_width() > 1, "c")
+                        .map_err(llvm)?
+                        .into()
+                }
+            }
+            _ => {
+                return self.err(format!("a register of type {} stored as {d}", v.get_type()));
+            }
+        })
+    }
+
+    /// A shared array's element `index`.
+    fn shared_at(
+        &self,
+        array: usize,
+        index: &Sc,
+    ) -> Result<(PointerValue<'c>, BasicTypeEnum<'c>, DType)> {
+        let Some(a) = self.k.shared.get(array) else {
+            return self.err(format!("no shared array {array}"));
+        };
+        let et = shared_type(self.ctx, a.dtype);
+        let t = et.array_type(a.len as u32);
+        let i = self.sc(index)?;
+        let g = self.shared[array].as_pointer_value();
+        // SAFETY: the mapping keeps shared accesses in bounds (the emulator checks it).
+        let p =
+            unsafe { self.b.build_in_bounds_gep(t, g, &[self.i64c(0), i], "sh") }.map_err(llvm)?;
+        Ok((p, et, a.dtype))
+    }
+
+    /// Records in `types` the type of each register's first write in `body`.
+    fn first_writes(&self, body: &[Stmt], types: &mut Vec<Option<BasicTypeEnum<'c>>>) {
+        let i64t: BasicTypeEnum = self.ctx.i64_type().into();
+        for s in body {
+            let (reg, t) = match s {
+                Stmt::Let { reg, .. } => (*reg, Some(i64t)),
+                Stmt::Eval { reg, expr, .. } => (*reg, Some(self.reg_type(expr.dtype()))),
+                Stmt::Identity { reg, dtype, .. } => (*reg, Some(self.reg_type(*dtype))),
+                Stmt::Combine { acc, dtype, .. } => (*acc, Some(self.reg_type(*dtype))),
+                Stmt::For { reg, body, .. } => {
+                    if let Some(slot @ None) = types.get_mut(*reg) {
+                        *slot = Some(i64t);
+                    }
+                    self.first_writes(body, types);
+                    continue;
+                }
+                Stmt::If { body, .. } => {
+                    self.first_writes(body, types);
+                    continue;
+                }
+                Stmt::Load { reg, buf, .. } => {
+                    let d = match *buf {
+                        Buf::Input(i) => self.k.inputs.get(i),
+                        Buf::Output(o) => self.k.outputs.get(o),
+                        Buf::Scratch(_) => None,
+                    };
+                    (*reg, d.map(|b| self.reg_type(b.1.dtype)))
+                }
+                Stmt::SharedLoad { reg, array, .. } => (
+                    *reg,
+                    self.k.shared.get(*array).map(|a| self.reg_type(a.dtype)),
+                ),
+                Stmt::Shuffle { reg, src, .. } => (*reg, types.get(*src).copied().flatten()),
+                Stmt::SetVar { .. }
+                | Stmt::Store { .. }
+                | Stmt::SharedStore { .. }
+                | Stmt::Barrier => continue,
+            };
+            if let Some(slot @ None) = types.get_mut(reg) {
+                *slot = t;
+            }
+        }
+    }
+
+    fn stmts(&self, body: &[Stmt]) -> Result<()> {
+        for s in body {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn block(&self, name: &str) -> BasicBlock<'c> {
+        self.ctx.append_basic_block(self.f, name)
+    }
+
+    fn stmt(&self, s: &Stmt) -> Result<()> {
+        let b = &self.b;
+        match s {
+            Stmt::Let { reg, value } => self.write(*reg, self.sc(value)?.into())?,
+            Stmt::SetVar { var, value } => {
+                let Some(&slot) = self.vars.get(*var) else {
+                    return self.err(format!("no loop variable {var}"));
+                };
+                b.build_store(slot, self.sc(value)?).map_err(llvm)?;
+            }
+            Stmt::Eval { reg, expr, scalars } => {
+                let sc = scalars
+                    .iter()
+                    .map(|&r| self.read(r))
+                    .collect::<Result<Vec<_>>>()?;
+                let saved = self.scalars.replace(sc);
+                let v = self.expr(expr);
+                self.scalars.replace(saved);
+                self.write(*reg, v?)?;
+            }
+            Stmt::Identity { reg, kind, dtype } => {
+                self.write(*reg, self.identity(*kind, *dtype))?
+            }
+            Stmt::Combine {
+                acc,
+                value,
+                kind,
+                dtype,
+            } => {
+                let a = self.coerce(self.read(*acc)?, *dtype)?;
+                let x = self.coerce(self.read(*value)?, *dtype)?;
+                let c = self.combine_with(*kind, *dtype, a, x, false)?;
+                self.write(*acc, c)?;
+            }
+            Stmt::For {
+                reg,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                self.write(*reg, self.sc(start)?.into())?;
+                let head = self.block("for");
+                let inside = self.block("body");
+                let exit = self.block("done");
+                b.build_unconditional_branch(head).map_err(llvm)?;
+                b.position_at_end(head);
+                let i = self.read_int(*reg)?;
+                let more = b
+                    .build_int_compare(IntPredicate::SLT, i, self.sc(end)?, "more")
+                    .map_err(llvm)?;
+                b.build_conditional_branch(more, inside, exit)
+                    .map_err(llvm)?;
+                b.position_at_end(inside);
+                self.stmts(body)?;
+                let i = self.read_int(*reg)?;
+                let step = match step {
+                    Sc::Const(c) => self.i64c((*c).max(1)),
+                    s => {
+                        let v = self.sc(s)?;
+                        let small = b
+                            .build_int_compare(IntPredicate::SLT, v, self.i64c(1), "small")
+                            .map_err(llvm)?;
+                        b.build_select(small, self.i64c(1), v, "step")
+                            .map_err(llvm)?
+                            .into_int_value()
+                    }
+                };
+                let next = b.build_int_add(i, step, "next").map_err(llvm)?;
+                self.write(*reg, next.into())?;
+                b.build_unconditional_branch(head).map_err(llvm)?;
+                b.position_at_end(exit);
+            }
+            Stmt::If { cond, body } => {
+                let c = self.nonzero(self.sc(cond)?)?;
+                let then = self.block("then");
+                let merge = self.block("endif");
+                b.build_conditional_branch(c, then, merge).map_err(llvm)?;
+                b.position_at_end(then);
+                self.stmts(body)?;
+                b.build_unconditional_branch(merge).map_err(llvm)?;
+                b.position_at_end(merge);
+            }
+            Stmt::Load { reg, buf, index } => {
+                let (p, d) = self.buffer(*buf)?;
+                let at = self.element(p, d, self.sc(index)?)?;
+                let raw = b.build_load(storage(self.ctx, d), at, "x").map_err(llvm)?;
+                self.write(*reg, self.load_value(d, raw)?)?;
+            }
+            Stmt::Store { buf, index, value } => {
+                if !matches!(buf, Buf::Output(_)) {
+                    return self.err(format!("a store to {buf}"));
+                }
+                let (p, d) = self.buffer(*buf)?;
+                let v = self.coerce(self.read(*value)?, d)?;
+                let at = self.element(p, d, self.sc(index)?)?;
+                b.build_store(at, self.store_value(d, v)?).map_err(llvm)?;
+            }
+            Stmt::SharedLoad { reg, array, index } => {
+                let (p, et, d) = self.shared_at(*array, index)?;
+                let raw = b.build_load(et, p, "s").map_err(llvm)?;
+                let v = if d == DType::Pred {
+                    self.nonzero(raw.into_int_value())?.into()
+                } else {
+                    raw
+                };
+                self.write(*reg, v)?;
+            }
+            Stmt::SharedStore {
+                array,
+                index,
+                value,
+            } => {
+                let (p, _, d) = self.shared_at(*array, index)?;
+                let v = self.coerce(self.read(*value)?, d)?;
+                let v = if d == DType::Pred {
+                    self.store_value(d, v)?
+                } else {
+                    v
+                };
+                b.build_store(p, v).map_err(llvm)?;
+            }
+            Stmt::Barrier => self.barrier()?,
+            Stmt::Shuffle { reg, src, mode } => {
+                let v = self.read(*src)?;
+                self.write(*reg, self.shuffle(v, *mode)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The identity of `kind` in `d`, as the emulator's `identity`.
+    pub(super) fn identity(&self, kind: Combiner, d: DType) -> BasicValueEnum<'c> {
+        if d.is_float() {
+            let x = match kind {
+                Combiner::Add | Combiner::Replace | Combiner::Or => -0.0,
+                Combiner::Mul | Combiner::And => 1.0,
+                Combiner::Max => f64::NEG_INFINITY,
+                Combiner::Min => f64::INFINITY,
+            };
+            return self.ftype(d).const_float(x).into();
+        }
+        let (lo, hi) = match d {
+            DType::Pred => (0, 1),
+            DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+            DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+            DType::U32 => (0, u32::MAX as i64),
+            DType::U8 => (0, u8::MAX as i64),
+            _ => (i64::MIN, i64::MAX),
+        };
+        let v = match kind {
+            Combiner::Add | Combiner::Or | Combiner::Replace => 0,
+            Combiner::Mul => 1,
+            Combiner::And => -1,
+            Combiner::Max => lo,
+            Combiner::Min => hi,
+        };
+        let it = self.itype(d);
+        if d == DType::Pred {
+            it.const_int((v != 0) as u64, false).into()
+        } else {
+            it.const_int(v as u64, true).into()
+        }
+    }
+
+    /// `bar.sync 0`.
+    fn barrier(&self) -> Result<()> {
+        let aligned = "llvm.nvvm.barrier.cta.sync.aligned.all";
+        if Intrinsic::find(aligned).is_some() {
+            let zero = self.ctx.i32_type().const_zero();
+            self.nvvm(aligned, &[zero.into()])?;
+        } else {
+            self.nvvm("llvm.nvvm.barrier0", &[])?;
+        }
+        Ok(())
+    }
+
+    /// `v` of the lane `mode` picks (`shfl.sync` over the full warp): 32-bit values in one
+    /// shuffle, 64-bit ones as two, narrower ones widened.
+    fn shuffle(&self, v: BasicValueEnum<'c>, mode: Shuffle) -> Result<BasicValueEnum<'c>> {
+        let b = &self.b;
+        let i32t = self.ctx.i32_type();
+        let i64t = self.ctx.i64_type();
+        let (how, n) = match mode {
+            Shuffle::Xor(n) => ("bfly", n),
+            Shuffle::Down(n) => ("down", n),
+        };
+        let call = |suffix: &str, x: BasicValueEnum<'c>| -> Result<BasicValueEnum<'c>> {
+            let mask = i32t.const_all_ones();
+            let lanes = i32t.const_int(n as u64, false);
+            let clamp = i32t.const_int(0x1f, false);
+            self.nvvm(
+                &format!("llvm.nvvm.shfl.sync.{how}.{suffix}"),
+                &[mask.into(), x.into(), lanes.into(), clamp.into()],
+            )?
+            .ok_or_else(|| Error::Llvm("a shuffle returned nothing".into()))
+        };
+        let wide = |x: IntValue<'c>| -> Result<IntValue<'c>> {
+            let lo = b.build_int_truncate(x, i32t, "lo").map_err(llvm)?;
+            let hi = b
+                .build_right_shift(x, i64t.const_int(32, false), false, "hi")
+                .map_err(llvm)?;
+            let hi = b.build_int_truncate(hi, i32t, "hi").map_err(llvm)?;
+            let lo = call("i32", lo.into())?.into_int_value();
+            let hi = call("i32", hi.into())?.into_int_value();
+            let lo = b.build_int_z_extend(lo, i64t, "lo").map_err(llvm)?;
+            let hi = b.build_int_z_extend(hi, i64t, "hi").map_err(llvm)?;
+            let hi = b
+                .build_left_shift(hi, i64t.const_int(32, false), "hi")
+                .map_err(llvm)?;
+            b.build_or(hi, lo, "w").map_err(llvm)
+        };
+        Ok(match v {
+            BasicValueEnum::FloatValue(x) if x.get_type() == self.ctx.f32_type() => call("f32", v)?,
+            BasicValueEnum::FloatValue(x) => {
+                let bits = b.build_bit_cast(x, i64t, "bits").map_err(llvm)?;
+                let w = wide(bits.into_int_value())?;
+                b.build_bit_cast(w, x.get_type(), "f").map_err(llvm)?
+            }
+            BasicValueEnum::IntValue(x) => match x.get_type().get_bit_width() {
+                32 => call("i32", v)?,
+                64 => wide(x)?.into(),
+                _ => {
+                    let z = b.build_int_z_extend(x, i32t, "z").map_err(llvm)?;
+                    let s = call("i32", z.into())?.into_int_value();
+                    b.build_int_truncate(s, x.get_type(), "t")
+                        .map_err(llvm)?
+                        .into()
+                }
+            },
+            _ => return self.err("a shuffle of a value that is no number".into()),
+        })
+    }
+}

@@ -1,0 +1,83 @@
+//! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
+//! warp-per-row softmax, block-per-row reduction through shared memory and barriers, matrix
+//! product with an epilogue, scatter), for sm_90. Rendering is deterministic: each is rendered
+//! twice and compared before the snapshot.
+
+use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
+use kiln_ir::parse_func_text;
+use kiln_kernel::gpu::ir::MapKind;
+use kiln_kernel::target::TargetInfo;
+
+/// The PTX of the kernels of `src` (all of one mapping `kind`), mapped for an H200.
+fn ptx(src: &str, kind: MapKind) -> String {
+    let f = parse_func_text(src).unwrap();
+    let ks = mapped_kernels(&f, &kiln_kernel::Options::default(), &TargetInfo::h200()).unwrap();
+    let mut out = String::new();
+    for (name, p) in ks {
+        let p = p.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            p.launches.iter().any(|l| l.kind == kind),
+            "{name} is mapped as {:?}",
+            p.launches.iter().map(|l| l.kind).collect::<Vec<_>>()
+        );
+        let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+        assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
+        out += &text;
+    }
+    out
+}
+
+#[test]
+fn elementwise_grid_stride() {
+    insta::assert_snapshot!(
+        "elementwise",
+        ptx(
+            "func @main(%0: f32[64,100], %1: f16[64,100]) -> f16[64,100] {\n  %2 = convert %1 : f32[64,100]\n  %3 = multiply %0, %2 : f32[64,100]\n  %4 = tanh %3 : f32[64,100]\n  %5 = convert %4 : f16[64,100]\n  return %5\n}\n",
+            MapKind::Elementwise
+        )
+    );
+}
+
+#[test]
+fn warp_rows_softmax() {
+    insta::assert_snapshot!(
+        "warp_rows_softmax",
+        ptx(
+            "func @main(%0: f32[64,256]) -> f32[64,256] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[64]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[64,256]\n  %4 = subtract %0, %3 : f32[64,256]\n  %5 = exponential %4 : f32[64,256]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[64]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[64,256]\n  %9 = divide %5, %8 : f32[64,256]\n  return %9\n}\n",
+            MapKind::WarpRows
+        )
+    );
+}
+
+#[test]
+fn block_rows_sum() {
+    insta::assert_snapshot!(
+        "block_rows_sum",
+        ptx(
+            "func @main(%0: f32[4,32768]) -> f32[4] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[4]\n  return %2\n}\n",
+            MapKind::BlockRows
+        )
+    );
+}
+
+#[test]
+fn gemm_with_an_epilogue() {
+    insta::assert_snapshot!(
+        "gemm",
+        ptx(
+            "func @main(%0: f32[16,32], %1: f32[32,8], %2: f32[16,8]) -> f32[16,8] {\n  %3 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,8]\n  %4 = add %3, %2 : f32[16,8]\n  return %4\n}\n",
+            MapKind::Gemm
+        )
+    );
+}
+
+#[test]
+fn scatter_add() {
+    insta::assert_snapshot!(
+        "scatter",
+        ptx(
+            "func @main(%0: f32[3,2], %1: i32[3,1], %2: f32[3,2]) -> f32[3,2] {\n  %3 = scatter %0, %1, %2 {update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = add} : f32[3,2]\n  return %3\n}\n",
+            MapKind::Scatter
+        )
+    );
+}
