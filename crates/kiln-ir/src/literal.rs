@@ -370,11 +370,14 @@ impl Literal {
     }
 
     /// A pointer to the first element's storage (for backends handing buffers to kernels).
+    // The cast is needed for every element type but `u8`'s.
+    #[allow(clippy::unnecessary_cast)]
     pub fn as_ptr(&self) -> *const u8 {
         each_data!(&self.data, v => v.as_ptr() as *const u8)
     }
 
     /// A mutable pointer to the first element's storage (for backends writing results).
+    #[allow(clippy::unnecessary_cast)]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         each_data!(&mut self.data, v => v.as_mut_ptr() as *mut u8)
     }
