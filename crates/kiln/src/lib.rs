@@ -22,6 +22,7 @@
 extern crate self as kiln;
 
 pub mod backend;
+pub mod checkpoint;
 pub mod lower;
 pub mod nn;
 pub mod optim;
