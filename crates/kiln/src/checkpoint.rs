@@ -168,28 +168,29 @@ pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
     })
 }
 
+fn fail(message: impl Into<String>) -> Error {
+    Error::internal("checkpoint", message)
+}
+
 /// The named leaves of `tree`, refusing duplicate names.
-fn named_leaves<'a, T: Tree>(tree: &'a T, path: &Path) -> Result<Vec<(String, &'a Tensor)>> {
+fn named_leaves<T: Tree>(tree: &T) -> Result<Vec<(String, &Tensor)>> {
     let names = tree.leaf_name_vec();
     let leaves = tree.leaf_vec();
     if names.len() != leaves.len() {
-        return Err(err(
-            path,
-            format!(
-                "{} names {} leaves but has {} (its Tree::leaf_names is wrong)",
-                tree.describe(),
-                names.len(),
-                leaves.len()
-            ),
-        ));
+        return Err(fail(format!(
+            "{} names {} leaves but has {} (its Tree::leaf_names is wrong)",
+            tree.describe(),
+            names.len(),
+            leaves.len()
+        )));
     }
     let mut seen = std::collections::HashSet::new();
     for n in &names {
         if !seen.insert(n.as_str()) {
-            return Err(err(
-                path,
-                format!("two leaves of {} are both named `{n}`", tree.describe()),
-            ));
+            return Err(fail(format!(
+                "two leaves of {} are both named `{n}`",
+                tree.describe()
+            )));
         }
     }
     Ok(names.into_iter().zip(leaves).collect())
@@ -197,34 +198,24 @@ fn named_leaves<'a, T: Tree>(tree: &'a T, path: &Path) -> Result<Vec<(String, &'
 
 /// Serializes `tree` and `meta` to safetensors bytes (what [`save`] writes).
 pub fn to_bytes<T: Tree>(tree: &T, meta: &Metadata) -> Result<Vec<u8>> {
-    let path = Path::new("(in memory)");
-    let leaves = named_leaves(tree, path)?;
-    let mut lits: Vec<(String, Literal)> = Vec::with_capacity(leaves.len());
-    for (name, t) in leaves {
-        let l = t
-            .to_literal()
-            .map_err(|e| err(path, format!("tensor `{name}` has no value: {e}")))?;
-        lits.push((name, l));
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, t) in named_leaves(tree)? {
+        let Some(l) = t.literal() else {
+            let why = match t.to_literal() {
+                Err(e) => e.to_string(),
+                Ok(_) => "no value".into(),
+            };
+            return Err(fail(format!("tensor `{name}` has no value: {why}")));
+        };
+        let dtype = to_safetensors_dtype(l.dtype());
+        tensors.push((name, dtype, l.shape().to_vec(), l.to_le_bytes()));
     }
-    let bytes: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = lits
-        .iter()
-        .map(|(n, l)| {
-            (
-                n.clone(),
-                to_safetensors_dtype(l.dtype()),
-                l.shape().to_vec(),
-                l.to_le_bytes(),
-            )
-        })
-        .collect();
-    // The CRC covers the data section: the tensors in the order safetensors lays them out.
-    // It is computed after serializing, from the offsets in the written header.
-    let views: Vec<(String, TensorView<'_>)> = bytes
+    let views: Vec<(&str, TensorView<'_>)> = tensors
         .iter()
         .map(|(n, d, s, b)| {
             TensorView::new(*d, s.clone(), b)
-                .map(|v| (n.clone(), v))
-                .map_err(|e| err(path, format!("tensor `{n}`: {e}")))
+                .map(|v| (n.as_str(), v))
+                .map_err(|e| fail(format!("tensor `{n}`: {e}")))
         })
         .collect::<Result<_>>()?;
     let with_crc = |crc: u32| -> Result<Vec<u8>> {
@@ -236,11 +227,11 @@ pub fn to_bytes<T: Tree>(tree: &T, meta: &Metadata) -> Result<Vec<u8>> {
             "user": meta.user,
         });
         let info = HashMap::from([(METADATA_KEY.to_string(), json.to_string())]);
-        safetensors::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), Some(info))
-            .map_err(|e| err(path, e))
+        safetensors::serialize(views.iter().map(|(n, v)| (*n, v)), Some(info))
+            .map_err(|e| fail(e.to_string()))
     };
-    // The header's length can change with the CRC's digits: serialize once to find where the
-    // data starts (the data section does not depend on the header), then with the real CRC.
+    // The CRC covers the data section, laid out in safetensors' order (which depends on the
+    // tensors only, not on the metadata): serialize once to find it, then with its CRC.
     let first = with_crc(0)?;
     let data_start = 8 + header_len(&first).unwrap_or(0);
     let crc = crc32fast::hash(&first[data_start..]);
@@ -270,8 +261,7 @@ fn header_len(bytes: &[u8]) -> Option<usize> {
 /// ```
 pub fn save<T: Tree>(path: impl AsRef<Path>, tree: &T, meta: &Metadata) -> Result<()> {
     let path = path.as_ref();
-    let bytes = to_bytes(tree, meta)
-        .map_err(|e| err(path, e.message.trim_start_matches("(in memory): ")))?;
+    let bytes = to_bytes(tree, meta).map_err(|e| err(path, e.message))?;
     write_atomic(path, &bytes)
 }
 
@@ -318,8 +308,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Loads a tree of `like`'s structure from the checkpoint at `path`: names, shapes and dtypes
 /// must match exactly (every mismatch is reported at once). Returns the tree and the
-/// metadata (files without a kiln metadata block give [`Metadata::new`]`(0)` with an empty
-/// `kiln_version`).
+/// metadata (a file without kiln's metadata block, written by another program, gives step 0,
+/// `format_version` 0, an empty `kiln_version` and no user entries).
 pub fn load<T: Tree>(path: impl AsRef<Path>, like: &T) -> Result<(T, Metadata)> {
     load_mapped(path, like, |name| Some(name.to_string()))
 }

@@ -350,7 +350,7 @@ fn matmul_in_computes_in_the_wider_type() {
         .cast(DType::BF16);
     let c = a.matmul_in(&b, DType::F32);
     assert_eq!(c.dtype(), DType::F32);
-    assert_eq!(c.to_vec::<f32>().unwrap(), vec![257.00390625]);
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![257.0 + 0.00390625]);
     let narrow = a.matmul(&b);
     assert_eq!(narrow.dtype(), DType::BF16);
     assert_eq!(
@@ -364,7 +364,7 @@ fn matmul_in_computes_in_the_wider_type() {
             .unwrap()
             .to_vec::<f32>()
             .unwrap(),
-        vec![257.00390625]
+        vec![257.0 + 0.00390625]
     );
     let g = grad(|a: &Tensor| a.matmul_in(&b, DType::F32).sum_all())(&a);
     assert_eq!(g.dtype(), DType::BF16);

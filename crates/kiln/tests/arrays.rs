@@ -168,7 +168,7 @@ fn fortran_order_and_big_endian_files_read_as_row_major() {
     // 1..6 means rows [1, 3, 5] and [2, 4, 6].
     let header = "{'descr': '>f4', 'fortran_order': True, 'shape': (2, 3), }";
     let mut h = header.to_string();
-    while (10 + h.len() + 1) % 64 != 0 {
+    while !(10 + h.len() + 1).is_multiple_of(64) {
         h.push(' ');
     }
     h.push('\n');
@@ -196,7 +196,7 @@ fn bad_files_give_errors() {
     let u8s = {
         let h = "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }";
         let mut h = h.to_string();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(' ');
         }
         h.push('\n');

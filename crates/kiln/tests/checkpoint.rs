@@ -27,7 +27,7 @@ fn bits(tree: &impl Tree) -> Vec<(String, Vec<u8>)> {
 fn data() -> (Tensor, Tensor) {
     let ks = split(&random::key(11), 2);
     let x = normal(&ks[0], &[32, 4], DType::F32);
-    let y = Tensor::from_vec((0..32).map(|i| (i * 7 % 3) as i32).collect(), [32]).unwrap();
+    let y = Tensor::from_vec((0..32i32).map(|i| i * 7 % 3).collect(), [32]).unwrap();
     (x, y)
 }
 
@@ -468,25 +468,28 @@ fn a_pytorch_safetensors_file_loads_with_a_name_mapping() {
     assert_eq!(meta.step, 0);
     assert_eq!(meta.kiln_version, "");
 
-    // Values as make_fixtures.py printed them.
-    assert_eq!(
-        t.model.layers[0]
-            .bias
-            .as_ref()
+    // Values as make_fixtures.py printed them (Python printed each f32 as the f64 it is, so
+    // they compare exactly).
+    let f64s = |t: &Tensor| -> Vec<f64> {
+        t.to_vec::<f32>()
             .unwrap()
-            .to_vec::<f32>()
-            .unwrap(),
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    assert_eq!(
+        f64s(t.model.layers[0].bias.as_ref().unwrap()),
         [
-            -0.55157071352005f32,
+            -0.55157071352005,
             -0.3823687434196472,
             -0.2379971146583557,
             0.021387115120887756
         ]
     );
     assert_eq!(
-        t.model.layers[1].weight.to_vec::<f32>().unwrap()[..4],
+        f64s(&t.model.layers[1].weight)[..4],
         [
-            0.19766759872436523f32,
+            0.19766759872436523,
             0.30001139640808105,
             -0.3389705419540405,
             -0.21773141622543335
