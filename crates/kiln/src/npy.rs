@@ -151,6 +151,20 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         .map(|&d| usize::try_from(d))
         .collect::<std::result::Result<_, _>>()
         .map_err(|_| err("load_npy", "the array's shape does not fit in memory"))?;
+    // A header may claim more elements than the file holds: refuse before allocating.
+    let needed = shape
+        .iter()
+        .try_fold(dtype.bytes(), |acc, &d| acc.checked_mul(d));
+    if needed.is_none_or(|n| n > bytes.len()) {
+        return Err(err(
+            "load_npy",
+            format!(
+                "the header's shape {shape:?} of {} needs more bytes than the file's {}                  (truncated or corrupt?)",
+                np_dtype.descr(),
+                bytes.len()
+            ),
+        ));
+    }
     let fortran = file.order() == Order::Fortran && shape.len() > 1;
     if fortran {
         // Column-major data of shape s is the row-major data of the reversed shape.

@@ -11,6 +11,21 @@ fn tmp_dir(name: &str) -> PathBuf {
     d
 }
 
+/// A version 1.0 `.npy` file with header dictionary `dict` (padded as NumPy pads it) and
+/// `data`.
+fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = dict.to_string();
+    while !(10 + h.len() + 1).is_multiple_of(64) {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((h.len() as u16).to_le_bytes());
+    bytes.extend(h.as_bytes());
+    bytes.extend(data);
+    bytes
+}
+
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -166,18 +181,11 @@ fn a_npz_written_by_numpy_loads() {
 fn fortran_order_and_big_endian_files_read_as_row_major() {
     // A hand-made header: float32 big-endian, Fortran order, shape (2, 3); column-major data
     // 1..6 means rows [1, 3, 5] and [2, 4, 6].
-    let header = "{'descr': '>f4', 'fortran_order': True, 'shape': (2, 3), }";
-    let mut h = header.to_string();
-    while !(10 + h.len() + 1).is_multiple_of(64) {
-        h.push(' ');
-    }
-    h.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((h.len() as u16).to_le_bytes());
-    bytes.extend(h.as_bytes());
-    for x in 1..=6 {
-        bytes.extend((x as f32).to_be_bytes());
-    }
+    let data: Vec<u8> = (1..=6).flat_map(|x| (x as f32).to_be_bytes()).collect();
+    let bytes = npy_file(
+        "{'descr': '>f4', 'fortran_order': True, 'shape': (2, 3), }",
+        &data,
+    );
     let t = from_npy_bytes(&bytes).unwrap();
     assert_eq!(t.shape(), [2, 3]);
     assert_eq!(t.to_vec::<f32>().unwrap(), [1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
@@ -193,21 +201,19 @@ fn bad_files_give_errors() {
         );
     }
     // A dtype kiln lacks.
-    let u8s = {
-        let h = "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }";
-        let mut h = h.to_string();
-        while !(10 + h.len() + 1).is_multiple_of(64) {
-            h.push(' ');
-        }
-        h.push('\n');
-        let mut b = b"\x93NUMPY\x01\x00".to_vec();
-        b.extend((h.len() as u16).to_le_bytes());
-        b.extend(h.as_bytes());
-        b.extend([1u8, 2]);
-        b
-    };
+    let u8s = npy_file(
+        "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }",
+        &[1, 2],
+    );
     let e = from_npy_bytes(&u8s).unwrap_err().to_string();
     assert!(e.contains("|u1") && e.contains("no kiln dtype"), "{e}");
+    // A header claiming far more data than there is.
+    let huge = npy_file(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (999999999,), }",
+        &[0; 12],
+    );
+    let e = from_npy_bytes(&huge).unwrap_err().to_string();
+    assert!(e.contains("truncated or corrupt"), "{e}");
     let e = npz::from_npz_bytes(b"PK not really")
         .unwrap_err()
         .to_string();
