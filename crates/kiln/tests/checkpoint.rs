@@ -521,3 +521,59 @@ fn a_pytorch_safetensors_file_loads_with_a_name_mapping() {
         "{e}"
     );
 }
+
+#[test]
+fn tuple_structs_and_hand_written_trees_have_names() {
+    #[derive(Clone, kiln::Tree)]
+    struct Pair(Tensor, Option<Tensor>);
+    let t = Tensor::scalar(1.0f32);
+    assert_eq!(Pair(t.clone(), Some(t.clone())).leaf_name_vec(), ["0", "1"]);
+    assert_eq!(Pair(t.clone(), None).leaf_name_vec(), ["0"]);
+
+    // A hand-written impl that predates names: its leaves are numbered under its prefix.
+    #[derive(Clone)]
+    struct Old(Tensor, Tensor);
+    impl Tree for Old {
+        fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+            out.push(&self.0);
+            out.push(&self.1);
+        }
+        fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+            Old(f(&self.0), f(&self.1))
+        }
+    }
+    #[derive(Clone, kiln::Tree)]
+    struct Holder {
+        old: Old,
+        key: Key,
+    }
+    let h = Holder {
+        old: Old(t.clone(), t.clone()),
+        key: random::key(1),
+    };
+    assert_eq!(h.leaf_name_vec(), ["old.0", "old.1", "key"]);
+    let (back, _) =
+        checkpoint::from_bytes(&checkpoint::to_bytes(&h, &Metadata::new(0)).unwrap(), &h).unwrap();
+    assert_eq!(bits(&back), bits(&h));
+
+    // Two leaves with one name cannot be saved.
+    #[derive(Clone)]
+    struct Clash(Tensor, Tensor);
+    impl Tree for Clash {
+        fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+            out.push(&self.0);
+            out.push(&self.1);
+        }
+        fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+            out.push(prefix.to_string());
+            out.push(prefix.to_string());
+        }
+        fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
+            Clash(f(&self.0), f(&self.1))
+        }
+    }
+    let e = checkpoint::to_bytes(&(Clash(t.clone(), t),), &Metadata::new(0))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("both named `0`"), "{e}");
+}
