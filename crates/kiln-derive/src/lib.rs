@@ -1,5 +1,6 @@
 //! `#[derive(Tree)]`: makes a struct a parameter tree whose leaves are its fields' leaves, in
-//! declaration order. Every field's type must implement `kiln::Tree` (tensors, trees, numbers).
+//! declaration order, named by field (`Tree::leaf_names`: `prefix.field`). Every field's type must
+//! implement `kiln::Tree` (tensors, trees, numbers).
 
 use proc_macro::TokenStream;
 use quote::quote;
@@ -26,6 +27,14 @@ pub fn derive_tree(input: TokenStream) -> TokenStream {
             .collect(),
         Fields::Unit => Vec::new(),
     };
+    // Leaf names: `prefix.field` (tuple structs: `prefix.0`).
+    let segments: Vec<String> = members
+        .iter()
+        .map(|m| match m {
+            syn::Member::Named(id) => id.to_string().trim_start_matches("r#").to_string(),
+            syn::Member::Unnamed(i) => i.index.to_string(),
+        })
+        .collect();
     let params: Vec<syn::Ident> = ast
         .generics
         .type_params()
@@ -44,6 +53,9 @@ pub fn derive_tree(input: TokenStream) -> TokenStream {
         impl #impl_g ::kiln::Tree for #name #ty_g #where_g {
             fn leaves<'kiln_a>(&'kiln_a self, out: &mut ::std::vec::Vec<&'kiln_a ::kiln::Tensor>) {
                 #( ::kiln::Tree::leaves(&self.#members, out); )*
+            }
+            fn leaf_names(&self, prefix: &str, out: &mut ::std::vec::Vec<::std::string::String>) {
+                #( ::kiln::Tree::leaf_names(&self.#members, &::kiln::tree::join_path(prefix, #segments), out); )*
             }
             fn map_leaves(&self, f: &mut dyn FnMut(&::kiln::Tensor) -> ::kiln::Tensor) -> Self {
                 #rebuild

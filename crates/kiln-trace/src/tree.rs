@@ -14,6 +14,24 @@ pub trait Tree: Sized {
     /// The same structure with every leaf replaced by `f(leaf)`, in leaf order.
     fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self;
 
+    /// Appends one name per leaf, in leaf order: `prefix` extended with the path to the leaf,
+    /// segments joined by `.` (struct fields by name, tuple, `Vec` and array elements by
+    /// index: `layers.0.weight`). `#[derive(Tree)]` writes field names; the default, for
+    /// hand-written impls, numbers the leaves (`prefix.0`, `prefix.1`, ...).
+    fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+        for i in 0..self.leaf_vec().len() {
+            out.push(join_path(prefix, &i.to_string()));
+        }
+    }
+
+    /// The names of the leaves ([`Tree::leaf_names`] from the root), in leaf order. A lone
+    /// tensor at the root has the empty name.
+    fn leaf_name_vec(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        self.leaf_names("", &mut v);
+        v
+    }
+
     /// The leaves, in order.
     fn leaf_vec(&self) -> Vec<&Tensor> {
         let mut v = Vec::new();
@@ -48,9 +66,32 @@ pub trait Tree: Sized {
     }
 }
 
+/// `prefix.segment`, or `segment` when `prefix` is empty: how [`Tree::leaf_names`] builds
+/// paths.
+pub fn join_path(prefix: &str, segment: &str) -> String {
+    if prefix.is_empty() {
+        segment.to_string()
+    } else {
+        format!("{prefix}.{segment}")
+    }
+}
+
+fn indexed_names<'a, T: Tree + 'a>(
+    items: impl Iterator<Item = &'a T>,
+    prefix: &str,
+    out: &mut Vec<String>,
+) {
+    for (i, x) in items.enumerate() {
+        x.leaf_names(&join_path(prefix, &i.to_string()), out);
+    }
+}
+
 impl Tree for Tensor {
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         out.push(self);
+    }
+    fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+        out.push(prefix.to_string());
     }
     fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
         f(self)
@@ -61,17 +102,21 @@ macro_rules! static_leaf {
     ($($t:ty),*) => {$(
         impl Tree for $t {
             fn leaves<'a>(&'a self, _: &mut Vec<&'a Tensor>) {}
+            fn leaf_names(&self, _: &str, _: &mut Vec<String>) {}
             fn map_leaves(&self, _: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
                 self.clone()
             }
         }
     )*};
 }
-static_leaf!((), bool, usize, u32, i32, i64, f32, f64, String);
+static_leaf!((), bool, usize, u32, u64, i32, i64, f32, f64, String);
 
 impl<T: Tree> Tree for Vec<T> {
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         self.iter().for_each(|x| x.leaves(out));
+    }
+    fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+        indexed_names(self.iter(), prefix, out);
     }
     fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
         self.iter().map(|x| x.map_leaves(f)).collect()
@@ -91,6 +136,11 @@ impl<T: Tree> Tree for Option<T> {
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         if let Some(x) = self {
             x.leaves(out);
+        }
+    }
+    fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+        if let Some(x) = self {
+            x.leaf_names(prefix, out);
         }
     }
     fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
@@ -113,6 +163,11 @@ impl<T: Tree> Tree for Result<T, crate::Error> {
             x.leaves(out);
         }
     }
+    fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+        if let Ok(x) = self {
+            x.leaf_names(prefix, out);
+        }
+    }
     fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
         match self {
             Ok(x) => Ok(x.map_leaves(f)),
@@ -131,6 +186,9 @@ impl<T: Tree, const N: usize> Tree for [T; N] {
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         self.iter().for_each(|x| x.leaves(out));
     }
+    fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+        indexed_names(self.iter(), prefix, out);
+    }
     fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
         std::array::from_fn(|i| self[i].map_leaves(f))
     }
@@ -141,6 +199,9 @@ macro_rules! tuple_tree {
         impl<$($t: Tree),+> Tree for ($($t,)+) {
             fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
                 $(self.$n.leaves(out);)+
+            }
+            fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+                $(self.$n.leaf_names(&join_path(prefix, stringify!($n)), out);)+
             }
             fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
                 ($(self.$n.map_leaves(f),)+)
@@ -203,6 +264,22 @@ pub fn readable(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::Tree;
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn leaves_are_named_by_their_paths() {
+        let t = Tensor::scalar(1.0f32);
+        let tree = (
+            vec![t.clone(), t.clone()],
+            Some([t.clone()]),
+            None::<Tensor>,
+            3usize,
+        );
+        assert_eq!(tree.leaf_name_vec(), ["0.0", "0.1", "1.0"]);
+        assert_eq!(t.leaf_name_vec(), [""]);
+    }
+
     #[test]
     fn paths_are_shortened_to_their_last_segment() {
         assert_eq!(

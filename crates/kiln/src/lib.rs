@@ -22,8 +22,11 @@
 extern crate self as kiln;
 
 pub mod backend;
+pub mod checkpoint;
 pub mod lower;
 pub mod nn;
+pub mod npy;
+pub mod npz;
 pub mod optim;
 pub mod random;
 pub mod testing;

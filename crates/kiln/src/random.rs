@@ -16,6 +16,9 @@ impl Tree for Key {
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         out.push(&self.0);
     }
+    fn leaf_names(&self, prefix: &str, out: &mut Vec<String>) {
+        out.push(prefix.to_string());
+    }
     fn map_leaves(&self, f: &mut dyn FnMut(&Tensor) -> Tensor) -> Self {
         Key(f(&self.0))
     }

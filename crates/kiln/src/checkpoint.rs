@@ -1,0 +1,542 @@
+//! Checkpoints: a parameter tree (or a whole training state: parameters, optimizer state, step
+//! count and PRNG key) saved to and loaded from one [safetensors] file.
+//!
+//! Every leaf of the tree is one tensor of the file, named by its path in the tree
+//! ([`Tree::leaf_names`]: `params.layers.0.weight`, `opt_state.m.layers.0.bias`, `key`). The
+//! file's `__metadata__` holds one entry, `kiln`, a JSON object:
+//!
+//! ```json
+//! {"format_version": 1, "kiln_version": "0.1.0", "step": 120,
+//!  "data_crc32": 2865411342, "user": {"run": "baseline"}}
+//! ```
+//!
+//! `data_crc32` is the CRC-32 of the tensor data, so a file damaged after its header was
+//! written is refused rather than loaded with wrong values.
+//!
+//! Writes are atomic: the file is written to a temporary file in the same directory, synced,
+//! and renamed over the destination (then the directory is synced), so a crash leaves either
+//! the old checkpoint or the new one, never half of one.
+//!
+//! Loading takes a *template*: a tree of the structure to fill (its tensors' values are not
+//! used, only their names, shapes and dtypes). Every difference between the file and the
+//! template (a missing tensor, an extra one, a wrong shape, a wrong dtype) is reported in one
+//! error, each by name. A truncated or corrupt file gives an error, never a panic.
+//!
+//! Files written elsewhere (PyTorch's `safetensors.torch.save_file`, say) load with
+//! [`load_mapped`], which renames the file's tensors to the tree's names.
+//!
+//! ```
+//! use kiln::checkpoint::{self, Metadata, TrainState};
+//! use kiln::nn::Mlp;
+//! use kiln::optim::Adam;
+//! use kiln::{DType, random};
+//!
+//! let params = Mlp::new(&random::key(0), &[2, 4, 1], DType::F32);
+//! let opt = Adam::new(1e-3);
+//! let state = TrainState {
+//!     opt_state: opt.init(&params),
+//!     params,
+//!     key: random::key(42),
+//!     step: 10,
+//! };
+//! let dir = std::env::temp_dir().join(format!("kiln-doc-ckpt-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let path = dir.join("state.safetensors");
+//! let mut user = Metadata::new(0).user;
+//! user.insert("run".into(), "doc".into());
+//! state.save(&path, &user).unwrap();
+//!
+//! let (restored, meta) = TrainState::load(&path, &state).unwrap();
+//! assert_eq!(restored.step, 10);
+//! assert_eq!(meta.user["run"], "doc");
+//! assert_eq!(
+//!     restored.params.layers[0].weight.to_vec::<f32>().unwrap(),
+//!     state.params.layers[0].weight.to_vec::<f32>().unwrap()
+//! );
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+//!
+//! [safetensors]: https://github.com/huggingface/safetensors
+
+use crate::random::Key;
+use crate::{DType, Error, Result, Tensor, Tree};
+use kiln_ir::{Literal, TensorType};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The version of the checkpoint layout this kiln writes (and the newest it reads).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The key of kiln's JSON block in the safetensors `__metadata__` map.
+pub const METADATA_KEY: &str = "kiln";
+
+/// A checkpoint's metadata block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    /// The checkpoint layout version ([`FORMAT_VERSION`] when written by this kiln).
+    pub format_version: u32,
+    /// The version of kiln that wrote the file (this crate's version when saving).
+    pub kiln_version: String,
+    /// The training step.
+    pub step: u64,
+    /// Free-form user entries.
+    pub user: BTreeMap<String, String>,
+}
+
+impl Metadata {
+    /// Metadata for `step` with no user entries, stamped with this kiln's versions.
+    ///
+    /// ```
+    /// let m = kiln::checkpoint::Metadata::new(7);
+    /// assert_eq!((m.step, m.format_version), (7, kiln::checkpoint::FORMAT_VERSION));
+    /// ```
+    pub fn new(step: u64) -> Metadata {
+        Metadata {
+            format_version: FORMAT_VERSION,
+            kiln_version: env!("CARGO_PKG_VERSION").to_string(),
+            step,
+            user: BTreeMap::new(),
+        }
+    }
+}
+
+/// A training state: what resuming a run needs. It is a [`Tree`]; its tensors are named
+/// `params.*`, `opt_state.*` and `key`, and `step` is kept in the metadata.
+#[derive(Clone, Debug, crate::Tree)]
+pub struct TrainState<P, S> {
+    /// The model's parameters.
+    pub params: P,
+    /// The optimizer's state ([`crate::optim::AdamState`], [`crate::optim::SgdState`], ...).
+    pub opt_state: S,
+    /// The PRNG key the next step will use.
+    pub key: Key,
+    /// Steps taken.
+    pub step: u64,
+}
+
+impl<P: Tree, S: Tree> TrainState<P, S> {
+    /// Saves the state to `path` atomically, with `user` entries in the metadata (see the
+    /// [module docs](self)).
+    pub fn save(&self, path: impl AsRef<Path>, user: &BTreeMap<String, String>) -> Result<()> {
+        let mut meta = Metadata::new(self.step);
+        meta.user = user.clone();
+        save(path, self, &meta)
+    }
+
+    /// Loads a state of `like`'s structure from `path`; the step comes from the metadata.
+    pub fn load(path: impl AsRef<Path>, like: &Self) -> Result<(Self, Metadata)> {
+        let (mut state, meta) = load(path, like)?;
+        state.step = meta.step;
+        Ok((state, meta))
+    }
+}
+
+fn err(path: &Path, message: impl std::fmt::Display) -> Error {
+    Error::internal("checkpoint", format!("{}: {message}", path.display()))
+}
+
+/// The safetensors dtype of a kiln dtype.
+pub fn to_safetensors_dtype(d: DType) -> Dtype {
+    match d {
+        DType::Pred => Dtype::BOOL,
+        DType::I8 => Dtype::I8,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        DType::U32 => Dtype::U32,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+    }
+}
+
+/// The kiln dtype of a safetensors dtype, if kiln has one.
+pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
+    Some(match d {
+        Dtype::BOOL => DType::Pred,
+        Dtype::I8 => DType::I8,
+        Dtype::I32 => DType::I32,
+        Dtype::I64 => DType::I64,
+        Dtype::U32 => DType::U32,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        _ => return None,
+    })
+}
+
+fn fail(message: impl Into<String>) -> Error {
+    Error::internal("checkpoint", message)
+}
+
+/// The named leaves of `tree`, refusing duplicate names.
+fn named_leaves<T: Tree>(tree: &T) -> Result<Vec<(String, &Tensor)>> {
+    let names = tree.leaf_name_vec();
+    let leaves = tree.leaf_vec();
+    if names.len() != leaves.len() {
+        return Err(fail(format!(
+            "{} names {} leaves but has {} (its Tree::leaf_names is wrong)",
+            tree.describe(),
+            names.len(),
+            leaves.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for n in &names {
+        if !seen.insert(n.as_str()) {
+            return Err(fail(format!(
+                "two leaves of {} are both named `{n}`",
+                tree.describe()
+            )));
+        }
+    }
+    Ok(names.into_iter().zip(leaves).collect())
+}
+
+/// Serializes `tree` and `meta` to safetensors bytes (what [`save`] writes).
+pub fn to_bytes<T: Tree>(tree: &T, meta: &Metadata) -> Result<Vec<u8>> {
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, t) in named_leaves(tree)? {
+        let Some(l) = t.literal() else {
+            let why = match t.to_literal() {
+                Err(e) => e.to_string(),
+                Ok(_) => "no value".into(),
+            };
+            return Err(fail(format!("tensor `{name}` has no value: {why}")));
+        };
+        let dtype = to_safetensors_dtype(l.dtype());
+        tensors.push((name, dtype, l.shape().to_vec(), l.to_le_bytes()));
+    }
+    let views: Vec<(&str, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            TensorView::new(*d, s.clone(), b)
+                .map(|v| (n.as_str(), v))
+                .map_err(|e| fail(format!("tensor `{n}`: {e}")))
+        })
+        .collect::<Result<_>>()?;
+    let with_crc = |crc: u32| -> Result<Vec<u8>> {
+        let json = serde_json::json!({
+            "format_version": meta.format_version,
+            "kiln_version": meta.kiln_version,
+            "step": meta.step,
+            "data_crc32": crc,
+            "user": meta.user,
+        });
+        let info = HashMap::from([(METADATA_KEY.to_string(), json.to_string())]);
+        safetensors::serialize(views.iter().map(|(n, v)| (*n, v)), Some(info))
+            .map_err(|e| fail(e.to_string()))
+    };
+    // The CRC covers the data section, laid out in safetensors' order (which depends on the
+    // tensors only, not on the metadata): serialize once to find it, then with its CRC.
+    let first = with_crc(0)?;
+    let data_start = 8 + header_len(&first).unwrap_or(0);
+    let crc = crc32fast::hash(&first[data_start..]);
+    with_crc(crc)
+}
+
+fn header_len(bytes: &[u8]) -> Option<usize> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    usize::try_from(n).ok()
+}
+
+/// Saves `tree` to `path` atomically (temporary file in the same directory, fsync, rename),
+/// with `meta` as its metadata block. Leaves are named by [`Tree::leaf_names`]; every leaf must
+/// have a value (not traced, not failed).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("kiln-doc-save-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// use kiln::{Tensor, checkpoint};
+/// let tree = (Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap(), Tensor::scalar(3i64));
+/// let path = dir.join("pair.safetensors");
+/// checkpoint::save(&path, &tree, &checkpoint::Metadata::new(5)).unwrap();
+/// let (back, meta) = checkpoint::load(&path, &tree).unwrap();
+/// assert_eq!(back.1.to_vec::<i64>().unwrap(), [3]);
+/// assert_eq!(meta.step, 5);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn save<T: Tree>(path: impl AsRef<Path>, tree: &T, meta: &Metadata) -> Result<()> {
+    let path = path.as_ref();
+    let bytes = to_bytes(tree, meta).map_err(|e| err(path, e.message))?;
+    write_atomic(path, &bytes)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory: write, fsync,
+/// rename, then fsync the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| err(path, "the path names no file"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        // Make the rename itself durable (directories cannot be opened for syncing everywhere;
+        // where they cannot, the rename is as durable as the platform makes it).
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(path, format!("cannot write: {e}"))
+    })
+}
+
+/// Loads a tree of `like`'s structure from the checkpoint at `path`: names, shapes and dtypes
+/// must match exactly (every mismatch is reported at once). Returns the tree and the
+/// metadata (a file without kiln's metadata block, written by another program, gives step 0,
+/// `format_version` 0, an empty `kiln_version` and no user entries).
+pub fn load<T: Tree>(path: impl AsRef<Path>, like: &T) -> Result<(T, Metadata)> {
+    load_mapped(path, like, |name| Some(name.to_string()))
+}
+
+/// [`load`] for files whose tensor names differ from the tree's: `map` gives the tree name
+/// for each name in the file, or `None` to ignore that tensor. Two file tensors mapped to one
+/// name are an error.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("kiln-doc-map-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// use kiln::{DType, checkpoint, nn::Linear, random};
+/// let lin = Linear::new(&random::key(0), 3, 2, DType::F32);
+/// let path = dir.join("lin.safetensors");
+/// checkpoint::save(&path, &lin, &checkpoint::Metadata::new(0)).unwrap();
+/// // Read it back as the first layer of a model, renaming `weight` to `fc.weight` etc.
+/// #[derive(kiln::Tree)]
+/// struct Model { fc: Linear }
+/// let like = Model { fc: lin.clone() };
+/// let (m, _) = checkpoint::load_mapped(&path, &like, |n| Some(format!("fc.{n}"))).unwrap();
+/// assert_eq!(m.fc.weight.shape(), [3, 2]);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn load_mapped<T: Tree>(
+    path: impl AsRef<Path>,
+    like: &T,
+    map: impl FnMut(&str) -> Option<String>,
+) -> Result<(T, Metadata)> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    from_bytes_mapped(&bytes, like, map).map_err(|e| err(path, e.message))
+}
+
+/// [`load`] from bytes in memory.
+pub fn from_bytes<T: Tree>(bytes: &[u8], like: &T) -> Result<(T, Metadata)> {
+    from_bytes_mapped(bytes, like, |name| Some(name.to_string()))
+}
+
+fn corrupt(message: impl std::fmt::Display) -> Error {
+    Error::internal(
+        "checkpoint",
+        format!("not a valid safetensors checkpoint (truncated or corrupt?): {message}"),
+    )
+}
+
+fn parse_metadata(st_meta: Option<&HashMap<String, String>>, data: &[u8]) -> Result<Metadata> {
+    let Some(text) = st_meta.and_then(|m| m.get(METADATA_KEY)) else {
+        let mut m = Metadata::new(0);
+        m.kiln_version.clear();
+        m.format_version = 0;
+        return Ok(m);
+    };
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| corrupt(format!("the `{METADATA_KEY}` metadata is not JSON: {e}")))?;
+    let field = |k: &str| {
+        v.get(k)
+            .ok_or_else(|| corrupt(format!("the `{METADATA_KEY}` metadata has no `{k}`")))
+    };
+    let format_version = field("format_version")?
+        .as_u64()
+        .and_then(|x| u32::try_from(x).ok())
+        .ok_or_else(|| corrupt("`format_version` is not a small integer"))?;
+    if format_version > FORMAT_VERSION {
+        return Err(Error::internal(
+            "checkpoint",
+            format!(
+                "checkpoint format version {format_version} is newer than this kiln reads \
+                 ({FORMAT_VERSION}); it was written by kiln {}",
+                v.get("kiln_version")
+                    .and_then(|x| x.as_str())
+                    .unwrap_or("?")
+            ),
+        ));
+    }
+    let kiln_version = field("kiln_version")?
+        .as_str()
+        .ok_or_else(|| corrupt("`kiln_version` is not a string"))?
+        .to_string();
+    let step = field("step")?
+        .as_u64()
+        .ok_or_else(|| corrupt("`step` is not an unsigned integer"))?;
+    if let Some(crc) = v.get("data_crc32") {
+        let crc = crc
+            .as_u64()
+            .ok_or_else(|| corrupt("`data_crc32` is not an integer"))?;
+        let actual = crc32fast::hash(data) as u64;
+        if crc != actual {
+            return Err(corrupt(format!(
+                "the tensor data's CRC-32 is {actual:#010x}, the header says {crc:#010x}"
+            )));
+        }
+    }
+    let mut user = BTreeMap::new();
+    if let Some(u) = v.get("user") {
+        let u = u
+            .as_object()
+            .ok_or_else(|| corrupt("`user` is not an object"))?;
+        for (k, x) in u {
+            let x = x
+                .as_str()
+                .ok_or_else(|| corrupt(format!("user entry `{k}` is not a string")))?;
+            user.insert(k.clone(), x.to_string());
+        }
+    }
+    Ok(Metadata {
+        format_version,
+        kiln_version,
+        step,
+        user,
+    })
+}
+
+/// [`load_mapped`] from bytes in memory.
+pub fn from_bytes_mapped<T: Tree>(
+    bytes: &[u8],
+    like: &T,
+    mut map: impl FnMut(&str) -> Option<String>,
+) -> Result<(T, Metadata)> {
+    let (n, st_meta) = SafeTensors::read_metadata(bytes).map_err(corrupt)?;
+    let st = SafeTensors::deserialize(bytes).map_err(corrupt)?;
+    let data = &bytes[8 + n..];
+    let meta = parse_metadata(st_meta.metadata().as_ref(), data)?;
+
+    // The file's tensors under the tree's names.
+    let mut file: BTreeMap<String, (String, TensorView<'_>)> = BTreeMap::new();
+    let mut problems: Vec<String> = Vec::new();
+    let mut file_names: Vec<(String, TensorView<'_>)> = st.tensors();
+    file_names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (fname, view) in file_names {
+        let Some(tname) = map(&fname) else { continue };
+        if let Some((other, _)) = file.get(&tname) {
+            problems.push(format!(
+                "file tensors `{other}` and `{fname}` both map to `{tname}`"
+            ));
+            continue;
+        }
+        file.insert(tname, (fname, view));
+    }
+
+    let names = like.leaf_name_vec();
+    let leaves = like.leaf_vec();
+    if names.len() != leaves.len() {
+        return Err(Error::internal(
+            "checkpoint",
+            format!(
+                "{} names {} leaves but has {}",
+                like.describe(),
+                names.len(),
+                leaves.len()
+            ),
+        ));
+    }
+    let mut out: Vec<Tensor> = Vec::with_capacity(leaves.len());
+    let mut used = std::collections::HashSet::new();
+    for (name, leaf) in names.iter().zip(&leaves) {
+        let Some(want) = leaf.ty() else {
+            problems.push(format!(
+                "template tensor `{name}` has no type (it failed: {})",
+                leaf.error().map(|e| e.to_string()).unwrap_or_default()
+            ));
+            continue;
+        };
+        let Some((fname, view)) = file.get(name) else {
+            problems.push(format!("missing tensor `{name}` (expected {want})"));
+            continue;
+        };
+        used.insert(name.clone());
+        let shown = if fname == name {
+            format!("`{name}`")
+        } else {
+            format!("`{name}` (file: `{fname}`)")
+        };
+        let dtype = from_safetensors_dtype(view.dtype());
+        let mut wrong = Vec::new();
+        match dtype {
+            None => wrong.push(format!(
+                "dtype {:?}, which kiln has no dtype for, expected {}",
+                view.dtype(),
+                want.dtype
+            )),
+            Some(d) if d != want.dtype => wrong.push(format!("dtype {d}, expected {}", want.dtype)),
+            _ => {}
+        }
+        if view.shape() != want.shape.as_slice() {
+            wrong.push(format!(
+                "shape {:?}, expected {:?}",
+                view.shape(),
+                want.shape
+            ));
+        }
+        if !wrong.is_empty() {
+            problems.push(format!("tensor {shown}: file has {}", wrong.join("; ")));
+            continue;
+        }
+        let ty = TensorType::new(want.dtype, want.shape.clone());
+        match Literal::from_le_bytes(ty, view.data()) {
+            Ok(l) => out.push(Tensor::new(l)),
+            Err(e) => problems.push(format!("tensor {shown}: {e}")),
+        }
+    }
+    for (tname, (fname, view)) in &file {
+        if !used.contains(tname) {
+            let ty = match from_safetensors_dtype(view.dtype()) {
+                Some(d) => TensorType::new(d, view.shape().to_vec()).to_string(),
+                None => format!("{:?}{:?}", view.dtype(), view.shape()),
+            };
+            let from = if fname == tname {
+                String::new()
+            } else {
+                format!(" (file: `{fname}`)")
+            };
+            problems.push(format!(
+                "extra tensor `{tname}`{from} ({ty}): the target has no such leaf"
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Error::internal(
+            "checkpoint",
+            format!(
+                "the checkpoint does not match {} ({} problem{}):\n  {}",
+                like.describe(),
+                problems.len(),
+                if problems.len() == 1 { "" } else { "s" },
+                problems.join("\n  ")
+            ),
+        ));
+    }
+    Ok((like.with_leaves(&out), meta))
+}
