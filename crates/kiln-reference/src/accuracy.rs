@@ -17,7 +17,7 @@
 //!
 //! Element `i` of `o` passes when, with `e` the reference's value and `a` the backend's,
 //!
-//! `|a - e| <= U · ulp(e) + (2 U + K) · ε · M[i]`
+//! `|a - e| <= U · ulp(e) + (2 U + K) · ε · M[i] + (U + K) · η`
 //!
 //! where `U` is the sum over the cone's instructions of their ulp bounds (first-order error
 //! propagation: errors of a chain add when each op's condition number is about 1), `K` the
@@ -27,11 +27,14 @@
 //! (`subtract` adds magnitudes, `negate` keeps them, sums add |terms|, products multiply them;
 //! see [`magnitudes`]). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
 //! inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
-//! cancelled, not the tiny result. `2 U` covers the first-order growth through the
-//! transcendentals (whose condition numbers on the generator's ranges are a few units), except
-//! `power`'s, which grow without bound (`|y|` for the base, `|y ln x|` for the exponent): a
-//! power's magnitude carries them for its inexact operands (see `power_magnitude`). A cone of
-//! exact ops has `U = K = 0`: the element must be bit for bit the reference's.
+//! cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
+//! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
+//! the relative terms do not cover; it matters only for results near the subnormal range.
+//! `2 U` covers the first-order growth through the transcendentals (whose condition numbers on
+//! the generator's ranges are a few units), except `power`'s, which grow without bound (`|y|`
+//! for the base, `|y ln x|` for the exponent): a power's magnitude carries them for its inexact
+//! operands (see `power_magnitude`). A cone of exact ops has `U = K = 0`: the element must be
+//! bit for bit the reference's.
 //!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
 //! for f16, bf16 and f32 results) is not compared: the backend's partial sums may overflow to an
@@ -587,7 +590,14 @@ pub fn check(
         let allowed = match &m {
             None => 0.0,
             Some(_) if bound.ulps.is_infinite() => f64::INFINITY,
-            Some(m) => bound.ulps * ulp(d, y) + (2.0 * bound.ulps + bound.sum) * bound.eps * m[i],
+            // The last term is underflow: a rounding in the subnormal range errs by up to half
+            // the smallest subnormal, whatever the value's size (seed 7750: two chained products
+            // of subnormal values).
+            Some(m) => {
+                bound.ulps * ulp(d, y)
+                    + (2.0 * bound.ulps + bound.sum) * bound.eps * m[i]
+                    + (bound.ulps + bound.sum) * ulp(d, 0.0)
+            }
         };
         if allowed.is_infinite() {
             s.unbounded += 1;
