@@ -3,11 +3,11 @@
 //! [npyz](https://docs.rs/npyz) crate.
 //!
 //! Every kiln dtype that NumPy has maps to its NumPy dtype: `pred` to `bool`, `i8`, `i32`,
-//! `i64`, `u32`, `f16`, `f32`, `f64` to `int8`, `int32`, `int64`, `uint32`, `float16`,
-//! `float32`, `float64`. Files are written little-endian in C (row-major) order; reading
+//! `i64`, `u32`, `u8`, `f16`, `f32`, `f64` to `int8`, `int32`, `int64`, `uint32`, `uint8`,
+//! `float16`, `float32`, `float64`. Files are written little-endian in C (row-major) order; reading
 //! accepts either byte order and Fortran order too. `bf16` is not a NumPy dtype: saving a
 //! `bf16` tensor is refused (cast it to `f32` first, which is exact), and NumPy dtypes kiln
-//! lacks (`uint8`, `int16`, `complex64`, strings, objects, ...) are refused when read.
+//! lacks (`int16`, `complex64`, strings, objects, ...) are refused when read.
 //!
 //! ```
 //! use kiln::npy::NpyExt;
@@ -91,6 +91,7 @@ pub fn to_npy_bytes(t: &Tensor) -> Result<Vec<u8>> {
         DType::I32 => write_typed::<i32>(t, &shape),
         DType::I64 => write_typed::<i64>(t, &shape),
         DType::U32 => write_typed::<u32>(t, &shape),
+        DType::U8 => write_typed::<u8>(t, &shape),
         DType::F16 => write_typed::<f16>(t, &shape),
         DType::F32 => write_typed::<f32>(t, &shape),
         DType::F64 => write_typed::<f64>(t, &shape),
@@ -123,6 +124,7 @@ fn kiln_dtype(dtype: &npyz::DType) -> Option<DType> {
         (TypeChar::Int, 4) => DType::I32,
         (TypeChar::Int, 8) => DType::I64,
         (TypeChar::Uint, 4) => DType::U32,
+        (TypeChar::Uint, 1) => DType::U8,
         (TypeChar::Float, 2) => DType::F16,
         (TypeChar::Float, 4) => DType::F32,
         (TypeChar::Float, 8) => DType::F64,
@@ -177,6 +179,7 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         DType::I32 => read_typed::<i32>(file, shape),
         DType::I64 => read_typed::<i64>(file, shape),
         DType::U32 => read_typed::<u32>(file, shape),
+        DType::U8 => read_typed::<u8>(file, shape),
         DType::F16 => read_typed::<f16>(file, shape),
         DType::F32 => read_typed::<f32>(file, shape),
         DType::F64 => read_typed::<f64>(file, shape),

@@ -56,6 +56,10 @@ fn samples() -> Vec<(&'static str, Tensor)> {
             Tensor::from_vec(vec![0u32, 1, u32::MAX, 1 << 31], [2, 2]).unwrap(),
         ),
         (
+            "u8",
+            Tensor::from_vec(vec![0u8, 1, 128, 255], [4, 1]).unwrap(),
+        ),
+        (
             "f16",
             Tensor::from_vec(
                 vec![
@@ -201,12 +205,12 @@ fn bad_files_give_errors() {
         );
     }
     // A dtype kiln lacks.
-    let u8s = npy_file(
-        "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }",
-        &[1, 2],
+    let i16s = npy_file(
+        "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }",
+        &[1, 0, 2, 0],
     );
-    let e = from_npy_bytes(&u8s).unwrap_err().to_string();
-    assert!(e.contains("|u1") && e.contains("no kiln dtype"), "{e}");
+    let e = from_npy_bytes(&i16s).unwrap_err().to_string();
+    assert!(e.contains("<i2") && e.contains("no kiln dtype"), "{e}");
     // A header claiming far more data than there is.
     let huge = npy_file(
         "{'descr': '<f4', 'fortran_order': False, 'shape': (999999999,), }",
