@@ -1,11 +1,13 @@
 //! kiln's side of the benchmark contract in `shared/bench/README.md`:
 //! `kiln-bench --json FILE [--only a,b]` (run through `cargo xtask bench`).
 //!
-//! Every workload is written with kiln's user API and compiled with `jit`, as a user would. Before
-//! timing, the timed program checks itself: one call of the very function that is timed, on the
-//! very inputs, is compared with the reference interpreter on the same inputs, per element under
+//! Every workload is written with kiln's user API and compiled with `jit`, as a user would. The
+//! timed program checks itself: its first call (the very function that is timed, on the very
+//! inputs) is compared with the reference interpreter on the same inputs, per element under
 //! the ulp bounds of `kiln_reference::accuracy`; a mismatch exits with status 1 and the
-//! workload's name. Where the reference is too slow at full size (see [`Check::Path`]), the
+//! workload's name, and no timing is reported. The comparison runs right after the timing, and
+//! each workload runs in a process of its own, so that no reference evaluation (gigabytes of
+//! allocations) runs in the process before a timing. Where the reference is too slow at full size (see [`Check::Path`]), the
 //! largest instance that takes the same code path is checked instead, and the bench asserts
 //! that it does: its kernels' paths (GEMM blocking, streaming stores, tiles, thread splits, ...,
 //! `kiln_codegen_llvm::cpu::KernelPath`) are those of the timed program.
@@ -182,28 +184,31 @@ fn measure<I: Tree, O: Tree + Clone>(
     mode: Mode,
 ) -> Result<Timing, String> {
     let j = jit(f);
-    let (mut check_s, mut first) = (0.0, None);
+    let mut first = None;
     if mode != Mode::Time {
         // The first call (the compile) is timed here: it is the one checked.
         let t = Instant::now();
         let got = j.call(x).map_err(|e| e.to_string())?;
-        first = Some(t.elapsed().as_secs_f64());
-        check_s = agrees(name, f, x, &got)?;
+        first = Some((t.elapsed().as_secs_f64(), got));
     }
     if mode == Mode::CheckOnly {
+        let (_, got) = first.expect("checked");
         return Ok(Timing {
+            check_s: agrees(name, f, x, &got)?,
             paths: kernel_paths(f, x)?,
-            check_s,
             ..Timing::default()
         });
     }
     let mut t = time(|| j.call(x).map_err(|e| e.to_string()))?;
-    t.first = first.unwrap_or(t.first);
     // (After the timing: compiling for the paths fills the kernel cache the first call reads.)
     if mode == Mode::Time {
         t.paths = kernel_paths(f, x)?;
     }
-    t.check_s = check_s;
+    // The check of the first call runs after the timing (see `after_timing`).
+    if let Some((first, got)) = first {
+        t.first = first;
+        t.check_s = agrees(name, f, x, &got)?;
+    }
     Ok(t)
 }
 
@@ -277,20 +282,20 @@ fn mlp_train_step(batch: usize, mode: Mode) -> Result<Timing, String> {
     // Parameters are carried from call to call and donated, as the JAX peer does
     // (`donate_argnums`): the step updates them in place.
     let j = jit(mlp_step);
-    let (mut check_s, mut first) = (0.0, None);
+    let mut first = None;
     if mode != Mode::Time {
         // The first call (the compile) is timed here: it is the one checked.
         let args = (m.clone(), s.clone(), x.clone(), y.clone());
         let t = Instant::now();
         let got = j.call_donating(args.clone()).map_err(|e| e.to_string())?;
-        first = Some(t.elapsed().as_secs_f64());
-        check_s = agrees("mlp_train_step", mlp_step, &args, &got)?;
+        first = Some((t.elapsed().as_secs_f64(), args, got));
     }
     let args = (m.clone(), s.clone(), x.clone(), y.clone());
     if mode == Mode::CheckOnly {
+        let (_, checked, got) = first.expect("checked");
         return Ok(Timing {
+            check_s: agrees("mlp_train_step", mlp_step, &checked, &got)?,
             paths: kernel_paths(mlp_step, &args)?,
-            check_s,
             ..Timing::default()
         });
     }
@@ -303,12 +308,14 @@ fn mlp_train_step(batch: usize, mode: Mode) -> Result<Timing, String> {
         state = Some(m);
         Ok(l)
     })?;
-    t.first = first.unwrap_or(t.first);
     // (After the timing: compiling for the paths fills the kernel cache the first call reads.)
     if mode == Mode::Time {
         t.paths = kernel_paths(mlp_step, &args)?;
     }
-    t.check_s = check_s;
+    if let Some((first, checked, got)) = first {
+        t.first = first;
+        t.check_s = agrees("mlp_train_step", mlp_step, &checked, &got)?;
+    }
     Ok(t)
 }
 
@@ -322,18 +329,18 @@ fn eager_mlp(
     args: MlpArgs,
     mode: Mode,
 ) -> Result<Timing, String> {
-    let (mut check_s, mut first) = (0.0, None);
+    let mut first = None;
     if mode != Mode::Time {
         // The first call (the gradient's compile) is timed here: it is the one checked.
         let t = Instant::now();
         let got = step(&args);
         got.1.item().map_err(|e| e.to_string())?;
-        first = Some(t.elapsed().as_secs_f64());
-        check_s = agree(name, mlp_step, &args, &got)?;
+        first = Some((t.elapsed().as_secs_f64(), args.clone(), got));
     }
     if mode == Mode::CheckOnly {
+        let (_, checked, got) = first.expect("checked");
         return Ok(Timing {
-            check_s,
+            check_s: agree(name, mlp_step, &checked, &got)?,
             ..Timing::default()
         });
     }
@@ -346,8 +353,10 @@ fn eager_mlp(
         state = Some(m);
         Ok(l)
     })?;
-    t.first = first.unwrap_or(t.first);
-    t.check_s = check_s;
+    if let Some((first, checked, got)) = first {
+        t.first = first;
+        t.check_s = agree(name, mlp_step, &checked, &got)?;
+    }
     Ok(t)
 }
 
@@ -758,11 +767,49 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let mut entries = Vec::new();
-    for w in WORKLOADS
+    let selected = WORKLOADS
         .iter()
-        .filter(|w| only.is_empty() || only.iter().any(|o| o == w.name))
-    {
+        .filter(|w| only.is_empty() || only.iter().any(|o| o == w.name));
+    // Each workload runs in a process of its own (this program again, with `--entry FILE`,
+    // which writes that workload's JSON entry): a check's reference evaluation leaves the
+    // process's memory in a state that made the memory-bound workload timed after it up to
+    // 1.75x slower (gelu_chain_16M: 33.7 ms after matmul_1024's check, 19.2 ms alone).
+    let entry_file = value("--entry");
+    if entry_file.is_none() {
+        let exe = std::env::current_exe().unwrap_or_else(|e| {
+            eprintln!("cannot find this program to run each workload in its own process: {e}");
+            std::process::exit(1)
+        });
+        let dir = std::env::temp_dir();
+        let mut entries = Vec::new();
+        for w in selected {
+            let file = dir.join(format!("kiln-bench-{}-{}.json", std::process::id(), w.name));
+            let status = std::process::Command::new(&exe)
+                .args(["--only", w.name, "--entry"])
+                .arg(&file)
+                .status();
+            match status {
+                Ok(s) if s.success() => {}
+                Ok(s) => std::process::exit(s.code().unwrap_or(1)),
+                Err(e) => {
+                    eprintln!("{}: cannot start {}: {e}", w.name, exe.display());
+                    std::process::exit(1);
+                }
+            }
+            match std::fs::read_to_string(&file) {
+                Ok(e) => entries.push(e),
+                Err(e) => {
+                    eprintln!("{}: {}: {e}", w.name, file.display());
+                    std::process::exit(1);
+                }
+            }
+            let _ = std::fs::remove_file(&file);
+        }
+        write_results(out, &entries);
+        return;
+    }
+    let mut entries = Vec::new();
+    for w in selected {
         let run = match w.check {
             Check::Timed => (w.run)(w.size, Mode::CheckAndTime),
             Check::Path(small) => {
@@ -819,6 +866,16 @@ fn main() {
             }
         }
     }
+    if let Some(path) = entry_file
+        && let Err(e) = std::fs::write(&path, entries.join(", "))
+    {
+        eprintln!("{path}: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Writes the results' JSON (the contract in `shared/bench/README.md`) to `out`, or prints it.
+fn write_results(out: Option<String>, entries: &[String]) {
     let json = format!(
         "{{\"framework\": \"kiln\", \"results\": {{{}}}}}\n",
         entries.join(", ")
