@@ -114,7 +114,7 @@ fn read_typed<T: Element + Deserialize>(file: NpyFile<&[u8]>, shape: Vec<usize>)
 }
 
 /// The kiln dtype of a NumPy dtype string (`<f4`, `|b1`, ...), if kiln has one.
-fn kiln_dtype(dtype: &npyz::DType) -> Option<DType> {
+pub(crate) fn kiln_dtype(dtype: &npyz::DType) -> Option<DType> {
     let npyz::DType::Plain(ts) = dtype else {
         return None;
     };
@@ -161,7 +161,8 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         return Err(err(
             "load_npy",
             format!(
-                "the header's shape {shape:?} of {} needs more bytes than the file's {}                  (truncated or corrupt?)",
+                "the header's shape {shape:?} of {} needs more bytes than the file's {} \
+                 (truncated or corrupt?)",
                 np_dtype.descr(),
                 bytes.len()
             ),

@@ -3,6 +3,8 @@
 
 #[path = "../examples/autograd_tutorial.rs"]
 mod autograd_tutorial;
+#[path = "../examples/data_pipeline.rs"]
+mod data_pipeline;
 #[path = "../examples/mlp_classifier.rs"]
 mod mlp_classifier;
 #[path = "../examples/transformer.rs"]
@@ -31,6 +33,25 @@ fn mlp_classifier_reaches_under_5_percent_error_in_one_compile() {
     assert!(error < 0.05, "training error {error}");
     assert!(last < 0.1 * first, "loss {first} -> {last}");
     assert_eq!(compiles, 1);
+}
+
+#[test]
+fn data_pipeline_trains_from_mapped_npy_files() {
+    let dir = std::env::temp_dir().join(format!("kiln-models-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    data_pipeline::write_dataset(&dir, 4000).unwrap();
+    let r = data_pipeline::run(&dir, 3, false);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let r = r.unwrap();
+    // 3 epochs of 28 batches of 128 (the short last batch dropped).
+    assert_eq!(r.steps, 3 * (3600 / 128));
+    assert!(
+        r.last_loss < 0.7 * r.first_loss,
+        "loss {} -> {}",
+        r.first_loss,
+        r.last_loss
+    );
+    assert!(r.accuracy > 0.75, "held-out accuracy {}", r.accuracy);
 }
 
 #[test]

@@ -1,0 +1,248 @@
+//! [`CsvDataset`]: a table of numbers (and optionally a label column) from a CSV file.
+
+use super::{Dataset, Rows, common_len, data_error, located, sample};
+use crate::ir::{Literal, Loc, TensorType};
+use crate::{DType, Result, Tensor};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+/// How to read a CSV file into a [`CsvDataset`].
+#[derive(Clone, Debug)]
+pub struct CsvOptions {
+    header: bool,
+    delimiter: u8,
+    label: Option<String>,
+    features: Option<Vec<String>>,
+    dtype: DType,
+}
+
+impl Default for CsvOptions {
+    fn default() -> CsvOptions {
+        CsvOptions {
+            header: true,
+            delimiter: b',',
+            label: None,
+            features: None,
+            dtype: DType::F32,
+        }
+    }
+}
+
+impl CsvOptions {
+    /// The file has no header row; columns are then named `0`, `1`, ...
+    pub fn no_header(mut self) -> CsvOptions {
+        self.header = false;
+        self
+    }
+
+    /// The field separator (`,` by default).
+    pub fn delimiter(mut self, delimiter: u8) -> CsvOptions {
+        self.delimiter = delimiter;
+        self
+    }
+
+    /// The column holding each row's label: a second field of `i32` class ids. Integer labels
+    /// are kept as they are; any other text names classes, numbered in sorted order
+    /// ([`CsvDataset::classes`]).
+    pub fn label(mut self, column: &str) -> CsvOptions {
+        self.label = Some(column.to_string());
+        self
+    }
+
+    /// The feature columns, in order (default: every column but the label).
+    pub fn features(mut self, columns: &[&str]) -> CsvOptions {
+        self.features = Some(columns.iter().map(|c| c.to_string()).collect());
+        self
+    }
+
+    /// The features' dtype: `f32` (default) or `f64`.
+    pub fn dtype(mut self, dtype: DType) -> CsvOptions {
+        self.dtype = dtype;
+        self
+    }
+}
+
+/// Samples from the rows of a CSV file, read into memory: field 0 is the row's features
+/// (`[features]`, `f32` by default), field 1 (with [`CsvOptions::label`]) its label, an `i32`
+/// scalar. Every value must be a number (the label excepted); an unreadable or missing value is
+/// an error naming its line and column.
+///
+/// ```
+/// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+/// let dir = std::env::temp_dir().join(format!("kiln-doc-csv-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("t.csv");
+/// std::fs::write(&path, "a,b,kind\n1,2,cat\n3,4.5,dog\n").unwrap();
+/// let d = CsvDataset::open(&path, CsvOptions::default().label("kind")).unwrap();
+/// assert_eq!(d.len(), 2);
+/// assert_eq!(d.classes(), ["cat", "dog"]);
+/// let s = d.get(1).unwrap();
+/// assert_eq!(s[0].to_vec::<f32>().unwrap(), [3.0, 4.5]);
+/// assert_eq!(s[1].to_vec::<i32>().unwrap(), [1]);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct CsvDataset {
+    fields: Vec<Rows>,
+    len: usize,
+    columns: Vec<String>,
+    classes: Vec<String>,
+}
+
+impl CsvDataset {
+    /// Reads `path` as `options` say.
+    #[track_caller]
+    pub fn open(path: impl AsRef<Path>, options: CsvOptions) -> Result<CsvDataset> {
+        let loc = Loc::caller();
+        located(read(path.as_ref(), &options), loc)
+    }
+
+    /// The feature columns' names, in the order of the features.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// The class names of a text label column, in the order of their ids (empty for integer
+    /// labels or without a label).
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+}
+
+impl Dataset for CsvDataset {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, index: usize) -> Result<Vec<Tensor>> {
+        sample("CsvDataset::get", &self.fields, index)
+    }
+}
+
+const OP: &str = "CsvDataset::open";
+
+fn read(path: &Path, o: &CsvOptions) -> Result<CsvDataset> {
+    let file = path.display().to_string();
+    if !matches!(o.dtype, DType::F32 | DType::F64) {
+        return Err(data_error(
+            OP,
+            format!("features are read as f32 or f64, not {}", o.dtype),
+        ));
+    }
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(o.header)
+        .delimiter(o.delimiter)
+        .from_path(path)
+        .map_err(|e| data_error(OP, format!("{file}: {e}")))?;
+    let mut records = Vec::new();
+    for r in reader.records() {
+        records.push(r.map_err(|e| data_error(OP, format!("{file}: {e}")))?);
+    }
+    let width = records.first().map_or(0, csv::StringRecord::len);
+    let names: Vec<String> = if o.header {
+        reader
+            .headers()
+            .map_err(|e| data_error(OP, format!("{file}: {e}")))?
+            .iter()
+            .map(str::to_string)
+            .collect()
+    } else {
+        (0..width).map(|i| i.to_string()).collect()
+    };
+    let find = |c: &str| {
+        names.iter().position(|n| n == c).ok_or_else(|| {
+            data_error(
+                OP,
+                format!("{file} has no column `{c}`; it has {}", names.join(", ")),
+            )
+        })
+    };
+    let label = o.label.as_deref().map(find).transpose()?;
+    let features: Vec<usize> = match &o.features {
+        Some(cols) => cols.iter().map(|c| find(c)).collect::<Result<_>>()?,
+        None => (0..names.len()).filter(|&i| Some(i) != label).collect(),
+    };
+    // The line of record k: the header's line, then one line per record (the csv crate
+    // knows each record's position).
+    let line = |r: &csv::StringRecord| r.position().map_or(0, |p| p.line());
+    let mut values = Vec::with_capacity(records.len() * features.len());
+    for r in &records {
+        for &c in &features {
+            let text = r.get(c).unwrap_or("").trim();
+            let v: f64 = text.parse().map_err(|_| {
+                data_error(
+                    OP,
+                    format!(
+                        "{file} line {}, column `{}`: cannot read `{text}` as a number{}",
+                        line(r),
+                        names[c],
+                        if text.is_empty() {
+                            " (a missing value: fill or drop it first)"
+                        } else {
+                            ""
+                        }
+                    ),
+                )
+            })?;
+            values.push(v);
+        }
+    }
+    let n = records.len();
+    let ty = TensorType::new(o.dtype, [n, features.len()]);
+    let lit = Literal::from_f64s(ty.clone(), &values).map_err(|e| data_error(OP, e.0))?;
+    let mut fields = vec![Rows::new(
+        OP,
+        &format!("{file} features"),
+        &ty,
+        Arc::new(lit.to_le_bytes()),
+        0,
+    )?];
+    let mut classes = Vec::new();
+    if let Some(c) = label {
+        let texts: Vec<&str> = records
+            .iter()
+            .map(|r| r.get(c).unwrap_or("").trim())
+            .collect();
+        let ints: Option<Vec<i64>> = texts.iter().map(|t| t.parse::<i64>().ok()).collect();
+        let ids: Vec<i64> = match ints {
+            Some(ids) => {
+                if let Some((r, id)) = records
+                    .iter()
+                    .zip(&ids)
+                    .find(|(_, id)| i32::try_from(**id).is_err())
+                {
+                    return Err(data_error(
+                        OP,
+                        format!("{file} line {}, label `{id}` does not fit in i32", line(r)),
+                    ));
+                }
+                ids
+            }
+            None => {
+                let set: BTreeSet<&str> = texts.iter().copied().collect();
+                classes = set.iter().map(|s| s.to_string()).collect();
+                texts
+                    .iter()
+                    .map(|t| classes.iter().position(|c| c == t).expect("a class") as i64)
+                    .collect()
+            }
+        };
+        let lty = TensorType::new(DType::I32, [n]);
+        let lit = Literal::from_i64s(lty.clone(), &ids).map_err(|e| data_error(OP, e.0))?;
+        fields.push(Rows::new(
+            OP,
+            &format!("{file} labels"),
+            &lty,
+            Arc::new(lit.to_le_bytes()),
+            0,
+        )?);
+    }
+    let len = common_len(OP, &fields)?;
+    Ok(CsvDataset {
+        fields,
+        len,
+        columns: features.iter().map(|&c| names[c].clone()).collect(),
+        classes,
+    })
+}
