@@ -748,7 +748,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             loop {
                 let refs: Vec<&Literal> = carries.iter().collect();
                 let go = crate::run(cond, &refs);
-                if !go[0].to_i64s().first().is_some_and(|&b| b != 0) {
+                if go[0].to_i64s().first().is_none_or(|&b| b == 0) {
                     return carries;
                 }
                 carries = crate::run(body, &refs);

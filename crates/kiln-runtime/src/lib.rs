@@ -246,10 +246,10 @@ impl Program {
                 loop {
                     let refs: Vec<&Literal> = carries.iter().collect();
                     let go = cond.run_region(&refs)?;
-                    if !go
+                    let stop = go
                         .first()
-                        .is_some_and(|p| p.to_i64s().first().is_some_and(|&b| b != 0))
-                    {
+                        .is_none_or(|p| p.to_i64s().first().is_none_or(|&b| b == 0));
+                    if stop {
                         return Ok(carries);
                     }
                     carries = body.run_region(&refs)?;
