@@ -267,6 +267,12 @@ fn bad_input_gives_errors_never_panics() {
         "func @main(%0: f32[2]) -> f32[2] { return %0 } garbage",
         "func @main(%0: f32[2]) -> f32[2] { %1 = add %0, %0 : f32[2] $ return %1 }",
         "func @main(%0: f32[2]) -> f32[2] { %1 = add %0, %0 {} : f32[2] return %1 }",
+        "func @main(%0: f32[]) -> f32[] { %1 = while %0 {cond = func @c(%0: f32[]) -> pred[] { return %0 }} : f32[] return %1 }",
+        "func @main(%0: f32[]) -> f32[] { %1 = while %0 {cond = 3, body = 4} : f32[] return %1 }",
+        "func @main(%0: f32[]) -> f32[] { %1 = while %0 {cond = func @c(%0: f32[]) -> pred[] { return %5 }, body = func @b(%0: f32[]) -> f32[] { return %0 }} : f32[] return %1 }",
+        "func @main(%0: i32[]) -> f32[] { %1 = case %0 {branches = [func @b() -> f32[] { return %0 }]} : f32[] return %1 }",
+        "func @main(%0: i32[]) -> f32[] { %1 = case %0 {branches = func @b() -> f32[] { %1 = constant {value = 1.0} : f32[] return %1 }} : f32[] return %1 }",
+        "func @main(%0: i32[]) -> f32[] { %1 = case %0 {branches = [func @b() -> f32[] { %1 = constant {value = 1.0} : f32[] return %1 }, ]} : f32[] return %1 }",
     ];
     let mut n = 0;
     for t in texts {
@@ -280,6 +286,9 @@ fn bad_input_gives_errors_never_panics() {
         "func @main(%0: f32[2]) -> i32[2] {\n  %1 = add %0, %0 : i32[2]\n  return %1\n}\n",
         "func @main(%0: f32[2,2]) -> f32[2] {\n  %1 = dot_general %0, %0 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [7], rhs_contracting_dimensions = [0]} : f32[2]\n  return %1\n}\n",
         "func @main(%0: f32[0]) -> f32[1] {\n  %1 = slice %0 {start_indices = [0], limit_indices = [1], strides = [1]} : f32[1]\n  return %1\n}\n",
+        "func @main(%0: f32[]) -> f32[] {\n  %1 = while %0 {cond = func @c(%0: f32[]) -> f32[] {\n      return %0\n    }, body = func @b(%0: f32[]) -> f32[] {\n      return %0\n    }} : f32[]\n  return %1\n}\n",
+        "func @main(%0: f32[]) -> f32[] {\n  %1 = while %0 {cond = func @c(%0: f32[]) -> pred[] {\n      %1 = constant {value = true} : pred[]\n      return %1\n    }, body = func @b(%0: f32[]) -> i32[] {\n      %1 = convert %0 : i32[]\n      return %1\n    }} : f32[]\n  return %1\n}\n",
+        "func @main(%0: i32[], %1: f32[]) -> f32[] {\n  %2 = case %0, %1 {branches = [func @b0(%0: f32[]) -> f32[] {\n      return %0\n    }, func @b1(%0: f32[]) -> i32[] {\n      %1 = convert %0 : i32[]\n      return %1\n    }]} : f32[]\n  return %2\n}\n",
     ];
     for t in ill_typed {
         let e = must_fail(t, || {

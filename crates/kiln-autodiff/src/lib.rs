@@ -113,8 +113,11 @@ pub fn vjp_into_with_rules(
     }
     for (index, inst) in f.insts.iter().enumerate().rev() {
         let gs: Vec<Option<ValueId>> = inst.results.iter().map(|r| adj[r.index()]).collect();
+        // Control flow always reaches the rules, which differentiate it or say why not (a
+        // loop's zero gradient would be wrong, not merely missing).
         if gs.iter().all(Option::is_none)
-            || !inst.op.props().contains(kiln_ir::Props::DIFFERENTIABLE)
+            || (!inst.op.props().contains(kiln_ir::Props::DIFFERENTIABLE)
+                && !inst.op.props().contains(kiln_ir::Props::CONTROL))
         {
             continue;
         }

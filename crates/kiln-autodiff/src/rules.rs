@@ -106,6 +106,16 @@ pub fn vjp_rule(
             .map(Some)
             .collect());
     }
+    if let Op::While { .. } = op {
+        return unsupported(
+            "reverse mode through a loop whose trip count depends on the data is not defined \
+             (nor forward mode, computed here as the transpose of the reverse mode); write the \
+             loop with a static trip count (`fori_loop`) to differentiate it",
+        );
+    }
+    if let Op::Case { branches } = op {
+        return case_vjp(b, branches, x, r, g);
+    }
     let g = g[0].expect("single-result ops are only visited with a cotangent");
     let r = r[0];
     let one = |v| Ok(vec![Some(v)]);
@@ -907,7 +917,52 @@ pub fn vjp_rule(
         | Op::Iota { .. }
         | Op::RngBitGenerator { .. }
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
+        // Handled above, before a single cotangent is taken.
+        Op::While { .. } | Op::Case { .. } => Ok(vec![None; x.len()]),
     }
+}
+
+/// The cotangents of a `case`'s operands: `case(index, args..., results_bar...)` over the
+/// branches' VJPs, each returning the cotangents of the float arguments (the index and the
+/// other arguments get none).
+fn case_vjp(
+    b: &mut Builder,
+    branches: &[kiln_ir::Func],
+    x: &[ValueId],
+    r: &[ValueId],
+    g: &[Option<ValueId>],
+) -> Result<Vec<Option<ValueId>>> {
+    let args = &x[1..];
+    let wrt: Vec<usize> = (0..args.len())
+        .filter(|&k| ty(b, args[k]).dtype.is_float())
+        .collect();
+    let mut out = vec![None; x.len()];
+    if wrt.is_empty() {
+        return Ok(out);
+    }
+    let cts: Vec<ValueId> = g
+        .iter()
+        .zip(r)
+        .map(|(gi, &ri)| gi.map_or_else(|| zeros_like(b, ri), Ok))
+        .collect::<Result<_>>()?;
+    let vjps: Vec<kiln_ir::Func> = branches
+        .iter()
+        .map(|br| {
+            let v = crate::vjp(br, &wrt)?;
+            let grads: Vec<usize> = (br.outputs.len()..v.outputs.len()).collect();
+            Ok(crate::select_outputs(
+                &v,
+                &grads,
+                &format!("{}_vjp", br.name),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let operands: Vec<ValueId> = x.iter().chain(&cts).copied().collect();
+    let grads = b.push(Op::Case { branches: vjps }, &operands)?;
+    for (&k, gk) in wrt.iter().zip(grads) {
+        out[1 + k] = Some(gk);
+    }
+    Ok(out)
 }
 
 mod conv;

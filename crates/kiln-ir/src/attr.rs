@@ -1,7 +1,7 @@
 //! Attributes: the generic text tree and the typed values ops hold.
 
 use crate::error::{excerpt, quote};
-use crate::{Literal, TensorType, literal::Elem};
+use crate::{Func, Literal, TensorType, literal::Elem};
 use std::fmt;
 
 /// The generic text form of an attribute value: a token (number, identifier) or a list.
@@ -11,6 +11,8 @@ pub enum Attr {
     Token(String),
     /// `[a, b, ...]`.
     List(Vec<Attr>),
+    /// A region: a function written in place, `func @body(%0: f32[]) -> f32[] { ... }`.
+    Region(Box<Func>),
 }
 
 impl fmt::Display for Attr {
@@ -27,6 +29,7 @@ impl fmt::Display for Attr {
                 }
                 f.write_str("]")
             }
+            Attr::Region(func) => f.write_str(crate::print::print_func(func).trim_end()),
         }
     }
 }
@@ -54,7 +57,7 @@ impl AttrValue for i64 {
             Attr::Token(t) => t
                 .parse()
                 .map_err(|_| format!("expected an integer, found {}", quote(t))),
-            Attr::List(_) => Err(format!("expected an integer, found {}", quote(a))),
+            _ => Err(format!("expected an integer, found {}", quote(a))),
         }
     }
 }
@@ -66,7 +69,7 @@ impl AttrValue for Vec<i64> {
     fn from_attr(a: &Attr, ctx: &AttrCtx) -> Result<Self, String> {
         match a {
             Attr::List(items) => items.iter().map(|x| i64::from_attr(x, ctx)).collect(),
-            Attr::Token(t) => Err(format!("expected a list of integers, found {}", quote(t))),
+            _ => Err(format!("expected a list of integers, found {}", quote(a))),
         }
     }
 }
@@ -91,7 +94,7 @@ impl AttrValue for Vec<(i64, i64)> {
                     _ => Err(err()),
                 })
                 .collect(),
-            Attr::Token(_) => Err(err()),
+            _ => Err(err()),
         }
     }
 }
@@ -127,7 +130,7 @@ macro_rules! text_enum {
                 match a {
                     Attr::Token(t) => $name::ALL.iter().copied().find(|v| v.name() == t)
                         .ok_or_else(|| format!("expected one of {}, found {}", names.join(", "), quote(t))),
-                    Attr::List(_) => Err(format!("expected one of {}, found {}", names.join(", "), quote(a))),
+                    _ => Err(format!("expected one of {}, found {}", names.join(", "), quote(a))),
                 }
             }
         }
@@ -239,5 +242,39 @@ impl AttrValue for Literal {
         }
         walk(a, 0, &shape, dtype, &mut elems)?;
         Literal::from_elems(TensorType::new(dtype, shape), &elems).map_err(|e| e.0)
+    }
+}
+
+impl AttrValue for Box<Func> {
+    fn to_attr(&self) -> Attr {
+        Attr::Region(self.clone())
+    }
+    fn from_attr(a: &Attr, _: &AttrCtx) -> Result<Self, String> {
+        match a {
+            Attr::Region(f) => Ok(f.clone()),
+            _ => Err(format!(
+                "expected a region such as `func @body(%0: f32[]) -> f32[] {{ ... }}`, found {}",
+                quote(a)
+            )),
+        }
+    }
+}
+
+impl AttrValue for Vec<Func> {
+    fn to_attr(&self) -> Attr {
+        Attr::List(
+            self.iter()
+                .map(|f| Attr::Region(Box::new(f.clone())))
+                .collect(),
+        )
+    }
+    fn from_attr(a: &Attr, ctx: &AttrCtx) -> Result<Self, String> {
+        match a {
+            Attr::List(items) => items
+                .iter()
+                .map(|x| Box::<Func>::from_attr(x, ctx).map(|f| *f))
+                .collect(),
+            _ => Err(format!("expected a list of regions, found {}", quote(a))),
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Building functions in memory, with type inference and checking at each step.
 
 use crate::error::{Diag, VerifyError};
-use crate::print::inst_head;
+use crate::print::inst_summary;
 use crate::verify::type_rule;
 use crate::{Func, Inst, Loc, Op, TensorType, ValueId};
 
@@ -54,7 +54,7 @@ impl Builder {
         };
         VerifyError {
             func: self.f.name.clone(),
-            inst: Some(inst_head(&inst)),
+            inst: Some(inst_summary(&inst)),
             loc: Some(loc),
             diag,
         }

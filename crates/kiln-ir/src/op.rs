@@ -5,8 +5,8 @@
 //! [`Op`] or [`OpKind`] exhaustively, so adding an op walks the compiler through every place
 //! that must learn about it.
 
-use crate::Literal;
 use crate::attr::{Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm};
+use crate::{Func, Literal};
 
 /// Op properties, as data: passes ask these instead of listing ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -27,6 +27,9 @@ impl Props {
     pub const LAYOUT: Props = Props(32);
     /// Must not be moved, merged or removed by rewrites.
     pub const BARRIER: Props = Props(64);
+    /// Runs nested functions (regions: a loop's condition and body, a case's branches); passes
+    /// treat it as an opaque boundary and the regions as functions of their own.
+    pub const CONTROL: Props = Props(128);
     /// No property.
     pub const NONE: Props = Props(0);
 
@@ -78,14 +81,18 @@ pub enum ResultCount {
     Fixed(usize),
     /// One per operand.
     PerOperand,
+    /// As many as the op's regions return (`case`: its branches' results).
+    Regions,
 }
 
 impl ResultCount {
-    /// The number of results for `n` operands.
-    pub fn for_operands(self, n: usize) -> usize {
+    /// The number of results for `n` operands, where it does not depend on the op's regions
+    /// (`None` for [`ResultCount::Regions`]: ask [`Op::result_count`]).
+    pub fn for_operands(self, n: usize) -> Option<usize> {
         match self {
-            ResultCount::Fixed(k) => k,
-            ResultCount::PerOperand => n,
+            ResultCount::Fixed(k) => Some(k),
+            ResultCount::PerOperand => Some(n),
+            ResultCount::Regions => None,
         }
     }
 }
@@ -97,6 +104,7 @@ const DIFF: Props = Props::DIFFERENTIABLE;
 const RED: Props = Props::REDUCTION;
 const LAYOUT: Props = Props::LAYOUT;
 const BARRIER: Props = Props::BARRIER;
+const CONTROL: Props = Props::CONTROL;
 const NONE: Props = Props::NONE;
 
 macro_rules! define_ops {
@@ -363,6 +371,13 @@ define_ops! {
     RngBitGenerator = "rng_bit_generator", Fixed(1), ResultCount::Fixed(2), NONE, { algorithm: RngAlgorithm };
     /// Returns its operands unchanged; a fence that rewrites do not move values across.
     OptimizationBarrier = "optimization_barrier", AtLeast(0), ResultCount::PerOperand, BARRIER | DIFF;
+    /// Runs `body` on the carries (the operands at first) as long as `cond` returns true on
+    /// them; the results are the last carries. Both regions take the carries; `cond` returns
+    /// a `pred[]`, `body` the next carries.
+    While = "while", AtLeast(1), ResultCount::PerOperand, CONTROL, { cond: Box<Func>, body: Box<Func> };
+    /// Runs the branch the first operand (an `i32[]`) picks, the last one when it is out of
+    /// range, on the other operands; the results are what that branch returns.
+    Case = "case", AtLeast(1), ResultCount::Regions, CONTROL | DIFF, { branches: Vec<Func> };
 }
 
 impl Op {
@@ -374,6 +389,25 @@ impl Op {
     /// The properties of this op.
     pub fn props(&self) -> Props {
         self.kind().props()
+    }
+
+    /// How many results the op produces with `n` operands (a `case`: as many as its first
+    /// branch returns, none without branches).
+    pub fn result_count(&self, n: usize) -> usize {
+        match self {
+            Op::Case { branches } => branches.first().map_or(0, |b| b.output_types.len()),
+            _ => self.kind().results().for_operands(n).unwrap_or(0),
+        }
+    }
+
+    /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
+    /// branches; empty for every other op.
+    pub fn regions(&self) -> Vec<&Func> {
+        match self {
+            Op::While { cond, body } => vec![cond.as_ref(), body.as_ref()],
+            Op::Case { branches } => branches.iter().collect(),
+            _ => Vec::new(),
+        }
     }
 }
 

@@ -36,6 +36,8 @@ impl std::fmt::Display for Tok {
 struct Lexer {
     toks: Vec<(Tok, usize, usize)>,
     pos: usize,
+    /// How many regions enclose the function being parsed.
+    regions: usize,
 }
 
 fn is_word(c: char) -> bool {
@@ -123,6 +125,10 @@ type PResult<T> = Result<T, ParseError>;
 /// [`parse_literal`]'s values alike (a constant of rank r nests r deep). A list opened deeper
 /// is a parse error at its `[`.
 pub const MAX_NESTING: usize = 256;
+
+/// The deepest nesting of regions (a `while` in a `case` branch in a `while` body ...) the
+/// parser accepts; a region opened deeper is a parse error at its `func`.
+pub const MAX_REGION_NESTING: usize = 64;
 
 impl Lexer {
     fn peek(&self) -> &Tok {
@@ -238,6 +244,16 @@ impl Lexer {
                 }
             }
             Ok(Attr::List(items))
+        } else if matches!(self.peek(), Tok::Word(w) if w == "func") {
+            if self.regions == MAX_REGION_NESTING {
+                return self.err(format!(
+                    "regions are nested more than {MAX_REGION_NESTING} deep"
+                ));
+            }
+            self.regions += 1;
+            let f = parse_func(self);
+            self.regions -= 1;
+            Ok(Attr::Region(Box::new(f?)))
         } else {
             Ok(Attr::Token(self.word("an attribute value")?))
         }
@@ -466,6 +482,7 @@ pub fn parse_module(src: &str) -> PResult<Module> {
     let mut lx = Lexer {
         toks: lex(src)?,
         pos: 0,
+        regions: 0,
     };
     let mut funcs = Vec::new();
     while *lx.peek() != Tok::Eof {
@@ -482,6 +499,7 @@ pub fn parse_func_text(src: &str) -> PResult<Func> {
     let mut lx = Lexer {
         toks: lex(src)?,
         pos: 0,
+        regions: 0,
     };
     let f = parse_func(&mut lx)?;
     if *lx.peek() != Tok::Eof {
@@ -496,6 +514,7 @@ pub fn parse_literal(src: &str, ty: &TensorType) -> PResult<crate::Literal> {
     let mut lx = Lexer {
         toks: lex(src)?,
         pos: 0,
+        regions: 0,
     };
     let a = lx.attr()?;
     if *lx.peek() != Tok::Eof {

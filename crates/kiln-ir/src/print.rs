@@ -7,12 +7,40 @@
 //!   return %3
 //! }
 //! ```
+//!
+//! A region (the functions `while` and `case` run) is an attribute written as a function in
+//! place, its lines indented under the instruction's; its values are numbered apart from the
+//! enclosing function's, since a region sees only its own parameters:
+//!
+//! ```text
+//! func @main(%0: f32[]) -> f32[] {
+//!   %1 = while %0 {cond = func @cond(%0: f32[]) -> pred[] {
+//!       %1 = constant {value = 10.0} : f32[]
+//!       %2 = compare %0, %1 {comparison_direction = LT} : pred[]
+//!       return %2
+//!     }, body = func @body(%0: f32[]) -> f32[] {
+//!       %1 = add %0, %0 : f32[]
+//!       return %1
+//!     }} : f32[]
+//!   return %1
+//! }
+//! ```
 
-use crate::{Func, Inst, Module, TensorType};
+use crate::{Attr, Func, Inst, Module, TensorType};
 use std::fmt::Write;
 
 /// The instruction without results and types: `add %0, %1 {attrs}`.
 pub fn inst_head(inst: &Inst) -> String {
+    head(inst, true)
+}
+
+/// [`inst_head`] with each region named instead of written out (`while %0 {cond = @cond,
+/// body = @body}`): one line, for error messages.
+pub fn inst_summary(inst: &Inst) -> String {
+    head(inst, false)
+}
+
+fn head(inst: &Inst, regions: bool) -> String {
     let mut s = String::from(inst.op.mnemonic());
     for (i, o) in inst.operands.iter().enumerate() {
         s.push_str(if i == 0 { " " } else { ", " });
@@ -25,11 +53,34 @@ pub fn inst_head(inst: &Inst) -> String {
             if i > 0 {
                 s.push_str(", ");
             }
-            let _ = write!(s, "{name} = {a}");
+            let _ = write!(s, "{name} = ");
+            attr_text(&mut s, a, regions);
         }
         s.push('}');
     }
     s
+}
+
+/// An attribute's text; a region written out, or only its name.
+fn attr_text(s: &mut String, a: &Attr, regions: bool) {
+    match a {
+        Attr::Region(f) if !regions => {
+            let _ = write!(s, "@{}", f.name);
+        }
+        Attr::List(items) if !regions => {
+            s.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                attr_text(s, x, regions);
+            }
+            s.push(']');
+        }
+        _ => {
+            let _ = write!(s, "{a}");
+        }
+    }
 }
 
 fn type_list(out: &mut String, tys: &[TensorType]) {
@@ -68,7 +119,8 @@ pub fn print_func(f: &Func) -> String {
             }
             let _ = write!(s, "{r}");
         }
-        let _ = write!(s, " = {} : ", inst_head(inst));
+        // A region's lines go two spaces deeper than the instruction's.
+        let _ = write!(s, " = {} : ", inst_head(inst).replace('\n', "\n    "));
         let tys: Vec<TensorType> = inst
             .results
             .iter()

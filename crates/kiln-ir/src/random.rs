@@ -866,8 +866,8 @@ mod tests {
     use super::*;
     use crate::OpKind;
 
-    /// Every op of `OpKind::ALL` appears in the random programs of a few hundred seeds (the
-    /// differential test's configurations).
+    /// Every op of `OpKind::ALL` but the control flow appears in the random programs of a few
+    /// hundred seeds (the differential test's configurations).
     #[test]
     fn every_op_is_generated() {
         let mut seen = std::collections::BTreeSet::new();
@@ -879,7 +879,12 @@ mod tests {
             let f = random_func(&mut Rng::new(seed), &cfg);
             seen.extend(f.insts.iter().map(|i| i.op.kind()));
         }
-        let missing: Vec<&OpKind> = OpKind::ALL.iter().filter(|k| !seen.contains(k)).collect();
+        // Control flow (`while`, `case`) is left out: the generator builds straight-line
+        // programs, and a random loop would need a trip count it can bound.
+        let missing: Vec<&OpKind> = OpKind::ALL
+            .iter()
+            .filter(|k| !seen.contains(k) && !k.props().contains(crate::Props::CONTROL))
+            .collect();
         assert!(missing.is_empty(), "never generated: {missing:?}");
     }
 

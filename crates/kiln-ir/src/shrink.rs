@@ -422,6 +422,7 @@ fn swap_tokens(a: &Attr, from: usize, to: usize) -> Attr {
         Attr::Token(t) if t.parse::<usize>() == Ok(from) => Attr::Token(to.to_string()),
         Attr::Token(t) => Attr::Token(t.clone()),
         Attr::List(items) => Attr::List(items.iter().map(|x| swap_tokens(x, from, to)).collect()),
+        Attr::Region(f) => Attr::Region(f.clone()),
     }
 }
 

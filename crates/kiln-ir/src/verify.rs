@@ -8,7 +8,7 @@
 
 use crate::attr::Combiner;
 use crate::error::{Diag, VerifyError};
-use crate::print::inst_head;
+use crate::print::inst_summary;
 use crate::{DType, Func, Op, OpKind, TensorType};
 
 type R<T> = std::result::Result<T, Diag>;
@@ -189,7 +189,20 @@ pub fn type_rule(
             ),
         ));
     }
-    let n_results = k.results().for_operands(operands.len());
+    if let Op::Case { branches } = op {
+        // How many results a case has comes from its branches: check there are some first.
+        let l = Labels(k);
+        let Some(first) = branches.first() else {
+            return Err(diag(l.c(2), "a case needs at least one branch".into()));
+        };
+        l.ensure(5, !first.output_types.is_empty(), || {
+            format!(
+                "branch @{} returns nothing; a case returns at least one value",
+                first.name
+            )
+        })?;
+    }
+    let n_results = op.result_count(operands.len());
     if let Some(d) = declared
         && d.len() != n_results
     {
@@ -926,7 +939,90 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             types: x.iter().map(|t| (*t).clone()).collect(),
             label: 1,
         }),
+        While { cond, body } => {
+            let carries: Vec<TensorType> = x.iter().map(|t| (*t).clone()).collect();
+            region(cond)?;
+            region(body)?;
+            let cond_params = cond.param_types();
+            l.ensure(1, cond_params == carries, || {
+                format!(
+                    "cond @{} takes ({}) but the carries are ({})",
+                    cond.name,
+                    list(&cond_params),
+                    list(&carries)
+                )
+            })?;
+            let pred = TensorType::new(DType::Pred, []);
+            l.ensure(2, cond.output_types == [pred], || {
+                format!(
+                    "cond @{} must return one pred[], returns ({})",
+                    cond.name,
+                    list(&cond.output_types)
+                )
+            })?;
+            let body_params = body.param_types();
+            l.ensure(3, body_params == carries, || {
+                format!(
+                    "body @{} takes ({}) but the carries are ({})",
+                    body.name,
+                    list(&body_params),
+                    list(&carries)
+                )
+            })?;
+            l.ensure(4, body.output_types == carries, || {
+                format!(
+                    "body @{} returns ({}) but the carries are ({})",
+                    body.name,
+                    list(&body.output_types),
+                    list(&carries)
+                )
+            })?;
+            Ok(Inferred {
+                types: carries,
+                label: 4,
+            })
+        }
+        Case { branches } => {
+            let index = TensorType::new(DType::I32, []);
+            l.ensure(1, *x[0] == index, || {
+                format!("index must be i32[], got {}", x[0])
+            })?;
+            let Some(first) = branches.first() else {
+                return Err(diag(l.c(2), "a case needs at least one branch".into()));
+            };
+            let args: Vec<TensorType> = x[1..].iter().map(|t| (*t).clone()).collect();
+            for b in branches {
+                region(b)?;
+                let params = b.param_types();
+                l.ensure(3, params == args, || {
+                    format!(
+                        "branch @{} takes ({}) but the operands after the index are ({})",
+                        b.name,
+                        list(&params),
+                        list(&args)
+                    )
+                })?;
+                l.ensure(4, b.output_types == first.output_types, || {
+                    format!(
+                        "branch @{} returns ({}) but branch @{} returns ({})",
+                        b.name,
+                        list(&b.output_types),
+                        first.name,
+                        list(&first.output_types)
+                    )
+                })?;
+            }
+            Ok(Inferred {
+                types: first.output_types.clone(),
+                label: 4,
+            })
+        }
     }
+}
+
+/// Verifies a region of an instruction; its errors keep their label and say where they are.
+fn region(f: &Func) -> R<()> {
+    verify(f).map_err(|e| diag(e.diag.label.clone(), format!("region {e}")))
 }
 
 /// Checks a function: that every type's sizes fit in i64 (`ir_size`), SSA order, operand and
@@ -963,7 +1059,7 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
         return Err(err(None, None, "ir_size", format!("return type: {m}")));
     }
     for inst in &f.insts {
-        let head = inst_head(inst);
+        let head = inst_summary(inst);
         let mut tys = Vec::with_capacity(inst.operands.len());
         for &o in &inst.operands {
             if !defined.get(o.index()).copied().unwrap_or(false) {

@@ -69,6 +69,9 @@ pub enum Step {
     Merged,
     /// The reference interpreter (an instruction the backend has no kernel for).
     Reference,
+    /// Control flow run on the host (`while`, `case`): it picks the region to run, runs that
+    /// region's own compiled program on the values, and loops; nothing is fused across it.
+    Control,
 }
 
 /// Why a program could not be lowered to kernels.

@@ -419,7 +419,12 @@ pub fn fused_text_scheduled(
                     Some(why) => format!(" ({why})"),
                     None => String::new(),
                 };
-                let _ = writeln!(s, "#{i} {}: interpreted{why}", inst.op.mnemonic());
+                let how = if inst.op.regions().is_empty() {
+                    "interpreted"
+                } else {
+                    "on the host"
+                };
+                let _ = writeln!(s, "#{i} {}: {how}{why}", inst.op.mnemonic());
             }
             continue;
         };

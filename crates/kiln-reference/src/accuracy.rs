@@ -248,6 +248,16 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             {
                 b.ulps = f64::INFINITY;
             }
+            // A region that rounds: a loop compounds its error with every trip, and no bound
+            // is kept through it (checked by class only); an exact one stays exact.
+            if inst
+                .op
+                .regions()
+                .iter()
+                .any(|g| !output_bounds(g).iter().all(Bound::exact))
+            {
+                b.ulps = f64::INFINITY;
+            }
         } else if matches!(inst.op, Op::BitcastConvert {})
             && f.values[inst.operands[0].index()].dtype.is_float()
             && !cone_bound(f, def, inst.operands[0]).exact()
@@ -369,7 +379,19 @@ pub fn magnitudes(f: &Func, args: &[Literal]) -> crate::Result<Vec<Literal>> {
         let ftypes: Vec<TensorType> = types.iter().map(f64_type).collect();
         let float_out = types.first().is_some_and(|t| t.dtype.is_float());
         let float_in = r.first().is_some_and(|x| x.dtype().is_float());
-        let mags: Vec<Literal> = if !float_out {
+        let mags: Vec<Literal> = if !inst.op.regions().is_empty() {
+            // A loop's or a branch's results bound themselves (the bound through a region that
+            // rounds is infinite, see `cone_bound`); the regions do not run on magnitudes.
+            out.iter()
+                .map(|o| {
+                    if o.dtype().is_float() {
+                        map(o, f64::abs)
+                    } else {
+                        o.clone()
+                    }
+                })
+                .collect()
+        } else if !float_out {
             out.clone()
         } else {
             let abs_out = || map(&out[0], f64::abs);

@@ -22,7 +22,7 @@ pub mod scalar;
 use kiln_ir::{Func, Literal, Module, VerifyError};
 use std::fmt;
 
-pub use ops::eval_op;
+pub use ops::{case_branch, eval_op};
 pub use rng::threefry2x32;
 
 /// An error of the reference interpreter.
@@ -79,8 +79,15 @@ pub fn check_args<L: std::borrow::Borrow<Literal>>(f: &Func, args: &[L]) -> Resu
 pub fn eval(f: &Func, args: &[Literal]) -> Result<Vec<Literal>> {
     kiln_ir::verify(f).map_err(Error::Verify)?;
     check_args(f, args)?;
+    let refs: Vec<&Literal> = args.iter().collect();
+    Ok(run(f, &refs))
+}
+
+/// Runs the verified function `f` on arguments of its parameter types (a region of `while` or
+/// `case` is verified with the instruction that holds it).
+pub(crate) fn run(f: &Func, args: &[&Literal]) -> Vec<Literal> {
     let mut env: Vec<Option<Literal>> = vec![None; f.values.len()];
-    for (&p, a) in f.params.iter().zip(args) {
+    for (&p, &a) in f.params.iter().zip(args) {
         env[p.index()] = Some(a.clone());
     }
     for inst in &f.insts {
@@ -99,10 +106,10 @@ pub fn eval(f: &Func, args: &[Literal]) -> Result<Vec<Literal>> {
             env[r.index()] = Some(v);
         }
     }
-    Ok(f.outputs
+    f.outputs
         .iter()
         .map(|o| env[o.index()].clone().expect("verified SSA"))
-        .collect())
+        .collect()
 }
 
 /// Runs the entry function (`@main` or the first) of a module.

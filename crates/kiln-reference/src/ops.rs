@@ -742,6 +742,31 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             ]
         }
         Op::OptimizationBarrier {} => x.iter().map(|l| (*l).clone()).collect(),
+        // The loop runs until `cond` says stop; one that never does is the program's own.
+        Op::While { cond, body } => {
+            let mut carries: Vec<Literal> = x.iter().map(|l| (*l).clone()).collect();
+            loop {
+                let refs: Vec<&Literal> = carries.iter().collect();
+                let go = crate::run(cond, &refs);
+                if go[0].to_i64s().first().is_none_or(|&b| b == 0) {
+                    return carries;
+                }
+                carries = crate::run(body, &refs);
+            }
+        }
+        Op::Case { branches } => {
+            let chosen = case_branch(x[0], branches.len());
+            crate::run(&branches[chosen], &x[1..])
+        }
+    }
+}
+
+/// The branch a `case` with `n` branches runs for the index `index` (an `i32[]`): the index
+/// itself when it is in `0..n`, else the last branch.
+pub fn case_branch(index: &Literal, n: usize) -> usize {
+    match index.to_i64s().first() {
+        Some(&i) if i >= 0 && (i as usize) < n => i as usize,
+        _ => n.saturating_sub(1),
     }
 }
 

@@ -49,6 +49,19 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// A region's compiled program, which a `Step::Control` instruction runs: the backend's
+/// executable of a `while`'s condition or body, or of a `case`'s branch.
+pub trait Region: Send + Sync {
+    /// Runs the region on arguments of its parameter types.
+    fn run_region(&self, args: &[&Literal]) -> Result<Vec<Literal>, Error>;
+}
+
+impl Region for Program {
+    fn run_region(&self, args: &[&Literal]) -> Result<Vec<Literal>, Error> {
+        self.call(args)
+    }
+}
+
 /// A function ready to run: its instructions, how each runs, and the kernels.
 pub struct Program {
     func: Func,
@@ -78,6 +91,9 @@ pub struct Program {
     /// Per step: for a kernel run side by side with others ([`concurrent_groups`]), the
     /// group's last step, once whose buffers are ready they all run.
     groups: Vec<Option<usize>>,
+    /// Per step: for a `Step::Control` instruction, its regions' programs (a `while`'s
+    /// condition and body, a `case`'s branches), set by [`Program::set_regions`].
+    regions: Vec<Vec<Box<dyn Region>>>,
     /// With [`kiln_kernel::Options::profile`] (`KILN_PROFILE=1`): time spent in each instruction, summed over calls, reported on
     /// stderr after 16, 64, 256, ... calls and when the program is dropped.
     profile: Option<Mutex<(usize, Vec<std::time::Duration>)>>,
@@ -158,6 +174,7 @@ impl Program {
             memory,
             arena: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
+            regions: (0..n).map(|_| Vec::new()).collect(),
             profile: opts
                 .profile
                 .then(|| Mutex::new((0, vec![std::time::Duration::ZERO; n]))),
@@ -199,6 +216,57 @@ impl Program {
     /// The function the program runs.
     pub fn func(&self) -> &Func {
         &self.func
+    }
+
+    /// Gives the `Step::Control` instruction `i` the programs of its regions, in the order
+    /// [`kiln_ir::Op::regions`] lists them (a `while`'s condition, then its body; a `case`'s
+    /// branches). Until then, running it is an error.
+    pub fn set_regions(&mut self, i: usize, regions: Vec<Box<dyn Region>>) {
+        self.regions[i] = regions;
+    }
+
+    /// Runs the control-flow instruction `i` on its operands `x`: a `while` runs its condition
+    /// and body programs in turn until the condition is false, a `case` the program of the
+    /// branch its index picks (the last one when out of range).
+    fn control(&self, i: usize, x: &[&Literal]) -> Result<Vec<Literal>, Error> {
+        let inst = &self.func.insts[i];
+        let regions = &self.regions[i];
+        let missing = || {
+            Error(format!(
+                "#{i} {}: its regions have no compiled programs",
+                inst.op.mnemonic()
+            ))
+        };
+        match &inst.op {
+            Op::While { .. } => {
+                let [cond, body] = &regions[..] else {
+                    return Err(missing());
+                };
+                let mut carries: Vec<Literal> = x.iter().map(|&l| l.clone()).collect();
+                loop {
+                    let refs: Vec<&Literal> = carries.iter().collect();
+                    let go = cond.run_region(&refs)?;
+                    let stop = go
+                        .first()
+                        .is_none_or(|p| p.to_i64s().first().is_none_or(|&b| b == 0));
+                    if stop {
+                        return Ok(carries);
+                    }
+                    carries = body.run_region(&refs)?;
+                }
+            }
+            Op::Case { .. } => {
+                if regions.is_empty() {
+                    return Err(missing());
+                }
+                let k = kiln_reference::case_branch(x[0], regions.len());
+                regions[k].run_region(&x[1..])
+            }
+            op => Err(Error(format!(
+                "#{i} {}: a control step on an op without regions",
+                op.mnemonic()
+            ))),
+        }
     }
 
     /// How each instruction runs.
@@ -391,6 +459,14 @@ impl Program {
                         }
                     }
                     Vec::new()
+                }
+                (Step::Control, _) => {
+                    let xs: Vec<&Literal> = inst
+                        .operands
+                        .iter()
+                        .map(|o| env[o.index()].as_deref().expect("verified SSA"))
+                        .collect();
+                    self.control(i, &xs)?.into_iter().map(Cow::Owned).collect()
                 }
                 _ => {
                     let xs: Vec<&Literal> = inst

@@ -269,7 +269,7 @@ pub fn apply(
     user_op: &str,
     loc: Loc,
 ) -> Vec<Tensor> {
-    let n = op.kind().results().for_operands(xs.len());
+    let n = op.result_count(xs.len());
     if let Some(e) = xs.iter().find_map(|t| t.error()) {
         return vec![Tensor::failed(e.clone()); n];
     }

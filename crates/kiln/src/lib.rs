@@ -23,6 +23,7 @@ extern crate self as kiln;
 
 pub mod backend;
 pub mod checkpoint;
+pub mod control;
 pub mod data;
 pub mod lower;
 pub mod nn;

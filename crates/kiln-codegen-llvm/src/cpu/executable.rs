@@ -201,7 +201,7 @@ impl CpuExecutable {
         // Kernels compiled in place read their donated operand through the output pointer only
         // (crate::fuse::in_place checked it is their last use, at their own positions).
         let launches = shape.clone();
-        let program = unsafe {
+        let mut program = unsafe {
             Program::new(
                 f.clone(),
                 steps,
@@ -213,6 +213,23 @@ impl CpuExecutable {
                 opts,
             )
         };
+        // Control flow runs on the host: each region is a program of its own, compiled (and
+        // optimized, fused and scheduled) apart, so nothing fuses across a region's boundary.
+        for (i, inst) in f.insts.iter().enumerate() {
+            if program.plan()[i] != Step::Control {
+                continue;
+            }
+            let regions = inst
+                .op
+                .regions()
+                .into_iter()
+                .map(|g| {
+                    Self::compile_with_options(g, &[], opts)
+                        .map(|e| Box::new(e) as Box<dyn kiln_runtime::Region>)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            program.set_regions(i, regions);
+        }
         let paths = paths::kernel_paths(f, ks, &schedules, &launches, &program.concurrent_steps());
         Ok(CpuExecutable {
             paths,
@@ -285,6 +302,15 @@ impl CpuExecutable {
         self.program
             .call_donating(args)
             .map_err(|e| Error::Args(e.0))
+    }
+}
+
+impl kiln_runtime::Region for CpuExecutable {
+    fn run_region(
+        &self,
+        args: &[&Literal],
+    ) -> std::result::Result<Vec<Literal>, kiln_runtime::Error> {
+        self.program.call(args)
     }
 }
 

@@ -149,7 +149,9 @@ pub fn run_lowered(
                     }
                 }
             }
-            (Step::Reference, _) | (Step::Constant, _) => {
+            // Control flow runs its regions on the reference interpreter here (the emulator
+            // maps kernels, not host loops).
+            (Step::Reference | Step::Control, _) | (Step::Constant, _) => {
                 let xs: Vec<Literal> = inst
                     .operands
                     .iter()

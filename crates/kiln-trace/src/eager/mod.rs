@@ -69,6 +69,10 @@ pub(crate) fn compiles_when_reused(op: &Op) -> bool {
 /// interprets or compiles them).
 pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<Literal> {
     let [ty] = out else { return None };
+    // Control flow runs its regions (interpreted or compiled), never as a native loop.
+    if op.props().contains(kiln_ir::Props::CONTROL) {
+        return None;
+    }
     // Results are dropped and allocated again op after op: keep the freed blocks for reuse,
     // as compiled programs do. The allocator is set once per process, so the options are
     // asked once, not on every op.
