@@ -466,7 +466,6 @@ fn compile_chain(n: usize) -> Result<Timing, String> {
         samples,
         first_calls,
         check_s,
-        ..Timing::default()
     })
 }
 
