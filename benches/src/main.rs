@@ -7,10 +7,8 @@
 //! the ulp bounds of `kiln_reference::accuracy`; a mismatch exits with status 1 and the
 //! workload's name, and no timing is reported. The comparison runs right after the timing, and
 //! each workload runs in a process of its own, so that no reference evaluation (gigabytes of
-//! allocations) runs in the process before a timing. Where the reference is too slow at full size (see [`Check::Path`]), the
-//! largest instance that takes the same code path is checked instead, and the bench asserts
-//! that it does: its kernels' paths (GEMM blocking, streaming stores, tiles, thread splits, ...,
-//! `kiln_codegen_llvm::cpu::KernelPath`) are those of the timed program.
+//! allocations) runs in the process before a timing. Every workload is checked at the size it is timed at, the largest products
+//! and convolutions included (docs/reliability.md lists the seconds each check takes).
 
 use kiln::nn::{Mlp, cross_entropy};
 use kiln::optim::{Sgd, SgdState};
@@ -21,36 +19,10 @@ use std::time::Instant;
 /// A workload: builds inputs of a size and the function to time.
 struct Workload {
     name: &'static str,
-    /// The size timed.
+    /// The size timed (and checked).
     size: usize,
-    /// How the timed program is checked against the reference.
-    check: Check,
-    run: fn(usize, Mode) -> Result<Timing, String>,
-}
-
-/// How a workload's timed program is checked against the reference interpreter.
-#[derive(Clone, Copy)]
-enum Check {
-    /// The first call of the timed function on the timed inputs.
-    Timed,
-    /// The reference is too slow at full size: the instance of this size, which must take the
-    /// same code paths (its kernels' `kiln_codegen_llvm::cpu::KernelPath`s, as text, equal the
-    /// timed program's).
-    Path(usize),
-    /// Like [`Check::Path`] for an instance that differs in more than the size (described),
-    /// run by the function.
-    Instance(&'static str, fn(Mode) -> Result<Timing, String>),
-}
-
-/// What a workload's run does.
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
     /// Checks the first call against the reference, then times.
-    CheckAndTime,
-    /// Times only (the check ran on another instance); the kernels' paths are returned.
-    Time,
-    /// Checks this instance against the reference and returns its kernels' paths; no timing.
-    CheckOnly,
+    run: fn(usize) -> Result<Timing, String>,
 }
 
 #[derive(Default)]
@@ -59,8 +31,6 @@ struct Timing {
     samples: Vec<f64>,
     /// The fresh first calls of a compile_chain_* row (`first` is their median).
     first_calls: Vec<f64>,
-    /// The code paths of the program's kernels (for [`Check::Path`]).
-    paths: Vec<String>,
     /// Seconds the check against the reference took (compiled call excluded).
     check_s: f64,
 }
@@ -152,85 +122,46 @@ fn agrees_loosely<I: Tree, O: Tree>(
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// The code paths of the kernels of `f` traced at `x`, compiled as `jit` compiles it: each
-/// kernel's op and paths, without its instruction number, sorted.
-fn kernel_paths<I: Tree, O: Tree>(
-    f: impl Fn(&I) -> O + Copy,
-    x: &I,
-) -> Result<Vec<String>, String> {
-    let func = kiln::lower::trace_ir(f, x).map_err(|e| e.to_string())?;
-    let exe =
-        kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(&func, &[], &kiln::options())
-            .map_err(|e| e.to_string())?;
-    let mut paths: Vec<String> = exe
-        .kernel_paths()
-        .iter()
-        .map(|p| {
-            let s = p.to_string();
-            s[s.find(' ').map_or(0, |i| i + 1)..].to_string()
-        })
-        .collect();
-    paths.sort();
-    Ok(paths)
-}
-
-/// Compiles `f` with `jit` and, per `mode`, checks its first call at `x` against the reference
-/// and times it, times it only (returning its kernels' paths), or checks only (returning
-/// them).
+/// Compiles `f` with `jit`, checks its first call at `x` against the reference and times it.
 fn measure<I: Tree, O: Tree + Clone>(
     name: &str,
     f: impl Fn(&I) -> O + Copy,
     x: &I,
-    mode: Mode,
 ) -> Result<Timing, String> {
     let j = jit(f);
-    let mut first = None;
-    if mode != Mode::Time {
-        // The first call (the compile) is timed here: it is the one checked.
-        let t = Instant::now();
-        let got = j.call(x).map_err(|e| e.to_string())?;
-        first = Some((t.elapsed().as_secs_f64(), got));
-    }
-    if mode == Mode::CheckOnly {
-        let (_, got) = first.expect("checked");
-        return Ok(Timing {
-            check_s: agrees(name, f, x, &got)?,
-            paths: kernel_paths(f, x)?,
-            ..Timing::default()
-        });
-    }
-    let mut t = time(|| j.call(x).map_err(|e| e.to_string()))?;
-    // (After the timing: compiling for the paths fills the kernel cache the first call reads.)
-    if mode == Mode::Time {
-        t.paths = kernel_paths(f, x)?;
-    }
-    // The check of the first call runs after the timing (see `after_timing`).
-    if let Some((first, got)) = first {
-        t.first = first;
-        t.check_s = agrees(name, f, x, &got)?;
-    }
-    Ok(t)
+    // The first call (the compile) is timed here: it is the one checked.
+    let t = Instant::now();
+    let got = j.call(x).map_err(|e| e.to_string())?;
+    let first = t.elapsed().as_secs_f64();
+    let t = time(|| j.call(x).map_err(|e| e.to_string()))?;
+    // The check runs after the timing (see the module's documentation).
+    let check_s = agrees(name, f, x, &got)?;
+    Ok(Timing {
+        first,
+        check_s,
+        ..t
+    })
 }
 
-fn matmul(n: usize, mode: Mode) -> Result<Timing, String> {
+fn matmul(n: usize) -> Result<Timing, String> {
     let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
     let x = (rand(&[n, n], 1), rand(&[n, n], 2));
-    measure("matmul", f, &x, mode)
+    measure("matmul", f, &x)
 }
 
-fn gelu_chain(n: usize, mode: Mode) -> Result<Timing, String> {
+fn gelu_chain(n: usize) -> Result<Timing, String> {
     let f = |x: &Tensor| (&(x * 1.5) + 0.25).gelu(true);
     let x = rand(&[n], 3);
-    measure("gelu_chain", f, &x, mode)
+    measure("gelu_chain", f, &x)
 }
 
-fn softmax(n: usize, mode: Mode) -> Result<Timing, String> {
+fn softmax(n: usize) -> Result<Timing, String> {
     let f = |x: &Tensor| x.softmax(-1);
     let x = rand(&[n, n], 4);
-    measure("softmax", f, &x, mode)
+    measure("softmax", f, &x)
 }
 
-fn layernorm(rows: usize, mode: Mode) -> Result<Timing, String> {
+fn layernorm(rows: usize) -> Result<Timing, String> {
     let f = |(x, g, b): &(Tensor, Tensor, Tensor)| {
         let mean = x.mean(&[-1], true);
         let c = x - &mean;
@@ -239,7 +170,7 @@ fn layernorm(rows: usize, mode: Mode) -> Result<Timing, String> {
     };
     let d = 1024;
     let x = (rand(&[rows, d], 5), rand(&[d], 6), rand(&[d], 7));
-    measure("layernorm", f, &x, mode)
+    measure("layernorm", f, &x)
 }
 
 type MlpArgs = (Mlp, SgdState<Mlp>, Tensor, Tensor);
@@ -277,30 +208,18 @@ fn mlp_args(batch: usize) -> Result<MlpArgs, String> {
     Ok((m, s, x, y))
 }
 
-fn mlp_train_step(batch: usize, mode: Mode) -> Result<Timing, String> {
+fn mlp_train_step(batch: usize) -> Result<Timing, String> {
     let (m, s, x, y) = mlp_args(batch)?;
     // Parameters are carried from call to call and donated, as the JAX peer does
     // (`donate_argnums`): the step updates them in place.
     let j = jit(mlp_step);
-    let mut first = None;
-    if mode != Mode::Time {
-        // The first call (the compile) is timed here: it is the one checked.
-        let args = (m.clone(), s.clone(), x.clone(), y.clone());
-        let t = Instant::now();
-        let got = j.call_donating(args.clone()).map_err(|e| e.to_string())?;
-        first = Some((t.elapsed().as_secs_f64(), args, got));
-    }
+    // The first call (the compile) is timed here: it is the one checked.
     let args = (m.clone(), s.clone(), x.clone(), y.clone());
-    if mode == Mode::CheckOnly {
-        let (_, checked, got) = first.expect("checked");
-        return Ok(Timing {
-            check_s: agrees("mlp_train_step", mlp_step, &checked, &got)?,
-            paths: kernel_paths(mlp_step, &args)?,
-            ..Timing::default()
-        });
-    }
+    let t = Instant::now();
+    let got = j.call_donating(args.clone()).map_err(|e| e.to_string())?;
+    let first = t.elapsed().as_secs_f64();
     let mut state = Some(m);
-    let mut t = time(|| {
+    let t = time(|| {
         let m = state.take().expect("carried");
         let (m, l) = j
             .call_donating((m, s.clone(), x.clone(), y.clone()))
@@ -308,69 +227,45 @@ fn mlp_train_step(batch: usize, mode: Mode) -> Result<Timing, String> {
         state = Some(m);
         Ok(l)
     })?;
-    // (After the timing: compiling for the paths fills the kernel cache the first call reads.)
-    if mode == Mode::Time {
-        t.paths = kernel_paths(mlp_step, &args)?;
-    }
-    if let Some((first, checked, got)) = first {
-        t.first = first;
-        t.check_s = agrees("mlp_train_step", mlp_step, &checked, &got)?;
-    }
-    Ok(t)
+    let check_s = agrees("mlp_train_step", mlp_step, &args, &got)?;
+    Ok(Timing {
+        first,
+        check_s,
+        ..t
+    })
 }
 
 /// Times `step` (an eager MLP step) from `args`, carrying the parameters, after checking its
-/// first result with `agree` unless `mode` is [`Mode::Time`]. (Eager ops run no fused
-/// kernels: no paths.)
-fn eager_mlp(
-    name: &str,
-    step: MlpStep,
-    agree: MlpCheck,
-    args: MlpArgs,
-    mode: Mode,
-) -> Result<Timing, String> {
-    let mut first = None;
-    if mode != Mode::Time {
-        // The first call (the gradient's compile) is timed here: it is the one checked.
-        let t = Instant::now();
-        let got = step(&args);
-        got.1.item().map_err(|e| e.to_string())?;
-        first = Some((t.elapsed().as_secs_f64(), args.clone(), got));
-    }
-    if mode == Mode::CheckOnly {
-        let (_, checked, got) = first.expect("checked");
-        return Ok(Timing {
-            check_s: agree(name, mlp_step, &checked, &got)?,
-            ..Timing::default()
-        });
-    }
+/// first result with `agree`.
+fn eager_mlp(name: &str, step: MlpStep, agree: MlpCheck, args: MlpArgs) -> Result<Timing, String> {
+    // The first call (the gradient's compile) is timed here: it is the one checked.
+    let t = Instant::now();
+    let got = step(&args);
+    got.1.item().map_err(|e| e.to_string())?;
+    let first = t.elapsed().as_secs_f64();
+    let checked = args.clone();
     let (m, s, x, y) = args;
     let mut state = Some(m);
-    let mut t = time(|| {
+    let t = time(|| {
         let m = state.take().expect("carried");
         let (m, l) = step(&(m, s.clone(), x.clone(), y.clone()));
         let l = l.item().map_err(|e| e.to_string())?;
         state = Some(m);
         Ok(l)
     })?;
-    if let Some((first, checked, got)) = first {
-        t.first = first;
-        t.check_s = agree(name, mlp_step, &checked, &got)?;
-    }
-    Ok(t)
+    let check_s = agree(name, mlp_step, &checked, &got)?;
+    Ok(Timing {
+        first,
+        check_s,
+        ..t
+    })
 }
 
 /// `mlp_train_step` without `jit`, as a user's eager loop runs it: the gradient comes from
 /// `value_and_grad` (which compiles the gradient function once per signature) and the update
 /// runs op by op.
-fn mlp_train_step_eager(batch: usize, mode: Mode) -> Result<Timing, String> {
-    eager_mlp(
-        "mlp_train_step_eager",
-        mlp_step,
-        agrees,
-        mlp_args(batch)?,
-        mode,
-    )
+fn mlp_train_step_eager(batch: usize) -> Result<Timing, String> {
+    eager_mlp("mlp_train_step_eager", mlp_step, agrees, mlp_args(batch)?)
 }
 
 /// The MLP step with the gradient written out by hand (as the NumPy peer writes it): the
@@ -413,13 +308,12 @@ fn mlp_step_by_hand((m, _, x, y): &MlpArgs) -> (Mlp, Tensor) {
 /// evaluation of the traced `mlp_step` (autodiff's gradient).
 /// Its result is a different program's (the gradient written by hand rounds otherwise than
 /// autodiff's): checked within a relative tolerance, not the traced program's ulp bounds.
-fn mlp_train_step_eager_ops(batch: usize, mode: Mode) -> Result<Timing, String> {
+fn mlp_train_step_eager_ops(batch: usize) -> Result<Timing, String> {
     eager_mlp(
         "mlp_train_step_eager_ops",
         mlp_step_by_hand,
         agrees_loosely,
         mlp_args(batch)?,
-        mode,
     )
 }
 
@@ -428,32 +322,20 @@ fn conv(
     w_shape: [usize; 4],
     stride: usize,
     pad: usize,
-    mode: Mode,
 ) -> Result<Timing, String> {
     let f = move |(x, w): &(Tensor, Tensor)| x.conv2d(w, (stride, stride), (pad, pad), (1, 1), 1);
     let x = (rand(&x_shape, 10), rand(&w_shape, 11));
-    measure("conv", f, &x, mode)
+    measure("conv", f, &x)
 }
 
 /// A batch of `n` images.
-fn conv_7x7(n: usize, mode: Mode) -> Result<Timing, String> {
-    conv([n, 3, 224, 224], [64, 3, 7, 7], 2, 3, mode)
-}
-
-/// The instance of [`conv_7x7`] the reference checks: two images of 104 x 104 (enough rows for the pad to split across threads, as at full size).
-fn conv_7x7_checked(mode: Mode) -> Result<Timing, String> {
-    conv([2, 3, 104, 104], [64, 3, 7, 7], 2, 3, mode)
+fn conv_7x7(n: usize) -> Result<Timing, String> {
+    conv([n, 3, 224, 224], [64, 3, 7, 7], 2, 3)
 }
 
 /// A batch of `n` images.
-fn conv_3x3(n: usize, mode: Mode) -> Result<Timing, String> {
-    conv([n, 64, 56, 56], [64, 64, 3, 3], 1, 1, mode)
-}
-
-/// The instance of [`conv_3x3`] the reference checks: two images of 32 x 32 (Winograd's
-/// transforms, as at full size).
-fn conv_3x3_checked(mode: Mode) -> Result<Timing, String> {
-    conv([2, 64, 32, 32], [64, 64, 3, 3], 1, 1, mode)
+fn conv_3x3(n: usize) -> Result<Timing, String> {
+    conv([n, 64, 56, 56], [64, 64, 3, 3], 1, 1)
 }
 
 /// q, k and v of 512 positions, 8 heads of width 64, batch `b`.
@@ -467,20 +349,20 @@ fn attention_inputs(b: usize) -> (Tensor, Tensor, Tensor) {
 }
 
 /// A batch of `b`.
-fn attention(b: usize, mode: Mode) -> Result<Timing, String> {
+fn attention(b: usize) -> Result<Timing, String> {
     let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         (&q.matmul(&k.t()) * (1.0 / 8.0)).softmax(-1).matmul(v)
     };
-    measure("attention", f, &attention_inputs(b), mode)
+    measure("attention", f, &attention_inputs(b))
 }
 
 /// The same attention through the library's fused entry point (the peers' `attention_sdpa`
 /// row: PyTorch's `F.scaled_dot_product_attention`), scale 1/sqrt(64) by default.
-fn attention_sdpa(b: usize, mode: Mode) -> Result<Timing, String> {
+fn attention_sdpa(b: usize) -> Result<Timing, String> {
     let f = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         kiln::nn::scaled_dot_product_attention(q, k, v, None, false, None)
     };
-    measure("attention_sdpa", f, &attention_inputs(b), mode)
+    measure("attention_sdpa", f, &attention_inputs(b))
 }
 
 /// The chain of `n` elementwise steps of the compile_chain_* rows: step i is
@@ -551,7 +433,7 @@ fn chain_first_call(n: usize, x: &Tensor, warm: bool) -> Result<(f64, Vec<f32>, 
 /// jitted gradient of an `n`-step chain on x `f32[256]`, after one warm-up compile of a tiny
 /// different program (n = 2, x `[8]`). Every call's gradient is checked against
 /// [`chain_grad_f64`], the first also against the reference interpreter.
-fn compile_chain(n: usize, mode: Mode) -> Result<Timing, String> {
+fn compile_chain(n: usize) -> Result<Timing, String> {
     let x = normal(&key(4), &[256], DType::F32);
     chain_first_call(2, &normal(&key(4), &[8], DType::F32), false)?;
     let want = chain_grad_f64(n, &x.to_vec::<f32>().map_err(|e| e.to_string())?);
@@ -560,7 +442,7 @@ fn compile_chain(n: usize, mode: Mode) -> Result<Timing, String> {
     for run in 0..3 {
         let (s, got, warm) = chain_first_call(n, &x, run == 2)?;
         samples = warm;
-        if run == 0 && mode != Mode::Time {
+        if run == 0 {
             let got = Tensor::from_vec(got.clone(), [got.len()]).map_err(|e| e.to_string())?;
             check_s = agrees(
                 &format!("compile_chain_{n}"),
@@ -588,152 +470,93 @@ fn compile_chain(n: usize, mode: Mode) -> Result<Timing, String> {
         samples,
         first_calls,
         check_s,
-        ..Timing::default()
     })
 }
 
-/// The workloads. A [`Check::Path`] names the largest instance the reference checks in
-/// reasonable time (see docs/reliability.md for the seconds each check takes); the bench asserts
-/// it takes the timed program's code paths.
+/// The workloads, each checked at the size it is timed at (docs/reliability.md lists the
+/// seconds each check takes).
 const WORKLOADS: &[Workload] = &[
     Workload {
         name: "matmul_256",
         size: 256,
-        check: Check::Timed,
         run: matmul,
     },
     Workload {
         name: "matmul_1024",
         size: 1024,
-        check: Check::Timed,
         run: matmul,
     },
     Workload {
         name: "matmul_2048",
         size: 2048,
-        check: Check::Path(1024),
         run: matmul,
     },
     Workload {
         name: "gelu_chain_16M",
         size: 16 << 20,
-        check: Check::Timed,
         run: gelu_chain,
     },
     Workload {
         name: "softmax_4096x4096",
         size: 4096,
-        check: Check::Timed,
         run: softmax,
     },
     Workload {
         name: "layernorm_8192x1024",
         size: 8192,
-        check: Check::Timed,
         run: layernorm,
     },
     Workload {
         name: "mlp_train_step",
         size: 256,
-        check: Check::Timed,
         run: mlp_train_step,
     },
     Workload {
         name: "mlp_train_step_eager",
         size: 256,
-        check: Check::Timed,
         run: mlp_train_step_eager,
     },
     Workload {
         name: "mlp_train_step_eager_ops",
         size: 256,
-        check: Check::Timed,
         run: mlp_train_step_eager_ops,
     },
     Workload {
         name: "conv_7x7s2_32x3x224",
         size: 32,
-        check: Check::Instance("2 x 3 x 104 x 104", conv_7x7_checked),
         run: conv_7x7,
     },
     Workload {
         name: "conv_3x3_64x64x56",
         size: 64,
-        check: Check::Instance("2 x 64 x 32 x 32", conv_3x3_checked),
         run: conv_3x3,
     },
     Workload {
         name: "attention_8x8x512x64",
         size: 8,
-        check: Check::Timed,
         run: attention,
     },
     Workload {
         name: "attention_sdpa_8x8x512x64",
         size: 8,
-        check: Check::Timed,
         run: attention_sdpa,
     },
     Workload {
         name: "compile_chain_250",
         size: 250,
-        check: Check::Timed,
         run: compile_chain,
     },
     Workload {
         name: "compile_chain_1000",
         size: 1000,
-        check: Check::Timed,
         run: compile_chain,
     },
     Workload {
         name: "compile_chain_4000",
         size: 4000,
-        check: Check::Timed,
         run: compile_chain,
     },
 ];
-
-/// The timing of `timed`, after `checked` (the check of the instance `what`) passed, if the
-/// instance took the same code paths as the timed program. Whether a loop nest's rows are split
-/// across threads is not compared: the runtime calls the same kernel on each chunk of rows
-/// (the splits themselves are covered by `schedule_coverage`'s `thread_splits`), and a
-/// smaller instance has fewer rows or less work in some kernels (one elementwise `add` of
-/// `conv_3x3`'s Winograd transforms splits from a batch of 6 only). A GEMM's split (rows or
-/// columns) is compared, as its blocking.
-fn same_paths(
-    what: &str,
-    checked: Result<Timing, String>,
-    timed: impl FnOnce() -> Result<Timing, String>,
-) -> Result<Timing, String> {
-    let c = checked?;
-    let t = timed()?;
-    let loops = |p: &[String]| -> Vec<String> {
-        let mut v: Vec<String> = p
-            .iter()
-            .map(|s| {
-                if s.contains("gemm") {
-                    s.clone()
-                } else {
-                    s.replace(" threads;", "").replace(" plain loops;", "")
-                }
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    if loops(&c.paths) != loops(&t.paths) {
-        return Err(format!(
-            "the checked instance ({what}) takes other code paths than the timed one:\n  \
-             checked: {:?}\n  timed:   {:?}",
-            c.paths, t.paths
-        ));
-    }
-    Ok(Timing {
-        check_s: c.check_s,
-        ..t
-    })
-}
 
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
@@ -810,33 +633,17 @@ fn main() {
     }
     let mut entries = Vec::new();
     for w in selected {
-        let run = match w.check {
-            Check::Timed => (w.run)(w.size, Mode::CheckAndTime),
-            Check::Path(small) => {
-                let checked = (w.run)(small, Mode::CheckOnly);
-                same_paths(&format!("size {small}"), checked, || {
-                    (w.run)(w.size, Mode::Time)
-                })
-            }
-            Check::Instance(what, run) => {
-                same_paths(what, run(Mode::CheckOnly), || (w.run)(w.size, Mode::Time))
-            }
-        };
+        let run = (w.run)(w.size);
         match run {
             Ok(t) => {
                 let med = median(&t.samples);
                 let min = t.samples.iter().copied().fold(f64::INFINITY, f64::min);
                 eprintln!(
-                    "{:24} median {:10.3} ms  first call {:10.3} ms  checked in {:.1} s ({})",
+                    "{:24} median {:10.3} ms  first call {:10.3} ms  checked in {:.1} s",
                     w.name,
                     med * 1e3,
                     t.first * 1e3,
                     t.check_s,
-                    match w.check {
-                        Check::Timed => "the timed call".to_string(),
-                        Check::Path(n) => format!("size {n}, same paths"),
-                        Check::Instance(what, _) => format!("{what}, same paths"),
-                    }
                 );
                 let samples: Vec<String> = t.samples.iter().map(|s| format!("{s:.6e}")).collect();
                 if !t.first_calls.is_empty() {
@@ -909,17 +716,5 @@ mod tests {
         let bad = Tensor::from_vec(v, [40, 20]).unwrap();
         let e = agrees("matmul", f, &x, &bad).unwrap_err();
         assert!(e.contains("element 7"), "{e}");
-    }
-
-    /// Instances of the same program at two sizes compare their code paths: a product large
-    /// enough to split across threads differs from a small one.
-    #[test]
-    fn paths_tell_instances_apart() {
-        let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
-        let big = kernel_paths(f, &(rand(&[300, 200], 1), rand(&[200, 300], 2))).unwrap();
-        let big2 = kernel_paths(f, &(rand(&[400, 200], 1), rand(&[200, 300], 2))).unwrap();
-        let small = kernel_paths(f, &(rand(&[8, 8], 1), rand(&[8, 8], 2))).unwrap();
-        assert_eq!(big, big2);
-        assert_ne!(big, small, "{big:?}");
     }
 }

@@ -16,6 +16,7 @@
 pub mod accuracy;
 pub mod compare;
 mod ops;
+mod products;
 mod rng;
 pub mod scalar;
 

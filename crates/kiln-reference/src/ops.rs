@@ -1,17 +1,17 @@
 //! One function per op family. Inputs are verified, so shapes and dtypes are consistent.
 
+use crate::products::{ConvAttrs, DotDims, convolution, dot_general};
 use crate::scalar::{
     combine_f, combine_i, compare_f, compare_i, float_binary, float_unary, int_binary, int_unary,
     nan_max, nan_min,
 };
-use kiln_ir::literal::wrap_to;
 use kiln_ir::verify::window_output_size;
 use kiln_ir::{Combiner, DType, Data, Literal, Op, TensorType};
 
 const VERIFIED: &str = "the verifier guarantees consistent types";
 
 /// Calls `f` with every multi-index of `shape`, row-major.
-fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     if shape.contains(&0) {
         return;
     }
@@ -450,58 +450,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             rhs_batching_dimensions: rb,
             lhs_contracting_dimensions: lc,
             rhs_contracting_dimensions: rc,
-        } => {
-            let (a, b) = (x[0], x[1]);
-            let (sa, sb) = (a.ty().strides(), b.ty().strides());
-            let lfree: Vec<usize> = (0..a.ty().rank())
-                .filter(|d| !lb.contains(&(*d as i64)) && !lc.contains(&(*d as i64)))
-                .collect();
-            let rfree: Vec<usize> = (0..b.ty().rank())
-                .filter(|d| !rb.contains(&(*d as i64)) && !rc.contains(&(*d as i64)))
-                .collect();
-            let cshape: Vec<usize> = lc.iter().map(|&d| a.shape()[d as usize]).collect();
-            // Linear offsets of every contracting position, in lhs and in rhs.
-            let mut coff = Vec::new();
-            for_each_index(&cshape, |c| {
-                coff.push((
-                    lc.iter()
-                        .zip(c)
-                        .map(|(&d, &i)| i * sa[d as usize])
-                        .sum::<usize>(),
-                    rc.iter()
-                        .zip(c)
-                        .map(|(&d, &i)| i * sb[d as usize])
-                        .sum::<usize>(),
-                ))
-            });
-            let nb = lb.len();
-            let nl = lfree.len();
-            let mut pairs = Vec::with_capacity(ty.numel());
-            for_each_index(&ty.shape, |o| {
-                let mut ao: usize = lb
-                    .iter()
-                    .zip(&o[..nb])
-                    .map(|(&d, &i)| i * sa[d as usize])
-                    .sum();
-                let mut bo: usize = rb
-                    .iter()
-                    .zip(&o[..nb])
-                    .map(|(&d, &i)| i * sb[d as usize])
-                    .sum();
-                ao += lfree
-                    .iter()
-                    .zip(&o[nb..nb + nl])
-                    .map(|(&d, &i)| i * sa[d])
-                    .sum::<usize>();
-                bo += rfree
-                    .iter()
-                    .zip(&o[nb + nl..])
-                    .map(|(&d, &i)| i * sb[d])
-                    .sum::<usize>();
-                pairs.push((ao, bo));
-            });
-            single(sum_products(a, b, ty, &pairs, &coff))
-        }
+        } => single(dot_general(x[0], x[1], ty, &DotDims { lb, rb, lc, rc })),
         Op::Convolution {
             window_strides,
             padding,
@@ -511,54 +460,21 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             input_dims,
             kernel_dims,
             output_dims,
-        } => {
-            let (a, w) = (x[0], x[1]);
-            let (sa, sw) = (a.ty().strides(), w.ty().strides());
-            let sp = a.ty().rank() - 2;
-            let k_in = w.shape()[kernel_dims[1] as usize];
-            let k_out = w.shape()[kernel_dims[0] as usize];
-            let per_group = k_out / *feature_group_count as usize;
-            let kspatial: Vec<usize> = (0..sp)
-                .map(|i| w.shape()[kernel_dims[2 + i] as usize])
-                .collect();
-            let mut terms: Vec<Vec<(usize, usize)>> = Vec::with_capacity(ty.numel());
-            for_each_index(&ty.shape, |o| {
-                let batch = o[output_dims[0] as usize];
-                let oc = o[output_dims[1] as usize];
-                let g = oc / per_group;
-                let mut t = Vec::new();
-                for ic in 0..k_in {
-                    for_each_index(&kspatial, |k| {
-                        let mut ao = batch * sa[input_dims[0] as usize]
-                            + (g * k_in + ic) * sa[input_dims[1] as usize];
-                        let mut wo =
-                            oc * sw[kernel_dims[0] as usize] + ic * sw[kernel_dims[1] as usize];
-                        let mut inside = true;
-                        for i in 0..sp {
-                            let pos = o[output_dims[2 + i] as usize] as i64 * window_strides[i]
-                                - padding[i].0
-                                + k[i] as i64 * rhs_dilation[i];
-                            let size = a.shape()[input_dims[2 + i] as usize] as i64;
-                            wo += k[i] * sw[kernel_dims[2 + i] as usize];
-                            if pos < 0
-                                || pos % lhs_dilation[i] != 0
-                                || pos / lhs_dilation[i] >= size
-                            {
-                                inside = false;
-                            } else {
-                                ao += (pos / lhs_dilation[i]) as usize
-                                    * sa[input_dims[2 + i] as usize];
-                            }
-                        }
-                        // Padding and dilation holes are zeros that still multiply the
-                        // weight (StableHLO pads, then multiplies): 0 * inf is NaN.
-                        t.push((if inside { ao } else { PADDED }, wo));
-                    });
-                }
-                terms.push(t);
-            });
-            single(sum_terms(a, w, ty, &terms))
-        }
+        } => single(convolution(
+            x[0],
+            x[1],
+            ty,
+            &ConvAttrs {
+                window_strides,
+                padding,
+                lhs_dilation,
+                rhs_dilation,
+                feature_group_count: *feature_group_count,
+                input_dims,
+                kernel_dims,
+                output_dims,
+            },
+        )),
         Op::Gather {
             offset_dims,
             collapsed_slice_dims,
@@ -816,66 +732,5 @@ fn apply_updates(
             v[p] = combine_i(kind, ty.dtype, v[p], u[k]);
         }
         from_lane(ty, Lane::I(v))
-    }
-}
-
-/// Dot products: result element j is the sum over `coff` of a[pairs[j].0 + c.0] * b[pairs[j].1 + c.1].
-fn sum_products(
-    a: &Literal,
-    b: &Literal,
-    ty: &TensorType,
-    pairs: &[(usize, usize)],
-    coff: &[(usize, usize)],
-) -> Literal {
-    // The same sums as [`sum_terms`] over the terms `(ao + ca, bo + cb)`, in the same order,
-    // without listing every term (a 256 x 784 x 1024 product has 2 * 10^8 of them).
-    if ty.dtype.is_float() {
-        let (av, bv) = (a.to_f64s(), b.to_f64s());
-        let v = pairs
-            .iter()
-            .map(|&(ao, bo)| {
-                coff.iter()
-                    .fold(0.0, |s, &(ca, cb)| s + av[ao + ca] * bv[bo + cb])
-            })
-            .collect();
-        from_lane(ty, Lane::F(v))
-    } else {
-        let (av, bv) = (a.to_i64s(), b.to_i64s());
-        let v = pairs.iter().map(|&(ao, bo)| {
-            coff.iter().fold(0i64, |s, &(ca, cb)| {
-                s.wrapping_add(av[ao + ca].wrapping_mul(bv[bo + cb]))
-            })
-        });
-        from_lane(ty, Lane::I(v.map(|x| wrap_to(ty.dtype, x)).collect()))
-    }
-}
-
-/// The index standing for a zero of padding (or a dilation hole) in a term of [`sum_terms`].
-const PADDED: usize = usize::MAX;
-
-/// Result element j is the sum over `terms[j]` of a[p] * b[q], in f64 (floats, rounded once)
-/// or wrapping i64. Float sums start from +0, as a dot product's accumulator does (XLA, BLAS):
-/// products that are all -0 (or none) sum to +0 (Rust's `Iterator::sum` would start from -0).
-fn sum_terms(a: &Literal, b: &Literal, ty: &TensorType, terms: &[Vec<(usize, usize)>]) -> Literal {
-    if ty.dtype.is_float() {
-        let (av, bv) = (a.to_f64s(), b.to_f64s());
-        let at = |p: usize| if p == PADDED { 0.0 } else { av[p] };
-        from_lane(
-            ty,
-            Lane::F(
-                terms
-                    .iter()
-                    .map(|t| t.iter().fold(0.0, |s, &(p, q)| s + at(p) * bv[q]))
-                    .collect(),
-            ),
-        )
-    } else {
-        let (av, bv) = (a.to_i64s(), b.to_i64s());
-        let at = |p: usize| if p == PADDED { 0 } else { av[p] };
-        let v = terms.iter().map(|t| {
-            t.iter()
-                .fold(0i64, |s, &(p, q)| s.wrapping_add(at(p).wrapping_mul(bv[q])))
-        });
-        from_lane(ty, Lane::I(v.map(|x| wrap_to(ty.dtype, x)).collect()))
     }
 }
