@@ -104,9 +104,8 @@ fn host<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, h: &HostStep) -> Result<(
     let f = &plan.func;
     let mut local: HashMap<ValueId, Literal> = HashMap::new();
     for &v in &h.reads {
-        if !local.contains_key(&v) {
-            let l = read_value(plan, dev, v)?;
-            local.insert(v, l);
+        if let std::collections::hash_map::Entry::Vacant(e) = local.entry(v) {
+            e.insert(read_value(plan, dev, v)?);
         }
     }
     for &i in &h.insts {

@@ -126,7 +126,7 @@ impl DevicePlan {
         self.func
             .params
             .iter()
-            .map(|p| self.places[p.index()].unwrap_or(Region::default()))
+            .map(|p| self.places[p.index()].unwrap_or_default())
             .collect()
     }
 
@@ -135,7 +135,7 @@ impl DevicePlan {
         self.func
             .outputs
             .iter()
-            .map(|o| self.places[o.index()].unwrap_or(Region::default()))
+            .map(|o| self.places[o.index()].unwrap_or_default())
             .collect()
     }
 
