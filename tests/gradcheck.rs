@@ -1,6 +1,8 @@
 //! Gradient checks generated from the op list: every differentiable op's spec examples,
 //! promoted to f64, differentiated in reverse (VJP) and forward (JVP) mode, and compared with
-//! central finite differences on random inputs.
+//! central finite differences on random inputs. Backend-independent: the derivatives and the
+//! finite differences are evaluated on the reference interpreter, so `KILN_BACKEND` does not
+//! apply (the backends' results are checked against that interpreter by the other suites).
 
 use kiln_ir::random::{Rng, random_literal};
 use kiln_ir::{DType, Func, Literal, OpKind, Props, TensorType, parse_module};

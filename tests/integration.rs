@@ -2,6 +2,14 @@
 //!
 //! Bless snapshots with `INSTA_UPDATE=always cargo test -p kiln-tests` (or `cargo insta
 //! review`); regenerate `ir-specs/status.md` with `cargo xtask codegen`.
+//!
+//! The tests that compile and run programs (`*_on_the_selected_backend`: the spec examples and
+//! random programs; the runs of `filetests_match_snapshots`) follow `KILN_BACKEND`: `KILN_BACKEND=ptx-emulator cargo
+//! test -p kiln-tests --test integration` runs them through the GPU mapping on the emulator.
+//! What the filetests print (LLVM IR, memory plans, fused kernels) is the CPU backend's
+//! either way, and `cpu_coverage_is_fresh` records the CPU backend's coverage; the other tests
+//! run no backend (the parser, the verifier, the reference interpreter, autodiff on the
+//! reference in `gradcheck`).
 
 use kiln_ir::random::{Config, Rng, random_func, random_literal};
 use kiln_ir::{Func, Literal, OpKind, parse_func_text, parse_module, print_func, verify};
@@ -77,25 +85,90 @@ fn spec_examples_run_on_the_reference_interpreter() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Every spec example compiled and run on the selected backend (`KILN_BACKEND`: the CPU by
+/// default, `ptx-emulator` for the GPU mapping on the emulator), its results equal to the
+/// spec's. Instructions without a kernel may run on the reference interpreter (the
+/// `interpreted` entries of `ir-specs/coverage/cpu.txt`); a kernel the GPU mapping refuses
+/// may not.
 #[test]
-fn spec_examples_run_on_the_cpu_backend() {
+fn spec_examples_run_on_the_selected_backend() {
+    let backend = selected_backend().unwrap();
     let mut n = 0;
     let mut failures = Vec::new();
     for s in load_specs() {
         for ex in &s.examples {
             let (m, args, expected) = load_example(ex).unwrap();
             let f = m.entry().unwrap();
-            let r = kiln_codegen_llvm::cpu::CpuExecutable::compile(f)
-                .map_err(|e| e.to_string())
-                .and_then(|exe| exe.run(&args).map_err(|e| e.to_string()));
+            let r = run_on_backend(backend, f, &args, &[], true);
             match r.and_then(|got| check_results(&got, &expected)) {
                 Ok(()) => n += 1,
                 Err(e) => failures.push(format!("ir-specs/ops/{}.md:{}: {e}", s.name, ex.line)),
             }
         }
     }
-    println!("{n} spec examples ran on the CPU backend");
+    println!("{n} spec examples ran on the {backend:?} backend");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Random programs (seeds from 100,000 on, apart from the GPU emulator's own suite) compiled
+/// on the selected backend and checked against the reference under
+/// `kiln_reference::accuracy`: 300 on the GPU emulator, 40 on the CPU (whose own differential
+/// suite, `kiln-codegen-llvm/tests/differential.rs`, runs thousands); `KILN_SUITE_PROGRAMS=N`
+/// for another count. Instructions without a kernel may run on the reference interpreter; a
+/// kernel the GPU mapping refuses may not.
+#[test]
+fn random_programs_agree_with_the_reference_on_the_selected_backend() {
+    let backend = selected_backend().unwrap();
+    let n: u64 = std::env::var("KILN_SUITE_PROGRAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(match backend {
+            Backend::Cpu => 40,
+            Backend::PtxEmulator => 300,
+        });
+    let t = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for seed in 100_000..100_000 + n {
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let mut rng = Rng::new(seed ^ 77);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal(&mut rng, t))
+            .collect();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let got = run_on_backend(backend, &f, &args, &[], true)?;
+            kiln_reference::accuracy::check_outputs(&f, &args, &got).map(|_| ())
+        }))
+        .unwrap_or_else(|_| Err("panicked".into()));
+        if let Err(e) = r {
+            failures.push(format!("seed {seed}: {e}\n{f}"));
+        }
+    }
+    println!(
+        "{n} random programs on the {backend:?} backend, {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The test binary's backend choice: `cpu` (or nothing) and `ptx-emulator`, and a clear error
+/// for any other (the reference interpreter would agree with itself).
+#[test]
+fn the_suites_backend_is_chosen_by_name() {
+    assert_eq!(backend_named(None), Ok(Backend::Cpu));
+    assert_eq!(backend_named(Some("cpu")), Ok(Backend::Cpu));
+    assert_eq!(
+        backend_named(Some("ptx-emulator")),
+        Ok(Backend::PtxEmulator)
+    );
+    for other in ["reference", "gpu"] {
+        let e = backend_named(Some(other)).unwrap_err();
+        assert_eq!(
+            e,
+            format!("KILN_BACKEND={other}: the test suites run on `cpu` or `ptx-emulator`")
+        );
+    }
 }
 
 #[test]
@@ -342,6 +415,8 @@ fn bad_input_gives_errors_never_panics() {
 
 /// `ir-specs/coverage/cpu.txt` (what the CPU backend compiled as kernels and checked, per op)
 /// is what the spec examples give now; `KILN_BLESS` (`cargo xtask codegen`) rewrites it.
+/// CPU-only whatever `KILN_BACKEND` says: the file records the CPU backend's coverage
+/// (`spec_examples_run_on_the_selected_backend` runs the examples on the selected one).
 #[test]
 fn cpu_coverage_is_fresh() {
     let want = kiln_tests::cpu_coverage();

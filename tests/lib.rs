@@ -29,11 +29,20 @@
 //! lines are its one run; every other target filetest needs at least one `// run:` line.
 //!
 //! The printed output of each file is an insta snapshot under `tests/snapshots/`.
+//!
+//! The suites that compile and run programs (the spec examples, every target filetest's runs,
+//! the `differential` filetests) run them on the backend `KILN_BACKEND` selects
+//! ([`selected_backend`], read once, as the facade reads it): the CPU backend by default, or
+//! under `KILN_BACKEND=ptx-emulator` the GPU mapping (lowered for an H200) on the GPU emulator.
+//! What a filetest prints is the CPU backend's either way (`// TARGET: cpu` names the target
+//! its printed stages are for); only its runs follow the selected backend. A file marked
+//! `// CPU-ONLY: REASON` runs on the CPU whatever is selected (programs too large to emulate).
 
 use kiln_ir::{Literal, Module, OpKind, parse_literal, parse_module, print_module, verify_module};
 use kiln_reference::compare::{Tolerance, check_close};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -279,7 +288,13 @@ pub fn run_filetest(path: &Path) -> Result<String, String> {
             verify_module(&m).map_err(|e| e.to_string())?;
             let f = m.entry().ok_or("no function")?;
             let args = filetest_args(&text, f)?;
-            run_on_target(f, &args, &[], target.unwrap_or(Target::Cpu))?;
+            run_on_target(
+                f,
+                &args,
+                &[],
+                target.unwrap_or(Target::Cpu),
+                runs_backend(&text)?,
+            )?;
             out.push_str(&format!(
                 "{} outputs agree with the reference\n",
                 f.outputs.len()
@@ -401,10 +416,12 @@ fn check_runs(text: &str, target: Target) -> Result<usize, String> {
     verify_module(&m).map_err(|e| e.to_string())?;
     let f = m.entry().ok_or("no function")?;
     let donated = donated_params(text, f)?;
+    let backend = runs_backend(text)?;
     let mut runs = 0;
     for line in text.lines().filter_map(|l| l.strip_prefix("// run: ")) {
         let args = run_args(line.trim(), f).map_err(|e| format!("`// run: {line}`: {e}"))?;
-        run_on_target(f, &args, &donated, target).map_err(|e| format!("`// run: {line}`: {e}"))?;
+        run_on_target(f, &args, &donated, target, backend)
+            .map_err(|e| format!("`// run: {line}`: {e}"))?;
         runs += 1;
     }
     if runs == 0 {
@@ -465,14 +482,111 @@ fn donated_params(text: &str, f: &kiln_ir::Func) -> Result<Vec<bool>, String> {
     Ok(donated)
 }
 
+/// The backends the suites that compile and run programs can run on (`KILN_BACKEND`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The CPU backend (LLVM, JIT-compiled for the host): `KILN_BACKEND` unset or `cpu`.
+    Cpu,
+    /// The GPU mapping for an H200 on the GPU emulator: `KILN_BACKEND=ptx-emulator`.
+    PtxEmulator,
+}
+
+/// The backend named by `backend` (an [`kiln_kernel::Options::backend`]); the reference
+/// interpreter is refused, since every result would then agree with itself.
+pub fn backend_named(backend: Option<&str>) -> Result<Backend, String> {
+    match backend {
+        None | Some("cpu") => Ok(Backend::Cpu),
+        Some("ptx-emulator") => Ok(Backend::PtxEmulator),
+        Some(other) => Err(format!(
+            "KILN_BACKEND={other}: the test suites run on `cpu` or `ptx-emulator`"
+        )),
+    }
+}
+
+/// The backend `KILN_BACKEND` selects, read once (the test binary is a program boundary, like
+/// the facade): see [`backend_named`].
+pub fn selected_backend() -> Result<Backend, String> {
+    static SELECTED: OnceLock<Result<Backend, String>> = OnceLock::new();
+    SELECTED
+        .get_or_init(|| {
+            let opts = kiln_kernel::Options::from_vars(&|name| std::env::var(name).ok());
+            backend_named(opts.backend.as_deref())
+        })
+        .clone()
+}
+
+/// Compiles `f` with the parameters `donated` given up for `backend` and runs it on `args`
+/// (copies of them, the donated ones passed by value). Unless `interpreted_ok`, an instruction
+/// run by the reference interpreter (no kernel) is an error; a kernel the GPU mapping refuses
+/// always is.
+pub fn run_on_backend(
+    backend: Backend,
+    f: &kiln_ir::Func,
+    args: &[Literal],
+    donated: &[bool],
+    interpreted_ok: bool,
+) -> Result<Vec<Literal>, String> {
+    let opts = kiln_kernel::Options::default();
+    match backend {
+        Backend::Cpu => {
+            let exe =
+                kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(f, donated, &opts)
+                    .map_err(|e| e.to_string())?;
+            if !interpreted_ok
+                && let Some(i) = exe
+                    .plan()
+                    .iter()
+                    .position(|s| *s == kiln_codegen_llvm::cpu::Step::Reference)
+            {
+                return Err(format!(
+                    "instruction {i} fell back to the reference interpreter"
+                ));
+            }
+            let owned = args.iter().map(|a| Cow::Owned(a.clone())).collect();
+            exe.call_donating(owned).map_err(|e| e.to_string())
+        }
+        Backend::PtxEmulator => {
+            let target = kiln_kernel::TargetInfo::h200();
+            let (got, report) =
+                kiln_runtime::gpu_emu::compile_and_run(f, donated, &opts, &target, args)
+                    .map_err(|e| format!("on the GPU emulator: {e}"))?;
+            if let Some(why) = report.fallbacks.first() {
+                return Err(format!(
+                    "the GPU mapping refused a kernel, run by the reference interpreter: {why}"
+                ));
+            }
+            if !interpreted_ok && report.interpreted > 0 {
+                return Err(format!(
+                    "{} instructions fell back to the reference interpreter on the GPU emulator",
+                    report.interpreted
+                ));
+            }
+            Ok(got)
+        }
+    }
+}
+
+/// The backend a filetest's runs use: the selected one ([`selected_backend`]), or the CPU for
+/// a file marked `// CPU-ONLY: REASON` (programs too large for the GPU emulator: the
+/// full-size MLP train step is about 1.6 GFLOP, hours of emulated threads).
+fn runs_backend(text: &str) -> Result<Backend, String> {
+    match text.lines().find_map(|l| l.strip_prefix("// CPU-ONLY:")) {
+        Some(why) if why.trim().is_empty() => Err("`// CPU-ONLY:` needs a reason".into()),
+        Some(_) => Ok(Backend::Cpu),
+        None => selected_backend(),
+    }
+}
+
 /// Compiles `f` for `target` with the parameters `donated` given up (every instruction
 /// compiled: a fallback to the reference interpreter is an error), runs it on `args` (copies of
-/// them, the donated ones passed by value) and checks every output against the reference.
+/// them, the donated ones passed by value) on `backend` and checks every output against the
+/// reference.
 fn run_on_target(
     f: &kiln_ir::Func,
     args: &[Literal],
     donated: &[bool],
     target: Target,
+    backend: Backend,
 ) -> Result<(), String> {
     if args.len() != f.params.len() {
         return Err(format!(
@@ -482,25 +596,7 @@ fn run_on_target(
         ));
     }
     let got = match target {
-        Target::Cpu => {
-            let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_with_options(
-                f,
-                donated,
-                &kiln_kernel::Options::default(),
-            )
-            .map_err(|e| e.to_string())?;
-            if let Some(i) = exe
-                .plan()
-                .iter()
-                .position(|s| *s == kiln_codegen_llvm::cpu::Step::Reference)
-            {
-                return Err(format!(
-                    "instruction {i} fell back to the reference interpreter"
-                ));
-            }
-            let owned = args.iter().map(|a| Cow::Owned(a.clone())).collect();
-            exe.call_donating(owned).map_err(|e| e.to_string())?
-        }
+        Target::Cpu => run_on_backend(backend, f, args, donated, false)?,
     };
     kiln_reference::accuracy::check_outputs(f, args, &got)
         .map(|_| ())

@@ -1,4 +1,6 @@
-//! The optimizer's rules and extraction, checked on the reference interpreter.
+//! The optimizer's rules and extraction, checked on the reference interpreter. No backend
+//! runs here, so `KILN_BACKEND` does not apply: a rewrite is checked by evaluating the program
+//! before and after it on the reference.
 
 use kiln_ir::random::{Config, Rng, random_func, random_literal};
 use kiln_ir::{Func, Literal, parse_func_text};

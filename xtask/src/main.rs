@@ -193,9 +193,28 @@ fn test() -> Result {
         .join("kiln-kernel-cache");
     t.args(["test", "--workspace"])
         .env("INSTA_UPDATE", "no")
-        .env("KILN_CACHE_DIR", cache);
+        .env("KILN_CACHE_DIR", &cache);
     t.env("KILN_PTXAS", ptxas);
-    run(&mut t)
+    run(&mut t)?;
+    // The suites that run programs once more, through the GPU mapping on the GPU emulator:
+    // every spec example, 300 random programs and every target filetest's runs (the
+    // differential filetests among them), as `KILN_BACKEND=ptx-emulator cargo test -p
+    // kiln-tests` runs them.
+    let mut e = cargo();
+    e.args([
+        "test",
+        "-p",
+        "kiln-tests",
+        "--test",
+        "integration",
+        "--",
+        "on_the_selected_backend",
+        "filetests_match_snapshots",
+    ])
+    .env("KILN_BACKEND", "ptx-emulator")
+    .env("INSTA_UPDATE", "no")
+    .env("KILN_CACHE_DIR", cache);
+    run(&mut e)
 }
 
 /// The example `cargo xtask demo` runs: an MLP classifier trained end to end.

@@ -40,7 +40,8 @@ pub struct Options {
     /// its settings alone).
     pub keep_freed: bool,
     /// The backend eager ops and compiled functions run on (`KILN_BACKEND`: `cpu`, the
-    /// default, `reference`, or `ptx-emulator`: the GPU mapping run on the GPU emulator).
+    /// default, `reference`, `ptx-emulator`: the GPU mapping run on the GPU emulator, or
+    /// `cuda`/`cuda:N`: NVIDIA GPU N through the CUDA driver).
     pub backend: Option<String>,
 }
 
@@ -146,6 +147,11 @@ pub const SWITCHES: &[(&str, &str, &str)] = &[
         "KILN_BACKEND",
         "ptx-emulator",
         "run compiled functions through the GPU mapping (an H200) on the GPU emulator",
+    ),
+    (
+        "KILN_BACKEND",
+        "cuda, cuda:N",
+        "run compiled functions on NVIDIA GPU N (0 by default) through the CUDA driver",
     ),
 ];
 

@@ -10,6 +10,7 @@
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError};
+use kiln_kernel::target::TargetInfo;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -52,6 +53,43 @@ pub enum GpuError {
         /// The name asked for.
         name: String,
     },
+    /// A device plan's arena is larger than the device's memory.
+    ArenaTooLarge {
+        /// The device.
+        index: usize,
+        /// The arena's size.
+        bytes: usize,
+        /// The device's memory.
+        total: usize,
+    },
+    /// A launch does not fit the device (its block, grid, warp or shared memory).
+    Unfit {
+        /// The device.
+        index: usize,
+        /// The launch's name.
+        kernel: String,
+        /// What does not fit, with both sizes.
+        what: String,
+    },
+    /// The device is older than the PTX kiln renders.
+    TooOld {
+        /// The device.
+        index: usize,
+        /// Its name.
+        name: String,
+        /// Its compute capability.
+        compute_capability: (u32, u32),
+    },
+    /// The PTX handed to an executable does not match its plan.
+    NoPtx {
+        /// What is missing.
+        what: String,
+    },
+    /// A call of a loaded executable failed (its arguments, or a copy or launch).
+    Run {
+        /// What failed.
+        message: String,
+    },
     /// A driver call failed.
     Driver {
         /// What kiln was doing.
@@ -88,6 +126,31 @@ impl fmt::Display for GpuError {
                 write!(f, "the driver rejected PTX module `{module}`: {message}")
             }
             GpuError::NoKernel { name } => write!(f, "the PTX module has no kernel `{name}`"),
+            GpuError::ArenaTooLarge {
+                index,
+                bytes,
+                total,
+            } => write!(
+                f,
+                "the program's device arena needs {bytes} bytes, more than cuda:{index} has \
+                 ({total} bytes)"
+            ),
+            GpuError::Unfit {
+                index,
+                kernel,
+                what,
+            } => write!(f, "kernel `{kernel}` does not fit cuda:{index}: {what}"),
+            GpuError::TooOld {
+                index,
+                name,
+                compute_capability: (major, minor),
+            } => write!(
+                f,
+                "cuda:{index} ({name}) has compute capability {major}.{minor}; kiln's PTX needs \
+                 sm_80 (8.0) or newer"
+            ),
+            GpuError::NoPtx { what } => write!(f, "no PTX for the device plan: {what}"),
+            GpuError::Run { message } => write!(f, "running on the GPU: {message}"),
             GpuError::Driver { call, message } => {
                 write!(f, "CUDA driver error in {call}: {message}")
             }
@@ -179,6 +242,36 @@ impl DeviceInfo {
             self.compute_capability.0, self.compute_capability.1
         )
     }
+
+    /// The SM kiln renders PTX for on this device: `sm_90` on Hopper and newer (the driver
+    /// compiles it forward), `sm_80` on Ampere and Ada; older devices are refused.
+    pub fn ptx_sm(&self) -> Result<&'static str, GpuError> {
+        match self.compute_capability {
+            (major, _) if major >= 9 => Ok("sm_90"),
+            (8, _) => Ok("sm_80"),
+            _ => Err(GpuError::TooOld {
+                index: self.index,
+                name: self.name.clone(),
+                compute_capability: self.compute_capability,
+            }),
+        }
+    }
+
+    /// What the compiler decides with for this device: an H200's target
+    /// ([`TargetInfo::h200`]) with this device's multiprocessors, warp, threads per block and
+    /// the shared memory a block gets without opting in (the PTX emitter declares it
+    /// statically).
+    pub fn target_info(&self) -> TargetInfo {
+        let mut t = TargetInfo::h200();
+        if let Some(g) = t.gpu.as_mut() {
+            g.sms = self.multiprocessors.max(1);
+            g.warp_size = self.warp_size;
+            g.max_threads_per_block = self.max_threads_per_block;
+            g.shared_memory_per_block = self.shared_memory_per_block;
+            g.elementwise_block = g.elementwise_block.min(self.max_threads_per_block);
+        }
+        t
+    }
 }
 
 /// An opened GPU: its context, the stream its work runs on, and the PTX modules loaded so
@@ -187,7 +280,7 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
-    modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+    modules: Arc<Mutex<HashMap<String, Arc<CudaModule>>>>,
 }
 
 impl fmt::Debug for Gpu {
@@ -230,7 +323,18 @@ impl Gpu {
             ctx,
             stream,
             info,
-            modules: Mutex::new(HashMap::new()),
+            modules: Arc::new(Mutex::new(HashMap::new())),
+        })
+    }
+
+    /// The same GPU with a stream of its own (an executable's), sharing the modules loaded.
+    pub fn with_own_stream(&self) -> Result<Gpu, GpuError> {
+        let stream = self.ctx.new_stream().map_err(driver("creating a stream"))?;
+        Ok(Gpu {
+            ctx: self.ctx.clone(),
+            stream,
+            info: self.info.clone(),
+            modules: self.modules.clone(),
         })
     }
 
@@ -296,6 +400,40 @@ impl Gpu {
     pub fn download(&self, b: &DeviceBuffer, out: &mut [u8]) -> Result<(), GpuError> {
         self.stream
             .memcpy_dtoh(&b.0.slice(..out.len()), out)
+            .map_err(driver("copying from the device"))?;
+        self.synchronize()
+    }
+
+    /// Copies `bytes` into `b` from byte `offset` on (queued on the stream).
+    pub fn write(&self, b: &mut DeviceBuffer, offset: usize, bytes: &[u8]) -> Result<(), GpuError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let end = offset + bytes.len();
+        if end > b.len() {
+            return Err(GpuError::Run {
+                message: format!("bytes {offset}..{end} lie outside a buffer of {}", b.len()),
+            });
+        }
+        self.stream
+            .memcpy_htod(bytes, &mut b.0.slice_mut(offset..end))
+            .map_err(driver("copying to the device"))
+    }
+
+    /// Copies `out.len()` bytes of `b` from byte `offset` on to the host, waiting for the
+    /// stream's work before it.
+    pub fn read(&self, b: &DeviceBuffer, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let end = offset + out.len();
+        if end > b.len() {
+            return Err(GpuError::Run {
+                message: format!("bytes {offset}..{end} lie outside a buffer of {}", b.len()),
+            });
+        }
+        self.stream
+            .memcpy_dtoh(&b.0.slice(offset..end), out)
             .map_err(driver("copying from the device"))?;
         self.synchronize()
     }

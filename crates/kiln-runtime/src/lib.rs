@@ -18,10 +18,16 @@
 //! - [`gpu_emu`]: the GPU emulator, which runs kernels mapped to the GPU (`kiln_kernel::gpu`)
 //!   on the CPU with the GPU's semantics, and whole lowered programs on it
 //!   (`KILN_BACKEND=ptx-emulator`).
+//! - [`plan_exec`]: the executor of a device plan (`kiln_kernel::gpu::plan`), shared by the GPU
+//!   emulator and `cuda_exec` (feature `cuda`), which runs a plan on a real GPU from PTX the
+//!   backend rendered.
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_exec;
 pub mod gpu_emu;
+pub mod plan_exec;
 
 pub use kiln_kernel::{Step, plan};
 

@@ -205,6 +205,94 @@ fn random_programs(what: &str, target: &TargetInfo) {
     );
 }
 
+/// Whether two regions share a byte.
+fn overlap(a: &kiln_kernel::gpu::plan::Region, b: &kiln_kernel::gpu::plan::Region) -> bool {
+    a.bytes > 0 && b.bytes > 0 && a.offset < b.end() && b.offset < a.end()
+}
+
+/// The device plans of 500 random programs (and the spec examples) keep what the PTX kernels
+/// assume: every region inside the arena, a kernel step's outputs apart from each other, from
+/// its inputs and from its scratch buffers (the kernels take them `noalias`), scratch inside
+/// the scratch region, parameters and constants apart from every kernel's outputs; and some
+/// plans pack their intermediates into less memory than a region each would take.
+#[test]
+fn device_plans_keep_each_launchs_buffers_apart() {
+    use kiln_kernel::gpu::plan::{DeviceStep, device_plan};
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let mut programs: Vec<(String, Func)> = spec_examples()
+        .into_iter()
+        .map(|(name, f, _)| (name, f))
+        .collect();
+    for seed in 0..500u64 {
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        programs.push((format!("seed {seed}"), f));
+    }
+    let (mut reused, mut steps) = (0, 0);
+    for (name, f) in &programs {
+        let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let plan = device_plan(&l, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
+        reused += usize::from(plan.intermediate_bytes < plan.unplanned_bytes);
+        let fixed: Vec<_> = plan
+            .func
+            .params
+            .iter()
+            .chain(plan.constants.iter().map(|(v, _)| v))
+            .map(|v| plan.places[v.index()].unwrap())
+            .collect();
+        for r in plan.places.iter().flatten() {
+            assert!(r.end() <= plan.arena_bytes, "{name}: {r:?} past the arena");
+        }
+        for step in &plan.steps {
+            let DeviceStep::Kernel(k) = step else {
+                continue;
+            };
+            steps += 1;
+            for (i, (v, out)) in k.outputs.iter().enumerate() {
+                for (w, other) in k.outputs.iter().skip(i + 1) {
+                    assert!(
+                        !overlap(out, other),
+                        "{name}: %{} and %{} overlap",
+                        v.index(),
+                        w.index()
+                    );
+                }
+                for (w, input) in &k.inputs {
+                    assert!(
+                        !overlap(out, input),
+                        "{name}: %{} overlaps input %{}",
+                        v.index(),
+                        w.index()
+                    );
+                }
+                for s in &k.scratch {
+                    assert!(!overlap(out, s), "{name}: %{} overlaps scratch", v.index());
+                }
+                for f in &fixed {
+                    assert!(
+                        !overlap(out, f),
+                        "{name}: %{} overlaps a parameter or constant",
+                        v.index()
+                    );
+                }
+            }
+            for s in &k.scratch {
+                assert!(
+                    s.offset >= plan.scratch.offset && s.end() <= plan.scratch.end(),
+                    "{name}: scratch {s:?} outside {:?}",
+                    plan.scratch
+                );
+            }
+        }
+    }
+    println!(
+        "{} device plans, {steps} kernel steps, {reused} reusing intermediates' memory",
+        programs.len()
+    );
+    assert!(reused > 0, "no plan reused memory");
+}
+
 /// A launch of one block of `threads` threads (warps of 32) running `body`, with one f32
 /// input of 4 elements, one output of 64 and two registers.
 fn launch(threads: usize, shared: usize, body: Vec<Stmt>) -> GpuKernel {

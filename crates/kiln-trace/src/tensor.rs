@@ -272,15 +272,19 @@ impl Tensor {
         Device::Cpu
     }
 
-    /// This tensor on `device`. CUDA needs the `cuda` backend, which this build lacks, so
-    /// moving to a GPU gives a failed tensor saying so.
+    /// This tensor on `device`. Tensors live in host memory (there are no device tensors
+    /// yet), so moving to a GPU gives a failed tensor saying so and how compiled functions
+    /// run on one (`KILN_BACKEND=cuda`).
     #[track_caller]
     pub fn to(&self, device: Device) -> Tensor {
         match device {
             Device::Cpu => self.clone(),
             Device::Cuda(_) => Tensor::failed(Error::new(
                 "to",
-                format!("cannot move to {device}: kiln was built without CUDA support"),
+                format!(
+                    "cannot move to {device}: tensors live in host memory (there are no device \
+                     tensors yet); compiled functions run on a GPU with KILN_BACKEND=cuda"
+                ),
             )),
         }
     }

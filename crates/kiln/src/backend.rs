@@ -4,7 +4,8 @@
 //! The CPU backend ([`Cpu`]: fused LLVM kernels, JIT-compiled for this machine) is the
 //! default; set `KILN_BACKEND=reference` to run everything on the reference interpreter
 //! instead, `KILN_BACKEND=ptx-emulator` to run compiled functions through the GPU mapping on the
-//! GPU emulator ([`PtxEmulator`]), or install another backend with [`set_backend`]. The facade reads the process
+//! GPU emulator ([`PtxEmulator`]), `KILN_BACKEND=cuda` (or `cuda:N`) to run them on an NVIDIA
+//! GPU ([`Cuda`]), or install another backend with [`set_backend`]. The facade reads the process
 //! environment ([`Options::from_vars`]) once, at the first compile, unless [`set_options`]
 //! came first.
 //!
@@ -64,20 +65,18 @@ impl Backend for Cpu {
 /// The GPU mapping on the GPU emulator (`KILN_BACKEND=ptx-emulator`): each function is
 /// lowered for an H200 ([`kiln_kernel::TargetInfo::h200`]), its kernels mapped to the GPU IR
 /// ([`kiln_kernel::gpu`]) and run, thread by thread, on `kiln_runtime::gpu_emu`, which checks
-/// for shared-memory races, divergent barriers and accesses out of bounds. Slow: it is for
+/// for shared-memory races, divergent barriers and accesses out of bounds; its device plan
+/// ([`kiln_kernel::gpu::plan`]) is made at compile time and run as [`Cuda`] runs it. Slow: it is for
 /// testing the GPU mapping where there is no GPU.
 pub struct PtxEmulator;
 
 struct Emulated {
-    lowered: kiln_kernel::pipeline::Lowered,
-    target: kiln_kernel::TargetInfo,
+    plan: kiln_kernel::gpu::plan::DevicePlan,
 }
 
 impl Executable for Emulated {
     fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
-        let args: Vec<Literal> = args.iter().map(|&a| a.clone()).collect();
-        kiln_runtime::gpu_emu::run_lowered(&self.lowered, &self.target, &args)
-            .map(|(outs, _)| outs)
+        kiln_runtime::gpu_emu::run_plan(&self.plan, args)
             .map_err(|e| Error::internal("run", e.to_string()))
     }
 }
@@ -102,16 +101,117 @@ impl Backend for PtxEmulator {
         let lowered =
             kiln_kernel::pipeline::lower_program(f, donated, opts, &target, None, &mut |_| {})
                 .map_err(|e| Error::internal("compile", e.to_string()))?;
-        Ok(Arc::new(Emulated { lowered, target }))
+        let plan = kiln_kernel::gpu::plan::device_plan(&lowered, &target)
+            .map_err(|e| Error::internal("compile", e))?;
+        Ok(Arc::new(Emulated { plan }))
+    }
+}
+
+/// An NVIDIA GPU (`KILN_BACKEND=cuda` for device 0, `cuda:N` for device N): each function is
+/// lowered for the device (its [`kiln_runtime::cuda::DeviceInfo::target_info`]), its kernels
+/// mapped to the GPU, its device plan made ([`kiln_kernel::gpu::plan`]), its PTX rendered here
+/// (`kiln_codegen_llvm::ptx`, for `sm_90` or `sm_80`) and handed to the runtime's CUDA
+/// executor ([`kiln_runtime::cuda_exec`]), which runs the plan as the GPU emulator does. Without
+/// a driver or the device, compiling is an error saying what was looked for.
+pub struct Cuda {
+    device: std::result::Result<usize, String>,
+}
+
+impl Cuda {
+    /// GPU `index` (`cuda:index`).
+    pub fn new(index: usize) -> Cuda {
+        Cuda { device: Ok(index) }
+    }
+
+    /// The backend a `KILN_BACKEND` value names: `cuda` (device 0) or `cuda:N`; any other
+    /// value after `cuda:` makes a backend whose compiles fail saying so.
+    pub fn named(name: &str) -> Cuda {
+        let device = match name.strip_prefix("cuda") {
+            Some("") => Ok(0),
+            Some(rest) => rest
+                .strip_prefix(':')
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| {
+                    format!("KILN_BACKEND={name}: a GPU is named `cuda` or `cuda:N`, N its index")
+                }),
+            None => Err(format!("KILN_BACKEND={name} names no GPU")),
+        };
+        Cuda { device }
+    }
+}
+
+/// The GPUs opened so far, by index: a device is opened once per process, and its modules
+/// are shared by the executables compiled for it.
+fn open_gpu(index: usize) -> std::result::Result<Arc<kiln_runtime::cuda::Gpu>, String> {
+    use std::sync::Mutex;
+    static OPEN: Mutex<Vec<(usize, Arc<kiln_runtime::cuda::Gpu>)>> = Mutex::new(Vec::new());
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, g)) = open.iter().find(|(i, _)| *i == index) {
+        return Ok(g.clone());
+    }
+    let g = Arc::new(kiln_runtime::cuda::Gpu::open(index).map_err(|e| e.to_string())?);
+    open.push((index, g.clone()));
+    Ok(g)
+}
+
+struct OnGpu(kiln_runtime::cuda_exec::CudaExecutable);
+
+impl Executable for OnGpu {
+    fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
+        self.0
+            .run(args)
+            .map_err(|e| Error::internal("run", e.to_string()))
+    }
+}
+
+impl Backend for Cuda {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+    fn compile(&self, f: &Func) -> Result<Arc<dyn Executable>> {
+        self.compile_donating(f, &[])
+    }
+    fn compile_donating(&self, f: &Func, donated: &[bool]) -> Result<Arc<dyn Executable>> {
+        self.compile_with_options(f, donated, &options())
+    }
+    fn compile_with_options(
+        &self,
+        f: &Func,
+        donated: &[bool],
+        opts: &Options,
+    ) -> Result<Arc<dyn Executable>> {
+        let fail = |e: String| Error::internal("compile", e);
+        let index = self.device.clone().map_err(fail)?;
+        let gpu = open_gpu(index).map_err(fail)?;
+        let target = gpu.info().target_info();
+        let sm = gpu.info().ptx_sm().map_err(|e| fail(e.to_string()))?;
+        let lowered =
+            kiln_kernel::pipeline::lower_program(f, donated, opts, &target, None, &mut |_| {})
+                .map_err(|e| fail(e.to_string()))?;
+        let plan = kiln_kernel::gpu::plan::device_plan(&lowered, &target).map_err(fail)?;
+        let ptx_target = kiln_codegen_llvm::ptx::PtxTarget {
+            sm: sm.to_string(),
+            features: "+ptx80".into(),
+        };
+        let ptx = plan
+            .kernel_steps()
+            .map(|k| kiln_codegen_llvm::ptx::program_ptx(&k.program, &ptx_target))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| fail(e.to_string()))?;
+        let exe = kiln_runtime::cuda_exec::CudaExecutable::new(&gpu, plan, &ptx)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(Arc::new(OnGpu(exe)))
     }
 }
 
 /// The backend `opts` choose: the reference interpreter under `KILN_BACKEND=reference`, the
-/// GPU emulator under `KILN_BACKEND=ptx-emulator`, else the CPU backend.
+/// GPU emulator under `KILN_BACKEND=ptx-emulator`, an NVIDIA GPU under `KILN_BACKEND=cuda`
+/// (or `cuda:N`), else the CPU backend.
 fn pick(opts: &Options) -> Arc<dyn Backend> {
     match opts.backend.as_deref() {
         Some("reference") => Arc::new(Reference),
         Some("ptx-emulator") => Arc::new(PtxEmulator),
+        Some(name) if name.starts_with("cuda") => Arc::new(Cuda::named(name)),
         _ => Arc::new(Cpu),
     }
 }

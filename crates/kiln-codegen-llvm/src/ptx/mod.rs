@@ -67,10 +67,7 @@ pub const UNSUPPORTED_F64_OPS: &[OpKind] = &[
 /// The `.entry` name of launch `k`: its name with every character but letters, digits and
 /// `_` as `_`.
 pub fn entry_name(k: &GpuKernel) -> String {
-    k.name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
+    k.entry_name()
 }
 
 /// The PTX of every launch of `p`, one `.entry` each (named by [`entry_name`]), in one

@@ -307,6 +307,15 @@ pub struct GpuProgram {
 }
 
 impl GpuKernel {
+    /// Its PTX `.entry` name: its name with every character but letters, digits and `_` as
+    /// `_` (what the PTX emitter declares and the CUDA executor looks up).
+    pub fn entry_name(&self) -> String {
+        self.name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect()
+    }
+
     /// Bytes of shared memory per block.
     pub fn shared_bytes(&self) -> usize {
         self.shared

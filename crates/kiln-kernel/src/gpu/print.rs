@@ -160,7 +160,11 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
         ));
     }
     if k.shared_bytes() > gpu.shared_memory_per_block {
-        return fail(format!("{} bytes of shared memory", k.shared_bytes()));
+        return fail(format!(
+            "{} bytes of shared memory per block, more than the target's {}",
+            k.shared_bytes(),
+            gpu.shared_memory_per_block
+        ));
     }
     fn check(k: &GpuKernel, body: &[Stmt]) -> Result<(), String> {
         for s in body {

@@ -1,13 +1,15 @@
-//! A lowered program run on the emulator: each kernel step mapped to the GPU
-//! ([`kiln_kernel::gpu::map`]) and emulated, constants and pass-throughs as the CPU runtime
-//! runs them, and the instructions without a kernel by the reference interpreter. Every value
-//! gets a buffer of its own (no arena): a kernel the memory plan runs in place of a donated
-//! operand writes a fresh buffer instead, which computes the same values.
+//! A lowered program run on the emulator as a GPU runs it: its device plan
+//! ([`kiln_kernel::gpu::plan`]: every kernel step mapped to the GPU, one arena whose
+//! intermediates share memory as the memory plan packs them, host steps for the
+//! instructions without a kernel) run by [`crate::plan_exec`] on an [`EmuDevice`], a byte
+//! arena whose launches are emulated. Donation is ignored, as on the device.
 
-use super::{Buffer, EmuError, run_program};
-use kiln_ir::{Literal, Op, TensorType};
-use kiln_kernel::Step;
-use kiln_kernel::gpu::{MapKind, map};
+use super::EmuError;
+use super::device::EmuDevice;
+use crate::plan_exec;
+use kiln_ir::Literal;
+use kiln_kernel::gpu::MapKind;
+use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep, device_plan};
 use kiln_kernel::pipeline::Lowered;
 use kiln_kernel::target::TargetInfo;
 use std::collections::BTreeMap;
@@ -36,147 +38,48 @@ impl std::ops::AddAssign for EmuReport {
     }
 }
 
-/// Runs `l`, lowered for `target` (which must describe a GPU), on `args`.
+impl EmuReport {
+    /// What running `plan` emulates: its kernel steps and their launches, the kernels the
+    /// mapping refused and the instructions without a kernel.
+    pub fn of(plan: &DevicePlan) -> EmuReport {
+        let mut rep = EmuReport::default();
+        for step in &plan.steps {
+            match step {
+                DeviceStep::Kernel(k) => {
+                    rep.kernels += 1;
+                    for launch in &k.program.launches {
+                        *rep.launches.entry(launch.kind).or_default() += 1;
+                    }
+                }
+                DeviceStep::Host(h) => match &h.refused {
+                    Some(why) => rep.fallbacks.push(why.clone()),
+                    None => rep.interpreted += h.insts.len(),
+                },
+            }
+        }
+        rep
+    }
+}
+
+/// Runs `l`, lowered for `target` (which must describe a GPU), on `args`: its device plan
+/// ([`device_plan`]) run on an emulated device ([`EmuDevice`]) by the executor the CUDA
+/// executor uses ([`crate::plan_exec`]).
 pub fn run_lowered(
     l: &Lowered,
     target: &TargetInfo,
     args: &[Literal],
 ) -> Result<(Vec<Literal>, EmuReport), EmuError> {
-    let f = &l.func;
-    kiln_reference::check_args(f, args).map_err(|e| EmuError(e.to_string()))?;
-    let mut env: Vec<Option<Literal>> = vec![None; f.values.len()];
-    for (p, a) in f.params.iter().zip(args) {
-        env[p.index()] = Some(a.clone());
-    }
-    let mut rep = EmuReport::default();
-    let ty = |v: kiln_ir::ValueId| f.values[v.index()].clone();
-    for (i, inst) in f.insts.iter().enumerate() {
-        let value = |env: &Vec<Option<Literal>>, v: kiln_ir::ValueId| {
-            env[v.index()]
-                .clone()
-                .ok_or_else(|| EmuError(format!("#{i} reads %{} before it is computed", v.index())))
-        };
-        match (&l.steps[i], &inst.op) {
-            (Step::Fused | Step::Merged, _) => {}
-            (Step::Constant, Op::Constant { value }) => {
-                env[inst.results[0].index()] = Some(value.clone());
-            }
-            (Step::Forward, _) => {
-                for (r, o) in inst.results.iter().zip(&inst.operands) {
-                    env[r.index()] = Some(value(&env, *o)?);
-                }
-            }
-            (Step::Kernel, _) => {
-                let k = l.fused.kernels[i]
-                    .as_ref()
-                    .ok_or_else(|| EmuError(format!("#{i}: a kernel step without a kernel")))?;
-                let operands = &l.fused.operands[i];
-                let results: Vec<kiln_ir::ValueId> = std::iter::once(inst.results[0])
-                    .chain(l.fused.extra[i].iter().copied())
-                    .collect();
-                let in_types: Vec<TensorType> = operands.iter().map(|&o| ty(o)).collect();
-                let name = format!("k{i}_{}", inst.op.mnemonic());
-                match map(k, &in_types, target, &name) {
-                    Ok(prog) => {
-                        if let Some(gpu) = &target.gpu {
-                            for launch in &prog.launches {
-                                kiln_kernel::gpu::print::verify(launch, gpu).map_err(EmuError)?;
-                            }
-                        }
-                        // A kernel whose output type is not its value's copies bytes (a
-                        // bitcast between widths): its buffers are then seen as bytes.
-                        let bytes =
-                            matches!(inst.op, Op::BitcastConvert {}) && k.out != ty(results[0]);
-                        let ins: Vec<Buffer> = operands
-                            .iter()
-                            .map(|&o| {
-                                let l = value(&env, o)?;
-                                let name = format!("%{}", o.index());
-                                Ok(if bytes {
-                                    Buffer::bytes_of(&name, &l)
-                                } else {
-                                    Buffer::from_literal(&name, &l)
-                                })
-                            })
-                            .collect::<Result<_, EmuError>>()?;
-                        let in_refs: Vec<&Buffer> = ins.iter().collect();
-                        let mut outs: Vec<Buffer> = results
-                            .iter()
-                            .enumerate()
-                            .map(|(n, &r)| {
-                                let t = if n == 0 && bytes {
-                                    k.out.clone()
-                                } else {
-                                    ty(r)
-                                };
-                                Buffer::zeros(&format!("%{}", r.index()), &t)
-                            })
-                            .collect();
-                        run_program(&prog, &in_refs, &mut outs)?;
-                        for (n, (r, b)) in results.iter().zip(&outs).enumerate() {
-                            env[r.index()] = Some(if bytes && n == 0 {
-                                b.to_bytes_literal(&ty(*r))?
-                            } else {
-                                b.to_literal(&ty(*r))?
-                            });
-                        }
-                        rep.kernels += 1;
-                        for launch in &prog.launches {
-                            *rep.launches.entry(launch.kind).or_default() += 1;
-                        }
-                    }
-                    Err(why) => {
-                        rep.fallbacks.push(why);
-                        // The kernel's members, in order, on the reference interpreter.
-                        let mut local = env.clone();
-                        for &m in &l.fused.members[i] {
-                            let mi = &f.insts[m];
-                            let xs: Vec<Literal> = mi
-                                .operands
-                                .iter()
-                                .map(|&o| value(&local, o))
-                                .collect::<Result<_, _>>()?;
-                            let refs: Vec<&Literal> = xs.iter().collect();
-                            let tys: Vec<TensorType> = mi.results.iter().map(|&r| ty(r)).collect();
-                            let outs = kiln_reference::eval_op(&mi.op, &refs, &tys);
-                            for (r, o) in mi.results.iter().zip(outs) {
-                                local[r.index()] = Some(o);
-                            }
-                        }
-                        for r in &results {
-                            env[r.index()] = local[r.index()].take();
-                        }
-                    }
-                }
-            }
-            // Control flow runs its regions on the reference interpreter here (the emulator
-            // maps kernels, not host loops).
-            (Step::Reference | Step::Control, _) | (Step::Constant, _) => {
-                let xs: Vec<Literal> = inst
-                    .operands
-                    .iter()
-                    .map(|&o| value(&env, o))
-                    .collect::<Result<_, _>>()?;
-                let refs: Vec<&Literal> = xs.iter().collect();
-                let tys: Vec<TensorType> = inst.results.iter().map(|&r| ty(r)).collect();
-                let outs = kiln_reference::eval_op(&inst.op, &refs, &tys);
-                for (r, o) in inst.results.iter().zip(outs) {
-                    env[r.index()] = Some(o);
-                }
-                rep.interpreted += 1;
-            }
-        }
-    }
-    let outs = f
-        .outputs
-        .iter()
-        .map(|&o| {
-            env[o.index()]
-                .clone()
-                .ok_or_else(|| EmuError(format!("output %{} was never computed", o.index())))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok((outs, rep))
+    let plan = device_plan(l, target).map_err(EmuError)?;
+    let refs: Vec<&Literal> = args.iter().collect();
+    let outs = run_plan(&plan, &refs)?;
+    Ok((outs, EmuReport::of(&plan)))
+}
+
+/// Runs `plan` on `args` on a fresh emulated device: its constants loaded, then one call.
+pub fn run_plan(plan: &DevicePlan, args: &[&Literal]) -> Result<Vec<Literal>, EmuError> {
+    let mut dev = EmuDevice::new(plan);
+    plan_exec::load(plan, &mut dev).map_err(EmuError)?;
+    plan_exec::run(plan, &mut dev, args).map_err(EmuError)
 }
 
 /// `f` compiled for the GPU `target` describes (an H200 by default, see

@@ -8,14 +8,18 @@
 //! whole block, shuffles that read the other lanes' registers, shared memory checked for
 //! races). Elements are computed as the compiled CPU path computes them ([`value`]). Any
 //! global or shared access out of bounds is an error naming the buffer, the index and its
-//! size. [`run_lowered`] runs a whole lowered program: kernel steps mapped and emulated, the
-//! others run as the CPU runtime runs them.
+//! size. [`run_lowered`] runs a whole lowered program through its device plan, as the CUDA
+//! executor runs it: one byte arena (filled with `0xff` bytes first, so a launch that leaves
+//! an element unwritten shows), kernel steps emulated launch by launch, host steps on the
+//! reference interpreter.
 
 mod block;
+mod device;
 mod lowered;
 pub mod value;
 
-pub use lowered::{EmuReport, compile_and_run, run_lowered};
+pub use device::EmuDevice;
+pub use lowered::{EmuReport, compile_and_run, run_lowered, run_plan};
 pub use value::V;
 
 use kiln_ir::literal::round_to;

@@ -1,0 +1,224 @@
+//! A device plan ([`DevicePlan`]) run on a real GPU through [`crate::cuda`]: the executor of
+//! [`crate::plan_exec`], which the GPU emulator runs too, over a device arena.
+//!
+//! An executable is made once per compiled program ([`CudaExecutable::new`]): the plan is
+//! checked against the device ([`check_fits`]: the arena against its memory, each launch's
+//! block, grid, warp and shared memory against its limits), given a stream of its own, its PTX
+//! modules loaded (one per kernel step, rendered by the backend: this crate links no LLVM)
+//! and their kernels looked up, its arena allocated once and its constants written. A call
+//! writes the parameters into the arena, runs the steps on the stream (launches with the
+//! mapping's grid and block sizes; shared memory is declared statically by the PTX) and reads
+//! the results back. Calls of one executable take turns (they share its arena).
+
+use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, GpuError, Kernel};
+use crate::plan_exec::{self, PlanDevice};
+use kiln_ir::Literal;
+use kiln_kernel::gpu::plan::{DevicePlan, KernelStep, Region};
+use std::sync::Mutex;
+
+/// The most blocks a grid's x dimension may have.
+const MAX_GRID_X: usize = (1 << 31) - 1;
+
+/// Whether `plan` fits the GPU `info` describes: its arena within the device's memory, and
+/// every launch's block, grid, warp and shared memory within the device's limits. Needs no
+/// driver (a [`DeviceInfo`] may be made up).
+pub fn check_fits(plan: &DevicePlan, info: &DeviceInfo) -> Result<(), GpuError> {
+    if plan.arena_bytes > info.total_memory {
+        return Err(GpuError::ArenaTooLarge {
+            index: info.index,
+            bytes: plan.arena_bytes,
+            total: info.total_memory,
+        });
+    }
+    for step in plan.kernel_steps() {
+        for k in &step.program.launches {
+            let unfit = |what: String| GpuError::Unfit {
+                index: info.index,
+                kernel: k.name.clone(),
+                what,
+            };
+            if k.warp != info.warp_size {
+                return Err(unfit(format!(
+                    "mapped for warps of {} threads, the device's have {}",
+                    k.warp, info.warp_size
+                )));
+            }
+            if k.block > info.max_threads_per_block {
+                return Err(unfit(format!(
+                    "a block of {} threads, more than the device's {}",
+                    k.block, info.max_threads_per_block
+                )));
+            }
+            if k.grid > MAX_GRID_X {
+                return Err(unfit(format!(
+                    "a grid of {} blocks, more than the {MAX_GRID_X} a launch may have",
+                    k.grid
+                )));
+            }
+            if k.shared_bytes() > info.shared_memory_per_block {
+                return Err(unfit(format!(
+                    "{} bytes of shared memory per block, more than the device's {}",
+                    k.shared_bytes(),
+                    info.shared_memory_per_block
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `ptx` holds one module per kernel step of `plan`, each declaring an `.entry` for
+/// every launch of its step.
+pub fn check_ptx(plan: &DevicePlan, ptx: &[String]) -> Result<(), GpuError> {
+    let steps = plan.kernel_steps().count();
+    if ptx.len() != steps {
+        return Err(GpuError::NoPtx {
+            what: format!("{} modules given for {steps} kernel steps", ptx.len()),
+        });
+    }
+    for (step, text) in plan.kernel_steps().zip(ptx) {
+        for k in &step.program.launches {
+            let entry = k.entry_name();
+            let declared = text.match_indices(".entry").any(|(at, _)| {
+                text[at + ".entry".len()..]
+                    .trim_start()
+                    .strip_prefix(entry.as_str())
+                    .is_some_and(|r| r.starts_with(|c: char| c == '(' || c.is_whitespace()))
+            });
+            if !declared {
+                return Err(GpuError::NoPtx {
+                    what: format!("the module of `{}` declares no `.entry {entry}`", k.name),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A program on a GPU: its plan, its stream, its loaded kernels and its arena.
+pub struct CudaExecutable {
+    gpu: Gpu,
+    plan: DevicePlan,
+    /// Per kernel step, per launch, its kernel.
+    kernels: Vec<Vec<Kernel>>,
+    arena: Mutex<DeviceBuffer>,
+}
+
+impl std::fmt::Debug for CudaExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaExecutable")
+            .field("device", self.gpu.info())
+            .field("arena_bytes", &self.plan.arena_bytes)
+            .finish()
+    }
+}
+
+impl CudaExecutable {
+    /// Loads `plan` onto `gpu`, `ptx[n]` being the PTX module of its `n`th kernel step (every
+    /// launch an `.entry` named [`kiln_kernel::gpu::GpuKernel::entry_name`]).
+    pub fn new(gpu: &Gpu, plan: DevicePlan, ptx: &[String]) -> Result<CudaExecutable, GpuError> {
+        check_fits(&plan, gpu.info())?;
+        check_ptx(&plan, ptx)?;
+        let gpu = gpu.with_own_stream()?;
+        let mut kernels = Vec::with_capacity(ptx.len());
+        for (step, text) in plan.kernel_steps().zip(ptx) {
+            let module = gpu.load_ptx(text)?;
+            let ks = step
+                .program
+                .launches
+                .iter()
+                .map(|k| module.kernel(&k.entry_name()))
+                .collect::<Result<Vec<_>, _>>()?;
+            kernels.push(ks);
+        }
+        let mut arena = gpu.alloc(plan.arena_bytes)?;
+        let mut dev = OnGpu {
+            gpu: &gpu,
+            arena: &mut arena,
+            kernels: &kernels,
+        };
+        plan_exec::load(&plan, &mut dev).map_err(|message| GpuError::Run { message })?;
+        Ok(CudaExecutable {
+            gpu,
+            plan,
+            kernels,
+            arena: Mutex::new(arena),
+        })
+    }
+
+    /// The plan it runs.
+    pub fn plan(&self) -> &DevicePlan {
+        &self.plan
+    }
+
+    /// Runs the program on `args` (of its parameter types).
+    pub fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>, GpuError> {
+        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
+        let mut dev = OnGpu {
+            gpu: &self.gpu,
+            arena: &mut arena,
+            kernels: &self.kernels,
+        };
+        plan_exec::run(&self.plan, &mut dev, args).map_err(|message| GpuError::Run { message })
+    }
+}
+
+/// The device [`plan_exec`] runs on: an executable's arena on its stream.
+struct OnGpu<'a> {
+    gpu: &'a Gpu,
+    arena: &'a mut DeviceBuffer,
+    kernels: &'a [Vec<Kernel>],
+}
+
+impl PlanDevice for OnGpu<'_> {
+    fn write(&mut self, at: Region, bytes: &[u8]) -> Result<(), String> {
+        if bytes.len() != at.bytes {
+            return Err(format!(
+                "{} bytes written into a region of {}",
+                bytes.len(),
+                at.bytes
+            ));
+        }
+        self.gpu
+            .write(self.arena, at.offset, bytes)
+            .map_err(|e| e.to_string())
+    }
+
+    fn read(&mut self, at: Region) -> Result<Vec<u8>, String> {
+        let mut out = vec![0u8; at.bytes];
+        self.gpu
+            .read(self.arena, at.offset, &mut out)
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    fn launch(&mut self, n: usize, step: &KernelStep, launch: usize) -> Result<(), String> {
+        let (Some(k), Some(kernel)) = (
+            step.program.launches.get(launch),
+            self.kernels.get(n).and_then(|ks| ks.get(launch)),
+        ) else {
+            return Err(format!("kernel step {n} has no launch {launch}"));
+        };
+        let mut args = Vec::with_capacity(k.inputs.len() + k.outputs.len());
+        for (b, _) in k.inputs.iter().chain(&k.outputs) {
+            let at = step
+                .region(*b)
+                .ok_or_else(|| format!("{}: no region for {b}", k.name))?;
+            args.push(self.arena.address(at.offset));
+        }
+        // SAFETY: the kernel's parameters are its inputs' and outputs' global pointers, in
+        // that order (the PTX emitter's signature); the plan sized every region for its
+        // buffer's type (`device_plan` checks it) inside the arena, which lives while the
+        // executable does.
+        unsafe {
+            self.gpu.launch(
+                kernel,
+                (k.grid as u32, 1, 1),
+                (k.block as u32, 1, 1),
+                0,
+                &args,
+            )
+        }
+        .map_err(|e| format!("{}: {e}", k.name))
+    }
+}

@@ -1,0 +1,110 @@
+//! The emulated device a device plan runs on: one byte arena, as the GPU's, and launches
+//! emulated on the buffers its regions hold.
+
+use super::{Buffer, EmuError, run_kernel};
+use crate::plan_exec::PlanDevice;
+use kiln_ir::{DType, Literal, TensorType};
+use kiln_kernel::gpu::ir::Buf;
+use kiln_kernel::gpu::plan::{DevicePlan, KernelStep, Region};
+
+/// A device plan's arena in host memory, filled with `0xff` bytes when made (NaN in every
+/// float, -1 in every integer): device memory starts with whatever it held, so a launch that
+/// leaves part of its output unwritten shows in the results instead of reading as zeros.
+#[derive(Clone, Debug)]
+pub struct EmuDevice {
+    arena: Vec<u8>,
+}
+
+impl EmuDevice {
+    /// The arena of `plan`.
+    pub fn new(plan: &DevicePlan) -> EmuDevice {
+        EmuDevice {
+            arena: vec![0xff; plan.arena_bytes],
+        }
+    }
+
+    fn bytes(&self, at: Region) -> Result<&[u8], String> {
+        self.arena.get(at.offset..at.end()).ok_or_else(|| {
+            format!(
+                "bytes {}..{} lie outside the arena of {}",
+                at.offset,
+                at.end(),
+                self.arena.len()
+            )
+        })
+    }
+
+    /// The program buffer `b` of `step`, of type `t`, as an emulator buffer.
+    fn buffer(&self, step: &KernelStep, b: Buf, t: &TensorType) -> Result<Buffer, String> {
+        let at = step
+            .region(b)
+            .ok_or_else(|| format!("k{}: no region for {b}", step.inst))?;
+        let name = match b {
+            Buf::Input(i) => format!("%{}", step.inputs[i].0.index()),
+            Buf::Output(k) => format!("%{}", step.outputs[k].0.index()),
+            Buf::Scratch(s) => format!("scratch{s}"),
+        };
+        let bytes = self.bytes(at)?;
+        if step.bytes && matches!(b, Buf::Input(_)) {
+            let l = Literal::from_le_bytes(TensorType::new(DType::I8, [bytes.len()]), bytes)
+                .map_err(|e| format!("{name}: {e}"))?;
+            return Ok(Buffer::from_literal(&name, &l));
+        }
+        let l = Literal::from_le_bytes(t.clone(), bytes).map_err(|e| format!("{name}: {e}"))?;
+        Ok(Buffer::from_literal(&name, &l))
+    }
+}
+
+impl PlanDevice for EmuDevice {
+    fn write(&mut self, at: Region, bytes: &[u8]) -> Result<(), String> {
+        let len = self.arena.len();
+        let dst = self.arena.get_mut(at.offset..at.end()).ok_or_else(|| {
+            format!(
+                "bytes {}..{} lie outside the arena of {len}",
+                at.offset,
+                at.end()
+            )
+        })?;
+        if bytes.len() != dst.len() {
+            return Err(format!(
+                "{} bytes written into a region of {}",
+                bytes.len(),
+                dst.len()
+            ));
+        }
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn read(&mut self, at: Region) -> Result<Vec<u8>, String> {
+        self.bytes(at).map(<[u8]>::to_vec)
+    }
+
+    fn launch(&mut self, _n: usize, step: &KernelStep, launch: usize) -> Result<(), String> {
+        let k = step
+            .program
+            .launches
+            .get(launch)
+            .ok_or_else(|| format!("k{}: no launch {launch}", step.inst))?;
+        let ins = k
+            .inputs
+            .iter()
+            .map(|(b, t)| self.buffer(step, *b, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut outs = k
+            .outputs
+            .iter()
+            .map(|(b, t)| self.buffer(step, *b, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&Buffer> = ins.iter().collect();
+        run_kernel(k, &refs, &mut outs).map_err(|EmuError(e)| e)?;
+        for ((b, t), buf) in k.outputs.iter().zip(&outs) {
+            let l = buf.to_literal(t).map_err(|EmuError(e)| e)?;
+            let at = step
+                .region(*b)
+                .ok_or_else(|| format!("k{}: no region for {b}", step.inst))?;
+            self.write(at, &l.to_le_bytes())?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! Running a device plan ([`DevicePlan`]) on a device: the one executor the GPU emulator
+//! ([`crate::gpu_emu`]) and the CUDA executor (`cuda_exec`) share. A device only copies bytes
+//! into and out of its arena and runs one launch ([`PlanDevice`]); the order of the steps,
+//! where each value lives, the parameters and constants written, the host steps on the
+//! reference interpreter and the results read back are decided here, once, so that what the
+//! emulator tests is what a GPU runs.
+
+use kiln_ir::{Literal, TensorType, ValueId};
+use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep, HostStep, KernelStep, Region};
+use std::collections::HashMap;
+
+/// What a device does for the plan executor.
+pub trait PlanDevice {
+    /// Writes `bytes` (as many as the region holds) into the arena at `at`.
+    fn write(&mut self, at: Region, bytes: &[u8]) -> Result<(), String>;
+    /// The bytes of the arena at `at`, once the work before is done.
+    fn read(&mut self, at: Region) -> Result<Vec<u8>, String>;
+    /// Runs launch `launch` of the plan's kernel step `step` (the `n`th kernel step), its
+    /// buffers at their regions ([`KernelStep::region`]).
+    fn launch(&mut self, n: usize, step: &KernelStep, launch: usize) -> Result<(), String>;
+}
+
+/// The place of `v` in `plan`, or an error naming it.
+fn place(plan: &DevicePlan, v: ValueId) -> Result<Region, String> {
+    plan.places
+        .get(v.index())
+        .copied()
+        .flatten()
+        .ok_or_else(|| format!("%{} is not on the device", v.index()))
+}
+
+/// `v`'s value, read back from the device.
+fn read_value<D: PlanDevice>(
+    plan: &DevicePlan,
+    dev: &mut D,
+    v: ValueId,
+) -> Result<Literal, String> {
+    let ty: TensorType = plan.func.values[v.index()].clone();
+    let bytes = dev.read(place(plan, v)?)?;
+    Literal::from_le_bytes(ty, &bytes).map_err(|e| format!("%{}: {e}", v.index()))
+}
+
+/// Writes `l` as `v`'s value on the device.
+fn write_value<D: PlanDevice>(
+    plan: &DevicePlan,
+    dev: &mut D,
+    v: ValueId,
+    l: &Literal,
+) -> Result<(), String> {
+    let at = place(plan, v)?;
+    let bytes = l.to_le_bytes();
+    if bytes.len() != at.bytes {
+        return Err(format!(
+            "%{}: {} bytes for a region of {}",
+            v.index(),
+            bytes.len(),
+            at.bytes
+        ));
+    }
+    dev.write(at, &bytes)
+}
+
+/// Writes the plan's constants: once, when the executable is loaded.
+pub fn load<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<(), String> {
+    for (v, l) in &plan.constants {
+        write_value(plan, dev, *v, l)?;
+    }
+    Ok(())
+}
+
+/// Runs `plan` (its constants [`load`]ed) on `args`: the parameters written, the steps in
+/// order, the results read back.
+pub fn run<D: PlanDevice>(
+    plan: &DevicePlan,
+    dev: &mut D,
+    args: &[&Literal],
+) -> Result<Vec<Literal>, String> {
+    kiln_reference::check_args(&plan.func, args).map_err(|e| e.to_string())?;
+    for (p, a) in plan.func.params.iter().zip(args) {
+        write_value(plan, dev, *p, a)?;
+    }
+    let mut n = 0;
+    for step in &plan.steps {
+        match step {
+            DeviceStep::Kernel(k) => {
+                for launch in 0..k.program.launches.len() {
+                    dev.launch(n, k, launch)?;
+                }
+                n += 1;
+            }
+            DeviceStep::Host(h) => host(plan, dev, h)?,
+        }
+    }
+    plan.func
+        .outputs
+        .iter()
+        .map(|&o| read_value(plan, dev, o))
+        .collect()
+}
+
+/// A host step: its operands read back, its instructions on the reference interpreter, its
+/// results written.
+fn host<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, h: &HostStep) -> Result<(), String> {
+    let f = &plan.func;
+    let mut local: HashMap<ValueId, Literal> = HashMap::new();
+    for &v in &h.reads {
+        if let std::collections::hash_map::Entry::Vacant(e) = local.entry(v) {
+            e.insert(read_value(plan, dev, v)?);
+        }
+    }
+    for &i in &h.insts {
+        let inst = &f.insts[i];
+        let mut xs = Vec::with_capacity(inst.operands.len());
+        for o in &inst.operands {
+            xs.push(match local.get(o) {
+                Some(l) => l.clone(),
+                None => read_value(plan, dev, *o)?,
+            });
+        }
+        let refs: Vec<&Literal> = xs.iter().collect();
+        let tys: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
+        for (r, l) in inst
+            .results
+            .iter()
+            .zip(kiln_reference::eval_op(&inst.op, &refs, &tys))
+        {
+            local.insert(*r, l);
+        }
+    }
+    for &w in &h.writes {
+        let l = local
+            .get(&w)
+            .ok_or_else(|| format!("the host step never computed %{}", w.index()))?;
+        write_value(plan, dev, w, l)?;
+    }
+    Ok(())
+}
