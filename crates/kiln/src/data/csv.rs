@@ -3,7 +3,7 @@
 use super::{Dataset, Rows, common_len, data_error, located, sample};
 use crate::ir::{Literal, Loc, TensorType};
 use crate::{DType, Result, Tensor};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -220,12 +220,15 @@ fn read(path: &Path, o: &CsvOptions) -> Result<CsvDataset> {
                 ids
             }
             None => {
-                let set: BTreeSet<&str> = texts.iter().copied().collect();
-                classes = set.iter().map(|s| s.to_string()).collect();
-                texts
-                    .iter()
-                    .map(|t| classes.iter().position(|c| c == t).expect("a class") as i64)
-                    .collect()
+                // Class ids in sorted order of the names.
+                let ids: BTreeMap<&str, i64> = texts.iter().map(|&t| (t, 0)).collect();
+                let ids: BTreeMap<&str, i64> = ids
+                    .keys()
+                    .enumerate()
+                    .map(|(i, &t)| (t, i as i64))
+                    .collect();
+                classes = ids.keys().map(|s| s.to_string()).collect();
+                texts.iter().map(|t| ids[t]).collect()
             }
         };
         let lty = TensorType::new(DType::I32, [n]);
