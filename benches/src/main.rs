@@ -365,6 +365,33 @@ fn attention_sdpa(b: usize) -> Result<Timing, String> {
     measure("attention_sdpa", f, &attention_inputs(b))
 }
 
+/// An ascending sort of `n` standard normal f32 keys. Checked against Rust's own stable sort
+/// of the same keys (the reference interpreter sorts by calling the comparator region for
+/// every comparison: hours at this size), bit for bit.
+fn sort(n: usize) -> Result<Timing, String> {
+    let x = normal(&key(3), &[n], DType::F32);
+    let j = jit(|x: &Tensor| x.sort(0, false));
+    let t = Instant::now();
+    let got = j.call(&x).map_err(|e| e.to_string())?;
+    let first = t.elapsed().as_secs_f64();
+    let timing = time(|| j.call(&x).map_err(|e| e.to_string()))?;
+    let t = Instant::now();
+    let mut want = x.to_vec::<f32>().map_err(|e| e.to_string())?;
+    want.sort_by(|a, b| a.partial_cmp(b).expect("normal keys are numbers"));
+    let got = got.to_vec::<f32>().map_err(|e| e.to_string())?;
+    if let Some(i) = (0..n).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        return Err(format!(
+            "sort: element {i} is {} but a stable sort gives {}",
+            got[i], want[i]
+        ));
+    }
+    Ok(Timing {
+        first,
+        check_s: t.elapsed().as_secs_f64(),
+        ..timing
+    })
+}
+
 /// The chain of `n` elementwise steps of the compile_chain_* rows: step i is
 /// `x = sin(x) * 0.9` for even i and `x = tanh(x * 1.01 + 0.1)` for odd i; the loss is the sum.
 fn chain_loss(n: usize) -> impl Fn(&Tensor) -> Tensor + Copy {
@@ -540,6 +567,11 @@ const WORKLOADS: &[Workload] = &[
         name: "attention_sdpa_8x8x512x64",
         size: 8,
         run: attention_sdpa,
+    },
+    Workload {
+        name: "sort_16M",
+        size: 16 << 20,
+        run: sort,
     },
     Workload {
         name: "compile_chain_250",

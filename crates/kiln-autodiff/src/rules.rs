@@ -116,6 +116,14 @@ pub fn vjp_rule(
     if let Op::Case { branches } = op {
         return case_vjp(b, branches, x, r, g);
     }
+    if let Op::Sort {
+        dimension,
+        is_stable,
+        comparator,
+    } = op
+    {
+        return sort::sort_vjp(b, *dimension, *is_stable, comparator, x, g);
+    }
     let g = g[0].expect("single-result ops are only visited with a cotangent");
     let r = r[0];
     let one = |v| Ok(vec![Some(v)]);
@@ -918,7 +926,7 @@ pub fn vjp_rule(
         | Op::RngBitGenerator { .. }
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
-        Op::While { .. } | Op::Case { .. } => Ok(vec![None; x.len()]),
+        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } => Ok(vec![None; x.len()]),
     }
 }
 
@@ -966,3 +974,4 @@ fn case_vjp(
 }
 
 mod conv;
+mod sort;

@@ -62,6 +62,19 @@ impl AttrValue for i64 {
     }
 }
 
+impl AttrValue for bool {
+    fn to_attr(&self) -> Attr {
+        Attr::Token(self.to_string())
+    }
+    fn from_attr(a: &Attr, _: &AttrCtx) -> Result<Self, String> {
+        match a {
+            Attr::Token(t) if t == "true" => Ok(true),
+            Attr::Token(t) if t == "false" => Ok(false),
+            _ => Err(format!("expected `true` or `false`, found {}", quote(a))),
+        }
+    }
+}
+
 impl AttrValue for Vec<i64> {
     fn to_attr(&self) -> Attr {
         Attr::List(self.iter().map(|x| x.to_attr()).collect())

@@ -378,6 +378,11 @@ define_ops! {
     /// Runs the branch the first operand (an `i32[]`) picks, the last one when it is out of
     /// range, on the other operands; the results are what that branch returns.
     Case = "case", AtLeast(1), ResultCount::Regions, CONTROL | DIFF, { branches: Vec<Func> };
+    /// Sorts the operands together along `dimension`: each 1-D slice is put in the order
+    /// `comparator` defines on the operands' elements (it takes `lhs0, rhs0, lhs1, rhs1, ...`
+    /// scalars and returns `pred[]`: whether lhs goes before rhs); equal elements keep their
+    /// order when `is_stable`.
+    Sort = "sort", AtLeast(1), ResultCount::PerOperand, CONTROL | DIFF, { dimension: i64, is_stable: bool, comparator: Box<Func> };
 }
 
 impl Op {
@@ -401,11 +406,12 @@ impl Op {
     }
 
     /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
-    /// branches; empty for every other op.
+    /// branches, a `sort`'s comparator; empty for every other op.
     pub fn regions(&self) -> Vec<&Func> {
         match self {
             Op::While { cond, body } => vec![cond.as_ref(), body.as_ref()],
             Op::Case { branches } => branches.iter().collect(),
+            Op::Sort { comparator, .. } => vec![comparator.as_ref()],
             _ => Vec::new(),
         }
     }

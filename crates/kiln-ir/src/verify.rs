@@ -1017,6 +1017,51 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 label: 4,
             })
         }
+        Sort {
+            dimension,
+            comparator,
+            ..
+        } => {
+            let shape = &x[0].shape;
+            for t in &x[1..] {
+                l.ensure(1, t.shape == *shape, || {
+                    format!("the operands must have one shape, got {} and {}", x[0], t)
+                })?;
+            }
+            let rank = shape.len() as i64;
+            l.ensure(2, (0..rank).contains(dimension), || {
+                format!("dimension {dimension} is out of range for rank {rank}")
+            })?;
+            region(comparator)?;
+            let expected: Vec<TensorType> = x
+                .iter()
+                .flat_map(|t| {
+                    let s = TensorType::new(t.dtype, []);
+                    [s.clone(), s]
+                })
+                .collect();
+            let params = comparator.param_types();
+            l.ensure(3, params == expected, || {
+                format!(
+                    "comparator @{} takes ({}) but the operands need ({}): lhs and rhs scalars of each, in order",
+                    comparator.name,
+                    list(&params),
+                    list(&expected)
+                )
+            })?;
+            let pred = TensorType::new(DType::Pred, []);
+            l.ensure(4, comparator.output_types == [pred], || {
+                format!(
+                    "comparator @{} must return one pred[], returns ({})",
+                    comparator.name,
+                    list(&comparator.output_types)
+                )
+            })?;
+            Ok(Inferred {
+                types: x.iter().map(|t| (*t).clone()).collect(),
+                label: 5,
+            })
+        }
     }
 }
 

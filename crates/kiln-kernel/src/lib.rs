@@ -11,7 +11,8 @@
 //! - [`canon`]: canonicalizing rewrites of the graph before lowering (rng expansion, transposed
 //!   products, Winograd and GEMM convolutions, dot canonicalization).
 //! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
-//! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan.
+//! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan; [`sort`]: how a
+//!   `sort` runs (by keys or by its comparator).
 //! - [`loop_schedule`]: how each loop-nest kernel's loops run on a target (streaming stores,
 //!   transposing tiles, guard segments), decided once for the emitters to render, with a
 //!   GEMM's blocking ([`gemm_schedule`]) and how the kernel's rows are split across threads
@@ -44,6 +45,7 @@ pub mod precision;
 pub mod print;
 pub mod rewrite;
 pub mod schedule;
+pub mod sort;
 pub mod target;
 pub mod threads;
 pub mod verify;

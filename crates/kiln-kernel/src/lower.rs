@@ -130,6 +130,9 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::While { .. } | Op::Case { .. } => Err(NoKernel(
             "control flow: the host runs it, each region compiled as a program of its own",
         )),
+        Op::Sort { .. } => Err(NoKernel(
+            "a sort: the host runs it (by keys, or with its comparator compiled as a region)",
+        )),
         Op::RngBitGenerator { .. } => Err(NoKernel(
             "a generator with two results, run by the interpreter where canonicalization did not \
              expand it",

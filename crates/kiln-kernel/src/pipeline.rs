@@ -274,7 +274,7 @@ pub fn steps_of(f: &Func, fused: &Fused) -> Vec<Step> {
             (Some(_), _) => Step::Kernel,
             (None, Op::Constant { .. }) => Step::Constant,
             (None, Op::OptimizationBarrier {}) => Step::Forward,
-            (None, Op::While { .. } | Op::Case { .. }) => Step::Control,
+            (None, op) if op.props().contains(kiln_ir::Props::CONTROL) => Step::Control,
             (None, _) => Step::Reference,
         })
         .collect()

@@ -19,12 +19,14 @@ mod ops;
 mod products;
 mod rng;
 pub mod scalar;
+mod sort;
 
 use kiln_ir::{Func, Literal, Module, VerifyError};
 use std::fmt;
 
-pub use ops::{case_branch, eval_op};
+pub use ops::{case_branch, eval_op, take as take_positions};
 pub use rng::threefry2x32;
+pub use sort::{merge_sort_by, permutation as sort_permutation};
 
 /// An error of the reference interpreter.
 #[derive(Clone, Debug, PartialEq)]

@@ -55,7 +55,7 @@ macro_rules! map_data {
 }
 
 /// Elements of `src` at linear positions `idx`, as a literal of type `ty`.
-fn take(src: &Literal, ty: &TensorType, idx: &[usize]) -> Literal {
+pub fn take(src: &Literal, ty: &TensorType, idx: &[usize]) -> Literal {
     Literal::new(
         ty.clone(),
         map_data!(src.data(), v => idx.iter().map(|&i| v[i]).collect()),
@@ -674,6 +674,11 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             let chosen = case_branch(x[0], branches.len());
             crate::run(&branches[chosen], &x[1..])
         }
+        Op::Sort {
+            dimension,
+            comparator,
+            ..
+        } => crate::sort::sort(x, *dimension as usize, comparator),
     }
 }
 

@@ -28,6 +28,7 @@ pub mod cuda;
 pub mod cuda_exec;
 pub mod gpu_emu;
 pub mod plan_exec;
+mod sort;
 
 pub use kiln_kernel::{Step, plan};
 
@@ -233,7 +234,8 @@ impl Program {
 
     /// Runs the control-flow instruction `i` on its operands `x`: a `while` runs its condition
     /// and body programs in turn until the condition is false, a `case` the program of the
-    /// branch its index picks (the last one when out of range).
+    /// branch its index picks (the last one when out of range), a `sort` by its keys or its
+    /// comparator's program ([`sort`]).
     fn control(&self, i: usize, x: &[&Literal]) -> Result<Vec<Literal>, Error> {
         let inst = &self.func.insts[i];
         let regions = &self.regions[i];
@@ -267,6 +269,17 @@ impl Program {
                 }
                 let k = kiln_reference::case_branch(x[0], regions.len());
                 regions[k].run_region(&x[1..])
+            }
+            Op::Sort {
+                dimension,
+                comparator,
+                ..
+            } => {
+                let [cmp] = &regions[..] else {
+                    return Err(missing());
+                };
+                let plan = kiln_kernel::sort::sort_plan(comparator, x.len());
+                sort::sort(x, *dimension as usize, plan, cmp.as_ref())
             }
             op => Err(Error(format!(
                 "#{i} {}: a control step on an op without regions",

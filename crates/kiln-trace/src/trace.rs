@@ -358,6 +358,10 @@ fn run_op(
     let elements: usize = f.values.iter().map(|t| t.numel()).sum();
     let large = elements >= EAGER_COMPILE_THRESHOLD;
     let op = &f.insts[0].op;
+    // A sort by keys runs natively; a large one is compiled (a radix sort), used again or not.
+    if !large && let Some(ls) = crate::eager::sort(op, lits) {
+        return Ok(ls);
+    }
     if (!large || !crate::eager::compiles_when_reused(op) || crate::eager::first_use(&f))
         && let Some(l) = crate::eager::native(op, lits, &f.output_types)
     {

@@ -22,6 +22,8 @@ mod dot;
 mod elementwise;
 mod layout;
 mod reduce;
+mod sort;
+pub(crate) use sort::sort;
 #[cfg(test)]
 mod tests;
 

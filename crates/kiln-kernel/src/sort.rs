@@ -1,0 +1,211 @@
+//! How a `sort` runs, decided from its comparator.
+//!
+//! A comparator that only asks whether one operand's element is less (or greater) than the
+//! other's (`compare %lhs_k, %rhs_k {comparison_direction = LT}`, what `Tensor::sort` and
+//! `argsort` trace) orders the slices by that operand's keys alone: the runtime sorts them as
+//! integer keys (a radix sort, stable, so equal keys keep their order as the comparator's
+//! stable sort keeps them), and a comparator that is anything else runs as a compiled region
+//! inside a merge sort, the same merge the reference interpreter runs.
+
+use kiln_ir::{ComparisonDirection, Func, Op, ValueId};
+
+/// How a `sort` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortPlan {
+    /// By the keys of one operand, ascending or descending.
+    Keys {
+        /// The operand whose elements are the keys.
+        operand: usize,
+        /// Greatest first.
+        descending: bool,
+        /// A NaN key counts as greater than every number (and equal to other NaNs), as the
+        /// front end's comparator says (`lt(a, b) or (b != b and a == a)`); otherwise NaN
+        /// keys are unordered, as a bare `LT` leaves them.
+        nan_greatest: bool,
+    },
+    /// By the comparator region, called for each comparison.
+    Comparator,
+}
+
+/// The plan for a `sort` of `operands` operands with `comparator`.
+pub fn sort_plan(comparator: &Func, operands: usize) -> SortPlan {
+    let [out] = comparator.outputs[..] else {
+        return SortPlan::Comparator;
+    };
+    if comparator.params.len() != 2 * operands {
+        return SortPlan::Comparator;
+    }
+    let def = |v: ValueId| comparator.insts.iter().find(|i| i.results.contains(&v));
+    let param = |v: ValueId| comparator.params.iter().position(|p| *p == v);
+    // `compare a, b` of two parameters: (direction, a's parameter, b's parameter).
+    let compare = |v: ValueId| -> Option<(ComparisonDirection, usize, usize)> {
+        let i = def(v)?;
+        match (&i.op, &i.operands[..]) {
+            (
+                Op::Compare {
+                    comparison_direction,
+                },
+                [a, b],
+            ) => Some((*comparison_direction, param(*a)?, param(*b)?)),
+            _ => None,
+        }
+    };
+    // `x op y` of two values, either way round.
+    let pair = |v: ValueId, want: fn(&Op) -> bool| -> Option<[ValueId; 2]> {
+        let i = def(v)?;
+        match &i.operands[..] {
+            [x, y] if want(&i.op) => Some([*x, *y]),
+            _ => None,
+        }
+    };
+    let uses = comparator.insts.len();
+    // A bare comparison of the keys, or one with NaN counted greatest.
+    let (strict, nan_greatest) = match compare(out) {
+        Some(c) if uses == 1 => (c, false),
+        _ => {
+            let Some([x, y]) = pair(out, |o| matches!(o, Op::Or {})) else {
+                return SortPlan::Comparator;
+            };
+            let (c, nan) = match (compare(x), compare(y)) {
+                (Some(c), _) if pair(y, |o| matches!(o, Op::And {})).is_some() => (c, y),
+                (_, Some(c)) if pair(x, |o| matches!(o, Op::And {})).is_some() => (c, x),
+                _ => return SortPlan::Comparator,
+            };
+            let Some([u, w]) = pair(nan, |o| matches!(o, Op::And {})) else {
+                return SortPlan::Comparator;
+            };
+            // `s != s` (s is NaN) and `t == t` (t is not), either way round.
+            let self_test = |v: ValueId, d: ComparisonDirection| match compare(v) {
+                Some((dir, a, b)) if dir == d && a == b => Some(a),
+                _ => None,
+            };
+            let (nan_side, number_side) = match (
+                self_test(u, ComparisonDirection::Ne),
+                self_test(w, ComparisonDirection::Eq),
+                self_test(w, ComparisonDirection::Ne),
+                self_test(u, ComparisonDirection::Eq),
+            ) {
+                (Some(s), Some(t), _, _) | (_, _, Some(s), Some(t)) => (s, t),
+                _ => return SortPlan::Comparator,
+            };
+            if uses != 5 || nan_side / 2 != c.1 / 2 || number_side / 2 != c.1 / 2 {
+                return SortPlan::Comparator;
+            }
+            // Ascending (`a < b`): b NaN and a not puts a first; descending (`a > b`): a NaN.
+            let (dir, a, _) = c;
+            let lhs_first = a % 2 == 0;
+            let ascending = matches!(
+                (dir, lhs_first),
+                (ComparisonDirection::Lt, true) | (ComparisonDirection::Gt, false)
+            );
+            let lhs = c.1.min(c.2);
+            let want_nan = if ascending { lhs + 1 } else { lhs };
+            if nan_side != want_nan || number_side == nan_side {
+                return SortPlan::Comparator;
+            }
+            (c, true)
+        }
+    };
+    let (dir, pa, pb) = strict;
+    // Parameters come in pairs: lhs of operand k at 2k, rhs at 2k + 1.
+    if pa / 2 != pb / 2 || pa == pb {
+        return SortPlan::Comparator;
+    }
+    let lhs_first = pa % 2 == 0;
+    let descending = match (dir, lhs_first) {
+        (ComparisonDirection::Lt, true) | (ComparisonDirection::Gt, false) => false,
+        (ComparisonDirection::Gt, true) | (ComparisonDirection::Lt, false) => true,
+        _ => return SortPlan::Comparator,
+    };
+    SortPlan::Keys {
+        operand: pa / 2,
+        descending,
+        nan_greatest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comparator(body: &str) -> Func {
+        let text = format!(
+            "func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {{\n{body}\n}}\n"
+        );
+        kiln_ir::parse_func_text(&text).expect("parses")
+    }
+
+    #[test]
+    fn key_comparators_are_recognized_and_others_are_not() {
+        let lt =
+            comparator("  %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n  return %4");
+        assert_eq!(
+            sort_plan(&lt, 2),
+            SortPlan::Keys {
+                operand: 0,
+                descending: false,
+                nan_greatest: false
+            }
+        );
+        let gt =
+            comparator("  %4 = compare %2, %3 {comparison_direction = GT} : pred[]\n  return %4");
+        assert_eq!(
+            sort_plan(&gt, 2),
+            SortPlan::Keys {
+                operand: 1,
+                descending: true,
+                nan_greatest: false
+            }
+        );
+        let swapped =
+            comparator("  %4 = compare %1, %0 {comparison_direction = LT} : pred[]\n  return %4");
+        assert_eq!(
+            sort_plan(&swapped, 2),
+            SortPlan::Keys {
+                operand: 0,
+                descending: true,
+                nan_greatest: false
+            }
+        );
+        // NaN counted greatest, ascending (b is NaN) and descending (a is NaN).
+        let asc = comparator(
+            "  %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n  %5 = compare %1, %1 {comparison_direction = NE} : pred[]\n  %6 = compare %0, %0 {comparison_direction = EQ} : pred[]\n  %7 = and %5, %6 : pred[]\n  %8 = or %4, %7 : pred[]\n  return %8",
+        );
+        assert_eq!(
+            sort_plan(&asc, 2),
+            SortPlan::Keys {
+                operand: 0,
+                descending: false,
+                nan_greatest: true
+            }
+        );
+        let desc = comparator(
+            "  %4 = compare %0, %1 {comparison_direction = GT} : pred[]\n  %5 = compare %0, %0 {comparison_direction = NE} : pred[]\n  %6 = compare %1, %1 {comparison_direction = EQ} : pred[]\n  %7 = and %5, %6 : pred[]\n  %8 = or %4, %7 : pred[]\n  return %8",
+        );
+        assert_eq!(
+            sort_plan(&desc, 2),
+            SortPlan::Keys {
+                operand: 0,
+                descending: true,
+                nan_greatest: true
+            }
+        );
+        // NaN on the wrong side: NaN least, which the keys do not do.
+        let wrong = comparator(
+            "  %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n  %5 = compare %0, %0 {comparison_direction = NE} : pred[]\n  %6 = compare %1, %1 {comparison_direction = EQ} : pred[]\n  %7 = and %5, %6 : pred[]\n  %8 = or %4, %7 : pred[]\n  return %8",
+        );
+        assert_eq!(sort_plan(&wrong, 2), SortPlan::Comparator);
+        // Not strict, across operands, or more than one compare: the comparator runs.
+        for body in [
+            "  %4 = compare %0, %1 {comparison_direction = LE} : pred[]\n  return %4",
+            "  %4 = compare %0, %0 {comparison_direction = LT} : pred[]\n  return %4",
+            "  %4 = negate %0 : f32[]\n  %5 = compare %4, %1 {comparison_direction = LT} : pred[]\n  return %5",
+        ] {
+            assert_eq!(
+                sort_plan(&comparator(body), 2),
+                SortPlan::Comparator,
+                "{body}"
+            );
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Sorting along an axis: [`Tensor::sort`], [`Tensor::argsort`], [`Tensor::sort_with`] and
+//! [`Tensor::topk`], each the IR's `sort` with a comparator on one operand's keys.
+//!
+//! Order, as NumPy, PyTorch and JAX sort: ascending or descending; NaN counts as greater than
+//! every number (last ascending, first descending); -0 and +0 are equal; equal keys keep their
+//! order (every sort here is stable, so `argsort` gives the first of equal keys first). The
+//! comparators are the forms the backends sort by keys (a radix sort on the CPU, see
+//! `kiln_kernel::sort`).
+
+use crate::composite::composite;
+use crate::ops::ty_str;
+use crate::tensor::Tensor;
+use crate::trace::apply;
+use kiln_ir::{Builder, ComparisonDirection as Cmp, DType, Func, Loc, Op, TensorType};
+
+/// The comparator of a sort of operands of `dtypes` by operand `key`'s elements: `a < b`
+/// (descending `a > b`), with NaN greatest for float keys.
+fn comparator(dtypes: &[DType], key: usize, descending: bool) -> Result<Func, String> {
+    let mut c = Builder::new("comparator");
+    let mut params = Vec::new();
+    for &d in dtypes {
+        let t = TensorType::new(d, []);
+        params.push((c.param(t.clone()), c.param(t)));
+    }
+    let (a, b) = params[key];
+    let e = |e: kiln_ir::VerifyError| e.to_string();
+    let dir = if descending { Cmp::Gt } else { Cmp::Lt };
+    let strict = c.compare(a, b, dir).map_err(e)?;
+    let out = if dtypes[key].is_float() {
+        // Ascending: b is NaN and a is not; descending: a is NaN and b is not.
+        let (nan, number) = if descending { (a, b) } else { (b, a) };
+        let is_nan = c.compare(nan, nan, Cmp::Ne).map_err(e)?;
+        let is_number = c.compare(number, number, Cmp::Eq).map_err(e)?;
+        let nan_after = c.binary(Op::And {}, is_nan, is_number).map_err(e)?;
+        c.binary(Op::Or {}, strict, nan_after).map_err(e)?
+    } else {
+        strict
+    };
+    c.finish(&[out]).map_err(e)
+}
+
+impl Tensor {
+    /// The elements sorted along `axis` (negative counts from the end), ascending or
+    /// descending; NaN greatest. Differentiable: the gradient moves back to where each
+    /// element came from.
+    #[track_caller]
+    pub fn sort(&self, axis: isize, descending: bool) -> Tensor {
+        let loc = Loc::caller();
+        composite("sort", loc, || {
+            self.sorted("sort", &[], axis, descending, loc)
+        })
+        .swap_remove(0)
+    }
+
+    /// The `i32` positions along `axis` of the elements in sorted order (the positions a
+    /// gather along `axis` takes to sort it); stable: among equal keys the first comes first.
+    #[track_caller]
+    pub fn argsort(&self, axis: isize, descending: bool) -> Tensor {
+        let loc = Loc::caller();
+        composite("argsort", loc, || {
+            let d = match self.axis(axis, "argsort") {
+                Ok(d) => d,
+                Err(t) => return t,
+            };
+            let pos = Tensor::iota(DType::I32, &self.shape(), d);
+            self.sorted("argsort", &[&pos], axis, descending, loc)
+                .swap_remove(1)
+        })
+    }
+
+    /// This tensor (the keys) and `values` (each of its shape) sorted together along `axis`
+    /// by the keys: the sorted keys, then each value tensor in the keys' order.
+    #[track_caller]
+    pub fn sort_with(&self, values: &[&Tensor], axis: isize, descending: bool) -> Vec<Tensor> {
+        let loc = Loc::caller();
+        composite("sort_with", loc, || {
+            self.sorted("sort_with", values, axis, descending, loc)
+        })
+    }
+
+    /// The `k` greatest elements along `axis`, greatest first, and their `i32` positions (the
+    /// first of equal elements first; NaN counts greatest).
+    #[track_caller]
+    pub fn topk(&self, k: usize, axis: isize) -> (Tensor, Tensor) {
+        let loc = Loc::caller();
+        composite("topk", loc, || {
+            let d = match self.axis(axis, "topk") {
+                Ok(d) => d,
+                Err(t) => return (t.clone(), t),
+            };
+            let n = self.shape()[d];
+            if k > n {
+                let t = self.fail(
+                    "topk",
+                    format!(
+                        "k = {k} is more than the {n} elements along axis {d} of {}",
+                        ty_str(self)
+                    ),
+                );
+                return (t.clone(), t);
+            }
+            let pos = Tensor::iota(DType::I32, &self.shape(), d);
+            let mut s = self.sorted("topk", &[&pos], axis, true, loc);
+            let idx = s.swap_remove(1).slice(d as isize, 0, k as isize, 1);
+            let vals = s.swap_remove(0).slice(d as isize, 0, k as isize, 1);
+            (vals, idx)
+        })
+    }
+
+    /// `sort` of this tensor (the keys) and `values` along `axis`.
+    fn sorted(
+        &self,
+        name: &str,
+        values: &[&Tensor],
+        axis: isize,
+        descending: bool,
+        loc: Loc,
+    ) -> Vec<Tensor> {
+        let n = 1 + values.len();
+        let d = match self.axis(axis, name) {
+            Ok(d) => d,
+            Err(t) => return vec![t; n],
+        };
+        if let Some(v) = values.iter().find(|v| v.shape() != self.shape()) {
+            return vec![
+                self.fail(
+                    name,
+                    format!(
+                        "the values {} must have the keys' shape {}",
+                        ty_str(v),
+                        ty_str(self)
+                    )
+                );
+                n
+            ];
+        }
+        let xs: Vec<&Tensor> = std::iter::once(self)
+            .chain(values.iter().copied())
+            .collect();
+        let dtypes: Vec<DType> = xs.iter().map(|t| t.dtype()).collect();
+        let cmp = match comparator(&dtypes, 0, descending) {
+            Ok(c) => c,
+            Err(e) => return vec![self.fail(name, e); n],
+        };
+        apply(
+            Op::Sort {
+                dimension: d as i64,
+                is_stable: true,
+                comparator: Box::new(cmp),
+            },
+            &xs,
+            None,
+            name,
+            loc,
+        )
+    }
+}

@@ -1,0 +1,214 @@
+//! `Tensor::sort`, `argsort`, `sort_with` and `topk`, eager and under `jit`, against a stable
+//! sort written here (NaN greatest, -0 equal to +0, ties in order, as NumPy and PyTorch sort);
+//! their gradients against finite differences; and the errors of bad arguments.
+
+use kiln::{DType, Tensor, grad, jit};
+use std::cmp::Ordering;
+
+/// Values with ties, both zeros, infinities and NaNs.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (s >> 33) as i64;
+            match r % 29 {
+                0 => f32::NAN,
+                1 => -0.0,
+                2 => 0.0,
+                3 => f32::INFINITY,
+                4 => f32::NEG_INFINITY,
+                _ => ((r % 51) - 25) as f32 * 0.5,
+            }
+        })
+        .collect()
+}
+
+/// NaN greatest; -0 == +0.
+fn order(a: f32, b: f32) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ => a.partial_cmp(&b).unwrap(),
+    }
+}
+
+/// The stable order of each row of `v` ([rows, n], sorted along the last axis).
+fn expected(v: &[f32], n: usize, descending: bool) -> Vec<i32> {
+    v.chunks(n)
+        .flat_map(|row| {
+            let mut idx: Vec<usize> = (0..n).collect();
+            if descending {
+                idx.sort_by(|&a, &b| order(row[b], row[a]));
+            } else {
+                idx.sort_by(|&a, &b| order(row[a], row[b]));
+            }
+            idx.into_iter().map(|i| i as i32)
+        })
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn sort_and_argsort_match_a_stable_sort_eagerly_and_compiled() {
+    // Rows short and long; the 70,000-element one runs compiled even eagerly.
+    for (rows, n) in [(1, 1), (1, 9), (3, 64), (2, 1000), (1, 70_000)] {
+        let v = values(rows * n, (rows * n) as u64);
+        let x = Tensor::from_vec(v.clone(), [rows, n]).unwrap();
+        for descending in [false, true] {
+            let idx = expected(&v, n, descending);
+            let sorted: Vec<f32> = idx
+                .chunks(n)
+                .enumerate()
+                .flat_map(|(r, c)| c.iter().map(move |&i| (r, i)))
+                .map(|(r, i)| v[r * n + i as usize])
+                .collect();
+            let eager = x.sort(-1, descending).to_vec::<f32>().unwrap();
+            assert_eq!(
+                bits(&eager),
+                bits(&sorted),
+                "eager sort {rows}x{n} {descending}"
+            );
+            let compiled = jit(move |x: &Tensor| x.sort(1, descending))
+                .call(&x)
+                .unwrap();
+            assert_eq!(
+                bits(&compiled.to_vec::<f32>().unwrap()),
+                bits(&sorted),
+                "jit sort {rows}x{n} {descending}"
+            );
+            assert_eq!(x.argsort(1, descending).to_vec::<i32>().unwrap(), idx);
+            let compiled = jit(move |x: &Tensor| x.argsort(-1, descending))
+                .call(&x)
+                .unwrap();
+            assert_eq!(
+                compiled.to_vec::<i32>().unwrap(),
+                idx,
+                "jit argsort {rows}x{n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sorting_along_the_first_axis_sorts_each_column() {
+    let v: Vec<i32> = vec![5, -1, 2, 8, 9, 0, 2, 8];
+    let x = Tensor::from_vec(v, [4, 2]).unwrap();
+    let want = vec![2, -1, 2, 0, 5, 8, 9, 8];
+    assert_eq!(x.sort(0, false).to_vec::<i32>().unwrap(), want);
+    let got = jit(|x: &Tensor| x.sort(0, false)).call(&x).unwrap();
+    assert_eq!(got.to_vec::<i32>().unwrap(), want);
+    // Ties keep their order: the two 2s of column 0, the two 8s of column 1.
+    assert_eq!(
+        x.argsort(0, false).to_vec::<i32>().unwrap(),
+        vec![1, 0, 3, 2, 0, 1, 2, 3]
+    );
+    assert_eq!(
+        x.argsort(0, true).to_vec::<i32>().unwrap(),
+        vec![2, 1, 0, 3, 1, 2, 3, 0]
+    );
+}
+
+#[test]
+fn sort_with_carries_values_and_topk_takes_the_greatest() {
+    let keys = Tensor::from_vec(vec![3i32, 1, 3, 0, 2], [5]).unwrap();
+    let vals = Tensor::from_vec(vec![10.0f32, 11.0, 12.0, 13.0, 14.0], [5]).unwrap();
+    for out in [
+        keys.sort_with(&[&vals], 0, false),
+        jit(|(k, v): &(Tensor, Tensor)| {
+            let s = k.sort_with(&[v], 0, false);
+            (s[0].clone(), s[1].clone())
+        })
+        .call(&(keys.clone(), vals.clone()))
+        .map(|(a, b)| vec![a, b])
+        .unwrap(),
+    ] {
+        assert_eq!(out[0].to_vec::<i32>().unwrap(), vec![0, 1, 2, 3, 3]);
+        assert_eq!(
+            out[1].to_vec::<f32>().unwrap(),
+            vec![13.0, 11.0, 14.0, 10.0, 12.0]
+        );
+    }
+    let x = Tensor::from_vec(vec![0.5f32, f32::NAN, 2.0, 2.0, -1.0, 7.0], [2, 3]).unwrap();
+    let (v, i) = x.topk(2, 1);
+    let v = v.to_vec::<f32>().unwrap();
+    assert!(v[0].is_nan() && v[1] == 2.0, "{v:?}");
+    assert_eq!(&v[2..], &[7.0, 2.0]);
+    assert_eq!(i.to_vec::<i32>().unwrap(), vec![1, 2, 2, 0]);
+}
+
+#[test]
+fn gradients_move_back_to_where_each_element_came_from() {
+    // d/dx sum(sort(x) * w) = w moved back: the element sorted to position p gets w[p].
+    let x = Tensor::from_vec(vec![0.3f64, -1.2, 2.5, 0.7, -0.4], [5]).unwrap();
+    let w = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0], [5]).unwrap();
+    let wc = w.clone();
+    let g = grad(move |x: &Tensor| x.sort(0, false).mul(&wc).sum_all())(&x);
+    // Ascending order of x: -1.2, -0.4, 0.3, 0.7, 2.5.
+    assert_eq!(g.to_vec::<f64>().unwrap(), vec![3.0, 1.0, 5.0, 4.0, 2.0]);
+    // The same through jit, and against finite differences (descending, top-k, 2-D).
+    let wc = w.clone();
+    let gj = jit(grad(move |x: &Tensor| x.sort(0, false).mul(&wc).sum_all()))
+        .call(&x)
+        .unwrap();
+    assert_eq!(gj.to_vec::<f64>().unwrap(), vec![3.0, 1.0, 5.0, 4.0, 2.0]);
+    let m = Tensor::from_vec(
+        vec![
+            0.3f64, -1.2, 2.5, 0.7, -0.4, 1.1, 0.05, -2.0, 1.7, 0.9, -0.6, 0.2,
+        ],
+        [3, 4],
+    )
+    .unwrap();
+    let n = kiln::testing::check_grads(
+        |m: &Tensor| {
+            let s = m.sort(1, true);
+            let (t, _) = m.topk(2, 0);
+            s.mul(&s).sum_all().add(&t.sin().sum_all())
+        },
+        &m,
+        1e-6,
+        1e-6,
+    )
+    .unwrap();
+    assert_eq!(n, 12);
+    // Values carried by a sort get their gradients back too; integer keys get none.
+    let keys = Tensor::from_vec(vec![2i32, 0, 1], [3]).unwrap();
+    let v = Tensor::from_vec(vec![1.0f64, 2.0, 3.0], [3]).unwrap();
+    let gv = grad(move |v: &Tensor| {
+        let s = keys.sort_with(&[v], 0, false);
+        s[1].mul(&Tensor::from_vec(vec![10.0f64, 20.0, 30.0], [3]).unwrap())
+            .sum_all()
+    })(&v);
+    assert_eq!(gv.to_vec::<f64>().unwrap(), vec![30.0, 10.0, 20.0]);
+}
+
+#[test]
+fn bad_arguments_are_errors_naming_the_operation() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+    let e = x.sort(1, false).to_vec::<f32>().unwrap_err().to_string();
+    assert!(
+        e.contains("sort") && e.contains("axis 1 is out of range"),
+        "{e}"
+    );
+    let e = x.topk(4, 0).0.to_vec::<f32>().unwrap_err().to_string();
+    assert!(e.contains("topk") && e.contains("k = 4"), "{e}");
+    let y = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    let e = x.sort_with(&[&y], 0, false)[1]
+        .to_vec::<f32>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sort_with") && e.contains("f32[2]"), "{e}");
+    assert!(e.contains("sort.rs"), "the user's line: {e}");
+    let e = Tensor::zeros(DType::F32, [])
+        .argsort(0, false)
+        .to_vec::<i32>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argsort"), "{e}");
+}
