@@ -9,7 +9,8 @@ on the same inputs and GPU, and its results are compared with PyTorch's.
 
 Environment: KILN_RUN_DEVICE (cuda:0 by default, or `emulator`), KILN_CHECK_JOBS (programs run
 side by side, 8 by default), KILN_CHECK_JSON (where the JSON goes; check-results.json beside
-this script by default). Exit code 0 only when everything passed.
+this script by default), KILN_CHECK_NO_COMPILE=1 (no torch.compile timings). Exit code 0 only
+when everything passed.
 """
 import ast
 import concurrent.futures
@@ -78,6 +79,11 @@ def torch_workloads(torch):
         "attention": lambda q, k, v: [torch.softmax((q @ k.transpose(-2, -1)) * 0.125, -1) @ v],
         "mlp_step": mlp_step,
     }
+
+
+def torch_device(device):
+    """PyTorch's name of the GPU a KILN_RUN_DEVICE names (`cuda` or `cuda:N`)."""
+    return "cuda:" + device.split(":")[1] if ":" in device else "cuda:0"
 
 
 def median(xs):
@@ -158,7 +164,7 @@ def check_workload(w, device, torch, notes):
             row["ok"] = True
             row["note"] = "PyTorch with CUDA unavailable: not compared"
             return row
-        dev = torch.device("cuda:" + device.split(":")[1] if ":" in device else "cuda:0")
+        dev = torch.device(torch_device(device))
         args = [to_torch(os.path.join(tmp, "in", f"arg{i}.npy"), torch).to(dev) for i in range(w["args"])]
         got = [to_torch(os.path.join(tmp, "out", f"out{i}.npy"), torch).to(dev) for i in range(w["results"])]
         fn = torch_workloads(torch)[w["kind"]]
@@ -169,6 +175,12 @@ def check_workload(w, device, torch, notes):
         if not row["ok"]:
             row["note"] = f"results differ from PyTorch's: relative errors {errs}, tolerance {w['tolerance']}"
         row["torch_eager_ms"] = time_torch(torch, fn, args, w["calls"])
+        if w["kind"] == "gelu" and row["kiln_ms"]:
+            moved = 2 * sum(a.numel() * a.element_size() for a in args)
+            row["note"] = "kiln moves %.0f GB/s" % (moved / row["kiln_ms"] / 1e6)
+        if os.environ.get("KILN_CHECK_NO_COMPILE") == "1":
+            notes.append(f"{w['name']}: torch.compile skipped (KILN_CHECK_NO_COMPILE=1)")
+            return row
         try:
             row["torch_compile_ms"] = time_torch(torch, torch.compile(fn), args, w["calls"])
         except Exception as e:  # torch.compile needs a working compiler toolchain
@@ -188,6 +200,9 @@ def main():
     with open(os.path.join(HERE, "pack.json")) as f:
         pack = json.load(f)
     notes = list(pack.get("skipped", []))
+    # A copy that lost its modes (scp without -p, a zip) still runs.
+    if not os.access(KILN_RUN, os.X_OK):
+        os.chmod(KILN_RUN, 0o755)
     try:
         import torch
     except ImportError:
@@ -202,6 +217,12 @@ def main():
         if rc != 0:
             failures.append({"name": name, "exit_code": rc, "message": err})
     rows = [check_workload(w, device, torch, notes) for w in pack["workloads"]]
+    if torch is not None and device != "emulator" and torch.cuda.is_available():
+        # The device's copy bandwidth, the yardstick of the elementwise goal.
+        x = torch.empty(1 << 28, dtype=torch.float32, device=torch_device(device))
+        ms = time_torch(torch, lambda: x.clone(), [], 10)
+        notes.append("device-to-device copy: %.0f GB/s (torch clone of 1 GiB)" % (2 * x.numel() * 4 / ms / 1e6))
+        del x
     summary = {
         "device": device,
         "kiln_version": pack.get("kiln_version"),
