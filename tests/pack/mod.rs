@@ -29,6 +29,9 @@ pub const CHECK_SH: &str = include_str!("check.sh");
 /// The check's Python half (stdlib and PyTorch only).
 pub const CHECK_PY: &str = include_str!("check.py");
 
+/// How to run the check, for whoever opens the folder.
+pub const README: &str = include_str!("README.txt");
+
 /// What [`pack`] makes.
 pub struct PackOptions {
     /// The folder (made; a previous pack there is replaced; any other non-empty folder is
@@ -157,7 +160,11 @@ pub fn pack(o: &PackOptions) -> Result<Summary, String> {
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let bin = dir.join("kiln-run");
     std::fs::copy(&o.kiln_run, &bin).map_err(|e| io(&o.kiln_run, e))?;
-    for (name, text) in [("check.sh", CHECK_SH), ("check.py", CHECK_PY)] {
+    for (name, text) in [
+        ("check.sh", CHECK_SH),
+        ("check.py", CHECK_PY),
+        ("README.txt", README),
+    ] {
         let p = dir.join(name);
         std::fs::write(&p, text).map_err(|e| io(&p, e))?;
     }
