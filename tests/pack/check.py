@@ -209,6 +209,13 @@ def main():
         torch = None
         notes.append("PyTorch is not importable: the workloads are not compared with PyTorch")
     start = time.time()
+    if device != "emulator" and pack["programs"]:
+        # Without a driver or the GPU every run fails alike: say it once.
+        _, rc, err = check_program(pack["programs"][0], device)
+        if rc == 5:
+            print(f"kiln GPU check on {device}: {err}")
+            print("(KILN_RUN_DEVICE=emulator runs the programs on kiln's GPU emulator instead)")
+            sys.exit(3)
     jobs = int(os.environ.get("KILN_CHECK_JOBS", "8"))
     failures = []
     with concurrent.futures.ThreadPoolExecutor(max(jobs, 1)) as ex:
