@@ -191,6 +191,10 @@ def check_workload(w, device, torch, notes):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def progress(message):
+    print(f"[check] {message}", file=sys.stderr, flush=True)
+
+
 def fmt(x):
     return "-" if x is None else f"{x:.3f}"
 
@@ -223,7 +227,12 @@ def main():
     for name, rc, err in results:
         if rc != 0:
             failures.append({"name": name, "exit_code": rc, "message": err})
-    rows = [check_workload(w, device, torch, notes) for w in pack["workloads"]]
+    progress(f"{len(results)} programs run, {len(failures)} failed, {time.time() - start:.0f} s")
+    rows = []
+    for w in pack["workloads"]:
+        t = time.time()
+        rows.append(check_workload(w, device, torch, notes))
+        progress(f"workload {w['name']}: {'ok' if rows[-1]['ok'] else 'FAIL'}, {time.time() - t:.0f} s")
     if torch is not None and device != "emulator" and torch.cuda.is_available():
         # The device's copy bandwidth, the yardstick of the elementwise goal.
         x = torch.empty(1 << 28, dtype=torch.float32, device=torch_device(device))
