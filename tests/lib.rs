@@ -38,6 +38,8 @@
 //! its printed stages are for); only its runs follow the selected backend. A file marked
 //! `// CPU-ONLY: REASON` runs on the CPU whatever is selected (programs too large to emulate).
 
+pub mod pack;
+
 use kiln_ir::{Literal, Module, OpKind, parse_literal, parse_module, print_module, verify_module};
 use kiln_reference::compare::{Tolerance, check_close};
 use std::borrow::Cow;

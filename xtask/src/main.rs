@@ -430,6 +430,98 @@ fn dump(args: &[String]) -> Result {
     Ok(())
 }
 
+/// The libraries a shipped binary may need at run time: glibc's and the GCC unwinder's, which
+/// every glibc system has (`kiln-run` opens the CUDA driver itself, with `dlopen`).
+const SYSTEM_LIBRARIES: &[&str] = &[
+    "linux-vdso.so",
+    "libc.so",
+    "libm.so",
+    "libdl.so",
+    "libpthread.so",
+    "librt.so",
+    "libgcc_s.so",
+    "ld-linux-x86-64.so",
+];
+
+/// Checks that `bin` needs only [`SYSTEM_LIBRARIES`] (by `ldd`) and prints the newest glibc
+/// symbol version it uses (by `objdump -T`), which the machine that runs it must have.
+fn check_dynamic_libraries(bin: &Path) -> Result {
+    let out = Command::new("ldd")
+        .arg(bin)
+        .output()
+        .map_err(|e| format!("cannot run ldd: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let foreign: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !SYSTEM_LIBRARIES.iter().any(|s| l.contains(s)))
+        .collect();
+    if !foreign.is_empty() {
+        return Err(format!(
+            "{} needs libraries beyond glibc's: {}",
+            bin.display(),
+            foreign.join("; ")
+        ));
+    }
+    if let Ok(o) = Command::new("objdump").arg("-T").arg(bin).output() {
+        let symbols = String::from_utf8_lossy(&o.stdout);
+        let newest = symbols
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+            .filter_map(|w| w.strip_prefix("GLIBC_"))
+            .filter_map(|v| {
+                let mut it = v.split('.').map(|n| n.parse::<u32>().ok());
+                Some((it.next()??, it.next().flatten().unwrap_or(0)))
+            })
+            .max();
+        if let Some((major, minor)) = newest {
+            eprintln!(
+                "[xtask] {} needs glibc {major}.{minor} or newer and no other library",
+                bin.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `cargo xtask gpu-pack DIR [--quick]`: `kiln-run` built in release mode, its libraries
+/// checked, then the pack written by `kiln-pack` (see `tests/pack/mod.rs` and `docs/gpu.md`).
+fn gpu_pack(args: &[String]) -> Result {
+    let usage = "usage: cargo xtask gpu-pack DIR [--quick]";
+    if let Some(bad) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
+        return Err(format!("unknown option {bad}; {usage}"));
+    }
+    let dirs: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let [dir] = dirs.as_slice() else {
+        return Err(usage.into());
+    };
+    let dir = std::env::current_dir()
+        .map_err(|e| e.to_string())?
+        .join(dir);
+    run(cargo().args(["build", "--release", "-p", "kiln-run", "--bin", "kiln-run"]))?;
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target"));
+    let bin = target.join("release").join("kiln-run");
+    check_dynamic_libraries(&bin)?;
+    let mut c = cargo();
+    c.args([
+        "run",
+        "--quiet",
+        "-p",
+        "kiln-tests",
+        "--bin",
+        "kiln-pack",
+        "--",
+    ])
+    .arg(&dir)
+    .arg("--kiln-run")
+    .arg(&bin);
+    if args.iter().any(|a| a == "--quick") {
+        c.arg("--quick");
+    }
+    run(&mut c)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
@@ -438,7 +530,8 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check]".into()),
+        Some("gpu-pack") => gpu_pack(&args[1..]),
+        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check] | gpu-pack DIR [--quick]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

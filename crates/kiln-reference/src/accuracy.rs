@@ -670,14 +670,37 @@ pub fn check(
 /// Checks every output `got` of `f` on `args` against the reference interpreter, each under the
 /// bound of its cone. The error names the output.
 pub fn check_outputs(f: &Func, args: &[Literal], got: &[Literal]) -> Result<Stats, String> {
+    check_outputs_with(f, args, got, None)
+}
+
+/// [`check_outputs`] against results computed before (`want`: the reference's on `args`, as
+/// shipped beside an ahead-of-time artifact), each output under the bound of its cone.
+pub fn check_outputs_against(
+    f: &Func,
+    args: &[Literal],
+    got: &[Literal],
+    want: &[Literal],
+) -> Result<Stats, String> {
+    check_outputs_with(f, args, got, Some(want))
+}
+
+fn check_outputs_with(
+    f: &Func,
+    args: &[Literal],
+    got: &[Literal],
+    given: Option<&[Literal]>,
+) -> Result<Stats, String> {
     let bounds = output_bounds(f);
     // The magnitudes' pass computes the values too: the program runs once for them, not once
     // more (a large product's or convolution's check spends its time in these passes).
     let (want, mags) = if bounds.iter().all(Bound::exact) {
-        (crate::eval(f, args).map_err(|e| e.to_string())?, None)
+        match given {
+            Some(w) => (w.to_vec(), None),
+            None => (crate::eval(f, args).map_err(|e| e.to_string())?, None),
+        }
     } else {
         let (want, mags) = values_and_magnitudes(f, args).map_err(|e| e.to_string())?;
-        (want, Some(mags))
+        (given.map(<[Literal]>::to_vec).unwrap_or(want), Some(mags))
     };
     if got.len() != want.len() {
         return Err(format!(

@@ -163,6 +163,31 @@ impl CudaExecutable {
     }
 }
 
+impl CudaExecutable {
+    /// Times `calls` runs of the program on `args`, the arguments written once and left on the
+    /// device: per call, the seconds from a synchronized device to the last step's completion
+    /// (the results are not read back; host steps, if any, are included).
+    pub fn bench(&self, args: &[&Literal], calls: usize) -> Result<Vec<f64>, GpuError> {
+        let run = |message: String| GpuError::Run { message };
+        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
+        let mut dev = OnGpu {
+            gpu: &self.gpu,
+            arena: &mut arena,
+            kernels: &self.kernels,
+        };
+        plan_exec::write_params(&self.plan, &mut dev, args).map_err(run)?;
+        let mut times = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            self.gpu.synchronize()?;
+            let start = std::time::Instant::now();
+            plan_exec::run_steps(&self.plan, &mut dev).map_err(run)?;
+            self.gpu.synchronize()?;
+            times.push(start.elapsed().as_secs_f64());
+        }
+        Ok(times)
+    }
+}
+
 /// The device [`plan_exec`] runs on: an executable's arena on its stream.
 struct OnGpu<'a> {
     gpu: &'a Gpu,

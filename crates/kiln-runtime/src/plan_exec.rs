@@ -68,17 +68,35 @@ pub fn load<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<(), String>
     Ok(())
 }
 
-/// Runs `plan` (its constants [`load`]ed) on `args`: the parameters written, the steps in
-/// order, the results read back.
+/// Runs `plan` (its constants [`load`]ed) on `args`: the parameters written
+/// ([`write_params`]), the steps in order ([`run_steps`]), the results read back
+/// ([`read_outputs`]).
 pub fn run<D: PlanDevice>(
     plan: &DevicePlan,
     dev: &mut D,
     args: &[&Literal],
 ) -> Result<Vec<Literal>, String> {
+    write_params(plan, dev, args)?;
+    run_steps(plan, dev)?;
+    read_outputs(plan, dev)
+}
+
+/// Checks `args` against the program's parameters and writes them into their regions.
+pub fn write_params<D: PlanDevice>(
+    plan: &DevicePlan,
+    dev: &mut D,
+    args: &[&Literal],
+) -> Result<(), String> {
     kiln_reference::check_args(&plan.func, args).map_err(|e| e.to_string())?;
     for (p, a) in plan.func.params.iter().zip(args) {
         write_value(plan, dev, *p, a)?;
     }
+    Ok(())
+}
+
+/// Runs the plan's steps in order on the parameters already written (a benchmark times this
+/// alone, the arguments staying on the device between calls).
+pub fn run_steps<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<(), String> {
     let mut n = 0;
     for step in &plan.steps {
         match step {
@@ -91,6 +109,11 @@ pub fn run<D: PlanDevice>(
             DeviceStep::Host(h) => host(plan, dev, h)?,
         }
     }
+    Ok(())
+}
+
+/// The program's results, read back from the device.
+pub fn read_outputs<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<Vec<Literal>, String> {
     plan.func
         .outputs
         .iter()

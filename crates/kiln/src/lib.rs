@@ -21,6 +21,7 @@
 
 extern crate self as kiln;
 
+pub mod aot;
 pub mod backend;
 pub mod checkpoint;
 pub mod control;

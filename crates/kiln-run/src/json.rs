@@ -1,0 +1,274 @@
+//! The JSON forms of what an artifact was lowered with: the target ([`TargetInfo`], every
+//! field) and the switches that change what the pipeline decides ([`Options`]). Reading takes
+//! every field by name, so a manifest missing one (or written by a kiln with other fields) is
+//! an error naming it, not a silent default.
+
+use kiln_kernel::options::CpuOptions;
+use kiln_kernel::target::{FusionLimits, GemmLimits, Gpu, LoopLimits, SplitLimits, SumTree};
+use kiln_kernel::{Options, TargetInfo};
+use serde_json::{Value, json};
+
+/// A JSON object's fields, read by name with errors naming the path.
+struct Obj<'a> {
+    path: String,
+    v: &'a Value,
+}
+
+impl<'a> Obj<'a> {
+    fn new(path: &str, v: &'a Value) -> Result<Obj<'a>, String> {
+        if v.is_object() {
+            Ok(Obj {
+                path: path.to_string(),
+                v,
+            })
+        } else {
+            Err(format!("`{path}` is not a JSON object"))
+        }
+    }
+    fn get(&self, k: &str) -> Result<&'a Value, String> {
+        self.v
+            .get(k)
+            .ok_or_else(|| format!("`{}` has no field `{k}`", self.path))
+    }
+    fn obj(&self, k: &str) -> Result<Obj<'a>, String> {
+        Obj::new(&format!("{}.{k}", self.path), self.get(k)?)
+    }
+    fn usize(&self, k: &str) -> Result<usize, String> {
+        self.get(k)?
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| format!("`{}.{k}` is not a non-negative integer", self.path))
+    }
+    fn i64(&self, k: &str) -> Result<i64, String> {
+        self.get(k)?
+            .as_i64()
+            .ok_or_else(|| format!("`{}.{k}` is not an integer", self.path))
+    }
+    fn f64(&self, k: &str) -> Result<f64, String> {
+        self.get(k)?
+            .as_f64()
+            .ok_or_else(|| format!("`{}.{k}` is not a number", self.path))
+    }
+    fn bool(&self, k: &str) -> Result<bool, String> {
+        self.get(k)?
+            .as_bool()
+            .ok_or_else(|| format!("`{}.{k}` is not true or false", self.path))
+    }
+}
+
+/// `t` as JSON, every field.
+pub fn target_to_json(t: &TargetInfo) -> Value {
+    json!({
+        "vector_bytes": t.vector_bytes,
+        "threads": t.threads,
+        "ghz": t.ghz,
+        "memory_gbps": t.memory_gbps,
+        "cache_line": t.cache_line,
+        "l1_bytes": t.l1_bytes,
+        "l2_bytes": t.l2_bytes,
+        "llc_bytes": t.llc_bytes,
+        "nontemporal_stores": t.nontemporal_stores,
+        "fusion": {
+            "row_epilogue": t.fusion.row_epilogue,
+            "chain_k": t.fusion.chain_k,
+            "chain_row": t.fusion.chain_row,
+            "winograd_min_features": t.fusion.winograd_min_features,
+        },
+        "loops": {
+            "stream_bytes": t.loops.stream_bytes,
+            "stream_row_lines": t.loops.stream_row_lines,
+            "transpose_tile": t.loops.transpose_tile,
+            "guard_cuts": t.loops.guard_cuts,
+            "row_guard_cuts": t.loops.row_guard_cuts,
+            "row_cache_bytes": t.loops.row_cache_bytes,
+            "strip": t.loops.strip,
+        },
+        "sums": { "leaf": t.sums.leaf, "fanout": t.sums.fanout },
+        "gemm": {
+            "a_block_bytes": t.gemm.a_block_bytes,
+            "b_block_bytes": t.gemm.b_block_bytes,
+            "chain_block_bytes": t.gemm.chain_block_bytes,
+            "kc_256": t.gemm.kc_256,
+            "kc_512": t.gemm.kc_512,
+        },
+        "splits": {
+            "parallel_work": t.splits.parallel_work,
+            "concurrent_work": t.splits.concurrent_work,
+        },
+        "gpu": t.gpu.as_ref().map(|g| json!({
+            "warp_size": g.warp_size,
+            "shared_memory_per_block": g.shared_memory_per_block,
+            "sms": g.sms,
+            "tensor_core_shapes": g.tensor_core_shapes.iter().map(|&(m, n, k)| json!([m, n, k])).collect::<Vec<_>>(),
+            "max_threads_per_block": g.max_threads_per_block,
+            "elementwise_block": g.elementwise_block,
+            "blocks_per_sm": g.blocks_per_sm,
+            "warp_reduce_min": g.warp_reduce_min,
+            "block_reduce_min": g.block_reduce_min,
+        })),
+    })
+}
+
+fn shape3(path: &str, v: &Value) -> Result<(usize, usize, usize), String> {
+    let bad = || format!("`{path}` holds something other than [m, n, k] triples");
+    let a = v.as_array().ok_or_else(bad)?;
+    let n = |i: usize| {
+        a.get(i)
+            .and_then(Value::as_u64)
+            .map(|x| x as usize)
+            .ok_or_else(bad)
+    };
+    if a.len() != 3 {
+        return Err(bad());
+    }
+    Ok((n(0)?, n(1)?, n(2)?))
+}
+
+/// The target a manifest's `target.info` describes.
+pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
+    let o = Obj::new("target.info", v)?;
+    let fusion = o.obj("fusion")?;
+    let loops = o.obj("loops")?;
+    let sums = o.obj("sums")?;
+    let gemm = o.obj("gemm")?;
+    let splits = o.obj("splits")?;
+    let gpu = match o.get("gpu")? {
+        Value::Null => None,
+        g => {
+            let g = Obj::new("target.info.gpu", g)?;
+            let shapes = g
+                .get("tensor_core_shapes")?
+                .as_array()
+                .ok_or("`target.info.gpu.tensor_core_shapes` is not a list")?
+                .iter()
+                .map(|s| shape3("target.info.gpu.tensor_core_shapes", s))
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(Gpu {
+                warp_size: g.usize("warp_size")?,
+                shared_memory_per_block: g.usize("shared_memory_per_block")?,
+                sms: g.usize("sms")?,
+                tensor_core_shapes: shapes,
+                max_threads_per_block: g.usize("max_threads_per_block")?,
+                elementwise_block: g.usize("elementwise_block")?,
+                blocks_per_sm: g.usize("blocks_per_sm")?,
+                warp_reduce_min: g.usize("warp_reduce_min")?,
+                block_reduce_min: g.usize("block_reduce_min")?,
+            })
+        }
+    };
+    Ok(TargetInfo {
+        vector_bytes: o.usize("vector_bytes")?,
+        threads: o.usize("threads")?,
+        ghz: o.f64("ghz")?,
+        memory_gbps: o.f64("memory_gbps")?,
+        cache_line: o.usize("cache_line")?,
+        l1_bytes: o.usize("l1_bytes")?,
+        l2_bytes: o.usize("l2_bytes")?,
+        llc_bytes: o.usize("llc_bytes")?,
+        nontemporal_stores: o.bool("nontemporal_stores")?,
+        fusion: FusionLimits {
+            row_epilogue: fusion.usize("row_epilogue")?,
+            chain_k: fusion.usize("chain_k")?,
+            chain_row: fusion.usize("chain_row")?,
+            winograd_min_features: fusion.usize("winograd_min_features")?,
+        },
+        loops: LoopLimits {
+            stream_bytes: loops.usize("stream_bytes")?,
+            stream_row_lines: loops.usize("stream_row_lines")?,
+            transpose_tile: loops.usize("transpose_tile")?,
+            guard_cuts: loops.usize("guard_cuts")?,
+            row_guard_cuts: loops.usize("row_guard_cuts")?,
+            row_cache_bytes: loops.usize("row_cache_bytes")?,
+            strip: loops.usize("strip")?,
+        },
+        sums: SumTree {
+            leaf: sums.usize("leaf")?,
+            fanout: sums.usize("fanout")?,
+        },
+        gemm: GemmLimits {
+            a_block_bytes: gemm.i64("a_block_bytes")?,
+            b_block_bytes: gemm.i64("b_block_bytes")?,
+            chain_block_bytes: gemm.i64("chain_block_bytes")?,
+            kc_256: gemm.i64("kc_256")?,
+            kc_512: gemm.i64("kc_512")?,
+        },
+        splits: SplitLimits {
+            parallel_work: splits.usize("parallel_work")?,
+            concurrent_work: splits.usize("concurrent_work")?,
+        },
+        gpu,
+    })
+}
+
+/// The switches of `o` that change what the pipeline decides (the rest, a kernel cache and
+/// reports, do not travel with an artifact).
+pub fn options_to_json(o: &Options) -> Value {
+    json!({
+        "optimize": o.optimize,
+        "fast_math": o.fast_math,
+        "fusion": o.fusion,
+        "memory_schedule": o.memory_schedule,
+        "winograd": o.winograd,
+        "chain_products": o.chain_products,
+        "cpu": {
+            "streaming_stores": o.cpu.streaming_stores,
+            "guard_splits": o.cpu.guard_splits,
+            "row_caches": o.cpu.row_caches,
+            "gemm_unroll": o.cpu.gemm_unroll,
+            "narrow_vectors": o.cpu.narrow_vectors,
+        },
+    })
+}
+
+/// The options a manifest's `options` give (no kernel cache, no reports).
+pub fn options_from_json(v: &Value) -> Result<Options, String> {
+    let o = Obj::new("options", v)?;
+    let cpu = o.obj("cpu")?;
+    Ok(Options {
+        optimize: o.bool("optimize")?,
+        fast_math: o.bool("fast_math")?,
+        fusion: o.bool("fusion")?,
+        memory_schedule: o.bool("memory_schedule")?,
+        winograd: o.bool("winograd")?,
+        chain_products: o.bool("chain_products")?,
+        cpu: CpuOptions {
+            streaming_stores: cpu.bool("streaming_stores")?,
+            guard_splits: cpu.bool("guard_splits")?,
+            row_caches: cpu.bool("row_caches")?,
+            gemm_unroll: cpu.bool("gemm_unroll")?,
+            narrow_vectors: cpu.bool("narrow_vectors")?,
+        },
+        ..Options::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_and_options_round_trip() {
+        let mut t = TargetInfo::h200();
+        t.gpu.as_mut().unwrap().shared_memory_per_block = 48 << 10;
+        assert_eq!(target_from_json(&target_to_json(&t)).unwrap(), t);
+        let r = TargetInfo::reference();
+        assert_eq!(target_from_json(&target_to_json(&r)).unwrap(), r);
+        let o = Options {
+            fast_math: true,
+            cpu: CpuOptions {
+                row_caches: false,
+                ..CpuOptions::default()
+            },
+            ..Options::default()
+        };
+        assert_eq!(options_from_json(&options_to_json(&o)).unwrap(), o);
+    }
+
+    #[test]
+    fn a_missing_field_is_named() {
+        let mut v = target_to_json(&TargetInfo::h200());
+        v["gpu"].as_object_mut().unwrap().remove("sms");
+        let e = target_from_json(&v).unwrap_err();
+        assert!(e.contains("target.info.gpu") && e.contains("sms"), "{e}");
+    }
+}

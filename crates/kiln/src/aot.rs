@@ -1,0 +1,64 @@
+//! Ahead-of-time compilation: a function compiled here, for a GPU, into an artifact that the
+//! runtime-only `kiln-run` binary (no LLVM linked) loads and runs where no compiler is.
+//!
+//! [`compile`] traces a function at example arguments (as [`crate::jit`] would), lowers it for
+//! the [`Target`] (the whole pipeline: optimized, canonicalized, fused, scheduled), derives
+//! its device plan and renders every kernel step as PTX for the target's SM. The
+//! [`Artifact`]'s files and what `kiln-run` checks are described in `kiln_run::artifact`;
+//! `docs/gpu.md` shows the commands.
+//!
+//! ```no_run
+//! use kiln::Tensor;
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
+//! let artifact = kiln::aot::compile(|x: &Tensor| x.exp() + x, &x, kiln::aot::Target::h200()).unwrap();
+//! artifact.save(std::path::Path::new("exp_plus")).unwrap();
+//! // Then, on the GPU machine: kiln-run exp_plus --inputs x.npy --out results
+//! ```
+
+use crate::lower::trace_ir;
+use crate::{Error, Options, Result, Tree};
+use kiln_codegen_llvm::ptx::{PtxTarget, program_ptx};
+use kiln_ir::{Func, Loc, Module};
+pub use kiln_run::{Artifact, Target};
+
+/// `f` traced at `example`'s signature (its leaves' dtypes and shapes) and compiled for
+/// `target` under the process's options ([`crate::options`]).
+#[track_caller]
+pub fn compile<I: Tree, O: Tree>(
+    f: impl FnOnce(&I) -> O,
+    example: &I,
+    target: Target,
+) -> Result<Artifact> {
+    let loc = Loc::caller();
+    let func = trace_ir(f, example)?;
+    compile_func_with_options(&func, &crate::options(), target)
+        .map_err(|e| Error::at("aot::compile", e.message, loc))
+}
+
+/// The entry function of `m` (`@main`, else the first) compiled for `target`.
+pub fn compile_module(m: &Module, target: Target) -> Result<Artifact> {
+    let f = m
+        .entry()
+        .ok_or_else(|| Error::internal("aot::compile_module", "the module has no function"))?;
+    compile_func_with_options(f, &crate::options(), target)
+}
+
+/// `f` compiled for `target` under `opts`: lowered, its device plan derived from the lowered
+/// program's text (as `kiln-run` derives it), each kernel step rendered as PTX.
+pub fn compile_func_with_options(f: &Func, opts: &Options, target: Target) -> Result<Artifact> {
+    let fail = |m: String| Error::internal("aot::compile", format!("@{}: {m}", f.name));
+    if target.info.gpu.is_none() {
+        return Err(fail("the target describes no GPU".into()));
+    }
+    let opts = opts.clone().without_cache();
+    let lowered =
+        kiln_kernel::pipeline::lower_program(f, &[], &opts, &target.info, None, &mut |_| {})
+            .map_err(|e| fail(e.to_string()))?;
+    let ptx_target = PtxTarget {
+        sm: target.sm.clone(),
+        features: target.features.clone(),
+    };
+    let render =
+        |p: &kiln_kernel::gpu::GpuProgram| program_ptx(p, &ptx_target).map_err(|e| e.to_string());
+    Artifact::new(lowered.func, &opts, target, &render).map_err(fail)
+}

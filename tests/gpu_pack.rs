@@ -1,0 +1,122 @@
+//! `cargo xtask gpu-pack --quick`'s pack, end to end on the GPU emulator: its `check.sh`
+//! passes with `KILN_RUN_DEVICE=emulator`, and fails, naming the program, once one reference
+//! result is changed. The pack ships the debug `kiln-run` here (the xtask ships the release
+//! one).
+
+use kiln_ir::{DType, Literal};
+use kiln_run::npy;
+use kiln_tests::pack::{PackOptions, pack};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `kiln-run`, built into this test's target folder.
+fn kiln_run() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let target = profile.parent().unwrap();
+    let st = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "kiln-run",
+            "--bin",
+            "kiln-run",
+            "--target-dir",
+        ])
+        .arg(target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "building kiln-run failed");
+    target.join("debug").join("kiln-run")
+}
+
+fn check(dir: &Path) -> (bool, String) {
+    let o = Command::new("sh")
+        .arg(dir.join("check.sh"))
+        .env("KILN_RUN_DEVICE", "emulator")
+        .env("KILN_CHECK_JOBS", "2")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), text)
+}
+
+/// `l` with its first element moved far from its value (flipped for a `pred`).
+fn changed(l: &Literal) -> Literal {
+    if l.dtype() == DType::Pred || !l.dtype().is_float() {
+        let mut v = l.to_i64s();
+        v[0] = if l.dtype() == DType::Pred {
+            1 - v[0]
+        } else {
+            v[0] + 1
+        };
+        return Literal::from_i64s(l.ty().clone(), &v).unwrap();
+    }
+    let mut v = l.to_f64s();
+    v[0] = if v[0].is_finite() {
+        v[0] + v[0].abs().max(1.0)
+    } else {
+        0.0
+    };
+    Literal::from_f64s(l.ty().clone(), &v).unwrap()
+}
+
+#[test]
+fn a_quick_pack_passes_its_check_on_the_emulator_and_fails_on_a_changed_result() {
+    let dir = std::env::temp_dir().join(format!("kiln-gpu-pack-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = pack(&PackOptions {
+        dir: dir.clone(),
+        quick: true,
+        kiln_run: kiln_run(),
+    })
+    .unwrap();
+    assert!(s.programs >= 8 && s.workloads >= 1, "{s:?}");
+    let (ok, text) = check(&dir);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("{} of {} programs pass", s.programs, s.programs)),
+        "{text}"
+    );
+    assert!(text.contains("tiny size on the emulator"), "{text}");
+    let json = std::fs::read_to_string(dir.join("check-results.json")).unwrap();
+    assert!(json.contains("\"failed\": 0"), "{json}");
+    // On cuda:0 without a driver, the check says so once and fails.
+    if !kiln_runtime::cuda::driver_present() {
+        let o = Command::new("sh")
+            .arg(dir.join("check.sh"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(3), "{text}");
+        assert!(
+            text.contains("no device") && text.contains("libcuda"),
+            "{text}"
+        );
+    }
+    // One reference result changed: the check fails and names that program.
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("pack.json")).unwrap()).unwrap();
+    let p = manifest["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            let r = npy::read(&dir.join(p["dir"].as_str().unwrap()).join("ref0.npy")).unwrap();
+            r.numel() > 0
+        })
+        .unwrap();
+    let name = p["name"].as_str().unwrap();
+    let file = dir.join(p["dir"].as_str().unwrap()).join("ref0.npy");
+    npy::write(&file, &changed(&npy::read(&file).unwrap())).unwrap();
+    let (ok, text) = check(&dir);
+    assert!(!ok, "{text}");
+    assert!(text.contains(&format!("FAIL {name}")), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""The GPU check of a kiln pack (written by `cargo xtask gpu-pack`): stdlib and PyTorch only.
+
+Every program (spec examples and random programs) runs through `kiln-run`, which compares its
+results with the reference interpreter's (`--expect`, under the bounds of kiln's differential
+tests). Each workload runs on inputs `kiln-run` makes from a seed (`--random-inputs`, saved with
+`--save-inputs`); its median (`--bench`) is put beside PyTorch's eager and torch.compile medians
+on the same inputs and GPU, and its results are compared with PyTorch's.
+
+Environment: KILN_RUN_DEVICE (cuda:0 by default, or `emulator`), KILN_CHECK_JOBS (programs run
+side by side, 8 by default), KILN_CHECK_JSON (where the JSON goes; check-results.json beside
+this script by default), KILN_CHECK_NO_COMPILE=1 (no torch.compile timings). Exit code 0 only
+when everything passed.
+"""
+import ast
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KILN_RUN = os.path.join(HERE, "kiln-run")
+
+
+def read_npy(path):
+    """(descr, shape, raw bytes) of a .npy file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:6] != b"\x93NUMPY":
+        raise ValueError(f"{path}: not a .npy file")
+    if data[6] == 1:
+        n, start = int.from_bytes(data[8:10], "little"), 10
+    else:
+        n, start = int.from_bytes(data[8:12], "little"), 12
+    header = ast.literal_eval(data[start:start + n].decode("latin1"))
+    return header["descr"], tuple(header["shape"]), data[start + n:]
+
+
+def to_torch(path, torch):
+    descr, shape, raw = read_npy(path)
+    dtypes = {
+        "<f4": torch.float32, "<f8": torch.float64, "<f2": torch.float16, "<V2": torch.bfloat16,
+        "<i4": torch.int32, "<i8": torch.int64, "|i1": torch.int8, "|u1": torch.uint8,
+        "|b1": torch.bool,
+    }
+    if descr not in dtypes:
+        raise ValueError(f"{path}: dtype {descr} is not read here")
+    if not raw:
+        return torch.zeros(shape, dtype=dtypes[descr])
+    return torch.frombuffer(bytearray(raw), dtype=dtypes[descr]).reshape(shape)
+
+
+def torch_workloads(torch):
+    F = torch.nn.functional
+
+    def mlp_step(w1, b1, w2, b2, w3, b3, x, y):
+        ps = [t.detach().clone().requires_grad_(True) for t in (w1, b1, w2, b2, w3, b3)]
+        with torch.enable_grad():
+            h1 = torch.relu(x @ ps[0] + ps[1])
+            h2 = torch.relu(h1 @ ps[2] + ps[3])
+            logits = h2 @ ps[4] + ps[5]
+            loss = -(y * torch.log_softmax(logits, -1)).sum(-1).mean()
+            gs = torch.autograd.grad(loss, ps)
+        return [p.detach() - 0.01 * g for p, g in zip(ps, gs)] + [loss.detach()]
+
+    return {
+        "gelu": lambda x: [F.gelu(x * 1.5 + 0.25, approximate="tanh")],
+        "softmax": lambda x: [torch.softmax(x, -1)],
+        "layernorm": lambda x, g, b: [
+            (x - x.mean(-1, keepdim=True))
+            * torch.rsqrt(((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + 1e-5)
+            * g + b
+        ],
+        "matmul": lambda a, b: [a @ b],
+        "attention": lambda q, k, v: [torch.softmax((q @ k.transpose(-2, -1)) * 0.125, -1) @ v],
+        "mlp_step": mlp_step,
+    }
+
+
+def torch_device(device):
+    """PyTorch's name of the GPU a KILN_RUN_DEVICE names (`cuda` or `cuda:N`)."""
+    return "cuda:" + device.split(":")[1] if ":" in device else "cuda:0"
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def time_torch(torch, fn, args, calls):
+    for _ in range(2):
+        fn(*args)
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn(*args)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return median(times)
+
+
+def rel_error(torch, got, want):
+    g, w = got.double(), want.double()
+    return float(torch.linalg.vector_norm(g - w) / max(float(torch.linalg.vector_norm(w)), 1e-30))
+
+
+def run(cmd, timeout):
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, r.stdout, r.stderr.strip()
+    except subprocess.TimeoutExpired:
+        return -1, "", f"timed out after {timeout} s"
+
+
+def check_program(p, device):
+    d = os.path.join(HERE, p["dir"])
+    cmd = [KILN_RUN, os.path.join(d, "artifact"), "--device", device, "--inputs"]
+    cmd += [os.path.join(d, f"arg{i}.npy") for i in range(p["args"])]
+    cmd += ["--expect"] + [os.path.join(d, f"ref{i}.npy") for i in range(p["results"])]
+    rc, _, err = run(cmd, 300)
+    return p["name"], rc, err
+
+
+def bench_json(out):
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+
+
+def check_workload(w, device, torch, notes):
+    row = {"name": w["name"], "kiln_ms": None, "torch_eager_ms": None, "torch_compile_ms": None,
+           "max_rel_error": None, "ok": False, "note": ""}
+    d = os.path.join(HERE, w["dir"])
+    if device == "emulator":
+        t = os.path.join(d, "tiny")
+        cmd = [KILN_RUN, os.path.join(t, "artifact"), "--device", device, "--bench", "1", "--inputs"]
+        cmd += [os.path.join(t, f"arg{i}.npy") for i in range(w["args"])]
+        cmd += ["--expect"] + [os.path.join(t, f"ref{i}.npy") for i in range(w["results"])]
+        rc, out, err = run(cmd, 300)
+        b = bench_json(out)
+        row["kiln_ms"] = b and b["median_ms"]
+        row["ok"] = rc == 0
+        row["note"] = "tiny size on the emulator, against the reference" + ("" if rc == 0 else f": {err}")
+        return row
+    tmp = tempfile.mkdtemp(prefix="kiln-check-")
+    try:
+        cmd = [KILN_RUN, os.path.join(d, "artifact"), "--device", device,
+               "--random-inputs", str(w["seed"]), "--save-inputs", os.path.join(tmp, "in"),
+               "--out", os.path.join(tmp, "out"), "--bench", str(w["calls"])]
+        rc, out, err = run(cmd, 600)
+        if rc != 0:
+            row["note"] = f"kiln-run failed ({rc}): {err}"
+            return row
+        b = bench_json(out)
+        row["kiln_ms"] = b and b["median_ms"]
+        if torch is None or not torch.cuda.is_available():
+            row["ok"] = True
+            row["note"] = "PyTorch with CUDA unavailable: not compared"
+            return row
+        dev = torch.device(torch_device(device))
+        args = [to_torch(os.path.join(tmp, "in", f"arg{i}.npy"), torch).to(dev) for i in range(w["args"])]
+        got = [to_torch(os.path.join(tmp, "out", f"out{i}.npy"), torch).to(dev) for i in range(w["results"])]
+        fn = torch_workloads(torch)[w["kind"]]
+        want = fn(*args)
+        errs = [rel_error(torch, g, x) for g, x in zip(got, want)]
+        row["max_rel_error"] = max(errs)
+        row["ok"] = len(got) == len(want) and all(e <= w["tolerance"] for e in errs)
+        if not row["ok"]:
+            row["note"] = f"results differ from PyTorch's: relative errors {errs}, tolerance {w['tolerance']}"
+        row["torch_eager_ms"] = time_torch(torch, fn, args, w["calls"])
+        if w["kind"] == "gelu" and row["kiln_ms"]:
+            moved = 2 * sum(a.numel() * a.element_size() for a in args)
+            row["note"] = "kiln moves %.0f GB/s" % (moved / row["kiln_ms"] / 1e6)
+        if os.environ.get("KILN_CHECK_NO_COMPILE") == "1":
+            notes.append(f"{w['name']}: torch.compile skipped (KILN_CHECK_NO_COMPILE=1)")
+            return row
+        try:
+            row["torch_compile_ms"] = time_torch(torch, torch.compile(fn), args, w["calls"])
+        except Exception as e:  # torch.compile needs a working compiler toolchain
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            notes.append(f"{w['name']}: torch.compile failed: {first}")
+        return row
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def progress(message):
+    print(f"[check] {message}", file=sys.stderr, flush=True)
+
+
+def fmt(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def main():
+    device = os.environ.get("KILN_RUN_DEVICE", "cuda:0")
+    with open(os.path.join(HERE, "pack.json")) as f:
+        pack = json.load(f)
+    notes = list(pack.get("skipped", []))
+    # A copy that lost its modes (scp without -p, a zip) still runs.
+    if not os.access(KILN_RUN, os.X_OK):
+        os.chmod(KILN_RUN, 0o755)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        notes.append("PyTorch is not importable: the workloads are not compared with PyTorch")
+    start = time.time()
+    if device != "emulator" and pack["programs"]:
+        # Without a driver or the GPU every run fails alike: say it once.
+        _, rc, err = check_program(pack["programs"][0], device)
+        if rc == 5:
+            print(f"kiln GPU check on {device}: {err}")
+            print("(KILN_RUN_DEVICE=emulator runs the programs on kiln's GPU emulator instead)")
+            sys.exit(3)
+    jobs = int(os.environ.get("KILN_CHECK_JOBS", "8"))
+    failures = []
+    with concurrent.futures.ThreadPoolExecutor(max(jobs, 1)) as ex:
+        results = list(ex.map(lambda p: check_program(p, device), pack["programs"]))
+    for name, rc, err in results:
+        if rc != 0:
+            failures.append({"name": name, "exit_code": rc, "message": err})
+    progress(f"{len(results)} programs run, {len(failures)} failed, {time.time() - start:.0f} s")
+    rows = []
+    for w in pack["workloads"]:
+        t = time.time()
+        rows.append(check_workload(w, device, torch, notes))
+        progress(f"workload {w['name']}: {'ok' if rows[-1]['ok'] else 'FAIL'}, {time.time() - t:.0f} s")
+    if torch is not None and device != "emulator" and torch.cuda.is_available():
+        # The device's copy bandwidth, the yardstick of the elementwise goal.
+        x = torch.empty(1 << 28, dtype=torch.float32, device=torch_device(device))
+        ms = time_torch(torch, lambda: x.clone(), [], 10)
+        notes.append("device-to-device copy: %.0f GB/s (torch clone of 1 GiB)" % (2 * x.numel() * 4 / ms / 1e6))
+        del x
+    summary = {
+        "device": device,
+        "kiln_version": pack.get("kiln_version"),
+        "programs": {"total": len(results), "passed": len(results) - len(failures),
+                     "failed": len(failures), "failures": failures},
+        "workloads": rows,
+        "notes": notes,
+        "seconds": round(time.time() - start, 1),
+    }
+    print(f"kiln GPU check on {device}: {summary['programs']['passed']} of {len(results)} programs pass, "
+          f"{len(failures)} fail")
+    for f in failures:
+        first = f["message"].splitlines()[0] if f["message"] else ""
+        print(f"  FAIL {f['name']} (exit {f['exit_code']}): {first}")
+    print()
+    print(f"{'workload':28} {'kiln ms':>10} {'eager ms':>10} {'compile ms':>11} {'eager/kiln':>10} "
+          f"{'compile/kiln':>12} {'rel err':>9}  check")
+    for r in rows:
+        k, e, c = r["kiln_ms"], r["torch_eager_ms"], r["torch_compile_ms"]
+        ratio = lambda t: None if t is None or not k else t / k
+        err = "-" if r["max_rel_error"] is None else "%.1e" % r["max_rel_error"]
+        check = ("ok" if r["ok"] else "FAIL") + ((" (" + r["note"] + ")") if r["note"] else "")
+        print(f"{r['name']:28} {fmt(k):>10} {fmt(e):>10} {fmt(c):>11} {fmt(ratio(e)):>10} "
+              f"{fmt(ratio(c)):>12} {err:>9}  {check}")
+    for n in notes:
+        print(f"note: {n}")
+    out = os.environ.get("KILN_CHECK_JSON", os.path.join(HERE, "check-results.json"))
+    try:
+        with open(out, "w") as f:
+            json.dump(summary, f, indent=1)
+        print(f"JSON: {out}")
+    except OSError as e:
+        print(f"could not write {out}: {e}")
+    bad = failures or any(not r["ok"] for r in rows)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+//! The benchmark workloads of `shared/bench/README.md` that kiln maps to a GPU, at GPU sizes
+//! (and each at a tiny size, which the GPU emulator runs against the reference interpreter):
+//! traced from kiln's own API, as a user writes them. `check.py` computes the same with
+//! PyTorch on the same inputs (its `TORCH` table, keyed by [`Workload::kind`]).
+
+use kiln::{DType, Tensor};
+use kiln_ir::{Func, TensorType};
+
+/// One workload: its program at the GPU size and at a tiny size.
+pub struct Workload {
+    /// Its name (the benchmark's, with the GPU size).
+    pub name: String,
+    /// What `check.py` computes for it with PyTorch.
+    pub kind: &'static str,
+    /// The largest relative error (Frobenius norm of the difference over the reference's) of
+    /// each result against PyTorch's.
+    pub tolerance: f64,
+    /// Timed calls of `--bench`.
+    pub calls: usize,
+    /// The program at the GPU size.
+    pub full: Func,
+    /// The same program at a tiny size.
+    pub tiny: Func,
+}
+
+fn traced(types: &[TensorType], f: &dyn Fn(&[Tensor]) -> Vec<Tensor>) -> Result<Func, String> {
+    let t = kiln_trace::trace::trace("main", types, |p| f(p)).map_err(|e| e.to_string())?;
+    if !t.captures.is_empty() || !t.custom.is_empty() {
+        return Err("the workload captured tensors or custom rules".into());
+    }
+    Ok(t.func)
+}
+
+fn f32s(shapes: &[&[usize]]) -> Vec<TensorType> {
+    shapes
+        .iter()
+        .map(|s| TensorType::new(DType::F32, s.to_vec()))
+        .collect()
+}
+
+fn gelu(p: &[Tensor]) -> Vec<Tensor> {
+    vec![(&(&p[0] * 1.5) + 0.25).gelu(true)]
+}
+
+fn softmax(p: &[Tensor]) -> Vec<Tensor> {
+    vec![p[0].softmax(-1)]
+}
+
+fn layernorm(p: &[Tensor]) -> Vec<Tensor> {
+    let (x, g, b) = (&p[0], &p[1], &p[2]);
+    let mean = x.mean(&[-1], true);
+    let c = x - &mean;
+    let var = (&c * &c).mean(&[-1], true);
+    vec![&(&(&c * &(&var + 1e-5).rsqrt()) * g) + b]
+}
+
+fn matmul(p: &[Tensor]) -> Vec<Tensor> {
+    vec![p[0].matmul(&p[1])]
+}
+
+fn attention(p: &[Tensor]) -> Vec<Tensor> {
+    let (q, k, v) = (&p[0], &p[1], &p[2]);
+    vec![(&q.matmul(&k.t()) * (1.0 / 8.0)).softmax(-1).matmul(v)]
+}
+
+/// One SGD step (lr 0.01) of the MLP 784→1024→1024→10 with ReLU: arguments w1, b1, w2, b2,
+/// w3, b3 (weights stored [in, out]), the batch x and its soft labels y (one row of class
+/// weights per example; the loss is the mean of `-sum(y * log_softmax(logits))`); results the
+/// six new parameters, then the loss.
+fn mlp_step(p: &[Tensor]) -> Vec<Tensor> {
+    let params: Vec<Tensor> = p[..6].to_vec();
+    let (x, y) = (&p[6], &p[7]);
+    let loss = |q: &Vec<Tensor>| {
+        let h1 = (&x.matmul(&q[0]) + &q[1]).relu();
+        let h2 = (&h1.matmul(&q[2]) + &q[3]).relu();
+        let logits = &h2.matmul(&q[4]) + &q[5];
+        &(y * &logits.log_softmax(-1))
+            .sum(&[-1], false)
+            .mean(&[0], false)
+            * -1.0
+    };
+    match kiln::value_and_grad(loss, &params) {
+        Ok((l, g)) => {
+            let mut out: Vec<Tensor> = params
+                .iter()
+                .zip(&g)
+                .map(|(w, d)| w - &(d * 0.01))
+                .collect();
+            out.push(l);
+            out
+        }
+        Err(e) => vec![Tensor::failed(e)],
+    }
+}
+
+fn mlp_types(batch: usize, dims: &[usize]) -> Vec<TensorType> {
+    let mut shapes: Vec<Vec<usize>> = Vec::new();
+    for w in dims.windows(2) {
+        shapes.push(vec![w[0], w[1]]);
+        shapes.push(vec![w[1]]);
+    }
+    shapes.push(vec![batch, dims[0]]);
+    shapes.push(vec![batch, *dims.last().unwrap_or(&1)]);
+    shapes
+        .into_iter()
+        .map(|s| TensorType::new(DType::F32, s))
+        .collect()
+}
+
+type Make = fn(&[Tensor]) -> Vec<Tensor>;
+
+/// A workload's row: name, kind, tolerance, calls, program, types at the GPU size, at the tiny
+/// size.
+type Row = (
+    &'static str,
+    &'static str,
+    f64,
+    usize,
+    Make,
+    Vec<TensorType>,
+    Vec<TensorType>,
+);
+
+/// The workloads, and the benchmark's rows left out with why.
+pub fn workloads() -> (Vec<Workload>, Vec<String>) {
+    let bf16 = |s: &[usize]| TensorType::new(DType::BF16, s.to_vec());
+    let rows: Vec<Row> = vec![
+        (
+            "gelu_chain_64M",
+            "gelu",
+            1e-4,
+            20,
+            gelu,
+            f32s(&[&[64 << 20]]),
+            f32s(&[&[1000]]),
+        ),
+        (
+            "softmax_8192x8192",
+            "softmax",
+            1e-4,
+            20,
+            softmax,
+            f32s(&[&[8192, 8192]]),
+            f32s(&[&[4, 300]]),
+        ),
+        (
+            "layernorm_32768x1024",
+            "layernorm",
+            1e-4,
+            20,
+            layernorm,
+            f32s(&[&[32768, 1024], &[1024], &[1024]]),
+            f32s(&[&[4, 64], &[64], &[64]]),
+        ),
+        (
+            "matmul_bf16_8192",
+            "matmul",
+            1e-2,
+            3,
+            matmul,
+            vec![bf16(&[8192, 8192]), bf16(&[8192, 8192])],
+            vec![bf16(&[24, 40]), bf16(&[40, 16])],
+        ),
+        (
+            "attention_16x16x1024x64",
+            "attention",
+            1e-3,
+            10,
+            attention,
+            f32s(&[
+                &[16, 16, 1024, 64],
+                &[16, 16, 1024, 64],
+                &[16, 16, 1024, 64],
+            ]),
+            f32s(&[&[1, 2, 16, 8], &[1, 2, 16, 8], &[1, 2, 16, 8]]),
+        ),
+        (
+            "mlp_train_step_256",
+            "mlp_step",
+            1e-3,
+            10,
+            mlp_step,
+            mlp_types(256, &[784, 1024, 1024, 10]),
+            mlp_types(4, &[12, 16, 8, 3]),
+        ),
+    ];
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for (name, kind, tolerance, calls, f, full, tiny) in rows {
+        match (traced(&full, &f), traced(&tiny, &f)) {
+            (Ok(full), Ok(tiny)) => out.push(Workload {
+                name: name.to_string(),
+                kind,
+                tolerance,
+                calls,
+                full,
+                tiny,
+            }),
+            (Err(e), _) | (_, Err(e)) => skipped.push(format!("{name}: not traced: {e}")),
+        }
+    }
+    // The workloads of the benchmark that are left out, and why.
+    for (name, why) in [
+        (
+            "conv_7x7s2_32x3x224, conv_3x3_64x64x56",
+            "convolutions map to one thread per output over the whole window; left to the GPU GEMM work",
+        ),
+        (
+            "transformer_train_step",
+            "AdamW state and embeddings gathers: not packed yet",
+        ),
+        (
+            "linear_int8_dynamic, sort_16M",
+            "no GPU kernel (quantized products and sort run on the host)",
+        ),
+        (
+            "compile_chain_*, *_eager, ddp_mlp_step_2proc",
+            "measure compilation, eager mode or processes, not a device",
+        ),
+    ] {
+        skipped.push(format!("{name}: {why}"));
+    }
+    (out, skipped)
+}
