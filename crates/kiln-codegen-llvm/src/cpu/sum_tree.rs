@@ -4,7 +4,9 @@
 //! A plain loop adding `n` values into one accumulator loses up to about `n·ε/2` of relative
 //! accuracy (the mean of 10⁷ copies of 0.1f32 came out 0.09985, and a sum of 2⁴⁰ ones stopped
 //! growing at 2²⁴·64). Here the loops of a float sum add at most [`SumTree::leaf`] values into
-//! one accumulator (a leaf, which the loop vectorizer still splits over its lanes); leaves and
+//! one accumulator (a leaf; in the innermost loop, which the loop vectorizer splits over the
+//! lanes of the target's widest vector, a leaf per lane: 2048 f32 values with AVX2, so a row of
+//! 1024 is one vector loop with one horizontal sum, not four); leaves and
 //! the sums of whole inner loops are combined at most [`SumTree::fanout`] at a time, level by
 //! level, up to the reduction's own accumulator. The tree's shape is the target's
 //! ([`kiln_kernel::target::TargetInfo::sums`]: leaves of 256 values, fanout 16) and depends
@@ -13,8 +15,9 @@
 //!
 //! Error bound (stated in `ir-specs/ops/reduce.md`): for a sum of `n` values in an accumulator
 //! of precision `ε`, `|computed - exact| <= (leaf + 16 ⌈log16(n / leaf)⌉ + 16 r) · ε · Σ|xᵢ|`
-//! where `r` is the number of reduced dimensions; in practice it is far smaller, since leaf
-//! errors are spread over the vector lanes.
+//! where `r` is the number of reduced dimensions, as long as the innermost loop is vectorized
+//! (every kiln reduction over contiguous values is); in practice it is far smaller, since leaf
+//! errors are spread over the vector lanes and the vectorizer's interleaved accumulators.
 
 use super::{Emitter, llvm};
 use crate::Result;
@@ -92,7 +95,15 @@ impl<'c> Emitter<'c> {
                     let per: usize = rest.iter().map(|x| x.1).product();
                     let SumTree { leaf, fanout } = self.target.sums;
                     let own = per >= leaf;
-                    let leaf = if own { fanout } else { leaf / per.max(1) };
+                    let leaf = if own {
+                        fanout
+                    } else if rest.is_empty() {
+                        // The innermost loop, which the vectorizer splits over its lanes: a
+                        // leaf's worth of values per lane.
+                        leaf * self.lanes(sum.dtype)
+                    } else {
+                        leaf / per.max(1)
+                    };
                     let mut iteration = |em: &Self, accs: &[PointerValue<'c>]| {
                         if own {
                             let part = em.partials(sum, accs.len())?;
@@ -163,6 +174,11 @@ impl<'c> Emitter<'c> {
             em.tree_loop(v, (lo, hi), (chunk, whole), leaf, sum, &part, body)?;
             em.fold(sum, accs, &part)
         })
+    }
+
+    /// The lanes of the target's widest vector for an accumulator of `dtype`.
+    fn lanes(&self, dtype: DType) -> usize {
+        (self.target.vector_bytes / dtype.bytes().max(1)).max(1)
     }
 
     /// `n` fresh accumulators holding the combiner's identity (-0 for a float sum, so a sum
