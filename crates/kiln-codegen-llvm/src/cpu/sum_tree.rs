@@ -176,9 +176,10 @@ impl<'c> Emitter<'c> {
         })
     }
 
-    /// The lanes of the target's widest vector for an accumulator of `dtype`.
+    /// The lanes of the target's widest vector for the accumulators of a `dtype` sum (f16
+    /// and bf16 sums accumulate in f32).
     fn lanes(&self, dtype: DType) -> usize {
-        (self.target.vector_bytes / dtype.bytes().max(1)).max(1)
+        (self.target.vector_bytes / dtype.bytes().max(4)).max(1)
     }
 
     /// `n` fresh accumulators holding the combiner's identity (-0 for a float sum, so a sum
