@@ -1,6 +1,6 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
 //! warp-per-row softmax, block-per-row reduction through shared memory and barriers, matrix
-//! product with an epilogue, scatter), for sm_90. Rendering is deterministic: each is rendered
+//! product with an epilogue (one thread per element), matrix product by block tiles, scatter), for sm_90. Rendering is deterministic: each is rendered
 //! twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -10,8 +10,20 @@ use kiln_kernel::target::TargetInfo;
 
 /// The PTX of the kernels of `src` (all of one mapping `kind`), mapped for an H200.
 fn ptx(src: &str, kind: MapKind) -> String {
+    ptx_on(src, kind, &TargetInfo::h200())
+}
+
+/// An H200 without block tiles for matrix products: one thread per element.
+fn untiled() -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    t.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    t
+}
+
+/// The PTX of the kernels of `src` (all of one mapping `kind`), mapped for `target`.
+fn ptx_on(src: &str, kind: MapKind, target: &TargetInfo) -> String {
     let f = parse_func_text(src).unwrap();
-    let ks = mapped_kernels(&f, &kiln_kernel::Options::default(), &TargetInfo::h200()).unwrap();
+    let ks = mapped_kernels(&f, &kiln_kernel::Options::default(), target).unwrap();
     let mut out = String::new();
     for (name, p) in ks {
         let p = p.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -64,9 +76,21 @@ fn block_rows_sum() {
 fn gemm_with_an_epilogue() {
     insta::assert_snapshot!(
         "gemm",
-        ptx(
+        ptx_on(
             "func @main(%0: f32[16,32], %1: f32[32,8], %2: f32[16,8]) -> f32[16,8] {\n  %3 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,8]\n  %4 = add %3, %2 : f32[16,8]\n  return %4\n}\n",
-            MapKind::Gemm
+            MapKind::Gemm,
+            &untiled()
+        )
+    );
+}
+
+#[test]
+fn gemm_by_block_tiles() {
+    insta::assert_snapshot!(
+        "gemm_tiled",
+        ptx(
+            "func @main(%0: f32[200,300], %1: f32[300,130]) -> f32[200,130] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[200,130]\n  return %2\n}\n",
+            MapKind::GemmTiled
         )
     );
 }

@@ -75,7 +75,8 @@ fn check(f: &Func, args: &[Literal]) -> Result<EmuReport, String> {
 
 /// An H200 that gives every reduction of 2 terms or more a warp, and of 64 or more a block of
 /// 128 threads (blocks of at most 128), so random programs exercise the cooperative reductions' shuffles, barriers
-/// and shared memory in every dtype and combiner.
+/// and shared memory in every dtype and combiner, and a one-warp block tile that small products
+/// fill, so they run by tiles.
 fn cooperative_target() -> TargetInfo {
     let mut t = TargetInfo::h200();
     let gpu = t.gpu.as_mut().expect("a GPU");
@@ -83,6 +84,15 @@ fn cooperative_target() -> TargetInfo {
     gpu.block_reduce_min = 64;
     gpu.max_threads_per_block = 128;
     gpu.elementwise_block = 128;
+    // A block tile of one warp (8 x 4, an element per thread) that the random programs'
+    // small products fill, so they run by tiles.
+    gpu.gemm_tiles.push(kiln_kernel::target::GemmTile {
+        m: 8,
+        n: 4,
+        k: 8,
+        thread_m: 1,
+        thread_n: 1,
+    });
     t
 }
 
@@ -627,7 +637,7 @@ fn every_mapping_agrees_with_the_reference() {
         MapKind::Elementwise,
         MapKind::WarpRows,
         MapKind::BlockRows,
-        MapKind::Gemm,
+        MapKind::GemmTiled,
     ] {
         assert!(
             rep.launches.contains_key(&kind),
@@ -650,4 +660,111 @@ fn long_rows_sum_chunk_results_in_a_tree() {
         let rep = check_on(&f, &args, &cooperative_target()).unwrap();
         assert_eq!(rep.launches.get(&MapKind::BlockRows), Some(&1), "{rep:?}");
     }
+}
+
+/// A batched product `lhs x rhs` of `(batch, m, k, n)` in `dt` (operands in `inp`), A stored
+/// with its contraction first when `a_trans`, B with its contraction last when `b_trans`,
+/// with a bias-and-tanh epilogue when `epilogue`.
+fn product_text(
+    (batch, m, k, n): (usize, usize, usize, usize),
+    (inp, dt): (&str, &str),
+    a_trans: bool,
+    b_trans: bool,
+    epilogue: bool,
+) -> String {
+    let (a, ac) = if a_trans {
+        (format!("{inp}[{batch},{k},{m}]"), 1)
+    } else {
+        (format!("{inp}[{batch},{m},{k}]"), 2)
+    };
+    let (b, bc) = if b_trans {
+        (format!("{inp}[{batch},{n},{k}]"), 2)
+    } else {
+        (format!("{inp}[{batch},{k},{n}]"), 1)
+    };
+    let y = format!("{dt}[{batch},{m},{n}]");
+    let dot = format!(
+        "dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : {y}"
+    );
+    if epilogue {
+        format!(
+            "func @main(%0: {a}, %1: {b}, %2: {dt}[{n}]) -> {y} {{\n  %3 = {dot}\n  %4 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : {y}\n  %5 = add %3, %4 : {y}\n  %6 = tanh %5 : {y}\n  return %6\n}}\n"
+        )
+    } else {
+        format!("func @main(%0: {a}, %1: {b}) -> {y} {{\n  %2 = {dot}\n  return %2\n}}\n")
+    }
+}
+
+/// Products by block tiles against the reference: every tile size of an H200 (the shape picks
+/// it), rows, columns and contractions that are not multiples of the tiles, a contraction of
+/// one, contractions past one chunk of the sum tree and past sixteen (two levels above the
+/// chunks), batches, both operands transposed or not, f32 and f64, f16 and bf16 operands with
+/// an f32 result, with and without an epilogue (the last field: whether the product runs by
+/// tiles). Products the lowering keeps as loop nests (an f16, bf16 or integer result) and
+/// products too thin for a tile (a matrix times a vector) agree too.
+#[test]
+fn products_by_block_tiles_agree_with_the_reference() {
+    type Case = (
+        (usize, usize, usize, usize),
+        (&'static str, &'static str),
+        bool,
+        bool,
+        bool,
+        bool,
+    );
+    let cases: &[Case] = &[
+        ((1, 130, 17, 129), ("f32", "f32"), false, false, false, true),
+        ((2, 67, 9, 70), ("f32", "f32"), true, true, true, true),
+        ((3, 33, 1, 40), ("f64", "f64"), false, true, true, true),
+        ((1, 20, 600, 24), ("f32", "f32"), true, false, false, true),
+        ((1, 9, 4100, 8), ("f32", "f32"), false, false, false, true),
+        ((2, 19, 40, 17), ("f16", "f32"), false, false, true, true),
+        ((1, 70, 33, 65), ("bf16", "f32"), false, true, false, true),
+        ((2, 18, 300, 21), ("bf16", "f32"), true, false, true, true),
+        ((1, 1, 1, 1), ("f32", "f32"), false, false, false, false),
+        ((2, 30, 50, 3), ("f32", "f32"), false, true, false, false),
+        ((2, 18, 30, 21), ("bf16", "bf16"), true, false, true, false),
+        ((1, 17, 31, 66), ("i32", "i32"), true, true, false, false),
+        ((2, 9, 12, 8), ("u8", "u8"), false, false, false, false),
+    ];
+    let mut failures = Vec::new();
+    for (i, &(shape, dts, at, bt, ep, tiled)) in cases.iter().enumerate() {
+        let src = product_text(shape, dts, at, bt, ep);
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("case {i}: {e}\n{src}"));
+        let mut rng = Rng::new(100 + i as u64);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        match check(&f, &args) {
+            Ok(r) if r.launches.contains_key(&MapKind::GemmTiled) != tiled => {
+                failures.push(format!(
+                    "case {i}: by tiles expected {tiled}: {:?}\n{src}",
+                    r.launches
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => failures.push(format!("case {i}: {e}\n{src}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A target without block tiles keeps the one-thread-per-element product, which agrees too.
+#[test]
+fn products_without_tiles_run_one_thread_per_element() {
+    let mut t = TargetInfo::h200();
+    t.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    let src = product_text((2, 9, 40, 5), ("f32", "f32"), true, false, true);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let mut rng = Rng::new(7);
+    let args: Vec<Literal> = f
+        .param_types()
+        .iter()
+        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+        .collect();
+    let rep = check_on(&f, &args, &t).unwrap();
+    assert_eq!(rep.launches.get(&MapKind::Gemm), Some(&1), "{rep:?}");
+    assert_eq!(rep.launches.get(&MapKind::GemmTiled), None, "{rep:?}");
 }

@@ -248,6 +248,9 @@ pub enum MapKind {
     BlockRows,
     /// A matrix product, one thread per output element over the contraction.
     Gemm,
+    /// A matrix product by block tiles: A's and B's tiles staged through shared memory, each
+    /// thread accumulating a register tile of the result.
+    GemmTiled,
     /// A scatter, on one thread, in order.
     Scatter,
     /// A select-and-scatter, on one thread, in order.
@@ -262,6 +265,7 @@ impl MapKind {
             MapKind::WarpRows => "warp-rows",
             MapKind::BlockRows => "block-rows",
             MapKind::Gemm => "gemm",
+            MapKind::GemmTiled => "gemm-tiled",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
         }

@@ -11,11 +11,12 @@
 //!   ([`MapKind::BlockRows`]). Each reduction is computed once per row, innermost first, by
 //!   all the row's threads together, then the row's elements are computed thread-strided with
 //!   the reductions read from registers.
-//! - A matrix product runs one thread per output element over the whole contraction, with its
-//!   epilogue (and a chained second product) as further launches over a scratch buffer
-//!   ([`MapKind::Gemm`]). This is a first, correct mapping: tensor cores
-//!   (`Gpu::tensor_core_shapes`), tiles in shared memory and an epilogue fused into the
-//!   product's launch come later.
+//! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
+//!   through shared memory, a register tile per thread ([`MapKind::GemmTiled`], `tiled.rs`),
+//!   or, on a target without tiles, one thread per output element over the whole contraction
+//!   ([`MapKind::Gemm`]); its epilogue (and a chained second product) run as further
+//!   launches over a scratch buffer. Tensor cores (`Gpu::tensor_core_shapes`) and an
+//!   epilogue fused into the product's launch come later.
 //! - A scatter runs on one thread, in order, so its result is deterministic
 //!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
 //!
@@ -49,6 +50,7 @@ use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
 mod gemm;
 mod scatter;
+mod tiled;
 
 use scatter::SelectWindows;
 
