@@ -415,3 +415,26 @@ fn program_kinds(f: &Func, target: &TargetInfo) -> Vec<kiln_kernel::gpu::ir::Map
         .map(|l| l.kind)
         .collect()
 }
+
+/// One warp's tensor-core tile (`ldmatrix`, `mma.m16n8k16`, packed shared arrays) assembles
+/// for sm_80 and sm_90, with bf16 and with f16 operands.
+#[test]
+fn a_warp_tile_on_tensor_cores_assembles() {
+    let mut tally = Tally::default();
+    for dtype in [kiln_ir::DType::BF16, kiln_ir::DType::F16] {
+        let k = kiln_kernel::gpu::mma::warp_tile(dtype, TargetInfo::h200().sums);
+        let p = GpuProgram {
+            scratch: Vec::new(),
+            launches: vec![k],
+        };
+        let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+        for needle in [
+            "ldmatrix.sync.aligned.m8n8.x4",
+            "mma.sync.aligned.m16n8k16.row.col",
+        ] {
+            assert!(text.contains(needle), "{dtype}: no {needle} in\n{text}");
+        }
+        tally.render(&format!("warp tile {dtype}"), &p);
+    }
+    tally.finish("tensor-core warp tiles");
+}

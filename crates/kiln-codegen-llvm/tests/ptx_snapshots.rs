@@ -1,6 +1,6 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
 //! warp-per-row softmax, block-per-row reduction through shared memory and barriers, matrix
-//! product with an epilogue (one thread per element), matrix product by block tiles, scatter), for sm_90. Rendering is deterministic: each is rendered
+//! product with an epilogue (one thread per element), matrix product by block tiles, one warp's tensor-core tile, scatter), for sm_90. Rendering is deterministic: each is rendered
 //! twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -104,4 +104,16 @@ fn scatter_add() {
             MapKind::Scatter
         )
     );
+}
+
+#[test]
+fn warp_tile_on_tensor_cores() {
+    let k = kiln_kernel::gpu::mma::warp_tile(kiln_ir::DType::BF16, TargetInfo::h200().sums);
+    let p = kiln_kernel::gpu::ir::GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![k],
+    };
+    let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
+    insta::assert_snapshot!("warp_tile_mma_bf16", text);
 }

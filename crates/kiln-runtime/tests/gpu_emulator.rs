@@ -321,6 +321,7 @@ fn launch(threads: usize, shared: usize, body: Vec<Stmt>) -> GpuKernel {
         shared: vec![SharedArray {
             dtype: DType::F32,
             len: shared,
+            packed: false,
         }],
         regs: 2,
         vars: 1,
@@ -767,4 +768,77 @@ fn products_without_tiles_run_one_thread_per_element() {
     let rep = check_on(&f, &args, &t).unwrap();
     assert_eq!(rep.launches.get(&MapKind::Gemm), Some(&1), "{rep:?}");
     assert_eq!(rep.launches.get(&MapKind::GemmTiled), None, "{rep:?}");
+}
+
+/// One warp's tensor-core tile (`ldmatrix` of A and B from packed shared memory, one
+/// `mma.m16n8k16`, C and D by the accumulator layout) on known matrices, bf16 and f16: small
+/// integers, so every product and sum is exact and D must be `A x B + C` exactly. A wrong
+/// fragment layout (of A, B, C or D) puts elements elsewhere and fails.
+#[test]
+fn a_warp_tile_on_tensor_cores_computes_the_product() {
+    for dtype in [DType::BF16, DType::F16] {
+        let k = kiln_kernel::gpu::mma::warp_tile(dtype, TargetInfo::h200().sums);
+        kiln_kernel::gpu::print::verify(&k, TargetInfo::h200().gpu.as_ref().unwrap()).unwrap();
+        let a = |r: usize, c: usize| ((r * 3 + c * 5) % 11) as f64 - 5.0;
+        let b = |kk: usize, n: usize| ((kk * 7 + n * 2) % 9) as f64 - 4.0;
+        let cm = |r: usize, n: usize| (r * 8 + n) as f64 * 0.5;
+        let buf = |name: &str, dtype, data: Vec<f64>| Buffer {
+            name: name.into(),
+            dtype,
+            data: data.into_iter().map(V::F).collect(),
+        };
+        let a_buf = buf("%a", dtype, (0..256).map(|i| a(i / 16, i % 16)).collect());
+        // B by columns: element `n * 16 + k` is B's (k, n).
+        let b_buf = buf("%b", dtype, (0..128).map(|i| b(i % 16, i / 16)).collect());
+        let c_buf = buf(
+            "%c",
+            DType::F32,
+            (0..128).map(|i| cm(i / 8, i % 8)).collect(),
+        );
+        let mut out = vec![Buffer::zeros("%d", &k.outputs[0].1)];
+        run_kernel(&k, &[&a_buf, &b_buf, &c_buf], &mut out).unwrap();
+        for r in 0..16 {
+            for n in 0..8 {
+                let want = cm(r, n) + (0..16).map(|kk| a(r, kk) * b(kk, n)).sum::<f64>();
+                assert_eq!(out[0].data[r * 8 + n], V::F(want), "{dtype} D[{r}][{n}]");
+            }
+        }
+    }
+}
+
+/// `ldmatrix` and `mma` need the whole warp, and `ldmatrix` reads a packed array in bounds.
+#[test]
+fn tensor_core_statements_need_the_whole_warp() {
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    let at = k
+        .body
+        .iter()
+        .position(|s| matches!(s, Stmt::LdMatrix { .. }))
+        .unwrap();
+    let ld = k.body[at].clone();
+    k.body[at] = Stmt::If {
+        cond: Sc::lt(tid(), Sc::Const(16)),
+        body: vec![ld],
+    };
+    let zeros = |n: usize, dtype| Buffer {
+        name: "%x".into(),
+        dtype,
+        data: vec![V::F(0.0); n],
+    };
+    let (a, b, c) = (
+        zeros(256, DType::BF16),
+        zeros(128, DType::BF16),
+        zeros(128, DType::F32),
+    );
+    let mut out = vec![Buffer::zeros("%d", &k.outputs[0].1)];
+    let e = run_kernel(&k, &[&a, &b, &c], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("an ldmatrix by 16 of the 32 lanes"), "{e}");
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    k.shared[0].len = 200;
+    let e = run_kernel(&k, &[&a, &b, &c], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out-of-bounds"), "{e}");
 }

@@ -15,6 +15,7 @@
 
 mod expr;
 mod kernel;
+mod mma;
 
 use crate::{Error, Result};
 use inkwell::context::Context;

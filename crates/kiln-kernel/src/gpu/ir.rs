@@ -224,6 +224,40 @@ pub enum Stmt {
         /// Which lane.
         mode: Shuffle,
     },
+    /// `ldmatrix.sync.aligned.m8n8.x4.b16`: the whole warp loads four 8 x 8 matrices of 16-bit
+    /// elements from a packed shared array ([`SharedArray::packed`]). Lane `l` names, in
+    /// `row`, the element where row `l % 8` of matrix `l / 8` starts (8 consecutive
+    /// elements). Lane `l` then holds, in `regs[2j]` and `regs[2j + 1]`, elements
+    /// `2 (l % 4)` and `2 (l % 4) + 1` of row `l / 4` of matrix `j`: with the four matrices
+    /// the quarters of a 16 x 16 tile (rows 0-7 and 8-15 of columns 0-7, then of columns
+    /// 8-15), exactly the A fragment of [`Stmt::Mma`].
+    LdMatrix {
+        /// The eight value registers written (f32 registers holding the 16-bit values).
+        regs: [usize; 8],
+        /// The packed shared array.
+        array: usize,
+        /// This lane's row start (an element index).
+        row: Sc,
+    },
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`: the whole warp
+    /// computes `D = A x B + C` for a 16 x 16 A, a 16 x 8 B and 16 x 8 C and D, products and
+    /// sums in f32, operands rounded to `dtype` (bf16 or f16). With `g = lane / 4` and
+    /// `t = lane % 4`, a lane holds (the PTX ISA's fragment layouts):
+    /// - `a[i]`: A's row `g + 8 ((i / 2) % 2)`, column `2t + i % 2 + 8 (i / 4)`;
+    /// - `b[i]`: B's row `2t + i % 2 + 8 (i / 2)`, column `g`;
+    /// - `c[i]` and `d[i]`: row `g + 8 (i / 2)`, column `2t + i % 2`.
+    Mma {
+        /// The result's registers (f32).
+        d: [usize; 4],
+        /// A's registers.
+        a: [usize; 8],
+        /// B's registers.
+        b: [usize; 4],
+        /// The addend's registers (f32; may be `d`'s).
+        c: [usize; 4],
+        /// The operands' dtype: bf16 or f16.
+        dtype: DType,
+    },
 }
 
 /// A shared-memory array of one block.
@@ -233,6 +267,9 @@ pub struct SharedArray {
     pub dtype: DType,
     /// Its elements.
     pub len: usize,
+    /// f16 and bf16 elements held as 16 bits (rounded on store), as [`Stmt::LdMatrix`] reads
+    /// them, rather than as f32.
+    pub packed: bool,
 }
 
 /// How a kernel was mapped (reports and the printed form).
@@ -324,7 +361,10 @@ impl GpuKernel {
     pub fn shared_bytes(&self) -> usize {
         self.shared
             .iter()
-            .map(|a| a.len * a.dtype.bits().div_ceil(8).max(4) as usize)
+            .map(|a| {
+                let bytes = a.dtype.bits().div_ceil(8) as usize;
+                a.len * if a.packed { bytes } else { bytes.max(4) }
+            })
             .sum()
     }
 }

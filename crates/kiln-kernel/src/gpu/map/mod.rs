@@ -576,8 +576,16 @@ impl Mapper<'_> {
         if threads > warp {
             let warps = threads / warp;
             let (partials, total) = (shared.len(), shared.len() + 1);
-            shared.push(SharedArray { dtype, len: warps });
-            shared.push(SharedArray { dtype, len: 1 });
+            shared.push(SharedArray {
+                dtype,
+                len: warps,
+                packed: false,
+            });
+            shared.push(SharedArray {
+                dtype,
+                len: 1,
+                packed: false,
+            });
             let lane0 = Sc::eq(sp(Special::Lane), c(0));
             out.push(Stmt::If {
                 cond: lane0.clone(),

@@ -310,10 +310,12 @@ impl Mapper<'_> {
                 SharedArray {
                     dtype,
                     len: bk * bm,
+                    packed: false,
                 },
                 SharedArray {
                     dtype,
                     len: bk * bn,
+                    packed: false,
                 },
             ],
             regs: r.0,
