@@ -416,7 +416,7 @@ fn program_kinds(f: &Func, target: &TargetInfo) -> Vec<kiln_kernel::gpu::ir::Map
         .collect()
 }
 
-/// One warp's tensor-core tile (`ldmatrix`, `mma.m16n8k16`, packed shared arrays) assembles
+/// One warp's tensor-core tile (`cp.async`, `ldmatrix`, `mma.m16n8k16`, packed shared arrays) assembles
 /// for sm_80 and sm_90, with bf16 and with f16 operands.
 #[test]
 fn a_warp_tile_on_tensor_cores_assembles() {

@@ -842,3 +842,42 @@ fn tensor_core_statements_need_the_whole_warp() {
         .to_string();
     assert!(e.contains("out-of-bounds"), "{e}");
 }
+
+/// `cp.async` copies land only when waited for: without the wait, the tile multiplies the
+/// shared arrays' old zeros and D is C. A copy from a misaligned element is an error.
+#[test]
+fn async_copies_land_when_waited_for() {
+    let buf = |name: &str, dtype, n: usize, x: f64| Buffer {
+        name: name.into(),
+        dtype,
+        data: vec![V::F(x); n],
+    };
+    let (a, b, c) = (
+        buf("%a", DType::BF16, 256, 1.0),
+        buf("%b", DType::BF16, 128, 2.0),
+        buf("%c", DType::F32, 128, 0.5),
+    );
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    let mut out = vec![Buffer::zeros("%d", &k.outputs[0].1)];
+    run_kernel(&k, &[&a, &b, &c], &mut out).unwrap();
+    assert!(
+        out[0].data.iter().all(|&v| v == V::F(32.5)),
+        "{:?}",
+        out[0].data
+    );
+    k.body.retain(|s| !matches!(s, Stmt::CopyWait { .. }));
+    run_kernel(&k, &[&a, &b, &c], &mut out).unwrap();
+    assert!(
+        out[0].data.iter().all(|&v| v == V::F(0.5)),
+        "{:?}",
+        out[0].data
+    );
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    if let Some(Stmt::CopyAsync { src, .. }) = k.body.first_mut() {
+        *src = Sc::plus(src.clone(), Sc::Const(1));
+    }
+    let e = run_kernel(&k, &[&a, &b, &c], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("misaligned cp.async"), "{e}");
+}

@@ -333,7 +333,7 @@ impl<'a, 'c> Emit<'a, 'c> {
     }
 
     /// A thread-level integer.
-    fn sc(&self, s: &Sc) -> Result<IntValue<'c>> {
+    pub(super) fn sc(&self, s: &Sc) -> Result<IntValue<'c>> {
         let b = &self.b;
         let i64t = self.ctx.i64_type();
         let flag = |c: IntValue<'c>| b.build_int_z_extend(c, i64t, "f").map_err(llvm);
@@ -395,7 +395,7 @@ impl<'a, 'c> Emit<'a, 'c> {
     }
 
     /// The pointer and dtype of the launch's buffer `buf` (as statements name them).
-    fn buffer(&self, buf: Buf) -> Result<(PointerValue<'c>, DType)> {
+    pub(super) fn buffer(&self, buf: Buf) -> Result<(PointerValue<'c>, DType)> {
         let n = self.k.inputs.len();
         let (i, d) = match buf {
             Buf::Input(i) => (i, self.k.inputs.get(i).map(|b| b.1.dtype)),
@@ -540,6 +540,9 @@ impl<'a, 'c> Emit<'a, 'c> {
                     continue;
                 }
                 Stmt::SetVar { .. }
+                | Stmt::CopyAsync { .. }
+                | Stmt::CopyCommit
+                | Stmt::CopyWait { .. }
                 | Stmt::Store { .. }
                 | Stmt::SharedStore { .. }
                 | Stmt::Barrier => continue,
@@ -692,6 +695,15 @@ impl<'a, 'c> Emit<'a, 'c> {
                 let v = self.read(*src)?;
                 self.write(*reg, self.shuffle(v, *mode)?)?;
             }
+            Stmt::CopyAsync {
+                array,
+                index,
+                buf,
+                src,
+                elems,
+            } => self.copy_async(*array, index, *buf, src, *elems)?,
+            Stmt::CopyCommit => self.copy_commit()?,
+            Stmt::CopyWait { pending } => self.copy_wait(*pending)?,
             Stmt::LdMatrix { regs, array, row } => self.ldmatrix(regs, *array, row)?,
             Stmt::Mma { d, a, b, c, dtype } => self.mma(d, a, b, c, *dtype)?,
         }

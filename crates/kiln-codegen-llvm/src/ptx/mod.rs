@@ -13,6 +13,7 @@
 //!
 //! The PTX ISA version and the SM come from a [`PtxTarget`].
 
+mod copy;
 mod expr;
 mod kernel;
 mod mma;

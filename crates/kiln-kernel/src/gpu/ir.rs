@@ -239,6 +239,34 @@ pub enum Stmt {
         /// This lane's row start (an element index).
         row: Sc,
     },
+    /// `cp.async.ca.shared.global`: starts copying `elems` consecutive elements (4, 8 or 16
+    /// bytes, as many elements as fit) of global `buf` from element `src` into shared `array`
+    /// from element `index`, both multiples of `elems` (aligned); a packed array takes 16-bit
+    /// elements as they are. The copy lands when a [`Stmt::CopyWait`] of this thread waits for
+    /// the group [`Stmt::CopyCommit`] put it in; until then the shared elements keep their old
+    /// values.
+    CopyAsync {
+        /// The shared array.
+        array: usize,
+        /// The first shared element.
+        index: Sc,
+        /// The global buffer.
+        buf: Buf,
+        /// The first global element.
+        src: Sc,
+        /// Elements copied.
+        elems: usize,
+    },
+    /// `cp.async.commit_group`: this thread's copies started since the last commit form a
+    /// group.
+    CopyCommit,
+    /// `cp.async.wait_group pending`: this thread waits until at most `pending` of its
+    /// committed groups are still in flight (the oldest land first). The other threads see the
+    /// copied elements after a barrier.
+    CopyWait {
+        /// Groups that may stay in flight.
+        pending: usize,
+    },
     /// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`: the whole warp
     /// computes `D = A x B + C` for a 16 x 16 A, a 16 x 8 B and 16 x 8 C and D, products and
     /// sums in f32, operands rounded to `dtype` (bf16 or f16). With `g = lane / 4` and

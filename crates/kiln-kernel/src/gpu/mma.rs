@@ -1,5 +1,6 @@
 //! One warp's tensor-core tile, `D = A x B + C` for a 16 x 16 A and 16 x 8 B, C and D
-//! ([`warp_tile`]): A and B staged into packed shared arrays, their fragments loaded with
+//! ([`warp_tile`]): A and B copied into packed shared arrays with [`Stmt::CopyAsync`] (then
+//! committed, waited for, and a barrier), their fragments loaded with
 //! [`Stmt::LdMatrix`], one [`Stmt::Mma`], C read and D stored by the accumulator fragment's
 //! layout. It is the building block a tensor-core product mapping is made of, and the kernel
 //! the tensor-core statements are tested with: on the emulator against the plain product, and
@@ -17,30 +18,19 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
         dtype,
         shape: shape.to_vec(),
     };
-    let (staged, e) = (0, 1);
     let a: [usize; 8] = std::array::from_fn(|i| 2 + i);
     let b: [usize; 8] = std::array::from_fn(|i| 10 + i);
     let c: [usize; 4] = std::array::from_fn(|i| 18 + i);
     let d: [usize; 4] = std::array::from_fn(|i| 22 + i);
     let lane = || Sc::Special(Special::Lane);
     let k = |x: i64| Sc::Const(x);
-    let stage = |input: usize, array: usize, len: i64| Stmt::For {
-        reg: e,
-        start: Sc::Special(Special::Thread),
-        end: k(len),
-        step: k(32),
-        body: vec![
-            Stmt::Load {
-                reg: staged,
-                buf: Buf::Input(input),
-                index: Sc::Reg(e),
-            },
-            Stmt::SharedStore {
-                array,
-                index: Sc::Reg(e),
-                value: staged,
-            },
-        ],
+    // Each lane copies 8 of A's elements (16 bytes) and 4 of B's (8 bytes), asynchronously.
+    let stage = |input: usize, array: usize, elems: usize| Stmt::CopyAsync {
+        array,
+        index: Sc::times(lane(), k(elems as i64)),
+        buf: Buf::Input(input),
+        src: Sc::times(lane(), k(elems as i64)),
+        elems,
     };
     // The accumulator fragment's element `i` of this lane: row `g + 8 (i / 2)`, column
     // `2t + i % 2`, row-major in an 8-column matrix.
@@ -50,8 +40,10 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
         Sc::plus(Sc::times(row, k(8)), col)
     };
     let mut body = vec![
-        stage(0, 0, 256),
-        stage(1, 1, 128),
+        stage(0, 0, 8),
+        stage(1, 1, 4),
+        Stmt::CopyCommit,
+        Stmt::CopyWait { pending: 0 },
         Stmt::Barrier,
         // Matrix `j = lane / 8` of A: rows `8 (j % 2)..`, columns `8 (j / 2)..`.
         Stmt::LdMatrix {

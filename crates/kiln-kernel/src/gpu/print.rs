@@ -110,6 +110,18 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
                 "{pad}{} = ldmatrix.x4 shared{array}[{row}]",
                 reg_list(regs)
             ),
+            Stmt::CopyAsync {
+                array,
+                index,
+                buf,
+                src,
+                elems,
+            } => writeln!(
+                out,
+                "{pad}cp.async x{elems} shared{array}[{index}] <- {buf}[{src}]"
+            ),
+            Stmt::CopyCommit => writeln!(out, "{pad}cp.async.commit"),
+            Stmt::CopyWait { pending } => writeln!(out, "{pad}cp.async.wait {pending}"),
             Stmt::Mma { d, a, b, c, dtype } => writeln!(
                 out,
                 "{pad}{} = mma.m16n8k16.{dtype} {}, {}, {}",
@@ -230,6 +242,27 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                     }
                     (regs.to_vec(), vec![*array])
                 }
+                Stmt::CopyAsync {
+                    array, buf, elems, ..
+                } => {
+                    let (Some(a), Buf::Input(i)) = (k.shared.get(*array), buf) else {
+                        return Err(format!("cp.async from {buf} to shared{array}"));
+                    };
+                    let bytes = a.dtype.bits().div_ceil(8) as usize;
+                    let held = if a.packed { bytes } else { bytes.max(4) };
+                    let global = k
+                        .inputs
+                        .get(*i)
+                        .map(|t| t.1.dtype.bits().div_ceil(8) as usize);
+                    if global != Some(held) || ![4, 8, 16].contains(&(elems * held)) {
+                        return Err(format!(
+                            "cp.async of {elems} elements of {held} bytes from {buf} ({global:?} \
+                             bytes each)"
+                        ));
+                    }
+                    (vec![], vec![*array])
+                }
+                Stmt::CopyCommit | Stmt::CopyWait { .. } => (vec![], vec![]),
                 Stmt::Mma { d, a, b, c, dtype } => {
                     if !matches!(dtype, DType::BF16 | DType::F16) || k.warp != 32 {
                         return Err(format!("an mma of {dtype} in warps of {}", k.warp));

@@ -9,7 +9,7 @@ use super::value::{Env, Thread, V, combine, eval, identity};
 use super::{Buffer, EmuError};
 use kiln_ir::literal::round_to;
 use kiln_kernel::gpu::ir::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Who touched one shared element in the current phase.
 #[derive(Clone, Copy, Default)]
@@ -43,6 +43,16 @@ pub(crate) struct Block<'a> {
     vars: Vec<i64>,
     shared: Vec<Vec<V>>,
     log: HashMap<(usize, usize), Access>,
+    /// Per thread: its `cp.async` copies not committed yet, and its committed groups in
+    /// flight, oldest first.
+    copies: Vec<(Vec<Copy>, VecDeque<Vec<Copy>>)>,
+}
+
+/// One `cp.async` in flight: the values read, and where they land.
+struct Copy {
+    array: usize,
+    index: usize,
+    values: Vec<V>,
 }
 
 impl<'a> Block<'a> {
@@ -61,6 +71,7 @@ impl<'a> Block<'a> {
             vars: vec![0; k.block * k.vars],
             shared: k.shared.iter().map(|a| vec![V::I(0); a.len]).collect(),
             log: HashMap::new(),
+            copies: (0..k.block).map(|_| Default::default()).collect(),
         }
     }
 
@@ -331,6 +342,60 @@ impl<'a> Block<'a> {
                     ));
                 }
                 self.log.clear();
+            }
+            Stmt::CopyAsync {
+                array,
+                index,
+                buf,
+                src,
+                elems,
+            } => {
+                let len = self.shared[*array].len() as i64;
+                for t in active() {
+                    let (at, from) = (self.sc(t, index), self.sc(t, src));
+                    let e = *elems as i64;
+                    if at % e != 0 || from % e != 0 {
+                        return self.err(format!(
+                            "a misaligned cp.async of {e} elements: shared{array}[{at}] <- \
+                             {buf}[{from}] (thread {t})"
+                        ));
+                    }
+                    let b = self.global(*buf)?;
+                    if at < 0 || at + e > len || from < 0 || (from + e) as usize > b.data.len() {
+                        return self.err(format!(
+                            "an out-of-bounds cp.async: shared{array}[{at}..{}] of {len} <- {}[{from}..{}] of {} (thread {t})",
+                            at + e,
+                            b.name,
+                            from + e,
+                            b.data.len()
+                        ));
+                    }
+                    let values = b.data[from as usize..(from + e) as usize].to_vec();
+                    self.copies[t].0.push(Copy {
+                        array: *array,
+                        index: at as usize,
+                        values,
+                    });
+                }
+            }
+            Stmt::CopyCommit => {
+                for t in active() {
+                    let group = std::mem::take(&mut self.copies[t].0);
+                    self.copies[t].1.push_back(group);
+                }
+            }
+            Stmt::CopyWait { pending } => {
+                for t in active() {
+                    while self.copies[t].1.len() > *pending {
+                        let group = self.copies[t].1.pop_front().unwrap_or_default();
+                        for c in group {
+                            for (e, v) in c.values.into_iter().enumerate() {
+                                let i = self.touch(t, c.array, (c.index + e) as i64, true)?;
+                                self.shared[c.array][i] = v;
+                            }
+                        }
+                    }
+                }
             }
             Stmt::LdMatrix { regs, array, row } => {
                 for first in self.warps(mask, "an ldmatrix")? {
