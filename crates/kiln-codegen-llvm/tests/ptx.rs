@@ -438,3 +438,56 @@ fn a_warp_tile_on_tensor_cores_assembles() {
     }
     tally.finish("tensor-core warp tiles");
 }
+
+/// The GPU program of the product `(batch, m, k, n)` of `src`'s form (lowered in f32 for an
+/// H200), mapped with operands of `dtype`: a product of bf16 or f16 operands with an f32
+/// result, as the tensor cores run it.
+fn product_with_operands(src: &str, dtype: kiln_ir::DType) -> GpuProgram {
+    let f = parse_func_text(src).unwrap();
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let l =
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+    let i = (0..l.func.insts.len())
+        .find(|&i| l.fused.kernels[i].is_some())
+        .unwrap();
+    let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
+        .iter()
+        .map(|v| {
+            let mut t = l.func.values[v.index()].clone();
+            t.dtype = dtype;
+            t
+        })
+        .collect();
+    let k = l.fused.kernels[i].as_ref().unwrap();
+    kiln_kernel::gpu::map(k, &ins, &target, "product").unwrap()
+}
+
+/// Products on the tensor cores assemble for sm_80 and sm_90: both tile sizes, bf16 and f16,
+/// transposed operands, a contraction past one chunk of the sum tree.
+#[test]
+fn products_on_tensor_cores_assemble() {
+    let dot = |a: &str, b: &str, ac: usize, bc: usize, y: &str| {
+        format!(
+            "func @main(%0: f32[{a}], %1: f32[{b}]) -> f32[{y}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : f32[{y}]\n  return %2\n}}\n"
+        )
+    };
+    let programs = [
+        dot("1,64,32", "1,32,64", 2, 1, "1,64,64"),
+        dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
+        dot("1,9,300", "1,300,8", 2, 1, "1,9,8"),
+    ];
+    let mut tally = Tally::default();
+    for (i, src) in programs.iter().enumerate() {
+        for dtype in [kiln_ir::DType::BF16, kiln_ir::DType::F16] {
+            let p = product_with_operands(src, dtype);
+            assert_eq!(
+                p.launches[0].kind,
+                kiln_kernel::gpu::ir::MapKind::GemmMma,
+                "{i}"
+            );
+            tally.render(&format!("product {i} {dtype}"), &p);
+        }
+    }
+    tally.finish("products on tensor cores");
+}

@@ -213,6 +213,11 @@ pub struct Gpu {
     /// fill at least half of, so small products get small blocks; a product too thin for any
     /// (a matrix times a vector) runs one thread per element.
     pub gemm_tiles: Vec<GemmTile>,
+    /// The block tiles of a matrix product on the tensor cores (bf16 or f16 operands, an f32
+    /// result; `mma.m16n8k16` from `tensor_core_shapes`), largest first, chosen as
+    /// `gemm_tiles` are: here `thread_m x thread_n` is one warp's tile (multiples of 16) and
+    /// `k` is 16.
+    pub mma_tiles: Vec<GemmTile>,
 }
 
 /// One block tile of a matrix product: the block computes `m x n` elements of the result,
@@ -275,6 +280,22 @@ impl Gpu {
                     k: 8,
                     thread_m: 2,
                     thread_n: 2,
+                },
+            ],
+            mma_tiles: vec![
+                GemmTile {
+                    m: 64,
+                    n: 64,
+                    k: 16,
+                    thread_m: 32,
+                    thread_n: 32,
+                },
+                GemmTile {
+                    m: 16,
+                    n: 16,
+                    k: 16,
+                    thread_m: 16,
+                    thread_n: 16,
                 },
             ],
         }

@@ -881,3 +881,103 @@ fn async_copies_land_when_waited_for() {
         .to_string();
     assert!(e.contains("misaligned cp.async"), "{e}");
 }
+
+/// The GEMM kernel of the product `(batch, m, k, n)` (A with its contraction first when
+/// `a_trans`, B with its contraction last when `b_trans`), lowered for an H200 in f32, mapped
+/// with its operands of `dtype` instead: what a product of bf16 or f16 operands with an f32
+/// result is mapped as.
+fn product_of(
+    (batch, m, k, n): (usize, usize, usize, usize),
+    a_trans: bool,
+    b_trans: bool,
+    dtype: DType,
+) -> GpuProgram {
+    let src = product_text((batch, m, k, n), ("f32", "f32"), a_trans, b_trans, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let l =
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+    let i = (0..l.func.insts.len())
+        .find(|&i| l.fused.kernels[i].is_some())
+        .unwrap();
+    let mut ins: Vec<TensorType> = l.fused.operands[i]
+        .iter()
+        .map(|v| l.func.values[v.index()].clone())
+        .collect();
+    for t in &mut ins {
+        t.dtype = dtype;
+    }
+    let k = l.fused.kernels[i].as_ref().unwrap();
+    kiln_kernel::gpu::map(k, &ins, &target, "product").unwrap()
+}
+
+/// Products of bf16 and f16 operands with an f32 result on the tensor cores (`ldmatrix`,
+/// `mma`): both tile sizes of an H200, rows, columns and contractions that are not multiples
+/// of the tiles, a contraction of one and one past a chunk of the sum tree, batches, both
+/// operands transposed or not. The operands are small integers, so every sum is exact in f32
+/// and the result must be the exact product: a wrong fragment layout, staging or store fails.
+#[test]
+fn products_on_tensor_cores_are_exact_on_integers() {
+    let cases = [
+        ((1, 64, 32, 64), false, false),
+        ((2, 70, 40, 65), true, true),
+        ((1, 20, 17, 24), false, true),
+        ((1, 9, 300, 8), true, false),
+        ((3, 33, 1, 17), false, false),
+    ];
+    for dtype in [DType::BF16, DType::F16] {
+        for (c, &((batch, m, k, n), at, bt)) in cases.iter().enumerate() {
+            let p = product_of((batch, m, k, n), at, bt, dtype);
+            assert_eq!(p.launches.len(), 1, "case {c}");
+            assert_eq!(p.launches[0].kind, MapKind::GemmMma, "case {c}");
+            let av = |bi: usize, i: usize, kk: usize| ((bi + i * 3 + kk * 5) % 9) as f64 - 4.0;
+            let bv = |bi: usize, kk: usize, j: usize| ((bi * 2 + kk * 7 + j) % 7) as f64 - 3.0;
+            let mut a = vec![0.0; batch * m * k];
+            let mut b = vec![0.0; batch * k * n];
+            for bi in 0..batch {
+                for i in 0..m {
+                    for kk in 0..k {
+                        let at_ = if at {
+                            (bi * k + kk) * m + i
+                        } else {
+                            (bi * m + i) * k + kk
+                        };
+                        a[at_] = av(bi, i, kk);
+                    }
+                }
+                for kk in 0..k {
+                    for j in 0..n {
+                        let bt_ = if bt {
+                            (bi * n + j) * k + kk
+                        } else {
+                            (bi * k + kk) * n + j
+                        };
+                        b[bt_] = bv(bi, kk, j);
+                    }
+                }
+            }
+            let buf = |name: &str, data: &[f64]| Buffer {
+                name: name.into(),
+                dtype,
+                data: data.iter().map(|&x| V::F(x)).collect(),
+            };
+            let out_t = TensorType {
+                dtype: DType::F32,
+                shape: vec![batch, m, n],
+            };
+            let mut out = vec![Buffer::zeros("%d", &out_t)];
+            kiln_runtime::gpu_emu::run_program(&p, &[&buf("%a", &a), &buf("%b", &b)], &mut out)
+                .unwrap_or_else(|e| panic!("{dtype} case {c}: {e}"));
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k).map(|kk| av(bi, i, kk) * bv(bi, kk, j)).sum();
+                        let got = out[0].data[(bi * m + i) * n + j];
+                        assert_eq!(got, V::F(want), "{dtype} case {c}: [{bi}][{i}][{j}]");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -316,6 +316,9 @@ pub enum MapKind {
     /// A matrix product by block tiles: A's and B's tiles staged through shared memory, each
     /// thread accumulating a register tile of the result.
     GemmTiled,
+    /// A matrix product on the tensor cores: bf16 or f16 tiles staged through shared memory,
+    /// `ldmatrix` and `mma.m16n8k16` per warp, f32 accumulators.
+    GemmMma,
     /// A scatter, on one thread, in order.
     Scatter,
     /// A select-and-scatter, on one thread, in order.
@@ -331,6 +334,7 @@ impl MapKind {
             MapKind::BlockRows => "block-rows",
             MapKind::Gemm => "gemm",
             MapKind::GemmTiled => "gemm-tiled",
+            MapKind::GemmMma => "gemm-mma",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
         }

@@ -94,7 +94,7 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
     }
     GpuKernel {
         name: format!("warp_tile_{dtype}"),
-        kind: MapKind::GemmTiled,
+        kind: MapKind::GemmMma,
         grid: 1,
         block: 32,
         warp: 32,

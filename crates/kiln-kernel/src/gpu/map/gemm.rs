@@ -165,14 +165,18 @@ impl Mapper<'_> {
         };
         let (a_elem, b_elem) = (as_out(a_elem), as_out(b_elem));
         let total = d.batch * d.m * d.n;
+        let ops = Operands {
+            a: &a_elem,
+            b: &b_elem,
+            a_trans: d.a_trans && conv.is_none(),
+            b_trans: d.b_trans,
+            planes: conv.is_some_and(|c| c.planes),
+        };
+        let types = (a.1.dtype, b.1.dtype, dtype);
+        if let Some(tile) = self.mma_tile((d.m, d.n), types).filter(|_| total > 0) {
+            return self.mma_product(name, (a, b), d, &ops, tile, out);
+        }
         if let Some(tile) = self.gemm_tile(d.m, d.n, dtype).filter(|_| total > 0) {
-            let ops = Operands {
-                a: &a_elem,
-                b: &b_elem,
-                a_trans: d.a_trans && conv.is_none(),
-                b_trans: d.b_trans,
-                planes: conv.is_some_and(|c| c.planes),
-            };
             return self.tiled_product(name, (a, b), d, &ops, tile, out);
         }
         let body = Expr::Reduce {

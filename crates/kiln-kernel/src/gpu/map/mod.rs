@@ -15,8 +15,10 @@
 //!   through shared memory, a register tile per thread ([`MapKind::GemmTiled`], `tiled.rs`),
 //!   or, on a target without tiles, one thread per output element over the whole contraction
 //!   ([`MapKind::Gemm`]); its epilogue (and a chained second product) run as further
-//!   launches over a scratch buffer. Tensor cores (`Gpu::tensor_core_shapes`) and an
-//!   epilogue fused into the product's launch come later.
+//!   launches over a scratch buffer. A product of bf16 or f16 operands with an f32 result
+//!   runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and `mma.m16n8k16` per warp,
+//!   [`MapKind::GemmMma`], `tensor.rs`). An epilogue fused into the product's launch comes
+//!   later.
 //! - A scatter runs on one thread, in order, so its result is deterministic
 //!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
 //!
@@ -50,6 +52,7 @@ use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
 mod gemm;
 mod scatter;
+mod tensor;
 mod tiled;
 
 use scatter::SelectWindows;

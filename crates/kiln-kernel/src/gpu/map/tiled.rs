@@ -327,7 +327,7 @@ impl Mapper<'_> {
 }
 
 /// `reg = 0` in `dtype` (the sum's identity).
-fn zero(reg: usize, dtype: DType) -> Stmt {
+pub(super) fn zero(reg: usize, dtype: DType) -> Stmt {
     Stmt::Identity {
         reg,
         kind: Combiner::Add,
