@@ -700,8 +700,8 @@ fn product_text(
 /// it), rows, columns and contractions that are not multiples of the tiles, a contraction of
 /// one, contractions past one chunk of the sum tree and past sixteen (two levels above the
 /// chunks), batches, both operands transposed or not, f32 and f64, f16 and bf16 operands with
-/// an f32 result, with and without an epilogue (the last field: whether the product runs by
-/// tiles). Products the lowering keeps as loop nests (an f16, bf16 or integer result) and
+/// an f32 result (on the tensor cores), with and without an epilogue (the last field: whether
+/// the product runs by tiles: on the CUDA cores, or on the tensor cores for 16-bit operands). Products the lowering keeps as loop nests (an f16, bf16 or integer result) and
 /// products too thin for a tile (a matrix times a vector) agree too.
 #[test]
 fn products_by_block_tiles_agree_with_the_reference() {
@@ -738,10 +738,15 @@ fn products_by_block_tiles_agree_with_the_reference() {
             .iter()
             .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
             .collect();
+        // Products of 16-bit operands with an f32 result run on the tensor cores.
+        let (simt, mma) = (tiled && dts.0 == dts.1, tiled && dts.0 != dts.1);
         match check(&f, &args) {
-            Ok(r) if r.launches.contains_key(&MapKind::GemmTiled) != tiled => {
+            Ok(r)
+                if r.launches.contains_key(&MapKind::GemmTiled) != simt
+                    || r.launches.contains_key(&MapKind::GemmMma) != mma =>
+            {
                 failures.push(format!(
-                    "case {i}: by tiles expected {tiled}: {:?}\n{src}",
+                    "case {i}: by tiles expected {simt}, on tensor cores {mma}: {:?}\n{src}",
                     r.launches
                 ))
             }
