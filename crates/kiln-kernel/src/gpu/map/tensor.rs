@@ -12,9 +12,15 @@
 //! Each `mma` adds 16 terms to its accumulator; the accumulators take chunks of `leaf` terms
 //! and a tree of `fanout` above them exactly as `tiled.rs` describes (a chunk is `leaf / 16`
 //! mma steps), so a term passes through at most `leaf + fanout · L + L` roundings plus those
-//! inside one `mma` (whose order the PTX ISA leaves open), within the bound of
-//! `ir-specs/ops/reduce.md` with the operands' unit roundoff (bf16 or f16), which is the
-//! comparison's: the products of the 16-bit operands are exact in f32.
+//! inside one `mma` (whose order the PTX ISA leaves open). The reference interpreter
+//! (`kiln-reference`) converts the operands to f32 exactly and accumulates the products
+//! exactly, rounding once; the tests compare with `kiln_reference::accuracy`'s bound,
+//! `K(n, r) · ε · Σ|terms|` plus an ulp, where `ε` is the largest unit roundoff of the cone's
+//! dtypes (2⁻⁸ for bf16 operands, 2⁻¹¹ for f16): looser than the f32 accumulation needs, and
+//! order-independent, as it must be when the hardware's order inside an `mma` is unknown. The
+//! products of 16-bit operands are exact in f32. The emulator adds one `mma`'s exact products
+//! and rounds once; the exactness tests use small integers, where every order gives the same
+//! f32 sum.
 
 use super::gemm::Product;
 use super::tiled::{Operands, sum_levels, zero};
