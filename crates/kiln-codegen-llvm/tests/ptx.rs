@@ -258,7 +258,8 @@ fn target_filetests() -> Vec<(String, Func)> {
 
 /// An H200 that gives every reduction of 2 terms or more a warp and of 64 or more a block of
 /// 128 threads (as the emulator's tests do), so random programs render the cooperative
-/// reductions' shuffles, barriers and shared memory in every dtype and combiner.
+/// reductions' shuffles, barriers and shared memory in every dtype and combiner, and small
+/// products by block tiles.
 fn cooperative_target() -> TargetInfo {
     let mut t = TargetInfo::h200();
     let gpu = t.gpu.as_mut().expect("a GPU");
@@ -266,6 +267,15 @@ fn cooperative_target() -> TargetInfo {
     gpu.block_reduce_min = 64;
     gpu.max_threads_per_block = 128;
     gpu.elementwise_block = 128;
+    // A block tile of one warp (8 x 4, an element per thread) that the random programs'
+    // small products fill, so they run by tiles.
+    gpu.gemm_tiles.push(kiln_kernel::target::GemmTile {
+        m: 8,
+        n: 4,
+        k: 8,
+        thread_m: 1,
+        thread_n: 1,
+    });
     t
 }
 
@@ -346,4 +356,142 @@ fn ops_without_a_gpu_implementation_are_named() {
         matches!(&e, Error::Unsupported(m) if m.contains("`sine` on f64")),
         "{e}"
     );
+}
+
+/// Every form of a product by block tiles assembles for sm_80 and sm_90: each tile size of an
+/// H200 (and the one-thread-per-element product of a target without tiles), f32, f64, and f16
+/// and bf16 operands with an f32 result (on the tensor cores), both operands transposed or
+/// not, batches, an epilogue, a contraction long enough for two levels of the sum tree, a
+/// convolution.
+#[test]
+fn products_by_block_tiles_assemble() {
+    let product = |(batch, m, k, n): (usize, usize, usize, usize),
+                   (inp, dt): (&str, &str),
+                   a_trans: bool,
+                   b_trans: bool| {
+        let (a, ac) = if a_trans {
+            (format!("{inp}[{batch},{k},{m}]"), 1)
+        } else {
+            (format!("{inp}[{batch},{m},{k}]"), 2)
+        };
+        let (b, bc) = if b_trans {
+            (format!("{inp}[{batch},{n},{k}]"), 2)
+        } else {
+            (format!("{inp}[{batch},{k},{n}]"), 1)
+        };
+        let y = format!("{dt}[{batch},{m},{n}]");
+        format!(
+            "func @main(%0: {a}, %1: {b}, %2: {dt}[{n}]) -> {y} {{\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : {y}\n  %4 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : {y}\n  %5 = add %3, %4 : {y}\n  %6 = tanh %5 : {y}\n  return %6\n}}\n"
+        )
+    };
+    let programs = [
+        product((1, 130, 17, 129), ("f32", "f32"), false, false),
+        product((2, 67, 9, 70), ("f64", "f64"), true, true),
+        product((1, 20, 5000, 24), ("f32", "f32"), true, false),
+        product((2, 19, 40, 17), ("f16", "f32"), false, true),
+        product((1, 70, 33, 65), ("bf16", "f32"), true, true),
+        "func @main(%0: f32[2,7,7,3], %1: f32[3,3,3,16]) -> f32[2,7,7,16] {\n  %2 = convolution %0, %1 {window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]} : f32[2,7,7,16]\n  return %2\n}\n".to_string(),
+    ];
+    let mut untiled = TargetInfo::h200();
+    untiled.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    let mut tally = Tally::default();
+    for (i, src) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let p = program_kinds(&f, &TargetInfo::h200());
+        // f16 and bf16 operands (programs 3 and 4) run on the tensor cores.
+        let kind = if i == 3 || i == 4 {
+            kiln_kernel::gpu::ir::MapKind::GemmMma
+        } else {
+            kiln_kernel::gpu::ir::MapKind::GemmTiled
+        };
+        assert!(p.contains(&kind), "program {i}: {p:?}");
+        tally.add(&format!("product {i}"), &f, &TargetInfo::h200());
+        tally.add(&format!("product {i} (untiled)"), &f, &untiled);
+    }
+    tally.finish("products by block tiles");
+}
+
+/// The mappings of every launch of `f`'s kernels on `target`.
+fn program_kinds(f: &Func, target: &TargetInfo) -> Vec<kiln_kernel::gpu::ir::MapKind> {
+    let ks = mapped_kernels(f, &kiln_kernel::Options::default(), target).unwrap();
+    ks.into_iter()
+        .flat_map(|(_, p)| p.map(|p| p.launches).unwrap_or_default())
+        .map(|l| l.kind)
+        .collect()
+}
+
+/// One warp's tensor-core tile (`cp.async`, `ldmatrix`, `mma.m16n8k16`, packed shared arrays) assembles
+/// for sm_80 and sm_90, with bf16 and with f16 operands.
+#[test]
+fn a_warp_tile_on_tensor_cores_assembles() {
+    let mut tally = Tally::default();
+    for dtype in [kiln_ir::DType::BF16, kiln_ir::DType::F16] {
+        let k = kiln_kernel::gpu::mma::warp_tile(dtype, TargetInfo::h200().sums);
+        let p = GpuProgram {
+            scratch: Vec::new(),
+            launches: vec![k],
+        };
+        let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+        for needle in [
+            "ldmatrix.sync.aligned.m8n8.x4",
+            "mma.sync.aligned.m16n8k16.row.col",
+        ] {
+            assert!(text.contains(needle), "{dtype}: no {needle} in\n{text}");
+        }
+        tally.render(&format!("warp tile {dtype}"), &p);
+    }
+    tally.finish("tensor-core warp tiles");
+}
+
+/// The GPU program of the product `(batch, m, k, n)` of `src`'s form (lowered in f32 for an
+/// H200), mapped with operands of `dtype`: a product of bf16 or f16 operands with an f32
+/// result, as the tensor cores run it.
+fn product_with_operands(src: &str, dtype: kiln_ir::DType) -> GpuProgram {
+    let f = parse_func_text(src).unwrap();
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let l =
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+    let i = (0..l.func.insts.len())
+        .find(|&i| l.fused.kernels[i].is_some())
+        .unwrap();
+    let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
+        .iter()
+        .map(|v| {
+            let mut t = l.func.values[v.index()].clone();
+            t.dtype = dtype;
+            t
+        })
+        .collect();
+    let k = l.fused.kernels[i].as_ref().unwrap();
+    kiln_kernel::gpu::map(k, &ins, &target, "product").unwrap()
+}
+
+/// Products on the tensor cores assemble for sm_80 and sm_90: both tile sizes, bf16 and f16,
+/// transposed operands, a contraction past one chunk of the sum tree.
+#[test]
+fn products_on_tensor_cores_assemble() {
+    let dot = |a: &str, b: &str, ac: usize, bc: usize, y: &str| {
+        format!(
+            "func @main(%0: f32[{a}], %1: f32[{b}]) -> f32[{y}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : f32[{y}]\n  return %2\n}}\n"
+        )
+    };
+    let programs = [
+        dot("1,64,32", "1,32,64", 2, 1, "1,64,64"),
+        dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
+        dot("1,9,300", "1,300,8", 2, 1, "1,9,8"),
+    ];
+    let mut tally = Tally::default();
+    for (i, src) in programs.iter().enumerate() {
+        for dtype in [kiln_ir::DType::BF16, kiln_ir::DType::F16] {
+            let p = product_with_operands(src, dtype);
+            assert_eq!(
+                p.launches[0].kind,
+                kiln_kernel::gpu::ir::MapKind::GemmMma,
+                "{i}"
+            );
+            tally.render(&format!("product {i} {dtype}"), &p);
+        }
+    }
+    tally.finish("products on tensor cores");
 }

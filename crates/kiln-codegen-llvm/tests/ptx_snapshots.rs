@@ -1,7 +1,8 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
 //! warp-per-row softmax, block-per-row reduction through shared memory and barriers, matrix
-//! product with an epilogue, scatter), for sm_90. Rendering is deterministic: each is rendered
-//! twice and compared before the snapshot.
+//! product with an epilogue (one thread per element), matrix product by block tiles, one
+//! warp's tensor-core tile, a product on the tensor cores, scatter), for sm_90. Rendering is
+//! deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_ir::parse_func_text;
@@ -10,8 +11,20 @@ use kiln_kernel::target::TargetInfo;
 
 /// The PTX of the kernels of `src` (all of one mapping `kind`), mapped for an H200.
 fn ptx(src: &str, kind: MapKind) -> String {
+    ptx_on(src, kind, &TargetInfo::h200())
+}
+
+/// An H200 without block tiles for matrix products: one thread per element.
+fn untiled() -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    t.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    t
+}
+
+/// The PTX of the kernels of `src` (all of one mapping `kind`), mapped for `target`.
+fn ptx_on(src: &str, kind: MapKind, target: &TargetInfo) -> String {
     let f = parse_func_text(src).unwrap();
-    let ks = mapped_kernels(&f, &kiln_kernel::Options::default(), &TargetInfo::h200()).unwrap();
+    let ks = mapped_kernels(&f, &kiln_kernel::Options::default(), target).unwrap();
     let mut out = String::new();
     for (name, p) in ks {
         let p = p.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -64,9 +77,21 @@ fn block_rows_sum() {
 fn gemm_with_an_epilogue() {
     insta::assert_snapshot!(
         "gemm",
-        ptx(
+        ptx_on(
             "func @main(%0: f32[16,32], %1: f32[32,8], %2: f32[16,8]) -> f32[16,8] {\n  %3 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,8]\n  %4 = add %3, %2 : f32[16,8]\n  return %4\n}\n",
-            MapKind::Gemm
+            MapKind::Gemm,
+            &untiled()
+        )
+    );
+}
+
+#[test]
+fn gemm_by_block_tiles() {
+    insta::assert_snapshot!(
+        "gemm_tiled",
+        ptx(
+            "func @main(%0: f32[200,300], %1: f32[300,130]) -> f32[200,130] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[200,130]\n  return %2\n}\n",
+            MapKind::GemmTiled
         )
     );
 }
@@ -80,4 +105,45 @@ fn scatter_add() {
             MapKind::Scatter
         )
     );
+}
+
+#[test]
+fn warp_tile_on_tensor_cores() {
+    let k = kiln_kernel::gpu::mma::warp_tile(kiln_ir::DType::BF16, TargetInfo::h200().sums);
+    let p = kiln_kernel::gpu::ir::GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![k],
+    };
+    let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
+    insta::assert_snapshot!("warp_tile_mma_bf16", text);
+}
+
+/// A product of bf16 operands with an f32 result on the tensor cores (one warp's 16 x 16
+/// tile): the f32 product lowered for an H200, mapped with bf16 operands.
+#[test]
+fn gemm_on_tensor_cores() {
+    let src = "func @main(%0: f32[16,32], %1: f32[32,16]) -> f32[16,16] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,16]\n  return %2\n}\n";
+    let f = parse_func_text(src).unwrap();
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let l =
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+    let i = (0..l.func.insts.len())
+        .find(|&i| l.fused.kernels[i].is_some())
+        .unwrap();
+    let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
+        .iter()
+        .map(|v| {
+            let mut t = l.func.values[v.index()].clone();
+            t.dtype = kiln_ir::DType::BF16;
+            t
+        })
+        .collect();
+    let k = l.fused.kernels[i].as_ref().unwrap();
+    let p = kiln_kernel::gpu::map(k, &ins, &target, "k0_dot_general.product").unwrap();
+    assert_eq!(p.launches[0].kind, MapKind::GemmMma);
+    let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
+    insta::assert_snapshot!("gemm_mma_bf16", text);
 }

@@ -90,10 +90,21 @@ pub fn rebuild(
 /// its operands converted to the result type. The conversions are exact, so the products and
 /// sums are those of the wider type, as the op's spec defines them; the rest of the pipeline
 /// (the optimizer included) then sees only products of one element type.
-pub fn widen_dots(f: &Func) -> Result<Func, VerifyError> {
+///
+/// With `keep_half`, a product of bf16 or f16 operands with an f32 result is kept as it is:
+/// a GPU's tensor cores multiply such operands themselves (the GPU mapping reads them in
+/// their own dtype and accumulates in f32).
+pub fn widen_dots(f: &Func, keep_half: bool) -> Result<Func, VerifyError> {
     let mixed = |i: &kiln_ir::Inst| {
-        matches!(i.op, Op::DotGeneral { .. })
-            && f.values[i.results[0].index()].dtype != f.values[i.operands[0].index()].dtype
+        if !matches!(i.op, Op::DotGeneral { .. }) {
+            return false;
+        }
+        let (x, y) = (
+            f.values[i.operands[0].index()].dtype,
+            f.values[i.results[0].index()].dtype,
+        );
+        let half = keep_half && matches!(x, DType::BF16 | DType::F16) && y == DType::F32;
+        x != y && !half
     };
     if !f.insts.iter().any(mixed) {
         return Ok(f.clone());

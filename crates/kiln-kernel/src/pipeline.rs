@@ -349,7 +349,7 @@ pub fn fusion_dot(f: &Func, opts: &Options) -> Result<String> {
 /// The program the backend lowers: optimized (with [`Options::optimize`], under the costs of
 /// `target`, see [`TargetInfo::cost_machine`]), then canonicalized for `target`.
 pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
-    let f = &canon::widen_dots(f)
+    let f = &canon::widen_dots(f, target.gpu.is_some())
         .map_err(|e| Error::Lowering(format!("widening mixed matrix products: {e}")))?;
     let optimized;
     let f = if !opts.optimize {

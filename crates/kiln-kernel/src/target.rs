@@ -208,6 +208,41 @@ pub struct Gpu {
     /// The shortest reduction that gets a whole block (`max_threads_per_block` threads, the
     /// warps' partial results combined through shared memory).
     pub block_reduce_min: usize,
+    /// The block tiles of a matrix product on the CUDA cores (shared-memory tiles, a register
+    /// tile per thread), largest first: a product takes the first that its rows and columns
+    /// fill at least half of, so small products get small blocks; a product too thin for any
+    /// (a matrix times a vector) runs one thread per element.
+    pub gemm_tiles: Vec<GemmTile>,
+    /// The block tiles of a matrix product on the tensor cores (bf16 or f16 operands, an f32
+    /// result; `mma.m16n8k16` from `tensor_core_shapes`), largest first, chosen as
+    /// `gemm_tiles` are: here `thread_m x thread_n` is one warp's tile (multiples of 16) and
+    /// `k` is 16.
+    pub mma_tiles: Vec<GemmTile>,
+}
+
+/// One block tile of a matrix product: the block computes `m x n` elements of the result,
+/// staging `m x k` of A and `k x n` of B through shared memory per step of the contraction,
+/// each of its `(m / thread_m) * (n / thread_n)` threads accumulating a `thread_m x thread_n`
+/// tile in registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GemmTile {
+    /// Rows of the result per block.
+    pub m: usize,
+    /// Columns of the result per block.
+    pub n: usize,
+    /// Steps of the contraction staged at once (a divisor of [`SumTree::leaf`]).
+    pub k: usize,
+    /// Rows of a thread's register tile (a divisor of `m`).
+    pub thread_m: usize,
+    /// Columns of a thread's register tile (a divisor of `n`).
+    pub thread_n: usize,
+}
+
+impl GemmTile {
+    /// Threads per block.
+    pub fn threads(&self) -> usize {
+        (self.m / self.thread_m.max(1)) * (self.n / self.thread_n.max(1))
+    }
 }
 
 impl Gpu {
@@ -224,6 +259,45 @@ impl Gpu {
             blocks_per_sm: 8,
             warp_reduce_min: 128,
             block_reduce_min: 16384,
+            gemm_tiles: vec![
+                GemmTile {
+                    m: 128,
+                    n: 128,
+                    k: 8,
+                    thread_m: 8,
+                    thread_n: 8,
+                },
+                GemmTile {
+                    m: 64,
+                    n: 64,
+                    k: 8,
+                    thread_m: 4,
+                    thread_n: 4,
+                },
+                GemmTile {
+                    m: 16,
+                    n: 16,
+                    k: 8,
+                    thread_m: 2,
+                    thread_n: 2,
+                },
+            ],
+            mma_tiles: vec![
+                GemmTile {
+                    m: 64,
+                    n: 64,
+                    k: 16,
+                    thread_m: 32,
+                    thread_n: 32,
+                },
+                GemmTile {
+                    m: 16,
+                    n: 16,
+                    k: 16,
+                    thread_m: 16,
+                    thread_n: 16,
+                },
+            ],
         }
     }
 }

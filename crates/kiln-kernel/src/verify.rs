@@ -933,8 +933,13 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                     format!("a GEMM reads A and B, but has {} input(s)", inputs.len()),
                 );
             }
+            // Operands of the result's dtype, or (for a GPU's tensor cores, see
+            // `canon::widen_dots`) both bf16 or both f16 with an f32 result.
+            let half = dtype == DType::F32
+                && inputs[0].dtype == inputs[1].dtype
+                && matches!(inputs[0].dtype, DType::BF16 | DType::F16);
             for (j, what) in [(0, "A"), (1, "B")] {
-                if inputs[j].dtype != dtype {
+                if inputs[j].dtype != dtype && !half {
                     return bad(&c, format!("{what} (in{j}) is {}, not {dtype}", inputs[j]));
                 }
             }

@@ -4,7 +4,9 @@
 //! an error naming it, not a silent default.
 
 use kiln_kernel::options::CpuOptions;
-use kiln_kernel::target::{FusionLimits, GemmLimits, Gpu, LoopLimits, SplitLimits, SumTree};
+use kiln_kernel::target::{
+    FusionLimits, GemmLimits, GemmTile, Gpu, LoopLimits, SplitLimits, SumTree,
+};
 use kiln_kernel::{Options, TargetInfo};
 use serde_json::{Value, json};
 
@@ -105,8 +107,36 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "blocks_per_sm": g.blocks_per_sm,
             "warp_reduce_min": g.warp_reduce_min,
             "block_reduce_min": g.block_reduce_min,
+            "gemm_tiles": tiles_to_json(&g.gemm_tiles),
+            "mma_tiles": tiles_to_json(&g.mma_tiles),
         })),
     })
+}
+
+fn tiles_to_json(tiles: &[GemmTile]) -> Value {
+    Value::Array(
+        tiles
+            .iter()
+            .map(|t| json!({"m": t.m, "n": t.n, "k": t.k, "thread_m": t.thread_m, "thread_n": t.thread_n}))
+            .collect(),
+    )
+}
+
+fn tiles_from_json(path: &str, v: &Value) -> Result<Vec<GemmTile>, String> {
+    v.as_array()
+        .ok_or_else(|| format!("`{path}` is not a list"))?
+        .iter()
+        .map(|t| {
+            let t = Obj::new(path, t)?;
+            Ok(GemmTile {
+                m: t.usize("m")?,
+                n: t.usize("n")?,
+                k: t.usize("k")?,
+                thread_m: t.usize("thread_m")?,
+                thread_n: t.usize("thread_n")?,
+            })
+        })
+        .collect()
 }
 
 fn shape3(path: &str, v: &Value) -> Result<(usize, usize, usize), String> {
@@ -153,6 +183,8 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 blocks_per_sm: g.usize("blocks_per_sm")?,
                 warp_reduce_min: g.usize("warp_reduce_min")?,
                 block_reduce_min: g.usize("block_reduce_min")?,
+                gemm_tiles: tiles_from_json("target.info.gpu.gemm_tiles", g.get("gemm_tiles")?)?,
+                mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
             })
         }
     };

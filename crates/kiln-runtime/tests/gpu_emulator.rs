@@ -75,7 +75,8 @@ fn check(f: &Func, args: &[Literal]) -> Result<EmuReport, String> {
 
 /// An H200 that gives every reduction of 2 terms or more a warp, and of 64 or more a block of
 /// 128 threads (blocks of at most 128), so random programs exercise the cooperative reductions' shuffles, barriers
-/// and shared memory in every dtype and combiner.
+/// and shared memory in every dtype and combiner, and a one-warp block tile that small products
+/// fill, so they run by tiles.
 fn cooperative_target() -> TargetInfo {
     let mut t = TargetInfo::h200();
     let gpu = t.gpu.as_mut().expect("a GPU");
@@ -83,6 +84,15 @@ fn cooperative_target() -> TargetInfo {
     gpu.block_reduce_min = 64;
     gpu.max_threads_per_block = 128;
     gpu.elementwise_block = 128;
+    // A block tile of one warp (8 x 4, an element per thread) that the random programs'
+    // small products fill, so they run by tiles.
+    gpu.gemm_tiles.push(kiln_kernel::target::GemmTile {
+        m: 8,
+        n: 4,
+        k: 8,
+        thread_m: 1,
+        thread_n: 1,
+    });
     t
 }
 
@@ -311,6 +321,7 @@ fn launch(threads: usize, shared: usize, body: Vec<Stmt>) -> GpuKernel {
         shared: vec![SharedArray {
             dtype: DType::F32,
             len: shared,
+            packed: false,
         }],
         regs: 2,
         vars: 1,
@@ -627,7 +638,7 @@ fn every_mapping_agrees_with_the_reference() {
         MapKind::Elementwise,
         MapKind::WarpRows,
         MapKind::BlockRows,
-        MapKind::Gemm,
+        MapKind::GemmTiled,
     ] {
         assert!(
             rep.launches.contains_key(&kind),
@@ -649,5 +660,329 @@ fn long_rows_sum_chunk_results_in_a_tree() {
     for args in [vec![ones], vec![random]] {
         let rep = check_on(&f, &args, &cooperative_target()).unwrap();
         assert_eq!(rep.launches.get(&MapKind::BlockRows), Some(&1), "{rep:?}");
+    }
+}
+
+/// A batched product `lhs x rhs` of `(batch, m, k, n)` in `dt` (operands in `inp`), A stored
+/// with its contraction first when `a_trans`, B with its contraction last when `b_trans`,
+/// with a bias-and-tanh epilogue when `epilogue`.
+fn product_text(
+    (batch, m, k, n): (usize, usize, usize, usize),
+    (inp, dt): (&str, &str),
+    a_trans: bool,
+    b_trans: bool,
+    epilogue: bool,
+) -> String {
+    let (a, ac) = if a_trans {
+        (format!("{inp}[{batch},{k},{m}]"), 1)
+    } else {
+        (format!("{inp}[{batch},{m},{k}]"), 2)
+    };
+    let (b, bc) = if b_trans {
+        (format!("{inp}[{batch},{n},{k}]"), 2)
+    } else {
+        (format!("{inp}[{batch},{k},{n}]"), 1)
+    };
+    let y = format!("{dt}[{batch},{m},{n}]");
+    let dot = format!(
+        "dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : {y}"
+    );
+    if epilogue {
+        format!(
+            "func @main(%0: {a}, %1: {b}, %2: {dt}[{n}]) -> {y} {{\n  %3 = {dot}\n  %4 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : {y}\n  %5 = add %3, %4 : {y}\n  %6 = tanh %5 : {y}\n  return %6\n}}\n"
+        )
+    } else {
+        format!("func @main(%0: {a}, %1: {b}) -> {y} {{\n  %2 = {dot}\n  return %2\n}}\n")
+    }
+}
+
+/// Products by block tiles against the reference: every tile size of an H200 (the shape picks
+/// it), rows, columns and contractions that are not multiples of the tiles, a contraction of
+/// one, contractions past one chunk of the sum tree and past sixteen (two levels above the
+/// chunks), batches, both operands transposed or not, f32 and f64, f16 and bf16 operands with
+/// an f32 result (on the tensor cores), with and without an epilogue (the last field: whether
+/// the product runs by tiles: on the CUDA cores, or on the tensor cores for 16-bit operands). Products the lowering keeps as loop nests (an f16, bf16 or integer result) and
+/// products too thin for a tile (a matrix times a vector) agree too.
+#[test]
+fn products_by_block_tiles_agree_with_the_reference() {
+    type Case = (
+        (usize, usize, usize, usize),
+        (&'static str, &'static str),
+        bool,
+        bool,
+        bool,
+        bool,
+    );
+    let cases: &[Case] = &[
+        ((1, 130, 17, 129), ("f32", "f32"), false, false, false, true),
+        ((2, 67, 9, 70), ("f32", "f32"), true, true, true, true),
+        ((3, 33, 1, 40), ("f64", "f64"), false, true, true, true),
+        ((1, 20, 600, 24), ("f32", "f32"), true, false, false, true),
+        ((1, 9, 4100, 8), ("f32", "f32"), false, false, false, true),
+        ((2, 19, 40, 17), ("f16", "f32"), false, false, true, true),
+        ((1, 70, 33, 65), ("bf16", "f32"), false, true, false, true),
+        ((2, 18, 300, 21), ("bf16", "f32"), true, false, true, true),
+        ((1, 1, 1, 1), ("f32", "f32"), false, false, false, false),
+        ((2, 30, 50, 3), ("f32", "f32"), false, true, false, false),
+        ((2, 18, 30, 21), ("bf16", "bf16"), true, false, true, false),
+        ((1, 17, 31, 66), ("i32", "i32"), true, true, false, false),
+        ((2, 9, 12, 8), ("u8", "u8"), false, false, false, false),
+    ];
+    let mut failures = Vec::new();
+    for (i, &(shape, dts, at, bt, ep, tiled)) in cases.iter().enumerate() {
+        let src = product_text(shape, dts, at, bt, ep);
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("case {i}: {e}\n{src}"));
+        let mut rng = Rng::new(100 + i as u64);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        // Products of 16-bit operands with an f32 result run on the tensor cores.
+        let (simt, mma) = (tiled && dts.0 == dts.1, tiled && dts.0 != dts.1);
+        match check(&f, &args) {
+            Ok(r)
+                if r.launches.contains_key(&MapKind::GemmTiled) != simt
+                    || r.launches.contains_key(&MapKind::GemmMma) != mma =>
+            {
+                failures.push(format!(
+                    "case {i}: by tiles expected {simt}, on tensor cores {mma}: {:?}\n{src}",
+                    r.launches
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => failures.push(format!("case {i}: {e}\n{src}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A target without block tiles keeps the one-thread-per-element product, which agrees too.
+#[test]
+fn products_without_tiles_run_one_thread_per_element() {
+    let mut t = TargetInfo::h200();
+    t.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    let src = product_text((2, 9, 40, 5), ("f32", "f32"), true, false, true);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let mut rng = Rng::new(7);
+    let args: Vec<Literal> = f
+        .param_types()
+        .iter()
+        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+        .collect();
+    let rep = check_on(&f, &args, &t).unwrap();
+    assert_eq!(rep.launches.get(&MapKind::Gemm), Some(&1), "{rep:?}");
+    assert_eq!(rep.launches.get(&MapKind::GemmTiled), None, "{rep:?}");
+}
+
+/// One warp's tensor-core tile (`ldmatrix` of A and B from packed shared memory, one
+/// `mma.m16n8k16`, C and D by the accumulator layout) on known matrices, bf16 and f16: small
+/// integers, so every product and sum is exact and D must be `A x B + C` exactly. A wrong
+/// fragment layout (of A, B, C or D) puts elements elsewhere and fails.
+#[test]
+fn a_warp_tile_on_tensor_cores_computes_the_product() {
+    for dtype in [DType::BF16, DType::F16] {
+        let k = kiln_kernel::gpu::mma::warp_tile(dtype, TargetInfo::h200().sums);
+        kiln_kernel::gpu::print::verify(&k, TargetInfo::h200().gpu.as_ref().unwrap()).unwrap();
+        let a = |r: usize, c: usize| ((r * 3 + c * 5) % 11) as f64 - 5.0;
+        let b = |kk: usize, n: usize| ((kk * 7 + n * 2) % 9) as f64 - 4.0;
+        let cm = |r: usize, n: usize| (r * 8 + n) as f64 * 0.5;
+        let buf = |name: &str, dtype, data: Vec<f64>| Buffer {
+            name: name.into(),
+            dtype,
+            data: data.into_iter().map(V::F).collect(),
+        };
+        let a_buf = buf("%a", dtype, (0..256).map(|i| a(i / 16, i % 16)).collect());
+        // B by columns: element `n * 16 + k` is B's (k, n).
+        let b_buf = buf("%b", dtype, (0..128).map(|i| b(i % 16, i / 16)).collect());
+        let c_buf = buf(
+            "%c",
+            DType::F32,
+            (0..128).map(|i| cm(i / 8, i % 8)).collect(),
+        );
+        let mut out = vec![Buffer::zeros("%d", &k.outputs[0].1)];
+        run_kernel(&k, &[&a_buf, &b_buf, &c_buf], &mut out).unwrap();
+        for r in 0..16 {
+            for n in 0..8 {
+                let want = cm(r, n) + (0..16).map(|kk| a(r, kk) * b(kk, n)).sum::<f64>();
+                assert_eq!(out[0].data[r * 8 + n], V::F(want), "{dtype} D[{r}][{n}]");
+            }
+        }
+    }
+}
+
+/// `ldmatrix` and `mma` need the whole warp, and `ldmatrix` reads a packed array in bounds.
+#[test]
+fn tensor_core_statements_need_the_whole_warp() {
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    let at = k
+        .body
+        .iter()
+        .position(|s| matches!(s, Stmt::LdMatrix { .. }))
+        .unwrap();
+    let ld = k.body[at].clone();
+    k.body[at] = Stmt::If {
+        cond: Sc::lt(tid(), Sc::Const(16)),
+        body: vec![ld],
+    };
+    let zeros = |n: usize, dtype| Buffer {
+        name: "%x".into(),
+        dtype,
+        data: vec![V::F(0.0); n],
+    };
+    let (a, b, c) = (
+        zeros(256, DType::BF16),
+        zeros(128, DType::BF16),
+        zeros(128, DType::F32),
+    );
+    let mut out = vec![Buffer::zeros("%d", &k.outputs[0].1)];
+    let e = run_kernel(&k, &[&a, &b, &c], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("an ldmatrix by 16 of the 32 lanes"), "{e}");
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    k.shared[0].len = 200;
+    let e = run_kernel(&k, &[&a, &b, &c], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out-of-bounds"), "{e}");
+}
+
+/// `cp.async` copies land only when waited for: without the wait, the tile multiplies the
+/// shared arrays' old zeros and D is C. A copy from a misaligned element is an error.
+#[test]
+fn async_copies_land_when_waited_for() {
+    let buf = |name: &str, dtype, n: usize, x: f64| Buffer {
+        name: name.into(),
+        dtype,
+        data: vec![V::F(x); n],
+    };
+    let (a, b, c) = (
+        buf("%a", DType::BF16, 256, 1.0),
+        buf("%b", DType::BF16, 128, 2.0),
+        buf("%c", DType::F32, 128, 0.5),
+    );
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    let mut out = vec![Buffer::zeros("%d", &k.outputs[0].1)];
+    run_kernel(&k, &[&a, &b, &c], &mut out).unwrap();
+    assert!(
+        out[0].data.iter().all(|&v| v == V::F(32.5)),
+        "{:?}",
+        out[0].data
+    );
+    k.body.retain(|s| !matches!(s, Stmt::CopyWait { .. }));
+    run_kernel(&k, &[&a, &b, &c], &mut out).unwrap();
+    assert!(
+        out[0].data.iter().all(|&v| v == V::F(0.5)),
+        "{:?}",
+        out[0].data
+    );
+    let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
+    if let Some(Stmt::CopyAsync { src, .. }) = k.body.first_mut() {
+        *src = Sc::plus(src.clone(), Sc::Const(1));
+    }
+    let e = run_kernel(&k, &[&a, &b, &c], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("misaligned cp.async"), "{e}");
+}
+
+/// The GEMM kernel of the product `(batch, m, k, n)` (A with its contraction first when
+/// `a_trans`, B with its contraction last when `b_trans`), lowered for an H200 in f32, mapped
+/// with its operands of `dtype` instead: what a product of bf16 or f16 operands with an f32
+/// result is mapped as.
+fn product_of(
+    (batch, m, k, n): (usize, usize, usize, usize),
+    a_trans: bool,
+    b_trans: bool,
+    dtype: DType,
+) -> GpuProgram {
+    let src = product_text((batch, m, k, n), ("f32", "f32"), a_trans, b_trans, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let l =
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+    let i = (0..l.func.insts.len())
+        .find(|&i| l.fused.kernels[i].is_some())
+        .unwrap();
+    let mut ins: Vec<TensorType> = l.fused.operands[i]
+        .iter()
+        .map(|v| l.func.values[v.index()].clone())
+        .collect();
+    for t in &mut ins {
+        t.dtype = dtype;
+    }
+    let k = l.fused.kernels[i].as_ref().unwrap();
+    kiln_kernel::gpu::map(k, &ins, &target, "product").unwrap()
+}
+
+/// Products of bf16 and f16 operands with an f32 result on the tensor cores (`ldmatrix`,
+/// `mma`): both tile sizes of an H200, rows, columns and contractions that are not multiples
+/// of the tiles, a contraction of one and one past a chunk of the sum tree, batches, both
+/// operands transposed or not. The operands are small integers, so every sum is exact in f32
+/// and the result must be the exact product: a wrong fragment layout, staging or store fails.
+#[test]
+fn products_on_tensor_cores_are_exact_on_integers() {
+    let cases = [
+        ((1, 64, 32, 64), false, false),
+        ((2, 70, 40, 65), true, true),
+        ((1, 20, 17, 24), false, true),
+        ((1, 9, 300, 8), true, false),
+        ((3, 33, 1, 17), false, false),
+    ];
+    for dtype in [DType::BF16, DType::F16] {
+        for (c, &((batch, m, k, n), at, bt)) in cases.iter().enumerate() {
+            let p = product_of((batch, m, k, n), at, bt, dtype);
+            assert_eq!(p.launches.len(), 1, "case {c}");
+            assert_eq!(p.launches[0].kind, MapKind::GemmMma, "case {c}");
+            let av = |bi: usize, i: usize, kk: usize| ((bi + i * 3 + kk * 5) % 9) as f64 - 4.0;
+            let bv = |bi: usize, kk: usize, j: usize| ((bi * 2 + kk * 7 + j) % 7) as f64 - 3.0;
+            let mut a = vec![0.0; batch * m * k];
+            let mut b = vec![0.0; batch * k * n];
+            for bi in 0..batch {
+                for i in 0..m {
+                    for kk in 0..k {
+                        let at_ = if at {
+                            (bi * k + kk) * m + i
+                        } else {
+                            (bi * m + i) * k + kk
+                        };
+                        a[at_] = av(bi, i, kk);
+                    }
+                }
+                for kk in 0..k {
+                    for j in 0..n {
+                        let bt_ = if bt {
+                            (bi * n + j) * k + kk
+                        } else {
+                            (bi * k + kk) * n + j
+                        };
+                        b[bt_] = bv(bi, kk, j);
+                    }
+                }
+            }
+            let buf = |name: &str, data: &[f64]| Buffer {
+                name: name.into(),
+                dtype,
+                data: data.iter().map(|&x| V::F(x)).collect(),
+            };
+            let out_t = TensorType {
+                dtype: DType::F32,
+                shape: vec![batch, m, n],
+            };
+            let mut out = vec![Buffer::zeros("%d", &out_t)];
+            kiln_runtime::gpu_emu::run_program(&p, &[&buf("%a", &a), &buf("%b", &b)], &mut out)
+                .unwrap_or_else(|e| panic!("{dtype} case {c}: {e}"));
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k).map(|kk| av(bi, i, kk) * bv(bi, kk, j)).sum();
+                        let got = out[0].data[(bi * m + i) * n + j];
+                        assert_eq!(got, V::F(want), "{dtype} case {c}: [{bi}][{i}][{j}]");
+                    }
+                }
+            }
+        }
     }
 }

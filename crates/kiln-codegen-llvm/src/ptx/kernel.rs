@@ -21,7 +21,7 @@ use inkwell::values::{
 };
 use kiln_ir::{Combiner, DType, OpKind};
 use kiln_kernel::gpu::ir::Sc;
-use kiln_kernel::gpu::ir::{Buf, GpuKernel, Shuffle, Special, Stmt};
+use kiln_kernel::gpu::ir::{Buf, GpuKernel, SharedArray, Shuffle, Special, Stmt};
 use std::cell::RefCell;
 
 /// The PTX kernel calling convention (`PTX_Kernel`): the function is an `.entry`.
@@ -129,7 +129,7 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
         .iter()
         .enumerate()
         .map(|(i, a)| {
-            let t = shared_type(ctx, a.dtype).array_type(a.len as u32);
+            let t = shared_type(ctx, a).array_type(a.len as u32);
             let g = m.add_global(
                 t,
                 Some(AddressSpace::from(3u16)),
@@ -187,16 +187,19 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
     Ok(())
 }
 
-/// How a shared array of `d` holds its elements (f16 and bf16 as f32, pred as a byte).
-fn shared_type(ctx: &Context, d: DType) -> BasicTypeEnum<'_> {
-    match d {
+/// How a shared array holds its elements (f16 and bf16 as f32 unless packed, pred as a
+/// byte).
+fn shared_type<'c>(ctx: &'c Context, a: &SharedArray) -> BasicTypeEnum<'c> {
+    match a.dtype {
+        DType::F16 if a.packed => ctx.f16_type().into(),
+        DType::BF16 if a.packed => ctx.bf16_type().into(),
         DType::F16 | DType::BF16 | DType::F32 => ctx.f32_type().into(),
         d => storage(ctx, d),
     }
 }
 
 impl<'a, 'c> Emit<'a, 'c> {
-    fn err<T>(&self, what: String) -> Result<T> {
+    pub(super) fn err<T>(&self, what: String) -> Result<T> {
         Err(Error::Llvm(format!("{}: {what}", self.k.name)))
     }
 
@@ -218,7 +221,7 @@ impl<'a, 'c> Emit<'a, 'c> {
         self.slots.build_alloca(t, "slot").map_err(llvm)
     }
 
-    fn write(&self, r: usize, v: BasicValueEnum<'c>) -> Result<()> {
+    pub(super) fn write(&self, r: usize, v: BasicValueEnum<'c>) -> Result<()> {
         let t = v.get_type();
         let p = self.reg_slot(r, t)?;
         self.b.build_store(p, v).map_err(llvm)?;
@@ -226,7 +229,7 @@ impl<'a, 'c> Emit<'a, 'c> {
         Ok(())
     }
 
-    fn read(&self, r: usize) -> Result<BasicValueEnum<'c>> {
+    pub(super) fn read(&self, r: usize) -> Result<BasicValueEnum<'c>> {
         let last = self.reg_ty.borrow().get(r).copied().flatten();
         // A register read before any write in program order (set in a later statement of a
         // loop) is read in the type its first write has, from a slot holding zero until then,
@@ -275,14 +278,24 @@ impl<'a, 'c> Emit<'a, 'c> {
     }
 
     /// Calls the intrinsic `name` (not overloaded) on `args`.
-    fn nvvm(
+    pub(super) fn nvvm(
         &self,
         name: &str,
         args: &[BasicMetadataValueEnum<'c>],
     ) -> Result<Option<BasicValueEnum<'c>>> {
+        self.nvvm_of(name, &[], args)
+    }
+
+    /// Calls the intrinsic `name`, overloaded on `types`, on `args`.
+    pub(super) fn nvvm_of(
+        &self,
+        name: &str,
+        types: &[BasicTypeEnum<'c>],
+        args: &[BasicMetadataValueEnum<'c>],
+    ) -> Result<Option<BasicValueEnum<'c>>> {
         let i = Intrinsic::find(name).ok_or_else(|| Error::Llvm(format!("no intrinsic {name}")))?;
         let decl = i
-            .get_declaration(self.m, &[])
+            .get_declaration(self.m, types)
             .ok_or_else(|| Error::Llvm(format!("cannot declare {name}")))?;
         Ok(self
             .b
@@ -320,7 +333,7 @@ impl<'a, 'c> Emit<'a, 'c> {
     }
 
     /// A thread-level integer.
-    fn sc(&self, s: &Sc) -> Result<IntValue<'c>> {
+    pub(super) fn sc(&self, s: &Sc) -> Result<IntValue<'c>> {
         let b = &self.b;
         let i64t = self.ctx.i64_type();
         let flag = |c: IntValue<'c>| b.build_int_z_extend(c, i64t, "f").map_err(llvm);
@@ -382,7 +395,7 @@ impl<'a, 'c> Emit<'a, 'c> {
     }
 
     /// The pointer and dtype of the launch's buffer `buf` (as statements name them).
-    fn buffer(&self, buf: Buf) -> Result<(PointerValue<'c>, DType)> {
+    pub(super) fn buffer(&self, buf: Buf) -> Result<(PointerValue<'c>, DType)> {
         let n = self.k.inputs.len();
         let (i, d) = match buf {
             Buf::Input(i) => (i, self.k.inputs.get(i).map(|b| b.1.dtype)),
@@ -433,7 +446,7 @@ impl<'a, 'c> Emit<'a, 'c> {
     }
 
     /// `v` as a register of `d` holds it (a value computed in another width, stored).
-    fn coerce(&self, v: BasicValueEnum<'c>, d: DType) -> Result<BasicValueEnum<'c>> {
+    pub(super) fn coerce(&self, v: BasicValueEnum<'c>, d: DType) -> Result<BasicValueEnum<'c>> {
         let t = self.reg_type(d);
         if v.get_type() == t {
             return Ok(v);
@@ -459,7 +472,7 @@ impl<'a, 'c> Emit<'a, 'c> {
     }
 
     /// A shared array's element `index`.
-    fn shared_at(
+    pub(super) fn shared_at(
         &self,
         array: usize,
         index: &Sc,
@@ -467,7 +480,7 @@ impl<'a, 'c> Emit<'a, 'c> {
         let Some(a) = self.k.shared.get(array) else {
             return self.err(format!("no shared array {array}"));
         };
-        let et = shared_type(self.ctx, a.dtype);
+        let et = shared_type(self.ctx, a);
         let t = et.array_type(a.len as u32);
         let i = self.sc(index)?;
         let g = self.shared[array].as_pointer_value();
@@ -510,7 +523,26 @@ impl<'a, 'c> Emit<'a, 'c> {
                     self.k.shared.get(*array).map(|a| self.reg_type(a.dtype)),
                 ),
                 Stmt::Shuffle { reg, src, .. } => (*reg, types.get(*src).copied().flatten()),
+                Stmt::LdMatrix { regs, .. } => {
+                    for &r in regs {
+                        if let Some(slot @ None) = types.get_mut(r) {
+                            *slot = Some(self.ctx.f32_type().into());
+                        }
+                    }
+                    continue;
+                }
+                Stmt::Mma { d, .. } => {
+                    for &r in d {
+                        if let Some(slot @ None) = types.get_mut(r) {
+                            *slot = Some(self.ctx.f32_type().into());
+                        }
+                    }
+                    continue;
+                }
                 Stmt::SetVar { .. }
+                | Stmt::CopyAsync { .. }
+                | Stmt::CopyCommit
+                | Stmt::CopyWait { .. }
                 | Stmt::Store { .. }
                 | Stmt::SharedStore { .. }
                 | Stmt::Barrier => continue,
@@ -636,7 +668,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 let v = if d == DType::Pred {
                     self.nonzero(raw.into_int_value())?.into()
                 } else {
-                    raw
+                    self.coerce(raw, d)?
                 };
                 self.write(*reg, v)?;
             }
@@ -645,12 +677,16 @@ impl<'a, 'c> Emit<'a, 'c> {
                 index,
                 value,
             } => {
-                let (p, _, d) = self.shared_at(*array, index)?;
+                let (p, et, d) = self.shared_at(*array, index)?;
                 let v = self.coerce(self.read(*value)?, d)?;
-                let v = if d == DType::Pred {
-                    self.store_value(d, v)?
-                } else {
-                    v
+                let v = match (v, et) {
+                    _ if d == DType::Pred => self.store_value(d, v)?,
+                    (BasicValueEnum::FloatValue(x), BasicTypeEnum::FloatType(ft))
+                        if x.get_type() != ft =>
+                    {
+                        b.build_float_trunc(x, ft, "packed").map_err(llvm)?.into()
+                    }
+                    _ => v,
                 };
                 b.build_store(p, v).map_err(llvm)?;
             }
@@ -659,6 +695,17 @@ impl<'a, 'c> Emit<'a, 'c> {
                 let v = self.read(*src)?;
                 self.write(*reg, self.shuffle(v, *mode)?)?;
             }
+            Stmt::CopyAsync {
+                array,
+                index,
+                buf,
+                src,
+                elems,
+            } => self.copy_async(*array, index, *buf, src, *elems)?,
+            Stmt::CopyCommit => self.copy_commit()?,
+            Stmt::CopyWait { pending } => self.copy_wait(*pending)?,
+            Stmt::LdMatrix { regs, array, row } => self.ldmatrix(regs, *array, row)?,
+            Stmt::Mma { d, a, b, c, dtype } => self.mma(d, a, b, c, *dtype)?,
         }
         Ok(())
     }

@@ -13,8 +13,10 @@
 //!
 //! The PTX ISA version and the SM come from a [`PtxTarget`].
 
+mod copy;
 mod expr;
 mod kernel;
+mod mma;
 
 use crate::{Error, Result};
 use inkwell::context::Context;

@@ -224,6 +224,68 @@ pub enum Stmt {
         /// Which lane.
         mode: Shuffle,
     },
+    /// `ldmatrix.sync.aligned.m8n8.x4.b16`: the whole warp loads four 8 x 8 matrices of 16-bit
+    /// elements from a packed shared array ([`SharedArray::packed`]). Lane `l` names, in
+    /// `row`, the element where row `l % 8` of matrix `l / 8` starts (8 consecutive
+    /// elements). Lane `l` then holds, in `regs[2j]` and `regs[2j + 1]`, elements
+    /// `2 (l % 4)` and `2 (l % 4) + 1` of row `l / 4` of matrix `j`: with the four matrices
+    /// the quarters of a 16 x 16 tile (rows 0-7 and 8-15 of columns 0-7, then of columns
+    /// 8-15), exactly the A fragment of [`Stmt::Mma`].
+    LdMatrix {
+        /// The eight value registers written (f32 registers holding the 16-bit values).
+        regs: [usize; 8],
+        /// The packed shared array.
+        array: usize,
+        /// This lane's row start (an element index).
+        row: Sc,
+    },
+    /// `cp.async.ca.shared.global`: starts copying `elems` consecutive elements (4, 8 or 16
+    /// bytes, as many elements as fit) of global `buf` from element `src` into shared `array`
+    /// from element `index`, both multiples of `elems` (aligned); a packed array takes 16-bit
+    /// elements as they are. The copy lands when a [`Stmt::CopyWait`] of this thread waits for
+    /// the group [`Stmt::CopyCommit`] put it in; until then the shared elements keep their old
+    /// values.
+    CopyAsync {
+        /// The shared array.
+        array: usize,
+        /// The first shared element.
+        index: Sc,
+        /// The global buffer.
+        buf: Buf,
+        /// The first global element.
+        src: Sc,
+        /// Elements copied.
+        elems: usize,
+    },
+    /// `cp.async.commit_group`: this thread's copies started since the last commit form a
+    /// group.
+    CopyCommit,
+    /// `cp.async.wait_group pending`: this thread waits until at most `pending` of its
+    /// committed groups are still in flight (the oldest land first). The other threads see the
+    /// copied elements after a barrier.
+    CopyWait {
+        /// Groups that may stay in flight.
+        pending: usize,
+    },
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`: the whole warp
+    /// computes `D = A x B + C` for a 16 x 16 A, a 16 x 8 B and 16 x 8 C and D, products and
+    /// sums in f32, operands rounded to `dtype` (bf16 or f16). With `g = lane / 4` and
+    /// `t = lane % 4`, a lane holds (the PTX ISA's fragment layouts):
+    /// - `a[i]`: A's row `g + 8 ((i / 2) % 2)`, column `2t + i % 2 + 8 (i / 4)`;
+    /// - `b[i]`: B's row `2t + i % 2 + 8 (i / 2)`, column `g`;
+    /// - `c[i]` and `d[i]`: row `g + 8 (i / 2)`, column `2t + i % 2`.
+    Mma {
+        /// The result's registers (f32).
+        d: [usize; 4],
+        /// A's registers.
+        a: [usize; 8],
+        /// B's registers.
+        b: [usize; 4],
+        /// The addend's registers (f32; may be `d`'s).
+        c: [usize; 4],
+        /// The operands' dtype: bf16 or f16.
+        dtype: DType,
+    },
 }
 
 /// A shared-memory array of one block.
@@ -233,6 +295,9 @@ pub struct SharedArray {
     pub dtype: DType,
     /// Its elements.
     pub len: usize,
+    /// f16 and bf16 elements held as 16 bits (rounded on store), as [`Stmt::LdMatrix`] reads
+    /// them, rather than as f32.
+    pub packed: bool,
 }
 
 /// How a kernel was mapped (reports and the printed form).
@@ -248,6 +313,12 @@ pub enum MapKind {
     BlockRows,
     /// A matrix product, one thread per output element over the contraction.
     Gemm,
+    /// A matrix product by block tiles: A's and B's tiles staged through shared memory, each
+    /// thread accumulating a register tile of the result.
+    GemmTiled,
+    /// A matrix product on the tensor cores: bf16 or f16 tiles staged through shared memory,
+    /// `ldmatrix` and `mma.m16n8k16` per warp, f32 accumulators.
+    GemmMma,
     /// A scatter, on one thread, in order.
     Scatter,
     /// A select-and-scatter, on one thread, in order.
@@ -262,6 +333,8 @@ impl MapKind {
             MapKind::WarpRows => "warp-rows",
             MapKind::BlockRows => "block-rows",
             MapKind::Gemm => "gemm",
+            MapKind::GemmTiled => "gemm-tiled",
+            MapKind::GemmMma => "gemm-mma",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
         }
@@ -320,7 +393,10 @@ impl GpuKernel {
     pub fn shared_bytes(&self) -> usize {
         self.shared
             .iter()
-            .map(|a| a.len * a.dtype.bits().div_ceil(8).max(4) as usize)
+            .map(|a| {
+                let bytes = a.dtype.bits().div_ceil(8) as usize;
+                a.len * if a.packed { bytes } else { bytes.max(4) }
+            })
             .sum()
     }
 }

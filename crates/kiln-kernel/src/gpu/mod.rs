@@ -1,7 +1,7 @@
 //! The GPU layer: the thread-level IR kernels are mapped to ([`ir`]), the mapping itself
-//! ([`mod@map`]), decided from [`crate::target::Gpu`], the printed form ([`mod@print`]), and
-//! how a whole lowered program runs on a device ([`mod@plan`]: its arena and steps; printed by
-//! [`mod@plan_print`]).
+//! ([`mod@map`]), decided from [`crate::target::Gpu`], one warp's tensor-core tile ([`mod@mma`]),
+//! the printed form ([`mod@print`]), and how a whole lowered program runs on a device
+//! ([`mod@plan`]: its arena and steps; printed by [`mod@plan_print`]).
 //!
 //! A PTX emitter renders a [`GpuKernel`] statement by statement; `kiln-runtime`'s GPU
 //! emulator runs the same program on the CPU with the GPU's semantics, which is how the
@@ -9,6 +9,7 @@
 
 pub mod ir;
 pub mod map;
+pub mod mma;
 pub mod plan;
 pub mod plan_print;
 pub mod print;

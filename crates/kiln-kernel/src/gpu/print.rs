@@ -2,6 +2,7 @@
 
 use super::ir::*;
 use crate::target::Gpu;
+use kiln_ir::DType;
 use std::fmt::{self, Write as _};
 
 impl fmt::Display for Special {
@@ -104,8 +105,39 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
                 Shuffle::Xor(n) => writeln!(out, "{pad}r{reg} = shfl.bfly r{src}, {n}"),
                 Shuffle::Down(n) => writeln!(out, "{pad}r{reg} = shfl.down r{src}, {n}"),
             },
+            Stmt::LdMatrix { regs, array, row } => writeln!(
+                out,
+                "{pad}{} = ldmatrix.x4 shared{array}[{row}]",
+                reg_list(regs)
+            ),
+            Stmt::CopyAsync {
+                array,
+                index,
+                buf,
+                src,
+                elems,
+            } => writeln!(
+                out,
+                "{pad}cp.async x{elems} shared{array}[{index}] <- {buf}[{src}]"
+            ),
+            Stmt::CopyCommit => writeln!(out, "{pad}cp.async.commit"),
+            Stmt::CopyWait { pending } => writeln!(out, "{pad}cp.async.wait {pending}"),
+            Stmt::Mma { d, a, b, c, dtype } => writeln!(
+                out,
+                "{pad}{} = mma.m16n8k16.{dtype} {}, {}, {}",
+                reg_list(d),
+                reg_list(a),
+                reg_list(b),
+                reg_list(c)
+            ),
         };
     }
+}
+
+/// `{rA, rB, ...}`.
+fn reg_list(regs: &[usize]) -> String {
+    let names: Vec<String> = regs.iter().map(|r| format!("r{r}")).collect();
+    format!("{{{}}}", names.join(", "))
 }
 
 /// The text form of one launch.
@@ -126,7 +158,8 @@ pub fn kernel_text(k: &GpuKernel) -> String {
         let _ = writeln!(out, "  output {i}: {b} : {t}");
     }
     for (i, a) in k.shared.iter().enumerate() {
-        let _ = writeln!(out, "  shared{i}: {}[{}]", a.dtype, a.len);
+        let packed = if a.packed { " packed" } else { "" };
+        let _ = writeln!(out, "  shared{i}: {}[{}]{packed}", a.dtype, a.len);
     }
     stmts(&mut out, &k.body, 1);
     out
@@ -203,6 +236,42 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                     (vec![], vec![])
                 }
                 Stmt::Barrier => (vec![], vec![]),
+                Stmt::LdMatrix { regs, array, .. } => {
+                    if !k.shared.get(*array).is_some_and(|a| a.packed) {
+                        return Err(format!("ldmatrix from shared{array}, not a packed array"));
+                    }
+                    (regs.to_vec(), vec![*array])
+                }
+                Stmt::CopyAsync {
+                    array, buf, elems, ..
+                } => {
+                    let (Some(a), Buf::Input(i)) = (k.shared.get(*array), buf) else {
+                        return Err(format!("cp.async from {buf} to shared{array}"));
+                    };
+                    let bytes = a.dtype.bits().div_ceil(8) as usize;
+                    let held = if a.packed { bytes } else { bytes.max(4) };
+                    let global = k
+                        .inputs
+                        .get(*i)
+                        .map(|t| t.1.dtype.bits().div_ceil(8) as usize);
+                    if global != Some(held) || ![4, 8, 16].contains(&(elems * held)) {
+                        return Err(format!(
+                            "cp.async of {elems} elements of {held} bytes from {buf} ({global:?} \
+                             bytes each)"
+                        ));
+                    }
+                    (vec![], vec![*array])
+                }
+                Stmt::CopyCommit | Stmt::CopyWait { .. } => (vec![], vec![]),
+                Stmt::Mma { d, a, b, c, dtype } => {
+                    if !matches!(dtype, DType::BF16 | DType::F16) || k.warp != 32 {
+                        return Err(format!("an mma of {dtype} in warps of {}", k.warp));
+                    }
+                    (
+                        d.iter().chain(a).chain(b).chain(c).copied().collect(),
+                        vec![],
+                    )
+                }
             };
             if let Some(r) = regs.iter().find(|&&r| r >= k.regs) {
                 return Err(format!("register r{r} of {}", k.regs));

@@ -7,8 +7,9 @@
 
 use super::value::{Env, Thread, V, combine, eval, identity};
 use super::{Buffer, EmuError};
+use kiln_ir::literal::round_to;
 use kiln_kernel::gpu::ir::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Who touched one shared element in the current phase.
 #[derive(Clone, Copy, Default)]
@@ -42,6 +43,16 @@ pub(crate) struct Block<'a> {
     vars: Vec<i64>,
     shared: Vec<Vec<V>>,
     log: HashMap<(usize, usize), Access>,
+    /// Per thread: its `cp.async` copies not committed yet, and its committed groups in
+    /// flight, oldest first.
+    copies: Vec<(Vec<Copy>, VecDeque<Vec<Copy>>)>,
+}
+
+/// One `cp.async` in flight: the values read, and where they land.
+struct Copy {
+    array: usize,
+    index: usize,
+    values: Vec<V>,
 }
 
 impl<'a> Block<'a> {
@@ -60,6 +71,7 @@ impl<'a> Block<'a> {
             vars: vec![0; k.block * k.vars],
             shared: k.shared.iter().map(|a| vec![V::I(0); a.len]).collect(),
             log: HashMap::new(),
+            copies: (0..k.block).map(|_| Default::default()).collect(),
         }
     }
 
@@ -147,6 +159,31 @@ impl<'a> Block<'a> {
             Buf::Scratch(_) => None,
         }
         .map_or_else(|| self.err(format!("no buffer {buf}")), Ok)
+    }
+
+    /// The first threads of the warps of 32 with an active thread, each of which must be
+    /// active as a whole (`what` names the warp-wide statement in the error).
+    fn warps(&self, mask: &[bool], what: &str) -> Result<Vec<usize>, EmuError> {
+        let n = self.k.block;
+        if self.k.warp != 32 {
+            return self.err(format!("{what} in warps of {} threads", self.k.warp));
+        }
+        let mut out = Vec::new();
+        for first in (0..n).step_by(32) {
+            let lanes = first..(first + 32).min(n);
+            let on = lanes.clone().filter(|&t| mask[t]).count();
+            if on == 0 {
+                continue;
+            }
+            if on != 32 {
+                return self.err(format!(
+                    "{what} by {on} of the 32 lanes of warp {}",
+                    first / 32
+                ));
+            }
+            out.push(first);
+        }
+        Ok(out)
     }
 
     fn stmts(&mut self, body: &[Stmt], mask: &[bool]) -> Result<(), EmuError> {
@@ -284,10 +321,17 @@ impl<'a> Block<'a> {
                 index,
                 value,
             } => {
+                let packed = self.k.shared[*array].packed;
+                let dtype = self.k.shared[*array].dtype;
                 for t in active() {
                     let i = self.sc(t, index);
                     let i = self.touch(t, *array, i, true)?;
-                    self.shared[*array][i] = self.reg(t, *value);
+                    let v = self.reg(t, *value);
+                    self.shared[*array][i] = if packed && dtype.is_float() {
+                        V::F(round_to(dtype, v.f()))
+                    } else {
+                        v
+                    };
                 }
             }
             Stmt::Barrier => {
@@ -298,6 +342,113 @@ impl<'a> Block<'a> {
                     ));
                 }
                 self.log.clear();
+            }
+            Stmt::CopyAsync {
+                array,
+                index,
+                buf,
+                src,
+                elems,
+            } => {
+                let len = self.shared[*array].len() as i64;
+                for t in active() {
+                    let (at, from) = (self.sc(t, index), self.sc(t, src));
+                    let e = *elems as i64;
+                    if at % e != 0 || from % e != 0 {
+                        return self.err(format!(
+                            "a misaligned cp.async of {e} elements: shared{array}[{at}] <- \
+                             {buf}[{from}] (thread {t})"
+                        ));
+                    }
+                    let b = self.global(*buf)?;
+                    if at < 0 || at + e > len || from < 0 || (from + e) as usize > b.data.len() {
+                        return self.err(format!(
+                            "an out-of-bounds cp.async: shared{array}[{at}..{}] of {len} <- {}[{from}..{}] of {} (thread {t})",
+                            at + e,
+                            b.name,
+                            from + e,
+                            b.data.len()
+                        ));
+                    }
+                    let values = b.data[from as usize..(from + e) as usize].to_vec();
+                    self.copies[t].0.push(Copy {
+                        array: *array,
+                        index: at as usize,
+                        values,
+                    });
+                }
+            }
+            Stmt::CopyCommit => {
+                for t in active() {
+                    let group = std::mem::take(&mut self.copies[t].0);
+                    self.copies[t].1.push_back(group);
+                }
+            }
+            Stmt::CopyWait { pending } => {
+                for t in active() {
+                    while self.copies[t].1.len() > *pending {
+                        let group = self.copies[t].1.pop_front().unwrap_or_default();
+                        for c in group {
+                            for (e, v) in c.values.into_iter().enumerate() {
+                                let i = self.touch(t, c.array, (c.index + e) as i64, true)?;
+                                self.shared[c.array][i] = v;
+                            }
+                        }
+                    }
+                }
+            }
+            Stmt::LdMatrix { regs, array, row } => {
+                for first in self.warps(mask, "an ldmatrix")? {
+                    let mut rows = [0usize; 32];
+                    for (l, r) in rows.iter_mut().enumerate() {
+                        let t = first + l;
+                        let at = self.sc(t, row);
+                        for e in 0..8 {
+                            self.touch(t, *array, at + e, false)?;
+                        }
+                        *r = at as usize;
+                    }
+                    for l in 0..32 {
+                        for (i, &reg) in regs.iter().enumerate() {
+                            let start = rows[(i / 2) * 8 + l / 4];
+                            let v = self.shared[*array][start + 2 * (l % 4) + i % 2];
+                            self.set(first + l, reg, v);
+                        }
+                    }
+                }
+            }
+            Stmt::Mma { d, a, b, c, dtype } => {
+                for first in self.warps(mask, "an mma")? {
+                    let mut am = [[0.0f64; 16]; 16];
+                    let mut bm = [[0.0f64; 8]; 16];
+                    let mut cm = [[0.0f64; 8]; 16];
+                    let op = |v: V| round_to(*dtype, v.f());
+                    for l in 0..32 {
+                        let (g, q) = (l / 4, l % 4);
+                        let t = first + l;
+                        for (i, &r) in a.iter().enumerate() {
+                            am[g + 8 * ((i / 2) % 2)][2 * q + i % 2 + 8 * (i / 4)] =
+                                op(self.reg(t, r));
+                        }
+                        for (i, &r) in b.iter().enumerate() {
+                            bm[2 * q + i % 2 + 8 * (i / 2)][g] = op(self.reg(t, r));
+                        }
+                        for (i, &r) in c.iter().enumerate() {
+                            cm[g + 8 * (i / 2)][2 * q + i % 2] = self.reg(t, r).f() as f32 as f64;
+                        }
+                    }
+                    for l in 0..32 {
+                        let (g, q) = (l / 4, l % 4);
+                        for (i, &r) in d.iter().enumerate() {
+                            let (row, col) = (g + 8 * (i / 2), 2 * q + i % 2);
+                            // The products of 16-bit values are exact in f64 and their sum
+                            // nearly so; rounded once to f32 (the hardware's order and
+                            // rounding inside one mma are not specified).
+                            let sum: f64 = (0..16).map(|k| am[row][k] * bm[k][col]).sum();
+                            self.set(first + l, r, V::F((sum + cm[row][col]) as f32 as f64));
+                        }
+                    }
+                }
             }
             Stmt::Shuffle { reg, src, mode } => {
                 let w = self.k.warp;

@@ -1,6 +1,8 @@
-//! Matrix products on the GPU: one thread per output element over the contraction, the
-//! epilogue and a chained product as further launches (see the parent module).
+//! Matrix products on the GPU: by block tiles through shared memory (`tiled.rs`), or one
+//! thread per output element over the contraction where the target has no tile; the epilogue
+//! and a chained product as further launches (see the parent module).
 
+use super::tiled::Operands;
 use super::*;
 
 impl Mapper<'_> {
@@ -106,8 +108,9 @@ impl Mapper<'_> {
         Ok(GpuProgram { scratch, launches })
     }
 
-    /// One thread per element of the product `a x b`, stored at its place in `out` (by
-    /// feature planes for a convolution that asks for them).
+    /// The product `a x b`, stored at its place in `out` (by feature planes for a convolution
+    /// that asks for them): by block tiles ([`Mapper::tiled_product`]) when the target has a
+    /// tile for it, else one thread per element over the whole contraction.
     fn product(
         &self,
         name: &str,
@@ -160,6 +163,22 @@ impl Mapper<'_> {
             coef: b_coef,
             off: 0,
         };
+        let (a_elem, b_elem) = (as_out(a_elem), as_out(b_elem));
+        let total = d.batch * d.m * d.n;
+        let ops = Operands {
+            a: &a_elem,
+            b: &b_elem,
+            a_trans: d.a_trans && conv.is_none(),
+            b_trans: d.b_trans,
+            planes: conv.is_some_and(|c| c.planes),
+        };
+        let types = (a.1.dtype, b.1.dtype, dtype);
+        if let Some(tile) = self.mma_tile((d.m, d.n), types).filter(|_| total > 0) {
+            return self.mma_product(name, (a, b), d, &ops, tile, out);
+        }
+        if let Some(tile) = self.gemm_tile(d.m, d.n, dtype).filter(|_| total > 0) {
+            return self.tiled_product(name, (a, b), d, &ops, tile, out);
+        }
         let body = Expr::Reduce {
             kind: Combiner::Add,
             dtype,
@@ -168,13 +187,12 @@ impl Mapper<'_> {
             body: Box::new(Expr::Op {
                 op: Ew::Kind(OpKind::Multiply),
                 dtype,
-                args: vec![as_out(a_elem), as_out(b_elem)],
+                args: vec![a_elem, b_elem],
             }),
         };
         let mut r = Regs::default();
         let p = r.next();
         let v = r.next();
-        let total = d.batch * d.m * d.n;
         let index = match conv {
             Some(c) if c.planes => Sc::plus(
                 Sc::times(
@@ -224,13 +242,13 @@ impl Mapper<'_> {
 }
 
 /// The dimensions of one product launch.
-struct Product {
-    batch: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    a_trans: bool,
-    b_trans: bool,
+pub(super) struct Product {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a_trans: bool,
+    pub b_trans: bool,
 }
 
 /// `x mod m` for `x >= 0`.

@@ -11,11 +11,14 @@
 //!   ([`MapKind::BlockRows`]). Each reduction is computed once per row, innermost first, by
 //!   all the row's threads together, then the row's elements are computed thread-strided with
 //!   the reductions read from registers.
-//! - A matrix product runs one thread per output element over the whole contraction, with its
-//!   epilogue (and a chained second product) as further launches over a scratch buffer
-//!   ([`MapKind::Gemm`]). This is a first, correct mapping: tensor cores
-//!   (`Gpu::tensor_core_shapes`), tiles in shared memory and an epilogue fused into the
-//!   product's launch come later.
+//! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
+//!   through shared memory, a register tile per thread ([`MapKind::GemmTiled`], `tiled.rs`),
+//!   or, on a target without tiles, one thread per output element over the whole contraction
+//!   ([`MapKind::Gemm`]); its epilogue (and a chained second product) run as further
+//!   launches over a scratch buffer. A product of bf16 or f16 operands with an f32 result
+//!   runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and `mma.m16n8k16` per warp,
+//!   [`MapKind::GemmMma`], `tensor.rs`). An epilogue fused into the product's launch comes
+//!   later.
 //! - A scatter runs on one thread, in order, so its result is deterministic
 //!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
 //!
@@ -49,6 +52,8 @@ use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
 mod gemm;
 mod scatter;
+mod tensor;
+mod tiled;
 
 use scatter::SelectWindows;
 
@@ -574,8 +579,16 @@ impl Mapper<'_> {
         if threads > warp {
             let warps = threads / warp;
             let (partials, total) = (shared.len(), shared.len() + 1);
-            shared.push(SharedArray { dtype, len: warps });
-            shared.push(SharedArray { dtype, len: 1 });
+            shared.push(SharedArray {
+                dtype,
+                len: warps,
+                packed: false,
+            });
+            shared.push(SharedArray {
+                dtype,
+                len: 1,
+                packed: false,
+            });
             let lane0 = Sc::eq(sp(Special::Lane), c(0));
             out.push(Stmt::If {
                 cond: lane0.clone(),

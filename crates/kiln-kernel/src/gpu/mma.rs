@@ -1,0 +1,124 @@
+//! One warp's tensor-core tile, `D = A x B + C` for a 16 x 16 A and 16 x 8 B, C and D
+//! ([`warp_tile`]): A and B copied into packed shared arrays with [`Stmt::CopyAsync`] (then
+//! committed, waited for, and a barrier), their fragments loaded with
+//! [`Stmt::LdMatrix`], one [`Stmt::Mma`], C read and D stored by the accumulator fragment's
+//! layout. It is the building block a tensor-core product mapping is made of, and the kernel
+//! the tensor-core statements are tested with: on the emulator against the plain product, and
+//! through ptxas for sm_80 and sm_90.
+
+use super::ir::*;
+use crate::target::SumTree;
+use kiln_ir::{DType, TensorType};
+
+/// The launch of one warp computing `D = A x B + C`: input 0 is A (`dtype[16,16]`, row-major),
+/// input 1 is B stored by columns (`dtype[8,16]`: B's column `n` is row `n`), input 2 is C
+/// (`f32[16,8]`), output 0 is D (`f32[16,8]`); `dtype` is bf16 or f16.
+pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
+    let t = |dtype, shape: &[usize]| TensorType {
+        dtype,
+        shape: shape.to_vec(),
+    };
+    let a: [usize; 8] = std::array::from_fn(|i| 2 + i);
+    let b: [usize; 8] = std::array::from_fn(|i| 10 + i);
+    let c: [usize; 4] = std::array::from_fn(|i| 18 + i);
+    let d: [usize; 4] = std::array::from_fn(|i| 22 + i);
+    let lane = || Sc::Special(Special::Lane);
+    let k = |x: i64| Sc::Const(x);
+    // Each lane copies 8 of A's elements (16 bytes) and 4 of B's (8 bytes), asynchronously.
+    let stage = |input: usize, array: usize, elems: usize| Stmt::CopyAsync {
+        array,
+        index: Sc::times(lane(), k(elems as i64)),
+        buf: Buf::Input(input),
+        src: Sc::times(lane(), k(elems as i64)),
+        elems,
+    };
+    // The accumulator fragment's element `i` of this lane: row `g + 8 (i / 2)`, column
+    // `2t + i % 2`, row-major in an 8-column matrix.
+    let acc_at = |i: usize| {
+        let row = Sc::plus(Sc::quot(lane(), k(4)), k(8 * (i as i64 / 2)));
+        let col = Sc::plus(Sc::times(Sc::modulo(lane(), k(4)), k(2)), k(i as i64 % 2));
+        Sc::plus(Sc::times(row, k(8)), col)
+    };
+    let mut body = vec![
+        stage(0, 0, 8),
+        stage(1, 1, 4),
+        Stmt::CopyCommit,
+        Stmt::CopyWait { pending: 0 },
+        Stmt::Barrier,
+        // Matrix `j = lane / 8` of A: rows `8 (j % 2)..`, columns `8 (j / 2)..`.
+        Stmt::LdMatrix {
+            regs: a,
+            array: 0,
+            row: Sc::plus(
+                Sc::times(
+                    Sc::plus(
+                        Sc::modulo(lane(), k(8)),
+                        Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(8)),
+                    ),
+                    k(16),
+                ),
+                Sc::times(Sc::quot(lane(), k(16)), k(8)),
+            ),
+        },
+        // B's columns 0-7 over contraction 0-7 and 8-15 (matrices 0 and 1; 2 and 3 repeat
+        // them).
+        Stmt::LdMatrix {
+            regs: b,
+            array: 1,
+            row: Sc::plus(
+                Sc::times(Sc::modulo(lane(), k(8)), k(16)),
+                Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(8)),
+            ),
+        },
+    ];
+    for (i, &r) in c.iter().enumerate() {
+        body.push(Stmt::Load {
+            reg: r,
+            buf: Buf::Input(2),
+            index: acc_at(i),
+        });
+    }
+    body.push(Stmt::Mma {
+        d,
+        a,
+        b: [b[0], b[1], b[2], b[3]],
+        c,
+        dtype,
+    });
+    for (i, &r) in d.iter().enumerate() {
+        body.push(Stmt::Store {
+            buf: Buf::Output(0),
+            index: acc_at(i),
+            value: r,
+        });
+    }
+    GpuKernel {
+        name: format!("warp_tile_{dtype}"),
+        kind: MapKind::GemmMma,
+        grid: 1,
+        block: 32,
+        warp: 32,
+        inputs: vec![
+            (Buf::Input(0), t(dtype, &[16, 16])),
+            (Buf::Input(1), t(dtype, &[8, 16])),
+            (Buf::Input(2), t(DType::F32, &[16, 8])),
+        ],
+        outputs: vec![(Buf::Output(0), t(DType::F32, &[16, 8]))],
+        shared: vec![
+            SharedArray {
+                dtype,
+                len: 256,
+                packed: true,
+            },
+            SharedArray {
+                dtype,
+                len: 128,
+                packed: true,
+            },
+        ],
+        regs: 26,
+        vars: 0,
+        sums,
+        body,
+    }
+}
