@@ -301,6 +301,17 @@ impl Tensor {
         apply(Op::Select {}, &[&p, &t, &f], None, "where", Loc::caller()).remove(0)
     }
 
+    /// Each element limited to `[lo, hi]` (NumPy's `clip`, PyTorch's `clamp`; the bounds in
+    /// this tensor's dtype): NaN stays NaN; `lo > hi` gives `hi` everywhere, as NumPy does.
+    #[track_caller]
+    pub fn clip(&self, lo: f64, hi: f64) -> Tensor {
+        let loc = Loc::caller();
+        crate::composite::composite("clip", loc, || {
+            self.maximum(&self.like_scalar(lo))
+                .minimum(&self.like_scalar(hi))
+        })
+    }
+
     /// Elementwise negation.
     #[track_caller]
     pub fn neg(&self) -> Tensor {

@@ -1,5 +1,7 @@
-//! Sorting along an axis: [`Tensor::sort`], [`Tensor::argsort`], [`Tensor::sort_with`] and
-//! [`Tensor::topk`], each the IR's `sort` with a comparator on one operand's keys.
+//! Sorting and searching along an axis: [`Tensor::sort`], [`Tensor::argsort`],
+//! [`Tensor::sort_with`] and [`Tensor::topk`], each the IR's `sort` with a comparator on one
+//! operand's keys; [`Tensor::argmax`] and [`Tensor::argmin`], a reduction to the extreme and
+//! one to the first position holding it.
 //!
 //! Order, as NumPy, PyTorch and JAX sort: ascending or descending; NaN counts as greater than
 //! every number (last ascending, first descending); -0 and +0 are equal; equal keys keep their
@@ -105,6 +107,57 @@ impl Tensor {
             let vals = s.swap_remove(0).slice(d as isize, 0, k as isize, 1);
             (vals, idx)
         })
+    }
+
+    /// The `i32` position along `axis` of the greatest element (the first of equal ones; a NaN
+    /// counts greatest, as NumPy and PyTorch count it), with `axis` kept as 1 when `keepdims`.
+    #[track_caller]
+    pub fn argmax(&self, axis: isize, keepdims: bool) -> Tensor {
+        let loc = Loc::caller();
+        composite("argmax", loc, || self.arg_extreme(axis, keepdims, true))
+    }
+
+    /// The `i32` position along `axis` of the least element (the first of equal ones; a row
+    /// with a NaN gives its first NaN, as NumPy and PyTorch give it), with `axis` kept as 1
+    /// when `keepdims`.
+    #[track_caller]
+    pub fn argmin(&self, axis: isize, keepdims: bool) -> Tensor {
+        let loc = Loc::caller();
+        composite("argmin", loc, || self.arg_extreme(axis, keepdims, false))
+    }
+
+    /// The first position along `axis` holding the maximum (`greatest`) or minimum, or a NaN.
+    fn arg_extreme(&self, axis: isize, keepdims: bool, greatest: bool) -> Tensor {
+        let name = if greatest { "argmax" } else { "argmin" };
+        let d = match self.axis(axis, name) {
+            Ok(d) => d,
+            Err(t) => return t,
+        };
+        let n = self.shape()[d];
+        if n == 0 {
+            return self.fail(
+                name,
+                format!("axis {d} of {} is empty: there is no {name}", ty_str(self)),
+            );
+        }
+        let x = self;
+        let ext = if greatest {
+            x.max(&[d as isize], true)
+        } else {
+            x.min(&[d as isize], true)
+        };
+        // Maximum and minimum propagate NaN: a row with a NaN has NaN as its extreme, which
+        // no element equals; `x != x` picks the NaNs there.
+        let hit = if x.dtype().is_float() {
+            let eq = x.eq(&ext);
+            let nan = x.ne(x);
+            apply(Op::Or {}, &[&eq, &nan], None, name, Loc::caller()).remove(0)
+        } else {
+            x.eq(&ext)
+        };
+        let pos = Tensor::iota(DType::I32, &self.shape(), d);
+        let none = pos.like_scalar(n as f64);
+        hit.where_(&pos, &none).min(&[d as isize], keepdims)
     }
 
     /// `sort` of this tensor (the keys) and `values` along `axis`.

@@ -212,3 +212,43 @@ fn bad_arguments_are_errors_naming_the_operation() {
         .to_string();
     assert!(e.contains("argsort"), "{e}");
 }
+
+#[test]
+fn argmax_and_argmin_pick_the_first_extreme_or_nan() {
+    let x = Tensor::from_vec(
+        vec![1.0f32, 5.0, 5.0, -2.0, 0.0, f32::NAN, 3.0, -7.0, -7.0],
+        [3, 3],
+    )
+    .unwrap();
+    for got in [
+        x.argmax(1, false),
+        jit(|x: &Tensor| x.argmax(-1, false)).call(&x).unwrap(),
+    ] {
+        assert_eq!(got.shape(), [3]);
+        assert_eq!(got.to_vec::<i32>().unwrap(), vec![1, 2, 0]);
+    }
+    assert_eq!(x.argmin(1, false).to_vec::<i32>().unwrap(), vec![0, 2, 1]);
+    assert_eq!(x.argmax(0, true).shape(), [1, 3]);
+    assert_eq!(x.argmax(0, true).to_vec::<i32>().unwrap(), vec![2, 0, 1]);
+    let i = Tensor::from_vec(vec![3i32, 9, 9, -1], [4]).unwrap();
+    assert_eq!(i.argmax(0, false).to_vec::<i32>().unwrap(), vec![1]);
+    assert_eq!(i.argmin(0, false).to_vec::<i32>().unwrap(), vec![3]);
+    let e = Tensor::zeros(DType::F32, [2, 0])
+        .argmax(1, false)
+        .to_vec::<i32>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argmax") && e.contains("empty"), "{e}");
+}
+
+#[test]
+fn clip_limits_each_element_and_keeps_nan() {
+    let x = Tensor::from_vec(vec![-3.0f32, 0.5, 9.0, f32::NAN], [4]).unwrap();
+    let got = x.clip(-1.0, 2.0).to_vec::<f32>().unwrap();
+    assert_eq!(&got[..3], &[-1.0, 0.5, 2.0]);
+    assert!(got[3].is_nan());
+    let g = grad(|x: &Tensor| x.clip(-1.0, 2.0).sum_all())(
+        &Tensor::from_vec(vec![-3.0f64, 0.5, 9.0], [3]).unwrap(),
+    );
+    assert_eq!(g.to_vec::<f64>().unwrap(), vec![0.0, 1.0, 0.0]);
+}
