@@ -28,6 +28,7 @@ mod error;
 mod indexing;
 pub mod ops;
 pub mod promote;
+mod scan;
 mod sorting;
 mod tensor;
 pub mod trace;
