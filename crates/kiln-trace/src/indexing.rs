@@ -121,6 +121,94 @@ impl Tensor {
         valid.reshape(&shape).where_(&got, &fill)
     }
 
+    /// Elements picked along `axis` by `indices`, position by position (NumPy's
+    /// `take_along_axis`, PyTorch's `gather`): `indices` has this tensor's rank and its shape
+    /// but along `axis`, and the result has the indices' shape, element `[.., i, ..]` being
+    /// this tensor's `[.., indices[.., i, ..], ..]`. Negative indices count from the end; one
+    /// outside `[-n, n)` is an error when the indices have values (eager mode) and gives the
+    /// fill value of [`TakeMode::Fill`] under `jit`. `argsort`'s result sorts a tensor so.
+    #[track_caller]
+    pub fn take_along_axis(&self, indices: &Tensor, axis: isize) -> Tensor {
+        let loc = Loc::caller();
+        composite("take_along_axis", loc, || self.along(indices, axis))
+    }
+
+    fn along(&self, indices: &Tensor, axis: isize) -> Tensor {
+        const NAME: &str = "take_along_axis";
+        let d = match self.axis(axis, NAME) {
+            Ok(d) => d,
+            Err(t) => return t,
+        };
+        if let Some(e) = indices.error() {
+            return Tensor::failed(e.clone());
+        }
+        if !indices.dtype().is_int() {
+            return self.fail(
+                NAME,
+                format!("indices must be integers, got {}", ty_str(indices)),
+            );
+        }
+        let (s, si) = (self.shape(), indices.shape());
+        let fits = si.len() == s.len() && (0..s.len()).all(|k| k == d || si[k] == s[k]);
+        if !fits {
+            return self.fail(
+                NAME,
+                format!(
+                    "indices {} must have the shape of {} except along axis {d}",
+                    ty_str(indices),
+                    ty_str(self)
+                ),
+            );
+        }
+        let n = s[d] as i64;
+        if let Some(l) = indices.literal()
+            && let Some(&i) = l.to_i64s().iter().find(|&&i| i < -n || i >= n)
+        {
+            return self.fail(
+                NAME,
+                format!(
+                    "index {i} is out of range for axis {d} of {} (valid: {} to {})",
+                    ty_str(self),
+                    -n,
+                    n - 1
+                ),
+            );
+        }
+        let idx = indices.cast(DType::I64);
+        let zero = Tensor::full(DType::I64, [], 0.0);
+        let len = Tensor::full(DType::I64, [], n as f64);
+        let idx = idx.lt(&zero).where_(&idx.add(&len), &idx);
+        let no = Tensor::full(DType::Pred, [], 0.0);
+        let valid = idx.ge(&zero).where_(&idx.lt(&len), &no);
+        // One index vector per output position: its own coordinates but along `d`.
+        let r = s.len();
+        let mut full = si.clone();
+        full.push(1);
+        let parts: Vec<Tensor> = (0..r)
+            .map(|k| {
+                let c = if k == d {
+                    idx.clone()
+                } else {
+                    Tensor::iota(DType::I64, &si, k)
+                };
+                c.reshape(&full.iter().map(|&x| x as isize).collect::<Vec<_>>())
+            })
+            .collect();
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        let starts = Tensor::concat(&refs, r as isize);
+        let all: Vec<i64> = (0..r as i64).collect();
+        let op = Op::Gather {
+            offset_dims: vec![],
+            collapsed_slice_dims: all.clone(),
+            start_index_map: all,
+            index_vector_dim: r as i64,
+            slice_sizes: vec![1; r],
+        };
+        let got = apply(op, &[self, &starts], None, NAME, Loc::caller()).remove(0);
+        let fill = Tensor::full(self.dtype(), [], fill_value(self.dtype()));
+        valid.where_(&got, &fill)
+    }
+
     /// StableHLO's gather of whole slices at `indices` along `d` (indices clamped into range).
     fn gather_along(&self, indices: &Tensor, d: usize) -> Tensor {
         let s = self.shape();

@@ -311,3 +311,56 @@ fn cumsum_and_cumprod_run_along_an_axis_both_ways() {
     let e = x.cumsum(2, false).to_vec::<f64>().unwrap_err().to_string();
     assert!(e.contains("cumsum") && e.contains("axis 2"), "{e}");
 }
+
+#[test]
+fn take_along_axis_sorts_with_argsort_and_checks_its_indices() {
+    let x = Tensor::from_vec(vec![3.0f64, 1.0, 2.0, -1.0, 5.0, 0.0], [2, 3]).unwrap();
+    let idx = x.argsort(1, false);
+    for got in [
+        x.take_along_axis(&idx, 1),
+        jit(|(x, i): &(Tensor, Tensor)| x.take_along_axis(i, -1))
+            .call(&(x.clone(), idx.clone()))
+            .unwrap(),
+    ] {
+        assert_eq!(
+            got.to_vec::<f64>().unwrap(),
+            x.sort(1, false).to_vec::<f64>().unwrap()
+        );
+    }
+    // Fewer indices than the axis, negative ones from the end, along axis 0.
+    let i = Tensor::from_vec(vec![-1i32, 0, 1], [1, 3]).unwrap();
+    assert_eq!(
+        x.take_along_axis(&i, 0).to_vec::<f64>().unwrap(),
+        vec![-1.0, 1.0, 0.0]
+    );
+    // The gradient scatters back (a position taken twice gets both).
+    let j = Tensor::from_vec(vec![0i32, 0, 2, 1], [2, 2]).unwrap();
+    let g = grad(move |x: &Tensor| x.take_along_axis(&j, 1).sum_all())(&x);
+    assert_eq!(
+        g.to_vec::<f64>().unwrap(),
+        vec![2.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    );
+    let bad = Tensor::from_vec(vec![3i32, 0], [2, 1]).unwrap();
+    let e = x
+        .take_along_axis(&bad, 1)
+        .to_vec::<f64>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("take_along_axis") && e.contains("index 3 is out of range"),
+        "{e}"
+    );
+    let e = x
+        .take_along_axis(&Tensor::from_vec(vec![0i32; 4], [2, 2]).unwrap(), 0)
+        .to_vec::<f64>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("except along axis 0"), "{e}");
+    // Under jit an index out of range takes the fill value (NaN for floats).
+    let got = jit(|(x, i): &(Tensor, Tensor)| x.take_along_axis(i, 1))
+        .call(&(x.clone(), bad))
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    assert!(got[0].is_nan(), "{got:?}");
+}
