@@ -23,7 +23,7 @@
 //! f32 sum.
 
 use super::gemm::Product;
-use super::tiled::{Operands, sum_levels, zero};
+use super::tiled::{Operands, Staging, sum_levels, zero};
 use super::*;
 use crate::target::GemmTile;
 
@@ -148,48 +148,20 @@ impl Mapper<'_> {
         } else {
             (Sc::modulo(reg(e), c(bn)), Sc::quot(reg(e), c(bn)))
         };
-        let stage = |len: usize,
-                     (row_var, row, rows, base): (usize, Sc, usize, usize),
-                     kc: Sc,
-                     expr: &Expr,
-                     array: usize| {
-            let at_row = Sc::plus(reg(base), row.clone());
-            let at_k = Sc::plus(reg(k0), kc.clone());
-            Stmt::For {
-                reg: e,
-                start: sp(Special::Thread),
-                end: c(len),
-                step: c(threads),
-                body: vec![
-                    Stmt::SetVar {
-                        var: 0,
-                        value: reg(batch),
-                    },
-                    Stmt::SetVar {
-                        var: row_var,
-                        value: at_row.clone(),
-                    },
-                    Stmt::SetVar {
-                        var: 3,
-                        value: at_k.clone(),
-                    },
-                    zero(staged, f32t),
-                    Stmt::If {
-                        cond: Sc::and(Sc::lt(at_row, c(rows)), Sc::lt(at_k, c(d.k))),
-                        body: vec![Stmt::Eval {
-                            reg: staged,
-                            expr: expr.clone(),
-                            scalars: Vec::new(),
-                        }],
-                    },
-                    Stmt::SharedStore {
-                        array,
-                        index: Sc::plus(Sc::times(row, c(16)), kc),
-                        value: staged,
-                    },
-                ],
-            }
+        let staging = Staging {
+            e,
+            threads,
+            batch,
+            k0,
+            staged,
+            k: d.k,
+            dtype: f32t,
         };
+        let stage =
+            |len: usize, rows: (usize, Sc, usize, usize), kc: Sc, expr: &Expr, array: usize| {
+                let index = Sc::plus(Sc::times(rows.1.clone(), c(16)), kc.clone());
+                staging.stage(len, rows, kc, expr, array, index)
+            };
         let mut step = Vec::new();
         for (i, regs) in afr.iter().enumerate() {
             // Matrix `lane / 8` of the 16 x 16 tile: rows `8 ((lane / 8) % 2)..`, columns

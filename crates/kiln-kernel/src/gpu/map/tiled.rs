@@ -139,48 +139,23 @@ impl Mapper<'_> {
         } else {
             (Sc::modulo(reg(e), c(bn)), Sc::quot(reg(e), c(bn)))
         };
+        let staging = Staging {
+            e,
+            threads,
+            batch,
+            k0,
+            staged,
+            k: d.k,
+            dtype,
+        };
         let stage = |len: usize,
-                     (row_var, row, rows, rows_base): (usize, Sc, usize, usize),
+                     rows: (usize, Sc, usize, usize),
                      kc: Sc,
                      expr: &Expr,
                      array: usize,
                      width: usize| {
-            let at_row = Sc::plus(reg(rows_base), row.clone());
-            let at_k = Sc::plus(reg(k0), kc.clone());
-            Stmt::For {
-                reg: e,
-                start: sp(Special::Thread),
-                end: c(len),
-                step: c(threads),
-                body: vec![
-                    Stmt::SetVar {
-                        var: 0,
-                        value: reg(batch),
-                    },
-                    Stmt::SetVar {
-                        var: row_var,
-                        value: at_row.clone(),
-                    },
-                    Stmt::SetVar {
-                        var: 3,
-                        value: at_k.clone(),
-                    },
-                    zero(staged, dtype),
-                    Stmt::If {
-                        cond: Sc::and(Sc::lt(at_row, c(rows)), Sc::lt(at_k, c(d.k))),
-                        body: vec![Stmt::Eval {
-                            reg: staged,
-                            expr: expr.clone(),
-                            scalars: Vec::new(),
-                        }],
-                    },
-                    Stmt::SharedStore {
-                        array,
-                        index: Sc::plus(Sc::times(kc, c(width)), row),
-                        value: staged,
-                    },
-                ],
-            }
+            let index = Sc::plus(Sc::times(kc.clone(), c(width)), rows.1.clone());
+            staging.stage(len, rows, kc, expr, array, index)
         };
         let scalar = |i: usize| Expr::Load {
             input: 2 + i,
@@ -327,6 +302,77 @@ impl Mapper<'_> {
 }
 
 /// `reg = 0` in `dtype` (the sum's identity).
+/// What a loop staging an operand tile into shared memory works with (see [`Staging::stage`]).
+pub(super) struct Staging {
+    /// The loop's register: the tile element a thread loads.
+    pub e: usize,
+    /// The block's threads, the loop's step.
+    pub threads: usize,
+    /// The register holding the batch index.
+    pub batch: usize,
+    /// The register holding the contraction step's first index.
+    pub k0: usize,
+    /// The register an element is loaded into.
+    pub staged: usize,
+    /// The contraction's length.
+    pub k: usize,
+    /// The dtype elements are staged in (zero past the operand's edges).
+    pub dtype: DType,
+}
+
+impl Staging {
+    /// The block's threads loading the `len` elements of an operand tile, element `e` at row
+    /// `base + row` (kernel variable `row_var`, below `rows`) and contraction index `k0 + kc`
+    /// (variable 3, below `k`), zero past the operand's edges, each stored into shared array
+    /// `array` at `index`.
+    pub(super) fn stage(
+        &self,
+        len: usize,
+        (row_var, row, rows, base): (usize, Sc, usize, usize),
+        kc: Sc,
+        expr: &Expr,
+        array: usize,
+        index: Sc,
+    ) -> Stmt {
+        let at_row = Sc::plus(Sc::Reg(base), row);
+        let at_k = Sc::plus(Sc::Reg(self.k0), kc);
+        Stmt::For {
+            reg: self.e,
+            start: sp(Special::Thread),
+            end: c(len),
+            step: c(self.threads),
+            body: vec![
+                Stmt::SetVar {
+                    var: 0,
+                    value: Sc::Reg(self.batch),
+                },
+                Stmt::SetVar {
+                    var: row_var,
+                    value: at_row.clone(),
+                },
+                Stmt::SetVar {
+                    var: 3,
+                    value: at_k.clone(),
+                },
+                zero(self.staged, self.dtype),
+                Stmt::If {
+                    cond: Sc::and(Sc::lt(at_row, c(rows)), Sc::lt(at_k, c(self.k))),
+                    body: vec![Stmt::Eval {
+                        reg: self.staged,
+                        expr: expr.clone(),
+                        scalars: Vec::new(),
+                    }],
+                },
+                Stmt::SharedStore {
+                    array,
+                    index,
+                    value: self.staged,
+                },
+            ],
+        }
+    }
+}
+
 pub(super) fn zero(reg: usize, dtype: DType) -> Stmt {
     Stmt::Identity {
         reg,
