@@ -29,20 +29,7 @@ fn dtype_of(descr: &str) -> Option<DType> {
     let d = descr
         .strip_prefix(['<', '|', '='])
         .map(|rest| format!("<{rest}"))?;
-    [
-        DType::Pred,
-        DType::I8,
-        DType::I32,
-        DType::I64,
-        DType::U32,
-        DType::U8,
-        DType::F16,
-        DType::BF16,
-        DType::F32,
-        DType::F64,
-    ]
-    .into_iter()
-    .find(|&k| descr_key(k) == d)
+    DType::ALL.into_iter().find(|&k| descr_key(k) == d)
 }
 
 fn descr_key(d: DType) -> String {
