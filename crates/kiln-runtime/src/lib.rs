@@ -275,11 +275,14 @@ impl Program {
                 comparator,
                 ..
             } => {
-                let [cmp] = &regions[..] else {
-                    return Err(missing());
-                };
+                // A sort by keys never calls its comparator, which is then not compiled.
                 let plan = kiln_kernel::sort::sort_plan(comparator, x.len());
-                sort::sort(x, *dimension as usize, plan, cmp.as_ref())
+                let cmp = match (&regions[..], plan) {
+                    ([cmp], _) => Some(cmp.as_ref()),
+                    (_, kiln_kernel::sort::SortPlan::Keys { .. }) => None,
+                    _ => return Err(missing()),
+                };
+                sort::sort(x, *dimension as usize, plan, cmp)
             }
             op => Err(Error(format!(
                 "#{i} {}: a control step on an op without regions",

@@ -257,12 +257,12 @@ fn sorted_f32_keys(l: &Literal, mut k: Vec<u32>, descending: bool, len: usize) -
 }
 
 /// Runs a `sort` of the operands `x` along `dimension` as `plan` says; `comparator` is the
-/// comparator's compiled program.
+/// comparator's compiled program (needed by [`SortPlan::Comparator`] only).
 pub(crate) fn sort(
     x: &[&Literal],
     dimension: usize,
     plan: SortPlan,
-    comparator: &dyn Region,
+    comparator: Option<&dyn Region>,
 ) -> Result<Vec<Literal>, Error> {
     let shape = x[0].shape().to_vec();
     let sl = Slices::new(&shape, dimension);
@@ -292,6 +292,8 @@ pub(crate) fn sort(
             }
         },
         SortPlan::Comparator => {
+            let comparator = comparator
+                .ok_or_else(|| Error("sort: its comparator has no compiled program".to_string()))?;
             let scalars: Vec<TensorType> =
                 x.iter().map(|l| TensorType::new(l.dtype(), [])).collect();
             let mut failed: Option<Error> = None;

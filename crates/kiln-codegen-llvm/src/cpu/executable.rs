@@ -219,6 +219,13 @@ impl CpuExecutable {
             if program.plan()[i] != Step::Control {
                 continue;
             }
+            // A sort by keys never calls its comparator: nothing to compile.
+            if let kiln_ir::Op::Sort { comparator, .. } = &inst.op
+                && let kiln_kernel::sort::SortPlan::Keys { .. } =
+                    kiln_kernel::sort::sort_plan(comparator, inst.operands.len())
+            {
+                continue;
+            }
             let regions = inst
                 .op
                 .regions()
