@@ -77,7 +77,8 @@ fn a_quick_pack_passes_its_check_on_the_emulator_and_fails_on_a_changed_result()
         kiln_run: kiln_run(),
     })
     .unwrap();
-    assert!(s.programs >= 8 && s.workloads >= 1, "{s:?}");
+    // The quick pack's four workloads (softmax, matmul, causal attention, linear+bias+gelu).
+    assert!(s.programs >= 8 && s.workloads == 4, "{s:?}");
     let (ok, text) = check(&dir);
     assert!(ok, "{text}");
     assert!(
@@ -119,4 +120,39 @@ fn a_quick_pack_passes_its_check_on_the_emulator_and_fails_on_a_changed_result()
     assert!(!ok, "{text}");
     assert!(text.contains(&format!("FAIL {name}")), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The workloads the GPU kernels of issue 25 speed up map as those kernels (at the tiny size,
+/// as at the GPU size): causal attention as one attention launch, the product with its bias
+/// and gelu as one product launch with the epilogue inside, the bf16 product as one launch on
+/// the tensor cores with the conversion to bf16 inside.
+#[test]
+fn fused_workloads_map_to_one_launch() {
+    use kiln_kernel::gpu::ir::MapKind;
+    let target = kiln_kernel::target::TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    for (kind, want) in [
+        ("attention_causal", MapKind::Attention),
+        ("linear_bias_gelu", MapKind::GemmTiled),
+        ("matmul", MapKind::GemmMma),
+    ] {
+        let w = ws.iter().find(|w| w.kind == kind).unwrap();
+        for f in [&w.tiny, &w.full] {
+            let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
+                .unwrap();
+            let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
+            let launches: Vec<MapKind> = plan
+                .kernel_steps()
+                .flat_map(|k| k.program.launches.iter().map(|l| l.kind))
+                .collect();
+            assert!(launches.contains(&want), "{kind}: {launches:?}");
+            let steps: Vec<usize> = plan
+                .kernel_steps()
+                .filter(|k| k.program.launches.iter().any(|l| l.kind == want))
+                .map(|k| k.program.launches.len())
+                .collect();
+            assert_eq!(steps, vec![1], "{kind}: {launches:?}");
+        }
+    }
 }

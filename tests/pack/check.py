@@ -77,6 +77,8 @@ def torch_workloads(torch):
         ],
         "matmul": lambda a, b: [a @ b],
         "attention": lambda q, k, v: [torch.softmax((q @ k.transpose(-2, -1)) * 0.125, -1) @ v],
+        "attention_causal": lambda q, k, v: [F.scaled_dot_product_attention(q, k, v, is_causal=True)],
+        "linear_bias_gelu": lambda x, w, b: [F.gelu(x @ w + b, approximate="tanh")],
         "mlp_step": mlp_step,
     }
 

@@ -192,7 +192,12 @@ pub fn pack(o: &PackOptions) -> Result<Summary, String> {
     s.skipped.extend(skipped);
     let mut wl = Vec::new();
     for (i, w) in ws.iter().enumerate() {
-        if o.quick && !matches!(w.kind, "softmax" | "matmul") {
+        if o.quick
+            && !matches!(
+                w.kind,
+                "softmax" | "matmul" | "attention_causal" | "linear_bias_gelu"
+            )
+        {
             continue;
         }
         match pack_workload(dir, w, 100 + i as u64) {

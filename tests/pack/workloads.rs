@@ -63,6 +63,16 @@ fn attention(p: &[Tensor]) -> Vec<Tensor> {
     vec![(&q.matmul(&k.t()) * (1.0 / 8.0)).softmax(-1).matmul(v)]
 }
 
+fn attention_causal(p: &[Tensor]) -> Vec<Tensor> {
+    vec![kiln::nn::scaled_dot_product_attention(
+        &p[0], &p[1], &p[2], None, true, None,
+    )]
+}
+
+fn linear_bias_gelu(p: &[Tensor]) -> Vec<Tensor> {
+    vec![(&p[0].matmul(&p[1]) + &p[2]).gelu(true)]
+}
+
 /// One SGD step (lr 0.01) of the MLP 784→1024→1024→10 with ReLU: arguments w1, b1, w2, b2,
 /// w3, b3 (weights stored [in, out]), the batch x and its soft labels y (one row of class
 /// weights per example; the loss is the mean of `-sum(y * log_softmax(logits))`); results the
@@ -173,6 +183,28 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
                 &[16, 16, 1024, 64],
             ]),
             f32s(&[&[1, 2, 16, 8], &[1, 2, 16, 8], &[1, 2, 16, 8]]),
+        ),
+        (
+            "attention_causal_16x16x1024x64",
+            "attention_causal",
+            1e-3,
+            10,
+            attention_causal,
+            f32s(&[
+                &[16, 16, 1024, 64],
+                &[16, 16, 1024, 64],
+                &[16, 16, 1024, 64],
+            ]),
+            f32s(&[&[1, 2, 40, 8], &[1, 2, 40, 8], &[1, 2, 40, 8]]),
+        ),
+        (
+            "linear_bias_gelu_4096",
+            "linear_bias_gelu",
+            1e-4,
+            10,
+            linear_bias_gelu,
+            f32s(&[&[4096, 4096], &[4096, 4096], &[4096]]),
+            f32s(&[&[24, 40], &[40, 72], &[72]]),
         ),
         (
             "mlp_train_step_256",

@@ -359,6 +359,44 @@ fn ops_without_a_gpu_implementation_are_named() {
 }
 
 /// Every form of a product by block tiles assembles for sm_80 and sm_90: each tile size of an
+/// Attention as one launch (the product, its online softmax and the chained product),
+/// plain and with a causal mask, f32 and f64, several output widths: assembled by ptxas.
+#[test]
+fn attention_assembles() {
+    let attention = |(b, m, keys, k, n2): (usize, usize, usize, usize, usize),
+                     dt: &str,
+                     causal: bool| {
+        let s = format!("{dt}[{b},{m},{keys}]");
+        let i = format!("i64[{b},{m},{keys}]");
+        let logits = if causal {
+            format!(
+                "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 2}} : {i}\n  %22 = iota {{iota_dimension = 1}} : {i}\n  %23 = compare %21, %22 {{comparison_direction = LE}} : pred[{b},{m},{keys}]\n  %24 = constant {{value = -inf}} : {dt}[]\n  %25 = broadcast_in_dim %24 {{broadcast_dimensions = []}} : {s}\n  %6 = select %23, %20, %25 : {s}\n"
+            )
+        } else {
+            format!("  %6 = multiply %3, %5 : {s}\n")
+        };
+        format!(
+            "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {dt}[{b},{keys},{n2}]) -> {dt}[{b},{m},{n2}] {{\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}\n  %4 = constant {{value = 0.125}} : {dt}[]\n  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}\n{logits}  %7 = constant {{value = -inf}} : {dt}[]\n  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[{b},{m}]\n  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}\n  %10 = subtract %6, %9 : {s}\n  %11 = exponential %10 : {s}\n  %12 = constant {{value = 0.0}} : {dt}[]\n  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]\n  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}\n  %15 = divide %11, %14 : {s}\n  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dt}[{b},{m},{n2}]\n  return %16\n}}\n"
+        )
+    };
+    let programs = [
+        attention((2, 9, 40, 8, 12), "f32", false),
+        attention((1, 64, 1024, 64, 64), "f32", true),
+        attention((1, 5, 70, 16, 100), "f64", false),
+    ];
+    let mut tally = Tally::default();
+    for (i, src) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let p = program_kinds(&f, &TargetInfo::h200());
+        assert!(
+            p.contains(&kiln_kernel::gpu::ir::MapKind::Attention),
+            "program {i}: {p:?}"
+        );
+        tally.add(&format!("attention {i}"), &f, &TargetInfo::h200());
+    }
+    tally.finish("attention");
+}
+
 /// H200 (and the one-thread-per-element product of a target without tiles), f32, f64, and f16
 /// and bf16 operands with an f32 result (on the tensor cores), both operands transposed or
 /// not, batches, an epilogue, a contraction long enough for two levels of the sum tree, a

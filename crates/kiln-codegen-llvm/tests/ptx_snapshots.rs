@@ -1,7 +1,8 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
 //! warp-per-row softmax, block-per-row reduction through shared memory and barriers, matrix
-//! product with an epilogue (one thread per element), matrix product by block tiles, one
-//! warp's tensor-core tile, a product on the tensor cores, scatter), for sm_90. Rendering is
+//! product with its epilogue in the launch (one thread per element), matrix product by block
+//! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile, a
+//! product on the tensor cores, attention in one launch, scatter), for sm_90. Rendering is
 //! deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -92,6 +93,31 @@ fn gemm_by_block_tiles() {
         ptx(
             "func @main(%0: f32[200,300], %1: f32[300,130]) -> f32[200,130] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[200,130]\n  return %2\n}\n",
             MapKind::GemmTiled
+        )
+    );
+}
+
+/// A product by block tiles whose B tile (rows of 128 f32) is staged with `cp.async`, double
+/// buffered; A's rows go through registers.
+#[test]
+fn gemm_by_block_tiles_with_async_copies() {
+    insta::assert_snapshot!(
+        "gemm_tiled_async",
+        ptx(
+            "func @main(%0: f32[128,64], %1: f32[64,128]) -> f32[128,128] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[128,128]\n  return %2\n}\n",
+            MapKind::GemmTiled
+        )
+    );
+}
+
+/// Attention as one launch: `softmax(Q Kᵀ / 8) V`, the softmax online.
+#[test]
+fn attention_in_one_launch() {
+    insta::assert_snapshot!(
+        "attention",
+        ptx(
+            "func @main(%0: f32[1,9,8], %1: f32[1,40,8], %2: f32[1,40,12]) -> f32[1,9,12] {\n  %3 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]} : f32[1,9,40]\n  %4 = constant {value = 0.125} : f32[]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = []} : f32[1,9,40]\n  %6 = multiply %3, %5 : f32[1,9,40]\n  %7 = constant {value = -inf} : f32[]\n  %8 = reduce %6, %7 {dimensions = [2], kind = max} : f32[1,9]\n  %9 = broadcast_in_dim %8 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %10 = subtract %6, %9 : f32[1,9,40]\n  %11 = exponential %10 : f32[1,9,40]\n  %12 = constant {value = 0.0} : f32[]\n  %13 = reduce %11, %12 {dimensions = [2], kind = add} : f32[1,9]\n  %14 = broadcast_in_dim %13 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %15 = divide %11, %14 : f32[1,9,40]\n  %16 = dot_general %15, %2 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]} : f32[1,9,12]\n  return %16\n}\n",
+            MapKind::Attention
         )
     );
 }

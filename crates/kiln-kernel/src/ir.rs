@@ -288,6 +288,37 @@ pub struct Kernel {
     pub extra: Vec<Extra>,
 }
 
+impl Kernel {
+    /// A GEMM kernel's product's dtype: its output's, or, with an epilogue, the dtype the
+    /// epilogue reads the product in (a GPU's tensor-core product, f32, whose epilogue ends in
+    /// a conversion to bf16 or f16: `fuse/epilogue.rs`).
+    pub fn product_dtype(&self) -> DType {
+        struct Find(usize, Option<DType>);
+        impl<'e> Visitor<'e> for Find {
+            fn expr(&mut self, e: &'e Expr) {
+                match e {
+                    Expr::Load { input, dtype, .. } | Expr::Gather { input, dtype, .. }
+                        if *input == self.0 && self.1.is_none() =>
+                    {
+                        self.1 = Some(*dtype)
+                    }
+                    _ => e.for_each_child(self),
+                }
+            }
+        }
+        match self.schedule {
+            Schedule::Gemm {
+                epilogue: Some(e), ..
+            } => {
+                let mut f = Find(e, None);
+                f.expr(&self.body);
+                f.1.unwrap_or(self.out.dtype)
+            }
+            _ => self.out.dtype,
+        }
+    }
+}
+
 /// An extra output of a multi-output loop-nest kernel: at each position of the kernel's index
 /// space, `body` is stored into the buffer whose pointer is input slot `slot`.
 #[derive(Clone, Debug, PartialEq)]

@@ -923,7 +923,7 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
             ..
         } => {
             let (batch, m, n, kk) = (*batch, *m, *n, *kk);
-            let dtype = k.out.dtype;
+            let dtype = k.product_dtype();
             if !matches!(dtype, DType::F32 | DType::F64) {
                 return bad(&c, format!("a GEMM of {dtype} (f32 and f64 only)"));
             }
@@ -1067,8 +1067,11 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                         );
                     }
                     vars_at_least(rank, "the output's rank")?;
-                    c.readable.push(k.out.clone());
-                    c.part("epilogue", &k.body, &k.out.shape, dtype)?;
+                    c.readable.push(TensorType {
+                        dtype,
+                        shape: k.out.shape.clone(),
+                    });
+                    c.part("epilogue", &k.body, &k.out.shape, k.out.dtype)?;
                     if let Some(h) = chain.as_ref().and_then(|ch| ch.online.as_ref()) {
                         c.part("chain's online softmax", h, &k.out.shape, h.dtype())?;
                     }

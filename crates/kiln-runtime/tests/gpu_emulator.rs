@@ -701,7 +701,7 @@ fn product_text(
 /// one, contractions past one chunk of the sum tree and past sixteen (two levels above the
 /// chunks), batches, both operands transposed or not, f32 and f64, f16 and bf16 operands with
 /// an f32 result (on the tensor cores), with and without an epilogue (the last field: whether
-/// the product runs by tiles: on the CUDA cores, or on the tensor cores for 16-bit operands). Products the lowering keeps as loop nests (an f16, bf16 or integer result) and
+/// the product runs by tiles: on the CUDA cores, or on the tensor cores for 16-bit operands). Products of 16-bit operands with a result of their dtype run on the tensor cores, the conversion in their launch; products the lowering keeps as loop nests (an integer result) and
 /// products too thin for a tile (a matrix times a vector) agree too.
 #[test]
 fn products_by_block_tiles_agree_with_the_reference() {
@@ -722,9 +722,14 @@ fn products_by_block_tiles_agree_with_the_reference() {
         ((2, 19, 40, 17), ("f16", "f32"), false, false, true, true),
         ((1, 70, 33, 65), ("bf16", "f32"), false, true, false, true),
         ((2, 18, 300, 21), ("bf16", "f32"), true, false, true, true),
+        ((2, 64, 40, 96), ("f32", "f32"), true, false, true, true),
+        ((1, 36, 24, 20), ("f64", "f64"), true, false, false, true),
+        ((1, 72, 48, 40), ("bf16", "f32"), false, true, true, true),
+        ((2, 40, 24, 72), ("f16", "f32"), false, false, false, true),
         ((1, 1, 1, 1), ("f32", "f32"), false, false, false, false),
         ((2, 30, 50, 3), ("f32", "f32"), false, true, false, false),
-        ((2, 18, 30, 21), ("bf16", "bf16"), true, false, true, false),
+        ((2, 18, 30, 21), ("bf16", "bf16"), true, false, true, true),
+        ((1, 40, 48, 72), ("f16", "f16"), false, true, false, true),
         ((1, 17, 31, 66), ("i32", "i32"), true, true, false, false),
         ((2, 9, 12, 8), ("u8", "u8"), false, false, false, false),
     ];
@@ -738,8 +743,10 @@ fn products_by_block_tiles_agree_with_the_reference() {
             .iter()
             .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
             .collect();
-        // Products of 16-bit operands with an f32 result run on the tensor cores.
-        let (simt, mma) = (tiled && dts.0 == dts.1, tiled && dts.0 != dts.1);
+        // Products of 16-bit operands run on the tensor cores (with an f32 result, or with
+        // their own, the f32 product converted as it is stored).
+        let half = matches!(dts.0, "bf16" | "f16");
+        let (simt, mma) = (tiled && !half, tiled && half);
         match check(&f, &args) {
             Ok(r)
                 if r.launches.contains_key(&MapKind::GemmTiled) != simt
@@ -750,6 +757,11 @@ fn products_by_block_tiles_agree_with_the_reference() {
                     r.launches
                 ))
             }
+            // The epilogue (bias and tanh) runs in the product's launch.
+            Ok(r) if r.launches.values().sum::<usize>() != 1 => failures.push(format!(
+                "case {i}: one launch expected: {:?}\n{src}",
+                r.launches
+            )),
             Ok(_) => {}
             Err(e) => failures.push(format!("case {i}: {e}\n{src}")),
         }
@@ -848,8 +860,8 @@ fn tensor_core_statements_need_the_whole_warp() {
     assert!(e.contains("out-of-bounds"), "{e}");
 }
 
-/// `cp.async` copies land only when waited for: without the wait, the tile multiplies the
-/// shared arrays' old zeros and D is C. A copy from a misaligned element is an error.
+/// `cp.async` copies land only when waited for: without the wait, reading the elements they
+/// copy into is an error. A copy from a misaligned element is an error.
 #[test]
 fn async_copies_land_when_waited_for() {
     let buf = |name: &str, dtype, n: usize, x: f64| Buffer {
@@ -871,12 +883,10 @@ fn async_copies_land_when_waited_for() {
         out[0].data
     );
     k.body.retain(|s| !matches!(s, Stmt::CopyWait { .. }));
-    run_kernel(&k, &[&a, &b, &c], &mut out).unwrap();
-    assert!(
-        out[0].data.iter().all(|&v| v == V::F(0.5)),
-        "{:?}",
-        out[0].data
-    );
+    let e = run_kernel(&k, &[&a, &b, &c], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("while a cp.async into it is in flight"), "{e}");
     let mut k = kiln_kernel::gpu::mma::warp_tile(DType::BF16, TargetInfo::h200().sums);
     if let Some(Stmt::CopyAsync { src, .. }) = k.body.first_mut() {
         *src = Sc::plus(src.clone(), Sc::Const(1));
@@ -984,5 +994,305 @@ fn products_on_tensor_cores_are_exact_on_integers() {
                 }
             }
         }
+    }
+}
+
+/// Every statement list in `body`, nested ones too, given to `f`.
+fn each_body(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
+    f(body);
+    for s in body.iter_mut() {
+        if let Stmt::For { body, .. } | Stmt::If { body, .. } = s {
+            each_body(body, f);
+        }
+    }
+}
+
+/// The statements of `body` (nested ones too) that `keep` picks, counted.
+fn count(body: &[Stmt], keep: &dyn Fn(&Stmt) -> bool) -> usize {
+    body.iter()
+        .map(|s| {
+            let inner = match s {
+                Stmt::For { body, .. } | Stmt::If { body, .. } => count(body, keep),
+                _ => 0,
+            };
+            inner + usize::from(keep(s))
+        })
+        .sum()
+}
+
+/// The double-buffered products stage their tiles with `cp.async` where the operand's
+/// contiguous dimension is the tile's (on the tensor cores A by rows and B either way; on the
+/// CUDA cores A transposed and B by rows), with one barrier per contraction step. Their
+/// results are exact on small integers. Without the wait for the copies, or waiting for all
+/// but one group (so the step being multiplied may still be in flight), the emulator refuses
+/// the read of a shared element a copy is still landing in.
+#[test]
+fn double_buffered_products_need_their_copy_waits() {
+    let cases = [
+        ((1, 72, 48, 40), false, true, DType::BF16, MapKind::GemmMma),
+        // B by rows, staged by rows and loaded with `ldmatrix.trans`.
+        ((2, 40, 32, 72), false, false, DType::F16, MapKind::GemmMma),
+        ((2, 64, 40, 96), true, false, DType::F32, MapKind::GemmTiled),
+    ];
+    for ((batch, m, k, n), at, bt, dtype, kind) in cases {
+        let p = product_of((batch, m, k, n), at, bt, dtype);
+        let l = &p.launches[0];
+        assert_eq!(l.kind, kind);
+        // Both tiles, before the loop and in it.
+        assert_eq!(
+            count(&l.body, &|s| matches!(s, Stmt::CopyAsync { .. })),
+            4,
+            "{kind:?}"
+        );
+        assert_eq!(
+            count(&l.body, &|s| matches!(s, Stmt::Barrier)),
+            1,
+            "{kind:?}"
+        );
+        let av = |i: usize| (i % 7) as f64 - 3.0;
+        let bv = |i: usize| (i % 5) as f64 - 2.0;
+        let buf = |name: &str, n: usize, v: &dyn Fn(usize) -> f64| Buffer {
+            name: name.into(),
+            dtype,
+            data: (0..n).map(|i| V::F(v(i))).collect(),
+        };
+        let (a, b) = (buf("%a", batch * m * k, &av), buf("%b", batch * k * n, &bv));
+        let out_t = TensorType {
+            dtype: p.launches[0].outputs[0].1.dtype,
+            shape: vec![batch, m, n],
+        };
+        let mut out = vec![Buffer::zeros("%d", &out_t)];
+        kiln_runtime::gpu_emu::run_program(&p, &[&a, &b], &mut out).unwrap();
+        for bi in 0..batch {
+            for i in 0..m {
+                for j in 0..n {
+                    let ai = |kk: usize| {
+                        if at {
+                            (bi * k + kk) * m + i
+                        } else {
+                            (bi * m + i) * k + kk
+                        }
+                    };
+                    let bi_ = |kk: usize| {
+                        if bt {
+                            (bi * n + j) * k + kk
+                        } else {
+                            (bi * k + kk) * n + j
+                        }
+                    };
+                    let want: f64 = (0..k).map(|kk| av(ai(kk)) * bv(bi_(kk))).sum();
+                    assert_eq!(out[0].data[(bi * m + i) * n + j], V::F(want), "{kind:?}");
+                }
+            }
+        }
+        let broken = |f: &mut dyn FnMut(&mut Vec<Stmt>)| {
+            let mut p = p.clone();
+            each_body(&mut p.launches[0].body, f);
+            let mut out = vec![Buffer::zeros("%d", &out_t)];
+            kiln_runtime::gpu_emu::run_program(&p, &[&a, &b], &mut out)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = broken(&mut |b| b.retain(|s| !matches!(s, Stmt::CopyWait { .. })));
+        assert!(e.contains("while a cp.async into it is in flight"), "{e}");
+        let e = broken(&mut |b| {
+            for s in b.iter_mut() {
+                if let Stmt::CopyWait { pending } = s {
+                    *pending = 1;
+                }
+            }
+        });
+        assert!(e.contains("while a cp.async into it is in flight"), "{e}");
+    }
+}
+
+/// A product with a bias, a relu and a residual added, on `(inp, dt)` operands and result.
+fn epilogue_text(
+    (batch, m, k, n): (usize, usize, usize, usize),
+    (inp, dt): (&str, &str),
+) -> String {
+    let y = format!("{dt}[{batch},{m},{n}]");
+    format!(
+        "func @main(%0: {inp}[{batch},{m},{k}], %1: {inp}[{batch},{k},{n}], %2: {dt}[{n}], %3: {y}) -> {y} {{
+  %4 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {y}
+  %5 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : {y}
+  %6 = add %4, %5 : {y}
+  %7 = constant {{value = 0.0}} : {dt}[]
+  %8 = broadcast_in_dim %7 {{broadcast_dimensions = []}} : {y}
+  %9 = maximum %6, %8 : {y}
+  %10 = add %9, %3 : {y}
+  return %10
+}}
+"
+    )
+}
+
+/// Elementwise epilogues (a bias, a relu, a residual) run inside the product's launch on every
+/// product mapping (by tiles on the CUDA cores, on the tensor cores, one thread per element),
+/// and so does the conversion of a bf16 product's f32 accumulators to bf16:
+/// one launch, no scratch product, results that agree with the reference. A softmax epilogue
+/// (which needs whole rows) not chained into a second product keeps its own launch.
+#[test]
+fn elementwise_epilogues_run_in_the_products_launch() {
+    let mut untiled = TargetInfo::h200();
+    untiled.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    let cases = [
+        (
+            (2, 70, 40, 65),
+            ("f32", "f32"),
+            MapKind::GemmTiled,
+            TargetInfo::h200(),
+        ),
+        (
+            (1, 72, 48, 40),
+            ("bf16", "f32"),
+            MapKind::GemmMma,
+            TargetInfo::h200(),
+        ),
+        ((2, 9, 20, 5), ("f32", "f32"), MapKind::Gemm, untiled),
+        (
+            (1, 130, 24, 129),
+            ("f64", "f64"),
+            MapKind::GemmTiled,
+            TargetInfo::h200(),
+        ),
+        (
+            (2, 40, 32, 24),
+            ("bf16", "bf16"),
+            MapKind::GemmMma,
+            TargetInfo::h200(),
+        ),
+    ];
+    for (i, (shape, dts, kind, target)) in cases.into_iter().enumerate() {
+        let src = epilogue_text(shape, dts);
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("case {i}: {e}\n{src}"));
+        let mut rng = Rng::new(40 + i as u64);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        let rep = check_on(&f, &args, &target).unwrap_or_else(|e| panic!("case {i}: {e}"));
+        let want: std::collections::BTreeMap<MapKind, usize> = [(kind, 1)].into();
+        assert_eq!(rep.launches, want, "case {i}");
+    }
+    // A convolution stored by feature planes with a bias and a relu: the epilogue's variables
+    // are the planes' position, not the product's (on every target: by tiles and not).
+    let conv = "func @main(%0: f32[2,2,5,5], %1: f32[3,2,3,3], %2: f32[3]) -> f32[2,3,5,5] {
+  %3 = convolution %0, %1 {window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]} : f32[2,3,5,5]
+  %4 = broadcast_in_dim %2 {broadcast_dimensions = [1]} : f32[2,3,5,5]
+  %5 = add %3, %4 : f32[2,3,5,5]
+  %6 = constant {value = 0.0} : f32[]
+  %7 = broadcast_in_dim %6 {broadcast_dimensions = []} : f32[2,3,5,5]
+  %8 = maximum %5, %7 : f32[2,3,5,5]
+  return %8
+}
+";
+    let f = kiln_ir::parse_func_text(conv).unwrap();
+    let mut untiled = TargetInfo::h200();
+    untiled.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    for (seed, target) in [(1, TargetInfo::h200()), (2, untiled)] {
+        let mut rng = Rng::new(seed);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        check_on(&f, &args, &target).unwrap_or_else(|e| panic!("conv {seed}: {e}"));
+    }
+    let f = kiln_ir::parse_func_text(&softmax_product_text(2, 9, 40, 12)).unwrap();
+    let mut rng = Rng::new(3);
+    let args: Vec<Literal> = f
+        .param_types()
+        .iter()
+        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+        .collect();
+    let rep = check(&f, &args).unwrap();
+    assert!(rep.launches.values().sum::<usize>() > 1, "{rep:?}");
+}
+
+/// A product with a softmax along its rows, not chained into a second product.
+fn softmax_product_text(b: usize, m: usize, k: usize, n: usize) -> String {
+    let s = format!("f32[{b},{m},{n}]");
+    format!(
+        "func @main(%0: f32[{b},{m},{k}], %1: f32[{b},{k},{n}]) -> {s} {{
+  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {s}
+  %3 = constant {{value = -inf}} : f32[]
+  %4 = reduce %2, %3 {{dimensions = [2], kind = max}} : f32[{b},{m}]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = [0, 1]}} : {s}
+  %6 = subtract %2, %5 : {s}
+  %7 = exponential %6 : {s}
+  %8 = constant {{value = 0.0}} : f32[]
+  %9 = reduce %7, %8 {{dimensions = [2], kind = add}} : f32[{b},{m}]
+  %10 = broadcast_in_dim %9 {{broadcast_dimensions = [0, 1]}} : {s}
+  %11 = divide %7, %10 : {s}
+  return %11
+}}
+"
+    )
+}
+
+/// Causal attention: query `i` keeps keys `j <= i` (the others' logits are -inf).
+fn causal_attention_text(b: usize, m: usize, keys: usize, k: usize, n2: usize) -> String {
+    let s = format!("f32[{b},{m},{keys}]");
+    let i = format!("i64[{b},{m},{keys}]");
+    attention_text(b, m, keys, k, n2).replace(
+        &format!("  %6 = multiply %3, %5 : {s}\n"),
+        &format!(
+            "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 2}} : {i}\n  %22 = iota {{iota_dimension = 1}} : {i}\n  %26 = compare %21, %22 {{comparison_direction = LE}} : pred[{b},{m},{keys}]\n  %27 = constant {{value = -inf}} : f32[]\n  %28 = broadcast_in_dim %27 {{broadcast_dimensions = []}} : {s}\n  %6 = select %26, %20, %28 : {s}\n"
+        ),
+    )
+}
+
+/// Attention where query `i` keeps only keys `j >= i + shift`: later queries see nothing in
+/// the first steps of keys.
+fn shifted_attention_text(
+    b: usize,
+    m: usize,
+    keys: usize,
+    k: usize,
+    n2: usize,
+    shift: i64,
+) -> String {
+    let s = format!("f32[{b},{m},{keys}]");
+    let i = format!("i64[{b},{m},{keys}]");
+    attention_text(b, m, keys, k, n2).replace(
+        &format!("  %6 = multiply %3, %5 : {s}\n"),
+        &format!(
+            "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 2}} : {i}\n  %22 = iota {{iota_dimension = 1}} : {i}\n  %23 = constant {{value = {shift}}} : i64[]\n  %24 = broadcast_in_dim %23 {{broadcast_dimensions = []}} : {i}\n  %25 = add %22, %24 : {i}\n  %26 = compare %21, %25 {{comparison_direction = GE}} : pred[{b},{m},{keys}]\n  %27 = constant {{value = -inf}} : f32[]\n  %28 = broadcast_in_dim %27 {{broadcast_dimensions = []}} : {s}\n  %6 = select %26, %20, %28 : {s}\n"
+        ),
+    )
+}
+
+/// Attention (`softmax(Q Kᵀ / 8) V`, the softmax online) runs as one launch, flash-attention
+/// style, and agrees with the reference: keys that are not a multiple of the 32 a step takes,
+/// queries that are not a multiple of a block's warps, one key, several steps, output widths
+/// past one accumulator a lane, and causal masks (each query sees only the keys up to its
+/// own), and masks that leave a query nothing in its first steps of keys (the running maximum
+/// stays finite, so they add nothing rather than NaN) or nothing at all (a row of NaN).
+#[test]
+fn attention_runs_as_one_launch() {
+    let programs = [
+        attention_text(2, 9, 40, 8, 12),
+        attention_text(1, 5, 300, 16, 7),
+        attention_text(1, 3, 1, 4, 70),
+        attention_text(3, 33, 64, 32, 33),
+        causal_attention_text(2, 9, 40, 8, 12),
+        causal_attention_text(1, 70, 70, 16, 40),
+        shifted_attention_text(1, 20, 100, 8, 12, 40),
+        // Queries 10 and later see no key at all: NaN, as the reference says.
+        shifted_attention_text(1, 20, 100, 8, 12, 90),
+    ];
+    for (i, src) in programs.iter().enumerate() {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let mut rng = Rng::new(60 + i as u64);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        let rep = check(&f, &args).unwrap_or_else(|e| panic!("program {i}: {e}\n{src}"));
+        let want: std::collections::BTreeMap<MapKind, usize> = [(MapKind::Attention, 1)].into();
+        assert_eq!(rep.launches, want, "program {i}\n{src}");
     }
 }

@@ -137,7 +137,8 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
             );
             g.set_linkage(Linkage::Internal);
             g.set_initializer(&t.get_undef());
-            g.set_alignment(8);
+            // 16 bytes: the widest `cp.async` and every `ldmatrix` row address need it.
+            g.set_alignment(16);
             g
         })
         .collect();
@@ -704,7 +705,12 @@ impl<'a, 'c> Emit<'a, 'c> {
             } => self.copy_async(*array, index, *buf, src, *elems)?,
             Stmt::CopyCommit => self.copy_commit()?,
             Stmt::CopyWait { pending } => self.copy_wait(*pending)?,
-            Stmt::LdMatrix { regs, array, row } => self.ldmatrix(regs, *array, row)?,
+            Stmt::LdMatrix {
+                regs,
+                array,
+                row,
+                trans,
+            } => self.ldmatrix(regs, *array, row, *trans)?,
             Stmt::Mma { d, a, b, c, dtype } => self.mma(d, a, b, c, *dtype)?,
         }
         Ok(())

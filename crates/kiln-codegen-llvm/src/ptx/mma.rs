@@ -1,4 +1,5 @@
 //! The tensor-core statements: [`Stmt::LdMatrix`] as `llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16`
+//! (`.x4.trans.b16` when transposed)
 //! (four 32-bit registers, each two 16-bit elements, low half first, widened to the f32
 //! registers the IR holds them in) and [`Stmt::Mma`] as
 //! `llvm.nvvm.mma.m16n8k16.row.col.bf16` (bf16) or `llvm.nvvm.mma.m16n8k16.row.col.f32.f32`
@@ -26,15 +27,26 @@ impl<'c> Emit<'_, 'c> {
         }
     }
 
-    /// `ldmatrix.x4` of this lane's row `row` of packed shared array `array` into `regs`.
-    pub(super) fn ldmatrix(&self, regs: &[usize; 8], array: usize, row: &Sc) -> Result<()> {
+    /// `ldmatrix.x4` (`.trans` with `trans`) of this lane's row `row` of packed shared array
+    /// `array` into `regs`.
+    pub(super) fn ldmatrix(
+        &self,
+        regs: &[usize; 8],
+        array: usize,
+        row: &Sc,
+        trans: bool,
+    ) -> Result<()> {
         let (p, et, d) = self.shared_at(array, row)?;
         let BasicTypeEnum::FloatType(half) = et else {
             return self.err(format!("ldmatrix from shared{array} of {d}, not packed"));
         };
         let got = self
             .nvvm_of(
-                "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16",
+                if trans {
+                    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16"
+                } else {
+                    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16"
+                },
                 &[p.get_type().into()],
                 &[BasicMetadataValueEnum::PointerValue(p)],
             )?

@@ -8,7 +8,7 @@ use crate::ir::{Kernel, Schedule};
 use crate::pattern::hoistable_reduces;
 use crate::rewrite::map_inputs;
 use crate::target::FusionLimits;
-use kiln_ir::Func;
+use kiln_ir::{DType, Func};
 
 /// Whether GEMM kernel `k`'s epilogue reduces over rows of the product (a softmax of the
 /// scores): it then needs blocks of whole rows, each row's reductions computed before its
@@ -82,10 +82,24 @@ pub(super) fn fuse_gemm_epilogues(
                                 .is_some())))
                         && reads_own_position_or_row(&uk.body, j, &uk.out, split))
             };
+            // A product of bf16 or f16 operands with an f32 result (kept only for a GPU's
+            // tensor cores, `canon::widen_dots`) takes an elementwise epilogue of another
+            // dtype (the conversion to bf16 that a bf16 product becomes): the GPU runs it in
+            // the product's launch, on the accumulators, so the product needs no buffer of
+            // its dtype. Any other product's epilogue keeps its dtype (the CPU writes it in
+            // place of the product).
+            let operand = |i: usize| out.operands[p].get(i).map(|x| f.values[x.index()].dtype);
+            let tensor_cores = pk.out.dtype == DType::F32
+                && operand(0) == operand(1)
+                && matches!(operand(0), Some(DType::BF16 | DType::F16));
+            let converts = pk.out.dtype != uk.out.dtype;
             let ok = only_reader
                 && !f.outputs.contains(v)
-                // Same bytes: the user's type may be a reshape of the product's.
-                && pk.out.dtype == uk.out.dtype
+                // Same elements: the user's type may be a reshape of the product's.
+                && (!converts
+                    || (tensor_cores
+                        && conv.is_none()
+                        && reads_only_own_position(&uk.body, j, &uk.out)))
                 && pk.out.numel() == uk.out.numel()
                 && if planes {
                     pk.out.shape == uk.out.shape && reads_only_own_position(&uk.body, j, &uk.out)

@@ -231,6 +231,11 @@ pub enum Stmt {
     /// `2 (l % 4)` and `2 (l % 4) + 1` of row `l / 4` of matrix `j`: with the four matrices
     /// the quarters of a 16 x 16 tile (rows 0-7 and 8-15 of columns 0-7, then of columns
     /// 8-15), exactly the A fragment of [`Stmt::Mma`].
+    ///
+    /// With `trans` (`ldmatrix...x4.trans`) each matrix is transposed as it loads: lane `l`
+    /// holds, in `regs[2j]` and `regs[2j + 1]`, elements `l / 4` of rows `2 (l % 4)` and
+    /// `2 (l % 4) + 1` of matrix `j`: with rows along the contraction and 8 columns each, the
+    /// B fragment of [`Stmt::Mma`] read from B stored by rows.
     LdMatrix {
         /// The eight value registers written (f32 registers holding the 16-bit values).
         regs: [usize; 8],
@@ -238,6 +243,8 @@ pub enum Stmt {
         array: usize,
         /// This lane's row start (an element index).
         row: Sc,
+        /// Each matrix transposed.
+        trans: bool,
     },
     /// `cp.async.ca.shared.global`: starts copying `elems` consecutive elements (4, 8 or 16
     /// bytes, as many elements as fit) of global `buf` from element `src` into shared `array`
@@ -319,6 +326,10 @@ pub enum MapKind {
     /// A matrix product on the tensor cores: bf16 or f16 tiles staged through shared memory,
     /// `ldmatrix` and `mma.m16n8k16` per warp, f32 accumulators.
     GemmMma,
+    /// Attention in one launch (a product, its online softmax and the chained product): a
+    /// warp per query row, keys and values staged through shared memory 32 at a time, the
+    /// row's running maximum and sum kept in registers.
+    Attention,
     /// A scatter, on one thread, in order.
     Scatter,
     /// A select-and-scatter, on one thread, in order.
@@ -335,6 +346,7 @@ impl MapKind {
             MapKind::Gemm => "gemm",
             MapKind::GemmTiled => "gemm-tiled",
             MapKind::GemmMma => "gemm-mma",
+            MapKind::Attention => "attention",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
         }

@@ -49,6 +49,7 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
         Stmt::LdMatrix {
             regs: a,
             array: 0,
+            trans: false,
             row: Sc::plus(
                 Sc::times(
                     Sc::plus(
@@ -65,6 +66,7 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
         Stmt::LdMatrix {
             regs: b,
             array: 1,
+            trans: false,
             row: Sc::plus(
                 Sc::times(Sc::modulo(lane(), k(8)), k(16)),
                 Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(8)),

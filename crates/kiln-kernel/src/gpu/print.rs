@@ -105,10 +105,16 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
                 Shuffle::Xor(n) => writeln!(out, "{pad}r{reg} = shfl.bfly r{src}, {n}"),
                 Shuffle::Down(n) => writeln!(out, "{pad}r{reg} = shfl.down r{src}, {n}"),
             },
-            Stmt::LdMatrix { regs, array, row } => writeln!(
+            Stmt::LdMatrix {
+                regs,
+                array,
+                row,
+                trans,
+            } => writeln!(
                 out,
-                "{pad}{} = ldmatrix.x4 shared{array}[{row}]",
-                reg_list(regs)
+                "{pad}{} = ldmatrix.x4{} shared{array}[{row}]",
+                reg_list(regs),
+                if *trans { ".trans" } else { "" }
             ),
             Stmt::CopyAsync {
                 array,

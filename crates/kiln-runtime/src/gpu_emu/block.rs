@@ -46,6 +46,9 @@ pub(crate) struct Block<'a> {
     /// Per thread: its `cp.async` copies not committed yet, and its committed groups in
     /// flight, oldest first.
     copies: Vec<(Vec<Copy>, VecDeque<Vec<Copy>>)>,
+    /// Per shared array and element: the `cp.async` copies into it still in flight. Any other
+    /// access to such an element is an error (what it would see is undefined on a GPU).
+    inflight: Vec<Vec<u32>>,
 }
 
 /// One `cp.async` in flight: the values read, and where they land.
@@ -72,13 +75,23 @@ impl<'a> Block<'a> {
             shared: k.shared.iter().map(|a| vec![V::I(0); a.len]).collect(),
             log: HashMap::new(),
             copies: (0..k.block).map(|_| Default::default()).collect(),
+            inflight: k.shared.iter().map(|a| vec![0; a.len]).collect(),
         }
     }
 
     /// Runs the launch's body on every thread of the block.
     pub(crate) fn run(&mut self) -> Result<(), EmuError> {
         let all = vec![true; self.k.block];
-        self.stmts(&self.k.body, &all)
+        self.stmts(&self.k.body, &all)?;
+        for (t, (open, groups)) in self.copies.iter().enumerate() {
+            let left = open.len() + groups.iter().map(Vec::len).sum::<usize>();
+            if left > 0 {
+                return self.err(format!(
+                    "thread {t} ends with {left} cp.async copies never waited for"
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn err<T>(&self, m: String) -> Result<T, EmuError> {
@@ -123,6 +136,13 @@ impl<'a> Block<'a> {
             ));
         }
         let i = index as usize;
+        if self.inflight[array][i] > 0 {
+            let what = if write { "writes" } else { "reads" };
+            return self.err(format!(
+                "thread {t} {what} shared{array}[{i}] while a cp.async into it is in flight \
+                 (no cp.async.wait_group for it yet)"
+            ));
+        }
         let a = self.log.entry((array, i)).or_default();
         let other = match (write, a.writer) {
             (_, Some(w)) if w != t => Some(("written", w)),
@@ -371,6 +391,9 @@ impl<'a> Block<'a> {
                         ));
                     }
                     let values = b.data[from as usize..(from + e) as usize].to_vec();
+                    for x in at..at + e {
+                        self.inflight[*array][x as usize] += 1;
+                    }
                     self.copies[t].0.push(Copy {
                         array: *array,
                         index: at as usize,
@@ -390,6 +413,7 @@ impl<'a> Block<'a> {
                         let group = self.copies[t].1.pop_front().unwrap_or_default();
                         for c in group {
                             for (e, v) in c.values.into_iter().enumerate() {
+                                self.inflight[c.array][c.index + e] -= 1;
                                 let i = self.touch(t, c.array, (c.index + e) as i64, true)?;
                                 self.shared[c.array][i] = v;
                             }
@@ -397,7 +421,12 @@ impl<'a> Block<'a> {
                     }
                 }
             }
-            Stmt::LdMatrix { regs, array, row } => {
+            Stmt::LdMatrix {
+                regs,
+                array,
+                row,
+                trans,
+            } => {
                 for first in self.warps(mask, "an ldmatrix")? {
                     let mut rows = [0usize; 32];
                     for (l, r) in rows.iter_mut().enumerate() {
@@ -410,8 +439,14 @@ impl<'a> Block<'a> {
                     }
                     for l in 0..32 {
                         for (i, &reg) in regs.iter().enumerate() {
-                            let start = rows[(i / 2) * 8 + l / 4];
-                            let v = self.shared[*array][start + 2 * (l % 4) + i % 2];
+                            // Matrix `i / 2`: row `l / 4`, element `2 (l % 4) + i % 2`, or
+                            // transposed, row `2 (l % 4) + i % 2`, element `l / 4`.
+                            let at = if *trans {
+                                rows[(i / 2) * 8 + 2 * (l % 4) + i % 2] + l / 4
+                            } else {
+                                rows[(i / 2) * 8 + l / 4] + 2 * (l % 4) + i % 2
+                            };
+                            let v = self.shared[*array][at];
                             self.set(first + l, reg, v);
                         }
                     }

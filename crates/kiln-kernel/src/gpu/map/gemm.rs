@@ -1,9 +1,89 @@
-//! Matrix products on the GPU: by block tiles through shared memory (`tiled.rs`), or one
-//! thread per output element over the contraction where the target has no tile; the epilogue
-//! and a chained product as further launches (see the parent module).
+//! Matrix products on the GPU: by block tiles through shared memory (`tiled.rs`, and
+//! `tensor.rs` on the tensor cores), or one thread per output element over the contraction
+//! where the target has no tile; a chained product as a further launch (see the parent
+//! module).
+//!
+//! # Epilogues in the product's launch
+//!
+//! Fusion (`fuse/epilogue.rs`) makes the elementwise user of a product (a bias, an activation,
+//! a residual, an SGD update) or a row-reducing one (a softmax) the GEMM kernel's epilogue, as
+//! on the CPU. On the GPU an epilogue that reads the product only at its own position (the
+//! same test the CPU's in-place epilogue passes, `access::reads_only_own_position`) runs in
+//! the product's launch ([`InLaunch`]): each thread evaluates it on its finished accumulators,
+//! the product element read from the accumulator's register, the other inputs (bias,
+//! residual) from global memory, and stores the epilogue's value; the product never reaches
+//! global memory. A row-reducing epilogue needs the whole row of the product, which no thread
+//! holds, so it runs as a second launch over a scratch product (mapped as a loop nest: a
+//! softmax gets warps), and so does the epilogue of a chained product.
 
 use super::tiled::Operands;
 use super::*;
+use crate::access::reads_only_own_position;
+
+/// An elementwise epilogue run in the product's launch (see the module documentation).
+pub(super) struct InLaunch {
+    /// The epilogue, its reads of the product as loads of extra input `product` with zero
+    /// coefficients: the accumulator's register ([`Stmt::Eval`]'s `scalars`).
+    body: Expr,
+    /// The result's shape: the epilogue's first variables are its dimensions.
+    shape: Vec<usize>,
+    /// The epilogue's kernel variables.
+    pub vars: usize,
+    /// The product's dtype (the epilogue may convert it to the result's).
+    pub product: DType,
+}
+
+impl InLaunch {
+    /// `k`'s epilogue (reading the product as input `e`, after its `inputs` others) as an
+    /// in-launch epilogue, if it reads the product only at its own position and there is no
+    /// chained product.
+    fn of(k: &Kernel, e: usize, inputs: usize) -> Option<InLaunch> {
+        let Schedule::Gemm { chain: None, .. } = k.schedule else {
+            return None;
+        };
+        (e == inputs && reads_only_own_position(&k.body, e, &k.out)).then(|| InLaunch {
+            body: scalar_reads(&k.body, e, k.vars),
+            shape: k.out.shape.clone(),
+            vars: k.vars,
+            product: k.product_dtype(),
+        })
+    }
+
+    /// Statements storing value register `value`, the product's element at flat `index` of
+    /// the result, into output 0: through `epilogue` if there is one, the index kept in
+    /// integer register `tmp.0` (it may read the variables the epilogue sets) and the
+    /// epilogue's value in `tmp.1`.
+    pub(super) fn store(
+        epilogue: Option<&InLaunch>,
+        index: Sc,
+        value: usize,
+        tmp: (usize, usize),
+    ) -> Vec<Stmt> {
+        let Some(e) = epilogue else {
+            return vec![Stmt::Store {
+                buf: Buf::Output(0),
+                index,
+                value,
+            }];
+        };
+        let mut out = vec![Stmt::Let {
+            reg: tmp.0,
+            value: index,
+        }];
+        out.extend(set_vars(&dims(&e.shape, 0), Sc::Reg(tmp.0)));
+        out.push(Stmt::Eval {
+            reg: tmp.1,
+            expr: e.body.clone(),
+            scalars: vec![value],
+        });
+        out.push(Stmt::Store {
+            buf: Buf::Output(0),
+            index: Sc::Reg(tmp.0),
+            value: tmp.1,
+        });
+        out
+    }
+}
 
 impl Mapper<'_> {
     /// A matrix product (with its epilogue and chained product, see the module
@@ -32,14 +112,6 @@ impl Mapper<'_> {
             (Some(a), Some(b)) => (a.clone(), b.clone()),
             _ => return Err(format!("{name}: a matrix product needs two inputs")),
         };
-        let mut scratch = Vec::new();
-        let mut launches = Vec::new();
-        let product_to = if epilogue.is_none() && chain.is_none() {
-            (Buf::Output(0), k.out.clone())
-        } else {
-            scratch.push(k.out.clone());
-            (Buf::Scratch(0), k.out.clone())
-        };
         let dims = Product {
             batch: *batch,
             m: *m,
@@ -48,25 +120,58 @@ impl Mapper<'_> {
             a_trans: *a_trans,
             b_trans: *b_trans,
         };
+        // Attention (a softmax epilogue computed online, chained): one launch.
+        let attention = match (epilogue, chain, conv) {
+            (Some(e), Some(ch), None) => self.attention(name, k, &ins, &dims, (*e, ch)),
+            _ => None,
+        };
+        if let Some(l) = attention {
+            return Ok(GpuProgram {
+                scratch: Vec::new(),
+                launches: vec![l],
+            });
+        }
+        let mut scratch = Vec::new();
+        let mut launches = Vec::new();
+        let in_launch = epilogue.and_then(|e| InLaunch::of(k, e, ins.len()));
+        if in_launch.is_none() && k.product_dtype() != k.out.dtype {
+            return Err(format!(
+                "{name}: an epilogue converting the product from {} to {} runs only in the \
+                 product's launch",
+                k.product_dtype(),
+                k.out.dtype
+            ));
+        }
+        let product_to = if (epilogue.is_none() || in_launch.is_some()) && chain.is_none() {
+            (Buf::Output(0), k.out.clone())
+        } else {
+            scratch.push(k.out.clone());
+            (Buf::Scratch(0), k.out.clone())
+        };
+        let operands = if in_launch.is_some() {
+            ins.clone()
+        } else {
+            vec![a, b]
+        };
         launches.push(self.product(
             &format!("{name}.product"),
-            a,
-            b,
+            operands,
             &dims,
             conv.as_ref(),
             product_to.clone(),
+            in_launch.as_ref(),
         ));
-        if let Some(e) = epilogue {
+        if let Some(e) = epilogue.filter(|_| in_launch.is_none()) {
             let to = if chain.is_some() {
                 scratch.push(k.out.clone());
                 (Buf::Scratch(1), k.out.clone())
             } else {
                 (Buf::Output(0), k.out.clone())
             };
-            while ins.len() <= *e {
+            while ins.len() <= e {
                 ins.push((Buf::Scratch(0), k.out.clone()));
             }
-            ins[*e] = product_to.clone();
+            ins[e] = product_to.clone();
             launches.push(self.nest(
                 &format!("{name}.epilogue"),
                 &k.out,
@@ -98,87 +203,58 @@ impl Mapper<'_> {
             };
             launches.push(self.product(
                 &format!("{name}.chain"),
-                a,
-                b,
+                vec![a, b],
                 &dims,
                 None,
                 (Buf::Output(0), ch.out.clone()),
+                None,
             ));
         }
         Ok(GpuProgram { scratch, launches })
     }
 
-    /// The product `a x b`, stored at its place in `out` (by feature planes for a convolution
-    /// that asks for them): by block tiles ([`Mapper::tiled_product`]) when the target has a
-    /// tile for it, else one thread per element over the whole contraction.
+    /// The product `a x b` of the first two `inputs`, stored at its place in `out` (by
+    /// feature planes for a convolution that asks for them), through `epilogue` if there is
+    /// one (which reads the other inputs): by block tiles ([`Mapper::tiled_product`],
+    /// [`Mapper::mma_product`]) when the target has a tile for it, else one thread per element
+    /// over the whole contraction.
     fn product(
         &self,
         name: &str,
-        a: (Buf, TensorType),
-        b: (Buf, TensorType),
+        inputs: Vec<(Buf, TensorType)>,
         d: &Product,
         conv: Option<&ConvPatches>,
         out: (Buf, TensorType),
+        epilogue: Option<&InLaunch>,
     ) -> GpuKernel {
-        let dtype = out.1.dtype;
-        let (m, n, kk) = (d.m as i64, d.n as i64, d.k as i64);
-        let as_out = |e: Expr| {
-            if e.dtype() == dtype {
-                e
-            } else {
-                Expr::Op {
-                    op: Ew::Convert,
-                    dtype,
-                    args: vec![e],
-                }
-            }
-        };
-        let a_elem = match conv {
-            None => Expr::Load {
-                input: 0,
-                dtype: a.1.dtype,
-                coef: if d.a_trans {
-                    vec![kk * m, 1, 0, m]
-                } else {
-                    vec![m * kk, kk, 0, 1]
-                },
-                off: 0,
-            },
-            Some(p) => Expr::Gather {
-                input: 0,
-                dtype: a.1.dtype,
-                index: vec![patch_index(p, m)],
-                strides: vec![1],
-            },
-        };
-        let b_coef = match (conv.is_some(), d.b_trans) {
-            (true, false) => vec![0, 0, 1, n],
-            (true, true) => vec![0, 0, kk, 1],
-            (false, false) => vec![kk * n, 0, 1, n],
-            (false, true) => vec![n * kk, 0, kk, 1],
-        };
-        let b_elem = Expr::Load {
-            input: 1,
-            dtype: b.1.dtype,
-            coef: b_coef,
-            off: 0,
-        };
-        let (a_elem, b_elem) = (as_out(a_elem), as_out(b_elem));
+        let (a_dtype, b_dtype) = (inputs[0].1.dtype, inputs[1].1.dtype);
+        let dtype = epilogue.map_or(out.1.dtype, |e| e.product);
+        let (a_elem, b_elem) = operand_exprs(d, conv, (a_dtype, b_dtype), dtype);
         let total = d.batch * d.m * d.n;
         let ops = Operands {
             a: &a_elem,
             b: &b_elem,
-            a_trans: d.a_trans && conv.is_none(),
-            b_trans: d.b_trans,
             planes: conv.is_some_and(|c| c.planes),
         };
-        let types = (a.1.dtype, b.1.dtype, dtype);
+        let types = (a_dtype, b_dtype, dtype);
+        let launch = Launch {
+            name,
+            inputs,
+            out,
+            epilogue,
+        };
         if let Some(tile) = self.mma_tile((d.m, d.n), types).filter(|_| total > 0) {
-            return self.mma_product(name, (a, b), d, &ops, tile, out);
+            return self.mma_product(launch, d, &ops, tile);
         }
         if let Some(tile) = self.gemm_tile(d.m, d.n, dtype).filter(|_| total > 0) {
-            return self.tiled_product(name, (a, b), d, &ops, tile, out);
+            return self.tiled_product(launch, d, &ops, tile);
         }
+        let Launch {
+            inputs,
+            out,
+            epilogue,
+            ..
+        } = launch;
         let body = Expr::Reduce {
             kind: Combiner::Add,
             dtype,
@@ -193,11 +269,12 @@ impl Mapper<'_> {
         let mut r = Regs::default();
         let p = r.next();
         let v = r.next();
+        let tmp = (r.next(), r.next());
         let index = match conv {
             Some(c) if c.planes => Sc::plus(
                 Sc::times(
-                    Sc::plus(Sc::times(Sc::Var(0), Sc::Const(n)), Sc::Var(2)),
-                    Sc::Const(m),
+                    Sc::plus(Sc::times(Sc::Var(0), Sc::Const(d.n as i64)), Sc::Var(2)),
+                    Sc::Const(d.m as i64),
                 ),
                 Sc::Var(1),
             ),
@@ -209,11 +286,7 @@ impl Mapper<'_> {
             expr: body,
             scalars: Vec::new(),
         });
-        each.push(Stmt::Store {
-            buf: Buf::Output(0),
-            index,
-            value: v,
-        });
+        each.extend(InLaunch::store(epilogue, index, v, tmp));
         let block = self.gpu.elementwise_block;
         GpuKernel {
             name: name.to_string(),
@@ -221,11 +294,11 @@ impl Mapper<'_> {
             grid: self.grid(total, block),
             block,
             warp: self.gpu.warp_size,
-            inputs: vec![a, b],
+            inputs,
             outputs: vec![out],
             shared: Vec::new(),
             regs: r.0,
-            vars: 4,
+            vars: epilogue.map_or(4, |e| e.vars.max(4)),
             sums: self.sums,
             body: vec![Stmt::For {
                 reg: p,
@@ -241,6 +314,40 @@ impl Mapper<'_> {
     }
 }
 
+/// `body` with its reads of input `e` (loads or gathers, at its own position) as loads of
+/// extra input `e` with zero coefficients over `vars` variables: an [`Stmt::Eval`] reads them
+/// from its first scalar register, when `e` is the launch's input count.
+pub(super) fn scalar_reads(body: &Expr, e: usize, vars: usize) -> Expr {
+    struct Scalar(usize, usize);
+    impl Rewriter for Scalar {
+        fn expr(&mut self, x: &Expr) -> Expr {
+            match x {
+                Expr::Load { input, dtype, .. } | Expr::Gather { input, dtype, .. }
+                    if *input == self.0 =>
+                {
+                    Expr::Load {
+                        input: self.0,
+                        dtype: *dtype,
+                        coef: vec![0; self.1],
+                        off: 0,
+                    }
+                }
+                _ => x.map_children(self),
+            }
+        }
+    }
+    Scalar(e, vars).expr(body)
+}
+
+/// One product launch's name, buffers and epilogue.
+pub(super) struct Launch<'n, 'e> {
+    pub name: &'n str,
+    /// A, B, then the epilogue's other inputs.
+    pub inputs: Vec<(Buf, TensorType)>,
+    pub out: (Buf, TensorType),
+    pub epilogue: Option<&'e InLaunch>,
+}
+
 /// The dimensions of one product launch.
 pub(super) struct Product {
     pub batch: usize,
@@ -249,6 +356,62 @@ pub(super) struct Product {
     pub k: usize,
     pub a_trans: bool,
     pub b_trans: bool,
+}
+
+/// A's element at variables `(0: batch, 1: row, 3: contraction)` and B's at
+/// `(0: batch, 2: column, 3: contraction)` of the product `d` (A read through a convolution's
+/// patches with `conv`), inputs 0 and 1 of `dtypes`, converted to `dtype`.
+pub(super) fn operand_exprs(
+    d: &Product,
+    conv: Option<&ConvPatches>,
+    (a_dtype, b_dtype): (DType, DType),
+    dtype: DType,
+) -> (Expr, Expr) {
+    let (m, n, kk) = (d.m as i64, d.n as i64, d.k as i64);
+    let a_elem = match conv {
+        None => Expr::Load {
+            input: 0,
+            dtype: a_dtype,
+            coef: if d.a_trans {
+                vec![kk * m, 1, 0, m]
+            } else {
+                vec![m * kk, kk, 0, 1]
+            },
+            off: 0,
+        },
+        Some(p) => Expr::Gather {
+            input: 0,
+            dtype: a_dtype,
+            index: vec![patch_index(p, m)],
+            strides: vec![1],
+        },
+    };
+    let b_coef = match (conv.is_some(), d.b_trans) {
+        (true, false) => vec![0, 0, 1, n],
+        (true, true) => vec![0, 0, kk, 1],
+        (false, false) => vec![kk * n, 0, 1, n],
+        (false, true) => vec![n * kk, 0, kk, 1],
+    };
+    let b_elem = Expr::Load {
+        input: 1,
+        dtype: b_dtype,
+        coef: b_coef,
+        off: 0,
+    };
+    (as_dtype(a_elem, dtype), as_dtype(b_elem, dtype))
+}
+
+/// `e` converted to `dtype` (itself if it has that dtype).
+pub(super) fn as_dtype(e: Expr, dtype: DType) -> Expr {
+    if e.dtype() == dtype {
+        e
+    } else {
+        Expr::Op {
+            op: Ew::Convert,
+            dtype,
+            args: vec![e],
+        }
+    }
 }
 
 /// `x mod m` for `x >= 0`.

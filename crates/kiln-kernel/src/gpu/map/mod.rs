@@ -12,13 +12,15 @@
 //!   all the row's threads together, then the row's elements are computed thread-strided with
 //!   the reductions read from registers.
 //! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
-//!   through shared memory, a register tile per thread ([`MapKind::GemmTiled`], `tiled.rs`),
-//!   or, on a target without tiles, one thread per output element over the whole contraction
-//!   ([`MapKind::Gemm`]); its epilogue (and a chained second product) run as further
-//!   launches over a scratch buffer. A product of bf16 or f16 operands with an f32 result
-//!   runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and `mma.m16n8k16` per warp,
-//!   [`MapKind::GemmMma`], `tensor.rs`). An epilogue fused into the product's launch comes
-//!   later.
+//!   through shared memory, double buffered (`staging.rs`), a register tile per thread
+//!   ([`MapKind::GemmTiled`], `tiled.rs`), or, on a target without tiles, one thread per
+//!   output element over the whole contraction ([`MapKind::Gemm`]). An elementwise epilogue
+//!   runs in the product's launch; a row-reducing one (and a chained second product) run as
+//!   further launches over a scratch buffer (`gemm.rs`). A product of bf16 or f16 operands
+//!   with an f32 result runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and
+//!   `mma.m16n8k16` per warp, [`MapKind::GemmMma`], `tensor.rs`). Attention (a product whose
+//!   softmax epilogue fusion computes online, chained into a second product) runs as one
+//!   launch, flash-attention style ([`MapKind::Attention`], `attention.rs`).
 //! - A scatter runs on one thread, in order, so its result is deterministic
 //!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
 //!
@@ -50,8 +52,10 @@ use crate::key::{ValueKey, value_key};
 use crate::target::{Gpu, SumTree, TargetInfo};
 use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
+mod attention;
 mod gemm;
 mod scatter;
+mod staging;
 mod tensor;
 mod tiled;
 

@@ -3,9 +3,12 @@
 //! `thread_m x thread_n` part of it as `mma.m16n8k16` tiles. Per step of 16 along the
 //! contraction the block stages A's `tile.m x 16` and B's `16 x tile.n` into packed shared
 //! arrays (each row of A and each column of B as 16 consecutive 16-bit elements, zeros past
-//! the operands' edges), meets at a barrier, and each warp loads its fragments with
-//! `ldmatrix.x4` (A's 16 x 16 tiles; B's columns two 8-column tiles at a time) and
-//! accumulates one `mma` per 16 x 8 tile of its part, then meets the others again.
+//! the operands' edges; B stored by rows is staged by rows, `k * tile.n + column`), double
+//! buffered (`staging.rs`: `cp.async` copies of the next step's tiles in flight while this
+//! step multiplies, where the staged rows are contiguous in the operand and a multiple of 8
+//! long; through registers otherwise), and each warp loads its fragments with `ldmatrix.x4`
+//! (A's 16 x 16 tiles; B's columns two 8-column tiles at a time, `ldmatrix.x4.trans` for B
+//! staged by rows) and accumulates one `mma` per 16 x 8 tile of its part.
 //!
 //! # The order of the sums, and their error bound
 //!
@@ -22,8 +25,9 @@
 //! and rounds once; the exactness tests use small integers, where every order gives the same
 //! f32 sum.
 
-use super::gemm::Product;
-use super::tiled::{Operands, Staging, sum_levels, zero};
+use super::gemm::{InLaunch, Launch, Product};
+use super::staging::{Staging, Stepping, Tile, double_buffered, zero};
+use super::tiled::{Operands, sum_levels};
 use super::*;
 use crate::target::GemmTile;
 
@@ -52,7 +56,7 @@ impl Mapper<'_> {
                 && self.gpu.warp_size == 32
                 && warps > 0
                 && warps * 32 <= self.gpu.max_threads_per_block
-                && (t.m + t.n) * 16 * 2 <= self.gpu.shared_memory_per_block
+                && 2 * (t.m + t.n) * 16 * 2 <= self.gpu.shared_memory_per_block
         };
         self.gpu
             .mma_tiles
@@ -65,14 +69,12 @@ impl Mapper<'_> {
     /// The product of `d` on the tensor cores by block tiles of `tile`, stored into `out`.
     pub(super) fn mma_product(
         &self,
-        name: &str,
-        (a, b): ((Buf, TensorType), (Buf, TensorType)),
+        launch: Launch,
         d: &Product,
         ops: &Operands,
         tile: GemmTile,
-        out: (Buf, TensorType),
     ) -> GpuKernel {
-        let op_dtype = a.1.dtype;
+        let op_dtype = launch.inputs[0].1.dtype;
         let f32t = DType::F32;
         let GemmTile {
             m: bm,
@@ -88,6 +90,8 @@ impl Mapper<'_> {
         let mut r = Regs::default();
         let (batch, m0, n0, wm0, wn0) = (r.next(), r.next(), r.next(), r.next(), r.next());
         let (k0, e, staged) = (r.next(), r.next(), r.next());
+        let (kn, next, cur) = (r.next(), r.next(), r.next());
+        let tmp = (r.next(), r.next());
         let afr: Vec<[usize; 8]> = (0..tm).map(|_| std::array::from_fn(|_| r.next())).collect();
         let bfr: Vec<[usize; 8]> = (0..tn / 2)
             .map(|_| std::array::from_fn(|_| r.next()))
@@ -136,32 +140,56 @@ impl Mapper<'_> {
                 }
             }
         }
-        // Staging: element `e` of a tile is `(row or column, contraction)`, the operand's
-        // contiguous dimension fastest; it lands at `row * 16 + contraction`.
-        let (a_row, a_k) = if ops.a_trans {
-            (Sc::modulo(reg(e), c(bm)), Sc::quot(reg(e), c(bm)))
-        } else {
-            (Sc::quot(reg(e), c(16)), Sc::modulo(reg(e), c(16)))
-        };
-        let (b_col, b_k) = if ops.b_trans {
-            (Sc::quot(reg(e), c(16)), Sc::modulo(reg(e), c(16)))
-        } else {
-            (Sc::modulo(reg(e), c(bn)), Sc::quot(reg(e), c(bn)))
-        };
+        // Staging: tile element `(row or column, contraction)` lands at
+        // `row * 16 + contraction` of its stage.
         let staging = Staging {
             e,
             threads,
             batch,
-            k0,
+            k0: kn,
+            stage: next,
             staged,
             k: d.k,
             dtype: f32t,
         };
-        let stage =
-            |len: usize, rows: (usize, Sc, usize, usize), kc: Sc, expr: &Expr, array: usize| {
-                let index = Sc::plus(Sc::times(rows.1.clone(), c(16)), kc.clone());
-                staging.stage(len, rows, kc, expr, array, index)
-            };
+        // B stored by rows (its columns contiguous) is staged by rows too, `k * bn + column`,
+        // so `cp.async` can copy it, and its fragments load with `ldmatrix.trans`; B stored by
+        // columns is staged `column * 16 + k`, as A is.
+        let b_by_rows = !d.b_trans;
+        let tiles = [
+            Tile {
+                row_var: 1,
+                rows: d.m,
+                base: m0,
+                extent: bm,
+                depth: 16,
+                k_fastest: true,
+                expr: ops.a,
+                array: 0,
+            },
+            Tile {
+                row_var: 2,
+                rows: d.n,
+                base: n0,
+                extent: bn,
+                depth: 16,
+                k_fastest: !b_by_rows,
+                expr: ops.b,
+                array: 1,
+            },
+        ];
+        let shared = vec![
+            SharedArray {
+                dtype: op_dtype,
+                len: 2 * bm * 16,
+                packed: true,
+            },
+            SharedArray {
+                dtype: op_dtype,
+                len: 2 * bn * 16,
+                packed: true,
+            },
+        ];
         let mut step = Vec::new();
         for (i, regs) in afr.iter().enumerate() {
             // Matrix `lane / 8` of the 16 x 16 tile: rows `8 ((lane / 8) % 2)..`, columns
@@ -176,8 +204,9 @@ impl Mapper<'_> {
             step.push(Stmt::LdMatrix {
                 regs: *regs,
                 array: 0,
+                trans: false,
                 row: Sc::plus(
-                    Sc::times(row, c(16)),
+                    Sc::plus(Sc::times(row, c(16)), Sc::times(reg(cur), c(bm * 16))),
                     Sc::times(Sc::quot(lane(), c(16)), c(8)),
                 ),
             });
@@ -185,21 +214,37 @@ impl Mapper<'_> {
         for (p, regs) in bfr.iter().enumerate() {
             // Matrix `lane / 8`: columns `8 (lane / 16)..` of this pair, contraction
             // `8 ((lane / 8) % 2)..`: registers 0-3 are the first 8 columns' B fragment,
-            // 4-7 the next 8's.
-            let col = Sc::plus(
-                Sc::plus(reg(wn0), c(16 * p)),
-                Sc::plus(
+            // 4-7 the next 8's. By rows, the lane names a contraction row's 8 columns and the
+            // matrices load transposed.
+            let stage = Sc::times(reg(cur), c(bn * 16));
+            let row = if b_by_rows {
+                let k = Sc::plus(
                     Sc::modulo(lane(), c(8)),
+                    Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
+                );
+                let col = Sc::plus(
+                    Sc::plus(reg(wn0), c(16 * p)),
                     Sc::times(Sc::quot(lane(), c(16)), c(8)),
-                ),
-            );
+                );
+                Sc::plus(Sc::plus(Sc::times(k, c(bn)), col), stage)
+            } else {
+                let col = Sc::plus(
+                    Sc::plus(reg(wn0), c(16 * p)),
+                    Sc::plus(
+                        Sc::modulo(lane(), c(8)),
+                        Sc::times(Sc::quot(lane(), c(16)), c(8)),
+                    ),
+                );
+                Sc::plus(
+                    Sc::plus(Sc::times(col, c(16)), stage),
+                    Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
+                )
+            };
             step.push(Stmt::LdMatrix {
                 regs: *regs,
                 array: 1,
-                row: Sc::plus(
-                    Sc::times(col, c(16)),
-                    Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
-                ),
+                row,
+                trans: b_by_rows,
             });
         }
         for (i, a_regs) in afr.iter().enumerate() {
@@ -215,13 +260,7 @@ impl Mapper<'_> {
                 });
             }
         }
-        let mut k_step = vec![
-            stage(bm * 16, (1, a_row, d.m, m0), a_k, ops.a, 0),
-            stage(16 * bn, (2, b_col, d.n, n0), b_k, ops.b, 1),
-            Stmt::Barrier,
-        ];
-        k_step.extend(step);
-        k_step.push(Stmt::Barrier);
+        let mut k_step = step;
         let mut period = self.sums.leaf;
         for l in 1..=levels {
             let mut flush = Vec::new();
@@ -242,13 +281,10 @@ impl Mapper<'_> {
             });
             period *= self.sums.fanout.max(2);
         }
-        body.push(Stmt::For {
-            reg: k0,
-            start: c(0),
-            end: c(d.k),
-            step: c(16),
-            body: k_step,
-        });
+        let copies = staging.any_async(&tiles, &shared);
+        let stepping = Stepping { k0, cur, step: 16 };
+        let stage = staging.stage(&tiles, &shared);
+        body.extend(double_buffered(&staging, stage, &stepping, k_step, copies));
         for (x, top) in acc[levels].iter().enumerate() {
             for l in (0..levels).rev() {
                 for (q, &u) in top.iter().enumerate() {
@@ -286,37 +322,22 @@ impl Mapper<'_> {
                     };
                     body.push(Stmt::If {
                         cond: Sc::and(Sc::lt(row, c(d.m)), Sc::lt(col, c(d.n))),
-                        body: vec![Stmt::Store {
-                            buf: Buf::Output(0),
-                            index,
-                            value: v,
-                        }],
+                        body: InLaunch::store(launch.epilogue, index, v, tmp),
                     });
                 }
             }
         }
         GpuKernel {
-            name: name.to_string(),
+            name: launch.name.to_string(),
             kind: MapKind::GemmMma,
             grid: d.batch * gm * gn,
             block: threads,
             warp: 32,
-            inputs: vec![a, b],
-            outputs: vec![out],
-            shared: vec![
-                SharedArray {
-                    dtype: op_dtype,
-                    len: bm * 16,
-                    packed: true,
-                },
-                SharedArray {
-                    dtype: op_dtype,
-                    len: bn * 16,
-                    packed: true,
-                },
-            ],
+            inputs: launch.inputs,
+            outputs: vec![launch.out],
+            shared,
             regs: r.0,
-            vars: 4,
+            vars: launch.epilogue.map_or(4, |e| e.vars.max(4)),
             sums: self.sums,
             body,
         }

@@ -1,12 +1,11 @@
 //! A matrix product on the CUDA cores by block tiles ([`MapKind::GemmTiled`]): the block
 //! computes a `tile.m x tile.n` tile of the result (one block per tile and batch), stepping
-//! through the contraction `tile.k` at a time. Each step the block's threads stage A's
-//! `tile.m x tile.k` and B's `tile.k x tile.n` tiles into shared memory (each element by one
-//! thread, coalesced along the operand's contiguous dimension, converted to the result's
-//! dtype, zero past the operands' edges), meet at a barrier, and each thread multiplies its
-//! `thread_m` rows of A's tile by its `thread_n` columns of B's into a register tile, then
-//! meets the others again before the next step overwrites the tiles. Finally each thread
-//! stores the elements of its register tile that lie inside the result.
+//! through the contraction `tile.k` at a time. The block's threads stage A's `tile.m x tile.k`
+//! and B's `tile.k x tile.n` tiles into shared memory, double buffered (`staging.rs`: the next
+//! step's tiles load, with `cp.async` where the operand allows, while this step's multiply;
+//! converted to the result's dtype, zero past the operands' edges), and each thread multiplies
+//! its `thread_m` rows of A's tile by its `thread_n` columns of B's into a register tile.
+//! Finally each thread stores the elements of its register tile that lie inside the result.
 //!
 //! # The order of the sums, and their error bound
 //!
@@ -19,7 +18,8 @@
 //! `K(n, r) = leaf + fanout · ⌈log_fanout(n / leaf)⌉ + fanout · r` of `ir-specs/ops/reduce.md`
 //! (`r >= 1` pays for the final `L` additions). Integers wrap, in any order.
 
-use super::gemm::Product;
+use super::gemm::{InLaunch, Launch, Product};
+use super::staging::{Staging, Stepping, Tile, double_buffered, zero};
 use super::*;
 use crate::target::GemmTile;
 
@@ -30,10 +30,6 @@ pub(super) struct Operands<'e> {
     /// B's element at variables `(0: batch, 2: column, 3: contraction)`, in the result's
     /// dtype.
     pub b: &'e Expr,
-    /// A's contraction varies slowest (it is stored transposed): staged along its rows.
-    pub a_trans: bool,
-    /// B's contraction varies fastest: staged along the contraction.
-    pub b_trans: bool,
     /// The result is stored by feature planes (`(batch, column, row)`), not row-major.
     pub planes: bool,
 }
@@ -56,7 +52,7 @@ impl Mapper<'_> {
                 && threads > 0
                 && threads.is_multiple_of(self.gpu.warp_size)
                 && threads <= self.gpu.max_threads_per_block
-                && (t.m + t.n) * t.k * bytes <= self.gpu.shared_memory_per_block
+                && 2 * (t.m + t.n) * t.k * bytes <= self.gpu.shared_memory_per_block
         };
         self.gpu
             .gemm_tiles
@@ -69,14 +65,12 @@ impl Mapper<'_> {
     /// The product of `d` by block tiles of `tile`, stored into `out`.
     pub(super) fn tiled_product(
         &self,
-        name: &str,
-        (a, b): ((Buf, TensorType), (Buf, TensorType)),
+        launch: Launch,
         d: &Product,
         ops: &Operands,
         tile: GemmTile,
-        out: (Buf, TensorType),
     ) -> GpuKernel {
-        let dtype = out.1.dtype;
+        let dtype = launch.epilogue.map_or(launch.out.1.dtype, |e| e.product);
         let GemmTile {
             m: bm,
             n: bn,
@@ -89,6 +83,8 @@ impl Mapper<'_> {
         let mut r = Regs::default();
         let (batch, m0, n0, ty, tx) = (r.next(), r.next(), r.next(), r.next(), r.next());
         let (k0, e, kk, staged, prod) = (r.next(), r.next(), r.next(), r.next(), r.next());
+        let (kn, next, cur) = (r.next(), r.next(), r.next());
+        let tmp = (r.next(), r.next());
         let af: Vec<usize> = (0..tm).map(|_| r.next()).collect();
         let bf: Vec<usize> = (0..tn).map(|_| r.next()).collect();
         // The accumulators: level 0 (the chunk) first, a `tm x tn` tile per level.
@@ -127,38 +123,53 @@ impl Mapper<'_> {
                 body.push(zero(x, dtype));
             }
         }
-        // Staging: element `e` of a tile is `(row or column, contraction)`, the operand's
-        // contiguous dimension fastest so that neighbouring threads read neighbouring elements.
-        let (a_row, a_k) = if ops.a_trans {
-            (Sc::modulo(reg(e), c(bm)), Sc::quot(reg(e), c(bm)))
-        } else {
-            (Sc::quot(reg(e), c(bk)), Sc::modulo(reg(e), c(bk)))
-        };
-        let (b_col, b_k) = if ops.b_trans {
-            (Sc::quot(reg(e), c(bk)), Sc::modulo(reg(e), c(bk)))
-        } else {
-            (Sc::modulo(reg(e), c(bn)), Sc::quot(reg(e), c(bn)))
-        };
         let staging = Staging {
             e,
             threads,
             batch,
-            k0,
+            k0: kn,
+            stage: next,
             staged,
             k: d.k,
             dtype,
         };
-        let stage = |len: usize,
-                     rows: (usize, Sc, usize, usize),
-                     kc: Sc,
-                     expr: &Expr,
-                     array: usize,
-                     width: usize| {
-            let index = Sc::plus(Sc::times(kc.clone(), c(width)), rows.1.clone());
-            staging.stage(len, rows, kc, expr, array, index)
-        };
+        let tiles = [
+            Tile {
+                row_var: 1,
+                rows: d.m,
+                base: m0,
+                extent: bm,
+                depth: bk,
+                k_fastest: false,
+                expr: ops.a,
+                array: 0,
+            },
+            Tile {
+                row_var: 2,
+                rows: d.n,
+                base: n0,
+                extent: bn,
+                depth: bk,
+                k_fastest: false,
+                expr: ops.b,
+                array: 1,
+            },
+        ];
+        let shared = vec![
+            SharedArray {
+                dtype,
+                len: 2 * bk * bm,
+                packed: false,
+            },
+            SharedArray {
+                dtype,
+                len: 2 * bk * bn,
+                packed: false,
+            },
+        ];
+        // The registers multiplied, read as extra inputs past the launch's.
         let scalar = |i: usize| Expr::Load {
-            input: 2 + i,
+            input: launch.inputs.len() + i,
             dtype,
             coef: vec![0; 4],
             off: 0,
@@ -173,14 +184,20 @@ impl Mapper<'_> {
             step.push(Stmt::SharedLoad {
                 reg: x,
                 array: 0,
-                index: Sc::plus(Sc::times(reg(kk), c(bm)), Sc::plus(reg(ty), c(i))),
+                index: Sc::plus(
+                    Sc::times(Sc::plus(reg(kk), Sc::times(reg(cur), c(bk))), c(bm)),
+                    Sc::plus(reg(ty), c(i)),
+                ),
             });
         }
         for (j, &x) in bf.iter().enumerate() {
             step.push(Stmt::SharedLoad {
                 reg: x,
                 array: 1,
-                index: Sc::plus(Sc::times(reg(kk), c(bn)), Sc::plus(reg(tx), c(j))),
+                index: Sc::plus(
+                    Sc::times(Sc::plus(reg(kk), Sc::times(reg(cur), c(bk))), c(bn)),
+                    Sc::plus(reg(tx), c(j)),
+                ),
             });
         }
         for (i, &x) in af.iter().enumerate() {
@@ -198,19 +215,13 @@ impl Mapper<'_> {
                 });
             }
         }
-        let mut k_step = vec![
-            stage(bm * bk, (1, a_row, d.m, m0), a_k, ops.a, 0, bm),
-            stage(bk * bn, (2, b_col, d.n, n0), b_k, ops.b, 1, bn),
-            Stmt::Barrier,
-            Stmt::For {
-                reg: kk,
-                start: c(0),
-                end: c(bk),
-                step: c(1),
-                body: step,
-            },
-            Stmt::Barrier,
-        ];
+        let mut k_step = vec![Stmt::For {
+            reg: kk,
+            start: c(0),
+            end: c(bk),
+            step: c(1),
+            body: step,
+        }];
         // A full chunk (or node) goes up a level, lowest first, so a node filled by this step's
         // chunk goes up in the same step.
         let mut period = self.sums.leaf;
@@ -231,13 +242,10 @@ impl Mapper<'_> {
             });
             period *= self.sums.fanout.max(2);
         }
-        body.push(Stmt::For {
-            reg: k0,
-            start: c(0),
-            end: c(d.k),
-            step: c(bk),
-            body: k_step,
-        });
+        let copies = staging.any_async(&tiles, &shared);
+        let stepping = Stepping { k0, cur, step: bk };
+        let stage = staging.stage(&tiles, &shared);
+        body.extend(double_buffered(&staging, stage, &stepping, k_step, copies));
         for (x, &top) in acc[levels].iter().enumerate() {
             for l in (0..levels).rev() {
                 body.push(Stmt::Combine {
@@ -265,119 +273,24 @@ impl Mapper<'_> {
                 };
                 body.push(Stmt::If {
                     cond: Sc::and(Sc::lt(row, c(d.m)), Sc::lt(col, c(d.n))),
-                    body: vec![Stmt::Store {
-                        buf: Buf::Output(0),
-                        index,
-                        value: acc[levels][i * tn + j],
-                    }],
+                    body: InLaunch::store(launch.epilogue, index, acc[levels][i * tn + j], tmp),
                 });
             }
         }
         GpuKernel {
-            name: name.to_string(),
+            name: launch.name.to_string(),
             kind: MapKind::GemmTiled,
             grid: d.batch * gm * gn,
             block: threads,
             warp: self.gpu.warp_size,
-            inputs: vec![a, b],
-            outputs: vec![out],
-            shared: vec![
-                SharedArray {
-                    dtype,
-                    len: bk * bm,
-                    packed: false,
-                },
-                SharedArray {
-                    dtype,
-                    len: bk * bn,
-                    packed: false,
-                },
-            ],
+            inputs: launch.inputs,
+            outputs: vec![launch.out],
+            shared,
             regs: r.0,
-            vars: 4,
+            vars: launch.epilogue.map_or(4, |e| e.vars.max(4)),
             sums: self.sums,
             body,
         }
-    }
-}
-
-/// `reg = 0` in `dtype` (the sum's identity).
-/// What a loop staging an operand tile into shared memory works with (see [`Staging::stage`]).
-pub(super) struct Staging {
-    /// The loop's register: the tile element a thread loads.
-    pub e: usize,
-    /// The block's threads, the loop's step.
-    pub threads: usize,
-    /// The register holding the batch index.
-    pub batch: usize,
-    /// The register holding the contraction step's first index.
-    pub k0: usize,
-    /// The register an element is loaded into.
-    pub staged: usize,
-    /// The contraction's length.
-    pub k: usize,
-    /// The dtype elements are staged in (zero past the operand's edges).
-    pub dtype: DType,
-}
-
-impl Staging {
-    /// The block's threads loading the `len` elements of an operand tile, element `e` at row
-    /// `base + row` (kernel variable `row_var`, below `rows`) and contraction index `k0 + kc`
-    /// (variable 3, below `k`), zero past the operand's edges, each stored into shared array
-    /// `array` at `index`.
-    pub(super) fn stage(
-        &self,
-        len: usize,
-        (row_var, row, rows, base): (usize, Sc, usize, usize),
-        kc: Sc,
-        expr: &Expr,
-        array: usize,
-        index: Sc,
-    ) -> Stmt {
-        let at_row = Sc::plus(Sc::Reg(base), row);
-        let at_k = Sc::plus(Sc::Reg(self.k0), kc);
-        Stmt::For {
-            reg: self.e,
-            start: sp(Special::Thread),
-            end: c(len),
-            step: c(self.threads),
-            body: vec![
-                Stmt::SetVar {
-                    var: 0,
-                    value: Sc::Reg(self.batch),
-                },
-                Stmt::SetVar {
-                    var: row_var,
-                    value: at_row.clone(),
-                },
-                Stmt::SetVar {
-                    var: 3,
-                    value: at_k.clone(),
-                },
-                zero(self.staged, self.dtype),
-                Stmt::If {
-                    cond: Sc::and(Sc::lt(at_row, c(rows)), Sc::lt(at_k, c(self.k))),
-                    body: vec![Stmt::Eval {
-                        reg: self.staged,
-                        expr: expr.clone(),
-                        scalars: Vec::new(),
-                    }],
-                },
-                Stmt::SharedStore {
-                    array,
-                    index,
-                    value: self.staged,
-                },
-            ],
-        }
-    }
-}
-
-pub(super) fn zero(reg: usize, dtype: DType) -> Stmt {
-    Stmt::Identity {
-        reg,
-        kind: Combiner::Add,
-        dtype,
     }
 }
 

@@ -1,0 +1,500 @@
+//! Attention as one launch ([`MapKind::Attention`]), flash-attention style: a GEMM kernel
+//! whose epilogue is a softmax computed online and whose result is chained into a second
+//! product (`softmax(h(Q Kᵀ)) V`, recognized by fusion as on the CPU: `fuse/chain.rs`,
+//! [`crate::ir::Chain::online`]) runs without the scores or the probabilities ever reaching
+//! global memory.
+//!
+//! A block of `warps` warps takes `warps` consecutive query rows of one batch, a warp per row.
+//! The block stages its rows of Q into shared memory once, then steps through the keys 32 at
+//! a time (a lane per key): it stages the step's 32 rows of K and of V into shared memory
+//! (zeros past the keys' end; `cp.async` where the operands allow, `staging.rs`), meets at a
+//! barrier, and each lane computes its key's score `Q[row] · K[key]` (one chain over the head
+//! dimension) and logit `h` (the epilogue's own expression: a scale, a causal mask, a bias
+//! read from memory), `-inf` past the keys' end. The warp then combines, by xor shuffles, the
+//! step's largest logit with the row's running maximum `m` (kept at least the lowest finite
+//! value, so a step where a query sees no key yet adds nothing instead of NaN), rescales its running sum `l` and
+//! its output accumulators by `exp(m_old - m)`, adds the step's `p = exp(h - m)` to `l`
+//! (a shuffle tree), puts each lane's `p` in shared memory, meets the block at a barrier, and
+//! each lane adds `Σ_key p · V[key][col]` for its output columns `lane + 32 t` (a chain of 32
+//! per step, then added to the accumulator), and the block meets again before the next step
+//! overwrites the tiles. A step whose keys a causal mask hides from every query of the block
+//! ([`crate::ir::Chain::masked`]) is skipped. Finally each lane stores `acc / l` for its
+//! columns: one write of the output.
+//!
+//! # The order of the sums
+//!
+//! The scores are chains of at most `leaf` terms (the mapping requires the head dimension to
+//! fit one chunk); a probability's term passes through its step's chain of 32 and one
+//! rescale-and-add per later step, and the denominator through a 5-level shuffle tree per step
+//! and the same chain across steps. The exponentials are kiln's own (the CPU's polynomial).
+//! The reference computes the softmax and the product with exact sums; the tests compare
+//! within `kiln_reference::accuracy`'s bounds.
+
+use super::gemm::{Product, as_dtype, operand_exprs, scalar_reads};
+use super::staging::{Staging, Tile, zero};
+use super::*;
+use crate::ir::Chain;
+
+/// Keys per step: a lane each.
+const KEYS: usize = 32;
+
+impl Mapper<'_> {
+    /// Attention as one launch, if `k` (a GEMM kernel with product `d`, reading the product
+    /// as input `e` after its inputs `ins`) has an online-softmax chain the target can hold:
+    /// a warp of 32, a head dimension within one chunk of the sum tree, at most 256 output
+    /// columns (8 accumulators a lane) and the tiles within the block's shared memory.
+    pub(super) fn attention(
+        &self,
+        name: &str,
+        k: &Kernel,
+        ins: &[(Buf, TensorType)],
+        d: &Product,
+        (e, ch): (usize, &Chain),
+    ) -> Option<GpuKernel> {
+        let h = ch.online.as_ref()?;
+        let dtype = k.out.dtype;
+        let n2 = ch.n;
+        let cols = n2.div_ceil(KEYS);
+        let warps = [4, 2, 1].into_iter().find(|&w| {
+            let floats = w * d.k + KEYS * d.k + KEYS * n2 + w * KEYS;
+            floats * dtype.bytes().max(4) <= self.gpu.shared_memory_per_block
+                && w * 32 <= self.gpu.max_threads_per_block
+        })?;
+        let v_in = ins.get(ch.b)?;
+        if self.gpu.warp_size != 32
+            || e != ins.len()
+            || d.k > self.sums.leaf
+            || cols > 8
+            || d.m == 0
+            || d.n == 0
+            || d.k == 0
+            || !matches!(dtype, DType::F32 | DType::F64)
+        {
+            return None;
+        }
+        let threads = warps * 32;
+        let (q_elem, k_elem) =
+            operand_exprs(d, None, (ins.first()?.1.dtype, ins.get(1)?.1.dtype), dtype);
+        let (nn, n2i) = (d.n as i64, n2 as i64);
+        let v_elem = as_dtype(
+            Expr::Load {
+                input: ch.b,
+                dtype: v_in.1.dtype,
+                coef: if ch.b_trans {
+                    vec![n2i * nn, 0, nn, 1]
+                } else {
+                    vec![nn * n2i, 0, 1, n2i]
+                },
+                off: 0,
+            },
+            dtype,
+        );
+        let logit = scalar_reads(h, e, k.vars);
+
+        let mut r = Regs::default();
+        let (batch, m0, row, n0, key, zr) =
+            (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
+        let (el, staged, dd, jj) = (r.next(), r.next(), r.next(), r.next());
+        let (x, y, prod, s, hv, mt, tmp) = (
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+        );
+        let (alpha, p, ps, l, mrun, part, o) = (
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+            r.next(),
+        );
+        let acc: Vec<usize> = (0..cols).map(|_| r.next()).collect();
+        let reg = Sc::Reg;
+        let lane = || sp(Special::Lane);
+        let warp = || sp(Special::Warp);
+        let gm = d.m.div_ceil(warps);
+        // Extra inputs past the launch's: the registers an expression reads.
+        let scalar = |i: usize| Expr::Load {
+            input: ins.len() + i,
+            dtype,
+            coef: vec![0; k.vars.max(4)],
+            off: 0,
+        };
+        let op = |kind: OpKind, args: Vec<Expr>| Expr::Op {
+            op: Ew::Kind(kind),
+            dtype,
+            args,
+        };
+        let eval = |reg: usize, expr: Expr, scalars: Vec<usize>| Stmt::Eval { reg, expr, scalars };
+        let sub_exp = || {
+            op(
+                OpKind::Exponential,
+                vec![op(OpKind::Subtract, vec![scalar(0), scalar(1)])],
+            )
+        };
+        let mul = || op(OpKind::Multiply, vec![scalar(0), scalar(1)]);
+
+        let mut body = vec![
+            Stmt::Let {
+                reg: batch,
+                value: Sc::quot(sp(Special::Block), c(gm)),
+            },
+            Stmt::Let {
+                reg: m0,
+                value: Sc::times(Sc::modulo(sp(Special::Block), c(gm)), c(warps)),
+            },
+            Stmt::Let {
+                reg: row,
+                value: Sc::plus(reg(m0), warp()),
+            },
+            Stmt::Let {
+                reg: zr,
+                value: c(0),
+            },
+            Stmt::Identity {
+                reg: mrun,
+                kind: Combiner::Max,
+                dtype,
+            },
+            zero(l, dtype),
+        ];
+        body.extend(acc.iter().map(|&a| zero(a, dtype)));
+        // Q's rows of this block, once: shared array 0, `row * k + d`.
+        let stage_q = Staging {
+            e: el,
+            threads,
+            batch,
+            k0: zr,
+            stage: zr,
+            staged,
+            k: d.k,
+            dtype,
+        };
+        let shared = vec![
+            SharedArray {
+                dtype,
+                len: warps * d.k,
+                packed: false,
+            },
+            SharedArray {
+                dtype,
+                len: KEYS * d.k,
+                packed: false,
+            },
+            SharedArray {
+                dtype,
+                len: KEYS * n2,
+                packed: false,
+            },
+            SharedArray {
+                dtype,
+                len: warps * KEYS,
+                packed: false,
+            },
+        ];
+        body.extend(stage_q.stage(
+            &[Tile {
+                row_var: 1,
+                rows: d.m,
+                base: m0,
+                extent: warps,
+                depth: d.k,
+                k_fastest: true,
+                expr: &q_elem,
+                array: 0,
+            }],
+            &shared,
+        ));
+        // This step's keys: K's rows (shared array 1, `key * k + d`) and V's rows (shared
+        // array 2, `key * n2 + col`).
+        let stage_k = Staging {
+            e: el,
+            threads,
+            batch,
+            k0: zr,
+            stage: zr,
+            staged,
+            k: d.k,
+            dtype,
+        };
+        let stage_v = Staging {
+            e: el,
+            threads,
+            batch,
+            k0: n0,
+            stage: zr,
+            staged,
+            k: d.n,
+            dtype,
+        };
+        let mut step = stage_k.stage(
+            &[Tile {
+                row_var: 2,
+                rows: d.n,
+                base: n0,
+                extent: KEYS,
+                depth: d.k,
+                k_fastest: true,
+                expr: &k_elem,
+                array: 1,
+            }],
+            &shared,
+        );
+        step.extend(stage_v.stage(
+            &[Tile {
+                row_var: 2,
+                rows: n2,
+                base: zr,
+                extent: n2,
+                depth: KEYS,
+                k_fastest: false,
+                expr: &v_elem,
+                array: 2,
+            }],
+            &shared,
+        ));
+        step.extend([
+            Stmt::CopyCommit,
+            Stmt::CopyWait { pending: 0 },
+            Stmt::Barrier,
+            Stmt::Let {
+                reg: key,
+                value: Sc::plus(reg(n0), lane()),
+            },
+            // The score: one chain over the head dimension.
+            zero(s, dtype),
+            Stmt::For {
+                reg: dd,
+                start: c(0),
+                end: c(d.k),
+                step: c(1),
+                body: vec![
+                    Stmt::SharedLoad {
+                        reg: x,
+                        array: 0,
+                        index: Sc::plus(Sc::times(warp(), c(d.k)), reg(dd)),
+                    },
+                    Stmt::SharedLoad {
+                        reg: y,
+                        array: 1,
+                        index: Sc::plus(Sc::times(lane(), c(d.k)), reg(dd)),
+                    },
+                    eval(prod, mul(), vec![x, y]),
+                    Stmt::Combine {
+                        acc: s,
+                        value: prod,
+                        kind: Combiner::Add,
+                        dtype,
+                    },
+                ],
+            },
+            Stmt::Identity {
+                reg: hv,
+                kind: Combiner::Max,
+                dtype,
+            },
+        ]);
+        // The logit at (batch, row, key) of the epilogue's shape, where both are inside.
+        let flat = Sc::plus(
+            Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), reg(row)), c(d.n)),
+            reg(key),
+        );
+        let mut at = set_vars(&dims(&k.out.shape, 0), flat);
+        at.push(eval(hv, logit, vec![s]));
+        step.push(Stmt::If {
+            cond: Sc::and(Sc::lt(reg(key), c(d.n)), Sc::lt(reg(row), c(d.m))),
+            body: at,
+        });
+        // The step's largest logit across the warp, then the row's new maximum.
+        step.push(eval(mt, scalar(0), vec![hv]));
+        for sh in [16, 8, 4, 2, 1] {
+            step.push(Stmt::Shuffle {
+                reg: tmp,
+                src: mt,
+                mode: Shuffle::Xor(sh),
+            });
+            step.push(Stmt::Combine {
+                acc: mt,
+                value: tmp,
+                kind: Combiner::Max,
+                dtype,
+            });
+        }
+        // The new maximum is never below the lowest finite value, so a step where a query sees
+        // no key yet (every logit -inf) scales by exp(-inf - lowest) = 0, never by
+        // exp(-inf + inf) = NaN.
+        let lowest = if dtype == DType::F64 {
+            f64::MIN
+        } else {
+            f32::MIN as f64
+        };
+        step.extend([
+            Stmt::Combine {
+                acc: mt,
+                value: mrun,
+                kind: Combiner::Max,
+                dtype,
+            },
+            eval(
+                tmp,
+                Expr::Const {
+                    dtype,
+                    value: lowest,
+                },
+                Vec::new(),
+            ),
+            Stmt::Combine {
+                acc: mt,
+                value: tmp,
+                kind: Combiner::Max,
+                dtype,
+            },
+            eval(alpha, sub_exp(), vec![mrun, mt]),
+            eval(p, sub_exp(), vec![hv, mt]),
+            eval(ps, scalar(0), vec![p]),
+        ]);
+        for sh in [16, 8, 4, 2, 1] {
+            step.push(Stmt::Shuffle {
+                reg: tmp,
+                src: ps,
+                mode: Shuffle::Xor(sh),
+            });
+            step.push(Stmt::Combine {
+                acc: ps,
+                value: tmp,
+                kind: Combiner::Add,
+                dtype,
+            });
+        }
+        step.extend([
+            eval(
+                l,
+                op(
+                    OpKind::Add,
+                    vec![op(OpKind::Multiply, vec![scalar(0), scalar(1)]), scalar(2)],
+                ),
+                vec![l, alpha, ps],
+            ),
+            eval(mrun, scalar(0), vec![mt]),
+            Stmt::SharedStore {
+                array: 3,
+                index: Sc::plus(Sc::times(warp(), c(KEYS)), lane()),
+                value: p,
+            },
+            Stmt::Barrier,
+        ]);
+        for (t, &a) in acc.iter().enumerate() {
+            let col = Sc::plus(lane(), c(KEYS * t));
+            step.push(Stmt::If {
+                cond: Sc::lt(col.clone(), c(n2)),
+                body: vec![
+                    zero(part, dtype),
+                    Stmt::For {
+                        reg: jj,
+                        start: c(0),
+                        end: c(KEYS),
+                        step: c(1),
+                        body: vec![
+                            Stmt::SharedLoad {
+                                reg: x,
+                                array: 3,
+                                index: Sc::plus(Sc::times(warp(), c(KEYS)), reg(jj)),
+                            },
+                            Stmt::SharedLoad {
+                                reg: y,
+                                array: 2,
+                                index: Sc::plus(Sc::times(reg(jj), c(n2)), col),
+                            },
+                            eval(prod, mul(), vec![x, y]),
+                            Stmt::Combine {
+                                acc: part,
+                                value: prod,
+                                kind: Combiner::Add,
+                                dtype,
+                            },
+                        ],
+                    },
+                    eval(
+                        a,
+                        op(
+                            OpKind::Add,
+                            vec![op(OpKind::Multiply, vec![scalar(0), scalar(1)]), scalar(2)],
+                        ),
+                        vec![a, alpha, part],
+                    ),
+                ],
+            });
+        }
+        step.push(Stmt::Barrier);
+        // A step whose keys a causal mask hides from all of the block's queries is skipped
+        // (the whole block agrees, so its barriers stay whole): it would scale by 1 and add
+        // nothing.
+        if let Some((a, b, c0)) = ch.masked {
+            let col = if a > 0 {
+                reg(n0)
+            } else {
+                Sc::plus(reg(n0), c(KEYS - 1))
+            };
+            let row = if b > 0 {
+                reg(m0)
+            } else {
+                Sc::plus(reg(m0), c(warps - 1))
+            };
+            let least = Sc::plus(
+                Sc::plus(Sc::times(col, Sc::Const(a)), Sc::times(row, Sc::Const(b))),
+                Sc::Const(c0),
+            );
+            step = vec![Stmt::If {
+                cond: Sc::lt(least, Sc::Const(1)),
+                body: step,
+            }];
+        }
+        body.push(Stmt::For {
+            reg: n0,
+            start: c(0),
+            end: c(d.n),
+            step: c(KEYS),
+            body: step,
+        });
+        for (t, &a) in acc.iter().enumerate() {
+            let col = Sc::plus(lane(), c(KEYS * t));
+            body.push(Stmt::If {
+                cond: Sc::and(Sc::lt(col.clone(), c(n2)), Sc::lt(reg(row), c(d.m))),
+                body: vec![
+                    eval(
+                        o,
+                        op(OpKind::Divide, vec![scalar(0), scalar(1)]),
+                        vec![a, l],
+                    ),
+                    Stmt::Store {
+                        buf: Buf::Output(0),
+                        index: Sc::plus(
+                            Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), reg(row)), c(n2)),
+                            col,
+                        ),
+                        value: o,
+                    },
+                ],
+            });
+        }
+        Some(GpuKernel {
+            name: format!("{name}.attention"),
+            kind: MapKind::Attention,
+            grid: d.batch * gm,
+            block: threads,
+            warp: 32,
+            inputs: ins.to_vec(),
+            outputs: vec![(Buf::Output(0), ch.out.clone())],
+            shared,
+            regs: r.0,
+            vars: k.vars.max(4),
+            sums: self.sums,
+            body,
+        })
+    }
+}

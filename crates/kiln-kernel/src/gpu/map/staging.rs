@@ -1,0 +1,377 @@
+//! Staging a product's operand tiles through shared memory, double buffered: the loop over the
+//! contraction both block-tile products (`tiled.rs` on the CUDA cores, `tensor.rs` on the
+//! tensor cores) run.
+//!
+//! Every shared operand array holds two stages of its tile. Before the loop the block starts
+//! loading the first contraction step into stage 0; in the loop, for step `s` (stage `s % 2`),
+//! each thread waits for its own copies of step `s` (`cp.async.wait_group 0`), the block meets
+//! at one barrier (after which step `s`'s tiles are visible to every thread, and every thread
+//! has finished multiplying step `s - 1`, whose stage is free again), the threads start loading
+//! step `s + 1` into the other stage, and then multiply step `s` while those loads are in
+//! flight. One barrier per step, and the loads of the next tiles overlap the products.
+//!
+//! A tile is loaded with `cp.async` (16 bytes a copy, global straight into shared memory, no
+//! registers) when the operand is a plain load of the shared array's dtype whose contiguous
+//! dimension is the tile's contiguous dimension in shared memory, and every copy stays aligned
+//! and either wholly inside the operand or wholly past its edge ([`Staging::copies`]); the
+//! copies past the edge become zero stores. Otherwise (a convolution's patches, a conversion,
+//! a transposed layout) each thread loads elements through registers and stores them into the
+//! other stage, as before, which still overlaps with the products of the current step. A
+//! thread that started copies waits for them before the barrier that makes them visible; the
+//! GPU emulator refuses any access to a shared element while a copy into it is in flight, so a
+//! missing wait fails its tests.
+
+use super::*;
+
+/// One operand tile of a contraction step.
+pub(super) struct Tile<'e> {
+    /// The kernel variable the tile's rows set (1: A's rows, 2: B's columns).
+    pub row_var: usize,
+    /// The operand's rows (or columns) in all.
+    pub rows: usize,
+    /// The register holding the block's first row.
+    pub base: usize,
+    /// Rows (or columns) in the tile.
+    pub extent: usize,
+    /// Contraction indices in the tile.
+    pub depth: usize,
+    /// Shared layout: `row * depth + kc` when true (the contraction contiguous), else
+    /// `kc * extent + row`.
+    pub k_fastest: bool,
+    /// The operand's element at the kernel variables, in the staged dtype.
+    pub expr: &'e Expr,
+    /// The shared array (two stages of `extent * depth` elements).
+    pub array: usize,
+}
+
+impl Tile<'_> {
+    /// Elements of one stage.
+    pub fn len(&self) -> usize {
+        self.extent * self.depth
+    }
+}
+
+/// What the loop staging operand tiles into shared memory works with.
+pub(super) struct Staging {
+    /// The staging loops' register: the tile element (or copy) a thread loads.
+    pub e: usize,
+    /// The block's threads, the staging loops' step.
+    pub threads: usize,
+    /// The register holding the batch index.
+    pub batch: usize,
+    /// The register holding the staged step's first contraction index.
+    pub k0: usize,
+    /// The register holding the stage being filled (0 or 1).
+    pub stage: usize,
+    /// The register an element is loaded into.
+    pub staged: usize,
+    /// The contraction's length.
+    pub k: usize,
+    /// The dtype elements are staged in (zero past the operand's edges).
+    pub dtype: DType,
+}
+
+/// A tile's `cp.async` copies (see [`Staging::copies`]).
+struct Copies {
+    /// The operand's input.
+    input: usize,
+    /// Its coefficients of (batch, row, column, contraction) and offset.
+    coef: Vec<i64>,
+    off: i64,
+    /// Elements per copy (16 bytes).
+    elems: usize,
+}
+
+impl Staging {
+    /// The statements staging the tiles of the step at `self.k0` into stage `self.stage`.
+    pub(super) fn stage(&self, tiles: &[Tile], arrays: &[SharedArray]) -> Vec<Stmt> {
+        tiles
+            .iter()
+            .map(|t| match self.copies(t, &arrays[t.array]) {
+                Some(cp) => self.stage_async(t, &cp),
+                None => self.stage_through_registers(t),
+            })
+            .collect()
+    }
+
+    /// Whether any of `tiles` is staged with `cp.async`.
+    pub(super) fn any_async(&self, tiles: &[Tile], arrays: &[SharedArray]) -> bool {
+        tiles
+            .iter()
+            .any(|t| self.copies(t, &arrays[t.array]).is_some())
+    }
+
+    /// How `t` is copied with `cp.async`, if it can be: its element is a plain load (maybe
+    /// converted losslessly to the staged dtype) of the shared array's element type, 4 bytes
+    /// or more unless the array is packed; the load's coefficient of the tile's contiguous
+    /// variable is 1 and of the variable the tile does not set 0; 16-byte copies divide the
+    /// tile's contiguous extent and the operand's extent along it, and every other coefficient
+    /// and the offset, so each copy is aligned and either wholly inside the operand or wholly
+    /// past its edge.
+    fn copies(&self, t: &Tile, array: &SharedArray) -> Option<Copies> {
+        let load = plain_load(t.expr)?;
+        if t.expr != load && !array.packed {
+            return None;
+        }
+        let Expr::Load {
+            input,
+            dtype,
+            coef,
+            off,
+        } = load
+        else {
+            return None;
+        };
+        let bytes = dtype.bits().div_ceil(8) as usize;
+        let same = *dtype == array.dtype && (array.packed || bytes >= 4);
+        if !same || coef.len() != 4 || 16 % bytes != 0 {
+            return None;
+        }
+        let elems = 16 / bytes;
+        let other = 3 - t.row_var;
+        let (fast, fast_extent, fast_len) = if t.k_fastest {
+            (3, t.depth, self.k)
+        } else {
+            (t.row_var, t.extent, t.rows)
+        };
+        let e = elems as i64;
+        let aligned = coef[fast] == 1
+            && coef[other] == 0
+            && fast_extent.is_multiple_of(elems)
+            && fast_len.is_multiple_of(elems)
+            && (0..4).all(|v| v == fast || coef[v] % e == 0)
+            && off % e == 0;
+        aligned.then(|| Copies {
+            input: *input,
+            coef: coef.clone(),
+            off: *off,
+            elems,
+        })
+    }
+
+    /// The shared element of tile element `(row, kc)` in the stage being filled.
+    fn at(&self, t: &Tile, row: Sc, kc: Sc) -> Sc {
+        let within = if t.k_fastest {
+            Sc::plus(Sc::times(row, c(t.depth)), kc)
+        } else {
+            Sc::plus(Sc::times(kc, c(t.extent)), row)
+        };
+        Sc::plus(within, Sc::times(Sc::Reg(self.stage), c(t.len())))
+    }
+
+    /// `1` when tile element `(row, kc)` lies inside the operand.
+    fn inside(&self, t: &Tile, row: &Sc, kc: &Sc) -> Sc {
+        Sc::and(
+            Sc::lt(Sc::plus(Sc::Reg(t.base), row.clone()), c(t.rows)),
+            Sc::lt(Sc::plus(Sc::Reg(self.k0), kc.clone()), c(self.k)),
+        )
+    }
+
+    /// The block's threads copying `t` with `cp.async`, `cp.elems` elements a copy along the
+    /// tile's contiguous dimension; a copy past the operand's edge stores zeros instead.
+    fn stage_async(&self, t: &Tile, cp: &Copies) -> Stmt {
+        let reg = Sc::Reg;
+        let e = || reg(self.e);
+        let per = (if t.k_fastest { t.depth } else { t.extent }) / cp.elems;
+        let slow = Sc::quot(e(), c(per));
+        let fast = Sc::times(Sc::modulo(e(), c(per)), c(cp.elems));
+        let (row, kc) = if t.k_fastest {
+            (slow, fast)
+        } else {
+            (fast, slow)
+        };
+        let inside = self.inside(t, &row, &kc);
+        let at = self.at(t, row.clone(), kc.clone());
+        let src = [
+            (0, Sc::Reg(self.batch)),
+            (t.row_var, Sc::plus(reg(t.base), row)),
+            (3, Sc::plus(reg(self.k0), kc)),
+        ]
+        .into_iter()
+        .fold(Sc::Const(cp.off), |s, (v, x)| {
+            Sc::plus(s, Sc::times(x, Sc::Const(cp.coef[v])))
+        });
+        let mut zeros = vec![zero(self.staged, self.dtype)];
+        for q in 0..cp.elems {
+            zeros.push(Stmt::SharedStore {
+                array: t.array,
+                index: Sc::plus(at.clone(), c(q)),
+                value: self.staged,
+            });
+        }
+        Stmt::For {
+            reg: self.e,
+            start: sp(Special::Thread),
+            end: c(t.len() / cp.elems),
+            step: c(self.threads),
+            body: vec![
+                Stmt::If {
+                    cond: inside.clone(),
+                    body: vec![Stmt::CopyAsync {
+                        array: t.array,
+                        index: at,
+                        buf: Buf::Input(cp.input),
+                        src,
+                        elems: cp.elems,
+                    }],
+                },
+                Stmt::If {
+                    cond: Sc::eq(inside, c(0)),
+                    body: zeros,
+                },
+            ],
+        }
+    }
+
+    /// The block's threads loading the elements of `t` into a register, element `e` at row
+    /// `base + row` (kernel variable `row_var`) and contraction index `k0 + kc` (variable 3),
+    /// the operand's contiguous dimension fastest so that neighbouring threads read
+    /// neighbouring elements, zero past the operand's edges, each stored into its stage.
+    fn stage_through_registers(&self, t: &Tile) -> Stmt {
+        let e = || Sc::Reg(self.e);
+        let along_k = match plain_load(t.expr) {
+            Some(Expr::Load { coef, .. }) => coef.get(3) == Some(&1),
+            _ => true,
+        };
+        let (row, kc) = if along_k {
+            (Sc::quot(e(), c(t.depth)), Sc::modulo(e(), c(t.depth)))
+        } else {
+            (Sc::modulo(e(), c(t.extent)), Sc::quot(e(), c(t.extent)))
+        };
+        let at_row = Sc::plus(Sc::Reg(t.base), row.clone());
+        let at_k = Sc::plus(Sc::Reg(self.k0), kc.clone());
+        Stmt::For {
+            reg: self.e,
+            start: sp(Special::Thread),
+            end: c(t.len()),
+            step: c(self.threads),
+            body: vec![
+                Stmt::SetVar {
+                    var: 0,
+                    value: Sc::Reg(self.batch),
+                },
+                Stmt::SetVar {
+                    var: t.row_var,
+                    value: at_row,
+                },
+                Stmt::SetVar {
+                    var: 3,
+                    value: at_k,
+                },
+                zero(self.staged, self.dtype),
+                Stmt::If {
+                    cond: self.inside(t, &row, &kc),
+                    body: vec![Stmt::Eval {
+                        reg: self.staged,
+                        expr: t.expr.clone(),
+                        scalars: Vec::new(),
+                    }],
+                },
+                Stmt::SharedStore {
+                    array: t.array,
+                    index: self.at(t, row, kc),
+                    value: self.staged,
+                },
+            ],
+        }
+    }
+}
+
+/// The registers of the double-buffered contraction loop (see the module documentation).
+pub(super) struct Stepping {
+    /// The loop register: the multiplied step's first contraction index.
+    pub k0: usize,
+    /// The stage the multiplied step is in (0 or 1).
+    pub cur: usize,
+    /// The contraction indices per step.
+    pub step: usize,
+}
+
+/// The double-buffered loop over the contraction: `staging` fills a stage (its `k0` and
+/// `stage` registers are set here), `multiply` reads stage `cur` (ending with the sum tree's
+/// flushes); `copies` when any tile is staged with `cp.async`.
+pub(super) fn double_buffered(
+    staging: &Staging,
+    stage: Vec<Stmt>,
+    s: &Stepping,
+    multiply: Vec<Stmt>,
+    copies: bool,
+) -> Vec<Stmt> {
+    let reg = Sc::Reg;
+    let mut out = vec![
+        Stmt::Let {
+            reg: staging.k0,
+            value: c(0),
+        },
+        Stmt::Let {
+            reg: staging.stage,
+            value: c(0),
+        },
+        Stmt::If {
+            cond: Sc::lt(c(0), c(staging.k)),
+            body: stage.clone(),
+        },
+    ];
+    if copies {
+        out.push(Stmt::CopyCommit);
+    }
+    let mut body = vec![Stmt::Let {
+        reg: s.cur,
+        value: Sc::modulo(Sc::quot(reg(s.k0), c(s.step)), c(2)),
+    }];
+    if copies {
+        body.push(Stmt::CopyWait { pending: 0 });
+    }
+    body.extend([
+        Stmt::Barrier,
+        Stmt::Let {
+            reg: staging.k0,
+            value: Sc::plus(reg(s.k0), c(s.step)),
+        },
+        Stmt::Let {
+            reg: staging.stage,
+            value: Sc::plus(c(1), Sc::times(reg(s.cur), Sc::Const(-1))),
+        },
+        Stmt::If {
+            cond: Sc::lt(reg(staging.k0), c(staging.k)),
+            body: stage,
+        },
+    ]);
+    if copies {
+        body.push(Stmt::CopyCommit);
+    }
+    body.extend(multiply);
+    out.push(Stmt::For {
+        reg: s.k0,
+        start: c(0),
+        end: c(staging.k),
+        step: c(s.step),
+        body,
+    });
+    out
+}
+
+/// The load `expr` is, under conversions to a wider float type (exact ones).
+fn plain_load(expr: &Expr) -> Option<&Expr> {
+    match expr {
+        Expr::Load { .. } => Some(expr),
+        Expr::Op {
+            op: Ew::Convert,
+            dtype,
+            args,
+        } if dtype.is_float() && args.len() == 1 => {
+            let inner = plain_load(&args[0])?;
+            (inner.dtype().is_float() && inner.dtype().bits() < dtype.bits()).then_some(inner)
+        }
+        _ => None,
+    }
+}
+
+/// `reg = 0` in `dtype` (the sum's identity).
+pub(super) fn zero(reg: usize, dtype: DType) -> Stmt {
+    Stmt::Identity {
+        reg,
+        kind: Combiner::Add,
+        dtype,
+    }
+}
