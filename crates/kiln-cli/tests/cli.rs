@@ -1,0 +1,166 @@
+//! The `kiln` binary end to end: export, run, dump and bench on a small model, and each bad
+//! input ending with its message and exit code.
+
+use kiln_ir::{Literal, TensorType};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const MODEL: &str = "func @main(%0: f32[2,3], %1: f32[3]) -> (f32[2,3], f32[2]) {
+  %2 = broadcast_in_dim %1 {broadcast_dimensions = [1]} : f32[2,3]
+  %3 = multiply %0, %2 : f32[2,3]
+  %4 = constant {value = 0.0} : f32[]
+  %5 = reduce %3, %4 {dimensions = [1], kind = add} : f32[2]
+  return %3, %5
+}
+";
+
+/// A fresh directory for one test.
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("kiln-cli")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("writable target dir");
+    d
+}
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .expect("the kiln binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Writes the model as `.kir` and its inputs as `.npy`; returns (model path, input paths).
+fn setup(d: &Path) -> (String, String, String) {
+    let kir = d.join("m.kir");
+    std::fs::write(&kir, MODEL).expect("write");
+    let x = Literal::f32([2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).expect("literal");
+    let y = Literal::f32([3], vec![10.0, 100.0, 1000.0]).expect("literal");
+    let (xp, yp) = (d.join("x.npy"), d.join("y.npy"));
+    kiln_run::npy::write(&xp, &x).expect("write");
+    kiln_run::npy::write(&yp, &y).expect("write");
+    let s = |p: PathBuf| p.to_string_lossy().into_owned();
+    (s(kir), s(xp), s(yp))
+}
+
+#[test]
+fn export_then_run_the_stablehlo() {
+    let d = dir("export-run");
+    let (kir, x, y) = setup(&d);
+    let mlir = d.join("m.mlir").to_string_lossy().into_owned();
+    let o = kiln(&["export", &kir, "-o", &mlir]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&mlir).expect("exported");
+    assert!(
+        text.contains("func.func public @main") && text.contains("\"stablehlo.reduce\""),
+        "{text}"
+    );
+    let out = d.join("out").to_string_lossy().into_owned();
+    let o = kiln(&[
+        "run",
+        &mlir,
+        "--input",
+        &format!("x={x}"),
+        "--input",
+        &format!("arg1={y}"),
+        "--output",
+        &out,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r0 = kiln_run::npy::read(&d.join("out/out0.npy")).expect("out0");
+    let r1 = kiln_run::npy::read(&d.join("out/out1.npy")).expect("out1");
+    assert_eq!(r0.ty(), &TensorType::new(kiln_ir::DType::F32, [2, 3]));
+    assert_eq!(r0.to_f64s(), vec![10.0, 200.0, 3000.0, 40.0, 500.0, 6000.0]);
+    assert_eq!(r1.to_f64s(), vec![3210.0, 6540.0]);
+    // Without --output the results are printed.
+    let o = kiln(&[
+        "run",
+        &kir,
+        "--input",
+        &format!("0={x}"),
+        "--input",
+        &format!("1={y}"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("3210"), "{}", stdout(&o));
+}
+
+#[test]
+fn dump_stages_and_bench() {
+    let d = dir("dump-bench");
+    let (kir, _, _) = setup(&d);
+    for (stage, needle) in [
+        ("opt", "reduce"),
+        ("kernels", "kernel"),
+        ("fused", "kernel"),
+        ("llvm", "define"),
+        ("ptx", "nvptx"),
+    ] {
+        let o = kiln(&["dump", &kir, "--stage", stage]);
+        assert!(o.status.success(), "{stage}: {}", stderr(&o));
+        assert!(
+            stdout(&o).to_lowercase().contains(needle),
+            "{stage}:\n{}",
+            stdout(&o)
+        );
+    }
+    let o = kiln(&["bench", &kir, "--runs", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(
+        s.contains("compile: ") && s.contains("median") && s.contains("over 3 runs"),
+        "{s}"
+    );
+}
+
+#[test]
+fn bad_input_ends_with_its_exit_code() {
+    let d = dir("errors");
+    let (kir, x, _) = setup(&d);
+    let bad = d.join("bad.mlir");
+    std::fs::write(&bad, "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  %0 = stablehlo.frobnicate %a : tensor<2xf32>\n  func.return %0 : tensor<2xf32>\n}\n").expect("write");
+    let bad = bad.to_string_lossy().into_owned();
+    let missing = d.join("none.kir").to_string_lossy().into_owned();
+    let (x0, x1) = (format!("0={x}"), format!("1={x}"));
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec![], 2, "no command"),
+        (vec!["fly", &kir], 2, "unknown command `fly`"),
+        (vec!["run"], 2, "needs a MODEL"),
+        (
+            vec!["dump", &kir, "--stage", "hlo"],
+            2,
+            "unknown stage `hlo`",
+        ),
+        (
+            vec!["run", &kir, "--input", "x"],
+            2,
+            "expected NAME=FILE.npy",
+        ),
+        (vec!["run", &missing], 3, "cannot read"),
+        (vec!["run", &bad], 3, "2:"),
+        (
+            vec!["run", &kir, "--input", &x0],
+            4,
+            "parameter 1 (f32[3]) of @main is not given",
+        ),
+        (
+            vec!["run", &kir, "--input", &x1, "--input", &x0],
+            4,
+            "parameter 1 of @main is f32[3]",
+        ),
+    ];
+    for (args, code, needle) in cases {
+        let o = kiln(&args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}

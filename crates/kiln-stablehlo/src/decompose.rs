@@ -1,0 +1,959 @@
+//! StableHLO ops kiln has no op for, written as kiln ops.
+//!
+//! `triangular_solve` is unrolled into substitution: for a lower-triangular `M` solving
+//! `M X = B` row by row, `X_i = (B_i - sum_{j<i} M_ij X_j) / M_ii` (no division with a unit
+//! diagonal), each row a slice of `B` and each `M_ij` a slice of `A` broadcast over the row.
+//! The right-side form `X op(A) = B` is the left-side form of the transposes.
+//!
+//! `chlo.mulhi` is a product at double width, shifted; `map` applies its body's elementwise
+//! ops to whole tensors; `chlo.scan` runs its body once per position of the scanned
+//! dimension, unrolled (at most [`MAX_SCAN_LENGTH`] steps).
+
+use crate::ast::{AttrVal, OpAst};
+use crate::error::{Error, Result};
+use crate::import::{Body, loc, push, value_type};
+use kiln_ir::{Op, TensorType, ValueId};
+
+/// The largest matrix `triangular_solve` is unrolled for (the code grows as its square).
+pub const MAX_SOLVE_SIZE: usize = 64;
+
+/// A boolean attribute (absent: false).
+fn flag(op: &OpAst, name: &str) -> Result<bool> {
+    match op.attr(name) {
+        None => Ok(false),
+        Some((AttrVal::Bool(b), _)) => Ok(*b),
+        Some((_, p)) => Err(Error::invalid(
+            p,
+            format!("`{name}` of `{}` must be `true` or `false`", op.name),
+        )),
+    }
+}
+
+/// Gather and scatter with batching dimensions as kiln's, which have none: each index vector
+/// gets one more component per batching dimension, its position along that dimension of the
+/// indices (an iota), so the operand's batching dimensions become ordinary indexed (and
+/// collapsed) dimensions. Returns the new indices and index vector dimension.
+pub fn batch_indices(
+    body: &mut Body,
+    op: &OpAst,
+    indices: ValueId,
+    index_vector_dim: i64,
+    index_batching: &[i64],
+    operand_batching: usize,
+) -> Result<(ValueId, i64)> {
+    if index_batching.len() != operand_batching {
+        return Err(Error::invalid(
+            op.pos,
+            format!("`{}` has batching dimensions of different counts", op.name),
+        ));
+    }
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let mut t = value_type(body, indices)?;
+    let mut indices = indices;
+    let ivd = usize::try_from(index_vector_dim)
+        .ok()
+        .filter(|&v| v <= t.rank())
+        .ok_or_else(|| {
+            Error::invalid(
+                op.pos,
+                format!("`index_vector_dim` {index_vector_dim} is out of range"),
+            )
+        })?;
+    if ivd == t.rank() {
+        t.shape.push(1);
+        indices = body
+            .b
+            .push_at(
+                Op::Reshape {},
+                &[indices],
+                Some(std::slice::from_ref(&t)),
+                l,
+            )
+            .map_err(err)?[0];
+    }
+    let mut one = t.clone();
+    one.shape[ivd] = 1;
+    let mut parts = vec![indices];
+    for &b in index_batching {
+        if b < 0 || b as usize >= t.rank() || b as usize == ivd {
+            return Err(Error::invalid(
+                op.pos,
+                format!("batching dimension {b} of the indices is out of range"),
+            ));
+        }
+        let kop = Op::Iota { iota_dimension: b };
+        parts.push(
+            body.b
+                .push_at(kop, &[], Some(std::slice::from_ref(&one)), l)
+                .map_err(err)?[0],
+        );
+    }
+    let kop = Op::Concatenate {
+        dimension: ivd as i64,
+    };
+    let joined = body.b.push_at(kop, &parts, None, l).map_err(err)?[0];
+    Ok((joined, ivd as i64))
+}
+
+/// The operands of a product (convolution) whose declared result element type is wider than
+/// theirs (`i8` in, `i32` out), converted to it: the products are then exact, as StableHLO
+/// computes them. Other operands are returned as they are.
+pub fn widen_to_result(
+    body: &mut Body,
+    op: &OpAst,
+    args: &[ValueId],
+    declared: Option<&[TensorType]>,
+) -> Result<Vec<ValueId>> {
+    let Some([out]) = declared else {
+        return Ok(args.to_vec());
+    };
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let mut res = Vec::new();
+    for &a in args {
+        let t = value_type(body, a)?;
+        let widen = t.dtype != out.dtype
+            && t.dtype.class() == out.dtype.class()
+            && t.dtype.bits() < out.dtype.bits();
+        res.push(if widen {
+            let wt = t.with_dtype(out.dtype);
+            body.b
+                .push_at(Op::Convert {}, &[a], Some(std::slice::from_ref(&wt)), l)
+                .map_err(err)?[0]
+        } else {
+            a
+        });
+    }
+    Ok(res)
+}
+
+/// A convolution with `batch_group_count` groups as kiln's, which has none: the input's batch
+/// and the kernel's output features are split into that many contiguous groups, each pair
+/// convolved, and the results joined along the output features.
+pub fn batch_groups(
+    body: &mut Body,
+    op: &OpAst,
+    kop: Op,
+    args: &[ValueId],
+    groups: i64,
+    declared: Option<&[TensorType]>,
+) -> Result<Vec<ValueId>> {
+    let (
+        Op::Convolution {
+            input_dims,
+            kernel_dims,
+            output_dims,
+            ..
+        },
+        [lhs, rhs],
+        Some([out]),
+    ) = (&kop, args, declared)
+    else {
+        return Err(Error::invalid(
+            op.pos,
+            "`stablehlo.convolution` with batch groups needs 2 operands and a result type",
+        ));
+    };
+    let (lt, rt) = (value_type(body, *lhs)?, value_type(body, *rhs)?);
+    let (ib, ko, of) = (
+        input_dims[0] as usize,
+        kernel_dims[0] as usize,
+        output_dims[1] as usize,
+    );
+    let g = usize::try_from(groups).ok().filter(|&g| g > 0);
+    let ok = g.is_some_and(|g| {
+        ib < lt.rank()
+            && ko < rt.rank()
+            && of < out.rank()
+            && lt.shape[ib] % g == 0
+            && rt.shape[ko] % g == 0
+            && out.shape[of] % g == 0
+    });
+    let (Some(g), true) = (g, ok) else {
+        return Err(Error::invalid(
+            op.pos,
+            format!(
+                "`batch_group_count` {groups} does not divide the batch and the output features"
+            ),
+        ));
+    };
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let part =
+        |body: &mut Body, v: ValueId, t: &TensorType, dim: usize, k: usize| -> Result<ValueId> {
+            let size = t.shape[dim] / g;
+            let mut start = vec![0i64; t.rank()];
+            let mut limit: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+            start[dim] = (k * size) as i64;
+            limit[dim] = ((k + 1) * size) as i64;
+            let s = Op::Slice {
+                start_indices: start,
+                limit_indices: limit,
+                strides: vec![1; t.rank()],
+            };
+            Ok(body.b.push_at(s, &[v], None, l).map_err(err)?[0])
+        };
+    let mut group_ty = out.clone();
+    group_ty.shape[of] /= g;
+    let mut results = Vec::new();
+    for k in 0..g {
+        let a = part(body, *lhs, &lt, ib, k)?;
+        let b = part(body, *rhs, &rt, ko, k)?;
+        results.push(
+            body.b
+                .push_at(
+                    kop.clone(),
+                    &[a, b],
+                    Some(std::slice::from_ref(&group_ty)),
+                    l,
+                )
+                .map_err(err)?[0],
+        );
+    }
+    let cat = Op::Concatenate {
+        dimension: of as i64,
+    };
+    body.b
+        .push_at(cat, &results, Some(std::slice::from_ref(out)), l)
+        .map_err(err)
+}
+
+/// For `compare` with the TOTALORDER type: each float operand as a signed integer of its bits
+/// whose order is the total order (-NaN < -inf < ... < -0 < +0 < ... < inf < NaN): the bits
+/// with the magnitude flipped where the sign is set. `f16` and `bf16` are widened to `f32`
+/// first (exactly); integer operands are returned as they are.
+pub fn total_order_keys(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+    use kiln_ir::DType;
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let mut keys = Vec::new();
+    for &a in args {
+        let t = value_type(body, a)?;
+        if !t.dtype.is_float() {
+            keys.push(a);
+            continue;
+        }
+        let (x, int, bits) = match t.dtype {
+            DType::F64 => (a, DType::I64, 64),
+            DType::F32 => (a, DType::I32, 32),
+            _ => {
+                let wide = t.with_dtype(DType::F32);
+                let w = body
+                    .b
+                    .push_at(Op::Convert {}, &[a], Some(std::slice::from_ref(&wide)), l)
+                    .map_err(err)?[0];
+                (w, DType::I32, 32)
+            }
+        };
+        let it = t.with_dtype(int);
+        let konst = |body: &mut Body, v: i64| -> Result<ValueId> {
+            let lit = kiln_ir::Literal::from_i64s(it.clone(), &vec![v; it.numel()])
+                .map_err(|e| Error::invalid(op.pos, e.to_string()))?;
+            Ok(body
+                .b
+                .push_at(
+                    Op::Constant { value: lit },
+                    &[],
+                    Some(std::slice::from_ref(&it)),
+                    l,
+                )
+                .map_err(err)?[0])
+        };
+        let i = body
+            .b
+            .push_at(
+                Op::BitcastConvert {},
+                &[x],
+                Some(std::slice::from_ref(&it)),
+                l,
+            )
+            .map_err(err)?[0];
+        let shift = konst(body, bits - 1)?;
+        let magnitude = konst(
+            body,
+            if bits == 64 {
+                i64::MAX
+            } else {
+                i32::MAX as i64
+            },
+        )?;
+        let sign = body
+            .b
+            .push_at(Op::ShiftRightArithmetic {}, &[i, shift], None, l)
+            .map_err(err)?[0];
+        let flip = body
+            .b
+            .push_at(Op::And {}, &[sign, magnitude], None, l)
+            .map_err(err)?[0];
+        keys.push(
+            body.b
+                .push_at(Op::Xor {}, &[i, flip], None, l)
+                .map_err(err)?[0],
+        );
+    }
+    Ok(keys)
+}
+
+/// The integer type of a width, for moving bits: `u8`, `u32`, `i64`.
+fn bits_type(bits: u32) -> Option<kiln_ir::DType> {
+    use kiln_ir::DType;
+    match bits {
+        8 => Some(DType::U8),
+        32 => Some(DType::U32),
+        64 => Some(DType::I64),
+        _ => None,
+    }
+}
+
+/// `bitcast_convert` between `i1` tensors and wider elements (one `i1` per bit, the first the
+/// least significant), which kiln's bitcast does not take: the bits are shifted in and out of
+/// an `i64`. `None` when no `i1` is involved.
+pub fn bitcast_bits(
+    body: &mut Body,
+    op: &OpAst,
+    args: &[ValueId],
+    declared: Option<&[TensorType]>,
+) -> Result<Option<Vec<ValueId>>> {
+    use kiln_ir::{ComparisonDirection, DType, Literal};
+    let ([a], Some([out])) = (args, declared) else {
+        return Ok(None);
+    };
+    let t = value_type(body, *a)?;
+    if (t.dtype == DType::Pred) == (out.dtype == DType::Pred) {
+        return Ok(None);
+    }
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let (bits_ty, wide) = if t.dtype == DType::Pred {
+        (out, &t)
+    } else {
+        (&t, out)
+    };
+    let n = bits_ty.dtype.bits();
+    let Some(carrier) = bits_type(n) else {
+        return Err(Error::unsupported(
+            op.pos,
+            format!("`stablehlo.bitcast_convert` between i1 and {n}-bit elements"),
+        ));
+    };
+    let mut expect = bits_ty.shape.clone();
+    expect.push(n as usize);
+    if wide.shape != expect {
+        return Err(Error::invalid(
+            op.pos,
+            "`stablehlo.bitcast_convert` to or from i1 needs one i1 per bit in the last dimension",
+        ));
+    }
+    let r = expect.len();
+    let i64s = TensorType::new(DType::I64, expect.clone());
+    let push1 =
+        |body: &mut Body, kop: Op, xs: &[ValueId], ty: Option<&TensorType>| -> Result<ValueId> {
+            Ok(body
+                .b
+                .push_at(kop, xs, ty.map(std::slice::from_ref), l)
+                .map_err(err)?[0])
+        };
+    let shifts = push1(
+        body,
+        Op::Iota {
+            iota_dimension: r as i64 - 1,
+        },
+        &[],
+        Some(&i64s),
+    )?;
+    let lit = |x: i64, ty: &TensorType| {
+        Literal::from_i64s(ty.clone(), &vec![x; ty.numel()])
+            .map_err(|e| Error::invalid(op.pos, e.to_string()))
+    };
+    if t.dtype == DType::Pred {
+        // Bits in: sum of bit_k << k over the last dimension, then to the result type.
+        let b = push1(body, Op::Convert {}, &[*a], Some(&i64s))?;
+        let s = push1(body, Op::ShiftLeft {}, &[b, shifts], None)?;
+        let zero = push1(
+            body,
+            Op::Constant {
+                value: lit(0, &TensorType::scalar(DType::I64))?,
+            },
+            &[],
+            Some(&TensorType::scalar(DType::I64)),
+        )?;
+        let kop = Op::Reduce {
+            dimensions: vec![r as i64 - 1],
+            kind: kiln_ir::Combiner::Or,
+        };
+        let word = push1(body, kop, &[s, zero], None)?;
+        let ct = out.with_dtype(carrier);
+        let c = if carrier == DType::I64 {
+            word
+        } else {
+            push1(body, Op::Convert {}, &[word], Some(&ct))?
+        };
+        let v = if out.dtype == carrier {
+            c
+        } else {
+            push1(body, Op::BitcastConvert {}, &[c], Some(out))?
+        };
+        return Ok(Some(vec![v]));
+    }
+    // Bits out: (word >> k) & 1 != 0 for each k.
+    let ct = t.with_dtype(carrier);
+    let c = if t.dtype == carrier {
+        *a
+    } else {
+        push1(body, Op::BitcastConvert {}, &[*a], Some(&ct))?
+    };
+    let word = if carrier == DType::I64 {
+        c
+    } else {
+        push1(body, Op::Convert {}, &[c], Some(&t.with_dtype(DType::I64)))?
+    };
+    let kop = Op::BroadcastInDim {
+        broadcast_dimensions: (0..r as i64 - 1).collect(),
+    };
+    let spread = push1(body, kop, &[word], Some(&i64s))?;
+    let s = push1(body, Op::ShiftRightLogical {}, &[spread, shifts], None)?;
+    let one = push1(
+        body,
+        Op::Constant {
+            value: lit(1, &i64s)?,
+        },
+        &[],
+        Some(&i64s),
+    )?;
+    let bit = push1(body, Op::And {}, &[s, one], None)?;
+    let zero = push1(
+        body,
+        Op::Constant {
+            value: lit(0, &i64s)?,
+        },
+        &[],
+        Some(&i64s),
+    )?;
+    let kop = Op::Compare {
+        comparison_direction: ComparisonDirection::Ne,
+    };
+    Ok(Some(vec![push1(body, kop, &[bit, zero], None)?]))
+}
+
+/// The longest dimension `chlo.scan` is unrolled over.
+pub const MAX_SCAN_LENGTH: usize = 256;
+
+/// `chlo.scan(inputs) inits(carries)`: for each position `k` along `dimension` (from the end
+/// with `is_reverse`), the body takes the inputs' slices at `k` and the carries and returns
+/// the outputs' slices at `k` and the next carries; the results are the outputs, then the
+/// last carries.
+pub fn scan(
+    body: &mut Body,
+    op: &OpAst,
+    f: &kiln_ir::Func,
+    args: &[ValueId],
+) -> Result<Vec<ValueId>> {
+    let n_in = match op.attr("inits_start") {
+        Some((AttrVal::Int(i), _)) if (*i as usize) <= args.len() => *i as usize,
+        _ => return Err(Error::invalid(op.pos, "`chlo.scan` needs `inits(...)`")),
+    };
+    let (inputs, inits) = args.split_at(n_in);
+    let Some(&first) = inputs.first() else {
+        return Err(Error::unsupported(op.pos, "`chlo.scan` without inputs"));
+    };
+    let dim = crate::ops::int_attr(op, &["dimension"])?
+        .ok_or_else(|| Error::invalid(op.pos, "`chlo.scan` needs `dimension`"))?;
+    let reverse = match op.attr("is_reverse") {
+        Some((AttrVal::Bool(b), _)) => *b,
+        _ => false,
+    };
+    let t0 = value_type(body, first)?;
+    let d = usize::try_from(dim)
+        .ok()
+        .filter(|&d| d < t0.rank())
+        .ok_or_else(|| {
+            Error::invalid(
+                op.pos,
+                format!(
+                    "scan dimension {dim} is out of range for rank {}",
+                    t0.rank()
+                ),
+            )
+        })?;
+    let len = t0.shape[d];
+    if len > MAX_SCAN_LENGTH {
+        return Err(Error::unsupported(
+            op.pos,
+            format!("`chlo.scan` over more than {MAX_SCAN_LENGTH} positions"),
+        ));
+    }
+    if f.params.len() != args.len() || f.outputs.len() < inits.len() {
+        return Err(Error::invalid(
+            op.pos,
+            "the body of `chlo.scan` does not fit its inputs and carries",
+        ));
+    }
+    let n_out = f.outputs.len() - inits.len();
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let mut carries = inits.to_vec();
+    let mut ys: Vec<Vec<Option<ValueId>>> = vec![vec![None; len]; n_out];
+    let order: Vec<usize> = if reverse {
+        (0..len).rev().collect()
+    } else {
+        (0..len).collect()
+    };
+    for k in order {
+        let mut step_args = Vec::new();
+        for &x in inputs {
+            let t = value_type(body, x)?;
+            if t.rank() <= d || t.shape[d] != len {
+                return Err(Error::invalid(
+                    op.pos,
+                    "the inputs of `chlo.scan` differ along the scanned dimension",
+                ));
+            }
+            let mut start = vec![0i64; t.rank()];
+            let mut limit: Vec<i64> = t.shape.iter().map(|&s| s as i64).collect();
+            start[d] = k as i64;
+            limit[d] = k as i64 + 1;
+            let kop = Op::Slice {
+                start_indices: start,
+                limit_indices: limit,
+                strides: vec![1; t.rank()],
+            };
+            let s = body.b.push_at(kop, &[x], None, l).map_err(err)?[0];
+            let mut shape = t.shape.clone();
+            shape.remove(d);
+            let r = body
+                .b
+                .push_at(
+                    Op::Reshape {},
+                    &[s],
+                    Some(&[TensorType::new(t.dtype, shape)]),
+                    l,
+                )
+                .map_err(err)?[0];
+            step_args.push(r);
+        }
+        step_args.extend(&carries);
+        let outs = body.b.inline(f, &step_args).map_err(err)?;
+        for (i, &y) in outs[..n_out].iter().enumerate() {
+            let t = value_type(body, y)?;
+            let mut shape = t.shape.clone();
+            shape.insert(d.min(shape.len()), 1);
+            ys[i][k] = Some(
+                body.b
+                    .push_at(
+                        Op::Reshape {},
+                        &[y],
+                        Some(&[TensorType::new(t.dtype, shape)]),
+                        l,
+                    )
+                    .map_err(err)?[0],
+            );
+        }
+        carries = outs[n_out..].to_vec();
+    }
+    let mut results = Vec::new();
+    for y in ys {
+        let parts: Vec<ValueId> = y.into_iter().flatten().collect();
+        if parts.is_empty() {
+            return Err(Error::unsupported(
+                op.pos,
+                "`chlo.scan` over an empty dimension",
+            ));
+        }
+        let kop = Op::Concatenate {
+            dimension: d as i64,
+        };
+        results.push(body.b.push_at(kop, &parts, None, l).map_err(err)?[0]);
+    }
+    results.extend(carries);
+    Ok(results)
+}
+
+/// `triangular_solve(a, b)`.
+pub fn triangular_solve(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+    let [a, b] = args else {
+        return Err(Error::invalid(
+            op.pos,
+            "`stablehlo.triangular_solve` takes 2 operands",
+        ));
+    };
+    let left = flag(op, "left_side")?;
+    let lower = flag(op, "lower")?;
+    let unit = flag(op, "unit_diagonal")?;
+    let transposed = match op.attr("transpose_a") {
+        None => false,
+        Some((AttrVal::Enum(_, v) | AttrVal::Ident(v), p)) => match v.as_str() {
+            "NO_TRANSPOSE" => false,
+            "TRANSPOSE" | "ADJOINT" => true,
+            _ => return Err(Error::invalid(p, format!("bad `transpose_a` value `{v}`"))),
+        },
+        Some((_, p)) => return Err(Error::invalid(p, "bad `transpose_a`")),
+    };
+    let at = value_type(body, *a)?;
+    let bt = value_type(body, *b)?;
+    let r = at.rank();
+    if r < 2
+        || bt.rank() != r
+        || at.shape[r - 1] != at.shape[r - 2]
+        || !at.dtype.is_float()
+        || bt.dtype != at.dtype
+    {
+        return Err(Error::invalid(
+            op.pos,
+            "`stablehlo.triangular_solve` takes a float square matrix (batch) and a matching right-hand side",
+        ));
+    }
+    let m = at.shape[r - 1];
+    if m > MAX_SOLVE_SIZE {
+        return Err(Error::unsupported(
+            op.pos,
+            format!("`stablehlo.triangular_solve` of matrices larger than {MAX_SOLVE_SIZE}"),
+        ));
+    }
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let swap: Vec<i64> = (0..r as i64 - 2)
+        .chain([r as i64 - 1, r as i64 - 2])
+        .collect();
+    // Solve M X' = B' with M = op(A) on the left, op(A)^T on the right.
+    let rhs = if left {
+        *b
+    } else {
+        push(
+            body,
+            op,
+            Op::Transpose {
+                permutation: swap.clone(),
+            },
+            &[*b],
+            None,
+        )?[0]
+    };
+    let rt = value_type(body, rhs)?;
+    let n = rt.shape[r - 1];
+    // M is A transposed when exactly one of `transpose_a` and the right side holds.
+    let flip = transposed == left;
+    let m_lower = lower != flip;
+    let mut row_ty = rt.clone();
+    row_ty.shape[r - 2] = 1;
+    let slice = |body: &mut Body,
+                 v: ValueId,
+                 t: &TensorType,
+                 i: usize,
+                 j: Option<usize>|
+     -> Result<ValueId> {
+        let mut start = vec![0i64; r];
+        let mut limit: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+        start[r - 2] = i as i64;
+        limit[r - 2] = i as i64 + 1;
+        if let Some(j) = j {
+            start[r - 1] = j as i64;
+            limit[r - 1] = j as i64 + 1;
+        }
+        let kop = Op::Slice {
+            start_indices: start,
+            limit_indices: limit,
+            strides: vec![1; r],
+        };
+        Ok(body.b.push_at(kop, &[v], None, l).map_err(err)?[0])
+    };
+    // M_ij broadcast over a row of X.
+    let coef = |body: &mut Body, i: usize, j: usize| -> Result<ValueId> {
+        let (p, q) = if flip { (j, i) } else { (i, j) };
+        let s = slice(body, *a, &at, p, Some(q))?;
+        let kop = Op::BroadcastInDim {
+            broadcast_dimensions: (0..r as i64).collect(),
+        };
+        Ok(body
+            .b
+            .push_at(kop, &[s], Some(std::slice::from_ref(&row_ty)), l)
+            .map_err(err)?[0])
+    };
+    let mut rows: Vec<Option<ValueId>> = vec![None; m];
+    let order: Vec<usize> = if m_lower {
+        (0..m).collect()
+    } else {
+        (0..m).rev().collect()
+    };
+    for &i in &order {
+        let mut acc = slice(body, rhs, &rt, i, None)?;
+        let solved: Vec<usize> = if m_lower {
+            (0..i).collect()
+        } else {
+            (i + 1..m).collect()
+        };
+        for j in solved {
+            let c = coef(body, i, j)?;
+            let xj = rows[j].ok_or_else(|| Error::invalid(op.pos, "internal: row order"))?;
+            let p = body
+                .b
+                .push_at(Op::Multiply {}, &[c, xj], None, l)
+                .map_err(err)?[0];
+            acc = body
+                .b
+                .push_at(Op::Subtract {}, &[acc, p], None, l)
+                .map_err(err)?[0];
+        }
+        if !unit {
+            let d = coef(body, i, i)?;
+            acc = body
+                .b
+                .push_at(Op::Divide {}, &[acc, d], None, l)
+                .map_err(err)?[0];
+        }
+        rows[i] = Some(acc);
+    }
+    let rows: Vec<ValueId> = rows.into_iter().flatten().collect();
+    let x = if rows.is_empty() || n == 0 {
+        rhs
+    } else {
+        body.b
+            .push_at(
+                Op::Concatenate {
+                    dimension: r as i64 - 2,
+                },
+                &rows,
+                None,
+                l,
+            )
+            .map_err(err)?[0]
+    };
+    if left {
+        Ok(vec![x])
+    } else {
+        push(body, op, Op::Transpose { permutation: swap }, &[x], None)
+    }
+}
+
+/// `chlo.mulhi(a, b)`: the high half of the double-width product. For 8- and 32-bit
+/// integers both are widened to `i64`, multiplied (exact, or for `ui32` exact modulo 2^64),
+/// shifted right by the width (arithmetic for signed, logical for unsigned) and narrowed;
+/// `i64` goes through 32-bit halves (`mulhi64`).
+pub fn mulhi(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+    let [a, b] = args else {
+        return Err(Error::invalid(op.pos, "`chlo.mulhi` takes 2 operands"));
+    };
+    let t = value_type(body, *a)?;
+    use kiln_ir::DType;
+    let bits = match t.dtype {
+        DType::I8 | DType::U8 => 8,
+        DType::I32 | DType::U32 => 32,
+        DType::I64 => return mulhi64(body, op, *a, *b, &t),
+        _ => return Err(Error::invalid(op.pos, "`chlo.mulhi` takes integers")),
+    };
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let wide = t.with_dtype(DType::I64);
+    let wa = body
+        .b
+        .push_at(Op::Convert {}, &[*a], Some(std::slice::from_ref(&wide)), l)
+        .map_err(err)?[0];
+    let wb = body
+        .b
+        .push_at(Op::Convert {}, &[*b], Some(std::slice::from_ref(&wide)), l)
+        .map_err(err)?[0];
+    let p = body
+        .b
+        .push_at(Op::Multiply {}, &[wa, wb], None, l)
+        .map_err(err)?[0];
+    let lit = kiln_ir::Literal::from_i64s(wide.clone(), &vec![bits; wide.numel()])
+        .map_err(|e| Error::invalid(op.pos, e.to_string()))?;
+    let s = body
+        .b
+        .push_at(
+            Op::Constant { value: lit },
+            &[],
+            Some(std::slice::from_ref(&wide)),
+            l,
+        )
+        .map_err(err)?[0];
+    let shift = if t.dtype.is_signed() {
+        Op::ShiftRightArithmetic {}
+    } else {
+        Op::ShiftRightLogical {}
+    };
+    let h = body.b.push_at(shift, &[p, s], None, l).map_err(err)?[0];
+    body.b
+        .push_at(Op::Convert {}, &[h], Some(std::slice::from_ref(&t)), l)
+        .map_err(err)
+}
+
+/// The high half of the 128-bit product of two `i64` tensors, from 32-bit halves (the
+/// signed "mulhs" of Hacker's Delight, 8-2): with `a = ah * 2^32 + al` (`al` unsigned),
+/// `t = ah*bl + (al*bl >>> 32)`, `w = al*bh + (t & 0xFFFFFFFF)`, the result is
+/// `ah*bh + (t >> 32) + (w >> 32)`; no intermediate overflows.
+fn mulhi64(
+    body: &mut Body,
+    op: &OpAst,
+    a: ValueId,
+    b: ValueId,
+    t: &TensorType,
+) -> Result<Vec<ValueId>> {
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let konst = |body: &mut Body, x: i64| -> Result<ValueId> {
+        let lit = kiln_ir::Literal::from_i64s(t.clone(), &vec![x; t.numel()])
+            .map_err(|e| Error::invalid(op.pos, e.to_string()))?;
+        Ok(body
+            .b
+            .push_at(
+                Op::Constant { value: lit },
+                &[],
+                Some(std::slice::from_ref(t)),
+                l,
+            )
+            .map_err(err)?[0])
+    };
+    let bin = |body: &mut Body, kop: Op, x: ValueId, y: ValueId| -> Result<ValueId> {
+        Ok(body.b.push_at(kop, &[x, y], None, l).map_err(err)?[0])
+    };
+    let k32 = konst(body, 32)?;
+    let mask = konst(body, 0xFFFF_FFFF)?;
+    let al = bin(body, Op::And {}, a, mask)?;
+    let ah = bin(body, Op::ShiftRightArithmetic {}, a, k32)?;
+    let bl = bin(body, Op::And {}, b, mask)?;
+    let bh = bin(body, Op::ShiftRightArithmetic {}, b, k32)?;
+    let ll = bin(body, Op::Multiply {}, al, bl)?;
+    let ll_hi = bin(body, Op::ShiftRightLogical {}, ll, k32)?;
+    let hl = bin(body, Op::Multiply {}, ah, bl)?;
+    let tt = bin(body, Op::Add {}, hl, ll_hi)?;
+    let t_lo = bin(body, Op::And {}, tt, mask)?;
+    let t_hi = bin(body, Op::ShiftRightArithmetic {}, tt, k32)?;
+    let lh = bin(body, Op::Multiply {}, al, bh)?;
+    let w = bin(body, Op::Add {}, lh, t_lo)?;
+    let w_hi = bin(body, Op::ShiftRightArithmetic {}, w, k32)?;
+    let hh = bin(body, Op::Multiply {}, ah, bh)?;
+    let sum = bin(body, Op::Add {}, hh, t_hi)?;
+    Ok(vec![bin(body, Op::Add {}, sum, w_hi)?])
+}
+
+/// `map`: the body, a function of scalars made of elementwise ops and scalar constants, is
+/// applied to whole tensors: each of its instructions is added at the operands' shape
+/// (constants broadcast to it).
+pub fn map(
+    body: &mut Body,
+    op: &OpAst,
+    region: &kiln_ir::Func,
+    args: &[ValueId],
+) -> Result<Vec<ValueId>> {
+    let Some(&first) = args.first() else {
+        return Err(Error::invalid(op.pos, "`stablehlo.map` needs an operand"));
+    };
+    let shape = value_type(body, first)?.shape;
+    if let Some(dims) = op.attr("dimensions").map(|(v, p)| match v {
+        AttrVal::Array(d) => Ok(d.clone()),
+        _ => Err(Error::invalid(
+            p,
+            "`dimensions` of `stablehlo.map` must be an array",
+        )),
+    }) {
+        let dims = dims?;
+        if dims != (0..shape.len() as i64).collect::<Vec<_>>() {
+            return Err(Error::unsupported(
+                op.pos,
+                "`stablehlo.map` over some of the dimensions",
+            ));
+        }
+    }
+    apply_elementwise(body, op, region, args, &shape)
+}
+
+/// Applies `region`, a function of scalars made of elementwise ops and scalar constants, to
+/// `args` of shape `shape`: each of its instructions is added at that shape (constants
+/// broadcast to it). Returns the values standing for its outputs.
+pub fn apply_elementwise(
+    body: &mut Body,
+    op: &OpAst,
+    region: &kiln_ir::Func,
+    args: &[ValueId],
+    shape: &[usize],
+) -> Result<Vec<ValueId>> {
+    if region.params.len() != args.len() {
+        return Err(Error::invalid(
+            op.pos,
+            format!(
+                "the body of `{}` takes {} arguments, {} given",
+                op.name,
+                region.params.len(),
+                args.len()
+            ),
+        ));
+    }
+    let l = loc(op.pos);
+    let err = |e: kiln_ir::VerifyError| {
+        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
+    };
+    let mut vals: Vec<Option<ValueId>> = vec![None; region.values.len()];
+    for (&p, &a) in region.params.iter().zip(args) {
+        vals[p.index()] = Some(a);
+    }
+    let get = |vals: &[Option<ValueId>], v: ValueId| {
+        vals[v.index()].ok_or_else(|| Error::invalid(op.pos, "internal: map body order"))
+    };
+    for inst in &region.insts {
+        let full: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|r| TensorType::new(region.values[r.index()].dtype, shape.to_vec()))
+            .collect();
+        let results = match &inst.op {
+            Op::Constant { value } if value.ty().rank() == 0 => {
+                let c = body
+                    .b
+                    .push_at(
+                        inst.op.clone(),
+                        &[],
+                        Some(std::slice::from_ref(value.ty())),
+                        l,
+                    )
+                    .map_err(err)?;
+                let kop = Op::BroadcastInDim {
+                    broadcast_dimensions: vec![],
+                };
+                body.b.push_at(kop, &c, Some(&full), l).map_err(err)?
+            }
+            k if k.props().contains(kiln_ir::Props::ELEMENTWISE) => {
+                let operands = inst
+                    .operands
+                    .iter()
+                    .map(|&o| get(&vals, o))
+                    .collect::<Result<Vec<_>>>()?;
+                body.b
+                    .push_at(inst.op.clone(), &operands, Some(&full), l)
+                    .map_err(err)?
+            }
+            k => {
+                return Err(Error::unsupported(
+                    op.pos,
+                    format!(
+                        "`{}` in the body of `{}` (only elementwise ops and scalar constants)",
+                        k.mnemonic(),
+                        op.name
+                    ),
+                ));
+            }
+        };
+        for (r, v) in inst.results.iter().zip(results) {
+            vals[r.index()] = Some(v);
+        }
+    }
+    region.outputs.iter().map(|&o| get(&vals, o)).collect()
+}

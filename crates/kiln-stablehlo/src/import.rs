@@ -1,0 +1,709 @@
+//! From the syntax tree to kiln IR: functions, value scopes, `func.call` (inlined), and the
+//! regions of control flow (`while`, `if`, `case`, `sort`), which become kiln functions.
+//! The op-by-op mapping is in [`crate::ops`].
+//!
+//! StableHLO regions may use values of the enclosing function (implicit captures); kiln's
+//! regions take everything as parameters. So the importer passes each captured value in:
+//! as an extra loop carry (returned unchanged by the body) for `while`, as an extra operand
+//! for `case`/`if`.
+
+use crate::ast::{Block, FuncAst, ModuleAst, Name, OpAst, Sig};
+use crate::checks::{Check, FuncChecks};
+use crate::error::{Error, Pos, Result};
+use crate::literal::type_name;
+use kiln_ir::{Builder, Func, Literal, Loc, Module, Op, TensorType, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// The deepest chain of `func.call`s (and composite decompositions) the importer inlines.
+pub const MAX_CALL_DEPTH: usize = 64;
+
+/// The `file` of the [`Loc`] each imported instruction carries.
+pub const LOC_FILE: &str = "<stablehlo>";
+
+/// A function being built: the builder, the constant values known so far (for the ops that
+/// need a constant operand) and the checks recorded.
+pub struct Body {
+    /// The builder.
+    pub b: Builder,
+    /// Values defined by constants.
+    pub consts: HashMap<ValueId, Literal>,
+    /// Checks (`check.*` ops) recorded, with the values they check.
+    pub checks: Vec<(Check, Vec<ValueId>)>,
+    /// Whether `check.*` ops are allowed here.
+    pub allow_checks: bool,
+}
+
+/// The value names in scope: one map per function or inlined call.
+pub type Names = HashMap<String, ValueId>;
+
+/// The importer of one module.
+pub struct Importer<'m> {
+    funcs: HashMap<&'m str, &'m FuncAst>,
+    depth: usize,
+    with_checks: bool,
+}
+
+/// A kiln [`Loc`] for a position in the input.
+pub fn loc(pos: Pos) -> Loc {
+    Loc {
+        file: LOC_FILE,
+        line: pos.line,
+        column: pos.column,
+    }
+}
+
+/// Imports a parsed module; with `with_checks`, `check.*` ops become extra outputs of their
+/// function, described in the returned [`FuncChecks`].
+pub fn import_module(m: &ModuleAst, with_checks: bool) -> Result<(Module, Vec<FuncChecks>)> {
+    let mut funcs = HashMap::new();
+    for f in &m.funcs {
+        if funcs.insert(f.name.as_str(), f).is_some() {
+            return Err(Error::invalid(
+                f.pos,
+                format!("function @{} is defined twice", f.name),
+            ));
+        }
+    }
+    let mut imp = Importer {
+        funcs,
+        depth: 0,
+        with_checks,
+    };
+    let mut module = Module::default();
+    let mut all_checks = Vec::new();
+    for f in &m.funcs {
+        let (func, checks) = imp.func(f)?;
+        all_checks.push(checks);
+        module.funcs.push(func);
+    }
+    Ok((module, all_checks))
+}
+
+impl<'m> Importer<'m> {
+    /// Imports one function.
+    fn func(&mut self, f: &FuncAst) -> Result<(Func, FuncChecks)> {
+        let mut body = Body {
+            b: Builder::new(&f.name),
+            consts: HashMap::new(),
+            checks: Vec::new(),
+            allow_checks: self.with_checks,
+        };
+        let mut names = Names::new();
+        for (n, t) in &f.body.args {
+            let v = body.b.param(t.clone());
+            define(&mut names, n, v)?;
+        }
+        let (outs, ret_pos) =
+            self.block(&mut body, &mut names, &f.body.ops, f.pos, "func.return")?;
+        check_types(&body, &outs, &f.results, ret_pos, &format!("@{}", f.name))?;
+        let mut outputs = outs.clone();
+        let mut checks = Vec::new();
+        for (c, vals) in std::mem::take(&mut body.checks) {
+            let first = outputs.len();
+            outputs.extend(&vals);
+            checks.push(c.at_outputs(first..first + vals.len()));
+        }
+        let func = body
+            .b
+            .finish(&outputs)
+            .map_err(|e| Error::invalid(f.pos, e.diag.message))?;
+        Ok((
+            func,
+            FuncChecks {
+                func: f.name.clone(),
+                outputs: outs.len(),
+                checks,
+            },
+        ))
+    }
+
+    /// Imports the ops of a block; the last must be `terminator`, whose operands are
+    /// returned with its position.
+    pub fn block(
+        &mut self,
+        body: &mut Body,
+        names: &mut Names,
+        ops: &[OpAst],
+        pos: Pos,
+        terminator: &str,
+    ) -> Result<(Vec<ValueId>, Pos)> {
+        let Some((last, rest)) = ops.split_last() else {
+            return Err(Error::invalid(
+                pos,
+                format!("a block without `{terminator}`"),
+            ));
+        };
+        for op in rest {
+            if is_terminator(&op.name) {
+                return Err(Error::invalid(
+                    op.pos,
+                    format!("`{}` before the end of its block", op.name),
+                ));
+            }
+            self.op(body, names, op)?;
+        }
+        if last.name != terminator {
+            return Err(Error::invalid(
+                last.pos,
+                format!("a block must end with `{terminator}`, not `{}`", last.name),
+            ));
+        }
+        let vals = operands(names, last)?;
+        if let Sig::List(ts) | Sig::Func(ts, _) = &last.sig {
+            check_types(body, &vals, ts, last.pos, &format!("`{terminator}`"))?;
+        }
+        Ok((vals, last.pos))
+    }
+
+    /// Imports one op (anything but a terminator).
+    fn op(&mut self, body: &mut Body, names: &mut Names, op: &OpAst) -> Result<()> {
+        let args = operands(names, op)?;
+        if let Sig::Func(ins, _) = &op.sig {
+            check_types(
+                body,
+                &args,
+                ins,
+                op.pos,
+                &format!("the operands of `{}`", op.name),
+            )?;
+        }
+        let results = match op.name.as_str() {
+            "func.call" => self.call(body, op, &args)?,
+            "stablehlo.composite" => self.composite(body, op, &args)?,
+            "stablehlo.while" => self.while_op(body, names, op, &args)?,
+            "stablehlo.if" => self.if_op(body, names, op, &args)?,
+            "stablehlo.case" => self.case_op(body, names, op, &args)?,
+            "stablehlo.sort" => self.sort_op(body, op, &args)?,
+            "stablehlo.map" => self.map_op(body, op, &args)?,
+            "chlo.scan" => self.scan_op(body, op, &args)?,
+            "stablehlo.reduce" if !crate::ops::has_combiner(op, &args) => {
+                self.reduce_op(body, op, &args)?
+            }
+            n if n.starts_with("check.") => crate::checks::record(body, op, &args)?,
+            _ => crate::ops::map_op(body, op, &args)?,
+        };
+        bind_results(names, op, &results)
+    }
+
+    /// Inlines `func.call @f(args)`.
+    fn call(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+        let Some((crate::ast::AttrVal::Symbol(callee), _)) = op.attr("callee") else {
+            return Err(Error::syntax(op.pos, "`func.call` needs a callee"));
+        };
+        self.inline(body, op, callee, args)
+    }
+
+    /// Inlines a composite's decomposition.
+    fn composite(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+        let Some((crate::ast::AttrVal::Symbol(callee), _)) = op.attr("decomposition") else {
+            return Err(Error::syntax(
+                op.pos,
+                "`stablehlo.composite` needs a `decomposition`",
+            ));
+        };
+        self.inline(body, op, callee, args)
+    }
+
+    /// Imports the body of the function `callee` in place, its parameters bound to `args`.
+    fn inline(
+        &mut self,
+        body: &mut Body,
+        op: &OpAst,
+        callee: &str,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        let Some(&f) = self.funcs.get(callee) else {
+            return Err(Error::invalid(
+                op.pos,
+                format!("`{}` calls @{callee}, which is not defined", op.name),
+            ));
+        };
+        if self.depth >= MAX_CALL_DEPTH {
+            return Err(Error::unsupported(
+                op.pos,
+                format!("calls nested more than {MAX_CALL_DEPTH} deep (recursion?) at @{callee}"),
+            ));
+        }
+        if f.body.args.len() != args.len() {
+            return Err(Error::invalid(
+                op.pos,
+                format!(
+                    "@{callee} takes {} arguments, {} given",
+                    f.body.args.len(),
+                    args.len()
+                ),
+            ));
+        }
+        let tys: Vec<TensorType> = f.body.args.iter().map(|(_, t)| t.clone()).collect();
+        check_types(
+            body,
+            args,
+            &tys,
+            op.pos,
+            &format!("the arguments of @{callee}"),
+        )?;
+        let mut names = Names::new();
+        for ((n, _), &v) in f.body.args.iter().zip(args) {
+            define(&mut names, n, v)?;
+        }
+        self.depth += 1;
+        let r = self.block(body, &mut names, &f.body.ops, f.pos, "func.return");
+        self.depth -= 1;
+        let (outs, pos) = r?;
+        check_types(body, &outs, &f.results, pos, &format!("@{callee}"))?;
+        Ok(outs)
+    }
+
+    /// Builds a kiln function from a region: parameters are the block arguments, then the
+    /// captured outer values `captured` (name, outer value); `extra_outputs` appends the
+    /// captured parameters to what the region returns (a loop body passes them on).
+    fn region(
+        &mut self,
+        outer: &Body,
+        name: &str,
+        block: &Block,
+        pos: Pos,
+        captured: &[(String, ValueId)],
+        extra_outputs: bool,
+    ) -> Result<Func> {
+        let mut body = Body {
+            b: Builder::new(name),
+            consts: HashMap::new(),
+            checks: Vec::new(),
+            allow_checks: false,
+        };
+        let mut names = Names::new();
+        for (n, t) in &block.args {
+            let v = body.b.param(t.clone());
+            define(&mut names, n, v)?;
+        }
+        let mut cap_params = Vec::new();
+        for (n, outer_v) in captured {
+            let t = value_type(outer, *outer_v)?;
+            let v = body.b.param(t);
+            if let Some(l) = outer.consts.get(outer_v) {
+                body.consts.insert(v, l.clone());
+            }
+            names.insert(n.clone(), v);
+            cap_params.push(v);
+        }
+        let (mut outs, _) =
+            self.block(&mut body, &mut names, &block.ops, pos, "stablehlo.return")?;
+        if extra_outputs {
+            outs.extend(cap_params);
+        }
+        body.b
+            .finish(&outs)
+            .map_err(|e| Error::invalid(pos, e.diag.message))
+    }
+
+    /// `while`: captured values become extra carries.
+    fn while_op(
+        &mut self,
+        body: &mut Body,
+        names: &Names,
+        op: &OpAst,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        let [cond, step] = &op.regions[..] else {
+            return Err(Error::invalid(
+                op.pos,
+                format!("`stablehlo.while` has 2 regions, not {}", op.regions.len()),
+            ));
+        };
+        for r in [cond, step] {
+            if r.args.len() != args.len() {
+                return Err(Error::invalid(
+                    op.pos,
+                    format!(
+                        "a `stablehlo.while` region takes {} arguments for {} operands",
+                        r.args.len(),
+                        args.len()
+                    ),
+                ));
+            }
+        }
+        let captured = captures(names, &[cond, step], op.pos)?;
+        let c = self.region(body, "cond", cond, op.pos, &captured, false)?;
+        let s = self.region(body, "body", step, op.pos, &captured, true)?;
+        let mut carries = args.to_vec();
+        carries.extend(captured.iter().map(|(_, v)| *v));
+        let mut out = push(
+            body,
+            op,
+            Op::While {
+                cond: Box::new(c),
+                body: Box::new(s),
+            },
+            &carries,
+            None,
+        )?;
+        out.truncate(args.len());
+        Ok(out)
+    }
+
+    /// `case`: captured values become extra operands of every branch.
+    fn case_op(
+        &mut self,
+        body: &mut Body,
+        names: &Names,
+        op: &OpAst,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        let [index] = args else {
+            return Err(Error::invalid(
+                op.pos,
+                "`stablehlo.case` takes one operand, the branch index",
+            ));
+        };
+        self.branches(body, names, op, *index)
+    }
+
+    /// `if`: the predicate picks branch 0 (true) or 1 (false) of a kiln `case`.
+    fn if_op(
+        &mut self,
+        body: &mut Body,
+        names: &Names,
+        op: &OpAst,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        let [pred] = args else {
+            return Err(Error::invalid(
+                op.pos,
+                "`stablehlo.if` takes one operand, the predicate",
+            ));
+        };
+        let l = loc(op.pos);
+        let err = |e: kiln_ir::VerifyError| {
+            Error::invalid(op.pos, format!("`stablehlo.if`: {}", e.diag.message))
+        };
+        let i32s = TensorType::scalar(kiln_ir::DType::I32);
+        let c = |x: i32| Op::Constant {
+            value: Literal::i32([], vec![x])
+                .unwrap_or_else(|_| Literal::zeros(TensorType::scalar(kiln_ir::DType::I32))),
+        };
+        let zero = body
+            .b
+            .push_at(c(0), &[], Some(std::slice::from_ref(&i32s)), l)
+            .map_err(err)?[0];
+        let one = body
+            .b
+            .push_at(c(1), &[], Some(std::slice::from_ref(&i32s)), l)
+            .map_err(err)?[0];
+        let index = body
+            .b
+            .push_at(Op::Select {}, &[*pred, zero, one], None, l)
+            .map_err(err)?[0];
+        self.branches(body, names, op, index)
+    }
+
+    /// A kiln `case` over the op's regions, on `index`.
+    fn branches(
+        &mut self,
+        body: &mut Body,
+        names: &Names,
+        op: &OpAst,
+        index: ValueId,
+    ) -> Result<Vec<ValueId>> {
+        let regions: Vec<&Block> = op.regions.iter().collect();
+        if regions.is_empty() {
+            return Err(Error::invalid(
+                op.pos,
+                format!("`{}` needs at least one branch", op.name),
+            ));
+        }
+        if let Some(r) = regions.iter().find(|r| !r.args.is_empty()) {
+            return Err(Error::invalid(
+                op.pos,
+                format!(
+                    "a `{}` branch takes no arguments, this one takes {}",
+                    op.name,
+                    r.args.len()
+                ),
+            ));
+        }
+        let captured = captures(names, &regions, op.pos)?;
+        let mut branches = Vec::new();
+        for (i, r) in regions.iter().enumerate() {
+            branches.push(self.region(body, &format!("branch{i}"), r, op.pos, &captured, false)?);
+        }
+        let mut operands = vec![index];
+        operands.extend(captured.iter().map(|(_, v)| *v));
+        let declared = result_types(op);
+        push(
+            body,
+            op,
+            Op::Case { branches },
+            &operands,
+            declared.as_deref(),
+        )
+    }
+
+    /// `map`: the body becomes a kiln function of scalars, applied at the operands' shape.
+    fn map_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+        let [region] = &op.regions[..] else {
+            return Err(Error::invalid(op.pos, "`stablehlo.map` has one region"));
+        };
+        if let Err(e) = captures(&Names::new(), &[region], op.pos) {
+            return Err(Error::unsupported(
+                e.pos,
+                format!("a map body that uses an outer value ({})", e.message),
+            ));
+        }
+        let f = self.region(body, "map", region, op.pos, &[], false)?;
+        crate::decompose::map(body, op, &f, args)
+    }
+
+    /// `chlo.scan`: the body becomes a kiln function, unrolled over the scanned dimension.
+    fn scan_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+        let [region] = &op.regions[..] else {
+            return Err(Error::invalid(op.pos, "`chlo.scan` has one region"));
+        };
+        if let Err(e) = captures(&Names::new(), &[region], op.pos) {
+            return Err(Error::unsupported(
+                e.pos,
+                format!("a scan body that uses an outer value ({})", e.message),
+            ));
+        }
+        let f = self.region(body, "scan", region, op.pos, &[], false)?;
+        crate::decompose::scan(body, op, &f, args)
+    }
+
+    /// `reduce` whose body is no named combiner, or of several inputs.
+    fn reduce_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+        let [region] = &op.regions[..] else {
+            return Err(Error::invalid(op.pos, "`stablehlo.reduce` has one region"));
+        };
+        if let Err(e) = captures(&Names::new(), &[region], op.pos) {
+            return Err(Error::unsupported(
+                e.pos,
+                format!("a reduce body that uses an outer value ({})", e.message),
+            ));
+        }
+        let dims = crate::ops::need_ints(op, &["dimensions"])?;
+        let f = self.region(body, "reducer", region, op.pos, &[], false)?;
+        crate::reduce::reduce_tree(body, op, &f, args, &dims)
+    }
+
+    /// `sort`: the comparator becomes a kiln function of scalars.
+    fn sort_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+        let [cmp] = &op.regions[..] else {
+            return Err(Error::invalid(
+                op.pos,
+                "`stablehlo.sort` has one region, the comparator",
+            ));
+        };
+        if args.is_empty() {
+            return Err(Error::invalid(
+                op.pos,
+                "`stablehlo.sort` needs at least one operand",
+            ));
+        }
+        if cmp.args.len() != 2 * args.len() {
+            return Err(Error::invalid(
+                op.pos,
+                format!(
+                    "the comparator of `stablehlo.sort` takes {} arguments for {} operands",
+                    cmp.args.len(),
+                    args.len()
+                ),
+            ));
+        }
+        let rank = value_type(body, args[0])?.rank() as i64;
+        let mut dimension = crate::ops::int_attr(op, &["dimension"])?.unwrap_or(-1);
+        if dimension < 0 {
+            dimension += rank;
+        }
+        let is_stable = match op.attr("is_stable") {
+            Some((crate::ast::AttrVal::Bool(b), _)) => *b,
+            Some((_, p)) => return Err(Error::invalid(p, "`is_stable` must be `true` or `false`")),
+            None => false,
+        };
+        if let Err(e) = captures(&Names::new(), &[cmp], op.pos) {
+            return Err(Error::unsupported(
+                e.pos,
+                format!("a sort comparator that uses an outer value ({})", e.message),
+            ));
+        }
+        let comparator = Box::new(self.region(body, "comparator", cmp, op.pos, &[], false)?);
+        let declared = result_types(op);
+        push(
+            body,
+            op,
+            Op::Sort {
+                dimension,
+                is_stable,
+                comparator,
+            },
+            args,
+            declared.as_deref(),
+        )
+    }
+}
+
+/// Whether `name` ends a block.
+fn is_terminator(name: &str) -> bool {
+    matches!(name, "func.return" | "stablehlo.return")
+}
+
+/// Defines a value name, refusing a second definition.
+pub fn define(names: &mut Names, n: &Name, v: ValueId) -> Result<()> {
+    if names.insert(n.name.clone(), v).is_some() {
+        return Err(Error::invalid(
+            n.pos,
+            format!("value %{} is defined twice", n.name),
+        ));
+    }
+    Ok(())
+}
+
+/// Binds an op's result names to the values built for it.
+fn bind_results(names: &mut Names, op: &OpAst, vals: &[ValueId]) -> Result<()> {
+    if op.results.len() != vals.len() {
+        return Err(Error::invalid(
+            op.pos,
+            format!(
+                "`{}` defines {} values, but {} are named",
+                op.name,
+                vals.len(),
+                op.results.len()
+            ),
+        ));
+    }
+    for (n, &v) in op.results.iter().zip(vals) {
+        define(names, n, v)?;
+    }
+    Ok(())
+}
+
+/// Looks up a value name (`%x#0` also finds a single-result `%x`).
+fn lookup(names: &Names, n: &Name) -> Result<ValueId> {
+    if let Some(&v) = names.get(&n.name) {
+        return Ok(v);
+    }
+    if let Some(base) = n.name.strip_suffix("#0")
+        && let Some(&v) = names.get(base)
+    {
+        return Ok(v);
+    }
+    Err(Error::invalid(
+        n.pos,
+        format!("value %{} is not defined", n.name),
+    ))
+}
+
+/// The values an op uses.
+fn operands(names: &Names, op: &OpAst) -> Result<Vec<ValueId>> {
+    op.operands.iter().map(|n| lookup(names, n)).collect()
+}
+
+/// The type of a value built so far.
+pub fn value_type(body: &Body, v: ValueId) -> Result<TensorType> {
+    body.b
+        .ty(v)
+        .cloned()
+        .ok_or_else(|| Error::invalid(Pos::default(), format!("internal: value {v} has no type")))
+}
+
+/// Checks that `vals` have the types `tys` (count and each type).
+fn check_types(
+    body: &Body,
+    vals: &[ValueId],
+    tys: &[TensorType],
+    pos: Pos,
+    what: &str,
+) -> Result<()> {
+    if vals.len() != tys.len() {
+        return Err(Error::invalid(
+            pos,
+            format!(
+                "{what}: {} values where the signature has {} types",
+                vals.len(),
+                tys.len()
+            ),
+        ));
+    }
+    for (i, (&v, t)) in vals.iter().zip(tys).enumerate() {
+        let vt = value_type(body, v)?;
+        if vt != *t {
+            return Err(Error::invalid(
+                pos,
+                format!(
+                    "{what}: value #{i} has type {}, the signature says {}",
+                    type_name(&vt),
+                    type_name(t)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The result types an op's signature declares: all of a function type's results, or the
+/// list's types when there is one per result, or its last type for a single result.
+pub fn result_types(op: &OpAst) -> Option<Vec<TensorType>> {
+    match &op.sig {
+        Sig::Func(_, outs) => Some(outs.clone()),
+        Sig::List(ts) if ts.len() == op.results.len() => Some(ts.clone()),
+        Sig::List(ts) if op.results.len() == 1 => ts.last().map(|t| vec![t.clone()]),
+        _ => None,
+    }
+}
+
+/// Adds a kiln instruction for `op`, turning a type error into a located one.
+pub fn push(
+    body: &mut Body,
+    op: &OpAst,
+    kop: Op,
+    operands: &[ValueId],
+    declared: Option<&[TensorType]>,
+) -> Result<Vec<ValueId>> {
+    body.b
+        .push_at(kop, operands, declared, loc(op.pos))
+        .map_err(|e| {
+            Error::invalid(
+                op.pos,
+                format!("`{}`: {} ({})", op.name, e.diag.message, e.diag.label),
+            )
+        })
+}
+
+/// The outer values that `regions` use without defining them, in order of first use.
+fn captures(names: &Names, regions: &[&Block], pos: Pos) -> Result<Vec<(String, ValueId)>> {
+    let mut defined = HashSet::new();
+    let mut used = Vec::new();
+    for r in regions {
+        collect(r, &mut defined, &mut used);
+    }
+    let mut out: Vec<(String, ValueId)> = Vec::new();
+    for n in used {
+        if defined.contains(&n.name) || out.iter().any(|(m, _)| *m == n.name) {
+            continue;
+        }
+        let v = lookup(names, &n).map_err(|e| Error {
+            pos: if e.pos == Pos::default() { pos } else { e.pos },
+            ..e
+        })?;
+        out.push((n.name.clone(), v));
+    }
+    Ok(out)
+}
+
+/// The names a block tree defines and uses.
+fn collect(b: &Block, defined: &mut HashSet<String>, used: &mut Vec<Name>) {
+    for (n, _) in &b.args {
+        defined.insert(n.name.clone());
+    }
+    for op in &b.ops {
+        used.extend(op.operands.iter().cloned());
+        for r in &op.results {
+            defined.insert(r.name.clone());
+            if let Some(base) = r.name.strip_suffix("#0") {
+                defined.insert(base.to_string());
+            }
+        }
+        for r in &op.regions {
+            collect(r, defined, used);
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Types: `tensor<2x3xf32>`, `tensor<i1>`, and the element types kiln has.
+//!
+//! | StableHLO | kiln |
+//! |---|---|
+//! | `i1` | `pred` |
+//! | `i8`, `i32`, `i64` | `i8`, `i32`, `i64` |
+//! | `ui8`, `ui32` | `u8`, `u32` |
+//! | `f16`, `bf16`, `f32`, `f64` | the same |
+//!
+//! Every other element type (`i2`, `i4`, `i16`, `ui64`, fp8 formats, `complex<...>`), tuples,
+//! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.
+
+use crate::error::{Error, Pos, Result, quote};
+use crate::lexer::Tok;
+use crate::parser::Cursor;
+use kiln_ir::{DType, TensorType};
+
+/// The kiln dtype of a StableHLO element type name; `Err` says why there is none.
+pub fn dtype(name: &str, pos: Pos) -> Result<DType> {
+    Ok(match name {
+        "i1" => DType::Pred,
+        "i8" => DType::I8,
+        "i32" => DType::I32,
+        "i64" => DType::I64,
+        "ui8" => DType::U8,
+        "ui32" => DType::U32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        "f32" => DType::F32,
+        "f64" => DType::F64,
+        _ if is_known_element(name) => {
+            return Err(Error::unsupported(
+                pos,
+                format!(
+                    "element type {} (kiln has i1, i8, i32, i64, ui8, ui32, f16, bf16, f32, f64)",
+                    quote(name)
+                ),
+            ));
+        }
+        _ => {
+            return Err(Error::syntax(
+                pos,
+                format!("unknown element type {}", quote(name)),
+            ));
+        }
+    })
+}
+
+/// The StableHLO element type name of a kiln dtype (the inverse of [`dtype`]).
+pub fn element_name(d: DType) -> &'static str {
+    match d {
+        DType::Pred => "i1",
+        DType::I8 => "i8",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::U8 => "ui8",
+        DType::U32 => "ui32",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+    }
+}
+
+/// Element types MLIR has and kiln does not.
+fn is_known_element(name: &str) -> bool {
+    let int = |p: &str| {
+        name.strip_prefix(p)
+            .is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
+    };
+    int("i")
+        || int("ui")
+        || int("si")
+        || name.starts_with("f8E")
+        || name.starts_with("f6E")
+        || name.starts_with("f4E")
+        || matches!(name, "tf32" | "index" | "complex" | "none")
+}
+
+impl Cursor<'_> {
+    /// Parses a tensor type.
+    pub fn tensor_type(&mut self) -> Result<TensorType> {
+        let pos = self.pos();
+        match *self.peek() {
+            Tok::Ident("tensor") => {}
+            Tok::Ident(w @ ("tuple" | "complex")) => {
+                return Err(Error::unsupported(pos, format!("{w} types")));
+            }
+            Tok::Bang(w) => {
+                return Err(Error::unsupported(
+                    pos,
+                    format!("the type {}", quote(&format!("!{w}"))),
+                ));
+            }
+            Tok::Ident(w) => {
+                // A scalar written without `tensor<>` (kiln values are tensors).
+                dtype(w, pos)?;
+                return Err(Error::unsupported(
+                    pos,
+                    format!(
+                        "the non-tensor type {} (StableHLO values are tensors)",
+                        quote(w)
+                    ),
+                ));
+            }
+            _ => return self.expected("a type such as `tensor<2x3xf32>`"),
+        }
+        self.bump();
+        self.expect("<")?;
+        let mut shape = Vec::new();
+        let epos = self.pos();
+        let elem = match *self.peek() {
+            Tok::Ident(w) => w,
+            Tok::Number(s) => {
+                // `2x3xf32`: leading `<digits>x` groups are dimensions, the rest the element
+                // type (which may itself hold an `x`, as in `complex`).
+                let mut rest = s;
+                while let Some(i) = rest.find('x') {
+                    let d = &rest[..i];
+                    if d.is_empty() || !d.bytes().all(|b| b.is_ascii_digit()) {
+                        break;
+                    }
+                    match d.parse::<usize>() {
+                        Ok(n) if n as u64 <= kiln_ir::MAX_SIZE => shape.push(n),
+                        _ => {
+                            return Err(Error::invalid(
+                                epos,
+                                format!("bad dimension size {} in {}", quote(d), quote(s)),
+                            ));
+                        }
+                    }
+                    rest = &rest[i + 1..];
+                }
+                let elem = rest;
+                if elem.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
+                    return Err(Error::invalid(epos, format!("bad shape {}", quote(s))));
+                }
+                if elem.is_empty() {
+                    self.bump();
+                    return match self.peek() {
+                        Tok::Punct("?") => {
+                            Err(Error::unsupported(self.pos(), "dynamic dimensions (`?`)"))
+                        }
+                        Tok::Ident(w @ ("complex" | "tuple")) => Err(Error::unsupported(
+                            self.pos(),
+                            format!("element type {w}<...>"),
+                        )),
+                        Tok::Bang(w) => Err(Error::unsupported(
+                            self.pos(),
+                            format!("element type {}", quote(&format!("!{w}"))),
+                        )),
+                        _ => self.expected("an element type"),
+                    };
+                }
+                elem
+            }
+            Tok::Punct("?") => return Err(Error::unsupported(epos, "dynamic dimensions (`?`)")),
+            Tok::Punct("*") => return Err(Error::unsupported(epos, "unranked tensors")),
+            Tok::Bang(w) => {
+                return Err(Error::unsupported(
+                    epos,
+                    format!("element type {}", quote(&format!("!{w}"))),
+                ));
+            }
+            _ => return self.expected("a shape and element type"),
+        };
+        if elem == "complex" {
+            return Err(Error::unsupported(epos, "element type complex<...>"));
+        }
+        let dt = dtype(elem, epos)?;
+        self.bump();
+        if self.is(",") {
+            return Err(Error::unsupported(
+                self.pos(),
+                "tensor encodings (bounds, sparsity)",
+            ));
+        }
+        self.expect(">")?;
+        let ty = TensorType::new(dt, shape);
+        ty.check_size().map_err(|e| Error::invalid(pos, e))?;
+        Ok(ty)
+    }
+}

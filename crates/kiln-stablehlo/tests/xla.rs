@@ -1,0 +1,182 @@
+//! The XLA check: every spec example and 250 random programs, exported with
+//! `kiln_stablehlo::to_text`, run through XLA (CPU, by JAX, in `tests/xla_run.py`) and
+//! compared with kiln's reference interpreter under the backends' accuracy bounds
+//! (`kiln_reference::accuracy::check_outputs`).
+//!
+//! It needs a Python with `jax`, named by `KILN_JAX_PYTHON` (`cargo xtask test` installs one
+//! into `~/.cache/kiln/jax-venv` and sets it); without it the test says so and checks nothing.
+
+mod common;
+mod npy;
+
+use kiln_ir::{Literal, Module};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// How many random programs XLA runs.
+const RANDOM_PROGRAMS: u64 = 250;
+
+/// Programs where XLA is known to differ from kiln, each with the reason. Each must still
+/// differ (the test fails when one agrees, so the list cannot go stale).
+const KNOWN: &[(&str, &str)] = &[
+    (
+        "reduce_window example 2",
+        "base dilation: XLA leaves the holes out of each window; StableHLO's spec and kiln fill them with the init value (here not the identity)",
+    ),
+    (
+        "reduce_precision example 3",
+        "mantissa_bits = 0: a NaN stays NaN on XLA; kiln's spec makes it infinity (no mantissa bit is left to mark a NaN)",
+    ),
+    (
+        "random seed 99",
+        "XLA's CPU flushes f64 subnormals to zero; kiln keeps them",
+    ),
+];
+
+/// XLA's refusal of a live `rng_bit_generator` (a dead one it removes before it looks).
+const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
+
+/// Why XLA refusing or disagreeing with this program is known: a listed program, or XLA
+/// refusing kiln's `rng_bit_generator` state.
+fn known(name: &str, problem: &str) -> Option<&'static str> {
+    if problem.contains(RNG_REFUSAL) && problem.contains("u64") {
+        return Some(
+            "rng_bit_generator: XLA's THREE_FRY takes a u64[2] state, kiln's is u32[4] (kiln has no u64)",
+        );
+    }
+    KNOWN.iter().find(|(n, _)| *n == name).map(|(_, why)| *why)
+}
+
+/// One program as written for `xla_run.py`.
+struct Written {
+    name: String,
+    dir: PathBuf,
+    module: Module,
+    args: Vec<Literal>,
+}
+
+/// Writes `model.mlir`, `in*.npy` and `dtypes.txt` of one program under `dir`.
+fn write_program(dir: &Path, m: &Module, args: &[Literal]) -> Result<(), String> {
+    let text = kiln_stablehlo::to_text(m).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("model.mlir"), text).map_err(|e| e.to_string())?;
+    let mut dtypes = String::new();
+    for (i, a) in args.iter().enumerate() {
+        std::fs::write(dir.join(format!("in{i}.npy")), npy::write(a)).map_err(|e| e.to_string())?;
+        dtypes += &format!("{}\n", a.dtype());
+    }
+    std::fs::write(dir.join("dtypes.txt"), dtypes).map_err(|e| e.to_string())
+}
+
+/// XLA's outputs of one program, or why there are none.
+fn read_outputs(p: &Written) -> Result<Vec<Literal>, String> {
+    if let Ok(e) = std::fs::read_to_string(p.dir.join("error.txt")) {
+        return Err(format!("XLA failed:\n{e}"));
+    }
+    let f = p.module.entry().ok_or("no function")?;
+    f.output_types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let path = p.dir.join(format!("out{i}.npy"));
+            let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            npy::read(&bytes, t).map_err(|e| format!("output {i}: {e}"))
+        })
+        .collect()
+}
+
+#[test]
+fn xla_agrees_with_the_reference() {
+    let Some(python) = std::env::var_os("KILN_JAX_PYTHON") else {
+        println!(
+            "skipped: KILN_JAX_PYTHON is not set (a Python with jax; `cargo xtask test` installs one and sets it)"
+        );
+        return;
+    };
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xla-check");
+    let _ = std::fs::remove_dir_all(&root);
+    let mut programs: Vec<(String, Module, Vec<Literal>)> = common::spec_examples();
+    programs.extend(
+        common::random_programs(RANDOM_PROGRAMS)
+            .into_iter()
+            .map(|(n, m, a, _)| (n, m, a)),
+    );
+    let mut written = Vec::new();
+    let mut failures = Vec::new();
+    for (k, (name, module, args)) in programs.into_iter().enumerate() {
+        let dir = root.join(format!("p{k}"));
+        match write_program(&dir, &module, &args) {
+            Ok(()) => written.push(Written {
+                name,
+                dir,
+                module,
+                args,
+            }),
+            Err(e) => failures.push(format!("{name}: export: {e}")),
+        }
+    }
+    let list: String = written
+        .iter()
+        .map(|w| {
+            format!(
+                "{}\n",
+                w.dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    std::fs::write(root.join("programs.txt"), list).expect("writable target dir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/xla_run.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&root)
+        .output()
+        .expect("KILN_JAX_PYTHON runs");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut ran, mut agreed, mut known_count) = (0, 0, 0);
+    for w in &written {
+        let f = w.module.entry().expect("an entry function");
+        let outcome = read_outputs(w).map(|got| {
+            ran += 1;
+            kiln_reference::accuracy::check_outputs(f, &w.args, &got)
+        });
+        let problem = match outcome {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("XLA disagrees: {e}")),
+            Err(e) => Some(e),
+        };
+        let listed = KNOWN.iter().find(|(n, _)| *n == w.name);
+        let why = problem.as_deref().and_then(|p| known(&w.name, p));
+        match (problem, why) {
+            (None, _) if listed.is_none() => agreed += 1,
+            (None, _) => failures.push(format!(
+                "{}: XLA now agrees; remove it from the known differences ({})",
+                w.name,
+                listed.map_or("", |l| l.1)
+            )),
+            (Some(_), Some(why)) => {
+                known_count += 1;
+                println!("known difference, {}: {why}", w.name);
+            }
+            (Some(p), None) => failures.push(format!(
+                "{}: {p}\n{}",
+                w.name,
+                kiln_ir::print_module(&w.module)
+            )),
+        }
+    }
+    println!(
+        "XLA ran {ran} of {} programs and agreed with the reference on {agreed}; {known_count} known differences",
+        written.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(ran >= 200, "XLA ran only {ran} programs");
+}

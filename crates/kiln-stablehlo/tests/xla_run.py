@@ -1,0 +1,63 @@
+"""Runs exported StableHLO programs through XLA (CPU) with JAX, for kiln's XLA check.
+
+Usage: xla_run.py DIR. DIR/programs.txt names one program directory per line; each holds
+`model.mlir`, its inputs `in0.npy`, `in1.npy`, ... and `dtypes.txt` (the kiln dtype of each
+input, one a line; bf16 arrays are stored as their uint16 bits). For each program this writes
+`out0.npy`, ... (bf16 outputs as uint16 bits), or `error.txt` when XLA refuses or fails it.
+One process runs them all: JAX starts slowly.
+"""
+
+import os
+import sys
+import traceback
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import ml_dtypes  # noqa: E402 (installed with jax)
+import numpy as np  # noqa: E402
+from jax._src import xla_bridge  # noqa: E402
+from jax._src.lib import xla_client as xc  # noqa: E402
+
+
+def run_one(backend, dev, d):
+    with open(os.path.join(d, "model.mlir")) as f:
+        text = f.read()
+    with open(os.path.join(d, "dtypes.txt")) as f:
+        dtypes = [l.strip() for l in f if l.strip()]
+    args = []
+    for i, dt in enumerate(dtypes):
+        a = np.load(os.path.join(d, f"in{i}.npy"))
+        if dt == "bf16":
+            a = a.view(ml_dtypes.bfloat16)
+        args.append(jax.device_put(a, dev))
+    exe = backend.compile_and_load(text, xc.DeviceList((dev,)), xc.CompileOptions())
+    outs = exe.execute(args)
+    for i, o in enumerate(outs):
+        a = np.asarray(o)
+        if a.dtype == ml_dtypes.bfloat16:
+            a = a.view(np.uint16)
+        np.save(os.path.join(d, f"out{i}.npy"), a)
+
+
+def main():
+    root = sys.argv[1]
+    backend = xla_bridge.get_backend("cpu")
+    dev = backend.devices()[0]
+    with open(os.path.join(root, "programs.txt")) as f:
+        dirs = [l.strip() for l in f if l.strip()]
+    failed = 0
+    for name in dirs:
+        d = os.path.join(root, name)
+        try:
+            run_one(backend, dev, d)
+        except Exception:
+            failed += 1
+            with open(os.path.join(d, "error.txt"), "w") as f:
+                f.write(traceback.format_exc(limit=2))
+    print(f"xla_run: {len(dirs) - failed} of {len(dirs)} programs ran on XLA {jax.__version__}")
+
+
+if __name__ == "__main__":
+    main()
