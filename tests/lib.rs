@@ -766,8 +766,11 @@ pub fn status_table() -> String {
          (`checked`: every example compiled as kernels and checked against the spec's results and the reference, \
          `compiled, unchecked`: every example compiled as kernels, some not checked, `interpreted`: some example \
          runs an instruction on the reference interpreter, `-`: no examples; from `ir-specs/coverage/cpu.txt`, \
-         which `cpu_coverage_is_fresh` writes from the examples' runs).\n\n\
-         | op | spec | verifier | reference | vjp | llvm |\n|---|---|---|---|---|---|\n",
+         which `cpu_coverage_is_fresh` writes from the examples' runs); the vmap batching rule (`yes`: \
+         the batch runs as one program for every combination of batched operands, `loop when ...`: \
+         except in that case, which runs once per example; every example is checked against a loop by \
+         `tests/vmap.rs`).\n\n\
+         | op | spec | verifier | reference | vjp | llvm | vmap |\n|---|---|---|---|---|---|---|\n",
     );
     let yes = |b: bool| if b { "yes" } else { "-" };
     let mut kinds: Vec<OpKind> = OpKind::ALL.to_vec();
@@ -784,8 +787,12 @@ pub fn status_table() -> String {
             kiln_autodiff::Coverage::NotDifferentiable => "n/a",
         };
         let llvm = cpu_column(&coverage, k.mnemonic());
+        let vmap = match kiln_autodiff::vmap::batching(k) {
+            kiln_autodiff::vmap::Batching::Whole => "yes".to_string(),
+            kiln_autodiff::vmap::Batching::LoopWhen(when) => format!("loop when {when}"),
+        };
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {vjp} | {llvm} |\n",
+            "| {} | {} | {} | {} | {vjp} | {llvm} | {vmap} |\n",
             k.mnemonic(),
             yes(spec.is_some()),
             yes(verifier),

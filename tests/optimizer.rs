@@ -96,6 +96,7 @@ fn optimized_random_programs_are_bit_identical() {
     for seed in 0..n {
         let cfg = Config {
             ops: 1 + (seed as usize % 30),
+            control: seed % 5 == 2,
             ..Config::default()
         };
         let f = random_func(&mut Rng::new(seed), &cfg);

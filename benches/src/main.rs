@@ -10,6 +10,7 @@
 //! allocations) runs in the process before a timing. Every workload is checked at the size it is timed at, the largest products
 //! and convolutions included (docs/reliability.md lists the seconds each check takes).
 
+use kiln::control::scan;
 use kiln::nn::{Mlp, cross_entropy};
 use kiln::optim::{Sgd, SgdState};
 use kiln::random::{key, normal, uniform};
@@ -392,6 +393,51 @@ fn sort(n: usize) -> Result<Timing, String> {
     })
 }
 
+/// One step of the scan rows' recurrence: `h' = tanh(h W + x)`, for `h` and `x` of
+/// `[16, 64]` and `W` of `[64, 64]`.
+fn rnn_step(w: &Tensor, h: &Tensor, x: &Tensor) -> Tensor {
+    h.matmul(w).add(x).tanh()
+}
+
+/// `scan_N`: `N` steps of [`rnn_step`] as one `scan` (a loop in the program, run by the host):
+/// what the loop costs over the same steps written out.
+fn scan_rnn(n: usize) -> Result<Timing, String> {
+    let w = &rand(&[64, 64], 21) * 0.125;
+    let xs = rand(&[n, 16, 64], 22);
+    let h0 = rand(&[16, 64], 23);
+    measure(
+        "scan",
+        |(w, xs, h0): &(Tensor, Tensor, Tensor)| {
+            scan(
+                |h: &Tensor, x: &Tensor| (rnn_step(w, h, x), ()),
+                h0.clone(),
+                xs,
+            )
+            .map(|(h, ())| h)
+            .unwrap_or_else(Tensor::failed)
+        },
+        &(w, xs, h0),
+    )
+}
+
+/// `scan_N_unrolled`: the same `N` steps written out in one straight-line program.
+fn scan_rnn_unrolled(n: usize) -> Result<Timing, String> {
+    let w = &rand(&[64, 64], 21) * 0.125;
+    let xs = rand(&[n, 16, 64], 22);
+    let h0 = rand(&[16, 64], 23);
+    measure(
+        "scan_unrolled",
+        |(w, xs, h0): &(Tensor, Tensor, Tensor)| {
+            let mut h = h0.clone();
+            for t in 0..xs.shape()[0] {
+                h = rnn_step(w, &h, &xs.index(t as isize));
+            }
+            h
+        },
+        &(w, xs, h0),
+    )
+}
+
 /// The chain of `n` elementwise steps of the compile_chain_* rows: step i is
 /// `x = sin(x) * 0.9` for even i and `x = tanh(x * 1.01 + 0.1)` for odd i; the loss is the sum.
 fn chain_loss(n: usize) -> impl Fn(&Tensor) -> Tensor + Copy {
@@ -572,6 +618,16 @@ const WORKLOADS: &[Workload] = &[
         name: "sort_16M",
         size: 16 << 20,
         run: sort,
+    },
+    Workload {
+        name: "scan_1000",
+        size: 1000,
+        run: scan_rnn,
+    },
+    Workload {
+        name: "scan_1000_unrolled",
+        size: 1000,
+        run: scan_rnn_unrolled,
     },
     Workload {
         name: "compile_chain_250",

@@ -1,6 +1,7 @@
 //! kiln's developer commands, run as `cargo xtask <command>`.
 //!
-//! - `test`: install missing toolchain packages, then fmt, clippy, doc, and every test.
+//! - `test`: install missing toolchain packages (and, in `~/.cache/kiln`, `ptxas` and a venv with
+//!   `jax` for the StableHLO export's XLA check), then fmt, clippy, doc, and every test.
 //! - `demo`: install missing toolchain packages, then train a model end to end.
 //! - `dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]...
 //!   [--fast-math] [--donate 0,1,...]`: print a stage of a `.kir` file (`egraph`: the saturated
@@ -166,6 +167,54 @@ fn ensure_ptxas() -> Option<PathBuf> {
     }
 }
 
+fn jax_venv() -> PathBuf {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    Path::new(&home).join(".cache/kiln/jax-venv")
+}
+
+/// Installs `jax` (CPU) from PyPI into a cache venv outside the checkout, for the StableHLO
+/// export's XLA check; returns its Python if `import jax` works there.
+fn ensure_jax() -> Option<PathBuf> {
+    let python = jax_venv().join("bin/python");
+    let works = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import jax, ml_dtypes"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if works(&python) {
+        return Some(python);
+    }
+    eprintln!("[xtask] installing jax into {}", jax_venv().display());
+    let venv = |c: &mut Command| {
+        c.args(["-m", "venv"])
+            .arg(jax_venv())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    if !venv(&mut Command::new("python3")) {
+        eprintln!("[xtask] python3-venv is missing; installing it");
+        let _ = run(&mut apt(&[
+            "install",
+            "-y",
+            "--no-install-recommends",
+            "python3-venv",
+        ]));
+        venv(&mut Command::new("python3"));
+    }
+    let _ = Command::new(&python)
+        .args(["-m", "pip", "install", "-q", "jax"])
+        .status();
+    if works(&python) {
+        Some(python)
+    } else {
+        eprintln!("[xtask] jax is unavailable");
+        None
+    }
+}
+
 fn test() -> Result {
     ensure_toolchain()?;
     // The PTX tests assemble what kiln emits; without ptxas they could only check text, so the
@@ -195,6 +244,11 @@ fn test() -> Result {
         .env("INSTA_UPDATE", "no")
         .env("KILN_CACHE_DIR", &cache);
     t.env("KILN_PTXAS", ptxas);
+    // The StableHLO export's XLA check runs the exported programs through XLA with JAX.
+    let jax = ensure_jax().ok_or(
+        "jax could not be installed (see above); the StableHLO export's XLA check needs it",
+    )?;
+    t.env("KILN_JAX_PYTHON", jax);
     run(&mut t)?;
     // The suites that run programs once more, through the GPU mapping on the GPU emulator:
     // every spec example, 300 random programs and every target filetest's runs (the

@@ -21,6 +21,9 @@
 #![warn(missing_docs)]
 
 pub mod rules;
+pub mod vmap;
+
+pub use vmap::vmap;
 
 use kiln_ir::{Builder, DType, Func, Op, TensorType, ValueId, VerifyError};
 use std::fmt;
@@ -104,6 +107,38 @@ pub fn vjp_into_with_rules(
     custom: &[(usize, Func)],
 ) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
     let values = b.inline_values(f, args)?;
+    vjp_from_values(b, f, &values, cts, wrt, custom)
+}
+
+/// [`vjp_into`] that keeps what was saved: for each `(v, s)` of `saved`, `f`'s value `v` is
+/// `b`'s value `s` (computed earlier, say by a forward pass that kept it) and the instruction
+/// defining `v` is not run again; every other instruction is recomputed from `args`. The rules
+/// still see the saved instructions, so cotangents flow through them as through any other
+/// (rematerialization that keeps matrix products' outputs, say). An instruction with several
+/// results is skipped only when all of them are saved. `custom` as for
+/// [`vjp_into_with_rules`].
+pub fn vjp_into_saving(
+    b: &mut Builder,
+    f: &Func,
+    args: &[ValueId],
+    cts: &[Option<ValueId>],
+    wrt: &[usize],
+    saved: &[(ValueId, ValueId)],
+    custom: &[(usize, Func)],
+) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
+    let values = b.inline_values_given(f, args, saved)?;
+    vjp_from_values(b, f, &values, cts, wrt, custom)
+}
+
+/// The backward pass of `f` given the value standing for each of `f`'s values in `b`.
+fn vjp_from_values(
+    b: &mut Builder,
+    f: &Func,
+    values: &[ValueId],
+    cts: &[Option<ValueId>],
+    wrt: &[usize],
+    custom: &[(usize, Func)],
+) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
     let val = |v: ValueId| values[v.index()];
     let mut adj: Vec<Option<ValueId>> = vec![None; f.values.len()];
     for (&o, ct) in f.outputs.iter().zip(cts) {
@@ -384,6 +419,11 @@ pub enum Coverage {
 /// What the rule table covers for `k` (reported in `ir-specs/status.md`).
 pub fn coverage(k: kiln_ir::OpKind) -> Coverage {
     use kiln_ir::OpKind;
+    if k == OpKind::While {
+        return Coverage::Partial(
+            "a static trip count: a counter from a constant, stepped by a constant, compared `<` with a constant",
+        );
+    }
     if !k.props().contains(kiln_ir::Props::DIFFERENTIABLE) {
         return Coverage::NotDifferentiable;
     }

@@ -106,12 +106,8 @@ pub fn vjp_rule(
             .map(Some)
             .collect());
     }
-    if let Op::While { .. } = op {
-        return unsupported(
-            "reverse mode through a loop whose trip count depends on the data is not defined \
-             (nor forward mode, computed here as the transpose of the reverse mode); write the \
-             loop with a static trip count (`fori_loop`) to differentiate it",
-        );
+    if let Op::While { cond, body } = op {
+        return loops::while_vjp(b, cond, body, x, r, g);
     }
     if let Op::Case { branches } = op {
         return case_vjp(b, branches, x, r, g);
@@ -974,4 +970,5 @@ fn case_vjp(
 }
 
 mod conv;
+pub(crate) mod loops;
 mod sort;

@@ -318,6 +318,19 @@ impl Builder {
         f: &Func,
         args: &[ValueId],
     ) -> Result<Vec<ValueId>, VerifyError> {
+        self.inline_values_given(f, args, &[])
+    }
+
+    /// Like [`Builder::inline_values`], where each `(v, g)` of `given` stands for `f`'s value
+    /// `v` (computed earlier) and the instruction defining it is not copied (one with several
+    /// results only when all of them are given).
+    #[track_caller]
+    pub fn inline_values_given(
+        &mut self,
+        f: &Func,
+        args: &[ValueId],
+        given: &[(ValueId, ValueId)],
+    ) -> Result<Vec<ValueId>, VerifyError> {
         let loc = Loc::caller();
         if args.len() != f.params.len() {
             let d = Diag {
@@ -340,7 +353,13 @@ impl Builder {
         for (&p, &a) in f.params.iter().zip(args) {
             map[p.index()] = Some(a);
         }
+        for &(v, g) in given {
+            map[v.index()] = Some(g);
+        }
         for inst in &f.insts {
+            if !given.is_empty() && inst.results.iter().all(|r| map[r.index()].is_some()) {
+                continue;
+            }
             let ops: Vec<ValueId> = inst
                 .operands
                 .iter()

@@ -70,6 +70,9 @@ pub struct Config {
     /// `dot_general`'s width keeps its multiply-adds under `16 * hi`, so the reference
     /// interpreter stays fast.
     pub elements: Option<(usize, usize)>,
+    /// Whether programs may hold control flow: `while` loops with a static trip count, `case`
+    /// and `sort` (with their regions).
+    pub control: bool,
 }
 
 impl Default for Config {
@@ -82,6 +85,7 @@ impl Default for Config {
             dims: Vec::new(),
             empty: 0.05,
             elements: None,
+            control: false,
         }
     }
 }
@@ -99,10 +103,12 @@ impl Config {
     /// The differential tests' configuration for `seed`: 1 to 12 ops of small shapes (at most
     /// rank 3, dimensions up to 4); one seed in ten with dimensions around vector widths (rank
     /// at most 2, so the reference stays fast); one in two hundred (seeds 77, 277, ...) a
-    /// large program of 1 to 4 ops over 10^5 to 10^6 elements ([`Config::elements`]).
+    /// large program of 1 to 4 ops over 10^5 to 10^6 elements ([`Config::elements`]); one in
+    /// seven (seeds 3, 10, 17, ...) with control flow ([`Config::control`]).
     pub fn profile(seed: u64) -> Config {
         let mut cfg = Config {
             ops: 1 + (seed as usize % 12),
+            control: seed % 7 == 3,
             ..Config::default()
         };
         if seed % 200 == 77 {
@@ -299,6 +305,7 @@ impl Gen<'_> {
         let case = match self.cfg.elements.map(|_| self.rng.below(6)) {
             Some(0 | 1) => 14,
             Some(2) => 9,
+            _ if self.cfg.control => self.rng.below(29),
             _ => self.rng.below(26),
         };
         let result: Option<ValueId> = match case {
@@ -749,6 +756,9 @@ impl Gen<'_> {
                     })
                 }
             }
+            26 => self.random_loop(a, &t),
+            27 => self.random_case(a, &t),
+            28 if r >= 1 => self.random_sort(a, &t),
             _ => {
                 let ty = TensorType::new(if d.is_pred() { DType::I32 } else { d }, t.shape.clone());
                 if r > 0 {
@@ -779,6 +789,130 @@ impl Gen<'_> {
         if let Some(v) = result {
             self.pool.push(v);
         }
+    }
+
+    /// A random elementwise op combining two values of dtype `d`.
+    fn combine_op(&mut self, d: DType) -> Op {
+        let ops: Vec<Op> = if d.is_pred() {
+            vec![Op::Xor {}, Op::And {}, Op::Or {}]
+        } else if d.is_float() {
+            vec![
+                Op::Add {},
+                Op::Multiply {},
+                Op::Subtract {},
+                Op::Maximum {},
+                Op::Atan2 {},
+            ]
+        } else {
+            vec![Op::Add {}, Op::Xor {}, Op::Maximum {}, Op::Multiply {}]
+        };
+        self.rng.pick(&ops).clone()
+    }
+
+    /// A region of parameters `params` returning `emit`'s values.
+    fn region(
+        name: &str,
+        params: &[TensorType],
+        emit: impl FnOnce(&mut Builder, &[ValueId]) -> Option<Vec<ValueId>>,
+    ) -> Option<Func> {
+        let mut b = Builder::new(name);
+        let ps: Vec<ValueId> = params.iter().map(|t| b.param(t.clone())).collect();
+        let outs = emit(&mut b, &ps)?;
+        b.finish(&outs).ok()
+    }
+
+    /// A `while` with a static trip count (0 to 3): a counter from 0 and a carry of `a`'s
+    /// type stepped by an elementwise op with a value passed through unchanged.
+    fn random_loop(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        let trips = self.rng.below(4) as f64;
+        let x = self.value_of(t);
+        let op = self.combine_op(t.dtype);
+        let counter = TensorType::scalar(DType::I32);
+        let carries = [counter.clone(), t.clone(), t.clone()];
+        let cond = Self::region("cond", &carries, |b, ps| {
+            let k = b.scalar(DType::I32, trips).ok()?;
+            Some(vec![
+                b.compare(ps[0], k, crate::ComparisonDirection::Lt).ok()?,
+            ])
+        })?;
+        let body = Self::region("body", &carries, |b, ps| {
+            let one = b.scalar(DType::I32, 1.0).ok()?;
+            let i = b.binary(Op::Add {}, ps[0], one).ok()?;
+            let v = b.binary(op, ps[1], ps[2]).ok()?;
+            Some(vec![i, v, ps[2]])
+        })?;
+        let zero = self.scalar_const(DType::I32, 0.0);
+        let rs = self
+            .b
+            .push(
+                Op::While {
+                    cond: Box::new(cond),
+                    body: Box::new(body),
+                },
+                &[zero, a, x],
+            )
+            .ok()?;
+        Some(rs[1])
+    }
+
+    /// A `case` over two or three branches, each combining `a` with another value by a
+    /// different op; the index is an `i32[]` input (out of range: the last branch).
+    fn random_case(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        let index = self.value_of(&TensorType::scalar(DType::I32));
+        let x = self.value_of(t);
+        let n = 2 + self.rng.below(2);
+        let mut branches = Vec::with_capacity(n);
+        for k in 0..n {
+            let op = self.combine_op(t.dtype);
+            branches.push(Self::region(
+                &format!("branch{k}"),
+                &[t.clone(), t.clone()],
+                |b, ps| Some(vec![b.binary(op, ps[0], ps[1]).ok()?]),
+            )?);
+        }
+        self.b
+            .push(Op::Case { branches }, &[index, a, x])
+            .ok()
+            .map(|rs| rs[0])
+    }
+
+    /// A `sort` along a random dimension by the first operand (`<` or `>`), with a second
+    /// operand carried along half the time. Float keys are parameters (no NaN, whose order a
+    /// plain `<` leaves open).
+    fn random_sort(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        let key = if t.dtype.is_float() && !self.b.func().params.contains(&a) {
+            self.value_of(&t.with_dtype(DType::I32))
+        } else {
+            a
+        };
+        let kt = self.ty(key);
+        let mut operands = vec![key];
+        if self.rng.chance(0.5) {
+            let d = *self.rng.pick(&self.cfg.dtypes);
+            operands.push(self.value_of(&t.with_dtype(d)));
+        }
+        let scalars: Vec<TensorType> = operands
+            .iter()
+            .flat_map(|&v| {
+                let s = TensorType::scalar(self.ty(v).dtype);
+                [s.clone(), s]
+            })
+            .collect();
+        let dir = if self.rng.chance(0.5) {
+            crate::ComparisonDirection::Lt
+        } else {
+            crate::ComparisonDirection::Gt
+        };
+        let comparator = Self::region("comparator", &scalars, |b, ps| {
+            Some(vec![b.compare(ps[0], ps[1], dir).ok()?])
+        })?;
+        let op = Op::Sort {
+            dimension: self.rng.below(kt.rank()) as i64,
+            is_stable: self.rng.chance(0.5),
+            comparator: Box::new(comparator),
+        };
+        let rs = self.b.push(op, &operands).ok()?;
+        Some(*self.rng.pick(&rs))
     }
 
     /// The last value computed from a parameter (through at least one instruction) with an
@@ -866,25 +1000,21 @@ mod tests {
     use super::*;
     use crate::OpKind;
 
-    /// Every op of `OpKind::ALL` but the control flow appears in the random programs of a few
-    /// hundred seeds (the differential test's configurations).
+    /// Every op of `OpKind::ALL` appears in the random programs of a few hundred seeds (control
+    /// flow in the seeds that allow it).
     #[test]
     fn every_op_is_generated() {
         let mut seen = std::collections::BTreeSet::new();
         for seed in 0..600u64 {
             let cfg = Config {
                 ops: 1 + (seed as usize % 12),
+                control: seed % 2 == 1,
                 ..Config::default()
             };
             let f = random_func(&mut Rng::new(seed), &cfg);
             seen.extend(f.insts.iter().map(|i| i.op.kind()));
         }
-        // Control flow (`while`, `case`) is left out: the generator builds straight-line
-        // programs, and a random loop would need a trip count it can bound.
-        let missing: Vec<&OpKind> = OpKind::ALL
-            .iter()
-            .filter(|k| !seen.contains(k) && !k.props().contains(crate::Props::CONTROL))
-            .collect();
+        let missing: Vec<&OpKind> = OpKind::ALL.iter().filter(|k| !seen.contains(k)).collect();
         assert!(missing.is_empty(), "never generated: {missing:?}");
     }
 

@@ -93,27 +93,47 @@ pub fn rebuild(
 ///
 /// With `keep_half`, a product of bf16 or f16 operands with an f32 result is kept as it is:
 /// a GPU's tensor cores multiply such operands themselves (the GPU mapping reads them in
-/// their own dtype and accumulates in f32).
+/// their own dtype and accumulates in f32); and a product of bf16 or f16 operands with a
+/// result of their dtype becomes that f32 product converted to the result's dtype (the sum
+/// rounded once at the end, as the reference rounds it), which fusion makes the product's
+/// epilogue, so the tensor cores compute it and the conversion happens as it is stored.
 pub fn widen_dots(f: &Func, keep_half: bool) -> Result<Func, VerifyError> {
+    let dtypes = |i: &kiln_ir::Inst| {
+        (
+            f.values[i.operands[0].index()].dtype,
+            f.values[i.operands[1].index()].dtype,
+            f.values[i.results[0].index()].dtype,
+        )
+    };
+    let is_half = |d: DType| matches!(d, DType::BF16 | DType::F16);
     let mixed = |i: &kiln_ir::Inst| {
         if !matches!(i.op, Op::DotGeneral { .. }) {
             return false;
         }
-        let (x, y) = (
-            f.values[i.operands[0].index()].dtype,
-            f.values[i.results[0].index()].dtype,
-        );
-        let half = keep_half && matches!(x, DType::BF16 | DType::F16) && y == DType::F32;
+        let (x, _, y) = dtypes(i);
+        let half = keep_half && is_half(x) && y == DType::F32;
         x != y && !half
     };
-    if !f.insts.iter().any(mixed) {
+    let narrow = |i: &kiln_ir::Inst| {
+        if !keep_half || !matches!(i.op, Op::DotGeneral { .. }) {
+            return false;
+        }
+        let (x, w, y) = dtypes(i);
+        is_half(x) && x == w && y == x
+    };
+    if !f.insts.iter().any(|i| mixed(i) || narrow(i)) {
         return Ok(f.clone());
     }
     rebuild(f, |b, inst, ops| {
+        let out = f.values[inst.results[0].index()].clone();
+        if narrow(inst) {
+            let wide = TensorType::new(DType::F32, out.shape.clone());
+            let product = b.inst_typed(inst.op.clone(), &[ops[0], ops[1]], wide)?;
+            return Ok(Some(vec![b.convert(product, out.dtype)?]));
+        }
         if !mixed(inst) {
             return Ok(None);
         }
-        let out = f.values[inst.results[0].index()].clone();
         let a = b.convert(ops[0], out.dtype)?;
         let c = b.convert(ops[1], out.dtype)?;
         Ok(Some(vec![b.inst_typed(inst.op.clone(), &[a, c], out)?]))

@@ -32,6 +32,7 @@ pub mod canon;
 pub mod fuse;
 pub mod gemm_schedule;
 pub mod gpu;
+pub mod host_loop;
 pub mod ir;
 pub mod kernel;
 pub mod key;

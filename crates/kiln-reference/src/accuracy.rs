@@ -248,22 +248,27 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             {
                 b.ulps = f64::INFINITY;
             }
-            // A region that rounds: a loop compounds its error with every trip, and no bound
-            // is kept through it (checked by class only); an exact one stays exact.
-            if inst
-                .op
-                .regions()
-                .iter()
-                .any(|g| !output_bounds(g).iter().all(Bound::exact))
-            {
-                b.ulps = f64::INFINITY;
-            }
         } else if matches!(inst.op, Op::BitcastConvert {})
             && f.values[inst.operands[0].index()].dtype.is_float()
             && !cone_bound(f, def, inst.operands[0]).exact()
         {
             // The bits of an inexact float computed on as integers: a float one ulp off is an
             // integer one off, and no bound follows it through integer arithmetic.
+            b.ulps = f64::INFINITY;
+        }
+        // A region that rounds: a loop compounds its error with every trip, and no bound is
+        // kept through it (checked by class only); an exact one stays exact. Any float result
+        // counts, not only the first (a loop's first carry is often its integer counter).
+        if inst
+            .results
+            .iter()
+            .any(|r| f.values[r.index()].dtype.is_float())
+            && inst
+                .op
+                .regions()
+                .iter()
+                .any(|g| !output_bounds(g).iter().all(Bound::exact))
+        {
             b.ulps = f64::INFINITY;
         }
         for x in inst.operands.iter().chain(&inst.results) {

@@ -61,11 +61,22 @@ impl std::error::Error for Error {}
 pub trait Region: Send + Sync {
     /// Runs the region on arguments of its parameter types.
     fn run_region(&self, args: &[&Literal]) -> Result<Vec<Literal>, Error>;
+
+    /// Runs like [`Region::run_region`], where the arguments passed by value are donated (see
+    /// [`Program::call_donating`]). By default they are only read.
+    fn run_region_donating(&self, args: Vec<Cow<'_, Literal>>) -> Result<Vec<Literal>, Error> {
+        let refs: Vec<&Literal> = args.iter().map(|a| a.as_ref()).collect();
+        self.run_region(&refs)
+    }
 }
 
 impl Region for Program {
     fn run_region(&self, args: &[&Literal]) -> Result<Vec<Literal>, Error> {
         self.call(args)
+    }
+
+    fn run_region_donating(&self, args: Vec<Cow<'_, Literal>>) -> Result<Vec<Literal>, Error> {
+        self.call_donating(args)
     }
 }
 
@@ -246,22 +257,51 @@ impl Program {
             ))
         };
         match &inst.op {
-            Op::While { .. } => {
+            Op::While {
+                body: body_func, ..
+            } => {
                 let [cond, body] = &regions[..] else {
                     return Err(missing());
                 };
-                let mut carries: Vec<Literal> = x.iter().map(|&l| l.clone()).collect();
-                loop {
-                    let refs: Vec<&Literal> = carries.iter().collect();
-                    let go = cond.run_region(&refs)?;
-                    let stop = go
-                        .first()
-                        .is_none_or(|p| p.to_i64s().first().is_none_or(|&b| b == 0));
-                    if stop {
-                        return Ok(carries);
+                // Invariant carries stay the operands, by reference; the others are owned
+                // here and donated to the body, which returns only them
+                // (`kiln_kernel::host_loop`).
+                let plan = kiln_kernel::host_loop::loop_plan(body_func);
+                let mut owned: Vec<Option<Literal>> = x
+                    .iter()
+                    .zip(&plan.invariant)
+                    .map(|(&l, &inv)| (!inv).then(|| l.clone()))
+                    .collect();
+                // The first test runs the condition's program; the body's program returns the
+                // next test after the carries that change.
+                let holds = |p: Option<&Literal>| {
+                    p.is_some_and(|p| p.to_i64s().first().is_some_and(|&b| b != 0))
+                };
+                let mut go = holds(cond.run_region(x)?.first());
+                while go {
+                    let args: Vec<Cow<'_, Literal>> = owned
+                        .iter_mut()
+                        .zip(x)
+                        .map(|(o, &l)| match o.take() {
+                            Some(v) => Cow::Owned(v),
+                            None => Cow::Borrowed(l),
+                        })
+                        .collect();
+                    let mut next = body.run_region_donating(args)?.into_iter();
+                    for (o, &inv) in owned.iter_mut().zip(&plan.invariant) {
+                        if !inv {
+                            *o = Some(next.next().ok_or_else(|| {
+                                Error(format!("#{i} while: the body returned too few carries"))
+                            })?);
+                        }
                     }
-                    carries = body.run_region(&refs)?;
+                    go = holds(next.next().as_ref());
                 }
+                Ok(owned
+                    .into_iter()
+                    .zip(x)
+                    .map(|(o, &l)| o.unwrap_or_else(|| l.clone()))
+                    .collect())
             }
             Op::Case { .. } => {
                 if regions.is_empty() {

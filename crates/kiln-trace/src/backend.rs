@@ -28,6 +28,12 @@ pub trait Executable: Send + Sync {
         let refs: Vec<&Literal> = args.iter().map(|a| a.as_ref()).collect();
         self.run(&refs)
     }
+
+    /// Peak bytes of the buffers one call writes (intermediates and results), from the
+    /// program's memory plan, when the backend plans memory.
+    fn peak_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A compiler from IR functions to executables.

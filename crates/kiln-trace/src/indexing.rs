@@ -23,6 +23,29 @@ pub enum TakeMode {
 }
 
 impl Tensor {
+    /// The window of `sizes` starting at `starts` (one integer scalar tensor per dimension,
+    /// all of one dtype), each start clamped so the window fits, as JAX's
+    /// `lax.dynamic_slice`.
+    #[track_caller]
+    pub fn dynamic_slice(&self, starts: &[&Tensor], sizes: &[usize]) -> Tensor {
+        let mut operands = vec![self];
+        operands.extend(starts);
+        let op = Op::DynamicSlice {
+            slice_sizes: sizes.iter().map(|&s| s as i64).collect(),
+        };
+        apply(op, &operands, None, "dynamic_slice", Loc::caller()).remove(0)
+    }
+
+    /// This tensor with the window at `starts` replaced by `update` (of the same rank; starts
+    /// clamped so it fits), as JAX's `lax.dynamic_update_slice`.
+    #[track_caller]
+    pub fn dynamic_update_slice(&self, update: &Tensor, starts: &[&Tensor]) -> Tensor {
+        let mut operands = vec![self, update];
+        operands.extend(starts);
+        let op = Op::DynamicUpdateSlice {};
+        apply(op, &operands, None, "dynamic_update_slice", Loc::caller()).remove(0)
+    }
+
     /// Elements at integer `indices` along `axis`: the result's shape is this shape with `axis`
     /// replaced by the indices' shape. Negative indices count from the end. An index outside
     /// `[-n, n)` is an error when the indices have values (eager mode); under `jit` it takes the

@@ -724,6 +724,14 @@ impl Tensor {
     pub fn transpose(&self, perm: &[usize]) -> Tensor {
         self.permute(perm)
     }
+    /// The `n x n` identity matrix (NumPy's `eye`), built from two iotas, so under a trace
+    /// it is computed where it is used.
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType) -> Tensor {
+        let rows = Tensor::iota(DType::I32, &[n, n], 0);
+        let cols = Tensor::iota(DType::I32, &[n, n], 1);
+        rows.eq(&cols).cast(dtype)
+    }
     /// A tensor of `shape` whose elements are their own index along dimension `dim`
     /// (StableHLO's `iota`). Inside a trace it is recorded as an op, so a mask built from it
     /// (a causal mask, say) is computed where it is used rather than stored as a constant.

@@ -22,6 +22,8 @@ struct Frame {
     captures: Vec<Tensor>,
     /// Custom differentiation rules: instruction index -> backward function.
     custom: Vec<(usize, Func)>,
+    /// Names given to values by [`tag`], with the values' ids in this frame's builder.
+    tags: Vec<(ValueId, String)>,
     /// Values already made for eager constants and captures, by tensor identity; the tensor is
     /// kept so its identity cannot be reused while the frame lives.
     known: HashMap<usize, (Tensor, ValueId)>,
@@ -56,6 +58,8 @@ pub struct Traced {
     /// Custom VJP rules recorded by [`custom_rule`]: for the `optimization_barrier`
     /// instruction at each index, the backward function to use instead of differentiating.
     pub custom: Vec<(usize, Func)>,
+    /// Names given to values of the function by [`tag`] while it was traced.
+    pub tags: Vec<(ValueId, String)>,
 }
 
 /// Traces `f` on fresh symbolic parameters of the given types. Returns the function with
@@ -108,6 +112,7 @@ fn trace_frame(
             custom: Vec::new(),
             known: HashMap::new(),
             hoist,
+            tags: Vec::new(),
         })
     });
     let guard = FrameGuard;
@@ -125,6 +130,24 @@ fn trace_frame(
         return Err(e);
     }
     let out_vals = out_vals.into_iter().collect::<Result<Vec<_>>>()?;
+    // The function's values are renumbered in definition order (parameters, captures among
+    // them, first): map the tags' ids the same way.
+    let tags = {
+        let built = frame.b.func();
+        let mut order = vec![None; built.values.len()];
+        let defined = built
+            .params
+            .iter()
+            .chain(built.insts.iter().flat_map(|i| i.results.iter()));
+        for (k, &v) in defined.enumerate() {
+            order[v.index()] = Some(ValueId(k as u32));
+        }
+        frame
+            .tags
+            .iter()
+            .filter_map(|(v, n)| order[v.index()].map(|v| (v, n.clone())))
+            .collect()
+    };
     let func = frame
         .b
         .finish(&out_vals)
@@ -133,6 +156,7 @@ fn trace_frame(
         func,
         captures: frame.captures,
         custom: frame.custom,
+        tags,
     })
 }
 
@@ -175,6 +199,19 @@ pub fn lift_all(xs: &[&Tensor]) -> Vec<Tensor> {
     } else {
         xs.iter().map(|t| (*t).clone()).collect()
     }
+}
+
+/// Names `t`'s value `name` in the innermost trace (see [`Traced::tags`]); outside a trace,
+/// or for a tensor that is not traced, does nothing.
+pub fn tag(t: &Tensor, name: &str) {
+    if !tracing() || !t.is_traced() {
+        return;
+    }
+    with_frame(|fr, live| {
+        if let Ok(v) = value_in(fr, live, t) {
+            fr.tags.push((v, name.to_string()));
+        }
+    });
 }
 
 /// Whether any trace is active on this thread.

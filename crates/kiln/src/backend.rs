@@ -28,6 +28,9 @@ pub struct Cpu;
 struct CpuCompiled(CpuExecutable);
 
 impl Executable for CpuCompiled {
+    fn peak_bytes(&self) -> Option<usize> {
+        Some(self.0.memory_plan().peak_bytes())
+    }
     fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
         self.0
             .call(args)

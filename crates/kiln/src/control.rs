@@ -1,5 +1,5 @@
 //! Control flow over parameter trees, traced into the IR's `while` and `case`: [`while_loop`],
-//! [`fori_loop`], [`cond`] and [`switch`], after JAX's `lax` functions of the same names.
+//! [`fori_loop`], [`scan`], [`cond`] and [`switch`], after JAX's `lax` functions of the same names.
 //!
 //! Each function traces its closures once, into regions (functions the op runs), and applies
 //! the op: inside `jit` it is recorded, outside it runs at once. Tensors the closures use from
@@ -21,6 +21,7 @@
 //! assert!((got - 2f32.sqrt()).abs() < 1e-6);
 //! ```
 
+pub use crate::scan::{ScanOptions, scan, scan_with};
 use crate::{Error, Tensor, Tree};
 use kiln_ir::{Builder, DType, Func, Loc, Op, TensorType, ValueId};
 use kiln_trace::trace::{Traced, apply, trace};
@@ -192,7 +193,8 @@ fn while_at<T: Tree>(
 
 /// Runs `body(i, carries)` for `i` from `lower` up to `upper - 1` (none when `upper <= lower`),
 /// starting from `init`, and returns the last carries (JAX's `lax.fori_loop`). `i` is an `i32[]`
-/// tensor.
+/// tensor. The trip count is fixed by the bounds, so the loop differentiates in reverse and
+/// forward mode, to any order (see `ir-specs/ops/while.md`).
 #[track_caller]
 pub fn fori_loop<T: Tree>(
     lower: i32,

@@ -32,8 +32,11 @@ pub mod npy;
 pub mod npz;
 pub mod optim;
 pub mod random;
+mod remat;
+mod scan;
 pub mod testing;
 mod transforms;
+mod vmap;
 
 pub use backend::{Options, options, set_options};
 pub use kiln_derive::Tree;
@@ -42,10 +45,18 @@ pub use kiln_ir::DType;
 #[cfg(feature = "mlir")]
 pub use kiln_mlir as mlir;
 pub use kiln_reference as reference;
+/// StableHLO text in: `kiln::stablehlo::parse(text)` imports a module (both op syntaxes),
+/// `parse_file(path)` reads one, `parse_split(text)` imports each `// -----` piece; every
+/// unsupported op, attribute or type is an error with its line and column.
+/// StableHLO text out: `kiln::stablehlo::to_text(&module)` writes a module as StableHLO that
+/// XLA compiles and `parse` reads back to the same module.
+pub use kiln_stablehlo as stablehlo;
 pub use kiln_trace::{Device, Element, Error, Result, TakeMode, Tensor, Tree, promote, tree};
+pub use remat::{Remat, remat, tag};
 pub use transforms::{
     Jit, Pullback, custom_vjp, grad, jit, jvp, value_and_grad, value_and_grad_with_aux, vjp,
 };
+pub use vmap::{Vmap, vmap};
 
 /// The same values with no gradient flowing back (JAX `stop_gradient`).
 #[track_caller]

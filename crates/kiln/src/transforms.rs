@@ -445,6 +445,15 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
             .clone()
     }
 
+    /// Peak bytes of the buffers one call on `x`'s signature writes (its intermediates and
+    /// results, as the compiled program's memory plan lays them out), compiling it first if
+    /// needed; `None` when the backend does not plan memory.
+    #[track_caller]
+    pub fn peak_bytes(&self, x: &I) -> Result<Option<usize>> {
+        let c = self.compiled(x, &[], Loc::caller())?;
+        Ok(c.exe.peak_bytes())
+    }
+
     /// The IR compiled for `x`'s signature (tracing it if needed), for inspection and dumps.
     #[track_caller]
     pub fn lower(&self, x: &I) -> Result<Func> {

@@ -3,10 +3,14 @@
 
 #[path = "../examples/autograd_tutorial.rs"]
 mod autograd_tutorial;
+#[path = "../examples/cg_solver.rs"]
+mod cg_solver;
 #[path = "../examples/data_pipeline.rs"]
 mod data_pipeline;
 #[path = "../examples/mlp_classifier.rs"]
 mod mlp_classifier;
+#[path = "../examples/rnn_lm.rs"]
+mod rnn_lm;
 #[path = "../examples/transformer.rs"]
 mod transformer;
 
@@ -233,4 +237,49 @@ fn a_3x3_convolution_layer_and_its_gradients_agree_with_the_reference() {
             );
         }
     }
+}
+
+#[test]
+fn rnn_lm_trained_with_scan_learns_the_text_in_one_compile() {
+    let (m, first, last, compiles) = rnn_lm::run(100, false).unwrap();
+    assert!(last < 0.5 * first, "loss {first} -> {last}");
+    assert_eq!(compiles, 1);
+    let text = rnn_lm::generate(&m, "the ", 30).unwrap();
+    assert_eq!(text.chars().count(), 30);
+    assert!(text.chars().all(|c| rnn_lm::vocab().contains(&c)), "{text}");
+}
+
+#[test]
+fn rnn_lm_gradients_through_scan_match_finite_differences() {
+    let vocab = rnn_lm::vocab().len();
+    let m = rnn_lm::Rnn::sized(&key(1), vocab, 3, 4, DType::F64);
+    let w = rnn_lm::windows(&key(2), &rnn_lm::tokens(), 2);
+    let n =
+        kiln::testing::check_grads(|m: &rnn_lm::Rnn| rnn_lm::loss(m, &w), &m, 1e-6, 1e-5).unwrap();
+    assert_eq!(n, vocab * 3 + 3 * 4 + 4 + 4 * 4 + 4 * vocab + vocab);
+}
+
+#[test]
+fn cg_solver_with_while_loop_differentiates_by_its_implicit_rule() {
+    let (a, b) = cg_solver::problem(6);
+    let (x, k) = cg_solver::cg(&a, &b);
+    let r = a.matmul(&x).sub(&b);
+    assert!(r.mul(&r).sum_all().item().unwrap() < 1e-18 * b.mul(&b).sum_all().item().unwrap());
+    assert!(k.item().unwrap() <= 24.0);
+    // Through a matrix kept symmetric positive definite: a = m m^T + 6 I.
+    let m = normal(&key(9), &[6, 6], DType::F64);
+    let target = Tensor::ones(DType::F64, [6]);
+    let f = |(m, b): &(Tensor, Tensor)| {
+        let a = m
+            .matmul(&m.permute(&[1, 0]))
+            .add(&Tensor::eye(6, DType::F64).mul(&Tensor::scalar(6.0f64)));
+        cg_solver::loss(&a, b, &target)
+    };
+    let n = kiln::testing::check_grads(f, &(m.clone(), b.clone()), 1e-6, 1e-6).unwrap();
+    assert_eq!(n, 36 + 6);
+    // Without the rule, reverse mode through the data-dependent loop is a clear error.
+    let e = kiln::value_and_grad(|b: &Tensor| cg_solver::cg(&a, b).0.sum_all(), &b)
+        .expect_err("reverse mode through a while_loop is refused")
+        .to_string();
+    assert!(e.contains("fori_loop") && e.contains("scan"), "{e}");
 }

@@ -226,15 +226,30 @@ impl CpuExecutable {
             {
                 continue;
             }
-            let regions = inst
-                .op
-                .regions()
-                .into_iter()
-                .map(|g| {
-                    Self::compile_with_options(g, &[], opts)
-                        .map(|e| Box::new(e) as Box<dyn kiln_runtime::Region>)
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let regions = match &inst.op {
+                // A loop's body without its invariant carries, the others donated
+                // (`kiln_kernel::host_loop`).
+                kiln_ir::Op::While { cond, body } => {
+                    let plan = kiln_kernel::host_loop::loop_plan(body);
+                    let stepped = plan
+                        .stepped_body(cond, body)
+                        .map_err(|e| Error::Args(e.to_string()))?;
+                    vec![
+                        Box::new(Self::compile_with_options(cond, &[], opts)?)
+                            as Box<dyn kiln_runtime::Region>,
+                        Box::new(Self::compile_with_options(&stepped, &plan.donated(), opts)?),
+                    ]
+                }
+                _ => inst
+                    .op
+                    .regions()
+                    .into_iter()
+                    .map(|g| {
+                        Self::compile_with_options(g, &[], opts)
+                            .map(|e| Box::new(e) as Box<dyn kiln_runtime::Region>)
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            };
             program.set_regions(i, regions);
         }
         let paths = paths::kernel_paths(f, ks, &schedules, &launches, &program.concurrent_steps());
@@ -318,6 +333,13 @@ impl kiln_runtime::Region for CpuExecutable {
         args: &[&Literal],
     ) -> std::result::Result<Vec<Literal>, kiln_runtime::Error> {
         self.program.call(args)
+    }
+
+    fn run_region_donating(
+        &self,
+        args: Vec<std::borrow::Cow<'_, Literal>>,
+    ) -> std::result::Result<Vec<Literal>, kiln_runtime::Error> {
+        self.program.call_donating(args)
     }
 }
 

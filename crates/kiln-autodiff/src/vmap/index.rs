@@ -1,0 +1,223 @@
+//! Batching rules for indexing: `gather`, `scatter`, `dynamic_slice`, `dynamic_update_slice`.
+//!
+//! Indices the same for every example over a batched operand need no change beyond a shifted
+//! dimension. Otherwise each example indexes its own slice of the batched operand: its
+//! position in the batch becomes the first component of every index vector (an `iota` along
+//! the batch), and the batch dimension of the operand a collapsed (gather) or inserted
+//! (scatter) dimension of size 1.
+
+use super::{BVal, Batcher, InstCtx, all_batched, prepend, shifted};
+use crate::Result;
+use kiln_ir::{Combiner, DType, Op, TensorType, ValueId};
+
+/// The batched results of a gather, scatter or dynamic (update) slice.
+pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
+    let declared = cx.batched_results(bd);
+    match cx.op {
+        Op::Gather {
+            offset_dims,
+            collapsed_slice_dims,
+            start_index_map,
+            index_vector_dim,
+            slice_sizes,
+        } => {
+            let (operand, indices) = (cx.xs[0], cx.xs[1]);
+            if !operand.batched {
+                // Per-example indices into a shared operand: the batch is one more index batch
+                // dimension, placed first by shifting the offset dimensions.
+                let op = Op::Gather {
+                    offset_dims: shifted(offset_dims),
+                    collapsed_slice_dims: collapsed_slice_dims.clone(),
+                    start_index_map: start_index_map.clone(),
+                    index_vector_dim: index_vector_dim + 1,
+                    slice_sizes: slice_sizes.clone(),
+                };
+                return Ok(all_batched(bd.push(
+                    op,
+                    &[operand.v, indices.v],
+                    Some(&declared),
+                )?));
+            }
+            let operand = bd.materialize(operand)?;
+            let (idx, ivd) = with_batch_position(bd, indices, *index_vector_dim)?;
+            let op = Op::Gather {
+                offset_dims: shifted(offset_dims),
+                collapsed_slice_dims: prepend(0, &shifted(collapsed_slice_dims)),
+                start_index_map: prepend(0, &shifted(start_index_map)),
+                index_vector_dim: ivd,
+                slice_sizes: prepend(1, slice_sizes),
+            };
+            Ok(all_batched(bd.push(
+                op,
+                &[operand, idx],
+                Some(&declared),
+            )?))
+        }
+        Op::Scatter {
+            update_window_dims,
+            inserted_window_dims,
+            scatter_dims_to_operand_dims,
+            index_vector_dim,
+            kind,
+        } => {
+            let operand = bd.materialize(cx.xs[0])?;
+            let (idx, ivd) = with_batch_position(bd, cx.xs[1], *index_vector_dim)?;
+            let updates = bd.materialize(cx.xs[2])?;
+            let op = Op::Scatter {
+                update_window_dims: shifted(update_window_dims),
+                inserted_window_dims: prepend(0, &shifted(inserted_window_dims)),
+                scatter_dims_to_operand_dims: prepend(0, &shifted(scatter_dims_to_operand_dims)),
+                index_vector_dim: ivd,
+                kind: *kind,
+            };
+            Ok(all_batched(bd.push(
+                op,
+                &[operand, idx, updates],
+                Some(&declared),
+            )?))
+        }
+        Op::DynamicSlice { slice_sizes } => {
+            let starts = &cx.xs[1..];
+            if starts.iter().all(|s| !s.batched) {
+                let zero = bd.scalar(cx.x_types[1].dtype, 0.0)?;
+                let mut operands = vec![cx.xs[0].v, zero];
+                operands.extend(starts.iter().map(|s| s.v));
+                let op = Op::DynamicSlice {
+                    slice_sizes: prepend(bd.size as i64, slice_sizes),
+                };
+                return Ok(all_batched(bd.push(op, &operands, Some(&declared))?));
+            }
+            // Per-example starts: a gather of one window per example (gather clamps its
+            // starts into bounds as dynamic_slice does).
+            let operand = bd.materialize(cx.xs[0])?;
+            let idx = start_vectors(bd, starts, None)?;
+            let rank = slice_sizes.len() as i64;
+            let op = Op::Gather {
+                offset_dims: (1..=rank).collect(),
+                collapsed_slice_dims: vec![0],
+                start_index_map: (0..=rank).collect(),
+                index_vector_dim: 1,
+                slice_sizes: prepend(1, slice_sizes),
+            };
+            Ok(all_batched(bd.push(
+                op,
+                &[operand, idx],
+                Some(&declared),
+            )?))
+        }
+        Op::DynamicUpdateSlice {} => {
+            let starts = &cx.xs[2..];
+            if starts.iter().all(|s| !s.batched) {
+                let operand = bd.materialize(cx.xs[0])?;
+                let update = bd.materialize(cx.xs[1])?;
+                let zero = bd.scalar(cx.x_types[2].dtype, 0.0)?;
+                let mut operands = vec![operand, update, zero];
+                operands.extend(starts.iter().map(|s| s.v));
+                return Ok(all_batched(bd.push(
+                    Op::DynamicUpdateSlice {},
+                    &operands,
+                    Some(&declared),
+                )?));
+            }
+            // Per-example starts: a scatter replacing one window per example, with the starts
+            // clamped first (dynamic_update_slice clamps them; scatter would skip the window).
+            let (ot, ut) = (&cx.x_types[0], &cx.x_types[1]);
+            let limits: Vec<i64> = ot
+                .shape
+                .iter()
+                .zip(&ut.shape)
+                .map(|(&d, &u)| d as i64 - u as i64)
+                .collect();
+            let operand = bd.materialize(cx.xs[0])?;
+            let update = bd.materialize(cx.xs[1])?;
+            let idx = start_vectors(bd, starts, Some(&limits))?;
+            let rank = ot.rank() as i64;
+            let op = Op::Scatter {
+                update_window_dims: (1..=rank).collect(),
+                inserted_window_dims: vec![0],
+                scatter_dims_to_operand_dims: (0..=rank).collect(),
+                index_vector_dim: 1,
+                kind: Combiner::Replace,
+            };
+            Ok(all_batched(bd.push(
+                op,
+                &[operand, idx, update],
+                Some(&declared),
+            )?))
+        }
+        _ => unreachable!("dispatched on indexing ops"),
+    }
+}
+
+/// The scalar `starts` of each example as a `[size, 1 + n]` i64 index array: the example's
+/// position, then its starts (each clamped into `[0, limits[k]]` when `limits` are given).
+fn start_vectors(bd: &mut Batcher, starts: &[BVal], limits: Option<&[i64]>) -> Result<ValueId> {
+    let size = bd.size;
+    let column = TensorType::new(DType::I64, [size, 1]);
+    let mut cols = vec![bd.push1(Op::Iota { iota_dimension: 0 }, &[], Some(column.clone()))?];
+    for (k, s) in starts.iter().enumerate() {
+        let mut v = bd.push1(
+            Op::Convert {},
+            &[s.v],
+            Some(TensorType::new(DType::I64, bd.ty(s.v).shape.clone())),
+        )?;
+        if let Some(limits) = limits {
+            let lo = bd.scalar(DType::I64, 0.0)?;
+            let hi = bd.scalar(DType::I64, limits[k].max(0) as f64)?;
+            v = bd.push1(Op::Clamp {}, &[lo, v, hi], None)?;
+        }
+        let dims = if s.batched { vec![0] } else { vec![] };
+        cols.push(bd.push1(
+            Op::BroadcastInDim {
+                broadcast_dimensions: dims,
+            },
+            &[v],
+            Some(column.clone()),
+        )?);
+    }
+    let n = cols.len();
+    bd.push1(
+        Op::Concatenate { dimension: 1 },
+        &cols,
+        Some(TensorType::new(DType::I64, [size, n])),
+    )
+}
+
+/// The batched index array of a gather or scatter with the example's position prepended to
+/// every index vector, and its index vector dimension. `ivd` is the per-example index vector
+/// dimension (the rank of the indices when the vectors are implicit scalars).
+fn with_batch_position(bd: &mut Batcher, indices: BVal, ivd: i64) -> Result<(ValueId, i64)> {
+    let mut idx = bd.materialize(indices)?;
+    idx = bd.push1(
+        Op::Convert {},
+        &[idx],
+        Some(TensorType::new(DType::I64, bd.ty(idx).shape.clone())),
+    )?;
+    let mut shape = bd.ty(idx).shape.clone();
+    let ivd = ivd as usize + 1;
+    if ivd == shape.len() {
+        shape.push(1);
+        idx = bd.push1(
+            Op::Reshape {},
+            &[idx],
+            Some(TensorType::new(DType::I64, shape.clone())),
+        )?;
+    }
+    let mut pos_shape = shape.clone();
+    pos_shape[ivd] = 1;
+    let pos = bd.push1(
+        Op::Iota { iota_dimension: 0 },
+        &[],
+        Some(TensorType::new(DType::I64, pos_shape)),
+    )?;
+    let mut cat_shape = shape;
+    cat_shape[ivd] += 1;
+    let idx = bd.push1(
+        Op::Concatenate {
+            dimension: ivd as i64,
+        },
+        &[pos, idx],
+        Some(TensorType::new(DType::I64, cat_shape)),
+    )?;
+    Ok((idx, ivd as i64))
+}

@@ -1,0 +1,183 @@
+//! Rematerialization (JAX's `jax.checkpoint`/`jax.remat`): a function whose intermediates the
+//! backward pass recomputes instead of keeping them from the forward pass, trading compute
+//! for memory.
+//!
+//! [`remat`] traces the function, and records it with a custom reverse-mode rule: the forward
+//! pass computes its outputs and the values the [`Remat`] policy saves; the backward pass
+//! recomputes everything else from the inputs (behind an `optimization_barrier`, so the
+//! optimizer cannot merge the recomputation back into the forward pass) and differentiates
+//! it, with the saved values standing in for their instructions
+//! ([`kiln_autodiff::vjp_into_saving`]). Gradients are those of the function itself.
+
+use crate::{Error, Result, Tensor, Tree};
+use kiln_ir::{Builder, Func, Loc, Op, OpKind, ValueId};
+use kiln_trace::trace::{call, custom_rule, trace, tracing};
+
+/// What a rematerialized function keeps from its forward pass for the backward pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Remat {
+    /// Nothing but its inputs: every intermediate is recomputed.
+    SaveNothing,
+    /// The outputs of matrix products and convolutions (the expensive ops): elementwise ops
+    /// and reductions between them are recomputed.
+    SaveMatrixProducts,
+    /// The values tagged with one of these names by [`tag`] inside the function.
+    SaveNamed(Vec<String>),
+}
+
+/// `t` unchanged, tagged `name` for a [`Remat::SaveNamed`] policy (JAX's `checkpoint_name`).
+/// Outside a trace it does nothing.
+pub fn tag(t: &Tensor, name: &str) -> Tensor {
+    kiln_trace::trace::tag(t, name);
+    t.clone()
+}
+
+/// `f` rematerialized under `policy`: see the module documentation. Outside a trace (an eager
+/// call, where nothing is differentiated) it is `f`.
+///
+/// ```
+/// use kiln::{Tensor, grad, remat, Remat};
+/// let f = |x: &Tensor| x.sin().sin().sum_all();
+/// let x = Tensor::from_vec(vec![0.5f64, 1.0], [2]).unwrap();
+/// let g = grad(|x: &Tensor| remat(f, Remat::SaveNothing)(x))(&x);
+/// let want = grad(f)(&x);
+/// assert_eq!(g.to_vec::<f64>().unwrap(), want.to_vec::<f64>().unwrap());
+/// ```
+#[track_caller]
+pub fn remat<I: Tree, O: Tree>(f: impl Fn(&I) -> O, policy: Remat) -> impl Fn(&I) -> O {
+    let loc = Loc::caller();
+    move |x: &I| {
+        let leaves: Vec<Tensor> = x.leaf_vec().into_iter().cloned().collect();
+        if !tracing() || !leaves.iter().any(|t| t.is_traced()) {
+            return f(x);
+        }
+        match remat_traced(&f, x, &leaves, &policy, loc) {
+            Ok(o) => o,
+            // No template without a trace: the function's own outputs, each failed.
+            Err(e) => f(x).map_leaves(&mut |_| Tensor::failed(e.clone())),
+        }
+    }
+}
+
+fn remat_traced<I: Tree, O: Tree>(
+    f: &impl Fn(&I) -> O,
+    x: &I,
+    leaves: &[Tensor],
+    policy: &Remat,
+    loc: Loc,
+) -> Result<O> {
+    let types = leaves
+        .iter()
+        .map(|t| t.ty().ok_or_else(|| t.error().cloned().expect("failed")))
+        .collect::<Result<Vec<_>>>()?;
+    let mut template = None;
+    let traced = trace("remat", &types, |ps| {
+        let o = f(&x.with_leaves(ps));
+        let outs = o.leaf_vec().into_iter().cloned().collect();
+        template = Some(o);
+        outs
+    })?;
+    let template = template.expect("the function ran");
+    let func = &traced.func;
+    let saved = saved_values(func, policy, &traced.tags);
+    // The forward pass: the outputs, then the saved values.
+    let mut forward = func.clone();
+    for &v in &saved {
+        forward.outputs.push(v);
+        forward.output_types.push(func.values[v.index()].clone());
+    }
+    let bwd =
+        backward(func, &forward, &saved, &traced.custom).map_err(|e| Error::at("remat", e, loc))?;
+    let xs: Vec<Tensor> = leaves.iter().chain(&traced.captures).cloned().collect();
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let ys = call(&forward, &refs, "remat", loc);
+    if let Some(e) = ys.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    let out = custom_rule(&xs, &ys, bwd, loc);
+    Ok(template.with_leaves(&out[..func.outputs.len()]))
+}
+
+/// The values of `f` the policy keeps.
+fn saved_values(f: &Func, policy: &Remat, tags: &[(ValueId, String)]) -> Vec<ValueId> {
+    match policy {
+        Remat::SaveNothing => Vec::new(),
+        Remat::SaveMatrixProducts => f
+            .insts
+            .iter()
+            .filter(|i| matches!(i.op.kind(), OpKind::DotGeneral | OpKind::Convolution))
+            .flat_map(|i| i.results.iter().copied())
+            .filter(|r| f.values[r.index()].dtype.is_float())
+            .collect(),
+        Remat::SaveNamed(names) => {
+            // Tags of parameters save nothing (the inputs are kept anyway).
+            let mut out: Vec<ValueId> = tags
+                .iter()
+                .filter(|(_, n)| names.contains(n))
+                .map(|(v, _)| *v)
+                .filter(|v| f.insts.iter().any(|i| i.results.contains(v)))
+                .collect();
+            out.sort();
+            out.dedup();
+            out
+        }
+    }
+}
+
+/// The custom rule: `(xs..., ys..., saved..., ys_bar..., saved_bar...) -> xs_bar...`, which
+/// recomputes `f` from `xs` behind a barrier, with the saved values given, and differentiates
+/// it.
+fn backward(
+    f: &Func,
+    forward: &Func,
+    saved: &[ValueId],
+    custom: &[(usize, Func)],
+) -> std::result::Result<Func, String> {
+    let mut b = Builder::new("remat_bwd");
+    let xs: Vec<ValueId> = f.param_types().into_iter().map(|t| b.param(t)).collect();
+    let ys: Vec<ValueId> = forward
+        .output_types
+        .iter()
+        .map(|t| b.param(t.clone()))
+        .collect();
+    let cts: Vec<ValueId> = forward
+        .output_types
+        .iter()
+        .map(|t| b.param(t.clone()))
+        .collect();
+    let fenced = if xs.is_empty() {
+        Vec::new()
+    } else {
+        b.push(Op::OptimizationBarrier {}, &xs)
+            .map_err(|e| e.to_string())?
+    };
+    let n_out = f.outputs.len();
+    let pairs: Vec<(ValueId, ValueId)> = saved
+        .iter()
+        .zip(&ys[n_out..])
+        .map(|(&v, &s)| (v, s))
+        .collect();
+    let out_cts: Vec<Option<ValueId>> = f
+        .output_types
+        .iter()
+        .zip(&cts)
+        .map(|(t, &c)| t.dtype.is_float().then_some(c))
+        .collect();
+    let wrt: Vec<usize> = (0..xs.len())
+        .filter(|&i| f.values[f.params[i].index()].dtype.is_float())
+        .collect();
+    let (_, grads) =
+        kiln_autodiff::vjp_into_saving(&mut b, f, &fenced, &out_cts, &wrt, &pairs, custom)
+            .map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(xs.len());
+    for (i, &x) in xs.iter().enumerate() {
+        out.push(match wrt.iter().position(|&w| w == i) {
+            Some(k) => grads[k],
+            None => {
+                let t = b.ty(x).cloned().expect("a parameter");
+                b.full(&t, 0.0).map_err(|e| e.to_string())?
+            }
+        });
+    }
+    b.finish(&out).map_err(|e| e.to_string())
+}

@@ -1,0 +1,196 @@
+//! `vmap`: a function of one example applied to a batch, as JAX's `jax.vmap`.
+//!
+//! The function is traced on one example's shapes, batched by the IR transform
+//! [`kiln_autodiff::vmap`] (a batching rule per op, the whole batch as one program; see that
+//! module), and applied to the batch: it runs when the arguments hold values and is inlined
+//! when they are traced, so `vmap` composes with `jit`, `grad` and itself in any order.
+
+use crate::{Error, Result, Tensor, Tree};
+use kiln_ir::{Loc, TensorType};
+use kiln_trace::trace::{call, trace_hoisting};
+
+/// A batched function: see [`vmap`].
+pub struct Vmap<F> {
+    f: F,
+    in_axes: Option<Vec<Option<usize>>>,
+    out_axes: Option<Vec<usize>>,
+    loc: Loc,
+}
+
+/// `f` mapped over a batch: by default every leaf of the argument tree is batched along its
+/// dimension 0 and every output leaf gets the batch as its dimension 0; [`Vmap::in_axes`]
+/// and [`Vmap::out_axes`] choose other dimensions, and `None` in `in_axes` shares a leaf
+/// across the batch (JAX's `in_axes=None`).
+///
+/// ```
+/// use kiln::{Tensor, vmap};
+/// // A dot product of one pair of vectors, mapped over 3 pairs.
+/// let dot = |(a, b): &(Tensor, Tensor)| (a * b).sum_all();
+/// let a = Tensor::from_vec((0..6).map(|i| i as f32).collect(), [3, 2]).unwrap();
+/// let b = Tensor::from_vec(vec![1.0f32; 6], [3, 2]).unwrap();
+/// let d = vmap(dot).call(&(a, b)).unwrap();
+/// assert_eq!(d.to_vec::<f32>().unwrap(), vec![1.0, 5.0, 9.0]);
+/// ```
+#[track_caller]
+pub fn vmap<F>(f: F) -> Vmap<F> {
+    Vmap {
+        f,
+        in_axes: None,
+        out_axes: None,
+        loc: Loc::caller(),
+    }
+}
+
+fn err(message: String, loc: Loc) -> Error {
+    Error {
+        op: "vmap".into(),
+        message,
+        loc: Some(loc),
+    }
+}
+
+impl<F> Vmap<F> {
+    /// The batch dimension of each leaf of the argument, in the tree's leaf order (`None`:
+    /// the leaf is the same for every example).
+    pub fn in_axes(mut self, axes: &[Option<usize>]) -> Self {
+        self.in_axes = Some(axes.to_vec());
+        self
+    }
+
+    /// Where the batch dimension goes in each output leaf, in the output tree's leaf order.
+    pub fn out_axes(mut self, axes: &[usize]) -> Self {
+        self.out_axes = Some(axes.to_vec());
+        self
+    }
+
+    /// Applies the batched function to `x`.
+    pub fn call<I: Tree, O: Tree>(&self, x: &I) -> Result<O>
+    where
+        F: Fn(&I) -> O,
+    {
+        let loc = self.loc;
+        let leaves: Vec<Tensor> = x.leaf_vec().into_iter().cloned().collect();
+        if let Some(e) = leaves.iter().find_map(|t| t.error()) {
+            return Err(e.clone());
+        }
+        let axes = match &self.in_axes {
+            Some(a) if a.len() != leaves.len() => {
+                return Err(err(
+                    format!(
+                        "in_axes has {} entries but the argument {} has {} leaves",
+                        a.len(),
+                        x.describe(),
+                        leaves.len()
+                    ),
+                    loc,
+                ));
+            }
+            Some(a) => a.clone(),
+            None => vec![Some(0); leaves.len()],
+        };
+        // The batch size, and each leaf's type for one example.
+        let mut size: Option<(usize, usize)> = None;
+        let mut example_types: Vec<TensorType> = Vec::with_capacity(leaves.len());
+        let mut moved: Vec<Tensor> = Vec::with_capacity(leaves.len());
+        for (i, (t, axis)) in leaves.iter().zip(&axes).enumerate() {
+            let ty = t.ty().expect("not failed");
+            let Some(axis) = *axis else {
+                example_types.push(ty);
+                moved.push(t.clone());
+                continue;
+            };
+            if axis >= ty.rank() {
+                return Err(err(
+                    format!("in_axes[{i}] = {axis} is out of range for leaf {i} of type {ty}"),
+                    loc,
+                ));
+            }
+            let n = ty.shape[axis];
+            match size {
+                Some((m, j)) if m != n => {
+                    return Err(err(
+                        format!(
+                            "batch sizes differ: leaf {j} has {m} examples along its in_axes \
+                             dimension, leaf {i} ({ty}) has {n} along dimension {axis}"
+                        ),
+                        loc,
+                    ));
+                }
+                _ => size = Some((n, i)),
+            }
+            let mut shape = ty.shape.clone();
+            shape.remove(axis);
+            example_types.push(TensorType::new(ty.dtype, shape));
+            let mut perm = vec![axis];
+            perm.extend((0..ty.rank()).filter(|&d| d != axis));
+            moved.push(if axis == 0 {
+                t.clone()
+            } else {
+                t.permute(&perm)
+            });
+        }
+        let Some((size, _)) = size else {
+            return Err(err(
+                format!(
+                    "no leaf of {} is batched (every in_axes entry is None)",
+                    x.describe()
+                ),
+                loc,
+            ));
+        };
+        crate::backend::install();
+        let mut template = None;
+        let traced = trace_hoisting("f", &example_types, |params| {
+            let out = (self.f)(&x.with_leaves(params));
+            let outs = out.leaf_vec().into_iter().cloned().collect();
+            template = Some(out);
+            outs
+        })?;
+        let template = template.expect("the traced closure ran");
+        let mut flags: Vec<bool> = axes.iter().map(Option::is_some).collect();
+        flags.extend(std::iter::repeat_n(false, traced.captures.len()));
+        let g =
+            kiln_autodiff::vmap(&traced.func, &flags, size).map_err(|e| err(e.to_string(), loc))?;
+        let args: Vec<&Tensor> = moved.iter().chain(&traced.captures).collect();
+        let outs = call(&g, &args, "vmap", loc);
+        if let Some(e) = outs.iter().find_map(|t| t.error()) {
+            return Err(e.clone());
+        }
+        let out_axes = match &self.out_axes {
+            Some(a) if a.len() != outs.len() => {
+                return Err(err(
+                    format!(
+                        "out_axes has {} entries but the function returns {} leaves",
+                        a.len(),
+                        outs.len()
+                    ),
+                    loc,
+                ));
+            }
+            Some(a) => a.clone(),
+            None => vec![0; outs.len()],
+        };
+        let mut placed = Vec::with_capacity(outs.len());
+        for (i, (o, &axis)) in outs.iter().zip(&out_axes).enumerate() {
+            let rank = o.rank();
+            if axis >= rank {
+                return Err(err(
+                    format!(
+                        "out_axes[{i}] = {axis} is out of range for output {i}, which has rank \
+                         {rank} with the batch"
+                    ),
+                    loc,
+                ));
+            }
+            // Batch dimension 0 moves to `axis`.
+            let mut perm: Vec<usize> = (1..rank).collect();
+            perm.insert(axis, 0);
+            placed.push(if axis == 0 {
+                o.clone()
+            } else {
+                o.permute(&perm)
+            });
+        }
+        Ok(template.with_leaves(&placed))
+    }
+}

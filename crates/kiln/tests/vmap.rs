@@ -1,0 +1,213 @@
+//! `kiln::vmap`: batching over parameter trees, with `in_axes`/`out_axes`, nested, composed
+//! with `grad` and `jit` both ways, through loops whose trip count differs per example, and
+//! the errors of a wrong request.
+
+use kiln::control::while_loop;
+use kiln::{Tensor, grad, jit, vmap};
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn close(a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{a:?} vs {b:?}");
+    }
+}
+
+fn t(values: Vec<f32>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(values, shape.to_vec()).unwrap()
+}
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i as u32).wrapping_mul(2654435761u32) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+/// Squared error of a one-neuron model on one example.
+fn loss(w: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
+    let p = x.mul(w).sum_all().tanh();
+    let e = p.sub(y);
+    e.mul(&e)
+}
+
+#[test]
+fn per_example_gradients_agree_with_a_loop_both_ways() {
+    let (n, d) = (5, 3);
+    let w = t(data(d, 1), &[d]);
+    let xs = t(data(n * d, 2), &[n, d]);
+    let ys = t(data(n, 3), &[n]);
+    // vmap(grad(loss)): one gradient per example.
+    let per_example =
+        vmap(|(w, x, y): &(Tensor, Tensor, Tensor)| grad(|w: &Tensor| loss(w, x, y))(w))
+            .in_axes(&[None, Some(0), Some(0)])
+            .call(&(w.clone(), xs.clone(), ys.clone()))
+            .unwrap();
+    assert_eq!(per_example.shape(), vec![n, d]);
+    let mut looped = Vec::new();
+    for i in 0..n {
+        let (x, y) = (xs.index(i as isize), ys.index(i as isize));
+        looped.extend(f32s(&grad(|w: &Tensor| loss(w, &x, &y))(&w)));
+    }
+    close(&f32s(&per_example), &looped);
+    // grad(vmap(loss)) of the summed losses: the sum of the per-example gradients.
+    let total = grad(|w: &Tensor| {
+        vmap(|(w, x, y): &(Tensor, Tensor, Tensor)| loss(w, x, y))
+            .in_axes(&[None, Some(0), Some(0)])
+            .call(&(w.clone(), xs.clone(), ys.clone()))
+            .unwrap()
+            .sum_all()
+    })(&w);
+    let summed: Vec<f32> = (0..d)
+        .map(|j| (0..n).map(|i| looped[i * d + j]).sum())
+        .collect();
+    close(&f32s(&total), &summed);
+    // And under jit, both ways.
+    let jitted = jit(|(w, xs, ys): &(Tensor, Tensor, Tensor)| {
+        vmap(|(w, x, y): &(Tensor, Tensor, Tensor)| grad(|w: &Tensor| loss(w, x, y))(w))
+            .in_axes(&[None, Some(0), Some(0)])
+            .call(&(w.clone(), xs.clone(), ys.clone()))
+            .unwrap()
+    })
+    .call(&(w.clone(), xs.clone(), ys.clone()))
+    .unwrap();
+    close(&f32s(&jitted), &looped);
+    let inner_jit = jit(|(w, x, y): &(Tensor, Tensor, Tensor)| grad(|w: &Tensor| loss(w, x, y))(w));
+    let mapped_jit = vmap(|args: &(Tensor, Tensor, Tensor)| inner_jit.call(args).unwrap())
+        .in_axes(&[None, Some(0), Some(0)])
+        .call(&(w.clone(), xs.clone(), ys.clone()))
+        .unwrap();
+    close(&f32s(&mapped_jit), &looped);
+}
+
+#[test]
+fn in_axes_and_out_axes_move_the_batch() {
+    // A matrix-vector product of each column of `m` (batched along dimension 1) with `v`.
+    let m = t(data(12, 4), &[3, 4]);
+    let v = t(data(3, 5), &[3]);
+    let out = vmap(|(c, v): &(Tensor, Tensor)| c.mul(v).sum_all())
+        .in_axes(&[Some(1), None])
+        .call(&(m.clone(), v.clone()))
+        .unwrap();
+    let want: Vec<f32> = (0..4)
+        .map(|j| (0..3).map(|i| f32s(&m)[i * 4 + j] * f32s(&v)[i]).sum())
+        .collect();
+    close(&f32s(&out), &want);
+    // Each row scaled, the batch placed last: the transpose of the row-major result.
+    let scaled = vmap(|r: &Tensor| r.mul(&Tensor::scalar(2.0f32)))
+        .out_axes(&[1])
+        .call(&m)
+        .unwrap();
+    assert_eq!(scaled.shape(), vec![4, 3]);
+    let mt = f32s(&m.permute(&[1, 0]));
+    close(
+        &f32s(&scaled),
+        &mt.iter().map(|x| 2.0 * x).collect::<Vec<_>>(),
+    );
+}
+
+#[test]
+fn nested_vmap_is_an_outer_product() {
+    let a = t(vec![1.0, 2.0, 3.0], &[3]);
+    let b = t(vec![10.0, 20.0], &[2]);
+    let outer = vmap(|a: &Tensor| {
+        vmap(|(a, b): &(Tensor, Tensor)| a.mul(b))
+            .in_axes(&[None, Some(0)])
+            .call(&(a.clone(), b.clone()))
+            .unwrap()
+    })
+    .call(&a)
+    .unwrap();
+    assert_eq!(outer.shape(), vec![3, 2]);
+    close(&f32s(&outer), &[10.0, 20.0, 20.0, 40.0, 30.0, 60.0]);
+}
+
+/// Newton's iteration for sqrt(a), until two iterates agree to a relative 1e-6: the number of
+/// iterations depends on `a`.
+fn newton_sqrt(a: &Tensor) -> Tensor {
+    let half = Tensor::scalar(0.5f32);
+    let (x, _) = while_loop(
+        |(x, prev): &(Tensor, Tensor)| x.sub(prev).abs().gt(&x.mul(&Tensor::scalar(1e-6f32))),
+        |(x, _): &(Tensor, Tensor)| (x.add(&a.div(x)).mul(&half), x.clone()),
+        (Tensor::scalar(1.0f32), Tensor::scalar(0.0f32)),
+    );
+    x
+}
+
+#[test]
+fn a_loop_whose_trip_count_differs_per_example() {
+    let a = [2.0f32, 9.0, 0.25, 1e4];
+    let batched = vmap(newton_sqrt).call(&t(a.to_vec(), &[4])).unwrap();
+    let looped: Vec<f32> = a
+        .iter()
+        .map(|&x| f32s(&newton_sqrt(&Tensor::scalar(x)))[0])
+        .collect();
+    assert_eq!(
+        f32s(&batched),
+        looped,
+        "each example stops at its own iteration"
+    );
+    let compiled = jit(|a: &Tensor| vmap(newton_sqrt).call(a).unwrap())
+        .call(&t(a.to_vec(), &[4]))
+        .unwrap();
+    assert_eq!(f32s(&compiled), looped);
+}
+
+fn message(e: kiln::Error) -> String {
+    let s = e.to_string();
+    assert!(s.contains("vmap"), "{s}");
+    assert!(
+        s.contains("vmap.rs"),
+        "the error names the caller's line: {s}"
+    );
+    s
+}
+
+#[test]
+fn bad_requests_are_errors_naming_the_call() {
+    let m = t(data(6, 6), &[2, 3]);
+    let v = t(data(4, 7), &[4]);
+    let f = |(a, b): &(Tensor, Tensor)| a.sum_all().add(&b.sum_all());
+    let s = message(vmap(f).call(&(m.clone(), v.clone())).unwrap_err());
+    assert!(
+        s.contains("batch sizes differ") && s.contains('2') && s.contains('4'),
+        "{s}"
+    );
+    let s = message(
+        vmap(f)
+            .in_axes(&[Some(2), None])
+            .call(&(m.clone(), v.clone()))
+            .unwrap_err(),
+    );
+    assert!(s.contains("in_axes[0] = 2 is out of range"), "{s}");
+    let s = message(
+        vmap(f)
+            .in_axes(&[Some(0)])
+            .call(&(m.clone(), v.clone()))
+            .unwrap_err(),
+    );
+    assert!(s.contains("in_axes has 1 entries"), "{s}");
+    let s = message(
+        vmap(f)
+            .in_axes(&[None, None])
+            .call(&(m.clone(), v.clone()))
+            .unwrap_err(),
+    );
+    assert!(s.contains("no leaf"), "{s}");
+    let s = message(
+        vmap(|a: &Tensor| a.sum_all())
+            .out_axes(&[1])
+            .call(&m)
+            .unwrap_err(),
+    );
+    assert!(s.contains("out_axes[0] = 1 is out of range"), "{s}");
+    let s = message(
+        vmap(|a: &Tensor| a.sum_all())
+            .out_axes(&[0, 0])
+            .call(&m)
+            .unwrap_err(),
+    );
+    assert!(s.contains("out_axes has 2 entries"), "{s}");
+}
