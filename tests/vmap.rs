@@ -35,11 +35,13 @@ fn like(rng: &mut Rng, example: &Literal) -> Literal {
         return Literal::from_f64s(t, &v).unwrap();
     }
     let xs = example.to_i64s();
+    // (A u64's bits past 2^63 are negative here: the span is taken in i128.)
     let lo = xs.iter().copied().min().unwrap_or(0);
     let hi = xs.iter().copied().max().unwrap_or(0);
+    let span = (hi as i128 - lo as i128 + 1).min(usize::MAX as i128) as usize;
     let v: Vec<i64> = xs
         .iter()
-        .map(|_| lo + rng.below((hi - lo + 1) as usize) as i64)
+        .map(|_| lo.wrapping_add(rng.below(span) as i64))
         .collect();
     Literal::from_i64s(t, &v).unwrap()
 }

@@ -11,14 +11,20 @@ pub enum DType {
     Pred,
     /// Signed 8-bit integer.
     I8,
+    /// Signed 16-bit integer.
+    I16,
     /// Signed 32-bit integer.
     I32,
     /// Signed 64-bit integer.
     I64,
-    /// Unsigned 32-bit integer.
-    U32,
     /// Unsigned 8-bit integer.
     U8,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
     /// IEEE binary16.
     F16,
     /// bfloat16: the top half of an f32.
@@ -34,9 +40,9 @@ pub enum DType {
 pub enum DTypeClass {
     /// `pred`.
     Pred,
-    /// `i8`, `i32`, `i64`.
+    /// `i8`, `i16`, `i32`, `i64`.
     Signed,
-    /// `u8`, `u32`.
+    /// `u8`, `u16`, `u32`, `u64`.
     Unsigned,
     /// `f16`, `bf16`, `f32`, `f64`.
     Float,
@@ -44,13 +50,16 @@ pub enum DTypeClass {
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 13] = [
         DType::Pred,
         DType::I8,
+        DType::I16,
         DType::I32,
         DType::I64,
-        DType::U32,
         DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
         DType::F16,
         DType::BF16,
         DType::F32,
@@ -66,6 +75,9 @@ impl DType {
             DType::I64 => "i64",
             DType::U32 => "u32",
             DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U64 => "u64",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::F32 => "f32",
@@ -82,8 +94,8 @@ impl DType {
     pub fn class(self) -> DTypeClass {
         match self {
             DType::Pred => DTypeClass::Pred,
-            DType::I8 | DType::I32 | DType::I64 => DTypeClass::Signed,
-            DType::U8 | DType::U32 => DTypeClass::Unsigned,
+            DType::I8 | DType::I16 | DType::I32 | DType::I64 => DTypeClass::Signed,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 => DTypeClass::Unsigned,
             DType::F16 | DType::BF16 | DType::F32 | DType::F64 => DTypeClass::Float,
         }
     }
@@ -112,10 +124,26 @@ impl DType {
     pub fn bits(self) -> u32 {
         match self {
             DType::Pred | DType::I8 | DType::U8 => 8,
-            DType::F16 | DType::BF16 => 16,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 16,
             DType::I32 | DType::U32 | DType::F32 => 32,
-            DType::I64 | DType::F64 => 64,
+            DType::I64 | DType::U64 | DType::F64 => 64,
         }
+    }
+
+    /// The smallest and largest values of an integer dtype (`pred`: 0 and 1); `None` for floats.
+    pub fn int_bounds(self) -> Option<(i128, i128)> {
+        Some(match self {
+            DType::Pred => (0, 1),
+            DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+            DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+            DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+            DType::I64 => (i64::MIN.into(), i64::MAX.into()),
+            DType::U8 => (0, u8::MAX.into()),
+            DType::U16 => (0, u16::MAX.into()),
+            DType::U32 => (0, u32::MAX.into()),
+            DType::U64 => (0, u64::MAX.into()),
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 => return None,
+        })
     }
 
     /// Storage width in bytes.

@@ -19,6 +19,12 @@ pub enum Data {
     U32(Vec<u32>),
     /// `u8` elements.
     U8(Vec<u8>),
+    /// `i16` elements.
+    I16(Vec<i16>),
+    /// `u16` elements.
+    U16(Vec<u16>),
+    /// `u64` elements.
+    U64(Vec<u64>),
     /// `f16` elements.
     F16(Vec<f16>),
     /// `bf16` elements.
@@ -68,7 +74,29 @@ pub fn wrap_to(dtype: DType, x: i64) -> i64 {
         DType::I32 => x as i32 as i64,
         DType::U32 => x as u32 as i64,
         DType::U8 => x as u8 as i64,
+        DType::I16 => x as i16 as i64,
+        DType::U16 => x as u16 as i64,
         _ => x,
+    }
+}
+
+/// The value of the integer `x` of `dtype` as f64. Integers travel as i64; a `u64` as its bits,
+/// so one from 2^63 up is a negative i64 whose value is `x as u64`.
+pub fn int_to_f64(dtype: DType, x: i64) -> f64 {
+    if dtype == DType::U64 {
+        x as u64 as f64
+    } else {
+        x as f64
+    }
+}
+
+/// The integer `x` of `dtype` as an index: itself, but a `u64` past `i64::MAX` (a negative
+/// i64 here) saturates to `i64::MAX`, so it clamps to the top as the large number it is.
+pub fn index_of(dtype: DType, x: i64) -> i64 {
+    if dtype == DType::U64 && x < 0 {
+        i64::MAX
+    } else {
+        x
     }
 }
 
@@ -81,6 +109,9 @@ pub fn convert_f64(dtype: DType, x: f64) -> i64 {
         DType::I32 => x as i32 as i64,
         DType::U32 => x as u32 as i64,
         DType::U8 => x as u8 as i64,
+        DType::I16 => x as i16 as i64,
+        DType::U16 => x as u16 as i64,
+        DType::U64 => x as u64 as i64,
         _ => x as i64,
     }
 }
@@ -139,6 +170,9 @@ macro_rules! each_data {
             Data::I64($v) => $body,
             Data::U32($v) => $body,
             Data::U8($v) => $body,
+            Data::I16($v) => $body,
+            Data::U16($v) => $body,
+            Data::U64($v) => $body,
             Data::F16($v) => $body,
             Data::BF16($v) => $body,
             Data::F32($v) => $body,
@@ -157,6 +191,9 @@ impl Data {
             Data::I64(_) => DType::I64,
             Data::U32(_) => DType::U32,
             Data::U8(_) => DType::U8,
+            Data::I16(_) => DType::I16,
+            Data::U16(_) => DType::U16,
+            Data::U64(_) => DType::U64,
             Data::F16(_) => DType::F16,
             Data::BF16(_) => DType::BF16,
             Data::F32(_) => DType::F32,
@@ -204,6 +241,9 @@ impl Literal {
             DType::I64 => Data::I64(values.iter().map(|&x| x as i64).collect()),
             DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
             DType::U8 => Data::U8(values.iter().map(|&x| x as u8).collect()),
+            DType::I16 => Data::I16(values.iter().map(|&x| x as i16).collect()),
+            DType::U16 => Data::U16(values.iter().map(|&x| x as u16).collect()),
+            DType::U64 => Data::U64(values.iter().map(|&x| x as u64).collect()),
             DType::F16 => Data::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
             DType::BF16 => Data::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::F32 => Data::F32(values.iter().map(|&x| x as f32).collect()),
@@ -229,6 +269,9 @@ impl Literal {
             DType::I64 => Data::I64(fill(t, x as i64)?),
             DType::U32 => Data::U32(fill(t, x as u32)?),
             DType::U8 => Data::U8(fill(t, x as u8)?),
+            DType::I16 => Data::I16(fill(t, x as i16)?),
+            DType::U16 => Data::U16(fill(t, x as u16)?),
+            DType::U64 => Data::U64(fill(t, x as u64)?),
             DType::F16 => Data::F16(fill(t, f16::from_f64(x))?),
             DType::BF16 => Data::BF16(fill(t, bf16::from_f64(x))?),
             DType::F32 => Data::F32(fill(t, x as f32)?),
@@ -246,6 +289,10 @@ impl Literal {
             DType::I64 => Data::I64(values.to_vec()),
             DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
             DType::U8 => Data::U8(values.iter().map(|&x| x as u8).collect()),
+            DType::I16 => Data::I16(values.iter().map(|&x| x as i16).collect()),
+            DType::U16 => Data::U16(values.iter().map(|&x| x as u16).collect()),
+            // The i64 carries the u64's bits.
+            DType::U64 => Data::U64(values.iter().map(|&x| x as u64).collect()),
             _ => {
                 return Literal::from_f64s(
                     ty,
@@ -296,6 +343,9 @@ impl Literal {
             DType::I64 => Data::I64(fill(t, 0)?),
             DType::U32 => Data::U32(fill(t, 0)?),
             DType::U8 => Data::U8(fill(t, 0)?),
+            DType::I16 => Data::I16(fill(t, 0)?),
+            DType::U16 => Data::U16(fill(t, 0)?),
+            DType::U64 => Data::U64(fill(t, 0)?),
             DType::F16 => Data::F16(fill(t, f16::ZERO)?),
             DType::BF16 => Data::BF16(fill(t, bf16::ZERO)?),
             DType::F32 => Data::F32(fill(t, 0.0)?),
@@ -346,6 +396,9 @@ impl Literal {
             DType::I64 => Data::I64(fill(&ty, init)?),
             DType::U32 => Data::U32(fill(&ty, init)?),
             DType::U8 => Data::U8(fill(&ty, init)?),
+            DType::I16 => Data::I16(fill(&ty, init)?),
+            DType::U16 => Data::U16(fill(&ty, init)?),
+            DType::U64 => Data::U64(fill(&ty, init)?),
             DType::F16 => Data::F16(fill(&ty, init)?),
             DType::BF16 => Data::BF16(fill(&ty, init)?),
             DType::F32 => Data::F32(fill(&ty, init)?),
@@ -406,6 +459,9 @@ impl Literal {
             Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::U32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::U8(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::I16(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::U16(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::U64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
             Data::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -423,6 +479,10 @@ impl Literal {
             Data::I64(v) => v.clone(),
             Data::U32(v) => v.iter().map(|&x| x as i64).collect(),
             Data::U8(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::I16(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::U16(v) => v.iter().map(|&x| x as i64).collect(),
+            // The u64's bits: values from 2^63 up come out negative (see `int_to_f64`).
+            Data::U64(v) => v.iter().map(|&x| x as i64).collect(),
             _ => self.to_f64s().into_iter().map(|x| x as i64).collect(),
         }
     }
@@ -445,6 +505,9 @@ impl Literal {
             Data::I64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::U32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::U8(v) => out.extend_from_slice(v),
+            Data::I16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::U16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::U64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::F16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::BF16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
@@ -477,6 +540,18 @@ impl Literal {
             ),
             DType::U32 => Data::U32(
                 ch.map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::I16 => Data::I16(
+                ch.map(|c| i16::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::U16 => Data::U16(
+                ch.map(|c| u16::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            DType::U64 => Data::U64(
+                ch.map(|c| u64::from_le_bytes(c.try_into().unwrap()))
                     .collect(),
             ),
             DType::F16 => Data::F16(
@@ -518,6 +593,9 @@ impl Literal {
             Data::I64(v) => v[i].to_string(),
             Data::U32(v) => v[i].to_string(),
             Data::U8(v) => v[i].to_string(),
+            Data::I16(v) => v[i].to_string(),
+            Data::U16(v) => v[i].to_string(),
+            Data::U64(v) => v[i].to_string(),
             Data::F16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
             Data::BF16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
             Data::F32(v) => float(v[i] as f64, format!("{:?}", v[i])),
@@ -559,6 +637,16 @@ impl Literal {
                 "false" => Ok(Elem::I(0)),
                 _ => Err(bad()),
             }
+        } else if dtype == DType::U64 {
+            // Carried as the u64's bits (see `int_to_f64`).
+            let x: u64 = tok.parse().map_err(|_| {
+                if tok.starts_with('-') {
+                    LiteralError(format!("{tok} is out of range for {dtype}"))
+                } else {
+                    bad()
+                }
+            })?;
+            Ok(Elem::I(x as i64))
         } else {
             let x: i64 = tok.parse().map_err(|_| bad())?;
             if wrap_to(dtype, x) != x {

@@ -199,7 +199,12 @@ impl Lexer {
             _ => return self.expected("a type such as `f32[2,3]`"),
         };
         let Some(dtype) = DType::from_name(&w) else {
-            return self.err(format!("unknown element type {} (expected one of pred, i8, i32, i64, u32, f16, bf16, f32, f64)", quote(&w)));
+            let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+            return self.err(format!(
+                "unknown element type {} (expected one of {})",
+                quote(&w),
+                names.join(", ")
+            ));
         };
         self.pos += 1;
         self.expect("[")?;

@@ -134,7 +134,7 @@ pub fn random_literal(rng: &mut Rng, ty: &TensorType) -> Literal {
         let v: Vec<i64> = (0..n)
             .map(|_| match ty.dtype {
                 DType::Pred => rng.below(2) as i64,
-                DType::U32 | DType::U8 => rng.below(40) as i64,
+                d if !d.is_signed() => rng.below(40) as i64,
                 _ => rng.below(40) as i64 - 20,
             })
             .collect();
@@ -700,14 +700,15 @@ impl Gen<'_> {
                 if d.is_float() && self.rng.chance(0.5) {
                     self.b.inst(Op::IsFinite {}, &[a]).ok()
                 } else {
-                    let to = match d {
-                        DType::F32 => *self.rng.pick(&[DType::I32, DType::U32]),
-                        DType::I32 | DType::U32 => DType::F32,
-                        DType::I64 => DType::F64,
-                        DType::F64 => DType::I64,
-                        DType::F16 => DType::BF16,
-                        DType::BF16 => DType::F16,
-                        _ => d,
+                    // Any other type of the same width (the same type when there is none).
+                    let same: Vec<DType> = DType::ALL
+                        .into_iter()
+                        .filter(|&o| o != d && !o.is_pred() && !d.is_pred() && o.bits() == d.bits())
+                        .collect();
+                    let to = if same.is_empty() {
+                        d
+                    } else {
+                        *self.rng.pick(&same)
                     };
                     self.b
                         .inst_typed(Op::BitcastConvert {}, &[a], t.with_dtype(to))

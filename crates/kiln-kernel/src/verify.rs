@@ -196,14 +196,8 @@ fn normalized(f: &Lin, lo: i128, hi: i128) -> Option<(Lin, Range)> {
 
 /// What a range of a dtype's values is.
 fn dtype_range(d: DType) -> (i128, i128) {
-    match d {
-        DType::Pred => (0, 1),
-        DType::I8 => (i8::MIN as i128, i8::MAX as i128),
-        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
-        DType::U32 => (0, u32::MAX as i128),
-        DType::U8 => (0, u8::MAX as i128),
-        _ => (i64::MIN as i128, i64::MAX as i128),
-    }
+    d.int_bounds()
+        .unwrap_or((i64::MIN as i128, i64::MAX as i128))
 }
 
 /// A short name of an expression node for error paths.

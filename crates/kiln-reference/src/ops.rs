@@ -2,9 +2,10 @@
 
 use crate::products::{ConvAttrs, DotDims, convolution, dot_general};
 use crate::scalar::{
-    combine_f, combine_i, compare_f, compare_i, float_binary, float_unary, int_binary, int_unary,
-    nan_max, nan_min,
+    combine_f, combine_i, compare_f, compare_i, float_binary, float_unary, int_binary, int_max,
+    int_min, int_unary, nan_max, nan_min,
 };
+use kiln_ir::literal::index_of;
 use kiln_ir::verify::window_output_size;
 use kiln_ir::{Combiner, DType, Data, Literal, Op, TensorType};
 
@@ -46,6 +47,9 @@ macro_rules! map_data {
             Data::I64($v) => Data::I64($body),
             Data::U32($v) => Data::U32($body),
             Data::U8($v) => Data::U8($body),
+            Data::I16($v) => Data::I16($body),
+            Data::U16($v) => Data::U16($body),
+            Data::U64($v) => Data::U64($body),
             Data::F16($v) => Data::F16($body),
             Data::BF16($v) => Data::BF16($body),
             Data::F32($v) => Data::F32($body),
@@ -74,6 +78,9 @@ fn concat(srcs: &[&Literal]) -> Literal {
             (Data::I64(a), Data::I64(b)) => a.extend(b),
             (Data::U32(a), Data::U32(b)) => a.extend(b),
             (Data::U8(a), Data::U8(b)) => a.extend(b),
+            (Data::I16(a), Data::I16(b)) => a.extend(b),
+            (Data::U16(a), Data::U16(b)) => a.extend(b),
+            (Data::U64(a), Data::U64(b)) => a.extend(b),
             (Data::F16(a), Data::F16(b)) => a.extend(b),
             (Data::BF16(a), Data::BF16(b)) => a.extend(b),
             (Data::F32(a), Data::F32(b)) => a.extend(b),
@@ -221,7 +228,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 x[0].to_i64s()
                     .into_iter()
                     .zip(x[1].to_i64s())
-                    .map(|(a, b)| compare_i(*dir, a, b) as i64)
+                    .map(|(a, b)| compare_i(*dir, x[0].dtype(), a, b) as i64)
                     .collect()
             };
             single(from_lane(ty, Lane::I(v)))
@@ -255,9 +262,14 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                     x[1].to_i64s(),
                     expand(x[2].to_i64s(), n),
                 );
+                let d = ty.dtype;
                 single(from_lane(
                     ty,
-                    Lane::I((0..n).map(|i| v[i].max(lo[i]).min(hi[i])).collect()),
+                    Lane::I(
+                        (0..n)
+                            .map(|i| int_min(d, int_max(d, v[i], lo[i]), hi[i]))
+                            .collect(),
+                    ),
                 ))
             }
         }
@@ -271,7 +283,8 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                     .map(|f| kiln_ir::literal::convert_f64(ty.dtype, f))
                     .collect();
                 single(from_lane(ty, Lane::I(v)))
-            } else if src.dtype().is_float() {
+            } else if src.dtype().is_float() || ty.dtype.is_float() {
+                // Integers to floats through f64 (`to_f64s` reads a u64's bits unsigned).
                 single(from_lane(ty, Lane::F(src.to_f64s())))
             } else if ty.dtype == DType::Pred {
                 single(from_lane(
@@ -349,7 +362,8 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             let st = a.ty().strides();
             let start: Vec<usize> = (0..a.ty().rank())
                 .map(|d| {
-                    x[1 + d].to_i64s()[0].clamp(0, a.shape()[d] as i64 - slice_sizes[d]) as usize
+                    index_of(x[1 + d].dtype(), x[1 + d].to_i64s()[0])
+                        .clamp(0, a.shape()[d] as i64 - slice_sizes[d]) as usize
                 })
                 .collect();
             let mut idx = Vec::with_capacity(ty.numel());
@@ -363,7 +377,8 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             let st = a.ty().strides();
             let start: Vec<usize> = (0..a.ty().rank())
                 .map(|d| {
-                    x[2 + d].to_i64s()[0].clamp(0, (a.shape()[d] - u.shape()[d]) as i64) as usize
+                    index_of(x[2 + d].dtype(), x[2 + d].to_i64s()[0])
+                        .clamp(0, (a.shape()[d] - u.shape()[d]) as i64) as usize
                 })
                 .collect();
             let n = a.numel();
@@ -484,7 +499,11 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         } => {
             let (a, si) = (x[0], x[1]);
             let st = a.ty().strides();
-            let ivals = si.to_i64s();
+            let ivals: Vec<i64> = si
+                .to_i64s()
+                .into_iter()
+                .map(|v| index_of(si.dtype(), v))
+                .collect();
             let sst = si.ty().strides();
             let ivd = *index_vector_dim as usize;
             let window_dims: Vec<usize> = (0..a.ty().rank())
@@ -527,7 +546,11 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         } => {
             let (a, si, u) = (x[0], x[1], x[2]);
             let st = a.ty().strides();
-            let ivals = si.to_i64s();
+            let ivals: Vec<i64> = si
+                .to_i64s()
+                .into_iter()
+                .map(|v| index_of(si.dtype(), v))
+                .collect();
             let sst = si.ty().strides();
             let ivd = *index_vector_dim as usize;
             let window_dims: Vec<usize> = (0..a.ty().rank())
@@ -616,7 +639,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 if a.dtype().is_float() {
                     !compare_f(*select, vals_f[cur], vals_f[cand])
                 } else {
-                    !compare_i(*select, vals_i[cur], vals_i[cand])
+                    !compare_i(*select, a.dtype(), vals_i[cur], vals_i[cand])
                 }
             };
             let grid: Vec<usize> = (0..a.ty().rank())

@@ -32,6 +32,19 @@ pub fn nan_min(a: f64, b: f64) -> f64 {
     }
 }
 
+/// `base` to the power `exp` on u64s, wrapping.
+fn uint_pow(base: u64, exp: u64) -> u64 {
+    let (mut acc, mut b, mut e) = (1u64, base, exp);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(b);
+        }
+        b = b.wrapping_mul(b);
+        e >>= 1;
+    }
+    acc
+}
+
 /// `base` to the power `exp` on integers, wrapping; a negative exponent gives 0 unless the
 /// base is 1 or -1.
 fn int_pow(base: i64, exp: i64) -> i64 {
@@ -71,6 +84,26 @@ pub fn combine_f(kind: Combiner, a: f64, b: f64) -> f64 {
     }
 }
 
+/// The order of two integers of dtype `d` (values as i64: a `u64` as its bits, compared
+/// unsigned; the other unsigned dtypes are zero-extended, so signed order is theirs).
+pub fn int_cmp(d: DType, a: i64, b: i64) -> std::cmp::Ordering {
+    if d == DType::U64 {
+        (a as u64).cmp(&(b as u64))
+    } else {
+        a.cmp(&b)
+    }
+}
+
+/// The larger of two integers of dtype `d`.
+pub fn int_max(d: DType, a: i64, b: i64) -> i64 {
+    if int_cmp(d, a, b).is_ge() { a } else { b }
+}
+
+/// The smaller of two integers of dtype `d`.
+pub fn int_min(d: DType, a: i64, b: i64) -> i64 {
+    if int_cmp(d, a, b).is_le() { a } else { b }
+}
+
 /// One step of an integer or `pred` reduction or scatter in dtype `d`, wrapped.
 pub fn combine_i(kind: Combiner, d: DType, a: i64, b: i64) -> i64 {
     let r = match (kind, d) {
@@ -79,8 +112,8 @@ pub fn combine_i(kind: Combiner, d: DType, a: i64, b: i64) -> i64 {
         (Combiner::Mul, DType::Pred) | (Combiner::And, _) => a & b,
         (Combiner::Add, _) => a.wrapping_add(b),
         (Combiner::Mul, _) => a.wrapping_mul(b),
-        (Combiner::Max, _) => a.max(b),
-        (Combiner::Min, _) => a.min(b),
+        (Combiner::Max, _) => int_max(d, a, b),
+        (Combiner::Min, _) => int_min(d, a, b),
     };
     wrap_to(d, r)
 }
@@ -98,16 +131,17 @@ pub fn compare_f(dir: ComparisonDirection, a: f64, b: f64) -> bool {
     }
 }
 
-/// `compare` on integers (as signed i64: unsigned values are zero-extended).
-pub fn compare_i(dir: ComparisonDirection, a: i64, b: i64) -> bool {
+/// `compare` on integers of dtype `d` (see [`int_cmp`]).
+pub fn compare_i(dir: ComparisonDirection, d: DType, a: i64, b: i64) -> bool {
     use ComparisonDirection::*;
+    let o = int_cmp(d, a, b);
     match dir {
-        Eq => a == b,
-        Ne => a != b,
-        Lt => a < b,
-        Le => a <= b,
-        Gt => a > b,
-        Ge => a >= b,
+        Eq => o.is_eq(),
+        Ne => o.is_ne(),
+        Lt => o.is_lt(),
+        Le => o.is_le(),
+        Gt => o.is_gt(),
+        Ge => o.is_ge(),
     }
 }
 
@@ -203,11 +237,15 @@ pub fn int_binary(op: &Op, d: DType, x: i64, y: i64) -> i64 {
         Op::Subtract {} => x.wrapping_sub(y),
         Op::Multiply {} => x.wrapping_mul(y),
         Op::Divide {} if y == 0 => -1,
+        Op::Divide {} if d == DType::U64 => (x as u64 / y as u64) as i64,
         Op::Divide {} => x.wrapping_div(y),
         Op::Remainder {} if y == 0 => x,
+        Op::Remainder {} if d == DType::U64 => (x as u64 % y as u64) as i64,
         Op::Remainder {} => x.wrapping_rem(y),
-        Op::Maximum {} => x.max(y),
-        Op::Minimum {} => x.min(y),
+        Op::Maximum {} => int_max(d, x, y),
+        Op::Minimum {} => int_min(d, x, y),
+        // An unsigned exponent is never negative: a u64's bits from 2^63 up are a large power.
+        Op::Power {} if d == DType::U64 => uint_pow(x as u64, y as u64) as i64,
         Op::Power {} => int_pow(x, y),
         Op::And {} => x & y,
         Op::Or {} => x | y,
@@ -258,7 +296,10 @@ pub fn is_int_unary(op: &Op) -> bool {
 pub fn int_unary(op: &Op, d: DType, x: i64) -> i64 {
     let r = match op {
         Op::Negate {} => x.wrapping_neg(),
+        // Unsigned values (zero-extended, or a u64's bits) are their own magnitude.
+        Op::Abs {} if !d.is_signed() => x,
         Op::Abs {} => x.wrapping_abs(),
+        Op::Sign {} if !d.is_signed() => (x != 0) as i64,
         Op::Sign {} => x.signum(),
         Op::Not {} if d.is_pred() => 1 - x,
         Op::Not {} => !x,

@@ -18,6 +18,9 @@ pub fn descr(d: DType) -> &'static str {
         DType::I64 => "<i8",
         DType::U32 => "<u4",
         DType::U8 => "|u1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U64 => "<u8",
         DType::F16 => "<f2",
         DType::BF16 => "<V2",
         DType::F32 => "<f4",
@@ -161,6 +164,9 @@ mod tests {
             (DType::Pred, vec![]),
             (DType::I64, vec![1, 1, 2]),
             (DType::U8, vec![0]),
+            (DType::I16, vec![3]),
+            (DType::U16, vec![2, 2]),
+            (DType::U64, vec![5]),
         ] {
             let ty = TensorType::new(d, shape);
             let l = kiln_ir::random::random_literal(&mut kiln_ir::random::Rng::new(3), &ty);

@@ -55,7 +55,13 @@ fn keys(l: &Literal, descending: bool, nan_greatest: bool) -> Option<(Keys, bool
         Data::Pred(v) => (Keys::U32(v.iter().map(|&b| b as u32).collect()), false),
         Data::U8(v) => (Keys::U32(v.iter().map(|&x| x as u32).collect()), false),
         Data::U32(v) => (Keys::U32(v.clone()), false),
+        Data::U16(v) => (Keys::U32(v.iter().map(|&x| x as u32).collect()), false),
+        Data::U64(v) => (Keys::U64(v.clone()), false),
         Data::I8(v) => (
+            Keys::U32(v.iter().map(|&x| (x as i32 as u32) ^ 1 << 31).collect()),
+            false,
+        ),
+        Data::I16(v) => (
             Keys::U32(v.iter().map(|&x| (x as i32 as u32) ^ 1 << 31).collect()),
             false,
         ),

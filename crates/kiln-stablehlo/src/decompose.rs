@@ -303,11 +303,12 @@ pub fn total_order_keys(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result
     Ok(keys)
 }
 
-/// The integer type of a width, for moving bits: `u8`, `u32`, `i64`.
+/// The integer type of a width, for moving bits: `u8`, `u16`, `u32`, `i64`.
 fn bits_type(bits: u32) -> Option<kiln_ir::DType> {
     use kiln_ir::DType;
     match bits {
         8 => Some(DType::U8),
+        16 => Some(DType::U16),
         32 => Some(DType::U32),
         64 => Some(DType::I64),
         _ => None,
@@ -751,8 +752,9 @@ pub fn mulhi(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
     use kiln_ir::DType;
     let bits = match t.dtype {
         DType::I8 | DType::U8 => 8,
+        DType::I16 | DType::U16 => 16,
         DType::I32 | DType::U32 => 32,
-        DType::I64 => return mulhi64(body, op, *a, *b, &t),
+        DType::I64 | DType::U64 => return mulhi64(body, op, *a, *b, &t),
         _ => return Err(Error::invalid(op.pos, "`chlo.mulhi` takes integers")),
     };
     let l = loc(op.pos);
@@ -794,7 +796,7 @@ pub fn mulhi(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
         .map_err(err)
 }
 
-/// The high half of the 128-bit product of two `i64` tensors, from 32-bit halves (the
+/// The high half of the 128-bit product of two `i64` or `u64` tensors, from 32-bit halves (the
 /// signed "mulhs" of Hacker's Delight, 8-2): with `a = ah * 2^32 + al` (`al` unsigned),
 /// `t = ah*bl + (al*bl >>> 32)`, `w = al*bh + (t & 0xFFFFFFFF)`, the result is
 /// `ah*bh + (t >> 32) + (w >> 32)`; no intermediate overflows.
@@ -825,21 +827,29 @@ fn mulhi64(
     let bin = |body: &mut Body, kop: Op, x: ValueId, y: ValueId| -> Result<ValueId> {
         Ok(body.b.push_at(kop, &[x, y], None, l).map_err(err)?[0])
     };
+    // Signed halves shift in the sign; a u64's ("mulhu") shift in zeros.
+    let shr = || {
+        if t.dtype.is_signed() {
+            Op::ShiftRightArithmetic {}
+        } else {
+            Op::ShiftRightLogical {}
+        }
+    };
     let k32 = konst(body, 32)?;
     let mask = konst(body, 0xFFFF_FFFF)?;
     let al = bin(body, Op::And {}, a, mask)?;
-    let ah = bin(body, Op::ShiftRightArithmetic {}, a, k32)?;
+    let ah = bin(body, shr(), a, k32)?;
     let bl = bin(body, Op::And {}, b, mask)?;
-    let bh = bin(body, Op::ShiftRightArithmetic {}, b, k32)?;
+    let bh = bin(body, shr(), b, k32)?;
     let ll = bin(body, Op::Multiply {}, al, bl)?;
     let ll_hi = bin(body, Op::ShiftRightLogical {}, ll, k32)?;
     let hl = bin(body, Op::Multiply {}, ah, bl)?;
     let tt = bin(body, Op::Add {}, hl, ll_hi)?;
     let t_lo = bin(body, Op::And {}, tt, mask)?;
-    let t_hi = bin(body, Op::ShiftRightArithmetic {}, tt, k32)?;
+    let t_hi = bin(body, shr(), tt, k32)?;
     let lh = bin(body, Op::Multiply {}, al, bh)?;
     let w = bin(body, Op::Add {}, lh, t_lo)?;
-    let w_hi = bin(body, Op::ShiftRightArithmetic {}, w, k32)?;
+    let w_hi = bin(body, shr(), w, k32)?;
     let hh = bin(body, Op::Multiply {}, ah, bh)?;
     let sum = bin(body, Op::Add {}, hh, t_hi)?;
     Ok(vec![bin(body, Op::Add {}, sum, w_hi)?])

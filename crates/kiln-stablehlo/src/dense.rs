@@ -48,6 +48,9 @@ fn elements(lit: &Literal) -> Vec<String> {
         Data::I64(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::U8(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::I16(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U16(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U64(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::F16(v) => v
             .iter()
             .map(|x| float(x.to_f64(), u64::from(x.to_bits()), 4))

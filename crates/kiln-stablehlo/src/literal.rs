@@ -82,22 +82,10 @@ fn elem_bytes(e: Elem, dtype: DType) -> Result<Vec<u8>, String> {
         }
     };
     let int = |i: i128| -> Result<Vec<u8>, String> {
-        Ok(match dtype {
-            DType::Pred => vec![range(i, 0, 1)? as u8],
-            DType::I8 => (range(i, i8::MIN as i128, i8::MAX as i128)? as i8)
-                .to_le_bytes()
-                .to_vec(),
-            DType::I32 => (range(i, i32::MIN as i128, i32::MAX as i128)? as i32)
-                .to_le_bytes()
-                .to_vec(),
-            DType::I64 => (range(i, i64::MIN as i128, i64::MAX as i128)? as i64)
-                .to_le_bytes()
-                .to_vec(),
-            DType::U8 => vec![range(i, 0, u8::MAX as i128)? as u8],
-            DType::U32 => (range(i, 0, u32::MAX as i128)? as u32)
-                .to_le_bytes()
-                .to_vec(),
-            _ => float_bytes(i as f64, dtype),
+        Ok(match dtype.int_bounds() {
+            // In range, the value's two's-complement bytes, as many as the dtype has.
+            Some((lo, hi)) => range(i, lo, hi)?.to_le_bytes()[..dtype.bytes()].to_vec(),
+            None => float_bytes(i as f64, dtype),
         })
     };
     match e {

@@ -17,33 +17,24 @@ use kiln_ir::{DType, TensorType};
 
 /// The kiln dtype of a StableHLO element type name; `Err` says why there is none.
 pub fn dtype(name: &str, pos: Pos) -> Result<DType> {
-    Ok(match name {
-        "i1" => DType::Pred,
-        "i8" => DType::I8,
-        "i32" => DType::I32,
-        "i64" => DType::I64,
-        "ui8" => DType::U8,
-        "ui32" => DType::U32,
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        "f32" => DType::F32,
-        "f64" => DType::F64,
-        _ if is_known_element(name) => {
-            return Err(Error::unsupported(
-                pos,
-                format!(
-                    "element type {} (kiln has i1, i8, i32, i64, ui8, ui32, f16, bf16, f32, f64)",
-                    quote(name)
-                ),
-            ));
-        }
-        _ => {
-            return Err(Error::syntax(
-                pos,
-                format!("unknown element type {}", quote(name)),
-            ));
-        }
-    })
+    if let Some(d) = DType::ALL.into_iter().find(|&d| element_name(d) == name) {
+        return Ok(d);
+    }
+    if is_known_element(name) {
+        let names: Vec<&str> = DType::ALL.into_iter().map(element_name).collect();
+        return Err(Error::unsupported(
+            pos,
+            format!(
+                "element type {} (kiln has {})",
+                quote(name),
+                names.join(", ")
+            ),
+        ));
+    }
+    Err(Error::syntax(
+        pos,
+        format!("unknown element type {}", quote(name)),
+    ))
 }
 
 /// The StableHLO element type name of a kiln dtype (the inverse of [`dtype`]).
@@ -51,10 +42,13 @@ pub fn element_name(d: DType) -> &'static str {
     match d {
         DType::Pred => "i1",
         DType::I8 => "i8",
+        DType::I16 => "i16",
         DType::I32 => "i32",
         DType::I64 => "i64",
         DType::U8 => "ui8",
+        DType::U16 => "ui16",
         DType::U32 => "ui32",
+        DType::U64 => "ui64",
         DType::F16 => "f16",
         DType::BF16 => "bf16",
         DType::F32 => "f32",

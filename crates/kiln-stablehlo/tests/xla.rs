@@ -27,10 +27,6 @@ const KNOWN: &[(&str, &str)] = &[
         "reduce_precision example 3",
         "mantissa_bits = 0: a NaN stays NaN on XLA; kiln's spec makes it infinity (no mantissa bit is left to mark a NaN)",
     ),
-    (
-        "random seed 99",
-        "XLA's CPU flushes f64 subnormals to zero; kiln keeps them",
-    ),
 ];
 
 /// XLA's refusal of a live `rng_bit_generator` (a dead one it removes before it looks).
@@ -40,9 +36,7 @@ const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
 /// refusing kiln's `rng_bit_generator` state.
 fn known(name: &str, problem: &str) -> Option<&'static str> {
     if problem.contains(RNG_REFUSAL) && problem.contains("u64") {
-        return Some(
-            "rng_bit_generator: XLA's THREE_FRY takes a u64[2] state, kiln's is u32[4] (kiln has no u64)",
-        );
+        return Some("rng_bit_generator: XLA's THREE_FRY takes a u64[2] state, kiln's is u32[4]");
     }
     KNOWN.iter().find(|(n, _)| *n == name).map(|(_, why)| *why)
 }

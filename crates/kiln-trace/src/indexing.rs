@@ -256,11 +256,9 @@ impl Tensor {
 fn fill_value(d: DType) -> f64 {
     match d {
         DType::Pred => 1.0,
-        DType::I8 => i8::MIN as f64,
-        DType::I32 => i32::MIN as f64,
-        DType::I64 => i64::MIN as f64,
-        DType::U32 => u32::MAX as f64,
-        DType::U8 => u8::MAX as f64,
+        // The most negative value of a signed type, the largest of an unsigned one (as JAX).
+        d if d.is_int() && d.is_signed() => d.int_bounds().expect("an integer").0 as f64,
+        d if d.is_int() => d.int_bounds().expect("an integer").1 as f64,
         _ => f64::NAN,
     }
 }

@@ -518,6 +518,28 @@ impl Tensor {
         self.op1_typed(Op::Convert {}, TensorType::new(dtype, self.shape()), "cast")
     }
 
+    /// The same bits read as another dtype of the same width (JAX's
+    /// `lax.bitcast_convert_type`, PyTorch's `Tensor.view(dtype)`): `f32` as `u32`, `f16` as
+    /// `i16`. A dtype of another width, or `pred` either way, is an error. Not differentiable.
+    #[track_caller]
+    pub fn bitcast(&self, dtype: DType) -> Tensor {
+        let d = self.dtype();
+        if self.error().is_some() || d == dtype {
+            return self.clone();
+        }
+        if d.bits() != dtype.bits() || d.is_pred() || dtype.is_pred() {
+            return self.fail(
+                "bitcast",
+                format!("cannot reinterpret {d} as {dtype}: bitcast needs two non-pred dtypes of one width"),
+            );
+        }
+        self.op1_typed(
+            Op::BitcastConvert {},
+            TensorType::new(dtype, self.shape()),
+            "bitcast",
+        )
+    }
+
     /// The same values with no gradient flowing back through them (JAX `stop_gradient`,
     /// PyTorch `detach`). Recorded as a bit-preserving round trip through an integer type, which
     /// autodiff treats as constant.
@@ -557,20 +579,10 @@ impl Tensor {
         let init = match kind {
             Combiner::Max if d.is_float() => f64::NEG_INFINITY,
             Combiner::Min if d.is_float() => f64::INFINITY,
-            Combiner::Max => match d {
-                DType::I8 => i8::MIN as f64,
-                DType::I32 => i32::MIN as f64,
-                DType::I64 => i64::MIN as f64,
-                _ => 0.0,
-            },
-            Combiner::Min => match d {
-                DType::I8 => i8::MAX as f64,
-                DType::I32 => i32::MAX as f64,
-                DType::I64 => i64::MAX as f64,
-                DType::U32 => u32::MAX as f64,
-                DType::U8 => u8::MAX as f64,
-                _ => 1.0,
-            },
+            // The dtype's bounds through f64: the conversion saturates, so even i64's and u64's
+            // extremes come out exact.
+            Combiner::Max => d.int_bounds().map_or(0.0, |b| b.0 as f64),
+            Combiner::Min => d.int_bounds().map_or(1.0, |b| b.1 as f64),
             _ => 0.0,
         };
         let r = apply(

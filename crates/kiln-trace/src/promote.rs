@@ -4,13 +4,15 @@
 //! dtypes, and treats Rust scalars as *weakly typed*, as JAX treats Python scalars:
 //!
 //! ```text
-//! pred ─> i8 ─> i32 ─> i64 ─┐
-//!   └─> u8 ──┘ ─> u32 ─> i64  ├─> f16 ─┐
-//!                             └─> bf16 ┴─> f32 ─> f64
+//! pred ─> i8 ──> i16 ──> i32 ──> i64 ─┐
+//!   └───> u8 ─┴> u16 ─┴> u32 ─┴> u64  ├─> f16 ─┐
+//!                                     └─> bf16 ┴─> f32 ─> f64
 //! ```
 //!
-//! (`u8` lies below both `i32` and `u32`; JAX's `u8 + i8` is `i16`, which kiln does not have, so
-//! it is `i32` here.)
+//! (Each unsigned type also lies below the signed type twice its width: `u8 + i8` is `i16`,
+//! `u32 + i32` is `i64`. No integer holds both `u64` and a signed type: that pair is `f64`, as
+//! in NumPy and in JAX with 64-bit types on. It is the one pair whose result is not the least
+//! upper bound in the lattice: `(u64 + i8) + f16` is `f64` but `u64 + (i8 + f16)` is `f16`.)
 //!
 //! - Two dtypes promote to their least upper bound in this lattice: `i8 + i32` is `i32`,
 //!   `u32 + i32` is `i64`, any integer with any float is that float, `f16 + bf16` is `f32`.
@@ -46,13 +48,27 @@ pub fn promote_types(a: DType, b: DType) -> DType {
                 y
             }
         }
-        // Integers: u8 fits in u32 and in i32; with i8, i32 is the least type holding both.
-        (U8, U32) | (U32, U8) => U32,
-        (U8, I8) | (I8, U8) => I32,
-        (U8, x) | (x, U8) => x,
-        // u32 with a signed type needs i64 to hold both ranges.
-        (U32, _) | (_, U32) => I64,
-        (x, y) => x.max(y),
+        (x, y) => int_join(x, y),
+    }
+}
+
+/// The join of two integer dtypes: the wider of two of one signedness; a signed and an unsigned
+/// one meet in the signed type that holds both (the signed one if it is wider, else the signed
+/// type twice the unsigned one's width), and `u64` with a signed type in `f64`.
+fn int_join(a: DType, b: DType) -> DType {
+    let wider = |x: DType, y: DType| if x.bits() >= y.bits() { x } else { y };
+    if a.is_signed() == b.is_signed() {
+        return wider(a, b);
+    }
+    let (s, u) = if a.is_signed() { (a, b) } else { (b, a) };
+    if s.bits() > u.bits() {
+        return s;
+    }
+    match u.bits() {
+        8 => DType::I16,
+        16 => DType::I32,
+        32 => DType::I64,
+        _ => DType::F64,
     }
 }
 
@@ -95,6 +111,9 @@ mod tests {
                 assert_eq!(promote_types(a, j), j, "an upper bound: {a} {b} -> {j}");
                 assert_eq!(promote_types(b, j), j, "an upper bound: {a} {b} -> {j}");
                 for c in DType::ALL {
+                    if u64_with_signed(a, b, c) {
+                        continue;
+                    }
                     assert_eq!(
                         promote_types(promote_types(a, b), c),
                         promote_types(a, promote_types(b, c)),
@@ -105,6 +124,15 @@ mod tests {
         }
     }
 
+    /// Whether `u64` and a signed integer are among three dtypes together with a float below
+    /// `f64`: the one place where promotion is not associative (the module's docs).
+    fn u64_with_signed(a: DType, b: DType, c: DType) -> bool {
+        let ds = [a, b, c];
+        ds.contains(&U64)
+            && ds.iter().any(|d| d.is_int() && d.is_signed())
+            && ds.iter().any(|&d| d.is_float() && d != F64)
+    }
+
     #[test]
     fn the_table_of_jax() {
         let cases = [
@@ -112,7 +140,18 @@ mod tests {
             (I8, I32, I32),
             (I8, I64, I64),
             (U32, I8, I64),
-            (U8, I8, I32),
+            (U8, I8, I16),
+            (U8, I16, I16),
+            (U16, I8, I32),
+            (U16, I16, I32),
+            (U16, U32, U32),
+            (I16, I32, I32),
+            (U64, U8, U64),
+            (U64, U32, U64),
+            (U64, I8, F64),
+            (U64, I64, F64),
+            (U64, F16, F16),
+            (I16, BF16, BF16),
             (U8, U32, U32),
             (U8, I64, I64),
             (U8, F16, F16),

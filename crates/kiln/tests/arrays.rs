@@ -60,6 +60,18 @@ fn samples() -> Vec<(&'static str, Tensor)> {
             Tensor::from_vec(vec![0u8, 1, 128, 255], [4, 1]).unwrap(),
         ),
         (
+            "i16",
+            Tensor::from_vec(vec![i16::MIN, -1, 0, i16::MAX], [2, 2]).unwrap(),
+        ),
+        (
+            "u16",
+            Tensor::from_vec(vec![0u16, 1, 1 << 15, u16::MAX], [4]).unwrap(),
+        ),
+        (
+            "u64",
+            Tensor::from_vec(vec![0u64, 1, 1 << 63, u64::MAX], [1, 4]).unwrap(),
+        ),
+        (
             "f16",
             Tensor::from_vec(
                 vec![
@@ -204,13 +216,19 @@ fn bad_files_give_errors() {
             "a .npy cut at {cut} loaded"
         );
     }
-    // A dtype kiln lacks.
+    // A dtype kiln lacks (complex64); i16 it has.
+    let c64s = npy_file(
+        "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
+        &[0, 0, 128, 63, 0, 0, 0, 64],
+    );
+    let e = from_npy_bytes(&c64s).unwrap_err().to_string();
+    assert!(e.contains("<c8") && e.contains("no kiln dtype"), "{e}");
     let i16s = npy_file(
         "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }",
-        &[1, 0, 2, 0],
+        &[1, 0, 254, 255],
     );
-    let e = from_npy_bytes(&i16s).unwrap_err().to_string();
-    assert!(e.contains("<i2") && e.contains("no kiln dtype"), "{e}");
+    let t = from_npy_bytes(&i16s).unwrap();
+    assert_eq!(t.to_vec::<i16>().unwrap(), [1, -2]);
     // A header claiming far more data than there is.
     let huge = npy_file(
         "{'descr': '<f4', 'fortran_order': False, 'shape': (999999999,), }",

@@ -486,7 +486,16 @@ impl<'c> Emitter<'c> {
                 let d = e.dtype();
                 let v = self.expr(e)?.into_int_value();
                 let i64t = self.ctx.i64_type();
-                if v.get_type().get_bit_width() == 64 {
+                if d == DType::U64 {
+                    // Past i64::MAX: saturated, to clamp to the top (`literal::index_of`).
+                    let neg = b
+                        .build_int_compare(IntPredicate::SLT, v, i64t.const_zero(), "neg")
+                        .map_err(llvm)?;
+                    let max = i64t.const_int(i64::MAX as u64, false);
+                    b.build_select(neg, max, v, "sat")
+                        .map_err(llvm)?
+                        .into_int_value()
+                } else if v.get_type().get_bit_width() == 64 {
                     v
                 } else if !d.is_signed() {
                     b.build_int_z_extend(v, i64t, "z").map_err(llvm)?

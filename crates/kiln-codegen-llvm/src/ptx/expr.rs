@@ -86,6 +86,16 @@ impl<'c> Emit<'_, 'c> {
             BasicValueEnum::FloatValue(x) => {
                 b.build_float_to_signed_int(x, i64t, "i").map_err(llvm)?
             }
+            BasicValueEnum::IntValue(x) if d == DType::U64 => {
+                // Past i64::MAX: saturated, to clamp to the top (`literal::index_of`).
+                let neg = b
+                    .build_int_compare(IntPredicate::SLT, x, i64t.const_zero(), "neg")
+                    .map_err(llvm)?;
+                let max = i64t.const_int(i64::MAX as u64, false);
+                b.build_select(neg, max, x, "sat")
+                    .map_err(llvm)?
+                    .into_int_value()
+            }
             BasicValueEnum::IntValue(x) if x.get_type().get_bit_width() == 64 => x,
             BasicValueEnum::IntValue(x) if !d.is_signed() => {
                 b.build_int_z_extend(x, i64t, "z").map_err(llvm)?

@@ -727,14 +727,9 @@ impl<'a, 'c> Emit<'a, 'c> {
             };
             return self.ftype(d).const_float(x).into();
         }
-        let (lo, hi) = match d {
-            DType::Pred => (0, 1),
-            DType::I8 => (i8::MIN as i64, i8::MAX as i64),
-            DType::I32 => (i32::MIN as i64, i32::MAX as i64),
-            DType::U32 => (0, u32::MAX as i64),
-            DType::U8 => (0, u8::MAX as i64),
-            _ => (i64::MIN, i64::MAX),
-        };
+        // As i64s: a u64's largest value is its bits, all ones.
+        let (lo, hi) = d.int_bounds().expect("an integer dtype");
+        let (lo, hi) = (lo as i64, hi as i64);
         let v = match kind {
             Combiner::Add | Combiner::Or | Combiner::Replace => 0,
             Combiner::Mul => 1,

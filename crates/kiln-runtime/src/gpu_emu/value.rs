@@ -55,14 +55,9 @@ pub fn identity(kind: Combiner, d: DType) -> V {
             Combiner::Min => f64::INFINITY,
         });
     }
-    let (lo, hi) = match d {
-        DType::Pred => (0, 1),
-        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
-        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
-        DType::U32 => (0, u32::MAX as i64),
-        DType::U8 => (0, u8::MAX as i64),
-        _ => (i64::MIN, i64::MAX),
-    };
+    // As i64s: a u64's largest value is its bits, all ones.
+    let (lo, hi) = d.int_bounds().expect("an integer dtype");
+    let (lo, hi) = (lo as i64, hi as i64);
     V::I(match kind {
         Combiner::Add | Combiner::Or | Combiner::Replace => 0,
         Combiner::Mul => 1,
@@ -132,7 +127,7 @@ pub(crate) fn idx(i: &Idx, env: &Env, vars: &mut [i64]) -> Result<i64, EmuError>
         Idx::Mul(x, c) => idx(x, env, vars)?.wrapping_mul(*c),
         Idx::Div(x, c) => idx(x, env, vars)? / c,
         Idx::Clamp(x, lo, hi) => idx(x, env, vars)?.max(*lo).min(*hi),
-        Idx::Value(e) => eval(e, env, vars)?.i(),
+        Idx::Value(e) => kiln_ir::literal::index_of(e.dtype(), eval(e, env, vars)?.i()),
     })
 }
 
@@ -302,7 +297,7 @@ pub(crate) fn apply(op: &Ew, from: DType, to: DType, v: &[V], kernel: &str) -> R
         Ew::Cmp(dir) => V::I(if from.is_float() {
             scalar::compare_f(*dir, v[0].f(), v[1].f())
         } else {
-            scalar::compare_i(*dir, v[0].i(), v[1].i())
+            scalar::compare_i(*dir, from, v[0].i(), v[1].i())
         } as i64),
         Ew::Kind(k) => {
             let unsupported = || EmuError(format!("{kernel}: `{}` on {from}", k.mnemonic()));
@@ -334,10 +329,11 @@ fn convert(from: DType, to: DType, x: V) -> V {
         // f16 and bf16 values stay f32 in registers: they round on a store or a narrow.
         (true, true) => V::F(hold(to, x.f())),
         (true, false) => V::I(convert_f64(to, x.f())),
-        (false, true) => V::F(if to == DType::F64 {
-            x.i() as f64
-        } else {
-            x.i() as f32 as f64
+        (false, true) => V::F(match (from == DType::U64, to == DType::F64) {
+            (true, true) => x.i() as u64 as f64,
+            (true, false) => x.i() as u64 as f32 as f64,
+            (false, true) => x.i() as f64,
+            (false, false) => x.i() as f32 as f64,
         }),
         (false, false) => V::I(if to == DType::Pred {
             (x.i() != 0) as i64
@@ -351,15 +347,19 @@ fn bitcast(from: DType, to: DType, x: V) -> V {
     let bits: u64 = match from {
         DType::F32 => (x.f() as f32).to_bits() as u64,
         DType::F64 => x.f().to_bits(),
+        DType::F16 => half::f16::from_f64(x.f()).to_bits() as u64,
+        DType::BF16 => half::bf16::from_f64(x.f()).to_bits() as u64,
         DType::I32 | DType::U32 => x.i() as u32 as u64,
+        DType::I16 | DType::U16 => x.i() as u16 as u64,
+        DType::I8 | DType::U8 | DType::Pred => x.i() as u8 as u64,
         _ => x.i() as u64,
     };
     match to {
+        DType::F16 => V::F(half::f16::from_bits(bits as u16).to_f64()),
+        DType::BF16 => V::F(half::bf16::from_bits(bits as u16).to_f64()),
         DType::F32 => V::F(f32::from_bits(bits as u32) as f64),
         DType::F64 => V::F(f64::from_bits(bits)),
-        DType::I32 => V::I(bits as u32 as i32 as i64),
-        DType::U32 => V::I(bits as u32 as i64),
-        _ => V::I(bits as i64),
+        _ => V::I(wrap_to(to, bits as i64)),
     }
 }
 

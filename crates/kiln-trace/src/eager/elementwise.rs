@@ -8,7 +8,7 @@
 
 use super::{Elem, par_collect, vectorized, with_elem, with_float};
 use kiln_ir::literal::convert_f64;
-use kiln_ir::{ComparisonDirection, Data, Literal, Op, TensorType};
+use kiln_ir::{ComparisonDirection, DType, Data, Literal, Op, TensorType};
 use kiln_reference::scalar;
 
 /// The cost (about nanoseconds per element) of a loop calling a function of the C library
@@ -167,10 +167,14 @@ fn compare(dir: ComparisonDirection, a: &Literal, b: &Literal) -> Option<Data> {
         return None;
     }
     let float = a.dtype().is_float();
+    // A u64 travels as its bits in an i64: compared widened to i128 from its unsigned value.
+    let u64 = a.dtype() == DType::U64;
     let out = with_elem!(a.dtype(), T => {
         let (x, y) = (T::slice(a.data())?, T::slice(b.data())?);
         if float {
             compare_as(dir, x, y, T::f64)?
+        } else if u64 {
+            compare_as(dir, x, y, |v: T| v.i64() as u64 as i128)?
         } else {
             compare_as(dir, x, y, T::i64)?
         }
@@ -223,7 +227,9 @@ fn clamp(lo: &Literal, x: &Literal, hi: &Literal) -> Option<Data> {
                 T::from_f64(scalar::nan_min(scalar::nan_max(x.f64(), at(l, i).f64()), at(h, i).f64()))
             })?
         } else {
-            map_indexed(v, CHEAP, |i, x: T| T::from_i64(x.i64().max(at(l, i).i64()).min(at(h, i).i64())))?
+            map_indexed(v, CHEAP, |i, x: T| {
+                T::from_i64(scalar::int_min(d, scalar::int_max(d, x.i64(), at(l, i).i64()), at(h, i).i64()))
+            })?
         };
         T::data(out)
     }))
@@ -243,6 +249,9 @@ fn convert<R: Elem>(a: &Literal) -> Option<Vec<R>> {
             map1(x, CHEAP, |x: T| R::from_f64(x.f64()))
         } else if from.is_float() {
             map1(x, CHEAP, |x: T| R::from_i64(convert_f64(to, x.f64())))
+        } else if to.is_float() {
+            // Through the integer's f64 value, as the reference converts (a u64's unsigned).
+            map1(x, CHEAP, |x: T| R::from_f64(x.f64()))
         } else {
             map1(x, CHEAP, |x: T| R::from_i64(x.i64()))
         }

@@ -209,6 +209,9 @@ int_elem!(i32, I32);
 int_elem!(i64, I64);
 int_elem!(u32, U32);
 int_elem!(u8, U8);
+int_elem!(i16, I16);
+int_elem!(u16, U16);
+int_elem!(u64, U64);
 
 impl Elem for bool {
     const DTYPE: DType = DType::Pred;
@@ -261,6 +264,18 @@ macro_rules! with_elem {
             }
             kiln_ir::DType::U8 => {
                 type $t = u8;
+                $body
+            }
+            kiln_ir::DType::I16 => {
+                type $t = i16;
+                $body
+            }
+            kiln_ir::DType::U16 => {
+                type $t = u16;
+                $body
+            }
+            kiln_ir::DType::U64 => {
+                type $t = u64;
                 $body
             }
             kiln_ir::DType::F16 => {

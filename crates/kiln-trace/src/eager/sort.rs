@@ -38,9 +38,14 @@ pub(crate) fn sort(op: &Op, lits: &[&Literal]) -> Option<Vec<Literal>> {
             }
         })
     } else {
-        let v = key.to_i64s();
+        let (v, dt) = (key.to_i64s(), key.dtype());
+        let cmp = |a: usize, b: usize| kiln_reference::scalar::int_cmp(dt, v[a], v[b]);
         kiln_reference::sort_permutation(&shape, d, &mut |a, b| {
-            if descending { v[a] > v[b] } else { v[a] < v[b] }
+            if descending {
+                cmp(a, b).is_gt()
+            } else {
+                cmp(a, b).is_lt()
+            }
         })
     };
     Some(
