@@ -65,6 +65,9 @@ pub struct OpAst {
     pub regions: Vec<Block>,
     /// The type signature.
     pub sig: Sig,
+    /// Whether its text names the element type `ui64`, which kiln holds as the bits of an
+    /// `i64` (see [`crate::types`]).
+    pub ui64: bool,
 }
 
 impl OpAst {

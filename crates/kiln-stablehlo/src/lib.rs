@@ -32,11 +32,14 @@ pub mod export;
 pub mod import;
 pub mod lexer;
 pub mod literal;
+pub mod next_after;
 pub mod ops;
 pub mod parser;
 pub mod pretty;
 pub mod ragged;
 pub mod reduce;
+pub mod special;
+pub mod top_k;
 pub mod types;
 
 pub use checks::{Check, CheckKind, FuncChecks};

@@ -69,6 +69,24 @@ pub fn to_literal(d: &Dense, ty: &TensorType) -> Result<Literal> {
     Literal::from_le_bytes(ty.clone(), &bytes).map_err(|e| Error::invalid(d.pos, e.to_string()))
 }
 
+/// A `ui64` dense literal as the `i64` literal of the same bits: integers past `i64::MAX`
+/// wrap; negative ones are errors.
+pub fn ui64_as_i64(d: &crate::ast::Dense) -> Result<crate::ast::Dense> {
+    let mut out = d.clone();
+    for e in &mut out.elems {
+        if let Elem::Int(i) = *e {
+            if !(0..=u64::MAX as i128).contains(&i) {
+                return Err(Error::invalid(
+                    d.pos,
+                    format!("{i} is out of range for ui64"),
+                ));
+            }
+            *e = Elem::Int(i as u64 as i64 as i128);
+        }
+    }
+    Ok(out)
+}
+
 /// The little-endian bytes of one element of `dtype`.
 fn elem_bytes(e: Elem, dtype: DType) -> Result<Vec<u8>, String> {
     let name = element_name(dtype);

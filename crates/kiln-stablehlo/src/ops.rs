@@ -109,6 +109,14 @@ fn pairs_of(v: &AttrVal, pos: Pos, what: &str) -> Result<Vec<(i64, i64)>> {
             }
             flat
         }
+        // A splat, `dense<0> : tensor<4x2xi64>`, as JAX prints zero padding.
+        AttrVal::Dense(d, Some(t)) if d.shape.is_none() && t.rank() == 2 && t.shape[1] == 2 => {
+            let one = ints_of(v, pos, what)?;
+            let [x] = one[..] else {
+                return Err(bad());
+            };
+            vec![x; t.numel()]
+        }
         AttrVal::Dense(d, _) => {
             let ok = match &d.shape {
                 Some(s) => s.len() == 2 && s[1] == 2 || s == &[0],
@@ -300,6 +308,9 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
     let declared = result_types(op);
     let d = declared.as_deref();
     let name = op.name.as_str();
+    if op.ui64 {
+        check_ui64(body, op, args, d)?;
+    }
     let ty0 = |body: &Body| args.first().map(|&a| value_type(body, a)).transpose();
     let kop = match name {
         "stablehlo.constant" => {
@@ -321,7 +332,11 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
                     ));
                 }
             };
-            let value = to_literal(dense, &ty)?;
+            let value = if op.ui64 {
+                to_literal(&crate::literal::ui64_as_i64(dense)?, &ty)?
+            } else {
+                to_literal(dense, &ty)?
+            };
             let r = push(
                 body,
                 op,
@@ -731,6 +746,9 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         "stablehlo.triangular_solve" => return crate::decompose::triangular_solve(body, op, args),
         "chlo.mulhi" => return crate::decompose::mulhi(body, op, args),
         n if crate::chlo::handles(n) => return crate::chlo::lower(body, op, args),
+        n if crate::special::handles(n) => return crate::special::lower(body, op, args),
+        "chlo.next_after" => return crate::next_after::lower(body, op, args),
+        "chlo.top_k" => return crate::top_k::lower(body, op, args),
         "chlo.ragged_dot" => return crate::ragged::ragged_dot(body, op, args, d),
         "stablehlo.custom_call" => {
             let target = match find(op, &["call_target_name", "callee"]) {
@@ -745,6 +763,73 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         _ => plain(op)?,
     };
     push(body, op, kop, args, d)
+}
+
+/// The ops whose meaning on `ui64` operands is their meaning on the same bits as `i64`: data
+/// movement, wrapping arithmetic, bitwise ops, logical shifts, equality.
+const UI64_SAFE: &[&str] = &[
+    "stablehlo.constant",
+    "stablehlo.iota",
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.reshape",
+    "stablehlo.transpose",
+    "stablehlo.slice",
+    "stablehlo.concatenate",
+    "stablehlo.reverse",
+    "stablehlo.add",
+    "stablehlo.subtract",
+    "stablehlo.multiply",
+    "stablehlo.and",
+    "stablehlo.or",
+    "stablehlo.xor",
+    "stablehlo.not",
+    "stablehlo.shift_left",
+    "stablehlo.shift_right_logical",
+    "stablehlo.popcnt",
+    "stablehlo.select",
+    "stablehlo.convert",
+    "stablehlo.compare",
+];
+
+/// Refuses an op on `ui64` values (held as `i64` bits) unless its meaning on the bits is the
+/// unsigned one: an op of [`UI64_SAFE`], a `compare` only `EQ`/`NE`, a `convert` only
+/// between integers.
+fn check_ui64(body: &Body, op: &OpAst, args: &[ValueId], d: Option<&[TensorType]>) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(Error::unsupported(
+            op.pos,
+            format!(
+                "{} on `ui64` values ({why}; kiln holds ui64 as the bits of an i64)",
+                quote(&op.name)
+            ),
+        ))
+    };
+    if !UI64_SAFE.contains(&op.name.as_str()) {
+        return refuse("its unsigned meaning differs from the signed one");
+    }
+    match op.name.as_str() {
+        "stablehlo.compare" => {
+            let dir = find(op, &["comparison_direction"]).map(|(v, p)| direction(v, p));
+            if !matches!(
+                dir,
+                Some(Ok(ComparisonDirection::Eq | ComparisonDirection::Ne))
+            ) {
+                return refuse("only EQ and NE compare unsigned and signed bits alike");
+            }
+        }
+        "stablehlo.convert" => {
+            let mut dtypes: Vec<kiln_ir::DType> = Vec::new();
+            for &a in args {
+                dtypes.push(value_type(body, a)?.dtype);
+            }
+            dtypes.extend(d.unwrap_or(&[]).iter().map(|t| t.dtype));
+            if dtypes.iter().any(|t| t.is_float()) {
+                return refuse("a conversion to or from floats reads the value, not the bits");
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// An op with no attributes whose kiln name is its StableHLO name.

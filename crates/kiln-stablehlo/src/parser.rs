@@ -17,6 +17,8 @@ pub struct Cursor<'a> {
     at: usize,
     depth: usize,
     regions: usize,
+    /// How many `ui64` element types have been read.
+    pub ui64_seen: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -27,6 +29,7 @@ impl<'a> Cursor<'a> {
             at: 0,
             depth: 0,
             regions: 0,
+            ui64_seen: 0,
         }
     }
 
@@ -412,6 +415,7 @@ fn parse_results(c: &mut Cursor) -> Result<Vec<Name>> {
 pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
     let results = parse_results(c)?;
     let pos = c.pos();
+    let ui64_before = c.ui64_seen;
     let mut op = match c.peek().clone() {
         Tok::Str(name) => {
             c.bump();
@@ -424,6 +428,7 @@ pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
         _ => return c.expected("an operation"),
     };
     op.results = results;
+    op.ui64 = c.ui64_seen != ui64_before;
     c.skip_loc()?;
     Ok(op)
 }
@@ -439,6 +444,7 @@ fn parse_generic(c: &mut Cursor, name: String, pos: Pos) -> Result<OpAst> {
         attrs: Vec::new(),
         regions: Vec::new(),
         sig: Sig::None,
+        ui64: false,
     };
     c.expect("(")?;
     if !c.eat(")") {

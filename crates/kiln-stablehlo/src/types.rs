@@ -6,8 +6,16 @@
 //! | `i8`, `i32`, `i64` | `i8`, `i32`, `i64` |
 //! | `ui8`, `ui32` | `u8`, `u32` |
 //! | `f16`, `bf16`, `f32`, `f64` | the same |
+//! | `ui64` | `i64`, the same bits (see below) |
 //!
-//! Every other element type (`i2`, `i4`, `i16`, `ui64`, fp8 formats, `complex<...>`), tuples,
+//! kiln has no `ui64`. JAX's threefry counters are `ui64` (an `iota`, products and sums,
+//! shifts, truncation to `ui32`), and on two's-complement bits those ops compute what they
+//! compute on unsigned ones, so a `ui64` tensor is held as the `i64` of its bits. An op
+//! whose text names `ui64` imports only when its meaning is the same on those bits (see
+//! [`crate::ops`]); the others (ordering comparisons, division, conversion to or from
+//! floats, ...) are located `unsupported` errors.
+//!
+//! Every other element type (`i2`, `i4`, `i16`, fp8 formats, `complex<...>`), tuples,
 //! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.
 
 use crate::error::{Error, Pos, Result, quote};
@@ -167,7 +175,12 @@ impl Cursor<'_> {
         if elem == "complex" {
             return Err(Error::unsupported(epos, "element type complex<...>"));
         }
-        let dt = dtype(elem, epos)?;
+        let dt = if elem == "ui64" {
+            self.ui64_seen += 1;
+            DType::I64
+        } else {
+            dtype(elem, epos)?
+        };
         self.bump();
         if self.is(",") {
             return Err(Error::unsupported(

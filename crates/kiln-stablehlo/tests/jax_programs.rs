@@ -1,0 +1,202 @@
+//! Programs exported from JAX (`scripts/export_jax.py`, data in `tests/data/jax/<name>/`):
+//! each module is imported, run on the reference interpreter and on the CPU backend with the
+//! inputs JAX was given, and compared with what JAX (XLA's CPU backend) computed.
+//!
+//! Tolerances: XLA and kiln compute the same f32 formulas, but sum reductions and dot
+//! products in other orders (XLA vectorizes and splits them, kiln's reference sums in
+//! order) and may fuse multiply-adds, so each f32 output may differ by a few units of the
+//! last place of its partial sums. Those are at most the output's largest magnitude, so
+//! every element of an f32 output must be within `RTOL` of its own magnitude plus `ATOL` of
+//! the output's largest one: `|got - want| <= RTOL |want| + ATOL max|want|`. The programs are
+//! a few hundred operations deep with condition numbers near one (a training step, a
+//! gradient), where 1e-4 relative leaves room for those orders and catches any wrong op
+//! (whose errors are of the order of the values). Integer and `ui32` outputs (threefry's
+//! bits, the step count) must be equal.
+
+#[allow(dead_code)]
+mod npy;
+
+use kiln_codegen_llvm::cpu::CpuExecutable;
+use kiln_ir::{DType, Func, Literal, Module};
+use std::path::{Path, PathBuf};
+
+/// Relative tolerance per element (see the module docs).
+const RTOL: f64 = 1e-4;
+/// Tolerance relative to the output's largest magnitude.
+const ATOL: f64 = 1e-5;
+
+/// The directory of one exported program.
+fn dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/jax")
+        .join(name)
+}
+
+/// Reads `<prefix><i>.npy` for each type.
+fn read_all(d: &Path, prefix: &str, types: &[kiln_ir::TensorType]) -> Vec<Literal> {
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = d.join(format!("{prefix}{i}.npy"));
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            npy::read(&bytes, t).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        })
+        .collect()
+}
+
+/// The imported module of one program, its inputs and JAX's outputs.
+fn load(name: &str) -> (Module, Vec<Literal>, Vec<Literal>) {
+    let d = dir(name);
+    let m = kiln_stablehlo::parse_file(d.join("module.mlir"))
+        .unwrap_or_else(|e| panic!("{name}: import failed: {e}"));
+    kiln_ir::verify_module(&m).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let f = entry(&m);
+    let inputs = read_all(&d, "in", &f.param_types());
+    let outputs = read_all(&d, "out", &f.output_types);
+    (m, inputs, outputs)
+}
+
+fn entry(m: &Module) -> &Func {
+    m.funcs
+        .iter()
+        .find(|f| f.name == "main")
+        .expect("a @main function")
+}
+
+/// Fails unless `got` is within the tolerances of `want` (f32), or equal (other types).
+fn close(what: &str, got: &Literal, want: &Literal, rtol: f64, atol: f64) {
+    assert_eq!(got.ty(), want.ty(), "{what}: types differ");
+    if !want.dtype().is_float() {
+        assert_eq!(got, want, "{what}: differs");
+        return;
+    }
+    let (g, w) = (got.to_f64s(), want.to_f64s());
+    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let ok = (a - b).abs() <= rtol * b.abs() + atol * scale || a == b;
+        assert!(ok, "{what}[{i}]: kiln {a}, JAX {b} (largest |JAX| {scale})");
+    }
+}
+
+/// Runs one program on the reference and the CPU backend and compares both with JAX.
+fn check(name: &str, rtol: f64, atol: f64) {
+    let (m, inputs, want) = load(name);
+    let f = entry(&m);
+    let reference = kiln_reference::eval(f, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let exe = CpuExecutable::compile_with_cache(f, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let cpu = exe.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(reference.len(), want.len(), "{name}: output count");
+    for (i, w) in want.iter().enumerate() {
+        close(
+            &format!("{name} reference output {i}"),
+            &reference[i],
+            w,
+            rtol,
+            atol,
+        );
+        close(&format!("{name} cpu output {i}"), &cpu[i], w, rtol, atol);
+    }
+}
+
+#[test]
+fn mlp_train_step_matches_jax() {
+    check("mlp_train_step", RTOL, ATOL);
+}
+
+#[test]
+fn cnn_grad_matches_jax() {
+    check("cnn_grad", RTOL, ATOL);
+}
+
+#[test]
+fn transformer_block_grad_matches_jax() {
+    check("transformer_block_grad", RTOL, ATOL);
+}
+
+#[test]
+fn threefry_bits_match_jax() {
+    // The bits are integers (equal); `uniform` is exact arithmetic on them; `normal` goes
+    // through `erf_inv`, the same polynomial as XLA's, up to rounding (a few ulps).
+    check("threefry_bits", 1e-6, 1e-6);
+    let (m, inputs, _) = load("threefry_bits");
+    assert_eq!(entry(&m).param_types()[0].dtype, DType::U32);
+    // The key is an input: another key gives other bits.
+    let mut other = inputs[0].to_i64s();
+    other[1] ^= 1;
+    let key = Literal::from_i64s(inputs[0].ty().clone(), &other).unwrap();
+    let a = kiln_reference::eval(entry(&m), &inputs).unwrap();
+    let b = kiln_reference::eval(entry(&m), &[key]).unwrap();
+    assert_ne!(a[0], b[0]);
+}
+
+#[test]
+fn ui64_counters_compute_on_their_bits() {
+    // As threefry's counters: wrapping arithmetic, a logical shift, truncation to ui32.
+    let text =
+        "func.func @main(%x: tensor<3xui64>) -> (tensor<3xui32>, tensor<3xui32>, tensor<3xi1>) {
+  %max = stablehlo.constant dense<18446744073709551615> : tensor<3xui64>
+  %s = stablehlo.add %x, %max : tensor<3xui64>
+  %k = stablehlo.constant dense<32> : tensor<3xui64>
+  %hi = stablehlo.shift_right_logical %s, %k : tensor<3xui64>
+  %0 = stablehlo.convert %s : (tensor<3xui64>) -> tensor<3xui32>
+  %1 = stablehlo.convert %hi : (tensor<3xui64>) -> tensor<3xui32>
+  %2 = stablehlo.compare EQ, %s, %max : (tensor<3xui64>, tensor<3xui64>) -> tensor<3xi1>
+  func.return %0, %1, %2 : tensor<3xui32>, tensor<3xui32>, tensor<3xi1>
+}";
+    let m = kiln_stablehlo::parse(text).unwrap();
+    let f = &m.funcs[0];
+    assert_eq!(f.param_types()[0].dtype, DType::I64);
+    let x = Literal::from_i64s(f.param_types()[0].clone(), &[0, 1, 1 << 40]).unwrap();
+    let want_lo: Vec<i64> = vec![0xFFFF_FFFF, 0, 0xFFFF_FFFF];
+    let want_hi: Vec<i64> = vec![0xFFFF_FFFF, 0, 0xFF];
+    let reference = kiln_reference::eval(f, std::slice::from_ref(&x)).unwrap();
+    let cpu = CpuExecutable::compile_with_cache(f, None)
+        .unwrap()
+        .run(&[x])
+        .unwrap();
+    for out in [reference, cpu] {
+        assert_eq!(out[0].to_i64s(), want_lo);
+        assert_eq!(out[1].to_i64s(), want_hi);
+        assert_eq!(out[2].to_i64s(), vec![1, 0, 0]);
+    }
+}
+
+#[test]
+fn ui64_ops_whose_unsigned_meaning_differs_are_refused() {
+    for (op, why) in [
+        (
+            "%0 = stablehlo.compare LT, %x, %x : (tensor<2xui64>, tensor<2xui64>) -> tensor<2xi1>",
+            "only EQ and NE",
+        ),
+        (
+            "%0 = stablehlo.divide %x, %x : tensor<2xui64>",
+            "its unsigned meaning differs",
+        ),
+        (
+            "%0 = stablehlo.convert %x : (tensor<2xui64>) -> tensor<2xf32>",
+            "conversion to or from floats",
+        ),
+        (
+            "%0 = stablehlo.maximum %x, %x : tensor<2xui64>",
+            "its unsigned meaning differs",
+        ),
+    ] {
+        let text = format!("func.func @main(%x: tensor<2xui64>) {{\n  {op}\n  func.return\n}}");
+        let e = kiln_stablehlo::parse(&text).expect_err("refused");
+        assert_eq!(e.kind, kiln_stablehlo::ErrorKind::Unsupported, "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("2:") && msg.contains("ui64") && msg.contains(why),
+            "{msg}"
+        );
+    }
+    let e = kiln_stablehlo::parse(
+        "func.func @main() -> tensor<ui64> {
+  %0 = stablehlo.constant dense<-1> : tensor<ui64>
+  func.return %0 : tensor<ui64>
+}",
+    )
+    .expect_err("a negative ui64");
+    assert!(e.to_string().contains("out of range for ui64"), "{e}");
+}
