@@ -209,7 +209,11 @@ pub fn record(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
                 ));
             }
         };
-        to_literal(d, &ty)
+        if op.ui64 {
+            to_literal(&crate::literal::ui64_as_i64(d)?, &ty)
+        } else {
+            to_literal(d, &ty)
+        }
     };
     let kind = match short {
         "expect_eq_const" => {

@@ -77,10 +77,10 @@ fn unknown_ops_and_types() {
         "stablehlo.replica_id",
     );
     fails_as(
-        &wrap("%0 = stablehlo.constant dense<1> : tensor<ui64>"),
+        &wrap("%0 = stablehlo.constant dense<1> : tensor<ui16>"),
         ErrorKind::Unsupported,
         "2:45",
-        "element type `ui64`",
+        "element type `ui16`",
     );
     fails_as(
         &wrap("%0 = stablehlo.constant dense<1> : tensor<2xi4>"),
