@@ -750,11 +750,16 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         "chlo.next_after" => return crate::next_after::lower(body, op, args),
         "chlo.top_k" => return crate::top_k::lower(body, op, args),
         "chlo.ragged_dot" => return crate::ragged::ragged_dot(body, op, args, d),
+        // Sharding annotations: on one device, the value they annotate.
+        "sdy.sharding_constraint" | "sdy.reshard" => return sharding_identity(body, op, args, d),
         "stablehlo.custom_call" => {
             let target = match find(op, &["call_target_name", "callee"]) {
                 Some((AttrVal::Str(s) | AttrVal::Symbol(s), _)) => s.clone(),
                 _ => String::from("?"),
             };
+            if target == "Sharding" {
+                return sharding_identity(body, op, args, d);
+            }
             return Err(Error::unsupported(
                 op.pos,
                 format!("`stablehlo.custom_call` to {}", quote(&target)),
@@ -763,6 +768,31 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         _ => plain(op)?,
     };
     push(body, op, kop, args, d)
+}
+
+/// A sharding annotation (`sdy.sharding_constraint`, `sdy.reshard`, `custom_call @Sharding`):
+/// its one operand, which must have the declared result type.
+fn sharding_identity(
+    body: &Body,
+    op: &OpAst,
+    args: &[ValueId],
+    declared: Option<&[TensorType]>,
+) -> Result<Vec<ValueId>> {
+    let [x] = args else {
+        return Err(Error::invalid(
+            op.pos,
+            format!("`{}` annotates one value", op.name),
+        ));
+    };
+    if let Some([t]) = declared
+        && *t != value_type(body, *x)?
+    {
+        return Err(Error::invalid(
+            op.pos,
+            format!("`{}` must not change its operand's type", op.name),
+        ));
+    }
+    Ok(vec![*x])
 }
 
 /// The ops whose meaning on `ui64` operands is their meaning on the same bits as `i64`: data

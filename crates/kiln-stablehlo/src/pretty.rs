@@ -71,6 +71,18 @@ pub fn parse_pretty(c: &mut Cursor, name: &str, pos: Pos) -> Result<OpAst> {
             Ok(op)
         }
         "stablehlo.while" => parse_while(c, op),
+        // `sdy.sharding_constraint %x <@mesh, [{"x"}]> : T`: the sharding is skipped (one
+        // device computes the value as it is).
+        "sdy.sharding_constraint" | "sdy.reshard" => {
+            op.operands.push(c.value()?);
+            c.skip_group("<", ">")?;
+            if c.is("{") {
+                c.attr_dict(&mut op.attrs)?;
+            }
+            c.expect(":")?;
+            op.sig = parse_pretty_sig(c)?;
+            Ok(op)
+        }
         "stablehlo.reduce" if c.is("(") => parse_reduce(c, op),
         _ => {
             scan(c, &mut op)?;

@@ -200,3 +200,69 @@ fn ui64_ops_whose_unsigned_meaning_differs_are_refused() {
     .expect_err("a negative ui64");
     assert!(e.to_string().contains("out of range for ui64"), "{e}");
 }
+
+/// What JAX prints for `jit(f, in_shardings=...)` with `with_sharding_constraint` on one
+/// device, with Shardy (the default) and with GSPMD (`jax_use_shardy_partitioner=False`).
+const SHARDY: &str = r#"module @jit_f attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=1]> {stablehlo.mesh = {axes = [{name = "x", size = 1 : i64}]}}
+  func.func public @main(%arg0: tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}, %arg1: tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> (tensor<4xf32> {jax.result_info = "result[0]", sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}, tensor<f32> {jax.result_info = "result[1]"}) {
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<4xf32>
+    %1 = stablehlo.multiply %arg0, %0 : tensor<4xf32>
+    %2 = sdy.sharding_constraint %1 <@mesh, [{"x"}]> : tensor<4xf32>
+    %3 = stablehlo.add %2, %arg1 : tensor<4xf32>
+    %cst_0 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %4 = stablehlo.reduce(%arg1 init: %cst_0) applies stablehlo.add across dimensions = [0] : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+    return %3, %4 : tensor<4xf32>, tensor<f32>
+  }
+}"#;
+
+const GSPMD: &str = r#"module @jit_f attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<4xf32> {mhlo.sharding = "{replicated}"}, %arg1: tensor<4xf32> {mhlo.sharding = "{replicated}"}) -> (tensor<4xf32> {jax.result_info = "result[0]", mhlo.sharding = "{replicated}"}, tensor<f32> {jax.result_info = "result[1]"}) {
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<4xf32>
+    %1 = stablehlo.multiply %arg0, %0 : tensor<4xf32>
+    %2 = stablehlo.custom_call @Sharding(%1) {backend_config = "", mhlo.sharding = "{replicated}"} : (tensor<4xf32>) -> tensor<4xf32>
+    %3 = stablehlo.add %2, %arg1 : tensor<4xf32>
+    %cst_0 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %4 = stablehlo.reduce(%arg1 init: %cst_0) applies stablehlo.add across dimensions = [0] : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+    return %3, %4 : tensor<4xf32>, tensor<f32>
+  }
+}"#;
+
+#[test]
+fn sharding_annotations_leave_the_values_as_they_are() {
+    let a = Literal::f32([4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let b = Literal::f32([4], vec![0.5, -1.0, 0.0, 2.0]).unwrap();
+    for text in [SHARDY, GSPMD] {
+        let m = kiln_stablehlo::parse(text).unwrap_or_else(|e| panic!("{e}"));
+        let out = kiln_reference::eval(entry(&m), &[a.clone(), b.clone()]).unwrap();
+        assert_eq!(out[0].as_f32s().unwrap(), &[2.5, 3.0, 6.0, 10.0]);
+        assert_eq!(out[1].as_f32s().unwrap(), &[1.5]);
+    }
+}
+
+#[test]
+fn custom_calls_kiln_cannot_run_are_named() {
+    // LAPACK on the CPU, as `jnp.linalg.cholesky` lowers; and partitioning across devices.
+    for (call, target) in [
+        (
+            "%0 = stablehlo.custom_call @lapack_spotrf_ffi(%x) {mhlo.backend_config = {uplo = 76 : ui8}} : (tensor<2x2xf32>) -> tensor<2x2xf32>",
+            "lapack_spotrf_ffi",
+        ),
+        (
+            "%0 = stablehlo.custom_call @SPMDFullToShardShape(%x) {mhlo.sharding = \"{manual}\"} : (tensor<2x2xf32>) -> tensor<2x2xf32>",
+            "SPMDFullToShardShape",
+        ),
+    ] {
+        let text = format!(
+            "func.func @main(%x: tensor<2x2xf32>) -> tensor<2x2xf32> {{\n  {call}\n  func.return %0 : tensor<2x2xf32>\n}}"
+        );
+        let e = kiln_stablehlo::parse(&text).expect_err("refused");
+        assert_eq!(e.kind, kiln_stablehlo::ErrorKind::Unsupported, "{e}");
+        assert!(
+            e.to_string().starts_with("2:") && e.to_string().contains(target),
+            "{e}"
+        );
+    }
+}
