@@ -28,18 +28,19 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
             "`chlo.next_after` takes two floats of one type",
         ));
     }
-    // The type worked in, its bits' integer type, one step in those bits, the smallest
-    // subnormal of the operand type.
-    let (work, int, unit, tiny) = match ty.dtype {
-        DType::F64 => (DType::F64, DType::I64, 1i64, f64::from_bits(1)),
-        DType::F32 => (DType::F32, DType::I32, 1, f32::from_bits(1) as f64),
-        DType::BF16 => (
+    // The type worked in, its bits' integer type, one step in those bits, the bits (in the
+    // type worked in) of the operand type's smallest subnormal, the sign bit.
+    let (work, int, unit, tiny, sign_bit) = match ty.dtype {
+        DType::F64 => (DType::F64, DType::I64, 1i64, 1i64, i64::MIN),
+        DType::F32 => (DType::F32, DType::I32, 1, 1, i32::MIN as i64),
+        DType::BF16 => (DType::F32, DType::I32, 1 << 16, 1 << 16, i32::MIN as i64),
+        _ => (
             DType::F32,
             DType::I32,
-            1 << 16,
-            f32::from_bits(1 << 16) as f64,
+            1 << 13,
+            2f32.powi(-24).to_bits() as i64,
+            i32::MIN as i64,
         ),
-        _ => (DType::F32, DType::I32, 1 << 13, 2f64.powi(-24)),
     };
     let wt = ty.with_dtype(work);
     let it = ty.with_dtype(int);
@@ -57,9 +58,12 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
         )
     };
     let bits = e.push(Op::BitcastConvert {}, &[x], Some(&it))?;
-    let lit = Literal::from_i64s(it.clone(), &vec![unit; it.numel()])
-        .map_err(|er| Error::invalid(op.pos, er.to_string()))?;
-    let step = e.push(Op::Constant { value: lit }, &[], Some(&it))?;
+    let int_k = |e: &mut Expr, v: i64| -> Result<ValueId> {
+        let lit = Literal::from_i64s(it.clone(), &vec![v; it.numel()])
+            .map_err(|er| Error::invalid(op.pos, er.to_string()))?;
+        e.push(Op::Constant { value: lit }, &[], Some(&it))
+    };
+    let step = int_k(&mut e, unit)?;
     let more = e.bin(Op::Add {}, bits, step)?;
     let less = e.bin(Op::Subtract {}, bits, step)?;
     let up = e.cmp(Dir::Gt, y, x)?;
@@ -93,9 +97,14 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
         let signed_max = e.bin(Op::Multiply {}, sign, max)?;
         r = e.select(is_inf, signed_max, r)?;
     }
-    let sign_y = e.un(Op::Sign {}, y)?;
-    let t = e.k(tiny)?;
-    let smallest = e.bin(Op::Multiply {}, sign_y, t)?;
+    // The smallest subnormal with y's sign, from bits (no arithmetic on subnormals, which
+    // some backends flush to zero).
+    let y_bits = e.push(Op::BitcastConvert {}, &[y], Some(&it))?;
+    let sb = int_k(&mut e, sign_bit)?;
+    let y_sign = e.bin(Op::And {}, y_bits, sb)?;
+    let tb = int_k(&mut e, tiny)?;
+    let smallest_bits = e.bin(Op::Or {}, y_sign, tb)?;
+    let smallest = e.push(Op::BitcastConvert {}, &[smallest_bits], Some(&wt))?;
     let x0 = e.cmp(Dir::Eq, x, zero)?;
     r = e.select(x0, smallest, r)?;
     let same = e.cmp(Dir::Eq, x, y)?;
