@@ -48,6 +48,7 @@ pub mod reduce;
 pub mod special;
 pub mod top_k;
 pub mod types;
+pub mod unsigned64;
 
 pub use checks::{Check, CheckKind, FuncChecks};
 pub use error::{Error, ErrorKind, Pos, Result};

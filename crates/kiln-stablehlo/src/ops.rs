@@ -17,7 +17,7 @@ use kiln_ir::{
 };
 
 /// The attribute stored under one of `names` (generic name first, pretty aliases after).
-fn find<'a>(op: &'a OpAst, names: &[&str]) -> Option<(&'a AttrVal, Pos)> {
+pub fn find<'a>(op: &'a OpAst, names: &[&str]) -> Option<(&'a AttrVal, Pos)> {
     names.iter().find_map(|n| op.attr(n))
 }
 
@@ -253,7 +253,7 @@ fn one_region(op: &OpAst) -> Result<&Block> {
 }
 
 /// A comparison direction from `EQ` or `#stablehlo<comparison_direction EQ>`.
-fn direction(v: &AttrVal, pos: Pos) -> Result<ComparisonDirection> {
+pub fn direction(v: &AttrVal, pos: Pos) -> Result<ComparisonDirection> {
     let s = match v {
         AttrVal::Ident(s) | AttrVal::Enum(_, s) => s.as_str(),
         _ => "",
@@ -308,8 +308,10 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
     let declared = result_types(op);
     let d = declared.as_deref();
     let name = op.name.as_str();
-    if op.ui64 {
-        check_ui64(body, op, args, d)?;
+    if op.ui64
+        && let Some(r) = crate::unsigned64::lower(body, op, args, d)?
+    {
+        return Ok(r);
     }
     let ty0 = |body: &Body| args.first().map(|&a| value_type(body, a)).transpose();
     let kop = match name {
@@ -793,73 +795,6 @@ fn sharding_identity(
         ));
     }
     Ok(vec![*x])
-}
-
-/// The ops whose meaning on `ui64` operands is their meaning on the same bits as `i64`: data
-/// movement, wrapping arithmetic, bitwise ops, logical shifts, equality.
-const UI64_SAFE: &[&str] = &[
-    "stablehlo.constant",
-    "stablehlo.iota",
-    "stablehlo.broadcast_in_dim",
-    "stablehlo.reshape",
-    "stablehlo.transpose",
-    "stablehlo.slice",
-    "stablehlo.concatenate",
-    "stablehlo.reverse",
-    "stablehlo.add",
-    "stablehlo.subtract",
-    "stablehlo.multiply",
-    "stablehlo.and",
-    "stablehlo.or",
-    "stablehlo.xor",
-    "stablehlo.not",
-    "stablehlo.shift_left",
-    "stablehlo.shift_right_logical",
-    "stablehlo.popcnt",
-    "stablehlo.select",
-    "stablehlo.convert",
-    "stablehlo.compare",
-];
-
-/// Refuses an op on `ui64` values (held as `i64` bits) unless its meaning on the bits is the
-/// unsigned one: an op of [`UI64_SAFE`], a `compare` only `EQ`/`NE`, a `convert` only
-/// between integers.
-fn check_ui64(body: &Body, op: &OpAst, args: &[ValueId], d: Option<&[TensorType]>) -> Result<()> {
-    let refuse = |why: &str| {
-        Err(Error::unsupported(
-            op.pos,
-            format!(
-                "{} on `ui64` values ({why}; kiln holds ui64 as the bits of an i64)",
-                quote(&op.name)
-            ),
-        ))
-    };
-    if !UI64_SAFE.contains(&op.name.as_str()) {
-        return refuse("its unsigned meaning differs from the signed one");
-    }
-    match op.name.as_str() {
-        "stablehlo.compare" => {
-            let dir = find(op, &["comparison_direction"]).map(|(v, p)| direction(v, p));
-            if !matches!(
-                dir,
-                Some(Ok(ComparisonDirection::Eq | ComparisonDirection::Ne))
-            ) {
-                return refuse("only EQ and NE compare unsigned and signed bits alike");
-            }
-        }
-        "stablehlo.convert" => {
-            let mut dtypes: Vec<kiln_ir::DType> = Vec::new();
-            for &a in args {
-                dtypes.push(value_type(body, a)?.dtype);
-            }
-            dtypes.extend(d.unwrap_or(&[]).iter().map(|t| t.dtype));
-            if dtypes.iter().any(|t| t.is_float()) {
-                return refuse("a conversion to or from floats reads the value, not the bits");
-            }
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// An op with no attributes whose kiln name is its StableHLO name.

@@ -11,9 +11,9 @@
 //! kiln has no `ui64`. JAX's threefry counters are `ui64` (an `iota`, products and sums,
 //! shifts, truncation to `ui32`), and on two's-complement bits those ops compute what they
 //! compute on unsigned ones, so a `ui64` tensor is held as the `i64` of its bits. An op
-//! whose text names `ui64` imports only when its meaning is the same on those bits (see
-//! [`crate::ops`]); the others (ordering comparisons, division, conversion to or from
-//! floats, ...) are located `unsupported` errors.
+//! whose text names `ui64` imports when its meaning is the same on those bits, or (ordering)
+//! through keys with the top bit flipped (see [`crate::unsigned64`]); the others
+//! (division, conversion to or from floats, ...) are located `unsupported` errors.
 //!
 //! Every other element type (`i2`, `i4`, `i16`, fp8 formats, `complex<...>`), tuples,
 //! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.

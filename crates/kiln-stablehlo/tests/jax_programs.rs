@@ -165,11 +165,39 @@ fn ui64_counters_compute_on_their_bits() {
 }
 
 #[test]
+fn ui64_orders_as_unsigned() {
+    let text = "func.func @main(%a: tensor<4xui64>, %b: tensor<4xui64>) -> (tensor<4xi1>, tensor<4xi1>, tensor<4xui64>, tensor<4xui64>) {
+  %0 = stablehlo.compare LT, %a, %b : (tensor<4xui64>, tensor<4xui64>) -> tensor<4xi1>
+  %1 = stablehlo.compare GE, %a, %b, UNSIGNED : (tensor<4xui64>, tensor<4xui64>) -> tensor<4xi1>
+  %2 = stablehlo.maximum %a, %b : tensor<4xui64>
+  %3 = stablehlo.minimum %a, %b : tensor<4xui64>
+  func.return %0, %1, %2, %3 : tensor<4xi1>, tensor<4xi1>, tensor<4xui64>, tensor<4xui64>
+}";
+    let m = kiln_stablehlo::parse(text).unwrap_or_else(|e| panic!("{e}"));
+    let f = &m.funcs[0];
+    let t = f.param_types()[0].clone();
+    // As u64: 2^64-1 > 1, 2^63 > 2^63-1, 0 < 5, 7 = 7.
+    let a = Literal::from_i64s(t.clone(), &[-1, i64::MIN, 0, 7]).unwrap();
+    let b = Literal::from_i64s(t, &[1, i64::MAX, 5, 7]).unwrap();
+    let reference = kiln_reference::eval(f, &[a.clone(), b.clone()]).unwrap();
+    let cpu = CpuExecutable::compile_with_cache(f, None)
+        .unwrap()
+        .run(&[a, b])
+        .unwrap();
+    for out in [reference, cpu] {
+        assert_eq!(out[0].to_i64s(), vec![0, 0, 1, 0]);
+        assert_eq!(out[1].to_i64s(), vec![1, 1, 0, 1]);
+        assert_eq!(out[2].to_i64s(), vec![-1, i64::MIN, 5, 7]);
+        assert_eq!(out[3].to_i64s(), vec![1, i64::MAX, 0, 7]);
+    }
+}
+
+#[test]
 fn ui64_ops_whose_unsigned_meaning_differs_are_refused() {
     for (op, why) in [
         (
-            "%0 = stablehlo.compare LT, %x, %x : (tensor<2xui64>, tensor<2xui64>) -> tensor<2xi1>",
-            "only EQ and NE",
+            "%0 = stablehlo.remainder %x, %x : tensor<2xui64>",
+            "its unsigned meaning differs",
         ),
         (
             "%0 = stablehlo.divide %x, %x : tensor<2xui64>",
@@ -180,7 +208,7 @@ fn ui64_ops_whose_unsigned_meaning_differs_are_refused() {
             "conversion to or from floats",
         ),
         (
-            "%0 = stablehlo.maximum %x, %x : tensor<2xui64>",
+            "%0 = stablehlo.shift_right_arithmetic %x, %x : tensor<2xui64>",
             "its unsigned meaning differs",
         ),
     ] {
