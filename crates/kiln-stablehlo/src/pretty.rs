@@ -83,6 +83,13 @@ pub fn parse_pretty(c: &mut Cursor, name: &str, pos: Pos) -> Result<OpAst> {
             op.sig = parse_pretty_sig(c)?;
             Ok(op)
         }
+        n if n.starts_with("sdy.") => Err(Error::unsupported(
+            pos,
+            format!(
+                "the Shardy op {} (kiln runs a program on one device)",
+                quote(n)
+            ),
+        )),
         "stablehlo.reduce" if c.is("(") => parse_reduce(c, op),
         _ => {
             scan(c, &mut op)?;

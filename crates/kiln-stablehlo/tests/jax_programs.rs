@@ -273,6 +273,22 @@ fn sharding_annotations_leave_the_values_as_they_are() {
 }
 
 #[test]
+fn partitioned_computations_are_refused() {
+    let text = r#"func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = sdy.manual_computation(%x) in_shardings=[<@mesh, [{"x"}]>] out_shardings=[<@mesh, [{"x"}]>] manual_axes={"x"} (%a: tensor<2xf32>) {
+    sdy.return %a : tensor<2xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}"#;
+    let e = kiln_stablehlo::parse(text).expect_err("refused");
+    assert_eq!(e.kind, kiln_stablehlo::ErrorKind::Unsupported, "{e}");
+    assert!(
+        e.to_string().starts_with("2:8:") && e.to_string().contains("sdy.manual_computation"),
+        "{e}"
+    );
+}
+
+#[test]
 fn custom_calls_kiln_cannot_run_are_named() {
     // LAPACK on the CPU, as `jnp.linalg.cholesky` lowers; and partitioning across devices.
     for (call, target) in [
