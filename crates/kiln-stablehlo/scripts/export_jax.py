@@ -245,6 +245,45 @@ def special_functions():
     save("special_functions", f, (erfc_x, gam_x, pg_n, pg_x, z_s, z_q, i1_x, na_x, na_y, tk), refs)
 
 
+def special_sweep():
+    """Dense f64 sweeps of the special functions with SciPy's values (no JAX program):
+    `tests/data/jax/special_sweep/<function>.npy`, each an array of rows (inputs..., value)."""
+    import scipy.special as sp
+
+    d = os.path.join(OUT, "special_sweep")
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(6)
+
+    def mix(*parts):
+        return np.concatenate(parts).astype(np.float64)
+
+    # Up to 26: beyond, erfc is below the normal f64 range (SciPy gives 0 from 26.55).
+    x_erfc = mix(np.linspace(-6, 26, 700), rng.uniform(1.3, 1.7, 100))
+    x_gam = mix(
+        rng.uniform(-30, 0.5, 300),
+        rng.uniform(0.5, 3, 300),
+        rng.uniform(3, 40, 200),
+        10 ** rng.uniform(1.5, 300, 100),
+        [1.0, 2.0, 0.5, 1.4616321449683622],
+    )
+    n_pg = np.repeat(np.arange(0, 6), 120).astype(np.float64)
+    x_pg = np.tile(mix(rng.uniform(0.05, 3, 80), rng.uniform(3, 100, 40)), 6)
+    s_z = mix(rng.uniform(1.01, 3, 300), rng.uniform(3, 60, 200), np.round(rng.uniform(2, 12, 100)))
+    q_z = mix(rng.uniform(0.01, 2, 300), rng.uniform(2, 200, 200), rng.uniform(-0.99, -0.01, 100))
+    x_i1 = mix(np.linspace(-80, 80, 801), rng.uniform(28, 32, 100), 10 ** rng.uniform(2, 300, 50))
+    tables = {
+        "erfc": [x_erfc, sp.erfc(x_erfc)],
+        "lgamma": [x_gam, sp.gammaln(x_gam)],
+        "digamma": [x_gam, sp.psi(x_gam)],
+        "polygamma": [n_pg, x_pg, sp.polygamma(n_pg.astype(int), x_pg)],
+        "zeta": [s_z, q_z, sp.zeta(s_z, q_z)],
+        "bessel_i1e": [x_i1, sp.i1e(x_i1)],
+    }
+    for name, cols in tables.items():
+        np.save(os.path.join(d, f"{name}.npy"), np.stack(cols, axis=1))
+    print("special_sweep:", {k: len(v[0]) for k, v in tables.items()})
+
+
 def main():
     names = sys.argv[1:] or [
         "mlp_train_step",
@@ -252,6 +291,7 @@ def main():
         "transformer_block_grad",
         "threefry_bits",
         "special_functions",
+        "special_sweep",
     ]
     for n in names:
         globals()[n]()
