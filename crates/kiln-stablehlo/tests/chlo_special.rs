@@ -2,12 +2,14 @@
 //! `bessel_i1e`, `next_after`, `top_k`) as JAX emits them (`tests/data/jax/special_functions`,
 //! written by `scripts/export_jax.py`), against SciPy's values of the same inputs in f64 and
 //! against XLA's outputs, on the reference interpreter and the CPU backend; the same
-//! functions in f64 against SciPy; `next_after` in f16 and bf16 against a bit-level model;
-//! and their bad inputs.
+//! functions in f64 against SciPy, on those inputs and on dense sweeps
+//! (`tests/data/jax/special_sweep`, also written by the script); `next_after` of every f16
+//! and bf16 value against a bit-level model; and their bad inputs.
 //!
 //! Accuracy: kiln computes these functions in f64 and rounds once, so its f32 results are
-//! within one f32 ulp of SciPy's f64 values (`F32_ULPS` ulps of slack for the f64 formula's
-//! own error near zeros of the function, where the absolute bound `F64_ABS` holds instead).
+//! within one f32 ulp of SciPy's f64 values (`F32_ULPS`), and its f64 results within the
+//! relative bounds `special.rs` states; only lgamma, digamma and polygamma, which have
+//! zeros, get an absolute slack `F64_ABS` there.
 //! XLA computes them in f32 with errors of its own (up to about 1e-5 relative for lgamma
 //! and digamma near their zeros, more for zeta); kiln must agree with it within `XLA_RTOL`
 //! of each value plus `XLA_ATOL` of the output's largest, and exactly on which elements are
