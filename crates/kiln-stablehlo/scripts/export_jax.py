@@ -271,7 +271,14 @@ def special_sweep():
     s_z = mix(rng.uniform(1.01, 3, 300), rng.uniform(3, 60, 200), np.round(rng.uniform(2, 12, 100)))
     q_z = mix(rng.uniform(0.01, 2, 300), rng.uniform(2, 200, 200), rng.uniform(-0.99, -0.01, 100))
     x_i1 = mix(np.linspace(-80, 80, 801), rng.uniform(28, 32, 100), 10 ** rng.uniform(2, 300, 50))
+    y_ei = mix(
+        np.linspace(-0.999, 0.999, 500),
+        1 - 10 ** rng.uniform(-15.9, -3, 200),
+        -(1 - 10 ** rng.uniform(-15.9, -3, 100)),
+        10 ** rng.uniform(-300, -3, 50),
+    )
     tables = {
+        "erf_inv": [y_ei, sp.erfinv(y_ei)],
         "erfc": [x_erfc, sp.erfc(x_erfc)],
         "lgamma": [x_gam, sp.gammaln(x_gam)],
         "digamma": [x_gam, sp.psi(x_gam)],

@@ -14,7 +14,7 @@
 //! | `acosh(x)` | `ln(x + sqrt((x + 1)(x - 1)))`; `ln x + ln 2` past `1/sqrt(ε)` |
 //! | `atanh(x)` | `log1p(2x / (1 - x)) / 2` |
 //! | `is_inf`, `is_pos_inf`, `is_neg_inf` | comparisons with ±inf |
-//! | `erf_inv(x)` | Giles' single-precision polynomials in `w = -ln((1 - x)(1 + x))` (f32, f16, bf16), `±inf` at `±1` |
+//! | `erf_inv(x)` | Giles' single-precision polynomials in `w = -ln((1 - x)(1 + x))`, `±inf` at `±1`; in f64 refined by four steps (`special::refine_erf_inv`) |
 
 use crate::ast::OpAst;
 use crate::error::{Error, Result};
@@ -252,12 +252,6 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
             e.cmp(Dir::Eq, v, k)?
         }
         "chlo.erf_inv" => {
-            if e.ty.dtype == DType::F64 {
-                return Err(Error::unsupported(
-                    op.pos,
-                    "`chlo.erf_inv` of f64 (kiln has its single-precision polynomial only)",
-                ));
-            }
             let one = e.k(1.0)?;
             let lo = e.bin(Op::Subtract {}, one, x)?;
             let hi = e.bin(Op::Add {}, one, x)?;
@@ -300,7 +294,10 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
             let c5 = e.k(5.0)?;
             let is_small = e.cmp(Dir::Lt, w, c5)?;
             let p = e.select(is_small, small, large)?;
-            let r = e.bin(Op::Multiply {}, p, x)?;
+            let mut r = e.bin(Op::Multiply {}, p, x)?;
+            if e.ty.dtype == DType::F64 {
+                r = crate::special::refine_erf_inv(&mut e, x, r)?;
+            }
             let ax = e.un(Op::Abs {}, x)?;
             let at_one = e.cmp(Dir::Eq, ax, one)?;
             let inf = e.k(f64::INFINITY)?;

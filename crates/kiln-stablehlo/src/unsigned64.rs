@@ -36,6 +36,7 @@ pub const UI64_SAFE: &[&str] = &[
     "stablehlo.popcnt",
     "stablehlo.select",
     "stablehlo.convert",
+    "stablehlo.bitcast_convert",
     "stablehlo.compare",
     "stablehlo.maximum",
     "stablehlo.minimum",
