@@ -49,7 +49,8 @@ def save(name, f, args, refs=()):
     for i, a in enumerate(flat):
         np.save(os.path.join(d, f"in{i}.npy"), a)
     for i, o in enumerate(outs):
-        np.save(os.path.join(d, f"out{i}.npy"), o)
+        # kiln holds ui64 as the bits of an i64: the test reads them as int64.
+        np.save(os.path.join(d, f"out{i}.npy"), o.view(np.int64) if o.dtype == np.uint64 else o)
     for i, r in enumerate(refs):
         np.save(os.path.join(d, f"ref{i}.npy"), np.asarray(r, np.float64))
     size = sum(os.path.getsize(os.path.join(d, p)) for p in os.listdir(d))
@@ -195,6 +196,27 @@ def threefry_bits():
     save("threefry_bits", f, (key,))
 
 
+def threefry_bits_x64():
+    """`jax.random` with 64-bit types (`jax_enable_x64`): `ui64` bits, f64 `uniform` (bits
+    shifted into a mantissa and bitcast) and f64 `normal` (through f64 `erf_inv`)."""
+    jax.config.update("jax_enable_x64", True)
+    try:
+        key = np.asarray(jax.random.key_data(jax.random.key(77)))
+
+        def f(key):
+            k = jax.random.wrap_key_data(key)
+            k1, k2, k3 = jax.random.split(k, 3)
+            return (
+                jax.random.bits(k1, (16,), jnp.uint64),
+                jax.random.uniform(k2, (16,), jnp.float64),
+                jax.random.normal(k3, (16,), jnp.float64),
+            )
+
+        save("threefry_bits_x64", f, (key,))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
 def special_functions():
     """The `chlo` special functions as JAX emits them (erfc, lgamma, digamma, polygamma,
     zeta, bessel_i1e, next_after, top_k), in f32, with SciPy's values in f64 of the same
@@ -297,6 +319,7 @@ def main():
         "cnn_grad",
         "transformer_block_grad",
         "threefry_bits",
+        "threefry_bits_x64",
         "special_functions",
         "special_sweep",
     ]

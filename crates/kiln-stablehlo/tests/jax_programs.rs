@@ -133,6 +133,14 @@ fn threefry_bits_match_jax() {
 }
 
 #[test]
+fn threefry_bits_x64_match_jax() {
+    // With 64-bit types: the ui64 bits (read as i64) must be equal; `uniform` in f64 is exact
+    // arithmetic on them; `normal` goes through f64 `erf_inv` (within 1e-14 of the true
+    // value, as is XLA's), so 1e-13 relative.
+    check("threefry_bits_x64", 1e-13, 1e-15);
+}
+
+#[test]
 fn ui64_counters_compute_on_their_bits() {
     // As threefry's counters: wrapping arithmetic, a logical shift, truncation to ui32.
     let text =
