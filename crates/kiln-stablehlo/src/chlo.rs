@@ -4,6 +4,7 @@
 //! | op | formula |
 //! |---|---|
 //! | `tan` | kiln's `tan` |
+//! | `square(x)` | `x * x` |
 //! | `atan(x)` | `atan2(x, 1)` |
 //! | `asin(x)` | `2 atan2(x, 1 + sqrt(1 - x²))` |
 //! | `acos(x)` | `2 atan2(sqrt(1 - x²), 1 + x)`, `π` at -1 |
@@ -13,7 +14,7 @@
 //! | `acosh(x)` | `ln(x + sqrt((x + 1)(x - 1)))`; `ln x + ln 2` past `1/sqrt(ε)` |
 //! | `atanh(x)` | `log1p(2x / (1 - x)) / 2` |
 //! | `is_inf`, `is_pos_inf`, `is_neg_inf` | comparisons with ±inf |
-//! | `erf_inv(x)` | Giles' single-precision polynomials in `w = -ln((1 - x)(1 + x))` (f32, f16, bf16), `±inf` at `±1` |
+//! | `erf_inv(x)` | Giles' single-precision polynomials in `w = -ln((1 - x)(1 + x))`, `±inf` at `±1`; in f64 refined by four steps (`special::refine_erf_inv`) |
 
 use crate::ast::OpAst;
 use crate::error::{Error, Result};
@@ -21,10 +22,10 @@ use crate::import::{Body, loc, value_type};
 use kiln_ir::{ComparisonDirection as Dir, DType, Literal, Op, TensorType, ValueId};
 
 /// Instructions at one tensor type, for writing formulas.
-struct Expr<'b, 'o> {
-    body: &'b mut Body,
-    op: &'o OpAst,
-    ty: TensorType,
+pub(crate) struct Expr<'b, 'o> {
+    pub(crate) body: &'b mut Body,
+    pub(crate) op: &'o OpAst,
+    pub(crate) ty: TensorType,
 }
 
 impl Expr<'_, '_> {
@@ -35,7 +36,12 @@ impl Expr<'_, '_> {
         )
     }
 
-    fn push(&mut self, kop: Op, xs: &[ValueId], ty: Option<&TensorType>) -> Result<ValueId> {
+    pub(crate) fn push(
+        &mut self,
+        kop: Op,
+        xs: &[ValueId],
+        ty: Option<&TensorType>,
+    ) -> Result<ValueId> {
         let l = loc(self.op.pos);
         match self
             .body
@@ -48,7 +54,7 @@ impl Expr<'_, '_> {
     }
 
     /// A constant of the expression's type.
-    fn k(&mut self, x: f64) -> Result<ValueId> {
+    pub(crate) fn k(&mut self, x: f64) -> Result<ValueId> {
         let s = TensorType::scalar(self.ty.dtype);
         let lit = Literal::from_f64s(s.clone(), &[x])
             .map_err(|e| Error::invalid(self.op.pos, e.to_string()))?;
@@ -63,15 +69,15 @@ impl Expr<'_, '_> {
         )
     }
 
-    fn un(&mut self, kop: Op, x: ValueId) -> Result<ValueId> {
+    pub(crate) fn un(&mut self, kop: Op, x: ValueId) -> Result<ValueId> {
         self.push(kop, &[x], None)
     }
 
-    fn bin(&mut self, kop: Op, x: ValueId, y: ValueId) -> Result<ValueId> {
+    pub(crate) fn bin(&mut self, kop: Op, x: ValueId, y: ValueId) -> Result<ValueId> {
         self.push(kop, &[x, y], None)
     }
 
-    fn cmp(&mut self, d: Dir, x: ValueId, y: ValueId) -> Result<ValueId> {
+    pub(crate) fn cmp(&mut self, d: Dir, x: ValueId, y: ValueId) -> Result<ValueId> {
         self.push(
             Op::Compare {
                 comparison_direction: d,
@@ -81,12 +87,12 @@ impl Expr<'_, '_> {
         )
     }
 
-    fn select(&mut self, p: ValueId, t: ValueId, f: ValueId) -> Result<ValueId> {
+    pub(crate) fn select(&mut self, p: ValueId, t: ValueId, f: ValueId) -> Result<ValueId> {
         self.push(Op::Select {}, &[p, t, f], None)
     }
 
     /// `c[0] + w (c[1] + w (c[2] + ...))`, Horner's rule from the highest coefficient.
-    fn poly(&mut self, w: ValueId, highest_first: &[f64]) -> Result<ValueId> {
+    pub(crate) fn poly(&mut self, w: ValueId, highest_first: &[f64]) -> Result<ValueId> {
         let mut p = self.k(highest_first[0])?;
         for &c in &highest_first[1..] {
             let m = self.bin(Op::Multiply {}, p, w)?;
@@ -114,6 +120,7 @@ pub fn handles(name: &str) -> bool {
             | "chlo.is_pos_inf"
             | "chlo.is_neg_inf"
             | "chlo.erf_inv"
+            | "chlo.square"
     )
 }
 
@@ -143,6 +150,7 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
     let ln2 = std::f64::consts::LN_2;
     let v = match op.name.as_str() {
         "chlo.tan" => e.un(Op::Tan {}, x)?,
+        "chlo.square" => e.bin(Op::Multiply {}, x, x)?,
         "chlo.atan" => {
             let one = e.k(1.0)?;
             e.bin(Op::Atan2 {}, x, one)?
@@ -244,12 +252,6 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
             e.cmp(Dir::Eq, v, k)?
         }
         "chlo.erf_inv" => {
-            if e.ty.dtype == DType::F64 {
-                return Err(Error::unsupported(
-                    op.pos,
-                    "`chlo.erf_inv` of f64 (kiln has its single-precision polynomial only)",
-                ));
-            }
             let one = e.k(1.0)?;
             let lo = e.bin(Op::Subtract {}, one, x)?;
             let hi = e.bin(Op::Add {}, one, x)?;
@@ -292,7 +294,10 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
             let c5 = e.k(5.0)?;
             let is_small = e.cmp(Dir::Lt, w, c5)?;
             let p = e.select(is_small, small, large)?;
-            let r = e.bin(Op::Multiply {}, p, x)?;
+            let mut r = e.bin(Op::Multiply {}, p, x)?;
+            if e.ty.dtype == DType::F64 {
+                r = crate::special::refine_erf_inv(&mut e, x, r)?;
+            }
             let ax = e.un(Op::Abs {}, x)?;
             let at_one = e.cmp(Dir::Eq, ax, one)?;
             let inf = e.k(f64::INFINITY)?;

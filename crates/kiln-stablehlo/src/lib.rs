@@ -15,7 +15,14 @@
 //! column; malformed text never panics. The stages, one file each: [`lexer`] (tokens),
 //! [`parser`] and [`pretty`] (the syntax tree of [`ast`], which a printer can write back),
 //! [`attrs`], [`types`] and [`literal`] (attribute values, types, dense literals), [`ops`]
-//! and [`import`] (kiln IR; [`decompose`] and [`reduce`] for ops kiln lacks), [`checks`] (the `check` dialect of StableHLO's tests).
+//! and [`import`] (kiln IR; [`decompose`] and [`reduce`] for ops kiln lacks; [`chlo`],
+//! [`special`], [`next_after`] and [`top_k`] for `chlo` functions), [`checks`] (the `check`
+//! dialect of StableHLO's tests).
+//!
+//! Programs JAX exports (`jax.jit(f).lower(...).as_text()`, with or without debug
+//! locations, Shardy or GSPMD sharding annotations on one device) import whole:
+//! `tests/jax_programs.rs` runs a training step, two gradients and threefry random bits
+//! against JAX's outputs (`scripts/export_jax.py` writes them).
 //!
 //! Text out: [`to_text`] writes a kiln module as StableHLO ([`export`], with [`dense`] for
 //! constants) that [`parse`] reads back to the same module and XLA compiles.
@@ -32,11 +39,14 @@ pub mod export;
 pub mod import;
 pub mod lexer;
 pub mod literal;
+pub mod next_after;
 pub mod ops;
 pub mod parser;
 pub mod pretty;
 pub mod ragged;
 pub mod reduce;
+pub mod special;
+pub mod top_k;
 pub mod types;
 
 pub use checks::{Check, CheckKind, FuncChecks};

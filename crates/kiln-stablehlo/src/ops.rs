@@ -17,7 +17,7 @@ use kiln_ir::{
 };
 
 /// The attribute stored under one of `names` (generic name first, pretty aliases after).
-fn find<'a>(op: &'a OpAst, names: &[&str]) -> Option<(&'a AttrVal, Pos)> {
+pub fn find<'a>(op: &'a OpAst, names: &[&str]) -> Option<(&'a AttrVal, Pos)> {
     names.iter().find_map(|n| op.attr(n))
 }
 
@@ -108,6 +108,14 @@ fn pairs_of(v: &AttrVal, pos: Pos, what: &str) -> Result<Vec<(i64, i64)>> {
                 flat.extend(p);
             }
             flat
+        }
+        // A splat, `dense<0> : tensor<4x2xi64>`, as JAX prints zero padding.
+        AttrVal::Dense(d, Some(t)) if d.shape.is_none() && t.rank() == 2 && t.shape[1] == 2 => {
+            let one = ints_of(v, pos, what)?;
+            let [x] = one[..] else {
+                return Err(bad());
+            };
+            vec![x; t.numel()]
         }
         AttrVal::Dense(d, _) => {
             let ok = match &d.shape {
@@ -245,7 +253,7 @@ fn one_region(op: &OpAst) -> Result<&Block> {
 }
 
 /// A comparison direction from `EQ` or `#stablehlo<comparison_direction EQ>`.
-fn direction(v: &AttrVal, pos: Pos) -> Result<ComparisonDirection> {
+pub fn direction(v: &AttrVal, pos: Pos) -> Result<ComparisonDirection> {
     let s = match v {
         AttrVal::Ident(s) | AttrVal::Enum(_, s) => s.as_str(),
         _ => "",
@@ -731,12 +739,20 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         "stablehlo.triangular_solve" => return crate::decompose::triangular_solve(body, op, args),
         "chlo.mulhi" => return crate::decompose::mulhi(body, op, args),
         n if crate::chlo::handles(n) => return crate::chlo::lower(body, op, args),
+        n if crate::special::handles(n) => return crate::special::lower(body, op, args),
+        "chlo.next_after" => return crate::next_after::lower(body, op, args),
+        "chlo.top_k" => return crate::top_k::lower(body, op, args),
         "chlo.ragged_dot" => return crate::ragged::ragged_dot(body, op, args, d),
+        // Sharding annotations: on one device, the value they annotate.
+        "sdy.sharding_constraint" | "sdy.reshard" => return sharding_identity(body, op, args, d),
         "stablehlo.custom_call" => {
             let target = match find(op, &["call_target_name", "callee"]) {
                 Some((AttrVal::Str(s) | AttrVal::Symbol(s), _)) => s.clone(),
                 _ => String::from("?"),
             };
+            if target == "Sharding" {
+                return sharding_identity(body, op, args, d);
+            }
             return Err(Error::unsupported(
                 op.pos,
                 format!("`stablehlo.custom_call` to {}", quote(&target)),
@@ -745,6 +761,31 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         _ => plain(op)?,
     };
     push(body, op, kop, args, d)
+}
+
+/// A sharding annotation (`sdy.sharding_constraint`, `sdy.reshard`, `custom_call @Sharding`):
+/// its one operand, which must have the declared result type.
+fn sharding_identity(
+    body: &Body,
+    op: &OpAst,
+    args: &[ValueId],
+    declared: Option<&[TensorType]>,
+) -> Result<Vec<ValueId>> {
+    let [x] = args else {
+        return Err(Error::invalid(
+            op.pos,
+            format!("`{}` annotates one value", op.name),
+        ));
+    };
+    if let Some([t]) = declared
+        && *t != value_type(body, *x)?
+    {
+        return Err(Error::invalid(
+            op.pos,
+            format!("`{}` must not change its operand's type", op.name),
+        ));
+    }
+    Ok(vec![*x])
 }
 
 /// An op with no attributes whose kiln name is its StableHLO name.

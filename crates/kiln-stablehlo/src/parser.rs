@@ -194,6 +194,9 @@ pub fn parse_module(c: &mut Cursor) -> Result<ModuleAst> {
         }
         c.expect("{")?;
         while !c.eat("}") {
+            if skip_mesh(c)? {
+                continue;
+            }
             funcs.push(parse_func(c)?);
         }
         c.skip_loc()?;
@@ -208,6 +211,26 @@ pub fn parse_module(c: &mut Cursor) -> Result<ModuleAst> {
         return c.expected("the end of the module");
     }
     Ok(ModuleAst { pos, funcs })
+}
+
+/// Skips a Shardy device mesh, `sdy.mesh @mesh = <["x"=2]> {...}`, if one is next: it
+/// describes how a program is split across devices, which leaves its values as they are on
+/// one. Whether one was skipped.
+fn skip_mesh(c: &mut Cursor) -> Result<bool> {
+    if !c.eat_ident("sdy.mesh") {
+        return Ok(false);
+    }
+    let Tok::Symbol(_) = c.peek() else {
+        return c.expected("the mesh's name, such as `@mesh`");
+    };
+    c.bump();
+    c.expect("=")?;
+    c.skip_group("<", ">")?;
+    if c.is("{") {
+        c.skip_group("{", "}")?;
+    }
+    c.skip_loc()?;
+    Ok(true)
 }
 
 /// Skips `#name = loc(...)` location aliases (MLIR prints them around a module).

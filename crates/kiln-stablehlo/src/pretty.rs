@@ -70,6 +70,25 @@ pub fn parse_pretty(c: &mut Cursor, name: &str, pos: Pos) -> Result<OpAst> {
             Ok(op)
         }
         "stablehlo.while" => parse_while(c, op),
+        // `sdy.sharding_constraint %x <@mesh, [{"x"}]> : T`: the sharding is skipped (one
+        // device computes the value as it is).
+        "sdy.sharding_constraint" | "sdy.reshard" => {
+            op.operands.push(c.value()?);
+            c.skip_group("<", ">")?;
+            if c.is("{") {
+                c.attr_dict(&mut op.attrs)?;
+            }
+            c.expect(":")?;
+            op.sig = parse_pretty_sig(c)?;
+            Ok(op)
+        }
+        n if n.starts_with("sdy.") => Err(Error::unsupported(
+            pos,
+            format!(
+                "the Shardy op {} (kiln runs a program on one device)",
+                quote(n)
+            ),
+        )),
         "stablehlo.reduce" if c.is("(") => parse_reduce(c, op),
         _ => {
             scan(c, &mut op)?;
@@ -94,6 +113,30 @@ fn value_group(c: &mut Cursor) -> Result<Vec<Name>> {
     }
 }
 
+/// `(%a, %b, name = value)`: operands, and attributes among them (`chlo.top_k(%x, k = 2)`).
+fn operand_group(c: &mut Cursor, op: &mut OpAst) -> Result<()> {
+    c.expect("(")?;
+    if c.eat(")") {
+        return Ok(());
+    }
+    loop {
+        let pos = c.pos();
+        match c.peek().clone() {
+            Tok::Ident(w) if matches!(c.peek2(), Tok::Punct("=")) => {
+                c.bump();
+                c.bump();
+                let v = pretty_value(c)?;
+                op.attrs.push((w.to_string(), v, pos));
+            }
+            _ => op.operands.push(c.value()?),
+        }
+        if c.eat(")") {
+            return Ok(());
+        }
+        c.expect(",")?;
+    }
+}
+
 /// The generic pretty scanner: operands, keywords, `name = value`, `{attrs}`, `: signature`.
 fn scan(c: &mut Cursor, op: &mut OpAst) -> Result<()> {
     let mut keywords = 0usize;
@@ -104,7 +147,7 @@ fn scan(c: &mut Cursor, op: &mut OpAst) -> Result<()> {
             Tok::Punct(",") => {
                 c.bump();
             }
-            Tok::Punct("(") => op.operands.extend(value_group(c)?),
+            Tok::Punct("(") => operand_group(c, op)?,
             Tok::Punct(":") => {
                 c.bump();
                 op.sig = parse_pretty_sig(c)?;

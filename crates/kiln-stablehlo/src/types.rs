@@ -3,11 +3,11 @@
 //! | StableHLO | kiln |
 //! |---|---|
 //! | `i1` | `pred` |
-//! | `i8`, `i32`, `i64` | `i8`, `i32`, `i64` |
-//! | `ui8`, `ui32` | `u8`, `u32` |
+//! | `i8`, `i16`, `i32`, `i64` | the same |
+//! | `ui8`, `ui16`, `ui32`, `ui64` | `u8`, `u16`, `u32`, `u64` |
 //! | `f16`, `bf16`, `f32`, `f64` | the same |
 //!
-//! Every other element type (`i2`, `i4`, `i16`, `ui64`, fp8 formats, `complex<...>`), tuples,
+//! Every other element type (`i2`, `i4`, fp8 formats, `complex<...>`), tuples,
 //! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.
 
 use crate::error::{Error, Pos, Result, quote};

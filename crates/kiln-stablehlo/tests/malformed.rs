@@ -352,10 +352,10 @@ fn names_types_and_signatures() {
 #[test]
 fn module_structure() {
     fails_as(
-        "module {\n  sdy.mesh @mesh = <[\"x\"=2]>\n}",
+        "module {\n  ml_program.global private @g(dense<0> : tensor<i32>) : tensor<i32>\n}",
         ErrorKind::Unsupported,
         "2:3",
-        "the top-level op `sdy.mesh`",
+        "the top-level op `ml_program.global`",
     );
     fails_as(
         "func.func private @f(%x: tensor<f32>) -> tensor<f32>\n",

@@ -1,12 +1,13 @@
-//! The importer on damaged input: every module of the peer suite (when it is present), cut
-//! at many positions and with characters dropped or doubled, gives a result or an error,
-//! never a panic; and a large module imports fast.
+//! The importer on damaged input: every module of the peer suite (when it is present) and
+//! every program exported from JAX (`tests/data/jax`), cut at many positions and with
+//! characters dropped or doubled, gives a result or an error, never a panic; and a large
+//! module imports fast.
 
 use kiln_stablehlo::{Piece, parse, parse_with_checks, split};
 use std::path::Path;
 use std::time::Instant;
 
-/// The peer suite's files, or none when it is absent.
+/// The peer suite's files (none when it is absent) and the JAX programs' modules.
 fn suite_texts() -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/peer-suites/stablehlo-interpret");
@@ -22,6 +23,13 @@ fn suite_texts() -> Vec<(String, String)> {
             {
                 out.push((p.display().to_string(), t));
             }
+        }
+    }
+    let jax = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jax");
+    for e in std::fs::read_dir(jax).into_iter().flatten().flatten() {
+        let p = e.path().join("module.mlir");
+        if let Ok(t) = std::fs::read_to_string(&p) {
+            out.push((p.display().to_string(), t));
         }
     }
     out.sort();
