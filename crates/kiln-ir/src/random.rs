@@ -736,7 +736,14 @@ impl Gen<'_> {
                         .ok()
                         .map(|rs| rs[0])
                 } else {
-                    let key = random_literal(self.rng, &TensorType::new(DType::U32, [4]));
+                    // The state as four u32 words or as XLA's two u64s; u32 or u64 bits.
+                    let state = if self.rng.chance(0.5) {
+                        TensorType::new(DType::U32, [4])
+                    } else {
+                        TensorType::new(DType::U64, [2])
+                    };
+                    let bits = *self.rng.pick(&[DType::U32, DType::U64]);
+                    let key = random_literal(self.rng, &state);
                     let key = self.b.inst(Op::Constant { value: key }, &[]).ok();
                     let n = self.size(self.cfg.max_dim);
                     let shape: Vec<usize> = (0..self.rng.below(3)).map(|_| n).collect();
@@ -747,10 +754,7 @@ impl Gen<'_> {
                                     algorithm: crate::RngAlgorithm::ThreeFry,
                                 },
                                 &[k],
-                                &[
-                                    TensorType::new(DType::U32, [4]),
-                                    TensorType::new(DType::U32, shape),
-                                ],
+                                &[state, TensorType::new(bits, shape)],
                             )
                             .ok()
                             .map(|rs| rs[1])

@@ -77,10 +77,11 @@ fn is_permutation(xs: &[i64], n: usize) -> bool {
 /// integers.
 pub fn widens(from: DType, to: DType) -> bool {
     use DType::*;
-    matches!(
-        (from, to),
-        (F16 | BF16, F32 | F64) | (F32, F64) | (I8, I32 | I64) | (I32 | U32, I64)
-    )
+    if let (Some((flo, fhi)), Some((tlo, thi))) = (from.int_bounds(), to.int_bounds()) {
+        // An integer type whose range holds the other's (u8 -> i16, i8 -> i32, u32 -> u64).
+        return !from.is_pred() && to.bits() > from.bits() && tlo <= flo && thi >= fhi;
+    }
+    matches!((from, to), (F16 | BF16, F32 | F64) | (F32, F64))
 }
 
 /// Which element types an elementwise op accepts.
@@ -740,7 +741,12 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                     size_overflow(format!("the size of spatial dimension {i} of the result"))
                 })?;
             }
-            one(TensorType::new(a.dtype, shape), 7)
+            // As `dot_general`'s, a declared result type may widen the element type.
+            let dtype = match declared.and_then(|d| d.first()) {
+                Some(r) if widens(a.dtype, r.dtype) => r.dtype,
+                _ => a.dtype,
+            };
+            one(TensorType::new(dtype, shape), 7)
         }
         Gather {
             offset_dims,
@@ -914,10 +920,14 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         }
         RngBitGenerator { .. } => {
             let s = x[0];
-            let state = TensorType::new(DType::U32, [4]);
-            l.ensure(1, *s == state, || {
-                format!("initial_state must be u32[4], got {s}")
+            let (u32s, u64s) = (
+                TensorType::new(DType::U32, [4]),
+                TensorType::new(DType::U64, [2]),
+            );
+            l.ensure(1, *s == u32s || *s == u64s, || {
+                format!("initial_state must be u32[4] or u64[2], got {s}")
             })?;
+            let state = s.clone();
             let out = match declared {
                 Some(d) => d[1].clone(),
                 None => {
@@ -927,8 +937,8 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                     ));
                 }
             };
-            l.ensure(3, out.dtype == DType::U32, || {
-                format!("output must have element type u32, got {out}")
+            l.ensure(3, matches!(out.dtype, DType::U32 | DType::U64), || {
+                format!("output must have element type u32 or u64, got {out}")
             })?;
             Ok(Inferred {
                 types: vec![state, out],

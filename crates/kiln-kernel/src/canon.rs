@@ -85,9 +85,9 @@ pub fn rebuild(
     b.finish(&outs)
 }
 
-/// The function with every `dot_general` whose result type is wider than its operands'
-/// (`preferred_element_type`: bf16 x bf16 -> f32, i8 x i8 -> i32) computed as the product of
-/// its operands converted to the result type. The conversions are exact, so the products and
+/// The function with every `dot_general` or `convolution` whose result type is wider than its
+/// operands' (`preferred_element_type`: bf16 x bf16 -> f32, i8 x i8 -> i32) computed as the
+/// product of its operands converted to the result type. The conversions are exact, so the products and
 /// sums are those of the wider type, as the op's spec defines them; the rest of the pipeline
 /// (the optimizer included) then sees only products of one element type.
 ///
@@ -107,6 +107,10 @@ pub fn widen_dots(f: &Func, keep_half: bool) -> Result<Func, VerifyError> {
     };
     let is_half = |d: DType| matches!(d, DType::BF16 | DType::F16);
     let mixed = |i: &kiln_ir::Inst| {
+        if matches!(i.op, Op::Convolution { .. }) {
+            let (x, _, y) = dtypes(i);
+            return x != y;
+        }
         if !matches!(i.op, Op::DotGeneral { .. }) {
             return false;
         }
@@ -569,8 +573,10 @@ pub fn winograd_convs(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError
 
 /// Rewrites each `rng_bit_generator` (Threefry-2x32, 20 rounds) into integer arithmetic on
 /// vectors of counter blocks, so that its bits come from kernels: block `i` encrypts the
-/// 64-bit counter `state[2..4] + i` under the key `state[0..2]`, and its two words are bits
-/// `2i` and `2i + 1`; the next state advances the counter by the number of blocks.
+/// 64-bit counter + i (its low word first) under the key, and its two words are words `2i`
+/// and `2i + 1` (a u64 output's element `i`, low word first); the next state advances the
+/// counter by the number of blocks. A u32[4] state is [key0, key1, counter_lo, counter_hi],
+/// a u64[2] state [key, counter] (the same bits).
 pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
     if !f
         .insts
@@ -584,8 +590,10 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
             return Ok(None);
         }
         let out_ty = &f.values[inst.results[1].index()];
+        let wide_out = out_ty.dtype == DType::U64;
+        let wide_state = f.values[inst.operands[0].index()].dtype == DType::U64;
         let n = out_ty.numel();
-        let blocks = n.div_ceil(2);
+        let blocks = if wide_out { n } else { n.div_ceil(2) };
         // The 64-bit counter lives in i64 (wrapping arithmetic, logical shifts: the same bits).
         let (u32t, u64t) = (DType::U32, DType::I64);
         // The four state words as u32 scalars.
@@ -600,22 +608,30 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
             )?;
             b.reshape(w, &[])
         };
-        let (k0, k1, hi, lo) = (word(b, 0)?, word(b, 1)?, word(b, 2)?, word(b, 3)?);
         let wide = |b: &mut Builder, v: ValueId, shape: &[usize]| {
             let c = b.scalar(u64t, 32.0)?;
             let c = b.broadcast(c, &[], shape)?;
             let h = b.convert(v, u64t)?;
             b.binary(Op::ShiftLeft {}, h, c)
         };
-        let hi64 = wide(b, hi, &[])?;
-        let lo64 = b.convert(lo, u64t)?;
-        let start = b.binary(Op::Or {}, hi64, lo64)?;
-        // Splits u64 values into their high and low u32 words.
+        // Splits 64-bit values into their high and low u32 words.
         let split = |b: &mut Builder, v: ValueId, shape: &[usize]| {
             let c = b.scalar(u64t, 32.0)?;
             let c = b.broadcast(c, &[], shape)?;
             let h = b.binary(Op::ShiftRightLogical {}, v, c)?;
             Ok::<_, VerifyError>((b.convert(h, u32t)?, b.convert(v, u32t)?))
+        };
+        // The key's words and the counter (in i64: the same bits).
+        let (k0, k1, start, key) = if wide_state {
+            let (key, ctr) = (word(b, 0)?, word(b, 1)?);
+            let key64 = b.convert(key, u64t)?;
+            let (k1, k0) = split(b, key64, &[])?;
+            (k0, k1, b.convert(ctr, u64t)?, Some(key))
+        } else {
+            let (k0, k1, lo, hi) = (word(b, 0)?, word(b, 1)?, word(b, 2)?, word(b, 3)?);
+            let hi64 = wide(b, hi, &[])?;
+            let lo64 = b.convert(lo, u64t)?;
+            (k0, k1, b.binary(Op::Or {}, hi64, lo64)?, None)
         };
         let iota = b.inst_typed(
             Op::Iota { iota_dimension: 0 },
@@ -624,7 +640,7 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
         )?;
         let base = b.broadcast(start, &[], &[blocks])?;
         let ctr = b.binary(Op::Add {}, iota, base)?;
-        let (mut x0, mut x1) = split(b, ctr, &[blocks])?;
+        let (mut x1, mut x0) = split(b, ctr, &[blocks])?;
         let k2 = {
             let x = b.binary(Op::Xor {}, k0, k1)?;
             let c = b.scalar(u32t, f64::from(0x1BD1_1BDAu32))?;
@@ -658,25 +674,42 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
                 x1 = b.binary(Op::Add {}, x1, sc)?;
             }
         }
-        // Interleave the words: [blocks, 2] -> 2 * blocks, then the first n.
-        let c0 = b.reshape(x0, &[blocks, 1])?;
-        let c1 = b.reshape(x1, &[blocks, 1])?;
-        let pairs = b.inst(Op::Concatenate { dimension: 1 }, &[c0, c1])?;
-        let flat = b.reshape(pairs, &[2 * blocks])?;
-        let first = b.inst(
-            Op::Slice {
-                start_indices: vec![0],
-                limit_indices: vec![n as i64],
-                strides: vec![1],
-            },
-            &[flat],
-        )?;
-        let bits = b.reshape(first, &out_ty.shape)?;
+        let bits = if wide_out {
+            // One u64 per block: x0 its low word, x1 its high one.
+            let lo = b.convert(x0, DType::U64)?;
+            let hi = b.convert(x1, DType::U64)?;
+            let c = b.scalar(DType::U64, 32.0)?;
+            let c = b.broadcast(c, &[], &[blocks])?;
+            let hi = b.binary(Op::ShiftLeft {}, hi, c)?;
+            let both = b.binary(Op::Or {}, hi, lo)?;
+            b.reshape(both, &out_ty.shape)?
+        } else {
+            // Interleave the words: [blocks, 2] -> 2 * blocks, then the first n.
+            let c0 = b.reshape(x0, &[blocks, 1])?;
+            let c1 = b.reshape(x1, &[blocks, 1])?;
+            let pairs = b.inst(Op::Concatenate { dimension: 1 }, &[c0, c1])?;
+            let flat = b.reshape(pairs, &[2 * blocks])?;
+            let first = b.inst(
+                Op::Slice {
+                    start_indices: vec![0],
+                    limit_indices: vec![n as i64],
+                    strides: vec![1],
+                },
+                &[flat],
+            )?;
+            b.reshape(first, &out_ty.shape)?
+        };
         // The next state.
         let used = b.scalar(u64t, blocks as f64)?;
         let next = b.binary(Op::Add {}, start, used)?;
-        let (nh, nl) = split(b, next, &[])?;
-        let words: Vec<ValueId> = [k0, k1, nh, nl]
+        let words: Vec<ValueId> = match key {
+            Some(key) => vec![key, b.convert(next, DType::U64)?],
+            None => {
+                let (nh, nl) = split(b, next, &[])?;
+                vec![k0, k1, nl, nh]
+            }
+        };
+        let words: Vec<ValueId> = words
             .into_iter()
             .map(|w| b.reshape(w, &[1]))
             .collect::<Result<_, _>>()?;

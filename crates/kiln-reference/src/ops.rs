@@ -673,11 +673,34 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             single(apply_updates(&init, src, *kind, &writes))
         }
         Op::RngBitGenerator { .. } => {
-            let s: Vec<u32> = x[0].to_i64s().into_iter().map(|v| v as u32).collect();
-            let (bits, next) = crate::rng::bits([s[0], s[1], s[2], s[3]], types[1].numel());
+            // A u32[4] state is the four words; a u64[2] state the same bits as two u64s.
+            let s = x[0].to_i64s();
+            let words = if x[0].dtype() == DType::U64 {
+                crate::rng::words_of([s[0] as u64, s[1] as u64])
+            } else {
+                [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
+            };
+            let out = &types[1];
+            let wide = out.dtype == DType::U64;
+            let (bits, next) = crate::rng::bits(words, out.numel() * if wide { 2 } else { 1 });
+            let state = if x[0].dtype() == DType::U64 {
+                Data::U64(crate::rng::state_of(next).to_vec())
+            } else {
+                Data::U32(next.to_vec())
+            };
+            // A u64 output takes two words each, the first its low half.
+            let data = if wide {
+                Data::U64(
+                    bits.chunks_exact(2)
+                        .map(|w| w[0] as u64 | (w[1] as u64) << 32)
+                        .collect(),
+                )
+            } else {
+                Data::U32(bits)
+            };
             vec![
-                Literal::new(types[0].clone(), Data::U32(next.to_vec())).expect(VERIFIED),
-                Literal::new(types[1].clone(), Data::U32(bits)).expect(VERIFIED),
+                Literal::new(types[0].clone(), state).expect(VERIFIED),
+                Literal::new(out.clone(), data).expect(VERIFIED),
             ]
         }
         Op::OptimizationBarrier {} => x.iter().map(|l| (*l).clone()).collect(),

@@ -20,18 +20,35 @@ pub fn threefry2x32(key: [u32; 2], ctr: [u32; 2]) -> [u32; 2] {
     [x0, x1]
 }
 
-/// Fills `n` words from `state` = [key0, key1, counter_hi, counter_lo] and returns them with the
-/// next state (the counter advanced by the number of blocks used).
+/// Fills `n` words from `state` = [key0, key1, counter_lo, counter_hi] and returns them with the
+/// next state (the counter advanced by the number of blocks used). Block `b` encrypts the
+/// 64-bit counter `counter + b` as its (low, high) words; its two results are words `2b` and
+/// `2b + 1`. This is XLA's THREE_FRY on a `u64[2]` state `[key, counter]` read as four
+/// little-endian words.
 pub fn bits(state: [u32; 4], n: usize) -> (Vec<u32>, [u32; 4]) {
     let key = [state[0], state[1]];
-    let ctr = ((state[2] as u64) << 32) | state[3] as u64;
+    let ctr = ((state[3] as u64) << 32) | state[2] as u64;
     let blocks = n.div_ceil(2) as u64;
     let mut out = Vec::with_capacity(n + 1);
     for b in 0..blocks {
         let c = ctr.wrapping_add(b);
-        out.extend(threefry2x32(key, [(c >> 32) as u32, c as u32]));
+        out.extend(threefry2x32(key, [c as u32, (c >> 32) as u32]));
     }
     out.truncate(n);
     let next = ctr.wrapping_add(blocks);
-    (out, [state[0], state[1], (next >> 32) as u32, next as u32])
+    (out, [state[0], state[1], next as u32, (next >> 32) as u32])
+}
+
+/// A `u64[2]` state `[key, counter]` as the four words [`bits`] takes (little-endian halves).
+pub fn words_of(state: [u64; 2]) -> [u32; 4] {
+    let [k, c] = state;
+    [k as u32, (k >> 32) as u32, c as u32, (c >> 32) as u32]
+}
+
+/// The `u64[2]` state of four words (the inverse of [`words_of`]).
+pub fn state_of(words: [u32; 4]) -> [u64; 2] {
+    [
+        words[0] as u64 | (words[1] as u64) << 32,
+        words[2] as u64 | (words[3] as u64) << 32,
+    ]
 }

@@ -99,8 +99,9 @@ pub fn batch_indices(
 }
 
 /// The operands of a product (convolution) whose declared result element type is wider than
-/// theirs (`i8` in, `i32` out), converted to it: the products are then exact, as StableHLO
-/// computes them. Other operands are returned as they are.
+/// theirs, converted to it where kiln's convolution would not widen them itself (operands of
+/// two types, `i8` and `u8`, say): the products are then exact, as StableHLO computes them.
+/// Other operands are returned as they are.
 pub fn widen_to_result(
     body: &mut Body,
     op: &OpAst,
@@ -110,6 +111,19 @@ pub fn widen_to_result(
     let Some([out]) = declared else {
         return Ok(args.to_vec());
     };
+    // Operands of one type that the result widens: kiln's convolution computes in the wider
+    // type itself.
+    let dtypes: Vec<_> = args
+        .iter()
+        .map(|&a| value_type(body, a).map(|t| t.dtype))
+        .collect::<Result<_>>()?;
+    if dtypes.windows(2).all(|w| w[0] == w[1])
+        && dtypes
+            .first()
+            .is_some_and(|&d| kiln_ir::verify::widens(d, out.dtype))
+    {
+        return Ok(args.to_vec());
+    }
     let l = loc(op.pos);
     let err = |e: kiln_ir::VerifyError| {
         Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))

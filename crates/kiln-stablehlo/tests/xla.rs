@@ -41,7 +41,9 @@ const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
 /// refusing kiln's `rng_bit_generator` state.
 fn known(name: &str, problem: &str) -> Option<&'static str> {
     if problem.contains(RNG_REFUSAL) && problem.contains("u64") {
-        return Some("rng_bit_generator: XLA's THREE_FRY takes a u64[2] state, kiln's is u32[4]");
+        return Some(
+            "rng_bit_generator: XLA's THREE_FRY takes only the u64[2] state; kiln also has the u32[4] form of the same bits",
+        );
     }
     KNOWN.iter().find(|(n, _)| *n == name).map(|(_, why)| *why)
 }

@@ -79,8 +79,25 @@ fn slice_axis(b: &mut Builder, v: ValueId, axis: usize, start: i64, end: i64) ->
     )?)
 }
 
-/// The cotangents of (lhs, rhs) of a convolution with cotangent `g`.
+/// The cotangents of (lhs, rhs) of a convolution with cotangent `g`. A convolution computed
+/// in a wider type than its operands' (`preferred_element_type`) is differentiated as the
+/// convolution of the converted operands; the cotangents are converted back.
 pub fn vjp(b: &mut Builder, op: &Op, x: &[ValueId], g: ValueId) -> Result<Vec<Option<ValueId>>> {
+    let dtype = |b: &Builder, v: ValueId| b.ty(v).expect("rules only see defined values").dtype;
+    let (wide, narrow) = (dtype(b, g), dtype(b, x[0]));
+    if wide == narrow {
+        return vjp_same(b, op, x, g);
+    }
+    let xw = [b.convert(x[0], wide)?, b.convert(x[1], wide)?];
+    let gs = vjp_same(b, op, &xw, g)?;
+    gs.into_iter()
+        .map(|c| c.map(|c| b.convert(c, narrow)).transpose())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(Into::into)
+}
+
+/// [`vjp`] of a convolution whose operands and result have one element type.
+fn vjp_same(b: &mut Builder, op: &Op, x: &[ValueId], g: ValueId) -> Result<Vec<Option<ValueId>>> {
     let Op::Convolution {
         window_strides: ws,
         padding,

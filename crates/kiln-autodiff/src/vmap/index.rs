@@ -149,6 +149,31 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
     }
 }
 
+/// Integer indices `v` as i64: a u64 past `i64::MAX` first saturates to it (it clamps to the
+/// top as the large number it is, `kiln_ir::literal::index_of`), the others convert exactly.
+fn to_i64_index(bd: &mut Batcher, v: ValueId) -> Result<ValueId> {
+    let t = bd.ty(v).clone();
+    let mut v = v;
+    if t.dtype == DType::U64 {
+        let top = kiln_ir::Literal::from_i64s(TensorType::scalar(DType::U64), &[i64::MAX])
+            .expect("a scalar");
+        let top = bd.push1(
+            Op::Constant { value: top },
+            &[],
+            Some(TensorType::scalar(DType::U64)),
+        )?;
+        let top = bd.push1(
+            Op::BroadcastInDim {
+                broadcast_dimensions: vec![],
+            },
+            &[top],
+            Some(t.clone()),
+        )?;
+        v = bd.push1(Op::Minimum {}, &[v, top], None)?;
+    }
+    bd.push1(Op::Convert {}, &[v], Some(t.with_dtype(DType::I64)))
+}
+
 /// The scalar `starts` of each example as a `[size, 1 + n]` i64 index array: the example's
 /// position, then its starts (each clamped into `[0, limits[k]]` when `limits` are given).
 fn start_vectors(bd: &mut Batcher, starts: &[BVal], limits: Option<&[i64]>) -> Result<ValueId> {
@@ -156,11 +181,7 @@ fn start_vectors(bd: &mut Batcher, starts: &[BVal], limits: Option<&[i64]>) -> R
     let column = TensorType::new(DType::I64, [size, 1]);
     let mut cols = vec![bd.push1(Op::Iota { iota_dimension: 0 }, &[], Some(column.clone()))?];
     for (k, s) in starts.iter().enumerate() {
-        let mut v = bd.push1(
-            Op::Convert {},
-            &[s.v],
-            Some(TensorType::new(DType::I64, bd.ty(s.v).shape.clone())),
-        )?;
+        let mut v = to_i64_index(bd, s.v)?;
         if let Some(limits) = limits {
             let lo = bd.scalar(DType::I64, 0.0)?;
             let hi = bd.scalar(DType::I64, limits[k].max(0) as f64)?;
@@ -188,11 +209,7 @@ fn start_vectors(bd: &mut Batcher, starts: &[BVal], limits: Option<&[i64]>) -> R
 /// dimension (the rank of the indices when the vectors are implicit scalars).
 fn with_batch_position(bd: &mut Batcher, indices: BVal, ivd: i64) -> Result<(ValueId, i64)> {
     let mut idx = bd.materialize(indices)?;
-    idx = bd.push1(
-        Op::Convert {},
-        &[idx],
-        Some(TensorType::new(DType::I64, bd.ty(idx).shape.clone())),
-    )?;
+    idx = to_i64_index(bd, idx)?;
     let mut shape = bd.ty(idx).shape.clone();
     let ivd = ivd as usize + 1;
     if ivd == shape.len() {
