@@ -369,10 +369,19 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         BitcastConvert {} => {
             let r = need_declared(k, declared)?;
             let (a, b) = (x[0], r);
-            l.ensure(1, !a.dtype.is_pred() && !b.dtype.is_pred(), || {
-                format!("pred cannot be bitcast, got {a} to {b}")
-            })?;
-            let (wa, wb) = (a.dtype.bits() as usize, b.dtype.bits() as usize);
+            // A pred is one bit (StableHLO's i1), whatever its storage.
+            let width = |d: DType| if d.is_pred() { 1 } else { d.bits() as usize };
+            if a.dtype.is_pred() != b.dtype.is_pred() {
+                let (p, w) = if a.dtype.is_pred() { (a, b) } else { (b, a) };
+                let n = width(w.dtype);
+                let fits = p.rank() == w.rank() + 1
+                    && p.shape[..w.rank()] == w.shape[..]
+                    && p.shape[w.rank()] == n;
+                l.ensure(1, fits, || {
+                    format!("a pred is one bit: {w} bitcasts to or from {n} preds per element in a last dimension, got {a} to {b}")
+                })?;
+            }
+            let (wa, wb) = (width(a.dtype), width(b.dtype));
             let ok = if wa == wb {
                 a.shape == b.shape
             } else if wa > wb {

@@ -28,6 +28,7 @@
 //!   and after fusion in tests and debug builds.
 
 pub mod access;
+pub mod bits;
 pub mod canon;
 pub mod fuse;
 pub mod gemm_schedule;

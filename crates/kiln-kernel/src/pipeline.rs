@@ -362,6 +362,8 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
     };
     let f = &canon::expand_rngs(f)
         .map_err(|e| Error::Lowering(format!("expanding rng_bit_generator: {e}")))?;
+    let f = &crate::bits::expand_pred_bitcasts(f)
+        .map_err(|e| Error::Lowering(format!("expanding bitcasts to or from pred: {e}")))?;
     let f = &crate::precision::expand_reduce_precisions(f)
         .map_err(|e| Error::Lowering(format!("expanding reduce_precision: {e}")))?;
     let f = &canon::fold_transposed_products(f)

@@ -67,6 +67,29 @@ pub fn take(src: &Literal, ty: &TensorType, idx: &[usize]) -> Literal {
     .expect(VERIFIED)
 }
 
+/// `bitcast_convert` of `a` to `ty`: the little-endian bytes reread, or, to or from `pred`
+/// (one bit each), each element's bits, the least significant first.
+fn bitcast(a: &Literal, ty: &TensorType) -> Literal {
+    match (a.dtype().is_pred(), ty.dtype.is_pred()) {
+        (false, true) => {
+            let bytes = a.to_le_bytes();
+            let bits = (0..ty.numel()).map(|i| bytes[i / 8] >> (i % 8) & 1 != 0);
+            Literal::new(ty.clone(), Data::Pred(bits.collect())).expect(VERIFIED)
+        }
+        (true, false) => {
+            let Data::Pred(bits) = a.data() else {
+                unreachable!("{VERIFIED}")
+            };
+            let mut bytes = vec![0u8; bits.len() / 8];
+            for (i, &b) in bits.iter().enumerate() {
+                bytes[i / 8] |= u8::from(b) << (i % 8);
+            }
+            Literal::from_le_bytes(ty.clone(), &bytes).expect(VERIFIED)
+        }
+        _ => Literal::from_le_bytes(ty.clone(), &a.to_le_bytes()).expect(VERIFIED),
+    }
+}
+
 /// The elements of several literals of one dtype, concatenated.
 fn concat(srcs: &[&Literal]) -> Literal {
     let mut data = srcs[0].data().clone();
@@ -295,9 +318,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 single(from_lane(ty, Lane::I(src.to_i64s())))
             }
         }
-        Op::BitcastConvert {} => {
-            single(Literal::from_le_bytes(ty.clone(), &x[0].to_le_bytes()).expect(VERIFIED))
-        }
+        Op::BitcastConvert {} => single(bitcast(x[0], ty)),
         Op::Constant { value } => single(value.clone()),
         Op::Iota { iota_dimension } => {
             let mut v = Vec::with_capacity(ty.numel());

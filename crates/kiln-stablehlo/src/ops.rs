@@ -550,12 +550,7 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
             }
             return push(body, op, kop, &operands, d);
         }
-        "stablehlo.bitcast_convert" => {
-            if let Some(r) = crate::decompose::bitcast_bits(body, op, args, d)? {
-                return Ok(r);
-            }
-            Op::BitcastConvert {}
-        }
+        "stablehlo.bitcast_convert" => Op::BitcastConvert {},
         "stablehlo.dynamic_conv" => {
             let [l, r, pad] = args else {
                 return Err(Error::invalid(

@@ -29,6 +29,10 @@ const KNOWN: &[(&str, &str)] = &[
         "mantissa_bits = 0: a NaN stays NaN on XLA; kiln's spec makes it infinity (no mantissa bit is left to mark a NaN)",
     ),
     (
+        "bitcast_convert example 3",
+        "a pred is one bit in StableHLO's spec (and its interpreter suite, which kiln passes); XLA's CPU bitcasts pred as its byte (u8[2] to pred[2])",
+    ),
+    (
         "jax program threefry_bits",
         "`uniform` scales by `u * (max - min) + min`: XLA's CPU fuses the multiply and the add (one rounding), kiln rounds each (1 ulp)",
     ),

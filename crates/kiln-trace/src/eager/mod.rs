@@ -86,6 +86,10 @@ pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<L
     });
     let data = match op {
         Op::Reshape {} => return lits.first()?.reshaped(ty.shape.clone()).ok(),
+        // To or from pred (one bit each): the reference's.
+        Op::BitcastConvert {} if lits.first()?.dtype().is_pred() != ty.dtype.is_pred() => {
+            return None;
+        }
         Op::BitcastConvert {} => {
             return Literal::from_le_bytes(ty.clone(), &lits.first()?.to_le_bytes()).ok();
         }
