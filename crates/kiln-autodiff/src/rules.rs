@@ -126,6 +126,19 @@ pub fn vjp_rule(
     match op {
         // lhs_bar = g; rhs_bar = g.
         Op::Add {} => Ok(vec![Some(g), Some(g)]),
+        // a_bar = Φ(s + sᵀ), s = l⁻ᵀ Φ(lᵀ g) l⁻¹ (see `linalg`).
+        Op::Cholesky { lower } => one(linalg::cholesky_vjp(b, *lower, r, g)?),
+        // b_bar solves the transposed system; a_bar = -b_bar xᵀ on a's triangle.
+        Op::TriangularSolve {
+            left_side,
+            lower,
+            unit_diagonal,
+            transpose_a,
+        } => {
+            let attrs = (*left_side, *lower, *unit_diagonal, *transpose_a);
+            let (ga, gb) = linalg::triangular_solve_vjp(b, attrs, x[0], r, g)?;
+            Ok(vec![Some(ga), Some(gb)])
+        }
         // lhs_bar = g; rhs_bar = -g.
         Op::Subtract {} => Ok(vec![Some(g), Some(un(b, Op::Negate {}, g)?)]),
         // lhs_bar = g * rhs; rhs_bar = g * lhs.
@@ -970,5 +983,6 @@ fn case_vjp(
 }
 
 mod conv;
+mod linalg;
 pub(crate) mod loops;
 mod sort;

@@ -125,6 +125,9 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
         }
         // Rounding once at the end of a float sum (the sum's own error is `sum_terms`).
         Reduce | DotGeneral | Convolution | ReduceWindow | Scatter | SelectAndScatter => 1.0,
+        // Rounding once at the end; the factorization's or the substitution's own error is
+        // `sum_terms` times their magnitudes (`crate::linalg`).
+        Cholesky | TriangularSolve => 1.0,
         _ => 0.0,
     }
 }
@@ -174,6 +177,12 @@ fn sum_terms(f: &Func, inst: &kiln_ir::Inst) -> f64 {
             window_dimensions.iter().map(|&w| w as usize).product(),
             window_dimensions.len(),
         ),
+        // The sums of n terms of each element of a factor or a solution, whose errors the
+        // magnitudes carry through (`crate::linalg`).
+        Op::Cholesky { .. } | Op::TriangularSolve { .. } => {
+            let t = ty(0);
+            k(t.shape[t.rank() - 1], 1)
+        }
         Op::Scatter { kind, .. } | Op::SelectAndScatter { kind, .. } if *kind == Combiner::Add => {
             k(f.values[inst.results[0].index()].numel().max(1), 1)
         }
@@ -500,6 +509,36 @@ fn values_and_magnitudes(
                     .remove(0),
                 ),
                 Op::Select {} => Some(eval_op(&inst.op, &[r[0], m[1], m[2]], &ftypes).remove(0)),
+                Op::Cholesky { lower } => Some(
+                    Literal::from_f64s(
+                        ftypes[0].clone(),
+                        &crate::linalg::cholesky_magnitude(&out[0], *lower, m[0]),
+                    )
+                    .expect("a result's element count"),
+                ),
+                Op::TriangularSolve {
+                    left_side,
+                    lower,
+                    unit_diagonal,
+                    transpose_a,
+                } => Some(
+                    Literal::from_f64s(
+                        ftypes[0].clone(),
+                        &crate::linalg::triangular_solve_magnitude(
+                            r[0],
+                            &out[0],
+                            crate::linalg::Solve {
+                                left_side: *left_side,
+                                lower: *lower,
+                                unit_diagonal: *unit_diagonal,
+                                transpose_a: *transpose_a,
+                            },
+                            m[0],
+                            m[1],
+                        ),
+                    )
+                    .expect("a result's element count"),
+                ),
                 Op::SelectAndScatter { .. } => {
                     Some(eval_op(&inst.op, &[r[0], m[1], m[2]], &ftypes).remove(0))
                 }

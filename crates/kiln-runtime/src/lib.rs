@@ -27,6 +27,7 @@ pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_exec;
 pub mod gpu_emu;
+pub mod linalg;
 pub mod plan_exec;
 mod sort;
 
@@ -529,6 +530,17 @@ impl Program {
                         .map(|o| env[o.index()].as_deref().expect("verified SSA"))
                         .collect();
                     self.control(i, &xs)?.into_iter().map(Cow::Owned).collect()
+                }
+                (Step::Host, _) => {
+                    let xs: Vec<&Literal> = inst
+                        .operands
+                        .iter()
+                        .map(|o| env[o.index()].as_deref().expect("verified SSA"))
+                        .collect();
+                    let ty = &f.values[inst.results[0].index()];
+                    let out =
+                        linalg::run(&inst.op, &xs, ty).map_err(|e| Error(format!("#{i} {e}")))?;
+                    vec![Cow::Owned(out)]
                 }
                 _ => {
                     let xs: Vec<&Literal> = inst
