@@ -180,7 +180,8 @@ fn factor<T: Real>(w: &mut [T], n: usize) -> bool {
             for q in k0..j {
                 s = s - w[j * n + q] * w[j * n + q];
             }
-            if !(s > T::ZERO) {
+            // Not positive, or NaN (which compares as unordered).
+            if s.partial_cmp(&T::ZERO) != Some(std::cmp::Ordering::Greater) {
                 return false;
             }
             let d = s.sqrt();
