@@ -449,6 +449,37 @@ mod tests {
     }
 
     #[test]
+    fn narrow_floats_compute_in_f32_and_round_once() {
+        let a = spd(2, 20);
+        let b: Vec<f64> = (0..2 * 20 * 3).map(|i| noise(i + 3)).collect();
+        for dtype in [DType::F16, DType::BF16] {
+            let x = lit(dtype, &[2, 20, 20], &a);
+            let op = Op::Cholesky { lower: true };
+            let l = run(&op, &[&x], x.ty()).unwrap();
+            let want = kiln_reference::cholesky(&x, true, x.ty()).to_f64s();
+            // Within a unit in the last place or two of the narrow type.
+            let tol = if dtype == DType::F16 { 4e-3 } else { 3e-2 };
+            assert!(max_err(&l.to_f64s(), &want) < tol, "{dtype}");
+            let bx = lit(dtype, &[2, 20, 3], &b);
+            let op = Op::TriangularSolve {
+                left_side: true,
+                lower: true,
+                unit_diagonal: false,
+                transpose_a: TransposeA::Transpose,
+            };
+            let got = run(&op, &[&l, &bx], bx.ty()).unwrap().to_f64s();
+            let s = Solve {
+                left_side: true,
+                lower: true,
+                unit_diagonal: false,
+                transpose_a: TransposeA::Transpose,
+            };
+            let want = kiln_reference::triangular_solve(&l, &bx, s, bx.ty()).to_f64s();
+            assert!(max_err(&got, &want) < tol, "{dtype}");
+        }
+    }
+
+    #[test]
     fn not_positive_definite_is_nan_and_other_matrices_are_not() {
         let mut a = spd(2, 70);
         // The second matrix gets a negative pivot in its second block.
