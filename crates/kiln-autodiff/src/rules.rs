@@ -120,6 +120,9 @@ pub fn vjp_rule(
     {
         return sort::sort_vjp(b, *dimension, *is_stable, comparator, x, g);
     }
+    if let Op::Lu {} = op {
+        return Ok(vec![linalg::lu_vjp(b, r, g[0])?]);
+    }
     let g = g[0].expect("single-result ops are only visited with a cotangent");
     let r = r[0];
     let one = |v| Ok(vec![Some(v)]);
@@ -935,7 +938,7 @@ pub fn vjp_rule(
         | Op::RngBitGenerator { .. }
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
-        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } => Ok(vec![None; x.len()]),
+        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } | Op::Lu {} => Ok(vec![None; x.len()]),
     }
 }
 

@@ -395,6 +395,11 @@ define_ops! {
     /// `a` (its `lower` or upper triangle; a diagonal of ones when `unit_diagonal`) with the
     /// matrix of `b` at the same batch position; `op` is given by `transpose_a`.
     TriangularSolve = "triangular_solve", Fixed(2), ONE, DIFF, { left_side: bool, lower: bool, unit_diagonal: bool, transpose_a: TransposeA };
+    /// The LU factorization with partial pivoting of each square matrix (a kiln extension, as
+    /// XLA's `LuDecomposition`; not StableHLO): the factors packed in one matrix (`l`'s
+    /// unit-diagonal strict lower triangle and `u`), the `i32` row each step swapped with, and
+    /// the `i32` row permutation `p` with `a[p] = l u`.
+    Lu = "lu", Fixed(1), ResultCount::Fixed(3), DIFF;
 }
 
 impl Op {

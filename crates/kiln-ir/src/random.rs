@@ -921,6 +921,9 @@ impl Gen<'_> {
     /// eigenvalues are at least `k + 1`; then, most of the time, a `triangular_solve` with
     /// the factor as its matrix.
     fn random_linalg(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        if self.rng.chance(0.25) {
+            return self.random_lu();
+        }
         let (a, t) = if matches!(t.dtype, DType::F32 | DType::F64) && t.rank() >= 2 {
             (a, t.clone())
         } else {
@@ -983,6 +986,40 @@ impl Gen<'_> {
             transpose_a: *self.rng.pick(crate::TransposeA::ALL),
         };
         self.b.inst(op, &[l, rhs]).ok()
+    }
+
+    /// An `lu` of `tanh(a) + (n + 2) I` for a square f32 or f64 `a`: strictly diagonally
+    /// dominant by columns (every other element of a column is at most 1 in size), so every
+    /// pivot is the diagonal one with a wide margin and rounding never changes the
+    /// permutation; one of its three results.
+    fn random_lu(&mut self) -> Option<ValueId> {
+        let d = *self.rng.pick(&[DType::F32, DType::F64]);
+        let n = self.size(self.cfg.max_dim);
+        let batch = self.rng.below(2);
+        let mut shape = vec![2; batch];
+        shape.extend([n, n]);
+        let t = TensorType::new(d, shape);
+        let a = self.value_of(&t);
+        let bounded = self.b.unary(Op::Tanh {}, a).ok()?;
+        let diag: Vec<f64> = (0..n * n)
+            .map(|i| if i / n == i % n { (n + 2) as f64 } else { 0.0 })
+            .collect();
+        let value = Literal::from_f64s(TensorType::new(d, [n, n]), &diag).ok()?;
+        let eye = self.b.inst(Op::Constant { value }, &[]).ok()?;
+        let r = t.rank() as i64;
+        let eye = self
+            .b
+            .inst_typed(
+                Op::BroadcastInDim {
+                    broadcast_dimensions: vec![r - 2, r - 1],
+                },
+                &[eye],
+                t.clone(),
+            )
+            .ok()?;
+        let m = self.b.binary(Op::Add {}, bounded, eye).ok()?;
+        let rs = self.b.push(Op::Lu {}, &[m]).ok()?;
+        Some(*self.rng.pick(&rs))
     }
 
     /// The last value computed from a parameter (through at least one instruction) with an

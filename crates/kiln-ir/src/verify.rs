@@ -1076,6 +1076,24 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             })?;
             one(a.clone(), 4)
         }
+        Lu {} => {
+            let a = x[0];
+            let r = a.rank();
+            l.ensure(1, r >= 2, || {
+                format!("the operand must have rank at least 2 (a batch of matrices), got {a}")
+            })?;
+            l.ensure(2, a.shape[r - 2] == a.shape[r - 1], || {
+                format!("the matrices must be square, got {a}")
+            })?;
+            l.ensure(3, a.dtype.is_float(), || {
+                format!("the operand must have a float element type, got {a}")
+            })?;
+            let rows = TensorType::new(DType::I32, a.shape[..r - 1].to_vec());
+            Ok(Inferred {
+                types: vec![a.clone(), rows.clone(), rows],
+                label: 4,
+            })
+        }
         TriangularSolve { left_side, .. } => {
             let (a, b) = (x[0], x[1]);
             l.ensure(1, a.dtype == b.dtype && a.dtype.is_float(), || {

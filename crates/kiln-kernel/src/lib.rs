@@ -75,8 +75,8 @@ pub enum Step {
     /// Control flow run on the host (`while`, `case`): it picks the region to run, runs that
     /// region's own compiled program on the values, and loops; nothing is fused across it.
     Control,
-    /// A routine of the runtime's host code (`cholesky`, `triangular_solve`: blocked linear
-    /// algebra), [`host_routine`] says which ops have one.
+    /// A routine of the runtime's host code (`cholesky`, `triangular_solve`, `lu`: blocked
+    /// linear algebra), [`host_routine`] says which ops have one.
     Host,
 }
 
@@ -85,7 +85,7 @@ pub enum Step {
 pub fn host_routine(op: &kiln_ir::Op) -> bool {
     matches!(
         op,
-        kiln_ir::Op::Cholesky { .. } | kiln_ir::Op::TriangularSolve { .. }
+        kiln_ir::Op::Cholesky { .. } | kiln_ir::Op::TriangularSolve { .. } | kiln_ir::Op::Lu {}
     )
 }
 

@@ -127,7 +127,7 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
         Reduce | DotGeneral | Convolution | ReduceWindow | Scatter | SelectAndScatter => 1.0,
         // Rounding once at the end; the factorization's or the substitution's own error is
         // `sum_terms` times their magnitudes (`crate::linalg`).
-        Cholesky | TriangularSolve => 1.0,
+        Cholesky | TriangularSolve | Lu => 1.0,
         _ => 0.0,
     }
 }
@@ -179,7 +179,7 @@ fn sum_terms(f: &Func, inst: &kiln_ir::Inst) -> f64 {
         ),
         // The sums of n terms of each element of a factor or a solution, whose errors the
         // magnitudes carry through (`crate::linalg`).
-        Op::Cholesky { .. } | Op::TriangularSolve { .. } => {
+        Op::Cholesky { .. } | Op::TriangularSolve { .. } | Op::Lu {} => {
             let t = ty(0);
             k(t.shape[t.rank() - 1], 1)
         }
@@ -402,7 +402,15 @@ fn values_and_magnitudes(
         let ftypes: Vec<TensorType> = types.iter().map(f64_type).collect();
         let float_out = types.first().is_some_and(|t| t.dtype.is_float());
         let float_in = r.first().is_some_and(|x| x.dtype().is_float());
-        let mags: Vec<Literal> = if !inst.op.regions().is_empty() {
+        let mags: Vec<Literal> = if let Op::Lu {} = inst.op {
+            // The factors' magnitudes (`crate::linalg`); the pivots are integers.
+            let m = crate::linalg::lu_magnitude(&out[0]);
+            vec![
+                Literal::from_f64s(ftypes[0].clone(), &m).expect("a result's element count"),
+                out[1].clone(),
+                out[2].clone(),
+            ]
+        } else if !inst.op.regions().is_empty() {
             // A loop's or a branch's results bound themselves (the bound through a region that
             // rounds is infinite, see `cone_bound`); the regions do not run on magnitudes.
             out.iter()

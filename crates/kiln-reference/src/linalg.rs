@@ -174,6 +174,86 @@ pub fn triangular_solve(a: &Literal, b: &Literal, s: Solve, ty: &TensorType) -> 
     literal(ty, &out)
 }
 
+/// Whether `x` is a better pivot than `best`: a larger absolute value, NaN counting as larger
+/// than every number (so a NaN is found, and the first of equals is kept).
+pub fn better_pivot(x: f64, best: f64) -> bool {
+    if best.is_nan() {
+        false
+    } else {
+        x.is_nan() || x.abs() > best.abs()
+    }
+}
+
+/// `lu` of `a` (verified: square float matrices) into result types `types`: the packed
+/// factors, the pivots and the permutation, by Gaussian elimination with partial pivoting in
+/// f64 (a zero pivot leaves its column below undivided).
+pub fn lu(a: &Literal, types: &[TensorType]) -> Vec<Literal> {
+    let (batch, n, _) = batch_of(a.ty());
+    let mut v = a.to_f64s();
+    let mut pivots = vec![0i64; batch * n];
+    let mut perm = vec![0i64; batch * n];
+    for k in 0..batch {
+        let m = &mut v[k * n * n..(k + 1) * n * n];
+        let p = &mut perm[k * n..(k + 1) * n];
+        p.iter_mut().enumerate().for_each(|(i, x)| *x = i as i64);
+        for j in 0..n {
+            let mut best = j;
+            for i in j + 1..n {
+                if better_pivot(m[i * n + j], m[best * n + j]) {
+                    best = i;
+                }
+            }
+            pivots[k * n + j] = best as i64;
+            if best != j {
+                for c in 0..n {
+                    m.swap(j * n + c, best * n + c);
+                }
+                p.swap(j, best);
+            }
+            let d = m[j * n + j];
+            for i in j + 1..n {
+                if d != 0.0 {
+                    m[i * n + j] /= d;
+                }
+                let f = m[i * n + j];
+                for c in j + 1..n {
+                    m[i * n + c] -= f * m[j * n + c];
+                }
+            }
+        }
+    }
+    vec![
+        literal(&types[0], &v),
+        Literal::from_i64s(types[1].clone(), &pivots).expect("the verifier's types"),
+        Literal::from_i64s(types[2].clone(), &perm).expect("the verifier's types"),
+    ]
+}
+
+/// The magnitudes of `lu`'s packed factors: `|l| |u|` (the backward error bound of the
+/// elimination, up to a factor of the unit roundoff) at each element of `u`, and divided by
+/// the pivot `|u_jj|` at each element of `l` below it.
+pub(crate) fn lu_magnitude(packed: &Literal) -> Vec<f64> {
+    let (batch, n, _) = batch_of(packed.ty());
+    let v = packed.to_f64s();
+    let mut out = vec![0.0; v.len()];
+    for k in 0..batch {
+        let m = &v[k * n * n..(k + 1) * n * n];
+        let l = |i: usize, q: usize| match i.cmp(&q) {
+            std::cmp::Ordering::Greater => m[i * n + q].abs(),
+            std::cmp::Ordering::Equal => 1.0,
+            std::cmp::Ordering::Less => 0.0,
+        };
+        let u = |q: usize, j: usize| if q <= j { m[q * n + j].abs() } else { 0.0 };
+        for i in 0..n {
+            for j in 0..n {
+                let lu: f64 = (0..n).map(|q| l(i, q) * u(q, j)).sum();
+                out[k * n * n + i * n + j] = if i > j { lu / u(j, j) } else { lu };
+            }
+        }
+    }
+    out
+}
+
 /// Solves `cmp(t) z = r` for the comparison matrix of the `n x n` triangular `t` (`|t_ii|` on
 /// the diagonal, `-|t_ij|` off it), whose inverse bounds `|t⁻¹|` element by element; `r` is
 /// `n x m` and non-negative, and so is `z` (infinite where a diagonal element is zero).

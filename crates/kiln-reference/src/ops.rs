@@ -680,6 +680,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             ..
         } => crate::sort::sort(x, *dimension as usize, comparator),
         Op::Cholesky { lower } => vec![crate::linalg::cholesky(x[0], *lower, &types[0])],
+        Op::Lu {} => crate::linalg::lu(x[0], types),
         Op::TriangularSolve {
             left_side,
             lower,

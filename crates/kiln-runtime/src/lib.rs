@@ -537,10 +537,16 @@ impl Program {
                         .iter()
                         .map(|o| env[o.index()].as_deref().expect("verified SSA"))
                         .collect();
-                    let ty = &f.values[inst.results[0].index()];
-                    let out =
-                        linalg::run(&inst.op, &xs, ty).map_err(|e| Error(format!("#{i} {e}")))?;
-                    vec![Cow::Owned(out)]
+                    let tys: Vec<TensorType> = inst
+                        .results
+                        .iter()
+                        .map(|r| f.values[r.index()].clone())
+                        .collect();
+                    linalg::run(&inst.op, &xs, &tys)
+                        .map_err(|e| Error(format!("#{i} {e}")))?
+                        .into_iter()
+                        .map(Cow::Owned)
+                        .collect()
                 }
                 _ => {
                     let xs: Vec<&Literal> = inst

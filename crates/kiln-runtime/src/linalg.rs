@@ -61,8 +61,13 @@ impl Real for f64 {
     }
 }
 
-/// Runs `op` (a `cholesky` or a `triangular_solve`, verified) on `x`, with result type `ty`.
-pub fn run(op: &Op, x: &[&Literal], ty: &TensorType) -> Result<Literal, String> {
+/// Runs `op` (a `cholesky`, `triangular_solve` or `lu`, verified) on `x`, with result types
+/// `types`.
+pub fn run(op: &Op, x: &[&Literal], types: &[TensorType]) -> Result<Vec<Literal>, String> {
+    if let Op::Lu {} = op {
+        return lu_literal(x[0], types);
+    }
+    let ty = &types[0];
     let data = match op {
         Op::Cholesky { lower } => {
             let shape = &x[0].ty().shape;
@@ -108,7 +113,117 @@ pub fn run(op: &Op, x: &[&Literal], ty: &TensorType) -> Result<Literal, String> 
                 .join(", ")
         )
     })?;
-    Literal::new(ty.clone(), data).map_err(|e| format!("{}: {e}", op.mnemonic()))
+    Literal::new(ty.clone(), data)
+        .map(|l| vec![l])
+        .map_err(|e| format!("{}: {e}", op.mnemonic()))
+}
+
+/// `lu` of the literal `a` into `types` (factors, pivots, permutation).
+fn lu_literal(a: &Literal, types: &[TensorType]) -> Result<Vec<Literal>, String> {
+    let shape = &a.ty().shape;
+    let (factors, pivots, perm) = match a.data() {
+        Data::F64(v) => {
+            let (f, p, q) = lu(v, shape);
+            (Some(Data::F64(f)), p, q)
+        }
+        Data::F32(v) => {
+            let (f, p, q) = lu(v, shape);
+            (Some(Data::F32(f)), p, q)
+        }
+        d @ (Data::F16(_) | Data::BF16(_)) => {
+            let (f, p, q) = lu(&widen(d), shape);
+            (narrow(d, f), p, q)
+        }
+        _ => (None, Vec::new(), Vec::new()),
+    };
+    let err = |e: kiln_ir::LiteralError| format!("lu: {e}");
+    let factors = factors.ok_or_else(|| format!("lu: no host routine for {}", a.ty()))?;
+    Ok(vec![
+        Literal::new(types[0].clone(), factors).map_err(err)?,
+        Literal::new(types[1].clone(), Data::I32(pivots)).map_err(err)?,
+        Literal::new(types[2].clone(), Data::I32(perm)).map_err(err)?,
+    ])
+}
+
+/// The LU factorization with partial pivoting of every matrix of `a` (shape `shape`), blocked
+/// right-looking: each block of [`BLOCK`] columns is factored with its row swaps (applied to
+/// whole rows), the block rows to its right solved against its unit lower triangle, and the
+/// trailing matrix updated by a matrix product. Pivots are chosen as the reference chooses
+/// them (`kiln_reference::better_pivot`). Returns the packed factors, the pivots and the
+/// permutation.
+fn lu<T: Real + Into<f64>>(a: &[T], shape: &[usize]) -> (Vec<T>, Vec<i32>, Vec<i32>) {
+    let (batch, n, _) = dims(shape);
+    let mut w = a.to_vec();
+    let mut pivots = vec![0i32; batch * n];
+    let mut perm = vec![0i32; batch * n];
+    if n == 0 {
+        return (w, pivots, perm);
+    }
+    w.par_chunks_mut(n * n)
+        .zip(pivots.par_chunks_mut(n).zip(perm.par_chunks_mut(n)))
+        .for_each(|(m, (piv, p))| {
+            p.iter_mut().enumerate().for_each(|(i, x)| *x = i as i32);
+            for k0 in (0..n).step_by(BLOCK) {
+                let k1 = (k0 + BLOCK).min(n);
+                // The panel: columns k0..k1, every row from k0 down.
+                for j in k0..k1 {
+                    let mut best = j;
+                    for i in j + 1..n {
+                        if kiln_reference::better_pivot(m[i * n + j].into(), m[best * n + j].into())
+                        {
+                            best = i;
+                        }
+                    }
+                    piv[j] = best as i32;
+                    if best != j {
+                        for c in 0..n {
+                            m.swap(j * n + c, best * n + c);
+                        }
+                        p.swap(j, best);
+                    }
+                    let d = m[j * n + j];
+                    let (top, below) = m.split_at_mut((j + 1) * n);
+                    let pivot_row = &top[j * n..];
+                    for row in below.chunks_mut(n) {
+                        if d != T::ZERO {
+                            row[j] = row[j] / d;
+                        }
+                        let f = row[j];
+                        for c in j + 1..k1 {
+                            row[c] = row[c] - f * pivot_row[c];
+                        }
+                    }
+                }
+                if k1 == n {
+                    break;
+                }
+                // The block rows right of the panel: solved against its unit lower triangle.
+                for i in k0..k1 {
+                    let (done, rest) = m.split_at_mut(i * n);
+                    let row = &mut rest[..n];
+                    for q in k0..i {
+                        let f = row[q];
+                        let src = &done[q * n + k1..q * n + n];
+                        for (x, &s) in row[k1..].iter_mut().zip(src) {
+                            *x = *x - f * s;
+                        }
+                    }
+                }
+                // The trailing update a22 -= l21 u12, a matrix product, rows on threads.
+                let (top, below) = m.split_at_mut(k1 * n);
+                let u12 = &top[k0 * n..];
+                below.par_chunks_mut(n).for_each(|row| {
+                    for q in k0..k1 {
+                        let f = row[q];
+                        let src = &u12[(q - k0) * n + k1..(q - k0) * n + n];
+                        for (x, &s) in row[k1..].iter_mut().zip(src) {
+                            *x = *x - f * s;
+                        }
+                    }
+                });
+            }
+        });
+    (w, pivots, perm)
 }
 
 fn widen(data: &Data) -> Vec<f32> {
@@ -387,7 +502,10 @@ mod tests {
                 for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
                     let x = lit(dtype, &shape, &a);
                     let op = Op::Cholesky { lower };
-                    let got = run(&op, &[&x], x.ty()).unwrap().to_f64s();
+                    let got = run(&op, &[&x], std::slice::from_ref(x.ty()))
+                        .unwrap()
+                        .remove(0)
+                        .to_f64s();
                     let want = kiln_reference::cholesky(&x, lower, x.ty()).to_f64s();
                     let e = max_err(&got, &want);
                     assert!(e < tol, "{dtype} n={n} lower={lower}: {e}");
@@ -429,7 +547,10 @@ mod tests {
                                     unit_diagonal,
                                     transpose_a,
                                 };
-                                let got = run(&op, &[&ax, &bx], bx.ty()).unwrap().to_f64s();
+                                let got = run(&op, &[&ax, &bx], std::slice::from_ref(bx.ty()))
+                                    .unwrap()
+                                    .remove(0)
+                                    .to_f64s();
                                 let s = Solve {
                                     left_side,
                                     lower,
@@ -455,7 +576,9 @@ mod tests {
         for dtype in [DType::F16, DType::BF16] {
             let x = lit(dtype, &[2, 20, 20], &a);
             let op = Op::Cholesky { lower: true };
-            let l = run(&op, &[&x], x.ty()).unwrap();
+            let l = run(&op, &[&x], std::slice::from_ref(x.ty()))
+                .unwrap()
+                .remove(0);
             let want = kiln_reference::cholesky(&x, true, x.ty()).to_f64s();
             // Within a unit in the last place or two of the narrow type.
             let tol = if dtype == DType::F16 { 4e-3 } else { 3e-2 };
@@ -467,7 +590,10 @@ mod tests {
                 unit_diagonal: false,
                 transpose_a: TransposeA::Transpose,
             };
-            let got = run(&op, &[&l, &bx], bx.ty()).unwrap().to_f64s();
+            let got = run(&op, &[&l, &bx], std::slice::from_ref(bx.ty()))
+                .unwrap()
+                .remove(0)
+                .to_f64s();
             let s = Solve {
                 left_side: true,
                 lower: true,
@@ -485,11 +611,58 @@ mod tests {
         // The second matrix gets a negative pivot in its second block.
         a[70 * 70 + 69 * 70 + 69] = -5.0;
         let x = lit(DType::F32, &[2, 70, 70], &a);
-        let l = run(&Op::Cholesky { lower: true }, &[&x], x.ty())
-            .unwrap()
-            .to_f64s();
+        let l = run(
+            &Op::Cholesky { lower: true },
+            &[&x],
+            std::slice::from_ref(x.ty()),
+        )
+        .unwrap()
+        .remove(0)
+        .to_f64s();
         assert!(l[..70 * 70].iter().all(|v| v.is_finite()));
         assert!(l[70 * 70..].iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn blocked_lu_matches_the_reference() {
+        for (batch, n) in [(1, 1), (2, 5), (1, 64), (2, 100), (1, 300)] {
+            // Random matrices: in f64 the pivots are the reference's (no two candidates within
+            // rounding of each other); in f32 they may differ where two nearly tie.
+            let a: Vec<f64> = (0..batch * n * n).map(|i| noise(i * 7 + n)).collect();
+            for (dtype, tol) in [(DType::F64, 1e-10), (DType::F32, 1e-3)] {
+                let x = lit(dtype, &[batch, n, n], &a);
+                let rows = TensorType::new(DType::I32, vec![batch, n]);
+                let types = [x.ty().clone(), rows.clone(), rows];
+                let got = run(&Op::Lu {}, &[&x], &types).unwrap();
+                let want = kiln_reference::lu(&x, &types);
+                if dtype == DType::F64 {
+                    assert_eq!(got[1].to_i64s(), want[1].to_i64s(), "pivots n={n}");
+                    assert_eq!(got[2].to_i64s(), want[2].to_i64s(), "permutation n={n}");
+                }
+                if got[2].to_i64s() == want[2].to_i64s() {
+                    let e = max_err(&got[0].to_f64s(), &want[0].to_f64s());
+                    assert!(e < tol, "{dtype} n={n}: {e}");
+                }
+                // a[p] = l u, matrix by matrix, from the blocked factors.
+                let f = got[0].to_f64s();
+                let p = got[2].to_i64s();
+                for k in 0..batch {
+                    let m = &f[k * n * n..(k + 1) * n * n];
+                    for i in 0..n {
+                        for j in 0..n {
+                            let lu: f64 = (0..=i.min(j))
+                                .map(|q| if q == i { 1.0 } else { m[i * n + q] } * m[q * n + j])
+                                .sum();
+                            let want = a[k * n * n + p[k * n + i] as usize * n + j];
+                            assert!(
+                                (lu - want).abs() < 1e3 * tol,
+                                "{dtype} n={n}: {lu} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -497,12 +670,12 @@ mod tests {
         let a = spd(4, 100);
         let x = lit(DType::F32, &[4, 100, 100], &a);
         let op = Op::Cholesky { lower: true };
-        let many = run(&op, &[&x], x.ty()).unwrap();
+        let many = run(&op, &[&x], std::slice::from_ref(x.ty())).unwrap();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
             .unwrap();
-        let one = pool.install(|| run(&op, &[&x], x.ty()).unwrap());
-        assert_eq!(many.to_le_bytes(), one.to_le_bytes());
+        let one = pool.install(|| run(&op, &[&x], std::slice::from_ref(x.ty())).unwrap());
+        assert_eq!(many[0].to_le_bytes(), one[0].to_le_bytes());
     }
 }

@@ -532,6 +532,9 @@ impl Printer {
                 regions.push(self.region(comparator, None, ri)?);
             }
             Op::Cholesky { lower } => attrs.push(format!("lower = {lower}")),
+            Op::Lu {} => {
+                return Err(err("`lu` is a kiln extension with no StableHLO form".into()));
+            }
             Op::TriangularSolve {
                 left_side,
                 lower,

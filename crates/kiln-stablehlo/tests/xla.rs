@@ -31,10 +31,6 @@ const KNOWN: &[(&str, &str)] = &[
         "random seed 99",
         "XLA's CPU flushes f64 subnormals to zero; kiln keeps them",
     ),
-    (
-        "random seed 38",
-        "XLA's CPU flushes f32 subnormals to zero (integer bits cast to f32): its log is -inf where kiln's is about -100.9",
-    ),
 ];
 
 /// XLA's refusal of a live `rng_bit_generator` (a dead one it removes before it looks).

@@ -1,4 +1,4 @@
-//! The IR's linear algebra ops on tensors: [`cholesky`] and [`triangular_solve`], each checked
+//! The IR's linear algebra ops on tensors: [`cholesky`], [`triangular_solve`] and [`lu`], each checked
 //! first with an error that names the user's operation and says what is wrong with the shapes
 //! or the element type (a batch of matrices: rank at least 2, square, float, with matching
 //! leading dimensions).
@@ -150,4 +150,20 @@ pub fn triangular_solve(
         loc,
     )
     .remove(0)
+}
+
+/// The LU factorization with partial pivoting of each square matrix of `a`: the packed factors
+/// (`l`'s strict lower triangle, its unit diagonal not stored, and `u`), the `i32` pivots (the
+/// row swapped with row `j` at step `j`) and the `i32` permutation `p` with `a[p] = l u`.
+/// Differentiable in the factors.
+#[track_caller]
+pub fn lu(a: &Tensor) -> (Tensor, Tensor, Tensor) {
+    let loc = Loc::caller();
+    if let Err(t) = check_square(a, "lu", loc) {
+        return (t.clone(), t.clone(), t);
+    }
+    let mut rs = apply(Op::Lu {}, &[a], None, "lu", loc);
+    let perm = rs.pop().expect("lu has three results");
+    let pivots = rs.pop().expect("lu has three results");
+    (rs.pop().expect("lu has three results"), pivots, perm)
 }

@@ -307,4 +307,12 @@ fn linear_algebra() {
         "solve",
         &["float"],
     );
+    // 8. The LU factorization and the general solve check theirs.
+    failed(
+        &linalg::solve(&m(&[2, 3]), &m(&[2]), Assume::General),
+        "solve",
+        &["square"],
+    );
+    failed(&linalg::lu(&ints).0, "lu", &["float", "i32[2,2]"]);
+    failed(&linalg::lu(&m(&[4])).2, "lu", &["rank at least 2"]);
 }

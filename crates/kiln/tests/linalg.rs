@@ -341,3 +341,71 @@ fn vmap_matches_a_loop() {
         .unwrap();
     assert!(max_diff(&values(&jitted), &looped) < 1e-11);
 }
+
+#[test]
+fn lu_and_general_solve() {
+    // Random (non-symmetric) matrices: a[p] = l u, and a x = b, eagerly and under jit.
+    for (batch, n) in [(1, 3), (2, 40), (1, 150)] {
+        let a: Vec<f64> = (0..batch * n * n)
+            .map(|i| noise(i, 20 + n as u64))
+            .collect();
+        let b: Vec<f64> = (0..batch * n * 2).map(|i| noise(i, 21)).collect();
+        let (at, bt) = (tensor(&a, &[batch, n, n]), tensor(&b, &[batch, n, 2]));
+        let (packed, _, perm) = linalg::lu(&at);
+        let (f, p) = (values(&packed), values(&perm));
+        for k in 0..batch {
+            for i in 0..n {
+                for j in 0..n {
+                    let m = &f[k * n * n..(k + 1) * n * n];
+                    let lu: f64 = (0..=i.min(j))
+                        .map(|q| if q == i { 1.0 } else { m[i * n + q] } * m[q * n + j])
+                        .sum();
+                    let want = a[k * n * n + p[k * n + i] as usize * n + j];
+                    assert!((lu - want).abs() < 1e-10, "n={n}: {lu} vs {want}");
+                }
+            }
+        }
+        let eager = values(&linalg::solve(&at, &bt, Assume::General));
+        let compiled = values(
+            &jit(|(a, b): &(Tensor, Tensor)| linalg::solve(a, b, Assume::General))
+                .call(&(at.clone(), bt.clone()))
+                .unwrap(),
+        );
+        assert!(max_diff(&eager, &compiled) < 1e-9, "n={n}");
+        for k in 0..batch {
+            for i in 0..n {
+                for c in 0..2 {
+                    let got: f64 = (0..n)
+                        .map(|q| a[k * n * n + i * n + q] * eager[k * n * 2 + q * 2 + c])
+                        .sum();
+                    let want = b[k * n * 2 + i * 2 + c];
+                    assert!((got - want).abs() < 1e-9, "n={n}: {got} vs {want}");
+                }
+            }
+        }
+    }
+    // Gradients through the factorization, for both operands.
+    let n = 4;
+    let a = tensor(
+        &(0..2 * n * n).map(|i| noise(i, 22)).collect::<Vec<_>>(),
+        &[2, n, n],
+    );
+    let b = tensor(
+        &(0..2 * n).map(|i| noise(i, 23)).collect::<Vec<_>>(),
+        &[2, n],
+    );
+    let f = |(a, b): &(Tensor, Tensor)| linalg::solve(a, b, Assume::General).powf(2.0).sum_all();
+    kiln::testing::check_grads(f, &(a.clone(), b.clone()), 1e-6, 1e-5).unwrap();
+    let w = tensor(
+        &(0..2 * n * n).map(|i| noise(i, 24)).collect::<Vec<_>>(),
+        &[2, n, n],
+    );
+    let g = |a: &Tensor| (linalg::lu(a).0 * &w).sum_all();
+    kiln::testing::check_grads(g, &a, 1e-6, 1e-5).unwrap();
+    // vmap against a loop.
+    let batched = vmap(f).call(&(a.clone(), b.clone())).unwrap();
+    let looped: Vec<f64> = (0..2)
+        .flat_map(|i| values(&f(&(a.index(i), b.index(i)))))
+        .collect();
+    assert!(max_diff(&values(&batched), &looped) < 1e-10);
+}

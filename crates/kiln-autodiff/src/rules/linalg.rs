@@ -157,3 +157,57 @@ pub(crate) fn triangular_solve_vjp(
     let ga = masked(b, keep, neg)?;
     Ok((ga, gb))
 }
+
+/// The VJP of `lu` (`a = pᵀ l u`, `p` the permutation's matrix, held fixed): with `l̄` the
+/// strict lower triangle of the factors' cotangent and `ū` the rest, `g = tril₋₁(lᵀ l̄) +
+/// triu(ū uᵀ)` and `ā = pᵀ l⁻ᵀ g u⁻ᵀ` (from `l⁻¹ p ȧ u⁻¹ = l⁻¹ l̇ + u̇ u⁻¹`, strictly lower
+/// plus upper). The pivots and the permutation are integers; without a cotangent of the
+/// factors, `a` gets none.
+pub(crate) fn lu_vjp(
+    b: &mut Builder,
+    r: &[ValueId],
+    g: Option<ValueId>,
+) -> Result<Option<ValueId>> {
+    let Some(g) = g else {
+        return Ok(None);
+    };
+    let (packed, perm) = (r[0], r[2]);
+    let t = ty(b, packed);
+    let below = triangle(b, packed, Cmp::Gt)?;
+    let diag = triangle(b, packed, Cmp::Eq)?;
+    let upper = triangle(b, packed, Cmp::Le)?;
+    let one = b.full(&t, 1.0)?;
+    let strict = masked(b, below, packed)?;
+    let l = b.select(diag, one, strict)?;
+    let u = masked(b, upper, packed)?;
+    let gl = masked(b, below, g)?;
+    let gu = masked(b, upper, g)?;
+    let ltg = matmul(b, l, true, gl, false)?;
+    let lower_part = masked(b, below, ltg)?;
+    let gut = matmul(b, gu, false, u, true)?;
+    let upper_part = masked(b, upper, gut)?;
+    let gsum = b.binary(Op::Add {}, lower_part, upper_part)?;
+    let y = solve(b, packed, gsum, true, true, true, TransposeA::Transpose)?;
+    let z = solve(b, packed, y, false, false, false, TransposeA::Transpose)?;
+    // pᵀ z with p[i][j] = (perm[i] == j).
+    let rank = t.rank() as i64;
+    let it = TensorType::new(DType::I32, t.shape.clone());
+    let rows = b.inst_typed(
+        Op::BroadcastInDim {
+            broadcast_dimensions: (0..rank - 1).collect(),
+        },
+        &[perm],
+        it.clone(),
+    )?;
+    let cols = b.inst_typed(
+        Op::Iota {
+            iota_dimension: rank - 1,
+        },
+        &[],
+        it,
+    )?;
+    let hit = b.compare(rows, cols, Cmp::Eq)?;
+    let zero = b.full(&t, 0.0)?;
+    let p = b.select(hit, one, zero)?;
+    Ok(Some(matmul(b, p, true, z, false)?))
+}
