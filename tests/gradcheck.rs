@@ -49,12 +49,52 @@ fn to_f64(text: &str) -> String {
         .replace("f32[", "f64[")
 }
 
-fn random_args(rng: &mut Rng, f: &Func, example_args: &[Literal], positive: bool) -> Vec<Literal> {
+/// Inputs of the linear algebra ops, where the function is smooth only on part of the space:
+/// `cholesky`'s operand symmetric positive definite (`m mᵀ + n I` for a random `m`, per
+/// matrix), `triangular_solve`'s matrix well conditioned (a diagonal in [2, 4)); `None` for
+/// every other parameter.
+fn matrix_domain(rng: &mut Rng, op: &str, param: usize, t: &TensorType) -> Option<Vec<f64>> {
+    let r = t.rank();
+    if r < 2 || !matches!((op, param), ("cholesky", 0) | ("triangular_solve", 0)) {
+        return None;
+    }
+    let n = t.shape[r - 1];
+    let mut out = Vec::with_capacity(t.numel());
+    for _ in 0..t.numel() / (n * n).max(1) {
+        let m: Vec<f64> = (0..n * n).map(|_| rng.uniform(-2.0, 2.0)).collect();
+        for i in 0..n {
+            for j in 0..n {
+                out.push(if op == "cholesky" {
+                    let dot: f64 = (0..n).map(|q| m[i * n + q] * m[j * n + q]).sum();
+                    dot + if i == j { n as f64 } else { 0.0 }
+                } else if i == j {
+                    2.0 + m[i * n + j].abs()
+                } else {
+                    m[i * n + j]
+                });
+            }
+        }
+    }
+    Some(out)
+}
+
+fn random_args(
+    rng: &mut Rng,
+    op: &str,
+    f: &Func,
+    example_args: &[Literal],
+    positive: bool,
+) -> Vec<Literal> {
     f.param_types()
         .iter()
         .zip(example_args)
-        .map(|(t, ex)| {
-            if t.dtype == DType::F64 {
+        .enumerate()
+        .map(|(p, (t, ex))| {
+            if t.dtype == DType::F64
+                && let Some(v) = matrix_domain(rng, op, p, t)
+            {
+                Literal::f64(t.shape.clone(), v).unwrap()
+            } else if t.dtype == DType::F64 {
                 let v: Vec<f64> = (0..t.numel())
                     .map(|_| {
                         if positive {
@@ -130,7 +170,7 @@ fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize
     if wrt.is_empty() {
         return 0;
     }
-    let args = random_args(rng, f, example_args, positive_domain(name));
+    let args = random_args(rng, name, f, example_args, positive_domain(name));
     let cts: Vec<Option<Literal>> = f
         .output_types
         .iter()

@@ -120,12 +120,28 @@ pub fn vjp_rule(
     {
         return sort::sort_vjp(b, *dimension, *is_stable, comparator, x, g);
     }
+    if let Op::Lu {} = op {
+        return Ok(vec![linalg::lu_vjp(b, r, g[0])?]);
+    }
     let g = g[0].expect("single-result ops are only visited with a cotangent");
     let r = r[0];
     let one = |v| Ok(vec![Some(v)]);
     match op {
         // lhs_bar = g; rhs_bar = g.
         Op::Add {} => Ok(vec![Some(g), Some(g)]),
+        // a_bar = Φ(s + sᵀ), s = l⁻ᵀ Φ(lᵀ g) l⁻¹ (see `linalg`).
+        Op::Cholesky { lower } => one(linalg::cholesky_vjp(b, *lower, r, g)?),
+        // b_bar solves the transposed system; a_bar = -b_bar xᵀ on a's triangle.
+        Op::TriangularSolve {
+            left_side,
+            lower,
+            unit_diagonal,
+            transpose_a,
+        } => {
+            let attrs = (*left_side, *lower, *unit_diagonal, *transpose_a);
+            let (ga, gb) = linalg::triangular_solve_vjp(b, attrs, x[0], r, g)?;
+            Ok(vec![Some(ga), Some(gb)])
+        }
         // lhs_bar = g; rhs_bar = -g.
         Op::Subtract {} => Ok(vec![Some(g), Some(un(b, Op::Negate {}, g)?)]),
         // lhs_bar = g * rhs; rhs_bar = g * lhs.
@@ -922,7 +938,7 @@ pub fn vjp_rule(
         | Op::RngBitGenerator { .. }
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
-        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } => Ok(vec![None; x.len()]),
+        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } | Op::Lu {} => Ok(vec![None; x.len()]),
     }
 }
 
@@ -970,5 +986,6 @@ fn case_vjp(
 }
 
 mod conv;
+mod linalg;
 pub(crate) mod loops;
 mod sort;

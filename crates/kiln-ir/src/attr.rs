@@ -192,6 +192,19 @@ text_enum! {
 }
 
 text_enum! {
+    /// How `triangular_solve` uses its matrix `a`: as it is, transposed, or transposed and
+    /// conjugated (the same as transposed for the real element types kiln has).
+    TransposeA {
+        /// `op(a) = a`.
+        NoTranspose = "NO_TRANSPOSE",
+        /// `op(a) = aᵀ`.
+        Transpose = "TRANSPOSE",
+        /// `op(a) = aᴴ`, which is `aᵀ` for real elements.
+        Adjoint = "ADJOINT",
+    }
+}
+
+text_enum! {
     /// The bit generator of `rng_bit_generator`.
     RngAlgorithm {
         /// Threefry-2x32 with 20 rounds.

@@ -24,7 +24,7 @@ pub mod shrink;
 mod types;
 pub mod verify;
 
-pub use attr::{Attr, Combiner, ComparisonDirection, RngAlgorithm};
+pub use attr::{Attr, Combiner, ComparisonDirection, RngAlgorithm, TransposeA};
 pub use builder::Builder;
 pub use dtype::{DType, DTypeClass};
 pub use error::{Diag, Error, ParseError, Result, VerifyError};

@@ -5,7 +5,9 @@
 //! [`Op`] or [`OpKind`] exhaustively, so adding an op walks the compiler through every place
 //! that must learn about it.
 
-use crate::attr::{Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm};
+use crate::attr::{
+    Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm, TransposeA,
+};
 use crate::{Func, Literal};
 
 /// Op properties, as data: passes ask these instead of listing ops.
@@ -383,6 +385,21 @@ define_ops! {
     /// scalars and returns `pred[]`: whether lhs goes before rhs); equal elements keep their
     /// order when `is_stable`.
     Sort = "sort", AtLeast(1), ResultCount::PerOperand, CONTROL | DIFF, { dimension: i64, is_stable: bool, comparator: Box<Func> };
+    /// The Cholesky factor of each symmetric positive definite matrix (the last two dimensions;
+    /// the leading ones are a batch): `l` with `l lᵀ = a` and `l` lower triangular, or `u` with
+    /// `uᵀ u = a` and `u` upper triangular when not `lower`. Only that triangle of `a` is read;
+    /// the other triangle of the result is zero; a matrix that is not positive definite gives
+    /// NaN in every element of its result.
+    Cholesky = "cholesky", Fixed(1), ONE, DIFF, { lower: bool };
+    /// Solves `op(a) x = b` (`left_side`) or `x op(a) = b` for `x`, each triangular matrix of
+    /// `a` (its `lower` or upper triangle; a diagonal of ones when `unit_diagonal`) with the
+    /// matrix of `b` at the same batch position; `op` is given by `transpose_a`.
+    TriangularSolve = "triangular_solve", Fixed(2), ONE, DIFF, { left_side: bool, lower: bool, unit_diagonal: bool, transpose_a: TransposeA };
+    /// The LU factorization with partial pivoting of each square matrix (a kiln extension, as
+    /// XLA's `LuDecomposition`; not StableHLO): the factors packed in one matrix (`l`'s
+    /// unit-diagonal strict lower triangle and `u`), the `i32` row each step swapped with, and
+    /// the `i32` row permutation `p` with `a[p] = l u`.
+    Lu = "lu", Fixed(1), ResultCount::Fixed(3), DIFF;
 }
 
 impl Op {

@@ -1081,6 +1081,63 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 label: 5,
             })
         }
+        Cholesky { .. } => {
+            let a = x[0];
+            let r = a.rank();
+            l.ensure(1, r >= 2, || {
+                format!("the operand must have rank at least 2 (a batch of matrices), got {a}")
+            })?;
+            l.ensure(2, a.shape[r - 2] == a.shape[r - 1], || {
+                format!("the matrices must be square, got {a}")
+            })?;
+            l.ensure(3, a.dtype.is_float(), || {
+                format!("the operand must have a float element type, got {a}")
+            })?;
+            one(a.clone(), 4)
+        }
+        Lu {} => {
+            let a = x[0];
+            let r = a.rank();
+            l.ensure(1, r >= 2, || {
+                format!("the operand must have rank at least 2 (a batch of matrices), got {a}")
+            })?;
+            l.ensure(2, a.shape[r - 2] == a.shape[r - 1], || {
+                format!("the matrices must be square, got {a}")
+            })?;
+            l.ensure(3, a.dtype.is_float(), || {
+                format!("the operand must have a float element type, got {a}")
+            })?;
+            let rows = TensorType::new(DType::I32, a.shape[..r - 1].to_vec());
+            Ok(Inferred {
+                types: vec![a.clone(), rows.clone(), rows],
+                label: 4,
+            })
+        }
+        TriangularSolve { left_side, .. } => {
+            let (a, b) = (x[0], x[1]);
+            l.ensure(1, a.dtype == b.dtype && a.dtype.is_float(), || {
+                format!("a and b must share a float element type, got {a} and {b}")
+            })?;
+            let r = a.rank();
+            l.ensure(2, r >= 2 && b.rank() == r, || {
+                format!("a and b must have one rank of at least 2, got {a} and {b}")
+            })?;
+            l.ensure(3, a.shape[..r - 2] == b.shape[..r - 2], || {
+                format!("a and b must have the same batch dimensions, got {a} and {b}")
+            })?;
+            l.ensure(4, a.shape[r - 2] == a.shape[r - 1], || {
+                format!("the matrices of a must be square, got {a}")
+            })?;
+            let side = if *left_side { r - 2 } else { r - 1 };
+            l.ensure(5, a.shape[r - 1] == b.shape[side], || {
+                format!(
+                    "a's matrices are {n}x{n} but b's dimension {side} (left_side = {left_side}) is {m}",
+                    n = a.shape[r - 1],
+                    m = b.shape[side]
+                )
+            })?;
+            one(b.clone(), 6)
+        }
     }
 }
 

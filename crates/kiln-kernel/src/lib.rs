@@ -76,6 +76,18 @@ pub enum Step {
     /// Control flow run on the host (`while`, `case`): it picks the region to run, runs that
     /// region's own compiled program on the values, and loops; nothing is fused across it.
     Control,
+    /// A routine of the runtime's host code (`cholesky`, `triangular_solve`, `lu`: blocked
+    /// linear algebra), [`host_routine`] says which ops have one.
+    Host,
+}
+
+/// Whether `op` runs as a routine of the runtime's host code ([`Step::Host`]) when it has no
+/// kernel.
+pub fn host_routine(op: &kiln_ir::Op) -> bool {
+    matches!(
+        op,
+        kiln_ir::Op::Cholesky { .. } | kiln_ir::Op::TriangularSolve { .. } | kiln_ir::Op::Lu {}
+    )
 }
 
 /// Why a program could not be lowered to kernels.

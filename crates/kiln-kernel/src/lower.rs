@@ -133,6 +133,10 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::Sort { .. } => Err(NoKernel(
             "a sort: the host runs it (by keys, or with its comparator compiled as a region)",
         )),
+        Op::Cholesky { .. } | Op::TriangularSolve { .. } | Op::Lu {} => Err(NoKernel(
+            "linear algebra: the host runs it as a blocked factorization or substitution whose \
+             updates are matrix products",
+        )),
         Op::RngBitGenerator { .. } => Err(NoKernel(
             "a generator with two results, run by the interpreter where canonicalization did not \
              expand it",

@@ -275,6 +275,7 @@ pub fn steps_of(f: &Func, fused: &Fused) -> Vec<Step> {
             (None, Op::Constant { .. }) => Step::Constant,
             (None, Op::OptimizationBarrier {}) => Step::Forward,
             (None, op) if op.props().contains(kiln_ir::Props::CONTROL) => Step::Control,
+            (None, op) if crate::host_routine(op) => Step::Host,
             (None, _) => Step::Reference,
         })
         .collect()

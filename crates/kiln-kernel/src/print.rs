@@ -419,7 +419,7 @@ pub fn fused_text_scheduled(
                     Some(why) => format!(" ({why})"),
                     None => String::new(),
                 };
-                let how = if inst.op.regions().is_empty() {
+                let how = if inst.op.regions().is_empty() && !crate::host_routine(&inst.op) {
                     "interpreted"
                 } else {
                     "on the host"

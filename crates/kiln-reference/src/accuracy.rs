@@ -125,6 +125,9 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
         }
         // Rounding once at the end of a float sum (the sum's own error is `sum_terms`).
         Reduce | DotGeneral | Convolution | ReduceWindow | Scatter | SelectAndScatter => 1.0,
+        // Rounding once at the end; the factorization's or the substitution's own error is
+        // `sum_terms` times their magnitudes (`crate::linalg`).
+        Cholesky | TriangularSolve | Lu => 1.0,
         _ => 0.0,
     }
 }
@@ -174,6 +177,12 @@ fn sum_terms(f: &Func, inst: &kiln_ir::Inst) -> f64 {
             window_dimensions.iter().map(|&w| w as usize).product(),
             window_dimensions.len(),
         ),
+        // The sums of n terms of each element of a factor or a solution, whose errors the
+        // magnitudes carry through (`crate::linalg`).
+        Op::Cholesky { .. } | Op::TriangularSolve { .. } | Op::Lu {} => {
+            let t = ty(0);
+            k(t.shape[t.rank() - 1], 1)
+        }
         Op::Scatter { kind, .. } | Op::SelectAndScatter { kind, .. } if *kind == Combiner::Add => {
             k(f.values[inst.results[0].index()].numel().max(1), 1)
         }
@@ -393,7 +402,15 @@ fn values_and_magnitudes(
         let ftypes: Vec<TensorType> = types.iter().map(f64_type).collect();
         let float_out = types.first().is_some_and(|t| t.dtype.is_float());
         let float_in = r.first().is_some_and(|x| x.dtype().is_float());
-        let mags: Vec<Literal> = if !inst.op.regions().is_empty() {
+        let mags: Vec<Literal> = if let Op::Lu {} = inst.op {
+            // The factors' magnitudes (`crate::linalg`); the pivots are integers.
+            let m = crate::linalg::lu_magnitude(&out[0]);
+            vec![
+                Literal::from_f64s(ftypes[0].clone(), &m).expect("a result's element count"),
+                out[1].clone(),
+                out[2].clone(),
+            ]
+        } else if !inst.op.regions().is_empty() {
             // A loop's or a branch's results bound themselves (the bound through a region that
             // rounds is infinite, see `cone_bound`); the regions do not run on magnitudes.
             out.iter()
@@ -500,6 +517,36 @@ fn values_and_magnitudes(
                     .remove(0),
                 ),
                 Op::Select {} => Some(eval_op(&inst.op, &[r[0], m[1], m[2]], &ftypes).remove(0)),
+                Op::Cholesky { lower } => Some(
+                    Literal::from_f64s(
+                        ftypes[0].clone(),
+                        &crate::linalg::cholesky_magnitude(&out[0], *lower, m[0]),
+                    )
+                    .expect("a result's element count"),
+                ),
+                Op::TriangularSolve {
+                    left_side,
+                    lower,
+                    unit_diagonal,
+                    transpose_a,
+                } => Some(
+                    Literal::from_f64s(
+                        ftypes[0].clone(),
+                        &crate::linalg::triangular_solve_magnitude(
+                            r[0],
+                            &out[0],
+                            crate::linalg::Solve {
+                                left_side: *left_side,
+                                lower: *lower,
+                                unit_diagonal: *unit_diagonal,
+                                transpose_a: *transpose_a,
+                            },
+                            m[0],
+                            m[1],
+                        ),
+                    )
+                    .expect("a result's element count"),
+                ),
                 Op::SelectAndScatter { .. } => {
                     Some(eval_op(&inst.op, &[r[0], m[1], m[2]], &ftypes).remove(0))
                 }

@@ -15,6 +15,7 @@
 
 pub mod accuracy;
 pub mod compare;
+mod linalg;
 mod ops;
 mod products;
 mod rng;
@@ -24,6 +25,7 @@ mod sort;
 use kiln_ir::{Func, Literal, Module, VerifyError};
 use std::fmt;
 
+pub use linalg::{Solve, better_pivot, cholesky, lu, triangular_solve};
 pub use ops::{case_branch, eval_op, take as take_positions};
 pub use rng::threefry2x32;
 pub use sort::{merge_sort_by, permutation as sort_permutation};

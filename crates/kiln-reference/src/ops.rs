@@ -746,6 +746,24 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             comparator,
             ..
         } => crate::sort::sort(x, *dimension as usize, comparator),
+        Op::Cholesky { lower } => vec![crate::linalg::cholesky(x[0], *lower, &types[0])],
+        Op::Lu {} => crate::linalg::lu(x[0], types),
+        Op::TriangularSolve {
+            left_side,
+            lower,
+            unit_diagonal,
+            transpose_a,
+        } => vec![crate::linalg::triangular_solve(
+            x[0],
+            x[1],
+            crate::linalg::Solve {
+                left_side: *left_side,
+                lower: *lower,
+                unit_diagonal: *unit_diagonal,
+                transpose_a: *transpose_a,
+            },
+            &types[0],
+        )],
     }
 }
 

@@ -27,6 +27,7 @@ pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_exec;
 pub mod gpu_emu;
+pub mod linalg;
 pub mod plan_exec;
 mod sort;
 
@@ -529,6 +530,23 @@ impl Program {
                         .map(|o| env[o.index()].as_deref().expect("verified SSA"))
                         .collect();
                     self.control(i, &xs)?.into_iter().map(Cow::Owned).collect()
+                }
+                (Step::Host, _) => {
+                    let xs: Vec<&Literal> = inst
+                        .operands
+                        .iter()
+                        .map(|o| env[o.index()].as_deref().expect("verified SSA"))
+                        .collect();
+                    let tys: Vec<TensorType> = inst
+                        .results
+                        .iter()
+                        .map(|r| f.values[r.index()].clone())
+                        .collect();
+                    linalg::run(&inst.op, &xs, &tys)
+                        .map_err(|e| Error(format!("#{i} {e}")))?
+                        .into_iter()
+                        .map(Cow::Owned)
+                        .collect()
                 }
                 _ => {
                     let xs: Vec<&Literal> = inst

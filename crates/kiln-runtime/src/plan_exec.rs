@@ -146,11 +146,12 @@ fn host<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, h: &HostStep) -> Result<(
             .iter()
             .map(|r| f.values[r.index()].clone())
             .collect();
-        for (r, l) in inst
-            .results
-            .iter()
-            .zip(kiln_reference::eval_op(&inst.op, &refs, &tys))
-        {
+        let outs = if kiln_kernel::host_routine(&inst.op) {
+            crate::linalg::run(&inst.op, &refs, &tys)?
+        } else {
+            kiln_reference::eval_op(&inst.op, &refs, &tys)
+        };
+        for (r, l) in inst.results.iter().zip(outs) {
             local.insert(*r, l);
         }
     }

@@ -1,24 +1,16 @@
 //! StableHLO ops kiln has no op for, written as kiln ops.
 //!
-//! `triangular_solve` is unrolled into substitution: for a lower-triangular `M` solving
-//! `M X = B` row by row, `X_i = (B_i - sum_{j<i} M_ij X_j) / M_ii` (no division with a unit
-//! diagonal), each row a slice of `B` and each `M_ij` a slice of `A` broadcast over the row.
-//! The right-side form `X op(A) = B` is the left-side form of the transposes.
-//!
 //! `chlo.mulhi` is a product at double width, shifted; `map` applies its body's elementwise
 //! ops to whole tensors; `chlo.scan` runs its body once per position of the scanned
 //! dimension, unrolled (at most [`MAX_SCAN_LENGTH`] steps).
 
 use crate::ast::{AttrVal, OpAst};
 use crate::error::{Error, Result};
-use crate::import::{Body, loc, push, value_type};
+use crate::import::{Body, loc, value_type};
 use kiln_ir::{Op, TensorType, ValueId};
 
-/// The largest matrix `triangular_solve` is unrolled for (the code grows as its square).
-pub const MAX_SOLVE_SIZE: usize = 64;
-
 /// A boolean attribute (absent: false).
-fn flag(op: &OpAst, name: &str) -> Result<bool> {
+pub(crate) fn flag(op: &OpAst, name: &str) -> Result<bool> {
     match op.attr(name) {
         None => Ok(false),
         Some((AttrVal::Bool(b), _)) => Ok(*b),
@@ -450,164 +442,6 @@ pub fn scan(
     }
     results.extend(carries);
     Ok(results)
-}
-
-/// `triangular_solve(a, b)`.
-pub fn triangular_solve(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
-    let [a, b] = args else {
-        return Err(Error::invalid(
-            op.pos,
-            "`stablehlo.triangular_solve` takes 2 operands",
-        ));
-    };
-    let left = flag(op, "left_side")?;
-    let lower = flag(op, "lower")?;
-    let unit = flag(op, "unit_diagonal")?;
-    let transposed = match op.attr("transpose_a") {
-        None => false,
-        Some((AttrVal::Enum(_, v) | AttrVal::Ident(v), p)) => match v.as_str() {
-            "NO_TRANSPOSE" => false,
-            "TRANSPOSE" | "ADJOINT" => true,
-            _ => return Err(Error::invalid(p, format!("bad `transpose_a` value `{v}`"))),
-        },
-        Some((_, p)) => return Err(Error::invalid(p, "bad `transpose_a`")),
-    };
-    let at = value_type(body, *a)?;
-    let bt = value_type(body, *b)?;
-    let r = at.rank();
-    if r < 2
-        || bt.rank() != r
-        || at.shape[r - 1] != at.shape[r - 2]
-        || !at.dtype.is_float()
-        || bt.dtype != at.dtype
-    {
-        return Err(Error::invalid(
-            op.pos,
-            "`stablehlo.triangular_solve` takes a float square matrix (batch) and a matching right-hand side",
-        ));
-    }
-    let m = at.shape[r - 1];
-    if m > MAX_SOLVE_SIZE {
-        return Err(Error::unsupported(
-            op.pos,
-            format!("`stablehlo.triangular_solve` of matrices larger than {MAX_SOLVE_SIZE}"),
-        ));
-    }
-    let l = loc(op.pos);
-    let err = |e: kiln_ir::VerifyError| {
-        Error::invalid(op.pos, format!("`{}`: {}", op.name, e.diag.message))
-    };
-    let swap: Vec<i64> = (0..r as i64 - 2)
-        .chain([r as i64 - 1, r as i64 - 2])
-        .collect();
-    // Solve M X' = B' with M = op(A) on the left, op(A)^T on the right.
-    let rhs = if left {
-        *b
-    } else {
-        push(
-            body,
-            op,
-            Op::Transpose {
-                permutation: swap.clone(),
-            },
-            &[*b],
-            None,
-        )?[0]
-    };
-    let rt = value_type(body, rhs)?;
-    let n = rt.shape[r - 1];
-    // M is A transposed when exactly one of `transpose_a` and the right side holds.
-    let flip = transposed == left;
-    let m_lower = lower != flip;
-    let mut row_ty = rt.clone();
-    row_ty.shape[r - 2] = 1;
-    let slice = |body: &mut Body,
-                 v: ValueId,
-                 t: &TensorType,
-                 i: usize,
-                 j: Option<usize>|
-     -> Result<ValueId> {
-        let mut start = vec![0i64; r];
-        let mut limit: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
-        start[r - 2] = i as i64;
-        limit[r - 2] = i as i64 + 1;
-        if let Some(j) = j {
-            start[r - 1] = j as i64;
-            limit[r - 1] = j as i64 + 1;
-        }
-        let kop = Op::Slice {
-            start_indices: start,
-            limit_indices: limit,
-            strides: vec![1; r],
-        };
-        Ok(body.b.push_at(kop, &[v], None, l).map_err(err)?[0])
-    };
-    // M_ij broadcast over a row of X.
-    let coef = |body: &mut Body, i: usize, j: usize| -> Result<ValueId> {
-        let (p, q) = if flip { (j, i) } else { (i, j) };
-        let s = slice(body, *a, &at, p, Some(q))?;
-        let kop = Op::BroadcastInDim {
-            broadcast_dimensions: (0..r as i64).collect(),
-        };
-        Ok(body
-            .b
-            .push_at(kop, &[s], Some(std::slice::from_ref(&row_ty)), l)
-            .map_err(err)?[0])
-    };
-    let mut rows: Vec<Option<ValueId>> = vec![None; m];
-    let order: Vec<usize> = if m_lower {
-        (0..m).collect()
-    } else {
-        (0..m).rev().collect()
-    };
-    for &i in &order {
-        let mut acc = slice(body, rhs, &rt, i, None)?;
-        let solved: Vec<usize> = if m_lower {
-            (0..i).collect()
-        } else {
-            (i + 1..m).collect()
-        };
-        for j in solved {
-            let c = coef(body, i, j)?;
-            let xj = rows[j].ok_or_else(|| Error::invalid(op.pos, "internal: row order"))?;
-            let p = body
-                .b
-                .push_at(Op::Multiply {}, &[c, xj], None, l)
-                .map_err(err)?[0];
-            acc = body
-                .b
-                .push_at(Op::Subtract {}, &[acc, p], None, l)
-                .map_err(err)?[0];
-        }
-        if !unit {
-            let d = coef(body, i, i)?;
-            acc = body
-                .b
-                .push_at(Op::Divide {}, &[acc, d], None, l)
-                .map_err(err)?[0];
-        }
-        rows[i] = Some(acc);
-    }
-    let rows: Vec<ValueId> = rows.into_iter().flatten().collect();
-    let x = if rows.is_empty() || n == 0 {
-        rhs
-    } else {
-        body.b
-            .push_at(
-                Op::Concatenate {
-                    dimension: r as i64 - 2,
-                },
-                &rows,
-                None,
-                l,
-            )
-            .map_err(err)?[0]
-    };
-    if left {
-        Ok(vec![x])
-    } else {
-        push(body, op, Op::Transpose { permutation: swap }, &[x], None)
-    }
 }
 
 /// `chlo.mulhi(a, b)`: the high half of the double-width product. For 8- and 32-bit

@@ -531,6 +531,24 @@ impl Printer {
                 attrs.push(format!("is_stable = {is_stable}"));
                 regions.push(self.region(comparator, None, ri)?);
             }
+            Op::Cholesky { lower } => attrs.push(format!("lower = {lower}")),
+            Op::Lu {} => {
+                return Err(err("`lu` is a kiln extension with no StableHLO form".into()));
+            }
+            Op::TriangularSolve {
+                left_side,
+                lower,
+                unit_diagonal,
+                transpose_a,
+            } => {
+                attrs.push(format!("left_side = {left_side}"));
+                attrs.push(format!("lower = {lower}"));
+                attrs.push(format!("unit_diagonal = {unit_diagonal}"));
+                attrs.push(format!(
+                    "transpose_a = #stablehlo<transpose {}>",
+                    transpose_a.name()
+                ));
+            }
             Op::Erf {} => name = "chlo.erf".into(),
             _ => {
                 if !inst.op.kind().attr_names().is_empty() {

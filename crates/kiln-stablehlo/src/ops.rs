@@ -13,7 +13,8 @@ use crate::import::{Body, push, result_types, value_type};
 use crate::literal::to_literal;
 use kiln_ir::attr::AttrCtx;
 use kiln_ir::{
-    Combiner, ComparisonDirection, Literal, Op, OpKind, Props, RngAlgorithm, TensorType, ValueId,
+    Combiner, ComparisonDirection, Literal, Op, OpKind, Props, RngAlgorithm, TensorType,
+    TransposeA, ValueId,
 };
 
 /// The attribute stored under one of `names` (generic name first, pretty aliases after).
@@ -731,7 +732,25 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
             }
         }
         "chlo.erf" => Op::Erf {},
-        "stablehlo.triangular_solve" => return crate::decompose::triangular_solve(body, op, args),
+        "stablehlo.cholesky" => Op::Cholesky {
+            lower: crate::decompose::flag(op, "lower")?,
+        },
+        "stablehlo.triangular_solve" => Op::TriangularSolve {
+            left_side: crate::decompose::flag(op, "left_side")?,
+            lower: crate::decompose::flag(op, "lower")?,
+            unit_diagonal: crate::decompose::flag(op, "unit_diagonal")?,
+            transpose_a: match op.attr("transpose_a") {
+                None => TransposeA::NoTranspose,
+                Some((AttrVal::Enum(_, v) | AttrVal::Ident(v), p)) => TransposeA::ALL
+                    .iter()
+                    .copied()
+                    .find(|t| t.name() == v)
+                    .ok_or_else(|| {
+                        Error::invalid(p, format!("bad `transpose_a` value {}", quote(v)))
+                    })?,
+                Some((_, p)) => return Err(Error::invalid(p, "bad `transpose_a`")),
+            },
+        },
         "chlo.mulhi" => return crate::decompose::mulhi(body, op, args),
         n if crate::chlo::handles(n) => return crate::chlo::lower(body, op, args),
         n if crate::special::handles(n) => return crate::special::lower(body, op, args),

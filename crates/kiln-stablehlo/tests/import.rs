@@ -427,3 +427,33 @@ fn chlo_erf_inv_inverts_erf() {
         );
     }
 }
+
+#[test]
+fn cholesky_and_triangular_solve_import_in_both_forms() {
+    let pretty = "func.func @main(%a: tensor<2x2xf32>, %b: tensor<2x1xf32>) -> tensor<2x1xf32> {
+  %l = stablehlo.cholesky %a, lower = true : tensor<2x2xf32>
+  %y = \"stablehlo.triangular_solve\"(%l, %b) {left_side = true, lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>} : (tensor<2x2xf32>, tensor<2x1xf32>) -> tensor<2x1xf32>
+  %x = \"stablehlo.triangular_solve\"(%l, %y) {left_side = true, lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose TRANSPOSE>} : (tensor<2x2xf32>, tensor<2x1xf32>) -> tensor<2x1xf32>
+  func.return %x : tensor<2x1xf32>
+}";
+    let generic = r#"func.func @main(%a: tensor<2x2xf32>, %b: tensor<2x1xf32>) -> tensor<2x1xf32> {
+  %l = "stablehlo.cholesky"(%a) {lower = true} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %y = "stablehlo.triangular_solve"(%l, %b) {left_side = true, lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>} : (tensor<2x2xf32>, tensor<2x1xf32>) -> tensor<2x1xf32>
+  %x = "stablehlo.triangular_solve"(%l, %y) {left_side = true, lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose TRANSPOSE>} : (tensor<2x2xf32>, tensor<2x1xf32>) -> tensor<2x1xf32>
+  "func.return"(%x) : (tensor<2x1xf32>) -> ()
+}"#;
+    let p = parse(pretty).unwrap_or_else(|e| panic!("{e}"));
+    let g = parse(generic).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(print_module(&p), print_module(&g));
+    let text = print_module(&p);
+    assert!(text.contains("cholesky %0 {lower = true}"), "{text}");
+    assert!(text.contains("transpose_a = TRANSPOSE"), "{text}");
+    // a = [[4, 2], [2, 5]], b = [2.5, 3.25]: x = [0.375, 0.5].
+    let a = f32s(&[2, 2], &[4.0, 2.0, 2.0, 5.0]);
+    let b = f32s(&[2, 1], &[2.5, 3.25]);
+    let out = run(generic, &[a, b]);
+    assert_eq!(out[0].as_f32s().unwrap(), &[0.375, 0.5]);
+    // Export prints both ops in the generic form, which reads back to the same program.
+    let back = parse(&kiln_stablehlo::to_text(&p).unwrap()).unwrap();
+    assert_eq!(print_module(&back), text);
+}

@@ -26,6 +26,7 @@ mod composite;
 mod eager;
 mod error;
 mod indexing;
+pub mod linalg;
 pub mod ops;
 pub mod promote;
 mod scan;

@@ -26,6 +26,7 @@ pub mod backend;
 pub mod checkpoint;
 pub mod control;
 pub mod data;
+pub mod linalg;
 pub mod lower;
 pub mod nn;
 pub mod npy;

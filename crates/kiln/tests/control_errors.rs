@@ -1,4 +1,5 @@
-//! Bad input to the control-flow, batching, rematerialization, sorting and indexing front end:
+//! Bad input to the control-flow, batching, rematerialization, sorting, indexing and linear
+//! algebra front end:
 //! every case is an error that names the operation, says what is wrong, and points at the
 //! caller's line (this file), never a panic or a silently wrong number.
 
@@ -247,4 +248,71 @@ fn remat_sorting_and_indexing() {
     let a = x.argmax(1, false);
     assert!(a.to_vec::<i64>().is_err() && a.to_vec::<i32>().is_err());
     check(&a.error().expect("failed").to_string(), "argmax", &["axis"]);
+}
+
+#[test]
+fn linear_algebra() {
+    use kiln::linalg::{self, Assume, SolveTriangular};
+    let m = |shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec((0..n).map(|i| i as f64).collect(), shape.to_vec()).unwrap()
+    };
+    // 1. A rank below 2.
+    failed(
+        &linalg::cholesky(&m(&[3]), true),
+        "cholesky",
+        &["rank at least 2", "f64[3]"],
+    );
+    // 2. A matrix that is not square.
+    failed(
+        &linalg::cholesky(&m(&[2, 3]), true),
+        "cholesky",
+        &["square", "f64[2,3]"],
+    );
+    // 3. Integer elements.
+    let ints = Tensor::from_vec(vec![1i32, 0, 0, 1], [2, 2]).unwrap();
+    failed(
+        &linalg::cholesky(&ints, true),
+        "cholesky",
+        &["float", "i32[2,2]"],
+    );
+    // 4. Batch dimensions that differ.
+    let r = linalg::solve_triangular(&m(&[2, 3, 3]), &m(&[4, 3, 1]), SolveTriangular::lower());
+    failed(&r, "solve_triangular", &["batch dimensions", "f64[4,3,1]"]);
+    // 5. A right-hand side of the wrong size, on either side.
+    let r = linalg::solve_triangular(&m(&[3, 3]), &m(&[2, 1]), SolveTriangular::lower());
+    failed(&r, "solve_triangular", &["3 rows", "f64[2,1]"]);
+    let r = linalg::solve_triangular(&m(&[3, 3]), &m(&[3, 2]), SolveTriangular::upper().right());
+    failed(&r, "solve_triangular", &["3 columns", "f64[3,2]"]);
+    // 6. Element types that differ.
+    let r = linalg::solve_triangular(
+        &m(&[2, 2]),
+        &m(&[2, 1]).cast(DType::F32),
+        SolveTriangular::lower(),
+    );
+    failed(&r, "solve_triangular", &["one element type"]);
+    // 7. cho_solve and solve check their operands too, naming themselves.
+    failed(
+        &linalg::cho_solve(&m(&[2, 3]), true, &m(&[2])),
+        "cho_solve",
+        &["square"],
+    );
+    failed(
+        &linalg::solve(&m(&[3, 3]), &m(&[4]), Assume::Pos),
+        "solve",
+        &["3 rows"],
+    );
+    failed(
+        &linalg::solve(&ints, &m(&[2]), Assume::Pos),
+        "solve",
+        &["float"],
+    );
+    // 8. The LU factorization and the general solve check theirs.
+    failed(
+        &linalg::solve(&m(&[2, 3]), &m(&[2]), Assume::General),
+        "solve",
+        &["square"],
+    );
+    failed(&linalg::lu(&ints).0, "lu", &["float", "i32[2,2]"]);
+    failed(&linalg::lu(&m(&[4])).2, "lu", &["rank at least 2"]);
 }

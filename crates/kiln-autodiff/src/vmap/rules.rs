@@ -1,6 +1,6 @@
 //! Batching rules for the ops without regions or indexing: elementwise ops (from the op
 //! table's `ELEMENTWISE` property), layout ops, reductions and windows, matrix products and
-//! convolutions. Each runs the whole batch as one op; the cases that cannot (a per-example
+//! convolutions, linear algebra. Each runs the whole batch as one op; the cases that cannot (a per-example
 //! start value of a reduction, a per-example convolution kernel, a per-example generator state)
 //! go to the sequential rule.
 
@@ -150,6 +150,14 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
             )
         }
         Op::DotGeneral { .. } => dot_general(bd, cx),
+        // The matrices are the last two dimensions and any leading ones a batch: the vmapped
+        // batch is one more leading dimension (an unbatched operand broadcast along it).
+        Op::Cholesky { .. } | Op::Lu {} => one(bd, cx.op.clone(), &[x0.v]),
+        Op::TriangularSolve { .. } => {
+            let a = bd.materialize(cx.xs[0])?;
+            let b = bd.materialize(cx.xs[1])?;
+            one(bd, cx.op.clone(), &[a, b])
+        }
         Op::Convolution { .. } if !cx.xs[1].batched => convolution(bd, cx),
         _ => sequential::rule(bd, cx),
     }

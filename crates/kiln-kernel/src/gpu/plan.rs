@@ -279,7 +279,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
             }
             // Control flow runs on the host too: its regions on the reference interpreter
             // (regions are not mapped to the GPU yet).
-            (Step::Reference | Step::Control, _) | (Step::Constant, _) => {
+            (Step::Reference | Step::Control | Step::Host, _) | (Step::Constant, _) => {
                 for &r in &inst.results {
                     own(&mut places, r);
                 }
