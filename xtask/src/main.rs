@@ -250,6 +250,12 @@ fn test() -> Result {
     )?;
     t.env("KILN_JAX_PYTHON", jax);
     run(&mut t)?;
+    // StableHLO import through MLIR itself (melior, feature `mlir`, off in the workspace
+    // build): the peer suite and the JAX programs, in MLIR's generic form, must import as the
+    // hand-written importer imports them.
+    run(cargo()
+        .args(["test", "-p", "kiln-mlir", "--features", "mlir"])
+        .env("INSTA_UPDATE", "no"))?;
     // The suites that run programs once more, through the GPU mapping on the GPU emulator:
     // every spec example, 300 random programs and every target filetest's runs (the
     // differential filetests among them), as `KILN_BACKEND=ptx-emulator cargo test -p
