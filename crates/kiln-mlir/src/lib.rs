@@ -1,5 +1,5 @@
 //! MLIR interoperability through melior: parsing and verifying MLIR modules with every
-//! upstream dialect registered, and [`stablehlo::import`]: StableHLO text in MLIR's generic op
+//! upstream dialect registered, and `stablehlo::import`: StableHLO text in MLIR's generic op
 //! form imported through MLIR itself, sharing kiln-stablehlo's mapping onto kiln IR.
 //!
 //! MLIR links about 200 MB of code into each binary that uses it, so only this crate depends
