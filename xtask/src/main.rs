@@ -250,6 +250,26 @@ fn test() -> Result {
     )?;
     t.env("KILN_JAX_PYTHON", jax);
     run(&mut t)?;
+    // StableHLO import through MLIR itself (melior, feature `mlir`, off in the workspace
+    // build): the peer suite and the JAX programs, in MLIR's generic form, must import as the
+    // hand-written importer imports them. Building melior and linking MLIR into two test
+    // binaries takes about 3.5 minutes from an empty target directory at one job (seconds
+    // once built); the tests themselves run in under a second.
+    run(cargo()
+        .args(["test", "-p", "kiln-mlir", "--features", "mlir"])
+        .env("INSTA_UPDATE", "no"))?;
+    // The workspace's clippy leaves feature `mlir` out; lint that code too.
+    run(cargo().args([
+        "clippy",
+        "-p",
+        "kiln-mlir",
+        "--features",
+        "mlir",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     // The suites that run programs once more, through the GPU mapping on the GPU emulator:
     // every spec example, 300 random programs and every target filetest's runs (the
     // differential filetests among them), as `KILN_BACKEND=ptx-emulator cargo test -p

@@ -1,5 +1,6 @@
 //! MLIR interoperability through melior: parsing and verifying MLIR modules with every
-//! upstream dialect registered. StableHLO import and export build on this crate.
+//! upstream dialect registered, and `stablehlo::import`: StableHLO text in MLIR's generic op
+//! form imported through MLIR itself, sharing kiln-stablehlo's mapping onto kiln IR.
 //!
 //! MLIR links about 200 MB of code into each binary that uses it, so only this crate depends
 //! on melior, and only under its feature `mlir` (off by default; the facade's feature `mlir`
@@ -11,3 +12,5 @@
 mod mlir;
 #[cfg(feature = "mlir")]
 pub use mlir::*;
+#[cfg(feature = "mlir")]
+pub mod stablehlo;

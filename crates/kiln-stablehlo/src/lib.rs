@@ -17,7 +17,8 @@
 //! [`attrs`], [`types`] and [`literal`] (attribute values, types, dense literals), [`ops`]
 //! and [`import`] (kiln IR; [`decompose`] and [`reduce`] for ops kiln lacks; [`chlo`],
 //! [`special`], [`next_after`] and [`top_k`] for `chlo` functions), [`checks`] (the `check`
-//! dialect of StableHLO's tests).
+//! dialect of StableHLO's tests), [`generic`] (the tree written back in MLIR's generic op
+//! form, which MLIR parses without knowing StableHLO).
 //!
 //! Programs JAX exports (`jax.jit(f).lower(...).as_text()`, with or without debug
 //! locations, Shardy or GSPMD sharding annotations on one device) import whole:
@@ -36,6 +37,7 @@ pub mod decompose;
 pub mod dense;
 pub mod error;
 pub mod export;
+pub mod generic;
 pub mod import;
 pub mod lexer;
 pub mod literal;

@@ -521,7 +521,7 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         }
         "stablehlo.reduce_precision" => {
             let (exponent_bits, mantissa_bits) = match find(op, &["format"]) {
-                Some((AttrVal::Ident(f), p)) => parse_format(f, p)?,
+                Some((AttrVal::Ident(f) | AttrVal::Enum(_, f), p)) => parse_format(f, p)?,
                 _ => (
                     need_int(op, &["exponent_bits"])?,
                     need_int(op, &["mantissa_bits"])?,
@@ -665,7 +665,7 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
                 ));
             }
             let kind = match find(op, &["applies"]) {
-                Some((AttrVal::Ident(n), p)) => combiner_named(n)
+                Some((AttrVal::Ident(n) | AttrVal::Enum(_, n), p)) => combiner_named(n)
                     .ok_or_else(|| Error::unsupported(p, format!("a reduction by {}", quote(n))))?,
                 _ => combiner(op, one_region(op)?, false)?,
             };

@@ -457,3 +457,32 @@ fn cholesky_and_triangular_solve_import_in_both_forms() {
     let back = parse(&kiln_stablehlo::to_text(&p).unwrap()).unwrap();
     assert_eq!(print_module(&back), text);
 }
+
+/// The syntax tree written in the generic op form imports to the same module as the text it
+/// came from: a JAX module (pretty ops, `reduce ... applies`, `call`) and every JAX program
+/// of the test data (dot_general dimension pairs, slices, convolutions, large literals).
+#[test]
+fn the_generic_form_of_the_syntax_tree_imports_alike() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jax");
+    let mut texts = vec![JAX.to_string()];
+    let mut dirs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("module.mlir"))
+        .filter(|p| p.exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 6, "{dirs:?}");
+    texts.extend(dirs.iter().map(|p| std::fs::read_to_string(p).unwrap()));
+    for text in &texts {
+        let ast = kiln_stablehlo::parse_ast(Piece {
+            text,
+            first_line: 1,
+        })
+        .unwrap();
+        let generic = kiln_stablehlo::generic::print_generic(&ast).unwrap();
+        assert!(!generic.contains(" = stablehlo."), "{generic}");
+        let a = print_module(&parse(text).unwrap());
+        let b = print_module(&parse(&generic).unwrap_or_else(|e| panic!("{e}\n{generic}")));
+        assert_eq!(a, b);
+    }
+}

@@ -51,7 +51,17 @@ pub use kiln_reference as reference;
 /// unsupported op, attribute or type is an error with its line and column.
 /// StableHLO text out: `kiln::stablehlo::to_text(&module)` writes a module as StableHLO that
 /// XLA compiles and `parse` reads back to the same module.
-pub use kiln_stablehlo as stablehlo;
+/// Under feature `mlir`, `kiln::stablehlo::parse_with_mlir(text)` imports text in MLIR's
+/// generic op form through MLIR itself (melior), with the same mapping onto kiln IR.
+pub mod stablehlo {
+    /// Imports one module of StableHLO text in MLIR's generic op form through MLIR itself:
+    /// MLIR parses and verifies it (its diagnostics become located errors), and its
+    /// operations go through the same mapping onto kiln IR as [`parse`]. Errors name the op
+    /// with the line and column of its `loc(...)`.
+    #[cfg(feature = "mlir")]
+    pub use kiln_mlir::stablehlo::import as parse_with_mlir;
+    pub use kiln_stablehlo::*;
+}
 pub use kiln_trace::{Device, Element, Error, Result, TakeMode, Tensor, Tree, promote, tree};
 pub use remat::{Remat, remat, tag};
 pub use transforms::{
