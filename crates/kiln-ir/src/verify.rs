@@ -84,6 +84,22 @@ pub fn widens(from: DType, to: DType) -> bool {
     matches!((from, to), (F16 | BF16, F32 | F64) | (F32, F64))
 }
 
+/// Labels 1-3 of a factorization's operand (`cholesky`, `lu`): a batch of square float
+/// matrices; its rank.
+fn square_float_matrices(l: &Labels, a: &TensorType) -> R<usize> {
+    let r = a.rank();
+    l.ensure(1, r >= 2, || {
+        format!("the operand must have rank at least 2 (a batch of matrices), got {a}")
+    })?;
+    l.ensure(2, a.shape[r - 2] == a.shape[r - 1], || {
+        format!("the matrices must be square, got {a}")
+    })?;
+    l.ensure(3, a.dtype.is_float(), || {
+        format!("the operand must have a float element type, got {a}")
+    })?;
+    Ok(r)
+}
+
 /// Which element types an elementwise op accepts.
 fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool) {
     use OpKind::*;
@@ -1083,30 +1099,12 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         }
         Cholesky { .. } => {
             let a = x[0];
-            let r = a.rank();
-            l.ensure(1, r >= 2, || {
-                format!("the operand must have rank at least 2 (a batch of matrices), got {a}")
-            })?;
-            l.ensure(2, a.shape[r - 2] == a.shape[r - 1], || {
-                format!("the matrices must be square, got {a}")
-            })?;
-            l.ensure(3, a.dtype.is_float(), || {
-                format!("the operand must have a float element type, got {a}")
-            })?;
+            square_float_matrices(&l, a)?;
             one(a.clone(), 4)
         }
         Lu {} => {
             let a = x[0];
-            let r = a.rank();
-            l.ensure(1, r >= 2, || {
-                format!("the operand must have rank at least 2 (a batch of matrices), got {a}")
-            })?;
-            l.ensure(2, a.shape[r - 2] == a.shape[r - 1], || {
-                format!("the matrices must be square, got {a}")
-            })?;
-            l.ensure(3, a.dtype.is_float(), || {
-                format!("the operand must have a float element type, got {a}")
-            })?;
+            let r = square_float_matrices(&l, a)?;
             let rows = TensorType::new(DType::I32, a.shape[..r - 1].to_vec());
             Ok(Inferred {
                 types: vec![a.clone(), rows.clone(), rows],

@@ -61,15 +61,8 @@ fn int_pow(base: i64, exp: i64) -> i64 {
             _ => 0,
         };
     }
-    let (mut acc, mut b, mut e) = (1i64, base, exp);
-    while e > 0 {
-        if e & 1 == 1 {
-            acc = acc.wrapping_mul(b);
-        }
-        b = b.wrapping_mul(b);
-        e >>= 1;
-    }
-    acc
+    // Wrapping products of two's-complement bits are the same signed or unsigned.
+    uint_pow(base as u64, exp as u64) as i64
 }
 
 /// One step of a float reduction or scatter: the accumulator `a` combined with `b`.
