@@ -575,8 +575,8 @@ pub fn winograd_convs(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError
 /// vectors of counter blocks, so that its bits come from kernels: block `i` encrypts the
 /// 64-bit counter + i (its low word first) under the key, and its two words are words `2i`
 /// and `2i + 1` (a u64 output's element `i`, low word first); the next state advances the
-/// counter by the number of blocks. A u32[4] state is [key0, key1, counter_lo, counter_hi],
-/// a u64[2] state [key, counter] (the same bits).
+/// counter by the number of blocks. A `u32[4]` state is `[key0, key1, counter_lo, counter_hi]`,
+/// a `u64[2]` state `[key, counter]` (the same bits).
 pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
     if !f
         .insts
