@@ -1,11 +1,15 @@
 //! An MLP classifier on a seeded synthetic dataset (three interleaved spirals), trained with
 //! Adam; the whole step (forward, backward, update) is one `jit`-compiled function.
 //!
+//! Progress goes to stderr (a bar on a terminal, about ten plain lines elsewhere); the loss
+//! curve is written as `kiln-mlp_classifier-loss.png` and `.csv` in the temporary directory.
+//!
 //! `cargo run --release -p kiln --example mlp_classifier [-- --dump trace|grad]`
 
 use kiln::nn::{Mlp, cross_entropy};
 use kiln::optim::{Adam, AdamState};
 use kiln::random::{key, normal, split};
+use kiln::train::{LossCurve, Progress};
 use kiln::{DType, Result, Tensor, jit, value_and_grad};
 
 /// Points per class.
@@ -54,6 +58,8 @@ pub fn model() -> Mlp {
 }
 
 /// Trains for `steps` steps; returns (first loss, last loss, training error rate, compiles).
+/// When `verbose`, shows progress and writes the loss curve (PNG and CSV) to the temporary
+/// directory.
 pub fn run(steps: usize, verbose: bool) -> Result<(f64, f64, f64, usize)> {
     let (x, y) = spirals();
     let opt = Adam::new(0.01);
@@ -61,6 +67,13 @@ pub fn run(steps: usize, verbose: bool) -> Result<(f64, f64, f64, usize)> {
     let mut s = opt.init(&m);
     let train = jit(|args: &(Mlp, AdamState<Mlp>, Tensor, Tensor)| step(&opt, args));
     let (mut first, mut last) = (None, 0.0);
+    let n = PER_CLASS * CLASSES;
+    let mut progress = if verbose {
+        Progress::new(steps, n)
+    } else {
+        Progress::quiet(steps, n)
+    };
+    let mut curve = LossCurve::new();
     for i in 0..steps {
         // The model and optimizer state are donated (updated in place); x and y are lent.
         // The outer `?`: compiling and running; the inner: the step's own errors.
@@ -68,10 +81,10 @@ pub fn run(steps: usize, verbose: bool) -> Result<(f64, f64, f64, usize)> {
         (m, s) = (m2, s2);
         last = l.item()?;
         first.get_or_insert(last);
-        if verbose && (i % 50 == 0 || i + 1 == steps) {
-            println!("step {i:4}  loss {last:.4}");
-        }
+        progress.step(last as f32);
+        curve.push(i, last as f32);
     }
+    progress.finish();
     let predicted = m.forward(&x).to_literal()?.to_f64s();
     let labels = y.to_vec::<i32>()?;
     let wrong = labels
@@ -92,6 +105,10 @@ pub fn run(steps: usize, verbose: bool) -> Result<(f64, f64, f64, usize)> {
             100.0 * error,
             train.compiles()
         );
+        let out = std::env::temp_dir().join("kiln-mlp_classifier-loss");
+        curve.save_png(out.with_extension("png"), 800, 500)?;
+        curve.save_csv(out.with_extension("csv"))?;
+        println!("loss curve: {}", out.with_extension("png").display());
     }
     Ok((first.unwrap_or(last), last, error, train.compiles()))
 }

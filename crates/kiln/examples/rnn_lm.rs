@@ -11,6 +11,7 @@ use kiln::control::scan;
 use kiln::nn::{Embedding, Linear, cross_entropy};
 use kiln::optim::{Adam, AdamState};
 use kiln::random::{Key, bits, key, split};
+use kiln::train::{LossCurve, Progress};
 use kiln::{DType, Result, Tensor, jit, value_and_grad};
 
 /// The training text.
@@ -125,7 +126,9 @@ pub fn windows(k: &Key, tokens: &[i32], n: usize) -> Tensor {
 }
 
 /// Trains for `steps` steps; returns the model, the first and last losses and the number of
-/// compiles.
+/// compiles. When `verbose`, shows progress (stderr) and writes the loss curve, with the loss
+/// on a fixed held-out batch every 40 steps, as `kiln-rnn_lm-loss.png` and `.csv` in the
+/// temporary directory.
 pub fn run(steps: usize, verbose: bool) -> Result<(Rnn, f64, f64, usize)> {
     let vocab = vocab();
     let tokens = tokens();
@@ -142,14 +145,33 @@ pub fn run(steps: usize, verbose: bool) -> Result<(Rnn, f64, f64, usize)> {
     });
     let keys = split(&key(6), steps);
     let (mut first, mut last) = (None, 0.0);
+    let mut progress = if verbose {
+        Progress::new(steps, BATCH)
+    } else {
+        Progress::quiet(steps, BATCH)
+    };
+    let mut curve = LossCurve::new();
+    // The windows of another key, never trained on as a batch of their own.
+    let heldout = batch(&key(99), &tokens);
+    let eval = jit(|(m, w): &(Rnn, Tensor)| loss(m, w));
     for (i, k) in keys.iter().enumerate() {
         let (m2, s2, l) = train.call(&(m, s, batch(k, &tokens)))?;
         (m, s) = (m2, s2);
         last = l.item()?;
         first.get_or_insert(last);
-        if verbose && (i % 50 == 0 || i + 1 == steps) {
-            println!("step {i:4}  loss {last:.4}");
+        progress.step(last as f32);
+        curve.push(i, last as f32);
+        if verbose && (i % 40 == 0 || i + 1 == steps) {
+            let h = eval.call(&(m.clone(), heldout.clone()))?.item()?;
+            curve.push_heldout(i, h as f32);
         }
+    }
+    progress.finish();
+    if verbose {
+        let out = std::env::temp_dir().join("kiln-rnn_lm-loss");
+        curve.save_png(out.with_extension("png"), 800, 500)?;
+        curve.save_csv(out.with_extension("csv"))?;
+        println!("loss curve: {}", out.with_extension("png").display());
     }
     Ok((m, first.unwrap_or(last), last, train.compiles()))
 }

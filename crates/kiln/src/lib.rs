@@ -36,6 +36,7 @@ pub mod random;
 mod remat;
 mod scan;
 pub mod testing;
+pub mod train;
 mod transforms;
 mod vmap;
 

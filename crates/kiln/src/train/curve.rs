@@ -1,0 +1,236 @@
+//! A loss curve: training and held-out (step, loss) points, drawn to PNG or written as CSV.
+
+use crate::{Error, Result};
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// The largest width or height [`LossCurve::save_png`] draws.
+const MAX_SIDE: u32 = 16384;
+/// Training loss: blue.
+const TRAIN: RGBColor = RGBColor(31, 119, 180);
+/// Held-out loss: orange.
+const HELDOUT: RGBColor = RGBColor(255, 127, 14);
+/// Tick marks on each axis.
+const TICKS: i32 = 5;
+
+/// Training and optional held-out losses by step, for a picture or a table.
+///
+/// [`save_png`](LossCurve::save_png) draws with `plotters` into a bitmap and encodes it with
+/// `png`; it needs no system fonts, and draws no text: the picture has axes with tick marks
+/// at fifths of each range, the training loss in blue and the held-out loss in orange. For
+/// numbers, [`save_csv`](LossCurve::save_csv) writes the points to plot elsewhere.
+///
+/// ```no_run
+/// use kiln::train::LossCurve;
+/// let mut curve = LossCurve::new();
+/// for step in 0..50 {
+///     curve.push(step, 2.0 / (1.0 + step as f32));
+///     if step % 10 == 0 {
+///         curve.push_heldout(step, 2.2 / (1.0 + step as f32));
+///     }
+/// }
+/// curve.save_png("loss.png", 800, 600)?;
+/// curve.save_csv("loss.csv")?; // step,loss,heldout
+/// # Ok::<(), kiln::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LossCurve {
+    train: Vec<(usize, f32)>,
+    heldout: Vec<(usize, f32)>,
+}
+
+impl LossCurve {
+    /// An empty curve.
+    pub fn new() -> LossCurve {
+        LossCurve::default()
+    }
+
+    /// Records the training loss at `step`.
+    pub fn push(&mut self, step: usize, loss: f32) {
+        self.train.push((step, loss));
+    }
+
+    /// Records a held-out loss at `step`.
+    pub fn push_heldout(&mut self, step: usize, loss: f32) {
+        self.heldout.push((step, loss));
+    }
+
+    /// The training points, in the order recorded.
+    pub fn train(&self) -> &[(usize, f32)] {
+        &self.train
+    }
+
+    /// The held-out points, in the order recorded.
+    pub fn heldout(&self) -> &[(usize, f32)] {
+        &self.heldout
+    }
+
+    /// Whether no point was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.train.is_empty() && self.heldout.is_empty()
+    }
+
+    /// Draws the curves into a `width` x `height` PNG at `path`. Non-finite losses are left
+    /// out. Errors: no finite point, a side of zero or over 16384 pixels, or a file that
+    /// cannot be written.
+    #[track_caller]
+    pub fn save_png(&self, path: impl AsRef<Path>, width: u32, height: u32) -> Result<()> {
+        let path = path.as_ref();
+        let op = "LossCurve::save_png";
+        if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
+            return Err(Error::new(
+                op,
+                format!(
+                    "the picture is {width}x{height} pixels; each side must be 1 to {MAX_SIDE}"
+                ),
+            ));
+        }
+        let finite = |v: &[(usize, f32)]| -> Vec<(f64, f64)> {
+            v.iter()
+                .filter(|(_, l)| l.is_finite())
+                .map(|&(s, l)| (s as f64, l as f64))
+                .collect()
+        };
+        let (train, heldout) = (finite(&self.train), finite(&self.heldout));
+        let all = || train.iter().chain(heldout.iter());
+        if all().next().is_none() {
+            return Err(Error::new(
+                op,
+                format!(
+                    "the curve has no finite loss to draw ({} training and {} held-out points)",
+                    self.train.len(),
+                    self.heldout.len()
+                ),
+            ));
+        }
+        let span = |lo: f64, hi: f64| {
+            let pad = if hi > lo {
+                (hi - lo) * 0.05
+            } else {
+                0.5_f64.max(lo.abs() * 0.05)
+            };
+            (lo - pad)..(hi + pad)
+        };
+        let fold = |f: fn(&(f64, f64)) -> f64| {
+            all()
+                .map(f)
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                    (a.min(v), b.max(v))
+                })
+        };
+        let (x0, x1) = fold(|p| p.0);
+        let (y0, y1) = fold(|p| p.1);
+        let mut pixels = vec![0u8; width as usize * height as usize * 3];
+        draw(
+            &mut pixels,
+            (width, height),
+            span(x0, x1),
+            span(y0, y1),
+            &train,
+            &heldout,
+        )
+        .map_err(|e| Error::new(op, format!("drawing failed: {e}")))?;
+        let io = |e: &dyn std::fmt::Display| {
+            Error::new(op, format!("cannot write {}: {e}", path.display()))
+        };
+        let file = std::fs::File::create(path).map_err(|e| io(&e))?;
+        let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), width, height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(|e| io(&e))?;
+        writer.write_image_data(&pixels).map_err(|e| io(&e))?;
+        writer.finish().map_err(|e| io(&e))
+    }
+
+    /// Writes the points as CSV at `path`: a header `step,loss,heldout`, then one row per
+    /// step in increasing order, a field left empty where that curve has no point (the last
+    /// point recorded at a step wins). Errors: an empty curve or a file that cannot be
+    /// written.
+    #[track_caller]
+    pub fn save_csv(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let op = "LossCurve::save_csv";
+        if self.is_empty() {
+            return Err(Error::new(op, "the curve has no points to write"));
+        }
+        let mut rows: BTreeMap<usize, (Option<f32>, Option<f32>)> = BTreeMap::new();
+        for &(s, l) in &self.train {
+            rows.entry(s).or_default().0 = Some(l);
+        }
+        for &(s, l) in &self.heldout {
+            rows.entry(s).or_default().1 = Some(l);
+        }
+        let field = |v: Option<f32>| v.map(|l| l.to_string()).unwrap_or_default();
+        let mut text = String::from("step,loss,heldout\n");
+        for (s, (l, h)) in rows {
+            text.push_str(&format!("{s},{},{}\n", field(l), field(h)));
+        }
+        std::fs::File::create(path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| Error::new(op, format!("cannot write {}: {e}", path.display())))
+    }
+}
+
+/// Draws axes, tick marks and the curves into an RGB buffer; no text (no fonts needed).
+fn draw(
+    pixels: &mut [u8],
+    (width, height): (u32, u32),
+    xs: std::ops::Range<f64>,
+    ys: std::ops::Range<f64>,
+    train: &[(f64, f64)],
+    heldout: &[(f64, f64)],
+) -> std::result::Result<(), String> {
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    let root = BitMapBackend::with_buffer(pixels, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| text(&e))?;
+    let margin = width.min(height) / 12;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(margin)
+        .build_cartesian_2d(xs, ys)
+        .map_err(|e| text(&e))?;
+    let ((left, right), (top, bottom)) = {
+        let (xr, yr) = chart.plotting_area().get_pixel_range();
+        ((xr.start, xr.end - 1), (yr.start, yr.end - 1))
+    };
+    let axes = [(left, top), (left, bottom), (right, bottom)];
+    root.draw(&PathElement::new(axes.to_vec(), BLACK.stroke_width(1)))
+        .map_err(|e| text(&e))?;
+    let tick = (width.min(height) as i32 / 80).max(2);
+    for i in 0..=TICKS {
+        let x = left + (right - left) * i / TICKS;
+        let y = bottom - (bottom - top) * i / TICKS;
+        root.draw(&PathElement::new(
+            vec![(x, bottom), (x, bottom + tick)],
+            BLACK,
+        ))
+        .map_err(|e| text(&e))?;
+        root.draw(&PathElement::new(vec![(left - tick, y), (left, y)], BLACK))
+            .map_err(|e| text(&e))?;
+    }
+    let stroke = (width.min(height) / 300).max(1);
+    for (points, color) in [(heldout, HELDOUT), (train, TRAIN)] {
+        match points.len() {
+            0 => {}
+            1 => {
+                chart
+                    .draw_series(std::iter::once(Circle::new(
+                        points[0],
+                        stroke + 2,
+                        color.filled(),
+                    )))
+                    .map_err(|e| text(&e))?;
+            }
+            _ => {
+                chart
+                    .draw_series(LineSeries::new(
+                        points.iter().copied(),
+                        color.stroke_width(stroke),
+                    ))
+                    .map_err(|e| text(&e))?;
+            }
+        }
+    }
+    root.present().map_err(|e| text(&e))
+}

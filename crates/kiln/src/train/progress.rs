@@ -1,0 +1,212 @@
+//! A progress bar for a training loop: steps done, the latest loss, samples per second and
+//! the time left.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+/// Lines a run prints when stderr is not a terminal (besides the summary).
+const PLAIN_LINES: usize = 10;
+
+/// Where the progress goes.
+enum Output {
+    /// An `indicatif` bar drawn on stderr (a terminal).
+    Bar(ProgressBar),
+    /// Plain lines, one every `every` steps, and a summary (CI logs, pipes, a given writer).
+    Lines {
+        out: Box<dyn Write + Send>,
+        every: usize,
+    },
+    /// Nothing.
+    Quiet,
+}
+
+/// Progress of a training loop of a known number of steps.
+///
+/// On a terminal it draws an `indicatif` bar on stderr with the steps done, the latest
+/// loss, the throughput in samples per second and the time left. When stderr is not a
+/// terminal (CI, pipes) it draws no bar; it prints one plain line (see [`plain_line`]) every
+/// `max(1, steps / 10)` steps, about ten lines a run, and a summary line (see
+/// [`summary_line`]) at [`finish`](Progress::finish).
+///
+/// ```
+/// use kiln::train::Progress;
+/// // Plain lines into a writer of the caller's (here a buffer that is dropped).
+/// let mut p = Progress::with_writer(20, 8, Box::new(Vec::new()));
+/// for i in 0..20 {
+///     p.step(1.0 / (1.0 + i as f32));
+/// }
+/// p.finish();
+/// ```
+pub struct Progress {
+    output: Output,
+    steps: usize,
+    samples_per_step: usize,
+    done: usize,
+    loss: Option<f32>,
+    start: Instant,
+}
+
+impl Progress {
+    /// Progress of `steps` steps of `samples_per_step` samples each: a bar on stderr when it is
+    /// a terminal, else plain lines on stderr.
+    pub fn new(steps: usize, samples_per_step: usize) -> Progress {
+        if std::io::stderr().is_terminal() {
+            let bar =
+                ProgressBar::with_draw_target(Some(steps as u64), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} [{elapsed_precise} < {eta_precise}] {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            Progress::with_output(Output::Bar(bar), steps, samples_per_step)
+        } else {
+            Progress::with_writer(steps, samples_per_step, Box::new(std::io::stderr()))
+        }
+    }
+
+    /// Progress as plain lines into `out` (no bar is drawn), whatever stderr is.
+    pub fn with_writer(
+        steps: usize,
+        samples_per_step: usize,
+        out: Box<dyn Write + Send>,
+    ) -> Progress {
+        let every = (steps / PLAIN_LINES).max(1);
+        Progress::with_output(Output::Lines { out, every }, steps, samples_per_step)
+    }
+
+    /// Progress that shows nothing (a quiet run: tests, benchmarks).
+    pub fn quiet(steps: usize, samples_per_step: usize) -> Progress {
+        Progress::with_output(Output::Quiet, steps, samples_per_step)
+    }
+
+    fn with_output(output: Output, steps: usize, samples_per_step: usize) -> Progress {
+        Progress {
+            output,
+            steps,
+            samples_per_step,
+            done: 0,
+            loss: None,
+            start: Instant::now(),
+        }
+    }
+
+    /// Steps done so far.
+    pub fn done(&self) -> usize {
+        self.done
+    }
+
+    /// The latest loss, if a step was recorded.
+    pub fn loss(&self) -> Option<f32> {
+        self.loss
+    }
+
+    fn samples_per_sec(&self, elapsed: Duration) -> f64 {
+        let secs = elapsed.as_secs_f64();
+        if secs > 0.0 {
+            (self.done * self.samples_per_step) as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// Records one step and its loss.
+    pub fn step(&mut self, loss: f32) {
+        self.done += 1;
+        self.loss = Some(loss);
+        let elapsed = self.start.elapsed();
+        let rate = self.samples_per_sec(elapsed);
+        let (done, steps) = (self.done, self.steps);
+        match &mut self.output {
+            Output::Bar(bar) => {
+                bar.set_message(format!("loss {loss:.4}  {rate:.0} samples/s"));
+                bar.inc(1);
+            }
+            Output::Lines { out, every } => {
+                if done % *every == 0 || done == steps {
+                    let eta = eta(elapsed, done, steps);
+                    // Progress is advisory: a closed pipe does not stop training.
+                    let _ = writeln!(out, "{}", plain_line(done, steps, loss, rate, eta));
+                }
+            }
+            Output::Quiet => {}
+        }
+    }
+
+    /// Ends the run: the bar is finished (left on screen); plain output gets a summary line.
+    pub fn finish(mut self) {
+        let elapsed = self.start.elapsed();
+        let rate = self.samples_per_sec(elapsed);
+        let (done, loss) = (self.done, self.loss);
+        match &mut self.output {
+            Output::Bar(bar) => bar.finish(),
+            Output::Lines { out, .. } => {
+                let _ = writeln!(out, "{}", summary_line(done, loss, elapsed, rate));
+                let _ = out.flush();
+            }
+            Output::Quiet => {}
+        }
+    }
+}
+
+/// The time left at the mean pace so far.
+fn eta(elapsed: Duration, done: usize, steps: usize) -> Duration {
+    if done == 0 || done >= steps {
+        return Duration::ZERO;
+    }
+    elapsed.mul_f64((steps - done) as f64 / done as f64)
+}
+
+/// Whole seconds, rounded.
+fn seconds(d: Duration) -> u64 {
+    d.as_secs_f64().round() as u64
+}
+
+/// One plain progress line: `step 40/400  loss 0.1234  1520 samples/s  eta 3s`.
+///
+/// ```
+/// use std::time::Duration;
+/// let line = kiln::train::plain_line(40, 400, 0.12345, 1520.4, Duration::from_millis(2600));
+/// assert_eq!(line, "step 40/400  loss 0.1235  1520 samples/s  eta 3s");
+/// ```
+pub fn plain_line(
+    step: usize,
+    steps: usize,
+    loss: f32,
+    samples_per_sec: f64,
+    eta: Duration,
+) -> String {
+    format!(
+        "step {step}/{steps}  loss {loss:.4}  {samples_per_sec:.0} samples/s  eta {}s",
+        seconds(eta)
+    )
+}
+
+/// The plain summary line: `done: 400 steps in 12s, final loss 0.0456, 3200 samples/s`.
+///
+/// ```
+/// use std::time::Duration;
+/// let line = kiln::train::summary_line(400, Some(0.0456), Duration::from_secs(12), 3200.0);
+/// assert_eq!(line, "done: 400 steps in 12s, final loss 0.0456, 3200 samples/s");
+/// assert_eq!(
+///     kiln::train::summary_line(0, None, Duration::ZERO, 0.0),
+///     "done: 0 steps in 0s, no loss recorded"
+/// );
+/// ```
+pub fn summary_line(
+    steps: usize,
+    loss: Option<f32>,
+    elapsed: Duration,
+    samples_per_sec: f64,
+) -> String {
+    match loss {
+        Some(l) => format!(
+            "done: {steps} steps in {}s, final loss {l:.4}, {samples_per_sec:.0} samples/s",
+            seconds(elapsed)
+        ),
+        None => format!(
+            "done: {steps} steps in {}s, no loss recorded",
+            seconds(elapsed)
+        ),
+    }
+}
