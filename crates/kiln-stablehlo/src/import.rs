@@ -439,49 +439,46 @@ impl<'m> Importer<'m> {
         )
     }
 
-    /// `map`: the body becomes a kiln function of scalars, applied at the operands' shape.
-    fn map_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+    /// The one region of `op` as a kiln function named `name`; an error when there is not one
+    /// region or the body uses an outer value (`what` names the body in that error).
+    fn closed_region(
+        &mut self,
+        body: &mut Body,
+        op: &OpAst,
+        what: &str,
+        name: &str,
+    ) -> Result<kiln_ir::Func> {
         let [region] = &op.regions[..] else {
-            return Err(Error::invalid(op.pos, "`stablehlo.map` has one region"));
+            return Err(Error::invalid(
+                op.pos,
+                format!("`{}` has one region", op.name),
+            ));
         };
         if let Err(e) = captures(&Names::new(), &[region], op.pos) {
             return Err(Error::unsupported(
                 e.pos,
-                format!("a map body that uses an outer value ({})", e.message),
+                format!("a {what} body that uses an outer value ({})", e.message),
             ));
         }
-        let f = self.region(body, "map", region, op.pos, &[], false)?;
+        self.region(body, name, region, op.pos, &[], false)
+    }
+
+    /// `map`: the body becomes a kiln function of scalars, applied at the operands' shape.
+    fn map_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+        let f = self.closed_region(body, op, "map", "map")?;
         crate::decompose::map(body, op, &f, args)
     }
 
     /// `chlo.scan`: the body becomes a kiln function, unrolled over the scanned dimension.
     fn scan_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
-        let [region] = &op.regions[..] else {
-            return Err(Error::invalid(op.pos, "`chlo.scan` has one region"));
-        };
-        if let Err(e) = captures(&Names::new(), &[region], op.pos) {
-            return Err(Error::unsupported(
-                e.pos,
-                format!("a scan body that uses an outer value ({})", e.message),
-            ));
-        }
-        let f = self.region(body, "scan", region, op.pos, &[], false)?;
+        let f = self.closed_region(body, op, "scan", "scan")?;
         crate::decompose::scan(body, op, &f, args)
     }
 
     /// `reduce` whose body is no named combiner, or of several inputs.
     fn reduce_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
-        let [region] = &op.regions[..] else {
-            return Err(Error::invalid(op.pos, "`stablehlo.reduce` has one region"));
-        };
-        if let Err(e) = captures(&Names::new(), &[region], op.pos) {
-            return Err(Error::unsupported(
-                e.pos,
-                format!("a reduce body that uses an outer value ({})", e.message),
-            ));
-        }
+        let f = self.closed_region(body, op, "reduce", "reducer")?;
         let dims = crate::ops::need_ints(op, &["dimensions"])?;
-        let f = self.region(body, "reducer", region, op.pos, &[], false)?;
         crate::reduce::reduce_tree(body, op, &f, args, &dims)
     }
 
