@@ -154,6 +154,17 @@ fn close(a: f64, b: f64) -> bool {
 /// Checks VJP and JVP of `f` at random points against finite differences; returns the number
 /// of derivative entries compared.
 fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize {
+    check_modes(name, f, example_args, rng, true)
+}
+
+/// Like [`check`], the VJP only where `reverse` says so.
+fn check_modes(
+    name: &str,
+    f: &Func,
+    example_args: &[Literal],
+    rng: &mut Rng,
+    reverse: bool,
+) -> usize {
     // The function whose finite differences the derivatives are compared with.
     let smooth;
     let fd_f = if straight_through(name) {
@@ -171,13 +182,30 @@ fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize
         return 0;
     }
     let args = random_args(rng, name, f, example_args, positive_domain(name));
+    let mut n = 0;
+    if reverse {
+        n += check_vjp(name, f, fd_f, &args, &wrt, rng);
+    }
+    n + check_jvp(name, f, fd_f, &args, &wrt, rng)
+}
+
+/// The VJP of `f` at `args` against finite differences of `fd_f`, with random cotangents.
+fn check_vjp(
+    name: &str,
+    f: &Func,
+    fd_f: &Func,
+    args: &[Literal],
+    wrt: &[usize],
+    rng: &mut Rng,
+) -> usize {
+    const EPS: f64 = 1e-6;
     let cts: Vec<Option<Literal>> = f
         .output_types
         .iter()
         .map(|t| (t.dtype == DType::F64).then(|| random_literal(rng, t)))
         .collect();
-    let vjp = kiln_autodiff::vjp(f, &wrt).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut vargs = args.clone();
+    let vjp = kiln_autodiff::vjp(f, wrt).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut vargs = args.to_vec();
     vargs.extend(
         f.output_types
             .iter()
@@ -190,8 +218,8 @@ fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize
     for (k, &p) in wrt.iter().enumerate() {
         let g = grads[k].to_f64s();
         for (j, &gj) in g.iter().enumerate() {
-            let fd = (pairing(fd_f, &with_element(&args, p, j, EPS), &cts)
-                - pairing(fd_f, &with_element(&args, p, j, -EPS), &cts))
+            let fd = (pairing(fd_f, &with_element(args, p, j, EPS), &cts)
+                - pairing(fd_f, &with_element(args, p, j, -EPS), &cts))
                 / (2.0 * EPS);
             assert!(
                 close(gj, fd),
@@ -200,20 +228,33 @@ fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize
             n += 1;
         }
     }
-    // JVP in a random direction.
-    let jvp = kiln_autodiff::jvp(f, &wrt).unwrap_or_else(|e| panic!("{name}: jvp: {e}"));
+    n
+}
+
+/// The JVP of `f` at `args`, in a random direction, against finite differences of `fd_f`.
+fn check_jvp(
+    name: &str,
+    f: &Func,
+    fd_f: &Func,
+    args: &[Literal],
+    wrt: &[usize],
+    rng: &mut Rng,
+) -> usize {
+    const EPS: f64 = 1e-6;
+    let mut n = 0;
+    let jvp = kiln_autodiff::jvp(f, wrt).unwrap_or_else(|e| panic!("{name}: jvp: {e}"));
     let tangents: Vec<Literal> = wrt
         .iter()
         .map(|&p| random_literal(rng, &f.param_types()[p]))
         .collect();
-    let mut jargs = args.clone();
+    let mut jargs = args.to_vec();
     jargs.extend(tangents.iter().cloned());
     let jout = eval(&jvp, &jargs);
     let float_outs: Vec<usize> = (0..f.outputs.len())
         .filter(|&i| f.output_types[i].dtype == DType::F64)
         .collect();
     let shifted = |s: f64| -> Vec<Literal> {
-        let mut a = args.clone();
+        let mut a = args.to_vec();
         for (k, &p) in wrt.iter().enumerate() {
             let v: Vec<f64> = a[p]
                 .to_f64s()
@@ -241,6 +282,49 @@ fn check(name: &str, f: &Func, example_args: &[Literal], rng: &mut Rng) -> usize
     n
 }
 
+/// A spec example's entry function with its floats made f64, and its arguments likewise.
+fn promoted_example(ex: &kiln_tests::Example) -> (Func, Vec<Literal>) {
+    let (m, ex_args, _) = load_example(ex).unwrap();
+    let promoted = parse_module(&to_f64(&kiln_ir::print_module(&m))).unwrap();
+    let f = promoted.entry().unwrap().clone();
+    let ex_args: Vec<Literal> = ex_args
+        .iter()
+        .zip(f.param_types())
+        .map(|(a, t): (&Literal, TensorType)| {
+            if t.dtype == DType::F64 {
+                Literal::from_f64s(t, &a.to_f64s()).unwrap()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    (f, ex_args)
+}
+
+/// The forward mode through control flow, including loops whose trip count depends on the data
+/// (which have no reverse mode), on every example of `while` and `case`.
+#[test]
+fn forward_mode_through_while_and_case_matches_finite_differences() {
+    let mut rng = Rng::new(2027);
+    for spec in load_specs() {
+        if !matches!(spec.name.as_str(), "while" | "case") {
+            continue;
+        }
+        let mut n_op = 0;
+        for ex in &spec.examples {
+            let (f, ex_args) = promoted_example(ex);
+            for _ in 0..3 {
+                n_op += check_modes(&spec.name, &f, &ex_args, &mut rng, false);
+            }
+        }
+        assert!(
+            n_op > 0,
+            "{}: no example has a float input to check",
+            spec.name
+        );
+    }
+}
+
 #[test]
 fn every_differentiable_op_matches_finite_differences() {
     let mut rng = Rng::new(2026);
@@ -253,22 +337,9 @@ fn every_differentiable_op_matches_finite_differences() {
         }
         let mut n_op = 0;
         for ex in &spec.examples {
-            let (m, ex_args, _) = load_example(ex).unwrap();
-            let promoted = parse_module(&to_f64(&kiln_ir::print_module(&m))).unwrap();
-            let f = promoted.entry().unwrap();
-            let ex_args: Vec<Literal> = ex_args
-                .iter()
-                .zip(f.param_types())
-                .map(|(a, t): (&Literal, TensorType)| {
-                    if t.dtype == DType::F64 {
-                        Literal::from_f64s(t, &a.to_f64s()).unwrap()
-                    } else {
-                        a.clone()
-                    }
-                })
-                .collect();
+            let (f, ex_args) = promoted_example(ex);
             for _ in 0..2 {
-                n_op += check(&spec.name, f, &ex_args, &mut rng);
+                n_op += check(&spec.name, &f, &ex_args, &mut rng);
             }
         }
         assert!(

@@ -5,7 +5,9 @@
 //! - [`vjp`]: `(x..., ct...) -> (y..., x_bar...)`, the reverse mode.
 //! - [`grad`] and [`value_and_grad`]: the reverse mode of a scalar function.
 //! - [`jvp`]: `(x..., t...) -> (y..., y_dot...)`, the forward mode, obtained as the reverse mode
-//!   of the reverse mode (the VJP is linear in its cotangent, so transposing it gives the JVP).
+//!   of the reverse mode (the VJP is linear in its cotangent, so transposing it gives the JVP);
+//!   for a function with a `while` loop, instruction by instruction ([`forward`]), the loops
+//!   carrying their tangents.
 //!
 //! The per-op rules are one exhaustive `match` in [`rules`], mirroring the VJP section of each
 //! `ir-specs/ops/*.md`.
@@ -20,6 +22,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod forward;
 pub mod rules;
 pub mod vmap;
 
@@ -301,8 +304,20 @@ pub fn value_and_grad_with_rules(
 /// The forward mode of `f`: a function of `f`'s parameters followed by one tangent per entry
 /// of `wrt` that returns `f`'s outputs followed by their tangents (zeros for non-float outputs
 /// are not returned: only float outputs get a tangent).
+///
+/// A function with a `while` loop (at any depth) is differentiated instruction by instruction
+/// (see [`forward`]): a loop carries its tangents alongside, so its trip count may depend on
+/// the data. Any other is the reverse mode transposed.
 pub fn jvp(f: &Func, wrt: &[usize]) -> Result<Func> {
     check_wrt(f, wrt)?;
+    if forward::has_loop(f) {
+        return forward::jvp(f, wrt);
+    }
+    jvp_transposed(f, wrt)
+}
+
+/// The forward mode as the reverse mode of the reverse mode.
+fn jvp_transposed(f: &Func, wrt: &[usize]) -> Result<Func> {
     // V(x, u) = J(x)^T u is linear in u, so the VJP of V with respect to u, at any u, with
     // cotangent t, is J(x) t.
     let float_outs: Vec<usize> = (0..f.outputs.len())

@@ -73,7 +73,8 @@ fn region(
 /// `body` returns carries of the same structure and types as `init`.
 ///
 /// Reverse-mode differentiation through a `while_loop` is an error (its trip count depends on
-/// the data); write a loop with a fixed trip count with [`fori_loop`].
+/// the data); write a loop with a fixed trip count with [`fori_loop`]. Forward mode
+/// ([`crate::jvp`]) works: the loop carries the tangents alongside.
 #[track_caller]
 pub fn while_loop<T: Tree>(
     cond: impl FnOnce(&T) -> Tensor,

@@ -2,7 +2,7 @@
 //! gradients, and the errors of mismatched types.
 
 use kiln::control::{cond, fori_loop, switch, while_loop};
-use kiln::{Tensor, grad, jit, value_and_grad};
+use kiln::{Tensor, grad, jit, jvp, value_and_grad};
 
 fn f32s(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap()
@@ -156,6 +156,45 @@ fn branches_of_different_types_name_both_types_and_the_line() {
     );
     let e = bad.to_vec::<f32>().unwrap_err().to_string();
     assert!(e.contains("pred[] scalar, got f32[]"), "{e}");
+}
+
+/// Newton's iteration for the square root in f64, run until it stops moving.
+fn newton_sqrt64(a: &Tensor) -> Tensor {
+    let half = Tensor::scalar(0.5f64);
+    let (x, _) = while_loop(
+        |(x, prev): &(Tensor, Tensor)| x.sub(prev).abs().gt(&x.mul(&Tensor::scalar(1e-13f64))),
+        |(x, _): &(Tensor, Tensor)| (x.add(&a.div(x)).mul(&half), x.clone()),
+        (Tensor::scalar(1.0f64), Tensor::scalar(0.0f64)),
+    );
+    x
+}
+
+#[test]
+fn forward_mode_through_while_loop_differentiates_newton() {
+    for a in [2.0f64, 9.0, 0.25, 1e4] {
+        let (y, dy) = jvp(newton_sqrt64, &Tensor::scalar(a), &Tensor::scalar(3.0f64)).unwrap();
+        let (y, dy) = (
+            y.to_vec::<f64>().unwrap()[0],
+            dy.to_vec::<f64>().unwrap()[0],
+        );
+        assert!((y - a.sqrt()).abs() <= 1e-12 * a.sqrt(), "{a}: {y}");
+        let want = 3.0 * 0.5 / a.sqrt();
+        assert!((dy - want).abs() <= 1e-9 * want, "{a}: {dy} vs {want}");
+    }
+    // In a branch: sqrt above 1, the square below.
+    let f = |a: &Tensor| {
+        cond(
+            &a.gt(&Tensor::scalar(1.0f64)),
+            newton_sqrt64,
+            |a: &Tensor| a.mul(a),
+            a.clone(),
+        )
+    };
+    for (a, want) in [(16.0f64, 0.125), (0.5, 1.0)] {
+        let (_, dy) = jvp(f, &Tensor::scalar(a), &Tensor::scalar(1.0f64)).unwrap();
+        let dy = dy.to_vec::<f64>().unwrap()[0];
+        assert!((dy - want).abs() <= 1e-9, "{a}: {dy} vs {want}");
+    }
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn second_order_and_forward_mode_through_a_fori_loop() {
     let hess_row = grad(|w: &Tensor| grad(|w: &Tensor| looped(w, 4))(w).index(1))(&w);
     let want = grad(|w: &Tensor| grad(|w: &Tensor| unrolled(w, 4))(w).index(1))(&w);
     close(&f64s(&hess_row), &f64s(&want));
-    // Forward mode (the transpose of the reverse mode).
+    // Forward mode (the loop carrying its tangents).
     let t = v(&[1.0, -2.0, 0.5]);
     let (y, dy) = jvp(|w: &Tensor| looped(w, 4), &w, &t).unwrap();
     let (y2, dy2) = jvp(|w: &Tensor| unrolled(w, 4), &w, &t).unwrap();

@@ -13,7 +13,8 @@
 //!
 //! Both loops count up from 0 to `n` by 1, so the result is itself a loop with a static trip
 //! count and can be differentiated again. A loop whose trip count depends on the data has no
-//! reverse mode (as in JAX): the error says so and points to `fori_loop` and `scan`.
+//! reverse mode (as in JAX): the error says so and points to `fori_loop` and `scan`. Its
+//! forward mode is [`crate::forward`]'s.
 
 use super::{Error, Result, ty};
 use kiln_ir::{ComparisonDirection, DType, Func, Op, TensorType, ValueId};
@@ -134,9 +135,8 @@ pub(super) fn while_vjp(
     let Some(n) = trip_count(b.func(), cond, body, x) else {
         return Err(Error::Unsupported(
             "`while`: reverse mode through a loop whose trip count depends on the data is not \
-             defined (nor forward mode, computed here as the transpose of the reverse mode); \
-             write the loop with a static trip count (`fori_loop` with constant bounds, or \
-             `scan`) to differentiate it"
+             defined (forward mode is: `jvp`); write the loop with a static trip count \
+             (`fori_loop` with constant bounds, or `scan`) to differentiate it in reverse"
                 .into(),
         ));
     };
