@@ -23,6 +23,12 @@ pub enum Remat {
     SaveMatrixProducts,
     /// The values tagged with one of these names by [`tag`] inside the function.
     SaveNamed(Vec<String>),
+    /// At most this many bytes of intermediates, chosen by what recomputing them would cost:
+    /// repeatedly, of the values that still fit, the one whose recomputation (its own
+    /// instruction and those before it that are neither inputs nor saved, at the cost model's
+    /// estimates) costs most per byte. `Budget(0)` is [`Remat::SaveNothing`]; a budget as large
+    /// as every intermediate saves those worth anything to keep.
+    Budget(usize),
 }
 
 /// `t` unchanged, tagged `name` for a [`Remat::SaveNamed`] policy (JAX's `checkpoint_name`).
@@ -79,7 +85,7 @@ fn remat_traced<I: Tree, O: Tree>(
     })?;
     let template = template.expect("the function ran");
     let func = &traced.func;
-    let saved = saved_values(func, policy, &traced.tags);
+    let saved = saved_values(func, policy, &traced.tags, &traced.custom);
     // The forward pass: the outputs, then the saved values.
     let mut forward = func.clone();
     for &v in &saved {
@@ -99,7 +105,12 @@ fn remat_traced<I: Tree, O: Tree>(
 }
 
 /// The values of `f` the policy keeps.
-fn saved_values(f: &Func, policy: &Remat, tags: &[(ValueId, String)]) -> Vec<ValueId> {
+fn saved_values(
+    f: &Func,
+    policy: &Remat,
+    tags: &[(ValueId, String)],
+    custom: &[(usize, Func)],
+) -> Vec<ValueId> {
     match policy {
         Remat::SaveNothing => Vec::new(),
         Remat::SaveMatrixProducts => f
@@ -109,6 +120,7 @@ fn saved_values(f: &Func, policy: &Remat, tags: &[(ValueId, String)]) -> Vec<Val
             .flat_map(|i| i.results.iter().copied())
             .filter(|r| f.values[r.index()].dtype.is_float())
             .collect(),
+        Remat::Budget(bytes) => budgeted(f, *bytes, custom),
         Remat::SaveNamed(names) => {
             // Tags of parameters save nothing (the inputs are kept anyway).
             let mut out: Vec<ValueId> = tags
@@ -122,6 +134,132 @@ fn saved_values(f: &Func, policy: &Remat, tags: &[(ValueId, String)]) -> Vec<Val
             out
         }
     }
+}
+
+/// The values [`Remat::Budget`] saves in `f` within `budget` bytes (sorted): of the values the
+/// backward pass reads ([`read_by_backward`]), greedy by recomputation cost per byte, the costs
+/// re-estimated after each choice (a saved value cuts the recomputation of the values after
+/// it).
+fn budgeted(f: &Func, budget: usize, custom: &[(usize, Func)]) -> Vec<ValueId> {
+    let read = read_by_backward(f, custom);
+    let machine = kiln_opt::cost::Machine::REFERENCE;
+    let mut def = vec![None; f.values.len()];
+    for (k, inst) in f.insts.iter().enumerate() {
+        for r in &inst.results {
+            def[r.index()] = Some(k);
+        }
+    }
+    let own: Vec<f64> = f
+        .insts
+        .iter()
+        .map(|inst| {
+            let types: Vec<_> = inst
+                .results
+                .iter()
+                .map(|r| f.values[r.index()].clone())
+                .collect();
+            let operand = |k: usize| inst.operands.get(k).map(|o| f.values[o.index()].clone());
+            kiln_opt::cost::op_cost(&machine, &inst.op, inst.op.kind(), &types, operand)
+        })
+        .collect();
+    let bytes = |v: ValueId| {
+        let t = &f.values[v.index()];
+        t.numel().saturating_mul(t.dtype.bytes())
+    };
+    let candidates: Vec<ValueId> = f
+        .insts
+        .iter()
+        .filter(|i| !matches!(i.op.kind(), OpKind::Constant))
+        .flat_map(|i| i.results.iter().copied())
+        .filter(|&v| read[v.index()] && !f.outputs.contains(&v))
+        .filter(|&v| bytes(v) > 0)
+        .collect();
+    let mut saved = vec![false; f.values.len()];
+    let mut chosen = Vec::new();
+    let mut left = budget;
+    loop {
+        let mut best: Option<(f64, ValueId)> = None;
+        for &v in &candidates {
+            if saved[v.index()] || bytes(v) > left {
+                continue;
+            }
+            let per_byte = recompute_cost(f, &def, &own, &saved, v) / bytes(v) as f64;
+            if per_byte > 0.0 && best.is_none_or(|(b, _)| per_byte > b) {
+                best = Some((per_byte, v));
+            }
+        }
+        let Some((_, v)) = best else { break };
+        saved[v.index()] = true;
+        left -= bytes(v);
+        chosen.push(v);
+    }
+    chosen.sort();
+    chosen
+}
+
+/// Which of `f`'s values its backward pass reads (all of them if it has none): the backward
+/// pass built with every instruction's results given as parameters, then the parameters its
+/// live instructions read.
+fn read_by_backward(f: &Func, custom: &[(usize, Func)]) -> Vec<bool> {
+    let all = vec![true; f.values.len()];
+    let mut b = Builder::new("reads");
+    let args: Vec<ValueId> = f.param_types().into_iter().map(|t| b.param(t)).collect();
+    let given: Vec<(ValueId, ValueId)> = f
+        .insts
+        .iter()
+        .flat_map(|i| i.results.iter().copied())
+        .map(|r| (r, b.param(f.values[r.index()].clone())))
+        .collect();
+    let cts: Vec<Option<ValueId>> = f
+        .output_types
+        .iter()
+        .map(|t| t.dtype.is_float().then(|| b.param(t.clone())))
+        .collect();
+    let wrt: Vec<usize> = (0..f.params.len())
+        .filter(|&i| f.values[f.params[i].index()].dtype.is_float())
+        .collect();
+    let Ok((_, grads)) =
+        kiln_autodiff::vjp_into_saving(&mut b, f, &args, &cts, &wrt, &given, custom)
+    else {
+        return all;
+    };
+    let Ok(g) = b.finish(&grads) else {
+        return all;
+    };
+    // Eliminating dead code keeps the parameters' numbering.
+    let g = kiln_autodiff::eliminate_dead_code(&g);
+    let mut used = vec![false; g.values.len()];
+    for inst in &g.insts {
+        for o in &inst.operands {
+            used[o.index()] = true;
+        }
+    }
+    for o in &g.outputs {
+        used[o.index()] = true;
+    }
+    let mut read = vec![false; f.values.len()];
+    for (v, p) in given {
+        read[v.index()] = used[p.index()];
+    }
+    read
+}
+
+/// The estimated cost of recomputing `v` in `f`: its instruction's and those of the values it
+/// needs, back to the parameters and the values `saved`.
+fn recompute_cost(f: &Func, def: &[Option<usize>], own: &[f64], saved: &[bool], v: ValueId) -> f64 {
+    let mut seen = vec![false; f.insts.len()];
+    let mut stack = vec![v];
+    let mut cost = 0.0;
+    while let Some(u) = stack.pop() {
+        let Some(k) = def[u.index()] else { continue };
+        if (u != v && saved[u.index()]) || seen[k] {
+            continue;
+        }
+        seen[k] = true;
+        cost += own[k];
+        stack.extend(f.insts[k].operands.iter().copied());
+    }
+    cost
 }
 
 /// The custom rule: `(xs..., ys..., saved..., ys_bar..., saved_bar...) -> xs_bar...`, which

@@ -1,6 +1,7 @@
 //! `kiln::remat`: rematerialized functions differentiate exactly like the originals under
 //! every policy (eagerly traced and compiled, nested in a loop, twice), and save memory: the
-//! compiled gradient's planned peak falls when each layer is rematerialized.
+//! compiled gradient's planned peak falls when each layer is rematerialized, and a memory
+//! budget bounds what is kept.
 
 use kiln::random::{key, normal, split};
 use kiln::{DType, Remat, Tensor, grad, jit, remat, tag};
@@ -52,6 +53,9 @@ fn policies() -> Vec<Remat> {
         Remat::SaveNothing,
         Remat::SaveMatrixProducts,
         Remat::SaveNamed(vec!["hidden".into()]),
+        Remat::Budget(0),
+        Remat::Budget(5 * 5 * 8),
+        Remat::Budget(usize::MAX),
     ]
 }
 
@@ -99,8 +103,26 @@ fn rematerialized_layers_lower_the_planned_peak() {
     let plain = peak(None);
     let nothing = peak(Some(Remat::SaveNothing));
     let products = peak(Some(Remat::SaveMatrixProducts));
+    // One [512, 256] f32 activation per layer: 512 KiB.
+    let one = 512 * 256 * 4;
+    let budget = |b: usize| peak(Some(Remat::Budget(b)));
+    let (zero, single, all) = (budget(0), budget(one), budget(usize::MAX));
     println!(
-        "planned peak: {plain} B without remat, {nothing} B saving nothing, {products} B saving products"
+        "planned peak: {plain} B without remat, {nothing} B saving nothing, {products} B saving \
+         products, {zero} / {single} / {all} B with a budget of 0 / 512 KiB / unlimited per layer"
     );
     assert!(nothing < plain, "{nothing} >= {plain}");
+    // A budget of nothing saves nothing; a budget of one activation per layer keeps at most
+    // one more per layer than saving nothing; a larger budget keeps at least as much. (Each
+    // layer's backward pass reads one intermediate, its first tanh, so the unlimited budget
+    // saves just that one: far less than saving the products.)
+    assert_eq!(zero, nothing);
+    assert!(
+        single > nothing && single <= nothing + 6 * one,
+        "{single} vs {nothing}"
+    );
+    assert!(
+        all >= single && all < products,
+        "{all} vs {single}, {products}"
+    );
 }
