@@ -124,6 +124,43 @@ pub fn sort_plan(comparator: &Func, operands: usize) -> SortPlan {
     }
 }
 
+/// How many leading elements of each slice along `dimension` the users of `f`'s sort
+/// instruction `i` read, when that is all they read: every use of every result is a `slice`
+/// that starts at 0 with stride 1 along `dimension` (`Tensor::topk`, a sort then its first
+/// `k`), and no result is returned. The runtime then orders only that prefix of each slice
+/// (a selection, then a sort of the prefix), leaving the rest in some order; `None` when a
+/// user reads more, or the prefix is the whole slice.
+pub fn read_prefix(f: &Func, i: usize) -> Option<usize> {
+    let inst = &f.insts[i];
+    let Op::Sort { dimension, .. } = inst.op else {
+        return None;
+    };
+    let d = usize::try_from(dimension).ok()?;
+    let len = *f.values[inst.results.first()?.index()].shape.get(d)?;
+    if inst.results.iter().any(|r| f.outputs.contains(r)) {
+        return None;
+    }
+    let mut prefix = 0;
+    for user in &f.insts[i + 1..] {
+        if !user.operands.iter().any(|o| inst.results.contains(o)) {
+            continue;
+        }
+        let Op::Slice {
+            start_indices,
+            limit_indices,
+            strides,
+        } = &user.op
+        else {
+            return None;
+        };
+        if start_indices.get(d) != Some(&0) || strides.get(d) != Some(&1) {
+            return None;
+        }
+        prefix = prefix.max(usize::try_from(*limit_indices.get(d)?).ok()?);
+    }
+    (prefix < len).then_some(prefix)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +170,45 @@ mod tests {
             "func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {{\n{body}\n}}\n"
         );
         kiln_ir::parse_func_text(&text).expect("parses")
+    }
+
+    #[test]
+    fn a_sort_read_only_through_leading_slices_has_a_prefix() {
+        let cmp = "{dimension = 1, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[]) -> pred[] {\n      %2 = compare %0, %1 {comparison_direction = GT} : pred[]\n      return %2\n    }}";
+        let f = |users: &str, ret: &str| {
+            kiln_ir::parse_func_text(&format!(
+                "func @main(%0: f32[2,100]) -> f32[2,{ret}] {{\n  %1 = sort %0 {cmp} : f32[2,100]\n{users}}}\n"
+            ))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let slice = |v: &str, k: usize| {
+            format!(
+                "slice {v} {{start_indices = [0, 0], limit_indices = [2, {k}], strides = [1, 1]}} : f32[2,{k}]"
+            )
+        };
+        let two = f(
+            &format!(
+                "  %2 = {}\n  %3 = {}\n  return %3\n",
+                slice("%1", 3),
+                slice("%1", 5)
+            ),
+            "5",
+        );
+        assert_eq!(read_prefix(&two, 0), Some(5));
+        let whole = f(
+            &format!("  %2 = {}\n  return %2\n", slice("%1", 100)),
+            "100",
+        );
+        assert_eq!(read_prefix(&whole, 0), None);
+        let returned = f("  return %1\n", "100");
+        assert_eq!(read_prefix(&returned, 0), None);
+        let other = f("  %2 = negate %1 : f32[2,100]\n  return %2\n", "100");
+        assert_eq!(read_prefix(&other, 0), None);
+        let offset = f(
+            "  %2 = slice %1 {start_indices = [0, 1], limit_indices = [2, 4], strides = [1, 1]} : f32[2,3]\n  return %2\n",
+            "3",
+        );
+        assert_eq!(read_prefix(&offset, 0), None);
     }
 
     #[test]

@@ -323,7 +323,8 @@ impl Program {
                     (_, kiln_kernel::sort::SortPlan::Keys { .. }) => None,
                     _ => return Err(missing()),
                 };
-                sort::sort(x, *dimension as usize, plan, cmp)
+                let prefix = kiln_kernel::sort::read_prefix(&self.func, i);
+                sort::sort(x, *dimension as usize, plan, cmp, prefix)
             }
             op => Err(Error(format!(
                 "#{i} {}: a control step on an op without regions",

@@ -21,6 +21,10 @@ use rayon::prelude::*;
 /// them).
 const SHORT: usize = 64;
 
+/// A prefix of at most this fraction of a slice is selected, then sorted, rather than the
+/// whole slice sorted (see [`sort`]).
+const PREFIX_FRACTION: usize = 8;
+
 /// The elements of `l` as order-preserving unsigned keys (descending: reversed), with
 /// whether a key stands for several elements (a -0 or a NaN was met); at a NaN, `None`
 /// unless `nan_greatest` (then every NaN is the greatest key).
@@ -186,8 +190,12 @@ fn radix_sort<K: RadixKey>(keys: &mut Vec<K>, mut idx: Option<&mut Vec<u32>>) {
     }
 }
 
-/// The order of one slice's keys: positions within the slice, sorted stably.
-fn slice_order<K: RadixKey>(keys: Vec<K>) -> Vec<u32> {
+/// The order of one slice's keys, its first `prefix` positions only when given: positions
+/// within the slice, sorted stably.
+fn slice_order<K: RadixKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
+    if let Some(k) = prefix {
+        return prefix_order(&keys, k);
+    }
     let mut idx: Vec<u32> = (0..keys.len() as u32).collect();
     if keys.len() < SHORT {
         let mut pos: Vec<usize> = (0..keys.len()).collect();
@@ -197,6 +205,20 @@ fn slice_order<K: RadixKey>(keys: Vec<K>) -> Vec<u32> {
     let mut keys = keys;
     radix_sort(&mut keys, Some(&mut idx));
     idx
+}
+
+/// The positions of the `k` least keys, first, in the stable sort's order (by key, then
+/// position: a total order, so the first `k` are those a stable sort puts first), then the
+/// other positions in the order the selection leaves them.
+fn prefix_order<K: RadixKey>(keys: &[K], k: usize) -> Vec<u32> {
+    let mut pos: Vec<u32> = (0..keys.len() as u32).collect();
+    let rank = |p: &u32| (keys[*p as usize], *p);
+    if k < pos.len() {
+        pos.select_nth_unstable_by_key(k, rank);
+    }
+    let k = k.min(pos.len());
+    pos[..k].sort_unstable_by_key(rank);
+    pos
 }
 
 /// The slices of `shape` along `dimension`: their count, length and stride, and the first
@@ -226,12 +248,16 @@ impl Slices {
     }
 }
 
-/// The permutation (result position -> source position) sorting every slice by `keys`.
-fn keyed_permutation<K: RadixKey>(keys: &[K], sl: &Slices) -> Vec<usize> {
+/// The permutation (result position -> source position) sorting every slice by `keys` (its
+/// first `prefix` positions only, when given).
+fn keyed_permutation<K: RadixKey>(keys: &[K], sl: &Slices, prefix: Option<usize>) -> Vec<usize> {
     let n = keys.len();
     let orders: Vec<Vec<u32>> = (0..sl.count)
         .into_par_iter()
-        .map(|s| slice_order((0..sl.len).map(|i| keys[sl.position(s, i)]).collect()))
+        .map(|s| {
+            let slice = (0..sl.len).map(|i| keys[sl.position(s, i)]).collect();
+            slice_order(slice, prefix)
+        })
         .collect();
     let mut perm = vec![0usize; n];
     for (s, order) in orders.into_iter().enumerate() {
@@ -244,9 +270,22 @@ fn keyed_permutation<K: RadixKey>(keys: &[K], sl: &Slices) -> Vec<usize> {
 
 /// One f32 operand sorted by its own keys (no -0, no NaN: each key one element) along contiguous slices: each
 /// slice's keys sorted and turned back into elements, with no permutation to carry.
-fn sorted_f32_keys(l: &Literal, mut k: Vec<u32>, descending: bool, len: usize) -> Literal {
+fn sorted_f32_keys(
+    l: &Literal,
+    mut k: Vec<u32>,
+    descending: bool,
+    len: usize,
+    prefix: Option<usize>,
+) -> Literal {
     k.par_chunks_mut(len.max(1)).for_each(|c| {
-        if c.len() < SHORT {
+        if let Some(p) = prefix {
+            // Equal keys are equal elements here, so any order of them is the stable one.
+            let p = p.min(c.len());
+            if p < c.len() {
+                c.select_nth_unstable(p);
+            }
+            c[..p].sort_unstable();
+        } else if c.len() < SHORT {
             c.sort_unstable();
         } else {
             let mut v = c.to_vec();
@@ -263,15 +302,21 @@ fn sorted_f32_keys(l: &Literal, mut k: Vec<u32>, descending: bool, len: usize) -
 }
 
 /// Runs a `sort` of the operands `x` along `dimension` as `plan` says; `comparator` is the
-/// comparator's compiled program (needed by [`SortPlan::Comparator`] only).
+/// comparator's compiled program (needed by [`SortPlan::Comparator`] only). With a `prefix`
+/// (`kiln_kernel::sort::read_prefix`: the users read only that many leading elements of each
+/// slice), a sort by keys orders only those, after selecting them, when the prefix is short
+/// enough to pay ([`PREFIX_FRACTION`]); the rest of each slice holds the other elements in
+/// some order.
 pub(crate) fn sort(
     x: &[&Literal],
     dimension: usize,
     plan: SortPlan,
     comparator: Option<&dyn Region>,
+    prefix: Option<usize>,
 ) -> Result<Vec<Literal>, Error> {
     let shape = x[0].shape().to_vec();
     let sl = Slices::new(&shape, dimension);
+    let prefix = prefix.filter(|&k| sl.len >= SHORT && k.saturating_mul(PREFIX_FRACTION) <= sl.len);
     let perm = match plan {
         SortPlan::Keys {
             operand,
@@ -282,11 +327,11 @@ pub(crate) fn sort(
                 Keys::U32(v) => {
                     let own = x.len() == 1 && !lossy && sl.stride == 1;
                     if own && matches!(x[0].data(), Data::F32(_)) {
-                        return Ok(vec![sorted_f32_keys(x[0], v, descending, sl.len)]);
+                        return Ok(vec![sorted_f32_keys(x[0], v, descending, sl.len, prefix)]);
                     }
-                    keyed_permutation(&v, &sl)
+                    keyed_permutation(&v, &sl, prefix)
                 }
-                Keys::U64(v) => keyed_permutation(&v, &sl),
+                Keys::U64(v) => keyed_permutation(&v, &sl, prefix),
             },
             None => {
                 // NaN keys: the comparison itself, as the reference's merge sort makes it.

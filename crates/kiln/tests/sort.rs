@@ -97,6 +97,60 @@ fn sort_and_argsort_match_a_stable_sort_eagerly_and_compiled() {
 }
 
 #[test]
+fn compiled_topk_selects_the_stable_sorts_first_k() {
+    // A compiled sort whose users read only a prefix orders only that prefix (a selection,
+    // then a sort): the first k must be those of the stable sort, ties in order, for k short
+    // and long, along rows and along columns.
+    let (rows, n) = (3, 1000);
+    let v = values(rows * n, 11);
+    let x = Tensor::from_vec(v.clone(), [rows, n]).unwrap();
+    let idx = expected(&v, n, true);
+    for k in [1usize, 5, 100, 125, 126, 999] {
+        let (vals, pos) = jit(move |x: &Tensor| x.topk(k, 1)).call(&x).unwrap();
+        let want: Vec<i32> = idx.chunks(n).flat_map(|c| c[..k].to_vec()).collect();
+        assert_eq!(pos.to_vec::<i32>().unwrap(), want, "positions, k = {k}");
+        let want_vals: Vec<f32> = want
+            .chunks(k)
+            .enumerate()
+            .flat_map(|(r, c)| c.iter().map(move |&i| (r, i)))
+            .map(|(r, i)| v[r * n + i as usize])
+            .collect();
+        assert_eq!(bits(&vals.to_vec::<f32>().unwrap()), bits(&want_vals));
+        // Along the first axis of the transpose: the same rows, strided.
+        let xt = x.transpose(&[1, 0]);
+        let (_, pos_t) = jit(move |x: &Tensor| x.topk(k, 0)).call(&xt).unwrap();
+        let pos_t = pos_t.to_vec::<i32>().unwrap();
+        let back: Vec<i32> = (0..rows)
+            .flat_map(|r| (0..k).map(move |j| (r, j)))
+            .map(|(r, j)| pos_t[j * rows + r])
+            .collect();
+        assert_eq!(back, want, "positions along axis 0, k = {k}");
+    }
+    // One operand sorted by its own keys (no -0, no NaN), then its first k: the elements.
+    let w: Vec<f32> = (0..4096)
+        .map(|i| ((i * 7919) % 4099) as f32 - 2000.0)
+        .collect();
+    let y = Tensor::from_vec(w.clone(), [2, 2048]).unwrap();
+    for k in [3usize, 256] {
+        let got = jit(move |y: &Tensor| y.sort(1, false).slice(1, 0, k as isize, 1))
+            .call(&y)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let want: Vec<f32> = w
+            .chunks(2048)
+            .flat_map(|c| {
+                let mut c = c.to_vec();
+                c.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                c.truncate(k);
+                c
+            })
+            .collect();
+        assert_eq!(got, want, "k = {k}");
+    }
+}
+
+#[test]
 fn sorting_along_the_first_axis_sorts_each_column() {
     let v: Vec<i32> = vec![5, -1, 2, 8, 9, 0, 2, 8];
     let x = Tensor::from_vec(v, [4, 2]).unwrap();
