@@ -40,6 +40,11 @@ pub mod train;
 mod transforms;
 mod vmap;
 
+/// `docs/tutorial.md`, whose Rust blocks run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/tutorial.md")]
+pub struct Tutorial;
+
 pub use backend::{Options, options, set_options};
 pub use kiln_derive::Tree;
 pub use kiln_ir as ir;
