@@ -174,7 +174,6 @@ fn check_modes(
     } else {
         f
     };
-    const EPS: f64 = 1e-6;
     let wrt: Vec<usize> = (0..f.params.len())
         .filter(|&i| f.values[f.params[i].index()].dtype == DType::F64)
         .collect();

@@ -16,6 +16,7 @@ use kiln_ir::{Func, Literal, OpKind, parse_func_text, parse_module, print_func, 
 use kiln_tests::*;
 
 mod gradcheck;
+mod how_it_compiles;
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -647,4 +648,20 @@ fn tracing_depends_on_no_codegen_crate() {
             "kiln-trace depends on {banned}: {seen:?}"
         );
     }
+}
+
+/// `docs/how-kiln-compiles.md` is what the compiler makes of its program now; `KILN_BLESS`
+/// (`cargo xtask codegen`) rewrites it.
+#[test]
+fn how_kiln_compiles_is_fresh() {
+    let want = how_it_compiles::document();
+    let path = root().join("docs/how-kiln-compiles.md");
+    if std::env::var_os("KILN_BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "docs/how-kiln-compiles.md is stale: run `cargo xtask codegen`"
+    );
 }
