@@ -34,6 +34,7 @@ mod sorting;
 mod tensor;
 pub mod trace;
 pub mod tree;
+mod view;
 
 pub use composite::{composite, failure};
 pub use error::{Error, Result};

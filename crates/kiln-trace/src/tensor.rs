@@ -27,6 +27,8 @@ impl fmt::Display for Device {
 
 pub(crate) enum Repr {
     Eager(Literal),
+    /// A view of another eager tensor's storage (`crate::view`).
+    View(Box<crate::view::ViewRepr>),
     Traced {
         frame: u64,
         value: ValueId,
@@ -174,6 +176,7 @@ impl Tensor {
     pub fn ty(&self) -> Option<TensorType> {
         match self.repr() {
             Repr::Eager(l) => Some(l.ty().clone()),
+            Repr::View(v) => Some(v.ty().clone()),
             Repr::Traced { ty, .. } => Some(ty.clone()),
             Repr::Failed(_) => None,
         }
@@ -217,6 +220,7 @@ impl Tensor {
     pub fn try_into_literal(self) -> std::result::Result<Literal, Tensor> {
         match Arc::try_unwrap(self.0) {
             Ok(Repr::Eager(l)) => Ok(l),
+            Ok(Repr::View(v)) => Ok(v.into_literal()),
             Ok(r) => Err(Tensor::from_repr(r)),
             Err(shared) => Err(Tensor(shared)),
         }
@@ -226,6 +230,7 @@ impl Tensor {
     pub fn literal(&self) -> Option<&Literal> {
         match self.repr() {
             Repr::Eager(l) => Some(l),
+            Repr::View(v) => Some(v.literal()),
             _ => None,
         }
     }
@@ -235,6 +240,7 @@ impl Tensor {
     pub fn to_literal(&self) -> Result<Literal> {
         match self.repr() {
             Repr::Eager(l) => Ok(l.clone()),
+            Repr::View(v) => Ok(v.literal().clone()),
             Repr::Failed(e) => Err(e.clone()),
             Repr::Traced { ty, .. } => Err(Error::new(
                 "to_literal",
@@ -299,6 +305,8 @@ impl fmt::Display for Tensor {
             // Large values are summarized (`...`); `{:#}` prints every element.
             Repr::Eager(l) if f.alternate() => write!(f, "{l:#}"),
             Repr::Eager(l) => write!(f, "{l}"),
+            Repr::View(v) if f.alternate() => write!(f, "{:#}", v.literal()),
+            Repr::View(v) => write!(f, "{}", v.literal()),
             Repr::Traced { ty, value, .. } => write!(f, "traced {value} : {ty}"),
             Repr::Failed(e) => write!(f, "failed tensor: {e}"),
         }

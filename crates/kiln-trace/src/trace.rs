@@ -175,12 +175,10 @@ fn with_frame<T>(f: impl FnOnce(&mut Frame, &[u64]) -> T) -> T {
 /// that what follows (a broadcast, say) is recorded rather than computed on the constant.
 /// Other tensors are returned unchanged.
 pub fn lift(t: &Tensor) -> Tensor {
-    let Repr::Eager(lit) = t.repr() else {
-        return t.clone();
-    };
-    if !tracing() {
+    if !matches!(t.repr(), Repr::Eager(_) | Repr::View(_)) || !tracing() {
         return t.clone();
     }
+    let lit = t.literal().expect("an eager tensor");
     let ty = lit.ty().clone();
     with_frame(|fr, live| match value_in(fr, live, t) {
         Ok(value) => Tensor::from_repr(Repr::Traced {
@@ -243,7 +241,8 @@ fn value_in(fr: &mut Frame, live: &[u64], t: &Tensor) -> Result<ValueId> {
             fr.known.insert(key, (t.clone(), v));
             Ok(v)
         }
-        Repr::Eager(lit) => {
+        Repr::Eager(_) | Repr::View(_) => {
+            let lit = t.literal().expect("an eager tensor");
             if let Some((_, v)) = fr.known.get(&key) {
                 return Ok(*v);
             }
@@ -333,16 +332,26 @@ pub fn apply(
                 .map_err(|e| fail(format!("{}: {}", e.diag.label, e.diag.message)))
         });
     }
-    // Eager: type-check with the user's location, then run the one-op function.
-    let lits: Vec<&kiln_ir::Literal> = xs
+    // Eager: type-check with the user's location, then make a view of the operand's storage
+    // (a data movement), or run the one-op function.
+    let owned: Vec<TensorType> = xs
         .iter()
-        .map(|t| t.literal().expect("eager and not failed"))
+        .map(|t| t.ty().expect("eager and not failed"))
         .collect();
-    let tys: Vec<&TensorType> = lits.iter().map(|l| l.ty()).collect();
+    let tys: Vec<&TensorType> = owned.iter().collect();
     let types = match kiln_ir::type_rule(&op, &tys, declared.as_deref()) {
         Ok(t) => t,
         Err(d) => return vec![Tensor::failed(fail(format!("{}: {}", d.label, d.message))); n],
     };
+    if let ([x], [ty]) = (xs, &types[..])
+        && let Some(v) = crate::view::view_op(&op, x, ty)
+    {
+        return vec![v];
+    }
+    let lits: Vec<&kiln_ir::Literal> = xs
+        .iter()
+        .map(|t| t.literal().expect("eager and not failed"))
+        .collect();
     match run_op(op, &lits, types) {
         Ok(outs) => outs.into_iter().map(Tensor::new).collect(),
         Err(e) => vec![

@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 /// The elements of an output of shape `shape` read from a source with `out[o] = src[base +
 /// Σ o[d] * strides[d]]` (a stride may be 0, a broadcast, or negative, a reversal).
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct View {
+pub(crate) struct View {
     pub shape: Vec<usize>,
     pub strides: Vec<isize>,
     pub base: isize,
@@ -51,6 +51,31 @@ impl View {
             strides: perm.iter().map(|&p| st[p] as isize).collect(),
             base: 0,
         }
+    }
+
+    /// The row-major view of a whole operand of shape `shape`.
+    pub fn whole(shape: &[usize]) -> View {
+        View {
+            shape: shape.to_vec(),
+            strides: kiln_ir::strides(shape)
+                .iter()
+                .map(|&s| s as isize)
+                .collect(),
+            base: 0,
+        }
+    }
+
+    /// Whether the view reads consecutive elements in row-major order (from any offset):
+    /// every dimension of more than one element steps by the product of the later ones.
+    pub fn is_row_major(&self) -> bool {
+        let mut want = 1isize;
+        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if n > 1 && s != want {
+                return false;
+            }
+            want *= n as isize;
+        }
+        true
     }
 }
 
@@ -214,28 +239,42 @@ fn strided_block<U: Copy + Default>(
 
 /// The view `op` reads its operand `a` through, for a result of type `ty`.
 fn view_of(op: &Op, a: &Literal, ty: &TensorType) -> Option<View> {
-    let st: Vec<isize> = a.ty().strides().iter().map(|&s| s as isize).collect();
-    let rank = a.ty().rank();
+    view_through(op, &View::whole(a.shape()), ty)
+}
+
+/// The view `op` (a broadcast, transpose, slice or reverse) reads through when its operand is
+/// itself the view `src` of some storage, for a result of type `ty`: the result's view of the
+/// same storage. A reshape is a view only of a row-major view (any offset).
+pub(crate) fn view_through(op: &Op, src: &View, ty: &TensorType) -> Option<View> {
+    let st = &src.strides;
+    let rank = src.shape.len();
     let dim = |d: i64| usize::try_from(d).ok().filter(|&d| d < rank);
-    Some(match op {
+    let mut v = match op {
         Op::BroadcastInDim {
             broadcast_dimensions,
         } => {
+            if broadcast_dimensions.len() != rank {
+                return None;
+            }
             let mut strides = vec![0isize; ty.rank()];
             for (i, &d) in broadcast_dimensions.iter().enumerate() {
-                if a.shape()[i] != 1 {
+                if src.shape[i] != 1 {
                     *strides.get_mut(usize::try_from(d).ok()?)? = st[i];
                 }
             }
             View {
                 shape: ty.shape.clone(),
                 strides,
-                base: 0,
+                base: src.base,
             }
         }
         Op::Transpose { permutation } => {
             let perm: Vec<usize> = permutation.iter().map(|&p| dim(p)).collect::<Option<_>>()?;
-            View::permuted(a.shape(), &perm)
+            View {
+                shape: perm.iter().map(|&p| src.shape[p]).collect(),
+                strides: perm.iter().map(|&p| st[p]).collect(),
+                base: src.base,
+            }
         }
         Op::Slice {
             start_indices,
@@ -244,18 +283,14 @@ fn view_of(op: &Op, a: &Literal, ty: &TensorType) -> Option<View> {
         } => View {
             shape: ty.shape.clone(),
             strides: st.iter().zip(step).map(|(&s, &k)| s * k as isize).collect(),
-            base: st
-                .iter()
-                .zip(start_indices)
-                .map(|(&s, &i)| s * i as isize)
-                .sum(),
+            base: src.base
+                + st.iter()
+                    .zip(start_indices)
+                    .map(|(&s, &i)| s * i as isize)
+                    .sum::<isize>(),
         },
         Op::Reverse { dimensions } => {
-            let mut v = View {
-                shape: a.shape().to_vec(),
-                strides: st,
-                base: 0,
-            };
+            let mut v = src.clone();
             for &d in dimensions {
                 let d = dim(d)?;
                 v.base += v.strides[d] * (v.shape[d] as isize - 1).max(0);
@@ -263,8 +298,33 @@ fn view_of(op: &Op, a: &Literal, ty: &TensorType) -> Option<View> {
             }
             v
         }
+        Op::Reshape {} if src.is_row_major() => View {
+            shape: ty.shape.clone(),
+            strides: kiln_ir::strides(&ty.shape)
+                .iter()
+                .map(|&s| s as isize)
+                .collect(),
+            base: src.base,
+        },
         _ => return None,
-    })
+    };
+    // A dimension of one element is never stepped: its stride is any (0 keeps views equal).
+    for (s, &n) in v.strides.iter_mut().zip(&v.shape) {
+        if n <= 1 {
+            *s = 0;
+        }
+    }
+    (v.shape == ty.shape).then_some(v)
+}
+
+/// The elements of `src` that `view` reads, as a row-major literal of type `ty` (`src`'s
+/// dtype).
+pub(crate) fn materialize(src: &Literal, view: &View, ty: &TensorType) -> Option<Literal> {
+    if src.dtype() != ty.dtype || view.shape != ty.shape {
+        return None;
+    }
+    let data = with_elem!(ty.dtype, T => T::data(gather(T::slice(src.data())?, view, |x: T| x)?));
+    Literal::new(ty.clone(), data).ok()
 }
 
 /// `op` (a data movement) on `lits`, with result type `ty`.

@@ -20,7 +20,7 @@
 
 mod dot;
 mod elementwise;
-mod layout;
+pub(crate) mod layout;
 mod reduce;
 mod sort;
 pub(crate) use sort::sort;
