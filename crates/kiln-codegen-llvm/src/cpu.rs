@@ -25,6 +25,7 @@ use inkwell::values::{
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::{Combiner, ComparisonDirection as Cmp, DType, Func, Literal, OpKind, strides};
 
+mod aot;
 mod compile_times;
 mod emitter;
 mod executable;
@@ -37,6 +38,7 @@ mod paths;
 mod row_cache;
 mod sum_tree;
 
+pub use aot::{AotProgram, aot_programs, cpu_target_info};
 use kernels::*;
 use loops::*;
 use module::*;

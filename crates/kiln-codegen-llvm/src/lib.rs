@@ -170,8 +170,9 @@ enum Pipeline {
     Light,
 }
 
-/// This machine's CPU name and features, as LLVM reports them (once per process).
-fn host_cpu() -> (String, String) {
+/// This machine's CPU name and features, as LLVM reports them (once per process): what the CPU
+/// backend compiles for, and what an ahead-of-time CPU artifact records.
+pub fn host_cpu() -> (String, String) {
     static HOST: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
         (
