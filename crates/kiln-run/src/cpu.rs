@@ -15,7 +15,7 @@
 use crate::Error;
 use crate::artifact::{Artifact, Kind, relower};
 use kiln_ir::Func;
-use kiln_runtime::kernel_program::{KernelTable, LoadedProgram};
+use kiln_runtime::kernel_program::{KernelTable, LoadedProgram, RegionFuncs};
 use kiln_runtime::library::{Library, checksum};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -259,7 +259,7 @@ fn open_program(a: &Artifact, i: usize) -> Result<LoadedProgram, Error> {
         .map(|bytes| Library::from_bytes(bytes, &lib_file).map(Arc::new))
         .transpose()
         .map_err(Error::Artifact)?;
-    let mut regions = |step: usize, want: Vec<(Func, Vec<bool>)>| {
+    let mut regions = |step: usize, want: RegionFuncs| {
         let ids = p
             .regions
             .iter()

@@ -17,6 +17,10 @@ use kiln_kernel::{Options, TargetInfo};
 use std::borrow::Cow;
 use std::sync::Arc;
 
+/// The regions of a control step as functions to compile, each with its donated parameters
+/// (see [`control_regions`]).
+pub type RegionFuncs = Vec<(Func, Vec<bool>)>;
+
 /// In-place inputs of a kernel: `(input, output)` pairs and the pointer table's length.
 pub type Alias = (Vec<(usize, usize)>, usize);
 
@@ -156,7 +160,7 @@ pub fn launches(lowered: &Lowered, target: &TargetInfo) -> Vec<Launch> {
 /// condition and its body without its invariant carries, the others donated
 /// ([`kiln_kernel::host_loop`]); a `case`'s branches; a sort's comparator, except for a sort by
 /// keys, which never calls it (none).
-pub fn control_regions(inst: &Inst) -> Result<Vec<(Func, Vec<bool>)>, String> {
+pub fn control_regions(inst: &Inst) -> Result<RegionFuncs, String> {
     if let kiln_ir::Op::Sort { comparator, .. } = &inst.op
         && let kiln_kernel::sort::SortPlan::Keys { .. } =
             kiln_kernel::sort::sort_plan(comparator, inst.operands.len())
@@ -223,7 +227,7 @@ pub unsafe fn load(
     name: &str,
     target: &TargetInfo,
     opts: &Options,
-    regions: &mut dyn FnMut(usize, Vec<(Func, Vec<bool>)>) -> Result<Vec<Box<dyn Region>>, String>,
+    regions: &mut dyn FnMut(usize, RegionFuncs) -> Result<Vec<Box<dyn Region>>, String>,
 ) -> Result<LoadedProgram, String> {
     let table = KernelTable::new(&lowered);
     let symbols = table.symbols();
@@ -258,7 +262,7 @@ pub unsafe fn load(
         }
     }
     let launch = launches(&lowered, target);
-    let control: Vec<(usize, Vec<(Func, Vec<bool>)>)> = lowered
+    let control: Vec<(usize, RegionFuncs)> = lowered
         .steps
         .iter()
         .enumerate()
