@@ -93,18 +93,21 @@ fn compile_cpu(
     features: &str,
 ) -> std::result::Result<Artifact, String> {
     let (host, host_features) = kiln_codegen_llvm::host_cpu();
-    if !(cpu == "host" || (cpu == host && (features.is_empty() || features == host_features))) {
-        return Err(format!(
-            "the CPU backend compiles for this machine's CPU ({host}) only, not for {cpu}{}; \
-             compile on a machine of that kind with `Target::host()`",
-            if features.is_empty() {
-                String::new()
-            } else {
-                format!(" with {features}")
-            }
-        ));
-    }
-    let programs = kiln_codegen_llvm::cpu::aot_programs(f, opts)
+    let mut opts = opts.clone();
+    let (cpu, features) = if cpu == "host" || (cpu == host && features.is_empty()) {
+        (host, host_features)
+    } else {
+        if std::env::consts::ARCH != "x86_64" {
+            return Err(format!(
+                "compiling for the x86-64 CPU {cpu} needs an x86-64 machine (this one is {})",
+                std::env::consts::ARCH
+            ));
+        }
+        check_cpu_name(cpu, features)?;
+        opts.cpu.machine = Some(kiln_kernel::options::CpuMachine::new(cpu, features));
+        (cpu.to_string(), features.to_string())
+    };
+    let programs = kiln_codegen_llvm::cpu::aot_programs(f, &opts)
         .map_err(|e| e.to_string())?
         .into_iter()
         .map(|p| kiln_run::cpu::CpuProgram {
@@ -118,11 +121,42 @@ fn compile_cpu(
         })
         .collect();
     let target = Target {
-        kind: Kind::Cpu { cpu: host },
+        kind: Kind::Cpu { cpu },
         sm: String::new(),
-        features: host_features,
-        info: kiln_codegen_llvm::cpu::cpu_target_info(opts),
+        features,
+        info: kiln_codegen_llvm::cpu::cpu_target_info(&opts),
     };
-    let opts = opts.clone().without_cache();
-    Artifact::new_cpu(&opts, target, programs)
+    // The CPU is the target's; the kernel layer's switches are the artifact's options.
+    opts.cpu.machine = None;
+    Artifact::new_cpu(&opts.without_cache(), target, programs)
+}
+
+/// Checks a named CPU target's name and features as LLVM writes them: a name of letters,
+/// digits, `-`, `_` and `.`, and a non-empty comma-separated list of `+feature` and `-feature`
+/// (the features decide the code and what `kiln-run` checks the running CPU for).
+fn check_cpu_name(cpu: &str, features: &str) -> std::result::Result<(), String> {
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    if !word(cpu) {
+        return Err(format!(
+            "`{cpu}` is not a CPU name as LLVM writes them (x86-64-v3, sapphirerapids)"
+        ));
+    }
+    let bad = features.split(',').find(|f| {
+        !(f.strip_prefix('+')
+            .or_else(|| f.strip_prefix('-'))
+            .is_some_and(word))
+    });
+    if features.is_empty() || bad.is_some() {
+        return Err(format!(
+            "the CPU {cpu} needs its features as LLVM lists them (`+sse4.2,+avx2,+fma,...`: what \
+             `llc -mcpu={cpu} -mattr=help` shows, or /proc/cpuinfo's flags of that machine){}",
+            bad.map(|b| format!("; `{b}` is not a +feature or -feature"))
+                .unwrap_or_default()
+        ));
+    }
+    Ok(())
 }

@@ -251,15 +251,19 @@ fn a_damaged_library_a_missing_kernel_and_a_missing_cpu_feature_are_clear_errors
 }
 
 #[test]
-fn a_cpu_target_for_another_cpu_is_refused_and_the_host_target_is_recorded() {
+fn a_cpu_target_is_named_with_its_features_and_the_host_target_is_recorded() {
     let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0], [3]).unwrap();
     let e = compile(
         |x: &Tensor| x.exp(),
         &x,
-        Target::cpu("kiln-no-such-cpu", "+avx2"),
+        Target::cpu("no such cpu", "+avx2"),
     )
     .unwrap_err();
-    assert!(e.message.contains("kiln-no-such-cpu"), "{e}");
+    assert!(e.message.contains("`no such cpu` is not a CPU name"), "{e}");
+    let e = compile(|x: &Tensor| x.exp(), &x, Target::cpu("x86-64-v3", "")).unwrap_err();
+    assert!(e.message.contains("needs its features"), "{e}");
+    let e = compile(|x: &Tensor| x.exp(), &x, Target::cpu("x86-64-v3", "avx2")).unwrap_err();
+    assert!(e.message.contains("`avx2` is not a +feature"), "{e}");
     let a = compile(|x: &Tensor| x.exp(), &x, Target::host()).unwrap();
     let dir = scratch("cpu-manifest");
     a.save(&dir).unwrap();
@@ -275,4 +279,25 @@ fn a_cpu_target_for_another_cpu_is_refused_and_the_host_target_is_recorded() {
     let e = back.device_plan().unwrap_err();
     assert!(e.to_string().contains("runs on the CPU"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Baseline x86-64 with SSE4.2: every x86-64 machine kiln runs on has it.
+const X86_64_V2: &str = "+sse,+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16";
+
+#[test]
+fn an_artifact_compiled_for_another_cpu_runs_where_its_features_are() {
+    let x = mlp_inputs();
+    let a = compile(mlp, &x, Target::cpu("x86-64-v2", X86_64_V2)).unwrap();
+    assert_eq!(a.manifest()["target"]["cpu"], "x86-64-v2");
+    assert_eq!(a.manifest()["target"]["features"], X86_64_V2);
+    // The kernel layer decided for its 16-byte vectors.
+    assert_eq!(a.target.info.vector_bytes, 16);
+    let dir = scratch("cpu-v2");
+    a.save(&dir).unwrap();
+    let args = literals(&[x.0.clone(), x.1.clone(), x.2.clone(), x.3.clone()]);
+    let got = kiln_run(&dir, &args);
+    let traced = kiln::lower::trace_ir(mlp, &x).unwrap();
+    kiln::reference::accuracy::check_outputs(&traced, &args, &got).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(dir.with_extension("io")).unwrap();
 }

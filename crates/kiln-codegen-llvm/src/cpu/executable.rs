@@ -68,6 +68,13 @@ impl CpuExecutable {
         cache: Option<&std::path::Path>,
         mut clock: PhaseClock,
     ) -> Result<CpuExecutable> {
+        if let Some(m) = opts.cpu.machine {
+            return Err(Error::Llvm(format!(
+                "@{}: code for the CPU {} does not run in this process; compile it ahead of \
+                 time (`kiln::aot`) and run the artifact there",
+                lowered.func.name, m.name
+            )));
+        }
         let target = Target::host(opts);
         let table = kiln_runtime::kernel_program::KernelTable::new(&lowered);
         let launches = kiln_runtime::kernel_program::launches(&lowered, &target.info());

@@ -249,7 +249,7 @@ pub(super) fn compile_cached(
     if let Some(lib) = crate::cache::load(dir, &key, names) {
         return Ok((lib, true));
     }
-    crate::aot_machine()?; // initializes LLVM's native target once, before the threads
+    crate::aot_machine(opts.cpu.machine)?; // initializes LLVM's native target once, before the threads
     let mut jobs = kernel_jobs(ks, aliases, target);
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and
@@ -320,7 +320,7 @@ pub(super) fn compile_cached(
                 s.spawn(|| -> Result<Objects> {
                     // One target machine per thread for all its modules: LLVM builds the
                     // subtarget for the host CPU's features once per target machine.
-                    let tm = crate::aot_machine()?;
+                    let tm = crate::aot_machine(opts.cpu.machine)?;
                     let mut objects = Vec::new();
                     loop {
                         let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
