@@ -89,7 +89,13 @@ pub fn program_from_json(
         .get("donated")
         .and_then(Value::as_array)
         .and_then(|d| d.iter().map(Value::as_bool).collect::<Option<Vec<_>>>())
-        .ok_or_else(|| bad("`donated` is not a list of booleans".into()))?;
+        .filter(|d| d.is_empty() || d.len() == program.params.len())
+        .ok_or_else(|| {
+            bad(format!(
+                "`donated` is not a list of booleans, one per parameter of @{} (or none)",
+                program.name
+            ))
+        })?;
     let kernels = v
         .get("kernels")
         .and_then(Value::as_str)
