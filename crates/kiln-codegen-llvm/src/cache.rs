@@ -35,7 +35,6 @@
 //! be private.
 
 use crate::{Error, Result};
-use std::ffi::{CStr, CString, c_void};
 use std::fs::Metadata;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -161,14 +160,10 @@ fn read_trusted(path: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// 128-bit FNV-1a of `bytes`, as 32 hex digits (stable across runs and builds).
+/// 128-bit FNV-1a of `bytes`, as 32 hex digits (stable across runs and builds): the
+/// runtime's library checksum ([`kiln_runtime::library::checksum`]).
 pub fn hash(bytes: &[u8]) -> String {
-    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
-    for &b in bytes {
-        h ^= b as u128;
-        h = h.wrapping_mul(0x0000000001000000000000000000013B);
-    }
-    format!("{h:032x}")
+    kiln_runtime::library::checksum(bytes)
 }
 
 /// The cache key of `what` (a description of the kernels) compiled for `machine` (everything
@@ -178,64 +173,13 @@ pub fn key(what: &str, machine: &str) -> String {
     hash(format!("kiln-kernels-v2\n{major}.{minor}.{patch}\n{machine}\n{what}").as_bytes())
 }
 
-/// A loaded shared library of kernels (closed when dropped).
-pub struct Library {
-    handle: *mut c_void,
-}
+/// A loaded shared library of kernels (the runtime's: `kiln-run` loads an ahead-of-time
+/// artifact's with the same code, without LLVM).
+pub use kiln_runtime::library::Library;
 
-// SAFETY: the handle is only used to look up symbols (thread-safe in the C library) and to
-// close the library once, on drop.
-unsafe impl Send for Library {}
-unsafe impl Sync for Library {}
-
-unsafe extern "C" {
-    fn dlopen(filename: *const std::ffi::c_char, flag: i32) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
-    fn dlclose(handle: *mut c_void) -> i32;
-    fn dlerror() -> *const std::ffi::c_char;
-}
-
-const RTLD_NOW: i32 = 2;
-const RTLD_LOCAL: i32 = 0;
-
-impl Library {
-    /// Loads the library at `path`.
-    pub fn open(path: &Path) -> Result<Library> {
-        let c = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|e| Error::Llvm(e.to_string()))?;
-        // SAFETY: a valid NUL-terminated path; the library is ours (built by `store`), so its
-        // initializers are the compiler's own.
-        let handle = unsafe { dlopen(c.as_ptr(), RTLD_NOW | RTLD_LOCAL) };
-        if handle.is_null() {
-            // SAFETY: dlerror returns a NUL-terminated message (or null) after a failure.
-            let msg = unsafe {
-                let e = dlerror();
-                if e.is_null() {
-                    "unknown error".to_string()
-                } else {
-                    CStr::from_ptr(e).to_string_lossy().into_owned()
-                }
-            };
-            return Err(Error::Llvm(format!("loading {}: {msg}", path.display())));
-        }
-        Ok(Library { handle })
-    }
-
-    /// The address of `name`, if the library defines it.
-    pub fn symbol(&self, name: &str) -> Option<*const c_void> {
-        let c = CString::new(name).ok()?;
-        // SAFETY: the handle is open; dlsym only reads the name.
-        let p = unsafe { dlsym(self.handle, c.as_ptr()) };
-        (!p.is_null()).then_some(p as *const c_void)
-    }
-}
-
-impl Drop for Library {
-    fn drop(&mut self) {
-        // SAFETY: opened by `open` and closed once; nothing uses its code afterwards (the
-        // executable that owns it drops its program first).
-        unsafe { dlclose(self.handle) };
-    }
+/// Loads the library at `path` (which the caller checked may be trusted).
+fn open_library(path: &Path) -> Result<Library> {
+    Library::open(path).map_err(Error::Llvm)
 }
 
 fn paths(dir: &Path, key: &str) -> (PathBuf, PathBuf) {
@@ -251,11 +195,19 @@ pub fn load(dir: &Path, key: &str, symbols: &[String]) -> Option<Library> {
     check_dir(dir).ok()?;
     let (so, sum) = paths(dir, key);
     read_checked(&so, &sum)?;
-    let lib = Library::open(&so).ok()?;
+    let lib = open_library(&so).ok()?;
     symbols
         .iter()
         .all(|s| lib.symbol(s).is_some())
         .then_some(lib)
+}
+
+/// The bytes of the library stored for `key`, if it is there and intact and the directory and
+/// its files may be trusted (an ahead-of-time artifact carries them: `cpu::aot`).
+pub fn library_bytes(dir: &Path, key: &str) -> Option<Vec<u8>> {
+    check_dir(dir).ok()?;
+    let (so, sum) = paths(dir, key);
+    read_checked(&so, &sum)
 }
 
 /// The bytes of `file` if `sum` holds their checksum and both may be trusted.
@@ -370,5 +322,5 @@ pub fn store(dir: &Path, key: &str, objects: &[Vec<u8>], linker: Option<&str>) -
     let sum_tmp = dir.join(format!("{key}.{tag}.sum"));
     write_private(&sum_tmp, hash(&bytes).as_bytes()).map_err(io)?;
     std::fs::rename(&sum_tmp, &sum).map_err(io)?;
-    Library::open(&so)
+    open_library(&so)
 }

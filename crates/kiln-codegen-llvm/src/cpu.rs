@@ -25,6 +25,7 @@ use inkwell::values::{
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::{Combiner, ComparisonDirection as Cmp, DType, Func, Literal, OpKind, strides};
 
+mod aot;
 mod compile_times;
 mod emitter;
 mod executable;
@@ -37,6 +38,7 @@ mod paths;
 mod row_cache;
 mod sum_tree;
 
+pub use aot::{AotProgram, aot_programs, cpu_target_info};
 use kernels::*;
 use loops::*;
 use module::*;
@@ -179,12 +181,16 @@ impl Target {
     /// What the kernel layer decides with for this code: this machine
     /// ([`host_target_info`]), or the reference CPU for machine-independent code.
     ///
+    /// Code for another CPU ([`CpuOptions::machine`], ahead of time) has that CPU's vectors.
     /// [`CpuOptions::narrow_vectors`] (`KILN_VECTOR_BITS=256`) gives an AVX-512 host 256-bit
     /// vectors (the blocking of AVX2 machines), so that path can be tested and measured here
     /// too.
     fn info(&self) -> TargetInfo {
         if self.host {
             let mut info = host_target_info();
+            if let Some(m) = self.cpu.machine {
+                info.vector_bytes = m.vector_bytes();
+            }
             if self.cpu.narrow_vectors {
                 info.vector_bytes = info.vector_bytes.min(32);
             }
@@ -261,7 +267,7 @@ fn vector_of(st: BasicTypeEnum<'_>, lanes: usize) -> Result<BasicTypeEnum<'_>> {
 /// baseline x86-64 (no AVX, no FMA).
 fn host_attributes<'c>(ctx: &'c Context, f: FunctionValue<'c>, target: Target) {
     if target.host {
-        crate::name_host_cpu(ctx, f);
+        crate::name_cpu(ctx, f, target.cpu.machine);
         if wide_vectors(target) {
             // Use the 512-bit registers: the GEMM tile was sized for them, and loop nests run
             // twice the lanes per instruction (gelu 17 -> 9.5 ms, softmax 18 -> 14 ms). The

@@ -30,6 +30,7 @@ use inkwell::targets::{
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::FunctionValue;
 use kiln_ir::DType;
+use kiln_kernel::options::CpuMachine;
 use std::fmt;
 
 /// An error of this crate.
@@ -99,20 +100,21 @@ fn host_machine() -> Result<TargetMachine> {
 }
 
 /// The host machine for position-independent objects (the kernel cache's shared libraries).
-fn aot_machine() -> Result<TargetMachine> {
+fn aot_machine(machine: Option<CpuMachine>) -> Result<TargetMachine> {
     Target::initialize_native(&InitializationConfig::default()).map_err(Error::Llvm)?;
     let triple = TargetMachine::get_default_triple();
     let target = Target::from_triple(&triple).map_err(|e| Error::Llvm(e.to_string()))?;
+    let (cpu, features) = cpu_of(machine);
     target
         .create_target_machine(
             &triple,
-            &TargetMachine::get_host_cpu_name().to_string(),
-            &TargetMachine::get_host_cpu_features().to_string(),
+            &cpu,
+            &features,
             OptimizationLevel::Aggressive,
             RelocMode::PIC,
             CodeModel::Default,
         )
-        .ok_or_else(|| Error::Llvm("cannot create a host target machine".into()))
+        .ok_or_else(|| Error::Llvm(format!("cannot create a target machine for the CPU {cpu}")))
 }
 
 /// The NVPTX machine for the SM `cpu` (`sm_90`) with `features` (`+ptx80`).
@@ -170,8 +172,9 @@ enum Pipeline {
     Light,
 }
 
-/// This machine's CPU name and features, as LLVM reports them (once per process).
-fn host_cpu() -> (String, String) {
+/// This machine's CPU name and features, as LLVM reports them (once per process): what the CPU
+/// backend compiles for, and what an ahead-of-time CPU artifact records.
+pub fn host_cpu() -> (String, String) {
     static HOST: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
         (
@@ -182,10 +185,20 @@ fn host_cpu() -> (String, String) {
     .clone()
 }
 
-/// Names this machine's CPU and features on `f` (`target-cpu`, `target-features`): LLVM
-/// generates code per function attributes, and without them targets baseline x86-64.
-fn name_host_cpu<'c>(ctx: &'c Context, f: FunctionValue<'c>) {
-    let (cpu, features) = host_cpu();
+/// The CPU code is compiled for: `machine` (ahead of time, for another CPU), else this
+/// machine's ([`host_cpu`]); its name and features.
+fn cpu_of(machine: Option<CpuMachine>) -> (String, String) {
+    match machine {
+        Some(m) => (m.name.to_string(), m.features.to_string()),
+        None => host_cpu(),
+    }
+}
+
+/// Names the CPU code is compiled for (`machine`, else this machine's) and its features on `f`
+/// (`target-cpu`, `target-features`): LLVM generates code per function attributes, and
+/// without them targets baseline x86-64.
+fn name_cpu<'c>(ctx: &'c Context, f: FunctionValue<'c>, machine: Option<CpuMachine>) {
+    let (cpu, features) = cpu_of(machine);
     f.add_attribute(
         AttributeLoc::Function,
         ctx.create_string_attribute("target-cpu", &cpu),

@@ -60,6 +60,57 @@ pub struct CpuOptions {
     /// (`KILN_VECTOR_BITS=256`): the CPU backend then describes its host with 32-byte vectors
     /// ([`crate::TargetInfo::vector_bytes`]), so the kernel layer decides the AVX2 blocking.
     pub narrow_vectors: bool,
+    /// The CPU to compile for, where it is not this machine's: set by ahead-of-time
+    /// compilation for another x86-64 CPU (`kiln::aot`), whose code never runs here.
+    pub machine: Option<CpuMachine>,
+}
+
+/// An x86-64 CPU by LLVM's names: `name` (`x86-64-v3`, `sapphirerapids`) and `features`
+/// (`+avx2,+fma,...`). The strings are interned, once per distinct CPU, so options stay `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CpuMachine {
+    /// The CPU's name.
+    pub name: &'static str,
+    /// Its features.
+    pub features: &'static str,
+}
+
+impl CpuMachine {
+    /// The CPU `name` with `features`.
+    pub fn new(name: &str, features: &str) -> CpuMachine {
+        static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        let mut intern = |s: &str| -> &'static str {
+            if let Some(&k) = names.iter().find(|&&k| k == s) {
+                return k;
+            }
+            let k: &'static str = Box::leak(s.to_string().into_boxed_str());
+            names.push(k);
+            k
+        };
+        CpuMachine {
+            name: intern(name),
+            features: intern(features),
+        }
+    }
+
+    /// Whether its features include `feature` (`avx2`).
+    pub fn has(&self, feature: &str) -> bool {
+        self.features
+            .split(',')
+            .any(|f| f.trim().strip_prefix('+') == Some(feature))
+    }
+
+    /// Bytes of its widest vectors: 64 with AVX-512, 32 with AVX2, else SSE's 16.
+    pub fn vector_bytes(&self) -> usize {
+        if self.has("avx512f") {
+            64
+        } else if self.has("avx2") {
+            32
+        } else {
+            16
+        }
+    }
 }
 
 impl Default for CpuOptions {
@@ -70,6 +121,7 @@ impl Default for CpuOptions {
             row_caches: true,
             gemm_unroll: false,
             narrow_vectors: false,
+            machine: None,
         }
     }
 }
@@ -183,6 +235,7 @@ impl Options {
                 row_caches: !is("KILN_ROW_CACHE", "0"),
                 gemm_unroll: is("KILN_GEMM_UNROLL", "1"),
                 narrow_vectors: is("KILN_VECTOR_BITS", "256"),
+                machine: None,
             },
             kernel_cache,
             linker: var("CC"),

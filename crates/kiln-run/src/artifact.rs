@@ -1,5 +1,5 @@
-//! An ahead-of-time artifact: everything a runtime needs to run one program on a GPU, with no
-//! compiler. A folder of plain files:
+//! An ahead-of-time artifact: everything a runtime needs to run one program on a GPU or a CPU,
+//! with no compiler. A folder of plain files; a GPU artifact's:
 //!
 //! - `manifest.json`: the format (`"format": "kiln-aot"`, [`FORMAT_VERSION`]), the kiln
 //!   version that wrote it, the target (`kind` `ptx`, the SM the PTX was rendered for, and
@@ -12,17 +12,26 @@
 //!   runtime to compare with the plan it derives ([`Artifact::device_plan`]);
 //! - `kernels/NNN.ptx`: the PTX module of each kernel step, in order.
 //!
+//! A CPU artifact's manifest has the target `kind` `cpu`, its `arch` (`x86_64`), the `cpu`
+//! and the `features` (LLVM's names) its code was compiled for, and lists under
+//! `files.programs` each program (the function's own first, then its control steps' regions):
+//! `programs/NNN.kiln` (the program as lowered), `programs/NNN.plan.txt` (its memory plan),
+//! `kernels/NNN.so` (the shared library of its kernel functions, with the checksum of its
+//! bytes), the checksum of its kernels' description, its donated parameters and its regions'
+//! programs (see [`crate::cpu`]).
+//!
 //! The runtime never trusts the plan text: it derives the plan again from `program.kiln`,
 //! the target and the options (fusion and the mapping only; the optimizer does not run), and
 //! refuses an artifact whose plan prints otherwise (one written by a kiln that decides
 //! differently).
 
 use crate::Error;
+use crate::cpu::{CpuProgram, program_from_json, program_json};
 use crate::json::{options_from_json, options_to_json, target_from_json, target_to_json};
 use kiln_ir::{DType, Func, TensorType};
 use kiln_kernel::gpu::plan::{DevicePlan, device_plan};
 use kiln_kernel::gpu::plan_print::plan_text;
-use kiln_kernel::pipeline::{LoweredIndex, lower_program};
+use kiln_kernel::pipeline::{Lowered, LoweredIndex, lower_program};
 use kiln_kernel::{Options, TargetInfo};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -33,12 +42,29 @@ pub const FORMAT_VERSION: u64 = 1;
 /// This kiln's version, written into every artifact.
 pub const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The kind of code an artifact holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// PTX for an NVIDIA GPU (`target.kind` `ptx`).
+    Ptx,
+    /// Shared libraries of kernels for an x86-64 CPU named `cpu` as LLVM names it
+    /// (`sapphirerapids`, `znver4`; `host`: this machine's, which `kiln::aot::compile` fills
+    /// in) (`target.kind` `cpu`; see [`crate::cpu`]).
+    Cpu {
+        /// The CPU's name.
+        cpu: String,
+    },
+}
+
 /// What an artifact runs on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Target {
-    /// The SM the PTX was rendered for (`sm_80`, `sm_90`).
+    /// PTX or CPU code.
+    pub kind: Kind,
+    /// The SM the PTX was rendered for (`sm_80`, `sm_90`); empty for a CPU.
     pub sm: String,
-    /// The PTX features (`+ptx80`).
+    /// The PTX features (`+ptx80`), or the CPU's features as LLVM lists them
+    /// (`+avx2,+fma,-avx512f,...`): a CPU artifact runs only where every `+` feature is.
     pub features: String,
     /// What the program was lowered and mapped for.
     pub info: TargetInfo,
@@ -56,10 +82,36 @@ impl Target {
             g.shared_memory_per_block = 48 << 10;
         }
         Target {
+            kind: Kind::Ptx,
             sm: sm.to_string(),
             features: "+ptx80".into(),
             info,
         }
+    }
+
+    /// This machine's CPU: `kiln::aot::compile` fills in its name and features (from LLVM)
+    /// and what the kernel layer decides with for it.
+    pub fn host() -> Target {
+        Target::cpu("host", "")
+    }
+
+    /// The x86-64 CPU `cpu` (LLVM's name: `x86-64-v3`, `sapphirerapids`) with `features`
+    /// (LLVM's form: `+avx2,+fma`; empty: the CPU's own); `kiln::aot::compile` fills in what
+    /// the kernel layer decides with for it.
+    pub fn cpu(cpu: &str, features: &str) -> Target {
+        Target {
+            kind: Kind::Cpu {
+                cpu: cpu.to_string(),
+            },
+            sm: String::new(),
+            features: features.to_string(),
+            info: TargetInfo::reference(),
+        }
+    }
+
+    /// Whether the target is a CPU.
+    pub fn is_cpu(&self) -> bool {
+        matches!(self.kind, Kind::Cpu { .. })
     }
 
     /// An H200 (`sm_90`, 132 multiprocessors).
@@ -104,8 +156,11 @@ pub struct Artifact {
     pub program: Func,
     /// Its device plan, printed.
     pub plan: String,
-    /// The PTX module of each kernel step, in order.
+    /// The PTX module of each kernel step, in order (a GPU artifact's).
     pub ptx: Vec<String>,
+    /// The programs, the function's own first, with their kernels' libraries (a CPU
+    /// artifact's: see [`crate::cpu`]).
+    pub programs: Vec<CpuProgram>,
     /// The arguments.
     pub args: Vec<Port>,
     /// The results.
@@ -122,18 +177,20 @@ impl LoweredIndex for Stored {
     fn store(&self, _: &str, _: &str) {}
 }
 
-/// The device plan of `program` (a lowered program's text form, read back) for `target` under
-/// `options`: fused and mapped again, never optimized, so a runtime derives it cheaply and
-/// exactly as the compiler did.
-pub fn derive_plan(
+/// `program` (a lowered program's text form, read back) with the donated parameters
+/// `donated`, lowered for `target` under `options` from its own text: fused and scheduled
+/// again, never optimized, so a runtime derives its kernels cheaply and exactly as the compiler
+/// did. A program that does not lower as it is written is an error.
+pub fn relower(
     program: &Func,
+    donated: &[bool],
     options: &Options,
     target: &TargetInfo,
-) -> Result<DevicePlan, String> {
+) -> Result<Lowered, String> {
     let text = program.to_string();
     let lowered = lower_program(
         program,
-        &[],
+        donated,
         options,
         target,
         Some((&Stored(text), "aot")),
@@ -146,6 +203,17 @@ pub fn derive_plan(
             program.name
         ));
     }
+    Ok(lowered)
+}
+
+/// The device plan of `program` (a lowered program's text form, read back) for `target` under
+/// `options`: fused and mapped again ([`relower`]).
+pub fn derive_plan(
+    program: &Func,
+    options: &Options,
+    target: &TargetInfo,
+) -> Result<DevicePlan, String> {
+    let lowered = relower(program, &[], options, target)?;
     device_plan(&lowered, target)
 }
 
@@ -213,6 +281,34 @@ impl Artifact {
             options: options.clone(),
             program,
             ptx,
+            programs: Vec::new(),
+        })
+    }
+
+    /// The artifact of a function compiled for the CPU `target` under `options`: its
+    /// `programs` (the function's own first, as lowered, with their libraries; see
+    /// [`crate::cpu`]). The compiler's part: this crate compiles nothing.
+    pub fn new_cpu(
+        options: &Options,
+        target: Target,
+        programs: Vec<CpuProgram>,
+    ) -> Result<Artifact, String> {
+        if !target.is_cpu() {
+            return Err("the target is not a CPU".into());
+        }
+        let main = programs
+            .first()
+            .ok_or_else(|| "a CPU artifact without programs".to_string())?;
+        Ok(Artifact {
+            kiln_version: KILN_VERSION.to_string(),
+            args: ports("arg", &main.program.param_types()),
+            results: ports("out", &main.program.output_types),
+            plan: main.memory.clone(),
+            program: main.program.clone(),
+            target,
+            options: options.clone(),
+            ptx: Vec::new(),
+            programs,
         })
     }
 
@@ -223,21 +319,49 @@ impl Artifact {
             "format_version": FORMAT_VERSION,
             "kiln_version": self.kiln_version,
             "name": self.program.name,
-            "target": {
-                "kind": "ptx",
-                "sm": self.target.sm,
-                "features": self.target.features,
-                "info": target_to_json(&self.target.info),
-            },
+            "target": self.target_json(),
             "options": options_to_json(&self.options),
             "args": self.args.iter().map(port_json).collect::<Vec<_>>(),
             "results": self.results.iter().map(port_json).collect::<Vec<_>>(),
-            "files": {
+            "files": self.files_json(),
+        })
+    }
+
+    fn target_json(&self) -> Value {
+        let info = target_to_json(&self.target.info);
+        match &self.target.kind {
+            Kind::Ptx => json!({
+                "kind": "ptx",
+                "sm": self.target.sm,
+                "features": self.target.features,
+                "info": info,
+            }),
+            Kind::Cpu { cpu } => json!({
+                "kind": "cpu",
+                "arch": "x86_64",
+                "cpu": cpu,
+                "features": self.target.features,
+                "info": info,
+            }),
+        }
+    }
+
+    fn files_json(&self) -> Value {
+        match self.target.kind {
+            Kind::Ptx => json!({
                 "program": "program.kiln",
                 "plan": "plan.txt",
                 "ptx": (0..self.ptx.len()).map(ptx_file).collect::<Vec<_>>(),
-            },
-        })
+            }),
+            Kind::Cpu { .. } => json!({
+                "programs": self
+                    .programs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| program_json(i, p))
+                    .collect::<Vec<_>>(),
+            }),
+        }
     }
 
     /// Writes the artifact into `dir` (made if missing).
@@ -246,17 +370,28 @@ impl Artifact {
         std::fs::create_dir_all(dir.join("kernels")).map_err(|e| io(dir, e))?;
         let manifest = serde_json::to_string_pretty(&self.manifest())
             .map_err(|e| Error::Artifact(e.to_string()))?;
-        let mut files = vec![
-            ("manifest.json".to_string(), manifest),
-            ("program.kiln".to_string(), self.program.to_string()),
-            ("plan.txt".to_string(), self.plan.clone()),
-        ];
-        for (i, p) in self.ptx.iter().enumerate() {
-            files.push((ptx_file(i), p.clone()));
+        std::fs::create_dir_all(dir.join("programs")).map_err(|e| io(dir, e))?;
+        let mut files: Vec<(String, Vec<u8>)> =
+            vec![("manifest.json".to_string(), manifest.into())];
+        if self.target.is_cpu() {
+            for (i, p) in self.programs.iter().enumerate() {
+                let (text, plan, lib) = crate::cpu::files(i);
+                files.push((text, p.program.to_string().into()));
+                files.push((plan, p.memory.clone().into()));
+                if let Some(bytes) = &p.library {
+                    files.push((lib, bytes.clone()));
+                }
+            }
+        } else {
+            files.push(("program.kiln".to_string(), self.program.to_string().into()));
+            files.push(("plan.txt".to_string(), self.plan.clone().into()));
+            for (i, p) in self.ptx.iter().enumerate() {
+                files.push((ptx_file(i), p.clone().into()));
+            }
         }
-        for (name, text) in files {
+        for (name, bytes) in files {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|e| io(&p, e))?;
+            std::fs::write(&p, bytes).map_err(|e| io(&p, e))?;
         }
         Ok(())
     }
@@ -292,19 +427,37 @@ impl Artifact {
         }
         let kiln_version = field("kiln_version")?.as_str().unwrap_or("?").to_string();
         let t = field("target")?;
-        if t.get("kind").and_then(Value::as_str) != Some("ptx") {
-            return Err(bad(
-                "target.kind is not \"ptx\" (kiln-run runs GPU artifacts)".into(),
-            ));
-        }
         let text = |k: &str| {
             t.get(k)
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .ok_or_else(|| bad(format!("manifest.json has no target.{k}")))
         };
+        let kind = match t.get("kind").and_then(Value::as_str) {
+            Some("ptx") => Kind::Ptx,
+            Some("cpu") => {
+                let arch = text("arch")?;
+                if arch != "x86_64" {
+                    return Err(bad(format!(
+                        "target.arch is \"{arch}\" (kiln-run runs CPU artifacts for x86_64)"
+                    )));
+                }
+                Kind::Cpu { cpu: text("cpu")? }
+            }
+            _ => {
+                return Err(bad(
+                    "target.kind is neither \"ptx\" nor \"cpu\" (kiln-run runs GPU and CPU artifacts)"
+                        .into(),
+                ));
+            }
+        };
         let target = Target {
-            sm: text("sm")?,
+            sm: if kind == Kind::Ptx {
+                text("sm")?
+            } else {
+                String::new()
+            },
+            kind,
             features: text("features")?,
             info: target_from_json(t.get("info").unwrap_or(&Value::Null))
                 .map_err(|e| bad(format!("manifest.json: {e}")))?,
@@ -322,6 +475,33 @@ impl Artifact {
         };
         let (args, results) = (list("args")?, list("results")?);
         let files = field("files")?;
+        if target.is_cpu() {
+            let list = files
+                .get("programs")
+                .and_then(Value::as_array)
+                .ok_or_else(|| bad("manifest.json has no files.programs list".into()))?;
+            let read_bytes = |name: &str| {
+                std::fs::read(dir.join(name)).map_err(|e| bad(format!("cannot read {name}: {e}")))
+            };
+            let programs = list
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    program_from_json(i, v, list.len(), &read, &read_bytes).map_err(|e| match e {
+                        Error::Artifact(m) => bad(m),
+                        e => e,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let a = Artifact::new_cpu(&options, target, programs).map_err(&bad)?;
+            check_signature(&a.program, &args, &results).map_err(&bad)?;
+            return Ok(Artifact {
+                kiln_version,
+                args,
+                results,
+                ..a
+            });
+        }
         let ptx_files = files
             .get("ptx")
             .and_then(Value::as_array)
@@ -343,15 +523,7 @@ impl Artifact {
         let program = kiln_ir::parse_func_text(&read("program.kiln")?)
             .map_err(|e| bad(format!("program.kiln: {e}")))?;
         kiln_ir::verify(&program).map_err(|e| bad(format!("program.kiln: {e}")))?;
-        let sig: Vec<&TensorType> = args.iter().map(|p| &p.ty).collect();
-        if sig != program.param_types().iter().collect::<Vec<_>>()
-            || results.iter().map(|p| &p.ty).collect::<Vec<_>>()
-                != program.output_types.iter().collect::<Vec<_>>()
-        {
-            return Err(bad(
-                "the manifest's arguments or results are not program.kiln's signature".into(),
-            ));
-        }
+        check_signature(&program, &args, &results).map_err(&bad)?;
         Ok(Artifact {
             kiln_version,
             target,
@@ -359,6 +531,7 @@ impl Artifact {
             program,
             plan: read("plan.txt")?,
             ptx,
+            programs: Vec::new(),
             args,
             results,
         })
@@ -368,6 +541,11 @@ impl Artifact {
     /// as the stored one: an artifact from a kiln that decides differently is refused, with the
     /// first line that differs.
     pub fn device_plan(&self) -> Result<DevicePlan, Error> {
+        if self.target.is_cpu() {
+            return Err(Error::Device(
+                "a CPU artifact has no device plan: it runs on the CPU (`--device cpu`)".into(),
+            ));
+        }
         let plan = derive_plan(&self.program, &self.options, &self.target.info)
             .map_err(|e| Error::Artifact(format!("the program's device plan: {e}")))?;
         let text = plan_text(&plan);
@@ -396,6 +574,18 @@ impl Artifact {
         }
         Ok(plan)
     }
+}
+
+/// Checks that the manifest's `args` and `results` are `program`'s signature.
+fn check_signature(program: &Func, args: &[Port], results: &[Port]) -> Result<(), String> {
+    let sig: Vec<&TensorType> = args.iter().map(|p| &p.ty).collect();
+    if sig != program.param_types().iter().collect::<Vec<_>>()
+        || results.iter().map(|p| &p.ty).collect::<Vec<_>>()
+            != program.output_types.iter().collect::<Vec<_>>()
+    {
+        return Err("the manifest's arguments or results are not the program's signature".into());
+    }
+    Ok(())
 }
 
 fn ptx_file(i: usize) -> String {

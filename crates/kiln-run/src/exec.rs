@@ -9,6 +9,7 @@ use kiln_kernel::gpu::plan::DevicePlan;
 use kiln_runtime::cuda::{Gpu, GpuError};
 use kiln_runtime::cuda_exec::CudaExecutable;
 use kiln_runtime::gpu_emu::EmuDevice;
+use kiln_runtime::kernel_program::LoadedProgram;
 use kiln_runtime::plan_exec;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,8 @@ pub enum Device {
     Cuda(usize),
     /// The GPU emulator (`emulator`): the same plan, thread by thread on the CPU.
     Emulator,
+    /// This machine's CPU (`cpu`), for a CPU artifact.
+    Cpu,
 }
 
 impl Device {
@@ -26,6 +29,7 @@ impl Device {
     pub fn parse(s: &str) -> Result<Device, Error> {
         match s {
             "emulator" => Ok(Device::Emulator),
+            "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(0)),
             _ => s
                 .strip_prefix("cuda:")
@@ -33,7 +37,7 @@ impl Device {
                 .map(Device::Cuda)
                 .ok_or_else(|| {
                     Error::Usage(format!(
-                        "--device {s}: a device is `cuda`, `cuda:N` (N the GPU's index) or `emulator`"
+                        "--device {s}: a device is `cuda`, `cuda:N` (N the GPU's index), `emulator` or `cpu`"
                     ))
                 }),
         }
@@ -45,6 +49,7 @@ impl std::fmt::Display for Device {
         match self {
             Device::Cuda(n) => write!(f, "cuda:{n}"),
             Device::Emulator => write!(f, "emulator"),
+            Device::Cpu => write!(f, "cpu"),
         }
     }
 }
@@ -162,6 +167,8 @@ pub enum Runner {
     Emulator(Box<DevicePlan>),
     /// On a GPU.
     Cuda(Box<CudaExecutable>),
+    /// A CPU artifact's programs, on this CPU.
+    Cpu(Box<LoadedProgram>),
 }
 
 fn device_error(e: GpuError) -> Error {
@@ -178,7 +185,15 @@ impl Runner {
     /// the device opened (without a driver, an error naming the libraries looked for), its SM
     /// checked against the PTX's, the plan checked against its limits and the PTX loaded.
     pub fn open(a: &Artifact, plan: DevicePlan, device: &Device) -> Result<Runner, Error> {
+        if a.target.is_cpu() {
+            return Err(Error::Device(format!(
+                "{device}: a CPU artifact runs on the CPU (`--device cpu`)"
+            )));
+        }
         match device {
+            Device::Cpu => Err(Error::Device(
+                "a GPU artifact runs on `cuda:N` or the `emulator`, not on the CPU".into(),
+            )),
             Device::Emulator => Ok(Runner::Emulator(Box::new(plan))),
             Device::Cuda(index) => {
                 let gpu = Gpu::open(*index).map_err(device_error)?;
@@ -200,6 +215,13 @@ impl Runner {
         }
     }
 
+    /// A CPU artifact `a` loaded to run on this CPU ([`crate::cpu::open`]): refused where the
+    /// CPU lacks a feature its code requires, or where its libraries are damaged or lack a
+    /// kernel function.
+    pub fn open_cpu(a: &Artifact) -> Result<Runner, Error> {
+        crate::cpu::open(a).map(|p| Runner::Cpu(Box::new(p)))
+    }
+
     /// One call on `args`.
     pub fn run(&self, args: &[Literal]) -> Result<Vec<Literal>, Error> {
         let refs: Vec<&Literal> = args.iter().collect();
@@ -208,6 +230,7 @@ impl Runner {
                 kiln_runtime::gpu_emu::run_plan(plan, &refs).map_err(|e| Error::Run(e.to_string()))
             }
             Runner::Cuda(exe) => exe.run(&refs).map_err(device_error),
+            Runner::Cpu(p) => p.call(&refs).map_err(|e| Error::Run(e.to_string())),
         }
     }
 
@@ -230,6 +253,13 @@ impl Runner {
                     .collect()
             }
             Runner::Cuda(exe) => exe.bench(&refs, calls).map_err(device_error),
+            Runner::Cpu(p) => (0..calls)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    p.call(&refs).map_err(|e| Error::Run(e.to_string()))?;
+                    Ok(start.elapsed().as_secs_f64())
+                })
+                .collect(),
         }
     }
 }

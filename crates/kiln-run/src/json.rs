@@ -269,6 +269,8 @@ pub fn options_from_json(v: &Value) -> Result<Options, String> {
             row_caches: cpu.bool("row_caches")?,
             gemm_unroll: cpu.bool("gemm_unroll")?,
             narrow_vectors: cpu.bool("narrow_vectors")?,
+            // The CPU an artifact was compiled for is its target's (`target.cpu`).
+            machine: None,
         },
         ..Options::default()
     })

@@ -1,16 +1,22 @@
 //! kiln's runtime-only runner of ahead-of-time artifacts ([`artifact`]): a program, its device
-//! plan and the PTX of its kernels, written by `kiln::aot` where a compiler is, run here where
+//! plan and the PTX of its kernels, or (for a CPU, [`cpu`]) its programs and the shared
+//! libraries of their kernels, written by `kiln::aot` where a compiler is, run here where
 //! none is. This crate links no LLVM (`cargo tree -p kiln-run` shows no `inkwell` or
 //! `llvm-sys`; `tests/cli.rs` checks it): it derives the device plan again with `kiln-kernel`,
 //! checks it against the stored one, loads the PTX through the CUDA driver
 //! (`kiln_runtime::cuda_exec`) or runs the plan on the GPU emulator
-//! (`kiln_runtime::gpu_emu`), reads and writes `.npy` files ([`npy`]), and times calls.
+//! (`kiln_runtime::gpu_emu`), or loads a CPU artifact's libraries and runs its steps as the
+//! CPU backend does (`kiln_runtime::kernel_program`), reads and writes `.npy` files
+//! ([`npy`]), and times calls.
 //!
-//! The binary: `kiln-run ARTIFACT --inputs a.npy b.npy --out DIR [--device cuda:N|emulator]
+//! The binary: `kiln-run ARTIFACT --inputs a.npy b.npy --out DIR [--device cuda:N|emulator|cpu]
 //! [--random-inputs SEED] [--save-inputs DIR] [--bench N] [--expect r0.npy ...]` (see
-//! `kiln-run --help`). Every failure is an [`Error`] with its own exit code.
+//! `kiln-run --help`; [`cli::run`] runs it in process). Every failure is an [`Error`] with its
+//! own exit code.
 
 pub mod artifact;
+pub mod cli;
+pub mod cpu;
 pub mod exec;
 pub mod json;
 pub mod npy;

@@ -21,12 +21,16 @@
 //! - [`plan_exec`]: the executor of a device plan (`kiln_kernel::gpu::plan`), shared by the GPU
 //!   emulator and `cuda_exec` (feature `cuda`), which runs a plan on a real GPU from PTX the
 //!   backend rendered.
+//! - [`kernel_program`]: a lowered program run with compiled CPU kernel functions (JIT-compiled,
+//!   or from a shared library: [`library`]), shared by the CPU backend and `kiln-run`.
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_exec;
 pub mod gpu_emu;
+pub mod kernel_program;
+pub mod library;
 pub mod linalg;
 pub mod plan_exec;
 mod sort;

@@ -1,11 +1,28 @@
-//! Ahead-of-time compilation: a function compiled here, for a GPU, into an artifact that the
-//! runtime-only `kiln-run` binary (no LLVM linked) loads and runs where no compiler is.
+//! Ahead-of-time compilation: a function compiled here, for a GPU or a CPU, into an artifact
+//! that the runtime-only `kiln-run` binary (no LLVM linked) loads and runs where no compiler
+//! is.
 //!
 //! [`compile`] traces a function at example arguments (as [`crate::jit`] would), lowers it for
-//! the [`Target`] (the whole pipeline: optimized, canonicalized, fused, scheduled), derives
-//! its device plan and renders every kernel step as PTX for the target's SM. The
-//! [`Artifact`]'s files and what `kiln-run` checks are described in `kiln_run::artifact`;
-//! `docs/gpu.md` shows the commands.
+//! the [`Target`] (the whole pipeline: optimized, canonicalized, fused, scheduled), and:
+//!
+//! - for a GPU ([`Target::h200`], [`Target::a100`], [`Target::ptx`]), derives its device plan
+//!   and renders every kernel step as PTX for the target's SM;
+//! - for a CPU ([`Target::host`]: this machine, its CPU's name and features as LLVM reports
+//!   them), lowers it as the CPU JIT does and builds the kernels of the function and of each
+//!   control-flow region (a loop's condition and body, a sort's comparator) into shared
+//!   libraries with the kernel cache's code (position-independent objects linked by `ld
+//!   -shared`), each stored with its checksum. `kiln-run` checks that its CPU has every
+//!   feature the code was compiled for, loads the libraries and runs the steps as the CPU
+//!   backend does, so the results are those of [`crate::jit`] on the same machine, bit for
+//!   bit.
+//!
+//! The [`Artifact`]'s files and what `kiln-run` checks are described in `kiln_run::artifact`
+//! and `kiln_run::cpu`; `docs/gpu.md` shows the commands:
+//!
+//! ```text
+//! kiln-run mlp.kiln-aot --inputs x.npy --out results            # a CPU artifact: on this CPU
+//! kiln-run mlp.kiln-aot --random-inputs 1 --bench 100           # timed calls
+//! ```
 //!
 //! ```no_run
 //! use kiln::Tensor;
@@ -19,6 +36,7 @@ use crate::lower::trace_ir;
 use crate::{Error, Options, Result, Tree};
 use kiln_codegen_llvm::ptx::{PtxTarget, program_ptx};
 use kiln_ir::{Func, Loc, Module};
+pub use kiln_run::artifact::Kind;
 pub use kiln_run::{Artifact, Target};
 
 /// `f` traced at `example`'s signature (its leaves' dtypes and shapes) and compiled for
@@ -47,6 +65,9 @@ pub fn compile_module(m: &Module, target: Target) -> Result<Artifact> {
 /// program's text (as `kiln-run` derives it), each kernel step rendered as PTX.
 pub fn compile_func_with_options(f: &Func, opts: &Options, target: Target) -> Result<Artifact> {
     let fail = |m: String| Error::internal("aot::compile", format!("@{}: {m}", f.name));
+    if let Kind::Cpu { cpu } = &target.kind {
+        return compile_cpu(f, opts, cpu, &target.features).map_err(fail);
+    }
     if target.info.gpu.is_none() {
         return Err(fail("the target describes no GPU".into()));
     }
@@ -61,4 +82,81 @@ pub fn compile_func_with_options(f: &Func, opts: &Options, target: Target) -> Re
     let render =
         |p: &kiln_kernel::gpu::GpuProgram| program_ptx(p, &ptx_target).map_err(|e| e.to_string());
     Artifact::new(lowered.func, &opts, target, &render).map_err(fail)
+}
+
+/// `f` compiled for the CPU `cpu` with `features` under `opts` (see the module's documentation):
+/// this machine's (`host`, or its own name and features).
+fn compile_cpu(
+    f: &Func,
+    opts: &Options,
+    cpu: &str,
+    features: &str,
+) -> std::result::Result<Artifact, String> {
+    let (host, host_features) = kiln_codegen_llvm::host_cpu();
+    let mut opts = opts.clone();
+    let (cpu, features) = if cpu == "host" || (cpu == host && features.is_empty()) {
+        (host, host_features)
+    } else {
+        if std::env::consts::ARCH != "x86_64" {
+            return Err(format!(
+                "compiling for the x86-64 CPU {cpu} needs an x86-64 machine (this one is {})",
+                std::env::consts::ARCH
+            ));
+        }
+        check_cpu_name(cpu, features)?;
+        opts.cpu.machine = Some(kiln_kernel::options::CpuMachine::new(cpu, features));
+        (cpu.to_string(), features.to_string())
+    };
+    let programs = kiln_codegen_llvm::cpu::aot_programs(f, &opts)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|p| kiln_run::cpu::CpuProgram {
+            checksum: p.library.as_deref().map(kiln_runtime::library::checksum),
+            program: p.func,
+            donated: p.donated,
+            library: p.library,
+            kernels: p.kernels,
+            memory: p.memory,
+            regions: p.regions,
+        })
+        .collect();
+    let target = Target {
+        kind: Kind::Cpu { cpu },
+        sm: String::new(),
+        features,
+        info: kiln_codegen_llvm::cpu::cpu_target_info(&opts),
+    };
+    // The CPU is the target's; the kernel layer's switches are the artifact's options.
+    opts.cpu.machine = None;
+    Artifact::new_cpu(&opts.without_cache(), target, programs)
+}
+
+/// Checks a named CPU target's name and features as LLVM writes them: a name of letters,
+/// digits, `-`, `_` and `.`, and a non-empty comma-separated list of `+feature` and `-feature`
+/// (the features decide the code and what `kiln-run` checks the running CPU for).
+fn check_cpu_name(cpu: &str, features: &str) -> std::result::Result<(), String> {
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    if !word(cpu) {
+        return Err(format!(
+            "`{cpu}` is not a CPU name as LLVM writes them (x86-64-v3, sapphirerapids)"
+        ));
+    }
+    let bad = features.split(',').find(|f| {
+        !(f.strip_prefix('+')
+            .or_else(|| f.strip_prefix('-'))
+            .is_some_and(word))
+    });
+    if features.is_empty() || bad.is_some() {
+        return Err(format!(
+            "the CPU {cpu} needs its features as LLVM lists them (`+sse4.2,+avx2,+fma,...`: what \
+             `llc -mcpu={cpu} -mattr=help` shows, or /proc/cpuinfo's flags of that machine){}",
+            bad.map(|b| format!("; `{b}` is not a +feature or -feature"))
+                .unwrap_or_default()
+        ));
+    }
+    Ok(())
 }

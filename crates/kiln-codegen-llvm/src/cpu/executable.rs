@@ -68,57 +68,43 @@ impl CpuExecutable {
         cache: Option<&std::path::Path>,
         mut clock: PhaseClock,
     ) -> Result<CpuExecutable> {
+        if let Some(m) = opts.cpu.machine {
+            return Err(Error::Llvm(format!(
+                "@{}: code for the CPU {} does not run in this process; compile it ahead of \
+                 time (`kiln::aot`) and run the artifact there",
+                lowered.func.name, m.name
+            )));
+        }
         let target = Target::host(opts);
-        let Lowered {
-            func: scheduled,
-            fused,
-            schedules,
-            steps,
-            in_place,
-            from_index: lowered_from_cache,
-            ..
-        } = lowered;
-        let f = &scheduled;
-        let ks = &fused.kernels;
+        let table = kiln_runtime::kernel_program::KernelTable::new(&lowered);
+        let launches = kiln_runtime::kernel_program::launches(&lowered, &target.info());
         if opts.explain {
-            for (i, pairs) in in_place.iter().enumerate() {
+            for (i, pairs) in lowered.in_place.iter().enumerate() {
                 for &(q, o) in pairs {
                     let r = if o == 0 {
-                        f.insts[i].results[0]
+                        lowered.func.insts[i].results[0]
                     } else {
-                        fused.extra[i][o - 1]
+                        lowered.fused.extra[i][o - 1]
                     };
                     eprintln!(
                         "// kiln: k{i} writes {r} in place of donated {}",
-                        fused.operands[i][q]
+                        lowered.fused.operands[i][q]
                     );
                 }
             }
         }
-        let aliases: Vec<Alias> = in_place
-            .iter()
-            .zip(fused.operands.iter().zip(&fused.extra))
-            .map(|(pairs, (ops, extra))| (pairs.clone(), ops.len() + extra.len()))
-            .collect();
-        let (first, own) = distinct_kernels(ks, &aliases);
+        let lowered_from_cache = lowered.from_index;
+        let f = &lowered.func;
+        let ks = &lowered.fused.kernels;
+        let schedules = &lowered.schedules;
+        let aliases = &table.aliases;
+        let own = &table.own;
         let context = Box::new(Context::create());
         // SAFETY: the context is boxed (its address is stable) and is dropped after the engine
         // and every value derived from it (field order of CpuExecutable).
         let ctx: &'static Context = unsafe { &*(context.as_ref() as *const Context) };
         let mut kernels_fns = vec![None; f.insts.len()];
-        let shape: Vec<Launch> = ks
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                k.as_ref()
-                    .map(|k| launch_of(k, schedules.get(i).and_then(Option::as_ref), target))
-                    .unwrap_or_default()
-            })
-            .collect();
-        let names: Vec<String> = (0..own.len())
-            .filter(|&i| own[i].is_some())
-            .map(|i| format!("k{i}"))
-            .collect();
+        let names = table.symbols();
         // Functions that are slow to compile go through the on-disk cache: a GEMM, 8 kernels or
         // more, or kernels whose compile weight (see `CACHE_WEIGHT`) is large.
         let mut module = None;
@@ -128,7 +114,7 @@ impl CpuExecutable {
             .any(|k| matches!(k.schedule, Schedule::Gemm { .. }))
             || names.len() >= 8
             || (cache.is_some() && {
-                let m = build_module(ctx, f, &own, &schedules, target, &aliases, Routines::Here)?;
+                let m = build_module(ctx, f, own, schedules, target, aliases, Routines::Here)?;
                 let n = instruction_count(&m);
                 let costly = own.iter().flatten().map(costly_ops).sum::<usize>();
                 module = Some(m);
@@ -140,7 +126,7 @@ impl CpuExecutable {
         let mut library = None;
         let mut from_cache = false;
         if cacheable && let Some(dir) = cache {
-            match compile_cached(f, &own, &schedules, &aliases, dir, &names, opts) {
+            match compile_cached(f, own, schedules, aliases, dir, &names, opts) {
                 Ok((lib, hit)) => {
                     clock.lap(if hit {
                         "load from the kernel cache"
@@ -168,8 +154,7 @@ impl CpuExecutable {
             let m = match module.take() {
                 Some(m) => m,
                 None => {
-                    let m =
-                        build_module(ctx, f, &own, &schedules, target, &aliases, Routines::Here)?;
+                    let m = build_module(ctx, f, own, schedules, target, aliases, Routines::Here)?;
                     clock.lap("emit LLVM IR");
                     m
                 }
@@ -192,67 +177,40 @@ impl CpuExecutable {
         } else {
             None
         };
-        for i in 0..ks.len() {
-            kernels_fns[i] = kernels_fns[first[i]];
-        }
+        let functions = own.iter().flatten().count();
+        let mut lowered = lowered;
+        let kernels = std::mem::take(&mut lowered.fused.kernels);
+        let schedules = std::mem::take(&mut lowered.schedules);
+        let launched = launches.clone();
         // SAFETY: each kernel was emitted for its instruction's operand and result types,
         // writes its whole result (its rows when split), uses the scratch its launch names, and
         // lives in the engine, which the executable keeps alive as long as the program.
         // Kernels compiled in place read their donated operand through the output pointer only
         // (crate::fuse::in_place checked it is their last use, at their own positions).
-        let launches = shape.clone();
-        let mut program = unsafe {
-            Program::new(
-                f.clone(),
-                steps,
-                kernels_fns,
-                shape,
-                fused.operands,
-                in_place,
-                fused.extra,
-                opts,
-            )
-        };
+        let mut program = unsafe { table.program(lowered, kernels_fns, launches, opts) };
         // Control flow runs on the host: each region is a program of its own, compiled (and
         // optimized, fused and scheduled) apart, so nothing fuses across a region's boundary.
-        for (i, inst) in f.insts.iter().enumerate() {
+        for i in 0..program.plan().len() {
             if program.plan()[i] != Step::Control {
                 continue;
             }
-            // A sort by keys never calls its comparator: nothing to compile.
-            if let kiln_ir::Op::Sort { comparator, .. } = &inst.op
-                && let kiln_kernel::sort::SortPlan::Keys { .. } =
-                    kiln_kernel::sort::sort_plan(comparator, inst.operands.len())
-            {
-                continue;
-            }
-            let regions = match &inst.op {
-                // A loop's body without its invariant carries, the others donated
-                // (`kiln_kernel::host_loop`).
-                kiln_ir::Op::While { cond, body } => {
-                    let plan = kiln_kernel::host_loop::loop_plan(body);
-                    let stepped = plan
-                        .stepped_body(cond, body)
-                        .map_err(|e| Error::Args(e.to_string()))?;
-                    vec![
-                        Box::new(Self::compile_with_options(cond, &[], opts)?)
-                            as Box<dyn kiln_runtime::Region>,
-                        Box::new(Self::compile_with_options(&stepped, &plan.donated(), opts)?),
-                    ]
-                }
-                _ => inst
-                    .op
-                    .regions()
-                    .into_iter()
-                    .map(|g| {
-                        Self::compile_with_options(g, &[], opts)
-                            .map(|e| Box::new(e) as Box<dyn kiln_runtime::Region>)
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            };
+            let regions = kiln_runtime::kernel_program::control_regions(&program.func().insts[i])
+                .map_err(Error::Args)?
+                .into_iter()
+                .map(|(g, donated)| {
+                    Self::compile_with_options(&g, &donated, opts)
+                        .map(|e| Box::new(e) as Box<dyn kiln_runtime::Region>)
+                })
+                .collect::<Result<Vec<_>>>()?;
             program.set_regions(i, regions);
         }
-        let paths = paths::kernel_paths(f, ks, &schedules, &launches, &program.concurrent_steps());
+        let paths = paths::kernel_paths(
+            program.func(),
+            &kernels,
+            &schedules,
+            &launched,
+            &program.concurrent_steps(),
+        );
         Ok(CpuExecutable {
             paths,
             program,
@@ -260,7 +218,7 @@ impl CpuExecutable {
             _library: library,
             from_cache,
             lowered_from_cache,
-            functions: own.iter().flatten().count(),
+            functions,
             _context: context,
         })
     }

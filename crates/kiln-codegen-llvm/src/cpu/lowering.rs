@@ -28,12 +28,12 @@ pub(super) const INDEX_MIN_INSTS: usize = 16;
 /// The settings that change the code emitted for a lowered program: the CPU, the pass
 /// pipelines, the emission switches and this crate's sources (part of every cache key).
 pub(super) fn machine_settings(opts: &Options) -> String {
-    use inkwell::targets::TargetMachine;
     let cpu = &opts.cpu;
+    let (name, features) = crate::cpu_of(cpu.machine);
     format!(
         "{} {} {} {} {} gemm-unroll={} wide={} stream={} row-caches={} guard-splits={} codegen={}",
-        TargetMachine::get_host_cpu_name().to_string_lossy(),
-        TargetMachine::get_host_cpu_features().to_string_lossy(),
+        name,
+        features,
         crate::PIPELINE,
         crate::EXPLICIT_PIPELINE,
         crate::LIGHT_PIPELINE,

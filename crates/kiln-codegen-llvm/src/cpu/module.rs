@@ -3,9 +3,7 @@
 
 use super::*;
 
-/// In-place inputs of a kernel: `(input, output)` pairs and the pointer table's length (see
-/// [`emit_kernel`]).
-pub(super) type Alias = (Vec<(usize, usize)>, usize);
+pub(super) use kiln_runtime::kernel_program::{Alias, first_equal};
 
 /// The module of `f`'s kernels; `target.host` adds this machine's CPU and features to every
 /// function (needed to run them well, left out of machine-independent dumps). `aliases[i]` (if
@@ -65,20 +63,6 @@ pub(super) fn build_module<'c>(
     Ok(m)
 }
 
-/// For each slot of `keys` that holds one, the first slot (itself, or an earlier one) with an
-/// equal key and the same in-place outputs (`aliases`).
-pub(super) fn first_equal<T: PartialEq>(
-    keys: &[Option<T>],
-    aliases: &[Alias],
-) -> Vec<Option<usize>> {
-    (0..keys.len())
-        .map(|i| {
-            keys[i].as_ref()?;
-            (0..=i).find(|&j| keys[j] == keys[i] && aliases.get(j) == aliases.get(i))
-        })
-        .collect()
-}
-
 /// For each of the kernels `ks` (compiled with in-place outputs `aliases`), the index of the
 /// first kernel equal to it (the same body over the same types, the same in-place outputs),
 /// and the kernels to compile: those that are their own first. The others run through the
@@ -87,15 +71,8 @@ pub(super) fn distinct_kernels(
     ks: &[Option<Kernel>],
     aliases: &[Alias],
 ) -> (Vec<usize>, Vec<Option<Kernel>>) {
-    let first: Vec<usize> = first_equal(ks, aliases)
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| f.unwrap_or(i))
-        .collect();
-    let own = (0..ks.len())
-        .map(|i| if first[i] == i { ks[i].clone() } else { None })
-        .collect();
-    (first, own)
+    let t = kiln_runtime::kernel_program::KernelTable::of(ks, aliases.to_vec());
+    (t.first, t.own)
 }
 
 /// The LLVM IR of every kernel of `f`, before (`optimized = false`) or after optimization for
@@ -231,6 +208,20 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
     Ok(s)
 }
 
+/// The kernel cache's key of the library of `f`'s kernels `ks` with in-place outputs `aliases`
+/// (see [`kiln_runtime::kernel_program::KernelTable::source_text`]).
+pub(super) fn library_key(
+    f: &Func,
+    ks: &[Option<Kernel>],
+    aliases: &[Alias],
+    opts: &Options,
+) -> String {
+    crate::cache::key(
+        &format!("{f}\n{ks:?}\n{aliases:?}"),
+        &lowering::machine_settings(opts),
+    )
+}
+
 /// The kernels `ks` of `f` as a shared library: from the cache when an intact one is stored
 /// under their key (`true`), else compiled at O2 to objects, linked and stored (`false`).
 ///
@@ -254,11 +245,11 @@ pub(super) fn compile_cached(
     // this crate's sources. Building and printing the LLVM IR to hash it instead took about
     // 40 ms of the MLP step's 60 ms compile with the cache warm.
     let machine = lowering::machine_settings(opts);
-    let key = crate::cache::key(&format!("{f}\n{ks:?}\n{aliases:?}"), &machine);
+    let key = library_key(f, ks, aliases, opts);
     if let Some(lib) = crate::cache::load(dir, &key, names) {
         return Ok((lib, true));
     }
-    crate::aot_machine()?; // initializes LLVM's native target once, before the threads
+    crate::aot_machine(opts.cpu.machine)?; // initializes LLVM's native target once, before the threads
     let mut jobs = kernel_jobs(ks, aliases, target);
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and
@@ -329,7 +320,7 @@ pub(super) fn compile_cached(
                 s.spawn(|| -> Result<Objects> {
                     // One target machine per thread for all its modules: LLVM builds the
                     // subtarget for the host CPU's features once per target machine.
-                    let tm = crate::aot_machine()?;
+                    let tm = crate::aot_machine(opts.cpu.machine)?;
                     let mut objects = Vec::new();
                     loop {
                         let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
