@@ -12,13 +12,12 @@
 //! prints the loss's IR instead).
 
 use kiln::checkpoint::{Metadata, TrainState};
-use kiln::ir::{Func, Loc, ValueId};
+use kiln::ir::Loc;
 use kiln::nn::{Embedding, LayerNorm, Linear, MultiHeadAttention, cross_entropy, parameter_count};
 use kiln::optim::{Adam, AdamState};
 use kiln::random::{Key, bits, key, split, uniform};
 use kiln::train::{LossCurve, Progress};
 use kiln::{DType, Error, Result, Tensor, Tree, jit, value_and_grad};
-use kiln_trace::trace::apply;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -243,51 +242,6 @@ pub fn train_step(opt: &Adam, (m, s, w): &StepArgs) -> (Gpt, AdamState<Gpt>, Ten
     }
 }
 
-/// Runs `f` on `args` one instruction at a time, each as an eager op (what the same tensor
-/// code does outside `jit`): no whole-program compile, no fusion, every intermediate result
-/// written out.
-pub fn run_op_by_op(f: &Func, args: &[&Tensor]) -> Result<Vec<Tensor>> {
-    let mut values: Vec<Option<Tensor>> = vec![None; f.values.len()];
-    for (p, a) in f.params.iter().zip(args) {
-        values[p.index()] = Some((*a).clone());
-    }
-    let get = |values: &[Option<Tensor>], v: ValueId| {
-        values[v.index()].clone().ok_or_else(|| {
-            Error::new(
-                "run_op_by_op",
-                format!("{v:?} is used before it is defined"),
-            )
-        })
-    };
-    for inst in &f.insts {
-        let xs = inst
-            .operands
-            .iter()
-            .map(|&v| get(&values, v))
-            .collect::<Result<Vec<Tensor>>>()?;
-        let declared = inst
-            .results
-            .iter()
-            .map(|r| f.values[r.index()].clone())
-            .collect();
-        let refs: Vec<&Tensor> = xs.iter().collect();
-        let outs = apply(
-            inst.op.clone(),
-            &refs,
-            Some(declared),
-            "run_op_by_op",
-            Loc::caller(),
-        );
-        if let Some(e) = outs.iter().find_map(|t| t.error()) {
-            return Err(e.clone());
-        }
-        for (r, o) in inst.results.iter().zip(outs) {
-            values[r.index()] = Some(o);
-        }
-    }
-    f.outputs.iter().map(|&v| get(&values, v)).collect()
-}
-
 /// What a run leaves.
 pub struct Report {
     /// The trained model.
@@ -306,8 +260,8 @@ pub struct Report {
     pub first_step_ms: f64,
     /// The median compiled step's time after the first, in milliseconds.
     pub step_ms: f64,
-    /// The median time of the same step run op by op ([`run_op_by_op`]) after the first two,
-    /// in milliseconds (if timed).
+    /// The median time of the same step run op by op (`kiln::lower::run_op_by_op`) after the
+    /// first two, in milliseconds (if timed).
     pub eager_ms: Option<f64>,
     /// The loss curve.
     pub curve: LossCurve,
@@ -372,7 +326,7 @@ pub fn run(c: &Config, verbose: bool) -> Result<Report> {
             let args = (em, es, batch(&k, &train_tokens, c));
             let program = kiln::lower::trace_ir(|a: &StepArgs| train_step(&opt, a), &args)?;
             let t0 = Instant::now();
-            let outs = run_op_by_op(&program, &args.leaf_vec())?;
+            let outs = kiln::lower::run_op_by_op(&program, &args.leaf_vec())?;
             let (m2, s2, l) =
                 (args.0.clone(), args.1.clone(), Tensor::scalar(0.0f32)).with_leaves(&outs);
             l.item()?;

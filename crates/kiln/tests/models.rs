@@ -125,7 +125,7 @@ fn char_transformer_learns_held_out_shakespeare_in_one_compile() {
     let opt = kiln::optim::Adam::adamw(c.lr, 0.01);
     let step = |a: &char_transformer::StepArgs| char_transformer::train_step(&opt, a);
     let program = kiln::lower::trace_ir(step, &args).unwrap();
-    let eager = char_transformer::run_op_by_op(&program, &kiln::Tree::leaf_vec(&args)).unwrap();
+    let eager = kiln::lower::run_op_by_op(&program, &kiln::Tree::leaf_vec(&args)).unwrap();
     let compiled = jit(step).call(&args).unwrap();
     let compiled: Vec<&Tensor> = kiln::Tree::leaf_vec(&compiled);
     assert_eq!(eager.len(), compiled.len());
