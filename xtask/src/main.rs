@@ -2,7 +2,8 @@
 //!
 //! - `test`: install missing toolchain packages (and, in `~/.cache/kiln`, `ptxas` and a venv with
 //!   `jax` for the StableHLO export's XLA check), then fmt, clippy, doc, and every test.
-//! - `demo`: install missing toolchain packages, then train a model end to end.
+//! - `demo`: install missing toolchain packages, then train a character-level transformer on
+//!   Shakespeare end to end (`--steps N`, `--out DIR` go to the example).
 //! - `dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]...
 //!   [--fast-math] [--donate 0,1,...]`: print a stage of a `.kir` file (`egraph`: the saturated
 //!   e-graph with costs;
@@ -291,12 +292,16 @@ fn test() -> Result {
     run(&mut e)
 }
 
-/// The example `cargo xtask demo` runs: an MLP classifier trained end to end.
-const DEMO_EXAMPLE: &str = "mlp_classifier";
+/// The example `cargo xtask demo` runs: a character-level transformer trained on the shipped
+/// Shakespeare, with its loss curve, checkpoint, generated text and step times.
+const DEMO_EXAMPLE: &str = "char_transformer";
 
-fn demo() -> Result {
+/// Runs the demo example in release; `args` (`--steps N`, `--out DIR`) go to the example.
+fn demo(args: &[String]) -> Result {
     ensure_toolchain()?;
-    run(&mut release_run(&["-p", "kiln", "--example", DEMO_EXAMPLE]))
+    let mut c = release_run(&["-p", "kiln", "--example", DEMO_EXAMPLE, "--"]);
+    c.args(args);
+    run(&mut c)
 }
 
 fn bench(args: &[String]) -> Result {
@@ -604,12 +609,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
-        Some("demo") => demo(),
+        Some("demo") => demo(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
         Some("gpu-pack") => gpu_pack(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check] | gpu-pack DIR [--quick]".into()),
+        _ => Err("usage: cargo xtask test | demo [--steps N] [--out DIR] | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check] | gpu-pack DIR [--quick]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -622,13 +627,24 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    /// The README's first command runs this example, so it must exist.
+    /// The README's first command runs this example, so it must exist and be a program; the
+    /// README shows its output and its loss plot, which must be in the repository.
     #[test]
     fn demo_example_exists() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let file = root
             .join("crates/kiln/examples")
             .join(format!("{}.rs", super::DEMO_EXAMPLE));
-        assert!(file.is_file(), "{} is missing", file.display());
+        let source = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{} is missing: {e}", file.display()));
+        assert!(
+            source.contains("fn main()"),
+            "{} has no main",
+            file.display()
+        );
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let plot = "docs/images/demo-loss.png";
+        assert!(readme.contains(plot), "the README does not show {plot}");
+        assert!(root.join(plot).is_file(), "{plot} is missing");
     }
 }

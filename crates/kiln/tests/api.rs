@@ -386,3 +386,33 @@ fn matmul_in_computes_in_the_wider_type() {
         .unwrap_err();
     assert!(e.to_string().contains("matmul_in"), "{e}");
 }
+
+/// A traced program run one op at a time gives what `jit` gives, and arguments of the wrong
+/// number or type are an error naming `run_op_by_op`, the program and the types.
+#[test]
+fn run_op_by_op_agrees_with_jit_and_checks_its_arguments() {
+    let f = |(w, x): &(Tensor, Tensor)| x.matmul(w).tanh().sum(&[1], false).softmax(-1);
+    let w = t64((0..12).map(|i| i as f64 * 0.1 - 0.5).collect(), &[4, 3]);
+    let x = t64((0..8).map(|i| i as f64 * 0.2).collect(), &[2, 4]);
+    let args = (w, x);
+    let program = kiln::lower::trace_ir(f, &args).unwrap();
+    let eager = kiln::lower::run_op_by_op(&program, &[&args.0, &args.1]).unwrap();
+    let compiled = jit(f).call(&args).unwrap();
+    let (e, c) = (
+        eager[0].to_vec::<f64>().unwrap(),
+        compiled.to_vec::<f64>().unwrap(),
+    );
+    assert_eq!(e.len(), 2);
+    for (a, b) in e.iter().zip(&c) {
+        assert!((a - b).abs() < 1e-12, "{e:?} vs {c:?}");
+    }
+    let err = kiln::lower::run_op_by_op(&program, &[&args.1])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("run_op_by_op")
+            && err.contains("@main takes (f64[4,3], f64[2,4]), got (f64[2,4])"),
+        "{err}"
+    );
+    assert!(err.contains("api.rs"), "{err}");
+}
