@@ -17,6 +17,8 @@ use kiln::random::{key, normal, uniform};
 use kiln::{DType, Tensor, Tree, grad, jit, value_and_grad};
 use std::time::Instant;
 
+mod gpt;
+
 /// A workload: builds inputs of a size and the function to time.
 struct Workload {
     name: &'static str,
@@ -583,6 +585,11 @@ const WORKLOADS: &[Workload] = &[
         name: "mlp_train_step",
         size: 256,
         run: mlp_train_step,
+    },
+    Workload {
+        name: "transformer_train_step",
+        size: 16,
+        run: gpt::transformer_train_step,
     },
     Workload {
         name: "mlp_train_step_eager",
