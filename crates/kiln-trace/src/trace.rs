@@ -4,8 +4,8 @@
 //! an inner one becomes a capture: an extra parameter of the inner function, fed the outer
 //! value when the inner function is applied. An eager tensor used in a trace becomes a constant,
 //! except that in a frame traced by [`trace_hoisting`] one of more than [`HOIST_ELEMENTS`]
-//! elements (a batch of data, say) becomes a capture too: the program's text stays small and
-//! shape-keyed, so the next batch of the same shape reuses the compiled function.
+//! element (a batch of data or labels, say) becomes a capture too: the program's text stays
+//! small and shape-keyed, so the next batch of the same shape reuses the compiled function.
 
 use crate::tensor::{Repr, Tensor};
 use crate::{Error, Result};
@@ -31,8 +31,11 @@ struct Frame {
     hoist: bool,
 }
 
-/// Eager tensors with more elements than this become captures in a hoisting frame.
-pub const HOIST_ELEMENTS: usize = 1024;
+/// Eager tensors with more elements than this become captures in a hoisting frame: every
+/// tensor but a scalar. A batch's labels (a few hundred integers) closed over by a gradient
+/// taken outside `jit` are data like any other: as constants, each new batch would be a new
+/// program, compiled again. Scalars stay constants, which the optimizer folds.
+pub const HOIST_ELEMENTS: usize = 1;
 
 thread_local! {
     static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
