@@ -453,6 +453,21 @@ fn status_md_is_fresh() {
     );
 }
 
+/// `docs/ops.md` lists every op with its spec's summary; `KILN_BLESS` rewrites it.
+#[test]
+fn ops_md_is_fresh() {
+    let want = kiln_tests::ops_reference();
+    let path = root().join("docs/ops.md");
+    if std::env::var_os("KILN_BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "docs/ops.md is stale: run `cargo xtask codegen`"
+    );
+}
+
 #[test]
 fn builder_errors_name_the_op_the_types_and_the_callers_line() {
     use kiln_ir::{Builder, DType, Op, TensorType};

@@ -753,6 +753,42 @@ fn cpu_column(coverage: &str, op: &str) -> &'static str {
 /// The text of `ir-specs/status.md`, generated from the specs, the filetests, the reference
 /// interpreter, autodiff's rule table and the CPU backend's test results
 /// (`ir-specs/coverage/cpu.txt`).
+/// `docs/ops.md`: every op with the first paragraph of its spec's semantics and links to its
+/// spec, grouped by the first letter; generated like `ir-specs/status.md`.
+pub fn ops_reference() -> String {
+    let specs = load_specs();
+    let mut s = String::from(
+        "# Op reference\n\nGenerated from `ir-specs/ops/` by `cargo xtask codegen`; a test fails \
+         when it is stale. Each op's page has its full semantics, its inputs and attributes, \
+         the constraints the verifier checks (with their labels), its VJP, and examples that \
+         run as tests on the reference interpreter and every backend; `ir-specs/status.md` \
+         shows what each layer covers. The ops follow StableHLO's names and semantics, except `lu`, \
+         kiln's own.\n",
+    );
+    let mut kinds: Vec<OpKind> = OpKind::ALL.to_vec();
+    kinds.sort_by_key(|k| k.mnemonic());
+    let mut letter = None;
+    for k in kinds {
+        let name = k.mnemonic();
+        let first = name.chars().next().map(|c| c.to_ascii_uppercase());
+        if first != letter {
+            letter = first;
+            s.push_str(&format!("\n## {}\n\n", first.unwrap_or('?')));
+        }
+        let summary = specs
+            .iter()
+            .find(|sp| sp.name == name)
+            .and_then(|sp| section(&sp.text, "Semantics"))
+            .and_then(|sem| sem.trim().split("\n\n").next())
+            .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| "(no spec)".to_string());
+        s.push_str(&format!(
+            "- [`{name}`](../ir-specs/ops/{name}.md): {summary}\n"
+        ));
+    }
+    s
+}
+
 pub fn status_table() -> String {
     let specs = load_specs();
     let negs = negative_labels();

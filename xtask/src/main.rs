@@ -312,12 +312,13 @@ fn bench(args: &[String]) -> Result {
 }
 
 /// `ir-specs/coverage/cpu.txt` (the CPU backend's results on the spec examples) first, then
-/// `ir-specs/status.md`, which reads it, and `docs/how-kiln-compiles.md`.
+/// `ir-specs/status.md`, which reads it, `docs/how-kiln-compiles.md` and `docs/ops.md`.
 fn codegen(check: bool) -> Result {
     for test in [
         "cpu_coverage_is_fresh",
         "status_md_is_fresh",
         "how_kiln_compiles_is_fresh",
+        "ops_md_is_fresh",
     ] {
         let mut c = cargo();
         c.args([
