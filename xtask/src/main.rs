@@ -13,7 +13,8 @@
 //!   H200 (grid, blocks, warps, shared memory, barriers, shuffles); `ptx`: those kernels as
 //!   PTX for sm_90 (`--sm sm_80` for another SM), a module per kernel; `fused`: the CPU backend's kernels,
 //!   their member ops and the reason for every fusion decision; `dot`: the fused graph for
-//!   Graphviz; `plan`: the memory plan, each intermediate's arena offset, size and live steps,
+//!   Graphviz, drawn with `--render OUT.svg|OUT.png` by Graphviz's `dot` (or the program named
+//!   by `--dot-program`), its text kept as `OUT.dot`; `plan`: the memory plan, each intermediate's arena offset, size and live steps,
 //!   and with `--donate` the results written in place into donated parameters);
 //!   `dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm`: the traced
 //!   or differentiated IR of an example; later stages dump its gradient function.
@@ -347,7 +348,7 @@ fn release_run(args: &[&str]) -> Command {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] [--sm sm_80] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] [--sm sm_80] [--render OUT.svg|OUT.png] [--dot-program dot] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -394,6 +395,8 @@ fn dump(args: &[String]) -> Result {
     let mut fast_math = false;
     let mut donate: Option<String> = None;
     let mut sm: Option<String> = None;
+    let mut render: Option<String> = None;
+    let mut dot_program = kiln_kernel::render::DEFAULT_DOT_PROGRAM.to_string();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -402,11 +405,22 @@ fn dump(args: &[String]) -> Result {
             "--fast-math" => fast_math = true,
             "--donate" => donate = Some(it.next().ok_or(usage)?.clone()),
             "--sm" => sm = Some(it.next().ok_or(usage)?.clone()),
+            "--render" => render = Some(it.next().ok_or(usage)?.clone()),
+            "--dot-program" => dot_program = it.next().ok_or(usage)?.clone(),
             _ if file.is_none() => file = Some(a.clone()),
             _ => return Err(usage.into()),
         }
     }
     let file = file.ok_or(usage)?;
+    if let Some(out) = &render {
+        if stage != "dot" {
+            return Err(format!(
+                "--render draws the `dot` stage, not `{stage}` (use --stage dot)"
+            ));
+        }
+        // Checked before compiling anything.
+        kiln_kernel::render::format_of(Path::new(out))?;
+    }
     // Stages that need LLVM run in the backend's dump tool.
     let llvm_dump = |flag: Option<&str>| {
         let mut c = release_run(&[
@@ -423,6 +437,35 @@ fn dump(args: &[String]) -> Result {
         }
         run(&mut c)
     };
+    if let Some(out) = &render {
+        ensure_toolchain()?;
+        let mut c = release_run(&[
+            "-p",
+            "kiln-codegen-llvm",
+            "--bin",
+            "kiln-llvm-dump",
+            "--",
+            &file,
+            "--dot",
+        ]);
+        let text = c
+            .output()
+            .map_err(|e| format!("running kiln-llvm-dump: {e}"))?;
+        if !text.status.success() {
+            return Err(format!(
+                "kiln-llvm-dump --dot failed:\n{}",
+                String::from_utf8_lossy(&text.stderr)
+            ));
+        }
+        let dot = String::from_utf8(text.stdout).map_err(|e| e.to_string())?;
+        let r = kiln_kernel::render::render_dot(&dot, Path::new(out), &dot_program)?;
+        println!(
+            "wrote {} (Graphviz text: {})",
+            r.picture.display(),
+            r.dot.display()
+        );
+        return Ok(());
+    }
     if stage == "fused" || stage == "dot" || stage == "plan" {
         ensure_toolchain()?;
         return llvm_dump(Some(&format!("--{stage}")));
@@ -615,7 +658,7 @@ fn main() -> ExitCode {
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
         Some("gpu-pack") => gpu_pack(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo [--steps N] [--out DIR] | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check] | gpu-pack DIR [--quick]".into()),
+        _ => Err("usage: cargo xtask test | demo [--steps N] [--out DIR] | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--render OUT.svg] | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check] | gpu-pack DIR [--quick]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,11 +1,12 @@
-//! `kiln dump`: a model at one compilation stage, as `cargo xtask dump` prints it.
+//! `kiln dump`: a model at one compilation stage, as `cargo xtask dump` prints it; the `dot`
+//! stage (the fused kernels for Graphviz) can be drawn as SVG or PNG with `--render`.
 
 use crate::error::Error;
 use crate::model;
 use std::path::Path;
 
 /// The stages `kiln dump` prints.
-pub const STAGES: &str = "opt|fused|kernels|llvm|ptx";
+pub const STAGES: &str = "opt|fused|dot|kernels|llvm|ptx";
 
 /// `kiln dump MODEL --stage STAGE [--sm SM]`.
 pub fn dump(model: &Path, stage: &str, sm: Option<&str>) -> Result<String, Error> {
@@ -27,6 +28,7 @@ pub fn dump(model: &Path, stage: &str, sm: Option<&str>) -> Result<String, Error
         "fused" => {
             kiln_codegen_llvm::cpu::describe_fusion(f, &opts).map_err(|e| compile(e.to_string()))
         }
+        "dot" => kiln_kernel::pipeline::fusion_dot(f, &opts).map_err(|e| compile(e.to_string())),
         "llvm" => {
             let before = kiln_codegen_llvm::cpu::function_llvm_ir(f, false, &opts)
                 .map_err(|e| compile(e.to_string()))?;
@@ -48,4 +50,19 @@ pub fn dump(model: &Path, stage: &str, sm: Option<&str>) -> Result<String, Error
             "unknown stage `{other}` (the stages: {STAGES})"
         ))),
     }
+}
+
+/// `kiln dump MODEL --stage dot --render OUT [--dot-program PROG]`: the fused graph drawn by
+/// Graphviz's `dot` (or `program`) into `out` (`.svg` or `.png`), its text kept next to it as
+/// `.dot`. Returns what to print.
+pub fn render(model: &Path, out: &Path, program: &str) -> Result<String, Error> {
+    // A bad picture name is a usage error, found before compiling anything.
+    kiln_kernel::render::format_of(out).map_err(Error::Usage)?;
+    let dot = dump(model, "dot", None)?;
+    let r = kiln_kernel::render::render_dot(&dot, out, program).map_err(Error::Output)?;
+    Ok(format!(
+        "wrote {} (Graphviz text: {})\n",
+        r.picture.display(),
+        r.dot.display()
+    ))
 }

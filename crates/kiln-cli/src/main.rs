@@ -14,7 +14,8 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   kiln run MODEL [--input NAME=FILE.npy]... [--output DIR]
-  kiln dump MODEL --stage opt|fused|kernels|llvm|ptx [--sm sm_90]
+  kiln dump MODEL --stage opt|fused|dot|kernels|llvm|ptx [--sm sm_90]
+  kiln dump MODEL --stage dot --render OUT.svg|OUT.png [--dot-program dot]
   kiln bench MODEL [--input NAME=FILE.npy]... [--runs N] [--seed S]
   kiln export MODEL [-o OUT.mlir]
 
@@ -22,7 +23,8 @@ MODEL is StableHLO text (.mlir) or kiln IR (.kir); its entry function (@main or 
 An input NAME is a parameter's position (0, arg0 or %arg0); other names take the parameters
 left in the order given. `run` prints the results, or writes DIR/out0.npy, ... with --output.
 `bench` prints the compile time and the median run time (inputs random from the seed when none
-are given). `export` writes StableHLO text (to stdout without -o).
+are given). `--render` draws the fused kernels with Graphviz's `dot` (apt-get install graphviz,
+brew install graphviz) and keeps the graph's text as OUT.dot. `export` writes StableHLO text (to stdout without -o).
 The backend is the CPU unless KILN_BACKEND selects another (see the kiln crate).
 Exit codes: 0 success, 2 usage, 3 bad model, 4 bad input, 5 compile or export failed,
 6 run failed, 7 output not written.";
@@ -38,6 +40,8 @@ struct Args {
     sm: Option<String>,
     runs: Option<usize>,
     seed: Option<u64>,
+    render: Option<PathBuf>,
+    dot_program: Option<String>,
 }
 
 fn parse(argv: &[String]) -> Result<Args, Error> {
@@ -67,6 +71,8 @@ fn parse(argv: &[String]) -> Result<Args, Error> {
             "--output" | "-o" => a.output = Some(PathBuf::from(value(arg)?)),
             "--stage" => a.stage = Some(value("--stage")?),
             "--sm" => a.sm = Some(value("--sm")?),
+            "--render" => a.render = Some(PathBuf::from(value("--render")?)),
+            "--dot-program" => a.dot_program = Some(value("--dot-program")?),
             "--runs" => {
                 let v = value("--runs")?;
                 a.runs = Some(
@@ -104,7 +110,21 @@ fn main_with(argv: &[String]) -> Result<(), Error> {
                 .stage
                 .as_deref()
                 .ok_or_else(|| usage(&format!("`kiln dump` needs --stage {}", dump::STAGES)))?;
-            print!("{}", dump::dump(model, stage, a.sm.as_deref())?);
+            match &a.render {
+                Some(out) if stage == "dot" => {
+                    let program = a
+                        .dot_program
+                        .as_deref()
+                        .unwrap_or(kiln_kernel::render::DEFAULT_DOT_PROGRAM);
+                    print!("{}", dump::render(model, out, program)?);
+                }
+                Some(_) => {
+                    return Err(usage(&format!(
+                        "--render draws the `dot` stage, not `{stage}`"
+                    )));
+                }
+                None => print!("{}", dump::dump(model, stage, a.sm.as_deref())?),
+            }
             Ok(())
         }
         "bench" => {

@@ -102,6 +102,7 @@ fn dump_stages_and_bench() {
         ("opt", "reduce"),
         ("kernels", "kernel"),
         ("fused", "kernel"),
+        ("dot", "digraph"),
         ("llvm", "define"),
         ("ptx", "nvptx"),
     ] {
@@ -161,6 +162,85 @@ fn bad_input_ends_with_its_exit_code() {
     for (args, code, needle) in cases {
         let o = kiln(&args);
         assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn dot_renders_with_graphviz_or_says_how_to_install_it() {
+    let d = dir("render");
+    let (kir, _, _) = setup(&d);
+    let svg = d.join("fused.svg").to_string_lossy().into_owned();
+    let text = stdout(&kiln(&["dump", &kir, "--stage", "dot"]));
+    // `dot` missing: a clear error (an output error, 7), the text kept next to the picture.
+    let missing = d
+        .join("no-graphviz")
+        .join("dot")
+        .to_string_lossy()
+        .into_owned();
+    let o = kiln(&[
+        "dump",
+        &kir,
+        "--stage",
+        "dot",
+        "--render",
+        &svg,
+        "--dot-program",
+        &missing,
+    ]);
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    for needle in [
+        "Graphviz's `dot` is needed",
+        "apt-get install graphviz",
+        "brew install graphviz",
+        "fused.dot",
+    ] {
+        assert!(stderr(&o).contains(needle), "{needle}: {}", stderr(&o));
+    }
+    let kept = d.join("fused.dot");
+    assert_eq!(std::fs::read_to_string(&kept).expect("kept"), text);
+    // A stand-in for `dot` that copies its input: the picture is the graph.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let fake = d.join("fake-dot");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\n[ \"$1\" = -Tsvg ] || exit 3\ncp \"$4\" \"$3\"\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let fake = fake.to_string_lossy().into_owned();
+        std::fs::remove_file(&kept).expect("remove");
+        let o = kiln(&[
+            "dump",
+            &kir,
+            "--stage",
+            "dot",
+            "--render",
+            &svg,
+            "--dot-program",
+            &fake,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("fused.svg"), "{}", stdout(&o));
+        assert_eq!(std::fs::read_to_string(&svg).expect("drawn"), text);
+        assert_eq!(std::fs::read_to_string(&kept).expect("kept"), text);
+    }
+    // Usage errors: another stage, or a picture format Graphviz is not asked for.
+    let pdf = d.join("fused.pdf").to_string_lossy().into_owned();
+    for (args, needle) in [
+        (
+            vec!["dump", &kir, "--stage", "opt", "--render", &svg],
+            "--render draws the `dot` stage",
+        ),
+        (
+            vec!["dump", &kir, "--stage", "dot", "--render", &pdf],
+            ".svg or .png",
+        ),
+    ] {
+        let o = kiln(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
 }

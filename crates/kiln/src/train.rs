@@ -18,6 +18,7 @@
 //! ```
 
 mod curve;
+mod font;
 mod progress;
 
 pub use curve::LossCurve;

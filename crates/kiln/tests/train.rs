@@ -211,3 +211,92 @@ fn bad_input_is_a_clear_error() {
         "{e}"
     );
 }
+
+/// Pixels of text: grey (neither white nor black, no hue), which only the anti-aliased
+/// glyphs draw (the axes are pure black, the curves blue and orange).
+fn is_text(p: &[u8]) -> bool {
+    let (lo, hi) = (p[0].min(p[1]).min(p[2]), p[0].max(p[1]).max(p[2]));
+    hi < 230 && lo > 0 && hi - lo < 12
+}
+
+/// (text pixels in the left margin, below the plot, in the legend's corner), found from the
+/// axes: the column and the row with the most pure-black pixels.
+fn text_regions(path: &std::path::Path) -> (usize, usize, usize) {
+    let (w, h, px, _) = read_png(path);
+    let (w, h) = (w as usize, h as usize);
+    let at = |x: usize, y: usize| &px[(y * w + x) * 3..(y * w + x) * 3 + 3];
+    let black = |x, y| at(x, y) == [0, 0, 0];
+    let axis_x = (0..w)
+        .max_by_key(|&x| (0..h).filter(|&y| black(x, y)).count())
+        .unwrap();
+    let axis_y = (0..h)
+        .max_by_key(|&y| (0..w).filter(|&x| black(x, y)).count())
+        .unwrap();
+    let count = |xs: std::ops::Range<usize>, ys: std::ops::Range<usize>| {
+        ys.flat_map(|y| xs.clone().map(move |x| (x, y)))
+            .filter(|&(x, y)| is_text(at(x, y)))
+            .count()
+    };
+    (
+        count(0..axis_x, 0..axis_y),
+        count(axis_x..w, axis_y..h),
+        count(w * 3 / 4..w, 0..h / 3),
+    )
+}
+
+#[test]
+fn loss_curve_png_has_tick_labels_axis_names_and_a_legend() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loss.png");
+    curve().save_png(&path, 640, 400).unwrap();
+    let (left, below, legend) = text_regions(&path);
+    // Six tick values and "loss" to the left, six values and "step" below, "train" and
+    // "held-out" in the upper right corner.
+    assert!(left > 250, "labels left of the plot: {left} text pixels");
+    assert!(below > 250, "labels below the plot: {below} text pixels");
+    assert!(legend > 100, "legend: {legend} text pixels");
+    // Below 160x120 pixels there is no room for text: none drawn.
+    let small = dir.path().join("small.png");
+    curve().save_png(&small, 150, 110).unwrap();
+    let (l, b, g) = text_regions(&small);
+    assert_eq!(l + b + g, 0, "no text in a small picture");
+    // Only a training curve: the legend still has its entry, fewer text pixels.
+    let mut train_only = LossCurve::new();
+    for s in 0..60 {
+        train_only.push(s, 2.0 / (1.0 + s as f32));
+    }
+    let one = dir.path().join("train-only.png");
+    train_only.save_png(&one, 640, 400).unwrap();
+    let (_, _, legend_one) = text_regions(&one);
+    assert!(
+        legend_one > 30 && legend_one < legend,
+        "one legend entry: {legend_one} text pixels, two: {legend}"
+    );
+}
+
+#[test]
+fn loss_curve_png_draws_any_finite_numbers_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.png");
+    let mut curves = vec![];
+    for values in [
+        vec![f32::MAX, -f32::MAX],
+        vec![f32::MIN_POSITIVE, 2.0 * f32::MIN_POSITIVE],
+        vec![1e-30, 1e30],
+        vec![0.0, -0.0],
+        vec![-5.0, f32::INFINITY, f32::NAN, -7.5],
+    ] {
+        let mut c = LossCurve::new();
+        for (i, v) in values.iter().enumerate() {
+            c.push(i * (usize::MAX / 4), *v);
+            c.push_heldout(i, -v);
+        }
+        curves.push(c);
+    }
+    for c in &curves {
+        for (w, h) in [(160, 120), (161, 3000), (3000, 161), (1, 1), (200, 2)] {
+            c.save_png(&path, w, h)
+                .unwrap_or_else(|e| panic!("{w}x{h} {c:?}: {e}"));
+        }
+    }
+}

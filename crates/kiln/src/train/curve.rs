@@ -2,6 +2,8 @@
 
 use crate::{Error, Result};
 use plotters::prelude::*;
+use plotters::style::FontTransform;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -18,8 +20,10 @@ const TICKS: i32 = 5;
 /// Training and optional held-out losses by step, for a picture or a table.
 ///
 /// [`save_png`](LossCurve::save_png) draws with `plotters` into a bitmap and encodes it with
-/// `png`; it needs no system fonts, and draws no text: the picture has axes with tick marks
-/// at fifths of each range, the training loss in blue and the held-out loss in orange. For
+/// `png`; it needs no system fonts (its text is written with an embedded subset of DejaVu
+/// Sans): the picture has axes with tick marks and their values at fifths of each range, the
+/// axis names "step" and "loss", the training loss in blue, the held-out loss in orange and a
+/// legend naming them. Pictures smaller than 160x120 pixels are drawn without text. For
 /// numbers, [`save_csv`](LossCurve::save_csv) writes the points to plot elsewhere.
 ///
 /// ```no_run
@@ -123,15 +127,19 @@ impl LossCurve {
         let (x0, x1) = fold(|p| p.0);
         let (y0, y1) = fold(|p| p.1);
         let mut pixels = vec![0u8; width as usize * height as usize * 3];
-        draw(
-            &mut pixels,
-            (width, height),
-            span(x0, x1),
-            span(y0, y1),
-            &train,
-            &heldout,
-        )
-        .map_err(|e| Error::new(op, format!("drawing failed: {e}")))?;
+        // Whatever the points, a failure inside the drawing library is an error, not a panic.
+        let drawn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            draw(
+                &mut pixels,
+                (width, height),
+                span(x0, x1),
+                span(y0, y1),
+                &train,
+                &heldout,
+            )
+        }))
+        .unwrap_or_else(|_| Err("the drawing library panicked".to_string()));
+        drawn.map_err(|e| Error::new(op, format!("drawing failed: {e}")))?;
         let io = |e: &dyn std::fmt::Display| {
             Error::new(op, format!("cannot write {}: {e}", path.display()))
         };
@@ -173,7 +181,36 @@ impl LossCurve {
     }
 }
 
-/// Draws axes, tick marks and the curves into an RGB buffer; no text (no fonts needed).
+/// The smallest picture (width, height) that gets text; smaller ones get only the axes,
+/// tick marks and curves.
+const MIN_TEXT: (u32, u32) = (160, 120);
+
+/// Tick label `i` of [`TICKS`] over `range`, with as many decimals as the tick spacing needs
+/// (powers of ten for very large or very small numbers).
+fn tick_label(range: &std::ops::Range<f64>, i: i32) -> String {
+    let gap = (range.end - range.start) / TICKS as f64;
+    let v = range.start + gap * i as f64;
+    let big = range.start.abs().max(range.end.abs());
+    if big >= 1e6 || (gap > 0.0 && gap < 1e-4) {
+        return format!("{v:.2e}");
+    }
+    let decimals = if gap > 0.0 {
+        (1.0 - gap.log10()).ceil().clamp(0.0, 6.0) as usize
+    } else {
+        2
+    };
+    let text = format!("{v:.decimals$}");
+    // "-0.00" reads as zero.
+    if text.starts_with('-') && text[1..].chars().all(|c| c == '0' || c == '.') {
+        text[1..].to_string()
+    } else {
+        text
+    }
+}
+
+/// Draws the picture into an RGB buffer: axes with tick marks at fifths of each range and
+/// the curves; when the picture is at least [`MIN_TEXT`] and the embedded font loads, tick
+/// labels, the axis names ("step", "loss") and a legend ("train", "held-out") too.
 fn draw(
     pixels: &mut [u8],
     (width, height): (u32, u32),
@@ -185,11 +222,31 @@ fn draw(
     let text = |e: &dyn std::fmt::Display| e.to_string();
     let root = BitMapBackend::with_buffer(pixels, (width, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| text(&e))?;
-    let margin = width.min(height) / 12;
-    let mut chart = ChartBuilder::on(&root)
-        .margin(margin)
-        .build_cartesian_2d(xs, ys)
-        .map_err(|e| text(&e))?;
+    let small = width.min(height);
+    let margin = small / 12;
+    let tick = (small as i32 / 80).max(2);
+    let labels = width >= MIN_TEXT.0 && height >= MIN_TEXT.1 && super::font::ready();
+    let size = (small as i32 / 28).clamp(9, 24);
+    let style = TextStyle::from((super::font::FAMILY, size).into_font()).color(&BLACK);
+    let x_labels: Vec<String> = (0..=TICKS).map(|i| tick_label(&xs, i)).collect();
+    let y_labels: Vec<String> = (0..=TICKS).map(|i| tick_label(&ys, i)).collect();
+    let text_width = |s: &str| -> std::result::Result<i32, String> {
+        let (w, _) = root.estimate_text_size(s, &style).map_err(|e| text(&e))?;
+        Ok(w as i32)
+    };
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin(margin);
+    let mut widest = 0;
+    if labels {
+        for l in &y_labels {
+            widest = widest.max(text_width(l)?);
+        }
+        // Tick labels, a gap and the rotated axis name to the left; a row of tick labels
+        // and the axis name below.
+        builder.margin_left(margin as i32 + tick + widest + 2 * size);
+        builder.margin_bottom(margin as i32 + tick + 3 * size);
+    }
+    let mut chart = builder.build_cartesian_2d(xs, ys).map_err(|e| text(&e))?;
     let ((left, right), (top, bottom)) = {
         let (xr, yr) = chart.plotting_area().get_pixel_range();
         ((xr.start, xr.end - 1), (yr.start, yr.end - 1))
@@ -197,7 +254,6 @@ fn draw(
     let axes = [(left, top), (left, bottom), (right, bottom)];
     root.draw(&PathElement::new(axes.to_vec(), BLACK.stroke_width(1)))
         .map_err(|e| text(&e))?;
-    let tick = (width.min(height) as i32 / 80).max(2);
     for i in 0..=TICKS {
         let x = left + (right - left) * i / TICKS;
         let y = bottom - (bottom - top) * i / TICKS;
@@ -208,8 +264,39 @@ fn draw(
         .map_err(|e| text(&e))?;
         root.draw(&PathElement::new(vec![(left - tick, y), (left, y)], BLACK))
             .map_err(|e| text(&e))?;
+        if labels {
+            let at = |h, v| style.pos(Pos::new(h, v));
+            root.draw(&Text::new(
+                x_labels[i as usize].as_str(),
+                (x, bottom + tick + 2),
+                at(HPos::Center, VPos::Top),
+            ))
+            .map_err(|e| text(&e))?;
+            root.draw(&Text::new(
+                y_labels[i as usize].as_str(),
+                (left - tick - 3, y),
+                at(HPos::Right, VPos::Center),
+            ))
+            .map_err(|e| text(&e))?;
+        }
     }
-    let stroke = (width.min(height) / 300).max(1);
+    if labels {
+        root.draw(&Text::new(
+            "step",
+            ((left + right) / 2, bottom + tick + 2 + size + size / 2),
+            style.pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(|e| text(&e))?;
+        root.draw(&Text::new(
+            "loss",
+            (left - tick - 3 - widest - size, (top + bottom) / 2),
+            style
+                .transform(FontTransform::Rotate270)
+                .pos(Pos::new(HPos::Center, VPos::Center)),
+        ))
+        .map_err(|e| text(&e))?;
+    }
+    let stroke = (small / 300).max(1);
     for (points, color) in [(heldout, HELDOUT), (train, TRAIN)] {
         match points.len() {
             0 => {}
@@ -230,6 +317,45 @@ fn draw(
                     ))
                     .map_err(|e| text(&e))?;
             }
+        }
+    }
+    if labels {
+        // The legend: a framed box in the upper right corner of the plot.
+        let entries: Vec<(&str, RGBColor)> =
+            [("train", TRAIN, train), ("held-out", HELDOUT, heldout)]
+                .into_iter()
+                .filter(|(_, _, points)| !points.is_empty())
+                .map(|(name, color, _)| (name, color))
+                .collect();
+        let pad = (size / 2).max(2);
+        let line = 2 * size;
+        let mut names = 0;
+        for (name, _) in &entries {
+            names = names.max(text_width(name)?);
+        }
+        let (w, h) = (
+            3 * pad + line + names,
+            pad + entries.len() as i32 * (size + pad),
+        );
+        let (x0, y0) = (right - pad - w, top + pad);
+        let frame = [(x0, y0), (x0 + w, y0 + h)];
+        root.draw(&Rectangle::new(frame, WHITE.filled()))
+            .map_err(|e| text(&e))?;
+        root.draw(&Rectangle::new(frame, BLACK.stroke_width(1)))
+            .map_err(|e| text(&e))?;
+        for (i, (name, color)) in entries.into_iter().enumerate() {
+            let y = y0 + pad + i as i32 * (size + pad) + size / 2;
+            root.draw(&PathElement::new(
+                vec![(x0 + pad, y), (x0 + pad + line, y)],
+                color.stroke_width(stroke + 1),
+            ))
+            .map_err(|e| text(&e))?;
+            root.draw(&Text::new(
+                name,
+                (x0 + 2 * pad + line, y),
+                style.pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(|e| text(&e))?;
         }
     }
     root.present().map_err(|e| text(&e))
