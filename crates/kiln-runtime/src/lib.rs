@@ -33,6 +33,7 @@ pub mod kernel_program;
 pub mod library;
 pub mod linalg;
 pub mod plan_exec;
+mod radix;
 mod sort;
 
 pub use kiln_kernel::{Step, plan};

@@ -4,7 +4,9 @@
 //! comparator orders the elements (floats: the sign bit flipped for positives, every bit for
 //! negatives; -0 counts as +0, which `LT` does not tell apart; descending: every bit flipped),
 //! and each slice is sorted by a least-significant-digit radix sort on bytes, which is stable,
-//! so equal keys keep their order exactly as the comparator's stable sort keeps them. A key
+//! so equal keys keep their order exactly as the comparator's stable sort keeps them; a slice
+//! of at least `radix::PARALLEL_MIN` keys sorts on every thread, by 11-bit digits
+//! ([`crate::radix`]), and its float keys are made on every thread too. A key
 //! operand with a NaN, which `LT` leaves unordered, sorts by the comparison itself in the
 //! reference interpreter's merge sort, giving its permutation. With one operand and no -0
 //! the sorted keys are turned back into elements; otherwise the slices' permutations move
@@ -77,6 +79,19 @@ fn keys(l: &Literal, descending: bool, nan_greatest: bool) -> Option<(Keys, bool
             Keys::U64(v.iter().map(|&x| (x as u64) ^ 1 << 63).collect()),
             false,
         ),
+        Data::F32(v) if v.len() >= crate::radix::PARALLEL_MIN => {
+            // Long keys: converted on every thread.
+            let nan = v.par_iter().any(|x| x.is_nan());
+            if nan && !nan_greatest {
+                return None;
+            }
+            let nz = v.par_iter().any(|&x| x == 0.0 && x.is_sign_negative());
+            let k = v
+                .par_iter()
+                .map(|&x| if x.is_nan() { u32::MAX } else { f32_key(x) })
+                .collect();
+            (Keys::U32(k), nz || nan)
+        }
         Data::F32(v) => float32(&mut v.iter().copied())?,
         Data::F16(v) => float32(&mut v.iter().map(|x| x.to_f32()))?,
         Data::BF16(v) => float32(&mut v.iter().map(|x| x.to_f32()))?,
@@ -112,7 +127,7 @@ impl Keys {
 }
 
 /// An unsigned key the radix sort reads a byte at a time.
-trait RadixKey: Copy + Ord + Send + Sync + Default {
+trait RadixKey: Copy + Ord + Send + Sync + Default + Into<u64> {
     const BYTES: usize;
     fn byte(self, i: usize) -> usize;
 }
@@ -203,7 +218,11 @@ fn slice_order<K: RadixKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
         return pos.into_iter().map(|p| p as u32).collect();
     }
     let mut keys = keys;
-    radix_sort(&mut keys, Some(&mut idx));
+    if keys.len() >= crate::radix::PARALLEL_MIN {
+        crate::radix::par_radix_sort(&mut keys, Some(&mut idx));
+    } else {
+        radix_sort(&mut keys, Some(&mut idx));
+    }
     idx
 }
 
@@ -277,7 +296,27 @@ fn sorted_f32_keys(
     len: usize,
     prefix: Option<usize>,
 ) -> Literal {
-    k.par_chunks_mut(len.max(1)).for_each(|c| {
+    if prefix.is_none() && k.len() == len && len >= crate::radix::PARALLEL_MIN {
+        // One long slice: every thread sorts it together.
+        crate::radix::par_radix_sort(&mut k, None);
+    } else {
+        k.par_chunks_mut(len.max(1))
+            .for_each(|c| sort_f32_slice(c, prefix));
+    }
+    let back = |k: u32| {
+        let k = if descending { !k } else { k };
+        f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k })
+    };
+    Literal::new(
+        l.ty().clone(),
+        Data::F32(k.into_par_iter().map(back).collect()),
+    )
+    .expect("the operand's own type")
+}
+
+/// One slice of [`sorted_f32_keys`]'s keys sorted (its first `prefix` only, when given).
+fn sort_f32_slice(c: &mut [u32], prefix: Option<usize>) {
+    {
         if let Some(p) = prefix {
             // Equal keys are equal elements here, so any order of them is the stable one.
             let p = p.min(c.len());
@@ -289,16 +328,14 @@ fn sorted_f32_keys(
             c.sort_unstable();
         } else {
             let mut v = c.to_vec();
-            radix_sort(&mut v, None);
+            if v.len() >= crate::radix::PARALLEL_MIN {
+                crate::radix::par_radix_sort(&mut v, None);
+            } else {
+                radix_sort(&mut v, None);
+            }
             c.copy_from_slice(&v);
         }
-    });
-    let back = |k: u32| {
-        let k = if descending { !k } else { k };
-        f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k })
-    };
-    Literal::new(l.ty().clone(), Data::F32(k.into_iter().map(back).collect()))
-        .expect("the operand's own type")
+    }
 }
 
 /// Runs a `sort` of the operands `x` along `dimension` as `plan` says; `comparator` is the
