@@ -422,7 +422,7 @@ fn dump(args: &[String]) -> Result {
         kiln_kernel::render::format_of(Path::new(out))?;
     }
     // Stages that need LLVM run in the backend's dump tool.
-    let llvm_dump = |flag: Option<&str>| {
+    let llvm_dump_command = |flag: Option<&str>| {
         let mut c = release_run(&[
             "-p",
             "kiln-codegen-llvm",
@@ -435,20 +435,12 @@ fn dump(args: &[String]) -> Result {
         if let Some(d) = &donate {
             c.arg(format!("--donate={d}"));
         }
-        run(&mut c)
+        c
     };
+    let llvm_dump = |flag: Option<&str>| run(&mut llvm_dump_command(flag));
     if let Some(out) = &render {
         ensure_toolchain()?;
-        let mut c = release_run(&[
-            "-p",
-            "kiln-codegen-llvm",
-            "--bin",
-            "kiln-llvm-dump",
-            "--",
-            &file,
-            "--dot",
-        ]);
-        let text = c
+        let text = llvm_dump_command(Some("--dot"))
             .output()
             .map_err(|e| format!("running kiln-llvm-dump: {e}"))?;
         if !text.status.success() {

@@ -89,6 +89,20 @@ impl Func {
         self.values.get(v.index())
     }
 
+    /// For each value, by index, whether an instruction reads it or the function returns it.
+    pub fn used_values(&self) -> Vec<bool> {
+        let mut used = vec![false; self.values.len()];
+        for o in self
+            .insts
+            .iter()
+            .flat_map(|i| &i.operands)
+            .chain(&self.outputs)
+        {
+            used[o.index()] = true;
+        }
+        used
+    }
+
     /// The parameter types, in order.
     pub fn param_types(&self) -> Vec<TensorType> {
         self.params

@@ -243,15 +243,7 @@ pub fn program_cost(f: &Func, machine: Machine) -> f64 {
 
 /// [`program_cost`] of a program already deduplicated (as [`stitch`] returns them).
 pub fn deduped_cost(g: &Func, machine: Machine) -> f64 {
-    let mut used = vec![false; g.values.len()];
-    for inst in &g.insts {
-        for o in &inst.operands {
-            used[o.index()] = true;
-        }
-    }
-    for o in &g.outputs {
-        used[o.index()] = true;
-    }
+    let used = g.used_values();
     let mut total = 0.0;
     for inst in &g.insts {
         let kind = inst.op.kind();

@@ -228,15 +228,7 @@ fn read_by_backward(f: &Func, custom: &[(usize, Func)]) -> Vec<bool> {
     };
     // Eliminating dead code keeps the parameters' numbering.
     let g = kiln_autodiff::eliminate_dead_code(&g);
-    let mut used = vec![false; g.values.len()];
-    for inst in &g.insts {
-        for o in &inst.operands {
-            used[o.index()] = true;
-        }
-    }
-    for o in &g.outputs {
-        used[o.index()] = true;
-    }
+    let used = g.used_values();
     let mut read = vec![false; f.values.len()];
     for (v, p) in given {
         read[v.index()] = used[p.index()];
