@@ -633,6 +633,8 @@ pub fn vjp_rule(
             start_index_map,
             index_vector_dim,
             slice_sizes,
+            operand_batching_dims,
+            start_indices_batching_dims,
         } => {
             let xt = ty(b, x[0]);
             // Gather clamps its starts; scatter would skip them, so clamp first.
@@ -657,6 +659,8 @@ pub fn vjp_rule(
                     scatter_dims_to_operand_dims: start_index_map.clone(),
                     index_vector_dim: *index_vector_dim,
                     kind: Combiner::Add,
+                    input_batching_dims: operand_batching_dims.clone(),
+                    scatter_indices_batching_dims: start_indices_batching_dims.clone(),
                 },
                 &[z, idx, g],
             )?;
@@ -668,12 +672,14 @@ pub fn vjp_rule(
             scatter_dims_to_operand_dims: sdod,
             index_vector_dim,
             kind,
+            input_batching_dims: ibd,
+            scatter_indices_batching_dims: sibd,
         } => {
             let (xt, ut) = (ty(b, x[0]), ty(b, x[2]));
             let ivd = *index_vector_dim as usize;
-            // Window size per operand dimension.
+            // Window size per operand dimension (1 for inserted and batching dimensions).
             let window_dims: Vec<usize> = (0..xt.rank())
-                .filter(|d| !iwd.contains(&(*d as i64)))
+                .filter(|d| !iwd.contains(&(*d as i64)) && !ibd.contains(&(*d as i64)))
                 .collect();
             let mut wsize = vec![1i64; xt.rank()];
             for (j, &d) in window_dims.iter().enumerate() {
@@ -713,6 +719,8 @@ pub fn vjp_rule(
                         start_index_map: sdod.clone(),
                         index_vector_dim: *index_vector_dim,
                         slice_sizes: wsize.clone(),
+                        operand_batching_dims: ibd.clone(),
+                        start_indices_batching_dims: sibd.clone(),
                     },
                     &[padded, idx],
                 )?)

@@ -30,7 +30,7 @@ pub use dtype::{DType, DTypeClass};
 pub use error::{Diag, Error, ParseError, Result, VerifyError};
 pub use func::{Func, Inst, Loc, Module, ValueId};
 pub use literal::{Data, Literal, LiteralError};
-pub use op::{Arity, Op, OpKind, Props, ResultCount};
+pub use op::{Arity, Op, OpKind, Props, ResultCount, attr_default};
 pub use parse::{parse_func_text, parse_literal, parse_module};
 pub use print::{print_func, print_module};
 pub use types::{MAX_SIZE, ShapeDisplay, TensorType, strides};

@@ -179,15 +179,19 @@ macro_rules! define_ops {
                 match self { $(Op::$variant { .. } => OpKind::$variant),* }
             }
 
-            /// The attributes as (name, text tree) pairs, in declaration order.
+            /// The attributes as (name, text tree) pairs, in declaration order; an attribute
+            /// with a default ([`attr_default`]) is left out when it has that value.
             pub fn attrs(&self) -> Vec<(&'static str, Attr)> {
-                match self {
+                let all: Vec<(&'static str, Attr)> = match self {
                     $(Op::$variant { $($($field),*)? } => vec![$($((stringify!($field), $field.to_attr())),*)?],)*
-                }
+                };
+                all.into_iter()
+                    .filter(|(name, a)| attr_default(name).as_ref() != Some(a))
+                    .collect()
             }
 
             /// Builds an op of `kind` from named attribute trees; every attribute must be
-            /// present exactly once and no other may be.
+            /// present exactly once (or left out, where it has a default) and no other may be.
             pub fn from_attrs(kind: OpKind, attrs: &[(String, Attr)], ctx: &AttrCtx) -> Result<Op, String> {
                 for (name, _) in attrs {
                     if !kind.attr_names().contains(&name.as_str()) {
@@ -199,19 +203,33 @@ macro_rules! define_ops {
                     }
                 }
                 #[allow(unused)]
-                let get = |name: &str| -> Result<&Attr, String> {
-                    attrs.iter().find(|(n, _)| n == name).map(|(_, a)| a)
+                let get = |name: &str| -> Result<std::borrow::Cow<'_, Attr>, String> {
+                    attrs.iter().find(|(n, _)| n == name).map(|(_, a)| std::borrow::Cow::Borrowed(a))
+                        .or_else(|| attr_default(name).map(std::borrow::Cow::Owned))
                         .ok_or_else(|| format!("`{}` needs the attribute `{name}`", kind.mnemonic()))
                 };
                 Ok(match kind {
                     $(OpKind::$variant => Op::$variant { $($(
-                        $field: <$fty as AttrValue>::from_attr(get(stringify!($field))?, ctx)
+                        $field: <$fty as AttrValue>::from_attr(&*get(stringify!($field))?, ctx)
                             .map_err(|e| format!("attribute `{}`: {e}", stringify!($field)))?,
                     )*)? },)*
                 })
             }
         }
     };
+}
+
+/// The value an attribute has when the text leaves it out, for the attributes that have one:
+/// StableHLO's batching dimensions of `gather` and `scatter` (none) and `convolution`'s
+/// `batch_group_count` (1). The printer leaves such an attribute out when it has this value.
+pub fn attr_default(name: &str) -> Option<Attr> {
+    match name {
+        "operand_batching_dims"
+        | "start_indices_batching_dims"
+        | "input_batching_dims"
+        | "scatter_indices_batching_dims" => Some(Attr::List(Vec::new())),
+        _ => None,
+    }
 }
 
 use Arity::{AtLeast, Fixed};
@@ -347,16 +365,22 @@ define_ops! {
         window_strides: Vec<i64>, padding: Vec<(i64, i64)>, lhs_dilation: Vec<i64>, rhs_dilation: Vec<i64>,
         feature_group_count: i64, input_dims: Vec<i64>, kernel_dims: Vec<i64>, output_dims: Vec<i64>,
     };
-    /// Gathers slices of the operand at positions read from `start_indices`.
+    /// Gathers slices of the operand at positions read from `start_indices`; the operand's
+    /// `operand_batching_dims` are indexed by the batch position along the indices'
+    /// `start_indices_batching_dims`.
     Gather = "gather", Fixed(2), ONE, DIFF, {
         offset_dims: Vec<i64>, collapsed_slice_dims: Vec<i64>, start_index_map: Vec<i64>,
         index_vector_dim: i64, slice_sizes: Vec<i64>,
+        operand_batching_dims: Vec<i64>, start_indices_batching_dims: Vec<i64>,
     };
     /// Writes `updates` into the operand at positions read from `scatter_indices`, replacing
     /// or combining with `kind`; out-of-bounds elements are skipped.
+    /// The operand's `input_batching_dims` are indexed by the update's position along the
+    /// indices' `scatter_indices_batching_dims`.
     Scatter = "scatter", Fixed(3), ONE, DIFF, {
         update_window_dims: Vec<i64>, inserted_window_dims: Vec<i64>, scatter_dims_to_operand_dims: Vec<i64>,
         index_vector_dim: i64, kind: Combiner,
+        input_batching_dims: Vec<i64>, scatter_indices_batching_dims: Vec<i64>,
     };
     /// Reduces sliding windows of the operand with `kind`, starting from `init_value`.
     ReduceWindow = "reduce_window", Fixed(2), ONE, RED | DIFF, {

@@ -555,6 +555,32 @@ impl Gen<'_> {
                     .inst(Op::DynamicSlice { slice_sizes: sizes }, &ops)
                     .ok()
             }
+            // Per batch element along dim 0, elements of dim 1 picked by (possibly
+            // out-of-range, so clamped) indices: a gather with batching dimensions.
+            17 if r >= 2 && t.shape[1] > 0 && self.rng.chance(0.4) => {
+                let (b, n) = (t.shape[0], self.rng.below(3) + 1);
+                let idx: Vec<i64> = (0..b * n)
+                    .map(|_| self.rng.below(t.shape[1] + 2) as i64)
+                    .collect();
+                let value = Literal::from_i64s(TensorType::new(DType::I32, [b, n]), &idx)
+                    .expect("sizes match");
+                let ids = self.b.inst(Op::Constant { value }, &[]).ok();
+                let mut sizes: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+                sizes[0] = 1;
+                sizes[1] = 1;
+                ids.and_then(|ids| {
+                    let op = Op::Gather {
+                        offset_dims: (2..r as i64).collect(),
+                        collapsed_slice_dims: vec![1],
+                        start_index_map: vec![1],
+                        index_vector_dim: 2,
+                        slice_sizes: sizes,
+                        operand_batching_dims: vec![0],
+                        start_indices_batching_dims: vec![0],
+                    };
+                    self.b.inst(op, &[a, ids]).ok()
+                })
+            }
             // Rows picked by (possibly out-of-range, so clamped) indices.
             17 if r >= 1 && t.shape[0] > 0 => {
                 let n = self.rng.below(4) + 1;
@@ -573,8 +599,41 @@ impl Gen<'_> {
                         start_index_map: vec![0],
                         index_vector_dim: 1,
                         slice_sizes: sizes,
+                        operand_batching_dims: Vec::new(),
+                        start_indices_batching_dims: Vec::new(),
                     };
                     self.b.inst(op, &[a, ids]).ok()
+                })
+            }
+            // Per batch element along dim 0, elements of dim 1 added into or replaced (out of
+            // range ones are skipped): a scatter with batching dimensions.
+            18 if r >= 2 && !d.is_pred() && self.rng.chance(0.4) => {
+                let (b, n) = (t.shape[0], self.rng.below(3) + 1);
+                let idx: Vec<i64> = (0..b * n)
+                    .map(|_| self.rng.below(t.shape[1] + 2) as i64)
+                    .collect();
+                let value = Literal::from_i64s(TensorType::new(DType::I32, [b, n]), &idx)
+                    .expect("sizes match");
+                let mut ushape = vec![b, n];
+                ushape.extend(&t.shape[2..]);
+                let u = self.value_of(&TensorType::new(d, ushape));
+                let ids = self.b.inst(Op::Constant { value }, &[]).ok();
+                let kind = if self.rng.chance(0.5) {
+                    Combiner::Add
+                } else {
+                    Combiner::Replace
+                };
+                ids.and_then(|ids| {
+                    let op = Op::Scatter {
+                        update_window_dims: (2..r as i64).collect(),
+                        inserted_window_dims: vec![1],
+                        scatter_dims_to_operand_dims: vec![1],
+                        index_vector_dim: 2,
+                        kind,
+                        input_batching_dims: vec![0],
+                        scatter_indices_batching_dims: vec![0],
+                    };
+                    self.b.inst(op, &[a, ids, u]).ok()
                 })
             }
             // Rows added into (out-of-range rows are skipped).
@@ -601,6 +660,8 @@ impl Gen<'_> {
                         scatter_dims_to_operand_dims: vec![0],
                         index_vector_dim: 1,
                         kind,
+                        input_batching_dims: Vec::new(),
+                        scatter_indices_batching_dims: Vec::new(),
                     };
                     self.b.inst(op, &[a, ids, u]).ok()
                 })

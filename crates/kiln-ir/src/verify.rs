@@ -64,6 +64,33 @@ fn unique(xs: &[i64]) -> bool {
     v.windows(2).all(|w| w[0] != w[1])
 }
 
+/// Whether the batching dimensions of a `gather` or `scatter` are well formed: as many of the
+/// operand's (`od`: sorted, unique, in range, not among `excluded`, each of slice size at most
+/// 1) as of the indices' (`id`: unique, in range, not `ivd`), paired dimensions of equal size.
+fn batching_ok(
+    a: &TensorType,
+    idx: &TensorType,
+    ivd: usize,
+    od: &[i64],
+    id: &[i64],
+    excluded: &[i64],
+    slice_sizes: &[i64],
+) -> bool {
+    od.len() == id.len()
+        && sorted_unique(od)
+        && unique(id)
+        && od.iter().all(|&d| {
+            in_range(d, a.rank()) && !excluded.contains(&d) && slice_sizes[d as usize] <= 1
+        })
+        && id
+            .iter()
+            .all(|&d| in_range(d, idx.rank()) && d as usize != ivd)
+        && od
+            .iter()
+            .zip(id)
+            .all(|(&o, &i)| a.shape[o as usize] == idx.shape[i as usize])
+}
+
 fn sorted_unique(xs: &[i64]) -> bool {
     xs.windows(2).all(|w| w[0] < w[1])
 }
@@ -779,6 +806,8 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             start_index_map,
             index_vector_dim,
             slice_sizes,
+            operand_batching_dims: obd,
+            start_indices_batching_dims: sibd,
         } => {
             let (a, idx) = (x[0], x[1]);
             l.ensure(1, idx.dtype.is_int(), || {
@@ -789,8 +818,8 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 format!("index_vector_dim {ivd} out of range for {idx}")
             })?;
             let ivd = ivd as usize;
-            l.ensure(3, sorted_unique(offset_dims) && offset_dims.len() + collapsed_slice_dims.len() == a.rank(), || {
-                format!("offset_dims {offset_dims:?} must be sorted, unique, and name every operand dimension that is not collapsed")
+            l.ensure(3, sorted_unique(offset_dims) && offset_dims.len() + collapsed_slice_dims.len() + obd.len() == a.rank(), || {
+                format!("offset_dims {offset_dims:?} must be sorted, unique, and name every operand dimension that is neither collapsed nor a batching dimension")
             })?;
             l.ensure(6, slice_sizes.len() == a.rank() && slice_sizes.iter().zip(&a.shape).all(|(&s, &d)| 0 <= s && s <= d as i64), || {
                 format!("slice_sizes {slice_sizes:?} must have one entry per dimension of {a}, each within the dimension")
@@ -799,15 +828,20 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 format!("collapsed_slice_dims {collapsed_slice_dims:?} must be sorted, unique, in range, with slice size at most 1")
             })?;
             let ivec = if ivd == idx.rank() { 1 } else { idx.shape[ivd] };
-            l.ensure(5, start_index_map.len() == ivec && unique(start_index_map) && start_index_map.iter().all(|&d| in_range(d, a.rank())), || {
-                format!("start_index_map {start_index_map:?} must have {ivec} unique in-range entries")
+            l.ensure(5, start_index_map.len() == ivec && unique(start_index_map) && start_index_map.iter().all(|&d| in_range(d, a.rank()) && !obd.contains(&d)), || {
+                format!("start_index_map {start_index_map:?} must have {ivec} unique in-range entries, none of them an operand batching dimension")
+            })?;
+            l.ensure(8, batching_ok(a, idx, ivd, obd, sibd, collapsed_slice_dims, slice_sizes), || {
+                format!("operand_batching_dims {obd:?} and start_indices_batching_dims {sibd:?} must pair dimensions of equal size: the operand's sorted, unique, in range, not collapsed, with slice size at most 1; the indices' unique, in range, not index_vector_dim {ivd}")
             })?;
             let batch: Vec<usize> = (0..idx.rank())
                 .filter(|&d| d != ivd)
                 .map(|d| idx.shape[d])
                 .collect();
             let offsets: Vec<usize> = (0..a.rank())
-                .filter(|d| !collapsed_slice_dims.contains(&(*d as i64)))
+                .filter(|d| {
+                    !collapsed_slice_dims.contains(&(*d as i64)) && !obd.contains(&(*d as i64))
+                })
                 .map(|d| slice_sizes[d] as usize)
                 .collect();
             let rank = batch.len() + offsets.len();
@@ -834,6 +868,8 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             scatter_dims_to_operand_dims: sdod,
             index_vector_dim,
             kind,
+            input_batching_dims: ibd,
+            scatter_indices_batching_dims: sibd,
         } => {
             let (a, idx, u) = (x[0], x[1], x[2]);
             l.ensure(1, u.dtype == a.dtype, || {
@@ -848,12 +884,16 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             })?;
             let ivd = ivd as usize;
             l.ensure(4, sorted_unique(uwd) && uwd.iter().all(|&d| in_range(d, u.rank())) && sorted_unique(iwd)
-                && iwd.iter().all(|&d| in_range(d, a.rank())) && uwd.len() + iwd.len() == a.rank(), || {
-                format!("update_window_dims {uwd:?} and inserted_window_dims {iwd:?} must be sorted, unique, in range, and together cover the {} operand dimensions", a.rank())
+                && iwd.iter().all(|&d| in_range(d, a.rank())) && uwd.len() + iwd.len() + ibd.len() == a.rank(), || {
+                format!("update_window_dims {uwd:?}, inserted_window_dims {iwd:?} and input_batching_dims {ibd:?} must be sorted, unique, in range, and together cover the {} operand dimensions", a.rank())
             })?;
             let ivec = if ivd == idx.rank() { 1 } else { idx.shape[ivd] };
-            l.ensure(5, sdod.len() == ivec && unique(sdod) && sdod.iter().all(|&d| in_range(d, a.rank())), || {
-                format!("scatter_dims_to_operand_dims {sdod:?} must have {ivec} unique in-range entries")
+            l.ensure(5, sdod.len() == ivec && unique(sdod) && sdod.iter().all(|&d| in_range(d, a.rank()) && !ibd.contains(&d)), || {
+                format!("scatter_dims_to_operand_dims {sdod:?} must have {ivec} unique in-range entries, none of them an input batching dimension")
+            })?;
+            let ones = vec![1; a.rank()];
+            l.ensure(8, batching_ok(a, idx, ivd, ibd, sibd, iwd, &ones), || {
+                format!("input_batching_dims {ibd:?} and scatter_indices_batching_dims {sibd:?} must pair dimensions of equal size: the operand's sorted, unique, in range, not inserted; the indices' unique, in range, not index_vector_dim {ivd}")
             })?;
             let batch: Vec<usize> = (0..idx.rank())
                 .filter(|&d| d != ivd)
@@ -864,7 +904,7 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 .map(|d| u.shape[d])
                 .collect();
             let window_operand_dims: Vec<usize> = (0..a.rank())
-                .filter(|d| !iwd.contains(&(*d as i64)))
+                .filter(|d| !iwd.contains(&(*d as i64)) && !ibd.contains(&(*d as i64)))
                 .collect();
             let fits = scatter_dims == batch
                 && uwd

@@ -375,17 +375,22 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             scatter_dims_to_operand_dims: sdod,
             index_vector_dim,
             kind,
+            input_batching_dims: ibd,
+            scatter_indices_batching_dims: sibd,
         } => {
             let (a, si, u) = (&x[0], &x[1], &x[2]);
             let ivd = *index_vector_dim as usize;
             let ru = u.rank();
             let batch_vars: Vec<usize> = (0..ru).filter(|d| !uwd.contains(&(*d as i64))).collect();
             let window_dims: Vec<usize> = (0..a.rank())
-                .filter(|d| !iwd.contains(&(*d as i64)))
+                .filter(|d| !iwd.contains(&(*d as i64)) && !ibd.contains(&(*d as i64)))
                 .collect();
             let mut target = Vec::new();
             for d in 0..a.rank() {
                 let mut parts = Vec::new();
+                if let Some(k) = ibd.iter().position(|&b| b as usize == d) {
+                    parts.push(Idx::Var(batch_vars[batch_position(sibd[k], ivd)]));
+                }
                 if let Some(k) = sdod.iter().position(|&s| s as usize == d) {
                     let mut pos: Vec<Idx> = batch_vars.iter().map(|&v| Idx::Var(v)).collect();
                     if ivd < si.rank() {
@@ -525,6 +530,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             start_index_map,
             index_vector_dim,
             slice_sizes,
+            operand_batching_dims: obd,
+            start_indices_batching_dims: sibd,
         } => {
             let (a, si) = (&x[0], &x[1]);
             let ivd = *index_vector_dim as usize;
@@ -532,11 +539,17 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
                 .filter(|d| !offset_dims.contains(&(*d as i64)))
                 .collect();
             let window_dims: Vec<usize> = (0..a.rank())
-                .filter(|d| !collapsed_slice_dims.contains(&(*d as i64)))
+                .filter(|d| {
+                    !collapsed_slice_dims.contains(&(*d as i64)) && !obd.contains(&(*d as i64))
+                })
                 .collect();
             let mut index = Vec::new();
             for (d, (&size, &slice)) in a.shape.iter().zip(slice_sizes).enumerate() {
                 let mut parts = Vec::new();
+                if let Some(k) = obd.iter().position(|&b| b as usize == d) {
+                    // The batch position along the paired dimension of the indices.
+                    parts.push(Idx::Var(batch_vars[batch_position(sibd[k], ivd)]));
+                }
                 if let Some(k) = start_index_map.iter().position(|&s| s as usize == d) {
                     // Position in start_indices: the batch variables with k at index_vector_dim.
                     let mut pos: Vec<Idx> = batch_vars.iter().map(|&v| Idx::Var(v)).collect();
@@ -881,6 +894,13 @@ fn gather(input: usize, ty: &TensorType, index: Vec<Idx>) -> Expr {
         index,
         strides: strides(&ty.shape).iter().map(|&s| s as i64).collect(),
     }
+}
+
+/// Where dimension `d` of a gather's or scatter's indices sits among its batch dimensions
+/// (the indices' dimensions without `index_vector_dim`).
+fn batch_position(d: i64, ivd: usize) -> usize {
+    let d = d as usize;
+    if d < ivd { d } else { d - 1 }
 }
 
 #[cfg(test)]

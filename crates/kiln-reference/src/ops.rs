@@ -517,6 +517,8 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             start_index_map,
             index_vector_dim,
             slice_sizes,
+            operand_batching_dims: obd,
+            start_indices_batching_dims: sibd,
         } => {
             let (a, si) = (x[0], x[1]);
             let st = a.ty().strides();
@@ -528,7 +530,9 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             let sst = si.ty().strides();
             let ivd = *index_vector_dim as usize;
             let window_dims: Vec<usize> = (0..a.ty().rank())
-                .filter(|d| !collapsed_slice_dims.contains(&(*d as i64)))
+                .filter(|d| {
+                    !collapsed_slice_dims.contains(&(*d as i64)) && !obd.contains(&(*d as i64))
+                })
                 .collect();
             let mut idx = Vec::with_capacity(ty.numel());
             for_each_index(&ty.shape, |o| {
@@ -543,6 +547,9 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                         pos.insert(ivd, k);
                     }
                     start[od as usize] = ivals[lin(&pos, &sst)];
+                }
+                for (&od, &id) in obd.iter().zip(sibd) {
+                    start[od as usize] = batch[batch_position(id, ivd)] as i64;
                 }
                 let mut src = 0;
                 for d in 0..a.ty().rank() {
@@ -564,6 +571,8 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             scatter_dims_to_operand_dims: sdod,
             index_vector_dim,
             kind,
+            input_batching_dims: ibd,
+            scatter_indices_batching_dims: sibd,
         } => {
             let (a, si, u) = (x[0], x[1], x[2]);
             let st = a.ty().strides();
@@ -575,7 +584,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             let sst = si.ty().strides();
             let ivd = *index_vector_dim as usize;
             let window_dims: Vec<usize> = (0..a.ty().rank())
-                .filter(|d| !iwd.contains(&(*d as i64)))
+                .filter(|d| !iwd.contains(&(*d as i64)) && !ibd.contains(&(*d as i64)))
                 .collect();
             let mut writes = Vec::new();
             let mut k = 0;
@@ -591,6 +600,9 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                         p.insert(ivd, j);
                     }
                     pos[od as usize] = ivals[lin(&p, &sst)];
+                }
+                for (&od, &id) in ibd.iter().zip(sibd) {
+                    pos[od as usize] = batch[batch_position(id, ivd)] as i64;
                 }
                 for (j, &wd) in window_dims.iter().enumerate() {
                     pos[wd] += o[uwd[j] as usize] as i64;
@@ -823,4 +835,11 @@ fn apply_updates(
         }
         from_lane(ty, Lane::I(v))
     }
+}
+
+/// Where dimension `d` of a gather's or scatter's indices sits among its batch dimensions
+/// (the indices' dimensions without `index_vector_dim`).
+fn batch_position(d: i64, ivd: usize) -> usize {
+    let d = d as usize;
+    if d < ivd { d } else { d - 1 }
 }

@@ -433,10 +433,14 @@ impl Printer {
                 start_index_map,
                 index_vector_dim,
                 slice_sizes,
+                operand_batching_dims,
+                start_indices_batching_dims,
             } => {
                 let mut fs = fields(&[
                     ("offset_dims", offset_dims),
                     ("collapsed_slice_dims", collapsed_slice_dims),
+                    ("operand_batching_dims", operand_batching_dims),
+                    ("start_indices_batching_dims", start_indices_batching_dims),
                     ("start_index_map", start_index_map),
                 ]);
                 fs.push(format!("index_vector_dim = {index_vector_dim}"));
@@ -453,10 +457,17 @@ impl Printer {
                 scatter_dims_to_operand_dims,
                 index_vector_dim,
                 kind,
+                input_batching_dims,
+                scatter_indices_batching_dims,
             } => {
                 let mut fs = fields(&[
                     ("update_window_dims", update_window_dims),
                     ("inserted_window_dims", inserted_window_dims),
+                    ("input_batching_dims", input_batching_dims),
+                    (
+                        "scatter_indices_batching_dims",
+                        scatter_indices_batching_dims,
+                    ),
                     ("scatter_dims_to_operand_dims", scatter_dims_to_operand_dims),
                 ]);
                 fs.push(format!("index_vector_dim = {index_vector_dim}"));

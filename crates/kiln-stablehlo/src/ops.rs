@@ -572,7 +572,7 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         }
         "stablehlo.gather" | "stablehlo.dynamic_gather" => {
             let (fields, p) = struct_attr(op, "dimension_numbers")?;
-            let (slice_sizes, mut operands) = if name == "stablehlo.gather" {
+            let (slice_sizes, operands) = if name == "stablehlo.gather" {
                 (need_ints(op, &["slice_sizes"])?, args.to_vec())
             } else {
                 let [x, i, s] = args else {
@@ -589,32 +589,14 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
                     "`stablehlo.gather` takes 2 operands",
                 ));
             }
-            let mut collapsed_slice_dims = field_ints(fields, "collapsed_slice_dims", p)?;
-            let mut start_index_map = field_ints(fields, "start_index_map", p)?;
-            let mut index_vector_dim = index_vector_dim(fields, p)?;
-            let operand_batching = field_ints(fields, "operand_batching_dims", p)?;
-            let index_batching = field_ints(fields, "start_indices_batching_dims", p)?;
-            if !operand_batching.is_empty() || !index_batching.is_empty() {
-                let (i, ivd) = crate::decompose::batch_indices(
-                    body,
-                    op,
-                    operands[1],
-                    index_vector_dim,
-                    &index_batching,
-                    operand_batching.len(),
-                )?;
-                operands[1] = i;
-                index_vector_dim = ivd;
-                start_index_map.extend(&operand_batching);
-                collapsed_slice_dims.extend(&operand_batching);
-                collapsed_slice_dims.sort();
-            }
             let kop = Op::Gather {
                 offset_dims: field_ints(fields, "offset_dims", p)?,
-                collapsed_slice_dims,
-                start_index_map,
-                index_vector_dim,
+                collapsed_slice_dims: field_ints(fields, "collapsed_slice_dims", p)?,
+                start_index_map: field_ints(fields, "start_index_map", p)?,
+                index_vector_dim: index_vector_dim(fields, p)?,
                 slice_sizes,
+                operand_batching_dims: field_ints(fields, "operand_batching_dims", p)?,
+                start_indices_batching_dims: field_ints(fields, "start_indices_batching_dims", p)?,
             };
             return push(body, op, kop, &operands, d);
         }
@@ -626,36 +608,24 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
                 ));
             };
             let (fields, p) = struct_attr(op, "scatter_dimension_numbers")?;
-            let mut inserted_window_dims = field_ints(fields, "inserted_window_dims", p)?;
-            let mut scatter_dims_to_operand_dims =
-                field_ints(fields, "scatter_dims_to_operand_dims", p)?;
-            let mut index_vector_dim = index_vector_dim(fields, p)?;
-            let input_batching = field_ints(fields, "input_batching_dims", p)?;
-            let index_batching = field_ints(fields, "scatter_indices_batching_dims", p)?;
-            let mut indices = *indices;
-            if !input_batching.is_empty() || !index_batching.is_empty() {
-                let (i, ivd) = crate::decompose::batch_indices(
-                    body,
-                    op,
-                    indices,
-                    index_vector_dim,
-                    &index_batching,
-                    input_batching.len(),
-                )?;
-                indices = i;
-                index_vector_dim = ivd;
-                scatter_dims_to_operand_dims.extend(&input_batching);
-                inserted_window_dims.extend(&input_batching);
-                inserted_window_dims.sort();
-            }
             let kop = Op::Scatter {
                 update_window_dims: field_ints(fields, "update_window_dims", p)?,
-                inserted_window_dims,
-                scatter_dims_to_operand_dims,
-                index_vector_dim,
+                inserted_window_dims: field_ints(fields, "inserted_window_dims", p)?,
+                scatter_dims_to_operand_dims: field_ints(
+                    fields,
+                    "scatter_dims_to_operand_dims",
+                    p,
+                )?,
+                index_vector_dim: index_vector_dim(fields, p)?,
                 kind: combiner(op, one_region(op)?, true)?,
+                input_batching_dims: field_ints(fields, "input_batching_dims", p)?,
+                scatter_indices_batching_dims: field_ints(
+                    fields,
+                    "scatter_indices_batching_dims",
+                    p,
+                )?,
             };
-            return push(body, op, kop, &[*x, indices, *updates], d);
+            return push(body, op, kop, &[*x, *indices, *updates], d);
         }
         "stablehlo.reduce" => {
             if args.len() != 2 {

@@ -203,31 +203,20 @@ impl Tensor {
         let idx = idx.lt(&zero).where_(&idx.add(&len), &idx);
         let no = Tensor::full(DType::Pred, [], 0.0);
         let valid = idx.ge(&zero).where_(&idx.lt(&len), &no);
-        // One index vector per output position: its own coordinates but along `d`.
+        // Every other dimension is a batching dimension of both: position `[.., i, ..]` reads
+        // this tensor at its own coordinates, but at `idx[.., i, ..]` along `d`.
         let r = s.len();
-        let mut full = si.clone();
-        full.push(1);
-        let parts: Vec<Tensor> = (0..r)
-            .map(|k| {
-                let c = if k == d {
-                    idx.clone()
-                } else {
-                    Tensor::iota(DType::I64, &si, k)
-                };
-                c.reshape(&full.iter().map(|&x| x as isize).collect::<Vec<_>>())
-            })
-            .collect();
-        let refs: Vec<&Tensor> = parts.iter().collect();
-        let starts = Tensor::concat(&refs, r as isize);
-        let all: Vec<i64> = (0..r as i64).collect();
+        let others: Vec<i64> = (0..r as i64).filter(|&k| k != d as i64).collect();
         let op = Op::Gather {
             offset_dims: vec![],
-            collapsed_slice_dims: all.clone(),
-            start_index_map: all,
+            collapsed_slice_dims: vec![d as i64],
+            start_index_map: vec![d as i64],
             index_vector_dim: r as i64,
             slice_sizes: vec![1; r],
+            operand_batching_dims: others.clone(),
+            start_indices_batching_dims: others,
         };
-        let got = apply(op, &[self, &starts], None, NAME, Loc::caller()).remove(0);
+        let got = apply(op, &[self, &idx], None, NAME, Loc::caller()).remove(0);
         let fill = Tensor::full(self.dtype(), [], fill_value(self.dtype()));
         valid.where_(&got, &fill)
     }
@@ -247,6 +236,8 @@ impl Tensor {
             start_index_map: vec![d as i64],
             index_vector_dim: ri as i64,
             slice_sizes: sizes,
+            operand_batching_dims: Vec::new(),
+            start_indices_batching_dims: Vec::new(),
         };
         apply(op, &[self, indices], None, "take", Loc::caller()).remove(0)
     }

@@ -1,10 +1,11 @@
 //! Batching rules for indexing: `gather`, `scatter`, `dynamic_slice`, `dynamic_update_slice`.
 //!
-//! Indices the same for every example over a batched operand need no change beyond a shifted
-//! dimension. Otherwise each example indexes its own slice of the batched operand: its
-//! position in the batch becomes the first component of every index vector (an `iota` along
-//! the batch), and the batch dimension of the operand a collapsed (gather) or inserted
-//! (scatter) dimension of size 1.
+//! Per-example indices into a shared operand need no change beyond a shifted dimension.
+//! Otherwise each example indexes its own slice of the batched operand: the batch becomes a
+//! batching dimension of the operand and of the indices (`operand_batching_dims` /
+//! `start_indices_batching_dims`, `input_batching_dims` / `scatter_indices_batching_dims`).
+//! Per-example starts of a dynamic (update) slice become index vectors whose first component
+//! is the example's position (an `iota` along the batch).
 
 use super::{BVal, Batcher, InstCtx, all_batched, prepend, shifted};
 use crate::Result;
@@ -20,6 +21,8 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
             start_index_map,
             index_vector_dim,
             slice_sizes,
+            operand_batching_dims: obd,
+            start_indices_batching_dims: sibd,
         } => {
             let (operand, indices) = (cx.xs[0], cx.xs[1]);
             if !operand.batched {
@@ -31,6 +34,8 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
                     start_index_map: start_index_map.clone(),
                     index_vector_dim: index_vector_dim + 1,
                     slice_sizes: slice_sizes.clone(),
+                    operand_batching_dims: obd.clone(),
+                    start_indices_batching_dims: shifted(sibd),
                 };
                 return Ok(all_batched(bd.push(
                     op,
@@ -38,14 +43,17 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
                     Some(&declared),
                 )?));
             }
+            // Each example indexes its own operand: the batch is a batching dimension of both.
             let operand = bd.materialize(operand)?;
-            let (idx, ivd) = with_batch_position(bd, indices, *index_vector_dim)?;
+            let idx = bd.materialize(indices)?;
             let op = Op::Gather {
                 offset_dims: shifted(offset_dims),
-                collapsed_slice_dims: prepend(0, &shifted(collapsed_slice_dims)),
-                start_index_map: prepend(0, &shifted(start_index_map)),
-                index_vector_dim: ivd,
+                collapsed_slice_dims: shifted(collapsed_slice_dims),
+                start_index_map: shifted(start_index_map),
+                index_vector_dim: index_vector_dim + 1,
                 slice_sizes: prepend(1, slice_sizes),
+                operand_batching_dims: prepend(0, &shifted(obd)),
+                start_indices_batching_dims: prepend(0, &shifted(sibd)),
             };
             Ok(all_batched(bd.push(
                 op,
@@ -59,16 +67,20 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
             scatter_dims_to_operand_dims,
             index_vector_dim,
             kind,
+            input_batching_dims: ibd,
+            scatter_indices_batching_dims: sibd,
         } => {
             let operand = bd.materialize(cx.xs[0])?;
-            let (idx, ivd) = with_batch_position(bd, cx.xs[1], *index_vector_dim)?;
+            let idx = bd.materialize(cx.xs[1])?;
             let updates = bd.materialize(cx.xs[2])?;
             let op = Op::Scatter {
                 update_window_dims: shifted(update_window_dims),
-                inserted_window_dims: prepend(0, &shifted(inserted_window_dims)),
-                scatter_dims_to_operand_dims: prepend(0, &shifted(scatter_dims_to_operand_dims)),
-                index_vector_dim: ivd,
+                inserted_window_dims: shifted(inserted_window_dims),
+                scatter_dims_to_operand_dims: shifted(scatter_dims_to_operand_dims),
+                index_vector_dim: index_vector_dim + 1,
                 kind: *kind,
+                input_batching_dims: prepend(0, &shifted(ibd)),
+                scatter_indices_batching_dims: prepend(0, &shifted(sibd)),
             };
             Ok(all_batched(bd.push(
                 op,
@@ -98,6 +110,8 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
                 start_index_map: (0..=rank).collect(),
                 index_vector_dim: 1,
                 slice_sizes: prepend(1, slice_sizes),
+                operand_batching_dims: Vec::new(),
+                start_indices_batching_dims: Vec::new(),
             };
             Ok(all_batched(bd.push(
                 op,
@@ -138,6 +152,8 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
                 scatter_dims_to_operand_dims: (0..=rank).collect(),
                 index_vector_dim: 1,
                 kind: Combiner::Replace,
+                input_batching_dims: Vec::new(),
+                scatter_indices_batching_dims: Vec::new(),
             };
             Ok(all_batched(bd.push(
                 op,
@@ -202,39 +218,4 @@ fn start_vectors(bd: &mut Batcher, starts: &[BVal], limits: Option<&[i64]>) -> R
         &cols,
         Some(TensorType::new(DType::I64, [size, n])),
     )
-}
-
-/// The batched index array of a gather or scatter with the example's position prepended to
-/// every index vector, and its index vector dimension. `ivd` is the per-example index vector
-/// dimension (the rank of the indices when the vectors are implicit scalars).
-fn with_batch_position(bd: &mut Batcher, indices: BVal, ivd: i64) -> Result<(ValueId, i64)> {
-    let mut idx = bd.materialize(indices)?;
-    idx = to_i64_index(bd, idx)?;
-    let mut shape = bd.ty(idx).shape.clone();
-    let ivd = ivd as usize + 1;
-    if ivd == shape.len() {
-        shape.push(1);
-        idx = bd.push1(
-            Op::Reshape {},
-            &[idx],
-            Some(TensorType::new(DType::I64, shape.clone())),
-        )?;
-    }
-    let mut pos_shape = shape.clone();
-    pos_shape[ivd] = 1;
-    let pos = bd.push1(
-        Op::Iota { iota_dimension: 0 },
-        &[],
-        Some(TensorType::new(DType::I64, pos_shape)),
-    )?;
-    let mut cat_shape = shape;
-    cat_shape[ivd] += 1;
-    let idx = bd.push1(
-        Op::Concatenate {
-            dimension: ivd as i64,
-        },
-        &[pos, idx],
-        Some(TensorType::new(DType::I64, cat_shape)),
-    )?;
-    Ok((idx, ivd as i64))
 }
