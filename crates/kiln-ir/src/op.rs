@@ -228,6 +228,7 @@ pub fn attr_default(name: &str) -> Option<Attr> {
         | "start_indices_batching_dims"
         | "input_batching_dims"
         | "scatter_indices_batching_dims" => Some(Attr::List(Vec::new())),
+        "batch_group_count" => Some(Attr::Token("1".into())),
         _ => None,
     }
 }
@@ -359,11 +360,12 @@ define_ops! {
         lhs_contracting_dimensions: Vec<i64>, rhs_contracting_dimensions: Vec<i64>,
     };
     /// N-dimensional convolution (cross-correlation) with strides, padding, dilations and
-    /// feature groups. `input_dims` = [batch, feature, spatial...], `kernel_dims` =
+    /// feature or batch groups. `input_dims` = [batch, feature, spatial...], `kernel_dims` =
     /// [output feature, input feature, spatial...], `output_dims` = [batch, feature, spatial...].
     Convolution = "convolution", Fixed(2), ONE, DIFF, {
         window_strides: Vec<i64>, padding: Vec<(i64, i64)>, lhs_dilation: Vec<i64>, rhs_dilation: Vec<i64>,
         feature_group_count: i64, input_dims: Vec<i64>, kernel_dims: Vec<i64>, output_dims: Vec<i64>,
+        batch_group_count: i64,
     };
     /// Gathers slices of the operand at positions read from `start_indices`; the operand's
     /// `operand_batching_dims` are indexed by the batch position along the indices'

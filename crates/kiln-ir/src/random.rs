@@ -715,12 +715,15 @@ impl Gen<'_> {
                 };
                 self.b.inst(op, &[a, src, init]).ok()
             }
-            // A small NCHW convolution with strides, padding, dilation and groups.
+            // A small NCHW convolution with strides, padding, dilation and feature or batch
+            // groups.
             21 if d.is_float() => {
                 let groups = self.rng.below(2) + 1;
+                let by_batch = groups > 1 && self.rng.chance(0.5);
+                let (fg, bg) = if by_batch { (1, groups) } else { (groups, 1) };
                 let (n, c, h, w) = (
-                    self.rng.below(2) + 1,
-                    groups * (self.rng.below(2) + 1),
+                    bg * (self.rng.below(2) + 1),
+                    fg * (self.rng.below(2) + 1),
                     self.rng.below(5) + 2,
                     self.rng.below(5) + 2,
                 );
@@ -730,7 +733,7 @@ impl Gen<'_> {
                     self.rng.below(3) + 1,
                 );
                 let x = self.value_of(&TensorType::new(d, [n, c, h, w]));
-                let k = self.value_of(&TensorType::new(d, [o, c / groups, kh, kw]));
+                let k = self.value_of(&TensorType::new(d, [o, c / fg, kh, kw]));
                 let op = Op::Convolution {
                     window_strides: vec![
                         self.rng.below(2) as i64 + 1,
@@ -742,10 +745,11 @@ impl Gen<'_> {
                     ],
                     lhs_dilation: vec![self.rng.below(2) as i64 + 1, 1],
                     rhs_dilation: vec![1, self.rng.below(2) as i64 + 1],
-                    feature_group_count: groups as i64,
+                    feature_group_count: fg as i64,
                     input_dims: vec![0, 1, 2, 3],
                     kernel_dims: vec![0, 1, 2, 3],
                     output_dims: vec![0, 1, 2, 3],
+                    batch_group_count: bg as i64,
                 };
                 self.b.inst(op, &[x, k]).ok()
             }

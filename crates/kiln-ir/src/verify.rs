@@ -748,6 +748,7 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             input_dims,
             kernel_dims,
             output_dims,
+            batch_group_count,
         } => {
             let (a, w) = (x[0], x[1]);
             let n = a.rank();
@@ -775,8 +776,13 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 format!("input features ({in_f}) must equal kernel input features ({k_in}) times feature_group_count ({g})")
             })?;
             l.ensure(6, k_out % g as usize == 0, || format!("kernel output features ({k_out}) must be divisible by feature_group_count ({g})"))?;
+            let bg = *batch_group_count;
+            let batch = a.shape[input_dims[0] as usize];
+            l.ensure(8, bg > 0 && (bg == 1 || g == 1) && batch % bg as usize == 0 && k_out % bg as usize == 0, || {
+                format!("batch_group_count ({bg}) must be positive, 1 when feature_group_count ({g}) is not, and divide the input batch ({batch}) and the kernel output features ({k_out})")
+            })?;
             let mut shape = vec![0; n];
-            shape[output_dims[0] as usize] = a.shape[input_dims[0] as usize];
+            shape[output_dims[0] as usize] = batch / bg as usize;
             shape[output_dims[1] as usize] = k_out;
             for i in 0..sp {
                 let size = a.shape[input_dims[2 + i] as usize];

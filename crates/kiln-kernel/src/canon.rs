@@ -202,6 +202,7 @@ struct Conv<'a> {
     input_dims: &'a [i64],
     kernel_dims: &'a [i64],
     output_dims: &'a [i64],
+    batch_group_count: i64,
 }
 
 /// `f` rebuilt (see [`rebuild`]) with `rewrite` offered each convolution, given its attributes
@@ -233,6 +234,7 @@ fn rebuild_convs(
             input_dims,
             kernel_dims,
             output_dims,
+            batch_group_count,
         } = &inst.op
         else {
             return Ok(None);
@@ -246,6 +248,7 @@ fn rebuild_convs(
             input_dims,
             kernel_dims,
             output_dims,
+            batch_group_count: *batch_group_count,
         };
         rewrite(b, inst, ops, &conv, &f.values[inst.results[0].index()])
     })
@@ -273,6 +276,7 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
         if is_gemm_conv(&inst.op)
             || !out_ty.dtype.is_float()
             || c.feature_group_count != 1
+            || c.batch_group_count != 1
             || c.input_dims.len() != 4
             || c.lhs_dilation.iter().any(|&d| d != 1)
             || out_ty.numel() == 0
@@ -319,6 +323,7 @@ pub fn gemm_convs(f: &Func) -> Result<Func, VerifyError> {
                 } else {
                     GEMM_CONV_OUTPUT.to_vec()
                 },
+                batch_group_count: 1,
             },
             &[x, w],
             TensorType::new(out_ty.dtype, shape),
@@ -440,6 +445,7 @@ pub fn winograd_convs(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError
         if !matches!(out_ty.dtype, DType::F32 | DType::F64)
             || conv.input_dims.len() != 4
             || conv.feature_group_count != 1
+            || conv.batch_group_count != 1
             || conv.window_strides.iter().any(|&s| s != 1)
             || conv.lhs_dilation.iter().any(|&d| d != 1)
             || conv.rhs_dilation.iter().any(|&d| d != 1)

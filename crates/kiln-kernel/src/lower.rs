@@ -638,11 +638,14 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             input_dims,
             kernel_dims,
             output_dims,
+            batch_group_count,
         } => {
             let (a, w) = (&x[0], &x[1]);
             let sp = a.rank() - 2;
             let k_in = w.shape[kernel_dims[1] as usize];
-            let per_group = (w.shape[kernel_dims[0] as usize] as i64 / feature_group_count).max(1);
+            let k_out = w.shape[kernel_dims[0] as usize] as i64;
+            let per_group = (k_out / feature_group_count).max(1);
+            let per_batch_group = (k_out / batch_group_count).max(1);
             // Reduction variables: input feature within the group, then kernel spatial positions.
             let ic = r;
             let kv = |i: usize| r + 1 + i;
@@ -651,7 +654,19 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             let of = output_dims[1] as usize;
             let mut li = vec![Idx::Const(0); a.rank()];
             let mut wi = vec![Idx::Const(0); w.rank()];
-            li[input_dims[0] as usize] = Idx::Var(ob);
+            // Output feature group g of a batch-grouped convolution reads the g-th run of
+            // result-batch-many input batch elements.
+            li[input_dims[0] as usize] = if *batch_group_count == 1 {
+                Idx::Var(ob)
+            } else {
+                Idx::Add(vec![
+                    Idx::Var(ob),
+                    Idx::Mul(
+                        Box::new(Idx::Div(Box::new(Idx::Var(of)), per_batch_group)),
+                        out.shape[ob] as i64,
+                    ),
+                ])
+            };
             li[input_dims[1] as usize] = Idx::Add(vec![
                 Idx::Mul(
                     Box::new(Idx::Div(Box::new(Idx::Var(of)), per_group)),
@@ -814,6 +829,7 @@ pub fn is_gemm_conv(op: &Op) -> bool {
         padding,
         lhs_dilation,
         feature_group_count,
+        batch_group_count,
         input_dims,
         kernel_dims,
         output_dims,
@@ -823,7 +839,8 @@ pub fn is_gemm_conv(op: &Op) -> bool {
         && (output_dims[..] == GEMM_CONV_OUTPUT || output_dims[..] == GEMM_CONV_PLANES)
         && padding.iter().all(|&p| p == (0, 0))
         && lhs_dilation.iter().all(|&d| d == 1)
-        && *feature_group_count == 1)
+        && *feature_group_count == 1
+        && *batch_group_count == 1)
 }
 
 /// A dot_general the GEMM reads in place: `[batch, m, k]` or `[batch, k, m]` times

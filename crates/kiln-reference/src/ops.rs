@@ -496,6 +496,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             input_dims,
             kernel_dims,
             output_dims,
+            batch_group_count,
         } => single(convolution(
             x[0],
             x[1],
@@ -509,6 +510,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 input_dims,
                 kernel_dims,
                 output_dims,
+                batch_group_count: *batch_group_count,
             },
         )),
         Op::Gather {

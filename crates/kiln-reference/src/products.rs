@@ -65,6 +65,7 @@ pub(crate) struct ConvAttrs<'a> {
     pub input_dims: &'a [i64],
     pub kernel_dims: &'a [i64],
     pub output_dims: &'a [i64],
+    pub batch_group_count: i64,
 }
 
 /// Below this many multiply-adds an op runs on the calling thread alone.
@@ -179,6 +180,9 @@ fn dot<T: Acc>(
 
 /// The convolution's elements, row-major in the result's order (`output_dims`).
 ///
+/// With batch groups, `batch` below is the result's batch: output feature group g reads the
+/// g-th run of that many input batch elements.
+///
 /// With the input copied as [batch, feature, spatial...] and the kernel as [input feature,
 /// kernel position..., output feature], the result is computed as [batch, spatial...,
 /// output feature]: one row per output pixel, whose group g's elements are, for each input
@@ -202,9 +206,13 @@ fn conv<T: Acc>(
     let mut w_perm: Vec<usize> = (1..sp + 2).map(kd).collect();
     w_perm.push(kd(0));
     let kernel = transposed(wv, w_shape, &w_perm);
-    let (batch, in_features) = (a_shape[id(0)], a_shape[id(1)]);
+    // Feature groups or batch groups (one of the counts is 1): output feature group g reads
+    // input feature group `g % feature_groups` of input batch group `g % batch_groups`.
+    let (feature_groups, batch_groups) =
+        (c.feature_group_count as usize, c.batch_group_count as usize);
+    let (batch, in_features) = (a_shape[id(0)] / batch_groups, a_shape[id(1)]);
     let (k_out, k_in) = (w_shape[kd(0)], w_shape[kd(1)]);
-    let per_group = k_out / c.feature_group_count as usize;
+    let per_group = k_out / (feature_groups * batch_groups);
     let in_spatial: Vec<usize> = (0..sp).map(|i| a_shape[id(2 + i)]).collect();
     let in_strides = strides(&in_spatial);
     let in_size: usize = in_spatial.iter().product();
@@ -236,7 +244,8 @@ fn conv<T: Acc>(
         let (b, window) = (p / pixels, window(&unravel(p % pixels, &out_spatial)));
         for (g, acc) in row.chunks_exact_mut(per_group).enumerate() {
             for ic in 0..k_in {
-                let feature = (b * in_features + g * k_in + ic) * in_size;
+                let image = g % batch_groups * batch + b;
+                let feature = (image * in_features + g % feature_groups * k_in + ic) * in_size;
                 let x_of = &input[feature..][..in_size];
                 let weights = &kernel[ic * positions * k_out..][..positions * k_out];
                 for (&at, w) in window.iter().zip(weights.chunks_exact(k_out)) {

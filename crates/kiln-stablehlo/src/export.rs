@@ -414,6 +414,7 @@ impl Printer {
                 input_dims,
                 kernel_dims,
                 output_dims,
+                batch_group_count,
             } => {
                 let bad = || err("a convolution layout that is not a permutation".into());
                 let i = layout(input_dims, ["b", "f"]).ok_or_else(bad)?;
@@ -425,7 +426,7 @@ impl Printer {
                 attrs.push(format!("lhs_dilation = {}", arr(lhs_dilation)));
                 attrs.push(format!("rhs_dilation = {}", arr(rhs_dilation)));
                 attrs.push(format!("feature_group_count = {feature_group_count} : i64"));
-                attrs.push("batch_group_count = 1 : i64".into());
+                attrs.push(format!("batch_group_count = {batch_group_count} : i64"));
             }
             Op::Gather {
                 offset_dims,

@@ -545,10 +545,6 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         "stablehlo.convolution" => {
             let kop = convolution(op, None)?;
             let operands = crate::decompose::widen_to_result(body, op, args, d)?;
-            let groups = int_attr(op, &["batch_group_count"])?.unwrap_or(1);
-            if groups != 1 {
-                return crate::decompose::batch_groups(body, op, kop, &operands, groups, d);
-            }
             return push(body, op, kop, &operands, d);
         }
         "stablehlo.bitcast_convert" => Op::BitcastConvert {},
@@ -902,5 +898,6 @@ fn convolution(op: &OpAst, padding: Option<Vec<(i64, i64)>>) -> Result<Op> {
             &dims.kernel_spatial,
         ),
         output_dims: cat(dims.output_batch, dims.output_feature, &dims.output_spatial),
+        batch_group_count: int_attr(op, &["batch_group_count"])?.unwrap_or(1),
     })
 }

@@ -1050,6 +1050,7 @@ impl Tensor {
             input_dims: vec![0, 1, 2, 3],
             kernel_dims: vec![0, 1, 2, 3],
             output_dims: vec![0, 1, 2, 3],
+            batch_group_count: 1,
         };
         apply(op, &[self, weight], None, "conv2d", Loc::caller()).remove(0)
     }

@@ -5,7 +5,8 @@
 //! - lhs_bar: convolve the cotangent, dilated by the forward strides, with the spatially
 //!   reversed kernel whose in and out features are exchanged (per group).
 //! - rhs_bar: convolve the input with the cotangent as the kernel, batch and feature roles
-//!   exchanged so the sum runs over the batch; one convolution per feature group.
+//!   exchanged so the sum runs over the batch; feature groups become batch groups.
+//! - A convolution with batch groups is differentiated one batch group at a time.
 
 use crate::Result;
 use kiln_ir::{Builder, Op, ValueId};
@@ -44,7 +45,7 @@ fn conv(
     padding: Vec<(i64, i64)>,
     lhs_dil: Vec<i64>,
     rhs_dil: Vec<i64>,
-    groups: i64,
+    (feature_groups, batch_groups): (i64, i64),
     dims: [Vec<i64>; 3],
 ) -> Result<ValueId> {
     let [input_dims, kernel_dims, output_dims] = dims;
@@ -54,10 +55,11 @@ fn conv(
             padding,
             lhs_dilation: lhs_dil,
             rhs_dilation: rhs_dil,
-            feature_group_count: groups,
+            feature_group_count: feature_groups,
             input_dims,
             kernel_dims,
             output_dims,
+            batch_group_count: batch_groups,
         },
         &[lhs, rhs],
     )?)
@@ -107,6 +109,7 @@ fn vjp_same(b: &mut Builder, op: &Op, x: &[ValueId], g: ValueId) -> Result<Vec<O
         input_dims,
         kernel_dims,
         output_dims,
+        batch_group_count,
     } = op
     else {
         unreachable!("called for convolution only")
@@ -118,10 +121,43 @@ fn vjp_same(b: &mut Builder, op: &Op, x: &[ValueId], g: ValueId) -> Result<Vec<O
     let xc = b.transpose(x[0], input_dims)?;
     let wc = b.transpose(x[1], kernel_dims)?;
     let gc = b.transpose(g, output_dims)?;
+    let id = canonical(n);
+    if *batch_group_count > 1 {
+        // Batch group k is the convolution of the k-th run of input batch elements with the
+        // k-th run of output features: differentiate each and join the cotangents.
+        let bg = *batch_group_count;
+        let (xs, wsh) = (shape(b, xc), shape(b, wc));
+        let (nb, ob) = (xs[0] / bg, wsh[0] / bg);
+        let one = Op::Convolution {
+            window_strides: ws.clone(),
+            padding: padding.clone(),
+            lhs_dilation: ld.clone(),
+            rhs_dilation: rd.clone(),
+            feature_group_count: 1,
+            input_dims: id.clone(),
+            kernel_dims: id.clone(),
+            output_dims: id.clone(),
+            batch_group_count: 1,
+        };
+        let (mut gxs, mut gws) = (Vec::new(), Vec::new());
+        for k in 0..bg {
+            let xk = slice_axis(b, xc, 0, k * nb, (k + 1) * nb)?;
+            let wk = slice_axis(b, wc, 0, k * ob, (k + 1) * ob)?;
+            let gk = slice_axis(b, gc, 1, k * ob, (k + 1) * ob)?;
+            let parts = vjp_same(b, &one, &[xk, wk], gk)?;
+            gxs.push(parts[0].expect("a convolution's input cotangent"));
+            gws.push(parts[1].expect("a convolution's kernel cotangent"));
+        }
+        let gxc = b.inst(Op::Concatenate { dimension: 0 }, &gxs)?;
+        let gwc = b.inst(Op::Concatenate { dimension: 0 }, &gws)?;
+        return Ok(vec![
+            Some(b.transpose(gxc, &inverse(input_dims))?),
+            Some(b.transpose(gwc, &inverse(kernel_dims))?),
+        ]);
+    }
     let (xs, wsh, gs) = (shape(b, xc), shape(b, wc), shape(b, gc));
     let (o, i) = (wsh[0], wsh[1]);
     let og = o / groups;
-    let id = canonical(n);
 
     // lhs_bar. Kernel'[g*I + i, og, k] = w[g*Og + og, i, k], spatially reversed.
     let mut split = vec![groups, og, i];
@@ -160,12 +196,14 @@ fn vjp_same(b: &mut Builder, op: &Op, x: &[ValueId], g: ValueId) -> Result<Vec<O
         lpad,
         ws.clone(),
         rd.clone(),
-        groups,
+        (groups, 1),
         [id.clone(), id.clone(), id.clone()],
     )?;
     let gx = b.transpose(gxc, &inverse(input_dims))?;
 
-    // rhs_bar, one group at a time: batch and feature roles exchanged.
+    // rhs_bar: batch and feature roles exchanged, so the sum runs over the batch; the
+    // feature groups become batch groups (group k of the input features meets group k of the
+    // cotangent's features).
     let mut rpad = Vec::with_capacity(sp);
     for d in 0..sp {
         let lhs_d = dilate(xs[2 + d], ld[d]);
@@ -174,35 +212,17 @@ fn vjp_same(b: &mut Builder, op: &Op, x: &[ValueId], g: ValueId) -> Result<Vec<O
         let lo = padding[d].0;
         rpad.push((lo, out_d - lhs_d + rhs_d - lo - 1));
     }
-    let mut parts = Vec::new();
-    for k in 0..groups {
-        let xk = if groups == 1 {
-            xc
-        } else {
-            slice_axis(b, xc, 1, k * i, (k + 1) * i)?
-        };
-        let gk = if groups == 1 {
-            gc
-        } else {
-            slice_axis(b, gc, 1, k * og, (k + 1) * og)?
-        };
-        parts.push(conv(
-            b,
-            xk,
-            gk,
-            rd.clone(),
-            rpad.clone(),
-            ld.clone(),
-            ws.clone(),
-            1,
-            [swap.clone(), swap.clone(), swap.clone()],
-        )?);
-    }
-    let gwc = if parts.len() == 1 {
-        parts[0]
-    } else {
-        b.inst(Op::Concatenate { dimension: 0 }, &parts)?
-    };
+    let gwc = conv(
+        b,
+        xc,
+        gc,
+        rd.clone(),
+        rpad,
+        ld.clone(),
+        ws.clone(),
+        (1, groups),
+        [swap.clone(), swap.clone(), swap.clone()],
+    )?;
     let gw = b.transpose(gwc, &inverse(kernel_dims))?;
     Ok(vec![Some(gx), Some(gw)])
 }

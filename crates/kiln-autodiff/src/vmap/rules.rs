@@ -246,11 +246,14 @@ fn dot_general(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
 }
 
 /// `convolution` of a batched input with a shared kernel: the batch dimension merges into the
-/// input's batch dimension, and splits out of the output's.
+/// input's batch dimension, and splits out of the output's. With batch groups it merges
+/// within each group (the input's batch becomes [groups, batch, per group]), so each group
+/// keeps its run of input batch elements.
 fn convolution(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
     let Op::Convolution {
         input_dims,
         output_dims,
+        batch_group_count,
         ..
     } = cx.op
     else {
@@ -262,7 +265,23 @@ fn convolution(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
     // Move the batch dimension next to the input's batch dimension, then merge the two.
     let mut perm: Vec<i64> = (1..=lt.rank() as i64).collect();
     perm.insert(nb_in, 0);
-    let moved = bd.push1(Op::Transpose { permutation: perm }, &[cx.xs[0].v], None)?;
+    let mut moved = bd.push1(Op::Transpose { permutation: perm }, &[cx.xs[0].v], None)?;
+    let groups = *batch_group_count as usize;
+    if groups > 1 {
+        // [.., size, groups * n, ..] -> [.., size, groups, n, ..] -> [.., groups, size, n, ..].
+        let mut split = lt.shape.clone();
+        split[nb_in] /= groups;
+        split.insert(nb_in, groups);
+        split.insert(nb_in, bd.size);
+        let v = bd.push1(
+            Op::Reshape {},
+            &[moved],
+            Some(TensorType::new(lt.dtype, split)),
+        )?;
+        let mut swap: Vec<i64> = (0..lt.rank() as i64 + 2).collect();
+        swap.swap(nb_in, nb_in + 1);
+        moved = bd.push1(Op::Transpose { permutation: swap }, &[v], None)?;
+    }
     let mut merged_shape = lt.shape.clone();
     merged_shape[nb_in] *= bd.size;
     let merged = bd.push1(

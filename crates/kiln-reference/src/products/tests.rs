@@ -79,6 +79,8 @@ fn naive_conv(a: &Literal, w: &Literal, ty: &TensorType, c: &ConvAttrs) -> Liter
     );
     let k_in = w.shape()[kd(1)];
     let per_group = w.shape()[kd(0)] / c.feature_group_count as usize;
+    let per_batch_group = w.shape()[kd(0)] / c.batch_group_count as usize;
+    let out_batch = ty.shape[od(0)];
     let k_spatial: Vec<usize> = (0..sp).map(|i| w.shape()[kd(2 + i)]).collect();
     let (fa, fw, ia, iw) = (a.to_f64s(), w.to_f64s(), a.to_i64s(), w.to_i64s());
     let (mut fv, mut iv) = (Vec::new(), Vec::new());
@@ -89,7 +91,7 @@ fn naive_conv(a: &Literal, w: &Literal, ty: &TensorType, c: &ConvAttrs) -> Liter
             for_each_index(&k_spatial, |k| {
                 let mut ai = vec![0; sp + 2];
                 let mut wi = vec![0; sp + 2];
-                ai[id(0)] = o[od(0)];
+                ai[id(0)] = oc / per_batch_group * out_batch + o[od(0)];
                 ai[id(1)] = oc / per_group * k_in + ic;
                 wi[kd(0)] = oc;
                 wi[kd(1)] = ic;
@@ -301,7 +303,10 @@ fn convolution_is_its_definition() {
         let dtype = *rng.pick(&dtypes);
         let sp = rng.below(4);
         let (groups, k_in, per_group) = (1 + rng.below(3), 1 + rng.below(2), 1 + rng.below(3));
-        let batch = size(&mut rng);
+        // The groups split the features, or else the batch.
+        let by_batch = rng.below(2) == 1;
+        let (feature_groups, batch_groups) = if by_batch { (1, groups) } else { (groups, 1) };
+        let batch = batch_groups * size(&mut rng);
         let largest = if sp == 3 { 3 } else { 5 };
         let in_spatial: Vec<usize> = (0..sp).map(|_| 1 + rng.below(largest)).collect();
         let k_spatial: Vec<usize> = (0..sp).map(|_| size(&mut rng)).collect();
@@ -318,7 +323,8 @@ fn convolution_is_its_definition() {
                 dims.iter().map(|&d| d as i64).collect(),
             )
         };
-        let (ta, input_dims) = placed([&[batch, groups * k_in][..], &in_spatial[..]].concat());
+        let (ta, input_dims) =
+            placed([&[batch, feature_groups * k_in][..], &in_spatial[..]].concat());
         let (tw, kernel_dims) = placed([&[groups * per_group, k_in][..], &k_spatial[..]].concat());
         let output_dims: Vec<i64> = permutation(&mut rng, sp + 2)
             .into_iter()
@@ -335,20 +341,22 @@ fn convolution_is_its_definition() {
             padding: padding.clone(),
             lhs_dilation: lhs_dilation.clone(),
             rhs_dilation: rhs_dilation.clone(),
-            feature_group_count: groups as i64,
+            feature_group_count: feature_groups as i64,
             input_dims: input_dims.clone(),
             kernel_dims: kernel_dims.clone(),
             output_dims: output_dims.clone(),
+            batch_group_count: batch_groups as i64,
         };
         let c = ConvAttrs {
             window_strides: &window_strides,
             padding: &padding,
             lhs_dilation: &lhs_dilation,
             rhs_dilation: &rhs_dilation,
-            feature_group_count: groups as i64,
+            feature_group_count: feature_groups as i64,
             input_dims: &input_dims,
             kernel_dims: &kernel_dims,
             output_dims: &output_dims,
+            batch_group_count: batch_groups as i64,
         };
         let ty = result_type(&op, &[&ta, &tw], None);
         let (a, w) = (values(&mut rng, &ta), values(&mut rng, &tw));
@@ -401,6 +409,7 @@ fn padding_times_an_infinite_weight_is_nan() {
         input_dims: vec![0, 1, 2],
         kernel_dims: vec![0, 1, 2],
         output_dims: vec![0, 1, 2],
+        batch_group_count: 1,
     };
     let x = Literal::f32([1, 1, 2], vec![1.0, 1.0]).unwrap();
     let w = Literal::f32([1, 1, 2], vec![f32::INFINITY, 1.0]).unwrap();
