@@ -317,7 +317,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::BitcastConvert {}
             if x[0].shape == out.shape
                 && x[0].dtype.bits() == out.dtype.bits()
-                && matches!(out.dtype.bits(), 32 | 64) =>
+                && (matches!(out.dtype.bits(), 32 | 64) || out.dtype.is_sub_byte()) =>
         {
             kernel(
                 r,
@@ -328,7 +328,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
                 },
             )
         }
-        // Any other bitcast (between widths, or of 8- and 16-bit types) keeps the buffer's
+        // (`i4` and `u4`, `i2` and `u2` convert their value: each byte holds it sign- or
+        // zero-extended.) Any other bitcast (between widths, or of 8- and 16-bit types) keeps the buffer's
         // little-endian bytes as they are: a byte copy.
         Op::BitcastConvert {} => {
             let bytes = out.numel() * out.dtype.bytes();

@@ -681,7 +681,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 let (p, et, d) = self.shared_at(*array, index)?;
                 let v = self.coerce(self.read(*value)?, d)?;
                 let v = match (v, et) {
-                    _ if d == DType::Pred => self.store_value(d, v)?,
+                    _ if d == DType::Pred || d.is_sub_byte() => self.store_value(d, v)?,
                     (BasicValueEnum::FloatValue(x), BasicTypeEnum::FloatType(ft))
                         if x.get_type() != ft =>
                     {
