@@ -740,6 +740,9 @@ impl<'a, 'c> Emit<'a, 'c> {
         let it = self.itype(d);
         if d == DType::Pred {
             it.const_int((v != 0) as u64, false).into()
+        } else if d.is_sub_byte() {
+            // The value's low bits, which is all an `i4` or `i2` holds.
+            it.const_int(v as u64 & ((1 << d.bits()) - 1), false).into()
         } else {
             it.const_int(v as u64, true).into()
         }
