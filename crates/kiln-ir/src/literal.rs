@@ -450,7 +450,8 @@ impl Literal {
     ///
     /// # Safety
     ///
-    /// `init` must write every element with a valid value of the dtype.
+    /// `init` must write every element with a valid value of the dtype (a sub-byte integer: a
+    /// byte holding a value in the type's range, sign- or zero-extended).
     ///
     /// # Panics
     ///
