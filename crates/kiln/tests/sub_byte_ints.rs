@@ -329,3 +329,74 @@ fn a_bitcast_of_i4_to_i8_is_an_error_naming_the_line() {
         "{e}"
     );
 }
+
+#[test]
+fn npy_files_hold_sub_byte_tensors_as_bytes() {
+    let a = Tensor::from_vec(vec![-8i8, 7, -1], [3])
+        .unwrap()
+        .cast(DType::I4);
+    let back = kiln::npy::from_npy_bytes(&kiln::npy::to_npy_bytes(&a).unwrap()).unwrap();
+    assert_eq!(back.dtype(), DType::I8);
+    assert_eq!(back.to_vec::<i8>().unwrap(), [-8, 7, -1]);
+    let u = Tensor::from_vec(vec![3u8, 0, 2], [3])
+        .unwrap()
+        .cast(DType::U2);
+    let back = kiln::npy::from_npy_bytes(&kiln::npy::to_npy_bytes(&u).unwrap()).unwrap();
+    assert_eq!(back.dtype(), DType::U8);
+    assert_eq!(back.to_vec::<u8>().unwrap(), [3, 0, 2]);
+}
+
+#[test]
+fn checkpoints_keep_sub_byte_leaves_and_refuse_bytes_out_of_range() {
+    use kiln::checkpoint::{self, Metadata};
+    let i4 = Tensor::from_vec(vec![-8i8, 7, -1, 0], [2, 2])
+        .unwrap()
+        .cast(DType::I4);
+    let u2 = Tensor::from_vec(vec![3u8, 1], [2]).unwrap().cast(DType::U2);
+    let tree = (i4.clone(), u2.clone());
+    let bytes = checkpoint::to_bytes(&tree, &Metadata::new(1)).unwrap();
+    let ((a, b), _) = checkpoint::from_bytes(&bytes, &tree).unwrap();
+    assert_eq!(a.to_literal().unwrap(), i4.to_literal().unwrap());
+    assert_eq!(b.to_literal().unwrap(), u2.to_literal().unwrap());
+    // Bytes saved from an i8 leaf load into an i4 one only when every value fits.
+    let wide = (
+        Tensor::from_vec(vec![-8i8, 7, 100, 0], [2, 2]).unwrap(),
+        Tensor::from_vec(vec![3u8, 1], [2]).unwrap(),
+    );
+    let bytes = checkpoint::to_bytes(&wide, &Metadata::new(1)).unwrap();
+    let e = checkpoint::from_bytes(&bytes, &tree)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("100 is out of range for i4"), "{e}");
+}
+
+#[test]
+fn sub_byte_literals_print_and_parse_in_range_only() {
+    let f = kiln_ir::parse_func_text(
+        "func @main() -> (i4[3], u2[2]) {\n  %0 = constant {value = [-8, 7, -1]} : i4[3]\n  %1 = constant {value = [3, 0]} : u2[2]\n  return %0, %1\n}\n",
+    )
+    .unwrap();
+    let text = kiln_ir::print_func(&f);
+    assert!(
+        text.contains("[-8, 7, -1]") && text.contains("[3, 0]"),
+        "{text}"
+    );
+    let out = run(&text, &[]);
+    assert_eq!(out[0].to_i64s(), [-8, 7, -1]);
+    for (ty, bad) in [
+        ("i4", "8"),
+        ("i4", "-9"),
+        ("u4", "16"),
+        ("u2", "-1"),
+        ("i2", "2"),
+    ] {
+        let src = format!(
+            "func @main() -> {ty}[] {{\n  %0 = constant {{value = {bad}}} : {ty}[]\n  return %0\n}}\n"
+        );
+        let e = kiln_ir::parse_func_text(&src).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{bad} is out of range for {ty}")),
+            "{e}"
+        );
+    }
+}
