@@ -141,14 +141,10 @@ pub fn convert_f64(dtype: DType, x: f64) -> i64 {
 /// Sub-byte integer data of `dtype` (`i4`, `u4`, `i2`, `u2`) from i64 values, each wrapped to
 /// the type's range (one byte per element, sign- or zero-extended).
 fn sub_byte_data(dtype: DType, values: &[i64]) -> Data {
-    let signed = values.iter().map(|&x| wrap_to(dtype, x) as i8).collect();
-    let unsigned = || values.iter().map(|&x| wrap_to(dtype, x) as u8).collect();
-    match dtype {
-        DType::I4 => Data::I4(signed),
-        DType::I2 => Data::I2(signed),
-        DType::U4 => Data::U4(unsigned()),
-        DType::U2 => Data::U2(unsigned()),
-        _ => unreachable!("{dtype} is not a sub-byte integer"),
+    if dtype.is_signed() {
+        Data::I8(values.iter().map(|&x| wrap_to(dtype, x) as i8).collect()).retag(dtype)
+    } else {
+        Data::U8(values.iter().map(|&x| wrap_to(dtype, x) as u8).collect()).retag(dtype)
     }
 }
 
@@ -347,10 +343,10 @@ impl Literal {
             DType::Pred => Data::Pred(fill(t, x != 0.0)?),
             DType::I8 => Data::I8(fill(t, x as i8)?),
             DType::I4 | DType::I2 => {
-                Data::I4(fill(t, convert_f64(ty.dtype, x) as i8)?).retag(ty.dtype)
+                Data::I8(fill(t, convert_f64(ty.dtype, x) as i8)?).retag(ty.dtype)
             }
             DType::U4 | DType::U2 => {
-                Data::U4(fill(t, convert_f64(ty.dtype, x) as u8)?).retag(ty.dtype)
+                Data::U8(fill(t, convert_f64(ty.dtype, x) as u8)?).retag(ty.dtype)
             }
             DType::I32 => Data::I32(fill(t, x as i32)?),
             DType::I64 => Data::I64(fill(t, x as i64)?),
@@ -427,8 +423,8 @@ impl Literal {
         let data = match ty.dtype {
             DType::Pred => Data::Pred(fill(t, false)?),
             DType::I8 => Data::I8(fill(t, 0)?),
-            DType::I4 | DType::I2 => Data::I4(fill(t, 0)?).retag(ty.dtype),
-            DType::U4 | DType::U2 => Data::U4(fill(t, 0)?).retag(ty.dtype),
+            DType::I4 | DType::I2 => Data::I8(fill(t, 0)?).retag(ty.dtype),
+            DType::U4 | DType::U2 => Data::U8(fill(t, 0)?).retag(ty.dtype),
             DType::I32 => Data::I32(fill(t, 0)?),
             DType::I64 => Data::I64(fill(t, 0)?),
             DType::U32 => Data::U32(fill(t, 0)?),
@@ -483,8 +479,8 @@ impl Literal {
         let data = match ty.dtype {
             DType::Pred => Data::Pred(fill(&ty, init)?),
             DType::I8 => Data::I8(fill(&ty, init)?),
-            DType::I4 | DType::I2 => Data::I4(fill(&ty, init)?).retag(ty.dtype),
-            DType::U4 | DType::U2 => Data::U4(fill(&ty, init)?).retag(ty.dtype),
+            DType::I4 | DType::I2 => Data::I8(fill(&ty, init)?).retag(ty.dtype),
+            DType::U4 | DType::U2 => Data::U8(fill(&ty, init)?).retag(ty.dtype),
             DType::I32 => Data::I32(fill(&ty, init)?),
             DType::I64 => Data::I64(fill(&ty, init)?),
             DType::U32 => Data::U32(fill(&ty, init)?),
