@@ -5,10 +5,18 @@ use std::fmt;
 /// The element type of a tensor.
 ///
 /// The text form is the lowercase name (`f32`, `pred`, ...), used by both the printer and the parser.
+///
+/// The sub-byte integers `i4`, `u4`, `i2` and `u2` are stored one element per byte, their value
+/// sign-extended (`i4`, `i2`) or zero-extended (`u4`, `u2`) in it: buffers, literals and files
+/// hold only values in the type's range, and every operation wraps its result back into it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// Boolean, printed as `true`/`false`.
     Pred,
+    /// Signed 2-bit integer (-2..=1), one per byte, sign-extended.
+    I2,
+    /// Signed 4-bit integer (-8..=7), one per byte, sign-extended.
+    I4,
     /// Signed 8-bit integer.
     I8,
     /// Signed 16-bit integer.
@@ -17,6 +25,10 @@ pub enum DType {
     I32,
     /// Signed 64-bit integer.
     I64,
+    /// Unsigned 2-bit integer (0..=3), one per byte, zero-extended.
+    U2,
+    /// Unsigned 4-bit integer (0..=15), one per byte, zero-extended.
+    U4,
     /// Unsigned 8-bit integer.
     U8,
     /// Unsigned 16-bit integer.
@@ -40,9 +52,9 @@ pub enum DType {
 pub enum DTypeClass {
     /// `pred`.
     Pred,
-    /// `i8`, `i16`, `i32`, `i64`.
+    /// `i2`, `i4`, `i8`, `i16`, `i32`, `i64`.
     Signed,
-    /// `u8`, `u16`, `u32`, `u64`.
+    /// `u2`, `u4`, `u8`, `u16`, `u32`, `u64`.
     Unsigned,
     /// `f16`, `bf16`, `f32`, `f64`.
     Float,
@@ -50,12 +62,16 @@ pub enum DTypeClass {
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 17] = [
         DType::Pred,
+        DType::I2,
+        DType::I4,
         DType::I8,
         DType::I16,
         DType::I32,
         DType::I64,
+        DType::U2,
+        DType::U4,
         DType::U8,
         DType::U16,
         DType::U32,
@@ -70,6 +86,10 @@ impl DType {
     pub fn name(self) -> &'static str {
         match self {
             DType::Pred => "pred",
+            DType::I2 => "i2",
+            DType::I4 => "i4",
+            DType::U2 => "u2",
+            DType::U4 => "u4",
             DType::I8 => "i8",
             DType::I32 => "i32",
             DType::I64 => "i64",
@@ -94,8 +114,12 @@ impl DType {
     pub fn class(self) -> DTypeClass {
         match self {
             DType::Pred => DTypeClass::Pred,
-            DType::I8 | DType::I16 | DType::I32 | DType::I64 => DTypeClass::Signed,
-            DType::U8 | DType::U16 | DType::U32 | DType::U64 => DTypeClass::Unsigned,
+            DType::I2 | DType::I4 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
+                DTypeClass::Signed
+            }
+            DType::U2 | DType::U4 | DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+                DTypeClass::Unsigned
+            }
             DType::F16 | DType::BF16 | DType::F32 | DType::F64 => DTypeClass::Float,
         }
     }
@@ -120,9 +144,12 @@ impl DType {
         matches!(self.class(), DTypeClass::Signed | DTypeClass::Float)
     }
 
-    /// Storage width in bits (`pred` is stored in 8 bits).
+    /// Width in bits: of the value for the sub-byte integers (`i4` is 4, though stored in a
+    /// byte), of the storage for the others (`pred` is stored in 8 bits).
     pub fn bits(self) -> u32 {
         match self {
+            DType::I2 | DType::U2 => 2,
+            DType::I4 | DType::U4 => 4,
             DType::Pred | DType::I8 | DType::U8 => 8,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 16,
             DType::I32 | DType::U32 | DType::F32 => 32,
@@ -134,6 +161,10 @@ impl DType {
     pub fn int_bounds(self) -> Option<(i128, i128)> {
         Some(match self {
             DType::Pred => (0, 1),
+            DType::I2 => (-2, 1),
+            DType::I4 => (-8, 7),
+            DType::U2 => (0, 3),
+            DType::U4 => (0, 15),
             DType::I8 => (i8::MIN.into(), i8::MAX.into()),
             DType::I16 => (i16::MIN.into(), i16::MAX.into()),
             DType::I32 => (i32::MIN.into(), i32::MAX.into()),
@@ -146,9 +177,24 @@ impl DType {
         })
     }
 
-    /// Storage width in bytes.
+    /// Storage width in bytes (one for the sub-byte integers, which take a byte each).
     pub fn bytes(self) -> usize {
-        self.bits() as usize / 8
+        self.bits().div_ceil(8) as usize
+    }
+
+    /// The dtype of this one's storage: `i8` for `i4` and `i2`, `u8` for `u4` and `u2`, the
+    /// dtype itself for the others.
+    pub fn storage(self) -> DType {
+        match self {
+            DType::I4 | DType::I2 => DType::I8,
+            DType::U4 | DType::U2 => DType::U8,
+            d => d,
+        }
+    }
+
+    /// True for the integers narrower than a byte (`i2`, `i4`, `u2`, `u4`), stored one per byte.
+    pub fn is_sub_byte(self) -> bool {
+        self.bits() < 8
     }
 }
 

@@ -11,6 +11,14 @@ pub enum Data {
     Pred(Vec<bool>),
     /// `i8` elements.
     I8(Vec<i8>),
+    /// `i4` elements, one per byte, each in -8..=7.
+    I4(Vec<i8>),
+    /// `u4` elements, one per byte, each in 0..=15.
+    U4(Vec<u8>),
+    /// `i2` elements, one per byte, each in -2..=1.
+    I2(Vec<i8>),
+    /// `u2` elements, one per byte, each in 0..=3.
+    U2(Vec<u8>),
     /// `i32` elements.
     I32(Vec<i32>),
     /// `i64` elements.
@@ -76,6 +84,12 @@ pub fn wrap_to(dtype: DType, x: i64) -> i64 {
         DType::U8 => x as u8 as i64,
         DType::I16 => x as i16 as i64,
         DType::U16 => x as u16 as i64,
+        DType::I4 | DType::I2 => {
+            // The low bits, sign-extended.
+            let s = 64 - dtype.bits();
+            (x << s) >> s
+        }
+        DType::U4 | DType::U2 => x & ((1 << dtype.bits()) - 1),
         _ => x,
     }
 }
@@ -112,7 +126,36 @@ pub fn convert_f64(dtype: DType, x: f64) -> i64 {
         DType::I16 => x as i16 as i64,
         DType::U16 => x as u16 as i64,
         DType::U64 => x as u64 as i64,
+        DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+            let (lo, hi) = dtype.int_bounds().expect("an integer dtype");
+            if x.is_nan() {
+                0
+            } else {
+                (x.trunc().clamp(lo as f64, hi as f64)) as i64
+            }
+        }
         _ => x as i64,
+    }
+}
+
+/// Sub-byte integer data of `dtype` (`i4`, `u4`, `i2`, `u2`) from i64 values, each wrapped to
+/// the type's range (one byte per element, sign- or zero-extended).
+fn sub_byte_data(dtype: DType, values: &[i64]) -> Data {
+    if dtype.is_signed() {
+        Data::I8(values.iter().map(|&x| wrap_to(dtype, x) as i8).collect()).retag(dtype)
+    } else {
+        Data::U8(values.iter().map(|&x| wrap_to(dtype, x) as u8).collect()).retag(dtype)
+    }
+}
+
+/// The first element of sub-byte integer data outside its type's range, if any.
+fn sub_byte_out_of_range(data: &Data) -> Option<i64> {
+    let d = data.dtype();
+    let bad = |x: i64| (wrap_to(d, x) != x).then_some(x);
+    match data {
+        Data::I4(v) | Data::I2(v) => v.iter().find_map(|&x| bad(x as i64)),
+        Data::U4(v) | Data::U2(v) => v.iter().find_map(|&x| bad(x as i64)),
+        _ => None,
     }
 }
 
@@ -166,6 +209,10 @@ macro_rules! each_data {
         match $data {
             Data::Pred($v) => $body,
             Data::I8($v) => $body,
+            Data::I4($v) => $body,
+            Data::U4($v) => $body,
+            Data::I2($v) => $body,
+            Data::U2($v) => $body,
             Data::I32($v) => $body,
             Data::I64($v) => $body,
             Data::U32($v) => $body,
@@ -187,6 +234,10 @@ impl Data {
         match self {
             Data::Pred(_) => DType::Pred,
             Data::I8(_) => DType::I8,
+            Data::I4(_) => DType::I4,
+            Data::U4(_) => DType::U4,
+            Data::I2(_) => DType::I2,
+            Data::U2(_) => DType::U2,
             Data::I32(_) => DType::I32,
             Data::I64(_) => DType::I64,
             Data::U32(_) => DType::U32,
@@ -198,6 +249,22 @@ impl Data {
             Data::BF16(_) => DType::BF16,
             Data::F32(_) => DType::F32,
             Data::F64(_) => DType::F64,
+        }
+    }
+
+    /// The same bytes under another dtype of one-byte integer storage: `i8` data as `i4` or
+    /// `i2` (and back), `u8` data as `u4` or `u2` (and back); other data, or another `dtype`,
+    /// comes back as it is. For moving sub-byte integers as their storage bytes;
+    /// [`Literal::new`] checks that the values fit the narrow type.
+    pub fn retag(self, dtype: DType) -> Data {
+        match (self, dtype) {
+            (Data::I8(v) | Data::I4(v) | Data::I2(v), DType::I8) => Data::I8(v),
+            (Data::I8(v) | Data::I4(v) | Data::I2(v), DType::I4) => Data::I4(v),
+            (Data::I8(v) | Data::I4(v) | Data::I2(v), DType::I2) => Data::I2(v),
+            (Data::U8(v) | Data::U4(v) | Data::U2(v), DType::U8) => Data::U8(v),
+            (Data::U8(v) | Data::U4(v) | Data::U2(v), DType::U4) => Data::U4(v),
+            (Data::U8(v) | Data::U4(v) | Data::U2(v), DType::U2) => Data::U2(v),
+            (d, _) => d,
         }
     }
 
@@ -228,6 +295,12 @@ impl Literal {
                 ty.numel()
             )));
         }
+        if let Some(x) = sub_byte_out_of_range(&data) {
+            return Err(LiteralError(format!(
+                "{x} is out of range for {}",
+                data.dtype()
+            )));
+        }
         Ok(Literal { ty, data })
     }
 
@@ -237,6 +310,10 @@ impl Literal {
         let d = match ty.dtype {
             DType::Pred => Data::Pred(values.iter().map(|&x| x != 0.0).collect()),
             DType::I8 => Data::I8(values.iter().map(|&x| x as i8).collect()),
+            DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+                let v: Vec<i64> = values.iter().map(|&x| convert_f64(ty.dtype, x)).collect();
+                sub_byte_data(ty.dtype, &v)
+            }
             DType::I32 => Data::I32(values.iter().map(|&x| x as i32).collect()),
             DType::I64 => Data::I64(values.iter().map(|&x| x as i64).collect()),
             DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
@@ -265,6 +342,12 @@ impl Literal {
         let data = match ty.dtype {
             DType::Pred => Data::Pred(fill(t, x != 0.0)?),
             DType::I8 => Data::I8(fill(t, x as i8)?),
+            DType::I4 | DType::I2 => {
+                Data::I8(fill(t, convert_f64(ty.dtype, x) as i8)?).retag(ty.dtype)
+            }
+            DType::U4 | DType::U2 => {
+                Data::U8(fill(t, convert_f64(ty.dtype, x) as u8)?).retag(ty.dtype)
+            }
             DType::I32 => Data::I32(fill(t, x as i32)?),
             DType::I64 => Data::I64(fill(t, x as i64)?),
             DType::U32 => Data::U32(fill(t, x as u32)?),
@@ -285,6 +368,7 @@ impl Literal {
         let d = match ty.dtype {
             DType::Pred => Data::Pred(values.iter().map(|&x| x != 0).collect()),
             DType::I8 => Data::I8(values.iter().map(|&x| x as i8).collect()),
+            DType::I4 | DType::U4 | DType::I2 | DType::U2 => sub_byte_data(ty.dtype, values),
             DType::I32 => Data::I32(values.iter().map(|&x| x as i32).collect()),
             DType::I64 => Data::I64(values.to_vec()),
             DType::U32 => Data::U32(values.iter().map(|&x| x as u32).collect()),
@@ -339,6 +423,8 @@ impl Literal {
         let data = match ty.dtype {
             DType::Pred => Data::Pred(fill(t, false)?),
             DType::I8 => Data::I8(fill(t, 0)?),
+            DType::I4 | DType::I2 => Data::I8(fill(t, 0)?).retag(ty.dtype),
+            DType::U4 | DType::U2 => Data::U8(fill(t, 0)?).retag(ty.dtype),
             DType::I32 => Data::I32(fill(t, 0)?),
             DType::I64 => Data::I64(fill(t, 0)?),
             DType::U32 => Data::U32(fill(t, 0)?),
@@ -360,7 +446,8 @@ impl Literal {
     ///
     /// # Safety
     ///
-    /// `init` must write every element with a valid value of the dtype.
+    /// `init` must write every element with a valid value of the dtype (a sub-byte integer: a
+    /// byte holding a value in the type's range, sign- or zero-extended).
     ///
     /// # Panics
     ///
@@ -392,6 +479,8 @@ impl Literal {
         let data = match ty.dtype {
             DType::Pred => Data::Pred(fill(&ty, init)?),
             DType::I8 => Data::I8(fill(&ty, init)?),
+            DType::I4 | DType::I2 => Data::I8(fill(&ty, init)?).retag(ty.dtype),
+            DType::U4 | DType::U2 => Data::U8(fill(&ty, init)?).retag(ty.dtype),
             DType::I32 => Data::I32(fill(&ty, init)?),
             DType::I64 => Data::I64(fill(&ty, init)?),
             DType::U32 => Data::U32(fill(&ty, init)?),
@@ -454,7 +543,8 @@ impl Literal {
     pub fn to_f64s(&self) -> Vec<f64> {
         match &self.data {
             Data::Pred(v) => v.iter().map(|&x| x as u8 as f64).collect(),
-            Data::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::I8(v) | Data::I4(v) | Data::I2(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::U4(v) | Data::U2(v) => v.iter().map(|&x| x as f64).collect(),
             Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::U32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -474,7 +564,8 @@ impl Literal {
     pub fn to_i64s(&self) -> Vec<i64> {
         match &self.data {
             Data::Pred(v) => v.iter().map(|&x| x as i64).collect(),
-            Data::I8(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::I8(v) | Data::I4(v) | Data::I2(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::U4(v) | Data::U2(v) => v.iter().map(|&x| x as i64).collect(),
             Data::I32(v) => v.iter().map(|&x| x as i64).collect(),
             Data::I64(v) => v.clone(),
             Data::U32(v) => v.iter().map(|&x| x as i64).collect(),
@@ -500,7 +591,8 @@ impl Literal {
         let mut out = Vec::with_capacity(self.numel() * self.dtype().bytes());
         match &self.data {
             Data::Pred(v) => out.extend(v.iter().map(|&b| b as u8)),
-            Data::I8(v) => out.extend(v.iter().map(|&b| b as u8)),
+            Data::I8(v) | Data::I4(v) | Data::I2(v) => out.extend(v.iter().map(|&b| b as u8)),
+            Data::U4(v) | Data::U2(v) => out.extend_from_slice(v),
             Data::I32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::I64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::U32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
@@ -530,6 +622,11 @@ impl Literal {
             DType::Pred => Data::Pred(bytes.iter().map(|&b| b != 0).collect()),
             DType::I8 => Data::I8(bytes.iter().map(|&b| b as i8).collect()),
             DType::U8 => Data::U8(bytes.to_vec()),
+            // One byte per element; the low bits are the value (sign- or zero-extended here).
+            DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+                let v: Vec<i64> = bytes.iter().map(|&b| b as i64).collect();
+                sub_byte_data(ty.dtype, &v)
+            }
             DType::I32 => Data::I32(
                 ch.map(|c| i32::from_le_bytes(c.try_into().unwrap()))
                     .collect(),
@@ -588,7 +685,8 @@ impl Literal {
         }
         match &self.data {
             Data::Pred(v) => v[i].to_string(),
-            Data::I8(v) => v[i].to_string(),
+            Data::I8(v) | Data::I4(v) | Data::I2(v) => v[i].to_string(),
+            Data::U4(v) | Data::U2(v) => v[i].to_string(),
             Data::I32(v) => v[i].to_string(),
             Data::I64(v) => v[i].to_string(),
             Data::U32(v) => v[i].to_string(),

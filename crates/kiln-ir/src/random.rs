@@ -1177,12 +1177,12 @@ mod tests {
     use super::*;
     use crate::OpKind;
 
-    /// Every op of `OpKind::ALL` appears in the random programs of a few hundred seeds (control
+    /// Every op of `OpKind::ALL` appears in the random programs of a thousand seeds (control
     /// flow in the seeds that allow it).
     #[test]
     fn every_op_is_generated() {
         let mut seen = std::collections::BTreeSet::new();
-        for seed in 0..600u64 {
+        for seed in 0..1000u64 {
             let cfg = Config {
                 ops: 1 + (seed as usize % 12),
                 control: seed % 2 == 1,

@@ -294,10 +294,24 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
                 rmap[b as usize] = Some((r + c, 1, 0));
                 rvars.push((r + c, x[0].shape[a as usize]));
             }
+            // Operands of another dtype (bf16 x bf16 -> f32 kept for a GPU's tensor cores, here
+            // with an empty result) are converted, exactly, to the result's.
+            let operand = |i: usize, t: &TensorType, map: &[Option<(usize, i64, i64)>]| {
+                let l = load(i, t, vars, map);
+                if t.dtype == out.dtype {
+                    l
+                } else {
+                    Expr::Op {
+                        op: Ew::Convert,
+                        dtype: out.dtype,
+                        args: vec![l],
+                    }
+                }
+            };
             let prod = Expr::Op {
                 op: Ew::Kind(OpKind::Multiply),
                 dtype: out.dtype,
-                args: vec![load(0, &x[0], vars, &lmap), load(1, &x[1], vars, &rmap)],
+                args: vec![operand(0, &x[0], &lmap), operand(1, &x[1], &rmap)],
             };
             let zero = Expr::Const {
                 dtype: out.dtype,
@@ -317,7 +331,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::BitcastConvert {}
             if x[0].shape == out.shape
                 && x[0].dtype.bits() == out.dtype.bits()
-                && matches!(out.dtype.bits(), 32 | 64) =>
+                && (matches!(out.dtype.bits(), 32 | 64) || out.dtype.is_sub_byte()) =>
         {
             kernel(
                 r,
@@ -328,7 +342,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
                 },
             )
         }
-        // Any other bitcast (between widths, or of 8- and 16-bit types) keeps the buffer's
+        // (`i4` and `u4`, `i2` and `u2` convert their value: each byte holds it sign- or
+        // zero-extended.) Any other bitcast (between widths, or of 8- and 16-bit types) keeps the buffer's
         // little-endian bytes as they are: a byte copy.
         Op::BitcastConvert {} => {
             let bytes = out.numel() * out.dtype.bytes();

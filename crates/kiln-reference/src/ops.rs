@@ -43,6 +43,10 @@ macro_rules! map_data {
         match $data {
             Data::Pred($v) => Data::Pred($body),
             Data::I8($v) => Data::I8($body),
+            Data::I4($v) => Data::I4($body),
+            Data::U4($v) => Data::U4($body),
+            Data::I2($v) => Data::I2($body),
+            Data::U2($v) => Data::U2($body),
             Data::I32($v) => Data::I32($body),
             Data::I64($v) => Data::I64($body),
             Data::U32($v) => Data::U32($body),
@@ -97,6 +101,10 @@ fn concat(srcs: &[&Literal]) -> Literal {
         match (&mut data, s.data()) {
             (Data::Pred(a), Data::Pred(b)) => a.extend(b),
             (Data::I8(a), Data::I8(b)) => a.extend(b),
+            (Data::I4(a), Data::I4(b)) => a.extend(b),
+            (Data::U4(a), Data::U4(b)) => a.extend(b),
+            (Data::I2(a), Data::I2(b)) => a.extend(b),
+            (Data::U2(a), Data::U2(b)) => a.extend(b),
             (Data::I32(a), Data::I32(b)) => a.extend(b),
             (Data::I64(a), Data::I64(b)) => a.extend(b),
             (Data::U32(a), Data::U32(b)) => a.extend(b),

@@ -77,7 +77,8 @@ pub fn read_inputs(a: &Artifact, files: &[PathBuf]) -> Result<Vec<Literal>, Erro
         .iter()
         .zip(&a.args)
         .map(|(f, p)| {
-            let l = npy::read(f).map_err(Error::Input)?;
+            let l = npy::as_dtype(npy::read(f).map_err(Error::Input)?, p.ty.dtype)
+                .map_err(|e| Error::Input(format!("{} ({}): {e}", p.name, f.display())))?;
             if l.ty() != &p.ty {
                 return Err(Error::Input(format!(
                     "{} ({}): a {} array, the artifact takes {}",
@@ -143,7 +144,8 @@ pub fn check_expected(
         .iter()
         .zip(&a.results)
         .map(|(f, p)| {
-            let l = npy::read(f).map_err(Error::Input)?;
+            let l = npy::as_dtype(npy::read(f).map_err(Error::Input)?, p.ty.dtype)
+                .map_err(|e| Error::Input(format!("{} ({}): {e}", p.name, f.display())))?;
             if l.ty() != &p.ty {
                 return Err(Error::Input(format!(
                     "{} ({}): a {} array, the result is {}",

@@ -3,7 +3,11 @@
 //! Written: format version 1.0, little-endian, C order, the NumPy dtype of each kiln dtype
 //! (`pred` `|b1`, `i8` `|i1`, `i32` `<i4`, `i64` `<i8`, `u32` `<u4`, `u8` `|u1`, `f16` `<f2`,
 //! `f32` `<f4`, `f64` `<f8`) and, for `bf16`, which NumPy lacks, `<V2` (two raw bytes, the
-//! descriptor `ml_dtypes.bfloat16` arrays are saved with). Read: versions 1 to 3, those dtypes
+//! descriptor `ml_dtypes.bfloat16` arrays are saved with). NumPy has no 4- or 2-bit integers:
+//! `i4` and `i2` are written as `|i1`, `u4` and `u2` as `|u1`, one element per byte as kiln
+//! holds them, so they read back as `i8` and `u8`; [`as_dtype`] makes them the narrow type
+//! again where an artifact's argument or result has it.
+//! Read: versions 1 to 3, those dtypes
 //! (`<` or `|`, or `=` on this little-endian host); big-endian data and Fortran order are
 //! refused with a message saying so.
 
@@ -13,7 +17,8 @@ use kiln_ir::{DType, Literal, TensorType};
 pub fn descr(d: DType) -> &'static str {
     match d {
         DType::Pred => "|b1",
-        DType::I8 => "|i1",
+        DType::I8 | DType::I4 | DType::I2 => "|i1",
+        DType::U4 | DType::U2 => "|u1",
         DType::I32 => "<i4",
         DType::I64 => "<i8",
         DType::U32 => "<u4",
@@ -32,7 +37,10 @@ fn dtype_of(descr: &str) -> Option<DType> {
     let d = descr
         .strip_prefix(['<', '|', '='])
         .map(|rest| format!("<{rest}"))?;
-    DType::ALL.into_iter().find(|&k| descr_key(k) == d)
+    // `|i1` and `|u1` are `i8` and `u8`, never the sub-byte types written with them.
+    DType::ALL
+        .into_iter()
+        .find(|&k| !k.is_sub_byte() && descr_key(k) == d)
 }
 
 fn descr_key(d: DType) -> String {
@@ -141,6 +149,18 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Literal, String> {
     Literal::from_le_bytes(ty, data).map_err(|e| e.to_string())
 }
 
+/// `l`, read from a `.npy` file for an argument or result of dtype `want`: a sub-byte integer
+/// type (`i4`, `u4`, `i2`, `u2`) is written as `int8` or `uint8` (see the module docs), so such
+/// bytes become `want` when every value fits it (an error names the first that does not); any
+/// other literal comes back as it is.
+pub fn as_dtype(l: Literal, want: DType) -> Result<Literal, String> {
+    if !want.is_sub_byte() || l.dtype() != want.storage() {
+        return Ok(l);
+    }
+    let ty = l.ty().with_dtype(want);
+    Literal::new(ty, l.data().clone().retag(want)).map_err(|e| e.to_string())
+}
+
 /// Reads `path`.
 pub fn read(path: &std::path::Path) -> Result<Literal, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
@@ -174,6 +194,34 @@ mod tests {
             assert_eq!((10 + u16::from_le_bytes([b[8], b[9]]) as usize) % 64, 0);
             assert_eq!(from_bytes(&b).unwrap(), l);
         }
+    }
+
+    #[test]
+    fn sub_byte_integers_are_written_as_bytes_and_read_back_as_i8_and_u8() {
+        for (d, wide, values) in [
+            (DType::I4, DType::I8, vec![-8, -1, 0, 7]),
+            (DType::U4, DType::U8, vec![0, 1, 9, 15]),
+            (DType::I2, DType::I8, vec![-2, -1, 0, 1]),
+            (DType::U2, DType::U8, vec![0, 1, 2, 3]),
+        ] {
+            let l = Literal::from_i64s(TensorType::new(d, [4]), &values).unwrap();
+            let back = from_bytes(&to_bytes(&l)).unwrap();
+            assert_eq!(back.dtype(), wide, "{d}");
+            assert_eq!(back.to_i64s(), values, "{d}");
+        }
+    }
+
+    #[test]
+    fn bytes_read_for_a_sub_byte_type_become_it_when_they_fit() {
+        let bytes = Literal::from_i64s(TensorType::new(DType::I8, [3]), &[-8, 7, -1]).unwrap();
+        let l = as_dtype(bytes.clone(), DType::I4).unwrap();
+        assert_eq!((l.dtype(), l.to_i64s()), (DType::I4, vec![-8, 7, -1]));
+        assert_eq!(as_dtype(bytes.clone(), DType::I8).unwrap(), bytes);
+        let e = as_dtype(bytes, DType::I2).unwrap_err();
+        assert!(e.contains("-8 is out of range for i2"), "{e}");
+        let u = Literal::from_i64s(TensorType::new(DType::U8, [2]), &[15, 16]).unwrap();
+        let e = as_dtype(u, DType::U4).unwrap_err();
+        assert!(e.contains("16 is out of range for u4"), "{e}");
     }
 
     #[test]

@@ -59,11 +59,13 @@ fn keys(l: &Literal, descending: bool, nan_greatest: bool) -> Option<(Keys, bool
     };
     let (keys, nz) = match l.data() {
         Data::Pred(v) => (Keys::U32(v.iter().map(|&b| b as u32).collect()), false),
-        Data::U8(v) => (Keys::U32(v.iter().map(|&x| x as u32).collect()), false),
+        Data::U8(v) | Data::U4(v) | Data::U2(v) => {
+            (Keys::U32(v.iter().map(|&x| x as u32).collect()), false)
+        }
         Data::U32(v) => (Keys::U32(v.clone()), false),
         Data::U16(v) => (Keys::U32(v.iter().map(|&x| x as u32).collect()), false),
         Data::U64(v) => (Keys::U64(v.clone()), false),
-        Data::I8(v) => (
+        Data::I8(v) | Data::I4(v) | Data::I2(v) => (
             Keys::U32(v.iter().map(|&x| (x as i32 as u32) ^ 1 << 31).collect()),
             false,
         ),

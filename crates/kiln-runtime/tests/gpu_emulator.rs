@@ -144,6 +144,90 @@ fn spec_examples_agree_with_the_reference_on_the_emulator() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The sub-byte integers on the emulator: every elementwise integer op on every pair of
+/// values, conversions both ways, and reductions by one thread and cooperative ones.
+#[test]
+fn sub_byte_integers_agree_with_the_reference_on_the_emulator() {
+    let binary = [
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "remainder",
+        "maximum",
+        "minimum",
+        "power",
+        "and",
+        "or",
+        "xor",
+        "shift_left",
+        "shift_right_logical",
+        "shift_right_arithmetic",
+    ];
+    let mut failures = Vec::new();
+    for d in [DType::I4, DType::U4, DType::I2, DType::U2] {
+        let (lo, hi) = d.int_bounds().unwrap();
+        let v: Vec<i64> = (lo as i64..=hi as i64).collect();
+        let n = v.len() * v.len();
+        let a: Vec<i64> = v.iter().flat_map(|&x| v.iter().map(move |_| x)).collect();
+        let b: Vec<i64> = v.iter().flat_map(|_| v.iter().copied()).collect();
+        let mut body = String::new();
+        let mut results = Vec::new();
+        for (i, op) in binary.iter().enumerate() {
+            body += &format!("  %r{i} = {op} %0, %1 : {d}[{n}]\n");
+            results.push((format!("%r{i}"), format!("{d}[{n}]")));
+        }
+        let unary: &[&str] = if d.is_signed() {
+            &[
+                "negate",
+                "abs",
+                "sign",
+                "not",
+                "popcnt",
+                "count_leading_zeros",
+            ]
+        } else {
+            &["negate", "not", "popcnt", "count_leading_zeros"]
+        };
+        for (i, op) in unary.iter().enumerate() {
+            body += &format!("  %u{i} = {op} %0 : {d}[{n}]\n");
+            results.push((format!("%u{i}"), format!("{d}[{n}]")));
+        }
+        body += &format!("  %lt = compare %0, %1 {{comparison_direction = LT}} : pred[{n}]\n");
+        results.push(("%lt".into(), format!("pred[{n}]")));
+        body += &format!("  %f = convert %0 : f32[{n}]\n  %w = convert %f : i32[{n}]\n");
+        body += &format!("  %s = multiply %w, %w : i32[{n}]\n  %back = convert %s : {d}[{n}]\n");
+        results.push(("%back".into(), format!("{d}[{n}]")));
+        let m = v.len();
+        body +=
+            &format!("  %2d = reshape %0 : {d}[{m},{m}]\n  %z = constant {{value = 0}} : {d}[]\n");
+        for (i, kind) in ["add", "max", "min", "mul"].iter().enumerate() {
+            body += &format!(
+                "  %red{i} = reduce %2d, %z {{dimensions = [1], kind = {kind}}} : {d}[{m}]\n"
+            );
+            results.push((format!("%red{i}"), format!("{d}[{m}]")));
+        }
+        let names: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
+        let types: Vec<&str> = results.iter().map(|r| r.1.as_str()).collect();
+        let text = format!(
+            "func @main(%0: {d}[{n}], %1: {d}[{n}]) -> ({}) {{\n{body}  return {}\n}}\n",
+            types.join(", "),
+            names.join(", ")
+        );
+        let f = kiln_ir::parse_func_text(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let args = [
+            Literal::from_i64s(TensorType::new(d, [n]), &a).unwrap(),
+            Literal::from_i64s(TensorType::new(d, [n]), &b).unwrap(),
+        ];
+        for target in [TargetInfo::h200(), cooperative_target()] {
+            if let Err(e) = check_on(&f, &args, &target) {
+                failures.push(format!("{d}: {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn random_programs_agree_with_the_reference_on_the_emulator() {
     random_programs("random programs", &TargetInfo::h200());

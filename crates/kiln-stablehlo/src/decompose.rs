@@ -282,7 +282,7 @@ pub fn scan(
     Ok(results)
 }
 
-/// `chlo.mulhi(a, b)`: the high half of the double-width product. For 8- and 32-bit
+/// `chlo.mulhi(a, b)`: the high half of the double-width product. For 2- to 32-bit
 /// integers both are widened to `i64`, multiplied (exact, or for `ui32` exact modulo 2^64),
 /// shifted right by the width (arithmetic for signed, logical for unsigned) and narrowed;
 /// `i64` goes through 32-bit halves (`mulhi64`).
@@ -293,6 +293,8 @@ pub fn mulhi(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
     let t = value_type(body, *a)?;
     use kiln_ir::DType;
     let bits = match t.dtype {
+        DType::I2 | DType::U2 => 2,
+        DType::I4 | DType::U4 => 4,
         DType::I8 | DType::U8 => 8,
         DType::I16 | DType::U16 => 16,
         DType::I32 | DType::U32 => 32,

@@ -43,7 +43,8 @@ fn nested(out: &mut String, elems: &[String], shape: &[usize]) {
 fn elements(lit: &Literal) -> Vec<String> {
     match lit.data() {
         Data::Pred(v) => v.iter().map(|b| b.to_string()).collect(),
-        Data::I8(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::I8(v) | Data::I4(v) | Data::I2(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U4(v) | Data::U2(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::I64(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),

@@ -3,11 +3,12 @@
 //! | StableHLO | kiln |
 //! |---|---|
 //! | `i1` | `pred` |
-//! | `i8`, `i16`, `i32`, `i64` | the same |
-//! | `ui8`, `ui16`, `ui32`, `ui64` | `u8`, `u16`, `u32`, `u64` |
+//! | `i2`, `i4`, `i8`, `i16`, `i32`, `i64` | the same |
+//! | `ui2`, `ui4`, `ui8`, `ui16`, `ui32`, `ui64` | `u2`, `u4`, `u8`, `u16`, `u32`, `u64` |
 //! | `f16`, `bf16`, `f32`, `f64` | the same |
 //!
-//! Every other element type (`i2`, `i4`, fp8 formats, `complex<...>`), tuples,
+//! (`i2`, `i4`, `ui2`, `ui4` are kept one element per byte in kiln's buffers.) Every other
+//! element type (other widths such as `i3`, fp8 formats, `complex<...>`), tuples,
 //! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.
 
 use crate::error::{Error, Pos, Result, quote};
@@ -41,6 +42,10 @@ pub fn dtype(name: &str, pos: Pos) -> Result<DType> {
 pub fn element_name(d: DType) -> &'static str {
     match d {
         DType::Pred => "i1",
+        DType::I2 => "i2",
+        DType::I4 => "i4",
+        DType::U2 => "ui2",
+        DType::U4 => "ui4",
         DType::I8 => "i8",
         DType::I16 => "i16",
         DType::I32 => "i32",

@@ -83,10 +83,10 @@ fn unknown_ops_and_types() {
         "element type `f8E5M2`",
     );
     fails_as(
-        &wrap("%0 = stablehlo.constant dense<1> : tensor<2xi4>"),
+        &wrap("%0 = stablehlo.constant dense<1> : tensor<2xi3>"),
         ErrorKind::Unsupported,
         "2:45",
-        "element type `i4`",
+        "element type `i3`",
     );
     fails_as(
         &wrap("%0 = stablehlo.constant dense<1.0> : tensor<f8E4M3FN>"),

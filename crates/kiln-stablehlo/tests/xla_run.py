@@ -2,8 +2,9 @@
 
 Usage: xla_run.py DIR. DIR/programs.txt names one program directory per line; each holds
 `model.mlir`, its inputs `in0.npy`, `in1.npy`, ... and `dtypes.txt` (the kiln dtype of each
-input, one a line; bf16 arrays are stored as their uint16 bits). For each program this writes
-`out0.npy`, ... (bf16 outputs as uint16 bits), or `error.txt` when XLA refuses or fails it.
+input, one a line; bf16 arrays are stored as their uint16 bits, i4, u4, i2, u2 ones as int8 or
+uint8). For each program this writes `out0.npy`, ... (bf16 outputs as uint16 bits, the sub-byte
+integers widened to int8 or uint8), or `error.txt` when XLA refuses or fails it.
 One process runs them all: JAX starts slowly.
 """
 
@@ -20,6 +21,14 @@ import numpy as np  # noqa: E402
 from jax._src import xla_bridge  # noqa: E402
 from jax._src.lib import xla_client as xc  # noqa: E402
 
+# kiln's sub-byte integers, which travel as int8 / uint8 arrays.
+SUB_BYTE = {
+    "i4": ml_dtypes.int4,
+    "u4": ml_dtypes.uint4,
+    "i2": ml_dtypes.int2,
+    "u2": ml_dtypes.uint2,
+}
+
 
 def run_one(backend, dev, d):
     with open(os.path.join(d, "model.mlir")) as f:
@@ -31,6 +40,8 @@ def run_one(backend, dev, d):
         a = np.load(os.path.join(d, f"in{i}.npy"))
         if dt == "bf16":
             a = a.view(ml_dtypes.bfloat16)
+        elif dt in SUB_BYTE:
+            a = a.astype(SUB_BYTE[dt])
         args.append(jax.device_put(a, dev))
     exe = backend.compile_and_load(text, xc.DeviceList((dev,)), xc.CompileOptions())
     outs = exe.execute(args)
@@ -38,6 +49,10 @@ def run_one(backend, dev, d):
         a = np.asarray(o)
         if a.dtype == ml_dtypes.bfloat16:
             a = a.view(np.uint16)
+        elif a.dtype in (ml_dtypes.int4, ml_dtypes.int2):
+            a = a.astype(np.int8)
+        elif a.dtype in (ml_dtypes.uint4, ml_dtypes.uint2):
+            a = a.astype(np.uint8)
         np.save(os.path.join(d, f"out{i}.npy"), a)
 
 

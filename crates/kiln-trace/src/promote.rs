@@ -4,10 +4,15 @@
 //! dtypes, and treats Rust scalars as *weakly typed*, as JAX treats Python scalars:
 //!
 //! ```text
-//! pred ─> i8 ──> i16 ──> i32 ──> i64 ─┐
-//!   └───> u8 ─┴> u16 ─┴> u32 ─┴> u64  ├─> f16 ─┐
-//!                                     └─> bf16 ┴─> f32 ─> f64
+//! pred ─> i2 ──> i4 ──> i8 ──> i16 ──> i32 ──> i64 ─┐
+//!   └───> u2 ─┴> u4 ─┴> u8 ─┴> u16 ─┴> u32 ─┴> u64  ├─> f16 ─┐
+//!                                                   └─> bf16 ┴─> f32 ─> f64
 //! ```
+//!
+//! (The sub-byte integers `i2`, `i4`, `u2`, `u4` are leaves in JAX's lattice, reached only from
+//! `pred` and weak scalars: JAX refuses `int4 + int8` for want of an implicit promotion path.
+//! kiln, whose promotion never fails, puts them below the byte types by the same rules as the
+//! other widths: `i4 + i8` is `i8`, `u4 + i4` is `i8`, `u2 + i2` is `i4`, `i4 + f16` is `f16`.)
 //!
 //! (Each unsigned type also lies below the signed type twice its width: `u8 + i8` is `i16`,
 //! `u32 + i32` is `i64`. No integer holds both `u64` and a signed type: that pair is `f64`, as
@@ -65,6 +70,8 @@ fn int_join(a: DType, b: DType) -> DType {
         return s;
     }
     match u.bits() {
+        2 => DType::I4,
+        4 => DType::I8,
         8 => DType::I16,
         16 => DType::I32,
         32 => DType::I64,
@@ -164,6 +171,19 @@ mod tests {
             (BF16, F32, F32),
             (F32, F64, F64),
             (Pred, F16, F16),
+            (Pred, I4, I4),
+            (I2, I4, I4),
+            (I4, I8, I8),
+            (U4, U8, U8),
+            (U2, U4, U4),
+            (U4, I4, I8),
+            (U2, I2, I4),
+            (U2, I8, I8),
+            (U4, I16, I16),
+            (I4, U8, I16),
+            (I4, U64, F64),
+            (I4, F16, F16),
+            (U2, BF16, BF16),
         ];
         for (a, b, j) in cases {
             assert_eq!(promote_types(a, b), j, "{a} + {b}");
@@ -172,5 +192,7 @@ mod tests {
         assert_eq!(weak_float(BF16), BF16);
         assert_eq!(weak_int(Pred), I32);
         assert_eq!(weak_int(U32), U32);
+        assert_eq!(weak_int(I4), I4);
+        assert_eq!(weak_float(U2), F32);
     }
 }

@@ -47,7 +47,9 @@ pub(crate) enum Repr {
 #[derive(Clone)]
 pub struct Tensor(Arc<Repr>);
 
-/// Rust element types that map to kiln dtypes.
+/// Rust element types that map to kiln dtypes. The sub-byte integers `i4`, `u4`, `i2`, `u2` have
+/// no Rust type: make such a tensor by casting (`Tensor::from_vec(v_i8, shape)?.cast(DType::I4)`,
+/// which wraps) and read it back cast to `i8` or `u8` (exact).
 pub trait Element: Copy + 'static {
     /// The kiln dtype.
     const DTYPE: DType;

@@ -137,11 +137,14 @@ fn err(path: &Path, message: impl std::fmt::Display) -> Error {
     Error::internal("checkpoint", format!("{}: {message}", path.display()))
 }
 
-/// The safetensors dtype of a kiln dtype.
+/// The safetensors dtype of a kiln dtype. safetensors has no 4- or 2-bit integers: `i4` and
+/// `i2` are saved as `I8`, `u4` and `u2` as `U8`, one element per byte as kiln holds them, and
+/// load back into a leaf of the narrow type when every value is in its range.
 pub fn to_safetensors_dtype(d: DType) -> Dtype {
     match d {
         DType::Pred => Dtype::BOOL,
-        DType::I8 => Dtype::I8,
+        DType::I8 | DType::I4 | DType::I2 => Dtype::I8,
+        DType::U4 | DType::U2 => Dtype::U8,
         DType::I32 => Dtype::I32,
         DType::I64 => Dtype::I64,
         DType::U32 => Dtype::U32,
@@ -174,6 +177,27 @@ pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
         Dtype::F64 => DType::F64,
         _ => return None,
     })
+}
+
+/// For a sub-byte integer type, an error naming the first byte outside its range (the file
+/// holds one value per byte); `Ok` for every other type.
+fn sub_byte_checked(ty: &TensorType, bytes: &[u8]) -> std::result::Result<(), String> {
+    let d = ty.dtype;
+    if !d.is_sub_byte() {
+        return Ok(());
+    }
+    let (lo, hi) = d.int_bounds().expect("an integer dtype");
+    let value = |b: u8| {
+        if d.is_signed() {
+            b as i8 as i128
+        } else {
+            b as i128
+        }
+    };
+    match bytes.iter().map(|&b| value(b)).find(|v| *v < lo || *v > hi) {
+        Some(v) => Err(format!("value {v} is out of range for {d}")),
+        None => Ok(()),
+    }
 }
 
 fn fail(message: impl Into<String>) -> Error {
@@ -498,7 +522,10 @@ pub fn from_bytes_mapped<T: Tree>(
                 view.dtype(),
                 want.dtype
             )),
-            Some(d) if d != want.dtype => wrong.push(format!("dtype {d}, expected {}", want.dtype)),
+            // A sub-byte leaf is saved as bytes (see `to_safetensors_dtype`).
+            Some(d) if Some(d) != from_safetensors_dtype(to_safetensors_dtype(want.dtype)) => {
+                wrong.push(format!("dtype {d}, expected {}", want.dtype))
+            }
             _ => {}
         }
         if view.shape() != want.shape.as_slice() {
@@ -513,7 +540,9 @@ pub fn from_bytes_mapped<T: Tree>(
             continue;
         }
         let ty = TensorType::new(want.dtype, want.shape.clone());
-        match Literal::from_le_bytes(ty, view.data()) {
+        match sub_byte_checked(&ty, view.data())
+            .and_then(|()| Literal::from_le_bytes(ty, view.data()).map_err(|e| e.to_string()))
+        {
             Ok(l) => out.push(Tensor::new(l)),
             Err(e) => problems.push(format!("tensor {shown}: {e}")),
         }

@@ -7,7 +7,10 @@
 //! `float16`, `float32`, `float64`. Files are written little-endian in C (row-major) order; reading
 //! accepts either byte order and Fortran order too. `bf16` is not a NumPy dtype: saving a
 //! `bf16` tensor is refused (cast it to `f32` first, which is exact), and NumPy dtypes kiln
-//! lacks (`int16`, `complex64`, strings, objects, ...) are refused when read.
+//! lacks (`complex64`, strings, objects, ...) are refused when read. NumPy has no 4- or 2-bit
+//! integers either: `i4` and `i2` tensors are saved as `int8`, `u4` and `u2` ones as `uint8`
+//! (one element per byte, as kiln holds them), and so load back as `i8` and `u8`; cast them to
+//! the narrow type again (`t.cast(DType::I4)`).
 //!
 //! ```
 //! use kiln::npy::NpyExt;
@@ -88,6 +91,8 @@ pub fn to_npy_bytes(t: &Tensor) -> Result<Vec<u8>> {
     match l.dtype() {
         DType::Pred => write_typed::<bool>(t, &shape),
         DType::I8 => write_typed::<i8>(t, &shape),
+        DType::I4 | DType::I2 => write_typed::<i8>(&t.cast(DType::I8), &shape),
+        DType::U4 | DType::U2 => write_typed::<u8>(&t.cast(DType::U8), &shape),
         DType::I32 => write_typed::<i32>(t, &shape),
         DType::I64 => write_typed::<i64>(t, &shape),
         DType::U32 => write_typed::<u32>(t, &shape),
@@ -194,6 +199,9 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         DType::F32 => read_typed::<f32>(file, shape),
         DType::F64 => read_typed::<f64>(file, shape),
         DType::BF16 => unreachable!("NumPy has no bf16"),
+        DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+            unreachable!("NumPy has no sub-byte integers")
+        }
     }?;
     if fortran {
         let perm: Vec<usize> = (0..rank).rev().collect();

@@ -25,9 +25,14 @@ fn every_pair_promotes_to_the_lattice_join_eagerly_and_in_jit() {
                 .unwrap();
             for (how, r) in [("eager", &eager), ("jit", &traced)] {
                 assert_eq!(r.dtype(), want, "{how}: {a} + {b}");
-                // 1 + 2, where a pred 2 is true (1) and a pred sum is an or.
-                let vb = if b == DType::Pred { 1.0 } else { 2.0 };
-                let sum = if want == DType::Pred { 1.0 } else { 1.0 + vb };
+                // 1 + 2, where a pred 2 is true (1), an i2 2 saturates to 1, a pred sum is an
+                // or and an integer sum wraps (i2's 1 + 1 is -2).
+                let vb = values(&Tensor::full(b, [1], 2.0))[0];
+                let sum = match want {
+                    DType::Pred => 1.0,
+                    w if w.is_int() => kiln_ir::literal::wrap_to(w, 1 + vb as i64) as f64,
+                    _ => 1.0 + vb,
+                };
                 assert_eq!(values(r), vec![sum; 3], "{how}: {a} + {b}");
             }
         }

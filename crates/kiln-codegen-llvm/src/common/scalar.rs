@@ -1,7 +1,9 @@
 //! The scalar element operations both targets render the same way: a kernel-IR [`Ew`] op on
 //! scalar LLVM values (arithmetic, integer ops with their out-of-range rules, comparisons,
 //! select, clamp, conversions, bitcasts and f16/bf16 narrowing), constants, and the storage
-//! form of each dtype. f16 and bf16 values are f32 in registers, `pred` an `i1`.
+//! form of each dtype. f16 and bf16 values are f32 in registers, `pred` an `i1`; the sub-byte
+//! integers `i4`/`u4` (`i2`/`u2`) are LLVM `i4` (`i2`) in registers, so every operation wraps in
+//! their width, and a byte in memory, sign- or zero-extended.
 
 use super::fmod::Remainder;
 use super::libm::Library;
@@ -29,6 +31,10 @@ pub(crate) trait Scalar<'c>: Base<'c> {
     fn itype(&self, d: DType) -> IntType<'c> {
         match d {
             DType::Pred => self.ctx().bool_type(),
+            DType::I2 | DType::U2 | DType::I4 | DType::U4 => self
+                .ctx()
+                .custom_width_int_type(std::num::NonZeroU32::new(d.bits()).expect("nonzero"))
+                .expect("a legal LLVM integer width"),
             DType::I8 | DType::U8 => self.ctx().i8_type(),
             DType::I16 | DType::U16 => self.ctx().i16_type(),
             DType::I32 | DType::U32 => self.ctx().i32_type(),
@@ -69,6 +75,12 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                 )
                 .map_err(llvm)?
                 .into(),
+            // The byte's low bits (the byte holds them sign- or zero-extended).
+            d if d.is_sub_byte() => self
+                .builder()
+                .build_int_truncate(raw.into_int_value(), self.itype(d), "n")
+                .map_err(llvm)?
+                .into(),
             DType::F16 => {
                 let h = self
                     .builder()
@@ -103,6 +115,16 @@ pub(crate) trait Scalar<'c>: Base<'c> {
             DType::Pred => self
                 .builder()
                 .build_int_z_extend(v.into_int_value(), self.ctx().i8_type(), "p")
+                .map_err(llvm)?
+                .into(),
+            d if d.is_sub_byte() => self
+                .builder()
+                .build_int_cast_sign_flag(
+                    v.into_int_value(),
+                    self.ctx().i8_type(),
+                    d.is_signed(),
+                    "n",
+                )
                 .map_err(llvm)?
                 .into(),
             DType::F16 => {
@@ -173,6 +195,12 @@ pub(crate) trait Scalar<'c>: Base<'c> {
             self.ctx()
                 .bool_type()
                 .const_int((x != 0.0) as u64, false)
+                .into()
+        } else if d.is_sub_byte() {
+            // The value's low bits, which is all an `i4` or `i2` holds.
+            let mask = (1u64 << d.bits()) - 1;
+            self.itype(d)
+                .const_int(kiln_ir::literal::convert_f64(d, x) as u64 & mask, false)
                 .into()
         } else {
             self.itype(d)

@@ -681,7 +681,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 let (p, et, d) = self.shared_at(*array, index)?;
                 let v = self.coerce(self.read(*value)?, d)?;
                 let v = match (v, et) {
-                    _ if d == DType::Pred => self.store_value(d, v)?,
+                    _ if d == DType::Pred || d.is_sub_byte() => self.store_value(d, v)?,
                     (BasicValueEnum::FloatValue(x), BasicTypeEnum::FloatType(ft))
                         if x.get_type() != ft =>
                     {
@@ -740,6 +740,9 @@ impl<'a, 'c> Emit<'a, 'c> {
         let it = self.itype(d);
         if d == DType::Pred {
             it.const_int((v != 0) as u64, false).into()
+        } else if d.is_sub_byte() {
+            // The value's low bits, which is all an `i4` or `i2` holds.
+            it.const_int(v as u64 & ((1 << d.bits()) - 1), false).into()
         } else {
             it.const_int(v as u64, true).into()
         }

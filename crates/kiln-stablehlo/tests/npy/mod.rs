@@ -1,5 +1,5 @@
 //! `.npy` files for the XLA check: kiln literals out and in (bf16 as its uint16 bits, which
-//! NumPy has no type for).
+//! NumPy has no type for; the sub-byte integers as int8 or uint8, one per byte).
 
 use kiln_ir::{DType, Literal, TensorType};
 
@@ -7,7 +7,8 @@ use kiln_ir::{DType, Literal, TensorType};
 fn descr(d: DType) -> &'static str {
     match d {
         DType::Pred => "|b1",
-        DType::I8 => "|i1",
+        DType::I8 | DType::I4 | DType::I2 => "|i1",
+        DType::U4 | DType::U2 => "|u1",
         DType::I32 => "<i4",
         DType::I64 => "<i8",
         DType::U32 => "<u4",

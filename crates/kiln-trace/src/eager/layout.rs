@@ -323,8 +323,17 @@ pub(crate) fn materialize(src: &Literal, view: &View, ty: &TensorType) -> Option
     if src.dtype() != ty.dtype || view.shape != ty.shape {
         return None;
     }
-    let data = with_elem!(ty.dtype, T => T::data(gather(T::slice(src.data())?, view, |x: T| x)?));
-    Literal::new(ty.clone(), data).ok()
+    // Sub-byte integers move as their storage bytes (a copy retagged: views of them are rare).
+    let bytes;
+    let from = if ty.dtype.is_sub_byte() {
+        bytes = src.data().clone().retag(ty.dtype.storage());
+        &bytes
+    } else {
+        src.data()
+    };
+    let data =
+        with_elem!(ty.dtype.storage(), T => T::data(gather(T::slice(from)?, view, |x: T| x)?));
+    Literal::new(ty.clone(), data.retag(ty.dtype)).ok()
 }
 
 /// `op` (a data movement) on `lits`, with result type `ty`.
