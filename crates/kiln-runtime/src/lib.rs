@@ -119,7 +119,7 @@ pub struct Program {
     /// condition and body, a `case`'s branches), set by [`Program::set_regions`].
     regions: Vec<Vec<Box<dyn Region>>>,
     /// With [`kiln_kernel::Options::profile`] (`KILN_PROFILE=1`): time spent in each instruction, summed over calls, reported on
-    /// stderr after 16, 64, 256, ... calls and when the program is dropped.
+    /// stderr after 4, 16, 64, ... calls and when the program is dropped.
     profile: Option<Mutex<(usize, Vec<std::time::Duration>)>>,
 }
 
@@ -206,7 +206,8 @@ impl Program {
     }
 
     /// The per-instruction profile: time per call of each instruction that ran, slowest
-    /// first, with its op, result type and step.
+    /// first (the 25 slowest), with its op, result type and step; then the time per op over
+    /// every instruction, with the number of instructions.
     fn profile_report(&self, calls: usize, times: &[std::time::Duration]) -> String {
         let total: std::time::Duration = times.iter().sum();
         let mut rows: Vec<(usize, std::time::Duration)> = times
@@ -234,6 +235,29 @@ impl Program {
                 self.steps[i]
             );
         }
+        // Then the time per op, over every instruction.
+        let mut by_op: Vec<(&str, std::time::Duration, usize)> = Vec::new();
+        for (i, t) in times.iter().enumerate().filter(|(_, t)| !t.is_zero()) {
+            let name = self.func.insts[i].op.mnemonic();
+            match by_op.iter_mut().find(|(n, _, _)| *n == name) {
+                Some(e) => {
+                    e.1 += *t;
+                    e.2 += 1;
+                }
+                None => by_op.push((name, *t, 1)),
+            }
+        }
+        by_op.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        out += "  by op:";
+        for (name, t, n) in by_op {
+            out += &format!(
+                " {name} {:.3} ms ({:.1}%, {n}),",
+                per_call(t),
+                100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12)
+            );
+        }
+        out.pop();
+        out.push('\n');
         out
     }
 
@@ -585,8 +609,8 @@ impl Program {
                 *acc += x;
             }
             // Programs often live until the process exits (compile caches hold them): report
-            // after 16, 64, 256, ... calls too.
-            if p.0 >= 16 && p.0.is_power_of_two() && p.0.trailing_zeros() % 2 == 0 {
+            // after 4, 16, 64, ... calls too.
+            if p.0 >= 4 && p.0.is_power_of_two() && p.0.trailing_zeros() % 2 == 0 {
                 eprint!("{}", self.profile_report(p.0, &p.1));
             }
         }
