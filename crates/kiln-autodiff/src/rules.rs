@@ -120,6 +120,22 @@ pub fn vjp_rule(
     {
         return sort::sort_vjp(b, *dimension, *is_stable, comparator, x, g);
     }
+    if let Op::ReduceRegion { body, .. } = op {
+        // Results with no cotangent (an argmax's indices, values nobody differentiates) need
+        // no rule; a gradient through the body has none.
+        if g.iter()
+            .zip(r)
+            .all(|(gi, &ri)| gi.is_none() || !ty(b, ri).dtype.is_float())
+        {
+            return Ok(vec![None; x.len()]);
+        }
+        return Err(Error::Unsupported(format!(
+            "`reduce_region` (body @{}) is not differentiable: a gradient reached its float \
+             results; reduce with a named combiner (`reduce`) or compute the gradient of \
+             what the body selects (for an argmax: gather the values at the indices)",
+            body.name
+        )));
+    }
     if let Op::Lu {} = op {
         return Ok(vec![linalg::lu_vjp(b, r, g[0])?]);
     }
@@ -938,7 +954,11 @@ pub fn vjp_rule(
         | Op::RngBitGenerator { .. }
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
-        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } | Op::Lu {} => Ok(vec![None; x.len()]),
+        Op::While { .. }
+        | Op::Case { .. }
+        | Op::Sort { .. }
+        | Op::ReduceRegion { .. }
+        | Op::Lu {} => Ok(vec![None; x.len()]),
     }
 }
 

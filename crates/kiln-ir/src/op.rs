@@ -85,6 +85,9 @@ pub enum ResultCount {
     PerOperand,
     /// As many as the op's regions return (`case`: its branches' results).
     Regions,
+    /// Half as many as operands (`reduce_region`: one per input, its inputs and init values
+    /// being the operands).
+    HalfOperands,
 }
 
 impl ResultCount {
@@ -95,6 +98,7 @@ impl ResultCount {
             ResultCount::Fixed(k) => Some(k),
             ResultCount::PerOperand => Some(n),
             ResultCount::Regions => None,
+            ResultCount::HalfOperands => Some(n / 2),
         }
     }
 }
@@ -335,6 +339,11 @@ define_ops! {
     Reverse = "reverse", Fixed(1), ONE, LAYOUT | DIFF, { dimensions: Vec<i64> };
     /// Reduces `dimensions` of the operand with `kind`, starting from `init_value`.
     Reduce = "reduce", Fixed(2), ONE, RED | DIFF, { dimensions: Vec<i64>, kind: Combiner };
+    /// Reduces `dimensions` of k inputs together with the `body` region, starting from k init
+    /// values (operands `inputs..., init_values...`): the body takes `acc0..acc(k-1),
+    /// x0..x(k-1)` scalars and returns the k next accumulators (an argmax reduces values and
+    /// indices together).
+    ReduceRegion = "reduce_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL, { dimensions: Vec<i64>, body: Box<Func> };
     /// Generalized matrix product with batch and contracting dimensions.
     DotGeneral = "dot_general", Fixed(2), ONE, DIFF, {
         lhs_batching_dimensions: Vec<i64>, rhs_batching_dimensions: Vec<i64>,
@@ -423,12 +432,13 @@ impl Op {
     }
 
     /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
-    /// branches, a `sort`'s comparator; empty for every other op.
+    /// branches, a `sort`'s comparator, a `reduce_region`'s body; empty for every other op.
     pub fn regions(&self) -> Vec<&Func> {
         match self {
             Op::While { cond, body } => vec![cond.as_ref(), body.as_ref()],
             Op::Case { branches } => branches.iter().collect(),
             Op::Sort { comparator, .. } => vec![comparator.as_ref()],
+            Op::ReduceRegion { body, .. } => vec![body.as_ref()],
             _ => Vec::new(),
         }
     }

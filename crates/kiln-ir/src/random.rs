@@ -763,7 +763,8 @@ impl Gen<'_> {
             }
             26 => self.random_loop(a, &t),
             27 => self.random_case(a, &t),
-            28 if r >= 1 => self.random_sort(a, &t),
+            28 if r >= 1 && self.rng.chance(0.5) => self.random_sort(a, &t),
+            28 => self.random_reduce_region(a, &t),
             29 => self.random_linalg(a, &t),
             _ => {
                 let ty = TensorType::new(if d.is_pred() { DType::I32 } else { d }, t.shape.clone());
@@ -918,6 +919,75 @@ impl Gen<'_> {
             comparator: Box::new(comparator),
         };
         let rs = self.b.push(op, &operands).ok()?;
+        Some(*self.rng.pick(&rs))
+    }
+
+    /// A `reduce_region` over random dimensions of `a`: an argmax or argmin (with NaN
+    /// greatest, ties to the smaller index of a unique `i32` index per element) or, for `pred`
+    /// and integers, an exclusive or or a wrapping sum. Every body is associative and
+    /// commutative with a total order, so the results do not depend on the combining order.
+    fn random_reduce_region(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        use crate::ComparisonDirection as Cmp;
+        let d = t.dtype;
+        let dims: Vec<i64> = (0..t.rank() as i64)
+            .filter(|_| self.rng.chance(0.6))
+            .collect();
+        let s = TensorType::scalar(d);
+        if d.is_pred() || (d.is_int() && self.rng.chance(0.3)) {
+            let op = if d.is_pred() || self.rng.chance(0.5) {
+                Op::Xor {}
+            } else {
+                Op::Add {}
+            };
+            let body = Self::region("combine", &[s.clone(), s.clone()], |b, ps| {
+                Some(vec![b.binary(op, ps[0], ps[1]).ok()?])
+            })?;
+            let init = self.value_of(&s);
+            let op = Op::ReduceRegion {
+                dimensions: dims,
+                body: Box::new(body),
+            };
+            return self.b.push(op, &[a, init]).ok().map(|rs| rs[0]);
+        }
+        // A unique index per element: a flat iota in the operand's shape.
+        let it = TensorType::new(DType::I32, [t.numel()]);
+        let flat = self
+            .b
+            .inst_typed(Op::Iota { iota_dimension: 0 }, &[], it)
+            .ok()?;
+        let index = self.b.reshape(flat, &t.shape).ok()?;
+        let dir = if self.rng.chance(0.5) {
+            Cmp::Gt
+        } else {
+            Cmp::Lt
+        };
+        let i = TensorType::scalar(DType::I32);
+        let body = Self::region("argbest", &[s.clone(), i.clone(), s.clone(), i], |b, ps| {
+            let (av, ai, xv, xi) = (ps[0], ps[1], ps[2], ps[3]);
+            let better = b.compare(xv, av, dir).ok()?;
+            let x_nan = b.compare(xv, xv, Cmp::Ne).ok()?;
+            let a_nan = b.compare(av, av, Cmp::Ne).ok()?;
+            let a_num = b.unary(Op::Not {}, a_nan).ok()?;
+            let nan_wins = b.binary(Op::And {}, x_nan, a_num).ok()?;
+            let wins = b.binary(Op::Or {}, better, nan_wins).ok()?;
+            let eq = b.compare(xv, av, Cmp::Eq).ok()?;
+            let both_nan = b.binary(Op::And {}, x_nan, a_nan).ok()?;
+            let tie = b.binary(Op::Or {}, eq, both_nan).ok()?;
+            let first = b.compare(xi, ai, Cmp::Lt).ok()?;
+            let tie_wins = b.binary(Op::And {}, tie, first).ok()?;
+            let pick = b.binary(Op::Or {}, wins, tie_wins).ok()?;
+            Some(vec![
+                b.select(pick, xv, av).ok()?,
+                b.select(pick, xi, ai).ok()?,
+            ])
+        })?;
+        let init = self.value_of(&s);
+        let init_index = self.scalar_const(DType::I32, 0.0);
+        let op = Op::ReduceRegion {
+            dimensions: dims,
+            body: Box::new(body),
+        };
+        let rs = self.b.push(op, &[a, index, init, init_index]).ok()?;
         Some(*self.rng.pick(&rs))
     }
 

@@ -667,6 +667,65 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 .collect();
             one(TensorType::new(a.dtype, shape), 4)
         }
+        ReduceRegion { dimensions, body } => {
+            let k = x.len() / 2;
+            l.ensure(1, x.len() == 2 * k, || {
+                format!(
+                    "the operands must be k inputs and k init values, got {} operands",
+                    x.len()
+                )
+            })?;
+            let (inputs, inits) = x.split_at(k);
+            let a = inputs[0];
+            for t in &inputs[1..] {
+                l.ensure(2, t.shape == a.shape, || {
+                    format!("the inputs must have one shape, got {a} and {t}")
+                })?;
+            }
+            for (t, i) in inputs.iter().zip(inits) {
+                l.ensure(3, i.rank() == 0 && i.dtype == t.dtype, || {
+                    format!(
+                        "each init value must be a scalar of its input's element type, got {i} for {t}"
+                    )
+                })?;
+            }
+            l.ensure(
+                4,
+                unique(dimensions) && dimensions.iter().all(|&d| in_range(d, a.rank())),
+                || format!("dimensions {dimensions:?} must be unique and in range for {a}"),
+            )?;
+            region(body)?;
+            let scalars: Vec<TensorType> = inits.iter().map(|t| (*t).clone()).collect();
+            let expected: Vec<TensorType> = scalars.iter().chain(&scalars).cloned().collect();
+            let params = body.param_types();
+            l.ensure(5, params == expected, || {
+                format!(
+                    "body @{} takes ({}) but the inputs need ({}): the accumulators, then the elements",
+                    body.name,
+                    list(&params),
+                    list(&expected)
+                )
+            })?;
+            l.ensure(6, body.output_types == scalars, || {
+                format!(
+                    "body @{} returns ({}) but the accumulators are ({})",
+                    body.name,
+                    list(&body.output_types),
+                    list(&scalars)
+                )
+            })?;
+            let shape: Vec<usize> = (0..a.rank())
+                .filter(|d| !dimensions.contains(&(*d as i64)))
+                .map(|d| a.shape[d])
+                .collect();
+            Ok(Inferred {
+                types: inputs
+                    .iter()
+                    .map(|t| TensorType::new(t.dtype, shape.clone()))
+                    .collect(),
+                label: 7,
+            })
+        }
         DotGeneral {
             lhs_batching_dimensions: lb,
             rhs_batching_dimensions: rb,

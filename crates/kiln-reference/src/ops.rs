@@ -91,7 +91,7 @@ fn bitcast(a: &Literal, ty: &TensorType) -> Literal {
 }
 
 /// The elements of several literals of one dtype, concatenated.
-fn concat(srcs: &[&Literal]) -> Literal {
+pub(crate) fn concat(srcs: &[&Literal]) -> Literal {
     let mut data = srcs[0].data().clone();
     for s in &srcs[1..] {
         match (&mut data, s.data()) {
@@ -746,6 +746,9 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             comparator,
             ..
         } => crate::sort::sort(x, *dimension as usize, comparator),
+        Op::ReduceRegion { dimensions, body } => {
+            crate::reduce_region::reduce_region(x, dimensions, body, types)
+        }
         Op::Cholesky { lower } => vec![crate::linalg::cholesky(x[0], *lower, &types[0])],
         Op::Lu {} => crate::linalg::lu(x[0], types),
         Op::TriangularSolve {
