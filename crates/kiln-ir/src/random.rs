@@ -924,8 +924,9 @@ impl Gen<'_> {
 
     /// A `reduce_region` over random dimensions of `a`: an argmax or argmin (with NaN
     /// greatest, ties to the smaller index of a unique `i32` index per element) or, for `pred`
-    /// and integers, an exclusive or or a wrapping sum. Every body is associative and
-    /// commutative with a total order, so the results do not depend on the combining order.
+    /// and integers, an exclusive or (a body that is a named combiner would be a `reduce`).
+    /// Every body is associative and commutative (the argmax's a total order), so the results
+    /// do not depend on the combining order.
     fn random_reduce_region(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
         use crate::ComparisonDirection as Cmp;
         let d = t.dtype;
@@ -934,13 +935,8 @@ impl Gen<'_> {
             .collect();
         let s = TensorType::scalar(d);
         if d.is_pred() || (d.is_int() && self.rng.chance(0.3)) {
-            let op = if d.is_pred() || self.rng.chance(0.5) {
-                Op::Xor {}
-            } else {
-                Op::Add {}
-            };
             let body = Self::region("combine", &[s.clone(), s.clone()], |b, ps| {
-                Some(vec![b.binary(op, ps[0], ps[1]).ok()?])
+                Some(vec![b.binary(Op::Xor {}, ps[0], ps[1]).ok()?])
             })?;
             let init = self.value_of(&s);
             let op = Op::ReduceRegion {

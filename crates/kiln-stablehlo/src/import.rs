@@ -475,11 +475,16 @@ impl<'m> Importer<'m> {
         crate::decompose::scan(body, op, &f, args)
     }
 
-    /// `reduce` whose body is no named combiner, or of several inputs.
+    /// `reduce` whose body is no named combiner, or of several inputs: a `reduce_region` with
+    /// the body as its region.
     fn reduce_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
         let f = self.closed_region(body, op, "reduce", "reducer")?;
-        let dims = crate::ops::need_ints(op, &["dimensions"])?;
-        crate::reduce::reduce_tree(body, op, &f, args, &dims)
+        let kop = Op::ReduceRegion {
+            dimensions: crate::ops::need_ints(op, &["dimensions"])?,
+            body: Box::new(f),
+        };
+        let declared = result_types(op);
+        push(body, op, kop, args, declared.as_deref())
     }
 
     /// `sort`: the comparator becomes a kiln function of scalars.

@@ -33,6 +33,7 @@ fn region_names_as_imported(m: &Module) -> Module {
                     }
                 }
                 Op::Sort { comparator, .. } => comparator.name = "comparator".into(),
+                Op::ReduceRegion { body, .. } => body.name = "reducer".into(),
                 _ => {}
             }
             match &mut inst.op {
@@ -42,6 +43,7 @@ fn region_names_as_imported(m: &Module) -> Module {
                 }
                 Op::Case { branches } => branches.iter_mut().for_each(walk),
                 Op::Sort { comparator, .. } => walk(comparator),
+                Op::ReduceRegion { body, .. } => walk(body),
                 _ => {}
             }
         }
