@@ -120,7 +120,7 @@ pub fn vjp_rule(
     {
         return sort::sort_vjp(b, *dimension, *is_stable, comparator, x, g);
     }
-    if let Op::ReduceRegion { body, .. } = op {
+    if let Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } = op {
         // Results with no cotangent (an argmax's indices, values nobody differentiates) need
         // no rule; a gradient through the body has none.
         if g.iter()
@@ -130,9 +130,10 @@ pub fn vjp_rule(
             return Ok(vec![None; x.len()]);
         }
         return Err(Error::Unsupported(format!(
-            "`reduce_region` (body @{}) is not differentiable: a gradient reached its float \
-             results; reduce with a named combiner (`reduce`) or compute the gradient of \
-             what the body selects (for an argmax: gather the values at the indices)",
+            "`{}` (body @{}) is not differentiable: a gradient reached its float results; \
+             reduce with a named combiner or compute the gradient of what the body selects \
+             (for an argmax: gather the values at the indices)",
+            op.mnemonic(),
             body.name
         )));
     }
@@ -958,6 +959,7 @@ pub fn vjp_rule(
         | Op::Case { .. }
         | Op::Sort { .. }
         | Op::ReduceRegion { .. }
+        | Op::ReduceWindowRegion { .. }
         | Op::Lu {} => Ok(vec![None; x.len()]),
     }
 }

@@ -2,7 +2,9 @@
 //! reference interpreter (which folds the body in row-major order), bit for bit: argmax and
 //! argmin with NaN and tie rules, integer bodies (exclusive or, wrapping sum, a sum and a count
 //! together), over random shapes and reduced dimensions, empty ones included; and a body the
-//! expansion does not take, which the host folds with the body's compiled program.
+//! expansion does not take, which the host folds with the body's compiled program. The same for
+//! `reduce_window_region`: argmax pooling over windows with strides, dilations and padding, and
+//! a window too large to expand.
 
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::{DType, Literal, TensorType, parse_func_text};
@@ -212,4 +214,122 @@ fn a_body_of_other_ops_runs_as_a_compiled_region() {
     let x = Literal::f32([4, 5], (0..20).map(|i| i as f32 * 0.5).collect()).unwrap();
     let init = Literal::f32([], vec![1.0]).unwrap();
     check(text, &[x, init], true);
+}
+
+/// An argmax pooling of `%0` (positions as the second input) over `window`.
+fn pool_program(dtype: DType, shape: &[usize], window: &Window) -> String {
+    let t = TensorType::new(dtype, shape.to_vec());
+    let i = TensorType::new(DType::I32, shape.to_vec());
+    let out: Vec<usize> = (0..shape.len())
+        .map(|d| {
+            kiln_ir::verify::window_output_size(
+                shape[d],
+                window.base[d],
+                window.padding[d],
+                window.dims[d],
+                window.dil[d],
+                window.strides[d],
+            )
+        })
+        .collect();
+    let rt = TensorType::new(dtype, out.clone());
+    let ri = TensorType::new(DType::I32, out);
+    let n: usize = shape.iter().product();
+    let pads: Vec<[i64; 2]> = window.padding.iter().map(|p| [p.0, p.1]).collect();
+    format!(
+        "func @main(%0: {t}, %1: {dtype}[]) -> ({rt}, {ri}) {{
+  %2 = iota {{iota_dimension = 0}} : i32[{n}]
+  %3 = reshape %2 : {i}
+  %4 = constant {{value = 0}} : i32[]
+  %5, %6 = reduce_window_region %0, %3, %1, %4 {{window_dimensions = {:?}, window_strides = {:?}, base_dilations = {:?}, window_dilations = {:?}, padding = {pads:?}, body = {}}} : {rt}, {ri}
+  return %5, %6
+}}
+",
+        window.dims,
+        window.strides,
+        window.base,
+        window.dil,
+        arg_body(dtype, "GT")
+    )
+}
+
+struct Window {
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    base: Vec<i64>,
+    dil: Vec<i64>,
+    padding: Vec<(i64, i64)>,
+}
+
+#[test]
+fn argmax_pooling_agrees_with_the_reference_bit_for_bit() {
+    let w =
+        |dims: &[i64], strides: &[i64], base: &[i64], dil: &[i64], padding: &[(i64, i64)]| Window {
+            dims: dims.to_vec(),
+            strides: strides.to_vec(),
+            base: base.to_vec(),
+            dil: dil.to_vec(),
+            padding: padding.to_vec(),
+        };
+    let cases = [
+        (
+            vec![8, 8],
+            w(&[2, 2], &[2, 2], &[1, 1], &[1, 1], &[(0, 0), (0, 0)]),
+        ),
+        (
+            vec![7, 9],
+            w(&[3, 3], &[2, 1], &[1, 1], &[1, 1], &[(1, 1), (1, 0)]),
+        ),
+        (
+            vec![5, 6],
+            w(&[2, 3], &[1, 2], &[2, 1], &[1, 2], &[(0, 1), (2, 1)]),
+        ),
+        (
+            vec![3, 4, 5],
+            w(
+                &[1, 2, 2],
+                &[1, 1, 2],
+                &[1, 1, 1],
+                &[1, 1, 1],
+                &[(0, 0), (0, 0), (-1, 0)],
+            ),
+        ),
+        (vec![4], w(&[9], &[1], &[1], &[1], &[(0, 0)])),
+    ];
+    for dtype in [DType::F32, DType::F64, DType::I32] {
+        for (shape, window) in &cases {
+            for nans in [false, true] {
+                let n: usize = shape.iter().product();
+                let x = Literal::from_f64s(
+                    TensorType::new(dtype, shape.clone()),
+                    &values(dtype, n, nans, n as u64 + 3),
+                )
+                .unwrap();
+                let init = Literal::from_f64s(TensorType::scalar(dtype), &[-7.0]).unwrap();
+                let text = pool_program(dtype, shape, window);
+                check(&text, &[x, init], false);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_window_too_large_to_expand_runs_as_a_compiled_region() {
+    // 20 x 20 = 400 elements a window: more than the expansion takes.
+    let window = Window {
+        dims: vec![20, 20],
+        strides: vec![5, 5],
+        base: vec![1, 1],
+        dil: vec![1, 1],
+        padding: vec![(0, 0), (0, 0)],
+    };
+    let shape = [30, 25];
+    let x = Literal::from_f64s(
+        TensorType::new(DType::F32, shape.to_vec()),
+        &values(DType::F32, 750, true, 5),
+    )
+    .unwrap();
+    let init = Literal::f32([], vec![f32::NEG_INFINITY]).unwrap();
+    let text = pool_program(DType::F32, &shape, &window);
+    check(&text, &[x, init], true);
 }

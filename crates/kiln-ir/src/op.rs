@@ -85,8 +85,8 @@ pub enum ResultCount {
     PerOperand,
     /// As many as the op's regions return (`case`: its branches' results).
     Regions,
-    /// Half as many as operands (`reduce_region`: one per input, its inputs and init values
-    /// being the operands).
+    /// Half as many as operands (`reduce_region`, `reduce_window_region`: one per input, its
+    /// inputs and init values being the operands).
     HalfOperands,
 }
 
@@ -372,6 +372,14 @@ define_ops! {
         window_dimensions: Vec<i64>, window_strides: Vec<i64>, base_dilations: Vec<i64>,
         window_dilations: Vec<i64>, padding: Vec<(i64, i64)>, kind: Combiner,
     };
+    /// Reduces sliding windows of k inputs together with the `body` region (`reduce_window`
+    /// with any body; operands `inputs..., init_values...`): the body takes `acc0..acc(k-1),
+    /// x0..x(k-1)` scalars and returns the next accumulators; padding and dilation holes hold
+    /// the init values.
+    ReduceWindowRegion = "reduce_window_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL, {
+        window_dimensions: Vec<i64>, window_strides: Vec<i64>, base_dilations: Vec<i64>,
+        window_dilations: Vec<i64>, padding: Vec<(i64, i64)>, body: Box<Func>,
+    };
     /// For each window, picks one element with `select` and combines the matching `source`
     /// value into it with `kind` (the gradient of max pooling).
     SelectAndScatter = "select_and_scatter", Fixed(3), ONE, DIFF, {
@@ -432,13 +440,15 @@ impl Op {
     }
 
     /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
-    /// branches, a `sort`'s comparator, a `reduce_region`'s body; empty for every other op.
+    /// branches, a `sort`'s comparator, a `reduce_region`'s or `reduce_window_region`'s body; empty for every other op.
     pub fn regions(&self) -> Vec<&Func> {
         match self {
             Op::While { cond, body } => vec![cond.as_ref(), body.as_ref()],
             Op::Case { branches } => branches.iter().collect(),
             Op::Sort { comparator, .. } => vec![comparator.as_ref()],
-            Op::ReduceRegion { body, .. } => vec![body.as_ref()],
+            Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
+                vec![body.as_ref()]
+            }
             _ => Vec::new(),
         }
     }

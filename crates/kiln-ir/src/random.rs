@@ -922,7 +922,8 @@ impl Gen<'_> {
         Some(*self.rng.pick(&rs))
     }
 
-    /// A `reduce_region` over random dimensions of `a`: an argmax or argmin (with NaN
+    /// A `reduce_region` over random dimensions of `a`, or a `reduce_window_region` over small
+    /// random windows (strides, dilations and padding of 1 or 2): an argmax or argmin (with NaN
     /// greatest, ties to the smaller index of a unique `i32` index per element) or, for `pred`
     /// and integers, an exclusive or (a body that is a named combiner would be a `reduce`).
     /// Every body is associative and commutative (the argmax's a total order), so the results
@@ -934,16 +935,37 @@ impl Gen<'_> {
             .filter(|_| self.rng.chance(0.6))
             .collect();
         let s = TensorType::scalar(d);
+        // Some of the time a `reduce_window_region` of small random windows instead.
+        let window = self.rng.chance(0.4).then(|| {
+            let r = t.rank();
+            let mut pick = |lo: usize, hi: usize| (lo + self.rng.below(hi - lo + 1)) as i64;
+            let dims: Vec<i64> = (0..r).map(|_| pick(1, 3)).collect();
+            let strides: Vec<i64> = (0..r).map(|_| pick(1, 2)).collect();
+            let base: Vec<i64> = (0..r).map(|_| pick(1, 2)).collect();
+            let wdil: Vec<i64> = (0..r).map(|_| pick(1, 2)).collect();
+            let padding: Vec<(i64, i64)> = (0..r).map(|_| (pick(0, 1), pick(0, 1))).collect();
+            (dims, strides, base, wdil, padding)
+        });
+        let make = |body: Func| match &window {
+            Some((wd, ws, bd, wdl, padding)) => Op::ReduceWindowRegion {
+                window_dimensions: wd.clone(),
+                window_strides: ws.clone(),
+                base_dilations: bd.clone(),
+                window_dilations: wdl.clone(),
+                padding: padding.clone(),
+                body: Box::new(body),
+            },
+            None => Op::ReduceRegion {
+                dimensions: dims.clone(),
+                body: Box::new(body),
+            },
+        };
         if d.is_pred() || (d.is_int() && self.rng.chance(0.3)) {
             let body = Self::region("combine", &[s.clone(), s.clone()], |b, ps| {
                 Some(vec![b.binary(Op::Xor {}, ps[0], ps[1]).ok()?])
             })?;
             let init = self.value_of(&s);
-            let op = Op::ReduceRegion {
-                dimensions: dims,
-                body: Box::new(body),
-            };
-            return self.b.push(op, &[a, init]).ok().map(|rs| rs[0]);
+            return self.b.push(make(body), &[a, init]).ok().map(|rs| rs[0]);
         }
         // A unique index per element: a flat iota in the operand's shape.
         let it = TensorType::new(DType::I32, [t.numel()]);
@@ -979,11 +1001,10 @@ impl Gen<'_> {
         })?;
         let init = self.value_of(&s);
         let init_index = self.scalar_const(DType::I32, 0.0);
-        let op = Op::ReduceRegion {
-            dimensions: dims,
-            body: Box::new(body),
-        };
-        let rs = self.b.push(op, &[a, index, init, init_index]).ok()?;
+        let rs = self
+            .b
+            .push(make(body), &[a, index, init, init_index])
+            .ok()?;
         Some(*self.rng.pick(&rs))
     }
 

@@ -749,6 +749,23 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         Op::ReduceRegion { dimensions, body } => {
             crate::reduce_region::reduce_region(x, dimensions, body, types)
         }
+        Op::ReduceWindowRegion {
+            window_dimensions,
+            window_strides,
+            base_dilations,
+            window_dilations,
+            padding,
+            body,
+        } => {
+            let w = crate::reduce_region::Window {
+                dims: window_dimensions,
+                strides: window_strides,
+                base_dilations,
+                window_dilations,
+                padding,
+            };
+            crate::reduce_region::reduce_window_region(x, &w, body, types)
+        }
         Op::Cholesky { lower } => vec![crate::linalg::cholesky(x[0], *lower, &types[0])],
         Op::Lu {} => crate::linalg::lu(x[0], types),
         Op::TriangularSolve {

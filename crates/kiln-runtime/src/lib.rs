@@ -253,7 +253,8 @@ impl Program {
     /// Runs the control-flow instruction `i` on its operands `x`: a `while` runs its condition
     /// and body programs in turn until the condition is false, a `case` the program of the
     /// branch its index picks (the last one when out of range), a `sort` by its keys or its
-    /// comparator's program ([`sort`]), a `reduce_region` its body's program per element.
+    /// comparator's program ([`sort`]), a `reduce_region` or `reduce_window_region` its body's
+    /// program per element.
     fn control(&self, i: usize, x: &[&Literal]) -> Result<Vec<Literal>, Error> {
         let inst = &self.func.insts[i];
         let regions = &self.regions[i];
@@ -332,7 +333,7 @@ impl Program {
                 let prefix = kiln_kernel::sort::read_prefix(&self.func, i);
                 sort::sort(x, *dimension as usize, plan, cmp, prefix)
             }
-            Op::ReduceRegion { dimensions, .. } => {
+            Op::ReduceRegion { .. } | Op::ReduceWindowRegion { .. } => {
                 let [body] = &regions[..] else {
                     return Err(missing());
                 };
@@ -341,7 +342,7 @@ impl Program {
                     .iter()
                     .map(|r| self.func.values[r.index()].clone())
                     .collect();
-                reduce_region::fold(x, dimensions, body.as_ref(), &types)
+                reduce_region::fold(&inst.op, x, body.as_ref(), &types)
             }
             op => Err(Error(format!(
                 "#{i} {}: a control step on an op without regions",

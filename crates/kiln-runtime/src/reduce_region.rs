@@ -1,62 +1,116 @@
-//! `reduce_region` whose body canonicalization could not expand into elementwise ops: the host
-//! folds the body's compiled program over the elements of each result position, in row-major
-//! order (the reference interpreter's order).
+//! `reduce_region` and `reduce_window_region` whose body canonicalization could not expand into
+//! elementwise ops: the host folds the body's compiled program over the elements of each result
+//! position, in row-major order (the reference interpreter's order); a window element in
+//! padding or a dilation hole is the init values.
 
 use crate::{Error, Region};
-use kiln_ir::{Literal, TensorType};
+use kiln_ir::{Literal, Op, TensorType};
 
-/// Runs `reduce_region` on `x` (k inputs, then k init values) over `dimensions`, calling
-/// `body` once per element; `types` are the result types.
+/// Calls `f` with every multi-index of `shape`, row-major (once for a scalar, never for an
+/// empty shape).
+fn each_index(
+    shape: &[usize],
+    mut f: impl FnMut(&[usize]) -> Result<(), Error>,
+) -> Result<(), Error> {
+    if shape.contains(&0) {
+        return Ok(());
+    }
+    let mut idx = vec![0; shape.len()];
+    loop {
+        f(&idx)?;
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return Ok(());
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Runs `op` (a `reduce_region` or `reduce_window_region`) on `x` (k inputs, then k init
+/// values), calling `body` once per element; `types` are the result types.
 pub(crate) fn fold(
+    op: &Op,
     x: &[&Literal],
-    dimensions: &[i64],
     body: &dyn Region,
     types: &[TensorType],
 ) -> Result<Vec<Literal>, Error> {
     let k = x.len() / 2;
     let (inputs, inits) = x.split_at(k);
     let shape = inputs[0].shape();
-    let rank = shape.len();
-    let reduced: Vec<usize> = (0..rank)
-        .filter(|d| dimensions.contains(&(*d as i64)))
-        .collect();
-    let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
     let strides = inputs[0].ty().strides();
     let scalars: Vec<TensorType> = inputs
         .iter()
         .map(|l| TensorType::new(l.dtype(), []))
         .collect();
-    let positions = |dims: &[usize]| -> Vec<usize> {
-        // The linear offsets of every index over `dims` (the others at 0), row-major.
-        let mut out = vec![0usize];
-        for &d in dims {
-            let mut next = Vec::with_capacity(out.len() * shape[d]);
-            for &o in &out {
-                for i in 0..shape[d] {
-                    next.push(o + i * strides[d]);
-                }
+    // The input positions result `o` reduces, `None` for the init values.
+    let elements = |o: &[usize]| -> Vec<Option<usize>> {
+        let mut out = Vec::new();
+        match op {
+            Op::ReduceRegion { dimensions, .. } => {
+                let reduced: Vec<usize> = (0..shape.len())
+                    .filter(|d| dimensions.contains(&(*d as i64)))
+                    .collect();
+                let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
+                let base: usize = kept.iter().zip(o).map(|(&d, &i)| i * strides[d]).sum();
+                let rshape: Vec<usize> = reduced.iter().map(|&d| shape[d]).collect();
+                let _ = each_index(&rshape, |r| {
+                    let at: usize = reduced.iter().zip(r).map(|(&d, &i)| i * strides[d]).sum();
+                    out.push(Some(base + at));
+                    Ok(())
+                });
             }
-            out = next;
+            Op::ReduceWindowRegion {
+                window_dimensions: wd,
+                window_strides: ws,
+                base_dilations: bd,
+                window_dilations: wdl,
+                padding,
+                ..
+            } => {
+                let wshape: Vec<usize> = wd.iter().map(|&d| d as usize).collect();
+                let _ = each_index(&wshape, |e| {
+                    let mut src = Some(0);
+                    for d in 0..o.len() {
+                        let p = o[d] as i64 * ws[d] - padding[d].0 + e[d] as i64 * wdl[d];
+                        if p < 0 || p % bd[d] != 0 || p / bd[d] >= shape[d] as i64 {
+                            src = None;
+                            break;
+                        }
+                        src = src.map(|s| s + (p / bd[d]) as usize * strides[d]);
+                    }
+                    out.push(src);
+                    Ok(())
+                });
+            }
+            _ => {}
         }
         out
     };
-    let outer = positions(&kept);
-    let inner = positions(&reduced);
-    // Each result's elements as bytes (exact, NaN payloads included; `pred` one bit each).
-    let mut outs: Vec<Vec<Literal>> = vec![Vec::with_capacity(outer.len()); k];
-    for &o in &outer {
+    let mut outs: Vec<Vec<Literal>> = vec![Vec::new(); k];
+    each_index(&types[0].shape, |o| {
         let mut acc: Vec<Literal> = inits.iter().map(|l| (*l).clone()).collect();
-        for &r in &inner {
-            let elems: Vec<Literal> = inputs
-                .iter()
-                .zip(&scalars)
-                .map(|(l, t)| kiln_reference::take_positions(l, t, &[o + r]))
-                .collect();
+        for at in elements(o) {
+            let elems: Vec<Literal> = match at {
+                Some(at) => inputs
+                    .iter()
+                    .zip(&scalars)
+                    .map(|(l, t)| kiln_reference::take_positions(l, t, &[at]))
+                    .collect(),
+                None => inits.iter().map(|l| (*l).clone()).collect(),
+            };
             let args: Vec<&Literal> = acc.iter().chain(&elems).collect();
             acc = body.run_region(&args)?;
             if acc.len() != k {
                 return Err(Error(format!(
-                    "reduce_region: the body returned {} values, not {k}",
+                    "{}: the body returned {} values, not {k}",
+                    op.mnemonic(),
                     acc.len()
                 )));
             }
@@ -64,7 +118,9 @@ pub(crate) fn fold(
         for (out, a) in outs.iter_mut().zip(acc) {
             out.push(a);
         }
-    }
+        Ok(())
+    })?;
+    // Each result's elements as bytes (exact, NaN payloads included; `pred` one bit each).
     types
         .iter()
         .zip(&outs)
@@ -76,7 +132,7 @@ pub(crate) fn fold(
             } else {
                 Literal::from_le_bytes(ty.clone(), &bytes)
             }
-            .map_err(|e| Error(format!("reduce_region: {e}")))
+            .map_err(|e| Error(format!("{}: {e}", op.mnemonic())))
         })
         .collect()
 }

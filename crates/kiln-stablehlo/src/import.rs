@@ -179,6 +179,9 @@ impl<'m> Importer<'m> {
             "stablehlo.reduce" if !crate::ops::has_combiner(op, &args) => {
                 self.reduce_op(body, op, &args)?
             }
+            "stablehlo.reduce_window" if !crate::ops::has_combiner(op, &args) => {
+                self.reduce_window_op(body, op, &args)?
+            }
             n if n.starts_with("check.") => crate::checks::record(body, op, &args)?,
             _ => crate::ops::map_op(body, op, &args)?,
         };
@@ -481,6 +484,28 @@ impl<'m> Importer<'m> {
         let f = self.closed_region(body, op, "reduce", "reducer")?;
         let kop = Op::ReduceRegion {
             dimensions: crate::ops::need_ints(op, &["dimensions"])?,
+            body: Box::new(f),
+        };
+        let declared = result_types(op);
+        push(body, op, kop, args, declared.as_deref())
+    }
+
+    /// `reduce_window` whose body is no named combiner, or of several inputs: a
+    /// `reduce_window_region` with the body as its region.
+    fn reduce_window_op(
+        &mut self,
+        body: &mut Body,
+        op: &OpAst,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        let f = self.closed_region(body, op, "reduce_window", "reducer")?;
+        let w = crate::ops::window_attrs(op)?;
+        let kop = Op::ReduceWindowRegion {
+            window_dimensions: w.dims,
+            window_strides: w.strides,
+            base_dilations: w.base_dilations,
+            window_dilations: w.window_dilations,
+            padding: w.padding,
             body: Box::new(f),
         };
         let declared = result_types(op);

@@ -33,7 +33,9 @@ fn region_names_as_imported(m: &Module) -> Module {
                     }
                 }
                 Op::Sort { comparator, .. } => comparator.name = "comparator".into(),
-                Op::ReduceRegion { body, .. } => body.name = "reducer".into(),
+                Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
+                    body.name = "reducer".into()
+                }
                 _ => {}
             }
             match &mut inst.op {
@@ -43,7 +45,7 @@ fn region_names_as_imported(m: &Module) -> Module {
                 }
                 Op::Case { branches } => branches.iter_mut().for_each(walk),
                 Op::Sort { comparator, .. } => walk(comparator),
-                Op::ReduceRegion { body, .. } => walk(body),
+                Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => walk(body),
                 _ => {}
             }
         }

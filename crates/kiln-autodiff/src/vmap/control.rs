@@ -1,4 +1,5 @@
-//! Batching rules for the ops with regions: `while`, `case`, `sort`, `reduce_region`.
+//! Batching rules for the ops with regions: `while`, `case`, `sort`, `reduce_region`,
+//! `reduce_window_region`.
 //!
 //! A region is batched as a function of its own, its parameters batched where the op's
 //! operands are. A loop's carries are batched where the initial values or the body make them
@@ -51,6 +52,39 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
             let declared = cx.batched_results(bd);
             let op = Op::ReduceRegion {
                 dimensions: super::shifted(dimensions),
+                body: body.clone(),
+            };
+            Ok(all_batched(bd.push(op, &operands, Some(&declared))?))
+        }
+        Op::ReduceWindowRegion {
+            window_dimensions,
+            window_strides,
+            base_dilations,
+            window_dilations,
+            padding,
+            body,
+        } => {
+            let k = cx.xs.len() / 2;
+            if cx.xs[k..].iter().any(|x| x.batched) {
+                return super::sequential::rule(bd, cx);
+            }
+            let mut operands = cx.xs[..k]
+                .iter()
+                .map(|&x| bd.materialize(x))
+                .collect::<Result<Vec<_>>>()?;
+            operands.extend(cx.xs[k..].iter().map(|x| x.v));
+            let declared = cx.batched_results(bd);
+            // The batch dimension is a window of one element, stride 1, no padding.
+            let one =
+                |v: &[i64]| -> Vec<i64> { std::iter::once(1).chain(v.iter().copied()).collect() };
+            let op = Op::ReduceWindowRegion {
+                window_dimensions: one(window_dimensions),
+                window_strides: one(window_strides),
+                base_dilations: one(base_dilations),
+                window_dilations: one(window_dilations),
+                padding: std::iter::once((0, 0))
+                    .chain(padding.iter().copied())
+                    .collect(),
                 body: body.clone(),
             };
             Ok(all_batched(bd.push(op, &operands, Some(&declared))?))

@@ -245,9 +245,11 @@ fn batch_inst(bd: &mut Batcher, f: &Func, inst: &Inst, xs: &[BVal]) -> Result<Ve
         result_types,
     };
     match &inst.op {
-        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } | Op::ReduceRegion { .. } => {
-            control::rule(bd, &inst_ctx)
-        }
+        Op::While { .. }
+        | Op::Case { .. }
+        | Op::Sort { .. }
+        | Op::ReduceRegion { .. }
+        | Op::ReduceWindowRegion { .. } => control::rule(bd, &inst_ctx),
         Op::Gather { .. }
         | Op::Scatter { .. }
         | Op::DynamicSlice { .. }
@@ -303,7 +305,7 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
     use kiln_ir::OpKind::*;
     match k {
         Pad => Batching::LoopWhen("the padding value differs per example"),
-        Reduce | ReduceRegion | ReduceWindow | SelectAndScatter => {
+        Reduce | ReduceRegion | ReduceWindow | ReduceWindowRegion | SelectAndScatter => {
             Batching::LoopWhen("the init value differs per example")
         }
         Convolution => Batching::LoopWhen("the kernel differs per example"),
