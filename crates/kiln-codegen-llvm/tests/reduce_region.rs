@@ -4,7 +4,7 @@
 //! together), over random shapes and reduced dimensions, empty ones included; and a body the
 //! expansion does not take, which the host folds with the body's compiled program. The same for
 //! `reduce_window_region`: argmax pooling over windows with strides, dilations and padding, and
-//! a window too large to expand.
+//! a window too large to expand; and `map`, expanded or run per element.
 
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::{DType, Literal, TensorType, parse_func_text};
@@ -332,4 +332,38 @@ fn a_window_too_large_to_expand_runs_as_a_compiled_region() {
     let init = Literal::f32([], vec![f32::NEG_INFINITY]).unwrap();
     let text = pool_program(DType::F32, &shape, &window);
     check(&text, &[x, init], true);
+}
+
+#[test]
+fn maps_agree_with_the_reference_expanded_or_as_a_region() {
+    // An elementwise computation (expanded) and one holding a `reduce` (run per element).
+    let bodies = [
+        (
+            "%2 = multiply %0, %1 : f32[]\n      %3 = constant {value = 1.5} : f32[]\n      %4 = subtract %2, %3 : f32[]\n      %5 = tanh %4 : f32[]\n      return %5",
+            false,
+        ),
+        (
+            "%2 = reshape %0 : f32[1]\n      %3 = reduce %2, %1 {dimensions = [0], kind = max} : f32[]\n      return %3",
+            true,
+        ),
+    ];
+    for shape in [vec![7], vec![3, 40], vec![0, 5]] {
+        let t = TensorType::new(DType::F32, shape.clone());
+        let n: usize = shape.iter().product();
+        let x = Literal::from_f64s(t.clone(), &values(DType::F32, n, true, 1)).unwrap();
+        let y = Literal::from_f64s(t.clone(), &values(DType::F32, n, false, 2)).unwrap();
+        let dims: Vec<usize> = (0..shape.len()).collect();
+        for (body, hosted) in bodies {
+            let text = format!(
+                "func @main(%0: {t}, %1: {t}) -> {t} {{
+  %2 = map %0, %1 {{dimensions = {dims:?}, computation = func @c(%0: f32[], %1: f32[]) -> f32[] {{
+      {body}
+    }}}} : {t}
+  return %2
+}}
+"
+            );
+            check(&text, &[x.clone(), y.clone()], hosted);
+        }
+    }
 }

@@ -402,6 +402,10 @@ define_ops! {
     /// scalars and returns `pred[]`: whether lhs goes before rhs); equal elements keep their
     /// order when `is_stable`.
     Sort = "sort", AtLeast(1), ResultCount::PerOperand, CONTROL | DIFF, { dimension: i64, is_stable: bool, comparator: Box<Func> };
+    /// Applies the scalar function `computation` at every position of the operands (one
+    /// shape): result element = `computation(operand0[i], operand1[i], ...)`; `dimensions` are
+    /// all of the operands' dimensions.
+    Map = "map", AtLeast(1), ONE, CONTROL | DIFF, { dimensions: Vec<i64>, computation: Box<Func> };
     /// The Cholesky factor of each symmetric positive definite matrix (the last two dimensions;
     /// the leading ones are a batch): `l` with `l lᵀ = a` and `l` lower triangular, or `u` with
     /// `uᵀ u = a` and `u` upper triangular when not `lower`. Only that triangle of `a` is read;
@@ -440,7 +444,8 @@ impl Op {
     }
 
     /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
-    /// branches, a `sort`'s comparator, a `reduce_region`'s or `reduce_window_region`'s body; empty for every other op.
+    /// branches, a `sort`'s comparator, a `reduce_region`'s or `reduce_window_region`'s body, a
+    /// `map`'s computation; empty for every other op.
     pub fn regions(&self) -> Vec<&Func> {
         match self {
             Op::While { cond, body } => vec![cond.as_ref(), body.as_ref()],
@@ -449,6 +454,7 @@ impl Op {
             Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
                 vec![body.as_ref()]
             }
+            Op::Map { computation, .. } => vec![computation.as_ref()],
             _ => Vec::new(),
         }
     }

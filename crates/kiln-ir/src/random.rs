@@ -763,6 +763,7 @@ impl Gen<'_> {
             }
             26 => self.random_loop(a, &t),
             27 => self.random_case(a, &t),
+            28 if self.rng.chance(0.25) => self.random_map(a, &t),
             28 if r >= 1 && self.rng.chance(0.5) => self.random_sort(a, &t),
             28 => self.random_reduce_region(a, &t),
             29 => self.random_linalg(a, &t),
@@ -920,6 +921,28 @@ impl Gen<'_> {
         };
         let rs = self.b.push(op, &operands).ok()?;
         Some(*self.rng.pick(&rs))
+    }
+
+    /// A `map` of `a` and another value of its type by a computation of one or two
+    /// elementwise ops (negated for floats, half the time).
+    fn random_map(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        let x = self.value_of(t);
+        let op = self.combine_op(t.dtype);
+        let negate = t.dtype.is_float() && self.rng.chance(0.5);
+        let s = TensorType::scalar(t.dtype);
+        let computation = Self::region("computation", &[s.clone(), s], |b, ps| {
+            let v = b.binary(op, ps[0], ps[1]).ok()?;
+            Some(vec![if negate {
+                b.unary(Op::Negate {}, v).ok()?
+            } else {
+                v
+            }])
+        })?;
+        let op = Op::Map {
+            dimensions: (0..t.rank() as i64).collect(),
+            computation: Box::new(computation),
+        };
+        self.b.inst(op, &[a, x]).ok()
     }
 
     /// A `reduce_region` over random dimensions of `a`, or a `reduce_window_region` over small

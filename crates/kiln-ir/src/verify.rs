@@ -724,6 +724,49 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 label: 8,
             })
         }
+        Map {
+            dimensions,
+            computation,
+        } => {
+            let a = x[0];
+            for t in &x[1..] {
+                l.ensure(1, t.shape == a.shape, || {
+                    format!("the operands must have one shape, got {a} and {t}")
+                })?;
+            }
+            let all: Vec<i64> = (0..a.rank() as i64).collect();
+            l.ensure(2, *dimensions == all, || {
+                format!("dimensions {dimensions:?} must be every dimension of {a}, {all:?}")
+            })?;
+            region(computation)?;
+            let expected: Vec<TensorType> = x.iter().map(|t| TensorType::scalar(t.dtype)).collect();
+            let params = computation.param_types();
+            l.ensure(3, params == expected, || {
+                format!(
+                    "computation @{} takes ({}) but the operands need ({})",
+                    computation.name,
+                    list(&params),
+                    list(&expected)
+                )
+            })?;
+            let [out] = &computation.output_types[..] else {
+                return Err(diag(
+                    l.c(4),
+                    format!(
+                        "computation @{} must return one scalar, returns ({})",
+                        computation.name,
+                        list(&computation.output_types)
+                    ),
+                ));
+            };
+            l.ensure(4, out.rank() == 0, || {
+                format!(
+                    "computation @{} must return one scalar, returns ({out})",
+                    computation.name
+                )
+            })?;
+            one(TensorType::new(out.dtype, a.shape.clone()), 5)
+        }
         DotGeneral {
             lhs_batching_dimensions: lb,
             rhs_batching_dimensions: rb,

@@ -1,5 +1,6 @@
-//! `reduce_region` and `reduce_window_region` expanded into elementwise ops before fusion: a
-//! balanced tree of body applications at tensor shape, and a fold over the window's elements.
+//! `reduce_region`, `reduce_window_region` and `map` expanded into elementwise ops before
+//! fusion: a balanced tree of body applications at tensor shape, a fold over the window's
+//! elements, and the computation applied once at the operands' shape.
 //!
 //! The reduced dimensions move last and flatten into one of size `n`; each level applies the
 //! body, elementwise, to the first and second halves of what is left (the first half as the
@@ -24,7 +25,7 @@ pub fn expandable(body: &Func) -> bool {
     })
 }
 
-/// Whether the instruction is a `reduce_region` or `reduce_window_region` this module
+/// Whether the instruction is a `reduce_region`, `reduce_window_region` or `map` this module
 /// expands: a body of elementwise ops and scalar constants (and a window of at most
 /// [`MAX_EXPANDED_WINDOW`] elements).
 fn expands(op: &Op) -> bool {
@@ -41,11 +42,12 @@ fn expands(op: &Op) -> bool {
                     .try_fold(1i64, |n, &d| n.checked_mul(d))
                     .is_some_and(|n| n <= MAX_EXPANDED_WINDOW)
         }
+        Op::Map { computation, .. } => expandable(computation),
         _ => false,
     }
 }
 
-/// The function with every `reduce_region` and `reduce_window_region` that [`expands`]
+/// The function with every `reduce_region`, `reduce_window_region` and `map` that [`expands`]
 /// expanded into elementwise ops; the others stay.
 pub fn expand_region_reduces(f: &Func) -> Result<Func, VerifyError> {
     if !f.insts.iter().any(|i| expands(&i.op)) {
@@ -77,6 +79,10 @@ pub fn expand_region_reduces(f: &Func) -> Result<Func, VerifyError> {
                 };
                 let out = &f.values[inst.results[0].index()].shape;
                 reduce_window_fold(b, body, ops, &w, out, loc).map(Some)
+            }
+            Op::Map { computation, .. } => {
+                let shape = &f.values[inst.results[0].index()].shape;
+                apply_elementwise(b, computation, ops, shape, loc).map(Some)
             }
             _ => Ok(None),
         }

@@ -749,6 +749,9 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         Op::ReduceRegion { dimensions, body } => {
             crate::reduce_region::reduce_region(x, dimensions, body, types)
         }
+        Op::Map { computation, .. } => {
+            vec![crate::reduce_region::map(x, computation, &types[0])]
+        }
         Op::ReduceWindowRegion {
             window_dimensions,
             window_strides,

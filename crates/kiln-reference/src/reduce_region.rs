@@ -1,5 +1,5 @@
 //! `reduce_region` and `reduce_window_region`: every result position folds the body over its
-//! elements in order.
+//! elements in order; and `map`, the computation run at every position.
 //!
 //! The direct semantics: for each result position the accumulators start at the init values,
 //! and the body runs once per element the position reduces (row-major over the reduced
@@ -118,4 +118,27 @@ pub(crate) fn reduce_window_region(
             push(Some(src));
         });
     })
+}
+
+/// Evaluates `map` on `x` with `computation` run by the interpreter at every position; `ty` is
+/// the result type.
+pub(crate) fn map(x: &[&Literal], computation: &Func, ty: &TensorType) -> Literal {
+    let scalars: Vec<TensorType> = x.iter().map(|l| TensorType::new(l.dtype(), [])).collect();
+    let outs: Vec<Literal> = (0..ty.numel())
+        .map(|i| {
+            let args: Vec<Literal> = x
+                .iter()
+                .zip(&scalars)
+                .map(|(l, t)| take(l, t, &[i]))
+                .collect();
+            let refs: Vec<&Literal> = args.iter().collect();
+            crate::run(computation, &refs).remove(0)
+        })
+        .collect();
+    if outs.is_empty() {
+        return Literal::zeros(ty.clone());
+    }
+    let refs: Vec<&Literal> = outs.iter().collect();
+    let all: Vec<usize> = (0..ty.numel()).collect();
+    take(&concat(&refs), ty, &all)
 }

@@ -254,7 +254,7 @@ impl Program {
     /// and body programs in turn until the condition is false, a `case` the program of the
     /// branch its index picks (the last one when out of range), a `sort` by its keys or its
     /// comparator's program ([`sort`]), a `reduce_region` or `reduce_window_region` its body's
-    /// program per element.
+    /// program per element, a `map` its computation's program per element.
     fn control(&self, i: usize, x: &[&Literal]) -> Result<Vec<Literal>, Error> {
         let inst = &self.func.insts[i];
         let regions = &self.regions[i];
@@ -332,6 +332,13 @@ impl Program {
                 };
                 let prefix = kiln_kernel::sort::read_prefix(&self.func, i);
                 sort::sort(x, *dimension as usize, plan, cmp, prefix)
+            }
+            Op::Map { .. } => {
+                let [computation] = &regions[..] else {
+                    return Err(missing());
+                };
+                let ty = &self.func.values[inst.results[0].index()];
+                reduce_region::map(x, computation.as_ref(), ty).map(|l| vec![l])
             }
             Op::ReduceRegion { .. } | Op::ReduceWindowRegion { .. } => {
                 let [body] = &regions[..] else {

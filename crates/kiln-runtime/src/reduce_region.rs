@@ -1,7 +1,8 @@
 //! `reduce_region` and `reduce_window_region` whose body canonicalization could not expand into
 //! elementwise ops: the host folds the body's compiled program over the elements of each result
 //! position, in row-major order (the reference interpreter's order); a window element in
-//! padding or a dilation hole is the init values.
+//! padding or a dilation hole is the init values. A `map` likewise calls its computation once
+//! per element.
 
 use crate::{Error, Region};
 use kiln_ir::{Literal, Op, TensorType};
@@ -135,4 +136,38 @@ pub(crate) fn fold(
             .map_err(|e| Error(format!("{}: {e}", op.mnemonic())))
         })
         .collect()
+}
+
+/// Runs `map` on `x`, calling `computation` once per element; `ty` is the result type.
+pub(crate) fn map(
+    x: &[&Literal],
+    computation: &dyn Region,
+    ty: &TensorType,
+) -> Result<Literal, Error> {
+    let scalars: Vec<TensorType> = x.iter().map(|l| TensorType::new(l.dtype(), [])).collect();
+    let mut ints = Vec::new();
+    let mut bytes = Vec::new();
+    for i in 0..ty.numel() {
+        let args: Vec<Literal> = x
+            .iter()
+            .zip(&scalars)
+            .map(|(l, t)| kiln_reference::take_positions(l, t, &[i]))
+            .collect();
+        let refs: Vec<&Literal> = args.iter().collect();
+        let out = computation.run_region(&refs)?;
+        let [s] = &out[..] else {
+            return Err(Error(format!(
+                "map: the computation returned {} values, not 1",
+                out.len()
+            )));
+        };
+        ints.extend(s.to_i64s());
+        bytes.extend(s.to_le_bytes());
+    }
+    if ty.dtype.is_pred() {
+        Literal::from_i64s(ty.clone(), &ints)
+    } else {
+        Literal::from_le_bytes(ty.clone(), &bytes)
+    }
+    .map_err(|e| Error(format!("map: {e}")))
 }

@@ -4,7 +4,7 @@
 //! written in MLIR's generic form (`%v3 = "stablehlo.add"(%v1, %v2) : (...) -> ...`), which
 //! every MLIR parser reads. Named combiners (`reduce`, `reduce_window`, `scatter`,
 //! `select_and_scatter`) become one-op regions; `while`, `case`, `sort`, `reduce_region`
-//! (`stablehlo.reduce` with its body) and `reduce_window_region` regions are written
+//! (`stablehlo.reduce` with its body), `reduce_window_region` and `map` regions are written
 //! from their kiln functions (a `case` branch reads the case's operands from the enclosing
 //! function, as StableHLO branches take no arguments). Constants are dense literals that read
 //! back to the same bits ([`crate::dense`]).
@@ -538,6 +538,13 @@ impl Printer {
                 attrs.push(format!("window_dilations = {}", arr(window_dilations)));
                 attrs.extend(pairs("padding", padding));
                 regions.push(self.region(body, None, ri)?);
+            }
+            Op::Map {
+                dimensions,
+                computation,
+            } => {
+                attrs.push(format!("dimensions = {}", arr(dimensions)));
+                regions.push(self.region(computation, None, ri)?);
             }
             Op::ReduceRegion { dimensions, body } => {
                 name = "stablehlo.reduce".into();

@@ -466,10 +466,24 @@ impl<'m> Importer<'m> {
         self.region(body, name, region, op.pos, &[], false)
     }
 
-    /// `map`: the body becomes a kiln function of scalars, applied at the operands' shape.
+    /// `map`: the body becomes a kiln function of scalars, the region of kiln's `map`
+    /// (`dimensions`, when given, must be all of the operands' dimensions).
     fn map_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
         let f = self.closed_region(body, op, "map", "map")?;
-        crate::decompose::map(body, op, &f, args)
+        let Some(&first) = args.first() else {
+            return Err(Error::invalid(op.pos, "`stablehlo.map` needs an operand"));
+        };
+        let rank = value_type(body, first)?.rank() as i64;
+        let dimensions = match crate::ops::ints_attr(op, &["dimensions"])? {
+            Some(d) => d,
+            None => (0..rank).collect(),
+        };
+        let kop = Op::Map {
+            dimensions,
+            computation: Box::new(f),
+        };
+        let declared = result_types(op);
+        push(body, op, kop, args, declared.as_deref())
     }
 
     /// `chlo.scan`: the body becomes a kiln function, unrolled over the scanned dimension.

@@ -69,7 +69,7 @@ pub fn int_attr(op: &OpAst, names: &[&str]) -> Result<Option<i64>> {
 }
 
 /// A list-of-integers attribute under one of `names`, if present.
-fn ints_attr(op: &OpAst, names: &[&str]) -> Result<Option<Vec<i64>>> {
+pub fn ints_attr(op: &OpAst, names: &[&str]) -> Result<Option<Vec<i64>>> {
     find(op, names)
         .map(|(v, p)| ints_of(v, p, names[0]))
         .transpose()

@@ -36,6 +36,7 @@ fn region_names_as_imported(m: &Module) -> Module {
                 Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
                     body.name = "reducer".into()
                 }
+                Op::Map { computation, .. } => computation.name = "map".into(),
                 _ => {}
             }
             match &mut inst.op {
@@ -46,6 +47,7 @@ fn region_names_as_imported(m: &Module) -> Module {
                 Op::Case { branches } => branches.iter_mut().for_each(walk),
                 Op::Sort { comparator, .. } => walk(comparator),
                 Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => walk(body),
+                Op::Map { computation, .. } => walk(computation),
                 _ => {}
             }
         }

@@ -1,5 +1,5 @@
 //! Batching rules for the ops with regions: `while`, `case`, `sort`, `reduce_region`,
-//! `reduce_window_region`.
+//! `reduce_window_region`, `map`.
 //!
 //! A region is batched as a function of its own, its parameters batched where the op's
 //! operands are. A loop's carries are batched where the initial values or the body make them
@@ -86,6 +86,19 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
                     .chain(padding.iter().copied())
                     .collect(),
                 body: body.clone(),
+            };
+            Ok(all_batched(bd.push(op, &operands, Some(&declared))?))
+        }
+        Op::Map { computation, .. } => {
+            let operands = cx
+                .xs
+                .iter()
+                .map(|&x| bd.materialize(x))
+                .collect::<Result<Vec<_>>>()?;
+            let declared = cx.batched_results(bd);
+            let op = Op::Map {
+                dimensions: (0..declared[0].rank() as i64).collect(),
+                computation: computation.clone(),
             };
             Ok(all_batched(bd.push(op, &operands, Some(&declared))?))
         }

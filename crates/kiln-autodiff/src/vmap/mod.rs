@@ -249,7 +249,8 @@ fn batch_inst(bd: &mut Batcher, f: &Func, inst: &Inst, xs: &[BVal]) -> Result<Ve
         | Op::Case { .. }
         | Op::Sort { .. }
         | Op::ReduceRegion { .. }
-        | Op::ReduceWindowRegion { .. } => control::rule(bd, &inst_ctx),
+        | Op::ReduceWindowRegion { .. }
+        | Op::Map { .. } => control::rule(bd, &inst_ctx),
         Op::Gather { .. }
         | Op::Scatter { .. }
         | Op::DynamicSlice { .. }
@@ -318,6 +319,6 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         | Compare | Select | Clamp | Convert | BitcastConvert | Constant | Iota
         | BroadcastInDim | Reshape | Transpose | Slice | DynamicSlice | DynamicUpdateSlice
         | Concatenate | Reverse | DotGeneral | Gather | Scatter | OptimizationBarrier | While
-        | Case | Sort | Cholesky | TriangularSolve | Lu => Batching::Whole,
+        | Case | Sort | Map | Cholesky | TriangularSolve | Lu => Batching::Whole,
     }
 }
