@@ -763,9 +763,7 @@ impl Gen<'_> {
             }
             26 => self.random_loop(a, &t),
             27 => self.random_case(a, &t),
-            28 if self.rng.chance(0.25) => self.random_map(a, &t),
-            28 if r >= 1 && self.rng.chance(0.5) => self.random_sort(a, &t),
-            28 => self.random_reduce_region(a, &t),
+            28 if r >= 1 => self.random_sort(a, &t),
             29 => self.random_linalg(a, &t),
             _ => {
                 let ty = TensorType::new(if d.is_pred() { DType::I32 } else { d }, t.shape.clone());
@@ -795,6 +793,32 @@ impl Gen<'_> {
             }
         }
         if let Some(v) = result {
+            self.pool.push(v);
+        }
+        self.maybe_region_op();
+    }
+
+    /// With control flow, one step in ten also adds a `map`, `reduce_region` or
+    /// `reduce_window_region`. These draw from a stream of their own (the main one is left
+    /// where it was), so a seed's program changes only where one is added.
+    fn maybe_region_op(&mut self) {
+        if !self.cfg.control || self.cfg.elements.is_some() {
+            return;
+        }
+        let mut aux = Rng::new(self.rng.0 ^ 0xD1B5_4A32_D192_ED03);
+        if aux.below(10) != 0 {
+            return;
+        }
+        std::mem::swap(&mut *self.rng, &mut aux);
+        let a = *self.rng.pick(&self.pool);
+        let t = self.ty(a);
+        let v = if self.rng.chance(0.3) {
+            self.random_map(a, &t)
+        } else {
+            self.random_reduce_region(a, &t)
+        };
+        std::mem::swap(&mut *self.rng, &mut aux);
+        if let Some(v) = v {
             self.pool.push(v);
         }
     }
