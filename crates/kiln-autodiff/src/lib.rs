@@ -163,7 +163,15 @@ fn vjp_from_values(
         let rs: Vec<ValueId> = inst.results.iter().map(|&r| val(r)).collect();
         let cts = match custom.iter().find(|(i, _)| *i == index) {
             Some((_, bwd)) => custom_cotangents(b, bwd, &xs, &rs, &gs)?,
-            None => rules::vjp_rule(b, &inst.op, &xs, &rs, &gs)?,
+            None => {
+                rules::vjp_rule(b, &inst.op, &xs, &rs, &gs).map_err(|e| match (e, inst.loc) {
+                    // Where the op came from, so that the user finds the line to change.
+                    (Error::Unsupported(m), Some(loc)) => {
+                        Error::Unsupported(format!("{m} (at {loc})"))
+                    }
+                    (e, _) => e,
+                })?
+            }
         };
         for (&o, ct) in inst.operands.iter().zip(cts) {
             if let Some(ct) = ct

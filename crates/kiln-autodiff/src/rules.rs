@@ -120,6 +120,30 @@ pub fn vjp_rule(
     {
         return sort::sort_vjp(b, *dimension, *is_stable, comparator, x, g);
     }
+    if let Op::Map {
+        dimensions,
+        computation,
+    } = op
+    {
+        return map_vjp(b, dimensions, computation, x, g[0]);
+    }
+    if let Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } = op {
+        // Results with no cotangent (an argmax's indices, values nobody differentiates) need
+        // no rule; a gradient through the body has none.
+        if g.iter()
+            .zip(r)
+            .all(|(gi, &ri)| gi.is_none() || !ty(b, ri).dtype.is_float())
+        {
+            return Ok(vec![None; x.len()]);
+        }
+        return Err(Error::Unsupported(format!(
+            "`{}` (body @{}) is not differentiable: a gradient reached its float results; \
+             reduce with a named combiner or compute the gradient of what the body selects \
+             (for an argmax: gather the values at the indices)",
+            op.mnemonic(),
+            body.name
+        )));
+    }
     if let Op::Lu {} = op {
         return Ok(vec![linalg::lu_vjp(b, r, g[0])?]);
     }
@@ -946,8 +970,49 @@ pub fn vjp_rule(
         | Op::RngBitGenerator { .. }
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
-        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } | Op::Lu {} => Ok(vec![None; x.len()]),
+        Op::While { .. }
+        | Op::Case { .. }
+        | Op::Sort { .. }
+        | Op::ReduceRegion { .. }
+        | Op::ReduceWindowRegion { .. }
+        | Op::Map { .. }
+        | Op::Lu {} => Ok(vec![None; x.len()]),
     }
+}
+
+/// The cotangents of a `map`'s operands `x` given its result's cotangent `g`: for each float
+/// operand k, `map(x..., g)` whose computation is the computation's own VJP for parameter k
+/// (the chain rule at every position, since the map is elementwise).
+fn map_vjp(
+    b: &mut Builder,
+    dimensions: &[i64],
+    computation: &kiln_ir::Func,
+    x: &[ValueId],
+    g: Option<ValueId>,
+) -> Result<Vec<Option<ValueId>>> {
+    let mut out = vec![None; x.len()];
+    let Some(g) = g else {
+        return Ok(out);
+    };
+    let wrt: Vec<usize> = (0..x.len())
+        .filter(|&k| ty(b, x[k]).dtype.is_float())
+        .collect();
+    if wrt.is_empty() {
+        return Ok(out);
+    }
+    let back = crate::vjp(computation, &wrt)?;
+    let mut operands = x.to_vec();
+    operands.push(g);
+    for (j, &k) in wrt.iter().enumerate() {
+        let name = format!("{}_bar{k}", computation.name);
+        let one = crate::eliminate_dead_code(&crate::select_outputs(&back, &[1 + j], &name));
+        let op = Op::Map {
+            dimensions: dimensions.to_vec(),
+            computation: Box::new(one),
+        };
+        out[k] = Some(b.inst(op, &operands)?);
+    }
+    Ok(out)
 }
 
 /// The cotangents of a `case`'s operands: `case(index, args..., results_bar...)` over the

@@ -84,6 +84,34 @@ pub struct Func {
 }
 
 impl Func {
+    /// The named combiner this function is, as a reduction body: two scalar parameters of one
+    /// type and one `add`, `multiply`, `maximum`, `minimum`, `and` or `or` of them (in either
+    /// order) returned; `None` for any other function. A reduction with such a body is a
+    /// `reduce` with that `kind`, which the backends have fast paths for.
+    pub fn as_combiner(&self) -> Option<crate::Combiner> {
+        use crate::Combiner;
+        let ([p0, p1], [inst], [out]) = (&self.params[..], &self.insts[..], &self.outputs[..])
+        else {
+            return None;
+        };
+        let t = &self.values[p0.index()];
+        if t.rank() != 0 || self.values[p1.index()] != *t || inst.results[..] != [*out] {
+            return None;
+        }
+        if inst.operands[..] != [*p0, *p1] && inst.operands[..] != [*p1, *p0] {
+            return None;
+        }
+        match inst.op {
+            Op::Add {} => Some(Combiner::Add),
+            Op::Multiply {} => Some(Combiner::Mul),
+            Op::Maximum {} => Some(Combiner::Max),
+            Op::Minimum {} => Some(Combiner::Min),
+            Op::And {} => Some(Combiner::And),
+            Op::Or {} => Some(Combiner::Or),
+            _ => None,
+        }
+    }
+
     /// The type of `v`, if `v` exists.
     pub fn ty(&self, v: ValueId) -> Option<&TensorType> {
         self.values.get(v.index())

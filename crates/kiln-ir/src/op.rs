@@ -85,6 +85,9 @@ pub enum ResultCount {
     PerOperand,
     /// As many as the op's regions return (`case`: its branches' results).
     Regions,
+    /// Half as many as operands (`reduce_region`, `reduce_window_region`: one per input, its
+    /// inputs and init values being the operands).
+    HalfOperands,
 }
 
 impl ResultCount {
@@ -95,6 +98,7 @@ impl ResultCount {
             ResultCount::Fixed(k) => Some(k),
             ResultCount::PerOperand => Some(n),
             ResultCount::Regions => None,
+            ResultCount::HalfOperands => Some(n / 2),
         }
     }
 }
@@ -354,6 +358,11 @@ define_ops! {
     Reverse = "reverse", Fixed(1), ONE, LAYOUT | DIFF, { dimensions: Vec<i64> };
     /// Reduces `dimensions` of the operand with `kind`, starting from `init_value`.
     Reduce = "reduce", Fixed(2), ONE, RED | DIFF, { dimensions: Vec<i64>, kind: Combiner };
+    /// Reduces `dimensions` of k inputs together with the `body` region, starting from k init
+    /// values (operands `inputs..., init_values...`): the body takes `acc0..acc(k-1),
+    /// x0..x(k-1)` scalars and returns the k next accumulators (an argmax reduces values and
+    /// indices together).
+    ReduceRegion = "reduce_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL, { dimensions: Vec<i64>, body: Box<Func> };
     /// Generalized matrix product with batch and contracting dimensions.
     DotGeneral = "dot_general", Fixed(2), ONE, DIFF, {
         lhs_batching_dimensions: Vec<i64>, rhs_batching_dimensions: Vec<i64>,
@@ -389,6 +398,14 @@ define_ops! {
         window_dimensions: Vec<i64>, window_strides: Vec<i64>, base_dilations: Vec<i64>,
         window_dilations: Vec<i64>, padding: Vec<(i64, i64)>, kind: Combiner,
     };
+    /// Reduces sliding windows of k inputs together with the `body` region (`reduce_window`
+    /// with any body; operands `inputs..., init_values...`): the body takes `acc0..acc(k-1),
+    /// x0..x(k-1)` scalars and returns the next accumulators; padding and dilation holes hold
+    /// the init values.
+    ReduceWindowRegion = "reduce_window_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL, {
+        window_dimensions: Vec<i64>, window_strides: Vec<i64>, base_dilations: Vec<i64>,
+        window_dilations: Vec<i64>, padding: Vec<(i64, i64)>, body: Box<Func>,
+    };
     /// For each window, picks one element with `select` and combines the matching `source`
     /// value into it with `kind` (the gradient of max pooling).
     SelectAndScatter = "select_and_scatter", Fixed(3), ONE, DIFF, {
@@ -411,6 +428,10 @@ define_ops! {
     /// scalars and returns `pred[]`: whether lhs goes before rhs); equal elements keep their
     /// order when `is_stable`.
     Sort = "sort", AtLeast(1), ResultCount::PerOperand, CONTROL | DIFF, { dimension: i64, is_stable: bool, comparator: Box<Func> };
+    /// Applies the scalar function `computation` at every position of the operands (one
+    /// shape): result element = `computation(operand0[i], operand1[i], ...)`; `dimensions` are
+    /// all of the operands' dimensions.
+    Map = "map", AtLeast(1), ONE, CONTROL | DIFF, { dimensions: Vec<i64>, computation: Box<Func> };
     /// The Cholesky factor of each symmetric positive definite matrix (the last two dimensions;
     /// the leading ones are a batch): `l` with `l lᵀ = a` and `l` lower triangular, or `u` with
     /// `uᵀ u = a` and `u` upper triangular when not `lower`. Only that triangle of `a` is read;
@@ -449,12 +470,17 @@ impl Op {
     }
 
     /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
-    /// branches, a `sort`'s comparator; empty for every other op.
+    /// branches, a `sort`'s comparator, a `reduce_region`'s or `reduce_window_region`'s body, a
+    /// `map`'s computation; empty for every other op.
     pub fn regions(&self) -> Vec<&Func> {
         match self {
             Op::While { cond, body } => vec![cond.as_ref(), body.as_ref()],
             Op::Case { branches } => branches.iter().collect(),
             Op::Sort { comparator, .. } => vec![comparator.as_ref()],
+            Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
+                vec![body.as_ref()]
+            }
+            Op::Map { computation, .. } => vec![computation.as_ref()],
             _ => Vec::new(),
         }
     }

@@ -698,6 +698,106 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 .collect();
             one(TensorType::new(a.dtype, shape), 4)
         }
+        ReduceRegion { dimensions, body } => {
+            let (inputs, inits) = variadic_operands(&l, x)?;
+            let a = inputs[0];
+            l.ensure(
+                4,
+                unique(dimensions) && dimensions.iter().all(|&d| in_range(d, a.rank())),
+                || format!("dimensions {dimensions:?} must be unique and in range for {a}"),
+            )?;
+            reducer_body(&l, body, inits, 5)?;
+            let shape: Vec<usize> = (0..a.rank())
+                .filter(|d| !dimensions.contains(&(*d as i64)))
+                .map(|d| a.shape[d])
+                .collect();
+            Ok(Inferred {
+                types: inputs
+                    .iter()
+                    .map(|t| TensorType::new(t.dtype, shape.clone()))
+                    .collect(),
+                label: 7,
+            })
+        }
+        ReduceWindowRegion {
+            window_dimensions: wd,
+            window_strides: ws,
+            base_dilations: bd,
+            window_dilations: wdl,
+            padding,
+            body,
+        } => {
+            let (inputs, inits) = variadic_operands(&l, x)?;
+            let a = inputs[0];
+            let r = a.rank();
+            l.ensure(4, wd.len() == r && ws.len() == r && bd.len() == r && wdl.len() == r && padding.len() == r, || {
+                format!("window_dimensions, window_strides, base_dilations, window_dilations and padding must have {r} entries for {a}")
+            })?;
+            l.ensure(
+                5,
+                [wd, ws, bd, wdl].iter().all(|v| v.iter().all(|&s| s > 0)),
+                || "window sizes, strides and dilations must be positive".to_string(),
+            )?;
+            reducer_body(&l, body, inits, 6)?;
+            let shape = (0..r)
+                .map(|d| {
+                    checked_window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d])
+                        .ok_or_else(|| {
+                            size_overflow(format!("the size of dimension {d} of the result"))
+                        })
+                })
+                .collect::<R<Vec<usize>>>()?;
+            Ok(Inferred {
+                types: inputs
+                    .iter()
+                    .map(|t| TensorType::new(t.dtype, shape.clone()))
+                    .collect(),
+                label: 8,
+            })
+        }
+        Map {
+            dimensions,
+            computation,
+        } => {
+            let a = x[0];
+            for t in &x[1..] {
+                l.ensure(1, t.shape == a.shape, || {
+                    format!("the operands must have one shape, got {a} and {t}")
+                })?;
+            }
+            let all: Vec<i64> = (0..a.rank() as i64).collect();
+            l.ensure(2, *dimensions == all, || {
+                format!("dimensions {dimensions:?} must be every dimension of {a}, {all:?}")
+            })?;
+            region(computation)?;
+            let expected: Vec<TensorType> = x.iter().map(|t| TensorType::scalar(t.dtype)).collect();
+            let params = computation.param_types();
+            l.ensure(3, params == expected, || {
+                format!(
+                    "computation @{} takes ({}) but the operands need ({})",
+                    computation.name,
+                    list(&params),
+                    list(&expected)
+                )
+            })?;
+            let [out] = &computation.output_types[..] else {
+                return Err(diag(
+                    l.c(4),
+                    format!(
+                        "computation @{} must return one scalar, returns ({})",
+                        computation.name,
+                        list(&computation.output_types)
+                    ),
+                ));
+            };
+            l.ensure(4, out.rank() == 0, || {
+                format!(
+                    "computation @{} must return one scalar, returns ({out})",
+                    computation.name
+                )
+            })?;
+            one(TensorType::new(out.dtype, a.shape.clone()), 5)
+        }
         DotGeneral {
             lhs_batching_dimensions: lb,
             rhs_batching_dimensions: rb,
@@ -1190,6 +1290,59 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
 }
 
 /// Verifies a region of an instruction; its errors keep their label and say where they are.
+/// Labels 1-3 of a reduction with a body (`reduce_region`, `reduce_window_region`): k inputs
+/// of one shape and k init values, each a scalar of its input's element type.
+fn variadic_operands<'a>(
+    l: &Labels,
+    x: &'a [&'a TensorType],
+) -> R<(&'a [&'a TensorType], &'a [&'a TensorType])> {
+    let k = x.len() / 2;
+    l.ensure(1, x.len() == 2 * k, || {
+        format!(
+            "the operands must be k inputs and k init values, got {} operands",
+            x.len()
+        )
+    })?;
+    let (inputs, inits) = x.split_at(k);
+    let a = inputs[0];
+    for t in &inputs[1..] {
+        l.ensure(2, t.shape == a.shape, || {
+            format!("the inputs must have one shape, got {a} and {t}")
+        })?;
+    }
+    for (t, i) in inputs.iter().zip(inits) {
+        l.ensure(3, i.rank() == 0 && i.dtype == t.dtype, || {
+            format!("each init value must be a scalar of its input's element type, got {i} for {t}")
+        })?;
+    }
+    Ok((inputs, inits))
+}
+
+/// Labels `n` and `n + 1` of a reduction's body: it verifies, takes the init values' types
+/// twice (accumulators, then elements) and returns them once.
+fn reducer_body(l: &Labels, body: &Func, inits: &[&TensorType], n: u32) -> R<()> {
+    region(body)?;
+    let scalars: Vec<TensorType> = inits.iter().map(|t| (*t).clone()).collect();
+    let expected: Vec<TensorType> = scalars.iter().chain(&scalars).cloned().collect();
+    let params = body.param_types();
+    l.ensure(n, params == expected, || {
+        format!(
+            "body @{} takes ({}) but the inputs need ({}): the accumulators, then the elements",
+            body.name,
+            list(&params),
+            list(&expected)
+        )
+    })?;
+    l.ensure(n + 1, body.output_types == scalars, || {
+        format!(
+            "body @{} returns ({}) but the accumulators are ({})",
+            body.name,
+            list(&body.output_types),
+            list(&scalars)
+        )
+    })
+}
+
 fn region(f: &Func) -> R<()> {
     verify(f).map_err(|e| diag(e.diag.label.clone(), format!("region {e}")))
 }

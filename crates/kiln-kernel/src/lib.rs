@@ -45,6 +45,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod precision;
 pub mod print;
+pub mod reduce_tree;
 pub mod render;
 pub mod rewrite;
 pub mod schedule;

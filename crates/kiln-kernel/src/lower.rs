@@ -130,6 +130,16 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::While { .. } | Op::Case { .. } => Err(NoKernel(
             "control flow: the host runs it, each region compiled as a program of its own",
         )),
+        Op::Map { .. } => Err(NoKernel(
+            "a map whose computation is not elementwise ops and scalar constants: the host runs \
+             the computation, compiled as a region, per element (canonicalization expands the \
+             others into elementwise ops)",
+        )),
+        Op::ReduceRegion { .. } | Op::ReduceWindowRegion { .. } => Err(NoKernel(
+            "a reduction with a body of other than elementwise ops and scalar constants (or a \
+             window of more than 256 elements): the host folds the body, compiled as a region, \
+             per element (canonicalization expands the others into elementwise ops)",
+        )),
         Op::Sort { .. } => Err(NoKernel(
             "a sort: the host runs it (by keys, or with its comparator compiled as a region)",
         )),

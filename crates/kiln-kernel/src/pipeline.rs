@@ -363,6 +363,8 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
     };
     let f = &canon::expand_rngs(f)
         .map_err(|e| Error::Lowering(format!("expanding rng_bit_generator: {e}")))?;
+    let f = &crate::reduce_tree::expand_region_reduces(f)
+        .map_err(|e| Error::Lowering(format!("expanding reduce_region: {e}")))?;
     let f = &crate::bits::expand_pred_bitcasts(f)
         .map_err(|e| Error::Lowering(format!("expanding bitcasts to or from pred: {e}")))?;
     let f = &crate::precision::expand_reduce_precisions(f)

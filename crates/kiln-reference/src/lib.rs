@@ -18,6 +18,7 @@ pub mod compare;
 mod linalg;
 mod ops;
 mod products;
+mod reduce_region;
 mod rng;
 pub mod scalar;
 mod sort;

@@ -95,7 +95,7 @@ fn bitcast(a: &Literal, ty: &TensorType) -> Literal {
 }
 
 /// The elements of several literals of one dtype, concatenated.
-fn concat(srcs: &[&Literal]) -> Literal {
+pub(crate) fn concat(srcs: &[&Literal]) -> Literal {
     let mut data = srcs[0].data().clone();
     for s in &srcs[1..] {
         match (&mut data, s.data()) {
@@ -768,6 +768,29 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             comparator,
             ..
         } => crate::sort::sort(x, *dimension as usize, comparator),
+        Op::ReduceRegion { dimensions, body } => {
+            crate::reduce_region::reduce_region(x, dimensions, body, types)
+        }
+        Op::Map { computation, .. } => {
+            vec![crate::reduce_region::map(x, computation, &types[0])]
+        }
+        Op::ReduceWindowRegion {
+            window_dimensions,
+            window_strides,
+            base_dilations,
+            window_dilations,
+            padding,
+            body,
+        } => {
+            let w = crate::reduce_region::Window {
+                dims: window_dimensions,
+                strides: window_strides,
+                base_dilations,
+                window_dilations,
+                padding,
+            };
+            crate::reduce_region::reduce_window_region(x, &w, body, types)
+        }
         Op::Cholesky { lower } => vec![crate::linalg::cholesky(x[0], *lower, &types[0])],
         Op::Lu {} => crate::linalg::lu(x[0], types),
         Op::TriangularSolve {

@@ -34,6 +34,7 @@ pub mod library;
 pub mod linalg;
 pub mod plan_exec;
 mod radix;
+mod reduce_region;
 mod sort;
 
 pub use kiln_kernel::{Step, plan};
@@ -276,7 +277,8 @@ impl Program {
     /// Runs the control-flow instruction `i` on its operands `x`: a `while` runs its condition
     /// and body programs in turn until the condition is false, a `case` the program of the
     /// branch its index picks (the last one when out of range), a `sort` by its keys or its
-    /// comparator's program ([`sort`]).
+    /// comparator's program ([`sort`]), a `reduce_region` or `reduce_window_region` its body's
+    /// program per element, a `map` its computation's program per element.
     fn control(&self, i: usize, x: &[&Literal]) -> Result<Vec<Literal>, Error> {
         let inst = &self.func.insts[i];
         let regions = &self.regions[i];
@@ -354,6 +356,24 @@ impl Program {
                 };
                 let prefix = kiln_kernel::sort::read_prefix(&self.func, i);
                 sort::sort(x, *dimension as usize, plan, cmp, prefix)
+            }
+            Op::Map { .. } => {
+                let [computation] = &regions[..] else {
+                    return Err(missing());
+                };
+                let ty = &self.func.values[inst.results[0].index()];
+                reduce_region::map(x, computation.as_ref(), ty).map(|l| vec![l])
+            }
+            Op::ReduceRegion { .. } | Op::ReduceWindowRegion { .. } => {
+                let [body] = &regions[..] else {
+                    return Err(missing());
+                };
+                let types: Vec<kiln_ir::TensorType> = inst
+                    .results
+                    .iter()
+                    .map(|r| self.func.values[r.index()].clone())
+                    .collect();
+                reduce_region::fold(&inst.op, x, body.as_ref(), &types)
             }
             op => Err(Error(format!(
                 "#{i} {}: a control step on an op without regions",

@@ -3,7 +3,8 @@
 //! Functions are `func.func` (the entry, `@main` or the first, is `public`); every op is
 //! written in MLIR's generic form (`%v3 = "stablehlo.add"(%v1, %v2) : (...) -> ...`), which
 //! every MLIR parser reads. Named combiners (`reduce`, `reduce_window`, `scatter`,
-//! `select_and_scatter`) become one-op regions; `while`, `case` and `sort` regions are written
+//! `select_and_scatter`) become one-op regions; `while`, `case`, `sort`, `reduce_region`
+//! (`stablehlo.reduce` with its body), `reduce_window_region` and `map` regions are written
 //! from their kiln functions (a `case` branch reads the case's operands from the enclosing
 //! function, as StableHLO branches take no arguments). Constants are dense literals that read
 //! back to the same bits ([`crate::dense`]).
@@ -533,6 +534,34 @@ impl Printer {
                 }
                 operands_shown.truncate(1);
                 operand_types_shown.truncate(1);
+            }
+            Op::ReduceWindowRegion {
+                window_dimensions,
+                window_strides,
+                base_dilations,
+                window_dilations,
+                padding,
+                body,
+            } => {
+                name = "stablehlo.reduce_window".into();
+                attrs.push(format!("window_dimensions = {}", arr(window_dimensions)));
+                attrs.push(format!("window_strides = {}", arr(window_strides)));
+                attrs.push(format!("base_dilations = {}", arr(base_dilations)));
+                attrs.push(format!("window_dilations = {}", arr(window_dilations)));
+                attrs.extend(pairs("padding", padding));
+                regions.push(self.region(body, None, ri)?);
+            }
+            Op::Map {
+                dimensions,
+                computation,
+            } => {
+                attrs.push(format!("dimensions = {}", arr(dimensions)));
+                regions.push(self.region(computation, None, ri)?);
+            }
+            Op::ReduceRegion { dimensions, body } => {
+                name = "stablehlo.reduce".into();
+                attrs.push(format!("dimensions = {}", arr(dimensions)));
+                regions.push(self.region(body, None, ri)?);
             }
             Op::Sort {
                 dimension,

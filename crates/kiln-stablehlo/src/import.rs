@@ -179,6 +179,9 @@ impl<'m> Importer<'m> {
             "stablehlo.reduce" if !crate::ops::has_combiner(op, &args) => {
                 self.reduce_op(body, op, &args)?
             }
+            "stablehlo.reduce_window" if !crate::ops::has_combiner(op, &args) => {
+                self.reduce_window_op(body, op, &args)?
+            }
             n if n.starts_with("check.") => crate::checks::record(body, op, &args)?,
             _ => crate::ops::map_op(body, op, &args)?,
         };
@@ -463,10 +466,24 @@ impl<'m> Importer<'m> {
         self.region(body, name, region, op.pos, &[], false)
     }
 
-    /// `map`: the body becomes a kiln function of scalars, applied at the operands' shape.
+    /// `map`: the body becomes a kiln function of scalars, the region of kiln's `map`
+    /// (`dimensions`, when given, must be all of the operands' dimensions).
     fn map_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
         let f = self.closed_region(body, op, "map", "map")?;
-        crate::decompose::map(body, op, &f, args)
+        let Some(&first) = args.first() else {
+            return Err(Error::invalid(op.pos, "`stablehlo.map` needs an operand"));
+        };
+        let rank = value_type(body, first)?.rank() as i64;
+        let dimensions = match crate::ops::ints_attr(op, &["dimensions"])? {
+            Some(d) => d,
+            None => (0..rank).collect(),
+        };
+        let kop = Op::Map {
+            dimensions,
+            computation: Box::new(f),
+        };
+        let declared = result_types(op);
+        push(body, op, kop, args, declared.as_deref())
     }
 
     /// `chlo.scan`: the body becomes a kiln function, unrolled over the scanned dimension.
@@ -475,11 +492,38 @@ impl<'m> Importer<'m> {
         crate::decompose::scan(body, op, &f, args)
     }
 
-    /// `reduce` whose body is no named combiner, or of several inputs.
+    /// `reduce` whose body is no named combiner, or of several inputs: a `reduce_region` with
+    /// the body as its region.
     fn reduce_op(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
         let f = self.closed_region(body, op, "reduce", "reducer")?;
-        let dims = crate::ops::need_ints(op, &["dimensions"])?;
-        crate::reduce::reduce_tree(body, op, &f, args, &dims)
+        let kop = Op::ReduceRegion {
+            dimensions: crate::ops::need_ints(op, &["dimensions"])?,
+            body: Box::new(f),
+        };
+        let declared = result_types(op);
+        push(body, op, kop, args, declared.as_deref())
+    }
+
+    /// `reduce_window` whose body is no named combiner, or of several inputs: a
+    /// `reduce_window_region` with the body as its region.
+    fn reduce_window_op(
+        &mut self,
+        body: &mut Body,
+        op: &OpAst,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        let f = self.closed_region(body, op, "reduce_window", "reducer")?;
+        let w = crate::ops::window_attrs(op)?;
+        let kop = Op::ReduceWindowRegion {
+            window_dimensions: w.dims,
+            window_strides: w.strides,
+            base_dilations: w.base_dilations,
+            window_dilations: w.window_dilations,
+            padding: w.padding,
+            body: Box::new(f),
+        };
+        let declared = result_types(op);
+        push(body, op, kop, args, declared.as_deref())
     }
 
     /// `sort`: the comparator becomes a kiln function of scalars.

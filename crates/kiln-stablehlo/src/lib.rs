@@ -46,7 +46,6 @@ pub mod ops;
 pub mod parser;
 pub mod pretty;
 pub mod ragged;
-pub mod reduce;
 pub mod special;
 pub mod top_k;
 pub mod types;

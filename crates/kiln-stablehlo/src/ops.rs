@@ -69,7 +69,7 @@ pub fn int_attr(op: &OpAst, names: &[&str]) -> Result<Option<i64>> {
 }
 
 /// A list-of-integers attribute under one of `names`, if present.
-fn ints_attr(op: &OpAst, names: &[&str]) -> Result<Option<Vec<i64>>> {
+pub fn ints_attr(op: &OpAst, names: &[&str]) -> Result<Option<Vec<i64>>> {
     find(op, names)
         .map(|(v, p)| ints_of(v, p, names[0]))
         .transpose()
@@ -227,6 +227,37 @@ pub fn has_combiner(op: &OpAst, args: &[ValueId]) -> bool {
     args.len() == 2
         && (op.attr("applies").is_some()
             || matches!(&op.regions[..], [r] if combiner(op, r, false).is_ok()))
+}
+
+/// The window attributes of a `stablehlo.reduce_window` (strides and dilations 1 and no
+/// padding where absent).
+pub struct WindowAttrs {
+    /// `window_dimensions`.
+    pub dims: Vec<i64>,
+    /// `window_strides`.
+    pub strides: Vec<i64>,
+    /// `base_dilations`.
+    pub base_dilations: Vec<i64>,
+    /// `window_dilations`.
+    pub window_dilations: Vec<i64>,
+    /// `padding`, `[low, high]` per dimension.
+    pub padding: Vec<(i64, i64)>,
+}
+
+/// The window attributes of `op`, a `stablehlo.reduce_window`.
+pub fn window_attrs(op: &OpAst) -> Result<WindowAttrs> {
+    let dims = need_ints(op, &["window_dimensions"])?;
+    let n = dims.len();
+    Ok(WindowAttrs {
+        strides: ints_attr(op, &["window_strides"])?.unwrap_or_else(|| vec![1; n]),
+        base_dilations: ints_attr(op, &["base_dilations"])?.unwrap_or_else(|| vec![1; n]),
+        window_dilations: ints_attr(op, &["window_dilations"])?.unwrap_or_else(|| vec![1; n]),
+        padding: match find(op, &["padding"]) {
+            Some((v, p)) => pairs_of(v, p, "padding")?,
+            None => vec![(0, 0); n],
+        },
+        dims,
+    })
 }
 
 /// The combiner of a StableHLO op name (`stablehlo.add` ...).
@@ -641,25 +672,14 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
             }
         }
         "stablehlo.reduce_window" => {
-            if args.len() != 2 {
-                return Err(Error::unsupported(
-                    op.pos,
-                    "`stablehlo.reduce_window` of more than one operand",
-                ));
-            }
-            let window_dimensions = need_ints(op, &["window_dimensions"])?;
-            let n = window_dimensions.len();
+            let w = window_attrs(op)?;
             Op::ReduceWindow {
-                window_strides: ints_attr(op, &["window_strides"])?.unwrap_or_else(|| vec![1; n]),
-                base_dilations: ints_attr(op, &["base_dilations"])?.unwrap_or_else(|| vec![1; n]),
-                window_dilations: ints_attr(op, &["window_dilations"])?
-                    .unwrap_or_else(|| vec![1; n]),
-                padding: match find(op, &["padding"]) {
-                    Some((v, p)) => pairs_of(v, p, "padding")?,
-                    None => vec![(0, 0); n],
-                },
+                window_dimensions: w.dims,
+                window_strides: w.strides,
+                base_dilations: w.base_dilations,
+                window_dilations: w.window_dilations,
+                padding: w.padding,
                 kind: combiner(op, one_region(op)?, false)?,
-                window_dimensions,
             }
         }
         "stablehlo.select_and_scatter" => {

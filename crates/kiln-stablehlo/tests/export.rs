@@ -33,6 +33,10 @@ fn region_names_as_imported(m: &Module) -> Module {
                     }
                 }
                 Op::Sort { comparator, .. } => comparator.name = "comparator".into(),
+                Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
+                    body.name = "reducer".into()
+                }
+                Op::Map { computation, .. } => computation.name = "map".into(),
                 _ => {}
             }
             match &mut inst.op {
@@ -42,6 +46,8 @@ fn region_names_as_imported(m: &Module) -> Module {
                 }
                 Op::Case { branches } => branches.iter_mut().for_each(walk),
                 Op::Sort { comparator, .. } => walk(comparator),
+                Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => walk(body),
+                Op::Map { computation, .. } => walk(computation),
                 _ => {}
             }
         }

@@ -273,6 +273,50 @@ fn reductions_of_several_inputs_and_any_elementwise_body() {
     assert_eq!(run(text, &[x])[0].as_f32s().unwrap(), &[45.0]);
 }
 
+/// An argmax pooling as JAX writes it: a `reduce_window` of values and positions together.
+const ARGMAX_POOL: &str = r#"func.func @main(%x: tensor<4x4xf32>, %i: tensor<4x4xi32>) -> (tensor<2x2xf32>, tensor<2x2xi32>) {
+  %m = stablehlo.constant dense<0xFF800000> : tensor<f32>
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %0:2 = "stablehlo.reduce_window"(%x, %i, %m, %z) ({
+  ^bb0(%a: tensor<f32>, %b: tensor<i32>, %c: tensor<f32>, %d: tensor<i32>):
+    %gt = stablehlo.compare GT, %c, %a, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %v = stablehlo.select %gt, %c, %a : tensor<i1>, tensor<f32>
+    %k = stablehlo.select %gt, %d, %b : tensor<i1>, tensor<i32>
+    stablehlo.return %v, %k : tensor<f32>, tensor<i32>
+  }) {window_dimensions = array<i64: 2, 2>, window_strides = array<i64: 2, 2>} : (tensor<4x4xf32>, tensor<4x4xi32>, tensor<f32>, tensor<i32>) -> (tensor<2x2xf32>, tensor<2x2xi32>)
+  func.return %0#0, %0#1 : tensor<2x2xf32>, tensor<2x2xi32>
+}"#;
+
+#[test]
+fn reduce_windows_of_several_inputs_import_as_reduce_window_region() {
+    let x = f32s(
+        &[4, 4],
+        &[
+            1.0, 3.0, 2.0, 0.0, 4.0, 2.0, 9.0, 8.0, 0.0, 0.0, -1.0, -2.0, 5.0, 0.0, -3.0, -1.0,
+        ],
+    );
+    let i = Literal::i32([4, 4], (0..16).collect()).unwrap();
+    let m = parse(ARGMAX_POOL).unwrap();
+    assert!(
+        print_module(&m).contains("reduce_window_region"),
+        "{}",
+        print_module(&m)
+    );
+    let out = run(ARGMAX_POOL, &[x.clone(), i.clone()]);
+    assert_eq!(out[0].as_f32s().unwrap(), &[4.0, 9.0, 5.0, -1.0]);
+    assert_eq!(out[1].to_i64s(), vec![4, 6, 12, 10]);
+    let exe = kiln_codegen_llvm::cpu::CpuExecutable::compile_with_cache(&m.funcs[0], None).unwrap();
+    assert_eq!(exe.run(&[x, i]).unwrap(), out);
+    // Written back out and read again: the same program.
+    let text = kiln_stablehlo::to_text(&m).unwrap();
+    assert!(text.contains("\"stablehlo.reduce_window\""), "{text}");
+    let back = parse(&text).unwrap();
+    assert_eq!(
+        print_module(&back).replace("@reducer", "@r"),
+        print_module(&m).replace("@reducer", "@r")
+    );
+}
+
 #[test]
 fn mulhi_of_64_bit_integers_is_the_high_half_of_the_exact_product() {
     let vals: Vec<i64> = vec![

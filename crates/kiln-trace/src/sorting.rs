@@ -127,6 +127,8 @@ impl Tensor {
     }
 
     /// The first position along `axis` holding the maximum (`greatest`) or minimum, or a NaN.
+    /// Two fused reductions: faster than one `reduce_region` of values and positions, which
+    /// the backends expand into a tree of kernels (see `ir-specs/ops/reduce_region.md`).
     fn arg_extreme(&self, axis: isize, keepdims: bool, greatest: bool) -> Tensor {
         let name = if greatest { "argmax" } else { "argmin" };
         let d = match self.axis(axis, name) {

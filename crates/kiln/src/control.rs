@@ -1,5 +1,6 @@
 //! Control flow over parameter trees, traced into the IR's `while` and `case`: [`while_loop`],
-//! [`fori_loop`], [`scan`], [`cond`] and [`switch`], after JAX's `lax` functions of the same names.
+//! [`fori_loop`], [`scan`], [`cond`] and [`switch`], after JAX's `lax` functions of the same names;
+//! and [`reduce`], a reduction whose body is a traced closure (the IR's `reduce_region`).
 //!
 //! Each function traces its closures once, into regions (functions the op runs), and applies
 //! the op: inside `jit` it is recorded, outside it runs at once. Tensors the closures use from
@@ -21,6 +22,7 @@
 //! assert!((got - 2f32.sqrt()).abs() < 1e-6);
 //! ```
 
+pub use crate::reduce::reduce;
 pub use crate::scan::{ScanOptions, scan, scan_with};
 use crate::{Error, Tensor, Tree};
 use kiln_ir::{Builder, DType, Func, Loc, Op, TensorType, ValueId};

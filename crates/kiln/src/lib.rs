@@ -33,6 +33,7 @@ pub mod npy;
 pub mod npz;
 pub mod optim;
 pub mod random;
+mod reduce;
 mod remat;
 mod scan;
 pub mod testing;

@@ -1,4 +1,5 @@
-//! Batching rules for the ops with regions: `while`, `case`, `sort`.
+//! Batching rules for the ops with regions: `while`, `case`, `sort`, `reduce_region`,
+//! `reduce_window_region`, `map`.
 //!
 //! A region is batched as a function of its own, its parameters batched where the op's
 //! operands are. A loop's carries are batched where the initial values or the body make them
@@ -12,7 +13,8 @@ use super::{BVal, Batcher, InstCtx, all_batched, batch_func, batch_inline};
 use crate::Result;
 use kiln_ir::{Builder, Combiner, ComparisonDirection, DType, Func, Op, TensorType, ValueId};
 
-/// The batched results of a `while`, `case` or `sort`.
+/// The batched results of a `while`, `case`, `sort` or `reduce_region` (the batch dimension
+/// joins the kept dimensions; per-example init values reduce example by example).
 pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
     match cx.op {
         Op::While { cond, body } => while_loop(bd, cx, cond, body),
@@ -32,6 +34,71 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
                 dimension: dimension + 1,
                 is_stable: *is_stable,
                 comparator: comparator.clone(),
+            };
+            Ok(all_batched(bd.push(op, &operands, Some(&declared))?))
+        }
+        Op::ReduceRegion { dimensions, body } => {
+            let k = cx.xs.len() / 2;
+            if cx.xs[k..].iter().any(|x| x.batched) {
+                // An init value differs between examples: the body's identity is unknown, so
+                // the examples reduce one by one.
+                return super::sequential::rule(bd, cx);
+            }
+            let mut operands = cx.xs[..k]
+                .iter()
+                .map(|&x| bd.materialize(x))
+                .collect::<Result<Vec<_>>>()?;
+            operands.extend(cx.xs[k..].iter().map(|x| x.v));
+            let declared = cx.batched_results(bd);
+            let op = Op::ReduceRegion {
+                dimensions: super::shifted(dimensions),
+                body: body.clone(),
+            };
+            Ok(all_batched(bd.push(op, &operands, Some(&declared))?))
+        }
+        Op::ReduceWindowRegion {
+            window_dimensions,
+            window_strides,
+            base_dilations,
+            window_dilations,
+            padding,
+            body,
+        } => {
+            let k = cx.xs.len() / 2;
+            if cx.xs[k..].iter().any(|x| x.batched) {
+                return super::sequential::rule(bd, cx);
+            }
+            let mut operands = cx.xs[..k]
+                .iter()
+                .map(|&x| bd.materialize(x))
+                .collect::<Result<Vec<_>>>()?;
+            operands.extend(cx.xs[k..].iter().map(|x| x.v));
+            let declared = cx.batched_results(bd);
+            // The batch dimension is a window of one element, stride 1, no padding.
+            let one =
+                |v: &[i64]| -> Vec<i64> { std::iter::once(1).chain(v.iter().copied()).collect() };
+            let op = Op::ReduceWindowRegion {
+                window_dimensions: one(window_dimensions),
+                window_strides: one(window_strides),
+                base_dilations: one(base_dilations),
+                window_dilations: one(window_dilations),
+                padding: std::iter::once((0, 0))
+                    .chain(padding.iter().copied())
+                    .collect(),
+                body: body.clone(),
+            };
+            Ok(all_batched(bd.push(op, &operands, Some(&declared))?))
+        }
+        Op::Map { computation, .. } => {
+            let operands = cx
+                .xs
+                .iter()
+                .map(|&x| bd.materialize(x))
+                .collect::<Result<Vec<_>>>()?;
+            let declared = cx.batched_results(bd);
+            let op = Op::Map {
+                dimensions: (0..declared[0].rank() as i64).collect(),
+                computation: computation.clone(),
             };
             Ok(all_batched(bd.push(op, &operands, Some(&declared))?))
         }

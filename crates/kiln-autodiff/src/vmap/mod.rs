@@ -245,7 +245,12 @@ fn batch_inst(bd: &mut Batcher, f: &Func, inst: &Inst, xs: &[BVal]) -> Result<Ve
         result_types,
     };
     match &inst.op {
-        Op::While { .. } | Op::Case { .. } | Op::Sort { .. } => control::rule(bd, &inst_ctx),
+        Op::While { .. }
+        | Op::Case { .. }
+        | Op::Sort { .. }
+        | Op::ReduceRegion { .. }
+        | Op::ReduceWindowRegion { .. }
+        | Op::Map { .. } => control::rule(bd, &inst_ctx),
         Op::Gather { .. }
         | Op::Scatter { .. }
         | Op::DynamicSlice { .. }
@@ -301,7 +306,7 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
     use kiln_ir::OpKind::*;
     match k {
         Pad => Batching::LoopWhen("the padding value differs per example"),
-        Reduce | ReduceWindow | SelectAndScatter => {
+        Reduce | ReduceRegion | ReduceWindow | ReduceWindowRegion | SelectAndScatter => {
             Batching::LoopWhen("the init value differs per example")
         }
         Convolution => Batching::LoopWhen("the kernel differs per example"),
@@ -314,6 +319,6 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         | Compare | Select | Clamp | Convert | BitcastConvert | Constant | Iota
         | BroadcastInDim | Reshape | Transpose | Slice | DynamicSlice | DynamicUpdateSlice
         | Concatenate | Reverse | DotGeneral | Gather | Scatter | OptimizationBarrier | While
-        | Case | Sort | Cholesky | TriangularSolve | Lu => Batching::Whole,
+        | Case | Sort | Map | Cholesky | TriangularSolve | Lu => Batching::Whole,
     }
 }

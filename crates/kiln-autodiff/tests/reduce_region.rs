@@ -1,0 +1,91 @@
+//! `reduce_region` under autodiff: its integer results (an argmax's indices) need no
+//! derivative, so a gradient that only passes beside them works; a gradient that reaches its
+//! float results is an error naming the op and where it came from; `vmap` batches it.
+
+use kiln_autodiff::{grad, jvp, vmap};
+use kiln_ir::{Func, Literal, parse_func_text};
+
+fn f(text: &str) -> Func {
+    parse_func_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// `sum(x) * w + index` or (`use_value`) `value`, where (value, index) is the argmax of `x`.
+fn argmax_program(use_value: bool) -> String {
+    let out = if use_value {
+        "return %5".to_string()
+    } else {
+        "%10 = constant {value = 0.0} : f64[]\n  %11 = reduce %0, %10 {dimensions = [0], kind = add} : f64[]\n  %12 = convert %6 : f64[]\n  %13 = multiply %11, %1 : f64[]\n  %14 = add %13, %12 : f64[]\n  return %14".to_string()
+    };
+    format!(
+        "func @main(%0: f64[4], %1: f64[]) -> f64[] {{
+  %2 = iota {{iota_dimension = 0}} : i32[4]
+  %3 = constant {{value = -inf}} : f64[]
+  %4 = constant {{value = 0}} : i32[]
+  %5, %6 = reduce_region %0, %2, %3, %4 {{dimensions = [0], body = func @argmax(%0: f64[], %1: i32[], %2: f64[], %3: i32[]) -> (f64[], i32[]) {{
+      %4 = compare %2, %0 {{comparison_direction = GT}} : pred[]
+      %5 = select %4, %2, %0 : f64[]
+      %6 = select %4, %3, %1 : i32[]
+      return %5, %6
+    }}}} : f64[], i32[]
+  {out}
+}}
+"
+    )
+}
+
+#[test]
+fn integer_results_need_no_derivative() {
+    let p = f(&argmax_program(false));
+    let g = grad(&p, &[0, 1]).unwrap_or_else(|e| panic!("{e}"));
+    let x = Literal::f64([4], vec![1.0, 7.0, -2.0, 7.0]).unwrap();
+    let w = Literal::f64([], vec![3.0]).unwrap();
+    let out = kiln_reference::eval(&g, &[x, w]).unwrap();
+    // d/dx (sum(x) * w + argmax) = w everywhere; d/dw = sum(x).
+    assert_eq!(out[0].to_f64s(), vec![3.0; 4]);
+    assert_eq!(out[1].to_f64s(), vec![13.0]);
+}
+
+#[test]
+fn a_gradient_through_the_body_is_an_error_naming_the_op() {
+    let mut p = f(&argmax_program(true));
+    let loc = kiln_ir::Loc {
+        file: "src/model.rs",
+        line: 42,
+        column: 7,
+    };
+    p.insts[3].loc = Some(loc);
+    let e = grad(&p, &[0]).unwrap_err().to_string();
+    assert!(e.contains("`reduce_region`"), "{e}");
+    assert!(e.contains("@argmax"), "{e}");
+    assert!(e.contains("src/model.rs:42:7"), "{e}");
+    let e = jvp(&p, &[0]).unwrap_err().to_string();
+    assert!(e.contains("`reduce_region`"), "{e}");
+}
+
+#[test]
+fn vmap_batches_the_kept_dimensions_like_a_loop() {
+    let p = f(&argmax_program(true));
+    let b = vmap(&p, &[true, false], 3).unwrap_or_else(|e| panic!("{e}"));
+    let rows = [
+        vec![1.0, 7.0, -2.0, 7.0],
+        vec![f64::NEG_INFINITY, -1.0, -3.0, 0.5],
+        vec![4.0, 4.0, 4.0, 4.0],
+    ];
+    let w = Literal::f64([], vec![3.0]).unwrap();
+    let xs = Literal::f64([3, 4], rows.concat()).unwrap();
+    let got = kiln_reference::eval(&b, &[xs, w.clone()]).unwrap();
+    let want: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| {
+            let x = Literal::f64([4], r.clone()).unwrap();
+            kiln_reference::eval(&p, &[x, w.clone()]).unwrap()[0].to_f64s()
+        })
+        .collect();
+    assert_eq!(got[0].to_f64s(), want);
+    assert!(
+        b.insts.iter().any(
+            |i| matches!(&i.op, kiln_ir::Op::ReduceRegion { dimensions, .. } if dimensions == &[1])
+        ),
+        "{b}"
+    );
+}

@@ -1,0 +1,369 @@
+//! `reduce_region` on the CPU backend (expanded into a tree of elementwise kernels) against the
+//! reference interpreter (which folds the body in row-major order), bit for bit: argmax and
+//! argmin with NaN and tie rules, integer bodies (exclusive or, wrapping sum, a sum and a count
+//! together), over random shapes and reduced dimensions, empty ones included; and a body the
+//! expansion does not take, which the host folds with the body's compiled program. The same for
+//! `reduce_window_region`: argmax pooling over windows with strides, dilations and padding, and
+//! a window too large to expand; and `map`, expanded or run per element.
+
+use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
+use kiln_ir::{DType, Literal, TensorType, parse_func_text};
+
+/// An argmax (`GT`) or argmin (`LT`) body over `(acc_value, acc_index, value, index)`: NaN
+/// beats every number, ties (NaN with NaN included) go to the smaller index.
+fn arg_body(dtype: DType, dir: &str) -> String {
+    format!(
+        "func @arg(%0: {dtype}[], %1: i32[], %2: {dtype}[], %3: i32[]) -> ({dtype}[], i32[]) {{
+      %4 = compare %2, %0 {{comparison_direction = {dir}}} : pred[]
+      %5 = compare %2, %2 {{comparison_direction = NE}} : pred[]
+      %6 = compare %0, %0 {{comparison_direction = NE}} : pred[]
+      %7 = not %6 : pred[]
+      %8 = and %5, %7 : pred[]
+      %9 = or %4, %8 : pred[]
+      %10 = compare %2, %0 {{comparison_direction = EQ}} : pred[]
+      %11 = and %5, %6 : pred[]
+      %12 = or %10, %11 : pred[]
+      %13 = compare %3, %1 {{comparison_direction = LT}} : pred[]
+      %14 = and %12, %13 : pred[]
+      %15 = or %9, %14 : pred[]
+      %16 = select %15, %2, %0 : {dtype}[]
+      %17 = select %15, %3, %1 : i32[]
+      return %16, %17
+    }}"
+    )
+}
+
+fn kept(shape: &[usize], dims: &[usize]) -> Vec<usize> {
+    (0..shape.len())
+        .filter(|d| !dims.contains(d))
+        .map(|d| shape[d])
+        .collect()
+}
+
+/// The argmax or argmin of `%0` over `dims` with a row-major position index as its second input.
+fn arg_program(dtype: DType, shape: &[usize], dims: &[usize], dir: &str) -> String {
+    let t = TensorType::new(dtype, shape.to_vec());
+    let i = TensorType::new(DType::I32, shape.to_vec());
+    let kept = kept(shape, dims);
+    let rt = TensorType::new(dtype, kept.clone());
+    let ri = TensorType::new(DType::I32, kept);
+    let n: usize = shape.iter().product();
+    format!(
+        "func @main(%0: {t}, %1: {dtype}[]) -> ({rt}, {ri}) {{
+  %2 = iota {{iota_dimension = 0}} : i32[{n}]
+  %3 = reshape %2 : {i}
+  %4 = constant {{value = 0}} : i32[]
+  %5, %6 = reduce_region %0, %3, %1, %4 {{dimensions = {dims:?}, body = {}}} : {rt}, {ri}
+  return %5, %6
+}}
+",
+        arg_body(dtype, dir)
+    )
+}
+
+/// Small pseudo-random numbers with many ties, both zeros, infinities and (`nans`) NaNs.
+fn values(dtype: DType, n: usize, nans: bool, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (s >> 33) as i64;
+            if dtype.is_float() {
+                match r % 29 {
+                    0 if nans => f64::NAN,
+                    1 => -0.0,
+                    2 => 0.0,
+                    3 => f64::INFINITY,
+                    4 => f64::NEG_INFINITY,
+                    _ => ((r % 23) - 11) as f64 * 0.5,
+                }
+            } else {
+                ((r % 2001) - 1000) as f64
+            }
+        })
+        .collect()
+}
+
+/// Compiles `text`, checks the op became kernels (or, with `hosted`, a control step the host
+/// runs), and compares the results with the reference bit for bit.
+fn check(text: &str, args: &[Literal], hosted: bool) {
+    let f = parse_func_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let exe = CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(
+        exe.plan().contains(&Step::Control),
+        hosted,
+        "{:?}\n{text}",
+        exe.plan()
+    );
+    let got = exe.run(args).unwrap();
+    let want = kiln_reference::eval(&f, args).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.ty(), w.ty(), "{text}");
+        assert_eq!(
+            g.to_le_bytes(),
+            w.to_le_bytes(),
+            "{text}\ngot {g:?}\nwant {w:?}"
+        );
+    }
+}
+
+/// Shapes with their reduced dimensions: one, several, none, all, and a dimension of size 0.
+fn cases() -> Vec<(Vec<usize>, Vec<usize>)> {
+    vec![
+        (vec![1], vec![0]),
+        (vec![7], vec![0]),
+        (vec![64], vec![0]),
+        (vec![1000], vec![0]),
+        (vec![5, 9], vec![1]),
+        (vec![5, 9], vec![0]),
+        (vec![3, 4, 5], vec![0, 2]),
+        (vec![3, 4, 5], vec![1]),
+        (vec![2, 3, 17], vec![0, 1, 2]),
+        (vec![4, 6], vec![]),
+        (vec![4, 0, 3], vec![1]),
+        (vec![33, 31], vec![0, 1]),
+    ]
+}
+
+#[test]
+fn argmax_and_argmin_agree_with_the_reference_bit_for_bit() {
+    for dtype in [DType::F32, DType::F64, DType::BF16, DType::I32, DType::U8] {
+        for (shape, dims) in cases() {
+            for dir in ["GT", "LT"] {
+                for nans in [false, true] {
+                    let n: usize = shape.iter().product();
+                    let seed = (n * 31 + dims.len()) as u64 + nans as u64;
+                    let x = Literal::from_f64s(
+                        TensorType::new(dtype, shape.clone()),
+                        &values(dtype, n, nans, seed),
+                    )
+                    .unwrap();
+                    // An init the elements beat, and one they tie with or lose to.
+                    for init in [if dir == "GT" { -1e30 } else { 1e30 }, 0.0] {
+                        let init = Literal::from_f64s(TensorType::scalar(dtype), &[init]).unwrap();
+                        let text = arg_program(dtype, &shape, &dims, dir);
+                        check(&text, &[x.clone(), init], false);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn integer_bodies_agree_with_the_reference() {
+    for dtype in [DType::I32, DType::I64, DType::U32, DType::I8] {
+        for (shape, dims) in cases() {
+            let n: usize = shape.iter().product();
+            let t = TensorType::new(dtype, shape.clone());
+            let rt = TensorType::new(dtype, kept(&shape, &dims));
+            let ri = TensorType::new(DType::I32, kept(&shape, &dims));
+            let i = TensorType::new(DType::I32, shape.clone());
+            let x = Literal::from_f64s(t.clone(), &values(dtype, n, false, n as u64)).unwrap();
+            let c = Literal::from_f64s(i.clone(), &values(DType::I32, n, false, 7)).unwrap();
+            let init = Literal::from_f64s(TensorType::scalar(dtype), &[3.0]).unwrap();
+            let init_c = Literal::from_f64s(TensorType::scalar(DType::I32), &[1.0]).unwrap();
+            for op in ["xor", "add", "multiply"] {
+                let text = format!(
+                    "func @main(%0: {t}, %1: {dtype}[]) -> {rt} {{
+  %2 = reduce_region %0, %1 {{dimensions = {dims:?}, body = func @b(%0: {dtype}[], %1: {dtype}[]) -> {dtype}[] {{
+      %2 = {op} %0, %1 : {dtype}[]
+      return %2
+    }}}} : {rt}
+  return %2
+}}
+"
+                );
+                check(&text, &[x.clone(), init.clone()], false);
+            }
+            // A wrapping sum and a sum of another input together.
+            let text = format!(
+                "func @main(%0: {t}, %1: {i}, %2: {dtype}[], %3: i32[]) -> ({rt}, {ri}) {{
+  %4, %5 = reduce_region %0, %1, %2, %3 {{dimensions = {dims:?}, body = func @b(%0: {dtype}[], %1: i32[], %2: {dtype}[], %3: i32[]) -> ({dtype}[], i32[]) {{
+      %4 = add %0, %2 : {dtype}[]
+      %5 = add %1, %3 : i32[]
+      return %4, %5
+    }}}} : {rt}, {ri}
+  return %4, %5
+}}
+"
+            );
+            check(
+                &text,
+                &[x.clone(), c.clone(), init.clone(), init_c.clone()],
+                false,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_body_of_other_ops_runs_as_a_compiled_region() {
+    // A body holding a `reduce` of a scalar (no elementwise op): not expanded, still right.
+    let text = "func @main(%0: f32[4,5], %1: f32[]) -> f32[4] {
+  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: f32[], %1: f32[]) -> f32[] {
+      %2 = reshape %1 : f32[1]
+      %3 = reduce %2, %0 {dimensions = [0], kind = add} : f32[]
+      return %3
+    }} : f32[4]
+  return %2
+}
+";
+    let x = Literal::f32([4, 5], (0..20).map(|i| i as f32 * 0.5).collect()).unwrap();
+    let init = Literal::f32([], vec![1.0]).unwrap();
+    check(text, &[x, init], true);
+}
+
+/// An argmax pooling of `%0` (positions as the second input) over `window`.
+fn pool_program(dtype: DType, shape: &[usize], window: &Window) -> String {
+    let t = TensorType::new(dtype, shape.to_vec());
+    let i = TensorType::new(DType::I32, shape.to_vec());
+    let out: Vec<usize> = (0..shape.len())
+        .map(|d| {
+            kiln_ir::verify::window_output_size(
+                shape[d],
+                window.base[d],
+                window.padding[d],
+                window.dims[d],
+                window.dil[d],
+                window.strides[d],
+            )
+        })
+        .collect();
+    let rt = TensorType::new(dtype, out.clone());
+    let ri = TensorType::new(DType::I32, out);
+    let n: usize = shape.iter().product();
+    let pads: Vec<[i64; 2]> = window.padding.iter().map(|p| [p.0, p.1]).collect();
+    format!(
+        "func @main(%0: {t}, %1: {dtype}[]) -> ({rt}, {ri}) {{
+  %2 = iota {{iota_dimension = 0}} : i32[{n}]
+  %3 = reshape %2 : {i}
+  %4 = constant {{value = 0}} : i32[]
+  %5, %6 = reduce_window_region %0, %3, %1, %4 {{window_dimensions = {:?}, window_strides = {:?}, base_dilations = {:?}, window_dilations = {:?}, padding = {pads:?}, body = {}}} : {rt}, {ri}
+  return %5, %6
+}}
+",
+        window.dims,
+        window.strides,
+        window.base,
+        window.dil,
+        arg_body(dtype, "GT")
+    )
+}
+
+struct Window {
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    base: Vec<i64>,
+    dil: Vec<i64>,
+    padding: Vec<(i64, i64)>,
+}
+
+#[test]
+fn argmax_pooling_agrees_with_the_reference_bit_for_bit() {
+    let w =
+        |dims: &[i64], strides: &[i64], base: &[i64], dil: &[i64], padding: &[(i64, i64)]| Window {
+            dims: dims.to_vec(),
+            strides: strides.to_vec(),
+            base: base.to_vec(),
+            dil: dil.to_vec(),
+            padding: padding.to_vec(),
+        };
+    let cases = [
+        (
+            vec![8, 8],
+            w(&[2, 2], &[2, 2], &[1, 1], &[1, 1], &[(0, 0), (0, 0)]),
+        ),
+        (
+            vec![7, 9],
+            w(&[3, 3], &[2, 1], &[1, 1], &[1, 1], &[(1, 1), (1, 0)]),
+        ),
+        (
+            vec![5, 6],
+            w(&[2, 3], &[1, 2], &[2, 1], &[1, 2], &[(0, 1), (2, 1)]),
+        ),
+        (
+            vec![3, 4, 5],
+            w(
+                &[1, 2, 2],
+                &[1, 1, 2],
+                &[1, 1, 1],
+                &[1, 1, 1],
+                &[(0, 0), (0, 0), (-1, 0)],
+            ),
+        ),
+        (vec![4], w(&[9], &[1], &[1], &[1], &[(0, 0)])),
+    ];
+    for dtype in [DType::F32, DType::F64, DType::I32] {
+        for (shape, window) in &cases {
+            for nans in [false, true] {
+                let n: usize = shape.iter().product();
+                let x = Literal::from_f64s(
+                    TensorType::new(dtype, shape.clone()),
+                    &values(dtype, n, nans, n as u64 + 3),
+                )
+                .unwrap();
+                let init = Literal::from_f64s(TensorType::scalar(dtype), &[-7.0]).unwrap();
+                let text = pool_program(dtype, shape, window);
+                check(&text, &[x, init], false);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_window_too_large_to_expand_runs_as_a_compiled_region() {
+    // 20 x 20 = 400 elements a window: more than the expansion takes.
+    let window = Window {
+        dims: vec![20, 20],
+        strides: vec![5, 5],
+        base: vec![1, 1],
+        dil: vec![1, 1],
+        padding: vec![(0, 0), (0, 0)],
+    };
+    let shape = [30, 25];
+    let x = Literal::from_f64s(
+        TensorType::new(DType::F32, shape.to_vec()),
+        &values(DType::F32, 750, true, 5),
+    )
+    .unwrap();
+    let init = Literal::f32([], vec![f32::NEG_INFINITY]).unwrap();
+    let text = pool_program(DType::F32, &shape, &window);
+    check(&text, &[x, init], true);
+}
+
+#[test]
+fn maps_agree_with_the_reference_expanded_or_as_a_region() {
+    // An elementwise computation (expanded) and one holding a `reduce` (run per element).
+    let bodies = [
+        (
+            "%2 = multiply %0, %1 : f32[]\n      %3 = constant {value = 1.5} : f32[]\n      %4 = subtract %2, %3 : f32[]\n      %5 = tanh %4 : f32[]\n      return %5",
+            false,
+        ),
+        (
+            "%2 = reshape %0 : f32[1]\n      %3 = reduce %2, %1 {dimensions = [0], kind = max} : f32[]\n      return %3",
+            true,
+        ),
+    ];
+    for shape in [vec![7], vec![3, 40], vec![0, 5]] {
+        let t = TensorType::new(DType::F32, shape.clone());
+        let n: usize = shape.iter().product();
+        let x = Literal::from_f64s(t.clone(), &values(DType::F32, n, true, 1)).unwrap();
+        let y = Literal::from_f64s(t.clone(), &values(DType::F32, n, false, 2)).unwrap();
+        let dims: Vec<usize> = (0..shape.len()).collect();
+        for (body, hosted) in bodies {
+            let text = format!(
+                "func @main(%0: {t}, %1: {t}) -> {t} {{
+  %2 = map %0, %1 {{dimensions = {dims:?}, computation = func @c(%0: f32[], %1: f32[]) -> f32[] {{
+      {body}
+    }}}} : {t}
+  return %2
+}}
+"
+            );
+            check(&text, &[x.clone(), y.clone()], hosted);
+        }
+    }
+}
