@@ -15,6 +15,14 @@ pub(crate) fn ty_str(t: &Tensor) -> String {
 }
 
 /// NumPy broadcasting of two shapes.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::ops::broadcast_shapes;
+/// assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
+/// assert_eq!(broadcast_shapes(&[2], &[3]), None);
+/// ```
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];

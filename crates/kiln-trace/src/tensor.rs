@@ -101,11 +101,30 @@ impl Tensor {
     }
 
     /// A tensor holding `value`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::{DType, Literal};
+    /// let t = Tensor::new(Literal::from_f64s(kiln_ir::TensorType::new(DType::I32, [2]), &[1.0, 2.0]).unwrap());
+    /// assert_eq!(t.to_vec::<i32>().unwrap(), [1, 2]);
+    /// ```
     pub fn new(value: Literal) -> Tensor {
         Tensor::from_repr(Repr::Eager(value))
     }
 
     /// A failed tensor carrying `e`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::{Error, Tensor};
+    /// let t = Tensor::failed(Error::new("my_op", "went wrong"));
+    /// assert!(t.to_vec::<f32>().unwrap_err().to_string().contains("went wrong"));
+    /// // Operations on a failed tensor pass the error on.
+    /// assert!((&t + 1.0).error().is_some());
+    /// ```
     pub fn failed(e: Error) -> Tensor {
         Tensor::from_repr(Repr::Failed(e))
     }
@@ -283,6 +302,19 @@ impl Tensor {
     }
 
     /// Whether this tensor is symbolic (inside a trace).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::{Tensor, trace::trace};
+    /// use kiln_ir::{DType, TensorType};
+    /// assert!(!Tensor::scalar(1.0f32).is_traced());
+    /// trace("f", &[TensorType::new(DType::F32, [2])], |p| {
+    ///     assert!(p[0].is_traced());
+    ///     vec![p[0].clone()]
+    /// })
+    /// .unwrap();
+    /// ```
     pub fn is_traced(&self) -> bool {
         matches!(self.repr(), Repr::Traced { .. })
     }

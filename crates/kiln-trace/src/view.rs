@@ -119,6 +119,15 @@ impl Tensor {
 
     /// Whether this tensor is a view of another's storage whose elements have not been
     /// copied out (see [`Tensor::shares_storage`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2, 3, 4], [2, 2]).unwrap();
+    /// assert!(!x.is_uncopied_view());
+    /// assert!(!x.t().contiguous().is_uncopied_view());
+    /// ```
     pub fn is_uncopied_view(&self) -> bool {
         matches!(self.repr(), Repr::View(v) if !v.gathered())
     }
