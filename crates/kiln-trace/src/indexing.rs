@@ -11,6 +11,15 @@ use kiln_ir::{DType, Loc, Op};
 
 /// What [`Tensor::take_with`] does with an index outside `[-n, n)` for an axis of length `n`
 /// (indices in `[-n, 0)` always count from the end), as `jnp.take`'s `mode`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{TakeMode, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let y = x.take_with(&Tensor::scalar(5i32), 0, TakeMode::Fill);
+/// assert!(y.item().unwrap().is_nan());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TakeMode {
     /// The element is a fill value: NaN for floats, the dtype's minimum for signed integers,

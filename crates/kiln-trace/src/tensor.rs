@@ -8,6 +8,14 @@ use std::fmt;
 use std::sync::Arc;
 
 /// Where a tensor lives.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Device, Tensor};
+/// assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+/// assert_eq!(Tensor::scalar(0i32).device(), Device::Cpu);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     /// Host memory.

@@ -7,6 +7,17 @@
 use crate::tensor::Tensor;
 
 /// A structure of tensors.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Tensor, Tree};
+/// let params = (Tensor::scalar(1.0f32), vec![Tensor::scalar(2.0f32), Tensor::scalar(3.0f32)]);
+/// assert_eq!(params.leaf_vec().len(), 3);
+/// assert_eq!(params.leaf_name_vec(), ["0", "1.0", "1.1"]);
+/// let doubled = params.map_leaves(&mut |t| t * 2.0);
+/// assert_eq!(doubled.1[1].item().unwrap(), 6.0);
+/// ```
 pub trait Tree: Sized {
     /// Appends the tensor leaves, in order.
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>);
