@@ -14,6 +14,17 @@ thread_local! {
 /// Runs `f` as the user-level operation `name` called at `loc`: errors raised by the
 /// operations it is made of name `name` and `loc` instead of their own. Nested composites keep
 /// the outermost name (the one the user wrote).
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Tensor, composite};
+/// use kiln_ir::Loc;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let y = composite("my_norm", Loc::caller(), || (&x * &x).sum(&[1], false).sqrt());
+/// // The failing piece (`sum` over a missing axis) reports the composite's name.
+/// assert_eq!(y.error().unwrap().op, "my_norm");
+/// ```
 pub fn composite<T>(name: &'static str, loc: Loc, f: impl FnOnce() -> T) -> T {
     struct Restore(Option<(&'static str, Loc)>);
     impl Drop for Restore {
@@ -40,6 +51,15 @@ pub(crate) fn naming(op: &str, loc: Loc) -> (String, Loc) {
 
 /// A failed tensor for an error of `op` at `loc`, named after the enclosing user-level
 /// operation when there is one (see [`composite`]).
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::failure;
+/// use kiln_ir::Loc;
+/// let t = failure("my_op", "bad input", Loc::caller());
+/// assert_eq!((t.error().unwrap().op.as_str(), t.error().unwrap().message.as_str()), ("my_op", "bad input"));
+/// ```
 pub fn failure(op: &str, message: impl Into<String>, loc: Loc) -> crate::Tensor {
     let (op, loc) = naming(op, loc);
     crate::Tensor::failed(crate::Error::at(&op, message, loc))

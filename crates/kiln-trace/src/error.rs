@@ -4,6 +4,17 @@ use kiln_ir::Loc;
 use std::fmt;
 
 /// What went wrong, and where in the user's source.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+/// let e = x.reshape(&[2, 2]).to_vec::<f32>().unwrap_err();
+/// assert_eq!(e.op, "reshape");
+/// assert!(e.loc.is_some()); // this line of the caller's source
+/// assert!(e.to_string().contains("cannot reshape f32[3]"), "{e}");
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Error {
     /// The user-level operation (`add`, `matmul`, `reshape`, ...).
@@ -35,6 +46,13 @@ impl Error {
     }
 
     /// An error without a user location (from the runtime).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let e = kiln_trace::Error::internal("run", "out of memory");
+    /// assert_eq!((e.loc, e.to_string()), (None, "run: out of memory".to_string()));
+    /// ```
     pub fn internal(op: &str, message: impl Into<String>) -> Error {
         Error {
             op: op.to_string(),

@@ -11,6 +11,15 @@ use kiln_ir::{DType, Loc, Op};
 
 /// What [`Tensor::take_with`] does with an index outside `[-n, n)` for an axis of length `n`
 /// (indices in `[-n, 0)` always count from the end), as `jnp.take`'s `mode`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{TakeMode, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let y = x.take_with(&Tensor::scalar(5i32), 0, TakeMode::Fill);
+/// assert!(y.item().unwrap().is_nan());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TakeMode {
     /// The element is a fill value: NaN for floats, the dtype's minimum for signed integers,
@@ -26,6 +35,17 @@ impl Tensor {
     /// The window of `sizes` starting at `starts` (one integer scalar tensor per dimension,
     /// all of one dtype), each start clamped so the window fits, as JAX's
     /// `lax.dynamic_slice`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// let x = Tensor::arange(5, DType::I32);
+    /// assert_eq!(x.dynamic_slice(&[&Tensor::scalar(1i32)], &[3]).to_vec::<i32>().unwrap(), [1, 2, 3]);
+    /// // The start is clamped so the window fits.
+    /// assert_eq!(x.dynamic_slice(&[&Tensor::scalar(4i32)], &[3]).to_vec::<i32>().unwrap(), [2, 3, 4]);
+    /// ```
     #[track_caller]
     pub fn dynamic_slice(&self, starts: &[&Tensor], sizes: &[usize]) -> Tensor {
         let mut operands = vec![self];
@@ -38,6 +58,17 @@ impl Tensor {
 
     /// This tensor with the window at `starts` replaced by `update` (of the same rank; starts
     /// clamped so it fits), as JAX's `lax.dynamic_update_slice`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// let x = Tensor::zeros(DType::I32, [5]);
+    /// let u = Tensor::from_vec(vec![7i32, 8], [2]).unwrap();
+    /// let y = x.dynamic_update_slice(&u, &[&Tensor::scalar(1i32)]);
+    /// assert_eq!(y.to_vec::<i32>().unwrap(), [0, 7, 8, 0, 0]);
+    /// ```
     #[track_caller]
     pub fn dynamic_update_slice(&self, update: &Tensor, starts: &[&Tensor]) -> Tensor {
         let mut operands = vec![self, update];
@@ -50,6 +81,17 @@ impl Tensor {
     /// replaced by the indices' shape. Negative indices count from the end. An index outside
     /// `[-n, n)` is an error when the indices have values (eager mode); under `jit` it takes the
     /// fill value of [`TakeMode::Fill`] (NaN for floats).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![10i32, 20, 30], [3]).unwrap();
+    /// let i = Tensor::from_vec(vec![2i32, -1, 0, 0], [2, 2]).unwrap();
+    /// let y = x.take(&i, 0);
+    /// assert_eq!((y.shape(), y.to_vec::<i32>().unwrap()), (vec![2, 2], vec![30, 30, 10, 10]));
+    /// assert!(x.take(&Tensor::scalar(3i32), 0).to_vec::<i32>().is_err());
+    /// ```
     #[track_caller]
     pub fn take(&self, indices: &Tensor, axis: isize) -> Tensor {
         let loc = Loc::caller();
@@ -59,6 +101,16 @@ impl Tensor {
     }
 
     /// [`Tensor::take`] with out-of-range indices handled by `mode`, eagerly too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::{TakeMode, Tensor};
+    /// let x = Tensor::from_vec(vec![10i32, 20, 30], [3]).unwrap();
+    /// let i = Tensor::from_vec(vec![3i32, 5], [2]).unwrap();
+    /// assert_eq!(x.take_with(&i, 0, TakeMode::Clip).to_vec::<i32>().unwrap(), [30, 30]);
+    /// assert_eq!(x.take_with(&i, 0, TakeMode::Wrap).to_vec::<i32>().unwrap(), [10, 30]);
+    /// ```
     #[track_caller]
     pub fn take_with(&self, indices: &Tensor, axis: isize, mode: TakeMode) -> Tensor {
         let loc = Loc::caller();
@@ -150,6 +202,15 @@ impl Tensor {
     /// this tensor's `[.., indices[.., i, ..], ..]`. Negative indices count from the end; one
     /// outside `[-n, n)` is an error when the indices have values (eager mode) and gives the
     /// fill value of [`TakeMode::Fill`] under `jit`. `argsort`'s result sorts a tensor so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2, 3, 4, 5, 6], [2, 3]).unwrap();
+    /// let i = Tensor::from_vec(vec![2i32, 0], [2, 1]).unwrap();
+    /// assert_eq!(x.take_along_axis(&i, 1).to_vec::<i32>().unwrap(), [3, 4]);
+    /// ```
     #[track_caller]
     pub fn take_along_axis(&self, indices: &Tensor, axis: isize) -> Tensor {
         let loc = Loc::caller();

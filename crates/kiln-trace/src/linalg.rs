@@ -111,6 +111,16 @@ pub fn check_rhs(
 /// dimensions; the leading ones are a batch): lower (`l lᵀ = a`) or upper (`uᵀ u = a`). Only
 /// that triangle of `a` is read. A matrix that is not positive definite gives NaN everywhere in
 /// its factor. Differentiable.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Tensor, linalg::cholesky};
+/// let a = Tensor::from_vec(vec![4.0f32, 2.0, 2.0, 3.0], [2, 2]).unwrap();
+/// let l = cholesky(&a, true).to_vec::<f32>().unwrap();
+/// let want = [2.0f32, 0.0, 1.0, 2f32.sqrt()]; // l lᵀ = a
+/// assert!(l.iter().zip(want).all(|(x, y)| (x - y).abs() < 1e-6), "{l:?}");
+/// ```
 #[track_caller]
 pub fn cholesky(a: &Tensor, lower: bool) -> Tensor {
     let loc = Loc::caller();
@@ -123,6 +133,17 @@ pub fn cholesky(a: &Tensor, lower: bool) -> Tensor {
 /// Solves `op(a) x = b` (`left_side`) or `x op(a) = b` for each triangular matrix of `a` (its
 /// `lower` or upper triangle; ones on the diagonal when `unit_diagonal`) and the matching
 /// matrix of `b`. Differentiable in both.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Tensor, linalg::triangular_solve};
+/// use kiln_ir::TransposeA;
+/// let a = Tensor::from_vec(vec![2.0f32, 0.0, 1.0, 1.0], [2, 2]).unwrap();
+/// let b = Tensor::from_vec(vec![2.0f32, 3.0], [2, 1]).unwrap();
+/// let x = triangular_solve(&a, &b, true, true, false, TransposeA::NoTranspose);
+/// assert_eq!(x.to_vec::<f32>().unwrap(), [1.0, 2.0]); // 2·1 = 2, 1·1 + 1·2 = 3
+/// ```
 #[track_caller]
 pub fn triangular_solve(
     a: &Tensor,
@@ -156,6 +177,18 @@ pub fn triangular_solve(
 /// (`l`'s strict lower triangle, its unit diagonal not stored, and `u`), the `i32` pivots (the
 /// row swapped with row `j` at step `j`) and the `i32` permutation `p` with `a[p] = l u`.
 /// Differentiable in the factors.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Tensor, linalg::lu};
+/// let a = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], [2, 2]).unwrap();
+/// let (factors, pivots, perm) = lu(&a);
+/// // Row 1 is the pivot: a[p] = [[2, 3], [0, 1]] = l u with l the identity.
+/// assert_eq!(perm.to_vec::<i32>().unwrap(), [1, 0]);
+/// assert_eq!(pivots.to_vec::<i32>().unwrap(), [1, 1]);
+/// assert_eq!(factors.to_vec::<f32>().unwrap(), [2.0, 3.0, 0.0, 1.0]);
+/// ```
 #[track_caller]
 pub fn lu(a: &Tensor) -> (Tensor, Tensor, Tensor) {
     let loc = Loc::caller();

@@ -37,6 +37,17 @@
 use kiln_ir::DType;
 
 /// The dtype that `a` and `b` promote to (their least upper bound in the lattice above).
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::promote::promote_types;
+/// use kiln_ir::DType;
+/// assert_eq!(promote_types(DType::I8, DType::I32), DType::I32);
+/// assert_eq!(promote_types(DType::U32, DType::I32), DType::I64);
+/// assert_eq!(promote_types(DType::F16, DType::BF16), DType::F32);
+/// assert_eq!(promote_types(DType::I64, DType::F16), DType::F16);
+/// ```
 pub fn promote_types(a: DType, b: DType) -> DType {
     use DType::*;
     if a == b {
@@ -89,17 +100,43 @@ fn float_rank(d: DType) -> (u8, DType) {
 }
 
 /// The dtype a weakly typed float scalar takes next to a tensor of dtype `d`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::promote::weak_float;
+/// use kiln_ir::DType;
+/// assert_eq!(weak_float(DType::BF16), DType::BF16);
+/// assert_eq!(weak_float(DType::I32), DType::F32);
+/// ```
 pub fn weak_float(d: DType) -> DType {
     if d.is_float() { d } else { DType::F32 }
 }
 
 /// The dtype a weakly typed integer scalar takes next to a tensor of dtype `d`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::promote::weak_int;
+/// use kiln_ir::DType;
+/// assert_eq!(weak_int(DType::U8), DType::U8);
+/// assert_eq!(weak_int(DType::Pred), DType::I32);
+/// ```
 pub fn weak_int(d: DType) -> DType {
     if d == DType::Pred { DType::I32 } else { d }
 }
 
 /// The float dtype that floating-point functions of `d` compute in: `d` itself for floats,
 /// `f32` for integers and `pred`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::promote::inexact;
+/// use kiln_ir::DType;
+/// assert_eq!((inexact(DType::F64), inexact(DType::I64)), (DType::F64, DType::F32));
+/// ```
 pub fn inexact(d: DType) -> DType {
     weak_float(d)
 }

@@ -12,6 +12,15 @@ use kiln_ir::Loc;
 impl Tensor {
     /// The running sum along `axis`: element i is the sum of elements 0..=i (`reverse`: of
     /// i..n). Integer tensors sum in their own dtype (wrapping), as NumPy's do.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2, 3, 4], [4]).unwrap();
+    /// assert_eq!(x.cumsum(0, false).to_vec::<i32>().unwrap(), [1, 3, 6, 10]);
+    /// assert_eq!(x.cumsum(0, true).to_vec::<i32>().unwrap(), [10, 9, 7, 4]);
+    /// ```
     #[track_caller]
     pub fn cumsum(&self, axis: isize, reverse: bool) -> Tensor {
         let loc = Loc::caller();
@@ -20,6 +29,14 @@ impl Tensor {
 
     /// The running product along `axis`: element i is the product of elements 0..=i
     /// (`reverse`: of i..n).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
+    /// assert_eq!(x.cumprod(1, false).to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 12.0]);
+    /// ```
     #[track_caller]
     pub fn cumprod(&self, axis: isize, reverse: bool) -> Tensor {
         let loc = Loc::caller();

@@ -45,6 +45,18 @@ impl Tensor {
     /// The elements sorted along `axis` (negative counts from the end), ascending or
     /// descending; NaN greatest. Differentiable: the gradient moves back to where each
     /// element came from.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![3.0f32, f32::NAN, 1.0, 2.0], [4]).unwrap();
+    /// let up = x.sort(0, false).to_vec::<f32>().unwrap();
+    /// assert_eq!(&up[..3], [1.0, 2.0, 3.0]);
+    /// assert!(up[3].is_nan());
+    /// let m = Tensor::from_vec(vec![3i32, 1, 2, 9, 7, 8], [2, 3]).unwrap();
+    /// assert_eq!(m.sort(-1, true).to_vec::<i32>().unwrap(), [3, 2, 1, 9, 8, 7]);
+    /// ```
     #[track_caller]
     pub fn sort(&self, axis: isize, descending: bool) -> Tensor {
         let loc = Loc::caller();
@@ -56,6 +68,15 @@ impl Tensor {
 
     /// The `i32` positions along `axis` of the elements in sorted order (the positions a
     /// gather along `axis` takes to sort it); stable: among equal keys the first comes first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![3i32, 1, 2, 1], [4]).unwrap();
+    /// assert_eq!(x.argsort(0, false).to_vec::<i32>().unwrap(), [1, 3, 2, 0]);
+    /// assert_eq!(x.argsort(0, true).to_vec::<i32>().unwrap(), [0, 2, 1, 3]);
+    /// ```
     #[track_caller]
     pub fn argsort(&self, axis: isize, descending: bool) -> Tensor {
         let loc = Loc::caller();
@@ -72,6 +93,17 @@ impl Tensor {
 
     /// This tensor (the keys) and `values` (each of its shape) sorted together along `axis`
     /// by the keys: the sorted keys, then each value tensor in the keys' order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let keys = Tensor::from_vec(vec![3i32, 1, 2], [3]).unwrap();
+    /// let names = Tensor::from_vec(vec![30.0f32, 10.0, 20.0], [3]).unwrap();
+    /// let s = keys.sort_with(&[&names], 0, false);
+    /// assert_eq!(s[0].to_vec::<i32>().unwrap(), [1, 2, 3]);
+    /// assert_eq!(s[1].to_vec::<f32>().unwrap(), [10.0, 20.0, 30.0]);
+    /// ```
     #[track_caller]
     pub fn sort_with(&self, values: &[&Tensor], axis: isize, descending: bool) -> Vec<Tensor> {
         let loc = Loc::caller();
@@ -82,6 +114,16 @@ impl Tensor {
 
     /// The `k` greatest elements along `axis`, greatest first, and their `i32` positions (the
     /// first of equal elements first; NaN counts greatest).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 5.0, 3.0, 5.0], [4]).unwrap();
+    /// let (values, positions) = x.topk(3, 0);
+    /// assert_eq!(values.to_vec::<f32>().unwrap(), [5.0, 5.0, 3.0]);
+    /// assert_eq!(positions.to_vec::<i32>().unwrap(), [1, 3, 2]);
+    /// ```
     #[track_caller]
     pub fn topk(&self, k: usize, axis: isize) -> (Tensor, Tensor) {
         let loc = Loc::caller();
@@ -111,6 +153,15 @@ impl Tensor {
 
     /// The `i32` position along `axis` of the greatest element (the first of equal ones; a NaN
     /// counts greatest, as NumPy and PyTorch count it), with `axis` kept as 1 when `keepdims`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 7.0, 7.0, 4.0, 2.0, 0.0], [2, 3]).unwrap();
+    /// assert_eq!(x.argmax(1, false).to_vec::<i32>().unwrap(), [1, 0]);
+    /// assert_eq!(x.argmax(0, true).shape(), [1, 3]);
+    /// ```
     #[track_caller]
     pub fn argmax(&self, axis: isize, keepdims: bool) -> Tensor {
         let loc = Loc::caller();
@@ -120,6 +171,14 @@ impl Tensor {
     /// The `i32` position along `axis` of the least element (the first of equal ones; a row
     /// with a NaN gives its first NaN, as NumPy and PyTorch give it), with `axis` kept as 1
     /// when `keepdims`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 7.0, 7.0, 4.0, 2.0, 0.0], [2, 3]).unwrap();
+    /// assert_eq!(x.argmin(1, false).to_vec::<i32>().unwrap(), [0, 2]);
+    /// ```
     #[track_caller]
     pub fn argmin(&self, axis: isize, keepdims: bool) -> Tensor {
         let loc = Loc::caller();

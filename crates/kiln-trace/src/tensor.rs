@@ -8,6 +8,14 @@ use std::fmt;
 use std::sync::Arc;
 
 /// Where a tensor lives.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Device, Tensor};
+/// assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+/// assert_eq!(Tensor::scalar(0i32).device(), Device::Cpu);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     /// Host memory.
@@ -103,16 +111,44 @@ impl Tensor {
     }
 
     /// A tensor holding `value`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::{DType, Literal};
+    /// let t = Tensor::new(Literal::from_f64s(kiln_ir::TensorType::new(DType::I32, [2]), &[1.0, 2.0]).unwrap());
+    /// assert_eq!(t.to_vec::<i32>().unwrap(), [1, 2]);
+    /// ```
     pub fn new(value: Literal) -> Tensor {
         Tensor::from_repr(Repr::Eager(value))
     }
 
     /// A failed tensor carrying `e`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::{Error, Tensor};
+    /// let t = Tensor::failed(Error::new("my_op", "went wrong"));
+    /// assert!(t.to_vec::<f32>().unwrap_err().to_string().contains("went wrong"));
+    /// // Operations on a failed tensor pass the error on.
+    /// assert!((&t + 1.0).error().is_some());
+    /// ```
     pub fn failed(e: Error) -> Tensor {
         Tensor::from_repr(Repr::Failed(e))
     }
 
     /// A tensor of `shape` from row-major values.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 2, 3, 4, 5, 6], [2, 3]).unwrap();
+    /// assert_eq!((x.shape(), x.dtype()), (vec![2, 3], kiln_ir::DType::I64));
+    /// assert!(Tensor::from_vec(vec![1.0f32, 2.0], [3]).is_err());
+    /// ```
     #[track_caller]
     pub fn from_vec<T: Element>(values: Vec<T>, shape: impl Into<Vec<usize>>) -> Result<Tensor> {
         let ty = TensorType::new(T::DTYPE, shape);
@@ -123,6 +159,14 @@ impl Tensor {
     }
 
     /// A scalar tensor.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::scalar(2.5f64);
+    /// assert_eq!((x.rank(), x.item().unwrap()), (0, 2.5));
+    /// ```
     pub fn scalar<T: Element>(x: T) -> Tensor {
         Tensor::new(
             Literal::new(TensorType::scalar(T::DTYPE), T::data(vec![x])).expect("one element"),
@@ -131,18 +175,44 @@ impl Tensor {
 
     /// A tensor of `dtype` and `shape` filled with `x` (rounded or converted to the dtype). A
     /// shape too large to address or to allocate gives a failed tensor saying so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// let x = Tensor::full(DType::I32, [2, 2], 7.0);
+    /// assert_eq!(x.to_vec::<i32>().unwrap(), [7, 7, 7, 7]);
+    /// ```
     #[track_caller]
     pub fn full(dtype: DType, shape: impl Into<Vec<usize>>, x: f64) -> Tensor {
         Tensor::filled("full", TensorType::new(dtype, shape), x, Loc::caller())
     }
 
     /// Zeros (a failed tensor for a shape too large to allocate).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// assert_eq!(Tensor::zeros(DType::F32, [3]).to_vec::<f32>().unwrap(), [0.0, 0.0, 0.0]);
+    /// ```
     #[track_caller]
     pub fn zeros(dtype: DType, shape: impl Into<Vec<usize>>) -> Tensor {
         Tensor::filled("zeros", TensorType::new(dtype, shape), 0.0, Loc::caller())
     }
 
     /// Ones (a failed tensor for a shape too large to allocate).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// let x = Tensor::ones(DType::U8, [1, 2]);
+    /// assert_eq!((x.shape(), x.to_vec::<u8>().unwrap()), (vec![1, 2], vec![1, 1]));
+    /// ```
     #[track_caller]
     pub fn ones(dtype: DType, shape: impl Into<Vec<usize>>) -> Tensor {
         Tensor::filled("ones", TensorType::new(dtype, shape), 1.0, Loc::caller())
@@ -159,6 +229,14 @@ impl Tensor {
     }
 
     /// `[0, 1, ..., n-1]` of `dtype`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// assert_eq!(Tensor::arange(4, DType::F32).to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0]);
+    /// ```
     #[track_caller]
     pub fn arange(n: usize, dtype: DType) -> Tensor {
         let ty = TensorType::new(dtype, [n]);
@@ -175,6 +253,15 @@ impl Tensor {
     }
 
     /// The type, unless the tensor failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// assert_eq!(x.ty().unwrap().to_string(), "f32[2]");
+    /// assert!(x.reshape(&[3]).ty().is_none());
+    /// ```
     pub fn ty(&self) -> Option<TensorType> {
         match self.repr() {
             Repr::Eager(l) => Some(l.ty().clone()),
@@ -185,26 +272,74 @@ impl Tensor {
     }
 
     /// The shape (empty for a failed tensor).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// assert_eq!(Tensor::zeros(DType::F32, [2, 3]).shape(), [2, 3]);
+    /// ```
     pub fn shape(&self) -> Vec<usize> {
         self.ty().map(|t| t.shape).unwrap_or_default()
     }
 
     /// The number of dimensions.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// assert_eq!(Tensor::zeros(DType::F32, [2, 3, 4]).rank(), 3);
+    /// assert_eq!(Tensor::scalar(1i32).rank(), 0);
+    /// ```
     pub fn rank(&self) -> usize {
         self.shape().len()
     }
 
     /// The element type (`f32` for a failed tensor).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// use kiln_ir::DType;
+    /// assert_eq!(Tensor::scalar(1u32).dtype(), DType::U32);
+    /// ```
     pub fn dtype(&self) -> DType {
         self.ty().map(|t| t.dtype).unwrap_or(DType::F32)
     }
 
     /// Whether this tensor is symbolic (inside a trace).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::{Tensor, trace::trace};
+    /// use kiln_ir::{DType, TensorType};
+    /// assert!(!Tensor::scalar(1.0f32).is_traced());
+    /// trace("f", &[TensorType::new(DType::F32, [2])], |p| {
+    ///     assert!(p[0].is_traced());
+    ///     vec![p[0].clone()]
+    /// })
+    /// .unwrap();
+    /// ```
     pub fn is_traced(&self) -> bool {
         matches!(self.repr(), Repr::Traced { .. })
     }
 
     /// The error, if this tensor failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// assert!(x.error().is_none());
+    /// let e = x.squeeze(0).error().unwrap().to_string();
+    /// assert!(e.contains("squeeze"), "{e}");
+    /// ```
     pub fn error(&self) -> Option<&Error> {
         match self.repr() {
             Repr::Failed(e) => Some(e),
@@ -213,12 +348,32 @@ impl Tensor {
     }
 
     /// How many tensor handles (clones) share this tensor's value, this one included.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::scalar(1.0f32);
+    /// let y = x.clone();
+    /// assert_eq!((x.handles(), y.handles()), (2, 2));
+    /// ```
     pub fn handles(&self) -> usize {
         Arc::strong_count(&self.0)
     }
 
     /// The value of an eager tensor by move, when no other handle shares it (what donating a
     /// buffer needs); otherwise the tensor back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::scalar(1.0f32);
+    /// let y = x.clone();
+    /// let x = x.try_into_literal().unwrap_err(); // `y` shares the value
+    /// drop(y);
+    /// assert_eq!(x.try_into_literal().unwrap().to_f64s(), [1.0]);
+    /// ```
     pub fn try_into_literal(self) -> std::result::Result<Literal, Tensor> {
         match Arc::try_unwrap(self.0) {
             Ok(Repr::Eager(l)) => Ok(l),
@@ -229,6 +384,14 @@ impl Tensor {
     }
 
     /// The value of an eager tensor.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2], [2]).unwrap();
+    /// assert_eq!(x.literal().unwrap().to_f64s(), [1.0, 2.0]);
+    /// ```
     pub fn literal(&self) -> Option<&Literal> {
         match self.repr() {
             Repr::Eager(l) => Some(l),
@@ -238,6 +401,15 @@ impl Tensor {
     }
 
     /// The value, or the error that made this tensor fail, or an error if it is symbolic.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2], [2]).unwrap();
+    /// assert_eq!(x.to_literal().unwrap().ty().to_string(), "i32[2]");
+    /// assert!(x.index(5).to_literal().is_err());
+    /// ```
     #[track_caller]
     pub fn to_literal(&self) -> Result<Literal> {
         match self.repr() {
@@ -252,6 +424,15 @@ impl Tensor {
     }
 
     /// The row-major values as `T`, which must match the dtype.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2], [2]).unwrap();
+    /// assert_eq!(x.to_vec::<i32>().unwrap(), [1, 2]);
+    /// assert!(x.to_vec::<f32>().is_err()); // the dtype must match
+    /// ```
     #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let loc = Loc::caller();
@@ -266,6 +447,14 @@ impl Tensor {
     }
 
     /// The single value of a one-element tensor, converted to f64.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// assert_eq!(Tensor::scalar(3i32).item().unwrap(), 3.0);
+    /// assert!(Tensor::from_vec(vec![1i32, 2], [2]).unwrap().item().is_err());
+    /// ```
     #[track_caller]
     pub fn item(&self) -> Result<f64> {
         let l = self.to_literal()?;
@@ -279,6 +468,13 @@ impl Tensor {
     }
 
     /// The device this tensor lives on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::{Device, Tensor};
+    /// assert_eq!(Tensor::scalar(1.0f32).device(), Device::Cpu);
+    /// ```
     pub fn device(&self) -> Device {
         Device::Cpu
     }
@@ -286,6 +482,15 @@ impl Tensor {
     /// This tensor on `device`. Tensors live in host memory (there are no device tensors
     /// yet), so moving to a GPU gives a failed tensor saying so and how compiled functions
     /// run on one (`KILN_BACKEND=cuda`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::{Device, Tensor};
+    /// let x = Tensor::scalar(1.0f32);
+    /// assert_eq!(x.to(Device::Cpu).item().unwrap(), 1.0);
+    /// assert!(x.to(Device::Cuda(0)).error().is_some());
+    /// ```
     #[track_caller]
     pub fn to(&self, device: Device) -> Tensor {
         match device {

@@ -67,6 +67,19 @@ pub struct Traced {
 
 /// Traces `f` on fresh symbolic parameters of the given types. Returns the function with
 /// `f`'s results as outputs, or the first error any traced operation reported.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::trace::trace;
+/// use kiln_ir::{DType, TensorType};
+/// let t = trace("double", &[TensorType::new(DType::F32, [2])], |p| vec![&p[0] * 2.0]).unwrap();
+/// assert_eq!((t.func.params.len(), t.func.outputs.len()), (1, 1));
+/// assert!(t.captures.is_empty());
+/// // An error inside the traced function is the trace's error.
+/// let bad = trace("bad", &[TensorType::new(DType::F32, [2])], |p| vec![p[0].squeeze(0)]);
+/// assert!(bad.is_err());
+/// ```
 pub fn trace(
     name: &str,
     params: &[TensorType],
@@ -216,6 +229,19 @@ pub fn tag(t: &Tensor, name: &str) {
 }
 
 /// Whether any trace is active on this thread.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::trace::{trace, tracing};
+/// use kiln_ir::{DType, TensorType};
+/// assert!(!tracing());
+/// trace("f", &[TensorType::new(DType::F32, [])], |p| {
+///     assert!(tracing());
+///     vec![p[0].clone()]
+/// })
+/// .unwrap();
+/// ```
 pub fn tracing() -> bool {
     FRAMES.with(|fr| !fr.borrow().is_empty())
 }

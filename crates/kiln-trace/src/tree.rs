@@ -7,6 +7,17 @@
 use crate::tensor::Tensor;
 
 /// A structure of tensors.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Tensor, Tree};
+/// let params = (Tensor::scalar(1.0f32), vec![Tensor::scalar(2.0f32), Tensor::scalar(3.0f32)]);
+/// assert_eq!(params.leaf_vec().len(), 3);
+/// assert_eq!(params.leaf_name_vec(), ["0", "1.0", "1.1"]);
+/// let doubled = params.map_leaves(&mut |t| t * 2.0);
+/// assert_eq!(doubled.1[1].item().unwrap(), 6.0);
+/// ```
 pub trait Tree: Sized {
     /// Appends the tensor leaves, in order.
     fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>);
@@ -68,6 +79,14 @@ pub trait Tree: Sized {
 
 /// `prefix.segment`, or `segment` when `prefix` is empty: how [`Tree::leaf_names`] builds
 /// paths.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::tree::join_path;
+/// assert_eq!(join_path("layers.0", "weight"), "layers.0.weight");
+/// assert_eq!(join_path("", "weight"), "weight");
+/// ```
 pub fn join_path(prefix: &str, segment: &str) -> String {
     if prefix.is_empty() {
         segment.to_string()
@@ -218,6 +237,17 @@ tuple_tree!(0 A, 1 B, 2 C, 3 D, 4 E, 5 F);
 
 /// Applies `f` to corresponding leaves of two trees of the same structure; the error names
 /// both structures when they differ.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::{Tensor, tree::zip_map};
+/// let a = (Tensor::scalar(1.0f32), Tensor::scalar(2.0f32));
+/// let b = (Tensor::scalar(10.0f32), Tensor::scalar(20.0f32));
+/// let s = zip_map(&a, &b, |x, y| x + y).unwrap();
+/// assert_eq!((s.0.item().unwrap(), s.1.item().unwrap()), (11.0, 22.0));
+/// assert!(zip_map(&a, &(Tensor::scalar(1.0f32), Tensor::scalar(1i32)), |x, _| x.clone()).is_err());
+/// ```
 #[track_caller]
 pub fn zip_map<T: Tree>(
     a: &T,
@@ -243,6 +273,13 @@ pub fn zip_map<T: Tree>(
 
 /// `text` with every Rust path shortened to its last segment (`alloc::vec::Vec<kiln::Mlp>`
 /// becomes `Vec<Mlp>`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::tree::readable;
+/// assert_eq!(readable("alloc::vec::Vec<kiln::nn::Mlp>"), "Vec<Mlp>");
+/// ```
 pub fn readable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut word = String::new();

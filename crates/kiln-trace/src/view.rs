@@ -98,6 +98,16 @@ pub(crate) fn view_op(op: &Op, x: &Tensor, ty: &TensorType) -> Option<Tensor> {
 impl Tensor {
     /// Whether this tensor and `other` read the same storage (one is a view of the other, or
     /// both are views of one tensor).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// let y = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// assert!(x.shares_storage(&x.clone()));
+    /// assert!(!x.shares_storage(&y));
+    /// ```
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         let storage = |t: &Tensor| match t.repr() {
             Repr::Eager(_) => Some(t.identity()),
@@ -109,12 +119,30 @@ impl Tensor {
 
     /// Whether this tensor is a view of another's storage whose elements have not been
     /// copied out (see [`Tensor::shares_storage`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2, 3, 4], [2, 2]).unwrap();
+    /// assert!(!x.is_uncopied_view());
+    /// assert!(!x.t().contiguous().is_uncopied_view());
+    /// ```
     pub fn is_uncopied_view(&self) -> bool {
         matches!(self.repr(), Repr::View(v) if !v.gathered())
     }
 
     /// This tensor with storage of its own, in row-major order: a view's elements copied
     /// out; any other tensor itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2, 3, 4], [2, 2]).unwrap().t().contiguous();
+    /// assert!(!x.is_uncopied_view());
+    /// assert_eq!(x.to_vec::<i32>().unwrap(), [1, 3, 2, 4]);
+    /// ```
     pub fn contiguous(&self) -> Tensor {
         match self.repr() {
             Repr::View(v) => Tensor::new(v.literal().clone()),

@@ -13,17 +13,45 @@ pub mod init {
     use super::*;
 
     /// U(-b, b) with b = sqrt(6 / fan_in): He/Kaiming uniform for ReLU layers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::init, random};
+    /// let w = init::kaiming_uniform(&random::key(0), &[64, 32], 64, DType::F32);
+    /// assert_eq!(w.shape(), [64, 32]);
+    /// let bound = (6.0f32 / 64.0).sqrt();
+    /// assert!(w.to_vec::<f32>().unwrap().iter().all(|v| v.abs() < bound));
+    /// ```
     pub fn kaiming_uniform(k: &Key, shape: &[usize], fan_in: usize, dtype: DType) -> Tensor {
         let b = (6.0 / fan_in as f64).sqrt();
         uniform(k, shape, dtype, -b, b)
     }
 
     /// N(0, 2 / fan_in): He/Kaiming normal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::init, random};
+    /// let w = init::kaiming_normal(&random::key(0), &[100, 50], 8, DType::F32);
+    /// let std = w.powf(2.0).mean_all().item().unwrap().sqrt();
+    /// assert!((std - 0.5).abs() < 0.03, "{std}"); // sqrt(2 / 8)
+    /// ```
     pub fn kaiming_normal(k: &Key, shape: &[usize], fan_in: usize, dtype: DType) -> Tensor {
         &normal(k, shape, dtype) * (2.0 / fan_in as f64).sqrt()
     }
 
     /// U(-b, b) with b = sqrt(6 / (fan_in + fan_out)): Glorot/Xavier uniform.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::init, random};
+    /// let w = init::xavier_uniform(&random::key(0), &[16, 8], 16, 8, DType::F32);
+    /// let bound = (6.0f32 / 24.0).sqrt();
+    /// assert!(w.to_vec::<f32>().unwrap().iter().all(|v| v.abs() < bound));
+    /// ```
     pub fn xavier_uniform(
         k: &Key,
         shape: &[usize],
@@ -36,6 +64,15 @@ pub mod init {
     }
 
     /// N(0, 2 / (fan_in + fan_out)): Glorot/Xavier normal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::init, random};
+    /// let w = init::xavier_normal(&random::key(0), &[100, 50], 4, 4, DType::F32);
+    /// let std = w.powf(2.0).mean_all().item().unwrap().sqrt();
+    /// assert!((std - 0.5).abs() < 0.03, "{std}"); // sqrt(2 / (4 + 4))
+    /// ```
     pub fn xavier_normal(
         k: &Key,
         shape: &[usize],
@@ -48,6 +85,20 @@ pub mod init {
 }
 
 /// `y = x W + b`, with `W` of shape `[in, out]`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn::Linear, random};
+/// let layer = Linear {
+///     weight: Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], [3, 2]).unwrap(),
+///     bias: Some(Tensor::from_vec(vec![0.5f32, -0.5], [2]).unwrap()),
+/// };
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [1, 3]).unwrap();
+/// assert_eq!(layer.forward(&x).to_vec::<f32>().unwrap(), [4.5, 4.5]);
+/// let init = Linear::new(&random::key(0), 3, 2, DType::F32);
+/// assert_eq!(init.forward(&Tensor::ones(DType::F32, [5, 3])).shape(), [5, 2]);
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct Linear {
     /// `[in, out]`.
@@ -79,6 +130,16 @@ impl Linear {
 }
 
 /// A stack of linear layers with an activation between them.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn, random};
+/// let mlp = nn::Mlp::new(&random::key(0), &[4, 8, 2], DType::F32);
+/// assert_eq!(mlp.layers.len(), 2);
+/// assert_eq!(nn::parameter_count(&mlp), 4 * 8 + 8 + 8 * 2 + 2);
+/// assert_eq!(mlp.forward(&Tensor::ones(DType::F32, [5, 4])).shape(), [5, 2]);
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct Mlp {
     /// The layers, input first.
@@ -113,6 +174,18 @@ impl Mlp {
 }
 
 /// Layer normalization over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn::LayerNorm};
+/// let ln = LayerNorm::new(4, DType::F32);
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [1, 4]).unwrap();
+/// let y = ln.forward(&x).to_vec::<f32>().unwrap();
+/// // Mean 2.5 and variance 1.25 normalized away.
+/// let want = [-1.5f32, -0.5, 0.5, 1.5].map(|c| c / (1.25f32 + 1e-5).sqrt());
+/// assert!(y.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-5), "{y:?}");
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct LayerNorm {
     /// Scale, `[dim]`.
@@ -144,6 +217,17 @@ impl LayerNorm {
 }
 
 /// A lookup table of vectors.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn::Embedding, random};
+/// let e = Embedding::new(&random::key(0), 10, 3, DType::F32);
+/// let ids = Tensor::from_vec(vec![2i32, 0, 2], [3]).unwrap();
+/// let v = e.forward(&ids);
+/// assert_eq!(v.shape(), [3, 3]);
+/// assert_eq!(v.index(0).to_vec::<f32>().unwrap(), e.table.index(2).to_vec::<f32>().unwrap());
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct Embedding {
     /// `[vocab, dim]`.
@@ -166,6 +250,19 @@ impl Embedding {
 }
 
 /// 2-D convolution over NCHW inputs.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn::Conv2d, random};
+/// let conv = Conv2d::new(&random::key(0), 3, 8, (3, 3), (1, 1), (1, 1), 1, DType::F32);
+/// let y = conv.forward(&Tensor::zeros(DType::F32, [2, 3, 5, 5]));
+/// assert_eq!(y.shape(), [2, 8, 5, 5]);
+/// // A zero input gives the bias of each output channel everywhere.
+/// let bias = conv.bias.as_ref().unwrap().to_vec::<f32>().unwrap();
+/// assert_eq!(y.max(&[0, 2, 3], false).to_vec::<f32>().unwrap(), bias);
+/// assert_eq!(y.min(&[0, 2, 3], false).to_vec::<f32>().unwrap(), bias);
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct Conv2d {
     /// `[out, in / groups, kh, kw]`.
@@ -232,6 +329,20 @@ impl Conv2d {
 }
 
 /// Multi-head self-attention over `[batch, time, dim]`, optionally causal.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn::MultiHeadAttention, random};
+/// let mha = MultiHeadAttention::new(&random::key(0), 8, 2, true, DType::F32);
+/// let x = random::normal(&random::key(1), &[1, 4, 8], DType::F32);
+/// let y = mha.forward(&x);
+/// assert_eq!(y.shape(), [1, 4, 8]);
+/// // Causal: changing the last position leaves the first one's output alone.
+/// let x2 = Tensor::concat(&[&x.slice(1, 0, 3, 1), &Tensor::zeros(DType::F32, [1, 1, 8])], 1);
+/// let (a, b) = (y.slice(1, 0, 1, 1), mha.forward(&x2).slice(1, 0, 1, 1));
+/// assert!((&a - &b).abs().max(&[0, 1, 2], false).item().unwrap() < 1e-6);
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct MultiHeadAttention {
     /// Query projection.
@@ -313,6 +424,20 @@ impl MultiHeadAttention {
 /// A query whose keys are all masked out has no defined weights: its row of the result is NaN,
 /// as in PyTorch. On the CPU, both products and the softmax compile into one kernel for up to
 /// 16384 keys and 256-wide heads (`docs/performance.md`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn::scaled_dot_product_attention};
+/// let q = Tensor::zeros(DType::F32, [2, 2]);
+/// let k = Tensor::zeros(DType::F32, [2, 2]);
+/// let v = Tensor::from_vec(vec![1.0f32, 3.0], [2, 1]).unwrap();
+/// // Equal scores: the mean of the values each query may see.
+/// let full = scaled_dot_product_attention(&q, &k, &v, None, false, None);
+/// assert_eq!(full.to_vec::<f32>().unwrap(), [2.0, 2.0]);
+/// let causal = scaled_dot_product_attention(&q, &k, &v, None, true, None);
+/// assert_eq!(causal.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+/// ```
 #[track_caller]
 pub fn scaled_dot_product_attention(
     q: &Tensor,
@@ -398,6 +523,17 @@ pub fn scaled_dot_product_attention(
 
 /// Dropout: during training, zeroes each element with probability `rate` and scales the rest
 /// by 1 / (1 - rate); the identity otherwise.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, nn::dropout, random};
+/// let x = Tensor::ones(DType::F32, [1000]);
+/// let y = dropout(&x, 0.5, &random::key(0), true).to_vec::<f32>().unwrap();
+/// assert!(y.iter().all(|&v| v == 0.0 || v == 2.0)); // kept ones scaled by 1 / (1 - 0.5)
+/// assert!(y.contains(&0.0) && y.contains(&2.0));
+/// assert_eq!(dropout(&x, 0.5, &random::key(0), false).to_vec::<f32>().unwrap(), vec![1.0; 1000]);
+/// ```
 #[track_caller]
 pub fn dropout(x: &Tensor, rate: f64, k: &Key, training: bool) -> Tensor {
     if !training || rate == 0.0 {
@@ -408,6 +544,14 @@ pub fn dropout(x: &Tensor, rate: f64, k: &Key, training: bool) -> Tensor {
 }
 
 /// The number of scalar parameters in a tree.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, nn, random};
+/// let layer = nn::Linear::new(&random::key(0), 3, 2, DType::F32);
+/// assert_eq!(nn::parameter_count(&layer), 3 * 2 + 2);
+/// ```
 pub fn parameter_count<T: Tree>(t: &T) -> usize {
     t.leaf_vec()
         .iter()

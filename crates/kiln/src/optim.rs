@@ -44,6 +44,20 @@ fn zeros_like<P: Tree>(p: &P) -> P {
 
 /// Stochastic gradient descent with optional momentum (heavy ball or Nesterov) and L2 weight
 /// decay, as `torch.optim.SGD`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, optim::Sgd};
+/// let p = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let g = Tensor::from_vec(vec![1.0f32, -2.0], [2]).unwrap();
+/// let opt = Sgd { momentum: 0.5, ..Sgd::new(0.5) };
+/// let s = opt.init(&p);
+/// let (p, s) = opt.update(&p, &g, &s).unwrap(); // p - 0.5 g
+/// assert_eq!(p.to_vec::<f32>().unwrap(), [0.5, 3.0]);
+/// let (p, _) = opt.update(&p, &g, &s).unwrap(); // velocity 0.5 g + g
+/// assert_eq!(p.to_vec::<f32>().unwrap(), [-0.25, 4.5]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Sgd {
     /// Learning rate.
@@ -119,6 +133,20 @@ impl Sgd {
 
 /// Adam (L2 weight decay added to the gradient), or AdamW (decoupled weight decay) with
 /// `decoupled`, as `torch.optim.Adam` / `AdamW`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, optim::Adam};
+/// let p = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let g = Tensor::from_vec(vec![0.5f32, -3.0], [2]).unwrap();
+/// let opt = Adam::new(0.1);
+/// let (p, s) = opt.update(&p, &g, &opt.init(&p)).unwrap();
+/// // Adam's first step moves each parameter by lr against its gradient's sign.
+/// let p = p.to_vec::<f32>().unwrap();
+/// assert!((p[0] - 0.9).abs() < 1e-5 && (p[1] - 2.1).abs() < 1e-5, "{p:?}");
+/// assert_eq!(s.step.item().unwrap(), 1.0);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Adam {
     /// Learning rate.
@@ -213,6 +241,14 @@ impl Adam {
 }
 
 /// Checks that every leaf of a tree is a float tensor (what optimizers update).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, optim::check_float};
+/// assert!(check_float(&Tensor::scalar(1.0f32)).is_ok());
+/// assert!(check_float(&(Tensor::scalar(1.0f32), Tensor::scalar(1i32))).is_err());
+/// ```
 #[track_caller]
 pub fn check_float<P: Tree>(p: &P) -> Result<()> {
     match p.leaf_vec().iter().find(|t| !t.dtype().is_float()) {

@@ -26,6 +26,13 @@ impl Tree for Key {
 
 /// The key for an integer seed, as `jax.random.PRNGKey(seed)` (the seed's high and low
 /// 32-bit words).
+///
+/// # Examples
+///
+/// ```
+/// let k = kiln::random::key(42);
+/// assert_eq!(k.0.to_vec::<u32>().unwrap(), [0, 42]);
+/// ```
 pub fn key(seed: u64) -> Key {
     Key(Tensor::from_vec(vec![(seed >> 32) as u32, seed as u32], [2]).expect("two words"))
 }
@@ -131,6 +138,14 @@ fn keyed<T>(
 }
 
 /// Uniformly random 32-bit words of `shape` (as `jax.random.bits`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::random::{bits, key};
+/// let b = bits(&key(42), &[3]).to_vec::<u32>().unwrap();
+/// assert_eq!(b, [2098992034, 2919706841, 2646866425]); // as jax.random.bits
+/// ```
 #[track_caller]
 pub fn bits(k: &Key, shape: &[usize]) -> Tensor {
     keyed("bits", k, Loc::caller(), |t| t, || raw_bits(k, shape))
@@ -144,6 +159,16 @@ fn raw_bits(k: &Key, shape: &[usize]) -> Tensor {
 }
 
 /// `n` new keys from `k` (as `jax.random.split`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::random::{key, split};
+/// let ks = split(&key(42), 2);
+/// assert_eq!(ks.len(), 2);
+/// assert_eq!(ks[0].0.to_vec::<u32>().unwrap(), [1832780943, 270669613]); // as jax.random.split
+/// assert_ne!(ks[0].0.to_vec::<u32>().unwrap(), ks[1].0.to_vec::<u32>().unwrap());
+/// ```
 #[track_caller]
 pub fn split(k: &Key, n: usize) -> Vec<Key> {
     keyed(
@@ -170,6 +195,13 @@ fn raw_split(k: &Key, n: usize) -> Vec<Key> {
 }
 
 /// A new key from `k` and an integer (as `jax.random.fold_in`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::random::{fold_in, key};
+/// assert_eq!(fold_in(&key(42), 7).0.to_vec::<u32>().unwrap(), [2547012911, 1371500959]);
+/// ```
 #[track_caller]
 pub fn fold_in(k: &Key, data: u32) -> Key {
     keyed("fold_in", k, Loc::caller(), Key, || raw_fold_in(k, data))
@@ -188,6 +220,17 @@ fn raw_fold_in(k: &Key, data: u32) -> Key {
 
 /// Uniform floats in [lo, hi) of `shape` and `dtype` (f32 or f64 use their mantissa bits as
 /// `jax.random.uniform` does; f16/bf16 are drawn in f32 and rounded).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, random};
+/// let k = random::key(0);
+/// let u = random::uniform(&k, &[1000], DType::F32, -1.0, 1.0).to_vec::<f32>().unwrap();
+/// assert!(u.iter().all(|&v| (-1.0..1.0).contains(&v)));
+/// // The same key gives the same numbers.
+/// assert_eq!(random::uniform(&k, &[1000], DType::F32, -1.0, 1.0).to_vec::<f32>().unwrap(), u);
+/// ```
 #[track_caller]
 pub fn uniform(k: &Key, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Tensor {
     let loc = Loc::caller();
@@ -272,6 +315,16 @@ fn erf_inv(x: &Tensor) -> Tensor {
 
 /// Standard normal floats of `shape` (as `jax.random.normal`: sqrt(2) erf⁻¹(u) for uniform u in
 /// (-1, 1)).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, random};
+/// let x = random::normal(&random::key(1), &[2, 500], DType::F32);
+/// assert_eq!(x.shape(), [2, 500]);
+/// let mean = x.mean_all().item().unwrap();
+/// assert!(mean.abs() < 0.1, "{mean}");
+/// ```
 #[track_caller]
 pub fn normal(k: &Key, shape: &[usize], dtype: DType) -> Tensor {
     let loc = Loc::caller();
@@ -290,6 +343,15 @@ pub fn normal(k: &Key, shape: &[usize], dtype: DType) -> Tensor {
 }
 
 /// Bernoulli draws: `true` with probability `p`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::random::{bernoulli, key};
+/// let b = bernoulli(&key(3), 0.25, &[4000]).to_vec::<bool>().unwrap();
+/// let frac = b.iter().filter(|&&x| x).count() as f64 / 4000.0;
+/// assert!((frac - 0.25).abs() < 0.03, "{frac}");
+/// ```
 #[track_caller]
 pub fn bernoulli(k: &Key, p: f64, shape: &[usize]) -> Tensor {
     let loc = Loc::caller();
@@ -303,6 +365,14 @@ pub fn bernoulli(k: &Key, p: f64, shape: &[usize]) -> Tensor {
 }
 
 /// Checks that a key is a `u32[2]` tensor.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, random};
+/// assert!(random::check_key(&random::key(0)).is_ok());
+/// assert!(random::check_key(&random::Key(Tensor::scalar(0u32))).is_err());
+/// ```
 #[track_caller]
 pub fn check_key(k: &Key) -> Result<()> {
     match k.0.ty() {

@@ -83,6 +83,19 @@ fn apply_transformed(
 
 /// `f`'s value and its gradient with respect to every leaf of `x` (which must be floats);
 /// `f` returns a scalar and auxiliary outputs.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, value_and_grad_with_aux};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// // The loss x·x, with 2x kept aside as an auxiliary output.
+/// let ((loss, twice), g) =
+///     value_and_grad_with_aux(|x: &Tensor| ((x * x).sum_all(), x * 2.0), &x).unwrap();
+/// assert_eq!(loss.item().unwrap(), 5.0);
+/// assert_eq!(twice.to_vec::<f32>().unwrap(), [2.0, 4.0]);
+/// assert_eq!(g.to_vec::<f32>().unwrap(), [2.0, 4.0]);
+/// ```
 #[track_caller]
 pub fn value_and_grad_with_aux<I: Tree, A: Tree>(
     f: impl Fn(&I) -> (Tensor, A),
@@ -119,6 +132,17 @@ fn value_and_grad_at<I: Tree, A: Tree>(
 }
 
 /// `f`'s value (a float scalar) and its gradient with respect to every leaf of `x`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, value_and_grad};
+/// let p = (Tensor::scalar(3.0f32), Tensor::scalar(2.0f32));
+/// // d(a b²)/da = b², d(a b²)/db = 2 a b
+/// let (v, (da, db)) = value_and_grad(|(a, b): &(Tensor, Tensor)| a * b * b, &p).unwrap();
+/// assert_eq!(v.item().unwrap(), 12.0);
+/// assert_eq!((da.item().unwrap(), db.item().unwrap()), (4.0, 12.0));
+/// ```
 #[track_caller]
 pub fn value_and_grad<I: Tree>(f: impl Fn(&I) -> Tensor, x: &I) -> Result<(Tensor, I)> {
     let ((v, ()), g) = value_and_grad_with_aux(|i| (f(i), ()), x)?;
@@ -128,6 +152,18 @@ pub fn value_and_grad<I: Tree>(f: impl Fn(&I) -> Tensor, x: &I) -> Result<(Tenso
 /// The gradient of `f` (returning a float scalar) at `x`, as a tree like `x`. When `x` is
 /// traced (inside `jit` or another `grad`), the gradient computation is recorded instead, so
 /// `grad` composes with itself and with `jit`. Errors become failed leaves.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, grad};
+/// let f = |x: &Tensor| (x * x * x).sum_all(); // d/dx x³ = 3x²
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// assert_eq!(grad(f)(&x).to_vec::<f32>().unwrap(), [3.0, 12.0]);
+/// // Second derivative: 6x.
+/// let d2 = grad(|x: &Tensor| grad(f)(x).sum_all())(&x);
+/// assert_eq!(d2.to_vec::<f32>().unwrap(), [6.0, 12.0]);
+/// ```
 #[track_caller]
 pub fn grad<I: Tree>(f: impl Fn(&I) -> Tensor) -> impl Fn(&I) -> I {
     let loc = Loc::caller();
@@ -144,6 +180,17 @@ pub fn grad<I: Tree>(f: impl Fn(&I) -> Tensor) -> impl Fn(&I) -> I {
 
 /// Reverse mode: `f`'s outputs at `x` and a [`Pullback`] mapping output cotangents (a tree
 /// like the outputs) to input cotangents (a tree like `x`), as JAX's `vjp`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, vjp};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let (y, pullback) = vjp(|x: &Tensor| x * x, &x).unwrap();
+/// assert_eq!(y.to_vec::<f32>().unwrap(), [1.0, 4.0]);
+/// let ct = Tensor::from_vec(vec![1.0f32, 10.0], [2]).unwrap();
+/// assert_eq!(pullback.call(&ct).unwrap().to_vec::<f32>().unwrap(), [2.0, 40.0]);
+/// ```
 #[track_caller]
 pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, Pullback<I, O>)> {
     let loc = Loc::caller();
@@ -215,6 +262,17 @@ impl<I: Tree, O: Tree> Pullback<I, O> {
 
 /// Forward mode: `f`'s outputs at `x` and their derivative in the direction `t` (a tree like
 /// `x`). Outputs must be float tensors.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, jvp};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let t = Tensor::from_vec(vec![1.0f32, 0.5], [2]).unwrap();
+/// let (y, dy) = jvp(|x: &Tensor| x * x, &x, &t).unwrap();
+/// assert_eq!(y.to_vec::<f32>().unwrap(), [1.0, 4.0]);
+/// assert_eq!(dy.to_vec::<f32>().unwrap(), [2.0, 2.0]); // 2 x t
+/// ```
 #[track_caller]
 pub fn jvp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I, t: &I) -> Result<(O, O)> {
     let loc = Loc::caller();
@@ -277,6 +335,18 @@ pub struct Jit<I, O, F> {
 /// Compiles `f` for each new input signature (tree structure, shapes, dtypes) on first call
 /// and runs the compiled program afterwards. Called with traced inputs (inside another `jit`
 /// or `grad`), it records `f` into the enclosing trace instead.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, jit};
+/// let f = jit(|(a, b): &(Tensor, Tensor)| a.matmul(b).relu());
+/// let a = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, 4.0], [2, 2]).unwrap();
+/// let b = Tensor::from_vec(vec![1.0f32, 1.0], [2, 1]).unwrap();
+/// assert_eq!(f.call(&(a.clone(), b.clone())).unwrap().to_vec::<f32>().unwrap(), [0.0, 7.0]);
+/// f.call(&(a, b)).unwrap();
+/// assert_eq!(f.compiles(), 1); // the second call reuses the compiled program
+/// ```
 #[track_caller]
 pub fn jit<I: Tree, O: Tree + Clone, F: Fn(&I) -> O>(f: F) -> Jit<I, O, F> {
     Jit {
