@@ -86,6 +86,24 @@ impl Tensor {
                 ),
             );
         }
+        if sb.len() == 2 && sa.len() > 2 {
+            // A batch of rows times one matrix (`x @ w` of a layer): one product over all the
+            // rows, no broadcast copy of the matrix, and a gradient of the matrix that sums
+            // over the rows in the product itself.
+            let op = Op::DotGeneral {
+                lhs_batching_dimensions: vec![],
+                rhs_batching_dimensions: vec![],
+                lhs_contracting_dimensions: vec![sa.len() as i64 - 1],
+                rhs_contracting_dimensions: vec![0],
+            };
+            let types = preferred.map(|d| {
+                let mut shape = sa[..sa.len() - 1].to_vec();
+                shape.push(n);
+                vec![TensorType::new(d, shape)]
+            });
+            let r = apply(op, &[&a, &b], types, name, Loc::caller()).remove(0);
+            return if rb == 1 { r.squeeze(-1) } else { r };
+        }
         let Some(batch) = broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2]) else {
             return self.fail(
                 name,
