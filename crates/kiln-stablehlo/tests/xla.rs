@@ -42,8 +42,8 @@ const KNOWN: &[(&str, &str)] = &[
 const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
 
 /// Why XLA refusing or disagreeing with this program is known: a listed program, XLA
-/// refusing kiln's `rng_bit_generator` state or a product of sub-byte integers, or `popcnt` of
-/// a signed sub-byte integer.
+/// refusing kiln's `rng_bit_generator` state or a product of sub-byte integers, `popcnt` of
+/// a signed sub-byte integer, or `reduce_window` of a rank-0 operand.
 fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if ["S2", "U2", "S4", "U4"]
         .iter()
@@ -58,6 +58,14 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if problem.starts_with("XLA disagrees") && signed_popcnt {
         return Some(
             "popcnt of a negative i4 or i2: XLA's CPU counts the bits of the byte it keeps the value in, sign-extended (8 for -1, wrapped to -8); StableHLO's spec and interpreter, and kiln, count the value's 4 or 2 bits",
+        );
+    }
+    let scalar_window = text
+        .lines()
+        .any(|l| l.contains("= reduce_window") && l.contains("window_dimensions = []"));
+    if problem.starts_with("XLA disagrees") && scalar_window {
+        return Some(
+            "reduce_window of a rank-0 operand: XLA's CPU returns the operand and leaves the init value out (with a 1x1 window over a rank-2 operand it applies the body to both); StableHLO's spec and kiln apply the body to the init value and the element",
         );
     }
     if problem.contains(RNG_REFUSAL) && problem.contains("u64") {
