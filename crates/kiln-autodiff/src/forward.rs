@@ -1,15 +1,21 @@
-//! The forward mode instruction by instruction, for functions with `while` loops.
+//! The forward mode instruction by instruction, for functions with `while` loops or
+//! reductions with a region.
 //!
 //! [`crate::jvp`] obtains the forward mode as the reverse mode of the reverse mode, which needs
 //! a reverse mode for every instruction. A `while` loop whose trip count depends on the data
-//! has none, yet its forward mode is simple: the loop carries each float carry's tangent
-//! alongside it, and its body is the forward mode of the original body. So a function with a
-//! loop (at any depth) is differentiated forward here, one instruction at a time:
+//! has none, nor has a reduction with any body, yet their forward modes are simple: the loop
+//! carries each float carry's tangent alongside it, and its body is the forward mode of the
+//! original body. So a function with either (at any depth) is differentiated forward here, one
+//! instruction at a time:
 //!
 //! - `while`: a loop over the carries and the tangents of the carries a tangent reaches (a
 //!   fixed point over the body); its condition reads the carries alone, its body is the
 //!   body's forward mode (recursively, so loops nest);
 //! - `case`: each branch replaced by its forward mode, the operands' tangents passed along;
+//! - `reduce_region` and `reduce_window_region` (any body, which has no reverse mode): one
+//!   reduction of the values and their tangents together, whose body is the body's forward
+//!   mode, so the tangents combine along the same tree as the values (an argmax's body selects
+//!   the tangent with the value it selects, a product's applies the product rule);
 //! - any other instruction: the forward mode of the one-instruction function it forms, as
 //!   [`crate::jvp`] computes it (the reverse mode transposed), inlined.
 //!
@@ -20,10 +26,14 @@
 use crate::{Result, eliminate_dead_code, select_outputs};
 use kiln_ir::{Builder, Func, Loc, Op, TensorType, ValueId};
 
-/// Whether `f` has a `while` instruction, at any depth of regions.
-pub(crate) fn has_loop(f: &Func) -> bool {
+/// Whether `f` has an instruction the forward mode differentiates here rather than as the
+/// reverse mode transposed (a `while` loop, a reduction with a region), at any depth of regions.
+pub(crate) fn differentiated_forward(f: &Func) -> bool {
     f.insts.iter().any(|inst| {
-        matches!(inst.op, Op::While { .. }) || inst.op.regions().into_iter().any(has_loop)
+        matches!(
+            inst.op,
+            Op::While { .. } | Op::ReduceRegion { .. } | Op::ReduceWindowRegion { .. }
+        ) || inst.op.regions().into_iter().any(differentiated_forward)
     })
 }
 
@@ -41,7 +51,7 @@ pub(crate) fn jvp(f: &Func, wrt: &[usize]) -> Result<Func> {
 /// returns `f`'s outputs followed by the tangents of its outputs `want` (zeros where no tangent
 /// reaches one). Every index in `with` and `want` is a float parameter or output.
 fn forward_func(f: &Func, with: &[usize], want: &[usize]) -> Result<Func> {
-    if !with.is_empty() && !has_loop(f) {
+    if !with.is_empty() && !differentiated_forward(f) {
         return transposed(f, with, want);
     }
     let mut b = Builder::new(&f.name);
@@ -112,6 +122,9 @@ fn forward_into(
             match &inst.op {
                 Op::While { cond, body } => while_jvp(b, cond, body, &xs, &ts, loc)?,
                 Op::Case { branches } => case_jvp(b, branches, &xs, &ts, loc)?,
+                Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
+                    reduce_jvp(b, &inst.op, body, &xs, &ts, loc)?
+                }
                 op => inst_jvp(b, op, &xs, &ts, &types, loc)?,
             }
         };
@@ -242,6 +255,67 @@ fn case_jvp(
         dots[k] = Some(rs[n + j]);
     }
     Ok((rs[..n].to_vec(), dots))
+}
+
+/// A reduction `op` with region `body` (`reduce_region` or `reduce_window_region`) of
+/// `inputs..., inits...` (`xs`, k of each) with tangents `ts`: the same reduction of the
+/// values and the tangents of the float values a tangent reaches (the inputs' tangents, then
+/// the inits'), whose body takes `acc..., dacc..., x..., dx...` and is the body's forward mode.
+fn reduce_jvp(
+    b: &mut Builder,
+    op: &Op,
+    body: &Func,
+    xs: &[ValueId],
+    ts: &[Option<ValueId>],
+    loc: Loc,
+) -> Result<(Vec<ValueId>, Vec<Option<ValueId>>)> {
+    let k = xs.len() / 2;
+    // The positions a tangent reaches: through an input or an init, then through the body
+    // (which couples the positions) until it adds none.
+    let mut with: Vec<bool> = (0..k)
+        .map(|j| ts[j].is_some() || ts[k + j].is_some())
+        .collect();
+    loop {
+        let params: Vec<bool> = with.iter().chain(&with).copied().collect();
+        let out = reach(body, &params);
+        let next: Vec<bool> = with.iter().zip(&out).map(|(a, b)| *a || *b).collect();
+        if next == with {
+            break;
+        }
+        with = next;
+    }
+    let s: Vec<usize> = (0..k).filter(|&j| with[j]).collect();
+    // The body's forward mode: parameters `acc..., x..., dacc_s..., dx_s...`, results
+    // `next..., dnext_s...`; reordered into the reduction's `acc..., dacc..., x..., dx...`.
+    let wrt: Vec<usize> = s.iter().copied().chain(s.iter().map(|&j| k + j)).collect();
+    let fwd = forward_func(body, &wrt, &s)?;
+    let mut c = Builder::new(&format!("{}_jvp", body.name));
+    let ptys = body.param_types();
+    let acc: Vec<ValueId> = ptys[..k].iter().map(|t| c.param(t.clone())).collect();
+    let dacc: Vec<ValueId> = s.iter().map(|&j| c.param(ptys[j].clone())).collect();
+    let x: Vec<ValueId> = ptys[k..].iter().map(|t| c.param(t.clone())).collect();
+    let dx: Vec<ValueId> = s.iter().map(|&j| c.param(ptys[k + j].clone())).collect();
+    let args: Vec<ValueId> = [acc, x, dacc, dx].concat();
+    let outs = c.inline(&fwd, &args)?;
+    let body2 = c.finish(&outs)?;
+    let mut operands: Vec<ValueId> = xs[..k].to_vec();
+    for &j in &s {
+        operands.push(or_zeros(b, ts[j], xs[j])?);
+    }
+    operands.extend_from_slice(&xs[k..]);
+    for &j in &s {
+        operands.push(or_zeros(b, ts[k + j], xs[k + j])?);
+    }
+    let mut op2 = op.clone();
+    if let Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } = &mut op2 {
+        **body = body2;
+    }
+    let rs = b.push_at(op2, &operands, None, loc)?;
+    let mut dots = vec![None; k];
+    for (i, &j) in s.iter().enumerate() {
+        dots[j] = Some(rs[k + i]);
+    }
+    Ok((rs[..k].to_vec(), dots))
 }
 
 /// Any other instruction: the forward mode of the one-instruction function `op` forms.

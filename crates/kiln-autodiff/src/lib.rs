@@ -313,12 +313,14 @@ pub fn value_and_grad_with_rules(
 /// of `wrt` that returns `f`'s outputs followed by their tangents (zeros for non-float outputs
 /// are not returned: only float outputs get a tangent).
 ///
-/// A function with a `while` loop (at any depth) is differentiated instruction by instruction
-/// (see [`forward`]): a loop carries its tangents alongside, so its trip count may depend on
-/// the data. Any other is the reverse mode transposed.
+/// A function with a `while` loop or a `reduce_region`/`reduce_window_region` (at any depth)
+/// is differentiated instruction by instruction (see [`forward`]): a loop carries its tangents
+/// alongside, so its trip count may depend on the data, and a reduction reduces values and
+/// tangents together through its body's forward mode. Any other is the reverse mode
+/// transposed.
 pub fn jvp(f: &Func, wrt: &[usize]) -> Result<Func> {
     check_wrt(f, wrt)?;
-    if forward::has_loop(f) {
+    if forward::differentiated_forward(f) {
         return forward::jvp(f, wrt);
     }
     jvp_transposed(f, wrt)

@@ -1,6 +1,7 @@
 //! `reduce_region` under autodiff: its integer results (an argmax's indices) need no
 //! derivative, so a gradient that only passes beside them works; a gradient that reaches its
-//! float results is an error naming the op and where it came from; `vmap` batches it.
+//! float results is an error naming the op and where it came from; the forward mode reduces
+//! values and tangents together (checked against central differences); `vmap` batches it.
 
 use kiln_autodiff::{grad, jvp, vmap};
 use kiln_ir::{Func, Literal, parse_func_text};
@@ -58,8 +59,104 @@ fn a_gradient_through_the_body_is_an_error_naming_the_op() {
     assert!(e.contains("`reduce_region`"), "{e}");
     assert!(e.contains("@argmax"), "{e}");
     assert!(e.contains("src/model.rs:42:7"), "{e}");
-    let e = jvp(&p, &[0]).unwrap_err().to_string();
-    assert!(e.contains("`reduce_region`"), "{e}");
+}
+
+/// `f`'s forward mode at `x` along `t` (one f64 parameter, one f64 output), and the central
+/// difference of `f` there.
+fn jvp_and_difference(f: &Func, x: &Literal, t: &Literal) -> (Vec<f64>, Vec<f64>) {
+    let j = jvp(f, &[0]).unwrap_or_else(|e| panic!("{e}\n{f}"));
+    let out = kiln_reference::eval(&j, &[x.clone(), t.clone()]).unwrap();
+    assert_eq!(out.len(), 2, "{j}");
+    let h = 1e-6;
+    let at = |s: f64| {
+        let v: Vec<f64> = x
+            .to_f64s()
+            .iter()
+            .zip(t.to_f64s())
+            .map(|(a, b)| a + s * b)
+            .collect();
+        let xs = Literal::f64(x.shape().to_vec(), v).unwrap();
+        kiln_reference::eval(f, &[xs]).unwrap()[0].to_f64s()
+    };
+    let (p, m) = (at(h), at(-h));
+    let fd = p.iter().zip(&m).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+    (out[1].to_f64s(), fd)
+}
+
+fn assert_close(got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
+            "{got:?} vs {want:?}"
+        );
+    }
+}
+
+#[test]
+fn the_forward_mode_of_an_argmax_follows_the_selected_element() {
+    let p = f(&argmax_program(true).replace("(%0: f64[4], %1: f64[])", "(%0: f64[4])"));
+    let x = Literal::f64([4], vec![1.0, 7.0, -2.0, 7.0]).unwrap();
+    let t = Literal::f64([4], vec![0.1, 0.2, 0.3, 0.4]).unwrap();
+    let j = jvp(&p, &[0]).unwrap_or_else(|e| panic!("{e}"));
+    let out = kiln_reference::eval(&j, &[x, t]).unwrap();
+    // The body keeps the first of equal maxima: element 1, whose tangent is 0.2.
+    assert_eq!(out[0].to_f64s(), vec![7.0]);
+    assert_eq!(out[1].to_f64s(), vec![0.2]);
+}
+
+#[test]
+fn the_forward_mode_of_a_product_body_is_the_product_rule() {
+    let p = f("func @main(%0: f64[2, 3]) -> f64[2] {
+  %1 = constant {value = 1.0} : f64[]
+  %2 = reduce_region %0, %1 {dimensions = [1], body = func @prod(%0: f64[], %1: f64[]) -> f64[] {
+      %2 = multiply %0, %1 : f64[]
+      %3 = sine %2 : f64[]
+      %4 = add %2, %3 : f64[]
+      return %4
+    }} : f64[2]
+  return %2
+}
+");
+    let x = Literal::f64([2, 3], vec![0.5, -1.25, 2.0, 0.75, 1.5, -0.5]).unwrap();
+    let t = Literal::f64([2, 3], vec![1.0, 0.5, -0.25, 2.0, -1.0, 0.125]).unwrap();
+    let (got, fd) = jvp_and_difference(&p, &x, &t);
+    assert_close(&got, &fd);
+}
+
+#[test]
+fn the_forward_mode_of_a_windowed_maximum_matches_the_named_one() {
+    let body = "func @max(%0: f64[], %1: f64[]) -> f64[] {
+      %2 = maximum %0, %1 : f64[]
+      return %2
+    }";
+    let window = "window_dimensions = [2, 2], window_strides = [1, 2], base_dilations = [1, 1], window_dilations = [1, 1], padding = [[1, 0], [0, 1]]";
+    let region = f(&format!(
+        "func @main(%0: f64[3, 4]) -> f64[3, 2] {{
+  %1 = constant {{value = -inf}} : f64[]
+  %2 = reduce_window_region %0, %1 {{{window}, body = {body}}} : f64[3, 2]
+  return %2
+}}
+"
+    ));
+    let named = f(&format!(
+        "func @main(%0: f64[3, 4]) -> f64[3, 2] {{
+  %1 = constant {{value = -inf}} : f64[]
+  %2 = reduce_window %0, %1 {{{window}, kind = max}} : f64[3, 2]
+  return %2
+}}
+"
+    ));
+    let x = Literal::f64(
+        [3, 4],
+        (0..12).map(|i| ((i * 7) % 12) as f64 - 5.5).collect(),
+    )
+    .unwrap();
+    let t = Literal::f64([3, 4], (0..12).map(|i| 0.25 * i as f64 - 1.0).collect()).unwrap();
+    let (got, fd) = jvp_and_difference(&region, &x, &t);
+    assert_close(&got, &fd);
+    let (want, _) = jvp_and_difference(&named, &x, &t);
+    assert_eq!(got, want);
 }
 
 #[test]
