@@ -729,24 +729,8 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         } => {
             let (inputs, inits) = variadic_operands(&l, x)?;
             let a = inputs[0];
-            let r = a.rank();
-            l.ensure(4, wd.len() == r && ws.len() == r && bd.len() == r && wdl.len() == r && padding.len() == r, || {
-                format!("window_dimensions, window_strides, base_dilations, window_dilations and padding must have {r} entries for {a}")
-            })?;
-            l.ensure(
-                5,
-                [wd, ws, bd, wdl].iter().all(|v| v.iter().all(|&s| s > 0)),
-                || "window sizes, strides and dilations must be positive".to_string(),
-            )?;
+            let shape = window_result_shape(&l, (4, 5), a, [wd, ws, bd, wdl], padding)?;
             reducer_body(&l, body, inits, 6)?;
-            let shape = (0..r)
-                .map(|d| {
-                    checked_window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d])
-                        .ok_or_else(|| {
-                            size_overflow(format!("the size of dimension {d} of the result"))
-                        })
-                })
-                .collect::<R<Vec<usize>>>()?;
             Ok(Inferred {
                 types: inputs
                     .iter()
@@ -1041,28 +1025,12 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                     "init_value must be a scalar of the operand's element type, got {init} for {a}"
                 )
             })?;
-            let r = a.rank();
-            l.ensure(2, wd.len() == r && ws.len() == r && bd.len() == r && wdl.len() == r && padding.len() == r, || {
-                format!("window_dimensions, window_strides, base_dilations, window_dilations and padding must have {r} entries for {a}")
-            })?;
-            l.ensure(
-                3,
-                [wd, ws, bd, wdl].iter().all(|v| v.iter().all(|&s| s > 0)),
-                || "window sizes, strides and dilations must be positive".to_string(),
-            )?;
+            let shape = window_result_shape(&l, (2, 3), a, [wd, ws, bd, wdl], padding)?;
             l.ensure(
                 4,
                 *kind != Combiner::Replace && combiner_ok(*kind, a.dtype),
                 || format!("kind `{kind}` cannot reduce {}", a.dtype),
             )?;
-            let shape = (0..r)
-                .map(|d| {
-                    checked_window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d])
-                        .ok_or_else(|| {
-                            size_overflow(format!("the size of dimension {d} of the result"))
-                        })
-                })
-                .collect::<R<Vec<usize>>>()?;
             one(TensorType::new(a.dtype, shape), 5)
         }
         SelectAndScatter {
@@ -1287,6 +1255,33 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             one(b.clone(), 6)
         }
     }
+}
+
+/// The result shape of a window reduction of `a` (`reduce_window`, `reduce_window_region`)
+/// with window dimensions, strides, base and window dilations `w` and `padding`: constraint
+/// `labels.0` that each has an entry per dimension, `labels.1` that sizes, strides and
+/// dilations are positive.
+fn window_result_shape(
+    l: &Labels,
+    labels: (u32, u32),
+    a: &TensorType,
+    w: [&[i64]; 4],
+    padding: &[(i64, i64)],
+) -> R<Vec<usize>> {
+    let [wd, ws, bd, wdl] = w;
+    let r = a.rank();
+    l.ensure(labels.0, w.iter().all(|v| v.len() == r) && padding.len() == r, || {
+        format!("window_dimensions, window_strides, base_dilations, window_dilations and padding must have {r} entries for {a}")
+    })?;
+    l.ensure(labels.1, w.iter().all(|v| v.iter().all(|&s| s > 0)), || {
+        "window sizes, strides and dilations must be positive".to_string()
+    })?;
+    (0..r)
+        .map(|d| {
+            checked_window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d])
+                .ok_or_else(|| size_overflow(format!("the size of dimension {d} of the result")))
+        })
+        .collect()
 }
 
 /// Verifies a region of an instruction; its errors keep their label and say where they are.
