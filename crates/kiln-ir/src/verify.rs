@@ -246,6 +246,15 @@ pub fn type_rule(
             )
         })?;
     }
+    if let Op::Call { callee } = op
+        && callee.func.is_none()
+    {
+        // How many results a call has comes from its callee: it must be known first.
+        return Err(diag(
+            Labels(k).c(1),
+            format!("callee @{} is not a function of the module", callee.name),
+        ));
+    }
     let n_results = op.result_count(operands.len());
     if let Some(d) = declared
         && d.len() != n_results
@@ -1202,6 +1211,29 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 label: 4,
             })
         }
+        Call { callee } => {
+            let Some(g) = &callee.func else {
+                return Err(diag(
+                    l.c(1),
+                    format!("callee @{} is not a function of the module", callee.name),
+                ));
+            };
+            region(g)?;
+            let args: Vec<TensorType> = x.iter().map(|t| (*t).clone()).collect();
+            let params = g.param_types();
+            l.ensure(2, params == args, || {
+                format!(
+                    "callee @{} takes ({}) but the operands are ({})",
+                    g.name,
+                    list(&params),
+                    list(&args)
+                )
+            })?;
+            Ok(Inferred {
+                types: g.output_types.clone(),
+                label: 3,
+            })
+        }
         Sort {
             dimension,
             comparator,
@@ -1444,8 +1476,63 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
     Ok(())
 }
 
-/// Verifies every function of a module.
+/// Verifies every function of a module, and its calls: each names a function of the module
+/// and holds that function (`call_c1`), and no function calls itself, directly or through
+/// others (`call_c4`).
 pub fn verify_module(m: &crate::Module) -> Result<(), VerifyError> {
+    if let Some(cycle) = crate::call::call_cycle(m) {
+        let caller = m
+            .func(&cycle[0])
+            .expect("a cycle runs through the module's functions");
+        let call = caller
+            .insts
+            .iter()
+            .find(|i| matches!(&i.op, Op::Call { callee } if callee.name == cycle[1]));
+        return Err(VerifyError {
+            func: caller.name.clone(),
+            inst: call.map(inst_summary),
+            loc: call.and_then(|i| i.loc),
+            diag: Diag {
+                label: "call_c4".into(),
+                message: format!(
+                    "the calls recurse: {}",
+                    cycle
+                        .iter()
+                        .map(|n| format!("@{n}"))
+                        .collect::<Vec<_>>()
+                        .join(" calls ")
+                ),
+            },
+        });
+    }
+    for f in &m.funcs {
+        let mut f = f.clone();
+        let mut bad = None;
+        crate::call::for_each_call_mut(&mut f, &mut |c| {
+            let held = c.func.as_deref();
+            if bad.is_none() && (held.is_none() || m.func(&c.name) != held) {
+                bad = Some(c.name.clone());
+            }
+        });
+        if let Some(name) = bad {
+            let call = f
+                .insts
+                .iter()
+                .find(|i| matches!(&i.op, Op::Call { callee } if callee.name == name));
+            return Err(VerifyError {
+                func: f.name.clone(),
+                inst: call.map(inst_summary),
+                loc: call.and_then(|i| i.loc),
+                diag: Diag {
+                    label: "call_c1".into(),
+                    message: match m.func(&name) {
+                        None => format!("callee @{name} is not a function of the module"),
+                        Some(_) => format!("the callee held differs from the module's @{name}"),
+                    },
+                },
+            });
+        }
+    }
     let mut names: Vec<&str> = Vec::new();
     for f in &m.funcs {
         if names.contains(&f.name.as_str()) {
