@@ -63,12 +63,25 @@ pub fn for_each_call_mut(f: &mut Func, visit: &mut dyn FnMut(&mut Callee)) {
     }
 }
 
+/// Calls `visit` on every `call` of `f`, in its instructions and, through other ops, in their
+/// regions; not inside the callees.
+pub fn for_each_call(f: &Func, visit: &mut dyn FnMut(&Callee)) {
+    for inst in &f.insts {
+        if let Op::Call { callee } = &inst.op {
+            visit(callee);
+        } else {
+            for r in inst.op.regions() {
+                for_each_call(r, visit);
+            }
+        }
+    }
+}
+
 /// The names `f` calls (in its instructions and regions, not inside the callees), in order,
 /// each once.
 pub fn callee_names(f: &Func) -> Vec<String> {
     let mut names = Vec::new();
-    let mut f = f.clone();
-    for_each_call_mut(&mut f, &mut |c| {
+    for_each_call(f, &mut |c| {
         if !names.contains(&c.name) {
             names.push(c.name.clone())
         }
@@ -158,9 +171,8 @@ pub fn resolve_calls(m: &mut Module) {
 /// callers (the private functions a module holding `f` needs).
 pub fn callees(f: &Func) -> Vec<Func> {
     fn walk(f: &Func, out: &mut Vec<Func>) {
-        let mut g = f.clone();
         let mut found = Vec::new();
-        for_each_call_mut(&mut g, &mut |c| {
+        for_each_call(f, &mut |c| {
             if let Some(callee) = &c.func {
                 found.push(callee.as_ref().clone());
             }

@@ -1506,9 +1506,8 @@ pub fn verify_module(m: &crate::Module) -> Result<(), VerifyError> {
         });
     }
     for f in &m.funcs {
-        let mut f = f.clone();
         let mut bad = None;
-        crate::call::for_each_call_mut(&mut f, &mut |c| {
+        crate::call::for_each_call(f, &mut |c| {
             let held = c.func.as_deref();
             if bad.is_none() && (held.is_none() || m.func(&c.name) != held) {
                 bad = Some(c.name.clone());

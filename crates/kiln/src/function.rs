@@ -51,8 +51,9 @@ fn list(tys: &[TensorType]) -> String {
 }
 
 impl<A: Tree, R: Tree> Function<A, R> {
-    /// `f` traced at the types of `example`'s leaves into a function named `name` (a name
-    /// of its own in the programs that call it). A closure that records a custom VJP rule
+    /// `f` traced at the types of `example`'s leaves into a function named `name`, which must
+    /// differ from the names of the other functions a program calls (a module holds one
+    /// function of each name). A closure that records a custom VJP rule
     /// ([`crate::custom_vjp`]) is an error: a call would not keep the rule.
     #[track_caller]
     pub fn trace(name: &str, f: impl FnOnce(&A) -> R, example: &A) -> Result<Self, Error> {
