@@ -89,6 +89,12 @@ pub fn callee_names(f: &Func) -> Vec<String> {
     names
 }
 
+/// Whether `a` and `b` are the same function: equal, or printing alike (a constant holding a
+/// NaN is not equal to itself, but prints as itself).
+pub fn same_function(a: &Func, b: &Func) -> bool {
+    a == b || crate::print::print_one(a) == crate::print::print_one(b)
+}
+
 /// A cycle of the module's call graph, as the function names along it (the first repeated at
 /// the end), if there is one.
 pub fn call_cycle(m: &Module) -> Option<Vec<String>> {

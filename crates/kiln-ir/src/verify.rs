@@ -1508,8 +1508,11 @@ pub fn verify_module(m: &crate::Module) -> Result<(), VerifyError> {
     for f in &m.funcs {
         let mut bad = None;
         crate::call::for_each_call(f, &mut |c| {
-            let held = c.func.as_deref();
-            if bad.is_none() && (held.is_none() || m.func(&c.name) != held) {
+            let same = match (c.func.as_deref(), m.func(&c.name)) {
+                (Some(held), Some(g)) => crate::call::same_function(held, g),
+                _ => false,
+            };
+            if bad.is_none() && !same {
                 bad = Some(c.name.clone());
             }
         });

@@ -201,3 +201,20 @@ func @g(%0: f32[]) -> f32[] {
     // It prints as it reads, though it does not verify.
     assert_eq!(print_module(&m), src);
 }
+
+#[test]
+fn a_callee_holding_a_nan_is_the_module_function_it_names() {
+    let src = "func @main(%0: f32[2]) -> f32[2] {
+  %1 = call %0 {callee = @g} : f32[2]
+  return %1
+}
+
+func @g(%0: f32[2]) -> f32[2] {
+  %1 = constant {value = [nan, 1.0]} : f32[2]
+  %2 = add %0, %1 : f32[2]
+  return %2
+}
+";
+    let m = parse_module(src).unwrap();
+    verify_module(&m).unwrap();
+}
