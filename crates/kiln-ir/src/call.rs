@@ -7,7 +7,8 @@
 //! module's function of that name; [`crate::verify_module`] checks it is.
 
 use crate::attr::{Attr, AttrCtx, AttrValue};
-use crate::error::quote;
+use crate::error::{Diag, VerifyError, quote};
+use crate::print::inst_summary;
 use crate::{Func, Module, Op};
 use std::collections::HashMap;
 
@@ -196,4 +197,66 @@ pub fn callees(f: &Func) -> Vec<Func> {
     let mut out = Vec::new();
     walk(f, &mut out);
     out
+}
+
+/// The module's call constraints: no function calls itself, directly or through others
+/// (`call_c4`), and each call names a function of the module and holds that function
+/// (`call_c1`).
+pub(crate) fn verify_calls(m: &Module) -> Result<(), VerifyError> {
+    if let Some(cycle) = call_cycle(m) {
+        let caller = m
+            .func(&cycle[0])
+            .expect("a cycle runs through the module's functions");
+        let call = caller
+            .insts
+            .iter()
+            .find(|i| matches!(&i.op, Op::Call { callee } if callee.name == cycle[1]));
+        return Err(VerifyError {
+            func: caller.name.clone(),
+            inst: call.map(inst_summary),
+            loc: call.and_then(|i| i.loc),
+            diag: Diag {
+                label: "call_c4".into(),
+                message: format!(
+                    "the calls recurse: {}",
+                    cycle
+                        .iter()
+                        .map(|n| format!("@{n}"))
+                        .collect::<Vec<_>>()
+                        .join(" calls ")
+                ),
+            },
+        });
+    }
+    for f in &m.funcs {
+        let mut bad = None;
+        for_each_call(f, &mut |c| {
+            let same = match (c.func.as_deref(), m.func(&c.name)) {
+                (Some(held), Some(g)) => same_function(held, g),
+                _ => false,
+            };
+            if bad.is_none() && !same {
+                bad = Some(c.name.clone());
+            }
+        });
+        if let Some(name) = bad {
+            let call = f
+                .insts
+                .iter()
+                .find(|i| matches!(&i.op, Op::Call { callee } if callee.name == name));
+            return Err(VerifyError {
+                func: f.name.clone(),
+                inst: call.map(inst_summary),
+                loc: call.and_then(|i| i.loc),
+                diag: Diag {
+                    label: "call_c1".into(),
+                    message: match m.func(&name) {
+                        None => format!("callee @{name} is not a function of the module"),
+                        Some(_) => format!("the callee held differs from the module's @{name}"),
+                    },
+                },
+            });
+        }
+    }
+    Ok(())
 }

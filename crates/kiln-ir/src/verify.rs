@@ -1476,65 +1476,10 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
     Ok(())
 }
 
-/// Verifies every function of a module, and its calls: each names a function of the module
-/// and holds that function (`call_c1`), and no function calls itself, directly or through
-/// others (`call_c4`).
+/// Verifies every function of a module, and its calls: each holds the module's function it
+/// names (`call_c1`), and none recurses (`call_c4`).
 pub fn verify_module(m: &crate::Module) -> Result<(), VerifyError> {
-    if let Some(cycle) = crate::call::call_cycle(m) {
-        let caller = m
-            .func(&cycle[0])
-            .expect("a cycle runs through the module's functions");
-        let call = caller
-            .insts
-            .iter()
-            .find(|i| matches!(&i.op, Op::Call { callee } if callee.name == cycle[1]));
-        return Err(VerifyError {
-            func: caller.name.clone(),
-            inst: call.map(inst_summary),
-            loc: call.and_then(|i| i.loc),
-            diag: Diag {
-                label: "call_c4".into(),
-                message: format!(
-                    "the calls recurse: {}",
-                    cycle
-                        .iter()
-                        .map(|n| format!("@{n}"))
-                        .collect::<Vec<_>>()
-                        .join(" calls ")
-                ),
-            },
-        });
-    }
-    for f in &m.funcs {
-        let mut bad = None;
-        crate::call::for_each_call(f, &mut |c| {
-            let same = match (c.func.as_deref(), m.func(&c.name)) {
-                (Some(held), Some(g)) => crate::call::same_function(held, g),
-                _ => false,
-            };
-            if bad.is_none() && !same {
-                bad = Some(c.name.clone());
-            }
-        });
-        if let Some(name) = bad {
-            let call = f
-                .insts
-                .iter()
-                .find(|i| matches!(&i.op, Op::Call { callee } if callee.name == name));
-            return Err(VerifyError {
-                func: f.name.clone(),
-                inst: call.map(inst_summary),
-                loc: call.and_then(|i| i.loc),
-                diag: Diag {
-                    label: "call_c1".into(),
-                    message: match m.func(&name) {
-                        None => format!("callee @{name} is not a function of the module"),
-                        Some(_) => format!("the callee held differs from the module's @{name}"),
-                    },
-                },
-            });
-        }
-    }
+    crate::call::verify_calls(m)?;
     let mut names: Vec<&str> = Vec::new();
     for f in &m.funcs {
         if names.contains(&f.name.as_str()) {
