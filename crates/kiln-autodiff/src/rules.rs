@@ -112,6 +112,21 @@ pub fn vjp_rule(
     if let Op::Case { branches } = op {
         return case_vjp(b, branches, x, r, g);
     }
+    if let Op::Call { callee } = op {
+        // The callee's forward instructions again, then its backward pass.
+        let Some(f) = &callee.func else {
+            return unsupported(&format!("callee @{} is not resolved", callee.name));
+        };
+        let wrt: Vec<usize> = (0..x.len())
+            .filter(|&k| ty(b, x[k]).dtype.is_float())
+            .collect();
+        let (_, grads) = crate::vjp_into(b, f, x, g, &wrt)?;
+        let mut out = vec![None; x.len()];
+        for (&k, gk) in wrt.iter().zip(grads) {
+            out[k] = Some(gk);
+        }
+        return Ok(out);
+    }
     if let Op::Sort {
         dimension,
         is_stable,
@@ -971,6 +986,7 @@ pub fn vjp_rule(
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
         Op::While { .. }
+        | Op::Call { .. }
         | Op::Case { .. }
         | Op::Sort { .. }
         | Op::ReduceRegion { .. }

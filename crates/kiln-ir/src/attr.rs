@@ -29,7 +29,7 @@ impl fmt::Display for Attr {
                 }
                 f.write_str("]")
             }
-            Attr::Region(func) => f.write_str(crate::print::print_func(func).trim_end()),
+            Attr::Region(func) => f.write_str(crate::print::print_one(func).trim_end()),
         }
     }
 }

@@ -140,8 +140,10 @@ impl Func {
     }
 }
 
-/// A set of functions. Ops with bodies (while, sort comparators, custom reductions) refer to
-/// other functions of the module by name; the entry point is `@main` or the first function.
+/// A set of functions. Ops with bodies (while, sort comparators, custom reductions) hold them
+/// in place, as regions; a `call` names another function of the module (and holds it once
+/// resolved, see [`crate::call`]). The entry point is `@main` or the first function; the
+/// others are private functions its calls run.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Module {
     /// The functions, in text order.
@@ -149,9 +151,13 @@ pub struct Module {
 }
 
 impl Module {
-    /// A module of one function.
+    /// A module of `f` and the functions it calls, directly or not (callees before callers,
+    /// after `f`).
     pub fn from_func(f: Func) -> Module {
-        Module { funcs: vec![f] }
+        let callees = crate::call::callees(&f);
+        let mut funcs = vec![f];
+        funcs.extend(callees);
+        Module { funcs }
     }
 
     /// The function named `name`.

@@ -12,9 +12,11 @@
 
 pub mod attr;
 mod builder;
+pub mod call;
 mod dtype;
 pub mod error;
 mod func;
+pub mod inline;
 pub mod literal;
 mod op;
 pub mod parse;
@@ -26,9 +28,11 @@ pub mod verify;
 
 pub use attr::{Attr, Combiner, ComparisonDirection, RngAlgorithm, TransposeA};
 pub use builder::Builder;
+pub use call::Callee;
 pub use dtype::{DType, DTypeClass};
 pub use error::{Diag, Error, ParseError, Result, VerifyError};
 pub use func::{Func, Inst, Loc, Module, ValueId};
+pub use inline::inline_calls;
 pub use literal::{Data, Literal, LiteralError};
 pub use op::{Arity, Op, OpKind, Props, ResultCount, attr_default};
 pub use parse::{parse_func_text, parse_literal, parse_module};

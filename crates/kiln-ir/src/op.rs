@@ -8,6 +8,7 @@
 use crate::attr::{
     Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm, TransposeA,
 };
+use crate::call::Callee;
 use crate::{Func, Literal};
 
 /// Op properties, as data: passes ask these instead of listing ops.
@@ -83,7 +84,8 @@ pub enum ResultCount {
     Fixed(usize),
     /// One per operand.
     PerOperand,
-    /// As many as the op's regions return (`case`: its branches' results).
+    /// As many as the op's regions return (`case`: its branches' results; `call`: its
+    /// callee's).
     Regions,
     /// Half as many as operands (`reduce_region`, `reduce_window_region`: one per input, its
     /// inputs and init values being the operands).
@@ -423,6 +425,10 @@ define_ops! {
     /// Runs the branch the first operand (an `i32[]`) picks, the last one when it is out of
     /// range, on the other operands; the results are what that branch returns.
     Case = "case", AtLeast(1), ResultCount::Regions, CONTROL | DIFF, { branches: Vec<Func> };
+    /// Runs the function `callee` of the module on the operands; the results are what it
+    /// returns. The call graph of a module is acyclic: no function calls itself, directly or
+    /// through others.
+    Call = "call", AtLeast(0), ResultCount::Regions, CONTROL | DIFF, { callee: Callee };
     /// Sorts the operands together along `dimension`: each 1-D slice is put in the order
     /// `comparator` defines on the operands' elements (it takes `lhs0, rhs0, lhs1, rhs1, ...`
     /// scalars and returns `pred[]`: whether lhs goes before rhs); equal elements keep their
@@ -465,15 +471,17 @@ impl Op {
     pub fn result_count(&self, n: usize) -> usize {
         match self {
             Op::Case { branches } => branches.first().map_or(0, |b| b.output_types.len()),
+            Op::Call { callee } => callee.func.as_ref().map_or(0, |g| g.output_types.len()),
             _ => self.kind().results().for_operands(n).unwrap_or(0),
         }
     }
 
     /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
     /// branches, a `sort`'s comparator, a `reduce_region`'s or `reduce_window_region`'s body, a
-    /// `map`'s computation; empty for every other op.
+    /// `map`'s computation, a `call`'s callee (once resolved); empty for every other op.
     pub fn regions(&self) -> Vec<&Func> {
         match self {
+            Op::Call { callee } => callee.func.as_deref().into_iter().collect(),
             Op::While { cond, body } => vec![cond.as_ref(), body.as_ref()],
             Op::Case { branches } => branches.iter().collect(),
             Op::Sort { comparator, .. } => vec![comparator.as_ref()],
@@ -481,6 +489,23 @@ impl Op {
                 vec![body.as_ref()]
             }
             Op::Map { computation, .. } => vec![computation.as_ref()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Op {
+    /// [`Op::regions`], mutable, in the same order.
+    pub fn regions_mut(&mut self) -> Vec<&mut Func> {
+        match self {
+            Op::Call { callee } => callee.func.as_deref_mut().into_iter().collect(),
+            Op::While { cond, body } => vec![cond.as_mut(), body.as_mut()],
+            Op::Case { branches } => branches.iter_mut().collect(),
+            Op::Sort { comparator, .. } => vec![comparator.as_mut()],
+            Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
+                vec![body.as_mut()]
+            }
+            Op::Map { computation, .. } => vec![computation.as_mut()],
             _ => Vec::new(),
         }
     }

@@ -259,6 +259,9 @@ impl Lexer {
             let f = parse_func(self);
             self.regions -= 1;
             Ok(Attr::Region(Box::new(f?)))
+        } else if let Tok::Global(name) = self.peek().clone() {
+            self.pos += 1;
+            Ok(Attr::Token(format!("@{name}")))
         } else {
             Ok(Attr::Token(self.word("an attribute value")?))
         }
@@ -482,7 +485,8 @@ fn parse_inst(p: &mut FuncParser) -> PResult<Inst> {
     })
 }
 
-/// Parses a module: one or more functions.
+/// Parses a module: one or more functions, each `call` resolved to the module's function it
+/// names ([`crate::call::resolve_calls`]).
 pub fn parse_module(src: &str) -> PResult<Module> {
     let mut lx = Lexer {
         toks: lex(src)?,
@@ -496,19 +500,47 @@ pub fn parse_module(src: &str) -> PResult<Module> {
     if funcs.is_empty() {
         return lx.expected("`func`");
     }
-    Ok(Module { funcs })
+    let mut m = Module { funcs };
+    crate::call::resolve_calls(&mut m);
+    Ok(m)
 }
 
-/// Parses exactly one function.
+/// Parses exactly one function, followed by the functions its calls run (as
+/// [`crate::print_func`] writes them), its calls resolved to them.
 pub fn parse_func_text(src: &str) -> PResult<Func> {
     let mut lx = Lexer {
         toks: lex(src)?,
         pos: 0,
         regions: 0,
     };
-    let f = parse_func(&mut lx)?;
-    if *lx.peek() != Tok::Eof {
-        return lx.expected("end of input");
+    let mut funcs = vec![parse_func(&mut lx)?];
+    let mut starts = Vec::new();
+    while *lx.peek() != Tok::Eof {
+        if !matches!(lx.peek(), Tok::Word(w) if w == "func") {
+            return lx.expected("end of input");
+        }
+        starts.push(lx.pos);
+        funcs.push(parse_func(&mut lx)?);
+    }
+    let mut m = Module { funcs };
+    crate::call::resolve_calls(&mut m);
+    let f = m.funcs.remove(0);
+    let called: Vec<String> = crate::call::callees(&f)
+        .into_iter()
+        .map(|g| g.name)
+        .collect();
+    // Every function after the first must be one the first calls.
+    if let Some((g, &pos)) = m
+        .funcs
+        .iter()
+        .zip(&starts)
+        .find(|(g, _)| !called.contains(&g.name))
+    {
+        lx.pos = pos;
+        return lx.err(format!(
+            "expected end of input, found function @{} that @{} does not call",
+            g.name, f.name
+        ));
     }
     Ok(f)
 }

@@ -92,8 +92,19 @@ fn type_list(out: &mut String, tys: &[TensorType]) {
     }
 }
 
-/// Prints one function.
+/// Prints one function, followed by the functions its calls run (directly or not, callees
+/// before callers, each once), so that [`crate::parse_func_text`] reads it back whole.
 pub fn print_func(f: &Func) -> String {
+    let mut s = print_one(f);
+    for g in crate::call::callees(f) {
+        s.push('\n');
+        s.push_str(&print_one(&g));
+    }
+    s
+}
+
+/// Prints one function alone: its calls name their callees.
+pub fn print_one(f: &Func) -> String {
     let mut s = String::new();
     let _ = write!(s, "func @{}(", f.name);
     for (i, &p) in f.params.iter().enumerate() {
@@ -138,13 +149,10 @@ pub fn print_func(f: &Func) -> String {
     s
 }
 
-/// Prints a module: its functions separated by blank lines.
+/// Prints a module: its functions separated by blank lines (a call names its callee, which
+/// the module defines).
 pub fn print_module(m: &Module) -> String {
-    m.funcs
-        .iter()
-        .map(print_func)
-        .collect::<Vec<_>>()
-        .join("\n")
+    m.funcs.iter().map(print_one).collect::<Vec<_>>().join("\n")
 }
 
 impl std::fmt::Display for Func {

@@ -861,6 +861,7 @@ impl Gen<'_> {
             self.pool.push(v);
         }
         self.maybe_region_op();
+        self.maybe_call();
     }
 
     /// With control flow, one step in ten also adds a `map`, `reduce_region` or
@@ -886,6 +887,59 @@ impl Gen<'_> {
         if let Some(v) = v {
             self.pool.push(v);
         }
+    }
+
+    /// With control flow, one step in twenty adds a `call` (from a stream of its own, as
+    /// [`Gen::maybe_region_op`]'s).
+    fn maybe_call(&mut self) {
+        if !self.cfg.control || self.cfg.elements.is_some() {
+            return;
+        }
+        let mut aux = Rng::new(self.rng.0 ^ 0x6A09_E667_F3BC_C909);
+        if aux.below(20) != 0 {
+            return;
+        }
+        std::mem::swap(&mut *self.rng, &mut aux);
+        let a = *self.rng.pick(&self.pool);
+        let t = self.ty(a);
+        let v = self.random_call(a, &t);
+        std::mem::swap(&mut *self.rng, &mut aux);
+        if let Some(v) = v {
+            self.pool.push(v);
+        }
+    }
+
+    /// A `call` of a new function combining `a` with another value by two elementwise ops
+    /// (the second through a nested call half the time); half the time the function is called
+    /// again on its own result.
+    fn random_call(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        let x = self.value_of(t);
+        let n = self.b.func().values.len();
+        let (op1, op2) = (self.combine_op(t.dtype), self.combine_op(t.dtype));
+        let inner = Self::region(
+            &format!("callee{n}_inner"),
+            &[t.clone(), t.clone()],
+            |b, ps| Some(vec![b.binary(op2.clone(), ps[0], ps[1]).ok()?]),
+        )?;
+        let nested = self.rng.chance(0.5);
+        let callee = Self::region(&format!("callee{n}"), &[t.clone(), t.clone()], |b, ps| {
+            let v = b.binary(op1, ps[0], ps[1]).ok()?;
+            let w = if nested {
+                let callee = crate::Callee::of(&inner);
+                b.push(Op::Call { callee }, &[v, ps[1]]).ok()?[0]
+            } else {
+                b.binary(op2, v, ps[1]).ok()?
+            };
+            Some(vec![w])
+        })?;
+        let op = Op::Call {
+            callee: crate::Callee::of(&callee),
+        };
+        let r = self.b.push(op.clone(), &[a, x]).ok()?[0];
+        if self.rng.chance(0.5) {
+            return self.b.push(op, &[r, x]).ok().map(|rs| rs[0]);
+        }
+        Some(r)
     }
 
     /// A random elementwise op combining two values of dtype `d`.

@@ -246,6 +246,15 @@ pub fn type_rule(
             )
         })?;
     }
+    if let Op::Call { callee } = op
+        && callee.func.is_none()
+    {
+        // How many results a call has comes from its callee: it must be known first.
+        return Err(diag(
+            Labels(k).c(1),
+            format!("callee @{} is not a function of the module", callee.name),
+        ));
+    }
     let n_results = op.result_count(operands.len());
     if let Some(d) = declared
         && d.len() != n_results
@@ -1170,6 +1179,29 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 label: 4,
             })
         }
+        Call { callee } => {
+            let Some(g) = &callee.func else {
+                return Err(diag(
+                    l.c(1),
+                    format!("callee @{} is not a function of the module", callee.name),
+                ));
+            };
+            region(g)?;
+            let args: Vec<TensorType> = x.iter().map(|t| (*t).clone()).collect();
+            let params = g.param_types();
+            l.ensure(2, params == args, || {
+                format!(
+                    "callee @{} takes ({}) but the operands are ({})",
+                    g.name,
+                    list(&params),
+                    list(&args)
+                )
+            })?;
+            Ok(Inferred {
+                types: g.output_types.clone(),
+                label: 3,
+            })
+        }
         Sort {
             dimension,
             comparator,
@@ -1439,8 +1471,10 @@ pub fn verify(f: &Func) -> Result<(), VerifyError> {
     Ok(())
 }
 
-/// Verifies every function of a module.
+/// Verifies every function of a module, and its calls: each holds the module's function it
+/// names (`call_c1`), and none recurses (`call_c4`).
 pub fn verify_module(m: &crate::Module) -> Result<(), VerifyError> {
+    crate::call::verify_calls(m)?;
     let mut names: Vec<&str> = Vec::new();
     for f in &m.funcs {
         if names.contains(&f.name.as_str()) {

@@ -127,6 +127,9 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
              did not run",
         )),
         Op::OptimizationBarrier {} => Err(NoKernel("a pass-through: its results are its operands")),
+        Op::Call { .. } => Err(NoKernel(
+            "a call: the pipeline inlines calls before it lowers a program",
+        )),
         Op::While { .. } | Op::Case { .. } => Err(NoKernel(
             "control flow: the host runs it, each region compiled as a program of its own",
         )),

@@ -347,9 +347,13 @@ pub fn fusion_dot(f: &Func, opts: &Options) -> Result<String> {
     Ok(s)
 }
 
-/// The program the backend lowers: optimized (with [`Options::optimize`], under the costs of
+/// The program the backend lowers: its calls inlined ([`kiln_ir::inline_calls`]), optimized
+/// (with [`Options::optimize`], under the costs of
 /// `target`, see [`TargetInfo::cost_machine`]), then canonicalized for `target`.
 pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
+    // Calls go first: every later pass, and every backend, sees a call-free program.
+    let f =
+        &kiln_ir::inline_calls(f).map_err(|e| Error::Lowering(format!("inlining calls: {e}")))?;
     let f = &canon::widen_dots(f, target.gpu.is_some())
         .map_err(|e| Error::Lowering(format!("widening mixed matrix products: {e}")))?;
     let optimized;

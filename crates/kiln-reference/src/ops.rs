@@ -759,6 +759,13 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 carries = crate::run(body, &refs);
             }
         }
+        Op::Call { callee } => crate::run(
+            callee
+                .func
+                .as_ref()
+                .expect("a verified call holds its callee"),
+            x,
+        ),
         Op::Case { branches } => {
             let chosen = case_branch(x[0], branches.len());
             crate::run(&branches[chosen], &x[1..])

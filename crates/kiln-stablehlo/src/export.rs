@@ -1,6 +1,7 @@
 //! StableHLO text out: a kiln [`Module`] as MLIR text that XLA and [`crate::parse`] read.
 //!
-//! Functions are `func.func` (the entry, `@main` or the first, is `public`); every op is
+//! Functions are `func.func` (the entry, `@main` or the first, is `public`; the others, which
+//! `call`s run as `func.call`, `private`); every op is
 //! written in MLIR's generic form (`%v3 = "stablehlo.add"(%v1, %v2) : (...) -> ...`), which
 //! every MLIR parser reads. Named combiners (`reduce`, `reduce_window`, `scatter`,
 //! `select_and_scatter`) become one-op regions; `while`, `case`, `sort`, `reduce_region`
@@ -50,6 +51,17 @@ pub fn to_text(m: &Module) -> Result<String, ExportError> {
     };
     for f in &m.funcs {
         p.func(f, entry.as_deref() == Some(f.name.as_str()))?;
+    }
+    // A callee the module does not list (a function built with its calls, not a parsed
+    // module) is written after the module's functions, as a private function.
+    let mut written: Vec<String> = m.funcs.iter().map(|f| f.name.clone()).collect();
+    for f in &m.funcs {
+        for g in kiln_ir::call::callees(f) {
+            if !written.contains(&g.name) {
+                p.func(&g, false)?;
+                written.push(g.name);
+            }
+        }
     }
     p.out.push_str("}\n");
     Ok(p.out)
@@ -513,6 +525,10 @@ impl Printer {
                 "rng_algorithm = #stablehlo<rng_algorithm {}>",
                 algorithm.name()
             )),
+            Op::Call { callee } => {
+                name = "func.call".into();
+                attrs.push(format!("callee = @{}", callee.name));
+            }
             Op::While { cond, body } => {
                 regions.push(self.region(cond, None, ri)?);
                 regions.push(self.region(body, None, ri)?);

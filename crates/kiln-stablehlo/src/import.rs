@@ -1,6 +1,9 @@
-//! From the syntax tree to kiln IR: functions, value scopes, `func.call` (inlined), and the
-//! regions of control flow (`while`, `if`, `case`, `sort`), which become kiln functions.
-//! The op-by-op mapping is in [`crate::ops`].
+//! From the syntax tree to kiln IR: functions, value scopes, `func.call` (a kiln `call` of the
+//! imported function, which keeps its name), and the regions of control flow (`while`, `if`,
+//! `case`, `sort`), which become kiln functions. The op-by-op mapping is in [`crate::ops`].
+//!
+//! A callee with `check.*` ops (imported with checks) is inlined instead, its checks becoming
+//! the caller's; so are composite decompositions.
 //!
 //! StableHLO regions may use values of the enclosing function (implicit captures); kiln's
 //! regions take everything as parameters. So the importer passes each captured value in:
@@ -14,7 +17,7 @@ use crate::literal::type_name;
 use kiln_ir::{Builder, Func, Literal, Loc, Module, Op, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 
-/// The deepest chain of `func.call`s (and composite decompositions) the importer inlines.
+/// The deepest chain of `func.call`s (and composite decompositions) the importer follows.
 pub const MAX_CALL_DEPTH: usize = 64;
 
 /// The `file` of the [`Loc`] each imported instruction carries.
@@ -41,6 +44,10 @@ pub struct Importer<'m> {
     funcs: HashMap<&'m str, &'m FuncAst>,
     depth: usize,
     with_checks: bool,
+    /// The functions imported so far, by name (each is imported once, calls share it).
+    imported: HashMap<String, (Func, FuncChecks)>,
+    /// The functions being imported, innermost last (a call of one of them recurses).
+    importing: Vec<String>,
 }
 
 /// A kiln [`Loc`] for a position in the input.
@@ -68,6 +75,8 @@ pub fn import_module(m: &ModuleAst, with_checks: bool) -> Result<(Module, Vec<Fu
         funcs,
         depth: 0,
         with_checks,
+        imported: HashMap::new(),
+        importing: Vec::new(),
     };
     let mut module = Module::default();
     let mut all_checks = Vec::new();
@@ -80,8 +89,21 @@ pub fn import_module(m: &ModuleAst, with_checks: bool) -> Result<(Module, Vec<Fu
 }
 
 impl<'m> Importer<'m> {
-    /// Imports one function.
+    /// Imports one function, once: a function imported before (as a callee) is reused.
     fn func(&mut self, f: &FuncAst) -> Result<(Func, FuncChecks)> {
+        if let Some(done) = self.imported.get(&f.name) {
+            return Ok(done.clone());
+        }
+        self.importing.push(f.name.clone());
+        let r = self.func_body(f);
+        self.importing.pop();
+        let done = r?;
+        self.imported.insert(f.name.clone(), done.clone());
+        Ok(done)
+    }
+
+    /// Imports one function's body.
+    fn func_body(&mut self, f: &FuncAst) -> Result<(Func, FuncChecks)> {
         let mut body = Body {
             b: Builder::new(&f.name),
             consts: HashMap::new(),
@@ -188,12 +210,88 @@ impl<'m> Importer<'m> {
         bind_results(names, op, &results)
     }
 
-    /// Inlines `func.call @f(args)`.
+    /// `func.call @f(args)`: a `call` of the imported `@f`, or, when `@f` has checks (directly
+    /// or through its calls) and checks are imported, `@f` inlined.
     fn call(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
         let Some((crate::ast::AttrVal::Symbol(callee), _)) = op.attr("callee") else {
             return Err(Error::syntax(op.pos, "`func.call` needs a callee"));
         };
-        self.inline(body, op, callee, args)
+        let Some(&f) = self.funcs.get(callee.as_str()) else {
+            return Err(Error::invalid(
+                op.pos,
+                format!("`{}` calls @{callee}, which is not defined", op.name),
+            ));
+        };
+        if self.with_checks && self.has_checks(f, &mut HashSet::new()) {
+            return self.inline(body, op, callee, args);
+        }
+        if self.importing.iter().any(|n| n == callee) {
+            return Err(Error::unsupported(
+                op.pos,
+                format!(
+                    "@{callee} calls itself (through {}): kiln's call graph is acyclic",
+                    self.importing
+                        .iter()
+                        .map(|n| format!("@{n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        if self.depth >= MAX_CALL_DEPTH {
+            return Err(Error::unsupported(
+                op.pos,
+                format!("calls nested more than {MAX_CALL_DEPTH} deep at @{callee}"),
+            ));
+        }
+        self.depth += 1;
+        let r = self.func(f);
+        self.depth -= 1;
+        let (g, _) = r?;
+        if g.params.len() != args.len() {
+            return Err(Error::invalid(
+                op.pos,
+                format!(
+                    "@{callee} takes {} arguments, {} given",
+                    g.params.len(),
+                    args.len()
+                ),
+            ));
+        }
+        check_types(
+            body,
+            args,
+            &g.param_types(),
+            op.pos,
+            &format!("the arguments of @{callee}"),
+        )?;
+        let call = Op::Call {
+            callee: kiln_ir::Callee::of(&g),
+        };
+        body.b
+            .push_at(call, args, None, loc(op.pos))
+            .map_err(|e| Error::invalid(op.pos, e.diag.message))
+    }
+
+    /// Whether `f` has `check.*` ops, in its body, its regions or the functions it calls.
+    fn has_checks(&self, f: &FuncAst, seen: &mut HashSet<String>) -> bool {
+        if !seen.insert(f.name.clone()) {
+            return false;
+        }
+        fn ops<'a>(b: &'a Block, out: &mut Vec<&'a OpAst>) {
+            for op in &b.ops {
+                out.push(op);
+                op.regions.iter().for_each(|r| ops(r, out));
+            }
+        }
+        let mut all = Vec::new();
+        ops(&f.body, &mut all);
+        all.iter().any(|op| {
+            op.name.starts_with("check.")
+                || (op.name == "func.call"
+                    && matches!(op.attr("callee"), Some((crate::ast::AttrVal::Symbol(c), _))
+                        if self.funcs.get(c.as_str()).is_some_and(|g| self.has_checks(g, seen))))
+        })
     }
 
     /// Inlines a composite's decomposition.

@@ -44,6 +44,49 @@ fn a_jax_style_module_imports_and_runs() {
 }
 
 #[test]
+fn func_call_imports_as_a_call_of_the_private_function_and_exports_back() {
+    let m = parse(JAX).unwrap();
+    kiln_ir::verify_module(&m).unwrap();
+    let names: Vec<&str> = m.funcs.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["main", "helper"]);
+    let text = print_module(&m);
+    assert!(
+        text.contains("= call %3 {callee = @helper} : f32[2]"),
+        "{text}"
+    );
+    let out = kiln_stablehlo::to_text(&m).unwrap();
+    assert!(
+        out.contains("\"func.call\"(%v") && out.contains("func.func private @helper("),
+        "{out}"
+    );
+    assert_eq!(print_module(&parse(&out).unwrap()), text);
+    // A function called from two places, one of them a callee itself, is imported once.
+    let nested = "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = func.call @twice(%x) : (tensor<2xf32>) -> tensor<2xf32>
+  %1 = func.call @neg(%0) : (tensor<2xf32>) -> tensor<2xf32>
+  func.return %1 : tensor<2xf32>
+}
+func.func private @twice(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = func.call @neg(%x) : (tensor<2xf32>) -> tensor<2xf32>
+  %1 = func.call @neg(%0) : (tensor<2xf32>) -> tensor<2xf32>
+  %2 = stablehlo.multiply %0, %1 : tensor<2xf32>
+  func.return %2 : tensor<2xf32>
+}
+func.func private @neg(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.negate %x : tensor<2xf32>
+  func.return %0 : tensor<2xf32>
+}";
+    let m = parse(nested).unwrap();
+    kiln_ir::verify_module(&m).unwrap();
+    assert_eq!(m.funcs.len(), 3);
+    let back = parse(&kiln_stablehlo::to_text(&m).unwrap()).unwrap();
+    assert_eq!(print_module(&back), print_module(&m));
+    // -((-x) * x) = x^2.
+    let out = run(nested, &[f32s(&[2], &[1.5, -2.0])]);
+    assert_eq!(out[0].as_f32s().unwrap(), &[2.25, 4.0]);
+}
+
+#[test]
 fn pretty_and_generic_forms_import_to_the_same_kiln_ir() {
     let pretty = "func.func @main(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) -> tensor<4x2xf32> {
   %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>

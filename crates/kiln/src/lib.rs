@@ -26,6 +26,7 @@ pub mod backend;
 pub mod checkpoint;
 pub mod control;
 pub mod data;
+mod function;
 pub mod linalg;
 pub mod lower;
 pub mod nn;
@@ -69,6 +70,7 @@ pub mod stablehlo {
     pub use kiln_mlir::stablehlo::import as parse_with_mlir;
     pub use kiln_stablehlo::*;
 }
+pub use function::Function;
 pub use kiln_trace::{Device, Element, Error, Result, TakeMode, Tensor, Tree, promote, tree};
 pub use remat::{Remat, remat, tag};
 pub use transforms::{

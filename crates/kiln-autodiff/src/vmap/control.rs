@@ -19,6 +19,14 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
     match cx.op {
         Op::While { cond, body } => while_loop(bd, cx, cond, body),
         Op::Case { branches } => case(bd, cx, branches),
+        // A call is its callee's instructions, batched in place.
+        Op::Call { callee } => match &callee.func {
+            Some(g) => super::batch_inline(bd, g, cx.xs),
+            None => Err(crate::Error::BadRequest(format!(
+                "`call`: callee @{} is not resolved",
+                callee.name
+            ))),
+        },
         Op::Sort {
             dimension,
             is_stable,

@@ -246,6 +246,7 @@ fn batch_inst(bd: &mut Batcher, f: &Func, inst: &Inst, xs: &[BVal]) -> Result<Ve
     };
     match &inst.op {
         Op::While { .. }
+        | Op::Call { .. }
         | Op::Case { .. }
         | Op::Sort { .. }
         | Op::ReduceRegion { .. }
@@ -311,6 +312,7 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         }
         Convolution => Batching::LoopWhen("the kernel differs per example"),
         RngBitGenerator => Batching::LoopWhen("the state differs per example"),
+        Call => Batching::LoopWhen("an instruction of the callee does (it is batched in place)"),
         Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | Power | And | Or
         | Xor | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | Atan2 | Negate | Abs
         | Sign | Exponential | Log | LogPlusOne | ExponentialMinusOne | Sqrt | Rsqrt | Tanh
