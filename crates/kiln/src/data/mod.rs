@@ -50,6 +50,24 @@ use std::sync::Arc;
 /// An indexable collection of samples, each a list of fields (PyTorch's map-style `Dataset`).
 ///
 /// `get` is called from the loader's worker threads, hence `Send + Sync`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{DataLoader, Dataset};
+/// use kiln::{Result, Tensor};
+/// // The squares 0, 1, 4, ..., computed when asked for.
+/// struct Squares(usize);
+/// impl Dataset for Squares {
+///     fn len(&self) -> usize { self.0 }
+///     fn get(&self, i: usize) -> Result<Vec<Tensor>> { Ok(vec![Tensor::scalar((i * i) as f32)]) }
+/// }
+/// let d = Squares(4);
+/// assert!(!d.is_empty() && Squares(0).is_empty());
+/// assert_eq!(d.get(3).unwrap()[0].item().unwrap(), 9.0);
+/// let batch = DataLoader::new(d, 4).unwrap().epoch(0).next().unwrap().unwrap();
+/// assert_eq!(batch[0].to_vec::<f32>().unwrap(), [0.0, 1.0, 4.0, 9.0]);
+/// ```
 pub trait Dataset: Send + Sync {
     /// How many samples there are.
     fn len(&self) -> usize;
