@@ -67,9 +67,34 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The version of the checkpoint layout this kiln writes (and the newest it reads).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint::{self, FORMAT_VERSION, Metadata}};
+/// let x = Tensor::scalar(1.0f32);
+/// // A file of a newer layout is refused rather than misread.
+/// let newer = Metadata { format_version: FORMAT_VERSION + 1, ..Metadata::new(0) };
+/// let bytes = checkpoint::to_bytes(&x, &newer).unwrap();
+/// let err = checkpoint::from_bytes(&bytes, &x).unwrap_err();
+/// assert!(err.message.contains("is newer than this kiln reads"), "{err}");
+/// ```
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The key of kiln's JSON block in the safetensors `__metadata__` map.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint};
+/// let x = Tensor::scalar(1.0f32);
+/// let bytes = checkpoint::to_bytes(&x, &checkpoint::Metadata::new(4)).unwrap();
+/// // What another safetensors reader sees.
+/// let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+/// let block = &header.metadata().as_ref().unwrap()[checkpoint::METADATA_KEY];
+/// let json: serde_json::Value = serde_json::from_str(block).unwrap();
+/// assert_eq!((json["step"].as_u64(), json["format_version"].as_u64()), (Some(4), Some(1)));
+/// ```
 pub const METADATA_KEY: &str = "kiln";
 
 /// A checkpoint's metadata block.
@@ -594,6 +619,22 @@ fn parse_metadata(st_meta: Option<&HashMap<String, String>>, data: &[u8]) -> Res
 }
 
 /// [`load_mapped`] from bytes in memory.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, checkpoint, nn::Linear};
+/// let w = Tensor::ones(DType::F32, [3, 2]);
+/// let file = vec![w.clone(), Tensor::zeros(DType::F32, [2])]; // tensors `0` and `1`
+/// let bytes = checkpoint::to_bytes(&file, &checkpoint::Metadata::new(0)).unwrap();
+/// // `0` is the weight; `1` is ignored.
+/// let like = Linear { weight: w, bias: None };
+/// let rename = |n: &str| (n == "0").then(|| "weight".to_string());
+/// let (lin, _) = checkpoint::from_bytes_mapped(&bytes, &like, rename).unwrap();
+/// assert_eq!(lin.weight.to_vec::<f32>().unwrap(), [1.0; 6]);
+/// // Two file tensors mapped to one name are an error.
+/// assert!(checkpoint::from_bytes_mapped(&bytes, &like, |_| Some("weight".into())).is_err());
+/// ```
 pub fn from_bytes_mapped<T: Tree>(
     bytes: &[u8],
     like: &T,
