@@ -194,12 +194,38 @@ impl CsvDataset {
     }
 
     /// The feature columns' names, in the order of the features.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{CsvDataset, CsvOptions};
+    /// let name = format!("kiln-doc-csv-columns-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "a,y,b\n1,0,2\n").unwrap();
+    /// let d = CsvDataset::open(&path, CsvOptions::default().label("y")).unwrap();
+    /// assert_eq!(d.columns(), ["a", "b"]); // the label is not a feature
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn columns(&self) -> &[String] {
         &self.columns
     }
 
     /// The class names of a text label column, in the order of their ids (empty for integer
     /// labels or without a label).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+    /// let name = format!("kiln-doc-csv-classes-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "x,kind\n1,dog\n2,cat\n3,dog\n").unwrap();
+    /// let d = CsvDataset::open(&path, CsvOptions::default().label("kind")).unwrap();
+    /// assert_eq!(d.classes(), ["cat", "dog"]); // ids in sorted order of the names
+    /// let id = |i| d.get(i).unwrap()[1].item().unwrap();
+    /// assert_eq!([id(0), id(1), id(2)], [1.0, 0.0, 1.0]);
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn classes(&self) -> &[String] {
         &self.classes
     }

@@ -419,6 +419,24 @@ fn collate(samples: &[Vec<Tensor>], indices: &[usize]) -> Result<Vec<Tensor>> {
 
 /// The batches of one epoch, in order (an iterator of `Result<Vec<Tensor>>`). Dropping it
 /// stops the workers.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{DataLoader, TensorDataset};
+/// use kiln::Tensor;
+/// // The numbers 0, 1, ..., n - 1, one per sample.
+/// let numbers = |n: usize| {
+///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+///     TensorDataset::new(vec![x]).unwrap()
+/// };
+/// use kiln::data::Batches;
+/// let batches = DataLoader::new(numbers(5), 2).unwrap().epoch(0);
+/// // `Batches::count` knows the number without loading (`batches.count()` is Iterator's).
+/// assert_eq!(Batches::count(&batches), 3);
+/// let sizes: Vec<usize> = batches.map(|b| b.unwrap()[0].shape()[0]).collect();
+/// assert_eq!(sizes, [2, 2, 1]);
+/// ```
 pub struct Batches {
     next: usize,
     count: usize,
@@ -497,11 +515,49 @@ impl Batches {
 
     /// How long the iterating thread has waited for batches so far (time `next` spent
     /// blocked): near zero when loading keeps up with the training step.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// use std::time::Duration;
+    /// let slow = |s: Vec<Tensor>| -> kiln::Result<Vec<Tensor>> {
+    ///     std::thread::sleep(Duration::from_millis(5));
+    ///     Ok(s)
+    /// };
+    /// // Loading on this thread: all of the loading is waited for.
+    /// let mut batches = DataLoader::new(numbers(4), 2).unwrap().workers(0).map(slow).epoch(0);
+    /// assert_eq!(batches.waited(), Duration::ZERO);
+    /// batches.by_ref().for_each(|b| assert!(b.is_ok()));
+    /// assert!(batches.waited() >= Duration::from_millis(20)); // 4 samples of 5 ms
+    /// ```
     pub fn waited(&self) -> Duration {
         self.waited
     }
 
     /// How many batches the epoch has.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// use kiln::data::Batches;
+    /// let mut batches = DataLoader::new(numbers(7), 3).unwrap().epoch(0);
+    /// batches.next().unwrap().unwrap();
+    /// assert_eq!(Batches::count(&batches), 3); // the epoch's, however many were taken
+    /// ```
     pub fn count(&self) -> usize {
         self.count
     }

@@ -70,12 +70,41 @@ use std::sync::Arc;
 /// ```
 pub trait Dataset: Send + Sync {
     /// How many samples there are.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Dataset, TensorDataset};
+    /// use kiln::{DType, Tensor};
+    /// let d = TensorDataset::new(vec![Tensor::zeros(DType::F32, [7, 2])]).unwrap();
+    /// assert_eq!(d.len(), 7);
+    /// ```
     fn len(&self) -> usize;
 
     /// Sample `index` (`index < len()`): its fields, eager tensors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Dataset, TensorDataset};
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2, 3, 4], [2, 2]).unwrap();
+    /// let d = TensorDataset::new(vec![x]).unwrap();
+    /// assert_eq!(d.get(1).unwrap()[0].to_vec::<i32>().unwrap(), [3, 4]);
+    /// assert!(d.get(2).unwrap_err().message.contains("out of range"));
+    /// ```
     fn get(&self, index: usize) -> Result<Vec<Tensor>>;
 
     /// Whether there are no samples.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Dataset, TensorDataset};
+    /// use kiln::{DType, Tensor};
+    /// assert!(TensorDataset::new(vec![Tensor::zeros(DType::F32, [0, 3])]).unwrap().is_empty());
+    /// assert!(!TensorDataset::new(vec![Tensor::zeros(DType::F32, [1, 3])]).unwrap().is_empty());
+    /// ```
     fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -26,6 +26,20 @@ use crate::ir::Loc;
 /// ```
 pub trait Sampler: Send + Sync {
     /// The indices of epoch `epoch` over a dataset of `len` samples (each `< len`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Distributed, Sampler, Sequential, Shuffled};
+    /// // With one rank, every sampler visits each sample once an epoch.
+    /// let one_rank = Distributed::new(0, 1).unwrap();
+    /// let samplers: [&dyn Sampler; 3] = [&Sequential, &Shuffled { seed: 1 }, &one_rank];
+    /// for s in samplers {
+    ///     let mut seen = s.indices(6, 2);
+    ///     seen.sort();
+    ///     assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
+    /// }
+    /// ```
     fn indices(&self, len: usize, epoch: u64) -> Vec<usize>;
 }
 
