@@ -211,8 +211,8 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         return Err(err(
             "load_npy",
             format!(
-                "the array's NumPy dtype {} has no kiln dtype (kiln reads bool, int8, int32, \
-                 int64, uint32, float16, float32, float64)",
+                "the array's NumPy dtype {} has no kiln dtype (kiln reads bool, int8, int16, \
+                 int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64)",
                 np_dtype.descr()
             ),
         ));
