@@ -41,6 +41,22 @@ pub use kiln_run::{Artifact, Target};
 
 /// `f` traced at `example`'s signature (its leaves' dtypes and shapes) and compiled for
 /// `target` under the process's options ([`crate::options`]).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, aot, jit};
+/// let f = |x: &Tensor| x.exp() + x;
+/// let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0], [3]).unwrap();
+/// let dir = std::env::temp_dir().join(format!("kiln-doc-aot-compile-{}", std::process::id()));
+/// aot::compile(f, &x, aot::Target::host()).unwrap().save(&dir).unwrap();
+/// // Loaded and run as `kiln-run` does: jit's results, bit for bit.
+/// let artifact = aot::Artifact::load(&dir).unwrap();
+/// let runner = kiln_run::Runner::open_cpu(&artifact).unwrap();
+/// let out = Tensor::new(runner.run(&[x.to_literal().unwrap()]).unwrap().remove(0));
+/// assert_eq!(out.to_vec::<f32>().unwrap(), jit(f).call(&x).unwrap().to_vec::<f32>().unwrap());
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 #[track_caller]
 pub fn compile<I: Tree, O: Tree>(
     f: impl FnOnce(&I) -> O,
@@ -54,6 +70,21 @@ pub fn compile<I: Tree, O: Tree>(
 }
 
 /// The entry function of `m` (`@main`, else the first) compiled for `target`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, aot, ir::Module};
+/// let f = kiln::lower::trace_ir(|x: &Tensor| x.tanh(), &Tensor::ones(DType::F32, [8])).unwrap();
+/// let artifact = aot::compile_module(&Module::from_func(f), aot::Target::a100()).unwrap();
+/// assert!(!artifact.ptx.is_empty() && artifact.ptx.iter().all(|p| p.contains(".target sm_80")));
+/// let dir = std::env::temp_dir().join(format!("kiln-doc-aot-module-{}", std::process::id()));
+/// artifact.save(&dir).unwrap();
+/// let back = aot::Artifact::load(&dir).unwrap();
+/// assert_eq!((back.ptx, back.results[0].ty.to_string()), (artifact.ptx, "f32[8]".to_string()));
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// assert!(aot::compile_module(&Module { funcs: vec![] }, aot::Target::a100()).is_err());
+/// ```
 pub fn compile_module(m: &Module, target: Target) -> Result<Artifact> {
     let f = m
         .entry()
@@ -63,6 +94,22 @@ pub fn compile_module(m: &Module, target: Target) -> Result<Artifact> {
 
 /// `f` compiled for `target` under `opts`: lowered, its device plan derived from the lowered
 /// program's text (as `kiln-run` derives it), each kernel step rendered as PTX.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Options, Tensor, aot};
+/// let x = Tensor::ones(DType::F32, [16]);
+/// let f = kiln::lower::trace_ir(|x: &Tensor| (x.tanh() * 2.0).exp(), &x).unwrap();
+/// let fused = aot::compile_func_with_options(&f, &kiln::options(), aot::Target::h200()).unwrap();
+/// let opts = Options { fusion: false, ..kiln::options() };
+/// let unfused = aot::compile_func_with_options(&f, &opts, aot::Target::h200()).unwrap();
+/// assert!(unfused.ptx.len() > fused.ptx.len(), "{} vs {}", unfused.ptx.len(), fused.ptx.len());
+/// let dir = std::env::temp_dir().join(format!("kiln-doc-aot-options-{}", std::process::id()));
+/// unfused.save(&dir).unwrap();
+/// assert!(!aot::Artifact::load(&dir).unwrap().options.fusion); // the switches travel with it
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 pub fn compile_func_with_options(f: &Func, opts: &Options, target: Target) -> Result<Artifact> {
     let fail = |m: String| Error::internal("aot::compile", format!("@{}: {m}", f.name));
     if let Kind::Cpu { cpu } = &target.kind {

@@ -23,6 +23,20 @@ use std::borrow::Cow;
 use std::sync::{Arc, Once};
 
 /// The CPU backend: fused LLVM kernels, optimized at O2 for the host CPU.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::backend::{Backend, Cpu, Executable};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+/// let f = kiln::lower::trace_ir(|x: &Tensor| x * 2.0 + 1.0, &x).unwrap();
+/// let exe = Cpu.compile(&f).unwrap();
+/// let y = Tensor::new(exe.run(&[x.literal().unwrap()]).unwrap().remove(0));
+/// assert_eq!(y.to_vec::<f32>().unwrap(), [3.0, 5.0, 7.0]);
+/// assert!(exe.peak_bytes().unwrap() >= 3 * 4); // it plans memory
+/// assert_eq!(Cpu.name(), "cpu");
+/// ```
 pub struct Cpu;
 
 struct CpuCompiled(CpuExecutable);
@@ -71,6 +85,20 @@ impl Backend for Cpu {
 /// for shared-memory races, divergent barriers and accesses out of bounds; its device plan
 /// ([`kiln_kernel::gpu::plan`]) is made at compile time and run as [`Cuda`] runs it. Slow: it is for
 /// testing the GPU mapping where there is no GPU.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::backend::{Backend, Executable, PtxEmulator};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+/// let f = kiln::lower::trace_ir(|x: &Tensor| x * 2.0 + 1.0, &x).unwrap();
+/// // Every GPU thread emulated on this CPU: the GPU's results, without a GPU.
+/// let exe = PtxEmulator.compile(&f).unwrap();
+/// let y = Tensor::new(exe.run(&[x.literal().unwrap()]).unwrap().remove(0));
+/// assert_eq!(y.to_vec::<f32>().unwrap(), [3.0, 5.0, 7.0]);
+/// assert_eq!(PtxEmulator.name(), "ptx-emulator");
+/// ```
 pub struct PtxEmulator;
 
 struct Emulated {
@@ -116,18 +144,62 @@ impl Backend for PtxEmulator {
 /// (`kiln_codegen_llvm::ptx`, for `sm_90` or `sm_80`) and handed to the runtime's CUDA
 /// executor ([`kiln_runtime::cuda_exec`]), which runs the plan as the GPU emulator does. Without
 /// a driver or the device, compiling is an error saying what was looked for.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::backend::{Backend, Cuda, Executable};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+/// let f = kiln::lower::trace_ir(|x: &Tensor| x * 2.0 + 1.0, &x).unwrap();
+/// match Cuda::new(0).compile(&f) {
+///     // With a GPU: the same results as on the CPU.
+///     Ok(exe) => {
+///         let y = Tensor::new(exe.run(&[x.literal().unwrap()]).unwrap().remove(0));
+///         assert_eq!(y.to_vec::<f32>().unwrap(), [3.0, 5.0, 7.0]);
+///     }
+///     // Without one: an error that says so.
+///     Err(e) => assert!(e.message.contains("GPU"), "{e}"),
+/// }
+/// ```
 pub struct Cuda {
     device: std::result::Result<usize, String>,
 }
 
 impl Cuda {
     /// GPU `index` (`cuda:index`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::backend::{Backend, Cuda};
+    /// use kiln::{DType, Tensor};
+    /// // No machine has a thousand GPUs: compiling for one is an error naming it or the driver.
+    /// let x = Tensor::ones(DType::F32, [2]);
+    /// let f = kiln::lower::trace_ir(|x: &Tensor| x.exp(), &x).unwrap();
+    /// let e = Cuda::new(1000).compile(&f).err().unwrap();
+    /// assert!(e.message.contains("cuda:1000") || e.message.contains("driver"), "{e}");
+    /// assert_eq!(Cuda::new(1000).name(), "cuda");
+    /// ```
     pub fn new(index: usize) -> Cuda {
         Cuda { device: Ok(index) }
     }
 
     /// The backend a `KILN_BACKEND` value names: `cuda` (device 0) or `cuda:N`; any other
     /// value after `cuda:` makes a backend whose compiles fail saying so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::backend::{Backend, Cuda};
+    /// use kiln::{DType, Tensor};
+    /// let x = Tensor::ones(DType::F32, [2]);
+    /// let f = kiln::lower::trace_ir(|x: &Tensor| x.exp(), &x).unwrap();
+    /// let e = Cuda::named("cuda:first").compile(&f).err().unwrap();
+    /// assert!(e.message.contains("a GPU is named `cuda` or `cuda:N`"), "{e}");
+    /// let e = Cuda::named("tpu").compile(&f).err().unwrap();
+    /// assert!(e.message.contains("KILN_BACKEND=tpu names no GPU"), "{e}");
+    /// ```
     pub fn named(name: &str) -> Cuda {
         let device = match name.strip_prefix("cuda") {
             Some("") => Ok(0),
@@ -266,6 +338,17 @@ static INSTALL_AT_LOAD: extern "C" fn() = {
 
 /// The options compiles run under: those given to [`set_options`], else the process
 /// environment's, read once.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::Options;
+/// // Nothing set in code: the switches the environment gives.
+/// let env = Options::from_vars(&|name| std::env::var(name).ok());
+/// assert_eq!(kiln::options(), env);
+/// // KILN_NO_FUSION=1 would turn fusion off; it is on by default.
+/// assert!(Options::from_vars(&|_| None).fusion);
+/// ```
 pub fn options() -> Options {
     install();
     kiln_trace::backend::options()
@@ -273,6 +356,19 @@ pub fn options() -> Options {
 
 /// The installed backend: the one set with [`set_backend`], else the CPU backend (the
 /// reference interpreter under `KILN_BACKEND=reference`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::backend::{self, Backend, Executable};
+/// use kiln::{DType, Tensor};
+/// let b = backend::backend().unwrap();
+/// assert!(["cpu", "reference", "ptx-emulator", "cuda"].contains(&b.name()));
+/// let x = Tensor::ones(DType::F32, [2]);
+/// let f = kiln::lower::trace_ir(|x: &Tensor| x + 1.0, &x).unwrap();
+/// let y = Tensor::new(b.compile(&f).unwrap().run(&[x.literal().unwrap()]).unwrap().remove(0));
+/// assert_eq!(y.to_vec::<f32>().unwrap(), [2.0, 2.0]);
+/// ```
 pub fn backend() -> Result<Arc<dyn Backend>> {
     install();
     kiln_trace::backend::backend()

@@ -67,12 +67,49 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The version of the checkpoint layout this kiln writes (and the newest it reads).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint::{self, FORMAT_VERSION, Metadata}};
+/// let x = Tensor::scalar(1.0f32);
+/// // A file of a newer layout is refused rather than misread.
+/// let newer = Metadata { format_version: FORMAT_VERSION + 1, ..Metadata::new(0) };
+/// let bytes = checkpoint::to_bytes(&x, &newer).unwrap();
+/// let err = checkpoint::from_bytes(&bytes, &x).unwrap_err();
+/// assert!(err.message.contains("is newer than this kiln reads"), "{err}");
+/// ```
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The key of kiln's JSON block in the safetensors `__metadata__` map.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint};
+/// let x = Tensor::scalar(1.0f32);
+/// let bytes = checkpoint::to_bytes(&x, &checkpoint::Metadata::new(4)).unwrap();
+/// // What another safetensors reader sees.
+/// let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+/// let block = &header.metadata().as_ref().unwrap()[checkpoint::METADATA_KEY];
+/// let json: serde_json::Value = serde_json::from_str(block).unwrap();
+/// assert_eq!((json["step"].as_u64(), json["format_version"].as_u64()), (Some(4), Some(1)));
+/// ```
 pub const METADATA_KEY: &str = "kiln";
 
 /// A checkpoint's metadata block.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint::{self, Metadata}};
+/// let mut meta = Metadata::new(3);
+/// meta.user.insert("lr".into(), "0.1".into());
+/// let x = Tensor::scalar(1.0f32);
+/// let bytes = checkpoint::to_bytes(&x, &meta).unwrap();
+/// let (_, back) = checkpoint::from_bytes(&bytes, &x).unwrap();
+/// assert_eq!(back, meta);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Metadata {
     /// The checkpoint layout version ([`FORMAT_VERSION`] when written by this kiln).
@@ -104,6 +141,19 @@ impl Metadata {
 
 /// A training state: what resuming a run needs. It is a [`Tree`]; its tensors are named
 /// `params.*`, `opt_state.*` and `key`, and `step` is kept in the metadata.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, Tree, checkpoint::TrainState, nn::Linear, optim::Sgd, random};
+/// let params = Linear::new(&random::key(0), 2, 1, DType::F32);
+/// let opt_state = Sgd::new(0.1).init(&params);
+/// let state = TrainState { params, opt_state, key: random::key(1), step: 5 };
+/// let names = state.leaf_name_vec();
+/// assert_eq!(names[..2], ["params.weight", "params.bias"]);
+/// assert_eq!(names.last().unwrap(), "key");
+/// assert!(!names.iter().any(|n| n.contains("step"))); // the step is metadata
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct TrainState<P, S> {
     /// The model's parameters.
@@ -119,6 +169,22 @@ pub struct TrainState<P, S> {
 impl<P: Tree, S: Tree> TrainState<P, S> {
     /// Saves the state to `path` atomically, with `user` entries in the metadata (see the
     /// [module docs](self)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, checkpoint::TrainState, random};
+    /// let key = random::key(7);
+    /// let state = TrainState { params: Tensor::scalar(2.5f32), opt_state: (), key, step: 42 };
+    /// let name = format!("kiln-doc-state-save-{}.safetensors", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let user = [("run".to_string(), "doc".to_string())].into();
+    /// state.save(&path, &user).unwrap();
+    /// let (back, meta) = TrainState::load(&path, &state).unwrap();
+    /// assert_eq!((back.step, back.params.item().unwrap()), (42, 2.5));
+    /// assert_eq!(meta.user, user);
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn save(&self, path: impl AsRef<Path>, user: &BTreeMap<String, String>) -> Result<()> {
         let mut meta = Metadata::new(self.step);
         meta.user = user.clone();
@@ -126,6 +192,24 @@ impl<P: Tree, S: Tree> TrainState<P, S> {
     }
 
     /// Loads a state of `like`'s structure from `path`; the step comes from the metadata.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, checkpoint::TrainState, random};
+    /// let params = Tensor::ones(DType::F32, [2]);
+    /// let state = TrainState { params, opt_state: (), key: random::key(0), step: 9 };
+    /// let name = format!("kiln-doc-state-load-{}.safetensors", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// state.save(&path, &Default::default()).unwrap();
+    /// let (back, _) = TrainState::load(&path, &TrainState { step: 0, ..state.clone() }).unwrap();
+    /// assert_eq!(back.step, 9);
+    /// // A template of another shape is refused, naming the tensor.
+    /// let other = TrainState { params: Tensor::ones(DType::F32, [3]), ..state };
+    /// let err = TrainState::load(&path, &other).unwrap_err();
+    /// assert!(err.message.contains("params"), "{err}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn load(path: impl AsRef<Path>, like: &Self) -> Result<(Self, Metadata)> {
         let (mut state, meta) = load(path, like)?;
         state.step = meta.step;
@@ -140,6 +224,17 @@ fn err(path: &Path, message: impl std::fmt::Display) -> Error {
 /// The safetensors dtype of a kiln dtype. safetensors has no 4- or 2-bit integers: `i4` and
 /// `i2` are saved as `I8`, `u4` and `u2` as `U8`, one element per byte as kiln holds them, and
 /// load back into a leaf of the narrow type when every value is in its range.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, checkpoint};
+/// use safetensors::Dtype;
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::BF16), Dtype::BF16);
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::Pred), Dtype::BOOL);
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::I4), Dtype::I8); // one value per byte
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::U2), Dtype::U8);
+/// ```
 pub fn to_safetensors_dtype(d: DType) -> Dtype {
     match d {
         DType::Pred => Dtype::BOOL,
@@ -160,6 +255,18 @@ pub fn to_safetensors_dtype(d: DType) -> Dtype {
 }
 
 /// The kiln dtype of a safetensors dtype, if kiln has one.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, checkpoint};
+/// use safetensors::Dtype;
+/// use checkpoint::{from_safetensors_dtype, to_safetensors_dtype};
+/// for d in [DType::Pred, DType::U8, DType::I64, DType::F16, DType::F32] {
+///     assert_eq!(from_safetensors_dtype(to_safetensors_dtype(d)), Some(d));
+/// }
+/// assert_eq!(checkpoint::from_safetensors_dtype(Dtype::F8_E4M3), None);
+/// ```
 pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
     Some(match d {
         Dtype::BOOL => DType::Pred,
@@ -229,6 +336,19 @@ fn named_leaves<T: Tree>(tree: &T) -> Result<Vec<(String, &Tensor)>> {
 }
 
 /// Serializes `tree` and `meta` to safetensors bytes (what [`save`] writes).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint::{self, Metadata}};
+/// let tree = vec![Tensor::scalar(1.5f32), Tensor::from_vec(vec![1i32, 2], [2]).unwrap()];
+/// let bytes = checkpoint::to_bytes(&tree, &Metadata::new(2)).unwrap();
+/// // A safetensors file: an 8-byte header length, then the header, then the data.
+/// let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+/// assert_eq!(bytes.len(), 8 + header + 4 + 2 * 4);
+/// let (back, _) = checkpoint::from_bytes(&bytes, &tree).unwrap();
+/// assert_eq!(back[1].to_vec::<i32>().unwrap(), [1, 2]);
+/// ```
 pub fn to_bytes<T: Tree>(tree: &T, meta: &Metadata) -> Result<Vec<u8>> {
     let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, t) in named_leaves(tree)? {
@@ -299,6 +419,21 @@ pub fn save<T: Tree>(path: impl AsRef<Path>, tree: &T, meta: &Metadata) -> Resul
 
 /// Writes `bytes` to `path` through a temporary file in the same directory: write, fsync,
 /// rename, then fsync the directory.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::checkpoint;
+/// let dir = std::env::temp_dir().join(format!("kiln-doc-atomic-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("notes.txt");
+/// checkpoint::write_atomic(&path, b"first").unwrap();
+/// checkpoint::write_atomic(&path, b"second").unwrap(); // replaces it whole
+/// assert_eq!(std::fs::read(&path).unwrap(), b"second");
+/// assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1); // no temporary file left
+/// assert!(checkpoint::write_atomic(&dir.join("missing/notes.txt"), b"x").is_err());
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -342,6 +477,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// must match exactly (every mismatch is reported at once). Returns the tree and the
 /// metadata (a file without kiln's metadata block, written by another program, gives step 0,
 /// `format_version` 0, an empty `kiln_version` and no user entries).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, checkpoint};
+/// let name = format!("kiln-doc-load-{}.safetensors", std::process::id());
+/// let path = std::env::temp_dir().join(name);
+/// let pair = (Tensor::ones(DType::F32, [2]), Tensor::zeros(DType::I32, [3]));
+/// checkpoint::save(&path, &pair, &checkpoint::Metadata::new(1)).unwrap();
+/// assert_eq!(checkpoint::load(&path, &pair).unwrap().0.1.shape(), [3]);
+/// // Both mismatches of this template are reported, each by name (`0`, `1`).
+/// let wrong = (Tensor::ones(DType::F64, [2]), Tensor::zeros(DType::I32, [4]));
+/// let err = checkpoint::load(&path, &wrong).unwrap_err();
+/// assert!(err.message.contains("`0`") && err.message.contains("`1`"), "{err}");
+/// std::fs::remove_file(&path).unwrap();
+/// ```
 pub fn load<T: Tree>(path: impl AsRef<Path>, like: &T) -> Result<(T, Metadata)> {
     load_mapped(path, like, |name| Some(name.to_string()))
 }
@@ -376,6 +527,19 @@ pub fn load_mapped<T: Tree>(
 }
 
 /// [`load`] from bytes in memory.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint::{self, Metadata}};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let mut bytes = checkpoint::to_bytes(&x, &Metadata::new(0)).unwrap();
+/// assert_eq!(checkpoint::from_bytes(&bytes, &x).unwrap().0.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+/// // Damaged data fails its CRC; a truncated file is refused.
+/// *bytes.last_mut().unwrap() ^= 1;
+/// assert!(checkpoint::from_bytes(&bytes, &x).unwrap_err().message.contains("CRC-32"));
+/// assert!(checkpoint::from_bytes(&bytes[..bytes.len() - 3], &x).is_err());
+/// ```
 pub fn from_bytes<T: Tree>(bytes: &[u8], like: &T) -> Result<(T, Metadata)> {
     from_bytes_mapped(bytes, like, |name| Some(name.to_string()))
 }
@@ -455,6 +619,22 @@ fn parse_metadata(st_meta: Option<&HashMap<String, String>>, data: &[u8]) -> Res
 }
 
 /// [`load_mapped`] from bytes in memory.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, checkpoint, nn::Linear};
+/// let w = Tensor::ones(DType::F32, [3, 2]);
+/// let file = vec![w.clone(), Tensor::zeros(DType::F32, [2])]; // tensors `0` and `1`
+/// let bytes = checkpoint::to_bytes(&file, &checkpoint::Metadata::new(0)).unwrap();
+/// // `0` is the weight; `1` is ignored.
+/// let like = Linear { weight: w, bias: None };
+/// let rename = |n: &str| (n == "0").then(|| "weight".to_string());
+/// let (lin, _) = checkpoint::from_bytes_mapped(&bytes, &like, rename).unwrap();
+/// assert_eq!(lin.weight.to_vec::<f32>().unwrap(), [1.0; 6]);
+/// // Two file tensors mapped to one name are an error.
+/// assert!(checkpoint::from_bytes_mapped(&bytes, &like, |_| Some("weight".into())).is_err());
+/// ```
 pub fn from_bytes_mapped<T: Tree>(
     bytes: &[u8],
     like: &T,

@@ -77,6 +77,26 @@ fn region(
 /// Reverse-mode differentiation through a `while_loop` is an error (its trip count depends on
 /// the data); write a loop with a fixed trip count with [`fori_loop`]. Forward mode
 /// ([`crate::jvp`]) works: the loop carries the tangents alongside.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, control, grad};
+/// // Doubling until past 100, counting the steps.
+/// let (x, steps) = control::while_loop(
+///     |(x, _): &(Tensor, Tensor)| x.lt(&Tensor::scalar(100.0f32)),
+///     |(x, n): &(Tensor, Tensor)| (x * 2.0, n + 1),
+///     (Tensor::scalar(1.0f32), Tensor::scalar(0i32)),
+/// );
+/// assert_eq!(x.item().unwrap(), 128.0);
+/// assert_eq!(steps.to_vec::<i32>().unwrap(), [7]);
+/// // Its trip count depends on the data, so reverse mode is an error.
+/// let double_past_100 = |x: &Tensor| {
+///     let below = |x: &Tensor| x.lt(&Tensor::scalar(100.0f32));
+///     control::while_loop(below, |x: &Tensor| x * 2.0, x.clone())
+/// };
+/// assert!(grad(double_past_100)(&Tensor::scalar(1.0f32)).error().is_some());
+/// ```
 #[track_caller]
 pub fn while_loop<T: Tree>(
     cond: impl FnOnce(&T) -> Tensor,
@@ -198,6 +218,20 @@ fn while_at<T: Tree>(
 /// starting from `init`, and returns the last carries (JAX's `lax.fori_loop`). `i` is an `i32[]`
 /// tensor. The trip count is fixed by the bounds, so the loop differentiates in reverse and
 /// forward mode, to any order (see `ir-specs/ops/while.md`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, control, grad};
+/// // 5! as the product of i for i in 1..6.
+/// let times_i = |i: &Tensor, acc: &Tensor| acc * &i.cast(DType::F32);
+/// let fact = control::fori_loop(1, 6, times_i, Tensor::scalar(1.0f32));
+/// assert_eq!(fact.item().unwrap(), 120.0);
+/// // x³ as a loop, differentiated in reverse mode: 3x² = 12 at x = 2.
+/// let cube =
+///     |x: &Tensor| control::fori_loop(0, 3, |_, acc: &Tensor| acc * x, Tensor::scalar(1.0f64));
+/// assert_eq!(grad(cube)(&Tensor::scalar(2.0f64)).item().unwrap(), 12.0);
+/// ```
 #[track_caller]
 pub fn fori_loop<T: Tree>(
     lower: i32,
@@ -220,6 +254,19 @@ pub fn fori_loop<T: Tree>(
 
 /// `on_true(operands)` where `pred` (a `pred[]` scalar) holds, else `on_false(operands)`
 /// (JAX's `lax.cond`). Both branches return the same structure and types.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, control};
+/// let (double, negate) = (|x: &Tensor| x * 2.0, |x: &Tensor| -x);
+/// let f = |p: bool| control::cond(&Tensor::scalar(p), double, negate, Tensor::scalar(3.0f32));
+/// assert_eq!(f(true).item().unwrap(), 6.0);
+/// assert_eq!(f(false).item().unwrap(), -3.0);
+/// // The predicate must be a pred[] scalar.
+/// let bad = control::cond(&Tensor::scalar(1i32), double, negate, Tensor::scalar(3.0f32));
+/// assert!(bad.error().unwrap().message.contains("pred[] scalar"));
+/// ```
 #[track_caller]
 pub fn cond<A: Tree, R: Tree>(
     pred: &Tensor,
@@ -247,6 +294,19 @@ pub fn cond<A: Tree, R: Tree>(
 /// `branches[index](operands)`, with `index` (an integer scalar) clamped into the branches'
 /// range (JAX's `lax.switch`). Every branch returns the same structure and types. `None` when
 /// there are no branches.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, control};
+/// let branches: [&dyn Fn(&Tensor) -> Tensor; 3] = [&|x| x + 1.0, &|x| x * 10.0, &|x| -x];
+/// let at = |i: i32| control::switch(&Tensor::scalar(i), &branches, Tensor::scalar(2.0f32));
+/// let pick = |i| at(i).unwrap().item().unwrap();
+/// assert_eq!([pick(0), pick(1), pick(2)], [3.0, 20.0, -2.0]);
+/// assert_eq!((pick(-4), pick(9)), (3.0, -2.0)); // clamped into range
+/// let none: [&dyn Fn(&Tensor) -> Tensor; 0] = [];
+/// assert!(control::switch(&Tensor::scalar(0i32), &none, Tensor::scalar(1.0f32)).is_none());
+/// ```
 #[track_caller]
 pub fn switch<A: Tree, R: Tree>(
     index: &Tensor,

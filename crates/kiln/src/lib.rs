@@ -79,6 +79,17 @@ pub use transforms::{
 pub use vmap::{Vmap, vmap};
 
 /// The same values with no gradient flowing back (JAX `stop_gradient`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, grad, stop_gradient};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// assert_eq!(stop_gradient(&x).to_vec::<f32>().unwrap(), [1.0, 2.0]);
+/// // d/dx (x * stop_gradient(x)) is the stopped factor x, not 2x.
+/// let g = grad(|x: &Tensor| (x * stop_gradient(x)).sum_all())(&x);
+/// assert_eq!(g.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+/// ```
 #[track_caller]
 pub fn stop_gradient(t: &Tensor) -> Tensor {
     t.detach()

@@ -5,6 +5,17 @@ use crate::{Error, Result, Tensor, Tree};
 use kiln_ir::{Func, Loc};
 
 /// The traced IR of `f` at `x`'s signature.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, lower};
+/// let ir = lower::trace_ir(|x: &Tensor| x.exp() * 2.0, &Tensor::ones(DType::F32, [3])).unwrap();
+/// assert_eq!(ir.name, "main");
+/// assert_eq!(ir.params.len(), 1);
+/// assert_eq!(ir.output_types[0].to_string(), "f32[3]");
+/// assert!(ir.to_string().contains("exponential"), "{ir}");
+/// ```
 #[track_caller]
 pub fn trace_ir<I: Tree, O: Tree>(f: impl FnOnce(&I) -> O, x: &I) -> Result<Func> {
     let loc = Loc::caller();
@@ -31,6 +42,23 @@ pub fn trace_ir<I: Tree, O: Tree>(f: impl FnOnce(&I) -> O, x: &I) -> Result<Func
 }
 
 /// The IR of `value_and_grad(f)` at `x`'s signature: (value, gradients...).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, lower};
+/// let w = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let b = Tensor::from_vec(vec![3.0f32, 4.0], [2]).unwrap();
+/// let ir = lower::grad_ir(|(w, b): &(Tensor, Tensor)| (w * b).sum_all(), &(w.clone(), b.clone()))
+///     .unwrap();
+/// let types: Vec<String> = ir.output_types.iter().map(|t| t.to_string()).collect();
+/// assert_eq!(types, ["f32[]", "f32[2]", "f32[2]"]);
+/// // Run it: the value 11, then d/dw = b and d/db = w.
+/// let out = lower::run_op_by_op(&ir, &[&w, &b]).unwrap();
+/// assert_eq!(out[0].item().unwrap(), 11.0);
+/// assert_eq!(out[1].to_vec::<f32>().unwrap(), [3.0, 4.0]);
+/// assert_eq!(out[2].to_vec::<f32>().unwrap(), [1.0, 2.0]);
+/// ```
 #[track_caller]
 pub fn grad_ir<I: Tree>(f: impl FnOnce(&I) -> Tensor, x: &I) -> Result<Func> {
     let loc = Loc::caller();

@@ -109,6 +109,18 @@ pub struct Linear {
 
 impl Linear {
     /// PyTorch's default initialization: weight and bias uniform in ±1/sqrt(in).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::Linear, random};
+    /// let l = Linear::new(&random::key(3), 16, 4, DType::F32);
+    /// assert_eq!((l.weight.shape(), l.bias.as_ref().unwrap().shape()), (vec![16, 4], vec![4]));
+    /// let w = l.weight.to_vec::<f32>().unwrap();
+    /// assert!(w.iter().all(|v| v.abs() <= 0.25)); // 1 / sqrt(16)
+    /// let again = Linear::new(&random::key(3), 16, 4, DType::F32); // the same key: the same layer
+    /// assert_eq!(again.weight.to_vec::<f32>().unwrap(), w);
+    /// ```
     pub fn new(k: &Key, input: usize, output: usize, dtype: DType) -> Linear {
         let ks = split(k, 2);
         let b = 1.0 / (input as f64).sqrt();
@@ -119,6 +131,18 @@ impl Linear {
     }
 
     /// Applies the layer to the last axis of `x`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, nn::Linear};
+    /// // Sums the 3 features, no bias; leading axes are kept.
+    /// let l = Linear { weight: Tensor::ones(DType::F32, [3, 1]), bias: None };
+    /// let x = Tensor::from_vec((0..12).map(|i| i as f32).collect::<Vec<_>>(), [2, 2, 3]).unwrap();
+    /// let y = l.forward(&x);
+    /// assert_eq!(y.shape(), [2, 2, 1]);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), [3.0, 12.0, 21.0, 30.0]);
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let y = x.matmul(&self.weight);
@@ -148,6 +172,16 @@ pub struct Mlp {
 
 impl Mlp {
     /// Layers of widths `dims[0] -> dims[1] -> ...`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::Mlp, random};
+    /// let mlp = Mlp::new(&random::key(0), &[3, 5, 7, 2], DType::F64);
+    /// let shapes: Vec<Vec<usize>> = mlp.layers.iter().map(|l| l.weight.shape()).collect();
+    /// assert_eq!(shapes, [vec![3, 5], vec![5, 7], vec![7, 2]]);
+    /// assert_eq!(mlp.layers[2].weight.dtype(), DType::F64);
+    /// ```
     pub fn new(k: &Key, dims: &[usize], dtype: DType) -> Mlp {
         let ks = split(k, dims.len().max(2) - 1);
         Mlp {
@@ -160,6 +194,21 @@ impl Mlp {
     }
 
     /// ReLU between layers, none after the last.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, nn::{Linear, Mlp}};
+    /// // x -> (x, -x) -> relu -> sum: |x|, which needs the ReLU in between.
+    /// let layer = |w: Vec<f32>, shape: [usize; 2]| Linear {
+    ///     weight: Tensor::from_vec(w, shape).unwrap(),
+    ///     bias: None,
+    /// };
+    /// let layers = vec![layer(vec![1.0, -1.0], [1, 2]), layer(vec![1.0, 1.0], [2, 1])];
+    /// let mlp = Mlp { layers };
+    /// let x = Tensor::from_vec(vec![3.0f32, -2.0], [2, 1]).unwrap();
+    /// assert_eq!(mlp.forward(&x).to_vec::<f32>().unwrap(), [3.0, 2.0]);
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let mut h = x.clone();
@@ -198,6 +247,16 @@ pub struct LayerNorm {
 
 impl LayerNorm {
     /// Ones and zeros, eps 1e-5.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::LayerNorm};
+    /// let ln = LayerNorm::new(3, DType::F32);
+    /// assert_eq!(ln.gamma.to_vec::<f32>().unwrap(), [1.0; 3]);
+    /// assert_eq!(ln.beta.to_vec::<f32>().unwrap(), [0.0; 3]);
+    /// assert_eq!(ln.eps, 1e-5);
+    /// ```
     pub fn new(dim: usize, dtype: DType) -> LayerNorm {
         LayerNorm {
             gamma: Tensor::ones(dtype, [dim]),
@@ -207,6 +266,18 @@ impl LayerNorm {
     }
 
     /// Normalizes the last axis.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, nn::LayerNorm};
+    /// // Each row of 2 becomes (-1, 1), then scaled by gamma 2 and shifted by beta 1.
+    /// let full = |v| Tensor::full(DType::F32, [2], v);
+    /// let ln = LayerNorm { gamma: full(2.0), beta: full(1.0), eps: 0.0 };
+    /// let x = Tensor::from_vec(vec![1.0f32, 3.0, -5.0, 5.0], [2, 2]).unwrap();
+    /// let y = ln.forward(&x).to_vec::<f32>().unwrap();
+    /// assert!(y.iter().zip([-1.0, 3.0, -1.0, 3.0]).all(|(a, b)| (a - b).abs() < 1e-5), "{y:?}");
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let mean = x.mean(&[-1], true);
@@ -236,6 +307,16 @@ pub struct Embedding {
 
 impl Embedding {
     /// N(0, 1) entries, as PyTorch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::Embedding, random};
+    /// let e = Embedding::new(&random::key(0), 1000, 16, DType::F32);
+    /// assert_eq!(e.table.shape(), [1000, 16]);
+    /// let var = e.table.powf(2.0).mean_all().item().unwrap();
+    /// assert!((var - 1.0).abs() < 0.05, "{var}");
+    /// ```
     pub fn new(k: &Key, vocab: usize, dim: usize, dtype: DType) -> Embedding {
         Embedding {
             table: normal(k, &[vocab, dim], dtype),
@@ -243,6 +324,18 @@ impl Embedding {
     }
 
     /// The vectors of integer `ids` (any shape), in a new last axis.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, nn::Embedding};
+    /// let table = Tensor::from_vec(vec![0.0f32, 0.5, 1.0, 1.5, 2.0, 2.5], [3, 2]).unwrap();
+    /// let e = Embedding { table };
+    /// let ids = Tensor::from_vec(vec![2i32, 0, 1, 2], [2, 2]).unwrap();
+    /// let v = e.forward(&ids);
+    /// assert_eq!(v.shape(), [2, 2, 2]);
+    /// assert_eq!(v.to_vec::<f32>().unwrap(), [2.0, 2.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5]);
+    /// ```
     #[track_caller]
     pub fn forward(&self, ids: &Tensor) -> Tensor {
         self.table.take(ids, 0)
@@ -281,6 +374,17 @@ pub struct Conv2d {
 
 impl Conv2d {
     /// PyTorch's default initialization (uniform in ±1/sqrt(fan_in)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::Conv2d, random};
+    /// // 4 channels in 2 groups: each output channel sees 2 input channels.
+    /// let conv = Conv2d::new(&random::key(0), 4, 6, (3, 3), (2, 2), (0, 0), 2, DType::F32);
+    /// assert_eq!(conv.weight.shape(), [6, 2, 3, 3]);
+    /// let bound = 1.0 / (2.0f32 * 9.0).sqrt();
+    /// assert!(conv.weight.to_vec::<f32>().unwrap().iter().all(|w| w.abs() <= bound));
+    /// ```
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         k: &Key,
@@ -312,6 +416,21 @@ impl Conv2d {
     }
 
     /// Convolves `x` (NCHW).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, nn::Conv2d};
+    /// // A 2 x 2 window of ones, stride 2: the sum of each block.
+    /// let conv = Conv2d {
+    ///     weight: Tensor::ones(DType::F32, [1, 1, 2, 2]),
+    ///     bias: Some(Tensor::from_vec(vec![0.5f32], [1]).unwrap()),
+    ///     stride: (2, 2), padding: (0, 0), dilation: (1, 1), groups: 1,
+    /// };
+    /// let x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    /// let x = Tensor::from_vec(x, [1, 1, 4, 4]).unwrap();
+    /// assert_eq!(conv.forward(&x).to_vec::<f32>().unwrap(), [10.5, 18.5, 42.5, 50.5]);
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let y = x.conv2d(
@@ -361,6 +480,15 @@ pub struct MultiHeadAttention {
 
 impl MultiHeadAttention {
     /// Four `dim x dim` projections.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, nn::{self, MultiHeadAttention}, random};
+    /// let mha = MultiHeadAttention::new(&random::key(0), 8, 4, false, DType::F32);
+    /// assert_eq!((mha.heads, mha.causal, mha.o.weight.shape()), (4, false, vec![8, 8]));
+    /// assert_eq!(nn::parameter_count(&mha), 4 * (8 * 8 + 8));
+    /// ```
     pub fn new(
         k: &Key,
         dim: usize,
@@ -381,6 +509,18 @@ impl MultiHeadAttention {
     }
 
     /// Attends over the time axis of `x` (`[batch, time, dim]`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, nn::MultiHeadAttention, random};
+    /// let mha = MultiHeadAttention::new(&random::key(0), 6, 3, false, DType::F32);
+    /// assert_eq!(mha.forward(&Tensor::ones(DType::F32, [2, 5, 6])).shape(), [2, 5, 6]);
+    /// // The width must divide among the heads.
+    /// let bad = MultiHeadAttention::new(&random::key(0), 6, 4, false, DType::F32);
+    /// let err = bad.forward(&Tensor::ones(DType::F32, [2, 5, 6]));
+    /// assert!(err.error().unwrap().message.contains("divisible by 4 heads"));
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let s = x.shape();

@@ -36,11 +36,54 @@ fn err(op: &str, message: impl std::fmt::Display) -> Error {
 
 /// `.npy` reading and writing for [`Tensor`] (import the trait to call
 /// `Tensor::save_npy` / `Tensor::load_npy`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, npy::NpyExt};
+/// let path = std::env::temp_dir().join(format!("kiln-doc-npyext-{}.npy", std::process::id()));
+/// let t = Tensor::from_vec(vec![true, false, true], [3]).unwrap();
+/// t.save_npy(&path).unwrap();
+/// let back = Tensor::load_npy(&path).unwrap();
+/// assert_eq!(back.dtype(), DType::Pred);
+/// assert_eq!(back.to_vec::<bool>().unwrap(), [true, false, true]);
+/// std::fs::remove_file(&path).unwrap();
+/// ```
 pub trait NpyExt: Sized {
     /// Writes the tensor to `path` as a `.npy` file (atomically: temporary file, fsync,
     /// rename).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, npy::NpyExt};
+    /// let name = format!("kiln-doc-save-npy-{}.npy", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let t = Tensor::from_vec(vec![0.5f32, 2.0], [2]).unwrap();
+    /// t.cast(DType::F16).save_npy(&path).unwrap();
+    /// assert_eq!(Tensor::load_npy(&path).unwrap().dtype(), DType::F16);
+    /// // NumPy has no bf16: refused (cast to f32 first).
+    /// let err = t.cast(DType::BF16).save_npy(&path).unwrap_err();
+    /// assert!(err.message.contains("bf16"), "{err}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     fn save_npy(&self, path: impl AsRef<Path>) -> Result<()>;
     /// Reads a `.npy` file.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, npy::NpyExt};
+    /// let name = format!("kiln-doc-load-npy-{}.npy", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// // NumPy has no 4-bit integers: an i4 tensor is saved as int8 and loads back as i8.
+    /// Tensor::from_vec(vec![-8i8, 7], [2]).unwrap().cast(DType::I4).save_npy(&path).unwrap();
+    /// let back = Tensor::load_npy(&path).unwrap();
+    /// assert_eq!((back.dtype(), back.to_vec::<i8>().unwrap()), (DType::I8, vec![-8, 7]));
+    /// std::fs::remove_file(&path).unwrap();
+    /// // A file that is not there is an error naming it.
+    /// assert!(Tensor::load_npy(&path).unwrap_err().message.contains("kiln-doc-load-npy"));
+    /// ```
     fn load_npy(path: impl AsRef<Path>) -> Result<Self>;
 }
 
@@ -144,6 +187,22 @@ pub(crate) fn kiln_dtype(dtype: &npyz::DType) -> Option<DType> {
 }
 
 /// A tensor from `.npy` bytes. Fortran-order arrays are returned in kiln's row-major layout.
+///
+/// # Examples
+///
+/// ```
+/// // [[1, 2, 3], [4, 5, 6]] as int32 in Fortran (column-major) order, as NumPy writes it.
+/// let header = "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3), }";
+/// let text = format!("{header:<117}\n"); // magic, version and length make 128 bytes
+/// let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+/// bytes.extend((text.len() as u16).to_le_bytes());
+/// bytes.extend(text.as_bytes());
+/// bytes.extend([1i32, 4, 2, 5, 3, 6].iter().flat_map(|v| v.to_le_bytes()));
+/// let t = kiln::npy::from_npy_bytes(&bytes).unwrap();
+/// assert_eq!(t.shape(), [2, 3]);
+/// assert_eq!(t.to_vec::<i32>().unwrap(), [1, 2, 3, 4, 5, 6]);
+/// assert!(kiln::npy::from_npy_bytes(&bytes[..bytes.len() - 4]).is_err()); // truncated
+/// ```
 pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
     let file =
         NpyFile::new(bytes).map_err(|e| err("load_npy", format!("not a valid .npy file: {e}")))?;
@@ -152,8 +211,8 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         return Err(err(
             "load_npy",
             format!(
-                "the array's NumPy dtype {} has no kiln dtype (kiln reads bool, int8, int32, \
-                 int64, uint32, float16, float32, float64)",
+                "the array's NumPy dtype {} has no kiln dtype (kiln reads bool, int8, int16, \
+                 int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64)",
                 np_dtype.descr()
             ),
         ));

@@ -28,6 +28,19 @@ fn err(op: &str, path: &Path, message: impl std::fmt::Display) -> Error {
 }
 
 /// The `.npz` bytes of named tensors.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, npz};
+/// let a = Tensor::from_vec(vec![1u8, 2, 3], [3]).unwrap();
+/// let bytes = npz::to_npz_bytes([("a", &a), ("b", &a)]).unwrap();
+/// assert_eq!(&bytes[..2], b"PK"); // a zip archive
+/// assert_eq!(npz::from_npz_bytes(&bytes).unwrap().len(), 2);
+/// // Two arrays of one name are refused.
+/// let err = npz::to_npz_bytes([("a", &a), ("a", &a)]).unwrap_err();
+/// assert!(err.message.contains("two arrays are named `a`"), "{err}");
+/// ```
 pub fn to_npz_bytes<'a, S: AsRef<str>>(
     arrays: impl IntoIterator<Item = (S, &'a Tensor)>,
 ) -> Result<Vec<u8>> {
@@ -61,6 +74,20 @@ pub fn to_npz_bytes<'a, S: AsRef<str>>(
 
 /// Saves named tensors to an `.npz` file at `path` (atomically: temporary file, fsync,
 /// rename). Each is stored as `<name>.npy`; `numpy.load(path)[name]` reads it back.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, npz};
+/// let path = std::env::temp_dir().join(format!("kiln-doc-npz-save-{}.npz", std::process::id()));
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]).unwrap();
+/// let names = ["layer0/w".to_string(), "layer1/w".to_string()];
+/// npz::save(&path, names.iter().map(|n| (n, &x))).unwrap();
+/// let back = npz::load(&path).unwrap();
+/// assert_eq!(back.keys().collect::<Vec<_>>(), ["layer0/w", "layer1/w"]);
+/// assert_eq!(back["layer1/w"].shape(), [2, 2]);
+/// std::fs::remove_file(&path).unwrap();
+/// ```
 pub fn save<'a, S: AsRef<str>>(
     path: impl AsRef<Path>,
     arrays: impl IntoIterator<Item = (S, &'a Tensor)>,
@@ -71,6 +98,17 @@ pub fn save<'a, S: AsRef<str>>(
 }
 
 /// The named tensors of `.npz` bytes (member names without their `.npy` suffix).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, npz};
+/// let n = Tensor::scalar(7i64);
+/// let arrays = npz::from_npz_bytes(&npz::to_npz_bytes([("n", &n)]).unwrap()).unwrap();
+/// assert_eq!(arrays["n"].to_vec::<i64>().unwrap(), [7]);
+/// let err = npz::from_npz_bytes(b"not a zip file").unwrap_err();
+/// assert!(err.message.contains("not a valid .npz"), "{err}");
+/// ```
 pub fn from_npz_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
     let op = "npz::load";
     let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
@@ -103,6 +141,19 @@ pub fn from_npz_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
 }
 
 /// Loads every array of the `.npz` file at `path`, by name (member names without `.npy`).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, npz};
+/// let path = std::env::temp_dir().join(format!("kiln-doc-npz-load-{}.npz", std::process::id()));
+/// let (w, b) = (Tensor::ones(kiln::DType::F32, [2, 3]), Tensor::scalar(0.5f32));
+/// npz::save(&path, [("w", &w), ("b", &b)]).unwrap();
+/// let arrays = npz::load(&path).unwrap();
+/// assert_eq!((arrays["w"].shape(), arrays["b"].item().unwrap()), (vec![2, 3], 0.5));
+/// std::fs::remove_file(&path).unwrap();
+/// assert!(npz::load(&path).unwrap_err().message.contains("cannot read"));
+/// ```
 pub fn load(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>> {
     let path = path.as_ref();
     let bytes =

@@ -72,6 +72,20 @@ pub struct Sgd {
 
 /// The state of [`Sgd`]: the velocity of each parameter (unchanged by plain SGD, which has no
 /// momentum).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, optim::Sgd};
+/// let v = |t: &Tensor| t.to_vec::<f32>().unwrap();
+/// let p = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let g = Tensor::from_vec(vec![4.0f32, -2.0], [2]).unwrap();
+/// let opt = Sgd { momentum: 0.5, ..Sgd::new(0.1) };
+/// let (_, s) = opt.update(&p, &g, &opt.init(&p)).unwrap();
+/// assert_eq!(v(&s.velocity), [4.0, -2.0]); // 0.5 * 0 + g
+/// let (_, s) = opt.update(&p, &g, &s).unwrap();
+/// assert_eq!(v(&s.velocity), [6.0, -3.0]); // 0.5 * g + g
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct SgdState<P> {
     /// Momentum buffers, like the parameters.
@@ -80,6 +94,18 @@ pub struct SgdState<P> {
 
 impl Sgd {
     /// Plain SGD.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, optim::Sgd};
+    /// let p = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// let g = Tensor::from_vec(vec![1.0f32, -1.0], [2]).unwrap();
+    /// let opt = Sgd::new(0.5);
+    /// let (p, s) = opt.update(&p, &g, &opt.init(&p)).unwrap();
+    /// assert_eq!(p.to_vec::<f32>().unwrap(), [0.5, 2.5]); // p - lr g
+    /// assert_eq!(s.velocity.to_vec::<f32>().unwrap(), [0.0, 0.0]); // no momentum: no velocity
+    /// ```
     pub fn new(lr: f64) -> Sgd {
         Sgd {
             lr,
@@ -90,6 +116,16 @@ impl Sgd {
     }
 
     /// Zero velocities.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, optim::Sgd};
+    /// let params = (Tensor::ones(DType::F32, [2, 3]), Tensor::ones(DType::F64, [4]));
+    /// let s = Sgd::new(0.1).init(&params);
+    /// assert_eq!((s.velocity.0.shape(), s.velocity.1.dtype()), (vec![2, 3], DType::F64));
+    /// assert_eq!(s.velocity.1.to_vec::<f64>().unwrap(), [0.0; 4]);
+    /// ```
     pub fn init<P: Tree>(&self, params: &P) -> SgdState<P> {
         SgdState {
             velocity: zeros_like(params),
@@ -97,6 +133,22 @@ impl Sgd {
     }
 
     /// One step.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, optim::Sgd};
+    /// let p = Tensor::from_vec(vec![2.0f32], [1]).unwrap();
+    /// let zero = Tensor::from_vec(vec![0.0f32], [1]).unwrap();
+    /// // Weight decay alone: p - lr (wd p) = 2 - 1 * (0.25 * 2).
+    /// let opt = Sgd { weight_decay: 0.25, ..Sgd::new(1.0) };
+    /// let (p2, _) = opt.update(&p, &zero, &opt.init(&p)).unwrap();
+    /// assert_eq!(p2.to_vec::<f32>().unwrap(), [1.5]);
+    /// // Gradients of another type than the parameters are an error.
+    /// let wrong = Tensor::from_vec(vec![0.0f64], [1]).unwrap();
+    /// let err = opt.update(&p, &wrong, &opt.init(&p)).unwrap_err();
+    /// assert!(err.message.contains("does not match the parameters"), "{err}");
+    /// ```
     #[track_caller]
     pub fn update<P: Tree>(
         &self,
@@ -164,6 +216,20 @@ pub struct Adam {
 }
 
 /// The state of [`Adam`].
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, optim::Adam};
+/// let p = Tensor::from_vec(vec![1.0f32, 1.0], [2]).unwrap();
+/// let g = Tensor::from_vec(vec![2.0f32, -10.0], [2]).unwrap();
+/// let opt = Adam::new(0.1);
+/// let (_, s) = opt.update(&p, &g, &opt.init(&p)).unwrap();
+/// let (m, v) = (s.m.to_vec::<f32>().unwrap(), s.v.to_vec::<f32>().unwrap());
+/// assert!((m[0] - 0.2).abs() < 1e-6 && (m[1] + 1.0).abs() < 1e-6, "{m:?}"); // (1 - β1) g
+/// assert!((v[0] - 0.004).abs() < 1e-6 && (v[1] - 0.1).abs() < 1e-6, "{v:?}"); // (1 - β2) g²
+/// assert_eq!(s.step.item().unwrap(), 1.0);
+/// ```
 #[derive(Clone, Debug, crate::Tree)]
 pub struct AdamState<P> {
     /// First moments.
@@ -176,6 +242,19 @@ pub struct AdamState<P> {
 
 impl Adam {
     /// Adam with betas (0.9, 0.999), eps 1e-8, no weight decay.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, optim::Adam};
+    /// let opt = Adam::new(0.01);
+    /// assert_eq!((opt.beta1, opt.beta2, opt.eps, opt.weight_decay), (0.9, 0.999, 1e-8, 0.0));
+    /// // The first step has size lr whatever the gradient's scale.
+    /// let p = Tensor::from_vec(vec![0.0f32, 0.0], [2]).unwrap();
+    /// let g = Tensor::from_vec(vec![1e-3f32, 1e3], [2]).unwrap();
+    /// let (p, _) = opt.update(&p, &g, &opt.init(&p)).unwrap();
+    /// assert!(p.to_vec::<f32>().unwrap().iter().all(|x| (x + 0.01).abs() < 1e-6));
+    /// ```
     pub fn new(lr: f64) -> Adam {
         Adam {
             lr,
@@ -188,6 +267,19 @@ impl Adam {
     }
 
     /// AdamW with betas (0.9, 0.999), eps 1e-8 and decoupled weight decay.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, optim::Adam};
+    /// let opt = Adam::adamw(0.1, 0.5);
+    /// assert!(opt.decoupled);
+    /// // A zero gradient: only the decay moves p, by lr * wd * p = 0.1 * 0.5 * 2.
+    /// let p = Tensor::from_vec(vec![2.0f32], [1]).unwrap();
+    /// let zero = Tensor::from_vec(vec![0.0f32], [1]).unwrap();
+    /// let (p, _) = opt.update(&p, &zero, &opt.init(&p)).unwrap();
+    /// assert!((p.item().unwrap() - 1.9).abs() < 1e-6);
+    /// ```
     pub fn adamw(lr: f64, weight_decay: f64) -> Adam {
         Adam {
             weight_decay,
@@ -197,6 +289,16 @@ impl Adam {
     }
 
     /// Zero moments, step 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, optim::Adam};
+    /// let params = vec![Tensor::ones(DType::F32, [3]), Tensor::ones(DType::F32, [2, 2])];
+    /// let s = Adam::new(1e-3).init(&params);
+    /// assert_eq!((s.m[1].shape(), s.v[0].to_vec::<f32>().unwrap()), (vec![2, 2], vec![0.0; 3]));
+    /// assert_eq!(s.step.item().unwrap(), 0.0);
+    /// ```
     pub fn init<P: Tree>(&self, params: &P) -> AdamState<P> {
         AdamState {
             m: zeros_like(params),
@@ -206,6 +308,22 @@ impl Adam {
     }
 
     /// One step.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, grad, optim::Adam};
+    /// // Minimize (x - 3)²: each step moves x by about lr toward 3.
+    /// let loss = |x: &Tensor| (x - 3.0).powf(2.0).sum_all();
+    /// let opt = Adam::new(0.5);
+    /// let mut x = Tensor::from_vec(vec![0.0f32], [1]).unwrap();
+    /// let mut s = opt.init(&x);
+    /// for _ in 0..20 {
+    ///     (x, s) = opt.update(&x, &grad(loss)(&x), &s).unwrap();
+    /// }
+    /// assert!((x.item().unwrap() - 3.0).abs() < 0.5, "{x}");
+    /// assert_eq!(s.step.item().unwrap(), 20.0);
+    /// ```
     #[track_caller]
     pub fn update<P: Tree>(
         &self,

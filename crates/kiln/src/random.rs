@@ -9,6 +9,21 @@ use crate::{DType, Error, Result, Tensor, Tree};
 use kiln_ir::Loc;
 
 /// A PRNG key: a `u32[2]` tensor.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{DType, Tensor, random::{self, Key}};
+/// let k = random::key(7);
+/// // The same key, the same numbers.
+/// let a = random::normal(&k, &[3], DType::F32).to_vec::<f32>().unwrap();
+/// assert_eq!(random::normal(&k.clone(), &[3], DType::F32).to_vec::<f32>().unwrap(), a);
+/// // Any u32[2] tensor is a key; other tensors are refused.
+/// let raw = Key(Tensor::from_vec(vec![0u32, 7], [2]).unwrap());
+/// assert_eq!(random::normal(&raw, &[3], DType::F32).to_vec::<f32>().unwrap(), a);
+/// let bad = Key(Tensor::from_vec(vec![0i32, 7], [2]).unwrap());
+/// assert!(random::normal(&bad, &[3], DType::F32).error().unwrap().message.contains("u32[2]"));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Key(pub Tensor);
 
@@ -72,6 +87,20 @@ fn xor(a: &Tensor, b: &Tensor) -> Tensor {
 
 /// Threefry-2x32 (20 rounds) of counter words `x0`, `x1` (same shape) under key words `k0`,
 /// `k1` (scalars).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, random::threefry2x32};
+/// // Random123's known answer (also `jax._src.random.threefry2x32`'s).
+/// let w = |x: u32| Tensor::scalar(x);
+/// let (a, b) = threefry2x32(&w(0x1319_8a2e), &w(0x0370_7344), &w(0x243f_6a88), &w(0x85a3_08d3));
+/// assert_eq!(a.to_vec::<u32>().unwrap(), [0xc492_3a9c]);
+/// assert_eq!(b.to_vec::<u32>().unwrap(), [0x483d_f7a0]);
+/// let zeros = Tensor::from_vec(vec![0u32; 2], [2]).unwrap();
+/// let (a, _) = threefry2x32(&w(0), &w(0), &zeros, &zeros);
+/// assert_eq!(a.to_vec::<u32>().unwrap(), [0x6b20_0159; 2]);
+/// ```
 pub fn threefry2x32(k0: &Tensor, k1: &Tensor, x0: &Tensor, x1: &Tensor) -> (Tensor, Tensor) {
     const R: [u32; 8] = [13, 15, 26, 6, 17, 29, 16, 24];
     let k2 = xor(&xor(k0, k1), &u32c(0x1BD1_1BDA));

@@ -38,6 +38,24 @@ use kiln_trace::trace::{apply, trace};
 /// `and` or `or` of one input is the IR's `reduce` with that combiner; any other is a
 /// `reduce_region` (see `ir-specs/ops/reduce_region.md`), which is not differentiable: a
 /// gradient reaching its float results is an error naming this call's line.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, control};
+/// // The sum and the maximum of each row, in one pass.
+/// let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -1.0, -1.0, 4.0], [2, 3]).unwrap();
+/// let zero = Tensor::scalar(0.0f32);
+/// let low = Tensor::scalar(f32::NEG_INFINITY);
+/// let out = control::reduce(&[&x, &x], &[&zero, &low], &[-1], |acc, x| {
+///     vec![&acc[0] + &x[0], acc[1].maximum(&x[1])]
+/// });
+/// assert_eq!(out[0].to_vec::<f32>().unwrap(), [2.0, 2.0]);
+/// assert_eq!(out[1].to_vec::<f32>().unwrap(), [3.0, 4.0]);
+/// // A dimension out of range fails the results.
+/// let bad = control::reduce(&[&x], &[&zero], &[2], |acc, x| vec![&acc[0] + &x[0]]);
+/// assert!(bad[0].error().unwrap().message.contains("out of range"));
+/// ```
 #[track_caller]
 pub fn reduce(
     inputs: &[&Tensor],

@@ -14,6 +14,20 @@ use kiln_ir::{Builder, Func, Loc, Op, OpKind, ValueId};
 use kiln_trace::trace::{call, custom_rule, trace, tracing};
 
 /// What a rematerialized function keeps from its forward pass for the backward pass.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Remat, Tensor, grad, remat};
+/// let f = |w: &Tensor| w.matmul(w).tanh().sum_all();
+/// let w = Tensor::from_vec(vec![0.1f64, 0.2, 0.3, 0.4], [2, 2]).unwrap();
+/// let want = grad(f)(&w).to_vec::<f64>().unwrap();
+/// // Every policy gives the same gradient; they differ in what they keep.
+/// for policy in [Remat::SaveNothing, Remat::SaveMatrixProducts, Remat::Budget(64)] {
+///     let g = grad(|w: &Tensor| remat(f, policy.clone())(w))(&w).to_vec::<f64>().unwrap();
+///     assert!(g.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12), "{policy:?}");
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Remat {
     /// Nothing but its inputs: every intermediate is recomputed.
@@ -33,6 +47,20 @@ pub enum Remat {
 
 /// `t` unchanged, tagged `name` for a [`Remat::SaveNamed`] policy (JAX's `checkpoint_name`).
 /// Outside a trace it does nothing.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Remat, Tensor, grad, remat, tag};
+/// // Keep e^x from the forward pass; recompute the rest.
+/// let f = |x: &Tensor| tag(&x.exp(), "e").sin().sum_all();
+/// let x = Tensor::from_vec(vec![0.0f64, 1.0], [2]).unwrap();
+/// assert_eq!(tag(&x, "x").to_vec::<f64>().unwrap(), [0.0, 1.0]);
+/// let g = grad(|x: &Tensor| remat(f, Remat::SaveNamed(vec!["e".into()]))(x))(&x);
+/// for (g, x) in g.to_vec::<f64>().unwrap().iter().zip([0.0f64, 1.0]) {
+///     assert!((g - x.exp().cos() * x.exp()).abs() < 1e-12); // d/dx sin(e^x)
+/// }
+/// ```
 pub fn tag(t: &Tensor, name: &str) -> Tensor {
     kiln_trace::trace::tag(t, name);
     t.clone()

@@ -8,6 +8,19 @@ use kiln_ir::{Loc, TensorType};
 
 /// How [`scan_with`] runs: see its fields. The default is [`scan`]'s: the length from the
 /// inputs, first step to last, one step per loop iteration.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, control::{ScanOptions, scan_with}};
+/// // Suffix sums: run from the last step, outputs still in step order.
+/// let xs = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+/// let reverse = ScanOptions { reverse: true, ..ScanOptions::default() };
+/// let step = |c: &Tensor, x: &Tensor| (c + x, c + x);
+/// let (total, sums) = scan_with(step, Tensor::scalar(0.0f32), &xs, reverse).unwrap();
+/// assert_eq!(total.item().unwrap(), 6.0);
+/// assert_eq!(sums.to_vec::<f32>().unwrap(), [6.0, 5.0, 3.0]);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanOptions {
     /// The number of steps; required when `xs` has no leaves, checked against their leading
@@ -55,6 +68,20 @@ pub fn scan<C: Tree, X: Tree, Y: Tree>(
 }
 
 /// [`scan`] with a length, direction and unrolling: see [`ScanOptions`].
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, control::{ScanOptions, scan_with}};
+/// // No inputs, 5 steps, two per loop iteration: powers of two.
+/// let opts = ScanOptions { length: Some(5), unroll: 2, ..ScanOptions::default() };
+/// let double = |c: &Tensor, _: &()| (c * 2.0, c.clone());
+/// let (last, powers) = scan_with(double, Tensor::scalar(1.0f32), &(), opts).unwrap();
+/// assert_eq!(last.item().unwrap(), 32.0);
+/// assert_eq!(powers.to_vec::<f32>().unwrap(), [1.0, 2.0, 4.0, 8.0, 16.0]);
+/// let bad = ScanOptions { unroll: 0, ..opts };
+/// assert!(scan_with(double, Tensor::scalar(1.0f32), &(), bad).is_err());
+/// ```
 #[track_caller]
 pub fn scan_with<C: Tree, X: Tree, Y: Tree>(
     f: impl Fn(&C, &X) -> (C, Y),

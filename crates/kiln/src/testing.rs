@@ -6,6 +6,19 @@ use kiln_ir::{DType, Literal};
 /// Checks `grad(f)` at `x` against central finite differences, element by element. `x`'s
 /// leaves should be f64 for a meaningful check; `eps` is the step and `tol` the allowed
 /// |analytic - numeric| / (1 + |numeric|). Returns the number of entries checked.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, custom_vjp, testing::check_grads};
+/// let x = Tensor::from_vec(vec![0.5f64, -1.0, 2.0], [3]).unwrap();
+/// let n = check_grads(|x: &Tensor| (x.sin() * x).sum_all(), &x, 1e-6, 1e-6).unwrap();
+/// assert_eq!(n, 3);
+/// // A wrong rule (twice d(x²)/dx) is caught.
+/// let square = custom_vjp(|x: &Tensor| x * x, |x: &Tensor, _y: &Tensor, g: &Tensor| g * x * 4.0);
+/// let err = check_grads(|x: &Tensor| square(x).sum_all(), &x, 1e-6, 1e-6).unwrap_err();
+/// assert!(err.message.contains("finite difference"), "{err}");
+/// ```
 #[track_caller]
 pub fn check_grads<I: Tree>(f: impl Fn(&I) -> Tensor, x: &I, eps: f64, tol: f64) -> Result<usize> {
     let loc = kiln_ir::Loc::caller();

@@ -1,8 +1,10 @@
 //! Around a training loop: a progress bar ([`Progress`]) and a loss curve drawn to PNG or
 //! written as CSV ([`LossCurve`]).
 //!
-//! ```no_run
+//! ```
 //! use kiln::train::{LossCurve, Progress};
+//! # let dir = std::env::temp_dir().join(format!("kiln-doc-train-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
 //! let steps = 100;
 //! let mut progress = Progress::new(steps, 32);
 //! let mut curve = LossCurve::new();
@@ -12,9 +14,11 @@
 //!     curve.push(i, loss);
 //! }
 //! progress.finish();
-//! curve.save_png("loss.png", 640, 480)?;
-//! curve.save_csv("loss.csv")?;
-//! # Ok::<(), kiln::Error>(())
+//! curve.save_png(dir.join("loss.png"), 640, 480)?;
+//! curve.save_csv(dir.join("loss.csv"))?;
+//! # assert_eq!(std::fs::read_to_string(dir.join("loss.csv"))?.lines().count(), 101);
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod curve;

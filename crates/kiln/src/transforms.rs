@@ -213,6 +213,20 @@ pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, Pullback<
 
 /// The pullback [`vjp`] returns: [`Pullback::call`] maps output cotangents to input
 /// cotangents, as often as wanted.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, vjp};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+/// let (y, pullback) = vjp(|x: &Tensor| (x * x).sum_all(), &x).unwrap();
+/// assert_eq!(y.item().unwrap(), 14.0);
+/// // The same pullback for two output cotangents: 2 x times each.
+/// let g1 = pullback.call(&Tensor::scalar(1.0f32)).unwrap();
+/// let g2 = pullback.call(&Tensor::scalar(0.5f32)).unwrap();
+/// assert_eq!(g1.to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0]);
+/// assert_eq!(g2.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
+/// ```
 pub struct Pullback<I, O> {
     /// The VJP function: the traced function's parameters (leaves, captures), then one
     /// cotangent per output; its results: the outputs, then one cotangent per leaf.
@@ -227,6 +241,20 @@ impl<I: Tree, O: Tree> Pullback<I, O> {
     /// The input cotangents (a tree like `x`) for output cotangents `ct` (a tree like the
     /// outputs, each leaf of its output's type). A mismatched cotangent is an error naming
     /// this call's line.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, vjp};
+    /// let x = (Tensor::scalar(3.0f32), Tensor::scalar(4.0f32));
+    /// let (_, pullback) = vjp(|(a, b): &(Tensor, Tensor)| a * b, &x).unwrap();
+    /// let (da, db) = pullback.call(&Tensor::scalar(2.0f32)).unwrap();
+    /// assert_eq!((da.item().unwrap(), db.item().unwrap()), (8.0, 6.0));
+    /// // A cotangent of another type than the output's (f32[]) is an error.
+    /// let err = pullback.call(&Tensor::scalar(2.0f64)).unwrap_err();
+    /// assert_eq!(err.op, "pullback");
+    /// assert!(err.message.contains("does not match"), "{err}");
+    /// ```
     #[track_caller]
     pub fn call(&self, ct: &O) -> Result<I> {
         let loc = Loc::caller();
@@ -319,7 +347,19 @@ struct Compiled<O> {
     template: O,
 }
 
-/// A compiled function: see [`jit`].
+/// A compiled function: see [`jit`]. It keeps one compiled program per input signature.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, jit};
+/// let scale = jit(|x: &Tensor| x * 3.0);
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// let b = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+/// assert_eq!(scale.call(&a).unwrap().to_vec::<f32>().unwrap(), [3.0, 6.0]);
+/// assert_eq!(scale.call(&b).unwrap().to_vec::<f32>().unwrap(), [3.0, 6.0, 9.0]);
+/// assert_eq!(scale.compiles(), 2); // one program per shape
+/// ```
 pub struct Jit<I, O, F> {
     f: F,
     cache: Mutex<HashMap<String, Arc<Compiled<O>>>>,
@@ -366,6 +406,17 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     /// not adding to it), with the on-disk kernel cache in `kernel_cache` (`None`: none; a new
     /// empty directory: compiled from scratch, as on a machine that never compiled it). For
     /// measuring cold first calls; this object still reuses its own compiles.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, jit};
+    /// let f = jit(|x: &Tensor| x.exp().sum_all()).bypassing_caches(None);
+    /// let x = Tensor::zeros(kiln::DType::F32, [4]);
+    /// assert_eq!(f.call(&x).unwrap().item().unwrap(), 4.0);
+    /// assert_eq!(f.call(&x).unwrap().item().unwrap(), 4.0);
+    /// assert_eq!(f.compiles(), 1); // its own compile is still reused
+    /// ```
     pub fn bypassing_caches(mut self, kernel_cache: Option<std::path::PathBuf>) -> Self {
         self.bypass = true;
         let opts = self.options.take().unwrap_or_else(options);
@@ -379,12 +430,40 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     /// This function compiled under `opts` instead of the process's options ([`options`],
     /// read from the environment: see `kiln::ir`'s `SWITCHES` in `kiln_kernel::options`), e.g.
     /// without fusion, or with a kernel cache of its own. Set it before the first call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Options, Tensor, jit};
+    /// // One kernel per instruction: the same results as the fused program.
+    /// let opts = Options { fusion: false, ..kiln::options() };
+    /// let f = |x: &Tensor| (x * 2.0 + 1.0).relu();
+    /// let x = Tensor::from_vec(vec![-1.0f32, 0.0, 1.5], [3]).unwrap();
+    /// let unfused = jit(f).options(opts).call(&x).unwrap();
+    /// assert_eq!(unfused.to_vec::<f32>().unwrap(), [0.0, 1.0, 4.0]);
+    /// let fused = jit(f).call(&x).unwrap();
+    /// assert_eq!(unfused.to_vec::<f32>().unwrap(), fused.to_vec::<f32>().unwrap());
+    /// ```
     pub fn options(mut self, opts: Options) -> Self {
         self.options = Some(opts);
         self
     }
 
     /// Runs the function on `x`, compiling it first if `x`'s signature is new.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, jit};
+    /// // A tree in, a tree out.
+    /// let f = jit(|(a, b): &(Tensor, Tensor)| (a + b, a * b));
+    /// let x = (Tensor::scalar(3.0f32), Tensor::scalar(4.0f32));
+    /// let (sum, product) = f.call(&x).unwrap();
+    /// assert_eq!((sum.item().unwrap(), product.item().unwrap()), (7.0, 12.0));
+    /// // Inputs that fail the trace are errors, not panics.
+    /// let (two, three) = (Tensor::zeros(DType::F32, [2]), Tensor::zeros(DType::F32, [3]));
+    /// assert!(f.call(&(two, three)).is_err());
+    /// ```
     #[track_caller]
     pub fn call(&self, x: &I) -> Result<O> {
         let loc = Loc::caller();
@@ -411,6 +490,20 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     /// in place). Leaves the caller still holds elsewhere (a clone) are only read, so donation
     /// never changes a value the caller can see. Programs compiled for a donation pattern are
     /// cached apart from those of [`Jit::call`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, jit};
+    /// let step = jit(|p: &Tensor| p - 1.0);
+    /// let p = Tensor::from_vec(vec![3.0f32, 4.0], [2]).unwrap();
+    /// let kept = p.clone(); // shared, so only read
+    /// let p = step.call_donating(p).unwrap();
+    /// assert_eq!(kept.to_vec::<f32>().unwrap(), [3.0, 4.0]);
+    /// let p = step.call_donating(p).unwrap(); // held only here: its buffer may be reused
+    /// assert_eq!(p.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+    /// assert_eq!(step.compiles(), 2); // one program per donation pattern
+    /// ```
     #[track_caller]
     pub fn call_donating(&self, x: I) -> Result<O> {
         let loc = Loc::caller();
@@ -503,11 +596,36 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     }
 
     /// How many times the function was traced and compiled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, jit};
+    /// let f = jit(|x: &Tensor| x.sum_all());
+    /// assert_eq!(f.compiles(), 0); // nothing compiles before the first call
+    /// f.call(&Tensor::ones(DType::F32, [2])).unwrap();
+    /// f.call(&Tensor::zeros(DType::F32, [2])).unwrap(); // same signature: reused
+    /// f.call(&Tensor::ones(DType::F64, [2])).unwrap(); // new dtype: compiled
+    /// assert_eq!(f.compiles(), 2);
+    /// ```
     pub fn compiles(&self) -> usize {
         self.misses.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// The input signatures that missed the cache and caused a compile, in order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, jit};
+    /// let f = jit(|x: &Tensor| x.sum_all());
+    /// for n in [2, 3, 2] {
+    ///     f.call(&Tensor::ones(DType::F32, [n])).unwrap();
+    /// }
+    /// let log = f.compile_log();
+    /// assert_eq!(log.len(), 2);
+    /// assert!(log[0].contains("f32[2]") && log[1].contains("f32[3]"), "{log:?}");
+    /// ```
     pub fn compile_log(&self) -> Vec<String> {
         self.misses
             .lock()
@@ -518,6 +636,18 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     /// Peak bytes of the buffers one call on `x`'s signature writes (its intermediates and
     /// results, as the compiled program's memory plan lays them out), compiling it first if
     /// needed; `None` when the backend does not plan memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, jit};
+    /// let f = jit(|x: &Tensor| x.exp() + 1.0);
+    /// let x = Tensor::ones(DType::F32, [1024]);
+    /// // The CPU backend plans memory: at least the 4 KiB result is written.
+    /// let peak = f.peak_bytes(&x).unwrap().unwrap();
+    /// assert!(peak >= 1024 * 4, "{peak}");
+    /// assert_eq!(f.compiles(), 1); // compiled for x's signature, ready to call
+    /// ```
     #[track_caller]
     pub fn peak_bytes(&self, x: &I) -> Result<Option<usize>> {
         let c = self.compiled(x, &[], Loc::caller())?;
@@ -525,6 +655,18 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     }
 
     /// The IR compiled for `x`'s signature (tracing it if needed), for inspection and dumps.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, jit};
+    /// let f = jit(|x: &Tensor| (x * x).sum_all());
+    /// let ir = f.lower(&Tensor::ones(DType::F32, [3])).unwrap();
+    /// assert_eq!(ir.params.len(), 1);
+    /// assert_eq!(ir.output_types[0].to_string(), "f32[]");
+    /// let text = ir.to_string();
+    /// assert!(text.contains("multiply") && text.contains("reduce"), "{text}");
+    /// ```
     #[track_caller]
     pub fn lower(&self, x: &I) -> Result<Func> {
         let loc = Loc::caller();
@@ -546,6 +688,21 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
 /// actual cotangent, so rules need not be linear in it (gradient clipping, say), and it is
 /// differentiated like any code for higher-order derivatives. `bwd` may not capture traced
 /// tensors of an enclosing trace; pass what it needs through `x`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, custom_vjp, grad};
+/// // Forward: the identity. Backward: the cotangent clipped to [-1, 1].
+/// let clip_grad = custom_vjp(
+///     |x: &Tensor| x.clone(),
+///     |_x: &Tensor, _y: &Tensor, g: &Tensor| g.clip(-1.0, 1.0),
+/// );
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+/// assert_eq!(clip_grad(&x).to_vec::<f32>().unwrap(), [1.0, 2.0]);
+/// let g = grad(|x: &Tensor| (clip_grad(x) * 5.0).sum_all())(&x);
+/// assert_eq!(g.to_vec::<f32>().unwrap(), [1.0, 1.0]); // 5 clipped
+/// ```
 #[track_caller]
 pub fn custom_vjp<I: Tree, O: Tree>(
     f: impl Fn(&I) -> O,

@@ -9,7 +9,18 @@ use crate::{Error, Result, Tensor, Tree};
 use kiln_ir::{Loc, TensorType};
 use kiln_trace::trace::{call, trace_hoisting};
 
-/// A batched function: see [`vmap`].
+/// A batched function: see [`vmap`]. It traces and batches the function on every call.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, vmap};
+/// // The norm of one vector, mapped over the rows of a matrix.
+/// let norms = vmap(|v: &Tensor| (v * v).sum_all().sqrt());
+/// let m = Tensor::from_vec(vec![3.0f32, 4.0, 0.0, 2.0], [2, 2]).unwrap();
+/// let n: Tensor = norms.call(&m).unwrap();
+/// assert_eq!(n.to_vec::<f32>().unwrap(), [5.0, 2.0]);
+/// ```
 pub struct Vmap<F> {
     f: F,
     in_axes: Option<Vec<Option<usize>>>,
@@ -52,18 +63,60 @@ fn err(message: String, loc: Loc) -> Error {
 impl<F> Vmap<F> {
     /// The batch dimension of each leaf of the argument, in the tree's leaf order (`None`:
     /// the leaf is the same for every example).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, vmap};
+    /// // Weights times each column of `xs` (batched along dimension 1); the weights are shared.
+    /// let scale = vmap(|(w, x): &(Tensor, Tensor)| w * x).in_axes(&[None, Some(1)]);
+    /// let w = Tensor::from_vec(vec![10.0f32, 100.0], [2]).unwrap();
+    /// let xs = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]).unwrap();
+    /// let ys: Tensor = scale.call(&(w.clone(), xs.clone())).unwrap();
+    /// assert_eq!(ys.shape(), [3, 2]); // one row per column of xs
+    /// assert_eq!(ys.to_vec::<f32>().unwrap(), [10.0, 400.0, 20.0, 500.0, 30.0, 600.0]);
+    /// // One entry per leaf of the argument.
+    /// let bad = vmap(|(w, x): &(Tensor, Tensor)| w * x).in_axes(&[Some(1)]);
+    /// assert!(bad.call::<_, Tensor>(&(w, xs)).unwrap_err().message.contains("in_axes has 1"));
+    /// ```
     pub fn in_axes(mut self, axes: &[Option<usize>]) -> Self {
         self.in_axes = Some(axes.to_vec());
         self
     }
 
     /// Where the batch dimension goes in each output leaf, in the output tree's leaf order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, vmap};
+    /// // Each example's result becomes a column instead of a row.
+    /// let double = vmap(|x: &Tensor| x * 2.0).out_axes(&[1]);
+    /// let xs = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [3, 2]).unwrap();
+    /// let ys: Tensor = double.call(&xs).unwrap();
+    /// assert_eq!(ys.shape(), [2, 3]);
+    /// assert_eq!(ys.to_vec::<f32>().unwrap(), [2.0, 6.0, 10.0, 4.0, 8.0, 12.0]);
+    /// ```
     pub fn out_axes(mut self, axes: &[usize]) -> Self {
         self.out_axes = Some(axes.to_vec());
         self
     }
 
-    /// Applies the batched function to `x`.
+    /// Applies the batched function to `x`. Leaves with different batch sizes are an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, vmap};
+    /// let add = vmap(|(a, b): &(Tensor, Tensor)| a + b);
+    /// let a = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// let b = Tensor::from_vec(vec![10.0f32, 20.0], [2]).unwrap();
+    /// let sum: Tensor = add.call(&(a.clone(), b)).unwrap();
+    /// assert_eq!(sum.to_vec::<f32>().unwrap(), [11.0, 22.0]);
+    /// let three = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+    /// let err = add.call::<_, Tensor>(&(a, three)).unwrap_err();
+    /// assert!(err.message.contains("batch sizes differ"), "{err}");
+    /// ```
     pub fn call<I: Tree, O: Tree>(&self, x: &I) -> Result<O>
     where
         F: Fn(&I) -> O,

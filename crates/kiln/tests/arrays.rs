@@ -223,6 +223,10 @@ fn bad_files_give_errors() {
     );
     let e = from_npy_bytes(&c64s).unwrap_err().to_string();
     assert!(e.contains("<c8") && e.contains("no kiln dtype"), "{e}");
+    // The message lists every NumPy dtype that loads.
+    for name in ["int16", "uint8", "uint16", "uint64"] {
+        assert!(e.contains(name), "{e}");
+    }
     let i16s = npy_file(
         "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }",
         &[1, 0, 254, 255],

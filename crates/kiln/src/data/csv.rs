@@ -7,7 +7,21 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// How to read a CSV file into a [`CsvDataset`].
+/// How to read a CSV file into a [`CsvDataset`]. The default: a header row, `,` between
+/// fields, no label, every column an `f32` feature.
+///
+/// # Examples
+///
+/// ```
+/// let path = std::env::temp_dir().join(format!("kiln-doc-csvopts-{}.csv", std::process::id()));
+/// std::fs::write(&path, "x,y\n1,2\n3,4\n").unwrap();
+/// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+/// let d = CsvDataset::open(&path, CsvOptions::default()).unwrap();
+/// assert_eq!((d.len(), d.columns()), (2, &["x".to_string(), "y".to_string()][..]));
+/// assert_eq!(d.get(1).unwrap().len(), 1); // features only, no label field
+/// assert_eq!(d.get(1).unwrap()[0].to_vec::<f32>().unwrap(), [3.0, 4.0]);
+/// std::fs::remove_file(&path).unwrap();
+/// ```
 #[derive(Clone, Debug)]
 pub struct CsvOptions {
     header: bool,
@@ -31,12 +45,37 @@ impl Default for CsvOptions {
 
 impl CsvOptions {
     /// The file has no header row; columns are then named `0`, `1`, ...
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let name = format!("kiln-doc-csv-noheader-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "1,2\n3,4\n").unwrap();
+    /// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+    /// let d = CsvDataset::open(&path, CsvOptions::default().no_header()).unwrap();
+    /// assert_eq!(d.len(), 2); // the first line is a sample
+    /// assert_eq!(d.columns(), ["0", "1"]);
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn no_header(mut self) -> CsvOptions {
         self.header = false;
         self
     }
 
     /// The field separator (`,` by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let name = format!("kiln-doc-csv-delim-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "a;b\n1.5;-2\n").unwrap();
+    /// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+    /// let d = CsvDataset::open(&path, CsvOptions::default().delimiter(b';')).unwrap();
+    /// assert_eq!(d.get(0).unwrap()[0].to_vec::<f32>().unwrap(), [1.5, -2.0]);
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn delimiter(mut self, delimiter: u8) -> CsvOptions {
         self.delimiter = delimiter;
         self
@@ -45,18 +84,61 @@ impl CsvOptions {
     /// The column holding each row's label: a second field of `i32` class ids. Integer labels
     /// are kept as they are; any other text names classes, numbered in sorted order
     /// ([`CsvDataset::classes`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let name = format!("kiln-doc-csv-label-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "x,digit\n0.5,3\n1.5,7\n").unwrap();
+    /// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+    /// let d = CsvDataset::open(&path, CsvOptions::default().label("digit")).unwrap();
+    /// let s = d.get(1).unwrap();
+    /// assert_eq!(s[0].to_vec::<f32>().unwrap(), [1.5]);
+    /// assert_eq!(s[1].to_vec::<i32>().unwrap(), [7]);
+    /// assert!(d.classes().is_empty()); // integer labels are kept as they are
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn label(mut self, column: &str) -> CsvOptions {
         self.label = Some(column.to_string());
         self
     }
 
     /// The feature columns, in order (default: every column but the label).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let name = format!("kiln-doc-csv-features-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "a,b,c\n1,2,3\n").unwrap();
+    /// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+    /// let d = CsvDataset::open(&path, CsvOptions::default().features(&["c", "a"])).unwrap();
+    /// assert_eq!(d.columns(), ["c", "a"]);
+    /// assert_eq!(d.get(0).unwrap()[0].to_vec::<f32>().unwrap(), [3.0, 1.0]);
+    /// let err = CsvDataset::open(&path, CsvOptions::default().features(&["d"])).err().unwrap();
+    /// assert!(err.message.contains("no column `d`"), "{err}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn features(mut self, columns: &[&str]) -> CsvOptions {
         self.features = Some(columns.iter().map(|c| c.to_string()).collect());
         self
     }
 
     /// The features' dtype: `f32` (default) or `f64`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let name = format!("kiln-doc-csv-dtype-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "a\n0.1\n").unwrap();
+    /// use kiln::{DType, data::{CsvDataset, CsvOptions, Dataset}};
+    /// let d = CsvDataset::open(&path, CsvOptions::default().dtype(DType::F64)).unwrap();
+    /// assert_eq!(d.get(0).unwrap()[0].to_vec::<f64>().unwrap(), [0.1]);
+    /// assert!(CsvDataset::open(&path, CsvOptions::default().dtype(DType::I32)).is_err());
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn dtype(mut self, dtype: DType) -> CsvOptions {
         self.dtype = dtype;
         self
@@ -92,6 +174,19 @@ pub struct CsvDataset {
 
 impl CsvDataset {
     /// Reads `path` as `options` say.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let name = format!("kiln-doc-csv-open-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "a,b\n1,2\n3,\n").unwrap();
+    /// use kiln::data::{CsvDataset, CsvOptions};
+    /// // A missing value is an error naming its line and column.
+    /// let err = CsvDataset::open(&path, CsvOptions::default()).err().unwrap();
+    /// assert!(err.message.contains("line 3, column `b`"), "{err}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     #[track_caller]
     pub fn open(path: impl AsRef<Path>, options: CsvOptions) -> Result<CsvDataset> {
         let loc = Loc::caller();
@@ -99,12 +194,38 @@ impl CsvDataset {
     }
 
     /// The feature columns' names, in the order of the features.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{CsvDataset, CsvOptions};
+    /// let name = format!("kiln-doc-csv-columns-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "a,y,b\n1,0,2\n").unwrap();
+    /// let d = CsvDataset::open(&path, CsvOptions::default().label("y")).unwrap();
+    /// assert_eq!(d.columns(), ["a", "b"]); // the label is not a feature
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn columns(&self) -> &[String] {
         &self.columns
     }
 
     /// The class names of a text label column, in the order of their ids (empty for integer
     /// labels or without a label).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{CsvDataset, CsvOptions, Dataset};
+    /// let name = format!("kiln-doc-csv-classes-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// std::fs::write(&path, "x,kind\n1,dog\n2,cat\n3,dog\n").unwrap();
+    /// let d = CsvDataset::open(&path, CsvOptions::default().label("kind")).unwrap();
+    /// assert_eq!(d.classes(), ["cat", "dog"]); // ids in sorted order of the names
+    /// let id = |i| d.get(i).unwrap()[1].item().unwrap();
+    /// assert_eq!([id(0), id(1), id(2)], [1.0, 0.0, 1.0]);
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn classes(&self) -> &[String] {
         &self.classes
     }

@@ -18,6 +18,22 @@ type Transform = Arc<dyn Fn(Vec<Tensor>) -> Result<Vec<Tensor>> + Send + Sync>;
 /// Defaults: sequential order, the last short batch kept, 2 workers, 2 batches queued per
 /// worker. Batch `b` of an epoch is loaded by worker `b % workers` and handed out in order, so
 /// the batches never depend on the number of workers (0 loads on the calling thread).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{DataLoader, TensorDataset};
+/// use kiln::Tensor;
+/// // The numbers 0, 1, ..., n - 1, one per sample.
+/// let numbers = |n: usize| {
+///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+///     TensorDataset::new(vec![x]).unwrap()
+/// };
+/// let loader = DataLoader::new(numbers(5), 2).unwrap();
+/// let sizes: Vec<usize> = loader.epoch(0).map(|b| b.unwrap()[0].shape()[0]).collect();
+/// assert_eq!(sizes, [2, 2, 1]); // in order, the last batch short
+/// assert_eq!(loader.len(), 3);
+/// ```
 pub struct DataLoader<D: Dataset> {
     dataset: Arc<D>,
     batch_size: usize,
@@ -30,6 +46,22 @@ pub struct DataLoader<D: Dataset> {
 
 impl<D: Dataset + 'static> DataLoader<D> {
     /// A loader of batches of `batch_size` (at least 1) samples of `dataset`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let first = DataLoader::new(numbers(6), 4).unwrap().epoch(0).next().unwrap().unwrap();
+    /// assert_eq!(first[0].to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0]);
+    /// let err = DataLoader::new(numbers(6), 0).err().unwrap();
+    /// assert!(err.message.contains("batch size is 0"), "{err}");
+    /// ```
     #[track_caller]
     pub fn new(dataset: D, batch_size: usize) -> Result<DataLoader<D>> {
         let loc = Loc::caller();
@@ -54,11 +86,54 @@ impl<D: Dataset + 'static> DataLoader<D> {
     }
 
     /// Visits the samples in a new seeded order each epoch ([`Shuffled`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let batches = |l: &DataLoader<TensorDataset>, e| -> Vec<Vec<f32>> {
+    ///     l.epoch(e).map(|b| b.unwrap()[0].to_vec::<f32>().unwrap()).collect()
+    /// };
+    /// let loader = DataLoader::new(numbers(8), 8).unwrap().shuffle(7);
+    /// let (e0, e1) = (batches(&loader, 0), batches(&loader, 1));
+    /// let again = DataLoader::new(numbers(8), 8).unwrap().shuffle(7);
+    /// assert_eq!(e0, batches(&again, 0)); // the same seed and epoch: the same order
+    /// assert_ne!(e0, e1); // a new order each epoch
+    /// let mut sorted = e0[0].clone();
+    /// sorted.sort_by(f32::total_cmp);
+    /// assert_eq!(sorted, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]); // every sample once
+    /// ```
     pub fn shuffle(self, seed: u64) -> DataLoader<D> {
         self.sampler(Shuffled { seed })
     }
 
     /// Visits the samples `sampler` gives (for instance [`super::Distributed`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let batches = |l: &DataLoader<TensorDataset>, e| -> Vec<Vec<f32>> {
+    ///     l.epoch(e).map(|b| b.unwrap()[0].to_vec::<f32>().unwrap()).collect()
+    /// };
+    /// use kiln::data::Distributed;
+    /// // Rank 1 of 2 takes every other sample, from the second.
+    /// let rank1 = Distributed::new(1, 2).unwrap();
+    /// let loader = DataLoader::new(numbers(6), 2).unwrap().sampler(rank1);
+    /// assert_eq!(batches(&loader, 0), [vec![1.0, 3.0], vec![5.0]]);
+    /// ```
     pub fn sampler(mut self, sampler: impl Sampler + 'static) -> DataLoader<D> {
         self.sampler = Arc::new(sampler);
         self
@@ -66,12 +141,51 @@ impl<D: Dataset + 'static> DataLoader<D> {
 
     /// Drops the last batch when it would be short (so every batch has the same shape, which
     /// a `jit`-compiled step then compiles once for).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let batches = |l: &DataLoader<TensorDataset>, e| -> Vec<Vec<f32>> {
+    ///     l.epoch(e).map(|b| b.unwrap()[0].to_vec::<f32>().unwrap()).collect()
+    /// };
+    /// let loader = DataLoader::new(numbers(5), 2).unwrap().drop_last(true);
+    /// assert_eq!(loader.len(), 2);
+    /// assert_eq!(batches(&loader, 0), [vec![0.0, 1.0], vec![2.0, 3.0]]); // sample 4 is dropped
+    /// ```
     pub fn drop_last(mut self, drop_last: bool) -> DataLoader<D> {
         self.drop_last = drop_last;
         self
     }
 
-    /// Applies `f` to every sample (on the worker threads) before collation.
+    /// Applies `f` to every sample (on the worker threads) before collation. An error it
+    /// returns ends the epoch with that error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let batches = |l: &DataLoader<TensorDataset>, e| -> Vec<Vec<f32>> {
+    ///     l.epoch(e).map(|b| b.unwrap()[0].to_vec::<f32>().unwrap()).collect()
+    /// };
+    /// let loader = DataLoader::new(numbers(4), 2).unwrap().map(|s| Ok(vec![&s[0] * 10.0]));
+    /// assert_eq!(batches(&loader, 0), [vec![0.0, 10.0], vec![20.0, 30.0]]);
+    /// let fail = |_: Vec<Tensor>| Err(kiln::Error::new("augment", "no"));
+    /// let failing = DataLoader::new(numbers(4), 2).unwrap().map(fail);
+    /// assert!(failing.epoch(0).next().unwrap().is_err());
+    /// ```
     pub fn map(
         mut self,
         f: impl Fn(Vec<Tensor>) -> Result<Vec<Tensor>> + Send + Sync + 'static,
@@ -81,23 +195,89 @@ impl<D: Dataset + 'static> DataLoader<D> {
     }
 
     /// Loads on `workers` background threads (0: on the thread that iterates).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let batches = |l: &DataLoader<TensorDataset>, e| -> Vec<Vec<f32>> {
+    ///     l.epoch(e).map(|b| b.unwrap()[0].to_vec::<f32>().unwrap()).collect()
+    /// };
+    /// // The same batches, in the same order, whatever the number of workers.
+    /// let with = |w| batches(&DataLoader::new(numbers(9), 2).unwrap().shuffle(1).workers(w), 0);
+    /// assert_eq!(with(0), with(4));
+    /// assert_eq!(with(0).len(), 5);
+    /// ```
     pub fn workers(mut self, workers: usize) -> DataLoader<D> {
         self.workers = workers;
         self
     }
 
     /// How many batches each worker may load ahead (at least 1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let batches = |l: &DataLoader<TensorDataset>, e| -> Vec<Vec<f32>> {
+    ///     l.epoch(e).map(|b| b.unwrap()[0].to_vec::<f32>().unwrap()).collect()
+    /// };
+    /// let loader = DataLoader::new(numbers(6), 2).unwrap().workers(1).prefetch(0); // taken as 1
+    /// assert_eq!(batches(&loader, 0), [vec![0.0, 1.0], vec![2.0, 3.0], vec![4.0, 5.0]]);
+    /// ```
     pub fn prefetch(mut self, batches: usize) -> DataLoader<D> {
         self.prefetch = batches.max(1);
         self
     }
 
     /// The dataset.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// use kiln::data::Dataset;
+    /// let loader = DataLoader::new(numbers(5), 2).unwrap();
+    /// assert_eq!(loader.dataset().len(), 5);
+    /// assert_eq!(loader.dataset().get(4).unwrap()[0].item().unwrap(), 4.0);
+    /// ```
     pub fn dataset(&self) -> &D {
         &self.dataset
     }
 
     /// How many batches an epoch has.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// assert_eq!(DataLoader::new(numbers(10), 3).unwrap().len(), 4);
+    /// assert_eq!(DataLoader::new(numbers(10), 3).unwrap().drop_last(true).len(), 3);
+    /// ```
     pub fn len(&self) -> usize {
         let n = self.sampler.indices(self.dataset.len(), 0).len();
         if self.drop_last {
@@ -108,12 +288,46 @@ impl<D: Dataset + 'static> DataLoader<D> {
     }
 
     /// Whether an epoch has no batch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// assert!(!DataLoader::new(numbers(3), 4).unwrap().is_empty());
+    /// assert!(DataLoader::new(numbers(3), 4).unwrap().drop_last(true).is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The batches of epoch `epoch` (the epoch seeds the sampler's order). Each item is the
     /// batch's fields, or the first error loading it; iteration ends after an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// let loader = DataLoader::new(numbers(4), 2).unwrap();
+    /// let mut batches = loader.epoch(0);
+    /// assert_eq!(batches.next().unwrap().unwrap()[0].to_vec::<f32>().unwrap(), [0.0, 1.0]);
+    /// assert_eq!(batches.next().unwrap().unwrap()[0].to_vec::<f32>().unwrap(), [2.0, 3.0]);
+    /// assert!(batches.next().is_none());
+    /// // Sequential order: every epoch starts over the same way.
+    /// let again = loader.epoch(1).next().unwrap().unwrap();
+    /// assert_eq!(again[0].to_vec::<f32>().unwrap(), [0.0, 1.0]);
+    /// ```
     pub fn epoch(&self, epoch: u64) -> Batches {
         let indices = self.sampler.indices(self.dataset.len(), epoch);
         let mut batches: Vec<Vec<usize>> = indices
@@ -205,6 +419,24 @@ fn collate(samples: &[Vec<Tensor>], indices: &[usize]) -> Result<Vec<Tensor>> {
 
 /// The batches of one epoch, in order (an iterator of `Result<Vec<Tensor>>`). Dropping it
 /// stops the workers.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{DataLoader, TensorDataset};
+/// use kiln::Tensor;
+/// // The numbers 0, 1, ..., n - 1, one per sample.
+/// let numbers = |n: usize| {
+///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+///     TensorDataset::new(vec![x]).unwrap()
+/// };
+/// use kiln::data::Batches;
+/// let batches = DataLoader::new(numbers(5), 2).unwrap().epoch(0);
+/// // `Batches::count` knows the number without loading (`batches.count()` is Iterator's).
+/// assert_eq!(Batches::count(&batches), 3);
+/// let sizes: Vec<usize> = batches.map(|b| b.unwrap()[0].shape()[0]).collect();
+/// assert_eq!(sizes, [2, 2, 1]);
+/// ```
 pub struct Batches {
     next: usize,
     count: usize,
@@ -283,11 +515,49 @@ impl Batches {
 
     /// How long the iterating thread has waited for batches so far (time `next` spent
     /// blocked): near zero when loading keeps up with the training step.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// use std::time::Duration;
+    /// let slow = |s: Vec<Tensor>| -> kiln::Result<Vec<Tensor>> {
+    ///     std::thread::sleep(Duration::from_millis(5));
+    ///     Ok(s)
+    /// };
+    /// // Loading on this thread: all of the loading is waited for.
+    /// let mut batches = DataLoader::new(numbers(4), 2).unwrap().workers(0).map(slow).epoch(0);
+    /// assert_eq!(batches.waited(), Duration::ZERO);
+    /// batches.by_ref().for_each(|b| assert!(b.is_ok()));
+    /// assert!(batches.waited() >= Duration::from_millis(20)); // 4 samples of 5 ms
+    /// ```
     pub fn waited(&self) -> Duration {
         self.waited
     }
 
     /// How many batches the epoch has.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{DataLoader, TensorDataset};
+    /// use kiln::Tensor;
+    /// // The numbers 0, 1, ..., n - 1, one per sample.
+    /// let numbers = |n: usize| {
+    ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
+    ///     TensorDataset::new(vec![x]).unwrap()
+    /// };
+    /// use kiln::data::Batches;
+    /// let mut batches = DataLoader::new(numbers(7), 3).unwrap().epoch(0);
+    /// batches.next().unwrap().unwrap();
+    /// assert_eq!(Batches::count(&batches), 3); // the epoch's, however many were taken
+    /// ```
     pub fn count(&self) -> usize {
         self.count
     }

@@ -53,6 +53,20 @@ pub struct NpyDataset {
 
 impl NpyDataset {
     /// Maps each of `paths` (one field each, in order).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, data::NpyDataset, npy::NpyExt};
+    /// let dir = std::env::temp_dir().join(format!("kiln-doc-npyds-open-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// Tensor::zeros(DType::F32, [3, 2]).save_npy(dir.join("x.npy")).unwrap();
+    /// Tensor::zeros(DType::I32, [4]).save_npy(dir.join("y.npy")).unwrap();
+    /// // 3 samples of x but 4 of y: refused.
+    /// let err = NpyDataset::open(&[dir.join("x.npy"), dir.join("y.npy")]).err().unwrap();
+    /// assert!(err.message.contains("different numbers of samples"), "{err}");
+    /// std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
     #[track_caller]
     pub fn open(paths: &[impl AsRef<Path>]) -> Result<NpyDataset> {
         const OP: &str = "NpyDataset::open";
@@ -120,6 +134,22 @@ impl Dataset for NpyDataset {
 /// named tensor (the tensors share their first dimension).
 ///
 /// The file must not be rewritten while the dataset maps it.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::{Tensor, checkpoint, data::{Dataset, SafetensorsDataset}};
+/// let name = format!("kiln-doc-stds-{}.safetensors", std::process::id());
+/// let path = std::env::temp_dir().join(name);
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
+/// let y = Tensor::from_vec(vec![0i32, 1], [2]).unwrap();
+/// checkpoint::save(&path, &vec![x, y], &checkpoint::Metadata::new(0)).unwrap(); // named `0`, `1`
+/// let d = SafetensorsDataset::open(&path, &["1", "0"]).unwrap();
+/// let s = d.get(1).unwrap();
+/// assert_eq!(s[0].to_vec::<i32>().unwrap(), [1]);
+/// assert_eq!(s[1].to_vec::<f32>().unwrap(), [3.0, 4.0]);
+/// std::fs::remove_file(&path).unwrap();
+/// ```
 #[derive(Clone)]
 pub struct SafetensorsDataset {
     fields: Vec<Rows>,
@@ -128,6 +158,19 @@ pub struct SafetensorsDataset {
 
 impl SafetensorsDataset {
     /// Maps `path` and takes the tensors `names`, one field each, in order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor, checkpoint, data::SafetensorsDataset};
+    /// let name = format!("kiln-doc-stds-open-{}.safetensors", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let tree = vec![Tensor::ones(DType::F32, [2])];
+    /// checkpoint::save(&path, &tree, &checkpoint::Metadata::new(0)).unwrap();
+    /// let err = SafetensorsDataset::open(&path, &["labels"]).err().unwrap();
+    /// assert!(err.message.contains("no tensor `labels`"), "{err}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     #[track_caller]
     pub fn open(path: impl AsRef<Path>, names: &[&str]) -> Result<SafetensorsDataset> {
         const OP: &str = "SafetensorsDataset::open";

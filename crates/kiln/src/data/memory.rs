@@ -26,6 +26,19 @@ pub struct TensorDataset {
 
 impl TensorDataset {
     /// A dataset over `tensors` (each of shape `[n, ...]`, the same `n`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Dataset, TensorDataset};
+    /// use kiln::{DType, Tensor};
+    /// let d = TensorDataset::new(vec![Tensor::zeros(DType::F32, [4, 3])]).unwrap();
+    /// assert_eq!((d.len(), d.get(0).unwrap()[0].shape()), (4, vec![3]));
+    /// // Fields with different numbers of samples are refused.
+    /// let fields = vec![Tensor::zeros(DType::F32, [4, 3]), Tensor::zeros(DType::I32, [5])];
+    /// let err = TensorDataset::new(fields).err().unwrap();
+    /// assert!(err.message.contains("different numbers of samples"), "{err}");
+    /// ```
     #[track_caller]
     pub fn new(tensors: Vec<Tensor>) -> Result<TensorDataset> {
         const OP: &str = "TensorDataset::new";

@@ -50,14 +50,61 @@ use std::sync::Arc;
 /// An indexable collection of samples, each a list of fields (PyTorch's map-style `Dataset`).
 ///
 /// `get` is called from the loader's worker threads, hence `Send + Sync`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{DataLoader, Dataset};
+/// use kiln::{Result, Tensor};
+/// // The squares 0, 1, 4, ..., computed when asked for.
+/// struct Squares(usize);
+/// impl Dataset for Squares {
+///     fn len(&self) -> usize { self.0 }
+///     fn get(&self, i: usize) -> Result<Vec<Tensor>> { Ok(vec![Tensor::scalar((i * i) as f32)]) }
+/// }
+/// let d = Squares(4);
+/// assert!(!d.is_empty() && Squares(0).is_empty());
+/// assert_eq!(d.get(3).unwrap()[0].item().unwrap(), 9.0);
+/// let batch = DataLoader::new(d, 4).unwrap().epoch(0).next().unwrap().unwrap();
+/// assert_eq!(batch[0].to_vec::<f32>().unwrap(), [0.0, 1.0, 4.0, 9.0]);
+/// ```
 pub trait Dataset: Send + Sync {
     /// How many samples there are.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Dataset, TensorDataset};
+    /// use kiln::{DType, Tensor};
+    /// let d = TensorDataset::new(vec![Tensor::zeros(DType::F32, [7, 2])]).unwrap();
+    /// assert_eq!(d.len(), 7);
+    /// ```
     fn len(&self) -> usize;
 
     /// Sample `index` (`index < len()`): its fields, eager tensors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Dataset, TensorDataset};
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i32, 2, 3, 4], [2, 2]).unwrap();
+    /// let d = TensorDataset::new(vec![x]).unwrap();
+    /// assert_eq!(d.get(1).unwrap()[0].to_vec::<i32>().unwrap(), [3, 4]);
+    /// assert!(d.get(2).unwrap_err().message.contains("out of range"));
+    /// ```
     fn get(&self, index: usize) -> Result<Vec<Tensor>>;
 
     /// Whether there are no samples.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Dataset, TensorDataset};
+    /// use kiln::{DType, Tensor};
+    /// assert!(TensorDataset::new(vec![Tensor::zeros(DType::F32, [0, 3])]).unwrap().is_empty());
+    /// assert!(!TensorDataset::new(vec![Tensor::zeros(DType::F32, [1, 3])]).unwrap().is_empty());
+    /// ```
     fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -6,12 +6,53 @@ use crate::ir::Loc;
 
 /// Which sample indices an epoch visits, in order. Every rank and every worker sees the same
 /// indices for the same epoch: a sampler is a pure function of `(len, epoch)`.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{DataLoader, Sampler, TensorDataset};
+/// use kiln::Tensor;
+/// // Last sample first.
+/// struct Backwards;
+/// impl Sampler for Backwards {
+///     fn indices(&self, len: usize, _epoch: u64) -> Vec<usize> { (0..len).rev().collect() }
+/// }
+/// assert_eq!(Backwards.indices(3, 0), [2, 1, 0]);
+/// let x = Tensor::from_vec(vec![10i32, 20, 30], [3]).unwrap();
+/// let data = TensorDataset::new(vec![x]).unwrap();
+/// let loader = DataLoader::new(data, 3).unwrap().sampler(Backwards);
+/// let batch = loader.epoch(0).next().unwrap().unwrap();
+/// assert_eq!(batch[0].to_vec::<i32>().unwrap(), [30, 20, 10]);
+/// ```
 pub trait Sampler: Send + Sync {
     /// The indices of epoch `epoch` over a dataset of `len` samples (each `< len`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Distributed, Sampler, Sequential, Shuffled};
+    /// // With one rank, every sampler visits each sample once an epoch.
+    /// let one_rank = Distributed::new(0, 1).unwrap();
+    /// let samplers: [&dyn Sampler; 3] = [&Sequential, &Shuffled { seed: 1 }, &one_rank];
+    /// for s in samplers {
+    ///     let mut seen = s.indices(6, 2);
+    ///     seen.sort();
+    ///     assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
+    /// }
+    /// ```
     fn indices(&self, len: usize, epoch: u64) -> Vec<usize>;
 }
 
 /// `0, 1, ..., len - 1`, every epoch.
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{Sampler, Sequential};
+/// assert_eq!(Sequential.indices(4, 0), [0, 1, 2, 3]);
+/// assert_eq!(Sequential.indices(4, 9), [0, 1, 2, 3]);
+/// assert!(Sequential.indices(0, 0).is_empty());
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sequential;
 
@@ -26,6 +67,19 @@ impl Sampler for Sequential {
 ///
 /// The permutation is a Fisher–Yates shuffle driven by SplitMix64 seeded with
 /// `mix(seed, epoch)` (documented so that another implementation can reproduce it).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{Sampler, Shuffled};
+/// let s = Shuffled { seed: 3 };
+/// let e0 = s.indices(10, 0);
+/// assert_eq!(e0, Shuffled { seed: 3 }.indices(10, 0)); // the same seed and epoch
+/// assert_ne!(e0, s.indices(10, 1)); // another epoch
+/// let mut sorted = e0.clone();
+/// sorted.sort();
+/// assert_eq!(sorted, (0..10).collect::<Vec<_>>()); // a permutation
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Shuffled {
     /// The seed.
@@ -43,6 +97,16 @@ impl Sampler for Shuffled {
 /// rank) are padded by repeating from the start to a multiple of `world` (or cut to one with
 /// `drop_last`), and rank `r` takes every `world`-th index from position `r`. The ranks'
 /// shares are disjoint and together cover every sample (padding aside).
+///
+/// # Examples
+///
+/// ```
+/// use kiln::data::{Distributed, Sampler};
+/// // 5 samples over 2 ranks: padded to 6 by repeating sample 0.
+/// let r0 = Distributed::new(0, 2).unwrap().indices(5, 0);
+/// let r1 = Distributed::new(1, 2).unwrap().indices(5, 0);
+/// assert_eq!((r0, r1), (vec![0, 2, 4], vec![1, 3, 0]));
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Distributed {
     rank: usize,
@@ -53,6 +117,15 @@ pub struct Distributed {
 
 impl Distributed {
     /// Rank `rank` of `world` (`rank < world`), sequential order, padded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Distributed, Sampler};
+    /// assert_eq!(Distributed::new(2, 3).unwrap().indices(7, 0), [2, 5, 1]);
+    /// let err = Distributed::new(3, 3).unwrap_err();
+    /// assert!(err.message.contains("rank 3 is not one of the 3 ranks"), "{err}");
+    /// ```
     #[track_caller]
     pub fn new(rank: usize, world: usize) -> Result<Distributed> {
         let loc = Loc::caller();
@@ -74,12 +147,31 @@ impl Distributed {
     }
 
     /// Shuffles each epoch from `seed` (every rank must use the same seed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Distributed, Sampler};
+    /// let share = |rank| Distributed::new(rank, 3).unwrap().shuffle(11).indices(9, 4);
+    /// let mut all: Vec<usize> = (0..3).flat_map(share).collect();
+    /// assert_ne!(all, [0, 3, 6, 1, 4, 7, 2, 5, 8]); // not the sequential shares
+    /// all.sort();
+    /// assert_eq!(all, (0..9).collect::<Vec<_>>()); // disjoint, covering every sample
+    /// ```
     pub fn shuffle(mut self, seed: u64) -> Distributed {
         self.seed = Some(seed);
         self
     }
 
     /// Drops the tail that does not divide evenly among the ranks instead of padding.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::data::{Distributed, Sampler};
+    /// let r1 = Distributed::new(1, 2).unwrap().drop_last(true);
+    /// assert_eq!(r1.indices(5, 0), [1, 3]); // sample 4 is left out, nothing repeated
+    /// ```
     pub fn drop_last(mut self, drop_last: bool) -> Distributed {
         self.drop_last = drop_last;
         self

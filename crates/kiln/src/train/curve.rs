@@ -26,8 +26,10 @@ const TICKS: i32 = 5;
 /// legend naming them. Pictures smaller than 160x120 pixels are drawn without text. For
 /// numbers, [`save_csv`](LossCurve::save_csv) writes the points to plot elsewhere.
 ///
-/// ```no_run
+/// ```
 /// use kiln::train::LossCurve;
+/// # let dir = std::env::temp_dir().join(format!("kiln-doc-curve-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
 /// let mut curve = LossCurve::new();
 /// for step in 0..50 {
 ///     curve.push(step, 2.0 / (1.0 + step as f32));
@@ -35,9 +37,11 @@ const TICKS: i32 = 5;
 ///         curve.push_heldout(step, 2.2 / (1.0 + step as f32));
 ///     }
 /// }
-/// curve.save_png("loss.png", 800, 600)?;
-/// curve.save_csv("loss.csv")?; // step,loss,heldout
-/// # Ok::<(), kiln::Error>(())
+/// curve.save_png(dir.join("loss.png"), 800, 600)?;
+/// curve.save_csv(dir.join("loss.csv"))?; // step,loss,heldout
+/// # assert_eq!(std::fs::read_to_string(dir.join("loss.csv"))?.lines().count(), 51);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LossCurve {
@@ -47,31 +51,86 @@ pub struct LossCurve {
 
 impl LossCurve {
     /// An empty curve.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let curve = kiln::train::LossCurve::new();
+    /// assert!(curve.is_empty());
+    /// assert!(curve.train().is_empty() && curve.heldout().is_empty());
+    /// ```
     pub fn new() -> LossCurve {
         LossCurve::default()
     }
 
     /// Records the training loss at `step`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut curve = kiln::train::LossCurve::new();
+    /// curve.push(0, 2.0);
+    /// curve.push(1, 1.5);
+    /// assert_eq!(curve.train(), [(0, 2.0), (1, 1.5)]);
+    /// assert!(curve.heldout().is_empty() && !curve.is_empty());
+    /// ```
     pub fn push(&mut self, step: usize, loss: f32) {
         self.train.push((step, loss));
     }
 
     /// Records a held-out loss at `step`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut curve = kiln::train::LossCurve::new();
+    /// curve.push_heldout(10, 0.75);
+    /// assert_eq!(curve.heldout(), [(10, 0.75)]);
+    /// assert!(curve.train().is_empty() && !curve.is_empty());
+    /// ```
     pub fn push_heldout(&mut self, step: usize, loss: f32) {
         self.heldout.push((step, loss));
     }
 
     /// The training points, in the order recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut curve = kiln::train::LossCurve::new();
+    /// curve.push(5, 1.0);
+    /// curve.push(2, 3.0); // kept as recorded, not sorted
+    /// assert_eq!(curve.train(), [(5, 1.0), (2, 3.0)]);
+    /// ```
     pub fn train(&self) -> &[(usize, f32)] {
         &self.train
     }
 
     /// The held-out points, in the order recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut curve = kiln::train::LossCurve::new();
+    /// curve.push(0, 1.0);
+    /// curve.push_heldout(0, 1.25);
+    /// curve.push_heldout(8, 0.5);
+    /// assert_eq!(curve.heldout(), [(0, 1.25), (8, 0.5)]);
+    /// ```
     pub fn heldout(&self) -> &[(usize, f32)] {
         &self.heldout
     }
 
     /// Whether no point was recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut curve = kiln::train::LossCurve::new();
+    /// assert!(curve.is_empty());
+    /// curve.push_heldout(0, 1.0); // a held-out point alone counts
+    /// assert!(!curve.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.train.is_empty() && self.heldout.is_empty()
     }
@@ -79,6 +138,22 @@ impl LossCurve {
     /// Draws the curves into a `width` x `height` PNG at `path`. Non-finite losses are left
     /// out. Errors: no finite point, a side of zero or over 16384 pixels, or a file that
     /// cannot be written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::train::LossCurve;
+    /// let name = format!("kiln-doc-curve-png-{}.png", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let mut curve = LossCurve::new();
+    /// (0..20).for_each(|s| curve.push(s, 1.0 / (1.0 + s as f32)));
+    /// curve.save_png(&path, 320, 240).unwrap();
+    /// let png = png::Decoder::new(std::fs::File::open(&path).unwrap()).read_info().unwrap();
+    /// assert_eq!((png.info().width, png.info().height), (320, 240));
+    /// std::fs::remove_file(&path).unwrap();
+    /// assert!(curve.save_png(&path, 0, 240).unwrap_err().message.contains("0x240"));
+    /// assert!(LossCurve::new().save_png(&path, 320, 240).is_err()); // nothing to draw
+    /// ```
     #[track_caller]
     pub fn save_png(&self, path: impl AsRef<Path>, width: u32, height: u32) -> Result<()> {
         let path = path.as_ref();
@@ -156,6 +231,22 @@ impl LossCurve {
     /// step in increasing order, a field left empty where that curve has no point (the last
     /// point recorded at a step wins). Errors: an empty curve or a file that cannot be
     /// written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::train::LossCurve;
+    /// let name = format!("kiln-doc-curve-csv-{}.csv", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let mut curve = LossCurve::new();
+    /// curve.push(1, 1.5);
+    /// curve.push(0, 2.0);
+    /// curve.push_heldout(0, 2.5);
+    /// curve.save_csv(&path).unwrap();
+    /// assert_eq!(std::fs::read_to_string(&path).unwrap(), "step,loss,heldout\n0,2,2.5\n1,1.5,\n");
+    /// std::fs::remove_file(&path).unwrap();
+    /// assert!(LossCurve::new().save_csv(&path).is_err()); // an empty curve
+    /// ```
     #[track_caller]
     pub fn save_csv(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();

@@ -50,6 +50,15 @@ pub struct Progress {
 impl Progress {
     /// Progress of `steps` steps of `samples_per_step` samples each: a bar on stderr when it is
     /// a terminal, else plain lines on stderr.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut p = kiln::train::Progress::new(4, 32);
+    /// p.step(0.5);
+    /// assert_eq!((p.done(), p.loss()), (1, Some(0.5)));
+    /// p.finish();
+    /// ```
     pub fn new(steps: usize, samples_per_step: usize) -> Progress {
         if std::io::stderr().is_terminal() {
             let bar =
@@ -66,6 +75,23 @@ impl Progress {
     }
 
     /// Progress as plain lines into `out` (no bar is drawn), whatever stderr is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::train::Progress;
+    /// let name = format!("kiln-doc-progress-{}.txt", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let mut p = Progress::with_writer(20, 8, Box::new(std::fs::File::create(&path).unwrap()));
+    /// (0..20).for_each(|i| p.step(1.0 / (1.0 + i as f32)));
+    /// p.finish();
+    /// let text = std::fs::read_to_string(&path).unwrap();
+    /// let lines: Vec<&str> = text.lines().collect();
+    /// assert_eq!(lines.len(), 11); // a line every 2 steps, then the summary
+    /// assert!(lines[0].starts_with("step 2/20  loss 0.5000"), "{text}");
+    /// assert!(lines[10].starts_with("done: 20 steps in"), "{text}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn with_writer(
         steps: usize,
         samples_per_step: usize,
@@ -76,6 +102,15 @@ impl Progress {
     }
 
     /// Progress that shows nothing (a quiet run: tests, benchmarks).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut p = kiln::train::Progress::quiet(100, 1);
+    /// (0..3).for_each(|_| p.step(0.25));
+    /// assert_eq!((p.done(), p.loss()), (3, Some(0.25))); // still counted
+    /// p.finish();
+    /// ```
     pub fn quiet(steps: usize, samples_per_step: usize) -> Progress {
         Progress::with_output(Output::Quiet, steps, samples_per_step)
     }
@@ -92,11 +127,31 @@ impl Progress {
     }
 
     /// Steps done so far.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut p = kiln::train::Progress::quiet(10, 1);
+    /// assert_eq!(p.done(), 0);
+    /// p.step(1.0);
+    /// p.step(0.5);
+    /// assert_eq!(p.done(), 2);
+    /// ```
     pub fn done(&self) -> usize {
         self.done
     }
 
     /// The latest loss, if a step was recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut p = kiln::train::Progress::quiet(10, 1);
+    /// assert_eq!(p.loss(), None);
+    /// p.step(1.0);
+    /// p.step(0.5);
+    /// assert_eq!(p.loss(), Some(0.5));
+    /// ```
     pub fn loss(&self) -> Option<f32> {
         self.loss
     }
@@ -111,6 +166,22 @@ impl Progress {
     }
 
     /// Records one step and its loss.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::train::Progress;
+    /// let name = format!("kiln-doc-progress-step-{}.txt", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// // 3 steps: a line for each.
+    /// let mut p = Progress::with_writer(3, 16, Box::new(std::fs::File::create(&path).unwrap()));
+    /// p.step(0.25);
+    /// assert_eq!((p.done(), p.loss()), (1, Some(0.25)));
+    /// drop(p);
+    /// let text = std::fs::read_to_string(&path).unwrap();
+    /// assert!(text.starts_with("step 1/3  loss 0.2500  "), "{text}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn step(&mut self, loss: f32) {
         self.done += 1;
         self.loss = Some(loss);
@@ -134,6 +205,21 @@ impl Progress {
     }
 
     /// Ends the run: the bar is finished (left on screen); plain output gets a summary line.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::train::Progress;
+    /// let name = format!("kiln-doc-progress-end-{}.txt", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let mut p = Progress::with_writer(100, 1, Box::new(std::fs::File::create(&path).unwrap()));
+    /// p.step(0.125); // step 1 of 100: no line yet (one every 10 steps)
+    /// p.finish();
+    /// let text = std::fs::read_to_string(&path).unwrap();
+    /// assert!(text.starts_with("done: 1 steps in "), "{text}");
+    /// assert!(text.contains("final loss 0.1250"), "{text}");
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn finish(mut self) {
         let elapsed = self.start.elapsed();
         let rate = self.samples_per_sec(elapsed);
