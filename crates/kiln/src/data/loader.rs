@@ -430,10 +430,9 @@ fn collate(samples: &[Vec<Tensor>], indices: &[usize]) -> Result<Vec<Tensor>> {
 ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
 ///     TensorDataset::new(vec![x]).unwrap()
 /// };
-/// use kiln::data::Batches;
 /// let batches = DataLoader::new(numbers(5), 2).unwrap().epoch(0);
-/// // `Batches::count` knows the number without loading (`batches.count()` is Iterator's).
-/// assert_eq!(Batches::count(&batches), 3);
+/// // The epoch's number of batches, known without loading any.
+/// assert_eq!(batches.epoch_len(), 3);
 /// let sizes: Vec<usize> = batches.map(|b| b.unwrap()[0].shape()[0]).collect();
 /// assert_eq!(sizes, [2, 2, 1]);
 /// ```
@@ -553,12 +552,11 @@ impl Batches {
     ///     let x = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<_>>(), [n]).unwrap();
     ///     TensorDataset::new(vec![x]).unwrap()
     /// };
-    /// use kiln::data::Batches;
     /// let mut batches = DataLoader::new(numbers(7), 3).unwrap().epoch(0);
     /// batches.next().unwrap().unwrap();
-    /// assert_eq!(Batches::count(&batches), 3); // the epoch's, however many were taken
+    /// assert_eq!(batches.epoch_len(), 3); // the epoch's, however many were taken
     /// ```
-    pub fn count(&self) -> usize {
+    pub fn epoch_len(&self) -> usize {
         self.count
     }
 }

@@ -216,7 +216,7 @@ impl Progress {
     /// p.step(0.125); // step 1 of 100: no line yet (one every 10 steps)
     /// p.finish();
     /// let text = std::fs::read_to_string(&path).unwrap();
-    /// assert!(text.starts_with("done: 1 steps in "), "{text}");
+    /// assert!(text.starts_with("done: 1 step in "), "{text}");
     /// assert!(text.contains("final loss 0.1250"), "{text}");
     /// std::fs::remove_file(&path).unwrap();
     /// ```
@@ -278,6 +278,7 @@ pub fn plain_line(
 ///     kiln::train::summary_line(0, None, Duration::ZERO, 0.0),
 ///     "done: 0 steps in 0s, no loss recorded"
 /// );
+/// assert!(kiln::train::summary_line(1, None, Duration::ZERO, 0.0).starts_with("done: 1 step in"));
 /// ```
 pub fn summary_line(
     steps: usize,
@@ -285,13 +286,14 @@ pub fn summary_line(
     elapsed: Duration,
     samples_per_sec: f64,
 ) -> String {
+    let unit = if steps == 1 { "step" } else { "steps" };
     match loss {
         Some(l) => format!(
-            "done: {steps} steps in {}s, final loss {l:.4}, {samples_per_sec:.0} samples/s",
+            "done: {steps} {unit} in {}s, final loss {l:.4}, {samples_per_sec:.0} samples/s",
             seconds(elapsed)
         ),
         None => format!(
-            "done: {steps} steps in {}s, no loss recorded",
+            "done: {steps} {unit} in {}s, no loss recorded",
             seconds(elapsed)
         ),
     }
