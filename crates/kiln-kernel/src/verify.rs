@@ -78,6 +78,11 @@ fn meet(a: Range, b: Range) -> Range {
     (r.0 <= r.1).then_some(r)
 }
 
+/// How many values `r` holds, less one (`i128::MAX` for no bound).
+fn width(r: Range) -> i128 {
+    r.map_or(i128::MAX, |(lo, hi)| hi.saturating_sub(lo))
+}
+
 fn show(r: (i128, i128)) -> String {
     format!("{}..={}", r.0, r.1)
 }
@@ -145,6 +150,19 @@ impl Lin {
 
     fn coef(&self, key: &str) -> i128 {
         self.terms.iter().find(|t| t.0 == key).map_or(0, |t| t.2)
+    }
+
+    /// The factors `s` for which `self - s f` loses one of `f`'s terms (without a remainder),
+    /// each once.
+    fn cancelling(&self, f: &Lin) -> Vec<i128> {
+        let mut out = Vec::new();
+        for (key, _, c) in &f.terms {
+            let mine = self.coef(key);
+            if mine != 0 && mine % c == 0 && !out.contains(&(mine / c)) {
+                out.push(mine / c);
+            }
+        }
+        out
     }
 
     /// `s` when every term of `f` is in `self` with `s` times its coefficient.
@@ -233,6 +251,10 @@ struct Checker<'a> {
     dead: bool,
     /// Atoms' ranges under the current variables and facts (cleared when they change).
     ranges: std::cell::RefCell<std::collections::HashMap<String, Range>>,
+    /// Whether [`Checker::range`] is bounding a condition's form for a factor that leaves part
+    /// of it over; the ranges this needs use exact multiples only (a form inside a clamp
+    /// could otherwise ask for the clamp's range again).
+    inexact: std::cell::Cell<bool>,
     /// The part being checked, and the nodes from its root to the current one.
     part: String,
     path: Vec<String>,
@@ -427,7 +449,12 @@ impl Checker<'_> {
                 None => facts.push((key, n, r)),
             }
         }
-        // Each condition's form taken out of `l` in turn, innermost first.
+        // Each condition's form taken out of `l` in turn, innermost first: `l = s f + rest`
+        // bounds `l` by `s` times the condition's range plus `rest`'s, for any `s`. When `l`
+        // is a multiple of the form, `s` leaves none of it in `rest`; otherwise (a start
+        // index shared by two dimensions of a fused dynamic slice: `4 c + 3 v` under
+        // `0 <= c + v < 3`) each `s` that cancels one of its terms is tried, and the
+        // narrowest bound kept when it is narrower than leaving the condition out.
         let mut rest = l.clone();
         let mut known = Some((0, 0));
         let mut used = false;
@@ -435,6 +462,27 @@ impl Checker<'_> {
             if let Some(s) = rest.multiple_of(f) {
                 rest = rest.plus(f, -s);
                 known = add(known, scale(meet(*r, self.natural(f)), s));
+                used = true;
+                continue;
+            }
+            let factors = rest.cancelling(f);
+            if factors.is_empty() || self.inexact.get() {
+                continue;
+            }
+            self.inexact.set(true);
+            let within = meet(*r, self.natural(f));
+            let mut best = (width(add(known, self.natural(&rest))), None);
+            for s in factors {
+                let left = rest.clone().plus(f, -s);
+                let w = width(add(add(known, scale(within, s)), self.natural(&left)));
+                if w < best.0 {
+                    best = (w, Some((s, left)));
+                }
+            }
+            self.inexact.set(false);
+            if let (_, Some((s, left))) = best {
+                rest = left;
+                known = add(known, scale(within, s));
                 used = true;
             }
         }
@@ -799,6 +847,7 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
         facts: Vec::new(),
         dead: false,
         ranges: Default::default(),
+        inexact: Default::default(),
         part: "schedule".into(),
         path: Vec::new(),
     };

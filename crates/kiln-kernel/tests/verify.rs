@@ -531,6 +531,15 @@ fn real_kernels_verify() {
   return %3
 }
 ",
+        // One start index for two dimensions: the concatenation's guard bounds a read whose
+        // index holds its form in another proportion (4 c + 3 v1 under 0 <= c + v1 < 3).
+        "func @main(%0: u32[1,3,3], %1: u32[1,3,3], %2: i32[], %3: i32[]) -> u32[1,5,2] {
+  %4 = clamp %0, %0, %1 : u32[1,3,3]
+  %5 = concatenate %4, %1 {dimension = 1} : u32[1,6,3]
+  %6 = dynamic_slice %5, %2, %3, %3 {slice_sizes = [1, 5, 2]} : u32[1,5,2]
+  return %6
+}
+",
         "func @main(%0: f32[1,4,4,1]) -> f32[1,2,2,1] {
   %1 = constant {value = -inf} : f32[]
   %2 = reduce_window %0, %1 {window_dimensions = [1, 2, 2, 1], window_strides = [1, 2, 2, 1], base_dilations = [1, 1, 1, 1], window_dilations = [1, 1, 1, 1], padding = [[0, 0], [0, 0], [0, 0], [0, 0]], kind = max} : f32[1,2,2,1]
