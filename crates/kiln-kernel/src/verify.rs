@@ -78,11 +78,6 @@ fn meet(a: Range, b: Range) -> Range {
     (r.0 <= r.1).then_some(r)
 }
 
-/// How many values `r` holds, less one (`i128::MAX` for no bound).
-fn width(r: Range) -> i128 {
-    r.map_or(i128::MAX, |(lo, hi)| hi.saturating_sub(lo))
-}
-
 fn show(r: (i128, i128)) -> String {
     format!("{}..={}", r.0, r.1)
 }
@@ -152,17 +147,16 @@ impl Lin {
         self.terms.iter().find(|t| t.0 == key).map_or(0, |t| t.2)
     }
 
-    /// The factors `s` for which `self - s f` loses one of `f`'s terms (without a remainder),
-    /// each once.
-    fn cancelling(&self, f: &Lin) -> Vec<i128> {
-        let mut out = Vec::new();
-        for (key, _, c) in &f.terms {
+    /// A factor `s` for which `self - s f` loses one of `f`'s terms (a loop variable if it
+    /// can), when there is one.
+    fn cancelling(&self, f: &Lin) -> Option<i128> {
+        let factor = |(key, _, c): &(String, Atom, i128)| {
             let mine = self.coef(key);
-            if mine != 0 && mine % c == 0 && !out.contains(&(mine / c)) {
-                out.push(mine / c);
-            }
-        }
-        out
+            (mine != 0 && mine % c == 0).then(|| mine / c)
+        };
+        let vars = f.terms.iter().filter(|t| matches!(t.1, Atom::Var(_)));
+        let others = f.terms.iter().filter(|t| !matches!(t.1, Atom::Var(_)));
+        vars.chain(others).find_map(factor)
     }
 
     /// `s` when every term of `f` is in `self` with `s` times its coefficient.
@@ -251,9 +245,9 @@ struct Checker<'a> {
     dead: bool,
     /// Atoms' ranges under the current variables and facts (cleared when they change).
     ranges: std::cell::RefCell<std::collections::HashMap<String, Range>>,
-    /// Whether [`Checker::range`] is bounding a condition's form for a factor that leaves part
-    /// of it over; the ranges this needs use exact multiples only (a form inside a clamp
-    /// could otherwise ask for the clamp's range again).
+    /// Whether [`Checker::range`] is trying factors that leave part of a condition's form
+    /// over; the ranges this needs use exact multiples only (a form inside a clamp could
+    /// otherwise ask for the clamp's range again).
     inexact: std::cell::Cell<bool>,
     /// The part being checked, and the nodes from its root to the current one.
     part: String,
@@ -449,47 +443,44 @@ impl Checker<'_> {
                 None => facts.push((key, n, r)),
             }
         }
-        // Each condition's form taken out of `l` in turn, innermost first: `l = s f + rest`
-        // bounds `l` by `s` times the condition's range plus `rest`'s, for any `s`. When `l`
-        // is a multiple of the form, `s` leaves none of it in `rest`; otherwise (a start
-        // index shared by two dimensions of a fused dynamic slice: `4 c + 3 v` under
-        // `0 <= c + v < 3`) each `s` that cancels one of its terms is tried, and the
-        // narrowest bound kept when it is narrower than leaving the condition out.
+        // Each condition's form taken out of `l` in turn, innermost first, where `l` is a
+        // multiple of it: `l = s f + rest` bounds `l` by `s` times the condition's range plus
+        // `rest`'s.
         let mut rest = l.clone();
         let mut known = Some((0, 0));
-        let mut used = false;
-        for (_, f, r) in &facts {
+        let mut used = vec![false; facts.len()];
+        for (i, (_, f, r)) in facts.iter().enumerate() {
             if let Some(s) = rest.multiple_of(f) {
                 rest = rest.plus(f, -s);
                 known = add(known, scale(meet(*r, self.natural(f)), s));
-                used = true;
-                continue;
-            }
-            let factors = rest.cancelling(f);
-            if factors.is_empty() || self.inexact.get() {
-                continue;
-            }
-            self.inexact.set(true);
-            let within = meet(*r, self.natural(f));
-            let mut best = (width(add(known, self.natural(&rest))), None);
-            for s in factors {
-                let left = rest.clone().plus(f, -s);
-                let w = width(add(add(known, scale(within, s)), self.natural(&left)));
-                if w < best.0 {
-                    best = (w, Some((s, left)));
-                }
-            }
-            self.inexact.set(false);
-            if let (_, Some((s, left))) = best {
-                rest = left;
-                known = add(known, scale(within, s));
-                used = true;
+                used[i] = true;
             }
         }
-        if used {
-            meet(natural, add(known, self.natural(&rest)))
-        } else {
-            natural
+        let exact = add(known, self.natural(&rest));
+        // The bound holds for any `s`, so each condition left over also takes out the multiple
+        // of its form that cancels one of `rest`'s terms, a loop variable's if it can: with
+        // one clamped start index c for two dimensions of a fused dynamic slice, `4 c + 3 v`
+        // under `0 <= c + v < 3` is `3 (c + v) + c`. Both bounds hold, so both are kept.
+        let mut bound = used.contains(&true).then_some(exact);
+        if !self.inexact.get() && used.contains(&false) {
+            self.inexact.set(true);
+            let mut substituted = false;
+            for (i, (_, f, r)) in facts.iter().enumerate() {
+                if let Some(s) = (!used[i]).then(|| rest.cancelling(f)).flatten() {
+                    rest = rest.plus(f, -s);
+                    known = add(known, scale(meet(*r, self.natural(f)), s));
+                    substituted = true;
+                }
+            }
+            let b = add(known, self.natural(&rest));
+            if substituted && b.is_some() {
+                bound = Some(bound.map_or(b, |e| meet(e, b)));
+            }
+            self.inexact.set(false);
+        }
+        match bound {
+            Some(b) => meet(natural, b),
+            None => natural,
         }
     }
 
