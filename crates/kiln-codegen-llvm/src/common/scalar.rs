@@ -137,7 +137,7 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                     .map_err(llvm)?
             }
             DType::BF16 => {
-                // Round to nearest even on the top 16 bits; NaN stays a quiet NaN.
+                // Round to nearest even on the top 16 bits.
                 let bits = self
                     .builder()
                     .build_bit_cast(v, i32t, "bits")
@@ -172,9 +172,20 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                         "nan",
                     )
                     .map_err(llvm)?;
+                // A NaN keeps its sign and the top of its payload, made quiet, as the
+                // reference's conversion (and an f32 to f16 truncation) keeps them: a bitcast
+                // shows them.
+                let high = self
+                    .builder()
+                    .build_right_shift(bits, i32t.const_int(16, false), false, "hi")
+                    .map_err(llvm)?;
+                let quiet = self
+                    .builder()
+                    .build_or(high, i32t.const_int(0x40, false), "qn")
+                    .map_err(llvm)?;
                 let q = self
                     .builder()
-                    .build_select(isnan, i32t.const_int(0x7FC0, false), top, "q")
+                    .build_select(isnan, quiet, top, "q")
                     .map_err(llvm)?
                     .into_int_value();
                 self.builder()
