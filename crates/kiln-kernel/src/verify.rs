@@ -147,6 +147,18 @@ impl Lin {
         self.terms.iter().find(|t| t.0 == key).map_or(0, |t| t.2)
     }
 
+    /// A factor `s` for which `self - s f` loses one of `f`'s terms (a loop variable if it
+    /// can), when there is one.
+    fn cancelling(&self, f: &Lin) -> Option<i128> {
+        let factor = |(key, _, c): &(String, Atom, i128)| {
+            let mine = self.coef(key);
+            (mine != 0 && mine % c == 0).then(|| mine / c)
+        };
+        let vars = f.terms.iter().filter(|t| matches!(t.1, Atom::Var(_)));
+        let others = f.terms.iter().filter(|t| !matches!(t.1, Atom::Var(_)));
+        vars.chain(others).find_map(factor)
+    }
+
     /// `s` when every term of `f` is in `self` with `s` times its coefficient.
     fn multiple_of(&self, f: &Lin) -> Option<i128> {
         let (key, _, c) = f.terms.first()?;
@@ -233,6 +245,10 @@ struct Checker<'a> {
     dead: bool,
     /// Atoms' ranges under the current variables and facts (cleared when they change).
     ranges: std::cell::RefCell<std::collections::HashMap<String, Range>>,
+    /// Whether [`Checker::range`] is trying factors that leave part of a condition's form
+    /// over; the ranges this needs use exact multiples only (a form inside a clamp could
+    /// otherwise ask for the clamp's range again).
+    inexact: std::cell::Cell<bool>,
     /// The part being checked, and the nodes from its root to the current one.
     part: String,
     path: Vec<String>,
@@ -427,21 +443,44 @@ impl Checker<'_> {
                 None => facts.push((key, n, r)),
             }
         }
-        // Each condition's form taken out of `l` in turn, innermost first.
+        // Each condition's form taken out of `l` in turn, innermost first, where `l` is a
+        // multiple of it: `l = s f + rest` bounds `l` by `s` times the condition's range plus
+        // `rest`'s.
         let mut rest = l.clone();
         let mut known = Some((0, 0));
-        let mut used = false;
-        for (_, f, r) in &facts {
+        let mut used = vec![false; facts.len()];
+        for (i, (_, f, r)) in facts.iter().enumerate() {
             if let Some(s) = rest.multiple_of(f) {
                 rest = rest.plus(f, -s);
                 known = add(known, scale(meet(*r, self.natural(f)), s));
-                used = true;
+                used[i] = true;
             }
         }
-        if used {
-            meet(natural, add(known, self.natural(&rest)))
-        } else {
-            natural
+        let exact = add(known, self.natural(&rest));
+        // The bound holds for any `s`, so each condition left over also takes out the multiple
+        // of its form that cancels one of `rest`'s terms, a loop variable's if it can: with
+        // one clamped start index c for two dimensions of a fused dynamic slice, `4 c + 3 v`
+        // under `0 <= c + v < 3` is `3 (c + v) + c`. Both bounds hold, so both are kept.
+        let mut bound = used.contains(&true).then_some(exact);
+        if !self.inexact.get() && used.contains(&false) {
+            self.inexact.set(true);
+            let mut substituted = false;
+            for (i, (_, f, r)) in facts.iter().enumerate() {
+                if let Some(s) = (!used[i]).then(|| rest.cancelling(f)).flatten() {
+                    rest = rest.plus(f, -s);
+                    known = add(known, scale(meet(*r, self.natural(f)), s));
+                    substituted = true;
+                }
+            }
+            let b = add(known, self.natural(&rest));
+            if substituted && b.is_some() {
+                bound = Some(bound.map_or(b, |e| meet(e, b)));
+            }
+            self.inexact.set(false);
+        }
+        match bound {
+            Some(b) => meet(natural, b),
+            None => natural,
         }
     }
 
@@ -799,6 +838,7 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
         facts: Vec::new(),
         dead: false,
         ranges: Default::default(),
+        inexact: Default::default(),
         part: "schedule".into(),
         path: Vec::new(),
     };

@@ -531,6 +531,31 @@ fn real_kernels_verify() {
   return %3
 }
 ",
+        // One start index for two dimensions: the concatenation's guard bounds a read whose
+        // index holds its form in another proportion (4 c + 3 v1 under 0 <= c + v1 < 3).
+        "func @main(%0: u32[1,3,3], %1: u32[1,3,3], %2: i32[], %3: i32[]) -> u32[1,5,2] {
+  %4 = clamp %0, %0, %1 : u32[1,3,3]
+  %5 = concatenate %4, %1 {dimension = 1} : u32[1,6,3]
+  %6 = dynamic_slice %5, %2, %3, %3 {slice_sizes = [1, 5, 2]} : u32[1,5,2]
+  return %6
+}
+",
+        // One start index for three dimensions of an update: each guard bounds one term
+        // (2 (v0 - c) + 2 (v1 - c) under 0 <= v0 - c < 1 and 0 <= v1 - c < 1).
+        "func @main(%0: i64[2,2,1], %1: i32[], %2: i32[]) -> i64[2,2,1] {
+  %3 = slice %0 {start_indices = [0, 1, 0], limit_indices = [1, 2, 1], strides = [1, 2, 1]} : i64[1,1,1]
+  %4 = dynamic_update_slice %0, %3, %1, %1, %2 : i64[2,2,1]
+  return %4
+}
+",
+        // An update read by a window under two guards on the same start index, one of them
+        // the index's own form (the other must not hide it).
+        "func @main(%0: bf16[3,2], %1: bf16[2,1], %2: bf16[], %3: i32[]) -> bf16[2,1] {
+  %4 = dynamic_update_slice %0, %1, %3, %3 : bf16[3,2]
+  %5 = reduce_window %4, %2 {window_dimensions = [2, 2], window_strides = [2, 2], base_dilations = [1, 2], window_dilations = [1, 1], padding = [[0, 1], [0, 0]], kind = add} : bf16[2,1]
+  return %5
+}
+",
         "func @main(%0: f32[1,4,4,1]) -> f32[1,2,2,1] {
   %1 = constant {value = -inf} : f32[]
   %2 = reduce_window %0, %1 {window_dimensions = [1, 2, 2, 1], window_strides = [1, 2, 2, 1], base_dilations = [1, 1, 1, 1], window_dilations = [1, 1, 1, 1], padding = [[0, 0], [0, 0], [0, 0], [0, 0]], kind = max} : f32[1,2,2,1]

@@ -47,14 +47,16 @@
 //!
 //! A `select_and_scatter` over an inexact operand may select another element of a window
 //! than the reference (two within their error of each other), so its results are checked by
-//! class only. The bits of a float (`bitcast_convert` to an integer type) that are only moved
-//! are compared as that float: under its bound when inexact, bit for bit when exact except that
-//! a NaN matches any NaN (no op defines a NaN's sign or payload: the reference's are canonical,
-//! a backend may pass an operand's on). Computed on as integers (added, shifted, scattered), the
-//! bits of an inexact float have no bound: such outputs are checked by type only (integers) or
-//! by class (floats). Not covered: other discontinuous ops after inexact ones (`floor`, `compare`, a
-//! conversion to an integer) can legitimately flip their result when it lies within its error
-//! of a step; such a flip fails the comparison and has to be looked at by hand.
+//! class only. The bits of a float (`bitcast_convert` to an integer type, or to another float
+//! type of its width) that are only moved are compared as that float: under its bound when
+//! inexact, bit for bit when exact except that a NaN matches any NaN (no op defines a NaN's
+//! sign or payload: the reference's are canonical, a backend may pass an operand's on).
+//! Computed on as integers (added, shifted, scattered), the bits of an inexact float have no
+//! bound: such outputs are checked by type only (integers) or by class (floats); so are the
+//! bits of any float computed on as another float type. Not covered: other discontinuous ops
+//! after inexact ones (`floor`, `compare`, a conversion to an integer) can legitimately flip
+//! their result when it lies within its error of a step; such a flip fails the comparison and
+//! has to be looked at by hand.
 
 use crate::ops::eval_op;
 use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
@@ -254,6 +256,14 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             }
             if matches!(inst.op, Op::SelectAndScatter { .. })
                 && !cone_bound(f, def, inst.operands[0]).exact()
+            {
+                b.ulps = f64::INFINITY;
+            }
+            // The bits of one float type read as another and computed on: an ulp of error, or
+            // a NaN's sign and payload (which no op defines), lands anywhere in the other type.
+            if matches!(inst.op, Op::BitcastConvert {})
+                && f.values[inst.operands[0].index()].dtype.is_float()
+                && f.values[inst.operands[0].index()].dtype != d
             {
                 b.ulps = f64::INFINITY;
             }
@@ -819,7 +829,7 @@ fn same_bits_or_nan(actual: &Literal, expected: &Literal) -> Result<Stats, Strin
 }
 
 /// When output `i` is the bits of floats (a `bitcast_convert` of a float of the same shape and
-/// width to an integer type, then only moved: transposed, reshaped, reversed, sliced,
+/// width to an integer type or another float type, then only moved: transposed, reshaped, reversed, sliced,
 /// broadcast, gathered), `f` returning only output `i`, with those values kept as floats (the
 /// bitcast an identity reshape), and without the instructions outside its cone (which may use
 /// the bits as integers).
@@ -848,7 +858,8 @@ fn as_float_program(f: &Func, i: usize) -> Option<Func> {
         &f.values[cast.operands[0].index()],
         &f.values[cast.results[0].index()],
     );
-    if !from.dtype.is_float() || to.dtype.is_float() || from.shape != to.shape {
+    // To an integer type or to another float type (f16 to bf16): NaN bits land on a number.
+    if !from.dtype.is_float() || from.dtype == to.dtype || from.shape != to.shape {
         return None;
     }
     let mut h = f.clone();

@@ -196,6 +196,42 @@ fn bits_of_nans_match_any_nan() {
     assert!(check_outputs(&f, &x, &[with(2, bits[2] + 1)]).is_err());
 }
 
+/// The same through a bitcast to another float type of the width: an f16 NaN's bits read as
+/// bf16 are a number (0xFE00 is -2^125), and its sign is still the NaN's own (seed 44202: a
+/// clamp passed a NaN operand's sign on, the reference's is canonical). Another number fails.
+#[test]
+fn bits_of_nans_as_another_float_type_match_any_nan() {
+    let f = parse_func_text(
+        "func @main(%0: f16[2]) -> bf16[2] {\n  %1 = maximum %0, %0 : f16[2]\n  %2 = bitcast_convert %1 : bf16[2]\n  return %2\n}\n",
+    )
+    .unwrap();
+    let x = [
+        Literal::from_le_bytes(TensorType::new(DType::F16, [2]), &[0x00, 0xfe, 0x00, 0x3c])
+            .unwrap(),
+    ];
+    let want = kiln_reference::eval(&f, &x).unwrap().remove(0);
+    let as_bits = |b: [u8; 4]| Literal::from_le_bytes(want.ty().clone(), &b).unwrap();
+    let mut b = want.to_le_bytes();
+    b[1] ^= 0x80;
+    check_outputs(&f, &x, &[as_bits([b[0], b[1], b[2], b[3]])]).unwrap();
+    let e = check_outputs(&f, &x, &[as_bits([b[0], b[1], b[2], b[3] ^ 0x80])]).unwrap_err();
+    assert!(
+        e.starts_with("output 0 (the bits of a f16[2]): element 1"),
+        "{e}"
+    );
+    // Computed on as bf16 (the seed's dot product), the NaN's sign is the sum's: by class.
+    let g = parse_func_text(
+        "func @main(%0: f16[2]) -> bf16[2] {\n  %1 = maximum %0, %0 : f16[2]\n  %2 = bitcast_convert %1 : bf16[2]\n  %3 = add %2, %2 : bf16[2]\n  return %3\n}\n",
+    )
+    .unwrap();
+    let mut b = kiln_reference::eval(&g, &x)
+        .unwrap()
+        .remove(0)
+        .to_le_bytes();
+    b[1] ^= 0x80;
+    check_outputs(&g, &x, &[as_bits([b[0], b[1], b[2], b[3]])]).unwrap();
+}
+
 /// A power's bound follows its condition numbers where an operand is inexact: `x^(exp(y))`
 /// with the exponent a few ulps off moves the result by `|ln x|` times that (seed 12754's
 /// failure: the convolution's rounding grown through `power`), and the comparison accepts it;
