@@ -310,7 +310,25 @@ impl Gen<'_> {
         };
         let result: Option<ValueId> = match case {
             0 | 1 => {
-                let ops: Vec<Op> = if d.is_float() {
+                let ops: Vec<Op> = if d.is_complex() {
+                    vec![
+                        Op::Negate {},
+                        Op::Abs {},
+                        Op::Sign {},
+                        Op::Exponential {},
+                        Op::ExponentialMinusOne {},
+                        Op::Log {},
+                        Op::LogPlusOne {},
+                        Op::Sqrt {},
+                        Op::Rsqrt {},
+                        Op::Sine {},
+                        Op::Cosine {},
+                        Op::Tan {},
+                        Op::Tanh {},
+                        Op::Real {},
+                        Op::Imag {},
+                    ]
+                } else if d.is_float() {
                     vec![
                         Op::Negate {},
                         Op::Abs {},
@@ -357,6 +375,27 @@ impl Gen<'_> {
                 };
                 let op = self.rng.pick(&ops).clone();
                 self.b.inst(op, &[a]).ok()
+            }
+            2..=4 if d.is_complex() => {
+                let ops = [
+                    Op::Add {},
+                    Op::Subtract {},
+                    Op::Multiply {},
+                    Op::Divide {},
+                    Op::Power {},
+                    Op::Complex {},
+                ];
+                let op = self.rng.pick(&ops).clone();
+                let b = self.value_of(&t);
+                if op == (Op::Complex {}) {
+                    // Parts taken apart and put together again, crossed.
+                    let re = self.b.inst(Op::Real {}, &[a]).ok();
+                    let im = self.b.inst(Op::Imag {}, &[b]).ok();
+                    re.zip(im)
+                        .and_then(|(re, im)| self.b.inst(op, &[im, re]).ok())
+                } else {
+                    self.b.inst(op, &[a, b]).ok()
+                }
             }
             2..=4 => {
                 let ops: Vec<Op> = if d.is_float() {

@@ -41,6 +41,10 @@ fn same(input: usize, ty: &TensorType, out: &TensorType, vars: usize) -> Expr {
 /// Which elementwise ops the CPU kernels implement for operand dtype `d`.
 pub fn elementwise_supported(k: OpKind, d: DType) -> bool {
     use OpKind::*;
+    if d.is_complex() {
+        // Complex values run on the reference interpreter (see `lower`).
+        return false;
+    }
     match k {
         Power => d != DType::Pred,
         Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | And | Or | Xor
@@ -77,7 +81,17 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             extra: Vec::new(),
         })
     };
+    if x.iter().chain([out]).any(|t| t.dtype.is_complex()) {
+        return Err(NoKernel(
+            "complex numbers: the kernels compute on real numbers only, so an instruction with \
+             a complex operand or result runs on the reference interpreter",
+        ));
+    }
     match op {
+        Op::Real {} | Op::Imag {} | Op::Complex {} => Err(NoKernel(
+            "the parts of a complex number: runs on the reference interpreter with the complex \
+             values around it",
+        )),
         Op::Add {}
         | Op::Subtract {}
         | Op::Multiply {}

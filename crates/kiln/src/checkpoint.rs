@@ -139,9 +139,10 @@ fn err(path: &Path, message: impl std::fmt::Display) -> Error {
 
 /// The safetensors dtype of a kiln dtype. safetensors has no 4- or 2-bit integers: `i4` and
 /// `i2` are saved as `I8`, `u4` and `u2` as `U8`, one element per byte as kiln holds them, and
-/// load back into a leaf of the narrow type when every value is in its range.
-pub fn to_safetensors_dtype(d: DType) -> Dtype {
-    match d {
+/// load back into a leaf of the narrow type when every value is in its range. `c64` is `C64`;
+/// safetensors has no 128-bit complex type, so `c128` has none (`None`).
+pub fn to_safetensors_dtype(d: DType) -> Option<Dtype> {
+    Some(match d {
         DType::Pred => Dtype::BOOL,
         DType::I8 | DType::I4 | DType::I2 => Dtype::I8,
         DType::U4 | DType::U2 => Dtype::U8,
@@ -156,7 +157,9 @@ pub fn to_safetensors_dtype(d: DType) -> Dtype {
         DType::BF16 => Dtype::BF16,
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
-    }
+        DType::C64 => Dtype::C64,
+        DType::C128 => return None,
+    })
 }
 
 /// The kiln dtype of a safetensors dtype, if kiln has one.
@@ -175,6 +178,7 @@ pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
         Dtype::BF16 => DType::BF16,
         Dtype::F32 => DType::F32,
         Dtype::F64 => DType::F64,
+        Dtype::C64 => DType::C64,
         _ => return None,
     })
 }
@@ -239,7 +243,12 @@ pub fn to_bytes<T: Tree>(tree: &T, meta: &Metadata) -> Result<Vec<u8>> {
             };
             return Err(fail(format!("tensor `{name}` has no value: {why}")));
         };
-        let dtype = to_safetensors_dtype(l.dtype());
+        let Some(dtype) = to_safetensors_dtype(l.dtype()) else {
+            return Err(fail(format!(
+                "tensor `{name}` is {}, which safetensors has no dtype for",
+                l.ty()
+            )));
+        };
         tensors.push((name, dtype, l.shape().to_vec(), l.to_le_bytes()));
     }
     let views: Vec<(&str, TensorView<'_>)> = tensors
@@ -523,7 +532,9 @@ pub fn from_bytes_mapped<T: Tree>(
                 want.dtype
             )),
             // A sub-byte leaf is saved as bytes (see `to_safetensors_dtype`).
-            Some(d) if Some(d) != from_safetensors_dtype(to_safetensors_dtype(want.dtype)) => {
+            Some(d)
+                if Some(d) != to_safetensors_dtype(want.dtype).and_then(from_safetensors_dtype) =>
+            {
                 wrong.push(format!("dtype {d}, expected {}", want.dtype))
             }
             _ => {}
