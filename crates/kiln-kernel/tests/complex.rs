@@ -146,3 +146,55 @@ fn a_program_without_complex_values_is_left_alone() {
     .unwrap();
     assert_eq!(split_complex(&f).unwrap(), f);
 }
+
+/// Random programs with complex parameters (the generator's `with_complex`), split and run on
+/// the reference, agree with the original within 64 ulps of the part type, relative to each
+/// result's larger part (the split computes a `c64` in f32 steps where the reference rounds
+/// once from f64).
+#[test]
+fn random_complex_programs_keep_their_meaning() {
+    use kiln_ir::random::{Config, Rng, random_func, random_literal};
+    let (mut ran, mut failures) = (0, Vec::new());
+    for seed in 0..4000u64 {
+        let cfg = Config {
+            ops: 1 + (seed as usize % 10),
+            ..Config::default()
+        }
+        .with_complex();
+        let f = random_func(&mut Rng::new(seed), &cfg);
+        if !f.values.iter().any(|t| t.dtype.is_complex()) {
+            continue;
+        }
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                if t.dtype.is_complex() {
+                    values(t.dtype, t.numel(), seed * 31 + k as u64)
+                        .reshaped(t.shape.clone())
+                        .unwrap()
+                } else {
+                    random_literal(&mut rng, t)
+                }
+            })
+            .collect();
+        let g = split_complex(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        let got = kiln_reference::eval(&g, &args).unwrap();
+        ran += 1;
+        for (w, o) in want.iter().zip(&got) {
+            if let Err(e) = check_close(o, w, Tolerance::ulps(w.dtype(), 64.0)) {
+                failures.push(format!("seed {seed}: {e}\n{f}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} disagree:\n{}",
+        failures.len(),
+        failures[..failures.len().min(5)].join("\n")
+    );
+    assert!(ran >= 500, "only {ran} programs with complex values");
+}
