@@ -815,9 +815,11 @@ impl Gen<'_> {
                     self.b.inst(Op::IsFinite {}, &[a]).ok()
                 } else {
                     // Any other type of the same width (the same type when there is none).
+                    // Complex types only where the configuration has them.
                     let same: Vec<DType> = DType::ALL
                         .into_iter()
                         .filter(|&o| o != d && !o.is_pred() && !d.is_pred() && o.bits() == d.bits())
+                        .filter(|o| !o.is_complex() || self.cfg.dtypes.contains(o))
                         .collect();
                     let to = if same.is_empty() {
                         d

@@ -970,8 +970,14 @@ mod tests {
     fn every_elementwise_op_is_a_loop_nest() {
         let t = TensorType::new(DType::F32, [2, 3]);
         for &kind in OpKind::ALL {
-            // `reduce_precision` is expanded into integer ops before lowering (`precision.rs`).
-            if !kind.props().contains(Props::ELEMENTWISE) || kind == OpKind::ReducePrecision {
+            // `reduce_precision` is expanded into integer ops before lowering (`precision.rs`);
+            // `real`, `imag` and `complex` into ops on the parts (`complex.rs`).
+            if !kind.props().contains(Props::ELEMENTWISE)
+                || matches!(
+                    kind,
+                    OpKind::ReducePrecision | OpKind::Real | OpKind::Imag | OpKind::Complex
+                )
+            {
                 continue;
             }
             let op = match kind {
