@@ -34,7 +34,7 @@ fn values(d: DType, n: usize, seed: u64) -> Literal {
     let v: Vec<[f64; 2]> = (0..n)
         .map(|_| {
             let pick = |k: usize| {
-                if k % 3 == 0 {
+                if k.is_multiple_of(3) {
                     special[k / 3 % special.len()]
                 } else {
                     (k % 2001) as f64 / 100.0 - 10.0
