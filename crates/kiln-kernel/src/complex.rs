@@ -15,6 +15,8 @@
 //! - `abs`: |z| = m sqrt(1 + (n / m)²) with m and n the larger and smaller magnitude of the
 //!   parts (no overflow), 0 at 0 and infinite when a part is;
 //! - `exponential`: e^a (cos b + i sin b), e^a itself when b is 0; `log`: ln|z| + i atan2(b, a);
+//!   `sine` and `cosine`: sin a cosh b + i cos a sinh b and cos a cosh b - i sin a sinh b, with
+//!   cosh and sinh from `exponential_minus_one` (accurate for small b);
 //! - `real`, `imag`, `complex`, `compare` (`EQ`: both parts equal; `NE`: either differs),
 //!   `convert` (to a real type: the real part; from one: imaginary part 0), constants.
 //!
@@ -22,7 +24,7 @@
 //! imaginary part, as StableHLO and NumPy store complex numbers): a complex parameter is
 //! bitcast to its part type with a last dimension of 2 and sliced into its parts; a complex
 //! result is joined back the same way. Those bitcasts, and every op without a rewrite here
-//! (`power`, `sqrt`, `sine`, `reduce` with `multiply`, control flow, ...), keep their complex
+//! (`power`, `sqrt`, `tanh`, `reduce` with `multiply`, control flow, ...), keep their complex
 //! operands and results: the parts are joined before them and split after them, and lowering
 //! runs them on the reference interpreter.
 
@@ -323,6 +325,26 @@ fn rewrite(
             let real_axis = b.compare(c, zero, ComparisonDirection::Eq)?;
             V::Pair(b.select(real_axis, e, re)?, b.select(real_axis, c, im)?)
         }
+        Op::Sine {} | Op::Cosine {} => {
+            // sin(a + ib) = sin a cosh b + i cos a sinh b;
+            // cos(a + ib) = cos a cosh b - i sin a sinh b.
+            let (a, c) = parts(b, ops[0])?;
+            let (cosh, sinh) = cosh_sinh(b, c, &part_ty)?;
+            let sin = b.unary(Op::Sine {}, a)?;
+            let cos = b.unary(Op::Cosine {}, a)?;
+            if matches!(inst.op, Op::Sine {}) {
+                V::Pair(
+                    bin(b, Op::Multiply {}, sin, cosh)?,
+                    bin(b, Op::Multiply {}, cos, sinh)?,
+                )
+            } else {
+                let im = bin(b, Op::Multiply {}, sin, sinh)?;
+                V::Pair(
+                    bin(b, Op::Multiply {}, cos, cosh)?,
+                    b.unary(Op::Negate {}, im)?,
+                )
+            }
+        }
         Op::Log {} => {
             let (a, c) = parts(b, ops[0])?;
             let m = hypot(b, a, c, &part_ty)?;
@@ -404,6 +426,22 @@ fn rewrite(
         } if out.dtype.is_complex() => return same_on_parts(b, ops),
         _ => return Ok(None),
     }))
+}
+
+/// cosh b and sinh b from e^b - 1 and e^-b - 1: cosh b = 1 + (u + v) / 2, sinh b = (u - v) / 2
+/// with u = expm1(b), v = expm1(-b), so that sinh keeps its relative accuracy near 0.
+fn cosh_sinh(b: &mut Builder, x: ValueId, ty: &TensorType) -> R<(ValueId, ValueId)> {
+    let u = b.unary(Op::ExponentialMinusOne {}, x)?;
+    let nx = b.unary(Op::Negate {}, x)?;
+    let v = b.unary(Op::ExponentialMinusOne {}, nx)?;
+    let half = b.full(ty, 0.5)?;
+    let one = b.full(ty, 1.0)?;
+    let sum = b.binary(Op::Add {}, u, v)?;
+    let sum = b.binary(Op::Multiply {}, sum, half)?;
+    let cosh = b.binary(Op::Add {}, one, sum)?;
+    let diff = b.binary(Op::Subtract {}, u, v)?;
+    let sinh = b.binary(Op::Multiply {}, diff, half)?;
+    Ok((cosh, sinh))
 }
 
 /// (a + ib)(c + id) = (ac - bd) + i(ad + bc).

@@ -85,7 +85,7 @@ fn arithmetic_on_parts_matches_the_reference() {
                 &[values(d, 60, 1), values(d, 60, 2)],
             );
         }
-        for op in ["negate", "exponential", "log"] {
+        for op in ["negate", "exponential", "log", "sine", "cosine"] {
             check(
                 &format!(
                     "func @main(%0: {t}[60]) -> {t}[60] {{\n  %1 = {op} %0 : {t}[60]\n  return %1\n}}\n"
