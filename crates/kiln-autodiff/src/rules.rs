@@ -968,6 +968,9 @@ pub fn vjp_rule(
             let ginit = b.sum(g, &all)?;
             Ok(vec![None, Some(gsrc), Some(ginit)])
         }
+        Op::Real {} | Op::Imag {} | Op::Complex {} => {
+            unsupported("gradients of complex numbers are not defined in kiln yet")
+        }
         Op::And {}
         | Op::Or {}
         | Op::Xor {}

@@ -69,7 +69,7 @@ impl From<kiln_kernel::Error> for Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The LLVM type a buffer stores elements of dtype `d` as (f16 and bf16 as their 16 bits,
-/// pred as a byte): what every emitter loads and stores.
+/// pred as a byte, a complex number as its two parts): what every emitter loads and stores.
 pub(crate) fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
     match d {
         DType::Pred | DType::I8 | DType::U8 => ctx.i8_type().into(),
@@ -80,6 +80,10 @@ pub(crate) fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
         DType::I64 | DType::U64 => ctx.i64_type().into(),
         DType::F32 => ctx.f32_type().into(),
         DType::F64 => ctx.f64_type().into(),
+        // The real part, then the imaginary part (no kernel computes on them: complex
+        // instructions run on the reference interpreter).
+        DType::C64 => ctx.f32_type().array_type(2).into(),
+        DType::C128 => ctx.f64_type().array_type(2).into(),
     }
 }
 

@@ -45,6 +45,12 @@ pub enum DType {
     F32,
     /// IEEE binary64.
     F64,
+    /// A complex number of two f32 parts (StableHLO's `complex<f32>`), stored as the real part
+    /// then the imaginary part (8 bytes, as NumPy's `complex64`).
+    C64,
+    /// A complex number of two f64 parts (StableHLO's `complex<f64>`), stored as the real part
+    /// then the imaginary part (16 bytes, as NumPy's `complex128`).
+    C128,
 }
 
 /// A coarse class of element types, used by op type rules.
@@ -58,11 +64,13 @@ pub enum DTypeClass {
     Unsigned,
     /// `f16`, `bf16`, `f32`, `f64`.
     Float,
+    /// `c64`, `c128`.
+    Complex,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 17] = [
+    pub const ALL: [DType; 19] = [
         DType::Pred,
         DType::I2,
         DType::I4,
@@ -80,6 +88,8 @@ impl DType {
         DType::BF16,
         DType::F32,
         DType::F64,
+        DType::C64,
+        DType::C128,
     ];
 
     /// The text form of this dtype.
@@ -102,6 +112,8 @@ impl DType {
             DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F64 => "f64",
+            DType::C64 => "c64",
+            DType::C128 => "c128",
         }
     }
 
@@ -121,10 +133,36 @@ impl DType {
                 DTypeClass::Unsigned
             }
             DType::F16 | DType::BF16 | DType::F32 | DType::F64 => DTypeClass::Float,
+            DType::C64 | DType::C128 => DTypeClass::Complex,
         }
     }
 
-    /// True for the floating-point dtypes.
+    /// True for the complex dtypes (`c64`, `c128`).
+    pub fn is_complex(self) -> bool {
+        self.class() == DTypeClass::Complex
+    }
+
+    /// The dtype of a complex dtype's real and imaginary parts (`f32` for `c64`, `f64` for
+    /// `c128`); any other dtype itself.
+    pub fn part(self) -> DType {
+        match self {
+            DType::C64 => DType::F32,
+            DType::C128 => DType::F64,
+            d => d,
+        }
+    }
+
+    /// The complex dtype whose parts are `self` (`c64` for `f32`, `c128` for `f64`); `None`
+    /// for the other dtypes.
+    pub fn complex_of(self) -> Option<DType> {
+        match self {
+            DType::F32 => Some(DType::C64),
+            DType::F64 => Some(DType::C128),
+            _ => None,
+        }
+    }
+
+    /// True for the (real) floating-point dtypes; the complex ones are not.
     pub fn is_float(self) -> bool {
         self.class() == DTypeClass::Float
     }
@@ -153,7 +191,8 @@ impl DType {
             DType::Pred | DType::I8 | DType::U8 => 8,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 16,
             DType::I32 | DType::U32 | DType::F32 => 32,
-            DType::I64 | DType::U64 | DType::F64 => 64,
+            DType::I64 | DType::U64 | DType::F64 | DType::C64 => 64,
+            DType::C128 => 128,
         }
     }
 
@@ -173,7 +212,9 @@ impl DType {
             DType::U16 => (0, u16::MAX.into()),
             DType::U32 => (0, u32::MAX.into()),
             DType::U64 => (0, u64::MAX.into()),
-            DType::F16 | DType::BF16 | DType::F32 | DType::F64 => return None,
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::C64 | DType::C128 => {
+                return None;
+            }
         })
     }
 

@@ -41,6 +41,10 @@ pub enum Data {
     F32(Vec<f32>),
     /// `f64` elements.
     F64(Vec<f64>),
+    /// `c64` elements: `[real, imaginary]`.
+    C64(Vec<[f32; 2]>),
+    /// `c128` elements: `[real, imaginary]`.
+    C128(Vec<[f64; 2]>),
 }
 
 /// A concrete tensor: a type and row-major elements of that type.
@@ -62,14 +66,17 @@ impl fmt::Display for LiteralError {
 
 impl std::error::Error for LiteralError {}
 
-/// Rounds `x` to the nearest value representable in the float dtype `dtype` (ties to even).
-/// Integer and `pred` dtypes convert as [`convert_f64`] does.
+/// Rounds `x` to the nearest value representable in the float dtype `dtype` (ties to even;
+/// for a complex dtype, in its part type). Integer and `pred` dtypes convert as [`convert_f64`] does.
 pub fn round_to(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F64 => x,
         DType::F32 => x as f32 as f64,
         DType::F16 => f16::from_f64(x).to_f64(),
         DType::BF16 => bf16::from_f64(x).to_f64(),
+        // A part of a complex number.
+        DType::C64 => x as f32 as f64,
+        DType::C128 => x,
         _ => convert_f64(dtype, x) as f64,
     }
 }
@@ -224,6 +231,8 @@ macro_rules! each_data {
             Data::BF16($v) => $body,
             Data::F32($v) => $body,
             Data::F64($v) => $body,
+            Data::C64($v) => $body,
+            Data::C128($v) => $body,
         }
     };
 }
@@ -249,6 +258,8 @@ impl Data {
             Data::BF16(_) => DType::BF16,
             Data::F32(_) => DType::F32,
             Data::F64(_) => DType::F64,
+            Data::C64(_) => DType::C64,
+            Data::C128(_) => DType::C128,
         }
     }
 
@@ -325,6 +336,8 @@ impl Literal {
             DType::BF16 => Data::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::F32 => Data::F32(values.iter().map(|&x| x as f32).collect()),
             DType::F64 => Data::F64(values.to_vec()),
+            DType::C64 => Data::C64(values.iter().map(|&x| [x as f32, 0.0]).collect()),
+            DType::C128 => Data::C128(values.iter().map(|&x| [x, 0.0]).collect()),
         };
         Literal::new(ty, d)
     }
@@ -359,6 +372,8 @@ impl Literal {
             DType::BF16 => Data::BF16(fill(t, bf16::from_f64(x))?),
             DType::F32 => Data::F32(fill(t, x as f32)?),
             DType::F64 => Data::F64(fill(t, x)?),
+            DType::C64 => Data::C64(fill(t, [x as f32, 0.0])?),
+            DType::C128 => Data::C128(fill(t, [x, 0.0])?),
         };
         Ok(Literal { ty, data })
     }
@@ -436,6 +451,8 @@ impl Literal {
             DType::BF16 => Data::BF16(fill(t, bf16::ZERO)?),
             DType::F32 => Data::F32(fill(t, 0.0)?),
             DType::F64 => Data::F64(fill(t, 0.0)?),
+            DType::C64 => Data::C64(fill(t, [0.0; 2])?),
+            DType::C128 => Data::C128(fill(t, [0.0; 2])?),
         };
         Ok(Literal { ty, data })
     }
@@ -492,6 +509,8 @@ impl Literal {
             DType::BF16 => Data::BF16(fill(&ty, init)?),
             DType::F32 => Data::F32(fill(&ty, init)?),
             DType::F64 => Data::F64(fill(&ty, init)?),
+            DType::C64 => Data::C64(fill(&ty, init)?),
+            DType::C128 => Data::C128(fill(&ty, init)?),
         };
         Ok(Literal { ty, data })
     }
@@ -539,7 +558,8 @@ impl Literal {
         Literal::new(TensorType::new(self.ty.dtype, shape), self.data.clone())
     }
 
-    /// Every element as f64 (exact for all dtypes except i64 beyond 2^53).
+    /// Every element as f64 (exact for all dtypes except i64 beyond 2^53; a complex element's
+    /// real part, as `convert` to a real type takes it).
     pub fn to_f64s(&self) -> Vec<f64> {
         match &self.data {
             Data::Pred(v) => v.iter().map(|&x| x as u8 as f64).collect(),
@@ -556,7 +576,31 @@ impl Literal {
             Data::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F64(v) => v.clone(),
+            Data::C64(v) => v.iter().map(|x| x[0] as f64).collect(),
+            Data::C128(v) => v.iter().map(|x| x[0]).collect(),
         }
+    }
+
+    /// Every element as a complex number `[real, imaginary]` in f64 (exact for every dtype
+    /// [`Literal::to_f64s`] is exact for; a real element's imaginary part is 0).
+    pub fn to_complex_f64s(&self) -> Vec<[f64; 2]> {
+        match &self.data {
+            Data::C64(v) => v.iter().map(|x| [x[0] as f64, x[1] as f64]).collect(),
+            Data::C128(v) => v.clone(),
+            _ => self.to_f64s().into_iter().map(|x| [x, 0.0]).collect(),
+        }
+    }
+
+    /// A literal of `ty` from complex values `[real, imaginary]`, each part rounded to the
+    /// part type (ties to even); for a real `ty`, the real parts converted as
+    /// [`Literal::from_f64s`] converts them.
+    pub fn from_complex_f64s(ty: TensorType, values: &[[f64; 2]]) -> Result<Literal, LiteralError> {
+        let d = match ty.dtype {
+            DType::C64 => Data::C64(values.iter().map(|x| [x[0] as f32, x[1] as f32]).collect()),
+            DType::C128 => Data::C128(values.to_vec()),
+            _ => return Literal::from_f64s(ty, &values.iter().map(|x| x[0]).collect::<Vec<_>>()),
+        };
+        Literal::new(ty, d)
     }
 
     /// Every element as i64: integers exactly, `pred` as 0/1, floats converted as
@@ -604,6 +648,8 @@ impl Literal {
             Data::BF16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::F64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::C64(v) => v.iter().flatten().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::C128(v) => v.iter().flatten().for_each(|x| out.extend(x.to_le_bytes())),
         }
         out
     }
@@ -667,12 +713,29 @@ impl Literal {
                 ch.map(|c| f64::from_le_bytes(c.try_into().unwrap()))
                     .collect(),
             ),
+            DType::C64 => Data::C64(
+                ch.map(|c| {
+                    let part =
+                        |k: usize| f32::from_le_bytes(c[4 * k..4 * k + 4].try_into().unwrap());
+                    [part(0), part(1)]
+                })
+                .collect(),
+            ),
+            DType::C128 => Data::C128(
+                ch.map(|c| {
+                    let part =
+                        |k: usize| f64::from_le_bytes(c[8 * k..8 * k + 8].try_into().unwrap());
+                    [part(0), part(1)]
+                })
+                .collect(),
+            ),
         };
         Literal::new(ty, data)
     }
 
     /// The text form of element `i`: shortest round-trip decimal in the element's own precision,
-    /// `nan`, `inf`, `-inf`, `true`, `false`.
+    /// `nan`, `inf`, `-inf`, `true`, `false`; a complex element is its two parts in parentheses,
+    /// `(1.5, -inf)`.
     pub fn format_elem(&self, i: usize) -> String {
         fn float(x: f64, s: String) -> String {
             if x.is_nan() {
@@ -698,6 +761,14 @@ impl Literal {
             Data::BF16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
             Data::F32(v) => float(v[i] as f64, format!("{:?}", v[i])),
             Data::F64(v) => float(v[i], format!("{:?}", v[i])),
+            Data::C64(v) => {
+                let p = |x: f32| float(x as f64, format!("{x:?}"));
+                format!("({}, {})", p(v[i][0]), p(v[i][1]))
+            }
+            Data::C128(v) => {
+                let p = |x: f64| float(x, format!("{x:?}"));
+                format!("({}, {})", p(v[i][0]), p(v[i][1]))
+            }
         }
     }
 
@@ -710,7 +781,19 @@ impl Literal {
                 crate::error::quote(tok)
             ))
         };
-        if dtype.is_float() {
+        if dtype.is_complex() {
+            // `(re, im)`: each part a float of the part type.
+            let inner = tok
+                .strip_prefix('(')
+                .and_then(|t| t.strip_suffix(')'))
+                .ok_or_else(bad)?;
+            let (re, im) = inner.split_once(',').ok_or_else(bad)?;
+            let part = |t: &str| match Literal::parse_elem(dtype.part(), t.trim()) {
+                Ok(Elem::F(x)) => Ok(x),
+                _ => Err(bad()),
+            };
+            Ok(Elem::C(part(re)?, part(im)?))
+        } else if dtype.is_float() {
             let x = match tok {
                 "nan" => f64::NAN,
                 "-nan" => -f64::NAN,
@@ -756,7 +839,10 @@ impl Literal {
 
     /// Builds a literal of `dtype` and `shape` from parsed elements.
     pub fn from_elems(ty: TensorType, elems: &[Elem]) -> Result<Literal, LiteralError> {
-        if ty.dtype.is_float() {
+        if ty.dtype.is_complex() {
+            let v: Vec<[f64; 2]> = elems.iter().map(|e| e.as_complex()).collect();
+            Literal::from_complex_f64s(ty, &v)
+        } else if ty.dtype.is_float() {
             let v: Vec<f64> = elems.iter().map(|e| e.as_f64()).collect();
             Literal::from_f64s(ty, &v)
         } else {
@@ -824,29 +910,39 @@ pub const SUMMARY_THRESHOLD: usize = 1000;
 /// The items a summarized literal shows at each end of a dimension (NumPy's `edgeitems`).
 pub const SUMMARY_EDGE: usize = 3;
 
-/// One parsed element: an integer (or `pred` as 0/1) or a float.
+/// One parsed element: an integer (or `pred` as 0/1), a float or a complex number.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Elem {
     /// An integer or `pred` value.
     I(i64),
     /// A float value.
     F(f64),
+    /// A complex value: real and imaginary parts.
+    C(f64, f64),
 }
 
 impl Elem {
-    /// The value as f64.
+    /// The value as f64 (a complex value's real part).
     pub fn as_f64(self) -> f64 {
         match self {
             Elem::I(x) => x as f64,
-            Elem::F(x) => x,
+            Elem::F(x) | Elem::C(x, _) => x,
         }
     }
 
-    /// The value as i64.
+    /// The value as i64 (a complex value's real part, truncated).
     pub fn as_i64(self) -> i64 {
         match self {
             Elem::I(x) => x,
-            Elem::F(x) => x as i64,
+            Elem::F(x) | Elem::C(x, _) => x as i64,
+        }
+    }
+
+    /// The value as a complex number `[real, imaginary]`.
+    pub fn as_complex(self) -> [f64; 2] {
+        match self {
+            Elem::C(re, im) => [re, im],
+            e => [e.as_f64(), 0.0],
         }
     }
 }

@@ -323,6 +323,12 @@ define_ops! {
     CountLeadingZeros = "count_leading_zeros", Fixed(1), ONE, EW;
     /// Elementwise bitwise or logical not.
     Not = "not", Fixed(1), ONE, EW;
+    /// Elementwise real part of a complex number (a float's own value), of the part type.
+    Real = "real", Fixed(1), ONE, EW;
+    /// Elementwise imaginary part of a complex number (0 for a float), of the part type.
+    Imag = "imag", Fixed(1), ONE, EW;
+    /// Elementwise complex number `lhs + i rhs` from its real and imaginary parts.
+    Complex = "complex", Fixed(2), ONE, EW;
     /// Elementwise test for a finite value (neither infinite nor NaN).
     IsFinite = "is_finite", Fixed(1), ONE, EW;
     /// Elementwise comparison producing `pred`.

@@ -249,6 +249,13 @@ impl Lexer {
                 }
             }
             Ok(Attr::List(items))
+        } else if self.eat("(") {
+            // A complex element, `(re, im)`: one token for the literal's reader.
+            let re = self.word("the real part of a complex value")?;
+            self.expect(",")?;
+            let im = self.word("the imaginary part of a complex value")?;
+            self.expect(")")?;
+            Ok(Attr::Token(format!("({re}, {im})")))
         } else if matches!(self.peek(), Tok::Word(w) if w == "func") {
             if self.regions == MAX_REGION_NESTING {
                 return self.err(format!(

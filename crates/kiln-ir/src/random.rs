@@ -52,7 +52,9 @@ impl Rng {
 pub struct Config {
     /// Number of instructions to attempt.
     pub ops: usize,
-    /// Element types of parameters.
+    /// Element types of parameters. The default is every real dtype: the complex ones
+    /// ([`Config::with_complex`]) only when asked, since the backends run several complex ops
+    /// on the reference interpreter, which the differential tests refuse.
     pub dtypes: Vec<DType>,
     /// Largest rank of a parameter.
     pub max_rank: usize,
@@ -79,7 +81,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             ops: 12,
-            dtypes: DType::ALL.to_vec(),
+            dtypes: DType::ALL.into_iter().filter(|d| !d.is_complex()).collect(),
             max_rank: 3,
             max_dim: 4,
             dims: Vec::new(),
@@ -100,6 +102,14 @@ pub const LARGE_DIMS: [usize; 8] = [1, 3, 17, 33, 64, 100, 127, 257];
 pub const LARGE_ELEMENTS: (usize, usize) = (100_000, 1_000_000);
 
 impl Config {
+    /// This configuration with complex parameters (`c64`, `c128`) too.
+    pub fn with_complex(self) -> Config {
+        Config {
+            dtypes: DType::ALL.to_vec(),
+            ..self
+        }
+    }
+
     /// The differential tests' configuration for `seed`: 1 to 12 ops of small shapes (at most
     /// rank 3, dimensions up to 4); one seed in ten with dimensions around vector widths (rank
     /// at most 2, so the reference stays fast); one in two hundred (seeds 77, 277, ...) a
@@ -310,7 +320,25 @@ impl Gen<'_> {
         };
         let result: Option<ValueId> = match case {
             0 | 1 => {
-                let ops: Vec<Op> = if d.is_float() {
+                let ops: Vec<Op> = if d.is_complex() {
+                    vec![
+                        Op::Negate {},
+                        Op::Abs {},
+                        Op::Sign {},
+                        Op::Exponential {},
+                        Op::ExponentialMinusOne {},
+                        Op::Log {},
+                        Op::LogPlusOne {},
+                        Op::Sqrt {},
+                        Op::Rsqrt {},
+                        Op::Sine {},
+                        Op::Cosine {},
+                        Op::Tan {},
+                        Op::Tanh {},
+                        Op::Real {},
+                        Op::Imag {},
+                    ]
+                } else if d.is_float() {
                     vec![
                         Op::Negate {},
                         Op::Abs {},
@@ -357,6 +385,27 @@ impl Gen<'_> {
                 };
                 let op = self.rng.pick(&ops).clone();
                 self.b.inst(op, &[a]).ok()
+            }
+            2..=4 if d.is_complex() => {
+                let ops = [
+                    Op::Add {},
+                    Op::Subtract {},
+                    Op::Multiply {},
+                    Op::Divide {},
+                    Op::Power {},
+                    Op::Complex {},
+                ];
+                let op = self.rng.pick(&ops).clone();
+                let b = self.value_of(&t);
+                if op == (Op::Complex {}) {
+                    // Parts taken apart and put together again, crossed.
+                    let re = self.b.inst(Op::Real {}, &[a]).ok();
+                    let im = self.b.inst(Op::Imag {}, &[b]).ok();
+                    re.zip(im)
+                        .and_then(|(re, im)| self.b.inst(op, &[im, re]).ok())
+                } else {
+                    self.b.inst(op, &[a, b]).ok()
+                }
             }
             2..=4 => {
                 let ops: Vec<Op> = if d.is_float() {
@@ -766,9 +815,11 @@ impl Gen<'_> {
                     self.b.inst(Op::IsFinite {}, &[a]).ok()
                 } else {
                     // Any other type of the same width (the same type when there is none).
+                    // Complex types only where the configuration has them.
                     let same: Vec<DType> = DType::ALL
                         .into_iter()
                         .filter(|&o| o != d && !o.is_pred() && !d.is_pred() && o.bits() == d.bits())
+                        .filter(|o| !o.is_complex() || self.cfg.dtypes.contains(o))
                         .collect();
                     let to = if same.is_empty() {
                         d
@@ -1366,7 +1417,7 @@ mod tests {
     use crate::OpKind;
 
     /// Every op of `OpKind::ALL` appears in the random programs of a thousand seeds (control
-    /// flow in the seeds that allow it).
+    /// flow in the seeds that allow it, complex parameters in all).
     #[test]
     fn every_op_is_generated() {
         let mut seen = std::collections::BTreeSet::new();
@@ -1376,7 +1427,9 @@ mod tests {
                 control: seed % 2 == 1,
                 ..Config::default()
             };
+            let cfg = cfg.with_complex();
             let f = random_func(&mut Rng::new(seed), &cfg);
+            crate::verify(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
             seen.extend(f.insts.iter().map(|i| i.op.kind()));
         }
         let missing: Vec<&OpKind> = OpKind::ALL.iter().filter(|k| !seen.contains(k)).collect();

@@ -6,7 +6,7 @@
 //! constraint label from the op's spec in `ir-specs/ops/`, or one of the generic `ir_*` labels
 //! of `ir-specs/README.md` (`ir_size`: a type whose element count or byte size overflows i64).
 
-use crate::attr::Combiner;
+use crate::attr::{Combiner, ComparisonDirection};
 use crate::error::{Diag, VerifyError};
 use crate::print::inst_summary;
 use crate::{DType, Func, Op, OpKind, TensorType};
@@ -131,13 +131,21 @@ fn square_float_matrices(l: &Labels, a: &TensorType) -> R<usize> {
 fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool) {
     use OpKind::*;
     match k {
-        Add | Multiply | Maximum | Minimum => ("any", |_| true),
-        Subtract | Divide | Remainder | Power | Negate => ("integer or float", |d| !d.is_pred()),
-        And | Or | Xor | Not => ("pred or integer", |d| !d.is_float()),
+        Add | Multiply => ("any", |_| true),
+        // Complex numbers have no order.
+        Maximum | Minimum => ("pred, integer or float", |d| !d.is_complex()),
+        Subtract | Divide | Power | Negate => ("integer, float or complex", |d| !d.is_pred()),
+        Remainder => ("integer or float", |d| !d.is_pred() && !d.is_complex()),
+        And | Or | Xor | Not => ("pred or integer", |d| d.is_pred() || d.is_int()),
         ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | Popcnt | CountLeadingZeros => {
             ("integer", |d| d.is_int())
         }
-        Abs | Sign => ("signed integer or float", |d| d.is_signed()),
+        Abs | Sign => ("signed integer, float or complex", |d| {
+            d.is_signed() || d.is_complex()
+        }),
+        Exponential | ExponentialMinusOne | Log | LogPlusOne | Sqrt | Rsqrt | Sine | Cosine
+        | Tan | Tanh => ("float or complex", |d| d.is_float() || d.is_complex()),
+        Real | Imag => ("float or complex", |d| d.is_float() || d.is_complex()),
         _ => ("float", |d| d.is_float()),
     }
 }
@@ -146,7 +154,9 @@ fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool) {
 /// for scatter (checked by the caller).
 fn combiner_ok(kind: Combiner, d: DType) -> bool {
     match kind {
-        Combiner::And | Combiner::Or => !d.is_float(),
+        Combiner::And | Combiner::Or => d.is_pred() || d.is_int(),
+        // Complex numbers have no order.
+        Combiner::Max | Combiner::Min => !d.is_complex(),
         _ => true,
     }
 }
@@ -353,7 +363,31 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             l.ensure(2, ok(x[0].dtype), || {
                 format!("element type must be {what}, got {}", x[0].dtype)
             })?;
-            one(x[0].clone(), 1)
+            // The absolute value of a complex number is real.
+            let d = if k == OpKind::Abs {
+                x[0].dtype.part()
+            } else {
+                x[0].dtype
+            };
+            one(x[0].with_dtype(d), 1)
+        }
+        Real {} | Imag {} => {
+            let (what, ok) = elementwise_dtypes(k);
+            l.ensure(1, ok(x[0].dtype), || {
+                format!("operand must have a {what} element type, got {}", x[0])
+            })?;
+            one(x[0].with_dtype(x[0].dtype.part()), 2)
+        }
+        Complex {} => {
+            let (a, b) = (x[0], x[1]);
+            l.ensure(1, a == b, || {
+                format!("lhs and rhs must have the same type, got {a} and {b}")
+            })?;
+            let c = a.dtype.complex_of();
+            l.ensure(2, c.is_some(), || {
+                format!("lhs and rhs must have element type f32 or f64, got {a}")
+            })?;
+            one(a.with_dtype(c.expect("checked")), 3)
         }
         ReducePrecision {
             exponent_bits,
@@ -376,13 +410,26 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             })?;
             one(x[0].with_dtype(DType::Pred), 2)
         }
-        Compare { .. } => {
+        Compare {
+            comparison_direction: dir,
+        } => {
             l.ensure(1, x[0] == x[1], || {
                 format!(
                     "operands must have the same type, got {} and {}",
                     x[0], x[1]
                 )
             })?;
+            l.ensure(
+                3,
+                !x[0].dtype.is_complex()
+                    || matches!(dir, ComparisonDirection::Eq | ComparisonDirection::Ne),
+                || {
+                    format!(
+                        "complex numbers have no order: {} compares them only with EQ or NE, got {dir}",
+                        x[0].dtype
+                    )
+                },
+            )?;
             one(x[0].with_dtype(DType::Pred), 2)
         }
         Select {} => {
@@ -403,7 +450,7 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             l.ensure(1, (mn.rank() == 0 || mn.shape == v.shape) && (mx.rank() == 0 || mx.shape == v.shape), || {
                 format!("min and max must be scalars or have the operand's shape, got {mn}, {v}, {mx}")
             })?;
-            l.ensure(2, mn.dtype == v.dtype && mx.dtype == v.dtype && !v.dtype.is_pred(), || {
+            l.ensure(2, mn.dtype == v.dtype && mx.dtype == v.dtype && !v.dtype.is_pred() && !v.dtype.is_complex(), || {
                 format!("min, operand and max must share an integer or float element type, got {mn}, {v}, {mx}")
             })?;
             one(v.clone(), 3)
@@ -425,6 +472,11 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             let width = |d: DType| if d.is_pred() { 1 } else { d.bits() as usize };
             if a.dtype.is_pred() != b.dtype.is_pred() {
                 let (p, w) = if a.dtype.is_pred() { (a, b) } else { (b, a) };
+                l.ensure(1, !w.dtype.is_complex(), || {
+                    format!(
+                        "a complex number does not bitcast to or from pred bits, got {a} to {b}"
+                    )
+                })?;
                 let n = width(w.dtype);
                 let fits = p.rank() == w.rank() + 1
                     && p.shape[..w.rank()] == w.shape[..]
@@ -815,7 +867,9 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 })?;
             }
             l.ensure(7, a.dtype == b.dtype && !a.dtype.is_pred(), || {
-                format!("operands must share an integer or float element type, got {a} and {b}")
+                format!(
+                    "operands must share an integer, float or complex element type, got {a} and {b}"
+                )
             })?;
             let mut shape: Vec<usize> = lb.iter().map(|&d| a.shape[d as usize]).collect();
             shape.extend(
@@ -849,7 +903,7 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         } => {
             let (a, w) = (x[0], x[1]);
             let n = a.rank();
-            l.ensure(1, n >= 2 && w.rank() == n && a.dtype == w.dtype && !a.dtype.is_pred(), || {
+            l.ensure(1, n >= 2 && w.rank() == n && a.dtype == w.dtype && !a.dtype.is_pred() && !a.dtype.is_complex(), || {
                 format!("lhs and rhs must have one rank of at least 2 and one integer or float element type, got {a} and {w}")
             })?;
             l.ensure(2, is_permutation(input_dims, n) && is_permutation(kernel_dims, n) && is_permutation(output_dims, n), || {
@@ -1068,6 +1122,9 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 *kind != Combiner::Replace && combiner_ok(*kind, a.dtype),
                 || format!("kind `{kind}` cannot combine {}", a.dtype),
             )?;
+            l.ensure(4, !a.dtype.is_complex(), || {
+                format!("select compares by an order, which complex numbers lack, got {a}")
+            })?;
             one(a.clone(), 5)
         }
         RngBitGenerator { .. } => {

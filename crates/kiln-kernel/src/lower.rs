@@ -41,6 +41,10 @@ fn same(input: usize, ty: &TensorType, out: &TensorType, vars: usize) -> Expr {
 /// Which elementwise ops the CPU kernels implement for operand dtype `d`.
 pub fn elementwise_supported(k: OpKind, d: DType) -> bool {
     use OpKind::*;
+    if d.is_complex() {
+        // Complex values run on the reference interpreter (see `lower`).
+        return false;
+    }
     match k {
         Power => d != DType::Pred,
         Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | And | Or | Xor
@@ -77,7 +81,17 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             extra: Vec::new(),
         })
     };
+    if x.iter().chain([out]).any(|t| t.dtype.is_complex()) {
+        return Err(NoKernel(
+            "complex numbers: the kernels compute on real numbers only, so an instruction with \
+             a complex operand or result runs on the reference interpreter",
+        ));
+    }
     match op {
+        Op::Real {} | Op::Imag {} | Op::Complex {} => Err(NoKernel(
+            "the parts of a complex number: runs on the reference interpreter with the complex \
+             values around it",
+        )),
         Op::Add {}
         | Op::Subtract {}
         | Op::Multiply {}
@@ -959,8 +973,14 @@ mod tests {
     fn every_elementwise_op_is_a_loop_nest() {
         let t = TensorType::new(DType::F32, [2, 3]);
         for &kind in OpKind::ALL {
-            // `reduce_precision` is expanded into integer ops before lowering (`precision.rs`).
-            if !kind.props().contains(Props::ELEMENTWISE) || kind == OpKind::ReducePrecision {
+            // `reduce_precision` is expanded into integer ops before lowering (`precision.rs`);
+            // `real`, `imag` and `complex` into ops on the parts (`complex.rs`).
+            if !kind.props().contains(Props::ELEMENTWISE)
+                || matches!(
+                    kind,
+                    OpKind::ReducePrecision | OpKind::Real | OpKind::Imag | OpKind::Complex
+                )
+            {
                 continue;
             }
             let op = match kind {

@@ -63,8 +63,16 @@ pub fn meta(eg: &EGraph, id: Id) -> Option<Arc<Meta>> {
     })
 }
 
-/// The value of every element of `l`, when they are all equal.
+/// The value of every element of `l`, when they are all equal (a complex literal's only when
+/// every imaginary part is +0, so that the rules see the complex number itself).
 pub fn splat_of(l: &Literal) -> Option<f64> {
+    if l.dtype().is_complex()
+        && l.to_complex_f64s()
+            .iter()
+            .any(|z| z[1].to_bits() != 0f64.to_bits())
+    {
+        return None;
+    }
     let v = l.to_f64s();
     let first = *v.first()?;
     v.iter()

@@ -377,7 +377,12 @@ fn check(eg: &EGraph, c: &Cond, s: &Subst) -> bool {
                 v == want
             }
         }
-        "not_float" => eg[ids[0]].data.ty().is_some_and(|t| !t.dtype.is_float()),
+        // The integers and `pred` (exact arithmetic): not the floats, nor the complex numbers
+        // built of them.
+        "not_float" => eg[ids[0]]
+            .data
+            .ty()
+            .is_some_and(|t| !t.dtype.is_float() && !t.dtype.is_complex()),
         "float" => eg[ids[0]].data.ty().is_some_and(|t| t.dtype.is_float()),
         "same_type" => {
             let a = type_of(eg, ids[0]);

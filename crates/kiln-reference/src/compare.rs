@@ -12,8 +12,10 @@ pub struct Tolerance {
 }
 
 impl Tolerance {
-    /// A few units in the last place of `dtype` (exact for integers and `pred`).
+    /// A few units in the last place of `dtype` (of its part type for a complex dtype; exact
+    /// for integers and `pred`).
     pub fn ulps(dtype: DType, ulps: f64) -> Tolerance {
+        let dtype = dtype.part();
         let eps = match dtype {
             DType::F16 => 2f64.powi(-10),
             DType::BF16 => 2f64.powi(-7),
@@ -56,6 +58,29 @@ pub fn check_close(actual: &Literal, expected: &Literal, tol: Tolerance) -> Resu
             actual.ty(),
             expected.ty()
         ));
+    }
+    if actual.dtype().is_complex() {
+        // Each part within the tolerance relative to the larger part of the expected number
+        // (a normwise error: the small part of a product may cancel).
+        let (a, e) = (actual.to_complex_f64s(), expected.to_complex_f64s());
+        for i in 0..a.len() {
+            let scale = Tolerance {
+                atol: tol.atol + tol.rtol * e[i][0].abs().max(e[i][1].abs()),
+                rtol: 0.0,
+            };
+            let finite = |z: [f64; 2]| z[0].is_finite() && z[1].is_finite();
+            let t = if finite(e[i]) { scale } else { tol };
+            if !(t.accepts(a[i][0], e[i][0]) && t.accepts(a[i][1], e[i][1])) {
+                return Err(format!(
+                    "element {i}: {} differs from the expected {} (tolerance {:e} + {:e} relative)",
+                    actual.format_elem(i),
+                    expected.format_elem(i),
+                    tol.atol,
+                    tol.rtol
+                ));
+            }
+        }
+        return Ok(());
     }
     if !actual.dtype().is_float() {
         let (a, e) = (actual.to_i64s(), expected.to_i64s());

@@ -15,6 +15,7 @@
 
 pub mod accuracy;
 pub mod compare;
+pub mod complex;
 mod linalg;
 mod ops;
 mod products;

@@ -1,5 +1,6 @@
 //! One function per op family. Inputs are verified, so shapes and dtypes are consistent.
 
+use crate::complex::combine_c;
 use crate::products::{ConvAttrs, DotDims, convolution, dot_general};
 use crate::scalar::{
     combine_f, combine_i, compare_f, compare_i, float_binary, float_unary, int_binary, int_max,
@@ -58,6 +59,8 @@ macro_rules! map_data {
             Data::BF16($v) => Data::BF16($body),
             Data::F32($v) => Data::F32($body),
             Data::F64($v) => Data::F64($body),
+            Data::C64($v) => Data::C64($body),
+            Data::C128($v) => Data::C128($body),
         }
     };
 }
@@ -116,6 +119,8 @@ pub(crate) fn concat(srcs: &[&Literal]) -> Literal {
             (Data::BF16(a), Data::BF16(b)) => a.extend(b),
             (Data::F32(a), Data::F32(b)) => a.extend(b),
             (Data::F64(a), Data::F64(b)) => a.extend(b),
+            (Data::C64(a), Data::C64(b)) => a.extend(b),
+            (Data::C128(a), Data::C128(b)) => a.extend(b),
             _ => unreachable!("{VERIFIED}"),
         }
     }
@@ -184,6 +189,9 @@ fn expand<T: Copy>(v: Vec<T>, n: usize) -> Vec<T> {
 pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
     let ty = &types[0];
     let single = |l: Literal| vec![l];
+    if let Some(l) = crate::complex::eval(op, x, ty) {
+        return single(l);
+    }
     match op {
         Op::Add {}
         | Op::Subtract {}
@@ -325,6 +333,9 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             } else {
                 single(from_lane(ty, Lane::I(src.to_i64s())))
             }
+        }
+        Op::Real {} | Op::Imag {} | Op::Complex {} => {
+            unreachable!("crate::complex::eval computes these")
         }
         Op::BitcastConvert {} => single(bitcast(x[0], ty)),
         Op::Constant { value } => single(value.clone()),
@@ -839,7 +850,12 @@ fn reduce_into(
     visit: impl FnOnce(&mut dyn FnMut(usize, usize)),
 ) -> Literal {
     let n = ty.numel();
-    if ty.dtype.is_float() {
+    if ty.dtype.is_complex() {
+        let s = src.to_complex_f64s();
+        let mut acc = vec![init.to_complex_f64s()[0]; n];
+        visit(&mut |o, i| acc[o] = combine_c(kind, acc[o], s[i]));
+        Literal::from_complex_f64s(ty.clone(), &acc).expect(VERIFIED)
+    } else if ty.dtype.is_float() {
         let s = src.to_f64s();
         let mut acc = vec![init.to_f64s()[0]; n];
         visit(&mut |o, i| acc[o] = combine_f(kind, acc[o], s[i]));
@@ -860,7 +876,15 @@ fn apply_updates(
     writes: &[(usize, usize)],
 ) -> Literal {
     let ty = base.ty();
-    if ty.dtype.is_float() {
+    if ty.dtype.is_complex() {
+        let mut v = base.to_complex_f64s();
+        let u = updates.to_complex_f64s();
+        let round = |z: [f64; 2]| z.map(|p| kiln_ir::literal::round_to(ty.dtype, p));
+        for &(p, k) in writes {
+            v[p] = round(combine_c(kind, v[p], u[k]));
+        }
+        Literal::from_complex_f64s(ty.clone(), &v).expect(VERIFIED)
+    } else if ty.dtype.is_float() {
         let mut v = base.to_f64s();
         let u = updates.to_f64s();
         for &(p, k) in writes {

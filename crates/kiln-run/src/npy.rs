@@ -30,6 +30,8 @@ pub fn descr(d: DType) -> &'static str {
         DType::BF16 => "<V2",
         DType::F32 => "<f4",
         DType::F64 => "<f8",
+        DType::C64 => "<c8",
+        DType::C128 => "<c16",
     }
 }
 

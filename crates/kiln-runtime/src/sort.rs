@@ -95,6 +95,8 @@ fn keys(l: &Literal, descending: bool, nan_greatest: bool) -> Option<(Keys, bool
             (Keys::U32(k), nz || nan)
         }
         Data::F32(v) => float32(&mut v.iter().copied())?,
+        // Complex numbers have no order: a sort of them runs its comparator.
+        Data::C64(_) | Data::C128(_) => return None,
         Data::F16(v) => float32(&mut v.iter().map(|x| x.to_f32()))?,
         Data::BF16(v) => float32(&mut v.iter().map(|x| x.to_f32()))?,
         Data::F64(v) => {

@@ -149,6 +149,29 @@ pub enum Elem {
     Bool(bool),
     /// A hexadecimal bit pattern.
     Hex(u64),
+    /// A complex number `(re, im)`, each part written as a real element.
+    Complex(Part, Part),
+}
+
+/// One part of a complex element, as written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Part {
+    /// A decimal integer.
+    Int(i128),
+    /// A decimal float (or `inf`, `nan`).
+    Float(f64),
+    /// A hexadecimal bit pattern of the part type.
+    Hex(u64),
+}
+
+impl From<Part> for Elem {
+    fn from(p: Part) -> Elem {
+        match p {
+            Part::Int(i) => Elem::Int(i),
+            Part::Float(f) => Elem::Float(f),
+            Part::Hex(h) => Elem::Hex(h),
+        }
+    }
 }
 
 /// A convolution's dimension numbers, from the pretty or the `#stablehlo.conv<raw ...>` form.

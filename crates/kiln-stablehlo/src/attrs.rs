@@ -2,7 +2,7 @@
 //! and the StableHLO dialect attributes (`#stablehlo<precision DEFAULT>`,
 //! `#stablehlo.gather<...>`, `#stablehlo.scatter<...>`, `#stablehlo.conv<...>`).
 
-use crate::ast::{AttrVal, ConvDims, Dense, Elem};
+use crate::ast::{AttrVal, ConvDims, Dense, Elem, Part};
 use crate::error::{Error, Pos, Result, quote};
 use crate::lexer::Tok;
 use crate::parser::{Cursor, attr_value};
@@ -117,6 +117,9 @@ impl Cursor<'_> {
                     Elem::Hex(h) => AttrVal::Int(h as i64),
                     Elem::Float(f) => AttrVal::Float(f),
                     Elem::Bool(b) => AttrVal::Bool(b),
+                    Elem::Complex(..) => {
+                        return Err(Error::syntax(pos, "a complex number is not an attribute"));
+                    }
                 })
             }
             Tok::Ident("true") => {
@@ -282,6 +285,20 @@ impl Cursor<'_> {
         Ok(())
     }
 
+    /// One part of a complex dense element `(re, im)`: a number, `inf` or `nan`.
+    fn complex_part(&mut self) -> Result<Part> {
+        let pos = self.pos();
+        match self.dense_elem()? {
+            Elem::Int(i) => Ok(Part::Int(i)),
+            Elem::Float(f) => Ok(Part::Float(f)),
+            Elem::Hex(h) => Ok(Part::Hex(h)),
+            Elem::Bool(_) | Elem::Complex(..) => Err(Error::syntax(
+                pos,
+                "a part of a complex number must be a number",
+            )),
+        }
+    }
+
     /// One dense element.
     fn dense_elem(&mut self) -> Result<Elem> {
         let pos = self.pos();
@@ -306,7 +323,14 @@ impl Cursor<'_> {
                 self.bump();
                 Ok(Elem::Float(f64::NAN))
             }
-            Tok::Punct("(") => Err(Error::unsupported(pos, "complex literals")),
+            Tok::Punct("(") => {
+                self.bump();
+                let re = self.complex_part()?;
+                self.expect(",")?;
+                let im = self.complex_part()?;
+                self.expect(")")?;
+                Ok(Elem::Complex(re, im))
+            }
             Tok::Str(_) => Err(Error::unsupported(
                 pos,
                 "hex-string dense literals (`dense<\"0x...\">`)",

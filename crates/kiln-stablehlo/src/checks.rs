@@ -79,6 +79,24 @@ impl Check {
         if a.ty() != b.ty() {
             return fail(format!("type {} against {}", a.ty(), b.ty()));
         }
+        if a.dtype().is_complex() {
+            // Complex numbers: each part checked as a float of the part type.
+            let (ar, ai) = parts(a);
+            let (br, bi) = parts(b);
+            return self
+                .values(&ar, &br)
+                .map_err(|m| format!("real part: {m}"))
+                .and_then(|()| {
+                    self.values(&ai, &bi)
+                        .map_err(|m| format!("imaginary part: {m}"))
+                })
+                .or_else(fail);
+        }
+        self.values(a, b).or_else(fail)
+    }
+
+    /// This check on two real literals of one type.
+    fn values(&self, a: &Literal, b: &Literal) -> Result<(), String> {
         match &self.kind {
             CheckKind::EqConst(_) | CheckKind::Eq => compare(a, b, |x, y| x == y, |x, y| x == y),
             CheckKind::AlmostEqConst(_, t) | CheckKind::AlmostEq(t) => {
@@ -87,8 +105,18 @@ impl Check {
             }
             CheckKind::Close(min, max) => close(a, b, *min, *max),
         }
-        .or_else(fail)
     }
+}
+
+/// The real and imaginary parts of a complex literal, as literals of its part type.
+fn parts(l: &Literal) -> (Literal, Literal) {
+    let z = l.to_complex_f64s();
+    let ty = l.ty().with_dtype(l.dtype().part());
+    let part = |k: usize| {
+        let v: Vec<f64> = z.iter().map(|c| c[k]).collect();
+        Literal::from_f64s(ty.clone(), &v).expect("the parts have the part type")
+    };
+    (part(0), part(1))
 }
 
 /// `x` and `y` equal, both NaN, or both finite within `t`.

@@ -65,6 +65,20 @@ fn elements(lit: &Literal) -> Vec<String> {
             .map(|x| float(f64::from(*x), u64::from(x.to_bits()), 8))
             .collect(),
         Data::F64(v) => v.iter().map(|x| float(*x, x.to_bits(), 16)).collect(),
+        Data::C64(v) => v
+            .iter()
+            .map(|z| {
+                let p = |x: f32| float(f64::from(x), u64::from(x.to_bits()), 8);
+                format!("({}, {})", p(z[0]), p(z[1]))
+            })
+            .collect(),
+        Data::C128(v) => v
+            .iter()
+            .map(|z| {
+                let p = |x: f64| float(x, x.to_bits(), 16);
+                format!("({}, {})", p(z[0]), p(z[1]))
+            })
+            .collect(),
     }
 }
 

@@ -378,6 +378,11 @@ fn elem_text(e: &Elem, d: DType) -> String {
         Elem::Float(f) => float_text(f, d),
         Elem::Bool(b) => b.to_string(),
         Elem::Hex(h) => format!("0x{h:X}"),
+        Elem::Complex(re, im) => format!(
+            "({}, {})",
+            elem_text(&re.into(), d.part()),
+            elem_text(&im.into(), d.part())
+        ),
     }
 }
 

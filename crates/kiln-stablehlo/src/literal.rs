@@ -88,7 +88,17 @@ fn elem_bytes(e: Elem, dtype: DType) -> Result<Vec<u8>, String> {
             None => float_bytes(i as f64, dtype),
         })
     };
+    if dtype.is_complex() {
+        // The real part's bytes, then the imaginary part's.
+        let Elem::Complex(re, im) = e else {
+            return Err(format!("{name} values are written `(re, im)`"));
+        };
+        let mut b = elem_bytes(re.into(), dtype.part())?;
+        b.extend(elem_bytes(im.into(), dtype.part())?);
+        return Ok(b);
+    }
     match e {
+        Elem::Complex(..) => Err(format!("a complex value is not a {name} value")),
         Elem::Hex(h) if !hex_fits(h) || dtype == DType::Pred && h > 1 => {
             Err(format!("the bit pattern {h:#x} does not fit {name}"))
         }

@@ -517,39 +517,6 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
             body.consts.insert(r[0], value);
             return Ok(r);
         }
-        "stablehlo.real" => {
-            let t = ty0(body)?;
-            if args.len() == 1 && t.is_some_and(|t| t.dtype.is_float()) {
-                return Ok(args.to_vec());
-            }
-            return Err(Error::unsupported(
-                op.pos,
-                "`stablehlo.real` of a non-float operand",
-            ));
-        }
-        "stablehlo.imag" => {
-            let t = ty0(body)?.filter(|t| t.dtype.is_float()).ok_or_else(|| {
-                Error::unsupported(op.pos, "`stablehlo.imag` of a non-float operand")
-            })?;
-            let zero = Literal::try_zeros(TensorType::scalar(t.dtype))
-                .map_err(|e| Error::invalid(op.pos, e.to_string()))?;
-            let z = push(
-                body,
-                op,
-                Op::Constant { value: zero },
-                &[],
-                Some(&[TensorType::scalar(t.dtype)]),
-            )?;
-            return push(
-                body,
-                op,
-                Op::BroadcastInDim {
-                    broadcast_dimensions: vec![],
-                },
-                &z,
-                Some(&[t]),
-            );
-        }
         "stablehlo.reduce_precision" => {
             let (exponent_bits, mantissa_bits) = match find(op, &["format"]) {
                 Some((AttrVal::Ident(f) | AttrVal::Enum(_, f), p)) => parse_format(f, p)?,

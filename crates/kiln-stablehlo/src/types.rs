@@ -6,9 +6,10 @@
 //! | `i2`, `i4`, `i8`, `i16`, `i32`, `i64` | the same |
 //! | `ui2`, `ui4`, `ui8`, `ui16`, `ui32`, `ui64` | `u2`, `u4`, `u8`, `u16`, `u32`, `u64` |
 //! | `f16`, `bf16`, `f32`, `f64` | the same |
+//! | `complex<f32>`, `complex<f64>` | `c64`, `c128` |
 //!
 //! (`i2`, `i4`, `ui2`, `ui4` are kept one element per byte in kiln's buffers.) Every other
-//! element type (other widths such as `i3`, fp8 formats, `complex<...>`), tuples,
+//! element type (other widths such as `i3`, fp8 formats, `complex<f16>`), tuples,
 //! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.
 
 use crate::error::{Error, Pos, Result, quote};
@@ -58,6 +59,8 @@ pub fn element_name(d: DType) -> &'static str {
         DType::BF16 => "bf16",
         DType::F32 => "f32",
         DType::F64 => "f64",
+        DType::C64 => "complex<f32>",
+        DType::C128 => "complex<f64>",
     }
 }
 
@@ -83,7 +86,10 @@ impl Cursor<'_> {
         match *self.peek() {
             Tok::Ident("tensor") => {}
             Tok::Ident(w @ ("tuple" | "complex")) => {
-                return Err(Error::unsupported(pos, format!("{w} types")));
+                return Err(Error::unsupported(
+                    pos,
+                    format!("{w} types outside a tensor"),
+                ));
             }
             Tok::Bang(w) => {
                 return Err(Error::unsupported(
@@ -140,7 +146,11 @@ impl Cursor<'_> {
                         Tok::Punct("?") => {
                             Err(Error::unsupported(self.pos(), "dynamic dimensions (`?`)"))
                         }
-                        Tok::Ident(w @ ("complex" | "tuple")) => Err(Error::unsupported(
+                        Tok::Ident("complex") => {
+                            let d = self.complex_element()?;
+                            self.finish_tensor_type(pos, d, shape)
+                        }
+                        Tok::Ident(w @ "tuple") => Err(Error::unsupported(
                             self.pos(),
                             format!("element type {w}<...>"),
                         )),
@@ -164,10 +174,40 @@ impl Cursor<'_> {
             _ => return self.expected("a shape and element type"),
         };
         if elem == "complex" {
-            return Err(Error::unsupported(epos, "element type complex<...>"));
+            let d = self.complex_element()?;
+            return self.finish_tensor_type(pos, d, shape);
         }
         let dt = dtype(elem, epos)?;
         self.bump();
+        self.finish_tensor_type(pos, dt, shape)
+    }
+
+    /// `complex<f32>` or `complex<f64>`, its `complex` the current token (alone, or the tail
+    /// of a shape token such as `2xcomplex`): `c64` or `c128`.
+    fn complex_element(&mut self) -> Result<DType> {
+        self.bump();
+        self.expect("<")?;
+        let pos = self.pos();
+        let part = match *self.peek() {
+            Tok::Ident(w) => dtype(w, pos)?,
+            _ => return self.expected("the part type of a complex type (`f32` or `f64`)"),
+        };
+        let Some(d) = part.complex_of() else {
+            return Err(Error::unsupported(
+                pos,
+                format!(
+                    "element type complex<{}> (kiln has complex<f32> and complex<f64>)",
+                    element_name(part)
+                ),
+            ));
+        };
+        self.bump();
+        self.expect(">")?;
+        Ok(d)
+    }
+
+    /// The end of a tensor type after its element type `dt`: the closing `>`.
+    fn finish_tensor_type(&mut self, pos: Pos, dt: DType, shape: Vec<usize>) -> Result<TensorType> {
         if self.is(",") {
             return Err(Error::unsupported(
                 self.pos(),

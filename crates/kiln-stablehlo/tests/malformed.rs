@@ -95,10 +95,16 @@ fn unknown_ops_and_types() {
         "f8E4M3FN",
     );
     fails_as(
-        &wrap("%0 = stablehlo.constant dense<(1.0, 2.0)> : tensor<complex<f32>>"),
+        &wrap("%0 = stablehlo.constant dense<(1.0, 2.0)> : tensor<complex<f16>>"),
         ErrorKind::Unsupported,
-        "2:33",
-        "complex literals",
+        "2:62",
+        "element type complex<f16> (kiln has complex<f32> and complex<f64>)",
+    );
+    fails_as(
+        &wrap("%0 = stablehlo.constant dense<1.0> : tensor<complex<f32>>"),
+        ErrorKind::Invalid,
+        "2:27",
+        "complex<f32> values are written `(re, im)`",
     );
     fails_as(
         "func.func @main(%t: !stablehlo.token) {\n  func.return\n}",

@@ -7,6 +7,8 @@
 //! pred ─> i2 ──> i4 ──> i8 ──> i16 ──> i32 ──> i64 ─┐
 //!   └───> u2 ─┴> u4 ─┴> u8 ─┴> u16 ─┴> u32 ─┴> u64  ├─> f16 ─┐
 //!                                                   └─> bf16 ┴─> f32 ─> f64
+//!                                                                  │      │
+//!                                                                  └> c64 ┴> c128
 //! ```
 //!
 //! (The sub-byte integers `i2`, `i4`, `u2`, `u4` are leaves in JAX's lattice, reached only from
@@ -20,7 +22,9 @@
 //! upper bound in the lattice: `(u64 + i8) + f16` is `f64` but `u64 + (i8 + f16)` is `f16`.)
 //!
 //! - Two dtypes promote to their least upper bound in this lattice: `i8 + i32` is `i32`,
-//!   `u32 + i32` is `i64`, any integer with any float is that float, `f16 + bf16` is `f32`.
+//!   `u32 + i32` is `i64`, any integer with any float is that float, `f16 + bf16` is `f32`,
+//!   a complex type with a real one is the complex type of their parts' join (`c64 + f64` is
+//!   `c128`, `c64 + i64` is `c64`).
 //! - An `f64` Rust scalar (`&x * 1.5`) is a weak float: it takes a float tensor's dtype
 //!   (`bf16 * 1.5` stays bf16) and makes an integer or `pred` tensor `f32` (`i32 + 1.5` is
 //!   `f32`, 2.5 for 1, never the truncated 2).
@@ -55,6 +59,14 @@ pub fn promote_types(a: DType, b: DType) -> DType {
     }
     match (a, b) {
         (Pred, x) | (x, Pred) => x,
+        (x, y) if x.is_complex() || y.is_complex() => {
+            // The complex type whose parts hold both (a complex one's parts, a real one).
+            if promote_types(x.part(), y.part()) == F64 {
+                C128
+            } else {
+                C64
+            }
+        }
         (F16, BF16) | (BF16, F16) => F32,
         (x, y) if x.is_float() && y.is_float() => float_rank(x).max(float_rank(y)).1,
         (x, y) if x.is_float() || y.is_float() => {
@@ -110,7 +122,11 @@ fn float_rank(d: DType) -> (u8, DType) {
 /// assert_eq!(weak_float(DType::I32), DType::F32);
 /// ```
 pub fn weak_float(d: DType) -> DType {
-    if d.is_float() { d } else { DType::F32 }
+    if d.is_float() || d.is_complex() {
+        d
+    } else {
+        DType::F32
+    }
 }
 
 /// The dtype a weakly typed integer scalar takes next to a tensor of dtype `d`.
@@ -127,8 +143,8 @@ pub fn weak_int(d: DType) -> DType {
     if d == DType::Pred { DType::I32 } else { d }
 }
 
-/// The float dtype that floating-point functions of `d` compute in: `d` itself for floats,
-/// `f32` for integers and `pred`.
+/// The float dtype that floating-point functions of `d` compute in: `d` itself for floats and
+/// complex types, `f32` for integers and `pred`.
 ///
 /// # Examples
 ///
@@ -174,7 +190,7 @@ mod tests {
         let ds = [a, b, c];
         ds.contains(&U64)
             && ds.iter().any(|d| d.is_int() && d.is_signed())
-            && ds.iter().any(|&d| d.is_float() && d != F64)
+            && ds.iter().any(|&d| d.is_float() && d != F64 || d == C64)
     }
 
     #[test]
@@ -195,6 +211,12 @@ mod tests {
             (U64, I8, F64),
             (U64, I64, F64),
             (U64, F16, F16),
+            (C64, F64, C128),
+            (C64, I64, C64),
+            (F16, C64, C64),
+            (C128, F32, C128),
+            (U64, C64, C64),
+            (Pred, C128, C128),
             (I16, BF16, BF16),
             (U8, U32, U32),
             (U8, I64, I64),

@@ -223,20 +223,22 @@ fn err(path: &Path, message: impl std::fmt::Display) -> Error {
 
 /// The safetensors dtype of a kiln dtype. safetensors has no 4- or 2-bit integers: `i4` and
 /// `i2` are saved as `I8`, `u4` and `u2` as `U8`, one element per byte as kiln holds them, and
-/// load back into a leaf of the narrow type when every value is in its range.
+/// load back into a leaf of the narrow type when every value is in its range. `c64` is `C64`;
+/// safetensors has no 128-bit complex type, so `c128` has none (`None`).
 ///
 /// # Examples
 ///
 /// ```
 /// use kiln::{DType, checkpoint};
 /// use safetensors::Dtype;
-/// assert_eq!(checkpoint::to_safetensors_dtype(DType::BF16), Dtype::BF16);
-/// assert_eq!(checkpoint::to_safetensors_dtype(DType::Pred), Dtype::BOOL);
-/// assert_eq!(checkpoint::to_safetensors_dtype(DType::I4), Dtype::I8); // one value per byte
-/// assert_eq!(checkpoint::to_safetensors_dtype(DType::U2), Dtype::U8);
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::BF16), Some(Dtype::BF16));
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::Pred), Some(Dtype::BOOL));
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::I4), Some(Dtype::I8)); // one value per byte
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::U2), Some(Dtype::U8));
+/// assert_eq!(checkpoint::to_safetensors_dtype(DType::C128), None);
 /// ```
-pub fn to_safetensors_dtype(d: DType) -> Dtype {
-    match d {
+pub fn to_safetensors_dtype(d: DType) -> Option<Dtype> {
+    Some(match d {
         DType::Pred => Dtype::BOOL,
         DType::I8 | DType::I4 | DType::I2 => Dtype::I8,
         DType::U4 | DType::U2 => Dtype::U8,
@@ -251,7 +253,9 @@ pub fn to_safetensors_dtype(d: DType) -> Dtype {
         DType::BF16 => Dtype::BF16,
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
-    }
+        DType::C64 => Dtype::C64,
+        DType::C128 => return None,
+    })
 }
 
 /// The kiln dtype of a safetensors dtype, if kiln has one.
@@ -262,8 +266,8 @@ pub fn to_safetensors_dtype(d: DType) -> Dtype {
 /// use kiln::{DType, checkpoint};
 /// use safetensors::Dtype;
 /// use checkpoint::{from_safetensors_dtype, to_safetensors_dtype};
-/// for d in [DType::Pred, DType::U8, DType::I64, DType::F16, DType::F32] {
-///     assert_eq!(from_safetensors_dtype(to_safetensors_dtype(d)), Some(d));
+/// for d in [DType::Pred, DType::U8, DType::I64, DType::F16, DType::F32, DType::C64] {
+///     assert_eq!(to_safetensors_dtype(d).and_then(from_safetensors_dtype), Some(d));
 /// }
 /// assert_eq!(checkpoint::from_safetensors_dtype(Dtype::F8_E4M3), None);
 /// ```
@@ -282,6 +286,7 @@ pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
         Dtype::BF16 => DType::BF16,
         Dtype::F32 => DType::F32,
         Dtype::F64 => DType::F64,
+        Dtype::C64 => DType::C64,
         _ => return None,
     })
 }
@@ -359,7 +364,12 @@ pub fn to_bytes<T: Tree>(tree: &T, meta: &Metadata) -> Result<Vec<u8>> {
             };
             return Err(fail(format!("tensor `{name}` has no value: {why}")));
         };
-        let dtype = to_safetensors_dtype(l.dtype());
+        let Some(dtype) = to_safetensors_dtype(l.dtype()) else {
+            return Err(fail(format!(
+                "tensor `{name}` is {}, which safetensors has no dtype for",
+                l.ty()
+            )));
+        };
         tensors.push((name, dtype, l.shape().to_vec(), l.to_le_bytes()));
     }
     let views: Vec<(&str, TensorView<'_>)> = tensors
@@ -703,7 +713,9 @@ pub fn from_bytes_mapped<T: Tree>(
                 want.dtype
             )),
             // A sub-byte leaf is saved as bytes (see `to_safetensors_dtype`).
-            Some(d) if Some(d) != from_safetensors_dtype(to_safetensors_dtype(want.dtype)) => {
+            Some(d)
+                if Some(d) != to_safetensors_dtype(want.dtype).and_then(from_safetensors_dtype) =>
+            {
                 wrong.push(format!("dtype {d}, expected {}", want.dtype))
             }
             _ => {}

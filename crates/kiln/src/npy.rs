@@ -146,6 +146,14 @@ pub fn to_npy_bytes(t: &Tensor) -> Result<Vec<u8>> {
         DType::F16 => write_typed::<f16>(t, &shape),
         DType::F32 => write_typed::<f32>(t, &shape),
         DType::F64 => write_typed::<f64>(t, &shape),
+        DType::C64 | DType::C128 => Err(err(
+            "save_npy",
+            format!(
+                "saving a complex tensor ({}) as .npy is not supported yet; save its real and \
+                 imaginary parts",
+                l.ty()
+            ),
+        )),
         DType::BF16 => Err(err(
             "save_npy",
             format!(
@@ -258,6 +266,7 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         DType::F32 => read_typed::<f32>(file, shape),
         DType::F64 => read_typed::<f64>(file, shape),
         DType::BF16 => unreachable!("NumPy has no bf16"),
+        DType::C64 | DType::C128 => unreachable!("kiln_dtype reads no complex .npy"),
         DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
             unreachable!("NumPy has no sub-byte integers")
         }

@@ -135,7 +135,9 @@ fn conversions_to_and_from_every_dtype_agree_with_the_reference() {
     for d in SUB_BYTE {
         let v = values(d);
         let n = v.len();
-        for to in DType::ALL {
+        // Complex results are joined from their parts on the reference interpreter, which
+        // `run` refuses: the real types only.
+        for to in DType::ALL.into_iter().filter(|t| !t.is_complex()) {
             let text = format!(
                 "func @main(%0: {d}[{n}]) -> {to}[{n}] {{\n  %1 = convert %0 : {to}[{n}]\n  return %1\n}}\n"
             );

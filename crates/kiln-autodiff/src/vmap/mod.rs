@@ -321,6 +321,8 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         | Compare | Select | Clamp | Convert | BitcastConvert | Constant | Iota
         | BroadcastInDim | Reshape | Transpose | Slice | DynamicSlice | DynamicUpdateSlice
         | Concatenate | Reverse | DotGeneral | Gather | Scatter | OptimizationBarrier | While
-        | Case | Sort | Map | Cholesky | TriangularSolve | Lu => Batching::Whole,
+        | Case | Sort | Map | Cholesky | TriangularSolve | Lu | Real | Imag | Complex => {
+            Batching::Whole
+        }
     }
 }

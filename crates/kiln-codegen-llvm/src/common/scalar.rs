@@ -38,9 +38,14 @@ pub(crate) trait Scalar<'c>: Base<'c> {
             DType::I8 | DType::U8 => self.ctx().i8_type(),
             DType::I16 | DType::U16 => self.ctx().i16_type(),
             DType::I32 | DType::U32 => self.ctx().i32_type(),
-            DType::I64 | DType::U64 | DType::F16 | DType::BF16 | DType::F32 | DType::F64 => {
-                self.ctx().i64_type()
-            }
+            DType::I64
+            | DType::U64
+            | DType::F16
+            | DType::BF16
+            | DType::F32
+            | DType::F64
+            | DType::C64 => self.ctx().i64_type(),
+            DType::C128 => self.ctx().i128_type(),
         }
     }
 

@@ -20,6 +20,8 @@ fn descr(d: DType) -> &'static str {
         DType::BF16 => "<u2",
         DType::F32 => "<f4",
         DType::F64 => "<f8",
+        DType::C64 => "<c8",
+        DType::C128 => "<c16",
     }
 }
 

@@ -243,12 +243,18 @@ impl Elem for bool {
 }
 
 /// `$body` with `$t` the element type of dtype `$d`. The sub-byte integers (`i4`, `u4`, `i2`,
-/// `u2`) have no native loops: the enclosing function returns `None`, and the caller interprets
+/// `u2`) and the complex numbers (`c64`, `c128`) have no native loops: the enclosing function returns `None`, and the caller interprets
 /// the op (data movement moves them as their storage bytes: `DType::storage`).
 macro_rules! with_elem {
     ($d:expr, $t:ident => $body:expr) => {
         match $d {
-            kiln_ir::DType::I4 | kiln_ir::DType::U4 | kiln_ir::DType::I2 | kiln_ir::DType::U2 => {
+            // Interpreted: the sub-byte integers and the complex numbers.
+            kiln_ir::DType::I4
+            | kiln_ir::DType::U4
+            | kiln_ir::DType::I2
+            | kiln_ir::DType::U2
+            | kiln_ir::DType::C64
+            | kiln_ir::DType::C128 => {
                 return None;
             }
             kiln_ir::DType::Pred => {

@@ -1,0 +1,532 @@
+//! Complex numbers as pairs of real values, so that the real kernels compute them.
+//!
+//! [`split_complex`] runs before lowering and fusion. Every complex value `z` of the program
+//! becomes two values of its part type, `re(z)` and `im(z)`, and every op on complex values
+//! that has a rewrite below becomes real ops on the parts:
+//!
+//! - `add`, `subtract`, `negate`, `select`, the layout ops (`broadcast_in_dim`, `reshape`,
+//!   `transpose`, `slice`, `reverse`, `pad`, `concatenate`, `dynamic_slice`,
+//!   `dynamic_update_slice`, `gather`), `reduce` and `reduce_window` with `add`, and `scatter`
+//!   with `add` or `replace`: the same op on each part;
+//! - `multiply`: (ac - bd) + i(ad + bc); `dot_general`: four real products, the same sums;
+//! - `divide`: Smith's scaled division (the larger part of the divisor divides first, so no
+//!   square of it overflows), and a division by 0 as each part divided by |0|, as the
+//!   reference does;
+//! - `abs`: |z| = m sqrt(1 + (n / m)²) with m and n the larger and smaller magnitude of the
+//!   parts (no overflow), 0 at 0 and infinite when a part is;
+//! - `exponential`: e^a (cos b + i sin b), e^a itself when b is 0; `log`: ln|z| + i atan2(b, a);
+//!   `sine` and `cosine`: sin a cosh b + i cos a sinh b and cos a cosh b - i sin a sinh b, with
+//!   cosh and sinh from `exponential_minus_one` (accurate for small b);
+//! - `real`, `imag`, `complex`, `compare` (`EQ`: both parts equal; `NE`: either differs),
+//!   `convert` (to a real type: the real part; from one: imaginary part 0), constants.
+//!
+//! The program's parameters and results keep their interleaved layout (real part, then
+//! imaginary part, as StableHLO and NumPy store complex numbers): a complex parameter is
+//! bitcast to its part type with a last dimension of 2 and sliced into its parts; a complex
+//! result is joined back the same way. Those bitcasts, and every op without a rewrite here
+//! (`power`, `sqrt`, `tanh`, `reduce` with `multiply`, control flow, ...), keep their complex
+//! operands and results: the parts are joined before them and split after them, and lowering
+//! runs them on the reference interpreter.
+
+use kiln_ir::{
+    Builder, Combiner, ComparisonDirection, DType, Func, Inst, Literal, Op, TensorType, ValueId,
+    VerifyError,
+};
+use std::collections::HashMap;
+
+type R<T> = Result<T, VerifyError>;
+
+/// A value of the rewritten program: a real one, or the parts of a complex one.
+#[derive(Clone, Copy, Debug)]
+enum V {
+    Real(ValueId),
+    Pair(ValueId, ValueId),
+}
+
+/// `f` with its complex values computed as pairs of real ones (see the module docs); `f` itself
+/// when it has no complex value.
+pub fn split_complex(f: &Func) -> R<Func> {
+    if !f.values.iter().any(|t| t.dtype.is_complex()) {
+        return Ok(f.clone());
+    }
+    let mut b = Builder::new(&f.name);
+    let mut map: Vec<Option<V>> = vec![None; f.values.len()];
+    let mut whole = Whole::new();
+    for &p in &f.params {
+        let ty = &f.values[p.index()];
+        let v = b.param(ty.clone());
+        map[p.index()] = Some(if ty.dtype.is_complex() {
+            unpack(&mut b, &mut whole, v, ty)?
+        } else {
+            V::Real(v)
+        });
+    }
+    for inst in &f.insts {
+        let ops: Vec<V> = inst
+            .operands
+            .iter()
+            .map(|o| map[o.index()].expect("verified SSA"))
+            .collect();
+        let tys: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
+        let involved = inst
+            .operands
+            .iter()
+            .map(|o| &f.values[o.index()])
+            .chain(&tys)
+            .any(|t| t.dtype.is_complex())
+            || matches!(inst.op, Op::Real {} | Op::Imag {} | Op::Complex {});
+        let rewritten = if involved {
+            let xs: Vec<TensorType> = inst
+                .operands
+                .iter()
+                .map(|o| f.values[o.index()].clone())
+                .collect();
+            rewrite(&mut b, inst, &ops, &xs, &tys[0])?
+        } else {
+            None
+        };
+        let results = match rewritten {
+            Some(v) => vec![v],
+            None => {
+                // Kept as it is: complex operands joined, complex results split.
+                let mut args = Vec::with_capacity(ops.len());
+                for (&v, o) in ops.iter().zip(&inst.operands) {
+                    args.push(join(&mut b, &mut whole, v, &f.values[o.index()])?);
+                }
+                let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
+                let outs = b.push_at(inst.op.clone(), &args, Some(&tys), loc)?;
+                let mut vs = Vec::with_capacity(outs.len());
+                for (o, t) in outs.into_iter().zip(&tys) {
+                    vs.push(if t.dtype.is_complex() {
+                        unpack(&mut b, &mut whole, o, t)?
+                    } else {
+                        V::Real(o)
+                    });
+                }
+                vs
+            }
+        };
+        for (&r, v) in inst.results.iter().zip(results) {
+            map[r.index()] = Some(v);
+        }
+    }
+    let mut outs = Vec::with_capacity(f.outputs.len());
+    for &o in &f.outputs {
+        let v = map[o.index()].expect("verified SSA");
+        outs.push(join(&mut b, &mut whole, v, &f.values[o.index()])?);
+    }
+    without_dead(&b.finish(&outs)?)
+}
+
+/// `f` without the instructions whose results nothing reads (parts split and never used, such
+/// as a parameter's imaginary part when only its real part is read).
+fn without_dead(f: &Func) -> R<Func> {
+    let mut live = vec![false; f.values.len()];
+    for o in &f.outputs {
+        live[o.index()] = true;
+    }
+    let mut keep = vec![false; f.insts.len()];
+    for (k, inst) in f.insts.iter().enumerate().rev() {
+        if inst.results.iter().any(|r| live[r.index()]) {
+            keep[k] = true;
+            for o in &inst.operands {
+                live[o.index()] = true;
+            }
+        }
+    }
+    let mut b = Builder::new(&f.name);
+    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
+    for &p in &f.params {
+        map[p.index()] = Some(b.param(f.values[p.index()].clone()));
+    }
+    for (inst, _) in f.insts.iter().zip(&keep).filter(|(_, k)| **k) {
+        let ops: Vec<ValueId> = inst
+            .operands
+            .iter()
+            .map(|o| map[o.index()].expect("verified SSA"))
+            .collect();
+        let tys: Vec<TensorType> = inst
+            .results
+            .iter()
+            .map(|r| f.values[r.index()].clone())
+            .collect();
+        let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
+        let outs = b.push_at(inst.op.clone(), &ops, Some(&tys), loc)?;
+        for (&r, v) in inst.results.iter().zip(outs) {
+            map[r.index()] = Some(v);
+        }
+    }
+    let outs: Vec<ValueId> = f
+        .outputs
+        .iter()
+        .map(|o| map[o.index()].expect("verified SSA"))
+        .collect();
+    b.finish(&outs)
+}
+
+/// The complex value each pair of parts was split from, so that joining them again reuses it.
+type Whole = HashMap<(ValueId, ValueId), ValueId>;
+
+/// The parts of the complex value `v` of type `ty`: its bitcast to the part type with a last
+/// dimension of 2, sliced.
+fn unpack(b: &mut Builder, whole: &mut Whole, v: ValueId, ty: &TensorType) -> R<V> {
+    let part = ty.dtype.part();
+    let mut shape2 = ty.shape.clone();
+    shape2.push(2);
+    let bits = b.inst_typed(
+        Op::BitcastConvert {},
+        &[v],
+        TensorType::new(part, shape2.clone()),
+    )?;
+    let r = ty.rank();
+    let mut take = |k: i64| -> R<ValueId> {
+        let mut start = vec![0; r + 1];
+        let mut limit: Vec<i64> = shape2.iter().map(|&d| d as i64).collect();
+        start[r] = k;
+        limit[r] = k + 1;
+        let s = b.inst(
+            Op::Slice {
+                start_indices: start,
+                limit_indices: limit,
+                strides: vec![1; r + 1],
+            },
+            &[bits],
+        )?;
+        b.reshape(s, &ty.shape)
+    };
+    let (re, im) = (take(0)?, take(1)?);
+    whole.insert((re, im), v);
+    Ok(V::Pair(re, im))
+}
+
+/// The value `v` as a value of type `ty`: a pair joined into a complex value (its parts
+/// side by side in a last dimension of 2, bitcast), a real value itself.
+fn join(b: &mut Builder, whole: &mut Whole, v: V, ty: &TensorType) -> R<ValueId> {
+    let V::Pair(re, im) = v else {
+        return Ok(real(v));
+    };
+    if let Some(&z) = whole.get(&(re, im)) {
+        return Ok(z);
+    }
+    let mut shape1 = ty.shape.clone();
+    shape1.push(1);
+    let re = b.reshape(re, &shape1)?;
+    let im = b.reshape(im, &shape1)?;
+    let both = b.inst(
+        Op::Concatenate {
+            dimension: ty.rank() as i64,
+        },
+        &[re, im],
+    )?;
+    let z = b.inst_typed(Op::BitcastConvert {}, &[both], ty.clone())?;
+    whole.insert((re, im), z);
+    Ok(z)
+}
+
+fn real(v: V) -> ValueId {
+    match v {
+        V::Real(x) => x,
+        V::Pair(..) => unreachable!("a complex value where a real one is expected"),
+    }
+}
+
+/// The parts of `v`: a real value's imaginary part is 0 of its type.
+fn parts(b: &mut Builder, v: V) -> R<(ValueId, ValueId)> {
+    match v {
+        V::Pair(re, im) => Ok((re, im)),
+        V::Real(x) => {
+            let ty = b.ty(x).expect("defined").clone();
+            let zero = b.full(&ty, 0.0)?;
+            Ok((x, zero))
+        }
+    }
+}
+
+/// The rewrite of one instruction with a complex operand or result into real ops, or `None`
+/// when it has none (the instruction is then kept, on complex values).
+fn rewrite(
+    b: &mut Builder,
+    inst: &Inst,
+    ops: &[V],
+    xs: &[TensorType],
+    out: &TensorType,
+) -> R<Option<V>> {
+    let part_ty = out.with_dtype(out.dtype.part());
+    let bin = |b: &mut Builder, op: Op, x: ValueId, y: ValueId| b.binary(op, x, y);
+    let same_on_parts = |b: &mut Builder, ops: &[V]| -> R<Option<V>> {
+        // The op on the real parts, then on the imaginary parts; real operands (indices) as
+        // they are.
+        let pick = |k: usize| -> Vec<ValueId> {
+            ops.iter()
+                .map(|v| match *v {
+                    V::Pair(re, im) => [re, im][k],
+                    V::Real(x) => x,
+                })
+                .collect()
+        };
+        let tys = [part_ty.clone()];
+        let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
+        let re = b.push_at(inst.op.clone(), &pick(0), Some(&tys), loc)?[0];
+        let im = b.push_at(inst.op.clone(), &pick(1), Some(&tys), loc)?[0];
+        Ok(Some(V::Pair(re, im)))
+    };
+    Ok(Some(match &inst.op {
+        Op::Real {} => V::Real(parts(b, ops[0])?.0),
+        Op::Imag {} => V::Real(parts(b, ops[0])?.1),
+        Op::Complex {} => V::Pair(real(ops[0]), real(ops[1])),
+        Op::Constant { value } => {
+            let z = value.to_complex_f64s();
+            let lit = |k: usize| {
+                let v: Vec<f64> = z.iter().map(|c| c[k]).collect();
+                Literal::from_f64s(part_ty.clone(), &v).expect("the parts have the part type")
+            };
+            let re = b.inst(Op::Constant { value: lit(0) }, &[])?;
+            let im = b.inst(Op::Constant { value: lit(1) }, &[])?;
+            V::Pair(re, im)
+        }
+        Op::Add {} | Op::Subtract {} => {
+            let ((a, c), (p, q)) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            V::Pair(
+                bin(b, inst.op.clone(), a, p)?,
+                bin(b, inst.op.clone(), c, q)?,
+            )
+        }
+        Op::Negate {} => {
+            let (a, c) = parts(b, ops[0])?;
+            V::Pair(b.unary(Op::Negate {}, a)?, b.unary(Op::Negate {}, c)?)
+        }
+        Op::Multiply {} => {
+            let (x, y) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            let (re, im) = mul(b, x, y)?;
+            V::Pair(re, im)
+        }
+        Op::Divide {} => {
+            let (x, y) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            let (re, im) = div(b, x, y, &part_ty)?;
+            V::Pair(re, im)
+        }
+        Op::Abs {} => {
+            let (a, c) = parts(b, ops[0])?;
+            V::Real(hypot(b, a, c, &part_ty)?)
+        }
+        Op::Exponential {} => {
+            let (a, c) = parts(b, ops[0])?;
+            let e = b.unary(Op::Exponential {}, a)?;
+            let cos = b.unary(Op::Cosine {}, c)?;
+            let sin = b.unary(Op::Sine {}, c)?;
+            let re = bin(b, Op::Multiply {}, e, cos)?;
+            let im = bin(b, Op::Multiply {}, e, sin)?;
+            // A zero imaginary part: the real exponential, the zero kept.
+            let zero = b.full(&part_ty, 0.0)?;
+            let real_axis = b.compare(c, zero, ComparisonDirection::Eq)?;
+            V::Pair(b.select(real_axis, e, re)?, b.select(real_axis, c, im)?)
+        }
+        Op::Sine {} | Op::Cosine {} => {
+            // sin(a + ib) = sin a cosh b + i cos a sinh b;
+            // cos(a + ib) = cos a cosh b - i sin a sinh b.
+            let (a, c) = parts(b, ops[0])?;
+            let (cosh, sinh) = cosh_sinh(b, c, &part_ty)?;
+            let sin = b.unary(Op::Sine {}, a)?;
+            let cos = b.unary(Op::Cosine {}, a)?;
+            if matches!(inst.op, Op::Sine {}) {
+                V::Pair(
+                    bin(b, Op::Multiply {}, sin, cosh)?,
+                    bin(b, Op::Multiply {}, cos, sinh)?,
+                )
+            } else {
+                let im = bin(b, Op::Multiply {}, sin, sinh)?;
+                V::Pair(
+                    bin(b, Op::Multiply {}, cos, cosh)?,
+                    b.unary(Op::Negate {}, im)?,
+                )
+            }
+        }
+        Op::Log {} => {
+            let (a, c) = parts(b, ops[0])?;
+            let m = hypot(b, a, c, &part_ty)?;
+            V::Pair(b.unary(Op::Log {}, m)?, bin(b, Op::Atan2 {}, c, a)?)
+        }
+        Op::Compare {
+            comparison_direction: dir,
+        } => {
+            let ((a, c), (p, q)) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            let re = b.compare(a, p, *dir)?;
+            let im = b.compare(c, q, *dir)?;
+            let both = if *dir == ComparisonDirection::Eq {
+                Op::And {}
+            } else {
+                Op::Or {}
+            };
+            V::Real(bin(b, both, re, im)?)
+        }
+        Op::Select {} => {
+            let p = real(ops[0]);
+            let ((a, c), (x, y)) = (parts(b, ops[1])?, parts(b, ops[2])?);
+            V::Pair(b.select(p, a, x)?, b.select(p, c, y)?)
+        }
+        Op::Convert {} => {
+            let (a, c) = parts(b, ops[0])?;
+            let from = xs[0].dtype;
+            let conv = |b: &mut Builder, v: ValueId, to: DType| {
+                if b.ty(v).is_some_and(|t| t.dtype == to) {
+                    Ok(v)
+                } else {
+                    b.convert(v, to)
+                }
+            };
+            if !out.dtype.is_complex() {
+                V::Real(conv(b, a, out.dtype)?)
+            } else if from.is_complex() {
+                V::Pair(conv(b, a, part_ty.dtype)?, conv(b, c, part_ty.dtype)?)
+            } else {
+                let re = conv(b, a, part_ty.dtype)?;
+                V::Pair(re, b.full(&part_ty, 0.0)?)
+            }
+        }
+        Op::DotGeneral { .. } => {
+            let ((a, c), (p, q)) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            let dot = |b: &mut Builder, x: ValueId, y: ValueId| {
+                b.inst_typed(inst.op.clone(), &[x, y], part_ty.clone())
+            };
+            let (ap, cq, aq, cp) = (dot(b, a, p)?, dot(b, c, q)?, dot(b, a, q)?, dot(b, c, p)?);
+            V::Pair(
+                bin(b, Op::Subtract {}, ap, cq)?,
+                bin(b, Op::Add {}, aq, cp)?,
+            )
+        }
+        Op::BroadcastInDim { .. }
+        | Op::Reshape {}
+        | Op::Transpose { .. }
+        | Op::Slice { .. }
+        | Op::Reverse { .. }
+        | Op::Pad { .. }
+        | Op::Concatenate { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice {}
+        | Op::Gather { .. }
+            if out.dtype.is_complex() =>
+        {
+            return same_on_parts(b, ops);
+        }
+        Op::Reduce {
+            kind: Combiner::Add,
+            ..
+        }
+        | Op::ReduceWindow {
+            kind: Combiner::Add,
+            ..
+        }
+        | Op::Scatter {
+            kind: Combiner::Add | Combiner::Replace,
+            ..
+        } if out.dtype.is_complex() => return same_on_parts(b, ops),
+        _ => return Ok(None),
+    }))
+}
+
+/// cosh b and sinh b from e^b - 1 and e^-b - 1: cosh b = 1 + (u + v) / 2, sinh b = (u - v) / 2
+/// with u = expm1(b), v = expm1(-b), so that sinh keeps its relative accuracy near 0.
+fn cosh_sinh(b: &mut Builder, x: ValueId, ty: &TensorType) -> R<(ValueId, ValueId)> {
+    let u = b.unary(Op::ExponentialMinusOne {}, x)?;
+    let nx = b.unary(Op::Negate {}, x)?;
+    let v = b.unary(Op::ExponentialMinusOne {}, nx)?;
+    let half = b.full(ty, 0.5)?;
+    let one = b.full(ty, 1.0)?;
+    let sum = b.binary(Op::Add {}, u, v)?;
+    let sum = b.binary(Op::Multiply {}, sum, half)?;
+    let cosh = b.binary(Op::Add {}, one, sum)?;
+    let diff = b.binary(Op::Subtract {}, u, v)?;
+    let sinh = b.binary(Op::Multiply {}, diff, half)?;
+    Ok((cosh, sinh))
+}
+
+/// (a + ib)(c + id) = (ac - bd) + i(ad + bc).
+fn mul(
+    b: &mut Builder,
+    (a, c): (ValueId, ValueId),
+    (p, q): (ValueId, ValueId),
+) -> R<(ValueId, ValueId)> {
+    let ap = b.binary(Op::Multiply {}, a, p)?;
+    let cq = b.binary(Op::Multiply {}, c, q)?;
+    let aq = b.binary(Op::Multiply {}, a, q)?;
+    let cp = b.binary(Op::Multiply {}, c, p)?;
+    Ok((
+        b.binary(Op::Subtract {}, ap, cq)?,
+        b.binary(Op::Add {}, aq, cp)?,
+    ))
+}
+
+/// Smith's division (p + iq) / (c + id), as the reference's `complex::div` computes it.
+fn div(
+    b: &mut Builder,
+    (p, q): (ValueId, ValueId),
+    (c, d): (ValueId, ValueId),
+    ty: &TensorType,
+) -> R<(ValueId, ValueId)> {
+    let (mul_, add, sub, divide) = (
+        |b: &mut Builder, x, y| b.binary(Op::Multiply {}, x, y),
+        |b: &mut Builder, x, y| b.binary(Op::Add {}, x, y),
+        |b: &mut Builder, x, y| b.binary(Op::Subtract {}, x, y),
+        |b: &mut Builder, x, y| b.binary(Op::Divide {}, x, y),
+    );
+    let ac = b.unary(Op::Abs {}, c)?;
+    let ad = b.unary(Op::Abs {}, d)?;
+    let c_first = b.compare(ac, ad, ComparisonDirection::Ge)?;
+    // |c| >= |d|: r = d / c, t = c + d r, ((p + q r) / t, (q - p r) / t).
+    let r1 = divide(b, d, c)?;
+    let dr = mul_(b, d, r1)?;
+    let t1 = add(b, c, dr)?;
+    let qr = mul_(b, q, r1)?;
+    let pr = mul_(b, p, r1)?;
+    let n1 = add(b, p, qr)?;
+    let m1 = sub(b, q, pr)?;
+    let re1 = divide(b, n1, t1)?;
+    let im1 = divide(b, m1, t1)?;
+    // |c| < |d|: r = c / d, t = c r + d, ((p r + q) / t, (q r - p) / t).
+    let r2 = divide(b, c, d)?;
+    let cr = mul_(b, c, r2)?;
+    let t2 = add(b, cr, d)?;
+    let pr2 = mul_(b, p, r2)?;
+    let qr2 = mul_(b, q, r2)?;
+    let n2 = add(b, pr2, q)?;
+    let m2 = sub(b, qr2, p)?;
+    let re2 = divide(b, n2, t2)?;
+    let im2 = divide(b, m2, t2)?;
+    let re = b.select(c_first, re1, re2)?;
+    let im = b.select(c_first, im1, im2)?;
+    // A zero divisor: each part divided by |c| (+0).
+    let zero = b.full(ty, 0.0)?;
+    let c0 = b.compare(c, zero, ComparisonDirection::Eq)?;
+    let d0 = b.compare(d, zero, ComparisonDirection::Eq)?;
+    let by_zero = b.binary(Op::And {}, c0, d0)?;
+    let pz = divide(b, p, ac)?;
+    let qz = divide(b, q, ac)?;
+    Ok((b.select(by_zero, pz, re)?, b.select(by_zero, qz, im)?))
+}
+
+/// |a + ib| without overflow: m sqrt(1 + (n / m)²), m and n the larger and smaller of |a|
+/// and |b|; 0 when both are 0, infinite when either is (even with a NaN beside it).
+fn hypot(b: &mut Builder, a: ValueId, c: ValueId, ty: &TensorType) -> R<ValueId> {
+    let x = b.unary(Op::Abs {}, a)?;
+    let y = b.unary(Op::Abs {}, c)?;
+    let m = b.binary(Op::Maximum {}, x, y)?;
+    let n = b.binary(Op::Minimum {}, x, y)?;
+    let r = b.binary(Op::Divide {}, n, m)?;
+    let rr = b.binary(Op::Multiply {}, r, r)?;
+    let one = b.full(ty, 1.0)?;
+    let s = b.binary(Op::Add {}, one, rr)?;
+    let s = b.unary(Op::Sqrt {}, s)?;
+    let h = b.binary(Op::Multiply {}, m, s)?;
+    let zero = b.full(ty, 0.0)?;
+    let at_zero = b.compare(m, zero, ComparisonDirection::Eq)?;
+    let h = b.select(at_zero, zero, h)?;
+    let inf = b.full(ty, f64::INFINITY)?;
+    let xi = b.compare(x, inf, ComparisonDirection::Eq)?;
+    let yi = b.compare(y, inf, ComparisonDirection::Eq)?;
+    let any_inf = b.binary(Op::Or {}, xi, yi)?;
+    b.select(any_inf, inf, h)
+}

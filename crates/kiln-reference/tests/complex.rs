@@ -1,0 +1,95 @@
+//! Complex numbers on the reference: literal text, the scalar formulas at their edge cases, and
+//! the verifier's refusal of ordering ops.
+
+use kiln_ir::{DType, Literal, TensorType, parse_func_text, parse_literal};
+use kiln_reference::complex::{div, expm1, log1p, sign, sqrt, tan};
+
+fn close(a: [f64; 2], b: [f64; 2]) -> bool {
+    let near = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs().max(1e-300);
+    near(a[0], b[0]) && near(a[1], b[1])
+}
+
+#[test]
+fn complex_literals_print_and_parse_back_with_nan_and_infinite_parts() {
+    for (d, text) in [
+        (
+            DType::C64,
+            "[(1.5, -2.0), (nan, inf), (-inf, -0.0), (0.1, 3.4028235e38)]",
+        ),
+        (
+            DType::C128,
+            "[(1.5, -2.0), (nan, inf), (-inf, -0.0), (0.1, 1e300)]",
+        ),
+    ] {
+        let ty = TensorType::new(d, [4]);
+        let l = parse_literal(text, &ty).unwrap();
+        let mut s = String::new();
+        l.write_nested(&mut s);
+        assert_eq!(s, text);
+        assert_eq!(
+            parse_literal(&s, &ty).unwrap().to_le_bytes(),
+            l.to_le_bytes()
+        );
+        // Stored interleaved: real part, then imaginary part.
+        assert_eq!(l.to_le_bytes().len(), 4 * d.bytes());
+        assert_eq!(
+            &l.to_le_bytes()[..d.bytes() / 2],
+            &Literal::from_f64s(TensorType::new(d.part(), [1]), &[1.5])
+                .unwrap()
+                .to_le_bytes()[..]
+        );
+    }
+    let bad = parse_literal("[(1.0, 2.0]", &TensorType::new(DType::C64, [1]));
+    assert!(bad.is_err());
+}
+
+#[test]
+fn scaled_division_neither_overflows_nor_underflows() {
+    assert!(close(div([1e300, 1e300], [1e300, 1e300]), [1.0, 0.0]));
+    assert!(close(div([1e-300, 1e-300], [0.0, 1e-300]), [1.0, -1.0]));
+    assert!(close(div([5.0, 5.0], [3.0, -1.0]), [1.0, 2.0]));
+}
+
+#[test]
+fn sign_is_the_unit_in_the_direction_and_zero_at_zero() {
+    assert_eq!(sign([0.0, 0.0]), [0.0, 0.0]);
+    assert!(close(sign([3.0, -4.0]), [0.6, -0.8]));
+    assert_eq!(sign([f64::INFINITY, 2.0]), [1.0, 0.0]);
+    assert!(sign([f64::NAN, 1.0])[1].is_nan());
+}
+
+#[test]
+fn square_root_log1p_expm1_and_tan_at_their_edges() {
+    assert!(close(sqrt([-4.0, 0.0]), [0.0, 2.0]));
+    assert!(close(sqrt([3.0, 4.0]), [2.0, 1.0]));
+    assert!(sqrt([1e308, 1e308])[0].is_finite());
+    // Near 0 the results are the arguments to first order.
+    let z = [1e-20, 1e-20];
+    assert!(close(log1p(z), z));
+    assert!(close(expm1(z), z));
+    // Far up the imaginary axis tan tends to i, without overflow to NaN.
+    let t = tan([0.5, 400.0]);
+    assert_eq!(t[1], 1.0);
+    assert!(t[0].abs() < 1e-300);
+}
+
+#[test]
+fn complex_programs_run_and_ordering_ops_are_refused() {
+    let f = parse_func_text(
+        "func @main(%0: c64[2], %1: c64[2]) -> f32[2] {\n  %2 = multiply %0, %1 : c64[2]\n  %3 = constant {value = (0.0, 0.0)} : c64[]\n  %4 = reduce %2, %3 {dimensions = [0], kind = add} : c64[]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = []} : c64[2]\n  %6 = abs %5 : f32[2]\n  return %6\n}\n",
+    )
+    .unwrap();
+    let ty = TensorType::new(DType::C64, [2]);
+    let a = parse_literal("[(1.0, 2.0), (0.0, 1.0)]", &ty).unwrap();
+    let b = parse_literal("[(3.0, -1.0), (0.0, 1.0)]", &ty).unwrap();
+    // (5 + 5i) + (-1 + 0i) = 4 + 5i, |4 + 5i| = sqrt(41).
+    let out = kiln_reference::eval(&f, &[a, b]).unwrap();
+    assert_eq!(out[0].to_f64s(), vec![41f32.sqrt() as f64; 2]);
+    for bad in [
+        "func @main(%0: c64[2]) -> c64[2] {\n  %1 = maximum %0, %0 : c64[2]\n  return %1\n}\n",
+        "func @main(%0: c64[2]) -> c64[] {\n  %1 = constant {value = (0.0, 0.0)} : c64[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = max} : c64[]\n  return %2\n}\n",
+    ] {
+        let f = parse_func_text(bad).unwrap();
+        assert!(kiln_ir::verify(&f).is_err(), "{bad}");
+    }
+}
