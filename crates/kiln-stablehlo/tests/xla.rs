@@ -33,6 +33,10 @@ const KNOWN: &[(&str, &str)] = &[
         "a pred is one bit in StableHLO's spec (and its interpreter suite, which kiln passes); XLA's CPU bitcasts pred as its byte (u8[2] to pred[2])",
     ),
     (
+        "bitcast_convert example 5",
+        "a bitcast between a complex and a real type (the parts as a last dimension of 2) is a kiln extension, which kiln's kernels use to split complex values; StableHLO and XLA bitcast a complex type only to a complex type",
+    ),
+    (
         "jax program threefry_bits",
         "`uniform` scales by `u * (max - min) + min`: XLA's CPU fuses the multiply and the add (one rounding), kiln rounds each (1 ulp)",
     ),
