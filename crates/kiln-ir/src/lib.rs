@@ -13,6 +13,7 @@
 pub mod attr;
 mod builder;
 pub mod call;
+mod dead_code;
 mod dtype;
 pub mod error;
 mod func;
@@ -29,6 +30,7 @@ pub mod verify;
 pub use attr::{Attr, Combiner, ComparisonDirection, RngAlgorithm, TransposeA};
 pub use builder::Builder;
 pub use call::Callee;
+pub use dead_code::eliminate_dead_code;
 pub use dtype::{DType, DTypeClass};
 pub use error::{Diag, Error, ParseError, Result, VerifyError};
 pub use func::{Func, Inst, Loc, Module, ValueId};

@@ -119,53 +119,9 @@ pub fn split_complex(f: &Func) -> R<Func> {
         let v = map[o.index()].expect("verified SSA");
         outs.push(join(&mut b, &mut whole, v, &f.values[o.index()])?);
     }
-    without_dead(&b.finish(&outs)?)
-}
-
-/// `f` without the instructions whose results nothing reads (parts split and never used, such
-/// as a parameter's imaginary part when only its real part is read).
-fn without_dead(f: &Func) -> R<Func> {
-    let mut live = vec![false; f.values.len()];
-    for o in &f.outputs {
-        live[o.index()] = true;
-    }
-    let mut keep = vec![false; f.insts.len()];
-    for (k, inst) in f.insts.iter().enumerate().rev() {
-        if inst.results.iter().any(|r| live[r.index()]) {
-            keep[k] = true;
-            for o in &inst.operands {
-                live[o.index()] = true;
-            }
-        }
-    }
-    let mut b = Builder::new(&f.name);
-    let mut map: Vec<Option<ValueId>> = vec![None; f.values.len()];
-    for &p in &f.params {
-        map[p.index()] = Some(b.param(f.values[p.index()].clone()));
-    }
-    for (inst, _) in f.insts.iter().zip(&keep).filter(|(_, k)| **k) {
-        let ops: Vec<ValueId> = inst
-            .operands
-            .iter()
-            .map(|o| map[o.index()].expect("verified SSA"))
-            .collect();
-        let tys: Vec<TensorType> = inst
-            .results
-            .iter()
-            .map(|r| f.values[r.index()].clone())
-            .collect();
-        let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
-        let outs = b.push_at(inst.op.clone(), &ops, Some(&tys), loc)?;
-        for (&r, v) in inst.results.iter().zip(outs) {
-            map[r.index()] = Some(v);
-        }
-    }
-    let outs: Vec<ValueId> = f
-        .outputs
-        .iter()
-        .map(|o| map[o.index()].expect("verified SSA"))
-        .collect();
-    b.finish(&outs)
+    // Parts split and never used (a parameter's imaginary part when only its real part is
+    // read) go.
+    Ok(kiln_ir::eliminate_dead_code(&b.finish(&outs)?))
 }
 
 /// The complex value each pair of parts was split from, so that joining them again reuses it.
