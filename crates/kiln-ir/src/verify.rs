@@ -132,8 +132,8 @@ fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool) {
     use OpKind::*;
     match k {
         Add | Multiply => ("any", |_| true),
-        // Complex numbers have no order.
-        Maximum | Minimum => ("pred, integer or float", |d| !d.is_complex()),
+        // Complex numbers in StableHLO's lexicographic order of (real, imaginary).
+        Maximum | Minimum => ("any", |_| true),
         Subtract | Divide | Power | Negate => ("integer, float or complex", |d| !d.is_pred()),
         Remainder => ("integer or float", |d| !d.is_pred() && !d.is_complex()),
         And | Or | Xor | Not => ("pred or integer", |d| d.is_pred() || d.is_int()),

@@ -319,6 +319,22 @@ fn rewrite(
             };
             V::Real(bin(b, both, re, im)?)
         }
+        Op::Maximum {} | Op::Minimum {} => {
+            // StableHLO's lexicographic order of (real, imaginary): lhs when it comes after
+            // (maximum) or before (minimum) rhs, else rhs.
+            let ((a, c), (p, q)) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            let ((a1, c1), (a2, c2)) = if matches!(inst.op, Op::Maximum {}) {
+                ((a, c), (p, q))
+            } else {
+                ((p, q), (a, c))
+            };
+            let re_gt = b.compare(a1, a2, ComparisonDirection::Gt)?;
+            let re_eq = b.compare(a1, a2, ComparisonDirection::Eq)?;
+            let im_gt = b.compare(c1, c2, ComparisonDirection::Gt)?;
+            let tie_im = bin(b, Op::And {}, re_eq, im_gt)?;
+            let first = bin(b, Op::Or {}, re_gt, tie_im)?;
+            V::Pair(b.select(first, a, p)?, b.select(first, c, q)?)
+        }
         Op::Select {} => {
             let p = real(ops[0]);
             let ((a, c), (x, y)) = (parts(b, ops[1])?, parts(b, ops[2])?);

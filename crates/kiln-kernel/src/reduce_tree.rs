@@ -47,8 +47,9 @@ fn expands(op: &Op) -> bool {
     }
 }
 
-/// The function with every `reduce_region`, `reduce_window_region` and `map` that [`expands`]
-/// expanded into elementwise ops; the others stay.
+/// The function with every `reduce_region`, `reduce_window_region` and `map` whose body is
+/// elementwise ops and scalar constants (and whose window has at most
+/// [`MAX_EXPANDED_WINDOW`] elements) expanded into elementwise ops; the others stay.
 pub fn expand_region_reduces(f: &Func) -> Result<Func, VerifyError> {
     if !f.insts.iter().any(|i| expands(&i.op)) {
         return Ok(f.clone());

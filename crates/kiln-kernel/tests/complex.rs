@@ -77,10 +77,21 @@ fn check(src: &str, args: &[Literal]) {
 fn arithmetic_on_parts_matches_the_reference() {
     for (d, p) in [(DType::C64, "f32"), (DType::C128, "f64")] {
         let t = d.name();
-        for op in ["add", "subtract", "multiply", "divide"] {
+        for op in [
+            "add", "subtract", "multiply", "divide", "maximum", "minimum",
+        ] {
             check(
                 &format!(
                     "func @main(%0: {t}[60], %1: {t}[60]) -> {t}[60] {{\n  %2 = {op} %0, %1 : {t}[60]\n  return %2\n}}\n"
+                ),
+                &[values(d, 60, 1), values(d, 60, 2)],
+            );
+        }
+        // Equal real parts leave the order to the imaginary parts.
+        for op in ["maximum", "minimum"] {
+            check(
+                &format!(
+                    "func @main(%0: {t}[60], %1: {t}[60]) -> {t}[60] {{\n  %2 = real %0 : {p}[60]\n  %3 = imag %1 : {p}[60]\n  %4 = complex %2, %3 : {t}[60]\n  %5 = {op} %0, %4 : {t}[60]\n  return %5\n}}\n"
                 ),
                 &[values(d, 60, 1), values(d, 60, 2)],
             );

@@ -42,6 +42,23 @@ pub(crate) fn eval(op: &Op, x: &[&Literal], ty: &TensorType) -> Option<Literal> 
             let (a, b) = (x[0].to_complex_f64s(), x[1].to_complex_f64s());
             out(a.into_iter().zip(b).map(|(a, b)| f(a, b)).collect())
         }
+        Op::Maximum {} | Op::Minimum {} => {
+            // lhs when it comes after (maximum) or before (minimum) rhs, else rhs.
+            let max = matches!(op, Op::Maximum {});
+            let (a, b) = (x[0].to_complex_f64s(), x[1].to_complex_f64s());
+            out(a
+                .into_iter()
+                .zip(b)
+                .map(|(a, b)| {
+                    let first = if max {
+                        lex_greater(a, b)
+                    } else {
+                        lex_greater(b, a)
+                    };
+                    if first { a } else { b }
+                })
+                .collect())
+        }
         Op::Abs {} => real_out(
             x[0].to_complex_f64s()
                 .iter()
@@ -151,6 +168,12 @@ pub fn unary(op: &Op) -> Option<fn(C) -> C> {
         },
         _ => return None,
     })
+}
+
+/// Whether `a` comes after `b` in StableHLO's lexicographic order of (real, imaginary) pairs
+/// (a NaN part compares false: the other operand is taken).
+pub fn lex_greater(a: C, b: C) -> bool {
+    a[0] > b[0] || (a[0] == b[0] && a[1] > b[1])
 }
 
 /// `a + b`.

@@ -74,7 +74,7 @@ fn square_root_log1p_expm1_and_tan_at_their_edges() {
 }
 
 #[test]
-fn complex_programs_run_and_ordering_ops_are_refused() {
+fn complex_programs_run_and_ordering_comparisons_are_refused() {
     let f = parse_func_text(
         "func @main(%0: c64[2], %1: c64[2]) -> f32[2] {\n  %2 = multiply %0, %1 : c64[2]\n  %3 = constant {value = (0.0, 0.0)} : c64[]\n  %4 = reduce %2, %3 {dimensions = [0], kind = add} : c64[]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = []} : c64[2]\n  %6 = abs %5 : f32[2]\n  return %6\n}\n",
     )
@@ -83,10 +83,23 @@ fn complex_programs_run_and_ordering_ops_are_refused() {
     let a = parse_literal("[(1.0, 2.0), (0.0, 1.0)]", &ty).unwrap();
     let b = parse_literal("[(3.0, -1.0), (0.0, 1.0)]", &ty).unwrap();
     // (5 + 5i) + (-1 + 0i) = 4 + 5i, |4 + 5i| = sqrt(41).
-    let out = kiln_reference::eval(&f, &[a, b]).unwrap();
+    let out = kiln_reference::eval(&f, &[a.clone(), b.clone()]).unwrap();
     assert_eq!(out[0].to_f64s(), vec![41f32.sqrt() as f64; 2]);
+    // maximum and minimum order lexicographically: (1, 2) after (0, 1); (0, 1) ties.
+    for (op, want) in [
+        ("maximum", "[(1.0, 2.0), (0.0, 1.0)]"),
+        ("minimum", "[(0.0, 1.0), (0.0, 1.0)]"),
+    ] {
+        let text = format!(
+            "func @main(%0: c64[2], %1: c64[2]) -> c64[2] {{\n  %2 = {op} %0, %1 : c64[2]\n  return %2\n}}\n"
+        );
+        let g = parse_func_text(&text).unwrap();
+        let c = parse_literal("[(0.0, 1.0), (0.0, 1.0)]", &ty).unwrap();
+        let out = kiln_reference::eval(&g, &[a.clone(), c]).unwrap();
+        assert_eq!(out[0], parse_literal(want, &ty).unwrap(), "{op}");
+    }
     for bad in [
-        "func @main(%0: c64[2]) -> c64[2] {\n  %1 = maximum %0, %0 : c64[2]\n  return %1\n}\n",
+        "func @main(%0: c64[2]) -> pred[2] {\n  %1 = compare %0, %0 {comparison_direction = LT} : pred[2]\n  return %1\n}\n",
         "func @main(%0: c64[2]) -> c64[] {\n  %1 = constant {value = (0.0, 0.0)} : c64[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = max} : c64[]\n  return %2\n}\n",
     ] {
         let f = parse_func_text(bad).unwrap();

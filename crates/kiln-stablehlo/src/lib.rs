@@ -15,7 +15,7 @@
 //! column; malformed text never panics. The stages, one file each: [`lexer`] (tokens),
 //! [`parser`] and [`pretty`] (the syntax tree of [`ast`], which a printer can write back),
 //! [`attrs`], [`types`] and [`literal`] (attribute values, types, dense literals), [`ops`]
-//! and [`import`] (kiln IR; [`decompose`] and [`reduce`] for ops kiln lacks; [`chlo`],
+//! and [`import`] (kiln IR; [`decompose`] for ops kiln lacks; [`chlo`],
 //! [`special`], [`next_after`] and [`top_k`] for `chlo` functions), [`checks`] (the `check`
 //! dialect of StableHLO's tests), [`generic`] (the tree written back in MLIR's generic op
 //! form, which MLIR parses without knowing StableHLO).
