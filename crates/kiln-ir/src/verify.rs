@@ -11,6 +11,14 @@ use crate::error::{Diag, VerifyError};
 use crate::print::inst_summary;
 use crate::{DType, Func, Op, OpKind, TensorType};
 
+mod dtypes;
+mod window;
+
+pub use dtypes::widens;
+use dtypes::{combiner_ok, elementwise_dtypes};
+pub use window::window_output_size;
+use window::{checked_window_output_size, dim_size, window_result_shape};
+
 type R<T> = std::result::Result<T, Diag>;
 
 fn diag(label: String, message: String) -> Diag {
@@ -99,18 +107,6 @@ fn is_permutation(xs: &[i64], n: usize) -> bool {
     xs.len() == n && unique(xs) && xs.iter().all(|&d| in_range(d, n))
 }
 
-/// Whether every value of `from` is a value of `to`, a wider type a matrix product may
-/// compute in (`preferred_element_type`): a wider float for floats, a wider signed integer for
-/// integers.
-pub fn widens(from: DType, to: DType) -> bool {
-    use DType::*;
-    if let (Some((flo, fhi)), Some((tlo, thi))) = (from.int_bounds(), to.int_bounds()) {
-        // An integer type whose range holds the other's (u8 -> i16, i8 -> i32, u32 -> u64).
-        return !from.is_pred() && to.bits() > from.bits() && tlo <= flo && thi >= fhi;
-    }
-    matches!((from, to), (F16 | BF16, F32 | F64) | (F32, F64))
-}
-
 /// Labels 1-3 of a factorization's operand (`cholesky`, `lu`): a batch of square float
 /// matrices; its rank.
 fn square_float_matrices(l: &Labels, a: &TensorType) -> R<usize> {
@@ -125,88 +121,6 @@ fn square_float_matrices(l: &Labels, a: &TensorType) -> R<usize> {
         format!("the operand must have a float element type, got {a}")
     })?;
     Ok(r)
-}
-
-/// Which element types an elementwise op accepts.
-fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool) {
-    use OpKind::*;
-    match k {
-        Add | Multiply => ("any", |_| true),
-        // Complex numbers in StableHLO's lexicographic order of (real, imaginary).
-        Maximum | Minimum => ("any", |_| true),
-        Subtract | Divide | Power | Negate => ("integer, float or complex", |d| !d.is_pred()),
-        Remainder => ("integer or float", |d| !d.is_pred() && !d.is_complex()),
-        And | Or | Xor | Not => ("pred or integer", |d| d.is_pred() || d.is_int()),
-        ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | Popcnt | CountLeadingZeros => {
-            ("integer", |d| d.is_int())
-        }
-        Abs | Sign => ("signed integer, float or complex", |d| {
-            d.is_signed() || d.is_complex()
-        }),
-        Exponential | ExponentialMinusOne | Log | LogPlusOne | Sqrt | Rsqrt | Sine | Cosine
-        | Tan | Tanh => ("float or complex", |d| d.is_float() || d.is_complex()),
-        Real | Imag => ("float or complex", |d| d.is_float() || d.is_complex()),
-        _ => ("float", |d| d.is_float()),
-    }
-}
-
-/// Whether a combiner applies to a dtype: `and`/`or` need pred or integers, `replace` is only
-/// for scatter (checked by the caller).
-fn combiner_ok(kind: Combiner, d: DType) -> bool {
-    match kind {
-        Combiner::And | Combiner::Or => d.is_pred() || d.is_int(),
-        // Complex numbers have no order.
-        Combiner::Max | Combiner::Min => !d.is_complex(),
-        _ => true,
-    }
-}
-
-/// Output size of one windowed dimension (reduce_window, convolution, select_and_scatter),
-/// saturating at `usize::MAX` when it exceeds [`crate::MAX_SIZE`].
-pub fn window_output_size(
-    input: usize,
-    base_dil: i64,
-    pad: (i64, i64),
-    window: i64,
-    win_dil: i64,
-    stride: i64,
-) -> usize {
-    checked_window_output_size(input, base_dil, pad, window, win_dil, stride).unwrap_or(usize::MAX)
-}
-
-/// [`window_output_size`], or `None` when the size exceeds [`crate::MAX_SIZE`]. The
-/// arithmetic is done in i128, where no product of two sizes or attributes overflows.
-fn checked_window_output_size(
-    input: usize,
-    base_dil: i64,
-    pad: (i64, i64),
-    window: i64,
-    win_dil: i64,
-    stride: i64,
-) -> Option<usize> {
-    let dilated_in = if input == 0 {
-        0
-    } else {
-        (input as i128 - 1) * base_dil as i128 + 1
-    };
-    let padded = dilated_in + pad.0 as i128 + pad.1 as i128;
-    let dilated_w = if window == 0 {
-        0
-    } else {
-        (window as i128 - 1) * win_dil as i128 + 1
-    };
-    if padded < dilated_w || stride <= 0 {
-        Some(0)
-    } else {
-        dim_size((padded - dilated_w) / stride as i128 + 1)
-    }
-}
-
-/// A dimension size computed in i128, if it is at most [`crate::MAX_SIZE`].
-fn dim_size(size: i128) -> Option<usize> {
-    (0..=crate::MAX_SIZE as i128)
-        .contains(&size)
-        .then_some(size as usize)
 }
 
 /// The `ir_size` error of a dimension whose computed size overflows i64.
@@ -1346,34 +1260,6 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
     }
 }
 
-/// The result shape of a window reduction of `a` (`reduce_window`, `reduce_window_region`)
-/// with window dimensions, strides, base and window dilations `w` and `padding`: constraint
-/// `labels.0` that each has an entry per dimension, `labels.1` that sizes, strides and
-/// dilations are positive.
-fn window_result_shape(
-    l: &Labels,
-    labels: (u32, u32),
-    a: &TensorType,
-    w: [&[i64]; 4],
-    padding: &[(i64, i64)],
-) -> R<Vec<usize>> {
-    let [wd, ws, bd, wdl] = w;
-    let r = a.rank();
-    l.ensure(labels.0, w.iter().all(|v| v.len() == r) && padding.len() == r, || {
-        format!("window_dimensions, window_strides, base_dilations, window_dilations and padding must have {r} entries for {a}")
-    })?;
-    l.ensure(labels.1, w.iter().all(|v| v.iter().all(|&s| s > 0)), || {
-        "window sizes, strides and dilations must be positive".to_string()
-    })?;
-    (0..r)
-        .map(|d| {
-            checked_window_output_size(a.shape[d], bd[d], padding[d], wd[d], wdl[d], ws[d])
-                .ok_or_else(|| size_overflow(format!("the size of dimension {d} of the result")))
-        })
-        .collect()
-}
-
-/// Verifies a region of an instruction; its errors keep their label and say where they are.
 /// Labels 1-3 of a reduction with a body (`reduce_region`, `reduce_window_region`): k inputs
 /// of one shape and k init values, each a scalar of its input's element type.
 fn variadic_operands<'a>(
@@ -1427,6 +1313,7 @@ fn reducer_body(l: &Labels, body: &Func, inits: &[&TensorType], n: u32) -> R<()>
     })
 }
 
+/// Verifies a region of an instruction; its errors keep their label and say where they are.
 fn region(f: &Func) -> R<()> {
     verify(f).map_err(|e| diag(e.diag.label.clone(), format!("region {e}")))
 }
