@@ -9,8 +9,9 @@ on the same inputs and GPU, and its results are compared with PyTorch's.
 
 Environment: KILN_RUN_DEVICE (cuda:0 by default, or `emulator`), KILN_CHECK_JOBS (programs run
 side by side, 8 by default), KILN_CHECK_JSON (where the JSON goes; check-results.json beside
-this script by default), KILN_CHECK_NO_COMPILE=1 (no torch.compile timings). Exit code 0 only
-when everything passed.
+this script by default), KILN_CHECK_NO_COMPILE=1 (no torch.compile timings),
+KILN_CHECK_TIMEOUT (seconds one program may run, 300 by default: a kernel that never ends is a
+failure, not a hang). Exit code 0 only when everything passed.
 """
 import ast
 import concurrent.futures
@@ -125,7 +126,10 @@ def check_program(p, device):
     cmd = [KILN_RUN, os.path.join(d, "artifact"), "--device", device, "--inputs"]
     cmd += [os.path.join(d, f"arg{i}.npy") for i in range(p["args"])]
     cmd += ["--expect"] + [os.path.join(d, f"ref{i}.npy") for i in range(p["results"])]
-    rc, _, err = run(cmd, 300)
+    rc, _, err = run(cmd, int(os.environ.get("KILN_CHECK_TIMEOUT", "300")))
+    if rc != 0:
+        first = err.splitlines()[0] if err else ""
+        progress(f"FAIL {p['name']} (exit {rc}): {first}")
     return p["name"], rc, err
 
 
@@ -234,7 +238,10 @@ def main():
     for w in pack["workloads"]:
         t = time.time()
         rows.append(check_workload(w, device, torch, notes))
-        progress(f"workload {w['name']}: {'ok' if rows[-1]['ok'] else 'FAIL'}, {time.time() - t:.0f} s")
+        r = rows[-1]
+        progress(f"workload {w['name']}: {'ok' if r['ok'] else 'FAIL'}, kiln {fmt(r['kiln_ms'])} ms, "
+                 f"eager {fmt(r['torch_eager_ms'])} ms, compile {fmt(r['torch_compile_ms'])} ms, "
+                 f"{time.time() - t:.0f} s{(': ' + r['note']) if r['note'] else ''}")
     if torch is not None and device != "emulator" and torch.cuda.is_available():
         # The device's copy bandwidth, the yardstick of the elementwise goal.
         x = torch.empty(1 << 28, dtype=torch.float32, device=torch_device(device))

@@ -119,6 +119,10 @@ impl Tally {
         for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
             match program_ptx(p, &target) {
                 Ok(text) => {
+                    for l in split_stores(&text) {
+                        self.failures
+                            .push(format!("{name} ({}): a split 64-bit store: {l}", target.sm));
+                    }
                     if target.sm == "sm_90" {
                         self.rendered += 1;
                         self.launches += p.launches.len();
@@ -343,6 +347,58 @@ fn entries_are_named_after_launches_and_target_the_sm() {
         assert!(text.contains(&format!(".target {}", target.sm)), "{text}");
         assert!(text.contains(".version 8.0"), "{text}");
     }
+}
+
+/// A replacing scatter stores the update: no arithmetic on the values (found on an H200, where
+/// `Replace` rendered as a sum; the emulator runs the GPU IR, not the PTX).
+#[test]
+fn a_replacing_scatter_renders_no_sum() {
+    let p = program(
+        "func @main(%0: f32[3,2], %1: i32[3,1], %2: f32[3,2]) -> f32[3,2] {\n  %3 = scatter %0, %1, %2 {update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = replace} : f32[3,2]\n  return %3\n}\n",
+        &TargetInfo::h200(),
+    );
+    let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+    assert!(!text.contains(".f32"), "{text}");
+}
+
+/// A 64-bit value is stored whole: NVPTX's data layout is the module's before the kernel is
+/// built (found on an H200, where an f64 bitcast to i64 was stored as two `st.b32` of one
+/// 64-bit register and its low half came out zero).
+#[test]
+fn a_64_bit_store_is_not_split() {
+    let p = program(
+        "func @main(%0: f64[16], %1: f64[16]) -> i64[16] {\n  %2 = add %0, %1 : f64[16]\n  %3 = bitcast_convert %2 : i64[16]\n  return %3\n}\n",
+        &TargetInfo::h200(),
+    );
+    let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+    assert_eq!(split_stores(&text), Vec::<String>::new(), "{text}");
+}
+
+/// 64-bit registers stored as two 32-bit halves (`st.b32 [a], %rdN` and `st.b32 [a+4], %rdM`):
+/// a split 64-bit store. A single `st.b32` of a 64-bit register is an integer truncation.
+fn split_stores(ptx: &str) -> Vec<String> {
+    // (base register, byte offset) of each 32-bit store of a 64-bit register.
+    let halves: Vec<(&str, i64, &str)> = ptx
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("st.") && l.contains(".b32"))
+        .filter_map(|l| {
+            let (addr, value) = l.split_once('[')?.1.split_once(']')?;
+            if !value.trim_start_matches(',').trim().starts_with("%rd") {
+                return None;
+            }
+            let (base, off) = match addr.split_once('+') {
+                Some((b, o)) => (b, o.parse().ok()?),
+                None => (addr, 0),
+            };
+            Some((base, off, l))
+        })
+        .collect();
+    halves
+        .iter()
+        .filter(|(b, o, _)| halves.iter().any(|(b2, o2, _)| b2 == b && *o2 == o + 4))
+        .map(|(_, _, l)| l.to_string())
+        .collect()
 }
 
 #[test]

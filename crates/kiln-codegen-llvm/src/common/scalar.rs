@@ -257,6 +257,10 @@ pub(crate) trait Scalar<'c>: Base<'c> {
         x: BasicValueEnum<'c>,
         reassoc: bool,
     ) -> Result<BasicValueEnum<'c>> {
+        // A replacing scatter keeps the update (the last one, in the kernel's order).
+        if kind == Combiner::Replace {
+            return Ok(x);
+        }
         let k = match (kind, d) {
             (Combiner::Add, DType::Pred) | (Combiner::Max, DType::Pred) | (Combiner::Or, _) => {
                 OpKind::Or

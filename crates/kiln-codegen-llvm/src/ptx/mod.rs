@@ -21,7 +21,7 @@ mod mma;
 use crate::{Error, Result};
 use inkwell::context::Context;
 use inkwell::module::Module;
-use inkwell::targets::FileType;
+use inkwell::targets::{FileType, TargetMachine};
 use kiln_ir::{OpKind, TensorType};
 use kiln_kernel::gpu::ir::{GpuKernel, GpuProgram};
 use kiln_kernel::kernel::Kernel;
@@ -77,10 +77,17 @@ pub fn entry_name(k: &GpuKernel) -> String {
 pub fn program_ptx(p: &GpuProgram, target: &PtxTarget) -> Result<String> {
     let ctx = Context::create();
     let m = ctx.create_module("kiln");
+    let tm = crate::ptx_machine(&target.sm, &target.features)?;
+    // NVPTX's data layout before any instruction is built: loads and stores take their type's
+    // alignment from it. Without it an `i64` store gets LLVM's default 4-byte alignment and
+    // is split into two `st.b32` of one 64-bit register, whose low half the driver's JIT was
+    // seen to write as zero (an f64 bitcast to i64 on an H200).
+    m.set_triple(&tm.get_triple());
+    m.set_data_layout(&tm.get_target_data().get_data_layout());
     for k in &p.launches {
         kernel::emit(&ctx, &m, k)?;
     }
-    assemble(&m, target)
+    assemble(&m, &tm)
 }
 
 /// The PTX of one launch `k`, a module of one `.entry` (named by [`entry_name`]).
@@ -108,10 +115,9 @@ pub fn ptx_of(
 }
 
 /// Optimizes `m` (verified) and writes it as PTX for `target`.
-fn assemble(m: &Module, target: &PtxTarget) -> Result<String> {
+fn assemble(m: &Module, tm: &TargetMachine) -> Result<String> {
     m.verify().map_err(|e| Error::Llvm(e.to_string()))?;
-    let tm = crate::ptx_machine(&target.sm, &target.features)?;
-    crate::optimize(m, &tm)?;
+    crate::optimize(m, tm)?;
     let buf = tm
         .write_to_memory_buffer(m, FileType::Assembly)
         .map_err(|e| Error::Llvm(e.to_string()))?;
