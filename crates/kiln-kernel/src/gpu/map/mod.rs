@@ -27,8 +27,9 @@
 //! # The order of a cooperative sum, and its error bound
 //!
 //! A row's reduction of `N` terms over `T` threads (a warp or a block) is cut into chunks of
-//! `c = clamp(⌈N / T⌉, 1, leaf)` consecutive terms (`leaf` of [`SumTree`]); thread `t` adds
-//! chunks `t, t + T, t + 2T, ...`, each chunk in one chain from the reduction's identity, the
+//! `c = clamp(⌈N / T⌉, 1, leaf)` terms `T` apart (`leaf` of [`SumTree`]; chunk `k` of thread
+//! `t` holds terms `(k·c + j)·T + t`, `j < c`, so a warp's loads are consecutive); thread `t`
+//! adds its chunks `k = 0, 1, ...`, each chunk in one chain from the reduction's identity, the
 //! chunk results in a tree of `fanout` per node (as [`SumTree`] does); the threads' results
 //! are combined by a fixed butterfly of `log2(warp)` shuffle levels (every lane ends with the
 //! same value: a float sum or maximum is commutative bit for bit), and for a block, the
@@ -364,12 +365,32 @@ impl Mapper<'_> {
         longest: usize,
     ) -> GpuKernel {
         let warp = self.gpu.warp_size;
-        let (kind, threads) = if longest >= self.gpu.block_reduce_min {
+        // `threads` compute one row; a block holds `per_block` rows. A row's threads are the
+        // block's (`lane`: the thread, `BlockDim` of them), or a warp's (`lane`: the lane) when
+        // a block holds a warp per row, as many warps as an elementwise block has threads, so
+        // that a multiprocessor keeps enough loads in flight.
+        let (kind, threads, per_block, lane, row0) = if longest >= self.gpu.block_reduce_min {
             // Warp 0 combines the warps' results: at most a warp of them.
             let most = self.gpu.max_threads_per_block.min(warp * warp);
-            (MapKind::BlockRows, most - most % warp)
+            (
+                MapKind::BlockRows,
+                most - most % warp,
+                1,
+                sp(Special::Thread),
+                sp(Special::Block),
+            )
         } else {
-            (MapKind::WarpRows, warp)
+            let per_block = (self.gpu.elementwise_block / warp).max(1);
+            (
+                MapKind::WarpRows,
+                warp,
+                per_block,
+                sp(Special::Lane),
+                Sc::plus(
+                    Sc::times(sp(Special::Block), c(per_block)),
+                    sp(Special::Warp),
+                ),
+            )
         };
         // The row: the leading dimensions every hoisted reduction depends on.
         let split = hoisted
@@ -388,7 +409,14 @@ impl Mapper<'_> {
         let mut scalars = Vec::new();
         for (i, h) in hoisted.iter().enumerate() {
             let h = substituted(h, &hoisted[..i], first, vars);
-            let s = self.cooperative(&h, threads, &scalars, &mut r, &mut shared, &mut body);
+            let s = self.cooperative(
+                &h,
+                (threads, &lane),
+                &scalars,
+                &mut r,
+                &mut shared,
+                &mut body,
+            );
             scalars.push(s);
         }
         let e = r.next();
@@ -415,16 +443,18 @@ impl Mapper<'_> {
         }
         body.push(Stmt::For {
             reg: e,
-            start: sp(Special::Thread),
+            start: lane,
             end: c(row_len),
-            step: sp(Special::BlockDim),
+            step: c(threads),
             body: each,
         });
         GpuKernel {
             name: name.to_string(),
             kind,
-            grid: rows.clamp(1, self.gpu.sms * self.gpu.blocks_per_sm),
-            block: threads,
+            grid: rows
+                .div_ceil(per_block)
+                .clamp(1, self.gpu.sms * self.gpu.blocks_per_sm),
+            block: threads * per_block,
             warp,
             inputs,
             outputs,
@@ -434,21 +464,21 @@ impl Mapper<'_> {
             sums: self.sums,
             body: vec![Stmt::For {
                 reg: row,
-                start: sp(Special::Block),
+                start: row0,
                 end: c(rows),
-                step: sp(Special::GridDim),
+                step: Sc::times(sp(Special::GridDim), c(per_block)),
                 body,
             }],
         }
     }
 
-    /// Statements computing the reduction `h` by all `threads` threads of the block together
-    /// (see the module documentation for the order), leaving the result in the register
-    /// returned, the same in every thread.
+    /// Statements computing the reduction `h` by the `threads` threads of a row together
+    /// (`lane` numbers them; see the module documentation for the order), leaving the result
+    /// in the register returned, the same in every thread.
     fn cooperative(
         &self,
         h: &Expr,
-        threads: usize,
+        (threads, lane): (usize, &Sc),
         scalars: &[usize],
         r: &mut Regs,
         shared: &mut Vec<SharedArray>,
@@ -483,14 +513,16 @@ impl Mapper<'_> {
             kind,
             dtype,
         });
+        // Term `q = (round · chunk + j) · threads + lane`: a chunk's terms are `threads` apart,
+        // so the threads of a warp read consecutive elements together (one transaction).
         let mut term = vec![Stmt::Let {
             reg: q,
             value: Sc::plus(
                 Sc::times(
-                    Sc::plus(Sc::times(Sc::Reg(round), c(threads)), sp(Special::Thread)),
-                    c(chunk),
+                    Sc::plus(Sc::times(Sc::Reg(round), c(chunk)), Sc::Reg(j)),
+                    c(threads),
                 ),
-                Sc::Reg(j),
+                lane.clone(),
             ),
         }];
         let mut inside = set_vars(vars, Sc::Reg(q));

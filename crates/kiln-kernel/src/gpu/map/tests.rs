@@ -56,7 +56,7 @@ fn long_rows_get_a_warp_or_a_block_and_short_ones_a_thread() {
     assert_eq!(short.launches[0].kind, MapKind::Elementwise);
     let warp = mapped(&row_sum("64,1000", "64"));
     let k = &warp.launches[0];
-    assert_eq!((k.kind, k.grid, k.block), (MapKind::WarpRows, 64, 32));
+    assert_eq!((k.kind, k.grid, k.block), (MapKind::WarpRows, 8, 256));
     let text = program_text(&warp);
     assert!(
         text.contains("shfl.bfly r") && !text.contains("barrier"),
