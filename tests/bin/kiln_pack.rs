@@ -41,10 +41,11 @@ fn main() -> ExitCode {
                 println!("left out: {why}");
             }
             println!(
-                "{}: {} programs, {} workloads, {:.1} MiB",
+                "{}: {} programs, {} workloads, {} sweep variants, {:.1} MiB",
                 dir.display(),
                 s.programs,
                 s.workloads,
+                s.variants,
                 s.bytes as f64 / (1 << 20) as f64
             );
             ExitCode::SUCCESS

@@ -140,10 +140,13 @@ def bench_json(out):
     return None
 
 
-def check_workload(w, device, torch, notes):
-    row = {"name": w["name"], "kiln_ms": None, "torch_eager_ms": None, "torch_compile_ms": None,
+def check_workload(w, device, torch, notes, variant=None):
+    """A workload's row; with `variant` (a sweep entry), the variant's artifact, timed and
+    checked against PyTorch but without PyTorch's timings."""
+    name = w["name"] if variant is None else f"{w['name']} {variant['label']}"
+    row = {"name": name, "kiln_ms": None, "torch_eager_ms": None, "torch_compile_ms": None,
            "max_rel_error": None, "ok": False, "note": ""}
-    d = os.path.join(HERE, w["dir"])
+    d = os.path.join(HERE, w["dir"] if variant is None else variant["dir"])
     if device == "emulator":
         t = os.path.join(d, "tiny")
         cmd = [KILN_RUN, os.path.join(t, "artifact"), "--device", device, "--bench", "1", "--inputs"]
@@ -180,10 +183,12 @@ def check_workload(w, device, torch, notes):
         row["ok"] = len(got) == len(want) and all(e <= w["tolerance"] for e in errs)
         if not row["ok"]:
             row["note"] = f"results differ from PyTorch's: relative errors {errs}, tolerance {w['tolerance']}"
-        row["torch_eager_ms"] = time_torch(torch, fn, args, w["calls"])
-        if w["kind"] == "gelu" and row["kiln_ms"]:
-            moved = 2 * sum(a.numel() * a.element_size() for a in args)
+        if w["kind"] in ("gelu", "softmax", "layernorm") and row["kiln_ms"] and row["ok"]:
+            moved = sum(a.numel() * a.element_size() for a in args + got)
             row["note"] = "kiln moves %.0f GB/s" % (moved / row["kiln_ms"] / 1e6)
+        if variant is not None:
+            return row
+        row["torch_eager_ms"] = time_torch(torch, fn, args, w["calls"])
         if os.environ.get("KILN_CHECK_NO_COMPILE") == "1":
             notes.append(f"{w['name']}: torch.compile skipped (KILN_CHECK_NO_COMPILE=1)")
             return row
@@ -242,6 +247,17 @@ def main():
         progress(f"workload {w['name']}: {'ok' if r['ok'] else 'FAIL'}, kiln {fmt(r['kiln_ms'])} ms, "
                  f"eager {fmt(r['torch_eager_ms'])} ms, compile {fmt(r['torch_compile_ms'])} ms, "
                  f"{time.time() - t:.0f} s{(': ' + r['note']) if r['note'] else ''}")
+    sweep = []
+    if device != "emulator":
+        by_name = {w["name"]: w for w in pack["workloads"]}
+        for v in pack.get("sweep", []):
+            t = time.time()
+            sweep.append(check_workload(by_name[v["workload"]], device, torch, notes, v))
+            r = sweep[-1]
+            progress(f"sweep {r['name']}: {'ok' if r['ok'] else 'FAIL'}, kiln {fmt(r['kiln_ms'])} ms, "
+                     f"{time.time() - t:.0f} s{(': ' + r['note']) if r['note'] else ''}")
+    elif pack.get("sweep"):
+        notes.append("the sweep's variants run at the GPU size only: skipped on the emulator")
     if torch is not None and device != "emulator" and torch.cuda.is_available():
         # The device's copy bandwidth, the yardstick of the elementwise goal.
         x = torch.empty(1 << 28, dtype=torch.float32, device=torch_device(device))
@@ -254,6 +270,7 @@ def main():
         "programs": {"total": len(results), "passed": len(results) - len(failures),
                      "failed": len(failures), "failures": failures},
         "workloads": rows,
+        "sweep": sweep,
         "notes": notes,
         "seconds": round(time.time() - start, 1),
     }
@@ -272,6 +289,16 @@ def main():
         check = ("ok" if r["ok"] else "FAIL") + ((" (" + r["note"] + ")") if r["note"] else "")
         print(f"{r['name']:28} {fmt(k):>10} {fmt(e):>10} {fmt(c):>11} {fmt(ratio(e)):>10} "
               f"{fmt(ratio(c)):>12} {err:>9}  {check}")
+    if sweep:
+        # Each variant beside its workload's default (the `kiln ms` above).
+        default = {r["name"]: r["kiln_ms"] for r in rows}
+        print()
+        print(f"{'sweep variant':60} {'kiln ms':>10} {'default/variant':>15}  check")
+        for r in sweep:
+            base = default.get(r["name"].split(" ")[0])
+            speedup = None if not base or not r["kiln_ms"] else base / r["kiln_ms"]
+            check = ("ok" if r["ok"] else "FAIL") + ((" (" + r["note"] + ")") if r["note"] else "")
+            print(f"{r['name']:60} {fmt(r['kiln_ms']):>10} {fmt(speedup):>15}  {check}")
     for n in notes:
         print(f"note: {n}")
     out = os.environ.get("KILN_CHECK_JSON", os.path.join(HERE, "check-results.json"))
@@ -281,7 +308,9 @@ def main():
         print(f"JSON: {out}")
     except OSError as e:
         print(f"could not write {out}: {e}")
-    bad = failures or any(not r["ok"] for r in rows)
+    # A variant that fails is a finding about that variant, not the defaults': reported, and
+    # the check fails on it too, so that no failing variant goes unnoticed.
+    bad = failures or any(not r["ok"] for r in rows + sweep)
     sys.exit(1 if bad else 0)
 
 

@@ -8,6 +8,7 @@
 //!
 //! `pack.json` lists the programs, the workloads and what was left out with why.
 
+pub mod sweep;
 pub mod workloads;
 
 use kiln::aot::{Target, compile_func_with_options};
@@ -50,6 +51,8 @@ pub struct Summary {
     pub programs: usize,
     /// Workloads packed.
     pub workloads: usize,
+    /// Sweep variants packed ([`sweep`]).
+    pub variants: usize,
     /// What was left out, with why.
     pub skipped: Vec<String>,
     /// The pack's size.
@@ -206,10 +209,36 @@ pub fn pack(o: &PackOptions) -> Result<Summary, String> {
         }
     }
     s.workloads = wl.len();
+    let mut variants = Vec::new();
+    if !o.quick {
+        for v in sweep::variants() {
+            let Some(w) = ws.iter().find(|w| w.name == v.workload) else {
+                continue;
+            };
+            if !wl.iter().any(|p| p["name"] == v.workload) {
+                continue;
+            }
+            match pack_variant(dir, w, &v) {
+                Ok(rel) => variants.push(json!({
+                    "workload": v.workload,
+                    "label": v.label,
+                    "dir": rel,
+                })),
+                Err(e) => s.skipped.push(format!(
+                    "sweep {} {}: {}",
+                    v.workload,
+                    v.label,
+                    first_line(&e)
+                )),
+            }
+        }
+    }
+    s.variants = variants.len();
     let manifest = json!({
         "kiln_version": kiln_run::artifact::KILN_VERSION,
         "programs": listed,
         "workloads": wl,
+        "sweep": variants,
         "skipped": s.skipped,
     });
     let p = dir.join("pack.json");
@@ -229,6 +258,24 @@ pub fn pack(o: &PackOptions) -> Result<Summary, String> {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
+}
+
+/// A sweep variant packed: the workload's artifact at the GPU size for the H200's target as
+/// `v` changes it, under `sweep/`; returns its folder.
+fn pack_variant(dir: &Path, w: &workloads::Workload, v: &sweep::Variant) -> Result<String, String> {
+    let rel = format!("sweep/{}--{}", w.name, v.label);
+    let mut target = Target::h200();
+    let gpu = target
+        .info
+        .gpu
+        .as_mut()
+        .ok_or("the H200's target has no GPU")?;
+    (v.change)(gpu);
+    let a = compile_func_with_options(&w.full, &kiln::Options::default(), target)
+        .map_err(|e| e.message)?;
+    a.save(&dir.join(&rel).join("artifact"))
+        .map_err(|e| e.to_string())?;
+    Ok(rel)
 }
 
 /// A workload packed: its artifact at the GPU size (inputs made there from `seed`) and at the

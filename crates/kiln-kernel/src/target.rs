@@ -218,6 +218,10 @@ pub struct Gpu {
     /// `gemm_tiles` are: here `thread_m x thread_n` is one warp's tile (multiples of 16) and
     /// `k` is 16.
     pub mma_tiles: Vec<GemmTile>,
+    /// Query rows (a warp each) an attention block takes, most first: a block takes the first
+    /// whose tiles fit its shared memory and threads. Each block stages every key and value
+    /// once for its rows, so more rows read K and V fewer times.
+    pub attention_warps: Vec<usize>,
 }
 
 /// One block tile of a matrix product: the block computes `m x n` elements of the result,
@@ -298,6 +302,7 @@ impl Gpu {
                     thread_n: 16,
                 },
             ],
+            attention_warps: vec![4, 2, 1],
         }
     }
 }

@@ -109,6 +109,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "block_reduce_min": g.block_reduce_min,
             "gemm_tiles": tiles_to_json(&g.gemm_tiles),
             "mma_tiles": tiles_to_json(&g.mma_tiles),
+            "attention_warps": g.attention_warps,
         })),
     })
 }
@@ -185,6 +186,11 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 block_reduce_min: g.usize("block_reduce_min")?,
                 gemm_tiles: tiles_from_json("target.info.gpu.gemm_tiles", g.get("gemm_tiles")?)?,
                 mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
+                attention_warps: g
+                    .get("attention_warps")?
+                    .as_array()
+                    .and_then(|a| a.iter().map(|w| w.as_u64().map(|w| w as usize)).collect())
+                    .ok_or("`target.info.gpu.attention_warps` is not a list of counts")?,
             })
         }
     };

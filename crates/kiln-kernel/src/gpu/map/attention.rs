@@ -55,9 +55,10 @@ impl Mapper<'_> {
         let dtype = k.out.dtype;
         let n2 = ch.n;
         let cols = n2.div_ceil(KEYS);
-        let warps = [4, 2, 1].into_iter().find(|&w| {
+        let warps = self.gpu.attention_warps.iter().copied().find(|&w| {
             let floats = w * d.k + KEYS * d.k + KEYS * n2 + w * KEYS;
-            floats * dtype.bytes().max(4) <= self.gpu.shared_memory_per_block
+            w > 0
+                && floats * dtype.bytes().max(4) <= self.gpu.shared_memory_per_block
                 && w * 32 <= self.gpu.max_threads_per_block
         })?;
         let v_in = ins.get(ch.b)?;
