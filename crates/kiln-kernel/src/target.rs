@@ -253,6 +253,8 @@ impl Gpu {
     /// An NVIDIA H200 (sm_90): 132 multiprocessors, warps of 32, 1024 threads and 227 KiB of
     /// shared memory per block, the `m16n8k16` tensor-core shape.
     pub fn h200() -> Gpu {
+        // The block sizes, tiles and rows per attention block are the fastest of the GPU
+        // pack's sweep on an H200 (docs/performance.md, "On an NVIDIA H200").
         Gpu {
             warp_size: 32,
             shared_memory_per_block: 227 << 10,
@@ -260,13 +262,13 @@ impl Gpu {
             tensor_core_shapes: vec![(16, 8, 16)],
             max_threads_per_block: 1024,
             elementwise_block: 256,
-            blocks_per_sm: 8,
+            blocks_per_sm: 16,
             warp_reduce_min: 128,
-            block_reduce_min: 16384,
+            block_reduce_min: 4096,
             gemm_tiles: vec![
                 GemmTile {
                     m: 128,
-                    n: 128,
+                    n: 64,
                     k: 8,
                     thread_m: 8,
                     thread_n: 8,
@@ -288,6 +290,13 @@ impl Gpu {
             ],
             mma_tiles: vec![
                 GemmTile {
+                    m: 128,
+                    n: 128,
+                    k: 16,
+                    thread_m: 64,
+                    thread_n: 32,
+                },
+                GemmTile {
                     m: 64,
                     n: 64,
                     k: 16,
@@ -302,7 +311,7 @@ impl Gpu {
                     thread_n: 16,
                 },
             ],
-            attention_warps: vec![4, 2, 1],
+            attention_warps: vec![16, 8, 4, 2, 1],
         }
     }
 }

@@ -42,7 +42,7 @@ fn elementwise_kernels_fill_every_multiprocessor_with_grid_stride_loops() {
     let k = &p.launches[0];
     assert_eq!(
         (k.kind, k.grid, k.block),
-        (MapKind::Elementwise, 132 * 8, 256)
+        (MapKind::Elementwise, 132 * 16, 256)
     );
     let small = mapped(
         "func @main(%0: f32[300]) -> f32[300] {\n  %1 = exponential %0 : f32[300]\n  return %1\n}\n",
