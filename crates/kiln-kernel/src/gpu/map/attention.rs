@@ -24,7 +24,8 @@
 //! # The order of the sums
 //!
 //! The scores are chains of at most `leaf` terms (the mapping requires the head dimension to
-//! fit one chunk); a probability's term passes through its step's chain of 32 and one
+//! fit one chunk), lane `l`'s starting at head index `l mod k` and wrapping around (so that
+//! the lanes read K's staged rows from different shared-memory banks); a probability's term passes through its step's chain of 32 and one
 //! rescale-and-add per later step, and the denominator through a 5-level shuffle tree per step
 //! and the same chain across steps. The exponentials are kiln's own (the CPU's polynomial).
 //! The reference computes the softmax and the product with exact sums; the tests compare
@@ -95,7 +96,7 @@ impl Mapper<'_> {
         let mut r = Regs::default();
         let (batch, m0, row, n0, key, zr) =
             (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
-        let (el, staged, dd, jj) = (r.next(), r.next(), r.next(), r.next());
+        let (el, staged, dd, jj, rot) = (r.next(), r.next(), r.next(), r.next(), r.next());
         let (x, y, prod, s, hv, mt, tmp) = (
             r.next(),
             r.next(),
@@ -267,7 +268,9 @@ impl Mapper<'_> {
                 reg: key,
                 value: Sc::plus(reg(n0), lane()),
             },
-            // The score: one chain over the head dimension.
+            // The score: one chain over the head dimension, lane `l` from head index
+            // `l mod k` on (a rotation): the lanes' rows of K lie `k` elements apart, so
+            // reading one head index together would put every lane in one shared-memory bank.
             zero(s, dtype),
             Stmt::For {
                 reg: dd,
@@ -275,15 +278,19 @@ impl Mapper<'_> {
                 end: c(d.k),
                 step: c(1),
                 body: vec![
+                    Stmt::Let {
+                        reg: rot,
+                        value: Sc::modulo(Sc::plus(reg(dd), lane()), c(d.k)),
+                    },
                     Stmt::SharedLoad {
                         reg: x,
                         array: 0,
-                        index: Sc::plus(Sc::times(warp(), c(d.k)), reg(dd)),
+                        index: Sc::plus(Sc::times(warp(), c(d.k)), reg(rot)),
                     },
                     Stmt::SharedLoad {
                         reg: y,
                         array: 1,
-                        index: Sc::plus(Sc::times(lane(), c(d.k)), reg(dd)),
+                        index: Sc::plus(Sc::times(lane(), c(d.k)), reg(rot)),
                     },
                     eval(prod, mul(), vec![x, y]),
                     Stmt::Combine {
