@@ -199,6 +199,10 @@ pub struct Gpu {
     pub max_threads_per_block: usize,
     /// Threads per block of an elementwise kernel's grid-stride loop.
     pub elementwise_block: usize,
+    /// Bytes of one thread's widest load or store (16: 128-bit accesses). An elementwise
+    /// kernel whose outputs divide into such groups gives each thread a group of consecutive
+    /// elements per iteration, so contiguous reads and writes are whole vectors.
+    pub vector_bytes: usize,
     /// Blocks per multiprocessor a grid-stride grid is given (the grid is `sms` times this,
     /// or fewer when the output has fewer elements): enough resident blocks to hide latency.
     pub blocks_per_sm: usize,
@@ -262,6 +266,7 @@ impl Gpu {
             tensor_core_shapes: vec![(16, 8, 16)],
             max_threads_per_block: 1024,
             elementwise_block: 256,
+            vector_bytes: 16,
             blocks_per_sm: 16,
             warp_reduce_min: 128,
             block_reduce_min: 4096,

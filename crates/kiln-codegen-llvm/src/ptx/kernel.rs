@@ -118,6 +118,15 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
         ctx.create_string_attribute("nvvm.reqntid", &k.block.to_string()),
     );
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
+    // Every buffer starts at an arena offset, a multiple of `ALIGN`, in an allocation the
+    // driver aligns further: vector loads and stores of consecutive elements need no checks.
+    let align = ctx.create_enum_attribute(
+        Attribute::get_named_enum_kind_id("align"),
+        kiln_kernel::plan::ALIGN as u64,
+    );
+    for i in 0..bufs.len() {
+        f.add_attribute(AttributeLoc::Param(i as u32), align);
+    }
     for (i, b) in bufs.iter().enumerate() {
         // A buffer passed once may be marked as not aliasing the others.
         if bufs.iter().filter(|o| *o == b).count() == 1 {

@@ -312,22 +312,48 @@ impl Mapper<'_> {
         let p = r.next();
         let total = out.numel();
         let block = self.gpu.elementwise_block;
-        let mut body = set_vars(&dims(&out.shape, 0), Sc::Reg(p));
+        // Consecutive elements per thread and iteration (at most 4, the body written out
+        // once for each, so that LLVM sees their loads and stores side by side and merges
+        // them into vector accesses): a vector of the widest output's dtype, when the
+        // outputs divide into such groups.
+        let widest = outs.iter().map(|o| o.1.dtype.bytes()).max().unwrap_or(1);
+        let group = (self.gpu.vector_bytes / widest.max(1)).clamp(1, 4);
+        let group = if total.is_multiple_of(group) {
+            group
+        } else {
+            1
+        };
+        let q = if group > 1 { r.next() } else { p };
+        let mut each = set_vars(&dims(&out.shape, 0), Sc::Reg(p));
         let mut outputs = Vec::new();
         for (k, (buf, ty, e)) in outs.into_iter().enumerate() {
             let v = r.next();
-            body.push(Stmt::Eval {
+            each.push(Stmt::Eval {
                 reg: v,
                 expr: e,
                 scalars: Vec::new(),
             });
-            body.push(Stmt::Store {
+            each.push(Stmt::Store {
                 buf: Buf::Output(k),
                 index: Sc::Reg(p),
                 value: v,
             });
             outputs.push((buf, ty));
         }
+        let body = if group > 1 {
+            let mut body = Vec::new();
+            for u in 0..group {
+                body.push(Stmt::Let {
+                    reg: p,
+                    value: Sc::plus(Sc::times(Sc::Reg(q), c(group)), c(u)),
+                });
+                body.extend(each.iter().cloned());
+            }
+            body
+        } else {
+            each
+        };
+        let total = total / group;
         GpuKernel {
             name: name.to_string(),
             kind: MapKind::Elementwise,
@@ -341,7 +367,7 @@ impl Mapper<'_> {
             vars,
             sums: self.sums,
             body: vec![Stmt::For {
-                reg: p,
+                reg: q,
                 start: Sc::plus(
                     Sc::times(sp(Special::Block), sp(Special::BlockDim)),
                     sp(Special::Thread),

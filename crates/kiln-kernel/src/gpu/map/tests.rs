@@ -37,17 +37,32 @@ fn row_sum(shape: &str, out: &str) -> String {
 #[test]
 fn elementwise_kernels_fill_every_multiprocessor_with_grid_stride_loops() {
     let p = mapped(
-        "func @main(%0: f32[1000000], %1: f32[1000000]) -> f32[1000000] {\n  %2 = add %0, %1 : f32[1000000]\n  return %2\n}\n",
+        "func @main(%0: f32[8000000], %1: f32[8000000]) -> f32[8000000] {\n  %2 = add %0, %1 : f32[8000000]\n  return %2\n}\n",
     );
     let k = &p.launches[0];
     assert_eq!(
         (k.kind, k.grid, k.block),
         (MapKind::Elementwise, 132 * 16, 256)
     );
+    // Four consecutive f32 elements per thread and iteration (16 bytes): 75 groups of 300.
     let small = mapped(
         "func @main(%0: f32[300]) -> f32[300] {\n  %1 = exponential %0 : f32[300]\n  return %1\n}\n",
     );
-    assert_eq!(small.launches[0].grid, 2);
+    assert_eq!(small.launches[0].grid, 1);
+    let text = program_text(&small);
+    assert!(
+        text.contains("< 75;") && text.matches("out0[").count() == 4,
+        "{text}"
+    );
+    // A size that does not divide into groups: one element per thread.
+    let odd = mapped(
+        "func @main(%0: f32[301]) -> f32[301] {\n  %1 = exponential %0 : f32[301]\n  return %1\n}\n",
+    );
+    let text = program_text(&odd);
+    assert!(
+        text.contains("< 301;") && text.matches("out0[").count() == 1,
+        "{text}"
+    );
 }
 
 #[test]
