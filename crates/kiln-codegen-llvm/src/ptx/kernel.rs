@@ -508,7 +508,9 @@ impl<'a, 'c> Emit<'a, 'c> {
                 Stmt::Let { reg, .. } => (*reg, Some(i64t)),
                 Stmt::Eval { reg, expr, .. } => (*reg, Some(self.reg_type(expr.dtype()))),
                 Stmt::Identity { reg, dtype, .. } => (*reg, Some(self.reg_type(*dtype))),
-                Stmt::Combine { acc, dtype, .. } => (*acc, Some(self.reg_type(*dtype))),
+                Stmt::Combine { acc, dtype, .. } | Stmt::MulAdd { acc, dtype, .. } => {
+                    (*acc, Some(self.reg_type(*dtype)))
+                }
                 Stmt::For { reg, body, .. } => {
                     if let Some(slot @ None) = types.get_mut(*reg) {
                         *slot = Some(i64t);
@@ -607,6 +609,14 @@ impl<'a, 'c> Emit<'a, 'c> {
                 let x = self.coerce(self.read(*value)?, *dtype)?;
                 let c = self.combine_with(*kind, *dtype, a, x, false)?;
                 self.write(*acc, c)?;
+            }
+            Stmt::MulAdd { acc, a, b, dtype } => {
+                let ft: BasicTypeEnum = self.reg_type(*dtype);
+                let z = self.coerce(self.read(*acc)?, *dtype)?;
+                let x = self.coerce(self.read(*a)?, *dtype)?;
+                let y = self.coerce(self.read(*b)?, *dtype)?;
+                let r = self.intrinsic("llvm.fma", ft, &[x, y, z])?;
+                self.write(*acc, r)?;
             }
             Stmt::For {
                 reg,

@@ -156,6 +156,18 @@ pub enum Stmt {
         /// The dtype.
         dtype: DType,
     },
+    /// `acc = acc + a · b` in `dtype` (f32 or f64), rounded once: a fused multiply-add, as
+    /// the products of matrix products and attention accumulate.
+    MulAdd {
+        /// The accumulator register.
+        acc: usize,
+        /// One factor.
+        a: usize,
+        /// The other factor.
+        b: usize,
+        /// The dtype.
+        dtype: DType,
+    },
     /// `for (reg = start; reg < end; reg += step) body`, per thread; a warp runs it while any
     /// of its threads continues (the others wait, masked).
     For {

@@ -71,6 +71,9 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
                 kind,
                 dtype,
             } => writeln!(out, "{pad}r{acc} = {kind:?}(r{acc}, r{value}) : {dtype}"),
+            Stmt::MulAdd { acc, a, b, dtype } => {
+                writeln!(out, "{pad}r{acc} = fma(r{a}, r{b}, r{acc}) : {dtype}")
+            }
             Stmt::For {
                 reg,
                 start,
@@ -218,6 +221,12 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                     vec![],
                 ),
                 Stmt::Combine { acc, value, .. } => (vec![*acc, *value], vec![]),
+                Stmt::MulAdd { acc, a, b, dtype } => {
+                    if !matches!(dtype, DType::F32 | DType::F64) {
+                        return Err(format!("a fused multiply-add in {dtype}"));
+                    }
+                    (vec![*acc, *a, *b], vec![])
+                }
                 Stmt::For { reg, body, .. } => {
                     check(k, body)?;
                     (vec![*reg], vec![])

@@ -259,6 +259,23 @@ impl<'a> Block<'a> {
                     self.set(t, *acc, v);
                 }
             }
+            Stmt::MulAdd { acc, a, b, dtype } => {
+                for t in active() {
+                    let (x, y, z) = (
+                        self.reg(t, *a).f(),
+                        self.reg(t, *b).f(),
+                        self.reg(t, *acc).f(),
+                    );
+                    // Rounded once, in the dtype (registers hold values of their dtype, so
+                    // the conversions to f32 are exact).
+                    let v = if *dtype == kiln_ir::DType::F32 {
+                        f64::from((x as f32).mul_add(y as f32, z as f32))
+                    } else {
+                        x.mul_add(y, z)
+                    };
+                    self.set(t, *acc, V::F(v));
+                }
+            }
             Stmt::For {
                 reg,
                 start,

@@ -25,8 +25,9 @@
 //!
 //! The scores are chains of at most `leaf` terms (the mapping requires the head dimension to
 //! fit one chunk), lane `l`'s starting at head index `l mod k` and wrapping around (so that
-//! the lanes read K's staged rows from different shared-memory banks); a probability's term passes through its step's chain of 32 and one
-//! rescale-and-add per later step, and the denominator through a 5-level shuffle tree per step
+//! the lanes read K's staged rows from different shared-memory banks); a probability's term
+//! passes through its step's chain of 32 and one rescale-and-add per later step (the chains'
+//! products and sums fused, one rounding each), and the denominator through a 5-level shuffle tree per step
 //! and the same chain across steps. The exponentials are kiln's own (the CPU's polynomial).
 //! The reference computes the softmax and the product with exact sums; the tests compare
 //! within `kiln_reference::accuracy`'s bounds.
@@ -97,15 +98,7 @@ impl Mapper<'_> {
         let (batch, m0, row, n0, key, zr) =
             (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
         let (el, staged, dd, jj, rot) = (r.next(), r.next(), r.next(), r.next(), r.next());
-        let (x, y, prod, s, hv, mt, tmp) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let (x, y, s, hv, mt, tmp) = (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
         let (alpha, p, ps, l, mrun, part, o) = (
             r.next(),
             r.next(),
@@ -139,7 +132,6 @@ impl Mapper<'_> {
                 vec![op(OpKind::Subtract, vec![scalar(0), scalar(1)])],
             )
         };
-        let mul = || op(OpKind::Multiply, vec![scalar(0), scalar(1)]);
 
         let mut body = vec![
             Stmt::Let {
@@ -292,11 +284,10 @@ impl Mapper<'_> {
                         array: 1,
                         index: Sc::plus(Sc::times(lane(), c(d.k)), reg(rot)),
                     },
-                    eval(prod, mul(), vec![x, y]),
-                    Stmt::Combine {
+                    Stmt::MulAdd {
                         acc: s,
-                        value: prod,
-                        kind: Combiner::Add,
+                        a: x,
+                        b: y,
                         dtype,
                     },
                 ],
@@ -418,11 +409,10 @@ impl Mapper<'_> {
                                 array: 2,
                                 index: Sc::plus(Sc::times(reg(jj), c(n2)), col),
                             },
-                            eval(prod, mul(), vec![x, y]),
-                            Stmt::Combine {
+                            Stmt::MulAdd {
                                 acc: part,
-                                value: prod,
-                                kind: Combiner::Add,
+                                a: x,
+                                b: y,
                                 dtype,
                             },
                         ],

@@ -16,7 +16,9 @@
 //! `L = ⌈log_fanout ⌈K / leaf⌉⌉` levels. At the end the levels are added from the top down.
 //! A term passes through at most `leaf + fanout · L + L` roundings, within the
 //! `K(n, r) = leaf + fanout · ⌈log_fanout(n / leaf)⌉ + fanout · r` of `ir-specs/ops/reduce.md`
-//! (`r >= 1` pays for the final `L` additions). Integers wrap, in any order.
+//! (`r >= 1` pays for the final `L` additions). In f32 and f64 each term is multiplied and
+//! added in one fused multiply-add (one rounding for the product and the sum, as the CPU's
+//! GEMM does). Integers wrap, in any order.
 
 use super::gemm::{InLaunch, Launch, Product};
 use super::staging::{Staging, Stepping, Tile, double_buffered, zero};
@@ -200,15 +202,26 @@ impl Mapper<'_> {
                 ),
             });
         }
+        let fused = matches!(dtype, DType::F32 | DType::F64);
         for (i, &x) in af.iter().enumerate() {
             for (j, &y) in bf.iter().enumerate() {
+                let acc = acc[0][i * tn + j];
+                if fused {
+                    step.push(Stmt::MulAdd {
+                        acc,
+                        a: x,
+                        b: y,
+                        dtype,
+                    });
+                    continue;
+                }
                 step.push(Stmt::Eval {
                     reg: prod,
                     expr: product.clone(),
                     scalars: vec![x, y],
                 });
                 step.push(Stmt::Combine {
-                    acc: acc[0][i * tn + j],
+                    acc,
                     value: prod,
                     kind: Combiner::Add,
                     dtype,
