@@ -265,12 +265,7 @@ fn first_line(s: &str) -> &str {
 fn pack_variant(dir: &Path, w: &workloads::Workload, v: &sweep::Variant) -> Result<String, String> {
     let rel = format!("sweep/{}--{}", w.name, v.label);
     let mut target = Target::h200();
-    let gpu = target
-        .info
-        .gpu
-        .as_mut()
-        .ok_or("the H200's target has no GPU")?;
-    (v.change)(gpu);
+    (v.change)(&mut target.info);
     let a = compile_func_with_options(&w.full, &kiln::Options::default(), target)
         .map_err(|e| e.message)?;
     a.save(&dir.join(&rel).join("artifact"))

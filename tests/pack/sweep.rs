@@ -5,7 +5,7 @@
 //! results against PyTorch's, and prints the variants side by side; the defaults in
 //! `Gpu::h200` are chosen from such tables (`docs/performance.md`).
 
-use kiln_kernel::target::{GemmTile, Gpu};
+use kiln_kernel::target::{GemmTile, Gpu, TargetInfo};
 
 /// One variant: the workload it reruns, its label, and the change to the H200's target.
 pub struct Variant {
@@ -14,7 +14,16 @@ pub struct Variant {
     /// What differs from the default, for the table (also the folder's name).
     pub label: String,
     /// The change.
-    pub change: Box<dyn Fn(&mut Gpu)>,
+    pub change: Box<dyn Fn(&mut TargetInfo)>,
+}
+
+/// A change of the GPU's description alone.
+fn gpu(f: impl Fn(&mut Gpu) + 'static) -> Box<dyn Fn(&mut TargetInfo)> {
+    Box::new(move |t: &mut TargetInfo| {
+        if let Some(g) = t.gpu.as_mut() {
+            f(g)
+        }
+    })
 }
 
 fn tile(m: usize, n: usize, k: usize, thread_m: usize, thread_n: usize) -> GemmTile {
@@ -41,7 +50,20 @@ pub fn variants() -> Vec<Variant> {
         out.push(Variant {
             workload: "matmul_bf16_8192",
             label: format!("mma_{m}x{n}_warp_{tm}x{tn}"),
-            change: Box::new(move |g| g.mma_tiles.insert(0, tile(m, n, 16, tm, tn))),
+            change: gpu(move |g| g.mma_tiles.insert(0, tile(m, n, 16, tm, tn))),
+        });
+    }
+    // Longer chunks of the products' sum trees: fewer levels of accumulators (registers) per
+    // thread, a looser error bound (what this costs in time is what the table shows).
+    for (workload, leaf) in [
+        ("matmul_bf16_8192", 1024),
+        ("matmul_bf16_8192", 8192),
+        ("linear_bias_gelu_4096", 4096),
+    ] {
+        out.push(Variant {
+            workload,
+            label: format!("sum_leaf_{leaf}"),
+            change: Box::new(move |t: &mut TargetInfo| t.sums.leaf = leaf),
         });
     }
     // CUDA-core tiles of the f32 product with its epilogue.
@@ -49,7 +71,7 @@ pub fn variants() -> Vec<Variant> {
         out.push(Variant {
             workload: "linear_bias_gelu_4096",
             label: format!("tile_{m}x{n}x{k}_thread_{tm}x{tn}"),
-            change: Box::new(move |g| g.gemm_tiles.insert(0, tile(m, n, k, tm, tn))),
+            change: gpu(move |g| g.gemm_tiles.insert(0, tile(m, n, k, tm, tn))),
         });
     }
     // Query rows per attention block.
@@ -57,7 +79,7 @@ pub fn variants() -> Vec<Variant> {
         out.push(Variant {
             workload: "attention_16x16x1024x64",
             label: format!("rows_{w}"),
-            change: Box::new(move |g| g.attention_warps = vec![w, 4, 2, 1]),
+            change: gpu(move |g| g.attention_warps = vec![w, 4, 2, 1]),
         });
     }
     // A thread's accesses of an elementwise kernel: one element (4 bytes) or two.
@@ -65,14 +87,14 @@ pub fn variants() -> Vec<Variant> {
         out.push(Variant {
             workload: "gelu_chain_64M",
             label: format!("vector_bytes_{bytes}"),
-            change: Box::new(move |g| g.vector_bytes = bytes),
+            change: gpu(move |g| g.vector_bytes = bytes),
         });
     }
     // Warps per block of a warp-per-row reduction.
     out.push(Variant {
         workload: "layernorm_32768x1024",
         label: "block_128".into(),
-        change: Box::new(|g| g.elementwise_block = 128),
+        change: gpu(|g| g.elementwise_block = 128),
     });
     out
 }
