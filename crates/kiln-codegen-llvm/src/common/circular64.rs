@@ -16,8 +16,8 @@
 //! a first-order correction and cos's 1 - r²/2 summed exactly, as double-doubles; tan is their
 //! double-double quotient (-cos/sin in odd quadrants). The quadrant k mod 4 and (for the odd
 //! functions) x's sign are put back; infinities and NaN give NaN. Within 1 ulp for sine and
-//! cosine and 2 for tan of the correctly rounded value (`f64_circular_functions_are_accurate_
-//! on_the_host` checks them against Rust's).
+//! cosine and 2 for tan of the correctly rounded value (checked against Rust's by
+//! `f64_circular_functions_are_accurate_on_the_host`).
 
 use super::dd::{Dd, DoubleDouble};
 use super::math::Math;

@@ -49,13 +49,13 @@ pub(crate) fn define<'c>(
     h.b.build_return(Some(&r)).unwrap();
 }
 
-/// Ulps between `a` and `b` in f64: 0 for two NaNs or the same value, 1 for zeros of
-/// different signs.
+/// Ulps between `a` and `b` in f64: 0 for two NaNs or the same value; `u64::MAX` (no bound
+/// passes it) for a NaN against a number and for zeros of different signs.
 pub(crate) fn ulps64(a: f64, b: f64) -> u64 {
     if a.is_nan() && b.is_nan() || a.to_bits() == b.to_bits() {
         return 0;
     }
-    if a.is_nan() || b.is_nan() {
+    if a.is_nan() || b.is_nan() || a == b {
         return u64::MAX;
     }
     let key = |v: f64| {
