@@ -1,11 +1,11 @@
 //! PTX validity: every GPU kernel the tests produce (each spec example of `ir-specs/ops`,
 //! each target filetest, and random programs), mapped to the GPU as the emulator maps it,
 //! rendered through LLVM's NVPTX target for sm_80 and sm_90 and assembled by ptxas. A kernel
-//! ptxas rejects fails with its message; kernels with an op that has no GPU implementation yet
-//! are counted by reason and printed. In CI (`CI` set), a missing ptxas is an error.
+//! ptxas rejects fails with its message; kernels that do not render are counted by reason,
+//! printed, and fail. In CI (`CI` set), a missing ptxas is an error.
 
 use kiln_codegen_llvm::Error;
-use kiln_codegen_llvm::ptx::{PtxTarget, UNSUPPORTED_F64_OPS, mapped_kernels, program_ptx};
+use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_ir::random::{Config, Rng, random_func};
 use kiln_ir::{Func, parse_func_text};
 use kiln_kernel::gpu::ir::GpuProgram;
@@ -80,7 +80,7 @@ struct Tally {
     /// Kernel steps rendered (each for sm_80 and sm_90), and their launches.
     rendered: usize,
     launches: usize,
-    /// Kernel steps that do not render yet, by reason.
+    /// Kernel steps that do not render, by reason.
     unsupported: BTreeMap<String, usize>,
     /// Kernel steps the mapping refused, by reason.
     unmapped: BTreeMap<String, usize>,
@@ -148,7 +148,7 @@ impl Tally {
             "{what}: {} kernel steps ({} launches) rendered for sm_80 and sm_90",
             self.rendered, self.launches
         );
-        println!("  not rendered yet (kernel steps, by reason):");
+        println!("  not rendered (kernel steps, by reason):");
         for (why, n) in &self.unsupported {
             println!("    {n:5}  {why}");
         }
@@ -156,16 +156,9 @@ impl Tally {
         for (why, n) in &self.unmapped {
             println!("    {n:5}  {why}");
         }
-        // Only the ops listed as unsupported may keep a kernel from rendering.
+        // Every element op renders on the GPU: no reason may keep a kernel from rendering.
         for why in self.unsupported.keys() {
-            let listed = UNSUPPORTED_F64_OPS
-                .iter()
-                .any(|k| why.contains(&format!("`{}` on f64", k.mnemonic())));
-            if !listed {
-                self.failures.push(format!(
-                    "{what}: not rendered for an unlisted reason: {why}"
-                ));
-            }
+            self.failures.push(format!("{what}: not rendered: {why}"));
         }
         match ptxas() {
             Some(ptxas) => {
@@ -401,17 +394,31 @@ fn split_stores(ptx: &str) -> Vec<String> {
         .collect()
 }
 
+/// The f64 functions the CPU takes from its C library render on the GPU as kiln's own code:
+/// no call, their tables in PTX's constant space; and ptxas assembles them.
 #[test]
-fn ops_without_a_gpu_implementation_are_named() {
-    let p = program(
-        "func @main(%0: f64[2]) -> f64[2] {\n  %1 = sine %0 : f64[2]\n  return %1\n}\n",
-        &TargetInfo::h200(),
-    );
-    let e = program_ptx(&p, &PtxTarget::sm90()).unwrap_err();
-    assert!(
-        matches!(&e, Error::Unsupported(m) if m.contains("`sine` on f64")),
-        "{e}"
-    );
+fn f64_library_functions_render_without_calls() {
+    let mut tally = Tally::default();
+    for op in ["sine", "cosine", "tan", "atan2", "power"] {
+        let src = if matches!(op, "atan2" | "power") {
+            format!(
+                "func @main(%0: f64[2], %1: f64[2]) -> f64[2] {{\n  %2 = {op} %0, %1 : f64[2]\n  return %2\n}}\n"
+            )
+        } else {
+            format!(
+                "func @main(%0: f64[2]) -> f64[2] {{\n  %1 = {op} %0 : f64[2]\n  return %1\n}}\n"
+            )
+        };
+        let p = program(&src, &TargetInfo::h200());
+        let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+        assert!(!text.contains("call"), "f64 {op} calls a function:\n{text}");
+        assert!(
+            text.contains(".const .align 8 .b8 kiln_"),
+            "f64 {op} has no constant table:\n{text}"
+        );
+        tally.render(&format!("f64 {op}"), &p);
+    }
+    tally.finish("f64 library functions");
 }
 
 /// Every form of a product by block tiles assembles for sm_80 and sm_90: each tile size of an

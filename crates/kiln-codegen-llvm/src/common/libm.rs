@@ -1,4 +1,4 @@
-//! `log_plus_one`, `exponential_minus_one`, `cbrt` and (but in f64) `power` as
+//! `log_plus_one`, `exponential_minus_one`, `cbrt` and `power` as
 //! target-independent LLVM IR, for targets without a C math library (the GPU). They compute in
 //! f64 (an f32, f16 or bf16 value is widened, and the result rounded once to f32) from
 //! [`Math`]'s exp and log:
@@ -9,12 +9,14 @@
 //!   the same correction (Kahan's).
 //! - cbrt(x): a first guess from the exponent bits divided by 3, five Newton steps
 //!   y - (y³ - a) / 3y², the sign put back; subnormal f64 scaled by 2^54 first.
-//! - x^y = e^(y log |x|) for f32, f16 and bf16 results (see [`Library::pow_narrow`]).
+//! - x^y = e^(y log |x|) for f32, f16 and bf16 results (see [`Library::pow_narrow`]; f64
+//!   results are [`super::pow64`]'s).
 //!
 //! Within 1 ulp for f32 results and 4 ulps for f64 (checked against Rust's functions on the
 //! host by `library_functions_are_accurate_on_the_host`).
 
 use super::math::Math;
+use super::pow64::Pow64;
 use super::scalar::Scalar;
 use super::{Base, llvm};
 use crate::Result;
@@ -47,16 +49,14 @@ pub(crate) trait Library<'c>: Base<'c> {
         }))
     }
 
-    /// x^y in `d` (f32, f16 or bf16) as e^(y log |x|) in f64, which is within a fraction of
-    /// an f32 ulp before the one rounding (|y log |x|| < 104 wherever the f32 result is finite
-    /// and nonzero), with C's special cases: x^0 = 1^y = 1, a negative finite x to a finite
-    /// non-integer power is NaN, and the sign of x is kept for odd integer powers. f64 is
-    /// [`crate::Error::Unsupported`] (that needs a more accurate log and exp).
+    /// x^y in `d`. For f32, f16 and bf16 as e^(y log |x|) in f64, which is within a fraction
+    /// of an f32 ulp before the one rounding (|y log |x|| < 104 wherever the f32 result is
+    /// finite and nonzero), with C's special cases: x^0 = 1^y = 1, a negative finite x to a
+    /// finite non-integer power is NaN, and the sign of x is kept for odd integer powers. f64
+    /// needs a more accurate log and exp: [`Pow64::pow_f64`]'s.
     fn pow_narrow(&self, d: DType, x: FloatValue<'c>, y: FloatValue<'c>) -> Result<FloatValue<'c>> {
         if d == DType::F64 {
-            return Err(crate::Error::Unsupported(
-                "`power` on f64 has no GPU implementation yet".into(),
-            ));
+            return self.pow_f64(x, y);
         }
         let b = self.builder();
         let f64t = self.ctx().f64_type();

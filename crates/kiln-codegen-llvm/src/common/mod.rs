@@ -1,22 +1,34 @@
 //! What the CPU and GPU emitters share: the element operations on scalars ([`scalar`]) and
 //! kiln's own transcendental functions as target-independent LLVM IR ([`math`]); and for
 //! targets without a C math library (the GPU), an exact float remainder ([`fmod`]), `log1p`,
-//! `expm1`, `cbrt` and `power` ([`libm`]), and `atan2` ([`trig`]). Each emitter implements
+//! `expm1`, `cbrt` and `power` ([`libm`]; f64 `power` in [`pow64`]), `atan2` and the circular
+//! functions ([`trig`]; in f64, [`atan64`] and [`circular64`]), the f64 ones on double-double
+//! arithmetic ([`dd`]) and constant tables ([`table`], [`tables64`]). Each emitter implements
 //! [`Base`] (its context, module and builder, and the few things that differ by target) and
 //! gets them all.
 
+pub(crate) mod atan64;
+pub(crate) mod circular64;
+pub(crate) mod dd;
 pub(crate) mod fmod;
 pub(crate) mod libm;
 pub(crate) mod math;
+pub(crate) mod pow64;
 pub(crate) mod scalar;
+pub(crate) mod table;
+pub(crate) mod tables64;
 pub(crate) mod trig;
 
+#[cfg(test)]
+pub(crate) mod host;
+
 use crate::{Error, Result};
+use inkwell::AddressSpace;
 use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::values::FloatValue;
-use kiln_ir::{DType, OpKind};
+use kiln_ir::DType;
 
 pub(crate) fn llvm<E: std::fmt::Display>(e: E) -> Error {
     Error::Llvm(e.to_string())
@@ -43,14 +55,13 @@ pub(crate) trait Base<'c> {
     fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>>;
     /// Whether the target has no C math library: float remainders are then computed by
     /// [`fmod::Remainder::fmod_exact`] rather than LLVM's `frem`, powers by
-    /// [`libm::Library::pow_narrow`] rather than `llvm.pow`, and `atan2` by
-    /// [`trig::Trig::atan2_narrow`].
+    /// [`libm::Library::pow_narrow`] rather than `llvm.pow`, and `atan2`, `sine`, `cosine`
+    /// and `tan` by [`trig::Trig`] rather than LLVM's intrinsics.
     fn inline_library(&self) -> bool {
         false
     }
-    /// Whether the float op `k` on `d` renders on this target; an [`Error::Unsupported`]
-    /// naming it where it does not.
-    fn float_op_renders(&self, _k: OpKind, _d: DType) -> Result<()> {
-        Ok(())
+    /// The address space of constant tables ([`table::Tables`]).
+    fn constant_space(&self) -> AddressSpace {
+        AddressSpace::default()
     }
 }

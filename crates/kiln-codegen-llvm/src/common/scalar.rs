@@ -364,7 +364,6 @@ pub(crate) trait Scalar<'c>: Base<'c> {
         d: DType,
         v: &[BasicValueEnum<'c>],
     ) -> Result<BasicValueEnum<'c>> {
-        self.float_op_renders(k, d)?;
         let b = self.builder();
         let ft = self.ftype(d);
         let x = v[0].into_float_value();

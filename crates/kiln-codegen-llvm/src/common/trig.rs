@@ -1,5 +1,6 @@
-//! `atan2` as target-independent LLVM IR for targets without a C math library (the GPU), for
-//! f32, f16 and bf16 results, computed in f64: t = min(|y|, |x|) / max(|y|, |x|) in [0, 1],
+//! `atan2` and the circular functions as target-independent LLVM IR for targets without a C
+//! math library (the GPU), for f32, f16 and bf16 results (f64 ones are [`super::atan64`]'s and
+//! [`super::circular64`]'s). atan2 is computed in f64: t = min(|y|, |x|) / max(|y|, |x|) in [0, 1],
 //! reduced to |s| <= tan(π/8) by atan t = π/4 + atan((t - 1) / (t + 1)) above it, atan s by its
 //! Taylor series to s^33 (truncation below 3e-14 relative), then the octant and quadrant put
 //! back (π/2 - a where |y| > |x|, π - a where x's sign is set) and y's sign. Both infinite
@@ -7,6 +8,8 @@
 //! for infinities) come out of the same steps. Within 1 ulp of Rust's `atan2` rounded to f32
 //! (`atan2_is_accurate_on_the_host`); NaN for a NaN operand.
 
+use super::atan64::Atan64;
+use super::circular64::Circular64;
 use super::math::Math;
 use super::scalar::Scalar;
 use super::{Base, llvm};
@@ -44,20 +47,10 @@ pub(crate) enum Circular {
     Tan,
 }
 
-impl Circular {
-    fn name(self) -> &'static str {
-        match self {
-            Circular::Sin => "sine",
-            Circular::Cos => "cosine",
-            Circular::Tan => "tan",
-        }
-    }
-}
-
 /// `atan2` and the circular functions, on any [`Base`].
 pub(crate) trait Trig<'c>: Base<'c> {
-    /// atan2(y, x) in `d` (f32, f16 or bf16); f64 is [`crate::Error::Unsupported`] (the series
-    /// is not accurate enough for it).
+    /// atan2(y, x) in `d`: f32, f16 or bf16 as above; f64 by [`Atan64::atan2_f64`] (the
+    /// series is not accurate enough for it).
     fn atan2_narrow(
         &self,
         d: DType,
@@ -65,9 +58,7 @@ pub(crate) trait Trig<'c>: Base<'c> {
         x: FloatValue<'c>,
     ) -> Result<FloatValue<'c>> {
         if d == DType::F64 {
-            return Err(crate::Error::Unsupported(
-                "`atan2` on f64 has no GPU implementation yet".into(),
-            ));
+            return self.atan2_f64(y, x);
         }
         let b = self.builder();
         let ft = self.ctx().f64_type();
@@ -137,17 +128,14 @@ pub(crate) trait Trig<'c>: Base<'c> {
         b.build_float_trunc(r, self.ftype(d), "r").map_err(llvm)
     }
 
-    /// sin, cos or tan of `x` in `d` (f32, f16 or bf16; f64 is
-    /// [`crate::Error::Unsupported`]), computed in f64: |x| reduced by π/2 to k and r in
-    /// [-π/4, π/4] (directly below π/4; by fdlibm's three-part π/2 below 2^20; above, by
-    /// [`Trig::reduce_large`]), r's sine and cosine by their Taylor series to r^17 and r^16,
-    /// the quadrant k mod 4 and x's sign put back. NaN for infinities and NaN.
+    /// sin, cos or tan of `x` in `d`. f32, f16 and bf16 are computed in f64: |x| reduced by
+    /// π/2 to k and r in [-π/4, π/4] (directly below π/4; by fdlibm's three-part π/2 below
+    /// 2^20; above, by [`Trig::reduce_large`]), r's sine and cosine by their Taylor series to
+    /// r^17 and r^16, the quadrant k mod 4 and x's sign put back. NaN for infinities and NaN.
+    /// f64 is [`Circular64::circular_f64`]'s (double-double reduction and kernels).
     fn circular(&self, which: Circular, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         if d == DType::F64 {
-            return Err(crate::Error::Unsupported(format!(
-                "`{}` on f64 has no GPU implementation yet",
-                which.name()
-            )));
+            return self.circular_f64(which, x);
         }
         let b = self.builder();
         let ft = self.ctx().f64_type();

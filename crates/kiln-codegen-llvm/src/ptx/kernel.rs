@@ -1,7 +1,7 @@
 //! One launch ([`GpuKernel`]) as an LLVM function with the PTX kernel calling convention
 //! (an `.entry`): statement by statement, as the emulator runs them.
 
-use super::{UNSUPPORTED_F64_OPS, entry_name};
+use super::entry_name;
 use crate::common::libm::Library;
 use crate::common::scalar::Scalar;
 use crate::common::{Base, llvm};
@@ -19,7 +19,7 @@ use inkwell::values::{
     BasicMetadataValueEnum, BasicValueEnum, FloatValue, FunctionValue, GlobalValue, IntValue,
     PointerValue,
 };
-use kiln_ir::{Combiner, DType, OpKind};
+use kiln_ir::{Combiner, DType};
 use kiln_kernel::gpu::ir::Sc;
 use kiln_kernel::gpu::ir::{Buf, GpuKernel, SharedArray, Shuffle, Special, Stmt};
 use std::cell::RefCell;
@@ -78,14 +78,9 @@ impl<'c> Base<'c> for Emit<'_, 'c> {
         true
     }
 
-    fn float_op_renders(&self, k: OpKind, d: DType) -> Result<()> {
-        if d == DType::F64 && UNSUPPORTED_F64_OPS.contains(&k) {
-            return Err(Error::Unsupported(format!(
-                "`{}` on {d} has no GPU implementation yet",
-                k.mnemonic()
-            )));
-        }
-        Ok(())
+    fn constant_space(&self) -> AddressSpace {
+        // PTX's constant state space.
+        AddressSpace::from(4u16)
     }
 }
 

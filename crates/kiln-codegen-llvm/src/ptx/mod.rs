@@ -8,8 +8,8 @@
 //!   flow, special registers, barriers and warp shuffles through NVVM intrinsics.
 //! - `expr.rs`: kernel-IR expressions at a thread's loop variables, reductions in the
 //!   [`kiln_kernel::target::SumTree`] order the emulator follows.
-//! - Element operations are the CPU's (`crate::common`); ops with no GPU implementation yet
-//!   are [`Error::Unsupported`] naming them (see [`UNSUPPORTED_F64_OPS`]).
+//! - Element operations are the CPU's (`crate::common`), with kiln's own LLVM IR for what
+//!   the CPU takes from its C math library (PTX cannot call one).
 //!
 //! The PTX ISA version and the SM come from a [`PtxTarget`].
 
@@ -22,7 +22,7 @@ use crate::{Error, Result};
 use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::targets::{FileType, TargetMachine};
-use kiln_ir::{OpKind, TensorType};
+use kiln_ir::TensorType;
 use kiln_kernel::gpu::ir::{GpuKernel, GpuProgram};
 use kiln_kernel::kernel::Kernel;
 use kiln_kernel::target::TargetInfo;
@@ -54,17 +54,6 @@ impl PtxTarget {
         }
     }
 }
-
-/// Float ops with a GPU implementation for f32, f16 and bf16 (computed in f64, see
-/// `common/libm.rs` and `common/trig.rs`) but not yet for f64: rendering one on f64 is an
-/// [`Error::Unsupported`] naming it (a library call there, which PTX cannot resolve).
-pub const UNSUPPORTED_F64_OPS: &[OpKind] = &[
-    OpKind::Power,
-    OpKind::Atan2,
-    OpKind::Sine,
-    OpKind::Cosine,
-    OpKind::Tan,
-];
 
 /// The `.entry` name of launch `k`: its name with every character but letters, digits and
 /// `_` as `_`.
@@ -156,8 +145,7 @@ pub fn mapped_kernels(
 }
 
 /// The PTX of every kernel of `f` (lowered with `opts` for an H200) for `target`, a module per
-/// kernel step; steps the mapping refuses or with ops that do not render yet are comments
-/// saying why. What `cargo xtask dump FILE --stage ptx` prints.
+/// kernel step; steps the mapping refuses or that do not render are comments saying why. What `cargo xtask dump FILE --stage ptx` prints.
 pub fn function_ptx(
     f: &kiln_ir::Func,
     opts: &kiln_kernel::Options,
