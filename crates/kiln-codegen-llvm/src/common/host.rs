@@ -1,4 +1,4 @@
-//! What the host tests of the f64 GPU functions share: a [`Base`] on a host module (its
+//! What the host tests of the shared math functions share: a [`Base`] on a host module (its
 //! functions run through LLVM's JIT and are compared with Rust's), ulp distances and a
 //! deterministic random source.
 

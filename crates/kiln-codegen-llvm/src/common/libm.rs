@@ -60,58 +60,13 @@ pub(crate) trait Library<'c>: Base<'c> {
         }
         let b = self.builder();
         let f64t = self.ctx().f64_type();
-        let c = |v: f64| f64t.const_float(v);
         let x = b.build_float_ext(x, f64t, "x").map_err(llvm)?;
         let y = b.build_float_ext(y, f64t, "y").map_err(llvm)?;
         let ax = self.fabs(x)?;
         let l = self.log_fast(DType::F64, ax)?;
         let t = b.build_float_mul(y, l, "t").map_err(llvm)?;
         let r = self.exp_fast(DType::F64, t)?;
-        // y an integer (infinities count as even ones), and odd.
-        let fl = self.intrinsic("llvm.floor", f64t.into(), &[y.into()])?;
-        let integer = self.fcmp(FloatPredicate::OEQ, fl.into_float_value(), y)?;
-        let half = b.build_float_mul(y, c(0.5), "h").map_err(llvm)?;
-        let fh = self
-            .intrinsic("llvm.floor", f64t.into(), &[half.into()])?
-            .into_float_value();
-        let not_even = self.fcmp(FloatPredicate::ONE, fh, half)?;
-        let odd = b.build_and(integer, not_even, "odd").map_err(llvm)?;
-        let bits = b
-            .build_bit_cast(x, self.ctx().i64_type(), "xb")
-            .map_err(llvm)?
-            .into_int_value();
-        let negative = b
-            .build_int_compare(
-                inkwell::IntPredicate::SLT,
-                bits,
-                self.ctx().i64_type().const_zero(),
-                "neg",
-            )
-            .map_err(llvm)?;
-        let flip = b.build_and(negative, odd, "flip").map_err(llvm)?;
-        let neg_r = b.build_float_neg(r, "nr").map_err(llvm)?;
-        let r = self.select_float(flip, neg_r, r)?;
-        // A negative finite x (not -0) to a non-integer power: NaN.
-        let below = self.fcmp(FloatPredicate::OLT, x, c(0.0))?;
-        let finite = self.fcmp(FloatPredicate::ONE, ax, c(f64::INFINITY))?;
-        let not_integer = b.build_not(integer, "ni").map_err(llvm)?;
-        let invalid = b.build_and(below, finite, "inv").map_err(llvm)?;
-        let invalid = b.build_and(invalid, not_integer, "inv").map_err(llvm)?;
-        let r = self.select_float(invalid, c(f64::NAN), r)?;
-        // x^0 = 1 and 1^y = 1 (NaNs included); (-1)^±inf = 1.
-        let y_zero = self.fcmp(FloatPredicate::OEQ, y, c(0.0))?;
-        let x_one = self.fcmp(FloatPredicate::OEQ, x, c(1.0))?;
-        let minus_one = self.fcmp(FloatPredicate::OEQ, x, c(-1.0))?;
-        let y_inf = self.fcmp(FloatPredicate::OEQ, self.fabs(y)?, c(f64::INFINITY))?;
-        let one = b.build_or(y_zero, x_one, "one").map_err(llvm)?;
-        let one = b
-            .build_or(
-                one,
-                b.build_and(minus_one, y_inf, "m1").map_err(llvm)?,
-                "one",
-            )
-            .map_err(llvm)?;
-        let r = self.select_float(one, c(1.0), r)?;
+        let r = self.pow_special_cases(x, y, r)?;
         b.build_float_trunc(r, self.ftype(d), "p").map_err(llvm)
     }
 
@@ -208,31 +163,10 @@ impl<'c, T: Base<'c> + ?Sized> Library<'c> for T {}
 mod tests {
     use super::*;
     use inkwell::OptimizationLevel;
-    use inkwell::builder::Builder;
     use inkwell::context::Context;
-    use inkwell::module::Module;
     use inkwell::targets::{InitializationConfig, Target};
 
-    struct Host<'a, 'c> {
-        ctx: &'c Context,
-        m: &'a Module<'c>,
-        b: Builder<'c>,
-    }
-
-    impl<'c> Base<'c> for Host<'_, 'c> {
-        fn ctx(&self) -> &'c Context {
-            self.ctx
-        }
-        fn module(&self) -> &Module<'c> {
-            self.m
-        }
-        fn builder(&self) -> &Builder<'c> {
-            &self.b
-        }
-        fn libm_call(&self, _: &str, _: DType, _: FloatValue<'c>) -> Result<FloatValue<'c>> {
-            unreachable!()
-        }
-    }
+    use crate::common::host::Host;
 
     /// Ulps between `a` and `b` in f64 (0 for two NaNs or equal values).
     fn ulps64(a: f64, b: f64) -> u64 {

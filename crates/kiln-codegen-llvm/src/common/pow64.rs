@@ -32,9 +32,6 @@ pub(crate) trait Pow64<'c>: Base<'c> {
     /// x^y for f64 `x` and `y`.
     fn pow_f64(&self, x: FloatValue<'c>, y: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let b = self.builder();
-        let ft = self.ctx().f64_type();
-        let i64t = self.ctx().i64_type();
-        let c = |v: f64| ft.const_float(v);
         let ax = self.fabs(x)?;
         let (lh, ll) = self.ln_dd(ax)?;
         // z = y ln|x| in double-double (the low part 0 where the high one is not finite).
@@ -43,6 +40,24 @@ pub(crate) trait Pow64<'c>: Base<'c> {
         let zl = self.fma(y, lh, nzh)?;
         let zl = self.fma(y, ll, zl)?;
         let r = self.exp_dd((zh, zl))?;
+        self.pow_special_cases(x, y, r)
+    }
+
+    /// C's special cases of x^y (f64 `x` and `y`) applied to `r`, its value computed as
+    /// e^(y ln |x|): the sign of x kept for odd integer powers (infinities count as even
+    /// ones), a negative finite x (not -0) to a non-integer power NaN, x^0 = 1^y = 1 (NaNs
+    /// included) and (-1)^±inf = 1.
+    fn pow_special_cases(
+        &self,
+        x: FloatValue<'c>,
+        y: FloatValue<'c>,
+        r: FloatValue<'c>,
+    ) -> Result<FloatValue<'c>> {
+        let b = self.builder();
+        let ft = self.ctx().f64_type();
+        let i64t = self.ctx().i64_type();
+        let c = |v: f64| ft.const_float(v);
+        let ax = self.fabs(x)?;
         // y an integer (infinities count as even ones), and odd.
         let fl = self.intrinsic("llvm.floor", ft.into(), &[y.into()])?;
         let integer = self.fcmp(FloatPredicate::OEQ, fl.into_float_value(), y)?;

@@ -408,31 +408,10 @@ impl<'c, T: Base<'c> + ?Sized> Trig<'c> for T {}
 mod tests {
     use super::*;
     use inkwell::OptimizationLevel;
-    use inkwell::builder::Builder;
     use inkwell::context::Context;
-    use inkwell::module::Module;
     use inkwell::targets::{InitializationConfig, Target};
 
-    struct Host<'a, 'c> {
-        ctx: &'c Context,
-        m: &'a Module<'c>,
-        b: Builder<'c>,
-    }
-
-    impl<'c> Base<'c> for Host<'_, 'c> {
-        fn ctx(&self) -> &'c Context {
-            self.ctx
-        }
-        fn module(&self) -> &Module<'c> {
-            self.m
-        }
-        fn builder(&self) -> &Builder<'c> {
-            &self.b
-        }
-        fn libm_call(&self, _: &str, _: DType, _: FloatValue<'c>) -> Result<FloatValue<'c>> {
-            unreachable!()
-        }
-    }
+    use crate::common::host::Host;
 
     fn ulps32(a: f32, b: f32) -> u64 {
         if a.is_nan() && b.is_nan() || a == b && a.is_sign_negative() == b.is_sign_negative() {
