@@ -22,6 +22,36 @@ use inkwell::{FloatPredicate, IntPredicate};
 
 /// f64 atan2, on any [`Base`].
 pub(crate) trait Atan64<'c>: Base<'c> {
+    /// The ratio `t = min(|x|, |y|) / max(|x|, |y|)` of an atan2, where it is 0 / 0 (then 0)
+    /// or inf / inf (then 1, the diagonal), in `t`'s type.
+    fn ratio_cases(
+        &self,
+        ax: FloatValue<'c>,
+        ay: FloatValue<'c>,
+        t: FloatValue<'c>,
+    ) -> Result<FloatValue<'c>> {
+        let b = self.builder();
+        let ft = t.get_type();
+        let c = |v: f64| ft.const_float(v);
+        let inf = c(f64::INFINITY);
+        let both_inf = b
+            .build_and(
+                self.fcmp(FloatPredicate::OEQ, ax, inf)?,
+                self.fcmp(FloatPredicate::OEQ, ay, inf)?,
+                "bi",
+            )
+            .map_err(llvm)?;
+        let both_zero = b
+            .build_and(
+                self.fcmp(FloatPredicate::OEQ, ax, c(0.0))?,
+                self.fcmp(FloatPredicate::OEQ, ay, c(0.0))?,
+                "bz",
+            )
+            .map_err(llvm)?;
+        let t = self.select_float(both_inf, c(1.0), t)?;
+        self.select_float(both_zero, c(0.0), t)
+    }
+
     /// atan2(y, x) for f64 `y` and `x`.
     fn atan2_f64(&self, y: FloatValue<'c>, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let b = self.builder();
@@ -43,23 +73,7 @@ pub(crate) trait Atan64<'c>: Base<'c> {
         let rem = self.fma(nt, mx, mn)?;
         let tl = b.build_float_div(rem, mx, "tl").map_err(llvm)?;
         // 0 / 0 and inf / inf; and tl where mx is infinite (0 times inf).
-        let inf = c(f64::INFINITY);
-        let both_inf = b
-            .build_and(
-                self.fcmp(FloatPredicate::OEQ, ax, inf)?,
-                self.fcmp(FloatPredicate::OEQ, ay, inf)?,
-                "bi",
-            )
-            .map_err(llvm)?;
-        let both_zero = b
-            .build_and(
-                self.fcmp(FloatPredicate::OEQ, ax, c(0.0))?,
-                self.fcmp(FloatPredicate::OEQ, ay, c(0.0))?,
-                "bz",
-            )
-            .map_err(llvm)?;
-        let t = self.select_float(both_inf, c(1.0), t)?;
-        let t = self.select_float(both_zero, c(0.0), t)?;
+        let t = self.ratio_cases(ax, ay, t)?;
         let tl_nan = self.fcmp(FloatPredicate::UNO, tl, tl)?;
         let tl = self.select_float(tl_nan, c(0.0), tl)?;
         // The nearest sixteenth (0 for NaN, so the conversion is defined).

@@ -72,23 +72,7 @@ pub(crate) trait Trig<'c>: Base<'c> {
         let mx = self.select_float(steep, ay, ax)?;
         let t = b.build_float_div(mn, mx, "t").map_err(llvm)?;
         // 0 / 0 and inf / inf.
-        let inf = c(f64::INFINITY);
-        let both_inf = b
-            .build_and(
-                self.fcmp(FloatPredicate::OEQ, ax, inf)?,
-                self.fcmp(FloatPredicate::OEQ, ay, inf)?,
-                "bi",
-            )
-            .map_err(llvm)?;
-        let both_zero = b
-            .build_and(
-                self.fcmp(FloatPredicate::OEQ, ax, c(0.0))?,
-                self.fcmp(FloatPredicate::OEQ, ay, c(0.0))?,
-                "bz",
-            )
-            .map_err(llvm)?;
-        let t = self.select_float(both_inf, c(1.0), t)?;
-        let t = self.select_float(both_zero, c(0.0), t)?;
+        let t = self.ratio_cases(ax, ay, t)?;
         // Above tan(π/8): π/4 + atan((t - 1) / (t + 1)).
         let high = self.fcmp(FloatPredicate::OGT, t, c(0.414_213_562_373_095_1))?;
         let num = b.build_float_sub(t, c(1.0), "n").map_err(llvm)?;
