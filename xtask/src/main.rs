@@ -1,7 +1,8 @@
 //! kiln's developer commands, run as `cargo xtask <command>`.
 //!
-//! - `test`: install missing toolchain packages (and, in `~/.cache/kiln`, `ptxas` and a venv with
-//!   `jax` for the StableHLO export's XLA check), then fmt, clippy, doc, and every test.
+//! - `test`: install missing toolchain packages and Graphviz (and, in `~/.cache/kiln`, `ptxas`
+//!   and a venv with `jax` for the StableHLO export's XLA check), then fmt, clippy, doc, and
+//!   every test.
 //! - `demo`: install missing toolchain packages, then train a character-level transformer on
 //!   Shakespeare end to end (`--steps N`, `--out DIR` go to the example).
 //! - `dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]...
@@ -217,8 +218,42 @@ fn ensure_jax() -> Option<PathBuf> {
     }
 }
 
+/// Installs Graphviz (`dot`, which draws `--stage dot`'s graphs) when it is missing and the
+/// machine has apt; returns whether `dot` runs.
+fn ensure_graphviz() -> bool {
+    let works = || {
+        Command::new("dot")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works() {
+        return true;
+    }
+    if Path::new("/usr/bin/dpkg-query").exists() {
+        eprintln!("[xtask] installing graphviz (dot draws the fused graphs)");
+        let install = || {
+            run(&mut apt(&[
+                "install",
+                "-y",
+                "--no-install-recommends",
+                "graphviz",
+            ]))
+        };
+        // The package lists may be missing on a fresh machine: update them and try again.
+        if install().is_err() && run(&mut apt(&["update"])).is_ok() {
+            let _ = install();
+        }
+    }
+    works()
+}
+
 fn test() -> Result {
     ensure_toolchain()?;
+    // The fused graph's test draws with the real `dot`; in CI its absence fails that test.
+    if !ensure_graphviz() {
+        eprintln!("[xtask] graphviz could not be installed: the fused graphs are not drawn");
+    }
     // The PTX tests assemble what kiln emits; without ptxas they could only check text, so the
     // test command refuses to run without it rather than pass on less.
     let ptxas = ensure_ptxas().ok_or(
