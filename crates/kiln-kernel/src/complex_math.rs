@@ -236,25 +236,31 @@ impl Math<'_> {
         self.sel2(real_axis, (ra, c), (re, im))
     }
 
-    /// tan z = (sin 2a + i sinh 2b) / (cos 2a + cosh 2b); for |b| > 20, where cosh 2b would
+    /// tan z = (sin 2a + i sinh 2b) / (cos 2a + cosh 2b), computed as
+    /// (sin a cos a + i sinh b cosh b) / (cos² a + sinh² b) (the same quotient halved, without
+    /// the cancellation of cos 2a + 1 near a pole); for |b| > 20, where cosh 2b would
     /// overflow, its limit (2 sin 2a e^(-2|b|), ±1).
     pub fn tan(&mut self, (a, c): P) -> R<P> {
         let two = self.k(2.0)?;
-        let a2 = self.mul(two, a)?;
-        let c2 = self.mul(two, c)?;
         let ty = self.ty.clone();
-        let (cosh, sinh) = cosh_sinh(self.b, c2, &ty)?;
-        let sin = self.un(Op::Sine {}, a2)?;
-        let cos = self.un(Op::Cosine {}, a2)?;
-        let d = self.add(cos, cosh)?;
-        let re = self.div(sin, d)?;
-        let im = self.div(sinh, d)?;
+        let (cosh, sinh) = cosh_sinh(self.b, c, &ty)?;
+        let sin = self.un(Op::Sine {}, a)?;
+        let cos = self.un(Op::Cosine {}, a)?;
+        let cc = self.mul(cos, cos)?;
+        let ss = self.mul(sinh, sinh)?;
+        let d = self.add(cc, ss)?;
+        let sc = self.mul(sin, cos)?;
+        let re = self.div(sc, d)?;
+        let sh = self.mul(sinh, cosh)?;
+        let im = self.div(sh, d)?;
         // |b| > 20.
         let ac = self.un(Op::Abs {}, c)?;
         let nc2 = self.mul(two, ac)?;
         let nc2 = self.un(Op::Negate {}, nc2)?;
         let e = self.un(Op::Exponential {}, nc2)?;
-        let s2 = self.mul(two, sin)?;
+        let a2 = self.mul(two, a)?;
+        let sin2 = self.un(Op::Sine {}, a2)?;
+        let s2 = self.mul(two, sin2)?;
         let far_re = self.mul(s2, e)?;
         let one = self.k(1.0)?;
         let far_im = self.copysign(one, c)?;

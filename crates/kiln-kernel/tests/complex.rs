@@ -172,13 +172,40 @@ fn elementary_functions_on_parts_match_the_reference() {
                 ulps,
             );
         }
-        for op in ["power", "atan2"] {
+        // A power's exponent without huge parts: w ln z of magnitude 1e30 has a phase no part
+        // type resolves, so the sign of an overflowing result is noise in the reference too.
+        // e^(w ln z) moves by |w ln z| times the rounding of w ln z (up to about 100 here): the
+        // power's bound is that many times the others'. atan2 squares its operands (StableHLO's
+        // formula): parts of 1e30 overflow in f32 where the reference's f64 squares do not; its
+        // ln of a quotient of modulus near 1 cancels, so it has the power's bound.
+        let moderate = |l: Literal| {
+            let v: Vec<[f64; 2]> = l
+                .to_complex_f64s()
+                .iter()
+                .map(|z| z.map(|x| if x.abs() >= 1e29 { 3.0 } else { x }))
+                .collect();
+            Literal::from_complex_f64s(l.ty().clone(), &v).unwrap()
+        };
+        for (op, z, w, bound) in [
+            (
+                "power",
+                values(d, 96, 12),
+                moderate(values(d, 96, 13)),
+                100.0 * ulps,
+            ),
+            (
+                "atan2",
+                moderate(values(d, 96, 12)),
+                moderate(values(d, 96, 13)),
+                100.0 * ulps,
+            ),
+        ] {
             check_within(
                 &format!(
                     "func @main(%0: {t}[96], %1: {t}[96]) -> {t}[96] {{\n  %2 = {op} %0, %1 : {t}[96]\n  return %2\n}}\n"
                 ),
-                &[values(d, 96, 12), values(d, 96, 13)],
-                ulps,
+                &[z, w],
+                bound,
             );
         }
     }

@@ -305,15 +305,18 @@ pub fn sqrt(z: C) -> C {
     }
 }
 
-/// `tan(z)` = (sin 2re + i sinh 2im) / (cos 2re + cosh 2im); for a large imaginary part, where
-/// cosh overflows, its limit (2 sin 2re e^(-2|im|), ±1).
+/// `tan(z)` = (sin 2re + i sinh 2im) / (cos 2re + cosh 2im), computed as
+/// (sin re cos re + i sinh im cosh im) / (cos² re + sinh² im), the same quotient halved without
+/// the cancellation of cos 2re + 1 near a pole; for a large imaginary part, where cosh
+/// overflows, its limit (2 sin 2re e^(-2|im|), ±1).
 pub fn tan(z: C) -> C {
     let [a, b] = z;
     if b.abs() > 20.0 {
         return [2.0 * (2.0 * a).sin() * (-2.0 * b.abs()).exp(), b.signum()];
     }
-    let d = (2.0 * a).cos() + (2.0 * b).cosh();
-    [(2.0 * a).sin() / d, (2.0 * b).sinh() / d]
+    let (s, c, sh) = (a.sin(), a.cos(), b.sinh());
+    let d = c * c + sh * sh;
+    [s * c / d, sh * b.cosh() / d]
 }
 
 /// `z^w` = e^(w ln z); any number to the power 0 is 1, and 0 to a power of positive real part
