@@ -505,6 +505,70 @@ mod tests {
     }
 
     #[test]
+    fn complex_systems_solve_on_every_side_with_the_adjoint_conjugated() {
+        use crate::complex::{C, add, mul};
+        use kiln_ir::DType;
+        let clit =
+            |v: &[C]| Literal::from_complex_f64s(TensorType::new(DType::C128, [3, 3]), v).unwrap();
+        let av: Vec<C> = (0..9)
+            .map(|k| [2.0 + (k % 4) as f64, (k % 3) as f64 - 1.0])
+            .collect();
+        let bv: Vec<C> = (0..9)
+            .map(|k| [k as f64 - 4.0, 1.0 - (k % 2) as f64])
+            .collect();
+        let (a, b) = (clit(&av), clit(&bv));
+        for left_side in [true, false] {
+            for lower in [true, false] {
+                for unit_diagonal in [true, false] {
+                    for transpose_a in TransposeA::ALL.iter().copied() {
+                        let s = Solve {
+                            left_side,
+                            lower,
+                            unit_diagonal,
+                            transpose_a,
+                        };
+                        let x = triangular_solve(&a, &b, s, b.ty()).to_complex_f64s();
+                        // op(a) as a dense matrix, then the product with x on the given side.
+                        let opa = |i: usize, j: usize| -> C {
+                            let t = transpose_a != TransposeA::NoTranspose;
+                            let (r, c) = if t { (j, i) } else { (i, j) };
+                            let e = if r == c && unit_diagonal {
+                                [1.0, 0.0]
+                            } else if (lower && r >= c) || (!lower && r <= c) {
+                                av[r * 3 + c]
+                            } else {
+                                [0.0, 0.0]
+                            };
+                            if transpose_a == TransposeA::Adjoint {
+                                [e[0], -e[1]]
+                            } else {
+                                e
+                            }
+                        };
+                        for i in 0..3 {
+                            for j in 0..3 {
+                                let got = (0..3).fold([0.0, 0.0], |acc, k| {
+                                    add(
+                                        acc,
+                                        if left_side {
+                                            mul(opa(i, k), x[k * 3 + j])
+                                        } else {
+                                            mul(x[i * 3 + k], opa(k, j))
+                                        },
+                                    )
+                                });
+                                let want = bv[i * 3 + j];
+                                let err = (got[0] - want[0]).abs() + (got[1] - want[1]).abs();
+                                assert!(err < 1e-12, "{s:?}: {got:?} vs {want:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_side_and_transpose_solves_its_system() {
         let a = lit(&[3, 3], &[2., 9., 9., 1., 3., 9., -1., 2., 4.]);
         let b = lit(&[3, 3], &[1., 2., 3., 4., 5., 6., 7., 8., 9.]);
