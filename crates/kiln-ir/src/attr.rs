@@ -193,7 +193,7 @@ text_enum! {
 
 text_enum! {
     /// How `triangular_solve` uses its matrix `a`: as it is, transposed, or transposed and
-    /// conjugated (the same as transposed for the real element types kiln has).
+    /// conjugated (the same as transposed for real element types).
     TransposeA {
         /// `op(a) = a`.
         NoTranspose = "NO_TRANSPOSE",

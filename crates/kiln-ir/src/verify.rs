@@ -1234,9 +1234,11 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
         }
         TriangularSolve { left_side, .. } => {
             let (a, b) = (x[0], x[1]);
-            l.ensure(1, a.dtype == b.dtype && a.dtype.is_float(), || {
-                format!("a and b must share a float element type, got {a} and {b}")
-            })?;
+            l.ensure(
+                1,
+                a.dtype == b.dtype && (a.dtype.is_float() || a.dtype.is_complex()),
+                || format!("a and b must share a float or complex element type, got {a} and {b}"),
+            )?;
             let r = a.rank();
             l.ensure(2, r >= 2 && b.rank() == r, || {
                 format!("a and b must have one rank of at least 2, got {a} and {b}")

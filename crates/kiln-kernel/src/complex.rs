@@ -14,9 +14,13 @@
 //!   reference does;
 //! - `abs`: |z| = m sqrt(1 + (n / m)²) with m and n the larger and smaller magnitude of the
 //!   parts (no overflow), 0 at 0 and infinite when a part is;
-//! - `exponential`: e^a (cos b + i sin b), e^a itself when b is 0; `log`: ln|z| + i atan2(b, a);
-//!   `sine` and `cosine`: sin a cosh b + i cos a sinh b and cos a cosh b - i sin a sinh b, with
-//!   cosh and sinh from `exponential_minus_one` (accurate for small b);
+//! - `log`: ln|z| + i atan2(b, a); `sine` and `cosine`: sin a cosh b + i cos a sinh b and
+//!   cos a cosh b - i sin a sinh b, with cosh and sinh from `exponential_minus_one` (accurate
+//!   for small b);
+//! - `exponential`, `exponential_minus_one`, `log_plus_one`, `sqrt`, `rsqrt`, `cbrt`, `tan`,
+//!   `tanh`, `sign`, `logistic`, `power`, `atan2`, and `reduce` with `multiply` (a tree of
+//!   complex products): the reference's formulas with its special values, in
+//!   [`crate::complex_math`];
 //! - `real`, `imag`, `complex`, `compare` (`EQ`: both parts equal; `NE`: either differs),
 //!   `convert` (to a real type: the real part; from one: imaginary part 0), constants.
 //!
@@ -24,10 +28,13 @@
 //! imaginary part, as StableHLO and NumPy store complex numbers): a complex parameter is
 //! bitcast to its part type with a last dimension of 2 and sliced into its parts; a complex
 //! result is joined back the same way. Those bitcasts, and every op without a rewrite here
-//! (`power`, `sqrt`, `tanh`, `reduce` with `multiply`, control flow, ...), keep their complex
-//! operands and results: the parts are joined before them and split after them, and lowering
-//! runs them on the reference interpreter.
+//! (control flow, `reduce_window` and `scatter` with `multiply`, `sort`, ...), keep their
+//! complex operands and results: the parts are joined before them and split after them, and
+//! lowering runs them on the reference interpreter. `triangular_solve` on complex operands
+//! also keeps them: it runs as the runtime's host step, which solves complex systems with the
+//! reference's substitution (there is no compiled complex solve).
 
+use crate::complex_math::Math;
 use kiln_ir::{
     Builder, Combiner, ComparisonDirection, DType, Func, Inst, Literal, Op, TensorType, ValueId,
     VerifyError,
@@ -269,17 +276,59 @@ fn rewrite(
             let (a, c) = parts(b, ops[0])?;
             V::Real(hypot(b, a, c, &part_ty)?)
         }
-        Op::Exponential {} => {
-            let (a, c) = parts(b, ops[0])?;
-            let e = b.unary(Op::Exponential {}, a)?;
-            let cos = b.unary(Op::Cosine {}, c)?;
-            let sin = b.unary(Op::Sine {}, c)?;
-            let re = bin(b, Op::Multiply {}, e, cos)?;
-            let im = bin(b, Op::Multiply {}, e, sin)?;
-            // A zero imaginary part: the real exponential, the zero kept.
-            let zero = b.full(&part_ty, 0.0)?;
-            let real_axis = b.compare(c, zero, ComparisonDirection::Eq)?;
-            V::Pair(b.select(real_axis, e, re)?, b.select(real_axis, c, im)?)
+        Op::Exponential {}
+        | Op::ExponentialMinusOne {}
+        | Op::LogPlusOne {}
+        | Op::Sqrt {}
+        | Op::Rsqrt {}
+        | Op::Cbrt {}
+        | Op::Tan {}
+        | Op::Tanh {}
+        | Op::Sign {}
+        | Op::Logistic {} => {
+            let z = parts(b, ops[0])?;
+            let mut m = Math {
+                b,
+                ty: part_ty.clone(),
+            };
+            let (re, im) = match &inst.op {
+                Op::Exponential {} => m.exp(z)?,
+                Op::ExponentialMinusOne {} => m.expm1(z)?,
+                Op::LogPlusOne {} => m.log1p(z)?,
+                Op::Sqrt {} => m.sqrt(z)?,
+                Op::Rsqrt {} => m.rsqrt(z)?,
+                Op::Cbrt {} => m.cbrt(z)?,
+                Op::Tan {} => m.tan(z)?,
+                Op::Tanh {} => m.tanh(z)?,
+                Op::Sign {} => m.sign(z)?,
+                _ => m.logistic(z)?,
+            };
+            V::Pair(re, im)
+        }
+        Op::Power {} | Op::Atan2 {} => {
+            let (x, y) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            let mut m = Math {
+                b,
+                ty: part_ty.clone(),
+            };
+            let (re, im) = if matches!(inst.op, Op::Power {}) {
+                m.power(x, y)?
+            } else {
+                m.atan2(x, y)?
+            };
+            V::Pair(re, im)
+        }
+        Op::Reduce {
+            kind: Combiner::Mul,
+            dimensions,
+        } if out.dtype.is_complex() => {
+            let (v, init) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            let mut m = Math {
+                b,
+                ty: part_ty.clone(),
+            };
+            let (re, im) = m.reduce_mul(v, init, dimensions, &xs[0].shape)?;
+            V::Pair(re, im)
         }
         Op::Sine {} | Op::Cosine {} => {
             // sin(a + ib) = sin a cosh b + i cos a sinh b;
@@ -402,7 +451,7 @@ fn rewrite(
 
 /// cosh b and sinh b from e^b - 1 and e^-b - 1: cosh b = 1 + (u + v) / 2, sinh b = (u - v) / 2
 /// with u = expm1(b), v = expm1(-b), so that sinh keeps its relative accuracy near 0.
-fn cosh_sinh(b: &mut Builder, x: ValueId, ty: &TensorType) -> R<(ValueId, ValueId)> {
+pub(crate) fn cosh_sinh(b: &mut Builder, x: ValueId, ty: &TensorType) -> R<(ValueId, ValueId)> {
     let u = b.unary(Op::ExponentialMinusOne {}, x)?;
     let nx = b.unary(Op::Negate {}, x)?;
     let v = b.unary(Op::ExponentialMinusOne {}, nx)?;
@@ -417,7 +466,7 @@ fn cosh_sinh(b: &mut Builder, x: ValueId, ty: &TensorType) -> R<(ValueId, ValueI
 }
 
 /// (a + ib)(c + id) = (ac - bd) + i(ad + bc).
-fn mul(
+pub(crate) fn mul(
     b: &mut Builder,
     (a, c): (ValueId, ValueId),
     (p, q): (ValueId, ValueId),
@@ -433,7 +482,7 @@ fn mul(
 }
 
 /// Smith's division (p + iq) / (c + id), as the reference's `complex::div` computes it.
-fn div(
+pub(crate) fn div(
     b: &mut Builder,
     (p, q): (ValueId, ValueId),
     (c, d): (ValueId, ValueId),
@@ -482,7 +531,7 @@ fn div(
 
 /// |a + ib| without overflow: m sqrt(1 + (n / m)²), m and n the larger and smaller of |a|
 /// and |b|; 0 when both are 0, infinite when either is (even with a NaN beside it).
-fn hypot(b: &mut Builder, a: ValueId, c: ValueId, ty: &TensorType) -> R<ValueId> {
+pub(crate) fn hypot(b: &mut Builder, a: ValueId, c: ValueId, ty: &TensorType) -> R<ValueId> {
     let x = b.unary(Op::Abs {}, a)?;
     let y = b.unary(Op::Abs {}, c)?;
     let m = b.binary(Op::Maximum {}, x, y)?;

@@ -31,6 +31,7 @@ pub mod access;
 pub mod bits;
 pub mod canon;
 pub mod complex;
+mod complex_math;
 pub mod fuse;
 pub mod gemm_schedule;
 pub mod gpu;

@@ -31,12 +31,18 @@ pub(crate) fn eval(op: &Op, x: &[&Literal], ty: &TensorType) -> Option<Literal> 
             .map(|(re, im)| [re, im])
             .collect()),
         _ if !complex_in => return None,
-        Op::Add {} | Op::Subtract {} | Op::Multiply {} | Op::Divide {} | Op::Power {} => {
+        Op::Add {}
+        | Op::Subtract {}
+        | Op::Multiply {}
+        | Op::Divide {}
+        | Op::Power {}
+        | Op::Atan2 {} => {
             let f: fn(C, C) -> C = match op {
                 Op::Add {} => add,
                 Op::Subtract {} => |a, b| [a[0] - b[0], a[1] - b[1]],
                 Op::Multiply {} => mul,
                 Op::Divide {} => div,
+                Op::Atan2 {} => atan2,
                 _ => pow,
             };
             let (a, b) = (x[0].to_complex_f64s(), x[1].to_complex_f64s());
@@ -76,7 +82,9 @@ pub(crate) fn eval(op: &Op, x: &[&Literal], ty: &TensorType) -> Option<Literal> 
         | Op::Sine {}
         | Op::Cosine {}
         | Op::Tan {}
-        | Op::Tanh {} => {
+        | Op::Tanh {}
+        | Op::Cbrt {}
+        | Op::Logistic {} => {
             let f = unary(op).expect(VERIFIED);
             out(x[0].to_complex_f64s().into_iter().map(f).collect())
         }
@@ -166,6 +174,8 @@ pub fn unary(op: &Op) -> Option<fn(C) -> C> {
             let t = tan([-z[1], z[0]]);
             [t[1], -t[0]]
         },
+        Op::Cbrt {} => cbrt,
+        Op::Logistic {} => logistic,
         _ => return None,
     })
 }
@@ -295,15 +305,18 @@ pub fn sqrt(z: C) -> C {
     }
 }
 
-/// `tan(z)` = (sin 2re + i sinh 2im) / (cos 2re + cosh 2im); for a large imaginary part, where
-/// cosh overflows, its limit (2 sin 2re e^(-2|im|), ±1).
+/// `tan(z)` = (sin 2re + i sinh 2im) / (cos 2re + cosh 2im), computed as
+/// (sin re cos re + i sinh im cosh im) / (cos² re + sinh² im), the same quotient halved without
+/// the cancellation of cos 2re + 1 near a pole; for a large imaginary part, where cosh
+/// overflows, its limit (2 sin 2re e^(-2|im|), ±1).
 pub fn tan(z: C) -> C {
     let [a, b] = z;
     if b.abs() > 20.0 {
         return [2.0 * (2.0 * a).sin() * (-2.0 * b.abs()).exp(), b.signum()];
     }
-    let d = (2.0 * a).cos() + (2.0 * b).cosh();
-    [(2.0 * a).sin() / d, (2.0 * b).sinh() / d]
+    let (s, c, sh) = (a.sin(), a.cos(), b.sinh());
+    let d = c * c + sh * sh;
+    [s * c / d, sh * b.cosh() / d]
 }
 
 /// `z^w` = e^(w ln z); any number to the power 0 is 1, and 0 to a power of positive real part
@@ -316,4 +329,37 @@ pub fn pow(z: C, w: C) -> C {
         return [0.0, 0.0];
     }
     exp(mul(w, log(z)))
+}
+
+/// `atan2(y, x)` = -i ln((x + iy) / sqrt(x² + y²)), StableHLO's definition on complex
+/// numbers, each product by i and -i a complex product (so the zeros keep StableHLO's signs).
+pub fn atan2(y: C, x: C) -> C {
+    let num = add(x, mul([0.0, 1.0], y));
+    let den = sqrt(add(mul(x, x), mul(y, y)));
+    mul([-0.0, -1.0], log(div(num, den)))
+}
+
+/// The principal cube root: |z|^(1/3) (cos(θ / 3) + i sin(θ / 3)) with θ = arg(z) in
+/// [-π, π], |z| without overflow; on the non-negative real axis, the real cube root with the
+/// zero imaginary part kept (its sign too).
+pub fn cbrt(z: C) -> C {
+    let [a, b] = z;
+    if b == 0.0 && a >= 0.0 {
+        return [a.cbrt(), b];
+    }
+    let r = a.hypot(b).cbrt();
+    let t = b.atan2(a) / 3.0;
+    [r * t.cos(), r * t.sin()]
+}
+
+/// `logistic(z)` = 1 / (1 + e^-z), as e^z / (1 + e^z) when the real part is negative, so
+/// that no exponential overflows.
+pub fn logistic(z: C) -> C {
+    const ONE: C = [1.0, 0.0];
+    if z[0] < 0.0 {
+        let e = exp(z);
+        div(e, add(ONE, e))
+    } else {
+        div(ONE, add(ONE, exp([-z[0], -z[1]])))
+    }
 }

@@ -2,6 +2,7 @@
 //! every value in f64 and each result element rounded once to the result dtype. They are the
 //! oracle the blocked CPU routines (`kiln_runtime::linalg`) are compared with.
 
+use crate::complex::C;
 use kiln_ir::{Literal, TensorType, TransposeA};
 
 /// The matrices of a `[..., n, n]`-shaped batch: how many, and their size.
@@ -100,38 +101,109 @@ impl Solve {
     /// Element `(i, j)` of `t` (see [`Solve::lower_system`]) from the `n x n` matrix `a`: the
     /// triangle `a` is read in (zero outside it, one on the diagonal when `unit_diagonal`).
     pub fn system(&self, a: &[f64], n: usize, i: usize, j: usize) -> f64 {
+        self.system_at(a, n, i, j, 0.0, 1.0)
+    }
+
+    /// [`Solve::system`] on elements of any type, `zero` and `one` its 0 and 1 (`ADJOINT`'s
+    /// conjugation left to the caller).
+    fn system_at<T: Copy>(&self, a: &[T], n: usize, i: usize, j: usize, zero: T, one: T) -> T {
         // t = op(a) (left) or op(a)ᵀ (right): whether t(i, j) is a(j, i).
         let swapped = (self.transpose_a != TransposeA::NoTranspose) ^ !self.left_side;
         let (r, c) = if swapped { (j, i) } else { (i, j) };
         if r == c && self.unit_diagonal {
-            1.0
+            one
         } else if (self.lower && r >= c) || (!self.lower && r <= c) {
             a[r * n + c]
         } else {
-            0.0
+            zero
         }
     }
 }
 
+/// The numbers a substitution computes on: reals, and complex numbers (whose adjoint
+/// conjugates).
+trait Field: Copy {
+    const ZERO: Self;
+    const ONE: Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    fn conj(self) -> Self;
+}
+
+impl Field for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    fn sub(self, o: Self) -> Self {
+        self - o
+    }
+    fn mul(self, o: Self) -> Self {
+        self * o
+    }
+    fn div(self, o: Self) -> Self {
+        self / o
+    }
+    fn conj(self) -> Self {
+        self
+    }
+}
+
+impl Field for C {
+    const ZERO: Self = [0.0, 0.0];
+    const ONE: Self = [1.0, 0.0];
+    fn sub(self, o: Self) -> Self {
+        [self[0] - o[0], self[1] - o[1]]
+    }
+    fn mul(self, o: Self) -> Self {
+        crate::complex::mul(self, o)
+    }
+    fn div(self, o: Self) -> Self {
+        crate::complex::div(self, o)
+    }
+    fn conj(self) -> Self {
+        [self[0], -self[1]]
+    }
+}
+
 /// `triangular_solve` of `a` and `b` (verified) into result type `ty`: forward or back
-/// substitution in f64, the terms of each row summed in order of their column.
+/// substitution in f64 (complex numbers as pairs of f64, `ADJOINT` conjugating the elements
+/// of `a` it transposes), the terms of each row summed in order of their column.
 pub fn triangular_solve(a: &Literal, b: &Literal, s: Solve, ty: &TensorType) -> Literal {
-    let (batch, n, _) = batch_of(a.ty());
-    let (_, rows, cols) = batch_of(b.ty());
-    let av = a.to_f64s();
-    let bv = b.to_f64s();
-    let mut out = vec![0.0; bv.len()];
+    if ty.dtype.is_complex() {
+        let out = substitute(
+            a.ty(),
+            &a.to_complex_f64s(),
+            b.ty(),
+            &b.to_complex_f64s(),
+            s,
+        );
+        return Literal::from_complex_f64s(ty.clone(), &out)
+            .expect("the verifier guarantees consistent types");
+    }
+    literal(
+        ty,
+        &substitute(a.ty(), &a.to_f64s(), b.ty(), &b.to_f64s(), s),
+    )
+}
+
+/// The substitution of [`triangular_solve`] on the elements `av` of `a` and `bv` of `b`.
+fn substitute<T: Field>(at: &TensorType, av: &[T], bt: &TensorType, bv: &[T], s: Solve) -> Vec<T> {
+    let (batch, n, _) = batch_of(at);
+    let (_, rows, cols) = batch_of(bt);
+    let mut out = vec![T::ZERO; bv.len()];
     // The system t y = c has n rows and m right-hand sides; c is b (left) or bᵀ (right).
     let m = if s.left_side { cols } else { rows };
     let lower = s.lower_system();
-    let mut t = vec![0.0; n * n];
-    let mut y = vec![0.0; n * m];
+    let adjoint = s.transpose_a == TransposeA::Adjoint;
+    let mut t = vec![T::ZERO; n * n];
+    let mut y = vec![T::ZERO; n * m];
     for k in 0..batch {
         let am = &av[k * n * n..(k + 1) * n * n];
         let bm = &bv[k * rows * cols..(k + 1) * rows * cols];
         for i in 0..n {
             for j in 0..n {
-                t[i * n + j] = s.system(am, n, i, j);
+                let e = s.system_at(am, n, i, j, T::ZERO, T::ONE);
+                t[i * n + j] = if adjoint { e.conj() } else { e };
             }
         }
         let c = |i: usize, j: usize| {
@@ -149,15 +221,11 @@ pub fn triangular_solve(a: &Literal, b: &Literal, s: Solve, ty: &TensorType) -> 
         for &i in &order {
             for j in 0..m {
                 let mut acc = c(i, j);
-                let known: Box<dyn Iterator<Item = usize>> = if lower {
-                    Box::new(0..i)
-                } else {
-                    Box::new(i + 1..n)
-                };
+                let known = if lower { 0..i } else { i + 1..n };
                 for q in known {
-                    acc -= t[i * n + q] * y[q * m + j];
+                    acc = acc.sub(t[i * n + q].mul(y[q * m + j]));
                 }
-                y[i * m + j] = acc / t[i * n + i];
+                y[i * m + j] = acc.div(t[i * n + i]);
             }
         }
         let o = &mut out[k * rows * cols..(k + 1) * rows * cols];
@@ -171,7 +239,7 @@ pub fn triangular_solve(a: &Literal, b: &Literal, s: Solve, ty: &TensorType) -> 
             }
         }
     }
-    literal(ty, &out)
+    out
 }
 
 /// Whether `x` is a better pivot than `best`: a larger absolute value, NaN counting as larger
@@ -434,6 +502,70 @@ mod tests {
                 .iter()
                 .all(|x| x.is_nan())
         );
+    }
+
+    #[test]
+    fn complex_systems_solve_on_every_side_with_the_adjoint_conjugated() {
+        use crate::complex::{C, add, mul};
+        use kiln_ir::DType;
+        let clit =
+            |v: &[C]| Literal::from_complex_f64s(TensorType::new(DType::C128, [3, 3]), v).unwrap();
+        let av: Vec<C> = (0..9)
+            .map(|k| [2.0 + (k % 4) as f64, (k % 3) as f64 - 1.0])
+            .collect();
+        let bv: Vec<C> = (0..9)
+            .map(|k| [k as f64 - 4.0, 1.0 - (k % 2) as f64])
+            .collect();
+        let (a, b) = (clit(&av), clit(&bv));
+        for left_side in [true, false] {
+            for lower in [true, false] {
+                for unit_diagonal in [true, false] {
+                    for transpose_a in TransposeA::ALL.iter().copied() {
+                        let s = Solve {
+                            left_side,
+                            lower,
+                            unit_diagonal,
+                            transpose_a,
+                        };
+                        let x = triangular_solve(&a, &b, s, b.ty()).to_complex_f64s();
+                        // op(a) as a dense matrix, then the product with x on the given side.
+                        let opa = |i: usize, j: usize| -> C {
+                            let t = transpose_a != TransposeA::NoTranspose;
+                            let (r, c) = if t { (j, i) } else { (i, j) };
+                            let e = if r == c && unit_diagonal {
+                                [1.0, 0.0]
+                            } else if (lower && r >= c) || (!lower && r <= c) {
+                                av[r * 3 + c]
+                            } else {
+                                [0.0, 0.0]
+                            };
+                            if transpose_a == TransposeA::Adjoint {
+                                [e[0], -e[1]]
+                            } else {
+                                e
+                            }
+                        };
+                        for i in 0..3 {
+                            for j in 0..3 {
+                                let got = (0..3).fold([0.0, 0.0], |acc, k| {
+                                    add(
+                                        acc,
+                                        if left_side {
+                                            mul(opa(i, k), x[k * 3 + j])
+                                        } else {
+                                            mul(x[i * 3 + k], opa(k, j))
+                                        },
+                                    )
+                                });
+                                let want = bv[i * 3 + j];
+                                let err = (got[0] - want[0]).abs() + (got[1] - want[1]).abs();
+                                assert!(err < 1e-12, "{s:?}: {got:?} vs {want:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the verifier's refusal of ordering ops.
 
 use kiln_ir::{DType, Literal, TensorType, parse_func_text, parse_literal};
-use kiln_reference::complex::{div, expm1, log1p, sign, sqrt, tan};
+use kiln_reference::complex::{atan2, cbrt, div, expm1, log1p, logistic, sign, sqrt, tan};
 
 fn close(a: [f64; 2], b: [f64; 2]) -> bool {
     let near = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs().max(1e-300);
@@ -71,6 +71,41 @@ fn square_root_log1p_expm1_and_tan_at_their_edges() {
     let t = tan([0.5, 400.0]);
     assert_eq!(t[1], 1.0);
     assert!(t[0].abs() < 1e-300);
+    // Near a pole of the real tangent, as accurate as the real tangent.
+    let a = std::f64::consts::FRAC_PI_2 - 1e-9;
+    assert!((tan([a, 0.0])[0] - a.tan()).abs() <= 1e-6 * a.tan());
+}
+
+#[test]
+fn cube_root_logistic_and_atan2_at_their_edges() {
+    // The principal cube root: off the real axis for a negative real number.
+    assert!(close(cbrt([-8.0, 0.0]), [1.0, 3f64.sqrt()]));
+    assert_eq!(cbrt([27.0, -0.0]), [3.0, -0.0]);
+    assert!(cbrt([1e308, 1e308])[0].is_finite());
+    // StableHLO's test value.
+    assert!(close(
+        cbrt([3.0, 4.0]),
+        [1.628_937_145_922_176, 0.520_174_502_304_545_8]
+    ));
+    // A real part of large magnitude overflows no exponential: near 0 or near 1, never NaN.
+    let far_left = logistic([-1000.0, 1.0]);
+    assert!(far_left[0].abs() < 1e-300 && far_left[1].abs() < 1e-300);
+    assert!(close(logistic([1000.0, 1.0]), [1.0, 0.0]));
+    assert!(close(
+        logistic([1.0, 2.0]),
+        [1.021_415_364_172_180_5, 0.403_438_706_081_542_5]
+    ));
+    // The real atan2 for real operands, quadrants and all.
+    for (y, x) in [(1.0, 1.0), (1.0, -1.0), (-1.0, -1.0), (-2.0, 0.5)] {
+        let r = atan2([y, 0.0], [x, 0.0]);
+        assert!((r[0] - f64::atan2(y, x)).abs() < 1e-15 && r[1].abs() < 1e-15);
+    }
+    // StableHLO's test values, zeros of their signs.
+    let r = atan2([1.0, 0.0], [0.0, 0.0]);
+    assert_eq!(r, [std::f64::consts::FRAC_PI_2, -0.0]);
+    assert!(r[1].is_sign_negative());
+    let r = atan2([-1.0, 0.0], [0.0, 0.0]);
+    assert!(r[0] == -std::f64::consts::FRAC_PI_2 && r[1] == 0.0 && r[1].is_sign_positive());
 }
 
 #[test]

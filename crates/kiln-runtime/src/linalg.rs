@@ -9,7 +9,8 @@
 //! - Triangular solve: the system is first brought to `t y = c` (`t` lower or upper, see
 //!   `kiln_reference::Solve`), then solved by blocks of [`BLOCK`] rows: a substitution within
 //!   the diagonal block, and a matrix product of the block's solution taken off the rows still
-//!   to solve.
+//!   to solve. Complex operands (`c64`, `c128`) are solved by the reference's substitution
+//!   (`kiln_reference::triangular_solve`, in complex f64): there is no blocked complex solve.
 //!
 //! The rows of an update, and the matrices of a batch, are split across threads; each element
 //! is computed by one thread in a fixed order, so results do not depend on the thread count.
@@ -91,6 +92,10 @@ pub fn run(op: &Op, x: &[&Literal], types: &[TensorType]) -> Result<Vec<Literal>
                 transpose_a: *transpose_a,
             };
             let (a, b) = (x[0], x[1]);
+            if ty.dtype.is_complex() {
+                // No blocked complex routine: the reference's substitution, in complex f64.
+                return Ok(vec![kiln_reference::triangular_solve(a, b, s, ty)]);
+            }
             match (a.data(), b.data()) {
                 (Data::F64(a), Data::F64(bv)) => Some(Data::F64(solve(a, bv, &b.ty().shape, s))),
                 (Data::F32(a), Data::F32(bv)) => Some(Data::F32(solve(a, bv, &b.ty().shape, s))),

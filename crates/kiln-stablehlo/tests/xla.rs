@@ -37,6 +37,10 @@ const KNOWN: &[(&str, &str)] = &[
         "a bitcast between a complex and a real type (the parts as a last dimension of 2) is a kiln extension, which kiln's kernels use to split complex values; StableHLO and XLA bitcast a complex type only to a complex type",
     ),
     (
+        "cbrt example 2",
+        "cbrt of complex numbers: XLA refuses it (its cbrt wants a float element type); StableHLO's spec and interpreter define it, and kiln computes the principal root their test expects",
+    ),
+    (
         "jax program threefry_bits",
         "`uniform` scales by `u * (max - min) + min`: XLA's CPU fuses the multiply and the add (one rounding), kiln rounds each (1 ulp)",
     ),

@@ -22,6 +22,7 @@ pub(super) fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool)
     match k {
         // Complex maximum and minimum: StableHLO's lexicographic order of (real, imaginary).
         Add | Multiply | Maximum | Minimum => ("any", |_| true),
+        Atan2 => ("float or complex", |d| d.is_float() || d.is_complex()),
         Subtract | Divide | Power | Negate => ("integer, float or complex", |d| !d.is_pred()),
         Remainder => ("integer or float", |d| !d.is_pred() && !d.is_complex()),
         And | Or | Xor | Not => ("pred or integer", |d| d.is_pred() || d.is_int()),
@@ -32,7 +33,7 @@ pub(super) fn elementwise_dtypes(k: OpKind) -> (&'static str, fn(DType) -> bool)
             d.is_signed() || d.is_complex()
         }),
         Exponential | ExponentialMinusOne | Log | LogPlusOne | Sqrt | Rsqrt | Sine | Cosine
-        | Tan | Tanh => ("float or complex", |d| d.is_float() || d.is_complex()),
+        | Tan | Tanh | Cbrt | Logistic => ("float or complex", |d| d.is_float() || d.is_complex()),
         Real | Imag => ("float or complex", |d| d.is_float() || d.is_complex()),
         _ => ("float", |d| d.is_float()),
     }
