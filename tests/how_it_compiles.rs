@@ -222,8 +222,10 @@ which is what runs.
 The same kernels, mapped onto a GPU (`kiln_kernel::gpu`: blocks, threads, shared-memory
 tiles, the GEMM on tensor cores where the types allow) and rendered through LLVM's NVPTX
 backend, give {entries} kernel entries for `sm_80` here. `ptxas` assembles them in the tests,
-and a GPU-semantics emulator runs the mapping against the reference interpreter. Below is the
-same elementwise kernel, a grid-stride loop over its 1024 elements:
+a GPU-semantics emulator runs the mapping against the reference interpreter, and the GPU pack
+has run them on an H200 (`docs/gpu.md`). Below is the same elementwise kernel, a grid-stride
+loop over its 1024 elements four at a time (each thread loads and stores 16 bytes at once:
+`ld.global.nc.v4`, `st.global.v4`):
 
 "
     ));

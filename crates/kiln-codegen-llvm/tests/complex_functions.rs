@@ -44,7 +44,11 @@ fn compiled_agrees(src: &str, args: &[Literal], ulps: f64) {
         ..kiln_kernel::Options::from_vars(&|name| std::env::var(name).ok())
     };
     let (g, fused) = kiln_kernel::pipeline::lowered_for_printing(&f, &opts).unwrap();
-    for (inst, step) in g.insts.iter().zip(kiln_kernel::pipeline::steps_of(&g, &fused)) {
+    for (inst, step) in g
+        .insts
+        .iter()
+        .zip(kiln_kernel::pipeline::steps_of(&g, &fused))
+    {
         assert!(
             step != Step::Reference || matches!(inst.op, Op::BitcastConvert {}),
             "`{}` runs on the reference interpreter in\n{g}",

@@ -324,34 +324,68 @@ impl Mapper<'_> {
             1
         };
         let q = if group > 1 { r.next() } else { p };
-        let mut each = set_vars(&dims(&out.shape, 0), Sc::Reg(p));
+        let mut compute = Vec::new();
         let mut outputs = Vec::new();
         for (k, (buf, ty, e)) in outs.into_iter().enumerate() {
             let v = r.next();
-            each.push(Stmt::Eval {
+            compute.push(Stmt::Eval {
                 reg: v,
                 expr: e,
                 scalars: Vec::new(),
             });
-            each.push(Stmt::Store {
+            compute.push(Stmt::Store {
                 buf: Buf::Output(k),
                 index: Sc::Reg(p),
                 value: v,
             });
             outputs.push((buf, ty));
         }
-        let body = if group > 1 {
+        let rank = out.shape.len();
+        let body = if group == 1 {
+            let mut body = set_vars(&dims(&out.shape, 0), Sc::Reg(p));
+            body.extend(compute);
+            body
+        } else if out.shape[rank - 1].is_multiple_of(group) {
+            // The group lies in one row: the variables from its first element, the last one
+            // counting up, so the copies' addresses differ by constants LLVM can see.
+            let (first, last) = (r.next(), r.next());
+            let mut body = vec![Stmt::Let {
+                reg: first,
+                value: Sc::times(Sc::Reg(q), c(group)),
+            }];
+            body.extend(set_vars(&dims(&out.shape, 0), Sc::Reg(first)));
+            let from = if rank == 1 {
+                Sc::Reg(first)
+            } else {
+                Sc::modulo(Sc::Reg(first), c(out.shape[rank - 1]))
+            };
+            body.push(Stmt::Let {
+                reg: last,
+                value: from,
+            });
+            for u in 0..group {
+                body.push(Stmt::Let {
+                    reg: p,
+                    value: Sc::plus(Sc::Reg(first), c(u)),
+                });
+                body.push(Stmt::SetVar {
+                    var: rank - 1,
+                    value: Sc::plus(Sc::Reg(last), c(u)),
+                });
+                body.extend(compute.iter().cloned());
+            }
+            body
+        } else {
             let mut body = Vec::new();
             for u in 0..group {
                 body.push(Stmt::Let {
                     reg: p,
                     value: Sc::plus(Sc::times(Sc::Reg(q), c(group)), c(u)),
                 });
-                body.extend(each.iter().cloned());
+                body.extend(set_vars(&dims(&out.shape, 0), Sc::Reg(p)));
+                body.extend(compute.iter().cloned());
             }
             body
-        } else {
-            each
         };
         let total = total / group;
         GpuKernel {
