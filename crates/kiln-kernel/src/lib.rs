@@ -31,6 +31,7 @@ pub mod access;
 pub mod bits;
 pub mod canon;
 pub mod complex;
+pub mod fft;
 pub mod fuse;
 pub mod gemm_schedule;
 pub mod gpu;
