@@ -227,3 +227,93 @@ fn four_step(b: &mut Builder, v: ValueId, axis: usize, n1: usize, inverse: bool)
     out.push(n);
     b.reshape(z, &out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::random::{Rng, random_literal};
+
+    /// The expansion of one `fft`, run on the reference interpreter, against the reference's
+    /// own transform: within `64 ε Σ|x|` of each line (the products' and sums' rounding in
+    /// the element type, through every factorization stage).
+    fn agrees(src: &str, seed: u64) {
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let g = expand_ffts(&f).expect("expands");
+        assert!(
+            !g.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })),
+            "{g}"
+        );
+        let mut rng = Rng::new(seed);
+        let ty = f.values[f.params[0].index()].clone();
+        let x = random_literal(&mut rng, &ty);
+        let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).expect("runs")[0].clone();
+        let got = kiln_reference::eval(&g, &[x.clone()]).expect("runs")[0].clone();
+        assert_eq!(want.ty(), got.ty());
+        let parts = |l: &Literal| -> Vec<f64> {
+            if l.dtype().is_complex() {
+                l.to_complex_f64s().into_iter().flatten().collect()
+            } else {
+                l.to_f64s()
+            }
+        };
+        let xs = parts(&x);
+        let eps = if want.dtype().part() == kiln_ir::DType::F64 {
+            f64::EPSILON
+        } else {
+            f32::EPSILON as f64
+        };
+        let bound = 64.0 * eps * xs.iter().map(|v| v.abs()).sum::<f64>().max(1.0);
+        for (i, (a, e)) in parts(&got).iter().zip(parts(&want)).enumerate() {
+            assert!(
+                (a - e).abs() <= bound,
+                "{src}: element {i}: {a} against {e} (bound {bound})"
+            );
+        }
+    }
+
+    #[test]
+    fn expansions_agree_with_the_reference() {
+        let cases = [
+            ("c64[3,8]", "FFT", "[8]", "c64[3,8]"),
+            ("c128[5]", "IFFT", "[5]", "c128[5]"),
+            ("c64[2,96]", "FFT", "[96]", "c64[2,96]"),
+            ("c64[134]", "IFFT", "[134]", "c64[134]"),
+            ("c128[67]", "FFT", "[67]", "c128[67]"),
+            ("c64[2,3,4]", "FFT", "[2, 3, 4]", "c64[2,3,4]"),
+            ("c128[2,130,3]", "IFFT", "[130, 3]", "c128[2,130,3]"),
+            ("f32[2,6]", "RFFT", "[6]", "c64[2,4]"),
+            ("f64[3,5,7]", "RFFT", "[5, 7]", "c128[3,5,4]"),
+            ("f32[200]", "RFFT", "[200]", "c64[101]"),
+            ("c64[2,4]", "IRFFT", "[6]", "f32[2,6]"),
+            ("c128[4,3]", "IRFFT", "[4, 5]", "f64[4,5]"),
+            ("c64[66]", "IRFFT", "[130]", "f32[130]"),
+            ("c64[1]", "IRFFT", "[1]", "f32[1]"),
+            ("c64[2]", "IRFFT", "[2]", "f32[2]"),
+            ("c64[0,4]", "FFT", "[4]", "c64[0,4]"),
+            ("f32[3,0]", "RFFT", "[0]", "c64[3,0]"),
+        ];
+        for (k, (x, t, n, r)) in cases.iter().enumerate() {
+            let src = format!(
+                "func @main(%0: {x}) -> {r} {{\n  %1 = fft %0 {{fft_type = {t}, fft_length = {n}}} : {r}\n  return %1\n}}\n"
+            );
+            agrees(&src, k as u64);
+        }
+    }
+
+    #[test]
+    fn long_composite_transforms_are_factored() {
+        let src = "func @main(%0: c64[4096]) -> c64[4096] {\n  %1 = fft %0 {fft_type = FFT, fft_length = [4096]} : c64[4096]\n  return %1\n}\n";
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let g = expand_ffts(&f).expect("expands");
+        // 4096 = 64 x 64: two products with 64 x 64 matrices, no 4096 x 4096 one.
+        let biggest = g
+            .insts
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::Constant { value } => Some(value.numel()),
+                _ => None,
+            })
+            .max();
+        assert_eq!(biggest, Some(64 * 64), "{g}");
+    }
+}
