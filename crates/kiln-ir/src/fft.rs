@@ -16,22 +16,26 @@ pub fn twiddle(m: u64, n: u64) -> (f64, f64) {
     // θ = (π/2) (q + r/n) with the quadrant q in 0..4 and r in 0..n.
     let q = (4 * m) / n;
     let r = 4 * m - q * n;
-    let (c, s) = if 2 * r == n {
-        (
-            std::f64::consts::FRAC_1_SQRT_2,
-            std::f64::consts::FRAC_1_SQRT_2,
-        )
-    } else if 2 * r < n {
-        let phi = std::f64::consts::FRAC_PI_2 * (r as f64 / n as f64);
-        if r == 0 {
+    // cos and sin of (π/2) (a/n) for a <= n/2, exact or correctly rounded at 0, 30 and 45
+    // degrees (so that the twiddles of lengths 3, 6 and 12 sum to exact zeros).
+    let octant = |a: u128| -> (f64, f64) {
+        if a == 0 {
             (1.0, 0.0)
+        } else if 2 * a == n {
+            (std::f64::consts::FRAC_1_SQRT_2, std::f64::consts::FRAC_1_SQRT_2)
+        } else if 3 * a == n {
+            (3f64.sqrt() / 2.0, 0.5)
         } else {
+            let phi = std::f64::consts::FRAC_PI_2 * (a as f64 / n as f64);
             (phi.cos(), phi.sin())
         }
+    };
+    let (c, s) = if 2 * r <= n {
+        octant(r)
     } else {
         // The complement in the quadrant: cos(π/2 - φ) = sin φ.
-        let phi = std::f64::consts::FRAC_PI_2 * ((n - r) as f64 / n as f64);
-        (phi.sin(), phi.cos())
+        let (c, s) = octant(n - r);
+        (s, c)
     };
     match q {
         0 => (c, s),

@@ -316,4 +316,33 @@ mod tests {
             .max();
         assert_eq!(biggest, Some(64 * 64), "{g}");
     }
+
+    /// A real program through a real transform and its inverse compiles to kernels alone:
+    /// nothing of it is left to the reference interpreter.
+    #[test]
+    fn real_transforms_compile_to_kernels() {
+        let src = "func @main(%0: f32[3,96]) -> f32[3,96] {\n  %1 = fft %0 {fft_type = RFFT, fft_length = [3, 96]} : c64[3,49]\n  %2 = fft %1 {fft_type = IRFFT, fft_length = [3, 96]} : f32[3,96]\n  return %2\n}\n";
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let target = crate::target::TargetInfo::reference();
+        for opts in [
+            crate::options::Options::default(),
+            crate::options::Options {
+                optimize: false,
+                ..Default::default()
+            },
+        ] {
+            let lowered =
+                crate::pipeline::lower_program(&f, &[false], &opts, &target, None, &mut |_| {})
+                    .expect("lowers");
+            for (inst, step) in lowered.func.insts.iter().zip(&lowered.steps) {
+                assert_ne!(
+                    *step,
+                    crate::Step::Reference,
+                    "{} runs on the reference\n{}",
+                    inst.op.mnemonic(),
+                    lowered.func
+                );
+            }
+        }
+    }
 }
