@@ -22,7 +22,10 @@ pub fn twiddle(m: u64, n: u64) -> (f64, f64) {
         if a == 0 {
             (1.0, 0.0)
         } else if 2 * a == n {
-            (std::f64::consts::FRAC_1_SQRT_2, std::f64::consts::FRAC_1_SQRT_2)
+            (
+                std::f64::consts::FRAC_1_SQRT_2,
+                std::f64::consts::FRAC_1_SQRT_2,
+            )
         } else if 3 * a == n {
             (3f64.sqrt() / 2.0, 0.5)
         } else {

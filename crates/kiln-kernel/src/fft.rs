@@ -163,7 +163,9 @@ fn transform(b: &mut Builder, v: ValueId, axes: &[usize], inverse: bool) -> R<Va
 fn along(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> {
     let t = ty_of(b, v);
     let n = t.shape[axis];
-    let n1 = (2..=DIRECT_MAX.min(n / 2)).rev().find(|d| n % d == 0);
+    let n1 = (2..=DIRECT_MAX.min(n / 2))
+        .rev()
+        .find(|&d| n.is_multiple_of(d));
     match n1 {
         Some(n1) if n > DIRECT_MAX => four_step(b, v, axis, n1, inverse),
         _ => direct(b, v, axis, inverse),
@@ -247,7 +249,7 @@ mod tests {
         let ty = f.values[f.params[0].index()].clone();
         let x = random_literal(&mut rng, &ty);
         let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).expect("runs")[0].clone();
-        let got = kiln_reference::eval(&g, &[x.clone()]).expect("runs")[0].clone();
+        let got = kiln_reference::eval(&g, std::slice::from_ref(&x)).expect("runs")[0].clone();
         assert_eq!(want.ty(), got.ty());
         let parts = |l: &Literal| -> Vec<f64> {
             if l.dtype().is_complex() {
