@@ -986,6 +986,7 @@ pub fn vjp_rule(
         | Op::Constant { .. }
         | Op::Iota { .. }
         | Op::RngBitGenerator { .. }
+        | Op::Fft { .. }
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
         Op::While { .. }

@@ -205,6 +205,20 @@ text_enum! {
 }
 
 text_enum! {
+    /// The transform of `fft`.
+    FftType {
+        /// Forward complex-to-complex transform.
+        Fft = "FFT",
+        /// Inverse complex-to-complex transform (scaled by `1/n`).
+        Ifft = "IFFT",
+        /// Forward real-to-complex transform (the last dimension keeps `n/2 + 1` elements).
+        Rfft = "RFFT",
+        /// Inverse complex-to-real transform of a half spectrum (scaled by `1/n`).
+        Irfft = "IRFFT",
+    }
+}
+
+text_enum! {
     /// The bit generator of `rng_bit_generator`.
     RngAlgorithm {
         /// Threefry-2x32 with 20 rounds.

@@ -16,6 +16,7 @@ pub mod call;
 mod dead_code;
 mod dtype;
 pub mod error;
+pub mod fft;
 mod func;
 pub mod inline;
 pub mod literal;
@@ -27,7 +28,7 @@ pub mod shrink;
 mod types;
 pub mod verify;
 
-pub use attr::{Attr, Combiner, ComparisonDirection, RngAlgorithm, TransposeA};
+pub use attr::{Attr, Combiner, ComparisonDirection, FftType, RngAlgorithm, TransposeA};
 pub use builder::Builder;
 pub use call::Callee;
 pub use dead_code::eliminate_dead_code;

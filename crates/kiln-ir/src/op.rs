@@ -6,7 +6,7 @@
 //! that must learn about it.
 
 use crate::attr::{
-    Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, RngAlgorithm, TransposeA,
+    Attr, AttrCtx, AttrValue, Combiner, ComparisonDirection, FftType, RngAlgorithm, TransposeA,
 };
 use crate::call::Callee;
 use crate::{Func, Literal};
@@ -454,6 +454,11 @@ define_ops! {
     /// `a` (its `lower` or upper triangle; a diagonal of ones when `unit_diagonal`) with the
     /// matrix of `b` at the same batch position; `op` is given by `transpose_a`.
     TriangularSolve = "triangular_solve", Fixed(2), ONE, DIFF, { left_side: bool, lower: bool, unit_diagonal: bool, transpose_a: TransposeA };
+    /// The discrete Fourier transform of `fft_type` over the trailing `fft_length` dimensions
+    /// (one to three), one dimension after another: complex to complex (`FFT`, `IFFT`, the
+    /// inverse scaled by `1/n`), real to the `n/2 + 1` leading elements of the spectrum
+    /// (`RFFT`), or such a half spectrum back to real (`IRFFT`).
+    Fft = "fft", Fixed(1), ONE, NONE, { fft_type: FftType, fft_length: Vec<i64> };
     /// The LU factorization with partial pivoting of each square matrix (a kiln extension, as
     /// XLA's `LuDecomposition`; not StableHLO): the factors packed in one matrix (`l`'s
     /// unit-diagonal strict lower triangle and `u`), the `i32` row each step swapped with, and

@@ -7,6 +7,8 @@ use crate::{
     Builder, Combiner, ComparisonDirection, DType, Func, Literal, Op, TensorType, ValueId,
 };
 
+mod fft;
+
 /// A small, fast, seedable generator (SplitMix64).
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
@@ -1228,10 +1230,15 @@ impl Gen<'_> {
     /// A `cholesky` of a positive definite matrix made from `a` (an f32 or f64 value of rank at
     /// least 2, else a new one): `a aᵀ` plus `(k + 1) I` for `a`'s `k` columns, so its
     /// eigenvalues are at least `k + 1`; then, most of the time, a `triangular_solve` with
-    /// the factor as its matrix.
+    /// the factor as its matrix. One time in eight an `lu` instead, one in eight an `fft`
+    /// (`random/fft.rs`).
     fn random_linalg(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
         if self.rng.chance(0.25) {
-            return self.random_lu();
+            return if self.rng.chance(0.5) {
+                self.random_lu()
+            } else {
+                self.random_fft(a, t)
+            };
         }
         let (a, t) = if matches!(t.dtype, DType::F32 | DType::F64) && t.rank() >= 2 {
             (a, t.clone())

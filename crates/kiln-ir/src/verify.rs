@@ -12,6 +12,7 @@ use crate::print::inst_summary;
 use crate::{DType, Func, Op, OpKind, TensorType};
 
 mod dtypes;
+mod fft;
 mod window;
 
 pub use dtypes::widens;
@@ -1232,6 +1233,10 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 label: 4,
             })
         }
+        Fft {
+            fft_type,
+            fft_length,
+        } => fft::fft_rule(&l, *fft_type, fft_length, x[0]),
         TriangularSolve { left_side, .. } => {
             let (a, b) = (x[0], x[1]);
             l.ensure(

@@ -160,6 +160,10 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::Sort { .. } => Err(NoKernel(
             "a sort: the host runs it (by keys, or with its comparator compiled as a region)",
         )),
+        Op::Fft { .. } => Err(NoKernel(
+            "a Fourier transform, which the pipeline expands into matrix products before \
+             lowering (`crate::fft`)",
+        )),
         Op::Cholesky { .. } | Op::TriangularSolve { .. } | Op::Lu {} => Err(NoKernel(
             "linear algebra: the host runs it as a blocked factorization or substitution whose \
              updates are matrix products",

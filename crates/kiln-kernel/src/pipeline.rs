@@ -365,6 +365,8 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
             .0;
         &optimized
     };
+    let f = &crate::fft::expand_ffts(f)
+        .map_err(|e| Error::Lowering(format!("expanding fft into products: {e}")))?;
     let f = &crate::complex::split_complex(f)
         .map_err(|e| Error::Lowering(format!("splitting complex numbers into parts: {e}")))?;
     let f = &canon::expand_rngs(f)

@@ -130,6 +130,9 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
         // Rounding once at the end; the factorization's or the substitution's own error is
         // `sum_terms` times their magnitudes (`crate::linalg`).
         Cholesky | TriangularSolve | Lu => 1.0,
+        // Rounding once at the end of each stage of a transform (the sums' own error is
+        // `sum_terms`, the twiddles' rounding one more ε per term).
+        Fft => 1.0,
         _ => 0.0,
     }
 }
@@ -185,6 +188,12 @@ fn sum_terms(f: &Func, inst: &kiln_ir::Inst) -> f64 {
             let t = ty(0);
             k(t.shape[t.rank() - 1], 1)
         }
+        // Every element of a transform sums the products of all the elements of its line with
+        // twiddles, stage after stage (`crate::fft`).
+        Op::Fft { fft_length, .. } => k(
+            fft_length.iter().map(|&n| n as usize).product(),
+            2 * fft_length.len(),
+        ),
         Op::Scatter { kind, .. } | Op::SelectAndScatter { kind, .. } if *kind == Combiner::Add => {
             k(f.values[inst.results[0].index()].numel().max(1), 1)
         }
@@ -245,10 +254,10 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             continue;
         };
         let d = f.values[first.index()].dtype;
-        let float_in = inst
-            .operands
-            .iter()
-            .any(|x| f.values[x.index()].dtype.is_float());
+        let float_in = inst.operands.iter().any(|x| {
+            let d = f.values[x.index()].dtype;
+            d.is_float() || d.is_complex()
+        });
         if d.is_float() {
             b.ulps += op_ulps(inst.op.kind(), d);
             if float_in {
@@ -560,6 +569,16 @@ fn values_and_magnitudes(
                 Op::SelectAndScatter { .. } => {
                     Some(eval_op(&inst.op, &[r[0], m[1], m[2]], &ftypes).remove(0))
                 }
+                Op::Fft {
+                    fft_type,
+                    fft_length,
+                } => Some(
+                    Literal::from_f64s(
+                        ftypes[0].clone(),
+                        &crate::fft::fft_magnitude(m[0], *fft_type, fft_length, &types[0]),
+                    )
+                    .expect("a result's element count"),
+                ),
                 _ => None,
             };
             match one {

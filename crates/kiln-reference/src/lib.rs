@@ -16,6 +16,7 @@
 pub mod accuracy;
 pub mod compare;
 pub mod complex;
+mod fft;
 mod linalg;
 mod ops;
 mod products;

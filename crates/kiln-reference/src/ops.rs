@@ -810,6 +810,10 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             crate::reduce_region::reduce_window_region(x, &w, body, types)
         }
         Op::Cholesky { lower } => vec![crate::linalg::cholesky(x[0], *lower, &types[0])],
+        Op::Fft {
+            fft_type,
+            fft_length,
+        } => vec![crate::fft::fft(x[0], *fft_type, fft_length, &types[0])],
         Op::Lu {} => crate::linalg::lu(x[0], types),
         Op::TriangularSolve {
             left_side,

@@ -589,6 +589,16 @@ impl Printer {
                 regions.push(self.region(comparator, None, ri)?);
             }
             Op::Cholesky { lower } => attrs.push(format!("lower = {lower}")),
+            Op::Fft {
+                fft_type,
+                fft_length,
+            } => {
+                attrs.push(format!(
+                    "fft_type = #stablehlo<fft_type {}>",
+                    fft_type.name()
+                ));
+                attrs.push(format!("fft_length = {}", arr(fft_length)));
+            }
             Op::Lu {} => {
                 return Err(err("`lu` is a kiln extension with no StableHLO form".into()));
             }

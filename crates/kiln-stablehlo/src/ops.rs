@@ -13,7 +13,7 @@ use crate::import::{Body, push, result_types, value_type};
 use crate::literal::to_literal;
 use kiln_ir::attr::AttrCtx;
 use kiln_ir::{
-    Combiner, ComparisonDirection, Literal, Op, OpKind, Props, RngAlgorithm, TensorType,
+    Combiner, ComparisonDirection, FftType, Literal, Op, OpKind, Props, RngAlgorithm, TensorType,
     TransposeA, ValueId,
 };
 
@@ -687,6 +687,25 @@ pub fn map_op(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
         "chlo.erf" => Op::Erf {},
         "stablehlo.cholesky" => Op::Cholesky {
             lower: crate::decompose::flag(op, "lower")?,
+        },
+        "stablehlo.fft" => Op::Fft {
+            fft_type: match find(op, &["fft_type", "type"]) {
+                Some((AttrVal::Enum(_, v) | AttrVal::Ident(v), p)) => FftType::ALL
+                    .iter()
+                    .copied()
+                    .find(|t| t.name() == v)
+                    .ok_or_else(|| {
+                        Error::invalid(p, format!("bad `fft_type` value {}", quote(v)))
+                    })?,
+                Some((_, p)) => return Err(Error::invalid(p, "bad `fft_type`")),
+                None => {
+                    return Err(Error::invalid(
+                        op.pos,
+                        "`stablehlo.fft` needs the attribute `fft_type`",
+                    ));
+                }
+            },
+            fft_length: need_ints(op, &["fft_length", "length"])?,
         },
         "stablehlo.triangular_solve" => Op::TriangularSolve {
             left_side: crate::decompose::flag(op, "left_side")?,

@@ -545,6 +545,37 @@ fn cholesky_and_triangular_solve_import_in_both_forms() {
     assert_eq!(print_module(&back), text);
 }
 
+#[test]
+fn fft_imports_in_both_forms() {
+    let pretty = "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %s = stablehlo.fft %x, type = RFFT, length = [4] : (tensor<4xf32>) -> tensor<3xcomplex<f32>>
+  %y = stablehlo.fft %s, type = IRFFT, length = [4] : (tensor<3xcomplex<f32>>) -> tensor<4xf32>
+  func.return %y : tensor<4xf32>
+}";
+    let generic = r#"func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %s = "stablehlo.fft"(%x) {fft_type = #stablehlo<fft_type RFFT>, fft_length = array<i64: 4>} : (tensor<4xf32>) -> tensor<3xcomplex<f32>>
+  %y = "stablehlo.fft"(%s) {fft_type = #stablehlo<fft_type IRFFT>, fft_length = array<i64: 4>} : (tensor<3xcomplex<f32>>) -> tensor<4xf32>
+  "func.return"(%y) : (tensor<4xf32>) -> ()
+}"#;
+    let p = parse(pretty).unwrap_or_else(|e| panic!("{e}"));
+    let g = parse(generic).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(print_module(&p), print_module(&g));
+    let text = print_module(&p);
+    assert!(
+        text.contains("fft %0 {fft_type = RFFT, fft_length = [4]} : c64[3]"),
+        "{text}"
+    );
+    // The real transform and its inverse give the operand back.
+    let out = run(generic, &[f32s(&[4], &[1.0, 2.0, 3.0, 4.0])]);
+    assert_eq!(out[0].as_f32s().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
+    let back = parse(&kiln_stablehlo::to_text(&p).unwrap()).unwrap();
+    assert_eq!(print_module(&back), text);
+    // A transform type StableHLO does not have is an error at its position.
+    let bad = pretty.replace("type = RFFT", "type = DCT");
+    let e = parse(&bad).expect_err("DCT is no fft_type");
+    assert!(e.to_string().contains("fft_type"), "{e}");
+}
+
 /// The syntax tree written in the generic op form imports to the same module as the text it
 /// came from: a JAX module (pretty ops, `reduce ... applies`, `call`) and every JAX program
 /// of the test data (dot_general dimension pairs, slices, convolutions, large literals).

@@ -321,7 +321,7 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         | Compare | Select | Clamp | Convert | BitcastConvert | Constant | Iota
         | BroadcastInDim | Reshape | Transpose | Slice | DynamicSlice | DynamicUpdateSlice
         | Concatenate | Reverse | DotGeneral | Gather | Scatter | OptimizationBarrier | While
-        | Case | Sort | Map | Cholesky | TriangularSolve | Lu | Real | Imag | Complex => {
+        | Case | Sort | Map | Cholesky | TriangularSolve | Lu | Real | Imag | Complex | Fft => {
             Batching::Whole
         }
     }

@@ -152,7 +152,8 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
         Op::DotGeneral { .. } => dot_general(bd, cx),
         // The matrices are the last two dimensions and any leading ones a batch: the vmapped
         // batch is one more leading dimension (an unbatched operand broadcast along it).
-        Op::Cholesky { .. } | Op::Lu {} => one(bd, cx.op.clone(), &[x0.v]),
+        // So are `fft`'s: it transforms trailing dimensions only.
+        Op::Cholesky { .. } | Op::Lu {} | Op::Fft { .. } => one(bd, cx.op.clone(), &[x0.v]),
         Op::TriangularSolve { .. } => {
             let a = bd.materialize(cx.xs[0])?;
             let b = bd.materialize(cx.xs[1])?;

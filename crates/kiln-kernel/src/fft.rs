@@ -1,0 +1,350 @@
+//! `fft` as matrix products, so that the compiled backends run it with their product kernels
+//! (after [`crate::complex::split_complex`] has split the complex values into parts).
+//!
+//! A 1-D transform of length `n` along one dimension is a `dot_general` with the constant
+//! `n x n` DFT matrix `w^(jk)` (`w = e^(-2πi/n)`; its conjugate divided by `n` for an inverse)
+//! when `n <= DIRECT_MAX` or when `n` has no factor from 2 to `DIRECT_MAX` (a prime above
+//! it: the product costs `n²` per line). A longer composite `n = n1 n2`, `n1` its largest
+//! factor at most `DIRECT_MAX`, is Cooley and Tukey's four-step factorization: the dimension
+//! reshaped to `[n1, n2]` (`j = n2 j1 + j2`), a direct transform of length `n1` over `j1`, a
+//! multiply by the twiddles `w_n^(j2 k1)`, a transform of length `n2` over `j2` (recursively)
+//! and a transpose to the output order `k = k1 + n1 k2`. Twiddles and matrices come from
+//! [`kiln_ir::fft::twiddle`] in f64 and are rounded once to the element type.
+//!
+//! Several transformed dimensions are transformed one after another. `RFFT` transforms its
+//! operand converted to complex and slices the first `n/2 + 1` elements of the last
+//! dimension; `IRFFT` completes the Hermitian spectrum of the last dimension (the conjugates
+//! of the elements `1 .. n - n/2`, reversed, concatenated), transforms it and keeps the real
+//! part.
+
+use crate::canon::rebuild;
+use kiln_ir::fft::twiddle;
+use kiln_ir::{Builder, FftType, Func, Literal, Op, TensorType, ValueId, VerifyError};
+
+type R<T> = Result<T, VerifyError>;
+
+/// The longest transform done as one product with its DFT matrix.
+pub const DIRECT_MAX: usize = 64;
+
+/// `f` with every `fft` rewritten into products, twiddle multiplies and layout ops.
+pub fn expand_ffts(f: &Func) -> R<Func> {
+    if !f.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })) {
+        return Ok(f.clone());
+    }
+    rebuild(f, |b, inst, ops| {
+        let Op::Fft {
+            fft_type,
+            fft_length,
+        } = &inst.op
+        else {
+            return Ok(None);
+        };
+        let ty = f.values[inst.results[0].index()].clone();
+        Ok(Some(vec![expand(b, ops[0], *fft_type, fft_length, &ty)?]))
+    })
+}
+
+fn ty_of(b: &Builder, v: ValueId) -> TensorType {
+    b.ty(v).expect("a value of the builder").clone()
+}
+
+fn constant(b: &mut Builder, ty: TensorType, values: &[[f64; 2]]) -> R<ValueId> {
+    let value = Literal::from_complex_f64s(ty, values).expect("the constant's element count");
+    b.inst(Op::Constant { value }, &[])
+}
+
+/// One `fft` of `x` into `ty`.
+fn expand(b: &mut Builder, x: ValueId, t: FftType, lengths: &[i64], ty: &TensorType) -> R<ValueId> {
+    if ty.numel() == 0 || ty_of(b, x).numel() == 0 {
+        let value = Literal::zeros(ty.clone());
+        return b.inst(Op::Constant { value }, &[]);
+    }
+    let r = ty.rank();
+    let l = lengths.len();
+    let cdt = if ty.dtype.is_complex() {
+        ty.dtype
+    } else {
+        ty.dtype
+            .complex_of()
+            .expect("a real fft result is f32 or f64")
+    };
+    let x = if ty_of(b, x).dtype.is_complex() {
+        x
+    } else {
+        b.convert(x, cdt)?
+    };
+    match t {
+        FftType::Fft | FftType::Ifft => transform(
+            b,
+            x,
+            &(r - l..r).rev().collect::<Vec<_>>(),
+            t == FftType::Ifft,
+        ),
+        FftType::Rfft => {
+            let y = transform(b, x, &(r - l..r).rev().collect::<Vec<_>>(), false)?;
+            slice_last(b, y, 0, ty.shape[r - 1])
+        }
+        FftType::Irfft => {
+            let y = transform(b, x, &(r - l..r - 1).rev().collect::<Vec<_>>(), true)?;
+            let n = ty.shape[r - 1];
+            let h = ty_of(b, y).shape[r - 1];
+            let full = if n > h {
+                // Y[j] = conj(X[n - j]) for j in h..n: X[1 .. n - h + 1] reversed, conjugated.
+                let tail = slice_last(b, y, 1, n - h + 1)?;
+                let tail = b.inst(
+                    Op::Reverse {
+                        dimensions: vec![r as i64 - 1],
+                    },
+                    &[tail],
+                )?;
+                let re = b.unary(Op::Real {}, tail)?;
+                let im = b.unary(Op::Imag {}, tail)?;
+                let im = b.unary(Op::Negate {}, im)?;
+                let conj = b.binary(Op::Complex {}, re, im)?;
+                b.inst(
+                    Op::Concatenate {
+                        dimension: r as i64 - 1,
+                    },
+                    &[y, conj],
+                )?
+            } else {
+                slice_last(b, y, 0, n)?
+            };
+            let z = transform(b, full, &[r - 1], true)?;
+            b.unary(Op::Real {}, z)
+        }
+    }
+}
+
+/// Elements `lo..hi` of the last dimension of `v`.
+fn slice_last(b: &mut Builder, v: ValueId, lo: usize, hi: usize) -> R<ValueId> {
+    let t = ty_of(b, v);
+    let r = t.rank();
+    let mut start = vec![0; r];
+    let mut limit: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+    start[r - 1] = lo as i64;
+    limit[r - 1] = hi as i64;
+    b.inst(
+        Op::Slice {
+            start_indices: start,
+            limit_indices: limit,
+            strides: vec![1; r],
+        },
+        &[v],
+    )
+}
+
+/// `v` transformed along each of `axes` (dimensions of `v`, in the order given) and the
+/// dimensions put back in their order.
+fn transform(b: &mut Builder, v: ValueId, axes: &[usize], inverse: bool) -> R<ValueId> {
+    let r = ty_of(b, v).rank();
+    // The original dimension at each position of the current value.
+    let mut order: Vec<usize> = (0..r).collect();
+    let mut v = v;
+    for &a in axes {
+        let p = order
+            .iter()
+            .position(|&d| d == a)
+            .expect("a dimension of v");
+        v = along(b, v, p, inverse)?;
+        order.remove(p);
+        order.push(a);
+    }
+    if order.iter().enumerate().all(|(i, &d)| i == d) {
+        return Ok(v);
+    }
+    let perm: Vec<i64> = (0..r)
+        .map(|d| order.iter().position(|&o| o == d).expect("a permutation") as i64)
+        .collect();
+    b.transpose(v, &perm)
+}
+
+/// The transform of `v` along dimension `axis`, the transformed dimension moved last.
+fn along(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> {
+    let t = ty_of(b, v);
+    let n = t.shape[axis];
+    let n1 = (2..=DIRECT_MAX.min(n / 2))
+        .rev()
+        .find(|&d| n.is_multiple_of(d));
+    match n1 {
+        Some(n1) if n > DIRECT_MAX => four_step(b, v, axis, n1, inverse),
+        _ => direct(b, v, axis, inverse),
+    }
+}
+
+/// A product with the DFT matrix of the length of dimension `axis`.
+fn direct(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> {
+    let t = ty_of(b, v);
+    let n = t.shape[axis];
+    let scale = if inverse { 1.0 / n as f64 } else { 1.0 };
+    let mut m = Vec::with_capacity(n * n);
+    for j in 0..n {
+        for k in 0..n {
+            let (c, s) = twiddle((j * k % n) as u64, n as u64);
+            let s = if inverse { s } else { -s };
+            m.push([c * scale, s * scale]);
+        }
+    }
+    let w = constant(b, TensorType::new(t.dtype, [n, n]), &m)?;
+    b.inst(
+        Op::DotGeneral {
+            lhs_batching_dimensions: vec![],
+            rhs_batching_dimensions: vec![],
+            lhs_contracting_dimensions: vec![axis as i64],
+            rhs_contracting_dimensions: vec![0],
+        },
+        &[v, w],
+    )
+}
+
+/// The four-step transform along dimension `axis` of length `n = n1 n2`.
+fn four_step(b: &mut Builder, v: ValueId, axis: usize, n1: usize, inverse: bool) -> R<ValueId> {
+    let t = ty_of(b, v);
+    let n = t.shape[axis];
+    let n2 = n / n1;
+    let r = t.rank();
+    let mut split = t.shape.clone();
+    split.splice(axis..=axis, [n1, n2]);
+    let v = b.reshape(v, &split)?;
+    // Over j1: [.., j2 (at axis), .., k1].
+    let y = direct(b, v, axis, inverse)?;
+    let mut tw = Vec::with_capacity(n1 * n2);
+    for j2 in 0..n2 {
+        for k1 in 0..n1 {
+            let (c, s) = twiddle((j2 * k1 % n) as u64, n as u64);
+            tw.push([c, if inverse { s } else { -s }]);
+        }
+    }
+    let tw = constant(b, TensorType::new(t.dtype, [n2, n1]), &tw)?;
+    let ys = ty_of(b, y).shape;
+    let tw = b.broadcast(tw, &[axis as i64, r as i64], &ys)?;
+    let y = b.binary(Op::Multiply {}, y, tw)?;
+    // Over j2: [.., k1, k2].
+    let z = along(b, y, axis, inverse)?;
+    let mut perm: Vec<i64> = (0..r as i64 + 1).collect();
+    perm.swap(r - 1, r);
+    let z = b.transpose(z, &perm)?;
+    let mut out = ty_of(b, z).shape;
+    out.truncate(r - 1);
+    out.push(n);
+    b.reshape(z, &out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::random::{Rng, random_literal};
+
+    /// The expansion of one `fft`, run on the reference interpreter, against the reference's
+    /// own transform: within `64 ε Σ|x|` of each line (the products' and sums' rounding in
+    /// the element type, through every factorization stage).
+    fn agrees(src: &str, seed: u64) {
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let g = expand_ffts(&f).expect("expands");
+        assert!(
+            !g.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })),
+            "{g}"
+        );
+        let mut rng = Rng::new(seed);
+        let ty = f.values[f.params[0].index()].clone();
+        let x = random_literal(&mut rng, &ty);
+        let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).expect("runs")[0].clone();
+        let got = kiln_reference::eval(&g, std::slice::from_ref(&x)).expect("runs")[0].clone();
+        assert_eq!(want.ty(), got.ty());
+        let parts = |l: &Literal| -> Vec<f64> {
+            if l.dtype().is_complex() {
+                l.to_complex_f64s().into_iter().flatten().collect()
+            } else {
+                l.to_f64s()
+            }
+        };
+        let xs = parts(&x);
+        let eps = if want.dtype().part() == kiln_ir::DType::F64 {
+            f64::EPSILON
+        } else {
+            f32::EPSILON as f64
+        };
+        let bound = 64.0 * eps * xs.iter().map(|v| v.abs()).sum::<f64>().max(1.0);
+        for (i, (a, e)) in parts(&got).iter().zip(parts(&want)).enumerate() {
+            assert!(
+                (a - e).abs() <= bound,
+                "{src}: element {i}: {a} against {e} (bound {bound})"
+            );
+        }
+    }
+
+    #[test]
+    fn expansions_agree_with_the_reference() {
+        let cases = [
+            ("c64[3,8]", "FFT", "[8]", "c64[3,8]"),
+            ("c128[5]", "IFFT", "[5]", "c128[5]"),
+            ("c64[2,96]", "FFT", "[96]", "c64[2,96]"),
+            ("c64[134]", "IFFT", "[134]", "c64[134]"),
+            ("c128[67]", "FFT", "[67]", "c128[67]"),
+            ("c64[2,3,4]", "FFT", "[2, 3, 4]", "c64[2,3,4]"),
+            ("c128[2,130,3]", "IFFT", "[130, 3]", "c128[2,130,3]"),
+            ("f32[2,6]", "RFFT", "[6]", "c64[2,4]"),
+            ("f64[3,5,7]", "RFFT", "[5, 7]", "c128[3,5,4]"),
+            ("f32[200]", "RFFT", "[200]", "c64[101]"),
+            ("c64[2,4]", "IRFFT", "[6]", "f32[2,6]"),
+            ("c128[4,3]", "IRFFT", "[4, 5]", "f64[4,5]"),
+            ("c64[66]", "IRFFT", "[130]", "f32[130]"),
+            ("c64[1]", "IRFFT", "[1]", "f32[1]"),
+            ("c64[2]", "IRFFT", "[2]", "f32[2]"),
+            ("c64[0,4]", "FFT", "[4]", "c64[0,4]"),
+            ("f32[3,0]", "RFFT", "[0]", "c64[3,0]"),
+        ];
+        for (k, (x, t, n, r)) in cases.iter().enumerate() {
+            let src = format!(
+                "func @main(%0: {x}) -> {r} {{\n  %1 = fft %0 {{fft_type = {t}, fft_length = {n}}} : {r}\n  return %1\n}}\n"
+            );
+            agrees(&src, k as u64);
+        }
+    }
+
+    #[test]
+    fn long_composite_transforms_are_factored() {
+        let src = "func @main(%0: c64[4096]) -> c64[4096] {\n  %1 = fft %0 {fft_type = FFT, fft_length = [4096]} : c64[4096]\n  return %1\n}\n";
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let g = expand_ffts(&f).expect("expands");
+        // 4096 = 64 x 64: two products with 64 x 64 matrices, no 4096 x 4096 one.
+        let biggest = g
+            .insts
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::Constant { value } => Some(value.numel()),
+                _ => None,
+            })
+            .max();
+        assert_eq!(biggest, Some(64 * 64), "{g}");
+    }
+
+    /// A real program through a real transform and its inverse compiles to kernels alone:
+    /// nothing of it is left to the reference interpreter.
+    #[test]
+    fn real_transforms_compile_to_kernels() {
+        let src = "func @main(%0: f32[3,96]) -> f32[3,96] {\n  %1 = fft %0 {fft_type = RFFT, fft_length = [3, 96]} : c64[3,49]\n  %2 = fft %1 {fft_type = IRFFT, fft_length = [3, 96]} : f32[3,96]\n  return %2\n}\n";
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let target = crate::target::TargetInfo::reference();
+        for opts in [
+            crate::options::Options::default(),
+            crate::options::Options {
+                optimize: false,
+                ..Default::default()
+            },
+        ] {
+            let lowered =
+                crate::pipeline::lower_program(&f, &[false], &opts, &target, None, &mut |_| {})
+                    .expect("lowers");
+            for (inst, step) in lowered.func.insts.iter().zip(&lowered.steps) {
+                assert_ne!(
+                    *step,
+                    crate::Step::Reference,
+                    "{} runs on the reference\n{}",
+                    inst.op.mnemonic(),
+                    lowered.func
+                );
+            }
+        }
+    }
+}
