@@ -3,8 +3,9 @@
 //!
 //! A 1-D transform of length `n` along one dimension is a `dot_general` with the constant
 //! `n x n` DFT matrix `w^(jk)` (`w = e^(-2πi/n)`; its conjugate divided by `n` for an inverse)
-//! when `n <= DIRECT_MAX` or when `n` has no factor from 2 to `DIRECT_MAX` (a prime above
-//! it: the product costs `n²` per line). A longer composite `n = n1 n2`, `n1` its largest
+//! when `n <= DIRECT_MAX`; a longer `n` with no factor from 2 to `DIRECT_MAX` (a prime above
+//! it) is Bluestein's chirp-z transform, a convolution done by transforms of a power-of-two
+//! length at least `2n - 1`. A longer composite `n = n1 n2`, `n1` its largest
 //! factor at most `DIRECT_MAX`, is Cooley and Tukey's four-step factorization: the dimension
 //! reshaped to `[n1, n2]` (`j = n2 j1 + j2`), a direct transform of length `n1` over `j1`, a
 //! multiply by the twiddles `w_n^(j2 k1)`, a transform of length `n2` over `j2` (recursively)
@@ -167,9 +168,91 @@ fn along(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> 
         .rev()
         .find(|&d| n.is_multiple_of(d));
     match n1 {
-        Some(n1) if n > DIRECT_MAX => four_step(b, v, axis, n1, inverse),
-        _ => direct(b, v, axis, inverse),
+        _ if n <= DIRECT_MAX => direct(b, v, axis, inverse),
+        Some(n1) => four_step(b, v, axis, n1, inverse),
+        None => bluestein(b, v, axis, inverse),
     }
+}
+
+/// `c_m = e^(∓πi m²/n)` (the sign of the transform), times `scale`, for `m` in `0..n`.
+fn chirp(n: usize, inverse: bool, scale: f64) -> Vec<[f64; 2]> {
+    (0..n)
+        .map(|m| {
+            let sq = (m as u128 * m as u128 % (2 * n as u128)) as u64;
+            let (c, s) = twiddle(sq, 2 * n as u64);
+            [c * scale, if inverse { s } else { -s } * scale]
+        })
+        .collect()
+}
+
+/// The forward transform of a power-of-two number of points, in f64 (radix 2).
+fn radix2(x: &[[f64; 2]]) -> Vec<[f64; 2]> {
+    let m = x.len();
+    if m == 1 {
+        return x.to_vec();
+    }
+    let even: Vec<[f64; 2]> = x.iter().step_by(2).copied().collect();
+    let odd: Vec<[f64; 2]> = x.iter().skip(1).step_by(2).copied().collect();
+    let (e, o) = (radix2(&even), radix2(&odd));
+    let mut out = vec![[0.0; 2]; m];
+    for k in 0..m / 2 {
+        let (c, s) = twiddle(k as u64, m as u64);
+        let t = [o[k][0] * c + o[k][1] * s, o[k][1] * c - o[k][0] * s];
+        out[k] = [e[k][0] + t[0], e[k][1] + t[1]];
+        out[k + m / 2] = [e[k][0] - t[0], e[k][1] - t[1]];
+    }
+    out
+}
+
+/// Bluestein's chirp-z transform along dimension `axis` (a length with no factor up to
+/// [`DIRECT_MAX`]): with `jk = (j² + k² - (k - j)²) / 2`, `X_k = c_k Σ_j (x_j c_j)
+/// conj(c_(k-j))`, a circular convolution of a power-of-two length `M >= 2n - 1` done by
+/// transforms of length `M` (the chirp's own transform a constant computed in f64).
+fn bluestein(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> {
+    let t = ty_of(b, v);
+    let (n, r) = (t.shape[axis], t.rank());
+    let m = (2 * n - 1).next_power_of_two();
+    let mut perm: Vec<i64> = (0..r as i64).filter(|&d| d != axis as i64).collect();
+    perm.push(axis as i64);
+    let v = b.transpose(v, &perm)?;
+    let shape = ty_of(b, v).shape;
+    let last = r as i64 - 1;
+    let spread = |b: &mut Builder, values: &[[f64; 2]], shape: &[usize]| -> R<ValueId> {
+        let c = constant(b, TensorType::new(t.dtype, [values.len()]), values)?;
+        b.broadcast(c, &[last], shape)
+    };
+    let c = chirp(n, inverse, 1.0);
+    let cv = spread(b, &c, &shape)?;
+    let a = b.binary(Op::Multiply {}, v, cv)?;
+    let zero = constant(b, TensorType::scalar(t.dtype), &[[0.0, 0.0]])?;
+    let mut high = vec![0; r];
+    high[r - 1] = (m - n) as i64;
+    let a = b.inst(
+        Op::Pad {
+            edge_padding_low: vec![0; r],
+            edge_padding_high: high,
+            interior_padding: vec![0; r],
+        },
+        &[a, zero],
+    )?;
+    let fa = along(b, a, r - 1, false)?;
+    // h[j] = conj(c_j) for |j| < n, placed circularly.
+    let mut h = vec![[0.0; 2]; m];
+    for (j, cj) in c.iter().enumerate() {
+        h[j] = [cj[0], -cj[1]];
+        if j > 0 {
+            h[m - j] = h[j];
+        }
+    }
+    let mut padded = shape.clone();
+    padded[r - 1] = m;
+    let hv = spread(b, &radix2(&h), &padded)?;
+    let p = b.binary(Op::Multiply {}, fa, hv)?;
+    let conv = along(b, p, r - 1, true)?;
+    let conv = slice_last(b, conv, 0, n)?;
+    let scale = if inverse { 1.0 / n as f64 } else { 1.0 };
+    let dv = spread(b, &chirp(n, inverse, scale), &shape)?;
+    b.binary(Op::Multiply {}, conv, dv)
 }
 
 /// A product with the DFT matrix of the length of dimension `axis`.
@@ -281,6 +364,10 @@ mod tests {
             ("c64[2,96]", "FFT", "[96]", "c64[2,96]"),
             ("c64[134]", "IFFT", "[134]", "c64[134]"),
             ("c128[67]", "FFT", "[67]", "c128[67]"),
+            ("c64[2,67]", "IFFT", "[67]", "c64[2,67]"),
+            ("c128[3,139]", "FFT", "[3, 139]", "c128[3,139]"),
+            ("f32[2,71]", "RFFT", "[71]", "c64[2,36]"),
+            ("c128[36]", "IRFFT", "[71]", "f64[71]"),
             ("c64[2,3,4]", "FFT", "[2, 3, 4]", "c64[2,3,4]"),
             ("c128[2,130,3]", "IFFT", "[130, 3]", "c128[2,130,3]"),
             ("f32[2,6]", "RFFT", "[6]", "c64[2,4]"),
@@ -308,6 +395,18 @@ mod tests {
         let f = kiln_ir::parse_func_text(src).expect("valid IR");
         let g = expand_ffts(&f).expect("expands");
         // 4096 = 64 x 64: two products with 64 x 64 matrices, no 4096 x 4096 one.
+        let biggest = g
+            .insts
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::Constant { value } => Some(value.numel()),
+                _ => None,
+            })
+            .max();
+        assert_eq!(biggest, Some(64 * 64), "{g}");
+        // A prime above the direct limit is a convolution of 512 = 64 x 8 points (Bluestein).
+        let src = src.replace("4096", "139");
+        let g = expand_ffts(&kiln_ir::parse_func_text(&src).expect("valid IR")).expect("expands");
         let biggest = g
             .insts
             .iter()
