@@ -20,7 +20,7 @@
 //! - `exponential`, `exponential_minus_one`, `log_plus_one`, `sqrt`, `rsqrt`, `cbrt`, `tan`,
 //!   `tanh`, `sign`, `logistic`, `power`, `atan2`, and `reduce` with `multiply` (a tree of
 //!   complex products): the reference's formulas with its special values, in
-//!   [`crate::complex_math`];
+//!   `complex_math.rs`;
 //! - `real`, `imag`, `complex`, `compare` (`EQ`: both parts equal; `NE`: either differs),
 //!   `convert` (to a real type: the real part; from one: imaginary part 0), constants.
 //!
