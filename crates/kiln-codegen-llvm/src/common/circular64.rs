@@ -191,23 +191,7 @@ pub(crate) trait Circular64<'c>: Base<'c> {
             self.table_u64("kiln_two_over_pi", &TWO_OVER_PI_WORDS, at)
         };
         let t = [word(0)?, word(1)?, word(2)?, word(3)?];
-        let zero_o = b
-            .build_int_compare(IntPredicate::EQ, o, c64(0), "z")
-            .map_err(llvm)?;
-        let back = b.build_int_sub(c64(64), o, "back").map_err(llvm)?;
-        let back = b
-            .build_select(zero_o, c64(0), back, "back")
-            .map_err(llvm)?
-            .into_int_value();
-        let join = |hi: IntValue<'c>, lo: IntValue<'c>| -> Result<IntValue<'c>> {
-            let h = b.build_left_shift(hi, o, "h").map_err(llvm)?;
-            let l = b.build_right_shift(lo, back, false, "l").map_err(llvm)?;
-            let l = b
-                .build_select(zero_o, c64(0), l, "l")
-                .map_err(llvm)?
-                .into_int_value();
-            b.build_or(h, l, "j").map_err(llvm)
-        };
+        let join = |hi: IntValue<'c>, lo: IntValue<'c>| self.funnel_left(hi, lo, o);
         let win = [join(t[0], t[1])?, join(t[1], t[2])?, join(t[2], t[3])?];
         // R = m times the 192-bit window, in 64-bit limbs: t0 2^128 + lo1 2^64 + lo0.
         let wide = |v: IntValue<'c>| b.build_int_z_extend(v, i128t, "x").map_err(llvm);

@@ -49,6 +49,23 @@ pub(crate) trait Scalar<'c>: Base<'c> {
         }
     }
 
+    /// The 64 bits of `hi:lo` (128 bits) starting `shift` (below 64) bits from the top:
+    /// `hi << shift | lo >> (64 - shift)`, `hi` itself at 0 (LLVM's funnel shift).
+    fn funnel_left(
+        &self,
+        hi: IntValue<'c>,
+        lo: IntValue<'c>,
+        shift: IntValue<'c>,
+    ) -> Result<IntValue<'c>> {
+        Ok(self
+            .intrinsic(
+                "llvm.fshl",
+                hi.get_type().into(),
+                &[hi.into(), lo.into(), shift.into()],
+            )?
+            .into_int_value())
+    }
+
     fn intrinsic(
         &self,
         name: &str,

@@ -296,23 +296,7 @@ pub(crate) trait Trig<'c>: Base<'c> {
                 .into_int_value())
         };
         let (wa, wb, wc) = (word(0)?, word(1)?, word(2)?);
-        let zero_o = b
-            .build_int_compare(inkwell::IntPredicate::EQ, o, c64(0), "z")
-            .map_err(llvm)?;
-        let back = b.build_int_sub(c64(64), o, "back").map_err(llvm)?;
-        let back = b
-            .build_select(zero_o, c64(0), back, "back")
-            .map_err(llvm)?
-            .into_int_value();
-        let join = |hi: IntValue<'c>, lo: IntValue<'c>| -> Result<IntValue<'c>> {
-            let h = b.build_left_shift(hi, o, "h").map_err(llvm)?;
-            let l = b.build_right_shift(lo, back, false, "l").map_err(llvm)?;
-            let l = b
-                .build_select(zero_o, c64(0), l, "l")
-                .map_err(llvm)?
-                .into_int_value();
-            b.build_or(h, l, "j").map_err(llvm)
-        };
+        let join = |hi: IntValue<'c>, lo: IntValue<'c>| self.funnel_left(hi, lo, o);
         let top = join(wa, wb)?;
         let next = join(wb, wc)?;
         let next32 = b
