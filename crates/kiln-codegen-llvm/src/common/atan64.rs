@@ -17,8 +17,8 @@ use super::table::Tables;
 use super::tables64::{ATAN_HI, ATAN_LO, FRAC_PI_2, PI};
 use super::{Base, llvm};
 use crate::Result;
+use inkwell::FloatPredicate;
 use inkwell::values::FloatValue;
-use inkwell::{FloatPredicate, IntPredicate};
 
 /// f64 atan2, on any [`Base`].
 pub(crate) trait Atan64<'c>: Base<'c> {
@@ -128,13 +128,7 @@ pub(crate) trait Atan64<'c>: Base<'c> {
             self.select_float(steep, a_steep.0, a.0)?,
             self.select_float(steep, a_steep.1, a.1)?,
         );
-        let bits = b
-            .build_bit_cast(x, i64t, "xb")
-            .map_err(llvm)?
-            .into_int_value();
-        let west = b
-            .build_int_compare(IntPredicate::SLT, bits, i64t.const_zero(), "w")
-            .map_err(llvm)?;
+        let west = self.sign_set(x)?;
         let a_west = from(PI, a)?;
         let a = self.select_float(west, a_west.0, a.0)?;
         let r = self.copysign(a, y)?;

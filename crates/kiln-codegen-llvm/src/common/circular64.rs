@@ -112,13 +112,7 @@ pub(crate) trait Circular64<'c>: Base<'c> {
             }
         };
         let value = if odd_fn {
-            let bits = b
-                .build_bit_cast(x, i64t, "xb")
-                .map_err(llvm)?
-                .into_int_value();
-            let negative = b
-                .build_int_compare(IntPredicate::SLT, bits, i64t.const_zero(), "neg")
-                .map_err(llvm)?;
+            let negative = self.sign_set(x)?;
             self.select_float(negative, neg(value)?, value)?
         } else {
             value

@@ -136,6 +136,18 @@ pub(crate) trait Math<'c>: Base<'c> {
             .into_float_value())
     }
 
+    /// Whether the sign bit of the f64 `x` is set (-0 and negative NaNs included).
+    fn sign_set(&self, x: FloatValue<'c>) -> Result<IntValue<'c>> {
+        let b = self.builder();
+        let i64t = self.ctx().i64_type();
+        let bits = b
+            .build_bit_cast(x, i64t, "xb")
+            .map_err(llvm)?
+            .into_int_value();
+        b.build_int_compare(IntPredicate::SLT, bits, i64t.const_zero(), "neg")
+            .map_err(llvm)
+    }
+
     /// `v` with the sign of `s`.
     fn copysign(&self, v: FloatValue<'c>, s: FloatValue<'c>) -> Result<FloatValue<'c>> {
         Ok(self

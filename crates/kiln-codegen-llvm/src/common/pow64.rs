@@ -55,7 +55,6 @@ pub(crate) trait Pow64<'c>: Base<'c> {
     ) -> Result<FloatValue<'c>> {
         let b = self.builder();
         let ft = self.ctx().f64_type();
-        let i64t = self.ctx().i64_type();
         let c = |v: f64| ft.const_float(v);
         let ax = self.fabs(x)?;
         // y an integer (infinities count as even ones), and odd.
@@ -67,13 +66,7 @@ pub(crate) trait Pow64<'c>: Base<'c> {
             .into_float_value();
         let not_even = self.fcmp(FloatPredicate::ONE, fh, half)?;
         let odd = b.build_and(integer, not_even, "odd").map_err(llvm)?;
-        let bits = b
-            .build_bit_cast(x, i64t, "xb")
-            .map_err(llvm)?
-            .into_int_value();
-        let negative = b
-            .build_int_compare(IntPredicate::SLT, bits, i64t.const_zero(), "neg")
-            .map_err(llvm)?;
+        let negative = self.sign_set(x)?;
         let flip = b.build_and(negative, odd, "flip").map_err(llvm)?;
         let neg_r = b.build_float_neg(r, "nr").map_err(llvm)?;
         let r = self.select_float(flip, neg_r, r)?;

@@ -90,18 +90,7 @@ pub(crate) trait Trig<'c>: Base<'c> {
             .build_float_sub(c(std::f64::consts::FRAC_PI_2), a, "as")
             .map_err(llvm)?;
         let a = self.select_float(steep, a_steep, a)?;
-        let bits = b
-            .build_bit_cast(x, self.ctx().i64_type(), "xb")
-            .map_err(llvm)?
-            .into_int_value();
-        let west = b
-            .build_int_compare(
-                inkwell::IntPredicate::SLT,
-                bits,
-                self.ctx().i64_type().const_zero(),
-                "w",
-            )
-            .map_err(llvm)?;
+        let west = self.sign_set(x)?;
         let a_west = b
             .build_float_sub(c(std::f64::consts::PI), a, "aw")
             .map_err(llvm)?;
