@@ -393,29 +393,26 @@ mod tests {
     fn long_composite_transforms_are_factored() {
         let src = "func @main(%0: c64[4096]) -> c64[4096] {\n  %1 = fft %0 {fft_type = FFT, fft_length = [4096]} : c64[4096]\n  return %1\n}\n";
         let f = kiln_ir::parse_func_text(src).expect("valid IR");
-        let g = expand_ffts(&f).expect("expands");
+        // The largest constant (DFT matrix or twiddles) of `f` expanded.
+        let biggest = |f: &Func| {
+            let g = expand_ffts(f).expect("expands");
+            let most = g
+                .insts
+                .iter()
+                .filter_map(|i| match &i.op {
+                    Op::Constant { value } => Some(value.numel()),
+                    _ => None,
+                })
+                .max();
+            (most, g)
+        };
         // 4096 = 64 x 64: two products with 64 x 64 matrices, no 4096 x 4096 one.
-        let biggest = g
-            .insts
-            .iter()
-            .filter_map(|i| match &i.op {
-                Op::Constant { value } => Some(value.numel()),
-                _ => None,
-            })
-            .max();
-        assert_eq!(biggest, Some(64 * 64), "{g}");
+        let (most, g) = biggest(&f);
+        assert_eq!(most, Some(64 * 64), "{g}");
         // A prime above the direct limit is a convolution of 512 = 64 x 8 points (Bluestein).
         let src = src.replace("4096", "139");
-        let g = expand_ffts(&kiln_ir::parse_func_text(&src).expect("valid IR")).expect("expands");
-        let biggest = g
-            .insts
-            .iter()
-            .filter_map(|i| match &i.op {
-                Op::Constant { value } => Some(value.numel()),
-                _ => None,
-            })
-            .max();
-        assert_eq!(biggest, Some(64 * 64), "{g}");
+        let (most, g) = biggest(&kiln_ir::parse_func_text(&src).expect("valid IR"));
+        assert_eq!(most, Some(64 * 64), "{g}");
     }
 
     /// A real program through a real transform and its inverse compiles to kernels alone:
