@@ -11,9 +11,7 @@
 mod mlp_classifier;
 
 use kiln::backend::{Backend, Cpu, Cuda};
-use kiln::optim::{Adam, AdamState};
-use kiln::{DType, Result, Tensor, jit};
-use mlp_classifier::{model, spirals, step};
+use kiln::{DType, Result, Tensor};
 use std::sync::Arc;
 
 /// What a run found.
@@ -30,22 +28,11 @@ pub enum Outcome {
     },
 }
 
-/// The losses of `steps` training steps on the backend installed now: (first, last).
+/// The losses of `steps` of `mlp_classifier`'s training on the backend installed now:
+/// (first, last).
 fn train(steps: usize) -> Result<(f64, f64)> {
-    let (x, y) = spirals();
-    let opt = Adam::new(0.01);
-    let mut m = model();
-    let mut s = opt.init(&m);
-    let train =
-        jit(|args: &(kiln::nn::Mlp, AdamState<kiln::nn::Mlp>, Tensor, Tensor)| step(&opt, args));
-    let (mut first, mut last) = (None, 0.0);
-    for _ in 0..steps {
-        let (m2, s2, l) = train.call_donating((m, s, x.clone(), y.clone()))??;
-        (m, s) = (m2, s2);
-        last = l.item()?;
-        first.get_or_insert(last);
-    }
-    Ok((first.unwrap_or(last), last))
+    let (first, last, _, _) = mlp_classifier::run(steps, false)?;
+    Ok((first, last))
 }
 
 /// Trains `steps` steps on GPU `device` (`cuda:N`) if there is one, else says why not.
