@@ -473,8 +473,8 @@ fn random_programs_agree_with_the_reference() {
     );
     // (A short range, `KILN_PROGRAMS=12754..12755`, need not generate every op.) Control flow
     // (`while`, `case`, `sort`) comes from the seeds whose profile allows it.
-    // `real`, `imag` and `complex` come only with complex parameters (`Config::with_complex`),
-    // which these programs, compiled whole, do not have yet.
+    // `real`, `imag` and `complex` come only with complex parameters (`Config::with_complex`):
+    // those programs are `complex_programs.rs`'s.
     let generated = kiln_ir::OpKind::ALL.len() - 3;
     assert!(
         programs < 1000 || rep.ops.len() == generated,

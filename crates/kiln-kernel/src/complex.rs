@@ -22,7 +22,8 @@
 //!   complex products): the reference's formulas with its special values, in
 //!   `complex_math.rs`;
 //! - `real`, `imag`, `complex`, `compare` (`EQ`: both parts equal; `NE`: either differs),
-//!   `convert` (to a real type: the real part; from one: imaginary part 0), constants.
+//!   `convert` (to a real type: the real part; from one: imaginary part 0), constants, `iota`
+//!   (the count in the part type, imaginary parts 0).
 //!
 //! The program's parameters and results keep their interleaved layout (real part, then
 //! imaginary part, as StableHLO and NumPy store complex numbers): a complex parameter is
@@ -306,17 +307,36 @@ fn rewrite(
             V::Pair(re, im)
         }
         Op::Power {} | Op::Atan2 {} => {
-            let (x, y) = (parts(b, ops[0])?, parts(b, ops[1])?);
+            // Both amplify their operands' rounding (a power by |w ln z|, atan2 near its
+            // branch points), so a `c64` one computes on f64 parts and rounds once at the end,
+            // as the reference does.
+            let wide = if part_ty.dtype == DType::F32 {
+                DType::F64
+            } else {
+                part_ty.dtype
+            };
+            let widen = |b: &mut Builder, v: V| -> R<(ValueId, ValueId)> {
+                let (re, im) = parts(b, v)?;
+                if wide == part_ty.dtype {
+                    return Ok((re, im));
+                }
+                Ok((b.convert(re, wide)?, b.convert(im, wide)?))
+            };
+            let (x, y) = (widen(b, ops[0])?, widen(b, ops[1])?);
             let mut m = Math {
                 b,
-                ty: part_ty.clone(),
+                ty: part_ty.with_dtype(wide),
             };
             let (re, im) = if matches!(inst.op, Op::Power {}) {
                 m.power(x, y)?
             } else {
                 m.atan2(x, y)?
             };
-            V::Pair(re, im)
+            if wide == part_ty.dtype {
+                V::Pair(re, im)
+            } else {
+                V::Pair(b.convert(re, part_ty.dtype)?, b.convert(im, part_ty.dtype)?)
+            }
         }
         Op::Reduce {
             kind: Combiner::Mul,
@@ -383,6 +403,11 @@ fn rewrite(
             let tie_im = bin(b, Op::And {}, re_eq, im_gt)?;
             let first = bin(b, Op::Or {}, re_gt, tie_im)?;
             V::Pair(b.select(first, a, p)?, b.select(first, c, q)?)
+        }
+        // Counting up the real axis: the count in the part type, and zeros.
+        Op::Iota { .. } if out.dtype.is_complex() => {
+            let re = b.inst_typed(inst.op.clone(), &[], part_ty.clone())?;
+            V::Pair(re, b.full(&part_ty, 0.0)?)
         }
         Op::Select {} => {
             let p = real(ops[0]);

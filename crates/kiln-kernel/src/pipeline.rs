@@ -367,12 +367,14 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
     };
     let f = &crate::fft::expand_ffts(f)
         .map_err(|e| Error::Lowering(format!("expanding fft into products: {e}")))?;
+    // Regions expanded into elementwise ops before complex values are split, so that complex
+    // ops in a `map` or a reduction's body are computed on parts like the others.
+    let f = &crate::reduce_tree::expand_region_reduces(f)
+        .map_err(|e| Error::Lowering(format!("expanding reduce_region: {e}")))?;
     let f = &crate::complex::split_complex(f)
         .map_err(|e| Error::Lowering(format!("splitting complex numbers into parts: {e}")))?;
     let f = &canon::expand_rngs(f)
         .map_err(|e| Error::Lowering(format!("expanding rng_bit_generator: {e}")))?;
-    let f = &crate::reduce_tree::expand_region_reduces(f)
-        .map_err(|e| Error::Lowering(format!("expanding reduce_region: {e}")))?;
     let f = &crate::bits::expand_pred_bitcasts(f)
         .map_err(|e| Error::Lowering(format!("expanding bitcasts to or from pred: {e}")))?;
     let f = &crate::precision::expand_reduce_precisions(f)

@@ -36,6 +36,13 @@
 //! operands (see `power_magnitude`). A cone of exact ops has `U = K = 0`: the element must be
 //! bit for bit the reference's.
 //!
+//! Complex numbers are bounded norm-wise: a complex value's magnitude bounds its modulus (sums
+//! and products of moduli; the functions with poles, or that grow off the real axis, carry
+//! their operand's magnitude through a bound of their derivative), `ulp` and `ε` are the part
+//! type's at the reference's modulus, and each part of the backend's result must lie within the
+//! bound of the reference's part. The ops that the backends compute on parts in more steps
+//! than the reference's one rounding have ulp bounds of their own (`complex_op_ulps`).
+//!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
 //! for f16, bf16 and f32 results) is not compared: the backend's partial sums may overflow to an
 //! infinity, or meet both infinities (NaN), where the reference's f64 sum stays finite.
@@ -63,16 +70,17 @@ use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
 
 /// The largest finite value of the type a backend accumulates dtype `d`'s sums in.
 fn accumulator_max(d: DType) -> f64 {
-    if d == DType::F64 {
+    if d.part() == DType::F64 {
         f64::MAX
     } else {
         f32::MAX as f64
     }
 }
 
-/// Unit roundoff (half the spacing of 1) of a float dtype; 0 for the others.
+/// Unit roundoff (half the spacing of 1) of a float dtype, or of a complex dtype's parts; 0 for
+/// the others.
 pub fn unit_roundoff(d: DType) -> f64 {
-    match d {
+    match d.part() {
         DType::F16 => 2f64.powi(-11),
         DType::BF16 => 2f64.powi(-8),
         DType::F32 => 2f64.powi(-24),
@@ -81,9 +89,10 @@ pub fn unit_roundoff(d: DType) -> f64 {
     }
 }
 
-/// The spacing of `d`'s floats at `x` (the gap above |x|; the smallest subnormal at 0).
+/// The spacing of `d`'s floats (a complex dtype's parts') at `x` (the gap above |x|; the smallest
+/// subnormal at 0).
 pub fn ulp(d: DType, x: f64) -> f64 {
-    let (p, emin) = match d {
+    let (p, emin) = match d.part() {
         DType::F16 => (11, -14),
         DType::BF16 => (8, -126),
         DType::F32 => (24, -126),
@@ -103,6 +112,9 @@ pub fn ulp(d: DType, x: f64) -> f64 {
 /// its operands are exact. Sums are bounded separately (`sum_terms`).
 pub fn op_ulps(op: OpKind, d: DType) -> f64 {
     use OpKind::*;
+    if d.is_complex() {
+        return complex_op_ulps(op);
+    }
     let narrow = matches!(d, DType::F16 | DType::BF16);
     match op {
         // Polynomials within 2-4 ulps of the correctly rounded value (`common/math.rs` and,
@@ -133,6 +145,29 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
         // Rounding once at the end of each stage of a transform (the sums' own error is
         // `sum_terms`, the twiddles' rounding one more ε per term).
         Fft => 1.0,
+        _ => 0.0,
+    }
+}
+
+/// [`op_ulps`] for a complex result, in ulps of the part type at the result's modulus: the
+/// compiled backends compute complex numbers on their parts (a `c64` in f32 steps) where the
+/// reference computes each result in f64 and rounds it once.
+fn complex_op_ulps(op: OpKind) -> f64 {
+    use OpKind::*;
+    match op {
+        // (ac - bd) + i(ad + bc): two products and a sum per part, each within |z1||z2| by
+        // Cauchy-Schwarz.
+        Multiply => 2.0,
+        // Smith's division: a ratio, a product, a sum and a quotient per part.
+        Divide => 6.0,
+        // z / |z|: the modulus, then a division per part.
+        Sign => 3.0,
+        // Formulas over the parts' real functions (`complex_math.rs` of kiln-kernel), each
+        // within 4 ulps, combined by a few products and sums.
+        Exponential | Log | Tanh | Logistic | LogPlusOne | ExponentialMinusOne | Sine | Cosine
+        | Power | Tan | Atan2 | Cbrt | Sqrt | Rsqrt => 16.0,
+        Reduce | DotGeneral | Convolution | ReduceWindow | Scatter | SelectAndScatter => 2.0,
+        Cholesky | TriangularSolve | Lu | Fft => 2.0,
         _ => 0.0,
     }
 }
@@ -254,12 +289,21 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             continue;
         };
         let d = f.values[first.index()].dtype;
-        let float_in = inst.operands.iter().any(|x| {
-            let d = f.values[x.index()].dtype;
-            d.is_float() || d.is_complex()
-        });
-        if d.is_float() {
+        let float_in = inst
+            .operands
+            .iter()
+            .any(|x| rounds(f.values[x.index()].dtype));
+        let complex_in = inst
+            .operands
+            .first()
+            .is_some_and(|x| f.values[x.index()].dtype.is_complex());
+        if rounds(d) {
             b.ulps += op_ulps(inst.op.kind(), d);
+            // |z| = m sqrt(1 + (n / m)²) over the parts: a quotient, a square, a sum, a root
+            // and a product.
+            if complex_in && !d.is_complex() && matches!(inst.op, Op::Abs {}) {
+                b.ulps += 3.0;
+            }
             if float_in {
                 b.sum = b.sum.max(sum_terms(f, inst));
             }
@@ -270,14 +314,16 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             }
             // The bits of one float type read as another and computed on: an ulp of error, or
             // a NaN's sign and payload (which no op defines), lands anywhere in the other type.
-            if matches!(inst.op, Op::BitcastConvert {})
-                && f.values[inst.operands[0].index()].dtype.is_float()
-                && f.values[inst.operands[0].index()].dtype != d
-            {
-                b.ulps = f64::INFINITY;
+            // A complex number's parts (the part type, with a last dimension of 2) keep the
+            // number's bound, and so do parts assembled into one.
+            if let (Op::BitcastConvert {}, Some(x)) = (&inst.op, inst.operands.first()) {
+                let from = f.values[x.index()].dtype;
+                if rounds(from) && from.part() != d.part() {
+                    b.ulps = f64::INFINITY;
+                }
             }
         } else if matches!(inst.op, Op::BitcastConvert {})
-            && f.values[inst.operands[0].index()].dtype.is_float()
+            && rounds(f.values[inst.operands[0].index()].dtype)
             && !cone_bound(f, def, inst.operands[0]).exact()
         {
             // The bits of an inexact float computed on as integers: a float one ulp off is an
@@ -290,7 +336,7 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
         if inst
             .results
             .iter()
-            .any(|r| f.values[r.index()].dtype.is_float())
+            .any(|r| rounds(f.values[r.index()].dtype))
             && inst
                 .op
                 .regions()
@@ -307,27 +353,120 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
     b
 }
 
+/// Whether values of `d` carry rounding errors: floats and complex numbers.
+fn rounds(d: DType) -> bool {
+    d.is_float() || d.is_complex()
+}
+
+/// The type of a magnitude of a value of type `t`: f64 for floats and complex numbers (a
+/// complex magnitude bounds the modulus), `t` for the others.
 fn f64_type(t: &TensorType) -> TensorType {
-    if t.dtype.is_float() {
+    if rounds(t.dtype) {
         t.with_dtype(DType::F64)
     } else {
         t.clone()
     }
 }
 
+/// The elements of `l` as f64: a complex element's modulus, the others' values.
+fn moduli(l: &Literal) -> Vec<f64> {
+    if l.dtype().is_complex() {
+        l.to_complex_f64s()
+            .iter()
+            .map(|z| z[0].hypot(z[1]))
+            .collect()
+    } else {
+        l.to_f64s()
+    }
+}
+
+/// `g` of each element of `l` ([`moduli`]), an f64 magnitude.
 fn map(l: &Literal, g: impl Fn(f64) -> f64) -> Literal {
-    let v: Vec<f64> = l.to_f64s().into_iter().map(g).collect();
+    let v: Vec<f64> = moduli(l).into_iter().map(g).collect();
     Literal::from_f64s(f64_type(l.ty()), &v).expect("same size")
 }
 
+/// `g` of the elements of `a` and `b` ([`moduli`]), an f64 magnitude of `a`'s shape.
 fn zip(a: &Literal, b: &Literal, g: impl Fn(f64, f64) -> f64) -> Literal {
-    let v: Vec<f64> = a
-        .to_f64s()
+    let v: Vec<f64> = moduli(a)
         .into_iter()
-        .zip(b.to_f64s())
+        .zip(moduli(b))
         .map(|(x, y)| g(x, y))
         .collect();
     Literal::from_f64s(f64_type(a.ty()), &v).expect("same size")
+}
+
+/// The magnitude of the result `out` of `op` on complex operands (`complex_in`) or with a complex
+/// result, where the real rules of [`magnitudes`] do not carry over (`None` elsewhere), from the
+/// operands' values `r` and magnitudes `m`. A complex magnitude bounds the modulus; a function
+/// `g` whose derivative can exceed its value (poles, or sin and cos off the real axis) carries
+/// its operand's magnitude through `|g'|`, the first-order growth of the operand's error.
+fn complex_magnitude(
+    op: &Op,
+    r: &[&Literal],
+    m: &[&Literal],
+    out: &Literal,
+    complex_in: bool,
+) -> Option<Literal> {
+    if !complex_in && !out.dtype().is_complex() {
+        return None;
+    }
+    let o = moduli(out);
+    let each = |g: &dyn Fn(usize) -> f64| {
+        let v: Vec<f64> = (0..o.len()).map(g).collect();
+        Literal::from_f64s(f64_type(out.ty()), &v).expect("a result's element count")
+    };
+    let (z, mz) = (r.first().map(|x| moduli(x))?, m[0].to_f64s());
+    // `g` of the operand's magnitude `mz` over `|z|`, 0 where the operand is exactly 0.
+    let over = |i: usize, den: f64| if mz[i] == 0.0 { 0.0 } else { mz[i] / den };
+    let v = match op {
+        Op::Complex {} => zip(m[0], m[1], |a, b| a + b),
+        Op::Real {} | Op::Imag {} => m[0].clone(),
+        // z / |z| moves by δ / |z|.
+        Op::Sign {} => each(&|i| o[i].max(over(i, z[i]))),
+        // z1 / z2 moves by δ1 / |z2| + |z1 / z2| δ2 / |z2|.
+        Op::Divide {} => {
+            let (z2, m2) = (moduli(r[1]), m[1].to_f64s());
+            each(&|i| (mz[i] + o[i] * m2[i]) / z2[i])
+        }
+        // |sin' z| = |cos z| <= 1 + |sin z| (cos² = 1 - sin²), and cos likewise.
+        Op::Sine {} | Op::Cosine {} => each(&|i| o[i].max(mz[i] * (1.0 + o[i]))),
+        // tan' = 1 + tan², tanh' = 1 - tanh², logistic' = σ (1 - σ).
+        Op::Tan {} | Op::Tanh {} => each(&|i| o[i].max(mz[i]) * (1.0 + o[i] * o[i])),
+        Op::Logistic {} => each(&|i| o[i].max(mz[i]) * (1.0 + o[i])),
+        Op::Log {} => each(&|i| o[i].max(over(i, z[i]))),
+        Op::LogPlusOne {} => {
+            let c = r[0].to_complex_f64s();
+            each(&|i| o[i].max(over(i, (c[i][0] + 1.0).hypot(c[i][1]))))
+        }
+        Op::Sqrt {} => each(&|i| o[i].max(over(i, 2.0 * o[i]))),
+        Op::Rsqrt {} => each(&|i| o[i].max(over(i, 2.0 * z[i]) * o[i])),
+        // atan2(y, x) moves by (x δy - y δx) / (x² + y²).
+        Op::Atan2 {} => {
+            let (y, x) = (r[0].to_complex_f64s(), r[1].to_complex_f64s());
+            let mx = m[1].to_f64s();
+            each(&|i| {
+                let [a, b] = y[i];
+                let [c, d] = x[i];
+                let den = (a * a - b * b + c * c - d * d).hypot(2.0 * (a * b + c * d));
+                let num = c.hypot(d) * mz[i] + a.hypot(b) * mx[i];
+                o[i].max(if num == 0.0 { 0.0 } else { num / den })
+            })
+        }
+        // A complex number's parts, as the part type with a last dimension of 2: each part
+        // within the number's magnitude.
+        Op::BitcastConvert {} if complex_in && o.len() == 2 * mz.len() => {
+            let v: Vec<f64> = mz.iter().flat_map(|&x| [x, x]).collect();
+            Literal::from_f64s(f64_type(out.ty()), &v).expect("a result's element count")
+        }
+        // Parts assembled into complex numbers: the sum of their magnitudes.
+        Op::BitcastConvert {} if 2 * o.len() == mz.len() => each(&|i| mz[2 * i] + mz[2 * i + 1]),
+        // The bits of one width as another type (a `c64` as an `f64`): no bound follows them
+        // (`cone_bound`), only the value's own size.
+        Op::BitcastConvert {} => each(&|i| o[i]),
+        _ => return None,
+    };
+    Some(v)
 }
 
 /// The magnitude of `z = x^y` (`out`) from its operands' values `r` and magnitudes `m`, where
@@ -344,8 +483,14 @@ fn power_magnitude(
     m: [&Literal; 2],
     inexact: [bool; 2],
 ) -> Literal {
-    let (z, x, y) = (out.to_f64s(), r[0].to_f64s(), r[1].to_f64s());
+    let (z, x, y) = (moduli(out), moduli(r[0]), moduli(r[1]));
     let (mx, my) = (m[0].to_f64s(), m[1].to_f64s());
+    // |ln x| of a complex x: |ln |x| + i arg x| <= |ln |x|| + π.
+    let arg = if r[0].dtype().is_complex() {
+        std::f64::consts::PI
+    } else {
+        0.0
+    };
     let v: Vec<f64> = (0..z.len())
         .map(|i| {
             let mut c = 1.0;
@@ -357,7 +502,7 @@ fn power_magnitude(
                 };
             }
             if inexact[1] {
-                c += x[i].abs().ln().abs() * my[i];
+                c += (x[i].abs().ln().abs() + arg) * my[i];
             }
             // A zero or infinite power times an infinite condition: no bound (NaN, made
             // infinite by the caller).
@@ -395,7 +540,7 @@ fn values_and_magnitudes(
     }
     for (&p, a) in f.params.iter().zip(args) {
         real[p.index()] = Some(a.clone());
-        mag[p.index()] = Some(if a.dtype().is_float() {
+        mag[p.index()] = Some(if rounds(a.dtype()) {
             map(a, f64::abs)
         } else {
             a.clone()
@@ -419,11 +564,12 @@ fn values_and_magnitudes(
             .collect();
         let out = eval_op(&inst.op, &r, &types);
         let ftypes: Vec<TensorType> = types.iter().map(f64_type).collect();
-        let float_out = types.first().is_some_and(|t| t.dtype.is_float());
-        let float_in = r.first().is_some_and(|x| x.dtype().is_float());
+        let float_out = types.first().is_some_and(|t| rounds(t.dtype));
+        let float_in = r.first().is_some_and(|x| rounds(x.dtype()));
+        let complex_in = r.first().is_some_and(|x| x.dtype().is_complex());
         let mags: Vec<Literal> = if let Op::Lu {} = inst.op {
             // The factors' magnitudes (`crate::linalg`); the pivots are integers.
-            let m = crate::linalg::lu_magnitude(&out[0]);
+            let m = crate::linalg::lu_magnitude(&map(&out[0], |x| x));
             vec![
                 Literal::from_f64s(ftypes[0].clone(), &m).expect("a result's element count"),
                 out[1].clone(),
@@ -434,7 +580,7 @@ fn values_and_magnitudes(
             // rounds is infinite, see `cone_bound`); the regions do not run on magnitudes.
             out.iter()
                 .map(|o| {
-                    if o.dtype().is_float() {
+                    if rounds(o.dtype()) {
                         map(o, f64::abs)
                     } else {
                         o.clone()
@@ -443,6 +589,8 @@ fn values_and_magnitudes(
                 .collect()
         } else if !float_out {
             out.clone()
+        } else if let Some(c) = complex_magnitude(&inst.op, &r, &m, &out[0], complex_in) {
+            vec![c]
         } else {
             let abs_out = || map(&out[0], f64::abs);
             let one = match &inst.op {
@@ -539,7 +687,7 @@ fn values_and_magnitudes(
                 Op::Cholesky { lower } => Some(
                     Literal::from_f64s(
                         ftypes[0].clone(),
-                        &crate::linalg::cholesky_magnitude(&out[0], *lower, m[0]),
+                        &crate::linalg::cholesky_magnitude(&map(&out[0], |x| x), *lower, m[0]),
                     )
                     .expect("a result's element count"),
                 ),
@@ -552,8 +700,8 @@ fn values_and_magnitudes(
                     Literal::from_f64s(
                         ftypes[0].clone(),
                         &crate::linalg::triangular_solve_magnitude(
-                            r[0],
-                            &out[0],
+                            &map(r[0], |x| x),
+                            &map(&out[0], |x| x),
                             crate::linalg::Solve {
                                 left_side: *left_side,
                                 lower: *lower,
@@ -589,7 +737,7 @@ fn values_and_magnitudes(
             }
         };
         for ((&v, o), mg) in inst.results.iter().zip(out).zip(mags) {
-            let mg = if o.dtype().is_float() {
+            let mg = if rounds(o.dtype()) {
                 // NaN magnitudes (inf - inf among them) bound nothing: infinite.
                 zip(&mg, &o, |x, y| {
                     let x = if x.is_nan() { f64::INFINITY } else { x.abs() };
@@ -643,7 +791,7 @@ impl std::ops::AddAssign for Stats {
 }
 
 fn is_subnormal(d: DType, x: f64) -> bool {
-    let min = match d {
+    let min = match d.part() {
         DType::F16 => 2f64.powi(-14),
         DType::BF16 | DType::F32 => 2f64.powi(-126),
         _ => f64::MIN_POSITIVE,
@@ -675,11 +823,11 @@ pub fn check(
     if bound.exact() {
         s.exact = s.elements;
     }
-    if !d.is_float() && bound.ulps.is_infinite() {
+    if !rounds(d) && bound.ulps.is_infinite() {
         s.unbounded = s.elements;
         return Ok(s);
     }
-    if !d.is_float() {
+    if !rounds(d) {
         let (a, e) = (actual.to_i64s(), expected.to_i64s());
         return match a.iter().zip(&e).position(|(x, y)| x != y) {
             None => Ok(s),
@@ -690,18 +838,31 @@ pub fn check(
             )),
         };
     }
-    let (a, e) = (actual.to_f64s(), expected.to_f64s());
+    // Each element as its parts (one for a real dtype), and its size: a complex element is
+    // bounded at its modulus, each part under the same bound (the bound is norm-wise: a part
+    // much smaller than the other errs by the larger one's ulps).
+    let parts = |l: &Literal| -> Vec<[f64; 2]> {
+        if d.is_complex() {
+            l.to_complex_f64s()
+        } else {
+            l.to_f64s().into_iter().map(|x| [x, 0.0]).collect()
+        }
+    };
+    let (a, e, size) = (parts(actual), parts(expected), moduli(expected));
     let m = match (bound.exact(), mag) {
         (true, _) => None,
         (false, Some(m)) => Some(m.to_f64s()),
         (false, None) => return Err("an inexact bound needs the magnitudes".into()),
     };
+    let n_parts = if d.is_complex() { 2 } else { 1 };
     for i in 0..e.len() {
-        let (x, y) = (a[i], e[i]);
-        s.nan += y.is_nan() as usize;
-        s.inf += y.is_infinite() as usize;
-        s.neg_zero += (y == 0.0 && y.is_sign_negative()) as usize;
-        s.subnormal += is_subnormal(d, y) as usize;
+        let y_size = size[i];
+        let any = |g: fn(f64) -> bool| e[i][..n_parts].iter().any(|&y| g(y));
+        s.nan += any(f64::is_nan) as usize;
+        s.inf += any(f64::is_infinite) as usize;
+        s.neg_zero += any(|y| y == 0.0 && y.is_sign_negative()) as usize;
+        s.subnormal += is_subnormal(d, y_size) as usize;
+        let y_size = if y_size.is_finite() { y_size } else { 0.0 };
         let allowed = match &m {
             None => 0.0,
             Some(_) if bound.ulps.is_infinite() => f64::INFINITY,
@@ -709,7 +870,7 @@ pub fn check(
             // the smallest subnormal, whatever the value's size (seed 7750: two chained products
             // of subnormal values).
             Some(m) => {
-                bound.ulps * ulp(d, y)
+                bound.ulps * ulp(d, y_size)
                     + (2.0 * bound.ulps + bound.sum) * bound.eps * m[i]
                     + (bound.ulps + bound.sum) * ulp(d, 0.0)
             }
@@ -725,20 +886,27 @@ pub fn check(
             s.unbounded += 1;
             continue;
         }
-        let ok = if y.is_nan() {
-            x.is_nan()
-        } else if y.is_infinite() || x.is_infinite() || x.is_nan() {
-            x == y
-        } else {
-            (x - y).abs() <= allowed
+        let ok = |x: f64, y: f64| {
+            if y.is_nan() {
+                x.is_nan()
+            } else if y.is_infinite() || x.is_infinite() || x.is_nan() {
+                x == y
+            } else {
+                (x - y).abs() <= allowed
+            }
         };
-        if !ok {
-            let dist = (x - y).abs() / ulp(d, y);
+        if let Some(k) = (0..n_parts).find(|&k| !ok(a[i][k], e[i][k])) {
+            let dist = (a[i][k] - e[i][k]).abs() / ulp(d, y_size);
+            let part = match (n_parts, k) {
+                (1, _) => "",
+                (_, 0) => " (real part)",
+                _ => " (imaginary part)",
+            };
             return Err(format!(
-                "element {i}: {} differs from the reference's {} by {dist:.3e} ulp (allowed {:.3e} ulp: {bound:?}{})",
+                "element {i}: {} differs from the reference's {}{part} by {dist:.3e} ulp (allowed {:.3e} ulp: {bound:?}{})",
                 actual.format_elem(i),
                 expected.format_elem(i),
-                allowed / ulp(d, y),
+                allowed / ulp(d, y_size),
                 m.as_ref()
                     .map(|m| format!(", magnitude {:e}", m[i]))
                     .unwrap_or_default()

@@ -261,3 +261,78 @@ fn powers_are_bounded_through_their_condition_numbers() {
     let e = check_outputs(&f, &args, &[want[0].clone(), off(w[1], 40.0)]).unwrap_err();
     assert!(e.contains("output 1"), "{e}");
 }
+
+fn c64s(v: &[[f64; 2]]) -> Literal {
+    Literal::from_complex_f64s(TensorType::new(DType::C64, [v.len()]), v).unwrap()
+}
+
+/// Complex results are compared part by part as floats: an imaginary part one ulp off in an
+/// exact op is caught (compared as integers, the parts' whole numbers hid it), and so is a
+/// sign error in a product's imaginary part.
+#[test]
+fn complex_results_are_compared_as_floats() {
+    let add = parse_func_text(
+        "func @main(%0: c64[2], %1: c64[2]) -> c64[2] {\n  %2 = add %0, %1 : c64[2]\n  return %2\n}\n",
+    )
+    .unwrap();
+    assert!(output_bounds(&add)[0].exact());
+    let (x, y) = (
+        c64s(&[[1.5, 0.25], [3.0, -2.0]]),
+        c64s(&[[0.5, 0.5], [1.0, 1.0]]),
+    );
+    let args = [x.clone(), y.clone()];
+    let right = kiln_reference::eval(&add, &args).unwrap().remove(0);
+    check_outputs(&add, &args, std::slice::from_ref(&right)).unwrap();
+    let off = c64s(&[[2.0, 0.75 + 2f64.powi(-24)], [4.0, -1.0]]);
+    let err = check_outputs(&add, &args, &[off]).unwrap_err();
+    assert!(
+        err.contains("element 0") && err.contains("imaginary"),
+        "{err}"
+    );
+
+    let mul = parse_func_text(
+        "func @main(%0: c64[2], %1: c64[2]) -> c64[2] {\n  %2 = multiply %0, %1 : c64[2]\n  return %2\n}\n",
+    )
+    .unwrap();
+    let right = kiln_reference::eval(&mul, &args).unwrap().remove(0);
+    let conj: Vec<[f64; 2]> = right
+        .to_complex_f64s()
+        .iter()
+        .map(|z| [z[0], -z[1]])
+        .collect();
+    let err = check_outputs(&mul, &args, &[c64s(&conj)]).unwrap_err();
+    assert!(err.contains("imaginary"), "{err}");
+}
+
+/// A complex product computed on its parts in f32 steps, (ac - bd) + i(ad + bc), errs from the
+/// reference's once-rounded result by a few ulps of the product's modulus: it passes, even where
+/// the real part cancels to almost nothing; ten times the modulus' ulps do not.
+#[test]
+fn complex_products_on_parts_pass_under_a_norm_wise_bound() {
+    let f = parse_func_text(
+        "func @main(%0: c64[3], %1: c64[3]) -> c64[3] {\n  %2 = multiply %0, %1 : c64[3]\n  return %2\n}\n",
+    )
+    .unwrap();
+    let x = c64s(&[[1.1, 2.3], [1e3, 1.0 / 3.0], [0.1, 0.7]]);
+    let y = c64s(&[[2.3, 1.1], [1e-3, 3.0], [7.0, -1.0]]);
+    let parts = |l: &Literal| -> Vec<[f32; 2]> {
+        l.to_complex_f64s()
+            .iter()
+            .map(|z| [z[0] as f32, z[1] as f32])
+            .collect()
+    };
+    let on_parts: Vec<[f64; 2]> = parts(&x)
+        .iter()
+        .zip(parts(&y))
+        .map(|([a, b], [c, d])| [(a * c - b * d) as f64, (a * d + b * c) as f64])
+        .collect();
+    let args = [x, y];
+    check_outputs(&f, &args, &[c64s(&on_parts)]).unwrap();
+    let want = kiln_reference::eval(&f, &args).unwrap().remove(0);
+    let far: Vec<[f64; 2]> = want
+        .to_complex_f64s()
+        .iter()
+        .map(|z| [z[0] + 10.0 * 2f64.powi(-23) * z[0].hypot(z[1]) * 4.0, z[1]])
+        .collect();
+    assert!(check_outputs(&f, &args, &[c64s(&far)]).is_err());
+}

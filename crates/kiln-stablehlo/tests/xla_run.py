@@ -5,7 +5,7 @@ Usage: xla_run.py DIR. DIR/programs.txt names one program directory per line; ea
 input, one a line; bf16 arrays are stored as their uint16 bits, i4, u4, i2, u2 ones as int8 or
 uint8). For each program this writes `out0.npy`, ... (bf16 outputs as uint16 bits, the sub-byte
 integers widened to int8 or uint8), or `error.txt` when XLA refuses or fails it.
-One process runs them all: JAX starts slowly.
+One process runs them all (JAX starts slowly), and another after any program that aborts XLA.
 """
 
 import os
@@ -56,23 +56,65 @@ def run_one(backend, dev, d):
         np.save(os.path.join(d, f"out{i}.npy"), a)
 
 
-def main():
-    root = sys.argv[1]
+def programs(root):
+    with open(os.path.join(root, "programs.txt")) as f:
+        return [l.strip() for l in f if l.strip()]
+
+
+def child(root, start):
+    """Runs the programs from index `start` on, writing each one's index to `current.txt`
+    before it runs (so that the parent can tell which one took the process down)."""
     backend = xla_bridge.get_backend("cpu")
     dev = backend.devices()[0]
-    with open(os.path.join(root, "programs.txt")) as f:
-        dirs = [l.strip() for l in f if l.strip()]
+    dirs = programs(root)
     failed = 0
-    for name in dirs:
-        d = os.path.join(root, name)
+    for k in range(start, len(dirs)):
+        with open(os.path.join(root, "current.txt"), "w") as f:
+            f.write(str(k))
+        d = os.path.join(root, dirs[k])
         try:
             run_one(backend, dev, d)
         except Exception:
             failed += 1
             with open(os.path.join(d, "error.txt"), "w") as f:
                 f.write(traceback.format_exc(limit=2))
-    print(f"xla_run: {len(dirs) - failed} of {len(dirs)} programs ran on XLA {jax.__version__}")
+    with open(os.path.join(root, "current.txt"), "w") as f:
+        f.write(str(len(dirs)))
+    print(f"xla_run: {len(dirs) - start - failed} of {len(dirs) - start} programs ran on XLA {jax.__version__}")
+
+
+def main():
+    """Runs the programs in child processes: when XLA aborts on one (a failed check inside its
+    compiler takes the whole process down), that program gets an `error.txt` saying so and a
+    new child goes on from the next."""
+    import subprocess
+
+    root = sys.argv[1]
+    n = len(programs(root))
+    start, aborted = 0, 0
+    while start < n:
+        p = subprocess.run(
+            [sys.executable, __file__, "--child", root, str(start)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with open(os.path.join(root, "current.txt")) as f:
+            k = int(f.read())
+        if p.returncode == 0 and k >= n:
+            break
+        if k < start or k >= n:
+            sys.stderr.write(p.stderr)
+            sys.exit(f"xla_run: the child failed before it ran a program (exit {p.returncode})")
+        aborted += 1
+        with open(os.path.join(root, programs(root)[k], "error.txt"), "w") as f:
+            tail = "\n".join(p.stderr.strip().splitlines()[:3])
+            f.write(f"XLA aborted (exit {p.returncode}): {tail}")
+        start = k + 1
+    print(f"xla_run: {aborted} programs aborted XLA")
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

@@ -6,7 +6,7 @@ use kiln_ir::random::{Config, Rng, random_func, random_literal};
 use kiln_ir::{Literal, Module, Op, parse_literal, parse_module};
 
 /// Whether every instruction of `m` (regions included) has a StableHLO form.
-fn exportable(m: &Module) -> bool {
+pub fn exportable(m: &Module) -> bool {
     fn walk(f: &kiln_ir::Func) -> bool {
         f.insts
             .iter()
