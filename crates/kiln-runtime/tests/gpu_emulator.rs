@@ -230,7 +230,29 @@ fn sub_byte_integers_agree_with_the_reference_on_the_emulator() {
 
 #[test]
 fn random_programs_agree_with_the_reference_on_the_emulator() {
-    random_programs("random programs", &TargetInfo::h200());
+    random_programs("random programs", &TargetInfo::h200(), 2000, &|seed| {
+        Some(random_func(&mut Rng::new(seed), &Config::profile(seed)))
+    });
+}
+
+/// Programs with complex parameters: their complex values computed on parts by the same
+/// kernels, each complex result checked part by part (`kiln_reference::accuracy`).
+#[test]
+fn random_complex_programs_agree_with_the_reference_on_the_emulator() {
+    random_programs(
+        "random complex programs",
+        &TargetInfo::h200(),
+        3000,
+        &|seed| {
+            let cfg = Config {
+                ops: 1 + (seed as usize % 10),
+                ..Config::default()
+            }
+            .with_complex();
+            let f = random_func(&mut Rng::new(seed), &cfg);
+            f.values.iter().any(|t| t.dtype.is_complex()).then_some(f)
+        },
+    );
 }
 
 /// A product inlined into a pad: the padding's guard keeps the positions past the product from
@@ -256,21 +278,24 @@ fn random_programs_agree_with_the_reference_with_every_reduction_cooperative() {
     random_programs(
         "random programs, cooperative reductions",
         &cooperative_target(),
+        2000,
+        &|seed| Some(random_func(&mut Rng::new(seed), &Config::profile(seed))),
     );
 }
 
-/// Random programs (2,000, or `KILN_GPU_EMU_PROGRAMS`) on the emulator for `target` against
-/// the reference.
-fn random_programs(what: &str, target: &TargetInfo) {
+/// The programs `program` makes of seeds `0..n` (`n`, or `KILN_GPU_EMU_PROGRAMS`; `None` skips
+/// a seed) on the emulator for `target` against the reference.
+fn random_programs(what: &str, target: &TargetInfo, n: u64, program: &dyn Fn(u64) -> Option<Func>) {
     let n: u64 = std::env::var("KILN_GPU_EMU_PROGRAMS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(n);
     let t = std::time::Instant::now();
     let mut rep = EmuReport::default();
-    let mut failures = Vec::new();
+    let (mut ran, mut failures) = (0, Vec::new());
     for seed in 0..n {
-        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let Some(f) = program(seed) else { continue };
+        ran += 1;
         let mut rng = Rng::new(seed ^ 77);
         let rate = if seed % 2 == 1 && Config::profile(seed).elements.is_none() {
             1.0 / 32.0
@@ -290,10 +315,10 @@ fn random_programs(what: &str, target: &TargetInfo) {
             Err(e) => failures.push(format!("seed {seed}: {e}")),
         }
     }
-    report(what, n as usize, &rep, t.elapsed().as_secs_f64());
+    report(what, ran, &rep, t.elapsed().as_secs_f64());
     assert!(
         failures.is_empty(),
-        "{} of {n} failed:\n{}",
+        "{} of {ran} failed:\n{}",
         failures.len(),
         failures.join("\n")
     );
