@@ -28,10 +28,13 @@
 //! The program's parameters and results keep their interleaved layout (real part, then
 //! imaginary part, as StableHLO and NumPy store complex numbers): a complex parameter is
 //! bitcast to its part type with a last dimension of 2 and sliced into its parts; a complex
-//! result is joined back the same way. Those bitcasts, and every op without a rewrite here
-//! (control flow, `reduce_window` and `scatter` with `multiply`, `sort`, ...), keep their
-//! complex operands and results: the parts are joined before them and split after them, and
-//! lowering runs them on the reference interpreter. `triangular_solve` on complex operands
+//! result is joined back the same way. `while`, `case` and `sort` with complex carries,
+//! operands or results take and give the parts instead, their regions rewritten to match
+//! (`complex_regions.rs`); a `map` or a reduction's region of elementwise ops was expanded
+//! before the split. Those bitcasts, and every op without a rewrite here (`reduce_window` and
+//! `scatter` with `multiply`, a region that is not expanded, ...), keep their complex operands
+//! and results: the parts are joined before them and split after them, and lowering runs them
+//! on the reference interpreter. `triangular_solve` on complex operands
 //! also keeps them: it runs as the runtime's host step, which solves complex systems with the
 //! reference's substitution (there is no compiled complex solve).
 
@@ -46,7 +49,7 @@ type R<T> = Result<T, VerifyError>;
 
 /// A value of the rewritten program: a real one, or the parts of a complex one.
 #[derive(Clone, Copy, Debug)]
-enum V {
+pub(crate) enum V {
     Real(ValueId),
     Pair(ValueId, ValueId),
 }
@@ -93,12 +96,15 @@ pub fn split_complex(f: &Func) -> R<Func> {
                 .iter()
                 .map(|o| f.values[o.index()].clone())
                 .collect();
-            rewrite(&mut b, inst, &ops, &xs, &tys[0])?
+            match crate::complex_regions::rewrite_region_op(&mut b, inst, &ops, &xs, &tys)? {
+                Some(vs) => Some(vs),
+                None => rewrite(&mut b, inst, &ops, &xs, &tys[0])?.map(|v| vec![v]),
+            }
         } else {
             None
         };
         let results = match rewritten {
-            Some(v) => vec![v],
+            Some(vs) => vs,
             None => {
                 // Kept as it is: complex operands joined, complex results split.
                 let mut args = Vec::with_capacity(ops.len());
@@ -199,7 +205,7 @@ fn real(v: V) -> ValueId {
 }
 
 /// The parts of `v`: a real value's imaginary part is 0 of its type.
-fn parts(b: &mut Builder, v: V) -> R<(ValueId, ValueId)> {
+pub(crate) fn parts(b: &mut Builder, v: V) -> R<(ValueId, ValueId)> {
     match v {
         V::Pair(re, im) => Ok((re, im)),
         V::Real(x) => {

@@ -32,6 +32,7 @@ pub mod bits;
 pub mod canon;
 pub mod complex;
 mod complex_math;
+mod complex_regions;
 pub mod fft;
 pub mod fuse;
 pub mod gemm_schedule;
