@@ -136,6 +136,7 @@ fn fused_workloads_map_to_one_launch() {
         ("attention_causal", MapKind::Attention),
         ("linear_bias_gelu", MapKind::GemmTiled),
         ("matmul", MapKind::GemmMma),
+        ("sort", MapKind::Sort),
     ] {
         let w = ws.iter().find(|w| w.kind == kind).unwrap();
         for f in [&w.tiny, &w.full] {

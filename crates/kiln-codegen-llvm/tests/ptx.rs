@@ -596,3 +596,39 @@ fn products_on_tensor_cores_assemble() {
     }
     tally.finish("products on tensor cores");
 }
+
+/// Sorts by keys (a bitonic network in shared memory, one block per slice) assemble for sm_80
+/// and sm_90: float keys with NaN greatest, ascending and descending, integer keys, several
+/// operands of other dtypes, slices along an inner and an outer dimension.
+#[test]
+fn sorts_by_keys_assemble() {
+    let nan_lt = |d: &str, co: &str| {
+        format!(
+            "func @main(%0: {d}[3,37], %1: {co}[3,37]) -> ({d}[3,37], {co}[3,37]) {{\n  %2, %3 = sort %0, %1 {{dimension = 1, is_stable = true, comparator = func @cmp(%0: {d}[], %1: {d}[], %2: {co}[], %3: {co}[]) -> pred[] {{\n      %4 = compare %0, %1 {{comparison_direction = LT}} : pred[]\n      %5 = compare %1, %1 {{comparison_direction = NE}} : pred[]\n      %6 = compare %0, %0 {{comparison_direction = EQ}} : pred[]\n      %7 = and %5, %6 : pred[]\n      %8 = or %4, %7 : pred[]\n      return %8\n    }}}} : {d}[3,37], {co}[3,37]\n  return %2, %3\n}}\n"
+        )
+    };
+    let int_gt = |d: &str| {
+        format!(
+            "func @main(%0: {d}[300,4]) -> {d}[300,4] {{\n  %1 = sort %0 {{dimension = 0, is_stable = true, comparator = func @cmp(%0: {d}[], %1: {d}[]) -> pred[] {{\n      %2 = compare %0, %1 {{comparison_direction = GT}} : pred[]\n      return %2\n    }}}} : {d}[300,4]\n  return %1\n}}\n"
+        )
+    };
+    let programs = [
+        nan_lt("f32", "i32"),
+        nan_lt("f64", "f16"),
+        nan_lt("bf16", "u8"),
+        int_gt("i32"),
+        int_gt("u64"),
+        int_gt("i8"),
+    ];
+    let mut tally = Tally::default();
+    for (i, src) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let p = program_kinds(&f, &TargetInfo::h200());
+        assert!(
+            p.contains(&kiln_kernel::gpu::ir::MapKind::Sort),
+            "program {i}: {p:?}"
+        );
+        tally.add(&format!("sort {i}"), &f, &TargetInfo::h200());
+    }
+    tally.finish("sort");
+}

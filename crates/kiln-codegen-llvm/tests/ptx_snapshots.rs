@@ -2,8 +2,8 @@
 //! warp-per-row softmax, block-per-row reduction through shared memory and barriers, matrix
 //! product with its epilogue in the launch (one thread per element), matrix product by block
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile, a
-//! product on the tensor cores, attention in one launch, scatter), for sm_90. Rendering is
-//! deterministic: each is rendered twice and compared before the snapshot.
+//! product on the tensor cores, attention in one launch, scatter, a sort by keys), for sm_90.
+//! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_ir::parse_func_text;
@@ -172,4 +172,15 @@ fn gemm_on_tensor_cores() {
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
     assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
     insta::assert_snapshot!("gemm_mma_bf16", text);
+}
+
+#[test]
+fn sort_by_keys() {
+    insta::assert_snapshot!(
+        "sort_by_keys",
+        ptx(
+            "func @main(%0: f32[2,8], %1: i32[2,8]) -> (f32[2,8], i32[2,8]) {\n  %2, %3 = sort %0, %1 {dimension = 1, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      %5 = compare %1, %1 {comparison_direction = NE} : pred[]\n      %6 = compare %0, %0 {comparison_direction = EQ} : pred[]\n      %7 = and %5, %6 : pred[]\n      %8 = or %4, %7 : pred[]\n      return %8\n    }} : f32[2,8], i32[2,8]\n  return %2, %3\n}\n",
+            MapKind::Sort
+        )
+    );
 }

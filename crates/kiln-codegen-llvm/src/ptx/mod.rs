@@ -118,7 +118,7 @@ fn assemble(m: &Module, tm: &TargetMachine) -> Result<String> {
 pub type MappedKernel = (String, std::result::Result<GpuProgram, String>);
 
 /// The kernel steps of `f`, lowered with `opts` for the GPU `gpu` describes, each mapped
-/// (as the GPU emulator maps them).
+/// (as the GPU emulator maps them), and its sorts the GPU takes (`kiln_kernel::gpu::sort`).
 pub fn mapped_kernels(
     f: &kiln_ir::Func,
     opts: &kiln_kernel::Options,
@@ -126,8 +126,21 @@ pub fn mapped_kernels(
 ) -> Result<Vec<MappedKernel>> {
     let l = kiln_kernel::pipeline::lower_program(f, &[], opts, gpu, None, &mut |_| {})?;
     let mut out = Vec::new();
+    let target_gpu = gpu.gpu.as_ref();
     for (i, inst) in l.func.insts.iter().enumerate() {
         if l.steps[i] != kiln_kernel::Step::Kernel {
+            // A sort by keys runs as a launch of its own (as the device plan runs it).
+            let ins: Vec<TensorType> = inst
+                .operands
+                .iter()
+                .map(|v| l.func.values[v.index()].clone())
+                .collect();
+            let name = format!("k{i}_{}", inst.op.mnemonic());
+            if let Some(p) = target_gpu.and_then(|g| {
+                kiln_kernel::gpu::sort::sort_program(&inst.op, &ins, g, gpu.sums, &name)
+            }) {
+                out.push((name, Ok(p)));
+            }
             continue;
         }
         let Some(k) = l.fused.kernels[i].as_ref() else {

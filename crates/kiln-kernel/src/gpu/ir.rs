@@ -346,6 +346,9 @@ pub enum MapKind {
     Scatter,
     /// A select-and-scatter, on one thread, in order.
     SelectScatter,
+    /// A sort by keys: a block per slice, a bitonic network over the keys and their
+    /// positions in shared memory (`sort.rs`).
+    Sort,
 }
 
 impl MapKind {
@@ -361,6 +364,7 @@ impl MapKind {
             MapKind::Attention => "attention",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
+            MapKind::Sort => "sort",
         }
     }
 }

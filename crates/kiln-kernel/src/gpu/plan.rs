@@ -15,7 +15,8 @@
 //!   at the end, which every kernel step reuses (they live within one step).
 //!
 //! Steps run in program order: a kernel step's launches one after the other, each with its
-//! buffers bound to regions ([`KernelStep`]); a host step ([`HostStep`]: instructions without
+//! buffers bound to regions ([`KernelStep`]; a sort the GPU takes, [`super::sort`], is one
+//! too); a host step ([`HostStep`]: instructions without
 //! a kernel, or a kernel the mapping refused) reads its operands back, runs the reference
 //! interpreter and writes its results. Constants are written once, when the executable is
 //! loaded, the parameters at each call; the results are read back after the last step.
@@ -278,10 +279,39 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                 }));
             }
             // Control flow runs on the host too: its regions on the reference interpreter
-            // (regions are not mapped to the GPU yet).
+            // (regions are not mapped to the GPU yet); so does a sort the GPU does not take
+            // (`super::sort`).
             (Step::Reference | Step::Control | Step::Host, _) | (Step::Constant, _) => {
                 for &r in &inst.results {
                     own(&mut places, r);
+                }
+                let in_types: Vec<TensorType> = inst.operands.iter().map(|&o| ty(o)).collect();
+                let name = format!("k{i}_{}", inst.op.mnemonic());
+                if let Some(program) =
+                    super::sort::sort_program(&inst.op, &in_types, gpu, target.sums, &name)
+                {
+                    for launch in &program.launches {
+                        verify(launch, gpu)?;
+                    }
+                    let place = |v: ValueId| {
+                        places[v.index()].ok_or_else(|| {
+                            format!("{name} reads %{}, which is not on the device", v.index())
+                        })
+                    };
+                    let on_device = |vs: &[ValueId]| {
+                        vs.iter()
+                            .map(|&v| Ok((v, place(v)?)))
+                            .collect::<Result<Vec<_>, String>>()
+                    };
+                    steps.push(DeviceStep::Kernel(KernelStep {
+                        inst: i,
+                        program,
+                        inputs: on_device(&inst.operands)?,
+                        outputs: on_device(&inst.results)?,
+                        scratch: Vec::new(),
+                        bytes: false,
+                    }));
+                    continue;
                 }
                 steps.push(DeviceStep::Host(HostStep {
                     insts: vec![i],
