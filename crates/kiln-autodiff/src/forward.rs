@@ -115,6 +115,16 @@ fn forward_into(
             .collect();
         let loc = inst.loc.unwrap_or_else(Loc::caller);
         let carries_tangent = types.iter().any(|t| t.dtype.is_float());
+        // Tangents are real: one reaching an op with a complex result (`complex`, a conversion
+        // to a complex type, an `fft`) has nowhere to go, and dropping it would make the
+        // derivative silently wrong. (A region's complex results get their tangents from its
+        // complex operands, which have none: its body is checked when it is differentiated.)
+        if ts.iter().any(Option::is_some)
+            && types.iter().any(|t| t.dtype.is_complex())
+            && inst.op.regions().is_empty()
+        {
+            return Err(crate::complex_path(&inst.op, inst.loc, "forward"));
+        }
         let (rs, rdots) = if ts.iter().all(Option::is_none) || !carries_tangent {
             let rs = b.push_at(inst.op.clone(), &xs, Some(&types), loc)?;
             (rs, vec![None; types.len()])

@@ -145,6 +145,18 @@ fn vjp_from_values(
     custom: &[(usize, Func)],
 ) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
     let val = |v: ValueId| values[v.index()];
+    // The values that depend on a differentiated parameter.
+    let mut depends = vec![false; f.values.len()];
+    for &k in wrt {
+        depends[f.params[k].index()] = true;
+    }
+    for inst in &f.insts {
+        if inst.operands.iter().any(|o| depends[o.index()]) {
+            for r in &inst.results {
+                depends[r.index()] = true;
+            }
+        }
+    }
     let mut adj: Vec<Option<ValueId>> = vec![None; f.values.len()];
     for (&o, ct) in f.outputs.iter().zip(cts) {
         if let Some(ct) = ct {
@@ -155,9 +167,21 @@ fn vjp_from_values(
         let gs: Vec<Option<ValueId>> = inst.results.iter().map(|r| adj[r.index()]).collect();
         // Control flow always reaches the rules, which differentiate it or say why not (a
         // loop's zero gradient would be wrong, not merely missing).
-        if gs.iter().all(Option::is_none)
-            || (!inst.op.props().contains(kiln_ir::Props::DIFFERENTIABLE)
-                && !inst.op.props().contains(kiln_ir::Props::CONTROL))
+        if gs.iter().all(Option::is_none) {
+            continue;
+        }
+        // Cotangents are real: one reaching a complex operand that depends on a parameter
+        // (through `real`, `abs` or a conversion of a complex number, an `fft`) has nowhere to
+        // go, and dropping it would make the gradient silently wrong.
+        if inst
+            .operands
+            .iter()
+            .any(|o| f.values[o.index()].dtype.is_complex() && depends[o.index()])
+        {
+            return Err(complex_path(&inst.op, inst.loc, "reverse"));
+        }
+        if !inst.op.props().contains(kiln_ir::Props::DIFFERENTIABLE)
+            && !inst.op.props().contains(kiln_ir::Props::CONTROL)
         {
             continue;
         }
@@ -366,6 +390,18 @@ pub fn select_outputs(f: &Func, indices: &[usize], name: &str) -> Func {
     g.outputs = indices.iter().map(|&i| f.outputs[i]).collect();
     g.output_types = indices.iter().map(|&i| f.output_types[i].clone()).collect();
     eliminate_dead_code(&g)
+}
+
+/// The error for a derivative whose path passes through complex numbers at `op` (`mode`:
+/// "reverse" or "forward"): kiln's derivatives are real.
+pub(crate) fn complex_path(op: &kiln_ir::Op, loc: Option<kiln_ir::Loc>, mode: &str) -> Error {
+    let at = loc.map(|l| format!(" (at {l})")).unwrap_or_default();
+    Error::Unsupported(format!(
+        "`{}`{at}: the {mode}-mode derivative passes through complex numbers, which kiln's \
+         derivatives do not carry yet (they are real); keep the differentiated path real, or \
+         stop the gradient before the complex values",
+        op.mnemonic()
+    ))
 }
 
 /// Whether a dtype carries gradients.
