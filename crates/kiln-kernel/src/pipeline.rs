@@ -34,6 +34,9 @@ pub struct Lowered {
     pub note: String,
     /// Whether the program came from the index (the optimizer did not run).
     pub from_index: bool,
+    /// The options it was lowered under (a device plan lowers control flow's regions under
+    /// them too).
+    pub options: Options,
 }
 
 /// Where a backend keeps lowered programs between compiles, as text under a key of the input
@@ -102,6 +105,7 @@ pub fn lower_program(
         in_place,
         note,
         from_index,
+        options: opts.clone(),
     })
 }
 

@@ -43,6 +43,10 @@
 //! bound of the reference's part. The ops that the backends compute on parts in more steps
 //! than the reference's one rounding have ulp bounds of their own (`complex_op_ulps`).
 //!
+//! A `case` runs one branch once: its results take the largest of its branches' bounds, and
+//! their magnitudes come from the branch taken, run on the operands' values and magnitudes. A
+//! loop compounds its error with every trip: its float results are checked by class only.
+//!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
 //! for f16, bf16 and f32 results) is not compared: the backend's partial sums may overflow to an
 //! infinity, or meet both infinities (NaN), where the reference's f64 sum stays finite.
@@ -330,6 +334,18 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             // integer one off, and no bound follows it through integer arithmetic.
             b.ulps = f64::INFINITY;
         }
+        // A `case` runs one of its branches once: its results are within the largest of the
+        // branches' bounds (their magnitudes computed through the branch taken, see
+        // `values_and_magnitudes`).
+        if let Op::Case { branches } = &inst.op {
+            for g in branches {
+                for o in output_bounds(g) {
+                    b.ulps = b.ulps.max(o.ulps);
+                    b.sum = b.sum.max(o.sum);
+                    b.eps = b.eps.max(o.eps);
+                }
+            }
+        }
         // A region that rounds: a loop compounds its error with every trip, and no bound is
         // kept through it (checked by class only); an exact one stays exact. Any float result
         // counts, not only the first (a loop's first carry is often its integer counter).
@@ -337,6 +353,7 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             .results
             .iter()
             .any(|r| rounds(f.values[r.index()].dtype))
+            && !matches!(inst.op, Op::Case { .. })
             && inst
                 .op
                 .regions()
@@ -528,6 +545,16 @@ fn values_and_magnitudes(
     f: &Func,
     args: &[Literal],
 ) -> crate::Result<(Vec<Literal>, Vec<Literal>)> {
+    values_and_magnitudes_given(f, args, None)
+}
+
+/// [`values_and_magnitudes`] with the parameters' magnitudes given (`arg_mags`: a region's
+/// operands' magnitudes), else their absolute values.
+fn values_and_magnitudes_given(
+    f: &Func,
+    args: &[Literal],
+    arg_mags: Option<&[&Literal]>,
+) -> crate::Result<(Vec<Literal>, Vec<Literal>)> {
     kiln_ir::verify(f).map_err(crate::Error::Verify)?;
     crate::check_args(f, args)?;
     let mut real: Vec<Option<Literal>> = vec![None; f.values.len()];
@@ -538,12 +565,12 @@ fn values_and_magnitudes(
             def[r.index()] = i;
         }
     }
-    for (&p, a) in f.params.iter().zip(args) {
+    for (k, (&p, a)) in f.params.iter().zip(args).enumerate() {
         real[p.index()] = Some(a.clone());
-        mag[p.index()] = Some(if rounds(a.dtype()) {
-            map(a, f64::abs)
-        } else {
-            a.clone()
+        mag[p.index()] = Some(match arg_mags {
+            Some(m) => m[k].clone(),
+            None if rounds(a.dtype()) => map(a, f64::abs),
+            None => a.clone(),
         });
     }
     for inst in &f.insts {
@@ -575,8 +602,13 @@ fn values_and_magnitudes(
                 out[1].clone(),
                 out[2].clone(),
             ]
+        } else if let Op::Case { branches } = &inst.op {
+            // The branch taken, run on the operands' values and magnitudes.
+            let g = &branches[crate::case_branch(r[0], branches.len())];
+            let args: Vec<Literal> = r[1..].iter().map(|x| (*x).clone()).collect();
+            values_and_magnitudes_given(g, &args, Some(&m[1..]))?.1
         } else if !inst.op.regions().is_empty() {
-            // A loop's or a branch's results bound themselves (the bound through a region that
+            // A loop's results bound themselves (the bound through a region that
             // rounds is infinite, see `cone_bound`); the regions do not run on magnitudes.
             out.iter()
                 .map(|o| {

@@ -420,6 +420,40 @@ impl Gpu {
             .map_err(driver("copying to the device"))
     }
 
+    /// Copies `bytes` bytes of `b` from byte `from` on to byte `to` on (queued on the stream;
+    /// the two ranges must not overlap).
+    pub fn copy_within(
+        &self,
+        b: &mut DeviceBuffer,
+        from: usize,
+        to: usize,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        if bytes == 0 || from == to {
+            return Ok(());
+        }
+        let (lo, hi) = (from.min(to), from.max(to));
+        if hi + bytes > b.len() || lo + bytes > hi {
+            return Err(GpuError::Run {
+                message: format!(
+                    "a copy of {bytes} bytes from {from} to {to} in a buffer of {}: out of bounds or overlapping",
+                    b.len()
+                ),
+            });
+        }
+        // SAFETY: both ranges lie inside `b` (checked above) and do not overlap; the copy is
+        // queued on the stream every other use of `b` is, so it runs in order with them.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                b.address(to),
+                b.address(from),
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(driver("copying on the device"))
+    }
+
     /// Copies `out.len()` bytes of `b` from byte `offset` on to the host, waiting for the
     /// stream's work before it.
     pub fn read(&self, b: &DeviceBuffer, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {

@@ -217,6 +217,15 @@ impl PlanDevice for OnGpu<'_> {
         Ok(out)
     }
 
+    fn copy(&mut self, from: Region, to: Region) -> Result<(), String> {
+        if from.bytes != to.bytes {
+            return Err(format!("a copy of {} bytes into {}", from.bytes, to.bytes));
+        }
+        self.gpu
+            .copy_within(self.arena, from.offset, to.offset, from.bytes)
+            .map_err(|e| e.to_string())
+    }
+
     fn launch(&mut self, n: usize, step: &KernelStep, launch: usize) -> Result<(), String> {
         let (Some(k), Some(kernel)) = (
             step.program.launches.get(launch),

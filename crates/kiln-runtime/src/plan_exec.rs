@@ -5,8 +5,8 @@
 //! reference interpreter and the results read back are decided here, once, so that what the
 //! emulator tests is what a GPU runs.
 
-use kiln_ir::{Literal, TensorType, ValueId};
-use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep, HostStep, KernelStep, Region};
+use kiln_ir::{Literal, Op, TensorType, ValueId};
+use kiln_kernel::gpu::plan::{ControlStep, DevicePlan, DeviceStep, HostStep, KernelStep, Region};
 use std::collections::HashMap;
 
 /// What a device does for the plan executor.
@@ -18,6 +18,12 @@ pub trait PlanDevice {
     /// Runs launch `launch` of the plan's kernel step `step` (the `n`th kernel step), its
     /// buffers at their regions ([`KernelStep::region`]).
     fn launch(&mut self, n: usize, step: &KernelStep, launch: usize) -> Result<(), String>;
+    /// Copies the bytes at `from` to `to` (regions of one size that do not overlap), after the
+    /// work before. By default through the host; a device copies on the device.
+    fn copy(&mut self, from: Region, to: Region) -> Result<(), String> {
+        let bytes = self.read(from)?;
+        self.write(to, &bytes)
+    }
 }
 
 /// The place of `v` in `plan`, or an error naming it.
@@ -60,10 +66,18 @@ fn write_value<D: PlanDevice>(
     dev.write(at, &bytes)
 }
 
-/// Writes the plan's constants: once, when the executable is loaded.
+/// Writes the plan's constants, and its control steps' regions': once, when the executable
+/// is loaded.
 pub fn load<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<(), String> {
     for (v, l) in &plan.constants {
         write_value(plan, dev, *v, l)?;
+    }
+    for s in &plan.steps {
+        if let DeviceStep::Control(c) = s {
+            for r in &c.regions {
+                load(r, dev)?;
+            }
+        }
     }
     Ok(())
 }
@@ -97,7 +111,17 @@ pub fn write_params<D: PlanDevice>(
 /// Runs the plan's steps in order on the parameters already written (a benchmark times this
 /// alone, the arguments staying on the device between calls).
 pub fn run_steps<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<(), String> {
-    let mut n = 0;
+    steps_from(plan, dev, 0)
+}
+
+/// The kernel steps of `plan`, its regions' included ([`DevicePlan::kernel_steps`]).
+fn kernel_count(plan: &DevicePlan) -> usize {
+    plan.kernel_steps().count()
+}
+
+/// [`run_steps`] for a plan whose first kernel step is the executable's `first`th.
+fn steps_from<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, first: usize) -> Result<(), String> {
+    let mut n = first;
     for step in &plan.steps {
         match step {
             DeviceStep::Kernel(k) => {
@@ -107,9 +131,83 @@ pub fn run_steps<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<(), St
                 n += 1;
             }
             DeviceStep::Host(h) => host(plan, dev, h)?,
+            DeviceStep::Control(c) => {
+                control(plan, dev, c, n)?;
+                n += c.regions.iter().map(kernel_count).sum::<usize>();
+            }
         }
     }
     Ok(())
+}
+
+/// Copies `plan`'s values `from` into the regions `to` (one for one).
+fn copy_values<D: PlanDevice>(dev: &mut D, from: &[Region], to: &[Region]) -> Result<(), String> {
+    if from.len() != to.len() {
+        return Err(format!("{} values for {} places", from.len(), to.len()));
+    }
+    for (&a, &b) in from.iter().zip(to) {
+        if a != b {
+            dev.copy(a, b)?;
+        }
+    }
+    Ok(())
+}
+
+/// A control step (its regions' kernel steps the executable's from `first` on): a `while`
+/// keeps its carries in its results' regions, runs its condition's plan on them and reads the
+/// `pred` back, and runs its body's plan while it holds, the body's results copied back to the
+/// carries; a `case` reads its index back (out of range: the last branch, as the reference
+/// says) and runs that branch's plan.
+fn control<D: PlanDevice>(
+    plan: &DevicePlan,
+    dev: &mut D,
+    c: &ControlStep,
+    first: usize,
+) -> Result<(), String> {
+    let inst = &plan.func.insts[c.inst];
+    let places = |vs: &[ValueId]| -> Result<Vec<Region>, String> {
+        vs.iter().map(|&v| place(plan, v)).collect()
+    };
+    // The first kernel step of each region.
+    let mut starts = Vec::with_capacity(c.regions.len());
+    let mut n = first;
+    for r in &c.regions {
+        starts.push(n);
+        n += kernel_count(r);
+    }
+    let run_region = |dev: &mut D, k: usize, args: &[Region]| -> Result<Vec<Region>, String> {
+        let r = &c.regions[k];
+        copy_values(dev, args, &r.params())?;
+        steps_from(r, dev, starts[k])?;
+        Ok(r.outputs())
+    };
+    match &inst.op {
+        Op::While { .. } => {
+            let carries = places(&inst.results)?;
+            copy_values(dev, &places(&inst.operands)?, &carries)?;
+            loop {
+                let done = run_region(dev, 0, &carries)?;
+                let go = dev.read(done[0])?;
+                if go.first().is_none_or(|&b| b == 0) {
+                    return Ok(());
+                }
+                let next = run_region(dev, 1, &carries)?;
+                copy_values(dev, &next, &carries)?;
+            }
+        }
+        Op::Case { .. } => {
+            let index = read_value(plan, dev, inst.operands[0])?.to_i64s()[0];
+            let last = c.regions.len() - 1;
+            let k = usize::try_from(index).map_or(last, |i| i.min(last));
+            let outs = run_region(dev, k, &places(&inst.operands[1..])?)?;
+            copy_values(dev, &outs, &places(&inst.results)?)
+        }
+        op => Err(format!(
+            "#{}: `{}` is not control flow the device runs",
+            c.inst,
+            op.mnemonic()
+        )),
+    }
 }
 
 /// The program's results, read back from the device.

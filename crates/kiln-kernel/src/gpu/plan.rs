@@ -91,6 +91,18 @@ pub struct HostStep {
     pub refused: Option<String>,
 }
 
+/// A `while` or a `case` whose regions run on the device: the host reads a `while`'s
+/// condition or a `case`'s index back and runs the region's own plan, the values moved between
+/// the program's regions and the region plan's parameters and results by device copies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControlStep {
+    /// The instruction.
+    pub inst: usize,
+    /// The plans of its regions, in the op's order (a `while`'s condition, then its body; a
+    /// `case`'s branches), each in an area of the arena of its own, after the program's.
+    pub regions: Vec<DevicePlan>,
+}
+
 /// One step of a [`DevicePlan`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeviceStep {
@@ -98,6 +110,8 @@ pub enum DeviceStep {
     Kernel(KernelStep),
     /// Instructions on the host.
     Host(HostStep),
+    /// Control flow whose regions run on the device.
+    Control(ControlStep),
 }
 
 /// How a lowered program runs on a GPU (see the module's documentation).
@@ -142,11 +156,67 @@ impl DevicePlan {
 
     /// Kernel steps and their launches.
     pub fn kernel_steps(&self) -> impl Iterator<Item = &KernelStep> {
-        self.steps.iter().filter_map(|s| match s {
-            DeviceStep::Kernel(k) => Some(k),
-            DeviceStep::Host(_) => None,
-        })
+        let mut all = Vec::new();
+        self.collect_kernel_steps(&mut all);
+        all.into_iter()
     }
+
+    /// The kernel steps in the order [`DevicePlan::kernel_steps`] gives them: this plan's in
+    /// order, a control step's regions' in their place (region after region).
+    fn collect_kernel_steps<'a>(&'a self, out: &mut Vec<&'a KernelStep>) {
+        for s in &self.steps {
+            match s {
+                DeviceStep::Kernel(k) => out.push(k),
+                DeviceStep::Host(_) => {}
+                DeviceStep::Control(c) => {
+                    for r in &c.regions {
+                        r.collect_kernel_steps(out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every region of the plan moved `by` bytes further into the arena (a region's plan,
+    /// placed after its program's).
+    fn relocate(&mut self, by: usize) {
+        let shift = |r: &mut Region| r.offset += by;
+        for r in self.places.iter_mut().flatten() {
+            shift(r);
+        }
+        shift(&mut self.scratch);
+        for s in &mut self.steps {
+            match s {
+                DeviceStep::Kernel(k) => {
+                    for (_, r) in k.inputs.iter_mut().chain(k.outputs.iter_mut()) {
+                        shift(r);
+                    }
+                    for r in &mut k.scratch {
+                        shift(r);
+                    }
+                }
+                DeviceStep::Host(_) => {}
+                DeviceStep::Control(c) => {
+                    for r in &mut c.regions {
+                        r.relocate(by);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The device plans of the regions of `op` (a `while` or a `case`), each lowered under
+/// `l`'s options for `target`, placed at 0.
+fn region_plans(op: &Op, l: &Lowered, target: &TargetInfo) -> Result<Vec<DevicePlan>, String> {
+    op.regions()
+        .into_iter()
+        .map(|g| {
+            let rl = crate::pipeline::lower_program(g, &[], &l.options, target, None, &mut |_| {})
+                .map_err(|e| format!("@{}: {e}", g.name))?;
+            device_plan(&rl, target)
+        })
+        .collect()
 }
 
 fn aligned(bytes: usize) -> usize {
@@ -287,6 +357,22 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                 }
                 let in_types: Vec<TensorType> = inst.operands.iter().map(|&o| ty(o)).collect();
                 let name = format!("k{i}_{}", inst.op.mnemonic());
+                if l.steps[i] == Step::Control
+                    && matches!(inst.op, Op::While { .. } | Op::Case { .. })
+                {
+                    match region_plans(&inst.op, l, target) {
+                        Ok(regions) => {
+                            steps.push(DeviceStep::Control(ControlStep { inst: i, regions }));
+                        }
+                        Err(why) => steps.push(DeviceStep::Host(HostStep {
+                            insts: vec![i],
+                            reads: inst.operands.clone(),
+                            writes: inst.results.clone(),
+                            refused: Some(format!("its regions do not run on the device: {why}")),
+                        })),
+                    }
+                    continue;
+                }
                 if let Some(program) =
                     super::sort::sort_program(&inst.op, &in_types, gpu, target.sums, &name)
                 {
@@ -326,12 +412,24 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
         offset: end,
         bytes: scratch_bytes,
     };
+    // Each region's plan in an area of its own after the scratch buffers: a region's
+    // constants stay where they were written, whatever ran since.
+    let mut top = aligned(scratch.offset + scratch.bytes);
     for s in &mut steps {
-        if let DeviceStep::Kernel(k) = s {
-            for r in &mut k.scratch {
-                r.offset += scratch.offset;
+        match s {
+            DeviceStep::Kernel(k) => {
+                for r in &mut k.scratch {
+                    r.offset += scratch.offset;
+                }
+                check_sizes(k)?;
             }
-            check_sizes(k)?;
+            DeviceStep::Host(_) => {}
+            DeviceStep::Control(c) => {
+                for r in &mut c.regions {
+                    r.relocate(top);
+                    top += aligned(r.arena_bytes);
+                }
+            }
         }
     }
     for &o in &f.outputs {
@@ -346,7 +444,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
     Ok(DevicePlan {
         func: f.clone(),
         places,
-        arena_bytes: scratch.offset + scratch.bytes,
+        arena_bytes: top.max(scratch.offset + scratch.bytes),
         intermediate_bytes: memory.arena_bytes,
         unplanned_bytes: memory.unplanned_bytes,
         scratch,

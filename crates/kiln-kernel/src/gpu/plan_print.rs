@@ -1,6 +1,6 @@
 //! The text form of a device plan ([`DevicePlan`]): its arena, where every value lives, its
 //! constants and its steps, each kernel step with its buffers' regions and its launches as
-//! [`super::print::program_text`] prints them. People read it (an AOT artifact keeps it beside
+//! [`super::print::program_text`] prints them, each control step with its regions' plans. People read it (an AOT artifact keeps it beside
 //! its PTX), and a runtime compares it with the plan it derives itself: two kiln versions that
 //! decide differently print differently.
 
@@ -91,6 +91,21 @@ pub fn plan_text(plan: &DevicePlan) -> String {
                         .map(|w| format!(", the mapping refused it: {w}"))
                         .unwrap_or_default()
                 );
+            }
+            DeviceStep::Control(c) => {
+                let inst = &f.insts[c.inst];
+                let _ = writeln!(
+                    out,
+                    "step {n}: control #{} {} on the host, its {} regions on the device:",
+                    c.inst,
+                    inst.op.mnemonic(),
+                    c.regions.len()
+                );
+                for r in &c.regions {
+                    for line in plan_text(r).lines() {
+                        let _ = writeln!(out, "  : {line}");
+                    }
+                }
             }
         }
     }

@@ -25,6 +25,8 @@ pub struct EmuReport {
     pub fallbacks: Vec<String>,
     /// Steps without a kernel, run by the reference interpreter.
     pub interpreted: usize,
+    /// Control steps (`while`, `case`) whose regions run on the device.
+    pub controls: usize,
 }
 
 impl std::ops::AddAssign for EmuReport {
@@ -35,12 +37,14 @@ impl std::ops::AddAssign for EmuReport {
         }
         self.fallbacks.extend(o.fallbacks);
         self.interpreted += o.interpreted;
+        self.controls += o.controls;
     }
 }
 
 impl EmuReport {
     /// What running `plan` emulates: its kernel steps and their launches, the kernels the
-    /// mapping refused and the instructions without a kernel.
+    /// mapping refused and the instructions without a kernel, its control steps' regions'
+    /// counted once each.
     pub fn of(plan: &DevicePlan) -> EmuReport {
         let mut rep = EmuReport::default();
         for step in &plan.steps {
@@ -55,6 +59,12 @@ impl EmuReport {
                     Some(why) => rep.fallbacks.push(why.clone()),
                     None => rep.interpreted += h.insts.len(),
                 },
+                DeviceStep::Control(c) => {
+                    rep.controls += 1;
+                    for r in &c.regions {
+                        rep += EmuReport::of(r);
+                    }
+                }
             }
         }
         rep
