@@ -10,7 +10,8 @@
 //!   `max_threads_per_block` threads per row from `block_reduce_min` on
 //!   ([`MapKind::BlockRows`]). Each reduction is computed once per row, innermost first, by
 //!   all the row's threads together, then the row's elements are computed thread-strided with
-//!   the reductions read from registers.
+//!   the reductions read from registers. A row that several of these passes read is loaded
+//!   once, into registers or shared memory (`row_cache.rs`).
 //! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
 //!   through shared memory, double buffered (`staging.rs`), a register tile per thread
 //!   ([`MapKind::GemmTiled`], `tiled.rs`), or, on a target without tiles, one thread per
