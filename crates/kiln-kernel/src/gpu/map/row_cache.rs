@@ -166,6 +166,9 @@ fn row_loads(
     w.out
 }
 
+/// A pass over the row: its variables and the expressions it evaluates there.
+type Pass<'a> = (&'a [(usize, usize)], Vec<&'a Expr>);
+
 /// The geometry of a row launch a cache is planned for.
 pub(super) struct Rows<'a> {
     /// The hoisted reductions, innermost first.
@@ -204,7 +207,7 @@ impl Mapper<'_> {
         };
         // The passes' variables, in the order they run: the row's reductions, then the
         // elements.
-        let mut passes: Vec<(&[(usize, usize)], Vec<&Expr>)> = Vec::new();
+        let mut passes: Vec<Pass> = Vec::new();
         for h in g.hoisted {
             if let Expr::Reduce { vars, body, .. } = h
                 && extents(vars) == row

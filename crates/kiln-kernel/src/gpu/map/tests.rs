@@ -186,11 +186,7 @@ fn loads_of(k: &GpuKernel, input: usize) -> usize {
                             self.regs[*reg] += self.sc(step);
                         }
                     }
-                    Stmt::If { cond, body } => {
-                        if self.sc(cond) != 0 {
-                            self.run(body)
-                        }
-                    }
+                    Stmt::If { cond, body } if self.sc(cond) != 0 => self.run(body),
                     Stmt::Eval { expr, .. } => {
                         struct Count(usize, usize);
                         impl Visitor<'_> for Count {
