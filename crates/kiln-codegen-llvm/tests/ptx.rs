@@ -618,15 +618,31 @@ fn row_caches_assemble() {
         )
     };
     let programs = [
-        ("softmax f32 registers", softmax("f32", 64, 1000), "registers"),
+        (
+            "softmax f32 registers",
+            softmax("f32", 64, 1000),
+            "registers",
+        ),
         ("softmax f16 registers", softmax("f16", 8, 300), "registers"),
         ("softmax bf16 block", softmax("bf16", 2, 8192), "registers"),
         ("softmax f64 registers", softmax("f64", 4, 700), "registers"),
-        ("softmax f32 shared", softmax("f32", 16, 1100), "shared memory"),
+        (
+            "softmax f32 shared",
+            softmax("f32", 16, 1100),
+            "shared memory",
+        ),
         ("softmax f32 none", softmax("f32", 16, 2000), "none"),
         ("layer norm f32", layer_norm("f32", 16, 1000), "registers"),
-        ("layer norm f16 shared", layer_norm("f16", 16, 1300), "shared memory"),
-        ("layer norm f32 block", layer_norm("f32", 2, 32768), "registers"),
+        (
+            "layer norm f16 shared",
+            layer_norm("f16", 16, 1300),
+            "shared memory",
+        ),
+        (
+            "layer norm f32 block",
+            layer_norm("f32", 2, 32768),
+            "registers",
+        ),
     ];
     let mut tally = Tally::default();
     for (what, src, place) in &programs {
@@ -641,6 +657,35 @@ fn row_caches_assemble() {
         let ptx = program_ptx(&p, &PtxTarget::sm90()).unwrap();
         if *place == "registers" {
             assert!(!ptx.contains(".local"), "{what}: local memory:\n{ptx}");
+            // Nor does ptxas spill the slots, fitting registers to the launch's block.
+            if let Some(ptxas) = ptxas() {
+                let dir = scratch("row-cache-spills");
+                let src = dir.join("k.ptx");
+                std::fs::write(&src, &ptx).unwrap();
+                let out = std::process::Command::new(ptxas)
+                    .args(["-arch=sm_90", "-v"])
+                    .arg(&src)
+                    .arg("-o")
+                    .arg(dir.join("k.cubin"))
+                    .output()
+                    .unwrap();
+                let _ = std::fs::remove_dir_all(&dir);
+                let info = String::from_utf8_lossy(&out.stderr).to_string();
+                println!(
+                    "{what}: {}",
+                    info.lines()
+                        .filter(|l| l.contains("Used"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+                assert!(
+                    out.status.success()
+                        && info.contains("0 bytes spill stores")
+                        && !info.lines().any(|l| l.contains("spill")
+                            && !l.contains("0 bytes spill stores, 0 bytes spill loads")),
+                    "{what}: ptxas spills:\n{info}"
+                );
+            }
         }
         tally.add(what, &f, &target);
     }
