@@ -625,7 +625,8 @@ fn row_caches_assemble() {
         ),
         ("softmax f16 registers", softmax("f16", 8, 300), "registers"),
         ("softmax bf16 block", softmax("bf16", 2, 8192), "registers"),
-        ("softmax f64 registers", softmax("f64", 4, 700), "registers"),
+        ("softmax f64 registers", softmax("f64", 4, 500), "registers"),
+        ("softmax f64 block", softmax("f64", 2, 16384), "registers"),
         (
             "softmax f32 shared",
             softmax("f32", 16, 1100),

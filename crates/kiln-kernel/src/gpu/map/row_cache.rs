@@ -19,10 +19,11 @@
 //!
 //! # Where
 //!
-//! - In registers, when a thread's slots (`⌈row / threads⌉` per cached load) fit
-//!   [`Gpu::row_registers`]: the fill, every pass and the elements are unrolled over the slots,
-//!   so each slot is a register at a compile-time position (no local memory); a position past
-//!   the row's end (only in the last slot) is skipped as the loops skip it.
+//! - In registers, when a thread's slots (`⌈row / threads⌉` per cached load, two 32-bit
+//!   registers for a 64-bit element) fit [`Gpu::row_registers`]: the fill, every pass and the
+//!   elements are unrolled over the slots, so each slot is a register at a compile-time
+//!   position (no local memory); a position past the row's end (only in the last slot) is
+//!   skipped as the loops skip it.
 //! - Else in shared memory, when the block's rows (`per_block · row` elements per cached load,
 //!   each at least 4 bytes) fit [`Gpu::row_shared_bytes`] beside the reductions' own arrays:
 //!   one array per cached load, row `r` of the block at `r · row`, element `q` at `q`. A warp
@@ -249,7 +250,9 @@ impl Mapper<'_> {
         let len: usize = row.iter().product();
         let slots = len.div_ceil(g.threads);
         let held = |d: DType| d.bytes().max(4);
-        let (place, regs) = if slots * loads.len() <= self.gpu.row_registers {
+        // 32-bit registers per slot: two for an f64 or 64-bit element.
+        let words: usize = loads.iter().map(|l| l.dtype().bytes().div_ceil(4)).sum();
+        let (place, regs) = if slots * words <= self.gpu.row_registers {
             let regs = loads
                 .iter()
                 .map(|_| (0..slots).map(|_| r.next()).collect())
