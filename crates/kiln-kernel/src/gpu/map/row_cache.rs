@@ -42,7 +42,8 @@ use crate::access::affine_read;
 pub(super) enum Place {
     /// Registers, one per slot and cached load, the loops unrolled.
     Registers,
-    /// Shared arrays from `first` on, one per cached load.
+    /// Shared arrays from `first` on, one per cached load (numbered by
+    /// [`RowCache::shared`]).
     Shared { first: usize },
 }
 
@@ -58,10 +59,12 @@ pub(super) struct RowCache {
     threads: usize,
     /// Slots per thread: `⌈len / threads⌉`.
     pub slots: usize,
+    /// Registers or shared memory.
     pub place: Place,
     /// Registers: `regs[m][k]` holds load `m` at slot `k`; shared: `regs[m][0]` receives it.
     regs: Vec<Vec<usize>>,
-    /// Where row `0` of the block starts in a shared array, per row of the block.
+    /// Where the thread's row starts in a shared array: its row within the block times the
+    /// row's length.
     base: Sc,
     /// The kernel's inputs: cached load `m` is read as input `first + m`.
     first: usize,
@@ -186,7 +189,7 @@ pub(super) struct Rows<'a> {
     pub per_block: usize,
     /// The kernel's inputs.
     pub first: usize,
-    /// Where row `0` of a block starts: the row within the block.
+    /// The thread's row within its block (0 for a block per row, the warp for warps).
     pub row_in_block: Sc,
 }
 
