@@ -291,3 +291,33 @@ fn a_row_too_long_for_registers_is_cached_in_shared_memory() {
     );
     assert_eq!(loads_of(&neither.launches[0], 0), 3 * 3 * 2000, "{text}");
 }
+
+#[test]
+fn a_loss_without_an_output_row_reads_its_logits_once() {
+    // Cross-entropy per row: the logits' maximum, the sum of exponentials and the sum against
+    // the labels are three passes over the row, and the output is one value per row; the
+    // labels are read by one pass only, so they are not cached.
+    let src = "func @main(%0: f32[6,700], %1: f32[6,700]) -> f32[6] {\n  %2 = constant {value = -inf} : f32[]\n  %3 = reduce %0, %2 {dimensions = [1], kind = max} : f32[6]\n  %4 = broadcast_in_dim %3 {broadcast_dimensions = [0]} : f32[6,700]\n  %5 = subtract %0, %4 : f32[6,700]\n  %6 = exponential %5 : f32[6,700]\n  %7 = constant {value = 0.0} : f32[]\n  %8 = reduce %6, %7 {dimensions = [1], kind = add} : f32[6]\n  %9 = log %8 : f32[6]\n  %10 = add %9, %3 : f32[6]\n  %11 = multiply %0, %1 : f32[6,700]\n  %12 = reduce %11, %7 {dimensions = [1], kind = add} : f32[6]\n  %13 = subtract %10, %12 : f32[6]\n  return %13\n}\n";
+    let p = mapped(src);
+    let k = &p.launches[0];
+    let text = program_text(&p);
+    let logits = k
+        .inputs
+        .iter()
+        .position(|(_, t)| t.shape == [6, 700])
+        .expect("the logits");
+    let labels = k
+        .inputs
+        .iter()
+        .rposition(|(_, t)| t.shape == [6, 700])
+        .expect("the labels");
+    assert_ne!(logits, labels);
+    assert!(
+        text.contains(&format!(
+            "// row cache: 700 elements of in{logits} (f32) read once, in registers, 22 slots"
+        )),
+        "{text}"
+    );
+    assert_eq!(loads_of(k, logits), 6 * 700, "{text}");
+    assert_eq!(loads_of(k, labels), 6 * 700, "{text}");
+}
