@@ -1,6 +1,6 @@
 //! The sweep of a GPU pack: each workload again under other values of the target's mapping
 //! choices ([`kiln_kernel::target::Gpu`]: block tiles of products, rows per attention block,
-//! threads and blocks of memory-bound kernels), so that one run on a GPU measures which
+//! threads and blocks of memory-bound kernels, where rows are cached), so that one run on a GPU measures which
 //! values are fastest there. `check.py` times each variant as it times the workload, checks its
 //! results against PyTorch's, and prints the variants side by side; the defaults in
 //! `Gpu::h200` are chosen from such tables (`docs/performance.md`).
@@ -88,6 +88,24 @@ pub fn variants() -> Vec<Variant> {
             workload: "gelu_chain_64M",
             label: format!("vector_bytes_{bytes}"),
             change: gpu(move |g| g.vector_bytes = bytes),
+        });
+    }
+    // Row caches (a row that several passes read loaded once): the default caches rows in
+    // registers (then shared memory); against them, shared memory only, and none (every pass
+    // reads global memory).
+    for workload in ["softmax_8192x8192", "layernorm_32768x1024"] {
+        out.push(Variant {
+            workload,
+            label: "row_cache_shared".into(),
+            change: gpu(|g| g.row_registers = 0),
+        });
+        out.push(Variant {
+            workload,
+            label: "row_cache_off".into(),
+            change: gpu(|g| {
+                g.row_registers = 0;
+                g.row_shared_bytes = 0;
+            }),
         });
     }
     // Warps per block of a warp-per-row reduction.

@@ -631,4 +631,99 @@ fn sorts_by_keys_assemble() {
         tally.add(&format!("sort {i}"), &f, &TargetInfo::h200());
     }
     tally.finish("sort");
+
+/// Row caches of warp- and block-per-row kernels (softmax and a layer norm with scale and
+/// shift, in f32, f16, bf16 and f64): in registers (no local memory: the unrolled slots stay
+/// registers), in shared memory, and none, assembled by ptxas for sm_80 and sm_90.
+#[test]
+fn row_caches_assemble() {
+    let softmax = |dt: &str, rows: usize, n: usize| {
+        let m = format!("{dt}[{rows},{n}]");
+        let r = format!("{dt}[{rows}]");
+        format!(
+            "func @main(%0: {m}) -> {m} {{\n  %1 = constant {{value = -inf}} : {dt}[]\n  %2 = reduce %0, %1 {{dimensions = [1], kind = max}} : {r}\n  %3 = broadcast_in_dim %2 {{broadcast_dimensions = [0]}} : {m}\n  %4 = subtract %0, %3 : {m}\n  %5 = exponential %4 : {m}\n  %6 = constant {{value = 0.0}} : {dt}[]\n  %7 = reduce %5, %6 {{dimensions = [1], kind = add}} : {r}\n  %8 = broadcast_in_dim %7 {{broadcast_dimensions = [0]}} : {m}\n  %9 = divide %5, %8 : {m}\n  return %9\n}}\n"
+        )
+    };
+    let layer_norm = |dt: &str, rows: usize, n: usize| {
+        let m = format!("{dt}[{rows},{n}]");
+        let r = format!("{dt}[{rows}]");
+        let v = format!("{dt}[{n}]");
+        format!(
+            "func @main(%0: {m}, %20: {v}, %21: {v}) -> {m} {{\n  %1 = constant {{value = 0.0}} : {dt}[]\n  %2 = reduce %0, %1 {{dimensions = [1], kind = add}} : {r}\n  %3 = constant {{value = 0.001}} : {dt}[]\n  %4 = broadcast_in_dim %3 {{broadcast_dimensions = []}} : {r}\n  %5 = multiply %2, %4 : {r}\n  %6 = broadcast_in_dim %5 {{broadcast_dimensions = [0]}} : {m}\n  %7 = subtract %0, %6 : {m}\n  %8 = multiply %7, %7 : {m}\n  %9 = reduce %8, %1 {{dimensions = [1], kind = add}} : {r}\n  %10 = multiply %9, %4 : {r}\n  %11 = rsqrt %10 : {r}\n  %12 = broadcast_in_dim %11 {{broadcast_dimensions = [0]}} : {m}\n  %13 = multiply %7, %12 : {m}\n  %14 = broadcast_in_dim %20 {{broadcast_dimensions = [1]}} : {m}\n  %15 = multiply %13, %14 : {m}\n  %16 = broadcast_in_dim %21 {{broadcast_dimensions = [1]}} : {m}\n  %17 = add %15, %16 : {m}\n  return %17\n}}\n"
+        )
+    };
+    let programs = [
+        (
+            "softmax f32 registers",
+            softmax("f32", 64, 1000),
+            "registers",
+        ),
+        ("softmax f16 registers", softmax("f16", 8, 300), "registers"),
+        ("softmax bf16 block", softmax("bf16", 2, 8192), "registers"),
+        ("softmax f64 registers", softmax("f64", 4, 500), "registers"),
+        ("softmax f64 block", softmax("f64", 2, 16384), "registers"),
+        (
+            "softmax f32 shared",
+            softmax("f32", 16, 1100),
+            "shared memory",
+        ),
+        ("softmax f32 none", softmax("f32", 16, 2000), "none"),
+        ("layer norm f32", layer_norm("f32", 16, 1000), "registers"),
+        (
+            "layer norm f16 shared",
+            layer_norm("f16", 16, 1300),
+            "shared memory",
+        ),
+        (
+            "layer norm f32 block",
+            layer_norm("f32", 2, 32768),
+            "registers",
+        ),
+    ];
+    let mut tally = Tally::default();
+    for (what, src, place) in &programs {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let target = TargetInfo::h200();
+        let p = program(src, &target);
+        let text = kiln_kernel::gpu::print::program_text(&p);
+        assert!(
+            text.contains("// row cache: ") && text.contains(place),
+            "{what}: not cached in {place}:\n{text}"
+        );
+        let ptx = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+        if *place == "registers" {
+            assert!(!ptx.contains(".local"), "{what}: local memory:\n{ptx}");
+            // Nor does ptxas spill the slots, fitting registers to the launch's block.
+            if let Some(ptxas) = ptxas() {
+                let dir = scratch("row-cache-spills");
+                let src = dir.join("k.ptx");
+                std::fs::write(&src, &ptx).unwrap();
+                let out = std::process::Command::new(ptxas)
+                    .args(["-arch=sm_90", "-v"])
+                    .arg(&src)
+                    .arg("-o")
+                    .arg(dir.join("k.cubin"))
+                    .output()
+                    .unwrap();
+                let _ = std::fs::remove_dir_all(&dir);
+                let info = String::from_utf8_lossy(&out.stderr).to_string();
+                println!(
+                    "{what}: {}",
+                    info.lines()
+                        .filter(|l| l.contains("Used"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+                assert!(
+                    out.status.success()
+                        && info.contains("0 bytes spill stores")
+                        && !info.lines().any(|l| l.contains("spill")
+                            && !l.contains("0 bytes spill stores, 0 bytes spill loads")),
+                    "{what}: ptxas spills:\n{info}"
+                );
+            }
+        }
+        tally.add(what, &f, &target);
+    }
+    tally.finish("row caches");
 }

@@ -1,5 +1,5 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
-//! warp-per-row softmax, block-per-row reduction through shared memory and barriers, matrix
+//! warp-per-row softmax with its row cached in registers and in shared memory, block-per-row reduction through shared memory and barriers, matrix
 //! product with its epilogue in the launch (one thread per element), matrix product by block
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile, a
 //! product on the tensor cores, attention in one launch, scatter, a sort by keys), for sm_90.
@@ -58,6 +58,18 @@ fn warp_rows_softmax() {
         "warp_rows_softmax",
         ptx(
             "func @main(%0: f32[64,256]) -> f32[64,256] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[64]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[64,256]\n  %4 = subtract %0, %3 : f32[64,256]\n  %5 = exponential %4 : f32[64,256]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[64]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[64,256]\n  %9 = divide %5, %8 : f32[64,256]\n  return %9\n}\n",
+            MapKind::WarpRows
+        )
+    );
+}
+
+/// A row too long for the registers (35 slots per lane), cached in shared memory.
+#[test]
+fn warp_rows_softmax_shared() {
+    insta::assert_snapshot!(
+        "warp_rows_softmax_shared",
+        ptx(
+            "func @main(%0: f32[64,1100]) -> f32[64,1100] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[64]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[64,1100]\n  %4 = subtract %0, %3 : f32[64,1100]\n  %5 = exponential %4 : f32[64,1100]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[64]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[64,1100]\n  %9 = divide %5, %8 : f32[64,1100]\n  return %9\n}\n",
             MapKind::WarpRows
         )
     );

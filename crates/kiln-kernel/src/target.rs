@@ -212,6 +212,16 @@ pub struct Gpu {
     /// The shortest reduction that gets a whole block (`max_threads_per_block` threads, the
     /// warps' partial results combined through shared memory).
     pub block_reduce_min: usize,
+    /// Row caches in registers: the most 32-bit registers (an f64 element takes two) that
+    /// cached rows may take in one thread of a warp- or block-per-row kernel (its slots
+    /// unrolled, each a register), so that a row its reductions and its elements read in
+    /// several passes is loaded from global memory once (`gpu/map/row_cache.rs`); 0 turns
+    /// register caches off.
+    pub row_registers: usize,
+    /// Row caches in shared memory: the most bytes of shared memory per block that cached
+    /// rows too long for `row_registers` may take; 0 turns shared-memory caches off (rows
+    /// that fit neither are read from global memory in every pass).
+    pub row_shared_bytes: usize,
     /// The block tiles of a matrix product on the CUDA cores (shared-memory tiles, a register
     /// tile per thread), largest first: a product takes the first that its rows and columns
     /// fill at least half of, so small products get small blocks; a product too thin for any
@@ -270,6 +280,10 @@ impl Gpu {
             blocks_per_sm: 16,
             warp_reduce_min: 128,
             block_reduce_min: 4096,
+            // 32 f32 (16 f64) per thread: a warp holds f32 rows of 1024, a block of 1024
+            // threads rows of 32768, within the 64 registers a thread of such a block has. Shared memory up to what the PTX emitter declares statically (48 KiB).
+            row_registers: 32,
+            row_shared_bytes: 48 << 10,
             gemm_tiles: vec![
                 GemmTile {
                     m: 128,

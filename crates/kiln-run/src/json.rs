@@ -108,6 +108,8 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "blocks_per_sm": g.blocks_per_sm,
             "warp_reduce_min": g.warp_reduce_min,
             "block_reduce_min": g.block_reduce_min,
+            "row_registers": g.row_registers,
+            "row_shared_bytes": g.row_shared_bytes,
             "gemm_tiles": tiles_to_json(&g.gemm_tiles),
             "mma_tiles": tiles_to_json(&g.mma_tiles),
             "attention_warps": g.attention_warps,
@@ -186,6 +188,8 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 blocks_per_sm: g.usize("blocks_per_sm")?,
                 warp_reduce_min: g.usize("warp_reduce_min")?,
                 block_reduce_min: g.usize("block_reduce_min")?,
+                row_registers: g.usize("row_registers")?,
+                row_shared_bytes: g.usize("row_shared_bytes")?,
                 gemm_tiles: tiles_from_json("target.info.gpu.gemm_tiles", g.get("gemm_tiles")?)?,
                 mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
                 attention_warps: g

@@ -729,6 +729,9 @@ fn every_mapping_agrees_with_the_reference() {
         softmax_text("f16", &[4, 9, 300]),
         softmax_text("f64", &[3, 20000]),
         softmax_text("f32", &[2, 40000]),
+        // Rows cached in registers (above: 500 on a warp, 20000 on a block) and in shared
+        // memory (1100 on a warp).
+        softmax_text("bf16", &[5, 1100]),
         sum("f32[300000]", "0", "f32[]"),
         sum("f32[40,700]", "1", "f32[40]"),
         sum("f32[700,40]", "0", "f32[40]"),

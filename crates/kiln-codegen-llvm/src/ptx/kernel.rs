@@ -552,7 +552,8 @@ impl<'a, 'c> Emit<'a, 'c> {
                 | Stmt::CopyWait { .. }
                 | Stmt::Store { .. }
                 | Stmt::SharedStore { .. }
-                | Stmt::Barrier => continue,
+                | Stmt::Barrier
+                | Stmt::Note(_) => continue,
             };
             if let Some(slot @ None) = types.get_mut(reg) {
                 *slot = t;
@@ -706,6 +707,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 b.build_store(p, v).map_err(llvm)?;
             }
             Stmt::Barrier => self.barrier()?,
+            Stmt::Note(_) => {}
             Stmt::Shuffle { reg, src, mode } => {
                 let v = self.read(*src)?;
                 self.write(*reg, self.shuffle(v, *mode)?)?;

@@ -227,6 +227,9 @@ pub enum Stmt {
     },
     /// `__syncthreads()`: every thread of the block must reach it together.
     Barrier,
+    /// A remark for the printed form (a choice the mapping made, such as where a row is
+    /// cached); it runs as nothing.
+    Note(String),
     /// `reg = src` of the lane `mode` picks, across the whole warp (`shfl.sync`).
     Shuffle {
         /// The register written.

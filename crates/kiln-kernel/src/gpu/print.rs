@@ -104,6 +104,7 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
                 value,
             } => writeln!(out, "{pad}shared{array}[{index}] = r{value}"),
             Stmt::Barrier => writeln!(out, "{pad}barrier"),
+            Stmt::Note(note) => writeln!(out, "{pad}// {note}"),
             Stmt::Shuffle { reg, src, mode } => match mode {
                 Shuffle::Xor(n) => writeln!(out, "{pad}r{reg} = shfl.bfly r{src}, {n}"),
                 Shuffle::Down(n) => writeln!(out, "{pad}r{reg} = shfl.down r{src}, {n}"),
@@ -250,7 +251,7 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                     }
                     (vec![], vec![])
                 }
-                Stmt::Barrier => (vec![], vec![]),
+                Stmt::Barrier | Stmt::Note(_) => (vec![], vec![]),
                 Stmt::LdMatrix { regs, array, .. } => {
                     if !k.shared.get(*array).is_some_and(|a| a.packed) {
                         return Err(format!("ldmatrix from shared{array}, not a packed array"));

@@ -371,6 +371,7 @@ impl<'a> Block<'a> {
                     };
                 }
             }
+            Stmt::Note(_) => {}
             Stmt::Barrier => {
                 let reached = active().count();
                 if reached != n {

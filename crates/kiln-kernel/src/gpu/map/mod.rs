@@ -10,7 +10,8 @@
 //!   `max_threads_per_block` threads per row from `block_reduce_min` on
 //!   ([`MapKind::BlockRows`]). Each reduction is computed once per row, innermost first, by
 //!   all the row's threads together, then the row's elements are computed thread-strided with
-//!   the reductions read from registers.
+//!   the reductions read from registers. A row that several of these passes read is loaded
+//!   once, into registers or shared memory (`row_cache.rs`).
 //! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
 //!   through shared memory, double buffered (`staging.rs`), a register tile per thread
 //!   ([`MapKind::GemmTiled`], `tiled.rs`), or, on a target without tiles, one thread per
@@ -55,11 +56,13 @@ use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
 mod attention;
 mod gemm;
+mod row_cache;
 mod scatter;
 mod staging;
 mod tensor;
 mod tiled;
 
+use row_cache::{RowCache, Rows};
 use scatter::SelectWindows;
 
 /// `k` (with inputs of types `inputs`, extra outputs after them) mapped onto the GPU of
@@ -464,14 +467,54 @@ impl Mapper<'_> {
         let first = inputs.len();
         let mut r = Regs::default();
         let row = r.next();
+        let out_row = dims(&out.shape, split);
+        let bodies: Vec<&Expr> = outs.iter().map(|o| &o.2).collect();
+        let row_in_block = if per_block == 1 {
+            c(0)
+        } else {
+            sp(Special::Warp)
+        };
+        let plan = self.row_cache(
+            &Rows {
+                hoisted: &hoisted,
+                bodies: &bodies,
+                split,
+                out_row: out_row.clone(),
+                threads,
+                per_block,
+                first,
+                row_in_block,
+            },
+            &mut r,
+        );
         let mut shared = Vec::new();
+        let mut head = Vec::new();
         let mut body = set_vars(&dims(&out.shape[..split], 0), Sc::Reg(row));
-        let mut scalars = Vec::new();
+        let cache = match plan {
+            Ok(Some(mut cache)) => {
+                shared = cache.shared(0, per_block);
+                head = cache.init();
+                body.push(cache.note());
+                let (e, tmp) = (r.next(), r.next());
+                body.extend(cache.fill(&lane, e, tmp));
+                Some(cache)
+            }
+            Ok(None) => None,
+            Err(note) => {
+                body.push(Stmt::Note(note));
+                None
+            }
+        };
+        let cache = cache.as_ref();
+        // Cached loads are the inputs after the kernel's own, then the hoisted reductions.
+        let hfirst = first + cache.map_or(0, RowCache::count);
+        let mut scalars = cache.map_or(Vec::new(), RowCache::padding);
         for (i, h) in hoisted.iter().enumerate() {
-            let h = substituted(h, &hoisted[..i], first, vars);
+            let h = substituted(h, &hoisted[..i], hfirst, vars);
             let s = self.cooperative(
                 &h,
                 (threads, &lane),
+                (cache, split, vars),
                 &scalars,
                 &mut r,
                 &mut shared,
@@ -480,33 +523,67 @@ impl Mapper<'_> {
             scalars.push(s);
         }
         let e = r.next();
-        let mut each = set_vars(&dims(&out.shape, split), Sc::Reg(e));
         let pos = r.next();
-        each.push(Stmt::Let {
-            reg: pos,
-            value: Sc::plus(Sc::times(Sc::Reg(row), c(row_len)), Sc::Reg(e)),
-        });
+        let values: Vec<usize> = outs.iter().map(|_| r.next()).collect();
+        let cached = cache.filter(|c| c.covers(&out_row));
         let mut outputs = Vec::new();
-        for (k, (buf, ty, x)) in outs.into_iter().enumerate() {
-            let v = r.next();
-            each.push(Stmt::Eval {
-                reg: v,
-                expr: substituted(&x, &hoisted, first, vars),
-                scalars: scalars.clone(),
-            });
-            each.push(Stmt::Store {
-                buf: Buf::Output(k),
-                index: Sc::Reg(pos),
-                value: v,
+        let mut exprs = Vec::new();
+        for (buf, ty, x) in outs {
+            let x = substituted(&x, &hoisted, hfirst, vars);
+            exprs.push(match cached {
+                Some(c) => c.substitute(&x, &out_row, split, vars),
+                None => x,
             });
             outputs.push((buf, ty));
         }
-        body.push(Stmt::For {
-            reg: e,
-            start: lane,
-            end: c(row_len),
-            step: c(threads),
-            body: each,
+        // The elements at position `at` (slot `k` of a cached row).
+        let element = |at: Sc, k: usize| {
+            let mut each = set_vars(&out_row, at.clone());
+            each.push(Stmt::Let {
+                reg: pos,
+                value: Sc::plus(Sc::times(Sc::Reg(row), c(row_len)), at.clone()),
+            });
+            let mut scalars = scalars.clone();
+            if let Some(rc) = cached {
+                let (regs, loads) = rc.at(k, &at);
+                each.extend(loads);
+                scalars.splice(..regs.len(), regs);
+            }
+            for (o, (x, &v)) in exprs.iter().zip(&values).enumerate() {
+                each.push(Stmt::Eval {
+                    reg: v,
+                    expr: x.clone(),
+                    scalars: scalars.clone(),
+                });
+                each.push(Stmt::Store {
+                    buf: Buf::Output(o),
+                    index: Sc::Reg(pos),
+                    value: v,
+                });
+            }
+            each
+        };
+        match cached {
+            Some(rc) if rc.unrolled() => {
+                for k in 0..rc.slots {
+                    let at = Sc::plus(c(k * threads), lane.clone());
+                    body.extend(rc.guarded(k, at.clone(), element(at, k)));
+                }
+            }
+            _ => body.push(Stmt::For {
+                reg: e,
+                start: lane,
+                end: c(row_len),
+                step: c(threads),
+                body: element(Sc::Reg(e), 0),
+            }),
+        }
+        head.push(Stmt::For {
+            reg: row,
+            start: row0,
+            end: c(rows),
+            step: Sc::times(sp(Special::GridDim), c(per_block)),
+            body,
         });
         GpuKernel {
             name: name.to_string(),
@@ -522,23 +599,21 @@ impl Mapper<'_> {
             regs: r.0,
             vars,
             sums: self.sums,
-            body: vec![Stmt::For {
-                reg: row,
-                start: row0,
-                end: c(rows),
-                step: Sc::times(sp(Special::GridDim), c(per_block)),
-                body,
-            }],
+            body: head,
         }
     }
 
     /// Statements computing the reduction `h` by the `threads` threads of a row together
     /// (`lane` numbers them; see the module documentation for the order), leaving the result
-    /// in the register returned, the same in every thread.
+    /// in the register returned, the same in every thread. A reduction over the row that
+    /// `cache` holds reads its cached loads from there (`split` leading row variables, `n`
+    /// kernel variables), unrolled over the slots when they are registers.
+    #[allow(clippy::too_many_arguments)]
     fn cooperative(
         &self,
         h: &Expr,
         (threads, lane): (usize, &Sc),
+        (cache, split, n_vars): (Option<&RowCache>, usize, usize),
         scalars: &[usize],
         r: &mut Regs,
         shared: &mut Vec<SharedArray>,
@@ -573,34 +648,33 @@ impl Mapper<'_> {
             kind,
             dtype,
         });
-        // Term `q = (round · chunk + j) · threads + lane`: a chunk's terms are `threads` apart,
-        // so the threads of a warp read consecutive elements together (one transaction).
-        let mut term = vec![Stmt::Let {
-            reg: q,
-            value: Sc::plus(
-                Sc::times(
-                    Sc::plus(Sc::times(Sc::Reg(round), c(chunk)), Sc::Reg(j)),
-                    c(threads),
-                ),
-                lane.clone(),
-            ),
-        }];
-        let mut inside = set_vars(vars, Sc::Reg(q));
-        inside.push(Stmt::Eval {
-            reg: x,
-            expr: (**body).clone(),
-            scalars: scalars.to_vec(),
-        });
-        inside.push(Stmt::Combine {
-            acc: part,
-            value: x,
-            kind,
-            dtype,
-        });
-        term.push(Stmt::If {
-            cond: Sc::lt(Sc::Reg(q), c(n)),
-            body: inside,
-        });
+        let cached = cache.filter(|rc| rc.covers(vars));
+        let body = match cached {
+            Some(rc) => rc.substitute(body, vars, split, n_vars),
+            None => (**body).clone(),
+        };
+        // The term at position `at` (slot `k` of a cached row).
+        let term_at = |at: Sc, k: usize| -> Vec<Stmt> {
+            let mut inside = set_vars(vars, at.clone());
+            let mut sc = scalars.to_vec();
+            if let Some(rc) = cached {
+                let (regs, loads) = rc.at(k, &at);
+                inside.extend(loads);
+                sc.splice(..regs.len(), regs);
+            }
+            inside.push(Stmt::Eval {
+                reg: x,
+                expr: body.clone(),
+                scalars: sc,
+            });
+            inside.push(Stmt::Combine {
+                acc: part,
+                value: x,
+                kind,
+                dtype,
+            });
+            inside
+        };
         // The chunk results in a tree of `fanout` per node: level `l` takes `fanout` results
         // of level `l - 1` (the chunks at level 0) before it passes its own up; `acc` is the
         // top.
@@ -619,38 +693,79 @@ impl Mapper<'_> {
             kind,
             dtype,
         };
+        let to_level0 = Stmt::Combine {
+            acc: level(0),
+            value: part,
+            kind,
+            dtype,
+        };
         out.extend(lower.iter().map(|&reg| identity(reg)));
-        let mut each_round = vec![
-            identity(part),
-            Stmt::For {
-                reg: j,
+        if let Some(rc) = cached.filter(|rc| rc.unrolled()) {
+            // The same rounds, chunks and tree, unrolled: the term of slot
+            // `k = round · chunk + j` reads register slot `k`.
+            for round in 0..rounds {
+                out.push(identity(part));
+                for j in 0..chunk {
+                    let k = round * chunk + j;
+                    let at = Sc::plus(c(k * threads), lane.clone());
+                    out.extend(rc.guarded(k, at.clone(), term_at(at, k)));
+                }
+                out.push(to_level0.clone());
+                let mut every = 1;
+                for l in 0..levels {
+                    every *= fanout;
+                    if (round + 1).is_multiple_of(every) {
+                        out.extend([up(l), identity(level(l))]);
+                    }
+                }
+            }
+        } else {
+            // Term `q = (round · chunk + j) · threads + lane`: a chunk's terms are `threads`
+            // apart, so the threads of a warp read consecutive elements together (one
+            // transaction).
+            let term = vec![
+                Stmt::Let {
+                    reg: q,
+                    value: Sc::plus(
+                        Sc::times(
+                            Sc::plus(Sc::times(Sc::Reg(round), c(chunk)), Sc::Reg(j)),
+                            c(threads),
+                        ),
+                        lane.clone(),
+                    ),
+                },
+                Stmt::If {
+                    cond: Sc::lt(Sc::Reg(q), c(n)),
+                    body: term_at(Sc::Reg(q), 0),
+                },
+            ];
+            let mut each_round = vec![
+                identity(part),
+                Stmt::For {
+                    reg: j,
+                    start: c(0),
+                    end: c(chunk),
+                    step: c(1),
+                    body: term,
+                },
+                to_level0,
+            ];
+            let mut every = 1;
+            for l in 0..levels {
+                every *= fanout;
+                each_round.push(Stmt::If {
+                    cond: Sc::eq(Sc::modulo(Sc::plus(Sc::Reg(round), c(1)), c(every)), c(0)),
+                    body: vec![up(l), identity(level(l))],
+                });
+            }
+            out.push(Stmt::For {
+                reg: round,
                 start: c(0),
-                end: c(chunk),
+                end: c(rounds),
                 step: c(1),
-                body: term,
-            },
-            Stmt::Combine {
-                acc: level(0),
-                value: part,
-                kind,
-                dtype,
-            },
-        ];
-        let mut every = 1;
-        for l in 0..levels {
-            every *= fanout;
-            each_round.push(Stmt::If {
-                cond: Sc::eq(Sc::modulo(Sc::plus(Sc::Reg(round), c(1)), c(every)), c(0)),
-                body: vec![up(l), identity(level(l))],
+                body: each_round,
             });
         }
-        out.push(Stmt::For {
-            reg: round,
-            start: c(0),
-            end: c(rounds),
-            step: c(1),
-            body: each_round,
-        });
         out.extend((0..levels).map(up));
         let tree = |upto: usize| -> Vec<Stmt> {
             let mut s = Vec::new();

@@ -108,3 +108,216 @@ fn a_softmax_computes_each_row_reduction_once() {
     let last = text.lines().rev().find(|l| l.contains("= eval")).unwrap();
     assert!(!last.contains("reduce"), "{text}");
 }
+
+/// The launches of the first kernel of `src` lowered for an H200 changed by `change`.
+fn mapped_with(src: &str, change: impl Fn(&mut Gpu)) -> GpuProgram {
+    let f = kiln_ir::parse_func_text(src).expect("valid IR");
+    let mut target = TargetInfo::h200();
+    change(target.gpu.as_mut().unwrap());
+    let l =
+        crate::pipeline::lower_program(&f, &[], &Options::default(), &target, None, &mut |_| {})
+            .expect("lowers");
+    let i = l
+        .fused
+        .kernels
+        .iter()
+        .position(Option::is_some)
+        .expect("a kernel");
+    let ins: Vec<TensorType> = l.fused.operands[i]
+        .iter()
+        .map(|v| l.func.values[v.index()].clone())
+        .collect();
+    let p = map(l.fused.kernels[i].as_ref().unwrap(), &ins, &target, "k").expect("maps");
+    for k in &p.launches {
+        verify(k, target.gpu.as_ref().unwrap()).expect("verifies");
+    }
+    p
+}
+
+fn softmax(rows: usize, cols: usize, dtype: &str) -> String {
+    let t = |s: &str| format!("{dtype}[{s}]");
+    let (m, r) = (t(&format!("{rows},{cols}")), t(&format!("{rows}")));
+    format!(
+        "func @main(%0: {m}) -> {m} {{\n  %1 = constant {{value = -inf}} : {dtype}[]\n  %2 = reduce %0, %1 {{dimensions = [1], kind = max}} : {r}\n  %3 = broadcast_in_dim %2 {{broadcast_dimensions = [0]}} : {m}\n  %4 = subtract %0, %3 : {m}\n  %5 = exponential %4 : {m}\n  %6 = constant {{value = 0.0}} : {dtype}[]\n  %7 = reduce %5, %6 {{dimensions = [1], kind = add}} : {r}\n  %8 = broadcast_in_dim %7 {{broadcast_dimensions = [0]}} : {m}\n  %9 = divide %5, %8 : {m}\n  return %9\n}}\n"
+    )
+}
+
+/// Global loads of launch input `input` that every thread of `k` runs, counted by running
+/// the launch's integer control flow (its loops, guards and positions) per thread: one per
+/// load in each evaluated expression and per [`Stmt::Load`].
+fn loads_of(k: &GpuKernel, input: usize) -> usize {
+    struct Thread<'k> {
+        k: &'k GpuKernel,
+        special: [i64; 6],
+        regs: Vec<i64>,
+        input: usize,
+        count: usize,
+    }
+    impl Thread<'_> {
+        fn sc(&self, s: &Sc) -> i64 {
+            match s {
+                Sc::Const(x) => *x,
+                Sc::Special(sp) => self.special[*sp as usize],
+                Sc::Reg(r) => self.regs[*r],
+                Sc::Var(_) => panic!("positions read registers"),
+                Sc::Add(a, b) => self.sc(a) + self.sc(b),
+                Sc::Mul(a, b) => self.sc(a) * self.sc(b),
+                Sc::Div(a, b) => self.sc(a) / self.sc(b),
+                Sc::Rem(a, b) => self.sc(a) % self.sc(b),
+                Sc::Lt(a, b) => (self.sc(a) < self.sc(b)) as i64,
+                Sc::Eq(a, b) => (self.sc(a) == self.sc(b)) as i64,
+                Sc::And(a, b) => (self.sc(a) != 0 && self.sc(b) != 0) as i64,
+            }
+        }
+        fn run(&mut self, body: &[Stmt]) {
+            for s in body {
+                match s {
+                    Stmt::Let { reg, value } => self.regs[*reg] = self.sc(value),
+                    Stmt::For {
+                        reg,
+                        start,
+                        end,
+                        step,
+                        body,
+                    } => {
+                        self.regs[*reg] = self.sc(start);
+                        while self.regs[*reg] < self.sc(end) {
+                            self.run(body);
+                            self.regs[*reg] += self.sc(step);
+                        }
+                    }
+                    Stmt::If { cond, body } if self.sc(cond) != 0 => self.run(body),
+                    Stmt::Eval { expr, .. } => {
+                        struct Count(usize, usize);
+                        impl Visitor<'_> for Count {
+                            fn expr(&mut self, e: &Expr) {
+                                if matches!(e, Expr::Load { input, .. } | Expr::Gather { input, .. } if *input == self.1)
+                                {
+                                    self.0 += 1;
+                                }
+                                e.for_each_child(self);
+                            }
+                        }
+                        let mut c = Count(0, self.input);
+                        c.expr(expr);
+                        self.count += c.0;
+                    }
+                    Stmt::Load {
+                        buf: Buf::Input(i), ..
+                    } if *i == self.input => self.count += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut count = 0;
+    for block in 0..k.grid {
+        for thread in 0..k.block {
+            // Special registers in declaration order: thread, block, block size, grid, lane,
+            // warp.
+            let special = [
+                thread as i64,
+                block as i64,
+                k.block as i64,
+                k.grid as i64,
+                (thread % k.warp) as i64,
+                (thread / k.warp) as i64,
+            ];
+            let mut t = Thread {
+                k,
+                special,
+                regs: vec![0; k.regs],
+                input,
+                count: 0,
+            };
+            t.run(&t.k.body.clone());
+            count += t.count;
+        }
+    }
+    count
+}
+
+#[test]
+fn a_softmax_row_that_fits_registers_is_loaded_once() {
+    // Rows of 300 on a warp: 10 slots per lane, the last one past the row's end for lanes
+    // 12 and up.
+    let p = mapped(&softmax(20, 300, "f32"));
+    let k = &p.launches[0];
+    let text = program_text(&p);
+    assert!(
+        text.contains(
+            "// row cache: 300 elements of in0 (f32) read once, in registers, 10 slots per thread"
+        ),
+        "{text}"
+    );
+    assert_eq!(loads_of(k, 0), 20 * 300, "{text}");
+    // The reductions are still five shuffle levels each, and no loop runs over the row.
+    assert_eq!(text.matches("shfl.bfly").count(), 10, "{text}");
+    assert_eq!(text.matches("for r").count(), 1, "{text}");
+    // Without the cache, each of the three passes reads the row.
+    let off = mapped_with(&softmax(20, 300, "f32"), |g| {
+        g.row_registers = 0;
+        g.row_shared_bytes = 0;
+    });
+    let text = program_text(&off);
+    assert_eq!(loads_of(&off.launches[0], 0), 3 * 20 * 300, "{text}");
+    assert!(text.contains("// row cache: none"), "{text}");
+}
+
+#[test]
+fn a_row_too_long_for_registers_is_cached_in_shared_memory() {
+    // 1200 > 32 x 32 f32 per warp; 8 rows of 1200 f32 per block take 38400 bytes.
+    let p = mapped(&softmax(9, 1200, "f32"));
+    let k = &p.launches[0];
+    let text = program_text(&p);
+    assert!(
+        text.contains("in shared memory, shared0..shared0") && text.contains("shared0: f32[9600]"),
+        "{text}"
+    );
+    assert_eq!(loads_of(k, 0), 9 * 1200, "{text}");
+    // Block per row with registers off: shared memory; with both off, three reads.
+    let block = mapped_with(&softmax(2, 5000, "f16"), |g| g.row_registers = 0);
+    let k = &block.launches[0];
+    assert_eq!(k.kind, MapKind::BlockRows);
+    let text = program_text(&block);
+    assert!(text.contains("shared0: f16[5000]"), "{text}");
+    assert_eq!(loads_of(k, 0), 2 * 5000, "{text}");
+    // Rows that fit neither: read in every pass, and the plan says why.
+    let neither = mapped(&softmax(3, 2000, "f64"));
+    let text = program_text(&neither);
+    assert!(
+        text.contains("// row cache: none (rows of 2000 elements"),
+        "{text}"
+    );
+    assert_eq!(loads_of(&neither.launches[0], 0), 3 * 3 * 2000, "{text}");
+}
+
+#[test]
+fn a_loss_without_an_output_row_reads_its_logits_once() {
+    // Cross-entropy per row: the logits' maximum, the sum of exponentials and the sum against
+    // the labels are three passes over the row, and the output is one value per row; the
+    // labels are read by one pass only, so they are not cached.
+    let src = "func @main(%0: f32[6,700], %1: f32[6,700]) -> f32[6] {\n  %2 = constant {value = -inf} : f32[]\n  %3 = reduce %0, %2 {dimensions = [1], kind = max} : f32[6]\n  %4 = broadcast_in_dim %3 {broadcast_dimensions = [0]} : f32[6,700]\n  %5 = subtract %0, %4 : f32[6,700]\n  %6 = exponential %5 : f32[6,700]\n  %7 = constant {value = 0.0} : f32[]\n  %8 = reduce %6, %7 {dimensions = [1], kind = add} : f32[6]\n  %9 = log %8 : f32[6]\n  %10 = add %9, %3 : f32[6]\n  %11 = multiply %0, %1 : f32[6,700]\n  %12 = reduce %11, %7 {dimensions = [1], kind = add} : f32[6]\n  %13 = subtract %10, %12 : f32[6]\n  return %13\n}\n";
+    let p = mapped(src);
+    let k = &p.launches[0];
+    let text = program_text(&p);
+    let logits = k
+        .inputs
+        .iter()
+        .position(|(_, t)| t.shape == [6, 700])
+        .expect("the logits");
+    let labels = k
+        .inputs
+        .iter()
+        .rposition(|(_, t)| t.shape == [6, 700])
+        .expect("the labels");
+    assert_ne!(logits, labels);
+    assert!(
+        text.contains(&format!(
+            "// row cache: 700 elements of in{logits} (f32) read once, in registers, 22 slots"
+        )),
+        "{text}"
+    );
+    assert_eq!(loads_of(k, logits), 6 * 700, "{text}");
+    assert_eq!(loads_of(k, labels), 6 * 700, "{text}");
+}
