@@ -631,6 +631,7 @@ fn sorts_by_keys_assemble() {
         tally.add(&format!("sort {i}"), &f, &TargetInfo::h200());
     }
     tally.finish("sort");
+}
 
 /// Row caches of warp- and block-per-row kernels (softmax and a layer norm with scale and
 /// shift, in f32, f16, bf16 and f64): in registers (no local memory: the unrolled slots stay
