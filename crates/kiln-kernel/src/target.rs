@@ -191,6 +191,10 @@ pub struct Gpu {
     pub warp_size: usize,
     /// Bytes of shared memory one block may use.
     pub shared_memory_per_block: usize,
+    /// Bytes of shared memory a kernel may declare statically (48 KiB on NVIDIA GPUs): more
+    /// needs dynamic shared memory, which kiln's PTX does not use yet, so the mappings keep
+    /// their arrays within it.
+    pub static_shared_bytes: usize,
     /// Streaming multiprocessors.
     pub sms: usize,
     /// The `(m, n, k)` shapes of the tensor cores' matrix multiply-adds.
@@ -272,6 +276,7 @@ impl Gpu {
         Gpu {
             warp_size: 32,
             shared_memory_per_block: 227 << 10,
+            static_shared_bytes: 48 << 10,
             sms: 132,
             tensor_core_shapes: vec![(16, 8, 16)],
             max_threads_per_block: 1024,

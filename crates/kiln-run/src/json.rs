@@ -100,6 +100,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
         "gpu": t.gpu.as_ref().map(|g| json!({
             "warp_size": g.warp_size,
             "shared_memory_per_block": g.shared_memory_per_block,
+            "static_shared_bytes": g.static_shared_bytes,
             "sms": g.sms,
             "tensor_core_shapes": g.tensor_core_shapes.iter().map(|&(m, n, k)| json!([m, n, k])).collect::<Vec<_>>(),
             "max_threads_per_block": g.max_threads_per_block,
@@ -180,6 +181,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             Some(Gpu {
                 warp_size: g.usize("warp_size")?,
                 shared_memory_per_block: g.usize("shared_memory_per_block")?,
+                static_shared_bytes: g.usize("static_shared_bytes")?,
                 sms: g.usize("sms")?,
                 tensor_core_shapes: shapes,
                 max_threads_per_block: g.usize("max_threads_per_block")?,

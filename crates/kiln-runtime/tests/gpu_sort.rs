@@ -183,6 +183,6 @@ fn sorts_the_gpu_does_not_take_run_on_the_host() {
         plan.steps
             .iter()
             .all(|s| matches!(s, kiln_kernel::gpu::plan::DeviceStep::Host(_))),
-        "a slice of 20,000 f64 keys (16 bytes a pair, 32,768 padded) does not fit 227 KiB"
+        "a slice of 20,000 f64 keys (16 bytes a pair, 32,768 padded) does not fit 48 KiB"
     );
 }

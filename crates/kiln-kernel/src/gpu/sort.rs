@@ -18,8 +18,8 @@
 //!
 //! Left to the host: a comparator that is more than one key's order, float keys whose plan
 //! leaves NaN unordered (a NaN among them makes the comparator's merge sort depend on the
-//! algorithm), complex keys, and slices whose padded pairs do not fit the block's shared
-//! memory ([`crate::target::Gpu::shared_memory_per_block`]).
+//! algorithm), complex keys, and slices whose padded pairs do not fit the shared memory a
+//! kernel declares ([`crate::target::Gpu::static_shared_bytes`]: 4,096 f32 keys on an H200).
 
 use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
 use crate::ir::{Ew, Expr};
@@ -82,7 +82,8 @@ pub fn sort_program(
     } else {
         key.bytes()
     };
-    if rows == 0 || n <= 1 || padded * (key_bytes + 8) > gpu.shared_memory_per_block {
+    let shared = gpu.shared_memory_per_block.min(gpu.static_shared_bytes);
+    if rows == 0 || n <= 1 || padded * (key_bytes + 8) > shared {
         return None;
     }
     let largest = prev_power_of_two(gpu.max_threads_per_block);
