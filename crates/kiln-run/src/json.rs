@@ -110,6 +110,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "block_reduce_min": g.block_reduce_min,
             "gemm_tiles": tiles_to_json(&g.gemm_tiles),
             "mma_tiles": tiles_to_json(&g.mma_tiles),
+            "mma_stages": g.mma_stages,
             "attention_warps": g.attention_warps,
         })),
     })
@@ -188,6 +189,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 block_reduce_min: g.usize("block_reduce_min")?,
                 gemm_tiles: tiles_from_json("target.info.gpu.gemm_tiles", g.get("gemm_tiles")?)?,
                 mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
+                mma_stages: g.usize("mma_stages")?,
                 attention_warps: g
                     .get("attention_warps")?
                     .as_array()

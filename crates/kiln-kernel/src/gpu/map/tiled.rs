@@ -1,10 +1,11 @@
 //! A matrix product on the CUDA cores by block tiles ([`MapKind::GemmTiled`]): the block
 //! computes a `tile.m x tile.n` tile of the result (one block per tile and batch), stepping
 //! through the contraction `tile.k` at a time. The block's threads stage A's `tile.m x tile.k`
-//! and B's `tile.k x tile.n` tiles into shared memory, double buffered (`staging.rs`: the next
-//! step's tiles load, with `cp.async` where the operand allows, while this step's multiply;
-//! converted to the result's dtype, zero past the operands' edges), and each thread multiplies
-//! its `thread_m` rows of A's tile by its `thread_n` columns of B's into a register tile.
+//! and B's `tile.k x tile.n` tiles into shared memory, double buffered (`staging.rs` with two
+//! stages: the next step's tiles load, with `cp.async` where the operand allows, while this
+//! step's multiply; converted to the result's dtype, zero past the operands' edges), and each
+//! thread multiplies its `thread_m` rows of A's tile by its `thread_n` columns of B's into a
+//! register tile.
 //! Finally each thread stores the elements of its register tile that lie inside the result.
 //!
 //! # The order of the sums, and their error bound
@@ -21,7 +22,7 @@
 //! GEMM does). Integers wrap, in any order.
 
 use super::gemm::{InLaunch, Launch, Product};
-use super::staging::{Staging, Stepping, Tile, double_buffered, zero};
+use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::*;
 use crate::target::GemmTile;
 
@@ -256,9 +257,14 @@ impl Mapper<'_> {
             period *= self.sums.fanout.max(2);
         }
         let copies = staging.any_async(&tiles, &shared);
-        let stepping = Stepping { k0, cur, step: bk };
+        let stepping = Stepping {
+            k0,
+            cur,
+            step: bk,
+            stages: 2,
+        };
         let stage = staging.stage(&tiles, &shared);
-        body.extend(double_buffered(&staging, stage, &stepping, k_step, copies));
+        body.extend(pipelined(&staging, stage, &stepping, k_step, copies));
         for (x, &top) in acc[levels].iter().enumerate() {
             for l in (0..levels).rev() {
                 body.push(Stmt::Combine {
