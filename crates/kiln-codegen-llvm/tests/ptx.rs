@@ -551,7 +551,7 @@ fn product_with_operands(src: &str, dtype: kiln_ir::DType, target: &TargetInfo) 
     let f = parse_func_text(src).unwrap();
     let opts = kiln_kernel::Options::default();
     let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, target, None, &mut |_| {}).unwrap();
     let i = (0..l.func.insts.len())
         .find(|&i| l.fused.kernels[i].is_some())
         .unwrap();

@@ -1037,10 +1037,9 @@ fn product_on(
 ) -> GpuProgram {
     let src = product_text((batch, m, k, n), ("f32", "f32"), a_trans, b_trans, false);
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let target = target.clone();
     let opts = kiln_kernel::Options::default();
     let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, target, None, &mut |_| {}).unwrap();
     let i = (0..l.func.insts.len())
         .find(|&i| l.fused.kernels[i].is_some())
         .unwrap();
@@ -1052,7 +1051,7 @@ fn product_on(
         t.dtype = dtype;
     }
     let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, &target, "product").unwrap()
+    kiln_kernel::gpu::map(k, &ins, target, "product").unwrap()
 }
 
 /// An H200 whose tensor-core products run `stages` stages of `k` contraction indices.
