@@ -161,7 +161,7 @@ fn fused_workloads_map_to_one_launch() {
 /// target (48 KiB of shared memory per block): `stages` stages of `k` (shared A holding
 /// `stages x m x k` elements, the loop waiting for all but `stages - 2` copy groups), none cut
 /// back to fit, and no two variants of the bf16 product map to the same launch as each other
-/// or as the default, so each measures something of its own.
+/// or as the default, so each measures something of its own. Each renders as PTX.
 #[test]
 fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
     use kiln_kernel::gpu::ir::{MapKind, Stmt};
@@ -196,6 +196,14 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         let mut target = base.clone();
         (v.change)(&mut target);
         let l = launch(&target);
+        let p = kiln_kernel::gpu::ir::GpuProgram {
+            scratch: Vec::new(),
+            launches: vec![l.clone()],
+        };
+        let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();
+        if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm90) {
+            panic!("{}: does not render: {e}", v.label);
+        }
         let text = kiln_kernel::gpu::print::kernel_text(&l);
         assert!(
             !seen.contains(&text),
