@@ -97,6 +97,14 @@ pub fn variants() -> Vec<Variant> {
             change: gpu(move |g| g.gemm_tiles.insert(0, tile(m, n, k, tm, tn))),
         });
     }
+    // Stages of the CUDA-core product's ring (2, double buffering, is the default).
+    for stages in [3, 4] {
+        out.push(Variant {
+            workload: "linear_bias_gelu_4096",
+            label: format!("gemm_stages_{stages}"),
+            change: gpu(move |g| g.gemm_stages = stages),
+        });
+    }
     // Query rows per attention block.
     for w in [4, 32] {
         out.push(Variant {

@@ -460,10 +460,10 @@ fn attention_assembles() {
     tally.finish("attention");
 }
 
-/// H200 (and the one-thread-per-element product of a target without tiles), f32, f64, and f16
-/// and bf16 operands with an f32 result (on the tensor cores), both operands transposed or
-/// not, batches, an epilogue, a contraction long enough for two levels of the sum tree, a
-/// convolution.
+/// H200 (and the one-thread-per-element product of a target without tiles, and rings of 4
+/// stages), f32, f64, and f16 and bf16 operands with an f32 result (on the tensor cores), both
+/// operands transposed or not, batches, an epilogue, a contraction long enough for two levels
+/// of the sum tree, a convolution.
 #[test]
 fn products_by_block_tiles_assemble() {
     let product = |(batch, m, k, n): (usize, usize, usize, usize),
@@ -495,6 +495,10 @@ fn products_by_block_tiles_assemble() {
     ];
     let mut untiled = TargetInfo::h200();
     untiled.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    // Rings of 4 stages on both cores, within the 48 KiB the PTX declares statically.
+    let mut deep = TargetInfo::h200();
+    let gpu = deep.gpu.as_mut().expect("a GPU");
+    (gpu.gemm_stages, gpu.mma_stages, gpu.shared_memory_per_block) = (4, 4, 48 << 10);
     let mut tally = Tally::default();
     for (i, src) in programs.iter().enumerate() {
         let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
@@ -508,6 +512,7 @@ fn products_by_block_tiles_assemble() {
         assert!(p.contains(&kind), "program {i}: {p:?}");
         tally.add(&format!("product {i}"), &f, &TargetInfo::h200());
         tally.add(&format!("product {i} (untiled)"), &f, &untiled);
+        tally.add(&format!("product {i} (4 stages)"), &f, &deep);
     }
     tally.finish("products by block tiles");
 }

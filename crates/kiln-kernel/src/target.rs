@@ -217,6 +217,10 @@ pub struct Gpu {
     /// fill at least half of, so small products get small blocks; a product too thin for any
     /// (a matrix times a vector) runs one thread per element.
     pub gemm_tiles: Vec<GemmTile>,
+    /// Shared-memory stages of a CUDA-core product's tiles (at least 2), as `mma_stages` is
+    /// for the tensor cores: `gemm_stages - 1` steps of `cp.async` copies in flight, fewer
+    /// stages where they do not fit, two for operands staged through registers.
+    pub gemm_stages: usize,
     /// The block tiles of a matrix product on the tensor cores (bf16 or f16 operands, an f32
     /// result; `mma.m16n8k16` from `tensor_core_shapes`), largest first, chosen as
     /// `gemm_tiles` are: here `thread_m x thread_n` is one warp's tile (multiples of 16) and
@@ -301,6 +305,8 @@ impl Gpu {
                     thread_n: 2,
                 },
             ],
+            // Double buffered, as measured; deeper rings are the sweep's to time.
+            gemm_stages: 2,
             mma_tiles: vec![
                 GemmTile {
                     m: 128,

@@ -109,6 +109,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "warp_reduce_min": g.warp_reduce_min,
             "block_reduce_min": g.block_reduce_min,
             "gemm_tiles": tiles_to_json(&g.gemm_tiles),
+            "gemm_stages": g.gemm_stages,
             "mma_tiles": tiles_to_json(&g.mma_tiles),
             "mma_stages": g.mma_stages,
             "attention_warps": g.attention_warps,
@@ -188,6 +189,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 warp_reduce_min: g.usize("warp_reduce_min")?,
                 block_reduce_min: g.usize("block_reduce_min")?,
                 gemm_tiles: tiles_from_json("target.info.gpu.gemm_tiles", g.get("gemm_tiles")?)?,
+                gemm_stages: g.usize("gemm_stages")?,
                 mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
                 mma_stages: g.usize("mma_stages")?,
                 attention_warps: g

@@ -1054,11 +1054,13 @@ fn product_on(
     kiln_kernel::gpu::map(k, &ins, target, "product").unwrap()
 }
 
-/// An H200 whose tensor-core products run `stages` stages of `k` contraction indices.
+/// An H200 whose tensor-core products run `stages` stages of `k` contraction indices (and
+/// CUDA-core products `stages` stages of their tiles).
 fn pipeline_target(stages: usize, k: usize) -> TargetInfo {
     let mut t = TargetInfo::h200();
     let gpu = t.gpu.as_mut().expect("a GPU");
     gpu.mma_stages = stages;
+    gpu.gemm_stages = stages;
     for tile in &mut gpu.mma_tiles {
         tile.k = k;
     }
@@ -1198,12 +1200,11 @@ fn count(body: &[Stmt], keep: &dyn Fn(&Stmt) -> bool) -> usize {
 
 /// The pipelined products stage their tiles with `cp.async` where the operand's contiguous
 /// dimension is the tile's (on the tensor cores A by rows and B either way; on the CUDA cores
-/// A transposed and B by rows), with one barrier per contraction step: on the tensor cores in
-/// rings of 2, 3 and 4 stages (the first `stages - 1` steps staged before the loop), on the
-/// CUDA cores double buffered. Their results are exact on small integers. Without the wait for
-/// the copies, or waiting for all but one group more than the ring allows (so the step being
-/// multiplied may still be in flight), the emulator refuses the read of a shared element a
-/// copy is still landing in.
+/// A transposed and B by rows), with one barrier per contraction step, in rings of 2, 3 and 4
+/// stages (the first `stages - 1` steps staged before the loop). Their results are exact on
+/// small integers. Without the wait for the copies, or waiting for all but one group more
+/// than the ring allows (so the step being multiplied may still be in flight), the emulator
+/// refuses the read of a shared element a copy is still landing in.
 #[test]
 fn pipelined_products_need_their_copy_waits() {
     let cases = [
@@ -1214,10 +1215,6 @@ fn pipelined_products_need_their_copy_waits() {
     ];
     let runs = cases.into_iter().flat_map(|c| (2..=4).map(move |s| (c, s)));
     for (((batch, m, k, n), at, bt, dtype, kind), stages) in runs {
-        // The CUDA-core products stay double buffered.
-        if kind == MapKind::GemmTiled && stages > 2 {
-            continue;
-        }
         let target = pipeline_target(stages, 32);
         let p = product_on(&target, (batch, m, k, n), at, bt, dtype);
         let l = &p.launches[0];
