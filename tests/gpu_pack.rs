@@ -157,3 +157,71 @@ fn fused_workloads_map_to_one_launch() {
         }
     }
 }
+
+/// The sweep's variants of the tensor-core pipeline run what their labels name on the pack's
+/// target (48 KiB of shared memory per block): `stages` stages of `k` (shared A holding
+/// `stages x m x k` elements, the loop waiting for all but `stages - 2` copy groups), none cut
+/// back to fit, and no two variants of the bf16 product map to the same launch as each other
+/// or as the default, so each measures something of its own. Each renders as PTX.
+#[test]
+fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
+    use kiln_kernel::gpu::ir::{MapKind, Stmt};
+    let opts = kiln_kernel::Options::default();
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    let w = ws.iter().find(|w| w.name == "matmul_bf16_8192").unwrap();
+    let launch = |target: &kiln_kernel::target::TargetInfo| {
+        let l =
+            kiln_kernel::pipeline::lower_program(&w.full, &[], &opts, target, None, &mut |_| {})
+                .unwrap();
+        let plan = kiln_kernel::gpu::plan::device_plan(&l, target).unwrap();
+        plan.kernel_steps()
+            .flat_map(|k| k.program.launches.iter().cloned())
+            .find(|l| l.kind == MapKind::GemmMma)
+            .expect("a tensor-core launch")
+    };
+    fn waits(body: &[Stmt], out: &mut Vec<usize>) {
+        for s in body {
+            match s {
+                Stmt::CopyWait { pending } => out.push(*pending),
+                Stmt::For { body, .. } | Stmt::If { body, .. } => waits(body, out),
+                _ => {}
+            }
+        }
+    }
+    let base = kiln::aot::Target::h200().info;
+    let mut seen = vec![kiln_kernel::gpu::print::kernel_text(&launch(&base))];
+    for v in kiln_tests::pack::sweep::variants() {
+        if v.workload != w.name {
+            continue;
+        }
+        let mut target = base.clone();
+        (v.change)(&mut target);
+        let l = launch(&target);
+        let p = kiln_kernel::gpu::ir::GpuProgram {
+            scratch: Vec::new(),
+            launches: vec![l.clone()],
+        };
+        let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();
+        if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm90) {
+            panic!("{}: does not render: {e}", v.label);
+        }
+        let text = kiln_kernel::gpu::print::kernel_text(&l);
+        assert!(
+            !seen.contains(&text),
+            "{}: maps as another variant",
+            v.label
+        );
+        seen.push(text);
+        let Some((tile, pipeline)) = v.label.split_once("_stages_") else {
+            continue;
+        };
+        let num = |s: &str| s.parse::<usize>().unwrap();
+        let m = num(tile.trim_start_matches("mma_").split('x').next().unwrap());
+        let (stages, k) = pipeline.split_once("_k_").unwrap();
+        let (stages, k) = (num(stages), num(k));
+        assert_eq!(l.shared[0].len, stages * m * k, "{}", v.label);
+        let mut w = Vec::new();
+        waits(&l.body, &mut w);
+        assert_eq!(w, vec![stages - 2], "{}", v.label);
+    }
+}

@@ -1,9 +1,10 @@
 //! The sweep of a GPU pack: each workload again under other values of the target's mapping
-//! choices ([`kiln_kernel::target::Gpu`]: block tiles of products, rows per attention block,
-//! threads and blocks of memory-bound kernels, where rows are cached), so that one run on a GPU measures which
-//! values are fastest there. `check.py` times each variant as it times the workload, checks its
-//! results against PyTorch's, and prints the variants side by side; the defaults in
-//! `Gpu::h200` are chosen from such tables (`docs/performance.md`).
+//! choices ([`kiln_kernel::target::Gpu`]: block tiles of products, the tensor-core pipeline's
+//! stages and stage length, rows per attention block, threads and blocks of memory-bound
+//! kernels, where rows are cached), so that one run on a GPU measures which values are fastest
+//! there. `check.py` times each variant as it times the workload, checks its results against
+//! PyTorch's, and prints the variants side by side; the defaults in `Gpu::h200` are chosen from
+//! such tables (`docs/performance.md`).
 
 use kiln_kernel::target::{GemmTile, Gpu, TargetInfo};
 
@@ -50,7 +51,29 @@ pub fn variants() -> Vec<Variant> {
         out.push(Variant {
             workload: "matmul_bf16_8192",
             label: format!("mma_{m}x{n}_warp_{tm}x{tn}"),
-            change: gpu(move |g| g.mma_tiles.insert(0, tile(m, n, 16, tm, tn))),
+            change: gpu(move |g| g.mma_tiles.insert(0, tile(m, n, 32, tm, tn))),
+        });
+    }
+    // The tensor-core pipeline: stages in the ring and contraction per stage. Under the 48 KiB
+    // of shared memory the PTX declares statically, 128x128 tiles hold at most 3 stages of 32
+    // (4 of 32 or 2 of 64 would be cut back to fit), so the deeper ones run on smaller blocks.
+    // Two stages of 16 is the kernel before the pipeline (one k-step, one stage in flight).
+    for (m, n, tm, tn, stages, k) in [
+        (128, 128, 64, 32, 2, 16),
+        (128, 128, 64, 32, 3, 16),
+        (128, 128, 64, 32, 4, 16),
+        (128, 128, 64, 32, 2, 32),
+        (128, 64, 64, 32, 4, 32),
+        (128, 64, 64, 32, 2, 64),
+        (64, 64, 32, 32, 3, 64),
+    ] {
+        out.push(Variant {
+            workload: "matmul_bf16_8192",
+            label: format!("mma_{m}x{n}_warp_{tm}x{tn}_stages_{stages}_k_{k}"),
+            change: gpu(move |g| {
+                g.mma_stages = stages;
+                g.mma_tiles.insert(0, tile(m, n, k, tm, tn));
+            }),
         });
     }
     // Longer chunks of the products' sum trees: fewer levels of accumulators (registers) per
@@ -72,6 +95,14 @@ pub fn variants() -> Vec<Variant> {
             workload: "linear_bias_gelu_4096",
             label: format!("tile_{m}x{n}x{k}_thread_{tm}x{tn}"),
             change: gpu(move |g| g.gemm_tiles.insert(0, tile(m, n, k, tm, tn))),
+        });
+    }
+    // Stages of the CUDA-core product's ring (2, double buffering, is the default).
+    for stages in [3, 4] {
+        out.push(Variant {
+            workload: "linear_bias_gelu_4096",
+            label: format!("gemm_stages_{stages}"),
+            change: gpu(move |g| g.gemm_stages = stages),
         });
     }
     // Query rows per attention block.

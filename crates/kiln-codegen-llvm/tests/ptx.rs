@@ -460,10 +460,10 @@ fn attention_assembles() {
     tally.finish("attention");
 }
 
-/// H200 (and the one-thread-per-element product of a target without tiles), f32, f64, and f16
-/// and bf16 operands with an f32 result (on the tensor cores), both operands transposed or
-/// not, batches, an epilogue, a contraction long enough for two levels of the sum tree, a
-/// convolution.
+/// H200 (and the one-thread-per-element product of a target without tiles, and rings of 4
+/// stages), f32, f64, and f16 and bf16 operands with an f32 result (on the tensor cores), both
+/// operands transposed or not, batches, an epilogue, a contraction long enough for two levels
+/// of the sum tree, a convolution.
 #[test]
 fn products_by_block_tiles_assemble() {
     let product = |(batch, m, k, n): (usize, usize, usize, usize),
@@ -495,6 +495,10 @@ fn products_by_block_tiles_assemble() {
     ];
     let mut untiled = TargetInfo::h200();
     untiled.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+    // Rings of 4 stages on both cores, within the 48 KiB the PTX declares statically.
+    let mut deep = TargetInfo::h200();
+    let gpu = deep.gpu.as_mut().expect("a GPU");
+    (gpu.gemm_stages, gpu.mma_stages, gpu.shared_memory_per_block) = (4, 4, 48 << 10);
     let mut tally = Tally::default();
     for (i, src) in programs.iter().enumerate() {
         let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
@@ -508,6 +512,7 @@ fn products_by_block_tiles_assemble() {
         assert!(p.contains(&kind), "program {i}: {p:?}");
         tally.add(&format!("product {i}"), &f, &TargetInfo::h200());
         tally.add(&format!("product {i} (untiled)"), &f, &untiled);
+        tally.add(&format!("product {i} (4 stages)"), &f, &deep);
     }
     tally.finish("products by block tiles");
 }
@@ -547,12 +552,11 @@ fn a_warp_tile_on_tensor_cores_assembles() {
 /// The GPU program of the product `(batch, m, k, n)` of `src`'s form (lowered in f32 for an
 /// H200), mapped with operands of `dtype`: a product of bf16 or f16 operands with an f32
 /// result, as the tensor cores run it.
-fn product_with_operands(src: &str, dtype: kiln_ir::DType) -> GpuProgram {
+fn product_with_operands(src: &str, dtype: kiln_ir::DType, target: &TargetInfo) -> GpuProgram {
     let f = parse_func_text(src).unwrap();
-    let target = TargetInfo::h200();
     let opts = kiln_kernel::Options::default();
     let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, target, None, &mut |_| {}).unwrap();
     let i = (0..l.func.insts.len())
         .find(|&i| l.fused.kernels[i].is_some())
         .unwrap();
@@ -565,11 +569,12 @@ fn product_with_operands(src: &str, dtype: kiln_ir::DType) -> GpuProgram {
         })
         .collect();
     let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, &target, "product").unwrap()
+    kiln_kernel::gpu::map(k, &ins, target, "product").unwrap()
 }
 
-/// Products on the tensor cores assemble for sm_80 and sm_90: both tile sizes, bf16 and f16,
-/// transposed operands, a contraction past one chunk of the sum tree.
+/// Products on the tensor cores assemble for sm_80 and sm_90: every tile size, bf16 and f16,
+/// transposed operands, a contraction past one chunk of the sum tree; bf16 under pipelines of
+/// 2 stages of 16, the H200's 3 of 32, and 4 of 64 (as many as fit).
 #[test]
 fn products_on_tensor_cores_assemble() {
     let dot = |a: &str, b: &str, ac: usize, bc: usize, y: &str| {
@@ -581,17 +586,36 @@ fn products_on_tensor_cores_assemble() {
         dot("1,64,32", "1,32,64", 2, 1, "1,64,64"),
         dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
         dot("1,9,300", "1,300,8", 2, 1, "1,9,8"),
+        dot("1,128,520", "1,520,128", 2, 1, "1,128,128"),
+    ];
+    // The 48 KiB of shared memory the PTX declares statically: the deeper rings are cut back
+    // to fit (4 stages of 64 at 128 x 128 run as 2 of 48).
+    let pipeline = |stages: usize, k: usize| {
+        let mut t = TargetInfo::h200();
+        let gpu = t.gpu.as_mut().expect("a GPU");
+        gpu.shared_memory_per_block = 48 << 10;
+        gpu.mma_stages = stages;
+        for tile in &mut gpu.mma_tiles {
+            tile.k = k;
+        }
+        t
+    };
+    let runs = [
+        (kiln_ir::DType::BF16, (3, 32)),
+        (kiln_ir::DType::F16, (3, 32)),
+        (kiln_ir::DType::BF16, (2, 16)),
+        (kiln_ir::DType::BF16, (4, 64)),
     ];
     let mut tally = Tally::default();
     for (i, src) in programs.iter().enumerate() {
-        for dtype in [kiln_ir::DType::BF16, kiln_ir::DType::F16] {
-            let p = product_with_operands(src, dtype);
+        for (dtype, (stages, k)) in runs {
+            let p = product_with_operands(src, dtype, &pipeline(stages, k));
             assert_eq!(
                 p.launches[0].kind,
                 kiln_kernel::gpu::ir::MapKind::GemmMma,
                 "{i}"
             );
-            tally.render(&format!("product {i} {dtype}"), &p);
+            tally.render(&format!("product {i} {dtype} {stages}x{k}"), &p);
         }
     }
     tally.finish("products on tensor cores");

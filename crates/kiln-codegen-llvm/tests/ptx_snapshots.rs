@@ -158,10 +158,11 @@ fn warp_tile_on_tensor_cores() {
 }
 
 /// A product of bf16 operands with an f32 result on the tensor cores (one warp's 16 x 16
-/// tile): the f32 product lowered for an H200, mapped with bf16 operands.
+/// tile): the f32 product lowered for an H200, mapped with bf16 operands; its contraction of
+/// 96 runs the H200's whole pipeline (3 stages of 32, two `mma` k-steps each).
 #[test]
 fn gemm_on_tensor_cores() {
-    let src = "func @main(%0: f32[16,32], %1: f32[32,16]) -> f32[16,16] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,16]\n  return %2\n}\n";
+    let src = "func @main(%0: f32[16,96], %1: f32[96,16]) -> f32[16,16] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,16]\n  return %2\n}\n";
     let f = parse_func_text(src).unwrap();
     let target = TargetInfo::h200();
     let opts = kiln_kernel::Options::default();

@@ -231,11 +231,22 @@ pub struct Gpu {
     /// fill at least half of, so small products get small blocks; a product too thin for any
     /// (a matrix times a vector) runs one thread per element.
     pub gemm_tiles: Vec<GemmTile>,
+    /// Shared-memory stages of a CUDA-core product's tiles (at least 2), as `mma_stages` is
+    /// for the tensor cores: `gemm_stages - 1` steps of `cp.async` copies in flight, fewer
+    /// stages where they do not fit, two for operands staged through registers.
+    pub gemm_stages: usize,
     /// The block tiles of a matrix product on the tensor cores (bf16 or f16 operands, an f32
     /// result; `mma.m16n8k16` from `tensor_core_shapes`), largest first, chosen as
     /// `gemm_tiles` are: here `thread_m x thread_n` is one warp's tile (multiples of 16) and
-    /// `k` is 16.
+    /// `k` the contraction one shared-memory stage holds (a multiple of 16: `k / 16` `mma`
+    /// k-steps per stage; a contraction shorter than `k` stages only what it has, rounded up to
+    /// 16).
     pub mma_tiles: Vec<GemmTile>,
+    /// Shared-memory stages of a tensor-core product's operand tiles (at least 2): while the
+    /// block multiplies one stage, the `cp.async` copies of the next `mma_stages - 1` are in
+    /// flight. A tile whose stages do not fit `shared_memory_per_block` gets fewer (then a
+    /// smaller `k`), and operands staged through registers keep two.
+    pub mma_stages: usize,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
     /// once for its rows, so more rows read K and V fewer times.
@@ -252,7 +263,8 @@ pub struct GemmTile {
     pub m: usize,
     /// Columns of the result per block.
     pub n: usize,
-    /// Steps of the contraction staged at once (a divisor of [`SumTree::leaf`]).
+    /// Steps of the contraction staged at once (on the CUDA cores a divisor of
+    /// [`SumTree::leaf`]; on the tensor cores a multiple of 16).
     pub k: usize,
     /// Rows of a thread's register tile (a divisor of `m`).
     pub thread_m: usize,
@@ -312,29 +324,35 @@ impl Gpu {
                     thread_n: 2,
                 },
             ],
+            // Double buffered, as measured; deeper rings are the sweep's to time.
+            gemm_stages: 2,
             mma_tiles: vec![
                 GemmTile {
                     m: 128,
                     n: 128,
-                    k: 16,
+                    k: 32,
                     thread_m: 64,
                     thread_n: 32,
                 },
                 GemmTile {
                     m: 64,
                     n: 64,
-                    k: 16,
+                    k: 32,
                     thread_m: 32,
                     thread_n: 32,
                 },
                 GemmTile {
                     m: 16,
                     n: 16,
-                    k: 16,
+                    k: 32,
                     thread_m: 16,
                     thread_n: 16,
                 },
             ],
+            // Three stages of 32 (two mma k-steps each), the usual depth of sm_80 and sm_90
+            // bf16 products at 128 x 128 tiles; not yet measured against the sweep's others
+            // (two stages of 16 is the single stage in flight the products had before).
+            mma_stages: 3,
             attention_warps: vec![16, 8, 4, 2, 1],
         }
     }

@@ -112,7 +112,9 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "row_registers": g.row_registers,
             "row_shared_bytes": g.row_shared_bytes,
             "gemm_tiles": tiles_to_json(&g.gemm_tiles),
+            "gemm_stages": g.gemm_stages,
             "mma_tiles": tiles_to_json(&g.mma_tiles),
+            "mma_stages": g.mma_stages,
             "attention_warps": g.attention_warps,
         })),
     })
@@ -193,7 +195,9 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 row_registers: g.usize("row_registers")?,
                 row_shared_bytes: g.usize("row_shared_bytes")?,
                 gemm_tiles: tiles_from_json("target.info.gpu.gemm_tiles", g.get("gemm_tiles")?)?,
+                gemm_stages: g.usize("gemm_stages")?,
                 mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
+                mma_stages: g.usize("mma_stages")?,
                 attention_warps: g
                     .get("attention_warps")?
                     .as_array()

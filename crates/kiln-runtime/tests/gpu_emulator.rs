@@ -1028,10 +1028,11 @@ fn async_copies_land_when_waited_for() {
 }
 
 /// The GEMM kernel of the product `(batch, m, k, n)` (A with its contraction first when
-/// `a_trans`, B with its contraction last when `b_trans`), lowered for an H200 in f32, mapped
+/// `a_trans`, B with its contraction last when `b_trans`), lowered for `target` in f32, mapped
 /// with its operands of `dtype` instead: what a product of bf16 or f16 operands with an f32
 /// result is mapped as.
-fn product_of(
+fn product_on(
+    target: &TargetInfo,
     (batch, m, k, n): (usize, usize, usize, usize),
     a_trans: bool,
     b_trans: bool,
@@ -1039,10 +1040,9 @@ fn product_of(
 ) -> GpuProgram {
     let src = product_text((batch, m, k, n), ("f32", "f32"), a_trans, b_trans, false);
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let target = TargetInfo::h200();
     let opts = kiln_kernel::Options::default();
     let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, target, None, &mut |_| {}).unwrap();
     let i = (0..l.func.insts.len())
         .find(|&i| l.fused.kernels[i].is_some())
         .unwrap();
@@ -1054,14 +1054,53 @@ fn product_of(
         t.dtype = dtype;
     }
     let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, &target, "product").unwrap()
+    kiln_kernel::gpu::map(k, &ins, target, "product").unwrap()
+}
+
+/// An H200 whose tensor-core products run `stages` stages of `k` contraction indices (and
+/// CUDA-core products `stages` stages of their tiles).
+fn pipeline_target(stages: usize, k: usize) -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    let gpu = t.gpu.as_mut().expect("a GPU");
+    gpu.mma_stages = stages;
+    gpu.gemm_stages = stages;
+    for tile in &mut gpu.mma_tiles {
+        tile.k = k;
+    }
+    t
+}
+
+/// The stages and contraction per stage of tensor-core launch `l` of a product of contraction
+/// `k` on [`pipeline_target`]`(stages, kt)`, checked against what the mapping must choose
+/// there (the shared memory of an H200 holds every such ring): a stage of `kt`, or of the
+/// contraction rounded up to 16 when it is shorter; at most one stage more than the steps,
+/// and two where no operand is copied with `cp.async`; the loop waiting for all but
+/// `stages - 2` groups.
+fn check_pipeline(l: &GpuKernel, k: usize, (stages, kt): (usize, usize), what: &str) {
+    let kt = kt.min(k.next_multiple_of(16));
+    let copies = count(&l.body, &|s| matches!(s, Stmt::CopyAsync { .. })) > 0;
+    let stages = if copies {
+        stages.min(k.div_ceil(kt) + 1).max(2)
+    } else {
+        2
+    };
+    let rows = l.shared[0].len / (stages * kt);
+    assert!(
+        l.shared[0].len == rows * stages * kt && [16, 64, 128].contains(&rows),
+        "{what}: shared0 of {} elements for {stages} stages of {kt}",
+        l.shared[0].len
+    );
+    let wait = |s: &Stmt| matches!(s, Stmt::CopyWait { pending } if *pending == stages - 2);
+    assert_eq!(count(&l.body, &wait), usize::from(copies), "{what}");
 }
 
 /// Products of bf16 and f16 operands with an f32 result on the tensor cores (`ldmatrix`,
 /// `mma`): both tile sizes of an H200, rows, columns and contractions that are not multiples
 /// of the tiles, a contraction of one and one past a chunk of the sum tree, batches, both
-/// operands transposed or not. The operands are small integers, so every sum is exact in f32
-/// and the result must be the exact product: a wrong fragment layout, staging or store fails.
+/// operands transposed or not, for bf16 under every pipeline of 2 to 4 stages of 16, 32 or 64
+/// (contractions that end inside a stage and inside the ring, operands copied with `cp.async`
+/// and through registers). The operands are small integers, so every sum is exact in f32 and
+/// the result must be the exact product: a wrong fragment layout, staging or store fails.
 #[test]
 fn products_on_tensor_cores_are_exact_on_integers() {
     let cases = [
@@ -1070,12 +1109,24 @@ fn products_on_tensor_cores_are_exact_on_integers() {
         ((1, 20, 17, 24), false, true),
         ((1, 9, 300, 8), true, false),
         ((3, 33, 1, 17), false, false),
+        ((2, 24, 200, 40), false, false),
+        ((1, 40, 72, 17), false, true),
+        ((1, 70, 96, 66), false, false),
     ];
-    for dtype in [DType::BF16, DType::F16] {
+    let mut runs = vec![(DType::F16, (3, 32))];
+    for stages in 2..=4 {
+        for kt in [16, 32, 64] {
+            runs.push((DType::BF16, (stages, kt)));
+        }
+    }
+    for (dtype, (stages, kt)) in runs {
+        let target = pipeline_target(stages, kt);
         for (c, &((batch, m, k, n), at, bt)) in cases.iter().enumerate() {
-            let p = product_of((batch, m, k, n), at, bt, dtype);
-            assert_eq!(p.launches.len(), 1, "case {c}");
-            assert_eq!(p.launches[0].kind, MapKind::GemmMma, "case {c}");
+            let what = format!("{dtype} case {c}, {stages} stages of {kt}");
+            let p = product_on(&target, (batch, m, k, n), at, bt, dtype);
+            assert_eq!(p.launches.len(), 1, "{what}");
+            assert_eq!(p.launches[0].kind, MapKind::GemmMma, "{what}");
+            check_pipeline(&p.launches[0], k, (stages, kt), &what);
             let av = |bi: usize, i: usize, kk: usize| ((bi + i * 3 + kk * 5) % 9) as f64 - 4.0;
             let bv = |bi: usize, kk: usize, j: usize| ((bi * 2 + kk * 7 + j) % 7) as f64 - 3.0;
             let mut a = vec![0.0; batch * m * k];
@@ -1113,13 +1164,13 @@ fn products_on_tensor_cores_are_exact_on_integers() {
             };
             let mut out = vec![Buffer::zeros("%d", &out_t)];
             kiln_runtime::gpu_emu::run_program(&p, &[&buf("%a", &a), &buf("%b", &b)], &mut out)
-                .unwrap_or_else(|e| panic!("{dtype} case {c}: {e}"));
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             for bi in 0..batch {
                 for i in 0..m {
                     for j in 0..n {
                         let want: f64 = (0..k).map(|kk| av(bi, i, kk) * bv(bi, kk, j)).sum();
                         let got = out[0].data[(bi * m + i) * n + j];
-                        assert_eq!(got, V::F(want), "{dtype} case {c}: [{bi}][{i}][{j}]");
+                        assert_eq!(got, V::F(want), "{what}: [{bi}][{i}][{j}]");
                     }
                 }
             }
@@ -1150,29 +1201,32 @@ fn count(body: &[Stmt], keep: &dyn Fn(&Stmt) -> bool) -> usize {
         .sum()
 }
 
-/// The double-buffered products stage their tiles with `cp.async` where the operand's
-/// contiguous dimension is the tile's (on the tensor cores A by rows and B either way; on the
-/// CUDA cores A transposed and B by rows), with one barrier per contraction step. Their
-/// results are exact on small integers. Without the wait for the copies, or waiting for all
-/// but one group (so the step being multiplied may still be in flight), the emulator refuses
-/// the read of a shared element a copy is still landing in.
+/// The pipelined products stage their tiles with `cp.async` where the operand's contiguous
+/// dimension is the tile's (on the tensor cores A by rows and B either way; on the CUDA cores
+/// A transposed and B by rows), with one barrier per contraction step, in rings of 2, 3 and 4
+/// stages (the first `stages - 1` steps staged before the loop). Their results are exact on
+/// small integers. Without the wait for the copies, or waiting for all but one group more
+/// than the ring allows (so the step being multiplied may still be in flight), the emulator
+/// refuses the read of a shared element a copy is still landing in.
 #[test]
-fn double_buffered_products_need_their_copy_waits() {
+fn pipelined_products_need_their_copy_waits() {
     let cases = [
-        ((1, 72, 48, 40), false, true, DType::BF16, MapKind::GemmMma),
+        ((1, 72, 112, 40), false, true, DType::BF16, MapKind::GemmMma),
         // B by rows, staged by rows and loaded with `ldmatrix.trans`.
-        ((2, 40, 32, 72), false, false, DType::F16, MapKind::GemmMma),
+        ((2, 40, 104, 72), false, false, DType::F16, MapKind::GemmMma),
         ((2, 64, 40, 96), true, false, DType::F32, MapKind::GemmTiled),
     ];
-    for ((batch, m, k, n), at, bt, dtype, kind) in cases {
-        let p = product_of((batch, m, k, n), at, bt, dtype);
+    let runs = cases.into_iter().flat_map(|c| (2..=4).map(move |s| (c, s)));
+    for (((batch, m, k, n), at, bt, dtype, kind), stages) in runs {
+        let target = pipeline_target(stages, 32);
+        let p = product_on(&target, (batch, m, k, n), at, bt, dtype);
         let l = &p.launches[0];
         assert_eq!(l.kind, kind);
-        // Both tiles, before the loop and in it.
+        // Both tiles, before the loop (`stages - 1` times) and in it.
         assert_eq!(
             count(&l.body, &|s| matches!(s, Stmt::CopyAsync { .. })),
-            4,
-            "{kind:?}"
+            2 * stages,
+            "{kind:?}, {stages} stages"
         );
         assert_eq!(
             count(&l.body, &|s| matches!(s, Stmt::Barrier)),
@@ -1228,7 +1282,7 @@ fn double_buffered_products_need_their_copy_waits() {
         let e = broken(&mut |b| {
             for s in b.iter_mut() {
                 if let Stmt::CopyWait { pending } = s {
-                    *pending = 1;
+                    *pending += 1;
                 }
             }
         });
@@ -1258,7 +1312,8 @@ fn epilogue_text(
 }
 
 /// Elementwise epilogues (a bias, a relu, a residual) run inside the product's launch on every
-/// product mapping (by tiles on the CUDA cores, on the tensor cores, one thread per element),
+/// product mapping (by tiles on the CUDA cores, on the tensor cores with pipelines of 2 to 4
+/// stages, one thread per element),
 /// and so does the conversion of a bf16 product's f32 accumulators to bf16:
 /// one launch, no scratch product, results that agree with the reference. A softmax epilogue
 /// (which needs whole rows) not chained into a second product keeps its own launch.
@@ -1291,6 +1346,19 @@ fn elementwise_epilogues_run_in_the_products_launch() {
             ("bf16", "bf16"),
             MapKind::GemmMma,
             TargetInfo::h200(),
+        ),
+        // Deeper and shallower pipelines, contractions ending inside a stage.
+        (
+            (1, 72, 200, 40),
+            ("bf16", "f32"),
+            MapKind::GemmMma,
+            pipeline_target(4, 64),
+        ),
+        (
+            (2, 40, 56, 24),
+            ("f16", "f16"),
+            MapKind::GemmMma,
+            pipeline_target(2, 16),
         ),
     ];
     for (i, (shape, dts, kind, target)) in cases.into_iter().enumerate() {

@@ -1,14 +1,18 @@
-//! Staging a product's operand tiles through shared memory, double buffered: the loop over the
-//! contraction both block-tile products (`tiled.rs` on the CUDA cores, `tensor.rs` on the
+//! Staging a product's operand tiles through shared memory in a ring of stages: the loop over
+//! the contraction both block-tile products (`tiled.rs` on the CUDA cores, `tensor.rs` on the
 //! tensor cores) run.
 //!
-//! Every shared operand array holds two stages of its tile. Before the loop the block starts
-//! loading the first contraction step into stage 0; in the loop, for step `s` (stage `s % 2`),
-//! each thread waits for its own copies of step `s` (`cp.async.wait_group 0`), the block meets
-//! at one barrier (after which step `s`'s tiles are visible to every thread, and every thread
-//! has finished multiplying step `s - 1`, whose stage is free again), the threads start loading
-//! step `s + 1` into the other stage, and then multiply step `s` while those loads are in
-//! flight. One barrier per step, and the loads of the next tiles overlap the products.
+//! Every shared operand array holds `stages` copies of its tile ([`Stepping::stages`]; two on
+//! the CUDA cores, `Gpu::mma_stages` on the tensor cores). Before the loop the block starts
+//! loading the first `stages - 1` contraction steps into stages `0..stages - 1`, each step's
+//! copies one `cp.async` group. In the loop, for step `s` (stage `s % stages`), each thread
+//! waits until at most `stages - 2` of its groups are in flight (`cp.async.wait_group`: its
+//! copies of step `s` have landed, those of the steps after it may still be in flight), the
+//! block meets at one barrier (after which step `s`'s tiles are visible to every thread, and
+//! every thread has finished multiplying step `s - 1`, whose stage is free again), the threads
+//! start loading step `s + stages - 1` into that freed stage, and then multiply step `s` while
+//! the loads of the next `stages - 1` steps are in flight. One barrier per step. With two
+//! stages this is double buffering: `cp.async.wait_group 0`, one step in flight.
 //!
 //! A tile is loaded with `cp.async` (16 bytes a copy, global straight into shared memory, no
 //! registers) when the operand is a plain load of the shared array's dtype whose contiguous
@@ -16,10 +20,10 @@
 //! and either wholly inside the operand or wholly past its edge ([`Staging::copies`]); the
 //! copies past the edge become zero stores. Otherwise (a convolution's patches, a conversion,
 //! a transposed layout) each thread loads elements through registers and stores them into the
-//! other stage, as before, which still overlaps with the products of the current step. A
+//! stage being filled, which still overlaps with the products of the current step. A
 //! thread that started copies waits for them before the barrier that makes them visible; the
 //! GPU emulator refuses any access to a shared element while a copy into it is in flight, so a
-//! missing wait fails its tests.
+//! missing wait, or one that leaves a group too many in flight, fails its tests.
 
 use super::*;
 
@@ -40,7 +44,7 @@ pub(super) struct Tile<'e> {
     pub k_fastest: bool,
     /// The operand's element at the kernel variables, in the staged dtype.
     pub expr: &'e Expr,
-    /// The shared array (two stages of `extent * depth` elements).
+    /// The shared array (a ring of stages of `extent * depth` elements each).
     pub array: usize,
 }
 
@@ -61,7 +65,7 @@ pub(super) struct Staging {
     pub batch: usize,
     /// The register holding the staged step's first contraction index.
     pub k0: usize,
-    /// The register holding the stage being filled (0 or 1).
+    /// The register holding the stage being filled.
     pub stage: usize,
     /// The register an element is loaded into.
     pub staged: usize,
@@ -277,20 +281,28 @@ impl Staging {
     }
 }
 
-/// The registers of the double-buffered contraction loop (see the module documentation).
+/// The registers and depth of the pipelined loop over the contraction (see the module
+/// documentation).
 pub(super) struct Stepping {
     /// The loop register: the multiplied step's first contraction index.
     pub k0: usize,
-    /// The stage the multiplied step is in (0 or 1).
+    /// The stage the multiplied step is in (`0..stages`).
     pub cur: usize,
-    /// The contraction indices per step.
+    /// The contraction indices per step (one stage's tiles).
     pub step: usize,
+    /// Stages in the ring (at least 2: two is double buffering).
+    pub stages: usize,
 }
 
-/// The double-buffered loop over the contraction: `staging` fills a stage (its `k0` and
-/// `stage` registers are set here), `multiply` reads stage `cur` (ending with the sum tree's
-/// flushes); `copies` when any tile is staged with `cp.async`.
-pub(super) fn double_buffered(
+/// The pipelined loop over the contraction: `staging` fills a stage (its `k0` and `stage`
+/// registers are set here), `multiply` reads stage `cur` (ending with the sum tree's
+/// flushes); `copies` when any tile is staged with `cp.async`. Before the loop the first
+/// `stages - 1` steps are staged, each its own `cp.async` group; step `s` waits until at most
+/// `stages - 2` groups are in flight (so its own has landed), meets the block at the barrier,
+/// stages step `s + stages - 1` into the stage step `s - 1` was multiplied from, and
+/// multiplies. Every step commits a group, empty past the contraction's end, so the count
+/// stays right; the last `stages - 1` steps stage nothing and drain the ring.
+pub(super) fn pipelined(
     staging: &Staging,
     stage: Vec<Stmt>,
     s: &Stepping,
@@ -298,39 +310,52 @@ pub(super) fn double_buffered(
     copies: bool,
 ) -> Vec<Stmt> {
     let reg = Sc::Reg;
-    let mut out = vec![
-        Stmt::Let {
-            reg: staging.k0,
-            value: c(0),
-        },
-        Stmt::Let {
-            reg: staging.stage,
-            value: c(0),
-        },
-        Stmt::If {
-            cond: Sc::lt(c(0), c(staging.k)),
-            body: stage.clone(),
-        },
-    ];
-    if copies {
-        out.push(Stmt::CopyCommit);
+    let stages = s.stages.max(2);
+    let mut out = Vec::new();
+    for p in 0..stages - 1 {
+        out.extend([
+            Stmt::Let {
+                reg: staging.k0,
+                value: c(p * s.step),
+            },
+            Stmt::Let {
+                reg: staging.stage,
+                value: c(p),
+            },
+            Stmt::If {
+                cond: Sc::lt(c(p * s.step), c(staging.k)),
+                body: stage.clone(),
+            },
+        ]);
+        if copies {
+            out.push(Stmt::CopyCommit);
+        }
     }
+    let at = || Sc::quot(reg(s.k0), c(s.step));
     let mut body = vec![Stmt::Let {
         reg: s.cur,
-        value: Sc::modulo(Sc::quot(reg(s.k0), c(s.step)), c(2)),
+        value: Sc::modulo(at(), c(stages)),
     }];
     if copies {
-        body.push(Stmt::CopyWait { pending: 0 });
+        body.push(Stmt::CopyWait {
+            pending: stages - 2,
+        });
     }
+    // The stage freed last: `cur - 1`, that is `cur + stages - 1`, around the ring.
+    let next = if stages == 2 {
+        Sc::plus(c(1), Sc::times(reg(s.cur), Sc::Const(-1)))
+    } else {
+        Sc::modulo(Sc::plus(at(), c(stages - 1)), c(stages))
+    };
     body.extend([
         Stmt::Barrier,
         Stmt::Let {
             reg: staging.k0,
-            value: Sc::plus(reg(s.k0), c(s.step)),
+            value: Sc::plus(reg(s.k0), c((stages - 1) * s.step)),
         },
         Stmt::Let {
             reg: staging.stage,
-            value: Sc::plus(c(1), Sc::times(reg(s.cur), Sc::Const(-1))),
+            value: next,
         },
         Stmt::If {
             cond: Sc::lt(reg(staging.k0), c(staging.k)),

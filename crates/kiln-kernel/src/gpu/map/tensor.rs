@@ -1,22 +1,36 @@
 //! A matrix product on the tensor cores ([`MapKind::GemmMma`]): bf16 or f16 operands, an f32
 //! result. The block computes a `tile.m x tile.n` tile of the result, each warp a
-//! `thread_m x thread_n` part of it as `mma.m16n8k16` tiles. Per step of 16 along the
-//! contraction the block stages A's `tile.m x 16` and B's `16 x tile.n` into packed shared
-//! arrays (each row of A and each column of B as 16 consecutive 16-bit elements, zeros past
-//! the operands' edges; B stored by rows is staged by rows, `k * tile.n + column`), double
-//! buffered (`staging.rs`: `cp.async` copies of the next step's tiles in flight while this
-//! step multiplies, where the staged rows are contiguous in the operand and a multiple of 8
-//! long; through registers otherwise), and each warp loads its fragments with `ldmatrix.x4`
-//! (A's 16 x 16 tiles; B's columns two 8-column tiles at a time, `ldmatrix.x4.trans` for B
-//! staged by rows) and accumulates one `mma` per 16 x 8 tile of its part.
+//! `thread_m x thread_n` part of it as `mma.m16n8k16` tiles.
+//!
+//! # The pipeline
+//!
+//! The contraction runs in steps of `kt` (the tile's `k`, a multiple of 16; shorter for a
+//! short contraction), each step's A (`tile.m x kt`) and B (`kt x tile.n`) staged into packed
+//! shared arrays (each row of A and each column of B as `kt` consecutive 16-bit elements, zeros
+//! past the operands' edges; B stored by rows is staged by rows, `k * tile.n + column`) in a
+//! ring of `stages` ([`Mapper::mma_pipeline`]: `Gpu::mma_stages`, fewer when they do not fit
+//! the block's shared memory). `staging.rs` runs the ring: `stages - 1` steps of `cp.async`
+//! copies in flight while the block multiplies one (`cp.async.wait_group stages - 2` and one
+//! barrier per step), where the staged rows are contiguous in the operand and a multiple of 8
+//! long; operands staged through registers keep two stages. Each step is `kt / 16` k-steps:
+//! each warp loads its fragments with `ldmatrix.x4` (A's 16 x 16 tiles; B's columns two
+//! 8-column tiles at a time, `ldmatrix.x4.trans` for B staged by rows) and accumulates one
+//! `mma` per 16 x 8 tile of its part; with more than one k-step per stage the fragments are
+//! double buffered in registers, the next k-step's loaded before this one's `mma`s. Two stages
+//! of 16 is the double buffering the products had before the ring (one k-step per stage, one
+//! stage in flight). The printed kernel shows the choice: its shared arrays hold
+//! `stages x tile.m x kt` and `stages x kt x tile.n` elements, and the loop waits with
+//! `cp.async.wait stages - 2`.
 //!
 //! # The order of the sums, and their error bound
 //!
 //! Each `mma` adds 16 terms to its accumulator; the accumulators take chunks of `leaf` terms
 //! and a tree of `fanout` above them exactly as `tiled.rs` describes (a chunk is `leaf / 16`
 //! mma steps), so a term passes through at most `leaf + fanout · L + L` roundings plus those
-//! inside one `mma` (whose order the PTX ISA leaves open). The reference interpreter
-//! (`kiln-reference`) converts the operands to f32 exactly and accumulates the products
+//! inside one `mma` (whose order the PTX ISA leaves open); the flushes follow each k-step of
+//! 16, whatever `kt` is, so the order of the sums does not depend on the pipeline. The
+//! reference interpreter (`kiln-reference`) converts the operands to f32 exactly and
+//! accumulates the products
 //! exactly, rounding once; the tests compare with `kiln_reference::accuracy`'s bound,
 //! `K(n, r) · ε · Σ|terms|` plus an ulp, where `ε` is the largest unit roundoff of the cone's
 //! dtypes (2⁻⁸ for bf16 operands, 2⁻¹¹ for f16): looser than the f32 accumulation needs, and
@@ -26,7 +40,7 @@
 //! f32 sum.
 
 use super::gemm::{InLaunch, Launch, Product};
-use super::staging::{Staging, Stepping, Tile, double_buffered, zero};
+use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::tiled::{Operands, sum_levels};
 use super::*;
 use crate::target::GemmTile;
@@ -45,7 +59,8 @@ impl Mapper<'_> {
         }
         let fits = |t: &GemmTile| {
             let warps = (t.m / t.thread_m.max(1)) * (t.n / t.thread_n.max(1));
-            t.k == 16
+            t.k >= 16
+                && t.k.is_multiple_of(16)
                 && t.thread_m > 0
                 && t.thread_n > 0
                 && t.thread_m.is_multiple_of(16)
@@ -64,6 +79,26 @@ impl Mapper<'_> {
             .copied()
             .filter(fits)
             .find(|t| 2 * m >= t.m && 2 * n >= t.n)
+    }
+
+    /// The stages and the contraction per stage of a product of contraction `k` by tiles of
+    /// `t`: `t.k` (at most `k` rounded up to 16) and `Gpu::mma_stages` (at most one more than
+    /// the steps there are), fewer stages while they do not fit the block's shared memory,
+    /// then a shorter stage (by 16) with as many as fit again. Two stages of 16 always fit a
+    /// tile [`Mapper::mma_tile`] chose.
+    pub(super) fn mma_pipeline(&self, t: &GemmTile, k: usize) -> (usize, usize) {
+        let longest = t.k.min(k.next_multiple_of(16)).max(16);
+        let bytes = |stages: usize, kt: usize| stages * (t.m + t.n) * kt * 2;
+        for kt in (16..=longest).rev().step_by(16) {
+            let most = self.gpu.mma_stages.min(k.div_ceil(kt) + 1).max(2);
+            if let Some(s) = (2..=most)
+                .rev()
+                .find(|&s| bytes(s, kt) <= self.gpu.shared_memory_per_block)
+            {
+                return (s, kt);
+            }
+        }
+        (2, 16)
     }
 
     /// The product of `d` on the tensor cores by block tiles of `tile`, stored into `out`.
@@ -87,15 +122,23 @@ impl Mapper<'_> {
         let warps_n = bn / wn;
         let threads = (bm / wm) * warps_n * 32;
         let (tm, tn) = (wm / 16, wn / 8);
+        let (stages, kt) = self.mma_pipeline(&tile, d.k);
+        let ksteps = kt / 16;
         let mut r = Regs::default();
         let (batch, m0, n0, wm0, wn0) = (r.next(), r.next(), r.next(), r.next(), r.next());
         let (k0, e, staged) = (r.next(), r.next(), r.next());
         let (kn, next, cur) = (r.next(), r.next(), r.next());
         let tmp = (r.next(), r.next());
-        let afr: Vec<[usize; 8]> = (0..tm).map(|_| std::array::from_fn(|_| r.next())).collect();
-        let bfr: Vec<[usize; 8]> = (0..tn / 2)
-            .map(|_| std::array::from_fn(|_| r.next()))
-            .collect();
+        // A warp's fragments of one k-step: A's 16 x 16 tiles, B's 16 x 16 column pairs.
+        let frags = |r: &mut Regs| -> (Vec<[usize; 8]>, Vec<[usize; 8]>) {
+            (
+                (0..tm).map(|_| std::array::from_fn(|_| r.next())).collect(),
+                (0..tn / 2)
+                    .map(|_| std::array::from_fn(|_| r.next()))
+                    .collect(),
+            )
+        };
+        let first = frags(&mut r);
         let levels = sum_levels(d.k, self.sums);
         // Per level, per (i, j) tile, the 4 accumulator registers.
         let acc: Vec<Vec<[usize; 4]>> = (0..=levels)
@@ -105,6 +148,12 @@ impl Mapper<'_> {
                     .collect()
             })
             .collect();
+        // A second set of fragments when a stage holds more than one k-step: the next
+        // k-step's load while this one's `mma`s run.
+        let mut sets = vec![first];
+        if ksteps > 1 {
+            sets.push(frags(&mut r));
+        }
         let reg = Sc::Reg;
         let lane = || sp(Special::Lane);
         let warp = || sp(Special::Warp);
@@ -141,7 +190,7 @@ impl Mapper<'_> {
             }
         }
         // Staging: tile element `(row or column, contraction)` lands at
-        // `row * 16 + contraction` of its stage.
+        // `row * kt + contraction` of its stage.
         let staging = Staging {
             e,
             threads,
@@ -154,7 +203,7 @@ impl Mapper<'_> {
         };
         // B stored by rows (its columns contiguous) is staged by rows too, `k * bn + column`,
         // so `cp.async` can copy it, and its fragments load with `ldmatrix.trans`; B stored by
-        // columns is staged `column * 16 + k`, as A is.
+        // columns is staged `column * kt + k`, as A is.
         let b_by_rows = !d.b_trans;
         let tiles = [
             Tile {
@@ -162,7 +211,7 @@ impl Mapper<'_> {
                 rows: d.m,
                 base: m0,
                 extent: bm,
-                depth: 16,
+                depth: kt,
                 k_fastest: true,
                 expr: ops.a,
                 array: 0,
@@ -172,119 +221,96 @@ impl Mapper<'_> {
                 rows: d.n,
                 base: n0,
                 extent: bn,
-                depth: 16,
+                depth: kt,
                 k_fastest: !b_by_rows,
                 expr: ops.b,
                 array: 1,
             },
         ];
-        let shared = vec![
+        let mut shared = vec![
             SharedArray {
                 dtype: op_dtype,
-                len: 2 * bm * 16,
+                len: bm * kt,
                 packed: true,
             },
             SharedArray {
                 dtype: op_dtype,
-                len: 2 * bn * 16,
+                len: bn * kt,
                 packed: true,
             },
         ];
-        let mut step = Vec::new();
-        for (i, regs) in afr.iter().enumerate() {
-            // Matrix `lane / 8` of the 16 x 16 tile: rows `8 ((lane / 8) % 2)..`, columns
-            // `8 (lane / 16)..`.
-            let row = Sc::plus(
-                Sc::plus(reg(wm0), c(16 * i)),
-                Sc::plus(
-                    Sc::modulo(lane(), c(8)),
-                    Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
-                ),
-            );
-            step.push(Stmt::LdMatrix {
-                regs: *regs,
-                array: 0,
-                trans: false,
-                row: Sc::plus(
-                    Sc::plus(Sc::times(row, c(16)), Sc::times(reg(cur), c(bm * 16))),
-                    Sc::times(Sc::quot(lane(), c(16)), c(8)),
-                ),
-            });
+        // Operands staged through registers only gain nothing from more stages in flight
+        // (their stores are done when the step's multiply starts): they keep two.
+        let copies = staging.any_async(&tiles, &shared);
+        let stages = if copies { stages } else { 2 };
+        for a in &mut shared {
+            a.len *= stages;
         }
-        for (p, regs) in bfr.iter().enumerate() {
-            // Matrix `lane / 8`: columns `8 (lane / 16)..` of this pair, contraction
-            // `8 ((lane / 8) % 2)..`: registers 0-3 are the first 8 columns' B fragment,
-            // 4-7 the next 8's. By rows, the lane names a contraction row's 8 columns and the
-            // matrices load transposed.
-            let stage = Sc::times(reg(cur), c(bn * 16));
-            let row = if b_by_rows {
-                let k = Sc::plus(
-                    Sc::modulo(lane(), c(8)),
-                    Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
-                );
-                let col = Sc::plus(
-                    Sc::plus(reg(wn0), c(16 * p)),
-                    Sc::times(Sc::quot(lane(), c(16)), c(8)),
-                );
-                Sc::plus(Sc::plus(Sc::times(k, c(bn)), col), stage)
-            } else {
-                let col = Sc::plus(
-                    Sc::plus(reg(wn0), c(16 * p)),
-                    Sc::plus(
-                        Sc::modulo(lane(), c(8)),
-                        Sc::times(Sc::quot(lane(), c(16)), c(8)),
-                    ),
-                );
-                Sc::plus(
-                    Sc::plus(Sc::times(col, c(16)), stage),
-                    Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
-                )
-            };
-            step.push(Stmt::LdMatrix {
-                regs: *regs,
-                array: 1,
-                row,
-                trans: b_by_rows,
-            });
-        }
-        for (i, a_regs) in afr.iter().enumerate() {
-            for j in 0..tn {
-                let half = &bfr[j / 2][4 * (j % 2)..4 * (j % 2) + 4];
-                let t = acc[0][i * tn + j];
-                step.push(Stmt::Mma {
-                    d: t,
-                    a: *a_regs,
-                    b: [half[0], half[1], half[2], half[3]],
-                    c: t,
-                    dtype: op_dtype,
-                });
+        let at = Fragments {
+            bm,
+            bn,
+            kt,
+            b_by_rows,
+            wm0,
+            wn0,
+            cur,
+        };
+        let mut k_step = Vec::new();
+        for j in 0..ksteps {
+            if j == 0 {
+                k_step.extend(fragment_loads(&sets[0], &at, 0));
             }
-        }
-        let mut k_step = step;
-        let mut period = self.sums.leaf;
-        for l in 1..=levels {
-            let mut flush = Vec::new();
-            for (up, below) in acc[l].iter().zip(&acc[l - 1]) {
-                for (&u, &b) in up.iter().zip(below) {
-                    flush.push(Stmt::Combine {
-                        acc: u,
-                        value: b,
-                        kind: Combiner::Add,
-                        dtype: f32t,
+            if j + 1 < ksteps {
+                let set = &sets[(j + 1) % 2];
+                k_step.extend(fragment_loads(set, &at, j + 1));
+            }
+            let (afr, bfr) = &sets[j % 2];
+            for (i, a_regs) in afr.iter().enumerate() {
+                for jj in 0..tn {
+                    let half = &bfr[jj / 2][4 * (jj % 2)..4 * (jj % 2) + 4];
+                    let t = acc[0][i * tn + jj];
+                    k_step.push(Stmt::Mma {
+                        d: t,
+                        a: *a_regs,
+                        b: [half[0], half[1], half[2], half[3]],
+                        c: t,
+                        dtype: op_dtype,
                     });
-                    flush.push(zero(b, f32t));
                 }
             }
-            k_step.push(Stmt::If {
-                cond: Sc::eq(Sc::modulo(Sc::plus(reg(k0), c(16)), c(period)), c(0)),
-                body: flush,
-            });
-            period *= self.sums.fanout.max(2);
+            // The sum tree's flushes after each k-step of 16 (`leaf` is a multiple of 16).
+            let mut period = self.sums.leaf;
+            for l in 1..=levels {
+                let mut flush = Vec::new();
+                for (up, below) in acc[l].iter().zip(&acc[l - 1]) {
+                    for (&u, &b) in up.iter().zip(below) {
+                        flush.push(Stmt::Combine {
+                            acc: u,
+                            value: b,
+                            kind: Combiner::Add,
+                            dtype: f32t,
+                        });
+                        flush.push(zero(b, f32t));
+                    }
+                }
+                k_step.push(Stmt::If {
+                    cond: Sc::eq(
+                        Sc::modulo(Sc::plus(reg(k0), c(16 * j + 16)), c(period)),
+                        c(0),
+                    ),
+                    body: flush,
+                });
+                period *= self.sums.fanout.max(2);
+            }
         }
-        let copies = staging.any_async(&tiles, &shared);
-        let stepping = Stepping { k0, cur, step: 16 };
+        let stepping = Stepping {
+            k0,
+            cur,
+            step: kt,
+            stages,
+        };
         let stage = staging.stage(&tiles, &shared);
-        body.extend(double_buffered(&staging, stage, &stepping, k_step, copies));
+        body.extend(pipelined(&staging, stage, &stepping, k_step, copies));
         for (x, top) in acc[levels].iter().enumerate() {
             for l in (0..levels).rev() {
                 for (q, &u) in top.iter().enumerate() {
@@ -341,5 +367,138 @@ impl Mapper<'_> {
             sums: self.sums,
             body,
         }
+    }
+}
+
+/// Where a warp's fragments lie in the stage being multiplied.
+struct Fragments {
+    /// The block tile's rows and columns.
+    bm: usize,
+    bn: usize,
+    /// The contraction per stage.
+    kt: usize,
+    /// B staged by rows (`k * bn + column`) rather than by columns (`column * kt + k`).
+    b_by_rows: bool,
+    /// The registers of the warp's first row and column in the block tile, and of the stage.
+    wm0: usize,
+    wn0: usize,
+    cur: usize,
+}
+
+/// The `ldmatrix` loads of k-step `j` (contraction `16 j..16 j + 16` of the stage) into the
+/// fragment registers `(a, b)`.
+fn fragment_loads(
+    (afr, bfr): &(Vec<[usize; 8]>, Vec<[usize; 8]>),
+    f: &Fragments,
+    j: usize,
+) -> Vec<Stmt> {
+    let reg = Sc::Reg;
+    let lane = || sp(Special::Lane);
+    // Contraction index `x` of the stage plus the k-step's offset.
+    let kof = |x: Sc| if j == 0 { x } else { Sc::plus(x, c(16 * j)) };
+    let mut out = Vec::new();
+    for (i, regs) in afr.iter().enumerate() {
+        // Matrix `lane / 8` of the 16 x 16 tile: rows `8 ((lane / 8) % 2)..`, columns
+        // `8 (lane / 16)..`.
+        let row = Sc::plus(
+            Sc::plus(reg(f.wm0), c(16 * i)),
+            Sc::plus(
+                Sc::modulo(lane(), c(8)),
+                Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
+            ),
+        );
+        out.push(Stmt::LdMatrix {
+            regs: *regs,
+            array: 0,
+            trans: false,
+            row: kof(Sc::plus(
+                Sc::plus(
+                    Sc::times(row, c(f.kt)),
+                    Sc::times(reg(f.cur), c(f.bm * f.kt)),
+                ),
+                Sc::times(Sc::quot(lane(), c(16)), c(8)),
+            )),
+        });
+    }
+    for (p, regs) in bfr.iter().enumerate() {
+        // Matrix `lane / 8`: columns `8 (lane / 16)..` of this pair, contraction
+        // `8 ((lane / 8) % 2)..`: registers 0-3 are the first 8 columns' B fragment,
+        // 4-7 the next 8's. By rows, the lane names a contraction row's 8 columns and the
+        // matrices load transposed.
+        let stage = Sc::times(reg(f.cur), c(f.bn * f.kt));
+        let row = if f.b_by_rows {
+            let k = kof(Sc::plus(
+                Sc::modulo(lane(), c(8)),
+                Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
+            ));
+            let col = Sc::plus(
+                Sc::plus(reg(f.wn0), c(16 * p)),
+                Sc::times(Sc::quot(lane(), c(16)), c(8)),
+            );
+            Sc::plus(Sc::plus(Sc::times(k, c(f.bn)), col), stage)
+        } else {
+            let col = Sc::plus(
+                Sc::plus(reg(f.wn0), c(16 * p)),
+                Sc::plus(
+                    Sc::modulo(lane(), c(8)),
+                    Sc::times(Sc::quot(lane(), c(16)), c(8)),
+                ),
+            );
+            kof(Sc::plus(
+                Sc::plus(Sc::times(col, c(f.kt)), stage),
+                Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
+            ))
+        };
+        out.push(Stmt::LdMatrix {
+            regs: *regs,
+            array: 1,
+            row,
+            trans: f.b_by_rows,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pipeline of a product of contraction `k` by the H200's largest tensor-core tile
+    /// (128 x 128) with `stages` stages of `kt` asked for and `shared` bytes per block.
+    fn pipeline(shared: usize, stages: usize, kt: usize, k: usize) -> (usize, usize) {
+        let mut gpu = Gpu::h200();
+        gpu.shared_memory_per_block = shared;
+        gpu.mma_stages = stages;
+        let tile = GemmTile {
+            k: kt,
+            ..gpu.mma_tiles[0]
+        };
+        assert_eq!((tile.m, tile.n), (128, 128));
+        let m = Mapper {
+            gpu: &gpu,
+            sums: TargetInfo::h200().sums,
+        };
+        m.mma_pipeline(&tile, k)
+    }
+
+    #[test]
+    fn the_pipeline_is_cut_back_to_fit_shared_memory_and_short_contractions() {
+        let (big, static_) = (227 << 10, 48 << 10);
+        // The H200's default: 3 stages of 32 (48 KiB at 128 x 128, which the 48 KiB a block
+        // gets without opting in still holds).
+        assert_eq!(pipeline(big, 3, 32, 8192), (3, 32));
+        assert_eq!(pipeline(static_, 3, 32, 8192), (3, 32));
+        assert_eq!(pipeline(big, 4, 64, 8192), (4, 64));
+        // Fewer stages first, then shorter ones (by 16), with as many stages as fit again.
+        assert_eq!(pipeline(static_, 4, 32, 8192), (3, 32));
+        assert_eq!(pipeline(static_, 4, 64, 8192), (2, 48));
+        assert_eq!(pipeline(24 << 10, 3, 32, 8192), (3, 16));
+        // A short contraction: a stage no longer than it (rounded up to 16), no more stages
+        // than it has steps and one.
+        assert_eq!(pipeline(big, 4, 64, 40), (2, 48));
+        assert_eq!(pipeline(big, 4, 32, 40), (3, 32));
+        assert_eq!(pipeline(big, 3, 32, 1), (2, 16));
+        // Fewer than two stages asked for: still two.
+        assert_eq!(pipeline(big, 1, 32, 8192), (2, 32));
     }
 }

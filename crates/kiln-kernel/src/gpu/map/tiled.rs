@@ -1,10 +1,12 @@
 //! A matrix product on the CUDA cores by block tiles ([`MapKind::GemmTiled`]): the block
 //! computes a `tile.m x tile.n` tile of the result (one block per tile and batch), stepping
 //! through the contraction `tile.k` at a time. The block's threads stage A's `tile.m x tile.k`
-//! and B's `tile.k x tile.n` tiles into shared memory, double buffered (`staging.rs`: the next
-//! step's tiles load, with `cp.async` where the operand allows, while this step's multiply;
-//! converted to the result's dtype, zero past the operands' edges), and each thread multiplies
-//! its `thread_m` rows of A's tile by its `thread_n` columns of B's into a register tile.
+//! and B's `tile.k x tile.n` tiles into shared memory in a ring of stages (`staging.rs`: the
+//! next steps' tiles load, with `cp.async` where the operand allows, while this step's
+//! multiply; converted to the result's dtype, zero past the operands' edges;
+//! [`Mapper::tiled_stages`]: `Gpu::gemm_stages` where a tile is copied with `cp.async`, fewer
+//! where they do not fit, two through registers), and each thread multiplies its `thread_m`
+//! rows of A's tile by its `thread_n` columns of B's into a register tile.
 //! Finally each thread stores the elements of its register tile that lie inside the result.
 //!
 //! # The order of the sums, and their error bound
@@ -21,7 +23,7 @@
 //! GEMM does). Integers wrap, in any order.
 
 use super::gemm::{InLaunch, Launch, Product};
-use super::staging::{Staging, Stepping, Tile, double_buffered, zero};
+use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::*;
 use crate::target::GemmTile;
 
@@ -62,6 +64,18 @@ impl Mapper<'_> {
             .copied()
             .filter(fits)
             .find(|t| 2 * m >= t.m && 2 * n >= t.n)
+    }
+
+    /// The stages of a product of contraction `k` by tiles of `t` in `dtype`:
+    /// `Gpu::gemm_stages`, at most one more than the steps there are, fewer while they do not
+    /// fit the block's shared memory (two always fit a tile [`Mapper::gemm_tile`] chose).
+    pub(super) fn tiled_stages(&self, t: &GemmTile, k: usize, dtype: DType) -> usize {
+        let bytes = dtype.bits().div_ceil(8).max(4) as usize;
+        let most = self.gpu.gemm_stages.min(k.div_ceil(t.k.max(1)) + 1).max(2);
+        (2..=most)
+            .rev()
+            .find(|&s| s * (t.m + t.n) * t.k * bytes <= self.gpu.shared_memory_per_block)
+            .unwrap_or(2)
     }
 
     /// The product of `d` by block tiles of `tile`, stored into `out`.
@@ -157,18 +171,29 @@ impl Mapper<'_> {
                 array: 1,
             },
         ];
-        let shared = vec![
+        let mut shared = vec![
             SharedArray {
                 dtype,
-                len: 2 * bk * bm,
+                len: bk * bm,
                 packed: false,
             },
             SharedArray {
                 dtype,
-                len: 2 * bk * bn,
+                len: bk * bn,
                 packed: false,
             },
         ];
+        // A ring of stages where a tile is copied with `cp.async`; two (double buffering)
+        // through registers, whose stores are done when the step's multiply starts.
+        let copies = staging.any_async(&tiles, &shared);
+        let stages = if copies {
+            self.tiled_stages(&tile, d.k, dtype)
+        } else {
+            2
+        };
+        for a in &mut shared {
+            a.len *= stages;
+        }
         // The registers multiplied, read as extra inputs past the launch's.
         let scalar = |i: usize| Expr::Load {
             input: launch.inputs.len() + i,
@@ -255,10 +280,14 @@ impl Mapper<'_> {
             });
             period *= self.sums.fanout.max(2);
         }
-        let copies = staging.any_async(&tiles, &shared);
-        let stepping = Stepping { k0, cur, step: bk };
+        let stepping = Stepping {
+            k0,
+            cur,
+            step: bk,
+            stages,
+        };
         let stage = staging.stage(&tiles, &shared);
-        body.extend(double_buffered(&staging, stage, &stepping, k_step, copies));
+        body.extend(pipelined(&staging, stage, &stepping, k_step, copies));
         for (x, &top) in acc[levels].iter().enumerate() {
             for l in (0..levels).rev() {
                 body.push(Stmt::Combine {
@@ -317,4 +346,35 @@ pub(super) fn sum_levels(k: usize, sums: SumTree) -> usize {
         levels += 1;
     }
     levels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_is_cut_back_to_fit_shared_memory_and_short_contractions() {
+        let mut gpu = Gpu::h200();
+        let tile = gpu.gemm_tiles[0];
+        assert_eq!((tile.m, tile.n, tile.k), (128, 64, 8));
+        let stages = |gpu: &Gpu, k: usize, dtype: DType| {
+            let m = Mapper {
+                gpu,
+                sums: TargetInfo::h200().sums,
+            };
+            m.tiled_stages(&tile, k, dtype)
+        };
+        assert_eq!(stages(&gpu, 4096, DType::F32), 2);
+        gpu.gemm_stages = 4;
+        assert_eq!(stages(&gpu, 4096, DType::F32), 4);
+        // No more stages than steps and one; two at least.
+        assert_eq!(stages(&gpu, 16, DType::F32), 3);
+        assert_eq!(stages(&gpu, 3, DType::F32), 2);
+        // 192 x 8 f64 elements a stage: 12 KiB; 30 KiB hold two.
+        gpu.shared_memory_per_block = 30 << 10;
+        assert_eq!(stages(&gpu, 4096, DType::F64), 2);
+        assert_eq!(stages(&gpu, 4096, DType::F32), 4);
+        gpu.shared_memory_per_block = 20 << 10;
+        assert_eq!(stages(&gpu, 4096, DType::F32), 3);
+    }
 }
