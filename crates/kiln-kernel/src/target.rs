@@ -280,6 +280,13 @@ impl GemmTile {
 }
 
 impl Gpu {
+    /// The shared memory one block's arrays may take: the block's, within what a kernel
+    /// declares statically ([`Gpu::static_shared_bytes`]). Every mapping fits its arrays in
+    /// it, and `gpu::print::verify` checks it.
+    pub fn shared_limit(&self) -> usize {
+        self.shared_memory_per_block.min(self.static_shared_bytes)
+    }
+
     /// An NVIDIA H200 (sm_90): 132 multiprocessors, warps of 32, 1024 threads and 227 KiB of
     /// shared memory per block, the `m16n8k16` tensor-core shape.
     pub fn h200() -> Gpu {

@@ -1058,10 +1058,12 @@ fn product_on(
 }
 
 /// An H200 whose tensor-core products run `stages` stages of `k` contraction indices (and
-/// CUDA-core products `stages` stages of their tiles).
+/// CUDA-core products `stages` stages of their tiles), its kernels free to declare all of a
+/// block's shared memory (as with dynamic shared memory), so that every ring fits.
 fn pipeline_target(stages: usize, k: usize) -> TargetInfo {
     let mut t = TargetInfo::h200();
     let gpu = t.gpu.as_mut().expect("a GPU");
+    gpu.static_shared_bytes = gpu.shared_memory_per_block;
     gpu.mma_stages = stages;
     gpu.gemm_stages = stages;
     for tile in &mut gpu.mma_tiles {

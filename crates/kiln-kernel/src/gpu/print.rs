@@ -202,11 +202,11 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
             k.block, k.warp, gpu.max_threads_per_block
         ));
     }
-    if k.shared_bytes() > gpu.shared_memory_per_block {
+    if k.shared_bytes() > gpu.shared_limit() {
         return fail(format!(
-            "{} bytes of shared memory per block, more than the target's {}",
+            "{} bytes of shared memory per block, more than the target's {} (its block's, within what a kernel declares statically)",
             k.shared_bytes(),
-            gpu.shared_memory_per_block
+            gpu.shared_limit()
         ));
     }
     fn check(k: &GpuKernel, body: &[Stmt]) -> Result<(), String> {

@@ -82,7 +82,7 @@ pub fn sort_program(
     } else {
         key.bytes()
     };
-    let shared = gpu.shared_memory_per_block.min(gpu.static_shared_bytes);
+    let shared = gpu.shared_limit();
     if rows == 0 || n <= 1 || padded * (key_bytes + 8) > shared {
         return None;
     }

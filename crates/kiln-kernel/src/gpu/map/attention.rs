@@ -60,7 +60,7 @@ impl Mapper<'_> {
         let warps = self.gpu.attention_warps.iter().copied().find(|&w| {
             let floats = w * d.k + KEYS * d.k + KEYS * n2 + w * KEYS;
             w > 0
-                && floats * dtype.bytes().max(4) <= self.gpu.shared_memory_per_block
+                && floats * dtype.bytes().max(4) <= self.gpu.shared_limit()
                 && w * 32 <= self.gpu.max_threads_per_block
         })?;
         let v_in = ins.get(ch.b)?;

@@ -276,10 +276,7 @@ impl Mapper<'_> {
             } else {
                 0
             };
-            let budget = self
-                .gpu
-                .row_shared_bytes
-                .min(self.gpu.shared_memory_per_block);
+            let budget = self.gpu.row_shared_bytes.min(self.gpu.shared_limit());
             if bytes + theirs > budget {
                 return Err(format!(
                     "row cache: none (rows of {len} elements fit neither {} registers per thread \

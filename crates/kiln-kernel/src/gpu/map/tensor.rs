@@ -71,7 +71,7 @@ impl Mapper<'_> {
                 && self.gpu.warp_size == 32
                 && warps > 0
                 && warps * 32 <= self.gpu.max_threads_per_block
-                && 2 * (t.m + t.n) * 16 * 2 <= self.gpu.shared_memory_per_block
+                && 2 * (t.m + t.n) * 16 * 2 <= self.gpu.shared_limit()
         };
         self.gpu
             .mma_tiles
@@ -93,7 +93,7 @@ impl Mapper<'_> {
             let most = self.gpu.mma_stages.min(k.div_ceil(kt) + 1).max(2);
             if let Some(s) = (2..=most)
                 .rev()
-                .find(|&s| bytes(s, kt) <= self.gpu.shared_memory_per_block)
+                .find(|&s| bytes(s, kt) <= self.gpu.shared_limit())
             {
                 return (s, kt);
             }
@@ -467,7 +467,9 @@ mod tests {
     /// (128 x 128) with `stages` stages of `kt` asked for and `shared` bytes per block.
     fn pipeline(shared: usize, stages: usize, kt: usize, k: usize) -> (usize, usize) {
         let mut gpu = Gpu::h200();
+        // As if kernels could declare all of it (dynamic shared memory).
         gpu.shared_memory_per_block = shared;
+        gpu.static_shared_bytes = shared;
         gpu.mma_stages = stages;
         let tile = GemmTile {
             k: kt,

@@ -56,7 +56,7 @@ impl Mapper<'_> {
                 && threads > 0
                 && threads.is_multiple_of(self.gpu.warp_size)
                 && threads <= self.gpu.max_threads_per_block
-                && 2 * (t.m + t.n) * t.k * bytes <= self.gpu.shared_memory_per_block
+                && 2 * (t.m + t.n) * t.k * bytes <= self.gpu.shared_limit()
         };
         self.gpu
             .gemm_tiles
@@ -74,7 +74,7 @@ impl Mapper<'_> {
         let most = self.gpu.gemm_stages.min(k.div_ceil(t.k.max(1)) + 1).max(2);
         (2..=most)
             .rev()
-            .find(|&s| s * (t.m + t.n) * t.k * bytes <= self.gpu.shared_memory_per_block)
+            .find(|&s| s * (t.m + t.n) * t.k * bytes <= self.gpu.shared_limit())
             .unwrap_or(2)
     }
 
