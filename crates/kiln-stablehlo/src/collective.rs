@@ -237,3 +237,41 @@ pub fn with_region(
     let declared = result_types(op);
     push(body, op, kop, args, declared.as_deref())
 }
+
+/// A 2-D `dense<...>` of `rows` (each padded with `-1` to the longest, at least `width`).
+pub fn dense_rows(rows: &[Vec<i64>], width: usize) -> String {
+    let m = rows.iter().map(Vec::len).max().unwrap_or(0).max(width);
+    let body: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let cells: Vec<String> = (0..m)
+                .map(|i| r.get(i).copied().unwrap_or(-1).to_string())
+                .collect();
+            format!("[{}]", cells.join(", "))
+        })
+        .collect();
+    format!(
+        "dense<[{}]> : tensor<{}x{m}xi64>",
+        body.join(", "),
+        rows.len()
+    )
+}
+
+/// The generic attributes of a collective's groups: `replica_groups`, then
+/// `channel_handle` when `channel_id` is not 0 and `use_global_device_ids` when set.
+pub fn export_attrs(
+    groups: &[Vec<i64>],
+    channel_id: i64,
+    use_global_device_ids: bool,
+) -> Vec<String> {
+    let mut out = vec![format!("replica_groups = {}", dense_rows(groups, 0))];
+    if channel_id != 0 {
+        out.push(format!(
+            "channel_handle = #stablehlo.channel_handle<handle = {channel_id}, type = 0>"
+        ));
+    }
+    if use_global_device_ids {
+        out.push("use_global_device_ids".into());
+    }
+    out
+}
