@@ -108,7 +108,7 @@ fn gathered_type(x: &Tensor, dim: usize, groups: &[Vec<i64>], grow: bool) -> Opt
     let d = t.shape.get_mut(dim)?;
     if grow {
         *d *= k;
-    } else if k > 0 && *d % k == 0 {
+    } else if k > 0 && d.is_multiple_of(k) {
         *d /= k;
     } else {
         return None;

@@ -152,7 +152,7 @@ pub(super) fn collective_rule(
                 l.ensure(1, in_range(*sd, t.rank()), || {
                     format!("split_dimension {sd} is out of range for {t}")
                 })?;
-                l.ensure(2, t.shape[*sd as usize] % *n as usize == 0, || {
+                l.ensure(2, t.shape[*sd as usize].is_multiple_of(*n as usize), || {
                     format!("split_count {n} does not divide dimension {sd} of {t}")
                 })?;
                 l.ensure(3, in_range(*cd, t.rank()), || {
@@ -208,7 +208,7 @@ pub(super) fn collective_rule(
                 }
                 None => {
                     let k = replica_groups.first().map_or(1, Vec::len);
-                    l.ensure(5, shape[d] % k == 0, || {
+                    l.ensure(5, shape[d].is_multiple_of(k), || {
                         format!("the group size {k} does not divide dimension {d} of {a}")
                     })?;
                     shape[d] /= k;
@@ -272,5 +272,5 @@ fn gathered_factor(big: &TensorType, small: &TensorType, d: usize) -> Option<usi
     if s == 0 {
         return (b == 0).then_some(1);
     }
-    (b % s == 0 && b >= s).then_some(b / s)
+    (b.is_multiple_of(s) && b >= s).then_some(b / s)
 }
