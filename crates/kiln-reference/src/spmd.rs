@@ -217,8 +217,9 @@ pub fn catch_abort<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 }
 
 /// Runs `body(process)` for every process of `comm`'s grid, each on its own thread with its
-/// context set, and returns the results in flat order. The first failure (in flat order)
-/// is the error, naming its process; the other processes are told, so none waits forever.
+/// context set, and returns the results in flat order. The first failure (in flat order; a
+/// panic of `body` counts as one) is the error, naming its process; the other processes are
+/// told, so none waits forever.
 pub fn run_processes<T: Send>(
     comm: Arc<dyn Communicator>,
     body: impl Fn(Process) -> Result<T, String> + Sync,
@@ -239,7 +240,18 @@ pub fn run_processes<T: Send>(
                             seq: Cell::new(0),
                         })
                     });
-                    let r = catch_abort(|| body(me)).and_then(|r| r);
+                    // A panic of the body is this process's failure too: its peers are told.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        catch_abort(|| body(me)).and_then(|r| r)
+                    }))
+                    .unwrap_or_else(|p| {
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        Err(format!("panicked: {msg}"))
+                    });
                     match &r {
                         Ok(_) => comm.finish(i),
                         Err(e) => comm.abort(i, e),

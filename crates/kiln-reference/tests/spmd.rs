@@ -60,6 +60,26 @@ fn a_failing_process_is_named_and_its_peers_stop() {
     assert_eq!(e, "process (1, 0): out of memory");
 }
 
+/// A process that panics counts as failed: its peer stops waiting at once (well before the
+/// 60-second limit) and the error names the panicking process.
+#[test]
+fn a_panicking_process_is_a_failure_its_peers_see() {
+    let comm = Arc::new(LocalCommunicator::new(Grid::new(2, 1)));
+    let c2 = comm.clone();
+    let t = std::time::Instant::now();
+    let e = run_processes(comm, move |p| {
+        if p.replica == 1 {
+            panic!("index out of bounds");
+        }
+        c2.exchange(0, 0, "all_reduce", &[0, 1], vec![f32s(&[1.0])])
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_err();
+    assert_eq!(e, "process (1, 0): panicked: index out of bounds");
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
 /// Two processes running different ops as the same collective, a process that finishes
 /// without joining, a process that joins another group, and a wait past the timeout.
 #[test]
