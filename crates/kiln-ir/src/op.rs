@@ -226,8 +226,9 @@ macro_rules! define_ops {
 }
 
 /// The value an attribute has when the text leaves it out, for the attributes that have one:
-/// StableHLO's batching dimensions of `gather` and `scatter` (none) and `convolution`'s
-/// `batch_group_count` (1). The printer leaves such an attribute out when it has this value.
+/// StableHLO's batching dimensions of `gather` and `scatter` (none), `convolution`'s
+/// `batch_group_count` (1) and `collective_broadcast`'s `has_dynamic_root` (false). The
+/// printer leaves such an attribute out when it has this value.
 pub fn attr_default(name: &str) -> Option<Attr> {
     match name {
         "operand_batching_dims"
@@ -235,6 +236,7 @@ pub fn attr_default(name: &str) -> Option<Attr> {
         | "input_batching_dims"
         | "scatter_indices_batching_dims" => Some(Attr::List(Vec::new())),
         "batch_group_count" => Some(Attr::Token("1".into())),
+        "has_dynamic_root" => Some(Attr::Token("false".into())),
         _ => None,
     }
 }
@@ -486,9 +488,11 @@ define_ops! {
     /// (replica indices, or partition indices when `channel_id > 0`); a process no pair targets
     /// gets zeros.
     CollectivePermute = "collective_permute", Fixed(1), ONE, BARRIER | DIFF, { source_target_pairs: Vec<(i64, i64)>, channel_id: i64 };
-    /// Within each process group, the operands of the group's first process, on every process
-    /// of the group; a process in no group gets zeros.
-    CollectiveBroadcast = "collective_broadcast", AtLeast(1), ResultCount::PerOperand, BARRIER | DIFF, { replica_groups: Vec<Vec<i64>>, channel_id: i64 };
+    /// Within each process group, the operands of the group's first process (with
+    /// `has_dynamic_root`, of the process at the group position the last operand, an `i32`
+    /// vector, gives for each result), on every process of the group; a process in no group
+    /// gets zeros.
+    CollectiveBroadcast = "collective_broadcast", AtLeast(1), ResultCount::PerOperand, BARRIER | DIFF, { replica_groups: Vec<Vec<i64>>, channel_id: i64, has_dynamic_root: bool };
     /// Within each process group, the `all_reduce` of the operands on the group's first
     /// process, zeros on the others and on a process in no group.
     CollectiveReduce = "collective_reduce", AtLeast(1), ResultCount::PerOperand, BARRIER | CONTROL | DIFF, { replica_groups: Vec<Vec<i64>>, channel_id: i64, computation: Box<Func> };
@@ -511,6 +515,10 @@ impl Op {
         match self {
             Op::Case { branches } => branches.first().map_or(0, |b| b.output_types.len()),
             Op::Call { callee } => callee.func.as_ref().map_or(0, |g| g.output_types.len()),
+            Op::CollectiveBroadcast {
+                has_dynamic_root: true,
+                ..
+            } => n.saturating_sub(1),
             _ => self.kind().results().for_operands(n).unwrap_or(0),
         }
     }

@@ -339,10 +339,29 @@ pub fn eval(op: &Op, x: &[&Literal], types: &[TensorType]) -> Result<Vec<Literal
         Op::CollectiveBroadcast {
             replica_groups,
             channel_id,
+            has_dynamic_root,
         } => {
             let mode = Mode::by_channel(*channel_id);
             let gs = process_groups(&label(1), mode, replica_groups, grid)?;
             match my_group(gs, me.flat(grid)) {
+                Some((group, _)) if *has_dynamic_root => {
+                    // Result j comes from the group's process at position root[j].
+                    let (data, root) = x.split_at(x.len() - 1);
+                    let roots = root[0].to_i64s();
+                    if let Some(&r) = roots.iter().find(|&&r| r < 0 || r as usize >= group.len()) {
+                        return Err(format!(
+                            "{}: root {r} is outside the group of {} processes",
+                            label(3),
+                            group.len()
+                        ));
+                    }
+                    let values = exchange(what, &group, data)?;
+                    Ok(roots
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &r)| values[r as usize][j].clone())
+                        .collect())
+                }
                 Some((group, _)) => Ok(exchange(what, &group, x)?.swap_remove(0)),
                 None => {
                     spmd::skip();

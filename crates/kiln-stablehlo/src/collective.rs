@@ -111,7 +111,7 @@ fn need_int(op: &OpAst, name: &str) -> Result<i64> {
     })
 }
 
-/// A dynamic root (`has_dynamic_root`), which kiln does not have.
+/// A dynamic root (`has_dynamic_root`), which kiln's `collective_reduce` does not have.
 fn no_dynamic_root(op: &OpAst) -> Result<()> {
     if unit_flag(op, "has_dynamic_root")? {
         let p = op.attr("has_dynamic_root").map_or(op.pos, |(_, p)| p);
@@ -176,13 +176,11 @@ pub fn lower(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueI
                 .collect::<Result<_>>()?,
             channel_id: channel_id(op)?,
         },
-        "stablehlo.collective_broadcast" => {
-            no_dynamic_root(op)?;
-            Op::CollectiveBroadcast {
-                replica_groups: replica_groups(op)?,
-                channel_id: channel_id(op)?,
-            }
-        }
+        "stablehlo.collective_broadcast" => Op::CollectiveBroadcast {
+            replica_groups: replica_groups(op)?,
+            channel_id: channel_id(op)?,
+            has_dynamic_root: unit_flag(op, "has_dynamic_root")?,
+        },
         n => {
             return Err(Error::unsupported(
                 op.pos,

@@ -695,11 +695,17 @@ impl Printer {
             Op::CollectiveBroadcast {
                 replica_groups,
                 channel_id,
-            } => attrs.extend(crate::collective::export_attrs(
-                replica_groups,
-                *channel_id,
-                false,
-            )),
+                has_dynamic_root,
+            } => {
+                attrs.extend(crate::collective::export_attrs(
+                    replica_groups,
+                    *channel_id,
+                    false,
+                ));
+                if *has_dynamic_root {
+                    attrs.push("has_dynamic_root".into());
+                }
+            }
             Op::CollectiveReduce {
                 replica_groups,
                 channel_id,

@@ -1,7 +1,7 @@
 //! The collective ops in StableHLO's forms: every attribute read (padded `replica_groups`,
 //! `channel_handle`, the unit `use_global_device_ids`, the pretty `replica_id`), exported by
 //! `to_text` and read back to the same kiln IR, and run on a grid of the reference
-//! interpreter; `has_dynamic_root` is a located `unsupported` error.
+//! interpreter; `collective_reduce`'s `has_dynamic_root` is a located `unsupported` error.
 
 use kiln_ir::{Literal, Op, print_module};
 use kiln_reference::spmd::{Grid, eval_grid};
@@ -174,7 +174,11 @@ fn collectives_compute_on_two_replicas_after_a_round_trip() {
 fn a_dynamic_root_is_unsupported() {
     let text = r#"
 func.func @main(%x: tensor<2xi64>, %r: tensor<1xi32>) -> tensor<2xi64> {
-  %b = "stablehlo.collective_broadcast"(%x, %r) {
+  %b = "stablehlo.collective_reduce"(%x, %r) ({
+    ^bb0(%a: tensor<i64>, %c: tensor<i64>):
+      %s = stablehlo.add %a, %c : tensor<i64>
+      stablehlo.return %s : tensor<i64>
+  }) {
     replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>,
     has_dynamic_root
   } : (tensor<2xi64>, tensor<1xi32>) -> tensor<2xi64>

@@ -202,6 +202,7 @@ pub fn collective_broadcast(x: &Tensor, groups: &[Vec<i64>]) -> Tensor {
     let op = Op::CollectiveBroadcast {
         replica_groups: groups.to_vec(),
         channel_id: 0,
+        has_dynamic_root: false,
     };
     apply(op, &[x], None, "collective_broadcast", Loc::caller()).remove(0)
 }

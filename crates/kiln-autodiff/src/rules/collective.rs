@@ -153,8 +153,19 @@ pub(crate) fn vjp(
             channel_id: *channel_id,
         },
         Op::CollectiveBroadcast {
+            has_dynamic_root: true,
+            ..
+        } => {
+            return Err(Error::Unsupported(
+                "`collective_broadcast` with a dynamic root: its VJP would reduce to a root \
+                 chosen at run time, which kiln's `collective_reduce` does not have"
+                    .into(),
+            ));
+        }
+        Op::CollectiveBroadcast {
             replica_groups,
             channel_id,
+            ..
         } => {
             if xt.iter().any(|t| t.dtype != xt[0].dtype) {
                 return Err(Error::Unsupported(
@@ -180,6 +191,7 @@ pub(crate) fn vjp(
             Op::CollectiveBroadcast {
                 replica_groups: replica_groups.clone(),
                 channel_id: *channel_id,
+                has_dynamic_root: false,
             }
         }
         _ => {

@@ -88,6 +88,7 @@ impl Gen<'_> {
             7 => Op::CollectiveBroadcast {
                 replica_groups: groups,
                 channel_id,
+                has_dynamic_root: false,
             },
             _ => Op::CollectiveReduce {
                 replica_groups: groups,

@@ -239,9 +239,25 @@ pub(super) fn collective_rule(
             })?;
             same_types(x, 4)
         }
-        Op::CollectiveBroadcast { replica_groups, .. } => {
+        Op::CollectiveBroadcast {
+            replica_groups,
+            has_dynamic_root,
+            ..
+        } => {
             groups_ok(l, 1, replica_groups, false)?;
-            same_types(x, 2)
+            if !*has_dynamic_root {
+                return same_types(x, 2);
+            }
+            let (data, root) = x.split_at(x.len() - 1);
+            let want = TensorType::new(DType::I32, [data.len()]);
+            l.ensure(3, !data.is_empty() && *root[0] == want, || {
+                format!(
+                    "with has_dynamic_root the last operand must be {want}, one root per other \
+                     operand, got {}",
+                    root[0]
+                )
+            })?;
+            same_types(data, 2)
         }
         Op::CollectiveReduce {
             replica_groups,
