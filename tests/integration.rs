@@ -91,6 +91,33 @@ fn spec_examples_run_on_the_reference_interpreter() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Every spec example written for a grid of processes runs on the reference interpreter and
+/// on the CPU backend (its collectives host steps), each process's results the spec's.
+#[test]
+fn spec_grid_examples_run_on_the_reference_and_the_cpu() {
+    let mut n = 0;
+    let mut failures = Vec::new();
+    for s in load_specs() {
+        for ex in &s.grid_examples {
+            n += 1;
+            for (backend, r) in [
+                ("reference", run_grid_example_reference(ex)),
+                ("cpu", run_grid_example_cpu(ex)),
+            ] {
+                if let Err(e) = r {
+                    failures.push(format!(
+                        "ir-specs/ops/{}.md:{} on the {backend}: {e}",
+                        s.name, ex.line
+                    ));
+                }
+            }
+        }
+    }
+    println!("{n} grid examples ran on the reference interpreter and the CPU");
+    assert!(n > 0, "no spec has a grid example");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Every spec example compiled and run on the selected backend (`KILN_BACKEND`: the CPU by
 /// default, `ptx-emulator` for the GPU mapping on the emulator), its results equal to the
 /// spec's. Instructions without a kernel may run on the reference interpreter (the
@@ -180,7 +207,7 @@ fn the_suites_backend_is_chosen_by_name() {
 #[test]
 fn spec_examples_print_canonically() {
     for s in load_specs() {
-        for ex in &s.examples {
+        for ex in s.examples.iter().chain(&s.grid_examples) {
             let m = parse_module(&ex.kiln).unwrap();
             assert_eq!(
                 kiln_ir::print_module(&m),

@@ -65,6 +65,14 @@ pub struct Example {
     pub results: Vec<String>,
     /// 1-based line of the example in the spec file.
     pub line: usize,
+    /// The process grid (`grid = RxP`: replicas x partitions) of an example run by every
+    /// process of a grid; its values are then written per process, `%N@(r, p) = VALUE` and
+    /// `result@(r, p) = VALUE` (or `resultK@(r, p)`), process by process.
+    pub grid: Option<(usize, usize)>,
+    /// The keys of `args` (`%N` or `%N@(r, p)`), in order.
+    pub arg_keys: Vec<String>,
+    /// The keys of `results`, in order.
+    pub result_keys: Vec<String>,
 }
 
 /// One op spec file.
@@ -76,8 +84,10 @@ pub struct Spec {
     pub text: String,
     /// Constraint labels, in order.
     pub labels: Vec<String>,
-    /// The examples.
+    /// The examples run by one process.
     pub examples: Vec<Example>,
+    /// The examples run by every process of a grid ([`Example::grid`]).
+    pub grid_examples: Vec<Example>,
     /// Whether the VJP section gives a rule (not "Not differentiable.").
     pub differentiable: bool,
 }
@@ -117,12 +127,15 @@ pub fn load_specs() -> Vec<Spec> {
                 .collect();
             let differentiable =
                 section(&text, "VJP").is_some_and(|v| !v.trim().starts_with("Not differentiable"));
-            let examples = parse_examples(&text);
+            let (grid_examples, examples) = parse_examples(&text)
+                .into_iter()
+                .partition(|e| e.grid.is_some());
             Spec {
                 name,
                 text,
                 labels,
                 examples,
+                grid_examples,
                 differentiable,
             }
         })
@@ -147,13 +160,21 @@ fn parse_examples(text: &str) -> Vec<Example> {
                 i += 1;
             }
             let (mut args, mut results) = (Vec::new(), Vec::new());
+            let (mut arg_keys, mut result_keys) = (Vec::new(), Vec::new());
+            let mut grid = None;
             i += 1;
             while i < lines.len() && lines[i] != "```" {
                 if let Some((k, v)) = lines[i].split_once(" = ") {
-                    if k.starts_with('%') {
-                        args.push(v.to_string())
+                    if k == "grid" {
+                        grid = v.split_once('x').and_then(|(r, p)| {
+                            Some((r.trim().parse().ok()?, p.trim().parse().ok()?))
+                        });
+                    } else if k.starts_with('%') {
+                        args.push(v.to_string());
+                        arg_keys.push(k.to_string());
                     } else {
-                        results.push(v.to_string())
+                        results.push(v.to_string());
+                        result_keys.push(k.to_string());
                     }
                 }
                 i += 1;
@@ -163,6 +184,9 @@ fn parse_examples(text: &str) -> Vec<Example> {
                 args,
                 results,
                 line,
+                grid,
+                arg_keys,
+                result_keys,
             });
         }
         i += 1;
@@ -223,6 +247,106 @@ pub fn run_example_reference(ex: &Example) -> Result<(), String> {
     let (m, args, expected) = load_example(ex)?;
     let got = kiln_reference::eval_module(&m, &args).map_err(|e| e.to_string())?;
     check_results(&got, &expected)
+}
+
+/// A grid example ([`Example::grid`]) loaded: the module, the grid, and per process (in flat
+/// order, `replica * partitions + partition`) its arguments and expected results.
+pub type GridExample = (
+    Module,
+    kiln_reference::spmd::Grid,
+    Vec<Vec<Literal>>,
+    Vec<Vec<Literal>>,
+);
+
+/// The values of a grid example, checked to be written process by process: `keys` must be
+/// `{prefix}{i}@(r, p)` for every process in flat order and `i` in `0..per` (the index left
+/// out when `per` is 1 and `prefix` is `result`).
+fn per_process(
+    keys: &[String],
+    values: &[String],
+    (replicas, partitions): (usize, usize),
+    types: &[kiln_ir::TensorType],
+    prefix: &str,
+) -> Result<Vec<Vec<Literal>>, String> {
+    let per = types.len();
+    let mut out = Vec::new();
+    let mut it = keys.iter().zip(values);
+    for r in 0..replicas {
+        for p in 0..partitions {
+            let mut mine = Vec::new();
+            for (i, t) in types.iter().enumerate() {
+                let want = if prefix == "result" && per == 1 {
+                    format!("result@({r}, {p})")
+                } else {
+                    format!("{prefix}{i}@({r}, {p})")
+                };
+                let (k, v) = it
+                    .next()
+                    .ok_or_else(|| format!("no value `{want}` (values go process by process)"))?;
+                if *k != want {
+                    return Err(format!(
+                        "`{k}` where `{want}` is due (values go process by process)"
+                    ));
+                }
+                mine.push(parse_literal(v, t).map_err(|e| format!("`{k}`: {e}"))?);
+            }
+            out.push(mine);
+        }
+    }
+    if let Some((k, _)) = it.next() {
+        return Err(format!("`{k}` is past the grid's values"));
+    }
+    Ok(out)
+}
+
+/// Parses a grid example ([`Example::grid`]).
+pub fn load_grid_example(ex: &Example) -> Result<GridExample, String> {
+    let grid = ex.grid.ok_or("not a grid example")?;
+    let m = parse_module(&ex.kiln).map_err(|e| format!("parse: {e}"))?;
+    let f = m.entry().ok_or("no function")?;
+    let args = per_process(&ex.arg_keys, &ex.args, grid, &f.param_types(), "%")?;
+    let expected = per_process(
+        &ex.result_keys,
+        &ex.results,
+        grid,
+        &f.output_types,
+        "result",
+    )?;
+    let g = kiln_reference::spmd::Grid::new(grid.0, grid.1);
+    Ok((m, g, args, expected))
+}
+
+/// Runs a grid example on the reference interpreter, every process on its own thread.
+pub fn run_grid_example_reference(ex: &Example) -> Result<(), String> {
+    let (m, grid, args, expected) = load_grid_example(ex)?;
+    let f = m.entry().ok_or("no function")?;
+    let funcs = vec![f; grid.processes()];
+    let got = kiln_reference::spmd::eval_grid(grid, &funcs, &args).map_err(|e| e.to_string())?;
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        check_results(g, e).map_err(|m| format!("process {}: {m}", grid.process(i)))?;
+    }
+    Ok(())
+}
+
+/// Runs a grid example on the CPU backend: the function compiled once (its collectives host
+/// steps, nothing on the reference interpreter), run by every process on its own thread.
+pub fn run_grid_example_cpu(ex: &Example) -> Result<(), String> {
+    use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
+    use kiln_reference::spmd::{LocalCommunicator, run_processes};
+    let (m, grid, args, expected) = load_grid_example(ex)?;
+    let f = m.entry().ok_or("no function")?;
+    let exe = CpuExecutable::compile_with_cache(f, None).map_err(|e| format!("compile: {e}"))?;
+    if exe.plan().contains(&Step::Reference) {
+        return Err("an instruction runs on the reference interpreter".into());
+    }
+    let comm = std::sync::Arc::new(LocalCommunicator::new(grid));
+    let got = run_processes(comm, |p| {
+        exe.run(&args[p.flat(grid)]).map_err(|e| e.to_string())
+    })?;
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        check_results(g, e).map_err(|m| format!("process {}: {m}", grid.process(i)))?;
+    }
+    Ok(())
 }
 
 /// Splits a filetest body into `// -----`-separated cases.

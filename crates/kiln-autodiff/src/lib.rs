@@ -435,6 +435,9 @@ pub fn coverage(k: kiln_ir::OpKind) -> Coverage {
         OpKind::Scatter => Coverage::Partial("kind add or replace"),
         OpKind::ReduceWindow => Coverage::Partial("kind add; max and min without dilation"),
         OpKind::SelectAndScatter => Coverage::Partial("kind add"),
+        OpKind::AllReduce | OpKind::ReduceScatter | OpKind::CollectiveReduce => {
+            Coverage::Partial("computation add")
+        }
         _ => Coverage::Full,
     }
 }

@@ -162,6 +162,9 @@ pub fn vjp_rule(
     if let Op::Lu {} = op {
         return Ok(vec![linalg::lu_vjp(b, r, g[0])?]);
     }
+    if collective::handles(op) {
+        return collective::vjp(b, op, x, r, g);
+    }
     let g = g[0].expect("single-result ops are only visited with a cotangent");
     let r = r[0];
     let one = |v| Ok(vec![Some(v)]);
@@ -987,6 +990,8 @@ pub fn vjp_rule(
         | Op::Iota { .. }
         | Op::RngBitGenerator { .. }
         | Op::Fft { .. }
+        | Op::ReplicaId {}
+        | Op::PartitionId {}
         | Op::OptimizationBarrier {} => Ok(vec![None; x.len()]),
         // Handled above, before a single cotangent is taken.
         Op::While { .. }
@@ -996,6 +1001,13 @@ pub fn vjp_rule(
         | Op::ReduceRegion { .. }
         | Op::ReduceWindowRegion { .. }
         | Op::Map { .. }
+        | Op::AllGather { .. }
+        | Op::AllReduce { .. }
+        | Op::AllToAll { .. }
+        | Op::ReduceScatter { .. }
+        | Op::CollectivePermute { .. }
+        | Op::CollectiveBroadcast { .. }
+        | Op::CollectiveReduce { .. }
         | Op::Lu {} => Ok(vec![None; x.len()]),
     }
 }
@@ -1078,6 +1090,7 @@ fn case_vjp(
     Ok(out)
 }
 
+mod collective;
 mod conv;
 mod linalg;
 pub(crate) mod loops;

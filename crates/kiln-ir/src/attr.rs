@@ -112,6 +112,30 @@ impl AttrValue for Vec<(i64, i64)> {
     }
 }
 
+impl AttrValue for Vec<Vec<i64>> {
+    fn to_attr(&self) -> Attr {
+        Attr::List(self.iter().map(|g| g.to_attr()).collect())
+    }
+    fn from_attr(a: &Attr, ctx: &AttrCtx) -> Result<Self, String> {
+        match a {
+            Attr::List(items) => items
+                .iter()
+                .map(|g| match g {
+                    Attr::List(_) => Vec::<i64>::from_attr(g, ctx),
+                    _ => Err(format!(
+                        "expected a list of integer lists, found {}",
+                        quote(a)
+                    )),
+                })
+                .collect(),
+            _ => Err(format!(
+                "expected a list of integer lists, found {}",
+                quote(a)
+            )),
+        }
+    }
+}
+
 /// Declares a fieldless enum whose text form is a fixed identifier per variant.
 macro_rules! text_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),* $(,)? }) => {

@@ -35,6 +35,11 @@ impl Builder {
         v
     }
 
+    /// How many parameters the function has so far.
+    pub fn param_count(&self) -> usize {
+        self.f.params.len()
+    }
+
     /// The type of a value built so far.
     pub fn ty(&self, v: ValueId) -> Option<&TensorType> {
         self.f.ty(v)

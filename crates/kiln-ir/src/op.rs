@@ -226,8 +226,9 @@ macro_rules! define_ops {
 }
 
 /// The value an attribute has when the text leaves it out, for the attributes that have one:
-/// StableHLO's batching dimensions of `gather` and `scatter` (none) and `convolution`'s
-/// `batch_group_count` (1). The printer leaves such an attribute out when it has this value.
+/// StableHLO's batching dimensions of `gather` and `scatter` (none), `convolution`'s
+/// `batch_group_count` (1) and `collective_broadcast`'s `has_dynamic_root` (false). The
+/// printer leaves such an attribute out when it has this value.
 pub fn attr_default(name: &str) -> Option<Attr> {
     match name {
         "operand_batching_dims"
@@ -235,6 +236,7 @@ pub fn attr_default(name: &str) -> Option<Attr> {
         | "input_batching_dims"
         | "scatter_indices_batching_dims" => Some(Attr::List(Vec::new())),
         "batch_group_count" => Some(Attr::Token("1".into())),
+        "has_dynamic_root" => Some(Attr::Token("false".into())),
         _ => None,
     }
 }
@@ -464,6 +466,36 @@ define_ops! {
     /// unit-diagonal strict lower triangle and `u`), the `i32` row each step swapped with, and
     /// the `i32` row permutation `p` with `a[p] = l u`.
     Lu = "lu", Fixed(1), ResultCount::Fixed(3), DIFF;
+    /// The process running the program: its replica index in the grid, as `ui32[]`.
+    ReplicaId = "replica_id", Fixed(0), ONE, BARRIER;
+    /// The process running the program: its partition index in the grid, as `ui32[]`.
+    PartitionId = "partition_id", Fixed(0), ONE, BARRIER;
+    /// Within each process group, every process's operands concatenated along
+    /// `all_gather_dim` in group order (groups from `replica_groups`, `channel_id` and
+    /// `use_global_device_ids`, see `ir-specs/ops/all_gather.md`).
+    AllGather = "all_gather", AtLeast(1), ResultCount::PerOperand, BARRIER | DIFF, { all_gather_dim: i64, replica_groups: Vec<Vec<i64>>, channel_id: i64, use_global_device_ids: bool };
+    /// Within each process group, the elementwise reduction of every process's operands with
+    /// the scalar `computation`, folded in group order.
+    AllReduce = "all_reduce", AtLeast(1), ResultCount::PerOperand, BARRIER | CONTROL | DIFF, { replica_groups: Vec<Vec<i64>>, channel_id: i64, use_global_device_ids: bool, computation: Box<Func> };
+    /// Within each process group, each operand split into `split_count` parts along
+    /// `split_dimension`, part i sent to the group's i-th process, and the received parts
+    /// concatenated along `concat_dimension` in group order.
+    AllToAll = "all_to_all", AtLeast(1), ResultCount::PerOperand, BARRIER | DIFF, { split_dimension: i64, concat_dimension: i64, split_count: i64, replica_groups: Vec<Vec<i64>>, channel_id: i64 };
+    /// Within each process group, the `all_reduce` of the operand split along
+    /// `scatter_dimension` into one part per process: the group's i-th process gets part i.
+    ReduceScatter = "reduce_scatter", Fixed(1), ONE, BARRIER | CONTROL | DIFF, { scatter_dimension: i64, replica_groups: Vec<Vec<i64>>, channel_id: i64, use_global_device_ids: bool, computation: Box<Func> };
+    /// Each `[source, target]` pair sends the source process's operand to the target process
+    /// (replica indices, or partition indices when `channel_id > 0`); a process no pair targets
+    /// gets zeros.
+    CollectivePermute = "collective_permute", Fixed(1), ONE, BARRIER | DIFF, { source_target_pairs: Vec<(i64, i64)>, channel_id: i64 };
+    /// Within each process group, the operands of the group's first process (with
+    /// `has_dynamic_root`, of the process at the group position the last operand, an `i32`
+    /// vector, gives for each result), on every process of the group; a process in no group
+    /// gets zeros.
+    CollectiveBroadcast = "collective_broadcast", AtLeast(1), ResultCount::PerOperand, BARRIER | DIFF, { replica_groups: Vec<Vec<i64>>, channel_id: i64, has_dynamic_root: bool };
+    /// Within each process group, the `all_reduce` of the operands on the group's first
+    /// process, zeros on the others and on a process in no group.
+    CollectiveReduce = "collective_reduce", AtLeast(1), ResultCount::PerOperand, BARRIER | CONTROL | DIFF, { replica_groups: Vec<Vec<i64>>, channel_id: i64, computation: Box<Func> };
 }
 
 impl Op {
@@ -483,13 +515,18 @@ impl Op {
         match self {
             Op::Case { branches } => branches.first().map_or(0, |b| b.output_types.len()),
             Op::Call { callee } => callee.func.as_ref().map_or(0, |g| g.output_types.len()),
+            Op::CollectiveBroadcast {
+                has_dynamic_root: true,
+                ..
+            } => n.saturating_sub(1),
             _ => self.kind().results().for_operands(n).unwrap_or(0),
         }
     }
 
     /// The op's regions, the functions it runs: a `while`'s condition and body, a `case`'s
     /// branches, a `sort`'s comparator, a `reduce_region`'s or `reduce_window_region`'s body, a
-    /// `map`'s computation, a `call`'s callee (once resolved); empty for every other op.
+    /// `map`'s computation, a collective reduction's computation, a `call`'s callee (once
+    /// resolved); empty for every other op.
     pub fn regions(&self) -> Vec<&Func> {
         match self {
             Op::Call { callee } => callee.func.as_deref().into_iter().collect(),
@@ -499,7 +536,10 @@ impl Op {
             Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
                 vec![body.as_ref()]
             }
-            Op::Map { computation, .. } => vec![computation.as_ref()],
+            Op::Map { computation, .. }
+            | Op::AllReduce { computation, .. }
+            | Op::ReduceScatter { computation, .. }
+            | Op::CollectiveReduce { computation, .. } => vec![computation.as_ref()],
             _ => Vec::new(),
         }
     }
@@ -516,7 +556,10 @@ impl Op {
             Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
                 vec![body.as_mut()]
             }
-            Op::Map { computation, .. } => vec![computation.as_mut()],
+            Op::Map { computation, .. }
+            | Op::AllReduce { computation, .. }
+            | Op::ReduceScatter { computation, .. }
+            | Op::CollectiveReduce { computation, .. } => vec![computation.as_mut()],
             _ => Vec::new(),
         }
     }

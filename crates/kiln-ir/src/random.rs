@@ -7,6 +7,7 @@ use crate::{
     Builder, Combiner, ComparisonDirection, DType, Func, Literal, Op, TensorType, ValueId,
 };
 
+mod collective;
 mod fft;
 
 /// A small, fast, seedable generator (SplitMix64).

@@ -11,6 +11,7 @@ use crate::error::{Diag, VerifyError};
 use crate::print::inst_summary;
 use crate::{DType, Func, Op, OpKind, TensorType};
 
+mod collective;
 mod dtypes;
 mod fft;
 mod window;
@@ -1237,6 +1238,15 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
             fft_type,
             fft_length,
         } => fft::fft_rule(&l, *fft_type, fft_length, x[0]),
+        ReplicaId {}
+        | PartitionId {}
+        | AllGather { .. }
+        | AllReduce { .. }
+        | AllToAll { .. }
+        | ReduceScatter { .. }
+        | CollectivePermute { .. }
+        | CollectiveBroadcast { .. }
+        | CollectiveReduce { .. } => collective::collective_rule(&l, op, x, declared),
         TriangularSolve { left_side, .. } => {
             let (a, b) = (x[0], x[1]);
             l.ensure(

@@ -83,16 +83,29 @@ pub enum Step {
     /// region's own compiled program on the values, and loops; nothing is fused across it.
     Control,
     /// A routine of the runtime's host code (`cholesky`, `triangular_solve`, `lu`: blocked
-    /// linear algebra), [`host_routine`] says which ops have one.
+    /// linear algebra; the collectives and `replica_id` / `partition_id`: an exchange with the
+    /// other processes of the grid), [`host_routine`] says which ops have one.
     Host,
 }
 
 /// Whether `op` runs as a routine of the runtime's host code ([`Step::Host`]) when it has no
 /// kernel.
 pub fn host_routine(op: &kiln_ir::Op) -> bool {
+    use kiln_ir::Op;
     matches!(
         op,
-        kiln_ir::Op::Cholesky { .. } | kiln_ir::Op::TriangularSolve { .. } | kiln_ir::Op::Lu {}
+        Op::Cholesky { .. }
+            | Op::TriangularSolve { .. }
+            | Op::Lu {}
+            | Op::ReplicaId {}
+            | Op::PartitionId {}
+            | Op::AllGather { .. }
+            | Op::AllReduce { .. }
+            | Op::AllToAll { .. }
+            | Op::ReduceScatter { .. }
+            | Op::CollectivePermute { .. }
+            | Op::CollectiveBroadcast { .. }
+            | Op::CollectiveReduce { .. }
     )
 }
 

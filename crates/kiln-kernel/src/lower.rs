@@ -160,6 +160,17 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::Sort { .. } => Err(NoKernel(
             "a sort: the host runs it (by keys, or with its comparator compiled as a region)",
         )),
+        Op::ReplicaId {}
+        | Op::PartitionId {}
+        | Op::AllGather { .. }
+        | Op::AllReduce { .. }
+        | Op::AllToAll { .. }
+        | Op::ReduceScatter { .. }
+        | Op::CollectivePermute { .. }
+        | Op::CollectiveBroadcast { .. }
+        | Op::CollectiveReduce { .. } => Err(NoKernel(
+            "a collective: the host exchanges the values with the other processes of the grid",
+        )),
         Op::Fft { .. } => Err(NoKernel(
             "a Fourier transform, which the pipeline expands into matrix products before \
              lowering (`crate::fft`)",

@@ -278,8 +278,9 @@ pub fn steps_of(f: &Func, fused: &Fused) -> Vec<Step> {
             (Some(_), _) => Step::Kernel,
             (None, Op::Constant { .. }) => Step::Constant,
             (None, Op::OptimizationBarrier {}) => Step::Forward,
-            (None, op) if op.props().contains(kiln_ir::Props::CONTROL) => Step::Control,
+            // Before control flow: a collective reduction holds its computation as a region.
             (None, op) if crate::host_routine(op) => Step::Host,
+            (None, op) if op.props().contains(kiln_ir::Props::CONTROL) => Step::Control,
             (None, _) => Step::Reference,
         })
         .collect()

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod accuracy;
+pub mod collective;
 pub mod compare;
 pub mod complex;
 mod fft;
@@ -24,6 +25,7 @@ mod reduce_region;
 mod rng;
 pub mod scalar;
 mod sort;
+pub mod spmd;
 
 use kiln_ir::{Func, Literal, Module, VerifyError};
 use std::fmt;
@@ -42,6 +44,9 @@ pub enum Error {
     Args(String),
     /// The module has no function to run.
     NoEntry,
+    /// A collective op failed: its process groups do not fit the grid, or a process of its
+    /// group failed, finished early or ran another collective (see [`spmd`]).
+    Collective(String),
 }
 
 impl fmt::Display for Error {
@@ -50,6 +55,7 @@ impl fmt::Display for Error {
             Error::Verify(e) => write!(f, "verify error: {e}"),
             Error::Args(m) => write!(f, "bad arguments: {m}"),
             Error::NoEntry => f.write_str("the module has no function"),
+            Error::Collective(m) => write!(f, "collective: {m}"),
         }
     }
 }
@@ -83,12 +89,13 @@ pub fn check_args<L: std::borrow::Borrow<Literal>>(f: &Func, args: &[L]) -> Resu
     Ok(())
 }
 
-/// Runs `f` on `args` after verifying it.
+/// Runs `f` on `args` after verifying it. Outside [`spmd::run_processes`] the function runs
+/// as the one process of a 1 x 1 grid (its collectives' groups may only name index 0).
 pub fn eval(f: &Func, args: &[Literal]) -> Result<Vec<Literal>> {
     kiln_ir::verify(f).map_err(Error::Verify)?;
     check_args(f, args)?;
     let refs: Vec<&Literal> = args.iter().collect();
-    Ok(run(f, &refs))
+    spmd::catch_abort(|| run(f, &refs)).map_err(Error::Collective)
 }
 
 /// Runs the verified function `f` on arguments of its parameter types (a region of `while` or

@@ -792,6 +792,18 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         Op::Map { computation, .. } => {
             vec![crate::reduce_region::map(x, computation, &types[0])]
         }
+        // A failed collective leaves the interpreter (see `spmd::catch_abort`).
+        Op::ReplicaId {}
+        | Op::PartitionId {}
+        | Op::AllGather { .. }
+        | Op::AllReduce { .. }
+        | Op::AllToAll { .. }
+        | Op::ReduceScatter { .. }
+        | Op::CollectivePermute { .. }
+        | Op::CollectiveBroadcast { .. }
+        | Op::CollectiveReduce { .. } => {
+            crate::collective::eval(op, x, types).unwrap_or_else(|e| crate::spmd::abort(e))
+        }
         Op::ReduceWindowRegion {
             window_dimensions,
             window_strides,

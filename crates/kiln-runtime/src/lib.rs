@@ -24,6 +24,7 @@
 //! - [`kernel_program`]: a lowered program run with compiled CPU kernel functions (JIT-compiled,
 //!   or from a shared library: [`library`]), shared by the CPU backend and `kiln-run`.
 
+pub mod collective;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "cuda")]
@@ -592,7 +593,7 @@ impl Program {
                         .iter()
                         .map(|r| f.values[r.index()].clone())
                         .collect();
-                    linalg::run(&inst.op, &xs, &tys)
+                    collective::host_step(&inst.op, &xs, &tys)
                         .map_err(|e| Error(format!("#{i} {e}")))?
                         .into_iter()
                         .map(Cow::Owned)

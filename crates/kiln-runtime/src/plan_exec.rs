@@ -245,7 +245,7 @@ fn host<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, h: &HostStep) -> Result<(
             .map(|r| f.values[r.index()].clone())
             .collect();
         let outs = if kiln_kernel::host_routine(&inst.op) {
-            crate::linalg::run(&inst.op, &refs, &tys)?
+            crate::collective::host_step(&inst.op, &refs, &tys)?
         } else {
             kiln_reference::eval_op(&inst.op, &refs, &tys)
         };

@@ -43,6 +43,7 @@ fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
                 i += 1;
             }
             let mut args = Vec::new();
+            let mut grid = false;
             i += 1;
             while i < lines.len() && lines[i] != "```" {
                 if let Some((k, v)) = lines[i].split_once(" = ")
@@ -50,7 +51,12 @@ fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
                 {
                     args.push(v.to_string());
                 }
+                grid |= lines[i].starts_with("grid = ");
                 i += 1;
+            }
+            // An example for a grid of processes runs on the grid (`tests/lib.rs`), not here.
+            if grid {
+                continue;
             }
             let name = format!("{}:{line}", p.file_name().unwrap().to_string_lossy());
             let m = kiln_ir::parse_module(&src).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -57,6 +57,8 @@ pub struct FuncChecks {
     pub outputs: usize,
     /// The checks, in text order.
     pub checks: Vec<Check>,
+    /// The `interpreter.run_parallel` ops of the function, in text order.
+    pub parallel: Vec<crate::parallel::Parallel>,
 }
 
 impl Check {

@@ -617,6 +617,107 @@ impl Printer {
                 ));
             }
             Op::Erf {} => name = "chlo.erf".into(),
+            Op::AllGather {
+                all_gather_dim,
+                replica_groups,
+                channel_id,
+                use_global_device_ids,
+            } => {
+                attrs.push(format!("all_gather_dim = {all_gather_dim} : i64"));
+                attrs.extend(crate::collective::export_attrs(
+                    replica_groups,
+                    *channel_id,
+                    *use_global_device_ids,
+                ));
+            }
+            Op::AllReduce {
+                replica_groups,
+                channel_id,
+                use_global_device_ids,
+                computation,
+            } => {
+                attrs.extend(crate::collective::export_attrs(
+                    replica_groups,
+                    *channel_id,
+                    *use_global_device_ids,
+                ));
+                regions.push(self.region(computation, None, ri)?);
+            }
+            Op::AllToAll {
+                split_dimension,
+                concat_dimension,
+                split_count,
+                replica_groups,
+                channel_id,
+            } => {
+                attrs.push(format!("split_dimension = {split_dimension} : i64"));
+                attrs.push(format!("concat_dimension = {concat_dimension} : i64"));
+                attrs.push(format!("split_count = {split_count} : i64"));
+                attrs.extend(crate::collective::export_attrs(
+                    replica_groups,
+                    *channel_id,
+                    false,
+                ));
+            }
+            Op::ReduceScatter {
+                scatter_dimension,
+                replica_groups,
+                channel_id,
+                use_global_device_ids,
+                computation,
+            } => {
+                attrs.push(format!("scatter_dimension = {scatter_dimension} : i64"));
+                attrs.extend(crate::collective::export_attrs(
+                    replica_groups,
+                    *channel_id,
+                    *use_global_device_ids,
+                ));
+                regions.push(self.region(computation, None, ri)?);
+            }
+            Op::CollectivePermute {
+                source_target_pairs,
+                channel_id,
+            } => {
+                let rows: Vec<Vec<i64>> = source_target_pairs
+                    .iter()
+                    .map(|&(a, b)| vec![a, b])
+                    .collect();
+                attrs.push(format!(
+                    "source_target_pairs = {}",
+                    crate::collective::dense_rows(&rows, 2)
+                ));
+                attrs.extend(
+                    crate::collective::export_attrs(&[], *channel_id, false)
+                        .into_iter()
+                        .skip(1),
+                );
+            }
+            Op::CollectiveBroadcast {
+                replica_groups,
+                channel_id,
+                has_dynamic_root,
+            } => {
+                attrs.extend(crate::collective::export_attrs(
+                    replica_groups,
+                    *channel_id,
+                    false,
+                ));
+                if *has_dynamic_root {
+                    attrs.push("has_dynamic_root".into());
+                }
+            }
+            Op::CollectiveReduce {
+                replica_groups,
+                channel_id,
+                computation,
+            } => {
+                attrs.extend(crate::collective::export_attrs(
+                    replica_groups,
+                    *channel_id,
+                    false,
+                ));
+                regions.push(self.region(computation, None, ri)?);
+            }
             _ => {
                 if !inst.op.kind().attr_names().is_empty() {
                     return Err(err("no StableHLO form for its attributes".into()));

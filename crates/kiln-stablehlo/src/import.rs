@@ -34,6 +34,8 @@ pub struct Body {
     pub checks: Vec<(Check, Vec<ValueId>)>,
     /// Whether `check.*` ops are allowed here.
     pub allow_checks: bool,
+    /// The `interpreter.run_parallel` ops recorded (see [`crate::parallel`]).
+    pub parallel: Vec<crate::parallel::PendingRun>,
 }
 
 /// The value names in scope: one map per function or inlined call.
@@ -109,6 +111,7 @@ impl<'m> Importer<'m> {
             consts: HashMap::new(),
             checks: Vec::new(),
             allow_checks: self.with_checks,
+            parallel: Vec::new(),
         };
         let mut names = Names::new();
         for (n, t) in &f.body.args {
@@ -125,6 +128,16 @@ impl<'m> Importer<'m> {
             outputs.extend(&vals);
             checks.push(c.at_outputs(first..first + vals.len()));
         }
+        let mut parallel = Vec::new();
+        for run in std::mem::take(&mut body.parallel) {
+            let first = outputs.len();
+            outputs.extend(&run.operands);
+            parallel.push(crate::parallel::Parallel {
+                programs: run.programs,
+                params: run.params,
+                outputs: first..outputs.len(),
+            });
+        }
         let func = body
             .b
             .finish(&outputs)
@@ -135,6 +148,7 @@ impl<'m> Importer<'m> {
                 func: f.name.clone(),
                 outputs: outs.len(),
                 checks,
+                parallel,
             },
         ))
     }
@@ -205,6 +219,12 @@ impl<'m> Importer<'m> {
                 self.reduce_window_op(body, op, &args)?
             }
             n if n.starts_with("check.") => crate::checks::record(body, op, &args)?,
+            "interpreter.run_parallel" => crate::parallel::record(body, op, &args)?,
+            n if crate::collective::has_region(n) => {
+                let f = self.closed_region(body, op, "collective", "computation")?;
+                crate::collective::with_region(body, op, &args, f)?
+            }
+            n if crate::collective::handles(n) => crate::collective::lower(body, op, &args)?,
             _ => crate::ops::map_op(body, op, &args)?,
         };
         bind_results(names, op, &results)
@@ -372,6 +392,7 @@ impl<'m> Importer<'m> {
             consts: HashMap::new(),
             checks: Vec::new(),
             allow_checks: false,
+            parallel: Vec::new(),
         };
         let mut names = Names::new();
         for (n, t) in &block.args {

@@ -33,6 +33,7 @@ pub mod ast;
 pub mod attrs;
 pub mod checks;
 pub mod chlo;
+pub mod collective;
 pub mod decompose;
 pub mod dense;
 pub mod error;
@@ -43,6 +44,7 @@ pub mod lexer;
 pub mod literal;
 pub mod next_after;
 pub mod ops;
+pub mod parallel;
 pub mod parser;
 pub mod pretty;
 pub mod ragged;
@@ -54,6 +56,7 @@ pub use checks::{Check, CheckKind, FuncChecks};
 pub use error::{Error, ErrorKind, Pos, Result};
 pub use export::{ExportError, to_text};
 use kiln_ir::Module;
+pub use parallel::Parallel;
 
 /// One piece of a `// -----`-split file: its text and the line it starts on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

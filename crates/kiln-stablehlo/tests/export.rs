@@ -37,6 +37,11 @@ fn region_names_as_imported(m: &Module) -> Module {
                     body.name = "reducer".into()
                 }
                 Op::Map { computation, .. } => computation.name = "map".into(),
+                Op::AllReduce { computation, .. }
+                | Op::ReduceScatter { computation, .. }
+                | Op::CollectiveReduce { computation, .. } => {
+                    computation.name = "computation".into()
+                }
                 _ => {}
             }
             match &mut inst.op {

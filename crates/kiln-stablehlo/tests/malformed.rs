@@ -71,10 +71,10 @@ fn unknown_ops_and_types() {
         "`stablehlo.frobnicate` (kiln has no such op)",
     );
     fails_as(
-        &wrap("%0 = stablehlo.replica_id : tensor<ui32>"),
+        &wrap("%0 = \"stablehlo.uniform_quantize\"() : () -> tensor<f32>"),
         ErrorKind::Unsupported,
         "2:8",
-        "stablehlo.replica_id",
+        "stablehlo.uniform_quantize",
     );
     fails_as(
         &wrap("%0 = stablehlo.constant dense<1.0> : tensor<f8E5M2>"),

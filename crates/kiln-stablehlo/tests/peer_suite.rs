@@ -8,11 +8,12 @@
 //! module listed there as passing no longer passes. `KILN_BLESS=1` rewrites the table.
 
 use kiln_codegen_llvm::cpu::CpuExecutable;
-use kiln_ir::{Builder, Func, Literal, Loc, Op, ValueId};
-use kiln_stablehlo::{ErrorKind, FuncChecks, Piece, parse_with_checks, split};
+use kiln_ir::{Builder, Func, Literal, Loc, Module, Op, ValueId};
+use kiln_reference::spmd::{Grid, LocalCommunicator, run_processes};
+use kiln_stablehlo::{ErrorKind, FuncChecks, Parallel, Piece, parse_with_checks, split};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 /// How long one function may run on one backend before it counts as failing.
@@ -160,22 +161,97 @@ fn lift_constants(f: &Func) -> Result<(Func, Vec<Literal>), String> {
     Ok((b.finish(&outs).map_err(|e| e.to_string())?, args))
 }
 
-/// Runs the functions on one backend and checks their results.
-fn run_on(funcs: &[(Func, FuncChecks)], backend: &str) -> Outcome {
-    for (f, checks) in funcs {
-        let g = f.clone();
-        let r = match backend {
-            "reference" => {
-                guarded(move || kiln_reference::eval(&g, &[]).map_err(|e| e.to_string()))
+/// Runs `f` on `args` on one backend (the CPU with `f`'s constants lifted into arguments).
+fn run_func(f: &Func, args: Vec<Literal>, backend: &str) -> Result<Vec<Literal>, String> {
+    let g = f.clone();
+    match backend {
+        "reference" => guarded(move || kiln_reference::eval(&g, &args).map_err(|e| e.to_string())),
+        _ => guarded(move || {
+            let (lifted, consts) = lift_constants(&g)?;
+            let exe = CpuExecutable::compile_with_cache(&lifted, None)
+                .map_err(|e| format!("compile: {e}"))?;
+            let all: Vec<Literal> = args.into_iter().chain(consts).collect();
+            exe.run(&all).map_err(|e| format!("run: {e}"))
+        }),
+    }
+}
+
+/// Runs an `interpreter.run_parallel` on one backend: `p.programs` on a grid of threads, each
+/// process on its share of `operands`; returns every process's results, in process order.
+fn run_grid(
+    m: &Module,
+    p: &Parallel,
+    operands: Vec<Literal>,
+    backend: &str,
+) -> Result<Vec<Literal>, String> {
+    let grid = Grid::new(p.programs.len(), p.programs[0].len());
+    let mut funcs = Vec::new();
+    for name in p.programs.iter().flatten() {
+        funcs.push(
+            m.func(name)
+                .ok_or_else(|| format!("run_parallel: no function @{name}"))?
+                .clone(),
+        );
+    }
+    let mut args = Vec::new();
+    let mut rest = operands.into_iter();
+    for f in &funcs {
+        args.push(rest.by_ref().take(f.params.len()).collect::<Vec<_>>());
+    }
+    if rest.next().is_some() {
+        return Err("run_parallel: more operands than the programs take".into());
+    }
+    let flat = |r: Vec<Vec<Literal>>| r.into_iter().flatten().collect::<Vec<_>>();
+    match backend {
+        "reference" => guarded(move || {
+            let refs: Vec<&Func> = funcs.iter().collect();
+            kiln_reference::spmd::eval_grid(grid, &refs, &args)
+                .map(flat)
+                .map_err(|e| e.to_string())
+        }),
+        _ => guarded(move || {
+            let mut exes = Vec::new();
+            for f in &funcs {
+                exes.push(
+                    CpuExecutable::compile_with_cache(f, None)
+                        .map_err(|e| format!("compile: {e}"))?,
+                );
             }
-            _ => guarded(move || {
-                let (lifted, args) = lift_constants(&g)?;
-                let exe = CpuExecutable::compile_with_cache(&lifted, None)
-                    .map_err(|e| format!("compile: {e}"))?;
-                exe.run(&args).map_err(|e| format!("run: {e}"))
-            }),
-        };
-        let outs = match r {
+            let comm = Arc::new(LocalCommunicator::new(grid));
+            run_processes(comm, |proc| {
+                let i = proc.flat(grid);
+                exes[i].run(&args[i]).map_err(|e| format!("run: {e}"))
+            })
+            .map(flat)
+        }),
+    }
+}
+
+/// Runs one function of the module on one backend: with an `interpreter.run_parallel`, first
+/// on zeros for the grid's results (to compute its operands), then on the grid's results.
+fn run_entry(
+    m: &Module,
+    f: &Func,
+    checks: &FuncChecks,
+    backend: &str,
+) -> Result<Vec<Literal>, String> {
+    match checks.parallel.as_slice() {
+        [] => run_func(f, Vec::new(), backend),
+        [p] => {
+            let zeros: Vec<Literal> = f.param_types().into_iter().map(Literal::zeros).collect();
+            let first = run_func(f, zeros, backend)?;
+            let operands = first[p.outputs.clone()].to_vec();
+            let results = run_grid(m, p, operands, backend)?;
+            run_func(f, results, backend)
+        }
+        _ => Err("more than one interpreter.run_parallel in a function".into()),
+    }
+}
+
+/// Runs the functions on one backend and checks their results.
+fn run_on(m: &Module, funcs: &[(Func, FuncChecks)], backend: &str) -> Outcome {
+    for (f, checks) in funcs {
+        let outs = match run_entry(m, f, checks, backend) {
             Ok(o) => o,
             Err(e) => return Outcome::Fail(format!("@{}: {e}", f.name)),
         };
@@ -202,6 +278,14 @@ fn run_module(piece: Piece) -> (Outcome, Outcome) {
         }
     };
     let m = &imported.module;
+    let takes_args = |i: usize| {
+        let grid_results: usize = imported.checks[i]
+            .parallel
+            .iter()
+            .map(|p| p.params.len())
+            .sum();
+        m.funcs[i].params.len() != grid_results
+    };
     let entry = m.func("main").or(if m.funcs.len() == 1 {
         m.funcs.first()
     } else {
@@ -209,11 +293,9 @@ fn run_module(piece: Piece) -> (Outcome, Outcome) {
     });
     let picked: Vec<usize> = match entry {
         Some(e) => vec![m.funcs.iter().position(|f| std::ptr::eq(f, e)).unwrap_or(0)],
-        None => (0..m.funcs.len())
-            .filter(|&i| m.funcs[i].params.is_empty())
-            .collect(),
+        None => (0..m.funcs.len()).filter(|&i| !takes_args(i)).collect(),
     };
-    if let Some(&i) = picked.iter().find(|&&i| !m.funcs[i].params.is_empty()) {
+    if let Some(&i) = picked.iter().find(|&&i| takes_args(i)) {
         let o = Outcome::Unsupported(format!("the entry @{} takes arguments", m.funcs[i].name));
         return (o.clone(), o);
     }
@@ -221,7 +303,7 @@ fn run_module(piece: Piece) -> (Outcome, Outcome) {
         .iter()
         .map(|&i| (m.funcs[i].clone(), imported.checks[i].clone()))
         .collect();
-    (run_on(&funcs, "reference"), run_on(&funcs, "cpu"))
+    (run_on(m, &funcs, "reference"), run_on(m, &funcs, "cpu"))
 }
 
 /// Reads the committed table: module → (reference, cpu) outcome words.

@@ -37,6 +37,7 @@ pub mod random;
 mod reduce;
 mod remat;
 mod scan;
+pub mod spmd;
 pub mod testing;
 pub mod train;
 mod transforms;

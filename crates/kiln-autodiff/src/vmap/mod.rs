@@ -313,6 +313,10 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         Convolution => Batching::LoopWhen("the kernel differs per example"),
         RngBitGenerator => Batching::LoopWhen("the state differs per example"),
         Call => Batching::LoopWhen("an instruction of the callee does (it is batched in place)"),
+        ReplicaId | PartitionId | AllGather | AllReduce | AllToAll | ReduceScatter
+        | CollectivePermute | CollectiveBroadcast | CollectiveReduce => Batching::LoopWhen(
+            "it is a collective (one per example, in the same order on every process)",
+        ),
         Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | Power | And | Or
         | Xor | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic | Atan2 | Negate | Abs
         | Sign | Exponential | Log | LogPlusOne | ExponentialMinusOne | Sqrt | Rsqrt | Tanh

@@ -11,6 +11,10 @@ impl Gen<'_> {
     /// f32 or f64 value) an `RFFT` followed by the `IRFFT` back, so that the program's values
     /// stay real.
     pub(super) fn random_fft(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        // One time in three a collective instead (`random/collective.rs`).
+        if self.rng.chance(1.0 / 3.0) {
+            return self.random_collective(a, t);
+        }
         let (a, t) = if t.rank() >= 1 && !matches!(t.dtype, DType::C64 | DType::C128) {
             if matches!(t.dtype, DType::F32 | DType::F64) {
                 (a, t.clone())
@@ -22,7 +26,8 @@ impl Gen<'_> {
         } else if t.rank() >= 1 {
             (a, t.clone())
         } else {
-            return None;
+            // A scalar has no transform: a collective on it instead (`random/collective.rs`).
+            return self.random_collective(a, t);
         };
         let r = t.rank();
         let l = 1 + self.rng.below(r.min(3));
