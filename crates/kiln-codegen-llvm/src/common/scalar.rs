@@ -220,10 +220,13 @@ pub(crate) trait Scalar<'c>: Base<'c> {
     }
 
     fn constant(&self, d: DType, x: f64) -> BasicValueEnum<'c> {
-        if d.is_float() {
+        if d.is_float() && d.mini().is_none() {
             self.ftype(d)
                 .const_float(kiln_ir::literal::round_to(d, x))
                 .into()
+        } else if let Some(m) = d.mini() {
+            // A small float is its bit pattern.
+            self.itype(d).const_int(m.from_f64(x) as u64, false).into()
         } else if d == DType::Pred {
             self.ctx()
                 .bool_type()
@@ -327,7 +330,7 @@ pub(crate) trait Scalar<'c>: Base<'c> {
             // A small float's bit pattern and a u8 are the same byte.
             Ew::Bitcast if out.mini().is_some() || d.mini().is_some() => Ok(v[0]),
             Ew::Bitcast => {
-                let to: BasicTypeEnum = if out.is_float() {
+                let to: BasicTypeEnum = if out.is_float() && out.mini().is_none() {
                     self.ftype(out).into()
                 } else {
                     self.itype(out).into()
