@@ -362,7 +362,7 @@ pub fn encode(x: Expr, m: MiniFloat) -> Expr {
     } else {
         i32::MAX as i64
     };
-    let inf_bits = ((2 * src_bias + 1) << src_m) as i64;
+    let inf_bits = (2 * src_bias + 1) << src_m;
     let mag = op(OpKind::And, it, vec![bits.clone(), k(abs_mask)]);
     let neg = cmp(Lt, bits, k(0));
     let nan = cmp(Gt, mag.clone(), k(inf_bits));
