@@ -50,7 +50,8 @@ const KNOWN: &[(&str, &str)] = &[
 const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
 
 /// Why XLA refusing or disagreeing with this program is known: a listed program, XLA
-/// refusing kiln's `rng_bit_generator` state or a product of sub-byte integers, `popcnt` of
+/// refusing kiln's `rng_bit_generator` state or a product of sub-byte integers, JAX refusing an
+/// argument of a 6- or 4-bit float, `popcnt` of
 /// a signed sub-byte integer, or `reduce_window` of a rank-0 operand.
 fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if ["S2", "U2", "S4", "U4"]
@@ -58,6 +59,14 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
         .any(|t| problem.contains(&format!("unsupported operand type {t} in op dot")))
     {
         return Some("XLA's CPU has no matrix product of 2- or 4-bit integers");
+    }
+    if ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"]
+        .iter()
+        .any(|t| problem.contains(&format!("Unknown NumPy dtype dtype({t})")))
+    {
+        return Some(
+            "JAX's device_put takes no 6- or 4-bit float arrays, so XLA cannot be given them",
+        );
     }
     let text = kiln_ir::print_module(m);
     let signed_popcnt = text
