@@ -285,12 +285,12 @@ impl DType {
         self.bits().div_ceil(8) as usize
     }
 
-    /// The dtype of this one's storage: `i8` for `i4` and `i2`, `u8` for `u4` and `u2`, the
-    /// dtype itself for the others.
+    /// The dtype of this one's storage: `i8` for `i4` and `i2`, `u8` for `u4` and `u2` and the
+    /// small floats (their bit patterns), the dtype itself for the others.
     pub fn storage(self) -> DType {
         match self {
             DType::I4 | DType::I2 => DType::I8,
-            DType::U4 | DType::U2 => DType::U8,
+            DType::U4 | DType::U2 | DType::Mini(_) => DType::U8,
             d => d,
         }
     }
