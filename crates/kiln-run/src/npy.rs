@@ -227,6 +227,24 @@ mod tests {
     }
 
     #[test]
+    fn small_floats_are_written_as_raw_bytes_and_become_the_artifacts_type() {
+        let l = Literal::from_f64s(
+            TensorType::new(DType::F8E4M3FN, [4]),
+            &[0.5, -448.0, f64::NAN, 3.0],
+        )
+        .unwrap();
+        let b = to_bytes(&l);
+        assert!(String::from_utf8_lossy(&b).contains("'descr': '|V1'"));
+        let back = from_bytes(&b).unwrap();
+        assert_eq!(back.dtype(), DType::U8);
+        assert_eq!(as_dtype(back, DType::F8E4M3FN).unwrap(), l);
+        // A byte that is no 4-bit pattern is refused for f4e2m1fn.
+        let wide = Literal::from_i64s(TensorType::new(DType::U8, [2]), &[3, 0x30]).unwrap();
+        let e = as_dtype(wide, DType::F4E2M1FN).unwrap_err();
+        assert!(e.contains("0x30 is not a bit pattern of f4e2m1fn"), "{e}");
+    }
+
+    #[test]
     fn bytes_read_for_a_sub_byte_type_become_it_when_they_fit() {
         let bytes = Literal::from_i64s(TensorType::new(DType::I8, [3]), &[-8, 7, -1]).unwrap();
         let l = as_dtype(bytes.clone(), DType::I4).unwrap();

@@ -269,3 +269,24 @@ fn encoding_and_decoding_agree_with_ml_dtypes() {
     }
     assert_eq!(checked, MiniFloat::ALL.len());
 }
+
+#[test]
+fn literals_read_decimals_and_bit_patterns_and_print_back() {
+    use crate::{DType, TensorType, parse_literal};
+    let ty = TensorType::new(DType::F8E4M3FN, [6]);
+    let l = parse_literal("[0.1, 0x7e, -0x0, 0xff, 1000.0, -0.0]", &ty);
+    // `-0x0` is no pattern: refused.
+    assert!(l.is_err());
+    let l = parse_literal("[0.1, 0x7e, 0x80, 0xff, 1000.0, -0.0]", &ty).unwrap();
+    assert_eq!(l.to_le_bytes(), [0x1d, 0x7e, 0x80, 0xff, 0x7f, 0x80]);
+    let mut text = String::new();
+    l.write_nested(&mut text);
+    assert_eq!(text, "[0.1015625, 448.0, -0.0, -nan, nan, -0.0]");
+    assert_eq!(parse_literal(&text, &ty).unwrap(), l);
+    // A pattern wider than the type.
+    let e = parse_literal("[0x10]", &TensorType::new(DType::F4E2M1FN, [1])).unwrap_err();
+    assert!(
+        e.to_string().contains("not a bit pattern of f4e2m1fn"),
+        "{e}"
+    );
+}
