@@ -14,7 +14,8 @@ use std::fmt;
 /// The small floats ([`DType::Mini`]: `f8e4m3fn`, `f8e5m2`, `f8e4m3`, `f8e3m4`, `f8e4m3fnuz`,
 /// `f8e5m2fnuz`, `f8e4m3b11fnuz`, `f8e8m0fnu`, `f6e2m3fn`, `f6e3m2fn`, `f4e2m1fn`: StableHLO's
 /// `f8E4M3FN` ... `f4E2M1FN` in lowercase) are stored as their bit pattern, one per byte (the
-/// 6- and 4-bit ones in the low bits); arithmetic on them computes in f32 and rounds the result
+/// 6- and 4-bit ones in the low bits); arithmetic on them computes in f32 or wider (the
+/// reference in f64, the compiled backends in f32, `f8e8m0fnu` in f64) and rounds the result
 /// once to the type, by the rules of [`crate::minifloat`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {

@@ -15,8 +15,9 @@
 //! | FNU | `f8e8m0fnu` (powers of two only) | NaN (`0xff`) | `0xff` | zero and negatives are NaN |
 //! | MX | `f6e2m3fn`, `f6e3m2fn`, `f4e2m1fn` | the largest finite value | zero, with the sign | kept |
 //!
-//! Infinities count as overflow. Arithmetic on these types computes in f32 and rounds the
-//! result once to the type.
+//! Infinities count as overflow. Arithmetic on these types computes in f32 or wider (the
+//! reference in f64) and rounds the result once to the type; for `+ - * /` and `sqrt` both give
+//! the same result, f32 having more than twice the precision plus two bits.
 
 use std::fmt;
 
