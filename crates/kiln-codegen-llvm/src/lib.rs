@@ -75,6 +75,9 @@ pub(crate) fn storage<'c>(ctx: &'c Context, d: DType) -> BasicTypeEnum<'c> {
         DType::Pred | DType::I8 | DType::U8 => ctx.i8_type().into(),
         // One byte each, the value sign- or zero-extended.
         DType::I2 | DType::U2 | DType::I4 | DType::U4 => ctx.i8_type().into(),
+        // A small float's bit pattern in the low bits of a byte (kernels decode and encode
+        // it with integer ops: `kiln_kernel::minifloat`).
+        DType::Mini(_) => ctx.i8_type().into(),
         DType::I16 | DType::U16 | DType::F16 | DType::BF16 => ctx.i16_type().into(),
         DType::I32 | DType::U32 => ctx.i32_type().into(),
         DType::I64 | DType::U64 => ctx.i64_type().into(),

@@ -1,5 +1,6 @@
 //! Element types.
 
+use crate::minifloat::MiniFloat;
 use std::fmt;
 
 /// The element type of a tensor.
@@ -9,6 +10,13 @@ use std::fmt;
 /// The sub-byte integers `i4`, `u4`, `i2` and `u2` are stored one element per byte, their value
 /// sign-extended (`i4`, `i2`) or zero-extended (`u4`, `u2`) in it: buffers, literals and files
 /// hold only values in the type's range, and every operation wraps its result back into it.
+///
+/// The small floats ([`DType::Mini`]: `f8e4m3fn`, `f8e5m2`, `f8e4m3`, `f8e3m4`, `f8e4m3fnuz`,
+/// `f8e5m2fnuz`, `f8e4m3b11fnuz`, `f8e8m0fnu`, `f6e2m3fn`, `f6e3m2fn`, `f4e2m1fn`: StableHLO's
+/// `f8E4M3FN` ... `f4E2M1FN` in lowercase) are stored as their bit pattern, one per byte (the
+/// 6- and 4-bit ones in the low bits); arithmetic on them computes in f32 or wider (the
+/// reference in f64, the compiled backends in f32, `f8e8m0fnu` in f64) and rounds the result
+/// once to the type, by the rules of [`crate::minifloat`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// Boolean, printed as `true`/`false`.
@@ -45,6 +53,8 @@ pub enum DType {
     F32,
     /// IEEE binary64.
     F64,
+    /// A small float format, stored as its bit pattern in a byte (see [`MiniFloat`]).
+    Mini(MiniFloat),
     /// A complex number of two f32 parts (StableHLO's `complex<f32>`), stored as the real part
     /// then the imaginary part (8 bytes, as NumPy's `complex64`).
     C64,
@@ -62,15 +72,38 @@ pub enum DTypeClass {
     Signed,
     /// `u2`, `u4`, `u8`, `u16`, `u32`, `u64`.
     Unsigned,
-    /// `f16`, `bf16`, `f32`, `f64`.
+    /// `f16`, `bf16`, `f32`, `f64` and the small floats.
     Float,
     /// `c64`, `c128`.
     Complex,
 }
 
 impl DType {
+    /// `f8e4m3fn` (StableHLO's `f8E4M3FN`).
+    pub const F8E4M3FN: DType = DType::Mini(MiniFloat::F8E4M3FN);
+    /// `f8e5m2` (StableHLO's `f8E5M2`).
+    pub const F8E5M2: DType = DType::Mini(MiniFloat::F8E5M2);
+    /// `f8e4m3` (StableHLO's `f8E4M3`).
+    pub const F8E4M3: DType = DType::Mini(MiniFloat::F8E4M3);
+    /// `f8e3m4` (StableHLO's `f8E3M4`).
+    pub const F8E3M4: DType = DType::Mini(MiniFloat::F8E3M4);
+    /// `f8e4m3fnuz` (StableHLO's `f8E4M3FNUZ`).
+    pub const F8E4M3FNUZ: DType = DType::Mini(MiniFloat::F8E4M3FNUZ);
+    /// `f8e5m2fnuz` (StableHLO's `f8E5M2FNUZ`).
+    pub const F8E5M2FNUZ: DType = DType::Mini(MiniFloat::F8E5M2FNUZ);
+    /// `f8e4m3b11fnuz` (StableHLO's `f8E4M3B11FNUZ`).
+    pub const F8E4M3B11FNUZ: DType = DType::Mini(MiniFloat::F8E4M3B11FNUZ);
+    /// `f8e8m0fnu` (StableHLO's `f8E8M0FNU`).
+    pub const F8E8M0FNU: DType = DType::Mini(MiniFloat::F8E8M0FNU);
+    /// `f6e2m3fn` (StableHLO's `f6E2M3FN`).
+    pub const F6E2M3FN: DType = DType::Mini(MiniFloat::F6E2M3FN);
+    /// `f6e3m2fn` (StableHLO's `f6E3M2FN`).
+    pub const F6E3M2FN: DType = DType::Mini(MiniFloat::F6E3M2FN);
+    /// `f4e2m1fn` (StableHLO's `f4E2M1FN`).
+    pub const F4E2M1FN: DType = DType::Mini(MiniFloat::F4E2M1FN);
+
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 19] = [
+    pub const ALL: [DType; 30] = [
         DType::Pred,
         DType::I2,
         DType::I4,
@@ -88,6 +121,17 @@ impl DType {
         DType::BF16,
         DType::F32,
         DType::F64,
+        DType::F8E4M3FN,
+        DType::F8E5M2,
+        DType::F8E4M3,
+        DType::F8E3M4,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2FNUZ,
+        DType::F8E4M3B11FNUZ,
+        DType::F8E8M0FNU,
+        DType::F6E2M3FN,
+        DType::F6E3M2FN,
+        DType::F4E2M1FN,
         DType::C64,
         DType::C128,
     ];
@@ -112,6 +156,7 @@ impl DType {
             DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F64 => "f64",
+            DType::Mini(m) => m.name(),
             DType::C64 => "c64",
             DType::C128 => "c128",
         }
@@ -132,7 +177,9 @@ impl DType {
             DType::U2 | DType::U4 | DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
                 DTypeClass::Unsigned
             }
-            DType::F16 | DType::BF16 | DType::F32 | DType::F64 => DTypeClass::Float,
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::Mini(_) => {
+                DTypeClass::Float
+            }
             DType::C64 | DType::C128 => DTypeClass::Complex,
         }
     }
@@ -182,10 +229,20 @@ impl DType {
         matches!(self.class(), DTypeClass::Signed | DTypeClass::Float)
     }
 
-    /// Width in bits: of the value for the sub-byte integers (`i4` is 4, though stored in a
-    /// byte), of the storage for the others (`pred` is stored in 8 bits).
+    /// The small float format of a [`DType::Mini`]; `None` for the other dtypes.
+    pub fn mini(self) -> Option<MiniFloat> {
+        match self {
+            DType::Mini(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Width in bits: of the value for the sub-byte integers and floats (`i4` and `f4e2m1fn`
+    /// are 4, though stored in a byte), of the storage for the others (`pred` is stored in 8
+    /// bits).
     pub fn bits(self) -> u32 {
         match self {
+            DType::Mini(m) => m.bits(),
             DType::I2 | DType::U2 => 2,
             DType::I4 | DType::U4 => 4,
             DType::Pred | DType::I8 | DType::U8 => 8,
@@ -212,7 +269,13 @@ impl DType {
             DType::U16 => (0, u16::MAX.into()),
             DType::U32 => (0, u32::MAX.into()),
             DType::U64 => (0, u64::MAX.into()),
-            DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::C64 | DType::C128 => {
+            DType::F16
+            | DType::BF16
+            | DType::F32
+            | DType::F64
+            | DType::Mini(_)
+            | DType::C64
+            | DType::C128 => {
                 return None;
             }
         })
@@ -223,19 +286,19 @@ impl DType {
         self.bits().div_ceil(8) as usize
     }
 
-    /// The dtype of this one's storage: `i8` for `i4` and `i2`, `u8` for `u4` and `u2`, the
-    /// dtype itself for the others.
+    /// The dtype of this one's storage: `i8` for `i4` and `i2`, `u8` for `u4` and `u2` and the
+    /// small floats (their bit patterns), the dtype itself for the others.
     pub fn storage(self) -> DType {
         match self {
             DType::I4 | DType::I2 => DType::I8,
-            DType::U4 | DType::U2 => DType::U8,
+            DType::U4 | DType::U2 | DType::Mini(_) => DType::U8,
             d => d,
         }
     }
 
     /// True for the integers narrower than a byte (`i2`, `i4`, `u2`, `u4`), stored one per byte.
     pub fn is_sub_byte(self) -> bool {
-        self.bits() < 8
+        self.bits() < 8 && self.is_int()
     }
 }
 

@@ -1,6 +1,6 @@
 //! Concrete tensor values.
 
-use crate::{DType, TensorType};
+use crate::{DType, MiniFloat, TensorType};
 use half::{bf16, f16};
 use std::fmt;
 
@@ -41,6 +41,9 @@ pub enum Data {
     F32(Vec<f32>),
     /// `f64` elements.
     F64(Vec<f64>),
+    /// Small float elements of the given format: each its bit pattern, in the low bits of a
+    /// byte.
+    Mini(MiniFloat, Vec<u8>),
     /// `c64` elements: `[real, imaginary]`.
     C64(Vec<[f32; 2]>),
     /// `c128` elements: `[real, imaginary]`.
@@ -74,6 +77,7 @@ pub fn round_to(dtype: DType, x: f64) -> f64 {
         DType::F32 => x as f32 as f64,
         DType::F16 => f16::from_f64(x).to_f64(),
         DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::Mini(m) => m.round_f64(x),
         // A part of a complex number.
         DType::C64 => x as f32 as f64,
         DType::C128 => x,
@@ -162,6 +166,10 @@ fn sub_byte_out_of_range(data: &Data) -> Option<i64> {
     match data {
         Data::I4(v) | Data::I2(v) => v.iter().find_map(|&x| bad(x as i64)),
         Data::U4(v) | Data::U2(v) => v.iter().find_map(|&x| bad(x as i64)),
+        Data::Mini(m, v) => v
+            .iter()
+            .find(|&&c| (c as u32) >> m.bits() != 0)
+            .map(|&c| c as i64),
         _ => None,
     }
 }
@@ -231,6 +239,7 @@ macro_rules! each_data {
             Data::BF16($v) => $body,
             Data::F32($v) => $body,
             Data::F64($v) => $body,
+            Data::Mini(_, $v) => $body,
             Data::C64($v) => $body,
             Data::C128($v) => $body,
         }
@@ -258,13 +267,15 @@ impl Data {
             Data::BF16(_) => DType::BF16,
             Data::F32(_) => DType::F32,
             Data::F64(_) => DType::F64,
+            Data::Mini(m, _) => DType::Mini(*m),
             Data::C64(_) => DType::C64,
             Data::C128(_) => DType::C128,
         }
     }
 
     /// The same bytes under another dtype of one-byte integer storage: `i8` data as `i4` or
-    /// `i2` (and back), `u8` data as `u4` or `u2` (and back); other data, or another `dtype`,
+    /// `i2` (and back), `u8` data as `u4` or `u2` (and back), `u8` data as the bit patterns of
+    /// a small float (and back); other data, or another `dtype`,
     /// comes back as it is. For moving sub-byte integers as their storage bytes;
     /// [`Literal::new`] checks that the values fit the narrow type.
     pub fn retag(self, dtype: DType) -> Data {
@@ -275,6 +286,8 @@ impl Data {
             (Data::U8(v) | Data::U4(v) | Data::U2(v), DType::U8) => Data::U8(v),
             (Data::U8(v) | Data::U4(v) | Data::U2(v), DType::U4) => Data::U4(v),
             (Data::U8(v) | Data::U4(v) | Data::U2(v), DType::U2) => Data::U2(v),
+            (Data::U8(v) | Data::Mini(_, v), DType::Mini(m)) => Data::Mini(m, v),
+            (Data::Mini(_, v), DType::U8) => Data::U8(v),
             (d, _) => d,
         }
     }
@@ -307,10 +320,11 @@ impl Literal {
             )));
         }
         if let Some(x) = sub_byte_out_of_range(&data) {
-            return Err(LiteralError(format!(
-                "{x} is out of range for {}",
-                data.dtype()
-            )));
+            return Err(LiteralError(if data.dtype().mini().is_some() {
+                format!("{x:#x} is not a bit pattern of {}", data.dtype())
+            } else {
+                format!("{x} is out of range for {}", data.dtype())
+            }));
         }
         Ok(Literal { ty, data })
     }
@@ -336,6 +350,7 @@ impl Literal {
             DType::BF16 => Data::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::F32 => Data::F32(values.iter().map(|&x| x as f32).collect()),
             DType::F64 => Data::F64(values.to_vec()),
+            DType::Mini(m) => Data::Mini(m, values.iter().map(|&x| m.from_f64(x)).collect()),
             DType::C64 => Data::C64(values.iter().map(|&x| [x as f32, 0.0]).collect()),
             DType::C128 => Data::C128(values.iter().map(|&x| [x, 0.0]).collect()),
         };
@@ -372,6 +387,7 @@ impl Literal {
             DType::BF16 => Data::BF16(fill(t, bf16::from_f64(x))?),
             DType::F32 => Data::F32(fill(t, x as f32)?),
             DType::F64 => Data::F64(fill(t, x)?),
+            DType::Mini(m) => Data::Mini(m, fill(t, m.from_f64(x))?),
             DType::C64 => Data::C64(fill(t, [x as f32, 0.0])?),
             DType::C128 => Data::C128(fill(t, [x, 0.0])?),
         };
@@ -451,6 +467,8 @@ impl Literal {
             DType::BF16 => Data::BF16(fill(t, bf16::ZERO)?),
             DType::F32 => Data::F32(fill(t, 0.0)?),
             DType::F64 => Data::F64(fill(t, 0.0)?),
+            // f8e8m0fnu has no zero: its zero is NaN, as a conversion of 0 gives.
+            DType::Mini(m) => Data::Mini(m, fill(t, m.from_f64(0.0))?),
             DType::C64 => Data::C64(fill(t, [0.0; 2])?),
             DType::C128 => Data::C128(fill(t, [0.0; 2])?),
         };
@@ -509,6 +527,7 @@ impl Literal {
             DType::BF16 => Data::BF16(fill(&ty, init)?),
             DType::F32 => Data::F32(fill(&ty, init)?),
             DType::F64 => Data::F64(fill(&ty, init)?),
+            DType::Mini(m) => Data::Mini(m, fill(&ty, init)?),
             DType::C64 => Data::C64(fill(&ty, init)?),
             DType::C128 => Data::C128(fill(&ty, init)?),
         };
@@ -576,6 +595,7 @@ impl Literal {
             Data::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F64(v) => v.clone(),
+            Data::Mini(m, v) => v.iter().map(|&c| m.to_f64(c)).collect(),
             Data::C64(v) => v.iter().map(|x| x[0] as f64).collect(),
             Data::C128(v) => v.iter().map(|x| x[0]).collect(),
         }
@@ -648,6 +668,7 @@ impl Literal {
             Data::BF16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Data::F64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Data::Mini(_, v) => out.extend_from_slice(v),
             Data::C64(v) => v.iter().flatten().for_each(|x| out.extend(x.to_le_bytes())),
             Data::C128(v) => v.iter().flatten().for_each(|x| out.extend(x.to_le_bytes())),
         }
@@ -668,6 +689,14 @@ impl Literal {
             DType::Pred => Data::Pred(bytes.iter().map(|&b| b != 0).collect()),
             DType::I8 => Data::I8(bytes.iter().map(|&b| b as i8).collect()),
             DType::U8 => Data::U8(bytes.to_vec()),
+            // The bit pattern in the low bits of each byte.
+            DType::Mini(m) => Data::Mini(
+                m,
+                bytes
+                    .iter()
+                    .map(|&b| b & ((1u32 << m.bits()) - 1) as u8)
+                    .collect(),
+            ),
             // One byte per element; the low bits are the value (sign- or zero-extended here).
             DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
                 let v: Vec<i64> = bytes.iter().map(|&b| b as i64).collect();
@@ -761,6 +790,14 @@ impl Literal {
             Data::BF16(v) => float(v[i].to_f64(), format!("{:?}", v[i].to_f32())),
             Data::F32(v) => float(v[i] as f64, format!("{:?}", v[i])),
             Data::F64(v) => float(v[i], format!("{:?}", v[i])),
+            Data::Mini(m, v) => {
+                let x = m.to_f64(v[i]);
+                if x.is_nan() && v[i] & m.sign_mask() != 0 {
+                    "-nan".into()
+                } else {
+                    float(x, format!("{:?}", x as f32))
+                }
+            }
             Data::C64(v) => {
                 let p = |x: f32| float(x as f64, format!("{x:?}"));
                 format!("({}, {})", p(v[i][0]), p(v[i][1]))
@@ -799,6 +836,17 @@ impl Literal {
                 "-nan" => -f64::NAN,
                 "inf" => f64::INFINITY,
                 "-inf" => f64::NEG_INFINITY,
+                // A small float's bit pattern (`0x7f`), as StableHLO writes them.
+                _ if dtype.mini().is_some() && tok.starts_with("0x") => {
+                    let m = dtype.mini().expect("a small float");
+                    let c = u32::from_str_radix(&tok[2..], 16).map_err(|_| bad())?;
+                    if c >> m.bits() != 0 {
+                        return Err(LiteralError(format!(
+                            "{tok} is not a bit pattern of {dtype}"
+                        )));
+                    }
+                    m.to_f64(c as u8)
+                }
                 _ if tok.starts_with(|c: char| {
                     c.is_ascii_digit() || c == '-' || c == '+' || c == '.'
                 }) =>

@@ -199,9 +199,14 @@ impl Lexer {
             _ => return self.expected("a type such as `f32[2,3]`"),
         };
         let Some(dtype) = DType::from_name(&w) else {
-            let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+            // The small floats, named as a range: the list stays short.
+            let names: Vec<&str> = DType::ALL
+                .iter()
+                .filter(|d| d.mini().is_none())
+                .map(|d| d.name())
+                .collect();
             return self.err(format!(
-                "unknown element type {} (expected one of {})",
+                "unknown element type {} (expected one of {}, or a small float f8e4m3fn ... f4e2m1fn)",
                 quote(&w),
                 names.join(", ")
             ));

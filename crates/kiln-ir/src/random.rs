@@ -55,9 +55,10 @@ impl Rng {
 pub struct Config {
     /// Number of instructions to attempt.
     pub ops: usize,
-    /// Element types of parameters. The default is every real dtype: the complex ones
-    /// ([`Config::with_complex`]) only when asked, since the backends run several complex ops
-    /// on the reference interpreter, which the differential tests refuse.
+    /// Element types of parameters. The default is every real dtype but the small floats
+    /// ([`Config::with_small_floats`]); the complex ones ([`Config::with_complex`]) only when
+    /// asked, since the backends run several complex ops on the reference interpreter, which
+    /// the differential tests refuse.
     pub dtypes: Vec<DType>,
     /// Largest rank of a parameter.
     pub max_rank: usize,
@@ -84,7 +85,10 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             ops: 12,
-            dtypes: DType::ALL.into_iter().filter(|d| !d.is_complex()).collect(),
+            dtypes: DType::ALL
+                .into_iter()
+                .filter(|d| !d.is_complex() && d.mini().is_none())
+                .collect(),
             max_rank: 3,
             max_dim: 4,
             dims: Vec::new(),
@@ -107,17 +111,31 @@ pub const LARGE_ELEMENTS: (usize, usize) = (100_000, 1_000_000);
 impl Config {
     /// This configuration with complex parameters (`c64`, `c128`) too.
     pub fn with_complex(self) -> Config {
-        Config {
-            dtypes: DType::ALL.to_vec(),
-            ..self
+        let mut dtypes = self.dtypes.clone();
+        dtypes.extend([DType::C64, DType::C128]);
+        Config { dtypes, ..self }
+    }
+
+    /// This configuration with parameters of the small floats (`f8e4m3fn`, ..., `f4e2m1fn`)
+    /// too: as likely as all the other dtypes together.
+    pub fn with_small_floats(self) -> Config {
+        let mut dtypes = self.dtypes.clone();
+        let minis: Vec<DType> = DType::ALL
+            .into_iter()
+            .filter(|d| d.mini().is_some())
+            .collect();
+        for _ in 0..dtypes.len().div_ceil(minis.len()).max(1) {
+            dtypes.extend(&minis);
         }
+        Config { dtypes, ..self }
     }
 
     /// The differential tests' configuration for `seed`: 1 to 12 ops of small shapes (at most
     /// rank 3, dimensions up to 4); one seed in ten with dimensions around vector widths (rank
     /// at most 2, so the reference stays fast); one in two hundred (seeds 77, 277, ...) a
     /// large program of 1 to 4 ops over 10^5 to 10^6 elements ([`Config::elements`]); one in
-    /// seven (seeds 3, 10, 17, ...) with control flow ([`Config::control`]).
+    /// seven (seeds 3, 10, 17, ...) with control flow ([`Config::control`]); one in thirteen
+    /// (seeds 6, 19, 32, ...) with small floats ([`Config::with_small_floats`]).
     pub fn profile(seed: u64) -> Config {
         let mut cfg = Config {
             ops: 1 + (seed as usize % 12),
@@ -132,16 +150,23 @@ impl Config {
             cfg.dims = VECTOR_DIMS.to_vec();
             cfg.max_rank = 2;
         }
+        if seed % 13 == 6 {
+            cfg = cfg.with_small_floats();
+        }
         cfg
     }
 }
 
-/// Random values of a type: floats in [-4, 4), integers in [-20, 20) (unsigned [0, 40)),
-/// random `pred`s.
+/// Random values of a type: floats in [-4, 4) (`f8e8m0fnu`, which has no sign, in (0, 4)),
+/// integers in [-20, 20) (unsigned [0, 40)), random `pred`s.
 pub fn random_literal(rng: &mut Rng, ty: &TensorType) -> Literal {
     let n = ty.numel();
     if ty.dtype.is_float() {
-        let v: Vec<f64> = (0..n).map(|_| rng.uniform(-4.0, 4.0)).collect();
+        let unsigned = ty.dtype == DType::F8E8M0FNU;
+        let v: Vec<f64> = (0..n)
+            .map(|_| rng.uniform(-4.0, 4.0))
+            .map(|x| if unsigned { x.abs() } else { x })
+            .collect();
         Literal::from_f64s(ty.clone(), &v).expect("sizes match")
     } else {
         let v: Vec<i64> = (0..n)
@@ -165,6 +190,7 @@ pub fn random_literal_with_specials(rng: &mut Rng, ty: &TensorType, rate: f64) -
     let (sub, max) = match ty.dtype {
         DType::F16 => (3.0e-6, 65504.0),
         DType::BF16 => (5.0e-39, 3.38e38),
+        DType::Mini(m) => (m.to_f64(1), m.max_value()),
         DType::F32 => (5.0e-40, f64::from(f32::MAX)),
         _ => (5.0e-310, f64::MAX),
     };
@@ -818,11 +844,13 @@ impl Gen<'_> {
                     self.b.inst(Op::IsFinite {}, &[a]).ok()
                 } else {
                     // Any other type of the same width (the same type when there is none).
-                    // Complex types only where the configuration has them.
+                    // Complex types and small floats only where the configuration has them.
                     let same: Vec<DType> = DType::ALL
                         .into_iter()
                         .filter(|&o| o != d && !o.is_pred() && !d.is_pred() && o.bits() == d.bits())
-                        .filter(|o| !o.is_complex() || self.cfg.dtypes.contains(o))
+                        .filter(|o| {
+                            !(o.is_complex() || o.mini().is_some()) || self.cfg.dtypes.contains(o)
+                        })
                         .collect();
                     let to = if same.is_empty() {
                         d

@@ -402,9 +402,10 @@ fn rule(op: &Op, x: &[&TensorType], declared: Option<&[TensorType]>) -> R<Inferr
                 })?;
             }
             let (wa, wb) = (width(a.dtype), width(b.dtype));
-            // The sub-byte integers take a byte each: they bitcast only to their own width.
-            l.ensure(3, wa == wb || !(a.dtype.is_sub_byte() || b.dtype.is_sub_byte()), || {
-                format!("{} and {} differ in bit width: a sub-byte integer bitcasts only to the other one of its width, got {a} to {b}", a.dtype, b.dtype)
+            // The sub-byte integers and floats take a byte each: they bitcast only to their own
+            // width.
+            l.ensure(3, wa == wb || !(a.dtype.bits() < 8 || b.dtype.bits() < 8), || {
+                format!("{} and {} differ in bit width: a sub-byte integer or float bitcasts only to a type of its width, got {a} to {b}", a.dtype, b.dtype)
             })?;
             let ok = if wa == wb {
                 a.shape == b.shape

@@ -43,6 +43,7 @@ pub mod kernel;
 pub mod key;
 pub mod loop_schedule;
 pub mod lower;
+pub mod minifloat;
 pub mod options;
 pub mod pattern;
 pub mod pipeline;

@@ -848,11 +848,21 @@ fn elementwise(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, No
         Op::Convert {} => Ew::Convert,
         _ => Ew::Kind(k),
     };
-    let args = x
+    let args: Vec<Expr> = x
         .iter()
         .enumerate()
         .map(|(i, t)| same(i, t, out, r))
         .collect();
+    if ew == Ew::Convert && (x[0].dtype.mini().is_some() || out.dtype.mini().is_some()) {
+        // Small floats: integer ops on the bits (`minifloat.rs`).
+        return Ok(Kernel {
+            schedule: Schedule::Nest,
+            out: out.clone(),
+            vars: r,
+            body: crate::minifloat::convert(args[0].clone(), out.dtype),
+            extra: Vec::new(),
+        });
+    }
     Ok(Kernel {
         schedule: Schedule::Nest,
         out: out.clone(),

@@ -359,6 +359,8 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
     // Calls go first: every later pass, and every backend, sees a call-free program.
     let f =
         &kiln_ir::inline_calls(f).map_err(|e| Error::Lowering(format!("inlining calls: {e}")))?;
+    let f = &crate::minifloat::expand_minifloats(f)
+        .map_err(|e| Error::Lowering(format!("holding small floats in f32: {e}")))?;
     let f = &canon::widen_dots(f, target.gpu.is_some())
         .map_err(|e| Error::Lowering(format!("widening mixed matrix products: {e}")))?;
     let optimized;

@@ -777,7 +777,10 @@ impl Checker<'_> {
             }
             Ew::Convert => Ok(()),
             Ew::Bitcast => {
-                if args[0].dtype().bits() != dtype.bits() {
+                // A small float's bit pattern is the low bits of a u8.
+                let raw = |a: DType, b: DType| a.mini().is_some() && b == DType::U8;
+                let (from, to) = (args[0].dtype(), dtype);
+                if from.bits() != to.bits() && !raw(from, to) && !raw(to, from) {
                     return Err(self.err(format!(
                         "a bitcast from {} to {dtype} changes the width",
                         args[0].dtype()

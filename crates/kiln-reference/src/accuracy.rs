@@ -74,7 +74,8 @@ use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
 
 /// The largest finite value of the type a backend accumulates dtype `d`'s sums in.
 fn accumulator_max(d: DType) -> f64 {
-    if d.part() == DType::F64 {
+    // `f8e8m0fnu` is held in f64 (`kiln_kernel::minifloat`).
+    if d.part() == DType::F64 || d == DType::F8E8M0FNU {
         f64::MAX
     } else {
         f32::MAX as f64
@@ -89,6 +90,7 @@ pub fn unit_roundoff(d: DType) -> f64 {
         DType::BF16 => 2f64.powi(-8),
         DType::F32 => 2f64.powi(-24),
         DType::F64 => 2f64.powi(-53),
+        DType::Mini(m) => 2f64.powi(-(m.layout().1 as i32) - 1),
         _ => 0.0,
     }
 }
@@ -100,6 +102,10 @@ pub fn ulp(d: DType, x: f64) -> f64 {
         DType::F16 => (11, -14),
         DType::BF16 => (8, -126),
         DType::F32 => (24, -126),
+        DType::Mini(m) => {
+            let (_, mant, bias) = m.layout();
+            (mant as i32 + 1, 1 - bias)
+        }
         _ => (53, -1022),
     };
     let e = if x == 0.0 || !x.is_finite() {
@@ -119,7 +125,7 @@ pub fn op_ulps(op: OpKind, d: DType) -> f64 {
     if d.is_complex() {
         return complex_op_ulps(op);
     }
-    let narrow = matches!(d, DType::F16 | DType::BF16);
+    let narrow = matches!(d, DType::F16 | DType::BF16 | DType::Mini(_));
     match op {
         // Polynomials within 2-4 ulps of the correctly rounded value (`common/math.rs` and,
         // on the GPU, `common/libm.rs` and `trig.rs` of kiln-codegen-llvm, tested over hundreds
@@ -826,6 +832,8 @@ fn is_subnormal(d: DType, x: f64) -> bool {
     let min = match d.part() {
         DType::F16 => 2f64.powi(-14),
         DType::BF16 | DType::F32 => 2f64.powi(-126),
+        // `f8e8m0fnu` has no subnormals; its smallest value, 2^-127, is normal.
+        DType::Mini(m) => 2f64.powi(1 - m.layout().2).min(m.to_f64(0).abs()),
         _ => f64::MIN_POSITIVE,
     };
     x != 0.0 && x.abs() < min

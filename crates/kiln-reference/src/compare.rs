@@ -21,12 +21,15 @@ impl Tolerance {
             DType::BF16 => 2f64.powi(-7),
             DType::F32 => 2f64.powi(-23),
             DType::F64 => 2f64.powi(-52),
+            DType::Mini(m) => 2f64.powi(-(m.layout().1 as i32)),
             _ => 0.0,
         };
         let tiny = match dtype {
             DType::F16 => 6.0e-8,
             DType::BF16 | DType::F32 => 1.0e-37,
             DType::F64 => 1.0e-300,
+            // The smallest positive value.
+            DType::Mini(m) => m.to_f64(1),
             _ => 0.0,
         };
         Tolerance {

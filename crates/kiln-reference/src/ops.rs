@@ -59,6 +59,7 @@ macro_rules! map_data {
             Data::BF16($v) => Data::BF16($body),
             Data::F32($v) => Data::F32($body),
             Data::F64($v) => Data::F64($body),
+            Data::Mini(m, $v) => Data::Mini(*m, $body),
             Data::C64($v) => Data::C64($body),
             Data::C128($v) => Data::C128($body),
         }
@@ -119,6 +120,7 @@ pub(crate) fn concat(srcs: &[&Literal]) -> Literal {
             (Data::BF16(a), Data::BF16(b)) => a.extend(b),
             (Data::F32(a), Data::F32(b)) => a.extend(b),
             (Data::F64(a), Data::F64(b)) => a.extend(b),
+            (Data::Mini(_, a), Data::Mini(_, b)) => a.extend(b),
             (Data::C64(a), Data::C64(b)) => a.extend(b),
             (Data::C128(a), Data::C128(b)) => a.extend(b),
             _ => unreachable!("{VERIFIED}"),

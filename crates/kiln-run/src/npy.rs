@@ -6,7 +6,10 @@
 //! descriptor `ml_dtypes.bfloat16` arrays are saved with). NumPy has no 4- or 2-bit integers:
 //! `i4` and `i2` are written as `|i1`, `u4` and `u2` as `|u1`, one element per byte as kiln
 //! holds them, so they read back as `i8` and `u8`; [`as_dtype`] makes them the narrow type
-//! again where an artifact's argument or result has it.
+//! again where an artifact's argument or result has it. The small floats (`f8e4m3fn`, ...,
+//! `f4e2m1fn`) are written as `|V1`, one raw byte each holding the bit pattern, as ml_dtypes
+//! saves them; `|V1` reads back as `u8` bytes, which [`as_dtype`] makes the small float an
+//! artifact's argument or result has.
 //! Read: versions 1 to 3, those dtypes
 //! (`<` or `|`, or `=` on this little-endian host); big-endian data and Fortran order are
 //! refused with a message saying so.
@@ -32,6 +35,7 @@ pub fn descr(d: DType) -> &'static str {
         DType::F64 => "<f8",
         DType::C64 => "<c8",
         DType::C128 => "<c16",
+        DType::Mini(_) => "|V1",
     }
 }
 
@@ -39,10 +43,14 @@ fn dtype_of(descr: &str) -> Option<DType> {
     let d = descr
         .strip_prefix(['<', '|', '='])
         .map(|rest| format!("<{rest}"))?;
+    // A small float's raw byte: its type is the artifact's (`as_dtype`).
+    if d == "<V1" {
+        return Some(DType::U8);
+    }
     // `|i1` and `|u1` are `i8` and `u8`, never the sub-byte types written with them.
     DType::ALL
         .into_iter()
-        .find(|&k| !k.is_sub_byte() && descr_key(k) == d)
+        .find(|&k| !k.is_sub_byte() && k.mini().is_none() && descr_key(k) == d)
 }
 
 fn descr_key(d: DType) -> String {
@@ -153,9 +161,14 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Literal, String> {
 
 /// `l`, read from a `.npy` file for an argument or result of dtype `want`: a sub-byte integer
 /// type (`i4`, `u4`, `i2`, `u2`) is written as `int8` or `uint8` (see the module docs), so such
-/// bytes become `want` when every value fits it (an error names the first that does not); any
-/// other literal comes back as it is.
+/// bytes become `want` when every value fits it (an error names the first that does not); a
+/// small float's bytes (`|V1`, read as `u8`) become `want` when each is a bit pattern of it;
+/// any other literal comes back as it is.
 pub fn as_dtype(l: Literal, want: DType) -> Result<Literal, String> {
+    if want.mini().is_some() && l.dtype() == DType::U8 {
+        let ty = l.ty().with_dtype(want);
+        return Literal::new(ty, l.data().clone().retag(want)).map_err(|e| e.to_string());
+    }
     if !want.is_sub_byte() || l.dtype() != want.storage() {
         return Ok(l);
     }
@@ -211,6 +224,24 @@ mod tests {
             assert_eq!(back.dtype(), wide, "{d}");
             assert_eq!(back.to_i64s(), values, "{d}");
         }
+    }
+
+    #[test]
+    fn small_floats_are_written_as_raw_bytes_and_become_the_artifacts_type() {
+        let l = Literal::from_f64s(
+            TensorType::new(DType::F8E4M3FN, [4]),
+            &[0.5, -448.0, f64::NAN, 3.0],
+        )
+        .unwrap();
+        let b = to_bytes(&l);
+        assert!(String::from_utf8_lossy(&b).contains("'descr': '|V1'"));
+        let back = from_bytes(&b).unwrap();
+        assert_eq!(back.dtype(), DType::U8);
+        assert_eq!(as_dtype(back, DType::F8E4M3FN).unwrap(), l);
+        // A byte that is no 4-bit pattern is refused for f4e2m1fn.
+        let wide = Literal::from_i64s(TensorType::new(DType::U8, [2]), &[3, 0x30]).unwrap();
+        let e = as_dtype(wide, DType::F4E2M1FN).unwrap_err();
+        assert!(e.contains("0x30 is not a bit pattern of f4e2m1fn"), "{e}");
     }
 
     #[test]

@@ -99,6 +99,7 @@ fn keys(l: &Literal, descending: bool, nan_greatest: bool) -> Option<(Keys, bool
         Data::C64(_) | Data::C128(_) => return None,
         Data::F16(v) => float32(&mut v.iter().map(|x| x.to_f32()))?,
         Data::BF16(v) => float32(&mut v.iter().map(|x| x.to_f32()))?,
+        Data::Mini(m, v) => float32(&mut v.iter().map(|&c| m.to_f32(c)))?,
         Data::F64(v) => {
             let nan = v.iter().any(|x| x.is_nan());
             if nan && !nan_greatest {

@@ -65,6 +65,10 @@ fn elements(lit: &Literal) -> Vec<String> {
             .map(|x| float(f64::from(*x), u64::from(x.to_bits()), 8))
             .collect(),
         Data::F64(v) => v.iter().map(|x| float(*x, x.to_bits(), 16)).collect(),
+        Data::Mini(m, v) => v
+            .iter()
+            .map(|&c| float(m.to_f64(c), u64::from(c), 2))
+            .collect(),
         Data::C64(v) => v
             .iter()
             .map(|z| {

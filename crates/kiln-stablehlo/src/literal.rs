@@ -117,6 +117,7 @@ fn float_bytes(x: f64, dtype: DType) -> Vec<u8> {
         DType::F16 => f16::from_f64(x).to_le_bytes().to_vec(),
         DType::BF16 => bf16::from_f64(x).to_le_bytes().to_vec(),
         DType::F32 => (x as f32).to_le_bytes().to_vec(),
+        DType::Mini(m) => vec![m.from_f64(x)],
         _ => x.to_le_bytes().to_vec(),
     }
 }

@@ -6,10 +6,12 @@
 //! | `i2`, `i4`, `i8`, `i16`, `i32`, `i64` | the same |
 //! | `ui2`, `ui4`, `ui8`, `ui16`, `ui32`, `ui64` | `u2`, `u4`, `u8`, `u16`, `u32`, `u64` |
 //! | `f16`, `bf16`, `f32`, `f64` | the same |
+//! | `f8E4M3FN`, `f8E5M2`, `f8E4M3`, `f8E3M4`, `f8E4M3FNUZ`, `f8E5M2FNUZ`, `f8E4M3B11FNUZ`, `f8E8M0FNU`, `f6E2M3FN`, `f6E3M2FN`, `f4E2M1FN` | the same in lowercase (`f8e4m3fn`, ...) |
 //! | `complex<f32>`, `complex<f64>` | `c64`, `c128` |
 //!
-//! (`i2`, `i4`, `ui2`, `ui4` are kept one element per byte in kiln's buffers.) Every other
-//! element type (other widths such as `i3`, fp8 formats, `complex<f16>`), tuples,
+//! (`i2`, `i4`, `ui2`, `ui4` and the 6- and 4-bit floats are kept one element per byte in
+//! kiln's buffers.) Every other element type (other widths such as `i3`, `tf32`,
+//! `complex<f16>`), tuples,
 //! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.
 
 use crate::error::{Error, Pos, Result, quote};
@@ -59,6 +61,7 @@ pub fn element_name(d: DType) -> &'static str {
         DType::BF16 => "bf16",
         DType::F32 => "f32",
         DType::F64 => "f64",
+        DType::Mini(m) => m.stablehlo_name(),
         DType::C64 => "complex<f32>",
         DType::C128 => "complex<f64>",
     }

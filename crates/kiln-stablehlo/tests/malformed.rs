@@ -77,10 +77,10 @@ fn unknown_ops_and_types() {
         "stablehlo.uniform_quantize",
     );
     fails_as(
-        &wrap("%0 = stablehlo.constant dense<1.0> : tensor<f8E5M2>"),
+        &wrap("%0 = stablehlo.constant dense<1.0> : tensor<tf32>"),
         ErrorKind::Unsupported,
         "2:47",
-        "element type `f8E5M2`",
+        "element type `tf32`",
     );
     fails_as(
         &wrap("%0 = stablehlo.constant dense<1> : tensor<2xi3>"),
@@ -88,11 +88,12 @@ fn unknown_ops_and_types() {
         "2:45",
         "element type `i3`",
     );
+    // A bit pattern wider than a 4-bit float.
     fails_as(
-        &wrap("%0 = stablehlo.constant dense<1.0> : tensor<f8E4M3FN>"),
-        ErrorKind::Unsupported,
-        "2:47",
-        "f8E4M3FN",
+        &wrap("%0 = stablehlo.constant dense<0x1F> : tensor<f4E2M1FN>"),
+        ErrorKind::Invalid,
+        "2:27",
+        "the bit pattern 0x1f does not fit f4E2M1FN",
     );
     fails_as(
         &wrap("%0 = stablehlo.constant dense<(1.0, 2.0)> : tensor<complex<f16>>"),

@@ -64,8 +64,9 @@ const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
 
 /// Why XLA refusing or disagreeing with this program is known: a listed program, XLA
 /// refusing kiln's `rng_bit_generator` state, a product of sub-byte integers or a bitcast
-/// between complex and real types, aborting on a concatenate of sub-byte integers, `popcnt` of a signed sub-byte integer, or `reduce_window`
-/// of a rank-0 operand.
+/// between complex and real types, JAX refusing an argument of a 6- or 4-bit float, XLA
+/// aborting on a concatenate of sub-byte integers, `popcnt` of a signed sub-byte integer, or
+/// `reduce_window` of a rank-0 operand.
 fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if ["S2", "U2", "S4", "U4"]
         .iter()
@@ -81,6 +82,14 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if problem.contains("cannot convert between real and complex types") {
         return Some(
             "a bitcast between a complex and a real type is a kiln extension (`bitcast_convert`'s spec); StableHLO and XLA bitcast a complex type only to a complex type",
+        );
+    }
+    if ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"]
+        .iter()
+        .any(|t| problem.contains(&format!("Unknown NumPy dtype dtype({t})")))
+    {
+        return Some(
+            "JAX's device_put takes no 6- or 4-bit float arrays, so XLA cannot be given them",
         );
     }
     let text = kiln_ir::print_module(m);

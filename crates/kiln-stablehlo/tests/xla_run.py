@@ -3,8 +3,9 @@
 Usage: xla_run.py DIR. DIR/programs.txt names one program directory per line; each holds
 `model.mlir`, its inputs `in0.npy`, `in1.npy`, ... and `dtypes.txt` (the kiln dtype of each
 input, one a line; bf16 arrays are stored as their uint16 bits, i4, u4, i2, u2 ones as int8 or
-uint8). For each program this writes `out0.npy`, ... (bf16 outputs as uint16 bits, the sub-byte
-integers widened to int8 or uint8), or `error.txt` when XLA refuses or fails it.
+uint8, the small floats (f8e4m3fn, ...) as their bit patterns in uint8). For each program this
+writes `out0.npy`, ... (bf16 outputs as uint16 bits, the sub-byte integers widened to int8 or
+uint8, the small floats as uint8 bit patterns), or `error.txt` when XLA refuses or fails it.
 One process runs them all (JAX starts slowly), and another after any program that aborts XLA.
 """
 
@@ -29,6 +30,15 @@ SUB_BYTE = {
     "u2": ml_dtypes.uint2,
 }
 
+# kiln's small floats (named as ml_dtypes names them, less `float`), as uint8 bit patterns.
+SMALL_FLOATS = {
+    n: getattr(ml_dtypes, "float" + n[1] + "_" + n[2:])
+    for n in [
+        "f8e4m3fn", "f8e5m2", "f8e4m3", "f8e3m4", "f8e4m3fnuz", "f8e5m2fnuz",
+        "f8e4m3b11fnuz", "f8e8m0fnu", "f6e2m3fn", "f6e3m2fn", "f4e2m1fn",
+    ]
+}
+
 
 def run_one(backend, dev, d):
     with open(os.path.join(d, "model.mlir")) as f:
@@ -42,6 +52,8 @@ def run_one(backend, dev, d):
             a = a.view(ml_dtypes.bfloat16)
         elif dt in SUB_BYTE:
             a = a.astype(SUB_BYTE[dt])
+        elif dt in SMALL_FLOATS:
+            a = a.view(SMALL_FLOATS[dt])
         args.append(jax.device_put(a, dev))
     exe = backend.compile_and_load(text, xc.DeviceList((dev,)), xc.CompileOptions())
     outs = exe.execute(args)
@@ -53,6 +65,8 @@ def run_one(backend, dev, d):
             a = a.astype(np.int8)
         elif a.dtype in (ml_dtypes.uint4, ml_dtypes.uint2):
             a = a.astype(np.uint8)
+        elif a.dtype in SMALL_FLOATS.values():
+            a = a.view(np.uint8)
         np.save(os.path.join(d, f"out{i}.npy"), a)
 
 

@@ -36,6 +36,12 @@
 //! - Nothing narrows silently: a lossy conversion is an explicit
 //!   [`Tensor::cast`](crate::Tensor::cast).
 //!
+//! (The small floats `f8e4m3fn` ... `f4e2m1fn` are reached from `pred`, the integers and weak
+//! scalars, as in JAX: `i8 + f8e4m3fn` is `f8e4m3fn`. JAX has no promotion from them to other
+//! floats; kiln, whose promotion never fails, puts them beside `f16` and `bf16`: two different
+//! floats of that rank meet in `f32`, which holds every small float's values, so
+//! `f8e4m3fn + f8e5m2` and `f8e4m3fn + bf16` are `f32`.)
+//!
 //! `docs/dtype-promotion.md` has the whole table; `tests` check every pair.
 
 use kiln_ir::DType;
@@ -67,7 +73,10 @@ pub fn promote_types(a: DType, b: DType) -> DType {
                 C64
             }
         }
-        (F16, BF16) | (BF16, F16) => F32,
+        // Two different floats below f32 (f16, bf16, the small floats) meet in f32.
+        (x, y) if x.is_float() && y.is_float() && float_rank(x).0 == 0 && float_rank(y).0 == 0 => {
+            F32
+        }
         (x, y) if x.is_float() && y.is_float() => float_rank(x).max(float_rank(y)).1,
         (x, y) if x.is_float() || y.is_float() => {
             if x.is_float() {
@@ -102,10 +111,11 @@ fn int_join(a: DType, b: DType) -> DType {
     }
 }
 
-/// Floats in lattice order (f16 and bf16 share a rank below f32; their join is handled apart).
+/// Floats in lattice order (f16, bf16 and the small floats share a rank below f32; their
+/// join is handled apart).
 fn float_rank(d: DType) -> (u8, DType) {
     match d {
-        DType::F16 | DType::BF16 => (0, d),
+        DType::F16 | DType::BF16 | DType::Mini(_) => (0, d),
         DType::F32 => (1, d),
         _ => (2, d),
     }

@@ -60,7 +60,7 @@
 
 use crate::random::Key;
 use crate::{DType, Error, Result, Tensor, Tree};
-use kiln_ir::{Literal, TensorType};
+use kiln_ir::{Literal, MiniFloat, TensorType};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -255,6 +255,16 @@ pub fn to_safetensors_dtype(d: DType) -> Option<Dtype> {
         DType::F64 => Dtype::F64,
         DType::C64 => Dtype::C64,
         DType::C128 => return None,
+        // The 8-bit formats safetensors names (its `F8_E4M3` is the OCP format without
+        // infinities, `f8e4m3fn`); its 6- and 4-bit types are packed, which kiln's are not.
+        DType::Mini(m) => match m {
+            MiniFloat::F8E4M3FN => Dtype::F8_E4M3,
+            MiniFloat::F8E5M2 => Dtype::F8_E5M2,
+            MiniFloat::F8E8M0FNU => Dtype::F8_E8M0,
+            MiniFloat::F8E4M3FNUZ => Dtype::F8_E4M3FNUZ,
+            MiniFloat::F8E5M2FNUZ => Dtype::F8_E5M2FNUZ,
+            _ => return None,
+        },
     })
 }
 
@@ -266,10 +276,11 @@ pub fn to_safetensors_dtype(d: DType) -> Option<Dtype> {
 /// use kiln::{DType, checkpoint};
 /// use safetensors::Dtype;
 /// use checkpoint::{from_safetensors_dtype, to_safetensors_dtype};
-/// for d in [DType::Pred, DType::U8, DType::I64, DType::F16, DType::F32, DType::C64] {
+/// for d in [DType::Pred, DType::U8, DType::I64, DType::F16, DType::F32, DType::C64, DType::F8E4M3FN] {
 ///     assert_eq!(to_safetensors_dtype(d).and_then(from_safetensors_dtype), Some(d));
 /// }
-/// assert_eq!(checkpoint::from_safetensors_dtype(Dtype::F8_E4M3), None);
+/// assert_eq!(checkpoint::from_safetensors_dtype(Dtype::F8_E4M3), Some(DType::F8E4M3FN));
+/// assert_eq!(checkpoint::from_safetensors_dtype(Dtype::F4), None);
 /// ```
 pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
     Some(match d {
@@ -287,6 +298,11 @@ pub fn from_safetensors_dtype(d: Dtype) -> Option<DType> {
         Dtype::F32 => DType::F32,
         Dtype::F64 => DType::F64,
         Dtype::C64 => DType::C64,
+        Dtype::F8_E4M3 => DType::F8E4M3FN,
+        Dtype::F8_E5M2 => DType::F8E5M2,
+        Dtype::F8_E8M0 => DType::F8E8M0FNU,
+        Dtype::F8_E4M3FNUZ => DType::F8E4M3FNUZ,
+        Dtype::F8_E5M2FNUZ => DType::F8E5M2FNUZ,
         _ => return None,
     })
 }

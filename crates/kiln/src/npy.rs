@@ -154,6 +154,14 @@ pub fn to_npy_bytes(t: &Tensor) -> Result<Vec<u8>> {
                 l.ty()
             ),
         )),
+        DType::Mini(m) => Err(err(
+            "save_npy",
+            format!(
+                "{m} is not a NumPy dtype, so a {} tensor cannot be saved as .npy; cast it to \
+                 f32 first (`t.cast(DType::F32)`, exact)",
+                l.ty()
+            ),
+        )),
         DType::BF16 => Err(err(
             "save_npy",
             format!(
@@ -266,6 +274,7 @@ pub fn from_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
         DType::F32 => read_typed::<f32>(file, shape),
         DType::F64 => read_typed::<f64>(file, shape),
         DType::BF16 => unreachable!("NumPy has no bf16"),
+        DType::Mini(_) => unreachable!("NumPy has no small floats"),
         DType::C64 | DType::C128 => unreachable!("kiln_dtype reads no complex .npy"),
         DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
             unreachable!("NumPy has no sub-byte integers")

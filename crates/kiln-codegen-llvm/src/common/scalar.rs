@@ -35,7 +35,8 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                 .ctx()
                 .custom_width_int_type(std::num::NonZeroU32::new(d.bits()).expect("nonzero"))
                 .expect("a legal LLVM integer width"),
-            DType::I8 | DType::U8 => self.ctx().i8_type(),
+            // A small float's bit pattern, as it is stored.
+            DType::I8 | DType::U8 | DType::Mini(_) => self.ctx().i8_type(),
             DType::I16 | DType::U16 => self.ctx().i16_type(),
             DType::I32 | DType::U32 => self.ctx().i32_type(),
             DType::I64
@@ -219,10 +220,13 @@ pub(crate) trait Scalar<'c>: Base<'c> {
     }
 
     fn constant(&self, d: DType, x: f64) -> BasicValueEnum<'c> {
-        if d.is_float() {
+        if d.is_float() && d.mini().is_none() {
             self.ftype(d)
                 .const_float(kiln_ir::literal::round_to(d, x))
                 .into()
+        } else if let Some(m) = d.mini() {
+            // A small float is its bit pattern.
+            self.itype(d).const_int(m.from_f64(x) as u64, false).into()
         } else if d == DType::Pred {
             self.ctx()
                 .bool_type()
@@ -323,8 +327,10 @@ pub(crate) trait Scalar<'c>: Base<'c> {
             }
             Ew::Convert => self.convert(d, out, v[0]),
             Ew::Narrow => self.load_value(out, self.store_value(out, v[0])?),
+            // A small float's bit pattern and a u8 are the same byte.
+            Ew::Bitcast if out.mini().is_some() || d.mini().is_some() => Ok(v[0]),
             Ew::Bitcast => {
-                let to: BasicTypeEnum = if out.is_float() {
+                let to: BasicTypeEnum = if out.is_float() && out.mini().is_none() {
                     self.ftype(out).into()
                 } else {
                     self.itype(out).into()

@@ -652,7 +652,7 @@ impl<'c> Emitter<'c> {
         else {
             return self.expr(e);
         };
-        let ct: BasicTypeEnum = if dtype.is_float() {
+        let ct: BasicTypeEnum = if dtype.is_float() && dtype.mini().is_none() {
             self.ftype(*dtype).into()
         } else {
             self.itype(*dtype).into()

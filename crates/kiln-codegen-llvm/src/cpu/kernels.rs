@@ -707,7 +707,7 @@ pub(super) fn emit_select_scatter<'c>(
     let d = k.out.dtype;
     let st = storage(ctx, d);
     let r = k.out.rank();
-    let rt: BasicTypeEnum = if d.is_float() {
+    let rt: BasicTypeEnum = if d.is_float() && d.mini().is_none() {
         em.ftype(d).into()
     } else {
         em.itype(d).into()

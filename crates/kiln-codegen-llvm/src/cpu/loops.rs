@@ -674,7 +674,7 @@ pub(super) fn strips<'c>(
             else {
                 continue;
             };
-            let ct: BasicTypeEnum = if dtype.is_float() {
+            let ct: BasicTypeEnum = if dtype.is_float() && dtype.mini().is_none() {
                 em.ftype(*dtype).into()
             } else {
                 em.itype(*dtype).into()

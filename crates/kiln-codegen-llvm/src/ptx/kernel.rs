@@ -210,7 +210,7 @@ impl<'a, 'c> Emit<'a, 'c> {
 
     /// The type a register holding a value of `d` has.
     pub(super) fn reg_type(&self, d: DType) -> BasicTypeEnum<'c> {
-        if d.is_float() {
+        if d.is_float() && d.mini().is_none() {
             self.ftype(d).into()
         } else {
             self.itype(d).into()

@@ -13,7 +13,7 @@ pub fn widens(from: DType, to: DType) -> bool {
         // An integer type whose range holds the other's (u8 -> i16, i8 -> i32, u32 -> u64).
         return !from.is_pred() && to.bits() > from.bits() && tlo <= flo && thi >= fhi;
     }
-    matches!((from, to), (F16 | BF16, F32 | F64) | (F32, F64))
+    matches!((from, to), (F16 | BF16 | Mini(_), F32 | F64) | (F32, F64))
 }
 
 /// Which element types an elementwise op accepts.

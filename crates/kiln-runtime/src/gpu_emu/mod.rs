@@ -55,7 +55,7 @@ pub struct Buffer {
 impl Buffer {
     /// A buffer of `ty` filled with zeros.
     pub fn zeros(name: &str, ty: &TensorType) -> Buffer {
-        let zero = if ty.dtype.is_float() {
+        let zero = if held_as_float(ty.dtype) {
             V::F(0.0)
         } else {
             V::I(0)
@@ -69,8 +69,13 @@ impl Buffer {
 
     /// The elements of `l`.
     pub fn from_literal(name: &str, l: &Literal) -> Buffer {
-        let data = if l.dtype().is_float() {
+        let data = if held_as_float(l.dtype()) {
             l.to_f64s().into_iter().map(V::F).collect()
+        } else if l.dtype().mini().is_some() {
+            l.to_le_bytes()
+                .into_iter()
+                .map(|b| V::I(b as i64))
+                .collect()
         } else {
             l.to_i64s().into_iter().map(V::I).collect()
         };
@@ -103,9 +108,12 @@ impl Buffer {
 
     /// The buffer as a literal of `ty`.
     pub fn to_literal(&self, ty: &TensorType) -> Result<Literal, EmuError> {
-        let r = if ty.dtype.is_float() {
+        let r = if held_as_float(ty.dtype) {
             let xs: Vec<f64> = self.data.iter().map(|v| v.f()).collect();
             Literal::from_f64s(ty.clone(), &xs)
+        } else if ty.dtype.mini().is_some() {
+            let bytes: Vec<u8> = self.data.iter().map(|v| v.i() as u8).collect();
+            Literal::from_le_bytes(ty.clone(), &bytes)
         } else {
             let xs: Vec<i64> = self.data.iter().map(|v| v.i()).collect();
             Literal::from_i64s(ty.clone(), &xs)
@@ -115,12 +123,20 @@ impl Buffer {
 
     /// Stores `v` at `i`, rounded or wrapped to the dtype.
     pub fn store(&mut self, i: usize, v: V) {
-        self.data[i] = if self.dtype.is_float() {
+        self.data[i] = if held_as_float(self.dtype) {
             V::F(round_to(self.dtype, v.f()))
+        } else if let Some(m) = self.dtype.mini() {
+            V::I(v.i() & ((1 << m.bits()) - 1))
         } else {
             V::I(wrap_to(self.dtype, v.i()))
         };
     }
+}
+
+/// Whether a buffer of `d` holds floats: every float dtype but the small floats, whose
+/// elements kernels move as their bit patterns (`kiln_kernel::minifloat`).
+fn held_as_float(d: DType) -> bool {
+    d.is_float() && d.mini().is_none()
 }
 
 /// Runs the mapped kernel `p` on `inputs` (the kernel's inputs, by index), writing `outputs`

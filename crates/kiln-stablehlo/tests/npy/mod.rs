@@ -1,5 +1,6 @@
 //! `.npy` files for the XLA check: kiln literals out and in (bf16 as its uint16 bits, which
-//! NumPy has no type for; the sub-byte integers as int8 or uint8, one per byte).
+//! NumPy has no type for; the sub-byte integers as int8 or uint8, one per byte; the small
+//! floats as their bit patterns in uint8).
 
 use kiln_ir::{DType, Literal, TensorType};
 
@@ -22,6 +23,7 @@ fn descr(d: DType) -> &'static str {
         DType::F64 => "<f8",
         DType::C64 => "<c8",
         DType::C128 => "<c16",
+        DType::Mini(_) => "|u1",
     }
 }
 

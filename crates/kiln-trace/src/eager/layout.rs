@@ -323,9 +323,10 @@ pub(crate) fn materialize(src: &Literal, view: &View, ty: &TensorType) -> Option
     if src.dtype() != ty.dtype || view.shape != ty.shape {
         return None;
     }
-    // Sub-byte integers move as their storage bytes (a copy retagged: views of them are rare).
+    // Sub-byte integers and small floats move as their storage bytes (a copy retagged: views
+    // of them are rare).
     let bytes;
-    let from = if ty.dtype.is_sub_byte() {
+    let from = if ty.dtype.storage() != ty.dtype {
         bytes = src.data().clone().retag(ty.dtype.storage());
         &bytes
     } else {

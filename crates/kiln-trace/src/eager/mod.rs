@@ -248,11 +248,12 @@ impl Elem for bool {
 macro_rules! with_elem {
     ($d:expr, $t:ident => $body:expr) => {
         match $d {
-            // Interpreted: the sub-byte integers and the complex numbers.
+            // Interpreted: the sub-byte integers, the small floats and the complex numbers.
             kiln_ir::DType::I4
             | kiln_ir::DType::U4
             | kiln_ir::DType::I2
             | kiln_ir::DType::U2
+            | kiln_ir::DType::Mini(_)
             | kiln_ir::DType::C64
             | kiln_ir::DType::C128 => {
                 return None;
