@@ -179,13 +179,35 @@ fn instruction(b: &mut Builder, f: &Func, inst: &Inst, ops: &[ValueId]) -> R<Vec
         }
         Op::BitcastConvert {} => {
             let from = ty(inst.operands[0]).dtype;
+            let to = tys[0].dtype;
+            // A small float's pattern as a signed 2- or 4-bit integer goes through the unsigned
+            // integer of its width (the pattern itself), then wraps into the signed range: `i2`
+            // and `i4` are held sign-extended. The other way, the signed value wraps into the
+            // unsigned one first.
+            let unsigned = |d: DType| match d {
+                DType::I2 => Some(DType::U2),
+                DType::I4 => Some(DType::U4),
+                _ => None,
+            };
             let x = if from.mini().is_some() {
                 b.convert(ops[0], from)?
+            } else if let (Some(u), Some(_)) = (unsigned(from), to.mini()) {
+                b.convert(ops[0], u)?
             } else {
                 ops[0]
             };
-            let y = b.push_at(Op::BitcastConvert {}, &[x], Some(&tys), loc)?[0];
-            Ok(vec![if let Some(m) = tys[0].dtype.mini() {
+            let y = if let (Some(_), Some(u)) = (from.mini(), unsigned(to)) {
+                let bits = b.push_at(
+                    Op::BitcastConvert {},
+                    &[x],
+                    Some(&[tys[0].with_dtype(u)]),
+                    loc,
+                )?[0];
+                b.convert(bits, to)?
+            } else {
+                b.push_at(Op::BitcastConvert {}, &[x], Some(&tys), loc)?[0]
+            };
+            Ok(vec![if let Some(m) = to.mini() {
                 b.convert(y, holder(m))?
             } else {
                 y
