@@ -44,9 +44,16 @@ fn without_rounding(text: &str) -> String {
 }
 
 fn to_f64(text: &str) -> String {
-    text.replace("bf16[", "f64[")
+    let mut text = text
+        .replace("bf16[", "f64[")
         .replace("f16[", "f64[")
-        .replace("f32[", "f64[")
+        .replace("f32[", "f64[");
+    // The small floats too (`f8e4m3fn[`, ...): their rounding is a step function, whose finite
+    // differences say nothing about the derivative.
+    for m in kiln_ir::minifloat::MiniFloat::ALL {
+        text = text.replace(&format!("{}[", m.name()), "f64[");
+    }
+    text
 }
 
 /// Inputs of the linear algebra ops, where the function is smooth only on part of the space:

@@ -371,6 +371,3 @@ impl fmt::Display for MiniFloat {
         f.write_str(self.name())
     }
 }
-
-#[cfg(test)]
-mod tests;

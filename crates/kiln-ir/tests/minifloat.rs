@@ -1,4 +1,9 @@
-use super::*;
+//! The small float formats' conversions (`kiln_ir::minifloat`): every pattern round trips,
+//! rounding is monotone and to nearest even, overflow follows each family, literals read and
+//! print, and encoding and decoding agree with ml_dtypes on every pattern and rounding midpoint
+//! (with `KILN_JAX_PYTHON`, or the venv `cargo xtask test` installs; skipped without one).
+
+use kiln_ir::minifloat::{Family, MiniFloat};
 
 fn all_codes(f: MiniFloat) -> Vec<u8> {
     (0..(1u32 << f.bits())).map(|c| c as u8).collect()
@@ -272,7 +277,7 @@ fn encoding_and_decoding_agree_with_ml_dtypes() {
 
 #[test]
 fn literals_read_decimals_and_bit_patterns_and_print_back() {
-    use crate::{DType, TensorType, parse_literal};
+    use kiln_ir::{DType, TensorType, parse_literal};
     let ty = TensorType::new(DType::F8E4M3FN, [6]);
     let l = parse_literal("[0.1, 0x7e, -0x0, 0xff, 1000.0, -0.0]", &ty);
     // `-0x0` is no pattern: refused.
