@@ -44,7 +44,17 @@ struct Counts {
     both_refused: usize,
     hand_parser_rejects: usize,
     mismatches: Vec<String>,
+    /// Labels of [`KNOWN`] that still differ.
+    known: Vec<String>,
 }
+
+/// Modules whose two imports are known to differ, each with the reason; each must still
+/// differ (the test fails when one agrees, so the list cannot go stale).
+const KNOWN: &[(&str, &str)] = &[(
+    "constant.mlir#23",
+    "0.0 as f8E8M0FNU (no zero): MLIR's APFloat rounds it to the smallest value, 2^-127; kiln \
+     converts as ml_dtypes does, to NaN (ml_dtypes and kiln agree on every conversion)",
+)];
 
 /// Compares both importers on one module.
 fn compare(label: &str, piece: Piece, with_checks: bool, counts: &mut Counts) {
@@ -80,6 +90,9 @@ fn compare(label: &str, piece: Piece, with_checks: bool, counts: &mut Counts) {
                 && format!("{:?}", unplaced(&h.1)) == format!("{:?}", unplaced(&m.1)) =>
         {
             counts.same += 1
+        }
+        (Ok(_), Ok(_)) if KNOWN.iter().any(|(k, _)| *k == label) => {
+            counts.known.push(label.to_string())
         }
         (Ok(h), Ok(m)) => counts.mismatches.push(format!(
             "{label}: different modules:\n{}\n---\n{}",
@@ -177,6 +190,15 @@ fn peer_suite_and_jax_programs_import_alike_through_mlir() {
         jax.both_refused,
         jax.mismatches.len()
     );
+    for (label, why) in KNOWN {
+        if peer.known.iter().any(|k| k == label) {
+            eprintln!("known difference, {label}: {why}");
+        } else {
+            peer.mismatches.push(format!(
+                "{label}: both imports now agree; remove it from the known differences ({why})"
+            ));
+        }
+    }
     let all: Vec<_> = peer.mismatches.iter().chain(&jax.mismatches).collect();
     assert!(
         all.is_empty(),
