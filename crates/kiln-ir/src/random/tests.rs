@@ -1,0 +1,61 @@
+//! The generator's own tests: every op appears, and the profiles' programs are what they say.
+
+use super::*;
+use crate::OpKind;
+
+/// Every op of `OpKind::ALL` appears in the random programs of a thousand seeds (control
+/// flow in the seeds that allow it, complex parameters in all).
+#[test]
+fn every_op_is_generated() {
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..1000u64 {
+        let cfg = Config {
+            ops: 1 + (seed as usize % 12),
+            control: seed % 2 == 1,
+            ..Config::default()
+        };
+        let cfg = cfg.with_complex();
+        let f = random_func(&mut Rng::new(seed), &cfg);
+        crate::verify(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+        seen.extend(f.insts.iter().map(|i| i.op.kind()));
+    }
+    let missing: Vec<&OpKind> = OpKind::ALL.iter().filter(|k| !seen.contains(k)).collect();
+    assert!(missing.is_empty(), "never generated: {missing:?}");
+}
+
+/// Every program of the differential tests' profile computes something from its inputs,
+/// and the large ones reach 10^5 elements and more, with matrix products among them.
+#[test]
+fn profiled_programs_compute_from_their_inputs() {
+    let (mut trivial, mut large, mut largest, mut large_dots) = (vec![], 0, 0, 0);
+    for seed in 0..10_000u64 {
+        let cfg = Config::profile(seed);
+        let f = random_func(&mut Rng::new(seed), &cfg);
+        crate::verify(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+        if !computes_from_inputs(&f) {
+            trivial.push(seed);
+        }
+        let most = f.values.iter().map(|t| t.numel()).max().unwrap_or(0);
+        if cfg.elements.is_some() {
+            large += 1;
+            largest = largest.max(most);
+            assert!(most >= LARGE_ELEMENTS.0, "seed {seed}: {most}\n{f}");
+            assert!(most <= LARGE_ELEMENTS.1, "seed {seed}: {most}\n{f}");
+            large_dots += f
+                .insts
+                .iter()
+                .filter(|i| i.op.kind() == OpKind::DotGeneral)
+                .count();
+        } else {
+            assert!(most < LARGE_ELEMENTS.0, "seed {seed}: {most}\n{f}");
+        }
+    }
+    println!(
+        "trivial: {} {:?}; large: {large} (largest {largest}, {large_dots} products)",
+        trivial.len(),
+        &trivial[..trivial.len().min(20)]
+    );
+    assert!(trivial.is_empty(), "trivial programs: {trivial:?}");
+    assert_eq!(large, 50);
+    assert!(large_dots >= 10, "{large_dots} products in large programs");
+}
