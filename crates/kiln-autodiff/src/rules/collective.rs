@@ -77,21 +77,12 @@ pub(crate) fn vjp(
     }
     let xt: Vec<TensorType> = x.iter().map(|&v| ty(b, v)).collect();
     let back = match op {
-        Op::AllReduce {
-            replica_groups,
-            channel_id,
-            use_global_device_ids,
-            computation,
-        } => {
+        // A sum's cotangents are summed the same way.
+        Op::AllReduce { computation, .. } => {
             if !is_sum(computation) {
                 return Err(no_rule(op));
             }
-            Op::AllReduce {
-                replica_groups: replica_groups.clone(),
-                channel_id: *channel_id,
-                use_global_device_ids: *use_global_device_ids,
-                computation: computation.clone(),
-            }
+            op.clone()
         }
         Op::AllGather {
             all_gather_dim,
