@@ -27,6 +27,45 @@ pub enum SortPlan {
     Comparator,
 }
 
+/// A `sort` by one operand's keys: its dimension and [`SortPlan::Keys`]'s fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySort {
+    /// The dimension sorted along.
+    pub dimension: i64,
+    /// The operand whose elements are the keys.
+    pub operand: usize,
+    /// Greatest first.
+    pub descending: bool,
+    /// A NaN key counts as greater than every number (see [`SortPlan::Keys`]).
+    pub nan_greatest: bool,
+}
+
+/// `op` as a sort by keys, when it is a `sort` of `operands` operands whose plan is
+/// [`SortPlan::Keys`]; `None` for any other op or comparator.
+pub fn key_sort(op: &Op, operands: usize) -> Option<KeySort> {
+    let Op::Sort {
+        dimension,
+        comparator,
+        ..
+    } = op
+    else {
+        return None;
+    };
+    match sort_plan(comparator, operands) {
+        SortPlan::Keys {
+            operand,
+            descending,
+            nan_greatest,
+        } => Some(KeySort {
+            dimension: *dimension,
+            operand,
+            descending,
+            nan_greatest,
+        }),
+        SortPlan::Comparator => None,
+    }
+}
+
 /// The plan for a `sort` of `operands` operands with `comparator`.
 pub fn sort_plan(comparator: &Func, operands: usize) -> SortPlan {
     let [out] = comparator.outputs[..] else {

@@ -23,7 +23,7 @@
 
 use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
 use crate::ir::{Ew, Expr};
-use crate::sort::{SortPlan, sort_plan};
+use crate::sort::{KeySort, key_sort};
 use crate::target::{Gpu, SumTree};
 use kiln_ir::{ComparisonDirection, DType, Op, OpKind, TensorType};
 
@@ -36,22 +36,12 @@ pub fn sort_program(
     sums: SumTree,
     name: &str,
 ) -> Option<GpuProgram> {
-    let Op::Sort {
+    let KeySort {
         dimension,
-        comparator,
-        ..
-    } = op
-    else {
-        return None;
-    };
-    let SortPlan::Keys {
         operand,
         descending,
         nan_greatest,
-    } = sort_plan(comparator, ins.len())
-    else {
-        return None;
-    };
+    } = key_sort(op, ins.len())?;
     let key = ins.get(operand)?.dtype;
     // Whole-byte integers and floats; a float's NaN must have its place.
     let byte_int = matches!(
@@ -69,7 +59,7 @@ pub fn sort_program(
         return None;
     }
     let shape = &ins[0].shape;
-    let d = usize::try_from(*dimension)
+    let d = usize::try_from(dimension)
         .ok()
         .filter(|&d| d < shape.len())?;
     let n = shape[d];

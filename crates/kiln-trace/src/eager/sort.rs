@@ -3,30 +3,20 @@
 //! permutation, and every result bit, is the reference's.
 
 use kiln_ir::{Literal, Op};
-use kiln_kernel::sort::{SortPlan, sort_plan};
+use kiln_kernel::sort::{KeySort, key_sort};
 
 /// The results of `op` (a `sort` whose comparator orders by one operand's keys) on `lits`;
 /// `None` for any other op or comparator.
 pub(crate) fn sort(op: &Op, lits: &[&Literal]) -> Option<Vec<Literal>> {
-    let Op::Sort {
+    let KeySort {
         dimension,
-        comparator,
-        ..
-    } = op
-    else {
-        return None;
-    };
-    let SortPlan::Keys {
         operand,
         descending,
         nan_greatest,
-    } = sort_plan(comparator, lits.len())
-    else {
-        return None;
-    };
+    } = key_sort(op, lits.len())?;
     let key = lits.get(operand)?;
     let shape = key.shape().to_vec();
-    let d = *dimension as usize;
+    let d = dimension as usize;
     let perm = if key.dtype().is_float() {
         let v = key.to_f64s();
         let nan = |i: usize| nan_greatest && v[i].is_nan();
