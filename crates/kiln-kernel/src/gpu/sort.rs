@@ -1,7 +1,7 @@
 //! A `sort` by keys on the GPU ([`MapKind::Sort`]): one block per slice, a bitonic network
 //! in shared memory.
 //!
-//! A sort whose plan is [`SortPlan::Keys`] (its comparator only compares one operand's
+//! A sort whose plan is [`crate::sort::SortPlan::Keys`] (its comparator only compares one operand's
 //! elements: what `Tensor::sort`, `argsort` and `topk` trace) orders each slice along its
 //! dimension by those keys, stably. The block loads the slice's keys into shared memory with
 //! their positions, padded to a power of two `P` (the padding sorts after every element),
