@@ -1,8 +1,8 @@
 //! A `sort` by keys on the GPU ([`MapKind::Sort`]): one block per slice, a bitonic network
 //! in shared memory.
 //!
-//! A sort whose plan is [`crate::sort::SortPlan::Keys`] (its comparator only compares one operand's
-//! elements: what `Tensor::sort`, `argsort` and `topk` trace) orders each slice along its
+//! A sort whose plan is [`crate::sort::SortPlan::Keys`] (its comparator only compares one
+//! operand's elements: what `Tensor::sort`, `argsort` and `topk` trace) orders each slice along its
 //! dimension by those keys, stably. The block loads the slice's keys into shared memory with
 //! their positions, padded to a power of two `P` (the padding sorts after every element),
 //! and sorts the pairs by a bitonic network: for `k = 2, 4, ..., P` and `j = k/2, ..., 1`,
