@@ -81,7 +81,7 @@ def torch_workloads(torch):
         "attention_causal": lambda q, k, v: [F.scaled_dot_product_attention(q, k, v, is_causal=True)],
         "linear_bias_gelu": lambda x, w, b: [F.gelu(x @ w + b, approximate="tanh")],
         "mlp_step": mlp_step,
-        "sort": lambda x: [torch.sort(x, -1, stable=True).values],
+        "sort": lambda x: [torch.sort(x, dim=-1, stable=True).values],
     }
 
 

@@ -651,6 +651,8 @@ fn gpu_pack(args: &[String]) -> Result {
     let dir = std::env::current_dir()
         .map_err(|e| e.to_string())?
         .join(dir);
+    // `kiln-pack` renders PTX through LLVM, so a fresh machine needs the packages first.
+    ensure_toolchain()?;
     run(cargo().args(["build", "--release", "-p", "kiln-run", "--bin", "kiln-run"]))?;
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)

@@ -247,6 +247,11 @@ pub struct Gpu {
     /// flight. A tile whose stages do not fit `shared_memory_per_block` gets fewer (then a
     /// smaller `k`), and operands staged through registers keep two.
     pub mma_stages: usize,
+    /// Whether a tensor-core product's staged tiles are swizzled in shared memory
+    /// ([`crate::gpu::ir::SharedArray::swizzle`]), so that `ldmatrix` and `cp.async` meet
+    /// no bank conflicts: unswizzled, the 8 rows of one `ldmatrix` matrix lie `kt` or `tile.n`
+    /// elements apart and share 2 to 8 of the 8 bank groups' places.
+    pub mma_swizzle: bool,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
     /// once for its rows, so more rows read K and V fewer times.
@@ -331,35 +336,37 @@ impl Gpu {
                     thread_n: 2,
                 },
             ],
-            // Double buffered, as measured; deeper rings are the sweep's to time.
+            // Double buffered: the third GPU run timed 3 and 4 stages no faster (6.71 and
+            // 6.77 ms against 6.61 for linear_bias_gelu_4096).
             gemm_stages: 2,
             mma_tiles: vec![
                 GemmTile {
                     m: 128,
                     n: 128,
-                    k: 32,
+                    k: 16,
                     thread_m: 64,
                     thread_n: 32,
                 },
                 GemmTile {
                     m: 64,
                     n: 64,
-                    k: 32,
+                    k: 16,
                     thread_m: 32,
                     thread_n: 32,
                 },
                 GemmTile {
                     m: 16,
                     n: 16,
-                    k: 32,
+                    k: 16,
                     thread_m: 16,
                     thread_n: 16,
                 },
             ],
-            // Three stages of 32 (two mma k-steps each), the usual depth of sm_80 and sm_90
-            // bf16 products at 128 x 128 tiles; not yet measured against the sweep's others
-            // (two stages of 16 is the single stage in flight the products had before).
-            mma_stages: 3,
+            // Four stages of 16, the fastest of the third GPU run's sweep without swizzled
+            // tiles (10.2 ms against 13.1 for three stages of 32, whose 64-byte rows met 4-way
+            // bank conflicts); swizzled tiles are the sweep's to time against them.
+            mma_stages: 4,
+            mma_swizzle: true,
             attention_warps: vec![16, 8, 4, 2, 1],
         }
     }

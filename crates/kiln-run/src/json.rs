@@ -115,6 +115,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "gemm_stages": g.gemm_stages,
             "mma_tiles": tiles_to_json(&g.mma_tiles),
             "mma_stages": g.mma_stages,
+            "mma_swizzle": g.mma_swizzle,
             "attention_warps": g.attention_warps,
         })),
     })
@@ -198,6 +199,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 gemm_stages: g.usize("gemm_stages")?,
                 mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
                 mma_stages: g.usize("mma_stages")?,
+                mma_swizzle: g.bool("mma_swizzle")?,
                 attention_warps: g
                     .get("attention_warps")?
                     .as_array()

@@ -455,6 +455,7 @@ fn launch(threads: usize, shared: usize, body: Vec<Stmt>) -> GpuKernel {
             dtype: DType::F32,
             len: shared,
             packed: false,
+            swizzle: None,
         }],
         regs: 2,
         vars: 1,

@@ -487,7 +487,25 @@ impl<'a, 'c> Emit<'a, 'c> {
         };
         let et = shared_type(self.ctx, a);
         let t = et.array_type(a.len as u32);
-        let i = self.sc(index)?;
+        let mut i = self.sc(index)?;
+        if let Some(s) = a.swizzle {
+            // The element's 16-byte chunk (8 elements: verified packed 16-bit) moved within
+            // its group of 8 as `SharedArray::physical` says: i ^ (((i >> (s + 3)) & 7) << 3).
+            let it = i.get_type();
+            let key = self
+                .b
+                .build_right_shift(i, it.const_int(u64::from(s) + 3, false), false, "swz")
+                .map_err(llvm)?;
+            let key = self
+                .b
+                .build_and(key, it.const_int(7, false), "swz")
+                .map_err(llvm)?;
+            let key = self
+                .b
+                .build_left_shift(key, it.const_int(3, false), "swz")
+                .map_err(llvm)?;
+            i = self.b.build_xor(i, key, "swz").map_err(llvm)?;
+        }
         let g = self.shared[array].as_pointer_value();
         // SAFETY: the mapping keeps shared accesses in bounds (the emulator checks it).
         let p =

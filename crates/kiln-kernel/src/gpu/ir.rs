@@ -320,6 +320,28 @@ pub struct SharedArray {
     /// f16 and bf16 elements held as 16 bits (rounded on store), as [`Stmt::LdMatrix`] reads
     /// them, rather than as f32.
     pub packed: bool,
+    /// A swizzled layout (packed arrays only): the array's 16-byte chunk `c` lies at chunk
+    /// `c ^ ((c >> s) & 7)`, `s` this value, so that the same chunk of 8 consecutive rows of
+    /// `2^s` chunks or fewer (what one `ldmatrix` matrix reads, and what `cp.async` writes)
+    /// falls in 8 different bank groups instead of one. Indices stay logical everywhere in
+    /// the kernel (the emulator runs them as they are); the PTX emitter renders the layout
+    /// at each access. A chunk moves only within its aligned group of 8, so the array's
+    /// length is a multiple of 8 chunks.
+    pub swizzle: Option<u32>,
+}
+
+impl SharedArray {
+    /// Where element `i` of a swizzled array lies, `elems` elements a 16-byte chunk (the
+    /// layout [`SharedArray::swizzle`] describes; `i` itself when not swizzled).
+    pub fn physical(&self, i: usize, elems: usize) -> usize {
+        match self.swizzle {
+            None => i,
+            Some(s) => {
+                let (chunk, within) = (i / elems, i % elems);
+                (chunk ^ ((chunk >> s) & 7)) * elems + within
+            }
+        }
+    }
 }
 
 /// How a kernel was mapped (reports and the printed form).

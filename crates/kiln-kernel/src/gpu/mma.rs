@@ -111,11 +111,13 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
                 dtype,
                 len: 256,
                 packed: true,
+                swizzle: None,
             },
             SharedArray {
                 dtype,
                 len: 128,
                 packed: true,
+                swizzle: None,
             },
         ],
         regs: 26,

@@ -169,7 +169,10 @@ pub fn kernel_text(k: &GpuKernel) -> String {
     }
     for (i, a) in k.shared.iter().enumerate() {
         let packed = if a.packed { " packed" } else { "" };
-        let _ = writeln!(out, "  shared{i}: {}[{}]{packed}", a.dtype, a.len);
+        let swizzle = a
+            .swizzle
+            .map_or(String::new(), |s| format!(" swizzled by chunks >> {s}"));
+        let _ = writeln!(out, "  shared{i}: {}[{}]{packed}{swizzle}", a.dtype, a.len);
     }
     stmts(&mut out, &k.body, 1);
     out
@@ -208,6 +211,17 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
             k.shared_bytes(),
             gpu.shared_limit()
         ));
+    }
+    for (i, a) in k.shared.iter().enumerate() {
+        // A swizzle moves 16-byte chunks within aligned groups of 8: a packed array of
+        // 16-bit elements (8 a chunk), whole groups long.
+        if a.swizzle.is_some() && (!a.packed || a.dtype.bits() != 16 || a.len % 64 != 0) {
+            return fail(format!(
+                "shared{i} is swizzled but is not a packed array of 16-bit elements a \
+                 multiple of 64 long ({}[{}])",
+                a.dtype, a.len
+            ));
+        }
     }
     fn check(k: &GpuKernel, body: &[Stmt]) -> Result<(), String> {
         for s in body {

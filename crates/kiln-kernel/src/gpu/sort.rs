@@ -153,11 +153,13 @@ pub fn sort_program(
                     dtype: key,
                     len: padded,
                     packed: false,
+                    swizzle: None,
                 },
                 SharedArray {
                     dtype: DType::I64,
                     len: padded,
                     packed: false,
+                    swizzle: None,
                 },
             ],
             regs: r,

@@ -174,21 +174,25 @@ impl Mapper<'_> {
                 dtype,
                 len: warps * d.k,
                 packed: false,
+                swizzle: None,
             },
             SharedArray {
                 dtype,
                 len: KEYS * d.k,
                 packed: false,
+                swizzle: None,
             },
             SharedArray {
                 dtype,
                 len: KEYS * n2,
                 packed: false,
+                swizzle: None,
             },
             SharedArray {
                 dtype,
                 len: warps * KEYS,
                 packed: false,
+                swizzle: None,
             },
         ];
         body.extend(stage_q.stage(

@@ -794,11 +794,13 @@ impl Mapper<'_> {
                 dtype,
                 len: warps,
                 packed: false,
+                swizzle: None,
             });
             shared.push(SharedArray {
                 dtype,
                 len: 1,
                 packed: false,
+                swizzle: None,
             });
             let lane0 = Sc::eq(sp(Special::Lane), c(0));
             out.push(Stmt::If {

@@ -353,6 +353,7 @@ impl RowCache {
                 dtype: l.dtype(),
                 len: per_block * self.len,
                 packed: false,
+                swizzle: None,
             })
             .collect()
     }

@@ -227,16 +227,25 @@ impl Mapper<'_> {
                 array: 1,
             },
         ];
+        // Swizzled (`Gpu::mma_swizzle`) by the rows an `ldmatrix` matrix reads: A's (and B's
+        // staged by columns) `kt` long, B's staged by rows `bn` long.
+        let swizzle = |row: usize| {
+            self.gpu
+                .mma_swizzle
+                .then(|| (row / 8).next_power_of_two().max(8).trailing_zeros())
+        };
         let mut shared = vec![
             SharedArray {
                 dtype: op_dtype,
                 len: bm * kt,
                 packed: true,
+                swizzle: swizzle(kt),
             },
             SharedArray {
                 dtype: op_dtype,
                 len: bn * kt,
                 packed: true,
+                swizzle: swizzle(if b_by_rows { bn } else { kt }),
             },
         ];
         // Operands staged through registers only gain nothing from more stages in flight
@@ -486,8 +495,8 @@ mod tests {
     #[test]
     fn the_pipeline_is_cut_back_to_fit_shared_memory_and_short_contractions() {
         let (big, static_) = (227 << 10, 48 << 10);
-        // The H200's default: 3 stages of 32 (48 KiB at 128 x 128, which the 48 KiB a block
-        // gets without opting in still holds).
+        // 3 stages of 32 (48 KiB at 128 x 128, which the 48 KiB a block gets without opting
+        // in still holds).
         assert_eq!(pipeline(big, 3, 32, 8192), (3, 32));
         assert_eq!(pipeline(static_, 3, 32, 8192), (3, 32));
         assert_eq!(pipeline(big, 4, 64, 8192), (4, 64));
@@ -502,5 +511,66 @@ mod tests {
         assert_eq!(pipeline(big, 3, 32, 1), (2, 16));
         // Fewer than two stages asked for: still two.
         assert_eq!(pipeline(big, 1, 32, 8192), (2, 32));
+    }
+
+    /// The bank groups (16-byte chunks mod 8) of the 8 rows of every `ldmatrix` matrix of a
+    /// stage of `rows x len` (rows `len` 16-bit elements long), by the array's layout.
+    fn ldmatrix_groups(a: &SharedArray, len: usize) -> Vec<Vec<usize>> {
+        let mut out = Vec::new();
+        for first in (0..a.len / len).step_by(8) {
+            for col in (0..len).step_by(8) {
+                out.push(
+                    (first..first + 8)
+                        .map(|r| a.physical(r * len + col, 8) / 8 % 8)
+                        .collect(),
+                );
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn swizzled_tiles_meet_no_bank_conflicts_in_ldmatrix() {
+        assert!(Gpu::h200().mma_swizzle);
+        // Rows of A (`kt` long) and of B staged by rows (`bn` long), as `mma_product` swizzles
+        // them.
+        for len in [16usize, 32, 48, 64, 128, 256] {
+            let s = (len / 8).next_power_of_two().max(8).trailing_zeros();
+            let plain = SharedArray {
+                dtype: DType::BF16,
+                len: 128 * len,
+                packed: true,
+                swizzle: None,
+            };
+            let swizzled = SharedArray {
+                swizzle: Some(s),
+                ..plain.clone()
+            };
+            // A permutation of the array's elements, moving whole chunks.
+            let mut seen = vec![false; swizzled.len];
+            for i in 0..swizzled.len {
+                let p = swizzled.physical(i, 8);
+                assert_eq!(p % 8, i % 8);
+                assert!(
+                    !std::mem::replace(&mut seen[p], true),
+                    "{len}: {i} -> {p} twice"
+                );
+            }
+            let distinct = |g: &Vec<usize>| {
+                let mut g = g.clone();
+                g.sort();
+                g.dedup();
+                g.len()
+            };
+            let worst = |a: &SharedArray| ldmatrix_groups(a, len).iter().map(distinct).min();
+            // Rows a power of two of chunks apart: 8 distinct groups swizzled; unswizzled,
+            // rows of 2 chunks (32 bytes) share by 2, rows of 8 or more all share one.
+            if len.is_power_of_two() {
+                assert_eq!(worst(&swizzled), Some(8), "rows of {len}");
+                assert!(worst(&plain) < Some(8), "rows of {len}");
+            } else {
+                assert!(worst(&swizzled) >= worst(&plain), "rows of {len}");
+            }
+        }
     }
 }

@@ -176,11 +176,13 @@ impl Mapper<'_> {
                 dtype,
                 len: bk * bm,
                 packed: false,
+                swizzle: None,
             },
             SharedArray {
                 dtype,
                 len: bk * bn,
                 packed: false,
+                swizzle: None,
             },
         ];
         // A ring of stages where a tile is copied with `cp.async`; two (double buffering)
