@@ -27,8 +27,9 @@
 //! search, no scan and no atomics, and its launches are data-independent. It does
 //! `O(n log² n)` comparisons against a merge's or radix sort's `O(n log n)` (for 16·2²⁰ f32
 //! keys in tiles of 4,096: 78 global stages and 13 tile launches); a radix sort on the keys'
-//! order-preserving bits is the faster successor when measurements ask for it. The launches
-//! are unmeasured on a real GPU.
+//! order-preserving bits is the faster successor when measurements ask for it. The scratch
+//! buffers take `2 P (key bytes + 8)` bytes per slice (384 MiB for 16·2²⁰ f32 keys). The
+//! launches are unmeasured on a real GPU.
 
 use super::{KEYS, POSITIONS, Regs, Sorter, c, not};
 use crate::gpu::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
@@ -58,7 +59,7 @@ struct Extra {
 }
 
 /// The launches sorting slices `sl` of the sort `s` describes (its `padded` is the tile),
-/// with registers `regs` (and how many), operands of types `ins`.
+/// with a block sort's registers `r` (`count` of them), operands of types `ins`.
 pub(super) fn program(
     s: &Sorter,
     sl: Slices,
@@ -112,19 +113,25 @@ pub(super) fn program(
 
 /// What the launches of one long sort depend on.
 struct Long<'a> {
+    /// The sort, its `padded` the tile.
     s: &'a Sorter,
+    /// The registers, and how many every launch declares.
     r: &'a Regs,
     x: &'a Extra,
+    regs: usize,
+    /// The slices, and their padded length.
     rows: usize,
     padded: usize,
     gpu: &'a Gpu,
     sums: SumTree,
-    regs: usize,
+    /// The sort's launch name (each launch's name follows it).
     name: &'a str,
+    /// The operands' types.
     ins: &'a [TensorType],
 }
 
 impl Long<'_> {
+    /// Keys a block sorts.
     fn tile(&self) -> usize {
         self.s.padded
     }
