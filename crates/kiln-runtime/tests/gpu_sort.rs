@@ -1,7 +1,8 @@
 //! Sorts by keys on the GPU (`kiln_kernel::gpu::sort`), run on the emulator: a launch of the
-//! bitonic network per sort, its results bit for bit the reference's (a stable sort: equal
-//! keys, zeros of both signs and NaNs keep their order), and the sorts the GPU does not take
-//! left to the host.
+//! bitonic network per sort, or, for slices longer than a block sorts, the network over
+//! several launches (tiles in shared memory, cross-tile stages in global memory), their results
+//! bit for bit the reference's (a stable sort: equal keys, zeros of both signs and NaNs keep
+//! their order), and the sorts the GPU does not take left to the host.
 
 use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{DType, Literal};
