@@ -158,6 +158,37 @@ fn fused_workloads_map_to_one_launch() {
     }
 }
 
+/// `sort_16M` sorts on the GPU at both sizes, with no host step: its one slice is past what a
+/// block sorts (16·2²⁰ keys, and 5,000 at the tiny size), so it runs as the long sort, a tiles
+/// launch, then a global launch per cross-tile stage and one within tiles per longer run (tiles
+/// of 4,096 f32 keys: 91 launches at 16·2²⁰, 3 at 5,000).
+#[test]
+fn the_long_sort_workload_runs_on_the_gpu_in_tiles() {
+    use kiln_kernel::gpu::ir::MapKind;
+    use kiln_kernel::gpu::plan::DeviceStep;
+    let target = kiln_kernel::target::TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    let w = ws.iter().find(|w| w.name == "sort_16M").unwrap();
+    for (f, launches) in [(&w.full, 91), (&w.tiny, 3)] {
+        let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
+            .unwrap();
+        let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
+        assert!(
+            plan.steps
+                .iter()
+                .all(|s| matches!(s, DeviceStep::Kernel(_))),
+            "{}: a step on the host",
+            w.name
+        );
+        let kinds: Vec<MapKind> = plan
+            .kernel_steps()
+            .flat_map(|k| k.program.launches.iter().map(|l| l.kind))
+            .collect();
+        assert_eq!(kinds, vec![MapKind::Sort; launches]);
+    }
+}
+
 /// The sweep's variants of the tensor-core pipeline run what their labels name on the pack's
 /// target (48 KiB of shared memory per block): `stages` stages of `k` (shared A holding
 /// `stages x m x k` elements, the loop waiting for all but `stages - 2` copy groups), none cut

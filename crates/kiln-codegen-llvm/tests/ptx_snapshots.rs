@@ -2,7 +2,8 @@
 //! warp-per-row softmax with its row cached in registers and in shared memory, block-per-row reduction through shared memory and barriers, matrix
 //! product with its epilogue in the launch (one thread per element), matrix product by block
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile, a
-//! product on the tensor cores, attention in one launch, scatter, a sort by keys), for sm_90.
+//! product on the tensor cores, attention in one launch, scatter, a sort by keys, a long sort by
+//! keys in tiles and global passes), for sm_90.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -194,6 +195,24 @@ fn sort_by_keys() {
         ptx(
             "func @main(%0: f32[2,8], %1: i32[2,8]) -> (f32[2,8], i32[2,8]) {\n  %2, %3 = sort %0, %1 {dimension = 1, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      %5 = compare %1, %1 {comparison_direction = NE} : pred[]\n      %6 = compare %0, %0 {comparison_direction = EQ} : pred[]\n      %7 = and %5, %6 : pred[]\n      %8 = or %4, %7 : pred[]\n      return %8\n    }} : f32[2,8], i32[2,8]\n  return %2, %3\n}\n",
             MapKind::Sort
+        )
+    );
+}
+
+/// A long sort (slices past what a block holds) on an H200 whose blocks declare 192 bytes of
+/// shared memory, so tiles are 16 f32 keys and a slice of 20 pads to 32: the tiles sorted in
+/// shared memory into scratch, the one global stage between the two tiles (scratch to
+/// scratch), and the last stages within tiles writing both operands in the sorted order.
+#[test]
+fn sort_by_keys_long() {
+    let mut target = TargetInfo::h200();
+    target.gpu.as_mut().expect("a GPU").static_shared_bytes = 192;
+    insta::assert_snapshot!(
+        "sort_by_keys_long",
+        ptx_on(
+            "func @main(%0: f32[20], %1: i32[20]) -> (f32[20], i32[20]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      %5 = compare %1, %1 {comparison_direction = NE} : pred[]\n      %6 = compare %0, %0 {comparison_direction = EQ} : pred[]\n      %7 = and %5, %6 : pred[]\n      %8 = or %4, %7 : pred[]\n      return %8\n    }} : f32[20], i32[20]\n  return %2, %3\n}\n",
+            MapKind::Sort,
+            &target
         )
     );
 }

@@ -1,13 +1,14 @@
 //! Sorts by keys on the GPU (`kiln_kernel::gpu::sort`), run on the emulator: a launch of the
-//! bitonic network per sort, its results bit for bit the reference's (a stable sort: equal
-//! keys, zeros of both signs and NaNs keep their order), and the sorts the GPU does not take
-//! left to the host.
+//! bitonic network per sort, or, for slices longer than a block sorts, the network over
+//! several launches (tiles in shared memory, cross-tile stages in global memory), their results
+//! bit for bit the reference's (a stable sort: equal keys, zeros of both signs and NaNs keep
+//! their order), and the sorts the GPU does not take left to the host.
 
 use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{DType, Literal};
 use kiln_kernel::gpu::ir::MapKind;
 use kiln_kernel::target::TargetInfo;
-use kiln_runtime::gpu_emu::compile_and_run;
+use kiln_runtime::gpu_emu::{EmuReport, compile_and_run};
 
 /// A comparator over `operands` operands of `dtypes` ordering by operand `key`: ascending
 /// `a < b` with NaN greatest (as `Tensor::sort` traces it), or descending `a > b` with NaN
@@ -113,11 +114,18 @@ fn args(f: &kiln_ir::Func, seed: u64, specials: f64) -> Vec<Literal> {
 /// Runs `src` on the emulated H200 and compares it with the reference bit for bit; returns
 /// the launches of the sort mapping.
 fn run(src: &str, seed: u64, specials: f64) -> usize {
+    let rep = run_on(src, seed, specials, &TargetInfo::h200());
+    rep.launches.get(&MapKind::Sort).copied().unwrap_or(0)
+}
+
+/// Runs `src` on the emulated `target` and compares it with the reference bit for bit;
+/// returns what ran where.
+fn run_on(src: &str, seed: u64, specials: f64, target: &TargetInfo) -> EmuReport {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
     let a = args(&f, seed, specials);
     let opts = kiln_kernel::Options::default();
-    let (got, rep) = compile_and_run(&f, &[], &opts, &TargetInfo::h200(), &a)
-        .unwrap_or_else(|e| panic!("{e}\n{src}"));
+    let (got, rep) =
+        compile_and_run(&f, &[], &opts, target, &a).unwrap_or_else(|e| panic!("{e}\n{src}"));
     let want = kiln_reference::eval(&f, &a).unwrap();
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(
@@ -126,7 +134,7 @@ fn run(src: &str, seed: u64, specials: f64) -> usize {
             "output {k} differs from the reference's (seed {seed})\n{src}\ngot  {g}\nwant {w}"
         );
     }
-    rep.launches.get(&MapKind::Sort).copied().unwrap_or(0)
+    rep
 }
 
 /// A sort: its operands' dtypes and shape, its dimension, key operand, and whether descending.
@@ -159,30 +167,138 @@ fn sorts_by_keys_run_on_the_gpu_and_match_the_reference_bit_for_bit() {
 }
 
 /// A bare `LT` on float keys leaves a NaN unordered (the host's merge sort gives the order),
-/// and a comparator that is more than one key's order runs on the host; so do slices too long
-/// for a block's shared memory. Their results still match.
+/// and a comparator that is more than one key's order runs on the host. Their results still
+/// match.
 #[test]
 fn sorts_the_gpu_does_not_take_run_on_the_host() {
     let bare = sort_text(&[DType::F32], &[20], 0, 0, false, true);
     assert_eq!(run(&bare, 1, 0.25), 0);
     let two_keys = "func @main(%0: f32[12], %1: i32[12]) -> (f32[12], i32[12]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %2, %3 {comparison_direction = LT} : pred[]\n      %5 = compare %0, %1 {comparison_direction = LT} : pred[]\n      %6 = or %4, %5 : pred[]\n      return %6\n    }} : f32[12], i32[12]\n  return %2, %3\n}\n";
     assert_eq!(run(two_keys, 2, 0.0), 0);
-    let long = sort_text(&[DType::F64], &[20000], 0, 0, false, false);
-    let f = kiln_ir::parse_func_text(&long).unwrap();
+}
+
+/// An H200 whose blocks declare `bytes` of shared memory: tiles of a long sort short enough
+/// that slices of a few hundred keys take several global passes.
+fn small_blocks(bytes: usize) -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    t.gpu.as_mut().expect("a GPU").static_shared_bytes = bytes;
+    t
+}
+
+/// The launches of the long sort of slices of `n` keys padded to `p` in tiles of `t`: one for
+/// the tiles, then for each run `k = 2t, ..., p` a global stage per `j = k/2, ..., t` and one
+/// within tiles.
+fn long_launches(n: usize, t: usize) -> usize {
+    let p = n.next_power_of_two();
+    let mut launches = 1;
+    let mut k = 2 * t;
+    while k <= p {
+        launches += (k / t).trailing_zeros() as usize + 1;
+        k *= 2;
+    }
+    launches
+}
+
+/// Slices longer than a block's shared memory holds run on the GPU in tiles and global passes
+/// (several launches, nothing on the host) and match the reference bit for bit: odd lengths
+/// and lengths just past a tile, several slices along inner and outer dimensions, duplicates,
+/// NaNs and zeros of both signs, descending, every key dtype, payloads of other dtypes. Blocks
+/// of 768 bytes hold 64 f32 keys with their positions (32 of f64).
+#[test]
+fn long_sorts_run_on_the_gpu_in_tiles_and_match_the_reference_bit_for_bit() {
+    let target = small_blocks(768);
+    // Dtypes, shape, dimension, key operand, descending, and the tile.
+    let cases: &[(Case, usize)] = &[
+        ((&[DType::F32], &[65], 0, 0, false), 64),
+        ((&[DType::F32, DType::I32], &[1000], 0, 0, false), 64),
+        ((&[DType::F32, DType::I32], &[3, 257], 1, 0, true), 64),
+        ((&[DType::I32, DType::F32], &[300, 2], 0, 1, false), 64),
+        ((&[DType::F64, DType::F16], &[2, 129, 3], 1, 0, false), 32),
+        ((&[DType::BF16], &[2, 200], 1, 0, true), 64),
+        ((&[DType::F16, DType::I64], &[513], 0, 0, false), 64),
+        ((&[DType::I64], &[130], 0, 0, true), 32),
+        ((&[DType::U8, DType::F32], &[2, 190], 1, 0, false), 64),
+        ((&[DType::I8, DType::BF16], &[150], 0, 0, true), 64),
+        ((&[DType::U64, DType::I16], &[97, 2], 0, 0, false), 32),
+        ((&[DType::I16, DType::U32], &[3, 70], 1, 0, true), 64),
+    ];
+    for (k, &((dtypes, shape, dim, key, descending), tile)) in cases.iter().enumerate() {
+        let src = sort_text(dtypes, shape, dim, key, descending, false);
+        for seed in 0..3u64 {
+            let specials = if seed == 1 { 0.25 } else { 0.0 };
+            let rep = run_on(&src, 100 * k as u64 + seed, specials, &target);
+            assert_eq!(
+                rep.launches.get(&MapKind::Sort).copied(),
+                Some(long_launches(shape[dim], tile)),
+                "{rep:?}\n{src}"
+            );
+            assert!(
+                rep.fallbacks.is_empty() && rep.interpreted == 0,
+                "the long sort left work to the host: {rep:?}\n{src}"
+            );
+        }
+    }
+}
+
+/// On the H200 itself: slices just past the longest a block sorts (4,096 f32 keys, 2,048 f64)
+/// run in tiles on the GPU, with nothing left to the host.
+#[test]
+fn slices_just_past_a_block_sort_in_tiles_on_the_h200() {
+    let cases: &[(Case, usize)] = &[
+        ((&[DType::F32], &[4097], 0, 0, false), 4096),
+        ((&[DType::F64, DType::I32], &[2, 2049], 1, 0, true), 2048),
+    ];
+    for (k, &((dtypes, shape, dim, key, descending), tile)) in cases.iter().enumerate() {
+        let src = sort_text(dtypes, shape, dim, key, descending, false);
+        let rep = run_on(&src, 7 + k as u64, 0.05, &TargetInfo::h200());
+        assert_eq!(
+            rep.launches.get(&MapKind::Sort).copied(),
+            Some(long_launches(shape[dim], tile)),
+            "{rep:?}\n{src}"
+        );
+        assert!(rep.fallbacks.is_empty() && rep.interpreted == 0, "{rep:?}");
+    }
+}
+
+/// A long sort's launches read from one pair of scratch buffers and write the other (no
+/// launch writes what it reads), and the scratch holds every slice's padded keys and
+/// positions.
+#[test]
+fn a_long_sort_ping_pongs_between_scratch_buffers() {
+    let src = sort_text(&[DType::F32, DType::I32], &[3, 300], 1, 0, false, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let target = small_blocks(768);
     let l = kiln_kernel::pipeline::lower_program(
         &f,
         &[],
         &kiln_kernel::Options::default(),
-        &TargetInfo::h200(),
+        &target,
         None,
         &mut |_| {},
     )
     .unwrap();
-    let plan = kiln_kernel::gpu::plan::device_plan(&l, &TargetInfo::h200()).unwrap();
-    assert!(
-        plan.steps
-            .iter()
-            .all(|s| matches!(s, kiln_kernel::gpu::plan::DeviceStep::Host(_))),
-        "a slice of 20,000 f64 keys (16 bytes a pair, 32,768 padded) does not fit 48 KiB"
+    let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
+    let steps: Vec<_> = plan.kernel_steps().collect();
+    assert_eq!(steps.len(), 1);
+    let p = &steps[0].program;
+    assert_eq!(p.launches.len(), long_launches(300, 64));
+    let dims: Vec<(DType, Vec<usize>)> = p
+        .scratch
+        .iter()
+        .map(|t| (t.dtype, t.shape.to_vec()))
+        .collect();
+    assert_eq!(
+        dims,
+        [DType::F32, DType::I64, DType::F32, DType::I64].map(|d| (d, vec![3 * 512]))
     );
+    for launch in &p.launches {
+        for (b, _) in &launch.outputs {
+            assert!(
+                !launch.inputs.iter().any(|(i, _)| i == b),
+                "{} reads what it writes ({b})",
+                launch.name
+            );
+        }
+    }
+    assert_eq!(steps[0].scratch.len(), 4);
 }

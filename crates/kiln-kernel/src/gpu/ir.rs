@@ -372,7 +372,9 @@ pub enum MapKind {
     /// A select-and-scatter, on one thread, in order.
     SelectScatter,
     /// A sort by keys: a block per slice, a bitonic network over the keys and their
-    /// positions in shared memory (`sort.rs`).
+    /// positions in shared memory (`sort.rs`); a slice too long for a block, the network's
+    /// stages split between tiles in shared memory and whole-slice passes in global memory,
+    /// over several launches (`sort/long.rs`).
     Sort,
 }
 

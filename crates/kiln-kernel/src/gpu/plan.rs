@@ -328,15 +328,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                     .iter()
                     .map(|&r| Ok((r, place(r)?)))
                     .collect::<Result<Vec<_>, String>>()?;
-                let mut scratch = Vec::new();
-                let mut at = 0;
-                for t in &program.scratch {
-                    scratch.push(Region {
-                        offset: at,
-                        bytes: bytes_of(t),
-                    });
-                    at += aligned(bytes_of(t));
-                }
+                let (scratch, at) = scratch_regions(&program);
                 scratch_bytes = scratch_bytes.max(at);
                 let bytes = matches!(inst.op, Op::BitcastConvert {}) && k.out != ty(results[0]);
                 steps.push(DeviceStep::Kernel(KernelStep {
@@ -389,12 +381,15 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                             .map(|&v| Ok((v, place(v)?)))
                             .collect::<Result<Vec<_>, String>>()
                     };
+                    // A slice longer than a block sorts goes through scratch buffers.
+                    let (scratch, at) = scratch_regions(&program);
+                    scratch_bytes = scratch_bytes.max(at);
                     steps.push(DeviceStep::Kernel(KernelStep {
                         inst: i,
                         program,
                         inputs: on_device(&inst.operands)?,
                         outputs: on_device(&inst.results)?,
-                        scratch: Vec::new(),
+                        scratch,
                         bytes: false,
                     }));
                     continue;
@@ -451,6 +446,21 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
         constants,
         steps,
     })
+}
+
+/// The regions of `program`'s scratch buffers from the scratch region's start, and the bytes
+/// they take.
+fn scratch_regions(program: &GpuProgram) -> (Vec<Region>, usize) {
+    let mut scratch = Vec::new();
+    let mut at = 0;
+    for t in &program.scratch {
+        scratch.push(Region {
+            offset: at,
+            bytes: bytes_of(t),
+        });
+        at += aligned(bytes_of(t));
+    }
+    (scratch, at)
 }
 
 /// Every launch's buffers fit their regions (a kernel's output type is its value's, bytes for

@@ -16,10 +16,19 @@
 //! slice is then written in the sorted positions' order, read from global memory, so every
 //! element keeps its bits (a NaN's payload, a zero's sign).
 //!
+//! A slice whose padded pairs do not fit the shared memory a kernel declares
+//! ([`crate::target::Gpu::static_shared_bytes`]: 4,096 f32 keys on an H200) runs the same
+//! network over the whole slice in several launches ([`mod@long`]): tiles of the longest length
+//! that fits sorted in shared memory, the stages that pair elements of different tiles in
+//! global memory through scratch buffers. Both forms are checked on the emulator and by ptxas;
+//! neither is measured on a real GPU yet.
+//!
 //! Left to the host: a comparator that is more than one key's order, float keys whose plan
 //! leaves NaN unordered (a NaN among them makes the comparator's merge sort depend on the
-//! algorithm), complex keys, and slices whose padded pairs do not fit the shared memory a
-//! kernel declares ([`crate::target::Gpu::static_shared_bytes`]: 4,096 f32 keys on an H200).
+//! algorithm), complex keys, and long slices of small-float keys (scratch buffers hold those as
+//! their bits, which do not order as the values).
+
+pub mod long;
 
 use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
 use crate::ir::{Ew, Expr};
@@ -73,41 +82,45 @@ pub fn sort_program(
         key.bytes()
     };
     let shared = gpu.shared_limit();
-    if rows == 0 || n <= 1 || padded * (key_bytes + 8) > shared {
+    if rows == 0 || n <= 1 {
         return None;
     }
     let largest = prev_power_of_two(gpu.max_threads_per_block);
-    let threads = (padded / 2).min(largest).max(gpu.warp_size);
-    let grid = rows.min(gpu.sms * gpu.blocks_per_sm).max(1);
+    let fits = |p: usize| p * (key_bytes + 8) <= shared;
+    // A slice too long for one block sorts in tiles of the longest that fits.
+    let tile = if fits(padded) {
+        padded
+    } else {
+        prev_power_of_two(shared / (key_bytes + 8))
+    };
+    if tile < 2 || tile < padded && key.mini().is_some() {
+        return None;
+    }
+    let threads = (tile / 2).min(largest).max(gpu.warp_size);
     let s = Sorter {
         n,
         inner,
-        padded,
+        padded: tile,
         threads,
         key,
         key_input: operand,
         descending,
-        operands: ins.len(),
+        inputs: ins.len(),
+        base: None,
     };
-    let mut r = 0;
-    let mut reg = || {
-        r += 1;
-        r - 1
-    };
-    let regs = Regs {
-        row: reg(),
-        i: reg(),
-        key: reg(),
-        position: reg(),
-        values: (0..ins.len()).map(|_| reg()).collect(),
-        lo: reg(),
-        hi: reg(),
-        pair: [reg(), reg(), reg(), reg()],
-        less: [reg(), reg()],
-        swap: reg(),
-        src: reg(),
-        pos: reg(),
-    };
+    let (regs, r) = Regs::new(ins.len());
+    if tile < padded {
+        return Some(long::program(
+            &s,
+            long::Slices { rows, padded },
+            (regs, r),
+            ins,
+            gpu,
+            sums,
+            name,
+        ));
+    }
+    let grid = rows.min(gpu.sms * gpu.blocks_per_sm).max(1);
     let mut per_row = s.load(&regs);
     per_row.push(Stmt::Barrier);
     let mut k = 2;
@@ -197,6 +210,7 @@ const KEYS: usize = 0;
 const POSITIONS: usize = 1;
 
 /// The registers of a thread.
+#[derive(Clone)]
 struct Regs {
     /// The slice.
     row: usize,
@@ -221,7 +235,34 @@ struct Regs {
     pos: usize,
 }
 
+impl Regs {
+    /// The registers of a sort of `operands` operands, and how many they are.
+    fn new(operands: usize) -> (Regs, usize) {
+        let mut r = 0;
+        let mut reg = || {
+            r += 1;
+            r - 1
+        };
+        let regs = Regs {
+            row: reg(),
+            i: reg(),
+            key: reg(),
+            position: reg(),
+            values: (0..operands).map(|_| reg()).collect(),
+            lo: reg(),
+            hi: reg(),
+            pair: [reg(), reg(), reg(), reg()],
+            less: [reg(), reg()],
+            swap: reg(),
+            src: reg(),
+            pos: reg(),
+        };
+        (regs, r)
+    }
+}
+
 /// What the statements of one sort depend on.
+#[derive(Clone)]
 struct Sorter {
     /// The slices' length, their stride apart in memory, and the padded length.
     n: usize,
@@ -231,7 +272,12 @@ struct Sorter {
     key: DType,
     key_input: usize,
     descending: bool,
-    operands: usize,
+    /// The launch's inputs (a key comparison reads its registers as inputs after those).
+    inputs: usize,
+    /// A register holding where the block's tile starts in its slice, when the slice is
+    /// longer than one block sorts ([`mod@long`]): the network's runs ascend or descend by their
+    /// place in the slice.
+    base: Option<usize>,
 }
 
 impl Sorter {
@@ -318,7 +364,7 @@ impl Sorter {
     fn key_less(&self, a: usize, b: usize) -> Expr {
         let (a, b) = if self.descending { (b, a) } else { (a, b) };
         let scalar = |i: usize| Expr::Load {
-            input: self.operands + i,
+            input: self.inputs + i,
             dtype: self.key,
             coef: Vec::new(),
             off: 0,
@@ -349,14 +395,11 @@ impl Sorter {
         logic(OpKind::Or, vec![lt, nan_after])
     }
 
-    /// One stage of the network: each pair `(lo, lo + j)` in order for its run of `k`.
-    fn stage(&self, r: &Regs, k: usize, j: usize) -> Stmt {
-        let [klo, plo, khi, phi] = r.pair;
-        let p = Sc::Reg(r.i);
-        let lo = Sc::plus(
-            Sc::times(Sc::quot(p.clone(), c(j)), c(2 * j)),
-            Sc::modulo(p, c(j)),
-        );
+    /// Whether a pair loaded into `r.pair` (its lower element first) is exchanged in a run of
+    /// `k` at `first` (the lower element's index in the slice: runs where `first & k` is 0
+    /// ascend).
+    fn swap(&self, r: &Regs, k: usize, first: Sc) -> Sc {
+        let [_, plo, _, phi] = r.pair;
         // Pair (x, y) in order: x's key first, or equal keys and x's position first; the
         // padding (positions from n on) after every element, in position order.
         let before = |x_is_lo: bool, x_pos: usize, y_pos: usize| -> Sc {
@@ -378,12 +421,28 @@ impl Sorter {
                 ),
             )
         };
-        let ascending = Sc::eq(Sc::modulo(Sc::quot(Sc::Reg(r.lo), c(k)), c(2)), c(0));
+        let ascending = Sc::eq(Sc::modulo(Sc::quot(first, c(k)), c(2)), c(0));
         // Ascending runs exchange when hi belongs before lo; descending ones, lo before hi.
-        let swap = or(
+        or(
             Sc::and(ascending.clone(), before(false, phi, plo)),
             Sc::and(not(ascending), before(true, plo, phi)),
+        )
+    }
+
+    /// One stage of the network: each pair `(lo, lo + j)` in order for its run of `k`.
+    fn stage(&self, r: &Regs, k: usize, j: usize) -> Stmt {
+        let [klo, plo, khi, phi] = r.pair;
+        let p = Sc::Reg(r.i);
+        let lo = Sc::plus(
+            Sc::times(Sc::quot(p.clone(), c(j)), c(2 * j)),
+            Sc::modulo(p, c(j)),
         );
+        // A tile of a longer slice (`long`) runs in the direction of its place in the slice.
+        let first = match self.base {
+            Some(b) => Sc::plus(Sc::Reg(b), Sc::Reg(r.lo)),
+            None => Sc::Reg(r.lo),
+        };
+        let swap = self.swap(r, k, first);
         let exchange = vec![
             Stmt::SharedStore {
                 array: KEYS,
