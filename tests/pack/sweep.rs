@@ -41,39 +41,21 @@ fn tile(m: usize, n: usize, k: usize, thread_m: usize, thread_n: usize) -> GemmT
 /// fastest of the previous sweep, docs/performance.md).
 pub fn variants() -> Vec<Variant> {
     let mut out = Vec::new();
-    // Tensor-core tiles of the bf16 product: block m x n, a warp's tile tm x tn.
-    for (m, n, tm, tn) in [
-        (128, 64, 64, 32),
-        (64, 128, 32, 64),
-        (256, 128, 64, 64),
-        (128, 256, 64, 64),
-    ] {
-        out.push(Variant {
-            workload: "matmul_bf16_8192",
-            label: format!("mma_{m}x{n}_warp_{tm}x{tn}"),
-            change: gpu(move |g| g.mma_tiles.insert(0, tile(m, n, 16, tm, tn))),
-        });
-    }
-    // The tiles staged without the swizzle (the layout the third GPU run timed).
-    out.push(Variant {
-        workload: "matmul_bf16_8192",
-        label: "mma_swizzle_off".into(),
-        change: gpu(|g| g.mma_swizzle = false),
-    });
-    // The tensor-core pipeline: stages in the ring and contraction per stage (4 of 16 is the
-    // default). Under the 48 KiB of shared memory the PTX declares statically, 128x128 tiles
-    // hold at most 3 stages of 32 (4 of 32 or 2 of 64 would be cut back to fit), so the deeper
-    // ones run on smaller blocks. Two stages of 16 is the kernel before the pipeline (one
-    // k-step, one stage in flight). With the swizzle, longer stages meet no more bank
-    // conflicts than short ones.
+    // The tensor-core product (the default: blocks of 128x64, warps of 64x32, 2 stages of 64,
+    // swizzled; the fastest of the fourth GPU run's sweep). Its tiles and pipelines: block
+    // m x n, a warp's tile tm x tn, stages of k. Under the 48 KiB of shared memory the PTX
+    // declares statically, a 128x128 block holds 3 stages of 32 at most, a 128x64 one 2 of 64
+    // or 4 of 32.
     for (m, n, tm, tn, stages, k) in [
-        (128, 128, 64, 32, 2, 16),
-        (128, 128, 64, 32, 3, 16),
-        (128, 128, 64, 32, 2, 32),
+        (128, 128, 64, 32, 4, 16),
         (128, 128, 64, 32, 3, 32),
         (128, 64, 64, 32, 4, 32),
-        (128, 64, 64, 32, 2, 64),
+        (128, 64, 64, 32, 3, 32),
+        (128, 64, 32, 32, 2, 64),
+        (128, 64, 64, 64, 2, 64),
+        (64, 128, 32, 64, 2, 64),
         (64, 64, 32, 32, 3, 64),
+        (64, 64, 32, 32, 2, 128),
     ] {
         out.push(Variant {
             workload: "matmul_bf16_8192",
@@ -84,6 +66,12 @@ pub fn variants() -> Vec<Variant> {
             }),
         });
     }
+    // The tiles staged without the swizzle (the layout the third GPU run timed).
+    out.push(Variant {
+        workload: "matmul_bf16_8192",
+        label: "mma_swizzle_off".into(),
+        change: gpu(|g| g.mma_swizzle = false),
+    });
     // Longer chunks of the products' sum trees: fewer levels of accumulators (registers) per
     // thread, a looser error bound (what this costs in time is what the table shows).
     for (workload, leaf) in [

@@ -472,8 +472,8 @@ fn fragment_loads(
 mod tests {
     use super::*;
 
-    /// The pipeline of a product of contraction `k` by the H200's largest tensor-core tile
-    /// (128 x 128) with `stages` stages of `kt` asked for and `shared` bytes per block.
+    /// The pipeline of a product of contraction `k` by a 128 x 128 tensor-core tile with
+    /// `stages` stages of `kt` asked for and `shared` bytes per block.
     fn pipeline(shared: usize, stages: usize, kt: usize, k: usize) -> (usize, usize) {
         let mut gpu = Gpu::h200();
         // As if kernels could declare all of it (dynamic shared memory).
@@ -481,10 +481,12 @@ mod tests {
         gpu.static_shared_bytes = shared;
         gpu.mma_stages = stages;
         let tile = GemmTile {
+            m: 128,
+            n: 128,
             k: kt,
-            ..gpu.mma_tiles[0]
+            thread_m: 64,
+            thread_n: 32,
         };
-        assert_eq!((tile.m, tile.n), (128, 128));
         let m = Mapper {
             gpu: &gpu,
             sums: TargetInfo::h200().sums,

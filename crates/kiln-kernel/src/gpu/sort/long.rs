@@ -163,11 +163,13 @@ impl Long<'_> {
                     dtype: self.s.key,
                     len: self.tile(),
                     packed: false,
+                    swizzle: None,
                 },
                 SharedArray {
                     dtype: DType::I64,
                     len: self.tile(),
                     packed: false,
+                    swizzle: None,
                 },
             ]
         } else {
