@@ -63,8 +63,12 @@ pub struct OpAst {
     pub attrs: Vec<(String, AttrVal, Pos)>,
     /// The regions.
     pub regions: Vec<Block>,
-    /// The type signature.
+    /// The type signature (a quantized type is its storage type there).
     pub sig: Sig,
+    /// The quantized element type of each of the signature's types in order (a function
+    /// type's operands, then its results), `None` where a type is not quantized; empty when
+    /// none is.
+    pub quant: Vec<Option<crate::quant::Quant>>,
 }
 
 impl OpAst {

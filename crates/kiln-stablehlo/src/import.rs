@@ -203,6 +203,10 @@ impl<'m> Importer<'m> {
                 &format!("the operands of `{}`", op.name),
             )?;
         }
+        if !op.quant.is_empty() {
+            let results = crate::quant::lower(body, op, &args)?;
+            return bind_results(names, op, &results);
+        }
         let results = match op.name.as_str() {
             "func.call" => self.call(body, op, &args)?,
             "stablehlo.composite" => self.composite(body, op, &args)?,

@@ -16,7 +16,8 @@
 //! [`parser`] and [`pretty`] (the syntax tree of [`ast`], which a printer can write back),
 //! [`attrs`], [`types`] and [`literal`] (attribute values, types, dense literals), [`ops`]
 //! and [`import`] (kiln IR; [`decompose`] for ops kiln lacks; [`chlo`],
-//! [`special`], [`next_after`] and [`top_k`] for `chlo` functions), [`checks`] (the `check`
+//! [`special`], [`next_after`] and [`top_k`] for `chlo` functions; [`quant`] for quantized
+//! types, which become their storage types and decomposed ops), [`checks`] (the `check`
 //! dialect of StableHLO's tests), [`generic`] (the tree written back in MLIR's generic op
 //! form, which MLIR parses without knowing StableHLO).
 //!
@@ -47,6 +48,7 @@ pub mod ops;
 pub mod parallel;
 pub mod parser;
 pub mod pretty;
+pub mod quant;
 pub mod ragged;
 pub mod special;
 pub mod top_k;

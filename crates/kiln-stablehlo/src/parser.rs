@@ -17,6 +17,9 @@ pub struct Cursor<'a> {
     at: usize,
     depth: usize,
     regions: usize,
+    /// The quantized types of the signature types ([`Cursor::sig_type`]) of the op being
+    /// parsed, one entry per type.
+    pub(crate) sig_quants: Vec<Option<crate::quant::Quant>>,
 }
 
 impl<'a> Cursor<'a> {
@@ -27,6 +30,7 @@ impl<'a> Cursor<'a> {
             at: 0,
             depth: 0,
             regions: 0,
+            sig_quants: Vec::new(),
         }
     }
 
@@ -435,17 +439,24 @@ fn parse_results(c: &mut Cursor) -> Result<Vec<Name>> {
 pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
     let results = parse_results(c)?;
     let pos = c.pos();
-    let mut op = match c.peek().clone() {
+    // The ops of nested regions record their own signature's quantized types.
+    let outer = std::mem::take(&mut c.sig_quants);
+    let parsed = match c.peek().clone() {
         Tok::Str(name) => {
             c.bump();
-            parse_generic(c, name, pos)?
+            parse_generic(c, name, pos)
         }
         Tok::Ident(name) => {
             c.bump();
-            crate::pretty::parse_pretty(c, name, pos)?
+            crate::pretty::parse_pretty(c, name, pos)
         }
-        _ => return c.expected("an operation"),
+        _ => c.expected("an operation"),
     };
+    let quant = std::mem::replace(&mut c.sig_quants, outer);
+    let mut op = parsed?;
+    if quant.iter().any(Option::is_some) {
+        op.quant = quant;
+    }
     op.results = results;
     c.skip_loc()?;
     Ok(op)
@@ -462,6 +473,7 @@ fn parse_generic(c: &mut Cursor, name: String, pos: Pos) -> Result<OpAst> {
         attrs: Vec::new(),
         regions: Vec::new(),
         sig: Sig::None,
+        quant: Vec::new(),
     };
     c.expect("(")?;
     if !c.eat(")") {
@@ -507,7 +519,7 @@ pub fn parse_func_sig(c: &mut Cursor) -> Result<Sig> {
     let outs = if c.eat("(") {
         parse_type_list_until(c, ")")?
     } else {
-        vec![c.tensor_type()?]
+        vec![c.sig_type()?]
     };
     Ok(Sig::Func(ins, outs))
 }
@@ -519,7 +531,7 @@ fn parse_type_list_until(c: &mut Cursor, close: &str) -> Result<Vec<TensorType>>
         return Ok(out);
     }
     loop {
-        out.push(c.tensor_type()?);
+        out.push(c.sig_type()?);
         if c.eat(close) {
             return Ok(out);
         }
@@ -532,17 +544,17 @@ pub fn parse_pretty_sig(c: &mut Cursor) -> Result<Sig> {
     if c.is("(") {
         return parse_func_sig(c);
     }
-    let mut list = vec![c.tensor_type()?];
+    let mut list = vec![c.sig_type()?];
     while c.is(",") && starts_type(c.peek2()) {
         c.bump();
-        list.push(c.tensor_type()?);
+        list.push(c.sig_type()?);
     }
     // `T -> U`: a function type without parentheses (`chlo` ops print this way).
     if c.eat("->") {
         let outs = if c.eat("(") {
             parse_type_list_until(c, ")")?
         } else {
-            vec![c.tensor_type()?]
+            vec![c.sig_type()?]
         };
         return Ok(Sig::Func(list, outs));
     }

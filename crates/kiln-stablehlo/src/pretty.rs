@@ -37,6 +37,7 @@ pub fn parse_pretty(c: &mut Cursor, name: &str, pos: Pos) -> Result<OpAst> {
         attrs: Vec::new(),
         regions: Vec::new(),
         sig: Sig::None,
+        quant: Vec::new(),
     };
     match name {
         "func.return" | "stablehlo.return" => {
