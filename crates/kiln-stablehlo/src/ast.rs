@@ -23,10 +23,33 @@ pub struct FuncAst {
     pub pos: Pos,
     /// Whether it is declared `private`.
     pub private: bool,
-    /// The result types.
+    /// The result types (a tuple's leaves in order, see [`Shape`]).
     pub results: Vec<TensorType>,
-    /// The body; its arguments are the function's parameters.
+    /// The body; its arguments are the function's parameters, a tuple parameter one argument
+    /// per leaf, all with the parameter's name.
     pub body: Block,
+    /// The shape of each parameter; empty when none is a tuple.
+    pub arg_shapes: Vec<Shape>,
+}
+
+/// The tuple structure of a type whose tensors are listed flat: a tensor, or a tuple of
+/// shapes (`tuple<tensor<2xf64>, tuple<tensor<i64>>>` is `Tuple([Leaf, Tuple([Leaf])])`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Shape {
+    /// One tensor.
+    Leaf,
+    /// A tuple of its elements' shapes.
+    Tuple(Vec<Shape>),
+}
+
+impl Shape {
+    /// How many tensors the shape holds.
+    pub fn leaves(&self) -> usize {
+        match self {
+            Shape::Leaf => 1,
+            Shape::Tuple(parts) => parts.iter().map(Shape::leaves).sum(),
+        }
+    }
 }
 
 /// A value name and where it is written.
@@ -69,6 +92,9 @@ pub struct OpAst {
     /// type's operands, then its results), `None` where a type is not quantized; empty when
     /// none is.
     pub quant: Vec<Option<crate::quant::Quant>>,
+    /// The shape of each of the signature's types as written (a tuple's leaves are listed
+    /// flat in `sig`); empty when none is a tuple.
+    pub tuples: Vec<Shape>,
 }
 
 impl OpAst {

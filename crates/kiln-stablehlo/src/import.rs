@@ -10,7 +10,7 @@
 //! as an extra loop carry (returned unchanged by the body) for `while`, as an extra operand
 //! for `case`/`if`.
 
-use crate::ast::{Block, FuncAst, ModuleAst, Name, OpAst, Sig};
+use crate::ast::{Block, FuncAst, ModuleAst, Name, OpAst, Shape, Sig};
 use crate::checks::{Check, FuncChecks};
 use crate::error::{Error, Pos, Result};
 use crate::literal::type_name;
@@ -38,8 +38,56 @@ pub struct Body {
     pub parallel: Vec<crate::parallel::PendingRun>,
 }
 
-/// The value names in scope: one map per function or inlined call.
-pub type Names = HashMap<String, ValueId>;
+/// A named value: a tensor, or a tuple of named values (kiln has no tuples; a tuple is the
+/// list of its tensors, see [`crate::tuple`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tree {
+    /// A tensor.
+    Leaf(ValueId),
+    /// A tuple of its elements.
+    Tuple(Vec<Tree>),
+}
+
+impl Tree {
+    /// The tensors of the tree, in order.
+    pub fn leaves(&self, out: &mut Vec<ValueId>) {
+        match self {
+            Tree::Leaf(v) => out.push(*v),
+            Tree::Tuple(parts) => parts.iter().for_each(|p| p.leaves(out)),
+        }
+    }
+
+    /// `vals` grouped as `shape` says (they must be as many as its leaves).
+    pub fn of(shape: &Shape, vals: &mut impl Iterator<Item = ValueId>) -> Option<Tree> {
+        match shape {
+            Shape::Leaf => vals.next().map(Tree::Leaf),
+            Shape::Tuple(parts) => parts
+                .iter()
+                .map(|p| Tree::of(p, vals))
+                .collect::<Option<Vec<_>>>()
+                .map(Tree::Tuple),
+        }
+    }
+}
+
+/// The value names in scope: one per function or inlined call.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    values: HashMap<String, ValueId>,
+    tuples: HashMap<String, Tree>,
+}
+
+impl Names {
+    /// No names.
+    pub fn new() -> Names {
+        Names::default()
+    }
+
+    /// The tuple named `n`, if `n` names one.
+    pub fn tuple(&self, n: &Name) -> Option<&Tree> {
+        self.tuples.get(&n.name)
+    }
+}
 
 /// The importer of one module.
 pub struct Importer<'m> {
@@ -114,10 +162,13 @@ impl<'m> Importer<'m> {
             parallel: Vec::new(),
         };
         let mut names = Names::new();
-        for (n, t) in &f.body.args {
-            let v = body.b.param(t.clone());
-            define(&mut names, n, v)?;
-        }
+        let params: Vec<ValueId> = f
+            .body
+            .args
+            .iter()
+            .map(|(_, t)| body.b.param(t.clone()))
+            .collect();
+        define_args(&mut names, f, &params)?;
         let (outs, ret_pos) =
             self.block(&mut body, &mut names, &f.body.ops, f.pos, "func.return")?;
         check_types(&body, &outs, &f.results, ret_pos, &format!("@{}", f.name))?;
@@ -184,7 +235,7 @@ impl<'m> Importer<'m> {
                 format!("a block must end with `{terminator}`, not `{}`", last.name),
             ));
         }
-        let vals = operands(names, last)?;
+        let vals = operands(names, last, terminator == "func.return")?;
         if let Sig::List(ts) | Sig::Func(ts, _) = &last.sig {
             check_types(body, &vals, ts, last.pos, &format!("`{terminator}`"))?;
         }
@@ -193,7 +244,7 @@ impl<'m> Importer<'m> {
 
     /// Imports one op (anything but a terminator).
     fn op(&mut self, body: &mut Body, names: &mut Names, op: &OpAst) -> Result<()> {
-        let args = operands(names, op)?;
+        let args = operands(names, op, true)?;
         if let Sig::Func(ins, _) = &op.sig {
             check_types(
                 body,
@@ -202,6 +253,9 @@ impl<'m> Importer<'m> {
                 op.pos,
                 &format!("the operands of `{}`", op.name),
             )?;
+        }
+        if !op.tuples.is_empty() || op.operands.iter().any(|n| names.tuple(n).is_some()) {
+            return crate::tuple::lower(self, body, names, op, &args);
         }
         if !op.quant.is_empty() {
             let results = crate::quant::lower(body, op, &args)?;
@@ -236,7 +290,7 @@ impl<'m> Importer<'m> {
 
     /// `func.call @f(args)`: a `call` of the imported `@f`, or, when `@f` has checks (directly
     /// or through its calls) and checks are imported, `@f` inlined.
-    fn call(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+    pub fn call(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
         let Some((crate::ast::AttrVal::Symbol(callee), _)) = op.attr("callee") else {
             return Err(Error::syntax(op.pos, "`func.call` needs a callee"));
         };
@@ -368,9 +422,7 @@ impl<'m> Importer<'m> {
             &format!("the arguments of @{callee}"),
         )?;
         let mut names = Names::new();
-        for ((n, _), &v) in f.body.args.iter().zip(args) {
-            define(&mut names, n, v)?;
-        }
+        define_args(&mut names, f, args)?;
         self.depth += 1;
         let r = self.block(body, &mut names, &f.body.ops, f.pos, "func.return");
         self.depth -= 1;
@@ -410,7 +462,7 @@ impl<'m> Importer<'m> {
             if let Some(l) = outer.consts.get(outer_v) {
                 body.consts.insert(v, l.clone());
             }
-            names.insert(n.clone(), v);
+            names.values.insert(n.clone(), v);
             cap_params.push(v);
         }
         let (mut outs, _) =
@@ -712,17 +764,52 @@ fn is_terminator(name: &str) -> bool {
 
 /// Defines a value name, refusing a second definition.
 pub fn define(names: &mut Names, n: &Name, v: ValueId) -> Result<()> {
-    if names.insert(n.name.clone(), v).is_some() {
+    define_tree(names, n, Tree::Leaf(v))
+}
+
+/// Defines a value name for a tensor or a tuple, refusing a second definition.
+pub fn define_tree(names: &mut Names, n: &Name, t: Tree) -> Result<()> {
+    let taken = names.values.contains_key(&n.name) || names.tuples.contains_key(&n.name);
+    if taken {
         return Err(Error::invalid(
             n.pos,
             format!("value %{} is defined twice", n.name),
         ));
     }
+    match t {
+        Tree::Leaf(v) => {
+            names.values.insert(n.name.clone(), v);
+        }
+        t => {
+            names.tuples.insert(n.name.clone(), t);
+        }
+    }
+    Ok(())
+}
+
+/// Names a function's parameters `params` (one per tensor of its arguments, a tuple argument
+/// grouped as its shape says).
+fn define_args(names: &mut Names, f: &FuncAst, params: &[ValueId]) -> Result<()> {
+    if f.arg_shapes.is_empty() {
+        for ((n, _), &v) in f.body.args.iter().zip(params) {
+            define(names, n, v)?;
+        }
+        return Ok(());
+    }
+    let mut vals = params.iter().copied();
+    let mut at = 0;
+    for shape in &f.arg_shapes {
+        let n = &f.body.args[at].0;
+        let tree = Tree::of(shape, &mut vals)
+            .ok_or_else(|| Error::invalid(n.pos, "fewer arguments than the signature's types"))?;
+        define_tree(names, n, tree)?;
+        at += shape.leaves();
+    }
     Ok(())
 }
 
 /// Binds an op's result names to the values built for it.
-fn bind_results(names: &mut Names, op: &OpAst, vals: &[ValueId]) -> Result<()> {
+pub fn bind_results(names: &mut Names, op: &OpAst, vals: &[ValueId]) -> Result<()> {
     if op.results.len() != vals.len() {
         return Err(Error::invalid(
             op.pos,
@@ -741,14 +828,23 @@ fn bind_results(names: &mut Names, op: &OpAst, vals: &[ValueId]) -> Result<()> {
 }
 
 /// Looks up a value name (`%x#0` also finds a single-result `%x`).
-fn lookup(names: &Names, n: &Name) -> Result<ValueId> {
-    if let Some(&v) = names.get(&n.name) {
+pub fn lookup(names: &Names, n: &Name) -> Result<ValueId> {
+    if let Some(&v) = names.values.get(&n.name) {
         return Ok(v);
     }
     if let Some(base) = n.name.strip_suffix("#0")
-        && let Some(&v) = names.get(base)
+        && let Some(&v) = names.values.get(base)
     {
         return Ok(v);
+    }
+    if names.tuples.contains_key(&n.name) {
+        return Err(Error::unsupported(
+            n.pos,
+            format!(
+                "the tuple %{} here (kiln flattens tuples through `tuple`, `get_tuple_element`, `func.call` and `func.return`)",
+                n.name
+            ),
+        ));
     }
     Err(Error::invalid(
         n.pos,
@@ -756,9 +852,16 @@ fn lookup(names: &Names, n: &Name) -> Result<ValueId> {
     ))
 }
 
-/// The values an op uses.
-fn operands(names: &Names, op: &OpAst) -> Result<Vec<ValueId>> {
-    op.operands.iter().map(|n| lookup(names, n)).collect()
+/// The values an op uses; with `flatten`, a tuple operand is its tensors in order.
+fn operands(names: &Names, op: &OpAst, flatten: bool) -> Result<Vec<ValueId>> {
+    let mut out = Vec::with_capacity(op.operands.len());
+    for n in &op.operands {
+        match names.tuple(n) {
+            Some(t) if flatten => t.leaves(&mut out),
+            _ => out.push(lookup(names, n)?),
+        }
+    }
+    Ok(out)
 }
 
 /// The type of a value built so far.
@@ -770,7 +873,7 @@ pub fn value_type(body: &Body, v: ValueId) -> Result<TensorType> {
 }
 
 /// Checks that `vals` have the types `tys` (count and each type).
-fn check_types(
+pub fn check_types(
     body: &Body,
     vals: &[ValueId],
     tys: &[TensorType],

@@ -17,7 +17,8 @@
 //! [`attrs`], [`types`] and [`literal`] (attribute values, types, dense literals), [`ops`]
 //! and [`import`] (kiln IR; [`decompose`] for ops kiln lacks; [`chlo`],
 //! [`special`], [`next_after`] and [`top_k`] for `chlo` functions; [`quant`] for quantized
-//! types, which become their storage types and decomposed ops), [`checks`] (the `check`
+//! types, which become their storage types and decomposed ops; [`tuple`](mod@tuple) for tuples, which
+//! become lists of tensors), [`checks`] (the `check`
 //! dialect of StableHLO's tests), [`generic`] (the tree written back in MLIR's generic op
 //! form, which MLIR parses without knowing StableHLO).
 //!
@@ -52,6 +53,7 @@ pub mod quant;
 pub mod ragged;
 pub mod special;
 pub mod top_k;
+pub mod tuple;
 pub mod types;
 
 pub use checks::{Check, CheckKind, FuncChecks};

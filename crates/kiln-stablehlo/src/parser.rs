@@ -2,7 +2,7 @@
 //! operations in MLIR's generic form. The pretty forms of ops are in [`crate::pretty`],
 //! attribute values in [`crate::attrs`], types in [`crate::types`].
 
-use crate::ast::{AttrVal, Block, FuncAst, ModuleAst, Name, OpAst, Sig};
+use crate::ast::{AttrVal, Block, FuncAst, ModuleAst, Name, OpAst, Shape, Sig};
 use crate::error::{Error, Pos, Result};
 use crate::lexer::{Spanned, Tok};
 use kiln_ir::TensorType;
@@ -20,6 +20,8 @@ pub struct Cursor<'a> {
     /// The quantized types of the signature types ([`Cursor::sig_type`]) of the op being
     /// parsed, one entry per type.
     pub(crate) sig_quants: Vec<Option<crate::quant::Quant>>,
+    /// The shapes of the signature types of the op being parsed, one per type as written.
+    pub(crate) sig_shapes: Vec<crate::ast::Shape>,
 }
 
 impl<'a> Cursor<'a> {
@@ -31,6 +33,7 @@ impl<'a> Cursor<'a> {
             depth: 0,
             regions: 0,
             sig_quants: Vec::new(),
+            sig_shapes: Vec::new(),
         }
     }
 
@@ -287,16 +290,18 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
     };
     c.expect("(")?;
     let mut args = Vec::new();
+    let mut arg_shapes = Vec::new();
     if !c.eat(")") {
         loop {
             let v = c.value()?;
             c.expect(":")?;
-            let t = c.tensor_type()?;
+            let mut leaves = Vec::new();
+            arg_shapes.push(c.type_leaves(&mut leaves, false)?);
             if c.is("{") {
                 c.skip_group("{", "}")?;
             }
             c.skip_loc()?;
-            args.push((v, t));
+            args.extend(leaves.into_iter().map(|t| (v.clone(), t)));
             if c.eat(")") {
                 break;
             }
@@ -308,7 +313,7 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
         if c.eat("(") {
             if !c.eat(")") {
                 loop {
-                    results.push(c.tensor_type()?);
+                    c.type_leaves(&mut results, false)?;
                     if c.is("{") {
                         c.skip_group("{", "}")?;
                     }
@@ -319,8 +324,11 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
                 }
             }
         } else {
-            results.push(c.tensor_type()?);
+            c.type_leaves(&mut results, false)?;
         }
+    }
+    if arg_shapes.iter().all(|s| *s == Shape::Leaf) {
+        arg_shapes.clear();
     }
     if c.eat_ident("attributes") {
         c.skip_group("{", "}")?;
@@ -344,6 +352,7 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
         private,
         results,
         body,
+        arg_shapes,
     })
 }
 
@@ -441,6 +450,7 @@ pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
     let pos = c.pos();
     // The ops of nested regions record their own signature's quantized types.
     let outer = std::mem::take(&mut c.sig_quants);
+    let outer_shapes = std::mem::take(&mut c.sig_shapes);
     let parsed = match c.peek().clone() {
         Tok::Str(name) => {
             c.bump();
@@ -453,9 +463,13 @@ pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
         _ => c.expected("an operation"),
     };
     let quant = std::mem::replace(&mut c.sig_quants, outer);
+    let shapes = std::mem::replace(&mut c.sig_shapes, outer_shapes);
     let mut op = parsed?;
     if quant.iter().any(Option::is_some) {
         op.quant = quant;
+    }
+    if shapes.iter().any(|s| *s != Shape::Leaf) {
+        op.tuples = shapes;
     }
     op.results = results;
     c.skip_loc()?;
@@ -474,6 +488,7 @@ fn parse_generic(c: &mut Cursor, name: String, pos: Pos) -> Result<OpAst> {
         regions: Vec::new(),
         sig: Sig::None,
         quant: Vec::new(),
+        tuples: Vec::new(),
     };
     c.expect("(")?;
     if !c.eat(")") {
@@ -519,7 +534,9 @@ pub fn parse_func_sig(c: &mut Cursor) -> Result<Sig> {
     let outs = if c.eat("(") {
         parse_type_list_until(c, ")")?
     } else {
-        vec![c.sig_type()?]
+        let mut outs = Vec::new();
+        c.sig_type(&mut outs)?;
+        outs
     };
     Ok(Sig::Func(ins, outs))
 }
@@ -531,7 +548,7 @@ fn parse_type_list_until(c: &mut Cursor, close: &str) -> Result<Vec<TensorType>>
         return Ok(out);
     }
     loop {
-        out.push(c.sig_type()?);
+        c.sig_type(&mut out)?;
         if c.eat(close) {
             return Ok(out);
         }
@@ -544,17 +561,20 @@ pub fn parse_pretty_sig(c: &mut Cursor) -> Result<Sig> {
     if c.is("(") {
         return parse_func_sig(c);
     }
-    let mut list = vec![c.sig_type()?];
+    let mut list = Vec::new();
+    c.sig_type(&mut list)?;
     while c.is(",") && starts_type(c.peek2()) {
         c.bump();
-        list.push(c.sig_type()?);
+        c.sig_type(&mut list)?;
     }
     // `T -> U`: a function type without parentheses (`chlo` ops print this way).
     if c.eat("->") {
         let outs = if c.eat("(") {
             parse_type_list_until(c, ")")?
         } else {
-            vec![c.sig_type()?]
+            let mut outs = Vec::new();
+            c.sig_type(&mut outs)?;
+            outs
         };
         return Ok(Sig::Func(list, outs));
     }

@@ -11,11 +11,14 @@
 //!
 //! (`i2`, `i4`, `ui2`, `ui4` and the 6- and 4-bit floats are kept one element per byte in
 //! kiln's buffers.) Every other element type (other widths such as `i3`, `tf32`,
-//! `complex<f16>`), tuples,
-//! tokens and dynamic (`?`) dimensions are located `unsupported` errors. A quantized tensor
+//! `complex<f16>`), tuples inside a tensor,
+//! tokens and dynamic (`?`) dimensions are located `unsupported` errors. A tuple type in a
+//! function's or an op's signature is the list of its tensors (its shape, [`Shape`], kept
+//! for the importer, which flattens tuple values); anywhere else it is `unsupported`. A quantized tensor
 //! (`tensor<2x!quant.uniform<i8:f32, 0.1>>`) in an op's signature is its storage type, its
 //! quantization kept for the op ([`crate::quant`]); anywhere else it is `unsupported`.
 
+use crate::ast::Shape;
 use crate::error::{Error, Pos, Result, quote};
 use crate::lexer::Tok;
 use crate::parser::Cursor;
@@ -98,12 +101,48 @@ impl Cursor<'_> {
         Ok(t)
     }
 
-    /// Parses a type of an op's signature: a tensor type, quantized or not (a quantized one is
-    /// its storage type here; its quantization is recorded for the op, see [`crate::quant`]).
-    pub fn sig_type(&mut self) -> Result<TensorType> {
-        let (t, q) = self.any_tensor_type()?;
-        self.sig_quants.push(q);
-        Ok(t)
+    /// Parses a type of an op's signature into `out`: a tensor type, quantized or not (a
+    /// quantized one is its storage type here; its quantization is recorded for the op, see
+    /// [`crate::quant`]), or a tuple, whose tensors are added in order (its shape is recorded
+    /// for the op).
+    pub fn sig_type(&mut self, out: &mut Vec<TensorType>) -> Result<()> {
+        let shape = self.type_leaves(out, true)?;
+        self.sig_shapes.push(shape);
+        Ok(())
+    }
+
+    /// Parses a tensor type or a tuple type (`tuple<T, ...>`, nested) and adds its tensors to
+    /// `out`; with `quant_ok`, a quantized tensor's quantization is recorded for the op.
+    pub fn type_leaves(&mut self, out: &mut Vec<TensorType>, quant_ok: bool) -> Result<Shape> {
+        if !self.is_ident("tuple") {
+            if quant_ok {
+                let (t, q) = self.any_tensor_type()?;
+                self.sig_quants.push(q);
+                out.push(t);
+            } else {
+                out.push(self.tensor_type()?);
+            }
+            return Ok(Shape::Leaf);
+        }
+        let pos = self.pos();
+        self.bump();
+        self.expect("<")?;
+        self.enter()?;
+        let mut parts = Vec::new();
+        if !self.eat(">") {
+            loop {
+                parts.push(self.type_leaves(out, quant_ok)?);
+                if self.eat(">") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+        }
+        self.leave();
+        if parts.is_empty() {
+            return Err(Error::unsupported(pos, "the empty tuple type `tuple<>`"));
+        }
+        Ok(Shape::Tuple(parts))
     }
 
     /// Parses a tensor type: the kiln type (a quantized tensor's storage) and the quantized
@@ -112,7 +151,13 @@ impl Cursor<'_> {
         let pos = self.pos();
         match *self.peek() {
             Tok::Ident("tensor") => {}
-            Tok::Ident(w @ ("tuple" | "complex")) => {
+            Tok::Ident("tuple") => {
+                return Err(Error::unsupported(
+                    pos,
+                    "a tuple type here (kiln flattens tuple types in function and op signatures)",
+                ));
+            }
+            Tok::Ident(w @ "complex") => {
                 return Err(Error::unsupported(
                     pos,
                     format!("{w} types outside a tensor"),
@@ -211,6 +256,12 @@ impl Cursor<'_> {
         if elem == "complex" {
             let d = self.complex_element()?;
             return Ok((self.finish_tensor_type(pos, d, shape)?, None));
+        }
+        if elem == "tuple" {
+            return Err(Error::unsupported(
+                epos,
+                "element type tuple<...> (a tensor of tuples)",
+            ));
         }
         let dt = dtype(elem, epos)?;
         self.bump();
