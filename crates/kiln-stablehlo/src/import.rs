@@ -36,6 +36,10 @@ pub struct Body {
     pub allow_checks: bool,
     /// The `interpreter.run_parallel` ops recorded (see [`crate::parallel`]).
     pub parallel: Vec<crate::parallel::PendingRun>,
+    /// The values probed (`interpreter.probe`), with their probe ids, in order.
+    pub probes: Vec<(String, ValueId)>,
+    /// The values printed (`interpreter.print`): their names, where the op is, the value.
+    pub prints: Vec<(String, Pos, ValueId)>,
 }
 
 /// A named value: a tensor, or a tuple of named values (kiln has no tuples; a tuple is the
@@ -160,6 +164,8 @@ impl<'m> Importer<'m> {
             checks: Vec::new(),
             allow_checks: self.with_checks,
             parallel: Vec::new(),
+            probes: Vec::new(),
+            prints: Vec::new(),
         };
         let mut names = Names::new();
         let params: Vec<ValueId> = f
@@ -189,6 +195,15 @@ impl<'m> Importer<'m> {
                 outputs: first..outputs.len(),
             });
         }
+        let mut prints = Vec::new();
+        for (name, pos, v) in std::mem::take(&mut body.prints) {
+            prints.push(crate::probe::Print {
+                name,
+                pos,
+                output: outputs.len(),
+            });
+            outputs.push(v);
+        }
         let func = body
             .b
             .finish(&outputs)
@@ -200,6 +215,7 @@ impl<'m> Importer<'m> {
                 outputs: outs.len(),
                 checks,
                 parallel,
+                prints,
             },
         ))
     }
@@ -276,7 +292,10 @@ impl<'m> Importer<'m> {
             "stablehlo.reduce_window" if !crate::ops::has_combiner(op, &args) => {
                 self.reduce_window_op(body, op, &args)?
             }
+            "check.expect_serialized_eq" => crate::probe::expect_serialized_eq(body, op, &args)?,
             n if n.starts_with("check.") => crate::checks::record(body, op, &args)?,
+            "interpreter.probe" => crate::probe::probe(body, op, &args)?,
+            "interpreter.print" => crate::probe::print(body, op, &args)?,
             "interpreter.run_parallel" => crate::parallel::record(body, op, &args)?,
             n if crate::collective::has_region(n) => {
                 let f = self.closed_region(body, op, "collective", "computation")?;
@@ -449,6 +468,8 @@ impl<'m> Importer<'m> {
             checks: Vec::new(),
             allow_checks: false,
             parallel: Vec::new(),
+            probes: Vec::new(),
+            prints: Vec::new(),
         };
         let mut names = Names::new();
         for (n, t) in &block.args {

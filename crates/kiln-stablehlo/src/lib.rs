@@ -19,7 +19,7 @@
 //! [`special`], [`next_after`] and [`top_k`] for `chlo` functions; [`quant`] for quantized
 //! types, which become their storage types and decomposed ops; [`tuple`](mod@tuple) for tuples, which
 //! become lists of tensors), [`checks`] (the `check`
-//! dialect of StableHLO's tests), [`generic`] (the tree written back in MLIR's generic op
+//! dialect of StableHLO's tests) and [`probe`] (its interpreter's `probe` and `print`), [`generic`] (the tree written back in MLIR's generic op
 //! form, which MLIR parses without knowing StableHLO).
 //!
 //! Programs JAX exports (`jax.jit(f).lower(...).as_text()`, with or without debug
@@ -49,6 +49,7 @@ pub mod ops;
 pub mod parallel;
 pub mod parser;
 pub mod pretty;
+pub mod probe;
 pub mod quant;
 pub mod ragged;
 pub mod special;
