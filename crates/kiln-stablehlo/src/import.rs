@@ -40,6 +40,11 @@ pub struct Body {
     pub probes: Vec<(String, ValueId)>,
     /// The values printed (`interpreter.print`): their names, where the op is, the value.
     pub prints: Vec<(String, Pos, ValueId)>,
+    /// Whether `interpreter.probe` is read here without checks (a loop body, whose probes
+    /// the loop carries out, see [`crate::probe`]).
+    pub allow_probes: bool,
+    /// For a value probed in a loop: the flag that says the loop ran that probe.
+    pub probe_flags: HashMap<ValueId, ValueId>,
 }
 
 /// A named value: a tensor, or a tuple of named values (kiln has no tuples; a tuple is the
@@ -102,6 +107,8 @@ pub struct Importer<'m> {
     imported: HashMap<String, (Func, FuncChecks)>,
     /// The functions being imported, innermost last (a call of one of them recurses).
     importing: Vec<String>,
+    /// The last iteration each probe id is checked at (`check.expect_serialized_eq`).
+    probe_iters: HashMap<String, usize>,
 }
 
 /// A kiln [`Loc`] for a position in the input.
@@ -131,6 +138,7 @@ pub fn import_module(m: &ModuleAst, with_checks: bool) -> Result<(Module, Vec<Fu
         with_checks,
         imported: HashMap::new(),
         importing: Vec::new(),
+        probe_iters: crate::probe::checked_iterations(m),
     };
     let mut module = Module::default();
     let mut all_checks = Vec::new();
@@ -166,6 +174,8 @@ impl<'m> Importer<'m> {
             parallel: Vec::new(),
             probes: Vec::new(),
             prints: Vec::new(),
+            allow_probes: false,
+            probe_flags: HashMap::new(),
         };
         let mut names = Names::new();
         let params: Vec<ValueId> = f
@@ -451,8 +461,9 @@ impl<'m> Importer<'m> {
     }
 
     /// Builds a kiln function from a region: parameters are the block arguments, then the
-    /// captured outer values `captured` (name, outer value); `extra_outputs` appends the
-    /// captured parameters to what the region returns (a loop body passes them on).
+    /// captured outer values `captured` (name, outer value), then a loop's probe carries
+    /// ([`crate::probe::Slot`]); a loop body (`role`) appends the captured parameters and
+    /// the next probe carries to what the region returns.
     fn region(
         &mut self,
         outer: &Body,
@@ -460,8 +471,13 @@ impl<'m> Importer<'m> {
         block: &Block,
         pos: Pos,
         captured: &[(String, ValueId)],
-        extra_outputs: bool,
+        role: Role,
     ) -> Result<Func> {
+        let (extra_outputs, slots) = match role {
+            Role::Plain => (false, &[][..]),
+            Role::LoopCond(slots) => (false, slots),
+            Role::LoopBody(slots) => (true, slots),
+        };
         let mut body = Body {
             b: Builder::new(name),
             consts: HashMap::new(),
@@ -470,6 +486,8 @@ impl<'m> Importer<'m> {
             parallel: Vec::new(),
             probes: Vec::new(),
             prints: Vec::new(),
+            allow_probes: false,
+            probe_flags: HashMap::new(),
         };
         let mut names = Names::new();
         for (n, t) in &block.args {
@@ -486,10 +504,18 @@ impl<'m> Importer<'m> {
             names.values.insert(n.clone(), v);
             cap_params.push(v);
         }
+        let slot_params = crate::probe::slot_params(&mut body, slots);
+        body.allow_probes = extra_outputs && outer.allow_checks;
         let (mut outs, _) =
             self.block(&mut body, &mut names, &block.ops, pos, "stablehlo.return")?;
         if extra_outputs {
             outs.extend(cap_params);
+            outs.extend(crate::probe::slot_updates(
+                &mut body,
+                slots,
+                &slot_params,
+                pos,
+            )?);
         }
         body.b
             .finish(&outs)
@@ -523,10 +549,30 @@ impl<'m> Importer<'m> {
             }
         }
         let captured = captures(names, &[cond, step], op.pos)?;
-        let c = self.region(body, "cond", cond, op.pos, &captured, false)?;
-        let s = self.region(body, "body", step, op.pos, &captured, true)?;
+        let slots = if body.allow_checks {
+            crate::probe::loop_slots(body, step, &self.probe_iters)?
+        } else {
+            Vec::new()
+        };
+        let c = self.region(
+            body,
+            "cond",
+            cond,
+            op.pos,
+            &captured,
+            Role::LoopCond(&slots),
+        )?;
+        let s = self.region(
+            body,
+            "body",
+            step,
+            op.pos,
+            &captured,
+            Role::LoopBody(&slots),
+        )?;
         let mut carries = args.to_vec();
         carries.extend(captured.iter().map(|(_, v)| *v));
+        carries.extend(crate::probe::slot_inits(body, &slots, op.pos)?);
         let mut out = push(
             body,
             op,
@@ -537,6 +583,7 @@ impl<'m> Importer<'m> {
             &carries,
             None,
         )?;
+        crate::probe::record_slots(body, &slots, &out[args.len() + captured.len()..]);
         out.truncate(args.len());
         Ok(out)
     }
@@ -624,7 +671,14 @@ impl<'m> Importer<'m> {
         let captured = captures(names, &regions, op.pos)?;
         let mut branches = Vec::new();
         for (i, r) in regions.iter().enumerate() {
-            branches.push(self.region(body, &format!("branch{i}"), r, op.pos, &captured, false)?);
+            branches.push(self.region(
+                body,
+                &format!("branch{i}"),
+                r,
+                op.pos,
+                &captured,
+                Role::Plain,
+            )?);
         }
         let mut operands = vec![index];
         operands.extend(captured.iter().map(|(_, v)| *v));
@@ -659,7 +713,7 @@ impl<'m> Importer<'m> {
                 format!("a {what} body that uses an outer value ({})", e.message),
             ));
         }
-        self.region(body, name, region, op.pos, &[], false)
+        self.region(body, name, region, op.pos, &[], Role::Plain)
     }
 
     /// `map`: the body becomes a kiln function of scalars, the region of kiln's `map`
@@ -762,7 +816,8 @@ impl<'m> Importer<'m> {
                 format!("a sort comparator that uses an outer value ({})", e.message),
             ));
         }
-        let comparator = Box::new(self.region(body, "comparator", cmp, op.pos, &[], false)?);
+        let comparator =
+            Box::new(self.region(body, "comparator", cmp, op.pos, &[], Role::Plain)?);
         let declared = result_types(op);
         push(
             body,
@@ -776,6 +831,17 @@ impl<'m> Importer<'m> {
             declared.as_deref(),
         )
     }
+}
+
+/// What a region is to the op that holds it.
+#[derive(Clone, Copy)]
+enum Role<'s> {
+    /// A region that returns what its block returns.
+    Plain,
+    /// A loop's condition: it also takes the loop's probe carries.
+    LoopCond(&'s [crate::probe::Slot]),
+    /// A loop's body: it also takes and returns the captured values and the probe carries.
+    LoopBody(&'s [crate::probe::Slot]),
 }
 
 /// Whether `name` ends a block.

@@ -60,6 +60,46 @@ fn a_probe_is_its_operand() {
     assert!(!text.contains("probe"), "{text}");
 }
 
+/// A loop of `n` iterations adding 10 to a sum each time, probing the sum under `"s"` after
+/// one probe before the loop; the check reads the probe's execution `iter`.
+fn looped(n: i64, expected: i64, iter: u32) -> String {
+    format!(
+        "func.func @main() {{
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %one = stablehlo.constant dense<1> : tensor<i64>
+  %ten = stablehlo.constant dense<10> : tensor<i64>
+  %n = stablehlo.constant dense<{n}> : tensor<i64>
+  %v = stablehlo.constant dense<{expected}> : tensor<i64>
+  %z = interpreter.probe %zero, probe_id = \"s\" : tensor<i64>
+  %i, %sum = stablehlo.while(%a = %zero, %b = %z) : tensor<i64>, tensor<i64>
+  cond {{
+    %c = stablehlo.compare LT, %a, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  }} do {{
+    %s = stablehlo.add %b, %ten : tensor<i64>
+    %p = interpreter.probe %s, probe_id = \"s\" : tensor<i64>
+    %j = stablehlo.add %a, %one : tensor<i64>
+    stablehlo.return %j, %p : tensor<i64>, tensor<i64>
+  }}
+  check.expect_serialized_eq %v, probe_id = \"s\", iter = {iter} : tensor<i64>
+  func.return
+}}"
+    )
+}
+
+#[test]
+fn a_probe_in_a_loop_records_each_iteration() {
+    // Execution 0 is before the loop; execution k > 0 is iteration k - 1 of the loop.
+    assert_eq!(checks_pass(&looped(3, 0, 0)), Ok(()));
+    assert_eq!(checks_pass(&looped(3, 10, 1)), Ok(()));
+    assert_eq!(checks_pass(&looped(3, 30, 3)), Ok(()));
+    let e = checks_pass(&looped(3, 20, 3)).unwrap_err();
+    assert!(e.contains("got 20, expected 30"), "{e}");
+    // The loop stops after 2 iterations: there is no execution 3.
+    let e = checks_pass(&looped(2, 0, 3)).unwrap_err();
+    assert!(e.contains("whether the loop ran execution 3"), "{e}");
+}
+
 #[test]
 fn print_makes_its_value_an_output() {
     let text = "func.func @main() -> tensor<2xi32> {
@@ -105,23 +145,20 @@ fn instrumentation_kiln_cannot_read_is_located() {
         "7:3",
         "no value was probed under \"p\" for iteration 2 before this check",
     );
-    // In a loop body a probe runs once per iteration.
-    let looped = "func.func @main() {
-  %x = stablehlo.constant dense<0> : tensor<i64>
-  %r = stablehlo.while(%a = %x) : tensor<i64>
-  cond {
-    %c = stablehlo.compare LT, %a, %a : (tensor<i64>, tensor<i64>) -> tensor<i1>
-    stablehlo.return %c : tensor<i1>
-  } do {
-    %p = interpreter.probe %a, probe_id = \"p\" : tensor<i64>
+    // In a branch a probe may run or not.
+    let branch = "func.func @main() {
+  %i = stablehlo.constant dense<0> : tensor<i32>
+  %r = \"stablehlo.case\"(%i) ({
+    %x = stablehlo.constant dense<1> : tensor<i64>
+    %p = interpreter.probe %x, probe_id = \"p\" : tensor<i64>
     stablehlo.return %p : tensor<i64>
-  }
+  }) : (tensor<i32>) -> tensor<i64>
   func.return
 }";
     fails(
-        looped,
+        branch,
         ErrorKind::Unsupported,
-        "8:10",
+        "5:10",
         "`interpreter.probe` here",
     );
     // Without checks, nothing reads what is probed or printed.
