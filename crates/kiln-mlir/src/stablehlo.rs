@@ -388,6 +388,7 @@ impl Walker {
             sig: Sig::Func(ins, outs),
             quant: Vec::new(),
             tuples: Vec::new(),
+            tuple_inputs: 0,
         })
     }
 }

@@ -26,10 +26,10 @@ pub struct FuncAst {
     /// The result types (a tuple's leaves in order, see [`Shape`]).
     pub results: Vec<TensorType>,
     /// The body; its arguments are the function's parameters, a tuple parameter one argument
-    /// per leaf, all with the parameter's name.
+    /// per leaf, all with the parameter's name (a token parameter none).
     pub body: Block,
-    /// The shape of each parameter; empty when none is a tuple.
-    pub arg_shapes: Vec<Shape>,
+    /// Each parameter's name and shape; empty when none is a tuple or a token.
+    pub arg_shapes: Vec<(Name, Shape)>,
 }
 
 /// The tuple structure of a type whose tensors are listed flat: a tensor, or a tuple of
@@ -40,6 +40,8 @@ pub enum Shape {
     Leaf,
     /// A tuple of its elements' shapes.
     Tuple(Vec<Shape>),
+    /// A token (`!stablehlo.token`): no tensor.
+    Token,
 }
 
 impl Shape {
@@ -48,6 +50,7 @@ impl Shape {
         match self {
             Shape::Leaf => 1,
             Shape::Tuple(parts) => parts.iter().map(Shape::leaves).sum(),
+            Shape::Token => 0,
         }
     }
 }
@@ -95,6 +98,8 @@ pub struct OpAst {
     /// The shape of each of the signature's types as written (a tuple's leaves are listed
     /// flat in `sig`); empty when none is a tuple.
     pub tuples: Vec<Shape>,
+    /// How many of `tuples` are a function type's operand types (the rest are its results).
+    pub tuple_inputs: usize,
 }
 
 impl OpAst {

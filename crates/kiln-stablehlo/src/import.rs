@@ -55,6 +55,8 @@ pub enum Tree {
     Leaf(ValueId),
     /// A tuple of its elements.
     Tuple(Vec<Tree>),
+    /// A token: no tensor (it only orders the ops that take it).
+    Token,
 }
 
 impl Tree {
@@ -63,6 +65,7 @@ impl Tree {
         match self {
             Tree::Leaf(v) => out.push(*v),
             Tree::Tuple(parts) => parts.iter().for_each(|p| p.leaves(out)),
+            Tree::Token => {}
         }
     }
 
@@ -75,6 +78,7 @@ impl Tree {
                 .map(|p| Tree::of(p, vals))
                 .collect::<Option<Vec<_>>>()
                 .map(Tree::Tuple),
+            Shape::Token => Some(Tree::Token),
         }
     }
 }
@@ -884,13 +888,10 @@ fn define_args(names: &mut Names, f: &FuncAst, params: &[ValueId]) -> Result<()>
         return Ok(());
     }
     let mut vals = params.iter().copied();
-    let mut at = 0;
-    for shape in &f.arg_shapes {
-        let n = &f.body.args[at].0;
+    for (n, shape) in &f.arg_shapes {
         let tree = Tree::of(shape, &mut vals)
             .ok_or_else(|| Error::invalid(n.pos, "fewer arguments than the signature's types"))?;
         define_tree(names, n, tree)?;
-        at += shape.leaves();
     }
     Ok(())
 }

@@ -22,6 +22,8 @@ pub struct Cursor<'a> {
     pub(crate) sig_quants: Vec<Option<crate::quant::Quant>>,
     /// The shapes of the signature types of the op being parsed, one per type as written.
     pub(crate) sig_shapes: Vec<crate::ast::Shape>,
+    /// How many of `sig_shapes` are a function type's inputs.
+    pub(crate) sig_inputs: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -34,6 +36,7 @@ impl<'a> Cursor<'a> {
             regions: 0,
             sig_quants: Vec::new(),
             sig_shapes: Vec::new(),
+            sig_inputs: 0,
         }
     }
 
@@ -296,7 +299,7 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
             let v = c.value()?;
             c.expect(":")?;
             let mut leaves = Vec::new();
-            arg_shapes.push(c.type_leaves(&mut leaves, false)?);
+            arg_shapes.push((v.clone(), c.type_leaves(&mut leaves, false)?));
             if c.is("{") {
                 c.skip_group("{", "}")?;
             }
@@ -327,7 +330,7 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
             c.type_leaves(&mut results, false)?;
         }
     }
-    if arg_shapes.iter().all(|s| *s == Shape::Leaf) {
+    if arg_shapes.iter().all(|(_, s)| *s == Shape::Leaf) {
         arg_shapes.clear();
     }
     if c.eat_ident("attributes") {
@@ -451,6 +454,7 @@ pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
     // The ops of nested regions record their own signature's quantized types.
     let outer = std::mem::take(&mut c.sig_quants);
     let outer_shapes = std::mem::take(&mut c.sig_shapes);
+    let outer_inputs = std::mem::take(&mut c.sig_inputs);
     let parsed = match c.peek().clone() {
         Tok::Str(name) => {
             c.bump();
@@ -464,12 +468,14 @@ pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
     };
     let quant = std::mem::replace(&mut c.sig_quants, outer);
     let shapes = std::mem::replace(&mut c.sig_shapes, outer_shapes);
+    let inputs = std::mem::replace(&mut c.sig_inputs, outer_inputs);
     let mut op = parsed?;
     if quant.iter().any(Option::is_some) {
         op.quant = quant;
     }
     if shapes.iter().any(|s| *s != Shape::Leaf) {
         op.tuples = shapes;
+        op.tuple_inputs = inputs;
     }
     op.results = results;
     c.skip_loc()?;
@@ -489,6 +495,7 @@ fn parse_generic(c: &mut Cursor, name: String, pos: Pos) -> Result<OpAst> {
         sig: Sig::None,
         quant: Vec::new(),
         tuples: Vec::new(),
+        tuple_inputs: 0,
     };
     c.expect("(")?;
     if !c.eat(")") {
@@ -530,6 +537,7 @@ fn parse_generic(c: &mut Cursor, name: String, pos: Pos) -> Result<OpAst> {
 pub fn parse_func_sig(c: &mut Cursor) -> Result<Sig> {
     c.expect("(")?;
     let ins = parse_type_list_until(c, ")")?;
+    c.sig_inputs = c.sig_shapes.len();
     c.expect("->")?;
     let outs = if c.eat("(") {
         parse_type_list_until(c, ")")?
@@ -569,6 +577,7 @@ pub fn parse_pretty_sig(c: &mut Cursor) -> Result<Sig> {
     }
     // `T -> U`: a function type without parentheses (`chlo` ops print this way).
     if c.eat("->") {
+        c.sig_inputs = c.sig_shapes.len();
         let outs = if c.eat("(") {
             parse_type_list_until(c, ")")?
         } else {

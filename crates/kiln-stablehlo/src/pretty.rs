@@ -39,6 +39,7 @@ pub fn parse_pretty(c: &mut Cursor, name: &str, pos: Pos) -> Result<OpAst> {
         sig: Sig::None,
         quant: Vec::new(),
         tuples: Vec::new(),
+        tuple_inputs: 0,
     };
     match name {
         "func.return" | "stablehlo.return" => {

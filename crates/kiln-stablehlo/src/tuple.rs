@@ -4,6 +4,11 @@
 //! tuple passed to `func.call` or `func.return`, or taken as a function parameter, is its
 //! leaves (the function's kiln parameters and outputs are the flat list). Any other use of a
 //! tuple (an op, a region's carry or capture) is a located `unsupported` error.
+//!
+//! A token (`!stablehlo.token`) is the empty list: it holds no data and only orders the
+//! side-effecting ops that take it, and kiln's imported ops have no side effects to order.
+//! `after_all` makes one, and tokens pass through functions and calls as tuples do; an op
+//! that does something with a token (`infeed`, `outfeed`, `send`, `recv`) is `unsupported`.
 
 use crate::ast::{OpAst, Shape, Sig};
 use crate::error::{Error, Result};
@@ -16,14 +21,11 @@ fn result_shapes(op: &OpAst) -> Vec<Shape> {
         return vec![Shape::Leaf; op.results.len()];
     }
     match &op.sig {
-        Sig::Func(ins, _) => {
-            let (mut leaves, mut at) = (0, 0);
-            while leaves < ins.len() && at < op.tuples.len() {
-                leaves += op.tuples[at].leaves();
-                at += 1;
-            }
-            op.tuples[at..].to_vec()
-        }
+        Sig::Func(..) => op
+            .tuples
+            .get(op.tuple_inputs..)
+            .unwrap_or_default()
+            .to_vec(),
         Sig::List(_) if op.tuples.len() == op.results.len() => op.tuples.clone(),
         _ => op.tuples.last().cloned().into_iter().collect(),
     }
@@ -43,6 +45,7 @@ fn shape_of(t: &Tree) -> Shape {
     match t {
         Tree::Leaf(_) => Shape::Leaf,
         Tree::Tuple(parts) => Shape::Tuple(parts.iter().map(shape_of).collect()),
+        Tree::Token => Shape::Token,
     }
 }
 
@@ -107,6 +110,23 @@ pub fn lower(
             }
             bind_one(body, names, op, Tree::Tuple(parts))
         }
+        "stablehlo.after_all" => {
+            // Its operands are tokens, which hold nothing; so is its result.
+            if let Some(n) = op
+                .operands
+                .iter()
+                .find(|n| !matches!(names.tuple(n), Some(Tree::Token)))
+            {
+                return Err(Error::invalid(
+                    n.pos,
+                    format!(
+                        "the operand %{} of `stablehlo.after_all` is not a token",
+                        n.name
+                    ),
+                ));
+            }
+            bind_one(body, names, op, Tree::Token)
+        }
         "stablehlo.get_tuple_element" => {
             let [n] = &op.operands[..] else {
                 return Err(Error::invalid(
@@ -160,10 +180,16 @@ pub fn lower(
             }
             Ok(())
         }
+        name @ ("stablehlo.infeed" | "stablehlo.outfeed" | "stablehlo.send" | "stablehlo.recv") => {
+            Err(Error::unsupported(
+                op.pos,
+                format!("`{name}` (kiln has no infeed, outfeed or channel transfers)"),
+            ))
+        }
         name => Err(Error::unsupported(
             op.pos,
             format!(
-                "tuple operands or results of `{name}` (kiln flattens tuples through `tuple`, `get_tuple_element`, `func.call` and `func.return`)"
+                "tuple or token operands or results of `{name}` (kiln flattens tuples through `tuple`, `get_tuple_element`, `func.call` and `func.return`, and tokens through `after_all` too)"
             ),
         )),
     }

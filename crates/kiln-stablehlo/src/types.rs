@@ -11,10 +11,11 @@
 //!
 //! (`i2`, `i4`, `ui2`, `ui4` and the 6- and 4-bit floats are kept one element per byte in
 //! kiln's buffers.) Every other element type (other widths such as `i3`, `tf32`,
-//! `complex<f16>`), tuples inside a tensor,
-//! tokens and dynamic (`?`) dimensions are located `unsupported` errors. A tuple type in a
+//! `complex<f16>`), tuples inside a tensor
+//! and dynamic (`?`) dimensions are located `unsupported` errors. A tuple type in a
 //! function's or an op's signature is the list of its tensors (its shape, [`Shape`], kept
-//! for the importer, which flattens tuple values); anywhere else it is `unsupported`. A quantized tensor
+//! for the importer, which flattens tuple values), a token type (`!stablehlo.token`) there
+//! the empty list; anywhere else either is `unsupported`. A quantized tensor
 //! (`tensor<2x!quant.uniform<i8:f32, 0.1>>`) in an op's signature is its storage type, its
 //! quantization kept for the op ([`crate::quant`]); anywhere else it is `unsupported`.
 
@@ -111,9 +112,14 @@ impl Cursor<'_> {
         Ok(())
     }
 
-    /// Parses a tensor type or a tuple type (`tuple<T, ...>`, nested) and adds its tensors to
-    /// `out`; with `quant_ok`, a quantized tensor's quantization is recorded for the op.
+    /// Parses a tensor type, a tuple type (`tuple<T, ...>`, nested) or `!stablehlo.token`
+    /// (no tensor) and adds its tensors to `out`; with `quant_ok`, a quantized tensor's
+    /// quantization is recorded for the op.
     pub fn type_leaves(&mut self, out: &mut Vec<TensorType>, quant_ok: bool) -> Result<Shape> {
+        if let Tok::Bang("stablehlo.token" | "mhlo.token") = self.peek() {
+            self.bump();
+            return Ok(Shape::Token);
+        }
         if !self.is_ident("tuple") {
             if quant_ok {
                 let (t, q) = self.any_tensor_type()?;

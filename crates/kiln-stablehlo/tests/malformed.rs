@@ -108,9 +108,9 @@ fn unknown_ops_and_types() {
         "complex<f32> values are written `(re, im)`",
     );
     fails_as(
-        "func.func @main(%t: !stablehlo.token) {\n  func.return\n}",
+        "func.func @main(%t: tensor<!stablehlo.token>) {\n  func.return\n}",
         ErrorKind::Unsupported,
-        "1:21",
+        "1:28",
         "!stablehlo.token",
     );
     fails_as(

@@ -85,7 +85,7 @@ fn tuples_where_kiln_cannot_flatten_them_are_located() {
         &format!("{head}  %s = stablehlo.add %t, %t : tensor<f32>\n  func.return\n}}"),
         ErrorKind::Unsupported,
         "3:8",
-        "tuple operands or results of `stablehlo.add`",
+        "tuple or token operands or results of `stablehlo.add`",
     );
     fails(
         &format!(
@@ -128,5 +128,44 @@ fn tuples_where_kiln_cannot_flatten_them_are_located() {
         ErrorKind::Unsupported,
         "3:12",
         "a tuple type here",
+    );
+}
+
+#[test]
+fn tokens_hold_nothing() {
+    // A token parameter, tokens joined by `after_all` and returned: kiln's function takes and
+    // returns only the tensor.
+    let text = "func.func @main(%x: tensor<2xf32>, %t: !stablehlo.token) -> (tensor<2xf32>, !stablehlo.token) {
+  %a = stablehlo.after_all : !stablehlo.token
+  %b = stablehlo.after_all %a, %t : !stablehlo.token
+  %y, %u = func.call @f(%x, %b) : (tensor<2xf32>, !stablehlo.token) -> (tensor<2xf32>, !stablehlo.token)
+  func.return %y, %u : tensor<2xf32>, !stablehlo.token
+}
+func.func private @f(%x: tensor<2xf32>, %t: !stablehlo.token) -> (tensor<2xf32>, !stablehlo.token) {
+  %y = stablehlo.add %x, %x : tensor<2xf32>
+  func.return %y, %t : tensor<2xf32>, !stablehlo.token
+}";
+    let m = parse(text).unwrap();
+    let main = m.entry().unwrap();
+    assert_eq!((main.params.len(), main.outputs.len()), (1, 1));
+    let out = run(text, &[f32s(&[1.0, 2.0])]);
+    assert_eq!(out[0].as_f32s().unwrap(), &[2.0, 4.0]);
+    fails(
+        "func.func @main(%t: !stablehlo.token) {
+  %u = \"stablehlo.outfeed\"(%t) : (!stablehlo.token) -> !stablehlo.token
+  func.return
+}",
+        ErrorKind::Unsupported,
+        "2:8",
+        "`stablehlo.outfeed` (kiln has no infeed, outfeed or channel transfers)",
+    );
+    fails(
+        "func.func @main(%x: tensor<f32>) {
+  %u = stablehlo.after_all %x : !stablehlo.token
+  func.return
+}",
+        ErrorKind::Invalid,
+        "2:28",
+        "the operand %x of `stablehlo.after_all` is not a token",
     );
 }
