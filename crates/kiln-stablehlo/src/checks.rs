@@ -66,6 +66,12 @@ pub struct FuncChecks {
     /// The `interpreter.print` ops of the function, in text order (their values are outputs
     /// after the checked ones and the grids' operands).
     pub prints: Vec<crate::probe::Print>,
+    /// The parameters that receive what the function's `stablehlo.infeed` ops read, in order
+    /// (a runner feeds them from a `run_parallel`'s infeed queue).
+    pub infeed: Vec<usize>,
+    /// The outputs that hold what its `stablehlo.outfeed` ops write, in order (after the
+    /// printed values).
+    pub outfeed: Range<usize>,
 }
 
 impl Check {

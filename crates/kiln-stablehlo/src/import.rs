@@ -45,6 +45,10 @@ pub struct Body {
     pub allow_probes: bool,
     /// For a value probed in a loop: the flag that says the loop ran that probe.
     pub probe_flags: HashMap<ValueId, ValueId>,
+    /// The parameters that receive what `stablehlo.infeed` reads, in order.
+    pub infeed: Vec<usize>,
+    /// The values `stablehlo.outfeed` writes, in order.
+    pub outfeed: Vec<ValueId>,
 }
 
 /// A named value: a tensor, or a tuple of named values (kiln has no tuples; a tuple is the
@@ -180,6 +184,8 @@ impl<'m> Importer<'m> {
             prints: Vec::new(),
             allow_probes: false,
             probe_flags: HashMap::new(),
+            infeed: Vec::new(),
+            outfeed: Vec::new(),
         };
         let mut names = Names::new();
         let params: Vec<ValueId> = f
@@ -207,6 +213,7 @@ impl<'m> Importer<'m> {
                 programs: run.programs,
                 params: run.params,
                 outputs: first..outputs.len(),
+                infeed: run.infeed,
             });
         }
         let mut prints = Vec::new();
@@ -218,6 +225,9 @@ impl<'m> Importer<'m> {
             });
             outputs.push(v);
         }
+        let first = outputs.len();
+        outputs.extend(std::mem::take(&mut body.outfeed));
+        let outfeed = first..outputs.len();
         let func = body
             .b
             .finish(&outputs)
@@ -230,6 +240,8 @@ impl<'m> Importer<'m> {
                 checks,
                 parallel,
                 prints,
+                infeed: std::mem::take(&mut body.infeed),
+                outfeed,
             },
         ))
     }
@@ -492,6 +504,8 @@ impl<'m> Importer<'m> {
             prints: Vec::new(),
             allow_probes: false,
             probe_flags: HashMap::new(),
+            infeed: Vec::new(),
+            outfeed: Vec::new(),
         };
         let mut names = Names::new();
         for (n, t) in &block.args {

@@ -8,7 +8,10 @@
 //! A token (`!stablehlo.token`) is the empty list: it holds no data and only orders the
 //! side-effecting ops that take it, and kiln's imported ops have no side effects to order.
 //! `after_all` makes one, and tokens pass through functions and calls as tuples do; an op
-//! that does something with a token (`infeed`, `outfeed`, `send`, `recv`) is `unsupported`.
+//! In the functions of an interpreter test (read with checks), `infeed` reads each tensor as a
+//! new parameter of its function, which the runner feeds from the `run_parallel`'s infeed
+//! queue, and `outfeed` writes each tensor as an output ([`crate::FuncChecks::infeed`],
+//! [`crate::FuncChecks::outfeed`]); `send` and `recv` are `unsupported`.
 
 use crate::ast::{OpAst, Shape, Sig};
 use crate::error::{Error, Result};
@@ -158,34 +161,25 @@ pub fn lower(
             let part = part.clone();
             bind_one(body, names, op, part)
         }
-        "func.call" => {
-            let results = imp.call(body, op, args)?;
-            let shapes = result_shapes(op);
-            let leaves: usize = shapes.iter().map(Shape::leaves).sum();
-            if shapes.len() != op.results.len() || leaves != results.len() {
-                return Err(Error::invalid(
-                    op.pos,
-                    format!(
-                        "`func.call` returns {} tensors, its {} named results hold {leaves}",
-                        results.len(),
-                        op.results.len()
-                    ),
-                ));
-            }
-            let mut vals = results.into_iter();
-            for (n, shape) in op.results.iter().zip(&shapes) {
-                let t = Tree::of(shape, &mut vals)
-                    .ok_or_else(|| Error::invalid(op.pos, "`func.call`: too few results"))?;
-                define_tree(names, n, t)?;
-            }
-            Ok(())
+        "func.call" | "interpreter.run_parallel" => {
+            let results = if op.name == "func.call" {
+                imp.call(body, op, args)?
+            } else {
+                crate::parallel::record(body, op, args)?
+            };
+            bind_shaped(names, op, results)
         }
-        name @ ("stablehlo.infeed" | "stablehlo.outfeed" | "stablehlo.send" | "stablehlo.recv") => {
-            Err(Error::unsupported(
-                op.pos,
-                format!("`{name}` (kiln has no infeed, outfeed or channel transfers)"),
-            ))
+        "stablehlo.infeed" | "stablehlo.outfeed" if body.allow_checks => {
+            feed(body, names, op, args)
         }
+        name @ ("stablehlo.infeed" | "stablehlo.outfeed") => Err(Error::unsupported(
+            op.pos,
+            format!("`{name}` here (read by `parse_with_checks`, in a function's own body only)"),
+        )),
+        name @ ("stablehlo.send" | "stablehlo.recv") => Err(Error::unsupported(
+            op.pos,
+            format!("`{name}` (kiln has no channel transfers between processes)"),
+        )),
         name => Err(Error::unsupported(
             op.pos,
             format!(
@@ -193,4 +187,50 @@ pub fn lower(
             ),
         )),
     }
+}
+
+/// `infeed`: each tensor it reads is a new parameter of the function, which a runner feeds
+/// from the infeed queue; `outfeed`: each tensor it writes is an output of the function.
+/// Either's token result holds nothing.
+fn feed(body: &mut Body, names: &mut Names, op: &OpAst, args: &[ValueId]) -> Result<()> {
+    let mut results = Vec::new();
+    if op.name == "stablehlo.infeed" {
+        let Sig::Func(_, outs) = &op.sig else {
+            return Err(Error::invalid(
+                op.pos,
+                "`stablehlo.infeed` needs its function type",
+            ));
+        };
+        for t in outs {
+            body.infeed.push(body.b.param_count());
+            results.push(body.b.param(t.clone()));
+        }
+    } else {
+        body.outfeed.extend_from_slice(args);
+    }
+    bind_shaped(names, op, results)
+}
+
+/// Names `op`'s results, `results` grouped as its signature's result types say.
+fn bind_shaped(names: &mut Names, op: &OpAst, results: Vec<ValueId>) -> Result<()> {
+    let shapes = result_shapes(op);
+    let leaves: usize = shapes.iter().map(Shape::leaves).sum();
+    if shapes.len() != op.results.len() || leaves != results.len() {
+        return Err(Error::invalid(
+            op.pos,
+            format!(
+                "`{}` gives {} tensors, its {} named results hold {leaves}",
+                op.name,
+                results.len(),
+                op.results.len()
+            ),
+        ));
+    }
+    let mut vals = results.into_iter();
+    for (n, shape) in op.results.iter().zip(&shapes) {
+        let t = Tree::of(shape, &mut vals)
+            .ok_or_else(|| Error::invalid(op.pos, format!("`{}`: too few results", op.name)))?;
+        define_tree(names, n, t)?;
+    }
+    Ok(())
 }

@@ -177,8 +177,8 @@ fn run_func(f: &Func, args: Vec<Literal>, backend: &str) -> Result<Vec<Literal>,
 }
 
 /// Prints what the `interpreter.print` ops of a function printed, as StableHLO's interpreter
-/// does (`%name = type {` the value `}`), and returns the function's own outputs.
-fn printed(mut outs: Vec<Literal>, checks: &FuncChecks) -> Vec<Literal> {
+/// does (`%name = type {` the value `}`), and passes its outputs on.
+fn printed(outs: Vec<Literal>, checks: &FuncChecks) -> Vec<Literal> {
     let mut text = String::new();
     for p in &checks.prints {
         if let Some(v) = outs.get(p.output) {
@@ -192,9 +192,6 @@ fn printed(mut outs: Vec<Literal>, checks: &FuncChecks) -> Vec<Literal> {
         }
     }
     print!("{text}");
-    if let Some(first) = checks.prints.first() {
-        outs.truncate(first.output);
-    }
     outs
 }
 
@@ -220,10 +217,37 @@ fn run_grid(
         funcs.push(m.funcs[i].clone());
         checks.push(imported.checks[i].clone());
     }
+    // The infeed queue: the results of the `infeed` functions, in order.
+    let mut queue = Vec::new();
+    for name in &p.infeed {
+        let i = m
+            .funcs
+            .iter()
+            .position(|f| f.name == *name)
+            .ok_or_else(|| format!("run_parallel: no infeed function @{name}"))?;
+        let mut outs = run_func(&m.funcs[i], Vec::new(), backend)?;
+        outs.truncate(imported.checks[i].outputs);
+        queue.extend(outs);
+    }
+    let mut queue = queue.into_iter();
+    // Each process takes its share of the operands, and what its infeed ops read from the
+    // queue, in process order.
     let mut args = Vec::new();
     let mut rest = operands.into_iter();
-    for f in &funcs {
-        args.push(rest.by_ref().take(f.params.len()).collect::<Vec<_>>());
+    for (f, c) in funcs.iter().zip(&checks) {
+        let mut a = Vec::with_capacity(f.params.len());
+        for k in 0..f.params.len() {
+            let from = if c.infeed.contains(&k) {
+                queue
+                    .next()
+                    .ok_or("run_parallel: the infeed queue ran out")?
+            } else {
+                rest.next()
+                    .ok_or("run_parallel: fewer operands than the programs take")?
+            };
+            a.push(from);
+        }
+        args.push(a);
     }
     if rest.next().is_some() {
         return Err("run_parallel: more operands than the programs take".into());
@@ -231,7 +255,12 @@ fn run_grid(
     let flat = move |r: Vec<Vec<Literal>>| {
         r.into_iter()
             .zip(&checks)
-            .flat_map(|(outs, c)| printed(outs, c))
+            .flat_map(|(outs, c)| {
+                // A program's own results, without what it prints or outfeeds.
+                let mut own = printed(outs, c);
+                own.truncate(c.outputs);
+                own
+            })
             .collect::<Vec<_>>()
     };
     match backend {

@@ -4,7 +4,7 @@
 
 use kiln_ir::Literal;
 use kiln_reference::eval;
-use kiln_stablehlo::{ErrorKind, parse};
+use kiln_stablehlo::{ErrorKind, Piece, parse, parse_with_checks};
 
 /// Imports `text` and runs its entry on `args`.
 #[track_caller]
@@ -157,7 +157,7 @@ func.func private @f(%x: tensor<2xf32>, %t: !stablehlo.token) -> (tensor<2xf32>,
 }",
         ErrorKind::Unsupported,
         "2:8",
-        "`stablehlo.outfeed` (kiln has no infeed, outfeed or channel transfers)",
+        "`stablehlo.outfeed` here (read by `parse_with_checks`, in a function's own body only)",
     );
     fails(
         "func.func @main(%x: tensor<f32>) {
@@ -168,4 +168,37 @@ func.func private @f(%x: tensor<2xf32>, %t: !stablehlo.token) -> (tensor<2xf32>,
         "2:28",
         "the operand %x of `stablehlo.after_all` is not a token",
     );
+}
+
+#[test]
+fn infeed_reads_parameters_and_outfeed_writes_outputs() {
+    // In an interpreter test's function, what infeed reads is a parameter (after the
+    // function's own) and what outfeed writes an output (after its own).
+    let text = "func.func @f(%x: tensor<2xf32>, %t: !stablehlo.token) -> (tensor<2xf32>, !stablehlo.token) {
+  %a:2 = \"stablehlo.infeed\"(%t) : (!stablehlo.token) -> (tensor<2xf32>, !stablehlo.token)
+  %b:3 = \"stablehlo.infeed\"(%a#1) : (!stablehlo.token) -> (tensor<i32>, tensor<i32>, !stablehlo.token)
+  %s = stablehlo.add %x, %a#0 : tensor<2xf32>
+  %u = \"stablehlo.outfeed\"(%s, %b#1, %b#2) : (tensor<2xf32>, tensor<i32>, !stablehlo.token) -> !stablehlo.token
+  func.return %s, %u : tensor<2xf32>, !stablehlo.token
+}";
+    let m = parse_with_checks(Piece {
+        text,
+        first_line: 1,
+    })
+    .unwrap();
+    let (f, c) = (&m.module.funcs[0], &m.checks[0]);
+    assert_eq!((f.params.len(), c.infeed.clone()), (4, vec![1, 2, 3]));
+    assert_eq!(
+        (f.outputs.len(), c.outputs, c.outfeed.clone()),
+        (3, 1, 1..3)
+    );
+    let i32s = |v: i32| Literal::i32(vec![], vec![v]).unwrap();
+    let out = eval(
+        f,
+        &[f32s(&[1.0, 2.0]), f32s(&[10.0, 20.0]), i32s(7), i32s(8)],
+    )
+    .unwrap();
+    assert_eq!(out[0].as_f32s().unwrap(), &[11.0, 22.0]);
+    assert_eq!(out[1].as_f32s().unwrap(), &[11.0, 22.0]);
+    assert_eq!(out[2].to_i64s(), [8]);
 }
