@@ -166,6 +166,21 @@ fn a_quantized_constant_holds_stored_values() {
 }
 
 #[test]
+fn the_generic_form_refuses_quantized_types() {
+    let ast = kiln_stablehlo::parse_ast(kiln_stablehlo::Piece {
+        text: OPS,
+        first_line: 1,
+    })
+    .unwrap();
+    let e = kiln_stablehlo::generic::print_generic(&ast).unwrap_err();
+    assert_eq!(
+        (e.kind, e.pos.to_string()),
+        (ErrorKind::Unsupported, "2:8".into()),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_decomposed_module_round_trips() {
     let m = parse(OPS).unwrap();
     let text = print_module(&m);
