@@ -308,6 +308,7 @@ impl Walker {
             private,
             results,
             body,
+            arg_shapes: Vec::new(),
         })
     }
 
@@ -385,6 +386,9 @@ impl Walker {
             attrs,
             regions,
             sig: Sig::Func(ins, outs),
+            quant: Vec::new(),
+            tuples: Vec::new(),
+            tuple_inputs: 0,
         })
     }
 }

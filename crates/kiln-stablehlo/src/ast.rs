@@ -23,10 +23,36 @@ pub struct FuncAst {
     pub pos: Pos,
     /// Whether it is declared `private`.
     pub private: bool,
-    /// The result types.
+    /// The result types (a tuple's leaves in order, see [`Shape`]).
     pub results: Vec<TensorType>,
-    /// The body; its arguments are the function's parameters.
+    /// The body; its arguments are the function's parameters, a tuple parameter one argument
+    /// per leaf, all with the parameter's name (a token parameter none).
     pub body: Block,
+    /// Each parameter's name and shape; empty when none is a tuple or a token.
+    pub arg_shapes: Vec<(Name, Shape)>,
+}
+
+/// The tuple structure of a type whose tensors are listed flat: a tensor, or a tuple of
+/// shapes (`tuple<tensor<2xf64>, tuple<tensor<i64>>>` is `Tuple([Leaf, Tuple([Leaf])])`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Shape {
+    /// One tensor.
+    Leaf,
+    /// A tuple of its elements' shapes.
+    Tuple(Vec<Shape>),
+    /// A token (`!stablehlo.token`): no tensor.
+    Token,
+}
+
+impl Shape {
+    /// How many tensors the shape holds.
+    pub fn leaves(&self) -> usize {
+        match self {
+            Shape::Leaf => 1,
+            Shape::Tuple(parts) => parts.iter().map(Shape::leaves).sum(),
+            Shape::Token => 0,
+        }
+    }
 }
 
 /// A value name and where it is written.
@@ -63,8 +89,17 @@ pub struct OpAst {
     pub attrs: Vec<(String, AttrVal, Pos)>,
     /// The regions.
     pub regions: Vec<Block>,
-    /// The type signature.
+    /// The type signature (a quantized type is its storage type there).
     pub sig: Sig,
+    /// The quantized element type of each of the signature's types in order (a function
+    /// type's operands, then its results), `None` where a type is not quantized; empty when
+    /// none is.
+    pub quant: Vec<Option<crate::quant::Quant>>,
+    /// The shape of each of the signature's types as written (a tuple's leaves are listed
+    /// flat in `sig`); empty when none is a tuple.
+    pub tuples: Vec<Shape>,
+    /// How many of `tuples` are a function type's operand types (the rest are its results).
+    pub tuple_inputs: usize,
 }
 
 impl OpAst {

@@ -9,6 +9,7 @@
 //! | `expect_eq %x, %y` | as `expect_eq_const`, two computed tensors |
 //! | `expect_almost_eq %x, %y, tolerance = t` | as `expect_almost_eq_const`, two computed tensors |
 //! | `expect_close %a, %e, max_ulp_difference = N, min_ulp_difference = M` | finite: ULP distance in [M, N]; else bitwise equal or both NaN |
+//! | `expect_serialized_eq %x, probe_id = "id", iter = n` | `%x` has the bytes of the `n`-th value probed under `id` ([`crate::probe`]) |
 
 use crate::ast::{AttrVal, OpAst, Sig};
 use crate::error::{Error, Pos, Result};
@@ -33,6 +34,9 @@ pub enum CheckKind {
     AlmostEq(f64),
     /// Two computed values within a range of ULP distances (min, max).
     Close(u64, u64),
+    /// Two computed values with the same bytes (`expect_serialized_eq`, see
+    /// [`crate::probe`]).
+    SameBytes,
 }
 
 /// One `check.*` op.
@@ -59,6 +63,15 @@ pub struct FuncChecks {
     pub checks: Vec<Check>,
     /// The `interpreter.run_parallel` ops of the function, in text order.
     pub parallel: Vec<crate::parallel::Parallel>,
+    /// The `interpreter.print` ops of the function, in text order (their values are outputs
+    /// after the checked ones and the grids' operands).
+    pub prints: Vec<crate::probe::Print>,
+    /// The parameters that receive what the function's `stablehlo.infeed` ops read, in order
+    /// (a runner feeds them from a `run_parallel`'s infeed queue).
+    pub infeed: Vec<usize>,
+    /// The outputs that hold what its `stablehlo.outfeed` ops write, in order (after the
+    /// printed values).
+    pub outfeed: Range<usize>,
 }
 
 impl Check {
@@ -80,6 +93,9 @@ impl Check {
         };
         if a.ty() != b.ty() {
             return fail(format!("type {} against {}", a.ty(), b.ty()));
+        }
+        if self.kind == CheckKind::SameBytes {
+            return same_bytes(a, b).or_else(fail);
         }
         if a.dtype().is_complex() {
             // Complex numbers: each part checked as a float of the part type.
@@ -106,8 +122,24 @@ impl Check {
                 compare(a, b, |x, y| almost_eq(x, y, t), |x, y| x == y)
             }
             CheckKind::Close(min, max) => close(a, b, *min, *max),
+            CheckKind::SameBytes => same_bytes(a, b),
         }
     }
+}
+
+/// Whether two literals of one type have the same bytes; else the first element that differs.
+fn same_bytes(a: &Literal, b: &Literal) -> Result<(), String> {
+    let (x, y) = (a.to_le_bytes(), b.to_le_bytes());
+    if x == y {
+        return Ok(());
+    }
+    let w = a.dtype().bytes().max(1);
+    let k = (0..x.len()).find(|&i| x.get(i) != y.get(i)).unwrap_or(0) / w;
+    Err(format!(
+        "element {k}: got {}, expected {} (bytes differ)",
+        a.format_elem(k),
+        b.format_elem(k)
+    ))
 }
 
 /// The real and imaginary parts of a complex literal, as literals of its part type.

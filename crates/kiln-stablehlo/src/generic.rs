@@ -18,7 +18,8 @@ use std::fmt::Write;
 
 /// Writes `m` as MLIR text with every op in the generic form (`func.func` keeps its own
 /// syntax, which MLIR's `func` dialect reads). Fails, naming the op, where a type the generic
-/// form needs cannot be known.
+/// form needs cannot be known, and (`unsupported`) at quantized, tuple and token types, which
+/// the syntax tree does not keep as written.
 pub fn print_generic(m: &ModuleAst) -> Result<String> {
     let mut p = Printer::default();
     for f in &m.funcs {
@@ -64,6 +65,15 @@ fn type_list(ts: &[TensorType]) -> String {
 
 impl Printer {
     fn func(&mut self, f: &FuncAst) -> Result<()> {
+        if !f.arg_shapes.is_empty() {
+            return Err(Error::unsupported(
+                f.pos,
+                format!(
+                    "the tuple or token parameters of @{} in the generic form (the syntax tree lists their tensors flat)",
+                    f.name
+                ),
+            ));
+        }
         for (n, t) in &f.body.args {
             self.types.insert(n.name.clone(), t.clone());
         }
@@ -120,6 +130,15 @@ impl Printer {
     }
 
     fn op(&mut self, op: &OpAst, indent: usize) -> Result<()> {
+        if !op.quant.is_empty() || !op.tuples.is_empty() {
+            return Err(Error::unsupported(
+                op.pos,
+                format!(
+                    "the quantized, tuple or token types of `{}` in the generic form (the syntax tree keeps a quantized tensor's storage type and a tuple's tensors flat)",
+                    op.name
+                ),
+            ));
+        }
         let ins = match &op.sig {
             Sig::Func(ins, _) if ins.len() == op.operands.len() => ins.clone(),
             _ => op

@@ -10,7 +10,7 @@
 //! as an extra loop carry (returned unchanged by the body) for `while`, as an extra operand
 //! for `case`/`if`.
 
-use crate::ast::{Block, FuncAst, ModuleAst, Name, OpAst, Sig};
+use crate::ast::{Block, FuncAst, ModuleAst, Name, OpAst, Shape, Sig};
 use crate::checks::{Check, FuncChecks};
 use crate::error::{Error, Pos, Result};
 use crate::literal::type_name;
@@ -36,10 +36,75 @@ pub struct Body {
     pub allow_checks: bool,
     /// The `interpreter.run_parallel` ops recorded (see [`crate::parallel`]).
     pub parallel: Vec<crate::parallel::PendingRun>,
+    /// The values probed (`interpreter.probe`), with their probe ids, in order.
+    pub probes: Vec<(String, ValueId)>,
+    /// The values printed (`interpreter.print`): their names, where the op is, the value.
+    pub prints: Vec<(String, Pos, ValueId)>,
+    /// Whether `interpreter.probe` is read here without checks (a loop body, whose probes
+    /// the loop carries out, see [`crate::probe`]).
+    pub allow_probes: bool,
+    /// For a value probed in a loop: the flag that says the loop ran that probe.
+    pub probe_flags: HashMap<ValueId, ValueId>,
+    /// The parameters that receive what `stablehlo.infeed` reads, in order.
+    pub infeed: Vec<usize>,
+    /// The values `stablehlo.outfeed` writes, in order.
+    pub outfeed: Vec<ValueId>,
 }
 
-/// The value names in scope: one map per function or inlined call.
-pub type Names = HashMap<String, ValueId>;
+/// A named value: a tensor, or a tuple of named values (kiln has no tuples; a tuple is the
+/// list of its tensors, see [`crate::tuple`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tree {
+    /// A tensor.
+    Leaf(ValueId),
+    /// A tuple of its elements.
+    Tuple(Vec<Tree>),
+    /// A token: no tensor (it only orders the ops that take it).
+    Token,
+}
+
+impl Tree {
+    /// The tensors of the tree, in order.
+    pub fn leaves(&self, out: &mut Vec<ValueId>) {
+        match self {
+            Tree::Leaf(v) => out.push(*v),
+            Tree::Tuple(parts) => parts.iter().for_each(|p| p.leaves(out)),
+            Tree::Token => {}
+        }
+    }
+
+    /// `vals` grouped as `shape` says (they must be as many as its leaves).
+    pub fn of(shape: &Shape, vals: &mut impl Iterator<Item = ValueId>) -> Option<Tree> {
+        match shape {
+            Shape::Leaf => vals.next().map(Tree::Leaf),
+            Shape::Tuple(parts) => parts
+                .iter()
+                .map(|p| Tree::of(p, vals))
+                .collect::<Option<Vec<_>>>()
+                .map(Tree::Tuple),
+            Shape::Token => Some(Tree::Token),
+        }
+    }
+}
+
+/// The value names in scope: one per function or inlined call.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    values: HashMap<String, ValueId>,
+    tuples: HashMap<String, Tree>,
+}
+
+impl Names {
+    /// No names.
+    pub fn new() -> Names {
+        Names::default()
+    }
+
+    /// The tuple named `n`, if `n` names one.
+    pub fn tuple(&self, n: &Name) -> Option<&Tree> {
+        self.tuples.get(&n.name)
+    }
+}
 
 /// The importer of one module.
 pub struct Importer<'m> {
@@ -50,6 +115,8 @@ pub struct Importer<'m> {
     imported: HashMap<String, (Func, FuncChecks)>,
     /// The functions being imported, innermost last (a call of one of them recurses).
     importing: Vec<String>,
+    /// The last iteration each probe id is checked at (`check.expect_serialized_eq`).
+    probe_iters: HashMap<String, usize>,
 }
 
 /// A kiln [`Loc`] for a position in the input.
@@ -79,6 +146,7 @@ pub fn import_module(m: &ModuleAst, with_checks: bool) -> Result<(Module, Vec<Fu
         with_checks,
         imported: HashMap::new(),
         importing: Vec::new(),
+        probe_iters: crate::probe::checked_iterations(m),
     };
     let mut module = Module::default();
     let mut all_checks = Vec::new();
@@ -112,12 +180,21 @@ impl<'m> Importer<'m> {
             checks: Vec::new(),
             allow_checks: self.with_checks,
             parallel: Vec::new(),
+            probes: Vec::new(),
+            prints: Vec::new(),
+            allow_probes: false,
+            probe_flags: HashMap::new(),
+            infeed: Vec::new(),
+            outfeed: Vec::new(),
         };
         let mut names = Names::new();
-        for (n, t) in &f.body.args {
-            let v = body.b.param(t.clone());
-            define(&mut names, n, v)?;
-        }
+        let params: Vec<ValueId> = f
+            .body
+            .args
+            .iter()
+            .map(|(_, t)| body.b.param(t.clone()))
+            .collect();
+        define_args(&mut names, f, &params)?;
         let (outs, ret_pos) =
             self.block(&mut body, &mut names, &f.body.ops, f.pos, "func.return")?;
         check_types(&body, &outs, &f.results, ret_pos, &format!("@{}", f.name))?;
@@ -136,8 +213,21 @@ impl<'m> Importer<'m> {
                 programs: run.programs,
                 params: run.params,
                 outputs: first..outputs.len(),
+                infeed: run.infeed,
             });
         }
+        let mut prints = Vec::new();
+        for (name, pos, v) in std::mem::take(&mut body.prints) {
+            prints.push(crate::probe::Print {
+                name,
+                pos,
+                output: outputs.len(),
+            });
+            outputs.push(v);
+        }
+        let first = outputs.len();
+        outputs.extend(std::mem::take(&mut body.outfeed));
+        let outfeed = first..outputs.len();
         let func = body
             .b
             .finish(&outputs)
@@ -149,6 +239,9 @@ impl<'m> Importer<'m> {
                 outputs: outs.len(),
                 checks,
                 parallel,
+                prints,
+                infeed: std::mem::take(&mut body.infeed),
+                outfeed,
             },
         ))
     }
@@ -184,7 +277,7 @@ impl<'m> Importer<'m> {
                 format!("a block must end with `{terminator}`, not `{}`", last.name),
             ));
         }
-        let vals = operands(names, last)?;
+        let vals = operands(names, last, terminator == "func.return")?;
         if let Sig::List(ts) | Sig::Func(ts, _) = &last.sig {
             check_types(body, &vals, ts, last.pos, &format!("`{terminator}`"))?;
         }
@@ -193,7 +286,7 @@ impl<'m> Importer<'m> {
 
     /// Imports one op (anything but a terminator).
     fn op(&mut self, body: &mut Body, names: &mut Names, op: &OpAst) -> Result<()> {
-        let args = operands(names, op)?;
+        let args = operands(names, op, true)?;
         if let Sig::Func(ins, _) = &op.sig {
             check_types(
                 body,
@@ -202,6 +295,13 @@ impl<'m> Importer<'m> {
                 op.pos,
                 &format!("the operands of `{}`", op.name),
             )?;
+        }
+        if !op.tuples.is_empty() || op.operands.iter().any(|n| names.tuple(n).is_some()) {
+            return crate::tuple::lower(self, body, names, op, &args);
+        }
+        if !op.quant.is_empty() {
+            let results = crate::quant::lower(body, op, &args)?;
+            return bind_results(names, op, &results);
         }
         let results = match op.name.as_str() {
             "func.call" => self.call(body, op, &args)?,
@@ -218,7 +318,10 @@ impl<'m> Importer<'m> {
             "stablehlo.reduce_window" if !crate::ops::has_combiner(op, &args) => {
                 self.reduce_window_op(body, op, &args)?
             }
+            "check.expect_serialized_eq" => crate::probe::expect_serialized_eq(body, op, &args)?,
             n if n.starts_with("check.") => crate::checks::record(body, op, &args)?,
+            "interpreter.probe" => crate::probe::probe(body, op, &args)?,
+            "interpreter.print" => crate::probe::print(body, op, &args)?,
             "interpreter.run_parallel" => crate::parallel::record(body, op, &args)?,
             n if crate::collective::has_region(n) => {
                 let f = self.closed_region(body, op, "collective", "computation")?;
@@ -232,7 +335,7 @@ impl<'m> Importer<'m> {
 
     /// `func.call @f(args)`: a `call` of the imported `@f`, or, when `@f` has checks (directly
     /// or through its calls) and checks are imported, `@f` inlined.
-    fn call(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
+    pub fn call(&mut self, body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<ValueId>> {
         let Some((crate::ast::AttrVal::Symbol(callee), _)) = op.attr("callee") else {
             return Err(Error::syntax(op.pos, "`func.call` needs a callee"));
         };
@@ -364,9 +467,7 @@ impl<'m> Importer<'m> {
             &format!("the arguments of @{callee}"),
         )?;
         let mut names = Names::new();
-        for ((n, _), &v) in f.body.args.iter().zip(args) {
-            define(&mut names, n, v)?;
-        }
+        define_args(&mut names, f, args)?;
         self.depth += 1;
         let r = self.block(body, &mut names, &f.body.ops, f.pos, "func.return");
         self.depth -= 1;
@@ -376,8 +477,9 @@ impl<'m> Importer<'m> {
     }
 
     /// Builds a kiln function from a region: parameters are the block arguments, then the
-    /// captured outer values `captured` (name, outer value); `extra_outputs` appends the
-    /// captured parameters to what the region returns (a loop body passes them on).
+    /// captured outer values `captured` (name, outer value), then a loop's probe carries
+    /// ([`crate::probe::Slot`]); a loop body (`role`) appends the captured parameters and
+    /// the next probe carries to what the region returns.
     fn region(
         &mut self,
         outer: &Body,
@@ -385,14 +487,25 @@ impl<'m> Importer<'m> {
         block: &Block,
         pos: Pos,
         captured: &[(String, ValueId)],
-        extra_outputs: bool,
+        role: Role,
     ) -> Result<Func> {
+        let (extra_outputs, slots) = match role {
+            Role::Plain => (false, &[][..]),
+            Role::LoopCond(slots) => (false, slots),
+            Role::LoopBody(slots) => (true, slots),
+        };
         let mut body = Body {
             b: Builder::new(name),
             consts: HashMap::new(),
             checks: Vec::new(),
             allow_checks: false,
             parallel: Vec::new(),
+            probes: Vec::new(),
+            prints: Vec::new(),
+            allow_probes: false,
+            probe_flags: HashMap::new(),
+            infeed: Vec::new(),
+            outfeed: Vec::new(),
         };
         let mut names = Names::new();
         for (n, t) in &block.args {
@@ -406,13 +519,21 @@ impl<'m> Importer<'m> {
             if let Some(l) = outer.consts.get(outer_v) {
                 body.consts.insert(v, l.clone());
             }
-            names.insert(n.clone(), v);
+            names.values.insert(n.clone(), v);
             cap_params.push(v);
         }
+        let slot_params = crate::probe::slot_params(&mut body, slots);
+        body.allow_probes = extra_outputs && outer.allow_checks;
         let (mut outs, _) =
             self.block(&mut body, &mut names, &block.ops, pos, "stablehlo.return")?;
         if extra_outputs {
             outs.extend(cap_params);
+            outs.extend(crate::probe::slot_updates(
+                &mut body,
+                slots,
+                &slot_params,
+                pos,
+            )?);
         }
         body.b
             .finish(&outs)
@@ -446,10 +567,30 @@ impl<'m> Importer<'m> {
             }
         }
         let captured = captures(names, &[cond, step], op.pos)?;
-        let c = self.region(body, "cond", cond, op.pos, &captured, false)?;
-        let s = self.region(body, "body", step, op.pos, &captured, true)?;
+        let slots = if body.allow_checks {
+            crate::probe::loop_slots(body, step, &self.probe_iters)?
+        } else {
+            Vec::new()
+        };
+        let c = self.region(
+            body,
+            "cond",
+            cond,
+            op.pos,
+            &captured,
+            Role::LoopCond(&slots),
+        )?;
+        let s = self.region(
+            body,
+            "body",
+            step,
+            op.pos,
+            &captured,
+            Role::LoopBody(&slots),
+        )?;
         let mut carries = args.to_vec();
         carries.extend(captured.iter().map(|(_, v)| *v));
+        carries.extend(crate::probe::slot_inits(body, &slots, op.pos)?);
         let mut out = push(
             body,
             op,
@@ -460,6 +601,7 @@ impl<'m> Importer<'m> {
             &carries,
             None,
         )?;
+        crate::probe::record_slots(body, &slots, &out[args.len() + captured.len()..]);
         out.truncate(args.len());
         Ok(out)
     }
@@ -547,7 +689,14 @@ impl<'m> Importer<'m> {
         let captured = captures(names, &regions, op.pos)?;
         let mut branches = Vec::new();
         for (i, r) in regions.iter().enumerate() {
-            branches.push(self.region(body, &format!("branch{i}"), r, op.pos, &captured, false)?);
+            branches.push(self.region(
+                body,
+                &format!("branch{i}"),
+                r,
+                op.pos,
+                &captured,
+                Role::Plain,
+            )?);
         }
         let mut operands = vec![index];
         operands.extend(captured.iter().map(|(_, v)| *v));
@@ -582,7 +731,7 @@ impl<'m> Importer<'m> {
                 format!("a {what} body that uses an outer value ({})", e.message),
             ));
         }
-        self.region(body, name, region, op.pos, &[], false)
+        self.region(body, name, region, op.pos, &[], Role::Plain)
     }
 
     /// `map`: the body becomes a kiln function of scalars, the region of kiln's `map`
@@ -685,7 +834,8 @@ impl<'m> Importer<'m> {
                 format!("a sort comparator that uses an outer value ({})", e.message),
             ));
         }
-        let comparator = Box::new(self.region(body, "comparator", cmp, op.pos, &[], false)?);
+        let comparator =
+            Box::new(self.region(body, "comparator", cmp, op.pos, &[], Role::Plain)?);
         let declared = result_types(op);
         push(
             body,
@@ -701,6 +851,17 @@ impl<'m> Importer<'m> {
     }
 }
 
+/// What a region is to the op that holds it.
+#[derive(Clone, Copy)]
+enum Role<'s> {
+    /// A region that returns what its block returns.
+    Plain,
+    /// A loop's condition: it also takes the loop's probe carries.
+    LoopCond(&'s [crate::probe::Slot]),
+    /// A loop's body: it also takes and returns the captured values and the probe carries.
+    LoopBody(&'s [crate::probe::Slot]),
+}
+
 /// Whether `name` ends a block.
 fn is_terminator(name: &str) -> bool {
     matches!(name, "func.return" | "stablehlo.return")
@@ -708,17 +869,49 @@ fn is_terminator(name: &str) -> bool {
 
 /// Defines a value name, refusing a second definition.
 pub fn define(names: &mut Names, n: &Name, v: ValueId) -> Result<()> {
-    if names.insert(n.name.clone(), v).is_some() {
+    define_tree(names, n, Tree::Leaf(v))
+}
+
+/// Defines a value name for a tensor or a tuple, refusing a second definition.
+pub fn define_tree(names: &mut Names, n: &Name, t: Tree) -> Result<()> {
+    let taken = names.values.contains_key(&n.name) || names.tuples.contains_key(&n.name);
+    if taken {
         return Err(Error::invalid(
             n.pos,
             format!("value %{} is defined twice", n.name),
         ));
     }
+    match t {
+        Tree::Leaf(v) => {
+            names.values.insert(n.name.clone(), v);
+        }
+        t => {
+            names.tuples.insert(n.name.clone(), t);
+        }
+    }
+    Ok(())
+}
+
+/// Names a function's parameters `params` (one per tensor of its arguments, a tuple argument
+/// grouped as its shape says).
+fn define_args(names: &mut Names, f: &FuncAst, params: &[ValueId]) -> Result<()> {
+    if f.arg_shapes.is_empty() {
+        for ((n, _), &v) in f.body.args.iter().zip(params) {
+            define(names, n, v)?;
+        }
+        return Ok(());
+    }
+    let mut vals = params.iter().copied();
+    for (n, shape) in &f.arg_shapes {
+        let tree = Tree::of(shape, &mut vals)
+            .ok_or_else(|| Error::invalid(n.pos, "fewer arguments than the signature's types"))?;
+        define_tree(names, n, tree)?;
+    }
     Ok(())
 }
 
 /// Binds an op's result names to the values built for it.
-fn bind_results(names: &mut Names, op: &OpAst, vals: &[ValueId]) -> Result<()> {
+pub fn bind_results(names: &mut Names, op: &OpAst, vals: &[ValueId]) -> Result<()> {
     if op.results.len() != vals.len() {
         return Err(Error::invalid(
             op.pos,
@@ -737,14 +930,23 @@ fn bind_results(names: &mut Names, op: &OpAst, vals: &[ValueId]) -> Result<()> {
 }
 
 /// Looks up a value name (`%x#0` also finds a single-result `%x`).
-fn lookup(names: &Names, n: &Name) -> Result<ValueId> {
-    if let Some(&v) = names.get(&n.name) {
+pub fn lookup(names: &Names, n: &Name) -> Result<ValueId> {
+    if let Some(&v) = names.values.get(&n.name) {
         return Ok(v);
     }
     if let Some(base) = n.name.strip_suffix("#0")
-        && let Some(&v) = names.get(base)
+        && let Some(&v) = names.values.get(base)
     {
         return Ok(v);
+    }
+    if names.tuples.contains_key(&n.name) {
+        return Err(Error::unsupported(
+            n.pos,
+            format!(
+                "the tuple %{} here (kiln flattens tuples through `tuple`, `get_tuple_element`, `func.call` and `func.return`)",
+                n.name
+            ),
+        ));
     }
     Err(Error::invalid(
         n.pos,
@@ -752,9 +954,16 @@ fn lookup(names: &Names, n: &Name) -> Result<ValueId> {
     ))
 }
 
-/// The values an op uses.
-fn operands(names: &Names, op: &OpAst) -> Result<Vec<ValueId>> {
-    op.operands.iter().map(|n| lookup(names, n)).collect()
+/// The values an op uses; with `flatten`, a tuple operand is its tensors in order.
+fn operands(names: &Names, op: &OpAst, flatten: bool) -> Result<Vec<ValueId>> {
+    let mut out = Vec::with_capacity(op.operands.len());
+    for n in &op.operands {
+        match names.tuple(n) {
+            Some(t) if flatten => t.leaves(&mut out),
+            _ => out.push(lookup(names, n)?),
+        }
+    }
+    Ok(out)
 }
 
 /// The type of a value built so far.
@@ -766,7 +975,7 @@ pub fn value_type(body: &Body, v: ValueId) -> Result<TensorType> {
 }
 
 /// Checks that `vals` have the types `tys` (count and each type).
-fn check_types(
+pub fn check_types(
     body: &Body,
     vals: &[ValueId],
     tys: &[TensorType],

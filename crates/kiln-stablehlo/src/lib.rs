@@ -16,8 +16,10 @@
 //! [`parser`] and [`pretty`] (the syntax tree of [`ast`], which a printer can write back),
 //! [`attrs`], [`types`] and [`literal`] (attribute values, types, dense literals), [`ops`]
 //! and [`import`] (kiln IR; [`decompose`] for ops kiln lacks; [`chlo`],
-//! [`special`], [`next_after`] and [`top_k`] for `chlo` functions), [`checks`] (the `check`
-//! dialect of StableHLO's tests), [`generic`] (the tree written back in MLIR's generic op
+//! [`special`], [`next_after`] and [`top_k`] for `chlo` functions; [`quant`] for quantized
+//! types, which become their storage types and decomposed ops; [`tuple`](mod@tuple) for tuples, which
+//! become lists of tensors), [`checks`] (the `check`
+//! dialect of StableHLO's tests) and [`probe`] (its interpreter's `probe` and `print`), [`generic`] (the tree written back in MLIR's generic op
 //! form, which MLIR parses without knowing StableHLO).
 //!
 //! Programs JAX exports (`jax.jit(f).lower(...).as_text()`, with or without debug
@@ -47,9 +49,12 @@ pub mod ops;
 pub mod parallel;
 pub mod parser;
 pub mod pretty;
+pub mod probe;
+pub mod quant;
 pub mod ragged;
 pub mod special;
 pub mod top_k;
+pub mod tuple;
 pub mod types;
 
 pub use checks::{Check, CheckKind, FuncChecks};

@@ -7,7 +7,8 @@
 //! as a [`Parallel`] of its function: the operands become extra outputs (after the checked
 //! values) and the results extra parameters. A caller runs the function once to get the
 //! operands (they cannot depend on the results), runs the grid, and runs the function again
-//! on the grid's results to check them.
+//! on the grid's results to check them. Its `infeed` functions, run first, give the queue
+//! that the programs' `stablehlo.infeed` ops read in order ([`crate::tuple`]).
 
 use crate::ast::{AttrVal, OpAst, Sig};
 use crate::error::{Error, Result};
@@ -24,6 +25,9 @@ pub struct Parallel {
     pub params: Range<usize>,
     /// The function's outputs that are the operands.
     pub outputs: Range<usize>,
+    /// The functions whose results, in order, are the infeed queue the processes read
+    /// (`infeed = [@f, ...]`; see [`crate::FuncChecks::infeed`]).
+    pub infeed: Vec<String>,
 }
 
 /// A run recorded while its function is imported: operands and result parameters as values.
@@ -32,6 +36,7 @@ pub struct PendingRun {
     pub(crate) programs: Vec<Vec<String>>,
     pub(crate) operands: Vec<ValueId>,
     pub(crate) params: Range<usize>,
+    pub(crate) infeed: Vec<String>,
 }
 
 /// Records `op` (an `interpreter.run_parallel` with operands `args`): its results are new
@@ -80,12 +85,32 @@ pub fn record(body: &mut Body, op: &OpAst, args: &[ValueId]) -> Result<Vec<Value
             "`interpreter.run_parallel` needs its function type",
         ));
     };
+    let infeed = match op.attr("infeed") {
+        None => Vec::new(),
+        Some((AttrVal::List(items), p)) => items
+            .iter()
+            .map(|i| match i {
+                AttrVal::Symbol(s) => Ok(s.clone()),
+                _ => Err(Error::invalid(
+                    p,
+                    "the `infeed` of `interpreter.run_parallel` is a list of functions",
+                )),
+            })
+            .collect::<Result<_>>()?,
+        Some((_, p)) => {
+            return Err(Error::invalid(
+                p,
+                "the `infeed` of `interpreter.run_parallel` is a list of functions",
+            ));
+        }
+    };
     let first = body.b.param_count();
     let results: Vec<ValueId> = outs.iter().map(|t| body.b.param(t.clone())).collect();
     body.parallel.push(PendingRun {
         programs,
         operands: args.to_vec(),
         params: first..first + results.len(),
+        infeed,
     });
     Ok(results)
 }

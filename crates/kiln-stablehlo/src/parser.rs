@@ -2,7 +2,7 @@
 //! operations in MLIR's generic form. The pretty forms of ops are in [`crate::pretty`],
 //! attribute values in [`crate::attrs`], types in [`crate::types`].
 
-use crate::ast::{AttrVal, Block, FuncAst, ModuleAst, Name, OpAst, Sig};
+use crate::ast::{AttrVal, Block, FuncAst, ModuleAst, Name, OpAst, Shape, Sig};
 use crate::error::{Error, Pos, Result};
 use crate::lexer::{Spanned, Tok};
 use kiln_ir::TensorType;
@@ -17,6 +17,13 @@ pub struct Cursor<'a> {
     at: usize,
     depth: usize,
     regions: usize,
+    /// The quantized types of the signature types ([`Cursor::sig_type`]) of the op being
+    /// parsed, one entry per type.
+    pub(crate) sig_quants: Vec<Option<crate::quant::Quant>>,
+    /// The shapes of the signature types of the op being parsed, one per type as written.
+    pub(crate) sig_shapes: Vec<crate::ast::Shape>,
+    /// How many of `sig_shapes` are a function type's inputs.
+    pub(crate) sig_inputs: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -27,6 +34,9 @@ impl<'a> Cursor<'a> {
             at: 0,
             depth: 0,
             regions: 0,
+            sig_quants: Vec::new(),
+            sig_shapes: Vec::new(),
+            sig_inputs: 0,
         }
     }
 
@@ -283,16 +293,18 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
     };
     c.expect("(")?;
     let mut args = Vec::new();
+    let mut arg_shapes = Vec::new();
     if !c.eat(")") {
         loop {
             let v = c.value()?;
             c.expect(":")?;
-            let t = c.tensor_type()?;
+            let mut leaves = Vec::new();
+            arg_shapes.push((v.clone(), c.type_leaves(&mut leaves, false)?));
             if c.is("{") {
                 c.skip_group("{", "}")?;
             }
             c.skip_loc()?;
-            args.push((v, t));
+            args.extend(leaves.into_iter().map(|t| (v.clone(), t)));
             if c.eat(")") {
                 break;
             }
@@ -304,7 +316,7 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
         if c.eat("(") {
             if !c.eat(")") {
                 loop {
-                    results.push(c.tensor_type()?);
+                    c.type_leaves(&mut results, false)?;
                     if c.is("{") {
                         c.skip_group("{", "}")?;
                     }
@@ -315,8 +327,11 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
                 }
             }
         } else {
-            results.push(c.tensor_type()?);
+            c.type_leaves(&mut results, false)?;
         }
+    }
+    if arg_shapes.iter().all(|(_, s)| *s == Shape::Leaf) {
+        arg_shapes.clear();
     }
     if c.eat_ident("attributes") {
         c.skip_group("{", "}")?;
@@ -340,6 +355,7 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
         private,
         results,
         body,
+        arg_shapes,
     })
 }
 
@@ -435,17 +451,32 @@ fn parse_results(c: &mut Cursor) -> Result<Vec<Name>> {
 pub fn parse_op(c: &mut Cursor) -> Result<OpAst> {
     let results = parse_results(c)?;
     let pos = c.pos();
-    let mut op = match c.peek().clone() {
+    // The ops of nested regions record their own signature's quantized types.
+    let outer = std::mem::take(&mut c.sig_quants);
+    let outer_shapes = std::mem::take(&mut c.sig_shapes);
+    let outer_inputs = std::mem::take(&mut c.sig_inputs);
+    let parsed = match c.peek().clone() {
         Tok::Str(name) => {
             c.bump();
-            parse_generic(c, name, pos)?
+            parse_generic(c, name, pos)
         }
         Tok::Ident(name) => {
             c.bump();
-            crate::pretty::parse_pretty(c, name, pos)?
+            crate::pretty::parse_pretty(c, name, pos)
         }
-        _ => return c.expected("an operation"),
+        _ => c.expected("an operation"),
     };
+    let quant = std::mem::replace(&mut c.sig_quants, outer);
+    let shapes = std::mem::replace(&mut c.sig_shapes, outer_shapes);
+    let inputs = std::mem::replace(&mut c.sig_inputs, outer_inputs);
+    let mut op = parsed?;
+    if quant.iter().any(Option::is_some) {
+        op.quant = quant;
+    }
+    if shapes.iter().any(|s| *s != Shape::Leaf) {
+        op.tuples = shapes;
+        op.tuple_inputs = inputs;
+    }
     op.results = results;
     c.skip_loc()?;
     Ok(op)
@@ -462,6 +493,9 @@ fn parse_generic(c: &mut Cursor, name: String, pos: Pos) -> Result<OpAst> {
         attrs: Vec::new(),
         regions: Vec::new(),
         sig: Sig::None,
+        quant: Vec::new(),
+        tuples: Vec::new(),
+        tuple_inputs: 0,
     };
     c.expect("(")?;
     if !c.eat(")") {
@@ -503,11 +537,14 @@ fn parse_generic(c: &mut Cursor, name: String, pos: Pos) -> Result<OpAst> {
 pub fn parse_func_sig(c: &mut Cursor) -> Result<Sig> {
     c.expect("(")?;
     let ins = parse_type_list_until(c, ")")?;
+    c.sig_inputs = c.sig_shapes.len();
     c.expect("->")?;
     let outs = if c.eat("(") {
         parse_type_list_until(c, ")")?
     } else {
-        vec![c.tensor_type()?]
+        let mut outs = Vec::new();
+        c.sig_type(&mut outs)?;
+        outs
     };
     Ok(Sig::Func(ins, outs))
 }
@@ -519,7 +556,7 @@ fn parse_type_list_until(c: &mut Cursor, close: &str) -> Result<Vec<TensorType>>
         return Ok(out);
     }
     loop {
-        out.push(c.tensor_type()?);
+        c.sig_type(&mut out)?;
         if c.eat(close) {
             return Ok(out);
         }
@@ -532,17 +569,21 @@ pub fn parse_pretty_sig(c: &mut Cursor) -> Result<Sig> {
     if c.is("(") {
         return parse_func_sig(c);
     }
-    let mut list = vec![c.tensor_type()?];
+    let mut list = Vec::new();
+    c.sig_type(&mut list)?;
     while c.is(",") && starts_type(c.peek2()) {
         c.bump();
-        list.push(c.tensor_type()?);
+        c.sig_type(&mut list)?;
     }
     // `T -> U`: a function type without parentheses (`chlo` ops print this way).
     if c.eat("->") {
+        c.sig_inputs = c.sig_shapes.len();
         let outs = if c.eat("(") {
             parse_type_list_until(c, ")")?
         } else {
-            vec![c.tensor_type()?]
+            let mut outs = Vec::new();
+            c.sig_type(&mut outs)?;
+            outs
         };
         return Ok(Sig::Func(list, outs));
     }

@@ -37,6 +37,9 @@ pub fn parse_pretty(c: &mut Cursor, name: &str, pos: Pos) -> Result<OpAst> {
         attrs: Vec::new(),
         regions: Vec::new(),
         sig: Sig::None,
+        quant: Vec::new(),
+        tuples: Vec::new(),
+        tuple_inputs: 0,
     };
     match name {
         "func.return" | "stablehlo.return" => {
@@ -161,6 +164,13 @@ fn scan(c: &mut Cursor, op: &mut OpAst) -> Result<()> {
                 op.regions.push(parse_block_body(c)?);
             }
             Tok::Punct("{") => c.attr_dict(&mut op.attrs)?,
+            Tok::Punct("[") if op.name == "stablehlo.get_tuple_element" => {
+                // `get_tuple_element %t[1]`: the element's index.
+                c.bump();
+                let index = c.attr_bare()?;
+                c.expect("]")?;
+                op.attrs.push(("index".into(), index, pos));
+            }
             Tok::Punct("[") => {
                 let r = ranges(c)?;
                 op.attrs.push(("ranges".into(), r, pos));

@@ -11,12 +11,19 @@
 //!
 //! (`i2`, `i4`, `ui2`, `ui4` and the 6- and 4-bit floats are kept one element per byte in
 //! kiln's buffers.) Every other element type (other widths such as `i3`, `tf32`,
-//! `complex<f16>`), tuples,
-//! tokens, quantized types and dynamic (`?`) dimensions are located `unsupported` errors.
+//! `complex<f16>`), tuples inside a tensor
+//! and dynamic (`?`) dimensions are located `unsupported` errors. A tuple type in a
+//! function's or an op's signature is the list of its tensors (its shape, [`Shape`], kept
+//! for the importer, which flattens tuple values), a token type (`!stablehlo.token`) there
+//! the empty list; anywhere else either is `unsupported`. A quantized tensor
+//! (`tensor<2x!quant.uniform<i8:f32, 0.1>>`) in an op's signature is its storage type, its
+//! quantization kept for the op ([`crate::quant`]); anywhere else it is `unsupported`.
 
+use crate::ast::Shape;
 use crate::error::{Error, Pos, Result, quote};
 use crate::lexer::Tok;
 use crate::parser::Cursor;
+use crate::quant::Quant;
 use kiln_ir::{DType, TensorType};
 
 /// The kiln dtype of a StableHLO element type name; `Err` says why there is none.
@@ -83,12 +90,80 @@ fn is_known_element(name: &str) -> bool {
 }
 
 impl Cursor<'_> {
-    /// Parses a tensor type.
+    /// Parses a tensor type that is not quantized.
     pub fn tensor_type(&mut self) -> Result<TensorType> {
+        let (t, q) = self.any_tensor_type()?;
+        if let Some(q) = q {
+            return Err(Error::unsupported(
+                q.pos,
+                "the quantized type `!quant.uniform` here (kiln reads quantized types in op signatures only)",
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Parses a type of an op's signature into `out`: a tensor type, quantized or not (a
+    /// quantized one is its storage type here; its quantization is recorded for the op, see
+    /// [`crate::quant`]), or a tuple, whose tensors are added in order (its shape is recorded
+    /// for the op).
+    pub fn sig_type(&mut self, out: &mut Vec<TensorType>) -> Result<()> {
+        let shape = self.type_leaves(out, true)?;
+        self.sig_shapes.push(shape);
+        Ok(())
+    }
+
+    /// Parses a tensor type, a tuple type (`tuple<T, ...>`, nested) or `!stablehlo.token`
+    /// (no tensor) and adds its tensors to `out`; with `quant_ok`, a quantized tensor's
+    /// quantization is recorded for the op.
+    pub fn type_leaves(&mut self, out: &mut Vec<TensorType>, quant_ok: bool) -> Result<Shape> {
+        if let Tok::Bang("stablehlo.token" | "mhlo.token") = self.peek() {
+            self.bump();
+            return Ok(Shape::Token);
+        }
+        if !self.is_ident("tuple") {
+            if quant_ok {
+                let (t, q) = self.any_tensor_type()?;
+                self.sig_quants.push(q);
+                out.push(t);
+            } else {
+                out.push(self.tensor_type()?);
+            }
+            return Ok(Shape::Leaf);
+        }
+        let pos = self.pos();
+        self.bump();
+        self.expect("<")?;
+        self.enter()?;
+        let mut parts = Vec::new();
+        if !self.eat(">") {
+            loop {
+                parts.push(self.type_leaves(out, quant_ok)?);
+                if self.eat(">") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+        }
+        self.leave();
+        if parts.is_empty() {
+            return Err(Error::unsupported(pos, "the empty tuple type `tuple<>`"));
+        }
+        Ok(Shape::Tuple(parts))
+    }
+
+    /// Parses a tensor type: the kiln type (a quantized tensor's storage) and the quantized
+    /// element type, if it is one.
+    pub fn any_tensor_type(&mut self) -> Result<(TensorType, Option<Quant>)> {
         let pos = self.pos();
         match *self.peek() {
             Tok::Ident("tensor") => {}
-            Tok::Ident(w @ ("tuple" | "complex")) => {
+            Tok::Ident("tuple") => {
+                return Err(Error::unsupported(
+                    pos,
+                    "a tuple type here (kiln flattens tuple types in function and op signatures)",
+                ));
+            }
+            Tok::Ident(w @ "complex") => {
                 return Err(Error::unsupported(
                     pos,
                     format!("{w} types outside a tensor"),
@@ -151,7 +226,11 @@ impl Cursor<'_> {
                         }
                         Tok::Ident("complex") => {
                             let d = self.complex_element()?;
-                            self.finish_tensor_type(pos, d, shape)
+                            Ok((self.finish_tensor_type(pos, d, shape)?, None))
+                        }
+                        Tok::Bang(w) if w.starts_with("quant.") => {
+                            let q = self.quant_element()?;
+                            self.finish_quant_type(pos, q, shape)
                         }
                         Tok::Ident(w @ "tuple") => Err(Error::unsupported(
                             self.pos(),
@@ -168,6 +247,10 @@ impl Cursor<'_> {
             }
             Tok::Punct("?") => return Err(Error::unsupported(epos, "dynamic dimensions (`?`)")),
             Tok::Punct("*") => return Err(Error::unsupported(epos, "unranked tensors")),
+            Tok::Bang(w) if w.starts_with("quant.") => {
+                let q = self.quant_element()?;
+                return self.finish_quant_type(pos, q, shape);
+            }
             Tok::Bang(w) => {
                 return Err(Error::unsupported(
                     epos,
@@ -178,11 +261,30 @@ impl Cursor<'_> {
         };
         if elem == "complex" {
             let d = self.complex_element()?;
-            return self.finish_tensor_type(pos, d, shape);
+            return Ok((self.finish_tensor_type(pos, d, shape)?, None));
+        }
+        if elem == "tuple" {
+            return Err(Error::unsupported(
+                epos,
+                "element type tuple<...> (a tensor of tuples)",
+            ));
         }
         let dt = dtype(elem, epos)?;
         self.bump();
-        self.finish_tensor_type(pos, dt, shape)
+        Ok((self.finish_tensor_type(pos, dt, shape)?, None))
+    }
+
+    /// The end of a quantized tensor type after its element type `q`: its storage type and
+    /// `q`, checked against the shape.
+    fn finish_quant_type(
+        &mut self,
+        pos: Pos,
+        q: Quant,
+        shape: Vec<usize>,
+    ) -> Result<(TensorType, Option<Quant>)> {
+        q.check_shape(&shape, q.pos)?;
+        let t = self.finish_tensor_type(pos, q.storage, shape)?;
+        Ok((t, Some(q)))
     }
 
     /// `complex<f32>` or `complex<f64>`, its `complex` the current token (alone, or the tail

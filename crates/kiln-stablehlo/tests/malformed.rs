@@ -108,16 +108,16 @@ fn unknown_ops_and_types() {
         "complex<f32> values are written `(re, im)`",
     );
     fails_as(
-        "func.func @main(%t: !stablehlo.token) {\n  func.return\n}",
+        "func.func @main(%t: tensor<!stablehlo.token>) {\n  func.return\n}",
         ErrorKind::Unsupported,
-        "1:21",
+        "1:28",
         "!stablehlo.token",
     );
     fails_as(
-        "func.func @main(%t: tuple<tensor<f32>>) {\n  func.return\n}",
+        "func.func @main(%t: tensor<2xtuple<tensor<f32>>>) {\n  func.return\n}",
         ErrorKind::Unsupported,
-        "1:21",
-        "tuple types",
+        "1:28",
+        "element type tuple<...>",
     );
     fails_as(
         "func.func @main(%t: tensor<?x2xf32>) {\n  func.return\n}",

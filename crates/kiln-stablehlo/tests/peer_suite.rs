@@ -8,9 +8,9 @@
 //! module listed there as passing no longer passes. `KILN_BLESS=1` rewrites the table.
 
 use kiln_codegen_llvm::cpu::CpuExecutable;
-use kiln_ir::{Builder, Func, Literal, Loc, Module, Op, ValueId};
+use kiln_ir::{Builder, Func, Literal, Loc, Op, ValueId};
 use kiln_reference::spmd::{Grid, LocalCommunicator, run_processes};
-use kiln_stablehlo::{ErrorKind, FuncChecks, Parallel, Piece, parse_with_checks, split};
+use kiln_stablehlo::{ErrorKind, FuncChecks, Imported, Parallel, Piece, parse_with_checks, split};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
@@ -176,32 +176,93 @@ fn run_func(f: &Func, args: Vec<Literal>, backend: &str) -> Result<Vec<Literal>,
     }
 }
 
+/// Prints what the `interpreter.print` ops of a function printed, as StableHLO's interpreter
+/// does (`%name = type {` the value `}`), and passes its outputs on.
+fn printed(outs: Vec<Literal>, checks: &FuncChecks) -> Vec<Literal> {
+    let mut text = String::new();
+    for p in &checks.prints {
+        if let Some(v) = outs.get(p.output) {
+            let mut nested = String::new();
+            v.write_nested(&mut nested);
+            text += &format!(
+                "%{} = {} {{\n  {nested}\n}}\n",
+                p.name,
+                kiln_stablehlo::literal::type_name(v.ty())
+            );
+        }
+    }
+    print!("{text}");
+    outs
+}
+
 /// Runs an `interpreter.run_parallel` on one backend: `p.programs` on a grid of threads, each
-/// process on its share of `operands`; returns every process's results, in process order.
+/// process on its share of `operands`; returns every process's results, in process order
+/// (what a program prints is printed, one process after another).
 fn run_grid(
-    m: &Module,
+    imported: &Imported,
     p: &Parallel,
     operands: Vec<Literal>,
     backend: &str,
 ) -> Result<Vec<Literal>, String> {
+    let m = &imported.module;
     let grid = Grid::new(p.programs.len(), p.programs[0].len());
     let mut funcs = Vec::new();
+    let mut checks = Vec::new();
     for name in p.programs.iter().flatten() {
-        funcs.push(
-            m.func(name)
-                .ok_or_else(|| format!("run_parallel: no function @{name}"))?
-                .clone(),
-        );
+        let i = m
+            .funcs
+            .iter()
+            .position(|f| f.name == *name)
+            .ok_or_else(|| format!("run_parallel: no function @{name}"))?;
+        funcs.push(m.funcs[i].clone());
+        checks.push(imported.checks[i].clone());
     }
+    // The infeed queue: the results of the `infeed` functions, in order.
+    let mut queue = Vec::new();
+    for name in &p.infeed {
+        let i = m
+            .funcs
+            .iter()
+            .position(|f| f.name == *name)
+            .ok_or_else(|| format!("run_parallel: no infeed function @{name}"))?;
+        let mut outs = run_func(&m.funcs[i], Vec::new(), backend)?;
+        outs.truncate(imported.checks[i].outputs);
+        queue.extend(outs);
+    }
+    let mut queue = queue.into_iter();
+    // Each process takes its share of the operands, and what its infeed ops read from the
+    // queue, in process order.
     let mut args = Vec::new();
     let mut rest = operands.into_iter();
-    for f in &funcs {
-        args.push(rest.by_ref().take(f.params.len()).collect::<Vec<_>>());
+    for (f, c) in funcs.iter().zip(&checks) {
+        let mut a = Vec::with_capacity(f.params.len());
+        for k in 0..f.params.len() {
+            let from = if c.infeed.contains(&k) {
+                queue
+                    .next()
+                    .ok_or("run_parallel: the infeed queue ran out")?
+            } else {
+                rest.next()
+                    .ok_or("run_parallel: fewer operands than the programs take")?
+            };
+            a.push(from);
+        }
+        args.push(a);
     }
     if rest.next().is_some() {
         return Err("run_parallel: more operands than the programs take".into());
     }
-    let flat = |r: Vec<Vec<Literal>>| r.into_iter().flatten().collect::<Vec<_>>();
+    let flat = move |r: Vec<Vec<Literal>>| {
+        r.into_iter()
+            .zip(&checks)
+            .flat_map(|(outs, c)| {
+                // A program's own results, without what it prints or outfeeds.
+                let mut own = printed(outs, c);
+                own.truncate(c.outputs);
+                own
+            })
+            .collect::<Vec<_>>()
+    };
     match backend {
         "reference" => guarded(move || {
             let refs: Vec<&Func> = funcs.iter().collect();
@@ -230,28 +291,28 @@ fn run_grid(
 /// Runs one function of the module on one backend: with an `interpreter.run_parallel`, first
 /// on zeros for the grid's results (to compute its operands), then on the grid's results.
 fn run_entry(
-    m: &Module,
+    imported: &Imported,
     f: &Func,
     checks: &FuncChecks,
     backend: &str,
 ) -> Result<Vec<Literal>, String> {
     match checks.parallel.as_slice() {
-        [] => run_func(f, Vec::new(), backend),
+        [] => run_func(f, Vec::new(), backend).map(|o| printed(o, checks)),
         [p] => {
             let zeros: Vec<Literal> = f.param_types().into_iter().map(Literal::zeros).collect();
             let first = run_func(f, zeros, backend)?;
             let operands = first[p.outputs.clone()].to_vec();
-            let results = run_grid(m, p, operands, backend)?;
-            run_func(f, results, backend)
+            let results = run_grid(imported, p, operands, backend)?;
+            run_func(f, results, backend).map(|o| printed(o, checks))
         }
         _ => Err("more than one interpreter.run_parallel in a function".into()),
     }
 }
 
 /// Runs the functions on one backend and checks their results.
-fn run_on(m: &Module, funcs: &[(Func, FuncChecks)], backend: &str) -> Outcome {
+fn run_on(imported: &Imported, funcs: &[(Func, FuncChecks)], backend: &str) -> Outcome {
     for (f, checks) in funcs {
-        let outs = match run_entry(m, f, checks, backend) {
+        let outs = match run_entry(imported, f, checks, backend) {
             Ok(o) => o,
             Err(e) => return Outcome::Fail(format!("@{}: {e}", f.name)),
         };
@@ -303,7 +364,10 @@ fn run_module(piece: Piece) -> (Outcome, Outcome) {
         .iter()
         .map(|&i| (m.funcs[i].clone(), imported.checks[i].clone()))
         .collect();
-    (run_on(m, &funcs, "reference"), run_on(m, &funcs, "cpu"))
+    (
+        run_on(&imported, &funcs, "reference"),
+        run_on(&imported, &funcs, "cpu"),
+    )
 }
 
 /// Reads the committed table: module → (reference, cpu) outcome words.

@@ -20,11 +20,11 @@ fn an_imported_module_runs_on_the_default_backend() {
 #[test]
 fn an_unsupported_op_is_an_error_with_its_position() {
     let e = kiln::stablehlo::parse(
-        "func.func @main() {\n  %0 = stablehlo.after_all : !stablehlo.token\n  func.return\n}",
+        "func.func @main() {\n  %0 = stablehlo.frobnicate : tensor<f32>\n  func.return\n}",
     )
     .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "2:30: unsupported: the type `!stablehlo.token`"
+        "2:8: unsupported: the op `stablehlo.frobnicate` (kiln has no such op)"
     );
 }
