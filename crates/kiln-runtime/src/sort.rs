@@ -258,7 +258,6 @@ fn slice_order<K: ByteKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
     if let Some(k) = prefix {
         return prefix_order(&keys, k);
     }
-    let mut idx: Vec<u32> = (0..keys.len() as u32).collect();
     if keys.len() < SHORT {
         let mut pos: Vec<usize> = (0..keys.len()).collect();
         kiln_reference::merge_sort_by(&mut pos, &mut |a, b| keys[a] < keys[b]);
@@ -269,6 +268,7 @@ fn slice_order<K: ByteKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
             crate::radix::sort(&crate::radix::Plain::new(), &keys, true).expect("plain keys");
         return positions.expect("positions asked for");
     }
+    let mut idx: Vec<u32> = (0..keys.len() as u32).collect();
     let mut keys = keys;
     radix_sort(&mut keys, Some(&mut idx));
     idx
