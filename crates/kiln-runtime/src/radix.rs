@@ -1,12 +1,20 @@
-//! A parallel least-significant-digit radix sort for long runs of unsigned keys, stable, with
-//! an optional payload of positions moved alongside.
+//! A parallel radix sort for long runs of unsigned keys, stable, that reads its elements
+//! through a [`Codec`] (the key transform fused into the first read and the first pass) and
+//! writes a fresh result through it (the transform undone as the last pass writes), with an
+//! optional payload of positions moved alongside.
 //!
-//! Digits are 11 bits (2048 buckets: few passes, and a scatter whose open write streams still
-//! fit the cache's line buffers), so 32-bit keys take 3 passes and 64-bit ones 6. One read of
-//! the keys counts every digit's values; a digit all keys share is skipped. Each pass splits
-//! the keys into one contiguous chunk per thread: every chunk counts its digits, the counts
-//! give each (chunk, bucket) its own range of the output (chunks in order within a bucket, so
-//! the pass is stable), and the chunks scatter into their ranges at once.
+//! Digits are 11 bits (2048 buckets), so 32-bit keys have 3 and 64-bit ones 6. One read of the
+//! elements counts every digit's values per chunk (one chunk per thread) and asks the codec
+//! whether it takes every element. Then, when no bucket of the top digit holds more than an
+//! eighth of the keys, the keys are scattered by the top digit (each chunk into its own range
+//! of every bucket, chunks in order within a bucket, so the pass is stable), and the buckets,
+//! on every thread, are each sorted by the lower digits least significant first (those it
+//! does not share), in memory that a bucket's passes keep in the caches. Otherwise every digit is a pass over all the
+//! keys, least significant first, each split into one chunk per thread the same way; a digit
+//! all keys share is skipped, and each pass after the first counts its digit per chunk in a
+//! read of its own. Either way the passes alternate between the result and one scratch buffer
+//! so that the last one writes the result, and since the sorted order is unique, the result
+//! does not depend on the threads.
 
 use rayon::prelude::*;
 
@@ -15,124 +23,635 @@ const BITS: u32 = 11;
 /// Buckets per digit.
 const BUCKETS: usize = 1 << BITS;
 
-/// Keys at least this long sort with [`par_radix_sort`] (shorter ones: one thread's radix
-/// sort, whose fixed costs are lower).
+/// Keys at least this long sort with [`sort`] (shorter ones: one thread's radix sort on bytes,
+/// whose fixed costs are lower).
 pub(crate) const PARALLEL_MIN: usize = 1 << 18;
 
-/// A pointer the scatter's threads write through, each to a range of its own.
+/// The top digit goes first when no bucket of it holds more than this fraction of the keys
+/// (each bucket is then sorted on one thread).
+const SPREAD: usize = 8;
+
+/// An unsigned key, read a digit at a time.
+pub(crate) trait RadixKey: Copy + Default + Send + Sync {
+    /// Bits in the key.
+    const KEY_BITS: u32;
+    /// The digit at `shift`.
+    fn digit(self, shift: u32) -> usize;
+}
+
+impl RadixKey for u32 {
+    const KEY_BITS: u32 = 32;
+    #[inline(always)]
+    fn digit(self, shift: u32) -> usize {
+        (self >> shift) as usize & (BUCKETS - 1)
+    }
+}
+
+impl RadixKey for u64 {
+    const KEY_BITS: u32 = 64;
+    #[inline(always)]
+    fn digit(self, shift: u32) -> usize {
+        (self >> shift) as usize & (BUCKETS - 1)
+    }
+}
+
+/// How the sort reads its elements as keys and writes keys back as elements. `Out` must have
+/// the size and alignment of `Key`: the passes before the last keep keys in the result's
+/// memory.
+pub(crate) trait Codec: Sync {
+    /// The elements read.
+    type In: Copy + Sync;
+    /// Their keys, ordered as the elements sort.
+    type Key: RadixKey;
+    /// The elements written.
+    type Out: Copy + Send + Sync;
+    /// Whether the keys can stand for `x` (otherwise the sort declines, see [`sort`]).
+    fn admits(&self, x: Self::In) -> bool;
+    /// The key of `x`.
+    fn key(&self, x: Self::In) -> Self::Key;
+    /// The element of key `k`.
+    fn element(&self, k: Self::Key) -> Self::Out;
+}
+
+/// Keys sorted as they are.
+pub(crate) struct Plain<K>(std::marker::PhantomData<K>);
+
+impl<K> Plain<K> {
+    pub(crate) fn new() -> Plain<K> {
+        Plain(std::marker::PhantomData)
+    }
+}
+
+impl<K: RadixKey> Codec for Plain<K> {
+    type In = K;
+    type Key = K;
+    type Out = K;
+    fn admits(&self, _: K) -> bool {
+        true
+    }
+    #[inline(always)]
+    fn key(&self, x: K) -> K {
+        x
+    }
+    #[inline(always)]
+    fn element(&self, k: K) -> K {
+        k
+    }
+}
+
+/// The shift of digit `d` of a `K`: `d` digits up, except the top digit, which ends at the
+/// key's top bit (and so shares bits with the digit below it, which is harmless: they are
+/// equal wherever the top digits tie).
+const fn shift<K: RadixKey>(d: u32) -> u32 {
+    let s = d * BITS;
+    if s + BITS > K::KEY_BITS {
+        K::KEY_BITS - BITS
+    } else {
+        s
+    }
+}
+
+/// A pointer the scatter's threads write through, each to ranges of its own.
 #[derive(Clone, Copy)]
 struct Out<T>(*mut T);
 
-// SAFETY: the scatter gives every (chunk, bucket) pair a disjoint range of the output, and each
-// thread writes only the ranges of its own chunk, so no two threads write one element.
+// SAFETY: a scatter gives every (chunk, bucket) pair a disjoint range of its output, and each
+// thread writes only the ranges of its own chunk; a bucket sorted on its own is read and
+// written by one thread. So no two threads touch one element.
 unsafe impl<T: Send> Send for Out<T> {}
-// SAFETY: as above; nothing reads through the pointer while the scatter runs.
+// SAFETY: as above.
 unsafe impl<T: Send> Sync for Out<T> {}
 
-/// The digit of `k` at `shift`.
-fn digit(k: u64, shift: u32) -> usize {
-    (k >> shift) as usize & (BUCKETS - 1)
-}
+/// Sorted elements, with the source position of each when asked for.
+pub(crate) type Sorted<T> = (Vec<T>, Option<Vec<u32>>);
 
-/// Sorts `keys` ascending, stably, moving `idx` (one position per key) along when given.
-pub(crate) fn par_radix_sort<K>(keys: &mut Vec<K>, mut idx: Option<&mut Vec<u32>>)
-where
-    K: Copy + Default + Send + Sync + Into<u64>,
-{
-    let n = keys.len();
-    if n < 2 {
-        return;
+/// The sorted elements of `x` (ascending by key, stable), with the source position of each
+/// when `positions`; `None` when the codec does not admit some element.
+pub(crate) fn sort<C: Codec>(codec: &C, x: &[C::In], positions: bool) -> Option<Sorted<C::Out>> {
+    const {
+        assert!(std::mem::size_of::<C::Out>() == std::mem::size_of::<C::Key>());
+        assert!(std::mem::align_of::<C::Out>() == std::mem::align_of::<C::Key>());
     }
-    let key_bits = 8 * std::mem::size_of::<K>() as u32;
-    let shifts: Vec<u32> = (0..key_bits.div_ceil(BITS)).map(|d| d * BITS).collect();
+    let n = x.len();
+    let digits = C::Key::KEY_BITS.div_ceil(BITS) as usize;
     let threads = rayon::current_num_threads().max(1);
-    let chunk = n.div_ceil(threads);
-    // Which digits vary: one read counting every digit's values.
-    let totals: Vec<Vec<usize>> = keys
+    let chunk = n.div_ceil(threads).max(1);
+    let chunks = n.div_ceil(chunk);
+    // Every chunk's count of every digit, and whether the codec admits the chunk.
+    let first: Vec<Option<Vec<usize>>> = x
         .par_chunks(chunk)
         .map(|c| {
-            let mut h = vec![vec![0usize; BUCKETS]; shifts.len()];
-            for &k in c {
-                let k: u64 = k.into();
-                for (hd, &s) in h.iter_mut().zip(&shifts) {
-                    hd[digit(k, s)] += 1;
+            let mut h = vec![0usize; BUCKETS * digits];
+            // 32-bit counts (the tables stay in the first-level cache), in blocks they cannot
+            // overflow.
+            let mut h32 = vec![0u32; BUCKETS * digits];
+            let mut ok = true;
+            for block in c.chunks(u32::MAX as usize) {
+                for &e in block {
+                    ok &= codec.admits(e);
+                    let k = codec.key(e);
+                    // A constant trip count: the loop unrolls, each shift a constant.
+                    for d in 0..C::Key::KEY_BITS.div_ceil(BITS) {
+                        h32[d as usize * BUCKETS + k.digit(shift::<C::Key>(d))] += 1;
+                    }
+                }
+                for (a, b) in h.iter_mut().zip(&mut h32) {
+                    *a += std::mem::take(b) as usize;
                 }
             }
-            h.concat()
+            ok.then_some(h)
         })
-        .reduce(
-            || vec![0usize; BUCKETS * shifts.len()],
-            |mut a, b| {
-                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-                a
-            },
-        )
-        .chunks(BUCKETS)
-        .map(<[usize]>::to_vec)
         .collect();
-    let mut kb: Vec<K> = vec![K::default(); n];
-    let mut ib: Vec<u32> = vec![0; if idx.is_some() { n } else { 0 }];
-    for (&shift, total) in shifts.iter().zip(&totals) {
-        if total.contains(&n) {
-            continue;
-        }
-        // Each chunk's count per bucket, then its first output position per bucket.
-        let counts: Vec<Vec<usize>> = keys
-            .par_chunks(chunk)
-            .map(|c| {
-                let mut h = vec![0usize; BUCKETS];
-                for &k in c {
-                    h[digit(k.into(), shift)] += 1;
-                }
-                h
-            })
+    let first: Vec<Vec<usize>> = first.into_iter().collect::<Option<_>>()?;
+    let top = digits - 1;
+    let top_totals: Vec<usize> = (0..BUCKETS)
+        .map(|b| first.iter().map(|h| h[top * BUCKETS + b]).sum())
+        .collect();
+    if top_totals.iter().all(|&t| t <= n / SPREAD) {
+        let top_counts: Vec<usize> = first
+            .iter()
+            .flat_map(|h| h[top * BUCKETS..].iter().copied())
             .collect();
-        let mut starts = vec![vec![0usize; BUCKETS]; counts.len()];
-        let mut at = 0;
-        for b in 0..BUCKETS {
-            for (c, h) in counts.iter().enumerate() {
-                starts[c][b] = at;
-                at += h[b];
-            }
-        }
-        let kout = Out(kb.as_mut_ptr());
-        let iout = Out(ib.as_mut_ptr());
-        let ids: Option<&[u32]> = idx.as_deref().map(Vec::as_slice);
-        keys.par_chunks(chunk)
-            .zip(starts.into_par_iter())
-            .enumerate()
-            .for_each(|(c, (ks, mut next))| {
-                let (kout, iout) = (kout, iout);
-                let next = &mut next[..BUCKETS];
-                match ids {
-                    None => {
-                        for &k in ks {
-                            let d = &mut next[digit(k.into(), shift)];
-                            // SAFETY: `*d` lies in this chunk's range for the bucket (below
-                            // `n`: the ranges partition 0..n), which no other thread writes.
-                            unsafe { kout.0.add(*d).write(k) };
-                            *d += 1;
-                        }
-                    }
-                    Some(ids) => {
-                        let ids = &ids[c * chunk..c * chunk + ks.len()];
-                        for (&k, &i) in ks.iter().zip(ids) {
-                            let d = &mut next[digit(k.into(), shift)];
-                            // SAFETY: as above; `ib` has `n` elements when `idx` is given.
-                            unsafe {
-                                kout.0.add(*d).write(k);
-                                iout.0.add(*d).write(i);
-                            }
-                            *d += 1;
-                        }
-                    }
-                }
-            });
-        std::mem::swap(keys, &mut kb);
-        if let Some(ix) = idx.as_deref_mut() {
-            std::mem::swap(ix, &mut ib);
+        return Some(by_top_digit(
+            codec,
+            x,
+            positions,
+            &top_counts,
+            &top_totals,
+            chunk,
+        ));
+    }
+    // The digits where keys differ (at least one pass, which then only copies), each with its
+    // count per (chunk, bucket) from the first read.
+    let mut passes: Vec<(u32, Vec<usize>)> = Vec::new();
+    for d in 0..digits {
+        let counts: Vec<usize> = first
+            .iter()
+            .flat_map(|h| h[d * BUCKETS..(d + 1) * BUCKETS].iter().copied())
+            .collect();
+        let constant =
+            (0..BUCKETS).any(|b| (0..chunks).map(|c| counts[c * BUCKETS + b]).sum::<usize>() == n);
+        if !constant || (passes.is_empty() && d + 1 == digits) {
+            passes.push((shift::<C::Key>(d as u32), counts));
         }
     }
+    let mut out: Vec<C::Out> = Vec::with_capacity(n);
+    let mut scratch: Vec<C::Key> = Vec::with_capacity(if passes.len() > 1 { n } else { 0 });
+    let mut pos_out: Vec<u32> = Vec::with_capacity(if positions { n } else { 0 });
+    let mut pos_scratch: Vec<u32> =
+        Vec::with_capacity(if positions && passes.len() > 1 { n } else { 0 });
+    let last = passes.len() - 1;
+    let mut counts = std::mem::take(&mut passes[0].1);
+    for j in 0..passes.len() {
+        let shift = passes[j].0;
+        // The pass writes the result when an even number of passes follow it; the others
+        // alternate with it, so the first one reads `x` and the last one writes the result.
+        let to_out = (last - j).is_multiple_of(2);
+        let pn = if positions { n } else { 0 };
+        let (key_dst, pos_dst) = if to_out {
+            (
+                Out(out.as_mut_ptr().cast::<C::Key>()),
+                Out(pos_out.as_mut_ptr()),
+            )
+        } else {
+            (Out(scratch.as_mut_ptr()), Out(pos_scratch.as_mut_ptr()))
+        };
+        let out_dst = Out(out.as_mut_ptr());
+        // SAFETY: a pass after the first reads all `n` keys (and positions, when carried) the
+        // pass before wrote to the other buffer; the result's memory holds keys of the same
+        // size and alignment until the last pass.
+        let (key_src, pos_src): (&[C::Key], &[u32]) = match (j, to_out) {
+            (0, _) => (&[], &[]),
+            (_, true) => unsafe {
+                (
+                    std::slice::from_raw_parts(scratch.as_ptr(), n),
+                    std::slice::from_raw_parts(pos_scratch.as_ptr(), pn),
+                )
+            },
+            (_, false) => unsafe {
+                (
+                    std::slice::from_raw_parts(out.as_ptr().cast::<C::Key>(), n),
+                    std::slice::from_raw_parts(pos_out.as_ptr(), pn),
+                )
+            },
+        };
+        let starts = starts(&counts, chunks);
+        (0..chunks).into_par_iter().for_each(|c| {
+            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
+            let begin = &starts[c * BUCKETS..(c + 1) * BUCKETS];
+            let (key_dst, pos_dst, out_dst) = (key_dst, pos_dst, out_dst);
+            let id = |k| k;
+            let el = |k| codec.element(k);
+            let ks = |e| codec.key(e);
+            // SAFETY (every call): `begin` gives this chunk's own ranges of the destinations,
+            // which have room for `n` elements (and positions, when carried).
+            unsafe {
+                match (j == 0, j == last, positions) {
+                    (true, true, false) => scatter(
+                        &x[lo..hi],
+                        ks,
+                        |_| 0,
+                        false,
+                        shift,
+                        begin,
+                        out_dst.0,
+                        el,
+                        pos_dst.0,
+                    ),
+                    (true, true, true) => {
+                        let ps = |i| (lo + i) as u32;
+                        scatter(
+                            &x[lo..hi],
+                            ks,
+                            ps,
+                            true,
+                            shift,
+                            begin,
+                            out_dst.0,
+                            el,
+                            pos_dst.0,
+                        )
+                    }
+                    (true, false, false) => scatter(
+                        &x[lo..hi],
+                        ks,
+                        |_| 0,
+                        false,
+                        shift,
+                        begin,
+                        key_dst.0,
+                        id,
+                        pos_dst.0,
+                    ),
+                    (true, false, true) => {
+                        let ps = |i| (lo + i) as u32;
+                        scatter(
+                            &x[lo..hi],
+                            ks,
+                            ps,
+                            true,
+                            shift,
+                            begin,
+                            key_dst.0,
+                            id,
+                            pos_dst.0,
+                        )
+                    }
+                    (false, true, false) => {
+                        let x = &key_src[lo..hi];
+                        scatter(x, id, |_| 0, false, shift, begin, out_dst.0, el, pos_dst.0)
+                    }
+                    (false, true, true) => {
+                        let (x, p) = (&key_src[lo..hi], &pos_src[lo..hi]);
+                        scatter(
+                            x,
+                            id,
+                            |i| p[i],
+                            true,
+                            shift,
+                            begin,
+                            out_dst.0,
+                            el,
+                            pos_dst.0,
+                        )
+                    }
+                    (false, false, false) => {
+                        let x = &key_src[lo..hi];
+                        scatter(x, id, |_| 0, false, shift, begin, key_dst.0, id, pos_dst.0)
+                    }
+                    (false, false, true) => {
+                        let (x, p) = (&key_src[lo..hi], &pos_src[lo..hi]);
+                        scatter(
+                            x,
+                            id,
+                            |i| p[i],
+                            true,
+                            shift,
+                            begin,
+                            key_dst.0,
+                            id,
+                            pos_dst.0,
+                        )
+                    }
+                }
+            }
+        });
+        if let Some(&(next, _)) = passes.get(j + 1) {
+            // SAFETY: this pass wrote all `n` keys to `key_dst`.
+            let written = unsafe { std::slice::from_raw_parts(key_dst.0.cast_const(), n) };
+            counts = chunk_counts(written, chunk, next);
+        }
+    }
+    // SAFETY: the last pass wrote every one of the `n` elements (and positions, when carried).
+    unsafe {
+        out.set_len(n);
+        if positions {
+            pos_out.set_len(n);
+        }
+    }
+    Some((out, positions.then_some(pos_out)))
+}
+
+/// The sort by the top digit first, then each of its buckets by the other digits (see the
+/// module doc): `top_counts` per (chunk, bucket), `top_totals` per bucket.
+fn by_top_digit<C: Codec>(
+    codec: &C,
+    x: &[C::In],
+    positions: bool,
+    top_counts: &[usize],
+    top_totals: &[usize],
+    chunk: usize,
+) -> Sorted<C::Out> {
+    let n = x.len();
+    let chunks = n.div_ceil(chunk);
+    let top_shift = C::Key::KEY_BITS - BITS;
+    let mut out: Vec<C::Out> = Vec::with_capacity(n);
+    let mut scratch: Vec<C::Key> = Vec::with_capacity(n);
+    let pn = if positions { n } else { 0 };
+    let mut pos_out: Vec<u32> = Vec::with_capacity(pn);
+    let mut pos_scratch: Vec<u32> = Vec::with_capacity(pn);
+    let keys = Out(out.as_mut_ptr().cast::<C::Key>());
+    let pos = Out(pos_out.as_mut_ptr());
+    let starts = starts(top_counts, chunks);
+    (0..chunks).into_par_iter().for_each(|c| {
+        let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
+        let begin = &starts[c * BUCKETS..(c + 1) * BUCKETS];
+        let (keys, pos) = (keys, pos);
+        let ks = |e| codec.key(e);
+        // SAFETY: `begin` gives this chunk's own ranges of the result's memory, which has
+        // room for `n` keys (of the elements' size) and, when carried, positions.
+        unsafe {
+            if positions {
+                let ps = |i| (lo + i) as u32;
+                scatter(
+                    &x[lo..hi],
+                    ks,
+                    ps,
+                    true,
+                    top_shift,
+                    begin,
+                    keys.0,
+                    |k| k,
+                    pos.0,
+                )
+            } else {
+                scatter(
+                    &x[lo..hi],
+                    ks,
+                    |_| 0,
+                    false,
+                    top_shift,
+                    begin,
+                    keys.0,
+                    |k| k,
+                    pos.0,
+                )
+            }
+        }
+    });
+    let mut bounds = vec![0usize; BUCKETS + 1];
+    for b in 0..BUCKETS {
+        bounds[b + 1] = bounds[b] + top_totals[b];
+    }
+    let bufs = Buffers {
+        keys,
+        scratch: Out(scratch.as_mut_ptr()),
+        pos,
+        pos_scratch: Out(pos_scratch.as_mut_ptr()),
+        positions,
+        element: std::marker::PhantomData,
+    };
+    (0..BUCKETS).into_par_iter().for_each(|b| {
+        let bufs = &bufs;
+        // SAFETY: the buckets' ranges are disjoint, and the scatter above wrote every key
+        // (and position) of each.
+        unsafe { bufs.sort_bucket(codec, bounds[b], bounds[b + 1], top_shift) }
+    });
+    // SAFETY: every bucket wrote its elements (and positions) to the result.
+    unsafe {
+        out.set_len(n);
+        pos_out.set_len(pn);
+    }
+    (out, positions.then_some(pos_out))
+}
+
+/// The memory [`by_top_digit`]'s buckets sort in: the result (holding keys until a bucket is
+/// sorted), a scratch buffer of keys, and the same for positions when they are carried.
+struct Buffers<K, T> {
+    keys: Out<K>,
+    scratch: Out<K>,
+    pos: Out<u32>,
+    pos_scratch: Out<u32>,
+    positions: bool,
+    /// The elements the buckets are written as.
+    element: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<K: RadixKey, T: Send> Buffers<K, T> {
+    /// Sorts positions `lo..hi` of the result by the digits below `top_shift`, leaving their
+    /// elements there.
+    ///
+    /// # Safety
+    ///
+    /// The range holds keys (and positions) and no other thread touches it meanwhile.
+    unsafe fn sort_bucket<C: Codec<Key = K, Out = T>>(
+        &self,
+        codec: &C,
+        lo: usize,
+        hi: usize,
+        top_shift: u32,
+    ) {
+        let m = hi - lo;
+        if m == 0 {
+            return;
+        }
+        // SAFETY (the slices): the caller's; the result's and the scratch's ranges are
+        // disjoint memory.
+        let (keys, scratch) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.keys.0.add(lo), m),
+                std::slice::from_raw_parts_mut(self.scratch.0.add(lo), m),
+            )
+        };
+        let pm = if self.positions { m } else { 0 };
+        let (pos, pos_scratch) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.pos.0.add(lo), pm),
+                std::slice::from_raw_parts_mut(self.pos_scratch.0.add(lo), pm),
+            )
+        };
+        // The result's range as elements: the same memory as `keys`, derived from it.
+        let out = keys.as_mut_ptr().cast::<T>();
+        let low_digits = top_shift.div_ceil(BITS) as usize;
+        let mut h = vec![0usize; BUCKETS * low_digits];
+        let mut h32 = vec![0u32; BUCKETS * low_digits];
+        for block in keys.chunks(u32::MAX as usize) {
+            for &k in block {
+                // A constant trip count (the digits below the top one): the loop unrolls.
+                for d in 0..K::KEY_BITS.div_ceil(BITS) - 1 {
+                    h32[d as usize * BUCKETS + k.digit(d * BITS)] += 1;
+                }
+            }
+            for (a, b) in h.iter_mut().zip(&mut h32) {
+                *a += std::mem::take(b) as usize;
+            }
+        }
+        let passes: Vec<usize> = (0..low_digits)
+            .filter(|&d| !h[d * BUCKETS..(d + 1) * BUCKETS].contains(&m))
+            .collect();
+        // Ping-pong between the result's range and the scratch's: `in_keys` says where the
+        // keys are.
+        let mut in_keys = true;
+        for (j, &d) in passes.iter().enumerate() {
+            let mut at = vec![0usize; BUCKETS];
+            let mut sum = 0;
+            for (a, &c) in at.iter_mut().zip(&h[d * BUCKETS..(d + 1) * BUCKETS]) {
+                *a = sum;
+                sum += c;
+            }
+            let shift = d as u32 * BITS;
+            let last = j + 1 == passes.len();
+            let carry = self.positions;
+            // SAFETY (each call): `at` partitions `0..m`, the length of both ranges.
+            unsafe {
+                match (in_keys, last) {
+                    (true, _) => {
+                        let p = &*pos;
+                        scatter(
+                            keys,
+                            |k| k,
+                            |i| p[i],
+                            carry,
+                            shift,
+                            &at,
+                            scratch.as_mut_ptr(),
+                            |k| k,
+                            pos_scratch.as_mut_ptr(),
+                        )
+                    }
+                    (false, false) => {
+                        let p = &*pos_scratch;
+                        scatter(
+                            scratch,
+                            |k| k,
+                            |i| p[i],
+                            carry,
+                            shift,
+                            &at,
+                            keys.as_mut_ptr(),
+                            |k| k,
+                            pos.as_mut_ptr(),
+                        )
+                    }
+                    (false, true) => {
+                        // The last pass into the result writes elements.
+                        let p = &*pos_scratch;
+                        scatter(
+                            scratch,
+                            |k| k,
+                            |i| p[i],
+                            carry,
+                            shift,
+                            &at,
+                            out,
+                            |k| codec.element(k),
+                            pos.as_mut_ptr(),
+                        );
+                        return;
+                    }
+                }
+            }
+            in_keys = !in_keys;
+        }
+        if in_keys {
+            // The keys are in the result's range: turned into elements in place.
+            for i in 0..m {
+                // SAFETY: position `i` of the range, read as a key before it is written as an
+                // element of the same size (`out` is `keys`' pointer).
+                unsafe {
+                    out.add(i)
+                        .write(codec.element(out.cast::<K>().add(i).read()))
+                };
+            }
+        } else {
+            for (i, &k) in scratch.iter().enumerate() {
+                // SAFETY: position `i` of the range.
+                unsafe { out.add(i).write(codec.element(k)) };
+            }
+            pos.copy_from_slice(pos_scratch);
+        }
+    }
+}
+
+/// Each (chunk, bucket)'s first output position (`counts` and the result indexed
+/// `chunk * BUCKETS + bucket`): buckets in order, and chunks in order within a bucket.
+fn starts(counts: &[usize], chunks: usize) -> Vec<usize> {
+    let mut starts = vec![0usize; chunks * BUCKETS];
+    let mut at = 0;
+    for b in 0..BUCKETS {
+        for c in 0..chunks {
+            starts[c * BUCKETS + b] = at;
+            at += counts[c * BUCKETS + b];
+        }
+    }
+    starts
+}
+
+/// Scatters one chunk `x` (keys by `key`, positions by `pos` of the index within the chunk
+/// when `carry`) into `dst` (elements by `element`) and `pos_dst`, each bucket of the digit at
+/// `shift` from its position in `begin`.
+///
+/// # Safety
+///
+/// `dst` (and `pos_dst` when `carry`) must be valid for writes at every position of
+/// `begin[b] .. begin[b] + (keys of x in bucket b)`, for every bucket, and no other thread may
+/// access those positions meanwhile.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn scatter<I: Copy, K: RadixKey, T>(
+    x: &[I],
+    key: impl Fn(I) -> K,
+    pos: impl Fn(usize) -> u32,
+    carry: bool,
+    shift: u32,
+    begin: &[usize],
+    dst: *mut T,
+    element: impl Fn(K) -> T,
+    pos_dst: *mut u32,
+) {
+    let mut at = begin.to_vec();
+    for (i, &e) in x.iter().enumerate() {
+        let k = key(e);
+        let b = k.digit(shift);
+        // SAFETY: `b < BUCKETS`, the length of `at`.
+        let p = unsafe { at.get_unchecked_mut(b) };
+        // SAFETY: `*p` is the next position of this chunk's range for bucket `b` (the caller's).
+        unsafe { dst.add(*p).write(element(k)) };
+        if carry {
+            // SAFETY: as above.
+            unsafe { pos_dst.add(*p).write(pos(i)) };
+        }
+        *p += 1;
+    }
+}
+
+/// Each chunk's count of the digit at `shift` (indexed `chunk * BUCKETS + bucket`).
+fn chunk_counts<K: RadixKey>(keys: &[K], chunk: usize, shift: u32) -> Vec<usize> {
+    keys.par_chunks(chunk)
+        .flat_map_iter(|c| {
+            let mut h = vec![0usize; BUCKETS];
+            let mut h32 = vec![0u32; BUCKETS];
+            for block in c.chunks(u32::MAX as usize) {
+                for &k in block {
+                    h32[k.digit(shift)] += 1;
+                }
+                for (a, b) in h.iter_mut().zip(&mut h32) {
+                    *a += std::mem::take(b) as usize;
+                }
+            }
+            h
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -151,29 +670,82 @@ mod tests {
             .collect()
     }
 
+    /// Keys in `[0, 1 << 31)` doubled and offset: the codec takes even keys only.
+    struct Evens;
+
+    impl Codec for Evens {
+        type In = u32;
+        type Key = u32;
+        type Out = u32;
+        fn admits(&self, x: u32) -> bool {
+            x.is_multiple_of(2)
+        }
+        fn key(&self, x: u32) -> u32 {
+            !x
+        }
+        fn element(&self, k: u32) -> u32 {
+            !k
+        }
+    }
+
     #[test]
     fn sorts_stably_like_the_standard_sort() {
+        // Keys spread over the top digit (which then goes first) and keys that share it (every
+        // digit a pass, constant ones skipped), and more threads than some lengths have keys.
         for (n, spread) in [
             (0usize, 1u64),
             (1, 1),
+            (2, 1 << 40),
+            (17, 5),
             (5000, 1 << 40),
             (300_000, 1000),
+            (300_001, 1 << 40),
             (70_000, 3),
+            (70_000, 1),
+            (40_000, 1 << 22),
+            (90_000, 0),
         ] {
+            // A spread of 0: keys over the whole range.
+            let spread = if spread == 0 { u64::MAX } else { spread };
             let raw = lcg(n, n as u64 + 1);
             let k32: Vec<u32> = raw.iter().map(|&x| ((x >> 20) % spread) as u32).collect();
-            let mut keys = k32.clone();
-            let mut idx: Vec<u32> = (0..n as u32).collect();
-            par_radix_sort(&mut keys, Some(&mut idx));
+            let (keys, idx) = sort(&Plain::new(), &k32, true).expect("plain keys");
             let mut want: Vec<u32> = (0..n as u32).collect();
             want.sort_by_key(|&i| k32[i as usize]);
-            assert_eq!(idx, want, "n {n}");
-            assert!(keys.windows(2).all(|w| w[0] <= w[1]));
-            let mut k64: Vec<u64> = raw.iter().map(|&x| x % spread.max(1)).collect();
+            assert_eq!(idx, Some(want), "n {n}");
+            let mut sorted = k32.clone();
+            sorted.sort();
+            assert_eq!(keys, sorted, "n {n}");
+            let k64: Vec<u64> = raw.iter().map(|&x| x % spread.max(1)).collect();
             let mut want64 = k64.clone();
             want64.sort();
-            par_radix_sort(&mut k64, None);
-            assert_eq!(k64, want64, "u64, n {n}");
+            let (got64, none) = sort(&Plain::new(), &k64, false).expect("plain keys");
+            assert_eq!(got64, want64, "u64, n {n}");
+            assert_eq!(none, None);
+            let mut want_pos: Vec<u32> = (0..n as u32).collect();
+            want_pos.sort_by_key(|&i| k64[i as usize]);
+            let (_, pos64) = sort(&Plain::new(), &k64, true).expect("plain keys");
+            assert_eq!(pos64, Some(want_pos), "u64 positions, n {n}");
         }
+    }
+
+    #[test]
+    fn the_codec_transforms_on_the_way_in_and_out_and_may_decline() {
+        let raw = lcg(100_000, 7);
+        let evens: Vec<u32> = raw.iter().map(|&x| (x >> 33) as u32 & !1).collect();
+        let (got, pos) = sort(&Evens, &evens, true).expect("even keys");
+        let mut want = evens.clone();
+        want.sort_by(|a, b| b.cmp(a));
+        assert_eq!(got, want);
+        let pos = pos.expect("positions");
+        assert!(pos.iter().zip(&got).all(|(&p, &g)| evens[p as usize] == g));
+        assert!(
+            pos.windows(2)
+                .zip(got.windows(2))
+                .all(|(p, g)| g[0] != g[1] || p[0] < p[1])
+        );
+        let mut odd = evens;
+        odd[99_999] = 3;
+        assert!(sort(&Evens, &odd, false).is_none());
     }
 }

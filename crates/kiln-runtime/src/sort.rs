@@ -10,7 +10,9 @@
 //! operand with a NaN, which `LT` leaves unordered, sorts by the comparison itself in the
 //! reference interpreter's merge sort, giving its permutation. With one operand and no -0
 //! the sorted keys are turned back into elements; otherwise the slices' permutations move
-//! every operand.
+//! every operand. One long f32 operand sorted by itself (one slice, no NaN, no -0) goes to the
+//! radix sort as it is: its first read and pass make the keys, and its last pass writes the
+//! sorted elements into the fresh result.
 //!
 //! By comparator: the reference's merge sort, each comparison a call of the compiled region.
 
@@ -116,6 +118,46 @@ fn keys(l: &Literal, descending: bool, nan_greatest: bool) -> Option<(Keys, bool
     Some((if descending { keys.reversed() } else { keys }, nz))
 }
 
+/// f32 elements as keys that order as the comparator orders them, when none is a NaN or a -0
+/// (the radix sort declines those): the sign bit flipped for positives, every bit for
+/// negatives, and every bit again for descending.
+struct F32Keys {
+    /// All ones for descending, else zero.
+    flip: u32,
+}
+
+impl F32Keys {
+    fn new(descending: bool) -> F32Keys {
+        F32Keys {
+            flip: if descending { u32::MAX } else { 0 },
+        }
+    }
+}
+
+impl crate::radix::Codec for F32Keys {
+    type In = f32;
+    type Key = u32;
+    type Out = f32;
+    #[inline(always)]
+    fn admits(&self, x: f32) -> bool {
+        !x.is_nan() && x.to_bits() != 1 << 31
+    }
+    #[inline(always)]
+    fn key(&self, x: f32) -> u32 {
+        let b = x.to_bits();
+        // All ones for a negative, the sign bit alone for a positive.
+        let mask = ((b as i32 >> 31) as u32) | 1 << 31;
+        (b ^ mask) ^ self.flip
+    }
+    #[inline(always)]
+    fn element(&self, k: u32) -> f32 {
+        let k = k ^ self.flip;
+        // A key with its top bit set is a positive's: clear it; otherwise flip every bit.
+        let mask = (((k as i32) >> 31) as u32 ^ u32::MAX) | 1 << 31;
+        f32::from_bits(k ^ mask)
+    }
+}
+
 /// Keys of one width.
 enum Keys {
     U32(Vec<u32>),
@@ -131,20 +173,20 @@ impl Keys {
     }
 }
 
-/// An unsigned key the radix sort reads a byte at a time.
-trait RadixKey: Copy + Ord + Send + Sync + Default + Into<u64> {
+/// An unsigned key the one-thread radix sort reads a byte at a time.
+trait ByteKey: crate::radix::RadixKey + Ord {
     const BYTES: usize;
     fn byte(self, i: usize) -> usize;
 }
 
-impl RadixKey for u32 {
+impl ByteKey for u32 {
     const BYTES: usize = 4;
     fn byte(self, i: usize) -> usize {
         (self >> (8 * i)) as usize & 0xff
     }
 }
 
-impl RadixKey for u64 {
+impl ByteKey for u64 {
     const BYTES: usize = 8;
     fn byte(self, i: usize) -> usize {
         (self >> (8 * i)) as usize & 0xff
@@ -152,7 +194,7 @@ impl RadixKey for u64 {
 }
 
 /// Every byte's histogram of `keys`, in one pass.
-fn histograms<K: RadixKey>(keys: &[K]) -> Vec<[usize; 256]> {
+fn histograms<K: ByteKey>(keys: &[K]) -> Vec<[usize; 256]> {
     let mut h = vec![[0usize; 256]; K::BYTES];
     for &k in keys {
         for (i, hi) in h.iter_mut().enumerate() {
@@ -164,7 +206,7 @@ fn histograms<K: RadixKey>(keys: &[K]) -> Vec<[usize; 256]> {
 
 /// The passes that move something (a byte where the keys differ), with each one's starting
 /// offsets per bucket.
-fn passes<K: RadixKey>(keys: &[K]) -> Vec<(usize, [usize; 256])> {
+fn passes<K: ByteKey>(keys: &[K]) -> Vec<(usize, [usize; 256])> {
     let n = keys.len();
     histograms(keys)
         .into_iter()
@@ -183,7 +225,7 @@ fn passes<K: RadixKey>(keys: &[K]) -> Vec<(usize, [usize; 256])> {
 }
 
 /// Sorts `keys` ascending (stable), carrying `idx` along when it is given.
-fn radix_sort<K: RadixKey>(keys: &mut Vec<K>, mut idx: Option<&mut Vec<u32>>) {
+fn radix_sort<K: ByteKey>(keys: &mut Vec<K>, mut idx: Option<&mut Vec<u32>>) {
     let n = keys.len();
     let mut kb = vec![K::default(); n];
     let mut ib = vec![0u32; if idx.is_some() { n } else { 0 }];
@@ -212,29 +254,30 @@ fn radix_sort<K: RadixKey>(keys: &mut Vec<K>, mut idx: Option<&mut Vec<u32>>) {
 
 /// The order of one slice's keys, its first `prefix` positions only when given: positions
 /// within the slice, sorted stably.
-fn slice_order<K: RadixKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
+fn slice_order<K: ByteKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
     if let Some(k) = prefix {
         return prefix_order(&keys, k);
     }
-    let mut idx: Vec<u32> = (0..keys.len() as u32).collect();
     if keys.len() < SHORT {
         let mut pos: Vec<usize> = (0..keys.len()).collect();
         kiln_reference::merge_sort_by(&mut pos, &mut |a, b| keys[a] < keys[b]);
         return pos.into_iter().map(|p| p as u32).collect();
     }
-    let mut keys = keys;
     if keys.len() >= crate::radix::PARALLEL_MIN {
-        crate::radix::par_radix_sort(&mut keys, Some(&mut idx));
-    } else {
-        radix_sort(&mut keys, Some(&mut idx));
+        let (_, positions) =
+            crate::radix::sort(&crate::radix::Plain::new(), &keys, true).expect("plain keys");
+        return positions.expect("positions asked for");
     }
+    let mut idx: Vec<u32> = (0..keys.len() as u32).collect();
+    let mut keys = keys;
+    radix_sort(&mut keys, Some(&mut idx));
     idx
 }
 
 /// The positions of the `k` least keys, first, in the stable sort's order (by key, then
 /// position: a total order, so the first `k` are those a stable sort puts first), then the
 /// other positions in the order the selection leaves them.
-fn prefix_order<K: RadixKey>(keys: &[K], k: usize) -> Vec<u32> {
+fn prefix_order<K: ByteKey>(keys: &[K], k: usize) -> Vec<u32> {
     let mut pos: Vec<u32> = (0..keys.len() as u32).collect();
     let rank = |p: &u32| (keys[*p as usize], *p);
     if k < pos.len() {
@@ -274,7 +317,7 @@ impl Slices {
 
 /// The permutation (result position -> source position) sorting every slice by `keys` (its
 /// first `prefix` positions only, when given).
-fn keyed_permutation<K: RadixKey>(keys: &[K], sl: &Slices, prefix: Option<usize>) -> Vec<usize> {
+fn keyed_permutation<K: ByteKey>(keys: &[K], sl: &Slices, prefix: Option<usize>) -> Vec<usize> {
     let n = keys.len();
     let orders: Vec<Vec<u32>> = (0..sl.count)
         .into_par_iter()
@@ -301,13 +344,8 @@ fn sorted_f32_keys(
     len: usize,
     prefix: Option<usize>,
 ) -> Literal {
-    if prefix.is_none() && k.len() == len && len >= crate::radix::PARALLEL_MIN {
-        // One long slice: every thread sorts it together.
-        crate::radix::par_radix_sort(&mut k, None);
-    } else {
-        k.par_chunks_mut(len.max(1))
-            .for_each(|c| sort_f32_slice(c, prefix));
-    }
+    k.par_chunks_mut(len.max(1))
+        .for_each(|c| sort_f32_slice(c, prefix));
     let back = |k: u32| {
         let k = if descending { !k } else { k };
         f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k })
@@ -331,13 +369,13 @@ fn sort_f32_slice(c: &mut [u32], prefix: Option<usize>) {
             c[..p].sort_unstable();
         } else if c.len() < SHORT {
             c.sort_unstable();
+        } else if c.len() >= crate::radix::PARALLEL_MIN {
+            let (v, _) =
+                crate::radix::sort(&crate::radix::Plain::new(), c, false).expect("plain keys");
+            c.copy_from_slice(&v);
         } else {
             let mut v = c.to_vec();
-            if v.len() >= crate::radix::PARALLEL_MIN {
-                crate::radix::par_radix_sort(&mut v, None);
-            } else {
-                radix_sort(&mut v, None);
-            }
+            radix_sort(&mut v, None);
             c.copy_from_slice(&v);
         }
     }
@@ -359,6 +397,18 @@ pub(crate) fn sort(
     let shape = x[0].shape().to_vec();
     let sl = Slices::new(&shape, dimension);
     let prefix = prefix.filter(|&k| sl.len >= SHORT && k.saturating_mul(PREFIX_FRACTION) <= sl.len);
+    if let (SortPlan::Keys { descending, .. }, [l], Data::F32(v)) = (plan, x, x[0].data())
+        && sl.count == 1
+        && sl.len >= crate::radix::PARALLEL_MIN
+        && prefix.is_none()
+        && let Some((sorted, _)) = crate::radix::sort(&F32Keys::new(descending), v, false)
+    {
+        // One long f32 slice sorted by itself, without a NaN or a -0 (each key one element):
+        // the keys made by the first pass and turned back by the last.
+        return Ok(vec![
+            Literal::new(l.ty().clone(), Data::F32(sorted)).expect("the operand's own type"),
+        ]);
+    }
     let perm = match plan {
         SortPlan::Keys {
             operand,
@@ -421,3 +471,6 @@ pub(crate) fn sort(
         .map(|l| kiln_reference::take_positions(l, l.ty(), &perm))
         .collect())
 }
+
+#[cfg(test)]
+mod tests;
