@@ -243,96 +243,28 @@ pub(crate) fn sort<C: Codec>(codec: &C, x: &[C::In], positions: bool) -> Option<
             let id = |k| k;
             let el = |k| codec.element(k);
             let ks = |e| codec.key(e);
+            // One scatter per (source, destination) and with or without positions, each
+            // monomorphized: the first pass reads `x` through the codec, later ones the
+            // keys the pass before wrote; the last writes elements into the result.
+            macro_rules! scatter_to {
+                ($src:expr, $key:expr, $pos:expr, $dst:expr, $put:expr) => {
+                    if positions {
+                        scatter($src, $key, $pos, true, shift, begin, $dst, $put, pos_dst.0)
+                    } else {
+                        scatter($src, $key, |_| 0, false, shift, begin, $dst, $put, pos_dst.0)
+                    }
+                };
+            }
+            let first = |i| (lo + i) as u32;
+            let later = |i| pos_src[lo + i];
             // SAFETY (every call): `begin` gives this chunk's own ranges of the destinations,
             // which have room for `n` elements (and positions, when carried).
             unsafe {
-                match (j == 0, j == last, positions) {
-                    (true, true, false) => scatter(
-                        &x[lo..hi],
-                        ks,
-                        |_| 0,
-                        false,
-                        shift,
-                        begin,
-                        out_dst.0,
-                        el,
-                        pos_dst.0,
-                    ),
-                    (true, true, true) => {
-                        let ps = |i| (lo + i) as u32;
-                        scatter(
-                            &x[lo..hi],
-                            ks,
-                            ps,
-                            true,
-                            shift,
-                            begin,
-                            out_dst.0,
-                            el,
-                            pos_dst.0,
-                        )
-                    }
-                    (true, false, false) => scatter(
-                        &x[lo..hi],
-                        ks,
-                        |_| 0,
-                        false,
-                        shift,
-                        begin,
-                        key_dst.0,
-                        id,
-                        pos_dst.0,
-                    ),
-                    (true, false, true) => {
-                        let ps = |i| (lo + i) as u32;
-                        scatter(
-                            &x[lo..hi],
-                            ks,
-                            ps,
-                            true,
-                            shift,
-                            begin,
-                            key_dst.0,
-                            id,
-                            pos_dst.0,
-                        )
-                    }
-                    (false, true, false) => {
-                        let x = &key_src[lo..hi];
-                        scatter(x, id, |_| 0, false, shift, begin, out_dst.0, el, pos_dst.0)
-                    }
-                    (false, true, true) => {
-                        let (x, p) = (&key_src[lo..hi], &pos_src[lo..hi]);
-                        scatter(
-                            x,
-                            id,
-                            |i| p[i],
-                            true,
-                            shift,
-                            begin,
-                            out_dst.0,
-                            el,
-                            pos_dst.0,
-                        )
-                    }
-                    (false, false, false) => {
-                        let x = &key_src[lo..hi];
-                        scatter(x, id, |_| 0, false, shift, begin, key_dst.0, id, pos_dst.0)
-                    }
-                    (false, false, true) => {
-                        let (x, p) = (&key_src[lo..hi], &pos_src[lo..hi]);
-                        scatter(
-                            x,
-                            id,
-                            |i| p[i],
-                            true,
-                            shift,
-                            begin,
-                            key_dst.0,
-                            id,
-                            pos_dst.0,
-                        )
-                    }
+                match (j == 0, j == last) {
+                    (true, true) => scatter_to!(&x[lo..hi], ks, first, out_dst.0, el),
+                    (true, false) => scatter_to!(&x[lo..hi], ks, first, key_dst.0, id),
+                    (false, true) => scatter_to!(&key_src[lo..hi], id, later, out_dst.0, el),
+                    (false, false) => scatter_to!(&key_src[lo..hi], id, later, key_dst.0, id),
                 }
             }
         });
