@@ -251,7 +251,17 @@ pub(crate) fn sort<C: Codec>(codec: &C, x: &[C::In], positions: bool) -> Option<
                     if positions {
                         scatter($src, $key, $pos, true, shift, begin, $dst, $put, pos_dst.0)
                     } else {
-                        scatter($src, $key, |_| 0, false, shift, begin, $dst, $put, pos_dst.0)
+                        scatter(
+                            $src,
+                            $key,
+                            |_| 0,
+                            false,
+                            shift,
+                            begin,
+                            $dst,
+                            $put,
+                            pos_dst.0,
+                        )
                     }
                 };
             }
