@@ -121,7 +121,7 @@ pub fn sort_program(
         ));
     }
     let grid = rows.min(gpu.sms * gpu.blocks_per_sm).max(1);
-    let mut per_row = s.load(&regs);
+    let mut per_row = vec![s.load_keys(&regs, s.key_input, None, s.padded)];
     per_row.push(Stmt::Barrier);
     let mut k = 2;
     while k <= padded {
@@ -304,14 +304,17 @@ impl Sorter {
         }
     }
 
-    /// The slice's keys and positions into shared memory; the padding's positions are past
-    /// the slice (its keys are 0, never compared).
-    fn load(&self, r: &Regs) -> Vec<Stmt> {
+    /// `len` of the slice's keys and their positions into shared memory, thread-strided: slot
+    /// `i` takes the key at position `i` of the slice (`base + i`, into `r.pos`, with a base
+    /// register) from input `input`; past the slice, padding (key 0, never compared; its
+    /// position past the slice).
+    fn load_keys(&self, r: &Regs, input: usize, base: Option<usize>, len: usize) -> Stmt {
+        let at = if base.is_some() { r.pos } else { r.i };
         let element = vec![
             Stmt::Load {
                 reg: r.key,
-                buf: Buf::Input(self.key_input),
-                index: self.at(Sc::Reg(r.row), Sc::Reg(r.i)),
+                buf: Buf::Input(input),
+                index: self.at(Sc::Reg(r.row), Sc::Reg(at)),
             },
             Stmt::SharedStore {
                 array: KEYS,
@@ -334,29 +337,33 @@ impl Sorter {
                 value: r.key,
             },
         ];
-        vec![self.strided(
-            r,
-            self.padded,
-            vec![
-                Stmt::If {
-                    cond: Sc::lt(Sc::Reg(r.i), c(self.n)),
-                    body: element,
-                },
-                Stmt::If {
-                    cond: not(Sc::lt(Sc::Reg(r.i), c(self.n))),
-                    body: padding,
-                },
-                Stmt::Let {
-                    reg: r.position,
-                    value: Sc::Reg(r.i),
-                },
-                Stmt::SharedStore {
-                    array: POSITIONS,
-                    index: Sc::Reg(r.i),
-                    value: r.position,
-                },
-            ],
-        )]
+        let mut body: Vec<Stmt> = base
+            .map(|b| Stmt::Let {
+                reg: r.pos,
+                value: Sc::plus(Sc::Reg(b), Sc::Reg(r.i)),
+            })
+            .into_iter()
+            .collect();
+        body.extend([
+            Stmt::If {
+                cond: Sc::lt(Sc::Reg(at), c(self.n)),
+                body: element,
+            },
+            Stmt::If {
+                cond: not(Sc::lt(Sc::Reg(at), c(self.n))),
+                body: padding,
+            },
+            Stmt::Let {
+                reg: r.position,
+                value: Sc::Reg(at),
+            },
+            Stmt::SharedStore {
+                array: POSITIONS,
+                index: Sc::Reg(r.i),
+                value: r.position,
+            },
+        ]);
+        self.strided(r, len, body)
     }
 
     /// Whether key `a` orders before key `b` (registers read as the expression's scalars 0

@@ -33,7 +33,6 @@
 
 use super::{KEYS, POSITIONS, Regs, Sorter, c, not};
 use crate::gpu::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
-use crate::ir::Expr;
 use crate::target::{Gpu, SumTree};
 use kiln_ir::{DType, TensorType};
 
@@ -292,63 +291,8 @@ impl Long<'_> {
             base: Some(x.base),
             ..self.s.clone()
         };
-        let n = c(s.n);
-        // g, the element's index in its slice, in `pos`.
-        let element = vec![
-            Stmt::Load {
-                reg: r.key,
-                buf: Buf::Input(0),
-                index: s.at(Sc::Reg(r.row), Sc::Reg(r.pos)),
-            },
-            Stmt::SharedStore {
-                array: KEYS,
-                index: Sc::Reg(r.i),
-                value: r.key,
-            },
-        ];
-        // The padding's keys are never compared.
-        let padding = vec![
-            Stmt::Eval {
-                reg: r.key,
-                expr: Expr::Const {
-                    dtype: s.key,
-                    value: 0.0,
-                },
-                scalars: Vec::new(),
-            },
-            Stmt::SharedStore {
-                array: KEYS,
-                index: Sc::Reg(r.i),
-                value: r.key,
-            },
-        ];
-        let load = s.strided(
-            r,
-            self.tile(),
-            vec![
-                Stmt::Let {
-                    reg: r.pos,
-                    value: Sc::plus(Sc::Reg(x.base), Sc::Reg(r.i)),
-                },
-                Stmt::If {
-                    cond: Sc::lt(Sc::Reg(r.pos), n.clone()),
-                    body: element,
-                },
-                Stmt::If {
-                    cond: not(Sc::lt(Sc::Reg(r.pos), n)),
-                    body: padding,
-                },
-                Stmt::Let {
-                    reg: r.position,
-                    value: Sc::Reg(r.pos),
-                },
-                Stmt::SharedStore {
-                    array: POSITIONS,
-                    index: Sc::Reg(r.i),
-                    value: r.position,
-                },
-            ],
-        );
+        // The element's index in its slice, in `pos`.
+        let load = s.load_keys(r, 0, Some(x.base), self.tile());
         let mut body = vec![load, Stmt::Barrier];
         let mut k = 2;
         while k <= self.tile() {
