@@ -6,6 +6,9 @@ use kiln_ir::{Literal, parse_module, print_module};
 use kiln_reference::eval;
 use kiln_stablehlo::{ErrorKind, parse, to_text};
 
+mod located;
+use located::fails;
+
 /// Imports `text` and runs its entry on `args`.
 #[track_caller]
 fn run(text: &str, args: &[Literal]) -> Vec<Literal> {
@@ -190,21 +193,6 @@ fn a_decomposed_module_round_trips() {
     let shlo = to_text(&m).unwrap();
     let back = print_module(&parse(&shlo).unwrap());
     assert!(back == text, "StableHLO:\n{shlo}\nread back:\n{back}");
-}
-
-/// Asserts that `text` fails at `at` with a message containing `what`, of `kind`.
-#[track_caller]
-fn fails(text: &str, kind: ErrorKind, at: &str, what: &str) {
-    let e = match parse(text) {
-        Ok(_) => panic!("accepted: {text}"),
-        Err(e) => e,
-    };
-    let shown = e.to_string();
-    assert!(
-        shown.starts_with(&format!("{at}: ")) && shown.contains(what) && e.kind == kind,
-        "expected {kind:?} at {at}: …{what}…, got {:?}: {shown}",
-        e.kind
-    );
 }
 
 /// A function quantizing a `tensor<2xf32>` constant to `qtype` (its `!` is at 3:71).

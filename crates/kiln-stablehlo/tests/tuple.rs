@@ -6,6 +6,9 @@ use kiln_ir::Literal;
 use kiln_reference::eval;
 use kiln_stablehlo::{ErrorKind, Piece, parse, parse_with_checks};
 
+mod located;
+use located::fails;
+
 /// Imports `text` and runs its entry on `args`.
 #[track_caller]
 fn run(text: &str, args: &[Literal]) -> Vec<Literal> {
@@ -60,21 +63,6 @@ func.func private @swap(%p: tuple<tensor<2xf32>, tensor<2xf32>>) -> tuple<tensor
     assert_eq!(out.len(), 2);
     assert_eq!(out[0].as_f32s().unwrap(), &[0.0, 0.0]);
     assert_eq!(out[1].as_f32s().unwrap(), &[5.0, 7.0]);
-}
-
-/// Asserts that `text` fails at `at` with a message containing `what`, of `kind`.
-#[track_caller]
-fn fails(text: &str, kind: ErrorKind, at: &str, what: &str) {
-    let e = match parse(text) {
-        Ok(_) => panic!("accepted: {text}"),
-        Err(e) => e,
-    };
-    let shown = e.to_string();
-    assert!(
-        shown.starts_with(&format!("{at}: ")) && shown.contains(what) && e.kind == kind,
-        "expected {kind:?} at {at}: …{what}…, got {:?}: {shown}",
-        e.kind
-    );
 }
 
 #[test]
