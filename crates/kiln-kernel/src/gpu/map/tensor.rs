@@ -229,11 +229,7 @@ impl Mapper<'_> {
         ];
         // Swizzled (`Gpu::mma_swizzle`) by the rows an `ldmatrix` matrix reads: A's (and B's
         // staged by columns) `kt` long, B's staged by rows `bn` long.
-        let swizzle = |row: usize| {
-            self.gpu
-                .mma_swizzle
-                .then(|| (row / 8).next_power_of_two().max(8).trailing_zeros())
-        };
+        let swizzle = |row: usize| self.gpu.mma_swizzle.then(|| swizzle_shift(row));
         let mut shared = vec![
             SharedArray {
                 dtype: op_dtype,
@@ -377,6 +373,13 @@ impl Mapper<'_> {
             body,
         }
     }
+}
+
+/// The [`SharedArray::swizzle`] of a staged tile whose rows (8 of which one `ldmatrix` matrix
+/// reads) are `row` 16-bit elements long: the log2 of a row's 16-byte chunks, rounded up to a
+/// power of two and at least 8 of them.
+fn swizzle_shift(row: usize) -> u32 {
+    (row / 8).next_power_of_two().max(8).trailing_zeros()
 }
 
 /// Where a warp's fragments lie in the stage being multiplied.
@@ -537,7 +540,7 @@ mod tests {
         // Rows of A (`kt` long) and of B staged by rows (`bn` long), as `mma_product` swizzles
         // them.
         for len in [16usize, 32, 48, 64, 128, 256] {
-            let s = (len / 8).next_power_of_two().max(8).trailing_zeros();
+            let s = swizzle_shift(len);
             let plain = SharedArray {
                 dtype: DType::BF16,
                 len: 128 * len,
