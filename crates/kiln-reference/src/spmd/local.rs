@@ -140,16 +140,6 @@ impl Communicator for LocalCommunicator {
                 return Ok(all);
             }
             for &m in &missing {
-                if st.finished[m] {
-                    return Err(self.fail(
-                        &mut st,
-                        format!(
-                            "process {} finished without joining {what} (collective #{seq}) with process {}",
-                            name(m),
-                            name(me)
-                        ),
-                    ));
-                }
                 if st.entered[m] > seq {
                     return Err(self.fail(
                         &mut st,
@@ -158,6 +148,16 @@ impl Communicator for LocalCommunicator {
                             name(m),
                             name(me),
                             group.iter().map(|&g| name(g)).collect::<Vec<_>>()
+                        ),
+                    ));
+                }
+                if st.finished[m] {
+                    return Err(self.fail(
+                        &mut st,
+                        format!(
+                            "process {} finished without joining {what} (collective #{seq}) with process {}",
+                            name(m),
+                            name(me)
                         ),
                     ));
                 }
