@@ -144,12 +144,26 @@ pub fn vjp_rule(
     }
     if let Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } = op {
         // Results with no cotangent (an argmax's indices, values nobody differentiates) need
-        // no rule; a gradient through the body has none.
+        // no rule.
         if g.iter()
             .zip(r)
             .all(|(gi, &ri)| gi.is_none() || !ty(b, ri).dtype.is_float())
         {
             return Ok(vec![None; x.len()]);
+        }
+        if let Op::ReduceRegion { dimensions, .. } = op {
+            // The reduction again as a tree of maps of the body, then its backward pass.
+            let types: Vec<TensorType> = x.iter().map(|&v| ty(b, v)).collect();
+            let tree = reduce_region::as_tree(body, dimensions, &types)?;
+            let wrt: Vec<usize> = (0..x.len())
+                .filter(|&k| types[k].dtype.is_float())
+                .collect();
+            let (_, grads) = crate::vjp_into(b, &tree, x, g, &wrt)?;
+            let mut out = vec![None; x.len()];
+            for (&k, gk) in wrt.iter().zip(grads) {
+                out[k] = Some(gk);
+            }
+            return Ok(out);
         }
         return Err(Error::Unsupported(format!(
             "`{}` (body @{}) is not differentiable: a gradient reached its float results; \
@@ -1094,4 +1108,5 @@ mod collective;
 mod conv;
 mod linalg;
 pub(crate) mod loops;
+mod reduce_region;
 mod sort;

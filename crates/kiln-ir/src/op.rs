@@ -372,7 +372,7 @@ define_ops! {
     /// values (operands `inputs..., init_values...`): the body takes `acc0..acc(k-1),
     /// x0..x(k-1)` scalars and returns the k next accumulators (an argmax reduces values and
     /// indices together).
-    ReduceRegion = "reduce_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL, { dimensions: Vec<i64>, body: Box<Func> };
+    ReduceRegion = "reduce_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL | DIFF, { dimensions: Vec<i64>, body: Box<Func> };
     /// Generalized matrix product with batch and contracting dimensions.
     DotGeneral = "dot_general", Fixed(2), ONE, DIFF, {
         lhs_batching_dimensions: Vec<i64>, rhs_batching_dimensions: Vec<i64>,

@@ -36,8 +36,8 @@ use kiln_trace::trace::{apply, trace};
 /// order (the compiled backends use a tree), so the body should be associative and
 /// commutative, with the inits its identity. A body that is one `add`, `mul`, `max`, `min`,
 /// `and` or `or` of one input is the IR's `reduce` with that combiner; any other is a
-/// `reduce_region` (see `ir-specs/ops/reduce_region.md`), which is not differentiable: a
-/// gradient reaching its float results is an error naming this call's line.
+/// `reduce_region` (see `ir-specs/ops/reduce_region.md`). Its gradient is the body's, taken
+/// along a tree that keeps the elements' order (an argmax sends it to the element it selects).
 ///
 /// # Examples
 ///
