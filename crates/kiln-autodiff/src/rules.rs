@@ -151,27 +151,24 @@ pub fn vjp_rule(
         {
             return Ok(vec![None; x.len()]);
         }
-        if let Op::ReduceRegion { dimensions, .. } = op {
-            // The reduction again as a tree of maps of the body, then its backward pass.
-            let types: Vec<TensorType> = x.iter().map(|&v| ty(b, v)).collect();
-            let tree = reduce_region::as_tree(body, dimensions, &types)?;
-            let wrt: Vec<usize> = (0..x.len())
-                .filter(|&k| types[k].dtype.is_float())
-                .collect();
-            let (_, grads) = crate::vjp_into(b, &tree, x, g, &wrt)?;
-            let mut out = vec![None; x.len()];
-            for (&k, gk) in wrt.iter().zip(grads) {
-                out[k] = Some(gk);
+        // The reduction again as maps of the body (a tree, or the window's fold), then its
+        // backward pass.
+        let types: Vec<TensorType> = x.iter().map(|&v| ty(b, v)).collect();
+        let again = match op {
+            Op::ReduceRegion { dimensions, .. } => {
+                reduce_region::as_tree(body, dimensions, &types)?
             }
-            return Ok(out);
+            _ => reduce_region::as_window_fold(op, body, &types, &ty(b, r[0]).shape)?,
+        };
+        let wrt: Vec<usize> = (0..x.len())
+            .filter(|&k| types[k].dtype.is_float())
+            .collect();
+        let (_, grads) = crate::vjp_into(b, &again, x, g, &wrt)?;
+        let mut out = vec![None; x.len()];
+        for (&k, gk) in wrt.iter().zip(grads) {
+            out[k] = Some(gk);
         }
-        return Err(Error::Unsupported(format!(
-            "`{}` (body @{}) is not differentiable: a gradient reached its float results; \
-             reduce with a named combiner or compute the gradient of what the body selects \
-             (for an argmax: gather the values at the indices)",
-            op.mnemonic(),
-            body.name
-        )));
+        return Ok(out);
     }
     if let Op::Lu {} = op {
         return Ok(vec![linalg::lu_vjp(b, r, g[0])?]);

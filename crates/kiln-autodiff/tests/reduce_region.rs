@@ -2,8 +2,9 @@
 //! derivative, so a gradient that only passes beside them works; a gradient that reaches its
 //! float results goes through the body along an order-keeping tree (an argmax's to the
 //! element it selects; other bodies checked against central differences, with odd and empty
-//! rows, several reduced dimensions and several results); `reduce_window_region` has no
-//! reverse mode, an error naming the op and where it came from; the forward mode reduces
+//! rows, several reduced dimensions and several results); `reduce_window_region`'s goes
+//! through the body along the window's fold (against the named `reduce_window`'s and central
+//! differences, with padding, strides and dilations); the forward mode reduces
 //! values and tangents together (checked against central differences); `vmap` batches it.
 
 use kiln_autodiff::{grad, jvp, vmap};
@@ -167,29 +168,96 @@ fn the_reverse_mode_of_a_body_with_two_float_results_matches_central_differences
     check_gradient(&p, &[x]);
 }
 
+/// `reduce_window_region` over `f64[4, 6]` with `window`, `body` (two f64 scalars to one) and
+/// init `init`, summed after a `sine` so that every result position has its own cotangent.
+fn window_program(window: &str, body: &str, init: &str, out: &str) -> Func {
+    f(&format!(
+        "func @main(%0: f64[4, 6]) -> f64[] {{
+  %1 = constant {{value = {init}}} : f64[]
+  %2 = reduce_window_region %0, %1 {{{window}, body = {body}}} : f64[{out}]
+  %3 = sine %2 : f64[{out}]
+  %4 = constant {{value = 0.0}} : f64[]
+  %5 = reduce %3, %4 {{dimensions = [0, 1], kind = add}} : f64[]
+  return %5
+}}
+"
+    ))
+}
+
 #[test]
-fn a_gradient_through_a_windowed_region_is_an_error_naming_the_op() {
-    let mut p = f("func @main(%0: f64[4]) -> f64[] {
-  %1 = constant {value = -inf} : f64[]
-  %2 = reduce_window_region %0, %1 {window_dimensions = [2], window_strides = [1], base_dilations = [1], window_dilations = [1], padding = [[0, 0]], body = func @max(%0: f64[], %1: f64[]) -> f64[] {
+fn the_reverse_mode_of_a_windowed_region_follows_its_fold() {
+    let x = Literal::f64(
+        [4, 6],
+        (0..24)
+            .map(|i| ((i * 11) % 19) as f64 * 0.3 - 2.5)
+            .collect(),
+    )
+    .unwrap();
+    // A max pooling as a region and as the named op: the same gradient.
+    let max = "func @max(%0: f64[], %1: f64[]) -> f64[] {
       %2 = maximum %0, %1 : f64[]
       return %2
-    }} : f64[3]
-  %3 = constant {value = 0.0} : f64[]
-  %4 = reduce %2, %3 {dimensions = [0], kind = add} : f64[]
+    }";
+    let window = "window_dimensions = [2, 3], window_strides = [2, 1], base_dilations = [1, 1], window_dilations = [1, 1], padding = [[0, 1], [1, 0]]";
+    let region = window_program(window, max, "-inf", "2, 5");
+    let named = f(&format!(
+        "func @main(%0: f64[4, 6]) -> f64[] {{
+  %1 = constant {{value = -inf}} : f64[]
+  %2 = reduce_window %0, %1 {{{window}, kind = max}} : f64[2, 5]
+  %3 = sine %2 : f64[2, 5]
+  %4 = constant {{value = 0.0}} : f64[]
+  %5 = reduce %3, %4 {{dimensions = [0, 1], kind = add}} : f64[]
+  return %5
+}}
+"
+    ));
+    let gr = grad(&region, &[0]).unwrap_or_else(|e| panic!("{e}"));
+    let gn = grad(&named, &[0]).unwrap_or_else(|e| panic!("{e}"));
+    let got = kiln_reference::eval(&gr, std::slice::from_ref(&x)).unwrap();
+    let want = kiln_reference::eval(&gn, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(got[0].to_f64s(), want[0].to_f64s());
+    check_gradient(&region, std::slice::from_ref(&x));
+    // A smooth body (log(exp(a) + exp(b))) with base and window dilations and a cropping
+    // (negative) padding.
+    let logaddexp = "func @lae(%0: f64[], %1: f64[]) -> f64[] {
+      %2 = exponential %0 : f64[]
+      %3 = exponential %1 : f64[]
+      %4 = add %2, %3 : f64[]
+      %5 = log %4 : f64[]
+      return %5
+    }";
+    let window = "window_dimensions = [2, 2], window_strides = [1, 2], base_dilations = [2, 1], window_dilations = [1, 2], padding = [[1, -1], [0, 1]]";
+    check_gradient(
+        &window_program(window, logaddexp, "-inf", "6, 3"),
+        std::slice::from_ref(&x),
+    );
+}
+
+#[test]
+fn a_gradient_through_a_windowed_argmax_goes_to_the_element_it_selects() {
+    // Windows of 3 along a vector, stride 2: each window's first maximum gets the cotangent.
+    let p = f("func @main(%0: f64[7]) -> f64[3] {
+  %1 = iota {iota_dimension = 0} : i32[7]
+  %2 = constant {value = -inf} : f64[]
+  %3 = constant {value = 0} : i32[]
+  %4, %5 = reduce_window_region %0, %1, %2, %3 {window_dimensions = [3], window_strides = [2], base_dilations = [1], window_dilations = [1], padding = [[0, 0]], body = func @argmax(%0: f64[], %1: i32[], %2: f64[], %3: i32[]) -> (f64[], i32[]) {
+      %4 = compare %2, %0 {comparison_direction = GT} : pred[]
+      %5 = select %4, %2, %0 : f64[]
+      %6 = select %4, %3, %1 : i32[]
+      return %5, %6
+    }} : f64[3], i32[3]
   return %4
 }
 ");
-    let loc = kiln_ir::Loc {
-        file: "src/model.rs",
-        line: 42,
-        column: 7,
-    };
-    p.insts[1].loc = Some(loc);
-    let e = grad(&p, &[0]).unwrap_err().to_string();
-    assert!(e.contains("`reduce_window_region`"), "{e}");
-    assert!(e.contains("@max"), "{e}");
-    assert!(e.contains("src/model.rs:42:7"), "{e}");
+    let back = kiln_autodiff::vjp(&p, &[0]).unwrap_or_else(|e| panic!("{e}"));
+    let x = Literal::f64([7], vec![1.0, 5.0, 5.0, 2.0, 5.0, -1.0, 6.0]).unwrap();
+    let ct = Literal::f64([3], vec![10.0, 100.0, 1000.0]).unwrap();
+    let out = kiln_reference::eval(&back, &[x, ct]).unwrap();
+    // Windows [1, 5, 5] -> element 1; [5, 2, 5] -> element 2; [5, -1, 6] -> element 6.
+    assert_eq!(
+        out.last().unwrap().to_f64s(),
+        vec![0.0, 10.0, 100.0, 0.0, 0.0, 0.0, 1000.0]
+    );
 }
 
 /// `f`'s forward mode at `x` along `t` (one f64 parameter, one f64 output), and the central

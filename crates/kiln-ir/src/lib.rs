@@ -28,6 +28,7 @@ pub mod random;
 pub mod shrink;
 mod types;
 pub mod verify;
+pub mod window_fold;
 
 pub use attr::{Attr, Combiner, ComparisonDirection, FftType, RngAlgorithm, TransposeA};
 pub use builder::Builder;

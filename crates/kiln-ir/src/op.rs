@@ -412,7 +412,7 @@ define_ops! {
     /// with any body; operands `inputs..., init_values...`): the body takes `acc0..acc(k-1),
     /// x0..x(k-1)` scalars and returns the next accumulators; padding and dilation holes hold
     /// the init values.
-    ReduceWindowRegion = "reduce_window_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL, {
+    ReduceWindowRegion = "reduce_window_region", AtLeast(2), ResultCount::HalfOperands, RED | CONTROL | DIFF, {
         window_dimensions: Vec<i64>, window_strides: Vec<i64>, base_dilations: Vec<i64>,
         window_dilations: Vec<i64>, padding: Vec<(i64, i64)>, body: Box<Func>,
     };

@@ -14,6 +14,7 @@
 //! element (see [`crate::lower`]).
 
 use crate::canon::rebuild;
+use kiln_ir::window_fold::{Window, fold_window};
 use kiln_ir::{Builder, Func, Loc, Op, Props, TensorType, ValueId, VerifyError};
 
 /// Whether `body` is made of elementwise ops and scalar constants only, so that it applies at
@@ -63,21 +64,8 @@ pub fn expand_region_reduces(f: &Func) -> Result<Func, VerifyError> {
             Op::ReduceRegion { dimensions, body } => {
                 reduce_tree(b, body, ops, dimensions, loc).map(Some)
             }
-            Op::ReduceWindowRegion {
-                window_dimensions,
-                window_strides,
-                base_dilations,
-                window_dilations,
-                padding,
-                body,
-            } => {
-                let w = Window {
-                    dims: window_dimensions,
-                    strides: window_strides,
-                    base_dilations,
-                    window_dilations,
-                    padding,
-                };
+            op @ Op::ReduceWindowRegion { body, .. } => {
+                let w = Window::of(op).expect("a reduce_window_region");
                 let out = &f.values[inst.results[0].index()].shape;
                 reduce_window_fold(b, body, ops, &w, out, loc).map(Some)
             }
@@ -247,28 +235,13 @@ pub fn reduce_tree(
     apply_elementwise(b, body, &acc, &kept_shape, loc)
 }
 
-/// The window attributes of a `reduce_window_region`.
-pub struct Window<'a> {
-    /// The window's size per dimension.
-    pub dims: &'a [i64],
-    /// Where consecutive windows start, per dimension.
-    pub strides: &'a [i64],
-    /// The operand's dilation.
-    pub base_dilations: &'a [i64],
-    /// The window's dilation.
-    pub window_dilations: &'a [i64],
-    /// `[low, high]` padding per dimension.
-    pub padding: &'a [(i64, i64)],
-}
-
 /// The most window elements a `reduce_window_region` is expanded for (one body application
 /// per element); a larger window keeps the op, which the host folds per element.
 pub const MAX_EXPANDED_WINDOW: i64 = 256;
 
-/// `reduce_window_region(inputs..., inits...)` with the [`expandable`] `body`: each input
-/// padded with its init value (edges, and holes for the base dilation), then for every window
-/// element in row-major order a strided slice of it combined into the accumulators, which
-/// start at the inits (the reference interpreter's order, so any body agrees bit for bit).
+/// `reduce_window_region(inputs..., inits...)` with the [`expandable`] `body`: the fold of
+/// [`fold_window`] (the reference interpreter's order, so any body agrees bit for bit), each
+/// window element's slices combined into the accumulators by the body at tensor shape.
 pub fn reduce_window_fold(
     b: &mut Builder,
     body: &Func,
@@ -277,56 +250,7 @@ pub fn reduce_window_fold(
     out_shape: &[usize],
     loc: Loc,
 ) -> Result<Vec<ValueId>, VerifyError> {
-    let k = args.len() / 2;
-    let (inputs, inits) = args.split_at(k);
-    let mut acc = Vec::with_capacity(2 * k);
-    for &i in inits {
-        let dt = b.ty(i).expect("defined").dtype;
-        let op = Op::BroadcastInDim {
-            broadcast_dimensions: vec![],
-        };
-        let ty = TensorType::new(dt, out_shape.to_vec());
-        acc.push(b.push_at(op, &[i], Some(std::slice::from_ref(&ty)), loc)?[0]);
-    }
-    if out_shape.contains(&0) {
-        return Ok(acc);
-    }
-    let mut padded = Vec::with_capacity(k);
-    for (&x, &i) in inputs.iter().zip(inits) {
-        let op = Op::Pad {
-            edge_padding_low: w.padding.iter().map(|p| p.0).collect(),
-            edge_padding_high: w.padding.iter().map(|p| p.1).collect(),
-            interior_padding: w.base_dilations.iter().map(|d| d - 1).collect(),
-        };
-        padded.push(b.push_at(op, &[x, i], None, loc)?[0]);
-    }
-    let rank = out_shape.len();
-    let wshape: Vec<usize> = w.dims.iter().map(|&d| d as usize).collect();
-    let count: usize = wshape.iter().product();
-    for flat in 0..count {
-        // The window element's coordinates, row-major.
-        let mut e = vec![0usize; rank];
-        let mut rest = flat;
-        for d in (0..rank).rev() {
-            e[d] = rest % wshape[d];
-            rest /= wshape[d];
-        }
-        let start: Vec<i64> = (0..rank)
-            .map(|d| e[d] as i64 * w.window_dilations[d])
-            .collect();
-        let limit: Vec<i64> = (0..rank)
-            .map(|d| start[d] + (out_shape[d] as i64 - 1) * w.strides[d] + 1)
-            .collect();
-        let mut args = acc.clone();
-        for &p in &padded {
-            let op = Op::Slice {
-                start_indices: start.clone(),
-                limit_indices: limit.clone(),
-                strides: w.strides.to_vec(),
-            };
-            args.push(b.push_at(op, &[p], None, loc)?[0]);
-        }
-        acc = apply_elementwise(b, body, &args, out_shape, loc)?;
-    }
-    Ok(acc)
+    fold_window(b, args, w, out_shape, loc, &mut |b, args| {
+        apply_elementwise(b, body, args, out_shape, loc)
+    })
 }

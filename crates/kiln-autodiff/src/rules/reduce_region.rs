@@ -17,9 +17,16 @@
 //! body the two agree, including a body that keeps the first of equal candidates (an argmax
 //! without an index tie-break), whose gradient then goes to the element it returned. The init
 //! enters once, as in the sequential order, so its gradient is that of one combination.
+//!
+//! `reduce_window_region` is recomputed as the fold the backends expand it into
+//! ([`kiln_ir::window_fold`]: the inputs padded with the inits, then per window element, in
+//! row-major order, a strided slice combined into the accumulators), with `map`s of the body
+//! as the combination: the reference interpreter's own order. The padding's cotangents flow
+//! to the inits, which the padding is made of.
 
 use crate::Result;
-use kiln_ir::{Builder, Func, Op, TensorType, ValueId};
+use kiln_ir::window_fold::{Window, fold_window};
+use kiln_ir::{Builder, Func, Loc, Op, TensorType, ValueId};
 
 /// The reduction of `types`' inputs (the first half; the inits are the second) over
 /// `dimensions` with `body`, as a tree of `map`s: a function of the op's operands returning
@@ -47,20 +54,9 @@ pub(super) fn as_tree(body: &Func, dimensions: &[i64], types: &[TensorType]) -> 
         let t = b.transpose(x, &permutation)?;
         level.push(b.reshape(t, &rows_shape)?);
     }
-    let projections: Vec<Func> = (0..n)
-        .map(|j| crate::select_outputs(body, &[j], &format!("{}_{j}", body.name)))
-        .collect();
-    let combine = |b: &mut Builder, operands: &[ValueId], rank: usize| -> Result<Vec<ValueId>> {
-        projections
-            .iter()
-            .map(|p| {
-                let op = Op::Map {
-                    dimensions: (0..rank as i64).collect(),
-                    computation: Box::new(p.clone()),
-                };
-                Ok(b.inst(op, operands)?)
-            })
-            .collect()
+    let projections = projections(body, n);
+    let combine = |b: &mut Builder, operands: &[ValueId], rank: usize| {
+        apply_as_maps(b, &projections, operands, rank)
     };
     let mut width = len;
     while width > 1 {
@@ -131,4 +127,56 @@ fn slice_last(
         },
         &[v],
     )?)
+}
+
+/// `body`'s projections onto each of its `n` results.
+fn projections(body: &Func, n: usize) -> Vec<Func> {
+    (0..n)
+        .map(|j| crate::select_outputs(body, &[j], &format!("{}_{j}", body.name)))
+        .collect()
+}
+
+/// The body, given as its `projections`, applied elementwise to `operands` of rank `rank`: one
+/// `map` per result.
+fn apply_as_maps(
+    b: &mut Builder,
+    projections: &[Func],
+    operands: &[ValueId],
+    rank: usize,
+) -> std::result::Result<Vec<ValueId>, kiln_ir::VerifyError> {
+    projections
+        .iter()
+        .map(|p| {
+            let op = Op::Map {
+                dimensions: (0..rank as i64).collect(),
+                computation: Box::new(p.clone()),
+            };
+            b.inst(op, operands)
+        })
+        .collect()
+}
+
+/// `op`, a `reduce_window_region` with `body` of operands `types` and results of shape
+/// `out_shape`, as its fold over the window with `map`s of the body: a function of the op's
+/// operands returning its results.
+pub(super) fn as_window_fold(
+    op: &Op,
+    body: &Func,
+    types: &[TensorType],
+    out_shape: &[usize],
+) -> Result<Func> {
+    let window = Window::of(op).expect("a reduce_window_region");
+    let n = types.len() / 2;
+    let mut b = Builder::new(&format!("{}_fold", body.name));
+    let params: Vec<ValueId> = types.iter().map(|t| b.param(t.clone())).collect();
+    let projections = projections(body, n);
+    let results = fold_window(
+        &mut b,
+        &params,
+        &window,
+        out_shape,
+        Loc::caller(),
+        &mut |b, operands| apply_as_maps(b, &projections, operands, out_shape.len()),
+    )?;
+    Ok(b.finish(&results)?)
 }
