@@ -5,7 +5,8 @@
 //!
 //! The combination is the caller's: the backends apply a body of elementwise ops at tensor
 //! shape (`kiln-kernel`'s `reduce_tree`), reverse-mode autodiff applies any body as `map`s
-//! (whose backward pass is known).
+//! (whose backward pass is known). The reference interpreter reads the same [`Window`] and
+//! folds element by element.
 
 use crate::{Builder, Loc, Op, TensorType, ValueId, VerifyError};
 

@@ -806,21 +806,8 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
         | Op::CollectiveReduce { .. } => {
             crate::collective::eval(op, x, types).unwrap_or_else(|e| crate::spmd::abort(e))
         }
-        Op::ReduceWindowRegion {
-            window_dimensions,
-            window_strides,
-            base_dilations,
-            window_dilations,
-            padding,
-            body,
-        } => {
-            let w = crate::reduce_region::Window {
-                dims: window_dimensions,
-                strides: window_strides,
-                base_dilations,
-                window_dilations,
-                padding,
-            };
+        Op::ReduceWindowRegion { body, .. } => {
+            let w = kiln_ir::window_fold::Window::of(op).expect("a reduce_window_region");
             crate::reduce_region::reduce_window_region(x, &w, body, types)
         }
         Op::Cholesky { lower } => vec![crate::linalg::cholesky(x[0], *lower, &types[0])],

@@ -9,6 +9,7 @@
 //! agree.
 
 use crate::ops::{concat, for_each_index, take};
+use kiln_ir::window_fold::Window;
 use kiln_ir::{Func, Literal, TensorType};
 
 /// Folds `body` over the elements of every result position: `elements(o, push)` calls `push`
@@ -80,15 +81,6 @@ pub(crate) fn reduce_region(
             push(Some(base + at));
         });
     })
-}
-
-/// The window attributes of `reduce_window_region`.
-pub(crate) struct Window<'a> {
-    pub dims: &'a [i64],
-    pub strides: &'a [i64],
-    pub base_dilations: &'a [i64],
-    pub window_dilations: &'a [i64],
-    pub padding: &'a [(i64, i64)],
 }
 
 /// Evaluates `reduce_window_region` on `x` (k inputs, then k init values) with `body` run by
