@@ -49,6 +49,10 @@ pub struct Body {
     pub infeed: Vec<usize>,
     /// The values `stablehlo.outfeed` writes, in order.
     pub outfeed: Vec<ValueId>,
+    /// The `stablehlo.send` ops, in order (their values become outputs).
+    pub(crate) sends: Vec<crate::channel::Pending>,
+    /// The `stablehlo.recv` ops, in order, with the parameters that receive their values.
+    pub recvs: Vec<crate::channel::Transfer>,
 }
 
 /// A named value: a tensor, or a tuple of named values (kiln has no tuples; a tuple is the
@@ -186,6 +190,8 @@ impl<'m> Importer<'m> {
             probe_flags: HashMap::new(),
             infeed: Vec::new(),
             outfeed: Vec::new(),
+            sends: Vec::new(),
+            recvs: Vec::new(),
         };
         let mut names = Names::new();
         let params: Vec<ValueId> = f
@@ -228,6 +234,22 @@ impl<'m> Importer<'m> {
         let first = outputs.len();
         outputs.extend(std::mem::take(&mut body.outfeed));
         let outfeed = first..outputs.len();
+        let mut sends = Vec::new();
+        for send in std::mem::take(&mut body.sends) {
+            let first = outputs.len();
+            let types = send
+                .values
+                .iter()
+                .map(|&v| value_type(&body, v))
+                .collect::<Result<_>>()?;
+            outputs.extend(&send.values);
+            sends.push(crate::channel::Transfer {
+                channel: send.channel,
+                pos: send.pos,
+                values: first..outputs.len(),
+                types,
+            });
+        }
         let func = body
             .b
             .finish(&outputs)
@@ -242,6 +264,8 @@ impl<'m> Importer<'m> {
                 prints,
                 infeed: std::mem::take(&mut body.infeed),
                 outfeed,
+                sends,
+                recvs: std::mem::take(&mut body.recvs),
             },
         ))
     }
@@ -396,7 +420,8 @@ impl<'m> Importer<'m> {
             .map_err(|e| Error::invalid(op.pos, e.diag.message))
     }
 
-    /// Whether `f` has `check.*` ops, in its body, its regions or the functions it calls.
+    /// Whether `f` has `check.*` ops (or `send` / `recv`, which the runner routes by the
+    /// function it runs), in its body, its regions or the functions it calls.
     fn has_checks(&self, f: &FuncAst, seen: &mut HashSet<String>) -> bool {
         if !seen.insert(f.name.clone()) {
             return false;
@@ -411,6 +436,7 @@ impl<'m> Importer<'m> {
         ops(&f.body, &mut all);
         all.iter().any(|op| {
             op.name.starts_with("check.")
+                || matches!(op.name.as_str(), "stablehlo.send" | "stablehlo.recv")
                 || (op.name == "func.call"
                     && matches!(op.attr("callee"), Some((crate::ast::AttrVal::Symbol(c), _))
                         if self.funcs.get(c.as_str()).is_some_and(|g| self.has_checks(g, seen))))
@@ -506,6 +532,8 @@ impl<'m> Importer<'m> {
             probe_flags: HashMap::new(),
             infeed: Vec::new(),
             outfeed: Vec::new(),
+            sends: Vec::new(),
+            recvs: Vec::new(),
         };
         let mut names = Names::new();
         for (n, t) in &block.args {

@@ -33,6 +33,74 @@ pub struct Print {
     pub output: usize,
 }
 
+/// A value as StableHLO's interpreter prints a result or an `interpreter.print`: its type,
+/// then its elements in braces, a scalar on the same line (`tensor<ui8> {1}`), a tensor's
+/// nested lists one level of nesting a line (`tensor<2xi32> {` / `  [3, 3]` / `}`), floats
+/// in exponent form (`1.000000e+00`).
+pub fn interpreter_text(v: &Literal) -> String {
+    let ty = crate::literal::type_name(v.ty());
+    let d = v.dtype();
+    let p = Printer {
+        v,
+        floats: (d.is_float() && !d.is_complex()).then(|| v.to_f64s()),
+        strides: (0..v.shape().len())
+            .map(|k| v.shape()[k + 1..].iter().product())
+            .collect(),
+    };
+    if v.shape().is_empty() {
+        return format!("{ty} {{{}}}", p.elem(0));
+    }
+    format!("{ty} {{\n  {}\n}}", p.lists(0, 0, 2))
+}
+
+/// A value being printed by [`interpreter_text`].
+struct Printer<'a> {
+    v: &'a Literal,
+    /// The elements of a real float value.
+    floats: Option<Vec<f64>>,
+    /// The row-major stride of each dimension, in elements.
+    strides: Vec<usize>,
+}
+
+impl Printer<'_> {
+    /// The nested lists from dimension `dim` at element `offset`, their inner lines indented
+    /// past `indent` spaces.
+    fn lists(&self, dim: usize, offset: usize, indent: usize) -> String {
+        let n = self.v.shape()[dim];
+        if dim + 1 == self.v.shape().len() {
+            let elems: Vec<String> = (0..n).map(|i| self.elem(offset + i)).collect();
+            return format!("[{}]", elems.join(", "));
+        }
+        if n == 0 {
+            return "[]".into();
+        }
+        let pad = " ".repeat(indent + 2);
+        let items: Vec<String> = (0..n)
+            .map(|i| {
+                let inner = self.lists(dim + 1, offset + i * self.strides[dim], indent + 2);
+                format!("{pad}{inner}")
+            })
+            .collect();
+        format!("[\n{}\n{}]", items.join(",\n"), " ".repeat(indent))
+    }
+
+    /// One element: a finite real float as C's `%e` (`-3.000000e+00`), anything else as
+    /// kiln writes it.
+    fn elem(&self, i: usize) -> String {
+        if let Some(x) = self.floats.as_ref().map(|f| f[i]).filter(|x| x.is_finite()) {
+            let s = format!("{x:.6e}");
+            if let Some((m, e)) = s.split_once('e') {
+                let (sign, digits) = match e.strip_prefix('-') {
+                    Some(d) => ('-', d),
+                    None => ('+', e),
+                };
+                return format!("{m}e{sign}{digits:0>2}");
+            }
+        }
+        self.v.format_elem(i)
+    }
+}
+
 /// Refuses `op` where instrumentation is not read: outside checks, or in a region.
 fn allowed(body: &Body, op: &OpAst) -> Result<()> {
     if body.allow_checks || (op.name == "interpreter.probe" && body.allow_probes) {

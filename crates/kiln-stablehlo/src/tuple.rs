@@ -7,11 +7,12 @@
 //!
 //! A token (`!stablehlo.token`) is the empty list: it holds no data and only orders the
 //! side-effecting ops that take it, and kiln's imported ops have no side effects to order.
-//! `after_all` makes one, and tokens pass through functions and calls as tuples do; an op
+//! `after_all` makes one, and tokens pass through functions and calls as tuples do.
 //! In the functions of an interpreter test (read with checks), `infeed` reads each tensor as a
 //! new parameter of its function, which the runner feeds from the `run_parallel`'s infeed
 //! queue, and `outfeed` writes each tensor as an output ([`crate::FuncChecks::infeed`],
-//! [`crate::FuncChecks::outfeed`]); `send` and `recv` are `unsupported`.
+//! [`crate::FuncChecks::outfeed`]); `send` and `recv` likewise move tensors between the
+//! programs of a `run_parallel` through channels ([`crate::channel`]).
 
 use crate::ast::{OpAst, Shape, Sig};
 use crate::error::{Error, Result};
@@ -176,10 +177,7 @@ pub fn lower(
             op.pos,
             format!("`{name}` here (read by `parse_with_checks`, in a function's own body only)"),
         )),
-        name @ ("stablehlo.send" | "stablehlo.recv") => Err(Error::unsupported(
-            op.pos,
-            format!("`{name}` (kiln has no channel transfers between processes)"),
-        )),
+        "stablehlo.send" | "stablehlo.recv" => crate::channel::lower(body, names, op, args),
         name => Err(Error::unsupported(
             op.pos,
             format!(
@@ -212,7 +210,7 @@ fn feed(body: &mut Body, names: &mut Names, op: &OpAst, args: &[ValueId]) -> Res
 }
 
 /// Names `op`'s results, `results` grouped as its signature's result types say.
-fn bind_shaped(names: &mut Names, op: &OpAst, results: Vec<ValueId>) -> Result<()> {
+pub(crate) fn bind_shaped(names: &mut Names, op: &OpAst, results: Vec<ValueId>) -> Result<()> {
     let shapes = result_shapes(op);
     let leaves: usize = shapes.iter().map(Shape::leaves).sum();
     if shapes.len() != op.results.len() || leaves != results.len() {
