@@ -323,7 +323,7 @@ impl<'m> Importer<'m> {
         if !op.tuples.is_empty() || op.operands.iter().any(|n| names.tuple(n).is_some()) {
             return crate::tuple::lower(self, body, names, op, &args);
         }
-        if !op.quant.is_empty() {
+        if !op.quant.is_empty() && !crate::quant::passes_storage(&op.name) {
             let results = crate::quant::lower(body, op, &args)?;
             return bind_results(names, op, &results);
         }
