@@ -301,7 +301,8 @@ impl<'m> Importer<'m> {
                 format!("a block must end with `{terminator}`, not `{}`", last.name),
             ));
         }
-        let vals = operands(names, last, terminator == "func.return")?;
+        // A tuple returned (by a function, or a region of control flow) is its tensors.
+        let vals = operands(names, last, true)?;
         if let Sig::List(ts) | Sig::Func(ts, _) = &last.sig {
             check_types(body, &vals, ts, last.pos, &format!("`{terminator}`"))?;
         }
@@ -536,10 +537,12 @@ impl<'m> Importer<'m> {
             recvs: Vec::new(),
         };
         let mut names = Names::new();
-        for (n, t) in &block.args {
-            let v = body.b.param(t.clone());
-            define(&mut names, n, v)?;
-        }
+        let params: Vec<ValueId> = block
+            .args
+            .iter()
+            .map(|(_, t)| body.b.param(t.clone()))
+            .collect();
+        define_block_args(&mut names, &block.args, &block.arg_shapes, &params)?;
         let mut cap_params = Vec::new();
         for (n, outer_v) in captured {
             let t = value_type(outer, *outer_v)?;
@@ -568,6 +571,22 @@ impl<'m> Importer<'m> {
             .map_err(|e| Error::invalid(pos, e.diag.message))
     }
 
+    /// `while`, `if` or `case` (`op`, a control flow op by its name), its operands `args`
+    /// (tuples as their tensors); returns its results (tuples as their tensors).
+    pub(crate) fn control(
+        &mut self,
+        body: &mut Body,
+        names: &Names,
+        op: &OpAst,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        match op.name.as_str() {
+            "stablehlo.while" => self.while_op(body, names, op, args),
+            "stablehlo.if" => self.if_op(body, names, op, args),
+            _ => self.case_op(body, names, op, args),
+        }
+    }
+
     /// `while`: captured values become extra carries.
     fn while_op(
         &mut self,
@@ -582,7 +601,24 @@ impl<'m> Importer<'m> {
                 format!("`stablehlo.while` has 2 regions, not {}", op.regions.len()),
             ));
         };
+        // Each region takes the carries as they are written: tuples and tokens included.
+        let carried: Vec<Shape> = op
+            .operands
+            .iter()
+            .map(|n| names.tuple(n).map_or(Shape::Leaf, crate::tuple::shape_of))
+            .collect();
         for r in [cond, step] {
+            let taken: Vec<Shape> = if r.arg_shapes.is_empty() {
+                vec![Shape::Leaf; r.args.len()]
+            } else {
+                r.arg_shapes.iter().map(|(_, s)| s.clone()).collect()
+            };
+            if taken != carried {
+                return Err(Error::invalid(
+                    op.pos,
+                    "the arguments of a `stablehlo.while` region are not its operands' tuples, tokens and tensors",
+                ));
+            }
             if r.args.len() != args.len() {
                 return Err(Error::invalid(
                     op.pos,
@@ -923,14 +959,25 @@ pub fn define_tree(names: &mut Names, n: &Name, t: Tree) -> Result<()> {
 /// Names a function's parameters `params` (one per tensor of its arguments, a tuple argument
 /// grouped as its shape says).
 fn define_args(names: &mut Names, f: &FuncAst, params: &[ValueId]) -> Result<()> {
-    if f.arg_shapes.is_empty() {
-        for ((n, _), &v) in f.body.args.iter().zip(params) {
+    define_block_args(names, &f.body.args, &f.arg_shapes, params)
+}
+
+/// Names the parameters `params` of a function or region whose block arguments are `args`
+/// (one per tensor) of shapes `shapes` (empty when every argument is a tensor).
+fn define_block_args(
+    names: &mut Names,
+    args: &[(Name, TensorType)],
+    shapes: &[(Name, Shape)],
+    params: &[ValueId],
+) -> Result<()> {
+    if shapes.is_empty() {
+        for ((n, _), &v) in args.iter().zip(params) {
             define(names, n, v)?;
         }
         return Ok(());
     }
     let mut vals = params.iter().copied();
-    for (n, shape) in &f.arg_shapes {
+    for (n, shape) in shapes {
         let tree = Tree::of(shape, &mut vals)
             .ok_or_else(|| Error::invalid(n.pos, "fewer arguments than the signature's types"))?;
         define_tree(names, n, tree)?;
@@ -1088,7 +1135,13 @@ fn captures(names: &Names, regions: &[&Block], pos: Pos) -> Result<Vec<(String, 
 
 /// The names a block tree defines and uses.
 fn collect(b: &Block, defined: &mut HashSet<String>, used: &mut Vec<Name>) {
-    for (n, _) in &b.args {
+    // Every argument, tokens (which have no tensor in `args`) included.
+    for n in b
+        .args
+        .iter()
+        .map(|(n, _)| n)
+        .chain(b.arg_shapes.iter().map(|(n, _)| n))
+    {
         defined.insert(n.name.clone());
     }
     for op in &b.ops {

@@ -385,10 +385,17 @@ pub fn parse_block_body(c: &mut Cursor) -> Result<Block> {
             loop {
                 let v = c.value()?;
                 c.expect(":")?;
-                // A quantized block argument is its storage tensor (see `crate::quant`).
-                let (t, _) = c.any_tensor_type()?;
+                // A quantized block argument is its storage tensor (see `crate::quant`), a
+                // tuple its tensors (see `crate::tuple`).
+                let mark = c.sig_quants.len();
+                let mut leaves = Vec::new();
+                let shape = c.type_leaves(&mut leaves, true)?;
+                c.sig_quants.truncate(mark);
                 c.skip_loc()?;
-                block.args.push((v, t));
+                block
+                    .args
+                    .extend(leaves.into_iter().map(|t| (v.clone(), t)));
+                block.arg_shapes.push((v, shape));
                 if c.eat(")") {
                     break;
                 }
@@ -396,6 +403,9 @@ pub fn parse_block_body(c: &mut Cursor) -> Result<Block> {
             }
         }
         c.expect(":")?;
+        if block.arg_shapes.iter().all(|(_, s)| *s == Shape::Leaf) {
+            block.arg_shapes.clear();
+        }
     }
     while !c.eat("}") {
         if let Tok::Caret(_) = c.peek() {

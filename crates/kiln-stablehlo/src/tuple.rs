@@ -2,8 +2,10 @@
 //! tensors (its leaves, nested tuples in order) with its shape ([`Tree`]) kept by name.
 //! `tuple` builds the tree of its operands, `get_tuple_element` picks a sub-tree, and a
 //! tuple passed to `func.call` or `func.return`, or taken as a function parameter, is its
-//! leaves (the function's kiln parameters and outputs are the flat list). Any other use of a
-//! tuple (an op, a region's carry or capture) is a located `unsupported` error.
+//! leaves (the function's kiln parameters and outputs are the flat list). So are the
+//! carries of a `while` (its regions' tuple arguments grouped back by name) and the results
+//! of `while`, `if` and `case` (their regions return tuples as their leaves). Any other use
+//! of a tuple (an op, a region's capture) is a located `unsupported` error.
 //!
 //! A token (`!stablehlo.token`) is the empty list: it holds no data and only orders the
 //! side-effecting ops that take it, and kiln's imported ops have no side effects to order.
@@ -45,7 +47,7 @@ fn result_leaf_types(op: &OpAst) -> Option<Vec<TensorType>> {
 }
 
 /// The shape of a tree.
-fn shape_of(t: &Tree) -> Shape {
+pub(crate) fn shape_of(t: &Tree) -> Shape {
     match t {
         Tree::Leaf(_) => Shape::Leaf,
         Tree::Tuple(parts) => Shape::Tuple(parts.iter().map(shape_of).collect()),
@@ -168,6 +170,10 @@ pub fn lower(
             } else {
                 crate::parallel::record(body, op, args)?
             };
+            bind_shaped(names, op, results)
+        }
+        "stablehlo.while" | "stablehlo.if" | "stablehlo.case" => {
+            let results = imp.control(body, names, op, args)?;
             bind_shaped(names, op, results)
         }
         "stablehlo.infeed" | "stablehlo.outfeed" if body.allow_checks => {
