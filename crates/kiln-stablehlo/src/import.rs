@@ -516,10 +516,11 @@ impl<'m> Importer<'m> {
         captured: &[(String, ValueId)],
         role: Role,
     ) -> Result<Func> {
-        let (extra_outputs, slots) = match role {
-            Role::Plain => (false, &[][..]),
-            Role::LoopCond(slots) => (false, slots),
-            Role::LoopBody(slots) => (true, slots),
+        let (extra_outputs, slots, branch_probes) = match role {
+            Role::Plain => (false, &[][..], None),
+            Role::LoopCond(slots) => (false, slots, None),
+            Role::LoopBody(slots) => (true, slots, None),
+            Role::Branch(probes) => (false, &[][..], Some(probes)),
         };
         let mut body = Body {
             b: Builder::new(name),
@@ -554,9 +555,12 @@ impl<'m> Importer<'m> {
             cap_params.push(v);
         }
         let slot_params = crate::probe::slot_params(&mut body, slots);
-        body.allow_probes = extra_outputs && outer.allow_checks;
+        body.allow_probes = (extra_outputs || branch_probes.is_some()) && outer.allow_checks;
         let (mut outs, _) =
             self.block(&mut body, &mut names, &block.ops, pos, "stablehlo.return")?;
+        if let Some(probes) = branch_probes {
+            outs.extend(crate::probe::branch_outputs(&body, probes, pos)?);
+        }
         if extra_outputs {
             outs.extend(cap_params);
             outs.extend(crate::probe::slot_updates(
@@ -751,27 +755,40 @@ impl<'m> Importer<'m> {
             ));
         }
         let captured = captures(names, &regions, op.pos)?;
+        let probes = if body.allow_checks {
+            crate::probe::branch_probes(op, &regions)?
+        } else {
+            Vec::new()
+        };
+        let role = if probes.is_empty() {
+            Role::Plain
+        } else {
+            Role::Branch(&probes)
+        };
         let mut branches = Vec::new();
         for (i, r) in regions.iter().enumerate() {
-            branches.push(self.region(
-                body,
-                &format!("branch{i}"),
-                r,
-                op.pos,
-                &captured,
-                Role::Plain,
-            )?);
+            branches.push(self.region(body, &format!("branch{i}"), r, op.pos, &captured, role)?);
         }
         let mut operands = vec![index];
         operands.extend(captured.iter().map(|(_, v)| *v));
-        let declared = result_types(op);
-        push(
+        let declared = result_types(op).map(|mut d| {
+            d.extend(probes.iter().map(|p| p.ty.clone()));
+            d
+        });
+        let mut out = push(
             body,
             op,
             Op::Case { branches },
             &operands,
             declared.as_deref(),
-        )
+        )?;
+        // The values the taken branch probed, in the order its probes ran.
+        let own = out.len().saturating_sub(probes.len());
+        for (p, &v) in probes.iter().zip(&out[own..]) {
+            body.probes.push((p.id.clone(), v));
+        }
+        out.truncate(own);
+        Ok(out)
     }
 
     /// The one region of `op` as a kiln function named `name`; an error when there is not one
@@ -924,6 +941,8 @@ enum Role<'s> {
     LoopCond(&'s [crate::probe::Slot]),
     /// A loop's body: it also takes and returns the captured values and the probe carries.
     LoopBody(&'s [crate::probe::Slot]),
+    /// A branch of `case` or `if`: it also returns the values its probes probed.
+    Branch(&'s [crate::probe::BranchProbe]),
 }
 
 /// Whether `name` ends a block.

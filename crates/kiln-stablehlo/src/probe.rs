@@ -12,8 +12,11 @@
 //! and prints are read in a function's own body, where each runs once, and probes also in the
 //! body of a `while` there, which runs once per iteration: the loop carries an iteration
 //! counter and, for each execution a check reads ([`Slot`]), the value probed at that
-//! iteration and a flag that it ran (the check fails when the loop stopped before). Elsewhere
-//! in a region (a branch, a nested loop) they are located `unsupported` errors.
+//! iteration and a flag that it ran (the check fails when the loop stopped before). Probes
+//! in the branches of a `case` or `if` there are read when every branch probes each id as
+//! often as the others ([`BranchProbe`]): each branch also returns what it probed, and the
+//! values of the branch taken are the executions. Elsewhere in a region (a branch whose
+//! probes differ, a nested loop or branch) they are located `unsupported` errors.
 
 use crate::ast::{AttrVal, Block, ModuleAst, OpAst};
 use crate::checks::{Check, CheckKind};
@@ -282,6 +285,83 @@ pub fn loop_slots(body: &Body, step: &Block, iters: &HashMap<String, usize>) -> 
         }
     }
     Ok(slots)
+}
+
+/// A probe of the branches of a `case` or `if`: every branch probes its id the same number of
+/// times, so the value of this execution is the taken branch's, returned by each branch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BranchProbe {
+    /// The probe id.
+    pub id: String,
+    /// The probed value's type.
+    pub ty: TensorType,
+}
+
+/// The probes of a branch's own body: (id, type), in text order.
+fn own_probes(b: &Block) -> Result<Vec<(String, TensorType)>> {
+    let mut out = Vec::new();
+    for op in b.ops.iter().filter(|o| o.name == "interpreter.probe") {
+        let types = crate::import::result_types(op);
+        let Some([ty]) = types.as_deref() else {
+            return Err(Error::invalid(op.pos, "`interpreter.probe` needs its type"));
+        };
+        out.push((probe_id(op)?, ty.clone()));
+    }
+    Ok(out)
+}
+
+/// The probes of `op`'s branches `regions`, in the first branch's order; every branch must
+/// probe each id as often as the others, with the same types (else which executions of an id
+/// happened would depend on the branch taken, which kiln does not record).
+pub fn branch_probes(op: &OpAst, regions: &[&Block]) -> Result<Vec<BranchProbe>> {
+    let all: Vec<Vec<(String, TensorType)>> = regions
+        .iter()
+        .map(|r| own_probes(r))
+        .collect::<Result<_>>()?;
+    let Some(first) = all.first() else {
+        return Ok(Vec::new());
+    };
+    let of = |probes: &[(String, TensorType)], id: &str| -> Vec<TensorType> {
+        probes
+            .iter()
+            .filter(|(i, _)| i == id)
+            .map(|(_, t)| t.clone())
+            .collect()
+    };
+    for (b, probes) in all.iter().enumerate() {
+        for (id, _) in probes.iter().chain(first) {
+            if of(probes, id) != of(first, id) {
+                return Err(Error::unsupported(
+                    op.pos,
+                    format!(
+                        "the probes under \"{id}\" of branch {b} of `{}`: kiln reads probes in branches that each probe an id as often as the others, with the same types",
+                        op.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(first
+        .iter()
+        .map(|(id, ty)| BranchProbe {
+            id: id.clone(),
+            ty: ty.clone(),
+        })
+        .collect())
+}
+
+/// What a branch returns for `probes` after its own results: the value of each execution,
+/// as its own probes (`body.probes`) probed it.
+pub fn branch_outputs(body: &Body, probes: &[BranchProbe], pos: Pos) -> Result<Vec<ValueId>> {
+    let mut out = Vec::with_capacity(probes.len());
+    for (k, p) in probes.iter().enumerate() {
+        let j = probes[..k].iter().filter(|q| q.id == p.id).count();
+        let Some(&(_, v)) = body.probes.iter().filter(|(i, _)| *i == p.id).nth(j) else {
+            return Err(Error::invalid(pos, "a probe of a branch was not read"));
+        };
+        out.push(v);
+    }
+    Ok(out)
 }
 
 /// The loop function's parameters for `slots`: the iteration counter, each slot's value and
