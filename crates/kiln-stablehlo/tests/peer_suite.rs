@@ -2,7 +2,11 @@
 //! `../shared/peer-suites/stablehlo-interpret/` next to the repository) as a peer suite:
 //! every `// -----` module is imported with its `check.*` ops, its entry function (`@main`,
 //! or the only function; else every function without parameters) runs on the reference
-//! interpreter and on the CPU backend, and the checks compare the results on the host.
+//! interpreter and on the CPU backend, and the checks compare the results on the host. An
+//! entry that takes arguments runs on those of the file's `--args` RUN lines, its printed
+//! results matched against their `CHECK` lines. An `interpreter.run_parallel` runs its
+//! programs on a grid of threads, their `send` and `recv` ops meeting in a
+//! [`Channels`] table.
 //!
 //! The outcome of every module is in `ir-specs/stablehlo-suite.md`; the test fails when a
 //! module listed there as passing no longer passes. `KILN_BLESS=1` rewrites the table.
