@@ -126,6 +126,9 @@ fn unplaced(checks: &[FuncChecks]) -> Vec<FuncChecks> {
         for p in &mut f.prints {
             p.pos = Default::default();
         }
+        for t in f.sends.iter_mut().chain(&mut f.recvs) {
+            t.pos = Default::default();
+        }
     }
     checks
 }

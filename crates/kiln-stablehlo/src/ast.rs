@@ -67,8 +67,11 @@ pub struct Name {
 /// A block: arguments and operations (regions here have exactly one block).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Block {
-    /// The block arguments and their types.
+    /// The block arguments and their types (a tuple argument one per leaf, all with the
+    /// argument's name; a token argument none).
     pub args: Vec<(Name, TensorType)>,
+    /// Each argument's name and shape; empty when none is a tuple or a token.
+    pub arg_shapes: Vec<(Name, Shape)>,
     /// The operations, the last one the terminator.
     pub ops: Vec<OpAst>,
 }

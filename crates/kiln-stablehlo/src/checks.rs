@@ -72,6 +72,12 @@ pub struct FuncChecks {
     /// The outputs that hold what its `stablehlo.outfeed` ops write, in order (after the
     /// printed values).
     pub outfeed: Range<usize>,
+    /// The function's `stablehlo.send` ops, in order, each with the outputs that hold what it
+    /// sends (after the outfeed ones; see [`crate::channel`]).
+    pub sends: Vec<crate::channel::Transfer>,
+    /// The function's `stablehlo.recv` ops, in order, each with the parameters that receive
+    /// what it reads.
+    pub recvs: Vec<crate::channel::Transfer>,
 }
 
 impl Check {

@@ -84,7 +84,7 @@ fn replica_groups(op: &OpAst) -> Result<Vec<Vec<i64>>> {
 }
 
 /// The `handle` of `channel_handle` (or a plain `channel_id`), 0 when absent.
-fn channel_id(op: &OpAst) -> Result<i64> {
+pub(crate) fn channel_id(op: &OpAst) -> Result<i64> {
     match op.attr("channel_handle").or_else(|| op.attr("channel_id")) {
         None => Ok(0),
         Some((AttrVal::Int(i), _)) => Ok(*i),

@@ -99,6 +99,12 @@ impl Printer {
     }
 
     fn block(&mut self, b: &Block, indent: usize) -> Result<()> {
+        if let Some((n, _)) = b.arg_shapes.first() {
+            return Err(Error::unsupported(
+                n.pos,
+                "tuple or token block arguments in the generic form (the syntax tree lists their tensors flat)",
+            ));
+        }
         let pad = "  ".repeat(indent);
         let args: Vec<String> = b
             .args

@@ -49,6 +49,10 @@ pub struct Body {
     pub infeed: Vec<usize>,
     /// The values `stablehlo.outfeed` writes, in order.
     pub outfeed: Vec<ValueId>,
+    /// The `stablehlo.send` ops, in order (their values become outputs).
+    pub(crate) sends: Vec<crate::channel::Pending>,
+    /// The `stablehlo.recv` ops, in order, with the parameters that receive their values.
+    pub recvs: Vec<crate::channel::Transfer>,
 }
 
 /// A named value: a tensor, or a tuple of named values (kiln has no tuples; a tuple is the
@@ -186,6 +190,8 @@ impl<'m> Importer<'m> {
             probe_flags: HashMap::new(),
             infeed: Vec::new(),
             outfeed: Vec::new(),
+            sends: Vec::new(),
+            recvs: Vec::new(),
         };
         let mut names = Names::new();
         let params: Vec<ValueId> = f
@@ -228,6 +234,22 @@ impl<'m> Importer<'m> {
         let first = outputs.len();
         outputs.extend(std::mem::take(&mut body.outfeed));
         let outfeed = first..outputs.len();
+        let mut sends = Vec::new();
+        for send in std::mem::take(&mut body.sends) {
+            let first = outputs.len();
+            let types = send
+                .values
+                .iter()
+                .map(|&v| value_type(&body, v))
+                .collect::<Result<_>>()?;
+            outputs.extend(&send.values);
+            sends.push(crate::channel::Transfer {
+                channel: send.channel,
+                pos: send.pos,
+                values: first..outputs.len(),
+                types,
+            });
+        }
         let func = body
             .b
             .finish(&outputs)
@@ -242,6 +264,8 @@ impl<'m> Importer<'m> {
                 prints,
                 infeed: std::mem::take(&mut body.infeed),
                 outfeed,
+                sends,
+                recvs: std::mem::take(&mut body.recvs),
             },
         ))
     }
@@ -277,7 +301,8 @@ impl<'m> Importer<'m> {
                 format!("a block must end with `{terminator}`, not `{}`", last.name),
             ));
         }
-        let vals = operands(names, last, terminator == "func.return")?;
+        // A tuple returned (by a function, or a region of control flow) is its tensors.
+        let vals = operands(names, last, true)?;
         if let Sig::List(ts) | Sig::Func(ts, _) = &last.sig {
             check_types(body, &vals, ts, last.pos, &format!("`{terminator}`"))?;
         }
@@ -299,7 +324,7 @@ impl<'m> Importer<'m> {
         if !op.tuples.is_empty() || op.operands.iter().any(|n| names.tuple(n).is_some()) {
             return crate::tuple::lower(self, body, names, op, &args);
         }
-        if !op.quant.is_empty() {
+        if !op.quant.is_empty() && !crate::quant::passes_storage(&op.name) {
             let results = crate::quant::lower(body, op, &args)?;
             return bind_results(names, op, &results);
         }
@@ -396,7 +421,8 @@ impl<'m> Importer<'m> {
             .map_err(|e| Error::invalid(op.pos, e.diag.message))
     }
 
-    /// Whether `f` has `check.*` ops, in its body, its regions or the functions it calls.
+    /// Whether `f` has `check.*` ops (or `send` / `recv`, which the runner routes by the
+    /// function it runs), in its body, its regions or the functions it calls.
     fn has_checks(&self, f: &FuncAst, seen: &mut HashSet<String>) -> bool {
         if !seen.insert(f.name.clone()) {
             return false;
@@ -411,6 +437,7 @@ impl<'m> Importer<'m> {
         ops(&f.body, &mut all);
         all.iter().any(|op| {
             op.name.starts_with("check.")
+                || matches!(op.name.as_str(), "stablehlo.send" | "stablehlo.recv")
                 || (op.name == "func.call"
                     && matches!(op.attr("callee"), Some((crate::ast::AttrVal::Symbol(c), _))
                         if self.funcs.get(c.as_str()).is_some_and(|g| self.has_checks(g, seen))))
@@ -489,10 +516,11 @@ impl<'m> Importer<'m> {
         captured: &[(String, ValueId)],
         role: Role,
     ) -> Result<Func> {
-        let (extra_outputs, slots) = match role {
-            Role::Plain => (false, &[][..]),
-            Role::LoopCond(slots) => (false, slots),
-            Role::LoopBody(slots) => (true, slots),
+        let (extra_outputs, slots, branch_probes) = match role {
+            Role::Plain => (false, &[][..], None),
+            Role::LoopCond(slots) => (false, slots, None),
+            Role::LoopBody(slots) => (true, slots, None),
+            Role::Branch(probes) => (false, &[][..], Some(probes)),
         };
         let mut body = Body {
             b: Builder::new(name),
@@ -506,12 +534,16 @@ impl<'m> Importer<'m> {
             probe_flags: HashMap::new(),
             infeed: Vec::new(),
             outfeed: Vec::new(),
+            sends: Vec::new(),
+            recvs: Vec::new(),
         };
         let mut names = Names::new();
-        for (n, t) in &block.args {
-            let v = body.b.param(t.clone());
-            define(&mut names, n, v)?;
-        }
+        let params: Vec<ValueId> = block
+            .args
+            .iter()
+            .map(|(_, t)| body.b.param(t.clone()))
+            .collect();
+        define_block_args(&mut names, &block.args, &block.arg_shapes, &params)?;
         let mut cap_params = Vec::new();
         for (n, outer_v) in captured {
             let t = value_type(outer, *outer_v)?;
@@ -523,9 +555,12 @@ impl<'m> Importer<'m> {
             cap_params.push(v);
         }
         let slot_params = crate::probe::slot_params(&mut body, slots);
-        body.allow_probes = extra_outputs && outer.allow_checks;
+        body.allow_probes = (extra_outputs || branch_probes.is_some()) && outer.allow_checks;
         let (mut outs, _) =
             self.block(&mut body, &mut names, &block.ops, pos, "stablehlo.return")?;
+        if let Some(probes) = branch_probes {
+            outs.extend(crate::probe::branch_outputs(&body, probes, pos)?);
+        }
         if extra_outputs {
             outs.extend(cap_params);
             outs.extend(crate::probe::slot_updates(
@@ -538,6 +573,22 @@ impl<'m> Importer<'m> {
         body.b
             .finish(&outs)
             .map_err(|e| Error::invalid(pos, e.diag.message))
+    }
+
+    /// `while`, `if` or `case` (`op`, a control flow op by its name), its operands `args`
+    /// (tuples as their tensors); returns its results (tuples as their tensors).
+    pub(crate) fn control(
+        &mut self,
+        body: &mut Body,
+        names: &Names,
+        op: &OpAst,
+        args: &[ValueId],
+    ) -> Result<Vec<ValueId>> {
+        match op.name.as_str() {
+            "stablehlo.while" => self.while_op(body, names, op, args),
+            "stablehlo.if" => self.if_op(body, names, op, args),
+            _ => self.case_op(body, names, op, args),
+        }
     }
 
     /// `while`: captured values become extra carries.
@@ -554,7 +605,24 @@ impl<'m> Importer<'m> {
                 format!("`stablehlo.while` has 2 regions, not {}", op.regions.len()),
             ));
         };
+        // Each region takes the carries as they are written: tuples and tokens included.
+        let carried: Vec<Shape> = op
+            .operands
+            .iter()
+            .map(|n| names.tuple(n).map_or(Shape::Leaf, crate::tuple::shape_of))
+            .collect();
         for r in [cond, step] {
+            let taken: Vec<Shape> = if r.arg_shapes.is_empty() {
+                vec![Shape::Leaf; r.args.len()]
+            } else {
+                r.arg_shapes.iter().map(|(_, s)| s.clone()).collect()
+            };
+            if taken != carried {
+                return Err(Error::invalid(
+                    op.pos,
+                    "the arguments of a `stablehlo.while` region are not its operands' tuples, tokens and tensors",
+                ));
+            }
             if r.args.len() != args.len() {
                 return Err(Error::invalid(
                     op.pos,
@@ -687,27 +755,40 @@ impl<'m> Importer<'m> {
             ));
         }
         let captured = captures(names, &regions, op.pos)?;
+        let probes = if body.allow_checks {
+            crate::probe::branch_probes(op, &regions)?
+        } else {
+            Vec::new()
+        };
+        let role = if probes.is_empty() {
+            Role::Plain
+        } else {
+            Role::Branch(&probes)
+        };
         let mut branches = Vec::new();
         for (i, r) in regions.iter().enumerate() {
-            branches.push(self.region(
-                body,
-                &format!("branch{i}"),
-                r,
-                op.pos,
-                &captured,
-                Role::Plain,
-            )?);
+            branches.push(self.region(body, &format!("branch{i}"), r, op.pos, &captured, role)?);
         }
         let mut operands = vec![index];
         operands.extend(captured.iter().map(|(_, v)| *v));
-        let declared = result_types(op);
-        push(
+        let declared = result_types(op).map(|mut d| {
+            d.extend(probes.iter().map(|p| p.ty.clone()));
+            d
+        });
+        let mut out = push(
             body,
             op,
             Op::Case { branches },
             &operands,
             declared.as_deref(),
-        )
+        )?;
+        // The values the taken branch probed, in the order its probes ran.
+        let own = out.len().saturating_sub(probes.len());
+        for (p, &v) in probes.iter().zip(&out[own..]) {
+            body.probes.push((p.id.clone(), v));
+        }
+        out.truncate(own);
+        Ok(out)
     }
 
     /// The one region of `op` as a kiln function named `name`; an error when there is not one
@@ -860,6 +941,8 @@ enum Role<'s> {
     LoopCond(&'s [crate::probe::Slot]),
     /// A loop's body: it also takes and returns the captured values and the probe carries.
     LoopBody(&'s [crate::probe::Slot]),
+    /// A branch of `case` or `if`: it also returns the values its probes probed.
+    Branch(&'s [crate::probe::BranchProbe]),
 }
 
 /// Whether `name` ends a block.
@@ -895,14 +978,25 @@ pub fn define_tree(names: &mut Names, n: &Name, t: Tree) -> Result<()> {
 /// Names a function's parameters `params` (one per tensor of its arguments, a tuple argument
 /// grouped as its shape says).
 fn define_args(names: &mut Names, f: &FuncAst, params: &[ValueId]) -> Result<()> {
-    if f.arg_shapes.is_empty() {
-        for ((n, _), &v) in f.body.args.iter().zip(params) {
+    define_block_args(names, &f.body.args, &f.arg_shapes, params)
+}
+
+/// Names the parameters `params` of a function or region whose block arguments are `args`
+/// (one per tensor) of shapes `shapes` (empty when every argument is a tensor).
+fn define_block_args(
+    names: &mut Names,
+    args: &[(Name, TensorType)],
+    shapes: &[(Name, Shape)],
+    params: &[ValueId],
+) -> Result<()> {
+    if shapes.is_empty() {
+        for ((n, _), &v) in args.iter().zip(params) {
             define(names, n, v)?;
         }
         return Ok(());
     }
     let mut vals = params.iter().copied();
-    for (n, shape) in &f.arg_shapes {
+    for (n, shape) in shapes {
         let tree = Tree::of(shape, &mut vals)
             .ok_or_else(|| Error::invalid(n.pos, "fewer arguments than the signature's types"))?;
         define_tree(names, n, tree)?;
@@ -1060,7 +1154,13 @@ fn captures(names: &Names, regions: &[&Block], pos: Pos) -> Result<Vec<(String, 
 
 /// The names a block tree defines and uses.
 fn collect(b: &Block, defined: &mut HashSet<String>, used: &mut Vec<Name>) {
-    for (n, _) in &b.args {
+    // Every argument, tokens (which have no tensor in `args`) included.
+    for n in b
+        .args
+        .iter()
+        .map(|(n, _)| n)
+        .chain(b.arg_shapes.iter().map(|(n, _)| n))
+    {
         defined.insert(n.name.clone());
     }
     for op in &b.ops {

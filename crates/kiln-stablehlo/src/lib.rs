@@ -19,7 +19,9 @@
 //! [`special`], [`next_after`] and [`top_k`] for `chlo` functions; [`quant`] for quantized
 //! types, which become their storage types and decomposed ops; [`tuple`](mod@tuple) for tuples, which
 //! become lists of tensors), [`checks`] (the `check`
-//! dialect of StableHLO's tests) and [`probe`] (its interpreter's `probe` and `print`), [`generic`] (the tree written back in MLIR's generic op
+//! dialect of StableHLO's tests), [`probe`] (its interpreter's `probe` and `print`),
+//! [`channel`] (`send` and `recv` between the programs of its `run_parallel`) and [`args`]
+//! (an entry function's `--args`), [`generic`] (the tree written back in MLIR's generic op
 //! form, which MLIR parses without knowing StableHLO).
 //!
 //! Programs JAX exports (`jax.jit(f).lower(...).as_text()`, with or without debug
@@ -31,8 +33,10 @@
 //! constants) that [`parse`] reads back to the same module and XLA compiles.
 #![warn(missing_docs)]
 
+pub mod args;
 pub mod ast;
 pub mod attrs;
+pub mod channel;
 pub mod checks;
 pub mod chlo;
 pub mod collective;

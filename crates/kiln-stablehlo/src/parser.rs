@@ -299,7 +299,9 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
             let v = c.value()?;
             c.expect(":")?;
             let mut leaves = Vec::new();
-            arg_shapes.push((v.clone(), c.type_leaves(&mut leaves, false)?));
+            // A quantized parameter is its storage tensor (see `crate::quant`).
+            arg_shapes.push((v.clone(), c.type_leaves(&mut leaves, true)?));
+            c.sig_quants.clear();
             if c.is("{") {
                 c.skip_group("{", "}")?;
             }
@@ -316,7 +318,7 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
         if c.eat("(") {
             if !c.eat(")") {
                 loop {
-                    c.type_leaves(&mut results, false)?;
+                    c.type_leaves(&mut results, true)?;
                     if c.is("{") {
                         c.skip_group("{", "}")?;
                     }
@@ -327,8 +329,9 @@ fn parse_func(c: &mut Cursor) -> Result<FuncAst> {
                 }
             }
         } else {
-            c.type_leaves(&mut results, false)?;
+            c.type_leaves(&mut results, true)?;
         }
+        c.sig_quants.clear();
     }
     if arg_shapes.iter().all(|(_, s)| *s == Shape::Leaf) {
         arg_shapes.clear();
@@ -382,9 +385,17 @@ pub fn parse_block_body(c: &mut Cursor) -> Result<Block> {
             loop {
                 let v = c.value()?;
                 c.expect(":")?;
-                let t = c.tensor_type()?;
+                // A quantized block argument is its storage tensor (see `crate::quant`), a
+                // tuple its tensors (see `crate::tuple`).
+                let mark = c.sig_quants.len();
+                let mut leaves = Vec::new();
+                let shape = c.type_leaves(&mut leaves, true)?;
+                c.sig_quants.truncate(mark);
                 c.skip_loc()?;
-                block.args.push((v, t));
+                block
+                    .args
+                    .extend(leaves.into_iter().map(|t| (v.clone(), t)));
+                block.arg_shapes.push((v, shape));
                 if c.eat(")") {
                     break;
                 }
@@ -392,6 +403,9 @@ pub fn parse_block_body(c: &mut Cursor) -> Result<Block> {
             }
         }
         c.expect(":")?;
+        if block.arg_shapes.iter().all(|(_, s)| *s == Shape::Leaf) {
+            block.arg_shapes.clear();
+        }
     }
     while !c.eat("}") {
         if let Tok::Caret(_) = c.peek() {

@@ -7,10 +7,11 @@
 //! ...) which the op mapping accepts next to the generic ones. Ops whose syntax is their own
 //! (`func.return`, `func.call`, `while`, `reduce`) have their own parsers here.
 
-use crate::ast::{AttrVal, Block, Name, OpAst, Sig};
+use crate::ast::{AttrVal, Block, Name, OpAst, Shape, Sig};
 use crate::error::{Error, Pos, Result, quote};
 use crate::lexer::Tok;
 use crate::parser::{Cursor, parse_block_body, parse_func_sig, parse_pretty_sig};
+use kiln_ir::TensorType;
 
 /// The attribute names of positional keywords, by op: `compare EQ, %a, %b, FLOAT`.
 fn keyword_names(op: &str) -> &'static [&'static str] {
@@ -392,6 +393,20 @@ fn parse_while(c: &mut Cursor, mut op: OpAst) -> Result<OpAst> {
             _ => return Err(Error::syntax(c.pos(), "a while's types are a list")),
         }
     }
+    // Tuple or token carries: each carry's tensors, all with its name.
+    let shapes = c.sig_shapes.clone();
+    let mut arg_shapes = Vec::new();
+    if shapes.len() == args.len() && shapes.iter().any(|s| *s != Shape::Leaf) {
+        let mut leaves = types.iter();
+        let mut block_args = Vec::new();
+        for (a, s) in args.iter().zip(&shapes) {
+            for t in leaves.by_ref().take(s.leaves()) {
+                block_args.push((a.clone(), t.clone()));
+            }
+            arg_shapes.push((a.clone(), s.clone()));
+        }
+        return while_regions(c, op, block_args, arg_shapes, types);
+    }
     if types.len() != args.len() {
         return Err(Error::invalid(
             op.pos,
@@ -403,6 +418,17 @@ fn parse_while(c: &mut Cursor, mut op: OpAst) -> Result<OpAst> {
         ));
     }
     let block_args: Vec<_> = args.into_iter().zip(types.iter().cloned()).collect();
+    while_regions(c, op, block_args, arg_shapes, types)
+}
+
+/// The `cond { ... } do { ... }` regions of a pretty `while`, each taking `block_args`.
+fn while_regions(
+    c: &mut Cursor,
+    mut op: OpAst,
+    block_args: Vec<(Name, TensorType)>,
+    arg_shapes: Vec<(Name, Shape)>,
+    types: Vec<TensorType>,
+) -> Result<OpAst> {
     for kw in ["cond", "do"] {
         c.expect_ident(kw)?;
         c.expect("{")?;
@@ -414,6 +440,7 @@ fn parse_while(c: &mut Cursor, mut op: OpAst) -> Result<OpAst> {
             ));
         }
         b.args = block_args.clone();
+        b.arg_shapes = arg_shapes.clone();
         op.regions.push(b);
     }
     op.sig = Sig::List(types);

@@ -12,8 +12,11 @@
 //! and prints are read in a function's own body, where each runs once, and probes also in the
 //! body of a `while` there, which runs once per iteration: the loop carries an iteration
 //! counter and, for each execution a check reads ([`Slot`]), the value probed at that
-//! iteration and a flag that it ran (the check fails when the loop stopped before). Elsewhere
-//! in a region (a branch, a nested loop) they are located `unsupported` errors.
+//! iteration and a flag that it ran (the check fails when the loop stopped before). Probes
+//! in the branches of a `case` or `if` there are read when every branch probes each id as
+//! often as the others ([`BranchProbe`]): each branch also returns what it probed, and the
+//! values of the branch taken are the executions. Elsewhere in a region (a branch whose
+//! probes differ, a nested loop or branch) they are located `unsupported` errors.
 
 use crate::ast::{AttrVal, Block, ModuleAst, OpAst};
 use crate::checks::{Check, CheckKind};
@@ -31,6 +34,74 @@ pub struct Print {
     pub pos: Pos,
     /// The output of the function holding the value.
     pub output: usize,
+}
+
+/// A value as StableHLO's interpreter prints a result or an `interpreter.print`: its type,
+/// then its elements in braces, a scalar on the same line (`tensor<ui8> {1}`), a tensor's
+/// nested lists one level of nesting a line (`tensor<2xi32> {` / `  [3, 3]` / `}`), floats
+/// in exponent form (`1.000000e+00`).
+pub fn interpreter_text(v: &Literal) -> String {
+    let ty = crate::literal::type_name(v.ty());
+    let d = v.dtype();
+    let p = Printer {
+        v,
+        floats: (d.is_float() && !d.is_complex()).then(|| v.to_f64s()),
+        strides: (0..v.shape().len())
+            .map(|k| v.shape()[k + 1..].iter().product())
+            .collect(),
+    };
+    if v.shape().is_empty() {
+        return format!("{ty} {{{}}}", p.elem(0));
+    }
+    format!("{ty} {{\n  {}\n}}", p.lists(0, 0, 2))
+}
+
+/// A value being printed by [`interpreter_text`].
+struct Printer<'a> {
+    v: &'a Literal,
+    /// The elements of a real float value.
+    floats: Option<Vec<f64>>,
+    /// The row-major stride of each dimension, in elements.
+    strides: Vec<usize>,
+}
+
+impl Printer<'_> {
+    /// The nested lists from dimension `dim` at element `offset`, their inner lines indented
+    /// past `indent` spaces.
+    fn lists(&self, dim: usize, offset: usize, indent: usize) -> String {
+        let n = self.v.shape()[dim];
+        if dim + 1 == self.v.shape().len() {
+            let elems: Vec<String> = (0..n).map(|i| self.elem(offset + i)).collect();
+            return format!("[{}]", elems.join(", "));
+        }
+        if n == 0 {
+            return "[]".into();
+        }
+        let pad = " ".repeat(indent + 2);
+        let items: Vec<String> = (0..n)
+            .map(|i| {
+                let inner = self.lists(dim + 1, offset + i * self.strides[dim], indent + 2);
+                format!("{pad}{inner}")
+            })
+            .collect();
+        format!("[\n{}\n{}]", items.join(",\n"), " ".repeat(indent))
+    }
+
+    /// One element: a finite real float as C's `%e` (`-3.000000e+00`), anything else as
+    /// kiln writes it.
+    fn elem(&self, i: usize) -> String {
+        if let Some(x) = self.floats.as_ref().map(|f| f[i]).filter(|x| x.is_finite()) {
+            let s = format!("{x:.6e}");
+            if let Some((m, e)) = s.split_once('e') {
+                let (sign, digits) = match e.strip_prefix('-') {
+                    Some(d) => ('-', d),
+                    None => ('+', e),
+                };
+                return format!("{m}e{sign}{digits:0>2}");
+            }
+        }
+        self.v.format_elem(i)
+    }
 }
 
 /// Refuses `op` where instrumentation is not read: outside checks, or in a region.
@@ -214,6 +285,83 @@ pub fn loop_slots(body: &Body, step: &Block, iters: &HashMap<String, usize>) -> 
         }
     }
     Ok(slots)
+}
+
+/// A probe of the branches of a `case` or `if`: every branch probes its id the same number of
+/// times, so the value of this execution is the taken branch's, returned by each branch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BranchProbe {
+    /// The probe id.
+    pub id: String,
+    /// The probed value's type.
+    pub ty: TensorType,
+}
+
+/// The probes of a branch's own body: (id, type), in text order.
+fn own_probes(b: &Block) -> Result<Vec<(String, TensorType)>> {
+    let mut out = Vec::new();
+    for op in b.ops.iter().filter(|o| o.name == "interpreter.probe") {
+        let types = crate::import::result_types(op);
+        let Some([ty]) = types.as_deref() else {
+            return Err(Error::invalid(op.pos, "`interpreter.probe` needs its type"));
+        };
+        out.push((probe_id(op)?, ty.clone()));
+    }
+    Ok(out)
+}
+
+/// The probes of `op`'s branches `regions`, in the first branch's order; every branch must
+/// probe each id as often as the others, with the same types (else which executions of an id
+/// happened would depend on the branch taken, which kiln does not record).
+pub fn branch_probes(op: &OpAst, regions: &[&Block]) -> Result<Vec<BranchProbe>> {
+    let all: Vec<Vec<(String, TensorType)>> = regions
+        .iter()
+        .map(|r| own_probes(r))
+        .collect::<Result<_>>()?;
+    let Some(first) = all.first() else {
+        return Ok(Vec::new());
+    };
+    let of = |probes: &[(String, TensorType)], id: &str| -> Vec<TensorType> {
+        probes
+            .iter()
+            .filter(|(i, _)| i == id)
+            .map(|(_, t)| t.clone())
+            .collect()
+    };
+    for (b, probes) in all.iter().enumerate() {
+        for (id, _) in probes.iter().chain(first) {
+            if of(probes, id) != of(first, id) {
+                return Err(Error::unsupported(
+                    op.pos,
+                    format!(
+                        "the probes under \"{id}\" of branch {b} of `{}`: kiln reads probes in branches that each probe an id as often as the others, with the same types",
+                        op.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(first
+        .iter()
+        .map(|(id, ty)| BranchProbe {
+            id: id.clone(),
+            ty: ty.clone(),
+        })
+        .collect())
+}
+
+/// What a branch returns for `probes` after its own results: the value of each execution,
+/// as its own probes (`body.probes`) probed it.
+pub fn branch_outputs(body: &Body, probes: &[BranchProbe], pos: Pos) -> Result<Vec<ValueId>> {
+    let mut out = Vec::with_capacity(probes.len());
+    for (k, p) in probes.iter().enumerate() {
+        let j = probes[..k].iter().filter(|q| q.id == p.id).count();
+        let Some(&(_, v)) = body.probes.iter().filter(|(i, _)| *i == p.id).nth(j) else {
+            return Err(Error::invalid(pos, "a probe of a branch was not read"));
+        };
+        out.push(v);
+    }
+    Ok(out)
 }
 
 /// The loop function's parameters for `slots`: the iteration counter, each slot's value and

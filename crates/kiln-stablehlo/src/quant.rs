@@ -25,9 +25,14 @@
 //!
 //! Per-axis scales and zero points are constants of the dimension's size broadcast along it
 //! (`broadcast_in_dim`). The zero point is subtracted in `i64`, not the storage type, so a
-//! difference beyond the storage range (`127 - -128`) does not wrap. An op with regions, a
-//! call, a check, or a quantized type anywhere but an op's signature is a located
-//! `unsupported` error.
+//! difference beyond the storage range (`127 - -128`) does not wrap.
+//!
+//! A quantized function parameter or result, or block argument, is its storage tensor, and
+//! so is a quantized operand or result of an op that only moves values ([`passes_storage`]:
+//! `func.call`, `while`, `if`, `case`): the ops that compute on them inside decompose as
+//! their own signatures say. Any other op with regions (`reduce`, `sort`, ...) or a check on
+//! quantized types, or a quantized type outside a signature, is a located `unsupported`
+//! error.
 
 use crate::ast::{OpAst, Sig};
 use crate::error::{Error, Pos, Result, quote};
@@ -316,6 +321,16 @@ fn expressed_sig(op: &OpAst) -> Sig {
         ),
         Sig::None => Sig::None,
     }
+}
+
+/// Whether `name` moves quantized values without computing on them, so that it takes and
+/// gives their storage tensors as they are: a call, and the control flow ops `while`, `if`
+/// and `case` (the ops of their regions and callees decompose as their own signatures say).
+pub fn passes_storage(name: &str) -> bool {
+    matches!(
+        name,
+        "func.call" | "stablehlo.while" | "stablehlo.if" | "stablehlo.case"
+    )
 }
 
 /// Imports an op whose signature has quantized types (see the module's table).

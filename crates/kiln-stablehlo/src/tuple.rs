@@ -2,16 +2,19 @@
 //! tensors (its leaves, nested tuples in order) with its shape ([`Tree`]) kept by name.
 //! `tuple` builds the tree of its operands, `get_tuple_element` picks a sub-tree, and a
 //! tuple passed to `func.call` or `func.return`, or taken as a function parameter, is its
-//! leaves (the function's kiln parameters and outputs are the flat list). Any other use of a
-//! tuple (an op, a region's carry or capture) is a located `unsupported` error.
+//! leaves (the function's kiln parameters and outputs are the flat list). So are the
+//! carries of a `while` (its regions' tuple arguments grouped back by name) and the results
+//! of `while`, `if` and `case` (their regions return tuples as their leaves). Any other use
+//! of a tuple (an op, a region's capture) is a located `unsupported` error.
 //!
 //! A token (`!stablehlo.token`) is the empty list: it holds no data and only orders the
 //! side-effecting ops that take it, and kiln's imported ops have no side effects to order.
-//! `after_all` makes one, and tokens pass through functions and calls as tuples do; an op
+//! `after_all` makes one, and tokens pass through functions and calls as tuples do.
 //! In the functions of an interpreter test (read with checks), `infeed` reads each tensor as a
 //! new parameter of its function, which the runner feeds from the `run_parallel`'s infeed
 //! queue, and `outfeed` writes each tensor as an output ([`crate::FuncChecks::infeed`],
-//! [`crate::FuncChecks::outfeed`]); `send` and `recv` are `unsupported`.
+//! [`crate::FuncChecks::outfeed`]); `send` and `recv` likewise move tensors between the
+//! programs of a `run_parallel` through channels ([`crate::channel`]).
 
 use crate::ast::{OpAst, Shape, Sig};
 use crate::error::{Error, Result};
@@ -44,7 +47,7 @@ fn result_leaf_types(op: &OpAst) -> Option<Vec<TensorType>> {
 }
 
 /// The shape of a tree.
-fn shape_of(t: &Tree) -> Shape {
+pub(crate) fn shape_of(t: &Tree) -> Shape {
     match t {
         Tree::Leaf(_) => Shape::Leaf,
         Tree::Tuple(parts) => Shape::Tuple(parts.iter().map(shape_of).collect()),
@@ -169,6 +172,10 @@ pub fn lower(
             };
             bind_shaped(names, op, results)
         }
+        "stablehlo.while" | "stablehlo.if" | "stablehlo.case" => {
+            let results = imp.control(body, names, op, args)?;
+            bind_shaped(names, op, results)
+        }
         "stablehlo.infeed" | "stablehlo.outfeed" if body.allow_checks => {
             feed(body, names, op, args)
         }
@@ -176,10 +183,7 @@ pub fn lower(
             op.pos,
             format!("`{name}` here (read by `parse_with_checks`, in a function's own body only)"),
         )),
-        name @ ("stablehlo.send" | "stablehlo.recv") => Err(Error::unsupported(
-            op.pos,
-            format!("`{name}` (kiln has no channel transfers between processes)"),
-        )),
+        "stablehlo.send" | "stablehlo.recv" => crate::channel::lower(body, names, op, args),
         name => Err(Error::unsupported(
             op.pos,
             format!(
@@ -212,7 +216,7 @@ fn feed(body: &mut Body, names: &mut Names, op: &OpAst, args: &[ValueId]) -> Res
 }
 
 /// Names `op`'s results, `results` grouped as its signature's result types say.
-fn bind_shaped(names: &mut Names, op: &OpAst, results: Vec<ValueId>) -> Result<()> {
+pub(crate) fn bind_shaped(names: &mut Names, op: &OpAst, results: Vec<ValueId>) -> Result<()> {
     let shapes = result_shapes(op);
     let leaves: usize = shapes.iter().map(Shape::leaves).sum();
     if shapes.len() != op.results.len() || leaves != results.len() {

@@ -17,7 +17,8 @@
 //! for the importer, which flattens tuple values), a token type (`!stablehlo.token`) there
 //! the empty list; anywhere else either is `unsupported`. A quantized tensor
 //! (`tensor<2x!quant.uniform<i8:f32, 0.1>>`) in an op's signature is its storage type, its
-//! quantization kept for the op ([`crate::quant`]); anywhere else it is `unsupported`.
+//! quantization kept for the op ([`crate::quant`]); in a function's signature or a block's
+//! arguments it is its storage type; anywhere else it is `unsupported`.
 
 use crate::ast::Shape;
 use crate::error::{Error, Pos, Result, quote};

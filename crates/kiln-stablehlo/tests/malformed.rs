@@ -125,10 +125,11 @@ fn unknown_ops_and_types() {
         "1:28",
         "dynamic dimensions",
     );
+    // A quantized type in an attribute (a signature's is read as its storage type).
     fails_as(
-        "func.func @main(%t: tensor<2x!quant.uniform<i8:f32, 1.0>>) {\n  func.return\n}",
+        "func.func @main() {\n  %0 = \"stablehlo.constant\"() {value = dense<1> : tensor<!quant.uniform<i8:f32, 1.0>>} : () -> tensor<i8>\n  func.return\n}",
         ErrorKind::Unsupported,
-        "1:30",
+        "2:58",
         "!quant.uniform",
     );
     fails_as(

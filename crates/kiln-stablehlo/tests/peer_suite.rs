@@ -2,7 +2,11 @@
 //! `../shared/peer-suites/stablehlo-interpret/` next to the repository) as a peer suite:
 //! every `// -----` module is imported with its `check.*` ops, its entry function (`@main`,
 //! or the only function; else every function without parameters) runs on the reference
-//! interpreter and on the CPU backend, and the checks compare the results on the host.
+//! interpreter and on the CPU backend, and the checks compare the results on the host. An
+//! entry that takes arguments runs on those of the file's `--args` RUN lines, its printed
+//! results matched against their `CHECK` lines. An `interpreter.run_parallel` runs its
+//! programs on a grid of threads, their `send` and `recv` ops meeting in a
+//! [`Channels`] table.
 //!
 //! The outcome of every module is in `ir-specs/stablehlo-suite.md`; the test fails when a
 //! module listed there as passing no longer passes. `KILN_BLESS=1` rewrites the table.
@@ -10,6 +14,9 @@
 use kiln_codegen_llvm::cpu::CpuExecutable;
 use kiln_ir::{Builder, Func, Literal, Loc, Op, ValueId};
 use kiln_reference::spmd::{Grid, LocalCommunicator, run_processes};
+use kiln_stablehlo::args::parse_args;
+use kiln_stablehlo::channel::{Channels, sent};
+use kiln_stablehlo::probe::interpreter_text;
 use kiln_stablehlo::{ErrorKind, FuncChecks, Imported, Parallel, Piece, parse_with_checks, split};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -231,12 +238,16 @@ fn run_grid(
     }
     let mut queue = queue.into_iter();
     // Each process takes its share of the operands, and what its infeed ops read from the
-    // queue, in process order.
-    let mut args = Vec::new();
+    // queue, in process order; what its recv ops read comes from the channels when it starts.
+    let mut args: Vec<Vec<Option<Literal>>> = Vec::new();
     let mut rest = operands.into_iter();
     for (f, c) in funcs.iter().zip(&checks) {
         let mut a = Vec::with_capacity(f.params.len());
         for k in 0..f.params.len() {
+            if c.recvs.iter().any(|r| r.values.contains(&k)) {
+                a.push(None);
+                continue;
+            }
             let from = if c.infeed.contains(&k) {
                 queue
                     .next()
@@ -245,47 +256,65 @@ fn run_grid(
                 rest.next()
                     .ok_or("run_parallel: fewer operands than the programs take")?
             };
-            a.push(from);
+            a.push(Some(from));
         }
         args.push(a);
     }
     if rest.next().is_some() {
         return Err("run_parallel: more operands than the programs take".into());
     }
-    let flat = move |r: Vec<Vec<Literal>>| {
-        r.into_iter()
+    let cpu = backend != "reference";
+    guarded(move || {
+        let comm = Arc::new(LocalCommunicator::new(grid));
+        let channels = Channels::new(grid.processes(), comm.timeout());
+        let mut exes = Vec::new();
+        for f in funcs.iter().filter(|_| cpu) {
+            exes.push(
+                CpuExecutable::compile_with_cache(f, None).map_err(|e| format!("compile: {e}"))?,
+            );
+        }
+        // Process `i`'s arguments: its own, with what its recv ops read from the channels.
+        let receive = |i: usize| -> Result<Vec<Literal>, String> {
+            let c = &checks[i];
+            let mut a = args[i].clone();
+            if !c.recvs.is_empty() {
+                for (r, vals) in c.recvs.iter().zip(channels.receive(&c.func, &c.recvs)?) {
+                    for (k, v) in r.values.clone().zip(vals) {
+                        a[k] = Some(v);
+                    }
+                }
+            }
+            a.into_iter()
+                .map(|v| v.ok_or_else(|| "run_parallel: a parameter without a value".to_string()))
+                .collect()
+        };
+        let outs = run_processes(comm, |proc| {
+            let i = proc.flat(grid);
+            let r = receive(i).and_then(|a| {
+                if cpu {
+                    exes[i].run(&a).map_err(|e| format!("run: {e}"))
+                } else {
+                    kiln_reference::eval(&funcs[i], &a).map_err(|e| e.to_string())
+                }
+            });
+            // What its send ops sent is posted when the process finishes.
+            match &r {
+                Ok(o) => channels.finish(sent(&checks[i].sends, o)),
+                Err(_) => channels.fail(),
+            }
+            r
+        })?;
+        Ok(outs
+            .into_iter()
             .zip(&checks)
             .flat_map(|(outs, c)| {
-                // A program's own results, without what it prints or outfeeds.
+                // A program's own results, without what it prints, outfeeds or sends.
                 let mut own = printed(outs, c);
                 own.truncate(c.outputs);
                 own
             })
-            .collect::<Vec<_>>()
-    };
-    match backend {
-        "reference" => guarded(move || {
-            let refs: Vec<&Func> = funcs.iter().collect();
-            kiln_reference::spmd::eval_grid(grid, &refs, &args)
-                .map(flat)
-                .map_err(|e| e.to_string())
-        }),
-        _ => guarded(move || {
-            let mut exes = Vec::new();
-            for f in &funcs {
-                exes.push(
-                    CpuExecutable::compile_with_cache(f, None)
-                        .map_err(|e| format!("compile: {e}"))?,
-                );
-            }
-            let comm = Arc::new(LocalCommunicator::new(grid));
-            run_processes(comm, |proc| {
-                let i = proc.flat(grid);
-                exes[i].run(&args[i]).map_err(|e| format!("run: {e}"))
-            })
-            .map(flat)
-        }),
-    }
+            .collect())
+    })
 }
 
 /// Runs one function of the module on one backend: with an `interpreter.run_parallel`, first
@@ -325,8 +354,151 @@ fn run_on(imported: &Imported, funcs: &[(Func, FuncChecks)], backend: &str) -> O
     Outcome::Pass
 }
 
-/// Imports one module and runs it on both backends.
-fn run_module(piece: Piece) -> (Outcome, Outcome) {
+/// A `// RUN:` line that gives the entry function's arguments (`--args="[...]"`).
+#[derive(Clone, Debug)]
+struct ArgsRun {
+    /// Its line in the file.
+    line: usize,
+    /// The text of the arguments.
+    args: String,
+    /// Whether the line expects the arguments to be refused (`not stablehlo-translate`).
+    refused: bool,
+    /// The prefix of the FileCheck lines that check its output (`CHECK` unless given).
+    prefix: String,
+}
+
+/// The RUN lines of `text` that give arguments.
+fn args_runs(text: &str) -> Vec<ArgsRun> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let run = l.trim_start().strip_prefix("// RUN:")?.trim();
+            let (_, rest) = run.split_once("--args=\"")?;
+            let (args, tail) = rest.split_once('"')?;
+            let prefix = tail
+                .split_whitespace()
+                .find_map(|w| {
+                    w.strip_prefix("--check-prefixes=")
+                        .or_else(|| w.strip_prefix("--check-prefix="))
+                })
+                .and_then(|p| p.split(',').next())
+                .unwrap_or("CHECK");
+            Some(ArgsRun {
+                line: i + 1,
+                args: args.to_string(),
+                refused: run.starts_with("not "),
+                prefix: prefix.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Matches `output` against the `// PREFIX:` and `// PREFIX-NEXT:` lines of `text` as FileCheck
+/// does for those two directives: a `PREFIX` line is found in a later output line, a
+/// `PREFIX-NEXT` line in the output line right after the last match (runs of whitespace count
+/// as one space).
+fn file_check(text: &str, prefix: &str, output: &str) -> Result<(), String> {
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let out: Vec<String> = output.lines().map(norm).collect();
+    let (plain, next) = (format!("{prefix}:"), format!("{prefix}-NEXT:"));
+    let mut last: Option<usize> = None;
+    let mut any = false;
+    for (i, l) in text.lines().enumerate() {
+        let Some(rest) = l.trim_start().strip_prefix("//").map(str::trim_start) else {
+            continue;
+        };
+        let (is_next, pat) = if let Some(p) = rest.strip_prefix(&next) {
+            (true, norm(p))
+        } else if let Some(p) = rest.strip_prefix(&plain) {
+            (false, norm(p))
+        } else {
+            continue;
+        };
+        any = true;
+        let from = last.map_or(0, |k| k + 1);
+        let found = if is_next {
+            if last.is_none() {
+                return Err(format!("line {}: {next} before any {plain}", i + 1));
+            }
+            out.get(from).filter(|o| o.contains(&pat)).map(|_| from)
+        } else {
+            (from..out.len()).find(|&k| out[k].contains(&pat))
+        };
+        let Some(k) = found else {
+            return Err(format!(
+                "line {}: `{pat}` not found in the output from its line {} (`{}`)",
+                i + 1,
+                from + 1,
+                out.get(from).map_or("the end", String::as_str)
+            ));
+        };
+        last = Some(k);
+    }
+    if !any {
+        return Err(format!("no `// {plain}` lines check the output"));
+    }
+    Ok(())
+}
+
+/// Runs the entry function `i` (which takes arguments) on one backend with the arguments of
+/// each of `runs`: arguments a RUN line expects refused must be refused with a located error;
+/// the others must parse, and the function's results, printed as StableHLO's interpreter
+/// prints them, must pass the FileCheck lines of the RUN line's prefix in `text`.
+fn run_with_args(
+    imported: &Imported,
+    i: usize,
+    runs: &[ArgsRun],
+    text: &str,
+    backend: &str,
+) -> Outcome {
+    let f = &imported.module.funcs[i];
+    let checks = &imported.checks[i];
+    for r in runs {
+        let args = match (parse_args(&r.args), r.refused) {
+            (Err(e), true) if e.pos.line > 0 => continue,
+            (Err(e), _) => return Outcome::Fail(format!("RUN line {}: --args: {e}", r.line)),
+            (Ok(_), true) => {
+                return Outcome::Fail(format!(
+                    "RUN line {}: --args=\"{}\" was to be refused",
+                    r.line, r.args
+                ));
+            }
+            (Ok(a), false) => a,
+        };
+        let given: Vec<_> = args.iter().map(|a| a.ty().clone()).collect();
+        if given != f.param_types() {
+            return Outcome::Fail(format!(
+                "RUN line {}: @{} takes {} argument(s) of types {:?}, --args gives {:?}",
+                r.line,
+                f.name,
+                f.params.len(),
+                f.param_types(),
+                given
+            ));
+        }
+        let outs = match run_func(f, args, backend) {
+            Ok(o) => o,
+            Err(e) => return Outcome::Fail(format!("@{}: {e}", f.name)),
+        };
+        for c in &checks.checks {
+            if let Err(e) = c.verify(&outs) {
+                return Outcome::Fail(format!("@{}: {e}", f.name));
+            }
+        }
+        let printed: String = outs[..checks.outputs.min(outs.len())]
+            .iter()
+            .map(|v| interpreter_text(v) + "\n")
+            .collect();
+        if let Err(e) = file_check(text, &r.prefix, &printed) {
+            return Outcome::Fail(format!("RUN line {}: {e}", r.line));
+        }
+    }
+    Outcome::Pass
+}
+
+/// Imports one module and runs it on both backends; an entry that takes arguments runs on
+/// those of each of `runs` (the file's RUN lines with `--args`).
+fn run_module(piece: Piece, runs: &[ArgsRun]) -> (Outcome, Outcome) {
     let imported = match parse_with_checks(piece) {
         Ok(m) => m,
         Err(e) if e.kind == ErrorKind::Unsupported => {
@@ -357,8 +529,20 @@ fn run_module(piece: Piece) -> (Outcome, Outcome) {
         None => (0..m.funcs.len()).filter(|&i| !takes_args(i)).collect(),
     };
     if let Some(&i) = picked.iter().find(|&&i| takes_args(i)) {
-        let o = Outcome::Unsupported(format!("the entry @{} takes arguments", m.funcs[i].name));
-        return (o.clone(), o);
+        if picked.len() != 1
+            || !imported.checks[i].parallel.is_empty()
+            || !runs.iter().any(|r| !r.refused)
+        {
+            let o = Outcome::Unsupported(format!(
+                "the entry @{} takes arguments that no RUN line gives",
+                m.funcs[i].name
+            ));
+            return (o.clone(), o);
+        }
+        return (
+            run_with_args(&imported, i, runs, piece.text, "reference"),
+            run_with_args(&imported, i, runs, piece.text, "cpu"),
+        );
     }
     let funcs: Vec<(Func, FuncChecks)> = picked
         .iter()
@@ -407,8 +591,9 @@ fn stablehlo_interpreter_suite() {
             ));
             continue;
         };
+        let runs = args_runs(&text);
         for (i, piece) in split(&text).into_iter().enumerate() {
-            let (r, c) = run_module(piece);
+            let (r, c) = run_module(piece, &runs);
             rows.push((format!("{file}#{i}"), r, c));
         }
     }
@@ -482,5 +667,129 @@ fn stablehlo_interpreter_suite() {
         "{} module(s) passed before and do not now:\n{}",
         regressions.len(),
         regressions.join("\n")
+    );
+}
+
+/// A grid whose first process receives what the third sends through the second, with the
+/// third sending on channel `channel` (1 matches the second's recv).
+fn relay(channel: i64) -> String {
+    let handle =
+        |h: i64| format!("channel_handle = #stablehlo.channel_handle<handle = {h}, type = 1>");
+    format!(
+        r#"module {{
+  func.func @first(%x: tensor<2xi64>, %t: !stablehlo.token) -> !stablehlo.token {{
+    %u = "stablehlo.send"(%x, %t) {{{}}} : (tensor<2xi64>, !stablehlo.token) -> !stablehlo.token
+    func.return %u : !stablehlo.token
+  }}
+  func.func @relay(%t: !stablehlo.token) -> !stablehlo.token {{
+    %r:2 = "stablehlo.recv"(%t) {{{}}} : (!stablehlo.token) -> (tensor<2xi64>, !stablehlo.token)
+    %d = stablehlo.add %r#0, %r#0 : tensor<2xi64>
+    %u = "stablehlo.send"(%d, %r#1) {{{}}} : (tensor<2xi64>, !stablehlo.token) -> !stablehlo.token
+    func.return %u : !stablehlo.token
+  }}
+  func.func @last(%t: !stablehlo.token) -> (tensor<2xi64>, !stablehlo.token) {{
+    %r:2 = "stablehlo.recv"(%t) {{{}}} : (!stablehlo.token) -> (tensor<2xi64>, !stablehlo.token)
+    func.return %r#0, %r#1 : tensor<2xi64>, !stablehlo.token
+  }}
+  func.func @main() {{
+    %x = stablehlo.constant dense<[1, 2]> : tensor<2xi64>
+    %t = stablehlo.after_all : !stablehlo.token
+    %o:4 = "interpreter.run_parallel"(%t, %t, %x, %t) {{
+      programs = [[@last], [@relay], [@first]]
+    }} : (!stablehlo.token, !stablehlo.token, tensor<2xi64>, !stablehlo.token) ->
+        (tensor<2xi64>, !stablehlo.token, !stablehlo.token, !stablehlo.token)
+    check.expect_eq_const %o#0, dense<[2, 4]> : tensor<2xi64>
+    func.return
+  }}
+}}"#,
+        handle(channel),
+        handle(1),
+        handle(2),
+        handle(2)
+    )
+}
+
+#[test]
+fn send_and_recv_relay_through_a_grid_on_both_backends() {
+    let text = relay(1);
+    let piece = Piece {
+        text: &text,
+        first_line: 1,
+    };
+    assert_eq!(run_module(piece, &[]), (Outcome::Pass, Outcome::Pass));
+}
+
+#[test]
+fn a_recv_without_a_send_fails_naming_it_on_both_backends() {
+    // The first process sends on channel 3, which nothing receives: the relay's recv on
+    // channel 1 never gets a value, nor, in turn, the last process's recv on channel 2.
+    let text = relay(3);
+    let piece = Piece {
+        text: &text,
+        first_line: 1,
+    };
+    let (r, c) = run_module(piece, &[]);
+    for o in [r, c] {
+        let Outcome::Fail(m) = &o else {
+            panic!("expected a failure, got {o:?}")
+        };
+        assert!(
+            (m.contains("7:12: `stablehlo.recv` of @relay on channel 1")
+                || m.contains("13:12: `stablehlo.recv` of @last on channel 2"))
+                && m.contains("has no matching `stablehlo.send`"),
+            "{m}"
+        );
+    }
+}
+
+#[test]
+fn arguments_come_from_the_run_line_and_results_pass_its_check_lines() {
+    let text = r#"// RUN: stablehlo-translate %s --interpret --args="[dense<[1, 2]> : tensor<2xi32>, dense<3> : tensor<i32>]" | FileCheck %s
+// RUN: not stablehlo-translate %s --interpret --args="[dense<1> : tensor<2xi32>" 2>&1 | FileCheck %s --check-prefixes=CHECK-ERR
+func.func @main(%a: tensor<2xi32>, %b: tensor<i32>) -> (tensor<2x2xi32>, tensor<i32>) {
+  %c = stablehlo.broadcast_in_dim %a, dims = [1] : (tensor<2xi32>) -> tensor<2x2xi32>
+  %d = stablehlo.add %b, %b : tensor<i32>
+  return %c, %d : tensor<2x2xi32>, tensor<i32>
+}
+// CHECK:      tensor<2x2xi32> {
+// CHECK-NEXT:   [
+// CHECK-NEXT:     [1, 2],
+// CHECK-NEXT:     [1, 2]
+// CHECK-NEXT:   ]
+// CHECK-NEXT: }
+// CHECK-NEXT: tensor<i32> {6}
+"#;
+    let runs = args_runs(text);
+    assert_eq!(runs.len(), 2);
+    assert!(!runs[0].refused && runs[1].refused && runs[1].prefix == "CHECK-ERR");
+    let piece = Piece {
+        text,
+        first_line: 1,
+    };
+    assert_eq!(run_module(piece, &runs), (Outcome::Pass, Outcome::Pass));
+    // A result the check lines do not expect fails the module.
+    let wrong = text.replace("tensor<i32> {6}", "tensor<i32> {7}");
+    let piece = Piece {
+        text: &wrong,
+        first_line: 1,
+    };
+    let (r, c) = run_module(piece, &runs);
+    assert!(
+        matches!((&r, &c), (Outcome::Fail(m), Outcome::Fail(_)) if m.contains("`tensor<i32> {7}` not found")),
+        "{r:?}"
+    );
+    // So do arguments that a RUN line expects refused but that parse.
+    let accepted = text.replace(
+        "[dense<1> : tensor<2xi32>\"",
+        "[dense<1> : tensor<2xi32>]\"",
+    );
+    let piece = Piece {
+        text: &accepted,
+        first_line: 1,
+    };
+    let (r, _) = run_module(piece, &args_runs(&accepted));
+    assert!(
+        matches!(&r, Outcome::Fail(m) if m.contains("was to be refused")),
+        "{r:?}"
     );
 }

@@ -87,6 +87,40 @@ fn looped(n: i64, expected: i64, iter: u32) -> String {
     )
 }
 
+/// A function whose `if` on `pred` probes `1` (true) or `2` (false) under `"b"`, after a probe
+/// of `0` before it; the check reads execution `iter`.
+fn branched(pred: bool, expected: i64, iter: u32) -> String {
+    format!(
+        "func.func @main() {{
+  %c = stablehlo.constant dense<{pred}> : tensor<i1>
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %v = stablehlo.constant dense<{expected}> : tensor<i64>
+  %z = interpreter.probe %zero, probe_id = \"b\" : tensor<i64>
+  %r = \"stablehlo.if\"(%c) ({{
+    %one = stablehlo.constant dense<1> : tensor<i64>
+    %p = interpreter.probe %one, probe_id = \"b\" : tensor<i64>
+    stablehlo.return %p : tensor<i64>
+  }}, {{
+    %two = stablehlo.constant dense<2> : tensor<i64>
+    %q = interpreter.probe %two, probe_id = \"b\" : tensor<i64>
+    stablehlo.return %q : tensor<i64>
+  }}) : (tensor<i1>) -> tensor<i64>
+  check.expect_serialized_eq %v, probe_id = \"b\", iter = {iter} : tensor<i64>
+  func.return
+}}"
+    )
+}
+
+#[test]
+fn a_probe_in_a_branch_records_the_branch_taken() {
+    assert_eq!(checks_pass(&branched(true, 0, 0)), Ok(()));
+    assert_eq!(checks_pass(&branched(true, 1, 1)), Ok(()));
+    assert_eq!(checks_pass(&branched(false, 2, 1)), Ok(()));
+    // The check's operand is what it got, the probed value what it expected.
+    let e = checks_pass(&branched(false, 1, 1)).unwrap_err();
+    assert!(e.contains("got 1, expected 2"), "{e}");
+}
+
 #[test]
 fn a_probe_in_a_loop_records_each_iteration() {
     // Execution 0 is before the loop; execution k > 0 is iteration k - 1 of the loop.
@@ -145,20 +179,50 @@ fn instrumentation_kiln_cannot_read_is_located() {
         "7:3",
         "no value was probed under \"p\" for iteration 2 before this check",
     );
-    // In a branch a probe may run or not.
+    // In one branch a probe runs, in the other not: which executions happened would depend
+    // on the branch taken.
     let branch = "func.func @main() {
   %i = stablehlo.constant dense<0> : tensor<i32>
   %r = \"stablehlo.case\"(%i) ({
     %x = stablehlo.constant dense<1> : tensor<i64>
     %p = interpreter.probe %x, probe_id = \"p\" : tensor<i64>
     stablehlo.return %p : tensor<i64>
+  }, {
+    %y = stablehlo.constant dense<2> : tensor<i64>
+    stablehlo.return %y : tensor<i64>
+  }) : (tensor<i32>) -> tensor<i64>
+  func.return
+}";
+    let e = parse_with_checks(Piece {
+        text: branch,
+        first_line: 1,
+    })
+    .unwrap_err();
+    assert_eq!(
+        (e.kind, e.pos.to_string()),
+        (ErrorKind::Unsupported, "3:8".into())
+    );
+    assert!(
+        e.message.contains("the probes under \"p\" of branch 1"),
+        "{e}"
+    );
+    // A probe in a branch of a branch.
+    let nested = "func.func @main() {
+  %i = stablehlo.constant dense<0> : tensor<i32>
+  %r = \"stablehlo.case\"(%i) ({
+    %s = \"stablehlo.case\"(%i) ({
+      %x = stablehlo.constant dense<1> : tensor<i64>
+      %p = interpreter.probe %x, probe_id = \"p\" : tensor<i64>
+      stablehlo.return %p : tensor<i64>
+    }) : (tensor<i32>) -> tensor<i64>
+    stablehlo.return %s : tensor<i64>
   }) : (tensor<i32>) -> tensor<i64>
   func.return
 }";
     fails(
-        branch,
+        nested,
         ErrorKind::Unsupported,
-        "5:10",
+        "6:12",
         "`interpreter.probe` here",
     );
     // Without checks, nothing reads what is probed or printed.

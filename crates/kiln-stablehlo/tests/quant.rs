@@ -220,33 +220,86 @@ fn unsupported_quantized_forms_are_located() {
         "3:89",
         "element type `tf32`",
     );
-    // A quantized function result, and a quantized loop carry.
+    // An op with regions other than control flow on quantized types.
     fails(
-        "func.func @main() -> tensor<!quant.uniform<i8:f32, 1.0>> {
-  %x = stablehlo.constant dense<1> : tensor<!quant.uniform<i8:f32, 1.0>>
-  func.return %x : tensor<!quant.uniform<i8:f32, 1.0>>
+        "func.func @main(%x: tensor<2xi8>) -> tensor<i8> {
+  %q = \"stablehlo.bitcast_convert\"(%x) : (tensor<2xi8>) -> tensor<2x!quant.uniform<i8:f32, 1.0>>
+  %z = stablehlo.constant dense<0> : tensor<!quant.uniform<i8:f32, 1.0>>
+  %r = \"stablehlo.reduce\"(%q, %z) ({
+  ^bb0(%a: tensor<!quant.uniform<i8:f32, 1.0>>, %b: tensor<!quant.uniform<i8:f32, 1.0>>):
+    %s = stablehlo.add %a, %b : tensor<!quant.uniform<i8:f32, 1.0>>
+    stablehlo.return %s : tensor<!quant.uniform<i8:f32, 1.0>>
+  }) {dimensions = array<i64: 0>} : (tensor<2x!quant.uniform<i8:f32, 1.0>>, tensor<!quant.uniform<i8:f32, 1.0>>) -> tensor<!quant.uniform<i8:f32, 1.0>>
+  %y = \"stablehlo.bitcast_convert\"(%r) : (tensor<!quant.uniform<i8:f32, 1.0>>) -> tensor<i8>
+  func.return %y : tensor<i8>
 }",
         ErrorKind::Unsupported,
-        "1:29",
-        "`!quant.uniform` here",
+        "4:8",
+        "quantized types in `stablehlo.reduce`",
     );
-    fails(
-        "func.func @main(%x: tensor<i8>) {
-  %q = \"stablehlo.bitcast_convert\"(%x) : (tensor<i8>) -> tensor<!quant.uniform<i8:f32, 1.0>>
-  %r = \"stablehlo.while\"(%q) ({
-  ^bb0(%a: tensor<!quant.uniform<i8:f32, 1.0>>):
-    %t = stablehlo.constant dense<false> : tensor<i1>
-    stablehlo.return %t : tensor<i1>
-  }, {
-  ^bb0(%a: tensor<!quant.uniform<i8:f32, 1.0>>):
-    stablehlo.return %a : tensor<!quant.uniform<i8:f32, 1.0>>
-  }) : (tensor<!quant.uniform<i8:f32, 1.0>>) -> tensor<!quant.uniform<i8:f32, 1.0>>
-  func.return
-}",
-        ErrorKind::Unsupported,
-        "4:19",
-        "`!quant.uniform` here",
+}
+
+/// `!quant.uniform<i8:f32, 0.5>` with `shape` (`2x`, or empty for a scalar).
+fn q(shape: &str) -> String {
+    format!("tensor<{shape}!quant.uniform<i8:f32, 0.5>>")
+}
+
+#[test]
+fn quantized_parameters_and_results_of_functions_are_their_storage() {
+    // @double takes and returns a quantized tensor: kiln's @double takes and returns `i8`.
+    let (q2, f2) = (q("2x"), "tensor<2xf32>");
+    let text = format!(
+        "func.func @main(%x: {f2}) -> {f2} {{
+  %q = stablehlo.uniform_quantize %x : ({f2}) -> {q2}
+  %r = func.call @double(%q) : ({q2}) -> {q2}
+  %y = stablehlo.uniform_dequantize %r : ({q2}) -> {f2}
+  func.return %y : {f2}
+}}
+func.func private @double(%a: {q2}) -> {q2} {{
+  %s = stablehlo.add %a, %a : {q2}
+  func.return %s : {q2}
+}}"
     );
+    let m = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    let double = m.func("double").unwrap();
+    assert_eq!(
+        double.param_types(),
+        [kiln_ir::TensorType::new(kiln_ir::DType::I8, vec![2])]
+    );
+    assert_eq!(
+        run(&text, &[f32s(&[2], &[1.0, -2.5])])[0]
+            .as_f32s()
+            .unwrap(),
+        &[2.0, -5.0]
+    );
+}
+
+#[test]
+fn quantized_loop_carries_are_their_storage() {
+    // A quantized value doubled three times in a loop: 1.0 (stored 2) becomes 8.0 (16).
+    let q0 = q("");
+    let text = format!(
+        "func.func @main(%x: tensor<f32>) -> tensor<f32> {{
+  %q = stablehlo.uniform_quantize %x : (tensor<f32>) -> {q0}
+  %i0 = stablehlo.constant dense<0> : tensor<i64>
+  %r:2 = \"stablehlo.while\"(%q, %i0) ({{
+  ^bb0(%a: {q0}, %i: tensor<i64>):
+    %n = stablehlo.constant dense<3> : tensor<i64>
+    %c = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  }}, {{
+  ^bb0(%a: {q0}, %i: tensor<i64>):
+    %s = stablehlo.add %a, %a : {q0}
+    %one = stablehlo.constant dense<1> : tensor<i64>
+    %j = stablehlo.add %i, %one : tensor<i64>
+    stablehlo.return %s, %j : {q0}, tensor<i64>
+  }}) : ({q0}, tensor<i64>) -> ({q0}, tensor<i64>)
+  %y = stablehlo.uniform_dequantize %r#0 : ({q0}) -> tensor<f32>
+  func.return %y : tensor<f32>
+}}"
+    );
+    let x = Literal::f32(vec![], vec![1.0]).unwrap();
+    assert_eq!(run(&text, &[x])[0].as_f32s().unwrap(), &[8.0]);
 }
 
 #[test]

@@ -113,10 +113,61 @@ fn tuples_where_kiln_cannot_flatten_them_are_located() {
   }) : (tensor<f32>) -> tensor<f32>
   func.return
 }",
-        ErrorKind::Unsupported,
-        "3:12",
-        "a tuple type here",
+        ErrorKind::Invalid,
+        "2:8",
+        "the arguments of a `stablehlo.while` region are not its operands' tuples, tokens and tensors",
     );
+}
+
+#[test]
+fn tuples_and_tokens_are_carried_by_while_and_returned_by_case() {
+    // A loop carrying a tuple (a counter and a running sum), a token and a tensor; then a
+    // case returning a tuple. kiln's loop carries the tuple's two tensors.
+    let t = "tuple<tensor<i64>, tensor<2xf32>>";
+    let text = format!(
+        "func.func @main(%x: tensor<2xf32>, %k: tensor<i32>) -> (tensor<i64>, tensor<2xf32>, tensor<2xf32>) {{
+  %z = stablehlo.constant dense<0> : tensor<i64>
+  %tok = stablehlo.after_all : !stablehlo.token
+  %t0 = stablehlo.tuple %z, %x : {t}
+  %w:3 = stablehlo.while(%s = %t0, %u = %tok, %y = %x) : {t}, !stablehlo.token, tensor<2xf32>
+  cond {{
+    %i = stablehlo.get_tuple_element %s[0] : ({t}) -> tensor<i64>
+    %n = stablehlo.constant dense<3> : tensor<i64>
+    %c = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  }} do {{
+    %i = stablehlo.get_tuple_element %s[0] : ({t}) -> tensor<i64>
+    %a = stablehlo.get_tuple_element %s[1] : ({t}) -> tensor<2xf32>
+    %one = stablehlo.constant dense<1> : tensor<i64>
+    %j = stablehlo.add %i, %one : tensor<i64>
+    %b = stablehlo.add %a, %y : tensor<2xf32>
+    %n = stablehlo.tuple %j, %b : {t}
+    stablehlo.return %n, %u, %y : {t}, !stablehlo.token, tensor<2xf32>
+  }}
+  %cnt = stablehlo.get_tuple_element %w#0[0] : ({t}) -> tensor<i64>
+  %sum = stablehlo.get_tuple_element %w#0[1] : ({t}) -> tensor<2xf32>
+  %r = \"stablehlo.case\"(%k) ({{
+    %e = stablehlo.tuple %cnt, %sum : {t}
+    stablehlo.return %e : {t}
+  }}, {{
+    %e = stablehlo.tuple %z, %x : {t}
+    stablehlo.return %e : {t}
+  }}) : (tensor<i32>) -> {t}
+  %i = stablehlo.get_tuple_element %r[0] : ({t}) -> tensor<i64>
+  %a = stablehlo.get_tuple_element %r[1] : ({t}) -> tensor<2xf32>
+  func.return %i, %a, %sum : tensor<i64>, tensor<2xf32>, tensor<2xf32>
+}}"
+    );
+    let i32s = |v: i32| Literal::i32(vec![], vec![v]).unwrap();
+    let out = run(&text, &[f32s(&[1.0, 2.0]), i32s(0)]);
+    assert_eq!(out[0].to_i64s(), [3]);
+    assert_eq!(out[1].as_f32s().unwrap(), &[4.0, 8.0]);
+    assert_eq!(out[2].as_f32s().unwrap(), &[4.0, 8.0]);
+    // The other branch: the tuple it builds.
+    let out = run(&text, &[f32s(&[1.0, 2.0]), i32s(1)]);
+    assert_eq!(out[0].to_i64s(), [0]);
+    assert_eq!(out[1].as_f32s().unwrap(), &[1.0, 2.0]);
+    assert_eq!(out[2].as_f32s().unwrap(), &[4.0, 8.0]);
 }
 
 #[test]
