@@ -137,10 +137,10 @@ pub struct Digits {
 }
 
 impl Digits {
-    /// The geometry on `gpu`: as many threads as [`THREADS`] allows while the counters of a
-    /// digit of at least [`MIN_BUCKETS`] values fit, then the widest digit whose counters
-    /// (4 bytes a thread) and running offsets (8 bytes) fit the shared memory a kernel declares;
-    /// `None` when not even a 1-bit digit's do.
+    /// The geometry on `gpu`: up to 128 threads, halved (down to a warp) while the counters of
+    /// a 4-bit digit do not fit, then the widest digit (at most 8 bits) whose counters (4 bytes
+    /// a thread) and running offsets (8 bytes) fit the shared memory a kernel declares; `None`
+    /// when not even a 1-bit digit's do.
     pub fn on(gpu: &Gpu) -> Option<Digits> {
         let shared = gpu.shared_limit();
         let warp = gpu.warp_size.max(1);
