@@ -624,8 +624,8 @@ fn products_on_tensor_cores_assemble() {
 /// Sorts by keys (a bitonic network in shared memory, one block per slice) assemble for sm_80
 /// and sm_90: float keys with NaN greatest, ascending and descending, integer keys, several
 /// operands of other dtypes, slices along an inner and an outer dimension, the longest slice
-/// that fits the shared memory a kernel declares, and longer ones (tiles, global stages and
-/// scratch buffers over several launches).
+/// that fits the shared memory a kernel declares, and longer ones (the network over two tiles
+/// in three launches; the radix sort's counts, scans and scatters over scratch buffers).
 #[test]
 fn sorts_by_keys_assemble() {
     let nan_lt = |d: &str, co: &str| {
@@ -647,11 +647,16 @@ fn sorts_by_keys_assemble() {
         int_gt("i8"),
         // The longest f32 slice one block sorts: 4,096 keys and positions, 48 KiB.
         nan_lt("f32", "f32").replace("3,37", "2,4096"),
-        // Longer slices, in tiles and global passes: f32 just past a block, f64 keys with an
-        // f16 payload along an inner dimension, descending i8 keys.
+        // Longer slices: f32 just past a block (the network over two tiles); radix sorts of
+        // f64 keys with an f16 payload along an inner dimension, descending i8 keys, f32 keys
+        // of many tiles, bf16 keys, descending u16 and i64 keys.
         nan_lt("f32", "i32").replace("3,37", "1,4097"),
         nan_lt("f64", "f16").replace("3,37", "3,5000"),
         int_gt("i8").replace("300,4", "9000,2"),
+        nan_lt("f32", "i32").replace("3,37", "1,20000"),
+        nan_lt("bf16", "i64").replace("3,37", "2,9000"),
+        int_gt("u16").replace("300,4", "20000,1"),
+        int_gt("i64").replace("300,4", "9000,1"),
     ];
     let mut tally = Tally::default();
     for (i, src) in programs.iter().enumerate() {

@@ -3,7 +3,7 @@
 //! product with its epilogue in the launch (one thread per element), matrix product by block
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile, a
 //! product on the tensor cores, attention in one launch, scatter, a sort by keys, a long sort by
-//! keys in tiles and global passes), for sm_90.
+//! keys in tiles and global passes, a radix sort), for sm_90.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -211,6 +211,25 @@ fn sort_by_keys_long() {
         "sort_by_keys_long",
         ptx_on(
             "func @main(%0: f32[20], %1: i32[20]) -> (f32[20], i32[20]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      %5 = compare %1, %1 {comparison_direction = NE} : pred[]\n      %6 = compare %0, %0 {comparison_direction = EQ} : pred[]\n      %7 = and %5, %6 : pred[]\n      %8 = or %4, %7 : pred[]\n      return %8\n    }} : f32[20], i32[20]\n  return %2, %3\n}\n",
+            MapKind::Sort,
+            &target
+        )
+    );
+}
+
+/// A radix sort (slices past two blocks' tiles) on an H200 whose blocks declare 4,096 bytes of
+/// shared memory, so the count and scatter blocks have 32 threads and 4-bit digits, and u8 keys
+/// take two passes: the first pass's count (reading the key operand and mapping it), scan and
+/// scatter (into scratch), the second's count, scan and scatter (writing both operands in the
+/// sorted order).
+#[test]
+fn sort_by_keys_radix() {
+    let mut target = TargetInfo::h200();
+    target.gpu.as_mut().expect("a GPU").static_shared_bytes = 4096;
+    insta::assert_snapshot!(
+        "sort_by_keys_radix",
+        ptx_on(
+            "func @main(%0: u8[600], %1: i32[600]) -> (u8[600], i32[600]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @cmp(%0: u8[], %1: u8[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      return %4\n    }} : u8[600], i32[600]\n  return %2, %3\n}\n",
             MapKind::Sort,
             &target
         )

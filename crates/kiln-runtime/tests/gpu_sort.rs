@@ -1,12 +1,14 @@
 //! Sorts by keys on the GPU (`kiln_kernel::gpu::sort`), run on the emulator: a launch of the
-//! bitonic network per sort, or, for slices longer than a block sorts, the network over
-//! several launches (tiles in shared memory, cross-tile stages in global memory), their results
-//! bit for bit the reference's (a stable sort: equal keys, zeros of both signs and NaNs keep
-//! their order), and the sorts the GPU does not take left to the host.
+//! bitonic network per sort, for slices of two blocks' tiles the network over several launches
+//! (tiles in shared memory, the cross-tile stage in global memory), and for longer slices the
+//! radix sort (a count, a scan and a scatter per digit), their results bit for bit the
+//! reference's (a stable sort: equal keys, zeros of both signs and NaNs keep their order), and
+//! the sorts the GPU does not take left to the host.
 
 use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{DType, Literal};
 use kiln_kernel::gpu::ir::MapKind;
+use kiln_kernel::gpu::sort::radix;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{EmuReport, compile_and_run};
 
@@ -199,13 +201,26 @@ fn long_launches(n: usize, t: usize) -> usize {
     launches
 }
 
-/// Slices longer than a block's shared memory holds run on the GPU in tiles and global passes
-/// (several launches, nothing on the host) and match the reference bit for bit: odd lengths
-/// and lengths just past a tile, several slices along inner and outer dimensions, duplicates,
-/// NaNs and zeros of both signs, descending, every key dtype, payloads of other dtypes. Blocks
-/// of 768 bytes hold 64 f32 keys with their positions (32 of f64).
+/// The launches of the long sort of slices of `n` keys of `key` in tiles of `t` on `target`:
+/// the network over two tiles ([`long_launches`]) where the slice pads to two tiles, else the
+/// radix sort's three a digit.
+fn launches_of(key: DType, n: usize, t: usize, target: &TargetInfo) -> usize {
+    if n.next_power_of_two() <= 2 * t {
+        long_launches(n, t)
+    } else {
+        radix::launches(key, target.gpu.as_ref().expect("a GPU")).expect("a radix sort")
+    }
+}
+
+/// Slices longer than a block's shared memory holds run on the GPU (several launches, nothing
+/// on the host) and match the reference bit for bit: odd lengths and lengths just past a
+/// tile, several slices along inner and outer dimensions, duplicates, NaNs and zeros of both
+/// signs, descending, every key dtype, payloads of other dtypes. Blocks of 768 bytes hold 64
+/// f32 keys with their positions (32 of f64), and give the radix sort 32 threads and 2-bit
+/// digits, so slices of a few hundred keys take many passes over several chunks (the
+/// radix sort's tiles are 512 elements); slices of two tiles run the network.
 #[test]
-fn long_sorts_run_on_the_gpu_in_tiles_and_match_the_reference_bit_for_bit() {
+fn long_sorts_run_on_the_gpu_and_match_the_reference_bit_for_bit() {
     let target = small_blocks(768);
     // Dtypes, shape, dimension, key operand, descending, and the tile.
     let cases: &[(Case, usize)] = &[
@@ -216,11 +231,16 @@ fn long_sorts_run_on_the_gpu_in_tiles_and_match_the_reference_bit_for_bit() {
         ((&[DType::F64, DType::F16], &[2, 129, 3], 1, 0, false), 32),
         ((&[DType::BF16], &[2, 200], 1, 0, true), 64),
         ((&[DType::F16, DType::I64], &[513], 0, 0, false), 64),
+        ((&[DType::F16], &[2, 700], 1, 0, true), 64),
         ((&[DType::I64], &[130], 0, 0, true), 32),
         ((&[DType::U8, DType::F32], &[2, 190], 1, 0, false), 64),
         ((&[DType::I8, DType::BF16], &[150], 0, 0, true), 64),
         ((&[DType::U64, DType::I16], &[97, 2], 0, 0, false), 32),
         ((&[DType::I16, DType::U32], &[3, 70], 1, 0, true), 64),
+        ((&[DType::I16, DType::U32], &[1100], 0, 0, false), 64),
+        ((&[DType::U32, DType::F64], &[2, 600], 1, 0, true), 64),
+        ((&[DType::U16], &[1030, 2], 0, 0, true), 64),
+        ((&[DType::I32], &[2, 1537], 1, 0, true), 64),
     ];
     for (k, &((dtypes, shape, dim, key, descending), tile)) in cases.iter().enumerate() {
         let src = sort_text(dtypes, shape, dim, key, descending, false);
@@ -229,7 +249,7 @@ fn long_sorts_run_on_the_gpu_in_tiles_and_match_the_reference_bit_for_bit() {
             let rep = run_on(&src, 100 * k as u64 + seed, specials, &target);
             assert_eq!(
                 rep.launches.get(&MapKind::Sort).copied(),
-                Some(long_launches(shape[dim], tile)),
+                Some(launches_of(dtypes[key], shape[dim], tile, &target)),
                 "{rep:?}\n{src}"
             );
             assert!(
@@ -237,6 +257,32 @@ fn long_sorts_run_on_the_gpu_in_tiles_and_match_the_reference_bit_for_bit() {
                 "the long sort left work to the host: {rep:?}\n{src}"
             );
         }
+    }
+}
+
+/// On the H200 itself, slices of more than two tiles (of 4,096 f32, f16 or bf16 keys, 2,048 f64)
+/// run the radix sort (128 threads, 6-bit digits, tiles of 2,048
+/// elements, several chunks a slice), with nothing left to the host, and match the reference
+/// bit for bit.
+#[test]
+fn long_slices_radix_sort_on_the_h200() {
+    let h200 = TargetInfo::h200();
+    let cases: &[Case] = &[
+        (&[DType::F32, DType::I32], &[12_293], 0, 0, false),
+        (&[DType::F32], &[2, 8_195], 1, 0, true),
+        (&[DType::F16, DType::U8], &[8_200], 0, 0, true),
+        (&[DType::BF16], &[3, 8_193], 1, 0, false),
+        (&[DType::F64, DType::I64], &[8_193, 1], 0, 0, false),
+    ];
+    for (k, &(dtypes, shape, dim, key, descending)) in cases.iter().enumerate() {
+        let src = sort_text(dtypes, shape, dim, key, descending, false);
+        let rep = run_on(&src, 31 + k as u64, 0.05, &h200);
+        assert_eq!(
+            rep.launches.get(&MapKind::Sort).copied(),
+            radix::launches(dtypes[key], h200.gpu.as_ref().unwrap()),
+            "{rep:?}\n{src}"
+        );
+        assert!(rep.fallbacks.is_empty() && rep.interpreted == 0, "{rep:?}");
     }
 }
 
@@ -260,11 +306,12 @@ fn slices_just_past_a_block_sort_in_tiles_on_the_h200() {
     }
 }
 
-/// A long sort's launches read from one pair of scratch buffers and write the other (no
-/// launch writes what it reads), and the scratch holds every slice's padded keys and
-/// positions.
+/// A radix sort's launches read from one pair of scratch buffers and write the other (no
+/// launch writes what it reads), its scratch holding every slice's mapped keys and positions
+/// twice, then the counts and the offsets; the count and scatter launches' shared counters
+/// fit what a block declares.
 #[test]
-fn a_long_sort_ping_pongs_between_scratch_buffers() {
+fn a_radix_sort_ping_pongs_between_scratch_buffers() {
     let src = sort_text(&[DType::F32, DType::I32], &[3, 300], 1, 0, false, false);
     let f = kiln_ir::parse_func_text(&src).unwrap();
     let target = small_blocks(768);
@@ -281,17 +328,25 @@ fn a_long_sort_ping_pongs_between_scratch_buffers() {
     let steps: Vec<_> = plan.kernel_steps().collect();
     assert_eq!(steps.len(), 1);
     let p = &steps[0].program;
-    assert_eq!(p.launches.len(), long_launches(300, 64));
+    let gpu = target.gpu.as_ref().unwrap();
+    assert_eq!(Some(p.launches.len()), radix::launches(DType::F32, gpu));
     let dims: Vec<(DType, Vec<usize>)> = p
         .scratch
         .iter()
         .map(|t| (t.dtype, t.shape.to_vec()))
         .collect();
     assert_eq!(
-        dims,
-        [DType::F32, DType::I64, DType::F32, DType::I64].map(|d| (d, vec![3 * 512]))
+        dims[..4],
+        [DType::U32, DType::I32, DType::U32, DType::I32].map(|d| (d, vec![3 * 300]))
     );
+    // One chunk of 2-bit digits a slice: 4 counts each.
+    assert_eq!(dims[4..], [(DType::I64, vec![12]), (DType::I64, vec![12])]);
     for launch in &p.launches {
+        assert!(
+            launch.shared_bytes() <= gpu.shared_limit(),
+            "{}",
+            launch.name
+        );
         for (b, _) in &launch.outputs {
             assert!(
                 !launch.inputs.iter().any(|(i, _)| i == b),
@@ -300,5 +355,5 @@ fn a_long_sort_ping_pongs_between_scratch_buffers() {
             );
         }
     }
-    assert_eq!(steps[0].scratch.len(), 4);
+    assert_eq!(steps[0].scratch.len(), 6);
 }

@@ -372,9 +372,10 @@ pub enum MapKind {
     /// A select-and-scatter, on one thread, in order.
     SelectScatter,
     /// A sort by keys: a block per slice, a bitonic network over the keys and their
-    /// positions in shared memory (`sort.rs`); a slice too long for a block, the network's
-    /// stages split between tiles in shared memory and whole-slice passes in global memory,
-    /// over several launches (`sort/long.rs`).
+    /// positions in shared memory (`sort.rs`); a slice of two blocks' tiles, the network's
+    /// stages split between tiles in shared memory and a pass in global memory
+    /// (`sort/long.rs`); a longer slice, a radix sort on the keys' order-preserving bits, a
+    /// count, a scan and a stable scatter per digit (`sort/radix.rs`).
     Sort,
 }
 

@@ -1,5 +1,5 @@
 //! A `sort` by keys on the GPU ([`MapKind::Sort`]): one block per slice, a bitonic network
-//! in shared memory.
+//! in shared memory; slices too long for a block, a radix sort over several launches.
 //!
 //! A sort whose plan is [`crate::sort::SortPlan::Keys`] (its comparator only compares one
 //! operand's elements: what `Tensor::sort`, `argsort` and `topk` trace) orders each slice along its
@@ -16,19 +16,33 @@
 //! slice is then written in the sorted positions' order, read from global memory, so every
 //! element keeps its bits (a NaN's payload, a zero's sign).
 //!
-//! A slice whose padded pairs do not fit the shared memory a kernel declares
-//! ([`crate::target::Gpu::static_shared_bytes`]: 4,096 f32 keys on an H200) runs the same
-//! network over the whole slice in several launches ([`mod@long`]): tiles of the longest length
-//! that fits sorted in shared memory, the stages that pair elements of different tiles in
-//! global memory through scratch buffers. Both forms are checked on the emulator and by ptxas;
-//! neither is measured on a real GPU yet.
+//! Which form runs when:
+//!
+//! - a slice whose padded pairs fit the shared memory a kernel declares
+//!   ([`crate::target::Gpu::static_shared_bytes`]: 4,096 f32 keys on an H200) is sorted by one
+//!   block in one launch, the network above: one read and one write of each element, however
+//!   many slices;
+//! - a slice that pads to two such tiles runs the same network in three launches
+//!   ([`mod@long`]: the tiles sorted in shared memory, one stage between them in global memory,
+//!   the last stages within tiles): about three passes over keys and positions, fewer than a
+//!   radix sort's passes (six for f32 keys on an H200), so the network stays better there;
+//! - any longer slice runs the radix sort ([`mod@radix`]): a pass of three launches per digit
+//!   of the keys' order-preserving bits, `O(n)` a pass, where the network's launches grow as
+//!   the square of the logarithm of the slice's tiles (91 launches for 16·2²⁰ f32 keys
+//!   against the radix sort's 18).
+//!
+//! Where the radix sort's counters do not fit a block (a GPU with almost no shared memory),
+//! long slices fall back to the network over the whole slice. Every form is checked on the
+//! emulator and by ptxas; the radix sort is not measured on a real GPU yet.
 //!
 //! Left to the host: a comparator that is more than one key's order, float keys whose plan
 //! leaves NaN unordered (a NaN among them makes the comparator's merge sort depend on the
-//! algorithm), complex keys, and long slices of small-float keys (scratch buffers hold those as
-//! their bits, which do not order as the values).
+//! algorithm), complex keys, and long slices of 8-bit and narrower float keys (the radix sort
+//! does not map them, and the network's scratch buffers would hold their bits, which do not
+//! order as the values).
 
 pub mod long;
+pub mod radix;
 
 use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
 use crate::ir::{Ew, Expr};
@@ -93,7 +107,7 @@ pub fn sort_program(
     } else {
         prev_power_of_two(shared / (key_bytes + 8))
     };
-    if tile < 2 || tile < padded && key.mini().is_some() {
+    if tile < 2 {
         return None;
     }
     let threads = (tile / 2).min(largest).max(gpu.warp_size);
@@ -109,7 +123,16 @@ pub fn sort_program(
         base: None,
     };
     let (regs, r) = Regs::new(ins.len());
+    if padded > 2 * tile
+        && let Some(p) = radix::program(&s, rows, ins, gpu, sums, name)
+    {
+        return Some(p);
+    }
     if tile < padded {
+        if key.mini().is_some() {
+            // Left to the host (see the module's documentation).
+            return None;
+        }
         return Some(long::program(
             &s,
             long::Slices { rows, padded },
