@@ -77,8 +77,9 @@ fn a_quick_pack_passes_its_check_on_the_emulator_and_fails_on_a_changed_result()
         kiln_run: kiln_run(),
     })
     .unwrap();
-    // The quick pack's four workloads (softmax, matmul, causal attention, linear+bias+gelu).
-    assert!(s.programs >= 8 && s.workloads == 4, "{s:?}");
+    // The quick pack's five workloads (softmax, the bf16 and TF32 products, causal attention,
+    // linear+bias+gelu).
+    assert!(s.programs >= 8 && s.workloads == 5, "{s:?}");
     let (ok, text) = check(&dir);
     assert!(ok, "{text}");
     assert!(
@@ -154,6 +155,47 @@ fn fused_workloads_map_to_one_launch() {
                 .map(|k| k.program.launches.len())
                 .collect();
             assert_eq!(steps, vec![1], "{kind}: {launches:?}");
+        }
+    }
+}
+
+/// The f32 product workloads: the exact one on the CUDA cores, the one compiled with TF32
+/// allowed on the tensor cores as TF32 `mma`s, at both sizes, in one launch each; the pack
+/// lists the latter's precision for `check.py`.
+#[test]
+fn the_tf32_workload_runs_on_tf32_tensor_cores() {
+    use kiln_kernel::gpu::ir::{MapKind, MmaOperand, Stmt};
+    fn tf32_mmas(body: &[Stmt]) -> usize {
+        body.iter()
+            .map(|s| match s {
+                Stmt::Mma { operand, .. } => usize::from(*operand == MmaOperand::Tf32),
+                Stmt::For { body, .. } | Stmt::If { body, .. } => tf32_mmas(body),
+                _ => 0,
+            })
+            .sum()
+    }
+    let target = kiln::aot::Target::h200().info;
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    for (name, want, tf32) in [
+        ("matmul_f32_8192", MapKind::GemmTiled, false),
+        ("matmul_tf32_8192", MapKind::GemmMma, true),
+    ] {
+        let w = ws.iter().find(|w| w.name == name).unwrap();
+        let opts = kiln_kernel::Options {
+            matmul_precision: w.precision,
+            ..kiln_kernel::Options::default()
+        };
+        for f in [&w.tiny, &w.full] {
+            let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
+                .unwrap();
+            let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
+            let launches: Vec<_> = plan
+                .kernel_steps()
+                .flat_map(|k| k.program.launches.iter())
+                .collect();
+            assert_eq!(launches.len(), 1, "{name}");
+            assert_eq!(launches[0].kind, want, "{name}");
+            assert_eq!(tf32_mmas(&launches[0].body) > 0, tf32, "{name}");
         }
     }
 }

@@ -5,7 +5,9 @@ Every program (spec examples and random programs) runs through `kiln-run`, which
 results with the reference interpreter's (`--expect`, under the bounds of kiln's differential
 tests). Each workload runs on inputs `kiln-run` makes from a seed (`--random-inputs`, saved with
 `--save-inputs`); its median (`--bench`) is put beside PyTorch's eager and torch.compile medians
-on the same inputs and GPU, and its results are compared with PyTorch's.
+on the same inputs and GPU, and its results are compared with PyTorch's. A workload compiled with
+TF32 products allowed (`"precision": "tf32"` in pack.json) is computed by PyTorch with
+`torch.backends.cuda.matmul.allow_tf32 = True`, every other with it False (exact f32 products).
 
 Environment: KILN_RUN_DEVICE (cuda:0 by default, or `emulator`), KILN_CHECK_JOBS (programs run
 side by side, 8 by default), KILN_CHECK_JSON (where the JSON goes; check-results.json beside
@@ -77,6 +79,8 @@ def torch_workloads(torch):
             * g + b
         ],
         "matmul": lambda a, b: [a @ b],
+        "matmul_f32": lambda a, b: [a @ b],
+        "matmul_tf32": lambda a, b: [a @ b],
         "attention": lambda q, k, v: [torch.softmax((q @ k.transpose(-2, -1)) * 0.125, -1) @ v],
         "attention_causal": lambda q, k, v: [F.scaled_dot_product_attention(q, k, v, is_causal=True)],
         "linear_bias_gelu": lambda x, w, b: [F.gelu(x @ w + b, approximate="tanh")],
@@ -160,6 +164,7 @@ def check_workload(w, device, torch, notes, variant=None):
         row["note"] = "tiny size on the emulator, against the reference" + ("" if rc == 0 else f": {err}")
         return row
     tmp = tempfile.mkdtemp(prefix="kiln-check-")
+    restore = []
     try:
         cmd = [KILN_RUN, os.path.join(d, "artifact"), "--device", device,
                "--random-inputs", str(w["seed"]), "--save-inputs", os.path.join(tmp, "in"),
@@ -174,6 +179,10 @@ def check_workload(w, device, torch, notes, variant=None):
             row["ok"] = True
             row["note"] = "PyTorch with CUDA unavailable: not compared"
             return row
+        # PyTorch's products in the workload's precision (restored below).
+        allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = w.get("precision") == "tf32"
+        restore.append(lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", allow_tf32))
         dev = torch.device(torch_device(device))
         args = [to_torch(os.path.join(tmp, "in", f"arg{i}.npy"), torch).to(dev) for i in range(w["args"])]
         got = [to_torch(os.path.join(tmp, "out", f"out{i}.npy"), torch).to(dev) for i in range(w["results"])]
@@ -200,6 +209,8 @@ def check_workload(w, device, torch, notes, variant=None):
             notes.append(f"{w['name']}: torch.compile failed: {first}")
         return row
     finally:
+        for r in restore:
+            r()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -198,7 +198,7 @@ pub fn pack(o: &PackOptions) -> Result<Summary, String> {
         if o.quick
             && !matches!(
                 w.kind,
-                "softmax" | "matmul" | "attention_causal" | "linear_bias_gelu"
+                "softmax" | "matmul" | "matmul_tf32" | "attention_causal" | "linear_bias_gelu"
             )
         {
             continue;
@@ -274,12 +274,17 @@ fn pack_variant(dir: &Path, w: &workloads::Workload, v: &sweep::Variant) -> Resu
 }
 
 /// A workload packed: its artifact at the GPU size (inputs made there from `seed`) and at the
-/// tiny size with arguments and reference results.
+/// tiny size with arguments and reference results, both compiled in the workload's precision
+/// (the reference results of a TF32 workload are the reference's on the arguments rounded to
+/// TF32, see [`workloads::Workload::precision`]).
 fn pack_workload(dir: &Path, w: &workloads::Workload, seed: u64) -> Result<Value, String> {
     let rel = format!("workloads/{}", w.name);
     let at = dir.join(&rel);
-    let full = compile_func_with_options(&w.full, &kiln::Options::default(), Target::h200())
-        .map_err(|e| e.message)?;
+    let opts = kiln::Options {
+        matmul_precision: w.precision,
+        ..kiln::Options::default()
+    };
+    let full = compile_func_with_options(&w.full, &opts, Target::h200()).map_err(|e| e.message)?;
     let host = full.plan.lines().filter(|l| l.contains(": host ")).count();
     if host > 0 {
         return Err(format!(
@@ -287,10 +292,13 @@ fn pack_workload(dir: &Path, w: &workloads::Workload, seed: u64) -> Result<Value
         ));
     }
     full.save(&at.join("artifact")).map_err(|e| e.to_string())?;
-    let tiny = compile_func_with_options(&w.tiny, &kiln::Options::default(), Target::h200())
-        .map_err(|e| e.message)?;
+    let tiny = compile_func_with_options(&w.tiny, &opts, Target::h200()).map_err(|e| e.message)?;
     let args = kiln_run::exec::random_inputs(&tiny, seed);
-    let want = kiln_reference::eval(&w.tiny, &args).map_err(|e| e.to_string())?;
+    let operands: Vec<Literal> = match w.precision {
+        kiln::MatmulPrecision::Highest => args.clone(),
+        kiln::MatmulPrecision::Tf32 => args.iter().map(tf32_rounded).collect(),
+    };
+    let want = kiln_reference::eval(&w.tiny, &operands).map_err(|e| e.to_string())?;
     tiny.save(&at.join("tiny/artifact"))
         .map_err(|e| e.to_string())?;
     write_all(&at.join("tiny"), "arg", &args).map_err(|e| e.to_string())?;
@@ -302,7 +310,21 @@ fn pack_workload(dir: &Path, w: &workloads::Workload, seed: u64) -> Result<Value
         "seed": seed,
         "calls": w.calls,
         "tolerance": w.tolerance,
+        "precision": w.precision.name(),
         "args": w.full.params.len(),
         "results": w.full.outputs.len(),
     }))
+}
+
+/// `l` with its f32 elements rounded to TF32 (other dtypes as they are).
+fn tf32_rounded(l: &Literal) -> Literal {
+    if l.dtype() != kiln_ir::DType::F32 {
+        return l.clone();
+    }
+    let v: Vec<f64> = l
+        .to_f64s()
+        .into_iter()
+        .map(|x| f64::from(kiln_kernel::gpu::tf32::round(x as f32)))
+        .collect();
+    Literal::from_f64s(l.ty().clone(), &v).unwrap_or_else(|_| l.clone())
 }

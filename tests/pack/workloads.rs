@@ -3,7 +3,7 @@
 //! traced from kiln's own API, as a user writes them. `check.py` computes the same with
 //! PyTorch on the same inputs (its `TORCH` table, keyed by [`Workload::kind`]).
 
-use kiln::{DType, Tensor};
+use kiln::{DType, MatmulPrecision, Tensor};
 use kiln_ir::{Func, TensorType};
 
 /// One workload: its program at the GPU size and at a tiny size.
@@ -17,6 +17,11 @@ pub struct Workload {
     pub tolerance: f64,
     /// Timed calls of `--bench`.
     pub calls: usize,
+    /// The precision its f32 products are compiled in. Under [`MatmulPrecision::Tf32`] every
+    /// argument is a product's operand: the tiny size's reference results are the reference's
+    /// on the arguments rounded to TF32 (so `kiln-run --expect` checks the TF32 bound), and
+    /// PyTorch computes it with `torch.backends.cuda.matmul.allow_tf32 = True`.
+    pub precision: MatmulPrecision,
     /// The program at the GPU size.
     pub full: Func,
     /// The same program at a tiny size.
@@ -124,7 +129,7 @@ fn mlp_types(batch: usize, dims: &[usize]) -> Vec<TensorType> {
 type Make = fn(&[Tensor]) -> Vec<Tensor>;
 
 /// A workload's row: name, kind, tolerance, calls, program, types at the GPU size, at the tiny
-/// size.
+/// size, and the precision of its f32 products.
 type Row = (
     &'static str,
     &'static str,
@@ -133,6 +138,7 @@ type Row = (
     Make,
     Vec<TensorType>,
     Vec<TensorType>,
+    MatmulPrecision,
 );
 
 /// The workloads, and the benchmark's rows left out with why.
@@ -147,6 +153,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             gelu,
             f32s(&[&[64 << 20]]),
             f32s(&[&[1000]]),
+            MatmulPrecision::Highest,
         ),
         (
             "softmax_8192x8192",
@@ -156,6 +163,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             softmax,
             f32s(&[&[8192, 8192]]),
             f32s(&[&[4, 300]]),
+            MatmulPrecision::Highest,
         ),
         (
             "layernorm_32768x1024",
@@ -165,6 +173,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             layernorm,
             f32s(&[&[32768, 1024], &[1024], &[1024]]),
             f32s(&[&[4, 64], &[64], &[64]]),
+            MatmulPrecision::Highest,
         ),
         (
             "matmul_bf16_8192",
@@ -174,6 +183,32 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             matmul,
             vec![bf16(&[8192, 8192]), bf16(&[8192, 8192])],
             vec![bf16(&[24, 40]), bf16(&[40, 16])],
+            MatmulPrecision::Highest,
+        ),
+        (
+            "matmul_f32_8192",
+            "matmul_f32",
+            1e-4,
+            3,
+            matmul,
+            f32s(&[&[8192, 8192], &[8192, 8192]]),
+            f32s(&[&[24, 40], &[40, 16]]),
+            MatmulPrecision::Highest,
+        ),
+        // The same product with TF32 allowed: on the tensor cores, operands rounded to TF32.
+        // Against PyTorch's TF32 product: each has a relative error of about 2^-11 / sqrt(3)
+        // per operand (4e-4 in the Frobenius norm on these inputs), in its own way (kiln
+        // rounds to nearest; cuBLAS may round otherwise), so their difference stays within
+        // 2e-3; the exact f32 product's tolerance (1e-4) would fail it.
+        (
+            "matmul_tf32_8192",
+            "matmul_tf32",
+            2e-3,
+            3,
+            matmul,
+            f32s(&[&[8192, 8192], &[8192, 8192]]),
+            f32s(&[&[24, 40], &[40, 16]]),
+            MatmulPrecision::Tf32,
         ),
         (
             "attention_16x16x1024x64",
@@ -187,6 +222,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
                 &[16, 16, 1024, 64],
             ]),
             f32s(&[&[1, 2, 16, 8], &[1, 2, 16, 8], &[1, 2, 16, 8]]),
+            MatmulPrecision::Highest,
         ),
         (
             "attention_causal_16x16x1024x64",
@@ -200,6 +236,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
                 &[16, 16, 1024, 64],
             ]),
             f32s(&[&[1, 2, 40, 8], &[1, 2, 40, 8], &[1, 2, 40, 8]]),
+            MatmulPrecision::Highest,
         ),
         (
             "linear_bias_gelu_4096",
@@ -209,6 +246,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             linear_bias_gelu,
             f32s(&[&[4096, 4096], &[4096, 4096], &[4096]]),
             f32s(&[&[24, 40], &[40, 72], &[72]]),
+            MatmulPrecision::Highest,
         ),
         (
             "sort_rows_4096x4096",
@@ -218,6 +256,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             sort_rows,
             f32s(&[&[4096, 4096]]),
             f32s(&[&[4, 37]]),
+            MatmulPrecision::Highest,
         ),
         (
             "sort_16M",
@@ -228,6 +267,7 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             f32s(&[&[16 << 20]]),
             // Past two tiles of the 4,096 keys one block sorts: the radix sort, as at 16M.
             f32s(&[&[9000]]),
+            MatmulPrecision::Highest,
         ),
         (
             "mlp_train_step_256",
@@ -237,17 +277,19 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             mlp_step,
             mlp_types(256, &[784, 1024, 1024, 10]),
             mlp_types(4, &[12, 16, 8, 3]),
+            MatmulPrecision::Highest,
         ),
     ];
     let mut out = Vec::new();
     let mut skipped = Vec::new();
-    for (name, kind, tolerance, calls, f, full, tiny) in rows {
+    for (name, kind, tolerance, calls, f, full, tiny, precision) in rows {
         match (traced(&full, &f), traced(&tiny, &f)) {
             (Ok(full), Ok(tiny)) => out.push(Workload {
                 name: name.to_string(),
                 kind,
                 tolerance,
                 calls,
+                precision,
                 full,
                 tiny,
             }),

@@ -8,7 +8,8 @@ use kiln_codegen_llvm::Error;
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_ir::random::{Config, Rng, random_func};
 use kiln_ir::{Func, parse_func_text};
-use kiln_kernel::gpu::ir::GpuProgram;
+use kiln_kernel::gpu::ir::{GpuProgram, MapKind, MmaOperand, Stmt};
+use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -569,7 +570,7 @@ fn product_with_operands(src: &str, dtype: kiln_ir::DType, target: &TargetInfo) 
         })
         .collect();
     let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, target, "product").unwrap()
+    kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product").unwrap()
 }
 
 /// Products on the tensor cores assemble for sm_80 and sm_90: every tile size, bf16 and f16,
@@ -619,6 +620,91 @@ fn products_on_tensor_cores_assemble() {
         }
     }
     tally.finish("products on tensor cores");
+}
+
+/// One warp's TF32 tile (`cp.async` into f32 shared arrays, `ldmatrix` of f32 words,
+/// `cvt.rna.tf32.f32`, `mma.m16n8k8...tf32`) assembles for sm_80 and sm_90.
+#[test]
+fn a_tf32_warp_tile_assembles() {
+    let mut tally = Tally::default();
+    let k = kiln_kernel::gpu::mma::warp_tile_tf32(TargetInfo::h200().sums);
+    let p = GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![k],
+    };
+    let text = program_ptx(&p, &PtxTarget::sm80()).unwrap();
+    for needle in [
+        "ldmatrix.sync.aligned.m8n8.x4",
+        "cvt.rna.tf32.f32",
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+    ] {
+        assert!(text.contains(needle), "no {needle} in\n{text}");
+    }
+    tally.render("warp tile tf32", &p);
+    tally.finish("TF32 warp tile");
+}
+
+/// Whether any statement of `body` (nested ones too) is a TF32 `mma`.
+fn has_tf32_mma(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Mma { operand, .. } => *operand == MmaOperand::Tf32,
+        Stmt::For { body, .. } | Stmt::If { body, .. } => has_tf32_mma(body),
+        _ => false,
+    })
+}
+
+/// f32 products on the TF32 tensor cores, as the options allow them, assemble for sm_80 and
+/// sm_90: every tile size, B stored by rows (fragments by shared loads) and by columns
+/// (`ldmatrix`), A transposed (staged through registers), batches, an epilogue in the launch,
+/// a contraction past one chunk of the sum tree, a convolution, and pipelines of 2 stages of
+/// 16, the H200's, and 4 of 64 (as many as fit 48 KiB); swizzled and not.
+#[test]
+fn tf32_products_assemble() {
+    let dot = |a: &str, b: &str, ac: usize, bc: usize, y: &str| {
+        format!(
+            "func @main(%0: f32[{a}], %1: f32[{b}], %2: f32[{y}]) -> f32[{y}] {{\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : f32[{y}]\n  %4 = add %3, %2 : f32[{y}]\n  return %4\n}}\n"
+        )
+    };
+    let programs = [
+        dot("1,64,32", "1,32,64", 2, 1, "1,64,64"),
+        dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
+        dot("1,9,300", "1,300,8", 2, 1, "1,9,8"),
+        dot("1,128,520", "1,520,128", 2, 1, "1,128,128"),
+        "func @main(%0: f32[2,7,7,3], %1: f32[3,3,3,16]) -> f32[2,7,7,16] {\n  %2 = convolution %0, %1 {window_strides = [1, 1], padding = [[1, 1], [1, 1]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 3, 1, 2], kernel_dims = [3, 2, 0, 1], output_dims = [0, 3, 1, 2]} : f32[2,7,7,16]\n  return %2\n}\n".to_string(),
+    ];
+    let pipeline = |stages: usize, k: usize, swizzle: bool| {
+        let mut t = TargetInfo::h200();
+        let gpu = t.gpu.as_mut().expect("a GPU");
+        gpu.shared_memory_per_block = 48 << 10;
+        gpu.mma_stages = stages;
+        gpu.mma_swizzle = swizzle;
+        for tile in &mut gpu.mma_tiles {
+            tile.k = tile.k.min(k);
+        }
+        t
+    };
+    let opts = kiln_kernel::Options {
+        matmul_precision: MatmulPrecision::Tf32,
+        ..kiln_kernel::Options::default()
+    };
+    let mut tally = Tally::default();
+    for (i, src) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        for (stages, k, swizzle) in [(2, 16, true), (4, 64, true), (3, 64, false)] {
+            let target = pipeline(stages, k, swizzle);
+            let mut tf32 = false;
+            for (name, p) in mapped_kernels(&f, &opts, &target).unwrap() {
+                let p = p.unwrap_or_else(|e| panic!("program {i} {name}: {e}"));
+                tf32 |= p
+                    .launches
+                    .iter()
+                    .any(|l| l.kind == MapKind::GemmMma && has_tf32_mma(&l.body));
+                tally.render(&format!("tf32 product {i} {stages}x{k} {name}"), &p);
+            }
+            assert!(tf32, "program {i}: no TF32 mma on {stages} stages of {k}");
+        }
+    }
+    tally.finish("products on TF32 tensor cores");
 }
 
 /// Sorts by keys (a bitonic network in shared memory, one block per slice) assemble for sm_80

@@ -1,9 +1,10 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
 //! warp-per-row softmax with its row cached in registers and in shared memory, block-per-row reduction through shared memory and barriers, matrix
 //! product with its epilogue in the launch (one thread per element), matrix product by block
-//! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile, a
-//! product on the tensor cores, attention in one launch, scatter, a sort by keys, a long sort by
-//! keys in tiles and global passes, a radix sort), for sm_90.
+//! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile (bf16
+//! and TF32), a product on the tensor cores (bf16, and f32 as TF32), attention in one launch,
+//! scatter, a sort by keys, a long sort by keys in tiles and global passes, a radix sort), for
+//! sm_90.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -181,11 +182,68 @@ fn gemm_on_tensor_cores() {
         })
         .collect();
     let k = l.fused.kernels[i].as_ref().unwrap();
-    let p = kiln_kernel::gpu::map(k, &ins, &target, "k0_dot_general.product").unwrap();
+    let p = kiln_kernel::gpu::map(
+        k,
+        &ins,
+        &target,
+        kiln_kernel::options::MatmulPrecision::Highest,
+        "k0_dot_general.product",
+    )
+    .unwrap();
     assert_eq!(p.launches[0].kind, MapKind::GemmMma);
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
     assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
     insta::assert_snapshot!("gemm_mma_bf16", text);
+}
+
+/// One warp's TF32 tile: `cp.async` into f32 shared arrays, `ldmatrix` of f32 words,
+/// `cvt.rna.tf32.f32` of every fragment register, one `mma.m16n8k8...tf32`.
+#[test]
+fn warp_tile_on_tf32_tensor_cores() {
+    let k = kiln_kernel::gpu::mma::warp_tile_tf32(TargetInfo::h200().sums);
+    let p = kiln_kernel::gpu::ir::GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![k],
+    };
+    let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
+    for needle in [
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+        "cvt.rna.tf32.f32",
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+    ] {
+        assert!(text.contains(needle), "no {needle} in\n{text}");
+    }
+    insta::assert_snapshot!("warp_tile_mma_tf32", text);
+}
+
+/// An f32 product on the TF32 tensor cores, as the options allow it (one warp's 16 x 16
+/// tile, B stored by rows: its fragments by one shared load per element, A's by `ldmatrix`,
+/// every fragment rounded with `cvt.rna.tf32.f32`); its contraction of 96 runs the H200's
+/// pipeline for f32 tiles.
+#[test]
+fn gemm_on_tf32_tensor_cores() {
+    let src = "func @main(%0: f32[16,96], %1: f32[96,16]) -> f32[16,16] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,16]\n  return %2\n}\n";
+    let f = parse_func_text(src).unwrap();
+    let opts = kiln_kernel::Options {
+        matmul_precision: kiln_kernel::options::MatmulPrecision::Tf32,
+        ..kiln_kernel::Options::default()
+    };
+    let ks = mapped_kernels(&f, &opts, &TargetInfo::h200()).unwrap();
+    assert_eq!(ks.len(), 1);
+    let p = ks[0].1.clone().unwrap();
+    assert_eq!(p.launches[0].kind, MapKind::GemmMma);
+    let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
+    for needle in [
+        "cp.async.ca.shared.global",
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+        "cvt.rna.tf32.f32",
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+    ] {
+        assert!(text.contains(needle), "no {needle} in\n{text}");
+    }
+    insta::assert_snapshot!("gemm_mma_tf32", text);
 }
 
 #[test]

@@ -22,6 +22,11 @@ pub struct Options {
     pub winograd: bool,
     /// Chain matrix products through their row blocks (`KILN_CHAIN=0`: off).
     pub chain_products: bool,
+    /// How f32 matrix products and convolutions may round their operands, as JAX's
+    /// `jax_default_matmul_precision` and PyTorch's `torch.backends.cuda.matmul.allow_tf32`
+    /// say it (`KILN_MATMUL_PRECISION=tf32`: on the GPU's tensor cores, operands rounded to
+    /// TF32). Exact f32 products ([`MatmulPrecision::Highest`]) by default.
+    pub matmul_precision: MatmulPrecision,
     /// The CPU emitter's switches.
     pub cpu: CpuOptions,
     /// The on-disk kernel cache's directory (`KILN_CACHE_DIR`; by default
@@ -43,6 +48,52 @@ pub struct Options {
     /// default, `reference`, `ptx-emulator`: the GPU mapping run on the GPU emulator, or
     /// `cuda`/`cuda:N`: NVIDIA GPU N through the CUDA driver).
     pub backend: Option<String>,
+}
+
+/// The precision f32 matrix products (`dot_general`) and convolutions are computed in: the
+/// user's policy, as JAX's `jax_default_matmul_precision` (`"highest"`, `"tensorfloat32"`) and
+/// PyTorch's `torch.backends.cuda.matmul.allow_tf32` set it.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_kernel::options::{MatmulPrecision, Options};
+/// // Exact f32 products unless the user allows TF32.
+/// assert_eq!(Options::default().matmul_precision, MatmulPrecision::Highest);
+/// let tf32 = Options::from_vars(&|name| (name == "KILN_MATMUL_PRECISION").then(|| "tf32".into()));
+/// assert_eq!(tf32.matmul_precision, MatmulPrecision::Tf32);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatmulPrecision {
+    /// Every f32 product exact as f32 arithmetic rounds it: the operands as they are, products
+    /// and sums in f32 (the default).
+    #[default]
+    Highest,
+    /// On a GPU whose tensor cores take TF32 operands (sm_80 and newer), f32 x f32 -> f32
+    /// products and convolutions run there with their operands rounded to TF32 (f32's 8
+    /// exponent bits and 10 of its 23 mantissa bits, to nearest, ties away from zero) and f32
+    /// accumulation: about 2^-11 relative error per operand instead of 2^-24, for several
+    /// times the speed. The CPU backend and the reference are unchanged (exact f32).
+    Tf32,
+}
+
+impl MatmulPrecision {
+    /// Its name in cache keys and reports (`highest`, `tf32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulPrecision::Highest => "highest",
+            MatmulPrecision::Tf32 => "tf32",
+        }
+    }
+
+    /// The precision a name gives (`highest`; `tf32` or JAX's `tensorfloat32`), if it is one.
+    pub fn from_name(name: &str) -> Option<MatmulPrecision> {
+        match name {
+            "highest" => Some(MatmulPrecision::Highest),
+            "tf32" | "tensorfloat32" => Some(MatmulPrecision::Tf32),
+            _ => None,
+        }
+    }
 }
 
 /// How the CPU emitter renders the kernels it is given.
@@ -136,6 +187,7 @@ impl Default for Options {
             memory_schedule: true,
             winograd: true,
             chain_products: true,
+            matmul_precision: MatmulPrecision::Highest,
             cpu: CpuOptions::default(),
             kernel_cache: None,
             linker: None,
@@ -161,6 +213,11 @@ pub const SWITCHES: &[(&str, &str, &str)] = &[
     ),
     ("KILN_WINOGRAD", "0", "no Winograd 3 x 3 convolutions"),
     ("KILN_CHAIN", "0", "no chained matrix products"),
+    (
+        "KILN_MATMUL_PRECISION",
+        "tf32",
+        "f32 products on the GPU's tensor cores with operands rounded to TF32",
+    ),
     ("KILN_STREAM", "0", "no streaming (non-temporal) stores"),
     ("KILN_GUARD_SPLIT", "0", "no loop splits at guard changes"),
     ("KILN_ROW_CACHE", "0", "no row caches"),
@@ -229,6 +286,9 @@ impl Options {
             memory_schedule: !is("KILN_SCHEDULE", "0"),
             winograd: !is("KILN_WINOGRAD", "0"),
             chain_products: !is("KILN_CHAIN", "0"),
+            matmul_precision: var("KILN_MATMUL_PRECISION")
+                .and_then(|v| MatmulPrecision::from_name(&v))
+                .unwrap_or_default(),
             cpu: CpuOptions {
                 streaming_stores: !is("KILN_STREAM", "0"),
                 guard_splits: !is("KILN_GUARD_SPLIT", "0"),
@@ -265,13 +325,14 @@ impl Options {
     /// The switches that change what the pipeline decides, as text (part of cache keys).
     pub fn pipeline_key(&self) -> String {
         format!(
-            "opt={} fast-math={} fusion={} schedule={} winograd={} chain={}",
+            "opt={} fast-math={} fusion={} schedule={} winograd={} chain={} matmul={}",
             self.optimize,
             self.fast_math,
             self.fusion,
             self.memory_schedule,
             self.winograd,
-            self.chain_products
+            self.chain_products,
+            self.matmul_precision.name()
         )
     }
 }
@@ -303,5 +364,29 @@ mod tests {
             _ => None,
         });
         assert_eq!(o.kernel_cache, None);
+    }
+
+    #[test]
+    fn the_matmul_precision_is_part_of_the_pipeline_key() {
+        let exact = Options::default();
+        let tf32 = Options {
+            matmul_precision: MatmulPrecision::Tf32,
+            ..Options::default()
+        };
+        assert_ne!(exact.pipeline_key(), tf32.pipeline_key());
+        assert!(
+            tf32.pipeline_key().contains("matmul=tf32"),
+            "{}",
+            tf32.pipeline_key()
+        );
+        // JAX's name for it too; an unknown value leaves the default.
+        for (value, want) in [
+            ("tensorfloat32", MatmulPrecision::Tf32),
+            ("highest", MatmulPrecision::Highest),
+            ("bf16x3", MatmulPrecision::Highest),
+        ] {
+            let o = Options::from_vars(&|n| (n == "KILN_MATMUL_PRECISION").then(|| value.into()));
+            assert_eq!(o.matmul_precision, want, "{value}");
+        }
     }
 }

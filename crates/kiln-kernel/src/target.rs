@@ -252,6 +252,11 @@ pub struct Gpu {
     /// no bank conflicts: unswizzled, the 8 rows of one `ldmatrix` matrix lie `kt` or `tile.n`
     /// elements apart and share 2 to 8 of the 8 bank groups' places.
     pub mma_swizzle: bool,
+    /// Whether the tensor cores multiply TF32 operands (`mma.m16n8k8` with `.tf32` A and B and
+    /// f32 accumulators: sm_80 and newer). f32 products run there, on `mma_tiles` with their
+    /// operands rounded to TF32, only when the options allow it
+    /// ([`crate::options::MatmulPrecision::Tf32`]).
+    pub tf32: bool,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
     /// once for its rows, so more rows read K and V fewer times.
@@ -293,7 +298,7 @@ impl Gpu {
     }
 
     /// An NVIDIA H200 (sm_90): 132 multiprocessors, warps of 32, 1024 threads and 227 KiB of
-    /// shared memory per block, the `m16n8k16` tensor-core shape.
+    /// shared memory per block, the `m16n8k16` tensor-core shape, and TF32 tensor cores.
     pub fn h200() -> Gpu {
         // The block sizes, tiles and rows per attention block are the fastest of the GPU
         // pack's sweep on an H200 (docs/performance.md, "On an NVIDIA H200").
@@ -368,6 +373,7 @@ impl Gpu {
             // that fit 48 KiB, and smaller tiles keep 4 stages of 16.
             mma_stages: 4,
             mma_swizzle: true,
+            tf32: true,
             attention_warps: vec![16, 8, 4, 2, 1],
         }
     }

@@ -74,19 +74,22 @@ impl Target {
     /// An NVIDIA GPU of SM `sm` (`sm_80`: Ampere and Ada; `sm_90`: Hopper) with `sms`
     /// multiprocessors: an H200's target ([`TargetInfo::h200`]) with the shared memory a block
     /// gets without opting in (48 KiB: the PTX declares it statically), as `KILN_BACKEND=cuda`
-    /// lowers for such a device.
+    /// lowers for such a device; its tensor cores take TF32 operands from `sm_80` on.
     pub fn ptx(sm: &str, sms: usize) -> Target {
-        let mut info = TargetInfo::h200();
-        if let Some(g) = info.gpu.as_mut() {
-            g.sms = sms.max(1);
-            g.shared_memory_per_block = 48 << 10;
-        }
-        Target {
+        let mut t = Target {
             kind: Kind::Ptx,
             sm: sm.to_string(),
             features: "+ptx80".into(),
-            info,
+            info: TargetInfo::h200(),
+        };
+        // TF32 tensor cores from sm_80 (Ampere) on.
+        let tf32 = t.sm_number().is_some_and(|n| n >= 80);
+        if let Some(g) = t.info.gpu.as_mut() {
+            g.sms = sms.max(1);
+            g.shared_memory_per_block = 48 << 10;
+            g.tf32 = tf32;
         }
+        t
     }
 
     /// This machine's CPU: `kiln::aot::compile` fills in its name and features (from LLVM)

@@ -3,7 +3,7 @@
 //! every field by name, so a manifest missing one (or written by a kiln with other fields) is
 //! an error naming it, not a silent default.
 
-use kiln_kernel::options::CpuOptions;
+use kiln_kernel::options::{CpuOptions, MatmulPrecision};
 use kiln_kernel::target::{
     FusionLimits, GemmLimits, GemmTile, Gpu, LoopLimits, SplitLimits, SumTree,
 };
@@ -116,6 +116,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "mma_tiles": tiles_to_json(&g.mma_tiles),
             "mma_stages": g.mma_stages,
             "mma_swizzle": g.mma_swizzle,
+            "tf32": g.tf32,
             "attention_warps": g.attention_warps,
         })),
     })
@@ -200,6 +201,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 mma_tiles: tiles_from_json("target.info.gpu.mma_tiles", g.get("mma_tiles")?)?,
                 mma_stages: g.usize("mma_stages")?,
                 mma_swizzle: g.bool("mma_swizzle")?,
+                tf32: g.bool("tf32")?,
                 attention_warps: g
                     .get("attention_warps")?
                     .as_array()
@@ -262,6 +264,7 @@ pub fn options_to_json(o: &Options) -> Value {
         "memory_schedule": o.memory_schedule,
         "winograd": o.winograd,
         "chain_products": o.chain_products,
+        "matmul_precision": o.matmul_precision.name(),
         "cpu": {
             "streaming_stores": o.cpu.streaming_stores,
             "guard_splits": o.cpu.guard_splits,
@@ -283,6 +286,14 @@ pub fn options_from_json(v: &Value) -> Result<Options, String> {
         memory_schedule: o.bool("memory_schedule")?,
         winograd: o.bool("winograd")?,
         chain_products: o.bool("chain_products")?,
+        matmul_precision: {
+            let name = o.get("matmul_precision")?;
+            name.as_str()
+                .and_then(MatmulPrecision::from_name)
+                .ok_or_else(|| {
+                    format!("`options.matmul_precision` is not `highest` or `tf32`: {name}")
+                })?
+        },
         cpu: CpuOptions {
             streaming_stores: cpu.bool("streaming_stores")?,
             guard_splits: cpu.bool("guard_splits")?,
@@ -309,6 +320,7 @@ mod tests {
         assert_eq!(target_from_json(&target_to_json(&r)).unwrap(), r);
         let o = Options {
             fast_math: true,
+            matmul_precision: MatmulPrecision::Tf32,
             cpu: CpuOptions {
                 row_caches: false,
                 ..CpuOptions::default()

@@ -260,7 +260,7 @@ impl DeviceInfo {
     /// What the compiler decides with for this device: an H200's target
     /// ([`TargetInfo::h200`]) with this device's multiprocessors, warp, threads per block and
     /// the shared memory a block gets without opting in (the PTX emitter declares it
-    /// statically).
+    /// statically), and TF32 tensor cores where it has them.
     pub fn target_info(&self) -> TargetInfo {
         let mut t = TargetInfo::h200();
         if let Some(g) = t.gpu.as_mut() {
@@ -269,6 +269,8 @@ impl DeviceInfo {
             g.max_threads_per_block = self.max_threads_per_block;
             g.shared_memory_per_block = self.shared_memory_per_block;
             g.elementwise_block = g.elementwise_block.min(self.max_threads_per_block);
+            // TF32 tensor cores from compute capability 8.0 (Ampere) on.
+            g.tf32 = self.compute_capability.0 >= 8;
         }
         t
     }

@@ -8,6 +8,7 @@ use kiln_ir::random::{Config, Rng, random_func, random_literal_with_specials};
 use kiln_ir::{Combiner, DType, Func, Literal, TensorType};
 use kiln_kernel::gpu::ir::*;
 use kiln_kernel::ir::Expr;
+use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_kernel};
 use std::path::PathBuf;
@@ -1061,7 +1062,7 @@ fn product_on(
         t.dtype = dtype;
     }
     let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, target, "product").unwrap()
+    kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product").unwrap()
 }
 
 /// An H200 whose tensor-core products run `stages` stages of `k` contraction indices (and

@@ -11,6 +11,7 @@
 use crate::{Error, Result};
 use kiln_ir::{Func, Literal};
 pub use kiln_kernel::Options;
+pub use kiln_kernel::options::MatmulPrecision;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};

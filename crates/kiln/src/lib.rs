@@ -48,7 +48,7 @@ mod vmap;
 #[doc = include_str!("../../../docs/tutorial.md")]
 pub struct Tutorial;
 
-pub use backend::{Options, options, set_options};
+pub use backend::{MatmulPrecision, Options, options, set_options};
 pub use kiln_derive::Tree;
 pub use kiln_ir as ir;
 pub use kiln_ir::DType;

@@ -444,6 +444,23 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     /// let fused = jit(f).call(&x).unwrap();
     /// assert_eq!(unfused.to_vec::<f32>().unwrap(), fused.to_vec::<f32>().unwrap());
     /// ```
+    ///
+    /// f32 matrix products on a GPU's tensor cores with their operands rounded to TF32, as
+    /// PyTorch's `allow_tf32` and JAX's `jax_default_matmul_precision="tensorfloat32"` allow
+    /// (`KILN_MATMUL_PRECISION=tf32` for every compile); the CPU backend stays exact:
+    ///
+    /// ```
+    /// use kiln::{MatmulPrecision, Options, Tensor, jit};
+    /// let opts = Options { matmul_precision: MatmulPrecision::Tf32, ..kiln::options() };
+    /// // 1 + 2^-11 lies halfway between two TF32 values: it rounds (away from zero) to 1 + 2^-10.
+    /// let a = Tensor::from_vec(vec![1.0f32 + 2f32.powi(-11); 64], [16, 4]).unwrap();
+    /// let b = Tensor::ones(kiln::DType::F32, [4, 8]);
+    /// let y = jit(|(a, b): &(Tensor, Tensor)| a.matmul(b)).options(opts).call(&(a, b)).unwrap();
+    /// // On the CPU (and the reference) 4 (1 + 2^-11) exactly; on TF32 tensor cores 4 (1 + 2^-10).
+    /// let exact = ["cpu", "reference"].contains(&kiln::backend::backend().unwrap().name());
+    /// let each = if exact { 4.0 + 2f32.powi(-9) } else { 4.0 + 2f32.powi(-8) };
+    /// assert!(y.to_vec::<f32>().unwrap().iter().all(|&v| v == each));
+    /// ```
     pub fn options(mut self, opts: Options) -> Self {
         self.options = Some(opts);
         self

@@ -489,12 +489,14 @@ impl<'a, 'c> Emit<'a, 'c> {
         let t = et.array_type(a.len as u32);
         let mut i = self.sc(index)?;
         if let Some(s) = a.swizzle {
-            // The element's 16-byte chunk (8 elements: verified packed 16-bit) moved within
-            // its group of 8 as `SharedArray::physical` says: i ^ (((i >> (s + 3)) & 7) << 3).
+            // The element's 16-byte chunk (`2^e` elements: 8 packed 16-bit ones or 4 of 32
+            // bits, as verified) moved within its group of 8 as `SharedArray::physical` says:
+            // i ^ (((i >> (s + e)) & 7) << e).
+            let e = u64::from(a.chunk_elems().trailing_zeros());
             let it = i.get_type();
             let key = self
                 .b
-                .build_right_shift(i, it.const_int(u64::from(s) + 3, false), false, "swz")
+                .build_right_shift(i, it.const_int(u64::from(s) + e, false), false, "swz")
                 .map_err(llvm)?;
             let key = self
                 .b
@@ -502,7 +504,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 .map_err(llvm)?;
             let key = self
                 .b
-                .build_left_shift(key, it.const_int(3, false), "swz")
+                .build_left_shift(key, it.const_int(e, false), "swz")
                 .map_err(llvm)?;
             i = self.b.build_xor(i, key, "swz").map_err(llvm)?;
         }
@@ -556,6 +558,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                     }
                     continue;
                 }
+                Stmt::RoundTf32 { reg } => (*reg, Some(self.ctx.f32_type().into())),
                 Stmt::Mma { d, .. } => {
                     for &r in d {
                         if let Some(slot @ None) = types.get_mut(r) {
@@ -745,7 +748,15 @@ impl<'a, 'c> Emit<'a, 'c> {
                 row,
                 trans,
             } => self.ldmatrix(regs, *array, row, *trans)?,
-            Stmt::Mma { d, a, b, c, dtype } => self.mma(d, a, b, c, *dtype)?,
+            Stmt::RoundTf32 { reg } => self.round_tf32(*reg)?,
+            Stmt::Mma {
+                d,
+                a,
+                b,
+                c,
+                shape,
+                operand,
+            } => self.mma(d, (a.as_slice(), b.as_slice()), c, *shape, *operand)?,
         }
         Ok(())
     }

@@ -25,6 +25,7 @@ use inkwell::targets::{FileType, TargetMachine};
 use kiln_ir::TensorType;
 use kiln_kernel::gpu::ir::{GpuKernel, GpuProgram};
 use kiln_kernel::kernel::Kernel;
+use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
 
 /// The GPU PTX is generated for: an SM (LLVM's target CPU, `sm_90`) and the target features
@@ -90,16 +91,18 @@ pub fn kernel_ptx(k: &GpuKernel, target: &PtxTarget) -> Result<String> {
     )
 }
 
-/// `k` (inputs of types `inputs`) mapped to the GPU `gpu` describes and rendered for
-/// `target`; a kernel the mapping refuses is [`Error::Unsupported`].
+/// `k` (inputs of types `inputs`) mapped to the GPU `gpu` describes, f32 products in
+/// `precision`, and rendered for `target`; a kernel the mapping refuses is
+/// [`Error::Unsupported`].
 pub fn ptx_of(
     k: &Kernel,
     inputs: &[TensorType],
     gpu: &TargetInfo,
+    precision: MatmulPrecision,
     name: &str,
     target: &PtxTarget,
 ) -> Result<String> {
-    let p = kiln_kernel::gpu::map(k, inputs, gpu, name).map_err(Error::Unsupported)?;
+    let p = kiln_kernel::gpu::map(k, inputs, gpu, precision, name).map_err(Error::Unsupported)?;
     program_ptx(&p, target)
 }
 
@@ -151,7 +154,7 @@ pub fn mapped_kernels(
             .map(|v| l.func.values[v.index()].clone())
             .collect();
         let name = format!("k{i}_{}", inst.op.mnemonic());
-        let p = kiln_kernel::gpu::map(k, &ins, gpu, &name);
+        let p = kiln_kernel::gpu::map(k, &ins, gpu, opts.matmul_precision, &name);
         out.push((name, p));
     }
     Ok(out)

@@ -240,26 +240,44 @@ pub enum Stmt {
         mode: Shuffle,
     },
     /// `ldmatrix.sync.aligned.m8n8.x4.b16`: the whole warp loads four 8 x 8 matrices of 16-bit
-    /// elements from a packed shared array ([`SharedArray::packed`]). Lane `l` names, in
-    /// `row`, the element where row `l % 8` of matrix `l / 8` starts (8 consecutive
-    /// elements). Lane `l` then holds, in `regs[2j]` and `regs[2j + 1]`, elements
-    /// `2 (l % 4)` and `2 (l % 4) + 1` of row `l / 4` of matrix `j`: with the four matrices
-    /// the quarters of a 16 x 16 tile (rows 0-7 and 8-15 of columns 0-7, then of columns
-    /// 8-15), exactly the A fragment of [`Stmt::Mma`].
+    /// elements, each row 16 bytes, from a shared array of 16-bit elements (packed:
+    /// [`SharedArray::packed`]) or of 32-bit ones (f32). Lane `l` names, in `row`, the element
+    /// where row `l % 8` of matrix `l / 8` starts (16 bytes: 8 packed 16-bit elements, or 4
+    /// 32-bit ones). Lane `l` then holds 32-bit word `l % 4` of row `l / 4` of each matrix `j`:
     ///
-    /// With `trans` (`ldmatrix...x4.trans`) each matrix is transposed as it loads: lane `l`
-    /// holds, in `regs[2j]` and `regs[2j + 1]`, elements `l / 4` of rows `2 (l % 4)` and
-    /// `2 (l % 4) + 1` of matrix `j`: with rows along the contraction and 8 columns each, the
-    /// B fragment of [`Stmt::Mma`] read from B stored by rows.
+    /// - of 16-bit elements (8 registers), elements `2 (l % 4)` and `2 (l % 4) + 1` of that row
+    ///   in `regs[2j]` and `regs[2j + 1]`: with the four matrices the quarters of a 16 x 16 tile
+    ///   (rows 0-7 and 8-15 of columns 0-7, then of columns 8-15), exactly the A fragment of an
+    ///   m16n8k16 [`Stmt::Mma`];
+    /// - of 32-bit elements (4 registers), element `l % 4` of that row in `regs[j]` (an 8 x 8
+    ///   matrix of 16-bit elements is an 8 x 4 matrix of 32-bit ones): with the four matrices
+    ///   rows 0-7 and 8-15 of columns 0-3, then of columns 4-7 of a 16 x 8 tile, exactly the A
+    ///   fragment of an m16n8k8 TF32 [`Stmt::Mma`]; of B stored by columns (8 x 8 column-major
+    ///   tiles, a column's contraction contiguous), matrices over contraction 0-3 and 4-7 of
+    ///   one column tile are its B fragment.
+    ///
+    /// With `trans` (`ldmatrix...x4.trans`, 16-bit elements only) each matrix is transposed as
+    /// it loads: lane `l` holds, in `regs[2j]` and `regs[2j + 1]`, elements `l / 4` of rows
+    /// `2 (l % 4)` and `2 (l % 4) + 1` of matrix `j`: with rows along the contraction and 8
+    /// columns each, the B fragment of an m16n8k16 [`Stmt::Mma`] read from B stored by rows.
     LdMatrix {
-        /// The eight value registers written (f32 registers holding the 16-bit values).
-        regs: [usize; 8],
-        /// The packed shared array.
+        /// The value registers written (f32 registers holding the elements): 8 from 16-bit
+        /// elements, 4 from 32-bit ones.
+        regs: Vec<usize>,
+        /// The shared array.
         array: usize,
         /// This lane's row start (an element index).
         row: Sc,
         /// Each matrix transposed.
         trans: bool,
+    },
+    /// `reg = cvt.rna.tf32.f32 reg`: f32 value register `reg` rounded to TF32 (10 mantissa
+    /// bits, to nearest, ties away from zero; infinities and NaN kept; a value past TF32's
+    /// largest rounds to an infinity), as [`crate::gpu::tf32::round`] does. What a TF32
+    /// [`Stmt::Mma`] multiplies must have gone through it.
+    RoundTf32 {
+        /// The register.
+        reg: usize,
     },
     /// `cp.async.ca.shared.global`: starts copying `elems` consecutive elements (4, 8 or 16
     /// bytes, as many elements as fit) of global `buf` from element `src` into shared `array`
@@ -289,25 +307,98 @@ pub enum Stmt {
         /// Groups that may stay in flight.
         pending: usize,
     },
-    /// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`: the whole warp
-    /// computes `D = A x B + C` for a 16 x 16 A, a 16 x 8 B and 16 x 8 C and D, products and
-    /// sums in f32, operands rounded to `dtype` (bf16 or f16). With `g = lane / 4` and
-    /// `t = lane % 4`, a lane holds (the PTX ISA's fragment layouts):
-    /// - `a[i]`: A's row `g + 8 ((i / 2) % 2)`, column `2t + i % 2 + 8 (i / 4)`;
-    /// - `b[i]`: B's row `2t + i % 2 + 8 (i / 2)`, column `g`;
+    /// `mma.sync.aligned.{shape}.row.col.f32.{operand}.{operand}.f32`: the whole warp computes
+    /// `D = A x B + C` for a 16 x k A, a k x 8 B and 16 x 8 C and D, products and sums in f32,
+    /// `k` 16 for bf16 and f16 operands (`m16n8k16`) and 8 for TF32 ones (`m16n8k8`). With
+    /// `g = lane / 4` and `t = lane % 4`, a lane holds (the PTX ISA's fragment layouts):
+    /// - bf16 and f16 (`a` 8 registers, `b` 4): `a[i]` A's row `g + 8 ((i / 2) % 2)`, column
+    ///   `2t + i % 2 + 8 (i / 4)`; `b[i]` B's row `2t + i % 2 + 8 (i / 2)`, column `g`;
+    /// - TF32 (`a` 4 registers, `b` 2): `a[i]` A's row `g + 8 (i % 2)`, column `t + 4 (i / 2)`;
+    ///   `b[i]` B's row `t + 4 i`, column `g`;
     /// - `c[i]` and `d[i]`: row `g + 8 (i / 2)`, column `2t + i % 2`.
+    ///
+    /// The operand registers hold f32 values; bf16 and f16 ones are rounded to their dtype as
+    /// they are packed. TF32 operands must already be TF32 values ([`Stmt::RoundTf32`]): the
+    /// tensor cores read a register's sign, exponent and upper 10 mantissa bits only, and the
+    /// emulator truncates the rest away, so a missing rounding shows.
     Mma {
         /// The result's registers (f32).
         d: [usize; 4],
-        /// A's registers.
-        a: [usize; 8],
-        /// B's registers.
-        b: [usize; 4],
+        /// A's registers ([`MmaOperand::a_regs`] of them).
+        a: Vec<usize>,
+        /// B's registers ([`MmaOperand::b_regs`] of them).
+        b: Vec<usize>,
         /// The addend's registers (f32; may be `d`'s).
         c: [usize; 4],
-        /// The operands' dtype: bf16 or f16.
-        dtype: DType,
+        /// The shape `(m, n, k)`: `operand`'s ([`MmaOperand::shape`]).
+        shape: (usize, usize, usize),
+        /// The operands' type.
+        operand: MmaOperand,
     },
+}
+
+/// The operand type of a tensor-core [`Stmt::Mma`], which fixes its shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MmaOperand {
+    /// bf16 (`m16n8k16`).
+    Bf16,
+    /// f16 (`m16n8k16`).
+    F16,
+    /// TF32: f32's sign and exponent with 10 mantissa bits, in a 32-bit register (`m16n8k8`).
+    Tf32,
+}
+
+impl MmaOperand {
+    /// The operand type of 16-bit `dtype` (bf16 or f16).
+    pub fn of_half(dtype: DType) -> Option<MmaOperand> {
+        match dtype {
+            DType::BF16 => Some(MmaOperand::Bf16),
+            DType::F16 => Some(MmaOperand::F16),
+            _ => None,
+        }
+    }
+
+    /// Its PTX name (`bf16`, `f16`, `tf32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaOperand::Bf16 => "bf16",
+            MmaOperand::F16 => "f16",
+            MmaOperand::Tf32 => "tf32",
+        }
+    }
+
+    /// The dtype its elements are staged and held in: bf16 and f16 themselves, f32 for TF32
+    /// (rounded to TF32 when loaded into registers).
+    pub fn dtype(self) -> DType {
+        match self {
+            MmaOperand::Bf16 => DType::BF16,
+            MmaOperand::F16 => DType::F16,
+            MmaOperand::Tf32 => DType::F32,
+        }
+    }
+
+    /// The contraction of one `mma`: 16 for 16-bit operands, 8 for TF32.
+    pub fn k(self) -> usize {
+        match self {
+            MmaOperand::Bf16 | MmaOperand::F16 => 16,
+            MmaOperand::Tf32 => 8,
+        }
+    }
+
+    /// The `(m, n, k)` shape of its `mma`: `m16n8k16`, or `m16n8k8` for TF32.
+    pub fn shape(self) -> (usize, usize, usize) {
+        (16, 8, self.k())
+    }
+
+    /// A's registers per lane: 16 x k elements over 32 lanes.
+    pub fn a_regs(self) -> usize {
+        16 * self.k() / 32
+    }
+
+    /// B's registers per lane: k x 8 elements over 32 lanes.
+    pub fn b_regs(self) -> usize {
+        8 * self.k() / 32
+    }
 }
 
 /// A shared-memory array of one block.
@@ -320,10 +411,11 @@ pub struct SharedArray {
     /// f16 and bf16 elements held as 16 bits (rounded on store), as [`Stmt::LdMatrix`] reads
     /// them, rather than as f32.
     pub packed: bool,
-    /// A swizzled layout (packed arrays only): the array's 16-byte chunk `c` lies at chunk
-    /// `c ^ ((c >> s) & 7)`, `s` this value, so that the same chunk of 8 consecutive rows of
-    /// `2^s` chunks or fewer (what one `ldmatrix` matrix reads, and what `cp.async` writes)
-    /// falls in 8 different bank groups instead of one. Indices stay logical everywhere in
+    /// A swizzled layout (packed 16-bit arrays, 8 elements a chunk, and 32-bit ones, 4 a
+    /// chunk): the array's 16-byte chunk `c` lies at chunk `c ^ ((c >> s) & 7)`, `s` this
+    /// value, so that the same chunk of 8 consecutive rows of `2^s` chunks or fewer (what one
+    /// `ldmatrix` matrix reads, and what `cp.async` writes) falls in 8 different bank groups
+    /// instead of one. Indices stay logical everywhere in
     /// the kernel (the emulator runs them as they are); the PTX emitter renders the layout
     /// at each access. A chunk moves only within its aligned group of 8, so the array's
     /// length is a multiple of 8 chunks.
@@ -331,6 +423,19 @@ pub struct SharedArray {
 }
 
 impl SharedArray {
+    /// Bytes of one element as the array holds it: 16-bit elements take 2 when packed, every
+    /// element at least 4 otherwise.
+    pub fn elem_bytes(&self) -> usize {
+        let bytes = self.dtype.bits().div_ceil(8) as usize;
+        if self.packed { bytes } else { bytes.max(4) }
+    }
+
+    /// Elements of one 16-byte chunk (what [`SharedArray::swizzle`] moves, and one row of an
+    /// `ldmatrix` matrix): 8 packed 16-bit elements, 4 of 32 bits.
+    pub fn chunk_elems(&self) -> usize {
+        16 / self.elem_bytes().clamp(1, 16)
+    }
+
     /// Where element `i` of a swizzled array lies, `elems` elements a 16-byte chunk (the
     /// layout [`SharedArray::swizzle`] describes; `i` itself when not swizzled).
     pub fn physical(&self, i: usize, elems: usize) -> usize {
@@ -361,7 +466,8 @@ pub enum MapKind {
     /// thread accumulating a register tile of the result.
     GemmTiled,
     /// A matrix product on the tensor cores: bf16 or f16 tiles staged through shared memory,
-    /// `ldmatrix` and `mma.m16n8k16` per warp, f32 accumulators.
+    /// `ldmatrix` and `mma.m16n8k16` per warp, f32 accumulators; or f32 tiles whose elements
+    /// are rounded to TF32 as they are loaded, `mma.m16n8k8` (when the options allow TF32).
     GemmMma,
     /// Attention in one launch (a product, its online softmax and the chained product): a
     /// warp per query row, keys and values staged through shared memory 32 at a time, the
@@ -447,12 +553,6 @@ impl GpuKernel {
 
     /// Bytes of shared memory per block.
     pub fn shared_bytes(&self) -> usize {
-        self.shared
-            .iter()
-            .map(|a| {
-                let bytes = a.dtype.bits().div_ceil(8) as usize;
-                a.len * if a.packed { bytes } else { bytes.max(4) }
-            })
-            .sum()
+        self.shared.iter().map(|a| a.len * a.elem_bytes()).sum()
     }
 }

@@ -1,6 +1,6 @@
 //! The GPU layer: the thread-level IR kernels are mapped to ([`ir`]), the mapping itself
 //! ([`mod@map`]), decided from [`crate::target::Gpu`], one warp's tensor-core tile ([`mod@mma`]),
-//! the printed form ([`mod@print`]), sorts by keys ([`mod@sort`]), and how a whole lowered program runs on a device
+//! the printed form ([`mod@print`]), sorts by keys ([`mod@sort`]), TF32 rounding ([`mod@tf32`]), and how a whole lowered program runs on a device
 //! ([`mod@plan`]: its arena and steps; printed by [`mod@plan_print`]).
 //!
 //! A PTX emitter renders a [`GpuKernel`] statement by statement; `kiln-runtime`'s GPU
@@ -14,6 +14,9 @@ pub mod plan;
 pub mod plan_print;
 pub mod print;
 pub mod sort;
+pub mod tf32;
 
-pub use ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Shuffle, Special, Stmt};
+pub use ir::{
+    Buf, GpuKernel, GpuProgram, MapKind, MmaOperand, Sc, SharedArray, Shuffle, Special, Stmt,
+};
 pub use map::map;

@@ -228,7 +228,7 @@ fn bytes_of(t: &TensorType) -> usize {
 }
 
 /// The device plan of `l`, lowered for `target` (which must describe a GPU): each kernel step
-/// mapped ([`map`]) and its launches verified against the target ([`verify`]: block size,
+/// mapped ([`map`], f32 products in the precision `l`'s options allow) and its launches verified against the target ([`verify`]: block size,
 /// shared memory per block), a kernel the mapping refuses run on the host. An error names the
 /// kernel and what does not fit.
 pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, String> {
@@ -300,7 +300,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                 }
                 let in_types: Vec<TensorType> = operands.iter().map(|&o| ty(o)).collect();
                 let name = format!("k{i}_{}", inst.op.mnemonic());
-                let program = match map(k, &in_types, target, &name) {
+                let program = match map(k, &in_types, target, l.options.matmul_precision, &name) {
                     Ok(p) => p,
                     Err(why) => {
                         steps.push(DeviceStep::Host(HostStep {

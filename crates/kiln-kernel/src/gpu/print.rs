@@ -132,10 +132,19 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
             ),
             Stmt::CopyCommit => writeln!(out, "{pad}cp.async.commit"),
             Stmt::CopyWait { pending } => writeln!(out, "{pad}cp.async.wait {pending}"),
-            Stmt::Mma { d, a, b, c, dtype } => writeln!(
+            Stmt::RoundTf32 { reg } => writeln!(out, "{pad}r{reg} = cvt.rna.tf32 r{reg}"),
+            Stmt::Mma {
+                d,
+                a,
+                b,
+                c,
+                shape: (m, n, k),
+                operand,
+            } => writeln!(
                 out,
-                "{pad}{} = mma.m16n8k16.{dtype} {}, {}, {}",
+                "{pad}{} = mma.m{m}n{n}k{k}.{} {}, {}, {}",
                 reg_list(d),
+                operand.name(),
                 reg_list(a),
                 reg_list(b),
                 reg_list(c)
@@ -214,11 +223,13 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
     }
     for (i, a) in k.shared.iter().enumerate() {
         // A swizzle moves 16-byte chunks within aligned groups of 8: a packed array of
-        // 16-bit elements (8 a chunk), whole groups long.
-        if a.swizzle.is_some() && (!a.packed || a.dtype.bits() != 16 || a.len % 64 != 0) {
+        // 16-bit elements (8 a chunk) or an array of 32-bit ones (4 a chunk), whole groups
+        // long.
+        let chunked = (a.packed && a.dtype.bits() == 16) || (!a.packed && a.dtype.bits() == 32);
+        if a.swizzle.is_some() && (!chunked || a.len % (8 * a.chunk_elems()) != 0) {
             return fail(format!(
-                "shared{i} is swizzled but is not a packed array of 16-bit elements a \
-                 multiple of 64 long ({}[{}])",
+                "shared{i} is swizzled but is not a packed array of 16-bit elements or one of \
+                 32-bit elements, whole groups of 8 chunks long ({}[{}])",
                 a.dtype, a.len
             ));
         }
@@ -266,12 +277,28 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                     (vec![], vec![])
                 }
                 Stmt::Barrier | Stmt::Note(_) => (vec![], vec![]),
-                Stmt::LdMatrix { regs, array, .. } => {
-                    if !k.shared.get(*array).is_some_and(|a| a.packed) {
-                        return Err(format!("ldmatrix from shared{array}, not a packed array"));
+                Stmt::LdMatrix {
+                    regs, array, trans, ..
+                } => {
+                    // Two registers a 32-bit word from packed 16-bit elements, one from 32-bit
+                    // ones (never transposed: `.trans` moves 16-bit elements).
+                    let want = match k.shared.get(*array) {
+                        Some(a) if a.packed && a.dtype.bits() == 16 => Some(8),
+                        Some(a) if !a.packed && a.dtype.bits() == 32 && !trans => Some(4),
+                        _ => None,
+                    };
+                    if want != Some(regs.len()) {
+                        return Err(format!(
+                            "ldmatrix{} of {} registers from shared{array}, not a packed array of \
+                             16-bit elements (8 registers) or one of 32-bit elements (4, not \
+                             transposed)",
+                            if *trans { ".trans" } else { "" },
+                            regs.len()
+                        ));
                     }
-                    (regs.to_vec(), vec![*array])
+                    (regs.clone(), vec![*array])
                 }
+                Stmt::RoundTf32 { reg } => (vec![*reg], vec![]),
                 Stmt::CopyAsync {
                     array, buf, elems, ..
                 } => {
@@ -293,9 +320,30 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                     (vec![], vec![*array])
                 }
                 Stmt::CopyCommit | Stmt::CopyWait { .. } => (vec![], vec![]),
-                Stmt::Mma { d, a, b, c, dtype } => {
-                    if !matches!(dtype, DType::BF16 | DType::F16) || k.warp != 32 {
-                        return Err(format!("an mma of {dtype} in warps of {}", k.warp));
+                Stmt::Mma {
+                    d,
+                    a,
+                    b,
+                    c,
+                    shape,
+                    operand,
+                } => {
+                    if *shape != operand.shape()
+                        || a.len() != operand.a_regs()
+                        || b.len() != operand.b_regs()
+                        || k.warp != 32
+                    {
+                        return Err(format!(
+                            "an mma {shape:?} of {} with {} A and {} B registers in warps of {} \
+                             (its shape is {:?}, with {} and {})",
+                            operand.name(),
+                            a.len(),
+                            b.len(),
+                            k.warp,
+                            operand.shape(),
+                            operand.a_regs(),
+                            operand.b_regs()
+                        ));
                     }
                     (
                         d.iter().chain(a).chain(b).chain(c).copied().collect(),
@@ -334,7 +382,7 @@ pub fn describe_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::Result<S
             .map(|v| l.func.values[v.index()].clone())
             .collect();
         let name = format!("k{i}_{}", inst.op.mnemonic());
-        match super::map(k, &ins, &target, &name) {
+        match super::map(k, &ins, &target, opts.matmul_precision, &name) {
             Ok(p) => out += &program_text(&p),
             Err(e) => {
                 let _ = writeln!(out, "// #{i}: not mapped: {e}");

@@ -9,6 +9,7 @@ use super::value::{Env, Thread, V, combine, eval, identity};
 use super::{Buffer, EmuError};
 use kiln_ir::literal::round_to;
 use kiln_kernel::gpu::ir::*;
+use kiln_kernel::gpu::tf32;
 use std::collections::{HashMap, VecDeque};
 
 /// Who touched one shared element in the current phase.
@@ -445,24 +446,45 @@ impl<'a> Block<'a> {
                 row,
                 trans,
             } => {
+                // A row is 16 bytes: 8 packed 16-bit elements (two a 32-bit word, two
+                // registers), or 4 of 32 bits (one register each).
+                let a = &self.k.shared[*array];
+                let per_word = match (a.packed, a.dtype.bits()) {
+                    (true, 16) => 2,
+                    (false, 32) => 1,
+                    _ => 0,
+                };
+                if per_word == 0 || regs.len() != 4 * per_word || (*trans && per_word != 2) {
+                    return self.err(format!(
+                        "an ldmatrix{} of {} registers from shared{array} ({}[{}]{})",
+                        if *trans { ".trans" } else { "" },
+                        regs.len(),
+                        a.dtype,
+                        a.len,
+                        if a.packed { " packed" } else { "" }
+                    ));
+                }
+                let row_len = 4 * per_word;
                 for first in self.warps(mask, "an ldmatrix")? {
                     let mut rows = [0usize; 32];
                     for (l, r) in rows.iter_mut().enumerate() {
                         let t = first + l;
                         let at = self.sc(t, row);
-                        for e in 0..8 {
+                        for e in 0..row_len as i64 {
                             self.touch(t, *array, at + e, false)?;
                         }
                         *r = at as usize;
                     }
                     for l in 0..32 {
                         for (i, &reg) in regs.iter().enumerate() {
-                            // Matrix `i / 2`: row `l / 4`, element `2 (l % 4) + i % 2`, or
-                            // transposed, row `2 (l % 4) + i % 2`, element `l / 4`.
+                            // Matrix `j = i / per_word`: word `l % 4` of row `l / 4`, its
+                            // element `i % per_word`; or transposed (16-bit), row
+                            // `2 (l % 4) + i % 2`, element `l / 4`.
+                            let (j, h) = (i / per_word, i % per_word);
                             let at = if *trans {
-                                rows[(i / 2) * 8 + 2 * (l % 4) + i % 2] + l / 4
+                                rows[j * 8 + 2 * (l % 4) + h] + l / 4
                             } else {
-                                rows[(i / 2) * 8 + l / 4] + 2 * (l % 4) + i % 2
+                                rows[j * 8 + l / 4] + per_word * (l % 4) + h
                             };
                             let v = self.shared[*array][at];
                             self.set(first + l, reg, v);
@@ -470,21 +492,61 @@ impl<'a> Block<'a> {
                     }
                 }
             }
-            Stmt::Mma { d, a, b, c, dtype } => {
+            Stmt::RoundTf32 { reg } => {
+                for t in active() {
+                    let x = self.reg(t, *reg).f() as f32;
+                    self.set(t, *reg, V::F(f64::from(tf32::round(x))));
+                }
+            }
+            Stmt::Mma {
+                d,
+                a,
+                b,
+                c,
+                shape,
+                operand,
+            } => {
+                let kk = operand.k();
+                if *shape != operand.shape()
+                    || a.len() != operand.a_regs()
+                    || b.len() != operand.b_regs()
+                {
+                    return self.err(format!(
+                        "an mma {shape:?} of {} with {} A and {} B registers",
+                        operand.name(),
+                        a.len(),
+                        b.len()
+                    ));
+                }
                 for first in self.warps(mask, "an mma")? {
                     let mut am = [[0.0f64; 16]; 16];
                     let mut bm = [[0.0f64; 8]; 16];
                     let mut cm = [[0.0f64; 8]; 16];
-                    let op = |v: V| round_to(*dtype, v.f());
+                    // 16-bit operands are rounded to their dtype as they are packed; the tensor
+                    // cores read a TF32 operand's upper 19 bits (one that was not rounded
+                    // loses the rest).
+                    let op = |v: V| match operand {
+                        MmaOperand::Bf16 | MmaOperand::F16 => round_to(operand.dtype(), v.f()),
+                        MmaOperand::Tf32 => f64::from(tf32::truncate(v.f() as f32)),
+                    };
                     for l in 0..32 {
                         let (g, q) = (l / 4, l % 4);
                         let t = first + l;
                         for (i, &r) in a.iter().enumerate() {
-                            am[g + 8 * ((i / 2) % 2)][2 * q + i % 2 + 8 * (i / 4)] =
-                                op(self.reg(t, r));
+                            let (row, col) = if *operand == MmaOperand::Tf32 {
+                                (g + 8 * (i % 2), q + 4 * (i / 2))
+                            } else {
+                                (g + 8 * ((i / 2) % 2), 2 * q + i % 2 + 8 * (i / 4))
+                            };
+                            am[row][col] = op(self.reg(t, r));
                         }
                         for (i, &r) in b.iter().enumerate() {
-                            bm[2 * q + i % 2 + 8 * (i / 2)][g] = op(self.reg(t, r));
+                            let row = if *operand == MmaOperand::Tf32 {
+                                q + 4 * i
+                            } else {
+                                2 * q + i % 2 + 8 * (i / 2)
+                            };
+                            bm[row][g] = op(self.reg(t, r));
                         }
                         for (i, &r) in c.iter().enumerate() {
                             cm[g + 8 * (i / 2)][2 * q + i % 2] = self.reg(t, r).f() as f32 as f64;
@@ -494,10 +556,10 @@ impl<'a> Block<'a> {
                         let (g, q) = (l / 4, l % 4);
                         for (i, &r) in d.iter().enumerate() {
                             let (row, col) = (g + 8 * (i / 2), 2 * q + i % 2);
-                            // The products of 16-bit values are exact in f64 and their sum
-                            // nearly so; rounded once to f32 (the hardware's order and
-                            // rounding inside one mma are not specified).
-                            let sum: f64 = (0..16).map(|k| am[row][k] * bm[k][col]).sum();
+                            // The products of 16-bit and TF32 values are exact in f64 and
+                            // their sum nearly so; rounded once to f32 (the hardware's order
+                            // and rounding inside one mma are not specified).
+                            let sum: f64 = (0..kk).map(|k| am[row][k] * bm[k][col]).sum();
                             self.set(first + l, r, V::F((sum + cm[row][col]) as f32 as f64));
                         }
                     }

@@ -216,7 +216,8 @@ impl Mapper<'_> {
     /// The product `a x b` of the first two `inputs`, stored at its place in `out` (by
     /// feature planes for a convolution that asks for them), through `epilogue` if there is
     /// one (which reads the other inputs): by block tiles ([`Mapper::tiled_product`],
-    /// [`Mapper::mma_product`]) when the target has a tile for it, else one thread per element
+    /// [`Mapper::mma_product`]: on the tensor cores for 16-bit operands, and for f32 ones when
+    /// the options allow TF32) when the target has a tile for it, else one thread per element
     /// over the whole contraction.
     fn product(
         &self,

@@ -19,7 +19,9 @@
 //!   runs in the product's launch; a row-reducing one (and a chained second product) run as
 //!   further launches over a scratch buffer (`gemm.rs`). A product of bf16 or f16 operands
 //!   with an f32 result runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and
-//!   `mma.m16n8k16` per warp, [`MapKind::GemmMma`], `tensor.rs`). Attention (a product whose
+//!   `mma.m16n8k16` per warp, [`MapKind::GemmMma`], `tensor.rs`), and so does an f32 product
+//!   when the options allow TF32 ([`MatmulPrecision::Tf32`]) and the GPU has TF32 tensor cores
+//!   (`Gpu::tf32`; `mma.m16n8k8`, operands rounded to TF32 as they are loaded). Attention (a product whose
 //!   softmax epilogue fusion computes online, chained into a second product) runs as one
 //!   launch, flash-attention style ([`MapKind::Attention`], `attention.rs`).
 //! - A scatter runs on one thread, in order, so its result is deterministic
@@ -51,6 +53,7 @@ use super::ir::*;
 use crate::access::free_vars;
 use crate::ir::{ConvPatches, Ew, Expr, Idx, Kernel, Rewriter, Schedule, Visitor};
 use crate::key::{ValueKey, value_key};
+use crate::options::MatmulPrecision;
 use crate::target::{Gpu, SumTree, TargetInfo};
 use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
@@ -66,11 +69,14 @@ use row_cache::{RowCache, Rows};
 use scatter::SelectWindows;
 
 /// `k` (with inputs of types `inputs`, extra outputs after them) mapped onto the GPU of
-/// `target`, its launches named after `name`; an error for a target without a GPU.
+/// `target`, its launches named after `name`, f32 products in `precision` (the options'
+/// [`MatmulPrecision`]: TF32 on the tensor cores where it allows it and the GPU has them); an
+/// error for a target without a GPU.
 pub fn map(
     k: &Kernel,
     inputs: &[TensorType],
     target: &TargetInfo,
+    precision: MatmulPrecision,
     name: &str,
 ) -> Result<GpuProgram, String> {
     let gpu = target
@@ -80,6 +86,7 @@ pub fn map(
     let m = Mapper {
         gpu,
         sums: target.sums,
+        precision,
     };
     let ins: Vec<(Buf, TensorType)> = inputs
         .iter()
@@ -135,6 +142,8 @@ pub fn map(
 struct Mapper<'g> {
     gpu: &'g Gpu,
     sums: SumTree,
+    /// The precision f32 products may run in.
+    precision: MatmulPrecision,
 }
 
 /// Register numbering of one launch.

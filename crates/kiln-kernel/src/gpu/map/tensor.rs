@@ -38,6 +38,37 @@
 //! products of 16-bit operands are exact in f32. The emulator adds one `mma`'s exact products
 //! and rounds once; the exactness tests use small integers, where every order gives the same
 //! f32 sum.
+//!
+//! # TF32
+//!
+//! With [`MatmulPrecision::Tf32`] in the options and a GPU with TF32 tensor cores
+//! (`Gpu::tf32`), an f32 x f32 -> f32 product (a convolution too: it runs as one) runs here,
+//! on `mma.m16n8k8.row.col.f32.tf32.tf32.f32`: the same tiles, ring, `cp.async` copies and
+//! swizzle, with f32 elements in the shared arrays (4 to a 16-byte chunk, so a stage takes
+//! twice the bytes of a 16-bit one and the pipeline is cut back to fit accordingly; an `mma`
+//! contracts 8, so a stage is a multiple of 8 long and the sum tree's flushes follow each
+//! k-step of 8). A's fragments still load with `ldmatrix.x4`: an 8 x 8 matrix of 16-bit
+//! elements is an 8 x 4 one of f32, and the four of a 16 x 8 tile are exactly the TF32 A
+//! fragment; B's staged by columns load the same way (matrices over contraction 0-3 and 4-7
+//! of each 8-column tile are its B fragment). `ldmatrix.trans` moves 16-bit elements, so B
+//! staged by rows (B stored by rows, the usual `x @ w`, still copied with `cp.async`) loads
+//! its fragments with one shared load per element, two per 8-column tile and k-step.
+//!
+//! The operands are rounded to TF32 (`cvt.rna.tf32.f32`, [`Stmt::RoundTf32`]: to nearest,
+//! ties away from zero) when their fragments go from shared memory to registers, not when
+//! they are staged: `cp.async` copies global memory into shared memory without passing
+//! through registers, where nothing could round the elements, so rounding while staging
+//! would give up the asynchronous copies; a fragment register is rounded once per load and
+//! serves every `mma` of its row or column of the warp's tile. Every operand element reaches
+//! an `mma` through exactly one such rounding, so the result is the product of the rounded
+//! operands, however they were staged.
+//!
+//! The bound: the product of two TF32 values (11-bit significands) is exact in f32, so the
+//! result is the f32 sum of the exact products of the rounded operands `ã`, `b̃`, in the order
+//! above: within `kiln_reference::accuracy`'s bound for f32 of the same product computed by
+//! the reference on the rounded operands, `K(n, r) · 2⁻²⁴ · Σ|ã·b̃|` plus an ulp. Against the
+//! exact f32 product each operand adds a relative error of at most 2⁻¹¹, so
+//! `|result - exact| ≤ (2⁻¹⁰ + 2⁻²² + K(n, r) · 2⁻²⁴ · (1 + 2⁻¹¹)²) · Σ|a·b|` plus an ulp.
 
 use super::gemm::{InLaunch, Launch, Product};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
@@ -47,31 +78,42 @@ use crate::target::GemmTile;
 
 impl Mapper<'_> {
     /// The tensor-core tile a product of `m x n` per batch with operands of `a` and `b` and a
-    /// result of `out` runs with, if the target has tensor cores and a tile that fits.
+    /// result of `out` runs with, and its operands' type, if the target has tensor cores for
+    /// them and a tile that fits: bf16 or f16 operands, or f32 ones as TF32 when the options
+    /// allow it ([`MatmulPrecision::Tf32`]) and the GPU has TF32 tensor cores, an f32 result.
     pub(super) fn mma_tile(
         &self,
         (m, n): (usize, usize),
         (a, b, out): (DType, DType, DType),
-    ) -> Option<GemmTile> {
-        let shape = self.gpu.tensor_core_shapes.contains(&(16, 8, 16));
-        if !shape || a != b || !matches!(a, DType::BF16 | DType::F16) || out != DType::F32 {
+    ) -> Option<(GemmTile, MmaOperand)> {
+        if a != b || out != DType::F32 {
             return None;
         }
+        let operand = match a {
+            DType::BF16 | DType::F16 if self.gpu.tensor_core_shapes.contains(&(16, 8, 16)) => {
+                MmaOperand::of_half(a)?
+            }
+            DType::F32 if self.precision == MatmulPrecision::Tf32 && self.gpu.tf32 => {
+                MmaOperand::Tf32
+            }
+            _ => return None,
+        };
+        let (step, bytes) = (operand.k(), operand.dtype().bytes());
         let fits = |t: &GemmTile| {
             let warps = (t.m / t.thread_m.max(1)) * (t.n / t.thread_n.max(1));
-            t.k >= 16
-                && t.k.is_multiple_of(16)
+            t.k >= step
+                && t.k.is_multiple_of(step)
                 && t.thread_m > 0
                 && t.thread_n > 0
                 && t.thread_m.is_multiple_of(16)
                 && t.thread_n.is_multiple_of(16)
                 && t.m.is_multiple_of(t.thread_m)
                 && t.n.is_multiple_of(t.thread_n)
-                && self.sums.leaf.is_multiple_of(16)
+                && self.sums.leaf.is_multiple_of(step)
                 && self.gpu.warp_size == 32
                 && warps > 0
                 && warps * 32 <= self.gpu.max_threads_per_block
-                && 2 * (t.m + t.n) * 16 * 2 <= self.gpu.shared_limit()
+                && 2 * (t.m + t.n) * step * bytes <= self.gpu.shared_limit()
         };
         self.gpu
             .mma_tiles
@@ -79,17 +121,25 @@ impl Mapper<'_> {
             .copied()
             .filter(fits)
             .find(|t| 2 * m >= t.m && 2 * n >= t.n)
+            .map(|t| (t, operand))
     }
 
     /// The stages and the contraction per stage of a product of contraction `k` by tiles of
-    /// `t`: `t.k` (at most `k` rounded up to 16) and `Gpu::mma_stages` (at most one more than
-    /// the steps there are), fewer stages while they do not fit the block's shared memory,
-    /// then a shorter stage (by 16) with as many as fit again. Two stages of 16 always fit a
-    /// tile [`Mapper::mma_tile`] chose.
-    pub(super) fn mma_pipeline(&self, t: &GemmTile, k: usize) -> (usize, usize) {
-        let longest = t.k.min(k.next_multiple_of(16)).max(16);
-        let bytes = |stages: usize, kt: usize| stages * (t.m + t.n) * kt * 2;
-        for kt in (16..=longest).rev().step_by(16) {
+    /// `t` with operands of `operand`: `t.k` (at most `k` rounded up to a multiple of the
+    /// `mma`'s contraction, 16 or 8 for TF32) and `Gpu::mma_stages` (at most one more than the
+    /// steps there are), fewer stages while they do not fit the block's shared memory, then a
+    /// shorter stage (by one `mma` contraction) with as many as fit again. Two stages of one
+    /// `mma` contraction always fit a tile [`Mapper::mma_tile`] chose.
+    pub(super) fn mma_pipeline(
+        &self,
+        t: &GemmTile,
+        k: usize,
+        operand: MmaOperand,
+    ) -> (usize, usize) {
+        let step = operand.k();
+        let longest = t.k.min(k.next_multiple_of(step)).max(step);
+        let bytes = |stages: usize, kt: usize| stages * (t.m + t.n) * kt * operand.dtype().bytes();
+        for kt in (step..=longest).rev().step_by(step) {
             let most = self.gpu.mma_stages.min(k.div_ceil(kt) + 1).max(2);
             if let Some(s) = (2..=most)
                 .rev()
@@ -98,7 +148,7 @@ impl Mapper<'_> {
                 return (s, kt);
             }
         }
-        (2, 16)
+        (2, step)
     }
 
     /// The product of `d` on the tensor cores by block tiles of `tile`, stored into `out`.
@@ -107,9 +157,9 @@ impl Mapper<'_> {
         launch: Launch,
         d: &Product,
         ops: &Operands,
-        tile: GemmTile,
+        (tile, operand): (GemmTile, MmaOperand),
     ) -> GpuKernel {
-        let op_dtype = launch.inputs[0].1.dtype;
+        let op_dtype = operand.dtype();
         let f32t = DType::F32;
         let GemmTile {
             m: bm,
@@ -122,19 +172,23 @@ impl Mapper<'_> {
         let warps_n = bn / wn;
         let threads = (bm / wm) * warps_n * 32;
         let (tm, tn) = (wm / 16, wn / 8);
-        let (stages, kt) = self.mma_pipeline(&tile, d.k);
-        let ksteps = kt / 16;
+        let (stages, kt) = self.mma_pipeline(&tile, d.k, operand);
+        let kstep = operand.k();
+        let ksteps = kt / kstep;
         let mut r = Regs::default();
         let (batch, m0, n0, wm0, wn0) = (r.next(), r.next(), r.next(), r.next(), r.next());
         let (k0, e, staged) = (r.next(), r.next(), r.next());
         let (kn, next, cur) = (r.next(), r.next(), r.next());
         let tmp = (r.next(), r.next());
-        // A warp's fragments of one k-step: A's 16 x 16 tiles, B's 16 x 16 column pairs.
-        let frags = |r: &mut Regs| -> (Vec<[usize; 8]>, Vec<[usize; 8]>) {
+        // A warp's fragments of one k-step: A's 16 x k tiles, B's k x 16 column pairs (two
+        // 8-column tiles' fragments each).
+        let frags = |r: &mut Regs| -> Frags {
             (
-                (0..tm).map(|_| std::array::from_fn(|_| r.next())).collect(),
+                (0..tm)
+                    .map(|_| (0..operand.a_regs()).map(|_| r.next()).collect())
+                    .collect(),
                 (0..tn / 2)
-                    .map(|_| std::array::from_fn(|_| r.next()))
+                    .map(|_| (0..2 * operand.b_regs()).map(|_| r.next()).collect())
                     .collect(),
             )
         };
@@ -202,8 +256,9 @@ impl Mapper<'_> {
             dtype: f32t,
         };
         // B stored by rows (its columns contiguous) is staged by rows too, `k * bn + column`,
-        // so `cp.async` can copy it, and its fragments load with `ldmatrix.trans`; B stored by
-        // columns is staged `column * kt + k`, as A is.
+        // so `cp.async` can copy it, and its fragments load with `ldmatrix.trans` (16-bit
+        // operands) or one shared load per element (TF32: `.trans` moves 16-bit elements); B
+        // stored by columns is staged `column * kt + k`, as A is.
         let b_by_rows = !d.b_trans;
         let tiles = [
             Tile {
@@ -228,19 +283,22 @@ impl Mapper<'_> {
             },
         ];
         // Swizzled (`Gpu::mma_swizzle`) by the rows an `ldmatrix` matrix reads: A's (and B's
-        // staged by columns) `kt` long, B's staged by rows `bn` long.
-        let swizzle = |row: usize| self.gpu.mma_swizzle.then(|| swizzle_shift(row));
+        // staged by columns) `kt` long, B's staged by rows `bn` long; 16-bit elements packed,
+        // 8 a 16-byte chunk, TF32's f32 elements 4 a chunk.
+        let packed = operand != MmaOperand::Tf32;
+        let chunk = 16 / op_dtype.bytes();
+        let swizzle = |row: usize| self.gpu.mma_swizzle.then(|| swizzle_shift(row / chunk));
         let mut shared = vec![
             SharedArray {
                 dtype: op_dtype,
                 len: bm * kt,
-                packed: true,
+                packed,
                 swizzle: swizzle(kt),
             },
             SharedArray {
                 dtype: op_dtype,
                 len: bn * kt,
-                packed: true,
+                packed,
                 swizzle: swizzle(if b_by_rows { bn } else { kt }),
             },
         ];
@@ -259,6 +317,7 @@ impl Mapper<'_> {
             wm0,
             wn0,
             cur,
+            operand,
         };
         let mut k_step = Vec::new();
         for j in 0..ksteps {
@@ -270,20 +329,21 @@ impl Mapper<'_> {
                 k_step.extend(fragment_loads(set, &at, j + 1));
             }
             let (afr, bfr) = &sets[j % 2];
+            let nb = operand.b_regs();
             for (i, a_regs) in afr.iter().enumerate() {
                 for jj in 0..tn {
-                    let half = &bfr[jj / 2][4 * (jj % 2)..4 * (jj % 2) + 4];
                     let t = acc[0][i * tn + jj];
                     k_step.push(Stmt::Mma {
                         d: t,
-                        a: *a_regs,
-                        b: [half[0], half[1], half[2], half[3]],
+                        a: a_regs.clone(),
+                        b: bfr[jj / 2][nb * (jj % 2)..nb * (jj % 2) + nb].to_vec(),
                         c: t,
-                        dtype: op_dtype,
+                        shape: operand.shape(),
+                        operand,
                     });
                 }
             }
-            // The sum tree's flushes after each k-step of 16 (`leaf` is a multiple of 16).
+            // The sum tree's flushes after each k-step (`leaf` is a multiple of its length).
             let mut period = self.sums.leaf;
             for l in 1..=levels {
                 let mut flush = Vec::new();
@@ -300,7 +360,7 @@ impl Mapper<'_> {
                 }
                 k_step.push(Stmt::If {
                     cond: Sc::eq(
-                        Sc::modulo(Sc::plus(reg(k0), c(16 * j + 16)), c(period)),
+                        Sc::modulo(Sc::plus(reg(k0), c(kstep * (j + 1))), c(period)),
                         c(0),
                     ),
                     body: flush,
@@ -376,11 +436,15 @@ impl Mapper<'_> {
 }
 
 /// The [`SharedArray::swizzle`] of a staged tile whose rows (8 of which one `ldmatrix` matrix
-/// reads) are `row` 16-bit elements long: the log2 of a row's 16-byte chunks, rounded up to a
-/// power of two and at least 8 of them.
-fn swizzle_shift(row: usize) -> u32 {
-    (row / 8).next_power_of_two().max(8).trailing_zeros()
+/// reads) are `chunks` 16-byte chunks long: their log2, rounded up to a power of two and at
+/// least 8 of them.
+fn swizzle_shift(chunks: usize) -> u32 {
+    chunks.next_power_of_two().max(8).trailing_zeros()
 }
+
+/// A warp's fragment registers of one k-step: per 16-row tile of A its A fragment, per pair
+/// of 8-column tiles of B their two B fragments, one after the other.
+type Frags = (Vec<Vec<usize>>, Vec<Vec<usize>>);
 
 /// Where a warp's fragments lie in the stage being multiplied.
 struct Fragments {
@@ -395,23 +459,29 @@ struct Fragments {
     wm0: usize,
     wn0: usize,
     cur: usize,
+    /// The operands' type.
+    operand: MmaOperand,
 }
 
-/// The `ldmatrix` loads of k-step `j` (contraction `16 j..16 j + 16` of the stage) into the
-/// fragment registers `(a, b)`.
-fn fragment_loads(
-    (afr, bfr): &(Vec<[usize; 8]>, Vec<[usize; 8]>),
-    f: &Fragments,
-    j: usize,
-) -> Vec<Stmt> {
+/// The loads of k-step `j` (contraction `k j..k j + k` of the stage, `k` the `mma`'s) into
+/// the fragment registers `(a, b)`: `ldmatrix.x4` for A, and for B staged by columns or
+/// 16-bit B staged by rows (transposed); one shared load per element for TF32 B staged by
+/// rows. TF32 fragments are then rounded to TF32 in their registers.
+///
+/// An `ldmatrix` matrix row is 16 bytes: 8 16-bit elements or 4 f32 ones, so the second half
+/// of an `mma`'s contraction starts `k / 2` elements on (8, or 4 for TF32), and the same
+/// lane addresses serve both (see [`Stmt::LdMatrix`]).
+fn fragment_loads((afr, bfr): &Frags, f: &Fragments, j: usize) -> Vec<Stmt> {
     let reg = Sc::Reg;
     let lane = || sp(Special::Lane);
+    let kstep = f.operand.k();
+    let half = kstep / 2;
     // Contraction index `x` of the stage plus the k-step's offset.
-    let kof = |x: Sc| if j == 0 { x } else { Sc::plus(x, c(16 * j)) };
+    let kof = |x: Sc| if j == 0 { x } else { Sc::plus(x, c(kstep * j)) };
     let mut out = Vec::new();
     for (i, regs) in afr.iter().enumerate() {
-        // Matrix `lane / 8` of the 16 x 16 tile: rows `8 ((lane / 8) % 2)..`, columns
-        // `8 (lane / 16)..`.
+        // Matrix `lane / 8` of the 16 x k tile: rows `8 ((lane / 8) % 2)..`, columns
+        // `k/2 (lane / 16)..`.
         let row = Sc::plus(
             Sc::plus(reg(f.wm0), c(16 * i)),
             Sc::plus(
@@ -420,7 +490,7 @@ fn fragment_loads(
             ),
         );
         out.push(Stmt::LdMatrix {
-            regs: *regs,
+            regs: regs.clone(),
             array: 0,
             trans: false,
             row: kof(Sc::plus(
@@ -428,16 +498,35 @@ fn fragment_loads(
                     Sc::times(row, c(f.kt)),
                     Sc::times(reg(f.cur), c(f.bm * f.kt)),
                 ),
-                Sc::times(Sc::quot(lane(), c(16)), c(8)),
+                Sc::times(Sc::quot(lane(), c(16)), c(half)),
             )),
         });
     }
+    let stage = || Sc::times(reg(f.cur), c(f.bn * f.kt));
     for (p, regs) in bfr.iter().enumerate() {
+        if f.b_by_rows && f.operand == MmaOperand::Tf32 {
+            // B's fragment of column tile `2p + q`: `b[i]` at contraction `t + 4 i`, column
+            // `g` (`g = lane / 4`, `t = lane % 4`).
+            let nb = f.operand.b_regs();
+            for (x, &r) in regs.iter().enumerate() {
+                let (q, i) = (x / nb, x % nb);
+                let k = kof(Sc::plus(Sc::modulo(lane(), c(4)), c(4 * i)));
+                let col = Sc::plus(
+                    Sc::plus(reg(f.wn0), c(16 * p + 8 * q)),
+                    Sc::quot(lane(), c(4)),
+                );
+                out.push(Stmt::SharedLoad {
+                    reg: r,
+                    array: 1,
+                    index: Sc::plus(Sc::plus(Sc::times(k, c(f.bn)), col), stage()),
+                });
+            }
+            continue;
+        }
         // Matrix `lane / 8`: columns `8 (lane / 16)..` of this pair, contraction
-        // `8 ((lane / 8) % 2)..`: registers 0-3 are the first 8 columns' B fragment,
-        // 4-7 the next 8's. By rows, the lane names a contraction row's 8 columns and the
-        // matrices load transposed.
-        let stage = Sc::times(reg(f.cur), c(f.bn * f.kt));
+        // `k/2 ((lane / 8) % 2)..`: the first half of the registers is the first 8 columns'
+        // B fragment, the second half the next 8's. By rows, the lane names a contraction
+        // row's 8 columns and the matrices load transposed.
         let row = if f.b_by_rows {
             let k = kof(Sc::plus(
                 Sc::modulo(lane(), c(8)),
@@ -447,7 +536,7 @@ fn fragment_loads(
                 Sc::plus(reg(f.wn0), c(16 * p)),
                 Sc::times(Sc::quot(lane(), c(16)), c(8)),
             );
-            Sc::plus(Sc::plus(Sc::times(k, c(f.bn)), col), stage)
+            Sc::plus(Sc::plus(Sc::times(k, c(f.bn)), col), stage())
         } else {
             let col = Sc::plus(
                 Sc::plus(reg(f.wn0), c(16 * p)),
@@ -457,16 +546,21 @@ fn fragment_loads(
                 ),
             );
             kof(Sc::plus(
-                Sc::plus(Sc::times(col, c(f.kt)), stage),
-                Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(8)),
+                Sc::plus(Sc::times(col, c(f.kt)), stage()),
+                Sc::times(Sc::modulo(Sc::quot(lane(), c(8)), c(2)), c(half)),
             ))
         };
         out.push(Stmt::LdMatrix {
-            regs: *regs,
+            regs: regs.clone(),
             array: 1,
             row,
             trans: f.b_by_rows,
         });
+    }
+    if f.operand == MmaOperand::Tf32 {
+        for &r in afr.iter().chain(bfr).flatten() {
+            out.push(Stmt::RoundTf32 { reg: r });
+        }
     }
     out
 }
@@ -493,8 +587,9 @@ mod tests {
         let m = Mapper {
             gpu: &gpu,
             sums: TargetInfo::h200().sums,
+            precision: MatmulPrecision::Highest,
         };
-        m.mma_pipeline(&tile, k)
+        m.mma_pipeline(&tile, k, MmaOperand::Bf16)
     }
 
     #[test]
@@ -516,6 +611,55 @@ mod tests {
         assert_eq!(pipeline(big, 3, 32, 1), (2, 16));
         // Fewer than two stages asked for: still two.
         assert_eq!(pipeline(big, 1, 32, 8192), (2, 32));
+    }
+
+    #[test]
+    fn f32_products_take_the_tensor_cores_only_as_tf32_where_allowed() {
+        let f32s = (DType::F32, DType::F32, DType::F32);
+        let mut gpu = Gpu::h200();
+        let mapper = |gpu: &Gpu, precision| {
+            let m = Mapper {
+                gpu,
+                sums: TargetInfo::h200().sums,
+                precision,
+            };
+            m.mma_tile((256, 256), f32s).map(|(t, op)| (t.m, t.n, op))
+        };
+        assert_eq!(mapper(&gpu, MatmulPrecision::Highest), None);
+        assert_eq!(
+            mapper(&gpu, MatmulPrecision::Tf32),
+            Some((128, 64, MmaOperand::Tf32))
+        );
+        gpu.tf32 = false;
+        assert_eq!(mapper(&gpu, MatmulPrecision::Tf32), None);
+        // 16-bit operands take them whatever the precision.
+        let m = Mapper {
+            gpu: &gpu,
+            sums: TargetInfo::h200().sums,
+            precision: MatmulPrecision::Highest,
+        };
+        let bf16 = m.mma_tile((256, 256), (DType::BF16, DType::BF16, DType::F32));
+        assert_eq!(bf16.map(|t| t.1), Some(MmaOperand::Bf16));
+    }
+
+    #[test]
+    fn tf32_stages_hold_f32_elements_in_steps_of_eight() {
+        let mut gpu = Gpu::h200();
+        gpu.shared_memory_per_block = 48 << 10;
+        let m = Mapper {
+            gpu: &gpu,
+            sums: TargetInfo::h200().sums,
+            precision: MatmulPrecision::Tf32,
+        };
+        let tile = gpu.mma_tiles[0];
+        assert_eq!((tile.m, tile.n, tile.k), (128, 64, 64));
+        // f32 tiles take twice the bytes of bf16 ones: 2 stages of 32 fill the 48 KiB where
+        // bf16 runs 2 of 64.
+        assert_eq!(m.mma_pipeline(&tile, 8192, MmaOperand::Bf16), (2, 64));
+        assert_eq!(m.mma_pipeline(&tile, 8192, MmaOperand::Tf32), (2, 32));
+        // A short contraction: rounded up to 8, not 16.
+        assert_eq!(m.mma_pipeline(&tile, 5, MmaOperand::Tf32), (2, 8));
+        assert_eq!(m.mma_pipeline(&tile, 20, MmaOperand::Tf32), (2, 24));
     }
 
     /// The bank groups (16-byte chunks mod 8) of the 8 rows of every `ldmatrix` matrix of a
@@ -540,7 +684,7 @@ mod tests {
         // Rows of A (`kt` long) and of B staged by rows (`bn` long), as `mma_product` swizzles
         // them.
         for len in [16usize, 32, 48, 64, 128, 256] {
-            let s = swizzle_shift(len);
+            let s = swizzle_shift(len / 8);
             let plain = SharedArray {
                 dtype: DType::BF16,
                 len: 128 * len,

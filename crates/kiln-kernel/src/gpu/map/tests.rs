@@ -21,7 +21,14 @@ fn mapped(src: &str) -> GpuProgram {
         .iter()
         .map(|v| l.func.values[v.index()].clone())
         .collect();
-    let p = map(l.fused.kernels[i].as_ref().unwrap(), &ins, &target, "k").expect("maps");
+    let p = map(
+        l.fused.kernels[i].as_ref().unwrap(),
+        &ins,
+        &target,
+        MatmulPrecision::Highest,
+        "k",
+    )
+    .expect("maps");
     for k in &p.launches {
         verify(k, target.gpu.as_ref().unwrap()).expect("verifies");
     }
@@ -90,7 +97,14 @@ fn a_target_without_a_gpu_maps_nothing() {
     let f = kiln_ir::parse_func_text(&row_sum("2,3", "2")).unwrap();
     let ks = crate::pipeline::kernels(&f);
     let k = ks.iter().flatten().next().unwrap();
-    let e = map(k, &[f.values[0].clone()], &TargetInfo::reference(), "k").unwrap_err();
+    let e = map(
+        k,
+        &[f.values[0].clone()],
+        &TargetInfo::reference(),
+        MatmulPrecision::Highest,
+        "k",
+    )
+    .unwrap_err();
     assert!(e.contains("no GPU"), "{e}");
 }
 
@@ -127,7 +141,14 @@ fn mapped_with(src: &str, change: impl Fn(&mut Gpu)) -> GpuProgram {
         .iter()
         .map(|v| l.func.values[v.index()].clone())
         .collect();
-    let p = map(l.fused.kernels[i].as_ref().unwrap(), &ins, &target, "k").expect("maps");
+    let p = map(
+        l.fused.kernels[i].as_ref().unwrap(),
+        &ins,
+        &target,
+        MatmulPrecision::Highest,
+        "k",
+    )
+    .expect("maps");
     for k in &p.launches {
         verify(k, target.gpu.as_ref().unwrap()).expect("verifies");
     }

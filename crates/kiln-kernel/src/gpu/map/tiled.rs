@@ -363,6 +363,7 @@ mod tests {
             let m = Mapper {
                 gpu,
                 sums: TargetInfo::h200().sums,
+                precision: MatmulPrecision::Highest,
             };
             m.tiled_stages(&tile, k, dtype)
         };
