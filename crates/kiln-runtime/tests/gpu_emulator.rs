@@ -12,6 +12,9 @@ use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_kernel};
 use std::path::PathBuf;
 
+mod products;
+use products::product_text;
+
 /// The examples of `ir-specs/ops/*.md`: (file:line, program, arguments).
 fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../ir-specs/ops");
@@ -600,39 +603,6 @@ fn long_rows_sum_chunk_results_in_a_tree() {
     for args in [vec![ones], vec![random]] {
         let rep = check_on(&f, &args, &cooperative_target()).unwrap();
         assert_eq!(rep.launches.get(&MapKind::BlockRows), Some(&1), "{rep:?}");
-    }
-}
-
-/// A batched product `lhs x rhs` of `(batch, m, k, n)` in `dt` (operands in `inp`), A stored
-/// with its contraction first when `a_trans`, B with its contraction last when `b_trans`,
-/// with a bias-and-tanh epilogue when `epilogue`.
-fn product_text(
-    (batch, m, k, n): (usize, usize, usize, usize),
-    (inp, dt): (&str, &str),
-    a_trans: bool,
-    b_trans: bool,
-    epilogue: bool,
-) -> String {
-    let (a, ac) = if a_trans {
-        (format!("{inp}[{batch},{k},{m}]"), 1)
-    } else {
-        (format!("{inp}[{batch},{m},{k}]"), 2)
-    };
-    let (b, bc) = if b_trans {
-        (format!("{inp}[{batch},{n},{k}]"), 2)
-    } else {
-        (format!("{inp}[{batch},{k},{n}]"), 1)
-    };
-    let y = format!("{dt}[{batch},{m},{n}]");
-    let dot = format!(
-        "dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : {y}"
-    );
-    if epilogue {
-        format!(
-            "func @main(%0: {a}, %1: {b}, %2: {dt}[{n}]) -> {y} {{\n  %3 = {dot}\n  %4 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : {y}\n  %5 = add %3, %4 : {y}\n  %6 = tanh %5 : {y}\n  return %6\n}}\n"
-        )
-    } else {
-        format!("func @main(%0: {a}, %1: {b}) -> {y} {{\n  %2 = {dot}\n  return %2\n}}\n")
     }
 }
 

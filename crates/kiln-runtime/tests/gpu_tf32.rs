@@ -20,6 +20,8 @@ use kiln_kernel::target::TargetInfo;
 use kiln_reference::accuracy::check_outputs;
 use kiln_runtime::gpu_emu::{Buffer, V, compile_and_run, run_kernel};
 
+mod products;
+
 /// Options that allow TF32.
 fn tf32_options() -> Options {
     Options {
@@ -32,32 +34,12 @@ fn tf32_options() -> Options {
 /// `a_trans`, B with its contraction last when `b_trans`, with a bias-and-tanh epilogue when
 /// `epilogue`; the bias is the third parameter.
 fn product_text(
-    (batch, m, k, n): (usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize),
     a_trans: bool,
     b_trans: bool,
     epilogue: bool,
 ) -> String {
-    let (a, ac) = if a_trans {
-        (format!("f32[{batch},{k},{m}]"), 1)
-    } else {
-        (format!("f32[{batch},{m},{k}]"), 2)
-    };
-    let (b, bc) = if b_trans {
-        (format!("f32[{batch},{n},{k}]"), 2)
-    } else {
-        (format!("f32[{batch},{k},{n}]"), 1)
-    };
-    let y = format!("f32[{batch},{m},{n}]");
-    let dot = format!(
-        "dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : {y}"
-    );
-    if epilogue {
-        format!(
-            "func @main(%0: {a}, %1: {b}, %2: f32[{n}]) -> {y} {{\n  %3 = {dot}\n  %4 = broadcast_in_dim %2 {{broadcast_dimensions = [2]}} : {y}\n  %5 = add %3, %4 : {y}\n  %6 = tanh %5 : {y}\n  return %6\n}}\n"
-        )
-    } else {
-        format!("func @main(%0: {a}, %1: {b}) -> {y} {{\n  %2 = {dot}\n  return %2\n}}\n")
-    }
+    products::product_text(shape, ("f32", "f32"), a_trans, b_trans, epilogue)
 }
 
 /// `l` with every element rounded to TF32.
