@@ -12,7 +12,8 @@
 //!   fixed point over the body); its condition reads the carries alone, its body is the
 //!   body's forward mode (recursively, so loops nest);
 //! - `case`: each branch replaced by its forward mode, the operands' tangents passed along;
-//! - `reduce_region` and `reduce_window_region` (any body, which has no reverse mode): one
+//! - `reduce_region` and `reduce_window_region` (any body; their reverse mode recomputes them
+//!   as `map`s of the body, which this avoids): one
 //!   reduction of the values and their tangents together, whose body is the body's forward
 //!   mode, so the tangents combine along the same tree as the values (an argmax's body selects
 //!   the tangent with the value it selects, a product's applies the product rule);
