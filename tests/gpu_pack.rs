@@ -124,7 +124,7 @@ fn a_quick_pack_passes_its_check_on_the_emulator_and_fails_on_a_changed_result()
 }
 
 /// The workloads the GPU kernels of issue 25 speed up map as those kernels (at the tiny size,
-/// as at the GPU size): causal attention as one attention launch, the product with its bias
+/// as at the GPU size): causal attention as one launch by register tiles, the product with its bias
 /// and gelu as one product launch with the epilogue inside, the bf16 product as one launch on
 /// the tensor cores with the conversion to bf16 inside.
 #[test]
@@ -134,7 +134,7 @@ fn fused_workloads_map_to_one_launch() {
     let opts = kiln_kernel::Options::default();
     let (ws, _) = kiln_tests::pack::workloads::workloads();
     for (kind, want) in [
-        ("attention_causal", MapKind::Attention),
+        ("attention_causal", MapKind::AttentionTiled),
         ("linear_bias_gelu", MapKind::GemmTiled),
         ("matmul", MapKind::GemmMma),
         ("sort", MapKind::Sort),
@@ -296,5 +296,78 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         let mut w = Vec::new();
         waits(&l.body, &mut w);
         assert_eq!(w, vec![stages - 2], "{}", v.label);
+    }
+}
+
+/// The sweep's variants of attention run what their labels name on the pack's target: a
+/// `tile_` variant by register tiles with its block of query rows (none cut back to fit the
+/// 48 KiB of shared memory), a `warp_rows_` one a warp per query row, and no two variants of
+/// a workload map to the same launch as each other or as the default. Each renders as PTX.
+#[test]
+fn sweep_variants_of_attention_run_as_labelled() {
+    use kiln_kernel::gpu::ir::MapKind;
+    let opts = kiln_kernel::Options::default();
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    for name in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
+        let w = ws.iter().find(|w| w.name == name).unwrap();
+        let launch = |target: &kiln_kernel::target::TargetInfo| {
+            let l = kiln_kernel::pipeline::lower_program(
+                &w.full,
+                &[],
+                &opts,
+                target,
+                None,
+                &mut |_| {},
+            )
+            .unwrap();
+            let plan = kiln_kernel::gpu::plan::device_plan(&l, target).unwrap();
+            plan.kernel_steps()
+                .flat_map(|k| k.program.launches.iter().cloned())
+                .find(|l| matches!(l.kind, MapKind::Attention | MapKind::AttentionTiled))
+                .expect("an attention launch")
+        };
+        let base = kiln::aot::Target::h200().info;
+        let default = launch(&base);
+        assert_eq!(default.kind, MapKind::AttentionTiled, "{name}");
+        let mut seen = vec![kiln_kernel::gpu::print::kernel_text(&default)];
+        let mut count = 0;
+        for v in kiln_tests::pack::sweep::variants() {
+            if v.workload != name {
+                continue;
+            }
+            count += 1;
+            let mut target = base.clone();
+            (v.change)(&mut target);
+            let l = launch(&target);
+            if let Some(tile) = v.label.strip_prefix("tile_") {
+                let rows: usize = tile.split('x').next().unwrap().parse().unwrap();
+                let text = kiln_kernel::gpu::print::kernel_text(&l);
+                assert_eq!(l.kind, MapKind::AttentionTiled, "{}", v.label);
+                assert!(
+                    text.contains(&format!("a block of {rows} query rows")),
+                    "{}: {text}",
+                    v.label
+                );
+            } else {
+                assert!(v.label.starts_with("warp_rows_"), "{}", v.label);
+                assert_eq!(l.kind, MapKind::Attention, "{}", v.label);
+            }
+            let p = kiln_kernel::gpu::ir::GpuProgram {
+                scratch: Vec::new(),
+                launches: vec![l.clone()],
+            };
+            let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();
+            if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm90) {
+                panic!("{}: does not render: {e}", v.label);
+            }
+            let text = kiln_kernel::gpu::print::kernel_text(&l);
+            assert!(
+                !seen.contains(&text),
+                "{}: maps as another variant",
+                v.label
+            );
+            seen.push(text);
+        }
+        assert!(count >= 8, "{name}: {count} variants");
     }
 }

@@ -1,12 +1,12 @@
 //! The sweep of a GPU pack: each workload again under other values of the target's mapping
 //! choices ([`kiln_kernel::target::Gpu`]: block tiles of products, the tensor-core pipeline's
-//! stages and stage length, rows per attention block, threads and blocks of memory-bound
+//! stages and stage length, attention's register tiles and rows per block, threads and blocks of memory-bound
 //! kernels, where rows are cached), so that one run on a GPU measures which values are fastest
 //! there. `check.py` times each variant as it times the workload, checks its results against
 //! PyTorch's, and prints the variants side by side; the defaults in `Gpu::h200` are chosen from
 //! such tables (`docs/performance.md`).
 
-use kiln_kernel::target::{GemmTile, Gpu, TargetInfo};
+use kiln_kernel::target::{AttentionTile, GemmTile, Gpu, TargetInfo};
 
 /// One variant: the workload it reruns, its label, and the change to the H200's target.
 pub struct Variant {
@@ -101,13 +101,50 @@ pub fn variants() -> Vec<Variant> {
             change: gpu(move |g| g.gemm_stages = stages),
         });
     }
-    // Query rows per attention block.
-    for w in [4, 32] {
-        out.push(Variant {
-            workload: "attention_16x16x1024x64",
-            label: format!("rows_{w}"),
-            change: gpu(move |g| g.attention_warps = vec![w, 4, 2, 1]),
-        });
+    // Attention by register tiles (`Gpu::attention_tiles`, not yet measured; the default:
+    // 64 query rows, steps of 32 keys, a thread 4 rows x 4 keys, up to 8 output columns): a
+    // tile in front, block rows x keys a step, a thread's rows x keys and its most output
+    // columns. All fit the 48 KiB of static shared memory with heads and outputs of 64.
+    for (rows, keys, tr, tk, tc) in [
+        (64, 32, 8, 4, 8),
+        (64, 32, 2, 4, 8),
+        (32, 32, 4, 4, 8),
+        (32, 32, 2, 4, 8),
+        (64, 32, 4, 8, 16),
+        (16, 64, 2, 8, 8),
+    ] {
+        for workload in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
+            out.push(Variant {
+                workload,
+                label: format!("tile_{rows}x{keys}_thread_{tr}x{tk}_cols_{tc}"),
+                change: gpu(move |g| {
+                    g.attention_tiles.insert(
+                        0,
+                        AttentionTile {
+                            rows,
+                            keys,
+                            thread_rows: tr,
+                            thread_keys: tk,
+                            thread_cols: tc,
+                        },
+                    )
+                }),
+            });
+        }
+    }
+    // Without tiles: a warp per query row (the fifth and sixth runs' mapping), its query rows
+    // per block.
+    for w in [4, 16, 32] {
+        for workload in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
+            out.push(Variant {
+                workload,
+                label: format!("warp_rows_{w}"),
+                change: gpu(move |g| {
+                    g.attention_tiles.clear();
+                    g.attention_warps = vec![w, 4, 2, 1];
+                }),
+            });
+        }
     }
     // A thread's accesses of an elementwise kernel: one element (4 bytes) or two.
     for bytes in [4, 8] {

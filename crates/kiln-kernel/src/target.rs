@@ -259,8 +259,49 @@ pub struct Gpu {
     pub tf32: bool,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
-    /// once for its rows, so more rows read K and V fewer times.
+    /// once for its rows, so more rows read K and V fewer times. This is the warp-per-row
+    /// mapping, the fallback where no `attention_tiles` entry fits.
     pub attention_warps: Vec<usize>,
+    /// The register tiles of attention on the CUDA cores (`gpu/map/attention_tiles.rs`),
+    /// largest first: an attention takes the first that fits the GPU, its head dimension and
+    /// its output columns and whose rows its queries fill at least half of, else the last
+    /// that fits; none fitting (or an empty list), it runs a warp per query row
+    /// (`attention_warps`).
+    pub attention_tiles: Vec<AttentionTile>,
+}
+
+/// One block tile of attention on the CUDA cores: the block takes `rows` query rows and steps
+/// through the keys `keys` at a time; each thread holds a `thread_rows x thread_keys` tile of
+/// the step's scores and the `thread_rows x ⌈columns / (keys / thread_keys)⌉` output
+/// elements of its rows, so that each element it loads from shared memory feeds several
+/// multiply-adds. The `keys / thread_keys` lanes that share rows (a power of two dividing the
+/// warp) combine a row's maximum and sum by shuffles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttentionTile {
+    /// Query rows per block.
+    pub rows: usize,
+    /// Keys per step (staged in shared memory together).
+    pub keys: usize,
+    /// Query rows of a thread's tile.
+    pub thread_rows: usize,
+    /// Keys of a thread's tile per step.
+    pub thread_keys: usize,
+    /// The most output columns a thread accumulates per row: a wider output does not fit the
+    /// tile (its accumulators would spill out of registers).
+    pub thread_cols: usize,
+}
+
+impl AttentionTile {
+    /// Lanes sharing a thread's rows, each with its own keys: `keys / thread_keys`.
+    pub fn lanes_per_row(&self) -> usize {
+        self.keys / self.thread_keys.max(1)
+    }
+
+    /// Threads per block: `rows / thread_rows` row groups of
+    /// [`AttentionTile::lanes_per_row`] lanes.
+    pub fn threads(&self) -> usize {
+        (self.rows / self.thread_rows.max(1)) * self.lanes_per_row()
+    }
 }
 
 /// One block tile of a matrix product: the block computes `m x n` elements of the result,
@@ -375,6 +416,33 @@ impl Gpu {
             mma_swizzle: true,
             tf32: true,
             attention_warps: vec![16, 8, 4, 2, 1],
+            // Not measured on a GPU yet (the pack's sweep times the neighbours): 64 query rows
+            // of 4 warps, each thread 4 rows x 4 keys of a step of 32 (0.5 shared loads per
+            // multiply-add of the scores, 0.375 of the output, against 2 a warp per row),
+            // then narrower tiles for wider outputs and heads.
+            attention_tiles: vec![
+                AttentionTile {
+                    rows: 64,
+                    keys: 32,
+                    thread_rows: 4,
+                    thread_keys: 4,
+                    thread_cols: 8,
+                },
+                AttentionTile {
+                    rows: 32,
+                    keys: 32,
+                    thread_rows: 2,
+                    thread_keys: 4,
+                    thread_cols: 16,
+                },
+                AttentionTile {
+                    rows: 16,
+                    keys: 32,
+                    thread_rows: 1,
+                    thread_keys: 4,
+                    thread_cols: 16,
+                },
+            ],
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use kiln_kernel::options::{CpuOptions, MatmulPrecision};
 use kiln_kernel::target::{
-    FusionLimits, GemmLimits, GemmTile, Gpu, LoopLimits, SplitLimits, SumTree,
+    AttentionTile, FusionLimits, GemmLimits, GemmTile, Gpu, LoopLimits, SplitLimits, SumTree,
 };
 use kiln_kernel::{Options, TargetInfo};
 use serde_json::{Value, json};
@@ -118,6 +118,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "mma_swizzle": g.mma_swizzle,
             "tf32": g.tf32,
             "attention_warps": g.attention_warps,
+            "attention_tiles": attention_tiles_to_json(&g.attention_tiles),
         })),
     })
 }
@@ -143,6 +144,41 @@ fn tiles_from_json(path: &str, v: &Value) -> Result<Vec<GemmTile>, String> {
                 k: t.usize("k")?,
                 thread_m: t.usize("thread_m")?,
                 thread_n: t.usize("thread_n")?,
+            })
+        })
+        .collect()
+}
+
+fn attention_tiles_to_json(tiles: &[AttentionTile]) -> Value {
+    Value::Array(
+        tiles
+            .iter()
+            .map(|t| {
+                json!({
+                    "rows": t.rows,
+                    "keys": t.keys,
+                    "thread_rows": t.thread_rows,
+                    "thread_keys": t.thread_keys,
+                    "thread_cols": t.thread_cols,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn attention_tiles_from_json(v: &Value) -> Result<Vec<AttentionTile>, String> {
+    let path = "target.info.gpu.attention_tiles";
+    v.as_array()
+        .ok_or_else(|| format!("`{path}` is not a list"))?
+        .iter()
+        .map(|t| {
+            let t = Obj::new(path, t)?;
+            Ok(AttentionTile {
+                rows: t.usize("rows")?,
+                keys: t.usize("keys")?,
+                thread_rows: t.usize("thread_rows")?,
+                thread_keys: t.usize("thread_keys")?,
+                thread_cols: t.usize("thread_cols")?,
             })
         })
         .collect()
@@ -207,6 +243,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     .as_array()
                     .and_then(|a| a.iter().map(|w| w.as_u64().map(|w| w as usize)).collect())
                     .ok_or("`target.info.gpu.attention_warps` is not a list of counts")?,
+                attention_tiles: attention_tiles_from_json(g.get("attention_tiles")?)?,
             })
         }
     };

@@ -1272,7 +1272,8 @@ fn attention_runs_as_one_launch() {
             .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
             .collect();
         let rep = check(&f, &args).unwrap_or_else(|e| panic!("program {i}: {e}\n{src}"));
-        let want: std::collections::BTreeMap<MapKind, usize> = [(MapKind::Attention, 1)].into();
+        let want: std::collections::BTreeMap<MapKind, usize> =
+            [(MapKind::AttentionTiled, 1)].into();
         assert_eq!(rep.launches, want, "program {i}\n{src}");
     }
 }

@@ -473,6 +473,11 @@ pub enum MapKind {
     /// warp per query row, keys and values staged through shared memory 32 at a time, the
     /// row's running maximum and sum kept in registers.
     Attention,
+    /// Attention in one launch by register tiles (`Gpu::attention_tiles`): a block of query
+    /// rows steps through the keys, each thread computing a tile of rows x keys of the scores
+    /// and the same rows of the output from shared memory, the rows' running maxima and sums
+    /// combined by shuffles among the lanes that share them.
+    AttentionTiled,
     /// A scatter, on one thread, in order.
     Scatter,
     /// A select-and-scatter, on one thread, in order.
@@ -496,6 +501,7 @@ impl MapKind {
             MapKind::GemmTiled => "gemm-tiled",
             MapKind::GemmMma => "gemm-mma",
             MapKind::Attention => "attention",
+            MapKind::AttentionTiled => "attention-tiles",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
             MapKind::Sort => "sort",

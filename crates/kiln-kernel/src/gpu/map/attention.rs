@@ -4,6 +4,10 @@
 //! [`crate::ir::Chain::online`]) runs without the scores or the probabilities ever reaching
 //! global memory.
 //!
+//! This file holds what both mappings share and the fallback, a warp per query row; where
+//! one of `Gpu::attention_tiles` fits, the register tiles of `attention_tiles.rs` take the
+//! attention instead (fewer shared-memory loads per multiply-add).
+//!
 //! A block of `warps` warps takes `warps` consecutive query rows of one batch, a warp per row.
 //! The block stages its rows of Q into shared memory once, then steps through the keys 32 at
 //! a time (a lane per key): it stages the step's 32 rows of K and of V into shared memory
@@ -40,11 +44,48 @@ use crate::ir::Chain;
 /// Keys per step: a lane each.
 const KEYS: usize = 32;
 
+/// What both attention mappings (a warp per query row here, register tiles in
+/// `attention_tiles.rs`) read: the launch's sizes and its elements as expressions.
+pub(super) struct Parts<'a> {
+    /// The launch's name.
+    pub name: &'a str,
+    /// The GEMM kernel.
+    pub k: &'a Kernel,
+    /// Its inputs.
+    pub ins: &'a [(Buf, TensorType)],
+    /// The first product (`Q Kᵀ`).
+    pub d: &'a Product,
+    /// The chained product and its online softmax.
+    pub ch: &'a Chain,
+    /// The dtype everything is computed in (the result's: f32 or f64).
+    pub dtype: DType,
+    /// Q's element at variables `(0: batch, 1: row, 3: head index)`.
+    pub q: Expr,
+    /// K's element at variables `(0: batch, 2: key, 3: head index)`.
+    pub key: Expr,
+    /// V's element at variables `(0: batch, 2: output column, 3: key)`.
+    pub v: Expr,
+    /// The logit: the epilogue's expression, reading the score as extra input 0.
+    pub logit: Expr,
+}
+
+/// The least finite value of `dtype`: the running maximum never goes below it, so a step
+/// where a query sees no key yet (every logit -inf) scales by `exp(-inf - lowest) = 0`,
+/// never by `exp(-inf + inf) = NaN`.
+pub(super) fn lowest(dtype: DType) -> f64 {
+    if dtype == DType::F64 {
+        f64::MIN
+    } else {
+        f32::MIN as f64
+    }
+}
+
 impl Mapper<'_> {
     /// Attention as one launch, if `k` (a GEMM kernel with product `d`, reading the product
     /// as input `e` after its inputs `ins`) has an online-softmax chain the target can hold:
-    /// a warp of 32, a head dimension within one chunk of the sum tree, at most 256 output
-    /// columns (8 accumulators a lane) and the tiles within the block's shared memory.
+    /// f32 or f64, a warp of 32, a head dimension within one chunk of the sum tree; by register
+    /// tiles where one of `Gpu::attention_tiles` fits (`attention_tiles.rs`), else a warp per
+    /// query row.
     pub(super) fn attention(
         &self,
         name: &str,
@@ -55,31 +96,21 @@ impl Mapper<'_> {
     ) -> Option<GpuKernel> {
         let h = ch.online.as_ref()?;
         let dtype = k.out.dtype;
-        let n2 = ch.n;
-        let cols = n2.div_ceil(KEYS);
-        let warps = self.gpu.attention_warps.iter().copied().find(|&w| {
-            let floats = w * d.k + KEYS * d.k + KEYS * n2 + w * KEYS;
-            w > 0
-                && floats * dtype.bytes().max(4) <= self.gpu.shared_limit()
-                && w * 32 <= self.gpu.max_threads_per_block
-        })?;
         let v_in = ins.get(ch.b)?;
         if self.gpu.warp_size != 32
             || e != ins.len()
             || d.k > self.sums.leaf
-            || cols > 8
             || d.m == 0
             || d.n == 0
             || d.k == 0
+            || ch.n == 0
             || !matches!(dtype, DType::F32 | DType::F64)
         {
             return None;
         }
-        let threads = warps * 32;
-        let (q_elem, k_elem) =
-            operand_exprs(d, None, (ins.first()?.1.dtype, ins.get(1)?.1.dtype), dtype);
-        let (nn, n2i) = (d.n as i64, n2 as i64);
-        let v_elem = as_dtype(
+        let (q, key) = operand_exprs(d, None, (ins.first()?.1.dtype, ins.get(1)?.1.dtype), dtype);
+        let (nn, n2i) = (d.n as i64, ch.n as i64);
+        let v = as_dtype(
             Expr::Load {
                 input: ch.b,
                 dtype: v_in.1.dtype,
@@ -92,8 +123,48 @@ impl Mapper<'_> {
             },
             dtype,
         );
-        let logit = scalar_reads(h, e, k.vars);
+        let parts = Parts {
+            name,
+            k,
+            ins,
+            d,
+            ch,
+            dtype,
+            q,
+            key,
+            v,
+            logit: scalar_reads(h, e, k.vars),
+        };
+        self.attention_tiled(&parts)
+            .or_else(|| self.attention_rows(&parts))
+    }
 
+    /// Attention by a warp per query row (the module documentation), if its tiles fit: at
+    /// most 256 output columns (8 accumulators a lane) and the tiles within the block's shared
+    /// memory.
+    fn attention_rows(&self, p: &Parts) -> Option<GpuKernel> {
+        let Parts {
+            name,
+            k,
+            ins,
+            d,
+            ch,
+            dtype,
+            ..
+        } = *p;
+        let (q_elem, k_elem, v_elem, logit) = (&p.q, &p.key, &p.v, &p.logit);
+        let n2 = ch.n;
+        let cols = n2.div_ceil(KEYS);
+        let warps = self.gpu.attention_warps.iter().copied().find(|&w| {
+            let floats = w * d.k + KEYS * d.k + KEYS * n2 + w * KEYS;
+            w > 0
+                && floats * dtype.bytes().max(4) <= self.gpu.shared_limit()
+                && w * 32 <= self.gpu.max_threads_per_block
+        })?;
+        if cols > 8 {
+            return None;
+        }
+        let threads = warps * 32;
         let mut r = Regs::default();
         let (batch, m0, row, n0, key, zr) =
             (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
@@ -203,7 +274,7 @@ impl Mapper<'_> {
                 extent: warps,
                 depth: d.k,
                 k_fastest: true,
-                expr: &q_elem,
+                expr: q_elem,
                 array: 0,
             }],
             &shared,
@@ -238,7 +309,7 @@ impl Mapper<'_> {
                 extent: KEYS,
                 depth: d.k,
                 k_fastest: true,
-                expr: &k_elem,
+                expr: k_elem,
                 array: 1,
             }],
             &shared,
@@ -251,7 +322,7 @@ impl Mapper<'_> {
                 extent: n2,
                 depth: KEYS,
                 k_fastest: false,
-                expr: &v_elem,
+                expr: v_elem,
                 array: 2,
             }],
             &shared,
@@ -308,7 +379,7 @@ impl Mapper<'_> {
             reg(key),
         );
         let mut at = set_vars(&dims(&k.out.shape, 0), flat);
-        at.push(eval(hv, logit, vec![s]));
+        at.push(eval(hv, logit.clone(), vec![s]));
         step.push(Stmt::If {
             cond: Sc::and(Sc::lt(reg(key), c(d.n)), Sc::lt(reg(row), c(d.m))),
             body: at,
@@ -328,14 +399,8 @@ impl Mapper<'_> {
                 dtype,
             });
         }
-        // The new maximum is never below the lowest finite value, so a step where a query sees
-        // no key yet (every logit -inf) scales by exp(-inf - lowest) = 0, never by
-        // exp(-inf + inf) = NaN.
-        let lowest = if dtype == DType::F64 {
-            f64::MIN
-        } else {
-            f32::MIN as f64
-        };
+        // The new maximum is never below the lowest finite value ([`lowest`]).
+        let lowest = lowest(dtype);
         step.extend([
             Stmt::Combine {
                 acc: mt,

@@ -23,7 +23,9 @@
 //!   when the options allow TF32 ([`MatmulPrecision::Tf32`]) and the GPU has TF32 tensor cores
 //!   (`Gpu::tf32`; `mma.m16n8k8`, operands rounded to TF32 as they are loaded). Attention (a product whose
 //!   softmax epilogue fusion computes online, chained into a second product) runs as one
-//!   launch, flash-attention style ([`MapKind::Attention`], `attention.rs`).
+//!   launch, flash-attention style: by register tiles of query rows x keys where one of
+//!   `Gpu::attention_tiles` fits ([`MapKind::AttentionTiled`], `attention_tiles.rs`), else a
+//!   warp per query row ([`MapKind::Attention`], `attention.rs`).
 //! - A scatter runs on one thread, in order, so its result is deterministic
 //!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
 //!
@@ -58,6 +60,7 @@ use crate::target::{Gpu, SumTree, TargetInfo};
 use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
 mod attention;
+mod attention_tiles;
 mod gemm;
 mod row_cache;
 mod scatter;
