@@ -423,8 +423,9 @@ fn f64_library_functions_render_without_calls() {
 }
 
 /// Every form of a product by block tiles assembles for sm_80 and sm_90: each tile size of an
-/// Attention as one launch (the product, its online softmax and the chained product),
-/// plain and with a causal mask, f32 and f64, several output widths: assembled by ptxas.
+/// Attention as one launch (the product, its online softmax and the chained product), by
+/// register tiles and by a warp per row, plain and with a causal mask, f32 and f64, several
+/// head dimensions and output widths: assembled by ptxas.
 #[test]
 fn attention_assembles() {
     let attention = |(b, m, keys, k, n2): (usize, usize, usize, usize, usize),
@@ -443,19 +444,49 @@ fn attention_assembles() {
             "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {dt}[{b},{keys},{n2}]) -> {dt}[{b},{m},{n2}] {{\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}\n  %4 = constant {{value = 0.125}} : {dt}[]\n  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}\n{logits}  %7 = constant {{value = -inf}} : {dt}[]\n  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[{b},{m}]\n  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}\n  %10 = subtract %6, %9 : {s}\n  %11 = exponential %10 : {s}\n  %12 = constant {{value = 0.0}} : {dt}[]\n  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]\n  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}\n  %15 = divide %11, %14 : {s}\n  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dt}[{b},{m},{n2}]\n  return %16\n}}\n"
         )
     };
+    use kiln_kernel::gpu::ir::MapKind;
+    // By register tiles (the H200's three, chosen by queries and widths: 64, 32 and 16 rows,
+    // heads of 8 to 128, swizzled where a row is a power of two of chunks), and a warp per
+    // row (an output wider than every tile's columns).
     let programs = [
-        attention((2, 9, 40, 8, 12), "f32", false),
-        attention((1, 64, 1024, 64, 64), "f32", true),
-        attention((1, 5, 70, 16, 100), "f64", false),
+        (
+            attention((2, 9, 40, 8, 12), "f32", false),
+            MapKind::AttentionTiled,
+        ),
+        (
+            attention((1, 64, 1024, 64, 64), "f32", true),
+            MapKind::AttentionTiled,
+        ),
+        (
+            attention((1, 64, 300, 40, 24), "f32", false),
+            MapKind::AttentionTiled,
+        ),
+        (
+            attention((1, 64, 256, 64, 128), "f32", true),
+            MapKind::AttentionTiled,
+        ),
+        (
+            attention((1, 64, 256, 128, 128), "f32", false),
+            MapKind::AttentionTiled,
+        ),
+        (
+            attention((1, 5, 70, 16, 100), "f64", false),
+            MapKind::AttentionTiled,
+        ),
+        (
+            attention((1, 40, 70, 16, 250), "f32", true),
+            MapKind::Attention,
+        ),
+        (
+            attention((1, 5, 70, 16, 150), "f64", false),
+            MapKind::Attention,
+        ),
     ];
     let mut tally = Tally::default();
-    for (i, src) in programs.iter().enumerate() {
+    for (i, (src, kind)) in programs.iter().enumerate() {
         let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
         let p = program_kinds(&f, &TargetInfo::h200());
-        assert!(
-            p.contains(&kiln_kernel::gpu::ir::MapKind::Attention),
-            "program {i}: {p:?}"
-        );
+        assert!(p.contains(kind), "program {i}: {p:?}");
         tally.add(&format!("attention {i}"), &f, &TargetInfo::h200());
     }
     tally.finish("attention");

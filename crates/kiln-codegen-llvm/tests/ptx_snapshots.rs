@@ -124,14 +124,29 @@ fn gemm_by_block_tiles_with_async_copies() {
     );
 }
 
-/// Attention as one launch: `softmax(Q Kᵀ / 8) V`, the softmax online.
+/// Attention as one launch by register tiles: `softmax(Q Kᵀ / 8) V`, the softmax online.
 #[test]
 fn attention_in_one_launch() {
     insta::assert_snapshot!(
         "attention",
         ptx(
             "func @main(%0: f32[1,9,8], %1: f32[1,40,8], %2: f32[1,40,12]) -> f32[1,9,12] {\n  %3 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]} : f32[1,9,40]\n  %4 = constant {value = 0.125} : f32[]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = []} : f32[1,9,40]\n  %6 = multiply %3, %5 : f32[1,9,40]\n  %7 = constant {value = -inf} : f32[]\n  %8 = reduce %6, %7 {dimensions = [2], kind = max} : f32[1,9]\n  %9 = broadcast_in_dim %8 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %10 = subtract %6, %9 : f32[1,9,40]\n  %11 = exponential %10 : f32[1,9,40]\n  %12 = constant {value = 0.0} : f32[]\n  %13 = reduce %11, %12 {dimensions = [2], kind = add} : f32[1,9]\n  %14 = broadcast_in_dim %13 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %15 = divide %11, %14 : f32[1,9,40]\n  %16 = dot_general %15, %2 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]} : f32[1,9,12]\n  return %16\n}\n",
-            MapKind::Attention
+            MapKind::AttentionTiled
+        )
+    );
+}
+
+/// Attention as one launch by a warp per query row (a target without attention tiles).
+#[test]
+fn attention_by_warp_rows() {
+    let mut target = TargetInfo::h200();
+    target.gpu.as_mut().expect("a GPU").attention_tiles.clear();
+    insta::assert_snapshot!(
+        "attention_rows",
+        ptx_on(
+            "func @main(%0: f32[1,9,8], %1: f32[1,40,8], %2: f32[1,40,12]) -> f32[1,9,12] {\n  %3 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]} : f32[1,9,40]\n  %4 = constant {value = 0.125} : f32[]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = []} : f32[1,9,40]\n  %6 = multiply %3, %5 : f32[1,9,40]\n  %7 = constant {value = -inf} : f32[]\n  %8 = reduce %6, %7 {dimensions = [2], kind = max} : f32[1,9]\n  %9 = broadcast_in_dim %8 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %10 = subtract %6, %9 : f32[1,9,40]\n  %11 = exponential %10 : f32[1,9,40]\n  %12 = constant {value = 0.0} : f32[]\n  %13 = reduce %11, %12 {dimensions = [2], kind = add} : f32[1,9]\n  %14 = broadcast_in_dim %13 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %15 = divide %11, %14 : f32[1,9,40]\n  %16 = dot_general %15, %2 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]} : f32[1,9,12]\n  return %16\n}\n",
+            MapKind::Attention,
+            &target
         )
     );
 }

@@ -12,8 +12,9 @@
 //! thread_keys`) and the output columns `j + t · G` (`t < T = ⌈columns / G⌉`, at most
 //! `thread_cols`).
 //!
-//! The block stages its rows of Q into shared memory once (row-major, `cp.async` where the
-//! operand allows, `staging.rs`); each step stages the step's rows of K (row-major) and V
+//! The block stages its rows of Q into shared memory once (row-major, rows padded, `cp.async`
+//! where the operand allows, `staging.rs`); each step stages the step's rows of K (likewise)
+//! and V
 //! (`key · columns + column`), zeros past the keys' end, and meets at a barrier. Then:
 //!
 //! 1. Scores: for each head index, the thread loads its `R` elements of Q and `C` of K and
@@ -45,17 +46,16 @@
 //! # Shared-memory banks
 //!
 //! The emulator checks races, not banks; the layouts avoid conflicts by construction (32
-//! banks of 4 bytes, as many as a warp's lanes, f32 elements; f64 arrays are not swizzled and
-//! pay up to `G`-way conflicts on K):
+//! banks of 4 bytes, as many as a warp's lanes; said of f32 elements, f64 ones taking two
+//! banks each):
 //!
-//! - Q and K are row-major with rows of `k` elements; at one head index a warp reads `32 / G`
-//!   consecutive rows of Q (the lanes of a group the same element, a broadcast) and `G`
-//!   consecutive rows of K. Where a row is a power of two of 16-byte chunks (2 or more), both
-//!   arrays are swizzled by rows ([`SharedArray::swizzle`] with a shift of the row's chunks,
-//!   chunk `c` of row `r` at `c ^ (r mod 8)` within its group of 8): 8 consecutive rows then
-//!   fall into 8 different bank groups, so with `G <= 8` no two lanes meet in a bank. Other
-//!   head dimensions stay unswizzled: 2 ways at `k = 40`, more where `k` is a multiple of a
-//!   larger power of two.
+//! - Q and K are row-major with a padded pitch ([`row_pitch`]: `k + 4` for a head dimension
+//!   that is a multiple of 8, so 68 for 64), so that 8 consecutive rows start in 8 different
+//!   banks. At one head index a warp reads `32 / G` consecutive rows of Q (the lanes of a group
+//!   the same element, a broadcast) and `G` consecutive rows of K: no two lanes meet in a bank
+//!   while `G <= 8` (the H200's tiles), two at most at `G = 16`. The padding is staged as
+//!   zeros past the head dimension's end, and every address of the loops is a register plus a
+//!   constant (a swizzle would cost integer work at every load).
 //! - V is read at one key, columns `j + t · G`: a group's lanes read consecutive words, the
 //!   groups the same ones (broadcasts).
 //! - The probabilities lie `key · pitch + row`, the pitch the smallest at least `rows` that is
@@ -98,6 +98,8 @@ struct Geometry {
     cols: usize,
     /// Elements between two keys' probabilities in shared memory.
     pitch: usize,
+    /// Elements between two rows of Q or of K in shared memory ([`row_pitch`]).
+    row_pitch: usize,
     /// Elements of the shared arrays: Q, K, V, the probabilities.
     lens: [usize; 4],
 }
@@ -131,13 +133,8 @@ impl Mapper<'_> {
         let warps = t.rows / per_warp;
         // Banks: as many as a warp's lanes.
         let pitch = t.rows + (groups + warp - t.rows % warp) % warp;
-        let whole = |n: usize| n.next_multiple_of(8 * 4);
-        let lens = [
-            whole(t.rows * k),
-            whole(t.keys * k),
-            t.keys * n2,
-            t.keys * pitch,
-        ];
+        let rp = row_pitch(k);
+        let lens = [t.rows * rp, t.keys * rp, t.keys * n2, t.keys * pitch];
         let bytes = dtype.bytes().max(4);
         let fits = t.keys <= self.sums.leaf
             && warps * warp <= self.gpu.max_threads_per_block
@@ -149,6 +146,7 @@ impl Mapper<'_> {
             warps,
             cols,
             pitch,
+            row_pitch: rp,
             lens,
         })
     }
@@ -188,6 +186,7 @@ impl Mapper<'_> {
             warps,
             cols,
             pitch,
+            row_pitch: rp,
             lens,
         } = geo;
         let (rt, ct, n2) = (tile.thread_rows, tile.thread_keys, ch.n);
@@ -305,26 +304,13 @@ impl Mapper<'_> {
         }
         body.extend(acc.iter().map(|&a| zero(a, dtype)));
 
-        // Q and K row-major, swizzled by rows where a row is a power of two of chunks.
-        let chunk = 16 / dtype.bytes().max(1);
-        let row_chunks = d.k / chunk;
-        let swizzle = (dtype.bytes() == 4
-            && d.k.is_multiple_of(chunk)
-            && row_chunks >= 2
-            && row_chunks.is_power_of_two())
-        .then(|| row_chunks.trailing_zeros());
-        let array = |len: usize, swizzle: Option<u32>| SharedArray {
+        let array = |len: usize| SharedArray {
             dtype,
             len,
             packed: false,
-            swizzle,
+            swizzle: None,
         };
-        let shared = vec![
-            array(lens[0], swizzle),
-            array(lens[1], swizzle),
-            array(lens[2], None),
-            array(lens[3], None),
-        ];
+        let shared = lens.map(array).to_vec();
         let staging = |k0: usize, k: usize| Staging {
             e: el,
             threads,
@@ -335,29 +321,30 @@ impl Mapper<'_> {
             k,
             dtype,
         };
-        // Q's rows of this block, once: shared array 0, `row * k + d`.
+        // Q's rows of this block, once: shared array 0, `row * row_pitch + d` (zeros in the
+        // padding, as past the head dimension's end).
         body.extend(staging(zr, d.k).stage(
             &[Tile {
                 row_var: 1,
                 rows: d.m,
                 base: m0,
                 extent: rows,
-                depth: d.k,
+                depth: rp,
                 k_fastest: true,
                 expr: &p.q,
                 array: 0,
             }],
             &shared,
         ));
-        // This step's keys: K's rows (shared array 1, `key * k + d`) and V's rows (shared
-        // array 2, `key * n2 + col`).
+        // This step's keys: K's rows (shared array 1, `key * row_pitch + d`) and V's rows
+        // (shared array 2, `key * n2 + col`).
         let mut step = staging(zr, d.k).stage(
             &[Tile {
                 row_var: 2,
                 rows: d.n,
                 base: n0,
                 extent: keys,
-                depth: d.k,
+                depth: rp,
                 k_fastest: true,
                 expr: &p.key,
                 array: 1,
@@ -389,14 +376,14 @@ impl Mapper<'_> {
             scores.push(Stmt::SharedLoad {
                 reg: x,
                 array: 0,
-                index: Sc::plus(Sc::times(row_in(i), c(d.k)), reg(dd)),
+                index: Sc::plus(Sc::times(row_in(i), c(rp)), reg(dd)),
             });
         }
         for (cc, &y) in kf.iter().enumerate() {
             scores.push(Stmt::SharedLoad {
                 reg: y,
                 array: 1,
-                index: Sc::plus(Sc::times(key_in(cc), c(d.k)), reg(dd)),
+                index: Sc::plus(Sc::times(key_in(cc), c(rp)), reg(dd)),
             });
         }
         for (i, &x) in qf.iter().enumerate() {
@@ -621,5 +608,39 @@ impl Mapper<'_> {
             sums: self.sums,
             body,
         })
+    }
+}
+
+/// Elements between two rows of Q or of K in shared memory for head dimension `k`: `k` padded
+/// so that 8 consecutive rows start in 8 different banks of 4 bytes. A multiple of 4 becomes
+/// 4 times an odd number (`k` itself, or `k + 4`), which keeps rows of 16-byte copies aligned;
+/// any other `k` the odd number `k` or `k + 1`.
+fn row_pitch(k: usize) -> usize {
+    match (k % 4, k % 8) {
+        (0, 0) => k + 4,
+        (0, _) => k,
+        _ => k | 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 8 consecutive rows at one head index fall into 8 different banks of 32, for every
+    /// head dimension up to 256.
+    #[test]
+    fn padded_rows_start_in_different_banks() {
+        for k in 1..=256 {
+            let p = row_pitch(k);
+            assert!(p >= k && p <= k + 4, "{k}: {p}");
+            if k % 4 == 0 {
+                assert_eq!(p % 4, 0, "{k}: {p}");
+            }
+            let mut banks: Vec<usize> = (0..8).map(|r| r * p % 32).collect();
+            banks.sort();
+            banks.dedup();
+            assert_eq!(banks.len(), 8, "{k}: {p}");
+        }
     }
 }
