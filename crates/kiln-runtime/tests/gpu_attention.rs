@@ -28,6 +28,8 @@ enum Logits {
     Shifted(i64),
     /// `s · 0.3 + bias[b, i, j]`, the bias a fourth input.
     Bias,
+    /// `s / 8`, V given transposed (`[batch, columns, keys]`).
+    VTransposed,
 }
 
 impl Case {
@@ -43,7 +45,9 @@ impl Case {
             )
         };
         let (scale, logits, bias) = match self.logits {
-            Logits::Scaled => ("0.125", format!("  %6 = multiply %3, %5 : {s}\n"), ""),
+            Logits::Scaled | Logits::VTransposed => {
+                ("0.125", format!("  %6 = multiply %3, %5 : {s}\n"), "")
+            }
             Logits::Causal => (
                 "0.125",
                 mask(format!(
@@ -65,8 +69,13 @@ impl Case {
             ),
         };
         let bias = bias.replace("BIAS", &s);
+        let (v, v_keys) = if self.logits == Logits::VTransposed {
+            (format!("{dt}[{b},{n2},{keys}]"), 2)
+        } else {
+            (format!("{dt}[{b},{keys},{n2}]"), 1)
+        };
         format!(
-            "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {dt}[{b},{keys},{n2}]{bias}) -> {dt}[{b},{m},{n2}] {{
+            "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {v}{bias}) -> {dt}[{b},{m},{n2}] {{
   %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}
   %4 = constant {{value = {scale}}} : {dt}[]
   %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}
@@ -79,7 +88,7 @@ impl Case {
   %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]
   %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}
   %15 = divide %11, %14 : {s}
-  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dt}[{b},{m},{n2}]
+  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [{v_keys}]}} : {dt}[{b},{m},{n2}]
   return %16
 }}
 "
@@ -165,9 +174,10 @@ fn tile(
 /// The H200's tiles and other shapes of thread tiles (row groups of 4, 8 and 16 lanes, one
 /// row or several, keys per step 16 to 64), each on attention with keys that are not a
 /// multiple of its step, query rows that are not a multiple of its block's, one key, head
-/// dimensions 16, 40, 64 and 128, output columns from 1 to the tile's limit, causal masks,
-/// masks that leave queries nothing in their first steps or nothing at all (NaN rows), and a
-/// bias read from memory: every one by register tiles, within the tolerance of the reference.
+/// dimensions 7 (staged through registers), 16, 40, 64 and 128, output columns from 1 to the
+/// tile's limit, causal masks, masks that leave queries nothing in their first steps or
+/// nothing at all (NaN rows), a bias read from memory and V given transposed: every one by
+/// register tiles, within the tolerance of the reference.
 #[test]
 fn register_tiles_agree_with_the_reference() {
     let tiles = [
@@ -191,6 +201,8 @@ fn register_tiles_agree_with_the_reference() {
         case((1, 20, 100, 8, 12), Logits::Shifted(40)),
         case((1, 20, 100, 8, 12), Logits::Shifted(90)),
         case((2, 17, 45, 16, 9), Logits::Bias),
+        case((2, 21, 77, 24, 40), Logits::VTransposed),
+        case((1, 20, 50, 7, 10), Logits::Scaled),
     ];
     let mut failures = Vec::new();
     for t in tiles {
