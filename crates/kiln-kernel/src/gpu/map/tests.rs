@@ -342,3 +342,65 @@ fn a_loss_without_an_output_row_reads_its_logits_once() {
     assert_eq!(loads_of(k, logits), 6 * 700, "{text}");
     assert_eq!(loads_of(k, labels), 6 * 700, "{text}");
 }
+
+/// The pack's attention (1024 queries and keys, heads and outputs of 64) maps by the H200's
+/// first register tile: 64 query rows on 128 threads, and per head index 8 shared loads for 16
+/// multiply-adds of the scores, per key 12 for 32 of the output (the loads per multiply-add
+/// `attention_tiles.rs` argues from), within 48 KiB of shared memory.
+#[test]
+fn attention_register_tiles_load_less_than_they_multiply() {
+    let (b, m, k, n2) = (2, 1024, 64, 64);
+    let s = format!("f32[{b},{m},{m}]");
+    let p = mapped(&format!(
+        "func @main(%0: f32[{b},{m},{k}], %1: f32[{b},{m},{k}], %2: f32[{b},{m},{n2}]) -> f32[{b},{m},{n2}] {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}
+  %4 = constant {{value = 0.125}} : f32[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}
+  %6 = multiply %3, %5 : {s}
+  %7 = constant {{value = -inf}} : f32[]
+  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : f32[{b},{m}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}
+  %10 = subtract %6, %9 : {s}
+  %11 = exponential %10 : {s}
+  %12 = constant {{value = 0.0}} : f32[]
+  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : f32[{b},{m}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}
+  %15 = divide %11, %14 : {s}
+  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{b},{m},{n2}]
+  return %16
+}}
+"
+    ));
+    let l = &p.launches[0];
+    assert_eq!(
+        (p.launches.len(), l.kind, l.block, l.grid),
+        (1, MapKind::AttentionTiled, 128, b * m / 64)
+    );
+    assert_eq!(l.shared_bytes(), 43008);
+    // (shared loads, multiply-adds) of each loop that multiplies, innermost.
+    fn loops(body: &[Stmt], out: &mut Vec<(usize, usize)>) {
+        for s in body {
+            match s {
+                Stmt::For { body, .. } => {
+                    let (mut loads, mut fmas) = (0, 0);
+                    for s in body {
+                        match s {
+                            Stmt::SharedLoad { .. } => loads += 1,
+                            Stmt::MulAdd { .. } => fmas += 1,
+                            _ => {}
+                        }
+                    }
+                    if fmas > 0 {
+                        out.push((loads, fmas));
+                    }
+                    loops(body, out);
+                }
+                Stmt::If { body, .. } => loops(body, out),
+                _ => {}
+            }
+        }
+    }
+    let mut found = Vec::new();
+    loops(&l.body, &mut found);
+    assert_eq!(found, vec![(8, 16), (12, 32)]);
+}
