@@ -25,7 +25,9 @@
 //! cone, and `M` the *magnitude* of the element: the program evaluated by the reference with
 //! every float value replaced by an upper bound of the absolute values it is computed from
 //! (`subtract` adds magnitudes, `negate` keeps them, sums add |terms|, products multiply them;
-//! see [`magnitudes`]). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
+//! quotients, exponentials, logarithms and roots carry an inexact operand's magnitude through
+//! their derivative, first order: `exp x` has `exp x · M_x`, `ln x` has `M_x / |x|`; see
+//! [`magnitudes`]). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
 //! inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
 //! cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
 //! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
@@ -492,6 +494,71 @@ fn complex_magnitude(
     Some(v)
 }
 
+/// The magnitude of the result `out` of a real quotient, exponential, logarithm or root, from
+/// its operands' values `r` and magnitudes `m`, where `inexact[k]` when operand `k`'s cone
+/// rounds: `|out|`, and where an operand is inexact, at least what its error becomes through
+/// the op's derivative (first order, as for the complex ops): an error `δ` of `x` moves `exp x`
+/// by `exp x · δ`, `expm1 x` by `exp x · δ`, `ln x` by `δ / |x|`, `ln(1 + x)` by
+/// `δ / |1 + x|`, `√x` by `δ / (2 √x)` and `1 / √x` by `δ / (2 |x| √x)`; errors `δa`, `δb` of
+/// a quotient's operands move `a / b` by `(δa + |a / b| δb) / |b|`. An operand's error is within
+/// `(2 U + K) · ε` times its magnitude, so these carry it at the result's scale. Not the
+/// operand's magnitude through the function itself (`exp M`), which for the largest scores of
+/// a softmax is beyond any float and would leave its outputs unchecked; nor the value alone,
+/// which misses the growth of a logarithm's error near 1 or a quotient's through a denominator
+/// that cancelled.
+fn first_order_magnitude(
+    op: &Op,
+    r: &[&Literal],
+    m: &[&Literal],
+    out: &Literal,
+    inexact: Vec<bool>,
+) -> Option<Literal> {
+    if !matches!(
+        op,
+        Op::Divide {}
+            | Op::Exponential {}
+            | Op::ExponentialMinusOne {}
+            | Op::Log {}
+            | Op::LogPlusOne {}
+            | Op::Sqrt {}
+            | Op::Rsqrt {}
+    ) {
+        return None;
+    }
+    let o = out.to_f64s();
+    let (x, mx) = (r[0].to_f64s(), m[0].to_f64s());
+    let (y, my) = match op {
+        Op::Divide {} => (r[1].to_f64s(), m[1].to_f64s()),
+        _ => (vec![], vec![]),
+    };
+    // `num / den`, 0 where the error is 0 (an exact 0 over a 0).
+    let over = |num: f64, den: f64| if num == 0.0 { 0.0 } else { num / den };
+    let v: Vec<f64> = (0..o.len())
+        .map(|i| {
+            let a = o[i].abs();
+            if let Op::Divide {} = op {
+                let (b, mb) = (y[i].abs(), my[i]);
+                let da = if inexact[0] { mx[i] } else { x[i].abs() };
+                let db = if inexact[1] { a * mb } else { 0.0 };
+                return a.max(over(da + db, b));
+            }
+            if !inexact[0] {
+                return a;
+            }
+            let carried = match op {
+                Op::Exponential {} => a * mx[i],
+                Op::ExponentialMinusOne {} => (o[i] + 1.0).abs() * mx[i],
+                Op::Log {} => over(mx[i], x[i].abs()),
+                Op::LogPlusOne {} => over(mx[i], (1.0 + x[i]).abs()),
+                Op::Sqrt {} => over(mx[i], 2.0 * a),
+                _ => over(mx[i] * a, 2.0 * x[i].abs()),
+            };
+            a.max(carried)
+        })
+        .collect();
+    Some(Literal::from_f64s(f64_type(out.ty()), &v).expect("a result's element count"))
+}
+
 /// The magnitude of `z = x^y` (`out`) from its operands' values `r` and magnitudes `m`, where
 /// `inexact[k]` when operand `k`'s cone is not exact: `|z|`, plus what the operands' errors
 /// become through the power's condition numbers. An error `δx` of the base changes `z` by about
@@ -579,6 +646,13 @@ fn values_and_magnitudes_given(
             None => a.clone(),
         });
     }
+    // Whether a value's cone rounds (memoized: the first-order rules below ask per operand).
+    // A region's parameters carry the caller's errors, whose cones are outside the region.
+    let mut inexact_memo: Vec<Option<bool>> = vec![None; f.values.len()];
+    let mut inexact = |v: kiln_ir::ValueId| -> bool {
+        arg_mags.is_some()
+            || *inexact_memo[v.index()].get_or_insert_with(|| !cone_bound(f, &def, v).exact())
+    };
     for inst in &f.insts {
         let r: Vec<&Literal> = inst
             .operands
@@ -629,13 +703,20 @@ fn values_and_magnitudes_given(
             out.clone()
         } else if let Some(c) = complex_magnitude(&inst.op, &r, &m, &out[0], complex_in) {
             vec![c]
+        } else if let Some(c) = first_order_magnitude(
+            &inst.op,
+            &r,
+            &m,
+            &out[0],
+            inst.operands.iter().map(|&v| inexact(v)).collect(),
+        ) {
+            vec![c]
         } else {
             let abs_out = || map(&out[0], f64::abs);
             let one = match &inst.op {
                 Op::Subtract {} => Some(eval_op(&Op::Add {}, &m, &ftypes).remove(0)),
                 Op::Negate {} | Op::Abs {} => Some(m[0].clone()),
                 Op::Remainder {} => Some(m[0].clone()),
-                Op::Divide {} => Some(zip(m[0], r[1], |x, y| x / y.abs())),
                 Op::Minimum {} | Op::Clamp {} => {
                     let mut acc = m[0].clone();
                     for x in &m[1..] {
@@ -646,9 +727,6 @@ fn values_and_magnitudes_given(
                 Op::Convert {} if float_in => Some(m[0].clone()),
                 Op::Sine {} | Op::Cosine {} | Op::Tanh {} | Op::Logistic {} | Op::Erf {} => {
                     Some(zip(m[0], &out[0], |x, y| x.max(y.abs())))
-                }
-                Op::Exponential {} | Op::ExponentialMinusOne {} => {
-                    Some(eval_op(&inst.op, &m, &ftypes).remove(0))
                 }
                 // The first-order error of tan(x) is (1 + tan²x) times x's.
                 Op::Tan {} => Some(zip(m[0], &out[0], |x, t| x.max(t.abs()) * (1.0 + t * t))),
@@ -669,13 +747,9 @@ fn values_and_magnitudes_given(
                     &out[0],
                     [r[0], r[1]],
                     [m[0], m[1]],
-                    [0, 1].map(|k| !cone_bound(f, &def, inst.operands[k]).exact()),
+                    [0, 1].map(|k| inexact(inst.operands[k])),
                 )),
-                Op::Log {}
-                | Op::LogPlusOne {}
-                | Op::Sqrt {}
-                | Op::Rsqrt {}
-                | Op::Floor {}
+                Op::Floor {}
                 | Op::Ceil {}
                 | Op::RoundNearestAfz {}
                 | Op::RoundNearestEven {}
@@ -685,16 +759,19 @@ fn values_and_magnitudes_given(
                 | Op::BitcastConvert {}
                 | Op::Iota { .. }
                 | Op::Constant { .. } => Some(abs_out()),
+                // A maximum or minimum is one of its elements (or the init, where none is
+                // larger): the largest of the elements' magnitudes, and the result's own size
+                // (added below), so that an init of -inf bounds nothing it does not select.
                 Op::Reduce {
                     dimensions,
-                    kind: Combiner::Min,
+                    kind: Combiner::Min | Combiner::Max,
                 } => Some(
                     eval_op(
                         &Op::Reduce {
                             dimensions: dimensions.clone(),
                             kind: Combiner::Max,
                         },
-                        &m,
+                        &[m[0], &map(m[1], |_| 0.0)],
                         &ftypes,
                     )
                     .remove(0),
@@ -705,7 +782,7 @@ fn values_and_magnitudes_given(
                     base_dilations,
                     window_dilations,
                     padding,
-                    kind: Combiner::Min,
+                    kind: Combiner::Min | Combiner::Max,
                 } => Some(
                     eval_op(
                         &Op::ReduceWindow {
@@ -716,7 +793,7 @@ fn values_and_magnitudes_given(
                             padding: padding.clone(),
                             kind: Combiner::Max,
                         },
-                        &m,
+                        &[m[0], &map(m[1], |_| 0.0)],
                         &ftypes,
                     )
                     .remove(0),

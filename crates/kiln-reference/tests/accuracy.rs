@@ -336,3 +336,80 @@ fn complex_products_on_parts_pass_under_a_norm_wise_bound() {
         .collect();
     assert!(check_outputs(&f, &args, &[c64s(&far)]).is_err());
 }
+
+/// Attention, `softmax(q kᵀ / 8) v` with a head of 64: its scores have magnitudes of a few
+/// hundred, and an exponential's magnitude taken as `exp M` (as before) was beyond any float,
+/// which left every output unchecked. Carried through the derivative (`exp x · M`), the bound
+/// stays near the outputs' size: an f32 computation in another order passes, a result 0.01
+/// off in one element does not.
+#[test]
+fn attention_outputs_are_bounded_through_the_softmax() {
+    let (n, d) = (8usize, 64usize);
+    let f = parse_func_text(&format!(
+        "func @main(%0: f32[{n},{d}], %1: f32[{n},{d}], %2: f32[{n},{d}]) -> f32[{n},{d}] {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]}} : f32[{n},{n}]
+  %4 = constant {{value = 0.125}} : f32[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : f32[{n},{n}]
+  %6 = multiply %3, %5 : f32[{n},{n}]
+  %7 = constant {{value = -inf}} : f32[]
+  %8 = reduce %6, %7 {{dimensions = [1], kind = max}} : f32[{n}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0]}} : f32[{n},{n}]
+  %10 = subtract %6, %9 : f32[{n},{n}]
+  %11 = exponential %10 : f32[{n},{n}]
+  %12 = constant {{value = 0.0}} : f32[]
+  %13 = reduce %11, %12 {{dimensions = [1], kind = add}} : f32[{n}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0]}} : f32[{n},{n}]
+  %15 = divide %11, %14 : f32[{n},{n}]
+  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]}} : f32[{n},{d}]
+  return %16
+}}
+"
+    ))
+    .unwrap();
+    // Values in [-2, 2] from a fixed linear congruential sequence, rounded to f32.
+    let mut state = 12345u64;
+    let mut draw = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 40) as f64 / (1u64 << 24) as f64 * 4.0 - 2.0) as f32
+            })
+            .collect()
+    };
+    let (q, k, v) = (draw(n * d), draw(n * d), draw(n * d));
+    let t = TensorType::new(DType::F32, [n, d]);
+    let lit = |x: &[f32]| {
+        Literal::from_f64s(
+            t.clone(),
+            &x.iter().map(|&e| f64::from(e)).collect::<Vec<_>>(),
+        )
+        .unwrap()
+    };
+    let args = [lit(&q), lit(&k), lit(&v)];
+    // The same attention in f32, every sum from the last term to the first.
+    let mut out = vec![0f32; n * d];
+    for i in 0..n {
+        let s: Vec<f32> = (0..n)
+            .map(|j| {
+                (0..d)
+                    .rev()
+                    .map(|c| q[i * d + c] * k[j * d + c])
+                    .sum::<f32>()
+                    * 0.125
+            })
+            .collect();
+        let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = s.iter().map(|&x| (x - m).exp()).collect();
+        let l: f32 = e.iter().rev().sum();
+        for c in 0..d {
+            out[i * d + c] = (0..n).rev().map(|j| e[j] / l * v[j * d + c]).sum();
+        }
+    }
+    check_outputs(&f, &args, &[lit(&out)]).unwrap();
+    let mut off = out.clone();
+    off[3 * d + 5] += 1e-2;
+    let e = check_outputs(&f, &args, &[lit(&off)]).unwrap_err();
+    assert!(e.contains("output 0"), "{e}");
+}
