@@ -8,7 +8,8 @@
 //! of a given signature compiles once, even when several threads call it for the first time at
 //! once (they wait for the first one's compile).
 
-use crate::{Error, Result};
+use crate::device::{DeviceArg, DeviceBuffer};
+use crate::{Device, Error, Result};
 use kiln_ir::{Func, Literal};
 pub use kiln_kernel::Options;
 pub use kiln_kernel::options::MatmulPrecision;
@@ -34,6 +35,22 @@ pub trait Executable: Send + Sync {
     /// program's memory plan, when the backend plans memory.
     fn peak_bytes(&self) -> Option<usize> {
         None
+    }
+
+    /// Runs the program on arguments in its backend's device memory (of its parameter types,
+    /// all on one device) and returns its results there, with no copy through the host: what
+    /// a compiled function called with device tensors runs. A donated argument's buffer
+    /// ([`DeviceArg::donated`]) may hold a result of its size. By default (a backend whose
+    /// programs run on the host) an error saying so: a backend with device memory
+    /// ([`Backend::upload`]) implements both.
+    fn run_device(&self, args: Vec<DeviceArg>) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
+        let on = args
+            .first()
+            .map_or_else(|| "a device".to_string(), |a| a.buffer.device().to_string());
+        Err(Error::internal(
+            "run",
+            format!("this backend's programs run on the host and take no tensors on {on}"),
+        ))
     }
 }
 
@@ -63,6 +80,23 @@ pub trait Backend: Send + Sync {
     ) -> Result<Arc<dyn Executable>> {
         let _ = opts;
         self.compile_donating(f, donated)
+    }
+
+    /// Copies `l` into new memory on `device` that this backend's executables read
+    /// ([`Executable::run_device`]): what `Tensor::to(Device::Cuda(i))` does. By default (a
+    /// backend without device memory: the CPU, the reference interpreter) an error that says
+    /// so and names the backends that have it.
+    fn upload(&self, device: Device, l: &Literal) -> Result<Arc<dyn DeviceBuffer>> {
+        Err(Error::internal(
+            "to",
+            format!(
+                "cannot move a {} tensor to {device}: the installed backend `{}` keeps tensors \
+                 in host memory; run with KILN_BACKEND=cuda (or cuda:N) to use a GPU, or \
+                 KILN_BACKEND=ptx-emulator to emulate one",
+                l.ty(),
+                self.name()
+            ),
+        ))
     }
 }
 
