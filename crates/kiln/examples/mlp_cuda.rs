@@ -33,7 +33,7 @@ pub enum Outcome {
 
 /// The losses of `steps` of `mlp_classifier`'s training on the backend installed now:
 /// (first, last).
-fn train(steps: usize) -> Result<(f64, f64)> {
+pub fn train(steps: usize) -> Result<(f64, f64)> {
     let (first, last, _, _) = mlp_classifier::run(steps, false)?;
     Ok((first, last))
 }
@@ -41,7 +41,7 @@ fn train(steps: usize) -> Result<(f64, f64)> {
 /// The losses of `steps` of `mlp_classifier`'s training with everything on `device`, moved
 /// there once: (first, last). The model and optimizer state are donated to each step, so
 /// their device buffers are reused; the data stays where it is.
-fn train_on(device: Device, steps: usize) -> Result<(f64, f64)> {
+pub fn train_on(device: Device, steps: usize) -> Result<(f64, f64)> {
     let (x, y) = mlp_classifier::spirals();
     let opt = Adam::new(0.01);
     let m = mlp_classifier::model();

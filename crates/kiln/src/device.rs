@@ -279,7 +279,8 @@ pub(crate) fn cuda_run(
                 outs.push(b);
             }
             None => {
-                let mut fresh = gpu.alloc(len).map_err(gpu_err)?;
+                // Allocated on the program's stream, which writes it.
+                let mut fresh = exe.gpu().alloc(len).map_err(gpu_err)?;
                 run.copy_output(k, &mut fresh).map_err(gpu_err)?;
                 outs.push(Arc::new(CudaBuffer {
                     gpu: gpu.clone(),

@@ -154,6 +154,16 @@ fn eager_ops_and_gradients_on_device_tensors_run_there() {
         g.to_vec::<f32>().unwrap(),
         (&x * 2.0).to_vec::<f32>().unwrap()
     );
+    // A device tensor closed over: a capture of the gradient, a constant of a jitted function.
+    let g = grad(|x: &Tensor| (x * &dy).sum_all())(&dx);
+    assert_eq!(g.device(), Device::Cuda(0));
+    assert_eq!(g.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
+    let scaled = jit(|x: &Tensor| x * &dy).call(&dx).unwrap();
+    assert_eq!(scaled.device(), Device::Cuda(0));
+    assert_eq!(
+        scaled.to_vec::<f32>().unwrap(),
+        (&x * &y).to_vec::<f32>().unwrap()
+    );
 }
 
 #[test]
@@ -225,6 +235,7 @@ fn foreign(device: Device, readable: bool) -> Tensor {
 /// Every bad input on the device path: an error naming the op (or the jitted function) and
 /// the caller's line, never a panic.
 #[test]
+#[rustfmt::skip]
 fn bad_device_inputs_name_the_op_and_the_line() {
     emulated();
     let h3 = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
@@ -234,12 +245,7 @@ fn bad_device_inputs_name_the_op_and_the_line() {
 
     // 1. A host tensor and a device tensor in one eager op.
     let e = (&d3 + &h3).error().cloned().unwrap();
-    expect(
-        e,
-        "add",
-        line!() - 1,
-        "host and device tensors mixed in one add",
-    );
+    expect(e, "add", line!() - 1, "host and device tensors mixed in one add");
     n += 1;
     // 2. The same, the other way round, in a matrix product.
     let e = hm.matmul(&d3).error().cloned().unwrap();
@@ -248,23 +254,13 @@ fn bad_device_inputs_name_the_op_and_the_line() {
     // 3. A jitted function called with host and device arguments.
     let f = jit(|(a, b): &(Tensor, Tensor)| a + b);
     let e = f.call(&(d3.clone(), h3.clone())).err().unwrap();
-    expect(
-        e.clone(),
-        "jit",
-        line!() - 1,
-        "host and device tensors mixed in one jit",
-    );
+    expect(e.clone(), "jit", line!() - 1, "host and device tensors mixed in one jit");
     assert!(e.message.contains("argument 1 (f32[3]) on cpu"), "{e}");
     assert!(e.message.contains("the function jitted at"), "{e}");
     n += 1;
     // 4. The same, donating.
     let e = f.call_donating((h3.clone(), d3.clone())).err().unwrap();
-    expect(
-        e,
-        "jit",
-        line!() - 1,
-        "host and device tensors mixed in one jit",
-    );
+    expect(e, "jit", line!() - 1, "host and device tensors mixed in one jit");
     n += 1;
     // 5. A device index the emulator does not have.
     let e = h3.to(Device::Cuda(1)).error().cloned().unwrap();
@@ -282,12 +278,7 @@ fn bad_device_inputs_name_the_op_and_the_line() {
     // 8. Memory the installed backend does not own.
     let alien = foreign(Device::Cuda(0), true);
     let e = f.call(&(d3.clone(), alien.clone())).err().unwrap();
-    expect(
-        e,
-        "jit",
-        line!() - 1,
-        "of the `foreign` backend, not of the installed `ptx-emulator`",
-    );
+    expect(e, "jit", line!() - 1, "of the `foreign` backend, not of the installed `ptx-emulator`");
     n += 1;
     // 9. ... used by an eager op.
     let e = (&d3 - &alien).error().cloned().unwrap();
@@ -299,12 +290,7 @@ fn bad_device_inputs_name_the_op_and_the_line() {
     expect(e, "to_literal", line!() - 1, "the device was lost");
     n += 1;
     let e = lost.to(Device::Cpu).error().cloned().unwrap();
-    expect(
-        e,
-        "to",
-        line!() - 1,
-        "cannot read a f32[3] tensor back from cuda:0",
-    );
+    expect(e, "to", line!() - 1, "cannot read a f32[3] tensor back from cuda:0");
     n += 1;
     // 11. A shape mismatch on the device is the op's usual error.
     let d2 = cuda(&Tensor::ones(DType::F32, [2]));

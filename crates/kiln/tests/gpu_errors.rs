@@ -131,11 +131,9 @@ fn the_cuda_backend_is_selected_by_name_and_says_what_is_missing() {
     expect("KILN_BACKEND=cuda", e, "no NVIDIA GPU");
     // Moving a tensor to the GPU: the same error, naming `to` and this line.
     let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
-    let e = x.to(kiln::Device::Cuda(0)).error().cloned().unwrap();
-    assert_eq!(
-        (e.op.as_str(), e.loc.map(|l| l.line)),
-        ("to", Some(line!() - 1))
-    );
+    let (moved, line) = (x.to(kiln::Device::Cuda(0)), line!());
+    let e = moved.error().cloned().unwrap();
+    assert_eq!((e.op.as_str(), e.loc.map(|l| l.line)), ("to", Some(line)));
     expect(
         "to",
         e.to_string(),
