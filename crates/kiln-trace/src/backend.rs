@@ -43,6 +43,31 @@ pub trait Executable: Send + Sync {
     /// ([`DeviceArg::donated`]) may hold a result of its size. By default (a backend whose
     /// programs run on the host) an error saying so: a backend with device memory
     /// ([`Backend::upload`]) implements both.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::backend::{Backend, Reference};
+    /// use kiln_trace::{Device, DeviceArg, DeviceBuffer};
+    /// use std::sync::Arc;
+    /// struct InHost(Vec<u8>);
+    /// impl DeviceBuffer for InHost {
+    ///     fn device(&self) -> Device { Device::Cuda(0) }
+    ///     fn backend(&self) -> &'static str { "in-host" }
+    ///     fn len(&self) -> usize { self.0.len() }
+    ///     fn read(&self) -> Result<Vec<u8>, String> { Ok(self.0.clone()) }
+    ///     fn as_any(&self) -> &dyn std::any::Any { self }
+    /// }
+    /// let f = kiln_ir::parse_func_text(
+    ///     "func @main(%0: f32[]) -> f32[] {\n  %1 = negate %0 : f32[]\n  return %1\n}\n",
+    /// )
+    /// .unwrap();
+    /// // The reference interpreter runs on the host: device arguments are refused.
+    /// let exe = Reference.compile(&f).unwrap();
+    /// let arg = DeviceArg { buffer: Arc::new(InHost(vec![0; 4])), donated: false };
+    /// let e = exe.run_device(vec![arg]).err().unwrap();
+    /// assert!(e.message.contains("take no tensors on cuda:0"), "{e}");
+    /// ```
     fn run_device(&self, args: Vec<DeviceArg>) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
         let on = args
             .first()
@@ -86,6 +111,16 @@ pub trait Backend: Send + Sync {
     /// ([`Executable::run_device`]): what `Tensor::to(Device::Cuda(i))` does. By default (a
     /// backend without device memory: the CPU, the reference interpreter) an error that says
     /// so and names the backends that have it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::backend::{Backend, Reference};
+    /// use kiln_trace::Device;
+    /// let l = kiln_ir::Literal::f32([2], vec![1.0, 2.0]).unwrap();
+    /// let e = Reference.upload(Device::Cuda(0), &l).err().unwrap();
+    /// assert!(e.message.contains("`reference` keeps tensors in host memory"), "{e}");
+    /// ```
     fn upload(&self, device: Device, l: &Literal) -> Result<Arc<dyn DeviceBuffer>> {
         Err(Error::internal(
             "to",

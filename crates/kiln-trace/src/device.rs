@@ -71,6 +71,10 @@ pub trait DeviceBuffer: Send + Sync + 'static {
 }
 
 /// A device buffer passed to [`crate::backend::Executable::run_device`].
+///
+/// # Examples
+///
+/// See [`crate::backend::Executable::run_device`].
 #[derive(Clone)]
 pub struct DeviceArg {
     /// The argument's bytes.
@@ -315,7 +319,29 @@ pub(crate) fn run_on_device(
     }
 }
 
-/// An executable's device results as tensors of `types`.
+/// An executable's device results as tensors of `types` (each buffer checked against its
+/// type's size).
+///
+/// # Examples
+///
+/// ```
+/// use kiln_trace::device::wrap_results;
+/// use kiln_trace::{Device, DeviceBuffer};
+/// use kiln_ir::{DType, TensorType};
+/// use std::sync::Arc;
+/// struct InHost(Vec<u8>);
+/// impl DeviceBuffer for InHost {
+///     fn device(&self) -> Device { Device::Cuda(0) }
+///     fn backend(&self) -> &'static str { "in-host" }
+///     fn len(&self) -> usize { self.0.len() }
+///     fn read(&self) -> Result<Vec<u8>, String> { Ok(self.0.clone()) }
+///     fn as_any(&self) -> &dyn std::any::Any { self }
+/// }
+/// let b: Arc<dyn DeviceBuffer> = Arc::new(InHost(7i32.to_le_bytes().to_vec()));
+/// let ts = wrap_results(vec![b.clone()], &[TensorType::scalar(DType::I32)]).unwrap();
+/// assert_eq!(ts[0].to_vec::<i32>().unwrap(), [7]);
+/// assert!(wrap_results(vec![b], &[TensorType::scalar(DType::I64)]).is_err()); // 4 bytes, not 8
+/// ```
 pub fn wrap_results(
     buffers: Vec<Arc<dyn DeviceBuffer>>,
     types: &[TensorType],

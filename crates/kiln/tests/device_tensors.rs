@@ -52,6 +52,12 @@ fn tensors_go_to_the_device_and_back_bit_for_bit() {
         DType::U32,
         DType::U64,
         DType::Pred,
+        DType::I4,
+        DType::U4,
+        DType::I2,
+        DType::F8E4M3FN,
+        DType::F8E5M2,
+        DType::C64,
     ];
     let shapes: [&[usize]; 5] = [&[], &[0], &[3, 0], &[7], &[2, 3, 5]];
     for d in dtypes {
@@ -124,6 +130,18 @@ fn jit_on_device_tensors_runs_there_and_matches_the_cpu() {
     assert_eq!(hy.device(), Device::Cpu);
     assert_eq!(hy.to_vec::<f32>().unwrap(), want_y.to_vec::<f32>().unwrap());
     assert_eq!(g.compiles(), 1);
+    // A result that is an argument passed through, and one that is a constant.
+    let pass = jit(|x: &Tensor| (x.clone(), Tensor::scalar(4i32), x.sum_all()));
+    let (same, four, total) = pass.call(&cuda(&a)).unwrap();
+    assert_eq!(
+        (same.device(), four.device()),
+        (Device::Cuda(0), Device::Cuda(0))
+    );
+    assert_eq!(same.to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap());
+    assert_eq!(
+        (four.item().unwrap(), total.item().unwrap()),
+        (4.0, a.sum_all().item().unwrap())
+    );
     // The device results feed a second compiled function, staying on the device.
     let h = jit(|(y, s): &(Tensor, Tensor)| y * s - 2.0);
     let z = h.call(&(y.clone(), s.clone())).unwrap();
