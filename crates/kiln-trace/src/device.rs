@@ -303,13 +303,21 @@ pub(crate) fn run_on_device(
     if let Some(e) = xs.iter().find_map(|t| t.error()) {
         return vec![Tensor::failed(e.clone()); n];
     }
-    let args: Vec<DeviceArg> = xs
-        .iter()
-        .map(|t| DeviceArg {
-            buffer: t.device_buffer().expect("on the device").clone(),
+    let mut args: Vec<DeviceArg> = Vec::with_capacity(xs.len());
+    for t in &xs {
+        let Some(buffer) = t.device_buffer() else {
+            let e = Error::at(
+                op,
+                "a traced tensor was used after its trace ended (it escaped the traced function)",
+                loc,
+            );
+            return vec![Tensor::failed(e); n];
+        };
+        args.push(DeviceArg {
+            buffer: buffer.clone(),
             donated: false,
-        })
-        .collect();
+        });
+    }
     let run = crate::backend::compile_cached(f)
         .and_then(|exe| exe.run_device(args))
         .and_then(|bufs| wrap_results(bufs, &f.output_types));
