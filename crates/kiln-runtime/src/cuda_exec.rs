@@ -227,9 +227,10 @@ impl CudaExecutable {
         for (k, ((&(b, len), want), at)) in
             args.iter().zip(&sizes).zip(self.plan.params()).enumerate()
         {
-            if len != *want {
+            if len != *want || (len > 0 && at.bytes != len) {
                 return Err(run(format!(
-                    "argument {k}: {len} bytes for a parameter of {want} bytes"
+                    "argument {k}: {len} bytes for a parameter of {want} bytes in a region of {}",
+                    at.bytes
                 )));
             }
             self.gpu.copy_between(b, 0, &mut arena, at.offset, len)?;

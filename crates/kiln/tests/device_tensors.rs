@@ -142,6 +142,13 @@ fn jit_on_device_tensors_runs_there_and_matches_the_cpu() {
         (four.item().unwrap(), total.item().unwrap()),
         (4.0, a.sum_all().item().unwrap())
     );
+    // An argument the function does not use.
+    let first = jit(|(a, _b): &(Tensor, Tensor)| a * 2.0);
+    let y2 = first.call(&(cuda(&a), cuda(&b))).unwrap();
+    assert_eq!(
+        y2.to_vec::<f32>().unwrap(),
+        (&a * 2.0).to_vec::<f32>().unwrap()
+    );
     // The device results feed a second compiled function, staying on the device.
     let h = jit(|(y, s): &(Tensor, Tensor)| y * s - 2.0);
     let z = h.call(&(y.clone(), s.clone())).unwrap();
