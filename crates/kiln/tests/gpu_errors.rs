@@ -407,6 +407,33 @@ fn bad_arguments_and_broken_plans() {
     }
     let got = run(vec![&a, &a]).unwrap();
     assert_eq!(got[0], Literal::f32([1000], vec![2.0; 1000]).unwrap());
+    // Device-resident arguments (their bytes), as device tensors give them.
+    let (bytes, few) = (a.to_le_bytes(), short.to_le_bytes());
+    let run_bytes = |args: Vec<&[u8]>| {
+        kiln_runtime::gpu_emu::run_plan_bytes(&plan, &args).map_err(|e| e.to_string())
+    };
+    let cases: [(&str, Vec<&[u8]>, &str); 3] = [
+        ("no bytes", vec![], "0 arguments for 2 parameters"),
+        (
+            "three buffers",
+            vec![&bytes, &bytes, &bytes],
+            "3 arguments for 2 parameters",
+        ),
+        (
+            "a short buffer",
+            vec![&bytes, &few],
+            "argument 1: 12 bytes for a parameter of type f32[1000] (4000 bytes)",
+        ),
+    ];
+    for (what, args, want) in cases {
+        let e = error_of(what, || run_bytes(args));
+        expect(what, e, want);
+    }
+    let got = run_bytes(vec![&bytes, &bytes]).unwrap();
+    assert_eq!(
+        got[0],
+        Literal::f32([1000], vec![2.0; 1000]).unwrap().to_le_bytes()
+    );
     let mut cut = plan.clone();
     cut.arena_bytes = 64;
     let e = error_of("cut", || {
