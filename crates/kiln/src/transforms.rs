@@ -467,7 +467,10 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         self
     }
 
-    /// Runs the function on `x`, compiling it first if `x`'s signature is new.
+    /// Runs the function on `x`, compiling it first if `x`'s signature is new. With `x`'s
+    /// leaves all on one device (moved there with `Tensor::to`), the program runs there and
+    /// its results stay there ([`crate::device`]); host and device leaves mixed, or leaves on
+    /// two devices, are an error naming the call's line and where this function was made.
     ///
     /// # Examples
     ///
