@@ -9,7 +9,9 @@
 //! compiled by the driver (`cuModuleLoadData`), never by nvcc or NVRTC.
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, PinnedHostSlice,
+};
 use kiln_kernel::target::TargetInfo;
 use std::collections::HashMap;
 use std::fmt;
@@ -382,7 +384,7 @@ impl Gpu {
         }
         // SAFETY: the buffer is written (by a copy or a kernel) before it is read.
         match unsafe { self.stream.alloc::<u8>(bytes.max(1)) } {
-            Ok(b) => Ok(DeviceBuffer(b)),
+            Ok(b) => Ok(DeviceBuffer(b, None)),
             Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(oom),
             Err(e) => Err(driver("allocating device memory")(e)),
         }
@@ -404,6 +406,86 @@ impl Gpu {
             .memcpy_dtoh(&b.0.slice(..out.len()), out)
             .map_err(driver("copying from the device"))?;
         self.synchronize()
+    }
+
+    /// Copies host bytes to a new device buffer through a pinned staging buffer: the bytes
+    /// are copied into page-locked host memory and the copy to the device is queued on the
+    /// stream, asynchronously; the staging buffer lives with the device buffer until the copy
+    /// is done. Work on other streams that reads the buffer waits for the copy (cudarc records
+    /// an event for it).
+    pub fn upload_staged(&self, bytes: &[u8]) -> Result<DeviceBuffer, GpuError> {
+        let mut b = self.alloc(bytes.len())?;
+        if bytes.is_empty() {
+            return Ok(b);
+        }
+        // SAFETY: every byte of the staging buffer is written before the copy reads it.
+        let mut staging = unsafe { self.ctx.alloc_pinned::<u8>(bytes.len()) }
+            .map_err(driver("allocating pinned host memory"))?;
+        staging
+            .as_mut_slice()
+            .map_err(driver("allocating pinned host memory"))?
+            .copy_from_slice(bytes);
+        self.stream
+            .memcpy_htod(&staging, &mut b.0.slice_mut(..bytes.len()))
+            .map_err(driver("copying to the device"))?;
+        b.1 = Some(staging);
+        Ok(b)
+    }
+
+    /// The first `len` bytes of `b`, copied to the host through a pinned staging buffer once
+    /// the work that writes them (on any stream) is done.
+    pub fn download_staged(&self, b: &DeviceBuffer, len: usize) -> Result<Vec<u8>, GpuError> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        if len > b.len() {
+            return Err(GpuError::Run {
+                message: format!("{len} bytes read from a buffer of {}", b.len()),
+            });
+        }
+        // SAFETY: the copy below writes every byte before the host reads them.
+        let mut staging = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(len, 0) }
+            .map_err(driver("allocating pinned host memory"))?;
+        self.stream
+            .memcpy_dtoh(&b.0.slice(..len), &mut staging)
+            .map_err(driver("copying from the device"))?;
+        // Waits for the copy.
+        let out = staging
+            .as_slice()
+            .map_err(driver("copying from the device"))?
+            .to_vec();
+        Ok(out)
+    }
+
+    /// Copies `bytes` bytes of `src` from byte `from` on into `dst` from byte `to` on, on the
+    /// device (queued on the stream, after the work that writes `src` on any stream).
+    pub fn copy_between(
+        &self,
+        src: &DeviceBuffer,
+        from: usize,
+        dst: &mut DeviceBuffer,
+        to: usize,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if from + bytes > src.len() || to + bytes > dst.len() {
+            return Err(GpuError::Run {
+                message: format!(
+                    "a copy of {bytes} bytes from byte {from} of a buffer of {} to byte {to} of \
+                     one of {}: out of bounds",
+                    src.len(),
+                    dst.len()
+                ),
+            });
+        }
+        self.stream
+            .memcpy_dtod(
+                &src.0.slice(from..from + bytes),
+                &mut dst.0.slice_mut(to..to + bytes),
+            )
+            .map_err(driver("copying on the device"))
     }
 
     /// Copies `bytes` into `b` from byte `offset` on (queued on the stream).
@@ -541,9 +623,10 @@ impl Module {
 #[derive(Clone, Debug)]
 pub struct Kernel(CudaFunction);
 
-/// Device memory, freed when dropped.
+/// Device memory, freed when dropped; with the pinned host buffer an upload was staged in,
+/// kept until the copy is done (dropping it waits for the copy).
 #[derive(Debug)]
-pub struct DeviceBuffer(CudaSlice<u8>);
+pub struct DeviceBuffer(CudaSlice<u8>, Option<PinnedHostSlice<u8>>);
 
 impl DeviceBuffer {
     /// Its size in bytes.
@@ -554,6 +637,12 @@ impl DeviceBuffer {
     /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.0.len() == 0
+    }
+
+    /// Frees the pinned buffer an upload was staged in ([`Gpu::upload_staged`]), once its
+    /// copy is done (this waits for it).
+    pub fn release_staging(&mut self) {
+        self.1 = None;
     }
 
     /// The device address of byte `offset`, for a kernel argument.

@@ -163,7 +163,87 @@ impl CudaExecutable {
     }
 }
 
+/// A call of an executable on device-resident arguments ([`CudaExecutable::run_resident`]):
+/// its steps queued on the executable's stream, its results in the arena until copied out
+/// with [`ResidentRun::copy_output`]. It holds the arena: the next call waits for it to drop.
+pub struct ResidentRun<'a> {
+    exe: &'a CudaExecutable,
+    arena: std::sync::MutexGuard<'a, DeviceBuffer>,
+}
+
+impl ResidentRun<'_> {
+    /// The size in bytes of each result.
+    pub fn output_bytes(&self) -> Vec<usize> {
+        plan_exec::output_bytes(&self.exe.plan)
+    }
+
+    /// Copies result `k` into `dst` (a buffer of at least its size: a new one, or a donated
+    /// argument's), on the device, queued on the executable's stream.
+    pub fn copy_output(&self, k: usize, dst: &mut DeviceBuffer) -> Result<(), GpuError> {
+        let bytes = *self.output_bytes().get(k).ok_or_else(|| GpuError::Run {
+            message: format!("the program has no result {k}"),
+        })?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let o = self.exe.plan.outputs()[k];
+        self.exe
+            .gpu
+            .copy_between(&self.arena, o.offset, dst, 0, bytes)
+    }
+
+    /// Waits for the call's work, the copies out included.
+    pub fn finish(self) -> Result<(), GpuError> {
+        self.exe.gpu.synchronize()
+    }
+}
+
 impl CudaExecutable {
+    /// The GPU (with the executable's own stream) it runs on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Runs the program on arguments that live on its GPU (each as many bytes as its
+    /// parameter, laid out as [`Literal::to_le_bytes`] lays it out): each copied into the
+    /// arena on the device, then the steps queued on the executable's stream. The results stay
+    /// in the arena until copied out ([`ResidentRun::copy_output`]), with no copy through the
+    /// host; a buffer of an argument may receive a result (donation): the arguments are all
+    /// in the arena by then. Host steps, if the plan has any, read their operands back.
+    pub fn run_resident(
+        &self,
+        args: &[(&DeviceBuffer, usize)],
+    ) -> Result<ResidentRun<'_>, GpuError> {
+        let run = |message: String| GpuError::Run { message };
+        let sizes = plan_exec::param_bytes(&self.plan);
+        if args.len() != sizes.len() {
+            return Err(run(format!(
+                "{} arguments for {} parameters",
+                args.len(),
+                sizes.len()
+            )));
+        }
+        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, ((&(b, len), want), at)) in
+            args.iter().zip(&sizes).zip(self.plan.params()).enumerate()
+        {
+            if len != *want || (len > 0 && at.bytes != len) {
+                return Err(run(format!(
+                    "argument {k}: {len} bytes for a parameter of {want} bytes in a region of {}",
+                    at.bytes
+                )));
+            }
+            self.gpu.copy_between(b, 0, &mut arena, at.offset, len)?;
+        }
+        let mut dev = OnGpu {
+            gpu: &self.gpu,
+            arena: &mut arena,
+            kernels: &self.kernels,
+        };
+        plan_exec::run_steps(&self.plan, &mut dev).map_err(run)?;
+        Ok(ResidentRun { exe: self, arena })
+    }
+
     /// Times `calls` runs of the program on `args`, the arguments written once and left on the
     /// device: per call, the seconds from a synchronized device to the last step's completion
     /// (the results are not read back; host steps, if any, are included).

@@ -108,6 +108,78 @@ pub fn write_params<D: PlanDevice>(
     Ok(())
 }
 
+/// The parameters' and results' sizes in bytes, as laid out on a device (little-endian,
+/// row-major: [`Literal::to_le_bytes`]).
+pub fn param_bytes(plan: &DevicePlan) -> Vec<usize> {
+    plan.func
+        .params
+        .iter()
+        .map(|p| value_bytes(plan, *p))
+        .collect()
+}
+
+/// The results' sizes in bytes (see [`param_bytes`]).
+pub fn output_bytes(plan: &DevicePlan) -> Vec<usize> {
+    plan.func
+        .outputs
+        .iter()
+        .map(|o| value_bytes(plan, *o))
+        .collect()
+}
+
+fn value_bytes(plan: &DevicePlan, v: ValueId) -> usize {
+    let t = &plan.func.values[v.index()];
+    t.numel() * t.dtype.bytes()
+}
+
+/// Writes the parameters' bytes (already laid out as on the device: what a device tensor
+/// holds) into their regions, each checked against its parameter's size.
+pub fn write_param_bytes<D: PlanDevice>(
+    plan: &DevicePlan,
+    dev: &mut D,
+    args: &[&[u8]],
+) -> Result<(), String> {
+    let sizes = param_bytes(plan);
+    if args.len() != sizes.len() {
+        return Err(format!(
+            "{} arguments for {} parameters",
+            args.len(),
+            sizes.len()
+        ));
+    }
+    for (k, ((p, a), want)) in plan.func.params.iter().zip(args).zip(sizes).enumerate() {
+        if a.len() != want {
+            return Err(format!(
+                "argument {k}: {} bytes for a parameter of type {} ({want} bytes)",
+                a.len(),
+                plan.func.values[p.index()]
+            ));
+        }
+        if want > 0 {
+            dev.write(place(plan, *p)?, a)?;
+        }
+    }
+    Ok(())
+}
+
+/// The results' bytes, read back from their regions.
+pub fn read_output_bytes<D: PlanDevice>(
+    plan: &DevicePlan,
+    dev: &mut D,
+) -> Result<Vec<Vec<u8>>, String> {
+    plan.func
+        .outputs
+        .iter()
+        .map(|&o| {
+            if value_bytes(plan, o) == 0 {
+                Ok(Vec::new())
+            } else {
+                dev.read(place(plan, o)?)
+            }
+        })
+        .collect()
+}
+
 /// Runs the plan's steps in order on the parameters already written (a benchmark times this
 /// alone, the arguments staying on the device between calls).
 pub fn run_steps<D: PlanDevice>(plan: &DevicePlan, dev: &mut D) -> Result<(), String> {

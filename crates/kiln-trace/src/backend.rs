@@ -8,7 +8,8 @@
 //! of a given signature compiles once, even when several threads call it for the first time at
 //! once (they wait for the first one's compile).
 
-use crate::{Error, Result};
+use crate::device::{DeviceArg, DeviceBuffer};
+use crate::{Device, Error, Result};
 use kiln_ir::{Func, Literal};
 pub use kiln_kernel::Options;
 pub use kiln_kernel::options::MatmulPrecision;
@@ -34,6 +35,47 @@ pub trait Executable: Send + Sync {
     /// program's memory plan, when the backend plans memory.
     fn peak_bytes(&self) -> Option<usize> {
         None
+    }
+
+    /// Runs the program on arguments in its backend's device memory (of its parameter types,
+    /// all on one device) and returns its results there, with no copy through the host: what
+    /// a compiled function called with device tensors runs. A donated argument's buffer
+    /// ([`DeviceArg::donated`]) may hold a result of its size. By default (a backend whose
+    /// programs run on the host) an error saying so: a backend with device memory
+    /// ([`Backend::upload`]) implements both.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::backend::{Backend, Reference};
+    /// use kiln_trace::{Device, DeviceArg, DeviceBuffer};
+    /// use std::sync::Arc;
+    /// struct InHost(Vec<u8>);
+    /// impl DeviceBuffer for InHost {
+    ///     fn device(&self) -> Device { Device::Cuda(0) }
+    ///     fn backend(&self) -> &'static str { "in-host" }
+    ///     fn len(&self) -> usize { self.0.len() }
+    ///     fn read(&self) -> Result<Vec<u8>, String> { Ok(self.0.clone()) }
+    ///     fn as_any(&self) -> &dyn std::any::Any { self }
+    /// }
+    /// let f = kiln_ir::parse_func_text(
+    ///     "func @main(%0: f32[]) -> f32[] {\n  %1 = negate %0 : f32[]\n  return %1\n}\n",
+    /// )
+    /// .unwrap();
+    /// // The reference interpreter runs on the host: device arguments are refused.
+    /// let exe = Reference.compile(&f).unwrap();
+    /// let arg = DeviceArg { buffer: Arc::new(InHost(vec![0; 4])), donated: false };
+    /// let e = exe.run_device(vec![arg]).err().unwrap();
+    /// assert!(e.message.contains("take no tensors on cuda:0"), "{e}");
+    /// ```
+    fn run_device(&self, args: Vec<DeviceArg>) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
+        let on = args
+            .first()
+            .map_or_else(|| "a device".to_string(), |a| a.buffer.device().to_string());
+        Err(Error::internal(
+            "run",
+            format!("this backend's programs run on the host and take no tensors on {on}"),
+        ))
     }
 }
 
@@ -63,6 +105,33 @@ pub trait Backend: Send + Sync {
     ) -> Result<Arc<dyn Executable>> {
         let _ = opts;
         self.compile_donating(f, donated)
+    }
+
+    /// Copies `l` into new memory on `device` that this backend's executables read
+    /// ([`Executable::run_device`]): what `Tensor::to(Device::Cuda(i))` does. By default (a
+    /// backend without device memory: the CPU, the reference interpreter) an error that says
+    /// so and names the backends that have it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::backend::{Backend, Reference};
+    /// use kiln_trace::Device;
+    /// let l = kiln_ir::Literal::f32([2], vec![1.0, 2.0]).unwrap();
+    /// let e = Reference.upload(Device::Cuda(0), &l).err().unwrap();
+    /// assert!(e.message.contains("`reference` keeps tensors in host memory"), "{e}");
+    /// ```
+    fn upload(&self, device: Device, l: &Literal) -> Result<Arc<dyn DeviceBuffer>> {
+        Err(Error::internal(
+            "to",
+            format!(
+                "cannot move a {} tensor to {device}: the installed backend `{}` keeps tensors \
+                 in host memory; run with KILN_BACKEND=cuda (or cuda:N) to use a GPU, or \
+                 KILN_BACKEND=ptx-emulator to emulate one",
+                l.ty(),
+                self.name()
+            ),
+        ))
     }
 }
 

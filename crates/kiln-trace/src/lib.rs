@@ -23,6 +23,7 @@
 
 pub mod backend;
 mod composite;
+pub mod device;
 mod eager;
 mod error;
 mod indexing;
@@ -40,6 +41,7 @@ pub mod tree;
 mod view;
 
 pub use composite::{composite, failure};
+pub use device::{DeviceArg, DeviceBuffer};
 pub use error::{Error, Result};
 pub use indexing::TakeMode;
 pub use tensor::{Device, Element, Tensor};

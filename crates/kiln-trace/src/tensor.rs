@@ -43,6 +43,8 @@ pub(crate) enum Repr {
         ty: TensorType,
     },
     Failed(Error),
+    /// A value in a device's memory (`crate::device`).
+    Device(Box<crate::device::DeviceRepr>),
 }
 
 /// A tensor. Outside a trace it holds values and every operation runs at once; inside
@@ -104,6 +106,11 @@ impl Tensor {
 
     pub(crate) fn repr(&self) -> &Repr {
         &self.0
+    }
+
+    /// The representation by move, when no other handle shares it.
+    pub(crate) fn into_repr(self) -> std::result::Result<Repr, Tensor> {
+        Arc::try_unwrap(self.0).map_err(Tensor)
     }
 
     pub(crate) fn identity(&self) -> usize {
@@ -267,6 +274,7 @@ impl Tensor {
             Repr::Eager(l) => Some(l.ty().clone()),
             Repr::View(v) => Some(v.ty().clone()),
             Repr::Traced { ty, .. } => Some(ty.clone()),
+            Repr::Device(d) => Some(d.ty.clone()),
             Repr::Failed(_) => None,
         }
     }
@@ -362,7 +370,8 @@ impl Tensor {
     }
 
     /// The value of an eager tensor by move, when no other handle shares it (what donating a
-    /// buffer needs); otherwise the tensor back.
+    /// buffer needs); otherwise the tensor back (a device tensor too: its value is on the
+    /// device, see [`Tensor::try_into_device_buffer`]).
     ///
     /// # Examples
     ///
@@ -383,7 +392,8 @@ impl Tensor {
         }
     }
 
-    /// The value of an eager tensor.
+    /// The value of an eager tensor; a device tensor's is downloaded the first time and kept
+    /// (`None` if that fails: [`Tensor::to_literal`] says why).
     ///
     /// # Examples
     ///
@@ -396,6 +406,7 @@ impl Tensor {
         match self.repr() {
             Repr::Eager(l) => Some(l),
             Repr::View(v) => Some(v.literal()),
+            Repr::Device(d) => d.literal().ok(),
             _ => None,
         }
     }
@@ -415,6 +426,13 @@ impl Tensor {
         match self.repr() {
             Repr::Eager(l) => Ok(l.clone()),
             Repr::View(v) => Ok(v.literal().clone()),
+            Repr::Device(d) => {
+                let loc = Loc::caller();
+                d.literal().cloned().map_err(|e| Error {
+                    loc: Some(loc),
+                    ..e
+                })
+            }
             Repr::Failed(e) => Err(e.clone()),
             Repr::Traced { ty, .. } => Err(Error::new(
                 "to_literal",
@@ -467,7 +485,8 @@ impl Tensor {
         Ok(l.to_f64s()[0])
     }
 
-    /// The device this tensor lives on.
+    /// The device this tensor lives on: [`Device::Cpu`] for host tensors (and traced and
+    /// failed ones), the device of its memory for one moved there with [`Tensor::to`].
     ///
     /// # Examples
     ///
@@ -476,12 +495,19 @@ impl Tensor {
     /// assert_eq!(Tensor::scalar(1.0f32).device(), Device::Cpu);
     /// ```
     pub fn device(&self) -> Device {
-        Device::Cpu
+        match self.repr() {
+            Repr::Device(d) => d.buffer.device(),
+            _ => Device::Cpu,
+        }
     }
 
-    /// This tensor on `device`. Tensors live in host memory (there are no device tensors
-    /// yet), so moving to a GPU gives a failed tensor saying so and how compiled functions
-    /// run on one (`KILN_BACKEND=cuda`).
+    /// This tensor on `device`: a host tensor moved to a GPU is uploaded by the installed
+    /// backend (`KILN_BACKEND=cuda` or `cuda:N`: that GPU; `KILN_BACKEND=ptx-emulator`: the
+    /// emulated `cuda:0`), a device tensor moved to [`Device::Cpu`] downloaded; a tensor
+    /// already there is returned as is. A backend without device memory (the CPU backend, the
+    /// reference interpreter), a device index the backend does not run on, or no GPU driver
+    /// give a failed tensor saying so, with the caller's line. Inside a trace, a traced tensor
+    /// is returned unchanged: a compiled function runs where its arguments live.
     ///
     /// # Examples
     ///
@@ -489,20 +515,12 @@ impl Tensor {
     /// use kiln_trace::{Device, Tensor};
     /// let x = Tensor::scalar(1.0f32);
     /// assert_eq!(x.to(Device::Cpu).item().unwrap(), 1.0);
+    /// // No backend with device memory is installed here: a clear error, not a panic.
     /// assert!(x.to(Device::Cuda(0)).error().is_some());
     /// ```
     #[track_caller]
     pub fn to(&self, device: Device) -> Tensor {
-        match device {
-            Device::Cpu => self.clone(),
-            Device::Cuda(_) => Tensor::failed(Error::new(
-                "to",
-                format!(
-                    "cannot move to {device}: tensors live in host memory (there are no device \
-                     tensors yet); compiled functions run on a GPU with KILN_BACKEND=cuda"
-                ),
-            )),
-        }
+        crate::device::move_to(self, device, Loc::caller())
     }
 }
 
@@ -515,6 +533,11 @@ impl fmt::Display for Tensor {
             Repr::View(v) if f.alternate() => write!(f, "{:#}", v.literal()),
             Repr::View(v) => write!(f, "{}", v.literal()),
             Repr::Traced { ty, value, .. } => write!(f, "traced {value} : {ty}"),
+            Repr::Device(d) => match d.literal() {
+                Ok(l) if f.alternate() => write!(f, "{l:#} on {}", d.buffer.device()),
+                Ok(l) => write!(f, "{l} on {}", d.buffer.device()),
+                Err(e) => write!(f, "{} on {} ({e})", d.ty, d.buffer.device()),
+            },
             Repr::Failed(e) => write!(f, "failed tensor: {e}"),
         }
     }

@@ -7,7 +7,7 @@
 //! element (a batch of data or labels, say) becomes a capture too: the program's text stays
 //! small and shape-keyed, so the next batch of the same shape reuses the compiled function.
 
-use crate::tensor::{Repr, Tensor};
+use crate::tensor::{Device, Repr, Tensor};
 use crate::{Error, Result};
 use kiln_ir::{Builder, Func, Inst, Loc, Op, TensorType, ValueId};
 use std::cell::RefCell;
@@ -191,11 +191,10 @@ fn with_frame<T>(f: impl FnOnce(&mut Frame, &[u64]) -> T) -> T {
 /// that what follows (a broadcast, say) is recorded rather than computed on the constant.
 /// Other tensors are returned unchanged.
 pub fn lift(t: &Tensor) -> Tensor {
-    if !matches!(t.repr(), Repr::Eager(_) | Repr::View(_)) || !tracing() {
+    if !matches!(t.repr(), Repr::Eager(_) | Repr::View(_) | Repr::Device(_)) || !tracing() {
         return t.clone();
     }
-    let lit = t.literal().expect("an eager tensor");
-    let ty = lit.ty().clone();
+    let ty = t.ty().expect("a value");
     with_frame(|fr, live| match value_in(fr, live, t) {
         Ok(value) => Tensor::from_repr(Repr::Traced {
             frame: fr.id,
@@ -206,10 +205,22 @@ pub fn lift(t: &Tensor) -> Tensor {
     })
 }
 
-/// Lifts every operand when any of them is traced (see [`lift`]).
+/// Lifts every operand when any of them is traced (see [`lift`]). Outside a trace, when one
+/// operand is on a device, the one-element host operands (a scalar like `2.0` in `&x * 2.0`)
+/// are moved to that device, so that what follows (their broadcast) runs there.
+#[track_caller]
 pub fn lift_all(xs: &[&Tensor]) -> Vec<Tensor> {
     if xs.iter().any(|t| t.is_traced()) {
         xs.iter().map(|t| lift(t)).collect()
+    } else if let Some(d) = xs.iter().map(|t| t.device()).find(|&d| d != Device::Cpu) {
+        xs.iter()
+            .map(|t| match t.ty() {
+                Some(ty) if t.device() == Device::Cpu && ty.numel() == 1 => {
+                    crate::device::move_to(t, d, Loc::caller())
+                }
+                _ => (*t).clone(),
+            })
+            .collect()
     } else {
         xs.iter().map(|t| (*t).clone()).collect()
     }
@@ -270,19 +281,22 @@ fn value_in(fr: &mut Frame, live: &[u64], t: &Tensor) -> Result<ValueId> {
             fr.known.insert(key, (t.clone(), v));
             Ok(v)
         }
-        Repr::Eager(_) | Repr::View(_) => {
-            let lit = t.literal().expect("an eager tensor");
+        Repr::Eager(_) | Repr::View(_) | Repr::Device(_) => {
             if let Some((_, v)) = fr.known.get(&key) {
                 return Ok(*v);
             }
-            if fr.hoist && lit.numel() > HOIST_ELEMENTS {
-                let v = fr.b.param(lit.ty().clone());
+            let ty = t.ty().expect("a value");
+            if fr.hoist && ty.numel() > HOIST_ELEMENTS {
+                let v = fr.b.param(ty);
                 fr.captures.push(t.clone());
                 fr.known.insert(key, (t.clone(), v));
                 return Ok(v);
             }
+            // A device tensor closed over by a traced function becomes a constant: its value
+            // is read back once, when the function is traced.
+            let lit = t.to_literal()?;
             let v =
-                fr.b.push(Op::Constant { value: lit.clone() }, &[])
+                fr.b.push(Op::Constant { value: lit }, &[])
                     .map_err(|e| Error::internal("constant", e.to_string()))?[0];
             fr.known.insert(key, (t.clone(), v));
             Ok(v)
@@ -372,6 +386,18 @@ pub fn apply(
         Ok(t) => t,
         Err(d) => return vec![Tensor::failed(fail(format!("{}: {}", d.label, d.message))); n],
     };
+    // On a device: the op as the backend's one-op program, run there.
+    if xs.iter().any(|t| t.device() != Device::Cpu) {
+        let device = match crate::device::common_device(xs, true, &user_op, "operand", loc) {
+            Ok(d) => d,
+            Err(e) => return vec![Tensor::failed(e); n],
+        };
+        let f = one_op_func(op, &tys, types);
+        if let Err(e) = kiln_ir::verify(&f) {
+            return vec![Tensor::failed(fail(e.to_string())); n];
+        }
+        return crate::device::run_on_device(&f, xs, device, &user_op, loc);
+    }
     if let ([x], [ty]) = (xs, &types[..])
         && let Some(v) = crate::view::view_op(&op, x, ty)
     {
@@ -511,6 +537,12 @@ pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> 
         return record(args, n, |b, vals| {
             b.inline(f, vals).map_err(|e| fail(e.to_string()))
         });
+    }
+    if args.iter().any(|t| t.device() != Device::Cpu) {
+        return match crate::device::common_device(args, true, user_op, "argument", loc) {
+            Ok(device) => crate::device::run_on_device(f, args, device, user_op, loc),
+            Err(e) => vec![Tensor::failed(e); n],
+        };
     }
     let lits: Vec<&kiln_ir::Literal> = match args
         .iter()

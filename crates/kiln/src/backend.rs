@@ -19,6 +19,7 @@ use crate::{Error, Result};
 use kiln_codegen_llvm::cpu::CpuExecutable;
 use kiln_ir::{Func, Literal};
 pub use kiln_trace::backend::*;
+use kiln_trace::{Device, DeviceArg, DeviceBuffer};
 use std::borrow::Cow;
 use std::sync::{Arc, Once};
 
@@ -110,6 +111,9 @@ impl Executable for Emulated {
         kiln_runtime::gpu_emu::run_plan(&self.plan, args)
             .map_err(|e| Error::internal("run", e.to_string()))
     }
+    fn run_device(&self, args: Vec<DeviceArg>) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
+        crate::device::emu_run(&self.plan, args)
+    }
 }
 
 impl Backend for PtxEmulator {
@@ -135,6 +139,10 @@ impl Backend for PtxEmulator {
         let plan = kiln_kernel::gpu::plan::device_plan(&lowered, &target)
             .map_err(|e| Error::internal("compile", e))?;
         Ok(Arc::new(Emulated { plan }))
+    }
+    /// The emulated `cuda:0`'s memory is host memory (see [`crate::device`]).
+    fn upload(&self, device: Device, l: &Literal) -> Result<Arc<dyn DeviceBuffer>> {
+        crate::device::emu_upload(device, l)
     }
 }
 
@@ -217,7 +225,7 @@ impl Cuda {
 
 /// The GPUs opened so far, by index: a device is opened once per process, and its modules
 /// are shared by the executables compiled for it.
-fn open_gpu(index: usize) -> std::result::Result<Arc<kiln_runtime::cuda::Gpu>, String> {
+pub(crate) fn open_gpu(index: usize) -> std::result::Result<Arc<kiln_runtime::cuda::Gpu>, String> {
     use std::sync::Mutex;
     static OPEN: Mutex<Vec<(usize, Arc<kiln_runtime::cuda::Gpu>)>> = Mutex::new(Vec::new());
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -236,6 +244,9 @@ impl Executable for OnGpu {
         self.0
             .run(args)
             .map_err(|e| Error::internal("run", e.to_string()))
+    }
+    fn run_device(&self, args: Vec<DeviceArg>) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
+        crate::device::cuda_run(&self.0, args)
     }
 }
 
@@ -276,6 +287,11 @@ impl Backend for Cuda {
         let exe = kiln_runtime::cuda_exec::CudaExecutable::new(&gpu, plan, &ptx)
             .map_err(|e| fail(e.to_string()))?;
         Ok(Arc::new(OnGpu(exe)))
+    }
+    /// A buffer on this backend's GPU, uploaded through pinned memory (see
+    /// [`crate::device`]); another index, no driver or no such GPU is an error saying so.
+    fn upload(&self, device: Device, l: &Literal) -> Result<Arc<dyn DeviceBuffer>> {
+        crate::device::cuda_upload(self.device.clone(), device, l)
     }
 }
 

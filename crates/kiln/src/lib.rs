@@ -26,6 +26,7 @@ pub mod backend;
 pub mod checkpoint;
 pub mod control;
 pub mod data;
+pub mod device;
 mod function;
 pub mod linalg;
 pub mod lower;
@@ -72,7 +73,9 @@ pub mod stablehlo {
     pub use kiln_stablehlo::*;
 }
 pub use function::Function;
-pub use kiln_trace::{Device, Element, Error, Result, TakeMode, Tensor, Tree, promote, tree};
+pub use kiln_trace::{
+    Device, DeviceArg, DeviceBuffer, Element, Error, Result, TakeMode, Tensor, Tree, promote, tree,
+};
 pub use remat::{Remat, remat, tag};
 pub use transforms::{
     Jit, Pullback, custom_vjp, grad, jit, jvp, value_and_grad, value_and_grad_with_aux, vjp,

@@ -6,8 +6,9 @@
 //! `jit(|p| grad(loss)(p))`).
 
 use crate::backend::{Executable, Options, compile_cached_with, compile_uncached, options};
-use crate::{Error, Result, Tensor, Tree};
+use crate::{Device, Error, Result, Tensor, Tree};
 use kiln_ir::{Func, Loc};
+use kiln_trace::DeviceArg;
 use kiln_trace::trace::{call, trace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -466,7 +467,10 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         self
     }
 
-    /// Runs the function on `x`, compiling it first if `x`'s signature is new.
+    /// Runs the function on `x`, compiling it first if `x`'s signature is new. With `x`'s
+    /// leaves all on one device (moved there with `Tensor::to`), the program runs there and
+    /// its results stay there ([`crate::device`]); host and device leaves mixed, or leaves on
+    /// two devices, are an error naming the call's line and where this function was made.
     ///
     /// # Examples
     ///
@@ -487,6 +491,17 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         let leaves = leaves_of(x, "jit", loc)?;
         if leaves.iter().any(|t| t.is_traced()) {
             return Ok((self.f)(x));
+        }
+        if self.device_of(&leaves, loc)? != Device::Cpu {
+            let c = self.compiled(x, &[], loc)?;
+            let args = leaves
+                .into_iter()
+                .map(|t| DeviceArg {
+                    buffer: t.device_buffer().expect("on the device").clone(),
+                    donated: false,
+                })
+                .collect();
+            return self.run_device(&c, args, loc);
         }
         let c = self.compiled(x, &[], loc)?;
         let args: Vec<&kiln_ir::Literal> = leaves
@@ -530,8 +545,34 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         // A leaf only `x` holds, in one slot (a tensor in two slots has two handles).
         let refs = x.leaf_vec();
         let donated: Vec<bool> = refs.iter().map(|t| t.handles() == 1).collect();
-        let c = self.compiled(&x, &donated, loc)?;
         let leaves: Vec<Tensor> = refs.into_iter().cloned().collect();
+        if self.device_of(&leaves, loc)? != Device::Cpu {
+            let c = self.compiled(&x, &donated, loc)?;
+            drop(x);
+            let args = leaves
+                .into_iter()
+                .zip(&donated)
+                .map(|(t, &d)| {
+                    let held = if d {
+                        t.try_into_device_buffer()
+                    } else {
+                        Err(t)
+                    };
+                    match held {
+                        Ok(buffer) => DeviceArg {
+                            buffer,
+                            donated: true,
+                        },
+                        Err(t) => DeviceArg {
+                            buffer: t.device_buffer().expect("on the device").clone(),
+                            donated: false,
+                        },
+                    }
+                })
+                .collect();
+            return self.run_device(&c, args, loc);
+        }
+        let c = self.compiled(&x, &donated, loc)?;
         drop(x);
         let mut owned: Vec<Option<kiln_ir::Literal>> = Vec::with_capacity(leaves.len());
         let mut kept: Vec<Option<Tensor>> = Vec::with_capacity(leaves.len());
@@ -563,6 +604,34 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         })?;
         Ok(c.template
             .with_leaves(&outs.into_iter().map(Tensor::new).collect::<Vec<_>>()))
+    }
+
+    /// Where the leaves of one call live: the host, or one device; host and device leaves
+    /// mixed, or leaves on two devices, are an error naming this function and the call.
+    fn device_of(&self, leaves: &[Tensor], loc: Loc) -> Result<Device> {
+        let refs: Vec<&Tensor> = leaves.iter().collect();
+        kiln_trace::device::common_device(&refs, false, "jit", "argument", loc).map_err(|e| Error {
+            message: format!(
+                "{} (calling the function jitted at {})",
+                e.message, self.loc
+            ),
+            ..e
+        })
+    }
+
+    /// Runs `c` on device buffers: its results stay on the device.
+    fn run_device(&self, c: &Compiled<O>, args: Vec<DeviceArg>, loc: Loc) -> Result<O> {
+        let at = |e: Error| Error {
+            loc: Some(loc),
+            message: format!(
+                "{} (calling the function jitted at {})",
+                e.message, self.loc
+            ),
+            op: "jit".into(),
+        };
+        let bufs = c.exe.run_device(args).map_err(at)?;
+        let outs = kiln_trace::device::wrap_results(bufs, &c.func.output_types).map_err(at)?;
+        Ok(c.template.with_leaves(&outs))
     }
 
     /// The program compiled for `x`'s signature and the donation pattern `donated` (empty:

@@ -129,6 +129,16 @@ fn the_cuda_backend_is_selected_by_name_and_says_what_is_missing() {
             .map_err(|e| e.to_string())
     });
     expect("KILN_BACKEND=cuda", e, "no NVIDIA GPU");
+    // Moving a tensor to the GPU: the same error, naming `to` and this line.
+    let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    let (moved, line) = (x.to(kiln::Device::Cuda(0)), line!());
+    let e = moved.error().cloned().unwrap();
+    assert_eq!((e.op.as_str(), e.loc.map(|l| l.line)), ("to", Some(line)));
+    expect(
+        "to",
+        e.to_string(),
+        "to: no NVIDIA GPU: the CUDA driver library was not found",
+    );
 }
 
 /// A backend name after `cuda` that is not `:N` is an error at compile time.
@@ -397,6 +407,33 @@ fn bad_arguments_and_broken_plans() {
     }
     let got = run(vec![&a, &a]).unwrap();
     assert_eq!(got[0], Literal::f32([1000], vec![2.0; 1000]).unwrap());
+    // Device-resident arguments (their bytes), as device tensors give them.
+    let (bytes, few) = (a.to_le_bytes(), short.to_le_bytes());
+    let run_bytes = |args: Vec<&[u8]>| {
+        kiln_runtime::gpu_emu::run_plan_bytes(&plan, &args).map_err(|e| e.to_string())
+    };
+    let cases: [(&str, Vec<&[u8]>, &str); 3] = [
+        ("no bytes", vec![], "0 arguments for 2 parameters"),
+        (
+            "three buffers",
+            vec![&bytes, &bytes, &bytes],
+            "3 arguments for 2 parameters",
+        ),
+        (
+            "a short buffer",
+            vec![&bytes, &few],
+            "argument 1: 12 bytes for a parameter of type f32[1000] (4000 bytes)",
+        ),
+    ];
+    for (what, args, want) in cases {
+        let e = error_of(what, || run_bytes(args));
+        expect(what, e, want);
+    }
+    let got = run_bytes(vec![&bytes, &bytes]).unwrap();
+    assert_eq!(
+        got[0],
+        Literal::f32([1000], vec![2.0; 1000]).unwrap().to_le_bytes()
+    );
     let mut cut = plan.clone();
     cut.arena_bytes = 64;
     let e = error_of("cut", || {
@@ -443,15 +480,51 @@ fn gpu_errors_name_the_device_and_the_sizes() {
     for (e, want) in cases {
         assert_eq!(e.to_string(), want);
     }
-    let x = kiln::Tensor::from_vec(vec![1.0f32], [1]).unwrap();
-    let e = x
-        .to(kiln::Device::Cuda(0))
-        .to_literal()
-        .unwrap_err()
-        .to_string();
+    // The CPU backend keeps tensors in host memory: moving one to a GPU names the backends
+    // that have device memory.
+    let x = kiln::ir::Literal::f32([1], vec![1.0]).unwrap();
+    let e = error_of("cpu upload", || {
+        kiln::backend::Cpu
+            .upload(kiln::Device::Cuda(0), &x)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
     expect(
-        "to",
+        "cpu upload",
         e,
-        "cannot move to cuda:0: tensors live in host memory (there are no device tensors yet)",
+        "the installed backend `cpu` keeps tensors in host memory",
     );
+}
+
+/// The CUDA backend's device memory: without a driver, uploading says what was looked for;
+/// a device index other than the backend's, or past the devices, is named.
+#[test]
+fn device_memory_without_a_driver_or_with_a_wrong_index() {
+    let x = kiln::ir::Literal::f32([2], vec![1.0, 2.0]).unwrap();
+    let upload = |b: kiln::backend::Cuda, d: usize| {
+        let what = format!("upload to cuda:{d}");
+        error_of(&what, || {
+            b.upload(kiln::Device::Cuda(d), &x)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    };
+    if driver_present() {
+        let n = device_count().unwrap();
+        expect(
+            "past the devices",
+            upload(kiln::backend::Cuda::new(n), n),
+            "the driver reports",
+        );
+        if n > 1 {
+            let e = upload(kiln::backend::Cuda::new(0), 1);
+            expect("another index", e, "the installed backend runs on cuda:0");
+        }
+        return;
+    }
+    let none = "no NVIDIA GPU: the CUDA driver library was not found (looked for libcuda.so";
+    expect("cuda:0", upload(kiln::backend::Cuda::new(0), 0), none);
+    expect("cuda:3", upload(kiln::backend::Cuda::new(0), 3), none);
+    let e = upload(kiln::backend::Cuda::named("cuda:x"), 0);
+    expect("cuda:x", e, "a GPU is named `cuda` or `cuda:N`");
 }

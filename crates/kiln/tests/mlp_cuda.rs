@@ -28,4 +28,11 @@ fn the_mlp_trains_on_a_gpu_or_says_why_it_cannot() {
         Outcome::NoGpu(why) => assert!(why.contains("cuda:N"), "{why}"),
         Outcome::Trained { .. } => panic!("`cuda:many` names no GPU"),
     }
+    // The device-resident training on the emulated GPU: the same losses as the same steps
+    // run there from host tensors.
+    kiln::backend::set_backend(std::sync::Arc::new(kiln::backend::PtxEmulator));
+    let on_device = mlp_cuda::train_on(kiln::Device::Cuda(0), 3).unwrap();
+    let from_host = mlp_cuda::train(3).unwrap();
+    assert_eq!(on_device, from_host);
+    assert!(on_device.1 < on_device.0, "{on_device:?}");
 }

@@ -92,6 +92,17 @@ pub fn run_plan(plan: &DevicePlan, args: &[&Literal]) -> Result<Vec<Literal>, Em
     plan_exec::run(plan, &mut dev, args).map_err(EmuError)
 }
 
+/// Runs `plan` on a fresh emulated device on arguments given as their device bytes
+/// ([`plan_exec::write_param_bytes`]), returning the results' bytes: what a device tensor
+/// holds, with no conversion through literals (the emulated device's memory is host memory).
+pub fn run_plan_bytes(plan: &DevicePlan, args: &[&[u8]]) -> Result<Vec<Vec<u8>>, EmuError> {
+    let mut dev = EmuDevice::new(plan);
+    plan_exec::load(plan, &mut dev).map_err(EmuError)?;
+    plan_exec::write_param_bytes(plan, &mut dev, args).map_err(EmuError)?;
+    plan_exec::run_steps(plan, &mut dev).map_err(EmuError)?;
+    plan_exec::read_output_bytes(plan, &mut dev).map_err(EmuError)
+}
+
 /// `f` compiled for the GPU `target` describes (an H200 by default, see
 /// [`TargetInfo::h200`]) and run on the emulator: the backend `KILN_BACKEND=ptx-emulator`
 /// selects.

@@ -19,7 +19,7 @@ mod lowered;
 pub mod value;
 
 pub use device::EmuDevice;
-pub use lowered::{EmuReport, compile_and_run, run_lowered, run_plan};
+pub use lowered::{EmuReport, compile_and_run, run_lowered, run_plan, run_plan_bytes};
 pub use value::V;
 
 use kiln_ir::literal::round_to;
