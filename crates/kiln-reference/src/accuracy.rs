@@ -37,7 +37,9 @@
 //! cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
 //! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
 //! the relative terms do not cover; it matters only for results near the subnormal range.
-//! `2 U` covers the first-order growth through the transcendentals (whose condition numbers on
+//! A transcendental of exact operands has its result's size as magnitude: its own ulps
+//! bound it, whatever the argument's size. `2 U` covers the first-order growth through the
+//! transcendentals (whose condition numbers on
 //! the generator's ranges are a few units), except `power`'s, which grow without bound (`|y|`
 //! for the base, `|y ln x|` for the exponent): a power's magnitude carries them for its inexact
 //! operands (see `power_magnitude`). A cone of exact ops has `U = K = 0`: the element must be
@@ -69,6 +71,8 @@
 //! type of its width) that are only moved are compared as that float: under its bound when
 //! inexact, bit for bit when exact except that a NaN matches any NaN (no op defines a NaN's
 //! sign or payload: the reference's are canonical, a backend may pass an operand's on).
+//! Bitcast to an integer type and straight back to the same float type (an identity that
+//! traced programs contain), they are that float, under its bound and with its magnitude.
 //! Computed on as integers (added, shifted, scattered), the bits of an inexact float have no
 //! bound: such outputs are checked by type only (integers) or by class (floats); so are the
 //! bits of any float computed on as another float type. Not covered: other discontinuous ops
