@@ -413,3 +413,247 @@ fn attention_outputs_are_bounded_through_the_softmax() {
     let e = check_outputs(&f, &args, &[lit(&off)]).unwrap_err();
     assert!(e.contains("output 0"), "{e}");
 }
+
+/// Values in [-2, 2] from a fixed linear congruential sequence, rounded to f32.
+fn draws(seed: u64, len: usize) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f64 / (1u64 << 24) as f64 * 4.0 - 2.0) as f32
+        })
+        .collect()
+}
+
+fn f32s(shape: &[usize], x: &[f32]) -> Literal {
+    Literal::from_f64s(
+        TensorType::new(DType::F32, shape.to_vec()),
+        &x.iter().map(|&e| f64::from(e)).collect::<Vec<_>>(),
+    )
+    .unwrap()
+}
+
+/// Causal attention: the scores above the diagonal are replaced by `-inf` (`select`) before the
+/// row's maximum and the exponential. The mask's infinities made the maximum's magnitude
+/// infinite, so every output was checked by class only; a maximum's operand at an infinity now
+/// bounds only a result that is that infinity, and the exponential of `-inf` carries no error.
+/// An f32 computation in another order passes, one element 0.01 off does not (the old rule let
+/// both through).
+#[test]
+fn causal_attention_outputs_are_bounded_through_the_mask() {
+    let (n, d) = (8usize, 64usize);
+    let f = parse_func_text(&format!(
+        "func @main(%0: f32[{n},{d}], %1: f32[{n},{d}], %2: f32[{n},{d}]) -> f32[{n},{d}] {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]}} : f32[{n},{n}]
+  %4 = constant {{value = 0.125}} : f32[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : f32[{n},{n}]
+  %6 = multiply %3, %5 : f32[{n},{n}]
+  %20 = iota {{iota_dimension = 0}} : i32[{n},{n}]
+  %21 = iota {{iota_dimension = 1}} : i32[{n},{n}]
+  %22 = compare %21, %20 {{comparison_direction = LE}} : pred[{n},{n}]
+  %7 = constant {{value = -inf}} : f32[]
+  %23 = broadcast_in_dim %7 {{broadcast_dimensions = []}} : f32[{n},{n}]
+  %24 = select %22, %6, %23 : f32[{n},{n}]
+  %8 = reduce %24, %7 {{dimensions = [1], kind = max}} : f32[{n}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0]}} : f32[{n},{n}]
+  %10 = subtract %24, %9 : f32[{n},{n}]
+  %11 = exponential %10 : f32[{n},{n}]
+  %12 = constant {{value = 0.0}} : f32[]
+  %13 = reduce %11, %12 {{dimensions = [1], kind = add}} : f32[{n}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0]}} : f32[{n},{n}]
+  %15 = divide %11, %14 : f32[{n},{n}]
+  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]}} : f32[{n},{d}]
+  return %16
+}}
+"
+    ))
+    .unwrap();
+    let (q, k, v) = (draws(7, n * d), draws(8, n * d), draws(9, n * d));
+    let args = [f32s(&[n, d], &q), f32s(&[n, d], &k), f32s(&[n, d], &v)];
+    // The same attention in f32, every sum from the last term to the first, the masked
+    // scores' exponentials 0.
+    let mut out = vec![0f32; n * d];
+    for i in 0..n {
+        let s: Vec<f32> = (0..n)
+            .map(|j| {
+                if j > i {
+                    return f32::NEG_INFINITY;
+                }
+                (0..d)
+                    .rev()
+                    .map(|c| q[i * d + c] * k[j * d + c])
+                    .sum::<f32>()
+                    * 0.125
+            })
+            .collect();
+        let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = s.iter().map(|&x| (x - m).exp()).collect();
+        let l: f32 = e.iter().rev().sum();
+        for c in 0..d {
+            out[i * d + c] = (0..n).rev().map(|j| e[j] / l * v[j * d + c]).sum();
+        }
+    }
+    let s = check_outputs(&f, &args, &[f32s(&[n, d], &out)]).unwrap();
+    assert_eq!((s.elements, s.unbounded), (n * d, 0));
+    let mut off = out.clone();
+    off[3 * d + 5] += 1e-2;
+    let e = check_outputs(&f, &args, &[f32s(&[n, d], &off)]).unwrap_err();
+    assert!(e.contains("element"), "{e}");
+}
+
+/// Layer norm, `(x - mean) · rsqrt(var + 1e-5)` over rows of 64: bounded (the variance's
+/// magnitude carried through the root's derivative), an f32 computation in another order
+/// passes, one element 1e-3 off does not.
+#[test]
+fn layer_norm_outputs_are_bounded() {
+    let (n, d) = (4usize, 64usize);
+    let f = parse_func_text(&format!(
+        "func @main(%0: f32[{n},{d}]) -> f32[{n},{d}] {{
+  %1 = constant {{value = 0.0}} : f32[]
+  %2 = reduce %0, %1 {{dimensions = [1], kind = add}} : f32[{n}]
+  %3 = constant {{value = 0.015625}} : f32[]
+  %4 = broadcast_in_dim %3 {{broadcast_dimensions = []}} : f32[{n}]
+  %5 = multiply %2, %4 : f32[{n}]
+  %6 = broadcast_in_dim %5 {{broadcast_dimensions = [0]}} : f32[{n},{d}]
+  %7 = subtract %0, %6 : f32[{n},{d}]
+  %8 = multiply %7, %7 : f32[{n},{d}]
+  %9 = reduce %8, %1 {{dimensions = [1], kind = add}} : f32[{n}]
+  %10 = multiply %9, %4 : f32[{n}]
+  %11 = constant {{value = 1e-5}} : f32[]
+  %12 = broadcast_in_dim %11 {{broadcast_dimensions = []}} : f32[{n}]
+  %13 = add %10, %12 : f32[{n}]
+  %14 = rsqrt %13 : f32[{n}]
+  %15 = broadcast_in_dim %14 {{broadcast_dimensions = [0]}} : f32[{n},{d}]
+  %16 = multiply %7, %15 : f32[{n},{d}]
+  return %16
+}}
+"
+    ))
+    .unwrap();
+    let x = draws(11, n * d);
+    let args = [f32s(&[n, d], &x)];
+    let mut out = vec![0f32; n * d];
+    for i in 0..n {
+        let row = &x[i * d..(i + 1) * d];
+        let mean = row.iter().rev().sum::<f32>() * 0.015625;
+        let var = row
+            .iter()
+            .rev()
+            .map(|&v| (v - mean) * (v - mean))
+            .sum::<f32>()
+            * 0.015625;
+        let r = 1.0 / (var + 1e-5).sqrt();
+        for c in 0..d {
+            out[i * d + c] = (row[c] - mean) * r;
+        }
+    }
+    let s = check_outputs(&f, &args, std::slice::from_ref(&f32s(&[n, d], &out))).unwrap();
+    assert_eq!((s.elements, s.unbounded), (n * d, 0));
+    let mut off = out.clone();
+    off[70] += 1e-3;
+    assert!(check_outputs(&f, &args, &[f32s(&[n, d], &off)]).is_err());
+}
+
+/// `maximum(x, -inf)` and `clamp(-inf, x, +inf)` are `x`: their magnitude is `x`'s, not the
+/// infinity's, so an exponential of them is bounded: one ulp off passes, 1000 do not (the old
+/// rule left both unbounded). `cbrt` of an exact 0 keeps its own (zero) bound.
+#[test]
+fn maxima_with_infinite_operands_and_exact_roots_are_bounded() {
+    let f = parse_func_text(
+        "func @main(%0: f32[3]) -> (f32[3], f32[3], f32[3]) {
+  %1 = exponential %0 : f32[3]
+  %2 = constant {value = -inf} : f32[]
+  %3 = broadcast_in_dim %2 {broadcast_dimensions = []} : f32[3]
+  %4 = maximum %1, %3 : f32[3]
+  %5 = constant {value = inf} : f32[]
+  %6 = broadcast_in_dim %5 {broadcast_dimensions = []} : f32[3]
+  %7 = clamp %3, %1, %6 : f32[3]
+  %8 = subtract %0, %0 : f32[3]
+  %9 = cbrt %8 : f32[3]
+  %10 = add %9, %4 : f32[3]
+  return %4, %7, %10
+}
+",
+    )
+    .unwrap();
+    let x = f32s(&[3], &[0.5, -1.25, 2.0]);
+    let want = kiln_reference::eval(&f, std::slice::from_ref(&x)).unwrap();
+    let nudge = |l: &Literal, ulps: f32| {
+        let v: Vec<f32> = l
+            .to_f64s()
+            .iter()
+            .map(|&e| (e as f32) * (1.0 + ulps * f32::EPSILON))
+            .collect();
+        f32s(&[3], &v)
+    };
+    let near: Vec<Literal> = want.iter().map(|l| nudge(l, 1.0)).collect();
+    let s = check_outputs(&f, std::slice::from_ref(&x), &near).unwrap();
+    assert_eq!((s.elements, s.unbounded), (9, 0));
+    for k in 0..3 {
+        let mut far = want.clone();
+        far[k] = nudge(&want[k], 1000.0);
+        let e = check_outputs(&f, std::slice::from_ref(&x), &far).unwrap_err();
+        assert!(e.contains(&format!("output {k}")), "{e}");
+    }
+}
+
+/// The sine, cosine and tangent of exact arguments are within their own ulps of the result:
+/// the argument's size (1e5 here) no longer widens the bound, which let a result 1e-3 off
+/// through. Rust's f32 functions pass.
+#[test]
+fn functions_of_exact_arguments_keep_their_own_bound() {
+    let f = parse_func_text(
+        "func @main(%0: f32[3]) -> (f32[3], f32[3], f32[3]) {
+  %1 = sine %0 : f32[3]
+  %2 = cosine %0 : f32[3]
+  %3 = tanh %0 : f32[3]
+  return %1, %2, %3
+}
+",
+    )
+    .unwrap();
+    let xs = [1e5f32, -31415.5, 0.75];
+    let x = f32s(&[3], &xs);
+    let honest = [
+        f32s(&[3], &xs.map(f32::sin)),
+        f32s(&[3], &xs.map(f32::cos)),
+        f32s(&[3], &xs.map(f32::tanh)),
+    ];
+    let s = check_outputs(&f, std::slice::from_ref(&x), &honest).unwrap();
+    assert_eq!((s.elements, s.unbounded), (9, 0));
+    for k in 0..3 {
+        let mut far = honest.clone();
+        let mut v: Vec<f32> = far[k].to_f64s().iter().map(|&e| e as f32).collect();
+        v[0] += 1e-3;
+        far[k] = f32s(&[3], &v);
+        let e = check_outputs(&f, std::slice::from_ref(&x), &far).unwrap_err();
+        assert!(e.contains(&format!("output {k}")), "{e}");
+    }
+}
+
+/// The bits of an inexact float bitcast to `u32` and straight back to `f32` (an identity that
+/// traced training steps contain, around a softmax's maximum) keep the float's bound: one ulp
+/// off passes, 100 do not (the old rule checked them by class only).
+#[test]
+fn a_round_trip_of_float_bits_through_integers_keeps_the_bound() {
+    let f = parse_func_text(
+        "func @main(%0: f32[2]) -> f32[2] {
+  %1 = exponential %0 : f32[2]
+  %2 = bitcast_convert %1 : u32[2]
+  %3 = bitcast_convert %2 : f32[2]
+  %4 = multiply %3, %3 : f32[2]
+  return %4
+}
+",
+    )
+    .unwrap();
+    assert!(output_bounds(&f)[0].ulps.is_finite());
+    let x = f32s(&[2], &[0.5, -3.0]);
+    let e: Vec<f32> = [0.5f32, -3.0].iter().map(|v| v.exp() * v.exp()).collect();
+    let s = check_outputs(&f, std::slice::from_ref(&x), &[f32s(&[2], &e)]).unwrap();
+    assert_eq!((s.elements, s.unbounded), (2, 0));
+    let far = [e[0] * (1.0 + 100.0 * f32::EPSILON), e[1]];
+    assert!(check_outputs(&f, std::slice::from_ref(&x), &[f32s(&[2], &far)]).is_err());
+}
