@@ -1,7 +1,6 @@
 //! Attention in one launch on the emulator, by register tiles (`gpu/map/attention_tiles.rs`)
 //! and a warp per query row (`gpu/map/attention.rs`), against the reference interpreter
-//! within a tolerance: the accuracy module leaves attention's outputs unbounded (a softmax
-//! inside a product), so these tests bound the error themselves.
+//! under `kiln_reference::accuracy`'s bound and, tighter, within a tolerance of their own.
 
 use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{Func, Literal};
@@ -105,9 +104,9 @@ fn case(shape: (usize, usize, usize, usize, usize), logits: Logits) -> Case {
 }
 
 /// Runs `c` on the emulator for `target`: the launches it mapped to, or why it failed
-/// (an emulator error, or an output further from the reference's than the tolerance: `1e-4`
-/// in f32 and `1e-11` in f64 of the largest magnitude of V, NaN exactly where the reference
-/// has NaN).
+/// (an emulator error, an output outside the accuracy module's bound, or further from the
+/// reference's than the tolerance: `1e-4` in f32 and `1e-11` in f64 of the largest magnitude
+/// of V, NaN exactly where the reference has NaN).
 fn run(c: &Case, target: &TargetInfo, seed: u64) -> Result<Vec<MapKind>, String> {
     let src = c.text();
     let f: Func = kiln_ir::parse_func_text(&src).map_err(|e| format!("{e}\n{src}"))?;
@@ -122,6 +121,7 @@ fn run(c: &Case, target: &TargetInfo, seed: u64) -> Result<Vec<MapKind>, String>
     if let Some(w) = rep.fallbacks.first() {
         return Err(format!("a kernel fell back to the reference: {w}"));
     }
+    kiln_reference::accuracy::check_outputs(&f, &args, &got).map_err(|e| format!("{e}\n{src}"))?;
     let want = kiln_reference::eval(&f, &args).map_err(|e| e.to_string())?;
     let (g, w) = (got[0].to_f64s(), want[0].to_f64s());
     let v_max = args[2].to_f64s().iter().fold(0.0f64, |a, x| a.max(x.abs()));
