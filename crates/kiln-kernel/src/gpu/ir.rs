@@ -11,7 +11,7 @@
 //! shuffles, shared memory).
 
 use crate::ir::Expr;
-use crate::target::SumTree;
+use crate::target::{Gpu, SumTree};
 use kiln_ir::{Combiner, DType, TensorType};
 
 /// A special register of a thread.
@@ -528,6 +528,11 @@ pub struct GpuKernel {
     pub outputs: Vec<(Buf, TensorType)>,
     /// Its shared-memory arrays, per block.
     pub shared: Vec<SharedArray>,
+    /// 0 when its shared arrays are declared statically; else the bytes of the one dynamic
+    /// shared array they lie in, at [`GpuKernel::shared_offsets`] (what the launch asks for,
+    /// and what the CUDA runtime lets the kernel opt into): their arrays take more than a
+    /// kernel may declare statically ([`GpuKernel::place_shared`]).
+    pub dynamic_shared: usize,
     /// Registers per thread.
     pub regs: usize,
     /// Kernel loop variables per thread.
@@ -560,5 +565,31 @@ impl GpuKernel {
     /// Bytes of shared memory per block.
     pub fn shared_bytes(&self) -> usize {
         self.shared.iter().map(|a| a.len * a.elem_bytes()).sum()
+    }
+
+    /// Where each shared array starts in one dynamic shared array, in bytes (each at a
+    /// multiple of 16, as `cp.async` and `ldmatrix` need), and the bytes they take together.
+    pub fn shared_offsets(&self) -> (Vec<usize>, usize) {
+        let mut at = 0;
+        let offsets = self
+            .shared
+            .iter()
+            .map(|a| {
+                let start = at;
+                at = (at + a.len * a.elem_bytes()).next_multiple_of(16);
+                start
+            })
+            .collect();
+        (offsets, at)
+    }
+
+    /// Decides how its shared arrays are declared on `gpu`: statically when they fit
+    /// [`Gpu::shared_limit`], else in one dynamic array ([`GpuKernel::dynamic_shared`]).
+    pub fn place_shared(&mut self, gpu: &Gpu) {
+        self.dynamic_shared = if self.shared_bytes() > gpu.shared_limit() {
+            self.shared_offsets().1
+        } else {
+            0
+        };
     }
 }

@@ -107,8 +107,8 @@ struct Geometry {
 impl Mapper<'_> {
     /// The geometry of `t` for head dimension `k` and `n2` output columns in `dtype`, if it
     /// fits: whole row groups in whole warps, at most `thread_cols` columns a thread, a step's
-    /// keys within one chunk of the sum tree, the threads and the shared arrays within the
-    /// block's.
+    /// keys within one chunk of the sum tree, the threads within the block's and the shared
+    /// arrays within `Gpu::tile_limit` (beyond the static limit in dynamic shared memory).
     fn attention_geometry(
         &self,
         t: &AttentionTile,
@@ -138,7 +138,7 @@ impl Mapper<'_> {
         let bytes = dtype.bytes().max(4);
         let fits = t.keys <= self.sums.leaf
             && warps * warp <= self.gpu.max_threads_per_block
-            && lens.iter().sum::<usize>() * bytes <= self.gpu.shared_limit();
+            && lens.iter().sum::<usize>() * bytes <= self.gpu.tile_limit();
         fits.then_some(Geometry {
             tile: *t,
             lanes,
@@ -595,6 +595,7 @@ impl Mapper<'_> {
             }
         }
         Some(GpuKernel {
+            dynamic_shared: 0,
             name: format!("{name}.attention"),
             kind: MapKind::AttentionTiled,
             grid: d.batch * gm,
