@@ -583,13 +583,18 @@ impl GpuKernel {
         (offsets, at)
     }
 
-    /// Decides how its shared arrays are declared on `gpu`: statically when they fit
-    /// [`Gpu::shared_limit`], else in one dynamic array ([`GpuKernel::dynamic_shared`]).
+    /// Decides how its shared arrays are declared on `gpu`: in one dynamic array
+    /// ([`GpuKernel::dynamic_shared`]) when they take more than [`Gpu::shared_limit`] and, laid
+    /// out, fit what the mappings may take with dynamic shared memory ([`Gpu::tile_limit`]);
+    /// else statically (so a kernel too large for both stays too large for the static limit,
+    /// which `gpu::print::verify` refuses).
     pub fn place_shared(&mut self, gpu: &Gpu) {
-        self.dynamic_shared = if self.shared_bytes() > gpu.shared_limit() {
-            self.shared_offsets().1
-        } else {
-            0
-        };
+        let laid = self.shared_offsets().1;
+        self.dynamic_shared =
+            if self.shared_bytes() > gpu.shared_limit() && laid <= gpu.tile_limit() {
+                laid
+            } else {
+                0
+            };
     }
 }

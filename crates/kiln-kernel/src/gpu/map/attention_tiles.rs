@@ -136,9 +136,13 @@ impl Mapper<'_> {
         let rp = row_pitch(k);
         let lens = [t.rows * rp, t.keys * rp, t.keys * n2, t.keys * pitch];
         let bytes = dtype.bytes().max(4);
+        // Declared statically within the static limit; else in one dynamic array, each at a
+        // 16-byte offset (`GpuKernel::shared_offsets`).
+        let fixed = lens.iter().sum::<usize>() * bytes;
+        let laid: usize = lens.iter().map(|l| (l * bytes).next_multiple_of(16)).sum();
         let fits = t.keys <= self.sums.leaf
             && warps * warp <= self.gpu.max_threads_per_block
-            && lens.iter().sum::<usize>() * bytes <= self.gpu.tile_limit();
+            && (fixed <= self.gpu.shared_limit() || laid <= self.gpu.tile_limit());
         fits.then_some(Geometry {
             tile: *t,
             lanes,
