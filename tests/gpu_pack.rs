@@ -232,7 +232,8 @@ fn the_long_sort_workload_runs_on_the_gpu_as_a_radix_sort() {
 }
 
 /// The sweep's variants of the tensor-core pipeline run what their labels name on the pack's
-/// target (48 KiB of shared memory per block): `stages` stages of `k` (shared A holding
+/// target (48 KiB of static shared memory per block; the `mma_dynamic_` variants' rings in
+/// dynamic shared memory, the others' not): `stages` stages of `k` (shared A holding
 /// `stages x m x k` elements, the loop waiting for all but `stages - 2` copy groups), none cut
 /// back to fit, and no two variants of the bf16 product map to the same launch as each other
 /// or as the default, so each measures something of its own. Each renders as PTX.
@@ -285,11 +286,17 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
             v.label
         );
         seen.push(text);
+        // Only the `mma_dynamic_` variants take dynamic shared memory (more than 48 KiB).
+        let dynamic = v.label.starts_with("mma_dynamic_");
+        assert_eq!(l.dynamic_shared > 0, dynamic, "{}", v.label);
         let Some((tile, pipeline)) = v.label.split_once("_stages_") else {
             continue;
         };
         let num = |s: &str| s.parse::<usize>().unwrap();
-        let m = num(tile.trim_start_matches("mma_").split('x').next().unwrap());
+        let tile = tile
+            .trim_start_matches("mma_")
+            .trim_start_matches("dynamic_");
+        let m = num(tile.split('x').next().unwrap());
         let (stages, k) = pipeline.split_once("_k_").unwrap();
         let (stages, k) = (num(stages), num(k));
         assert_eq!(l.shared[0].len, stages * m * k, "{}", v.label);
@@ -301,7 +308,7 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
 
 /// The sweep's variants of attention run what their labels name on the pack's target: a
 /// `tile_` variant by register tiles with its block of query rows (none cut back to fit the
-/// 48 KiB of shared memory), a `warp_rows_` one a warp per query row, and no two variants of
+/// 48 KiB of shared memory; a `tile_dynamic_` one's arrays in dynamic shared memory), a `warp_rows_` one a warp per query row, and no two variants of
 /// a workload map to the same launch as each other or as the default. Each renders as PTX.
 #[test]
 fn sweep_variants_of_attention_run_as_labelled() {
@@ -339,7 +346,15 @@ fn sweep_variants_of_attention_run_as_labelled() {
             let mut target = base.clone();
             (v.change)(&mut target);
             let l = launch(&target);
+            // Only the `tile_dynamic_` variants take dynamic shared memory.
+            assert_eq!(
+                l.dynamic_shared > 0,
+                v.label.starts_with("tile_dynamic_"),
+                "{}",
+                v.label
+            );
             if let Some(tile) = v.label.strip_prefix("tile_") {
+                let tile = tile.trim_start_matches("dynamic_");
                 let rows: usize = tile.split('x').next().unwrap().parse().unwrap();
                 let text = kiln_kernel::gpu::print::kernel_text(&l);
                 assert_eq!(l.kind, MapKind::AttentionTiled, "{}", v.label);

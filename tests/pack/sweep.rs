@@ -1,7 +1,7 @@
 //! The sweep of a GPU pack: each workload again under other values of the target's mapping
 //! choices ([`kiln_kernel::target::Gpu`]: block tiles of products, the tensor-core pipeline's
-//! stages and stage length, attention's register tiles and rows per block, threads and blocks of memory-bound
-//! kernels, where rows are cached), so that one run on a GPU measures which values are fastest
+//! stages and stage length, attention's register tiles and rows per block, rings and tiles in
+//! dynamic shared memory, threads and blocks of memory-bound kernels, where rows are cached), so that one run on a GPU measures which values are fastest
 //! there. `check.py` times each variant as it times the workload, checks its results against
 //! PyTorch's, and prints the variants side by side; the defaults in `Gpu::h200` are chosen from
 //! such tables (`docs/performance.md`).
@@ -66,6 +66,27 @@ pub fn variants() -> Vec<Variant> {
             }),
         });
     }
+    // Deeper rings of longer stages than 48 KiB holds, in dynamic shared memory (up to the
+    // 227 KiB an H200 block may opt into; not measured yet): 128x128 in 3 or 4 stages of 64
+    // (96 or 128 KiB), 128x64 in 4 of 64 (96 KiB), 128x256 (warps of 64x64) in 3 of 64 or 4
+    // of 32 (144 or 96 KiB).
+    for (m, n, tm, tn, stages, k) in [
+        (128, 128, 64, 32, 3, 64),
+        (128, 128, 64, 32, 4, 64),
+        (128, 64, 64, 32, 4, 64),
+        (128, 256, 64, 64, 3, 64),
+        (128, 256, 64, 64, 4, 32),
+    ] {
+        out.push(Variant {
+            workload: "matmul_bf16_8192",
+            label: format!("mma_dynamic_{m}x{n}_warp_{tm}x{tn}_stages_{stages}_k_{k}"),
+            change: gpu(move |g| {
+                g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+                g.mma_stages = stages;
+                g.mma_tiles.insert(0, tile(m, n, k, tm, tn));
+            }),
+        });
+    }
     // The tiles staged without the swizzle (the layout the third GPU run timed).
     out.push(Variant {
         workload: "matmul_bf16_8192",
@@ -118,6 +139,29 @@ pub fn variants() -> Vec<Variant> {
                 workload,
                 label: format!("tile_{rows}x{keys}_thread_{tr}x{tk}_cols_{tc}"),
                 change: gpu(move |g| {
+                    g.attention_tiles.insert(
+                        0,
+                        AttentionTile {
+                            rows,
+                            keys,
+                            thread_rows: tr,
+                            thread_keys: tk,
+                            thread_cols: tc,
+                        },
+                    )
+                }),
+            });
+        }
+    }
+    // Larger attention tiles in dynamic shared memory (not measured yet): 128 query rows a
+    // block with steps of 32 keys (66 KiB with heads and outputs of 64) or 64 (97 KiB).
+    for (rows, keys, tr, tk, tc) in [(128, 32, 8, 4, 8), (128, 64, 8, 8, 8)] {
+        for workload in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
+            out.push(Variant {
+                workload,
+                label: format!("tile_dynamic_{rows}x{keys}_thread_{tr}x{tk}_cols_{tc}"),
+                change: gpu(move |g| {
+                    g.tile_dynamic_bytes = g.dynamic_shared_bytes;
                     g.attention_tiles.insert(
                         0,
                         AttentionTile {

@@ -653,6 +653,82 @@ fn products_on_tensor_cores_assemble() {
     tally.finish("products on tensor cores");
 }
 
+/// Kernels whose shared arrays take more than the 48 KiB PTX declares statically, mapped
+/// where the target lets rings and attention tiles opt into dynamic shared memory: one
+/// `.extern .shared` array each, no static arrays; assembled by ptxas for sm_80 and sm_90.
+/// Tensor-core products of 128 x 64 in 4 stages of 64 (96 KiB), 128 x 128 in 3 of 64 and
+/// 128 x 256 in 3 of 64 (144 KiB), and attention with heads of 128 on 64 query rows.
+#[test]
+fn kernels_in_dynamic_shared_memory_assemble() {
+    let dynamic = |tile: Option<kiln_kernel::target::GemmTile>, stages: usize| {
+        let mut t = TargetInfo::h200();
+        let gpu = t.gpu.as_mut().expect("a GPU");
+        gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
+        gpu.mma_stages = stages;
+        if let Some(tile) = tile {
+            gpu.mma_tiles.insert(0, tile);
+        }
+        t
+    };
+    let tile = |m, n, thread_m, thread_n| kiln_kernel::target::GemmTile {
+        m,
+        n,
+        k: 64,
+        thread_m,
+        thread_n,
+    };
+    let product = "func @main(%0: f32[1,256,512], %1: f32[1,512,256]) -> f32[1,256,256] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]} : f32[1,256,256]\n  return %2\n}\n";
+    let mut tally = Tally::default();
+    for (what, target, bytes) in [
+        ("128x64 4x64", dynamic(None, 4), 96 << 10),
+        (
+            "128x128 3x64",
+            dynamic(Some(tile(128, 128, 64, 32)), 3),
+            96 << 10,
+        ),
+        (
+            "128x256 3x64",
+            dynamic(Some(tile(128, 256, 64, 64)), 3),
+            144 << 10,
+        ),
+    ] {
+        let p = product_with_operands(product, kiln_ir::DType::BF16, &target);
+        let l = &p.launches[0];
+        assert_eq!(
+            (l.kind, l.dynamic_shared),
+            (MapKind::GemmMma, bytes),
+            "{what}"
+        );
+        let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
+        assert!(
+            text.contains(".extern .shared .align 16 .b8"),
+            "{what}: {text}"
+        );
+        assert!(!text.contains("_shared0"), "{what}: {text}");
+        tally.render(&format!("product {what}"), &p);
+    }
+    let attention = "func @main(%0: f32[1,64,128], %1: f32[1,200,128], %2: f32[1,200,64]) -> f32[1,64,64] {
+  %3 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]} : f32[1,64,200]
+  %7 = constant {value = -inf} : f32[]
+  %8 = reduce %3, %7 {dimensions = [2], kind = max} : f32[1,64]
+  %9 = broadcast_in_dim %8 {broadcast_dimensions = [0, 1]} : f32[1,64,200]
+  %10 = subtract %3, %9 : f32[1,64,200]
+  %11 = exponential %10 : f32[1,64,200]
+  %12 = constant {value = 0.0} : f32[]
+  %13 = reduce %11, %12 {dimensions = [2], kind = add} : f32[1,64]
+  %14 = broadcast_in_dim %13 {broadcast_dimensions = [0, 1]} : f32[1,64,200]
+  %15 = divide %11, %14 : f32[1,64,200]
+  %16 = dot_general %15, %2 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]} : f32[1,64,64]
+  return %16
+}
+";
+    let p = program(attention, &dynamic(None, 4));
+    assert_eq!(p.launches[0].kind, MapKind::AttentionTiled);
+    assert!(p.launches[0].dynamic_shared > 48 << 10);
+    tally.render("attention 64 rows, heads of 128", &p);
+    tally.finish("kernels in dynamic shared memory");
+}
+
 /// One warp's TF32 tile (`cp.async` into f32 shared arrays, `ldmatrix` of f32 words,
 /// `cvt.rna.tf32.f32`, `mma.m16n8k8...tf32`) assembles for sm_80 and sm_90.
 #[test]

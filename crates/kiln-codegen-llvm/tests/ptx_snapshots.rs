@@ -3,8 +3,8 @@
 //! product with its epilogue in the launch (one thread per element), matrix product by block
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile (bf16
 //! and TF32), a product on the tensor cores (bf16, and f32 as TF32), attention in one launch,
-//! scatter, a sort by keys, a long sort by keys in tiles and global passes, a radix sort), for
-//! sm_90.
+//! scatter, a sort by keys, a long sort by keys in tiles and global passes, a radix sort), and
+//! a tensor-core product in dynamic shared memory, for sm_90.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -259,6 +259,27 @@ fn gemm_on_tf32_tensor_cores() {
         assert!(text.contains(needle), "no {needle} in\n{text}");
     }
     insta::assert_snapshot!("gemm_mma_tf32", text);
+}
+
+/// A bf16 product on the tensor cores whose ring (blocks of 128 x 64, 4 stages of 64: 96 KiB)
+/// lies in dynamic shared memory, as an H200 that lets rings opt in maps it: one
+/// `.extern .shared` array, A's and B's stages at their offsets in it.
+#[test]
+fn gemm_on_tensor_cores_in_dynamic_shared_memory() {
+    let mut target = TargetInfo::h200();
+    let g = target.gpu.as_mut().expect("a GPU");
+    g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+    g.mma_stages = 4;
+    let text = ptx_on(
+        "func @main(%0: bf16[64,256], %1: bf16[256,32]) -> f32[64,32] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[64,32]\n  return %2\n}\n",
+        MapKind::GemmMma,
+        &target,
+    );
+    assert!(
+        text.contains(".extern .shared .align 16 .b8 k0_dot_general_product_dynamic_shared[];"),
+        "{text}"
+    );
+    insta::assert_snapshot!("gemm_mma_bf16_dynamic_shared", text);
 }
 
 #[test]

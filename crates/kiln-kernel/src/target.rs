@@ -191,10 +191,19 @@ pub struct Gpu {
     pub warp_size: usize,
     /// Bytes of shared memory one block may use.
     pub shared_memory_per_block: usize,
-    /// Bytes of shared memory a kernel may declare statically (48 KiB on NVIDIA GPUs): more
-    /// needs dynamic shared memory, which kiln's PTX does not use yet, so the mappings keep
-    /// their arrays within it.
+    /// Bytes of shared memory a kernel may declare statically (48 KiB on NVIDIA GPUs): a
+    /// kernel whose arrays take more holds them in one dynamic array
+    /// ([`crate::gpu::ir::GpuKernel::dynamic_shared`]), within `dynamic_shared_bytes`.
     pub static_shared_bytes: usize,
+    /// Bytes of dynamic shared memory a block may take when its kernel opts in (the driver's
+    /// `MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: 227 KiB on an H200, sm_90; 163 KiB on an A100,
+    /// sm_80). Only the mappings `tile_dynamic_bytes` lets go beyond the static limit use it.
+    pub dynamic_shared_bytes: usize,
+    /// The most shared memory per block a tensor-core product's ring of stages
+    /// (`mma_tiles`, `mma_stages`) and an attention tile's arrays (`attention_tiles`) may take
+    /// with dynamic shared memory (within `dynamic_shared_bytes`); 0: none, they stay within
+    /// [`Gpu::shared_limit`] as every other mapping does (see [`Gpu::tile_limit`]).
+    pub tile_dynamic_bytes: usize,
     /// Streaming multiprocessors.
     pub sms: usize,
     /// The `(m, n, k)` shapes of the tensor cores' matrix multiply-adds.
@@ -338,6 +347,20 @@ impl Gpu {
         self.shared_memory_per_block.min(self.static_shared_bytes)
     }
 
+    /// The shared memory a kernel that opts into dynamic shared memory may take per block:
+    /// [`Gpu::dynamic_shared_bytes`], never less than [`Gpu::shared_limit`].
+    pub fn dynamic_limit(&self) -> usize {
+        self.dynamic_shared_bytes.max(self.shared_limit())
+    }
+
+    /// The shared memory a tensor-core product's ring of stages and an attention tile's
+    /// arrays may take per block: [`Gpu::shared_limit`], or up to
+    /// [`Gpu::tile_dynamic_bytes`] within [`Gpu::dynamic_limit`] where that is more.
+    pub fn tile_limit(&self) -> usize {
+        self.shared_limit()
+            .max(self.tile_dynamic_bytes.min(self.dynamic_limit()))
+    }
+
     /// An NVIDIA H200 (sm_90): 132 multiprocessors, warps of 32, 1024 threads and 227 KiB of
     /// shared memory per block, the `m16n8k16` tensor-core shape, and TF32 tensor cores.
     pub fn h200() -> Gpu {
@@ -347,6 +370,11 @@ impl Gpu {
             warp_size: 32,
             shared_memory_per_block: 227 << 10,
             static_shared_bytes: 48 << 10,
+            dynamic_shared_bytes: 227 << 10,
+            // Dynamic shared memory is not measured yet (docs/performance.md): the rings and
+            // attention tiles keep within 48 KiB until a GPU run times the pack's sweep of
+            // deeper rings and larger tiles.
+            tile_dynamic_bytes: 0,
             sms: 132,
             tensor_core_shapes: vec![(16, 8, 16)],
             max_threads_per_block: 1024,

@@ -73,8 +73,10 @@ pub struct Target {
 impl Target {
     /// An NVIDIA GPU of SM `sm` (`sm_80`: Ampere and Ada; `sm_90`: Hopper) with `sms`
     /// multiprocessors: an H200's target ([`TargetInfo::h200`]) with the shared memory a block
-    /// gets without opting in (48 KiB: the PTX declares it statically), as `KILN_BACKEND=cuda`
-    /// lowers for such a device; its tensor cores take TF32 operands from `sm_80` on.
+    /// gets without opting in (48 KiB: the PTX declares it statically) and what it may opt into
+    /// (dynamic shared memory: 227 KiB from `sm_90`, 163 KiB on `sm_80`, 99 KiB on the other
+    /// `sm_8x`), as `KILN_BACKEND=cuda` lowers for such a device; its tensor cores take TF32
+    /// operands from `sm_80` on.
     pub fn ptx(sm: &str, sms: usize) -> Target {
         let mut t = Target {
             kind: Kind::Ptx,
@@ -84,9 +86,16 @@ impl Target {
         };
         // TF32 tensor cores from sm_80 (Ampere) on.
         let tf32 = t.sm_number().is_some_and(|n| n >= 80);
+        let opt_in = match t.sm_number() {
+            Some(n) if n >= 90 => None,
+            Some(80) => Some(163 << 10),
+            Some(n) if n > 80 => Some(99 << 10),
+            _ => Some(48 << 10),
+        };
         if let Some(g) = t.info.gpu.as_mut() {
             g.sms = sms.max(1);
             g.shared_memory_per_block = 48 << 10;
+            g.dynamic_shared_bytes = opt_in.unwrap_or(g.dynamic_shared_bytes);
             g.tf32 = tf32;
         }
         t

@@ -101,6 +101,8 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "warp_size": g.warp_size,
             "shared_memory_per_block": g.shared_memory_per_block,
             "static_shared_bytes": g.static_shared_bytes,
+            "dynamic_shared_bytes": g.dynamic_shared_bytes,
+            "tile_dynamic_bytes": g.tile_dynamic_bytes,
             "sms": g.sms,
             "tensor_core_shapes": g.tensor_core_shapes.iter().map(|&(m, n, k)| json!([m, n, k])).collect::<Vec<_>>(),
             "max_threads_per_block": g.max_threads_per_block,
@@ -222,6 +224,8 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 warp_size: g.usize("warp_size")?,
                 shared_memory_per_block: g.usize("shared_memory_per_block")?,
                 static_shared_bytes: g.usize("static_shared_bytes")?,
+                dynamic_shared_bytes: g.usize("dynamic_shared_bytes")?,
+                tile_dynamic_bytes: g.usize("tile_dynamic_bytes")?,
                 sms: g.usize("sms")?,
                 tensor_core_shapes: shapes,
                 max_threads_per_block: g.usize("max_threads_per_block")?,
@@ -355,6 +359,12 @@ mod tests {
         assert_eq!(target_from_json(&target_to_json(&t)).unwrap(), t);
         let r = TargetInfo::reference();
         assert_eq!(target_from_json(&target_to_json(&r)).unwrap(), r);
+        // An A100's opt-in limit, rings and tiles allowed dynamic shared memory.
+        let g = t.gpu.as_mut().unwrap();
+        (g.dynamic_shared_bytes, g.tile_dynamic_bytes) = (163 << 10, 160 << 10);
+        let v = target_to_json(&t);
+        assert_eq!(v["gpu"]["dynamic_shared_bytes"], 166912);
+        assert_eq!(target_from_json(&v).unwrap(), t);
         let o = Options {
             fast_math: true,
             matmul_precision: MatmulPrecision::Tf32,

@@ -260,9 +260,10 @@ impl DeviceInfo {
     }
 
     /// What the compiler decides with for this device: an H200's target
-    /// ([`TargetInfo::h200`]) with this device's multiprocessors, warp, threads per block and
-    /// the shared memory a block gets without opting in (the PTX emitter declares it
-    /// statically), and TF32 tensor cores where it has them.
+    /// ([`TargetInfo::h200`]) with this device's multiprocessors, warp, threads per block,
+    /// the shared memory a block gets without opting in (what the PTX declares statically)
+    /// and what it may opt into (dynamic shared memory), and TF32 tensor cores where it has
+    /// them.
     pub fn target_info(&self) -> TargetInfo {
         let mut t = TargetInfo::h200();
         if let Some(g) = t.gpu.as_mut() {
@@ -270,6 +271,7 @@ impl DeviceInfo {
             g.warp_size = self.warp_size;
             g.max_threads_per_block = self.max_threads_per_block;
             g.shared_memory_per_block = self.shared_memory_per_block;
+            g.dynamic_shared_bytes = self.shared_memory_per_block_optin;
             g.elementwise_block = g.elementwise_block.min(self.max_threads_per_block);
             // TF32 tensor cores from compute capability 8.0 (Ampere) on.
             g.tf32 = self.compute_capability.0 >= 8;
@@ -622,6 +624,24 @@ impl Module {
 /// A kernel of a loaded module.
 #[derive(Clone, Debug)]
 pub struct Kernel(CudaFunction);
+
+impl Kernel {
+    /// Lets the kernel's launches take `bytes` of dynamic shared memory (the function's
+    /// `MAX_DYNAMIC_SHARED_SIZE_BYTES`): more than the 48 KiB a launch gets unasked needs it,
+    /// up to the device's [`DeviceInfo::shared_memory_per_block_optin`]. Set once, after
+    /// loading.
+    pub fn allow_dynamic_shared(&self, bytes: usize) -> Result<(), GpuError> {
+        let bytes = i32::try_from(bytes).map_err(|_| GpuError::Run {
+            message: format!("{bytes} bytes of dynamic shared memory"),
+        })?;
+        self.0
+            .set_attribute(
+                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+            .map_err(driver("allowing dynamic shared memory"))
+    }
+}
 
 /// Device memory, freed when dropped; with the pinned host buffer an upload was staged in,
 /// kept until the copy is done (dropping it waits for the copy).

@@ -7,7 +7,8 @@
 //! modules loaded (one per kernel step, rendered by the backend: this crate links no LLVM)
 //! and their kernels looked up, its arena allocated once and its constants written. A call
 //! writes the parameters into the arena, runs the steps on the stream (launches with the
-//! mapping's grid and block sizes; shared memory is declared statically by the PTX) and reads
+//! mapping's grid and block sizes, and the dynamic shared memory of a launch whose arrays the PTX
+//! cannot declare statically, which its kernel is allowed once, when loaded) and reads
 //! the results back. Calls of one executable take turns (they share its arena).
 
 use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, GpuError, Kernel};
@@ -55,11 +56,17 @@ pub fn check_fits(plan: &DevicePlan, info: &DeviceInfo) -> Result<(), GpuError> 
                     k.grid
                 )));
             }
-            if k.shared_bytes() > info.shared_memory_per_block {
+            if k.dynamic_shared == 0 && k.shared_bytes() > info.shared_memory_per_block {
                 return Err(unfit(format!(
                     "{} bytes of shared memory per block, more than the device's {}",
                     k.shared_bytes(),
                     info.shared_memory_per_block
+                )));
+            }
+            if k.dynamic_shared > info.shared_memory_per_block_optin {
+                return Err(unfit(format!(
+                    "{} bytes of dynamic shared memory per block, more than the {} the device lets a block opt into",
+                    k.dynamic_shared, info.shared_memory_per_block_optin
                 )));
             }
         }
@@ -127,8 +134,14 @@ impl CudaExecutable {
                 .program
                 .launches
                 .iter()
-                .map(|k| module.kernel(&k.entry_name()))
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(|k| {
+                    let kernel = module.kernel(&k.entry_name())?;
+                    if k.dynamic_shared > 0 {
+                        kernel.allow_dynamic_shared(k.dynamic_shared)?;
+                    }
+                    Ok(kernel)
+                })
+                .collect::<Result<Vec<_>, GpuError>>()?;
             kernels.push(ks);
         }
         let mut arena = gpu.alloc(plan.arena_bytes)?;
@@ -329,7 +342,7 @@ impl PlanDevice for OnGpu<'_> {
                 kernel,
                 (k.grid as u32, 1, 1),
                 (k.block as u32, 1, 1),
-                0,
+                k.dynamic_shared as u32,
                 &args,
             )
         }

@@ -16,8 +16,7 @@ use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{
-    BasicMetadataValueEnum, BasicValueEnum, FloatValue, FunctionValue, GlobalValue, IntValue,
-    PointerValue,
+    BasicMetadataValueEnum, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue,
 };
 use kiln_ir::{Combiner, DType};
 use kiln_kernel::gpu::ir::Sc;
@@ -27,8 +26,9 @@ use std::cell::RefCell;
 /// The PTX kernel calling convention (`PTX_Kernel`): the function is an `.entry`.
 const PTX_KERNEL: u32 = 71;
 
-/// The most static shared memory a block may declare (more needs dynamic shared memory, which
-/// the emitter does not use yet).
+/// The most static shared memory PTX lets a block declare, as ptxas checks it (a fact of the
+/// ISA, as warps of 32 are): a launch whose arrays take more must hold them in dynamic shared
+/// memory, as the mapping decides ([`GpuKernel::dynamic_shared`]).
 const STATIC_SHARED_BYTES: usize = 48 << 10;
 
 /// The emitter of one launch.
@@ -40,7 +40,8 @@ pub(super) struct Emit<'a, 'c> {
     pub(super) k: &'a GpuKernel,
     /// The launch's inputs, then its outputs.
     params: Vec<PointerValue<'c>>,
-    shared: Vec<GlobalValue<'c>>,
+    /// Where each shared array starts (a global of its own, or an offset in the dynamic one).
+    shared: Vec<PointerValue<'c>>,
     /// The kernel loop variables' slots (i64).
     pub(super) vars: Vec<PointerValue<'c>>,
     /// Where stack slots go (the entry block, ahead of the body).
@@ -92,7 +93,7 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
             k.name, k.warp
         )));
     }
-    if k.shared_bytes() > STATIC_SHARED_BYTES {
+    if k.dynamic_shared == 0 && k.shared_bytes() > STATIC_SHARED_BYTES {
         return Err(Error::Unsupported(format!(
             "{}: {} bytes of shared memory per block (static shared memory holds {})",
             k.name,
@@ -128,24 +129,27 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
             f.add_attribute(AttributeLoc::Param(i as u32), noalias);
         }
     }
-    let shared = k
-        .shared
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let t = shared_type(ctx, a).array_type(a.len as u32);
-            let g = m.add_global(
-                t,
-                Some(AddressSpace::from(3u16)),
-                &format!("{name}_shared{i}"),
-            );
-            g.set_linkage(Linkage::Internal);
-            g.set_initializer(&t.get_undef());
-            // 16 bytes: the widest `cp.async` and every `ldmatrix` row address need it.
-            g.set_alignment(16);
-            g
-        })
-        .collect();
+    let shared = if k.dynamic_shared > 0 {
+        dynamic_shared(ctx, m, k, &name)?
+    } else {
+        k.shared
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let t = shared_type(ctx, a).array_type(a.len as u32);
+                let g = m.add_global(
+                    t,
+                    Some(AddressSpace::from(3u16)),
+                    &format!("{name}_shared{i}"),
+                );
+                g.set_linkage(Linkage::Internal);
+                g.set_initializer(&t.get_undef());
+                // 16 bytes: the widest `cp.async` and every `ldmatrix` row address need it.
+                g.set_alignment(16);
+                g.as_pointer_value()
+            })
+            .collect()
+    };
     let entry = ctx.append_basic_block(f, "entry");
     let body = ctx.append_basic_block(f, "body");
     let slots = ctx.create_builder();
@@ -190,6 +194,39 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
     em.b.build_return(None).map_err(llvm)?;
     em.slots.build_unconditional_branch(body).map_err(llvm)?;
     Ok(())
+}
+
+/// The shared arrays of `k` in one dynamic shared array (`.extern .shared .align 16 .b8
+/// NAME_dynamic_shared[]`, sized by the launch), each at its [`GpuKernel::shared_offsets`].
+fn dynamic_shared<'c>(
+    ctx: &'c Context,
+    m: &Module<'c>,
+    k: &GpuKernel,
+    name: &str,
+) -> Result<Vec<PointerValue<'c>>> {
+    let (offsets, bytes) = k.shared_offsets();
+    if bytes > k.dynamic_shared {
+        return Err(Error::Unsupported(format!(
+            "{}: shared arrays of {bytes} bytes in {} bytes of dynamic shared memory",
+            k.name, k.dynamic_shared
+        )));
+    }
+    let i8t = ctx.i8_type();
+    let g = m.add_global(
+        i8t.array_type(0),
+        Some(AddressSpace::from(3u16)),
+        &format!("{name}_dynamic_shared"),
+    );
+    g.set_linkage(Linkage::External);
+    g.set_alignment(16);
+    let base = g.as_pointer_value();
+    offsets
+        .iter()
+        .map(|&at| {
+            // SAFETY: every offset lies within the dynamic array the launch sizes.
+            Ok(unsafe { base.const_gep(i8t, &[ctx.i64_type().const_int(at as u64, false)]) })
+        })
+        .collect()
 }
 
 /// How a shared array holds its elements (f16 and bf16 as f32 unless packed, pred as a
@@ -508,7 +545,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 .map_err(llvm)?;
             i = self.b.build_xor(i, key, "swz").map_err(llvm)?;
         }
-        let g = self.shared[array].as_pointer_value();
+        let g = self.shared[array];
         // SAFETY: the mapping keeps shared accesses in bounds (the emulator checks it).
         let p =
             unsafe { self.b.build_in_bounds_gep(t, g, &[self.i64c(0), i], "sh") }.map_err(llvm)?;

@@ -11,7 +11,7 @@
 //! shuffles, shared memory).
 
 use crate::ir::Expr;
-use crate::target::SumTree;
+use crate::target::{Gpu, SumTree};
 use kiln_ir::{Combiner, DType, TensorType};
 
 /// A special register of a thread.
@@ -528,6 +528,11 @@ pub struct GpuKernel {
     pub outputs: Vec<(Buf, TensorType)>,
     /// Its shared-memory arrays, per block.
     pub shared: Vec<SharedArray>,
+    /// 0 when its shared arrays are declared statically; else the bytes of the one dynamic
+    /// shared array they lie in, at [`GpuKernel::shared_offsets`] (what the launch asks for,
+    /// and what the CUDA runtime lets the kernel opt into): their arrays take more than a
+    /// kernel may declare statically ([`GpuKernel::place_shared`]).
+    pub dynamic_shared: usize,
     /// Registers per thread.
     pub regs: usize,
     /// Kernel loop variables per thread.
@@ -560,5 +565,36 @@ impl GpuKernel {
     /// Bytes of shared memory per block.
     pub fn shared_bytes(&self) -> usize {
         self.shared.iter().map(|a| a.len * a.elem_bytes()).sum()
+    }
+
+    /// Where each shared array starts in one dynamic shared array, in bytes (each at a
+    /// multiple of 16, as `cp.async` and `ldmatrix` need), and the bytes they take together.
+    pub fn shared_offsets(&self) -> (Vec<usize>, usize) {
+        let mut at = 0;
+        let offsets = self
+            .shared
+            .iter()
+            .map(|a| {
+                let start = at;
+                at = (at + a.len * a.elem_bytes()).next_multiple_of(16);
+                start
+            })
+            .collect();
+        (offsets, at)
+    }
+
+    /// Decides how its shared arrays are declared on `gpu`: in one dynamic array
+    /// ([`GpuKernel::dynamic_shared`]) when they take more than [`Gpu::shared_limit`] and, laid
+    /// out, fit what the mappings may take with dynamic shared memory ([`Gpu::tile_limit`]);
+    /// else statically (so a kernel too large for both stays too large for the static limit,
+    /// which `gpu::print::verify` refuses).
+    pub fn place_shared(&mut self, gpu: &Gpu) {
+        let laid = self.shared_offsets().1;
+        self.dynamic_shared =
+            if self.shared_bytes() > gpu.shared_limit() && laid <= gpu.tile_limit() {
+                laid
+            } else {
+                0
+            };
     }
 }

@@ -99,6 +99,7 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
         });
     }
     GpuKernel {
+        dynamic_shared: 0,
         name: format!("warp_tile_{dtype}"),
         kind: MapKind::GemmMma,
         grid: 1,
@@ -232,6 +233,7 @@ pub fn warp_tile_tf32(sums: SumTree) -> GpuKernel {
         swizzle: None,
     };
     GpuKernel {
+        dynamic_shared: 0,
         name: "warp_tile_tf32".into(),
         kind: MapKind::GemmMma,
         grid: 1,

@@ -133,6 +133,12 @@ pub struct DevicePlan {
     pub constants: Vec<(ValueId, Literal)>,
     /// The steps, in order.
     pub steps: Vec<DeviceStep>,
+    /// The shared memory per block its launches were mapped within: what a kernel declares
+    /// statically and what a launch with dynamic shared memory may take
+    /// ([`crate::target::Gpu::shared_limit`], [`crate::target::Gpu::dynamic_limit`]). A
+    /// launch's own count is [`super::ir::GpuKernel::dynamic_shared`]; the emulator holds
+    /// launches to these limits.
+    pub shared_limits: (usize, usize),
 }
 
 impl DevicePlan {
@@ -445,6 +451,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
         scratch,
         constants,
         steps,
+        shared_limits: (gpu.shared_limit(), gpu.dynamic_limit()),
     })
 }
 

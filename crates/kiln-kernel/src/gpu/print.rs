@@ -176,12 +176,25 @@ pub fn kernel_text(k: &GpuKernel) -> String {
     for (i, (b, t)) in k.outputs.iter().enumerate() {
         let _ = writeln!(out, "  output {i}: {b} : {t}");
     }
+    let offsets = k.shared_offsets().0;
     for (i, a) in k.shared.iter().enumerate() {
         let packed = if a.packed { " packed" } else { "" };
         let swizzle = a
             .swizzle
             .map_or(String::new(), |s| format!(" swizzled by chunks >> {s}"));
-        let _ = writeln!(out, "  shared{i}: {}[{}]{packed}{swizzle}", a.dtype, a.len);
+        let at = if k.dynamic_shared > 0 {
+            format!(" at dynamic +{}", offsets[i])
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  shared{i}: {}[{}]{packed}{swizzle}{at}",
+            a.dtype, a.len
+        );
+    }
+    if k.dynamic_shared > 0 {
+        let _ = writeln!(out, "  dynamic shared memory: {} bytes", k.dynamic_shared);
     }
     stmts(&mut out, &k.body, 1);
     out
@@ -214,12 +227,27 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
             k.block, k.warp, gpu.max_threads_per_block
         ));
     }
-    if k.shared_bytes() > gpu.shared_limit() {
+    if k.dynamic_shared == 0 && k.shared_bytes() > gpu.shared_limit() {
         return fail(format!(
             "{} bytes of shared memory per block, more than the target's {} (its block's, within what a kernel declares statically)",
             k.shared_bytes(),
             gpu.shared_limit()
         ));
+    }
+    if k.dynamic_shared != 0 {
+        let laid = k.shared_offsets().1;
+        if k.dynamic_shared != laid {
+            return fail(format!(
+                "{} bytes of dynamic shared memory for arrays that take {laid}",
+                k.dynamic_shared
+            ));
+        }
+        if laid > gpu.dynamic_limit() {
+            return fail(format!(
+                "{laid} bytes of dynamic shared memory per block, more than the target's {} (what a block may opt into)",
+                gpu.dynamic_limit()
+            ));
+        }
     }
     for (i, a) in k.shared.iter().enumerate() {
         // A swizzle moves 16-byte chunks within aligned groups of 8: a packed array of

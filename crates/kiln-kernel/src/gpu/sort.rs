@@ -169,6 +169,7 @@ pub fn sort_program(
     Some(GpuProgram {
         scratch: Vec::new(),
         launches: vec![GpuKernel {
+            dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Sort,
             grid,

@@ -4,7 +4,7 @@
 use super::{Buffer, EmuError, run_kernel};
 use crate::plan_exec::PlanDevice;
 use kiln_ir::{DType, Literal, TensorType};
-use kiln_kernel::gpu::ir::Buf;
+use kiln_kernel::gpu::ir::{Buf, GpuKernel};
 use kiln_kernel::gpu::plan::{DevicePlan, KernelStep, Region};
 
 /// A device plan's arena in host memory, filled with `0xff` bytes when made (NaN in every
@@ -13,14 +13,48 @@ use kiln_kernel::gpu::plan::{DevicePlan, KernelStep, Region};
 #[derive(Clone, Debug)]
 pub struct EmuDevice {
     arena: Vec<u8>,
+    /// The shared memory per block a launch may declare statically and take dynamically
+    /// ([`DevicePlan::shared_limits`]).
+    shared_limits: (usize, usize),
 }
 
 impl EmuDevice {
-    /// The arena of `plan`.
+    /// The arena of `plan`, and the shared memory its launches may take.
     pub fn new(plan: &DevicePlan) -> EmuDevice {
         EmuDevice {
             arena: vec![0xff; plan.arena_bytes],
+            shared_limits: plan.shared_limits,
         }
+    }
+
+    /// Whether launch `k` fits the shared memory of a block, as the GPU's driver checks it:
+    /// arrays declared statically within the static limit, a dynamic array that holds them
+    /// within what a block may opt into.
+    fn check_shared(&self, k: &GpuKernel) -> Result<(), String> {
+        let (fixed, dynamic) = self.shared_limits;
+        let too_large = |what: &str, bytes: usize, limit: usize| {
+            format!(
+                "{}: a kernel too large for shared memory: {bytes} bytes of {what} shared memory per block, more than the {limit} a block may take",
+                k.name
+            )
+        };
+        if k.dynamic_shared == 0 {
+            if k.shared_bytes() > fixed {
+                return Err(too_large("static", k.shared_bytes(), fixed));
+            }
+            return Ok(());
+        }
+        let laid = k.shared_offsets().1;
+        if k.dynamic_shared < laid {
+            return Err(format!(
+                "{}: its shared arrays take {laid} bytes, more than the {} of dynamic shared memory it launches with",
+                k.name, k.dynamic_shared
+            ));
+        }
+        if k.dynamic_shared > dynamic {
+            return Err(too_large("dynamic", k.dynamic_shared, dynamic));
+        }
+        Ok(())
     }
 
     fn bytes(&self, at: Region) -> Result<&[u8], String> {
@@ -86,6 +120,7 @@ impl PlanDevice for EmuDevice {
             .launches
             .get(launch)
             .ok_or_else(|| format!("k{}: no launch {launch}", step.inst))?;
+        self.check_shared(k)?;
         let ins = k
             .inputs
             .iter()

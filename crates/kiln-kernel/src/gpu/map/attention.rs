@@ -550,6 +550,7 @@ impl Mapper<'_> {
             });
         }
         Some(GpuKernel {
+            dynamic_shared: 0,
             name: format!("{name}.attention"),
             kind: MapKind::Attention,
             grid: d.batch * gm,

@@ -107,8 +107,8 @@ struct Geometry {
 impl Mapper<'_> {
     /// The geometry of `t` for head dimension `k` and `n2` output columns in `dtype`, if it
     /// fits: whole row groups in whole warps, at most `thread_cols` columns a thread, a step's
-    /// keys within one chunk of the sum tree, the threads and the shared arrays within the
-    /// block's.
+    /// keys within one chunk of the sum tree, the threads within the block's and the shared
+    /// arrays within `Gpu::tile_limit` (beyond the static limit in dynamic shared memory).
     fn attention_geometry(
         &self,
         t: &AttentionTile,
@@ -136,9 +136,13 @@ impl Mapper<'_> {
         let rp = row_pitch(k);
         let lens = [t.rows * rp, t.keys * rp, t.keys * n2, t.keys * pitch];
         let bytes = dtype.bytes().max(4);
+        // Declared statically within the static limit; else in one dynamic array, each at a
+        // 16-byte offset (`GpuKernel::shared_offsets`).
+        let fixed = lens.iter().sum::<usize>() * bytes;
+        let laid: usize = lens.iter().map(|l| (l * bytes).next_multiple_of(16)).sum();
         let fits = t.keys <= self.sums.leaf
             && warps * warp <= self.gpu.max_threads_per_block
-            && lens.iter().sum::<usize>() * bytes <= self.gpu.shared_limit();
+            && (fixed <= self.gpu.shared_limit() || laid <= self.gpu.tile_limit());
         fits.then_some(Geometry {
             tile: *t,
             lanes,
@@ -595,6 +599,7 @@ impl Mapper<'_> {
             }
         }
         Some(GpuKernel {
+            dynamic_shared: 0,
             name: format!("{name}.attention"),
             kind: MapKind::AttentionTiled,
             grid: d.batch * gm,

@@ -290,6 +290,7 @@ impl Mapper<'_> {
         each.extend(InLaunch::store(epilogue, index, v, tmp));
         let block = self.gpu.elementwise_block;
         GpuKernel {
+            dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Gemm,
             grid: self.grid(total, block),

@@ -74,7 +74,8 @@ use scatter::SelectWindows;
 /// `k` (with inputs of types `inputs`, extra outputs after them) mapped onto the GPU of
 /// `target`, its launches named after `name`, f32 products in `precision` (the options'
 /// [`MatmulPrecision`]: TF32 on the tensor cores where it allows it and the GPU has them); an
-/// error for a target without a GPU.
+/// error for a target without a GPU. A launch whose shared arrays take more than a kernel may
+/// declare statically holds them in dynamic shared memory ([`GpuKernel::place_shared`]).
 pub fn map(
     k: &Kernel,
     inputs: &[TensorType],
@@ -86,6 +87,22 @@ pub fn map(
         .gpu
         .as_ref()
         .ok_or_else(|| format!("{name}: the target has no GPU"))?;
+    let mut p = map_launches(k, inputs, target, gpu, precision, name)?;
+    for launch in &mut p.launches {
+        launch.place_shared(gpu);
+    }
+    Ok(p)
+}
+
+/// [`map`]'s launches, their shared arrays not placed yet.
+fn map_launches(
+    k: &Kernel,
+    inputs: &[TensorType],
+    target: &TargetInfo,
+    gpu: &Gpu,
+    precision: MatmulPrecision,
+    name: &str,
+) -> Result<GpuProgram, String> {
     let m = Mapper {
         gpu,
         sums: target.sums,
@@ -404,6 +421,7 @@ impl Mapper<'_> {
         };
         let total = total / group;
         GpuKernel {
+            dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Elementwise,
             grid: self.grid(total, block),
@@ -598,6 +616,7 @@ impl Mapper<'_> {
             body,
         });
         GpuKernel {
+            dynamic_shared: 0,
             name: name.to_string(),
             kind,
             grid: rows

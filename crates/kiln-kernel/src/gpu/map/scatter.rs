@@ -99,6 +99,7 @@ impl Mapper<'_> {
         });
         let updates_total: usize = updates.iter().product();
         GpuKernel {
+            dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Scatter,
             grid: 1,
@@ -320,6 +321,7 @@ impl Mapper<'_> {
             body: each,
         });
         GpuKernel {
+            dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::SelectScatter,
             grid: 1,

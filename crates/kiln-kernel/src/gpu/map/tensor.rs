@@ -113,7 +113,7 @@ impl Mapper<'_> {
                 && self.gpu.warp_size == 32
                 && warps > 0
                 && warps * 32 <= self.gpu.max_threads_per_block
-                && 2 * (t.m + t.n) * step * bytes <= self.gpu.shared_limit()
+                && 2 * (t.m + t.n) * step * bytes <= self.gpu.tile_limit()
         };
         self.gpu
             .mma_tiles
@@ -127,7 +127,7 @@ impl Mapper<'_> {
     /// The stages and the contraction per stage of a product of contraction `k` by tiles of
     /// `t` with operands of `operand`: `t.k` (at most `k` rounded up to a multiple of the
     /// `mma`'s contraction, 16 or 8 for TF32) and `Gpu::mma_stages` (at most one more than the
-    /// steps there are), fewer stages while they do not fit the block's shared memory, then a
+    /// steps there are), fewer stages while they do not fit `Gpu::tile_limit`, then a
     /// shorter stage (by one `mma` contraction) with as many as fit again. Two stages of one
     /// `mma` contraction always fit a tile [`Mapper::mma_tile`] chose.
     pub(super) fn mma_pipeline(
@@ -143,7 +143,7 @@ impl Mapper<'_> {
             let most = self.gpu.mma_stages.min(k.div_ceil(kt) + 1).max(2);
             if let Some(s) = (2..=most)
                 .rev()
-                .find(|&s| bytes(s, kt) <= self.gpu.shared_limit())
+                .find(|&s| bytes(s, kt) <= self.gpu.tile_limit())
             {
                 return (s, kt);
             }
@@ -419,6 +419,7 @@ impl Mapper<'_> {
             }
         }
         GpuKernel {
+            dynamic_shared: 0,
             name: launch.name.to_string(),
             kind: MapKind::GemmMma,
             grid: d.batch * gm * gn,
@@ -611,6 +612,35 @@ mod tests {
         assert_eq!(pipeline(big, 3, 32, 1), (2, 16));
         // Fewer than two stages asked for: still two.
         assert_eq!(pipeline(big, 1, 32, 8192), (2, 32));
+    }
+
+    #[test]
+    fn rings_take_dynamic_shared_memory_only_where_the_target_allows_it() {
+        let mut gpu = Gpu::h200();
+        let tile = gpu.mma_tiles[0];
+        let ring = |gpu: &Gpu| {
+            let m = Mapper {
+                gpu,
+                sums: TargetInfo::h200().sums,
+                precision: MatmulPrecision::Highest,
+            };
+            m.mma_pipeline(&tile, 8192, MmaOperand::Bf16)
+        };
+        // The default: within the 48 KiB a kernel declares statically.
+        assert_eq!(gpu.tile_limit(), 48 << 10);
+        assert_eq!(ring(&gpu), (2, 64));
+        // Allowed all an H200 block may opt into: the 4 stages of 64 asked for (96 KiB).
+        gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
+        assert_eq!(ring(&gpu), (4, 64));
+        // Allowed 64 KiB: still 2 stages of 64 (3 take 72 KiB).
+        gpu.tile_dynamic_bytes = 64 << 10;
+        assert_eq!(ring(&gpu), (2, 64));
+        // A device that opts into 80 KiB at most: 3 stages, whatever the allowance.
+        (gpu.tile_dynamic_bytes, gpu.dynamic_shared_bytes) = (227 << 10, 80 << 10);
+        assert_eq!(ring(&gpu), (3, 64));
+        // A device whose blocks get less than 48 KiB keeps to it when nothing is allowed.
+        (gpu.tile_dynamic_bytes, gpu.shared_memory_per_block) = (0, 24 << 10);
+        assert_eq!(gpu.tile_limit(), 24 << 10);
     }
 
     #[test]

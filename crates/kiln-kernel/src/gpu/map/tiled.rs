@@ -322,6 +322,7 @@ impl Mapper<'_> {
             }
         }
         GpuKernel {
+            dynamic_shared: 0,
             name: launch.name.to_string(),
             kind: MapKind::GemmTiled,
             grid: d.batch * gm * gn,

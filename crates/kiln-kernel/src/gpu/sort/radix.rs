@@ -450,6 +450,7 @@ impl Radix<'_> {
         body: Vec<Stmt>,
     ) -> GpuKernel {
         GpuKernel {
+            dynamic_shared: 0,
             name: format!("{}.{label}", self.name),
             kind: MapKind::Sort,
             grid,
