@@ -53,8 +53,9 @@
 //! than the reference's one rounding have ulp bounds of their own (`complex_op_ulps`).
 //!
 //! A `case` runs one branch once: its results take the largest of its branches' bounds, and
-//! their magnitudes come from the branch taken, run on the operands' values and magnitudes. A
-//! loop compounds its error with every trip: its float results are checked by class only.
+//! their magnitudes come from the branch taken, run on the operands' values and magnitudes; a
+//! `call` likewise runs its callee once. A loop compounds its error with every trip: its float
+//! results are checked by class only.
 //!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
 //! for f16, bf16 and f32 results) is not compared: the backend's partial sums may overflow to an
@@ -358,8 +359,14 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
         // A `case` runs one of its branches once: its results are within the largest of the
         // branches' bounds (their magnitudes computed through the branch taken, see
         // `values_and_magnitudes`).
-        if let Op::Case { branches } = &inst.op {
-            for g in branches {
+        // A `call` runs its callee once, as a branch taken: the callee's bounds.
+        let once: Vec<&Func> = match &inst.op {
+            Op::Case { branches } => branches.iter().collect(),
+            Op::Call { callee } => callee.func.as_deref().into_iter().collect(),
+            _ => Vec::new(),
+        };
+        if !once.is_empty() {
+            for g in once {
                 for o in output_bounds(g) {
                     b.ulps = b.ulps.max(o.ulps);
                     b.sum = b.sum.max(o.sum);
@@ -374,7 +381,7 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             .results
             .iter()
             .any(|r| rounds(f.values[r.index()].dtype))
-            && !matches!(inst.op, Op::Case { .. })
+            && !matches!(inst.op, Op::Case { .. } | Op::Call { .. })
             && inst
                 .op
                 .regions()
@@ -745,6 +752,13 @@ fn values_and_magnitudes_given(
             let g = &branches[crate::case_branch(r[0], branches.len())];
             let args: Vec<Literal> = r[1..].iter().map(|x| (*x).clone()).collect();
             values_and_magnitudes_given(g, &args, Some(&m[1..]))?.1
+        } else if let Op::Call {
+            callee: kiln_ir::Callee { func: Some(g), .. },
+        } = &inst.op
+        {
+            // The callee, run on the operands' values and magnitudes.
+            let args: Vec<Literal> = r.iter().map(|x| (*x).clone()).collect();
+            values_and_magnitudes_given(g, &args, Some(&m))?.1
         } else if !inst.op.regions().is_empty() {
             // A loop's results bound themselves (the bound through a region that
             // rounds is infinite, see `cone_bound`); the regions do not run on magnitudes.

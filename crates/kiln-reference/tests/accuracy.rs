@@ -657,3 +657,57 @@ fn a_round_trip_of_float_bits_through_integers_keeps_the_bound() {
     let far = [e[0] * (1.0 + 100.0 * f32::EPSILON), e[1]];
     assert!(check_outputs(&f, std::slice::from_ref(&x), &[f32s(&[2], &far)]).is_err());
 }
+
+/// A `call` runs its callee once, as a branch taken: its results keep the callee's bound (a
+/// softmax here) instead of being checked by class only, as a loop's are. An f32 softmax in
+/// another order passes; 0.01 off in one element does not.
+#[test]
+fn results_of_calls_are_bounded_by_their_callee() {
+    let f = parse_func_text(
+        "func @main(%0: f32[2,4]) -> f32[2,4] {
+  %1 = call %0 {callee = @softmax} : f32[2,4]
+  return %1
+}
+
+func @softmax(%0: f32[2,4]) -> f32[2,4] {
+  %1 = constant {value = -inf} : f32[]
+  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[2]
+  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[2,4]
+  %4 = subtract %0, %3 : f32[2,4]
+  %5 = exponential %4 : f32[2,4]
+  %6 = constant {value = 0.0} : f32[]
+  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[2]
+  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[2,4]
+  %9 = divide %5, %8 : f32[2,4]
+  return %9
+}
+",
+    )
+    .unwrap();
+    let x = [0.5f32, -1.25, 3.0, 2.0, -0.75, 0.125, 1.5, -2.5];
+    let t = TensorType::new(DType::F32, [2, 4]);
+    let lit = |v: &[f32]| {
+        Literal::from_f64s(
+            t.clone(),
+            &v.iter().map(|&e| f64::from(e)).collect::<Vec<_>>(),
+        )
+        .unwrap()
+    };
+    let mut out = [0f32; 8];
+    for r in 0..2 {
+        let row = &x[4 * r..4 * r + 4];
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = row.iter().map(|&v| (v - m).exp()).collect();
+        let l: f32 = e.iter().rev().sum();
+        for c in 0..4 {
+            out[4 * r + c] = e[c] / l;
+        }
+    }
+    let args = [lit(&x)];
+    let s = check_outputs(&f, &args, &[lit(&out)]).unwrap();
+    assert_eq!(s.unbounded, 0, "{s:?}");
+    let mut off = out;
+    off[6] += 0.01;
+    let e = check_outputs(&f, &args, &[lit(&off)]).unwrap_err();
+    assert!(e.contains("output 0"), "{e}");
+}
