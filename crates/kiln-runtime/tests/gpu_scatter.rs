@@ -108,6 +108,13 @@ fn scatters_run_a_thread_per_own_position_in_order() {
         ),
         ("batched f32", batched_text("f32", 3, 11, 25), 11, 3, false),
         ("batched i32", batched_text("i32", 300, 4, 6), 4, 300, true),
+        (
+            "embedding f32, no rows",
+            rows_text("f32", 4, 0, 6, "add"),
+            4,
+            0,
+            false,
+        ),
         ("vector f32", vector_text("f32", 9, 30), 9, 1, false),
         ("vector i32", vector_text("i32", 5, 40), 5, 1, true),
     ];
@@ -135,7 +142,8 @@ fn scatters_run_a_thread_per_own_position_in_order() {
         }
         let s = launches[0];
         let ran = if *threads == 1 { 1 } else { s.grid * s.block };
-        if ran < *threads || (*threads > 1 && ran >= threads + s.block) {
+        // At least one block, even for no threads.
+        if ran < *threads || (*threads > 1 && ran >= threads + s.block) || s.grid == 0 {
             failures.push(format!(
                 "{what}: grid {} x block {} for {threads} threads",
                 s.grid, s.block

@@ -248,7 +248,8 @@ impl Mapper<'_> {
         GpuKernel {
             name: name.to_string(),
             kind: MapKind::Scatter,
-            grid: threads.div_ceil(block),
+            // At least one block, though an empty output leaves it nothing to do.
+            grid: threads.div_ceil(block).max(1),
             block,
             warp,
             inputs,
