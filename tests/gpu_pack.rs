@@ -386,3 +386,160 @@ fn sweep_variants_of_attention_run_as_labelled() {
         assert!(count >= 8, "{name}: {count} variants");
     }
 }
+
+/// ptxas, where `cargo xtask test` installs it (or `KILN_PTXAS`).
+fn ptxas() -> Option<PathBuf> {
+    let found = std::env::var("KILN_PTXAS")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var("HOME").ok()?;
+            let p = Path::new(&home).join(".cache/kiln/ptxas/nvidia/cuda_nvcc/bin/ptxas");
+            p.exists().then_some(p)
+        });
+    if found.is_none() && std::env::var_os("CI").is_some() {
+        panic!("ptxas not found in CI (cargo xtask test installs it, or set KILN_PTXAS)");
+    }
+    found
+}
+
+/// The transformer's training step and the two convolutions are packed: at both sizes every
+/// step of their device plans is a kernel (none on the host), the convolutions run as a
+/// product's launch (an implicit GEMM over the image patches, not a thread per output over
+/// the window), ptxas assembles their PTX for sm_90, and the tiny size's artifact, run by
+/// `kiln-run` on the emulator, agrees with the reference interpreter (`--expect`), as the
+/// pack's check on the emulator runs it.
+#[test]
+fn the_transformer_step_and_the_convolutions_run_on_the_gpu() {
+    use kiln::aot::{Target, compile_func_with_options};
+    use kiln_kernel::gpu::ir::MapKind;
+    let dir = std::env::temp_dir().join(format!("kiln-gpu-pack-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (ws, skipped) = kiln_tests::pack::workloads::workloads();
+    assert!(
+        !skipped
+            .iter()
+            .any(|s| s.starts_with("conv") || s.starts_with("transformer")),
+        "{skipped:?}"
+    );
+    let bin = kiln_run();
+    let target = kiln_kernel::target::TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    for name in [
+        "conv_3x3_64x64x56",
+        "conv_7x7s2_32x3x224",
+        "transformer_train_step",
+    ] {
+        let w = ws.iter().find(|w| w.name == name).unwrap();
+        // The GPU size's artifact (refused with a host step) and the tiny size's arguments and
+        // reference results.
+        let v = kiln_tests::pack::pack_workload(&dir, w, 7).unwrap();
+        for (size, f) in [("full", &w.full), ("tiny", &w.tiny)] {
+            let a =
+                compile_func_with_options(f, &kiln::Options::default(), Target::h200()).unwrap();
+            let host: Vec<&str> = a.plan.lines().filter(|l| l.contains(": host ")).collect();
+            assert!(host.is_empty(), "{name} {size}: {host:?}");
+            if name.starts_with("conv") {
+                let l =
+                    kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
+                        .unwrap();
+                let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
+                let kinds: Vec<MapKind> = plan
+                    .kernel_steps()
+                    .flat_map(|k| k.program.launches.iter().map(|l| l.kind))
+                    .collect();
+                let products = |tiled: bool| {
+                    kinds
+                        .iter()
+                        .filter(|k| match k {
+                            MapKind::GemmTiled | MapKind::GemmMma => true,
+                            MapKind::Gemm => !tiled,
+                            _ => false,
+                        })
+                        .count()
+                };
+                // Winograd's 36 products of the transformed tiles for the 3 x 3 convolution,
+                // the implicit GEMM over the image patches for the 7 x 7; block tiles at the
+                // GPU size.
+                let want = if name == "conv_3x3_64x64x56" { 36 } else { 1 };
+                assert_eq!(products(size == "full"), want, "{name} {size}: {kinds:?}");
+            }
+            if name == "transformer_train_step" {
+                // The embeddings' gradient: a thread per column of the table, not one thread.
+                let width = f.param_types()[0].shape[1];
+                let scatters: Vec<usize> = a
+                    .plan
+                    .lines()
+                    .filter_map(|l| l.split_once("(scatter): grid ")?.1.split_once(" (warp"))
+                    .map(|(g, _)| {
+                        let (grid, block) = g.split_once(" x block ").unwrap();
+                        grid.parse::<usize>().unwrap() * block.parse::<usize>().unwrap()
+                    })
+                    .collect();
+                assert!(
+                    !scatters.is_empty() && scatters.iter().all(|&t| t >= width),
+                    "{name} {size}: scatters on {scatters:?} threads"
+                );
+            }
+            if let Some(ptxas) = ptxas() {
+                for (i, text) in a.ptx.iter().enumerate() {
+                    let src = dir.join(format!("{name}-{size}-{i}.ptx"));
+                    std::fs::write(&src, text).unwrap();
+                    let o = Command::new(&ptxas)
+                        .arg("-arch=sm_90")
+                        .arg(&src)
+                        .arg("-o")
+                        .arg(src.with_extension("cubin"))
+                        .output()
+                        .unwrap();
+                    assert!(
+                        o.status.success(),
+                        "{name} {size}: ptxas: {}",
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            }
+        }
+        let t = dir.join(v["dir"].as_str().unwrap()).join("tiny");
+        let files = |prefix: &str, n: usize| -> Vec<PathBuf> {
+            (0..n).map(|i| t.join(format!("{prefix}{i}.npy"))).collect()
+        };
+        let o = Command::new(&bin)
+            .arg(t.join("artifact"))
+            .args(["--device", "emulator", "--inputs"])
+            .args(files("arg", w.tiny.params.len()))
+            .arg("--expect")
+            .args(files("ref", w.tiny.outputs.len()))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // Within the pack's 60 MiB beside its programs, other workloads and sweep (about 25 MiB):
+    // 11.5 MiB when written, mostly the step's PTX.
+    fn bytes(p: &Path) -> u64 {
+        std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let m = e.metadata().unwrap();
+                if m.is_dir() {
+                    bytes(&e.path())
+                } else {
+                    m.len()
+                }
+            })
+            .sum()
+    }
+    let workloads = bytes(&dir.join("workloads"));
+    eprintln!("the three workloads weigh {workloads} bytes");
+    assert!(
+        workloads < 12 << 20,
+        "the three workloads weigh {workloads} bytes"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -8,6 +8,14 @@ tests). Each workload runs on inputs `kiln-run` makes from a seed (`--random-inp
 on the same inputs and GPU, and its results are compared with PyTorch's. A workload compiled with
 TF32 products allowed (`"precision": "tf32"` in pack.json) is computed by PyTorch with
 `torch.backends.cuda.matmul.allow_tf32 = True`, every other with it False (exact f32 products).
+PyTorch's convolutions (cuDNN) use TF32 by default: the check sets
+`torch.backends.cudnn.allow_tf32 = False` for every workload, so that PyTorch's convolutions,
+like kiln's, are exact f32 arithmetic and their results compare within 1e-4.
+
+A workload whose arguments random ones (uniform in +-4) would not do (`"inputs": "check.py"`:
+the transformer's step, which takes token ids and second moments) gets them from this script,
+made with PyTorch from the workload's seed (see `make_inputs`), written as .npy and given to
+`kiln-run --inputs`; the same tensors go to PyTorch.
 
 Environment: KILN_RUN_DEVICE (cuda:0 by default, or `emulator`), KILN_CHECK_JOBS (programs run
 side by side, 8 by default), KILN_CHECK_JSON (where the JSON goes; check-results.json beside
@@ -57,8 +65,105 @@ def to_torch(path, torch):
     return torch.frombuffer(bytearray(raw), dtype=dtypes[descr]).reshape(shape)
 
 
+def write_npy(path, t, torch):
+    """Writes the tensor `t` as a .npy file (version 1.0, C order)."""
+    import ctypes
+    descr = {torch.float32: "<f4", torch.int32: "<i4"}[t.dtype]
+    t = t.detach().cpu().contiguous()
+    shape = tuple(t.shape)
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (
+        descr, "(%d,)" % shape[0] if len(shape) == 1 else str(shape))
+    pad = 64 - (10 + len(header) + 1) % 64
+    header = (header + " " * pad + "\n").encode("latin1")
+    raw = ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + raw)
+
+
+def gpt_sizes(shapes):
+    """(parameters, blocks, vocabulary) of the transformer step whose argument shapes are
+    `shapes`: the parameters, their first and second moments, the step count, the tokens."""
+    n = (len(shapes) - 2) // 3
+    return n, (n - 5) // 12, shapes[0][0]
+
+
+def make_inputs(w, torch, dev):
+    """The arguments of a workload packed with `"inputs": "check.py"`, from its seed: for the
+    transformer's step, the model as the benchmark's contract draws it (weights N(0, 0.02^2),
+    biases and shifts 0, LayerNorm scales 1), tokens uniform in the vocabulary, and moments
+    as a run meets them after 3 steps (first moments uniform in +-1e-3, second in [1e-8,
+    1e-6), the step count 3), as the pack's tiny size has them (`tests/pack/gpt.rs`). Not the
+    first step's zero moments: there the update of a parameter whose gradient is zero but for
+    rounding (the attention keys' bias: softmax ignores what it adds to every key alike) is
+    lr * g / (|g| + eps) of that rounding, which no two implementations share."""
+    if w["kind"] != "gpt_step":
+        raise ValueError(f"{w['name']}: no way to make the inputs of a `{w['kind']}` workload")
+    shapes = [tuple(s) for s in w["arg_shapes"]]
+    n, layers, vocab = gpt_sizes(shapes)
+    scales = {2 + 12 * l for l in range(layers)} | {8 + 12 * l for l in range(layers)} | {n - 3}
+    g = torch.Generator(device="cpu").manual_seed(w["seed"])
+    args = []
+    for i, s in enumerate(shapes):
+        if i == 3 * n + 1:
+            args.append(torch.randint(0, vocab, s, generator=g, dtype=torch.int64).to(torch.int32))
+        elif i < n and i in scales:
+            args.append(torch.ones(s))
+        elif i < n and len(s) == 2:
+            args.append(torch.randn(s, generator=g) * 0.02)
+        elif i < n:
+            args.append(torch.zeros(s))
+        elif i < 2 * n:
+            args.append((torch.rand(s, generator=g) * 2 - 1) * 1e-3)
+        elif i < 3 * n:
+            args.append(1e-8 + torch.rand(s, generator=g) * (1e-6 - 1e-8))
+        else:
+            args.append(torch.full(s, 3.0))
+    return [a.to(dev) for a in args]
+
+
 def torch_workloads(torch):
     F = torch.nn.functional
+
+    def gpt_step(*args):
+        """The transformer's step as kiln's `tests/pack/gpt.rs` computes it: the loss, its
+        gradients, AdamW (lr 1e-3, betas 0.9 and 0.999, eps 1e-8, decoupled decay 0.01)."""
+        n, layers, vocab = gpt_sizes([tuple(a.shape) for a in args])
+        ps = [t.detach().clone().requires_grad_(True) for t in args[:n]]
+        ms, vs, step, tokens = args[n:2 * n], args[2 * n:3 * n], args[3 * n], args[3 * n + 1]
+        seq = tokens.shape[1] - 1
+        inputs, targets = tokens[:, :seq].long(), tokens[:, 1:].long()
+        d = ps[0].shape[1]
+        heads = d // 64
+
+        def ln(x, g, b):
+            return F.layer_norm(x, (d,), g, b, 1e-5)
+
+        with torch.enable_grad():
+            x = ps[0][inputs] + ps[1]
+            bsz = x.shape[0]
+            for l in range(layers):
+                p = ps[2 + 12 * l:14 + 12 * l]
+                qkv = ln(x, p[0], p[1]) @ p[2] + p[3]
+                q, k, v = (qkv[..., i * d:(i + 1) * d].reshape(bsz, seq, heads, d // heads)
+                           .transpose(1, 2) for i in range(3))
+                att = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.125)
+                x = x + att.transpose(1, 2).reshape(bsz, seq, d) @ p[4] + p[5]
+                hidden = F.gelu(ln(x, p[6], p[7]) @ p[8] + p[9], approximate="tanh")
+                x = x + hidden @ p[10] + p[11]
+            logits = ln(x, ps[n - 3], ps[n - 2]) @ ps[n - 1]
+            loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+            gs = torch.autograd.grad(loss, ps)
+        t = step + 1
+        c1, c2 = 1 - 0.9 ** t, 1 - 0.999 ** t
+        new_p, new_m, new_v = [], [], []
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g * g
+            upd = (m / c1) / (torch.sqrt(v / c2) + 1e-8) + 0.01 * p.detach()
+            new_p.append(p.detach() - 1e-3 * upd)
+            new_m.append(m)
+            new_v.append(v)
+        return new_p + new_m + new_v + [t, loss.detach()]
 
     def mlp_step(w1, b1, w2, b2, w3, b3, x, y):
         ps = [t.detach().clone().requires_grad_(True) for t in (w1, b1, w2, b2, w3, b3)]
@@ -85,6 +190,9 @@ def torch_workloads(torch):
         "attention_causal": lambda q, k, v: [F.scaled_dot_product_attention(q, k, v, is_causal=True)],
         "linear_bias_gelu": lambda x, w, b: [F.gelu(x @ w + b, approximate="tanh")],
         "mlp_step": mlp_step,
+        "gpt_step": gpt_step,
+        "conv": lambda x, w: [F.conv2d(x, w, stride=1, padding=1)],
+        "conv_7x7s2": lambda x, w: [F.conv2d(x, w, stride=2, padding=3)],
         "sort": lambda x: [torch.sort(x, dim=-1, stable=True).values],
     }
 
@@ -166,9 +274,22 @@ def check_workload(w, device, torch, notes, variant=None):
     tmp = tempfile.mkdtemp(prefix="kiln-check-")
     restore = []
     try:
+        made = w.get("inputs") == "check.py"
+        if made and (torch is None or not torch.cuda.is_available()):
+            row["note"] = "its inputs are made with PyTorch, which is unavailable with CUDA"
+            return row
         cmd = [KILN_RUN, os.path.join(d, "artifact"), "--device", device,
-               "--random-inputs", str(w["seed"]), "--save-inputs", os.path.join(tmp, "in"),
                "--out", os.path.join(tmp, "out"), "--bench", str(w["calls"])]
+        if made:
+            # Made here, with PyTorch, from the workload's seed.
+            os.makedirs(os.path.join(tmp, "in"))
+            dev = torch.device(torch_device(device))
+            made = make_inputs(w, torch, dev)
+            for i, a in enumerate(made):
+                write_npy(os.path.join(tmp, "in", f"arg{i}.npy"), a, torch)
+            cmd += ["--inputs"] + [os.path.join(tmp, "in", f"arg{i}.npy") for i in range(w["args"])]
+        else:
+            cmd += ["--random-inputs", str(w["seed"]), "--save-inputs", os.path.join(tmp, "in")]
         rc, out, err = run(cmd, 600)
         if rc != 0:
             row["note"] = f"kiln-run failed ({rc}): {err}"
@@ -183,8 +304,14 @@ def check_workload(w, device, torch, notes, variant=None):
         allow_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = w.get("precision") == "tf32"
         restore.append(lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", allow_tf32))
+        # cuDNN's convolutions default to TF32: exact f32 ones, as kiln computes them.
+        conv_tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        restore.append(lambda: setattr(torch.backends.cudnn, "allow_tf32", conv_tf32))
         dev = torch.device(torch_device(device))
         args = [to_torch(os.path.join(tmp, "in", f"arg{i}.npy"), torch).to(dev) for i in range(w["args"])]
+        if w.get("inputs") == "check.py":
+            args = made
         got = [to_torch(os.path.join(tmp, "out", f"out{i}.npy"), torch).to(dev) for i in range(w["results"])]
         fn = torch_workloads(torch)[w["kind"]]
         want = fn(*args)

@@ -8,6 +8,7 @@
 //!
 //! `pack.json` lists the programs, the workloads and what was left out with why.
 
+pub mod gpt;
 pub mod sweep;
 pub mod workloads;
 
@@ -277,7 +278,7 @@ fn pack_variant(dir: &Path, w: &workloads::Workload, v: &sweep::Variant) -> Resu
 /// tiny size with arguments and reference results, both compiled in the workload's precision
 /// (the reference results of a TF32 workload are the reference's on the arguments rounded to
 /// TF32, see [`workloads::Workload::precision`]).
-fn pack_workload(dir: &Path, w: &workloads::Workload, seed: u64) -> Result<Value, String> {
+pub fn pack_workload(dir: &Path, w: &workloads::Workload, seed: u64) -> Result<Value, String> {
     let rel = format!("workloads/{}", w.name);
     let at = dir.join(&rel);
     let opts = kiln::Options {
@@ -293,7 +294,10 @@ fn pack_workload(dir: &Path, w: &workloads::Workload, seed: u64) -> Result<Value
     }
     full.save(&at.join("artifact")).map_err(|e| e.to_string())?;
     let tiny = compile_func_with_options(&w.tiny, &opts, Target::h200()).map_err(|e| e.message)?;
-    let args = kiln_run::exec::random_inputs(&tiny, seed);
+    let args = match w.inputs {
+        Some(make) => make(&w.tiny.param_types(), seed),
+        None => kiln_run::exec::random_inputs(&tiny, seed),
+    };
     let operands: Vec<Literal> = match w.precision {
         kiln::MatmulPrecision::Highest => args.clone(),
         kiln::MatmulPrecision::Tf32 => args.iter().map(tf32_rounded).collect(),
@@ -313,6 +317,9 @@ fn pack_workload(dir: &Path, w: &workloads::Workload, seed: u64) -> Result<Value
         "precision": w.precision.name(),
         "args": w.full.params.len(),
         "results": w.full.outputs.len(),
+        "arg_shapes": w.full.param_types().iter().map(|t| t.shape.clone()).collect::<Vec<_>>(),
+        // Who makes the GPU size's arguments: `kiln-run --random-inputs SEED`, or check.py.
+        "inputs": if w.inputs.is_some() { "check.py" } else { "kiln-run" },
     }))
 }
 

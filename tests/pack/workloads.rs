@@ -3,8 +3,12 @@
 //! traced from kiln's own API, as a user writes them. `check.py` computes the same with
 //! PyTorch on the same inputs (its `TORCH` table, keyed by [`Workload::kind`]).
 
+use super::gpt;
 use kiln::{DType, MatmulPrecision, Tensor};
-use kiln_ir::{Func, TensorType};
+use kiln_ir::{Func, Literal, TensorType};
+
+/// Makes a workload's arguments of the given types from a seed.
+pub type MakeInputs = fn(&[TensorType], u64) -> Vec<Literal>;
 
 /// One workload: its program at the GPU size and at a tiny size.
 pub struct Workload {
@@ -26,6 +30,10 @@ pub struct Workload {
     pub full: Func,
     /// The same program at a tiny size.
     pub tiny: Func,
+    /// Where random arguments (uniform in ±4) would not do (token ids, second moments): the
+    /// tiny size's arguments; `check.py` then makes the GPU size's itself, the same way, with
+    /// PyTorch (by [`Workload::kind`]), instead of `kiln-run --random-inputs`.
+    pub inputs: Option<MakeInputs>,
 }
 
 fn traced(types: &[TensorType], f: &dyn Fn(&[Tensor]) -> Vec<Tensor>) -> Result<Func, String> {
@@ -110,6 +118,32 @@ fn mlp_step(p: &[Tensor]) -> Vec<Tensor> {
         }
         Err(e) => vec![Tensor::failed(e)],
     }
+}
+
+/// `conv2d` of an NCHW image batch and an OIHW kernel, stride and padding `s`, `p` both ways.
+fn conv(p: &[Tensor], s: usize, pad: usize) -> Vec<Tensor> {
+    vec![p[0].conv2d(&p[1], (s, s), (pad, pad), (1, 1), 1)]
+}
+
+fn conv_3x3(p: &[Tensor]) -> Vec<Tensor> {
+    conv(p, 1, 1)
+}
+
+fn conv_7x7s2(p: &[Tensor]) -> Vec<Tensor> {
+    conv(p, 2, 3)
+}
+
+fn gpt_full(p: &[Tensor]) -> Vec<Tensor> {
+    gpt::step(gpt::FULL, p)
+}
+
+fn gpt_tiny(p: &[Tensor]) -> Vec<Tensor> {
+    gpt::step(gpt::TINY, p)
+}
+
+/// The tiny step's arguments: three steps taken, moments nonzero.
+fn gpt_tiny_inputs(types: &[TensorType], seed: u64) -> Vec<Literal> {
+    gpt::inputs(types, gpt::TINY, 3.0, seed)
 }
 
 fn mlp_types(batch: usize, dims: &[usize]) -> Vec<TensorType> {
@@ -270,6 +304,27 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
             MatmulPrecision::Highest,
         ),
         (
+            "conv_3x3_64x64x56",
+            "conv",
+            1e-4,
+            10,
+            conv_3x3,
+            f32s(&[&[64, 64, 56, 56], &[64, 64, 3, 3]]),
+            // 32 features in and out, as Winograd's F(4x4, 3x3) takes (at the GPU size too).
+            f32s(&[&[2, 32, 8, 7], &[32, 32, 3, 3]]),
+            MatmulPrecision::Highest,
+        ),
+        (
+            "conv_7x7s2_32x3x224",
+            "conv_7x7s2",
+            1e-4,
+            10,
+            conv_7x7s2,
+            f32s(&[&[32, 3, 224, 224], &[64, 3, 7, 7]]),
+            f32s(&[&[2, 3, 19, 16], &[5, 3, 7, 7]]),
+            MatmulPrecision::Highest,
+        ),
+        (
             "mlp_train_step_256",
             "mlp_step",
             1e-3,
@@ -292,20 +347,34 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
                 precision,
                 full,
                 tiny,
+                inputs: None,
             }),
             (Err(e), _) | (_, Err(e)) => skipped.push(format!("{name}: not traced: {e}")),
         }
     }
+    // The transformer's step: parameters, moments and step count in, the same out, and the
+    // loss (see `gpt.rs`); arguments made as a training run meets them.
+    let name = "transformer_train_step";
+    match (
+        traced(&gpt::types(gpt::FULL), &gpt_full),
+        traced(&gpt::types(gpt::TINY), &gpt_tiny),
+    ) {
+        (Ok(full), Ok(tiny)) => out.push(Workload {
+            name: name.to_string(),
+            kind: "gpt_step",
+            // The updated moments carry the gradients' error, which through four blocks of
+            // f32 arithmetic (sums in other orders than PyTorch's) stays well under this.
+            tolerance: 1e-3,
+            calls: 10,
+            precision: MatmulPrecision::Highest,
+            full,
+            tiny,
+            inputs: Some(gpt_tiny_inputs),
+        }),
+        (Err(e), _) | (_, Err(e)) => skipped.push(format!("{name}: not traced: {e}")),
+    }
     // The workloads of the benchmark that are left out, and why.
     for (name, why) in [
-        (
-            "conv_7x7s2_32x3x224, conv_3x3_64x64x56",
-            "convolutions map to one thread per output over the whole window; left to the GPU GEMM work",
-        ),
-        (
-            "transformer_train_step",
-            "AdamW state and embeddings gathers: not packed yet",
-        ),
         (
             "linear_int8_dynamic",
             "no GPU kernel (quantized products run on the host)",

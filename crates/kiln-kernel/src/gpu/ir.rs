@@ -478,7 +478,8 @@ pub enum MapKind {
     /// and the same rows of the output from shared memory, the rows' running maxima and sums
     /// combined by shuffles among the lanes that share them.
     AttentionTiled,
-    /// A scatter, on one thread, in order.
+    /// A scatter, its updates combined in order: a thread per position of the update
+    /// dimensions that address whole output dimensions alone, or one thread.
     Scatter,
     /// A select-and-scatter, on one thread, in order.
     SelectScatter,

@@ -26,8 +26,11 @@
 //!   launch, flash-attention style: by register tiles of query rows x keys where one of
 //!   `Gpu::attention_tiles` fits ([`MapKind::AttentionTiled`], `attention_tiles.rs`), else a
 //!   warp per query row ([`MapKind::Attention`], `attention.rs`).
-//! - A scatter runs on one thread, in order, so its result is deterministic
-//!   ([`MapKind::Scatter`]), and so does a select-and-scatter ([`MapKind::SelectScatter`]).
+//! - A scatter combines its updates in order, so its result is deterministic
+//!   ([`MapKind::Scatter`], `scatter.rs`): a thread per position of the update dimensions
+//!   that address whole output dimensions by themselves (an embedding gradient's columns),
+//!   each in order over the others, or else one thread; a select-and-scatter runs on one
+//!   thread ([`MapKind::SelectScatter`]).
 //!
 //! # The order of a cooperative sum, and its error bound
 //!

@@ -1,11 +1,46 @@
-//! Scatters and select-and-scatters on the GPU: one thread, in order (see the parent
-//! module).
+//! Scatters and select-and-scatters on the GPU, each update combined in order, so that the
+//! result is deterministic (see the parent module).
+//!
+//! A scatter whose update dimensions include some that each address one whole output
+//! dimension by themselves (the target index along it is that update variable, and both have
+//! the same extent: an embedding's gradient, whose rows are scattered and whose columns are
+//! the window; a batched scatter's batch) runs a thread per position of those
+//! dimensions: two positions never meet at an output element, and each thread copies the
+//! operand's elements it owns, then combines its updates in the order of the others. Every
+//! output element then sees its updates in the order one thread would, so the result is the
+//! sequential scatter's bit for bit. Any other scatter runs on one thread, in order.
 
 use super::*;
 
+/// The update variables that each address one whole output dimension alone, as
+/// `(variable, output dimension)` by output dimension (see the module's doc): the target
+/// index along that dimension is the variable itself, of the dimension's extent, so updates
+/// at two values of it never meet (whatever the other target indices read).
+fn parallel_dims(target: &[Idx], updates: &[usize], out: &[usize]) -> Vec<(usize, usize)> {
+    let alone = |i: &Idx| match i {
+        Idx::Var(v) => Some(*v),
+        Idx::Add(parts) => match parts.as_slice() {
+            [Idx::Var(v)] => Some(*v),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut found: Vec<(usize, usize)> = Vec::new();
+    for (d, t) in target.iter().enumerate() {
+        if let Some(v) = alone(t)
+            && updates.get(v) == Some(&out[d])
+            && !found.iter().any(|f| f.0 == v)
+        {
+            found.push((v, d));
+        }
+    }
+    found
+}
+
 impl Mapper<'_> {
-    /// A scatter on thread 0 of one warp: the operand copied, then each update combined in
-    /// order where its target is in bounds.
+    /// A scatter: the operand copied, then each update combined in order where its target is
+    /// in bounds; by a thread per position of its parallel dimensions where it has some, else
+    /// on thread 0 of one warp (see the module's doc).
     pub(super) fn scatter(
         &self,
         name: &str,
@@ -97,6 +132,12 @@ impl Mapper<'_> {
                 },
             ],
         });
+        let parallel = parallel_dims(target, updates, &k.out.shape);
+        if !parallel.is_empty() {
+            // `each` without its first statements, which set every update variable.
+            let combine = each.split_off(updates.len());
+            return self.scatter_by_dims(name, k, inputs, updates, &parallel, combine, r);
+        }
         let updates_total: usize = updates.iter().product();
         GpuKernel {
             dynamic_shared: 0,
@@ -124,6 +165,114 @@ impl Mapper<'_> {
                     },
                 ],
             }],
+        }
+    }
+}
+
+impl Mapper<'_> {
+    /// The scatter `k` by a thread per position of its `parallel` dimensions (from
+    /// [`parallel_dims`]): the thread's variables set from its index, its output elements
+    /// copied from the operand, then `each` (one update's combination, `r` its registers) run
+    /// over the other update dimensions in order.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_by_dims(
+        &self,
+        name: &str,
+        k: &Kernel,
+        inputs: Vec<(Buf, TensorType)>,
+        updates: &[usize],
+        parallel: &[(usize, usize)],
+        each: Vec<Stmt>,
+        mut r: Regs,
+    ) -> GpuKernel {
+        let (t, q, u, old) = (r.next(), r.next(), r.next(), r.next());
+        let shape = &k.out.shape;
+        let threads: usize = parallel.iter().map(|&(_, d)| shape[d]).product();
+        let own: Vec<(usize, usize)> = parallel.iter().map(|&(v, d)| (v, shape[d])).collect();
+        let rest: Vec<(usize, usize)> = (0..updates.len())
+            .filter(|v| !parallel.iter().any(|p| p.0 == *v))
+            .map(|v| (v, updates[v]))
+            .collect();
+        // The flat output position of the thread's element `q` (its dimensions' coordinates
+        // the thread's variables, the others the row-major digits of `q`).
+        let others: Vec<usize> = (0..shape.len())
+            .filter(|d| !parallel.iter().any(|p| p.1 == *d))
+            .collect();
+        let (mut flat, mut stride, mut digit) = (Sc::Const(0), 1usize, 1usize);
+        for d in (0..shape.len()).rev() {
+            let coord = match parallel.iter().find(|p| p.1 == d) {
+                Some(&(v, _)) => Sc::Var(v),
+                None => {
+                    let x = Sc::modulo(Sc::quot(Sc::Reg(q), c(digit)), c(shape[d]));
+                    digit *= shape[d];
+                    x
+                }
+            };
+            flat = Sc::plus(flat, Sc::times(coord, c(stride)));
+            stride *= shape[d];
+        }
+        let copied: usize = others.iter().map(|&d| shape[d]).product();
+        let mut body = set_vars(&own, Sc::Reg(t));
+        body.push(Stmt::For {
+            reg: q,
+            start: c(0),
+            end: c(copied),
+            step: c(1),
+            body: vec![
+                Stmt::Load {
+                    reg: old,
+                    buf: Buf::Input(0),
+                    index: flat.clone(),
+                },
+                Stmt::Store {
+                    buf: Buf::Output(0),
+                    index: flat,
+                    value: old,
+                },
+            ],
+        });
+        let mut step = set_vars(&rest, Sc::Reg(u));
+        step.extend(each);
+        body.push(Stmt::For {
+            reg: u,
+            start: c(0),
+            end: c(rest.iter().map(|x| x.1).product()),
+            step: c(1),
+            body: step,
+        });
+        let warp = self.gpu.warp_size;
+        let block = self
+            .gpu
+            .elementwise_block
+            .min(threads.div_ceil(warp) * warp)
+            .max(warp);
+        GpuKernel {
+            name: name.to_string(),
+            kind: MapKind::Scatter,
+            // At least one block, though an empty output leaves it nothing to do.
+            grid: threads.div_ceil(block).max(1),
+            block,
+            warp,
+            inputs,
+            outputs: vec![(Buf::Output(0), k.out.clone())],
+            shared: Vec::new(),
+            dynamic_shared: 0,
+            regs: r.0,
+            vars: k.vars.max(updates.len()),
+            sums: self.sums,
+            body: vec![
+                Stmt::Let {
+                    reg: t,
+                    value: Sc::plus(
+                        Sc::times(sp(Special::Block), sp(Special::BlockDim)),
+                        sp(Special::Thread),
+                    ),
+                },
+                Stmt::If {
+                    cond: Sc::lt(Sc::Reg(t), c(threads)),
+                    body,
+                },
+            ],
         }
     }
 }
