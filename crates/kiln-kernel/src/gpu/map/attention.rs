@@ -80,6 +80,40 @@ pub(super) fn lowest(dtype: DType) -> f64 {
     }
 }
 
+/// A step's statements, skipped where a causal mask (`masked`: the mask's `a key + b row + c`,
+/// [`crate::ir::Chain::masked`]) hides the step's `keys` keys from register `n0` on from all
+/// of the block's `rows` query rows from register `m0` on: the whole block agrees, so its
+/// barriers stay whole, and the step would scale by 1 and add nothing.
+pub(super) fn skip_masked(
+    masked: Option<(i64, i64, i64)>,
+    (n0, keys): (usize, usize),
+    (m0, rows): (usize, usize),
+    step: Vec<Stmt>,
+) -> Vec<Stmt> {
+    let Some((a, b, c0)) = masked else {
+        return step;
+    };
+    // The least value of the mask's expression over the step's keys and the block's rows.
+    let key = if a > 0 {
+        Sc::Reg(n0)
+    } else {
+        Sc::plus(Sc::Reg(n0), c(keys - 1))
+    };
+    let row = if b > 0 {
+        Sc::Reg(m0)
+    } else {
+        Sc::plus(Sc::Reg(m0), c(rows - 1))
+    };
+    let least = Sc::plus(
+        Sc::plus(Sc::times(key, Sc::Const(a)), Sc::times(row, Sc::Const(b))),
+        Sc::Const(c0),
+    );
+    vec![Stmt::If {
+        cond: Sc::lt(least, Sc::Const(1)),
+        body: step,
+    }]
+}
+
 impl Mapper<'_> {
     /// Attention as one launch, if `k` (a GEMM kernel with product `d`, reading the product
     /// as input `e` after its inputs `ins`) has an online-softmax chain the target can hold:
@@ -498,29 +532,7 @@ impl Mapper<'_> {
             });
         }
         step.push(Stmt::Barrier);
-        // A step whose keys a causal mask hides from all of the block's queries is skipped
-        // (the whole block agrees, so its barriers stay whole): it would scale by 1 and add
-        // nothing.
-        if let Some((a, b, c0)) = ch.masked {
-            let col = if a > 0 {
-                reg(n0)
-            } else {
-                Sc::plus(reg(n0), c(KEYS - 1))
-            };
-            let row = if b > 0 {
-                reg(m0)
-            } else {
-                Sc::plus(reg(m0), c(warps - 1))
-            };
-            let least = Sc::plus(
-                Sc::plus(Sc::times(col, Sc::Const(a)), Sc::times(row, Sc::Const(b))),
-                Sc::Const(c0),
-            );
-            step = vec![Stmt::If {
-                cond: Sc::lt(least, Sc::Const(1)),
-                body: step,
-            }];
-        }
+        step = skip_masked(ch.masked, (n0, KEYS), (m0, warps), step);
         body.push(Stmt::For {
             reg: n0,
             start: c(0),

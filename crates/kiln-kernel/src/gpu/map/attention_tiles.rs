@@ -79,7 +79,7 @@
 //! computes the softmax and the product with exact sums; the tests compare within
 //! `kiln_reference::accuracy`'s bounds.
 
-use super::attention::{Parts, lowest};
+use super::attention::{Parts, lowest, skip_masked};
 use super::staging::{Staging, Tile, zero};
 use super::*;
 use crate::target::AttentionTile;
@@ -544,28 +544,8 @@ impl Mapper<'_> {
             }
         }
         step.push(Stmt::Barrier);
-        // A step whose keys a causal mask hides from all of the block's rows is skipped (the
-        // whole block agrees, so its barriers stay whole): it would scale by 1 and add nothing.
-        if let Some((a, b, c0)) = ch.masked {
-            let key = if a > 0 {
-                reg(n0)
-            } else {
-                Sc::plus(reg(n0), c(keys - 1))
-            };
-            let row = if b > 0 {
-                reg(m0)
-            } else {
-                Sc::plus(reg(m0), c(rows - 1))
-            };
-            let least = Sc::plus(
-                Sc::plus(Sc::times(key, Sc::Const(a)), Sc::times(row, Sc::Const(b))),
-                Sc::Const(c0),
-            );
-            step = vec![Stmt::If {
-                cond: Sc::lt(least, Sc::Const(1)),
-                body: step,
-            }];
-        }
+        // A step whose keys a causal mask hides from all of the block's rows is skipped.
+        let step = skip_masked(ch.masked, (n0, keys), (m0, rows), step);
         body.push(Stmt::For {
             reg: n0,
             start: c(0),
