@@ -34,46 +34,15 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
         src: Sc::times(lane(), k(elems as i64)),
         elems,
     };
-    // The accumulator fragment's element `i` of this lane: row `g + 8 (i / 2)`, column
-    // `2t + i % 2`, row-major in an 8-column matrix.
-    let acc_at = |i: usize| {
-        let row = Sc::plus(Sc::quot(lane(), k(4)), k(8 * (i as i64 / 2)));
-        let col = Sc::plus(Sc::times(Sc::modulo(lane(), k(4)), k(2)), k(i as i64 % 2));
-        Sc::plus(Sc::times(row, k(8)), col)
-    };
     let mut body = vec![
         stage(0, 0, 8),
         stage(1, 1, 4),
         Stmt::CopyCommit,
         Stmt::CopyWait { pending: 0 },
         Stmt::Barrier,
-        // Matrix `j = lane / 8` of A: rows `8 (j % 2)..`, columns `8 (j / 2)..`.
-        Stmt::LdMatrix {
-            regs: a.to_vec(),
-            array: 0,
-            trans: false,
-            row: Sc::plus(
-                Sc::times(
-                    Sc::plus(
-                        Sc::modulo(lane(), k(8)),
-                        Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(8)),
-                    ),
-                    k(16),
-                ),
-                Sc::times(Sc::quot(lane(), k(16)), k(8)),
-            ),
-        },
-        // B's columns 0-7 over contraction 0-7 and 8-15 (matrices 0 and 1; 2 and 3 repeat
-        // them).
-        Stmt::LdMatrix {
-            regs: b.to_vec(),
-            array: 1,
-            trans: false,
-            row: Sc::plus(
-                Sc::times(Sc::modulo(lane(), k(8)), k(16)),
-                Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(8)),
-            ),
-        },
+        // A's matrices, then B's columns 0-7 over contraction 0-7 and 8-15.
+        a_fragments(a.to_vec(), 16),
+        b_fragments(b.to_vec(), 16),
     ];
     for (i, &r) in c.iter().enumerate() {
         body.push(Stmt::Load {
@@ -157,13 +126,6 @@ pub fn warp_tile_tf32(sums: SumTree) -> GpuKernel {
         src: Sc::times(lane(), k(4)),
         elems: 4,
     };
-    // The accumulator fragment's element `i` of this lane: row `g + 8 (i / 2)`, column
-    // `2t + i % 2`, row-major in an 8-column matrix.
-    let acc_at = |i: usize| {
-        let row = Sc::plus(Sc::quot(lane(), k(4)), k(8 * (i as i64 / 2)));
-        let col = Sc::plus(Sc::times(Sc::modulo(lane(), k(4)), k(2)), k(i as i64 % 2));
-        Sc::plus(Sc::times(row, k(8)), col)
-    };
     let mut body = vec![
         stage(0, 0),
         Stmt::If {
@@ -173,33 +135,9 @@ pub fn warp_tile_tf32(sums: SumTree) -> GpuKernel {
         Stmt::CopyCommit,
         Stmt::CopyWait { pending: 0 },
         Stmt::Barrier,
-        // Matrix `j = lane / 8` of A: rows `8 (j % 2)..`, columns `4 (j / 2)..`.
-        Stmt::LdMatrix {
-            regs: a.to_vec(),
-            array: 0,
-            trans: false,
-            row: Sc::plus(
-                Sc::times(
-                    Sc::plus(
-                        Sc::modulo(lane(), k(8)),
-                        Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(8)),
-                    ),
-                    k(8),
-                ),
-                Sc::times(Sc::quot(lane(), k(16)), k(4)),
-            ),
-        },
-        // B's columns 0-7 over contraction 0-3 and 4-7 (matrices 0 and 1; 2 and 3 repeat
-        // them).
-        Stmt::LdMatrix {
-            regs: b.to_vec(),
-            array: 1,
-            trans: false,
-            row: Sc::plus(
-                Sc::times(Sc::modulo(lane(), k(8)), k(8)),
-                Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(4)),
-            ),
-        },
+        // A's matrices, then B's columns 0-7 over contraction 0-3 and 4-7.
+        a_fragments(a.to_vec(), 8),
+        b_fragments(b.to_vec(), 8),
     ];
     for &r in a.iter().chain(&b[..2]) {
         body.push(Stmt::RoundTf32 { reg: r });
@@ -250,5 +188,50 @@ pub fn warp_tile_tf32(sums: SumTree) -> GpuKernel {
         vars: 0,
         sums,
         body,
+    }
+}
+
+/// This lane's accumulator element `i`: row `g + 8 (i / 2)`, column `2t + i % 2` (`g = lane /
+/// 4`, `t = lane % 4`), row-major in an 8-column matrix.
+fn acc_at(i: usize) -> Sc {
+    let (lane, k) = (|| Sc::Special(Special::Lane), Sc::Const);
+    let row = Sc::plus(Sc::quot(lane(), k(4)), k(8 * (i as i64 / 2)));
+    let col = Sc::plus(Sc::times(Sc::modulo(lane(), k(4)), k(2)), k(i as i64 % 2));
+    Sc::plus(Sc::times(row, k(8)), col)
+}
+
+/// A's fragments from shared array 0 (16 rows of `width` elements): matrix `j = lane / 8`
+/// covers rows `8 (j % 2)..` and columns `(width / 2) (j / 2)..`.
+fn a_fragments(regs: Vec<usize>, width: i64) -> Stmt {
+    let (lane, k) = (|| Sc::Special(Special::Lane), Sc::Const);
+    Stmt::LdMatrix {
+        regs,
+        array: 0,
+        trans: false,
+        row: Sc::plus(
+            Sc::times(
+                Sc::plus(
+                    Sc::modulo(lane(), k(8)),
+                    Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(8)),
+                ),
+                k(width),
+            ),
+            Sc::times(Sc::quot(lane(), k(16)), k(width / 2)),
+        ),
+    }
+}
+
+/// B's fragments from shared array 1 (B's 8 columns as rows of `width` elements): its
+/// columns over the two halves of the contraction (matrices 0 and 1; 2 and 3 repeat them).
+fn b_fragments(regs: Vec<usize>, width: i64) -> Stmt {
+    let (lane, k) = (|| Sc::Special(Special::Lane), Sc::Const);
+    Stmt::LdMatrix {
+        regs,
+        array: 1,
+        trans: false,
+        row: Sc::plus(
+            Sc::times(Sc::modulo(lane(), k(8)), k(width)),
+            Sc::times(Sc::modulo(Sc::quot(lane(), k(8)), k(2)), k(width / 2)),
+        ),
     }
 }
