@@ -366,28 +366,10 @@ fn attention_outputs_are_bounded_through_the_softmax() {
 "
     ))
     .unwrap();
-    // Values in [-2, 2] from a fixed linear congruential sequence, rounded to f32.
-    let mut state = 12345u64;
-    let mut draw = |len: usize| -> Vec<f32> {
-        (0..len)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 40) as f64 / (1u64 << 24) as f64 * 4.0 - 2.0) as f32
-            })
-            .collect()
-    };
-    let (q, k, v) = (draw(n * d), draw(n * d), draw(n * d));
-    let t = TensorType::new(DType::F32, [n, d]);
-    let lit = |x: &[f32]| {
-        Literal::from_f64s(
-            t.clone(),
-            &x.iter().map(|&e| f64::from(e)).collect::<Vec<_>>(),
-        )
-        .unwrap()
-    };
-    let args = [lit(&q), lit(&k), lit(&v)];
+    let qkv = draws(12345, 3 * n * d);
+    let (q, k, v) = (&qkv[..n * d], &qkv[n * d..2 * n * d], &qkv[2 * n * d..]);
+    let lit = |x: &[f32]| f32s(&[n, d], x);
+    let args = [lit(q), lit(k), lit(v)];
     // The same attention in f32, every sum from the last term to the first.
     let mut out = vec![0f32; n * d];
     for i in 0..n {
@@ -685,14 +667,7 @@ func @softmax(%0: f32[2,4]) -> f32[2,4] {
     )
     .unwrap();
     let x = [0.5f32, -1.25, 3.0, 2.0, -0.75, 0.125, 1.5, -2.5];
-    let t = TensorType::new(DType::F32, [2, 4]);
-    let lit = |v: &[f32]| {
-        Literal::from_f64s(
-            t.clone(),
-            &v.iter().map(|&e| f64::from(e)).collect::<Vec<_>>(),
-        )
-        .unwrap()
-    };
+    let lit = |v: &[f32]| f32s(&[2, 4], v);
     let mut out = [0f32; 8];
     for r in 0..2 {
         let row = &x[4 * r..4 * r + 4];
