@@ -38,7 +38,9 @@
 //! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
 //! the relative terms do not cover; it matters only for results near the subnormal range.
 //! A transcendental of exact operands has its result's size as magnitude: its own ulps
-//! bound it, whatever the argument's size. `2 U` covers the first-order growth through the
+//! bound it, whatever the argument's size. `tanh` and `logistic` of an inexact operand carry
+//! its magnitude through their derivative at the point (`1 - tanh²`, `σ (1 - σ)`), so that a
+//! recurrence through them keeps its carry's size. `2 U` covers the first-order growth through the
 //! transcendentals (whose condition numbers on
 //! the generator's ranges are a few units), except `power`'s, which grow without bound (`|y|`
 //! for the base, `|y ln x|` for the exponent): a power's magnitude carries them for its inexact
@@ -54,8 +56,16 @@
 //!
 //! A `case` runs one branch once: its results take the largest of its branches' bounds, and
 //! their magnitudes come from the branch taken, run on the operands' values and magnitudes; a
-//! `call` likewise runs its callee once. A loop compounds its error with every trip: its float
-//! results are checked by class only.
+//! `call` likewise runs its callee once. A `while` is its body unrolled: after `T` trips (the
+//! most any run of it took on the checked arguments) a path through it meets at most `T` times
+//! the rounding ops of one trip, so it adds `T` times its body's largest `U` (with the body's
+//! `K` and `ε`), and its magnitudes come from its body run trip by trip on the carries' values
+//! and magnitudes. That holds while the backend takes the same trips: the condition must be
+//! exact and read only carries that stay exact (exact on entry, and each trip computing them
+//! exactly from exact carries); otherwise a float result of a loop whose body rounds is
+//! checked by class only, as are the results of the other ops with rounding regions
+//! (`reduce` and `reduce_window` with any body, `map`, `scatter` with a body, `sort` with a
+//! rounding comparator).
 //!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
 //! for f16, bf16 and f32 results) is not compared: the backend's partial sums may overflow to an
@@ -81,8 +91,12 @@
 //! their result when it lies within its error of a step; such a flip fails the comparison and
 //! has to be looked at by hand.
 
+mod loops;
+
 use crate::ops::eval_op;
 use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
+pub use loops::Trips;
+use loops::loop_bound;
 
 /// The largest finite value of the type a backend accumulates dtype `d`'s sums in.
 fn accumulator_max(d: DType) -> f64 {
@@ -276,23 +290,43 @@ impl Bound {
     }
 }
 
-/// The bound of each output of `f`, from the instructions in its cone.
+/// The bound of each output of `f`, from the instructions in its cone, without trip counts:
+/// a loop whose body rounds bounds nothing (see [`output_bounds_after`]).
 pub fn output_bounds(f: &Func) -> Vec<Bound> {
-    // The defining instruction of each value.
+    output_bounds_with(f, None)
+}
+
+/// The bound of each output of `f` after an evaluation that took `trips` (see
+/// [`values_magnitudes_and_trips`]): a loop's results bounded by its trips (see the module
+/// documentation).
+pub fn output_bounds_after(f: &Func, trips: &Trips) -> Vec<Bound> {
+    output_bounds_with(f, Some(trips))
+}
+
+fn output_bounds_with(f: &Func, trips: Option<&Trips>) -> Vec<Bound> {
+    let def = defining_insts(f);
+    f.outputs
+        .iter()
+        .map(|&o| cone_bound(f, &def, o, trips))
+        .collect()
+}
+
+/// The defining instruction of each value of `f` (`usize::MAX` for a parameter).
+fn defining_insts(f: &Func) -> Vec<usize> {
     let mut def = vec![usize::MAX; f.values.len()];
     for (i, inst) in f.insts.iter().enumerate() {
         for r in &inst.results {
             def[r.index()] = i;
         }
     }
-    f.outputs.iter().map(|&o| cone_bound(f, &def, o)).collect()
+    def
 }
 
 /// The bound of value `v`, from the instructions of its cone (`def`: each value's defining
 /// instruction). A `select_and_scatter` whose operand is inexact may select another element
 /// than the reference where two are within their error of each other, so its results are
 /// unbounded (checked by class only).
-fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
+fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId, trips: Option<&Trips>) -> Bound {
     let mut seen = vec![false; f.insts.len()];
     let mut stack = vec![o];
     let mut b = Bound {
@@ -334,7 +368,7 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
                 b.sum = b.sum.max(sum_terms(f, inst));
             }
             if matches!(inst.op, Op::SelectAndScatter { .. })
-                && !cone_bound(f, def, inst.operands[0]).exact()
+                && !cone_bound(f, def, inst.operands[0], trips).exact()
             {
                 b.ulps = f64::INFINITY;
             }
@@ -350,7 +384,7 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
             }
         } else if matches!(inst.op, Op::BitcastConvert {})
             && rounds(f.values[inst.operands[0].index()].dtype)
-            && !cone_bound(f, def, inst.operands[0]).exact()
+            && !cone_bound(f, def, inst.operands[0], trips).exact()
         {
             // The bits of an inexact float computed on as integers: a float one ulp off is an
             // integer one off, and no bound follows it through integer arithmetic.
@@ -367,17 +401,18 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
         };
         if !once.is_empty() {
             for g in once {
-                for o in output_bounds(g) {
+                for o in output_bounds_with(g, trips) {
                     b.ulps = b.ulps.max(o.ulps);
                     b.sum = b.sum.max(o.sum);
                     b.eps = b.eps.max(o.eps);
                 }
             }
         }
-        // A region that rounds: a loop compounds its error with every trip, and no bound is
-        // kept through it (checked by class only); an exact one stays exact. Any float result
-        // counts, not only the first (a loop's first carry is often its integer counter).
-        if inst
+        // A region that rounds: a loop whose trips are known adds its body's bound once per
+        // trip (`loop_bound`); other regions that round keep no bound (checked by class
+        // only); an exact one stays exact. Any float result counts, not only the first (a
+        // loop's first carry is often its integer counter).
+        let rounding_regions = inst
             .results
             .iter()
             .any(|r| rounds(f.values[r.index()].dtype))
@@ -386,9 +421,20 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId) -> Bound {
                 .op
                 .regions()
                 .iter()
-                .any(|g| !output_bounds(g).iter().all(Bound::exact))
-        {
-            b.ulps = f64::INFINITY;
+                .any(|g| !output_bounds_with(g, trips).iter().all(Bound::exact));
+        if rounding_regions {
+            let by_trips = match (&inst.op, trips) {
+                (Op::While { cond, body }, Some(t)) => loop_bound(f, def, inst, (cond, body), t),
+                _ => None,
+            };
+            match by_trips {
+                Some(l) => {
+                    b.ulps += l.ulps;
+                    b.sum = b.sum.max(l.sum);
+                    b.eps = b.eps.max(l.eps);
+                }
+                None => b.ulps = f64::INFINITY,
+            }
         }
         for x in inst.operands.iter().chain(&inst.results) {
             b.eps = b.eps.max(unit_roundoff(f.values[x.index()].dtype));
@@ -672,24 +718,29 @@ fn power_magnitude(
 /// by the real predicate, `select_and_scatter` by the real operand. Every magnitude is at least
 /// the absolute value of the real result.
 pub fn magnitudes(f: &Func, args: &[Literal]) -> crate::Result<Vec<Literal>> {
-    Ok(values_and_magnitudes(f, args)?.1)
+    Ok(values_magnitudes_and_trips(f, args)?.1)
 }
 
-/// The outputs of `f` on `args`, as [`crate::eval`] computes them, and their [`magnitudes`]:
-/// the magnitudes are computed beside the real values, so one pass gives both.
-fn values_and_magnitudes(
+/// The outputs of `f` on `args`, as [`crate::eval`] computes them, their [`magnitudes`] and
+/// the trips its loops took ([`output_bounds_after`]): the magnitudes are computed beside the
+/// real values, so one pass gives all three.
+pub fn values_magnitudes_and_trips(
     f: &Func,
     args: &[Literal],
-) -> crate::Result<(Vec<Literal>, Vec<Literal>)> {
-    values_and_magnitudes_given(f, args, None)
+) -> crate::Result<(Vec<Literal>, Vec<Literal>, Trips)> {
+    let mut trips = Trips::default();
+    let (v, m) = values_and_magnitudes_given(f, args, None, &mut trips)?;
+    Ok((v, m, trips))
 }
 
-/// [`values_and_magnitudes`] with the parameters' magnitudes given (`arg_mags`: a region's
-/// operands' magnitudes), else their absolute values.
+/// [`values_magnitudes_and_trips`] with the parameters' magnitudes given (`arg_mags`: a
+/// region's operands' magnitudes), else their absolute values; loops' trips recorded in
+/// `trips`.
 fn values_and_magnitudes_given(
     f: &Func,
     args: &[Literal],
     arg_mags: Option<&[&Literal]>,
+    trips: &mut Trips,
 ) -> crate::Result<(Vec<Literal>, Vec<Literal>)> {
     kiln_ir::verify(f).map_err(crate::Error::Verify)?;
     crate::check_args(f, args)?;
@@ -714,7 +765,7 @@ fn values_and_magnitudes_given(
     let mut inexact_memo: Vec<Option<bool>> = vec![None; f.values.len()];
     let mut inexact = |v: kiln_ir::ValueId| -> bool {
         arg_mags.is_some()
-            || *inexact_memo[v.index()].get_or_insert_with(|| !cone_bound(f, &def, v).exact())
+            || *inexact_memo[v.index()].get_or_insert_with(|| !cone_bound(f, &def, v, None).exact())
     };
     for inst in &f.insts {
         let r: Vec<&Literal> = inst
@@ -732,6 +783,28 @@ fn values_and_magnitudes_given(
             .iter()
             .map(|v| f.values[v.index()].clone())
             .collect();
+        // A loop runs here, trip by trip on values and magnitudes (its trips recorded).
+        if let Op::While { cond, body } = &inst.op {
+            let mut vals: Vec<Literal> = r.iter().map(|x| (*x).clone()).collect();
+            let mut mags: Vec<Literal> = m.iter().map(|x| (*x).clone()).collect();
+            let mut n = 0;
+            loop {
+                let refs: Vec<&Literal> = vals.iter().collect();
+                let go = crate::run(cond, &refs);
+                if go[0].to_i64s().first().is_none_or(|&b| b == 0) {
+                    break;
+                }
+                let mrefs: Vec<&Literal> = mags.iter().collect();
+                (vals, mags) = values_and_magnitudes_given(body, &vals, Some(&mrefs), trips)?;
+                n += 1;
+            }
+            trips.record(body, n);
+            for ((&v, o), mg) in inst.results.iter().zip(vals).zip(mags) {
+                real[v.index()] = Some(o);
+                mag[v.index()] = Some(mg);
+            }
+            continue;
+        }
         let out = eval_op(&inst.op, &r, &types);
         let ftypes: Vec<TensorType> = types.iter().map(f64_type).collect();
         let float_out = types.first().is_some_and(|t| rounds(t.dtype));
@@ -751,17 +824,18 @@ fn values_and_magnitudes_given(
             // The branch taken, run on the operands' values and magnitudes.
             let g = &branches[crate::case_branch(r[0], branches.len())];
             let args: Vec<Literal> = r[1..].iter().map(|x| (*x).clone()).collect();
-            values_and_magnitudes_given(g, &args, Some(&m[1..]))?.1
+            values_and_magnitudes_given(g, &args, Some(&m[1..]), trips)?.1
         } else if let Op::Call {
             callee: kiln_ir::Callee { func: Some(g), .. },
         } = &inst.op
         {
             // The callee, run on the operands' values and magnitudes.
             let args: Vec<Literal> = r.iter().map(|x| (*x).clone()).collect();
-            values_and_magnitudes_given(g, &args, Some(&m))?.1
+            values_and_magnitudes_given(g, &args, Some(&m), trips)?.1
         } else if !inst.op.regions().is_empty() {
-            // A loop's results bound themselves (the bound through a region that
-            // rounds is infinite, see `cone_bound`); the regions do not run on magnitudes.
+            // The results of another op with regions bound themselves (the bound through a
+            // region that rounds is infinite, see `cone_bound`); the regions do not run on
+            // magnitudes.
             out.iter()
                 .map(|o| {
                     if rounds(o.dtype()) {
@@ -825,7 +899,14 @@ fn values_and_magnitudes_given(
                 {
                     Some(abs_out())
                 }
-                Op::Sine {} | Op::Cosine {} | Op::Tanh {} | Op::Logistic {} | Op::Erf {} => {
+                // Through its derivative at the point (first order), `1 - tanh²` and
+                // `σ (1 - σ)`: an RNN's carry keeps its size over a long loop where a
+                // derivative taken as 1 compounds the weights' sums every trip.
+                Op::Tanh {} => Some(zip(m[0], &out[0], |x, t| (x * (1.0 - t * t)).max(t.abs()))),
+                Op::Logistic {} => Some(zip(m[0], &out[0], |x, s| {
+                    (x * (s * (1.0 - s))).max(s.abs())
+                })),
+                Op::Sine {} | Op::Cosine {} | Op::Erf {} => {
                     Some(zip(m[0], &out[0], |x, y| x.max(y.abs())))
                 }
                 // The first-order error of tan(x) is (1 + tan²x) times x's.
@@ -1186,16 +1267,19 @@ fn check_outputs_with(
     got: &[Literal],
     given: Option<&[Literal]>,
 ) -> Result<Stats, String> {
-    let bounds = output_bounds(f);
+    let mut bounds = output_bounds(f);
     // The magnitudes' pass computes the values too: the program runs once for them, not once
-    // more (a large product's or convolution's check spends its time in these passes).
+    // more (a large product's or convolution's check spends its time in these passes). It
+    // also counts the loops' trips, which bound their results.
     let (want, mags) = if bounds.iter().all(Bound::exact) {
         match given {
             Some(w) => (w.to_vec(), None),
             None => (crate::eval(f, args).map_err(|e| e.to_string())?, None),
         }
     } else {
-        let (want, mags) = values_and_magnitudes(f, args).map_err(|e| e.to_string())?;
+        let (want, mags, trips) =
+            values_magnitudes_and_trips(f, args).map_err(|e| e.to_string())?;
+        bounds = output_bounds_after(f, &trips);
         (given.map(<[Literal]>::to_vec).unwrap_or(want), Some(mags))
     };
     if got.len() != want.len() {
@@ -1220,11 +1304,12 @@ fn check_outputs_with(
             }
             // The bits of an inexact float (moved around): compared as that float, under its
             // own bound (one ulp apart is one apart as an integer of the same width).
-            let mag = magnitudes(&h, args).map_err(|e| e.to_string())?;
+            let (_, mag, trips) =
+                values_magnitudes_and_trips(&h, args).map_err(|e| e.to_string())?;
             s += check(
                 &as_float(g)?,
                 &as_float(w)?,
-                output_bounds(&h)[0],
+                output_bounds_after(&h, &trips)[0],
                 Some(&mag[0]),
             )
             .map_err(|e| format!("output {i} (the bits of a {ft}): {e}"))?;

@@ -686,3 +686,98 @@ func @softmax(%0: f32[2,4]) -> f32[2,4] {
     let e = check_outputs(&f, &args, &[lit(&off)]).unwrap_err();
     assert!(e.contains("output 0"), "{e}");
 }
+
+/// An RNN's recurrence `h <- tanh(W h + x)` for `n` trips, on an `i32` counter and an
+/// `f32[4]` carry.
+fn recurrence(n: i32) -> kiln_ir::Func {
+    parse_func_text(&format!(
+        "func @main(%0: f32[4], %1: f32[4,4], %2: f32[4]) -> f32[4] {{
+  %3 = constant {{value = 0}} : i32[]
+  %4, %5, %6, %7 = while %3, %0, %1, %2 {{cond = func @cond(%0: i32[], %1: f32[4], %2: f32[4,4], %3: f32[4]) -> pred[] {{
+      %4 = constant {{value = {n}}} : i32[]
+      %5 = compare %0, %4 {{comparison_direction = LT}} : pred[]
+      return %5
+    }}, body = func @body(%0: i32[], %1: f32[4], %2: f32[4,4], %3: f32[4]) -> (i32[], f32[4], f32[4,4], f32[4]) {{
+      %4 = constant {{value = 1}} : i32[]
+      %5 = add %0, %4 : i32[]
+      %6 = dot_general %2, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]}} : f32[4]
+      %7 = add %6, %3 : f32[4]
+      %8 = tanh %7 : f32[4]
+      return %5, %8, %2, %3
+    }}}} : i32[], f32[4], f32[4,4], f32[4]
+  return %5
+}}
+"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn loops_with_exact_trip_counts_are_bounded_by_their_trips() {
+    // Computed in f32 with the products summed in the other order and the C library's
+    // `tanhf`: 100 trips drift from the reference's (sums in f64, tanh rounded once) by
+    // several ulps, within 100 trips' bound.
+    let n = 100;
+    let f = recurrence(n);
+    assert!(output_bounds(&f)[0].ulps.is_infinite(), "no trips known");
+    let h0 = draws(1, 4);
+    let w: Vec<f32> = draws(2, 16).iter().map(|v| v * 0.6).collect();
+    let x = draws(3, 4);
+    let mut h = h0.clone();
+    for _ in 0..n {
+        h = (0..4)
+            .map(|i| {
+                let s: f32 = (0..4).rev().map(|j| w[4 * i + j] * h[j]).sum();
+                (s + x[i]).tanh()
+            })
+            .collect();
+    }
+    let args = [f32s(&[4], &h0), f32s(&[4, 4], &w), f32s(&[4], &x)];
+    let want = kiln_reference::eval(&f, &args).unwrap()[0].to_f64s();
+    assert!(
+        h.iter().zip(&want).any(|(&a, &e)| a as f64 != e),
+        "the f32 order differs from the reference's somewhere: {h:?} {want:?}"
+    );
+    let s = check_outputs(&f, &args, &[f32s(&[4], &h)]).unwrap();
+    assert_eq!(s.unbounded, 0, "{s:?}");
+    // A planted error of one part in 10^3 after the loop (one trip's tanh off by as much
+    // would do that), past 100 trips' worst-case rounding.
+    let mut off = h.clone();
+    off[2] *= 1.001;
+    let e = check_outputs(&f, &args, &[f32s(&[4], &off)]).unwrap_err();
+    assert!(e.contains("element 2"), "{e}");
+    // Without the trips (the bound it had before), anything finite passed.
+    let mut wild = h.clone();
+    wild[2] = -wild[2] * 3.0;
+    assert!(check_outputs(&f, &args, &[f32s(&[4], &wild)]).is_err());
+}
+
+#[test]
+fn loops_whose_trips_depend_on_inexact_carries_are_checked_by_class() {
+    // `while x < 100: x = x * e^0.1`: a backend's x one ulp off may take one trip more or
+    // less.
+    let f = parse_func_text(
+        "func @main(%0: f32[]) -> f32[] {
+  %1 = while %0 {cond = func @cond(%0: f32[]) -> pred[] {
+      %1 = constant {value = 100.0} : f32[]
+      %2 = compare %0, %1 {comparison_direction = LT} : pred[]
+      return %2
+    }, body = func @body(%0: f32[]) -> f32[] {
+      %1 = constant {value = 0.1} : f32[]
+      %2 = exponential %1 : f32[]
+      %3 = multiply %0, %2 : f32[]
+      return %3
+    }} : f32[]
+  return %1
+}
+",
+    )
+    .unwrap();
+    let args = [f32s(&[], &[1.0])];
+    let want = kiln_reference::eval(&f, &args).unwrap();
+    let s = check_outputs(&f, &args, &want).unwrap();
+    assert_eq!(s.unbounded, 1, "{s:?}");
+    let other = f32s(&[], &[want[0].to_f64s()[0] as f32 * 1.1]);
+    assert!(check_outputs(&f, &args, &[other]).is_ok());
+    assert!(check_outputs(&f, &args, &[f32s(&[], &[f32::NAN])]).is_err());
+}
