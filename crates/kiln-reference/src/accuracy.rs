@@ -64,8 +64,11 @@
 //! exact and read only carries that stay exact (exact on entry, and each trip computing them
 //! exactly from exact carries); otherwise a float result of a loop whose body rounds is
 //! checked by class only, as are the results of the other ops with rounding regions
-//! (`reduce` and `reduce_window` with any body, `map`, `scatter` with a body, `sort` with a
-//! rounding comparator).
+//! (`reduce` and `reduce_window` with any body, `scatter` with a body, `sort` with a rounding
+//! comparator). A `map` runs its computation once per element: its results take the
+//! computation's bound, their magnitudes the computation run on each element's operands' values
+//! and magnitudes. A `sort` moves elements: its results keep their operands' magnitudes, in the
+//! sorted order.
 //!
 //! An element whose sum has terms past the accumulator's range (`M` above f32's largest value
 //! for f16, bf16 and f32 results) is not compared: the backend's partial sums may overflow to an
@@ -393,10 +396,12 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId, trips: Option<&Trips
         // A `case` runs one of its branches once: its results are within the largest of the
         // branches' bounds (their magnitudes computed through the branch taken, see
         // `values_and_magnitudes`).
-        // A `call` runs its callee once, as a branch taken: the callee's bounds.
+        // A `call` runs its callee once, as a branch taken: the callee's bounds; a `map` runs
+        // its computation once per element.
         let once: Vec<&Func> = match &inst.op {
             Op::Case { branches } => branches.iter().collect(),
             Op::Call { callee } => callee.func.as_deref().into_iter().collect(),
+            Op::Map { computation, .. } => vec![computation.as_ref()],
             _ => Vec::new(),
         };
         if !once.is_empty() {
@@ -416,7 +421,7 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId, trips: Option<&Trips
             .results
             .iter()
             .any(|r| rounds(f.values[r.index()].dtype))
-            && !matches!(inst.op, Op::Case { .. } | Op::Call { .. })
+            && !matches!(inst.op, Op::Case { .. } | Op::Call { .. } | Op::Map { .. })
             && inst
                 .op
                 .regions()
@@ -832,6 +837,34 @@ fn values_and_magnitudes_given(
             // The callee, run on the operands' values and magnitudes.
             let args: Vec<Literal> = r.iter().map(|x| (*x).clone()).collect();
             values_and_magnitudes_given(g, &args, Some(&m), trips)?.1
+        } else if let Op::Map { computation, .. } = &inst.op {
+            // Each element through the computation, on its operands' values and magnitudes.
+            let scalar = |l: &Literal| TensorType::new(l.dtype(), []);
+            let mut each = Vec::with_capacity(out[0].numel());
+            for i in 0..out[0].numel() {
+                let at = |l: &Literal| crate::ops::take(l, &scalar(l), &[i]);
+                let args: Vec<Literal> = r.iter().map(|l| at(l)).collect();
+                let mags: Vec<Literal> = m.iter().map(|l| at(l)).collect();
+                let refs: Vec<&Literal> = mags.iter().collect();
+                let (_, mg) = values_and_magnitudes_given(computation, &args, Some(&refs), trips)?;
+                each.push(mg[0].to_f64s()[0]);
+            }
+            if float_out {
+                vec![Literal::from_f64s(ftypes[0].clone(), &each).expect("one per element")]
+            } else {
+                out.clone()
+            }
+        } else if let Op::Sort {
+            dimension,
+            comparator,
+            ..
+        } = &inst.op
+        {
+            // Elements moved: each result's magnitudes are its operand's, in the sorted order.
+            let perm = crate::sort::sort_permutation(&r, *dimension as usize, comparator);
+            m.iter()
+                .map(|l| crate::ops::take(l, l.ty(), &perm))
+                .collect()
         } else if !inst.op.regions().is_empty() {
             // The results of another op with regions bound themselves (the bound through a
             // region that rounds is infinite, see `cone_bound`); the regions do not run on

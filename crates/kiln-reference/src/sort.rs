@@ -86,6 +86,14 @@ pub fn permutation(
 
 /// Evaluates `sort` on the operands `x` with `comparator` run by the interpreter.
 pub(crate) fn sort(x: &[&Literal], dimension: usize, comparator: &Func) -> Vec<Literal> {
+    let perm = sort_permutation(x, dimension, comparator);
+    x.iter()
+        .map(|l| crate::ops::take(l, l.ty(), &perm))
+        .collect()
+}
+
+/// The [`permutation`] that `sort` of the operands `x` with `comparator` applies to each.
+pub(crate) fn sort_permutation(x: &[&Literal], dimension: usize, comparator: &Func) -> Vec<usize> {
     let scalars: Vec<TensorType> = x.iter().map(|l| TensorType::new(l.dtype(), [])).collect();
     let mut less = |a: usize, b: usize| {
         let mut args = Vec::with_capacity(2 * x.len());
@@ -97,10 +105,7 @@ pub(crate) fn sort(x: &[&Literal], dimension: usize, comparator: &Func) -> Vec<L
         let out = crate::run(comparator, &refs);
         out[0].to_i64s().first().is_some_and(|&v| v != 0)
     };
-    let perm = permutation(x[0].shape(), dimension, &mut less);
-    x.iter()
-        .map(|l| crate::ops::take(l, l.ty(), &perm))
-        .collect()
+    permutation(x[0].shape(), dimension, &mut less)
 }
 
 #[cfg(test)]

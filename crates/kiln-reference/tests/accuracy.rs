@@ -781,3 +781,71 @@ fn loops_whose_trips_depend_on_inexact_carries_are_checked_by_class() {
     assert!(check_outputs(&f, &args, &[other]).is_ok());
     assert!(check_outputs(&f, &args, &[f32s(&[], &[f32::NAN])]).is_err());
 }
+
+#[test]
+fn results_of_maps_are_bounded_by_their_computation() {
+    // `tanh(x) * y` element by element: a `map`'s results were checked by class only.
+    let f = parse_func_text(
+        "func @main(%0: f32[8], %1: f32[8]) -> f32[8] {
+  %2 = map %0, %1 {dimensions = [0], computation = func @g(%0: f32[], %1: f32[]) -> f32[] {
+      %2 = tanh %0 : f32[]
+      %3 = multiply %2, %1 : f32[]
+      return %3
+    }} : f32[8]
+  return %2
+}
+",
+    )
+    .unwrap();
+    let (x, y) = (draws(4, 8), draws(5, 8));
+    let got: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a.tanh() * b).collect();
+    let args = [f32s(&[8], &x), f32s(&[8], &y)];
+    let s = check_outputs(&f, &args, &[f32s(&[8], &got)]).unwrap();
+    assert_eq!(s.unbounded, 0, "{s:?}");
+    let mut off = got.clone();
+    off[5] *= 1.001;
+    let e = check_outputs(&f, &args, &[f32s(&[8], &off)]).unwrap_err();
+    assert!(e.contains("element 5"), "{e}");
+}
+
+#[test]
+fn sorted_values_keep_their_magnitudes() {
+    // `exp(x) - exp(y)` (a cancellation, magnitude exp(x) + exp(y)) sorted by exact integer
+    // keys: an f32 computation of the exponentials is a few ulps of exp(x) off, many ulps of
+    // the small difference. The sorted result's magnitude was its own size, so that honest
+    // result failed; now it passes, and a planted error still fails.
+    let f = parse_func_text(
+        "func @main(%0: i32[6], %1: f32[6], %2: f32[6]) -> f32[6] {
+  %3 = exponential %1 : f32[6]
+  %4 = exponential %2 : f32[6]
+  %5 = subtract %3, %4 : f32[6]
+  %6, %7 = sort %0, %5 {dimension = 0, is_stable = true, comparator = func @lt(%0: i32[], %1: i32[], %2: f32[], %3: f32[]) -> pred[] {
+      %4 = compare %0, %1 {comparison_direction = LT} : pred[]
+      return %4
+    }} : i32[6], f32[6]
+  return %7
+}
+",
+    )
+    .unwrap();
+    let keys = [5i32, 0, 3, 1, 4, 2];
+    let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let y: Vec<f32> = x.iter().map(|v| v + 1e-4).collect();
+    // exp rounded to f32 and then nudged by one ulp: within exp's own bound.
+    let nudge = |v: f32| f32::from_bits(v.to_bits() + 1);
+    let mut got = [0f32; 6];
+    for (i, &k) in keys.iter().enumerate() {
+        got[k as usize] = nudge(x[i].exp()) - y[i].exp();
+    }
+    let args = [
+        Literal::from_i64s(TensorType::new(DType::I32, [6]), &keys.map(i64::from)).unwrap(),
+        f32s(&[6], &x),
+        f32s(&[6], &y),
+    ];
+    let s = check_outputs(&f, &args, &[f32s(&[6], &got)]).unwrap();
+    assert_eq!(s.unbounded, 0, "{s:?}");
+    let mut off = got;
+    off[3] *= 1.5;
+    let e = check_outputs(&f, &args, &[f32s(&[6], &off)]).unwrap_err();
+    assert!(e.contains("element 3"), "{e}");
+}
