@@ -266,6 +266,10 @@ pub struct Gpu {
     /// operands rounded to TF32, only when the options allow it
     /// ([`crate::options::MatmulPrecision::Tf32`]).
     pub tf32: bool,
+    /// Whether the GPU runs warpgroup products (`wgmma.mma_async`: 128 threads, operands read
+    /// from shared memory through matrix descriptors; sm_90a, whose PTX runs on sm_90 devices
+    /// only). Kernels with [`crate::gpu::ir::Stmt::Wgmma`] verify only where it is set.
+    pub wgmma: bool,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
     /// once for its rows, so more rows read K and V fewer times. This is the warp-per-row
@@ -443,6 +447,8 @@ impl Gpu {
             mma_stages: 4,
             mma_swizzle: true,
             tf32: true,
+            // Hopper's warpgroup tensor cores, once the PTX is rendered for sm_90a.
+            wgmma: true,
             attention_warps: vec![16, 8, 4, 2, 1],
             // Not measured on a GPU yet (the pack's sweep times the neighbours): 64 query rows
             // of 4 warps, each thread 4 rows x 4 keys of a step of 32 (0.5 shared loads per
