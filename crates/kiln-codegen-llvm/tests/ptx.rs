@@ -751,6 +751,70 @@ fn a_tf32_warp_tile_assembles() {
     tally.finish("TF32 warp tile");
 }
 
+/// One warpgroup's tile (`cp.async` into descriptor-laid arrays aligned to 1024 bytes,
+/// `fence.proxy.async`, `wgmma.fence`, `wgmma.mma_async` through matrix descriptors,
+/// `commit_group`, `wait_group`) renders for sm_90a only and assembles there, for every
+/// swizzle mode and the widths 8, 64 and 256, bf16 and f16.
+#[test]
+fn a_warpgroup_tile_assembles_for_sm_90a() {
+    use kiln_kernel::gpu::desc::WgSwizzle;
+    let mut jobs = Vec::new();
+    for swizzle in WgSwizzle::ALL {
+        for (n, dtype) in [
+            (8, kiln_ir::DType::BF16),
+            (64, kiln_ir::DType::F16),
+            (256, kiln_ir::DType::BF16),
+        ] {
+            let k = kiln_kernel::gpu::wgmma::warpgroup_tile(
+                dtype,
+                n,
+                64,
+                swizzle,
+                TargetInfo::h200().sums,
+            )
+            .unwrap();
+            let name = k.name.clone();
+            let p = GpuProgram {
+                scratch: Vec::new(),
+                launches: vec![k],
+            };
+            for target in [PtxTarget::sm90(), PtxTarget::sm80()] {
+                match program_ptx(&p, &target) {
+                    Err(Error::Unsupported(why)) => assert!(why.contains("sm_90a"), "{why}"),
+                    other => panic!("{name} for {}: {other:?}", target.sm),
+                }
+            }
+            let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
+            let op = if dtype == kiln_ir::DType::BF16 {
+                "bf16"
+            } else {
+                "f16"
+            };
+            for needle in [
+                ".target sm_90a".to_string(),
+                "fence.proxy.async.shared::cta".into(),
+                "wgmma.fence.sync.aligned".into(),
+                format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{op}.{op}"),
+                "wgmma.commit_group.sync.aligned".into(),
+                "wgmma.wait_group.sync.aligned".into(),
+                ".align 1024".into(),
+            ] {
+                assert!(text.contains(&needle), "{name}: no {needle} in\n{text}");
+            }
+            jobs.push((name, text, "sm_90a".to_string()));
+        }
+    }
+    match ptxas() {
+        Some(ptxas) => {
+            let dir = scratch("warpgroup-tiles");
+            let rejected = assemble_all(&ptxas, &dir, &jobs);
+            let _ = std::fs::remove_dir_all(&dir);
+            assert!(rejected.is_empty(), "{}", rejected.join("\n"));
+        }
+        None => println!("ptxas not found (cargo xtask test installs it): PTX text only"),
+    }
+}
+
 /// Whether any statement of `body` (nested ones too) is a TF32 `mma`.
 fn has_tf32_mma(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {

@@ -4,7 +4,8 @@
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile (bf16
 //! and TF32), a product on the tensor cores (bf16, and f32 as TF32), attention in one launch,
 //! scatter, a sort by keys, a long sort by keys in tiles and global passes, a radix sort), and
-//! a tensor-core product in dynamic shared memory, for sm_90.
+//! a tensor-core product in dynamic shared memory, for sm_90; one warpgroup's `wgmma` tile for
+//! sm_90a.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -172,6 +173,27 @@ fn warp_tile_on_tensor_cores() {
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
     assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
     insta::assert_snapshot!("warp_tile_mma_bf16", text);
+}
+
+/// One warpgroup's tile for sm_90a (bf16, 64 columns, a contraction of 64 in four `wgmma`
+/// steps, 128-byte swizzle): the descriptors, the inline `wgmma.mma_async` and its fences.
+#[test]
+fn warpgroup_tile_on_tensor_cores() {
+    let k = kiln_kernel::gpu::wgmma::warpgroup_tile(
+        kiln_ir::DType::BF16,
+        64,
+        64,
+        kiln_kernel::gpu::desc::WgSwizzle::B128,
+        TargetInfo::h200().sums,
+    )
+    .unwrap();
+    let p = kiln_kernel::gpu::ir::GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![k],
+    };
+    let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90a()).unwrap());
+    insta::assert_snapshot!("warpgroup_tile_wgmma_bf16", text);
 }
 
 /// A product of bf16 operands with an f32 result on the tensor cores (one warp's 16 x 16
