@@ -232,8 +232,9 @@ fn the_long_sort_workload_runs_on_the_gpu_as_a_radix_sort() {
 }
 
 /// The sweep's variants of the tensor-core pipeline run what their labels name on the pack's
-/// target (48 KiB of static shared memory per block; the `mma_dynamic_` variants' rings in
-/// dynamic shared memory, the others' not): `stages` stages of `k` (shared A holding
+/// target (48 KiB of static shared memory per block; the `mma_dynamic_` and
+/// `wgmma_dynamic_` variants' rings in dynamic shared memory, the others' not; the `wgmma_`
+/// ones on sm_90a's warpgroups, the others on `mma.sync`): `stages` stages of `k` (shared A holding
 /// `stages x m x k` elements, the loop waiting for all but `stages - 2` copy groups), none cut
 /// back to fit, and no two variants of the bf16 product map to the same launch as each other
 /// or as the default, so each measures something of its own. Each renders as PTX.
@@ -268,17 +269,22 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         if v.workload != w.name {
             continue;
         }
-        let mut target = base.clone();
+        let mut target = kiln::aot::Target::ptx(v.sm, base.gpu.as_ref().unwrap().sms).info;
         (v.change)(&mut target);
         let l = launch(&target);
         let p = kiln_kernel::gpu::ir::GpuProgram {
             scratch: Vec::new(),
             launches: vec![l.clone()],
         };
-        let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();
-        if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm90) {
+        let sm = kiln_codegen_llvm::ptx::PtxTarget {
+            sm: v.sm.into(),
+            features: "+ptx80".into(),
+        };
+        if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm) {
             panic!("{}: does not render: {e}", v.label);
         }
+        // The `wgmma_` variants (for sm_90a) run on warpgroups, the others on `mma.sync`.
+        assert_eq!(l.uses_wgmma(), v.label.starts_with("wgmma_"), "{}", v.label);
         let text = kiln_kernel::gpu::print::kernel_text(&l);
         assert!(
             !seen.contains(&text),
@@ -286,14 +292,15 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
             v.label
         );
         seen.push(text);
-        // Only the `mma_dynamic_` variants take dynamic shared memory (more than 48 KiB).
-        let dynamic = v.label.starts_with("mma_dynamic_");
+        // Only the `dynamic_` variants take dynamic shared memory (more than 48 KiB).
+        let dynamic = v.label.contains("mma_dynamic_");
         assert_eq!(l.dynamic_shared > 0, dynamic, "{}", v.label);
         let Some((tile, pipeline)) = v.label.split_once("_stages_") else {
             continue;
         };
         let num = |s: &str| s.parse::<usize>().unwrap();
         let tile = tile
+            .trim_start_matches("wg")
             .trim_start_matches("mma_")
             .trim_start_matches("dynamic_");
         let m = num(tile.split('x').next().unwrap());
