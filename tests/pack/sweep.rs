@@ -96,7 +96,8 @@ pub fn variants() -> Vec<Variant> {
     // Warpgroup products (sm_90a `wgmma`, not measured yet; `Gpu::wgmma_tiles`, none by
     // default): blocks of one or two warpgroups of 64 rows, up to 256 columns, stages of 64;
     // 64x64 in 3 stages within the 48 KiB declared statically, the others in dynamic shared
-    // memory. B stored by rows (this workload's) is staged through registers.
+    // memory. B stored by rows (this workload's) is staged MN-major in 64-column panels by
+    // `cp.async` and read with `imm-trans` 1.
     for (m, n, stages) in [
         (64, 64, 3),
         (128, 64, 4),

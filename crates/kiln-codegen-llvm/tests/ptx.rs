@@ -840,9 +840,9 @@ fn a_warpgroup_tile_assembles_for_sm_90a() {
         ] {
             let k = kiln_kernel::gpu::wgmma::warpgroup_tile(
                 dtype,
-                n,
-                64,
+                (n, 64),
                 swizzle,
+                n >= 64,
                 TargetInfo::h200().sums,
             )
             .unwrap();

@@ -181,9 +181,9 @@ fn warp_tile_on_tensor_cores() {
 fn warpgroup_tile_on_tensor_cores() {
     let k = kiln_kernel::gpu::wgmma::warpgroup_tile(
         kiln_ir::DType::BF16,
-        64,
-        64,
+        (64, 64),
         kiln_kernel::gpu::desc::WgSwizzle::B128,
+        false,
         TargetInfo::h200().sums,
     )
     .unwrap();

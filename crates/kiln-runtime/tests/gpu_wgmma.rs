@@ -1,7 +1,7 @@
 //! Warpgroup products (sm_90a `wgmma`) on the GPU emulator: one warpgroup's tile
 //! (`kiln_kernel::gpu::wgmma::warpgroup_tile`) against the plain product for every width the
-//! tests take (8, 64, 128, 256 columns), each swizzle mode, bf16 and f16, one and four
-//! contraction steps; planted bugs (a wrong leading or stride byte offset, a descriptor
+//! tests take (8, 64, 128, 256 columns), each swizzle mode, B K-major and MN-major, bf16 and
+//! f16, one and four contraction steps; planted bugs (a wrong leading or stride byte offset, a descriptor
 //! started at the wrong step, a wrong accumulator fragment) that the comparison catches; and
 //! the rules the emulator enforces (fences, waits, whole warpgroups, the target's flag).
 
@@ -27,8 +27,8 @@ fn c_at(r: usize, n: usize) -> f64 {
 }
 
 /// The inputs of a tile of `n` columns and contraction `k`: A (64 x k, row-major), B by
-/// columns (n x k) and C (64 x n).
-fn inputs(dtype: DType, n: usize, k: usize) -> [Buffer; 3] {
+/// columns (n x k; by rows, k x n, with `b_mn`) and C (64 x n).
+fn inputs(dtype: DType, n: usize, k: usize, b_mn: bool) -> [Buffer; 3] {
     let buf = |name: &str, dtype, data: Vec<f64>| Buffer {
         name: name.into(),
         dtype,
@@ -43,7 +43,15 @@ fn inputs(dtype: DType, n: usize, k: usize) -> [Buffer; 3] {
         buf(
             "%b",
             dtype,
-            (0..n * k).map(|i| b_at(i % k, i / k)).collect(),
+            (0..n * k)
+                .map(|i| {
+                    if b_mn {
+                        b_at(i / n, i % n)
+                    } else {
+                        b_at(i % k, i / k)
+                    }
+                })
+                .collect(),
         ),
         buf(
             "%c",
@@ -56,7 +64,8 @@ fn inputs(dtype: DType, n: usize, k: usize) -> [Buffer; 3] {
 /// Runs `kernel` (a tile of `n` columns and contraction `k`) and compares D with the plain
 /// product: the first wrong element, or the emulator's error.
 fn check(kernel: &GpuKernel, dtype: DType, n: usize, k: usize) -> Result<(), String> {
-    let ins = inputs(dtype, n, k);
+    let b_mn = kernel.name.ends_with("_b_mn");
+    let ins = inputs(dtype, n, k, b_mn);
     let mut out = vec![Buffer::zeros("%d", &kernel.outputs[0].1)];
     run_kernel(kernel, &[&ins[0], &ins[1], &ins[2]], &mut out).map_err(|e| e.to_string())?;
     for r in 0..64 {
@@ -71,13 +80,18 @@ fn check(kernel: &GpuKernel, dtype: DType, n: usize, k: usize) -> Result<(), Str
     Ok(())
 }
 
-/// The tile, verified for an H200.
+/// The tile (B K-major), verified for an H200.
 fn tile(dtype: DType, n: usize, k: usize, swizzle: WgSwizzle) -> GpuKernel {
+    tile_of(dtype, n, k, swizzle, false).expect("the tile fits")
+}
+
+/// The tile, B MN-major with `b_mn`, verified for an H200; `None` where it does not fit.
+fn tile_of(dtype: DType, n: usize, k: usize, swizzle: WgSwizzle, b_mn: bool) -> Option<GpuKernel> {
     let target = TargetInfo::h200();
-    let kernel = warpgroup_tile(dtype, n, k, swizzle, target.sums).expect("the tile fits");
+    let kernel = warpgroup_tile(dtype, (n, k), swizzle, b_mn, target.sums)?;
     kiln_kernel::gpu::print::verify(&kernel, target.gpu.as_ref().unwrap())
         .unwrap_or_else(|e| panic!("{e}"));
-    kernel
+    Some(kernel)
 }
 
 /// The contractions a swizzle mode's tile takes: whole atom rows (8, 16, 32 or 64 steps),
@@ -101,9 +115,20 @@ fn a_warpgroup_tile_computes_the_product_for_every_width_and_swizzle() {
                     if dtype == DType::F16 && n > 64 {
                         continue;
                     }
-                    let kernel = tile(dtype, n, k, swizzle);
-                    if let Err(e) = check(&kernel, dtype, n, k) {
-                        failures.push(format!("{}: {e}", kernel.name));
+                    // B by columns (K-major), and by rows (MN-major) where `n` is whole
+                    // panels of the swizzle's rows.
+                    let mut ran = 0;
+                    for b_mn in [false, true] {
+                        let Some(kernel) = tile_of(dtype, n, k, swizzle, b_mn) else {
+                            continue;
+                        };
+                        ran += 1;
+                        if let Err(e) = check(&kernel, dtype, n, k) {
+                            failures.push(format!("{}: {e}", kernel.name));
+                        }
+                    }
+                    if ran == 0 || (n >= 64 && ran != 2) {
+                        failures.push(format!("{swizzle:?} n {n} k {k}: {ran} layouts ran"));
                     }
                 }
             }
@@ -166,6 +191,21 @@ fn planted_layout_bugs_are_caught() {
         a.lbo *= 2;
     }
     planted.push(("None: A's LBO x 2".into(), bad, 64));
+    // B MN-major under a 128-byte swizzle: its leading byte offset (between panels of 64
+    // columns) halved reads the wrong panel for columns 64 and up; its descriptors K-major
+    // read rows as columns.
+    let mn = tile_of(dtype, 128, 64, WgSwizzle::B128, true).unwrap();
+    check(&mn, dtype, 128, 64).unwrap();
+    let mut bad = mn.clone();
+    for (_, b) in wgmmas(&mut bad) {
+        b.lbo /= 2;
+    }
+    planted.push(("B MN-major: LBO / 2".into(), bad, 64));
+    let mut bad = mn.clone();
+    for (_, b) in wgmmas(&mut bad) {
+        b.mn_major = false;
+    }
+    planted.push(("B MN-major described K-major".into(), bad, 64));
     // A wrong fragment index: D's stores swap accumulators 1 and 2 (a column and a row
     // apart).
     let mut bad = good.clone();
@@ -189,7 +229,7 @@ fn planted_layout_bugs_are_caught() {
     planted.push(("D's accumulators 1 and 2 swapped".into(), bad, 64));
     let missed: Vec<&String> = planted
         .iter()
-        .filter(|(_, k, kk)| check(k, dtype, n, *kk).is_ok())
+        .filter(|(_, k, kk)| check(k, dtype, k.outputs[0].1.shape[1], *kk).is_ok())
         .map(|(what, ..)| what)
         .collect();
     assert!(missed.is_empty(), "planted bugs not caught: {missed:?}");
@@ -197,7 +237,7 @@ fn planted_layout_bugs_are_caught() {
 
 /// Runs `k` (a bf16 tile of 64 columns, contraction 64) and returns its error.
 fn error_of(k: &GpuKernel) -> String {
-    let ins = inputs(DType::BF16, 64, 64);
+    let ins = inputs(DType::BF16, 64, 64, false);
     let mut out = vec![Buffer::zeros("%d", &k.outputs[0].1)];
     run_kernel(k, &[&ins[0], &ins[1], &ins[2]], &mut out)
         .expect_err("the kernel breaks a rule")

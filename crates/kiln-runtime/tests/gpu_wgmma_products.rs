@@ -144,6 +144,25 @@ fn exact_product(
             }
         }
     }
+    // Operands stored with their rows contiguous (A transposed, B by rows) are staged
+    // MN-major (whole 64-column panels of B) and copied with `cp.async`.
+    let l = &p.launches[0];
+    let mn = |a: bool| {
+        count(&l.body, &|s| match s {
+            Stmt::Wgmma { a: da, b: db, .. } => if a { da } else { db }.mn_major,
+            _ => false,
+        }) > 0
+    };
+    if wgmmas(&p) > 0 {
+        let tile_n = target.gpu.as_ref().unwrap().wgmma_tiles[0].n;
+        let want = (at, !bt && tile_n.is_multiple_of(64));
+        if (mn(true), mn(false)) != want {
+            return Err(format!(
+                "MN-major A and B {:?}, not {want:?}",
+                (mn(true), mn(false))
+            ));
+        }
+    }
     Ok(wgmmas(&p) > 0)
 }
 

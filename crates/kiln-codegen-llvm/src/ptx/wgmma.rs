@@ -3,8 +3,8 @@
 //! [`Stmt::ProxyFence`] as `llvm.nvvm.fence.proxy.async.shared_cta`, and [`Stmt::Wgmma`] as
 //! inline PTX (LLVM has no intrinsic for `wgmma.mma_async`): the accumulators as `=f`
 //! outputs tied to the same registers as inputs, the two 64-bit matrix descriptors as `l`
-//! operands, scale-d a predicate set from a register holding 1, A and B K-major (imm-trans
-//! 0), neither negated. A descriptor is built from the shared address of its array's element
+//! operands, scale-d a predicate set from a register holding 1, imm-trans 1 for an MN-major
+//! operand (0 for a K-major one), neither negated. A descriptor is built from the shared address of its array's element
 //! `start` (the array's own address plus `start` elements, not through its swizzle): bits 4-17
 //! of the address, with the strides and the swizzle mode as
 //! [`kiln_kernel::gpu::desc::descriptor`] encodes them.
@@ -90,11 +90,13 @@ impl<'c> Emit<'_, 'c> {
         let regs: Vec<String> = (0..count).map(|i| format!("${i}")).collect();
         let t = operand.name();
         let asm = format!(
-            "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\nwgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, ${}, ${}, p, 1, 1, 0, 0;\n}}",
+            "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\nwgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, ${}, ${}, p, 1, 1, {}, {};\n}}",
             count + 2,
             regs.join(", "),
             count,
-            count + 1
+            count + 1,
+            u8::from(a.mn_major),
+            u8::from(b.mn_major)
         );
         let mut constraints: Vec<String> = vec!["=f".into(); count];
         constraints.extend(["l".into(), "l".into(), "r".into()]);

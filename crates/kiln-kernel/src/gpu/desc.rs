@@ -22,6 +22,10 @@
 //! row of an atom (its offset within the row selects the contraction step), so the matrix
 //! base offset field stays 0.
 //!
+//! An operand may also be MN-major (`imm-trans` 1: A by columns, B by rows, a contraction
+//! step's rows contiguous): see [`TileLayout`] for the arithmetic; the descriptor says which
+//! ([`MatrixDesc::mn_major`]).
+//!
 //! The descriptor's fields ([`descriptor`]): bits 0-13 the start address's bits 4-17, bits
 //! 16-29 LBO / 16, bits 32-45 SBO / 16, bits 49-51 the base offset (0), bits 62-63 the swizzle
 //! mode (0 none, 1 128 bytes, 2 64 bytes, 3 32 bytes). This module only encodes; the GPU
@@ -131,6 +135,9 @@ pub struct MatrixDesc {
     pub sbo: usize,
     /// The swizzle mode.
     pub swizzle: WgSwizzle,
+    /// MN-major (`imm-trans` 1 for this operand: A by columns, B by rows) rather than
+    /// K-major.
+    pub mn_major: bool,
 }
 
 /// The 64-bit descriptor of a matrix at shared byte address `addr` with `lbo`, `sbo` and
@@ -140,62 +147,86 @@ pub fn descriptor(addr: u64, lbo: usize, sbo: usize, swizzle: WgSwizzle) -> u64 
     field(addr) | field(lbo as u64) << 16 | field(sbo as u64) << 32 | swizzle.code() << 62
 }
 
-/// A K-major operand tile in shared memory as kiln lays it out: `rows` rows (a multiple of
-/// 8) of `k` contraction steps of 16-bit elements, for descriptors of `swizzle`. Without
-/// swizzle the core matrices of a row group follow each other along the contraction (LBO
-/// 128 bytes) and the groups each other (SBO `16 k` bytes); with a swizzle of `W` bytes, `k`
-/// is a multiple of `W / 2` and the tile is columns of atoms `W / 2` steps wide, each column
-/// its `rows / 8` atoms one after the other (SBO `8W` bytes).
+/// An operand tile in shared memory as kiln lays it out for descriptors of `swizzle`: `rows`
+/// rows (M or N) of `k` contraction steps of 16-bit elements, K-major (a row's contraction
+/// contiguous) or MN-major (a contraction step's rows contiguous, `imm-trans` 1).
+///
+/// K-major: without swizzle the core matrices of a row group follow each other along the
+/// contraction (LBO 128 bytes) and the groups each other (SBO `16 k` bytes); with a swizzle
+/// of `W` bytes, `k` is a multiple of `W / 2` and the tile is columns of atoms `W / 2` steps
+/// wide, each column its `rows / 8` atoms one after the other (SBO `8W` bytes).
+///
+/// MN-major: panels of `P` rows (8 without swizzle, `W / 2` with one), each panel's `k`
+/// contraction steps one after the other, `2P` bytes each: element `(row, k)` at `(row / P)
+/// 2Pk + 2Pk' + 2 (row % P)` bytes. The PTX ISA reads an MN-major operand's element `(mn,
+/// k)` (`k = 8g + r`) at `start + (mn / 8)·SBO + g·LBO + 16r + 2 (mn % 8)` without swizzle
+/// (LBO 128, SBO `16 k`), and with one at `start + (mn / P)·LBO + g·SBO + W·r + 2 (mn % P)`,
+/// swizzled (LBO `W k`, the panels' stride; SBO `8W`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KMajor {
-    /// Rows (a multiple of 8).
+pub struct TileLayout {
+    /// Rows (M or N).
     pub rows: usize,
     /// Contraction steps of a row.
     pub k: usize,
     /// The descriptors' swizzle mode.
     pub swizzle: WgSwizzle,
+    /// MN-major rather than K-major.
+    pub mn_major: bool,
 }
 
-impl KMajor {
+impl TileLayout {
     /// Elements the tile takes.
     pub fn elems(&self) -> usize {
         self.rows * self.k
     }
 
-    /// Whether the tile can be laid out so: whole row groups, and for a swizzle a contraction
-    /// of whole atom rows; `k` a multiple of 16 (one `wgmma` step).
+    /// Whether the tile can be laid out so: `k` a multiple of 16 (one `wgmma` step);
+    /// K-major, whole row groups and for a swizzle a contraction of whole atom rows;
+    /// MN-major, whole panels.
     pub fn valid(&self) -> bool {
-        let atom_k = self.atom_k();
+        let (atom, fits) = if self.mn_major {
+            (self.atom(), self.rows.is_multiple_of(self.atom()))
+        } else {
+            (8, self.k.is_multiple_of(self.atom()))
+        };
         self.rows > 0
+            && self.k > 0
             && self.rows.is_multiple_of(8)
             && self.k.is_multiple_of(16)
-            && self.k.is_multiple_of(atom_k)
-            && self.k > 0
+            && atom > 0
+            && fits
     }
 
-    /// Contraction steps of one atom row: 8 without swizzle, `W / 2` with one.
-    fn atom_k(&self) -> usize {
+    /// Elements of one atom row: 8 without swizzle, `W / 2` with one.
+    fn atom(&self) -> usize {
         self.swizzle.row_bytes() / 2
     }
 
     /// The leading and stride dimension byte offsets of its descriptors.
     pub fn strides(&self) -> (usize, usize) {
-        match self.swizzle {
-            WgSwizzle::None => (128, 16 * self.k),
+        let w = self.swizzle.row_bytes();
+        match (self.mn_major, self.swizzle) {
+            (false, WgSwizzle::None) => (128, 16 * self.k),
             // Not used by swizzled K-major operands: the PTX ISA takes it as 1 (16 bytes).
-            s => (16, 8 * s.row_bytes()),
+            (false, _) => (16, 8 * w),
+            (true, WgSwizzle::None) => (128, 16 * self.k),
+            (true, _) => (w * self.k, 8 * w),
         }
     }
 
     /// The logical byte offset (before the swizzle) of element `(row, k)` from the tile's
     /// start.
     fn logical(&self, row: usize, k: usize) -> usize {
+        let p = self.atom();
+        if self.mn_major {
+            return (row / p) * 2 * p * self.k + k * 2 * p + 2 * (row % p);
+        }
         let (i, r) = (row / 8, row % 8);
         match self.swizzle {
             WgSwizzle::None => i * 16 * self.k + (k / 8) * 128 + 16 * r + 2 * (k % 8),
             s => {
                 let w = s.row_bytes();
-                let (col, within) = (k / self.atom_k(), k % self.atom_k());
+                let (col, within) = (k / p, k % p);
                 col * self.rows * w + i * 8 * w + r * w + 2 * within
             }
         }
@@ -207,35 +238,46 @@ impl KMajor {
         self.swizzle.apply(self.logical(row, k)) / 2
     }
 
-    /// [`KMajor::place`] as thread-level arithmetic, for a non-negative `row` and `k`.
+    /// [`TileLayout::place`] as thread-level arithmetic, for a non-negative `row` and `k`.
     pub fn place_sc(&self, row: Sc, k: Sc) -> Sc {
         let c = Sc::Const;
-        let (i, r) = (Sc::quot(row.clone(), c(8)), Sc::modulo(row, c(8)));
-        let bytes = match self.swizzle {
-            WgSwizzle::None => Sc::plus(
+        let p = self.atom() as i64;
+        let bytes = if self.mn_major {
+            Sc::plus(
                 Sc::plus(
-                    Sc::times(i, c(16 * self.k as i64)),
-                    Sc::times(Sc::quot(k.clone(), c(8)), c(128)),
+                    Sc::times(Sc::quot(row.clone(), c(p)), c(2 * p * self.k as i64)),
+                    Sc::times(k, c(2 * p)),
                 ),
-                Sc::plus(Sc::times(r, c(16)), Sc::times(Sc::modulo(k, c(8)), c(2))),
-            ),
-            s => {
-                let w = s.row_bytes() as i64;
-                let ak = self.atom_k() as i64;
-                Sc::plus(
+                Sc::times(Sc::modulo(row, c(p)), c(2)),
+            )
+        } else {
+            let (i, r) = (Sc::quot(row.clone(), c(8)), Sc::modulo(row, c(8)));
+            match self.swizzle {
+                WgSwizzle::None => Sc::plus(
                     Sc::plus(
-                        Sc::times(Sc::quot(k.clone(), c(ak)), c(self.rows as i64 * w)),
-                        Sc::times(i, c(8 * w)),
+                        Sc::times(i, c(16 * self.k as i64)),
+                        Sc::times(Sc::quot(k.clone(), c(8)), c(128)),
                     ),
-                    Sc::plus(Sc::times(r, c(w)), Sc::times(Sc::modulo(k, c(ak)), c(2))),
-                )
+                    Sc::plus(Sc::times(r, c(16)), Sc::times(Sc::modulo(k, c(8)), c(2))),
+                ),
+                s => {
+                    let w = s.row_bytes() as i64;
+                    Sc::plus(
+                        Sc::plus(
+                            Sc::times(Sc::quot(k.clone(), c(p)), c(self.rows as i64 * w)),
+                            Sc::times(i, c(8 * w)),
+                        ),
+                        Sc::plus(Sc::times(r, c(w)), Sc::times(Sc::modulo(k, c(p)), c(2))),
+                    )
+                }
             }
         };
         Sc::quot(self.swizzle.apply_sc(bytes), c(2))
     }
 
     /// The element offset, from the tile's start, where the descriptor of rows `row..` (a
-    /// multiple of 8) at contraction step `k` (a multiple of 16) starts.
+    /// multiple of 8, of a panel when MN-major) at contraction step `k` (a multiple of 16)
+    /// starts.
     pub fn desc_start(&self, row: usize, k: usize) -> usize {
         // The first row of an atom (or core matrix): the swizzle leaves it in place.
         self.logical(row, k) / 2
@@ -270,11 +312,15 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        for swizzle in WgSwizzle::ALL {
-            let t = KMajor {
+        for (swizzle, mn_major) in WgSwizzle::ALL
+            .into_iter()
+            .flat_map(|s| [(s, false), (s, true)])
+        {
+            let t = TileLayout {
                 rows: 64,
                 k: 64,
                 swizzle,
+                mn_major,
             };
             assert!(t.valid());
             let mut seen = vec![false; t.elems()];

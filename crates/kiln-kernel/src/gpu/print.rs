@@ -171,15 +171,16 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
     }
 }
 
-/// `desc(sharedA[start], lbo L, sbo S, swizzle W)`.
+/// `desc(sharedA[start], lbo L, sbo S, swizzle W[, mn-major])`.
 fn desc_text(d: &MatrixDesc) -> String {
     format!(
-        "desc(shared{}[{}], lbo {}, sbo {}, swizzle {})",
+        "desc(shared{}[{}], lbo {}, sbo {}, swizzle {}{})",
         d.array,
         d.start,
         d.lbo,
         d.sbo,
-        d.swizzle.name()
+        d.swizzle.name(),
+        if d.mn_major { ", mn-major" } else { "" }
     )
 }
 

@@ -1,6 +1,6 @@
 //! One warpgroup's tensor-core tile on sm_90a, `D = A x B + C` for a 64 x `k` A and `k` x `n`
 //! B, C and D ([`warpgroup_tile`]): A and B copied with [`Stmt::CopyAsync`] into shared
-//! arrays laid out as the descriptors describe them ([`KMajor`], each 16-byte chunk where
+//! arrays laid out as the descriptors describe them ([`TileLayout`], each 16-byte chunk where
 //! its swizzle puts it), the copies waited for and made visible to the async proxy
 //! ([`Stmt::ProxyFence`]) before a barrier, C loaded into the accumulators by their fragment
 //! layout ([`acc_row`], [`acc_col`]), a [`Stmt::WgmmaFence`], one [`Stmt::Wgmma`] per 16
@@ -9,7 +9,7 @@
 //! product mapping and the kernel the warpgroup statements are tested with: on the emulator
 //! against the plain product, and through ptxas for sm_90a.
 
-use super::desc::{KMajor, MatrixDesc, WgSwizzle};
+use super::desc::{MatrixDesc, TileLayout, WgSwizzle};
 use super::ir::*;
 use crate::target::SumTree;
 use kiln_ir::{DType, TensorType};
@@ -40,15 +40,22 @@ pub fn acc_col(i: usize) -> Sc {
     )
 }
 
-/// The statements that copy a `rows x k` row-major global input `input` (from element 0)
-/// into shared `array` laid out as `tile`, 8 elements (one 16-byte chunk) a `cp.async`, the
-/// block's `threads` threads taking chunks in turn; `reg` is the loop register.
-pub fn stage(input: usize, array: usize, tile: &KMajor, threads: usize, reg: usize) -> Stmt {
+/// The statements that copy global input `input` (from element 0) into shared `array` laid
+/// out as `tile`, 8 elements (one 16-byte chunk) a `cp.async`, the block's `threads` threads
+/// taking chunks in turn; `reg` is the loop register. The input is the tile row-major: `rows
+/// x k` when K-major, `k x rows` when MN-major (its contiguous dimension the tile's).
+pub fn stage(input: usize, array: usize, tile: &TileLayout, threads: usize, reg: usize) -> Stmt {
     let k = Sc::Const;
     let chunk = Sc::Reg(reg);
-    let per_row = (tile.k / 8) as i64;
+    let cols = if tile.mn_major { tile.rows } else { tile.k };
+    let per_row = (cols / 8) as i64;
     let row = Sc::quot(chunk.clone(), k(per_row));
     let col = Sc::times(Sc::modulo(chunk.clone(), k(per_row)), k(8));
+    let index = if tile.mn_major {
+        tile.place_sc(col, row)
+    } else {
+        tile.place_sc(row, col)
+    };
     Stmt::For {
         reg,
         start: Sc::Special(Special::Thread),
@@ -56,7 +63,7 @@ pub fn stage(input: usize, array: usize, tile: &KMajor, threads: usize, reg: usi
         step: k(threads as i64),
         body: vec![Stmt::CopyAsync {
             array,
-            index: tile.place_sc(row, col),
+            index,
             buf: Buf::Input(input),
             src: Sc::times(chunk, k(8)),
             elems: 8,
@@ -65,7 +72,7 @@ pub fn stage(input: usize, array: usize, tile: &KMajor, threads: usize, reg: usi
 }
 
 /// The descriptor of rows `row..` of `tile` (shared `array`) at contraction step `k`.
-pub fn desc(array: usize, tile: &KMajor, row: usize, k: usize) -> MatrixDesc {
+pub fn desc(array: usize, tile: &TileLayout, row: usize, k: usize) -> MatrixDesc {
     let (lbo, sbo) = tile.strides();
     MatrixDesc {
         array,
@@ -73,32 +80,36 @@ pub fn desc(array: usize, tile: &KMajor, row: usize, k: usize) -> MatrixDesc {
         lbo,
         sbo,
         swizzle: tile.swizzle,
+        mn_major: tile.mn_major,
     }
 }
 
 /// The launch of one warpgroup computing `D = A x B + C`: input 0 is A (`dtype[64,k]`,
-/// row-major), input 1 is B stored by columns (`dtype[n,k]`: B's column `j` is row `j`),
-/// input 2 is C (`f32[64,n]`), output 0 is D (`f32[64,n]`); `dtype` is bf16 or f16 (another
-/// is taken as bf16), `n` a multiple of 8 up to 256, `k` a multiple of 16 and of a swizzled
-/// row's elements (`W / 2`). `None` when the shape does not fit.
+/// row-major), input 1 is B stored by columns (`dtype[n,k]`: B's column `j` is row `j`,
+/// K-major), or by rows with `b_mn_major` (`dtype[k,n]`, staged MN-major), input 2 is C
+/// (`f32[64,n]`), output 0 is D (`f32[64,n]`); `dtype` is bf16 or f16 (another is taken as
+/// bf16), `n` a multiple of 8 up to 256 (of a swizzled row's elements, `W / 2`, for B
+/// MN-major), `k` a multiple of 16 and of `W / 2`. `None` when the shape does not fit.
 pub fn warpgroup_tile(
     dtype: DType,
-    n: usize,
-    k: usize,
+    (n, k): (usize, usize),
     swizzle: WgSwizzle,
+    b_mn_major: bool,
     sums: SumTree,
 ) -> Option<GpuKernel> {
     let operand = MmaOperand::of_half(dtype).unwrap_or(MmaOperand::Bf16);
     let dtype = operand.dtype();
-    let ta = KMajor {
+    let ta = TileLayout {
         rows: 64,
         k,
         swizzle,
+        mn_major: false,
     };
-    let tb = KMajor {
+    let tb = TileLayout {
         rows: n,
         k,
         swizzle,
+        mn_major: b_mn_major,
     };
     if !ta.valid() || !tb.valid() || n > 256 {
         return None;
@@ -153,14 +164,21 @@ pub fn warpgroup_tile(
     };
     Some(GpuKernel {
         dynamic_shared: 0,
-        name: format!("warpgroup_tile_{dtype}_n{n}_k{k}_{}", swizzle.name()),
+        name: format!(
+            "warpgroup_tile_{dtype}_n{n}_k{k}_{}{}",
+            swizzle.name(),
+            if b_mn_major { "_b_mn" } else { "" }
+        ),
         kind: MapKind::GemmMma,
         grid: 1,
         block: WARPGROUP,
         warp: 32,
         inputs: vec![
             (Buf::Input(0), t(dtype, &[64, k])),
-            (Buf::Input(1), t(dtype, &[n, k])),
+            (
+                Buf::Input(1),
+                t(dtype, &if b_mn_major { [k, n] } else { [n, k] }),
+            ),
             (Buf::Input(2), t(DType::F32, &[64, n])),
         ],
         outputs: vec![(Buf::Output(0), t(DType::F32, &[64, n]))],

@@ -40,8 +40,12 @@ pub(super) struct Tile<'e> {
     /// Contraction indices in the tile.
     pub depth: usize,
     /// Shared layout: `row * depth + kc` when true (the contraction contiguous), else
-    /// `kc * extent + row`.
+    /// `kc * extent + row`, or with `panel` in panels of `panel` rows one after the other,
+    /// `(row / panel) * depth * panel + kc * panel + row % panel`.
     pub k_fastest: bool,
+    /// Rows of a panel when the rows are contiguous (0: one panel of `extent` rows; else a
+    /// divisor of `extent` that 16-byte copies divide).
+    pub panel: usize,
     /// The operand's element at the kernel variables, in the staged dtype.
     pub expr: &'e Expr,
     /// The shared array (a ring of stages of `extent * depth` elements each).
@@ -139,7 +143,9 @@ impl Staging {
             (t.row_var, t.extent, t.rows)
         };
         let e = elems as i64;
-        let aligned = coef[fast] == 1
+        let panels = t.k_fastest || t.panel == 0 || t.panel.is_multiple_of(elems);
+        let aligned = panels
+            && coef[fast] == 1
             && coef[other] == 0
             && fast_extent.is_multiple_of(elems)
             && fast_len.is_multiple_of(elems)
@@ -157,6 +163,14 @@ impl Staging {
     fn at(&self, t: &Tile, row: Sc, kc: Sc) -> Sc {
         let within = if t.k_fastest {
             Sc::plus(Sc::times(row, c(t.depth)), kc)
+        } else if t.panel > 0 {
+            Sc::plus(
+                Sc::plus(
+                    Sc::times(Sc::quot(row.clone(), c(t.panel)), c(t.depth * t.panel)),
+                    Sc::times(kc, c(t.panel)),
+                ),
+                Sc::modulo(row, c(t.panel)),
+            )
         } else {
             Sc::plus(Sc::times(kc, c(t.extent)), row)
         };

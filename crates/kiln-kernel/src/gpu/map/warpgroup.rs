@@ -10,14 +10,21 @@
 //! (`N = tile.n`, up to 256). The contraction runs in steps of 64 through the same ring of
 //! stages as the `mma.sync` products (`staging.rs`: `cp.async` copies where the operand's rows
 //! are contiguous, registers otherwise, zeros past the edges; `Gpu::mma_stages` stages, fewer
-//! where they do not fit `Gpu::tile_limit`), both tiles staged with the contraction fastest:
-//! A's row `r` and B's column `j` as 64 consecutive elements, `row * 64 + k`.
+//! where they do not fit `Gpu::tile_limit`). An operand stored with its contraction
+//! contiguous (A by rows, B by columns) is staged K-major, its row `r` as 64 consecutive
+//! elements, `row * 64 + k`; one stored with its rows contiguous (A transposed, B by rows,
+//! the usual `x @ w`) MN-major, in panels of 64 rows, each contraction index's 64 rows
+//! consecutive, `(row / 64) * 4096 + k * 64 + row % 64` (B only when the tile's columns are
+//! whole panels; else K-major through registers), so that `cp.async` copies both.
 //!
 //! # Why that is the layout the descriptors describe
 //!
 //! A row of 64 16-bit elements is 128 bytes, one row of a 128-byte swizzle atom, so each
-//! stage is `rows / 8` atoms of 8 rows, one after the other: exactly the K-major layout of
-//! [`crate::gpu::desc::KMajor`] with the 128-byte swizzle (SBO 1024 bytes between row groups).
+//! K-major stage is `rows / 8` atoms of 8 rows, one after the other: exactly the K-major
+//! layout of [`crate::gpu::desc::TileLayout`] with the 128-byte swizzle (SBO 1024 bytes
+//! between row groups). An MN-major panel's contraction index is 128 bytes too, so a panel is
+//! 8 atoms of 8 contraction indices one after the other (SBO 1024 bytes), and the panels
+//! follow each other (LBO 8192 bytes): the MN-major layout of the same type (`imm-trans` 1).
 //! The swizzle XORs a row's 16-byte chunk index with its row within the atom, `chunk ^ (row
 //! % 8)`; the staged arrays are swizzled by chunks `>> 3` ([`SharedArray::swizzle`]), which
 //! moves logical chunk `c = 8 row + chunk` to `c ^ ((c >> 3) & 7) = 8 row + (chunk ^ (row %
@@ -26,10 +33,11 @@
 //! 128` bytes with `rows` a multiple of 8. The `cp.async` copies and register stores write
 //! logical indices as everywhere else; the emulator reads what a `wgmma` reads through the
 //! descriptor's address arithmetic and the hardware swizzle, then back through the array's
-//! swizzle, so a layout that disagrees fails its tests. Contraction step `j` (16 elements,
-//! 32 bytes) of a stage starts its descriptors `16 j` elements into the first row of the
-//! warpgroup's rows (A) or of the tile's columns (B): within the first row of an atom, where
-//! the swizzle leaves it in place.
+//! swizzle, so a layout that disagrees fails its tests. Contraction step `j` (16 elements)
+//! of a stage starts its K-major descriptors `16 j` elements into the first row of the
+//! warpgroup's rows (A) or of the tile's columns (B), within the first row of an atom where
+//! the swizzle leaves it in place, and its MN-major ones at contraction index `16 j` of the
+//! first panel, the first row of an atom.
 //!
 //! # The order of the sums
 //!
@@ -47,7 +55,7 @@ use super::gemm::{InLaunch, Launch, Product};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::tiled::{Operands, sum_levels};
 use super::*;
-use crate::gpu::desc::{KMajor, WgSwizzle};
+use crate::gpu::desc::{TileLayout, WgSwizzle};
 use crate::gpu::wgmma::{WARPGROUP, acc_col, acc_row};
 use crate::target::GemmTile;
 
@@ -148,27 +156,25 @@ impl Mapper<'_> {
             k: d.k,
             dtype: f32t,
         };
+        // An operand stored with its rows contiguous (A transposed, B by rows) is staged
+        // MN-major in panels of 64 rows (128 bytes: an atom row), so `cp.async` copies it;
+        // the other K-major (module docs).
+        let a_mn = d.a_trans;
+        let b_mn = !d.b_trans && bn.is_multiple_of(64);
+        let tile = |row_var: usize, rows: usize, base: usize, extent: usize, mn: bool, expr| Tile {
+            row_var,
+            rows,
+            base,
+            extent,
+            depth: KT,
+            k_fastest: !mn,
+            panel: if mn { 64 } else { 0 },
+            expr,
+            array: row_var - 1,
+        };
         let tiles = [
-            Tile {
-                row_var: 1,
-                rows: d.m,
-                base: m0,
-                extent: bm,
-                depth: KT,
-                k_fastest: true,
-                expr: ops.a,
-                array: 0,
-            },
-            Tile {
-                row_var: 2,
-                rows: d.n,
-                base: n0,
-                extent: bn,
-                depth: KT,
-                k_fastest: true,
-                expr: ops.b,
-                array: 1,
-            },
+            tile(1, d.m, m0, bm, a_mn, ops.a),
+            tile(2, d.n, n0, bn, b_mn, ops.b),
         ];
         // Rows of 8 chunks swizzled by chunks >> 3: the 128-byte swizzle (module docs).
         let shared: Vec<SharedArray> = [bm, bn]
@@ -181,26 +187,24 @@ impl Mapper<'_> {
             })
             .collect();
         let copies = staging.any_async(&tiles, &shared);
-        let (ta, tb) = (
-            KMajor {
-                rows: bm,
-                k: KT,
-                swizzle: WgSwizzle::B128,
-            },
-            KMajor {
-                rows: bn,
-                k: KT,
-                swizzle: WgSwizzle::B128,
-            },
-        );
+        let layout = |rows: usize, mn_major: bool| TileLayout {
+            rows,
+            k: KT,
+            swizzle: WgSwizzle::B128,
+            mn_major,
+        };
+        let (ta, tb) = (layout(bm, a_mn), layout(bn, b_mn));
         let warpgroup = Sc::quot(sp(Special::Thread), c(WARPGROUP));
-        let desc = |array: usize, t: &KMajor, row: Sc, j: usize| {
+        // Stage `cur`'s tile, the rows of warpgroup `group` (64 each: a whole number of atoms
+        // or panels, so their start is linear in it), contraction `16 j` (module docs).
+        let desc = |array: usize, t: &TileLayout, group: Sc, j: usize| {
             let (lbo, sbo) = t.strides();
-            // Stage `cur`'s tile, row `row` (a multiple of 8), contraction `16 j`: the row's
-            // first element plus `16 j` (module docs).
             let start = Sc::plus(
                 Sc::times(reg(cur), c(t.elems())),
-                Sc::plus(Sc::times(row, c(KT)), c(t.desc_start(0, 16 * j))),
+                Sc::plus(
+                    Sc::times(group, c(t.desc_start(64, 0))),
+                    c(t.desc_start(0, 16 * j)),
+                ),
             );
             MatrixDesc {
                 array,
@@ -208,13 +212,14 @@ impl Mapper<'_> {
                 lbo,
                 sbo,
                 swizzle: t.swizzle,
+                mn_major: t.mn_major,
             }
         };
         let mut multiply = vec![Stmt::WgmmaFence];
         for j in 0..KT / 16 {
             multiply.push(Stmt::Wgmma {
                 acc: acc[0].clone(),
-                a: desc(0, &ta, Sc::times(warpgroup.clone(), c(64)), j),
+                a: desc(0, &ta, warpgroup.clone(), j),
                 b: desc(1, &tb, c(0), j),
                 n: bn,
                 operand,

@@ -9,7 +9,9 @@
 //!   (62-63). Element `(row, k)` of a K-major operand (`row = 8i + r`, `k = 8j + e`) lies at
 //!   `start + i·SBO + j·LBO + 16r + 2e` without swizzle, and with a swizzle of `W` bytes at
 //!   `x = start + i·SBO + W·r + 16j + 2e` with `log2(W / 16)` bits of `x` from bit 4 XORed
-//!   with as many from bit 7. An address outside the descriptor's array is an error, as is a
+//!   with as many from bit 7. Of an MN-major one (`imm-trans` 1, the rows contiguous) at
+//!   `start + i·SBO + j·LBO + 16e + 2r` without swizzle, and at `x = start + (row / P)·LBO +
+//!   j·SBO + W·e + 2 (row % P)` (`P = W / 2`) with one, swizzled as above. An address outside the descriptor's array is an error, as is a
 //!   swizzled start past the first row of an atom (where the base offset would matter).
 //! - The product runs at once: each element read as its operand type, products exact and
 //!   their sum with the accumulator rounded once to f32 (as [`Stmt::Mma`] is emulated), the
@@ -285,12 +287,17 @@ impl Block<'_> {
             let (i, r) = (row / 8, row % 8);
             for (k, x) in out.iter_mut().enumerate() {
                 let (j, e) = (k / 8, k % 8);
-                let byte = if f.bits == 0 {
-                    f.start + i * f.sbo + j * f.lbo + 16 * r + 2 * e
-                } else {
-                    let x = f.start + i * f.sbo + w * r + 16 * j + 2 * e;
-                    x ^ (((x >> 7) & mask) << 4)
+                let addr = match (d.mn_major, f.bits) {
+                    (false, 0) => f.start + i * f.sbo + j * f.lbo + 16 * r + 2 * e,
+                    (false, _) => f.start + i * f.sbo + w * r + 16 * j + 2 * e,
+                    // MN-major: `row` along the contiguous dimension, `k = 8j + e` across it.
+                    (true, 0) => f.start + i * f.sbo + j * f.lbo + 16 * e + 2 * r,
+                    (true, _) => {
+                        let p = w / 2;
+                        f.start + (row / p) * f.lbo + j * f.sbo + w * e + 2 * (row % p)
+                    }
                 };
+                let byte = addr ^ (((addr >> 7) & mask) << 4);
                 let end = base + array.len * 2;
                 if byte < base || byte >= end {
                     return self.err(format!(
