@@ -309,7 +309,10 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         assert_eq!(l.shared[0].len, stages * m * k, "{}", v.label);
         let mut w = Vec::new();
         waits(&l.body, &mut w);
-        assert_eq!(w, vec![stages - 2], "{}", v.label);
+        // A warpgroup ring of 3 stages or more keeps one `wgmma` group in flight, and stages
+        // one step less ahead.
+        let lag = usize::from(v.label.starts_with("wgmma_") && stages >= 3);
+        assert_eq!(w, vec![stages - 2 - lag], "{}", v.label);
     }
 }
 

@@ -123,6 +123,23 @@ pub fn variants() -> Vec<Variant> {
             }),
         });
     }
+    // Warpgroup products with longer chunks of the sum tree: one level of accumulators (a
+    // 128x256 block's warpgroup holds 128 per level and thread).
+    for (m, n, stages) in [(128, 128, 4), (128, 256, 3)] {
+        out.push(Variant {
+            sm: "sm_90a",
+            workload: "matmul_bf16_8192",
+            label: format!("wgmma_dynamic_{m}x{n}_sum_leaf_8192"),
+            change: Box::new(move |t: &mut TargetInfo| {
+                t.sums.leaf = 8192;
+                if let Some(g) = t.gpu.as_mut() {
+                    g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+                    g.mma_stages = stages;
+                    g.wgmma_tiles.insert(0, tile(m, n, 64, 64, n));
+                }
+            }),
+        });
+    }
     // The tiles staged without the swizzle (the layout the third GPU run timed).
     out.push(Variant {
         sm: "sm_90",

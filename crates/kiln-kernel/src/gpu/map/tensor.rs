@@ -375,6 +375,7 @@ impl Mapper<'_> {
             cur,
             step: kt,
             stages,
+            lag: 0,
         };
         let stage = staging.stage(&tiles, &shared);
         body.extend(pipelined(&staging, stage, &stepping, k_step, copies));

@@ -289,6 +289,7 @@ impl Mapper<'_> {
             cur,
             step: bk,
             stages,
+            lag: 0,
         };
         let stage = staging.stage(&tiles, &shared);
         body.extend(pipelined(&staging, stage, &stepping, k_step, copies));

@@ -44,10 +44,14 @@
 //! Each `wgmma` adds 16 terms to its accumulators, as an `mma` k-step does; the accumulators
 //! take chunks of `leaf` terms and a tree of `fanout` above them, flushed where the `mma.sync`
 //! products flush them (after the k-step ending a chunk), so the results and the error bound
-//! are `tensor.rs`'s. The stage's four `wgmma`s are committed and waited for before the
-//! flushes read their accumulators (`leaf` is a multiple of 64, so a chunk ends at a stage's
-//! end), and before the next step's barrier, after which the stage they read is filled
-//! again; each step starts with a `wgmma.fence`, after the flushes' writes. Every thread
+//! are `tensor.rs`'s. The stage's four `wgmma`s are committed as one group; with two stages
+//! it is waited for at the step's end, before the next step's barrier after which its stage
+//! is filled again; with three or more one group stays in flight (`wgmma.wait_group 1`) and
+//! the ring stages one step less ahead ([`super::staging::Stepping::lag`]: step `s` fills
+//! the stage of step `s - 2`, whose group the previous step's wait retired), so the tensor
+//! cores run across the barrier. The flushes read the accumulators, so every group is
+//! retired first (`leaf` is a multiple of 64, so a chunk ends at a stage's end); each step
+//! starts with a `wgmma.fence`, after the flushes' writes. Every thread
 //! fences its landed copies and stores to the async proxy (`fence.proxy.async`) before the
 //! step's barrier. The epilogue runs on the accumulator fragments, as in `tensor.rs`.
 
@@ -225,12 +229,16 @@ impl Mapper<'_> {
                 operand,
             });
         }
+        // With 3 stages or more, one step's group stays in flight while the next step's
+        // copies are waited for and its stage is read (the ring stages one step less ahead).
+        let lag = usize::from(stages >= 3);
         multiply.push(Stmt::WgmmaCommit);
-        multiply.push(Stmt::WgmmaWait { pending: 0 });
+        multiply.push(Stmt::WgmmaWait { pending: lag });
         // The sum tree's flushes after the stage's last k-step (`leaf` is a multiple of 64).
         let mut period = self.sums.leaf;
         for l in 1..=levels {
-            let mut flush = Vec::new();
+            // The flushes read the accumulators: every group retired first.
+            let mut flush = vec![Stmt::WgmmaWait { pending: 0 }];
             for (&u, &b) in acc[l].iter().zip(&acc[l - 1]) {
                 flush.push(Stmt::Combine {
                     acc: u,
@@ -251,11 +259,13 @@ impl Mapper<'_> {
             cur,
             step: KT,
             stages,
+            lag,
         };
         let stage = staging.stage(&tiles, &shared);
         let mut ring = pipelined(&staging, stage, &stepping, multiply, copies);
         fence_before_barriers(&mut ring);
         body.extend(ring);
+        body.push(Stmt::WgmmaWait { pending: 0 });
         for (x, &top) in acc[levels].iter().enumerate() {
             for level in acc[..levels].iter().rev() {
                 body.push(Stmt::Combine {
