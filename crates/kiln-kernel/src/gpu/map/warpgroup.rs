@@ -70,7 +70,8 @@ impl Mapper<'_> {
     /// The warpgroup tile a product of `m x n` per batch with operands of `a` and `b` and a
     /// result of `out` runs with, and its operands' type, if the GPU has warpgroup products
     /// and a tile that fits: bf16 or f16 operands, an f32 result, `tile.m` 64 or 128 (one or
-    /// two warpgroups), `tile.n` a multiple of 8 up to 256, `tile.k` 64, two stages within
+    /// two warpgroups of `thread_m` 64 rows), `tile.n` (`thread_n`) a multiple of 8 up to
+    /// 256, `tile.k` 64, two stages within
     /// `Gpu::tile_limit`, and a sum tree whose chunks are whole stages. Chosen as
     /// [`Mapper::mma_tile`] chooses.
     pub(super) fn wgmma_tile(
@@ -85,6 +86,8 @@ impl Mapper<'_> {
         let fits = |t: &GemmTile| {
             let threads = t.m / 64 * WARPGROUP;
             t.k == KT
+                && t.thread_m == 64
+                && t.thread_n == t.n
                 && matches!(t.m, 64 | 128)
                 && t.n.is_multiple_of(8)
                 && (8..=256).contains(&t.n)
