@@ -397,6 +397,58 @@ fn sweep_variants_of_attention_run_as_labelled() {
     }
 }
 
+/// The sweep's warpgroup variants compile, as the pack compiles them, to artifacts for
+/// sm_90a whose PTX runs the product on `wgmma` (B, stored by rows, MN-major: `imm-trans-b`
+/// 1) and which ptxas assembles for sm_90a.
+#[test]
+fn warpgroup_sweep_variants_compile_to_sm_90a_artifacts() {
+    use kiln::aot::{Target, compile_func_with_options};
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    let mut n = 0;
+    for v in kiln_tests::pack::sweep::variants() {
+        if v.sm != "sm_90a" {
+            continue;
+        }
+        let w = ws.iter().find(|w| w.name == v.workload).unwrap();
+        let mut target = Target::ptx(v.sm, 132);
+        (v.change)(&mut target.info);
+        let a = compile_func_with_options(&w.full, &kiln::Options::default(), target)
+            .unwrap_or_else(|e| panic!("{}: {}", v.label, e.message));
+        assert_eq!(a.target.sm, "sm_90a", "{}", v.label);
+        let text = a.ptx.join("\n");
+        assert!(text.contains(".target sm_90a"), "{}", v.label);
+        assert!(
+            text.contains("wgmma.mma_async.sync.aligned") && text.contains("p, 1, 1, 0, 1;"),
+            "{}: no wgmma with B MN-major",
+            v.label
+        );
+        if let Some(ptxas) = ptxas() {
+            let dir = std::env::temp_dir().join(format!("kiln-wgmma-sweep-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            for (i, m) in a.ptx.iter().enumerate() {
+                let src = dir.join(format!("{i}.ptx"));
+                std::fs::write(&src, m).unwrap();
+                let out = Command::new(&ptxas)
+                    .arg("-arch=sm_90a")
+                    .arg(&src)
+                    .arg("-o")
+                    .arg(dir.join(format!("{i}.cubin")))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}: ptxas: {}",
+                    v.label,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        n += 1;
+    }
+    assert!(n >= 6, "{n} warpgroup variants");
+}
+
 /// ptxas, where `cargo xtask test` installs it (or `KILN_PTXAS`).
 fn ptxas() -> Option<PathBuf> {
     let found = std::env::var("KILN_PTXAS")
