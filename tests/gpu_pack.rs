@@ -232,8 +232,9 @@ fn the_long_sort_workload_runs_on_the_gpu_as_a_radix_sort() {
 }
 
 /// The sweep's variants of the tensor-core pipeline run what their labels name on the pack's
-/// target (48 KiB of static shared memory per block; the `mma_dynamic_` variants' rings in
-/// dynamic shared memory, the others' not): `stages` stages of `k` (shared A holding
+/// target (48 KiB of static shared memory per block; the `mma_dynamic_` and
+/// `wgmma_dynamic_` variants' rings in dynamic shared memory, the others' not; the `wgmma_`
+/// ones on sm_90a's warpgroups, the others on `mma.sync`): `stages` stages of `k` (shared A holding
 /// `stages x m x k` elements, the loop waiting for all but `stages - 2` copy groups), none cut
 /// back to fit, and no two variants of the bf16 product map to the same launch as each other
 /// or as the default, so each measures something of its own. Each renders as PTX.
@@ -268,17 +269,22 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         if v.workload != w.name {
             continue;
         }
-        let mut target = base.clone();
+        let mut target = kiln::aot::Target::ptx(v.sm, base.gpu.as_ref().unwrap().sms).info;
         (v.change)(&mut target);
         let l = launch(&target);
         let p = kiln_kernel::gpu::ir::GpuProgram {
             scratch: Vec::new(),
             launches: vec![l.clone()],
         };
-        let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();
-        if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm90) {
+        let sm = kiln_codegen_llvm::ptx::PtxTarget {
+            sm: v.sm.into(),
+            features: "+ptx80".into(),
+        };
+        if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm) {
             panic!("{}: does not render: {e}", v.label);
         }
+        // The `wgmma_` variants (for sm_90a) run on warpgroups, the others on `mma.sync`.
+        assert_eq!(l.uses_wgmma(), v.label.starts_with("wgmma_"), "{}", v.label);
         let text = kiln_kernel::gpu::print::kernel_text(&l);
         assert!(
             !seen.contains(&text),
@@ -286,14 +292,15 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
             v.label
         );
         seen.push(text);
-        // Only the `mma_dynamic_` variants take dynamic shared memory (more than 48 KiB).
-        let dynamic = v.label.starts_with("mma_dynamic_");
+        // Only the `dynamic_` variants take dynamic shared memory (more than 48 KiB).
+        let dynamic = v.label.contains("mma_dynamic_");
         assert_eq!(l.dynamic_shared > 0, dynamic, "{}", v.label);
         let Some((tile, pipeline)) = v.label.split_once("_stages_") else {
             continue;
         };
         let num = |s: &str| s.parse::<usize>().unwrap();
         let tile = tile
+            .trim_start_matches("wg")
             .trim_start_matches("mma_")
             .trim_start_matches("dynamic_");
         let m = num(tile.split('x').next().unwrap());
@@ -302,7 +309,10 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         assert_eq!(l.shared[0].len, stages * m * k, "{}", v.label);
         let mut w = Vec::new();
         waits(&l.body, &mut w);
-        assert_eq!(w, vec![stages - 2], "{}", v.label);
+        // A warpgroup ring of 3 stages or more keeps one `wgmma` group in flight, and stages
+        // one step less ahead.
+        let lag = usize::from(v.label.starts_with("wgmma_") && stages >= 3);
+        assert_eq!(w, vec![stages - 2 - lag], "{}", v.label);
     }
 }
 
@@ -385,6 +395,58 @@ fn sweep_variants_of_attention_run_as_labelled() {
         }
         assert!(count >= 8, "{name}: {count} variants");
     }
+}
+
+/// The sweep's warpgroup variants compile, as the pack compiles them, to artifacts for
+/// sm_90a whose PTX runs the product on `wgmma` (B, stored by rows, MN-major: `imm-trans-b`
+/// 1) and which ptxas assembles for sm_90a.
+#[test]
+fn warpgroup_sweep_variants_compile_to_sm_90a_artifacts() {
+    use kiln::aot::{Target, compile_func_with_options};
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    let mut n = 0;
+    for v in kiln_tests::pack::sweep::variants() {
+        if v.sm != "sm_90a" {
+            continue;
+        }
+        let w = ws.iter().find(|w| w.name == v.workload).unwrap();
+        let mut target = Target::ptx(v.sm, 132);
+        (v.change)(&mut target.info);
+        let a = compile_func_with_options(&w.full, &kiln::Options::default(), target)
+            .unwrap_or_else(|e| panic!("{}: {}", v.label, e.message));
+        assert_eq!(a.target.sm, "sm_90a", "{}", v.label);
+        let text = a.ptx.join("\n");
+        assert!(text.contains(".target sm_90a"), "{}", v.label);
+        assert!(
+            text.contains("wgmma.mma_async.sync.aligned") && text.contains("p, 1, 1, 0, 1;"),
+            "{}: no wgmma with B MN-major",
+            v.label
+        );
+        if let Some(ptxas) = ptxas() {
+            let dir = std::env::temp_dir().join(format!("kiln-wgmma-sweep-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            for (i, m) in a.ptx.iter().enumerate() {
+                let src = dir.join(format!("{i}.ptx"));
+                std::fs::write(&src, m).unwrap();
+                let out = Command::new(&ptxas)
+                    .arg("-arch=sm_90a")
+                    .arg(&src)
+                    .arg("-o")
+                    .arg(dir.join(format!("{i}.cubin")))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}: ptxas: {}",
+                    v.label,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        n += 1;
+    }
+    assert!(n >= 6, "{n} warpgroup variants");
 }
 
 /// ptxas, where `cargo xtask test` installs it (or `KILN_PTXAS`).

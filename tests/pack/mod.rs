@@ -261,11 +261,11 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-/// A sweep variant packed: the workload's artifact at the GPU size for the H200's target as
-/// `v` changes it, under `sweep/`; returns its folder.
+/// A sweep variant packed: the workload's artifact at the GPU size for the H200's target (on
+/// the variant's SM) as `v` changes it, under `sweep/`; returns its folder.
 fn pack_variant(dir: &Path, w: &workloads::Workload, v: &sweep::Variant) -> Result<String, String> {
     let rel = format!("sweep/{}--{}", w.name, v.label);
-    let mut target = Target::h200();
+    let mut target = Target::ptx(v.sm, Target::h200().info.gpu.map_or(132, |g| g.sms));
     (v.change)(&mut target.info);
     let a = compile_func_with_options(&w.full, &kiln::Options::default(), target)
         .map_err(|e| e.message)?;

@@ -8,8 +8,12 @@
 
 use kiln_kernel::target::{AttentionTile, GemmTile, Gpu, TargetInfo};
 
-/// One variant: the workload it reruns, its label, and the change to the H200's target.
+/// One variant: the workload it reruns, its label, the SM its PTX is rendered for, and the
+/// change to the H200's target.
 pub struct Variant {
+    /// The SM (`sm_90`; `sm_90a` for warpgroup products, whose target
+    /// ([`kiln::aot::Target::ptx`]) has `Gpu::wgmma` set).
+    pub sm: &'static str,
     /// The workload's name ([`super::workloads::Workload::name`]).
     pub workload: &'static str,
     /// What differs from the default, for the table (also the folder's name).
@@ -58,6 +62,7 @@ pub fn variants() -> Vec<Variant> {
         (64, 64, 32, 32, 4, 32),
     ] {
         out.push(Variant {
+            sm: "sm_90",
             workload: "matmul_bf16_8192",
             label: format!("mma_{m}x{n}_warp_{tm}x{tn}_stages_{stages}_k_{k}"),
             change: gpu(move |g| {
@@ -78,6 +83,7 @@ pub fn variants() -> Vec<Variant> {
         (128, 256, 64, 64, 4, 32),
     ] {
         out.push(Variant {
+            sm: "sm_90",
             workload: "matmul_bf16_8192",
             label: format!("mma_dynamic_{m}x{n}_warp_{tm}x{tn}_stages_{stages}_k_{k}"),
             change: gpu(move |g| {
@@ -87,8 +93,56 @@ pub fn variants() -> Vec<Variant> {
             }),
         });
     }
+    // Warpgroup products (sm_90a `wgmma`, not measured yet; `Gpu::wgmma_tiles`, none by
+    // default): blocks of one or two warpgroups of 64 rows, up to 256 columns, stages of 64;
+    // 64x64 in 3 stages within the 48 KiB declared statically, the others in dynamic shared
+    // memory. B stored by rows (this workload's) is staged MN-major in 64-column panels by
+    // `cp.async` and read with `imm-trans` 1.
+    for (m, n, stages) in [
+        (64, 64, 3),
+        (128, 64, 4),
+        (128, 128, 3),
+        (128, 128, 4),
+        (128, 256, 3),
+        (64, 256, 4),
+    ] {
+        let dynamic = 2 * (m + n) * 64 * stages > 48 << 10;
+        out.push(Variant {
+            sm: "sm_90a",
+            workload: "matmul_bf16_8192",
+            label: format!(
+                "wgmma_{}{m}x{n}_stages_{stages}_k_64",
+                if dynamic { "dynamic_" } else { "" }
+            ),
+            change: gpu(move |g| {
+                if dynamic {
+                    g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+                }
+                g.mma_stages = stages;
+                g.wgmma_tiles.insert(0, tile(m, n, 64, 64, n));
+            }),
+        });
+    }
+    // Warpgroup products with longer chunks of the sum tree: one level of accumulators (a
+    // 128x256 block's warpgroup holds 128 per level and thread).
+    for (m, n, stages) in [(128, 128, 4), (128, 256, 3)] {
+        out.push(Variant {
+            sm: "sm_90a",
+            workload: "matmul_bf16_8192",
+            label: format!("wgmma_dynamic_{m}x{n}_sum_leaf_8192"),
+            change: Box::new(move |t: &mut TargetInfo| {
+                t.sums.leaf = 8192;
+                if let Some(g) = t.gpu.as_mut() {
+                    g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+                    g.mma_stages = stages;
+                    g.wgmma_tiles.insert(0, tile(m, n, 64, 64, n));
+                }
+            }),
+        });
+    }
     // The tiles staged without the swizzle (the layout the third GPU run timed).
     out.push(Variant {
+        sm: "sm_90",
         workload: "matmul_bf16_8192",
         label: "mma_swizzle_off".into(),
         change: gpu(|g| g.mma_swizzle = false),
@@ -101,6 +155,7 @@ pub fn variants() -> Vec<Variant> {
         ("linear_bias_gelu_4096", 4096),
     ] {
         out.push(Variant {
+            sm: "sm_90",
             workload,
             label: format!("sum_leaf_{leaf}"),
             change: Box::new(move |t: &mut TargetInfo| t.sums.leaf = leaf),
@@ -109,6 +164,7 @@ pub fn variants() -> Vec<Variant> {
     // CUDA-core tiles of the f32 product with its epilogue.
     for (m, n, k, tm, tn) in [(128, 64, 16, 8, 8), (128, 32, 8, 8, 4), (64, 64, 16, 4, 4)] {
         out.push(Variant {
+            sm: "sm_90",
             workload: "linear_bias_gelu_4096",
             label: format!("tile_{m}x{n}x{k}_thread_{tm}x{tn}"),
             change: gpu(move |g| g.gemm_tiles.insert(0, tile(m, n, k, tm, tn))),
@@ -117,6 +173,7 @@ pub fn variants() -> Vec<Variant> {
     // Stages of the CUDA-core product's ring (2, double buffering, is the default).
     for stages in [3, 4] {
         out.push(Variant {
+            sm: "sm_90",
             workload: "linear_bias_gelu_4096",
             label: format!("gemm_stages_{stages}"),
             change: gpu(move |g| g.gemm_stages = stages),
@@ -136,6 +193,7 @@ pub fn variants() -> Vec<Variant> {
     ] {
         for workload in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
             out.push(Variant {
+                sm: "sm_90",
                 workload,
                 label: format!("tile_{rows}x{keys}_thread_{tr}x{tk}_cols_{tc}"),
                 change: gpu(move |g| {
@@ -158,6 +216,7 @@ pub fn variants() -> Vec<Variant> {
     for (rows, keys, tr, tk, tc) in [(128, 32, 8, 4, 8), (128, 64, 8, 8, 8)] {
         for workload in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
             out.push(Variant {
+                sm: "sm_90",
                 workload,
                 label: format!("tile_dynamic_{rows}x{keys}_thread_{tr}x{tk}_cols_{tc}"),
                 change: gpu(move |g| {
@@ -181,6 +240,7 @@ pub fn variants() -> Vec<Variant> {
     for w in [4, 16, 32] {
         for workload in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
             out.push(Variant {
+                sm: "sm_90",
                 workload,
                 label: format!("warp_rows_{w}"),
                 change: gpu(move |g| {
@@ -193,6 +253,7 @@ pub fn variants() -> Vec<Variant> {
     // A thread's accesses of an elementwise kernel: one element (4 bytes) or two.
     for bytes in [4, 8] {
         out.push(Variant {
+            sm: "sm_90",
             workload: "gelu_chain_64M",
             label: format!("vector_bytes_{bytes}"),
             change: gpu(move |g| g.vector_bytes = bytes),
@@ -203,11 +264,13 @@ pub fn variants() -> Vec<Variant> {
     // reads global memory).
     for workload in ["softmax_8192x8192", "layernorm_32768x1024"] {
         out.push(Variant {
+            sm: "sm_90",
             workload,
             label: "row_cache_shared".into(),
             change: gpu(|g| g.row_registers = 0),
         });
         out.push(Variant {
+            sm: "sm_90",
             workload,
             label: "row_cache_off".into(),
             change: gpu(|g| {
@@ -218,6 +281,7 @@ pub fn variants() -> Vec<Variant> {
     }
     // Warps per block of a warp-per-row reduction.
     out.push(Variant {
+        sm: "sm_90",
         workload: "layernorm_32768x1024",
         label: "block_128".into(),
         change: gpu(|g| g.elementwise_block = 128),

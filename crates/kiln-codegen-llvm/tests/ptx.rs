@@ -653,6 +653,79 @@ fn products_on_tensor_cores_assemble() {
     tally.finish("products on tensor cores");
 }
 
+/// Products of bf16 and f16 operands on sm_90a's warpgroups (`Gpu::wgmma_tiles`): 64 x 64 in
+/// 3 stages of 64 (48 KiB, static), 128 x 128 in 4 (128 KiB) and 128 x 256 in 4 (192 KiB) in
+/// dynamic shared memory aligned to 1024 bytes; rendered for sm_90a only (sm_90 refuses them)
+/// and assembled by ptxas.
+#[test]
+fn products_on_warpgroups_assemble_for_sm_90a() {
+    let dot = |a: &str, b: &str, ac: usize, bc: usize, y: &str| {
+        format!(
+            "func @main(%0: f32[{a}], %1: f32[{b}]) -> f32[{y}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : f32[{y}]\n  return %2\n}}\n"
+        )
+    };
+    let programs = [
+        dot("1,64,32", "1,64,32", 2, 2, "1,64,64"),
+        dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
+        dot("1,256,520", "1,520,256", 2, 1, "1,256,256"),
+    ];
+    let target = |(m, n): (usize, usize), stages: usize| {
+        let mut t = TargetInfo::h200();
+        let gpu = t.gpu.as_mut().expect("a GPU");
+        gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
+        gpu.mma_stages = stages;
+        gpu.wgmma_tiles = vec![kiln_kernel::target::GemmTile {
+            m,
+            n,
+            k: 64,
+            thread_m: 64,
+            thread_n: n,
+        }];
+        t
+    };
+    let mut jobs = Vec::new();
+    for (tile, stages, dtype, dynamic) in [
+        ((64, 64), 3, kiln_ir::DType::BF16, false),
+        ((64, 64), 3, kiln_ir::DType::F16, false),
+        ((128, 128), 4, kiln_ir::DType::BF16, true),
+        ((128, 256), 4, kiln_ir::DType::BF16, true),
+    ] {
+        for (i, src) in programs.iter().enumerate() {
+            let what = format!("product {i} {dtype} on {tile:?} x {stages}");
+            let p = product_with_operands(src, dtype, &target(tile, stages));
+            let l = &p.launches[0];
+            // Products smaller than half the tile stay on `mma.sync`.
+            if !l.uses_wgmma() {
+                assert!(i < 2 && tile.0 > 64, "{what}: not on warpgroups");
+                continue;
+            }
+            if i == 2 {
+                assert_eq!(l.dynamic_shared > 0, dynamic, "{what}");
+            }
+            assert!(matches!(
+                program_ptx(&p, &PtxTarget::sm90()),
+                Err(Error::Unsupported(_))
+            ));
+            let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
+            let needle = format!("wgmma.mma_async.sync.aligned.m64n{}k16", tile.1);
+            assert!(text.contains(&needle), "{what}: no {needle}");
+            if l.dynamic_shared > 0 {
+                assert!(text.contains(".extern .shared .align 1024 .b8"), "{what}");
+            }
+            jobs.push((what, text, "sm_90a".to_string()));
+        }
+    }
+    match ptxas() {
+        Some(ptxas) => {
+            let dir = scratch("warpgroup-products");
+            let rejected = assemble_all(&ptxas, &dir, &jobs);
+            let _ = std::fs::remove_dir_all(&dir);
+            assert!(rejected.is_empty(), "{}", rejected.join("\n"));
+        }
+        None => println!("ptxas not found (cargo xtask test installs it): PTX text only"),
+    }
+}
+
 /// Kernels whose shared arrays take more than the 48 KiB PTX declares statically, mapped
 /// where the target lets rings and attention tiles opt into dynamic shared memory: one
 /// `.extern .shared` array each, no static arrays; assembled by ptxas for sm_80 and sm_90.
@@ -749,6 +822,70 @@ fn a_tf32_warp_tile_assembles() {
     }
     tally.render("warp tile tf32", &p);
     tally.finish("TF32 warp tile");
+}
+
+/// One warpgroup's tile (`cp.async` into descriptor-laid arrays aligned to 1024 bytes,
+/// `fence.proxy.async`, `wgmma.fence`, `wgmma.mma_async` through matrix descriptors,
+/// `commit_group`, `wait_group`) renders for sm_90a only and assembles there, for every
+/// swizzle mode and the widths 8, 64 and 256, bf16 and f16.
+#[test]
+fn a_warpgroup_tile_assembles_for_sm_90a() {
+    use kiln_kernel::gpu::desc::WgSwizzle;
+    let mut jobs = Vec::new();
+    for swizzle in WgSwizzle::ALL {
+        for (n, dtype) in [
+            (8, kiln_ir::DType::BF16),
+            (64, kiln_ir::DType::F16),
+            (256, kiln_ir::DType::BF16),
+        ] {
+            let k = kiln_kernel::gpu::wgmma::warpgroup_tile(
+                dtype,
+                (n, 64),
+                swizzle,
+                n >= 64,
+                TargetInfo::h200().sums,
+            )
+            .unwrap();
+            let name = k.name.clone();
+            let p = GpuProgram {
+                scratch: Vec::new(),
+                launches: vec![k],
+            };
+            for target in [PtxTarget::sm90(), PtxTarget::sm80()] {
+                match program_ptx(&p, &target) {
+                    Err(Error::Unsupported(why)) => assert!(why.contains("sm_90a"), "{why}"),
+                    other => panic!("{name} for {}: {other:?}", target.sm),
+                }
+            }
+            let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
+            let op = if dtype == kiln_ir::DType::BF16 {
+                "bf16"
+            } else {
+                "f16"
+            };
+            for needle in [
+                ".target sm_90a".to_string(),
+                "fence.proxy.async.shared::cta".into(),
+                "wgmma.fence.sync.aligned".into(),
+                format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{op}.{op}"),
+                "wgmma.commit_group.sync.aligned".into(),
+                "wgmma.wait_group.sync.aligned".into(),
+                ".align 1024".into(),
+            ] {
+                assert!(text.contains(&needle), "{name}: no {needle} in\n{text}");
+            }
+            jobs.push((name, text, "sm_90a".to_string()));
+        }
+    }
+    match ptxas() {
+        Some(ptxas) => {
+            let dir = scratch("warpgroup-tiles");
+            let rejected = assemble_all(&ptxas, &dir, &jobs);
+            let _ = std::fs::remove_dir_all(&dir);
+            assert!(rejected.is_empty(), "{}", rejected.join("\n"));
+        }
+        None => println!("ptxas not found (cargo xtask test installs it): PTX text only"),
+    }
 }
 
 /// Whether any statement of `body` (nested ones too) is a TF32 `mma`.

@@ -4,7 +4,8 @@
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile (bf16
 //! and TF32), a product on the tensor cores (bf16, and f32 as TF32), attention in one launch,
 //! scatter, a sort by keys, a long sort by keys in tiles and global passes, a radix sort), and
-//! a tensor-core product in dynamic shared memory, for sm_90.
+//! a tensor-core product in dynamic shared memory, for sm_90; one warpgroup's `wgmma` tile and
+//! a product on warpgroups for sm_90a.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -174,6 +175,27 @@ fn warp_tile_on_tensor_cores() {
     insta::assert_snapshot!("warp_tile_mma_bf16", text);
 }
 
+/// One warpgroup's tile for sm_90a (bf16, 64 columns, a contraction of 64 in four `wgmma`
+/// steps, 128-byte swizzle): the descriptors, the inline `wgmma.mma_async` and its fences.
+#[test]
+fn warpgroup_tile_on_tensor_cores() {
+    let k = kiln_kernel::gpu::wgmma::warpgroup_tile(
+        kiln_ir::DType::BF16,
+        (64, 64),
+        kiln_kernel::gpu::desc::WgSwizzle::B128,
+        false,
+        TargetInfo::h200().sums,
+    )
+    .unwrap();
+    let p = kiln_kernel::gpu::ir::GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![k],
+    };
+    let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90a()).unwrap());
+    insta::assert_snapshot!("warpgroup_tile_wgmma_bf16", text);
+}
+
 /// A product of bf16 operands with an f32 result on the tensor cores (one warp's 16 x 16
 /// tile): the f32 product lowered for an H200, mapped with bf16 operands; its contraction of
 /// 96 runs the H200's whole pipeline (3 stages of 32, two `mma` k-steps each).
@@ -209,6 +231,52 @@ fn gemm_on_tensor_cores() {
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
     assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
     insta::assert_snapshot!("gemm_mma_bf16", text);
+}
+
+/// A product of bf16 operands with an f32 result on sm_90a's warpgroups (one 64 x 64 block,
+/// `Gpu::wgmma_tiles`): A K-major and B by rows MN-major, both copied with `cp.async`; its
+/// contraction of 192 runs a ring of 3 stages of 64, one `wgmma` group kept in flight.
+#[test]
+fn gemm_on_warpgroups() {
+    let src = "func @main(%0: f32[64,192], %1: f32[192,64]) -> f32[64,64] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[64,64]\n  return %2\n}\n";
+    let f = parse_func_text(src).unwrap();
+    let mut target = TargetInfo::h200();
+    let gpu = target.gpu.as_mut().unwrap();
+    gpu.mma_stages = 3;
+    gpu.wgmma_tiles = vec![kiln_kernel::target::GemmTile {
+        m: 64,
+        n: 64,
+        k: 64,
+        thread_m: 64,
+        thread_n: 64,
+    }];
+    let opts = kiln_kernel::Options::default();
+    let l =
+        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
+    let i = (0..l.func.insts.len())
+        .find(|&i| l.fused.kernels[i].is_some())
+        .unwrap();
+    let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
+        .iter()
+        .map(|v| {
+            let mut t = l.func.values[v.index()].clone();
+            t.dtype = kiln_ir::DType::BF16;
+            t
+        })
+        .collect();
+    let k = l.fused.kernels[i].as_ref().unwrap();
+    let p = kiln_kernel::gpu::map(
+        k,
+        &ins,
+        &target,
+        kiln_kernel::options::MatmulPrecision::Highest,
+        "k0_dot_general.product",
+    )
+    .unwrap();
+    assert!(p.launches[0].uses_wgmma());
+    let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90a()).unwrap());
+    insta::assert_snapshot!("gemm_wgmma_bf16", text);
 }
 
 /// One warp's TF32 tile: `cp.async` into f32 shared arrays, `ldmatrix` of f32 words,

@@ -266,6 +266,17 @@ pub struct Gpu {
     /// operands rounded to TF32, only when the options allow it
     /// ([`crate::options::MatmulPrecision::Tf32`]).
     pub tf32: bool,
+    /// Whether the GPU runs warpgroup products (`wgmma.mma_async`: 128 threads, operands read
+    /// from shared memory through matrix descriptors; sm_90a, whose PTX runs on sm_90 devices
+    /// only). Kernels with [`crate::gpu::ir::Stmt::Wgmma`] verify only where it is set.
+    pub wgmma: bool,
+    /// The block tiles of a product on warpgroups (`wgmma`, where `wgmma` is set; bf16 or f16
+    /// operands, an f32 result), largest first, chosen as `mma_tiles` are: `m` 64 or 128 (one
+    /// or two warpgroups of 64 rows each), `n` a multiple of 8 up to 256 (one `wgmma`'s
+    /// columns), `k` 64 (a stage: one 128-byte swizzle row), `thread_m` 64 and `thread_n` `n`;
+    /// stages as `mma_stages` says, within `Gpu::tile_limit`. Empty: products stay on
+    /// `mma.sync` (`mma_tiles`).
+    pub wgmma_tiles: Vec<GemmTile>,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
     /// once for its rows, so more rows read K and V fewer times. This is the warp-per-row
@@ -443,6 +454,11 @@ impl Gpu {
             mma_stages: 4,
             mma_swizzle: true,
             tf32: true,
+            // Hopper's warpgroup tensor cores, once the PTX is rendered for sm_90a.
+            wgmma: true,
+            // Not measured on a GPU yet: the pack's sweep times warpgroup tiles against the
+            // `mma.sync` ones before any becomes a default.
+            wgmma_tiles: Vec::new(),
             attention_warps: vec![16, 8, 4, 2, 1],
             // Not measured on a GPU yet (the pack's sweep times the neighbours): 64 query rows
             // of 4 warps, each thread 4 rows x 4 keys of a step of 32 (0.5 shared loads per

@@ -76,7 +76,7 @@ impl Target {
     /// gets without opting in (48 KiB: the PTX declares it statically) and what it may opt into
     /// (dynamic shared memory: 227 KiB from `sm_90`, 163 KiB on `sm_80`, 99 KiB on the other
     /// `sm_8x`), as `KILN_BACKEND=cuda` lowers for such a device; its tensor cores take TF32
-    /// operands from `sm_80` on.
+    /// operands from `sm_80` on, and warpgroup products (`wgmma`) only for `sm_90a`.
     pub fn ptx(sm: &str, sms: usize) -> Target {
         let mut t = Target {
             kind: Kind::Ptx,
@@ -97,6 +97,8 @@ impl Target {
             g.shared_memory_per_block = 48 << 10;
             g.dynamic_shared_bytes = opt_in.unwrap_or(g.dynamic_shared_bytes);
             g.tf32 = tf32;
+            // Warpgroup products only in PTX for sm_90a (architecture-specific: `wgmma`).
+            g.wgmma = sm == "sm_90a";
         }
         t
     }

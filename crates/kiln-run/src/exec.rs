@@ -204,7 +204,10 @@ impl Runner {
                 let need = a.target.sm_number().ok_or_else(|| {
                     Error::Artifact(format!("target.sm `{}` is not an SM (sm_NN)", a.target.sm))
                 })?;
-                if have < need {
+                // Architecture-specific PTX (`sm_90a`: warpgroup products) runs on its own SM
+                // only.
+                let specific = a.target.sm.ends_with('a');
+                if have < need || (specific && have != need) {
                     return Err(Error::Device(format!(
                         "cuda:{index} ({}) is sm_{have}; the artifact's PTX is for {} (compile it for sm_80 to run here)",
                         gpu.info().name,

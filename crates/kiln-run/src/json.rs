@@ -119,6 +119,8 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "mma_stages": g.mma_stages,
             "mma_swizzle": g.mma_swizzle,
             "tf32": g.tf32,
+            "wgmma": g.wgmma,
+            "wgmma_tiles": tiles_to_json(&g.wgmma_tiles),
             "attention_warps": g.attention_warps,
             "attention_tiles": attention_tiles_to_json(&g.attention_tiles),
         })),
@@ -242,6 +244,16 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 mma_stages: g.usize("mma_stages")?,
                 mma_swizzle: g.bool("mma_swizzle")?,
                 tf32: g.bool("tf32")?,
+                // Absent from manifests written before warpgroup products: none.
+                wgmma: g
+                    .get("wgmma")
+                    .ok()
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                wgmma_tiles: match g.get("wgmma_tiles") {
+                    Ok(v) => tiles_from_json("target.info.gpu.wgmma_tiles", v)?,
+                    Err(_) => Vec::new(),
+                },
                 attention_warps: g
                     .get("attention_warps")?
                     .as_array()

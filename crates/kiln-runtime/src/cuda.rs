@@ -263,7 +263,7 @@ impl DeviceInfo {
     /// ([`TargetInfo::h200`]) with this device's multiprocessors, warp, threads per block,
     /// the shared memory a block gets without opting in (what the PTX declares statically)
     /// and what it may opt into (dynamic shared memory), and TF32 tensor cores where it has
-    /// them.
+    /// them; no warpgroup products (its PTX is not for `sm_90a`).
     pub fn target_info(&self) -> TargetInfo {
         let mut t = TargetInfo::h200();
         if let Some(g) = t.gpu.as_mut() {
@@ -275,6 +275,9 @@ impl DeviceInfo {
             g.elementwise_block = g.elementwise_block.min(self.max_threads_per_block);
             // TF32 tensor cores from compute capability 8.0 (Ampere) on.
             g.tf32 = self.compute_capability.0 >= 8;
+            // The PTX is rendered for `sm_90` (or `sm_80`), not the architecture-specific
+            // `sm_90a` that warpgroup products need.
+            g.wgmma = false;
         }
         t
     }

@@ -129,6 +129,7 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
             f.add_attribute(AttributeLoc::Param(i as u32), noalias);
         }
     }
+    let align = k.shared_alignment();
     let shared = if k.dynamic_shared > 0 {
         dynamic_shared(ctx, m, k, &name)?
     } else {
@@ -144,8 +145,9 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
                 );
                 g.set_linkage(Linkage::Internal);
                 g.set_initializer(&t.get_undef());
-                // 16 bytes: the widest `cp.async` and every `ldmatrix` row address need it.
-                g.set_alignment(16);
+                // 16 bytes: the widest `cp.async` and every `ldmatrix` row address need it;
+                // 1024 where a `wgmma` descriptor's swizzle works on the address.
+                g.set_alignment(align[i] as u32);
                 g.as_pointer_value()
             })
             .collect()
@@ -218,7 +220,8 @@ fn dynamic_shared<'c>(
         &format!("{name}_dynamic_shared"),
     );
     g.set_linkage(Linkage::External);
-    g.set_alignment(16);
+    // Each array at its offset from here, aligned as `GpuKernel::shared_alignment` says.
+    g.set_alignment(k.shared_alignment().into_iter().max().unwrap_or(16) as u32);
     let base = g.as_pointer_value();
     offsets
         .iter()
@@ -552,6 +555,22 @@ impl<'a, 'c> Emit<'a, 'c> {
         Ok((p, et, a.dtype))
     }
 
+    /// The address of a shared array's element `index` as it lies in memory (not through
+    /// the array's swizzle).
+    pub(super) fn shared_unswizzled(&self, array: usize, index: &Sc) -> Result<PointerValue<'c>> {
+        let Some(a) = self.k.shared.get(array) else {
+            return self.err(format!("no shared array {array}"));
+        };
+        let t = shared_type(self.ctx, a).array_type(a.len as u32);
+        let i = self.sc(index)?;
+        // SAFETY: the mapping keeps descriptors within their arrays (the emulator checks it).
+        unsafe {
+            self.b
+                .build_in_bounds_gep(t, self.shared[array], &[self.i64c(0), i], "desc")
+        }
+        .map_err(llvm)
+    }
+
     /// Records in `types` the type of each register's first write in `body`.
     fn first_writes(&self, body: &[Stmt], types: &mut Vec<Option<BasicTypeEnum<'c>>>) {
         let i64t: BasicTypeEnum = self.ctx.i64_type().into();
@@ -604,10 +623,22 @@ impl<'a, 'c> Emit<'a, 'c> {
                     }
                     continue;
                 }
+                Stmt::Wgmma { acc, .. } => {
+                    for &r in acc {
+                        if let Some(slot @ None) = types.get_mut(r) {
+                            *slot = Some(self.ctx.f32_type().into());
+                        }
+                    }
+                    continue;
+                }
                 Stmt::SetVar { .. }
                 | Stmt::CopyAsync { .. }
                 | Stmt::CopyCommit
                 | Stmt::CopyWait { .. }
+                | Stmt::WgmmaFence
+                | Stmt::ProxyFence
+                | Stmt::WgmmaCommit
+                | Stmt::WgmmaWait { .. }
                 | Stmt::Store { .. }
                 | Stmt::SharedStore { .. }
                 | Stmt::Barrier
@@ -778,6 +809,17 @@ impl<'a, 'c> Emit<'a, 'c> {
                 elems,
             } => self.copy_async(*array, index, *buf, src, *elems)?,
             Stmt::CopyCommit => self.copy_commit()?,
+            Stmt::WgmmaFence => self.wgmma_fence()?,
+            Stmt::ProxyFence => self.proxy_fence()?,
+            Stmt::WgmmaCommit => self.wgmma_commit()?,
+            Stmt::WgmmaWait { pending } => self.wgmma_wait(*pending)?,
+            Stmt::Wgmma {
+                acc,
+                a,
+                b,
+                n,
+                operand,
+            } => self.wgmma(acc, (a, b), *n, *operand)?,
             Stmt::CopyWait { pending } => self.copy_wait(*pending)?,
             Stmt::LdMatrix {
                 regs,

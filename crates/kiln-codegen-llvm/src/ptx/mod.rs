@@ -6,6 +6,8 @@
 //!   (address space 1), its shared arrays as address-space-3 globals, registers and loop
 //!   variables in stack slots (promoted to SSA values by the optimizer), `For`/`If` as control
 //!   flow, special registers, barriers and warp shuffles through NVVM intrinsics.
+//! - `mma.rs`, `copy.rs`, `wgmma.rs`: the tensor-core statements, asynchronous copies, and
+//!   sm_90a's warpgroup products.
 //! - `expr.rs`: kernel-IR expressions at a thread's loop variables, reductions in the
 //!   [`kiln_kernel::target::SumTree`] order the emulator follows.
 //! - Element operations are the CPU's (`crate::common`), with kiln's own LLVM IR for what
@@ -17,6 +19,7 @@ mod copy;
 mod expr;
 mod kernel;
 mod mma;
+mod wgmma;
 
 use crate::{Error, Result};
 use inkwell::context::Context;
@@ -47,6 +50,20 @@ impl PtxTarget {
         }
     }
 
+    /// Hopper's architecture-specific target (`sm_90a`, PTX ISA 8.0): warpgroup products
+    /// (`wgmma`), whose PTX runs on sm_90 devices only.
+    pub fn sm90a() -> PtxTarget {
+        PtxTarget {
+            sm: "sm_90a".into(),
+            features: "+ptx80".into(),
+        }
+    }
+
+    /// Whether warpgroup products (`wgmma`) render for it: `sm_90a`.
+    pub fn has_wgmma(&self) -> bool {
+        self.sm == "sm_90a"
+    }
+
     /// Ampere (A100), PTX ISA 8.0.
     pub fn sm80() -> PtxTarget {
         PtxTarget {
@@ -74,6 +91,16 @@ pub fn program_ptx(p: &GpuProgram, target: &PtxTarget) -> Result<String> {
     // seen to write as zero (an f64 bitcast to i64 on an H200).
     m.set_triple(&tm.get_triple());
     m.set_data_layout(&tm.get_target_data().get_data_layout());
+    if let Some(k) = p
+        .launches
+        .iter()
+        .find(|k| k.uses_wgmma() && !target.has_wgmma())
+    {
+        return Err(Error::Unsupported(format!(
+            "{}: warpgroup products (wgmma) need sm_90a, not {}",
+            k.name, target.sm
+        )));
+    }
     for k in &p.launches {
         kernel::emit(&ctx, &m, k)?;
     }

@@ -10,6 +10,7 @@
 //! `kiln-runtime` runs them on the CPU with the GPU's semantics (lockstep warps, barriers,
 //! shuffles, shared memory).
 
+pub use super::desc::{MatrixDesc, WgSwizzle};
 use crate::ir::Expr;
 use crate::target::{Gpu, SumTree};
 use kiln_ir::{Combiner, DType, TensorType};
@@ -335,6 +336,47 @@ pub enum Stmt {
         /// The operands' type.
         operand: MmaOperand,
     },
+    /// `wgmma.fence.sync.aligned`, by a whole warpgroup (128 threads, 4 warps from a
+    /// multiple of 4): orders the warpgroup's register accesses before the
+    /// [`Stmt::Wgmma`]s after it. A `wgmma` whose accumulators were written by anything but
+    /// `wgmma`s since this thread's last fence is an error in the emulator.
+    WgmmaFence,
+    /// `fence.proxy.async.shared::cta`: this thread's writes to shared memory so far (stores
+    /// and landed `cp.async` copies, the generic proxy) become visible to the async proxy a
+    /// [`Stmt::Wgmma`] reads through (after a barrier for the other threads). A `wgmma`
+    /// reading an element written without one since is an error in the emulator.
+    ProxyFence,
+    /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{operand}.{operand}` with scale-d 1: the
+    /// warpgroup starts `D = A x B + D` for a 64 x 16 A and 16 x `n` B, both read from shared
+    /// memory through matrix descriptors (K-major: A by rows, B by columns; see
+    /// [`crate::gpu::desc`]), D in f32 registers: thread `t` of the warpgroup (warp `w = t /
+    /// 32`, `g = lane / 4`, `q = lane % 4`) holds, in `acc[i]`, row `16w + g + 8 ((i % 4) /
+    /// 2)`, column `8 (i / 4) + 2q + i % 2`. It runs asynchronously: its accumulators may not
+    /// be read or written (but by further `wgmma`s) until a [`Stmt::WgmmaWait`] retires the
+    /// group [`Stmt::WgmmaCommit`] put it in, nor the shared elements it reads be written;
+    /// the emulator computes it at once (products exact, the sum rounded once to f32) and
+    /// checks those rules.
+    Wgmma {
+        /// The accumulators (`n / 2` f32 registers).
+        acc: Vec<usize>,
+        /// A (64 x 16, K-major).
+        a: MatrixDesc,
+        /// B (16 x `n`, K-major: `n` rows of 16).
+        b: MatrixDesc,
+        /// Columns (a multiple of 8 from 8 to 256).
+        n: usize,
+        /// The operands' type (bf16 or f16).
+        operand: MmaOperand,
+    },
+    /// `wgmma.commit_group.sync.aligned`: the warpgroup's `wgmma`s since the last commit form
+    /// a group.
+    WgmmaCommit,
+    /// `wgmma.wait_group.sync.aligned pending`: waits until at most `pending` of the
+    /// warpgroup's committed groups are in flight (the oldest retire first).
+    WgmmaWait {
+        /// Groups that may stay in flight.
+        pending: usize,
+    },
 }
 
 /// The operand type of a tensor-core [`Stmt::Mma`], which fixes its shape.
@@ -569,19 +611,63 @@ impl GpuKernel {
     }
 
     /// Where each shared array starts in one dynamic shared array, in bytes (each at a
-    /// multiple of 16, as `cp.async` and `ldmatrix` need), and the bytes they take together.
+    /// multiple of 16, as `cp.async` and `ldmatrix` need, or of 1024 for an array a
+    /// [`Stmt::Wgmma`] descriptor names: [`GpuKernel::shared_alignment`]), and the bytes they
+    /// take together.
     pub fn shared_offsets(&self) -> (Vec<usize>, usize) {
-        let mut at = 0;
+        let align = self.shared_alignment();
+        let mut at = 0usize;
         let offsets = self
             .shared
             .iter()
-            .map(|a| {
-                let start = at;
-                at = (at + a.len * a.elem_bytes()).next_multiple_of(16);
+            .zip(&align)
+            .map(|(a, &al)| {
+                let start = at.next_multiple_of(al);
+                at = (start + a.len * a.elem_bytes()).next_multiple_of(16);
                 start
             })
             .collect();
         (offsets, at)
+    }
+
+    /// The alignment in bytes of each shared array: 1024 for one a [`Stmt::Wgmma`]'s
+    /// descriptor names (a swizzle pattern repeats every 1024 bytes at most, and works on
+    /// the address itself), 16 for the others.
+    pub fn shared_alignment(&self) -> Vec<usize> {
+        fn mark(body: &[Stmt], out: &mut [usize]) {
+            for s in body {
+                match s {
+                    Stmt::Wgmma { a, b, .. } => {
+                        for d in [a, b] {
+                            if let Some(x) = out.get_mut(d.array) {
+                                *x = 1024;
+                            }
+                        }
+                    }
+                    Stmt::For { body, .. } | Stmt::If { body, .. } => mark(body, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = vec![16; self.shared.len()];
+        mark(&self.body, &mut out);
+        out
+    }
+
+    /// Whether its body has a warpgroup statement ([`Stmt::Wgmma`], its fence, commit or
+    /// wait): a kernel for sm_90a.
+    pub fn uses_wgmma(&self) -> bool {
+        fn any(body: &[Stmt]) -> bool {
+            body.iter().any(|s| match s {
+                Stmt::Wgmma { .. }
+                | Stmt::WgmmaFence
+                | Stmt::WgmmaCommit
+                | Stmt::WgmmaWait { .. } => true,
+                Stmt::For { body, .. } | Stmt::If { body, .. } => any(body),
+                _ => false,
+            })
+        }
+        any(&self.body)
     }
 
     /// Decides how its shared arrays are declared on `gpu`: in one dynamic array

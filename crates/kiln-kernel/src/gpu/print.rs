@@ -149,8 +149,39 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
                 reg_list(b),
                 reg_list(c)
             ),
+            Stmt::WgmmaFence => writeln!(out, "{pad}wgmma.fence"),
+            Stmt::ProxyFence => writeln!(out, "{pad}fence.proxy.async"),
+            Stmt::Wgmma {
+                acc,
+                a,
+                b,
+                n,
+                operand,
+            } => writeln!(
+                out,
+                "{pad}{} += wgmma.m64n{n}k16.{} {}, {}",
+                reg_list(acc),
+                operand.name(),
+                desc_text(a),
+                desc_text(b)
+            ),
+            Stmt::WgmmaCommit => writeln!(out, "{pad}wgmma.commit"),
+            Stmt::WgmmaWait { pending } => writeln!(out, "{pad}wgmma.wait {pending}"),
         };
     }
+}
+
+/// `desc(sharedA[start], lbo L, sbo S, swizzle W[, mn-major])`.
+fn desc_text(d: &MatrixDesc) -> String {
+    format!(
+        "desc(shared{}[{}], lbo {}, sbo {}, swizzle {}{})",
+        d.array,
+        d.start,
+        d.lbo,
+        d.sbo,
+        d.swizzle.name(),
+        if d.mn_major { ", mn-major" } else { "" }
+    )
 }
 
 /// `{rA, rB, ...}`.
@@ -262,6 +293,18 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
             ));
         }
     }
+    if k.uses_wgmma() && (!gpu.wgmma || k.warp != 32 || !k.block.is_multiple_of(128)) {
+        return fail(format!(
+            "warpgroup products (wgmma) in blocks of {} threads (warp {}) on a target {}",
+            k.block,
+            k.warp,
+            if gpu.wgmma {
+                "whose blocks must be whole warpgroups of 128 threads"
+            } else {
+                "without them (sm_90a only)"
+            }
+        ));
+    }
     fn check(k: &GpuKernel, body: &[Stmt]) -> Result<(), String> {
         for s in body {
             let (regs, arrays): (Vec<usize>, Vec<usize>) = match s {
@@ -347,7 +390,36 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                     }
                     (vec![], vec![*array])
                 }
-                Stmt::CopyCommit | Stmt::CopyWait { .. } => (vec![], vec![]),
+                Stmt::CopyCommit
+                | Stmt::CopyWait { .. }
+                | Stmt::WgmmaFence
+                | Stmt::ProxyFence
+                | Stmt::WgmmaCommit
+                | Stmt::WgmmaWait { .. } => (vec![], vec![]),
+                Stmt::Wgmma {
+                    acc,
+                    a,
+                    b,
+                    n,
+                    operand,
+                } => {
+                    if *operand == MmaOperand::Tf32
+                        || !n.is_multiple_of(8)
+                        || !(8..=256).contains(n)
+                        || acc.len() != n / 2
+                    {
+                        return Err(format!(
+                            "a wgmma m64n{n}k16 of {} with {} accumulators (bf16 or f16, n a \
+                             multiple of 8 up to 256, n / 2 accumulators)",
+                            operand.name(),
+                            acc.len()
+                        ));
+                    }
+                    for d in [a, b] {
+                        check_desc(k, d, *operand)?;
+                    }
+                    (acc.clone(), vec![a.array, b.array])
+                }
                 Stmt::Mma {
                     d,
                     a,
@@ -389,6 +461,36 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
         Ok(())
     }
     check(k, &k.body).or_else(fail)
+}
+
+/// Checks a [`Stmt::Wgmma`] operand's descriptor: a packed array of the operand's dtype,
+/// unswizzled or swizzled by chunks `>> 3` (which moves a chunk back where it came from, so
+/// the emulator can find an element from its address), strides the descriptor holds.
+fn check_desc(k: &GpuKernel, d: &MatrixDesc, operand: MmaOperand) -> Result<(), String> {
+    let Some(a) = k.shared.get(d.array) else {
+        return Err(format!("a wgmma descriptor of shared array {}", d.array));
+    };
+    if !a.packed || a.dtype != operand.dtype() || !matches!(a.swizzle, None | Some(3)) {
+        return Err(format!(
+            "a wgmma of {} reads shared{} ({}[{}]{}{}), not a packed array of its dtype \
+             unswizzled or swizzled by chunks >> 3",
+            operand.name(),
+            d.array,
+            a.dtype,
+            a.len,
+            if a.packed { " packed" } else { "" },
+            a.swizzle
+                .map_or(String::new(), |s| format!(" swizzled >> {s}"))
+        ));
+    }
+    for (what, v) in [("leading", d.lbo), ("stride", d.sbo)] {
+        if !v.is_multiple_of(16) || v >= 1 << 18 {
+            return Err(format!(
+                "a wgmma descriptor's {what} byte offset {v} (a multiple of 16 below 2^18)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `f` lowered for an H200 ([`crate::target::TargetInfo::h200`]) under `opts`, each kernel

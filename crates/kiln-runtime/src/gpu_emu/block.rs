@@ -12,6 +12,8 @@ use kiln_kernel::gpu::ir::*;
 use kiln_kernel::gpu::tf32;
 use std::collections::{HashMap, VecDeque};
 
+mod wgmma;
+
 /// Who touched one shared element in the current phase.
 #[derive(Clone, Copy, Default)]
 struct Access {
@@ -50,6 +52,8 @@ pub(crate) struct Block<'a> {
     /// Per shared array and element: the `cp.async` copies into it still in flight. Any other
     /// access to such an element is an error (what it would see is undefined on a GPU).
     inflight: Vec<Vec<u32>>,
+    /// Warpgroup products in flight and the rules around them (`block/wgmma.rs`).
+    wg: wgmma::Wg,
 }
 
 /// One `cp.async` in flight: the values read, and where they land.
@@ -77,6 +81,7 @@ impl<'a> Block<'a> {
             log: HashMap::new(),
             copies: (0..k.block).map(|_| Default::default()).collect(),
             inflight: k.shared.iter().map(|a| vec![0; a.len]).collect(),
+            wg: wgmma::Wg::new(k),
         }
     }
 
@@ -91,6 +96,12 @@ impl<'a> Block<'a> {
                     "thread {t} ends with {left} cp.async copies never waited for"
                 ));
             }
+        }
+        let left = self.wg.left();
+        if left > 0 {
+            return self.err(format!(
+                "the block ends with {left} wgmmas never retired by a wgmma.wait_group"
+            ));
         }
         Ok(())
     }
@@ -115,11 +126,15 @@ impl<'a> Block<'a> {
     }
 
     fn reg(&self, t: usize, r: usize) -> V {
-        self.regs[t * self.k.regs + r]
+        let at = t * self.k.regs + r;
+        self.wg.touched(t, r, at, "reads");
+        self.regs[at]
     }
 
     fn set(&mut self, t: usize, r: usize, v: V) {
-        self.regs[t * self.k.regs + r] = v;
+        let at = t * self.k.regs + r;
+        self.wg.wrote(t, r, at);
+        self.regs[at] = v;
     }
 
     fn touch(
@@ -137,6 +152,9 @@ impl<'a> Block<'a> {
             ));
         }
         let i = index as usize;
+        if write {
+            self.wg.shared_write(t, array, i).or_else(|m| self.err(m))?;
+        }
         if self.inflight[array][i] > 0 {
             let what = if write { "writes" } else { "reads" };
             return self.err(format!(
@@ -210,6 +228,9 @@ impl<'a> Block<'a> {
     fn stmts(&mut self, body: &[Stmt], mask: &[bool]) -> Result<(), EmuError> {
         for s in body {
             self.stmt(s, mask)?;
+            if let Some(m) = self.wg.violation.take() {
+                return self.err(m);
+            }
         }
         Ok(())
     }
@@ -409,6 +430,12 @@ impl<'a> Block<'a> {
                             b.data.len()
                         ));
                     }
+                    if let Some(x) = (at..at + e).find(|&x| self.wg.is_read(*array, x as usize)) {
+                        return self.err(format!(
+                            "a cp.async into shared{array}[{x}], which a wgmma still in flight \
+                             reads (thread {t})"
+                        ));
+                    }
                     let values = b.data[from as usize..(from + e) as usize].to_vec();
                     for x in at..at + e {
                         self.inflight[*array][x as usize] += 1;
@@ -565,6 +592,17 @@ impl<'a> Block<'a> {
                     }
                 }
             }
+            Stmt::WgmmaFence => self.wgmma_fence(mask)?,
+            Stmt::ProxyFence => self.proxy_fence(mask),
+            Stmt::WgmmaCommit => self.wgmma_commit(mask)?,
+            Stmt::WgmmaWait { pending } => self.wgmma_wait(mask, *pending)?,
+            Stmt::Wgmma {
+                acc,
+                a,
+                b,
+                n,
+                operand,
+            } => self.wgmma(mask, acc, (a, b), *n, *operand)?,
             Stmt::Shuffle { reg, src, mode } => {
                 let w = self.k.warp;
                 for first in (0..n).step_by(w) {

@@ -217,7 +217,8 @@ impl Mapper<'_> {
     /// feature planes for a convolution that asks for them), through `epilogue` if there is
     /// one (which reads the other inputs): by block tiles ([`Mapper::tiled_product`],
     /// [`Mapper::mma_product`]: on the tensor cores for 16-bit operands, and for f32 ones when
-    /// the options allow TF32) when the target has a tile for it, else one thread per element
+    /// the options allow TF32; [`Mapper::wgmma_product`] on warpgroups for 16-bit operands
+    /// where the GPU has them and a tile) when the target has a tile for it, else one thread per element
     /// over the whole contraction.
     fn product(
         &self,
@@ -244,6 +245,9 @@ impl Mapper<'_> {
             out,
             epilogue,
         };
+        if let Some(tile) = self.wgmma_tile((d.m, d.n), types).filter(|_| total > 0) {
+            return self.wgmma_product(launch, d, &ops, tile);
+        }
         if let Some(tile) = self.mma_tile((d.m, d.n), types).filter(|_| total > 0) {
             return self.mma_product(launch, d, &ops, tile);
         }

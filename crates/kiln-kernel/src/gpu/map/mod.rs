@@ -21,7 +21,10 @@
 //!   with an f32 result runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and
 //!   `mma.m16n8k16` per warp, [`MapKind::GemmMma`], `tensor.rs`), and so does an f32 product
 //!   when the options allow TF32 ([`MatmulPrecision::Tf32`]) and the GPU has TF32 tensor cores
-//!   (`Gpu::tf32`; `mma.m16n8k8`, operands rounded to TF32 as they are loaded). Attention (a product whose
+//!   (`Gpu::tf32`; `mma.m16n8k8`, operands rounded to TF32 as they are loaded). On a GPU
+//!   with sm_90a's warpgroup products (`Gpu::wgmma`) and a tile for them (`Gpu::wgmma_tiles`)
+//!   a product of bf16 or f16 operands runs on `wgmma.m64nNk16` instead (`warpgroup.rs`,
+//!   operands through matrix descriptors of the staged 128-byte-swizzled tiles). Attention (a product whose
 //!   softmax epilogue fusion computes online, chained into a second product) runs as one
 //!   launch, flash-attention style: by register tiles of query rows x keys where one of
 //!   `Gpu::attention_tiles` fits ([`MapKind::AttentionTiled`], `attention_tiles.rs`), else a
@@ -70,6 +73,7 @@ mod scatter;
 mod staging;
 mod tensor;
 mod tiled;
+mod warpgroup;
 
 use row_cache::{RowCache, Rows};
 use scatter::SelectWindows;

@@ -40,8 +40,12 @@ pub(super) struct Tile<'e> {
     /// Contraction indices in the tile.
     pub depth: usize,
     /// Shared layout: `row * depth + kc` when true (the contraction contiguous), else
-    /// `kc * extent + row`.
+    /// `kc * extent + row`, or with `panel` in panels of `panel` rows one after the other,
+    /// `(row / panel) * depth * panel + kc * panel + row % panel`.
     pub k_fastest: bool,
+    /// Rows of a panel when the rows are contiguous (0: one panel of `extent` rows; else a
+    /// divisor of `extent` that 16-byte copies divide).
+    pub panel: usize,
     /// The operand's element at the kernel variables, in the staged dtype.
     pub expr: &'e Expr,
     /// The shared array (a ring of stages of `extent * depth` elements each).
@@ -139,7 +143,9 @@ impl Staging {
             (t.row_var, t.extent, t.rows)
         };
         let e = elems as i64;
-        let aligned = coef[fast] == 1
+        let panels = t.k_fastest || t.panel == 0 || t.panel.is_multiple_of(elems);
+        let aligned = panels
+            && coef[fast] == 1
             && coef[other] == 0
             && fast_extent.is_multiple_of(elems)
             && fast_len.is_multiple_of(elems)
@@ -157,6 +163,14 @@ impl Staging {
     fn at(&self, t: &Tile, row: Sc, kc: Sc) -> Sc {
         let within = if t.k_fastest {
             Sc::plus(Sc::times(row, c(t.depth)), kc)
+        } else if t.panel > 0 {
+            Sc::plus(
+                Sc::plus(
+                    Sc::times(Sc::quot(row.clone(), c(t.panel)), c(t.depth * t.panel)),
+                    Sc::times(kc, c(t.panel)),
+                ),
+                Sc::modulo(row, c(t.panel)),
+            )
         } else {
             Sc::plus(Sc::times(kc, c(t.extent)), row)
         };
@@ -292,6 +306,10 @@ pub(super) struct Stepping {
     pub step: usize,
     /// Stages in the ring (at least 2: two is double buffering).
     pub stages: usize,
+    /// Steps whose stages stay in use after their multiply (asynchronous products still
+    /// reading them: `wgmma` groups left in flight), so that step `s` stages step `s +
+    /// stages - 1 - lag` into the stage of step `s - 1 - lag`; at most `stages - 2`.
+    pub lag: usize,
 }
 
 /// The pipelined loop over the contraction: `staging` fills a stage (its `k0` and `stage`
@@ -300,7 +318,8 @@ pub(super) struct Stepping {
 /// `stages - 1` steps are staged, each its own `cp.async` group; step `s` waits until at most
 /// `stages - 2` groups are in flight (so its own has landed), meets the block at the barrier,
 /// stages step `s + stages - 1` into the stage step `s - 1` was multiplied from, and
-/// multiplies. Every step commits a group, empty past the contraction's end, so the count
+/// multiplies. With a lag ([`Stepping::lag`]) each of those is `lag` steps fewer: step `s`
+/// stages into the stage step `s - 1 - lag` was multiplied from. Every step commits a group, empty past the contraction's end, so the count
 /// stays right; the last `stages - 1` steps stage nothing and drain the ring.
 pub(super) fn pipelined(
     staging: &Staging,
@@ -311,8 +330,10 @@ pub(super) fn pipelined(
 ) -> Vec<Stmt> {
     let reg = Sc::Reg;
     let stages = s.stages.max(2);
+    // Steps staged ahead of the one multiplied.
+    let ahead = (stages - 1).saturating_sub(s.lag).max(1);
     let mut out = Vec::new();
-    for p in 0..stages - 1 {
+    for p in 0..ahead {
         out.extend([
             Stmt::Let {
                 reg: staging.k0,
@@ -337,21 +358,19 @@ pub(super) fn pipelined(
         value: Sc::modulo(at(), c(stages)),
     }];
     if copies {
-        body.push(Stmt::CopyWait {
-            pending: stages - 2,
-        });
+        body.push(Stmt::CopyWait { pending: ahead - 1 });
     }
-    // The stage freed last: `cur - 1`, that is `cur + stages - 1`, around the ring.
-    let next = if stages == 2 {
+    // The stage freed last: `cur - 1 - lag`, that is `cur + ahead`, around the ring.
+    let next = if stages == 2 && ahead == 1 {
         Sc::plus(c(1), Sc::times(reg(s.cur), Sc::Const(-1)))
     } else {
-        Sc::modulo(Sc::plus(at(), c(stages - 1)), c(stages))
+        Sc::modulo(Sc::plus(at(), c(ahead)), c(stages))
     };
     body.extend([
         Stmt::Barrier,
         Stmt::Let {
             reg: staging.k0,
-            value: Sc::plus(reg(s.k0), c((stages - 1) * s.step)),
+            value: Sc::plus(reg(s.k0), c(ahead * s.step)),
         },
         Stmt::Let {
             reg: staging.stage,

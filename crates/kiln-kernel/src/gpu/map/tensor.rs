@@ -268,6 +268,7 @@ impl Mapper<'_> {
                 extent: bm,
                 depth: kt,
                 k_fastest: true,
+                panel: 0,
                 expr: ops.a,
                 array: 0,
             },
@@ -278,6 +279,7 @@ impl Mapper<'_> {
                 extent: bn,
                 depth: kt,
                 k_fastest: !b_by_rows,
+                panel: 0,
                 expr: ops.b,
                 array: 1,
             },
@@ -373,6 +375,7 @@ impl Mapper<'_> {
             cur,
             step: kt,
             stages,
+            lag: 0,
         };
         let stage = staging.stage(&tiles, &shared);
         body.extend(pipelined(&staging, stage, &stepping, k_step, copies));

@@ -157,6 +157,7 @@ impl Mapper<'_> {
                 extent: bm,
                 depth: bk,
                 k_fastest: false,
+                panel: 0,
                 expr: ops.a,
                 array: 0,
             },
@@ -167,6 +168,7 @@ impl Mapper<'_> {
                 extent: bn,
                 depth: bk,
                 k_fastest: false,
+                panel: 0,
                 expr: ops.b,
                 array: 1,
             },
@@ -287,6 +289,7 @@ impl Mapper<'_> {
             cur,
             step: bk,
             stages,
+            lag: 0,
         };
         let stage = staging.stage(&tiles, &shared);
         body.extend(pipelined(&staging, stage, &stepping, k_step, copies));

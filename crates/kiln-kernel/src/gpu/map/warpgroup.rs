@@ -1,0 +1,335 @@
+//! A matrix product on sm_90a's warpgroup tensor cores ([`MapKind::GemmMma`] with
+//! [`Stmt::Wgmma`]): bf16 or f16 operands, an f32 result, on a GPU with warpgroup products
+//! (`Gpu::wgmma`) and a tile for them (`Gpu::wgmma_tiles`; none by default, so the `mma.sync`
+//! mapping of `tensor.rs` runs until the GPU pack's sweep measures them).
+//!
+//! # The tiles and the ring
+//!
+//! A block of `tile.m / 64` warpgroups (one or two, 128 threads each) computes a `tile.m x
+//! tile.n` tile of the result, warpgroup `w` rows `64w..64w + 64` of it with `wgmma.m64nNk16`
+//! (`N = tile.n`, up to 256). The contraction runs in steps of 64 through the same ring of
+//! stages as the `mma.sync` products (`staging.rs`: `cp.async` copies where the operand's rows
+//! are contiguous, registers otherwise, zeros past the edges; `Gpu::mma_stages` stages, fewer
+//! where they do not fit `Gpu::tile_limit`). An operand stored with its contraction
+//! contiguous (A by rows, B by columns) is staged K-major, its row `r` as 64 consecutive
+//! elements, `row * 64 + k`; one stored with its rows contiguous (A transposed, B by rows,
+//! the usual `x @ w`) MN-major, in panels of 64 rows, each contraction index's 64 rows
+//! consecutive, `(row / 64) * 4096 + k * 64 + row % 64` (B only when the tile's columns are
+//! whole panels; else K-major through registers), so that `cp.async` copies both.
+//!
+//! # Why that is the layout the descriptors describe
+//!
+//! A row of 64 16-bit elements is 128 bytes, one row of a 128-byte swizzle atom, so each
+//! K-major stage is `rows / 8` atoms of 8 rows, one after the other: exactly the K-major
+//! layout of [`crate::gpu::desc::TileLayout`] with the 128-byte swizzle (SBO 1024 bytes
+//! between row groups). An MN-major panel's contraction index is 128 bytes too, so a panel is
+//! 8 atoms of 8 contraction indices one after the other (SBO 1024 bytes), and the panels
+//! follow each other (LBO 8192 bytes): the MN-major layout of the same type (`imm-trans` 1).
+//! The swizzle XORs a row's 16-byte chunk index with its row within the atom, `chunk ^ (row
+//! % 8)`; the staged arrays are swizzled by chunks `>> 3` ([`SharedArray::swizzle`]), which
+//! moves logical chunk `c = 8 row + chunk` to `c ^ ((c >> 3) & 7) = 8 row + (chunk ^ (row %
+//! 8))`, the same place, as long as each stage starts at a multiple of 1024 bytes: the arrays
+//! a descriptor names are aligned so ([`GpuKernel::shared_alignment`]) and a stage is `rows x
+//! 128` bytes with `rows` a multiple of 8. The `cp.async` copies and register stores write
+//! logical indices as everywhere else; the emulator reads what a `wgmma` reads through the
+//! descriptor's address arithmetic and the hardware swizzle, then back through the array's
+//! swizzle, so a layout that disagrees fails its tests. Contraction step `j` (16 elements)
+//! of a stage starts its K-major descriptors `16 j` elements into the first row of the
+//! warpgroup's rows (A) or of the tile's columns (B), within the first row of an atom where
+//! the swizzle leaves it in place, and its MN-major ones at contraction index `16 j` of the
+//! first panel, the first row of an atom.
+//!
+//! # The order of the sums
+//!
+//! Each `wgmma` adds 16 terms to its accumulators, as an `mma` k-step does; the accumulators
+//! take chunks of `leaf` terms and a tree of `fanout` above them, flushed where the `mma.sync`
+//! products flush them (after the k-step ending a chunk), so the results and the error bound
+//! are `tensor.rs`'s. The stage's four `wgmma`s are committed as one group; with two stages
+//! it is waited for at the step's end, before the next step's barrier after which its stage
+//! is filled again; with three or more one group stays in flight (`wgmma.wait_group 1`) and
+//! the ring stages one step less ahead ([`super::staging::Stepping::lag`]: step `s` fills
+//! the stage of step `s - 2`, whose group the previous step's wait retired), so the tensor
+//! cores run across the barrier. The flushes read the accumulators, so every group is
+//! retired first (`leaf` is a multiple of 64, so a chunk ends at a stage's end); each step
+//! starts with a `wgmma.fence`, after the flushes' writes. Every thread
+//! fences its landed copies and stores to the async proxy (`fence.proxy.async`) before the
+//! step's barrier. The epilogue runs on the accumulator fragments, as in `tensor.rs`.
+
+use super::gemm::{InLaunch, Launch, Product};
+use super::staging::{Staging, Stepping, Tile, pipelined, zero};
+use super::tiled::{Operands, sum_levels};
+use super::*;
+use crate::gpu::desc::{TileLayout, WgSwizzle};
+use crate::gpu::wgmma::{WARPGROUP, acc_col, acc_row};
+use crate::target::GemmTile;
+
+/// The contraction of one stage: a 128-byte swizzle row of 16-bit elements.
+const KT: usize = 64;
+
+impl Mapper<'_> {
+    /// The warpgroup tile a product of `m x n` per batch with operands of `a` and `b` and a
+    /// result of `out` runs with, and its operands' type, if the GPU has warpgroup products
+    /// and a tile that fits: bf16 or f16 operands, an f32 result, `tile.m` 64 or 128 (one or
+    /// two warpgroups of `thread_m` 64 rows), `tile.n` (`thread_n`) a multiple of 8 up to
+    /// 256, `tile.k` 64, two stages within
+    /// `Gpu::tile_limit`, and a sum tree whose chunks are whole stages. Chosen as
+    /// [`Mapper::mma_tile`] chooses.
+    pub(super) fn wgmma_tile(
+        &self,
+        (m, n): (usize, usize),
+        (a, b, out): (DType, DType, DType),
+    ) -> Option<(GemmTile, MmaOperand)> {
+        if !self.gpu.wgmma || a != b || out != DType::F32 || !self.sums.leaf.is_multiple_of(KT) {
+            return None;
+        }
+        let operand = MmaOperand::of_half(a)?;
+        let fits = |t: &GemmTile| {
+            let threads = t.m / 64 * WARPGROUP;
+            t.k == KT
+                && t.thread_m == 64
+                && t.thread_n == t.n
+                && matches!(t.m, 64 | 128)
+                && t.n.is_multiple_of(8)
+                && (8..=256).contains(&t.n)
+                && self.gpu.warp_size == 32
+                && threads <= self.gpu.max_threads_per_block
+                && 2 * (t.m + t.n) * KT * operand.dtype().bytes() <= self.gpu.tile_limit()
+        };
+        self.gpu
+            .wgmma_tiles
+            .iter()
+            .copied()
+            .filter(fits)
+            .find(|t| 2 * m >= t.m && 2 * n >= t.n)
+            .map(|t| (t, operand))
+    }
+
+    /// The product of `d` on warpgroups by block tiles of `tile`, stored into `out`.
+    pub(super) fn wgmma_product(
+        &self,
+        launch: Launch,
+        d: &Product,
+        ops: &Operands,
+        (tile, operand): (GemmTile, MmaOperand),
+    ) -> GpuKernel {
+        let f32t = DType::F32;
+        let (bm, bn) = (tile.m, tile.n);
+        let (gm, gn) = (d.m.div_ceil(bm), d.n.div_ceil(bn));
+        let threads = bm / 64 * WARPGROUP;
+        let bytes = |s: usize| s * (bm + bn) * KT * operand.dtype().bytes();
+        let most = self.gpu.mma_stages.min(d.k.div_ceil(KT) + 1).max(2);
+        let stages = (2..=most)
+            .rev()
+            .find(|&s| bytes(s) <= self.gpu.tile_limit())
+            .unwrap_or(2);
+        let mut r = Regs::default();
+        let (batch, m0, n0) = (r.next(), r.next(), r.next());
+        let (k0, e, staged) = (r.next(), r.next(), r.next());
+        let (kn, next, cur) = (r.next(), r.next(), r.next());
+        let tmp = (r.next(), r.next());
+        let levels = sum_levels(d.k, self.sums);
+        // Per level, the warpgroup's `bn / 2` accumulators.
+        let acc: Vec<Vec<usize>> = (0..=levels)
+            .map(|_| (0..bn / 2).map(|_| r.next()).collect())
+            .collect();
+        let reg = Sc::Reg;
+        let mut body = vec![
+            Stmt::Let {
+                reg: batch,
+                value: Sc::quot(sp(Special::Block), c(gm * gn)),
+            },
+            Stmt::Let {
+                reg: m0,
+                value: Sc::times(
+                    Sc::modulo(Sc::quot(sp(Special::Block), c(gn)), c(gm)),
+                    c(bm),
+                ),
+            },
+            Stmt::Let {
+                reg: n0,
+                value: Sc::times(Sc::modulo(sp(Special::Block), c(gn)), c(bn)),
+            },
+        ];
+        for level in &acc {
+            body.extend(level.iter().map(|&x| zero(x, f32t)));
+        }
+        let staging = Staging {
+            e,
+            threads,
+            batch,
+            k0: kn,
+            stage: next,
+            staged,
+            k: d.k,
+            dtype: f32t,
+        };
+        // An operand stored with its rows contiguous (A transposed, B by rows) is staged
+        // MN-major in panels of 64 rows (128 bytes: an atom row), so `cp.async` copies it;
+        // the other K-major (module docs).
+        let a_mn = d.a_trans;
+        let b_mn = !d.b_trans && bn.is_multiple_of(64);
+        let tile = |row_var: usize, rows: usize, base: usize, extent: usize, mn: bool, expr| Tile {
+            row_var,
+            rows,
+            base,
+            extent,
+            depth: KT,
+            k_fastest: !mn,
+            panel: if mn { 64 } else { 0 },
+            expr,
+            array: row_var - 1,
+        };
+        let tiles = [
+            tile(1, d.m, m0, bm, a_mn, ops.a),
+            tile(2, d.n, n0, bn, b_mn, ops.b),
+        ];
+        // Rows of 8 chunks swizzled by chunks >> 3: the 128-byte swizzle (module docs).
+        let shared: Vec<SharedArray> = [bm, bn]
+            .iter()
+            .map(|&rows| SharedArray {
+                dtype: operand.dtype(),
+                len: stages * rows * KT,
+                packed: true,
+                swizzle: Some(3),
+            })
+            .collect();
+        let copies = staging.any_async(&tiles, &shared);
+        let layout = |rows: usize, mn_major: bool| TileLayout {
+            rows,
+            k: KT,
+            swizzle: WgSwizzle::B128,
+            mn_major,
+        };
+        let (ta, tb) = (layout(bm, a_mn), layout(bn, b_mn));
+        let warpgroup = Sc::quot(sp(Special::Thread), c(WARPGROUP));
+        // Stage `cur`'s tile, the rows of warpgroup `group` (64 each: a whole number of atoms
+        // or panels, so their start is linear in it), contraction `16 j` (module docs).
+        let desc = |array: usize, t: &TileLayout, group: Sc, j: usize| {
+            let (lbo, sbo) = t.strides();
+            let start = Sc::plus(
+                Sc::times(reg(cur), c(t.elems())),
+                Sc::plus(
+                    Sc::times(group, c(t.desc_start(64, 0))),
+                    c(t.desc_start(0, 16 * j)),
+                ),
+            );
+            MatrixDesc {
+                array,
+                start,
+                lbo,
+                sbo,
+                swizzle: t.swizzle,
+                mn_major: t.mn_major,
+            }
+        };
+        let mut multiply = vec![Stmt::WgmmaFence];
+        for j in 0..KT / 16 {
+            multiply.push(Stmt::Wgmma {
+                acc: acc[0].clone(),
+                a: desc(0, &ta, warpgroup.clone(), j),
+                b: desc(1, &tb, c(0), j),
+                n: bn,
+                operand,
+            });
+        }
+        // With 3 stages or more, one step's group stays in flight while the next step's
+        // copies are waited for and its stage is read (the ring stages one step less ahead).
+        let lag = usize::from(stages >= 3);
+        multiply.push(Stmt::WgmmaCommit);
+        multiply.push(Stmt::WgmmaWait { pending: lag });
+        // The sum tree's flushes after the stage's last k-step (`leaf` is a multiple of 64).
+        let mut period = self.sums.leaf;
+        for l in 1..=levels {
+            // The flushes read the accumulators: every group retired first.
+            let mut flush = vec![Stmt::WgmmaWait { pending: 0 }];
+            for (&u, &b) in acc[l].iter().zip(&acc[l - 1]) {
+                flush.push(Stmt::Combine {
+                    acc: u,
+                    value: b,
+                    kind: Combiner::Add,
+                    dtype: f32t,
+                });
+                flush.push(zero(b, f32t));
+            }
+            multiply.push(Stmt::If {
+                cond: Sc::eq(Sc::modulo(Sc::plus(reg(k0), c(KT)), c(period)), c(0)),
+                body: flush,
+            });
+            period *= self.sums.fanout.max(2);
+        }
+        let stepping = Stepping {
+            k0,
+            cur,
+            step: KT,
+            stages,
+            lag,
+        };
+        let stage = staging.stage(&tiles, &shared);
+        let mut ring = pipelined(&staging, stage, &stepping, multiply, copies);
+        fence_before_barriers(&mut ring);
+        body.extend(ring);
+        body.push(Stmt::WgmmaWait { pending: 0 });
+        for (x, &top) in acc[levels].iter().enumerate() {
+            for level in acc[..levels].iter().rev() {
+                body.push(Stmt::Combine {
+                    acc: top,
+                    value: level[x],
+                    kind: Combiner::Add,
+                    dtype: f32t,
+                });
+            }
+        }
+        for (i, &v) in acc[levels].iter().enumerate() {
+            let row = Sc::plus(
+                Sc::plus(reg(m0), Sc::times(warpgroup.clone(), c(64))),
+                acc_row(i),
+            );
+            let col = Sc::plus(reg(n0), acc_col(i));
+            let index = if ops.planes {
+                Sc::plus(
+                    Sc::times(Sc::plus(Sc::times(reg(batch), c(d.n)), col.clone()), c(d.m)),
+                    row.clone(),
+                )
+            } else {
+                Sc::plus(
+                    Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), row.clone()), c(d.n)),
+                    col.clone(),
+                )
+            };
+            body.push(Stmt::If {
+                cond: Sc::and(Sc::lt(row, c(d.m)), Sc::lt(col, c(d.n))),
+                body: InLaunch::store(launch.epilogue, index, v, tmp),
+            });
+        }
+        GpuKernel {
+            dynamic_shared: 0,
+            name: launch.name.to_string(),
+            kind: MapKind::GemmMma,
+            grid: d.batch * gm * gn,
+            block: threads,
+            warp: 32,
+            inputs: launch.inputs,
+            outputs: vec![launch.out],
+            shared,
+            regs: r.0,
+            vars: launch.epilogue.map_or(4, |e| e.vars.max(4)),
+            sums: self.sums,
+            body,
+        }
+    }
+}
+
+/// Puts a `fence.proxy.async` before every barrier of `body` (nested ones too): each thread's
+/// landed copies and shared stores become visible to the `wgmma`s after the barrier.
+fn fence_before_barriers(body: &mut Vec<Stmt>) {
+    let mut out = Vec::with_capacity(body.len() + 1);
+    for mut s in body.drain(..) {
+        match &mut s {
+            Stmt::For { body, .. } | Stmt::If { body, .. } => fence_before_barriers(body),
+            Stmt::Barrier => out.push(Stmt::ProxyFence),
+            _ => {}
+        }
+        out.push(s);
+    }
+    *body = out;
+}

@@ -1,0 +1,260 @@
+//! Products on sm_90a's warpgroups (`wgmma`, `kiln_kernel::gpu::map`'s warpgroup mapping) on
+//! the GPU emulator: exact on small integers for every warpgroup tile the tests take (64 x 64,
+//! 128 x 64, 128 x 128 and 64 x 256, rings of 2 to 4 stages of 64), rows, columns and
+//! contractions not multiples of the tiles, batches, operands transposed or not (staged with
+//! `cp.async` or through registers); against the reference interpreter with random operands,
+//! contractions past one and sixteen chunks of the sum tree, bias-and-tanh epilogues and
+//! results of the operands' dtype; and the `mma.sync` mapping kept where the GPU has no
+//! warpgroup products or no tile for them.
+
+use kiln_ir::random::{Rng, random_literal_with_specials};
+use kiln_ir::{DType, Func, Literal, TensorType};
+use kiln_kernel::gpu::ir::*;
+use kiln_kernel::options::MatmulPrecision;
+use kiln_kernel::target::{GemmTile, TargetInfo};
+use kiln_runtime::gpu_emu::{Buffer, V, compile_and_run, run_program};
+
+mod products;
+use products::product_text;
+
+/// An H200 whose products of 16-bit operands run on warpgroups of the tile `m x n`, in rings
+/// of up to `stages` stages, with dynamic shared memory for the larger rings.
+fn wgmma_target((m, n): (usize, usize), stages: usize) -> TargetInfo {
+    let mut t = TargetInfo::h200();
+    let gpu = t.gpu.as_mut().expect("a GPU");
+    gpu.wgmma_tiles = vec![GemmTile {
+        m,
+        n,
+        k: 64,
+        thread_m: 64,
+        thread_n: n,
+    }];
+    gpu.mma_stages = stages;
+    gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
+    t
+}
+
+/// The statements of `body` (nested ones too) that `keep` picks, counted.
+fn count(body: &[Stmt], keep: &dyn Fn(&Stmt) -> bool) -> usize {
+    body.iter()
+        .map(|s| {
+            let inner = match s {
+                Stmt::For { body, .. } | Stmt::If { body, .. } => count(body, keep),
+                _ => 0,
+            };
+            inner + usize::from(keep(s))
+        })
+        .sum()
+}
+
+/// The kernels of `f` lowered and mapped for `target` (inputs of `dtype` where given).
+fn mapped(f: &Func, target: &TargetInfo, dtype: Option<DType>) -> Vec<GpuProgram> {
+    let opts = kiln_kernel::Options::default();
+    let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, target, None, &mut |_| {})
+        .expect("lowers");
+    (0..l.func.insts.len())
+        .filter_map(|i| {
+            let k = l.fused.kernels[i].as_ref()?;
+            let ins: Vec<TensorType> = l.fused.operands[i]
+                .iter()
+                .map(|v| {
+                    let mut t = l.func.values[v.index()].clone();
+                    if let Some(d) = dtype {
+                        t.dtype = d;
+                    }
+                    t
+                })
+                .collect();
+            Some(
+                kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product")
+                    .expect("maps"),
+            )
+        })
+        .collect()
+}
+
+/// `wgmma`s in the launches of `p`.
+fn wgmmas(p: &GpuProgram) -> usize {
+    p.launches
+        .iter()
+        .map(|l| count(&l.body, &|s| matches!(s, Stmt::Wgmma { .. })))
+        .sum()
+}
+
+/// The product `(batch, m, k, n)` of small integers (A with its contraction first when
+/// `at`, B with its contraction last when `bt`) in `dtype` on `target`, against the exact
+/// product; whether it ran on warpgroups.
+fn exact_product(
+    target: &TargetInfo,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    (at, bt): (bool, bool),
+    dtype: DType,
+) -> Result<bool, String> {
+    let src = product_text((batch, m, k, n), ("f32", "f32"), at, bt, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let p = mapped(&f, target, Some(dtype)).remove(0);
+    for l in &p.launches {
+        kiln_kernel::gpu::print::verify(l, target.gpu.as_ref().unwrap())?;
+    }
+    let av = |bi: usize, i: usize, kk: usize| ((bi + i * 3 + kk * 5) % 9) as f64 - 4.0;
+    let bv = |bi: usize, kk: usize, j: usize| ((bi * 2 + kk * 7 + j) % 7) as f64 - 3.0;
+    let mut a = vec![0.0; batch * m * k];
+    let mut b = vec![0.0; batch * k * n];
+    for bi in 0..batch {
+        for i in 0..m {
+            for kk in 0..k {
+                let at_ = if at {
+                    (bi * k + kk) * m + i
+                } else {
+                    (bi * m + i) * k + kk
+                };
+                a[at_] = av(bi, i, kk);
+            }
+        }
+        for kk in 0..k {
+            for j in 0..n {
+                let bt_ = if bt {
+                    (bi * n + j) * k + kk
+                } else {
+                    (bi * k + kk) * n + j
+                };
+                b[bt_] = bv(bi, kk, j);
+            }
+        }
+    }
+    let buf = |name: &str, data: &[f64]| Buffer {
+        name: name.into(),
+        dtype,
+        data: data.iter().map(|&x| V::F(x)).collect(),
+    };
+    let out_t = TensorType {
+        dtype: DType::F32,
+        shape: vec![batch, m, n],
+    };
+    let mut out = vec![Buffer::zeros("%d", &out_t)];
+    run_program(&p, &[&buf("%a", &a), &buf("%b", &b)], &mut out).map_err(|e| e.to_string())?;
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|kk| av(bi, i, kk) * bv(bi, kk, j)).sum();
+                let got = out[0].data[(bi * m + i) * n + j];
+                if got != V::F(want) {
+                    return Err(format!("[{bi}][{i}][{j}] is {got:?}, not {want}"));
+                }
+            }
+        }
+    }
+    // Operands stored with their rows contiguous (A transposed, B by rows) are staged
+    // MN-major (whole 64-column panels of B) and copied with `cp.async`.
+    let l = &p.launches[0];
+    let mn = |a: bool| {
+        count(&l.body, &|s| match s {
+            Stmt::Wgmma { a: da, b: db, .. } => if a { da } else { db }.mn_major,
+            _ => false,
+        }) > 0
+    };
+    if wgmmas(&p) > 0 {
+        let tile_n = target.gpu.as_ref().unwrap().wgmma_tiles[0].n;
+        let want = (at, !bt && tile_n.is_multiple_of(64));
+        if (mn(true), mn(false)) != want {
+            return Err(format!(
+                "MN-major A and B {:?}, not {want:?}",
+                (mn(true), mn(false))
+            ));
+        }
+    }
+    Ok(wgmmas(&p) > 0)
+}
+
+#[test]
+fn products_on_warpgroups_are_exact_on_integers() {
+    let cases = [
+        ((1, 64, 64, 128), (false, true)),
+        ((2, 70, 100, 129), (false, true)),
+        ((1, 130, 17, 136), (false, false)),
+        ((1, 66, 200, 130), (true, true)),
+        ((3, 66, 1, 129), (true, false)),
+        ((1, 70, 300, 136), (false, true)),
+    ];
+    let mut failures = Vec::new();
+    let runs = [
+        ((64, 64), 3, DType::BF16),
+        ((128, 64), 2, DType::F16),
+        ((128, 128), 4, DType::BF16),
+        ((64, 256), 2, DType::BF16),
+    ];
+    for (tile, stages, dtype) in runs {
+        let target = wgmma_target(tile, stages);
+        for (c, &(shape, trans)) in cases.iter().enumerate() {
+            let what = format!("{dtype} case {c} {shape:?} {trans:?} on {tile:?} x {stages}");
+            match exact_product(&target, shape, trans, dtype) {
+                Ok(true) => {}
+                Ok(false) => failures.push(format!("{what}: not on warpgroups")),
+                Err(e) => failures.push(format!("{what}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Random operands against the reference (`kiln_reference::accuracy`'s bound): bf16 and f16,
+/// an f32 result or one of the operands' dtype, bias-and-tanh epilogues in the launch,
+/// contractions past one chunk of the sum tree (300) and past sixteen (4100, two levels).
+#[test]
+fn products_on_warpgroups_agree_with_the_reference() {
+    let cases = [
+        ((1, 70, 33, 65), ("bf16", "f32"), false, true, true),
+        ((2, 40, 300, 40), ("bf16", "f32"), true, false, true),
+        ((1, 72, 48, 40), ("f16", "f32"), false, true, false),
+        ((2, 40, 64, 72), ("bf16", "bf16"), false, false, true),
+        ((1, 40, 4100, 40), ("bf16", "f32"), false, true, false),
+        ((1, 40, 48, 72), ("f16", "f16"), false, true, false),
+    ];
+    let target = wgmma_target((64, 64), 3);
+    let mut failures = Vec::new();
+    for (i, &(shape, dts, at, bt, ep)) in cases.iter().enumerate() {
+        let src = product_text(shape, dts, at, bt, ep);
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("case {i}: {e}\n{src}"));
+        if !mapped(&f, &target, None).iter().any(|p| wgmmas(p) > 0) {
+            failures.push(format!("case {i}: not on warpgroups\n{src}"));
+            continue;
+        }
+        let mut rng = Rng::new(300 + i as u64);
+        let args: Vec<Literal> = f
+            .param_types()
+            .iter()
+            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+            .collect();
+        let opts = kiln_kernel::Options::default();
+        match compile_and_run(&f, &[], &opts, &target, &args) {
+            Ok((got, rep)) => {
+                if let Err(e) = kiln_reference::accuracy::check_outputs(&f, &args, &got) {
+                    failures.push(format!("case {i}: {e}\n{src}"));
+                }
+                if rep.launches.get(&MapKind::GemmMma) != Some(&1) || rep.launches.len() != 1 {
+                    failures.push(format!(
+                        "case {i}: one launch expected: {:?}\n{src}",
+                        rep.launches
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("case {i}: {e}\n{src}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Without warpgroup products (`Gpu::wgmma` cleared, as for sm_80 and the sm_90 PTX the
+/// runtime renders) or without a warpgroup tile (the H200's default), 16-bit products stay on
+/// `mma.sync`, exact as before.
+#[test]
+fn products_stay_on_mma_sync_without_warpgroups() {
+    let mut off = wgmma_target((64, 64), 3);
+    off.gpu.as_mut().unwrap().wgmma = false;
+    for target in [off, TargetInfo::h200()] {
+        assert_eq!(
+            exact_product(&target, (1, 70, 100, 65), (false, true), DType::BF16),
+            Ok(false)
+        );
+    }
+}
