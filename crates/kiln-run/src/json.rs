@@ -121,6 +121,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "tf32": g.tf32,
             "attention_warps": g.attention_warps,
             "attention_tiles": attention_tiles_to_json(&g.attention_tiles),
+            "mma_attention": mma_attention_to_json(g),
         })),
     })
 }
@@ -149,6 +150,15 @@ fn tiles_from_json(path: &str, v: &Value) -> Result<Vec<GemmTile>, String> {
             })
         })
         .collect()
+}
+
+/// Attention on the tensor cores: keys per step, warps, stages of the ring.
+fn mma_attention_to_json(g: &Gpu) -> Value {
+    json!({
+        "keys": g.mma_attention_keys,
+        "warps": g.mma_attention_warps,
+        "stages": g.mma_attention_stages,
+    })
 }
 
 fn attention_tiles_to_json(tiles: &[AttentionTile]) -> Value {
@@ -248,6 +258,9 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     .and_then(|a| a.iter().map(|w| w.as_u64().map(|w| w as usize)).collect())
                     .ok_or("`target.info.gpu.attention_warps` is not a list of counts")?,
                 attention_tiles: attention_tiles_from_json(g.get("attention_tiles")?)?,
+                mma_attention_keys: g.obj("mma_attention")?.usize("keys")?,
+                mma_attention_warps: g.obj("mma_attention")?.usize("warps")?,
+                mma_attention_stages: g.obj("mma_attention")?.usize("stages")?,
             })
         }
     };
