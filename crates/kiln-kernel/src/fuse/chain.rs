@@ -148,7 +148,8 @@ pub(super) fn half_scores(k: &crate::ir::Kernel) -> bool {
 
 /// The logits of a softmax computed in bf16 or f16 (a [`half_scores`] kernel's epilogue), as
 /// [`online_softmax`] finds them, its roundings to that dtype between the ops
-/// ([`crate::ir::Ew::Narrow`]) left out: the chain computes the softmax in f32.
+/// ([`crate::ir::Ew::Narrow`]) left out (the chain computes the softmax in f32), and a
+/// stop-gradient's exact round trip of the maximum through f32's bits too.
 pub(super) fn half_softmax_logits(
     body: &Expr,
     j: usize,
@@ -164,6 +165,37 @@ pub(super) fn half_softmax_logits(
                     args,
                     ..
                 } if args.len() == 1 => self.expr(&args[0]),
+                // A stop-gradient's round trip through f32's bits, `convert(bitcast(bitcast(
+                // convert(x))))` back to `x`'s dtype: `x` itself (every conversion exact).
+                Expr::Op {
+                    op: crate::ir::Ew::Convert,
+                    dtype,
+                    args,
+                } if args.len() == 1 => match &args[0] {
+                    Expr::Op {
+                        op: crate::ir::Ew::Bitcast,
+                        dtype: wide,
+                        args: bits,
+                    } if matches!(&bits[..], [Expr::Op {
+                        op: crate::ir::Ew::Bitcast,
+                        args: inner,
+                        ..
+                    }] if matches!(&inner[..], [Expr::Op {
+                        op: crate::ir::Ew::Convert,
+                        dtype: widened,
+                        args: x,
+                    }] if widened == wide && x.len() == 1 && x[0].dtype() == *dtype)) =>
+                    {
+                        let Expr::Op { args: inner, .. } = &bits[0] else {
+                            unreachable!("matched above")
+                        };
+                        let Expr::Op { args: x, .. } = &inner[0] else {
+                            unreachable!("matched above")
+                        };
+                        self.expr(&x[0])
+                    }
+                    _ => e.map_children(self),
+                },
                 _ => e.map_children(self),
             }
         }

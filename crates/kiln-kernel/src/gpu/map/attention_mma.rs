@@ -422,11 +422,7 @@ impl Mapper<'_> {
         for (j, tile) in s.iter().enumerate() {
             for (q, &x) in tile.iter().enumerate() {
                 let key = Sc::plus(reg(n0), col_of(j, q));
-                let flat = Sc::plus(
-                    Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), row_at(q)), c(d.n)),
-                    key.clone(),
-                );
-                let mut at = set_vars(&dims(&k.out.shape, 0), flat);
+                let mut at = logit_vars(&k.out.shape, d, (batch, row_at(q), key.clone()));
                 at.push(eval(
                     hv,
                     Expr::Op {
@@ -581,6 +577,36 @@ impl Mapper<'_> {
             body,
         })
     }
+}
+
+/// Statements setting the epilogue's variables (the dimensions of `shape`, the scores'
+/// shape) at batch register `batch`, query row `row` and key `key` of product `d`: the row
+/// and the key themselves where they are the last two dimensions (so that only the batch's
+/// digits, the same for the whole launch, take divisions), else the digits of the flat
+/// position.
+fn logit_vars(
+    shape: &[usize],
+    d: &super::gemm::Product,
+    (batch, row, key): (usize, Sc, Sc),
+) -> Vec<Stmt> {
+    let rank = shape.len();
+    if rank >= 2 && shape[rank - 1] == d.n && shape[rank - 2] == d.m {
+        let mut out = set_vars(&dims(&shape[..rank - 2], 0), Sc::Reg(batch));
+        out.push(Stmt::SetVar {
+            var: rank - 2,
+            value: row,
+        });
+        out.push(Stmt::SetVar {
+            var: rank - 1,
+            value: key,
+        });
+        return out;
+    }
+    let flat = Sc::plus(
+        Sc::times(Sc::plus(Sc::times(Sc::Reg(batch), c(d.m)), row), c(d.n)),
+        key,
+    );
+    set_vars(&dims(shape, 0), flat)
 }
 
 #[cfg(test)]
