@@ -140,10 +140,10 @@ fn f32_reference(c: &Case, args: &[Literal]) -> Literal {
 /// `2⁻⁶` (bf16; `2⁻⁹` f16) of the largest magnitude of V, a few roundings of the
 /// probabilities (a relative `2⁻⁹`, `2⁻¹²` for f16) and of the result; NaN exactly where the
 /// reference has NaN.
-fn close(c: &Case, args: &[Literal], got: &Literal, want: &Literal) -> Result<(), String> {
+fn close(dtype: &str, args: &[Literal], got: &Literal, want: &Literal) -> Result<(), String> {
     let (g, w) = (got.to_f64s(), want.to_f64s());
     let v_max = args[2].to_f64s().iter().fold(0.0f64, |a, x| a.max(x.abs()));
-    let tol = if c.dtype == "f16" {
+    let tol = if dtype == "f16" {
         2f64.powi(-9)
     } else {
         2f64.powi(-6)
@@ -193,7 +193,7 @@ fn run_against(
     } else {
         f32_reference(c, &args)
     };
-    close(c, &args, &got[0], &want)?;
+    close(c.dtype, &args, &got[0], &want)?;
     let mut kinds: Vec<MapKind> = rep
         .launches
         .iter()
@@ -372,7 +372,7 @@ fn planted_bugs_are_caught() {
         let mut outs = vec![Buffer::zeros("out", ty)];
         run_program(p, &ins, &mut outs).map_err(|e| e.to_string())?;
         let got = outs[0].to_literal(ty).map_err(|e| e.to_string())?;
-        close(&c, &args, &got, &want[0])
+        close(c.dtype, &args, &got, &want[0])
     };
     try_run(&program).expect("the kernel as mapped");
     let plant = |f: &mut dyn FnMut(&Stmt) -> Option<Vec<Stmt>>| {
@@ -449,5 +449,66 @@ fn planted_bugs_are_caught() {
     ));
     for (what, p) in &planted {
         assert!(try_run(p).is_err(), "{what}: not caught");
+    }
+}
+
+/// Attention over batches and heads (`[batch, heads, rows, head]`, two batch dimensions, as
+/// `nn::scaled_dot_product_attention` traces it), plain and causal: one launch on the tensor
+/// cores, the logits' variables set per batch and head, within the tolerance.
+#[test]
+fn batches_of_heads_run_as_one_launch() {
+    let text = |causal: bool| {
+        let (b, h, m, keys, k) = (2, 3, 20, 70, 64);
+        let s = format!("bf16[{b},{h},{m},{keys}]");
+        let dots = "lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1]";
+        let logits = if causal {
+            format!(
+                "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 3}} : i64[{b},{h},{m},{keys}]\n  %22 = iota {{iota_dimension = 2}} : i64[{b},{h},{m},{keys}]\n  %23 = compare %21, %22 {{comparison_direction = LE}} : pred[{b},{h},{m},{keys}]\n  %24 = constant {{value = -inf}} : bf16[]\n  %25 = broadcast_in_dim %24 {{broadcast_dimensions = []}} : {s}\n  %6 = select %23, %20, %25 : {s}\n"
+            )
+        } else {
+            format!("  %6 = multiply %3, %5 : {s}\n")
+        };
+        format!(
+            "func @main(%0: bf16[{b},{h},{m},{k}], %1: bf16[{b},{h},{keys},{k}], %2: bf16[{b},{h},{keys},{k}]) -> bf16[{b},{h},{m},{k}] {{
+  %3 = dot_general %0, %1 {{{dots}, lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [3]}} : {s}
+  %4 = constant {{value = 0.125}} : bf16[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}
+{logits}  %7 = constant {{value = -inf}} : bf16[]
+  %8 = reduce %6, %7 {{dimensions = [3], kind = max}} : bf16[{b},{h},{m}]
+  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1, 2]}} : {s}
+  %10 = subtract %6, %9 : {s}
+  %11 = exponential %10 : {s}
+  %12 = constant {{value = 0.0}} : bf16[]
+  %13 = reduce %11, %12 {{dimensions = [3], kind = add}} : bf16[{b},{h},{m}]
+  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1, 2]}} : {s}
+  %15 = divide %11, %14 : {s}
+  %16 = dot_general %15, %2 {{{dots}, lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [2]}} : bf16[{b},{h},{m},{k}]
+  return %16
+}}
+"
+        )
+    };
+    let target = TargetInfo::h200();
+    let opts = kiln_kernel::Options::default();
+    for (i, causal) in [false, true].into_iter().enumerate() {
+        let src = text(causal);
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        let args = inputs(&f, 800 + i as u64);
+        let (got, rep) = compile_and_run(&f, &[], &opts, &target, &args).unwrap();
+        let kinds: Vec<MapKind> = rep.launches.keys().copied().collect();
+        assert_eq!(kinds, [MapKind::AttentionMma], "causal {causal}");
+        kiln_reference::accuracy::check_outputs(&f, &args, &got).unwrap();
+        // The f32 reference of the same program on the same arguments.
+        let wide_src = src.replace("bf16", "f32");
+        let wide = kiln_ir::parse_func_text(&wide_src).unwrap();
+        let wide_args: Vec<Literal> = args
+            .iter()
+            .map(|a| {
+                let ty = kiln_ir::TensorType::new(kiln_ir::DType::F32, a.ty().shape.clone());
+                Literal::from_f64s(ty, &a.to_f64s()).unwrap()
+            })
+            .collect();
+        let want = kiln_reference::eval(&wide, &wide_args).unwrap().remove(0);
+        close("bf16", &args, &got[0], &want).unwrap_or_else(|e| panic!("causal {causal}: {e}"));
     }
 }

@@ -50,7 +50,8 @@
 //! x C`), `D` and `C` the head dimension and the output columns rounded up to 16, zeros past
 //! their ends and past the keys' and the queries' ends, packed 16-bit elements, swizzled
 //! (`Gpu::mma_swizzle`: [`SharedArray::swizzle`]) so that the 8 rows one `ldmatrix` matrix
-//! reads, and the 16-byte chunks `cp.async` writes, fall in 8 different bank groups. The ring
+//! reads, and the 16-byte chunks `cp.async` writes, fall in 8 different bank groups (rows of
+//! 16, 32, 64 or 128 elements; other widths meet fewer conflicts than unswizzled). The ring
 //! runs as the tensor-core GEMMs' does (`staging.rs`): the copies of the next `stages - 1`
 //! steps in flight while one step computes, one barrier a step. Q is staged first, its own
 //! `cp.async` group, waited for before the ring starts. Operands `cp.async` cannot copy (a
@@ -65,9 +66,12 @@
 //! accumulates the step's `N` products in the `mma`s' order, `N / 16` `mma`s a step; the
 //! denominator sums the lane's `N / 4` probabilities in a chain, then a 2-level xor-shuffle
 //! tree, then into `l`. The probabilities multiply V rounded to bf16 or f16, their sum in `l`
-//! is of the f32 values (as flash attention computes it). The reference rounds each op of the
-//! traced program to its dtype; the tests compare within `kiln_reference::accuracy`'s bound
-//! for the cone's dtype and a bf16 tolerance of their own.
+//! is of the f32 values (as flash attention computes it). The logits are the traced
+//! program's expression, the score converted to bf16 or f16 as traced, the ops after it in
+//! f32 (fusion leaves out their roundings to the dtype, `fuse/chain.rs`). The reference rounds
+//! each op of the traced program to its dtype; the tests compare within
+//! `kiln_reference::accuracy`'s bound for the cone's dtype, and within a tolerance of their
+//! own of the same attention computed in f32 from the same arguments.
 //!
 //! Not measured on a GPU: checked by ptxas (sm_80 and sm_90) and the emulator only.
 
