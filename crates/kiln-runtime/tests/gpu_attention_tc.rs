@@ -512,3 +512,28 @@ fn batches_of_heads_run_as_one_launch() {
         close("bf16", &args, &got[0], &want).unwrap_or_else(|e| panic!("causal {causal}: {e}"));
     }
 }
+
+/// bf16 attention whose result is added to a residual: the chained product's epilogue is
+/// more than the conversion back to bf16, so fusion leaves the product unchained, and the
+/// softmax (an epilogue of the scores in bf16) runs as a launch of its own over the f32
+/// scores; the result agrees with the reference.
+#[test]
+fn attention_with_a_residual_runs_unchained() {
+    let c = case((2, 20, 70, 32, 32), Logits::Scaled);
+    let src = c.text().replace(
+        "  return %16\n",
+        "  %17 = add %16, %0 : bf16[2,20,32]\n  return %17\n",
+    );
+    let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+    let args = inputs(&f, 900);
+    let opts = kiln_kernel::Options::default();
+    let (got, rep) = compile_and_run(&f, &[], &opts, &TargetInfo::h200(), &args)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(rep.fallbacks.is_empty(), "{:?}", rep.fallbacks);
+    assert!(
+        !rep.launches.contains_key(&MapKind::AttentionMma),
+        "{:?}",
+        rep.launches
+    );
+    kiln_reference::accuracy::check_outputs(&f, &args, &got).unwrap();
+}

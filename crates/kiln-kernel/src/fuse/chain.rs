@@ -328,6 +328,12 @@ pub(super) fn chain_reader(
         && operand(1) == Some(dtype)
         && uk.product_dtype() == DType::F32;
     let epilogue_ok = match uk.schedule {
+        // Kept in f32 for the tensor cores, its result must become its dtype again and
+        // nothing else (the conversion is then its epilogue, as `fuse_gemm_epilogues` makes
+        // it, before the chains are made).
+        Schedule::Gemm { epilogue: None, .. } if half && uk.out.dtype != dtype => {
+            converted_back(f, out, u, dtype)
+        }
         Schedule::Gemm { epilogue: None, .. } => true,
         Schedule::Gemm {
             epilogue: Some(e), ..
@@ -353,6 +359,30 @@ pub(super) fn chain_reader(
         && out.operands[u][1] != a
         && (dtype == uk.out.dtype || half);
     ok.then_some(u)
+}
+
+/// Whether instruction `u`'s result is read by one kernel alone, a loop nest that converts
+/// it to `dtype` at each position and does nothing else, and is no function output.
+fn converted_back(f: &Func, out: &Fused, u: usize, dtype: DType) -> bool {
+    let r = f.insts[u].results[0];
+    if f.outputs.contains(&r) {
+        return false;
+    }
+    let mut readers =
+        (0..f.insts.len()).filter(|&i| !out.inlined[i] && out.operands[i].contains(&r));
+    let (Some(c), None) = (readers.next(), readers.next()) else {
+        return false;
+    };
+    let Some(ck) = out.kernels[c].as_ref() else {
+        return false;
+    };
+    let Some(j) = out.operands[c].iter().position(|&v| v == r) else {
+        return false;
+    };
+    ck.schedule == Schedule::Nest
+        && ck.out.dtype == dtype
+        && ck.extra.is_empty()
+        && converts_own(&ck.body, j, &ck.out)
 }
 
 /// Whether `body` is the conversion of input `e` read at its own position of `out`, and

@@ -156,17 +156,10 @@ impl Mapper<'_> {
         let mut scratch = Vec::new();
         let mut launches = Vec::new();
         let in_launch = epilogue.and_then(|e| InLaunch::of(k, e, ins.len()));
-        // A bf16 or f16 attention the tensor-core mapping does not take: its f32 scores, the
+        // A bf16 or f16 attention the tensor-core mapping does not take: its f32 scores (in a
+        // scratch buffer of the product's dtype, as for any epilogue of its own launch), the
         // softmax in its dtype, the chained product on the tensor cores, converted as stored.
         let half_chain = chain.is_some() && MmaOperand::of_half(k.out.dtype).is_some();
-        if in_launch.is_none() && k.product_dtype() != k.out.dtype && !half_chain {
-            return Err(format!(
-                "{name}: an epilogue converting the product from {} to {} runs only in the \
-                 product's launch",
-                k.product_dtype(),
-                k.out.dtype
-            ));
-        }
         let product_to = if (epilogue.is_none() || in_launch.is_some()) && chain.is_none() {
             (Buf::Output(0), k.out.clone())
         } else {
