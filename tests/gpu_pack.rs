@@ -77,9 +77,9 @@ fn a_quick_pack_passes_its_check_on_the_emulator_and_fails_on_a_changed_result()
         kiln_run: kiln_run(),
     })
     .unwrap();
-    // The quick pack's five workloads (softmax, the bf16 and TF32 products, causal attention,
-    // linear+bias+gelu).
-    assert!(s.programs >= 8 && s.workloads == 5, "{s:?}");
+    // The quick pack's six workloads (softmax, the bf16 and TF32 products, causal attention in
+    // f32 and in bf16, linear+bias+gelu).
+    assert!(s.programs >= 8 && s.workloads == 6, "{s:?}");
     let (ok, text) = check(&dir);
     assert!(ok, "{text}");
     assert!(
@@ -135,6 +135,8 @@ fn fused_workloads_map_to_one_launch() {
     let (ws, _) = kiln_tests::pack::workloads::workloads();
     for (kind, want) in [
         ("attention_causal", MapKind::AttentionTiled),
+        ("attention_causal_bf16", MapKind::AttentionMma),
+        ("attention_bf16", MapKind::AttentionMma),
         ("linear_bias_gelu", MapKind::GemmTiled),
         ("matmul", MapKind::GemmMma),
         ("sort", MapKind::Sort),
@@ -447,6 +449,92 @@ fn warpgroup_sweep_variants_compile_to_sm_90a_artifacts() {
         n += 1;
     }
     assert!(n >= 6, "{n} warpgroup variants");
+}
+
+/// The bf16 attention workloads run on the tensor cores, and each `mma_` variant of the sweep
+/// as labelled (its keys a step, warps and stages in the kernel's note; a `dynamic_` one in
+/// dynamic shared memory), no two alike; each renders as PTX.
+#[test]
+fn sweep_variants_of_tensor_core_attention_run_as_labelled() {
+    use kiln_kernel::gpu::ir::MapKind;
+    let opts = kiln_kernel::Options::default();
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    for name in [
+        "attention_bf16_16x16x1024x64",
+        "attention_causal_bf16_16x16x1024x64",
+    ] {
+        let w = ws.iter().find(|w| w.name == name).unwrap();
+        let launch = |target: &kiln_kernel::target::TargetInfo| {
+            let l = kiln_kernel::pipeline::lower_program(
+                &w.full,
+                &[],
+                &opts,
+                target,
+                None,
+                &mut |_| {},
+            )
+            .unwrap();
+            let plan = kiln_kernel::gpu::plan::device_plan(&l, target).unwrap();
+            let ls: Vec<_> = plan
+                .kernel_steps()
+                .flat_map(|k| k.program.launches.iter().cloned())
+                .collect();
+            let kinds: Vec<MapKind> = ls.iter().map(|l| l.kind).collect();
+            assert_eq!(ls.len(), 1, "{name}: {kinds:?}");
+            ls.into_iter().next().unwrap()
+        };
+        let base = kiln::aot::Target::h200().info;
+        let default = launch(&base);
+        assert_eq!(
+            (default.kind, default.dynamic_shared),
+            (MapKind::AttentionMma, 0),
+            "{name}"
+        );
+        let mut seen = vec![kiln_kernel::gpu::print::kernel_text(&default)];
+        let mut count = 0;
+        for v in kiln_tests::pack::sweep::variants() {
+            if v.workload != name {
+                continue;
+            }
+            count += 1;
+            let mut target = base.clone();
+            (v.change)(&mut target);
+            let l = launch(&target);
+            let text = kiln_kernel::gpu::print::kernel_text(&l);
+            assert_eq!(l.kind, MapKind::AttentionMma, "{}", v.label);
+            assert_eq!(
+                l.dynamic_shared > 0,
+                v.label.contains("dynamic_"),
+                "{}",
+                v.label
+            );
+            let n = |key: &str| -> usize {
+                let at = v.label.find(key).unwrap() + key.len();
+                v.label[at..].split('_').next().unwrap().parse().unwrap()
+            };
+            let (keys, warps, stages) = (n("keys_"), n("warps_"), n("stages_"));
+            let want = format!(
+                "a block of {} query rows ({warps} warps of 16), keys {keys} a step in a ring of {stages}",
+                16 * warps
+            );
+            assert!(text.contains(&want), "{}: {text}", v.label);
+            let p = kiln_kernel::gpu::ir::GpuProgram {
+                scratch: Vec::new(),
+                launches: vec![l.clone()],
+            };
+            let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();
+            if let Err(e) = kiln_codegen_llvm::ptx::program_ptx(&p, &sm90) {
+                panic!("{}: does not render: {e}", v.label);
+            }
+            assert!(
+                !seen.contains(&text),
+                "{}: maps as another variant",
+                v.label
+            );
+            seen.push(text);
+        }
+        assert!(count >= 5, "{name}: {count} variants");
+    }
 }
 
 /// ptxas, where `cargo xtask test` installs it (or `KILN_PTXAS`).

@@ -188,6 +188,9 @@ def torch_workloads(torch):
         "matmul_tf32": lambda a, b: [a @ b],
         "attention": lambda q, k, v: [torch.softmax((q @ k.transpose(-2, -1)) * 0.125, -1) @ v],
         "attention_causal": lambda q, k, v: [F.scaled_dot_product_attention(q, k, v, is_causal=True)],
+        # bf16 Q, K and V: PyTorch's fused (flash) attention in bf16.
+        "attention_bf16": lambda q, k, v: [F.scaled_dot_product_attention(q, k, v)],
+        "attention_causal_bf16": lambda q, k, v: [F.scaled_dot_product_attention(q, k, v, is_causal=True)],
         "linear_bias_gelu": lambda x, w, b: [F.gelu(x @ w + b, approximate="tanh")],
         "mlp_step": mlp_step,
         "gpt_step": gpt_step,

@@ -199,7 +199,12 @@ pub fn pack(o: &PackOptions) -> Result<Summary, String> {
         if o.quick
             && !matches!(
                 w.kind,
-                "softmax" | "matmul" | "matmul_tf32" | "attention_causal" | "linear_bias_gelu"
+                "softmax"
+                    | "matmul"
+                    | "matmul_tf32"
+                    | "attention_causal"
+                    | "attention_causal_bf16"
+                    | "linear_bias_gelu"
             )
         {
             continue;

@@ -250,6 +250,36 @@ pub fn variants() -> Vec<Variant> {
             });
         }
     }
+    // bf16 attention on the tensor cores (the default: 4 warps of 16 query rows, steps of 64
+    // keys double buffered, 40 KiB with heads of 64): steps of 32 and 128 keys, 8 warps (48
+    // KiB), and deeper rings in dynamic shared memory (not measured yet).
+    for (keys, warps, stages, dynamic) in [
+        (32, 4, 2, false),
+        (128, 4, 2, true),
+        (64, 8, 2, false),
+        (64, 4, 3, true),
+        (64, 4, 4, true),
+    ] {
+        for workload in [
+            "attention_bf16_16x16x1024x64",
+            "attention_causal_bf16_16x16x1024x64",
+        ] {
+            let room = if dynamic { "dynamic_" } else { "" };
+            out.push(Variant {
+                workload,
+                label: format!("mma_{room}keys_{keys}_warps_{warps}_stages_{stages}"),
+                sm: "sm_90",
+                change: gpu(move |g| {
+                    if dynamic {
+                        g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+                    }
+                    g.mma_attention_keys = keys;
+                    g.mma_attention_warps = warps;
+                    g.mma_attention_stages = stages;
+                }),
+            });
+        }
+    }
     // A thread's accesses of an elementwise kernel: one element (4 bytes) or two.
     for bytes in [4, 8] {
         out.push(Variant {

@@ -82,6 +82,12 @@ fn attention_causal(p: &[Tensor]) -> Vec<Tensor> {
     )]
 }
 
+fn attention_sdpa(p: &[Tensor]) -> Vec<Tensor> {
+    vec![kiln::nn::scaled_dot_product_attention(
+        &p[0], &p[1], &p[2], None, false, None,
+    )]
+}
+
 fn sort_rows(p: &[Tensor]) -> Vec<Tensor> {
     vec![p[0].sort(-1, false)]
 }
@@ -270,6 +276,46 @@ pub fn workloads() -> (Vec<Workload>, Vec<String>) {
                 &[16, 16, 1024, 64],
             ]),
             f32s(&[&[1, 2, 40, 8], &[1, 2, 40, 8], &[1, 2, 40, 8]]),
+            MatmulPrecision::Highest,
+        ),
+        // Attention in bf16 (issue 25's target: at least 0.8x PyTorch's flash attention): on
+        // the tensor cores (`gpu/map/attention_mma.rs`), against PyTorch's
+        // `scaled_dot_product_attention` in bf16. Both round the probabilities and the result
+        // to bf16 (about 2^-9 each, relative), so their difference stays within 2e-2.
+        (
+            "attention_bf16_16x16x1024x64",
+            "attention_bf16",
+            2e-2,
+            10,
+            attention_sdpa,
+            vec![
+                bf16(&[16, 16, 1024, 64]),
+                bf16(&[16, 16, 1024, 64]),
+                bf16(&[16, 16, 1024, 64]),
+            ],
+            vec![
+                bf16(&[1, 2, 40, 24]),
+                bf16(&[1, 2, 70, 24]),
+                bf16(&[1, 2, 70, 24]),
+            ],
+            MatmulPrecision::Highest,
+        ),
+        (
+            "attention_causal_bf16_16x16x1024x64",
+            "attention_causal_bf16",
+            2e-2,
+            10,
+            attention_causal,
+            vec![
+                bf16(&[16, 16, 1024, 64]),
+                bf16(&[16, 16, 1024, 64]),
+                bf16(&[16, 16, 1024, 64]),
+            ],
+            vec![
+                bf16(&[1, 2, 70, 24]),
+                bf16(&[1, 2, 70, 24]),
+                bf16(&[1, 2, 70, 24]),
+            ],
             MatmulPrecision::Highest,
         ),
         (

@@ -422,28 +422,33 @@ fn f64_library_functions_render_without_calls() {
     tally.finish("f64 library functions");
 }
 
+/// Attention of `(batch, queries, keys, head, columns)` in `dt`, its scores scaled by 1/8 and
+/// causally masked where `causal`.
+fn attention(
+    (b, m, keys, k, n2): (usize, usize, usize, usize, usize),
+    dt: &str,
+    causal: bool,
+) -> String {
+    let s = format!("{dt}[{b},{m},{keys}]");
+    let i = format!("i64[{b},{m},{keys}]");
+    let logits = if causal {
+        format!(
+            "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 2}} : {i}\n  %22 = iota {{iota_dimension = 1}} : {i}\n  %23 = compare %21, %22 {{comparison_direction = LE}} : pred[{b},{m},{keys}]\n  %24 = constant {{value = -inf}} : {dt}[]\n  %25 = broadcast_in_dim %24 {{broadcast_dimensions = []}} : {s}\n  %6 = select %23, %20, %25 : {s}\n"
+        )
+    } else {
+        format!("  %6 = multiply %3, %5 : {s}\n")
+    };
+    format!(
+        "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {dt}[{b},{keys},{n2}]) -> {dt}[{b},{m},{n2}] {{\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}\n  %4 = constant {{value = 0.125}} : {dt}[]\n  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}\n{logits}  %7 = constant {{value = -inf}} : {dt}[]\n  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[{b},{m}]\n  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}\n  %10 = subtract %6, %9 : {s}\n  %11 = exponential %10 : {s}\n  %12 = constant {{value = 0.0}} : {dt}[]\n  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]\n  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}\n  %15 = divide %11, %14 : {s}\n  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dt}[{b},{m},{n2}]\n  return %16\n}}\n"
+    )
+}
+
 /// Every form of a product by block tiles assembles for sm_80 and sm_90: each tile size of an
 /// Attention as one launch (the product, its online softmax and the chained product), by
 /// register tiles and by a warp per row, plain and with a causal mask, f32 and f64, several
 /// head dimensions and output widths: assembled by ptxas.
 #[test]
 fn attention_assembles() {
-    let attention = |(b, m, keys, k, n2): (usize, usize, usize, usize, usize),
-                     dt: &str,
-                     causal: bool| {
-        let s = format!("{dt}[{b},{m},{keys}]");
-        let i = format!("i64[{b},{m},{keys}]");
-        let logits = if causal {
-            format!(
-                "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 2}} : {i}\n  %22 = iota {{iota_dimension = 1}} : {i}\n  %23 = compare %21, %22 {{comparison_direction = LE}} : pred[{b},{m},{keys}]\n  %24 = constant {{value = -inf}} : {dt}[]\n  %25 = broadcast_in_dim %24 {{broadcast_dimensions = []}} : {s}\n  %6 = select %23, %20, %25 : {s}\n"
-            )
-        } else {
-            format!("  %6 = multiply %3, %5 : {s}\n")
-        };
-        format!(
-            "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {dt}[{b},{keys},{n2}]) -> {dt}[{b},{m},{n2}] {{\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}\n  %4 = constant {{value = 0.125}} : {dt}[]\n  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}\n{logits}  %7 = constant {{value = -inf}} : {dt}[]\n  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[{b},{m}]\n  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}\n  %10 = subtract %6, %9 : {s}\n  %11 = exponential %10 : {s}\n  %12 = constant {{value = 0.0}} : {dt}[]\n  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]\n  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}\n  %15 = divide %11, %14 : {s}\n  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dt}[{b},{m},{n2}]\n  return %16\n}}\n"
-        )
-    };
     use kiln_kernel::gpu::ir::MapKind;
     // By register tiles (the H200's three, chosen by queries and widths: 64, 32 and 16 rows,
     // heads of 8 to 128, swizzled where a row is a power of two of chunks), and a warp per
@@ -1095,4 +1100,109 @@ fn row_caches_assemble() {
         tally.add(what, &f, &target);
     }
     tally.finish("row caches");
+}
+
+/// ptxas's report (`-v`) of `ptx` for `sm`, if ptxas is here: whether it assembled, and what
+/// it said.
+fn ptxas_report(ptx: &str, sm: &str) -> Option<(bool, String)> {
+    let ptxas = ptxas()?;
+    let dir = scratch(&format!("report-{sm}"));
+    let src = dir.join("k.ptx");
+    std::fs::write(&src, ptx).unwrap();
+    let out = std::process::Command::new(ptxas)
+        .arg(format!("-arch={sm}"))
+        .arg("-v")
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join("k.cubin"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    ))
+}
+
+/// bf16 and f16 attention on the tensor cores (`cp.async` rings, `ldmatrix` and its `.trans`,
+/// `mma.m16n8k16`, the quads' shuffles) assembles for sm_80 and sm_90 without spills: heads
+/// of 64 and 128 (steps of 64 and 32 keys), of 40 (padded to 48), causal and not, V given
+/// transposed (staged by columns), and a ring of 3 stages of 64 keys in dynamic shared
+/// memory.
+#[test]
+fn tensor_core_attention_assembles_without_spills() {
+    let transposed_v = attention((2, 40, 128, 64, 64), "bf16", false)
+        .replace("%2: bf16[2,128,64]", "%2: bf16[2,64,128]")
+        .replace(
+            "rhs_contracting_dimensions = [1]",
+            "rhs_contracting_dimensions = [2]",
+        );
+    let mut ring = TargetInfo::h200();
+    let g = ring.gpu.as_mut().expect("a GPU");
+    g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+    g.mma_attention_stages = 3;
+    let h200 = TargetInfo::h200();
+    let programs = [
+        (
+            "bf16 64 causal",
+            attention((16, 1024, 1024, 64, 64), "bf16", true),
+            &h200,
+        ),
+        (
+            "bf16 64",
+            attention((16, 1024, 1024, 64, 64), "bf16", false),
+            &h200,
+        ),
+        (
+            "bf16 128",
+            attention((2, 256, 256, 128, 128), "bf16", true),
+            &h200,
+        ),
+        (
+            "f16 40x24",
+            attention((1, 64, 300, 40, 24), "f16", false),
+            &h200,
+        ),
+        ("bf16 V transposed", transposed_v, &h200),
+        (
+            "bf16 ring of 3",
+            attention((2, 256, 256, 128, 128), "bf16", true),
+            &ring,
+        ),
+    ];
+    let mut tally = Tally::default();
+    for (what, src, target) in &programs {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(program_kinds(&f, target), [MapKind::AttentionMma], "{what}");
+        let p = program(src, target);
+        for sm in [PtxTarget::sm80(), PtxTarget::sm90()] {
+            let ptx = program_ptx(&p, &sm).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(
+                ptx.contains("ldmatrix.sync.aligned.m8n8.x4")
+                    && (what.contains("transposed")
+                        || ptx.contains("ldmatrix.sync.aligned.m8n8.x4.trans"))
+                    && ptx.contains("mma.sync.aligned.m16n8k16")
+                    && ptx.contains("cp.async"),
+                "{what}: not on the tensor cores:\n{ptx}"
+            );
+            if let Some((ok, info)) = ptxas_report(&ptx, &sm.sm) {
+                println!(
+                    "{what} ({}): {}",
+                    sm.sm,
+                    info.lines()
+                        .filter(|l| l.contains("Used") || l.contains("spill"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+                assert!(
+                    ok && !info.lines().any(|l| l.contains("spill")
+                        && !l.contains("0 bytes spill stores, 0 bytes spill loads")),
+                    "{what} ({}): ptxas:\n{info}",
+                    sm.sm
+                );
+            }
+        }
+        tally.add(what, &f, target);
+    }
+    tally.finish("tensor-core attention");
 }

@@ -288,6 +288,17 @@ pub struct Gpu {
     /// that fits; none fitting (or an empty list), it runs a warp per query row
     /// (`attention_warps`).
     pub attention_tiles: Vec<AttentionTile>,
+    /// Keys per step of attention on the tensor cores (`gpu/map/attention_mma.rs`: bf16 or f16
+    /// Q, K and V, `mma.m16n8k16`, f32 softmax), a multiple of 16; fewer (halved, down to 16)
+    /// where the shared arrays do not fit [`Gpu::tile_limit`]. 0 turns that mapping off: such
+    /// attention then runs as separate launches.
+    pub mma_attention_keys: usize,
+    /// Warps of a block of attention on the tensor cores, 16 query rows each.
+    pub mma_attention_warps: usize,
+    /// Shared-memory stages of the keys' and values' ring of attention on the tensor cores (at
+    /// least 2: the next step's `cp.async` copies in flight while one step computes; fewer
+    /// where they do not fit).
+    pub mma_attention_stages: usize,
 }
 
 /// One block tile of attention on the CUDA cores: the block takes `rows` query rows and steps
@@ -487,6 +498,11 @@ impl Gpu {
                     thread_cols: 16,
                 },
             ],
+            // Not measured on a GPU yet: 64 query rows of 4 warps (16 each, one `mma` row
+            // tile), steps of 64 keys double buffered, as flash attention 2 runs on sm_80.
+            mma_attention_keys: 64,
+            mma_attention_warps: 4,
+            mma_attention_stages: 2,
         }
     }
 }

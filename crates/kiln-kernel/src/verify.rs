@@ -1072,20 +1072,27 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                         format!("the chained product's B is in{}, past the inputs", ch.b),
                     );
                 };
-                if b.dtype != dtype || b.numel() != batch * n * ch.n {
+                // A tensor-core chain (`half`) multiplies its operands' dtype and stores the
+                // epilogue's.
+                let (b_dtype, out_dtype) = if half {
+                    (inputs[0].dtype, k.out.dtype)
+                } else {
+                    (dtype, dtype)
+                };
+                if b.dtype != b_dtype || b.numel() != batch * n * ch.n {
                     return bad(
                         &c,
                         format!(
-                            "the chained product's B (in{}, {b}) is not batch {batch} x {n} x {} of {dtype}",
+                            "the chained product's B (in{}, {b}) is not batch {batch} x {n} x {} of {b_dtype}",
                             ch.b, ch.n
                         ),
                     );
                 }
-                if ch.out.dtype != dtype || ch.out.numel() != batch * m * ch.n {
+                if ch.out.dtype != out_dtype || ch.out.numel() != batch * m * ch.n {
                     return bad(
                         &c,
                         format!(
-                            "the chained product {} is not batch {batch} x m {m} x {} of {dtype}",
+                            "the chained product {} is not batch {batch} x m {m} x {} of {out_dtype}",
                             ch.out, ch.n
                         ),
                     );

@@ -97,34 +97,47 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "parallel_work": t.splits.parallel_work,
             "concurrent_work": t.splits.concurrent_work,
         },
-        "gpu": t.gpu.as_ref().map(|g| json!({
-            "warp_size": g.warp_size,
-            "shared_memory_per_block": g.shared_memory_per_block,
-            "static_shared_bytes": g.static_shared_bytes,
-            "dynamic_shared_bytes": g.dynamic_shared_bytes,
-            "tile_dynamic_bytes": g.tile_dynamic_bytes,
-            "sms": g.sms,
-            "tensor_core_shapes": g.tensor_core_shapes.iter().map(|&(m, n, k)| json!([m, n, k])).collect::<Vec<_>>(),
-            "max_threads_per_block": g.max_threads_per_block,
-            "elementwise_block": g.elementwise_block,
-            "vector_bytes": g.vector_bytes,
-            "blocks_per_sm": g.blocks_per_sm,
-            "warp_reduce_min": g.warp_reduce_min,
-            "block_reduce_min": g.block_reduce_min,
-            "row_registers": g.row_registers,
-            "row_shared_bytes": g.row_shared_bytes,
-            "gemm_tiles": tiles_to_json(&g.gemm_tiles),
-            "gemm_stages": g.gemm_stages,
-            "mma_tiles": tiles_to_json(&g.mma_tiles),
-            "mma_stages": g.mma_stages,
-            "mma_swizzle": g.mma_swizzle,
-            "tf32": g.tf32,
-            "wgmma": g.wgmma,
-            "wgmma_tiles": tiles_to_json(&g.wgmma_tiles),
-            "attention_warps": g.attention_warps,
-            "attention_tiles": attention_tiles_to_json(&g.attention_tiles),
-        })),
+        "gpu": t.gpu.as_ref().map(gpu_to_json),
     })
+}
+
+/// The GPU's data as JSON (in two parts: one `json!` of every field passes the macro's
+/// recursion limit).
+fn gpu_to_json(g: &Gpu) -> Value {
+    let mut v = json!({
+        "warp_size": g.warp_size,
+        "shared_memory_per_block": g.shared_memory_per_block,
+        "static_shared_bytes": g.static_shared_bytes,
+        "dynamic_shared_bytes": g.dynamic_shared_bytes,
+        "tile_dynamic_bytes": g.tile_dynamic_bytes,
+        "sms": g.sms,
+        "tensor_core_shapes": g.tensor_core_shapes.iter().map(|&(m, n, k)| json!([m, n, k])).collect::<Vec<_>>(),
+        "max_threads_per_block": g.max_threads_per_block,
+        "elementwise_block": g.elementwise_block,
+        "vector_bytes": g.vector_bytes,
+        "blocks_per_sm": g.blocks_per_sm,
+        "warp_reduce_min": g.warp_reduce_min,
+        "block_reduce_min": g.block_reduce_min,
+    });
+    let rest = json!({
+        "row_registers": g.row_registers,
+        "row_shared_bytes": g.row_shared_bytes,
+        "gemm_tiles": tiles_to_json(&g.gemm_tiles),
+        "gemm_stages": g.gemm_stages,
+        "mma_tiles": tiles_to_json(&g.mma_tiles),
+        "mma_stages": g.mma_stages,
+        "mma_swizzle": g.mma_swizzle,
+        "tf32": g.tf32,
+        "wgmma": g.wgmma,
+        "wgmma_tiles": tiles_to_json(&g.wgmma_tiles),
+        "attention_warps": g.attention_warps,
+        "attention_tiles": attention_tiles_to_json(&g.attention_tiles),
+        "mma_attention": mma_attention_to_json(g),
+    });
+    if let (Some(o), Value::Object(r)) = (v.as_object_mut(), rest) {
+        o.extend(r);
+    }
+    v
 }
 
 fn tiles_to_json(tiles: &[GemmTile]) -> Value {
@@ -151,6 +164,15 @@ fn tiles_from_json(path: &str, v: &Value) -> Result<Vec<GemmTile>, String> {
             })
         })
         .collect()
+}
+
+/// Attention on the tensor cores: keys per step, warps, stages of the ring.
+fn mma_attention_to_json(g: &Gpu) -> Value {
+    json!({
+        "keys": g.mma_attention_keys,
+        "warps": g.mma_attention_warps,
+        "stages": g.mma_attention_stages,
+    })
 }
 
 fn attention_tiles_to_json(tiles: &[AttentionTile]) -> Value {
@@ -260,6 +282,9 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     .and_then(|a| a.iter().map(|w| w.as_u64().map(|w| w as usize)).collect())
                     .ok_or("`target.info.gpu.attention_warps` is not a list of counts")?,
                 attention_tiles: attention_tiles_from_json(g.get("attention_tiles")?)?,
+                mma_attention_keys: g.obj("mma_attention")?.usize("keys")?,
+                mma_attention_warps: g.obj("mma_attention")?.usize("warps")?,
+                mma_attention_stages: g.obj("mma_attention")?.usize("stages")?,
             })
         }
     };

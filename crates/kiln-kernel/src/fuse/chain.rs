@@ -62,6 +62,7 @@ pub(super) fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool, limits: 
             online: None,
             masked: None,
         };
+        let half = half_scores(pk);
         let mut pk = pk.clone();
         let Schedule::Gemm {
             epilogue: Some(product),
@@ -83,8 +84,14 @@ pub(super) fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool, limits: 
         // 45.2 ms; 16384 keys: 6 of 6, 200 -> 179 ms.
         let operands: Vec<ValueId> = out.operands[p].iter().chain([&b]).copied().collect();
         let value = constant_of(f, &operands);
-        let online = online_softmax(&pk.body, product, &pk.out, &value);
-        if online.is_none() && n > limits.chain_row {
+        // A softmax in bf16 or f16 of a tensor-core product's f32 scores chains only online
+        // (the GPU runs it on the tensor cores, `gpu/map/attention_mma.rs`).
+        let online = if half {
+            half_softmax_logits(&pk.body, product, &pk.out, &value)
+        } else {
+            online_softmax(&pk.body, product, &pk.out, &value)
+        };
+        if online.is_none() && (half || n > limits.chain_row) {
             continue;
         }
         // Blocks a causal mask leaves nothing of are skipped (positions well inside i32).
@@ -126,13 +133,88 @@ pub fn online_softmax(
     out: &kiln_ir::TensorType,
     value: &dyn Fn(&Expr) -> Option<f64>,
 ) -> Option<Expr> {
+    if !matches!(out.dtype, DType::F32 | DType::F64) {
+        return None;
+    }
+    softmax_logits(body, j, out, value)
+}
+
+/// Whether GEMM kernel `k` is a tensor-core product (bf16 or f16 operands, an f32 product,
+/// kept for a GPU by `canon::widen_dots`) whose epilogue computes in its operands' dtype:
+/// the softmax of attention's scores traced in bf16 or f16.
+pub(super) fn half_scores(k: &crate::ir::Kernel) -> bool {
+    matches!(k.out.dtype, DType::BF16 | DType::F16) && k.product_dtype() == DType::F32
+}
+
+/// The logits of a softmax computed in bf16 or f16 (a [`half_scores`] kernel's epilogue), as
+/// [`online_softmax`] finds them, its roundings to that dtype between the ops
+/// ([`crate::ir::Ew::Narrow`]) left out (the chain computes the softmax in f32), and a
+/// stop-gradient's exact round trip of the maximum through f32's bits too.
+pub(super) fn half_softmax_logits(
+    body: &Expr,
+    j: usize,
+    out: &kiln_ir::TensorType,
+    value: &dyn Fn(&Expr) -> Option<f64>,
+) -> Option<Expr> {
+    struct Strip;
+    impl crate::ir::Rewriter for Strip {
+        fn expr(&mut self, e: &Expr) -> Expr {
+            match e {
+                Expr::Op {
+                    op: crate::ir::Ew::Narrow,
+                    args,
+                    ..
+                } if args.len() == 1 => self.expr(&args[0]),
+                // A stop-gradient's round trip through f32's bits, `convert(bitcast(bitcast(
+                // convert(x))))` back to `x`'s dtype: `x` itself (every conversion exact).
+                Expr::Op {
+                    op: crate::ir::Ew::Convert,
+                    dtype,
+                    args,
+                } if args.len() == 1 => match &args[0] {
+                    Expr::Op {
+                        op: crate::ir::Ew::Bitcast,
+                        dtype: wide,
+                        args: bits,
+                    } if matches!(&bits[..], [Expr::Op {
+                        op: crate::ir::Ew::Bitcast,
+                        args: inner,
+                        ..
+                    }] if matches!(&inner[..], [Expr::Op {
+                        op: crate::ir::Ew::Convert,
+                        dtype: widened,
+                        args: x,
+                    }] if widened == wide && x.len() == 1 && x[0].dtype() == *dtype)) =>
+                    {
+                        let Expr::Op { args: inner, .. } = &bits[0] else {
+                            unreachable!("matched above")
+                        };
+                        let Expr::Op { args: x, .. } = &inner[0] else {
+                            unreachable!("matched above")
+                        };
+                        self.expr(&x[0])
+                    }
+                    _ => e.map_children(self),
+                },
+                _ => e.map_children(self),
+            }
+        }
+    }
+    use crate::ir::Rewriter;
+    softmax_logits(&Strip.expr(body), j, out, value)
+}
+
+/// [`online_softmax`]'s logits of a softmax in any float dtype.
+fn softmax_logits(
+    body: &Expr,
+    j: usize,
+    out: &kiln_ir::TensorType,
+    value: &dyn Fn(&Expr) -> Option<f64>,
+) -> Option<Expr> {
     use crate::ir::Ew;
     use kiln_ir::OpKind;
     let col = out.rank().checked_sub(1)?;
     let n = out.shape[col];
-    if !matches!(out.dtype, DType::F32 | DType::F64) {
-        return None;
-    }
     // `exp(h - max_v h[v/col])`, with `col` the position's column variable: `h`.
     let exp_from_max = |e: &Expr, col: usize| -> Option<Expr> {
         let Expr::Op {
@@ -236,22 +318,82 @@ pub(super) fn chain_reader(
         return None;
     }
     let uk = out.kernels[u].as_ref()?;
-    let ok = matches!(
-        uk.schedule,
+    let dtype = f.values[a.index()].dtype;
+    // A product of bf16 or f16 operands kept in f32 for a GPU's tensor cores
+    // (`canon::widen_dots`), as it is or with the conversion of its result back to their dtype
+    // as its epilogue.
+    let operand = |i: usize| out.operands[u].get(i).map(|x| f.values[x.index()].dtype);
+    let half = matches!(dtype, DType::BF16 | DType::F16)
+        && operand(0) == Some(dtype)
+        && operand(1) == Some(dtype)
+        && uk.product_dtype() == DType::F32;
+    let epilogue_ok = match uk.schedule {
+        // Kept in f32 for the tensor cores, its result must become its dtype again and
+        // nothing else (the conversion is then its epilogue, as `fuse_gemm_epilogues` makes
+        // it, before the chains are made).
+        Schedule::Gemm { epilogue: None, .. } if half && uk.out.dtype != dtype => {
+            converted_back(f, out, u, dtype)
+        }
+        Schedule::Gemm { epilogue: None, .. } => true,
         Schedule::Gemm {
-            epilogue: None,
-            batch: b2,
-            m: m2,
-            k: k2,
-            conv: None,
-            a_trans: false,
-            chain: None,
-            ..
-        } if b2 == batch && m2 == m && k2 == n
-    ) && uk.extra.is_empty()
+            epilogue: Some(e), ..
+        } => half && uk.out.dtype == dtype && converts_own(&uk.body, e, &uk.out),
+        _ => false,
+    };
+    let ok = epilogue_ok
+        && matches!(
+            uk.schedule,
+            Schedule::Gemm {
+                batch: b2,
+                m: m2,
+                k: k2,
+                conv: None,
+                a_trans: false,
+                chain: None,
+                ..
+            } if b2 == batch && m2 == m && k2 == n
+        )
+        && uk.extra.is_empty()
         && out.operands[u].len() == 2
         && out.operands[u][0] == a
         && out.operands[u][1] != a
-        && f.values[a.index()].dtype == uk.out.dtype;
+        && (dtype == uk.out.dtype || half);
     ok.then_some(u)
+}
+
+/// Whether instruction `u`'s result is read by one kernel alone, a loop nest that converts
+/// it to `dtype` at each position and does nothing else, and is no function output.
+fn converted_back(f: &Func, out: &Fused, u: usize, dtype: DType) -> bool {
+    let r = f.insts[u].results[0];
+    if f.outputs.contains(&r) {
+        return false;
+    }
+    let mut readers =
+        (0..f.insts.len()).filter(|&i| !out.inlined[i] && out.operands[i].contains(&r));
+    let (Some(c), None) = (readers.next(), readers.next()) else {
+        return false;
+    };
+    let Some(ck) = out.kernels[c].as_ref() else {
+        return false;
+    };
+    let Some(j) = out.operands[c].iter().position(|&v| v == r) else {
+        return false;
+    };
+    ck.schedule == Schedule::Nest
+        && ck.out.dtype == dtype
+        && ck.extra.is_empty()
+        && converts_own(&ck.body, j, &ck.out)
+}
+
+/// Whether `body` is the conversion of input `e` read at its own position of `out`, and
+/// nothing else.
+fn converts_own(body: &Expr, e: usize, out: &kiln_ir::TensorType) -> bool {
+    matches!(
+        body,
+        Expr::Op {
+            op: crate::ir::Ew::Convert,
+            args,
+            ..
+        } if matches!(args[..], [Expr::Load { input, .. }] if input == e)
+    ) && crate::access::reads_only_own_position(body, e, out)
 }

@@ -1,7 +1,7 @@
 //! GEMM epilogues: the elementwise or row-reducing user of a matrix product runs inside the
 //! GEMM, on each block of the product while it is in cache.
 
-use super::chain::{chain_reader, constant_of, online_softmax};
+use super::chain::{chain_reader, constant_of, half_softmax_logits, online_softmax};
 use super::{Fused, FusionDecision};
 use crate::access::{reads_input, reads_only_own_position, reads_own_position_or_row};
 use crate::ir::{Kernel, Schedule};
@@ -93,10 +93,26 @@ pub(super) fn fuse_gemm_epilogues(
                 && operand(0) == operand(1)
                 && matches!(operand(0), Some(DType::BF16 | DType::F16));
             let converts = pk.out.dtype != uk.out.dtype;
+            // A softmax in that dtype of the scores that a chained product of the same
+            // operand type reads (attention traced in bf16 or f16): it chains, online, and
+            // the GPU runs it on the tensor cores.
+            let half_chain = tensor_cores
+                && converts
+                && chains
+                && conv.is_none()
+                && (1..=limits.chain_k).contains(&k)
+                && operand(0) == Some(uk.out.dtype)
+                && hoistable_reduces(&uk.body)
+                    .iter()
+                    .any(|r| reads_input(r, j))
+                && chain_reader(f, out, u, (batch, m, n)).is_some()
+                && half_softmax_logits(&uk.body, j, &uk.out, &constant_of(f, &out.operands[u]))
+                    .is_some();
             let ok = only_reader
                 && !f.outputs.contains(v)
                 // Same elements: the user's type may be a reshape of the product's.
                 && (!converts
+                    || half_chain
                     || (tensor_cores
                         && conv.is_none()
                         && reads_only_own_position(&uk.body, j, &uk.out)))
@@ -104,7 +120,10 @@ pub(super) fn fuse_gemm_epilogues(
                 && if planes {
                     pk.out.shape == uk.out.shape && reads_only_own_position(&uk.body, j, &uk.out)
                 } else {
-                    row_split(&uk.out.shape, batch * m, n).is_some_and(layout_ok)
+                    row_split(&uk.out.shape, batch * m, n).is_some_and(|s| {
+                        layout_ok(s)
+                            || (half_chain && reads_own_position_or_row(&uk.body, j, &uk.out, s))
+                    })
                 };
             ok.then_some((j, p))
         });

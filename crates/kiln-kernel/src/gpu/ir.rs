@@ -520,6 +520,11 @@ pub enum MapKind {
     /// and the same rows of the output from shared memory, the rows' running maxima and sums
     /// combined by shuffles among the lanes that share them.
     AttentionTiled,
+    /// Attention in one launch on the tensor cores (bf16 or f16 Q, K and V): a block of 16-row
+    /// warps steps through the keys, the scores and the output by `mma.m16n8k16`, the online
+    /// softmax in f32 on the accumulator fragments, the probabilities reused in registers as
+    /// the second product's A (`attention_mma.rs`).
+    AttentionMma,
     /// A scatter, its updates combined in order: a thread per position of the update
     /// dimensions that address whole output dimensions alone, or one thread.
     Scatter,
@@ -545,6 +550,7 @@ impl MapKind {
             MapKind::GemmMma => "gemm-mma",
             MapKind::Attention => "attention",
             MapKind::AttentionTiled => "attention-tiles",
+            MapKind::AttentionMma => "attention-mma",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
             MapKind::Sort => "sort",

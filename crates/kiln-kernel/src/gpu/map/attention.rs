@@ -6,7 +6,8 @@
 //!
 //! This file holds what both mappings share and the fallback, a warp per query row; where
 //! one of `Gpu::attention_tiles` fits, the register tiles of `attention_tiles.rs` take the
-//! attention instead (fewer shared-memory loads per multiply-add).
+//! attention instead (fewer shared-memory loads per multiply-add); bf16 and f16 attention
+//! runs on the tensor cores (`attention_mma.rs`).
 //!
 //! A block of `warps` warps takes `warps` consecutive query rows of one batch, a warp per row.
 //! The block stages its rows of Q into shared memory once, then steps through the keys 32 at
@@ -57,9 +58,11 @@ pub(super) struct Parts<'a> {
     pub d: &'a Product,
     /// The chained product and its online softmax.
     pub ch: &'a Chain,
-    /// The dtype everything is computed in (the result's: f32 or f64).
+    /// The dtype everything is computed in (the result's: f32 or f64; f32 on the tensor
+    /// cores).
     pub dtype: DType,
-    /// Q's element at variables `(0: batch, 1: row, 3: head index)`.
+    /// Q's element at variables `(0: batch, 1: row, 3: head index)` (in the result's dtype;
+    /// bf16 or f16 on the tensor cores, as K's and V's).
     pub q: Expr,
     /// K's element at variables `(0: batch, 2: key, 3: head index)`.
     pub key: Expr,
@@ -131,6 +134,9 @@ impl Mapper<'_> {
         let h = ch.online.as_ref()?;
         let dtype = k.out.dtype;
         let v_in = ins.get(ch.b)?;
+        // bf16 or f16 attention (fusion chains it with a tensor-core product, `fuse/chain.rs`):
+        // on the tensor cores, Q, K and V read in their dtype, the rest in f32.
+        let half = MmaOperand::of_half(dtype);
         if self.gpu.warp_size != 32
             || e != ins.len()
             || d.k > self.sums.leaf
@@ -138,11 +144,15 @@ impl Mapper<'_> {
             || d.n == 0
             || d.k == 0
             || ch.n == 0
-            || !matches!(dtype, DType::F32 | DType::F64)
+            || (half.is_none() && !matches!(dtype, DType::F32 | DType::F64))
         {
             return None;
         }
-        let (q, key) = operand_exprs(d, None, (ins.first()?.1.dtype, ins.get(1)?.1.dtype), dtype);
+        let (a_dtype, b_dtype) = (ins.first()?.1.dtype, ins.get(1)?.1.dtype);
+        if half.is_some() && (a_dtype != dtype || b_dtype != dtype || v_in.1.dtype != dtype) {
+            return None;
+        }
+        let (q, key) = operand_exprs(d, None, (a_dtype, b_dtype), dtype);
         let (nn, n2i) = (d.n as i64, ch.n as i64);
         let v = as_dtype(
             Expr::Load {
@@ -163,12 +173,15 @@ impl Mapper<'_> {
             ins,
             d,
             ch,
-            dtype,
+            dtype: if half.is_some() { DType::F32 } else { dtype },
             q,
             key,
             v,
             logit: scalar_reads(h, e, k.vars),
         };
+        if let Some(operand) = half {
+            return self.attention_mma(&parts, operand);
+        }
         self.attention_tiled(&parts)
             .or_else(|| self.attention_rows(&parts))
     }

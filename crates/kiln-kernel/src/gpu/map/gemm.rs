@@ -49,6 +49,28 @@ impl InLaunch {
         })
     }
 
+    /// The conversion of an f32 product to `out`'s dtype as it is stored (a tensor-core
+    /// product of bf16 or f16 operands whose result is of their dtype), read as extra input
+    /// `product` (after the launch's A and B).
+    fn narrowing(out: &TensorType, product: usize) -> InLaunch {
+        let vars = out.rank().max(4);
+        InLaunch {
+            body: Expr::Op {
+                op: Ew::Convert,
+                dtype: out.dtype,
+                args: vec![Expr::Load {
+                    input: product,
+                    dtype: DType::F32,
+                    coef: vec![0; vars],
+                    off: 0,
+                }],
+            },
+            shape: out.shape.clone(),
+            vars,
+            product: DType::F32,
+        }
+    }
+
     /// Statements storing value register `value`, the product's element at flat `index` of
     /// the result, into output 0: through `epilogue` if there is one, the index kept in
     /// integer register `tmp.0` (it may read the variables the epilogue sets) and the
@@ -134,19 +156,19 @@ impl Mapper<'_> {
         let mut scratch = Vec::new();
         let mut launches = Vec::new();
         let in_launch = epilogue.and_then(|e| InLaunch::of(k, e, ins.len()));
-        if in_launch.is_none() && k.product_dtype() != k.out.dtype {
-            return Err(format!(
-                "{name}: an epilogue converting the product from {} to {} runs only in the \
-                 product's launch",
-                k.product_dtype(),
-                k.out.dtype
-            ));
-        }
+        // A bf16 or f16 attention the tensor-core mapping does not take: its f32 scores (in a
+        // scratch buffer of the product's dtype, as for any epilogue of its own launch), the
+        // softmax in its dtype, the chained product on the tensor cores, converted as stored.
+        let half_chain = chain.is_some() && MmaOperand::of_half(k.out.dtype).is_some();
         let product_to = if (epilogue.is_none() || in_launch.is_some()) && chain.is_none() {
             (Buf::Output(0), k.out.clone())
         } else {
-            scratch.push(k.out.clone());
-            (Buf::Scratch(0), k.out.clone())
+            let product = TensorType {
+                dtype: k.product_dtype(),
+                shape: k.out.shape.clone(),
+            };
+            scratch.push(product.clone());
+            (Buf::Scratch(0), product)
         };
         let operands = if in_launch.is_some() {
             ins.clone()
@@ -201,13 +223,15 @@ impl Mapper<'_> {
                 a_trans: false,
                 b_trans: ch.b_trans,
             };
+            let narrow =
+                (half_chain && b.1.dtype == ch.out.dtype).then(|| InLaunch::narrowing(&ch.out, 2));
             launches.push(self.product(
                 &format!("{name}.chain"),
                 vec![a, b],
                 &dims,
                 None,
                 (Buf::Output(0), ch.out.clone()),
-                None,
+                narrow.as_ref(),
             ));
         }
         Ok(GpuProgram { scratch, launches })

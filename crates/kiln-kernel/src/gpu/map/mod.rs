@@ -28,7 +28,9 @@
 //!   softmax epilogue fusion computes online, chained into a second product) runs as one
 //!   launch, flash-attention style: by register tiles of query rows x keys where one of
 //!   `Gpu::attention_tiles` fits ([`MapKind::AttentionTiled`], `attention_tiles.rs`), else a
-//!   warp per query row ([`MapKind::Attention`], `attention.rs`).
+//!   warp per query row ([`MapKind::Attention`], `attention.rs`); attention traced in bf16
+//!   or f16 runs on the tensor cores, `mma.m16n8k16` for both products and the softmax in
+//!   f32 ([`MapKind::AttentionMma`], `attention_mma.rs`).
 //! - A scatter combines its updates in order, so its result is deterministic
 //!   ([`MapKind::Scatter`], `scatter.rs`): a thread per position of the update dimensions
 //!   that address whole output dimensions by themselves (an embedding gradient's columns),
@@ -66,6 +68,7 @@ use crate::target::{Gpu, SumTree, TargetInfo};
 use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
 mod attention;
+mod attention_mma;
 mod attention_tiles;
 mod gemm;
 mod row_cache;

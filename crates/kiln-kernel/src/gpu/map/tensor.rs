@@ -442,7 +442,7 @@ impl Mapper<'_> {
 /// The [`SharedArray::swizzle`] of a staged tile whose rows (8 of which one `ldmatrix` matrix
 /// reads) are `chunks` 16-byte chunks long: their log2, rounded up to a power of two and at
 /// least 8 of them.
-fn swizzle_shift(chunks: usize) -> u32 {
+pub(super) fn swizzle_shift(chunks: usize) -> u32 {
     chunks.next_power_of_two().max(8).trailing_zeros()
 }
 
