@@ -965,8 +965,9 @@ fn multi_output_kernels_agree_and_merges_keep_program_order() {
 
 #[test]
 fn column_reductions_in_strips_agree() {
-    // Sums, maxima and products down columns (the innermost output loop runs in strips of 16
-    // with one accumulator per column), with a remainder past the last strip, split across
+    // Sums, maxima and products down columns (the innermost output loop runs in wide strips,
+    // then strips of 16, with one accumulator per column: 530 columns are 4 strips of 128 for
+    // one f32 sum, one of 16 and 2 columns past it), with a remainder past the last strip, split across
     // threads, in several dtypes, and a reduction over a middle dimension.
     for (ty, kind, init) in [
         ("f32", "add", "0.0"),
@@ -1056,13 +1057,20 @@ fn reductions_inside_reductions_run_once_per_position() {
     );
 }
 
-/// Column sums run in strips of 16 columns, then one column at a time past the last strip.
+/// Column sums run in wide strips (128 columns for one f32 sum on AVX-512), then strips of 16
+/// columns, then one column at a time past the last strip.
 /// Those last columns add down the column in the same order as the strips do (not
 /// reassociated and vectorized along the strided column), so equal columns give bit-equal
-/// sums wherever they fall; with 37 columns, 5 lie past the last strip.
+/// sums wherever they fall; with 37 columns, 5 lie past the last strip; with 150, 128 + 16 + 6.
 #[test]
 fn column_sums_past_the_last_strip_add_in_the_strips_order() {
-    for (ty, rows, cols) in [("f32", 300, 37), ("f64", 300, 37), ("f32", 1000, 21)] {
+    for (ty, rows, cols) in [
+        ("f32", 300, 37),
+        ("f64", 300, 37),
+        ("f32", 1000, 21),
+        ("f32", 300, 150),
+        ("f64", 200, 150),
+    ] {
         let src = format!(
             "func @main(%0: {ty}[{rows},{cols}]) -> {ty}[{cols}] {{
   %1 = constant {{value = 0.0}} : {ty}[]

@@ -54,8 +54,13 @@ pub struct KernelSchedule {
 /// [`column_strips`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Strips {
-    /// Positions a strip holds ([`crate::target::LoopLimits::strip`]).
+    /// Positions a strip holds: as many as
+    /// [`LoopLimits::strip_vectors`](crate::target::LoopLimits::strip_vectors) vectors of f32
+    /// hold over the column sums, a multiple of [`Self::tail`].
     pub width: usize,
+    /// Positions of the strips the positions past the last wide strip run in (then one by one):
+    /// [`LoopLimits::strip`](crate::target::LoopLimits::strip).
+    pub tail: usize,
     /// [`value_key`] of each reduction computed per strip, in the order of the kernel's
     /// bodies.
     pub reduces: Vec<ValueKey>,
@@ -162,8 +167,14 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
             reduces.push(key);
         }
     }
+    let tail = target.loops.strip.max(1);
+    let budget = target.loops.strip_vectors * target.vector_bytes / 4;
+    // No wider than the loop: a strip holds whole strips of the tail's width.
+    let width = (budget / reduces.len().max(1)).min(k.out.shape[d]);
+    let width = (width / tail).max(1) * tail;
     (!reduces.is_empty()).then_some(Strips {
-        width: target.loops.strip,
+        width,
+        tail,
         reduces,
     })
 }
@@ -455,7 +466,15 @@ impl fmt::Display for KernelSchedule {
         if let Some(st) = &self.strips {
             let n = st.reduces.len();
             let plural = if n == 1 { "" } else { "s" };
-            parts.push(format!("strips of {} ({n} column sum{plural})", st.width));
+            let then = if st.tail < st.width {
+                format!(", then {}", st.tail)
+            } else {
+                String::new()
+            };
+            parts.push(format!(
+                "strips of {}{then} ({n} column sum{plural})",
+                st.width
+            ));
         }
         for c in &self.row_caches {
             let op = match &c.part {
@@ -544,10 +563,34 @@ mod tests {
                 "func @c(%0: f32[8,{n}]) -> f32[{n}] {{\n  %1 = constant {{value = 0.0}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [0], kind = add}} : f32[{n}]\n  return %2\n}}\n"
             )
         };
+        // As wide as the loop, up to `strip_vectors` vectors of f32 for the one sum.
         assert_eq!(
-            printed(&sum(32), &Options::default()),
+            printed(&sum(16), &Options::default()),
             ["strips of 16 (1 column sum)"]
         );
+        assert_eq!(
+            printed(&sum(40), &Options::default()),
+            ["strips of 32, then 16 (1 column sum)"]
+        );
+        let t = TargetInfo::reference();
+        let wide = t.loops.strip_vectors * t.vector_bytes / 4;
+        assert_eq!(
+            printed(&sum(4096), &Options::default()),
+            [format!("strips of {wide}, then 16 (1 column sum)")]
+        );
         assert_eq!(printed(&sum(8), &Options::default()), ["in order"]);
+    }
+
+    #[test]
+    fn column_sums_share_the_strips_registers() {
+        // Two sums down the same columns (a layer norm's gradient): half as wide each.
+        let src = "func @c(%0: f32[8,4096], %1: f32[8,4096]) -> f32[4096] {\n  %2 = constant {value = 0.0} : f32[]\n  %3 = reduce %0, %2 {dimensions = [0], kind = add} : f32[4096]\n  %4 = multiply %0, %1 : f32[8,4096]\n  %5 = reduce %4, %2 {dimensions = [0], kind = add} : f32[4096]\n  %6 = add %3, %5 : f32[4096]\n  return %6\n}\n";
+        let t = TargetInfo::reference();
+        let wide = t.loops.strip_vectors * t.vector_bytes / 4;
+        let got = printed(src, &Options::default());
+        assert!(
+            got.contains(&format!("strips of {}, then 16 (2 column sums)", wide / 2)),
+            "{got:?}"
+        );
     }
 }

@@ -84,6 +84,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "row_guard_cuts": t.loops.row_guard_cuts,
             "row_cache_bytes": t.loops.row_cache_bytes,
             "strip": t.loops.strip,
+            "strip_vectors": t.loops.strip_vectors,
         },
         "sums": { "leaf": t.sums.leaf, "fanout": t.sums.fanout },
         "gemm": {
@@ -312,6 +313,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             row_guard_cuts: loops.usize("row_guard_cuts")?,
             row_cache_bytes: loops.usize("row_cache_bytes")?,
             strip: loops.usize("strip")?,
+            strip_vectors: loops.usize("strip_vectors")?,
         },
         sums: SumTree {
             leaf: sums.usize("leaf")?,

@@ -105,8 +105,8 @@ pub(super) fn emit_nest_loops<'c>(
         } else {
             None
         };
-        if let Some((width, columns)) = columns {
-            strips(em, d, (from, to), width, &columns, store)?;
+        if let Some((widths, columns)) = columns {
+            strips(em, d, (from, to), widths, &columns, store)?;
         } else if d == rank {
             store(em)?;
         } else if let Some(out) = stream.filter(|_| d + 1 == rank) {
@@ -598,13 +598,16 @@ pub(super) fn whole_tile<'c>(
     Ok(())
 }
 
-/// The strips' width and the reductions of `k`'s bodies its innermost loop computes in strips
+/// A strip's positions, and the narrower strips' past the last of them.
+type StripWidths = (i64, i64);
+
+/// The strips' widths (wide, then the tail's) and the reductions of `k`'s bodies its innermost loop computes in strips
 /// (see [`strips`]), as its loop schedule decided them
 /// ([`kiln_kernel::loop_schedule::column_strips`]); `None` without strips.
 pub(super) fn column_reduces<'e>(
     em: &Emitter<'_>,
     k: &'e Kernel,
-) -> Result<Option<(i64, Vec<&'e Expr>)>> {
+) -> Result<Option<(StripWidths, Vec<&'e Expr>)>> {
     let Some(st) = &schedule_of(em)?.strips else {
         return Ok(None);
     };
@@ -625,19 +628,20 @@ pub(super) fn column_reduces<'e>(
                 })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Some((st.width as i64, columns)))
+    Ok(Some(((st.width as i64, st.tail as i64), columns)))
 }
 
 /// The innermost output loop (variable `d` over `range`) in strips of `width` consecutive
 /// positions: each reduction of `columns` runs once per strip with one accumulator per
 /// position, so its loop reads a contiguous run of the row it is at (one vector) instead of
 /// one strided element per output; then each position's body runs with the sums ready. The
-/// positions past the last whole strip run one by one.
+/// positions past the last whole strip run in strips of `narrow` positions, and those past the
+/// last of these one by one.
 pub(super) fn strips<'c>(
     em: &Emitter<'c>,
     d: usize,
     range: (IntValue<'c>, IntValue<'c>),
-    width: i64,
+    (width, narrow): (i64, i64),
     columns: &[&Expr],
     store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
 ) -> Result<()> {
@@ -702,22 +706,48 @@ pub(super) fn strips<'c>(
             })?;
             sums.push((value_key(r), accs, ct));
         }
-        for w in 0..width {
-            at(em, w)?;
+        // Each reduction's sums into an array, then the positions' bodies as a loop over the
+        // strip: one copy of the body however wide the strip (the sums stay in registers while
+        // they accumulate).
+        let mut arrays = Vec::with_capacity(sums.len());
+        for (key, accs, ct) in &sums {
+            let arr =
+                em.entry_alloca(inkwell::types::BasicType::array_type(ct, width as u32).into())?;
+            for (w, acc) in accs.iter().enumerate() {
+                let v = em.b.build_load(*ct, *acc, "sum").map_err(llvm)?;
+                let p = unsafe {
+                    em.b.build_in_bounds_gep(*ct, arr, &[em.i64c(w as i64)], "at")
+                }
+                .map_err(llvm)?;
+                em.b.build_store(p, v).map_err(llvm)?;
+            }
+            arrays.push((key, arr, *ct));
+        }
+        let s_w = em.entry_alloca(i64t.into())?;
+        em.labeled_loop("strip", s_w, (em.i64c(0), em.i64c(width)), 1, &mut |em| {
+            let w =
+                em.b.build_load(i64t, s_w, "w")
+                    .map_err(llvm)?
+                    .into_int_value();
+            let j = em.b.build_int_add(j0, w, "j").map_err(llvm)?;
+            em.b.build_store(em.vars[d], j).map_err(llvm)?;
             let mark = em.hoisted.borrow().len();
-            for (key, accs, ct) in &sums {
-                let v =
-                    em.b.build_load(*ct, accs[w as usize], "sum")
-                        .map_err(llvm)?;
+            for (key, arr, ct) in &arrays {
+                let p = unsafe { em.b.build_in_bounds_gep(*ct, *arr, &[w], "at") }.map_err(llvm)?;
+                let v = em.b.build_load(*ct, p, "sum").map_err(llvm)?;
                 em.hoisted
                     .borrow_mut()
-                    .push((key.clone(), Hoisted::Value(v)));
+                    .push(((*key).clone(), Hoisted::Value(v)));
             }
             store(em)?;
             em.hoisted.borrow_mut().truncate(mark);
-        }
+            Ok(())
+        })?;
         Ok(())
     })?;
+    if narrow < width {
+        return strips(em, d, (end, range.1), (narrow, narrow), columns, store);
+    }
     let was = em.in_order.replace(true);
     em.range_loop(d, end, range.1, 1, &mut |em: &Emitter<'c>| store(em))?;
     em.in_order.set(was);
