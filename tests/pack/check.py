@@ -256,6 +256,14 @@ def bench_json(out):
     return None
 
 
+def numbered(d, prefix):
+    """How many files `prefix0.npy`, `prefix1.npy`, ... folder `d` holds in a row."""
+    n = 0
+    while os.path.exists(os.path.join(d, f"{prefix}{n}.npy")):
+        n += 1
+    return n
+
+
 def check_workload(w, device, torch, notes, variant=None):
     """A workload's row; with `variant` (a sweep entry), the variant's artifact, timed and
     checked against PyTorch but without PyTorch's timings."""
@@ -264,10 +272,12 @@ def check_workload(w, device, torch, notes, variant=None):
            "max_rel_error": None, "ok": False, "note": ""}
     d = os.path.join(HERE, w["dir"] if variant is None else variant["dir"])
     if device == "emulator":
+        # The tiny program's own arguments and results: a model's tiny size has fewer layers,
+        # so fewer parameters, than the GPU size's (`w["args"]`).
         t = os.path.join(d, "tiny")
         cmd = [KILN_RUN, os.path.join(t, "artifact"), "--device", device, "--bench", "1", "--inputs"]
-        cmd += [os.path.join(t, f"arg{i}.npy") for i in range(w["args"])]
-        cmd += ["--expect"] + [os.path.join(t, f"ref{i}.npy") for i in range(w["results"])]
+        cmd += [os.path.join(t, f"arg{i}.npy") for i in range(numbered(t, "arg"))]
+        cmd += ["--expect"] + [os.path.join(t, f"ref{i}.npy") for i in range(numbered(t, "ref"))]
         rc, out, err = run(cmd, 300)
         b = bench_json(out)
         row["kiln_ms"] = b and b["median_ms"]
