@@ -4,118 +4,22 @@
 //! mapping; and planted bugs in the mapped kernel, which the comparison or the emulator
 //! catches.
 
-use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{Func, Literal};
 use kiln_kernel::gpu::ir::{GpuProgram, MapKind, Shuffle, Stmt};
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{Buffer, compile_and_run, run_program};
 
-/// One attention: sizes `(batch, queries, keys, head, columns)`, the dtype, and how the
-/// logits are made from the scores.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    shape: (usize, usize, usize, usize, usize),
-    dtype: &'static str,
-    logits: Logits,
-}
+mod attention;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Logits {
-    /// `s / 8`.
-    Scaled,
-    /// `s / 8`, query `i` keeping keys `j <= i`.
-    Causal,
-    /// `s / 8`, query `i` keeping keys `j >= i + shift`.
-    Shifted(i64),
-    /// `s · 0.3 + bias[b, i, j]`, the bias a fourth input.
-    Bias,
-    /// `s / 8`, V given transposed (`[batch, columns, keys]`).
-    VTransposed,
-}
-
-impl Case {
-    fn text(&self) -> String {
-        let (b, m, keys, k, n2) = self.shape;
-        let dt = self.dtype;
-        let s = format!("{dt}[{b},{m},{keys}]");
-        let i = format!("i64[{b},{m},{keys}]");
-        let p = format!("pred[{b},{m},{keys}]");
-        let mask = |cond: String| {
-            format!(
-                "  %20 = multiply %3, %5 : {s}\n  %21 = iota {{iota_dimension = 2}} : {i}\n  %22 = iota {{iota_dimension = 1}} : {i}\n{cond}  %27 = constant {{value = -inf}} : {dt}[]\n  %28 = broadcast_in_dim %27 {{broadcast_dimensions = []}} : {s}\n  %6 = select %26, %20, %28 : {s}\n"
-            )
-        };
-        let (scale, logits, bias) = match self.logits {
-            Logits::Scaled | Logits::VTransposed => {
-                ("0.125", format!("  %6 = multiply %3, %5 : {s}\n"), "")
-            }
-            Logits::Causal => (
-                "0.125",
-                mask(format!(
-                    "  %26 = compare %21, %22 {{comparison_direction = LE}} : {p}\n"
-                )),
-                "",
-            ),
-            Logits::Shifted(shift) => (
-                "0.125",
-                mask(format!(
-                    "  %23 = constant {{value = {shift}}} : i64[]\n  %24 = broadcast_in_dim %23 {{broadcast_dimensions = []}} : {i}\n  %25 = add %22, %24 : {i}\n  %26 = compare %21, %25 {{comparison_direction = GE}} : {p}\n"
-                )),
-                "",
-            ),
-            Logits::Bias => (
-                "0.3",
-                format!("  %20 = multiply %3, %5 : {s}\n  %6 = add %20, %30 : {s}\n"),
-                ", %30: BIAS",
-            ),
-        };
-        let bias = bias.replace("BIAS", &s);
-        let (v, v_keys) = if self.logits == Logits::VTransposed {
-            (format!("{dt}[{b},{n2},{keys}]"), 2)
-        } else {
-            (format!("{dt}[{b},{keys},{n2}]"), 1)
-        };
-        format!(
-            "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{keys},{k}], %2: {v}{bias}) -> {dt}[{b},{m},{n2}] {{
-  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}
-  %4 = constant {{value = {scale}}} : {dt}[]
-  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}
-{logits}  %7 = constant {{value = -inf}} : {dt}[]
-  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[{b},{m}]
-  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}
-  %10 = subtract %6, %9 : {s}
-  %11 = exponential %10 : {s}
-  %12 = constant {{value = 0.0}} : {dt}[]
-  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[{b},{m}]
-  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}
-  %15 = divide %11, %14 : {s}
-  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [{v_keys}]}} : {dt}[{b},{m},{n2}]
-  return %16
-}}
-"
-        )
-    }
-}
+use attention::{Case, Logits, inputs};
 
 fn case(shape: (usize, usize, usize, usize, usize), logits: Logits) -> Case {
-    Case {
-        shape,
-        dtype: "bf16",
-        logits,
-    }
+    attention::case(shape, "bf16", logits)
 }
 
 fn parse(c: &Case) -> Func {
     let src = c.text();
     kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
-}
-
-fn inputs(f: &Func, seed: u64) -> Vec<Literal> {
-    let mut rng = Rng::new(seed);
-    f.param_types()
-        .iter()
-        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-        .collect()
 }
 
 /// The reference's result of `c` computed in f32 from the same (bf16 or f16) arguments: the
