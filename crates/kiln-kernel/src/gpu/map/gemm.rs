@@ -378,6 +378,94 @@ pub(super) struct Launch<'n, 'e> {
     pub epilogue: Option<&'e InLaunch>,
 }
 
+impl Launch<'_, '_> {
+    /// The statement storing value register `value`, the product's element at `(row, col)`
+    /// of batch register `batch`, into the result if it lies inside its `d.m x d.n` (by feature
+    /// planes where `planes`, else row-major), through the epilogue as [`InLaunch::store`].
+    pub(super) fn store_element(
+        &self,
+        d: &Product,
+        planes: bool,
+        batch: usize,
+        (row, col): (Sc, Sc),
+        value: usize,
+        tmp: (usize, usize),
+    ) -> Stmt {
+        let reg = Sc::Reg;
+        let index = if planes {
+            Sc::plus(
+                Sc::times(Sc::plus(Sc::times(reg(batch), c(d.n)), col.clone()), c(d.m)),
+                row.clone(),
+            )
+        } else {
+            Sc::plus(
+                Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), row.clone()), c(d.n)),
+                col.clone(),
+            )
+        };
+        Stmt::If {
+            cond: Sc::and(Sc::lt(row, c(d.m)), Sc::lt(col, c(d.n))),
+            body: InLaunch::store(self.epilogue, index, value, tmp),
+        }
+    }
+
+    /// The launch's kernel of `kind`: `grid` blocks of `block` threads in warps of `warp`,
+    /// with `shared`, `regs` registers, the sum tree `sums` and `body` (and as many variables
+    /// as the epilogue sets, at least 4).
+    pub(super) fn kernel(
+        self,
+        kind: MapKind,
+        (grid, block, warp): (usize, usize, usize),
+        shared: Vec<SharedArray>,
+        regs: usize,
+        sums: SumTree,
+        body: Vec<Stmt>,
+    ) -> GpuKernel {
+        GpuKernel {
+            dynamic_shared: 0,
+            name: self.name.to_string(),
+            kind,
+            grid,
+            block,
+            warp,
+            inputs: self.inputs,
+            outputs: vec![self.out],
+            shared,
+            regs,
+            vars: self.epilogue.map_or(4, |e| e.vars.max(4)),
+            sums,
+            body,
+        }
+    }
+}
+
+/// The statements setting registers `batch`, `m0` and `n0` to the block's batch and the
+/// first row and column of its `bm x bn` tile, of `gm x gn` tiles per batch (the block index
+/// running over a row of tiles first, then the rows, then the batches).
+pub(super) fn tile_origin(
+    (batch, m0, n0): (usize, usize, usize),
+    (gm, gn): (usize, usize),
+    (bm, bn): (usize, usize),
+) -> Vec<Stmt> {
+    vec![
+        Stmt::Let {
+            reg: batch,
+            value: Sc::quot(sp(Special::Block), c(gm * gn)),
+        },
+        Stmt::Let {
+            reg: m0,
+            value: Sc::times(
+                Sc::modulo(Sc::quot(sp(Special::Block), c(gn)), c(gm)),
+                c(bm),
+            ),
+        },
+        Stmt::Let {
+            reg: n0,
+            value: Sc::times(Sc::modulo(sp(Special::Block), c(gn)), c(bn)),
+        },
+    ]
+}
+
 /// The dimensions of one product launch.
 pub(super) struct Product {
     pub batch: usize,

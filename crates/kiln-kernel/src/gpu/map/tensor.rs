@@ -70,9 +70,9 @@
 //! exact f32 product each operand adds a relative error of at most 2⁻¹¹, so
 //! `|result - exact| ≤ (2⁻¹⁰ + 2⁻²² + K(n, r) · 2⁻²⁴ · (1 + 2⁻¹¹)²) · Σ|a·b|` plus an ulp.
 
-use super::gemm::{InLaunch, Launch, Product};
+use super::gemm::{Launch, Product, tile_origin};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
-use super::tiled::{Operands, sum_levels};
+use super::tiled::{Operands, flushes, sum_levels};
 use super::*;
 use crate::target::GemmTile;
 
@@ -202,6 +202,8 @@ impl Mapper<'_> {
                     .collect()
             })
             .collect();
+        // The same accumulators as one list a level, for the sum tree's flushes.
+        let flat: Vec<Vec<usize>> = acc.iter().map(|level| level.concat()).collect();
         // A second set of fragments when a stage holds more than one k-step: the next
         // k-step's load while this one's `mma`s run.
         let mut sets = vec![first];
@@ -211,22 +213,8 @@ impl Mapper<'_> {
         let reg = Sc::Reg;
         let lane = || sp(Special::Lane);
         let warp = || sp(Special::Warp);
-        let mut body = vec![
-            Stmt::Let {
-                reg: batch,
-                value: Sc::quot(sp(Special::Block), c(gm * gn)),
-            },
-            Stmt::Let {
-                reg: m0,
-                value: Sc::times(
-                    Sc::modulo(Sc::quot(sp(Special::Block), c(gn)), c(gm)),
-                    c(bm),
-                ),
-            },
-            Stmt::Let {
-                reg: n0,
-                value: Sc::times(Sc::modulo(sp(Special::Block), c(gn)), c(bn)),
-            },
+        let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
+        body.extend([
             Stmt::Let {
                 reg: wm0,
                 value: Sc::times(Sc::quot(warp(), c(warps_n)), c(wm)),
@@ -235,7 +223,7 @@ impl Mapper<'_> {
                 reg: wn0,
                 value: Sc::times(Sc::modulo(warp(), c(warps_n)), c(wn)),
             },
-        ];
+        ]);
         for level in &acc {
             for t in level {
                 for &x in t {
@@ -346,29 +334,8 @@ impl Mapper<'_> {
                 }
             }
             // The sum tree's flushes after each k-step (`leaf` is a multiple of its length).
-            let mut period = self.sums.leaf;
-            for l in 1..=levels {
-                let mut flush = Vec::new();
-                for (up, below) in acc[l].iter().zip(&acc[l - 1]) {
-                    for (&u, &b) in up.iter().zip(below) {
-                        flush.push(Stmt::Combine {
-                            acc: u,
-                            value: b,
-                            kind: Combiner::Add,
-                            dtype: f32t,
-                        });
-                        flush.push(zero(b, f32t));
-                    }
-                }
-                k_step.push(Stmt::If {
-                    cond: Sc::eq(
-                        Sc::modulo(Sc::plus(reg(k0), c(kstep * (j + 1))), c(period)),
-                        c(0),
-                    ),
-                    body: flush,
-                });
-                period *= self.sums.fanout.max(2);
-            }
+            let done = Sc::plus(reg(k0), c(kstep * (j + 1)));
+            k_step.extend(flushes(&flat, &done, self.sums, f32t, &[]));
         }
         let stepping = Stepping {
             k0,
@@ -403,39 +370,18 @@ impl Mapper<'_> {
                         Sc::plus(reg(n0), Sc::plus(reg(wn0), c(8 * j + q % 2))),
                         Sc::times(Sc::modulo(lane(), c(4)), c(2)),
                     );
-                    let index = if ops.planes {
-                        Sc::plus(
-                            Sc::times(Sc::plus(Sc::times(reg(batch), c(d.n)), col.clone()), c(d.m)),
-                            row.clone(),
-                        )
-                    } else {
-                        Sc::plus(
-                            Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), row.clone()), c(d.n)),
-                            col.clone(),
-                        )
-                    };
-                    body.push(Stmt::If {
-                        cond: Sc::and(Sc::lt(row, c(d.m)), Sc::lt(col, c(d.n))),
-                        body: InLaunch::store(launch.epilogue, index, v, tmp),
-                    });
+                    body.push(launch.store_element(d, ops.planes, batch, (row, col), v, tmp));
                 }
             }
         }
-        GpuKernel {
-            dynamic_shared: 0,
-            name: launch.name.to_string(),
-            kind: MapKind::GemmMma,
-            grid: d.batch * gm * gn,
-            block: threads,
-            warp: 32,
-            inputs: launch.inputs,
-            outputs: vec![launch.out],
+        launch.kernel(
+            MapKind::GemmMma,
+            (d.batch * gm * gn, threads, 32),
             shared,
-            regs: r.0,
-            vars: launch.epilogue.map_or(4, |e| e.vars.max(4)),
-            sums: self.sums,
+            r.0,
+            self.sums,
             body,
-        }
+        )
     }
 }
 

@@ -22,7 +22,7 @@
 //! added in one fused multiply-add (one rounding for the product and the sum, as the CPU's
 //! GEMM does). Integers wrap, in any order.
 
-use super::gemm::{InLaunch, Launch, Product};
+use super::gemm::{Launch, Product, tile_origin};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::*;
 use crate::target::GemmTile;
@@ -109,22 +109,8 @@ impl Mapper<'_> {
             .map(|_| (0..tm * tn).map(|_| r.next()).collect())
             .collect();
         let reg = Sc::Reg;
-        let mut body = vec![
-            Stmt::Let {
-                reg: batch,
-                value: Sc::quot(sp(Special::Block), c(gm * gn)),
-            },
-            Stmt::Let {
-                reg: m0,
-                value: Sc::times(
-                    Sc::modulo(Sc::quot(sp(Special::Block), c(gn)), c(gm)),
-                    c(bm),
-                ),
-            },
-            Stmt::Let {
-                reg: n0,
-                value: Sc::times(Sc::modulo(sp(Special::Block), c(gn)), c(bn)),
-            },
+        let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
+        body.extend([
             Stmt::Let {
                 reg: ty,
                 value: Sc::times(Sc::quot(sp(Special::Thread), c(bn / tn)), c(tm)),
@@ -133,7 +119,7 @@ impl Mapper<'_> {
                 reg: tx,
                 value: Sc::times(Sc::modulo(sp(Special::Thread), c(bn / tn)), c(tn)),
             },
-        ];
+        ]);
         for level in &acc {
             for &x in level {
                 body.push(zero(x, dtype));
@@ -266,24 +252,8 @@ impl Mapper<'_> {
         }];
         // A full chunk (or node) goes up a level, lowest first, so a node filled by this step's
         // chunk goes up in the same step.
-        let mut period = self.sums.leaf;
-        for l in 1..=levels {
-            let mut flush = Vec::new();
-            for (&up, &below) in acc[l].iter().zip(&acc[l - 1]) {
-                flush.push(Stmt::Combine {
-                    acc: up,
-                    value: below,
-                    kind: Combiner::Add,
-                    dtype,
-                });
-                flush.push(zero(below, dtype));
-            }
-            k_step.push(Stmt::If {
-                cond: Sc::eq(Sc::modulo(Sc::plus(reg(k0), c(bk)), c(period)), c(0)),
-                body: flush,
-            });
-            period *= self.sums.fanout.max(2);
-        }
+        let done = Sc::plus(reg(k0), c(bk));
+        k_step.extend(flushes(&acc, &done, self.sums, dtype, &[]));
         let stepping = Stepping {
             k0,
             cur,
@@ -293,52 +263,29 @@ impl Mapper<'_> {
         };
         let stage = staging.stage(&tiles, &shared);
         body.extend(pipelined(&staging, stage, &stepping, k_step, copies));
-        for (x, &top) in acc[levels].iter().enumerate() {
-            for l in (0..levels).rev() {
-                body.push(Stmt::Combine {
-                    acc: top,
-                    value: acc[l][x],
-                    kind: Combiner::Add,
-                    dtype,
-                });
-            }
-        }
+        body.extend(sum_down(&acc, dtype));
         for i in 0..tm {
             for j in 0..tn {
                 let row = Sc::plus(reg(m0), Sc::plus(reg(ty), c(i)));
                 let col = Sc::plus(reg(n0), Sc::plus(reg(tx), c(j)));
-                let index = if ops.planes {
-                    Sc::plus(
-                        Sc::times(Sc::plus(Sc::times(reg(batch), c(d.n)), col.clone()), c(d.m)),
-                        row.clone(),
-                    )
-                } else {
-                    Sc::plus(
-                        Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), row.clone()), c(d.n)),
-                        col.clone(),
-                    )
-                };
-                body.push(Stmt::If {
-                    cond: Sc::and(Sc::lt(row, c(d.m)), Sc::lt(col, c(d.n))),
-                    body: InLaunch::store(launch.epilogue, index, acc[levels][i * tn + j], tmp),
-                });
+                body.push(launch.store_element(
+                    d,
+                    ops.planes,
+                    batch,
+                    (row, col),
+                    acc[levels][i * tn + j],
+                    tmp,
+                ));
             }
         }
-        GpuKernel {
-            dynamic_shared: 0,
-            name: launch.name.to_string(),
-            kind: MapKind::GemmTiled,
-            grid: d.batch * gm * gn,
-            block: threads,
-            warp: self.gpu.warp_size,
-            inputs: launch.inputs,
-            outputs: vec![launch.out],
+        launch.kernel(
+            MapKind::GemmTiled,
+            (d.batch * gm * gn, threads, self.gpu.warp_size),
             shared,
-            regs: r.0,
-            vars: launch.epilogue.map_or(4, |e| e.vars.max(4)),
-            sums: self.sums,
+            r.0,
+            self.sums,
             body,
-        }
+        )
     }
 }
 
@@ -352,6 +299,60 @@ pub(super) fn sum_levels(k: usize, sums: SumTree) -> usize {
         levels += 1;
     }
     levels
+}
+
+/// The sum tree's flushes after a step whose last term is contraction index `done - 1`: for
+/// each level `l` above the chunks (`acc[l]` its accumulators) whose period, `leaf ·
+/// fanout^(l-1)` terms, divides `done`, `before` and then each accumulator of level `l - 1`
+/// added into its own of level `l` and restarted at zero; lowest level first, so a node
+/// filled by this step's chunk goes up in the same step.
+pub(super) fn flushes(
+    acc: &[Vec<usize>],
+    done: &Sc,
+    sums: SumTree,
+    dtype: DType,
+    before: &[Stmt],
+) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    let mut period = sums.leaf;
+    for l in 1..acc.len() {
+        let mut flush = before.to_vec();
+        for (&up, &below) in acc[l].iter().zip(&acc[l - 1]) {
+            flush.push(Stmt::Combine {
+                acc: up,
+                value: below,
+                kind: Combiner::Add,
+                dtype,
+            });
+            flush.push(zero(below, dtype));
+        }
+        out.push(Stmt::If {
+            cond: Sc::eq(Sc::modulo(done.clone(), c(period)), c(0)),
+            body: flush,
+        });
+        period *= sums.fanout.max(2);
+    }
+    out
+}
+
+/// The statements adding each accumulator's lower levels into its top one (the last of
+/// `acc`), from the top down.
+pub(super) fn sum_down(acc: &[Vec<usize>], dtype: DType) -> Vec<Stmt> {
+    let Some((top, below)) = acc.split_last() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (x, &t) in top.iter().enumerate() {
+        for level in below.iter().rev() {
+            out.push(Stmt::Combine {
+                acc: t,
+                value: level[x],
+                kind: Combiner::Add,
+                dtype,
+            });
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -55,9 +55,9 @@
 //! fences its landed copies and stores to the async proxy (`fence.proxy.async`) before the
 //! step's barrier. The epilogue runs on the accumulator fragments, as in `tensor.rs`.
 
-use super::gemm::{InLaunch, Launch, Product};
+use super::gemm::{Launch, Product, tile_origin};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
-use super::tiled::{Operands, sum_levels};
+use super::tiled::{Operands, flushes, sum_down, sum_levels};
 use super::*;
 use crate::gpu::desc::{TileLayout, WgSwizzle};
 use crate::gpu::wgmma::{WARPGROUP, acc_col, acc_row};
@@ -133,23 +133,7 @@ impl Mapper<'_> {
             .map(|_| (0..bn / 2).map(|_| r.next()).collect())
             .collect();
         let reg = Sc::Reg;
-        let mut body = vec![
-            Stmt::Let {
-                reg: batch,
-                value: Sc::quot(sp(Special::Block), c(gm * gn)),
-            },
-            Stmt::Let {
-                reg: m0,
-                value: Sc::times(
-                    Sc::modulo(Sc::quot(sp(Special::Block), c(gn)), c(gm)),
-                    c(bm),
-                ),
-            },
-            Stmt::Let {
-                reg: n0,
-                value: Sc::times(Sc::modulo(sp(Special::Block), c(gn)), c(bn)),
-            },
-        ];
+        let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
         for level in &acc {
             body.extend(level.iter().map(|&x| zero(x, f32t)));
         }
@@ -238,25 +222,10 @@ impl Mapper<'_> {
         multiply.push(Stmt::WgmmaCommit);
         multiply.push(Stmt::WgmmaWait { pending: lag });
         // The sum tree's flushes after the stage's last k-step (`leaf` is a multiple of 64).
-        let mut period = self.sums.leaf;
-        for l in 1..=levels {
-            // The flushes read the accumulators: every group retired first.
-            let mut flush = vec![Stmt::WgmmaWait { pending: 0 }];
-            for (&u, &b) in acc[l].iter().zip(&acc[l - 1]) {
-                flush.push(Stmt::Combine {
-                    acc: u,
-                    value: b,
-                    kind: Combiner::Add,
-                    dtype: f32t,
-                });
-                flush.push(zero(b, f32t));
-            }
-            multiply.push(Stmt::If {
-                cond: Sc::eq(Sc::modulo(Sc::plus(reg(k0), c(KT)), c(period)), c(0)),
-                body: flush,
-            });
-            period *= self.sums.fanout.max(2);
-        }
+        // The flushes read the accumulators: every group retired first.
+        let done = Sc::plus(reg(k0), c(KT));
+        let retired = [Stmt::WgmmaWait { pending: 0 }];
+        multiply.extend(flushes(&acc, &done, self.sums, f32t, &retired));
         let stepping = Stepping {
             k0,
             cur,
@@ -269,53 +238,23 @@ impl Mapper<'_> {
         fence_before_barriers(&mut ring);
         body.extend(ring);
         body.push(Stmt::WgmmaWait { pending: 0 });
-        for (x, &top) in acc[levels].iter().enumerate() {
-            for level in acc[..levels].iter().rev() {
-                body.push(Stmt::Combine {
-                    acc: top,
-                    value: level[x],
-                    kind: Combiner::Add,
-                    dtype: f32t,
-                });
-            }
-        }
+        body.extend(sum_down(&acc, f32t));
         for (i, &v) in acc[levels].iter().enumerate() {
             let row = Sc::plus(
                 Sc::plus(reg(m0), Sc::times(warpgroup.clone(), c(64))),
                 acc_row(i),
             );
             let col = Sc::plus(reg(n0), acc_col(i));
-            let index = if ops.planes {
-                Sc::plus(
-                    Sc::times(Sc::plus(Sc::times(reg(batch), c(d.n)), col.clone()), c(d.m)),
-                    row.clone(),
-                )
-            } else {
-                Sc::plus(
-                    Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), row.clone()), c(d.n)),
-                    col.clone(),
-                )
-            };
-            body.push(Stmt::If {
-                cond: Sc::and(Sc::lt(row, c(d.m)), Sc::lt(col, c(d.n))),
-                body: InLaunch::store(launch.epilogue, index, v, tmp),
-            });
+            body.push(launch.store_element(d, ops.planes, batch, (row, col), v, tmp));
         }
-        GpuKernel {
-            dynamic_shared: 0,
-            name: launch.name.to_string(),
-            kind: MapKind::GemmMma,
-            grid: d.batch * gm * gn,
-            block: threads,
-            warp: 32,
-            inputs: launch.inputs,
-            outputs: vec![launch.out],
+        launch.kernel(
+            MapKind::GemmMma,
+            (d.batch * gm * gn, threads, 32),
             shared,
-            regs: r.0,
-            vars: launch.epilogue.map_or(4, |e| e.vars.max(4)),
-            sums: self.sums,
+            r.0,
+            self.sums,
             body,
-        }
+        )
     }
 }
 
