@@ -72,6 +72,78 @@ pub(super) struct Parts<'a> {
     pub logit: Expr,
 }
 
+impl Parts<'_> {
+    /// The statement storing output column `col` of query row `row` (of batch register
+    /// `batch`), accumulator `acc` divided by the row's sum `l` in `dtype` through register
+    /// `o`, into the result if it lies inside it.
+    pub fn store_normalized(
+        &self,
+        dtype: DType,
+        o: usize,
+        (acc, l): (usize, usize),
+        batch: usize,
+        (row, col): (Sc, Sc),
+    ) -> Stmt {
+        let (m, n2) = (self.d.m, self.ch.n);
+        let scalar = |i: usize| Expr::Load {
+            input: self.ins.len() + i,
+            dtype,
+            coef: vec![0; self.k.vars.max(4)],
+            off: 0,
+        };
+        Stmt::If {
+            cond: Sc::and(Sc::lt(col.clone(), c(n2)), Sc::lt(row.clone(), c(m))),
+            body: vec![
+                Stmt::Eval {
+                    reg: o,
+                    expr: Expr::Op {
+                        op: Ew::Kind(OpKind::Divide),
+                        dtype,
+                        args: vec![scalar(0), scalar(1)],
+                    },
+                    scalars: vec![acc, l],
+                },
+                Stmt::Store {
+                    buf: Buf::Output(0),
+                    index: Sc::plus(
+                        Sc::times(Sc::plus(Sc::times(Sc::Reg(batch), c(m)), row), c(n2)),
+                        col,
+                    ),
+                    value: o,
+                },
+            ],
+        }
+    }
+
+    /// The launch's kernel of `kind`: `grid` blocks of `block` threads in warps of `warp`,
+    /// with `shared`, `regs` registers, the sum tree `sums` and `body`.
+    pub fn kernel(
+        &self,
+        kind: MapKind,
+        (grid, block, warp): (usize, usize, usize),
+        shared: Vec<SharedArray>,
+        regs: usize,
+        sums: SumTree,
+        body: Vec<Stmt>,
+    ) -> GpuKernel {
+        GpuKernel {
+            dynamic_shared: 0,
+            name: format!("{}.attention", self.name),
+            kind,
+            grid,
+            block,
+            warp,
+            inputs: self.ins.to_vec(),
+            outputs: vec![(Buf::Output(0), self.ch.out.clone())],
+            shared,
+            regs,
+            vars: self.k.vars.max(4),
+            sums,
+            body,
+        }
+    }
+}
+
 /// The least finite value of `dtype`: the running maximum never goes below it, so a step
 /// where a query sees no key yet (every logit -inf) scales by `exp(-inf - lowest) = 0`,
 /// never by `exp(-inf + inf) = NaN`.
@@ -189,17 +261,16 @@ impl Mapper<'_> {
     /// Attention by a warp per query row (the module documentation), if its tiles fit: at
     /// most 256 output columns (8 accumulators a lane) and the tiles within the block's shared
     /// memory.
-    fn attention_rows(&self, p: &Parts) -> Option<GpuKernel> {
+    fn attention_rows(&self, parts: &Parts) -> Option<GpuKernel> {
         let Parts {
-            name,
             k,
             ins,
             d,
             ch,
             dtype,
             ..
-        } = *p;
-        let (q_elem, k_elem, v_elem, logit) = (&p.q, &p.key, &p.v, &p.logit);
+        } = *parts;
+        let (q_elem, k_elem, v_elem, logit) = (&parts.q, &parts.key, &parts.v, &parts.logit);
         let n2 = ch.n;
         let cols = n2.div_ceil(KEYS);
         let warps = self.gpu.attention_warps.iter().copied().find(|&w| {
@@ -558,39 +629,15 @@ impl Mapper<'_> {
         });
         for (t, &a) in acc.iter().enumerate() {
             let col = Sc::plus(lane(), c(KEYS * t));
-            body.push(Stmt::If {
-                cond: Sc::and(Sc::lt(col.clone(), c(n2)), Sc::lt(reg(row), c(d.m))),
-                body: vec![
-                    eval(
-                        o,
-                        op(OpKind::Divide, vec![scalar(0), scalar(1)]),
-                        vec![a, l],
-                    ),
-                    Stmt::Store {
-                        buf: Buf::Output(0),
-                        index: Sc::plus(
-                            Sc::times(Sc::plus(Sc::times(reg(batch), c(d.m)), reg(row)), c(n2)),
-                            col,
-                        ),
-                        value: o,
-                    },
-                ],
-            });
+            body.push(parts.store_normalized(dtype, o, (a, l), batch, (reg(row), col)));
         }
-        Some(GpuKernel {
-            dynamic_shared: 0,
-            name: format!("{name}.attention"),
-            kind: MapKind::Attention,
-            grid: d.batch * gm,
-            block: threads,
-            warp: 32,
-            inputs: ins.to_vec(),
-            outputs: vec![(Buf::Output(0), ch.out.clone())],
+        Some(parts.kernel(
+            MapKind::Attention,
+            (d.batch * gm, threads, 32),
             shared,
-            regs: r.0,
-            vars: k.vars.max(4),
-            sums: self.sums,
+            r.0,
+            self.sums,
             body,
-        })
+        ))
     }
 }

@@ -165,14 +165,7 @@ impl Mapper<'_> {
     /// Attention on the tensor cores (the module documentation), if the target has it and it
     /// fits: `p`'s Q, K and V expressions in `operand`'s dtype, everything else in f32.
     pub(super) fn attention_mma(&self, p: &Parts, operand: MmaOperand) -> Option<GpuKernel> {
-        let Parts {
-            name,
-            k,
-            ins,
-            d,
-            ch,
-            ..
-        } = *p;
+        let Parts { k, ins, d, ch, .. } = *p;
         let n2 = ch.n;
         let geo = self.mma_attention(d.k, n2)?;
         let MmaAttention {
@@ -546,44 +539,17 @@ impl Mapper<'_> {
         for (j, tile) in acc.iter().enumerate() {
             for (q, &a) in tile.iter().enumerate() {
                 let col = col_of(j, q);
-                body.push(Stmt::If {
-                    cond: Sc::and(Sc::lt(col.clone(), c(n2)), Sc::lt(row_at(q), c(d.m))),
-                    body: vec![
-                        eval(
-                            o,
-                            op(OpKind::Divide, vec![scalar(0), scalar(1)]),
-                            vec![a, l[q / 2]],
-                        ),
-                        Stmt::Store {
-                            buf: Buf::Output(0),
-                            index: Sc::plus(
-                                Sc::times(
-                                    Sc::plus(Sc::times(reg(batch), c(d.m)), row_at(q)),
-                                    c(n2),
-                                ),
-                                col,
-                            ),
-                            value: o,
-                        },
-                    ],
-                });
+                body.push(p.store_normalized(f32t, o, (a, l[q / 2]), batch, (row_at(q), col)));
             }
         }
-        Some(GpuKernel {
-            dynamic_shared: 0,
-            name: format!("{name}.attention"),
-            kind: MapKind::AttentionMma,
-            grid: d.batch * gm,
-            block: threads,
-            warp: 32,
-            inputs: ins.to_vec(),
-            outputs: vec![(Buf::Output(0), ch.out.clone())],
+        Some(p.kernel(
+            MapKind::AttentionMma,
+            (d.batch * gm, threads, 32),
             shared,
-            regs: r.0,
-            vars: k.vars.max(4),
-            sums: self.sums,
+            r.0,
+            self.sums,
             body,
-        })
+        ))
     }
 }
 

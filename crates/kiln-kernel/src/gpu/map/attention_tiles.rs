@@ -175,7 +175,6 @@ impl Mapper<'_> {
     pub(super) fn attention_tiled(&self, p: &Parts) -> Option<GpuKernel> {
         let geo = self.attention_tile(p)?;
         let Parts {
-            name,
             k,
             ins,
             d,
@@ -558,44 +557,23 @@ impl Mapper<'_> {
         });
         for i in 0..rt {
             for t in 0..cols {
-                body.push(Stmt::If {
-                    cond: Sc::and(Sc::lt(col(t), c(n2)), Sc::lt(row_at(i), c(d.m))),
-                    body: vec![
-                        eval(
-                            o,
-                            op(OpKind::Divide, vec![scalar(0), scalar(1)]),
-                            vec![acc[i * cols + t], l[i]],
-                        ),
-                        Stmt::Store {
-                            buf: Buf::Output(0),
-                            index: Sc::plus(
-                                Sc::times(
-                                    Sc::plus(Sc::times(reg(batch), c(d.m)), row_at(i)),
-                                    c(n2),
-                                ),
-                                col(t),
-                            ),
-                            value: o,
-                        },
-                    ],
-                });
+                body.push(p.store_normalized(
+                    dtype,
+                    o,
+                    (acc[i * cols + t], l[i]),
+                    batch,
+                    (row_at(i), col(t)),
+                ));
             }
         }
-        Some(GpuKernel {
-            dynamic_shared: 0,
-            name: format!("{name}.attention"),
-            kind: MapKind::AttentionTiled,
-            grid: d.batch * gm,
-            block: threads,
-            warp,
-            inputs: ins.to_vec(),
-            outputs: vec![(Buf::Output(0), ch.out.clone())],
+        Some(p.kernel(
+            MapKind::AttentionTiled,
+            (d.batch * gm, threads, warp),
             shared,
-            regs: r.0,
-            vars: k.vars.max(4),
-            sums: self.sums,
+            r.0,
+            self.sums,
             body,
-        })
+        ))
     }
 }
 
