@@ -13,7 +13,7 @@ use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_kernel};
 use std::path::PathBuf;
 
 mod products;
-use products::product_text;
+use products::{check_exact_product, product_text};
 
 /// The examples of `ir-specs/ops/*.md`: (file:line, program, arguments).
 fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
@@ -909,53 +909,8 @@ fn products_on_tensor_cores_are_exact_on_integers() {
             assert_eq!(p.launches.len(), 1, "{what}");
             assert_eq!(p.launches[0].kind, MapKind::GemmMma, "{what}");
             check_pipeline(&p.launches[0], k, (stages, kt), &what);
-            let av = |bi: usize, i: usize, kk: usize| ((bi + i * 3 + kk * 5) % 9) as f64 - 4.0;
-            let bv = |bi: usize, kk: usize, j: usize| ((bi * 2 + kk * 7 + j) % 7) as f64 - 3.0;
-            let mut a = vec![0.0; batch * m * k];
-            let mut b = vec![0.0; batch * k * n];
-            for bi in 0..batch {
-                for i in 0..m {
-                    for kk in 0..k {
-                        let at_ = if at {
-                            (bi * k + kk) * m + i
-                        } else {
-                            (bi * m + i) * k + kk
-                        };
-                        a[at_] = av(bi, i, kk);
-                    }
-                }
-                for kk in 0..k {
-                    for j in 0..n {
-                        let bt_ = if bt {
-                            (bi * n + j) * k + kk
-                        } else {
-                            (bi * k + kk) * n + j
-                        };
-                        b[bt_] = bv(bi, kk, j);
-                    }
-                }
-            }
-            let buf = |name: &str, data: &[f64]| Buffer {
-                name: name.into(),
-                dtype,
-                data: data.iter().map(|&x| V::F(x)).collect(),
-            };
-            let out_t = TensorType {
-                dtype: DType::F32,
-                shape: vec![batch, m, n],
-            };
-            let mut out = vec![Buffer::zeros("%d", &out_t)];
-            kiln_runtime::gpu_emu::run_program(&p, &[&buf("%a", &a), &buf("%b", &b)], &mut out)
+            check_exact_product(&p, (batch, m, k, n), (at, bt), dtype)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            for bi in 0..batch {
-                for i in 0..m {
-                    for j in 0..n {
-                        let want: f64 = (0..k).map(|kk| av(bi, i, kk) * bv(bi, kk, j)).sum();
-                        let got = out[0].data[(bi * m + i) * n + j];
-                        assert_eq!(got, V::F(want), "{what}: [{bi}][{i}][{j}]");
-                    }
-                }
-            }
         }
     }
 }

@@ -171,30 +171,12 @@ fn tf32_products_round_operands_to_nearest_with_ties_away() {
     {
         let src = product_text((batch, m, k, n), at, bt, false);
         let f = kiln_ir::parse_func_text(&src).unwrap();
-        let mut a = vec![0.0; batch * m * k];
-        let mut b = vec![0.0; batch * k * n];
-        for bi in 0..batch {
-            for i in 0..m {
-                for kk in 0..k {
-                    let at_ = if at {
-                        (bi * k + kk) * m + i
-                    } else {
-                        (bi * m + i) * k + kk
-                    };
-                    a[at_] = a_val(bi, i, kk) * tie;
-                }
-            }
-            for kk in 0..k {
-                for j in 0..n {
-                    let bt_ = if bt {
-                        (bi * n + j) * k + kk
-                    } else {
-                        (bi * k + kk) * n + j
-                    };
-                    b[bt_] = b_val(bi, kk, j);
-                }
-            }
-        }
+        let (a, b) = products::operands(
+            (batch, m, k, n),
+            (at, bt),
+            |bi, i, kk| a_val(bi, i, kk) * tie,
+            b_val,
+        );
         let ty = |p: usize| f.param_types()[p].clone();
         let args = [
             Literal::from_f64s(ty(0), &a).unwrap(),

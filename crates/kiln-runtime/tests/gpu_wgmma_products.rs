@@ -12,10 +12,10 @@ use kiln_ir::{DType, Func, Literal, TensorType};
 use kiln_kernel::gpu::ir::*;
 use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::{GemmTile, TargetInfo};
-use kiln_runtime::gpu_emu::{Buffer, V, compile_and_run, run_program};
+use kiln_runtime::gpu_emu::compile_and_run;
 
 mod products;
-use products::product_text;
+use products::{check_exact_product, product_text};
 
 /// An H200 whose products of 16-bit operands run on warpgroups of the tile `m x n`, in rings
 /// of up to `stages` stages, with dynamic shared memory for the larger rings.
@@ -96,54 +96,7 @@ fn exact_product(
     for l in &p.launches {
         kiln_kernel::gpu::print::verify(l, target.gpu.as_ref().unwrap())?;
     }
-    let av = |bi: usize, i: usize, kk: usize| ((bi + i * 3 + kk * 5) % 9) as f64 - 4.0;
-    let bv = |bi: usize, kk: usize, j: usize| ((bi * 2 + kk * 7 + j) % 7) as f64 - 3.0;
-    let mut a = vec![0.0; batch * m * k];
-    let mut b = vec![0.0; batch * k * n];
-    for bi in 0..batch {
-        for i in 0..m {
-            for kk in 0..k {
-                let at_ = if at {
-                    (bi * k + kk) * m + i
-                } else {
-                    (bi * m + i) * k + kk
-                };
-                a[at_] = av(bi, i, kk);
-            }
-        }
-        for kk in 0..k {
-            for j in 0..n {
-                let bt_ = if bt {
-                    (bi * n + j) * k + kk
-                } else {
-                    (bi * k + kk) * n + j
-                };
-                b[bt_] = bv(bi, kk, j);
-            }
-        }
-    }
-    let buf = |name: &str, data: &[f64]| Buffer {
-        name: name.into(),
-        dtype,
-        data: data.iter().map(|&x| V::F(x)).collect(),
-    };
-    let out_t = TensorType {
-        dtype: DType::F32,
-        shape: vec![batch, m, n],
-    };
-    let mut out = vec![Buffer::zeros("%d", &out_t)];
-    run_program(&p, &[&buf("%a", &a), &buf("%b", &b)], &mut out).map_err(|e| e.to_string())?;
-    for bi in 0..batch {
-        for i in 0..m {
-            for j in 0..n {
-                let want: f64 = (0..k).map(|kk| av(bi, i, kk) * bv(bi, kk, j)).sum();
-                let got = out[0].data[(bi * m + i) * n + j];
-                if got != V::F(want) {
-                    return Err(format!("[{bi}][{i}][{j}] is {got:?}, not {want}"));
-                }
-            }
-        }
-    }
+    check_exact_product(&p, (batch, m, k, n), (at, bt), dtype)?;
     // Operands stored with their rows contiguous (A transposed, B by rows) are staged
     // MN-major (whole 64-column panels of B) and copied with `cp.async`.
     let l = &p.launches[0];

@@ -1,4 +1,10 @@
-//! Matrix product programs in kiln's text form, shared by the GPU emulator's tests.
+//! Matrix product programs in kiln's text form, their operands as stored, and a check of
+//! products of small integers, shared by the GPU emulator's tests (not every test that
+//! includes this module uses all of it).
+
+use kiln_ir::{DType, TensorType};
+use kiln_kernel::gpu::ir::GpuProgram;
+use kiln_runtime::gpu_emu::{Buffer, V, run_program};
 
 /// A batched product `lhs x rhs` of `(batch, m, k, n)` in `dt` (operands in `inp`), A stored
 /// with its contraction first when `a_trans`, B with its contraction last when `b_trans`,
@@ -31,4 +37,80 @@ pub fn product_text(
     } else {
         format!("func @main(%0: {a}, %1: {b}) -> {y} {{\n  %2 = {dot}\n  return %2\n}}\n")
     }
+}
+
+/// The operands of the product `(batch, m, k, n)` as stored, flat: A (with its contraction
+/// first when `at`) of elements `a(batch, row, contraction)`, B (with its contraction last
+/// when `bt`) of elements `b(batch, contraction, column)`.
+#[allow(dead_code)]
+pub fn operands(
+    (batch, m, k, n): (usize, usize, usize, usize),
+    (at, bt): (bool, bool),
+    a_val: impl Fn(usize, usize, usize) -> f64,
+    b_val: impl Fn(usize, usize, usize) -> f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut a = vec![0.0; batch * m * k];
+    let mut b = vec![0.0; batch * k * n];
+    for bi in 0..batch {
+        for i in 0..m {
+            for kk in 0..k {
+                let at_ = if at {
+                    (bi * k + kk) * m + i
+                } else {
+                    (bi * m + i) * k + kk
+                };
+                a[at_] = a_val(bi, i, kk);
+            }
+        }
+        for kk in 0..k {
+            for j in 0..n {
+                let bt_ = if bt {
+                    (bi * n + j) * k + kk
+                } else {
+                    (bi * k + kk) * n + j
+                };
+                b[bt_] = b_val(bi, kk, j);
+            }
+        }
+    }
+    (a, b)
+}
+
+/// Runs `p`, the product `(batch, m, k, n)` (A with its contraction first when `at`, B with
+/// its contraction last when `bt`) of operands of `dtype` and an f32 result, on small
+/// integers, where every sum is exact in f32: an error unless it runs and gives the exact
+/// product.
+#[allow(dead_code)]
+pub fn check_exact_product(
+    p: &GpuProgram,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    (at, bt): (bool, bool),
+    dtype: DType,
+) -> Result<(), String> {
+    let av = |bi: usize, i: usize, kk: usize| ((bi + i * 3 + kk * 5) % 9) as f64 - 4.0;
+    let bv = |bi: usize, kk: usize, j: usize| ((bi * 2 + kk * 7 + j) % 7) as f64 - 3.0;
+    let (a, b) = operands((batch, m, k, n), (at, bt), av, bv);
+    let buf = |name: &str, data: &[f64]| Buffer {
+        name: name.into(),
+        dtype,
+        data: data.iter().map(|&x| V::F(x)).collect(),
+    };
+    let out_t = TensorType {
+        dtype: DType::F32,
+        shape: vec![batch, m, n],
+    };
+    let mut out = vec![Buffer::zeros("%d", &out_t)];
+    run_program(p, &[&buf("%a", &a), &buf("%b", &b)], &mut out).map_err(|e| e.to_string())?;
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|kk| av(bi, i, kk) * bv(bi, kk, j)).sum();
+                let got = out[0].data[(bi * m + i) * n + j];
+                if got != V::F(want) {
+                    return Err(format!("[{bi}][{i}][{j}] is {got:?}, not {want}"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
