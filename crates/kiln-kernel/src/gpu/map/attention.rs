@@ -144,6 +144,21 @@ impl Parts<'_> {
     }
 }
 
+/// The statements setting registers `batch` and `m0` to the block's batch and its first
+/// query row, of `gm` blocks of `rows` query rows a batch.
+pub(super) fn block_rows((batch, m0): (usize, usize), gm: usize, rows: usize) -> [Stmt; 2] {
+    [
+        Stmt::Let {
+            reg: batch,
+            value: Sc::quot(sp(Special::Block), c(gm)),
+        },
+        Stmt::Let {
+            reg: m0,
+            value: Sc::times(Sc::modulo(sp(Special::Block), c(gm)), c(rows)),
+        },
+    ]
+}
+
 /// The least finite value of `dtype`: the running maximum never goes below it, so a step
 /// where a query sees no key yet (every logit -inf) scales by `exp(-inf - lowest) = 0`,
 /// never by `exp(-inf + inf) = NaN`.
@@ -322,15 +337,8 @@ impl Mapper<'_> {
             )
         };
 
-        let mut body = vec![
-            Stmt::Let {
-                reg: batch,
-                value: Sc::quot(sp(Special::Block), c(gm)),
-            },
-            Stmt::Let {
-                reg: m0,
-                value: Sc::times(Sc::modulo(sp(Special::Block), c(gm)), c(warps)),
-            },
+        let mut body = block_rows((batch, m0), gm, warps).to_vec();
+        body.extend([
             Stmt::Let {
                 reg: row,
                 value: Sc::plus(reg(m0), warp()),
@@ -345,7 +353,7 @@ impl Mapper<'_> {
                 dtype,
             },
             zero(l, dtype),
-        ];
+        ]);
         body.extend(acc.iter().map(|&a| zero(a, dtype)));
         // Q's rows of this block, once: shared array 0, `row * k + d`.
         let stage_q = Staging {

@@ -75,7 +75,7 @@
 //!
 //! Not measured on a GPU: checked by ptxas (sm_80 and sm_90) and the emulator only.
 
-use super::attention::{Parts, lowest, skip_masked};
+use super::attention::{Parts, block_rows, lowest, skip_masked};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::tensor::swizzle_shift;
 use super::*;
@@ -254,25 +254,16 @@ impl Mapper<'_> {
             }
         };
 
-        let mut body = vec![
-            Stmt::Note(format!(
-                "tensor-core attention: a block of {rows} query rows ({warps} warps of 16), \
-                 keys {keys} a step in a ring of {stages}, head {depth} and {cols} columns \
-                 (rounded up to 16)"
-            )),
-            Stmt::Let {
-                reg: batch,
-                value: Sc::quot(sp(Special::Block), c(gm)),
-            },
-            Stmt::Let {
-                reg: m0,
-                value: Sc::times(Sc::modulo(sp(Special::Block), c(gm)), c(rows)),
-            },
-            Stmt::Let {
-                reg: zr,
-                value: c(0),
-            },
-        ];
+        let mut body = vec![Stmt::Note(format!(
+            "tensor-core attention: a block of {rows} query rows ({warps} warps of 16), \
+             keys {keys} a step in a ring of {stages}, head {depth} and {cols} columns \
+             (rounded up to 16)"
+        ))];
+        body.extend(block_rows((batch, m0), gm, rows));
+        body.push(Stmt::Let {
+            reg: zr,
+            value: c(0),
+        });
         for i in 0..2 {
             body.push(Stmt::Identity {
                 reg: mrun[i],

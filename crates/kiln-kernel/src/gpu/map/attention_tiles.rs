@@ -79,7 +79,7 @@
 //! computes the softmax and the product with exact sums; the tests compare within
 //! `kiln_reference::accuracy`'s bounds.
 
-use super::attention::{Parts, lowest, skip_masked};
+use super::attention::{Parts, block_rows, lowest, skip_masked};
 use super::staging::{Staging, Tile, zero};
 use super::*;
 use crate::target::AttentionTile;
@@ -268,19 +268,12 @@ impl Mapper<'_> {
             }
         };
 
-        let mut body = vec![
-            Stmt::Note(format!(
-                "a block of {rows} query rows, keys {keys} a step; a thread {rt} rows x {ct} keys \
-                 and {cols} output columns, {lanes} lanes a row group"
-            )),
-            Stmt::Let {
-                reg: batch,
-                value: Sc::quot(sp(Special::Block), c(gm)),
-            },
-            Stmt::Let {
-                reg: m0,
-                value: Sc::times(Sc::modulo(sp(Special::Block), c(gm)), c(rows)),
-            },
+        let mut body = vec![Stmt::Note(format!(
+            "a block of {rows} query rows, keys {keys} a step; a thread {rt} rows x {ct} keys \
+             and {cols} output columns, {lanes} lanes a row group"
+        ))];
+        body.extend(block_rows((batch, m0), gm, rows));
+        body.extend([
             Stmt::Let {
                 reg: zr,
                 value: c(0),
@@ -296,7 +289,7 @@ impl Mapper<'_> {
                 reg: jr,
                 value: Sc::modulo(sp(Special::Lane), c(lanes)),
             },
-        ];
+        ]);
         for i in 0..rt {
             body.push(Stmt::Identity {
                 reg: mrun[i],
