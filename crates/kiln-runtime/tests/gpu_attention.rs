@@ -5,11 +5,10 @@
 use kiln_ir::Func;
 use kiln_kernel::gpu::ir::MapKind;
 use kiln_kernel::target::{AttentionTile, TargetInfo};
-use kiln_runtime::gpu_emu::compile_and_run;
 
 mod attention;
 
-use attention::{Case, Logits, inputs};
+use attention::{Case, Logits, inputs, run_checked, within};
 
 fn case(shape: (usize, usize, usize, usize, usize), logits: Logits) -> Case {
     attention::case(shape, "f32", logits)
@@ -23,33 +22,11 @@ fn run(c: &Case, target: &TargetInfo, seed: u64) -> Result<Vec<MapKind>, String>
     let src = c.text();
     let f: Func = kiln_ir::parse_func_text(&src).map_err(|e| format!("{e}\n{src}"))?;
     let args = inputs(&f, seed);
-    let opts = kiln_kernel::Options::default();
-    let (got, rep) = compile_and_run(&f, &[], &opts, target, &args).map_err(|e| e.to_string())?;
-    if let Some(w) = rep.fallbacks.first() {
-        return Err(format!("a kernel fell back to the reference: {w}"));
-    }
-    kiln_reference::accuracy::check_outputs(&f, &args, &got).map_err(|e| format!("{e}\n{src}"))?;
+    let (got, kinds) = run_checked(&f, &src, target, &args)?;
     let want = kiln_reference::eval(&f, &args).map_err(|e| e.to_string())?;
-    let (g, w) = (got[0].to_f64s(), want[0].to_f64s());
-    let v_max = args[2].to_f64s().iter().fold(0.0f64, |a, x| a.max(x.abs()));
-    let tol = if c.dtype == "f64" { 1e-11 } else { 1e-4 } * v_max.max(1.0);
-    for (e, (x, y)) in g.iter().zip(&w).enumerate() {
-        let ok = if y.is_nan() {
-            x.is_nan()
-        } else {
-            (x - y).abs() <= tol
-        };
-        if !ok {
-            return Err(format!(
-                "element {e}: {x}, the reference {y} (tolerance {tol})"
-            ));
-        }
-    }
-    Ok(rep
-        .launches
-        .iter()
-        .flat_map(|(&k, &n)| std::iter::repeat_n(k, n))
-        .collect())
+    let tol = if c.dtype == "f64" { 1e-11 } else { 1e-4 };
+    within(&args, &got[0], &want[0], tol)?;
+    Ok(kinds)
 }
 
 /// An H200 whose attention takes `tiles` (none: a warp per query row), as if kernels could

@@ -11,7 +11,7 @@ use kiln_runtime::gpu_emu::{Buffer, compile_and_run, run_program};
 
 mod attention;
 
-use attention::{Case, Logits, inputs};
+use attention::{Case, Logits, inputs, run_checked, within};
 
 fn case(shape: (usize, usize, usize, usize, usize), logits: Logits) -> Case {
     attention::case(shape, "bf16", logits)
@@ -45,26 +45,12 @@ fn f32_reference(c: &Case, args: &[Literal]) -> Literal {
 /// probabilities (a relative `2⁻⁹`, `2⁻¹²` for f16) and of the result; NaN exactly where the
 /// reference has NaN.
 fn close(dtype: &str, args: &[Literal], got: &Literal, want: &Literal) -> Result<(), String> {
-    let (g, w) = (got.to_f64s(), want.to_f64s());
-    let v_max = args[2].to_f64s().iter().fold(0.0f64, |a, x| a.max(x.abs()));
     let tol = if dtype == "f16" {
         2f64.powi(-9)
     } else {
         2f64.powi(-6)
-    } * v_max.max(1.0);
-    for (e, (x, y)) in g.iter().zip(&w).enumerate() {
-        let ok = if y.is_nan() {
-            x.is_nan()
-        } else {
-            (x - y).abs() <= tol
-        };
-        if !ok {
-            return Err(format!(
-                "element {e}: {x}, the reference {y} (tolerance {tol})"
-            ));
-        }
-    }
-    Ok(())
+    };
+    within(args, got, want, tol)
 }
 
 /// Runs `c` on the emulator for `target`: the launches it mapped to, or why it failed
@@ -83,13 +69,7 @@ fn run_against(
 ) -> Result<Vec<MapKind>, String> {
     let f = parse(c);
     let args = inputs(&f, seed);
-    let opts = kiln_kernel::Options::default();
-    let (got, rep) = compile_and_run(&f, &[], &opts, target, &args).map_err(|e| e.to_string())?;
-    if let Some(w) = rep.fallbacks.first() {
-        return Err(format!("a kernel fell back to the reference: {w}"));
-    }
-    kiln_reference::accuracy::check_outputs(&f, &args, &got)
-        .map_err(|e| format!("{e}\n{}", c.text()))?;
+    let (got, mut kinds) = run_checked(&f, &c.text(), target, &args)?;
     let want = if traced {
         kiln_reference::eval(&f, &args)
             .map_err(|e| e.to_string())?
@@ -98,11 +78,6 @@ fn run_against(
         f32_reference(c, &args)
     };
     close(c.dtype, &args, &got[0], &want)?;
-    let mut kinds: Vec<MapKind> = rep
-        .launches
-        .iter()
-        .flat_map(|(&k, &n)| std::iter::repeat_n(k, n))
-        .collect();
     kinds.sort();
     Ok(kinds)
 }

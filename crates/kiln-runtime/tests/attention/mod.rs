@@ -3,6 +3,9 @@
 
 use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{Func, Literal};
+use kiln_kernel::gpu::ir::MapKind;
+use kiln_kernel::target::TargetInfo;
+use kiln_runtime::gpu_emu::compile_and_run;
 
 /// One attention: sizes `(batch, queries, keys, head, columns)`, the dtype, and how the
 /// logits are made from the scores.
@@ -111,4 +114,48 @@ pub fn inputs(f: &Func, seed: u64) -> Vec<Literal> {
         .iter()
         .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
         .collect()
+}
+
+/// `f` (of text `src`) run on the emulator for `target` on `args`: its results and the
+/// launches it mapped to, or why it failed (an emulator error, a kernel that fell back to the
+/// reference, or results outside the accuracy module's bound).
+pub fn run_checked(
+    f: &Func,
+    src: &str,
+    target: &TargetInfo,
+    args: &[Literal],
+) -> Result<(Vec<Literal>, Vec<MapKind>), String> {
+    let opts = kiln_kernel::Options::default();
+    let (got, rep) = compile_and_run(f, &[], &opts, target, args).map_err(|e| e.to_string())?;
+    if let Some(w) = rep.fallbacks.first() {
+        return Err(format!("a kernel fell back to the reference: {w}"));
+    }
+    kiln_reference::accuracy::check_outputs(f, args, &got).map_err(|e| format!("{e}\n{src}"))?;
+    let kinds = rep
+        .launches
+        .iter()
+        .flat_map(|(&k, &n)| std::iter::repeat_n(k, n))
+        .collect();
+    Ok((got, kinds))
+}
+
+/// Whether `got` is within `tol` times the largest magnitude of V (`args[2]`, at least 1) of
+/// `want`, element by element, NaN exactly where `want` has NaN.
+pub fn within(args: &[Literal], got: &Literal, want: &Literal, tol: f64) -> Result<(), String> {
+    let (g, w) = (got.to_f64s(), want.to_f64s());
+    let v_max = args[2].to_f64s().iter().fold(0.0f64, |a, x| a.max(x.abs()));
+    let tol = tol * v_max.max(1.0);
+    for (e, (x, y)) in g.iter().zip(&w).enumerate() {
+        let ok = if y.is_nan() {
+            x.is_nan()
+        } else {
+            (x - y).abs() <= tol
+        };
+        if !ok {
+            return Err(format!(
+                "element {e}: {x}, the reference {y} (tolerance {tol})"
+            ));
+        }
+    }
+    Ok(())
 }
