@@ -14,6 +14,8 @@ use kiln_kernel::target::TargetInfo;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod mapped;
+
 /// Where `cargo xtask test` installs ptxas (or `KILN_PTXAS`); in CI its absence is an error.
 fn ptxas() -> Option<PathBuf> {
     let found = std::env::var("KILN_PTXAS")
@@ -586,27 +588,18 @@ fn a_warp_tile_on_tensor_cores_assembles() {
     tally.finish("tensor-core warp tiles");
 }
 
-/// The GPU program of the product `(batch, m, k, n)` of `src`'s form (lowered in f32 for an
-/// H200), mapped with operands of `dtype`: a product of bf16 or f16 operands with an f32
-/// result, as the tensor cores run it.
+/// The product `src` mapped with operands of `dtype` for `target`
+/// ([`mapped::product_with_operands`]), its launch named `product`.
 fn product_with_operands(src: &str, dtype: kiln_ir::DType, target: &TargetInfo) -> GpuProgram {
-    let f = parse_func_text(src).unwrap();
-    let opts = kiln_kernel::Options::default();
-    let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, target, None, &mut |_| {}).unwrap();
-    let i = (0..l.func.insts.len())
-        .find(|&i| l.fused.kernels[i].is_some())
-        .unwrap();
-    let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
-        .iter()
-        .map(|v| {
-            let mut t = l.func.values[v.index()].clone();
-            t.dtype = dtype;
-            t
-        })
-        .collect();
-    let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product").unwrap()
+    mapped::product_with_operands(src, dtype, target, "product")
+}
+
+/// A batched product of f32 `a x b` into `y` (shapes as lists), contracting A's dimension
+/// `ac` with B's `bc`.
+fn batched_dot(a: &str, b: &str, ac: usize, bc: usize, y: &str) -> String {
+    format!(
+        "func @main(%0: f32[{a}], %1: f32[{b}]) -> f32[{y}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : f32[{y}]\n  return %2\n}}\n"
+    )
 }
 
 /// Products on the tensor cores assemble for sm_80 and sm_90: every tile size, bf16 and f16,
@@ -614,16 +607,11 @@ fn product_with_operands(src: &str, dtype: kiln_ir::DType, target: &TargetInfo) 
 /// 2 stages of 16, the H200's 3 of 32, and 4 of 64 (as many as fit).
 #[test]
 fn products_on_tensor_cores_assemble() {
-    let dot = |a: &str, b: &str, ac: usize, bc: usize, y: &str| {
-        format!(
-            "func @main(%0: f32[{a}], %1: f32[{b}]) -> f32[{y}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : f32[{y}]\n  return %2\n}}\n"
-        )
-    };
     let programs = [
-        dot("1,64,32", "1,32,64", 2, 1, "1,64,64"),
-        dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
-        dot("1,9,300", "1,300,8", 2, 1, "1,9,8"),
-        dot("1,128,520", "1,520,128", 2, 1, "1,128,128"),
+        batched_dot("1,64,32", "1,32,64", 2, 1, "1,64,64"),
+        batched_dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
+        batched_dot("1,9,300", "1,300,8", 2, 1, "1,9,8"),
+        batched_dot("1,128,520", "1,520,128", 2, 1, "1,128,128"),
     ];
     // The 48 KiB of shared memory the PTX declares statically: the deeper rings are cut back
     // to fit (4 stages of 64 at 128 x 128 run as 2 of 48).
@@ -664,15 +652,10 @@ fn products_on_tensor_cores_assemble() {
 /// and assembled by ptxas.
 #[test]
 fn products_on_warpgroups_assemble_for_sm_90a() {
-    let dot = |a: &str, b: &str, ac: usize, bc: usize, y: &str| {
-        format!(
-            "func @main(%0: f32[{a}], %1: f32[{b}]) -> f32[{y}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [{ac}], rhs_contracting_dimensions = [{bc}]}} : f32[{y}]\n  return %2\n}}\n"
-        )
-    };
     let programs = [
-        dot("1,64,32", "1,64,32", 2, 2, "1,64,64"),
-        dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
-        dot("1,256,520", "1,520,256", 2, 1, "1,256,256"),
+        batched_dot("1,64,32", "1,64,32", 2, 2, "1,64,64"),
+        batched_dot("2,40,70", "2,65,40", 1, 2, "2,70,65"),
+        batched_dot("1,256,520", "1,520,256", 2, 1, "1,256,256"),
     ];
     let target = |(m, n): (usize, usize), stages: usize| {
         let mut t = TargetInfo::h200();

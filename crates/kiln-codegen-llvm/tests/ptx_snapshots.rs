@@ -13,6 +13,8 @@ use kiln_ir::parse_func_text;
 use kiln_kernel::gpu::ir::MapKind;
 use kiln_kernel::target::TargetInfo;
 
+mod mapped;
+
 /// The PTX of the kernels of `src` (all of one mapping `kind`), mapped for an H200.
 fn ptx(src: &str, kind: MapKind) -> String {
     ptx_on(src, kind, &TargetInfo::h200())
@@ -202,31 +204,9 @@ fn warpgroup_tile_on_tensor_cores() {
 #[test]
 fn gemm_on_tensor_cores() {
     let src = "func @main(%0: f32[16,96], %1: f32[96,16]) -> f32[16,16] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[16,16]\n  return %2\n}\n";
-    let f = parse_func_text(src).unwrap();
     let target = TargetInfo::h200();
-    let opts = kiln_kernel::Options::default();
-    let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
-    let i = (0..l.func.insts.len())
-        .find(|&i| l.fused.kernels[i].is_some())
-        .unwrap();
-    let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
-        .iter()
-        .map(|v| {
-            let mut t = l.func.values[v.index()].clone();
-            t.dtype = kiln_ir::DType::BF16;
-            t
-        })
-        .collect();
-    let k = l.fused.kernels[i].as_ref().unwrap();
-    let p = kiln_kernel::gpu::map(
-        k,
-        &ins,
-        &target,
-        kiln_kernel::options::MatmulPrecision::Highest,
-        "k0_dot_general.product",
-    )
-    .unwrap();
+    let p =
+        mapped::product_with_operands(src, kiln_ir::DType::BF16, &target, "k0_dot_general.product");
     assert_eq!(p.launches[0].kind, MapKind::GemmMma);
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
     assert_eq!(text, program_ptx(&p, &PtxTarget::sm90()).unwrap());
@@ -239,7 +219,6 @@ fn gemm_on_tensor_cores() {
 #[test]
 fn gemm_on_warpgroups() {
     let src = "func @main(%0: f32[64,192], %1: f32[192,64]) -> f32[64,64] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[64,64]\n  return %2\n}\n";
-    let f = parse_func_text(src).unwrap();
     let mut target = TargetInfo::h200();
     let gpu = target.gpu.as_mut().unwrap();
     gpu.mma_stages = 3;
@@ -250,29 +229,8 @@ fn gemm_on_warpgroups() {
         thread_m: 64,
         thread_n: 64,
     }];
-    let opts = kiln_kernel::Options::default();
-    let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, &target, None, &mut |_| {}).unwrap();
-    let i = (0..l.func.insts.len())
-        .find(|&i| l.fused.kernels[i].is_some())
-        .unwrap();
-    let ins: Vec<kiln_ir::TensorType> = l.fused.operands[i]
-        .iter()
-        .map(|v| {
-            let mut t = l.func.values[v.index()].clone();
-            t.dtype = kiln_ir::DType::BF16;
-            t
-        })
-        .collect();
-    let k = l.fused.kernels[i].as_ref().unwrap();
-    let p = kiln_kernel::gpu::map(
-        k,
-        &ins,
-        &target,
-        kiln_kernel::options::MatmulPrecision::Highest,
-        "k0_dot_general.product",
-    )
-    .unwrap();
+    let p =
+        mapped::product_with_operands(src, kiln_ir::DType::BF16, &target, "k0_dot_general.product");
     assert!(p.launches[0].uses_wgmma());
     let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
     assert_eq!(text, program_ptx(&p, &PtxTarget::sm90a()).unwrap());
