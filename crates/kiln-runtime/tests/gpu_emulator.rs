@@ -7,13 +7,12 @@
 use kiln_ir::random::{Config, Rng, random_func, random_literal_with_specials};
 use kiln_ir::{DType, Func, Literal, TensorType};
 use kiln_kernel::gpu::ir::*;
-use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_kernel};
 use std::path::PathBuf;
 
 mod products;
-use products::{check_exact_product, product_text};
+use products::{check_exact_product, count, mapped, product_text};
 
 /// The examples of `ir-specs/ops/*.md`: (file:line, program, arguments).
 fn spec_examples() -> Vec<(String, Func, Vec<Literal>)> {
@@ -820,21 +819,7 @@ fn product_on(
 ) -> GpuProgram {
     let src = product_text((batch, m, k, n), ("f32", "f32"), a_trans, b_trans, false);
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let opts = kiln_kernel::Options::default();
-    let l =
-        kiln_kernel::pipeline::lower_program(&f, &[], &opts, target, None, &mut |_| {}).unwrap();
-    let i = (0..l.func.insts.len())
-        .find(|&i| l.fused.kernels[i].is_some())
-        .unwrap();
-    let mut ins: Vec<TensorType> = l.fused.operands[i]
-        .iter()
-        .map(|v| l.func.values[v.index()].clone())
-        .collect();
-    for t in &mut ins {
-        t.dtype = dtype;
-    }
-    let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product").unwrap()
+    mapped(&f, target, Some(dtype)).remove(0)
 }
 
 /// An H200 whose tensor-core products run `stages` stages of `k` contraction indices (and
@@ -923,19 +908,6 @@ fn each_body(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
             each_body(body, f);
         }
     }
-}
-
-/// The statements of `body` (nested ones too) that `keep` picks, counted.
-fn count(body: &[Stmt], keep: &dyn Fn(&Stmt) -> bool) -> usize {
-    body.iter()
-        .map(|s| {
-            let inner = match s {
-                Stmt::For { body, .. } | Stmt::If { body, .. } => count(body, keep),
-                _ => 0,
-            };
-            inner + usize::from(keep(s))
-        })
-        .sum()
 }
 
 /// The pipelined products stage their tiles with `cp.async` where the operand's contiguous

@@ -8,14 +8,13 @@
 //! warpgroup products or no tile for them.
 
 use kiln_ir::random::{Rng, random_literal_with_specials};
-use kiln_ir::{DType, Func, Literal, TensorType};
+use kiln_ir::{DType, Literal};
 use kiln_kernel::gpu::ir::*;
-use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::{GemmTile, TargetInfo};
 use kiln_runtime::gpu_emu::compile_and_run;
 
 mod products;
-use products::{check_exact_product, product_text};
+use products::{check_exact_product, count, mapped, product_text};
 
 /// An H200 whose products of 16-bit operands run on warpgroups of the tile `m x n`, in rings
 /// of up to `stages` stages, with dynamic shared memory for the larger rings.
@@ -32,45 +31,6 @@ fn wgmma_target((m, n): (usize, usize), stages: usize) -> TargetInfo {
     gpu.mma_stages = stages;
     gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
     t
-}
-
-/// The statements of `body` (nested ones too) that `keep` picks, counted.
-fn count(body: &[Stmt], keep: &dyn Fn(&Stmt) -> bool) -> usize {
-    body.iter()
-        .map(|s| {
-            let inner = match s {
-                Stmt::For { body, .. } | Stmt::If { body, .. } => count(body, keep),
-                _ => 0,
-            };
-            inner + usize::from(keep(s))
-        })
-        .sum()
-}
-
-/// The kernels of `f` lowered and mapped for `target` (inputs of `dtype` where given).
-fn mapped(f: &Func, target: &TargetInfo, dtype: Option<DType>) -> Vec<GpuProgram> {
-    let opts = kiln_kernel::Options::default();
-    let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, target, None, &mut |_| {})
-        .expect("lowers");
-    (0..l.func.insts.len())
-        .filter_map(|i| {
-            let k = l.fused.kernels[i].as_ref()?;
-            let ins: Vec<TensorType> = l.fused.operands[i]
-                .iter()
-                .map(|v| {
-                    let mut t = l.func.values[v.index()].clone();
-                    if let Some(d) = dtype {
-                        t.dtype = d;
-                    }
-                    t
-                })
-                .collect();
-            Some(
-                kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product")
-                    .expect("maps"),
-            )
-        })
-        .collect()
 }
 
 /// `wgmma`s in the launches of `p`.

@@ -2,8 +2,10 @@
 //! products of small integers, shared by the GPU emulator's tests (not every test that
 //! includes this module uses all of it).
 
-use kiln_ir::{DType, TensorType};
-use kiln_kernel::gpu::ir::GpuProgram;
+use kiln_ir::{DType, Func, TensorType};
+use kiln_kernel::gpu::ir::{GpuProgram, Stmt};
+use kiln_kernel::options::MatmulPrecision;
+use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{Buffer, V, run_program};
 
 /// A batched product `lhs x rhs` of `(batch, m, k, n)` in `dt` (operands in `inp`), A stored
@@ -113,4 +115,45 @@ pub fn check_exact_product(
         }
     }
     Ok(())
+}
+
+/// The statements of `body` (nested ones too) that `keep` picks, counted.
+#[allow(dead_code)]
+pub fn count(body: &[Stmt], keep: &dyn Fn(&Stmt) -> bool) -> usize {
+    body.iter()
+        .map(|s| {
+            let inner = match s {
+                Stmt::For { body, .. } | Stmt::If { body, .. } => count(body, keep),
+                _ => 0,
+            };
+            inner + usize::from(keep(s))
+        })
+        .sum()
+}
+
+/// The kernels of `f` lowered and mapped for `target` (inputs of `dtype` where given).
+#[allow(dead_code)]
+pub fn mapped(f: &Func, target: &TargetInfo, dtype: Option<DType>) -> Vec<GpuProgram> {
+    let opts = kiln_kernel::Options::default();
+    let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, target, None, &mut |_| {})
+        .expect("lowers");
+    (0..l.func.insts.len())
+        .filter_map(|i| {
+            let k = l.fused.kernels[i].as_ref()?;
+            let ins: Vec<TensorType> = l.fused.operands[i]
+                .iter()
+                .map(|v| {
+                    let mut t = l.func.values[v.index()].clone();
+                    if let Some(d) = dtype {
+                        t.dtype = d;
+                    }
+                    t
+                })
+                .collect();
+            Some(
+                kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product")
+                    .expect("maps"),
+            )
+        })
+        .collect()
 }
