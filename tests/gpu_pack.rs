@@ -67,6 +67,19 @@ fn changed(l: &Literal) -> Literal {
     Literal::from_f64s(l.ty().clone(), &v).unwrap()
 }
 
+/// The launches of `f` lowered and planned for `target` under `opts`, in the plan's order.
+fn launches(
+    f: &kiln_ir::Func,
+    opts: &kiln_kernel::Options,
+    target: &kiln_kernel::target::TargetInfo,
+) -> Vec<kiln_kernel::gpu::ir::GpuKernel> {
+    let l = kiln_kernel::pipeline::lower_program(f, &[], opts, target, None, &mut |_| {}).unwrap();
+    let plan = kiln_kernel::gpu::plan::device_plan(&l, target).unwrap();
+    plan.kernel_steps()
+        .flat_map(|k| k.program.launches.iter().cloned())
+        .collect()
+}
+
 #[test]
 fn a_quick_pack_passes_its_check_on_the_emulator_and_fails_on_a_changed_result() {
     let dir = std::env::temp_dir().join(format!("kiln-gpu-pack-{}", std::process::id()));
@@ -188,13 +201,7 @@ fn the_tf32_workload_runs_on_tf32_tensor_cores() {
             ..kiln_kernel::Options::default()
         };
         for f in [&w.tiny, &w.full] {
-            let l = kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
-                .unwrap();
-            let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
-            let launches: Vec<_> = plan
-                .kernel_steps()
-                .flat_map(|k| k.program.launches.iter())
-                .collect();
+            let launches = launches(f, &opts, &target);
             assert_eq!(launches.len(), 1, "{name}");
             assert_eq!(launches[0].kind, want, "{name}");
             assert_eq!(tf32_mmas(&launches[0].body) > 0, tf32, "{name}");
@@ -247,12 +254,8 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
     let (ws, _) = kiln_tests::pack::workloads::workloads();
     let w = ws.iter().find(|w| w.name == "matmul_bf16_8192").unwrap();
     let launch = |target: &kiln_kernel::target::TargetInfo| {
-        let l =
-            kiln_kernel::pipeline::lower_program(&w.full, &[], &opts, target, None, &mut |_| {})
-                .unwrap();
-        let plan = kiln_kernel::gpu::plan::device_plan(&l, target).unwrap();
-        plan.kernel_steps()
-            .flat_map(|k| k.program.launches.iter().cloned())
+        launches(&w.full, &opts, target)
+            .into_iter()
             .find(|l| l.kind == MapKind::GemmMma)
             .expect("a tensor-core launch")
     };
@@ -330,18 +333,8 @@ fn sweep_variants_of_attention_run_as_labelled() {
     for name in ["attention_16x16x1024x64", "attention_causal_16x16x1024x64"] {
         let w = ws.iter().find(|w| w.name == name).unwrap();
         let launch = |target: &kiln_kernel::target::TargetInfo| {
-            let l = kiln_kernel::pipeline::lower_program(
-                &w.full,
-                &[],
-                &opts,
-                target,
-                None,
-                &mut |_| {},
-            )
-            .unwrap();
-            let plan = kiln_kernel::gpu::plan::device_plan(&l, target).unwrap();
-            plan.kernel_steps()
-                .flat_map(|k| k.program.launches.iter().cloned())
+            launches(&w.full, &opts, target)
+                .into_iter()
                 .find(|l| matches!(l.kind, MapKind::Attention | MapKind::AttentionTiled))
                 .expect("an attention launch")
         };
@@ -465,20 +458,7 @@ fn sweep_variants_of_tensor_core_attention_run_as_labelled() {
     ] {
         let w = ws.iter().find(|w| w.name == name).unwrap();
         let launch = |target: &kiln_kernel::target::TargetInfo| {
-            let l = kiln_kernel::pipeline::lower_program(
-                &w.full,
-                &[],
-                &opts,
-                target,
-                None,
-                &mut |_| {},
-            )
-            .unwrap();
-            let plan = kiln_kernel::gpu::plan::device_plan(&l, target).unwrap();
-            let ls: Vec<_> = plan
-                .kernel_steps()
-                .flat_map(|k| k.program.launches.iter().cloned())
-                .collect();
+            let ls = launches(&w.full, &opts, target);
             let kinds: Vec<MapKind> = ls.iter().map(|l| l.kind).collect();
             assert_eq!(ls.len(), 1, "{name}: {kinds:?}");
             ls.into_iter().next().unwrap()
