@@ -417,19 +417,26 @@ fn cone_bound(f: &Func, def: &[usize], o: kiln_ir::ValueId, trips: Option<&Trips
         // trip (`loop_bound`); other regions that round keep no bound (checked by class
         // only); an exact one stays exact. Any float result counts, not only the first (a
         // loop's first carry is often its integer counter).
-        let rounding_regions = inst
+        let regions: Vec<Vec<Bound>> = if inst
             .results
             .iter()
             .any(|r| rounds(f.values[r.index()].dtype))
             && !matches!(inst.op, Op::Case { .. } | Op::Call { .. } | Op::Map { .. })
-            && inst
-                .op
-                .regions()
-                .iter()
-                .any(|g| !output_bounds_with(g, trips).iter().all(Bound::exact));
-        if rounding_regions {
+        {
+            let g = inst.op.regions();
+            g.iter().map(|g| output_bounds_with(g, trips)).collect()
+        } else {
+            Vec::new()
+        };
+        if regions.iter().any(|g| !g.iter().all(Bound::exact)) {
             let by_trips = match (&inst.op, trips) {
-                (Op::While { cond, body }, Some(t)) => loop_bound(f, def, inst, (cond, body), t),
+                (Op::While { cond, body }, Some(t)) => loop_bound(
+                    f,
+                    def,
+                    inst,
+                    [(&**cond, &regions[0]), (&**body, &regions[1])],
+                    t,
+                ),
                 _ => None,
             };
             match by_trips {
@@ -795,8 +802,7 @@ fn values_and_magnitudes_given(
             let mut n = 0;
             loop {
                 let refs: Vec<&Literal> = vals.iter().collect();
-                let go = crate::run(cond, &refs);
-                if go[0].to_i64s().first().is_none_or(|&b| b == 0) {
+                if !crate::ops::loop_goes_on(cond, &refs) {
                     break;
                 }
                 let mrefs: Vec<&Literal> = mags.iter().collect();
@@ -839,12 +845,10 @@ fn values_and_magnitudes_given(
             values_and_magnitudes_given(g, &args, Some(&m), trips)?.1
         } else if let Op::Map { computation, .. } = &inst.op {
             // Each element through the computation, on its operands' values and magnitudes.
-            let scalar = |l: &Literal| TensorType::new(l.dtype(), []);
             let mut each = Vec::with_capacity(out[0].numel());
             for i in 0..out[0].numel() {
-                let at = |l: &Literal| crate::ops::take(l, &scalar(l), &[i]);
-                let args: Vec<Literal> = r.iter().map(|l| at(l)).collect();
-                let mags: Vec<Literal> = m.iter().map(|l| at(l)).collect();
+                let args = crate::reduce_region::elements_at(&r, i);
+                let mags = crate::reduce_region::elements_at(&m, i);
                 let refs: Vec<&Literal> = mags.iter().collect();
                 let (_, mg) = values_and_magnitudes_given(computation, &args, Some(&refs), trips)?;
                 each.push(mg[0].to_f64s()[0]);

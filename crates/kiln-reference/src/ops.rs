@@ -184,6 +184,12 @@ fn expand<T: Copy>(v: Vec<T>, n: usize) -> Vec<T> {
     if v.len() == n { v } else { vec![v[0]; n] }
 }
 
+/// Whether a `while` with condition region `cond` takes another trip on `carries`.
+pub(crate) fn loop_goes_on(cond: &kiln_ir::Func, carries: &[&Literal]) -> bool {
+    let go = crate::run(cond, carries);
+    go[0].to_i64s().first().is_some_and(|&b| b != 0)
+}
+
 /// Runs one op on concrete operands; `types` are the instruction's result types.
 ///
 /// The op and operands must be verified (see [`kiln_ir::type_rule`]): this function trusts
@@ -765,8 +771,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
             let mut carries: Vec<Literal> = x.iter().map(|l| (*l).clone()).collect();
             loop {
                 let refs: Vec<&Literal> = carries.iter().collect();
-                let go = crate::run(cond, &refs);
-                if go[0].to_i64s().first().is_none_or(|&b| b == 0) {
+                if !loop_goes_on(cond, &refs) {
                     return carries;
                 }
                 carries = crate::run(body, &refs);

@@ -112,17 +112,19 @@ pub(crate) fn reduce_window_region(
     })
 }
 
+/// Element `i` of each of `x`, as scalars: the arguments of a `map`'s computation there.
+pub(crate) fn elements_at(x: &[&Literal], i: usize) -> Vec<Literal> {
+    x.iter()
+        .map(|l| take(l, &TensorType::new(l.dtype(), []), &[i]))
+        .collect()
+}
+
 /// Evaluates `map` on `x` with `computation` run by the interpreter at every position; `ty` is
 /// the result type.
 pub(crate) fn map(x: &[&Literal], computation: &Func, ty: &TensorType) -> Literal {
-    let scalars: Vec<TensorType> = x.iter().map(|l| TensorType::new(l.dtype(), [])).collect();
     let outs: Vec<Literal> = (0..ty.numel())
         .map(|i| {
-            let args: Vec<Literal> = x
-                .iter()
-                .zip(&scalars)
-                .map(|(l, t)| take(l, t, &[i]))
-                .collect();
+            let args = elements_at(x, i);
             let refs: Vec<&Literal> = args.iter().collect();
             crate::run(computation, &refs).remove(0)
         })

@@ -52,19 +52,15 @@ pub(super) fn loop_bound(
     f: &Func,
     def: &[usize],
     inst: &kiln_ir::Inst,
-    (cond, body): (&Func, &Func),
+    [(cond, cond_bounds), (body, body_bounds)]: [(&Func, &Vec<Bound>); 2],
     trips: &Trips,
 ) -> Option<Bound> {
     let body_def = defining_insts(body);
     let outs: Vec<(Bound, Vec<usize>)> = body
         .outputs
         .iter()
-        .map(|&o| {
-            (
-                cone_bound(body, &body_def, o, Some(trips)),
-                params_read(body, &body_def, o),
-            )
-        })
+        .zip(body_bounds)
+        .map(|(&o, &b)| (b, params_read(body, &body_def, o)))
         .collect();
     // The carries that stay exact: exact on entry, and computed exactly from exact carries.
     let mut exact: Vec<bool> = inst
@@ -86,8 +82,7 @@ pub(super) fn loop_bound(
     }
     let cond_def = defining_insts(cond);
     let go = *cond.outputs.first()?;
-    if !cone_bound(cond, &cond_def, go, Some(trips)).exact()
-        || !params_read(cond, &cond_def, go).iter().all(|&p| exact[p])
+    if !cond_bounds.first()?.exact() || !params_read(cond, &cond_def, go).iter().all(|&p| exact[p])
     {
         return None;
     }
