@@ -318,6 +318,7 @@ impl Mapper<'_> {
         each.extend(InLaunch::store(epilogue, index, v, tmp));
         let block = self.gpu.elementwise_block;
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Gemm,
@@ -422,6 +423,7 @@ impl Launch<'_, '_> {
         body: Vec<Stmt>,
     ) -> GpuKernel {
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: self.name.to_string(),
             kind,

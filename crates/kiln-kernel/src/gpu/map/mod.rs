@@ -431,6 +431,7 @@ impl Mapper<'_> {
         };
         let total = total / group;
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Elementwise,
@@ -626,6 +627,7 @@ impl Mapper<'_> {
             body,
         });
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind,

@@ -320,6 +320,9 @@ impl Block<'_> {
 
     /// Whether the warpgroup from `first` may read shared element `i` of `array` now.
     fn check_read(&self, first: usize, array: usize, i: usize) -> Result<(), EmuError> {
+        if let Err(m) = self.mb.check(first, array, i, false) {
+            return self.err(format!("a wgmma (warpgroup {}): {m}", first / WARPGROUP));
+        }
         if self.inflight[array][i] > 0 {
             return self.err(format!(
                 "a wgmma (warpgroup {}) reads shared{array}[{i}] while a cp.async into it is in \
