@@ -1,16 +1,17 @@
 //! mbarriers and TMA tile loads render for sm_90a only and assemble there: the mbarrier
-//! rounds kernel, a TMA box for every swizzle, and a warpgroup product on operands loaded
-//! by TMA (the tensor maps as 64-aligned 128-byte grid-constant parameters). ptxas's
-//! register and spill report of the product is printed.
+//! rounds kernel, a TMA box for every swizzle, a warpgroup tile on operands loaded by TMA
+//! (the tensor maps as 64-aligned 128-byte grid-constant parameters), and the
+//! warp-specialized product mapping (`Gpu::wgmma_tma`) of an 8192^3 bf16 product for the
+//! pack's tiles. ptxas's register and spill report of the products is printed.
 
 use kiln_codegen_llvm::Error;
-use kiln_codegen_llvm::ptx::{PtxTarget, kernel_ptx};
+use kiln_codegen_llvm::ptx::{PtxTarget, kernel_ptx, mapped_kernels};
 use kiln_ir::DType;
 use kiln_kernel::gpu::desc::WgSwizzle;
 use kiln_kernel::gpu::ir::GpuKernel;
 use kiln_kernel::gpu::mbarrier::rounds;
 use kiln_kernel::gpu::tma::{tma_tile, tma_warpgroup_tile};
-use kiln_kernel::target::TargetInfo;
+use kiln_kernel::target::{GemmTile, TargetInfo};
 use std::path::{Path, PathBuf};
 
 /// Where `cargo xtask test` installs ptxas (or `KILN_PTXAS`); in CI its absence is an error.
@@ -139,5 +140,48 @@ fn a_warpgroup_product_on_tma_loads_assembles_for_sm_90a() {
         };
         let spills: Vec<&str> = report.lines().filter(|l| l.contains("spill")).collect();
         println!("{}: {spills:?}", k.name);
+    }
+}
+
+/// The 8192^3 bf16 product (B by rows, as `x @ w`) mapped with the warp-specialized TMA
+/// ring for the tiles the pack sweeps, rendered and assembled for sm_90a; ptxas's spill
+/// report printed (`cargo test -p kiln-codegen-llvm --test ptx_tma -- --nocapture`).
+#[test]
+fn warp_specialized_products_assemble_for_sm_90a() {
+    let src = "func @main(%0: bf16[8192,8192], %1: bf16[8192,8192]) -> f32[8192,8192] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[8192,8192]\n  return %2\n}\n";
+    let f = kiln_ir::parse_func_text(src).unwrap();
+    for (m, n, ring) in [(64, 64, 4), (128, 128, 4), (128, 256, 3), (64, 256, 4)] {
+        let mut target = TargetInfo::h200();
+        let gpu = target.gpu.as_mut().unwrap();
+        gpu.wgmma_tiles = vec![GemmTile {
+            m,
+            n,
+            k: 64,
+            thread_m: 64,
+            thread_n: n,
+        }];
+        gpu.mma_stages = ring;
+        gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
+        gpu.wgmma_tma = true;
+        let opts = kiln_kernel::Options::default();
+        let (_, p) = mapped_kernels(&f, &opts, &target).unwrap().remove(0);
+        let mut k = p.unwrap().launches.remove(0);
+        assert!(k.uses_tma() && k.uses_wgmma(), "{m}x{n}: not the TMA ring");
+        k.name = format!("tma_ring_{m}x{n}_{ring}");
+        let Some(report) = render(
+            &k,
+            &[
+                "cp.async.bulk.tensor.2d",
+                "mbarrier.try_wait.parity",
+                &format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"),
+            ],
+        ) else {
+            continue;
+        };
+        let lines: Vec<&str> = report
+            .lines()
+            .filter(|l| l.contains("spill") || l.contains("registers"))
+            .collect();
+        println!("{} ({} threads): {lines:?}", k.name, k.block);
     }
 }

@@ -342,13 +342,15 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
             ));
         }
     }
-    if k.uses_wgmma() && (!gpu.wgmma || k.warp != 32 || !k.block.is_multiple_of(128)) {
+    // Whole warpgroups, and one warp more where a producer loads by TMA for them.
+    let groups = k.block.is_multiple_of(128) || (k.uses_tma() && k.block % 128 == 32);
+    if k.uses_wgmma() && (!gpu.wgmma || k.warp != 32 || !groups) {
         return fail(format!(
             "warpgroup products (wgmma) in blocks of {} threads (warp {}) on a target {}",
             k.block,
             k.warp,
             if gpu.wgmma {
-                "whose blocks must be whole warpgroups of 128 threads"
+                "whose blocks must be whole warpgroups of 128 threads (and one producer warp)"
             } else {
                 "without them (sm_90a only)"
             }

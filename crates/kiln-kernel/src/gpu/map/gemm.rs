@@ -270,6 +270,9 @@ impl Mapper<'_> {
             epilogue,
         };
         if let Some(tile) = self.wgmma_tile((d.m, d.n), types).filter(|_| total > 0) {
+            if let Some(ring) = self.tma_ring(d, &ops, tile) {
+                return self.wgmma_tma_product(launch, d, &ops, tile, ring);
+            }
             return self.wgmma_product(launch, d, &ops, tile);
         }
         if let Some(tile) = self.mma_tile((d.m, d.n), types).filter(|_| total > 0) {

@@ -10,7 +10,9 @@
 //!   swizzle puts them) and taking its bytes off the transaction count of the phase then
 //!   current. Its elements may not be touched while it is in flight, and may be read (by
 //!   a load, an `ldmatrix` or a `wgmma`) only by a thread whose waits have reached the phase
-//!   it landed in. Loads still in flight when the block ends are an error.
+//!   it landed in. Loads still in flight when the block ends are an error. Whether a load
+//!   that overwrites a ring slot was ordered after the slot's readers (a producer's wait on
+//!   the slot's empty barrier) is not checked: the lockstep order runs the readers first.
 //! - A wait whose phase has not completed once the loads in flight have landed cannot
 //!   complete (the block's threads run in lockstep: every other thread is at this
 //!   statement, or masked) and is an error saying what is outstanding; a wait that returns
@@ -122,6 +124,26 @@ impl Mb {
         if self.on && write {
             self.landed.remove(&(array, i));
         }
+        Ok(())
+    }
+
+    /// Whether a TMA load may write shared element `i` of `array`: not a barrier's word, not
+    /// written by another load in flight. What it overwrites need not have been waited for
+    /// by the issuing thread (a producer refills a slot its consumers released through
+    /// another barrier, which is not checked here).
+    fn overwrite(&mut self, array: usize, i: usize) -> Result<(), String> {
+        let key = (array, i);
+        if self.bars.contains_key(&key) {
+            return Err(format!(
+                "a TMA load writes shared{array}[{i}], an mbarrier's word"
+            ));
+        }
+        if self.pending.get(&key).is_some_and(|&n| n > 0) {
+            return Err(format!(
+                "a TMA load writes shared{array}[{i}] while another into it is in flight"
+            ));
+        }
+        self.landed.remove(&key);
         Ok(())
     }
 
@@ -414,8 +436,8 @@ impl Block<'_> {
                              reads (thread {t})"
                         ));
                     }
-                    if let Err(m) = self.mb.access(t, array, p, true) {
-                        return self.err(m);
+                    if let Err(m) = self.mb.overwrite(array, p) {
+                        return self.err(format!("{m} (thread {t})"));
                     }
                     writes.push((array, p, v));
                 }
