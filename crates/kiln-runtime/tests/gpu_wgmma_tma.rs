@@ -258,6 +258,20 @@ fn planted_ring_bugs_are_caught() {
         }
     });
     fails("no release", &k, "cannot complete");
+    // The producer refills a slot without waiting for its release.
+    let mut k = good.clone();
+    edit(&mut k.body, &mut |s| {
+        if let Stmt::If { body, .. } = s {
+            body.retain(
+                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
+            );
+        }
+    });
+    fails(
+        "no empty wait",
+        &k,
+        "a slot refilled before its readers released it",
+    );
     // B's boxes a contraction step off: the product is wrong.
     let mut k = good.clone();
     edit(&mut k.body, &mut |s| {

@@ -10,9 +10,11 @@
 //!   swizzle puts them) and taking its bytes off the transaction count of the phase then
 //!   current. Its elements may not be touched while it is in flight, and may be read (by
 //!   a load, an `ldmatrix` or a `wgmma`) only by a thread whose waits have reached the phase
-//!   it landed in. Loads still in flight when the block ends are an error. Whether a load
-//!   that overwrites a ring slot was ordered after the slot's readers (a producer's wait on
-//!   the slot's empty barrier) is not checked: the lockstep order runs the readers first.
+//!   it landed in. Loads still in flight when the block ends are an error. A load that
+//!   overwrites what a load wrote must be ordered after its readers: each of them (a
+//!   warpgroup's first thread for a `wgmma`) must have arrived on a barrier since its read,
+//!   in a phase the issuing thread has waited for (a producer refills a ring slot only after
+//!   its consumers released it), though the lockstep order runs the readers first anyway.
 //! - A wait whose phase has not completed once the loads in flight have landed cannot
 //!   complete (the block's threads run in lockstep: every other thread is at this
 //!   statement, or masked) and is an error saying what is outstanding; a wait that returns
@@ -57,6 +59,13 @@ pub(super) struct Mb {
     pending: HashMap<Key, u32>,
     /// Per shared element a load wrote: its barrier and the phase it landed in.
     landed: HashMap<Key, (Key, i64)>,
+    /// A counter ordering reads and arrivals.
+    clock: u64,
+    /// Per shared element a load wrote: the threads that read it since (a warpgroup's first
+    /// for a `wgmma`), each with when it last did.
+    readers: HashMap<Key, HashMap<usize, u64>>,
+    /// Per thread: its last arrival on each barrier, when, and in which phase.
+    arrived: HashMap<usize, Vec<(Key, u64, i64)>>,
 }
 
 impl Mb {
@@ -112,7 +121,8 @@ impl Mb {
         Ok(())
     }
 
-    /// [`Mb::check`], and a store makes the element the thread's own again.
+    /// [`Mb::check`], and a store makes the element the thread's own again; a read of an
+    /// element a load wrote is recorded ([`Mb::read_by`]).
     pub(super) fn access(
         &mut self,
         t: usize,
@@ -123,16 +133,63 @@ impl Mb {
         self.check(t, array, i, write)?;
         if self.on && write {
             self.landed.remove(&(array, i));
+            self.readers.remove(&(array, i));
+        } else {
+            self.read_by(t, array, i);
         }
         Ok(())
     }
 
-    /// Whether a TMA load may write shared element `i` of `array`: not a barrier's word, not
-    /// written by another load in flight. What it overwrites need not have been waited for
-    /// by the issuing thread (a producer refills a slot its consumers released through
-    /// another barrier, which is not checked here).
-    fn overwrite(&mut self, array: usize, i: usize) -> Result<(), String> {
+    /// Records that thread `t` (for a `wgmma`, its warpgroup's first) read shared element
+    /// `i` of `array`, if a TMA load wrote it: a load that overwrites it must be ordered
+    /// after an arrival of `t`'s since ([`Mb::overwrite`]).
+    pub(super) fn read_by(&mut self, t: usize, array: usize, i: usize) {
+        if !self.on || !self.landed.contains_key(&(array, i)) {
+            return;
+        }
+        self.clock += 1;
+        self.readers
+            .entry((array, i))
+            .or_default()
+            .insert(t, self.clock);
+    }
+
+    /// Records thread `t`'s arrival on barrier `bar` in `phase`.
+    fn arrive(&mut self, t: usize, bar: Key, phase: i64) {
+        self.clock += 1;
+        let clock = self.clock;
+        let mine = self.arrived.entry(t).or_default();
+        match mine.iter_mut().find(|a| a.0 == bar) {
+            Some(a) => *a = (bar, clock, phase),
+            None => mine.push((bar, clock, phase)),
+        }
+    }
+
+    /// Whether a TMA load issued by thread `t` may write shared element `i` of `array`: not
+    /// a barrier's word, not written by another load in flight, and every thread that read
+    /// what a load wrote there has since arrived on a barrier whose phase of that arrival
+    /// `t` has waited for (a producer refills a ring slot only once its consumers released
+    /// it).
+    fn overwrite(&mut self, t: usize, array: usize, i: usize) -> Result<(), String> {
         let key = (array, i);
+        for (&r, &read) in self.readers.get(&key).into_iter().flatten() {
+            let released = self
+                .arrived
+                .get(&r)
+                .into_iter()
+                .flatten()
+                .any(|&(bar, at, phase)| {
+                    at > read && self.seen.get(&(t, bar)).is_some_and(|&s| s >= phase)
+                });
+            if !released {
+                return Err(format!(
+                    "a TMA load by thread {t} overwrites shared{array}[{i}], which thread {r} \
+                     read with no mbarrier arrival since whose phase thread {t} waited for (a \
+                     slot refilled before its readers released it)"
+                ));
+            }
+        }
+        self.readers.remove(&key);
         if self.bars.contains_key(&key) {
             return Err(format!(
                 "a TMA load writes shared{array}[{i}], an mbarrier's word"
@@ -256,8 +313,10 @@ impl Block<'_> {
             b.tx += tx as i64;
             let over = (b.arrivals == 0).then_some((b.phase, b.tx));
             if over.is_none() {
+                let phase = b.phase;
                 b.arrivals -= 1;
                 Mb::advance(b);
+                self.mb.arrive(t, key, phase);
             }
             if let Some((phase, left)) = over {
                 return self.err(format!(
@@ -436,7 +495,7 @@ impl Block<'_> {
                              reads (thread {t})"
                         ));
                     }
-                    if let Err(m) = self.mb.overwrite(array, p) {
+                    if let Err(m) = self.mb.overwrite(t, array, p) {
                         return self.err(format!("{m} (thread {t})"));
                     }
                     writes.push((array, p, v));

@@ -380,6 +380,9 @@ impl Block<'_> {
             let (am, mut reads) = self.operand(first, a, 64, operand)?;
             let (bm, more) = self.operand(first, b, n, operand)?;
             reads.extend(more);
+            for &(a, i) in &reads {
+                self.mb.read_by(first, a, i);
+            }
             for t in first..first + WARPGROUP {
                 let local = t - first;
                 let (w, lane) = (local / 32, local % 32);
