@@ -143,45 +143,100 @@ fn a_warpgroup_product_on_tma_loads_assembles_for_sm_90a() {
     }
 }
 
-/// The 8192^3 bf16 product (B by rows, as `x @ w`) mapped with the warp-specialized TMA
-/// ring for the tiles the pack sweeps, rendered and assembled for sm_90a; ptxas's spill
-/// report printed (`cargo test -p kiln-codegen-llvm --test ptx_tma -- --nocapture`).
-#[test]
-fn warp_specialized_products_assemble_for_sm_90a() {
+/// The 8192^3 bf16 product (B by rows, as `x @ w`) on warpgroup tiles of `m x n` in rings of
+/// `ring` stages, loaded by TMA (warp-specialized) or by `cp.async`, with the sum tree's
+/// chunks `leaf` long (`None`: the H200's), rendered and assembled for sm_90a: the launch's
+/// threads and ptxas's register and spill report.
+fn product_report(
+    (m, n, ring): (usize, usize, usize),
+    tma: bool,
+    leaf: Option<usize>,
+) -> Option<(usize, String)> {
     let src = "func @main(%0: bf16[8192,8192], %1: bf16[8192,8192]) -> f32[8192,8192] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[8192,8192]\n  return %2\n}\n";
     let f = kiln_ir::parse_func_text(src).unwrap();
-    for (m, n, ring) in [(64, 64, 4), (128, 128, 4), (128, 256, 3), (64, 256, 4)] {
-        let mut target = TargetInfo::h200();
-        let gpu = target.gpu.as_mut().unwrap();
-        gpu.wgmma_tiles = vec![GemmTile {
-            m,
-            n,
-            k: 64,
-            thread_m: 64,
-            thread_n: n,
-        }];
-        gpu.mma_stages = ring;
-        gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
-        gpu.wgmma_tma = true;
-        let opts = kiln_kernel::Options::default();
-        let (_, p) = mapped_kernels(&f, &opts, &target).unwrap().remove(0);
-        let mut k = p.unwrap().launches.remove(0);
-        assert!(k.uses_tma() && k.uses_wgmma(), "{m}x{n}: not the TMA ring");
-        k.name = format!("tma_ring_{m}x{n}_{ring}");
-        let Some(report) = render(
-            &k,
-            &[
-                "cp.async.bulk.tensor.2d",
-                "mbarrier.try_wait.parity",
-                &format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"),
-            ],
-        ) else {
+    let mut target = TargetInfo::h200();
+    if let Some(leaf) = leaf {
+        target.sums.leaf = leaf;
+    }
+    let gpu = target.gpu.as_mut().unwrap();
+    gpu.wgmma_tiles = vec![GemmTile {
+        m,
+        n,
+        k: 64,
+        thread_m: 64,
+        thread_n: n,
+    }];
+    gpu.mma_stages = ring;
+    gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
+    gpu.wgmma_tma = tma;
+    let opts = kiln_kernel::Options::default();
+    let (_, p) = mapped_kernels(&f, &opts, &target).unwrap().remove(0);
+    let mut k = p.unwrap().launches.remove(0);
+    assert_eq!(k.uses_tma(), tma, "{m}x{n}");
+    assert!(k.uses_wgmma(), "{m}x{n}: not on warpgroups");
+    k.name = format!(
+        "{}_{m}x{n}_{ring}{}",
+        if tma { "tma_ring" } else { "cp_async_ring" },
+        leaf.map_or(String::new(), |l| format!("_leaf_{l}"))
+    );
+    let mut needles = vec![format!(
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"
+    )];
+    if tma {
+        needles.push("cp.async.bulk.tensor.2d".into());
+        needles.push("mbarrier.try_wait.parity".into());
+    }
+    let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+    let report = render(&k, &needles)?;
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.contains("spill") || l.contains("registers"))
+        .collect();
+    println!("{} ({} threads): {lines:?}", k.name, k.block);
+    Some((k.block, report))
+}
+
+/// Bytes ptxas reports spilled (stores) in `report`.
+fn spilled(report: &str) -> usize {
+    report
+        .lines()
+        .find_map(|l| {
+            let (before, _) = l.split_once(" bytes spill stores")?;
+            before.rsplit(' ').next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The warp-specialized TMA ring for the tiles the pack sweeps renders and assembles for
+/// sm_90a (`cargo test -p kiln-codegen-llvm --test ptx_tma -- --nocapture` prints ptxas's
+/// report); a 64-row tile does not spill.
+#[test]
+fn warp_specialized_products_assemble_for_sm_90a() {
+    for tile in [(64, 64, 4), (128, 128, 4), (128, 256, 3), (64, 256, 4)] {
+        let Some((threads, report)) = product_report(tile, true, None) else {
             continue;
         };
-        let lines: Vec<&str> = report
-            .lines()
-            .filter(|l| l.contains("spill") || l.contains("registers"))
-            .collect();
-        println!("{} ({} threads): {lines:?}", k.name, k.block);
+        assert_eq!(threads, tile.0 / 64 * 128 + 32, "{tile:?}");
+        if tile == (64, 64, 4) {
+            assert_eq!(spilled(&report), 0, "{tile:?}: {report}");
+        }
+    }
+}
+
+/// The accumulators of a 128 x 256 block tile: each of its two warpgroups holds 128 f32 per
+/// level of the sum tree and thread, so the H200's tree (three levels over 8192 terms) asks
+/// for 384 registers a thread, past the 255 an instruction can name: it spills whatever the
+/// arrangement (three sets of 128 x 256 f32 are 384 KiB, more than the SM's 256 KiB register
+/// file). The tiles that hold three sets, 128 x 128 (192 a thread), and 128 x 256 with one
+/// level (chunks of 8192, the sweep's `sum_leaf_8192` variant) do not spill.
+#[test]
+fn which_warpgroup_tiles_spill() {
+    let Some((_, wide)) = product_report((128, 256, 3), false, None) else {
+        return;
+    };
+    assert!(spilled(&wide) > 0, "{wide}");
+    for (tile, leaf) in [((128, 128, 4), None), ((128, 256, 3), Some(8192))] {
+        let (_, report) = product_report(tile, false, leaf).unwrap();
+        assert_eq!(spilled(&report), 0, "{tile:?} leaf {leaf:?}: {report}");
     }
 }
