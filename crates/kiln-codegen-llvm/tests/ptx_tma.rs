@@ -144,12 +144,13 @@ fn a_warpgroup_product_on_tma_loads_assembles_for_sm_90a() {
 }
 
 /// The 8192^3 bf16 product (B by rows, as `x @ w`) on warpgroup tiles of `m x n` in rings of
-/// `ring` stages, loaded by TMA (warp-specialized) or by `cp.async`, with the sum tree's
+/// `ring` stages, loaded by TMA (by a producer warp, or with `inline` by the consumers' first
+/// thread) or by `cp.async`, with the sum tree's
 /// chunks `leaf` long (`None`: the H200's), rendered and assembled for sm_90a: the launch's
 /// threads and ptxas's register and spill report.
 fn product_report(
     (m, n, ring): (usize, usize, usize),
-    tma: bool,
+    (tma, inline): (bool, bool),
     leaf: Option<usize>,
 ) -> Option<(usize, String)> {
     let src = "func @main(%0: bf16[8192,8192], %1: bf16[8192,8192]) -> f32[8192,8192] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[8192,8192]\n  return %2\n}\n";
@@ -169,6 +170,7 @@ fn product_report(
     gpu.mma_stages = ring;
     gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
     gpu.wgmma_tma = tma;
+    gpu.wgmma_tma_inline = inline;
     let opts = kiln_kernel::Options::default();
     let (_, p) = mapped_kernels(&f, &opts, &target).unwrap().remove(0);
     let mut k = p.unwrap().launches.remove(0);
@@ -176,7 +178,11 @@ fn product_report(
     assert!(k.uses_wgmma(), "{m}x{n}: not on warpgroups");
     k.name = format!(
         "{}_{m}x{n}_{ring}{}",
-        if tma { "tma_ring" } else { "cp_async_ring" },
+        match (tma, inline) {
+            (false, _) => "cp_async_ring",
+            (true, false) => "tma_ring",
+            (true, true) => "tma_inline_ring",
+        },
         leaf.map_or(String::new(), |l| format!("_leaf_{l}"))
     );
     let mut needles = vec![format!(
@@ -213,7 +219,7 @@ fn spilled(report: &str) -> usize {
 #[test]
 fn warp_specialized_products_assemble_for_sm_90a() {
     for tile in [(64, 64, 4), (128, 128, 4), (128, 256, 3), (64, 256, 4)] {
-        let Some((threads, report)) = product_report(tile, true, None) else {
+        let Some((threads, report)) = product_report(tile, (true, false), None) else {
             continue;
         };
         assert_eq!(threads, tile.0 / 64 * 128 + 32, "{tile:?}");
@@ -231,12 +237,28 @@ fn warp_specialized_products_assemble_for_sm_90a() {
 /// level (chunks of 8192, the sweep's `sum_leaf_8192` variant) do not spill.
 #[test]
 fn which_warpgroup_tiles_spill() {
-    let Some((_, wide)) = product_report((128, 256, 3), false, None) else {
+    let Some((_, wide)) = product_report((128, 256, 3), (false, false), None) else {
         return;
     };
     assert!(spilled(&wide) > 0, "{wide}");
     for (tile, leaf) in [((128, 128, 4), None), ((128, 256, 3), Some(8192))] {
-        let (_, report) = product_report(tile, false, leaf).unwrap();
+        let (_, report) = product_report(tile, (false, false), leaf).unwrap();
         assert_eq!(spilled(&report), 0, "{tile:?} leaf {leaf:?}: {report}");
+    }
+}
+
+/// The TMA ring with the consumers' first thread as the producer: a block of the consumers
+/// alone, so a 128 x 128 tile holds its three sets of accumulators without spilling, as the
+/// `cp.async` ring does.
+#[test]
+fn tma_rings_without_a_producer_warp_assemble_for_sm_90a() {
+    for tile in [(64, 64, 4), (128, 128, 4), (128, 256, 3)] {
+        let Some((threads, report)) = product_report(tile, (true, true), None) else {
+            continue;
+        };
+        assert_eq!(threads, tile.0 / 64 * 128, "{tile:?}");
+        if tile != (128, 256, 3) {
+            assert_eq!(spilled(&report), 0, "{tile:?}: {report}");
+        }
     }
 }

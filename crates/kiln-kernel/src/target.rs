@@ -287,6 +287,10 @@ pub struct Gpu {
     /// warpgroups, full and empty mbarriers) where its operands are plain row-major tensors,
     /// rather than through the `cp.async` ring. Off until the pack's sweep measures it.
     pub wgmma_tma: bool,
+    /// With `wgmma_tma`: the loads issued by the consumers' first thread, `stages - 1` steps
+    /// ahead, rather than by a producer warp of their own (which ptxas budgets as a whole
+    /// warpgroup of registers).
+    pub wgmma_tma_inline: bool,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
     /// once for its rows, so more rows read K and V fewer times. This is the warp-per-row
@@ -481,6 +485,7 @@ impl Gpu {
             // `mma.sync` ones before any becomes a default.
             wgmma_tiles: Vec::new(),
             wgmma_tma: false,
+            wgmma_tma_inline: false,
             attention_warps: vec![16, 8, 4, 2, 1],
             // Not measured on a GPU yet (the pack's sweep times the neighbours): 64 query rows
             // of 4 warps, each thread 4 rows x 4 keys of a step of 32 (0.5 shared loads per

@@ -132,6 +132,7 @@ fn gpu_to_json(g: &Gpu) -> Value {
         "wgmma": g.wgmma,
         "wgmma_tiles": tiles_to_json(&g.wgmma_tiles),
         "wgmma_tma": g.wgmma_tma,
+        "wgmma_tma_inline": g.wgmma_tma_inline,
         "attention_warps": g.attention_warps,
         "attention_tiles": attention_tiles_to_json(&g.attention_tiles),
         "mma_attention": mma_attention_to_json(g),
@@ -281,6 +282,11 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 // Absent from manifests written before TMA loads: off.
                 wgmma_tma: g
                     .get("wgmma_tma")
+                    .ok()
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                wgmma_tma_inline: g
+                    .get("wgmma_tma_inline")
                     .ok()
                     .and_then(Value::as_bool)
                     .unwrap_or(false),

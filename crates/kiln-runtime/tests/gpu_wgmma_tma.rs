@@ -16,6 +16,13 @@ use kiln_runtime::gpu_emu::{Buffer, V, compile_and_run, run_kernel};
 mod products;
 use products::{check_exact_product, count, mapped, product_text};
 
+/// [`tma_target`] with the loads issued by the consumers' first thread.
+fn inline_target(tile: (usize, usize), stages: usize) -> TargetInfo {
+    let mut t = tma_target(tile, stages);
+    t.gpu.as_mut().unwrap().wgmma_tma_inline = true;
+    t
+}
+
 /// An H200 whose 16-bit products run on warpgroups of the tile `m x n`, up to `stages`
 /// stages, loaded by TMA where they can be.
 fn tma_target((m, n): (usize, usize), stages: usize) -> TargetInfo {
@@ -78,10 +85,21 @@ fn warp_specialized_products_are_exact_on_integers() {
         ((64, 256), 2, DType::BF16),
     ];
     let mut failures = Vec::new();
-    for (tile, stages, dtype) in runs {
-        let target = tma_target(tile, stages);
+    let targets = runs
+        .iter()
+        .map(|&(tile, stages, dtype)| (tma_target(tile, stages), tile, stages, dtype))
+        .chain(
+            // The consumers' first thread as the producer, filling 1 and 3 steps ahead.
+            [((64, 64), 2), ((128, 128), 4)]
+                .map(|(tile, stages)| (inline_target(tile, stages), tile, stages, DType::BF16)),
+        );
+    for (target, tile, stages, dtype) in targets {
         for (i, &(shape, trans)) in cases.iter().enumerate() {
-            let what = format!("{dtype} case {i} {shape:?} {trans:?} on {tile:?} x {stages}");
+            let inline = target.gpu.as_ref().unwrap().wgmma_tma_inline;
+            let what = format!(
+                "{dtype} case {i} {shape:?} {trans:?} on {tile:?} x {stages}{}",
+                if inline { " inline" } else { "" }
+            );
             match exact(&target, shape, trans, dtype) {
                 Ok(true) => {}
                 Ok(false) => failures.push(format!("{what}: not loaded by TMA")),
@@ -269,6 +287,29 @@ fn planted_ring_bugs_are_caught() {
     });
     fails(
         "no empty wait",
+        &k,
+        "a slot refilled before its readers released it",
+    );
+    // The same with the consumers' first thread as the producer.
+    let target = inline_target((64, 64), 2);
+    let src = product_text((1, 64, 192, 64), ("f32", "f32"), false, true, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let good = mapped(&f, &target, Some(DType::BF16))
+        .remove(0)
+        .launches
+        .remove(0);
+    assert_eq!(good.block, 128, "the consumers alone");
+    run(&good).unwrap();
+    let mut k = good.clone();
+    edit(&mut k.body, &mut |s| {
+        if let Stmt::If { body, .. } = s {
+            body.retain(
+                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
+            );
+        }
+    });
+    fails(
+        "inline: no empty wait",
         &k,
         "a slot refilled before its readers released it",
     );

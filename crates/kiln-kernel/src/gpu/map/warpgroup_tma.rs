@@ -25,6 +25,12 @@
 //!   `wgmma`s, wait for them, flush the sum tree as [`super::warpgroup`] does, and arrive on
 //!   `empty[s]`.
 //!
+//! With `Gpu::wgmma_tma_inline` the producer is the consumers' first thread instead (a
+//! block of the consumers alone, whose registers ptxas does not cap for an extra warp): it
+//! fills the first `S - 1` steps before the loop, and step `i + S - 1` at step `i`, before
+//! its own consumer part, waiting on the empty barrier its slot was released through at
+//! step `i - 1`.
+//!
 //! Both roles step through one loop with no block barrier in it, each in its own branch:
 //! the producer's warp runs ahead of the consumers by up to `S` stages on a GPU, and the GPU
 //! emulator, which runs the block's threads in lockstep, runs the two branches of a step one
@@ -61,6 +67,9 @@ pub(super) struct TmaRing {
     maps: [TensorMap; 2],
     b_mn: bool,
     stages: usize,
+    /// A producer warp of its own (warp-specialized), rather than the consumers' first
+    /// thread.
+    warp: bool,
 }
 
 /// The tensor map of operand `expr` (input `input` expected), `rows` rows (M or N) along
@@ -144,6 +153,7 @@ impl Mapper<'_> {
             maps: [a, b],
             b_mn,
             stages,
+            warp: !self.gpu.wgmma_tma_inline,
         })
     }
 
@@ -161,11 +171,22 @@ impl Mapper<'_> {
         let (bm, bn) = (tile.m, tile.n);
         let (gm, gn) = (d.m.div_ceil(bm), d.n.div_ceil(bn));
         let consumers = bm / 64 * WARPGROUP;
-        let producer = consumers;
+        // A producer warp after the consumers, or the consumers' first thread.
+        let (producer, threads) = if ring.warp {
+            (consumers, consumers + 32)
+        } else {
+            (0, consumers)
+        };
         let stages = ring.stages;
         let mut r = Regs::default();
         let (batch, m0, n0) = (r.next(), r.next(), r.next());
         let (k0, stage, parity) = (r.next(), r.next(), r.next());
+        // The step the producer fills, its stage and its round's parity.
+        let (pk0, pstage, pparity) = if ring.warp {
+            (k0, stage, parity)
+        } else {
+            (r.next(), r.next(), r.next())
+        };
         let tmp = (r.next(), r.next());
         let levels = sum_levels(d.k, self.sums);
         let acc: Vec<Vec<usize>> = (0..=levels)
@@ -199,11 +220,11 @@ impl Mapper<'_> {
             },
             SharedArray::mbarriers(2 * stages),
         ];
-        let full = || Mbar {
+        let full = |stage: usize| Mbar {
             array: 2,
             index: reg(stage),
         };
-        let empty = || Mbar {
+        let empty = |stage: usize| Mbar {
             array: 2,
             index: Sc::plus(reg(stage), c(stages)),
         };
@@ -231,18 +252,37 @@ impl Mapper<'_> {
         body.push(Stmt::Barrier);
         // The producer: the stage's slot free, its bytes expected, its boxes started.
         let tx = (bm + bn) * KT * operand.dtype().bytes();
+        let (k0_c, stage_c, parity_c) = (k0, stage, parity);
+        let (k0p, stage_p, parity_p) = (pk0, pstage, pparity);
+        let step_of = |k: usize, stage: usize, parity: usize| {
+            let step = Sc::quot(reg(k), c(KT));
+            [
+                Stmt::Let {
+                    reg: stage,
+                    value: Sc::modulo(step.clone(), c(stages)),
+                },
+                Stmt::Let {
+                    reg: parity,
+                    value: Sc::modulo(Sc::quot(step, c(stages)), c(2)),
+                },
+            ]
+        };
+        let (k0, stage, parity) = (k0p, stage_p, parity_p);
         let mut produce = vec![
             Stmt::MbarWait {
-                bar: empty(),
+                bar: empty(stage),
                 parity: Sc::modulo(Sc::plus(reg(parity), c(1)), c(2)),
             },
-            Stmt::MbarArrive { bar: full(), tx },
+            Stmt::MbarArrive {
+                bar: full(stage),
+                tx,
+            },
             Stmt::TmaLoad {
                 map: 0,
                 array: 0,
                 index: Sc::times(reg(stage), c(ta.elems())),
                 coords: [reg(k0), reg(m0)],
-                bar: full(),
+                bar: full(stage),
             },
         ];
         if ring.b_mn {
@@ -255,7 +295,7 @@ impl Mapper<'_> {
                         c(tb.desc_start(64 * j, 0)),
                     ),
                     coords: [Sc::plus(reg(n0), c(64 * j)), reg(k0)],
-                    bar: full(),
+                    bar: full(stage),
                 });
             }
         } else {
@@ -264,9 +304,10 @@ impl Mapper<'_> {
                 array: 1,
                 index: Sc::times(reg(stage), c(tb.elems())),
                 coords: [reg(k0), reg(n0)],
-                bar: full(),
+                bar: full(stage),
             });
         }
+        let (k0, stage, parity) = (k0_c, stage_c, parity_c);
         // The consumers: the stage landed, its four k-steps, the sum tree's flushes, the
         // slot released.
         let warpgroup = Sc::quot(tid(), c(WARPGROUP));
@@ -289,7 +330,7 @@ impl Mapper<'_> {
         };
         let mut consume = vec![
             Stmt::MbarWait {
-                bar: full(),
+                bar: full(stage),
                 parity: reg(parity),
             },
             Stmt::WgmmaFence,
@@ -308,33 +349,51 @@ impl Mapper<'_> {
         let done = Sc::plus(reg(k0), c(KT));
         consume.extend(flushes(&acc, &done, self.sums, f32t, &[]));
         consume.push(Stmt::MbarArrive {
-            bar: empty(),
+            bar: empty(stage),
             tx: 0,
         });
-        let step = Sc::quot(reg(k0), c(KT));
+        let is_consumer = || Sc::lt(tid(), c(consumers));
+        let mut steps: Vec<Stmt> = step_of(k0, stage, parity).to_vec();
+        if ring.warp {
+            steps.push(Stmt::If {
+                cond: Sc::eq(tid(), c(producer)),
+                body: produce,
+            });
+        } else {
+            // The consumers' first thread fills the ring `stages - 1` steps ahead: the first
+            // steps before the loop, step `i + stages - 1` at step `i`.
+            let ahead = (stages - 1) * KT;
+            let mut fill: Vec<Stmt> = step_of(pk0, pstage, pparity).to_vec();
+            fill.extend(produce);
+            body.push(Stmt::For {
+                reg: pk0,
+                start: c(0),
+                end: c(ahead.min(d.k.next_multiple_of(KT))),
+                step: c(KT),
+                body: vec![Stmt::If {
+                    cond: Sc::eq(tid(), c(producer)),
+                    body: fill.clone(),
+                }],
+            });
+            steps.push(Stmt::Let {
+                reg: pk0,
+                value: Sc::plus(reg(k0), c(ahead)),
+            });
+            steps.push(Stmt::If {
+                cond: Sc::and(Sc::eq(tid(), c(producer)), Sc::lt(reg(pk0), c(d.k))),
+                body: fill,
+            });
+        }
+        steps.push(Stmt::If {
+            cond: is_consumer(),
+            body: consume,
+        });
         body.push(Stmt::For {
             reg: k0,
             start: c(0),
             end: c(d.k),
             step: c(KT),
-            body: vec![
-                Stmt::Let {
-                    reg: stage,
-                    value: Sc::modulo(step.clone(), c(stages)),
-                },
-                Stmt::Let {
-                    reg: parity,
-                    value: Sc::modulo(Sc::quot(step, c(stages)), c(2)),
-                },
-                Stmt::If {
-                    cond: Sc::eq(tid(), c(producer)),
-                    body: produce,
-                },
-                Stmt::If {
-                    cond: Sc::lt(tid(), c(producer)),
-                    body: consume,
-                },
-            ],
+            body: steps,
         });
         let mut epilogue = sum_down(&acc, f32t);
         for (i, &v) in acc[levels].iter().enumerate() {
@@ -346,12 +405,12 @@ impl Mapper<'_> {
             epilogue.push(launch.store_element(d, ops.planes, batch, (row, col), v, tmp));
         }
         body.push(Stmt::If {
-            cond: Sc::lt(tid(), c(producer)),
+            cond: is_consumer(),
             body: epilogue,
         });
         let mut k = launch.kernel(
             MapKind::GemmMma,
-            (gm * gn, consumers + 32, 32),
+            (gm * gn, threads, 32),
             shared,
             r.0,
             self.sums,
