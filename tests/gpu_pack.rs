@@ -243,7 +243,7 @@ fn the_long_sort_workload_runs_on_the_gpu_as_a_radix_sort() {
 /// The sweep's variants of the tensor-core pipeline run what their labels name on the pack's
 /// target (48 KiB of static shared memory per block; the `mma_dynamic_` and
 /// `wgmma_dynamic_` variants' rings in dynamic shared memory, the others' not; the `wgmma_`
-/// ones on sm_90a's warpgroups, the others on `mma.sync`): `stages` stages of `k` (shared A holding
+/// ones on sm_90a's warpgroups, the others on `mma.sync`; the `_tma_` ones loaded by TMA): `stages` stages of `k` (shared A holding
 /// `stages x m x k` elements, the loop waiting for all but `stages - 2` copy groups), none cut
 /// back to fit, and no two variants of the bf16 product map to the same launch as each other
 /// or as the default, so each measures something of its own. Each renders as PTX.
@@ -290,6 +290,8 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         }
         // The `wgmma_` variants (for sm_90a) run on warpgroups, the others on `mma.sync`.
         assert_eq!(l.uses_wgmma(), v.label.starts_with("wgmma_"), "{}", v.label);
+        // The `_tma_` ones load by TMA, in a block with a producer warpgroup.
+        assert_eq!(l.uses_tma(), v.label.contains("_tma_"), "{}", v.label);
         let text = kiln_kernel::gpu::print::kernel_text(&l);
         assert!(
             !seen.contains(&text),

@@ -123,6 +123,46 @@ pub fn variants() -> Vec<Variant> {
             }),
         });
     }
+    // Warp-specialized warpgroup products (`Gpu::wgmma_tma`, not measured yet): a producer
+    // warp loading A and B by TMA into a ring of `ring` stages guarded by mbarriers, one or
+    // two consumer warpgroups; all in dynamic shared memory.
+    for (m, n, ring) in [
+        (64, 64, 4),
+        (128, 64, 4),
+        (128, 128, 4),
+        (128, 256, 3),
+        (128, 256, 4),
+        (64, 256, 4),
+    ] {
+        out.push(Variant {
+            sm: "sm_90a",
+            workload: "matmul_bf16_8192",
+            label: format!("wgmma_dynamic_tma_{m}x{n}_ring_{ring}"),
+            change: gpu(move |g| {
+                g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+                g.mma_stages = ring;
+                g.wgmma_tma = true;
+                g.wgmma_tiles.insert(0, tile(m, n, 64, 64, n));
+            }),
+        });
+    }
+    // The TMA ring with the consumers' first thread issuing the loads (`Gpu::wgmma_tma_inline`):
+    // no producer warp, so ptxas does not cap the consumers' registers at 168 (128x128
+    // holds its accumulators without spilling).
+    for (m, n, ring) in [(64, 64, 4), (128, 128, 4), (128, 256, 3)] {
+        out.push(Variant {
+            sm: "sm_90a",
+            workload: "matmul_bf16_8192",
+            label: format!("wgmma_dynamic_tma_inline_{m}x{n}_ring_{ring}"),
+            change: gpu(move |g| {
+                g.tile_dynamic_bytes = g.dynamic_shared_bytes;
+                g.mma_stages = ring;
+                g.wgmma_tma = true;
+                g.wgmma_tma_inline = true;
+                g.wgmma_tiles.insert(0, tile(m, n, 64, 64, n));
+            }),
+        });
+    }
     // Warpgroup products with longer chunks of the sum tree: one level of accumulators (a
     // 128x256 block's warpgroup holds 128 per level and thread).
     for (m, n, stages) in [(128, 128, 4), (128, 256, 3)] {

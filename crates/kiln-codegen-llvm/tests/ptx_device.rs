@@ -130,7 +130,7 @@ fn compare(gpu: &Gpu, target: &PtxTarget, p: &GpuProgram, args: &[Literal]) -> R
             .map(|(b, _)| addr(b))
             .collect();
         // SAFETY: one 64-bit address per parameter, of live buffers of the sizes the launch
-        // indexes (the emulator checked every access on the same inputs).
+        // indexes (the emulator checked every access on the same inputs); no tensor maps.
         unsafe {
             gpu.launch(
                 &kernel,
@@ -138,6 +138,7 @@ fn compare(gpu: &Gpu, target: &PtxTarget, p: &GpuProgram, args: &[Literal]) -> R
                 (l.block as u32, 1, 1),
                 0,
                 &args,
+                &[],
             )
         }
         .map_err(e)?;

@@ -4,8 +4,8 @@
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile (bf16
 //! and TF32), a product on the tensor cores (bf16, and f32 as TF32), attention in one launch,
 //! scatter, a sort by keys, a long sort by keys in tiles and global passes, a radix sort), and
-//! a tensor-core product in dynamic shared memory, for sm_90; one warpgroup's `wgmma` tile and
-//! a product on warpgroups for sm_90a.
+//! a tensor-core product in dynamic shared memory, for sm_90; one warpgroup's `wgmma` tile, a
+//! product on warpgroups and one loaded by TMA in a warp-specialized ring for sm_90a.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -235,6 +235,33 @@ fn gemm_on_warpgroups() {
     let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
     assert_eq!(text, program_ptx(&p, &PtxTarget::sm90a()).unwrap());
     insta::assert_snapshot!("gemm_wgmma_bf16", text);
+}
+
+/// The same product warp-specialized (`Gpu::wgmma_tma`): a producer warp loading A's box
+/// and B's 64-column panel by TMA into a ring of 3 stages guarded by full and empty
+/// mbarriers, the consumer warpgroup waiting, multiplying and releasing; the two tensor maps
+/// as grid-constant parameters.
+#[test]
+fn gemm_on_warpgroups_loaded_by_tma() {
+    let src = "func @main(%0: f32[64,192], %1: f32[192,64]) -> f32[64,64] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[64,64]\n  return %2\n}\n";
+    let mut target = TargetInfo::h200();
+    let gpu = target.gpu.as_mut().unwrap();
+    gpu.mma_stages = 3;
+    gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
+    gpu.wgmma_tma = true;
+    gpu.wgmma_tiles = vec![kiln_kernel::target::GemmTile {
+        m: 64,
+        n: 64,
+        k: 64,
+        thread_m: 64,
+        thread_n: 64,
+    }];
+    let p =
+        mapped::product_with_operands(src, kiln_ir::DType::BF16, &target, "k0_dot_general.product");
+    assert!(p.launches[0].uses_wgmma() && p.launches[0].uses_tma());
+    let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
+    assert_eq!(text, program_ptx(&p, &PtxTarget::sm90a()).unwrap());
+    insta::assert_snapshot!("gemm_wgmma_tma_bf16", text);
 }
 
 /// One warp's TF32 tile: `cp.async` into f32 shared arrays, `ldmatrix` of f32 words,

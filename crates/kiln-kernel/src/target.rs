@@ -282,6 +282,15 @@ pub struct Gpu {
     /// stages as `mma_stages` says, within `Gpu::tile_limit`. Empty: products stay on
     /// `mma.sync` (`mma_tiles`).
     pub wgmma_tiles: Vec<GemmTile>,
+    /// Whether a product on warpgroups (`wgmma_tiles`) loads its operands by TMA in a
+    /// warp-specialized ring (`gpu/map/warpgroup_tma.rs`: a producer warp, the consumers'
+    /// warpgroups, full and empty mbarriers) where its operands are plain row-major tensors,
+    /// rather than through the `cp.async` ring. Off until the pack's sweep measures it.
+    pub wgmma_tma: bool,
+    /// With `wgmma_tma`: the loads issued by the consumers' first thread, `stages - 1` steps
+    /// ahead, rather than by a producer warp of their own (which ptxas budgets as a whole
+    /// warpgroup of registers).
+    pub wgmma_tma_inline: bool,
     /// Query rows (a warp each) an attention block takes, most first: a block takes the first
     /// whose tiles fit its shared memory and threads. Each block stages every key and value
     /// once for its rows, so more rows read K and V fewer times. This is the warp-per-row
@@ -475,6 +484,8 @@ impl Gpu {
             // Not measured on a GPU yet: the pack's sweep times warpgroup tiles against the
             // `mma.sync` ones before any becomes a default.
             wgmma_tiles: Vec::new(),
+            wgmma_tma: false,
+            wgmma_tma_inline: false,
             attention_warps: vec![16, 8, 4, 2, 1],
             // Not measured on a GPU yet (the pack's sweep times the neighbours): 64 query rows
             // of 4 warps, each thread 4 rows x 4 keys of a step of 32 (0.5 shared loads per

@@ -131,6 +131,8 @@ fn gpu_to_json(g: &Gpu) -> Value {
         "tf32": g.tf32,
         "wgmma": g.wgmma,
         "wgmma_tiles": tiles_to_json(&g.wgmma_tiles),
+        "wgmma_tma": g.wgmma_tma,
+        "wgmma_tma_inline": g.wgmma_tma_inline,
         "attention_warps": g.attention_warps,
         "attention_tiles": attention_tiles_to_json(&g.attention_tiles),
         "mma_attention": mma_attention_to_json(g),
@@ -277,6 +279,17 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     Ok(v) => tiles_from_json("target.info.gpu.wgmma_tiles", v)?,
                     Err(_) => Vec::new(),
                 },
+                // Absent from manifests written before TMA loads: off.
+                wgmma_tma: g
+                    .get("wgmma_tma")
+                    .ok()
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                wgmma_tma_inline: g
+                    .get("wgmma_tma_inline")
+                    .ok()
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
                 attention_warps: g
                     .get("attention_warps")?
                     .as_array()

@@ -563,11 +563,13 @@ impl Gpu {
 
     /// Launches `kernel` on `grid` blocks of `block` threads with `shared` bytes of dynamic
     /// shared memory; `args` are the kernel's parameters in order (device addresses from
-    /// [`DeviceBuffer::address`] and integers, each 64 bits).
+    /// [`DeviceBuffer::address`] and integers, each 64 bits), then `maps` its tensor maps
+    /// (128 bytes each, [`crate::cuda_tma::encode`]).
     ///
     /// # Safety
-    /// The kernel's parameters must be `args.len()` 64-bit values, and every address it reads
-    /// or writes at these arguments must lie inside live buffers of this GPU.
+    /// The kernel's parameters must be `args.len()` 64-bit values then `maps.len()` tensor
+    /// maps, and every address it reads or writes at these arguments (the maps' tensors too)
+    /// must lie inside live buffers of this GPU.
     pub unsafe fn launch(
         &self,
         kernel: &Kernel,
@@ -575,11 +577,15 @@ impl Gpu {
         block: (u32, u32, u32),
         shared: u32,
         args: &[u64],
+        maps: &[crate::cuda_tma::EncodedTensorMap],
     ) -> Result<(), GpuError> {
         use cudarc::driver::PushKernelArg;
         let mut b = self.stream.launch_builder(&kernel.0);
         for a in args {
             b.arg(a);
+        }
+        for m in maps {
+            b.arg(m);
         }
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: grid,

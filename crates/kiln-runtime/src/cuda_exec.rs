@@ -333,8 +333,16 @@ impl PlanDevice for OnGpu<'_> {
                 .ok_or_else(|| format!("{}: no region for {b}", k.name))?;
             args.push(self.arena.address(at.offset));
         }
+        // Each tensor map describes one of the launch's inputs, at its region's address.
+        let mut maps = Vec::with_capacity(k.tensor_maps.len());
+        for m in &k.tensor_maps {
+            let Some(&address) = args.get(m.input).filter(|_| m.input < k.inputs.len()) else {
+                return Err(format!("{}: a tensor map of input {}", k.name, m.input));
+            };
+            maps.push(crate::cuda_tma::encode(m, address).map_err(|e| e.to_string())?);
+        }
         // SAFETY: the kernel's parameters are its inputs' and outputs' global pointers, in
-        // that order (the PTX emitter's signature); the plan sized every region for its
+        // that order, then its tensor maps (the PTX emitter's signature); the plan sized every region for its
         // buffer's type (`device_plan` checks it) inside the arena, which lives while the
         // executable does.
         unsafe {
@@ -344,6 +352,7 @@ impl PlanDevice for OnGpu<'_> {
                 (k.block as u32, 1, 1),
                 k.dynamic_shared as u32,
                 &args,
+                &maps,
             )
         }
         .map_err(|e| format!("{}: {e}", k.name))

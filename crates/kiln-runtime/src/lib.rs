@@ -14,7 +14,8 @@
 //! - Scratch memory: each thread keeps one 64-byte aligned scratch area, grown to the largest
 //!   request and reused (the GEMM packs its operands there).
 //! - [`cuda`] (feature `cuda`, on by default): the NVIDIA device runtime, which builds without
-//!   CUDA installed and says so, without panicking, where there is no driver or no GPU.
+//!   CUDA installed and says so, without panicking, where there is no driver or no GPU;
+//!   [`cuda_tma`] encodes the tensor maps of TMA loads.
 //! - [`gpu_emu`]: the GPU emulator, which runs kernels mapped to the GPU (`kiln_kernel::gpu`)
 //!   on the CPU with the GPU's semantics, and whole lowered programs on it
 //!   (`KILN_BACKEND=ptx-emulator`).
@@ -29,6 +30,8 @@ pub mod collective;
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_exec;
+#[cfg(feature = "cuda")]
+pub mod cuda_tma;
 pub mod gpu_emu;
 pub mod kernel_program;
 pub mod library;

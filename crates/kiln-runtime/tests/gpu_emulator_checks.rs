@@ -15,6 +15,7 @@ fn launch(threads: usize, shared: usize, body: Vec<Stmt>) -> GpuKernel {
         shape: vec![n],
     };
     GpuKernel {
+        tensor_maps: Vec::new(),
         dynamic_shared: 0,
         name: "planted".into(),
         kind: MapKind::Elementwise,

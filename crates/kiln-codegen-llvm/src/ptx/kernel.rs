@@ -38,8 +38,8 @@ pub(super) struct Emit<'a, 'c> {
     pub(super) b: Builder<'c>,
     pub(super) f: FunctionValue<'c>,
     pub(super) k: &'a GpuKernel,
-    /// The launch's inputs, then its outputs.
-    params: Vec<PointerValue<'c>>,
+    /// The launch's inputs, then its outputs, then its tensor maps.
+    pub(super) params: Vec<PointerValue<'c>>,
     /// Where each shared array starts (a global of its own, or an offset in the dynamic one).
     shared: Vec<PointerValue<'c>>,
     /// The kernel loop variables' slots (i64).
@@ -103,8 +103,14 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
     }
     let global = ctx.ptr_type(AddressSpace::from(1u16));
     let bufs: Vec<Buf> = k.inputs.iter().chain(&k.outputs).map(|b| b.0).collect();
-    let params: Vec<inkwell::types::BasicMetadataTypeEnum> =
-        bufs.iter().map(|_| global.into()).collect();
+    // The buffers' global pointers, then each tensor map as a `.param .align 64 .b8 [128]`
+    // (a pointer to it, `byval`, read where it lies: `__grid_constant__`).
+    let generic = ctx.ptr_type(AddressSpace::default());
+    let params: Vec<inkwell::types::BasicMetadataTypeEnum> = bufs
+        .iter()
+        .map(|_| global.into())
+        .chain(k.tensor_maps.iter().map(|_| generic.into()))
+        .collect();
     let name = entry_name(k);
     let f = m.add_function(&name, ctx.void_type().fn_type(&params, false), None);
     f.set_call_conventions(PTX_KERNEL);
@@ -129,6 +135,7 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
             f.add_attribute(AttributeLoc::Param(i as u32), noalias);
         }
     }
+    super::tma::tensor_map_params(ctx, f, bufs.len(), k.tensor_maps.len());
     let align = k.shared_alignment();
     let shared = if k.dynamic_shared > 0 {
         dynamic_shared(ctx, m, k, &name)?
@@ -171,7 +178,7 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
         b,
         f,
         k,
-        params: (0..bufs.len())
+        params: (0..bufs.len() + k.tensor_maps.len())
             .map(|i| {
                 f.get_nth_param(i as u32)
                     .expect("declared")
@@ -639,6 +646,11 @@ impl<'a, 'c> Emit<'a, 'c> {
                 | Stmt::ProxyFence
                 | Stmt::WgmmaCommit
                 | Stmt::WgmmaWait { .. }
+                | Stmt::MbarInit { .. }
+                | Stmt::MbarArrive { .. }
+                | Stmt::MbarWait { .. }
+                | Stmt::MbarInval { .. }
+                | Stmt::TmaLoad { .. }
                 | Stmt::Store { .. }
                 | Stmt::SharedStore { .. }
                 | Stmt::Barrier
@@ -657,7 +669,7 @@ impl<'a, 'c> Emit<'a, 'c> {
         Ok(())
     }
 
-    fn block(&self, name: &str) -> BasicBlock<'c> {
+    pub(super) fn block(&self, name: &str) -> BasicBlock<'c> {
         self.ctx.append_basic_block(self.f, name)
     }
 
@@ -821,6 +833,17 @@ impl<'a, 'c> Emit<'a, 'c> {
                 operand,
             } => self.wgmma(acc, (a, b), *n, *operand)?,
             Stmt::CopyWait { pending } => self.copy_wait(*pending)?,
+            Stmt::MbarInit { bar, count } => self.mbar_init(bar, *count)?,
+            Stmt::MbarArrive { bar, tx } => self.mbar_arrive(bar, *tx)?,
+            Stmt::MbarWait { bar, parity } => self.mbar_wait(bar, parity)?,
+            Stmt::MbarInval { bar } => self.mbar_inval(bar)?,
+            Stmt::TmaLoad {
+                map,
+                array,
+                index,
+                coords,
+                bar,
+            } => self.tma_load(*map, *array, index, coords, bar)?,
             Stmt::LdMatrix {
                 regs,
                 array,

@@ -6,8 +6,9 @@
 //!   (address space 1), its shared arrays as address-space-3 globals, registers and loop
 //!   variables in stack slots (promoted to SSA values by the optimizer), `For`/`If` as control
 //!   flow, special registers, barriers and warp shuffles through NVVM intrinsics.
-//! - `mma.rs`, `copy.rs`, `wgmma.rs`: the tensor-core statements, asynchronous copies, and
-//!   sm_90a's warpgroup products.
+//! - `mma.rs`, `copy.rs`, `wgmma.rs`, `tma.rs`: the tensor-core statements, asynchronous
+//!   copies, sm_90a's warpgroup products, and its mbarriers and TMA loads (tensor maps as
+//!   `__grid_constant__` parameters after the buffers).
 //! - `expr.rs`: kernel-IR expressions at a thread's loop variables, reductions in the
 //!   [`kiln_kernel::target::SumTree`] order the emulator follows.
 //! - Element operations are the CPU's (`crate::common`), with kiln's own LLVM IR for what
@@ -19,6 +20,7 @@ mod copy;
 mod expr;
 mod kernel;
 mod mma;
+mod tma;
 mod wgmma;
 
 use crate::{Error, Result};
@@ -94,10 +96,10 @@ pub fn program_ptx(p: &GpuProgram, target: &PtxTarget) -> Result<String> {
     if let Some(k) = p
         .launches
         .iter()
-        .find(|k| k.uses_wgmma() && !target.has_wgmma())
+        .find(|k| (k.uses_wgmma() || k.uses_tma()) && !target.has_wgmma())
     {
         return Err(Error::Unsupported(format!(
-            "{}: warpgroup products (wgmma) need sm_90a, not {}",
+            "{}: warpgroup products (wgmma), mbarriers and TMA loads need sm_90a, not {}",
             k.name, target.sm
         )));
     }

@@ -11,6 +11,7 @@
 //! shuffles, shared memory).
 
 pub use super::desc::{MatrixDesc, WgSwizzle};
+pub use super::tma::TensorMap;
 use crate::ir::Expr;
 use crate::target::{Gpu, SumTree};
 use kiln_ir::{Combiner, DType, TensorType};
@@ -377,6 +378,67 @@ pub enum Stmt {
         /// Groups that may stay in flight.
         pending: usize,
     },
+    /// `mbarrier.init.shared::cta.b64 [bar], count`: the barrier starts its phase 0 expecting
+    /// `count` arrivals and no transaction bytes (see [`crate::gpu::mbarrier`] for the
+    /// semantics every mbarrier statement follows). Other threads may use it after a
+    /// [`Stmt::Barrier`].
+    MbarInit {
+        /// The barrier.
+        bar: Mbar,
+        /// Arrivals each phase expects (1 to 2^20 - 1).
+        count: usize,
+    },
+    /// `mbarrier.arrive.shared::cta.b64`, or with `tx` bytes
+    /// `mbarrier.arrive.expect_tx.shared::cta.b64`: each active thread arrives once, after
+    /// adding `tx` to the bytes the current phase waits for.
+    MbarArrive {
+        /// The barrier.
+        bar: Mbar,
+        /// Transaction bytes expected first (0: a plain arrive).
+        tx: usize,
+    },
+    /// `mbarrier.try_wait.parity.shared::cta.b64` in a loop: the thread waits until the
+    /// phase of parity `parity` (0 or 1) of the barrier has completed: the current phase when
+    /// its parity is `parity`, else the one before it.
+    MbarWait {
+        /// The barrier.
+        bar: Mbar,
+        /// The parity of the phase waited for.
+        parity: Sc,
+    },
+    /// `mbarrier.inval.shared::cta.b64`: the barrier's memory may be used for something else.
+    MbarInval {
+        /// The barrier.
+        bar: Mbar,
+    },
+    /// `cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`: the
+    /// thread starts copying the box of tensor map `map` ([`GpuKernel::tensor_maps`]) at
+    /// element coordinates `coords` (innermost first; elements outside the tensor read as
+    /// zero) into shared `array` from element `index` (a multiple of 128 bytes), laid out by
+    /// the map's swizzle ([`crate::gpu::tma`]); when it lands it completes the box's bytes
+    /// on `bar`.
+    TmaLoad {
+        /// The tensor map.
+        map: usize,
+        /// The shared array.
+        array: usize,
+        /// The element the box starts at (an address, not through the array's swizzle).
+        index: Sc,
+        /// The box's first element: column, then row.
+        coords: [Sc; 2],
+        /// The barrier whose transaction count the copy completes.
+        bar: Mbar,
+    },
+}
+
+/// An mbarrier in shared memory: element `index` of shared `array`, an array of `u64`
+/// ([`SharedArray::mbarriers`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mbar {
+    /// The shared array.
+    pub array: usize,
+    /// The barrier's element.
+    pub index: Sc,
 }
 
 /// The operand type of a tensor-core [`Stmt::Mma`], which fixes its shape.
@@ -465,6 +527,16 @@ pub struct SharedArray {
 }
 
 impl SharedArray {
+    /// An array of `n` mbarriers: 64-bit words, not packed, not swizzled.
+    pub fn mbarriers(n: usize) -> SharedArray {
+        SharedArray {
+            dtype: DType::U64,
+            len: n,
+            packed: false,
+            swizzle: None,
+        }
+    }
+
     /// Bytes of one element as the array holds it: 16-bit elements take 2 when packed, every
     /// element at least 4 otherwise.
     pub fn elem_bytes(&self) -> usize {
@@ -588,6 +660,9 @@ pub struct GpuKernel {
     pub vars: usize,
     /// The order float sums inside its expressions run in (a tree of `leaf`-long chains).
     pub sums: SumTree,
+    /// The tensor maps its [`Stmt::TmaLoad`]s read: kernel parameters after its buffers,
+    /// each the 128-byte descriptor the runtime encodes from this description.
+    pub tensor_maps: Vec<TensorMap>,
     /// The thread's program.
     pub body: Vec<Stmt>,
 }
@@ -637,8 +712,8 @@ impl GpuKernel {
     }
 
     /// The alignment in bytes of each shared array: 1024 for one a [`Stmt::Wgmma`]'s
-    /// descriptor names (a swizzle pattern repeats every 1024 bytes at most, and works on
-    /// the address itself), 16 for the others.
+    /// descriptor names or a [`Stmt::TmaLoad`] writes (a swizzle pattern repeats every 1024
+    /// bytes at most, and works on the address itself), 16 for the others.
     pub fn shared_alignment(&self) -> Vec<usize> {
         fn mark(body: &[Stmt], out: &mut [usize]) {
             for s in body {
@@ -648,6 +723,11 @@ impl GpuKernel {
                             if let Some(x) = out.get_mut(d.array) {
                                 *x = 1024;
                             }
+                        }
+                    }
+                    Stmt::TmaLoad { array, .. } => {
+                        if let Some(x) = out.get_mut(*array) {
+                            *x = 1024;
                         }
                     }
                     Stmt::For { body, .. } | Stmt::If { body, .. } => mark(body, out),
@@ -669,6 +749,22 @@ impl GpuKernel {
                 | Stmt::WgmmaFence
                 | Stmt::WgmmaCommit
                 | Stmt::WgmmaWait { .. } => true,
+                Stmt::For { body, .. } | Stmt::If { body, .. } => any(body),
+                _ => false,
+            })
+        }
+        any(&self.body)
+    }
+
+    /// Whether its body has an mbarrier or TMA statement: a kernel for sm_90a.
+    pub fn uses_tma(&self) -> bool {
+        fn any(body: &[Stmt]) -> bool {
+            body.iter().any(|s| match s {
+                Stmt::MbarInit { .. }
+                | Stmt::MbarArrive { .. }
+                | Stmt::MbarWait { .. }
+                | Stmt::MbarInval { .. }
+                | Stmt::TmaLoad { .. } => true,
                 Stmt::For { body, .. } | Stmt::If { body, .. } => any(body),
                 _ => false,
             })

@@ -68,6 +68,7 @@ pub fn warp_tile(dtype: DType, sums: SumTree) -> GpuKernel {
         });
     }
     GpuKernel {
+        tensor_maps: Vec::new(),
         dynamic_shared: 0,
         name: format!("warp_tile_{dtype}"),
         kind: MapKind::GemmMma,
@@ -171,6 +172,7 @@ pub fn warp_tile_tf32(sums: SumTree) -> GpuKernel {
         swizzle: None,
     };
     GpuKernel {
+        tensor_maps: Vec::new(),
         dynamic_shared: 0,
         name: "warp_tile_tf32".into(),
         kind: MapKind::GemmMma,

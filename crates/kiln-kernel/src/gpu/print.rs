@@ -167,6 +167,36 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
             ),
             Stmt::WgmmaCommit => writeln!(out, "{pad}wgmma.commit"),
             Stmt::WgmmaWait { pending } => writeln!(out, "{pad}wgmma.wait {pending}"),
+            Stmt::MbarInit { bar, count } => {
+                writeln!(out, "{pad}mbarrier.init {}, {count}", bar_text(bar))
+            }
+            Stmt::MbarArrive { bar, tx: 0 } => {
+                writeln!(out, "{pad}mbarrier.arrive {}", bar_text(bar))
+            }
+            Stmt::MbarArrive { bar, tx } => {
+                writeln!(
+                    out,
+                    "{pad}mbarrier.arrive.expect_tx {}, {tx}",
+                    bar_text(bar)
+                )
+            }
+            Stmt::MbarWait { bar, parity } => {
+                writeln!(out, "{pad}mbarrier.wait {}, parity {parity}", bar_text(bar))
+            }
+            Stmt::MbarInval { bar } => writeln!(out, "{pad}mbarrier.inval {}", bar_text(bar)),
+            Stmt::TmaLoad {
+                map,
+                array,
+                index,
+                coords,
+                bar,
+            } => writeln!(
+                out,
+                "{pad}tma.load shared{array}[{index}] <- map{map}[{}, {}], {}",
+                coords[0],
+                coords[1],
+                bar_text(bar)
+            ),
         };
     }
 }
@@ -182,6 +212,11 @@ fn desc_text(d: &MatrixDesc) -> String {
         d.swizzle.name(),
         if d.mn_major { ", mn-major" } else { "" }
     )
+}
+
+/// `sharedA[index]`, an mbarrier.
+fn bar_text(b: &Mbar) -> String {
+    format!("shared{}[{}]", b.array, b.index)
 }
 
 /// `{rA, rB, ...}`.
@@ -226,6 +261,20 @@ pub fn kernel_text(k: &GpuKernel) -> String {
     }
     if k.dynamic_shared > 0 {
         let _ = writeln!(out, "  dynamic shared memory: {} bytes", k.dynamic_shared);
+    }
+    for (i, m) in k.tensor_maps.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  map{i}: in{} {}[{} x {}] rows of {} bytes, box {} x {}, swizzle {}",
+            m.input,
+            m.dtype,
+            m.dims[1],
+            m.dims[0],
+            m.row_stride,
+            m.box_dims[1],
+            m.box_dims[0],
+            m.swizzle.name()
+        );
     }
     stmts(&mut out, &k.body, 1);
     out
@@ -293,17 +342,37 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
             ));
         }
     }
-    if k.uses_wgmma() && (!gpu.wgmma || k.warp != 32 || !k.block.is_multiple_of(128)) {
+    // Whole warpgroups, and one warp more where a producer loads by TMA for them.
+    let groups = k.block.is_multiple_of(128) || (k.uses_tma() && k.block % 128 == 32);
+    if k.uses_wgmma() && (!gpu.wgmma || k.warp != 32 || !groups) {
         return fail(format!(
             "warpgroup products (wgmma) in blocks of {} threads (warp {}) on a target {}",
             k.block,
             k.warp,
             if gpu.wgmma {
-                "whose blocks must be whole warpgroups of 128 threads"
+                "whose blocks must be whole warpgroups of 128 threads (and one producer warp)"
             } else {
                 "without them (sm_90a only)"
             }
         ));
+    }
+    if k.uses_tma() && !gpu.wgmma {
+        return fail("mbarriers or TMA loads on a target without them (sm_90a only)".to_string());
+    }
+    for (i, m) in k.tensor_maps.iter().enumerate() {
+        m.check().or_else(fail)?;
+        let input = k.inputs.get(m.input).map(|b| &b.1);
+        let fits = input.is_some_and(|t| {
+            t.dtype == m.dtype
+                && m.row_stride.is_multiple_of(m.elem_bytes())
+                && t.numel() >= (m.dims[1] - 1) * (m.row_stride / m.elem_bytes()) + m.dims[0]
+        });
+        if !fits {
+            return fail(format!(
+                "tensor map {i} reads input {} ({input:?}) as {}[{} x {}] rows of {} bytes",
+                m.input, m.dtype, m.dims[1], m.dims[0], m.row_stride
+            ));
+        }
     }
     fn check(k: &GpuKernel, body: &[Stmt]) -> Result<(), String> {
         for s in body {
@@ -396,6 +465,45 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                 | Stmt::ProxyFence
                 | Stmt::WgmmaCommit
                 | Stmt::WgmmaWait { .. } => (vec![], vec![]),
+                Stmt::MbarInit { bar, count } => {
+                    if !(1..=super::mbarrier::MAX_COUNT).contains(count) {
+                        return Err(format!("an mbarrier.init of count {count}"));
+                    }
+                    (vec![], vec![check_bar(k, bar)?])
+                }
+                Stmt::MbarArrive { bar, tx } => {
+                    if *tx > super::mbarrier::MAX_COUNT {
+                        return Err(format!("an mbarrier.arrive expecting {tx} bytes"));
+                    }
+                    (vec![], vec![check_bar(k, bar)?])
+                }
+                Stmt::MbarWait { bar, .. } | Stmt::MbarInval { bar } => {
+                    (vec![], vec![check_bar(k, bar)?])
+                }
+                Stmt::TmaLoad {
+                    map, array, bar, ..
+                } => {
+                    let (Some(m), Some(a)) = (k.tensor_maps.get(*map), k.shared.get(*array)) else {
+                        return Err(format!("a TMA load of map {map} into shared{array}"));
+                    };
+                    if (!a.packed && m.elem_bytes() < 4)
+                        || a.dtype != m.dtype
+                        || a.swizzle.is_some()
+                        || a.len < m.box_dims[0] * m.box_dims[1]
+                    {
+                        return Err(format!(
+                            "a TMA load of map {map} ({} box of {} x {}) into shared{array} \
+                             ({}[{}]{}), not an unswizzled array of its dtype that holds the box",
+                            m.dtype,
+                            m.box_dims[1],
+                            m.box_dims[0],
+                            a.dtype,
+                            a.len,
+                            if a.packed { " packed" } else { "" }
+                        ));
+                    }
+                    (vec![], vec![check_bar(k, bar)?])
+                }
                 Stmt::Wgmma {
                     acc,
                     a,
@@ -461,6 +569,17 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
         Ok(())
     }
     check(k, &k.body).or_else(fail)
+}
+
+/// Checks an mbarrier's array: `u64` words, not swizzled; its index.
+fn check_bar(k: &GpuKernel, bar: &Mbar) -> Result<usize, String> {
+    match k.shared.get(bar.array) {
+        Some(a) if a.dtype == DType::U64 && a.swizzle.is_none() => Ok(bar.array),
+        _ => Err(format!(
+            "an mbarrier in shared{}, not an unswizzled array of u64",
+            bar.array
+        )),
+    }
 }
 
 /// Checks a [`Stmt::Wgmma`] operand's descriptor: a packed array of the operand's dtype,

@@ -169,6 +169,7 @@ pub fn sort_program(
     Some(GpuProgram {
         scratch: Vec::new(),
         launches: vec![GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Sort,

@@ -163,6 +163,7 @@ pub fn warpgroup_tile(
         swizzle: None,
     };
     Some(GpuKernel {
+        tensor_maps: Vec::new(),
         dynamic_shared: 0,
         name: format!(
             "warpgroup_tile_{dtype}_n{n}_k{k}_{}{}",

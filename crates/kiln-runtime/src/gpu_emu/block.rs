@@ -12,6 +12,7 @@ use kiln_kernel::gpu::ir::*;
 use kiln_kernel::gpu::tf32;
 use std::collections::{HashMap, VecDeque};
 
+mod mbarrier;
 mod wgmma;
 
 /// Who touched one shared element in the current phase.
@@ -54,6 +55,8 @@ pub(crate) struct Block<'a> {
     inflight: Vec<Vec<u32>>,
     /// Warpgroup products in flight and the rules around them (`block/wgmma.rs`).
     wg: wgmma::Wg,
+    /// mbarriers and TMA loads in flight (`block/mbarrier.rs`).
+    mb: mbarrier::Mb,
 }
 
 /// One `cp.async` in flight: the values read, and where they land.
@@ -82,6 +85,7 @@ impl<'a> Block<'a> {
             copies: (0..k.block).map(|_| Default::default()).collect(),
             inflight: k.shared.iter().map(|a| vec![0; a.len]).collect(),
             wg: wgmma::Wg::new(k),
+            mb: mbarrier::Mb::new(k),
         }
     }
 
@@ -96,6 +100,12 @@ impl<'a> Block<'a> {
                     "thread {t} ends with {left} cp.async copies never waited for"
                 ));
             }
+        }
+        let left = self.mb.left();
+        if left > 0 {
+            return self.err(format!(
+                "the block ends with {left} TMA loads never waited for on their mbarriers"
+            ));
         }
         let left = self.wg.left();
         if left > 0 {
@@ -154,6 +164,9 @@ impl<'a> Block<'a> {
         let i = index as usize;
         if write {
             self.wg.shared_write(t, array, i).or_else(|m| self.err(m))?;
+        }
+        if let Err(m) = self.mb.access(t, array, i, write) {
+            return self.err(m);
         }
         if self.inflight[array][i] > 0 {
             let what = if write { "writes" } else { "reads" };
@@ -592,6 +605,17 @@ impl<'a> Block<'a> {
                     }
                 }
             }
+            Stmt::MbarInit { bar, count } => self.mbar_init(mask, bar, *count)?,
+            Stmt::MbarArrive { bar, tx } => self.mbar_arrive(mask, bar, *tx)?,
+            Stmt::MbarWait { bar, parity } => self.mbar_wait(mask, bar, parity)?,
+            Stmt::MbarInval { bar } => self.mbar_inval(mask, bar)?,
+            Stmt::TmaLoad {
+                map,
+                array,
+                index,
+                coords,
+                bar,
+            } => self.tma_load(mask, (*map, *array, index), coords, bar)?,
             Stmt::WgmmaFence => self.wgmma_fence(mask)?,
             Stmt::ProxyFence => self.proxy_fence(mask),
             Stmt::WgmmaCommit => self.wgmma_commit(mask)?,

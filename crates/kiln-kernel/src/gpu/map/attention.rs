@@ -127,6 +127,7 @@ impl Parts<'_> {
         body: Vec<Stmt>,
     ) -> GpuKernel {
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: format!("{}.attention", self.name),
             kind,

@@ -270,6 +270,9 @@ impl Mapper<'_> {
             epilogue,
         };
         if let Some(tile) = self.wgmma_tile((d.m, d.n), types).filter(|_| total > 0) {
+            if let Some(ring) = self.tma_ring(d, &ops, tile) {
+                return self.wgmma_tma_product(launch, d, &ops, tile, ring);
+            }
             return self.wgmma_product(launch, d, &ops, tile);
         }
         if let Some(tile) = self.mma_tile((d.m, d.n), types).filter(|_| total > 0) {
@@ -318,6 +321,7 @@ impl Mapper<'_> {
         each.extend(InLaunch::store(epilogue, index, v, tmp));
         let block = self.gpu.elementwise_block;
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Gemm,
@@ -422,6 +426,7 @@ impl Launch<'_, '_> {
         body: Vec<Stmt>,
     ) -> GpuKernel {
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: self.name.to_string(),
             kind,

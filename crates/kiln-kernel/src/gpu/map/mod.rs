@@ -24,7 +24,9 @@
 //!   (`Gpu::tf32`; `mma.m16n8k8`, operands rounded to TF32 as they are loaded). On a GPU
 //!   with sm_90a's warpgroup products (`Gpu::wgmma`) and a tile for them (`Gpu::wgmma_tiles`)
 //!   a product of bf16 or f16 operands runs on `wgmma.m64nNk16` instead (`warpgroup.rs`,
-//!   operands through matrix descriptors of the staged 128-byte-swizzled tiles). Attention (a product whose
+//!   operands through matrix descriptors of the staged 128-byte-swizzled tiles), or, with
+//!   `Gpu::wgmma_tma`, warp-specialized: a producer warp loading the tiles by TMA into a ring
+//!   guarded by mbarriers (`warpgroup_tma.rs`). Attention (a product whose
 //!   softmax epilogue fusion computes online, chained into a second product) runs as one
 //!   launch, flash-attention style: by register tiles of query rows x keys where one of
 //!   `Gpu::attention_tiles` fits ([`MapKind::AttentionTiled`], `attention_tiles.rs`), else a
@@ -77,6 +79,7 @@ mod staging;
 mod tensor;
 mod tiled;
 mod warpgroup;
+mod warpgroup_tma;
 
 use row_cache::{RowCache, Rows};
 use scatter::SelectWindows;
@@ -431,6 +434,7 @@ impl Mapper<'_> {
         };
         let total = total / group;
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Elementwise,
@@ -626,6 +630,7 @@ impl Mapper<'_> {
             body,
         });
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind,

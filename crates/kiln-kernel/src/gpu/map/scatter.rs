@@ -140,6 +140,7 @@ impl Mapper<'_> {
         }
         let updates_total: usize = updates.iter().product();
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::Scatter,
@@ -247,6 +248,7 @@ impl Mapper<'_> {
             .min(threads.div_ceil(warp) * warp)
             .max(warp);
         GpuKernel {
+            tensor_maps: Vec::new(),
             name: name.to_string(),
             kind: MapKind::Scatter,
             // At least one block, though an empty output leaves it nothing to do.
@@ -470,6 +472,7 @@ impl Mapper<'_> {
             body: each,
         });
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
             kind: MapKind::SelectScatter,

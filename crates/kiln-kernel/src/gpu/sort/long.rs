@@ -176,6 +176,7 @@ impl Long<'_> {
             Vec::new()
         };
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: format!("{}.{label}", self.name),
             kind: MapKind::Sort,

@@ -450,6 +450,7 @@ impl Radix<'_> {
         body: Vec<Stmt>,
     ) -> GpuKernel {
         GpuKernel {
+            tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: format!("{}.{label}", self.name),
             kind: MapKind::Sort,

@@ -1,7 +1,8 @@
 //! Warpgroup products (sm_90a) in the emulator: [`Stmt::Wgmma`] and its fence, commit and
 //! wait, and the async-proxy fence, with the PTX ISA's semantics and its rules checked.
 //!
-//! - A `wgmma` is executed by whole warpgroups (128 threads from a multiple of 128), each
+//! - A `wgmma` is executed by whole warpgroups (128 threads from a multiple of 128; a
+//!   block's last, partial one, a TMA producer's warp, may not take part), each
 //!   with the same descriptors. Each descriptor is encoded as the PTX emitter encodes it (the
 //!   array's shared address, aligned as the kernel lays its arrays out, plus `start`
 //!   elements) and decoded here from its bits: the start address (bits 0-13, in 16 bytes),
@@ -163,10 +164,11 @@ fn decode(d: u64) -> Fields {
 
 impl Block<'_> {
     /// The first threads of the warpgroups with an active thread, each of which must be
-    /// active as a whole.
+    /// active as a whole (a block may end with a part of one, a producer warp, which then
+    /// must not take part).
     fn warpgroups(&self, mask: &[bool], what: &str) -> Result<Vec<usize>, EmuError> {
         let n = self.k.block;
-        if self.k.warp != 32 || !n.is_multiple_of(WARPGROUP) {
+        if self.k.warp != 32 || n < WARPGROUP {
             return self.err(format!(
                 "{what} in a block of {n} threads (warps of {}): not whole warpgroups of 128",
                 self.k.warp
@@ -174,7 +176,9 @@ impl Block<'_> {
         }
         let mut out = Vec::new();
         for first in (0..n).step_by(WARPGROUP) {
-            let on = (first..first + WARPGROUP).filter(|&t| mask[t]).count();
+            let on = (first..(first + WARPGROUP).min(n))
+                .filter(|&t| mask[t])
+                .count();
             if on == 0 {
                 continue;
             }
@@ -320,6 +324,9 @@ impl Block<'_> {
 
     /// Whether the warpgroup from `first` may read shared element `i` of `array` now.
     fn check_read(&self, first: usize, array: usize, i: usize) -> Result<(), EmuError> {
+        if let Err(m) = self.mb.check(first, array, i, false) {
+            return self.err(format!("a wgmma (warpgroup {}): {m}", first / WARPGROUP));
+        }
         if self.inflight[array][i] > 0 {
             return self.err(format!(
                 "a wgmma (warpgroup {}) reads shared{array}[{i}] while a cp.async into it is in \
@@ -373,6 +380,9 @@ impl Block<'_> {
             let (am, mut reads) = self.operand(first, a, 64, operand)?;
             let (bm, more) = self.operand(first, b, n, operand)?;
             reads.extend(more);
+            for &(a, i) in &reads {
+                self.mb.read_by(first, a, i);
+            }
             for t in first..first + WARPGROUP {
                 let local = t - first;
                 let (w, lane) = (local / 32, local % 32);
