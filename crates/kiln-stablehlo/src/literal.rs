@@ -6,7 +6,7 @@
 use crate::ast::{Dense, Elem};
 use crate::error::{Error, Result};
 use crate::types::element_name;
-use half::{bf16, f16};
+use kiln_ir::half_round::{bf16_from_f64, f16_from_f64};
 use kiln_ir::{DType, Literal, ShapeDisplay, TensorType};
 
 /// The most elements a literal may have (a splat of a huge type is refused, not allocated).
@@ -114,8 +114,8 @@ fn elem_bytes(e: Elem, dtype: DType) -> Result<Vec<u8>, String> {
 /// The bytes of `x` rounded to the float dtype `dtype`.
 fn float_bytes(x: f64, dtype: DType) -> Vec<u8> {
     match dtype {
-        DType::F16 => f16::from_f64(x).to_le_bytes().to_vec(),
-        DType::BF16 => bf16::from_f64(x).to_le_bytes().to_vec(),
+        DType::F16 => f16_from_f64(x).to_le_bytes().to_vec(),
+        DType::BF16 => bf16_from_f64(x).to_le_bytes().to_vec(),
         DType::F32 => (x as f32).to_le_bytes().to_vec(),
         DType::Mini(m) => vec![m.from_f64(x)],
         _ => x.to_le_bytes().to_vec(),
