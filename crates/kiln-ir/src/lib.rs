@@ -18,6 +18,7 @@ mod dtype;
 pub mod error;
 pub mod fft;
 mod func;
+pub mod half_round;
 pub mod inline;
 pub mod literal;
 pub mod minifloat;

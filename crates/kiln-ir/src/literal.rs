@@ -1,5 +1,6 @@
 //! Concrete tensor values.
 
+use crate::half_round::{bf16_from_f64, f16_from_f64};
 use crate::{DType, MiniFloat, TensorType};
 use half::{bf16, f16};
 use std::fmt;
@@ -75,8 +76,8 @@ pub fn round_to(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F64 => x,
         DType::F32 => x as f32 as f64,
-        DType::F16 => f16::from_f64(x).to_f64(),
-        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::F16 => crate::half_round::f16_from_f64(x).to_f64(),
+        DType::BF16 => crate::half_round::bf16_from_f64(x).to_f64(),
         DType::Mini(m) => m.round_f64(x),
         // A part of a complex number.
         DType::C64 => x as f32 as f64,
@@ -346,8 +347,8 @@ impl Literal {
             DType::I16 => Data::I16(values.iter().map(|&x| x as i16).collect()),
             DType::U16 => Data::U16(values.iter().map(|&x| x as u16).collect()),
             DType::U64 => Data::U64(values.iter().map(|&x| x as u64).collect()),
-            DType::F16 => Data::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => Data::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => Data::F16(values.iter().map(|&x| f16_from_f64(x)).collect()),
+            DType::BF16 => Data::BF16(values.iter().map(|&x| bf16_from_f64(x)).collect()),
             DType::F32 => Data::F32(values.iter().map(|&x| x as f32).collect()),
             DType::F64 => Data::F64(values.to_vec()),
             DType::Mini(m) => Data::Mini(m, values.iter().map(|&x| m.from_f64(x)).collect()),
@@ -383,8 +384,8 @@ impl Literal {
             DType::I16 => Data::I16(fill(t, x as i16)?),
             DType::U16 => Data::U16(fill(t, x as u16)?),
             DType::U64 => Data::U64(fill(t, x as u64)?),
-            DType::F16 => Data::F16(fill(t, f16::from_f64(x))?),
-            DType::BF16 => Data::BF16(fill(t, bf16::from_f64(x))?),
+            DType::F16 => Data::F16(fill(t, f16_from_f64(x))?),
+            DType::BF16 => Data::BF16(fill(t, bf16_from_f64(x))?),
             DType::F32 => Data::F32(fill(t, x as f32)?),
             DType::F64 => Data::F64(fill(t, x)?),
             DType::Mini(m) => Data::Mini(m, fill(t, m.from_f64(x))?),

@@ -342,7 +342,7 @@ impl MiniFloat {
 }
 
 /// floor(log2 a) for a finite positive a, exactly.
-fn exponent_of(a: f64) -> i32 {
+pub(crate) fn exponent_of(a: f64) -> i32 {
     let bits = a.to_bits();
     let ef = ((bits >> 52) & 0x7ff) as i32;
     if ef == 0 {
@@ -355,7 +355,7 @@ fn exponent_of(a: f64) -> i32 {
 }
 
 /// a * 2^k, exactly while the result stays normal.
-fn scale(a: f64, k: i32) -> f64 {
+pub(crate) fn scale(a: f64, k: i32) -> f64 {
     // Two steps, so that neither power of two leaves f64's range.
     let h = k / 2;
     a * 2f64.powi(h) * 2f64.powi(k - h)

@@ -328,8 +328,8 @@ pub fn float_format(d: DType) -> (u32, u32) {
 /// `mantissa_bits`, computed on `d`'s own bits (`ir-specs/ops/reduce_precision.md`).
 pub fn reduce_precision(d: DType, x: f64, exponent_bits: i64, mantissa_bits: i64) -> f64 {
     let bits = match d {
-        DType::F16 => half::f16::from_f64(x).to_bits() as u64,
-        DType::BF16 => half::bf16::from_f64(x).to_bits() as u64,
+        DType::F16 => kiln_ir::half_round::f16_from_f64(x).to_bits() as u64,
+        DType::BF16 => kiln_ir::half_round::bf16_from_f64(x).to_bits() as u64,
         DType::F32 => (x as f32).to_bits() as u64,
         _ => x.to_bits(),
     };

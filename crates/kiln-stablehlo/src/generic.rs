@@ -417,8 +417,8 @@ fn float_text(f: f64, d: DType) -> String {
     if !f.is_finite() {
         return match d {
             DType::F32 => format!("0x{:08X}", (f as f32).to_bits()),
-            DType::F16 => format!("0x{:04X}", half::f16::from_f64(f).to_bits()),
-            DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(f).to_bits()),
+            DType::F16 => format!("0x{:04X}", kiln_ir::half_round::f16_from_f64(f).to_bits()),
+            DType::BF16 => format!("0x{:04X}", kiln_ir::half_round::bf16_from_f64(f).to_bits()),
             DType::Mini(m) => format!("0x{:02X}", m.from_f64(f)),
             _ => format!("0x{:016X}", f.to_bits()),
         };

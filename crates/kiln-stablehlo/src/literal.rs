@@ -114,8 +114,8 @@ fn elem_bytes(e: Elem, dtype: DType) -> Result<Vec<u8>, String> {
 /// The bytes of `x` rounded to the float dtype `dtype`.
 fn float_bytes(x: f64, dtype: DType) -> Vec<u8> {
     match dtype {
-        DType::F16 => f16::from_f64(x).to_le_bytes().to_vec(),
-        DType::BF16 => bf16::from_f64(x).to_le_bytes().to_vec(),
+        DType::F16 => kiln_ir::half_round::f16_from_f64(x).to_le_bytes().to_vec(),
+        DType::BF16 => kiln_ir::half_round::bf16_from_f64(x).to_le_bytes().to_vec(),
         DType::F32 => (x as f32).to_le_bytes().to_vec(),
         DType::Mini(m) => vec![m.from_f64(x)],
         _ => x.to_le_bytes().to_vec(),

@@ -347,8 +347,8 @@ fn bitcast(from: DType, to: DType, x: V) -> V {
     let bits: u64 = match from {
         DType::F32 => (x.f() as f32).to_bits() as u64,
         DType::F64 => x.f().to_bits(),
-        DType::F16 => half::f16::from_f64(x.f()).to_bits() as u64,
-        DType::BF16 => half::bf16::from_f64(x.f()).to_bits() as u64,
+        DType::F16 => kiln_ir::half_round::f16_from_f64(x.f()).to_bits() as u64,
+        DType::BF16 => kiln_ir::half_round::bf16_from_f64(x.f()).to_bits() as u64,
         DType::I32 | DType::U32 => x.i() as u32 as u64,
         DType::I16 | DType::U16 => x.i() as u16 as u64,
         DType::I8 | DType::U8 | DType::Pred => x.i() as u8 as u64,

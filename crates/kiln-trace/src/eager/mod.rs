@@ -28,6 +28,7 @@ pub(crate) use sort::sort;
 mod tests;
 
 use half::{bf16, f16};
+use kiln_ir::half_round::{bf16_from_f64, f16_from_f64};
 use kiln_ir::{DType, Data, Func, Literal, Op, TensorType};
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
@@ -169,12 +170,12 @@ macro_rules! float_elem {
         }
     };
 }
-float_elem!(f16, F16, |x: f16| x.to_f64(), f16::from_f64, f16::from_f32);
+float_elem!(f16, F16, |x: f16| x.to_f64(), f16_from_f64, f16::from_f32);
 float_elem!(
     bf16,
     BF16,
     |x: bf16| x.to_f64(),
-    bf16::from_f64,
+    bf16_from_f64,
     bf16::from_f32
 );
 float_elem!(f32, F32, |x: f32| x as f64, |x: f64| x as f32);
