@@ -82,6 +82,93 @@ fn per_example_gradients_agree_with_a_loop_both_ways() {
     close(&f32s(&mapped_jit), &looped);
 }
 
+/// A small CNN on one NCHW example ([1, 2, 5, 5]): a 3x3 convolution to 4 channels, tanh, a
+/// grouped (2 groups) stride-2 convolution, and the squared error against `y`.
+fn cnn_loss((w1, w2): &(Tensor, Tensor), x: &Tensor, y: &Tensor) -> Tensor {
+    let h = x.conv2d(w1, (1, 1), (1, 1), (1, 1), 1).tanh();
+    let o = h.conv2d(w2, (2, 2), (0, 0), (1, 1), 2);
+    let e = o.sub(y);
+    e.mul(&e).sum_all()
+}
+
+#[test]
+fn per_example_cnn_gradients_fold_the_batch_into_the_convolutions() {
+    let n = 3;
+    let w = (
+        t(
+            data(4 * 2 * 9, 21).iter().map(|v| v * 0.3).collect(),
+            &[4, 2, 3, 3],
+        ),
+        t(
+            data(4 * 2 * 9, 22).iter().map(|v| v * 0.3).collect(),
+            &[4, 2, 3, 3],
+        ),
+    );
+    let xs = t(data(n * 2 * 25, 23), &[n, 1, 2, 5, 5]);
+    let ys = t(data(n * 4 * 4, 24), &[n, 1, 4, 2, 2]);
+    let per_example_grad = |(w1, w2, x, y): &(Tensor, Tensor, Tensor, Tensor)| {
+        grad(|w: &(Tensor, Tensor)| cnn_loss(w, x, y))(&(w1.clone(), w2.clone()))
+    };
+    let args = (w.0.clone(), w.1.clone(), xs.clone(), ys.clone());
+    let axes = [None, None, Some(0), Some(0)];
+    // vmap(grad(loss)): the weight gradients' convolutions have the batch in both operands.
+    let (g1, g2) = vmap(per_example_grad).in_axes(&axes).call(&args).unwrap();
+    assert_eq!(
+        (g1.shape(), g2.shape()),
+        (vec![n, 4, 2, 3, 3], vec![n, 4, 2, 3, 3])
+    );
+    let (mut l1, mut l2) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let (x, y) = (xs.index(i as isize), ys.index(i as isize));
+        let (a, b) = grad(|w: &(Tensor, Tensor)| cnn_loss(w, &x, &y))(&w);
+        l1.extend(f32s(&a));
+        l2.extend(f32s(&b));
+    }
+    close(&f32s(&g1), &l1);
+    close(&f32s(&g2), &l2);
+    let (j1, j2) = jit(|args: &(Tensor, Tensor, Tensor, Tensor)| {
+        vmap(per_example_grad).in_axes(&axes).call(args).unwrap()
+    })
+    .call(&args)
+    .unwrap();
+    close(&f32s(&j1), &l1);
+    close(&f32s(&j2), &l2);
+    // An ensemble: a kernel per member, the input shared (only the kernel batched), and the
+    // gradient of the members' summed losses through it.
+    let w1s = t(
+        data(n * 4 * 2 * 9, 25).iter().map(|v| v * 0.3).collect(),
+        &[n, 4, 2, 3, 3],
+    );
+    let w2s = t(
+        data(n * 4 * 2 * 9, 26).iter().map(|v| v * 0.3).collect(),
+        &[n, 4, 2, 3, 3],
+    );
+    let (x, y) = (xs.index(0), ys.index(0));
+    let members = |(w1s, w2s): &(Tensor, Tensor)| {
+        vmap(|(w1, w2, x, y): &(Tensor, Tensor, Tensor, Tensor)| {
+            cnn_loss(&(w1.clone(), w2.clone()), x, y)
+        })
+        .in_axes(&[Some(0), Some(0), None, None])
+        .call(&(w1s.clone(), w2s.clone(), x.clone(), y.clone()))
+        .unwrap()
+    };
+    let losses = members(&(w1s.clone(), w2s.clone()));
+    let looped: Vec<f32> = (0..n)
+        .map(|i| {
+            let wi = (w1s.index(i as isize), w2s.index(i as isize));
+            f32s(&cnn_loss(&wi, &x, &y))[0]
+        })
+        .collect();
+    close(&f32s(&losses), &looped);
+    let (e1, e2) = grad(|ws: &(Tensor, Tensor)| members(ws).sum_all())(&(w1s.clone(), w2s.clone()));
+    for i in 0..n {
+        let wi = (w1s.index(i as isize), w2s.index(i as isize));
+        let (a, b) = grad(|w: &(Tensor, Tensor)| cnn_loss(w, &x, &y))(&wi);
+        close(&f32s(&e1.index(i as isize)), &f32s(&a));
+        close(&f32s(&e2.index(i as isize)), &f32s(&b));
+    }
+}
+
 #[test]
 fn in_axes_and_out_axes_move_the_batch() {
     // A matrix-vector product of each column of `m` (batched along dimension 1) with `v`.

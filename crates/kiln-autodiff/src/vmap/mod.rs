@@ -12,19 +12,21 @@
 //!   dimension attributes by one (`rules`);
 //! - reductions, windows, matrix products and convolutions move the batch dimension into a
 //!   dimension the op already treats independently (a batching dimension of `dot_general`,
-//!   the batch dimension of `convolution`), so the batched program runs as one op (`rules`);
+//!   the batch dimension of `convolution`, or its feature or batch groups when the kernel
+//!   differs per example), so the batched program runs as one op (`rules`, `conv`);
 //! - gathers, scatters and dynamic slices index with the example's own position (`index`);
 //! - `while`, `case` and `sort` batch their regions; a loop whose condition depends on the
 //!   example runs until every example is done, keeping each finished example's carries
 //!   (`control`);
 //! - the few cases no rule covers (a batched `rng_bit_generator` state, a per-example
-//!   convolution kernel, a per-example reduction start value) run the op once per example in a
-//!   `while` loop (`sequential`): slower, never wrong.
+//!   reduction start value or padding value) run the op once per example in a `while` loop
+//!   (`sequential`): slower, never wrong.
 //!
 //! The result verifies, prints and differentiates like any other function, so `vmap`
 //! composes with `grad`, `jvp` and itself in either order.
 
 mod control;
+mod conv;
 mod index;
 mod rules;
 mod sequential;
@@ -310,7 +312,6 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         Reduce | ReduceRegion | ReduceWindow | ReduceWindowRegion | SelectAndScatter => {
             Batching::LoopWhen("the init value differs per example")
         }
-        Convolution => Batching::LoopWhen("the kernel differs per example"),
         RngBitGenerator => Batching::LoopWhen("the state differs per example"),
         Call => Batching::LoopWhen("an instruction of the callee does (it is batched in place)"),
         ReplicaId | PartitionId | AllGather | AllReduce | AllToAll | ReduceScatter
@@ -325,8 +326,7 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         | Compare | Select | Clamp | Convert | BitcastConvert | Constant | Iota
         | BroadcastInDim | Reshape | Transpose | Slice | DynamicSlice | DynamicUpdateSlice
         | Concatenate | Reverse | DotGeneral | Gather | Scatter | OptimizationBarrier | While
-        | Case | Sort | Map | Cholesky | TriangularSolve | Lu | Real | Imag | Complex | Fft => {
-            Batching::Whole
-        }
+        | Case | Sort | Map | Cholesky | TriangularSolve | Lu | Real | Imag | Complex | Fft
+        | Convolution => Batching::Whole,
     }
 }
