@@ -218,7 +218,7 @@ fn batching() {
     );
     // 19. An out_axes entry out of range.
     check(
-        &e(vmap(|a: &Tensor| a.sum_all()).out_axes(&[3]).call(&m)),
+        &e(vmap(|a: &Tensor| a.sum_all()).out_axes(&[Some(3)]).call(&m)),
         "vmap",
         &["out_axes[0] = 3"],
     );

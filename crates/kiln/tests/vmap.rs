@@ -3,7 +3,7 @@
 //! the errors of a wrong request.
 
 use kiln::control::while_loop;
-use kiln::{Tensor, grad, jit, vmap};
+use kiln::{Tensor, Vmap, grad, jit, vmap};
 
 fn f32s(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap()
@@ -184,7 +184,7 @@ fn in_axes_and_out_axes_move_the_batch() {
     close(&f32s(&out), &want);
     // Each row scaled, the batch placed last: the transpose of the row-major result.
     let scaled = vmap(|r: &Tensor| r.mul(&Tensor::scalar(2.0f32)))
-        .out_axes(&[1])
+        .out_axes(&[Some(1)])
         .call(&m)
         .unwrap();
     assert_eq!(scaled.shape(), vec![4, 3]);
@@ -285,16 +285,84 @@ fn bad_requests_are_errors_naming_the_call() {
     assert!(s.contains("no leaf"), "{s}");
     let s = message(
         vmap(|a: &Tensor| a.sum_all())
-            .out_axes(&[1])
+            .out_axes(&[Some(1)])
             .call(&m)
             .unwrap_err(),
     );
     assert!(s.contains("out_axes[0] = 1 is out of range"), "{s}");
     let s = message(
         vmap(|a: &Tensor| a.sum_all())
-            .out_axes(&[0, 0])
+            .out_axes(&[Some(0), Some(0)])
             .call(&m)
             .unwrap_err(),
     );
     assert!(s.contains("out_axes has 2 entries"), "{s}");
+    let s = message(
+        vmap(|a: &Tensor| a.sum_all())
+            .out_axes(&[None])
+            .call(&m)
+            .unwrap_err(),
+    );
+    assert!(
+        s.contains("out_axes[0] is None") && s.contains("depends on the batch"),
+        "{s}"
+    );
+}
+
+#[test]
+fn out_axes_none_returns_what_does_not_depend_on_the_batch_once() {
+    let w = t(data(3, 8), &[3]);
+    let xs = t(data(12, 9), &[4, 3]);
+    // A per-example product and the shared weights' squared norm, returned once.
+    let f = |(w, x): &(Tensor, Tensor)| (w.mul(x), w.mul(w).sum_all());
+    let axes = |v: Vmap<_>| v.in_axes(&[None, Some(0)]);
+    let (ys, norm): (Tensor, Tensor) = axes(vmap(f))
+        .out_axes(&[Some(1), None])
+        .call(&(w.clone(), xs.clone()))
+        .unwrap();
+    assert_eq!((ys.shape(), norm.shape()), (vec![3, 4], vec![]));
+    let wv = f32s(&w);
+    close(&f32s(&norm), &[wv.iter().map(|x| x * x).sum()]);
+    let xv = f32s(&xs);
+    let want: Vec<f32> = (0..3)
+        .flat_map(|j| (0..4).map(move |i| (i, j)))
+        .map(|(i, j)| wv[j] * xv[i * 3 + j])
+        .collect();
+    close(&f32s(&ys), &want);
+    // The same under jit, and with an output that does not depend on the batch but is asked
+    // for batched: it is repeated per example.
+    let (ys_j, norm_j): (Tensor, Tensor) = jit(|(w, xs): &(Tensor, Tensor)| {
+        axes(vmap(f))
+            .out_axes(&[Some(1), None])
+            .call(&(w.clone(), xs.clone()))
+            .unwrap()
+    })
+    .call(&(w.clone(), xs.clone()))
+    .unwrap();
+    close(&f32s(&ys_j), &want);
+    close(&f32s(&norm_j), &f32s(&norm));
+    let (_, repeated): (Tensor, Tensor) = axes(vmap(f))
+        .out_axes(&[Some(0), Some(0)])
+        .call(&(w.clone(), xs.clone()))
+        .unwrap();
+    assert_eq!(repeated.shape(), vec![4]);
+    close(&f32s(&repeated), &[f32s(&norm)[0]; 4]);
+    // An empty batch: the batched output is empty, the unbatched one still computed.
+    let none = t(Vec::new(), &[0, 3]);
+    let (ys0, norm0): (Tensor, Tensor) = axes(vmap(f))
+        .out_axes(&[Some(0), None])
+        .call(&(w.clone(), none))
+        .unwrap();
+    assert_eq!(ys0.shape(), vec![0, 3]);
+    close(&f32s(&norm0), &f32s(&norm));
+    // The gradient of the unbatched output flows to the shared weights once (2w), not per
+    // example.
+    let g = grad(|w: &Tensor| {
+        let (_, n): (Tensor, Tensor) = axes(vmap(f))
+            .out_axes(&[Some(0), None])
+            .call(&(w.clone(), xs.clone()))
+            .unwrap();
+        n
+    })(&w);
+    close(&f32s(&g), &wv.iter().map(|x| 2.0 * x).collect::<Vec<_>>());
 }

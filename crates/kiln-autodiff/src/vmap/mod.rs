@@ -73,6 +73,51 @@ pub fn vmap(f: &Func, batched: &[bool], size: usize) -> Result<Func> {
     Ok(batch_func(f, batched, size, Some(&outs), &f.name)?.0)
 }
 
+/// The batched function of `f` whose outputs are batched only where they depend on a batched
+/// parameter, and which outputs those are (JAX's `out_axes=None` leaves the others as they
+/// are). `size` may be 0: the outputs that depend on the batch are then empty, the others are
+/// computed as for any batch (from parameters that do not depend on the examples).
+pub fn vmap_as_needed(f: &Func, batched: &[bool], size: usize) -> Result<(Func, Vec<bool>)> {
+    if batched.len() != f.params.len() {
+        return Err(Error::BadRequest(format!(
+            "@{} has {} parameter(s), {} batching flags given",
+            f.name,
+            f.params.len(),
+            batched.len()
+        )));
+    }
+    kiln_ir::verify(f).map_err(Error::Verify)?;
+    if size > 0 {
+        return batch_func(f, batched, size, None, &f.name);
+    }
+    // No example: batch one placeholder example of zeros, which the outputs that do not
+    // depend on the batch ignore, and give the others their empty batched types.
+    let (one, flags) = batch_func(f, batched, 1, None, &f.name)?;
+    let mut bd = Batcher::new(&f.name, 0);
+    let mut args = Vec::with_capacity(batched.len());
+    for (t, &b) in f.param_types().iter().zip(batched) {
+        if b {
+            bd.b.param(bd.batched_ty(t));
+            let mut shape = vec![1];
+            shape.extend(&t.shape);
+            args.push(bd.b.full(&TensorType::new(t.dtype, shape), 0.0)?);
+        } else {
+            args.push(bd.b.param(t.clone()));
+        }
+    }
+    let inner = bd.b.inline(&one, &args)?;
+    let mut outs = Vec::with_capacity(inner.len());
+    for ((v, &b), t) in inner.into_iter().zip(&flags).zip(&f.output_types) {
+        outs.push(if b {
+            let bt = bd.batched_ty(t);
+            bd.b.full(&bt, 0.0)?
+        } else {
+            v
+        });
+    }
+    Ok((bd.b.finish(&outs)?, flags))
+}
+
 /// The batching context: the function being built and the batch size.
 pub(crate) struct Batcher {
     pub b: Builder,
