@@ -494,6 +494,31 @@ impl Tensor {
         })
     }
 
+    /// Each element limited to `[lo, hi]` where the bounds are tensors (NumPy's `clip` with
+    /// array bounds): this tensor and both bounds broadcast together and promote to one dtype,
+    /// as the other binary ops do, so bounds can differ per row or per element. NaN stays NaN;
+    /// where `lo > hi` the result is `hi`. Gradients flow to the bounds where they bind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![-5.0f32, 0.5, 5.0, -5.0, 0.5, 5.0], [2, 3]).unwrap();
+    /// // One bound per row ([2, 1]) and one per column ([3]).
+    /// let lo = Tensor::from_vec(vec![-1.0f32, 0.0], [2, 1]).unwrap();
+    /// let hi = Tensor::from_vec(vec![1.0f32, 0.25, 2.0], [3]).unwrap();
+    /// let y = x.clip_between(&lo, &hi);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), [-1.0, 0.25, 2.0, 0.0, 0.25, 2.0]);
+    /// // Bounds that do not broadcast are an error naming both shapes.
+    /// let bad = x.clip_between(&Tensor::from_vec(vec![0.0f32; 2], [2]).unwrap(), &hi);
+    /// assert!(bad.to_vec::<f32>().unwrap_err().to_string().contains("clip"));
+    /// ```
+    #[track_caller]
+    pub fn clip_between(&self, lo: &Tensor, hi: &Tensor) -> Tensor {
+        let loc = Loc::caller();
+        crate::composite::composite("clip", loc, || self.maximum(lo).minimum(hi))
+    }
+
     /// Converts to another dtype.
     ///
     /// # Examples

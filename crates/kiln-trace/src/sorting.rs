@@ -113,29 +113,50 @@ impl Tensor {
     }
 
     /// The `k` greatest elements along `axis`, greatest first, and their `i32` positions (the
-    /// first of equal elements first; NaN counts greatest).
+    /// first of equal elements first; NaN counts greatest): JAX's `lax.top_k` along any axis
+    /// (JAX's is the last). `k` above the axis's size is an error.
     ///
     /// # Examples
     ///
     /// ```
     /// use kiln_trace::Tensor;
     /// let x = Tensor::from_vec(vec![1.0f32, 5.0, 3.0, 5.0], [4]).unwrap();
-    /// let (values, positions) = x.topk(3, 0);
+    /// let (values, positions) = x.top_k(3, 0);
     /// assert_eq!(values.to_vec::<f32>().unwrap(), [5.0, 5.0, 3.0]);
     /// assert_eq!(positions.to_vec::<i32>().unwrap(), [1, 3, 2]);
+    /// let too_many = x.top_k(5, 0).0.to_vec::<f32>().unwrap_err().to_string();
+    /// assert!(too_many.contains("top_k") && too_many.contains("k = 5"));
     /// ```
     #[track_caller]
+    pub fn top_k(&self, k: usize, axis: isize) -> (Tensor, Tensor) {
+        self.top_k_as(k, axis, "top_k", Loc::caller())
+    }
+
+    /// [`Tensor::top_k`] under its earlier name (errors name `topk`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 5.0, 3.0], [3]).unwrap();
+    /// assert_eq!(x.topk(1, 0).0.to_vec::<f32>().unwrap(), x.top_k(1, 0).0.to_vec::<f32>().unwrap());
+    /// ```
+    #[doc(alias = "top_k")]
+    #[track_caller]
     pub fn topk(&self, k: usize, axis: isize) -> (Tensor, Tensor) {
-        let loc = Loc::caller();
-        composite("topk", loc, || {
-            let d = match self.axis(axis, "topk") {
+        self.top_k_as(k, axis, "topk", Loc::caller())
+    }
+
+    fn top_k_as(&self, k: usize, axis: isize, name: &'static str, loc: Loc) -> (Tensor, Tensor) {
+        composite(name, loc, || {
+            let d = match self.axis(axis, name) {
                 Ok(d) => d,
                 Err(t) => return (t.clone(), t),
             };
             let n = self.shape()[d];
             if k > n {
                 let t = self.fail(
-                    "topk",
+                    name,
                     format!(
                         "k = {k} is more than the {n} elements along axis {d} of {}",
                         ty_str(self)
@@ -144,7 +165,7 @@ impl Tensor {
                 return (t.clone(), t);
             }
             let pos = Tensor::iota(DType::I32, &self.shape(), d);
-            let mut s = self.sorted("topk", &[&pos], axis, true, loc);
+            let mut s = self.sorted(name, &[&pos], axis, true, loc);
             let idx = s.swap_remove(1).slice(d as isize, 0, k as isize, 1);
             let vals = s.swap_remove(0).slice(d as isize, 0, k as isize, 1);
             (vals, idx)

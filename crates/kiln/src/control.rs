@@ -1,6 +1,7 @@
 //! Control flow over parameter trees, traced into the IR's `while` and `case`: [`while_loop`],
-//! [`fori_loop`], [`scan`], [`cond`] and [`switch`], after JAX's `lax` functions of the same names;
-//! and [`reduce`], a reduction whose body is a traced closure (the IR's `reduce_region`).
+//! [`fori_loop`], [`scan`], [`map`] (a `scan` without a carry), [`cond`] and [`switch`], after
+//! JAX's `lax` functions of the same names; and [`reduce`], a reduction whose body is a traced
+//! closure (the IR's `reduce_region`).
 //!
 //! Each function traces its closures once, into regions (functions the op runs), and applies
 //! the op: inside `jit` it is recorded, outside it runs at once. Tensors the closures use from
@@ -22,6 +23,7 @@
 //! assert!((got - 2f32.sqrt()).abs() < 1e-6);
 //! ```
 
+pub use crate::map::map;
 pub use crate::reduce::reduce;
 pub use crate::scan::{ScanOptions, scan, scan_with};
 use crate::{Error, Tensor, Tree};

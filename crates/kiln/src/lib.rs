@@ -30,6 +30,7 @@ pub mod device;
 mod function;
 pub mod linalg;
 pub mod lower;
+mod map;
 pub mod nn;
 pub mod npy;
 pub mod npz;

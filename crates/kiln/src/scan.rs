@@ -64,7 +64,7 @@ pub fn scan<C: Tree, X: Tree, Y: Tree>(
     init: C,
     xs: &X,
 ) -> Result<(C, Y)> {
-    scan_at(f, init, xs, ScanOptions::default(), Loc::caller())
+    scan_at(f, init, xs, ScanOptions::default(), "scan", Loc::caller())
 }
 
 /// [`scan`] with a length, direction and unrolling: see [`ScanOptions`].
@@ -89,14 +89,17 @@ pub fn scan_with<C: Tree, X: Tree, Y: Tree>(
     xs: &X,
     options: ScanOptions,
 ) -> Result<(C, Y)> {
-    scan_at(f, init, xs, options, Loc::caller())
+    scan_at(f, init, xs, options, "scan", Loc::caller())
 }
 
-fn scan_at<C: Tree, X: Tree, Y: Tree>(
+/// [`scan_with`] at the caller's `loc`, its errors naming `op` (`scan`, or `map`, which is a
+/// scan without a carry).
+pub(crate) fn scan_at<C: Tree, X: Tree, Y: Tree>(
     f: impl Fn(&C, &X) -> (C, Y),
     init: C,
     xs: &X,
     options: ScanOptions,
+    op: &str,
     loc: Loc,
 ) -> Result<(C, Y)> {
     let x_leaves: Vec<Tensor> = xs.leaf_vec().into_iter().cloned().collect();
@@ -105,7 +108,7 @@ fn scan_at<C: Tree, X: Tree, Y: Tree>(
         return Err(e.clone());
     }
     if options.unroll == 0 {
-        return Err(Error::at("scan", "unroll must be at least 1", loc));
+        return Err(Error::at(op, "unroll must be at least 1", loc));
     }
     // The number of steps: every input's leading dimension, and the length if given.
     let mut n = options.length;
@@ -113,9 +116,9 @@ fn scan_at<C: Tree, X: Tree, Y: Tree>(
         let shape = x.shape();
         let Some(&len) = shape.first() else {
             let e = Error::at(
-                "scan",
+                op,
                 format!(
-                    "input leaf {k} is a scalar; scan steps along each input's leading dimension"
+                    "input leaf {k} is a scalar; {op} steps along each input's leading dimension"
                 ),
                 loc,
             );
@@ -124,7 +127,7 @@ fn scan_at<C: Tree, X: Tree, Y: Tree>(
         match n {
             Some(m) if m != len => {
                 let e = Error::at(
-                    "scan",
+                    op,
                     format!(
                         "input leaf {k} has {len} steps along its leading dimension but {} \
                          expects {m}",
@@ -142,11 +145,12 @@ fn scan_at<C: Tree, X: Tree, Y: Tree>(
         }
     }
     let Some(n) = n else {
-        let e = Error::at(
-            "scan",
-            "scan needs inputs with a leading dimension or a length",
-            loc,
-        );
+        let what = if op == "scan" {
+            "inputs with a leading dimension or a length"
+        } else {
+            "at least one input with a leading dimension (a tree with no tensor has no steps)"
+        };
+        let e = Error::at(op, format!("{op} needs {what}"), loc);
         return Err(e);
     };
     let slice_types: Vec<TensorType> = x_leaves
@@ -182,7 +186,7 @@ fn scan_at<C: Tree, X: Tree, Y: Tree>(
     let nc = c_types.len();
     if probe.func.output_types[..nc] != c_types[..] {
         let e = Error::at(
-            "scan",
+            op,
             format!(
                 "the step returns a carry of types ({}) but the carry is ({}): scan keeps its carry's types",
                 types(&probe.func.output_types[..nc]),
@@ -201,6 +205,11 @@ fn scan_at<C: Tree, X: Tree, Y: Tree>(
             Tensor::zeros(t.dtype, shape)
         })
         .collect();
+    if n == 0 {
+        // No step: the carry as it came and empty outputs (a slice of an empty input would
+        // not fit the loop's one-step window).
+        return Ok((init, y_template.with_leaves(&ys0)));
+    }
     let step = |t: &Tensor, c: &C, ys: &[Tensor]| -> (C, Vec<Tensor>) {
         let idx = if options.reverse {
             Tensor::scalar(n as i32 - 1).sub(t)

@@ -24,14 +24,15 @@ use kiln_trace::trace::{call, trace_hoisting};
 pub struct Vmap<F> {
     f: F,
     in_axes: Option<Vec<Option<usize>>>,
-    out_axes: Option<Vec<usize>>,
+    out_axes: Option<Vec<Option<usize>>>,
     loc: Loc,
 }
 
 /// `f` mapped over a batch: by default every leaf of the argument tree is batched along its
 /// dimension 0 and every output leaf gets the batch as its dimension 0; [`Vmap::in_axes`]
-/// and [`Vmap::out_axes`] choose other dimensions, and `None` in `in_axes` shares a leaf
-/// across the batch (JAX's `in_axes=None`).
+/// and [`Vmap::out_axes`] choose other dimensions, `None` in `in_axes` shares a leaf across
+/// the batch (JAX's `in_axes=None`), and `None` in `out_axes` returns an output that does not
+/// depend on the batch once, without a batch dimension (JAX's `out_axes=None`).
 ///
 /// ```
 /// use kiln::{Tensor, vmap};
@@ -84,20 +85,34 @@ impl<F> Vmap<F> {
         self
     }
 
-    /// Where the batch dimension goes in each output leaf, in the output tree's leaf order.
+    /// Where the batch dimension goes in each output leaf, in the output tree's leaf order;
+    /// `None` leaves an output that does not depend on the batch without one (JAX's
+    /// `out_axes=None`: the value is the same for every example, returned once). `None` for an
+    /// output that does depend on the batch is an error.
     ///
     /// # Examples
     ///
     /// ```
     /// use kiln::{Tensor, vmap};
     /// // Each example's result becomes a column instead of a row.
-    /// let double = vmap(|x: &Tensor| x * 2.0).out_axes(&[1]);
+    /// let double = vmap(|x: &Tensor| x * 2.0).out_axes(&[Some(1)]);
     /// let xs = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [3, 2]).unwrap();
     /// let ys: Tensor = double.call(&xs).unwrap();
     /// assert_eq!(ys.shape(), [2, 3]);
     /// assert_eq!(ys.to_vec::<f32>().unwrap(), [2.0, 6.0, 10.0, 4.0, 8.0, 12.0]);
+    /// // The shared weights' norm is the same for every example: returned once.
+    /// let w = Tensor::from_vec(vec![3.0f32, 4.0], [2]).unwrap();
+    /// let f = vmap(|(w, x): &(Tensor, Tensor)| (w * x, (w * w).sum_all().sqrt()))
+    ///     .in_axes(&[None, Some(0)])
+    ///     .out_axes(&[Some(0), None]);
+    /// let (ys, norm): (Tensor, Tensor) = f.call(&(w.clone(), xs.clone())).unwrap();
+    /// assert_eq!((ys.shape(), norm.shape()), (vec![3, 2], vec![]));
+    /// assert_eq!(norm.item().unwrap(), 5.0);
+    /// // An output that depends on the example cannot drop the batch dimension.
+    /// let bad = vmap(|x: &Tensor| x * 2.0).out_axes(&[None]);
+    /// assert!(bad.call::<_, Tensor>(&xs).unwrap_err().message.contains("depends on the batch"));
     /// ```
-    pub fn out_axes(mut self, axes: &[usize]) -> Self {
+    pub fn out_axes(mut self, axes: &[Option<usize>]) -> Self {
         self.out_axes = Some(axes.to_vec());
         self
     }
@@ -202,47 +217,78 @@ impl<F> Vmap<F> {
         let template = template.expect("the traced closure ran");
         let mut flags: Vec<bool> = axes.iter().map(Option::is_some).collect();
         flags.extend(std::iter::repeat_n(false, traced.captures.len()));
-        let g =
-            kiln_autodiff::vmap(&traced.func, &flags, size).map_err(|e| err(e.to_string(), loc))?;
-        let args: Vec<&Tensor> = moved.iter().chain(&traced.captures).collect();
-        let outs = call(&g, &args, "vmap", loc);
-        if let Some(e) = outs.iter().find_map(|t| t.error()) {
-            return Err(e.clone());
-        }
+        let n_out = traced.func.outputs.len();
         let out_axes = match &self.out_axes {
-            Some(a) if a.len() != outs.len() => {
+            Some(a) if a.len() != n_out => {
                 return Err(err(
                     format!(
-                        "out_axes has {} entries but the function returns {} leaves",
+                        "out_axes has {} entries but the function returns {n_out} leaves",
                         a.len(),
-                        outs.len()
                     ),
                     loc,
                 ));
             }
             Some(a) => a.clone(),
-            None => vec![0; outs.len()],
+            None => vec![Some(0); n_out],
         };
-        let mut placed = Vec::with_capacity(outs.len());
-        for (i, (o, &axis)) in outs.iter().zip(&out_axes).enumerate() {
-            let rank = o.rank();
-            if axis >= rank {
+        // Every output batched (broadcast where it does not depend on the batch), unless
+        // some are asked to stay unbatched: then batched only where they depend on it.
+        let (g, batched) = if out_axes.iter().all(Option::is_some) {
+            let g = kiln_autodiff::vmap(&traced.func, &flags, size);
+            g.map(|g| (g, vec![true; n_out]))
+        } else {
+            kiln_autodiff::vmap::vmap_as_needed(&traced.func, &flags, size)
+        }
+        .map_err(|e| err(e.to_string(), loc))?;
+        for (i, (axis, &b)) in out_axes.iter().zip(&batched).enumerate() {
+            if axis.is_none() && b {
+                let t = &traced.func.output_types[i];
                 return Err(err(
                     format!(
-                        "out_axes[{i}] = {axis} is out of range for output {i}, which has rank \
-                         {rank} with the batch"
+                        "out_axes[{i}] is None but output {i} ({t} for one example) depends on \
+                         the batch: only an output that is the same for every example can be \
+                         returned unbatched"
                     ),
                     loc,
                 ));
             }
+        }
+        let args: Vec<&Tensor> = moved.iter().chain(&traced.captures).collect();
+        let outs = call(&g, &args, "vmap", loc);
+        if let Some(e) = outs.iter().find_map(|t| t.error()) {
+            return Err(e.clone());
+        }
+        let mut placed = Vec::with_capacity(outs.len());
+        for (i, ((o, axis), &b)) in outs.iter().zip(&out_axes).zip(&batched).enumerate() {
+            let o = if axis.is_some() && !b {
+                // The same for every example: repeated along a new batch dimension.
+                let mut shape = vec![size];
+                shape.extend(o.shape());
+                o.broadcast_to(&shape)
+            } else {
+                o.clone()
+            };
+            let rank = o.rank();
+            let axis = match *axis {
+                None => {
+                    placed.push(o);
+                    continue;
+                }
+                Some(a) if a >= rank => {
+                    return Err(err(
+                        format!(
+                            "out_axes[{i}] = {a} is out of range for output {i}, which has \
+                             rank {rank} with the batch"
+                        ),
+                        loc,
+                    ));
+                }
+                Some(a) => a,
+            };
             // Batch dimension 0 moves to `axis`.
             let mut perm: Vec<usize> = (1..rank).collect();
             perm.insert(axis, 0);
-            placed.push(if axis == 0 {
-                o.clone()
-            } else {
-                o.permute(&perm)
-            });
+            placed.push(if axis == 0 { o } else { o.permute(&perm) });
         }
         Ok(template.with_leaves(&placed))
     }

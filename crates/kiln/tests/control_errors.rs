@@ -3,7 +3,7 @@
 //! every case is an error that names the operation, says what is wrong, and points at the
 //! caller's line (this file), never a panic or a silently wrong number.
 
-use kiln::control::{ScanOptions, cond, fori_loop, scan, scan_with, switch, while_loop};
+use kiln::control::{ScanOptions, cond, fori_loop, map, scan, scan_with, switch, while_loop};
 use kiln::{DType, Remat, Tensor, grad, remat, value_and_grad, vmap};
 
 fn v(values: &[f32]) -> Tensor {
@@ -154,6 +154,37 @@ fn scans() {
 }
 
 #[test]
+fn maps() {
+    let xs = v(&[1.0, 2.0, 3.0]);
+    let e = |r: kiln::Result<Tensor>| r.expect_err("map must fail").to_string();
+    // 1. A scalar input: no leading dimension to map over.
+    let s = e(map(|x: &Tensor| x.clone(), &Tensor::scalar(1.0f32)));
+    check(
+        &s,
+        "map",
+        &["input leaf 0 is a scalar", "leading dimension"],
+    );
+    // 2. Inputs whose leading dimensions differ.
+    let s = e(map(
+        |(a, b): &(Tensor, Tensor)| a.add(b),
+        &(xs.clone(), v(&[1.0, 2.0])),
+    ));
+    check(&s, "map", &["input leaf 1 has 2 steps", "expects 3"]);
+    // 3. A tree with no tensor in it.
+    let s = e(map(|_: &()| xs.clone(), &()));
+    check(&s, "map", &["needs at least one input"]);
+    // 4. A slice function that fails (a product of a [2] slice with a [3] vector) names the
+    // line inside it.
+    let m = Tensor::from_vec(vec![1.0f32; 6], [3, 2]).unwrap();
+    let s = e(map(|row: &Tensor| row.matmul(&xs), &m));
+    check(&s, "matmul", &[]);
+    // 5. A failed input passes its own error through.
+    let bad = xs.matmul(&m.reshape(&[2, 3]));
+    let s = e(map(|x: &Tensor| x.clone(), &bad));
+    check(&s, "matmul", &[]);
+}
+
+#[test]
 fn batching() {
     let m = Tensor::from_vec(vec![1.0f32; 6], [2, 3]).unwrap();
     let w = v(&[1.0, 2.0, 3.0, 4.0]);
@@ -187,7 +218,7 @@ fn batching() {
     );
     // 19. An out_axes entry out of range.
     check(
-        &e(vmap(|a: &Tensor| a.sum_all()).out_axes(&[3]).call(&m)),
+        &e(vmap(|a: &Tensor| a.sum_all()).out_axes(&[Some(3)]).call(&m)),
         "vmap",
         &["out_axes[0] = 3"],
     );

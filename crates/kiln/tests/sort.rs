@@ -1,6 +1,7 @@
-//! `Tensor::sort`, `argsort`, `sort_with` and `topk`, eager and under `jit`, against a stable
-//! sort written here (NaN greatest, -0 equal to +0, ties in order, as NumPy and PyTorch sort);
-//! their gradients against finite differences; and the errors of bad arguments.
+//! `Tensor::sort`, `argsort`, `sort_with` and `top_k` (and its earlier name `topk`), eager
+//! and under `jit`, against a stable sort written here (NaN greatest, -0 equal to +0, ties in
+//! order, as NumPy and PyTorch sort); `clip` and `clip_between`; their gradients against
+//! finite differences; and the errors of bad arguments.
 
 use kiln::{DType, Tensor, grad, jit};
 use std::cmp::Ordering;
@@ -106,7 +107,7 @@ fn compiled_topk_selects_the_stable_sorts_first_k() {
     let x = Tensor::from_vec(v.clone(), [rows, n]).unwrap();
     let idx = expected(&v, n, true);
     for k in [1usize, 5, 100, 125, 126, 999] {
-        let (vals, pos) = jit(move |x: &Tensor| x.topk(k, 1)).call(&x).unwrap();
+        let (vals, pos) = jit(move |x: &Tensor| x.top_k(k, 1)).call(&x).unwrap();
         let want: Vec<i32> = idx.chunks(n).flat_map(|c| c[..k].to_vec()).collect();
         assert_eq!(pos.to_vec::<i32>().unwrap(), want, "positions, k = {k}");
         let want_vals: Vec<f32> = want
@@ -118,7 +119,7 @@ fn compiled_topk_selects_the_stable_sorts_first_k() {
         assert_eq!(bits(&vals.to_vec::<f32>().unwrap()), bits(&want_vals));
         // Along the first axis of the transpose: the same rows, strided.
         let xt = x.transpose(&[1, 0]);
-        let (_, pos_t) = jit(move |x: &Tensor| x.topk(k, 0)).call(&xt).unwrap();
+        let (_, pos_t) = jit(move |x: &Tensor| x.top_k(k, 0)).call(&xt).unwrap();
         let pos_t = pos_t.to_vec::<i32>().unwrap();
         let back: Vec<i32> = (0..rows)
             .flat_map(|r| (0..k).map(move |j| (r, j)))
@@ -190,7 +191,7 @@ fn sort_with_carries_values_and_topk_takes_the_greatest() {
         );
     }
     let x = Tensor::from_vec(vec![0.5f32, f32::NAN, 2.0, 2.0, -1.0, 7.0], [2, 3]).unwrap();
-    let (v, i) = x.topk(2, 1);
+    let (v, i) = x.top_k(2, 1);
     let v = v.to_vec::<f32>().unwrap();
     assert!(v[0].is_nan() && v[1] == 2.0, "{v:?}");
     assert_eq!(&v[2..], &[7.0, 2.0]);
@@ -222,7 +223,7 @@ fn gradients_move_back_to_where_each_element_came_from() {
     let n = kiln::testing::check_grads(
         |m: &Tensor| {
             let s = m.sort(1, true);
-            let (t, _) = m.topk(2, 0);
+            let (t, _) = m.top_k(2, 0);
             s.mul(&s).sum_all().add(&t.sin().sum_all())
         },
         &m,
@@ -250,8 +251,14 @@ fn bad_arguments_are_errors_naming_the_operation() {
         e.contains("sort") && e.contains("axis 1 is out of range"),
         "{e}"
     );
+    let e = x.top_k(4, 0).0.to_vec::<f32>().unwrap_err().to_string();
+    assert!(e.contains("top_k") && e.contains("k = 4"), "{e}");
+    // The earlier name is the same function, and its errors name it.
     let e = x.topk(4, 0).0.to_vec::<f32>().unwrap_err().to_string();
     assert!(e.contains("topk") && e.contains("k = 4"), "{e}");
+    let (a, b) = (x.topk(2, 0), x.top_k(2, 0));
+    assert_eq!(a.0.to_vec::<f32>().unwrap(), b.0.to_vec::<f32>().unwrap());
+    assert_eq!(a.1.to_vec::<i32>().unwrap(), b.1.to_vec::<i32>().unwrap());
     let y = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
     let e = x.sort_with(&[&y], 0, false)[1]
         .to_vec::<f32>()
@@ -305,6 +312,59 @@ fn clip_limits_each_element_and_keeps_nan() {
         &Tensor::from_vec(vec![-3.0f64, 0.5, 9.0], [3]).unwrap(),
     );
     assert_eq!(g.to_vec::<f64>().unwrap(), vec![0.0, 1.0, 0.0]);
+}
+
+#[test]
+fn clip_between_takes_tensor_bounds_that_broadcast() {
+    // Row bounds [2, 1] and column bounds [3] against a [2, 3] tensor; a NaN stays NaN, and
+    // lo > hi gives hi.
+    let x = Tensor::from_vec(vec![-5.0f32, 0.5, 5.0, f32::NAN, 0.5, 5.0], [2, 3]).unwrap();
+    let lo = Tensor::from_vec(vec![-1.0f32, 3.0], [2, 1]).unwrap();
+    let hi = Tensor::from_vec(vec![1.0f32, 0.25, 2.0], [3]).unwrap();
+    let want = [-1.0, 0.25, 2.0, f32::NAN, 0.25, 2.0];
+    for got in [
+        x.clip_between(&lo, &hi),
+        jit(|(x, lo, hi): &(Tensor, Tensor, Tensor)| x.clip_between(lo, hi))
+            .call(&(x.clone(), lo.clone(), hi.clone()))
+            .unwrap(),
+    ] {
+        assert_eq!(got.shape(), [2, 3]);
+        let got = got.to_vec::<f32>().unwrap();
+        assert!(got[3].is_nan(), "{got:?}");
+        assert_eq!((&got[..3], &got[4..]), (&want[..3], &want[4..]));
+    }
+    // Scalar tensor bounds agree with the scalar form; a bound tensor of a wider dtype
+    // promotes as in other binary ops.
+    let v = Tensor::from_vec(vec![-3.0f32, 0.5, 9.0], [3]).unwrap();
+    let (l, h) = (Tensor::scalar(-1.0f32), Tensor::scalar(2.0f32));
+    assert_eq!(
+        v.clip_between(&l, &h).to_vec::<f32>().unwrap(),
+        v.clip(-1.0, 2.0).to_vec::<f32>().unwrap()
+    );
+    let wide = v.clip_between(&Tensor::scalar(-1.0f64), &Tensor::scalar(2.0f64));
+    assert_eq!(wide.dtype(), DType::F64);
+    // Gradients: 1 where x is inside its bounds, to lo where lo binds, to hi where hi binds.
+    let x = Tensor::from_vec(vec![-3.0f64, 0.5, 9.0], [3]).unwrap();
+    let lo = Tensor::from_vec(vec![-1.0f64, -1.0, -1.0], [3]).unwrap();
+    let hi = Tensor::scalar(2.0f64);
+    let (gx, glo, ghi) =
+        grad(|(x, lo, hi): &(Tensor, Tensor, Tensor)| x.clip_between(lo, hi).sum_all())(&(
+            x, lo, hi,
+        ));
+    assert_eq!(gx.to_vec::<f64>().unwrap(), vec![0.0, 1.0, 0.0]);
+    assert_eq!(glo.to_vec::<f64>().unwrap(), vec![1.0, 0.0, 0.0]);
+    assert_eq!(ghi.to_vec::<f64>().unwrap(), vec![1.0]);
+    // Bounds that do not broadcast with the tensor: an error naming clip and this line.
+    let bad = Tensor::from_vec(vec![0.0f32; 2], [2]).unwrap();
+    let e = v
+        .clip_between(&bad, &h)
+        .to_vec::<f32>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("clip") && e.contains("f32[2]") && e.contains("sort.rs"),
+        "{e}"
+    );
 }
 
 #[test]

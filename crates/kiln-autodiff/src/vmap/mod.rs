@@ -12,19 +12,21 @@
 //!   dimension attributes by one (`rules`);
 //! - reductions, windows, matrix products and convolutions move the batch dimension into a
 //!   dimension the op already treats independently (a batching dimension of `dot_general`,
-//!   the batch dimension of `convolution`), so the batched program runs as one op (`rules`);
+//!   the batch dimension of `convolution`, or its feature or batch groups when the kernel
+//!   differs per example), so the batched program runs as one op (`rules`, `conv`);
 //! - gathers, scatters and dynamic slices index with the example's own position (`index`);
 //! - `while`, `case` and `sort` batch their regions; a loop whose condition depends on the
 //!   example runs until every example is done, keeping each finished example's carries
 //!   (`control`);
 //! - the few cases no rule covers (a batched `rng_bit_generator` state, a per-example
-//!   convolution kernel, a per-example reduction start value) run the op once per example in a
-//!   `while` loop (`sequential`): slower, never wrong.
+//!   reduction start value or padding value) run the op once per example in a `while` loop
+//!   (`sequential`): slower, never wrong.
 //!
 //! The result verifies, prints and differentiates like any other function, so `vmap`
 //! composes with `grad`, `jvp` and itself in either order.
 
 mod control;
+mod conv;
 mod index;
 mod rules;
 mod sequential;
@@ -69,6 +71,51 @@ pub fn vmap(f: &Func, batched: &[bool], size: usize) -> Result<Func> {
     }
     let outs = vec![true; f.outputs.len()];
     Ok(batch_func(f, batched, size, Some(&outs), &f.name)?.0)
+}
+
+/// The batched function of `f` whose outputs are batched only where they depend on a batched
+/// parameter, and which outputs those are (JAX's `out_axes=None` leaves the others as they
+/// are). `size` may be 0: the outputs that depend on the batch are then empty, the others are
+/// computed as for any batch (from parameters that do not depend on the examples).
+pub fn vmap_as_needed(f: &Func, batched: &[bool], size: usize) -> Result<(Func, Vec<bool>)> {
+    if batched.len() != f.params.len() {
+        return Err(Error::BadRequest(format!(
+            "@{} has {} parameter(s), {} batching flags given",
+            f.name,
+            f.params.len(),
+            batched.len()
+        )));
+    }
+    kiln_ir::verify(f).map_err(Error::Verify)?;
+    if size > 0 {
+        return batch_func(f, batched, size, None, &f.name);
+    }
+    // No example: batch one placeholder example of zeros, which the outputs that do not
+    // depend on the batch ignore, and give the others their empty batched types.
+    let (one, flags) = batch_func(f, batched, 1, None, &f.name)?;
+    let mut bd = Batcher::new(&f.name, 0);
+    let mut args = Vec::with_capacity(batched.len());
+    for (t, &b) in f.param_types().iter().zip(batched) {
+        if b {
+            bd.b.param(bd.batched_ty(t));
+            let mut shape = vec![1];
+            shape.extend(&t.shape);
+            args.push(bd.b.full(&TensorType::new(t.dtype, shape), 0.0)?);
+        } else {
+            args.push(bd.b.param(t.clone()));
+        }
+    }
+    let inner = bd.b.inline(&one, &args)?;
+    let mut outs = Vec::with_capacity(inner.len());
+    for ((v, &b), t) in inner.into_iter().zip(&flags).zip(&f.output_types) {
+        outs.push(if b {
+            let bt = bd.batched_ty(t);
+            bd.b.full(&bt, 0.0)?
+        } else {
+            v
+        });
+    }
+    Ok((bd.b.finish(&outs)?, flags))
 }
 
 /// The batching context: the function being built and the batch size.
@@ -310,7 +357,6 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         Reduce | ReduceRegion | ReduceWindow | ReduceWindowRegion | SelectAndScatter => {
             Batching::LoopWhen("the init value differs per example")
         }
-        Convolution => Batching::LoopWhen("the kernel differs per example"),
         RngBitGenerator => Batching::LoopWhen("the state differs per example"),
         Call => Batching::LoopWhen("an instruction of the callee does (it is batched in place)"),
         ReplicaId | PartitionId | AllGather | AllReduce | AllToAll | ReduceScatter
@@ -325,8 +371,7 @@ pub fn batching(k: kiln_ir::OpKind) -> Batching {
         | Compare | Select | Clamp | Convert | BitcastConvert | Constant | Iota
         | BroadcastInDim | Reshape | Transpose | Slice | DynamicSlice | DynamicUpdateSlice
         | Concatenate | Reverse | DotGeneral | Gather | Scatter | OptimizationBarrier | While
-        | Case | Sort | Map | Cholesky | TriangularSolve | Lu | Real | Imag | Complex | Fft => {
-            Batching::Whole
-        }
+        | Case | Sort | Map | Cholesky | TriangularSolve | Lu | Real | Imag | Complex | Fft
+        | Convolution => Batching::Whole,
     }
 }

@@ -1,10 +1,10 @@
 //! Batching rules for the ops without regions or indexing: elementwise ops (from the op
 //! table's `ELEMENTWISE` property), layout ops, reductions and windows, matrix products and
-//! convolutions, linear algebra. Each runs the whole batch as one op; the cases that cannot (a per-example
-//! start value of a reduction, a per-example convolution kernel, a per-example generator state)
-//! go to the sequential rule.
+//! convolutions (`conv`), linear algebra. Each runs the whole batch as one op; the cases that
+//! cannot (a per-example start value of a reduction, a per-example generator state) go to the
+//! sequential rule.
 
-use super::{BVal, Batcher, InstCtx, all_batched, prepend, sequential, shifted};
+use super::{BVal, Batcher, InstCtx, all_batched, conv, prepend, sequential, shifted};
 use crate::Result;
 use kiln_ir::{Op, Props, TensorType, ValueId};
 
@@ -159,7 +159,7 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
             let b = bd.materialize(cx.xs[1])?;
             one(bd, cx.op.clone(), &[a, b])
         }
-        Op::Convolution { .. } if !cx.xs[1].batched => convolution(bd, cx),
+        Op::Convolution { .. } => conv::rule(bd, cx),
         _ => sequential::rule(bd, cx),
     }
 }
@@ -244,65 +244,4 @@ fn dot_general(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
     shape.insert(at, bd.size);
     let v = bd.push1(op, &[l.v, r.v], Some(TensorType::new(res.dtype, shape)))?;
     Ok(all_batched(vec![bd.batch_first(v, at)?]))
-}
-
-/// `convolution` of a batched input with a shared kernel: the batch dimension merges into the
-/// input's batch dimension, and splits out of the output's. With batch groups it merges
-/// within each group (the input's batch becomes [groups, batch, per group]), so each group
-/// keeps its run of input batch elements.
-fn convolution(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
-    let Op::Convolution {
-        input_dims,
-        output_dims,
-        batch_group_count,
-        ..
-    } = cx.op
-    else {
-        unreachable!("dispatched on convolution")
-    };
-    let lt = &cx.x_types[0];
-    let res = &cx.result_types[0];
-    let (nb_in, nb_out) = (input_dims[0] as usize, output_dims[0] as usize);
-    // Move the batch dimension next to the input's batch dimension, then merge the two.
-    let mut perm: Vec<i64> = (1..=lt.rank() as i64).collect();
-    perm.insert(nb_in, 0);
-    let mut moved = bd.push1(Op::Transpose { permutation: perm }, &[cx.xs[0].v], None)?;
-    let groups = *batch_group_count as usize;
-    if groups > 1 {
-        // [.., size, groups * n, ..] -> [.., size, groups, n, ..] -> [.., groups, size, n, ..].
-        let mut split = lt.shape.clone();
-        split[nb_in] /= groups;
-        split.insert(nb_in, groups);
-        split.insert(nb_in, bd.size);
-        let v = bd.push1(
-            Op::Reshape {},
-            &[moved],
-            Some(TensorType::new(lt.dtype, split)),
-        )?;
-        let mut swap: Vec<i64> = (0..lt.rank() as i64 + 2).collect();
-        swap.swap(nb_in, nb_in + 1);
-        moved = bd.push1(Op::Transpose { permutation: swap }, &[v], None)?;
-    }
-    let mut merged_shape = lt.shape.clone();
-    merged_shape[nb_in] *= bd.size;
-    let merged = bd.push1(
-        Op::Reshape {},
-        &[moved],
-        Some(TensorType::new(lt.dtype, merged_shape)),
-    )?;
-    let mut out_shape = res.shape.clone();
-    out_shape[nb_out] *= bd.size;
-    let out = bd.push1(
-        cx.op.clone(),
-        &[merged, cx.xs[1].v],
-        Some(TensorType::new(res.dtype, out_shape)),
-    )?;
-    let mut split_shape = res.shape.clone();
-    split_shape.insert(nb_out, bd.size);
-    let split = bd.push1(
-        Op::Reshape {},
-        &[out],
-        Some(TensorType::new(res.dtype, split_shape)),
-    )?;
-    Ok(all_batched(vec![bd.batch_first(split, nb_out)?]))
 }
