@@ -14,6 +14,7 @@
 //! element (see [`crate::lower`]).
 
 use crate::canon::rebuild;
+use crate::target::TargetInfo;
 use kiln_ir::window_fold::{Window, fold_window};
 use kiln_ir::{Builder, Func, Loc, Op, Props, TensorType, ValueId, VerifyError};
 
@@ -29,9 +30,9 @@ pub fn expandable(body: &Func) -> bool {
 /// Whether the instruction is a `reduce_region`, `reduce_window_region` or `map` this module
 /// expands: a body of elementwise ops and scalar constants (and a window of at most
 /// [`MAX_EXPANDED_WINDOW`] elements).
-fn expands(op: &Op) -> bool {
+fn expands(op: &Op, target: &TargetInfo) -> bool {
     match op {
-        Op::ReduceRegion { body, .. } => expandable(body),
+        Op::ReduceRegion { body, .. } => expandable(body) && !crate::fold::folds(op, target),
         Op::ReduceWindowRegion {
             window_dimensions,
             body,
@@ -50,13 +51,14 @@ fn expands(op: &Op) -> bool {
 
 /// The function with every `reduce_region`, `reduce_window_region` and `map` whose body is
 /// elementwise ops and scalar constants (and whose window has at most
-/// [`MAX_EXPANDED_WINDOW`] elements) expanded into elementwise ops; the others stay.
-pub fn expand_region_reduces(f: &Func) -> Result<Func, VerifyError> {
-    if !f.insts.iter().any(|i| expands(&i.op)) {
+/// [`MAX_EXPANDED_WINDOW`] elements) expanded into elementwise ops; the others stay, and so do
+/// the `reduce_region`s that become one fold kernel on `target` ([`crate::fold::folds`]).
+pub fn expand_region_reduces(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError> {
+    if !f.insts.iter().any(|i| expands(&i.op, target)) {
         return Ok(f.clone());
     }
     rebuild(f, |b, inst, ops| {
-        if !expands(&inst.op) {
+        if !expands(&inst.op, target) {
             return Ok(None);
         }
         let loc = inst.loc.unwrap_or_else(Loc::caller);
