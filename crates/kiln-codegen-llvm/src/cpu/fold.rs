@@ -128,10 +128,12 @@ impl<'c> Emitter<'c> {
     }
 
     /// The fold over its one loop `v` (of `n >= 2 * lanes` positions) in `lanes` sets of
-    /// accumulators: set `l` starts at element `l` and takes every `lanes`-th element after it
-    /// (each round of the loop computes `lanes` consecutive elements, which LLVM's SLP
-    /// vectorizer turns into vectors); the positions past the last whole round go to set 0;
-    /// the sets are then combined with the body, halving, and the inits with what is left.
+    /// accumulators: set `l` starts at element `l` and takes every `lanes`-th element after it;
+    /// the positions past the last whole round go to set 0; the sets are then combined with
+    /// the body, halving, and the inits with what is left. Each accumulator's sets are one
+    /// stack array, and each round of the loop an inner loop of `lanes` iterations over them,
+    /// which LLVM's loop vectorizer turns into vectors (straight-line lanes left to the SLP
+    /// vectorizer became pairs).
     fn fold_lanes(
         &self,
         fold: &Fold,
@@ -140,18 +142,14 @@ impl<'c> Emitter<'c> {
         n: usize,
         lanes: usize,
     ) -> Result<Vec<BasicValueEnum<'c>>> {
-        let at = |em: &Self, i: IntValue<'c>| -> Result<()> {
-            em.b.build_store(em.vars[v], i).map_err(llvm)?;
-            Ok(())
-        };
-        let mut sets = Vec::with_capacity(lanes);
-        for l in 0..lanes {
-            at(self, self.i64c(l as i64))?;
-            let elems = self.all(&fold.elems)?;
-            sets.push(self.slots(&elems)?);
-        }
-        let whole = (n / lanes * lanes) as i64;
         let i64t = self.ctx.i64_type();
+        let arrays = self.lane_arrays(inits, lanes)?;
+        let zero = self.i64c(0);
+        self.lanes_loop(v, zero, &arrays, inits, &|em, slots| {
+            let elems = em.all(&fold.elems)?;
+            em.write(slots, &elems)
+        })?;
+        let whole = (n / lanes * lanes) as i64;
         let slot = self.entry_alloca(i64t.into())?;
         let range = (self.i64c(lanes as i64), self.i64c(whole));
         self.labeled_loop("fold", slot, range, lanes as i64, &mut |em: &Self| {
@@ -159,27 +157,18 @@ impl<'c> Emitter<'c> {
                 em.b.build_load(i64t, slot, "i0")
                     .map_err(llvm)?
                     .into_int_value();
-            // Every lane's elements first, then every lane's body: isomorphic straight-line
-            // code for the SLP vectorizer.
-            let mut elems = Vec::with_capacity(lanes);
-            for l in 0..lanes {
-                let i =
-                    em.b.build_int_add(i0, em.i64c(l as i64), "i")
-                        .map_err(llvm)?;
-                at(em, i)?;
-                elems.push(em.all(&fold.elems)?);
-            }
-            for (set, e) in sets.iter().zip(&elems) {
-                let accs = em.read(set, inits)?;
-                let next = em.apply(fold, &accs, e)?;
-                em.write(set, &next)?;
-            }
-            Ok(())
+            em.lanes_loop(v, i0, &arrays, inits, &|em, slots| {
+                em.step(fold, slots, inits)
+            })
         })?;
+        let first = self.lane_set(&arrays, inits, zero)?;
         let rest = (self.i64c(whole), self.i64c(n as i64));
         self.range_loop(v, rest.0, rest.1, 1, &mut |em: &Self| {
-            em.step(fold, &sets[0], inits)
+            em.step(fold, &first, inits)
         })?;
+        let sets = (0..lanes)
+            .map(|l| self.lane_set(&arrays, inits, self.i64c(l as i64)))
+            .collect::<Result<Vec<_>>>()?;
         let mut live = lanes;
         while live > 1 {
             let half = live.div_ceil(2);
@@ -195,36 +184,84 @@ impl<'c> Emitter<'c> {
         self.apply(fold, inits, &total)
     }
 
-    /// The fold `e` at each of `width` positions of a column strip (`at(em, w)` moves the
-    /// position to the strip's `w`-th), in order along its loops, with the accumulators of
-    /// each position side by side: per result, its key and the accumulator of each position.
+    /// One stack array per accumulator (of the types of `like`), of `lanes` sets.
+    fn lane_arrays(
+        &self,
+        like: &[BasicValueEnum<'c>],
+        lanes: usize,
+    ) -> Result<Vec<(PointerValue<'c>, usize)>> {
+        like.iter()
+            .map(|x| Ok((self.line_buffer(x.get_type(), lanes)?, lanes)))
+            .collect()
+    }
+
+    /// Set `lane`'s accumulators: pointers into the arrays.
+    fn lane_set(
+        &self,
+        arrays: &[(PointerValue<'c>, usize)],
+        like: &[BasicValueEnum<'c>],
+        lane: IntValue<'c>,
+    ) -> Result<Vec<PointerValue<'c>>> {
+        (arrays.iter().zip(like))
+            .map(|((a, _), x)| {
+                // SAFETY (of the emitted code): `lane` is below the arrays' length.
+                unsafe { self.b.build_in_bounds_gep(x.get_type(), *a, &[lane], "set") }
+                    .map_err(llvm)
+            })
+            .collect()
+    }
+
+    /// A loop over the sets of `arrays` (a constant trip count, which LLVM's loop vectorizer
+    /// turns into vectors) with loop variable `v` at `base` plus the set's number, running
+    /// `body` on each set.
+    fn lanes_loop(
+        &self,
+        v: usize,
+        base: IntValue<'c>,
+        arrays: &[(PointerValue<'c>, usize)],
+        like: &[BasicValueEnum<'c>],
+        body: &dyn Fn(&Self, &[PointerValue<'c>]) -> Result<()>,
+    ) -> Result<()> {
+        let i64t = self.ctx.i64_type();
+        let lanes = arrays.first().map_or(0, |a| a.1);
+        let lane = self.entry_alloca(i64t.into())?;
+        let range = (self.i64c(0), self.i64c(lanes as i64));
+        self.labeled_loop("lane", lane, range, 1, &mut |em: &Self| {
+            let l =
+                em.b.build_load(i64t, lane, "l")
+                    .map_err(llvm)?
+                    .into_int_value();
+            let i = em.b.build_int_nsw_add(base, l, "i").map_err(llvm)?;
+            em.b.build_store(em.vars[v], i).map_err(llvm)?;
+            body(em, &em.lane_set(arrays, like, l)?)
+        })
+    }
+
+    /// The fold `e` at each of `width` positions of a column strip (innermost output variable
+    /// `d` from `j0`), in order along its loops, with the accumulators of the positions side
+    /// by side in arrays (each step a loop over the positions, which vectorizes): per result,
+    /// its key and the accumulator of each position.
     pub(super) fn fold_strip(
         &self,
         e: &Expr,
         width: usize,
-        at: &dyn Fn(&Self, i64) -> Result<()>,
+        (d, j0): (usize, IntValue<'c>),
     ) -> Result<StripFold<'c>> {
         let Expr::Fold { fold, .. } = e else {
             return Ok(Vec::new());
         };
         // The inits read no loop variable (`column_strips` checks).
         let inits = self.all(&fold.inits)?;
-        let sets = (0..width)
-            .map(|_| self.slots(&inits))
-            .collect::<Result<Vec<_>>>()?;
+        let arrays = self.lane_arrays(&inits, width)?;
+        self.lanes_loop(d, j0, &arrays, &inits, &|em, slots| em.write(slots, &inits))?;
         self.nest(&fold.vars, &mut |em: &Self| {
-            let mut elems = Vec::with_capacity(width);
-            for w in 0..width {
-                at(em, w as i64)?;
-                elems.push(em.all(&fold.elems)?);
-            }
-            for (set, e) in sets.iter().zip(&elems) {
-                let accs = em.read(set, &inits)?;
-                let next = em.apply(fold, &accs, e)?;
-                em.write(set, &next)?;
-            }
-            Ok(())
+            em.lanes_loop(d, j0, &arrays, &inits, &|em, slots| {
+                em.step(fold, slots, &inits)
+            })
         })?;
+        let sets = (0..width)
+            .map(|w| self.lane_set(&arrays, &inits, self.i64c(w as i64)))
+            .collect::<Result<Vec<_>>>()?;
         Ok((0..fold.arity())
             .map(|j| {
                 let key = value_key(&Expr::Fold {

@@ -669,7 +669,7 @@ pub(super) fn strips<'c>(
         )> = Vec::new();
         for r in columns {
             if let Expr::Fold { .. } = r {
-                sums.extend(em.fold_strip(r, width as usize, &at)?);
+                sums.extend(em.fold_strip(r, width as usize, (d, j0))?);
                 continue;
             }
             let Expr::Reduce {
