@@ -9,6 +9,9 @@
 //! order of a reduction open, for bodies that are associative; this is one such order, with
 //! `⌈log2 n⌉` levels, each a few fusible kernels.
 //!
+//! On a target that takes fold kernels ([`crate::fold`]), a `reduce_region` whose body the fold
+//! expresses is not expanded: it becomes one kernel of coupled accumulators.
+//!
 //! Only bodies of elementwise ops and scalar constants expand; any other body keeps the op,
 //! which the host then runs as a control step, its body compiled as a region and called per
 //! element (see [`crate::lower`]).
