@@ -29,6 +29,7 @@ mod aot;
 mod compile_times;
 mod emitter;
 mod executable;
+mod fold;
 mod gemm;
 mod kernels;
 mod loops;
@@ -131,6 +132,8 @@ struct Emitter<'c> {
     /// The loop schedule of the loop-nest kernel being emitted, as the kernel layer decided it
     /// (see [`kiln_kernel::loop_schedule`]).
     schedule: Option<KernelSchedule>,
+    /// The arguments of the fold body being emitted ([`Expr::Arg`]; see `fold.rs`).
+    args: std::cell::RefCell<Vec<BasicValueEnum<'c>>>,
 }
 
 /// What code is emitted for: this machine (its CPU and features on every function) or any

@@ -1,5 +1,6 @@
-//! `reduce_region` on the CPU backend (expanded into a tree of elementwise kernels) against the
-//! reference interpreter (which folds the body in row-major order), bit for bit: argmax and
+//! `reduce_region` on the CPU backend (one fold kernel of coupled accumulators, in vector lanes
+//! along rows and in strips of columns; a tree of elementwise kernels for small floats) against
+//! the reference interpreter (which folds the body in row-major order), bit for bit: argmax and
 //! argmin with NaN and tie rules, integer bodies (exclusive or, wrapping sum, a sum and a count
 //! together), over random shapes and reduced dimensions, empty ones included; and a body the
 //! expansion does not take, which the host folds with the body's compiled program. The same for
@@ -124,6 +125,11 @@ fn cases() -> Vec<(Vec<usize>, Vec<usize>)> {
         (vec![4, 6], vec![]),
         (vec![4, 0, 3], vec![1]),
         (vec![33, 31], vec![0, 1]),
+        // Rows long enough for the fold's vector lanes (with a remainder), and columns under
+        // outputs wide enough for strips (with positions past the last strip).
+        (vec![6, 133], vec![1]),
+        (vec![70, 45], vec![0]),
+        (vec![3, 20, 37], vec![1]),
     ]
 }
 
@@ -196,6 +202,30 @@ fn integer_bodies_agree_with_the_reference() {
                 false,
             );
         }
+    }
+}
+
+/// The steps of `text`'s plan that run a compiled kernel.
+fn kernels(text: &str) -> usize {
+    let f = parse_func_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let exe = CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    exe.plan().iter().filter(|s| **s == Step::Kernel).count()
+}
+
+#[test]
+fn an_argmax_of_a_computed_value_is_one_kernel_over_rows_and_columns() {
+    for (shape, dims) in [(vec![8, 300], vec![1]), (vec![300, 40], vec![0])] {
+        let t = TensorType::new(DType::F32, shape.clone());
+        let text = arg_program(DType::F32, &shape, &dims, "GT").replace(
+            "%5, %6 = reduce_region %0,",
+            &format!("%9 = multiply %0, %0 : {t}\n  %5, %6 = reduce_region %9,"),
+        );
+        // The product, the positions and both results in one loop nest: no temporary.
+        assert_eq!(kernels(&text), 1, "{text}");
+        let n: usize = shape.iter().product();
+        let x = Literal::from_f64s(t, &values(DType::F32, n, true, 5)).unwrap();
+        let init = Literal::from_f64s(TensorType::scalar(DType::F32), &[-1e30]).unwrap();
+        check(&text, &[x, init], false);
     }
 }
 

@@ -38,6 +38,13 @@ pub fn free_vars(e: &Expr) -> BTreeSet<usize> {
                     self.expr(body);
                     self.bound.truncate(mark);
                 }
+                Expr::Fold { fold, .. } => {
+                    fold.inits.iter().for_each(|x| self.expr(x));
+                    let mark = self.bound.len();
+                    self.bound.extend(fold.vars.iter().map(|v| v.0));
+                    fold.elems.iter().for_each(|x| self.expr(x));
+                    self.bound.truncate(mark);
+                }
                 _ => e.for_each_child(self),
             }
         }
@@ -176,7 +183,7 @@ pub fn reads_own_position_or_row(e: &Expr, j: usize, out: &TensorType, split: us
                 ok
             }
             // Conditions may hold run-time indices: only a guard not reading `j` at all.
-            Expr::Guard { .. } => !reads_input(e, j),
+            Expr::Guard { .. } | Expr::Fold { .. } | Expr::Arg { .. } => !reads_input(e, j),
         }
     }
     match e {
@@ -261,7 +268,7 @@ pub fn contiguous_along(e: &Expr, var: usize) -> bool {
                 _ => ok = false,
             }
         }
-        Expr::Reduce { .. } | Expr::Guard { .. } => ok = false,
+        Expr::Reduce { .. } | Expr::Guard { .. } | Expr::Fold { .. } => ok = false,
         _ => {}
     });
     ok && unit

@@ -31,7 +31,7 @@ mod inline;
 mod legality;
 mod merge;
 
-use crate::ir::{Kernel, Rewriter, Schedule};
+use crate::ir::{Expr, Extra, Kernel, Rewriter, Schedule};
 use crate::target::FusionLimits;
 use kiln_ir::{Func, ValueId};
 
@@ -84,6 +84,7 @@ pub struct Fused {
 /// The per-instruction kernels `ks` of `f` as they are: nothing inlined.
 pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
     let n = f.insts.len();
+    let extra = own_extras(f, &ks);
     Fused {
         kernels: ks,
         operands: f.insts.iter().map(|i| i.operands.clone()).collect(),
@@ -91,9 +92,22 @@ pub fn unfused(f: &Func, ks: Vec<Option<Kernel>>) -> Fused {
         members: (0..n).map(|i| vec![i]).collect(),
         decisions: vec![FusionDecision::Off; n],
         merged_into: vec![None; n],
-        extra: vec![Vec::new(); n],
+        extra,
         no_kernel: vec![None; n],
     }
+}
+
+/// Per instruction: the results its kernel writes as extra outputs from the start (a fold's
+/// results after the first, see [`crate::fold`]).
+fn own_extras(f: &Func, ks: &[Option<Kernel>]) -> Vec<Vec<ValueId>> {
+    f.insts
+        .iter()
+        .zip(ks)
+        .map(|(inst, k)| match k {
+            Some(k) if !k.extra.is_empty() => inst.results[1..].to_vec(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 /// Fuses the per-instruction kernels `ks` of `f` within the target's `limits`.
@@ -123,7 +137,7 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &Fusio
         members: vec![Vec::new(); n],
         decisions: vec![FusionDecision::NoKernel; n],
         merged_into: vec![None; n],
-        extra: vec![Vec::new(); n],
+        extra: own_extras(f, &ks),
         no_kernel: vec![None; n],
     };
     for (i, inst) in f.insts.iter().enumerate() {
@@ -155,14 +169,29 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &Fusio
                 next_var: k.vars,
             };
             let body = ctx.expr(&k.body);
-            (body, ctx.next_var)
+            // A fold's other results: the same fold, inlined once.
+            let extra: Vec<Extra> = (k.extra.iter())
+                .map(|x| {
+                    let body = match (&body, &x.body) {
+                        // Lowered together: one fold (`fold::lower_reduce_region`).
+                        (Expr::Fold { fold, .. }, Expr::Fold { result, .. }) => Expr::Fold {
+                            fold: fold.clone(),
+                            result: *result,
+                        },
+                        _ => ctx.expr(&x.body),
+                    };
+                    Extra { body, ..x.clone() }
+                })
+                .collect();
+            (body, extra, ctx.next_var)
         };
-        let (body, vars) = body;
+        let (body, extra, vars) = body;
         members.sort_unstable();
         members.dedup();
         let fused = Kernel {
             body,
             vars,
+            extra,
             ..k.clone()
         };
         out.operands[i] = inputs;

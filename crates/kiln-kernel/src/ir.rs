@@ -112,6 +112,40 @@ pub enum Expr {
         then: Box<Expr>,
         otherwise: Box<Expr>,
     },
+    /// Result `result` of the reduction `fold` (a `reduce_region` whose body is elementwise).
+    /// The node stands in each output of the kernel that writes one of its results, the same
+    /// `fold` in each: the emitter computes all of them once.
+    Fold { fold: Box<Fold>, result: usize },
+    /// Argument `slot` of a [`Fold`]'s body (its accumulators, then the elements); only inside
+    /// [`Fold::body`].
+    Arg { slot: usize, dtype: DType },
+}
+
+/// A reduction with `k` coupled accumulators and a body of its own (a `reduce_region` with an
+/// elementwise body, such as argmax's values and indices): the accumulators start at `inits`;
+/// at each position of the loops over `vars` (outermost first) the elements `elems` are
+/// computed and the accumulators become `body` applied to them (reading
+/// [`Expr::Arg`] `0..k`, the accumulators, and `k..2k`, the elements). The order of the
+/// applications is left open, as the op's spec leaves it: the schedule may keep several sets
+/// of accumulators (one per vector lane, starting at elements) and combine them with the body
+/// at the end, then with the inits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fold {
+    /// The accumulators' starting values, over the output position.
+    pub inits: Vec<Expr>,
+    /// The reduction loops `(var, extent)`.
+    pub vars: Vec<(usize, usize)>,
+    /// The elements at each position of the loops.
+    pub elems: Vec<Expr>,
+    /// The new accumulators, from [`Expr::Arg`]s and constants.
+    pub body: Vec<Expr>,
+}
+
+impl Fold {
+    /// The number of accumulators.
+    pub fn arity(&self) -> usize {
+        self.inits.len()
+    }
 }
 
 impl Expr {
@@ -124,8 +158,10 @@ impl Expr {
             | Expr::Const { dtype, .. }
             | Expr::Op { dtype, .. }
             | Expr::Reduce { dtype, .. }
-            | Expr::Gather { dtype, .. } => *dtype,
+            | Expr::Gather { dtype, .. }
+            | Expr::Arg { dtype, .. } => *dtype,
             Expr::Guard { then, .. } => then.dtype(),
+            Expr::Fold { fold, result } => fold.body[*result].dtype(),
         }
     }
 }
@@ -366,10 +402,21 @@ pub trait Rewriter {
 impl Expr {
     /// Calls `v` on each expression and index expression directly inside this one, in order:
     /// an index node's index, an op's operands, a reduction's start then its body, a gather's
-    /// indices, a guard's conditions then its branches (loads, iotas and constants have none).
+    /// indices, a guard's conditions then its branches, a fold's inits, elements and body
+    /// (loads, iotas, constants and arguments have none).
     pub fn for_each_child<'e, V: Visitor<'e> + ?Sized>(&'e self, v: &mut V) {
         match self {
-            Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => {}
+            Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } | Expr::Arg { .. } => {}
+            Expr::Fold { fold, .. } => {
+                let Fold {
+                    inits, elems, body, ..
+                } = &**fold;
+                inits
+                    .iter()
+                    .chain(elems)
+                    .chain(body)
+                    .for_each(|x| v.expr(x));
+            }
             Expr::Index { idx, .. } => v.idx(idx),
             Expr::Op { args, .. } => args.iter().for_each(|a| v.expr(a)),
             Expr::Reduce { init, body, .. } => {
@@ -394,7 +441,24 @@ impl Expr {
     /// coefficients, an iota's variable, a reduction's variables) stay as they are.
     pub fn map_children<R: Rewriter + ?Sized>(&self, r: &mut R) -> Expr {
         match self {
-            Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } => self.clone(),
+            Expr::Load { .. } | Expr::Iota { .. } | Expr::Const { .. } | Expr::Arg { .. } => {
+                self.clone()
+            }
+            Expr::Fold { fold, result } => {
+                let mut all = |xs: &[Expr]| xs.iter().map(|x| r.expr(x)).collect::<Vec<_>>();
+                let inits = all(&fold.inits);
+                let elems = all(&fold.elems);
+                let body = all(&fold.body);
+                Expr::Fold {
+                    fold: Box::new(Fold {
+                        inits,
+                        vars: fold.vars.clone(),
+                        elems,
+                        body,
+                    }),
+                    result: *result,
+                }
+            }
             Expr::Index { idx, dtype } => Expr::Index {
                 idx: r.idx(idx),
                 dtype: *dtype,

@@ -47,6 +47,14 @@ enum Node {
         index: Vec<Index>,
     },
     Guard(Vec<Condition>, Box<Node>, Box<Node>),
+    Fold {
+        inits: Vec<Node>,
+        vars: Vec<(Var, usize)>,
+        elems: Vec<Node>,
+        body: Vec<Node>,
+        result: usize,
+    },
+    Arg(usize, DType),
 }
 
 /// An index expression of a key: affine ones by their merged terms, so that sums with zeros
@@ -160,6 +168,27 @@ fn node(e: &Expr, bound: &mut Vec<usize>) -> Node {
             let then = Box::new(node(then, bound));
             Node::Guard(conds, then, Box::new(node(otherwise, bound)))
         }
+        Expr::Fold { fold, result } => {
+            let inits = fold.inits.iter().map(|x| node(x, bound)).collect();
+            let depth = bound.len();
+            let vars = (fold.vars.iter())
+                .map(|&(v, n)| {
+                    bound.push(v);
+                    (var(v, bound), n)
+                })
+                .collect();
+            let elems = fold.elems.iter().map(|x| node(x, bound)).collect();
+            bound.truncate(depth);
+            let body = fold.body.iter().map(|x| node(x, bound)).collect();
+            Node::Fold {
+                inits,
+                vars,
+                elems,
+                body,
+                result: *result,
+            }
+        }
+        Expr::Arg { slot, dtype } => Node::Arg(*slot, *dtype),
     }
 }
 
@@ -263,6 +292,31 @@ impl fmt::Display for Node {
                 }
                 write!(f, "{then}?{otherwise})")
             }
+            Node::Fold {
+                inits,
+                vars,
+                elems,
+                body,
+                result,
+            } => {
+                write!(f, "F{result}(")?;
+                for x in inits {
+                    write!(f, "{x},")?;
+                }
+                for (v, n) in vars {
+                    write!(f, ";{v}<{n}")?;
+                }
+                write!(f, "|")?;
+                for x in elems {
+                    write!(f, "{x},")?;
+                }
+                write!(f, "|")?;
+                for x in body {
+                    write!(f, "{x},")?;
+                }
+                write!(f, ")")
+            }
+            Node::Arg(slot, dtype) => write!(f, "A{slot}:{dtype}"),
         }
     }
 }
@@ -408,6 +462,33 @@ mod tests {
                 s.push('?');
                 key_expr(otherwise, bound, s);
                 s.push(')');
+            }
+            Expr::Fold { fold, result } => {
+                let _ = write!(s, "F{result}(");
+                for x in &fold.inits {
+                    key_expr(x, bound, s);
+                    s.push(',');
+                }
+                let depth = bound.len();
+                for &(v, n) in &fold.vars {
+                    bound.push(v);
+                    let _ = write!(s, ";{}<{n}", key_var(v, bound));
+                }
+                s.push('|');
+                for x in &fold.elems {
+                    key_expr(x, bound, s);
+                    s.push(',');
+                }
+                bound.truncate(depth);
+                s.push('|');
+                for x in &fold.body {
+                    key_expr(x, bound, s);
+                    s.push(',');
+                }
+                s.push(')');
+            }
+            Expr::Arg { slot, dtype } => {
+                let _ = write!(s, "A{slot}:{dtype}");
             }
         }
     }

@@ -10,6 +10,8 @@
 //! - [`kernel`]: all of the above under one path, as the emitters import them.
 //! - [`canon`]: canonicalizing rewrites of the graph before lowering (rng expansion, transposed
 //!   products, Winograd and GEMM convolutions, dot canonicalization).
+//! - [`fold`]: `reduce_region` with an elementwise body as one kernel of coupled
+//!   accumulators.
 //! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
 //! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan; [`sort`]: how a
 //!   `sort` runs (by keys or by its comparator).
@@ -34,6 +36,7 @@ pub mod complex;
 mod complex_math;
 mod complex_regions;
 pub mod fft;
+pub mod fold;
 pub mod fuse;
 pub mod gemm_schedule;
 pub mod gpu;

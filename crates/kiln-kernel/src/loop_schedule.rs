@@ -44,6 +44,8 @@ pub struct KernelSchedule {
     pub row_caches: Vec<RowCache>,
     /// The column sums the innermost loop computes in strips (see [`column_strips`]).
     pub strips: Option<Strips>,
+    /// The folds that run in vector lanes along their row (see [`row_folds`]).
+    pub row_folds: Vec<RowFold>,
     /// A GEMM's blocking (see [`crate::gemm_schedule`]; `None` for other kernels).
     pub gemm: Option<GemmSchedule>,
     /// How the kernel's rows are split across threads (see [`crate::threads`]).
@@ -64,6 +66,17 @@ pub struct Strips {
     /// [`value_key`] of each reduction computed per strip, in the order of the kernel's
     /// bodies.
     pub reduces: Vec<ValueKey>,
+}
+
+/// A fold ([`crate::fold`]) over one contiguous loop, run in lanes (see [`row_folds`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowFold {
+    /// [`crate::fold::fold_key`] of the fold.
+    pub fold: ValueKey,
+    /// The sets of accumulators it keeps, one per vector lane: each starts at an element,
+    /// takes every `lanes`-th element after it, and the lanes are combined with the body
+    /// (pairwise, halving) after the loop, then with the inits.
+    pub lanes: usize,
 }
 
 /// The square tiles a transposing kernel runs in (see [`transpose_tile_dim`]).
@@ -104,6 +117,7 @@ pub fn kernel_schedule(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> Ker
             tile: None,
             segments: Vec::new(),
             row_caches: row_caches(k, target, cpu),
+            row_folds: Vec::new(),
             strips: None,
             gemm,
             launch: crate::threads::launch(k, gemm.as_ref(), target),
@@ -129,12 +143,14 @@ pub fn kernel_schedule(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> Ker
             guard_segments(&bodies, d, extent, max_cuts, cpu.guard_splits)
         })
         .collect();
+    let strips = column_strips(k, target);
     KernelSchedule {
         stream,
         tile,
         segments,
         row_caches: row_caches(k, target, cpu),
-        strips: column_strips(k, target),
+        row_folds: row_folds(k, strips.as_ref(), target),
+        strips,
         gemm: None,
         launch: crate::threads::launch(k, None, target),
     }
@@ -151,32 +167,88 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
         return None;
     }
     let mut reduces: Vec<ValueKey> = Vec::new();
+    // Accumulators per position.
+    let mut accumulators = 0;
     let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
     for r in bodies.flat_map(hoistable_reduces) {
-        let Expr::Reduce { body, init, .. } = r else {
-            continue;
-        };
         let free = free_vars(r);
-        let key = value_key(r);
-        if free.contains(&d)
-            && free.iter().all(|&v| v <= d)
-            && free_vars(init).is_empty()
-            && crate::kernel::contiguous_along(body, d)
-            && !reduces.contains(&key)
-        {
+        let (fits, key, n) = match r {
+            Expr::Reduce { body, init, .. } => (
+                free_vars(init).is_empty() && crate::kernel::contiguous_along(body, d),
+                value_key(r),
+                1,
+            ),
+            Expr::Fold { fold, .. } => {
+                // Each element read along the row, or the same along it (an index).
+                let along = |e: &Expr| crate::kernel::contiguous_along(e, d);
+                let fixed = |e: &Expr| !free_vars(e).contains(&d) && !has_reduction(e);
+                (
+                    fold.inits.iter().all(|i| free_vars(i).is_empty())
+                        && fold.elems.iter().any(along)
+                        && fold.elems.iter().all(|e| along(e) || fixed(e)),
+                    crate::fold::fold_key(r),
+                    fold.arity(),
+                )
+            }
+            _ => continue,
+        };
+        if fits && free.contains(&d) && free.iter().all(|&v| v <= d) && !reduces.contains(&key) {
             reduces.push(key);
+            accumulators += n;
         }
     }
     let tail = target.loops.strip.max(1);
     let budget = target.loops.strip_vectors * target.vector_bytes / 4;
     // No wider than the loop: a strip holds whole strips of the tail's width.
-    let width = (budget / reduces.len().max(1)).min(k.out.shape[d]);
+    let width = (budget / accumulators.max(1)).min(k.out.shape[d]);
     let width = (width / tail).max(1) * tail;
     (!reduces.is_empty()).then_some(Strips {
         width,
         tail,
         reduces,
     })
+}
+
+/// The folds of loop-nest kernel `k`'s bodies outside its column strips (`strips`) that run
+/// over one loop long enough for two rounds of lanes: they keep one set of accumulators per
+/// lane of a vector of their widest accumulator ([`TargetInfo::fold_lanes`]), which the
+/// emitter keeps side by side so that each round of the loop is one vector's work. The
+/// others (several reduced loops, short loops) fold in order.
+pub fn row_folds(k: &Kernel, strips: Option<&Strips>, target: &TargetInfo) -> Vec<RowFold> {
+    let mut out: Vec<RowFold> = Vec::new();
+    let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
+    for r in bodies.flat_map(hoistable_reduces) {
+        let Expr::Fold { fold, .. } = r else {
+            continue;
+        };
+        let key = crate::fold::fold_key(r);
+        let in_strips = strips.is_some_and(|s| s.reduces.contains(&key));
+        let bytes = fold
+            .inits
+            .iter()
+            .map(|i| i.dtype().bytes())
+            .max()
+            .unwrap_or(4);
+        let lanes = target.fold_lanes(bytes);
+        if let [(_, n)] = fold.vars[..]
+            && lanes > 1
+            && n >= 2 * lanes
+            && !in_strips
+            && !out.iter().any(|f| f.fold == key)
+        {
+            out.push(RowFold { fold: key, lanes });
+        }
+    }
+    out
+}
+
+/// Whether `e` holds a reduction or a fold.
+fn has_reduction(e: &Expr) -> bool {
+    let mut found = false;
+    visit(e, &mut |x| {
+        found |= matches!(x, Expr::Reduce { .. } | Expr::Fold { .. })
+    });
+    found
 }
 
 /// Whether loop-nest kernel `k` writes its output with streaming stores on `target` (see
@@ -475,6 +547,9 @@ impl fmt::Display for KernelSchedule {
                 "strips of {}{then} ({n} column sum{plural})",
                 st.width
             ));
+        }
+        for r in &self.row_folds {
+            parts.push(format!("fold in {} lanes", r.lanes));
         }
         for c in &self.row_caches {
             let op = match &c.part {

@@ -152,6 +152,9 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
              the computation, compiled as a region, per element (canonicalization expands the \
              others into elementwise ops)",
         )),
+        Op::ReduceRegion { dimensions, body } if crate::fold::fold_body(body).is_ok() => {
+            crate::fold::lower_reduce_region(dimensions, body, x)
+        }
         Op::ReduceRegion { .. } | Op::ReduceWindowRegion { .. } => Err(NoKernel(
             "a reduction with a body of other than elementwise ops and scalar constants (or a \
              window of more than 256 elements): the host folds the body, compiled as a region, \

@@ -111,7 +111,7 @@ pub fn hoistable_reduces(e: &Expr) -> Vec<&Expr> {
         fn expr(&mut self, e: &'e Expr) {
             match e {
                 Expr::Op { .. } => e.for_each_child(self),
-                Expr::Reduce { .. } => {
+                Expr::Reduce { .. } | Expr::Fold { .. } => {
                     e.for_each_child(self);
                     self.0.push(e);
                 }

@@ -160,7 +160,13 @@ pub fn lowerings(f: &Func) -> Vec<std::result::Result<Kernel, NoKernel>> {
                 .map(|o| f.values[o.index()].clone())
                 .collect();
             let lowered = lower(&inst.op, &x, &f.values[r.index()]);
-            if inst.results.len() != 1 {
+            // A fold writes each of its results (the others as extra outputs).
+            let writes_all = |k: &Kernel| {
+                k.extra.len() + 1 == inst.results.len()
+                    && (inst.results[1..].iter().zip(&k.extra))
+                        .all(|(v, x)| f.values[v.index()] == x.out)
+            };
+            if inst.results.len() != 1 && !lowered.as_ref().is_ok_and(writes_all) {
                 // A kernel writes one result: the op's own reason when it has one.
                 lowered.and(Err(NoKernel("more than one result")))
             } else {
@@ -376,7 +382,7 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
         .map_err(|e| Error::Lowering(format!("expanding fft into products: {e}")))?;
     // Regions expanded into elementwise ops before complex values are split, so that complex
     // ops in a `map` or a reduction's body are computed on parts like the others.
-    let f = &crate::reduce_tree::expand_region_reduces(f)
+    let f = &crate::reduce_tree::expand_region_reduces(f, target)
         .map_err(|e| Error::Lowering(format!("expanding reduce_region: {e}")))?;
     let f = &crate::complex::split_complex(f)
         .map_err(|e| Error::Lowering(format!("splitting complex numbers into parts: {e}")))?;

@@ -183,6 +183,13 @@ fn head(e: &Expr) -> String {
             let cs: Vec<String> = conds.iter().map(cond).collect();
             format!("guard {}", cs.join(" and "))
         }
+        Expr::Fold { fold, result } => format!(
+            "fold result {result} of {} {} over {}",
+            fold.arity(),
+            e.dtype(),
+            loops(&fold.vars)
+        ),
+        Expr::Arg { slot, dtype } => format!("arg {dtype} a{slot}"),
     }
 }
 
@@ -204,6 +211,16 @@ pub fn inline(e: &Expr) -> String {
             inline(then),
             inline(otherwise)
         ),
+        Expr::Fold { fold, .. } => {
+            let all = |xs: &[Expr]| xs.iter().map(inline).collect::<Vec<_>>().join(", ");
+            format!(
+                "{} (inits {}, elements {}, body {})",
+                head(e),
+                all(&fold.inits),
+                all(&fold.elems),
+                all(&fold.body)
+            )
+        }
         _ => head(e),
     }
 }
@@ -224,6 +241,18 @@ pub fn tree(e: &Expr, indent: usize, label: &str, out: &mut String) {
         } => {
             tree(then, inner, "then: ", out);
             tree(otherwise, inner, "else: ", out);
+        }
+        Expr::Fold { fold, .. } => {
+            let k = fold.arity();
+            for (i, x) in fold.inits.iter().enumerate() {
+                tree(x, inner, &format!("init a{i}: "), out);
+            }
+            for (i, x) in fold.elems.iter().enumerate() {
+                tree(x, inner, &format!("element a{}: ", k + i), out);
+            }
+            for (i, x) in fold.body.iter().enumerate() {
+                tree(x, inner, &format!("body a{i}: "), out);
+            }
         }
         _ => {}
     }

@@ -9,11 +9,15 @@
 //! order of a reduction open, for bodies that are associative; this is one such order, with
 //! `⌈log2 n⌉` levels, each a few fusible kernels.
 //!
+//! On a target that takes fold kernels ([`crate::fold`]), a `reduce_region` whose body the fold
+//! expresses is not expanded: it becomes one kernel of coupled accumulators.
+//!
 //! Only bodies of elementwise ops and scalar constants expand; any other body keeps the op,
 //! which the host then runs as a control step, its body compiled as a region and called per
 //! element (see [`crate::lower`]).
 
 use crate::canon::rebuild;
+use crate::target::TargetInfo;
 use kiln_ir::window_fold::{Window, fold_window};
 use kiln_ir::{Builder, Func, Loc, Op, Props, TensorType, ValueId, VerifyError};
 
@@ -29,9 +33,9 @@ pub fn expandable(body: &Func) -> bool {
 /// Whether the instruction is a `reduce_region`, `reduce_window_region` or `map` this module
 /// expands: a body of elementwise ops and scalar constants (and a window of at most
 /// [`MAX_EXPANDED_WINDOW`] elements).
-fn expands(op: &Op) -> bool {
+fn expands(op: &Op, target: &TargetInfo) -> bool {
     match op {
-        Op::ReduceRegion { body, .. } => expandable(body),
+        Op::ReduceRegion { body, .. } => expandable(body) && !crate::fold::folds(op, target),
         Op::ReduceWindowRegion {
             window_dimensions,
             body,
@@ -50,13 +54,14 @@ fn expands(op: &Op) -> bool {
 
 /// The function with every `reduce_region`, `reduce_window_region` and `map` whose body is
 /// elementwise ops and scalar constants (and whose window has at most
-/// [`MAX_EXPANDED_WINDOW`] elements) expanded into elementwise ops; the others stay.
-pub fn expand_region_reduces(f: &Func) -> Result<Func, VerifyError> {
-    if !f.insts.iter().any(|i| expands(&i.op)) {
+/// [`MAX_EXPANDED_WINDOW`] elements) expanded into elementwise ops; the others stay, and so do
+/// the `reduce_region`s that become one fold kernel on `target` ([`crate::fold::folds`]).
+pub fn expand_region_reduces(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError> {
+    if !f.insts.iter().any(|i| expands(&i.op, target)) {
         return Ok(f.clone());
     }
     rebuild(f, |b, inst, ops| {
-        if !expands(&inst.op) {
+        if !expands(&inst.op, target) {
             return Ok(None);
         }
         let loc = inst.loc.unwrap_or_else(Loc::caller);

@@ -42,7 +42,7 @@ impl Rewriter for Rename<'_> {
                 var: (self.var)(*var),
                 dtype: *dtype,
             },
-            Expr::Reduce { .. } if (self.keep)(e) => e.clone(),
+            Expr::Reduce { .. } | Expr::Fold { .. } if (self.keep)(e) => e.clone(),
             _ => e.map_children(self),
         }
     }
@@ -159,7 +159,11 @@ pub fn rename_var(e: &Expr, from: usize, to: usize) -> Expr {
             coef
         },
         var: &|v| if v == from { to } else { v },
-        keep: &|x| matches!(x, Expr::Reduce { vars, .. } if vars.iter().any(|v| v.0 == from)),
+        keep: &|x| match x {
+            Expr::Reduce { vars, .. } => vars.iter().any(|v| v.0 == from),
+            Expr::Fold { fold, .. } => fold.vars.iter().any(|v| v.0 == from),
+            _ => false,
+        },
     }
     .expr(e)
 }

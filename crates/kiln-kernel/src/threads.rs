@@ -108,6 +108,10 @@ pub fn reduction_work(e: &Expr) -> usize {
         Expr::Reduce { vars, body, .. } => {
             vars.iter().map(|v| v.1).product::<usize>().max(1) * reduction_work(body)
         }
+        Expr::Fold { fold, .. } => {
+            let inner = fold.elems.iter().map(reduction_work).max().unwrap_or(1);
+            fold.vars.iter().map(|v| v.1).product::<usize>().max(1) * inner
+        }
         Expr::Op { args, .. } => args.iter().map(reduction_work).max().unwrap_or(1),
         Expr::Guard {
             then, otherwise, ..

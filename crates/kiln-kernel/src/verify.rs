@@ -22,7 +22,7 @@
 //! [`debug_check`] runs it after lowering and after fusion in tests and debug builds.
 
 use crate::fuse::Fused;
-use crate::ir::{Cond, Ew, Expr, Idx, Kernel, Schedule};
+use crate::ir::{Cond, Ew, Expr, Fold, Idx, Kernel, Schedule, visit};
 use crate::key::value_key;
 use crate::window::windows_fit;
 use kiln_ir::{DType, Func, OpKind, Props, TensorType, strides};
@@ -223,6 +223,8 @@ fn node(e: &Expr) -> String {
         Expr::Op { op, dtype, .. } => format!("{} {dtype}", crate::print::ew_name(op)),
         Expr::Reduce { kind, dtype, .. } => format!("reduce {kind} {dtype}"),
         Expr::Guard { .. } => "guard".into(),
+        Expr::Fold { fold, result } => format!("fold result {result} of {}", fold.arity()),
+        Expr::Arg { slot, dtype } => format!("arg a{slot} {dtype}"),
     }
 }
 
@@ -252,6 +254,8 @@ struct Checker<'a> {
     /// The part being checked, and the nodes from its root to the current one.
     part: String,
     path: Vec<String>,
+    /// The dtypes of the arguments of the fold whose body is being checked (none outside).
+    args: Vec<DType>,
 }
 
 impl Checker<'_> {
@@ -410,6 +414,78 @@ impl Checker<'_> {
     }
 
     /// Forgets the atoms' ranges (the variables in scope or the facts changed).
+    /// Checks fold `fold` (of which the node reads result `result`): one init, element and
+    /// body expression per accumulator, of one dtype each; its variables bound like a
+    /// reduction's around the elements; its body reading only its arguments and constants.
+    fn fold(&mut self, fold: &Fold, result: usize) -> Res<()> {
+        let k = fold.arity();
+        if k == 0 || fold.elems.len() != k || fold.body.len() != k || result >= k {
+            return Err(self.err(format!(
+                "a fold of {k} inits, {} elements and {} body expressions, read at result                  {result}",
+                fold.elems.len(),
+                fold.body.len()
+            )));
+        }
+        for (i, x) in fold.inits.iter().enumerate() {
+            self.path.push(format!("init a{i}"));
+            self.expr(x)?;
+            self.path.pop();
+        }
+        let mark = self.bound.len();
+        for &(v, n) in &fold.vars {
+            if v >= self.k.vars {
+                return Err(self.err(format!(
+                    "binds v{v}, but the kernel has {} loop variables",
+                    self.k.vars
+                )));
+            }
+            if self.bound.iter().any(|b| b.0 == v) {
+                return Err(self.err(format!("binds v{v} again")));
+            }
+            self.bound.push((v, n));
+            self.changed();
+        }
+        for (i, x) in fold.elems.iter().enumerate() {
+            self.path.push(format!("element a{}", k + i));
+            self.expr(x)?;
+            self.path.pop();
+        }
+        self.bound.truncate(mark);
+        self.changed();
+        let dtypes: Vec<DType> = fold.inits.iter().map(Expr::dtype).collect();
+        for (i, (e, b)) in fold.elems.iter().zip(&fold.body).enumerate() {
+            for (what, d) in [("element", e.dtype()), ("body", b.dtype())] {
+                if d != dtypes[i] {
+                    return Err(self.err(format!(
+                        "the {what} of accumulator {i} is {d}, its init {}",
+                        dtypes[i]
+                    )));
+                }
+            }
+        }
+        let mut only_args = true;
+        for b in &fold.body {
+            visit(b, &mut |x| {
+                only_args &= matches!(x, Expr::Op { .. } | Expr::Const { .. } | Expr::Arg { .. })
+            });
+        }
+        if !only_args {
+            return Err(self.err("a fold's body reads something other than its arguments"));
+        }
+        let saved = std::mem::replace(&mut self.args, dtypes.repeat(2));
+        for (i, x) in fold.body.iter().enumerate() {
+            self.path.push(format!("body a{i}"));
+            let r = self.expr(x);
+            self.path.pop();
+            if let Err(e) = r {
+                self.args = saved;
+                return Err(e);
+            }
+        }
+        self.args = saved;
+        Ok(())
+    }
+
     fn changed(&self) {
         self.ranges.borrow_mut().clear();
     }
@@ -649,6 +725,19 @@ impl Checker<'_> {
                     }
                 }
             }
+            Expr::Fold { fold, result } => self.fold(fold, *result)?,
+            Expr::Arg { slot, dtype } => match self.args.get(*slot) {
+                Some(d) if d == dtype => {}
+                Some(d) => {
+                    return Err(self.err(format!("argument a{slot} is {d}, read as {dtype}")));
+                }
+                None => {
+                    return Err(self.err(format!(
+                        "argument a{slot} outside a fold's body, or past its {} arguments",
+                        self.args.len()
+                    )));
+                }
+            },
             Expr::Guard {
                 conds,
                 then,
@@ -844,6 +933,7 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
         inexact: Default::default(),
         part: "schedule".into(),
         path: Vec::new(),
+        args: Vec::new(),
     };
     let bad = |c: &Checker, problem: String| Err(c.err(problem));
     let rank = k.out.rank();

@@ -34,6 +34,7 @@ impl<'c> Emitter<'c> {
             exp_nonpositive: Default::default(),
             shifted: Default::default(),
             schedule: None,
+            args: Default::default(),
         }
     }
 
@@ -354,8 +355,14 @@ impl<'c> Emitter<'c> {
         Ok(())
     }
 
-    /// Computes `e` here, unless already hoisted, for the expressions emitted next to reuse.
+    /// Computes `e` here, unless already hoisted, for the expressions emitted next to reuse
+    /// (a fold: every result of it).
     pub(super) fn hoist_one(&self, e: &Expr) -> Result<()> {
+        if let Expr::Fold { .. } = e
+            && !self.is_hoisted(e)
+        {
+            return self.hoist_fold(e);
+        }
         if !self.is_hoisted(e) {
             let v = self.expr(e)?;
             self.hoisted
@@ -632,6 +639,13 @@ impl<'c> Emitter<'c> {
                 }
                 self.reduce(e, &mut |_| Ok(()))
             }
+            Expr::Fold { result, .. } => {
+                if let Some(v) = self.hoisted_value(e)? {
+                    return Ok(v);
+                }
+                Ok(self.fold_results(e)?[*result])
+            }
+            Expr::Arg { slot, .. } => self.fold_arg(*slot),
         }
     }
 

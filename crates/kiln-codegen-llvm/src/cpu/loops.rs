@@ -622,7 +622,7 @@ pub(super) fn column_reduces<'e>(
             reduces
                 .iter()
                 .copied()
-                .find(|r| value_key(r) == *key)
+                .find(|r| kiln_kernel::fold::fold_key(r) == *key)
                 .ok_or_else(|| {
                     Error::Llvm("a column strip's reduction is not in the kernel".into())
                 })
@@ -668,6 +668,10 @@ pub(super) fn strips<'c>(
             BasicTypeEnum<'c>,
         )> = Vec::new();
         for r in columns {
+            if let Expr::Fold { .. } = r {
+                sums.extend(em.fold_strip(r, width as usize, (d, j0))?);
+                continue;
+            }
             let Expr::Reduce {
                 kind,
                 dtype,

@@ -248,6 +248,12 @@ impl<'c> Emit<'_, 'c> {
                 vars,
                 body,
             } => self.reduce(*kind, *dtype, init, vars, body),
+            // GPU targets expand `reduce_region` into elementwise kernels
+            // (`TargetInfo::folds`).
+            Expr::Fold { .. } | Expr::Arg { .. } => Err(crate::Error::Unsupported(format!(
+                "{}: a fold on a GPU",
+                self.k.name
+            ))),
         }
     }
 

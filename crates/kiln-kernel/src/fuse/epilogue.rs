@@ -109,6 +109,8 @@ pub(super) fn fuse_gemm_epilogues(
                 && half_softmax_logits(&uk.body, j, &uk.out, &constant_of(f, &out.operands[u]))
                     .is_some();
             let ok = only_reader
+                // One output: not a fold's several results.
+                && uk.extra.is_empty()
                 && !f.outputs.contains(v)
                 // Same elements: the user's type may be a reshape of the product's.
                 && (!converts

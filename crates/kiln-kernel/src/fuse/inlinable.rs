@@ -240,6 +240,19 @@ fn reads_in(e: &Expr, j: usize, outer: usize, range: &mut Vec<(i64, i64)>) -> us
             let n: usize = vars.iter().map(|v| v.1).product();
             reads_in(init, j, outer, range) + reads_in(body, j, outer.saturating_mul(n), range)
         }
+        Expr::Fold { fold, .. } => {
+            let n: usize = fold.vars.iter().map(|v| v.1).product();
+            let inits: usize = fold
+                .inits
+                .iter()
+                .map(|x| reads_in(x, j, outer, range))
+                .sum();
+            let elems: usize = (fold.elems.iter())
+                .map(|x| reads_in(x, j, outer.saturating_mul(n), range))
+                .sum();
+            inits + elems
+        }
+        Expr::Arg { .. } => 0,
         Expr::Guard {
             conds,
             then,
@@ -381,6 +394,13 @@ fn dims_moved(
                     self.expr(body);
                     self.bound.truncate(mark);
                 }
+                Expr::Fold { fold, .. } => {
+                    fold.inits.iter().for_each(|x| self.expr(x));
+                    let mark = self.bound.len();
+                    self.bound.extend(fold.vars.iter().map(|v| v.0));
+                    fold.elems.iter().for_each(|x| self.expr(x));
+                    self.bound.truncate(mark);
+                }
                 Expr::Op { .. } => e.for_each_child(self),
                 Expr::Guard {
                     then, otherwise, ..
@@ -408,7 +428,9 @@ fn dims_moved(
 
 fn has_reduce(e: &Expr) -> bool {
     let mut found = false;
-    visit(e, &mut |x| found |= matches!(x, Expr::Reduce { .. }));
+    visit(e, &mut |x| {
+        found |= matches!(x, Expr::Reduce { .. } | Expr::Fold { .. })
+    });
     found
 }
 
@@ -438,15 +460,21 @@ fn cost(e: &Expr) -> usize {
 /// The extent of each loop variable of `k`: the output dimensions, then reduction variables.
 pub(super) fn var_extents(k: &Kernel) -> Vec<usize> {
     let mut ext: Vec<usize> = k.out.shape.clone();
-    visit(&k.body, &mut |e| {
-        if let Expr::Reduce { vars, .. } = e {
+    let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
+    bodies.for_each(|b| {
+        visit(b, &mut |e| {
+            let vars = match e {
+                Expr::Reduce { vars, .. } => vars,
+                Expr::Fold { fold, .. } => &fold.vars,
+                _ => return,
+            };
             for &(v, n) in vars {
                 if ext.len() <= v {
                     ext.resize(v + 1, 1);
                 }
                 ext[v] = n;
             }
-        }
+        })
     });
     ext
 }

@@ -205,6 +205,15 @@ impl Rewriter for Subst<'_> {
                 }
                 r
             }
+            Expr::Fold { .. } => {
+                let mut r = e.map_children(self);
+                if let Expr::Fold { fold, .. } = &mut r {
+                    for v in &mut fold.vars {
+                        v.0 = self.var(v.0);
+                    }
+                }
+                r
+            }
             _ => e.map_children(self),
         }
     }

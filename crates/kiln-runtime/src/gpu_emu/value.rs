@@ -210,6 +210,11 @@ pub(crate) fn eval(e: &Expr, env: &Env, vars: &mut [i64]) -> Result<V, EmuError>
             vars: rv,
             body,
         } => reduce(*kind, *dtype, init, rv, body, env, vars),
+        // GPU targets expand `reduce_region` into elementwise kernels (`TargetInfo::folds`).
+        Expr::Fold { .. } | Expr::Arg { .. } => Err(EmuError(format!(
+            "{}: a fold, which no GPU mapping has",
+            env.kernel
+        ))),
     }
 }
 
