@@ -1,7 +1,8 @@
 //! Full and column reductions split over many blocks in two launches (`gpu/map/split.rs`) on
 //! the emulator: sums, maxima and minima over whole tensors and over columns, ragged sizes,
 //! f32, bf16 and f16 inputs, fused producers and epilogues, against the reference within its
-//! accuracy bounds; the same bits on a second run; a dropped partial caught.
+//! accuracy bounds; the same bits on a second run and on a smaller grid; a dropped partial
+//! caught.
 
 use kiln_ir::Literal;
 use kiln_ir::random::{Rng, random_literal_with_specials};
@@ -330,5 +331,26 @@ fn a_sum_and_a_maximum_of_one_tensor_split_together() {
         let got = run_plan(&plan, &refs).unwrap_or_else(|e| panic!("{shape}: {e}"));
         kiln_reference::accuracy::check_outputs(&f, &args, &got)
             .unwrap_or_else(|e| panic!("{shape}: {e}"));
+    }
+}
+
+#[test]
+fn the_partials_do_not_depend_on_the_grid_launched() {
+    // The partials launch loops over its slices: on fewer blocks than it asks for (a runtime
+    // that caps the grid) every slice is still reduced in the same order, to the same bits.
+    for (shape, dims, kind) in [
+        (&[100_003usize][..], &[0usize][..], MapKind::SplitPartials),
+        (&[1000, 300][..], &[0][..], MapKind::ColumnPartials),
+    ] {
+        let src = reduce_text("f32", shape, dims, "add", false);
+        let (f, mut plan) = plan_of(&src);
+        let args = args_of(&f, 11);
+        let refs: Vec<&Literal> = args.iter().collect();
+        let full = run_plan(&plan, &refs).expect("runs");
+        let p = program_with(&mut plan, kind);
+        let launch = p.launches.iter_mut().find(|l| l.kind == kind).expect("it");
+        launch.grid = 3;
+        let few = run_plan(&plan, &refs).expect("runs");
+        assert_eq!(full, few, "{kind:?}: other bits on 3 blocks");
     }
 }

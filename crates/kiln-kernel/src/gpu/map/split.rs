@@ -26,7 +26,12 @@
 //! of its `K` partials, in order, with the original start value: mapped as any loop nest (a
 //! thread, warp or block per row by `K`), so producers fused into the terms run in the first
 //! launch and the epilogue (and extra outputs) in the second. `K` and every slice follow from
-//! the shape and the target only, so the results are the same bits on every run. Reductions
+//! the shape and the target only, so the results are the same bits on every run (and on any
+//! grid the partials launch is given: its blocks loop over the slices). `K` is at most the
+//! sum tree's `fanout`, or a multiple of it up to `fanout²`, so that the partials meet in one
+//! or two levels of `fanout` chains: the levels of the tree that the slices, `K` times shorter
+//! than the rows, no longer take, which keeps a term's roundings within the bound of
+//! `ir-specs/ops/reduce.md` as the row mapping's are (see `mod.rs`). Reductions
 //! that read another one (softmax's sum of `exp(x - max)`) stay with the row mapping, which
 //! computes them in one pass.
 
@@ -89,8 +94,8 @@ impl Mapper<'_> {
             let tiles = rows.div_ceil(self.gpu.elementwise_block).max(1);
             let k = blocks
                 .div_ceil(tiles)
-                .min(longest.div_ceil(self.gpu.warp_reduce_min))
-                .min(self.gpu.warp_reduce_min - 1)
+                .min(longest.div_ceil(self.gpu.warp_reduce_min.max(1)))
+                .min(self.gpu.warp_reduce_min.saturating_sub(1))
                 .max(1);
             return Some((split, rows, Split::Columns(self.slices(k))));
         }
