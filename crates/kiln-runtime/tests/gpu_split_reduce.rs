@@ -1,6 +1,6 @@
 //! Full and column reductions split over many blocks in two launches (`gpu/map/split.rs`) on
 //! the emulator: sums, maxima and minima over whole tensors and over columns, ragged sizes,
-//! f32, bf16 and f16 inputs, fused producers and epilogues, against the reference within its
+//! f32, bf16, f16 and i32 inputs, fused producers and epilogues, against the reference within its
 //! accuracy bounds; the same bits on a second run and on a smaller grid; a dropped partial
 //! caught.
 
@@ -52,6 +52,7 @@ fn reduce_text(dt: &str, shape: &[usize], dims: &[usize], kind: &str, fused: boo
     let m = format!("{dt}[{}]", s(shape));
     let r = format!("{dt}[{}]", s(&kept));
     let init = match kind {
+        "add" if dt.starts_with('i') => "0",
         "add" => "0.0",
         "max" => "-inf",
         _ => "inf",
@@ -98,7 +99,23 @@ type Case = (
 #[test]
 fn split_reductions_agree_with_the_reference_and_repeat_bit_for_bit() {
     // 16 slices or fewer meet in one chain, more (up to 256, a multiple of 16) in two levels.
-    let cases: [Case; 17] = [
+    let cases: [Case; 19] = [
+        (
+            "i32",
+            &[3, 70_001],
+            &[1],
+            "add",
+            false,
+            MapKind::SplitPartials,
+        ),
+        (
+            "i32",
+            &[3000, 50],
+            &[0],
+            "add",
+            false,
+            MapKind::ColumnPartials,
+        ),
         (
             "f32",
             &[100_003],

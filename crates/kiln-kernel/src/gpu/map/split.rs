@@ -12,10 +12,10 @@
 //! - **full** (the row mapping would take fewer blocks than the GPU has multiprocessors, and
 //!   the reductions are longer than `block_reduce_min`): each row's terms are cut into `K`
 //!   consecutive slices, `K = min(⌈sms · blocks_per_sm / rows⌉, ⌈n / block_reduce_min⌉)`
-//!   (at least 2), and block `(row, k)` of `elementwise_block` threads reduces slice `k` as a
-//!   row's block does (threads striding over the slice, chunk chains, the chunk tree,
-//!   shuffles, the warps' results through shared memory), without the start value, into
-//!   partial `row · K + k`;
+//!   (at least 2), and block `(row, k)` of `elementwise_block` threads (whole warps, at most
+//!   a warp of warps) reduces slice `k` as a row's block does (threads striding over the
+//!   slice, chunk chains, the chunk tree, shuffles, the warps' results through shared
+//!   memory), without the start value, into partial `row · K + k`;
 //! - **columns** (every term read contiguous along the innermost kept dimension and strided
 //!   along the reduction): a thread per kept position, consecutive threads on consecutive
 //!   columns (coalesced), and `K = min(⌈sms · blocks_per_sm / tiles⌉, ⌈n / warp_reduce_min⌉,
@@ -91,7 +91,7 @@ impl Mapper<'_> {
         let rows: usize = out.shape[..split].iter().product();
         let blocks = self.gpu.sms * self.gpu.blocks_per_sm;
         if split > 0 && hoisted.iter().all(|h| columnar(h, split - 1)) {
-            let tiles = rows.div_ceil(self.gpu.elementwise_block).max(1);
+            let tiles = rows.div_ceil(self.partials_block()).max(1);
             let k = blocks
                 .div_ceil(tiles)
                 .min(longest.div_ceil(self.gpu.warp_reduce_min.max(1)))
@@ -111,6 +111,18 @@ impl Mapper<'_> {
             .div_ceil(rows.max(1))
             .min(longest.div_ceil(self.gpu.block_reduce_min.max(1)));
         (k >= 2).then_some((split, rows, Split::Full(self.slices(k))))
+    }
+
+    /// Threads of a partials block: an elementwise block's, within what a block may have and
+    /// what one warp combines of the warps' results (a warp of them), whole warps.
+    fn partials_block(&self) -> usize {
+        let warp = self.gpu.warp_size.max(1);
+        let most = self
+            .gpu
+            .elementwise_block
+            .min(self.gpu.max_threads_per_block)
+            .min(warp * warp);
+        (most - most % warp).max(warp)
     }
 
     /// The slices for at most `k`: `k` itself up to `fanout`, else a multiple of `fanout`
@@ -250,7 +262,7 @@ impl Mapper<'_> {
         hoisted: &[Expr],
         (split, rows, how): (usize, usize, Split),
     ) -> GpuKernel {
-        let block = self.gpu.elementwise_block;
+        let block = self.partials_block();
         let mut r = Regs::default();
         let (blk, row, slice) = (r.next(), r.next(), r.next());
         let mut shared = Vec::new();
