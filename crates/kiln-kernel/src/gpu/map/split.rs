@@ -22,15 +22,17 @@
 //!   warp_reduce_min - 1)` blocks of rows (slices of the reduction) per tile of columns; a
 //!   thread reduces its column's slice in `SumTree` order into partial `k · rows + row`.
 //!
-//! The second launch is the loop nest itself with each reduction replaced by the reduction
-//! of its `K` partials, in order, with the original start value: mapped as any loop nest (a
-//! thread, warp or block per row by `K`), so producers fused into the terms run in the first
-//! launch and the epilogue (and extra outputs) in the second. `K` and every slice follow from
-//! the shape and the target only, so the results are the same bits on every run (and on any
-//! grid the partials launch is given: its blocks loop over the slices). `K` is at most the
-//! sum tree's `fanout`, or a multiple of it up to `fanout²`, so that the partials meet in one
-//! or two levels of `fanout` chains: the levels of the tree that the slices, `K` times shorter
-//! than the rows, no longer take, which keeps a term's roundings within the bound of
+//! Both apply to loop nests with one output element per row (the reductions and what is
+//! computed from them: sums, norms, losses, a bias gradient). The second launch is the loop
+//! nest itself with each reduction replaced by the reduction of its `K` partials, in order,
+//! with the original start value, mapped as any loop nest (on the H200 a thread per row: `K`
+//! is short), so producers fused into the terms run in the first launch and the epilogue
+//! (and extra outputs) in the second. `K` and every slice follow from the shape and the
+//! target only, so the results are the same bits on every run (and on any grid the partials
+//! launch is given: its blocks loop over the slices). `K` is at most the sum tree's `fanout`,
+//! or a multiple of it up to `fanout²`, so that the partials meet in one or two levels of
+//! `fanout` chains: the levels of the tree that the slices, `K` times shorter than the rows,
+//! no longer take, which keeps a term's roundings within the bound of
 //! `ir-specs/ops/reduce.md` as the row mapping's are (see `mod.rs`). Reductions
 //! that read another one (softmax's sum of `exp(x - max)`) stay with the row mapping, which
 //! computes them in one pass.
@@ -88,6 +90,12 @@ impl Mapper<'_> {
             .map(|v| v + 1)
             .max()
             .unwrap_or(0);
+        // One output element per row: the second launch computes each from its partials
+        // once. (Elements over a long row, a row scaled by its sum, keep the row mapping,
+        // whose block or warp computes the sum once for all of them.)
+        if out.shape[split..].iter().product::<usize>() != 1 {
+            return None;
+        }
         let rows: usize = out.shape[..split].iter().product();
         let blocks = self.gpu.sms * self.gpu.blocks_per_sm;
         if split > 0 && hoisted.iter().all(|h| columnar(h, split - 1)) {

@@ -129,6 +129,11 @@ fn few_long_rows_and_columns_split_over_blocks_in_two_launches() {
     let p = mapped(soft);
     assert_eq!(p.launches.len(), 1);
     assert_eq!(p.launches[0].kind, MapKind::BlockRows);
+    // Rows scaled by their sums: the row's block computes each sum once for its elements.
+    let scaled = "func @main(%0: f32[3,100000]) -> f32[3,100000] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[3]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[3,100000]\n  %4 = divide %0, %3 : f32[3,100000]\n  return %4\n}\n";
+    let p = mapped(scaled);
+    assert_eq!(p.launches.len(), 1);
+    assert_eq!(p.launches[0].kind, MapKind::BlockRows);
 }
 
 #[test]
