@@ -556,6 +556,45 @@ fn products_by_block_tiles_assemble() {
     tally.finish("products by block tiles");
 }
 
+/// Full and column reductions split over blocks in two launches (`gpu/map/split.rs`): sums,
+/// maxima and minima of f32, f16 and bf16, one and two levels of partials, a fused producer
+/// and epilogue, two outputs, a column sum over two leading dimensions: assembled by ptxas.
+#[test]
+fn split_reductions_assemble() {
+    use kiln_kernel::gpu::ir::MapKind::{ColumnPartials, SplitPartials};
+    let reduce = |dt: &str, shape: &str, dims: &str, kept: &str, kind: &str| {
+        let init = match kind {
+            "add" => "0.0",
+            "max" => "-inf",
+            _ => "inf",
+        };
+        format!(
+            "func @main(%0: {dt}[{shape}]) -> {dt}[{kept}] {{\n  %1 = constant {{value = {init}}} : {dt}[]\n  %2 = reduce %0, %1 {{dimensions = [{dims}], kind = {kind}}} : {dt}[{kept}]\n  return %2\n}}\n"
+        )
+    };
+    let programs = [
+        (reduce("f32", "100003", "0", "", "add"), SplitPartials),
+        (reduce("f32", "300001", "0", "", "max"), SplitPartials),
+        (reduce("bf16", "3,50000", "1", "3", "min"), SplitPartials),
+        (reduce("f16", "70000", "0", "", "add"), SplitPartials),
+        (reduce("f32", "4200,20", "0", "20", "add"), ColumnPartials),
+        (reduce("f16", "1000,300", "0", "300", "max"), ColumnPartials),
+        (reduce("bf16", "4,129,40", "0,1", "40", "add"), ColumnPartials),
+        (
+            "func @main(%0: f32[90000], %1: f32[90000]) -> (f32[], f32[]) {\n  %2 = multiply %0, %1 : f32[90000]\n  %3 = constant {value = 0.0} : f32[]\n  %4 = reduce %2, %3 {dimensions = [0], kind = add} : f32[]\n  %5 = sqrt %4 : f32[]\n  %6 = constant {value = -inf} : f32[]\n  %7 = reduce %0, %6 {dimensions = [0], kind = max} : f32[]\n  return %5, %7\n}\n".to_string(),
+            SplitPartials,
+        ),
+    ];
+    let mut tally = Tally::default();
+    for (i, (src, kind)) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let p = program_kinds(&f, &TargetInfo::h200());
+        assert!(p.contains(kind), "program {i}: {p:?}");
+        tally.add(&format!("split reduction {i}"), &f, &TargetInfo::h200());
+    }
+    tally.finish("split reductions");
+}
+
 /// The mappings of every launch of `f`'s kernels on `target`.
 fn program_kinds(f: &Func, target: &TargetInfo) -> Vec<kiln_kernel::gpu::ir::MapKind> {
     let ks = mapped_kernels(f, &kiln_kernel::Options::default(), target).unwrap();

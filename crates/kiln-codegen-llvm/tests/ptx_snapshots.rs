@@ -1,5 +1,7 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
-//! warp-per-row softmax with its row cached in registers and in shared memory, block-per-row reduction through shared memory and barriers, matrix
+//! warp-per-row softmax with its row cached in registers and in shared memory, block-per-row
+//! reduction through shared memory and barriers, a full and a column reduction split over
+//! blocks in two launches, matrix
 //! product with its epilogue in the launch (one thread per element), matrix product by block
 //! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile (bf16
 //! and TF32), a product on the tensor cores (bf16, and f32 as TF32), attention in one launch,
@@ -85,8 +87,34 @@ fn block_rows_sum() {
     insta::assert_snapshot!(
         "block_rows_sum",
         ptx(
-            "func @main(%0: f32[4,32768]) -> f32[4] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[4]\n  return %2\n}\n",
+            "func @main(%0: f32[136,32768]) -> f32[136] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[136]\n  return %2\n}\n",
             MapKind::BlockRows
+        )
+    );
+}
+
+/// A sum over a whole tensor in two launches: 64 blocks of 256 threads each reduce a slice
+/// into a partial, then one thread reduces the 64 partials in four groups of 16.
+#[test]
+fn split_partials_sum() {
+    insta::assert_snapshot!(
+        "split_partials_sum",
+        ptx(
+            "func @main(%0: f32[300001]) -> f32[] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = add} : f32[]\n  return %2\n}\n",
+            MapKind::SplitPartials
+        )
+    );
+}
+
+/// A bias gradient: the column sums of `f32[1000, 300]`, a thread per column over 8 slices of
+/// 125 rows, then a thread per four columns over their 8 partials.
+#[test]
+fn column_partials_sum() {
+    insta::assert_snapshot!(
+        "column_partials_sum",
+        ptx(
+            "func @main(%0: f32[1000,300]) -> f32[300] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = add} : f32[300]\n  return %2\n}\n",
+            MapKind::ColumnPartials
         )
     );
 }

@@ -592,6 +592,8 @@ fn every_mapping_agrees_with_the_reference() {
 
 /// Rows long enough for each thread to add many chunks (a tree of chunk results two levels
 /// deep with blocks of 128 threads) stay within the sum's error bound, ones and random values.
+/// On a GPU of two multiprocessors, so that the two rows keep a block each rather than split
+/// over blocks (`gpu_split_reduce.rs`).
 #[test]
 fn long_rows_sum_chunk_results_in_a_tree() {
     let src = "func @main(%0: f32[2,700000]) -> f32[2] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[2]\n  return %2\n}\n";
@@ -600,7 +602,9 @@ fn long_rows_sum_chunk_results_in_a_tree() {
     let ones = Literal::from_f64s(ty.clone(), &vec![0.1; ty.numel()]).unwrap();
     let random = random_literal_with_specials(&mut Rng::new(3), &ty, 0.0);
     for args in [vec![ones], vec![random]] {
-        let rep = check_on(&f, &args, &cooperative_target()).unwrap();
+        let mut target = cooperative_target();
+        target.gpu.as_mut().expect("a GPU").sms = 2;
+        let rep = check_on(&f, &args, &target).unwrap();
         assert_eq!(rep.launches.get(&MapKind::BlockRows), Some(&1), "{rep:?}");
     }
 }

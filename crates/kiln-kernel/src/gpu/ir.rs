@@ -574,6 +574,14 @@ pub enum MapKind {
     /// One block per row: as [`MapKind::WarpRows`], with the warps' partial sums combined
     /// through shared memory between barriers.
     BlockRows,
+    /// The first of two launches of a few long reductions (a sum over a whole tensor): each
+    /// row's terms in slices, a block per slice writing its partial result to scratch; the
+    /// second launch reduces each row's partials in order (`map/split.rs`).
+    SplitPartials,
+    /// The first of two launches of a column reduction (the reduced dimension outer, the kept
+    /// one inner and contiguous): a thread per column, coalesced, blocks over slices of the
+    /// rows, each slice's partial to scratch; the second launch sums the slices in order.
+    ColumnPartials,
     /// A matrix product, one thread per output element over the contraction.
     Gemm,
     /// A matrix product by block tiles: A's and B's tiles staged through shared memory, each
@@ -617,6 +625,8 @@ impl MapKind {
             MapKind::Elementwise => "elementwise",
             MapKind::WarpRows => "warp-rows",
             MapKind::BlockRows => "block-rows",
+            MapKind::SplitPartials => "split-partials",
+            MapKind::ColumnPartials => "column-partials",
             MapKind::Gemm => "gemm",
             MapKind::GemmTiled => "gemm-tiled",
             MapKind::GemmMma => "gemm-mma",

@@ -12,6 +12,10 @@
 //!   all the row's threads together, then the row's elements are computed thread-strided with
 //!   the reductions read from registers. A row that several of these passes read is loaded
 //!   once, into registers or shared memory (`row_cache.rs`).
+//! - Such reductions split over many blocks in two launches, partials in scratch between
+//!   them, when few rows would leave multiprocessors idle (a sum over a whole tensor,
+//!   [`MapKind::SplitPartials`]) or when the terms are contiguous along the kept dimension
+//!   rather than the reduced one (a column sum, [`MapKind::ColumnPartials`]): `split.rs`.
 //! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
 //!   through shared memory, double buffered (`staging.rs`), a register tile per thread
 //!   ([`MapKind::GemmTiled`], `tiled.rs`), or, on a target without tiles, one thread per
@@ -75,6 +79,7 @@ mod attention_tiles;
 mod gemm;
 mod row_cache;
 mod scatter;
+mod split;
 mod staging;
 mod tensor;
 mod tiled;
@@ -132,10 +137,7 @@ fn map_launches(
             for (e, x) in k.extra.iter().enumerate() {
                 outs.push((Buf::Output(1 + e), x.out.clone(), x.body.clone()));
             }
-            Ok(GpuProgram {
-                scratch: Vec::new(),
-                launches: vec![m.nest(name, &k.out, k.vars, ins, outs)],
-            })
+            Ok(m.nest_program(name, &k.out, k.vars, ins, outs))
         }
         Schedule::Gemm { .. } => m.gemm(name, k, ins),
         Schedule::Scatter {
@@ -187,6 +189,45 @@ impl Regs {
     fn next(&mut self) -> usize {
         self.0 += 1;
         self.0 - 1
+    }
+}
+
+/// The threads that compute one reduction together ([`Mapper::cooperative`]): which of its
+/// terms they take and how their results meet.
+struct Team {
+    /// Threads striding over the terms together (`lane` numbers them).
+    threads: usize,
+    lane: Sc,
+    /// The slice of terms taken: from term `base`, `len` of them (clipped at the reduction's
+    /// end).
+    base: Sc,
+    len: usize,
+    /// Whether the threads combine their results (shuffles, then shared memory past a warp);
+    /// else each thread keeps its own.
+    combine: bool,
+    /// Whether the reduction's start value is combined into the total (not into a partial).
+    init: bool,
+}
+
+impl Team {
+    /// A row's threads over the whole reduction of `n` terms, combined, with the start value.
+    fn row(threads: usize, lane: Sc, n: usize) -> Team {
+        Team {
+            threads,
+            lane,
+            base: c(0),
+            len: n,
+            combine: true,
+            init: true,
+        }
+    }
+}
+
+/// The terms of reduction `h` (0 for anything else).
+fn extent_of(h: &Expr) -> usize {
+    match h {
+        Expr::Reduce { vars, .. } => extent(vars),
+        _ => 0,
     }
 }
 
@@ -331,14 +372,7 @@ impl Mapper<'_> {
         let rank = out.shape.len();
         let bodies: Vec<&Expr> = outs.iter().map(|o| &o.2).collect();
         let hoisted = hoistable(&bodies, rank);
-        let longest = hoisted
-            .iter()
-            .map(|h| match h {
-                Expr::Reduce { vars, .. } => extent(vars),
-                _ => 0,
-            })
-            .max()
-            .unwrap_or(0);
+        let longest = hoisted.iter().map(extent_of).max().unwrap_or(0);
         if longest < self.gpu.warp_reduce_min {
             return self.elementwise(name, out, vars, inputs, outs);
         }
@@ -557,7 +591,7 @@ impl Mapper<'_> {
             let h = substituted(h, &hoisted[..i], hfirst, vars);
             let s = self.cooperative(
                 &h,
-                (threads, &lane),
+                &Team::row(threads, lane.clone(), extent_of(&h)),
                 (cache, split, vars),
                 &scalars,
                 &mut r,
@@ -658,7 +692,7 @@ impl Mapper<'_> {
     fn cooperative(
         &self,
         h: &Expr,
-        (threads, lane): (usize, &Sc),
+        team: &Team,
         (cache, split, n_vars): (Option<&RowCache>, usize, usize),
         scalars: &[usize],
         r: &mut Regs,
@@ -677,9 +711,11 @@ impl Mapper<'_> {
         };
         let (kind, dtype) = (*kind, *dtype);
         let warp = self.gpu.warp_size;
+        let (threads, lane) = (team.threads, &team.lane);
         let n = extent(vars);
-        let chunk = n.div_ceil(threads).clamp(1, self.sums.leaf);
-        let rounds = n.div_ceil(chunk).div_ceil(threads);
+        let len = team.len;
+        let chunk = len.div_ceil(threads).clamp(1, self.sums.leaf);
+        let rounds = len.div_ceil(chunk).div_ceil(threads);
         let (acc, part, round, j, q, x, t) = (
             r.next(),
             r.next(),
@@ -766,9 +802,18 @@ impl Mapper<'_> {
                 }
             }
         } else {
-            // Term `q = (round · chunk + j) · threads + lane`: a chunk's terms are `threads`
-            // apart, so the threads of a warp read consecutive elements together (one
-            // transaction).
+            // Term `q = (round · chunk + j) · threads + lane` of the team's slice: a chunk's
+            // terms are `threads` apart, so the threads of a warp read consecutive elements
+            // together (one transaction).
+            let (cond, at) = if team.base == c(0) && len == n {
+                (Sc::lt(Sc::Reg(q), c(n)), Sc::Reg(q))
+            } else {
+                let at = Sc::plus(team.base.clone(), Sc::Reg(q));
+                (
+                    Sc::and(Sc::lt(Sc::Reg(q), c(len)), Sc::lt(at.clone(), c(n))),
+                    at,
+                )
+            };
             let term = vec![
                 Stmt::Let {
                     reg: q,
@@ -781,8 +826,8 @@ impl Mapper<'_> {
                     ),
                 },
                 Stmt::If {
-                    cond: Sc::lt(Sc::Reg(q), c(n)),
-                    body: term_at(Sc::Reg(q), 0),
+                    cond,
+                    body: term_at(at, 0),
                 },
             ];
             let mut each_round = vec![
@@ -832,6 +877,9 @@ impl Mapper<'_> {
             }
             s
         };
+        if !team.combine {
+            return acc;
+        }
         out.extend(tree(warp));
         if threads > warp {
             let warps = threads / warp;
@@ -892,6 +940,9 @@ impl Mapper<'_> {
                 array: total,
                 index: c(0),
             });
+        }
+        if !team.init {
+            return acc;
         }
         let result = r.next();
         out.push(Stmt::Eval {

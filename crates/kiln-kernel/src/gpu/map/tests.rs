@@ -84,12 +84,56 @@ fn long_rows_get_a_warp_or_a_block_and_short_ones_a_thread() {
         text.contains("shfl.bfly r") && !text.contains("barrier"),
         "{text}"
     );
-    let block = mapped(&row_sum("3,100000", "3"));
+    // As many rows as multiprocessors or more: a block each (fewer split, see below).
+    let block = mapped(&row_sum("200,5000", "200"));
     let k = &block.launches[0];
-    assert_eq!((k.kind, k.grid, k.block), (MapKind::BlockRows, 3, 1024));
+    assert_eq!((k.kind, k.grid, k.block), (MapKind::BlockRows, 200, 1024));
     let text = program_text(&block);
     assert_eq!(text.matches("barrier").count(), 2, "{text}");
     assert!(text.contains("shared0: f32[32]"), "{text}");
+}
+
+#[test]
+fn few_long_rows_and_columns_split_over_blocks_in_two_launches() {
+    // Three rows of 100000: min(⌈2112 / 3⌉, ⌈100000 / 4096⌉) = 25 slices a row, 16 as a
+    // multiple of the fan-out; then a thread per row over its 16 partials.
+    let full = mapped(&row_sum("3,100000", "3"));
+    let kinds: Vec<_> = full
+        .launches
+        .iter()
+        .map(|k| (k.kind, k.grid, k.block))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (MapKind::SplitPartials, 48, 256),
+            (MapKind::Elementwise, 1, 256)
+        ]
+    );
+    assert_eq!(full.scratch, [TensorType::new(DType::F32, vec![48])]);
+    // A column sum of f32[1000, 300]: two tiles of 256 columns, min(⌈2112 / 2⌉, ⌈1000 / 128⌉)
+    // = 8 slices of 125 rows each; then a thread per four columns over their 8 partials.
+    let col = mapped(
+        "func @main(%0: f32[1000,300]) -> f32[300] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = add} : f32[300]\n  return %2\n}\n",
+    );
+    let kinds: Vec<_> = col.launches.iter().map(|k| (k.kind, k.grid)).collect();
+    assert_eq!(
+        kinds,
+        [(MapKind::ColumnPartials, 16), (MapKind::Elementwise, 1)]
+    );
+    let text = program_text(&col);
+    assert!(text.contains("over v2 < 8"), "{text}");
+    assert!(!text.contains("shfl"), "{text}");
+    // A softmax's sum reads its maximum: the row mapping keeps both in one pass.
+    let soft = "func @main(%0: f32[3,100000]) -> f32[3,100000] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[3]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[3,100000]\n  %4 = subtract %0, %3 : f32[3,100000]\n  %5 = exponential %4 : f32[3,100000]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[3]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[3,100000]\n  %9 = divide %5, %8 : f32[3,100000]\n  return %9\n}\n";
+    let p = mapped(soft);
+    assert_eq!(p.launches.len(), 1);
+    assert_eq!(p.launches[0].kind, MapKind::BlockRows);
+    // Rows scaled by their sums: the row's block computes each sum once for its elements.
+    let scaled = "func @main(%0: f32[3,100000]) -> f32[3,100000] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[3]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[3,100000]\n  %4 = divide %0, %3 : f32[3,100000]\n  return %4\n}\n";
+    let p = mapped(scaled);
+    assert_eq!(p.launches.len(), 1);
+    assert_eq!(p.launches[0].kind, MapKind::BlockRows);
 }
 
 #[test]
