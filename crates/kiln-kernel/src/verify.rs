@@ -601,6 +601,25 @@ impl Checker<'_> {
     }
 
     fn expr(&mut self, e: &Expr) -> Res {
+        // An op over operands, the node deep expressions are made of (the special functions'
+        // polynomials nest hundreds deep), recurses in this small frame; every other node, with
+        // the larger locals of its checks, in a frame of its own (`node_expr`), so that the
+        // depth a thread's stack holds does not shrink as checks are added.
+        if let Expr::Op { op, dtype, args } = e {
+            self.path.push(node(e));
+            for a in args {
+                self.expr(a)?;
+            }
+            self.op(op, *dtype, args)?;
+            self.path.pop();
+            return Ok(());
+        }
+        self.node_expr(e)
+    }
+
+    /// Checks a node other than an op (see [`Self::expr`]).
+    #[inline(never)]
+    fn node_expr(&mut self, e: &Expr) -> Res {
         self.path.push(node(e));
         match e {
             Expr::Load {
