@@ -5,7 +5,7 @@
 //! element), matrix product by block tiles (double buffered, with and without `cp.async`), one
 //! warp's tensor-core tile (bf16 and TF32), a product on the tensor cores (bf16, and f32 as
 //! TF32), attention in one launch (by register tiles, by a warp per row, and bf16 on the
-//! tensor cores), scatter, a select-and-scatter, a sort by keys, a long sort by keys in tiles
+//! tensor cores), a transpose through shared tiles, scatter, a select-and-scatter, a sort by keys, a long sort by keys in tiles
 //! and global passes, a radix sort), and a tensor-core product in dynamic shared memory, for
 //! sm_90; one warpgroup's `wgmma` tile, a product on warpgroups and one loaded by TMA in a
 //! warp-specialized ring for sm_90a.
@@ -206,6 +206,19 @@ fn select_and_scatter_max_pool_gradient() {
         ptx(
             "func @main(%0: f32[1,2,9,9], %1: f32[1,2,5,5], %2: f32[]) -> f32[1,2,9,9] {\n  %3 = select_and_scatter %0, %1, %2 {window_dimensions = [1, 1, 3, 3], window_strides = [1, 1, 2, 2], padding = [[0, 0], [0, 0], [1, 1], [1, 1]], select = GE, kind = add} : f32[1,2,9,9]\n  return %3\n}\n",
             MapKind::SelectScatter
+        )
+    );
+}
+
+/// A transpose through a shared-memory tile of 32 x 33 (padded): reads along the input's
+/// rows into the tile's rows, a barrier, writes along the output's rows from its columns.
+#[test]
+fn transpose_by_shared_tiles() {
+    insta::assert_snapshot!(
+        "transpose_tiles",
+        ptx(
+            "func @main(%0: f32[64,96]) -> f32[96,64] {\n  %1 = transpose %0 {permutation = [1, 0]} : f32[96,64]\n  return %1\n}\n",
+            MapKind::TransposeTiles
         )
     );
 }
