@@ -1,6 +1,6 @@
 //! Transposes through shared-memory tiles (`gpu/map/transpose.rs`) on the emulator: 2-D,
 //! 3-D and 4-D permutations with ragged edges, f32, bf16 and i32, one fused with an
-//! elementwise producer, against the reference bit for bit; the same bits on a smaller
+//! elementwise producer and one inlined into a sum, against the reference bit for bit; the same bits on a smaller
 //! grid; a tile read without its padding, and a missing barrier, caught.
 
 use kiln_ir::Literal;
@@ -57,6 +57,14 @@ fn transpose_text(dt: &str, from: &[usize], perm: &[usize], fused: bool) -> Stri
     }
 }
 
+/// `transpose(%0) + %1` for `%0: f32[n, m]`: the transpose inlined into the sum, read at an
+/// affine index across the output.
+fn transpose_then_add(n: usize, m: usize) -> String {
+    format!(
+        "func @main(%0: f32[{n},{m}], %1: f32[{m},{n}]) -> f32[{m},{n}] {{\n  %2 = transpose %0 {{permutation = [1, 0]}} : f32[{m},{n}]\n  %3 = add %2, %1 : f32[{m},{n}]\n  return %3\n}}\n"
+    )
+}
+
 /// `(dtype, input shape, permutation, fused)`.
 type Case = (&'static str, &'static [usize], &'static [usize], bool);
 
@@ -85,9 +93,19 @@ fn launch_of(plan: &mut DevicePlan, kind: MapKind) -> &mut GpuKernel {
 #[test]
 fn tiled_transposes_agree_with_the_reference_bit_for_bit() {
     let mut failures = Vec::new();
-    for (i, &(dt, from, perm, fused)) in CASES.iter().enumerate() {
-        let what = format!("{dt}{from:?} by {perm:?} (fused: {fused})");
-        let src = transpose_text(dt, from, perm, fused);
+    let programs = CASES
+        .iter()
+        .map(|&(dt, from, perm, fused)| {
+            (
+                format!("{dt}{from:?} by {perm:?} (fused: {fused})"),
+                transpose_text(dt, from, perm, fused),
+            )
+        })
+        .chain([(
+            "a transpose read by a sum".to_string(),
+            transpose_then_add(45, 70),
+        )]);
+    for (i, (what, src)) in programs.enumerate() {
         let (f, mut plan) = plan_of(&src);
         let rep = EmuReport::of(&plan);
         if rep.launches.get(&MapKind::TransposeTiles) != Some(&1) || rep.launches.len() != 1 {
