@@ -383,7 +383,7 @@ fn release_run(args: &[&str]) -> Command {
 }
 
 fn dump(args: &[String]) -> Result {
-    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]... [--fast-math] [--donate 0,1,...] [--sm sm_80] [--render OUT.svg|OUT.png] [--dot-program dot] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
+    let usage = "usage: cargo xtask dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--arg VALUE]... [--target cpu|ptx] [--fast-math] [--donate 0,1,...] [--sm sm_80] [--render OUT.svg|OUT.png] [--dot-program dot] | dump --example NAME --stage trace|grad|egraph|opt|kernels|fused|dot|plan|llvm";
     if let Some(i) = args.iter().position(|a| a == "--example") {
         let name = args.get(i + 1).ok_or(usage)?;
         let stage = args
@@ -430,6 +430,7 @@ fn dump(args: &[String]) -> Result {
     let mut fast_math = false;
     let mut donate: Option<String> = None;
     let mut sm: Option<String> = None;
+    let mut target = "cpu".to_string();
     let mut render: Option<String> = None;
     let mut dot_program = kiln_kernel::render::DEFAULT_DOT_PROGRAM.to_string();
     let mut it = args.iter();
@@ -440,6 +441,7 @@ fn dump(args: &[String]) -> Result {
             "--fast-math" => fast_math = true,
             "--donate" => donate = Some(it.next().ok_or(usage)?.clone()),
             "--sm" => sm = Some(it.next().ok_or(usage)?.clone()),
+            "--target" => target = it.next().ok_or(usage)?.clone(),
             "--render" => render = Some(it.next().ok_or(usage)?.clone()),
             "--dot-program" => dot_program = it.next().ok_or(usage)?.clone(),
             _ if file.is_none() => file = Some(a.clone()),
@@ -447,6 +449,14 @@ fn dump(args: &[String]) -> Result {
         }
     }
     let file = file.ok_or(usage)?;
+    match target.as_str() {
+        "cpu" => {}
+        "ptx" => {
+            print!("{}", ptx_target_stage(&file, &stage, fast_math)?);
+            return Ok(());
+        }
+        other => return Err(format!("unknown target `{other}` (cpu or ptx); {usage}")),
+    }
     if let Some(out) = &render {
         if stage != "dot" {
             return Err(format!(
@@ -584,6 +594,30 @@ fn dump(args: &[String]) -> Result {
     Ok(())
 }
 
+/// The `kernels` or `fused` stage of the `.kir` file `file` as the PTX target sees it: lowered
+/// and fused for an H200, and for `fused` each kernel's GPU launches (`cargo xtask dump FILE
+/// --stage kernels|fused --target ptx`). The GPU's own stages are `--stage gpu` and `--stage
+/// ptx`; the others do not depend on the target.
+fn ptx_target_stage(file: &str, stage: &str, fast_math: bool) -> Result<String> {
+    let describe = match stage {
+        "kernels" => kiln_kernel::gpu::print::describe_kernels_gpu,
+        "fused" => kiln_kernel::gpu::print::describe_fusion_gpu,
+        other => {
+            return Err(format!(
+                "--target ptx prints the `kernels` and `fused` stages, not `{other}` \
+                 (the GPU's own stages: --stage gpu, --stage ptx)"
+            ));
+        }
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let m = kiln_ir::parse_module(&text).map_err(|e| format!("{file}:{e}"))?;
+    let f = m.entry().ok_or("no function")?;
+    // xtask is a program's boundary: the environment's switches, and `--fast-math`.
+    let mut opts = kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok());
+    opts.fast_math |= fast_math;
+    describe(f, &opts).map_err(|e| format!("{file}: {e}"))
+}
+
 /// The libraries a shipped binary may need at run time: glibc's and the GCC unwinder's, which
 /// every glibc system has (`kiln-run` opens the CUDA driver itself, with `dlopen`).
 const SYSTEM_LIBRARIES: &[&str] = &[
@@ -701,7 +735,7 @@ fn main() -> ExitCode {
         Some("codegen") => codegen(args.get(1).is_some_and(|a| a == "--check")),
         Some("dump") => dump(&args[1..]),
         Some("gpu-pack") => gpu_pack(&args[1..]),
-        _ => Err("usage: cargo xtask test | demo [--steps N] [--out DIR] | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--render OUT.svg] | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check] | gpu-pack DIR [--quick]".into()),
+        _ => Err("usage: cargo xtask test | demo [--steps N] [--out DIR] | bench [--json FILE] [--only a,b] | dump FILE --stage parse|verify|eval|egraph|opt|kernels|gpu|ptx|fused|dot|plan|llvm [--target cpu|ptx] [--render OUT.svg] | dump --example NAME --stage trace|grad|kernels|fused|plan|... | codegen [--check] | gpu-pack DIR [--quick]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -714,6 +748,39 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    /// `dump --target ptx` prints the kernels and fused stages as the GPU target lowers them:
+    /// the kernels verified, and for `fused` each kernel's launches (which the CPU's `fused`
+    /// stage has none of); other stages and other targets are refused with a message.
+    #[test]
+    fn dump_target_ptx_prints_the_gpu_stages() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let file = root.join("tests/filetests/fused/softmax.kir");
+        let file = file.to_str().unwrap();
+        let kernels = super::ptx_target_stage(file, "kernels", false).unwrap();
+        assert!(kernels.starts_with("// target: ptx"), "{kernels}");
+        assert!(
+            kernels.contains("kernel") && kernels.ends_with("// verified\n"),
+            "{kernels}"
+        );
+        let fused = super::ptx_target_stage(file, "fused", false).unwrap();
+        let kernel_lines = fused.lines().filter(|l| l.starts_with("kernel k")).count();
+        let launches = fused
+            .lines()
+            .filter(|l| l.starts_with("  launch k"))
+            .count();
+        assert!(kernel_lines >= 1 && launches >= kernel_lines, "{fused}");
+        assert!(fused.contains(" x block "), "{fused}");
+        assert!(!fused.contains("not mapped"), "{fused}");
+        let e = super::ptx_target_stage(file, "llvm", false).unwrap_err();
+        assert!(e.contains("--stage gpu"), "{e}");
+        let args: Vec<String> = [file, "--stage", "kernels", "--target", "tpu"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        let e = super::dump(&args).unwrap_err();
+        assert!(e.contains("unknown target `tpu`"), "{e}");
+    }
+
     /// The README's first command runs this example, so it must exist and be a program; the
     /// README shows its output and its loss plot, which must be in the repository.
     #[test]

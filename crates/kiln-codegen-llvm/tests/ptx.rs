@@ -595,6 +595,36 @@ fn split_reductions_assemble() {
     tally.finish("split reductions");
 }
 
+/// Transposes through shared-memory tiles (`gpu/map/transpose.rs`): 2-D with ragged edges,
+/// 3-D and 4-D permutations, f32, bf16, f16, f64 and i32, one fused with a producer:
+/// assembled by ptxas.
+#[test]
+fn tiled_transposes_assemble() {
+    use kiln_kernel::gpu::ir::MapKind::TransposeTiles;
+    let transpose = |dt: &str, from: &str, perm: &str, to: &str| {
+        format!(
+            "func @main(%0: {dt}[{from}]) -> {dt}[{to}] {{\n  %1 = transpose %0 {{permutation = [{perm}]}} : {dt}[{to}]\n  return %1\n}}\n"
+        )
+    };
+    let programs = [
+        transpose("f32", "64,96", "1, 0", "96,64"),
+        transpose("f32", "70,45", "1, 0", "45,70"),
+        transpose("bf16", "100,64", "1, 0", "64,100"),
+        transpose("f16", "3,40,33", "0, 2, 1", "3,33,40"),
+        transpose("f64", "33,3,50", "2, 1, 0", "50,3,33"),
+        transpose("i32", "2,33,5,40", "0, 2, 3, 1", "2,5,40,33"),
+        "func @main(%0: f32[45,70]) -> f32[70,45] {\n  %1 = multiply %0, %0 : f32[45,70]\n  %2 = transpose %1 {permutation = [1, 0]} : f32[70,45]\n  return %2\n}\n".to_string(),
+    ];
+    let mut tally = Tally::default();
+    for (i, src) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        let p = program_kinds(&f, &TargetInfo::h200());
+        assert_eq!(p, [TransposeTiles], "program {i}");
+        tally.add(&format!("tiled transpose {i}"), &f, &TargetInfo::h200());
+    }
+    tally.finish("tiled transposes");
+}
+
 /// The mappings of every launch of `f`'s kernels on `target`.
 fn program_kinds(f: &Func, target: &TargetInfo) -> Vec<kiln_kernel::gpu::ir::MapKind> {
     let ks = mapped_kernels(f, &kiln_kernel::Options::default(), target).unwrap();

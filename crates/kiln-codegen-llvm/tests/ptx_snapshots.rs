@@ -1,13 +1,14 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
 //! warp-per-row softmax with its row cached in registers and in shared memory, block-per-row
 //! reduction through shared memory and barriers, a full and a column reduction split over
-//! blocks in two launches, matrix
-//! product with its epilogue in the launch (one thread per element), matrix product by block
-//! tiles (double buffered, with and without `cp.async`), one warp's tensor-core tile (bf16
-//! and TF32), a product on the tensor cores (bf16, and f32 as TF32), attention in one launch,
-//! scatter, a sort by keys, a long sort by keys in tiles and global passes, a radix sort), and
-//! a tensor-core product in dynamic shared memory, for sm_90; one warpgroup's `wgmma` tile, a
-//! product on warpgroups and one loaded by TMA in a warp-specialized ring for sm_90a.
+//! blocks in two launches, matrix product with its epilogue in the launch (one thread per
+//! element), matrix product by block tiles (double buffered, with and without `cp.async`), one
+//! warp's tensor-core tile (bf16 and TF32), a product on the tensor cores (bf16, and f32 as
+//! TF32), attention in one launch (by register tiles, by a warp per row, and bf16 on the
+//! tensor cores), a transpose through shared tiles, scatter, a select-and-scatter, a sort by keys, a long sort by keys in tiles
+//! and global passes, a radix sort), and a tensor-core product in dynamic shared memory, for
+//! sm_90; one warpgroup's `wgmma` tile, a product on warpgroups and one loaded by TMA in a
+//! warp-specialized ring for sm_90a.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
@@ -178,6 +179,46 @@ fn attention_by_warp_rows() {
             "func @main(%0: f32[1,9,8], %1: f32[1,40,8], %2: f32[1,40,12]) -> f32[1,9,12] {\n  %3 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]} : f32[1,9,40]\n  %4 = constant {value = 0.125} : f32[]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = []} : f32[1,9,40]\n  %6 = multiply %3, %5 : f32[1,9,40]\n  %7 = constant {value = -inf} : f32[]\n  %8 = reduce %6, %7 {dimensions = [2], kind = max} : f32[1,9]\n  %9 = broadcast_in_dim %8 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %10 = subtract %6, %9 : f32[1,9,40]\n  %11 = exponential %10 : f32[1,9,40]\n  %12 = constant {value = 0.0} : f32[]\n  %13 = reduce %11, %12 {dimensions = [2], kind = add} : f32[1,9]\n  %14 = broadcast_in_dim %13 {broadcast_dimensions = [0, 1]} : f32[1,9,40]\n  %15 = divide %11, %14 : f32[1,9,40]\n  %16 = dot_general %15, %2 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]} : f32[1,9,12]\n  return %16\n}\n",
             MapKind::Attention,
             &target
+        )
+    );
+}
+
+/// bf16 attention as one launch on the tensor cores: `ldmatrix` (and `.trans` for V),
+/// `mma.m16n8k16` for both products, the online softmax on the accumulator fragments with
+/// the quads' shuffles, keys and values staged by `cp.async`.
+#[test]
+fn attention_on_tensor_cores() {
+    let (dt, s) = ("bf16", "bf16[1,64,128]");
+    let src = format!(
+        "func @main(%0: {dt}[1,64,64], %1: {dt}[1,128,64], %2: {dt}[1,128,64]) -> {dt}[1,64,64] {{\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {s}\n  %4 = constant {{value = 0.125}} : {dt}[]\n  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : {s}\n  %6 = multiply %3, %5 : {s}\n  %7 = constant {{value = -inf}} : {dt}[]\n  %8 = reduce %6, %7 {{dimensions = [2], kind = max}} : {dt}[1,64]\n  %9 = broadcast_in_dim %8 {{broadcast_dimensions = [0, 1]}} : {s}\n  %10 = subtract %6, %9 : {s}\n  %11 = exponential %10 : {s}\n  %12 = constant {{value = 0.0}} : {dt}[]\n  %13 = reduce %11, %12 {{dimensions = [2], kind = add}} : {dt}[1,64]\n  %14 = broadcast_in_dim %13 {{broadcast_dimensions = [0, 1]}} : {s}\n  %15 = divide %11, %14 : {s}\n  %16 = dot_general %15, %2 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : {dt}[1,64,64]\n  return %16\n}}\n"
+    );
+    insta::assert_snapshot!("attention_mma_bf16", ptx(&src, MapKind::AttentionMma));
+}
+
+/// The gradient of 3x3/2 max pooling with padding, as the mapping runs it: thread 0 of one
+/// warp fills the output with the initial value, then walks the windows in order, selects
+/// each window's first greatest operand (GE) and adds its source value there (in order, so
+/// deterministic, without atomics).
+#[test]
+fn select_and_scatter_max_pool_gradient() {
+    insta::assert_snapshot!(
+        "select_and_scatter",
+        ptx(
+            "func @main(%0: f32[1,2,9,9], %1: f32[1,2,5,5], %2: f32[]) -> f32[1,2,9,9] {\n  %3 = select_and_scatter %0, %1, %2 {window_dimensions = [1, 1, 3, 3], window_strides = [1, 1, 2, 2], padding = [[0, 0], [0, 0], [1, 1], [1, 1]], select = GE, kind = add} : f32[1,2,9,9]\n  return %3\n}\n",
+            MapKind::SelectScatter
+        )
+    );
+}
+
+/// A transpose through a shared-memory tile of 32 x 33 (padded): reads along the input's
+/// rows into the tile's rows, a barrier, writes along the output's rows from its columns.
+#[test]
+fn transpose_by_shared_tiles() {
+    insta::assert_snapshot!(
+        "transpose_tiles",
+        ptx(
+            "func @main(%0: f32[64,96]) -> f32[96,64] {\n  %1 = transpose %0 {permutation = [1, 0]} : f32[96,64]\n  return %1\n}\n",
+            MapKind::TransposeTiles
         )
     );
 }

@@ -605,6 +605,13 @@ pub enum MapKind {
     /// softmax in f32 on the accumulator fragments, the probabilities reused in registers as
     /// the second product's A (`attention_mma.rs`).
     AttentionMma,
+    /// A transpose (or a gather that is one) through shared-memory tiles: each block stages
+    /// a tile of warp-size x warp-size elements of the output dimension its inputs are
+    /// contiguous along and the innermost one, computing them with the warp along the first
+    /// (coalesced reads) and writing them with the warp along the second (coalesced writes),
+    /// the tile's rows padded by one element so neither phase has bank conflicts
+    /// (`transpose.rs`).
+    TransposeTiles,
     /// A scatter, its updates combined in order: a thread per position of the update
     /// dimensions that address whole output dimensions alone, or one thread.
     Scatter,
@@ -633,6 +640,7 @@ impl MapKind {
             MapKind::Attention => "attention",
             MapKind::AttentionTiled => "attention-tiles",
             MapKind::AttentionMma => "attention-mma",
+            MapKind::TransposeTiles => "transpose-tiles",
             MapKind::Scatter => "scatter",
             MapKind::SelectScatter => "select-and-scatter",
             MapKind::Sort => "sort",

@@ -640,3 +640,88 @@ pub fn describe_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::Result<S
     }
     Ok(out)
 }
+
+/// `f` lowered as the PTX target lowers it (for an H200, [`crate::target::TargetInfo::h200`],
+/// under `opts`): the optimized program and its kernels, fused by the GPU target's rules
+/// (`cargo xtask dump FILE --stage kernels --target ptx`), verified like the CPU's.
+pub fn describe_kernels_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::Result<String> {
+    let target = crate::target::TargetInfo::h200();
+    let l = crate::pipeline::lower_program(f, &[], opts, &target, None, &mut |_| {})?;
+    crate::verify::verify_fused(&l.func, &l.fused)
+        .map_err(|e| crate::Error::Lowering(format!("@{}: {e}", l.func.name)))?;
+    let mut s = format!("// target: ptx (fused for an H200)\n{}\n", l.func);
+    s += &crate::print::fused_text(&l.func, &l.fused);
+    s += "// verified\n";
+    Ok(s)
+}
+
+/// The fused kernels of `f` as the PTX target makes them (`cargo xtask dump FILE --stage
+/// fused --target ptx`): per kernel its members and the buffers it reads, then one line per
+/// launch of its GPU mapping (kind, grid, block, shared memory, registers); the
+/// instructions without a kernel are named with how they run.
+pub fn describe_fusion_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::Result<String> {
+    let target = crate::target::TargetInfo::h200();
+    let l = crate::pipeline::lower_program(f, &[], opts, &target, None, &mut |_| {})?;
+    let (g, fused) = (&l.func, &l.fused);
+    let mut s = format!("// target: ptx (fused for an H200)\n{g}\n");
+    let count = fused.kernels.iter().flatten().count();
+    let _ = writeln!(s, "// {count} kernels");
+    for (i, inst) in g.insts.iter().enumerate() {
+        let Some(k) = fused.kernels[i].as_ref() else {
+            if !matches!(l.steps[i], crate::Step::Fused | crate::Step::Merged) {
+                let _ = writeln!(s, "// #{i} {}: {:?}", inst.op.mnemonic(), l.steps[i]);
+            }
+            continue;
+        };
+        let members: Vec<String> = fused.members[i]
+            .iter()
+            .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
+            .collect();
+        let reads: Vec<String> = fused.operands[i].iter().map(|v| v.to_string()).collect();
+        let also = if fused.extra[i].is_empty() {
+            String::new()
+        } else {
+            let vs: Vec<String> = fused.extra[i]
+                .iter()
+                .map(|v| format!("{v}: {}", g.values[v.index()]))
+                .collect();
+            format!("; also writes [{}]", vs.join(", "))
+        };
+        let _ = writeln!(
+            s,
+            "kernel k{i}: {} -> {}{also}; members [{}]; reads [{}]",
+            inst.op.mnemonic(),
+            g.values[inst.results[0].index()],
+            members.join(", "),
+            reads.join(", "),
+        );
+        let ins: Vec<kiln_ir::TensorType> = fused.operands[i]
+            .iter()
+            .map(|v| g.values[v.index()].clone())
+            .collect();
+        let name = format!("k{i}_{}", inst.op.mnemonic());
+        match super::map(k, &ins, &target, opts.matmul_precision, &name) {
+            Ok(p) => {
+                for t in &p.scratch {
+                    let _ = writeln!(s, "  scratch {t}");
+                }
+                for k in &p.launches {
+                    let _ = writeln!(
+                        s,
+                        "  launch {} ({}): grid {} x block {}, {} bytes of shared memory, {} registers",
+                        k.name,
+                        k.kind.name(),
+                        k.grid,
+                        k.block,
+                        k.shared_bytes().max(k.dynamic_shared),
+                        k.regs
+                    );
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(s, "  not mapped: {e}");
+            }
+        }
+    }
+    Ok(s)
+}

@@ -37,6 +37,11 @@
 //!   warp per query row ([`MapKind::Attention`], `attention.rs`); attention traced in bf16
 //!   or f16 runs on the tensor cores, `mma.m16n8k16` for both products and the softmax in
 //!   f32 ([`MapKind::AttentionMma`], `attention_mma.rs`).
+//! - A loop nest without reductions that reads across its output (a transpose, NCHW to NHWC,
+//!   a gather that is a transpose: [`crate::loop_schedule::transpose_tile_dim`], as the CPU
+//!   picks its tiles) runs in tiles of warp-size x warp-size elements staged through a padded
+//!   shared array, reads and writes both coalesced ([`MapKind::TransposeTiles`],
+//!   `transpose.rs`).
 //! - A scatter combines its updates in order, so its result is deterministic
 //!   ([`MapKind::Scatter`], `scatter.rs`): a thread per position of the update dimensions
 //!   that address whole output dimensions by themselves (an embedding gradient's columns),
@@ -83,6 +88,7 @@ mod split;
 mod staging;
 mod tensor;
 mod tiled;
+mod transpose;
 mod warpgroup;
 mod warpgroup_tma;
 
@@ -132,6 +138,13 @@ fn map_launches(
         .map(|(i, t)| (Buf::Input(i), t.clone()))
         .collect();
     match &k.schedule {
+        Schedule::Nest if k.extra.is_empty() && m.transpose_dim(k).is_some() => {
+            let a = m.transpose_dim(k).expect("checked");
+            Ok(GpuProgram {
+                scratch: Vec::new(),
+                launches: vec![m.transpose_tiles(name, k, a, ins)],
+            })
+        }
         Schedule::Nest => {
             let mut outs = vec![(Buf::Output(0), k.out.clone(), k.body.clone())];
             for (e, x) in k.extra.iter().enumerate() {
