@@ -182,6 +182,20 @@ fn run(k: &GpuKernel) -> Result<(), String> {
     Ok(())
 }
 
+/// `k` with the producer's waits for a released slot (the waits on the flipped parity)
+/// dropped.
+fn without_empty_waits(k: &GpuKernel) -> GpuKernel {
+    let mut k = k.clone();
+    edit(&mut k.body, &mut |s| {
+        if let Stmt::If { body, .. } = s {
+            body.retain(
+                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
+            );
+        }
+    });
+    k
+}
+
 #[test]
 fn planted_ring_bugs_are_caught() {
     let good = launch();
@@ -237,14 +251,7 @@ fn planted_ring_bugs_are_caught() {
     });
     fails("no release", &k, "cannot complete");
     // The producer refills a slot without waiting for its release.
-    let mut k = good.clone();
-    edit(&mut k.body, &mut |s| {
-        if let Stmt::If { body, .. } = s {
-            body.retain(
-                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
-            );
-        }
-    });
+    let k = without_empty_waits(&good);
     fails(
         "no empty wait",
         &k,
@@ -260,14 +267,7 @@ fn planted_ring_bugs_are_caught() {
         .remove(0);
     assert_eq!(good.block, 128, "the consumers alone");
     run(&good).unwrap();
-    let mut k = good.clone();
-    edit(&mut k.body, &mut |s| {
-        if let Stmt::If { body, .. } = s {
-            body.retain(
-                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
-            );
-        }
-    });
+    let k = without_empty_waits(&good);
     fails(
         "inline: no empty wait",
         &k,

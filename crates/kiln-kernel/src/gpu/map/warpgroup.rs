@@ -57,7 +57,7 @@
 
 use super::gemm::{Launch, Product, tile_origin};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
-use super::tiled::{Operands, flushes, sum_down, sum_levels};
+use super::tiled::{Operands, accumulators, flushes, sum_down, sum_levels};
 use super::*;
 use crate::gpu::desc::{TileLayout, WgSwizzle};
 use crate::gpu::wgmma::{WARPGROUP, acc_col, acc_row};
@@ -129,9 +129,7 @@ impl Mapper<'_> {
         let tmp = (r.next(), r.next());
         let levels = sum_levels(d.k, self.sums);
         // Per level, the warpgroup's `bn / 2` accumulators.
-        let acc: Vec<Vec<usize>> = (0..=levels)
-            .map(|_| (0..bn / 2).map(|_| r.next()).collect())
-            .collect();
+        let acc = accumulators(&mut r, levels, bn / 2);
         let reg = Sc::Reg;
         let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
         for level in &acc {

@@ -51,7 +51,7 @@
 
 use super::gemm::{Launch, Product, tile_origin};
 use super::staging::zero;
-use super::tiled::{Operands, flushes, sum_down, sum_levels};
+use super::tiled::{Operands, accumulators, flushes, sum_down, sum_levels};
 use super::warpgroup::{KT, acc_at, stage_wgmmas, swizzled_tile};
 use super::*;
 use crate::gpu::desc::WgSwizzle;
@@ -187,9 +187,7 @@ impl Mapper<'_> {
         };
         let tmp = (r.next(), r.next());
         let levels = sum_levels(d.k, self.sums);
-        let acc: Vec<Vec<usize>> = (0..=levels)
-            .map(|_| (0..bn / 2).map(|_| r.next()).collect())
-            .collect();
+        let acc = accumulators(&mut r, levels, bn / 2);
         let reg = Sc::Reg;
         let tid = || sp(Special::Thread);
         let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
