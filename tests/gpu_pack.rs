@@ -9,6 +9,11 @@ use kiln_tests::pack::{PackOptions, pack};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../crates/kiln-codegen-llvm/tests/ptxas/mod.rs"]
+mod ptxas;
+
+use ptxas::ptxas;
+
 /// `kiln-run`, built into this test's target folder.
 fn kiln_run() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -517,22 +522,6 @@ fn sweep_variants_of_tensor_core_attention_run_as_labelled() {
         }
         assert!(count >= 5, "{name}: {count} variants");
     }
-}
-
-/// ptxas, where `cargo xtask test` installs it (or `KILN_PTXAS`).
-fn ptxas() -> Option<PathBuf> {
-    let found = std::env::var("KILN_PTXAS")
-        .ok()
-        .map(PathBuf::from)
-        .or_else(|| {
-            let home = std::env::var("HOME").ok()?;
-            let p = Path::new(&home).join(".cache/kiln/ptxas/nvidia/cuda_nvcc/bin/ptxas");
-            p.exists().then_some(p)
-        });
-    if found.is_none() && std::env::var_os("CI").is_some() {
-        panic!("ptxas not found in CI (cargo xtask test installs it, or set KILN_PTXAS)");
-    }
-    found
 }
 
 /// The transformer's training step and the two convolutions are packed: at both sizes every

@@ -11,24 +11,14 @@ use kiln_kernel::gpu::desc::WgSwizzle;
 use kiln_kernel::gpu::ir::GpuKernel;
 use kiln_kernel::gpu::mbarrier::rounds;
 use kiln_kernel::gpu::tma::{tma_tile, tma_warpgroup_tile};
-use kiln_kernel::target::{GemmTile, TargetInfo};
-use std::path::{Path, PathBuf};
+use kiln_kernel::target::TargetInfo;
 
-/// Where `cargo xtask test` installs ptxas (or `KILN_PTXAS`); in CI its absence is an error.
-fn ptxas() -> Option<PathBuf> {
-    let found = std::env::var("KILN_PTXAS")
-        .ok()
-        .map(PathBuf::from)
-        .or_else(|| {
-            let home = std::env::var("HOME").ok()?;
-            let p = Path::new(&home).join(".cache/kiln/ptxas/nvidia/cuda_nvcc/bin/ptxas");
-            p.exists().then_some(p)
-        });
-    if found.is_none() && std::env::var_os("CI").is_some() {
-        panic!("ptxas not found in CI (cargo xtask test installs it, or set KILN_PTXAS)");
-    }
-    found
-}
+mod ptxas;
+#[path = "../../kiln-runtime/tests/products/wgmma_target.rs"]
+mod wgmma_target;
+
+use ptxas::ptxas;
+use wgmma_target::wgmma_target;
 
 /// Assembles `text` for sm_90a with `-v`: ptxas's report, or its error.
 fn assemble(name: &str, text: &str) -> Option<Result<String, String>> {
@@ -155,20 +145,11 @@ fn product_report(
 ) -> Option<(usize, String)> {
     let src = "func @main(%0: bf16[8192,8192], %1: bf16[8192,8192]) -> f32[8192,8192] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[8192,8192]\n  return %2\n}\n";
     let f = kiln_ir::parse_func_text(src).unwrap();
-    let mut target = TargetInfo::h200();
+    let mut target = wgmma_target((m, n), ring);
     if let Some(leaf) = leaf {
         target.sums.leaf = leaf;
     }
     let gpu = target.gpu.as_mut().unwrap();
-    gpu.wgmma_tiles = vec![GemmTile {
-        m,
-        n,
-        k: 64,
-        thread_m: 64,
-        thread_n: n,
-    }];
-    gpu.mma_stages = ring;
-    gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
     gpu.wgmma_tma = tma;
     gpu.wgmma_tma_inline = inline;
     let opts = kiln_kernel::Options::default();

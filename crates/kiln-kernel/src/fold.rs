@@ -49,23 +49,16 @@ pub fn fold_body(body: &Func) -> Result<Vec<Expr>, NoKernel> {
                     .iter()
                     .map(|o| vals[o.index()].clone().expect("verified SSA"))
                     .collect();
-                let operand_dtype = match op {
-                    Op::Select {} => args[1].dtype(),
-                    _ => args[0].dtype(),
-                };
+                let ew = Ew::of(op);
+                let operand_dtype = args[ew.typed_operand()].dtype();
                 if !plain(operand_dtype) || !elementwise_supported(op.kind(), operand_dtype) {
                     return Err(NoKernel("a body op the kernels lack for its dtype"));
                 }
-                let op = match op {
-                    Op::Compare {
-                        comparison_direction,
-                    } => Ew::Cmp(*comparison_direction),
-                    Op::Select {} => Ew::Select,
-                    Op::Clamp {} => Ew::Clamp,
-                    Op::Convert {} => Ew::Convert,
-                    _ => Ew::Kind(op.kind()),
-                };
-                Expr::Op { op, dtype, args }
+                Expr::Op {
+                    op: ew,
+                    dtype,
+                    args,
+                }
             }
             _ => return Err(NoKernel("a body op that is not elementwise")),
         };

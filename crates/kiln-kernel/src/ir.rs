@@ -5,7 +5,7 @@
 //! later inlines producers into the same tree. Reductions (reduce, dot_general) are expression
 //! nodes with loops of their own.
 
-use kiln_ir::{Combiner, ComparisonDirection, DType, OpKind, TensorType};
+use kiln_ir::{Combiner, ComparisonDirection, DType, Op, OpKind, TensorType};
 
 /// An elementwise operation in a kernel body.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +26,27 @@ pub enum Ew {
     /// loading it back would do. Fusion inserts it where an inlined producer's result was
     /// stored.
     Narrow,
+}
+
+impl Ew {
+    /// The kernel operation of elementwise op `op` (whether the kernels have it for its dtypes
+    /// is `elementwise_supported`'s to say).
+    pub fn of(op: &Op) -> Ew {
+        match op {
+            Op::Compare {
+                comparison_direction,
+            } => Ew::Cmp(*comparison_direction),
+            Op::Select {} => Ew::Select,
+            Op::Clamp {} => Ew::Clamp,
+            Op::Convert {} => Ew::Convert,
+            _ => Ew::Kind(op.kind()),
+        }
+    }
+
+    /// The operand whose dtype is the operation's: `select`'s first choice, else the first.
+    pub fn typed_operand(&self) -> usize {
+        usize::from(*self == Ew::Select)
+    }
 }
 
 /// An integer index expression over loop variables (i64 arithmetic).

@@ -832,25 +832,13 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
 /// The kernel of an elementwise op: the op applied to its operands at the output's position.
 fn elementwise(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKernel> {
     let (r, k) = (out.rank(), op.kind());
-    let operand_dtype = if matches!(op, Op::Select {}) {
-        x[1].dtype
-    } else {
-        x[0].dtype
-    };
+    let ew = Ew::of(op);
+    let operand_dtype = x[ew.typed_operand()].dtype;
     if !elementwise_supported(k, operand_dtype) {
         return Err(NoKernel(
             "an elementwise op the kernels lack for its operand dtype",
         ));
     }
-    let ew = match op {
-        Op::Compare {
-            comparison_direction,
-        } => Ew::Cmp(*comparison_direction),
-        Op::Select {} => Ew::Select,
-        Op::Clamp {} => Ew::Clamp,
-        Op::Convert {} => Ew::Convert,
-        _ => Ew::Kind(k),
-    };
     let args: Vec<Expr> = x
         .iter()
         .enumerate()

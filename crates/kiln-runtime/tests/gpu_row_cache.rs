@@ -6,11 +6,12 @@
 //! under all three (the reductions keep their order).
 
 use kiln_ir::Literal;
-use kiln_ir::random::{Rng, random_literal_with_specials};
-use kiln_kernel::gpu::plan::device_plan;
 use kiln_kernel::gpu::plan_print::plan_text;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::run_plan;
+
+mod planned;
+use planned::{planned, random_args};
 
 /// A row program over `dt[rows, n]`.
 #[derive(Clone, Copy, Debug)]
@@ -147,25 +148,11 @@ fn row_caches_agree_with_the_reference_and_with_rereading_bit_for_bit() {
     for (i, &(op, dt, rows, n, place)) in cases.iter().enumerate() {
         let src = text(op, dt, rows, n);
         let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{op:?}: {e}\n{src}"));
-        let mut rng = Rng::new(i as u64);
-        let args: Vec<Literal> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-            .collect();
+        let args = random_args(&f, i as u64);
         let mut first: Option<Vec<Literal>> = None;
         for (which, target) in targets() {
             let what = format!("{op:?} {dt}[{rows},{n}] with {which}");
-            let l = kiln_kernel::pipeline::lower_program(
-                &f,
-                &[],
-                &kiln_kernel::Options::default(),
-                &target,
-                None,
-                &mut |_| {},
-            )
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let plan = device_plan(&l, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let plan = planned(&f, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
             let printed = plan_text(&plan);
             let want = match which {
                 "registers and shared memory" => place,

@@ -7,9 +7,11 @@
 use kiln_ir::random::{Rng, random_literal};
 use kiln_ir::{DType, Literal};
 use kiln_kernel::gpu::ir::MapKind;
-use kiln_kernel::gpu::plan::device_plan;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::run_plan;
+
+mod planned;
+use planned::planned;
 
 /// `scatter` of `updates` (`[n, cols]`) into the rows `idx` (`[n, 1]`) of an operand
 /// `[rows, cols]`: an embedding's gradient.
@@ -121,16 +123,7 @@ fn scatters_run_a_thread_per_own_position_in_order() {
     let mut failures = Vec::new();
     for (i, (what, src, range, threads, exact)) in cases.iter().enumerate() {
         let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
-        let l = kiln_kernel::pipeline::lower_program(
-            &f,
-            &[],
-            &kiln_kernel::Options::default(),
-            &target,
-            None,
-            &mut |_| {},
-        )
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let plan = device_plan(&l, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let plan = planned(&f, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
         let launches: Vec<_> = plan
             .kernel_steps()
             .flat_map(|k| k.program.launches.iter())

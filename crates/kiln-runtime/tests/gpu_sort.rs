@@ -12,6 +12,9 @@ use kiln_kernel::gpu::sort::radix;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{EmuReport, compile_and_run};
 
+mod planned;
+use planned::planned;
+
 /// A comparator over `operands` operands of `dtypes` ordering by operand `key`: ascending
 /// `a < b` with NaN greatest (as `Tensor::sort` traces it), or descending `a > b` with NaN
 /// first; `bare` leaves NaN unordered (a plain `LT`).
@@ -315,16 +318,7 @@ fn a_radix_sort_ping_pongs_between_scratch_buffers() {
     let src = sort_text(&[DType::F32, DType::I32], &[3, 300], 1, 0, false, false);
     let f = kiln_ir::parse_func_text(&src).unwrap();
     let target = small_blocks(768);
-    let l = kiln_kernel::pipeline::lower_program(
-        &f,
-        &[],
-        &kiln_kernel::Options::default(),
-        &target,
-        None,
-        &mut |_| {},
-    )
-    .unwrap();
-    let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
+    let plan = planned(&f, &target).unwrap();
     let steps: Vec<_> = plan.kernel_steps().collect();
     assert_eq!(steps.len(), 1);
     let p = &steps[0].program;

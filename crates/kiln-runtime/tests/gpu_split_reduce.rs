@@ -5,35 +5,19 @@
 //! caught.
 
 use kiln_ir::Literal;
-use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_kernel::gpu::ir::{GpuProgram, MapKind, Sc, Stmt};
-use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep, device_plan};
+use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep};
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{EmuReport, run_plan};
+
+mod planned;
+use planned::{planned, random_args};
 
 /// `f` lowered and planned for the H200.
 fn plan_of(src: &str) -> (kiln_ir::Func, DevicePlan) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
-    let target = TargetInfo::h200();
-    let l = kiln_kernel::pipeline::lower_program(
-        &f,
-        &[],
-        &kiln_kernel::Options::default(),
-        &target,
-        None,
-        &mut |_| {},
-    )
-    .unwrap_or_else(|e| panic!("{e}\n{src}"));
-    let plan = device_plan(&l, &target).unwrap_or_else(|e| panic!("{e}\n{src}"));
+    let plan = planned(&f, &TargetInfo::h200()).unwrap_or_else(|e| panic!("{e}\n{src}"));
     (f, plan)
-}
-
-fn args_of(f: &kiln_ir::Func, seed: u64) -> Vec<Literal> {
-    let mut rng = Rng::new(seed);
-    f.param_types()
-        .iter()
-        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-        .collect()
 }
 
 /// A reduction of `%0: dt[shape]` over `dims` by `kind` (`add`, `max`, `min`) to the kept
@@ -256,7 +240,7 @@ fn split_reductions_agree_with_the_reference_and_repeat_bit_for_bit() {
             failures.push(format!("{what}: not one {want:?} launch: {rep:?}"));
             continue;
         }
-        let args = args_of(&f, i as u64);
+        let args = random_args(&f, i as u64);
         let refs: Vec<&Literal> = args.iter().collect();
         let got = match run_plan(&plan, &refs) {
             Ok(got) => got,
@@ -299,7 +283,7 @@ fn a_dropped_partial_is_caught() {
         let src = reduce_text("f32", shape, dims, "add", false);
         let (f, mut plan) = plan_of(&src);
         // Positive terms, so that a missing partial shows.
-        let args: Vec<Literal> = args_of(&f, 7)
+        let args: Vec<Literal> = random_args(&f, 7)
             .iter()
             .map(|a| Literal::try_full(a.ty().clone(), 1.0).expect("ones"))
             .collect();
@@ -343,7 +327,7 @@ fn a_sum_and_a_maximum_of_one_tensor_split_together() {
         let (f, plan) = plan_of(&src);
         let rep = EmuReport::of(&plan);
         assert!(rep.launches.contains_key(&want), "{shape}: {rep:?}");
-        let args = args_of(&f, 3);
+        let args = random_args(&f, 3);
         let refs: Vec<&Literal> = args.iter().collect();
         let got = run_plan(&plan, &refs).unwrap_or_else(|e| panic!("{shape}: {e}"));
         kiln_reference::accuracy::check_outputs(&f, &args, &got)
@@ -361,7 +345,7 @@ fn the_partials_do_not_depend_on_the_grid_launched() {
     ] {
         let src = reduce_text("f32", shape, dims, "add", false);
         let (f, mut plan) = plan_of(&src);
-        let args = args_of(&f, 11);
+        let args = random_args(&f, 11);
         let refs: Vec<&Literal> = args.iter().collect();
         let full = run_plan(&plan, &refs).expect("runs");
         let p = program_with(&mut plan, kind);

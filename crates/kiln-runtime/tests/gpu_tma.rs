@@ -16,6 +16,9 @@ use kiln_kernel::gpu::tma::{tma_tile, tma_warpgroup_tile};
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{Buffer, V, run_kernel};
 
+mod products;
+use products::edit;
+
 fn sums() -> kiln_kernel::target::SumTree {
     TargetInfo::h200().sums
 }
@@ -32,16 +35,6 @@ fn run_rounds(k: &GpuKernel) -> Result<Vec<V>, String> {
     let mut out = vec![Buffer::zeros("%out", &k.outputs[0].1)];
     run_kernel(k, &[], &mut out).map_err(|e| e.to_string())?;
     Ok(out.remove(0).data)
-}
-
-/// The statements of `body` (nested ones too) changed by `f`.
-fn edit(body: &mut [Stmt], f: &mut impl FnMut(&mut Stmt)) {
-    for s in body {
-        f(s);
-        if let Stmt::For { body, .. } | Stmt::If { body, .. } = s {
-            edit(body, f);
-        }
-    }
 }
 
 #[test]

@@ -7,38 +7,18 @@
 //! results of the operands' dtype; and the `mma.sync` mapping kept where the GPU has no
 //! warpgroup products or no tile for them.
 
-use kiln_ir::random::{Rng, random_literal_with_specials};
-use kiln_ir::{DType, Literal};
+use kiln_ir::DType;
 use kiln_kernel::gpu::ir::*;
-use kiln_kernel::target::{GemmTile, TargetInfo};
-use kiln_runtime::gpu_emu::compile_and_run;
+use kiln_kernel::target::TargetInfo;
 
 mod products;
-use products::{check_exact_product, count, mapped, product_text};
-
-/// An H200 whose products of 16-bit operands run on warpgroups of the tile `m x n`, in rings
-/// of up to `stages` stages, with dynamic shared memory for the larger rings.
-fn wgmma_target((m, n): (usize, usize), stages: usize) -> TargetInfo {
-    let mut t = TargetInfo::h200();
-    let gpu = t.gpu.as_mut().expect("a GPU");
-    gpu.wgmma_tiles = vec![GemmTile {
-        m,
-        n,
-        k: 64,
-        thread_m: 64,
-        thread_n: n,
-    }];
-    gpu.mma_stages = stages;
-    gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
-    t
-}
+use products::{
+    against_reference, count, exact_program, in_launches, mapped, product_text, wgmma_target,
+};
 
 /// `wgmma`s in the launches of `p`.
 fn wgmmas(p: &GpuProgram) -> usize {
-    p.launches
-        .iter()
-        .map(|l| count(&l.body, &|s| matches!(s, Stmt::Wgmma { .. })))
-        .sum()
+    in_launches(p, &|s| matches!(s, Stmt::Wgmma { .. }))
 }
 
 /// The product `(batch, m, k, n)` of small integers (A with its contraction first when
@@ -50,13 +30,7 @@ fn exact_product(
     (at, bt): (bool, bool),
     dtype: DType,
 ) -> Result<bool, String> {
-    let src = product_text((batch, m, k, n), ("f32", "f32"), at, bt, false);
-    let f = kiln_ir::parse_func_text(&src).unwrap();
-    let p = mapped(&f, target, Some(dtype)).remove(0);
-    for l in &p.launches {
-        kiln_kernel::gpu::print::verify(l, target.gpu.as_ref().unwrap())?;
-    }
-    check_exact_product(&p, (batch, m, k, n), (at, bt), dtype)?;
+    let p = exact_program(target, (batch, m, k, n), (at, bt), dtype)?;
     // Operands stored with their rows contiguous (A transposed, B by rows) are staged
     // MN-major (whole 64-column panels of B) and copied with `cp.async`.
     let l = &p.launches[0];
@@ -132,18 +106,8 @@ fn products_on_warpgroups_agree_with_the_reference() {
             failures.push(format!("case {i}: not on warpgroups\n{src}"));
             continue;
         }
-        let mut rng = Rng::new(300 + i as u64);
-        let args: Vec<Literal> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-            .collect();
-        let opts = kiln_kernel::Options::default();
-        match compile_and_run(&f, &[], &opts, &target, &args) {
-            Ok((got, rep)) => {
-                if let Err(e) = kiln_reference::accuracy::check_outputs(&f, &args, &got) {
-                    failures.push(format!("case {i}: {e}\n{src}"));
-                }
+        match against_reference(&f, &target, 300 + i as u64) {
+            Ok(rep) => {
                 if rep.launches.get(&MapKind::GemmMma) != Some(&1) || rep.launches.len() != 1 {
                     failures.push(format!(
                         "case {i}: one launch expected: {:?}\n{src}",

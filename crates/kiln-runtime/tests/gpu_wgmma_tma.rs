@@ -7,14 +7,15 @@
 //! `cp.async` ring kept where the operands do not suit TMA; and planted protocol bugs the
 //! emulator refuses.
 
-use kiln_ir::random::{Rng, random_literal_with_specials};
-use kiln_ir::{DType, Literal};
+use kiln_ir::DType;
 use kiln_kernel::gpu::ir::*;
-use kiln_kernel::target::{GemmTile, TargetInfo};
-use kiln_runtime::gpu_emu::{Buffer, V, compile_and_run, run_kernel};
+use kiln_kernel::target::TargetInfo;
+use kiln_runtime::gpu_emu::{Buffer, V, run_kernel};
 
 mod products;
-use products::{check_exact_product, count, mapped, product_text};
+use products::{
+    against_reference, edit, exact_program, in_launches, mapped, product_text, wgmma_target,
+};
 
 /// [`tma_target`] with the loads issued by the consumers' first thread.
 fn inline_target(tile: (usize, usize), stages: usize) -> TargetInfo {
@@ -25,28 +26,15 @@ fn inline_target(tile: (usize, usize), stages: usize) -> TargetInfo {
 
 /// An H200 whose 16-bit products run on warpgroups of the tile `m x n`, up to `stages`
 /// stages, loaded by TMA where they can be.
-fn tma_target((m, n): (usize, usize), stages: usize) -> TargetInfo {
-    let mut t = TargetInfo::h200();
-    let gpu = t.gpu.as_mut().expect("a GPU");
-    gpu.wgmma_tiles = vec![GemmTile {
-        m,
-        n,
-        k: 64,
-        thread_m: 64,
-        thread_n: n,
-    }];
-    gpu.mma_stages = stages;
-    gpu.tile_dynamic_bytes = gpu.dynamic_shared_bytes;
-    gpu.wgmma_tma = true;
+fn tma_target(tile: (usize, usize), stages: usize) -> TargetInfo {
+    let mut t = wgmma_target(tile, stages);
+    t.gpu.as_mut().expect("a GPU").wgmma_tma = true;
     t
 }
 
 /// TMA loads in the launches of `p`.
 fn tma_loads(p: &GpuProgram) -> usize {
-    p.launches
-        .iter()
-        .map(|l| count(&l.body, &|s| matches!(s, Stmt::TmaLoad { .. })))
-        .sum()
+    in_launches(p, &|s| matches!(s, Stmt::TmaLoad { .. }))
 }
 
 /// The product `(batch, m, k, n)` of small integers (B with its contraction last when `bt`)
@@ -57,13 +45,7 @@ fn exact(
     (at, bt): (bool, bool),
     dtype: DType,
 ) -> Result<bool, String> {
-    let src = product_text(shape, ("f32", "f32"), at, bt, false);
-    let f = kiln_ir::parse_func_text(&src).unwrap();
-    let p = mapped(&f, target, Some(dtype)).remove(0);
-    for l in &p.launches {
-        kiln_kernel::gpu::print::verify(l, target.gpu.as_ref().unwrap())?;
-    }
-    check_exact_product(&p, shape, (at, bt), dtype)?;
+    let p = exact_program(target, shape, (at, bt), dtype)?;
     Ok(tma_loads(&p) > 0)
 }
 
@@ -126,20 +108,8 @@ fn warp_specialized_products_agree_with_the_reference() {
             failures.push(format!("case {i}: not loaded by TMA\n{src}"));
             continue;
         }
-        let mut rng = Rng::new(700 + i as u64);
-        let args: Vec<Literal> = f
-            .param_types()
-            .iter()
-            .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-            .collect();
-        let opts = kiln_kernel::Options::default();
-        match compile_and_run(&f, &[], &opts, &target, &args) {
-            Ok((got, _)) => {
-                if let Err(e) = kiln_reference::accuracy::check_outputs(&f, &args, &got) {
-                    failures.push(format!("case {i}: {e}\n{src}"));
-                }
-            }
-            Err(e) => failures.push(format!("case {i}: {e}\n{src}")),
+        if let Err(e) = against_reference(&f, &target, 700 + i as u64) {
+            failures.push(format!("case {i}: {e}\n{src}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -212,14 +182,18 @@ fn run(k: &GpuKernel) -> Result<(), String> {
     Ok(())
 }
 
-/// The statements of `body` (nested ones too) changed by `f`.
-fn edit(body: &mut [Stmt], f: &mut impl FnMut(&mut Stmt)) {
-    for s in body {
-        f(s);
-        if let Stmt::For { body, .. } | Stmt::If { body, .. } = s {
-            edit(body, f);
+/// `k` with the producer's waits for a released slot (the waits on the flipped parity)
+/// dropped.
+fn without_empty_waits(k: &GpuKernel) -> GpuKernel {
+    let mut k = k.clone();
+    edit(&mut k.body, &mut |s| {
+        if let Stmt::If { body, .. } = s {
+            body.retain(
+                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
+            );
         }
-    }
+    });
+    k
 }
 
 #[test]
@@ -277,14 +251,7 @@ fn planted_ring_bugs_are_caught() {
     });
     fails("no release", &k, "cannot complete");
     // The producer refills a slot without waiting for its release.
-    let mut k = good.clone();
-    edit(&mut k.body, &mut |s| {
-        if let Stmt::If { body, .. } = s {
-            body.retain(
-                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
-            );
-        }
-    });
+    let k = without_empty_waits(&good);
     fails(
         "no empty wait",
         &k,
@@ -300,14 +267,7 @@ fn planted_ring_bugs_are_caught() {
         .remove(0);
     assert_eq!(good.block, 128, "the consumers alone");
     run(&good).unwrap();
-    let mut k = good.clone();
-    edit(&mut k.body, &mut |s| {
-        if let Stmt::If { body, .. } = s {
-            body.retain(
-                |s| !matches!(s, Stmt::MbarWait { parity, .. } if matches!(parity, Sc::Rem(..))),
-            );
-        }
-    });
+    let k = without_empty_waits(&good);
     fails(
         "inline: no empty wait",
         &k,

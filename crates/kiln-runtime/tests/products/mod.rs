@@ -2,11 +2,17 @@
 //! products of small integers, shared by the GPU emulator's tests (not every test that
 //! includes this module uses all of it).
 
-use kiln_ir::{DType, Func, TensorType};
+use kiln_ir::random::{Rng, random_literal_with_specials};
+use kiln_ir::{DType, Func, Literal, TensorType};
 use kiln_kernel::gpu::ir::{GpuProgram, Stmt};
 use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
-use kiln_runtime::gpu_emu::{Buffer, V, run_program};
+use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_program};
+
+mod wgmma_target;
+
+#[allow(unused_imports)]
+pub use wgmma_target::wgmma_target;
 
 /// A batched product `lhs x rhs` of `(batch, m, k, n)` in `dt` (operands in `inp`), A stored
 /// with its contraction first when `a_trans`, B with its contraction last when `b_trans`,
@@ -156,4 +162,58 @@ pub fn mapped(f: &Func, target: &TargetInfo, dtype: Option<DType>) -> Vec<GpuPro
             )
         })
         .collect()
+}
+
+/// The statements of the launches of `p` (nested ones too) that `keep` picks, counted.
+#[allow(dead_code)]
+pub fn in_launches(p: &GpuProgram, keep: &dyn Fn(&Stmt) -> bool) -> usize {
+    p.launches.iter().map(|l| count(&l.body, keep)).sum()
+}
+
+/// The product `shape` `(batch, m, k, n)` of small integers (A with its contraction first
+/// when `at`, B with its contraction last when `bt`) with operands of `dtype`, mapped for
+/// `target`, its launches verified and its result checked exact ([`check_exact_product`]):
+/// the program, or the first error.
+#[allow(dead_code)]
+pub fn exact_program(
+    target: &TargetInfo,
+    shape: (usize, usize, usize, usize),
+    (at, bt): (bool, bool),
+    dtype: DType,
+) -> Result<GpuProgram, String> {
+    let src = product_text(shape, ("f32", "f32"), at, bt, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let p = mapped(&f, target, Some(dtype)).remove(0);
+    for l in &p.launches {
+        kiln_kernel::gpu::print::verify(l, target.gpu.as_ref().unwrap())?;
+    }
+    check_exact_product(&p, shape, (at, bt), dtype)?;
+    Ok(p)
+}
+
+/// `f` on the emulator of `target` with random operands from `seed`, against the reference
+/// (`kiln_reference::accuracy`'s bound): the emulator's report, or the error.
+#[allow(dead_code)]
+pub fn against_reference(f: &Func, target: &TargetInfo, seed: u64) -> Result<EmuReport, String> {
+    let mut rng = Rng::new(seed);
+    let args: Vec<Literal> = f
+        .param_types()
+        .iter()
+        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+        .collect();
+    let opts = kiln_kernel::Options::default();
+    let (got, rep) = compile_and_run(f, &[], &opts, target, &args).map_err(|e| e.to_string())?;
+    kiln_reference::accuracy::check_outputs(f, &args, &got)?;
+    Ok(rep)
+}
+
+/// The statements of `body` (nested ones too) changed by `f`.
+#[allow(dead_code)]
+pub fn edit(body: &mut [Stmt], f: &mut impl FnMut(&mut Stmt)) {
+    for s in body {
+        f(s);
+        if let Stmt::For { body, .. } | Stmt::If { body, .. } = s {
+            edit(body, f);
+        }
+    }
 }

@@ -330,34 +330,51 @@ fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
 /// `e` with each reduction that computes the value of one of `hoisted` replaced by a load of
 /// the scalar input `first + i`.
 fn substituted(e: &Expr, hoisted: &[Expr], first: usize, vars: usize) -> Expr {
-    struct Sub {
+    let loads: Vec<Expr> = (hoisted.iter().enumerate())
+        .map(|(i, h)| Expr::Load {
+            input: first + i,
+            dtype: h.dtype(),
+            coef: vec![0; vars],
+            off: 0,
+        })
+        .collect();
+    replace(e, hoisted, &loads)
+}
+
+/// `e` with each reduction computing the value of `hoisted[i]` replaced by `by[i]`.
+fn replace(e: &Expr, hoisted: &[Expr], by: &[Expr]) -> Expr {
+    struct Sub<'a> {
         keys: Vec<ValueKey>,
-        first: usize,
-        vars: usize,
+        by: &'a [Expr],
     }
-    impl Rewriter for Sub {
+    impl Rewriter for Sub<'_> {
         fn expr(&mut self, e: &Expr) -> Expr {
             if !matches!(e, Expr::Reduce { .. }) {
                 return e.map_children(self);
             }
             let key = value_key(e);
             match self.keys.iter().position(|h| *h == key) {
-                Some(i) => Expr::Load {
-                    input: self.first + i,
-                    dtype: e.dtype(),
-                    coef: vec![0; self.vars],
-                    off: 0,
-                },
+                Some(i) => self.by[i].clone(),
                 None => e.map_children(self),
             }
         }
     }
     Sub {
         keys: hoisted.iter().map(value_key).collect(),
-        first,
-        vars,
+        by,
     }
     .expr(e)
+}
+
+/// The row of `hoisted`'s loop nest: how many leading dimensions of the output its reductions
+/// depend on.
+fn row_rank(hoisted: &[Expr]) -> usize {
+    hoisted
+        .iter()
+        .flat_map(free_vars)
+        .map(|v| v + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 fn extent(vars: &[(usize, usize)]) -> usize {
@@ -547,12 +564,7 @@ impl Mapper<'_> {
             )
         };
         // The row: the leading dimensions every hoisted reduction depends on.
-        let split = hoisted
-            .iter()
-            .flat_map(free_vars)
-            .map(|v| v + 1)
-            .max()
-            .unwrap_or(0);
+        let split = row_rank(&hoisted);
         let rows: usize = out.shape[..split].iter().product();
         let row_len: usize = out.shape[split..].iter().product();
         let first = inputs.len();

@@ -84,12 +84,7 @@ impl Mapper<'_> {
                 return None;
             }
         }
-        let split = hoisted
-            .iter()
-            .flat_map(free_vars)
-            .map(|v| v + 1)
-            .max()
-            .unwrap_or(0);
+        let split = row_rank(hoisted);
         // One output element per row: the second launch computes each from its partials
         // once. (Elements over a long row, a row scaled by its sum, keep the row mapping,
         // whose block or warp computes the sum once for all of them.)
@@ -451,29 +446,4 @@ fn columnar(h: &Expr, kept: usize) -> bool {
     };
     w.expr(body);
     w.along_kept && !w.along_inner && !w.other
-}
-
-/// `e` with each reduction computing the value of `hoisted[i]` replaced by `by[i]`.
-fn replace(e: &Expr, hoisted: &[Expr], by: &[Expr]) -> Expr {
-    struct Sub<'a> {
-        keys: Vec<ValueKey>,
-        by: &'a [Expr],
-    }
-    impl Rewriter for Sub<'_> {
-        fn expr(&mut self, e: &Expr) -> Expr {
-            if !matches!(e, Expr::Reduce { .. }) {
-                return e.map_children(self);
-            }
-            let key = value_key(e);
-            match self.keys.iter().position(|h| *h == key) {
-                Some(i) => self.by[i].clone(),
-                None => e.map_children(self),
-            }
-        }
-    }
-    Sub {
-        keys: hoisted.iter().map(value_key).collect(),
-        by,
-    }
-    .expr(e)
 }

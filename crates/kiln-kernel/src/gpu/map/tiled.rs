@@ -105,9 +105,7 @@ impl Mapper<'_> {
         let bf: Vec<usize> = (0..tn).map(|_| r.next()).collect();
         // The accumulators: level 0 (the chunk) first, a `tm x tn` tile per level.
         let levels = sum_levels(d.k, self.sums);
-        let acc: Vec<Vec<usize>> = (0..=levels)
-            .map(|_| (0..tm * tn).map(|_| r.next()).collect())
-            .collect();
+        let acc = accumulators(&mut r, levels, tm * tn);
         let reg = Sc::Reg;
         let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
         body.extend([
@@ -299,6 +297,14 @@ pub(super) fn sum_levels(k: usize, sums: SumTree) -> usize {
         levels += 1;
     }
     levels
+}
+
+/// The accumulators of a sum tree of `levels` levels above its chunks: `each` registers per
+/// level, level 0 (the chunk) first.
+pub(super) fn accumulators(r: &mut Regs, levels: usize, each: usize) -> Vec<Vec<usize>> {
+    (0..=levels)
+        .map(|_| (0..each).map(|_| r.next()).collect())
+        .collect()
 }
 
 /// The sum tree's flushes after a step whose last term is contraction index `done - 1`: for

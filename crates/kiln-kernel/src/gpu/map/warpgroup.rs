@@ -57,14 +57,14 @@
 
 use super::gemm::{Launch, Product, tile_origin};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
-use super::tiled::{Operands, flushes, sum_down, sum_levels};
+use super::tiled::{Operands, accumulators, flushes, sum_down, sum_levels};
 use super::*;
 use crate::gpu::desc::{TileLayout, WgSwizzle};
 use crate::gpu::wgmma::{WARPGROUP, acc_col, acc_row};
 use crate::target::GemmTile;
 
 /// The contraction of one stage: a 128-byte swizzle row of 16-bit elements.
-const KT: usize = 64;
+pub(super) const KT: usize = 64;
 
 impl Mapper<'_> {
     /// The warpgroup tile a product of `m x n` per batch with operands of `a` and `b` and a
@@ -129,9 +129,7 @@ impl Mapper<'_> {
         let tmp = (r.next(), r.next());
         let levels = sum_levels(d.k, self.sums);
         // Per level, the warpgroup's `bn / 2` accumulators.
-        let acc: Vec<Vec<usize>> = (0..=levels)
-            .map(|_| (0..bn / 2).map(|_| r.next()).collect())
-            .collect();
+        let acc = accumulators(&mut r, levels, bn / 2);
         let reg = Sc::Reg;
         let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
         for level in &acc {
@@ -178,44 +176,16 @@ impl Mapper<'_> {
             })
             .collect();
         let copies = staging.any_async(&tiles, &shared);
-        let layout = |rows: usize, mn_major: bool| TileLayout {
-            rows,
-            k: KT,
-            swizzle: WgSwizzle::B128,
-            mn_major,
-        };
-        let (ta, tb) = (layout(bm, a_mn), layout(bn, b_mn));
+        let (ta, tb) = (swizzled_tile(bm, a_mn), swizzled_tile(bn, b_mn));
         let warpgroup = Sc::quot(sp(Special::Thread), c(WARPGROUP));
-        // Stage `cur`'s tile, the rows of warpgroup `group` (64 each: a whole number of atoms
-        // or panels, so their start is linear in it), contraction `16 j` (module docs).
-        let desc = |array: usize, t: &TileLayout, group: Sc, j: usize| {
-            let (lbo, sbo) = t.strides();
-            let start = Sc::plus(
-                Sc::times(reg(cur), c(t.elems())),
-                Sc::plus(
-                    Sc::times(group, c(t.desc_start(64, 0))),
-                    c(t.desc_start(0, 16 * j)),
-                ),
-            );
-            MatrixDesc {
-                array,
-                start,
-                lbo,
-                sbo,
-                swizzle: t.swizzle,
-                mn_major: t.mn_major,
-            }
-        };
         let mut multiply = vec![Stmt::WgmmaFence];
-        for j in 0..KT / 16 {
-            multiply.push(Stmt::Wgmma {
-                acc: acc[0].clone(),
-                a: desc(0, &ta, warpgroup.clone(), j),
-                b: desc(1, &tb, c(0), j),
-                n: bn,
-                operand,
-            });
-        }
+        multiply.extend(stage_wgmmas(
+            &acc[0],
+            (&ta, &tb),
+            reg(cur),
+            &warpgroup,
+            (bn, operand),
+        ));
         // With 3 stages or more, one step's group stays in flight while the next step's
         // copies are waited for and its stage is read (the ring stages one step less ahead).
         let lag = usize::from(stages >= 3);
@@ -240,12 +210,8 @@ impl Mapper<'_> {
         body.push(Stmt::WgmmaWait { pending: 0 });
         body.extend(sum_down(&acc, f32t));
         for (i, &v) in acc[levels].iter().enumerate() {
-            let row = Sc::plus(
-                Sc::plus(reg(m0), Sc::times(warpgroup.clone(), c(64))),
-                acc_row(i),
-            );
-            let col = Sc::plus(reg(n0), acc_col(i));
-            body.push(launch.store_element(d, ops.planes, batch, (row, col), v, tmp));
+            let at = acc_at((reg(m0), reg(n0)), &warpgroup, i);
+            body.push(launch.store_element(d, ops.planes, batch, at, v, tmp));
         }
         launch.kernel(
             MapKind::GemmMma,
@@ -256,6 +222,67 @@ impl Mapper<'_> {
             body,
         )
     }
+}
+
+/// A stage's tile of `rows` rows and the contraction [`KT`] in the 128-byte swizzle, `mn_major`
+/// or K-major.
+pub(super) fn swizzled_tile(rows: usize, mn_major: bool) -> TileLayout {
+    TileLayout {
+        rows,
+        k: KT,
+        swizzle: WgSwizzle::B128,
+        mn_major,
+    }
+}
+
+/// The `KT / 16` warpgroup products of the stage at `stage` (an index of the ring's stages)
+/// into `acc`: A's rows of `warpgroup` (64 each: a whole number of atoms or panels, so their
+/// start is linear in it) in shared array 0, B's `n` rows in array 1, contraction `16 j` each
+/// (module docs).
+pub(super) fn stage_wgmmas(
+    acc: &[usize],
+    (ta, tb): (&TileLayout, &TileLayout),
+    stage: Sc,
+    warpgroup: &Sc,
+    (n, operand): (usize, MmaOperand),
+) -> Vec<Stmt> {
+    let desc = |array: usize, t: &TileLayout, group: Sc, j: usize| {
+        let (lbo, sbo) = t.strides();
+        let start = Sc::plus(
+            Sc::times(stage.clone(), c(t.elems())),
+            Sc::plus(
+                Sc::times(group, c(t.desc_start(64, 0))),
+                c(t.desc_start(0, 16 * j)),
+            ),
+        );
+        MatrixDesc {
+            array,
+            start,
+            lbo,
+            sbo,
+            swizzle: t.swizzle,
+            mn_major: t.mn_major,
+        }
+    };
+    (0..KT / 16)
+        .map(|j| Stmt::Wgmma {
+            acc: acc.to_vec(),
+            a: desc(0, ta, warpgroup.clone(), j),
+            b: desc(1, tb, c(0), j),
+            n,
+            operand,
+        })
+        .collect()
+}
+
+/// Where accumulator `i` of `warpgroup`'s rows of the tile at `(m0, n0)` lies: its row and
+/// column in the result.
+pub(super) fn acc_at((m0, n0): (Sc, Sc), warpgroup: &Sc, i: usize) -> (Sc, Sc) {
+    let row = Sc::plus(
+        Sc::plus(m0, Sc::times(warpgroup.clone(), c(64))),
+        acc_row(i),
+    );
+    (row, Sc::plus(n0, acc_col(i)))
 }
 
 /// Puts a `fence.proxy.async` before every barrier of `body` (nested ones too): each thread's

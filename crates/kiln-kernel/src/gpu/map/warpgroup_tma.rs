@@ -51,15 +51,13 @@
 
 use super::gemm::{Launch, Product, tile_origin};
 use super::staging::zero;
-use super::tiled::{Operands, flushes, sum_down, sum_levels};
+use super::tiled::{Operands, accumulators, flushes, sum_down, sum_levels};
+use super::warpgroup::{KT, acc_at, stage_wgmmas, swizzled_tile};
 use super::*;
-use crate::gpu::desc::{TileLayout, WgSwizzle};
+use crate::gpu::desc::WgSwizzle;
 use crate::gpu::tma::TensorMap;
-use crate::gpu::wgmma::{WARPGROUP, acc_col, acc_row};
+use crate::gpu::wgmma::WARPGROUP;
 use crate::target::GemmTile;
-
-/// The contraction of one stage: a 128-byte swizzle row of 16-bit elements.
-const KT: usize = 64;
 
 /// How a product's operands are loaded by TMA: the tensor map of each and whether B is
 /// MN-major, and the ring's stages.
@@ -189,22 +187,14 @@ impl Mapper<'_> {
         };
         let tmp = (r.next(), r.next());
         let levels = sum_levels(d.k, self.sums);
-        let acc: Vec<Vec<usize>> = (0..=levels)
-            .map(|_| (0..bn / 2).map(|_| r.next()).collect())
-            .collect();
+        let acc = accumulators(&mut r, levels, bn / 2);
         let reg = Sc::Reg;
         let tid = || sp(Special::Thread);
         let mut body = tile_origin((batch, m0, n0), (gm, gn), (bm, bn));
         for level in &acc {
             body.extend(level.iter().map(|&x| zero(x, f32t)));
         }
-        let layout = |rows: usize, mn_major: bool| TileLayout {
-            rows,
-            k: KT,
-            swizzle: WgSwizzle::B128,
-            mn_major,
-        };
-        let (ta, tb) = (layout(bm, false), layout(bn, ring.b_mn));
+        let (ta, tb) = (swizzled_tile(bm, false), swizzled_tile(bn, ring.b_mn));
         let shared = vec![
             SharedArray {
                 dtype: operand.dtype(),
@@ -311,23 +301,6 @@ impl Mapper<'_> {
         // The consumers: the stage landed, its four k-steps, the sum tree's flushes, the
         // slot released.
         let warpgroup = Sc::quot(tid(), c(WARPGROUP));
-        let desc = |array: usize, t: &TileLayout, group: Sc, j: usize| {
-            let (lbo, sbo) = t.strides();
-            MatrixDesc {
-                array,
-                start: Sc::plus(
-                    Sc::times(reg(stage), c(t.elems())),
-                    Sc::plus(
-                        Sc::times(group, c(t.desc_start(64, 0))),
-                        c(t.desc_start(0, 16 * j)),
-                    ),
-                ),
-                lbo,
-                sbo,
-                swizzle: t.swizzle,
-                mn_major: t.mn_major,
-            }
-        };
         let mut consume = vec![
             Stmt::MbarWait {
                 bar: full(stage),
@@ -335,15 +308,13 @@ impl Mapper<'_> {
             },
             Stmt::WgmmaFence,
         ];
-        for j in 0..KT / 16 {
-            consume.push(Stmt::Wgmma {
-                acc: acc[0].clone(),
-                a: desc(0, &ta, warpgroup.clone(), j),
-                b: desc(1, &tb, c(0), j),
-                n: bn,
-                operand,
-            });
-        }
+        consume.extend(stage_wgmmas(
+            &acc[0],
+            (&ta, &tb),
+            reg(stage),
+            &warpgroup,
+            (bn, operand),
+        ));
         consume.push(Stmt::WgmmaCommit);
         consume.push(Stmt::WgmmaWait { pending: 0 });
         let done = Sc::plus(reg(k0), c(KT));
@@ -397,12 +368,8 @@ impl Mapper<'_> {
         });
         let mut epilogue = sum_down(&acc, f32t);
         for (i, &v) in acc[levels].iter().enumerate() {
-            let row = Sc::plus(
-                Sc::plus(reg(m0), Sc::times(warpgroup.clone(), c(64))),
-                acc_row(i),
-            );
-            let col = Sc::plus(reg(n0), acc_col(i));
-            epilogue.push(launch.store_element(d, ops.planes, batch, (row, col), v, tmp));
+            let at = acc_at((reg(m0), reg(n0)), &warpgroup, i);
+            epilogue.push(launch.store_element(d, ops.planes, batch, at, v, tmp));
         }
         body.push(Stmt::If {
             cond: is_consumer(),
