@@ -126,6 +126,23 @@ fn agrees(op: Op, args: &[Literal]) -> bool {
     let got = native(&op, &lits, &types).unwrap_or_else(|| panic!("no native loop for\n{sig}"));
     accuracy::check_outputs(&f, args, std::slice::from_ref(&got))
         .unwrap_or_else(|e| panic!("{e}\n{sig}"));
+    // Half-precision results of the functions and products eager mode computes through f32
+    // (as the compiled kernels do: `power`, the transcendentals, a reduction's sums and products) are
+    // checked by the accuracy bound above only: where the exact value lies within an f32 ulp
+    // of a half-precision tie, the f32 result is the tie and rounding to even may pick the
+    // other neighbour than the reference's one rounding does (an f16 `exp` of
+    // 0.0072975159: exactly 1.0073242076, the tie 1.00732421875).
+    let through_f32 = super::compiles_when_reused(&op)
+        || matches!(
+            op,
+            Op::Reduce {
+                kind: Combiner::Add | Combiner::Mul,
+                ..
+            }
+        );
+    if through_f32 && matches!(got.dtype(), DType::F16 | DType::BF16) {
+        return true;
+    }
     let want = kiln_reference::eval_op(&op, &lits, &types).remove(0);
     let (g, w) = (bits(&got), bits(&want));
     if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
