@@ -426,6 +426,27 @@ pub fn fused_text(f: &Func, fused: &Fused) -> String {
     fused_text_scheduled(f, fused, &[])
 }
 
+/// What the fusion descriptions (`--stage fused`, for the CPU and for the PTX target) say of
+/// kernel `i` of `g` on its first line: its members (`#m op`, comma-separated), the values it
+/// reads (likewise), and `; also writes [v: type, ...]` for its extra outputs (empty without).
+pub fn kernel_members_and_reads(g: &Func, fused: &Fused, i: usize) -> (String, String, String) {
+    let members: Vec<String> = fused.members[i]
+        .iter()
+        .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
+        .collect();
+    let reads: Vec<String> = fused.operands[i].iter().map(|v| v.to_string()).collect();
+    let also = if fused.extra[i].is_empty() {
+        String::new()
+    } else {
+        let vs: Vec<String> = fused.extra[i]
+            .iter()
+            .map(|v| format!("{v}: {}", g.values[v.index()]))
+            .collect();
+        format!("; also writes [{}]", vs.join(", "))
+    };
+    (members.join(", "), reads.join(", "), also)
+}
+
 /// [`fused_text`] with each loop-nest kernel's loop schedule (`schedules[i]`, for the kernel
 /// of instruction `i`, see [`crate::loop_schedule`]) on a `loops:` line.
 pub fn fused_text_scheduled(

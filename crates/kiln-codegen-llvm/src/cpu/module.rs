@@ -122,27 +122,13 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
     for (i, inst) in g.insts.iter().enumerate() {
         let ty = &g.values[inst.results[0].index()];
         if let Some(k) = &fused.kernels[i] {
-            let members: Vec<String> = fused.members[i]
-                .iter()
-                .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
-                .collect();
-            let reads: Vec<String> = fused.operands[i].iter().map(|v| v.to_string()).collect();
+            let (members, reads, also) =
+                kiln_kernel::print::kernel_members_and_reads(&g, &fused, i);
             let launch = launch_of(k, schedules[i].as_ref(), Target::any(opts));
-            let also = if fused.extra[i].is_empty() {
-                String::new()
-            } else {
-                let vs: Vec<String> = fused.extra[i]
-                    .iter()
-                    .map(|v| format!("{v}: {}", g.values[v.index()]))
-                    .collect();
-                format!("; also writes [{}]", vs.join(", "))
-            };
             let _ = writeln!(
                 s,
-                "kernel k{i}: {} -> {ty}{also}; members [{}]; reads [{}]; rows {}, work {}{}",
+                "kernel k{i}: {} -> {ty}{also}; members [{members}]; reads [{reads}]; rows {}, work {}{}",
                 inst.op.mnemonic(),
-                members.join(", "),
-                reads.join(", "),
                 launch.rows,
                 launch.work,
                 match schedules[i].as_ref().and_then(|s| s.tile) {

@@ -673,27 +673,12 @@ pub fn describe_fusion_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::R
             }
             continue;
         };
-        let members: Vec<String> = fused.members[i]
-            .iter()
-            .map(|&m| format!("#{m} {}", g.insts[m].op.mnemonic()))
-            .collect();
-        let reads: Vec<String> = fused.operands[i].iter().map(|v| v.to_string()).collect();
-        let also = if fused.extra[i].is_empty() {
-            String::new()
-        } else {
-            let vs: Vec<String> = fused.extra[i]
-                .iter()
-                .map(|v| format!("{v}: {}", g.values[v.index()]))
-                .collect();
-            format!("; also writes [{}]", vs.join(", "))
-        };
+        let (members, reads, also) = crate::print::kernel_members_and_reads(g, fused, i);
         let _ = writeln!(
             s,
-            "kernel k{i}: {} -> {}{also}; members [{}]; reads [{}]",
+            "kernel k{i}: {} -> {}{also}; members [{members}]; reads [{reads}]",
             inst.op.mnemonic(),
             g.values[inst.results[0].index()],
-            members.join(", "),
-            reads.join(", "),
         );
         let ins: Vec<kiln_ir::TensorType> = fused.operands[i]
             .iter()
