@@ -1048,13 +1048,14 @@ fn sorts_by_keys_assemble() {
 /// Scatters and select-and-scatters (`gpu/map/scatter.rs`, `select_scatter.rs`): a scatter
 /// by a thread per own position (an embedding's gradient), by a thread per output element
 /// scanning the updates (single elements into a vector and into a matrix at index pairs, f32,
-/// bf16, f16, i32, f64, each combiner), one on a single thread (a target whose grid is too
-/// small for the scan to pay); max pooling's gradients by a thread per output element (2x2
+/// bf16, f16, i32, f64, each combiner), by updates sorted by target (a block's network, tiles,
+/// the radix sort), one on a single thread (a target too small for the scan to pay and
+/// without shared memory for the sort); max pooling's gradients by a thread per output element (2x2
 /// stride 2, 3x3 stride 2 padded, overlapping 3x3 stride 1; f32, bf16, f16, i32, GE and GT):
 /// assembled by ptxas for sm_80 and sm_90.
 #[test]
 fn scatters_assemble() {
-    use kiln_kernel::gpu::ir::MapKind::{Scatter, SelectScatter};
+    use kiln_kernel::gpu::ir::MapKind::{Scatter, SelectScatter, Sort};
     let vector = |dt: &str, kind: &str| {
         format!(
             "func @main(%0: {dt}[37], %1: i32[50,1], %2: {dt}[50]) -> {dt}[37] {{\n  %3 = scatter %0, %1, %2 {{update_window_dims = [], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = {kind}}} : {dt}[37]\n  return %3\n}}\n"
@@ -1082,6 +1083,15 @@ fn scatters_assemble() {
     ] {
         programs.push((vector(dt, kind), Scatter));
         programs.push((pairs(dt, kind), Scatter));
+    }
+    // Many updates: sorted by target (a block's network, tiles, the radix sort).
+    for (dt, kind, n) in [
+        ("f32", "add", "2000"),
+        ("bf16", "add", "6000"),
+        ("i32", "max", "20000"),
+        ("f64", "replace", "3000"),
+    ] {
+        programs.push((vector(dt, kind).replace("50", n), Sort));
     }
     let same = "[0, 0], [0, 0], [0, 0], [0, 0]";
     let padded = "[0, 0], [0, 0], [1, 1], [1, 1]";
@@ -1130,16 +1140,19 @@ fn scatters_assemble() {
         assert!(p.contains(kind), "program {i}: {p:?}");
         tally.add(&format!("scatter {i}"), &f, &TargetInfo::h200());
     }
-    // The single thread, where the scan does not pay on a grid of one warp.
+    // The single thread, where the scan does not pay on a grid of one warp and the sort
+    // has no shared memory.
     let mut small = TargetInfo::h200();
     let gpu = small.gpu.as_mut().expect("a GPU");
     (gpu.sms, gpu.blocks_per_sm, gpu.elementwise_block) = (1, 1, 32);
+    gpu.static_shared_bytes = 16;
     let f = parse_func_text(
         &vector("f32", "add")
             .replace("[37]", "[4096]")
             .replace("50", "4096"),
     )
     .unwrap();
+    assert_eq!(program_kinds(&f, &small), [Scatter]);
     tally.add("scatter on one thread", &f, &small);
     tally.finish("scatters");
 }

@@ -1,9 +1,10 @@
 //! Scatters and select-and-scatters on the emulator. A scatter whose update dimensions
 //! address whole output dimensions by themselves (an embedding's gradient, a batched scatter)
 //! runs a thread per position of those dimensions, over several blocks where they are long;
-//! any other a thread per output element scanning the updates in order, or on one thread
-//! where the output is too large for that to pay; a select-and-scatter a thread per output
-//! element visiting the windows that cover it. Every one against the reference, and the
+//! any other a thread per output element scanning the updates in order where they are few,
+//! else its updates sorted by target and a thread per element combining its run (one thread
+//! only where the GPU sort cannot take them and the scan does not pay); a select-and-scatter
+//! a thread per output element visiting the windows that cover it. Every one against the reference, and the
 //! scans and select-and-scatters (with repeated targets, stray indices, ties and NaN
 //! operands, where the order of the combinations shows) equal to the reference's result bit
 //! for bit.
@@ -286,7 +287,7 @@ fn scatters_without_own_dimensions_scan_their_updates_per_element_bit_for_bit() 
         3,
     ));
     cases.push(("window f32".into(), window_text("f32", 5, 8, 30), 6));
-    cases.push(("vector f32, long".into(), vector_text("f32", 700, 300), 700));
+    cases.push(("vector f32, long".into(), vector_text("f32", 700, 200), 700));
     let mut failures = Vec::new();
     for (i, (what, src, range)) in cases.iter().enumerate() {
         let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
@@ -318,13 +319,81 @@ fn scatters_without_own_dimensions_scan_their_updates_per_element_bit_for_bit() 
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Where a thread per element does not pay (an output of many passes of a small grid, and
-/// many updates), the scatter runs on one thread, with the same result.
+/// More updates than a scan per element is worth: the updates' targets computed, sorted
+/// (a block's network, the network over tiles, the radix sort, as their number calls for),
+/// and a thread per element combining its run in order.
 #[test]
-fn a_scatter_too_large_to_scan_runs_on_one_thread() {
+fn scatters_with_many_updates_sort_them_by_target_bit_for_bit() {
+    let target = TargetInfo::h200();
+    let cases = [
+        (
+            "vector f32 add",
+            vector_kind_text("f32", 300, 2000, "add"),
+            300,
+        ),
+        (
+            "vector bf16 add",
+            vector_kind_text("bf16", 50, 1000, "add"),
+            50,
+        ),
+        ("vector i32 mul", vector_kind_text("i32", 9, 600, "mul"), 9),
+        (
+            "vector f32 replace",
+            vector_kind_text("f32", 700, 3000, "replace"),
+            700,
+        ),
+        (
+            "vector f64 min, two tiles",
+            vector_kind_text("f64", 40, 6000, "min"),
+            40,
+        ),
+        (
+            "vector f32 add, radix",
+            vector_kind_text("f32", 1000, 20000, "add"),
+            1000,
+        ),
+        ("pairs f32 max", pairs_text("f32", 30, 20, 1500, "max"), 30),
+        ("window f32", window_text("f32", 40, 8, 900), 40),
+    ];
+    let mut failures = Vec::new();
+    for (i, (what, src, range)) in cases.iter().enumerate() {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
+        let plan = planned(&f, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let kinds: Vec<MapKind> = plan
+            .kernel_steps()
+            .flat_map(|k| k.program.launches.iter().map(|l| l.kind))
+            .collect();
+        let scatters = launches_of(&plan, MapKind::Scatter);
+        if scatters.len() != 2
+            || !kinds.contains(&MapKind::Sort)
+            || scatters.iter().any(one_thread)
+            || kinds.first() != Some(&MapKind::Scatter)
+            || kinds.last() != Some(&MapKind::Scatter)
+        {
+            failures.push(format!("{what}: launches {kinds:?}"));
+        }
+        for stray in [false, true] {
+            let a = args(&f, 200 + i as u64, *range, stray);
+            failures.extend(bit_for_bit(
+                &format!("{what} (stray {stray})"),
+                &f,
+                &plan,
+                &a,
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Where the GPU sort cannot take the targets (shared memory too small for its tiles and
+/// counters) and a thread per element does not pay (an output of many passes of a small
+/// grid, and many updates), the scatter runs on one thread, with the same result.
+#[test]
+fn a_scatter_without_a_sort_or_a_scan_runs_on_one_thread() {
     let mut target = TargetInfo::h200();
     let gpu = target.gpu.as_mut().expect("a GPU");
     (gpu.sms, gpu.blocks_per_sm, gpu.elementwise_block) = (1, 1, 32);
+    gpu.static_shared_bytes = 16;
     let f = kiln_ir::parse_func_text(&vector_text("f32", 4096, 4096)).unwrap();
     let plan = planned(&f, &target).unwrap();
     let launches = launches_of(&plan, MapKind::Scatter);
@@ -335,7 +404,9 @@ fn a_scatter_too_large_to_scan_runs_on_one_thread() {
     // Fewer updates: the scan pays again.
     let f = kiln_ir::parse_func_text(&vector_text("f32", 4096, 20)).unwrap();
     let plan = planned(&f, &target).unwrap();
-    assert!(!one_thread(&launches_of(&plan, MapKind::Scatter)[0]));
+    let launches = launches_of(&plan, MapKind::Scatter);
+    assert_eq!(launches.len(), 1);
+    assert!(!one_thread(&launches[0]));
     let a = args(&f, 8, 4096, true);
     assert_eq!(bit_for_bit("scan", &f, &plan, &a), None);
 }

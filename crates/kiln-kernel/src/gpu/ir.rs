@@ -614,7 +614,9 @@ pub enum MapKind {
     TransposeTiles,
     /// A scatter, its updates combined in order: a thread per position of the update
     /// dimensions that address whole output dimensions alone, else a thread per output
-    /// element scanning the updates where that pays, else one thread.
+    /// element scanning few updates, else the updates sorted by target (a launch of their
+    /// targets, the sort's launches, a thread per element combining its run), else one
+    /// thread.
     Scatter,
     /// A select-and-scatter: a thread per output element, visiting the windows that cover it
     /// in order (`select_scatter.rs`).

@@ -46,7 +46,8 @@
 //!   ([`MapKind::Scatter`], `scatter.rs`): a thread per position of the update dimensions
 //!   that address whole output dimensions by themselves (an embedding gradient's columns),
 //!   each in order over the others; else a thread per output element scanning every update
-//!   in order, where that pays; else one thread. A select-and-scatter runs a thread per
+//!   in order, where they are few; else the updates sorted by target and a thread per element
+//!   combining its run (`scatter_sorted.rs`). A select-and-scatter runs a thread per
 //!   output element visiting the windows that cover it, each window's selection recomputed
 //!   ([`MapKind::SelectScatter`], `select_scatter.rs`). Both are the sequential result bit
 //!   for bit, without atomics.
@@ -87,6 +88,7 @@ mod attention_tiles;
 mod gemm;
 mod row_cache;
 mod scatter;
+mod scatter_sorted;
 mod select_scatter;
 mod split;
 mod staging;
@@ -161,10 +163,7 @@ fn map_launches(
             updates,
             target: at,
             kind,
-        } => Ok(GpuProgram {
-            scratch: Vec::new(),
-            launches: vec![m.scatter(name, k, ins, updates, at, *kind)],
-        }),
+        } => Ok(m.scatter(name, k, ins, updates, at, *kind)),
         Schedule::SelectScatter {
             grid,
             window,

@@ -10,19 +10,30 @@
 //! output element then sees its updates in the order one thread would, so the result is the
 //! sequential scatter's bit for bit.
 //!
-//! Any other scatter runs a thread per output element (a grid-stride loop) where that pays
-//! ([`Mapper::scan_pays`]: the grid's passes over the output times the updates, against
-//! one thread's copy of the output and its updates): the thread reads its element from the
-//! operand, scans every update in order, combines those whose target (in bounds) is its
-//! element, and stores it once. Again each element sees its updates in the sequential order,
-//! so the bits are the sequential scatter's, with no atomics. Where it does not pay (an
-//! output of many grid passes and many updates, which a sort of the updates by target would
-//! serve: not built), the scatter runs on one thread, in order.
+//! Any other scatter with few updates for its output ([`Mapper::scan_steps`], the grid's
+//! passes over the output times the updates, at most [`SCAN_STEPS`]) runs a thread per output
+//! element (a grid-stride loop): the thread reads its element from the operand, scans every
+//! update in order, combines those whose target (in bounds) is its element, and stores it
+//! once. One with more updates sorts them by target (`scatter_sorted.rs`: their targets
+//! computed, a stable GPU sort, a thread per element combining its run in order). Again each
+//! element sees its updates in the sequential order, so the bits are the sequential
+//! scatter's, with no atomics. Only where the GPU sort cannot take the targets (a GPU without
+//! the shared memory for its tiles) does the scatter scan where that pays
+//! ([`Mapper::scan_pays`]) or run on one thread, in order.
 //!
 //! The IR's scatter has no `unique_indices` or `indices_are_sorted` flags, so no path
 //! relies on them.
 
+use super::scatter_sorted::Targets;
 use super::*;
+
+/// A program of one launch.
+fn one(launch: GpuKernel) -> GpuProgram {
+    GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![launch],
+    }
+}
 
 /// The update variables that each address one whole output dimension alone, as
 /// `(variable, output dimension)` by output dimension (see the module's doc): the target
@@ -52,8 +63,8 @@ fn parallel_dims(target: &[Idx], updates: &[usize], out: &[usize]) -> Vec<(usize
 impl Mapper<'_> {
     /// A scatter: the operand copied, then each update combined in order where its target is
     /// in bounds; by a thread per position of its parallel dimensions where it has some, else
-    /// by a thread per output element where that pays, else on thread 0 of one warp (see the
-    /// module's doc).
+    /// by a thread per output element scanning few updates, else by its updates sorted by
+    /// target, else on thread 0 of one warp (see the module's doc).
     pub(super) fn scatter(
         &self,
         name: &str,
@@ -62,7 +73,7 @@ impl Mapper<'_> {
         updates: &[usize],
         target: &[Idx],
         kind: Combiner,
-    ) -> GpuKernel {
+    ) -> GpuProgram {
         let mut r = Regs::default();
         let (p, old, x, flat, inb) = (r.next(), r.next(), r.next(), r.next(), r.next());
         let total = k.out.numel();
@@ -149,24 +160,39 @@ impl Mapper<'_> {
         if !parallel.is_empty() {
             // `each` without its first statements, which set every update variable.
             let combine = each.split_off(updates.len());
-            return self.scatter_by_dims(name, k, inputs, updates, &parallel, combine, r);
+            return one(self.scatter_by_dims(name, k, inputs, updates, &parallel, combine, r));
         }
         let updates_total: usize = updates.iter().product();
-        if self.scan_pays(total, updates_total) {
-            // `each` up to whether its target is in bounds (the variables set, the indices
-            // evaluated, `inb`), without the combination.
-            each.truncate(updates.len() + target.len() + 1);
-            let scan = Scan {
-                update: u,
-                target: each,
-                inb,
-                flat: flat_sc,
-                acc: old,
-                value: x,
-            };
-            return self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r);
+        // `each` up to whether its target is in bounds (the variables set, the indices
+        // evaluated, `inb`), without the combination.
+        let mut target_of = each.clone();
+        target_of.truncate(updates.len() + target.len() + 1);
+        let scan = Scan {
+            update: u,
+            target: target_of.clone(),
+            inb,
+            flat: flat_sc.clone(),
+            acc: old,
+            value: x,
+        };
+        if self.scan_steps(total, updates_total) <= SCAN_STEPS {
+            return one(self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r));
         }
-        GpuKernel {
+        let targets = Targets {
+            shape: updates.to_vec(),
+            update: u,
+            target: target_of,
+            inb,
+            flat: flat_sc,
+        };
+        let regs = Regs(r.0);
+        if let Some(p) = self.scatter_sorted(name, k, inputs.clone(), kind, targets, regs) {
+            return p;
+        }
+        if self.scan_pays(total, updates_total) {
+            return one(self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r));
+        }
+        one(GpuKernel {
             tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
@@ -193,7 +219,7 @@ impl Mapper<'_> {
                     },
                 ],
             }],
-        }
+        })
     }
 }
 
@@ -321,6 +347,13 @@ struct Scan {
     value: usize,
 }
 
+/// The most steps ([`Mapper::scan_steps`]) of a scan by a thread per element that is
+/// preferred to sorting the updates by target (`scatter_sorted.rs`): the sort takes a few
+/// launches (a block's network for up to a few thousand updates, a dozen or more for the
+/// radix sort) and two more, about 10 us of launches, where a scan step of a few loads from
+/// the first-level cache takes 50 to 100 cycles. An estimate, not measured on a GPU.
+const SCAN_STEPS: usize = 256;
+
 /// A serial step of the single thread (an element copied, or an update's target read and
 /// its element loaded, combined and stored: a round trip to memory each) costs about as much
 /// as this many steps of a whole grid of scanning threads (each warp a dozen or so
@@ -336,10 +369,16 @@ impl Mapper<'_> {
     /// the `updates + 1` steps of each pass, against one thread's `total + updates` steps at
     /// [`SERIAL_STEP_IN_SCANS`] scan steps each.
     fn scan_pays(&self, total: usize, updates: usize) -> bool {
+        self.scan_steps(total, updates)
+            <= SERIAL_STEP_IN_SCANS.saturating_mul(total.saturating_add(updates))
+    }
+
+    /// The steps of a scan of `updates` updates by a thread per element of `total`: the
+    /// grid-stride grid's passes over the output times `updates + 1`.
+    fn scan_steps(&self, total: usize, updates: usize) -> usize {
         let threads = self.gpu.sms * self.gpu.blocks_per_sm * self.gpu.elementwise_block;
         let passes = total.div_ceil(threads.max(1)).max(1);
         passes.saturating_mul(updates.saturating_add(1))
-            <= SERIAL_STEP_IN_SCANS.saturating_mul(total.saturating_add(updates))
     }
 
     /// The scatter `k` by a thread per output element (a grid-stride loop): the element
