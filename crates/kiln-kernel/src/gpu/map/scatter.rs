@@ -167,17 +167,6 @@ impl Mapper<'_> {
         // evaluated, `inb`), without the combination.
         let mut target_of = each.clone();
         target_of.truncate(updates.len() + target.len() + 1);
-        let scan = Scan {
-            update: u,
-            target: target_of.clone(),
-            inb,
-            flat: flat_sc.clone(),
-            acc: old,
-            value: x,
-        };
-        if self.scan_steps(total, updates_total) <= SCAN_STEPS {
-            return one(self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r));
-        }
         let targets = Targets {
             shape: updates.to_vec(),
             update: u,
@@ -185,6 +174,14 @@ impl Mapper<'_> {
             inb,
             flat: flat_sc,
         };
+        let scan = Scan {
+            of: targets.clone(),
+            acc: old,
+            value: x,
+        };
+        if self.scan_steps(total, updates_total) <= SCAN_STEPS {
+            return one(self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r));
+        }
         let regs = Regs(r.0);
         if let Some(p) = self.scatter_sorted(name, k, inputs.clone(), kind, targets, regs) {
             return p;
@@ -332,17 +329,10 @@ impl Mapper<'_> {
     }
 }
 
-/// One update's target, as [`Mapper::scatter_by_elements`] checks it against its element.
+/// The updates' targets as [`Mapper::scatter_by_elements`] checks them against its element,
+/// with the element's accumulator register and the update value's.
 struct Scan {
-    /// The register holding the update's position (row-major over the updates).
-    update: usize,
-    /// Statements setting the update variables from the update's position, evaluating its
-    /// target's indices and setting `inb` to whether they are in bounds.
-    target: Vec<Stmt>,
-    inb: usize,
-    /// The target's flat position (valid where `inb`).
-    flat: Sc,
-    /// The element's accumulator register and the update value's.
+    of: Targets,
     acc: usize,
     value: usize,
 }
@@ -397,11 +387,11 @@ impl Mapper<'_> {
         scan: Scan,
         mut r: Regs,
     ) -> GpuKernel {
-        let (p, u) = (r.next(), scan.update);
+        let (p, u) = (r.next(), scan.of.update);
         let total = k.out.numel();
-        let mut each = scan.target;
+        let mut each = scan.of.target;
         each.push(Stmt::If {
-            cond: Sc::and(Sc::Reg(scan.inb), Sc::eq(scan.flat, Sc::Reg(p))),
+            cond: Sc::and(Sc::Reg(scan.of.inb), Sc::eq(scan.of.flat, Sc::Reg(p))),
             body: vec![
                 Stmt::Eval {
                     reg: scan.value,

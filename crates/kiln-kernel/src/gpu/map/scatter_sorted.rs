@@ -22,7 +22,9 @@ use super::*;
 use crate::gpu::sort::sort_program;
 use kiln_ir::{Builder, ComparisonDirection, Op};
 
-/// A scatter's updates, as [`Mapper::scatter_sorted`] reads them.
+/// A scatter's updates and their targets, as the mappings of `scatter.rs` and
+/// [`Mapper::scatter_sorted`] read them.
+#[derive(Clone)]
 pub(super) struct Targets {
     /// The updates' shape.
     pub(super) shape: Vec<usize>,
