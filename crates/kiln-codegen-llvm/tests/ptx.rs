@@ -1045,6 +1045,118 @@ fn sorts_by_keys_assemble() {
     tally.finish("sort");
 }
 
+/// Scatters and select-and-scatters (`gpu/map/scatter.rs`, `select_scatter.rs`): a scatter
+/// by a thread per own position (an embedding's gradient), by a thread per output element
+/// scanning the updates (single elements into a vector and into a matrix at index pairs, f32,
+/// bf16, f16, i32, f64, each combiner), by updates sorted by target (a block's network, tiles,
+/// the radix sort), one on a single thread (a target too small for the scan to pay and
+/// without shared memory for the sort); max pooling's gradients by a thread per output element (2x2
+/// stride 2, 3x3 stride 2 padded, overlapping 3x3 stride 1; f32, bf16, f16, i32, GE and GT):
+/// assembled by ptxas for sm_80 and sm_90.
+#[test]
+fn scatters_assemble() {
+    use kiln_kernel::gpu::ir::MapKind::{Scatter, SelectScatter, Sort};
+    let vector = |dt: &str, kind: &str| {
+        format!(
+            "func @main(%0: {dt}[37], %1: i32[50,1], %2: {dt}[50]) -> {dt}[37] {{\n  %3 = scatter %0, %1, %2 {{update_window_dims = [], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = {kind}}} : {dt}[37]\n  return %3\n}}\n"
+        )
+    };
+    let pairs = |dt: &str, kind: &str| {
+        format!(
+            "func @main(%0: {dt}[6,5], %1: i32[20,2], %2: {dt}[20]) -> {dt}[6,5] {{\n  %3 = scatter %0, %1, %2 {{update_window_dims = [], inserted_window_dims = [0, 1], scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1, kind = {kind}}} : {dt}[6,5]\n  return %3\n}}\n"
+        )
+    };
+    let rows = "func @main(%0: f32[30,64], %1: i32[100,1], %2: f32[100,64]) -> f32[30,64] {\n  %3 = scatter %0, %1, %2 {update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = add} : f32[30,64]\n  return %3\n}\n".to_string();
+    let pool = |dt: &str, dims: &str, grid: &str, w: &str, s: &str, pad: &str, select: &str| {
+        format!(
+            "func @main(%0: {dt}[{dims}], %1: {dt}[{grid}], %2: {dt}[]) -> {dt}[{dims}] {{\n  %3 = select_and_scatter %0, %1, %2 {{window_dimensions = [{w}], window_strides = [{s}], padding = [{pad}], select = {select}, kind = add}} : {dt}[{dims}]\n  return %3\n}}\n"
+        )
+    };
+    let mut programs = vec![(rows, Scatter)];
+    for (dt, kind) in [
+        ("f32", "add"),
+        ("bf16", "add"),
+        ("f16", "mul"),
+        ("i32", "max"),
+        ("f64", "min"),
+        ("f32", "replace"),
+    ] {
+        programs.push((vector(dt, kind), Scatter));
+        programs.push((pairs(dt, kind), Scatter));
+    }
+    // Many updates: sorted by target (a block's network, tiles, the radix sort).
+    for (dt, kind, n) in [
+        ("f32", "add", "2000"),
+        ("bf16", "add", "6000"),
+        ("i32", "max", "20000"),
+        ("f64", "replace", "3000"),
+    ] {
+        programs.push((vector(dt, kind).replace("50", n), Sort));
+    }
+    let same = "[0, 0], [0, 0], [0, 0], [0, 0]";
+    let padded = "[0, 0], [0, 0], [1, 1], [1, 1]";
+    for (dt, select) in [("f32", "GE"), ("bf16", "GE"), ("f16", "GT"), ("i32", "GE")] {
+        programs.push((
+            pool(
+                dt,
+                "2,3,8,8",
+                "2,3,4,4",
+                "1, 1, 2, 2",
+                "1, 1, 2, 2",
+                same,
+                select,
+            ),
+            SelectScatter,
+        ));
+        programs.push((
+            pool(
+                dt,
+                "1,2,9,9",
+                "1,2,5,5",
+                "1, 1, 3, 3",
+                "1, 1, 2, 2",
+                padded,
+                select,
+            ),
+            SelectScatter,
+        ));
+        programs.push((
+            pool(
+                dt,
+                "1,2,7,6",
+                "1,2,7,6",
+                "1, 1, 3, 3",
+                "1, 1, 1, 1",
+                padded,
+                select,
+            ),
+            SelectScatter,
+        ));
+    }
+    let mut tally = Tally::default();
+    for (i, (src, kind)) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}\n{src}"));
+        let p = program_kinds(&f, &TargetInfo::h200());
+        assert!(p.contains(kind), "program {i}: {p:?}");
+        tally.add(&format!("scatter {i}"), &f, &TargetInfo::h200());
+    }
+    // The single thread, where the scan does not pay on a grid of one warp and the sort
+    // has no shared memory.
+    let mut small = TargetInfo::h200();
+    let gpu = small.gpu.as_mut().expect("a GPU");
+    (gpu.sms, gpu.blocks_per_sm, gpu.elementwise_block) = (1, 1, 32);
+    gpu.static_shared_bytes = 16;
+    let f = parse_func_text(
+        &vector("f32", "add")
+            .replace("[37]", "[4096]")
+            .replace("50", "4096"),
+    )
+    .unwrap();
+    assert_eq!(program_kinds(&f, &small), [Scatter]);
+    tally.add("scatter on one thread", &f, &small);
+    tally.finish("scatters");
+}
+
 /// Row caches of warp- and block-per-row kernels (softmax and a layer norm with scale and
 /// shift, in f32, f16, bf16 and f64): in registers (no local memory: the unrolled slots stay
 /// registers), in shared memory, and none, assembled by ptxas for sm_80 and sm_90.

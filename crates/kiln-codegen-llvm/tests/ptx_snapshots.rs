@@ -195,10 +195,11 @@ fn attention_on_tensor_cores() {
     insta::assert_snapshot!("attention_mma_bf16", ptx(&src, MapKind::AttentionMma));
 }
 
-/// The gradient of 3x3/2 max pooling with padding, as the mapping runs it: thread 0 of one
-/// warp fills the output with the initial value, then walks the windows in order, selects
-/// each window's first greatest operand (GE) and adds its source value there (in order, so
-/// deterministic, without atomics).
+/// The gradient of 3x3/2 max pooling with padding, as the mapping runs it: a thread per
+/// output element (a grid-stride loop) visits the windows that cover its element in order,
+/// selects each one's first greatest operand (GE) as the sequential walk would, and adds the
+/// window's source value to its accumulator where that is its element (from the initial
+/// value, in window order: deterministic, without atomics), then stores it once.
 #[test]
 fn select_and_scatter_max_pool_gradient() {
     insta::assert_snapshot!(

@@ -194,7 +194,9 @@ pub enum Schedule {
     Nest,
     /// `out = operand`, then for each update position (loop variables over the updates'
     /// shape, row-major) the operand position `target` (one index per dimension) gets
-    /// `kind(out[target], body)`, skipped when out of bounds. Runs on one thread, in order.
+    /// `kind(out[target], body)`, skipped when out of bounds. The result is that of one
+    /// thread, in order (a GPU runs it in parallel keeping each element's order:
+    /// `gpu/map/scatter.rs`).
     Scatter {
         /// The updates' shape.
         updates: Vec<usize>,
@@ -206,7 +208,9 @@ pub enum Schedule {
     /// `out = init` everywhere; then for each position of the window grid (variables
     /// `0..rank`), the window's valid positions (variables `rank..2 rank`) are scanned in
     /// row-major order keeping the selected one (`select(current, candidate)` keeps the current),
-    /// and `body` (the source value) is combined into the output there. One thread, in order.
+    /// and `body` (the source value) is combined into the output there. The result is that
+    /// of one thread, in order (a GPU runs a thread per output element keeping each
+    /// element's order: `gpu/map/select_scatter.rs`).
     SelectScatter {
         /// The grid's shape (the source's shape).
         grid: Vec<usize>,

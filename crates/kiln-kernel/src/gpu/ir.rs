@@ -613,9 +613,13 @@ pub enum MapKind {
     /// (`transpose.rs`).
     TransposeTiles,
     /// A scatter, its updates combined in order: a thread per position of the update
-    /// dimensions that address whole output dimensions alone, or one thread.
+    /// dimensions that address whole output dimensions alone, else a thread per output
+    /// element scanning few updates, else the updates sorted by target (a launch of their
+    /// targets, the sort's launches, a thread per element combining its run), else one
+    /// thread.
     Scatter,
-    /// A select-and-scatter, on one thread, in order.
+    /// A select-and-scatter: a thread per output element, visiting the windows that cover it
+    /// in order (`select_scatter.rs`).
     SelectScatter,
     /// A sort by keys: a block per slice, a bitonic network over the keys and their
     /// positions in shared memory (`sort.rs`); a slice of two blocks' tiles, the network's

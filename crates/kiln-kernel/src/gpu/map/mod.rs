@@ -45,8 +45,12 @@
 //! - A scatter combines its updates in order, so its result is deterministic
 //!   ([`MapKind::Scatter`], `scatter.rs`): a thread per position of the update dimensions
 //!   that address whole output dimensions by themselves (an embedding gradient's columns),
-//!   each in order over the others, or else one thread; a select-and-scatter runs on one
-//!   thread ([`MapKind::SelectScatter`]).
+//!   each in order over the others; else a thread per output element scanning every update
+//!   in order, where they are few; else the updates sorted by target and a thread per element
+//!   combining its run (`scatter_sorted.rs`). A select-and-scatter runs a thread per
+//!   output element visiting the windows that cover it, each window's selection recomputed
+//!   ([`MapKind::SelectScatter`], `select_scatter.rs`). Both are the sequential result bit
+//!   for bit, without atomics.
 //!
 //! # The order of a cooperative sum, and its error bound
 //!
@@ -84,6 +88,8 @@ mod attention_tiles;
 mod gemm;
 mod row_cache;
 mod scatter;
+mod scatter_sorted;
+mod select_scatter;
 mod split;
 mod staging;
 mod tensor;
@@ -93,7 +99,7 @@ mod warpgroup;
 mod warpgroup_tma;
 
 use row_cache::{RowCache, Rows};
-use scatter::SelectWindows;
+use select_scatter::SelectWindows;
 
 /// `k` (with inputs of types `inputs`, extra outputs after them) mapped onto the GPU of
 /// `target`, its launches named after `name`, f32 products in `precision` (the options'
@@ -157,10 +163,7 @@ fn map_launches(
             updates,
             target: at,
             kind,
-        } => Ok(GpuProgram {
-            scratch: Vec::new(),
-            launches: vec![m.scatter(name, k, ins, updates, at, *kind)],
-        }),
+        } => Ok(m.scatter(name, k, ins, updates, at, *kind)),
         Schedule::SelectScatter {
             grid,
             window,

@@ -1,5 +1,5 @@
-//! Scatters and select-and-scatters on the GPU, each update combined in order, so that the
-//! result is deterministic (see the parent module).
+//! Scatters on the GPU, each update combined in order, so that the result is deterministic
+//! (see the parent module); select-and-scatters are in `select_scatter.rs`.
 //!
 //! A scatter whose update dimensions include some that each address one whole output
 //! dimension by themselves (the target index along it is that update variable, and both have
@@ -8,9 +8,32 @@
 //! dimensions: two positions never meet at an output element, and each thread copies the
 //! operand's elements it owns, then combines its updates in the order of the others. Every
 //! output element then sees its updates in the order one thread would, so the result is the
-//! sequential scatter's bit for bit. Any other scatter runs on one thread, in order.
+//! sequential scatter's bit for bit.
+//!
+//! Any other scatter with few updates for its output ([`Mapper::scan_steps`], the grid's
+//! passes over the output times the updates, at most [`SCAN_STEPS`]) runs a thread per output
+//! element (a grid-stride loop): the thread reads its element from the operand, scans every
+//! update in order, combines those whose target (in bounds) is its element, and stores it
+//! once. One with more updates sorts them by target (`scatter_sorted.rs`: their targets
+//! computed, a stable GPU sort, a thread per element combining its run in order). Again each
+//! element sees its updates in the sequential order, so the bits are the sequential
+//! scatter's, with no atomics. Only where the GPU sort cannot take the targets (a GPU without
+//! the shared memory for its tiles) does the scatter scan where that pays
+//! ([`Mapper::scan_pays`]) or run on one thread, in order.
+//!
+//! The IR's scatter has no `unique_indices` or `indices_are_sorted` flags, so no path
+//! relies on them.
 
+use super::scatter_sorted::Targets;
 use super::*;
+
+/// A program of one launch.
+fn one(launch: GpuKernel) -> GpuProgram {
+    GpuProgram {
+        scratch: Vec::new(),
+        launches: vec![launch],
+    }
+}
 
 /// The update variables that each address one whole output dimension alone, as
 /// `(variable, output dimension)` by output dimension (see the module's doc): the target
@@ -40,7 +63,8 @@ fn parallel_dims(target: &[Idx], updates: &[usize], out: &[usize]) -> Vec<(usize
 impl Mapper<'_> {
     /// A scatter: the operand copied, then each update combined in order where its target is
     /// in bounds; by a thread per position of its parallel dimensions where it has some, else
-    /// on thread 0 of one warp (see the module's doc).
+    /// by a thread per output element scanning few updates, else by its updates sorted by
+    /// target, else on thread 0 of one warp (see the module's doc).
     pub(super) fn scatter(
         &self,
         name: &str,
@@ -49,7 +73,7 @@ impl Mapper<'_> {
         updates: &[usize],
         target: &[Idx],
         kind: Combiner,
-    ) -> GpuKernel {
+    ) -> GpuProgram {
         let mut r = Regs::default();
         let (p, old, x, flat, inb) = (r.next(), r.next(), r.next(), r.next(), r.next());
         let total = k.out.numel();
@@ -107,7 +131,7 @@ impl Mapper<'_> {
             body: vec![
                 Stmt::Let {
                     reg: flat,
-                    value: flat_sc,
+                    value: flat_sc.clone(),
                 },
                 Stmt::Load {
                     reg: old,
@@ -136,10 +160,36 @@ impl Mapper<'_> {
         if !parallel.is_empty() {
             // `each` without its first statements, which set every update variable.
             let combine = each.split_off(updates.len());
-            return self.scatter_by_dims(name, k, inputs, updates, &parallel, combine, r);
+            return one(self.scatter_by_dims(name, k, inputs, updates, &parallel, combine, r));
         }
         let updates_total: usize = updates.iter().product();
-        GpuKernel {
+        // `each` up to whether its target is in bounds (the variables set, the indices
+        // evaluated, `inb`), without the combination.
+        let mut target_of = each.clone();
+        target_of.truncate(updates.len() + target.len() + 1);
+        let targets = Targets {
+            shape: updates.to_vec(),
+            update: u,
+            target: target_of,
+            inb,
+            flat: flat_sc,
+        };
+        let scan = Scan {
+            of: targets.clone(),
+            acc: old,
+            value: x,
+        };
+        if self.scan_steps(total, updates_total) <= SCAN_STEPS {
+            return one(self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r));
+        }
+        let regs = Regs(r.0);
+        if let Some(p) = self.scatter_sorted(name, k, inputs.clone(), kind, targets, regs) {
+            return p;
+        }
+        if self.scan_pays(total, updates_total) {
+            return one(self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r));
+        }
+        one(GpuKernel {
             tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
@@ -166,7 +216,7 @@ impl Mapper<'_> {
                     },
                 ],
             }],
-        }
+        })
     }
 }
 
@@ -279,214 +329,128 @@ impl Mapper<'_> {
     }
 }
 
-/// A select-and-scatter's windows (see [`Schedule::SelectScatter`]).
-pub(super) struct SelectWindows<'s> {
-    pub(super) grid: &'s [usize],
-    pub(super) window: &'s [usize],
-    pub(super) strides: &'s [i64],
-    pub(super) pad_low: &'s [i64],
-    pub(super) select: kiln_ir::ComparisonDirection,
-    pub(super) kind: Combiner,
+/// The updates' targets as [`Mapper::scatter_by_elements`] checks them against its element,
+/// with the element's accumulator register and the update value's.
+struct Scan {
+    of: Targets,
+    acc: usize,
+    value: usize,
 }
 
+/// The most steps ([`Mapper::scan_steps`]) of a scan by a thread per element that is
+/// preferred to sorting the updates by target (`scatter_sorted.rs`): the sort takes a few
+/// launches (a block's network for up to a few thousand updates, a dozen or more for the
+/// radix sort) and two more, about 10 us of launches, where a scan step of a few loads from
+/// the first-level cache takes 50 to 100 cycles. An estimate, not measured on a GPU.
+const SCAN_STEPS: usize = 256;
+
+/// A serial step of the single thread (an element copied, or an update's target read and
+/// its element loaded, combined and stored: a round trip to memory each) costs about as much
+/// as this many steps of a whole grid of scanning threads (each warp a dozen or so
+/// instructions for one update, all the resident warps of a multiprocessor issuing in turn,
+/// the update's index and value read by every thread from the same cached address). An
+/// estimate, not measured on a GPU.
+const SERIAL_STEP_IN_SCANS: usize = 4;
+
 impl Mapper<'_> {
-    /// A select-and-scatter on thread 0 of one warp, as [`Schedule::SelectScatter`] says: the
-    /// output set to the init value (input 2), then for each window of the operand (input 0),
-    /// in order, its valid positions scanned in order keeping the current selection where
-    /// `select(current, candidate)` holds, and the source value (the body) combined into the
-    /// output at the selected position.
-    pub(super) fn select_scatter(
+    /// Whether a scatter of `updates` updates into `total` elements runs faster by a thread
+    /// per output element, each scanning every update, than on one thread: the grid's
+    /// passes over the output (`⌈total / threads⌉`, `threads` the grid-stride grid's) times
+    /// the `updates + 1` steps of each pass, against one thread's `total + updates` steps at
+    /// [`SERIAL_STEP_IN_SCANS`] scan steps each.
+    fn scan_pays(&self, total: usize, updates: usize) -> bool {
+        self.scan_steps(total, updates)
+            <= SERIAL_STEP_IN_SCANS.saturating_mul(total.saturating_add(updates))
+    }
+
+    /// The steps of a scan of `updates` updates by a thread per element of `total`: the
+    /// grid-stride grid's passes over the output times `updates + 1`.
+    fn scan_steps(&self, total: usize, updates: usize) -> usize {
+        let threads = self.gpu.sms * self.gpu.blocks_per_sm * self.gpu.elementwise_block;
+        let passes = total.div_ceil(threads.max(1)).max(1);
+        passes.saturating_mul(updates.saturating_add(1))
+    }
+
+    /// The scatter `k` by a thread per output element (a grid-stride loop): the element
+    /// read from the operand, then every update in order, combined into it where its
+    /// target is in bounds and is the element, then stored once. An element receives its
+    /// updates in the order the sequential scatter combines them, so the result is the same
+    /// bits; each thread writes only its element.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_by_elements(
         &self,
         name: &str,
         k: &Kernel,
         inputs: Vec<(Buf, TensorType)>,
-        w: &SelectWindows,
+        updates: usize,
+        kind: Combiner,
+        scan: Scan,
+        mut r: Regs,
     ) -> GpuKernel {
-        let mut r = Regs::default();
-        let dtype = k.out.dtype;
-        let rank = k.out.shape.len();
+        let (p, u) = (r.next(), scan.of.update);
         let total = k.out.numel();
-        let (p, init, g, have, u, ok, pos, cand, cur, keep, best, old, src) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
-        let scalar = |i: usize| Expr::Load {
-            input: inputs.len() + i,
-            dtype,
-            coef: Vec::new(),
-            off: 0,
-        };
-        let fill = vec![
-            Stmt::Eval {
-                reg: init,
-                expr: Expr::Load {
-                    input: 2,
-                    dtype,
-                    coef: Vec::new(),
-                    off: 0,
-                },
-                scalars: Vec::new(),
-            },
-            Stmt::For {
-                reg: p,
-                start: c(0),
-                end: c(total),
-                step: c(1),
-                body: vec![Stmt::Store {
-                    buf: Buf::Output(0),
-                    index: Sc::Reg(p),
-                    value: init,
-                }],
-            },
-        ];
-        let window_vars: Vec<(usize, usize)> = w
-            .window
-            .iter()
-            .enumerate()
-            .map(|(d, &e)| (rank + d, e))
-            .collect();
-        let mut scan = set_vars(&window_vars, Sc::Reg(u));
-        let mut valid = Sc::Const(1);
-        let mut flat = Sc::Const(0);
-        let mut stride = 1i64;
-        for d in (0..rank).rev() {
-            let coord = Sc::plus(
-                Sc::plus(
-                    Sc::times(Sc::Var(d), Sc::Const(w.strides[d])),
-                    Sc::Const(-w.pad_low[d]),
-                ),
-                Sc::Var(rank + d),
-            );
-            let size = k.out.shape[d] as i64;
-            valid = Sc::and(
-                valid,
-                Sc::and(
-                    Sc::lt(Sc::Const(-1), coord.clone()),
-                    Sc::lt(coord.clone(), Sc::Const(size)),
-                ),
-            );
-            flat = Sc::plus(flat, Sc::times(coord, Sc::Const(stride)));
-            stride *= size;
-        }
-        scan.push(Stmt::Let {
-            reg: ok,
-            value: valid,
-        });
-        scan.push(Stmt::If {
-            cond: Sc::Reg(ok),
-            body: vec![
-                Stmt::Let {
-                    reg: pos,
-                    value: flat,
-                },
-                Stmt::Load {
-                    reg: cand,
-                    buf: Buf::Input(0),
-                    index: Sc::Reg(pos),
-                },
-                Stmt::Eval {
-                    reg: keep,
-                    expr: Expr::Op {
-                        op: Ew::Cmp(w.select),
-                        dtype: DType::Pred,
-                        args: vec![scalar(0), scalar(1)],
-                    },
-                    scalars: vec![cur, cand],
-                },
-                Stmt::If {
-                    cond: Sc::eq(Sc::and(Sc::Reg(have), Sc::Reg(keep)), c(0)),
-                    body: vec![
-                        Stmt::Combine {
-                            acc: cur,
-                            value: cand,
-                            kind: Combiner::Replace,
-                            dtype,
-                        },
-                        Stmt::Let {
-                            reg: best,
-                            value: Sc::Reg(pos),
-                        },
-                    ],
-                },
-                Stmt::Let {
-                    reg: have,
-                    value: c(1),
-                },
-            ],
-        });
-        let mut each = set_vars(&dims(w.grid, 0), Sc::Reg(g));
-        each.push(Stmt::Let {
-            reg: have,
-            value: c(0),
-        });
-        each.push(Stmt::For {
-            reg: u,
-            start: c(0),
-            end: c(w.window.iter().product()),
-            step: c(1),
-            body: scan,
-        });
+        let mut each = scan.of.target;
         each.push(Stmt::If {
-            cond: Sc::Reg(have),
+            cond: Sc::and(Sc::Reg(scan.of.inb), Sc::eq(scan.of.flat, Sc::Reg(p))),
             body: vec![
-                Stmt::Load {
-                    reg: old,
-                    buf: Buf::Output(0),
-                    index: Sc::Reg(best),
-                },
                 Stmt::Eval {
-                    reg: src,
+                    reg: scan.value,
                     expr: k.body.clone(),
                     scalars: Vec::new(),
                 },
                 Stmt::Combine {
-                    acc: old,
-                    value: src,
-                    kind: w.kind,
-                    dtype,
+                    acc: scan.acc,
+                    value: scan.value,
+                    kind,
+                    dtype: k.out.dtype,
                 },
-                Stmt::Store {
-                    buf: Buf::Output(0),
-                    index: Sc::Reg(best),
-                    value: old,
-                },
-            ],
+            ]
+            .into_iter()
+            .chain(super::select_scatter::narrowed(scan.acc, p, k.out.dtype))
+            .collect(),
         });
-        let mut body = fill;
-        body.push(Stmt::For {
-            reg: g,
-            start: c(0),
-            end: c(w.grid.iter().product()),
-            step: c(1),
-            body: each,
-        });
+        let body = vec![
+            Stmt::Load {
+                reg: scan.acc,
+                buf: Buf::Input(0),
+                index: Sc::Reg(p),
+            },
+            Stmt::For {
+                reg: u,
+                start: c(0),
+                end: c(updates),
+                step: c(1),
+                body: each,
+            },
+            Stmt::Store {
+                buf: Buf::Output(0),
+                index: Sc::Reg(p),
+                value: scan.acc,
+            },
+        ];
+        let block = self.gpu.elementwise_block;
         GpuKernel {
             tensor_maps: Vec::new(),
             dynamic_shared: 0,
             name: name.to_string(),
-            kind: MapKind::SelectScatter,
-            grid: 1,
-            block: self.gpu.warp_size,
+            kind: MapKind::Scatter,
+            grid: self.grid(total, block),
+            block,
             warp: self.gpu.warp_size,
             inputs,
             outputs: vec![(Buf::Output(0), k.out.clone())],
             shared: Vec::new(),
             regs: r.0,
-            vars: k.vars.max(2 * rank),
+            vars: k.vars,
             sums: self.sums,
-            body: vec![Stmt::If {
-                cond: Sc::eq(sp(Special::Thread), c(0)),
+            body: vec![Stmt::For {
+                reg: p,
+                start: Sc::plus(
+                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
+                    sp(Special::Thread),
+                ),
+                end: c(total),
+                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
                 body,
             }],
         }
