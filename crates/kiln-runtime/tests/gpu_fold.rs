@@ -357,3 +357,40 @@ fn folds_in_expressions_agree_with_the_reference_bit_for_bit() {
         assert_eq!(got, want, "{text}");
     }
 }
+
+/// `reduce_window_region`s of more than 256 window elements are one fold kernel kept in the
+/// reference's order (a thread per output folds its window from the inits, row-major), so a
+/// body whose result depends on the order (`acc / 2 + x`, rounded at every step) agrees bit
+/// for bit: a 1 x 1024 window with strides and padding, and a global 64 x 64 window.
+#[test]
+fn large_windows_fold_in_the_references_order() {
+    let programs = [
+        "func @main(%0: f32[3,2000], %1: f32[]) -> f32[3,11] {\n  %2 = reduce_window_region %0, %1 {window_dimensions = [1, 1024], window_strides = [1, 97], base_dilations = [1, 1], window_dilations = [1, 1], padding = [[0, 0], [3, 5]], body = func @b(%0: f32[], %1: f32[]) -> f32[] {\n      %2 = constant {value = 0.5} : f32[]\n      %3 = multiply %0, %2 : f32[]\n      %4 = add %3, %1 : f32[]\n      return %4\n    }} : f32[3,11]\n  return %2\n}\n",
+        "func @main(%0: f32[64,64], %1: f32[]) -> f32[1,1] {\n  %2 = reduce_window_region %0, %1 {window_dimensions = [64, 64], window_strides = [1, 1], base_dilations = [1, 1], window_dilations = [1, 1], padding = [[0, 0], [0, 0]], body = func @b(%0: f32[], %1: f32[]) -> f32[] {\n      %2 = constant {value = 0.5} : f32[]\n      %3 = multiply %0, %2 : f32[]\n      %4 = add %3, %1 : f32[]\n      return %4\n    }} : f32[1,1]\n  return %2\n}\n",
+    ];
+    for text in programs {
+        let f = kiln_ir::parse_func_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let plan = planned(&f, &TargetInfo::h200()).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let rep = EmuReport::of(&plan);
+        assert!(
+            rep.kernels == 1 && rep.interpreted == 0 && rep.fallbacks.is_empty(),
+            "{rep:?}\n{text}"
+        );
+        let t = &f.param_types()[0];
+        // Finite values of many magnitudes, so that the order of the roundings shows.
+        let xs: Vec<f64> = values(DType::I32, t.numel(), false, 11)
+            .iter()
+            .enumerate()
+            .map(|(k, v)| v * (1.0 + (k % 13) as f64 / 7.0))
+            .collect();
+        let args = [
+            Literal::from_f64s(t.clone(), &xs).expect("values"),
+            Literal::f32([], vec![0.3]).expect("init"),
+        ];
+        let refs: Vec<&Literal> = args.iter().collect();
+        let got = run_plan(&plan, &refs).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let want = kiln_reference::eval(&f, &args).expect("the reference");
+        assert!(want[0].to_f64s().iter().all(|v| v.is_finite()), "{want:?}");
+        assert_eq!(got, want, "{text}");
+    }
+}

@@ -29,7 +29,8 @@ use crate::ir::Fold;
 
 /// The folds of `bodies` that depend on the first `rank` variables only (one per fold, as
 /// its result 0), innermost first; not those under a guard (computed for every position,
-/// they would read where the guard keeps a position from reading).
+/// they would read where the guard keeps a position from reading), nor those kept in order
+/// ([`Fold::in_order`]: a window's, which a thread computes where it is read).
 pub(super) fn row_folds(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
     struct Walk {
         rank: usize,
@@ -49,7 +50,7 @@ pub(super) fn row_folds(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
             let Expr::Fold { fold, .. } = e else {
                 return;
             };
-            if self.guarded == 0 && free_vars(e).iter().all(|&v| v < self.rank) {
+            if self.guarded == 0 && !fold.in_order && free_vars(e).iter().all(|&v| v < self.rank) {
                 let key = fold_key(e);
                 if !self.keys.contains(&key) {
                     self.keys.push(key);
