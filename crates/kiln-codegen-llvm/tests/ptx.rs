@@ -630,13 +630,13 @@ fn folds_in_expressions(f: &Func) -> bool {
 }
 
 /// `reduce_region`s with elementwise bodies as one launch (`gpu/map/fold.rs`): argmax and
-/// argmin of f32, bf16 and i32 by a warp per row, a block per row, a thread per short row
-/// and a thread per column, an exclusive or, a fold a concatenation guards, one next to a row
+/// argmin of f32, bf16 and i32 by a warp per row, a block per row, a thread per short row,
+/// a thread per column and split over blocks (a whole tensor, two long rows), an exclusive or, a fold a concatenation guards, one next to a row
 /// sum and a `reduce_window_region` of 1024-element windows (computed in the expressions, a
 /// thread each, the window in order): assembled by ptxas.
 #[test]
 fn folds_assemble() {
-    use kiln_kernel::gpu::ir::MapKind::{BlockRows, Elementwise, WarpRows};
+    use kiln_kernel::gpu::ir::MapKind::{BlockRows, Elementwise, SplitPartials, WarpRows};
     let xor = "func @main(%0: i32[8,1000], %1: i32[]) -> i32[8] {\n  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: i32[], %1: i32[]) -> i32[] {\n      %2 = xor %0, %1 : i32[]\n      return %2\n    }} : i32[8]\n  return %2\n}\n";
     let padded = "func @main(%0: i32[8,1000], %1: i32[], %5: i32[4]) -> i32[12] {\n  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: i32[], %1: i32[]) -> i32[] {\n      %2 = xor %0, %1 : i32[]\n      return %2\n    }} : i32[8]\n  %4 = concatenate %5, %2 {dimension = 0} : i32[12]\n  return %4\n}\n";
     let beside = "func @main(%0: f32[8,1000], %1: f32[]) -> (f32[8], f32[8]) {\n  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: f32[], %1: f32[]) -> f32[] {\n      %2 = maximum %0, %1 : f32[]\n      %3 = abs %2 : f32[]\n      return %3\n    }} : f32[8]\n  %3 = constant {value = 0.0} : f32[]\n  %4 = reduce %0, %3 {dimensions = [1], kind = add} : f32[8]\n  return %2, %4\n}\n";
@@ -650,8 +650,16 @@ fn folds_assemble() {
             Some(WarpRows),
         ),
         (
-            argmax_text("bf16", "4,8192", "1", "4", 1, "LT"),
+            argmax_text("bf16", "140,8192", "1", "140", 1, "LT"),
             Some(BlockRows),
+        ),
+        (
+            argmax_text("f32", "70001", "0", "", 0, "GT"),
+            Some(SplitPartials),
+        ),
+        (
+            argmax_text("bf16", "2,9000", "1", "2", 1, "LT"),
+            Some(SplitPartials),
         ),
         (
             argmax_text("i32", "100,33", "1", "100", 1, "GT"),
@@ -673,6 +681,10 @@ fn folds_assemble() {
     for (i, (src, kind)) in programs.iter().enumerate() {
         let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
         match kind {
+            Some(SplitPartials) => {
+                let p = program_kinds(&f, &TargetInfo::h200());
+                assert_eq!(p, [SplitPartials, Elementwise], "program {i}");
+            }
             Some(kind) => {
                 let p = program_kinds(&f, &TargetInfo::h200());
                 assert_eq!(p, [*kind], "program {i}");

@@ -3,8 +3,9 @@
 //! indices, NaN beating every number, ties to the lower index) of f32, bf16 and i32, an
 //! exclusive or, and custom combiners (an integer `a + b + a·b`, a float "largest magnitude"),
 //! over rows (a warp per row, a block per row, a thread per short row), columns (a thread per
-//! column) and whole tensors, of 1, 31, 32, 33, 1000 and 4096 terms; each program one kernel
-//! of one launch, and the same bits on a second run.
+//! column) and whole tensors, of 1, 31, 32, 33, 1000 and 4096 terms, and long rows split over
+//! blocks (`fold_split.rs`); each program one kernel of one launch (two when split), and the
+//! same bits on a second run.
 
 use kiln_ir::{DType, Literal, TensorType};
 use kiln_kernel::gpu::ir::{GpuKernel, MapKind, Stmt};
@@ -129,11 +130,11 @@ fn notes_a_fold(body: &[Stmt]) -> bool {
     })
 }
 
-/// Plans `text` for the H200, checks it is one kernel of one launch of `kind` computing the
-/// fold once per row, runs it twice on the emulator and compares with the reference bit for
-/// bit; the failure, if any.
-fn check(text: &str, args: &[Literal], kind: MapKind) -> Result<(), String> {
-    check_on(&TargetInfo::h200(), text, args, kind)
+/// Plans `text` for the H200, checks it is one kernel of the launches `kinds`, the first
+/// computing the fold ahead, runs it twice on the emulator and compares with the reference
+/// bit for bit; the failure, if any.
+fn check(text: &str, args: &[Literal], kinds: &[MapKind]) -> Result<(), String> {
+    check_on(&TargetInfo::h200(), text, args, kinds)
 }
 
 /// [`check`] on `target`.
@@ -141,14 +142,15 @@ fn check_on(
     target: &TargetInfo,
     text: &str,
     args: &[Literal],
-    kind: MapKind,
+    kinds: &[MapKind],
 ) -> Result<(), String> {
     let f = kiln_ir::parse_func_text(text).map_err(|e| format!("{e}\n{text}"))?;
     let plan = planned(&f, target).map_err(|e| format!("{e}\n{text}"))?;
     let rep = EmuReport::of(&plan);
     let ls = launches(&plan);
-    if rep.kernels != 1 || ls.len() != 1 || ls[0].kind != kind || !rep.fallbacks.is_empty() {
-        return Err(format!("not one {kind:?} launch: {rep:?}\n{text}"));
+    let got: Vec<MapKind> = ls.iter().map(|l| l.kind).collect();
+    if rep.kernels != 1 || got != kinds || !rep.fallbacks.is_empty() {
+        return Err(format!("not one kernel of {kinds:?}: {rep:?}\n{text}"));
     }
     if !notes_a_fold(&ls[0].body) {
         return Err(format!("the launch computes no fold ahead\n{text}"));
@@ -169,20 +171,27 @@ fn check_on(
     }
 }
 
-/// The mapping a fold of `n` terms takes on the H200, along rows or down columns.
-fn kind_of(n: usize, columns: bool) -> MapKind {
-    kind_on(&TargetInfo::h200(), n, columns)
+/// The launches of `rows` folds of `n` terms on the H200, along rows or down columns.
+fn kind_of(rows: usize, n: usize, columns: bool) -> Vec<MapKind> {
+    kind_on(&TargetInfo::h200(), rows, n, columns)
 }
 
-/// The mapping a fold of `n` terms takes on `target`, along rows or down columns.
-fn kind_on(target: &TargetInfo, n: usize, columns: bool) -> MapKind {
+/// The launches of `rows` folds of `n` terms on `target`, along rows or down columns: a
+/// thread per output, a warp or a block per row, or, for long rows fewer than the
+/// multiprocessors, slices folded by blocks into partials and then a thread per row.
+fn kind_on(target: &TargetInfo, rows: usize, n: usize, columns: bool) -> Vec<MapKind> {
     let gpu = target.gpu.as_ref().expect("a GPU");
+    let slices = (gpu.sms * gpu.blocks_per_sm)
+        .div_ceil(rows)
+        .min(n.div_ceil(gpu.block_reduce_min));
     if columns || n < gpu.warp_reduce_min {
-        MapKind::Elementwise
+        vec![MapKind::Elementwise]
     } else if n < gpu.block_reduce_min {
-        MapKind::WarpRows
+        vec![MapKind::WarpRows]
+    } else if rows < gpu.sms && slices >= 2 {
+        vec![MapKind::SplitPartials, MapKind::Elementwise]
     } else {
-        MapKind::BlockRows
+        vec![MapKind::BlockRows]
     }
 }
 
@@ -196,6 +205,9 @@ fn cases() -> Vec<(Vec<usize>, Vec<usize>, usize, bool)> {
     }
     out.push((vec![2500], vec![0], 2500, false));
     out.push((vec![2, 3, 700], vec![2], 700, false));
+    // Split over blocks: a whole tensor, and two long rows.
+    out.push((vec![70_001], vec![0], 70_001, false));
+    out.push((vec![2, 9000], vec![1], 9000, false));
     out
 }
 
@@ -216,7 +228,11 @@ fn argmax_and_argmin_agree_with_the_reference_bit_for_bit() {
                     let init =
                         Literal::from_f64s(TensorType::scalar(dtype), &[init]).expect("init");
                     let text = arg_program(dtype, &shape, &dims, dir);
-                    if let Err(e) = check(&text, &[x.clone(), init], kind_of(n, columns)) {
+                    if let Err(e) = check(
+                        &text,
+                        &[x.clone(), init],
+                        &kind_of(numel / n.max(1), n, columns),
+                    ) {
                         failures.push(e);
                     }
                 }
@@ -266,7 +282,7 @@ fn xor_and_custom_combiners_agree_with_the_reference_bit_for_bit() {
             .expect("values");
             let init = Literal::from_f64s(TensorType::scalar(*dtype), &[*init]).expect("init");
             let text = one_program(*dtype, &shape, &dims, ops);
-            if let Err(e) = check(&text, &[x, init], kind_of(n, columns)) {
+            if let Err(e) = check(&text, &[x, init], &kind_of(numel / n.max(1), n, columns)) {
                 failures.push(e);
             }
         }
@@ -279,41 +295,47 @@ fn rows_shorter_than_their_threads_combine_only_the_threads_that_took_terms() {
     // Thresholds far below the H200's: warps and blocks of 1024 threads over rows of fewer
     // terms than threads (and of fewer warps' worth than warps), where lanes and warps
     // without terms hold the inits, which a lost or extra combination would show (an init
-    // that beats every element).
-    let mut target = TargetInfo::h200();
-    let gpu = target.gpu.as_mut().expect("a GPU");
-    gpu.warp_reduce_min = 4;
-    gpu.block_reduce_min = 40;
+    // that beats every element). With the H200's multiprocessors the long rows split over
+    // blocks of 256 threads (slices of fewer terms than threads, a shorter last one); with
+    // two they take a block each.
     let mut failures = Vec::new();
-    for n in [4, 5, 17, 33, 40, 100, 1025] {
-        let shape = [3, n];
-        let x = Literal::from_f64s(
-            TensorType::new(DType::F32, shape.to_vec()),
-            &values(DType::F32, 3 * n, true, n as u64),
-        )
-        .expect("values");
-        for init in [-1e30, 1e30] {
-            let init = Literal::from_f64s(TensorType::scalar(DType::F32), &[init]).expect("init");
-            let text = arg_program(DType::F32, &shape, &[1], "GT");
-            let kind = kind_on(&target, n, false);
-            if let Err(e) = check_on(&target, &text, &[x.clone(), init], kind) {
+    for sms in [132, 2] {
+        let mut target = TargetInfo::h200();
+        let gpu = target.gpu.as_mut().expect("a GPU");
+        gpu.warp_reduce_min = 4;
+        gpu.block_reduce_min = 40;
+        gpu.sms = sms;
+        for n in [4, 5, 17, 33, 40, 100, 1025] {
+            let shape = [3, n];
+            let kinds = kind_on(&target, 3, n, false);
+            let x = Literal::from_f64s(
+                TensorType::new(DType::F32, shape.to_vec()),
+                &values(DType::F32, 3 * n, true, n as u64),
+            )
+            .expect("values");
+            for init in [-1e30, 1e30] {
+                let init =
+                    Literal::from_f64s(TensorType::scalar(DType::F32), &[init]).expect("init");
+                let text = arg_program(DType::F32, &shape, &[1], "GT");
+                if let Err(e) = check_on(&target, &text, &[x.clone(), init], &kinds) {
+                    failures.push(e);
+                }
+            }
+            let x = Literal::from_f64s(
+                TensorType::new(DType::I32, shape.to_vec()),
+                &values(DType::I32, 3 * n, false, n as u64),
+            )
+            .expect("values");
+            let init = Literal::from_f64s(TensorType::scalar(DType::I32), &[5.0]).expect("init");
+            let text = one_program(
+                DType::I32,
+                &shape,
+                &[1],
+                "      %2 = xor %0, %1 : i32[]\n      return %2",
+            );
+            if let Err(e) = check_on(&target, &text, &[x, init], &kinds) {
                 failures.push(e);
             }
-        }
-        let x = Literal::from_f64s(
-            TensorType::new(DType::I32, shape.to_vec()),
-            &values(DType::I32, 3 * n, false, n as u64),
-        )
-        .expect("values");
-        let init = Literal::from_f64s(TensorType::scalar(DType::I32), &[5.0]).expect("init");
-        let text = one_program(
-            DType::I32,
-            &shape,
-            &[1],
-            "      %2 = xor %0, %1 : i32[]\n      return %2",
-        );
-        if let Err(e) = check_on(&target, &text, &[x, init], kind_on(&target, n, false)) {
-            failures.push(e);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

@@ -16,6 +16,9 @@
 //! the order (an argmax with ties to the lower index, an xor, a maximum). Every thread ends
 //! with the fold's results, which the row's outputs read (written once each).
 //!
+//! Long rows fewer than the multiprocessors (an argmax over a whole tensor) split over blocks
+//! in two launches instead (`fold_split.rs`).
+//!
 //! A fold of fewer terms than `warp_reduce_min`, or down the columns of a kept dimension,
 //! takes a thread per output row instead (consecutive threads reading consecutive columns),
 //! which folds its terms in order and then combines the inits with the total the same way.
@@ -141,10 +144,10 @@ fn args_replaced(e: &Expr, base: usize, vars: usize) -> Expr {
 
 /// Where a fold's statements read and write: the launch's input count, its loop variables,
 /// and the value registers its expressions read as scalars.
-struct At<'a> {
-    first: usize,
-    vars: usize,
-    scalars: &'a [usize],
+pub(super) struct At<'a> {
+    pub first: usize,
+    pub vars: usize,
+    pub scalars: &'a [usize],
 }
 
 impl At<'_> {
@@ -198,6 +201,14 @@ impl At<'_> {
         }
         out
     }
+}
+
+/// A slice of a fold's terms: from term `base`, `len` of them at most, `count` (at least 1)
+/// in fact.
+pub(super) struct Slice {
+    pub base: Sc,
+    pub len: usize,
+    pub count: Sc,
 }
 
 /// Registers of a fold's `k` accumulators: `acc` (the thread's), `x` (an element's or another
@@ -261,8 +272,14 @@ impl Mapper<'_> {
                 vars,
                 scalars: &scalars,
             };
-            let results =
-                self.fold_together(fold, (threads, &lane), &at, &mut r, &mut shared, &mut body);
+            let results = self.fold_together(
+                fold,
+                (threads, &lane),
+                None,
+                &at,
+                (&mut r, &mut shared),
+                &mut body,
+            );
             starts.push(scalars.len());
             scalars.extend(results);
         }
@@ -323,19 +340,26 @@ impl Mapper<'_> {
 
     /// Statements computing `fold` by a row's `threads` threads together (`lane` numbers
     /// them; see the module documentation for the order), leaving its results in the
-    /// registers returned, the same in every thread.
-    fn fold_together(
+    /// registers returned, the same in every thread: over all its terms, combined with the
+    /// inits, or (`part`) over a slice of them, without the inits.
+    pub(super) fn fold_together(
         &self,
         fold: &Fold,
         (threads, lane): (usize, &Sc),
+        part: Option<&Slice>,
         at: &At,
-        r: &mut Regs,
-        shared: &mut Vec<SharedArray>,
+        (r, shared): (&mut Regs, &mut Vec<SharedArray>),
         out: &mut Vec<Stmt>,
     ) -> Vec<usize> {
         let k = fold.body.len();
         let warp = self.gpu.warp_size;
         let n = extent(&fold.vars);
+        let whole = Slice {
+            base: c(0),
+            len: n,
+            count: c(n),
+        };
+        let slice = part.unwrap_or(&whole);
         let regs = |r: &mut Regs| (0..k).map(|_| r.next()).collect::<Vec<usize>>();
         let inits = regs(r);
         let fr = FoldRegs {
@@ -345,7 +369,8 @@ impl Mapper<'_> {
         };
         let q = r.next();
         out.push(Stmt::Note(format!(
-            "fold of {k} accumulators over {n} terms: {threads} threads strided, then combined in thread order"
+            "fold of {k} accumulators over {} terms: {threads} threads strided, then combined in thread order",
+            slice.len
         )));
         for (x, &i) in fold.inits.iter().zip(&inits) {
             out.push(at.eval(i, x.clone(), &[]));
@@ -353,29 +378,32 @@ impl Mapper<'_> {
         if n == 0 {
             return inits;
         }
-        // Threads past the row's end keep the inits (never combined in).
+        // Threads past the slice's end keep the inits (never combined in).
         out.extend(at.copy(fold, &inits, &fr.acc));
-        let busy = n.min(threads);
-        let first = at.elems(fold, lane.clone(), &fr.acc);
-        if busy < threads {
+        // Whether every thread takes a term (else those from `count` on take none).
+        let all_busy = part.is_none() && n >= threads;
+        let term = |q: Sc| Sc::plus(slice.base.clone(), q);
+        let first = at.elems(fold, term(lane.clone()), &fr.acc);
+        if all_busy {
+            out.extend(first);
+        } else {
             out.push(Stmt::If {
-                cond: Sc::lt(lane.clone(), c(busy)),
+                cond: Sc::lt(lane.clone(), slice.count.clone()),
                 body: first,
             });
-        } else {
-            out.extend(first);
         }
-        if n > threads {
-            let mut step = at.elems(fold, Sc::Reg(q), &fr.x);
+        if slice.len > threads {
+            let mut step = at.elems(fold, term(Sc::Reg(q)), &fr.x);
             step.extend(at.apply(fold, (&fr.acc, &fr.x), &fr.tmp, &fr.acc));
             out.push(Stmt::For {
                 reg: q,
                 start: Sc::plus(lane.clone(), c(threads)),
-                end: c(n),
+                end: slice.count.clone(),
                 step: c(threads),
                 body: step,
             });
         }
+        let busy = (!all_busy).then(|| (slice.count.clone(), 1));
         out.extend(self.fold_lanes(fold, at, &fr, (lane.clone(), busy, threads.min(warp))));
         if threads > warp {
             let warps = threads / warp;
@@ -420,8 +448,8 @@ impl Mapper<'_> {
                     })
                     .collect(),
             }];
-            // The warps that took terms.
-            let busy_warps = busy.div_ceil(warp);
+            // Warp `w` took terms when its first thread did: `w · warp < count`.
+            let busy_warps = (!all_busy).then(|| (slice.count.clone(), warp));
             first_warp.extend(self.fold_lanes(
                 fold,
                 at,
@@ -455,21 +483,25 @@ impl Mapper<'_> {
                 }),
             );
         }
+        if part.is_some() {
+            return fr.acc;
+        }
         let results = regs(r);
         out.extend(at.apply(fold, (&inits, &fr.acc), &fr.tmp, &results));
         results
     }
 
     /// The butterfly combining the accumulators `fr.acc` of `width` lanes of a warp in lane
-    /// order (`lane` numbers them; those from `busy` on hold no terms): at level `off`, both
-    /// lanes of a pair compute `body(lower, upper)`, or keep the lower's when the upper half
-    /// of their group of `2 off` holds no terms.
+    /// order (`lane` numbers them): at level `off`, both lanes of a pair compute
+    /// `body(lower, upper)`, or keep the lower's when the upper half of their group of
+    /// `2 off` holds no terms. With `busy` `(count, scale)`, lane `l` holds terms when
+    /// `l · scale < count` (else every lane does).
     fn fold_lanes(
         &self,
         fold: &Fold,
         at: &At,
         fr: &FoldRegs,
-        (lane, busy, width): (Sc, usize, usize),
+        (lane, busy, width): (Sc, Option<(Sc, usize)>, usize),
     ) -> Vec<Stmt> {
         let mut out = Vec::new();
         let not = |x: Sc| Sc::eq(x, c(0));
@@ -483,17 +515,17 @@ impl Mapper<'_> {
                 });
             }
             let lower = Sc::lt(Sc::modulo(lane.clone(), c(2 * off)), c(off));
-            let both = |cond: Sc| {
-                if busy >= width {
-                    cond
-                } else {
-                    // The upper half of the group starts at `lane - lane % 2off + off`.
-                    let upper = Sc::plus(
-                        Sc::times(Sc::quot(lane.clone(), c(2 * off)), c(2 * off)),
-                        c(off),
-                    );
-                    Sc::and(Sc::lt(upper, c(busy)), cond)
-                }
+            // Whether the upper half of the group (from `lane - lane % 2off + off`) took terms.
+            let upper_busy = busy.as_ref().map(|(count, scale)| {
+                let upper = Sc::plus(
+                    Sc::times(Sc::quot(lane.clone(), c(2 * off)), c(2 * off)),
+                    c(off),
+                );
+                Sc::lt(Sc::times(upper, c(*scale)), count.clone())
+            });
+            let both = |cond: Sc| match &upper_busy {
+                Some(u) => Sc::and(u.clone(), cond),
+                None => cond,
             };
             out.push(Stmt::If {
                 cond: both(lower.clone()),
@@ -503,13 +535,9 @@ impl Mapper<'_> {
                 cond: both(not(lower.clone())),
                 body: at.apply(fold, (&fr.x, &fr.acc), &fr.tmp, &fr.acc),
             });
-            if busy < width {
-                let upper = Sc::plus(
-                    Sc::times(Sc::quot(lane.clone(), c(2 * off)), c(2 * off)),
-                    c(off),
-                );
+            if let Some(u) = &upper_busy {
                 out.push(Stmt::If {
-                    cond: Sc::and(not(Sc::lt(upper, c(busy))), not(lower)),
+                    cond: Sc::and(not(u.clone()), not(lower)),
                     body: at.copy(fold, &fr.x, &fr.acc),
                 });
             }

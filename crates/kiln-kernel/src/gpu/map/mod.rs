@@ -18,7 +18,8 @@
 //!   rather than the reduced one (a column sum, [`MapKind::ColumnPartials`]): `split.rs`.
 //! - A fold ([`Expr::Fold`]: a `reduce_region` of an elementwise body, an argmax's value and
 //!   index) is one launch: a warp or block per long row, its threads' `k` accumulators
-//!   combined in thread order, or a thread per short row or column (`fold.rs`).
+//!   combined in thread order, or a thread per short row or column (`fold.rs`); long rows
+//!   fewer than the multiprocessors split over blocks in two launches (`fold_split.rs`).
 //! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
 //!   through shared memory, double buffered (`staging.rs`), a register tile per thread
 //!   ([`MapKind::GemmTiled`], `tiled.rs`), or, on a target without tiles, one thread per
@@ -85,6 +86,7 @@ mod attention;
 mod attention_mma;
 mod attention_tiles;
 mod fold;
+mod fold_split;
 mod gemm;
 mod row_cache;
 mod scatter;
@@ -160,6 +162,9 @@ fn map_launches(
             let rank = k.out.shape.len();
             let folds = fold::row_folds(&bodies, rank);
             if !folds.is_empty() && hoistable(&bodies, rank).is_empty() {
+                if let Some(p) = m.fold_split(name, &k.out, k.vars, &ins, &outs, &folds) {
+                    return Ok(p);
+                }
                 return Ok(GpuProgram {
                     scratch: Vec::new(),
                     launches: vec![m.fold_rows(name, &k.out, k.vars, ins, outs, &folds)],

@@ -118,7 +118,7 @@ impl Mapper<'_> {
 
     /// Threads of a partials block: an elementwise block's, within what a block may have and
     /// what one warp combines of the warps' results (a warp of them), whole warps.
-    fn partials_block(&self) -> usize {
+    pub(super) fn partials_block(&self) -> usize {
         let warp = self.gpu.warp_size.max(1);
         let most = self
             .gpu
