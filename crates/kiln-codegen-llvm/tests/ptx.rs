@@ -631,9 +631,10 @@ fn folds_in_expressions(f: &Func) -> bool {
 
 /// `reduce_region`s with elementwise bodies as one launch (`gpu/map/fold.rs`): argmax and
 /// argmin of f32, bf16 and i32 by a warp per row, a block per row, a thread per short row,
-/// a thread per column and split over blocks (a whole tensor, two long rows), an exclusive or, a fold a concatenation guards, one next to a row
-/// sum and a `reduce_window_region` of 1024-element windows (computed in the expressions, a
-/// thread each, the window in order): assembled by ptxas.
+/// a thread per column and split over blocks (a whole tensor, two long rows), an exclusive
+/// or, a `reduce_window_region` of 1024-element windows (a thread per output, in order), a
+/// fold a concatenation guards and one next to a row sum (both computed in the expressions,
+/// a thread each): assembled by ptxas.
 #[test]
 fn folds_assemble() {
     use kiln_kernel::gpu::ir::MapKind::{BlockRows, Elementwise, SplitPartials, WarpRows};
@@ -642,7 +643,7 @@ fn folds_assemble() {
     let beside = "func @main(%0: f32[8,1000], %1: f32[]) -> (f32[8], f32[8]) {\n  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: f32[], %1: f32[]) -> f32[] {\n      %2 = maximum %0, %1 : f32[]\n      %3 = abs %2 : f32[]\n      return %3\n    }} : f32[8]\n  %3 = constant {value = 0.0} : f32[]\n  %4 = reduce %0, %3 {dimensions = [1], kind = add} : f32[8]\n  return %2, %4\n}\n";
     let window = "func @main(%0: f32[3,2000], %1: f32[]) -> f32[3,11] {\n  %2 = reduce_window_region %0, %1 {window_dimensions = [1, 1024], window_strides = [1, 97], base_dilations = [1, 1], window_dilations = [1, 1], padding = [[0, 0], [3, 5]], body = func @b(%0: f32[], %1: f32[]) -> f32[] {\n      %2 = constant {value = 0.5} : f32[]\n      %3 = multiply %0, %2 : f32[]\n      %4 = add %3, %1 : f32[]\n      return %4\n    }} : f32[3,11]\n  return %2\n}\n";
     let programs = [
-        (window.to_string(), None),
+        (window.to_string(), Some(Elementwise)),
         (beside.to_string(), None),
         (padded.to_string(), None),
         (

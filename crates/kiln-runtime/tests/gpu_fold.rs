@@ -381,7 +381,8 @@ fn folds_in_expressions_agree_with_the_reference_bit_for_bit() {
 }
 
 /// `reduce_window_region`s of more than 256 window elements are one fold kernel kept in the
-/// reference's order (a thread per output folds its window from the inits, row-major), so a
+/// reference's order (a thread per output folds its window from the inits, row-major, once for
+/// all its results), so a
 /// body whose result depends on the order (`acc / 2 + x`, rounded at every step) agrees bit
 /// for bit: a 1 x 1024 window with strides and padding, and a global 64 x 64 window.
 #[test]
@@ -397,6 +398,10 @@ fn large_windows_fold_in_the_references_order() {
         assert!(
             rep.kernels == 1 && rep.interpreted == 0 && rep.fallbacks.is_empty(),
             "{rep:?}\n{text}"
+        );
+        assert!(
+            launches(&plan).iter().all(|l| notes_a_fold(&l.body)),
+            "the window fold is not computed once per output\n{text}"
         );
         let t = &f.param_types()[0];
         // Finite values of many magnitudes, so that the order of the roundings shows.

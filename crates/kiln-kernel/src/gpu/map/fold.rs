@@ -32,8 +32,7 @@ use crate::ir::Fold;
 
 /// The folds of `bodies` that depend on the first `rank` variables only (one per fold, as
 /// its result 0), innermost first; not those under a guard (computed for every position,
-/// they would read where the guard keeps a position from reading), nor those kept in order
-/// ([`Fold::in_order`]: a window's, which a thread computes where it is read).
+/// they would read where the guard keeps a position from reading).
 pub(super) fn row_folds(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
     struct Walk {
         rank: usize,
@@ -53,7 +52,7 @@ pub(super) fn row_folds(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
             let Expr::Fold { fold, .. } = e else {
                 return;
             };
-            if self.guarded == 0 && !fold.in_order && free_vars(e).iter().all(|&v| v < self.rank) {
+            if self.guarded == 0 && free_vars(e).iter().all(|&v| v < self.rank) {
                 let key = fold_key(e);
                 if !self.keys.contains(&key) {
                     self.keys.push(key);
@@ -75,6 +74,11 @@ pub(super) fn row_folds(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
         w.expr(b);
     }
     w.out
+}
+
+/// Whether `e` is a fold kept in the reference's order ([`Fold::in_order`]).
+pub(super) fn in_order(e: &Expr) -> bool {
+    matches!(e, Expr::Fold { fold, .. } if fold.in_order)
 }
 
 /// The terms fold `e` takes (0 for anything else).
@@ -236,8 +240,10 @@ impl Mapper<'_> {
         let split = row_rank(folds);
         // Short folds, and folds down columns (consecutive outputs reading consecutive
         // elements), take a thread per output row.
+        // A fold kept in order (a window's) is one thread's, in order, too.
         let alone = longest < self.gpu.warp_reduce_min
-            || (split > 0 && folds.iter().all(|f| split::columnar(f, split - 1)));
+            || (split > 0 && folds.iter().all(|f| split::columnar(f, split - 1)))
+            || folds.iter().any(in_order);
         let (kind, threads, per_block, lane, row0) = if alone {
             let per_block = self.gpu.elementwise_block;
             (
@@ -368,8 +374,13 @@ impl Mapper<'_> {
             tmp: regs(r),
         };
         let q = r.next();
+        let how = if fold.in_order && threads == 1 && part.is_none() {
+            "in order".to_string()
+        } else {
+            format!("{threads} threads strided, then combined in thread order")
+        };
         out.push(Stmt::Note(format!(
-            "fold of {k} accumulators over {} terms: {threads} threads strided, then combined in thread order",
+            "fold of {k} accumulators over {} terms: {how}",
             slice.len
         )));
         for (x, &i) in fold.inits.iter().zip(&inits) {
@@ -377,6 +388,20 @@ impl Mapper<'_> {
         }
         if n == 0 {
             return inits;
+        }
+        if fold.in_order && threads == 1 && part.is_none() {
+            // The reference's order: from the inits, each term in turn.
+            out.extend(at.copy(fold, &inits, &fr.acc));
+            let mut step = at.elems(fold, Sc::Reg(q), &fr.x);
+            step.extend(at.apply(fold, (&fr.acc, &fr.x), &fr.tmp, &fr.acc));
+            out.push(Stmt::For {
+                reg: q,
+                start: c(0),
+                end: c(n),
+                step: c(1),
+                body: step,
+            });
+            return fr.acc;
         }
         // Threads past the slice's end keep the inits (never combined in).
         out.extend(at.copy(fold, &inits, &fr.acc));

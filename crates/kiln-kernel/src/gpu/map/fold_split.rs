@@ -41,6 +41,7 @@ impl Mapper<'_> {
         if n < self.gpu.block_reduce_min.max(1)
             || out.shape[split..].iter().product::<usize>() != 1
             || (split > 0 && split::columnar(f, split - 1))
+            || fold.in_order
         {
             return None;
         }
