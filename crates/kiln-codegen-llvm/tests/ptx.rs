@@ -582,6 +582,125 @@ fn split_reductions_assemble() {
     tally.finish("split reductions");
 }
 
+/// The argmax (or, with `LT`, argmin) of `dt[shape]` over `dims` with an iota index along
+/// dimension `d`, NaN winning and ties to the lower index.
+fn argmax_text(dt: &str, shape: &str, dims: &str, kept: &str, d: usize, dir: &str) -> String {
+    format!(
+        "func @main(%0: {dt}[{shape}], %1: {dt}[]) -> ({dt}[{kept}], i32[{kept}]) {{
+  %2 = iota {{iota_dimension = {d}}} : i32[{shape}]
+  %3 = constant {{value = 0}} : i32[]
+  %4, %5 = reduce_region %0, %2, %1, %3 {{dimensions = [{dims}], body = func @arg(%0: {dt}[], %1: i32[], %2: {dt}[], %3: i32[]) -> ({dt}[], i32[]) {{
+      %4 = compare %2, %0 {{comparison_direction = {dir}}} : pred[]
+      %5 = compare %2, %2 {{comparison_direction = NE}} : pred[]
+      %6 = or %4, %5 : pred[]
+      %7 = compare %2, %0 {{comparison_direction = EQ}} : pred[]
+      %8 = compare %3, %1 {{comparison_direction = LT}} : pred[]
+      %9 = and %7, %8 : pred[]
+      %10 = or %6, %9 : pred[]
+      %11 = select %10, %2, %0 : {dt}[]
+      %12 = select %10, %3, %1 : i32[]
+      return %11, %12
+    }}}} : {dt}[{kept}], i32[{kept}]
+  return %4, %5
+}}
+"
+    )
+}
+
+/// Whether some launch of `f`'s kernels evaluates a fold inside an expression.
+fn folds_in_expressions(f: &Func) -> bool {
+    fn any(body: &[Stmt]) -> bool {
+        body.iter().any(|s| match s {
+            Stmt::Eval { expr, .. } => {
+                let mut found = false;
+                kiln_kernel::kernel::visit(expr, &mut |e| {
+                    found |= matches!(e, kiln_kernel::kernel::Expr::Fold { .. })
+                });
+                found
+            }
+            Stmt::For { body, .. } | Stmt::If { body, .. } => any(body),
+            _ => false,
+        })
+    }
+    let opts = kiln_kernel::Options::default();
+    let ks = mapped_kernels(f, &opts, &TargetInfo::h200()).unwrap();
+    ks.into_iter()
+        .filter_map(|(_, p)| p.ok())
+        .any(|p| p.launches.iter().any(|l| any(&l.body)))
+}
+
+/// `reduce_region`s with elementwise bodies as one launch (`gpu/map/fold.rs`): argmax and
+/// argmin of f32, bf16 and i32 by a warp per row, a block per row, a thread per short row,
+/// a thread per column and split over blocks (a whole tensor, two long rows), an exclusive
+/// or, a `reduce_window_region` of 1024-element windows (a thread per output, in order), a
+/// fold a concatenation guards and one next to a row sum (both computed in the expressions,
+/// a thread each): assembled by ptxas.
+#[test]
+fn folds_assemble() {
+    use kiln_kernel::gpu::ir::MapKind::{BlockRows, Elementwise, SplitPartials, WarpRows};
+    let xor = "func @main(%0: i32[8,1000], %1: i32[]) -> i32[8] {\n  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: i32[], %1: i32[]) -> i32[] {\n      %2 = xor %0, %1 : i32[]\n      return %2\n    }} : i32[8]\n  return %2\n}\n";
+    let padded = "func @main(%0: i32[8,1000], %1: i32[], %5: i32[4]) -> i32[12] {\n  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: i32[], %1: i32[]) -> i32[] {\n      %2 = xor %0, %1 : i32[]\n      return %2\n    }} : i32[8]\n  %4 = concatenate %5, %2 {dimension = 0} : i32[12]\n  return %4\n}\n";
+    let beside = "func @main(%0: f32[8,1000], %1: f32[]) -> (f32[8], f32[8]) {\n  %2 = reduce_region %0, %1 {dimensions = [1], body = func @b(%0: f32[], %1: f32[]) -> f32[] {\n      %2 = maximum %0, %1 : f32[]\n      %3 = abs %2 : f32[]\n      return %3\n    }} : f32[8]\n  %3 = constant {value = 0.0} : f32[]\n  %4 = reduce %0, %3 {dimensions = [1], kind = add} : f32[8]\n  return %2, %4\n}\n";
+    let window = "func @main(%0: f32[3,2000], %1: f32[]) -> f32[3,11] {\n  %2 = reduce_window_region %0, %1 {window_dimensions = [1, 1024], window_strides = [1, 97], base_dilations = [1, 1], window_dilations = [1, 1], padding = [[0, 0], [3, 5]], body = func @b(%0: f32[], %1: f32[]) -> f32[] {\n      %2 = constant {value = 0.5} : f32[]\n      %3 = multiply %0, %2 : f32[]\n      %4 = add %3, %1 : f32[]\n      return %4\n    }} : f32[3,11]\n  return %2\n}\n";
+    let programs = [
+        (window.to_string(), Some(Elementwise)),
+        (beside.to_string(), None),
+        (padded.to_string(), None),
+        (
+            argmax_text("f32", "64,1000", "1", "64", 1, "GT"),
+            Some(WarpRows),
+        ),
+        (
+            argmax_text("bf16", "140,8192", "1", "140", 1, "LT"),
+            Some(BlockRows),
+        ),
+        (
+            argmax_text("f32", "70001", "0", "", 0, "GT"),
+            Some(SplitPartials),
+        ),
+        (
+            argmax_text("bf16", "2,9000", "1", "2", 1, "LT"),
+            Some(SplitPartials),
+        ),
+        (
+            argmax_text("i32", "100,33", "1", "100", 1, "GT"),
+            Some(Elementwise),
+        ),
+        (
+            argmax_text("f32", "1000,300", "0", "300", 0, "GT"),
+            Some(Elementwise),
+        ),
+        (
+            argmax_text("f32", "3,20,700", "0,2", "20", 2, "LT"),
+            Some(WarpRows),
+        ),
+        (xor.to_string(), Some(WarpRows)),
+        (padded.to_string(), None),
+        (beside.to_string(), None),
+    ];
+    let mut tally = Tally::default();
+    for (i, (src, kind)) in programs.iter().enumerate() {
+        let f = parse_func_text(src).unwrap_or_else(|e| panic!("program {i}: {e}"));
+        match kind {
+            Some(SplitPartials) => {
+                let p = program_kinds(&f, &TargetInfo::h200());
+                assert_eq!(p, [SplitPartials, Elementwise], "program {i}");
+            }
+            Some(kind) => {
+                let p = program_kinds(&f, &TargetInfo::h200());
+                assert_eq!(p, [*kind], "program {i}");
+            }
+            None => assert!(
+                folds_in_expressions(&f),
+                "program {i}: {:?}",
+                program_kinds(&f, &TargetInfo::h200())
+            ),
+        }
+        tally.add(&format!("fold {i}"), &f, &TargetInfo::h200());
+    }
+    tally.finish("folds");
+}
+
 /// Transposes through shared-memory tiles (`gpu/map/transpose.rs`): 2-D with ragged edges,
 /// 3-D and 4-D permutations, f32, bf16, f16, f64 and i32, one fused with a producer:
 /// assembled by ptxas.

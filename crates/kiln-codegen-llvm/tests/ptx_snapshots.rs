@@ -1,6 +1,7 @@
 //! PTX snapshots of a representative kernel of each GPU mapping (grid-stride elementwise,
 //! warp-per-row softmax with its row cached in registers and in shared memory, block-per-row
-//! reduction through shared memory and barriers, a full and a column reduction split over
+//! reduction through shared memory and barriers, an argmax by a warp per row (a fold of value
+//! and index pairs), a full and a column reduction split over
 //! blocks in two launches, matrix product with its epilogue in the launch (one thread per
 //! element), matrix product by block tiles (double buffered, with and without `cp.async`), one
 //! warp's tensor-core tile (bf16 and TF32), a product on the tensor cores (bf16, and f32 as
@@ -90,6 +91,20 @@ fn block_rows_sum() {
         ptx(
             "func @main(%0: f32[136,32768]) -> f32[136] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[136]\n  return %2\n}\n",
             MapKind::BlockRows
+        )
+    );
+}
+
+/// An argmax (`reduce_region` of values and indices, ties to the lower index) over rows as one
+/// launch of a warp per row: each lane folds its strided terms, then the lanes' value and
+/// index pairs meet by shuffles in lane order (`gpu/map/fold.rs`).
+#[test]
+fn warp_rows_argmax() {
+    insta::assert_snapshot!(
+        "warp_rows_argmax",
+        ptx(
+            "func @main(%0: f32[64,256], %1: f32[]) -> (f32[64], i32[64]) {\n  %2 = iota {iota_dimension = 1} : i32[64,256]\n  %3 = constant {value = 0} : i32[]\n  %4, %5 = reduce_region %0, %2, %1, %3 {dimensions = [1], body = func @arg(%0: f32[], %1: i32[], %2: f32[], %3: i32[]) -> (f32[], i32[]) {\n      %4 = compare %2, %0 {comparison_direction = GT} : pred[]\n      %5 = compare %2, %0 {comparison_direction = EQ} : pred[]\n      %6 = compare %3, %1 {comparison_direction = LT} : pred[]\n      %7 = and %5, %6 : pred[]\n      %8 = or %4, %7 : pred[]\n      %9 = select %8, %2, %0 : f32[]\n      %10 = select %8, %3, %1 : i32[]\n      return %9, %10\n    }} : f32[64], i32[64]\n  return %4, %5\n}\n",
+            MapKind::WarpRows
         )
     );
 }

@@ -5,7 +5,8 @@
 //! together), over random shapes and reduced dimensions, empty ones included; and a body the
 //! expansion does not take, which the host folds with the body's compiled program. The same for
 //! `reduce_window_region`: argmax pooling over windows with strides, dilations and padding, and
-//! a window too large to expand; and `map`, expanded or run per element.
+//! windows too large to expand (one fold kernel in the reference's order, so that even a body
+//! whose result depends on the order agrees); and `map`, expanded or run per element.
 
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::{DType, Literal, TensorType, parse_func_text};
@@ -343,9 +344,100 @@ fn argmax_pooling_agrees_with_the_reference_bit_for_bit() {
     }
 }
 
+/// A one-result `reduce_window_region` of `%0: f32[shape]` over `window` whose body is `ops`
+/// on `%0` (the accumulator) and `%1` (the element), its result the last value.
+fn window_program(shape: &[usize], window: &Window, ops: &str) -> String {
+    let out: Vec<usize> = (0..shape.len())
+        .map(|d| {
+            kiln_ir::verify::window_output_size(
+                shape[d],
+                window.base[d],
+                window.padding[d],
+                window.dims[d],
+                window.dil[d],
+                window.strides[d],
+            )
+        })
+        .collect();
+    let t = TensorType::new(DType::F32, shape.to_vec());
+    let rt = TensorType::new(DType::F32, out);
+    let pads: Vec<[i64; 2]> = window.padding.iter().map(|p| [p.0, p.1]).collect();
+    format!(
+        "func @main(%0: {t}, %1: f32[]) -> {rt} {{
+  %2 = reduce_window_region %0, %1 {{window_dimensions = {:?}, window_strides = {:?}, base_dilations = {:?}, window_dilations = {:?}, padding = {pads:?}, body = func @b(%0: f32[], %1: f32[]) -> f32[] {{
+{ops}
+    }}}} : {rt}
+  return %2
+}}
+",
+        window.dims, window.strides, window.base, window.dil
+    )
+}
+
+/// Windows of more than 256 elements (which the expansion does not take) are one fold kernel
+/// each, folding every window in the reference's order: argmax pooling, and a body whose
+/// result depends on the order (`acc / 2 + x`, rounded at every step) over a 1 x 1024 window
+/// with strides and padding, a 1024-element window along one dimension (the loop vector
+/// lanes would take) and a global 64 x 64 window, bit for bit.
 #[test]
-fn a_window_too_large_to_expand_runs_as_a_compiled_region() {
-    // 20 x 20 = 400 elements a window: more than the expansion takes.
+fn windows_too_large_to_expand_are_one_kernel_in_order() {
+    let w =
+        |dims: &[i64], strides: &[i64], base: &[i64], dil: &[i64], padding: &[(i64, i64)]| Window {
+            dims: dims.to_vec(),
+            strides: strides.to_vec(),
+            base: base.to_vec(),
+            dil: dil.to_vec(),
+            padding: padding.to_vec(),
+        };
+    // 20 x 20 = 400 elements a window.
+    let pool = w(&[20, 20], &[5, 5], &[1, 1], &[1, 1], &[(0, 0), (0, 0)]);
+    let x = Literal::from_f64s(
+        TensorType::new(DType::F32, vec![30, 25]),
+        &values(DType::F32, 750, true, 5),
+    )
+    .unwrap();
+    let init = Literal::f32([], vec![f32::NEG_INFINITY]).unwrap();
+    let text = pool_program(DType::F32, &[30, 25], &pool);
+    check(&text, &[x, init], false);
+    assert_eq!(kernels(&text), 1, "{text}");
+    let halve = "      %2 = constant {value = 0.5} : f32[]
+      %3 = multiply %0, %2 : f32[]
+      %4 = add %3, %1 : f32[]
+      return %4";
+    let cases = [
+        (
+            vec![3, 2000],
+            w(&[1, 1024], &[1, 97], &[1, 1], &[1, 1], &[(0, 0), (3, 5)]),
+        ),
+        (vec![1500], w(&[1024], &[7], &[1], &[1], &[(0, 0)])),
+        (
+            vec![64, 64],
+            w(&[64, 64], &[1, 1], &[1, 1], &[1, 1], &[(0, 0), (0, 0)]),
+        ),
+        (
+            vec![40, 30],
+            w(&[17, 16], &[9, 4], &[2, 1], &[1, 2], &[(2, 1), (0, 3)]),
+        ),
+    ];
+    for (i, (shape, window)) in cases.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        // Finite values of many magnitudes, so that the order of the roundings shows.
+        let xs: Vec<f64> = values(DType::I32, n, false, i as u64)
+            .iter()
+            .enumerate()
+            .map(|(k, v)| v * (1.0 + (k % 13) as f64 / 7.0))
+            .collect();
+        let x = Literal::from_f64s(TensorType::new(DType::F32, shape.clone()), &xs).unwrap();
+        let init = Literal::f32([], vec![0.3]).unwrap();
+        let text = window_program(shape, window, halve);
+        check(&text, &[x, init], false);
+        assert_eq!(kernels(&text), 1, "{text}");
+    }
+}
+
+/// A window fold whose body is not elementwise ops still runs, as a region the host calls.
+#[test]
+fn a_window_body_of_other_ops_runs_as_a_compiled_region() {
     let window = Window {
         dims: vec![20, 20],
         strides: vec![5, 5],
@@ -353,14 +445,19 @@ fn a_window_too_large_to_expand_runs_as_a_compiled_region() {
         dil: vec![1, 1],
         padding: vec![(0, 0), (0, 0)],
     };
-    let shape = [30, 25];
+    let text = window_program(
+        &[30, 25],
+        &window,
+        "      %2 = reshape %1 : f32[1]
+      %3 = reduce %2, %0 {dimensions = [0], kind = add} : f32[]
+      return %3",
+    );
     let x = Literal::from_f64s(
-        TensorType::new(DType::F32, shape.to_vec()),
-        &values(DType::F32, 750, true, 5),
+        TensorType::new(DType::F32, vec![30, 25]),
+        &values(DType::F32, 750, false, 5),
     )
     .unwrap();
-    let init = Literal::f32([], vec![f32::NEG_INFINITY]).unwrap();
-    let text = pool_program(DType::F32, &shape, &window);
+    let init = Literal::f32([], vec![1.0]).unwrap();
     check(&text, &[x, init], true);
 }
 

@@ -3,14 +3,15 @@
 //! expressions, each result written as one of the kernel's outputs (the first as its body, the
 //! others as [`Kernel::extra`] outputs) from one computation of the fold.
 //!
-//! Which targets take these kernels is [`TargetInfo::folds`]; elsewhere (and for a body this
-//! module cannot express: see [`fold_body`]) the op is expanded into a tree of elementwise
-//! ops ([`crate::reduce_tree`]).
+//! Which targets take these kernels is [`TargetInfo::folds`] (the CPU's loop nests and the
+//! GPU's mapping, `gpu/map/fold.rs`, both do); for a body this module cannot express (see
+//! [`fold_body`]) the op is expanded into a tree of elementwise ops ([`crate::reduce_tree`]).
 
-use crate::ir::{Ew, Expr, Extra, Fold, Kernel, Schedule};
+use crate::ir::{Ew, Expr, Extra, Fold, Idx, Kernel, Schedule};
 use crate::key::{ValueKey, value_key};
 use crate::lower::{NoKernel, elementwise_supported};
 use crate::target::TargetInfo;
+use crate::window::WindowDim;
 use kiln_ir::{DType, Func, Op, TensorType, strides};
 
 /// `body` (a `reduce_region`'s, of `2k` scalar parameters and `k` results) as `k` kernel
@@ -138,6 +139,7 @@ pub fn lower_reduce_region(
         vars,
         elems,
         body,
+        in_order: false,
     });
     let result = |j: usize| Expr::Fold {
         fold: fold.clone(),
@@ -151,6 +153,96 @@ pub fn lower_reduce_region(
         extra: (1..k)
             .map(|j| Extra {
                 out: TensorType::new(x[k + j].dtype, shape.clone()),
+                body: result(j),
+                slot: x.len() + j - 1,
+            })
+            .collect(),
+    })
+}
+
+/// The kernel of `reduce_window_region` `op` (operand types `x`, result 0 of type `out`): a
+/// fold in order ([`Fold::in_order`]) per output position over the window's positions,
+/// row-major, from the inits, as the reference folds a window, so that any body gives its
+/// results bit for bit. A window position in the padding or a dilation hole reads the init
+/// values as its elements (StableHLO pads with them). Loop variables: the output's
+/// dimensions, then one per window dimension.
+pub fn lower_reduce_window_region(
+    op: &Op,
+    x: &[TensorType],
+    out: &TensorType,
+) -> Result<Kernel, NoKernel> {
+    let Op::ReduceWindowRegion {
+        window_dimensions: wd,
+        window_strides: ws,
+        base_dilations: bd,
+        window_dilations: wdl,
+        padding,
+        body,
+    } = op
+    else {
+        return Err(NoKernel("not a reduce_window_region"));
+    };
+    let body = fold_body(body)?;
+    let k = x.len() / 2;
+    let r = out.rank();
+    let vars = r + r;
+    let (mut conds, mut index) = (Vec::new(), Vec::new());
+    for d in 0..r {
+        let dim = WindowDim {
+            size: x[0].shape[d] as i64,
+            stride: ws[d],
+            pad_lo: padding[d].0,
+            base_dilation: bd[d],
+            window_dilation: wdl[d],
+        };
+        let pos = dim.position(Idx::Var(d), Idx::Var(r + d));
+        conds.extend(dim.holds_element(&pos));
+        index.push(dim.element(pos));
+    }
+    let init = |j: usize| Expr::Load {
+        input: k + j,
+        dtype: x[k + j].dtype,
+        coef: vec![0; vars],
+        off: 0,
+    };
+    let elems = (0..k)
+        .map(|j| {
+            let at = Expr::Gather {
+                input: j,
+                dtype: x[j].dtype,
+                index: index.clone(),
+                strides: strides(&x[j].shape).iter().map(|&s| s as i64).collect(),
+            };
+            if conds.is_empty() {
+                at
+            } else {
+                Expr::Guard {
+                    conds: conds.clone(),
+                    then: Box::new(at),
+                    otherwise: Box::new(init(j)),
+                }
+            }
+        })
+        .collect();
+    let fold = Box::new(Fold {
+        inits: (0..k).map(init).collect(),
+        vars: (0..r).map(|d| (r + d, wd[d] as usize)).collect(),
+        elems,
+        body,
+        in_order: true,
+    });
+    let result = |j: usize| Expr::Fold {
+        fold: fold.clone(),
+        result: j,
+    };
+    Ok(Kernel {
+        schedule: Schedule::Nest,
+        out: TensorType::new(x[k].dtype, out.shape.clone()),
+        vars,
+        body: result(0),
+        extra: (1..k)
+            .map(|j| Extra {
+                out: TensorType::new(x[k + j].dtype, out.shape.clone()),
                 body: result(j),
                 slot: x.len() + j - 1,
             })
@@ -218,13 +310,13 @@ mod tests {
     }
 
     #[test]
-    fn a_cpu_target_folds_and_a_gpu_target_expands_the_tree() {
+    fn cpu_and_gpu_targets_both_fold() {
         let f = argmax("f32");
         let opts = Options::default();
         let cpu = prepare(&f, &opts, &TargetInfo::reference()).expect("prepared");
         assert_eq!(reduce_regions(&cpu), 1, "{cpu}");
         let gpu = prepare(&f, &opts, &TargetInfo::h200()).expect("prepared");
-        assert_eq!(reduce_regions(&gpu), 0, "{gpu}");
+        assert_eq!(reduce_regions(&gpu), 1, "{gpu}");
     }
 
     #[test]

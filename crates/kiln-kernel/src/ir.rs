@@ -149,7 +149,7 @@ pub enum Expr {
 /// [`Expr::Arg`] `0..k`, the accumulators, and `k..2k`, the elements). The order of the
 /// applications is left open, as the op's spec leaves it: the schedule may keep several sets
 /// of accumulators (one per vector lane, starting at elements) and combine them with the body
-/// at the end, then with the inits.
+/// at the end, then with the inits; unless `in_order`, which keeps the reference's order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fold {
     /// The accumulators' starting values, over the output position.
@@ -160,6 +160,10 @@ pub struct Fold {
     pub elems: Vec<Expr>,
     /// The new accumulators, from [`Expr::Arg`]s and constants.
     pub body: Vec<Expr>,
+    /// Whether the body is applied in the reference's order only: from the inits, at each
+    /// position of the loops in row-major order (a `reduce_window_region`'s window, whose op
+    /// fixes that order), so that any body gives the reference's results.
+    pub in_order: bool,
 }
 
 impl Fold {
@@ -480,6 +484,7 @@ impl Expr {
                         vars: fold.vars.clone(),
                         elems,
                         body,
+                        in_order: fold.in_order,
                     }),
                     result: *result,
                 }

@@ -53,6 +53,7 @@ enum Node {
         elems: Vec<Node>,
         body: Vec<Node>,
         result: usize,
+        in_order: bool,
     },
     Arg(usize, DType),
 }
@@ -186,6 +187,7 @@ fn node(e: &Expr, bound: &mut Vec<usize>) -> Node {
                 elems,
                 body,
                 result: *result,
+                in_order: fold.in_order,
             }
         }
         Expr::Arg { slot, dtype } => Node::Arg(*slot, *dtype),
@@ -298,8 +300,10 @@ impl fmt::Display for Node {
                 elems,
                 body,
                 result,
+                in_order,
             } => {
-                write!(f, "F{result}(")?;
+                let o = if *in_order { "o" } else { "" };
+                write!(f, "F{o}{result}(")?;
                 for x in inits {
                     write!(f, "{x},")?;
                 }
@@ -464,7 +468,8 @@ mod tests {
                 s.push(')');
             }
             Expr::Fold { fold, result } => {
-                let _ = write!(s, "F{result}(");
+                let o = if fold.in_order { "o" } else { "" };
+                let _ = write!(s, "F{o}{result}(");
                 for x in &fold.inits {
                     key_expr(x, bound, s);
                     s.push(',');

@@ -213,7 +213,8 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
 /// over one loop long enough for two rounds of lanes: they keep one set of accumulators per
 /// lane of a vector of their widest accumulator ([`TargetInfo::fold_lanes`]), which the
 /// emitter keeps side by side so that each round of the loop is one vector's work. The
-/// others (several reduced loops, short loops) fold in order.
+/// others (several reduced loops, short loops, folds [`crate::ir::Fold::in_order`]) fold in
+/// order.
 pub fn row_folds(k: &Kernel, strips: Option<&Strips>, target: &TargetInfo) -> Vec<RowFold> {
     let mut out: Vec<RowFold> = Vec::new();
     let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
@@ -231,6 +232,7 @@ pub fn row_folds(k: &Kernel, strips: Option<&Strips>, target: &TargetInfo) -> Ve
             .unwrap_or(4);
         let lanes = target.fold_lanes(bytes);
         if let [(_, n)] = fold.vars[..]
+            && !fold.in_order
             && lanes > 1
             && n >= 2 * lanes
             && !in_strips

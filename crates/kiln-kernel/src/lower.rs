@@ -155,10 +155,12 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         Op::ReduceRegion { dimensions, body } if crate::fold::fold_body(body).is_ok() => {
             crate::fold::lower_reduce_region(dimensions, body, x)
         }
+        Op::ReduceWindowRegion { body, .. } if crate::fold::fold_body(body).is_ok() => {
+            crate::fold::lower_reduce_window_region(op, x, out)
+        }
         Op::ReduceRegion { .. } | Op::ReduceWindowRegion { .. } => Err(NoKernel(
-            "a reduction with a body of other than elementwise ops and scalar constants (or a \
-             window of more than 256 elements): the host folds the body, compiled as a region, \
-             per element (canonicalization expands the others into elementwise ops)",
+            "a reduction with a body of other than elementwise ops and scalar constants: the \
+             host folds the body, compiled as a region, per element",
         )),
         Op::Sort { .. } => Err(NoKernel(
             "a sort: the host runs it (by keys, or with its comparator compiled as a region)",

@@ -184,10 +184,11 @@ fn head(e: &Expr) -> String {
             format!("guard {}", cs.join(" and "))
         }
         Expr::Fold { fold, result } => format!(
-            "fold result {result} of {} {} over {}",
+            "fold result {result} of {} {} over {}{}",
             fold.arity(),
             e.dtype(),
-            loops(&fold.vars)
+            loops(&fold.vars),
+            if fold.in_order { " in order" } else { "" }
         ),
         Expr::Arg { slot, dtype } => format!("arg {dtype} a{slot}"),
     }

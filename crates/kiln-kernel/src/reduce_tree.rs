@@ -241,7 +241,9 @@ pub fn reduce_tree(
 }
 
 /// The most window elements a `reduce_window_region` is expanded for (one body application
-/// per element); a larger window keeps the op, which the host folds per element.
+/// per element); a larger window keeps the op, which becomes one fold kernel in the
+/// reference's order ([`crate::fold::lower_reduce_window_region`]) where the fold expresses
+/// the body, else the host folds it per element.
 pub const MAX_EXPANDED_WINDOW: i64 = 256;
 
 /// `reduce_window_region(inputs..., inits...)` with the [`expandable`] `body`: the fold of

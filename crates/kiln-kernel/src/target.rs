@@ -621,10 +621,12 @@ impl TargetInfo {
 
     /// Whether the target takes fold kernels ([`crate::fold`]: a `reduce_region` with an
     /// elementwise body as one loop nest of coupled accumulators): the CPU emitter renders
-    /// them; a GPU's mapping (`crate::gpu`) has no fold, so there the op expands into a tree
-    /// of elementwise kernels ([`crate::reduce_tree`]).
+    /// them, and a GPU's mapping (`crate::gpu`) runs them as one launch (a warp or block per
+    /// long row, else a thread per output): every target. Where a body is one the kernels
+    /// cannot express ([`crate::fold::fold_body`]) the op expands into a tree of elementwise
+    /// kernels instead ([`crate::reduce_tree`]).
     pub fn folds(&self) -> bool {
-        self.gpu.is_none()
+        true
     }
 
     /// The lanes a fold over rows keeps accumulators for, for accumulators of `bytes` bytes

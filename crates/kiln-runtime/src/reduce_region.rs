@@ -1,5 +1,5 @@
-//! `reduce_region` and `reduce_window_region` whose body canonicalization could not expand into
-//! elementwise ops: the host folds the body's compiled program over the elements of each result
+//! `reduce_region` and `reduce_window_region` whose body neither canonicalization could expand
+//! into elementwise ops nor a fold kernel express (`kiln_kernel::fold`): the host folds the body's compiled program over the elements of each result
 //! position, in row-major order (the reference interpreter's order); a window element in
 //! padding or a dilation hole is the init values. A `map` likewise calls its computation once
 //! per element.

@@ -27,7 +27,9 @@ impl<'c> Emitter<'c> {
             .map_or(1, |r| r.lanes);
         let inits = self.all(&fold.inits)?;
         match fold.vars[..] {
-            [(v, n)] if lanes > 1 && n >= 2 * lanes => self.fold_lanes(fold, &inits, v, n, lanes),
+            [(v, n)] if lanes > 1 && n >= 2 * lanes && !fold.in_order => {
+                self.fold_lanes(fold, &inits, v, n, lanes)
+            }
             _ => self.fold_in_order(fold, &inits),
         }
     }

@@ -2,7 +2,8 @@
 //! evaluates them: loads through affine and gathered indices, guards that evaluate only the
 //! chosen side, element ops (shared with the CPU), and reductions in order, or, for float
 //! sums and products longer than a leaf, in the [`SumTree`] order (chains of `leaf` terms,
-//! their results in chains of `fanout`, level by level).
+//! their results in chains of `fanout`, level by level); a fold a thread computes alone
+//! (the mapping's thread per output) in order.
 
 use super::kernel::Emit;
 use crate::Result;
@@ -12,7 +13,7 @@ use inkwell::IntPredicate;
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
 use kiln_ir::{Combiner, DType};
-use kiln_kernel::kernel::{Cond, Ew, Expr, Idx};
+use kiln_kernel::kernel::{Cond, Ew, Expr, Fold, Idx};
 
 /// The running state of one level of a sum tree: its partial result and how many values it
 /// holds.
@@ -248,13 +249,47 @@ impl<'c> Emit<'_, 'c> {
                 vars,
                 body,
             } => self.reduce(*kind, *dtype, init, vars, body),
-            // GPU targets expand `reduce_region` into elementwise kernels
-            // (`TargetInfo::folds`).
-            Expr::Fold { .. } | Expr::Arg { .. } => Err(crate::Error::Unsupported(format!(
-                "{}: a fold on a GPU",
-                self.k.name
-            ))),
+            Expr::Fold { fold, result } => Ok(self.fold_in_order(fold)?[*result]),
+            Expr::Arg { slot, .. } => self.args.borrow().get(*slot).copied().ok_or_else(|| {
+                crate::Error::Llvm(format!("{}: no fold argument {slot}", self.k.name))
+            }),
         }
+    }
+
+    /// Every result of `fold` computed by this thread in order: its inits, then the body
+    /// applied to the accumulators and the elements at each position of its loops, row-major
+    /// (the reference's order), the accumulators in stack slots.
+    fn fold_in_order(&self, fold: &Fold) -> Result<Vec<BasicValueEnum<'c>>> {
+        let inits = fold
+            .inits
+            .iter()
+            .map(|x| self.expr(x))
+            .collect::<Result<Vec<_>>>()?;
+        let mut slots = Vec::with_capacity(inits.len());
+        for v in &inits {
+            let p = self.slot(v.get_type())?;
+            self.b.build_store(p, *v).map_err(llvm)?;
+            slots.push(p);
+        }
+        let read = |em: &Self| -> Result<Vec<BasicValueEnum<'c>>> {
+            (slots.iter().zip(&inits))
+                .map(|(p, v)| em.b.build_load(v.get_type(), *p, "acc").map_err(llvm))
+                .collect()
+        };
+        self.loops(&fold.vars, &mut |em| {
+            let mut args = read(em)?;
+            for x in &fold.elems {
+                args.push(em.expr(x)?);
+            }
+            let saved = em.args.replace(args);
+            let next: Result<Vec<_>> = fold.body.iter().map(|x| em.expr(x)).collect();
+            em.args.replace(saved);
+            for (p, v) in slots.iter().zip(next?) {
+                em.b.build_store(*p, v).map_err(llvm)?;
+            }
+            Ok(())
+        })?;
+        read(self)
     }
 
     /// Counted loops over `vars` (outermost first, each from 0), `body` inside.

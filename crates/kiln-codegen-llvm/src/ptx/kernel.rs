@@ -54,6 +54,8 @@ pub(super) struct Emit<'a, 'c> {
     first_types: Vec<Option<BasicTypeEnum<'c>>>,
     /// The value registers the expression being evaluated reads as extra inputs.
     pub(super) scalars: RefCell<Vec<BasicValueEnum<'c>>>,
+    /// The arguments of the fold body being applied ([`kiln_kernel::kernel::Expr::Arg`]).
+    pub(super) args: RefCell<Vec<BasicValueEnum<'c>>>,
 }
 
 impl<'c> Base<'c> for Emit<'_, 'c> {
@@ -192,6 +194,7 @@ pub(super) fn emit<'c>(ctx: &'c Context, m: &Module<'c>, k: &GpuKernel) -> Resul
         reg_ty: RefCell::new(vec![None; k.regs]),
         first_types: Vec::new(),
         scalars: RefCell::new(Vec::new()),
+        args: RefCell::new(Vec::new()),
     };
     let mut first = vec![None; k.regs];
     em.first_writes(&k.body, &mut first);

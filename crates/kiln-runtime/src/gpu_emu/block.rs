@@ -273,6 +273,7 @@ impl<'a> Block<'a> {
                         inputs: self.inputs,
                         scalars: &sc,
                         sums: self.k.sums,
+                        args: &[],
                     };
                     let v = eval(expr, &env, &mut self.vars[t * nv..(t + 1) * nv])?;
                     self.set(t, *reg, v);

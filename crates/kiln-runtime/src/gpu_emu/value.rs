@@ -8,7 +8,7 @@ use super::{Buffer, EmuError};
 use kiln_ir::literal::{convert_f64, round_to, wrap_to};
 use kiln_ir::{Combiner, DType, Op, OpKind};
 use kiln_kernel::gpu::ir::*;
-use kiln_kernel::ir::{Cond, Ew, Expr, Idx};
+use kiln_kernel::ir::{Cond, Ew, Expr, Fold, Idx};
 use kiln_kernel::target::SumTree;
 use kiln_reference::scalar;
 
@@ -82,6 +82,8 @@ pub(crate) struct Env<'a> {
     pub inputs: &'a [&'a Buffer],
     pub scalars: &'a [V],
     pub sums: SumTree,
+    /// The arguments of the fold body being applied ([`Expr::Arg`]).
+    pub args: &'a [V],
 }
 
 impl Env<'_> {
@@ -210,12 +212,51 @@ pub(crate) fn eval(e: &Expr, env: &Env, vars: &mut [i64]) -> Result<V, EmuError>
             vars: rv,
             body,
         } => reduce(*kind, *dtype, init, rv, body, env, vars),
-        // GPU targets expand `reduce_region` into elementwise kernels (`TargetInfo::folds`).
-        Expr::Fold { .. } | Expr::Arg { .. } => Err(EmuError(format!(
-            "{}: a fold, which no GPU mapping has",
-            env.kernel
-        ))),
+        Expr::Fold { fold, result } => Ok(fold_in_order(fold, env, vars)?[*result]),
+        Expr::Arg { slot, .. } => env
+            .args
+            .get(*slot)
+            .copied()
+            .ok_or_else(|| EmuError(format!("{}: no fold argument {slot}", env.kernel))),
     }
+}
+
+/// Every result of `fold` computed by one thread in order: its inits, then the body applied to
+/// the accumulators and the elements at each position of its loops, row-major (the
+/// reference's order).
+fn fold_in_order(fold: &Fold, env: &Env, vars: &mut [i64]) -> Result<Vec<V>, EmuError> {
+    let mut accs = fold
+        .inits
+        .iter()
+        .map(|x| eval(x, env, vars))
+        .collect::<Result<Vec<V>, EmuError>>()?;
+    let n: usize = fold.vars.iter().map(|v| v.1).product();
+    for &(v, _) in &fold.vars {
+        vars[v] = 0;
+    }
+    for _ in 0..n {
+        let mut args = accs.clone();
+        for x in &fold.elems {
+            args.push(eval(x, env, vars)?);
+        }
+        let inner = Env {
+            args: &args,
+            ..*env
+        };
+        accs = fold
+            .body
+            .iter()
+            .map(|x| eval(x, &inner, vars))
+            .collect::<Result<Vec<V>, EmuError>>()?;
+        for &(v, e) in fold.vars.iter().rev() {
+            vars[v] += 1;
+            if (vars[v] as usize) < e {
+                break;
+            }
+            vars[v] = 0;
+        }
+    }
+    Ok(accs)
 }
 
 /// A reduction: in order from `init` when it is short or not a float sum or product, else as

@@ -16,6 +16,10 @@
 //!   them, when few rows would leave multiprocessors idle (a sum over a whole tensor,
 //!   [`MapKind::SplitPartials`]) or when the terms are contiguous along the kept dimension
 //!   rather than the reduced one (a column sum, [`MapKind::ColumnPartials`]): `split.rs`.
+//! - A fold ([`Expr::Fold`]: a `reduce_region` of an elementwise body, an argmax's value and
+//!   index) is one launch: a warp or block per long row, its threads' `k` accumulators
+//!   combined in thread order, or a thread per short row or column (`fold.rs`); long rows
+//!   fewer than the multiprocessors split over blocks in two launches (`fold_split.rs`).
 //! - A matrix product runs by block tiles (`Gpu::gemm_tiles`): A's and B's tiles staged
 //!   through shared memory, double buffered (`staging.rs`), a register tile per thread
 //!   ([`MapKind::GemmTiled`], `tiled.rs`), or, on a target without tiles, one thread per
@@ -85,6 +89,8 @@ use kiln_ir::{Combiner, DType, OpKind, TensorType};
 mod attention;
 mod attention_mma;
 mod attention_tiles;
+mod fold;
+mod fold_split;
 mod gemm;
 mod row_cache;
 mod scatter;
@@ -155,6 +161,20 @@ fn map_launches(
             let mut outs = vec![(Buf::Output(0), k.out.clone(), k.body.clone())];
             for (e, x) in k.extra.iter().enumerate() {
                 outs.push((Buf::Output(1 + e), x.out.clone(), x.body.clone()));
+            }
+            // Folds computed once per output row, unless the row also has reductions the row
+            // mappings compute (the folds then run in the expressions, a thread each).
+            let bodies: Vec<&Expr> = outs.iter().map(|o| &o.2).collect();
+            let rank = k.out.shape.len();
+            let folds = fold::row_folds(&bodies, rank);
+            if !folds.is_empty() && hoistable(&bodies, rank).is_empty() {
+                if let Some(p) = m.fold_split(name, &k.out, k.vars, &ins, &outs, &folds) {
+                    return Ok(p);
+                }
+                return Ok(GpuProgram {
+                    scratch: Vec::new(),
+                    launches: vec![m.fold_rows(name, &k.out, k.vars, ins, outs, &folds)],
+                });
             }
             Ok(m.nest_program(name, &k.out, k.vars, ins, outs))
         }
@@ -527,23 +547,15 @@ impl Mapper<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn rows(
-        &self,
-        name: &str,
-        out: &TensorType,
-        vars: usize,
-        inputs: Vec<(Buf, TensorType)>,
-        outs: Vec<(Buf, TensorType, Expr)>,
-        hoisted: Vec<Expr>,
-        longest: usize,
-    ) -> GpuKernel {
+    /// Who computes a row whose longest reduction has `longest` terms: the mapping's kind,
+    /// the threads of a row, the rows of a block, the row's thread number and the first row
+    /// of the block. `threads` compute one row; a block holds `per_block` rows. A row's
+    /// threads are the block's (`lane`: the thread, `BlockDim` of them), or a warp's (`lane`:
+    /// the lane) when a block holds a warp per row, as many warps as an elementwise block has
+    /// threads, so that a multiprocessor keeps enough loads in flight.
+    fn row_team(&self, longest: usize) -> (MapKind, usize, usize, Sc, Sc) {
         let warp = self.gpu.warp_size;
-        // `threads` compute one row; a block holds `per_block` rows. A row's threads are the
-        // block's (`lane`: the thread, `BlockDim` of them), or a warp's (`lane`: the lane) when
-        // a block holds a warp per row, as many warps as an elementwise block has threads, so
-        // that a multiprocessor keeps enough loads in flight.
-        let (kind, threads, per_block, lane, row0) = if longest >= self.gpu.block_reduce_min {
+        if longest >= self.gpu.block_reduce_min {
             // Warp 0 combines the warps' results: at most a warp of them.
             let most = self.gpu.max_threads_per_block.min(warp * warp);
             (
@@ -565,7 +577,22 @@ impl Mapper<'_> {
                     sp(Special::Warp),
                 ),
             )
-        };
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rows(
+        &self,
+        name: &str,
+        out: &TensorType,
+        vars: usize,
+        inputs: Vec<(Buf, TensorType)>,
+        outs: Vec<(Buf, TensorType, Expr)>,
+        hoisted: Vec<Expr>,
+        longest: usize,
+    ) -> GpuKernel {
+        let warp = self.gpu.warp_size;
+        let (kind, threads, per_block, lane, row0) = self.row_team(longest);
         // The row: the leading dimensions every hoisted reduction depends on.
         let split = row_rank(&hoisted);
         let rows: usize = out.shape[..split].iter().product();

@@ -118,7 +118,7 @@ impl Mapper<'_> {
 
     /// Threads of a partials block: an elementwise block's, within what a block may have and
     /// what one warp combines of the warps' results (a warp of them), whole warps.
-    fn partials_block(&self) -> usize {
+    pub(super) fn partials_block(&self) -> usize {
         let warp = self.gpu.warp_size.max(1);
         let most = self
             .gpu
@@ -403,12 +403,14 @@ fn grid_len(rows: usize, how: Split) -> usize {
     }
 }
 
-/// Whether reduction `h` reads its terms as a column sum does: some read contiguous along
-/// kept variable `kept` (coefficient ±1), none contiguous along its innermost reduced one, and
-/// every read at an affine index (loads, and gathers at affine indices).
-fn columnar(h: &Expr, kept: usize) -> bool {
-    let Expr::Reduce { vars, body, .. } = h else {
-        return false;
+/// Whether reduction (or fold) `h` reads its terms as a column sum does: some read contiguous
+/// along kept variable `kept` (coefficient ±1), none contiguous along its innermost reduced
+/// one, and every read at an affine index (loads, and gathers at affine indices).
+pub(super) fn columnar(h: &Expr, kept: usize) -> bool {
+    let (vars, bodies): (&[(usize, usize)], Vec<&Expr>) = match h {
+        Expr::Reduce { vars, body, .. } => (vars, vec![&**body]),
+        Expr::Fold { fold, .. } => (&fold.vars, fold.elems.iter().collect()),
+        _ => return false,
     };
     let Some(&(inner, _)) = vars.last() else {
         return false;
@@ -444,6 +446,6 @@ fn columnar(h: &Expr, kept: usize) -> bool {
         along_inner: false,
         other: false,
     };
-    w.expr(body);
+    bodies.into_iter().for_each(|b| w.expr(b));
     w.along_kept && !w.along_inner && !w.other
 }
