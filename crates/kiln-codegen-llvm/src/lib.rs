@@ -16,6 +16,7 @@
 pub mod cache;
 mod common;
 pub mod cpu;
+mod elf_symbols;
 pub mod ptx;
 pub use kiln_kernel::{canon, fuse, kernel, schedule};
 

@@ -540,6 +540,39 @@ fn attention_products_chain_in_one_kernel_and_agree_with_the_reference() {
     common::chained_products();
 }
 
+/// An online softmax's rows with a NaN logit agree with the reference, as do the others: in
+/// batch 0 one key (in a later block of keys than the rows' first) makes every row's logit
+/// there NaN after finite blocks; in batch 1 one query row's logits are all NaN. The NaN rows
+/// come out NaN and the others finite.
+#[test]
+fn online_softmaxes_of_nan_logits_agree_with_the_reference() {
+    let (b, m, keys, k, n2) = (2, 3, 16385, 8, 8);
+    let src = common::attention_text("f32", (b, m, keys, k, n2), false, false);
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let fusion = kiln_codegen_llvm::cpu::describe_fusion(&f, &common::env_options()).unwrap();
+    assert!(fusion.contains("online:"), "{fusion}");
+    let types = f.param_types();
+    let mut rng = Rng::new(7);
+    let mut args: Vec<Literal> = types.iter().map(|t| random_literal(&mut rng, t)).collect();
+    let (mut q, mut kv) = (args[0].to_f64s(), args[1].to_f64s());
+    q[(m + 1) * k] = f64::NAN;
+    kv[9000 * k + 3] = f64::NAN;
+    args[0] = Literal::from_f64s(types[0].clone(), &q).unwrap();
+    args[1] = Literal::from_f64s(types[1].clone(), &kv).unwrap();
+    agrees(&f, &args).unwrap();
+    let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
+    let out = exe.run(&args).unwrap()[0].to_f64s();
+    for (row, values) in out.chunks(n2).enumerate() {
+        let nan = row < m || row == m + 1;
+        assert!(
+            values
+                .iter()
+                .all(|v| v.is_nan() == nan && (nan || v.is_finite())),
+            "row {row}: {values:?}"
+        );
+    }
+}
+
 #[test]
 fn guard_splits_agree_with_the_reference() {
     common::guard_splits();

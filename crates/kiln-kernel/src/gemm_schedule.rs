@@ -116,6 +116,13 @@ pub struct Blocking {
     /// Bytes of a block of rows of the epilogue's result a chained product reads
     /// ([`GemmLimits::chain_block_bytes`](crate::target::GemmLimits::chain_block_bytes)).
     pub chain_bytes: i64,
+    /// The register tile is the compact one: a product at most one vector wide (a
+    /// classifier's 10 logits and their weight gradient), whose tile reads A in place, takes
+    /// A's strides at run time (one routine for A stored either way) and loads and stores C's
+    /// rows in a loop instead of one branch per row. Those products are a few MFLOP, and their
+    /// 16-row tiles were the costliest routines to compile: 11-12 ms of code generation each
+    /// for the MLP step's two (A by rows, A by columns), for well under 1% of its run time.
+    pub compact: bool,
 }
 
 impl Blocking {
@@ -124,9 +131,11 @@ impl Blocking {
     /// tile uses 24 (8 x 3) or 12 (6 x 2) accumulators, enough independent chains to hide the
     /// FMA latency on two FMA ports, and leaves registers for the B vectors.
     ///
-    /// A product with at most one vector of columns (`n`; a classifier's 10 logits) uses tiles
-    /// one vector wide and twice as tall: the wide tile would multiply mostly the zeros padding
-    /// its panel.
+    /// A product with at most one vector of columns (`n`; a classifier's 10 logits) uses the
+    /// compact tile, one vector wide ([`Blocking::compact`]): the wide tile would multiply
+    /// mostly the zeros padding its panel. It is 8 rows tall with 512-bit vectors (8
+    /// independent FMA chains, what two FMA ports of latency 4 need; 16 rows took half again
+    /// as long to compile), 12 with narrower ones.
     pub fn new(d: DType, target: &TargetInfo, n: usize) -> Blocking {
         let wide = target.vector_bytes >= 64;
         let limits = &target.gemm;
@@ -137,7 +146,7 @@ impl Blocking {
         // panels of all three.
         let (mut mr, mut nv, kc) = match (wide, n <= lanes as usize) {
             (true, false) => (8, 3, limits.kc_512),
-            (true, true) => (16, 1, limits.kc_512),
+            (true, true) => (8, 1, limits.kc_512),
             (false, false) => (6, 2, limits.kc_256),
             (false, true) => (12, 1, limits.kc_256),
         };
@@ -174,6 +183,7 @@ impl Blocking {
             mc: (limits.a_block_bytes / (kc * bytes) / mr).max(1) * mr,
             nc: (limits.b_block_bytes / (kc * bytes) / nr).max(1) * nr,
             chain_bytes: limits.chain_block_bytes,
+            compact: n <= lanes as usize,
         }
     }
 
@@ -340,7 +350,7 @@ mod tests {
             (DType::F32, 64, (6, 4)),
             (DType::F32, 160, (12, 2)),
             (DType::F32, 32, (12, 2)),
-            (DType::F32, 10, (16, 1)),
+            (DType::F32, 10, (8, 1)),
             (DType::F64, 1024, (6, 4)),
             (DType::F64, 600, (8, 3)),
         ] {
@@ -351,6 +361,33 @@ mod tests {
         }
         let bl = Blocking::new(DType::F32, &vectors(32), 1000);
         assert_eq!((bl.mr, bl.nv), (6, 2));
+    }
+
+    /// Products at most one vector wide, and only those, take the compact tile: 10 and 16
+    /// columns of f32 with 512-bit vectors, 8 with 256-bit ones; not 17, nor 9 with 256-bit.
+    #[test]
+    fn only_products_one_vector_wide_take_the_compact_tile() {
+        for (bytes, d, n, compact) in [
+            (64, DType::F32, 10, true),
+            (64, DType::F32, 16, true),
+            (64, DType::F32, 17, false),
+            (64, DType::F64, 8, true),
+            (64, DType::F64, 9, false),
+            (32, DType::F32, 8, true),
+            (32, DType::F32, 9, false),
+            (64, DType::F32, 1024, false),
+        ] {
+            let bl = Blocking::new(d, &vectors(bytes), n);
+            assert_eq!(
+                bl.compact, compact,
+                "{d:?}, {n} columns, {bytes}-byte vectors"
+            );
+            assert_eq!(
+                bl.compact,
+                bl.nv == 1,
+                "{d:?}, {n} columns, {bytes}-byte vectors"
+            );
+        }
     }
 
     /// A chained product's buffers lie after the GEMM's own, in order, 64-byte aligned, each as

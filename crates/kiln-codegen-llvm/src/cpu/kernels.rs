@@ -394,6 +394,13 @@ pub(super) fn emit_epilogue<'c>(
 /// row rescaled by the same. While a row's maximum is -inf (every logit so far masked out) its
 /// exponentials are taken from 0, so they are 0 rather than NaN; if no finite logit comes, its
 /// sum stays 0 and the division at the end gives NaN, as the softmax does.
+///
+/// The block's maximum is taken with a plain comparison (one `vmaxps` a vector) while whether
+/// a logit is NaN is noted beside it (an unordered compare and a mask `or`), and a NaN seen
+/// makes the maximum NaN after the loop: the maximum NaN-propagating `llvm.maximum` gives,
+/// which on x86 took a compare, two masked moves and a blend besides the `vmaxps` per vector
+/// (the sign of a zero maximum, which `llvm.maximum` orders and the comparison need not, does
+/// not change `x - max` or its exponential).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn emit_online_softmax<'c>(
     em: &Emitter<'c>,
@@ -448,6 +455,8 @@ pub(super) fn emit_online_softmax<'c>(
     let c = |v: f64| ft.const_float(v);
     let s_r = em.entry_alloca(i64t.into())?;
     let (acc_max, acc_sum) = (em.entry_alloca(ft.into())?, em.entry_alloca(ft.into())?);
+    let bool_t = em.ctx.bool_type();
+    let acc_nan = em.entry_alloca(bool_t.into())?;
     let load_f = |em: &Emitter<'c>, at: PointerValue<'c>| -> Result<FloatValue<'c>> {
         Ok(em
             .b
@@ -463,15 +472,30 @@ pub(super) fn emit_online_softmax<'c>(
         set_index_vars(em, r, shape, 0..col)?;
         em.b.build_store(acc_max, c(f64::NEG_INFINITY))
             .map_err(llvm)?;
+        em.b.build_store(acc_nan, bool_t.const_zero())
+            .map_err(llvm)?;
         em.range_loop(col, cols.0, cols.1, 1, &mut |em: &Emitter<'c>| {
             let h = em.expr(&h)?;
             em.b.build_store(here(em)?, h).map_err(llvm)?;
-            let m = em.b.build_load(ft, acc_max, "m").map_err(llvm)?;
-            let m = em.combine_with(Combiner::Max, d, m, h, false)?;
+            let m = load_f(em, acc_max)?;
+            let (m, nan) = max_noting_nan(em, m, h.into_float_value())?;
             em.b.build_store(acc_max, m).map_err(llvm)?;
+            let seen = em.b.build_load(bool_t, acc_nan, "seen").map_err(llvm)?;
+            let seen =
+                em.b.build_or(seen.into_int_value(), nan, "seen")
+                    .map_err(llvm)?;
+            em.b.build_store(acc_nan, seen).map_err(llvm)?;
             Ok(())
         })?;
         let b = &em.b;
+        let seen = b
+            .build_load(bool_t, acc_nan, "seen")
+            .map_err(llvm)?
+            .into_int_value();
+        let block_max = b
+            .build_select(seen, c(f64::NAN), load_f(em, acc_max)?, "bm")
+            .map_err(llvm)?;
+        b.build_store(acc_max, block_max).map_err(llvm)?;
         let at = |what: PointerValue<'c>| -> Result<PointerValue<'c>> {
             let i = b.build_int_sub(r, block.base, "rl").map_err(llvm)?;
             // SAFETY (of the emitted code): the row lies in its batch, whose rows the state
@@ -541,6 +565,36 @@ pub(super) fn emit_online_softmax<'c>(
     em.inputs.set(saved);
     em.shifted.set(None);
     Ok(())
+}
+
+/// The larger of the running maximum `m` and `h` by a plain comparison, `h > m ? h : m`
+/// (marked free of NaNs and signed zeros, so LLVM's vectorizer takes it as a maximum reduction
+/// and x86 as one `vmaxps`), and whether `h` is NaN: a NaN makes the comparison's result
+/// poison, which the caller replaces by NaN once the loop has seen one (see
+/// [`emit_online_softmax`]).
+fn max_noting_nan<'c>(
+    em: &Emitter<'c>,
+    m: FloatValue<'c>,
+    h: FloatValue<'c>,
+) -> Result<(FloatValue<'c>, IntValue<'c>)> {
+    use inkwell::values::FastMathFlags;
+    let b = &em.b;
+    let flags = FastMathFlags::NoNaNs | FastMathFlags::NoSignedZeros;
+    let flag = |v: Option<inkwell::values::InstructionValue<'c>>| -> Result<()> {
+        v.ok_or_else(|| Error::Llvm("a compare and a select are instructions".into()))?
+            .set_fast_math_flags(flags)
+            .map_err(llvm)
+    };
+    let gt = b
+        .build_float_compare(FloatPredicate::OGT, h, m, "gt")
+        .map_err(llvm)?;
+    flag(gt.as_instruction_value())?;
+    let max = b.build_select(gt, h, m, "mx").map_err(llvm)?;
+    flag(max.as_instruction_value())?;
+    let nan = b
+        .build_float_compare(FloatPredicate::UNO, h, h, "nan")
+        .map_err(llvm)?;
+    Ok((max.into_float_value(), nan))
 }
 
 /// Applies the epilogue of a convolution's GEMM kernel whose `[N, O, OH, OW]` output is stored

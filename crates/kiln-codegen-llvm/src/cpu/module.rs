@@ -550,7 +550,7 @@ pub(super) fn planned_routines(
                 (false, c.b_trans),
                 None,
                 None,
-                false,
+                gemm::InChain::Second,
             ));
         }
         // As `emit_kernel` decides: in update mode when written in place.
@@ -565,7 +565,11 @@ pub(super) fn planned_routines(
             (*a_trans, *b_trans),
             conv.as_ref(),
             update,
-            chain.is_some(),
+            if chain.is_some() {
+                gemm::InChain::First
+            } else {
+                gemm::InChain::No
+            },
         ));
     }
     routines

@@ -150,7 +150,9 @@ impl<'c> Chained<'_, 'c> {
         let rows = x.sub(ic_end, ic)?;
         let direct = n <= bl.nr();
         let (a, lda, read) = if direct {
-            (a_in, x.c(lda_in), ARead::Rows)
+            // As `Routine::of_gemm` plans it: a compact tile reads A through its strides.
+            let read = ARead::of(bl.compact, true, false, false).unwrap_or(ARead::Rows);
+            (a_in, x.c(lda_in), read)
         } else {
             let f = Routine::pack_a(bl, false).function(em.ctx, em.m, em.routines, em.target)?;
             let args = [
@@ -177,7 +179,9 @@ impl<'c> Chained<'_, 'c> {
                 rows.into(),
                 a.into(),
                 lda.into(),
+                x.c(1).into(),
                 x.at(ft, panels, x.mulc(j, bl.kc)?)?.into(),
+                x.c(bl.nr()).into(),
                 kc.into(),
                 first.into(),
                 ft.const_zero().into(),

@@ -269,7 +269,21 @@ pub(crate) fn emit<'c>(
                     n,
                     trans: b_trans,
                 };
+                // The compact tile reads B where it is (see `b_in_place`): its panel is B's
+                // rows from `kb` on, `n` apart; other tiles read B's packed panels.
+                let in_place = b_in_place(&bl, b_trans, g.conv.is_some(), chain.is_some());
+                let ldb = x.c(if in_place { n } else { nr });
+                let panel_at = |j: IntValue<'c>| -> Result<PointerValue<'c>> {
+                    if in_place {
+                        x.at(ft, g.b, x.add(x.add(b_base, x.mulc(kb, n)?)?, j)?)
+                    } else {
+                        panel_of(j)
+                    }
+                };
                 let pack = |j: IntValue<'c>, width: i64| -> Result<()> {
+                    if in_place {
+                        return Ok(());
+                    }
                     pack_b_panel(&x, ft, bl, &source, (j, width), (kb, kc), panel_of(j)?)
                 };
                 // (Whole panels only when there are any: no dead code calling routines the
@@ -305,11 +319,13 @@ pub(crate) fn emit<'c>(
                             g.pack_a(ic, ic_end, kb, kend)?;
                         }
                         let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
-                            let panel = panel_of(j)?;
+                            let panel = panel_at(j)?;
                             // The tile's code is a function shared by every GEMM with the same
                             // tile (see [`Routine`]), except a convolution's reading its input in
                             // place, emitted here with the column offset table.
-                            let shared = match ARead::of(direct, g.conv.is_some(), g.a_trans) {
+                            let compact = bl.compact && chain.is_none();
+                            let read = ARead::of(compact, direct, g.conv.is_some(), g.a_trans);
+                            let shared = match read {
                                 None => None,
                                 Some(a) => {
                                     let t =
@@ -318,14 +334,14 @@ pub(crate) fn emit<'c>(
                                 }
                             };
                             if let Some((f, a)) = shared {
-                                let (at, lda) = match a {
-                                    ARead::Packed => (g.packed_a, x.c(bl.kc)),
-                                    ARead::Rows => (x.at(ft, g.a, x.add(g.a_row(ic)?, kb)?)?, g.k),
-                                    ARead::Cols => (
-                                        x.at(ft, g.a, x.add(g.a_row(ic)?, x.mulc(kb, m)?)?)?,
-                                        x.c(m),
-                                    ),
-                                };
+                                let (at, lda, step) = a.args(
+                                    &x,
+                                    ft,
+                                    (g.a, g.packed_a),
+                                    (g.a_row(ic)?, kb),
+                                    (m, g.k, bl.kc),
+                                    g.a_trans,
+                                )?;
                                 let scale = update.map_or(ft.const_zero().into(), |u| u.0);
                                 em.b.build_call(
                                     f,
@@ -335,7 +351,9 @@ pub(crate) fn emit<'c>(
                                         x.sub(ic_end, ic)?.into(),
                                         at.into(),
                                         lda.into(),
+                                        step.into(),
                                         panel.into(),
+                                        ldb.into(),
                                         kc.into(),
                                         first.into(),
                                         scale.into(),
@@ -358,7 +376,7 @@ pub(crate) fn emit<'c>(
                                 let a = |i: i64, kk: IntValue<'c>| {
                                     x.at(ft, g.a, g.a_at(starts[i as usize], x.add(kb, kk)?)?)
                                 };
-                                g.tile(c, ldc, rows, width, &a, panel, kc, first)
+                                g.tile(c, ldc, rows, width, &a, (panel, ldb), kc, first)
                             })
                         };
                         if n_full > 0 {

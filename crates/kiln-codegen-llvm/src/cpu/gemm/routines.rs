@@ -13,11 +13,12 @@ pub(crate) const ROUTINE_PREFIX: &str = "kiln_gemm_";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Routine {
     /// Register tiles down a panel, `void (ptr c, i64 ldc, i64 rows, ptr a, i64 lda,
-    /// ptr panel, i64 kc, i1 first, float scale)`: the `rows` rows of C at `c` (`ldc` apart),
-    /// `mr` at a time, get the product of A at `a` (read as [`ARead`] says) and packed B's
-    /// `panel` over `kc` steps, each tile as [`Regs::tile`] describes (`scale` is the update
-    /// mode's `s`). One call covers a block of rows, so short contractions (attention's 64
-    /// steps) do not pay a call per tile.
+    /// i64 step, ptr panel, i64 ldb, i64 kc, i1 first, float scale)`: the `rows` rows of C at
+    /// `c` (`ldc` apart), `mr` at a time, get the product of A at `a` (read as [`ARead`] says;
+    /// `step` is read by [`ARead::Strided`] only) and packed B's `panel` over `kc` steps (for
+    /// the compact tile, B's rows `ldb` apart: see [`b_in_place`]), each tile as [`Regs::tile`]
+    /// describes (`scale` is the update mode's `s`). One call covers a block of rows, so short
+    /// contractions (attention's 64 steps) do not pay a call per tile.
     Tile {
         /// Bytes per element (4 or 8).
         bytes: i64,
@@ -62,6 +63,25 @@ pub(crate) enum Routine {
     },
 }
 
+/// A GEMM's place in a chain of products (see [`crate::kernel::Chain`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InChain {
+    /// A product of its own.
+    No,
+    /// The first product, whose epilogue's result the second reads (it reads A in place).
+    First,
+    /// The second product (it packs its B itself).
+    Second,
+}
+
+/// Whether the GEMM kernel of blocking `bl` reads B in place rather than packing it: with the
+/// compact tile ([`Blocking::compact`]: one panel of at most a vector's columns, B's rows read
+/// by masked loads), where B is stored by rows, unless the product is a convolution's or part
+/// of a chain (`in_chain`).
+pub(crate) fn b_in_place(bl: &Blocking, b_trans: bool, conv: bool, in_chain: bool) -> bool {
+    bl.compact && !b_trans && !conv && !in_chain
+}
+
 /// How a register tile reads A: row `i` (of the tile) at contraction step `kk`, from `a`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum ARead {
@@ -71,19 +91,51 @@ pub(crate) enum ARead {
     Rows,
     /// A matrix stored transposed (`[k, m]`), read in place: `a[i + kk * lda]`.
     Cols,
+    /// A matrix read in place through strides given at run time, `a[i * lda + kk * step]`:
+    /// either layout in one routine, for the compact tile ([`Blocking::compact`]), whose C
+    /// rows [`Regs::tile`] also loads and stores in a loop.
+    Strided,
 }
 
 impl ARead {
     /// How the tile of a GEMM reads A: packed when the product has several panels of columns
-    /// (`one_panel` false); with one, in place, by rows or by columns (`a_trans`), or, for a
-    /// convolution (`conv`), through its column offset table inline (`None`: no routine).
-    pub(super) fn of(one_panel: bool, conv: bool, a_trans: bool) -> Option<ARead> {
+    /// (`one_panel` false); with one, in place: through strides for a `compact` tile
+    /// ([`Blocking::compact`], unless the product is the first of a chain), else by rows or by
+    /// columns (`a_trans`), or, for a convolution (`conv`), through its column offset table
+    /// inline (`None`: no routine).
+    pub(super) fn of(compact: bool, one_panel: bool, conv: bool, a_trans: bool) -> Option<ARead> {
         match (one_panel, conv, a_trans) {
             (false, _, _) => Some(ARead::Packed),
             (true, true, _) => None,
+            _ if compact => Some(ARead::Strided),
             (true, false, false) => Some(ARead::Rows),
             (true, false, true) => Some(ARead::Cols),
         }
+    }
+
+    /// The tile's `(a, lda, step)` arguments for rows from `row` (A's offset of its first
+    /// element, [`Gemm::a_row`]) over the contraction block from step `kb`, with A `[m, k]`
+    /// (`[k, m]` when `a_trans`) at `a`, or packed at `packed` in slivers of `kc` steps.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn args<'c>(
+        self,
+        x: &Arith<'_, 'c>,
+        ft: FloatType<'c>,
+        (a, packed): (PointerValue<'c>, PointerValue<'c>),
+        (row, kb): (IntValue<'c>, IntValue<'c>),
+        (m, k, kc): (i64, IntValue<'c>, i64),
+        a_trans: bool,
+    ) -> Result<(PointerValue<'c>, IntValue<'c>, IntValue<'c>)> {
+        let one = x.c(1);
+        let by_cols = || -> Result<PointerValue<'c>> { x.at(ft, a, x.add(row, x.mulc(kb, m)?)?) };
+        let by_rows = || -> Result<PointerValue<'c>> { x.at(ft, a, x.add(row, kb)?) };
+        Ok(match self {
+            ARead::Packed => (packed, x.c(kc), one),
+            ARead::Rows => (by_rows()?, k, one),
+            ARead::Cols => (by_cols()?, x.c(m), one),
+            ARead::Strided if a_trans => (by_cols()?, one, x.c(m)),
+            ARead::Strided => (by_rows()?, k, one),
+        })
     }
 }
 
@@ -130,7 +182,8 @@ impl Routine {
     /// panels and the tail's), and a tile for each, except for a convolution with a single
     /// panel of columns (its tile reads the input in place through the column offset table,
     /// emitted inline); and with several panels, unless it is a convolution's or the first
-    /// product of a chain (`chained`, which reads A in place), the pack of A. A convolution's
+    /// product of a chain (`in_chain`, which reads A in place), the pack of A; none of B where
+    /// the kernel reads it in place ([`b_in_place`]). A convolution's
     /// output stored by planes has tiles that store C by columns.
     pub(crate) fn of_gemm(
         bl: Blocking,
@@ -138,8 +191,9 @@ impl Routine {
         (a_trans, b_trans): (bool, bool),
         conv: Option<&ConvPatches>,
         update: Option<bool>,
-        chained: bool,
+        in_chain: InChain,
     ) -> Vec<Routine> {
+        let chained = in_chain == InChain::First;
         let planes = conv.is_some_and(|p| p.planes);
         let conv = conv.is_some();
         let nr = bl.nr();
@@ -148,8 +202,12 @@ impl Routine {
             .into_iter()
             .chain((n % nr != 0).then_some(n % nr))
             .collect();
-        let packs = widths.iter().map(|&w| Routine::pack_b(bl, w, b_trans));
-        let a = ARead::of(n <= nr || chained, conv, a_trans);
+        let in_place = b_in_place(&bl, b_trans, conv, in_chain != InChain::No);
+        let packs = widths
+            .iter()
+            .filter(|_| !in_place)
+            .map(|&w| Routine::pack_b(bl, w, b_trans));
+        let a = ARead::of(bl.compact && !chained, n <= nr || chained, conv, a_trans);
         let tiles = widths
             .iter()
             .filter_map(|&w| Some(Routine::tile(bl, w, update, a?, planes)));
@@ -179,6 +237,7 @@ impl Routine {
                     ARead::Packed => "p",
                     ARead::Rows => "r",
                     ARead::Cols => "c",
+                    ARead::Strided => "s",
                 };
                 format!(
                     "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{mode}_{a}{}",
@@ -237,6 +296,13 @@ impl Routine {
             mc: 0,
             nc: 0,
             chain_bytes: 0,
+            compact: matches!(
+                *self,
+                Routine::Tile {
+                    a: ARead::Strided,
+                    ..
+                }
+            ),
         }
     }
 
@@ -263,7 +329,7 @@ impl Routine {
         // The parameters (see each variant): pointers (`p`, none aliasing another), 64-bit
         // integers (`i`), a flag (`b`) and a float (`f`).
         let sig = match self {
-            Routine::Tile { .. } => "piipipibf",
+            Routine::Tile { .. } => "piipiipiibf",
             Routine::PackA { .. } => "piiipi",
             Routine::PackB { .. } => "piip",
         };
@@ -301,7 +367,7 @@ impl Routine {
         let update = match *self {
             Routine::Tile {
                 update: Some(sub), ..
-            } => Some((splat(&te, ft, bl.lanes, param(8))?.into(), sub)),
+            } => Some((splat(&te, ft, bl.lanes, param(10))?.into(), sub)),
             _ => None,
         };
         let regs = Regs {
@@ -321,6 +387,7 @@ impl Routine {
                 ..
             } => {
                 let (base, lda) = (param(3).into_pointer_value(), param(4).into_int_value());
+                let step = param(5).into_int_value();
                 let (ldc, rows) = (param(1).into_int_value(), param(2).into_int_value());
                 let x = &regs.x;
                 // One tile per `mr` rows: rows `r..` of C, and of A (a sliver `lda` elements
@@ -334,15 +401,15 @@ impl Routine {
                     // not stored).
                     let starts: Vec<IntValue<'c>> = match a {
                         ARead::Packed => Vec::new(),
-                        ARead::Rows | ARead::Cols => {
+                        ARead::Rows | ARead::Cols | ARead::Strided => {
                             let last = x.sub(left, x.c(1))?;
                             (0..mr)
                                 .map(|i| {
                                     let i = x.min(x.c(i), last)?;
-                                    if a == ARead::Rows {
-                                        x.mul(i, lda)
-                                    } else {
+                                    if a == ARead::Cols {
                                         Ok(i)
+                                    } else {
+                                        x.mul(i, lda)
                                     }
                                 })
                                 .collect::<Result<_>>()?
@@ -353,6 +420,7 @@ impl Routine {
                             ARead::Packed => x.addc(x.mulc(kk, mr)?, i)?,
                             ARead::Rows => x.add(starts[i as usize], kk)?,
                             ARead::Cols => x.add(starts[i as usize], x.mul(kk, lda)?)?,
+                            ARead::Strided => x.add(starts[i as usize], x.mul(kk, step)?)?,
                         };
                         x.at(ft, base, idx)
                     };
@@ -362,9 +430,9 @@ impl Routine {
                         left,
                         width,
                         &at,
-                        param(5).into_pointer_value(),
-                        param(6).into_int_value(),
-                        param(7).into_int_value(),
+                        (param(6).into_pointer_value(), param(7).into_int_value()),
+                        param(8).into_int_value(),
+                        param(9).into_int_value(),
                     )
                 })?;
             }
