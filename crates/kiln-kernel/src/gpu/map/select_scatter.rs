@@ -84,21 +84,21 @@ impl Mapper<'_> {
         let shape = &k.out.shape;
         let rank = shape.len();
         let total = k.out.numel();
-        let (p, acc, g, ok, u, inside, pos, cand, cur, keep, best, have, src) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let [
+            p,
+            acc,
+            g,
+            ok,
+            u,
+            inside,
+            pos,
+            cand,
+            cur,
+            keep,
+            best,
+            have,
+            src,
+        ] = r.array();
         let coords: Vec<usize> = (0..rank).map(|_| r.next()).collect();
         let firsts: Vec<usize> = (0..rank).map(|_| r.next()).collect();
         let scalar = |i: usize| Expr::Load {
@@ -319,31 +319,11 @@ impl Mapper<'_> {
             index: Sc::Reg(p),
             value: acc,
         });
-        let block = self.gpu.elementwise_block;
-        GpuKernel {
-            tensor_maps: Vec::new(),
-            dynamic_shared: 0,
-            name: name.to_string(),
-            kind: MapKind::SelectScatter,
-            grid: self.grid(total, block),
-            block,
-            warp: self.gpu.warp_size,
-            inputs,
-            outputs: vec![(Buf::Output(0), k.out.clone())],
-            shared: Vec::new(),
-            regs: r.0,
-            vars: k.vars.max(2 * rank),
-            sums: self.sums,
-            body: vec![Stmt::For {
-                reg: p,
-                start: Sc::plus(
-                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
-                    sp(Special::Thread),
-                ),
-                end: c(total),
-                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
-                body,
-            }],
-        }
+        self.grid_stride(
+            (name, MapKind::SelectScatter),
+            (inputs, vec![(Buf::Output(0), k.out.clone())]),
+            (r.0, k.vars.max(2 * rank)),
+            (p, total, body),
+        )
     }
 }
