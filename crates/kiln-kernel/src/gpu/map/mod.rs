@@ -303,6 +303,24 @@ fn set_vars(vars: &[(usize, usize)], p: Sc) -> Vec<Stmt> {
     out
 }
 
+/// Over coordinates `(coord, size)` from the innermost dimension out: whether every one lies
+/// in `0..size`, and the row-major position they address.
+fn bounded_position(coords: impl IntoIterator<Item = (Sc, i64)>) -> (Sc, Sc) {
+    let (mut inside, mut flat, mut stride) = (Sc::Const(1), Sc::Const(0), 1i64);
+    for (coord, size) in coords {
+        inside = Sc::and(
+            inside,
+            Sc::and(
+                Sc::lt(Sc::Const(-1), coord.clone()),
+                Sc::lt(coord.clone(), Sc::Const(size)),
+            ),
+        );
+        flat = Sc::plus(flat, Sc::times(coord, Sc::Const(stride)));
+        stride *= size;
+    }
+    (inside, flat)
+}
+
 /// `(var, extent)` for dimensions `from..` of `shape`, numbered from `from`.
 fn dims(shape: &[usize], from: usize) -> Vec<(usize, usize)> {
     shape

@@ -98,9 +98,7 @@ impl Mapper<'_> {
         };
         let u = r.next();
         let mut each = set_vars(&dims(updates, 0), Sc::Reg(u));
-        let mut stride = 1i64;
-        let mut flat_sc = Sc::Const(0);
-        let mut in_bounds = Sc::Const(1);
+        let mut coords = Vec::new();
         for (d, t) in target.iter().enumerate().rev() {
             let reg = r.next();
             each.push(Stmt::Eval {
@@ -111,17 +109,9 @@ impl Mapper<'_> {
                 },
                 scalars: Vec::new(),
             });
-            let size = k.out.shape[d] as i64;
-            in_bounds = Sc::and(
-                in_bounds,
-                Sc::and(
-                    Sc::lt(Sc::Const(-1), Sc::Reg(reg)),
-                    Sc::lt(Sc::Reg(reg), Sc::Const(size)),
-                ),
-            );
-            flat_sc = Sc::plus(flat_sc, Sc::times(Sc::Reg(reg), Sc::Const(stride)));
-            stride *= size;
+            coords.push((Sc::Reg(reg), k.out.shape[d] as i64));
         }
+        let (in_bounds, flat_sc) = bounded_position(coords);
         each.push(Stmt::Let {
             reg: inb,
             value: in_bounds,

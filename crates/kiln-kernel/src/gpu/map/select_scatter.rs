@@ -163,10 +163,7 @@ impl Mapper<'_> {
             .map(|(d, &e)| (rank + d, e))
             .collect();
         let mut scan = set_vars(&window_vars, Sc::Reg(u));
-        let mut valid = Sc::Const(1);
-        let mut flat = Sc::Const(0);
-        let mut stride = 1i64;
-        for d in (0..rank).rev() {
+        let (valid, flat) = bounded_position((0..rank).rev().map(|d| {
             let coord = Sc::plus(
                 Sc::plus(
                     Sc::times(Sc::Var(d), Sc::Const(strides[d])),
@@ -174,17 +171,8 @@ impl Mapper<'_> {
                 ),
                 Sc::Var(rank + d),
             );
-            let size = shape[d] as i64;
-            valid = Sc::and(
-                valid,
-                Sc::and(
-                    Sc::lt(Sc::Const(-1), coord.clone()),
-                    Sc::lt(coord.clone(), Sc::Const(size)),
-                ),
-            );
-            flat = Sc::plus(flat, Sc::times(coord, Sc::Const(stride)));
-            stride *= size;
-        }
+            (coord, shape[d] as i64)
+        }));
         scan.push(Stmt::Let {
             reg: inside,
             value: valid,
