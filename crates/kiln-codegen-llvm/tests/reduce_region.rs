@@ -11,44 +11,13 @@
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::{DType, Literal, TensorType, parse_func_text};
 
-/// An argmax (`GT`) or argmin (`LT`) body over `(acc_value, acc_index, value, index)`: NaN
-/// beats every number, ties (NaN with NaN included) go to the smaller index.
-fn arg_body(dtype: DType, dir: &str) -> String {
-    format!(
-        "func @arg(%0: {dtype}[], %1: i32[], %2: {dtype}[], %3: i32[]) -> ({dtype}[], i32[]) {{
-      %4 = compare %2, %0 {{comparison_direction = {dir}}} : pred[]
-      %5 = compare %2, %2 {{comparison_direction = NE}} : pred[]
-      %6 = compare %0, %0 {{comparison_direction = NE}} : pred[]
-      %7 = not %6 : pred[]
-      %8 = and %5, %7 : pred[]
-      %9 = or %4, %8 : pred[]
-      %10 = compare %2, %0 {{comparison_direction = EQ}} : pred[]
-      %11 = and %5, %6 : pred[]
-      %12 = or %10, %11 : pred[]
-      %13 = compare %3, %1 {{comparison_direction = LT}} : pred[]
-      %14 = and %12, %13 : pred[]
-      %15 = or %9, %14 : pred[]
-      %16 = select %15, %2, %0 : {dtype}[]
-      %17 = select %15, %3, %1 : i32[]
-      return %16, %17
-    }}"
-    )
-}
-
-fn kept(shape: &[usize], dims: &[usize]) -> Vec<usize> {
-    (0..shape.len())
-        .filter(|d| !dims.contains(d))
-        .map(|d| shape[d])
-        .collect()
-}
+#[path = "../../kiln-runtime/tests/folds/mod.rs"]
+mod folds;
+use folds::{arg_body, arg_types, kept, values};
 
 /// The argmax or argmin of `%0` over `dims` with a row-major position index as its second input.
 fn arg_program(dtype: DType, shape: &[usize], dims: &[usize], dir: &str) -> String {
-    let t = TensorType::new(dtype, shape.to_vec());
-    let i = TensorType::new(DType::I32, shape.to_vec());
-    let kept = kept(shape, dims);
-    let rt = TensorType::new(dtype, kept.clone());
-    let ri = TensorType::new(DType::I32, kept);
+    let [t, i, rt, ri] = arg_types(dtype, shape, dims);
     let n: usize = shape.iter().product();
     format!(
         "func @main(%0: {t}, %1: {dtype}[]) -> ({rt}, {ri}) {{
@@ -61,31 +30,6 @@ fn arg_program(dtype: DType, shape: &[usize], dims: &[usize], dir: &str) -> Stri
 ",
         arg_body(dtype, dir)
     )
-}
-
-/// Small pseudo-random numbers with many ties, both zeros, infinities and (`nans`) NaNs.
-fn values(dtype: DType, n: usize, nans: bool, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let r = (s >> 33) as i64;
-            if dtype.is_float() {
-                match r % 29 {
-                    0 if nans => f64::NAN,
-                    1 => -0.0,
-                    2 => 0.0,
-                    3 => f64::INFINITY,
-                    4 => f64::NEG_INFINITY,
-                    _ => ((r % 23) - 11) as f64 * 0.5,
-                }
-            } else {
-                ((r % 2001) - 1000) as f64
-            }
-        })
-        .collect()
 }
 
 /// Compiles `text`, checks the op became kernels (or, with `hosted`, a control step the host
@@ -251,18 +195,7 @@ fn a_body_of_other_ops_runs_as_a_compiled_region() {
 fn pool_program(dtype: DType, shape: &[usize], window: &Window) -> String {
     let t = TensorType::new(dtype, shape.to_vec());
     let i = TensorType::new(DType::I32, shape.to_vec());
-    let out: Vec<usize> = (0..shape.len())
-        .map(|d| {
-            kiln_ir::verify::window_output_size(
-                shape[d],
-                window.base[d],
-                window.padding[d],
-                window.dims[d],
-                window.dil[d],
-                window.strides[d],
-            )
-        })
-        .collect();
+    let out = window.output(shape);
     let rt = TensorType::new(dtype, out.clone());
     let ri = TensorType::new(DType::I32, out);
     let n: usize = shape.iter().product();
@@ -292,16 +225,44 @@ struct Window {
     padding: Vec<(i64, i64)>,
 }
 
-#[test]
-fn argmax_pooling_agrees_with_the_reference_bit_for_bit() {
-    let w =
-        |dims: &[i64], strides: &[i64], base: &[i64], dil: &[i64], padding: &[(i64, i64)]| Window {
+impl Window {
+    /// The window of these attributes (one entry a dimension).
+    fn new(
+        dims: &[i64],
+        strides: &[i64],
+        base: &[i64],
+        dil: &[i64],
+        padding: &[(i64, i64)],
+    ) -> Self {
+        Window {
             dims: dims.to_vec(),
             strides: strides.to_vec(),
             base: base.to_vec(),
             dil: dil.to_vec(),
             padding: padding.to_vec(),
-        };
+        }
+    }
+
+    /// The output shape of this window over an operand of `shape`.
+    fn output(&self, shape: &[usize]) -> Vec<usize> {
+        (0..shape.len())
+            .map(|d| {
+                kiln_ir::verify::window_output_size(
+                    shape[d],
+                    self.base[d],
+                    self.padding[d],
+                    self.dims[d],
+                    self.dil[d],
+                    self.strides[d],
+                )
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn argmax_pooling_agrees_with_the_reference_bit_for_bit() {
+    let w = Window::new;
     let cases = [
         (
             vec![8, 8],
@@ -347,18 +308,7 @@ fn argmax_pooling_agrees_with_the_reference_bit_for_bit() {
 /// A one-result `reduce_window_region` of `%0: f32[shape]` over `window` whose body is `ops`
 /// on `%0` (the accumulator) and `%1` (the element), its result the last value.
 fn window_program(shape: &[usize], window: &Window, ops: &str) -> String {
-    let out: Vec<usize> = (0..shape.len())
-        .map(|d| {
-            kiln_ir::verify::window_output_size(
-                shape[d],
-                window.base[d],
-                window.padding[d],
-                window.dims[d],
-                window.dil[d],
-                window.strides[d],
-            )
-        })
-        .collect();
+    let out = window.output(shape);
     let t = TensorType::new(DType::F32, shape.to_vec());
     let rt = TensorType::new(DType::F32, out);
     let pads: Vec<[i64; 2]> = window.padding.iter().map(|p| [p.0, p.1]).collect();
@@ -381,14 +331,7 @@ fn window_program(shape: &[usize], window: &Window, ops: &str) -> String {
 /// lanes would take) and a global 64 x 64 window, bit for bit.
 #[test]
 fn windows_too_large_to_expand_are_one_kernel_in_order() {
-    let w =
-        |dims: &[i64], strides: &[i64], base: &[i64], dil: &[i64], padding: &[(i64, i64)]| Window {
-            dims: dims.to_vec(),
-            strides: strides.to_vec(),
-            base: base.to_vec(),
-            dil: dil.to_vec(),
-            padding: padding.to_vec(),
-        };
+    let w = Window::new;
     // 20 x 20 = 400 elements a window.
     let pool = w(&[20, 20], &[5, 5], &[1, 1], &[1, 1], &[(0, 0), (0, 0)]);
     let x = Literal::from_f64s(

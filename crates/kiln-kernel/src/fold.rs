@@ -7,11 +7,11 @@
 //! GPU's mapping, `gpu/map/fold.rs`, both do); for a body this module cannot express (see
 //! [`fold_body`]) the op is expanded into a tree of elementwise ops ([`crate::reduce_tree`]).
 
-use crate::ir::{Ew, Expr, Extra, Fold, Idx, Kernel, Schedule};
+use crate::ir::{Ew, Expr, Extra, Fold, Kernel, Schedule};
 use crate::key::{ValueKey, value_key};
 use crate::lower::{NoKernel, elementwise_supported};
 use crate::target::TargetInfo;
-use crate::window::WindowDim;
+use crate::window::window_terms;
 use kiln_ir::{DType, Func, Op, TensorType, strides};
 
 /// `body` (a `reduce_region`'s, of `2k` scalar parameters and `k` results) as `k` kernel
@@ -186,19 +186,7 @@ pub fn lower_reduce_window_region(
     let k = x.len() / 2;
     let r = out.rank();
     let vars = r + r;
-    let (mut conds, mut index) = (Vec::new(), Vec::new());
-    for d in 0..r {
-        let dim = WindowDim {
-            size: x[0].shape[d] as i64,
-            stride: ws[d],
-            pad_lo: padding[d].0,
-            base_dilation: bd[d],
-            window_dilation: wdl[d],
-        };
-        let pos = dim.position(Idx::Var(d), Idx::Var(r + d));
-        conds.extend(dim.holds_element(&pos));
-        index.push(dim.element(pos));
-    }
+    let (conds, index) = window_terms(r, &x[0].shape, ws, bd, wdl, padding);
     let init = |j: usize| Expr::Load {
         input: k + j,
         dtype: x[k + j].dtype,

@@ -2,7 +2,7 @@
 //! maps of the loop variables.
 
 use crate::ir::{Cond, ConvPatches, Ew, Expr, Idx, Kernel, Schedule};
-use crate::window::WindowDim;
+use crate::window::{WindowDim, window_terms};
 use kiln_ir::{Combiner, DType, Op, OpKind, TensorType, strides};
 
 /// A load of `ty` where operand dimension `d` is indexed by `map[d]`: `Some((var, scale,
@@ -797,19 +797,7 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
         } => {
             let a = &x[0];
             let vars = r + r;
-            let (mut conds, mut index) = (Vec::new(), Vec::new());
-            for d in 0..r {
-                let dim = WindowDim {
-                    size: a.shape[d] as i64,
-                    stride: ws[d],
-                    pad_lo: padding[d].0,
-                    base_dilation: bd[d],
-                    window_dilation: wdl[d],
-                };
-                let pos = dim.position(Idx::Var(d), Idx::Var(r + d));
-                conds.extend(dim.holds_element(&pos));
-                index.push(dim.element(pos));
-            }
+            let (conds, index) = window_terms(r, &a.shape, ws, bd, wdl, padding);
             let init = load(1, &x[1], vars, &[]);
             let body = Expr::Guard {
                 conds,

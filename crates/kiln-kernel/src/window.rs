@@ -66,6 +66,35 @@ impl WindowDim {
     }
 }
 
+/// Where a `reduce_window`'s terms lie in an operand of `shape` along its first `rank`
+/// dimensions, output position variable `d` and window position variable `rank + d` along
+/// dimension `d` (`strides`, `base_dilations`, `window_dilations` and `padding` its
+/// attributes): the conditions under which a term is an element (rather than padding or a
+/// dilation hole), and the element's index.
+pub fn window_terms(
+    rank: usize,
+    shape: &[usize],
+    strides: &[i64],
+    base_dilations: &[i64],
+    window_dilations: &[i64],
+    padding: &[(i64, i64)],
+) -> (Vec<Cond>, Vec<Idx>) {
+    let (mut conds, mut index) = (Vec::new(), Vec::new());
+    for d in 0..rank {
+        let dim = WindowDim {
+            size: shape[d] as i64,
+            stride: strides[d],
+            pad_lo: padding[d].0,
+            base_dilation: base_dilations[d],
+            window_dilation: window_dilations[d],
+        };
+        let pos = dim.position(Idx::Var(d), Idx::Var(rank + d));
+        conds.extend(dim.holds_element(&pos));
+        index.push(dim.element(pos));
+    }
+    (conds, index)
+}
+
 /// Whether `outputs` windows of `window` positions, `stride` apart and dilated by `dilation`,
 /// fit an unpadded, undilated input of `input` elements (every window wholly inside it): what
 /// a GEMM reading convolution patches in place needs.

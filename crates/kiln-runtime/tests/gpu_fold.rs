@@ -13,48 +13,15 @@ use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep};
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{EmuReport, run_plan};
 
+mod folds;
 mod planned;
+use folds::{arg_body, arg_types, kept, values};
 use planned::planned;
-
-/// An argmax (`GT`) or argmin (`LT`) body over `(acc_value, acc_index, value, index)`: NaN
-/// beats every number, ties (NaN with NaN included) go to the smaller index.
-fn arg_body(dtype: DType, dir: &str) -> String {
-    format!(
-        "func @arg(%0: {dtype}[], %1: i32[], %2: {dtype}[], %3: i32[]) -> ({dtype}[], i32[]) {{
-      %4 = compare %2, %0 {{comparison_direction = {dir}}} : pred[]
-      %5 = compare %2, %2 {{comparison_direction = NE}} : pred[]
-      %6 = compare %0, %0 {{comparison_direction = NE}} : pred[]
-      %7 = not %6 : pred[]
-      %8 = and %5, %7 : pred[]
-      %9 = or %4, %8 : pred[]
-      %10 = compare %2, %0 {{comparison_direction = EQ}} : pred[]
-      %11 = and %5, %6 : pred[]
-      %12 = or %10, %11 : pred[]
-      %13 = compare %3, %1 {{comparison_direction = LT}} : pred[]
-      %14 = and %12, %13 : pred[]
-      %15 = or %9, %14 : pred[]
-      %16 = select %15, %2, %0 : {dtype}[]
-      %17 = select %15, %3, %1 : i32[]
-      return %16, %17
-    }}"
-    )
-}
-
-fn kept(shape: &[usize], dims: &[usize]) -> Vec<usize> {
-    (0..shape.len())
-        .filter(|d| !dims.contains(d))
-        .map(|d| shape[d])
-        .collect()
-}
 
 /// The argmax or argmin of `%0` over `dims`, its index the position along the last reduced
 /// dimension (an iota the fold's kernel computes).
 fn arg_program(dtype: DType, shape: &[usize], dims: &[usize], dir: &str) -> String {
-    let t = TensorType::new(dtype, shape.to_vec());
-    let i = TensorType::new(DType::I32, shape.to_vec());
-    let kept = kept(shape, dims);
-    let rt = TensorType::new(dtype, kept.clone());
-    let ri = TensorType::new(DType::I32, kept);
+    let [t, i, rt, ri] = arg_types(dtype, shape, dims);
     let d = dims.last().expect("a reduced dimension");
     format!(
         "func @main(%0: {t}, %1: {dtype}[]) -> ({rt}, {ri}) {{
@@ -82,31 +49,6 @@ fn one_program(dtype: DType, shape: &[usize], dims: &[usize], ops: &str) -> Stri
 }}
 "
     )
-}
-
-/// Small pseudo-random numbers with many ties, both zeros, infinities and (`nans`) NaNs.
-fn values(dtype: DType, n: usize, nans: bool, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let r = (s >> 33) as i64;
-            if dtype.is_float() {
-                match r % 29 {
-                    0 if nans => f64::NAN,
-                    1 => -0.0,
-                    2 => 0.0,
-                    3 => f64::INFINITY,
-                    4 => f64::NEG_INFINITY,
-                    _ => ((r % 23) - 11) as f64 * 0.5,
-                }
-            } else {
-                ((r % 2001) - 1000) as f64
-            }
-        })
-        .collect()
 }
 
 /// The launches of `plan`'s kernel steps.

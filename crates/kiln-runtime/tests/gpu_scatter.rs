@@ -156,8 +156,7 @@ fn scatters_run_a_thread_per_own_position_or_element_in_order() {
     ];
     let mut failures = Vec::new();
     for (i, (what, src, range, threads, exact)) in cases.iter().enumerate() {
-        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
-        let plan = planned(&f, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (f, plan) = parsed_and_planned(what, src, &target);
         let launches: Vec<_> = plan
             .kernel_steps()
             .flat_map(|k| k.program.launches.iter())
@@ -218,6 +217,34 @@ fn launches_of(plan: &kiln_kernel::gpu::plan::DevicePlan, kind: MapKind) -> Vec<
         .flat_map(|k| k.program.launches.iter())
         .filter(|l| l.kind == kind)
         .cloned()
+        .collect()
+}
+
+/// `src` parsed and planned for `target` (a case `what` of a test).
+fn parsed_and_planned(
+    what: &str,
+    src: &str,
+    target: &TargetInfo,
+) -> (kiln_ir::Func, kiln_kernel::gpu::plan::DevicePlan) {
+    let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
+    let plan = planned(&f, target).unwrap_or_else(|e| panic!("{what}: {e}"));
+    (f, plan)
+}
+
+/// [`bit_for_bit`] on arguments from `seed` with indices up to `range`, without and with
+/// stray indices: the failures.
+fn bit_for_bit_strays(
+    what: &str,
+    f: &kiln_ir::Func,
+    plan: &kiln_kernel::gpu::plan::DevicePlan,
+    (seed, range): (u64, usize),
+) -> Vec<String> {
+    [false, true]
+        .into_iter()
+        .filter_map(|stray| {
+            let a = args(f, seed, range, stray);
+            bit_for_bit(&format!("{what} (stray {stray})"), f, plan, &a)
+        })
         .collect()
 }
 
@@ -290,8 +317,7 @@ fn scatters_without_own_dimensions_scan_their_updates_per_element_bit_for_bit() 
     cases.push(("vector f32, long".into(), vector_text("f32", 700, 200), 700));
     let mut failures = Vec::new();
     for (i, (what, src, range)) in cases.iter().enumerate() {
-        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
-        let plan = planned(&f, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (f, plan) = parsed_and_planned(what, src, &target);
         let launches = launches_of(&plan, MapKind::Scatter);
         let total: usize = f.param_types()[0].numel();
         match launches.as_slice() {
@@ -306,15 +332,12 @@ fn scatters_without_own_dimensions_scan_their_updates_per_element_bit_for_bit() 
             )),
             l => failures.push(format!("{what}: {} scatter launches", l.len())),
         }
-        for stray in [false, true] {
-            let a = args(&f, 100 + i as u64, *range, stray);
-            failures.extend(bit_for_bit(
-                &format!("{what} (stray {stray})"),
-                &f,
-                &plan,
-                &a,
-            ));
-        }
+        failures.extend(bit_for_bit_strays(
+            what,
+            &f,
+            &plan,
+            (100 + i as u64, *range),
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -357,8 +380,7 @@ fn scatters_with_many_updates_sort_them_by_target_bit_for_bit() {
     ];
     let mut failures = Vec::new();
     for (i, (what, src, range)) in cases.iter().enumerate() {
-        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
-        let plan = planned(&f, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (f, plan) = parsed_and_planned(what, src, &target);
         let kinds: Vec<MapKind> = plan
             .kernel_steps()
             .flat_map(|k| k.program.launches.iter().map(|l| l.kind))
@@ -372,15 +394,12 @@ fn scatters_with_many_updates_sort_them_by_target_bit_for_bit() {
         {
             failures.push(format!("{what}: launches {kinds:?}"));
         }
-        for stray in [false, true] {
-            let a = args(&f, 200 + i as u64, *range, stray);
-            failures.extend(bit_for_bit(
-                &format!("{what} (stray {stray})"),
-                &f,
-                &plan,
-                &a,
-            ));
-        }
+        failures.extend(bit_for_bit_strays(
+            what,
+            &f,
+            &plan,
+            (200 + i as u64, *range),
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -537,8 +556,7 @@ fn select_and_scatter_runs_a_thread_per_element_bit_for_bit() {
         ] {
             let what = format!("{what} {dt} {select} {kind}");
             let src = select_scatter_text(dt, dims, window, strides, pad, select, kind);
-            let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{what}: {e}\n{src}"));
-            let plan = planned(&f, &target).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let (f, plan) = parsed_and_planned(&what, &src, &target);
             let total: usize = dims.iter().product();
             match launches_of(&plan, MapKind::SelectScatter).as_slice() {
                 [s] if s.grid * s.block >= total && s.grid * s.block < total + s.block => {}

@@ -300,19 +300,10 @@ impl Mapper<'_> {
         }
         let threads = warps * 32;
         let mut r = Regs::default();
-        let (batch, m0, row, n0, key, zr) =
-            (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
-        let (el, staged, dd, jj, rot) = (r.next(), r.next(), r.next(), r.next(), r.next());
-        let (x, y, s, hv, mt, tmp) = (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
-        let (alpha, p, ps, l, mrun, part, o) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let [batch, m0, row, n0, key, zr] = r.array();
+        let [el, staged, dd, jj, rot] = r.array();
+        let [x, y, s, hv, mt, tmp] = r.array();
+        let [alpha, p, ps, l, mrun, part, o] = r.array();
         let acc: Vec<usize> = (0..cols).map(|_| r.next()).collect();
         let reg = Sc::Reg;
         let lane = || sp(Special::Lane);

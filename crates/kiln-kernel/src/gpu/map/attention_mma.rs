@@ -182,18 +182,8 @@ impl Mapper<'_> {
         let (ktiles, stiles, otiles) = (depth / 16, keys / 8, cols / 8);
 
         let mut r = Regs::default();
-        let (batch, m0, zr, n0, kn, cur, next, el, staged) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
-        let (hv, tmp, ps, o) = (r.next(), r.next(), r.next(), r.next());
+        let [batch, m0, zr, n0, kn, cur, next, el, staged] = r.array();
+        let [hv, tmp, ps, o] = r.array();
         let mut regs = |n: usize| -> Vec<usize> { (0..n).map(|_| r.next()).collect() };
         // Per row of the lane (g, g + 8): running maximum, sum, rescale, step maximum.
         let (mrun, l, alpha, mt) = (regs(2), regs(2), regs(2), regs(2));

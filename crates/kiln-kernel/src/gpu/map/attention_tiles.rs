@@ -199,17 +199,8 @@ impl Mapper<'_> {
         let gm = d.m.div_ceil(rows);
 
         let mut r = Regs::default();
-        let (batch, m0, zr, n0, rl, jr) =
-            (r.next(), r.next(), r.next(), r.next(), r.next(), r.next());
-        let (el, staged, dd, kk, hv, tmp, ps) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let [batch, m0, zr, n0, rl, jr] = r.array();
+        let [el, staged, dd, kk, hv, tmp, ps] = r.array();
         let mut regs = |n: usize| -> Vec<usize> { (0..n).map(|_| r.next()).collect() };
         let (mrun, l, alpha, mt) = (regs(rt), regs(rt), regs(rt), regs(rt));
         let (qf, kf, vf) = (regs(rt), regs(ct), regs(cols));

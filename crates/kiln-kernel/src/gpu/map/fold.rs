@@ -31,49 +31,21 @@ use crate::fold::fold_key;
 use crate::ir::Fold;
 
 /// The folds of `bodies` that depend on the first `rank` variables only (one per fold, as
-/// its result 0), innermost first; not those under a guard (computed for every position,
-/// they would read where the guard keeps a position from reading).
+/// its result 0), innermost first; not those under a guard (see [`unguarded`]).
 pub(super) fn row_folds(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
-    struct Walk {
-        rank: usize,
-        guarded: usize,
-        keys: Vec<ValueKey>,
-        out: Vec<Expr>,
-    }
-    impl<'e> Visitor<'e> for Walk {
-        fn expr(&mut self, e: &'e Expr) {
-            if matches!(e, Expr::Guard { .. }) {
-                self.guarded += 1;
-                e.for_each_child(self);
-                self.guarded -= 1;
-                return;
-            }
-            e.for_each_child(self);
-            let Expr::Fold { fold, .. } = e else {
-                return;
-            };
-            if self.guarded == 0 && free_vars(e).iter().all(|&v| v < self.rank) {
-                let key = fold_key(e);
-                if !self.keys.contains(&key) {
-                    self.keys.push(key);
-                    self.out.push(Expr::Fold {
-                        fold: fold.clone(),
-                        result: 0,
-                    });
-                }
-            }
-        }
-    }
-    let mut w = Walk {
+    unguarded(
+        bodies,
         rank,
-        guarded: 0,
-        keys: Vec::new(),
-        out: Vec::new(),
-    };
-    for b in bodies {
-        w.expr(b);
-    }
-    w.out
+        |e| matches!(e, Expr::Fold { .. }),
+        fold_key,
+        |e| match e {
+            Expr::Fold { fold, .. } => Expr::Fold {
+                fold: fold.clone(),
+                result: 0,
+            },
+            _ => e.clone(),
+        },
+    )
 }
 
 /// Whether `e` is a fold kept in the reference's order ([`Fold::in_order`]).
@@ -318,30 +290,13 @@ impl Mapper<'_> {
             step: c(threads),
             body: each,
         });
-        GpuKernel {
-            tensor_maps: Vec::new(),
-            dynamic_shared: 0,
-            name: name.to_string(),
-            kind,
-            grid: rows
-                .div_ceil(per_block)
-                .clamp(1, self.gpu.sms * self.gpu.blocks_per_sm),
-            block: threads * per_block,
-            warp: self.gpu.warp_size,
-            inputs,
-            outputs,
-            shared,
-            regs: r.0,
-            vars,
-            sums: self.sums,
-            body: vec![Stmt::For {
-                reg: row,
-                start: row0,
-                end: c(rows),
-                step: Sc::times(sp(Special::GridDim), c(per_block)),
-                body,
-            }],
-        }
+        self.row_kernel(
+            (name, kind),
+            (inputs, outputs, shared),
+            (r.0, vars),
+            (rows, threads, per_block),
+            (Vec::new(), (row, row0), body),
+        )
     }
 
     /// Statements computing `fold` by a row's `threads` threads together (`lane` numbers

@@ -111,18 +111,9 @@ impl Mapper<'_> {
         let block = self.partials_block();
         let grid = rows * k;
         let mut r = Regs::default();
-        let (blk, row, slice) = (r.next(), r.next(), r.next());
+        let [blk, row, slice] = r.array();
         let mut shared = Vec::new();
-        let mut body = vec![
-            Stmt::Let {
-                reg: row,
-                value: Sc::quot(Sc::Reg(blk), c(k)),
-            },
-            Stmt::Let {
-                reg: slice,
-                value: Sc::modulo(Sc::Reg(blk), c(k)),
-            },
-        ];
+        let mut body = Self::row_and_slice(blk, (row, slice), k);
         body.extend(set_vars(&dims(&out.shape[..split], 0), Sc::Reg(row)));
         // Every slice holds `len` terms but the last, `n - (K - 1) · len`.
         let part = Slice {
@@ -160,30 +151,16 @@ impl Mapper<'_> {
                 })
                 .collect(),
         });
-        GpuKernel {
-            tensor_maps: Vec::new(),
-            dynamic_shared: 0,
-            name: format!("{name}.partials"),
-            kind: MapKind::SplitPartials,
-            grid,
-            block,
-            warp: self.gpu.warp_size,
-            inputs: inputs.to_vec(),
-            outputs: (fold.body.iter().enumerate())
-                .map(|(j, b)| (Buf::Scratch(j), TensorType::new(b.dtype(), vec![grid])))
-                .collect(),
-            shared,
-            regs: r.0,
-            vars,
-            sums: self.sums,
-            body: vec![Stmt::For {
-                reg: blk,
-                start: sp(Special::Block),
-                end: c(grid),
-                step: sp(Special::GridDim),
-                body,
-            }],
-        }
+        let outputs = (fold.body.iter().enumerate())
+            .map(|(j, b)| (Buf::Scratch(j), TensorType::new(b.dtype(), vec![grid])))
+            .collect();
+        self.partials_kernel(
+            (name, MapKind::SplitPartials),
+            (inputs.to_vec(), outputs, shared),
+            (r.0, vars),
+            (grid, block),
+            (blk, body),
+        )
     }
 }
 

@@ -319,32 +319,12 @@ impl Mapper<'_> {
             scalars: Vec::new(),
         });
         each.extend(InLaunch::store(epilogue, index, v, tmp));
-        let block = self.gpu.elementwise_block;
-        GpuKernel {
-            tensor_maps: Vec::new(),
-            dynamic_shared: 0,
-            name: name.to_string(),
-            kind: MapKind::Gemm,
-            grid: self.grid(total, block),
-            block,
-            warp: self.gpu.warp_size,
-            inputs,
-            outputs: vec![out],
-            shared: Vec::new(),
-            regs: r.0,
-            vars: epilogue.map_or(4, |e| e.vars.max(4)),
-            sums: self.sums,
-            body: vec![Stmt::For {
-                reg: p,
-                start: Sc::plus(
-                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
-                    sp(Special::Thread),
-                ),
-                end: c(total),
-                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
-                body: each,
-            }],
-        }
+        self.grid_stride(
+            (name, MapKind::Gemm),
+            (inputs, vec![out]),
+            (r.0, epilogue.map_or(4, |e| e.vars.max(4))),
+            (p, total, each),
+        )
     }
 }
 

@@ -217,6 +217,9 @@ struct Mapper<'g> {
     precision: MatmulPrecision,
 }
 
+/// A launch's buffers with their types (its inputs, its outputs).
+type Buffers = Vec<(Buf, TensorType)>;
+
 /// Register numbering of one launch.
 #[derive(Default)]
 struct Regs(usize);
@@ -225,6 +228,11 @@ impl Regs {
     fn next(&mut self) -> usize {
         self.0 += 1;
         self.0 - 1
+    }
+
+    /// `N` fresh registers, numbered in order.
+    fn array<const N: usize>(&mut self) -> [usize; N] {
+        std::array::from_fn(|_| self.next())
     }
 }
 
@@ -295,6 +303,24 @@ fn set_vars(vars: &[(usize, usize)], p: Sc) -> Vec<Stmt> {
     out
 }
 
+/// Over coordinates `(coord, size)` from the innermost dimension out: whether every one lies
+/// in `0..size`, and the row-major position they address.
+fn bounded_position(coords: impl IntoIterator<Item = (Sc, i64)>) -> (Sc, Sc) {
+    let (mut inside, mut flat, mut stride) = (Sc::Const(1), Sc::Const(0), 1i64);
+    for (coord, size) in coords {
+        inside = Sc::and(
+            inside,
+            Sc::and(
+                Sc::lt(Sc::Const(-1), coord.clone()),
+                Sc::lt(coord.clone(), Sc::Const(size)),
+            ),
+        );
+        flat = Sc::plus(flat, Sc::times(coord, Sc::Const(stride)));
+        stride *= size;
+    }
+    (inside, flat)
+}
+
 /// `(var, extent)` for dimensions `from..` of `shape`, numbered from `from`.
 fn dims(shape: &[usize], from: usize) -> Vec<(usize, usize)> {
     shape
@@ -307,13 +333,34 @@ fn dims(shape: &[usize], from: usize) -> Vec<(usize, usize)> {
 
 /// The reductions of `bodies` that depend on the first `rank` variables only, innermost
 /// first, each value once (copies of one inlined reduction, with variables of their own, have
-/// one [`value_key`]). A reduction under a guard is not hoisted: computed ahead for every
-/// position, it would read where the guard keeps the position from reading (a padded or
-/// concatenated producer's operand past its end).
+/// one [`value_key`]); see [`unguarded`].
 fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
+    unguarded(
+        bodies,
+        rank,
+        |e| matches!(e, Expr::Reduce { .. }),
+        value_key,
+        Expr::clone,
+    )
+}
+
+/// The subexpressions of `bodies` that `wanted` picks and that depend on the first `rank`
+/// variables only, innermost first, one for each `key` (each as `keep` has it). None under a
+/// guard: computed ahead for every position, it would read where the guard keeps the position
+/// from reading (a padded or concatenated producer's operand past its end).
+fn unguarded(
+    bodies: &[&Expr],
+    rank: usize,
+    wanted: fn(&Expr) -> bool,
+    key: fn(&Expr) -> ValueKey,
+    keep: fn(&Expr) -> Expr,
+) -> Vec<Expr> {
     struct Walk {
         rank: usize,
         guarded: usize,
+        wanted: fn(&Expr) -> bool,
+        key: fn(&Expr) -> ValueKey,
+        keep: fn(&Expr) -> Expr,
         keys: Vec<ValueKey>,
         out: Vec<Expr>,
     }
@@ -326,14 +373,12 @@ fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
                 return;
             }
             e.for_each_child(self);
-            if self.guarded == 0
-                && matches!(e, Expr::Reduce { .. })
-                && free_vars(e).iter().all(|&v| v < self.rank)
+            if self.guarded == 0 && (self.wanted)(e) && free_vars(e).iter().all(|&v| v < self.rank)
             {
-                let key = value_key(e);
+                let key = (self.key)(e);
                 if !self.keys.contains(&key) {
                     self.keys.push(key);
-                    self.out.push(e.clone());
+                    self.out.push((self.keep)(e));
                 }
             }
         }
@@ -341,6 +386,9 @@ fn hoistable(bodies: &[&Expr], rank: usize) -> Vec<Expr> {
     let mut w = Walk {
         rank,
         guarded: 0,
+        wanted,
+        key,
+        keep,
         keys: Vec::new(),
         out: Vec::new(),
     };
@@ -412,6 +460,45 @@ impl Mapper<'_> {
             .clamp(1, self.gpu.sms * self.gpu.blocks_per_sm)
     }
 
+    /// A kernel of one grid-stride loop over `total` positions: thread
+    /// `block · blockDim + thread` runs `body` with register `p` at its first position, then a
+    /// grid's worth of threads further on (blocks of `elementwise_block` threads, no shared
+    /// memory).
+    fn grid_stride(
+        &self,
+        (name, kind): (&str, MapKind),
+        (inputs, outputs): (Buffers, Buffers),
+        (regs, vars): (usize, usize),
+        (p, total, body): (usize, usize, Vec<Stmt>),
+    ) -> GpuKernel {
+        let block = self.gpu.elementwise_block;
+        GpuKernel {
+            tensor_maps: Vec::new(),
+            dynamic_shared: 0,
+            name: name.to_string(),
+            kind,
+            grid: self.grid(total, block),
+            block,
+            warp: self.gpu.warp_size,
+            inputs,
+            outputs,
+            shared: Vec::new(),
+            regs,
+            vars,
+            sums: self.sums,
+            body: vec![Stmt::For {
+                reg: p,
+                start: Sc::plus(
+                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
+                    sp(Special::Thread),
+                ),
+                end: c(total),
+                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
+                body,
+            }],
+        }
+    }
+
     /// A loop nest over `out`'s index space with `vars` loop variables, storing each of `outs`
     /// (`(buffer, type, body)`) at every position.
     fn nest(
@@ -443,7 +530,6 @@ impl Mapper<'_> {
         let mut r = Regs::default();
         let p = r.next();
         let total = out.numel();
-        let block = self.gpu.elementwise_block;
         // Consecutive elements per thread and iteration (at most 4, the body written out
         // once for each, so that LLVM sees their loads and stores side by side and merges
         // them into vector accesses): a vector of the widest output's dtype, when the
@@ -520,31 +606,12 @@ impl Mapper<'_> {
             body
         };
         let total = total / group;
-        GpuKernel {
-            tensor_maps: Vec::new(),
-            dynamic_shared: 0,
-            name: name.to_string(),
-            kind: MapKind::Elementwise,
-            grid: self.grid(total, block),
-            block,
-            warp: self.gpu.warp_size,
-            inputs,
-            outputs,
-            shared: Vec::new(),
-            regs: r.0,
-            vars,
-            sums: self.sums,
-            body: vec![Stmt::For {
-                reg: q,
-                start: Sc::plus(
-                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
-                    sp(Special::Thread),
-                ),
-                end: c(total),
-                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
-                body,
-            }],
-        }
+        self.grid_stride(
+            (name, MapKind::Elementwise),
+            (inputs, outputs),
+            (r.0, vars),
+            (q, total, body),
+        )
     }
 
     /// Who computes a row whose longest reduction has `longest` terms: the mapping's kind,
@@ -591,7 +658,6 @@ impl Mapper<'_> {
         hoisted: Vec<Expr>,
         longest: usize,
     ) -> GpuKernel {
-        let warp = self.gpu.warp_size;
         let (kind, threads, per_block, lane, row0) = self.row_team(longest);
         // The row: the leading dimensions every hoisted reduction depends on.
         let split = row_rank(&hoisted);
@@ -711,6 +777,26 @@ impl Mapper<'_> {
                 body: element(Sc::Reg(e), 0),
             }),
         }
+        self.row_kernel(
+            (name, kind),
+            (inputs, outputs, shared),
+            (r.0, vars),
+            (rows, threads, per_block),
+            (head, (row, row0), body),
+        )
+    }
+
+    /// A kernel of `rows` rows, `threads` threads each and `per_block` of them a block (as
+    /// [`Mapper::row_team`] has them, `row0` the block's first): `head`, then register `row`
+    /// from `row0` over the rows, a grid's worth of rows apart, running `body` for each.
+    fn row_kernel(
+        &self,
+        (name, kind): (&str, MapKind),
+        (inputs, outputs, shared): (Buffers, Buffers, Vec<SharedArray>),
+        (regs, vars): (usize, usize),
+        (rows, threads, per_block): (usize, usize, usize),
+        (mut head, (row, row0), body): (Vec<Stmt>, (usize, Sc), Vec<Stmt>),
+    ) -> GpuKernel {
         head.push(Stmt::For {
             reg: row,
             start: row0,
@@ -723,15 +809,13 @@ impl Mapper<'_> {
             dynamic_shared: 0,
             name: name.to_string(),
             kind,
-            grid: rows
-                .div_ceil(per_block)
-                .clamp(1, self.gpu.sms * self.gpu.blocks_per_sm),
+            grid: self.grid(rows, per_block),
             block: threads * per_block,
-            warp,
+            warp: self.gpu.warp_size,
             inputs,
             outputs,
             shared,
-            regs: r.0,
+            regs,
             vars,
             sums: self.sums,
             body: head,
@@ -771,15 +855,7 @@ impl Mapper<'_> {
         let len = team.len;
         let chunk = len.div_ceil(threads).clamp(1, self.sums.leaf);
         let rounds = len.div_ceil(chunk).div_ceil(threads);
-        let (acc, part, round, j, q, x, t) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let [acc, part, round, j, q, x, t] = r.array();
         out.push(Stmt::Identity {
             reg: acc,
             kind,

@@ -75,7 +75,7 @@ impl Mapper<'_> {
         kind: Combiner,
     ) -> GpuProgram {
         let mut r = Regs::default();
-        let (p, old, x, flat, inb) = (r.next(), r.next(), r.next(), r.next(), r.next());
+        let [p, old, x, flat, inb] = r.array();
         let total = k.out.numel();
         let dtype = k.out.dtype;
         let copy = Stmt::For {
@@ -98,9 +98,7 @@ impl Mapper<'_> {
         };
         let u = r.next();
         let mut each = set_vars(&dims(updates, 0), Sc::Reg(u));
-        let mut stride = 1i64;
-        let mut flat_sc = Sc::Const(0);
-        let mut in_bounds = Sc::Const(1);
+        let mut coords = Vec::new();
         for (d, t) in target.iter().enumerate().rev() {
             let reg = r.next();
             each.push(Stmt::Eval {
@@ -111,17 +109,9 @@ impl Mapper<'_> {
                 },
                 scalars: Vec::new(),
             });
-            let size = k.out.shape[d] as i64;
-            in_bounds = Sc::and(
-                in_bounds,
-                Sc::and(
-                    Sc::lt(Sc::Const(-1), Sc::Reg(reg)),
-                    Sc::lt(Sc::Reg(reg), Sc::Const(size)),
-                ),
-            );
-            flat_sc = Sc::plus(flat_sc, Sc::times(Sc::Reg(reg), Sc::Const(stride)));
-            stride *= size;
+            coords.push((Sc::Reg(reg), k.out.shape[d] as i64));
         }
+        let (in_bounds, flat_sc) = bounded_position(coords);
         each.push(Stmt::Let {
             reg: inb,
             value: in_bounds,
@@ -236,7 +226,7 @@ impl Mapper<'_> {
         each: Vec<Stmt>,
         mut r: Regs,
     ) -> GpuKernel {
-        let (t, q, u, old) = (r.next(), r.next(), r.next(), r.next());
+        let [t, q, u, old] = r.array();
         let shape = &k.out.shape;
         let threads: usize = parallel.iter().map(|&(_, d)| shape[d]).product();
         let own: Vec<(usize, usize)> = parallel.iter().map(|&(v, d)| (v, shape[d])).collect();
@@ -428,31 +418,11 @@ impl Mapper<'_> {
                 value: scan.acc,
             },
         ];
-        let block = self.gpu.elementwise_block;
-        GpuKernel {
-            tensor_maps: Vec::new(),
-            dynamic_shared: 0,
-            name: name.to_string(),
-            kind: MapKind::Scatter,
-            grid: self.grid(total, block),
-            block,
-            warp: self.gpu.warp_size,
-            inputs,
-            outputs: vec![(Buf::Output(0), k.out.clone())],
-            shared: Vec::new(),
-            regs: r.0,
-            vars: k.vars,
-            sums: self.sums,
-            body: vec![Stmt::For {
-                reg: p,
-                start: Sc::plus(
-                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
-                    sp(Special::Thread),
-                ),
-                end: c(total),
-                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
-                body,
-            }],
-        }
+        self.grid_stride(
+            (name, MapKind::Scatter),
+            (inputs, vec![(Buf::Output(0), k.out.clone())]),
+            (r.0, k.vars),
+            (p, total, body),
+        )
     }
 }

@@ -166,19 +166,7 @@ impl Mapper<'_> {
 
         // 3. A thread per element: its run of the sorted targets, combined in order.
         let mut r = Regs::default();
-        let (p, lo, hi, mid, at, below, step, from, to, j, pos) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let [p, lo, hi, mid, at, below, step, from, to, j, pos] = r.array();
         let (acc, value) = (r.next(), r.next());
         let (run_keys, run_order) = (inputs.len(), inputs.len() + 1);
         let steps = usize::BITS as usize - n.leading_zeros() as usize + 1;

@@ -84,21 +84,21 @@ impl Mapper<'_> {
         let shape = &k.out.shape;
         let rank = shape.len();
         let total = k.out.numel();
-        let (p, acc, g, ok, u, inside, pos, cand, cur, keep, best, have, src) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let [
+            p,
+            acc,
+            g,
+            ok,
+            u,
+            inside,
+            pos,
+            cand,
+            cur,
+            keep,
+            best,
+            have,
+            src,
+        ] = r.array();
         let coords: Vec<usize> = (0..rank).map(|_| r.next()).collect();
         let firsts: Vec<usize> = (0..rank).map(|_| r.next()).collect();
         let scalar = |i: usize| Expr::Load {
@@ -163,10 +163,7 @@ impl Mapper<'_> {
             .map(|(d, &e)| (rank + d, e))
             .collect();
         let mut scan = set_vars(&window_vars, Sc::Reg(u));
-        let mut valid = Sc::Const(1);
-        let mut flat = Sc::Const(0);
-        let mut stride = 1i64;
-        for d in (0..rank).rev() {
+        let (valid, flat) = bounded_position((0..rank).rev().map(|d| {
             let coord = Sc::plus(
                 Sc::plus(
                     Sc::times(Sc::Var(d), Sc::Const(strides[d])),
@@ -174,17 +171,8 @@ impl Mapper<'_> {
                 ),
                 Sc::Var(rank + d),
             );
-            let size = shape[d] as i64;
-            valid = Sc::and(
-                valid,
-                Sc::and(
-                    Sc::lt(Sc::Const(-1), coord.clone()),
-                    Sc::lt(coord.clone(), Sc::Const(size)),
-                ),
-            );
-            flat = Sc::plus(flat, Sc::times(coord, Sc::Const(stride)));
-            stride *= size;
-        }
+            (coord, shape[d] as i64)
+        }));
         scan.push(Stmt::Let {
             reg: inside,
             value: valid,
@@ -319,31 +307,11 @@ impl Mapper<'_> {
             index: Sc::Reg(p),
             value: acc,
         });
-        let block = self.gpu.elementwise_block;
-        GpuKernel {
-            tensor_maps: Vec::new(),
-            dynamic_shared: 0,
-            name: name.to_string(),
-            kind: MapKind::SelectScatter,
-            grid: self.grid(total, block),
-            block,
-            warp: self.gpu.warp_size,
-            inputs,
-            outputs: vec![(Buf::Output(0), k.out.clone())],
-            shared: Vec::new(),
-            regs: r.0,
-            vars: k.vars.max(2 * rank),
-            sums: self.sums,
-            body: vec![Stmt::For {
-                reg: p,
-                start: Sc::plus(
-                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
-                    sp(Special::Thread),
-                ),
-                end: c(total),
-                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
-                body,
-            }],
-        }
+        self.grid_stride(
+            (name, MapKind::SelectScatter),
+            (inputs, vec![(Buf::Output(0), k.out.clone())]),
+            (r.0, k.vars.max(2 * rank)),
+            (p, total, body),
+        )
     }
 }

@@ -267,23 +267,14 @@ impl Mapper<'_> {
     ) -> GpuKernel {
         let block = self.partials_block();
         let mut r = Regs::default();
-        let (blk, row, slice) = (r.next(), r.next(), r.next());
+        let [blk, row, slice] = r.array();
         let mut shared = Vec::new();
         let row_vars = dims(&out.shape[..split], 0);
         let (kind, grid, mut body) = match how {
             Split::Full(k) => (
                 MapKind::SplitPartials,
                 rows * k,
-                vec![
-                    Stmt::Let {
-                        reg: row,
-                        value: Sc::quot(Sc::Reg(blk), c(k)),
-                    },
-                    Stmt::Let {
-                        reg: slice,
-                        value: Sc::modulo(Sc::Reg(blk), c(k)),
-                    },
-                ],
+                Self::row_and_slice(blk, (row, slice), k),
             ),
             Split::Columns(k) => {
                 let tiles = rows.div_ceil(block).max(1);
@@ -371,6 +362,26 @@ impl Mapper<'_> {
                 body: each,
             }),
         }
+        self.partials_kernel(
+            (name, kind),
+            (inputs.to_vec(), outputs, shared),
+            (r.0, vars),
+            (grid, block),
+            (blk, body),
+        )
+    }
+
+    /// A partials launch `name.partials` of `grid` blocks of `block` threads: register `blk`
+    /// over the blocks from the block's own, a grid's worth apart (the results do not depend on
+    /// the grid it is given), running `body` for each.
+    pub(super) fn partials_kernel(
+        &self,
+        (name, kind): (&str, MapKind),
+        (inputs, outputs, shared): (Buffers, Buffers, Vec<SharedArray>),
+        (regs, vars): (usize, usize),
+        (grid, block): (usize, usize),
+        (blk, body): (usize, Vec<Stmt>),
+    ) -> GpuKernel {
         GpuKernel {
             tensor_maps: Vec::new(),
             dynamic_shared: 0,
@@ -379,10 +390,10 @@ impl Mapper<'_> {
             grid,
             block,
             warp: self.gpu.warp_size,
-            inputs: inputs.to_vec(),
+            inputs,
             outputs,
             shared,
-            regs: r.0,
+            regs,
             vars,
             sums: self.sums,
             body: vec![Stmt::For {
@@ -393,6 +404,21 @@ impl Mapper<'_> {
                 body,
             }],
         }
+    }
+
+    /// The opening of a full split's partials block `blk`: its row `blk / k` and its slice
+    /// `blk % k` of the row's `k`.
+    pub(super) fn row_and_slice(blk: usize, (row, slice): (usize, usize), k: usize) -> Vec<Stmt> {
+        vec![
+            Stmt::Let {
+                reg: row,
+                value: Sc::quot(Sc::Reg(blk), c(k)),
+            },
+            Stmt::Let {
+                reg: slice,
+                value: Sc::modulo(Sc::Reg(blk), c(k)),
+            },
+        ]
     }
 }
 

@@ -176,9 +176,9 @@ impl Mapper<'_> {
         let kstep = operand.k();
         let ksteps = kt / kstep;
         let mut r = Regs::default();
-        let (batch, m0, n0, wm0, wn0) = (r.next(), r.next(), r.next(), r.next(), r.next());
-        let (k0, e, staged) = (r.next(), r.next(), r.next());
-        let (kn, next, cur) = (r.next(), r.next(), r.next());
+        let [batch, m0, n0, wm0, wn0] = r.array();
+        let [k0, e, staged] = r.array();
+        let [kn, next, cur] = r.array();
         let tmp = (r.next(), r.next());
         // A warp's fragments of one k-step: A's 16 x k tiles, B's k x 16 column pairs (two
         // 8-column tiles' fragments each).

@@ -97,9 +97,9 @@ impl Mapper<'_> {
         let (gm, gn) = (d.m.div_ceil(bm), d.n.div_ceil(bn));
         let threads = tile.threads();
         let mut r = Regs::default();
-        let (batch, m0, n0, ty, tx) = (r.next(), r.next(), r.next(), r.next(), r.next());
-        let (k0, e, kk, staged, prod) = (r.next(), r.next(), r.next(), r.next(), r.next());
-        let (kn, next, cur) = (r.next(), r.next(), r.next());
+        let [batch, m0, n0, ty, tx] = r.array();
+        let [k0, e, kk, staged, prod] = r.array();
+        let [kn, next, cur] = r.array();
         let tmp = (r.next(), r.next());
         let af: Vec<usize> = (0..tm).map(|_| r.next()).collect();
         let bf: Vec<usize> = (0..tn).map(|_| r.next()).collect();

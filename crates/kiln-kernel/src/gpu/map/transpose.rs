@@ -65,15 +65,7 @@ impl Mapper<'_> {
             .collect();
         let tiles = extent(&others) * na * nl;
         let mut r = Regs::default();
-        let (tile, lane, row, a0, l0, j, v) = (
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-            r.next(),
-        );
+        let [tile, lane, row, a0, l0, j, v] = r.array();
         let pitch = t + 1;
         // The output's element at the variables as set: Σ var_d · stride_d.
         let mut index = c(0);

@@ -123,9 +123,9 @@ impl Mapper<'_> {
             .find(|&s| bytes(s) <= self.gpu.tile_limit())
             .unwrap_or(2);
         let mut r = Regs::default();
-        let (batch, m0, n0) = (r.next(), r.next(), r.next());
-        let (k0, e, staged) = (r.next(), r.next(), r.next());
-        let (kn, next, cur) = (r.next(), r.next(), r.next());
+        let [batch, m0, n0] = r.array();
+        let [k0, e, staged] = r.array();
+        let [kn, next, cur] = r.array();
         let tmp = (r.next(), r.next());
         let levels = sum_levels(d.k, self.sums);
         // Per level, the warpgroup's `bn / 2` accumulators.

@@ -177,8 +177,8 @@ impl Mapper<'_> {
         };
         let stages = ring.stages;
         let mut r = Regs::default();
-        let (batch, m0, n0) = (r.next(), r.next(), r.next());
-        let (k0, stage, parity) = (r.next(), r.next(), r.next());
+        let [batch, m0, n0] = r.array();
+        let [k0, stage, parity] = r.array();
         // The step the producer fills, its stage and its round's parity.
         let (pk0, pstage, pparity) = if ring.warp {
             (k0, stage, parity)
