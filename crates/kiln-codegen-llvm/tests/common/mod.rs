@@ -546,6 +546,9 @@ pub fn chained_products() {
         ("f32", (2, 45, 20000, 16, 70), false),
         ("f32", (1, 7, 16400, 64, 8), true),
         ("f64", (2, 9, 17000, 8, 20), false),
+        // V one whole panel wide (64 columns on AVX-512), read in place by the tiles: each
+        // block of keys from its own rows of V, in each batch.
+        ("f32", (2, 9, 17000, 8, 64), false),
     ] {
         let src = attention_text(dt, shape, v_trans, false);
         let f = kiln_ir::parse_func_text(&src).unwrap();
@@ -590,6 +593,8 @@ pub fn chained_products() {
     for (dt, shape, v_trans, kernels) in [
         ("f32", (2, 130, 3000, 16, 24), false, 1),
         ("f32", (1, 50, 512, 64, 64), true, 1),
+        // V read in place (see above), over several contraction blocks, in each batch.
+        ("f32", (2, 30, 3000, 16, 64), false, 1),
         ("f64", (1, 7, 2500, 16, 9), false, 1),
         ("f32", (1, 3, 16385, 8, 8), false, 3),
     ] {

@@ -25,10 +25,36 @@ pub(super) struct Chained<'a, 'c> {
 }
 
 impl<'c> Chained<'_, 'c> {
+    /// Whether the tiles read the chained product's B where it is (see [`chain_b_in_place`]):
+    /// then nothing is packed.
+    fn b_in_place(&self) -> bool {
+        chain_b_in_place(&self.ch.bl, self.ch.n, self.ch.b_trans)
+    }
+
+    /// Where the tiles find contraction steps `kb..` of batch `bt` of the chained product's B
+    /// read in place: its rows from `kb` on, `n` (the tile's width) apart.
+    fn b_rows(
+        &self,
+        x: &Arith<'_, 'c>,
+        bt: IntValue<'c>,
+        kb: IntValue<'c>,
+    ) -> Result<PointerValue<'c>> {
+        let n = self.ch.n;
+        x.at(
+            self.ft,
+            self.b,
+            x.add(x.mulc(bt, self.k * n)?, x.mulc(kb, n)?)?,
+        )
+    }
+
     /// Packs batch `bt` of the chained product's B (`[batch, k, n]`, `[batch, n, k]`
     /// transposed) whole at `b2`: contraction block `kb` (of the chain's `kc` steps) at
-    /// `kb * cols2`, each as [`Self::pack_b_rows`] packs it.
+    /// `kb * cols2`, each as [`Self::pack_b_rows`] packs it (nothing where the tiles read B in
+    /// place).
     pub(super) fn pack_b(&self, em: &Emitter<'c>, bt: IntValue<'c>) -> Result<()> {
+        if self.b_in_place() {
+            return Ok(());
+        }
         let (bl, k) = (self.ch.bl, self.k);
         let x = Arith { em };
         let s_kb = x.slot()?;
@@ -46,7 +72,7 @@ impl<'c> Chained<'_, 'c> {
 
     /// Packs contraction steps `kb..kb + span` (at most the chain's `kc`) of batch `bt` of the
     /// chained product's B at `to`, as [`emit`] packs B's panels: panel `j` (a column index)
-    /// at `j * kc`.
+    /// at `j * kc` (nothing where the tiles read B in place).
     pub(super) fn pack_b_rows(
         &self,
         em: &Emitter<'c>,
@@ -54,6 +80,9 @@ impl<'c> Chained<'_, 'c> {
         (kb, span): (IntValue<'c>, IntValue<'c>),
         to: PointerValue<'c>,
     ) -> Result<()> {
+        if self.b_in_place() {
+            return Ok(());
+        }
         let (ch, ft, k) = (self.ch, self.ft, self.k);
         let x = Arith { em };
         let (bl, n) = (ch.bl, ch.n);
@@ -90,14 +119,15 @@ impl<'c> Chained<'_, 'c> {
         Ok(())
     }
 
-    /// The chained product of rows `ic..ic_end`: their block of the first product's epilogue
-    /// result (at `p` from row `ic` on) times its B packed at `b2` (see [`Self::pack_b`]), into
-    /// rows `ic..ic_end` of the chain's `out`, by contraction blocks (see [`Self::step`]).
+    /// The chained product of rows `ic..ic_end` (of batch `bt`): their block of the first
+    /// product's epilogue result (at `p` from row `ic` on) times its B packed at `b2` (see
+    /// [`Self::pack_b`]) or read in place, into rows `ic..ic_end` of the chain's `out`, by
+    /// contraction blocks (see [`Self::step`]).
     pub(super) fn product(
         &self,
         em: &Emitter<'c>,
-        ic: IntValue<'c>,
-        ic_end: IntValue<'c>,
+        bt: IntValue<'c>,
+        (ic, ic_end): (IntValue<'c>, IntValue<'c>),
     ) -> Result<()> {
         let (ft, k, bl) = (self.ft, self.k, self.ch.bl);
         let x = Arith { em };
@@ -106,7 +136,11 @@ impl<'c> Chained<'_, 'c> {
             let kb = x.get(s_kb)?;
             let kc = x.sub(x.min(x.addc(kb, bl.kc)?, x.c(k))?, kb)?;
             let first = x.cmp(IntPredicate::EQ, kb, x.c(0))?;
-            let panels = x.at(ft, self.b2, x.mulc(kb, self.cols2)?)?;
+            let panels = if self.b_in_place() {
+                self.b_rows(&x, bt, kb)?
+            } else {
+                x.at(ft, self.b2, x.mulc(kb, self.cols2)?)?
+            };
             self.step(
                 em,
                 (ic, ic_end),
@@ -117,18 +151,24 @@ impl<'c> Chained<'_, 'c> {
         })
     }
 
-    /// The chained product of rows `ic..ic_end` for one block of an online softmax: the
-    /// block's `kc` columns of exponentials (at `p`, `nc` to a row) times its rows of B (packed
-    /// at `b2` by [`Self::pack_b_rows`]), added into the rows of the chain's `out` (rescaled
-    /// by the epilogue), or stored there for the rows' `first` block.
+    /// The chained product of rows `rows` (of batch `bt`) for one block of an online softmax,
+    /// its columns from `jc` on: the block's `kc` columns of exponentials (at `p`, `nc` to a
+    /// row) times its rows of B (packed at `b2` by [`Self::pack_b_rows`], or read in place),
+    /// added into the rows of the chain's `out` (rescaled by the epilogue), or stored there for
+    /// the rows' `first` block.
     pub(super) fn product_block(
         &self,
         em: &Emitter<'c>,
-        rows: (IntValue<'c>, IntValue<'c>),
-        kc: IntValue<'c>,
+        (bt, rows): (IntValue<'c>, (IntValue<'c>, IntValue<'c>)),
+        (jc, kc): (IntValue<'c>, IntValue<'c>),
         first: IntValue<'c>,
     ) -> Result<()> {
-        self.step(em, rows, (self.p, self.online_ld), (kc, self.b2), first)
+        let panels = if self.b_in_place() {
+            self.b_rows(&Arith { em }, bt, jc)?
+        } else {
+            self.b2
+        };
+        self.step(em, rows, (self.p, self.online_ld), (kc, panels), first)
     }
 
     /// One contraction block of `kc` steps of the chained product of rows `ic..ic_end`: A at

@@ -410,14 +410,14 @@ pub(crate) fn emit<'c>(
                                         e((ic, ic_end), (jc, jc_end), c, row0, Some(&block))?;
                                         ch.product_block(
                                             em,
-                                            (ic, ic_end),
-                                            x.sub(jc_end, jc)?,
+                                            (bt, (ic, ic_end)),
+                                            (jc, x.sub(jc_end, jc)?),
                                             block.first,
                                         )
                                     }
                                     Some(ch) => {
                                         e((ic, ic_end), (jc, jc_end), c, row0, None)?;
-                                        ch.product(em, ic, ic_end)
+                                        ch.product(em, bt, (ic, ic_end))
                                     }
                                     None => e((ic, ic_end), (jc, jc_end), c, row0, None),
                                 },

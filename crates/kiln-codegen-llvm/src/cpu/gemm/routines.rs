@@ -82,6 +82,14 @@ pub(crate) fn b_in_place(bl: &Blocking, b_trans: bool, conv: bool, in_chain: boo
     bl.compact && !b_trans && !conv && !in_chain
 }
 
+/// Whether the second product of a chain (its blocking `bl`, `n` columns) reads its B
+/// (`[batch, k, n]`) in place rather than packing it: stored by rows and one whole panel wide
+/// (`n` is the tile's width), B is laid out as its packed panel would be, rows `nr` apart, so
+/// packing would only copy it (attention's values, `[512, 64]` a batch).
+pub(crate) fn chain_b_in_place(bl: &Blocking, n: i64, b_trans: bool) -> bool {
+    !b_trans && n == bl.nr()
+}
+
 /// How a register tile reads A: row `i` (of the tile) at contraction step `kk`, from `a`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum ARead {
@@ -183,7 +191,7 @@ impl Routine {
     /// panel of columns (its tile reads the input in place through the column offset table,
     /// emitted inline); and with several panels, unless it is a convolution's or the first
     /// product of a chain (`in_chain`, which reads A in place), the pack of A; none of B where
-    /// the kernel reads it in place ([`b_in_place`]). A convolution's
+    /// the kernel reads it in place ([`b_in_place`], [`chain_b_in_place`]). A convolution's
     /// output stored by planes has tiles that store C by columns.
     pub(crate) fn of_gemm(
         bl: Blocking,
@@ -202,7 +210,8 @@ impl Routine {
             .into_iter()
             .chain((n % nr != 0).then_some(n % nr))
             .collect();
-        let in_place = b_in_place(&bl, b_trans, conv, in_chain != InChain::No);
+        let in_place = b_in_place(&bl, b_trans, conv, in_chain != InChain::No)
+            || (in_chain == InChain::Second && chain_b_in_place(&bl, n, b_trans));
         let packs = widths
             .iter()
             .filter(|_| !in_place)

@@ -108,13 +108,16 @@ impl<'c> Regs<'_, 'c> {
                     .map(|v| self.load_cols(panel, x.addc(prow, v * lanes)?, width - v * lanes))
                     .collect::<Result<_>>()?
             } else {
+                // Aligned to the element only: the packed panels are aligned to a vector, but
+                // a chain's second product reads its B in place (see `chain_b_in_place`), and
+                // x86 loads unaligned vectors at the same speed when they are aligned.
                 let prow = x.mulc(kk, self.bl.nr())?;
                 (0..nv)
                     .map(|v| {
                         let p = x.at(self.ft, panel, x.addc(prow, v * lanes)?)?;
                         align(
                             em.b.build_load(self.vt, p, "bv").map_err(llvm)?,
-                            self.vbytes(),
+                            self.bl.bytes as u32,
                         )
                     })
                     .collect::<Result<_>>()?
