@@ -62,9 +62,10 @@ thread_local! {
     static SMALL_TARGET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// The generator's configuration for `seed` (see [`Config::profile`]).
+/// The generator's configuration for `seed` (see [`Config::profile`]), with the ops over many
+/// elements that reach the kernels for many updates and long folds ([`Config::with_wide`]).
 fn config(seed: u64) -> Config {
-    Config::profile(seed)
+    Config::profile(seed).with_wide()
 }
 
 /// The arguments of `f` for `seed`: random values, with 1 in 32 float elements special on odd

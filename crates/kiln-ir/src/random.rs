@@ -9,6 +9,7 @@ use crate::{
 
 mod collective;
 mod fft;
+mod wide;
 
 /// A small, fast, seedable generator (SplitMix64).
 #[derive(Clone, Debug)]
@@ -79,6 +80,11 @@ pub struct Config {
     /// Whether programs may hold control flow: `while` loops with a static trip count, `case`
     /// and `sort` (with their regions).
     pub control: bool,
+    /// Whether programs (but large ones) may hold `random/wide.rs`'s ops, each an output: a
+    /// scatter of hundreds of updates, a `select_and_scatter` of any order and combiner, a
+    /// `reduce_region` over rows of thousands of elements, a `reduce_window_region` of windows
+    /// over 256 elements ([`Config::with_wide`]).
+    pub wide: bool,
 }
 
 impl Default for Config {
@@ -95,6 +101,7 @@ impl Default for Config {
             empty: 0.05,
             elements: None,
             control: false,
+            wide: false,
         }
     }
 }
@@ -128,6 +135,13 @@ impl Config {
             dtypes.extend(&minis);
         }
         Config { dtypes, ..self }
+    }
+
+    /// This configuration with `random/wide.rs`'s ops ([`Config::wide`]), which reach the
+    /// kernels for many updates and long folds. A seed's program changes only where one is
+    /// added (they draw from a stream of their own).
+    pub fn with_wide(self) -> Config {
+        Config { wide: true, ..self }
     }
 
     /// The differential tests' configuration for `seed`: 1 to 12 ops of small shapes (at most
@@ -223,6 +237,9 @@ struct Gen<'a> {
     cfg: &'a Config,
     b: Builder,
     pool: Vec<ValueId>,
+    /// The results of `random/wide.rs`'s ops, each also an output (later ops would leave
+    /// most of them dead).
+    wide: Vec<ValueId>,
 }
 
 impl Gen<'_> {
@@ -944,6 +961,7 @@ impl Gen<'_> {
         }
         self.maybe_region_op();
         self.maybe_call();
+        self.maybe_wide_op();
     }
 
     /// With control flow, one step in ten also adds a `map`, `reduce_region` or
@@ -1177,12 +1195,9 @@ impl Gen<'_> {
     /// Every body is associative and commutative (the argmax's a total order), so the results
     /// do not depend on the combining order.
     fn random_reduce_region(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
-        use crate::ComparisonDirection as Cmp;
-        let d = t.dtype;
         let dims: Vec<i64> = (0..t.rank() as i64)
             .filter(|_| self.rng.chance(0.6))
             .collect();
-        let s = TensorType::scalar(d);
         // Some of the time a `reduce_window_region` of small random windows instead.
         let window = self.rng.chance(0.4).then(|| {
             let r = t.rank();
@@ -1208,6 +1223,21 @@ impl Gen<'_> {
                 body: Box::new(body),
             },
         };
+        self.region_reduction(a, t, &make)
+    }
+
+    /// `make`'s op (a `reduce_region` or `reduce_window_region` of the body it is given) over
+    /// `a` of type `t`: an argmax or argmin with a unique index per element or, for `pred` and
+    /// integers, an exclusive or (see [`Gen::random_reduce_region`]).
+    fn region_reduction(
+        &mut self,
+        a: ValueId,
+        t: &TensorType,
+        make: &dyn Fn(Func) -> Op,
+    ) -> Option<ValueId> {
+        use crate::ComparisonDirection as Cmp;
+        let d = t.dtype;
+        let s = TensorType::scalar(d);
         if d.is_pred() || (d.is_int() && self.rng.chance(0.3)) {
             let body = Self::region("combine", &[s.clone(), s.clone()], |b, ps| {
                 Some(vec![b.binary(Op::Xor {}, ps[0], ps[1]).ok()?])
@@ -1414,6 +1444,7 @@ pub fn random_func(rng: &mut Rng, cfg: &Config) -> Func {
         cfg,
         b: Builder::new("main"),
         pool: Vec::new(),
+        wide: Vec::new(),
     };
     let t = g.random_type();
     g.param(t);
@@ -1443,6 +1474,11 @@ pub fn random_func(rng: &mut Rng, cfg: &Config) -> Func {
     if g.pool.len() > 2 && g.rng.chance(0.5) {
         let other = *g.rng.pick(&g.pool);
         outs.push(other);
+    }
+    for v in std::mem::take(&mut g.wide) {
+        if !outs.contains(&v) {
+            outs.push(v);
+        }
     }
     g.b.finish(&outs).expect("outputs come from the pool")
 }

@@ -878,7 +878,10 @@ fn reduce_into(
     }
 }
 
-/// Combines `updates[k]` into `base[pos]` for each (pos, k), in order, rounding after each step.
+/// Combines `updates[k]` into `base[pos]` for each (pos, k), in order, rounding after each step
+/// (as the kernels store each combination); for a small float, in f64 with the result rounded
+/// once to the type, as every op on the small floats computes (`kiln_ir::minifloat`: the
+/// compiled backends hold them in f32 and round an op's result once).
 fn apply_updates(
     base: &Literal,
     updates: &Literal,
@@ -897,8 +900,14 @@ fn apply_updates(
     } else if ty.dtype.is_float() {
         let mut v = base.to_f64s();
         let u = updates.to_f64s();
+        let once = ty.dtype.mini().is_some();
         for &(p, k) in writes {
-            v[p] = kiln_ir::literal::round_to(ty.dtype, combine_f(kind, v[p], u[k]));
+            let c = combine_f(kind, v[p], u[k]);
+            v[p] = if once {
+                c
+            } else {
+                kiln_ir::literal::round_to(ty.dtype, c)
+            };
         }
         from_lane(ty, Lane::F(v))
     } else {

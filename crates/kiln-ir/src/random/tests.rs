@@ -59,3 +59,60 @@ fn profiled_programs_compute_from_their_inputs() {
     assert_eq!(large, 50);
     assert!(large_dots >= 10, "{large_dots} products in large programs");
 }
+
+/// The differential tests' profile with wide ops reaches the kernels for many updates and long folds
+/// (`random/wide.rs`): scatters of hundreds of update elements with every combiner but
+/// `and`/`or` among them, `select_and_scatter` selecting by `LT` or combining by `max`,
+/// `reduce_region` over rows of 2,000 elements or more, `reduce_window_region` with windows
+/// of more than 256 elements.
+#[test]
+fn profiled_programs_hold_wide_scatters_and_long_folds() {
+    let (mut scatters, mut kinds, mut selects, mut long_rows, mut wide_windows) =
+        (0, std::collections::BTreeSet::new(), 0, 0, 0);
+    for seed in 0..2000u64 {
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());
+        crate::verify(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+        for inst in &f.insts {
+            let operand = |i: usize| f.values[inst.operands[i].index()].clone();
+            match &inst.op {
+                Op::Scatter { kind, .. } if operand(2).numel() > 256 => {
+                    scatters += 1;
+                    kinds.insert(kind.to_string());
+                }
+                Op::SelectAndScatter { select, kind, .. }
+                    if *select == ComparisonDirection::Lt || *kind == Combiner::Max =>
+                {
+                    selects += 1
+                }
+                Op::ReduceRegion { dimensions, .. } => {
+                    let t = operand(0);
+                    let row: usize = dimensions.iter().map(|&d| t.shape[d as usize]).product();
+                    long_rows += usize::from(row >= 2000);
+                }
+                Op::ReduceWindowRegion {
+                    window_dimensions, ..
+                } => {
+                    wide_windows += usize::from(window_dimensions.iter().product::<i64>() > 256);
+                }
+                _ => {}
+            }
+        }
+    }
+    println!(
+        "{scatters} wide scatters ({kinds:?}), {selects} select_and_scatter, {long_rows} long reduce_region rows, {wide_windows} wide windows"
+    );
+    for k in ["replace", "add", "mul", "max", "min"] {
+        assert!(kinds.contains(k), "no wide scatter by {k}: {kinds:?}");
+    }
+    for (what, n) in [
+        ("wide scatters", scatters),
+        ("select_and_scatter by LT or max", selects),
+        ("long reduce_region rows", long_rows),
+        (
+            "reduce_window_region windows over 256 elements",
+            wide_windows,
+        ),
+    ] {
+        assert!(n >= 20, "{n} {what}");
+    }
+}

@@ -4,8 +4,22 @@ use super::inlinable::nodes;
 use super::{Fused, FusionDecision, MAX_MERGED_NODES, step_reads};
 use crate::ir::{Kernel, Schedule};
 use crate::rewrite::map_inputs;
-use kiln_ir::{Func, ValueId};
+use kiln_ir::{Func, Op, ValueId};
 use std::collections::HashMap;
+
+/// Whether kernel `k` of instruction `i` may merge with siblings: a loop nest, and not a byte
+/// copy (a bitcast between widths, or of 8- or 16-bit types, whose kernel reads its input as
+/// bytes: the device plan marks such a step so, and a merged kernel's other reads, or the
+/// copy's read inside another kernel, would take the wrong element type; random seed 17423's
+/// `bf16[1]` to `f16[1]` read its input past its one element on the GPU emulator).
+fn mergeable(f: &Func, i: usize, k: &Kernel) -> bool {
+    let byte_copy = matches!(f.insts[i].op, Op::BitcastConvert {})
+        && f.insts[i]
+            .results
+            .first()
+            .is_some_and(|r| f.values[r.index()] != k.out);
+    k.schedule == Schedule::Nest && !byte_copy
+}
 
 /// Multi-output fusion: loop-nest kernels over the same index space (output shape) run as one
 /// loop nest writing several outputs. Kernel `i` merges into a later kernel `j` when nothing
@@ -50,7 +64,7 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
     let mut merged: Vec<Vec<usize>> = vec![Vec::new(); n];
     for j in 0..n {
         let shape = match &out.kernels[j] {
-            Some(k) if k.schedule == Schedule::Nest => k.out.shape.clone(),
+            Some(k) if mergeable(f, j, k) => k.out.shape.clone(),
             _ => continue,
         };
         let mut candidates = open.remove(&shape).unwrap_or_default();
@@ -168,13 +182,13 @@ mod tests {
             .collect();
         for j in 0..n {
             match &out.kernels[j] {
-                Some(k) if k.schedule == Schedule::Nest => {}
+                Some(k) if mergeable(f, j, k) => {}
                 _ => continue,
             }
             for i in (0..j).rev() {
                 let Some(ki) = &out.kernels[i] else { continue };
                 let kj = out.kernels[j].as_ref().expect("checked above");
-                if ki.schedule != Schedule::Nest
+                if !mergeable(f, i, ki)
                     || ki.out.shape != kj.out.shape
                     || sizes[i] + sizes[j] > MAX_MERGED_NODES
                 {
@@ -250,6 +264,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A byte copy (here `bf16[1]` to `f16[1]`, two bytes) keeps its own kernel beside a
+    /// sibling over as many elements, while a 32-bit bitcast (an elementwise op) merges.
+    #[test]
+    fn byte_copies_keep_their_own_kernel() {
+        let merges = |text: &str| {
+            let f = kiln_ir::parse_func_text(text).unwrap();
+            let mut fused = super::super::fuse_unmerged(
+                &f,
+                crate::pipeline::kernels(&f),
+                true,
+                &crate::target::FusionLimits::default(),
+            );
+            merge_siblings(&f, &mut fused);
+            fused.merged_into.iter().flatten().count()
+        };
+        let bytes = "func @main(%0: bf16[2], %1: bf16[1]) -> (f16[1], bf16[2]) {
+  %2 = exponential %0 : bf16[2]
+  %3 = bitcast_convert %1 : f16[1]
+  return %3, %2
+}
+";
+        assert_eq!(merges(bytes), 0);
+        let words = "func @main(%0: f32[2], %1: f32[2]) -> (i32[2], f32[2]) {
+  %2 = exponential %0 : f32[2]
+  %3 = bitcast_convert %1 : i32[2]
+  return %3, %2
+}
+";
+        assert_eq!(merges(words), 1);
     }
 
     /// The same multi-output kernels, decisions and all, as trying every pair, on random
