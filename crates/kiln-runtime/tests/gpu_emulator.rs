@@ -86,6 +86,16 @@ fn check(f: &Func, args: &[Literal]) -> Result<EmuReport, String> {
 /// 128 threads (blocks of at most 128), so random programs exercise the cooperative reductions' shuffles, barriers
 /// and shared memory in every dtype and combiner, and a one-warp block tile that small products
 /// fill, so they run by tiles.
+/// Random arguments for `f`'s parameters, special values (NaN, infinities, zeros) among them,
+/// from `seed`.
+fn special_args(f: &Func, seed: u64) -> Vec<Literal> {
+    let mut rng = Rng::new(seed);
+    f.param_types()
+        .iter()
+        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+        .collect()
+}
+
 fn cooperative_target() -> TargetInfo {
     let mut t = TargetInfo::h200();
     let gpu = t.gpu.as_mut().expect("a GPU");
@@ -276,12 +286,7 @@ fn a_reduction_under_a_guard_is_not_computed_ahead_of_it() {
         "func @main(%0: f16[2], %1: f16[2,4]) -> f16[6] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : f16[4]\n  %3 = constant {value = 0.0} : f16[]\n  %4 = pad %2, %3 {edge_padding_low = [0], edge_padding_high = [2], interior_padding = [0]} : f16[6]\n  return %4\n}\n",
     )
     .unwrap();
-    let mut rng = Rng::new(5);
-    let args: Vec<Literal> = f
-        .param_types()
-        .iter()
-        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-        .collect();
+    let args = special_args(&f, 5);
     check_on(&f, &args, &cooperative_target()).unwrap();
 }
 
@@ -294,12 +299,7 @@ fn a_byte_copy_beside_a_sibling_reads_its_input_as_bytes() {
         "func @main(%0: bf16[2], %1: bf16[1]) -> (f16[1], bf16[2]) {\n  %2 = exponential %0 : bf16[2]\n  %3 = bitcast_convert %1 : f16[1]\n  return %3, %2\n}\n",
     )
     .unwrap();
-    let mut rng = Rng::new(5);
-    let args: Vec<Literal> = f
-        .param_types()
-        .iter()
-        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-        .collect();
+    let args = special_args(&f, 5);
     check(&f, &args).unwrap();
 }
 
@@ -720,12 +720,7 @@ fn products_without_tiles_run_one_thread_per_element() {
     t.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
     let src = product_text((2, 9, 40, 5), ("f32", "f32"), true, false, true);
     let f = kiln_ir::parse_func_text(&src).unwrap();
-    let mut rng = Rng::new(7);
-    let args: Vec<Literal> = f
-        .param_types()
-        .iter()
-        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-        .collect();
+    let args = special_args(&f, 7);
     let rep = check_on(&f, &args, &t).unwrap();
     assert_eq!(rep.launches.get(&MapKind::Gemm), Some(&1), "{rep:?}");
     assert_eq!(rep.launches.get(&MapKind::GemmTiled), None, "{rep:?}");
@@ -1143,12 +1138,7 @@ fn elementwise_epilogues_run_in_the_products_launch() {
         check_on(&f, &args, &target).unwrap_or_else(|e| panic!("conv {seed}: {e}"));
     }
     let f = kiln_ir::parse_func_text(&softmax_product_text(2, 9, 40, 12)).unwrap();
-    let mut rng = Rng::new(3);
-    let args: Vec<Literal> = f
-        .param_types()
-        .iter()
-        .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
-        .collect();
+    let args = special_args(&f, 3);
     let rep = check(&f, &args).unwrap();
     assert!(rep.launches.values().sum::<usize>() > 1, "{rep:?}");
 }
