@@ -971,20 +971,16 @@ impl Gen<'_> {
         if !self.cfg.control || self.cfg.elements.is_some() {
             return;
         }
-        let mut aux = Rng::new(self.rng.0 ^ 0xD1B5_4A32_D192_ED03);
-        if aux.below(10) != 0 {
-            return;
-        }
-        std::mem::swap(&mut *self.rng, &mut aux);
-        let a = *self.rng.pick(&self.pool);
-        let t = self.ty(a);
-        let v = if self.rng.chance(0.3) {
-            self.random_map(a, &t)
-        } else {
-            self.random_reduce_region(a, &t)
-        };
-        std::mem::swap(&mut *self.rng, &mut aux);
-        if let Some(v) = v {
+        let v = self.on_side_stream(0xD1B5_4A32_D192_ED03, 10, |g| {
+            let a = *g.rng.pick(&g.pool);
+            let t = g.ty(a);
+            if g.rng.chance(0.3) {
+                g.random_map(a, &t)
+            } else {
+                g.random_reduce_region(a, &t)
+            }
+        });
+        if let Some(v) = v.flatten() {
             self.pool.push(v);
         }
     }
@@ -995,18 +991,33 @@ impl Gen<'_> {
         if !self.cfg.control || self.cfg.elements.is_some() {
             return;
         }
-        let mut aux = Rng::new(self.rng.0 ^ 0x6A09_E667_F3BC_C909);
-        if aux.below(20) != 0 {
-            return;
-        }
-        std::mem::swap(&mut *self.rng, &mut aux);
-        let a = *self.rng.pick(&self.pool);
-        let t = self.ty(a);
-        let v = self.random_call(a, &t);
-        std::mem::swap(&mut *self.rng, &mut aux);
-        if let Some(v) = v {
+        let v = self.on_side_stream(0x6A09_E667_F3BC_C909, 20, |g| {
+            let a = *g.rng.pick(&g.pool);
+            let t = g.ty(a);
+            g.random_call(a, &t)
+        });
+        if let Some(v) = v.flatten() {
             self.pool.push(v);
         }
+    }
+
+    /// One time in `one_in` (drawn from a stream of its own, seeded by the main stream's state
+    /// and `salt`), `f` run with that side stream in place of the main one, which is left where
+    /// it was: a seed's program changes only where `f` adds something.
+    fn on_side_stream<T>(
+        &mut self,
+        salt: u64,
+        one_in: usize,
+        f: impl FnOnce(&mut Self) -> T,
+    ) -> Option<T> {
+        let mut aux = Rng::new(self.rng.0 ^ salt);
+        if aux.below(one_in) != 0 {
+            return None;
+        }
+        std::mem::swap(&mut *self.rng, &mut aux);
+        let r = f(self);
+        std::mem::swap(&mut *self.rng, &mut aux);
+        Some(r)
     }
 
     /// A `call` of a new function combining `a` with another value by two elementwise ops

@@ -6,7 +6,7 @@
 //! elements. Their large operands are new parameters kept out of the pool (so later ops stay
 //! small); their results join it and are outputs of the program.
 
-use super::{Gen, Rng};
+use super::Gen;
 use crate::{Combiner, ComparisonDirection, DType, Func, Literal, Op, TensorType, ValueId};
 
 /// The combiners a scatter or `select_and_scatter` of element type `d` may take (`replace`
@@ -33,21 +33,17 @@ impl Gen<'_> {
         if !self.cfg.wide || self.cfg.elements.is_some() || self.pool.is_empty() {
             return;
         }
-        let mut aux = Rng::new(self.rng.0 ^ 0x3C6E_F372_FE94_F82B);
-        if aux.below(12) != 0 {
-            return;
-        }
-        std::mem::swap(&mut *self.rng, &mut aux);
-        let a = *self.rng.pick(&self.pool);
-        let t = self.ty(a);
-        let v = match self.rng.below(4) {
-            0 => self.many_updates_scatter(a, &t),
-            1 => self.overlapping_select_and_scatter(t.dtype),
-            2 => self.long_reduce_region(t.dtype),
-            _ => self.wide_reduce_window_region(t.dtype),
-        };
-        std::mem::swap(&mut *self.rng, &mut aux);
-        if let Some(v) = v {
+        let v = self.on_side_stream(0x3C6E_F372_FE94_F82B, 12, |g| {
+            let a = *g.rng.pick(&g.pool);
+            let t = g.ty(a);
+            match g.rng.below(4) {
+                0 => g.many_updates_scatter(a, &t),
+                1 => g.overlapping_select_and_scatter(t.dtype),
+                2 => g.long_reduce_region(t.dtype),
+                _ => g.wide_reduce_window_region(t.dtype),
+            }
+        });
+        if let Some(v) = v.flatten() {
             self.pool.push(v);
             self.wide.push(v);
         }
