@@ -284,6 +284,7 @@ fn sweep_variants_of_the_tensor_core_product_run_as_labelled() {
         let l = launch(&target);
         let p = kiln_kernel::gpu::ir::GpuProgram {
             scratch: Vec::new(),
+            zeroed: Vec::new(),
             launches: vec![l.clone()],
         };
         let sm = kiln_codegen_llvm::ptx::PtxTarget {
@@ -381,6 +382,7 @@ fn sweep_variants_of_attention_run_as_labelled() {
             }
             let p = kiln_kernel::gpu::ir::GpuProgram {
                 scratch: Vec::new(),
+                zeroed: Vec::new(),
                 launches: vec![l.clone()],
             };
             let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();
@@ -507,6 +509,7 @@ fn sweep_variants_of_tensor_core_attention_run_as_labelled() {
             assert!(text.contains(&want), "{}: {text}", v.label);
             let p = kiln_kernel::gpu::ir::GpuProgram {
                 scratch: Vec::new(),
+                zeroed: Vec::new(),
                 launches: vec![l.clone()],
             };
             let sm90 = kiln_codegen_llvm::ptx::PtxTarget::sm90();

@@ -1,5 +1,5 @@
 //! PTX validity: every GPU kernel the tests produce (each spec example of `ir-specs/ops`,
-//! each target filetest, and random programs), mapped to the GPU as the emulator maps it,
+//! each target filetest, and random programs with the wide ops), mapped to the GPU as the emulator maps it,
 //! rendered through LLVM's NVPTX target for sm_80 and sm_90 and assembled by ptxas. A kernel
 //! ptxas rejects fails with its message; kernels that do not render are counted by reason,
 //! printed, and fail. In CI (`CI` set), a missing ptxas is an error.
@@ -293,7 +293,9 @@ fn random_programs_assemble() {
         .unwrap_or(300);
     let mut tally = Tally::default();
     for seed in 0..n {
-        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        // With the wide ops (scatters of hundreds of updates, long folds), as the CPU
+        // differential test and the emulator draw them.
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());
         // Even seeds on an H200 as it is, odd ones with every reduction cooperative.
         let target = if seed % 2 == 0 {
             TargetInfo::h200()
@@ -749,6 +751,7 @@ fn a_warp_tile_on_tensor_cores_assembles() {
         let k = kiln_kernel::gpu::mma::warp_tile(dtype, TargetInfo::h200().sums);
         let p = GpuProgram {
             scratch: Vec::new(),
+            zeroed: Vec::new(),
             launches: vec![k],
         };
         let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
@@ -973,6 +976,7 @@ fn a_tf32_warp_tile_assembles() {
     let k = kiln_kernel::gpu::mma::warp_tile_tf32(TargetInfo::h200().sums);
     let p = GpuProgram {
         scratch: Vec::new(),
+        zeroed: Vec::new(),
         launches: vec![k],
     };
     let text = program_ptx(&p, &PtxTarget::sm80()).unwrap();
@@ -1012,6 +1016,7 @@ fn a_warpgroup_tile_assembles_for_sm_90a() {
             let name = k.name.clone();
             let p = GpuProgram {
                 scratch: Vec::new(),
+                zeroed: Vec::new(),
                 launches: vec![k],
             };
             for target in [PtxTarget::sm90(), PtxTarget::sm80()] {

@@ -6,9 +6,10 @@
 //! element), matrix product by block tiles (double buffered, with and without `cp.async`), one
 //! warp's tensor-core tile (bf16 and TF32), a product on the tensor cores (bf16, and f32 as
 //! TF32), attention in one launch (by register tiles, by a warp per row, and bf16 on the
-//! tensor cores), a transpose through shared tiles, scatter, a select-and-scatter, a sort by keys, a long sort by keys in tiles
-//! and global passes, a radix sort), and a tensor-core product in dynamic shared memory, for
-//! sm_90; one warpgroup's `wgmma` tile, a product on warpgroups and one loaded by TMA in a
+//! tensor cores), a transpose through shared tiles, scatter (by its own dimensions, and by its
+//! updates sorted by target), a select-and-scatter, a sort by keys, a long sort by keys in tiles
+//! and global passes, a radix sort), a tensor-core product in dynamic shared memory, and with
+//! float atomics allowed a sum in one launch and an f16 scatter-add by atomics, for sm_90; one warpgroup's `wgmma` tile, a product on warpgroups and one loaded by TMA in a
 //! warp-specialized ring for sm_90a.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
 
@@ -33,8 +34,14 @@ fn untiled() -> TargetInfo {
 
 /// The PTX of the kernels of `src` (all of one mapping `kind`), mapped for `target`.
 fn ptx_on(src: &str, kind: MapKind, target: &TargetInfo) -> String {
+    ptx_under(src, kind, target, &kiln_kernel::Options::default())
+}
+
+/// The PTX of the kernels of `src` (all of one mapping `kind`), lowered under `opts` and
+/// mapped for `target`.
+fn ptx_under(src: &str, kind: MapKind, target: &TargetInfo, opts: &kiln_kernel::Options) -> String {
     let f = parse_func_text(src).unwrap();
-    let ks = mapped_kernels(&f, &kiln_kernel::Options::default(), target).unwrap();
+    let ks = mapped_kernels(&f, opts, target).unwrap();
     let mut out = String::new();
     for (name, p) in ks {
         let p = p.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -250,11 +257,65 @@ fn scatter_add() {
     );
 }
 
+/// A scatter-add of 300 updates into 37 elements, too many for a scan per element: the
+/// updates' targets and positions (a launch), sorted by a block's bitonic network (a launch),
+/// then a thread per element finding its run by two binary searches and adding it in order.
+#[test]
+fn scatter_add_sorted_by_target() {
+    insta::assert_snapshot!(
+        "scatter_sorted",
+        ptx(
+            "func @main(%0: f32[37], %1: i32[300,1], %2: f32[300]) -> f32[37] {\n  %3 = scatter %0, %1, %2 {update_window_dims = [], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = add} : f32[37]\n  return %3\n}\n",
+            MapKind::Sort
+        )
+    );
+}
+
+/// The options with float atomics allowed.
+fn atomics() -> kiln_kernel::Options {
+    kiln_kernel::Options {
+        float_atomics: true,
+        ..kiln_kernel::Options::default()
+    }
+}
+
+/// With float atomics allowed, a sum over a whole tensor in one launch: each block's partial
+/// added into the (zeroed) result by `red.global.add.f32`, the first slice's with the start
+/// value.
+#[test]
+fn split_atomic_sum() {
+    insta::assert_snapshot!(
+        "split_atomic_sum",
+        ptx_under(
+            "func @main(%0: f32[100003]) -> f32[] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = add} : f32[]\n  return %2\n}\n",
+            MapKind::SplitAtomic,
+            &TargetInfo::h200(),
+            &atomics()
+        )
+    );
+}
+
+/// With float atomics allowed, the sorted scatter-add above as the operand copied and a
+/// thread per update adding it into its target by `red.global.add.noftz.f16`.
+#[test]
+fn scatter_atomic_f16() {
+    insta::assert_snapshot!(
+        "scatter_atomic_f16",
+        ptx_under(
+            "func @main(%0: f16[37], %1: i32[300,1], %2: f16[300]) -> f16[37] {\n  %3 = scatter %0, %1, %2 {update_window_dims = [], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = add} : f16[37]\n  return %3\n}\n",
+            MapKind::ScatterAtomic,
+            &TargetInfo::h200(),
+            &atomics()
+        )
+    );
+}
+
 #[test]
 fn warp_tile_on_tensor_cores() {
     let k = kiln_kernel::gpu::mma::warp_tile(kiln_ir::DType::BF16, TargetInfo::h200().sums);
     let p = kiln_kernel::gpu::ir::GpuProgram {
         scratch: Vec::new(),
+        zeroed: Vec::new(),
         launches: vec![k],
     };
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
@@ -276,6 +337,7 @@ fn warpgroup_tile_on_tensor_cores() {
     .unwrap();
     let p = kiln_kernel::gpu::ir::GpuProgram {
         scratch: Vec::new(),
+        zeroed: Vec::new(),
         launches: vec![k],
     };
     let text = program_ptx(&p, &PtxTarget::sm90a()).unwrap();
@@ -356,6 +418,7 @@ fn warp_tile_on_tf32_tensor_cores() {
     let k = kiln_kernel::gpu::mma::warp_tile_tf32(TargetInfo::h200().sums);
     let p = kiln_kernel::gpu::ir::GpuProgram {
         scratch: Vec::new(),
+        zeroed: Vec::new(),
         launches: vec![k],
     };
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();

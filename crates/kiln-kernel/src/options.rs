@@ -27,6 +27,13 @@ pub struct Options {
     /// say it (`KILN_MATMUL_PRECISION=tf32`: on the GPU's tensor cores, operands rounded to
     /// TF32). Exact f32 products ([`MatmulPrecision::Highest`]) by default.
     pub matmul_precision: MatmulPrecision,
+    /// Let the GPU mapping add float partial results into their result with atomic additions
+    /// (`red.global.add`), in whatever order the hardware schedules them
+    /// (`KILN_FLOAT_ATOMICS=1`): an f32 sum over whole tensors or columns in one launch instead
+    /// of two, and an f32 or f16 scatter-add by atomics instead of sorting its updates. Results
+    /// then differ from run to run in their last bits (float addition is not associative); off
+    /// by default, so every GPU result is deterministic. The CPU backend is unchanged.
+    pub float_atomics: bool,
     /// The CPU emitter's switches.
     pub cpu: CpuOptions,
     /// The on-disk kernel cache's directory (`KILN_CACHE_DIR`; by default
@@ -188,6 +195,7 @@ impl Default for Options {
             winograd: true,
             chain_products: true,
             matmul_precision: MatmulPrecision::Highest,
+            float_atomics: false,
             cpu: CpuOptions::default(),
             kernel_cache: None,
             linker: None,
@@ -217,6 +225,11 @@ pub const SWITCHES: &[(&str, &str, &str)] = &[
         "KILN_MATMUL_PRECISION",
         "tf32",
         "f32 products on the GPU's tensor cores with operands rounded to TF32",
+    ),
+    (
+        "KILN_FLOAT_ATOMICS",
+        "1",
+        "GPU float sums and scatter-adds by atomic additions (not bit-reproducible)",
     ),
     ("KILN_STREAM", "0", "no streaming (non-temporal) stores"),
     ("KILN_GUARD_SPLIT", "0", "no loop splits at guard changes"),
@@ -289,6 +302,7 @@ impl Options {
             matmul_precision: var("KILN_MATMUL_PRECISION")
                 .and_then(|v| MatmulPrecision::from_name(&v))
                 .unwrap_or_default(),
+            float_atomics: is("KILN_FLOAT_ATOMICS", "1"),
             cpu: CpuOptions {
                 streaming_stores: !is("KILN_STREAM", "0"),
                 guard_splits: !is("KILN_GUARD_SPLIT", "0"),
@@ -322,9 +336,11 @@ impl Options {
         }
     }
 
-    /// The switches that change what the pipeline decides, as text (part of cache keys).
+    /// The switches that change what the pipeline decides, as text (part of cache keys; the
+    /// GPU mapping's float atomics named only when on, so the keys of deterministic compiles
+    /// stay as they were).
     pub fn pipeline_key(&self) -> String {
-        format!(
+        let mut key = format!(
             "opt={} fast-math={} fusion={} schedule={} winograd={} chain={} matmul={}",
             self.optimize,
             self.fast_math,
@@ -333,7 +349,11 @@ impl Options {
             self.winograd,
             self.chain_products,
             self.matmul_precision.name()
-        )
+        );
+        if self.float_atomics {
+            key += " float-atomics";
+        }
+        key
     }
 }
 
@@ -388,5 +408,19 @@ mod tests {
             let o = Options::from_vars(&|n| (n == "KILN_MATMUL_PRECISION").then(|| value.into()));
             assert_eq!(o.matmul_precision, want, "{value}");
         }
+    }
+
+    #[test]
+    fn float_atomics_are_off_by_default_and_named_in_the_key_only_when_on() {
+        let on = Options::from_vars(&|n| (n == "KILN_FLOAT_ATOMICS").then(|| "1".into()));
+        assert!(on.float_atomics && !Options::default().float_atomics);
+        assert!(
+            on.pipeline_key().ends_with(" float-atomics"),
+            "{}",
+            on.pipeline_key()
+        );
+        assert!(!Options::default().pipeline_key().contains("atomics"));
+        let zero = Options::from_vars(&|n| (n == "KILN_FLOAT_ATOMICS").then(|| "0".into()));
+        assert!(!zero.float_atomics);
     }
 }

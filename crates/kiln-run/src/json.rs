@@ -358,6 +358,7 @@ pub fn options_to_json(o: &Options) -> Value {
         "winograd": o.winograd,
         "chain_products": o.chain_products,
         "matmul_precision": o.matmul_precision.name(),
+        "float_atomics": o.float_atomics,
         "cpu": {
             "streaming_stores": o.cpu.streaming_stores,
             "guard_splits": o.cpu.guard_splits,
@@ -386,6 +387,11 @@ pub fn options_from_json(v: &Value) -> Result<Options, String> {
                 .ok_or_else(|| {
                     format!("`options.matmul_precision` is not `highest` or `tf32`: {name}")
                 })?
+        },
+        // Off in a manifest written before the switch existed.
+        float_atomics: match o.v.get("float_atomics") {
+            Some(_) => o.bool("float_atomics")?,
+            None => false,
         },
         cpu: CpuOptions {
             streaming_stores: cpu.bool("streaming_stores")?,
@@ -420,6 +426,7 @@ mod tests {
         let o = Options {
             fast_math: true,
             matmul_precision: MatmulPrecision::Tf32,
+            float_atomics: true,
             cpu: CpuOptions {
                 row_caches: false,
                 ..CpuOptions::default()

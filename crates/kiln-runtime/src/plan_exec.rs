@@ -197,6 +197,7 @@ fn steps_from<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, first: usize) -> Re
     for step in &plan.steps {
         match step {
             DeviceStep::Kernel(k) => {
+                zero(dev, k)?;
                 for launch in 0..k.program.launches.len() {
                     dev.launch(n, k, launch)?;
                 }
@@ -208,6 +209,21 @@ fn steps_from<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, first: usize) -> Re
                 n += c.regions.iter().map(kernel_count).sum::<usize>();
             }
         }
+    }
+    Ok(())
+}
+
+/// Sets the buffers kernel step `k`'s program zeroes ([`GpuProgram::zeroed`], what its float
+/// atomics add into) to negative zero, the identity of a float sum, before its launches.
+///
+/// [`GpuProgram::zeroed`]: kiln_kernel::gpu::ir::GpuProgram::zeroed
+fn zero<D: PlanDevice>(dev: &mut D, k: &KernelStep) -> Result<(), String> {
+    for (b, t) in &k.program.zeroed {
+        let at = k
+            .region(*b)
+            .ok_or_else(|| format!("k{}: no region for {b}", k.inst))?;
+        let zeros = Literal::try_full(t.clone(), -0.0).map_err(|e| format!("k{}: {e}", k.inst))?;
+        dev.write(at, &zeros.to_le_bytes())?;
     }
     Ok(())
 }

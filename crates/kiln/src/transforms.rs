@@ -462,6 +462,21 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
     /// let each = if exact { 4.0 + 2f32.powi(-9) } else { 4.0 + 2f32.powi(-8) };
     /// assert!(y.to_vec::<f32>().unwrap().iter().all(|&v| v == each));
     /// ```
+    ///
+    /// f32 sums over whole tensors and columns, and f32 and f16 scatter-adds, on a GPU by
+    /// atomic additions (`KILN_FLOAT_ATOMICS=1` for every compile): one launch where the
+    /// deterministic split takes two, no sort of a scatter's updates, but the order of the
+    /// additions is the hardware's, so results are no longer bit-reproducible from run to run
+    /// (`docs/gpu.md`, "Float atomics"); the CPU backend is unchanged:
+    ///
+    /// ```
+    /// use kiln::{Options, Tensor, jit};
+    /// let opts = Options { float_atomics: true, ..kiln::options() };
+    /// let x = Tensor::ones(kiln::DType::F32, [100_000]);
+    /// let s = jit(|x: &Tensor| x.sum_all()).options(opts).call(&x).unwrap();
+    /// // Sums of ones are exact in any order.
+    /// assert_eq!(s.item().unwrap(), 100_000.0);
+    /// ```
     pub fn options(mut self, opts: Options) -> Self {
         self.options = Some(opts);
         self

@@ -655,6 +655,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 | Stmt::MbarInval { .. }
                 | Stmt::TmaLoad { .. }
                 | Stmt::Store { .. }
+                | Stmt::AtomicAdd { .. }
                 | Stmt::SharedStore { .. }
                 | Stmt::Barrier
                 | Stmt::Note(_) => continue,
@@ -782,6 +783,7 @@ impl<'a, 'c> Emit<'a, 'c> {
                 let at = self.element(p, d, self.sc(index)?)?;
                 b.build_store(at, self.store_value(d, v)?).map_err(llvm)?;
             }
+            Stmt::AtomicAdd { buf, index, value } => self.atomic_add(*buf, index, *value)?,
             Stmt::SharedLoad { reg, array, index } => {
                 let (p, et, d) = self.shared_at(*array, index)?;
                 let raw = b.build_load(et, p, "s").map_err(llvm)?;

@@ -8,7 +8,8 @@
 //!   flow, special registers, barriers and warp shuffles through NVVM intrinsics.
 //! - `mma.rs`, `copy.rs`, `wgmma.rs`, `tma.rs`: the tensor-core statements, asynchronous
 //!   copies, sm_90a's warpgroup products, and its mbarriers and TMA loads (tensor maps as
-//!   `__grid_constant__` parameters after the buffers).
+//!   `__grid_constant__` parameters after the buffers); `atomic.rs`: atomic float additions
+//!   (`red.global.add`), which the mapping emits only where the options allow them.
 //! - `expr.rs`: kernel-IR expressions at a thread's loop variables, reductions in the
 //!   [`kiln_kernel::target::SumTree`] order the emulator follows.
 //! - Element operations are the CPU's (`crate::common`), with kiln's own LLVM IR for what
@@ -16,6 +17,7 @@
 //!
 //! The PTX ISA version and the SM come from a [`PtxTarget`].
 
+mod atomic;
 mod copy;
 mod expr;
 mod kernel;
@@ -30,7 +32,6 @@ use inkwell::targets::{FileType, TargetMachine};
 use kiln_ir::TensorType;
 use kiln_kernel::gpu::ir::{GpuKernel, GpuProgram};
 use kiln_kernel::kernel::Kernel;
-use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
 
 /// The GPU PTX is generated for: an SM (LLVM's target CPU, `sm_90`) and the target features
@@ -114,24 +115,25 @@ pub fn kernel_ptx(k: &GpuKernel, target: &PtxTarget) -> Result<String> {
     program_ptx(
         &GpuProgram {
             scratch: Vec::new(),
+            zeroed: Vec::new(),
             launches: vec![k.clone()],
         },
         target,
     )
 }
 
-/// `k` (inputs of types `inputs`) mapped to the GPU `gpu` describes, f32 products in
-/// `precision`, and rendered for `target`; a kernel the mapping refuses is
-/// [`Error::Unsupported`].
+/// `k` (inputs of types `inputs`) mapped to the GPU `gpu` describes as `opts` allow (f32
+/// products in their precision, float atomics where they allow them), and rendered for
+/// `target`; a kernel the mapping refuses is [`Error::Unsupported`].
 pub fn ptx_of(
     k: &Kernel,
     inputs: &[TensorType],
     gpu: &TargetInfo,
-    precision: MatmulPrecision,
+    opts: &kiln_kernel::Options,
     name: &str,
     target: &PtxTarget,
 ) -> Result<String> {
-    let p = kiln_kernel::gpu::map(k, inputs, gpu, precision, name).map_err(Error::Unsupported)?;
+    let p = kiln_kernel::gpu::map(k, inputs, gpu, opts, name).map_err(Error::Unsupported)?;
     program_ptx(&p, target)
 }
 
@@ -183,7 +185,7 @@ pub fn mapped_kernels(
             .map(|v| l.func.values[v.index()].clone())
             .collect();
         let name = format!("k{i}_{}", inst.op.mnemonic());
-        let p = kiln_kernel::gpu::map(k, &ins, gpu, opts.matmul_precision, &name);
+        let p = kiln_kernel::gpu::map(k, &ins, gpu, opts, &name);
         out.push((name, p));
     }
     Ok(out)

@@ -2,7 +2,6 @@
 //! and the PTX snapshots (`ptx_snapshots.rs`).
 
 use kiln_kernel::gpu::ir::GpuProgram;
-use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
 
 /// The GPU program `name` of the product of `src` (lowered in f32 for `target`), mapped with
@@ -30,5 +29,5 @@ pub fn product_with_operands(
         })
         .collect();
     let k = l.fused.kernels[i].as_ref().unwrap();
-    kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, name).unwrap()
+    kiln_kernel::gpu::map(k, &ins, target, &opts, name).unwrap()
 }

@@ -209,6 +209,19 @@ pub enum Stmt {
         /// The value register.
         value: usize,
     },
+    /// `buf[index] += value` in global memory, atomically (`red.global.add.f32`,
+    /// `red.global.add.noftz.f16`): the addition rounded to the buffer's dtype (f32 or f16),
+    /// one at a time per element, in whatever order the threads reach it. Only where the
+    /// options allow float atomics ([`crate::options::Options::float_atomics`]); the result
+    /// then depends on that order in its last bits.
+    AtomicAdd {
+        /// The buffer (a launch output).
+        buf: Buf,
+        /// The element index.
+        index: Sc,
+        /// The value register.
+        value: usize,
+    },
     /// `reg = shared[array][index]`.
     SharedLoad {
         /// The register.
@@ -618,6 +631,18 @@ pub enum MapKind {
     /// targets, the sort's launches, a thread per element combining its run), else one
     /// thread.
     Scatter,
+    /// With float atomics allowed: a full reduction's blocks (as [`MapKind::SplitPartials`]
+    /// has them) each adding its partial sum into the result (zeroed first) by
+    /// [`Stmt::AtomicAdd`], in one launch (`map/split.rs`).
+    SplitAtomic,
+    /// With float atomics allowed: a column reduction's threads (as
+    /// [`MapKind::ColumnPartials`] has them) each adding its slice's sum into its column of
+    /// the result (zeroed first) by [`Stmt::AtomicAdd`], in one launch.
+    ColumnAtomic,
+    /// With float atomics allowed: a scatter-add's operand copied (a launch of its own), then
+    /// a thread per update adding it into its target by [`Stmt::AtomicAdd`], instead of
+    /// sorting the updates (`map/scatter_atomic.rs`).
+    ScatterAtomic,
     /// A select-and-scatter: a thread per output element, visiting the windows that cover it
     /// in order (`select_scatter.rs`).
     SelectScatter,
@@ -646,6 +671,9 @@ impl MapKind {
             MapKind::AttentionMma => "attention-mma",
             MapKind::TransposeTiles => "transpose-tiles",
             MapKind::Scatter => "scatter",
+            MapKind::SplitAtomic => "split-atomic",
+            MapKind::ColumnAtomic => "column-atomic",
+            MapKind::ScatterAtomic => "scatter-atomic",
             MapKind::SelectScatter => "select-and-scatter",
             MapKind::Sort => "sort",
         }
@@ -694,8 +722,23 @@ pub struct GpuKernel {
 pub struct GpuProgram {
     /// Scratch buffers in global memory (a GEMM's product before its epilogue).
     pub scratch: Vec<TensorType>,
+    /// Buffers (of the types given) set to negative zero, the identity of a float sum, before
+    /// the first launch: the results its launches add into by [`Stmt::AtomicAdd`]. Empty
+    /// unless the options allow float atomics.
+    pub zeroed: Vec<(Buf, TensorType)>,
     /// The launches, in order.
     pub launches: Vec<GpuKernel>,
+}
+
+impl GpuProgram {
+    /// A program of `launches` over `scratch`, nothing zeroed.
+    pub fn new(scratch: Vec<TensorType>, launches: Vec<GpuKernel>) -> GpuProgram {
+        GpuProgram {
+            scratch,
+            zeroed: Vec::new(),
+            launches,
+        }
+    }
 }
 
 impl GpuKernel {

@@ -16,7 +16,9 @@
 //!
 //! Steps run in program order: a kernel step's launches one after the other, each with its
 //! buffers bound to regions ([`KernelStep`]; a sort the GPU takes, [`super::sort`], is one
-//! too); a host step ([`HostStep`]: instructions without
+//! too), after the buffers its program zeroes ([`GpuProgram::zeroed`]: the results float
+//! atomics add into, with the options' float atomics on; always the step's own output
+//! regions, never an operand's, whatever the memory plan shares or donation asks); a host step ([`HostStep`]: instructions without
 //! a kernel, or a kernel the mapping refused) reads its operands back, runs the reference
 //! interpreter and writes its results. Constants are written once, when the executable is
 //! loaded, the parameters at each call; the results are read back after the last step.
@@ -306,7 +308,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                 }
                 let in_types: Vec<TensorType> = operands.iter().map(|&o| ty(o)).collect();
                 let name = format!("k{i}_{}", inst.op.mnemonic());
-                let program = match map(k, &in_types, target, l.options.matmul_precision, &name) {
+                let program = match map(k, &in_types, target, &l.options, &name) {
                     Ok(p) => p,
                     Err(why) => {
                         steps.push(DeviceStep::Host(HostStep {
@@ -471,8 +473,22 @@ fn scratch_regions(program: &GpuProgram) -> (Vec<Region>, usize) {
 }
 
 /// Every launch's buffers fit their regions (a kernel's output type is its value's, bytes for
-/// bytes), so no launch can write past a region on the device.
+/// bytes), so no launch can write past a region on the device; so do the buffers zeroed
+/// before the launches, which must be outputs or scratch (never an operand's region).
 fn check_sizes(k: &KernelStep) -> Result<(), String> {
+    for (b, t) in &k.program.zeroed {
+        let r = match b {
+            Buf::Input(_) => None,
+            _ => k.region(*b),
+        }
+        .ok_or_else(|| format!("k{}: zeroes {b}, not an output or scratch", k.inst))?;
+        if bytes_of(t) != r.bytes {
+            return Err(format!(
+                "k{}: zeroes {b} as {t}, its region {} bytes",
+                k.inst, r.bytes
+            ));
+        }
+    }
     for launch in &k.program.launches {
         for (b, t) in launch.inputs.iter().chain(&launch.outputs) {
             let r = k

@@ -95,6 +95,9 @@ fn stmts(out: &mut String, body: &[Stmt], depth: usize) {
             }
             Stmt::Load { reg, buf, index } => writeln!(out, "{pad}r{reg} = {buf}[{index}]"),
             Stmt::Store { buf, index, value } => writeln!(out, "{pad}{buf}[{index}] = r{value}"),
+            Stmt::AtomicAdd { buf, index, value } => {
+                writeln!(out, "{pad}{buf}[{index}] += r{value} (atomic)")
+            }
             Stmt::SharedLoad { reg, array, index } => {
                 writeln!(out, "{pad}r{reg} = shared{array}[{index}]")
             }
@@ -280,11 +283,15 @@ pub fn kernel_text(k: &GpuKernel) -> String {
     out
 }
 
-/// The text form of a mapped kernel: its scratch buffers, then each launch.
+/// The text form of a mapped kernel: its scratch buffers, the buffers zeroed before its
+/// launches (if any), then each launch.
 pub fn program_text(p: &GpuProgram) -> String {
     let mut out = String::new();
     for (i, t) in p.scratch.iter().enumerate() {
         let _ = writeln!(out, "scratch{i}: {t}");
+    }
+    for (b, t) in &p.zeroed {
+        let _ = writeln!(out, "zeroed {b}: {t}");
     }
     for k in &p.launches {
         out += &kernel_text(k);
@@ -404,6 +411,18 @@ pub fn verify(k: &GpuKernel, gpu: &Gpu) -> Result<(), String> {
                 Stmt::Store { value, buf, .. } => {
                     if !matches!(buf, Buf::Output(i) if *i < k.outputs.len()) {
                         return Err(format!("a store to {buf}, not an output"));
+                    }
+                    (vec![*value], vec![])
+                }
+                Stmt::AtomicAdd { value, buf, .. } => {
+                    let dtype = match buf {
+                        Buf::Output(i) => k.outputs.get(*i).map(|o| o.1.dtype),
+                        _ => None,
+                    };
+                    if !matches!(dtype, Some(DType::F32 | DType::F16)) {
+                        return Err(format!(
+                            "an atomic addition into {buf}, not an f32 or f16 output"
+                        ));
                     }
                     (vec![*value], vec![])
                 }
@@ -631,7 +650,7 @@ pub fn describe_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::Result<S
             .map(|v| l.func.values[v.index()].clone())
             .collect();
         let name = format!("k{i}_{}", inst.op.mnemonic());
-        match super::map(k, &ins, &target, opts.matmul_precision, &name) {
+        match super::map(k, &ins, &target, opts, &name) {
             Ok(p) => out += &program_text(&p),
             Err(e) => {
                 let _ = writeln!(out, "// #{i}: not mapped: {e}");
@@ -685,10 +704,13 @@ pub fn describe_fusion_gpu(f: &kiln_ir::Func, opts: &crate::Options) -> crate::R
             .map(|v| g.values[v.index()].clone())
             .collect();
         let name = format!("k{i}_{}", inst.op.mnemonic());
-        match super::map(k, &ins, &target, opts.matmul_precision, &name) {
+        match super::map(k, &ins, &target, opts, &name) {
             Ok(p) => {
                 for t in &p.scratch {
                     let _ = writeln!(s, "  scratch {t}");
+                }
+                for (b, t) in &p.zeroed {
+                    let _ = writeln!(s, "  zeroed {b}: {t}");
                 }
                 for k in &p.launches {
                     let _ = writeln!(

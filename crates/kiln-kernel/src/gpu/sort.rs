@@ -168,6 +168,7 @@ pub fn sort_program(
     }];
     Some(GpuProgram {
         scratch: Vec::new(),
+        zeroed: Vec::new(),
         launches: vec![GpuKernel {
             tensor_maps: Vec::new(),
             dynamic_shared: 0,

@@ -24,15 +24,25 @@ struct Access {
     readers: bool,
 }
 
-/// A block's stores: `(output, element, value)`, in order.
-pub(crate) type StoreLog = Vec<(usize, usize, V)>;
+/// How a logged write meets its element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// The value stored ([`Stmt::Store`]).
+    Store,
+    /// The value added, atomically ([`Stmt::AtomicAdd`]).
+    Add,
+}
+
+/// A block's stores and atomic additions: `(output, element, value, how)`, in order.
+pub(crate) type StoreLog = Vec<(usize, usize, V, Write)>;
 
 /// Where a block's stores go.
 pub(crate) enum Outputs<'a> {
     /// Into the launch's output buffers (blocks run one after the other).
     Direct(&'a mut [Buffer]),
-    /// Into a log of `(output, element, value)`, applied in block order once every block has
-    /// run (blocks run side by side; the outputs, by name and size, are then write-only).
+    /// Into a log of `(output, element, value, how)`, applied in block order once every block
+    /// has run (blocks run side by side; the outputs, by name and size, are then write-only:
+    /// an atomic addition reads its element only when the log is applied).
     Log(&'a [(String, usize)], &'a mut StoreLog),
 }
 
@@ -238,6 +248,46 @@ impl<'a> Block<'a> {
         Ok(out)
     }
 
+    /// Each active thread's `value` stored into, or added atomically to, element `index` of
+    /// output `buf`: in thread order, so the atomic additions of a block meet an element in
+    /// the order of its threads (and the blocks' in block order, as they run or as their logs
+    /// are applied).
+    fn write(
+        &mut self,
+        buf: Buf,
+        index: &Sc,
+        value: usize,
+        mask: &[bool],
+        how: Write,
+    ) -> Result<(), EmuError> {
+        let Buf::Output(k) = buf else {
+            return self.err(format!("a store to {buf}"));
+        };
+        let (name, len, dtype) = match &self.outputs {
+            Outputs::Direct(o) => o.get(k).map(|b| (b.name.clone(), b.data.len(), b.dtype)),
+            Outputs::Log(sizes, _) => (sizes.get(k).zip(self.k.outputs.get(k)))
+                .map(|(s, o)| (s.0.clone(), s.1, o.1.dtype)),
+        }
+        .map_or_else(|| self.err(format!("no output {k}")), Ok)?;
+        if how == Write::Add && !matches!(dtype, kiln_ir::DType::F32 | kiln_ir::DType::F16) {
+            return self.err(format!("an atomic addition into {name}, of {dtype}"));
+        }
+        for t in (0..self.k.block).filter(|&t| mask[t]) {
+            let i = self.sc(t, index);
+            let v = self.reg(t, value);
+            if i < 0 || i as usize >= len {
+                return self.err(format!(
+                    "out-of-bounds write: {name} index {i} of {len} elements (thread {t})"
+                ));
+            }
+            match &mut self.outputs {
+                Outputs::Direct(o) => o[k].write(i as usize, v, how),
+                Outputs::Log(_, log) => log.push((k, i as usize, v, how)),
+            }
+        }
+        Ok(())
+    }
+
     fn stmts(&mut self, body: &[Stmt], mask: &[bool]) -> Result<(), EmuError> {
         for s in body {
             self.stmt(s, mask)?;
@@ -359,27 +409,10 @@ impl<'a> Block<'a> {
                 }
             }
             Stmt::Store { buf, index, value } => {
-                let Buf::Output(k) = *buf else {
-                    return self.err(format!("a store to {buf}"));
-                };
-                let (name, len) = match &self.outputs {
-                    Outputs::Direct(o) => o.get(k).map(|b| (b.name.clone(), b.data.len())),
-                    Outputs::Log(sizes, _) => sizes.get(k).cloned(),
-                }
-                .map_or_else(|| self.err(format!("no output {k}")), Ok)?;
-                for t in active() {
-                    let i = self.sc(t, index);
-                    let v = self.reg(t, *value);
-                    if i < 0 || i as usize >= len {
-                        return self.err(format!(
-                            "out-of-bounds write: {name} index {i} of {len} elements (thread {t})"
-                        ));
-                    }
-                    match &mut self.outputs {
-                        Outputs::Direct(o) => o[k].store(i as usize, v),
-                        Outputs::Log(_, log) => log.push((k, i as usize, v)),
-                    }
-                }
+                self.write(*buf, index, *value, mask, Write::Store)?
+            }
+            Stmt::AtomicAdd { buf, index, value } => {
+                self.write(*buf, index, *value, mask, Write::Add)?
             }
             Stmt::SharedLoad { reg, array, index } => {
                 for t in active() {

@@ -1,9 +1,10 @@
 //! The GPU emulator: runs the GPU IR ([`kiln_kernel::gpu`]) on the CPU with the GPU's
 //! semantics, so the mapping is tested where there is no GPU.
 //!
-//! Blocks run side by side on rayon (their stores logged and applied in block order, so the
-//! result is that of blocks run one after the other, as a launch that reads its own outputs
-//! runs); the threads of a block run in lockstep, statement by
+//! Blocks run side by side on rayon (their stores and atomic additions logged and applied in
+//! block order, so the result is that of blocks run one after the other, as a launch that
+//! reads its own outputs runs; an atomic addition reads its element as it is applied, one at
+//! a time per element, in the order of the blocks and of their threads); the threads of a block run in lockstep, statement by
 //! statement (`block.rs`: masks for `if`s and loops, barriers that must be reached by the
 //! whole block, shuffles that read the other lanes' registers, shared memory checked for
 //! races). Elements are computed as the compiled CPU path computes them ([`value`]). Any
@@ -121,6 +122,23 @@ impl Buffer {
         r.map_err(|e| EmuError(format!("{}: {e}", self.name)))
     }
 
+    /// Adds `v` (rounded to the dtype first, as a register is converted for an atomic
+    /// addition) to the float element `i`, the sum rounded once to the dtype: what one
+    /// `red.global.add` does to its element (a sum of two f32 or f16 values computed in f64 and
+    /// rounded once is correctly rounded).
+    pub fn add(&mut self, i: usize, v: V) {
+        let x = round_to(self.dtype, v.f());
+        self.data[i] = V::F(round_to(self.dtype, self.data[i].f() + x));
+    }
+
+    /// Stores `v` at `i` or adds it there ([`Buffer::store`], [`Buffer::add`]).
+    pub(crate) fn write(&mut self, i: usize, v: V, how: block::Write) {
+        match how {
+            block::Write::Store => self.store(i, v),
+            block::Write::Add => self.add(i, v),
+        }
+    }
+
     /// Stores `v` at `i`, rounded or wrapped to the dtype.
     pub fn store(&mut self, i: usize, v: V) {
         self.data[i] = if held_as_float(self.dtype) {
@@ -140,7 +158,8 @@ fn held_as_float(d: DType) -> bool {
 }
 
 /// Runs the mapped kernel `p` on `inputs` (the kernel's inputs, by index), writing `outputs`
-/// (its result, then its extra outputs), launch after launch.
+/// (its result, then its extra outputs): the buffers it zeroes set to negative zero, then
+/// launch after launch.
 pub fn run_program(
     p: &GpuProgram,
     inputs: &[&Buffer],
@@ -152,6 +171,15 @@ pub fn run_program(
         .enumerate()
         .map(|(i, t)| Buffer::zeros(&format!("scratch{i}"), t))
         .collect();
+    for (b, _) in &p.zeroed {
+        let buf = match *b {
+            Buf::Output(i) => outputs.get_mut(i),
+            Buf::Scratch(s) => scratch.get_mut(s),
+            Buf::Input(_) => None,
+        }
+        .ok_or_else(|| EmuError(format!("zeroes {b}, not an output or scratch buffer")))?;
+        buf.data.fill(V::F(-0.0));
+    }
     for k in &p.launches {
         // The launch's outputs are moved out of where they live while it runs (a buffer both
         // read and written by one launch reads as empty: out of bounds).
@@ -222,8 +250,8 @@ pub fn run_kernel(
         })
         .collect();
     for log in logs {
-        for (o, i, v) in log? {
-            outputs[o].store(i, v);
+        for (o, i, v, how) in log? {
+            outputs[o].write(i, v, how);
         }
     }
     Ok(())

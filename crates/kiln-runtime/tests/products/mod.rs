@@ -5,7 +5,6 @@
 use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{DType, Func, Literal, TensorType};
 use kiln_kernel::gpu::ir::{GpuProgram, Stmt};
-use kiln_kernel::options::MatmulPrecision;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_program};
 
@@ -157,7 +156,7 @@ pub fn mapped(f: &Func, target: &TargetInfo, dtype: Option<DType>) -> Vec<GpuPro
                 })
                 .collect();
             Some(
-                kiln_kernel::gpu::map(k, &ins, target, MatmulPrecision::Highest, "product")
+                kiln_kernel::gpu::map(k, &ins, target, &kiln_kernel::Options::default(), "product")
                     .expect("maps"),
             )
         })

@@ -573,6 +573,7 @@ mod tests {
             gpu,
             sums: TargetInfo::h200().sums,
             precision: MatmulPrecision::Highest,
+            float_atomics: false,
         }
     }
 

@@ -46,7 +46,8 @@ impl Mapper<'_> {
             return None;
         }
         let rows: usize = out.shape[..split].iter().product();
-        if rows >= self.gpu.sms {
+        // No rows (an empty output): no block would have anything to do.
+        if rows == 0 || rows >= self.gpu.sms {
             return None;
         }
         let blocks = self.gpu.sms * self.gpu.blocks_per_sm;
@@ -93,6 +94,7 @@ impl Mapper<'_> {
         let second = self.nest(name, out, vars + 1, ins, outs);
         Some(GpuProgram {
             scratch,
+            zeroed: Vec::new(),
             launches: vec![first, second],
         })
     }

@@ -150,6 +150,7 @@ impl Mapper<'_> {
         if let Some(l) = attention {
             return Ok(GpuProgram {
                 scratch: Vec::new(),
+                zeroed: Vec::new(),
                 launches: vec![l],
             });
         }
@@ -234,7 +235,7 @@ impl Mapper<'_> {
                 narrow.as_ref(),
             ));
         }
-        Ok(GpuProgram { scratch, launches })
+        Ok(GpuProgram::new(scratch, launches))
     }
 
     /// The product `a x b` of the first two `inputs`, stored at its place in `out` (by

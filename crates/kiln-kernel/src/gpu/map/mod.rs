@@ -55,6 +55,15 @@
 //!   output element visiting the windows that cover it, each window's selection recomputed
 //!   ([`MapKind::SelectScatter`], `select_scatter.rs`). Both are the sequential result bit
 //!   for bit, without atomics.
+//! - Float atomics only where the options allow them ([`Options::float_atomics`], off by
+//!   default): then an f32 sum that splits (above) runs in one launch whose blocks or threads
+//!   add their partials into the result, zeroed first (the program's
+//!   [`GpuProgram::zeroed`]), by [`Stmt::AtomicAdd`] ([`MapKind::SplitAtomic`],
+//!   [`MapKind::ColumnAtomic`]), and an f32 or f16 scatter-add that would sort its updates
+//!   copies its operand and adds each update into its target atomically instead
+//!   ([`MapKind::ScatterAtomic`], `scatter_atomic.rs`). bf16 keeps the deterministic forms:
+//!   PTX's `red.add.noftz.bf16` needs sm_90, and the kernels also assemble for sm_80. The
+//!   order of the additions is the hardware's, so the last bits vary from run to run.
 //!
 //! # The order of a cooperative sum, and its error bound
 //!
@@ -82,7 +91,7 @@ use super::ir::*;
 use crate::access::free_vars;
 use crate::ir::{ConvPatches, Ew, Expr, Idx, Kernel, Rewriter, Schedule, Visitor};
 use crate::key::{ValueKey, value_key};
-use crate::options::MatmulPrecision;
+use crate::options::{MatmulPrecision, Options};
 use crate::target::{Gpu, SumTree, TargetInfo};
 use kiln_ir::{Combiner, DType, OpKind, TensorType};
 
@@ -94,6 +103,7 @@ mod fold_split;
 mod gemm;
 mod row_cache;
 mod scatter;
+mod scatter_atomic;
 mod scatter_sorted;
 mod select_scatter;
 mod split;
@@ -108,22 +118,24 @@ use row_cache::{RowCache, Rows};
 use select_scatter::SelectWindows;
 
 /// `k` (with inputs of types `inputs`, extra outputs after them) mapped onto the GPU of
-/// `target`, its launches named after `name`, f32 products in `precision` (the options'
-/// [`MatmulPrecision`]: TF32 on the tensor cores where it allows it and the GPU has them); an
-/// error for a target without a GPU. A launch whose shared arrays take more than a kernel may
-/// declare statically holds them in dynamic shared memory ([`GpuKernel::place_shared`]).
+/// `target`, its launches named after `name`, as `opts` allow: f32 products in the options'
+/// [`MatmulPrecision`] (TF32 on the tensor cores where it allows it and the GPU has them),
+/// float atomics where [`Options::float_atomics`] allows them (`split.rs`,
+/// `scatter_atomic.rs`); an error for a target without a GPU. A launch whose shared arrays take
+/// more than a kernel may declare statically holds them in dynamic shared memory
+/// ([`GpuKernel::place_shared`]).
 pub fn map(
     k: &Kernel,
     inputs: &[TensorType],
     target: &TargetInfo,
-    precision: MatmulPrecision,
+    opts: &Options,
     name: &str,
 ) -> Result<GpuProgram, String> {
     let gpu = target
         .gpu
         .as_ref()
         .ok_or_else(|| format!("{name}: the target has no GPU"))?;
-    let mut p = map_launches(k, inputs, target, gpu, precision, name)?;
+    let mut p = map_launches(k, inputs, target, gpu, opts, name)?;
     for launch in &mut p.launches {
         launch.place_shared(gpu);
     }
@@ -136,13 +148,14 @@ fn map_launches(
     inputs: &[TensorType],
     target: &TargetInfo,
     gpu: &Gpu,
-    precision: MatmulPrecision,
+    opts: &Options,
     name: &str,
 ) -> Result<GpuProgram, String> {
     let m = Mapper {
         gpu,
         sums: target.sums,
-        precision,
+        precision: opts.matmul_precision,
+        float_atomics: opts.float_atomics,
     };
     let ins: Vec<(Buf, TensorType)> = inputs
         .iter()
@@ -154,6 +167,7 @@ fn map_launches(
             let a = m.transpose_dim(k).expect("checked");
             Ok(GpuProgram {
                 scratch: Vec::new(),
+                zeroed: Vec::new(),
                 launches: vec![m.transpose_tiles(name, k, a, ins)],
             })
         }
@@ -173,6 +187,7 @@ fn map_launches(
                 }
                 return Ok(GpuProgram {
                     scratch: Vec::new(),
+                    zeroed: Vec::new(),
                     launches: vec![m.fold_rows(name, &k.out, k.vars, ins, outs, &folds)],
                 });
             }
@@ -193,6 +208,7 @@ fn map_launches(
             kind,
         } => Ok(GpuProgram {
             scratch: Vec::new(),
+            zeroed: Vec::new(),
             launches: vec![m.select_scatter(
                 name,
                 k,
@@ -215,6 +231,8 @@ struct Mapper<'g> {
     sums: SumTree,
     /// The precision f32 products may run in.
     precision: MatmulPrecision,
+    /// Whether float sums may be combined by atomic additions ([`Options::float_atomics`]).
+    float_atomics: bool,
 }
 
 /// A launch's buffers with their types (its inputs, its outputs).

@@ -21,6 +21,10 @@
 //! the shared memory for its tiles) does the scatter scan where that pays
 //! ([`Mapper::scan_pays`]) or run on one thread, in order.
 //!
+//! Where the options allow float atomics, an f32 or f16 scatter-add that would sort its
+//! updates adds them into the copied operand atomically instead (`scatter_atomic.rs`), its
+//! last bits then depending on the order the hardware runs the threads.
+//!
 //! The IR's scatter has no `unique_indices` or `indices_are_sorted` flags, so no path
 //! relies on them.
 
@@ -31,6 +35,7 @@ use super::*;
 fn one(launch: GpuKernel) -> GpuProgram {
     GpuProgram {
         scratch: Vec::new(),
+        zeroed: Vec::new(),
         launches: vec![launch],
     }
 }
@@ -171,6 +176,9 @@ impl Mapper<'_> {
         };
         if self.scan_steps(total, updates_total) <= SCAN_STEPS {
             return one(self.scatter_by_elements(name, k, inputs, updates_total, kind, scan, r));
+        }
+        if let Some(p) = self.scatter_atomic(name, k, &inputs, kind, &targets, Regs(r.0)) {
+            return p;
         }
         let regs = Regs(r.0);
         if let Some(p) = self.scatter_sorted(name, k, inputs.clone(), kind, targets, regs) {

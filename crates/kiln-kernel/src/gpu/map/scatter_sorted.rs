@@ -300,6 +300,6 @@ impl Mapper<'_> {
                 body,
             }],
         });
-        Some(GpuProgram { scratch, launches })
+        Some(GpuProgram::new(scratch, launches))
     }
 }

@@ -36,8 +36,28 @@
 //! `ir-specs/ops/reduce.md` as the row mapping's are (see `mod.rs`). Reductions
 //! that read another one (softmax's sum of `exp(x - max)`) stay with the row mapping, which
 //! computes them in one pass.
+//!
+//! Where the options allow float atomics ([`Options::float_atomics`]) and every output is an
+//! f32 sum and nothing else (a sum over a whole tensor, a bias gradient; not a mean, whose
+//! epilogue needs the whole sum), the split runs in one launch instead: the same blocks
+//! ([`MapKind::SplitAtomic`]) or threads ([`MapKind::ColumnAtomic`]) over the same slices,
+//! each adding its slice's sum into its output element by [`Stmt::AtomicAdd`], the first
+//! slice's with the reduction's start value added, into outputs the program zeroes first
+//! ([`GpuProgram::zeroed`]; negative zero, the sum's identity). No scratch and no second
+//! launch. Each partial is computed as before; only the last step changes: the `K` partials
+//! meet in a chain of `K` additions, in whatever order the hardware runs them, instead of one
+//! or two levels of `fanout` chains, so the last bits vary from run to run.
 
 use super::*;
+
+/// Where a split's first launch puts each reduction's result.
+enum Sink<'a> {
+    /// Reduction `i`'s partials into scratch buffer `i`, which the second launch reduces.
+    Scratch,
+    /// Added atomically into the outputs `(buffer, type, reduction)`, zeroed before the
+    /// launch; the first slice adds the reduction's start value too.
+    Atomic(&'a [(Buf, TensorType, usize)]),
+}
 
 /// How a loop nest's reductions are split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,11 +82,31 @@ impl Mapper<'_> {
         let bodies: Vec<&Expr> = outs.iter().map(|o| &o.2).collect();
         let hoisted = hoistable(&bodies, out.shape.len());
         match self.split_of(out, &hoisted) {
-            Some((split, rows, how)) => {
-                self.split_launches(name, out, vars, inputs, outs, &hoisted, (split, rows, how))
-            }
+            Some((split, rows, how)) => match self.atomic_sums(&outs, &hoisted) {
+                Some(adds) => {
+                    let sink = Sink::Atomic(&adds);
+                    let launch = self.partials(
+                        name,
+                        out,
+                        vars,
+                        &inputs,
+                        &hoisted,
+                        (split, rows, how),
+                        &sink,
+                    );
+                    GpuProgram {
+                        scratch: Vec::new(),
+                        zeroed: adds.iter().map(|(b, t, _)| (*b, t.clone())).collect(),
+                        launches: vec![launch],
+                    }
+                }
+                None => {
+                    self.split_launches(name, out, vars, inputs, outs, &hoisted, (split, rows, how))
+                }
+            },
             None => GpuProgram {
                 scratch: Vec::new(),
+                zeroed: Vec::new(),
                 launches: vec![self.nest(name, out, vars, inputs, outs)],
             },
         }
@@ -92,6 +132,10 @@ impl Mapper<'_> {
             return None;
         }
         let rows: usize = out.shape[..split].iter().product();
+        if rows == 0 {
+            // An empty output: the row mapping's one idle block.
+            return None;
+        }
         let blocks = self.gpu.sms * self.gpu.blocks_per_sm;
         if split > 0 && hoisted.iter().all(|h| columnar(h, split - 1)) {
             let tiles = rows.div_ceil(self.partials_block()).max(1);
@@ -114,6 +158,40 @@ impl Mapper<'_> {
             .div_ceil(rows.max(1))
             .min(longest.div_ceil(self.gpu.block_reduce_min.max(1)));
         (k >= 2).then_some((split, rows, Split::Full(self.slices(k))))
+    }
+
+    /// Where float atomics are allowed and every output of `outs` is an f32 sum of `hoisted`
+    /// and nothing more: each output with its reduction's index (else `None`: the split's
+    /// deterministic two launches).
+    fn atomic_sums(
+        &self,
+        outs: &[(Buf, TensorType, Expr)],
+        hoisted: &[Expr],
+    ) -> Option<Vec<(Buf, TensorType, usize)>> {
+        if !self.float_atomics {
+            return None;
+        }
+        let keys: Vec<ValueKey> = hoisted.iter().map(value_key).collect();
+        let mut adds = Vec::with_capacity(outs.len());
+        for (b, t, e) in outs {
+            let sum = matches!(
+                e,
+                Expr::Reduce {
+                    kind: Combiner::Add,
+                    dtype: DType::F32,
+                    ..
+                }
+            );
+            if !sum || t.dtype != DType::F32 {
+                return None;
+            }
+            let i = keys.iter().position(|k| *k == value_key(e))?;
+            adds.push((*b, t.clone(), i));
+        }
+        // Every reduction is one of the outputs (none computed only for an epilogue).
+        (0..hoisted.len())
+            .all(|i| adds.iter().any(|a| a.2 == i))
+            .then_some(adds)
     }
 
     /// Threads of a partials block: an elementwise block's, within what a block may have and
@@ -211,7 +289,15 @@ impl Mapper<'_> {
                 shape: vec![rows * k],
             })
             .collect();
-        let first = self.partials(name, out, vars, &inputs, hoisted, (split, rows, how));
+        let first = self.partials(
+            name,
+            out,
+            vars,
+            &inputs,
+            hoisted,
+            (split, rows, how),
+            &Sink::Scratch,
+        );
         // The nest over the partials: reduction `i` is the reduction of partials
         // `row · K + k` (full) or `k · rows + row` (columns) over `k`, in order.
         let row_strides = {
@@ -251,11 +337,14 @@ impl Mapper<'_> {
         let second = self.nest(name, out, vars + 2, ins, outs);
         GpuProgram {
             scratch,
+            zeroed: Vec::new(),
             launches: vec![first, second],
         }
     }
 
-    /// The first launch: each reduction's partial results into scratch buffer `i`.
+    /// The first launch: each reduction's partial results into scratch buffer `i`, or added
+    /// into the outputs atomically (as `sink` says: then the only launch).
+    #[allow(clippy::too_many_arguments)]
     fn partials(
         &self,
         name: &str,
@@ -264,6 +353,7 @@ impl Mapper<'_> {
         inputs: &[(Buf, TensorType)],
         hoisted: &[Expr],
         (split, rows, how): (usize, usize, Split),
+        sink: &Sink,
     ) -> GpuKernel {
         let block = self.partials_block();
         let mut r = Regs::default();
@@ -331,30 +421,78 @@ impl Mapper<'_> {
                 &mut shared,
                 &mut each,
             );
+            let put = match sink {
+                Sink::Scratch => {
+                    outputs.push((
+                        Buf::Scratch(i),
+                        TensorType {
+                            dtype: h.dtype(),
+                            shape: vec![grid_len(rows, how)],
+                        },
+                    ));
+                    let at = match how {
+                        Split::Full(_) => Sc::Reg(blk),
+                        Split::Columns(_) => {
+                            Sc::plus(Sc::times(Sc::Reg(slice), c(rows)), Sc::Reg(row))
+                        }
+                    };
+                    vec![Stmt::Store {
+                        buf: Buf::Output(i),
+                        index: at,
+                        value: s,
+                    }]
+                }
+                Sink::Atomic(adds) => {
+                    let Expr::Reduce { init, .. } = h else {
+                        unreachable!("hoisted reductions only")
+                    };
+                    let start = r.next();
+                    let mut put = vec![Stmt::If {
+                        cond: Sc::eq(Sc::Reg(slice), c(0)),
+                        body: vec![
+                            Stmt::Eval {
+                                reg: start,
+                                expr: (**init).clone(),
+                                scalars: Vec::new(),
+                            },
+                            Stmt::Combine {
+                                acc: s,
+                                value: start,
+                                kind: Combiner::Add,
+                                dtype: DType::F32,
+                            },
+                        ],
+                    }];
+                    for (o, _) in adds.iter().enumerate().filter(|a| a.1.2 == i) {
+                        put.push(Stmt::AtomicAdd {
+                            buf: Buf::Output(o),
+                            index: Sc::Reg(row),
+                            value: s,
+                        });
+                    }
+                    put
+                }
+            };
             match how {
-                // Every thread holds the block's partial; the first stores it.
+                // Every thread holds the block's partial; the first stores or adds it.
                 Split::Full(_) => each.push(Stmt::If {
                     cond: Sc::eq(sp(Special::Thread), c(0)),
-                    body: vec![Stmt::Store {
-                        buf: Buf::Output(i),
-                        index: Sc::Reg(blk),
-                        value: s,
-                    }],
+                    body: put,
                 }),
-                Split::Columns(_) => each.push(Stmt::Store {
-                    buf: Buf::Output(i),
-                    index: Sc::plus(Sc::times(Sc::Reg(slice), c(rows)), Sc::Reg(row)),
-                    value: s,
-                }),
+                Split::Columns(_) => each.extend(put),
             }
-            outputs.push((
-                Buf::Scratch(i),
-                TensorType {
-                    dtype: h.dtype(),
-                    shape: vec![grid_len(rows, how)],
-                },
-            ));
         }
+        let kind = match (sink, kind) {
+            (Sink::Scratch, kind) => kind,
+            (Sink::Atomic(adds), kind) => {
+                outputs = adds.iter().map(|(b, t, _)| (*b, t.clone())).collect();
+                if kind == MapKind::SplitPartials {
+                    MapKind::SplitAtomic
+                } else {
+                    MapKind::ColumnAtomic
+                }
+            }
+        };
         match how {
             Split::Full(_) => body.extend(each),
             Split::Columns(_) => body.push(Stmt::If {
@@ -362,13 +500,18 @@ impl Mapper<'_> {
                 body: each,
             }),
         }
-        self.partials_kernel(
+        let mut launch = self.partials_kernel(
             (name, kind),
             (inputs.to_vec(), outputs, shared),
             (r.0, vars),
             (grid, block),
             (blk, body),
-        )
+        );
+        if let Sink::Atomic(_) = sink {
+            // The program's only launch.
+            launch.name = name.to_string();
+        }
+        launch
     }
 
     /// A partials launch `name.partials` of `grid` blocks of `block` threads: register `blk`

@@ -538,6 +538,7 @@ mod tests {
             gpu: &gpu,
             sums: TargetInfo::h200().sums,
             precision: MatmulPrecision::Highest,
+            float_atomics: false,
         };
         m.mma_pipeline(&tile, k, MmaOperand::Bf16)
     }
@@ -572,6 +573,7 @@ mod tests {
                 gpu,
                 sums: TargetInfo::h200().sums,
                 precision: MatmulPrecision::Highest,
+                float_atomics: false,
             };
             m.mma_pipeline(&tile, 8192, MmaOperand::Bf16)
         };
@@ -601,6 +603,7 @@ mod tests {
                 gpu,
                 sums: TargetInfo::h200().sums,
                 precision,
+                float_atomics: false,
             };
             m.mma_tile((256, 256), f32s).map(|(t, op)| (t.m, t.n, op))
         };
@@ -616,6 +619,7 @@ mod tests {
             gpu: &gpu,
             sums: TargetInfo::h200().sums,
             precision: MatmulPrecision::Highest,
+            float_atomics: false,
         };
         let bf16 = m.mma_tile((256, 256), (DType::BF16, DType::BF16, DType::F32));
         assert_eq!(bf16.map(|t| t.1), Some(MmaOperand::Bf16));
@@ -629,6 +633,7 @@ mod tests {
             gpu: &gpu,
             sums: TargetInfo::h200().sums,
             precision: MatmulPrecision::Tf32,
+            float_atomics: false,
         };
         let tile = gpu.mma_tiles[0];
         assert_eq!((tile.m, tile.n, tile.k), (128, 64, 64));

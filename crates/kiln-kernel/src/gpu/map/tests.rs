@@ -6,11 +6,17 @@ use crate::options::Options;
 
 /// The launches of the first kernel of `src` lowered for an H200.
 fn mapped(src: &str) -> GpuProgram {
+    mapped_under(src, &Options::default(), |_| {})
+}
+
+/// The launches of the first kernel of `src` lowered under `opts` for an H200 changed by
+/// `change`, each verified.
+fn mapped_under(src: &str, opts: &Options, change: impl Fn(&mut Gpu)) -> GpuProgram {
     let f = kiln_ir::parse_func_text(src).expect("valid IR");
-    let target = TargetInfo::h200();
+    let mut target = TargetInfo::h200();
+    change(target.gpu.as_mut().unwrap());
     let l =
-        crate::pipeline::lower_program(&f, &[], &Options::default(), &target, None, &mut |_| {})
-            .expect("lowers");
+        crate::pipeline::lower_program(&f, &[], opts, &target, None, &mut |_| {}).expect("lowers");
     let i = l
         .fused
         .kernels
@@ -25,7 +31,7 @@ fn mapped(src: &str) -> GpuProgram {
         l.fused.kernels[i].as_ref().unwrap(),
         &ins,
         &target,
-        MatmulPrecision::Highest,
+        opts,
         "k",
     )
     .expect("maps");
@@ -124,6 +130,12 @@ fn few_long_rows_and_columns_split_over_blocks_in_two_launches() {
     let text = program_text(&col);
     assert!(text.contains("over v2 < 8"), "{text}");
     assert!(!text.contains("shfl"), "{text}");
+    // No rows: nothing to split (a grid of no blocks would not launch).
+    let empty = mapped(&row_sum("0,100000", "0"));
+    assert!(empty.launches.iter().all(|k| k.grid >= 1));
+    assert_eq!(empty.launches.len(), 1);
+    let argmax = "func @main(%0: f32[0,100000]) -> f32[0] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[0]\n  return %2\n}\n";
+    assert!(mapped(argmax).launches.iter().all(|k| k.grid >= 1));
     // A softmax's sum reads its maximum: the row mapping keeps both in one pass.
     let soft = "func @main(%0: f32[3,100000]) -> f32[3,100000] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[3]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[3,100000]\n  %4 = subtract %0, %3 : f32[3,100000]\n  %5 = exponential %4 : f32[3,100000]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[3]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[3,100000]\n  %9 = divide %5, %8 : f32[3,100000]\n  return %9\n}\n";
     let p = mapped(soft);
@@ -145,7 +157,7 @@ fn a_target_without_a_gpu_maps_nothing() {
         k,
         &[f.values[0].clone()],
         &TargetInfo::reference(),
-        MatmulPrecision::Highest,
+        &Options::default(),
         "k",
     )
     .unwrap_err();
@@ -169,34 +181,7 @@ fn a_softmax_computes_each_row_reduction_once() {
 
 /// The launches of the first kernel of `src` lowered for an H200 changed by `change`.
 fn mapped_with(src: &str, change: impl Fn(&mut Gpu)) -> GpuProgram {
-    let f = kiln_ir::parse_func_text(src).expect("valid IR");
-    let mut target = TargetInfo::h200();
-    change(target.gpu.as_mut().unwrap());
-    let l =
-        crate::pipeline::lower_program(&f, &[], &Options::default(), &target, None, &mut |_| {})
-            .expect("lowers");
-    let i = l
-        .fused
-        .kernels
-        .iter()
-        .position(Option::is_some)
-        .expect("a kernel");
-    let ins: Vec<TensorType> = l.fused.operands[i]
-        .iter()
-        .map(|v| l.func.values[v.index()].clone())
-        .collect();
-    let p = map(
-        l.fused.kernels[i].as_ref().unwrap(),
-        &ins,
-        &target,
-        MatmulPrecision::Highest,
-        "k",
-    )
-    .expect("maps");
-    for k in &p.launches {
-        verify(k, target.gpu.as_ref().unwrap()).expect("verifies");
-    }
-    p
+    mapped_under(src, &Options::default(), change)
 }
 
 fn softmax(rows: usize, cols: usize, dtype: &str) -> String {
@@ -447,4 +432,89 @@ fn attention_register_tiles_load_less_than_they_multiply() {
     let mut found = Vec::new();
     loops(&l.body, &mut found);
     assert_eq!(found, vec![(8, 16), (12, 32)]);
+}
+
+/// The options with float atomics allowed.
+fn atomics() -> Options {
+    Options {
+        float_atomics: true,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn float_atomics_sum_whole_tensors_and_columns_in_one_launch_where_allowed() {
+    // The blocks of the split above, each adding its partial into the zeroed result.
+    let full = mapped_under(&row_sum("3,100000", "3"), &atomics(), |_| {});
+    let kinds: Vec<_> = (full.launches.iter())
+        .map(|k| (k.kind, k.grid, k.block))
+        .collect();
+    assert_eq!(kinds, [(MapKind::SplitAtomic, 48, 256)]);
+    assert!(full.scratch.is_empty());
+    let zeroed = vec![(Buf::Output(0), TensorType::new(DType::F32, vec![3]))];
+    assert_eq!(full.zeroed, zeroed);
+    let text = program_text(&full);
+    assert_eq!(text.matches("(atomic)").count(), 1, "{text}");
+    assert!(text.starts_with("zeroed out0: f32[3]\n"), "{text}");
+    let column = "func @main(%0: f32[1000,300]) -> f32[300] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = add} : f32[300]\n  return %2\n}\n";
+    let col = mapped_under(column, &atomics(), |_| {});
+    let kinds: Vec<_> = col.launches.iter().map(|k| (k.kind, k.grid)).collect();
+    assert_eq!(kinds, [(MapKind::ColumnAtomic, 16)]);
+    assert_eq!(col.zeroed.len(), 1);
+    // Off by default: the deterministic two launches, nothing zeroed.
+    let det = mapped(column);
+    assert_eq!(det.launches.len(), 2);
+    assert!(det.zeroed.is_empty());
+    // Only bare f32 sums: a mean (an epilogue after the sum), a maximum, f64 and bf16 sums
+    // keep their two launches.
+    let mean = "func @main(%0: f32[100000]) -> f32[] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = add} : f32[]\n  %3 = constant {value = 0.00001} : f32[]\n  %4 = multiply %2, %3 : f32[]\n  return %4\n}\n";
+    let max = "func @main(%0: f32[100000]) -> f32[] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [0], kind = max} : f32[]\n  return %2\n}\n";
+    let sum = |dt: &str| {
+        format!(
+            "func @main(%0: {dt}[100000]) -> {dt}[] {{\n  %1 = constant {{value = 0.0}} : {dt}[]\n  %2 = reduce %0, %1 {{dimensions = [0], kind = add}} : {dt}[]\n  return %2\n}}\n"
+        )
+    };
+    assert_eq!(
+        mapped_under(&sum("f32"), &atomics(), |_| {}).launches[0].kind,
+        MapKind::SplitAtomic
+    );
+    for src in [mean.to_string(), max.to_string(), sum("f64"), sum("bf16")] {
+        let p = mapped_under(&src, &atomics(), |_| {});
+        let kinds: Vec<_> = p.launches.iter().map(|k| k.kind).collect();
+        assert_eq!(kinds[0], MapKind::SplitPartials, "{src}");
+        assert_eq!(kinds.len(), 2, "{src}");
+        assert!(p.zeroed.is_empty(), "{src}");
+    }
+}
+
+#[test]
+fn float_atomics_scatter_add_f32_and_f16_without_sorting() {
+    // 20000 updates into 1000 elements: the sorted form (a radix sort) by default.
+    let text = |dt: &str, kind: &str| {
+        format!(
+            "func @main(%0: {dt}[1000], %1: i32[20000,1], %2: {dt}[20000]) -> {dt}[1000] {{\n  %3 = scatter %0, %1, %2 {{update_window_dims = [], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1, kind = {kind}}} : {dt}[1000]\n  return %3\n}}\n"
+        )
+    };
+    for (dt, kind, atomic) in [
+        ("f32", "add", true),
+        ("f16", "add", true),
+        ("bf16", "add", false),
+        ("f32", "max", false),
+        ("i32", "add", false),
+    ] {
+        let p = mapped_under(&text(dt, kind), &atomics(), |_| {});
+        let kinds: Vec<_> = p.launches.iter().map(|k| k.kind).collect();
+        let printed = program_text(&p);
+        if atomic {
+            assert_eq!(kinds, [MapKind::ScatterAtomic; 2], "{dt} {kind}");
+            assert_eq!(printed.matches("(atomic)").count(), 1, "{printed}");
+            assert!(p.scratch.is_empty() && p.zeroed.is_empty());
+        } else {
+            assert!(kinds.contains(&MapKind::Sort), "{dt} {kind}: {kinds:?}");
+            assert!(!printed.contains("(atomic)"), "{printed}");
+        }
+        // Off by default: sorted.
+        let det = mapped(&text(dt, kind));
+        assert!(det.launches.iter().any(|k| k.kind == MapKind::Sort));
+    }
 }

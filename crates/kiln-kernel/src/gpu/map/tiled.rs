@@ -375,6 +375,7 @@ mod tests {
                 gpu,
                 sums: TargetInfo::h200().sums,
                 precision: MatmulPrecision::Highest,
+                float_atomics: false,
             };
             m.tiled_stages(&tile, k, dtype)
         };

@@ -108,7 +108,7 @@ pub(super) fn program(
         TensorType::new(s.key, [total]),
         TensorType::new(DType::I64, [total]),
     ];
-    GpuProgram { scratch, launches }
+    GpuProgram::new(scratch, launches)
 }
 
 /// What the launches of one long sort depend on.

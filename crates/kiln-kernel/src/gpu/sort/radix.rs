@@ -407,7 +407,7 @@ pub(super) fn program(
         launches.push(x.scatter(p, passes));
     }
     let scratch = (0..=OFFSETS).map(|b| x.scratch(b).1).collect();
-    Some(GpuProgram { scratch, launches })
+    Some(GpuProgram::new(scratch, launches))
 }
 
 impl Radix<'_> {
