@@ -8,8 +8,8 @@ use crate::common::Base;
 use crate::common::math::Math;
 use crate::common::scalar::Scalar;
 use crate::kernel::{
-    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, value_key, var_plus_const,
-    visit,
+    Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, speculatable, value_key,
+    var_plus_const, visit,
 };
 use crate::{Error, Result, storage};
 use inkwell::attributes::{Attribute, AttributeLoc};

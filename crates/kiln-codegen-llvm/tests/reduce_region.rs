@@ -4,9 +4,10 @@
 //! argmin with NaN and tie rules, integer bodies (exclusive or, wrapping sum, a sum and a count
 //! together), over random shapes and reduced dimensions, empty ones included; and a body the
 //! expansion does not take, which the host folds with the body's compiled program. The same for
-//! `reduce_window_region`: argmax pooling over windows with strides, dilations and padding, and
-//! windows too large to expand (one fold kernel in the reference's order, so that even a body
-//! whose result depends on the order agrees); and `map`, expanded or run per element.
+//! `reduce_window_region` (one fold kernel in the reference's order, so that even a body whose
+//! result depends on the order agrees; many outputs side by side in vector lanes): argmax
+//! pooling over windows with strides, dilations and padding, small and large windows, ragged
+//! tails of outputs; and `map`, expanded or run per element.
 
 use kiln_codegen_llvm::cpu::{CpuExecutable, Step};
 use kiln_ir::{DType, Literal, TensorType, parse_func_text};
@@ -324,8 +325,8 @@ fn window_program(shape: &[usize], window: &Window, ops: &str) -> String {
     )
 }
 
-/// Windows of more than 256 elements (which the expansion does not take) are one fold kernel
-/// each, folding every window in the reference's order: argmax pooling, and a body whose
+/// Windows of more than 256 elements (which the expansion would not take either) are one fold
+/// kernel each, folding every window in the reference's order: argmax pooling, and a body whose
 /// result depends on the order (`acc / 2 + x`, rounded at every step) over a 1 x 1024 window
 /// with strides and padding, a 1024-element window along one dimension (the loop vector
 /// lanes would take) and a global 64 x 64 window, bit for bit.
@@ -376,6 +377,120 @@ fn windows_too_large_to_expand_are_one_kernel_in_order() {
         check(&text, &[x, init], false);
         assert_eq!(kernels(&text), 1, "{text}");
     }
+}
+
+/// Whether `text` compiles to a kernel whose loop runs in strips (see
+/// `kiln_kernel::loop_schedule::column_strips`).
+fn in_strips(text: &str) -> bool {
+    let f = parse_func_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let exe = CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    exe.kernel_paths().iter().any(|p| p.strips)
+}
+
+/// Windows too large to expand over many outputs run in strips across the outputs, each
+/// position folding its own window in the reference's order, bit for bit: argmax pooling with
+/// NaN and ties (f32, f64, i32) where the positions are strided and padded, with base and
+/// window dilations, along a global pooling's `[n, 1, 1]` output (strips along its first
+/// dimension), an order-dependent body and an exclusive or; the output extents leave ragged
+/// tails (positions past the wide strips, in narrow strips and one by one).
+#[test]
+fn large_windows_over_many_outputs_fold_across_outputs_in_order() {
+    let w = Window::new;
+    let pools = [
+        (
+            vec![3, 700],
+            w(&[1, 300], &[1, 2], &[1, 1], &[1, 1], &[(0, 0), (299, 0)]),
+        ),
+        (
+            vec![2, 400],
+            w(&[2, 150], &[1, 3], &[1, 2], &[1, 2], &[(1, 0), (5, 7)]),
+        ),
+        (
+            vec![40, 30, 30],
+            w(
+                &[1, 30, 30],
+                &[1, 1, 1],
+                &[1, 1, 1],
+                &[1, 1, 1],
+                &[(0, 0); 3],
+            ),
+        ),
+    ];
+    for dtype in [DType::F32, DType::F64, DType::I32] {
+        for (i, (shape, window)) in pools.iter().enumerate() {
+            let text = pool_program(dtype, shape, window);
+            assert!(in_strips(&text), "{text}");
+            let n: usize = shape.iter().product();
+            for nans in [false, true] {
+                let x = Literal::from_f64s(
+                    TensorType::new(dtype, shape.clone()),
+                    &values(dtype, n, nans, (n + i) as u64),
+                )
+                .unwrap();
+                // An init the elements beat, and one they tie with or lose to (the padding's).
+                for init in [-1e30, 0.0] {
+                    let init = Literal::from_f64s(TensorType::scalar(dtype), &[init]).unwrap();
+                    check(&text, &[x.clone(), init], false);
+                }
+            }
+        }
+    }
+    let halve = "      %2 = constant {value = 0.5} : f32[]
+      %3 = multiply %0, %2 : f32[]
+      %4 = add %3, %1 : f32[]
+      return %4";
+    let orders = [
+        (
+            vec![2, 3000],
+            w(&[1, 1024], &[1, 5], &[1, 1], &[1, 1], &[(0, 0), (100, 50)]),
+        ),
+        (
+            vec![37, 20, 20],
+            w(
+                &[1, 20, 20],
+                &[1, 1, 1],
+                &[1, 1, 1],
+                &[1, 1, 1],
+                &[(0, 0); 3],
+            ),
+        ),
+    ];
+    for (i, (shape, window)) in orders.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let xs: Vec<f64> = values(DType::I32, n, false, i as u64 + 40)
+            .iter()
+            .enumerate()
+            .map(|(k, v)| v * (1.0 + (k % 13) as f64 / 7.0))
+            .collect();
+        let x = Literal::from_f64s(TensorType::new(DType::F32, shape.clone()), &xs).unwrap();
+        let init = Literal::f32([], vec![0.3]).unwrap();
+        let text = window_program(shape, window, halve);
+        assert!(in_strips(&text), "{text}");
+        check(&text, &[x, init], false);
+    }
+    // An exclusive or of i32 over 1 x 512 windows, padded with the init.
+    let shape = [4usize, 900];
+    let window = w(&[1, 512], &[1, 3], &[1, 1], &[1, 1], &[(0, 0), (200, 100)]);
+    let rt = TensorType::new(DType::I32, window.output(&shape));
+    let text = format!(
+        "func @main(%0: i32[4,900], %1: i32[]) -> {rt} {{
+  %2 = reduce_window_region %0, %1 {{window_dimensions = {:?}, window_strides = {:?}, base_dilations = [1, 1], window_dilations = [1, 1], padding = [[0, 0], [200, 100]], body = func @b(%0: i32[], %1: i32[]) -> i32[] {{
+      %2 = xor %0, %1 : i32[]
+      return %2
+    }}}} : {rt}
+  return %2
+}}
+",
+        window.dims, window.strides
+    );
+    assert!(in_strips(&text), "{text}");
+    let x = Literal::from_f64s(
+        TensorType::new(DType::I32, shape.to_vec()),
+        &values(DType::I32, 3600, false, 11),
+    )
+    .unwrap();
+    let init = Literal::from_f64s(TensorType::scalar(DType::I32), &[77.0]).unwrap();
+    check(&text, &[x, init], false);
 }
 
 /// A window fold whose body is not elementwise ops still runs, as a region the host calls.

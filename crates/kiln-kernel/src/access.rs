@@ -64,6 +64,33 @@ pub fn free_vars(e: &Expr) -> BTreeSet<usize> {
     free.out
 }
 
+/// Whether `e` may be computed where a guard around it does not hold, as cheaply and as safely
+/// as where it does: it reads its inputs only at indices clamped into them (gathers whose every
+/// index is a constant or a clamp) or at a fixed element (a load that reads no loop variable),
+/// computes nothing that traps (an integer division or remainder) or is costly
+/// ([`crate::loop_schedule::costly`]), and holds no reduction. Such a guard's two sides may
+/// both be computed and one selected (a window's element in its padding: the init), which
+/// keeps a loop over positions free of branches (and vectorizable).
+pub fn speculatable(e: &Expr) -> bool {
+    use crate::ir::Ew;
+    use kiln_ir::OpKind;
+    // (The expressions inside indices are visited too.)
+    let clamped = |i: &Idx| matches!(i, Idx::Const(_) | Idx::Clamp(..));
+    let mut ok = true;
+    visit(e, &mut |x| match x {
+        Expr::Gather { index, .. } => ok &= index.iter().all(clamped),
+        Expr::Load { coef, .. } => ok &= coef.iter().all(|&c| c == 0),
+        Expr::Op { op, dtype, .. } => {
+            let traps =
+                matches!(op, Ew::Kind(OpKind::Divide | OpKind::Remainder)) && !dtype.is_float();
+            ok &= !traps && !crate::loop_schedule::costly_op(op);
+        }
+        Expr::Reduce { .. } | Expr::Fold { .. } => ok = false,
+        _ => {}
+    });
+    ok
+}
+
 /// The flat affine index `(coef, off)` at which `e` reads input `j` when `e` is a load of it or
 /// a gather of it at an affine index with strides; `None` for anything else.
 pub(crate) fn affine_read(e: &Expr, j: usize) -> Option<(Vec<i64>, i64)> {

@@ -56,6 +56,9 @@ pub struct KernelSchedule {
 /// [`column_strips`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Strips {
+    /// The output dimension the strips run along: the innermost one, or, where the dimensions
+    /// after it are all of extent 1 (a global pooling's `[n, 1, 1]`), the last longer one.
+    pub dim: usize,
     /// Positions a strip holds: as many as
     /// [`LoopLimits::strip_vectors`](crate::target::LoopLimits::strip_vectors) vectors of f32
     /// hold over the column sums, a multiple of [`Self::tail`].
@@ -157,15 +160,28 @@ pub fn kernel_schedule(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> Ker
 }
 
 /// For loop-nest kernel `k`: the reductions of its bodies that depend on its innermost output
-/// variable and read contiguously along it (a column sum: each output element sums a strided
-/// column), without duplicates, which its innermost loop computes in strips of
-/// [`LoopLimits::strip`](crate::target::LoopLimits::strip) positions; `None` when there are
-/// none or the loop is shorter than a strip. (A tiled kernel has no reductions.)
+/// variable of extent above 1 (`d`, see [`Strips::dim`]) and read contiguously along it (a
+/// column sum: each output element sums a strided column), without duplicates, which the loop
+/// over `d` computes in strips of [`LoopLimits::strip`](crate::target::LoopLimits::strip)
+/// positions; `None` when there are none or the loop is shorter than a strip. (A tiled kernel
+/// has no reductions.)
+///
+/// A fold kept in the reference's order ([`crate::ir::Fold::in_order`], a window's) runs in
+/// the strips however it reads along `d` (strided, guarded at a padding): each position folds
+/// its own window in order, the positions side by side in vector lanes, so that the order of
+/// each fold is the reference's and still the work is vectors, across outputs.
 pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
-    let d = k.out.rank().checked_sub(1)?;
+    let rank = k.out.rank();
+    let d = (0..rank)
+        .rev()
+        .find(|&d| k.out.shape[d] > 1)
+        .unwrap_or(rank.checked_sub(1)?);
     if k.out.shape[d] < target.loops.strip {
         return None;
     }
+    // The loop variables a strip's reductions may read: `d`, the enclosing loops' and the
+    // unit dimensions' after it (always 0).
+    let readable = |v: usize| v <= d || k.out.shape.get(v) == Some(&1);
     let mut reduces: Vec<ValueKey> = Vec::new();
     // Accumulators per position.
     let mut accumulators = 0;
@@ -179,20 +195,23 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
                 1,
             ),
             Expr::Fold { fold, .. } => {
-                // Each element read along the row, or the same along it (an index).
+                // Each element read along the row, or the same along it (an index); in order,
+                // any element without a reduction of its own.
                 let along = |e: &Expr| crate::kernel::contiguous_along(e, d);
                 let fixed = |e: &Expr| !free_vars(e).contains(&d) && !has_reduction(e);
+                let across = |e: &Expr| fold.in_order && !has_reduction(e);
                 (
                     fold.inits.iter().all(|i| free_vars(i).is_empty())
-                        && fold.elems.iter().any(along)
-                        && fold.elems.iter().all(|e| along(e) || fixed(e)),
+                        && fold.elems.iter().any(|e| along(e) || across(e))
+                        && fold.elems.iter().all(|e| along(e) || fixed(e) || across(e)),
                     crate::fold::fold_key(r),
                     fold.arity(),
                 )
             }
             _ => continue,
         };
-        if fits && free.contains(&d) && free.iter().all(|&v| v <= d) && !reduces.contains(&key) {
+        if fits && free.contains(&d) && free.iter().all(|&v| readable(v)) && !reduces.contains(&key)
+        {
             reduces.push(key);
             accumulators += n;
         }
@@ -203,6 +222,7 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
     let width = (budget / accumulators.max(1)).min(k.out.shape[d]);
     let width = (width / tail).max(1) * tail;
     (!reduces.is_empty()).then_some(Strips {
+        dim: d,
         width,
         tail,
         reduces,
@@ -545,8 +565,13 @@ impl fmt::Display for KernelSchedule {
             } else {
                 String::new()
             };
+            let along = if st.dim + 1 == self.segments.len() {
+                String::new()
+            } else {
+                format!(" along d{}", st.dim)
+            };
             parts.push(format!(
-                "strips of {}{then} ({n} column sum{plural})",
+                "strips of {}{then}{along} ({n} column sum{plural})",
                 st.width
             ));
         }
@@ -656,6 +681,70 @@ mod tests {
             [format!("strips of {wide}, then 16 (1 column sum)")]
         );
         assert_eq!(printed(&sum(8), &Options::default()), ["in order"]);
+    }
+
+    /// An argmax pooling of `f32[shape]` over `window` (no padding, strides of 1, unless
+    /// `pad` pads the last dimension in front, with strides of 2 along it).
+    fn pool(shape: &[usize], window: &[usize], pad: usize) -> String {
+        let r = shape.len();
+        let out: Vec<usize> = (0..r)
+            .map(|d| match d + 1 == r && pad > 0 {
+                true => (shape[d] + pad - window[d]) / 2 + 1,
+                false => shape[d] - window[d] + 1,
+            })
+            .collect();
+        let dims = |v: &[usize]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let (s, o, n) = (dims(shape), dims(&out), shape.iter().product::<usize>());
+        let strides: Vec<usize> = (0..r)
+            .map(|d| 1 + (d + 1 == r && pad > 0) as usize)
+            .collect();
+        let padding: Vec<[usize; 2]> = (0..r)
+            .map(|d| [if d + 1 == r { pad } else { 0 }, 0])
+            .collect();
+        format!(
+            "func @p(%0: f32[{s}]) -> (f32[{o}], i32[{o}]) {{
+  %1 = iota {{iota_dimension = 0}} : i32[{n}]
+  %2 = reshape %1 : i32[{s}]
+  %3 = constant {{value = -inf}} : f32[]
+  %4 = constant {{value = 0}} : i32[]
+  %5, %6 = reduce_window_region %0, %2, %3, %4 {{window_dimensions = {window:?}, window_strides = {strides:?}, base_dilations = {ones:?}, window_dilations = {ones:?}, padding = {padding:?}, body = func @arg(%0: f32[], %1: i32[], %2: f32[], %3: i32[]) -> (f32[], i32[]) {{
+      %4 = compare %2, %0 {{comparison_direction = GT}} : pred[]
+      %5 = select %4, %2, %0 : f32[]
+      %6 = select %4, %3, %1 : i32[]
+      return %5, %6
+    }}}} : f32[{o}], i32[{o}]
+  return %5, %6
+}}
+",
+            ones = vec![1; r],
+        )
+    }
+
+    #[test]
+    fn large_windows_fold_across_outputs_in_strips() {
+        let t = TargetInfo::reference();
+        // Two accumulators a position (the values and their indices).
+        let wide = t.loops.strip_vectors * t.vector_bytes / 4 / 2;
+        // Strided and padded along the rows.
+        let got = printed(&pool(&[3, 700], &[1, 300], 299), &Options::default());
+        assert!(
+            got.contains(&format!("strips of {wide}, then 16 (1 column sum)")),
+            "{got:?}"
+        );
+        // A global pooling: its `[40, 1, 1]` output in strips along its first dimension.
+        let got = printed(&pool(&[40, 30, 30], &[1, 30, 30], 0), &Options::default());
+        assert!(
+            got.contains(&"strips of 32, then 16 along d0 (1 column sum)".to_string()),
+            "{got:?}"
+        );
+        // Fewer outputs than a strip: in order.
+        let got = printed(&pool(&[8, 30, 30], &[1, 30, 30], 0), &Options::default());
+        assert!(got.iter().all(|s| !s.contains("strips")), "{got:?}");
     }
 
     #[test]

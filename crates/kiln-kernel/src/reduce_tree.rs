@@ -9,8 +9,9 @@
 //! order of a reduction open, for bodies that are associative; this is one such order, with
 //! `⌈log2 n⌉` levels, each a few fusible kernels.
 //!
-//! On a target that takes fold kernels ([`crate::fold`]), a `reduce_region` whose body the fold
-//! expresses is not expanded: it becomes one kernel of coupled accumulators.
+//! On a target that takes fold kernels ([`crate::fold`]), a `reduce_region` or
+//! `reduce_window_region` whose body the fold expresses is not expanded: it becomes one kernel
+//! of coupled accumulators (a window's folded in the reference's order).
 //!
 //! Only bodies of elementwise ops and scalar constants expand; any other body keeps the op,
 //! which the host then runs as a control step, its body compiled as a region and called per
@@ -42,6 +43,7 @@ fn expands(op: &Op, target: &TargetInfo) -> bool {
             ..
         } => {
             expandable(body)
+                && !crate::fold::folds(op, target)
                 && window_dimensions
                     .iter()
                     .try_fold(1i64, |n, &d| n.checked_mul(d))
@@ -55,7 +57,8 @@ fn expands(op: &Op, target: &TargetInfo) -> bool {
 /// The function with every `reduce_region`, `reduce_window_region` and `map` whose body is
 /// elementwise ops and scalar constants (and whose window has at most
 /// [`MAX_EXPANDED_WINDOW`] elements) expanded into elementwise ops; the others stay, and so do
-/// the `reduce_region`s that become one fold kernel on `target` ([`crate::fold::folds`]).
+/// the `reduce_region`s and `reduce_window_region`s that become one fold kernel on `target`
+/// ([`crate::fold::folds`]).
 pub fn expand_region_reduces(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError> {
     if !f.insts.iter().any(|i| expands(&i.op, target)) {
         return Ok(f.clone());
@@ -240,10 +243,11 @@ pub fn reduce_tree(
     apply_elementwise(b, body, &acc, &kept_shape, loc)
 }
 
-/// The most window elements a `reduce_window_region` is expanded for (one body application
-/// per element); a larger window keeps the op, which becomes one fold kernel in the
-/// reference's order ([`crate::fold::lower_reduce_window_region`]) where the fold expresses
-/// the body, else the host folds it per element.
+/// The most window elements a `reduce_window_region` whose body the fold kernels do not
+/// express (small floats, complex values; see [`crate::fold::folds`]) is expanded for (one
+/// body application per element); a larger window keeps the op, which the host folds per
+/// element. Bodies the fold expresses never expand, whatever the window
+/// ([`crate::fold::lower_reduce_window_region`]).
 pub const MAX_EXPANDED_WINDOW: i64 = 256;
 
 /// `reduce_window_region(inputs..., inits...)` with the [`expandable`] `body`: the fold of

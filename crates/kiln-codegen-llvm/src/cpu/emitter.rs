@@ -577,6 +577,13 @@ impl<'c> Emitter<'c> {
                 for c in open {
                     ok = self.b.build_and(ok, self.cond(c)?, "ok").map_err(llvm)?;
                 }
+                // Both sides safe and cheap anywhere (a window's clamped element and its
+                // init): a select, no branch.
+                if speculatable(then) && speculatable(otherwise) {
+                    let tv = self.expr(then)?;
+                    let ev = self.expr(otherwise)?;
+                    return self.b.build_select(ok, tv, ev, "g").map_err(llvm);
+                }
                 let tb = self.ctx.append_basic_block(self.f, "then");
                 let eb = self.ctx.append_basic_block(self.f, "else");
                 let mb = self.ctx.append_basic_block(self.f, "merge");

@@ -256,11 +256,20 @@ impl<'c> Emitter<'c> {
         let inits = self.all(&fold.inits)?;
         let arrays = self.lane_arrays(&inits, width)?;
         self.lanes_loop(d, j0, &arrays, &inits, &|em, slots| em.write(slots, &inits))?;
-        self.nest(&fold.vars, &mut |em: &Self| {
+        // An element in a window's padding reads the inits (a guard's other side): those
+        // computed here, so that the loop over the positions holds no load but its elements'
+        // (and vectorizes with masked gathers).
+        let mark = self.hoisted.borrow().len();
+        self.hoisted.borrow_mut().extend(
+            (fold.inits.iter().zip(&inits)).map(|(x, &v)| (value_key(x), Hoisted::Value(v))),
+        );
+        let stepped = self.nest(&fold.vars, &mut |em: &Self| {
             em.lanes_loop(d, j0, &arrays, &inits, &|em, slots| {
                 em.step(fold, slots, &inits)
             })
-        })?;
+        });
+        self.hoisted.borrow_mut().truncate(mark);
+        stepped?;
         let sets = (0..width)
             .map(|w| self.lane_set(&arrays, &inits, self.i64c(w as i64)))
             .collect::<Result<Vec<_>>>()?;

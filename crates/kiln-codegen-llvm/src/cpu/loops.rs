@@ -100,12 +100,12 @@ pub(super) fn emit_nest_loops<'c>(
                 em.i64c(k.out.shape.get(d).copied().unwrap_or(1) as i64),
             )
         };
-        let columns = if d + 1 == rank {
-            column_reduces(em, k)?
-        } else {
-            None
-        };
-        if let Some((widths, columns)) = columns {
+        if let Some((widths, columns)) = column_reduces(em, k, d)? {
+            // The dimensions after the strips' are of extent 1 (`Strips::dim`): their
+            // variables stay 0.
+            for v in d + 1..rank {
+                em.b.build_store(em.vars[v], em.i64c(0)).map_err(llvm)?;
+            }
             strips(em, d, (from, to), widths, &columns, store)?;
         } else if d == rank {
             store(em)?;
@@ -601,14 +601,15 @@ pub(super) fn whole_tile<'c>(
 /// A strip's positions, and the narrower strips' past the last of them.
 type StripWidths = (i64, i64);
 
-/// The strips' widths (wide, then the tail's) and the reductions of `k`'s bodies its innermost loop computes in strips
-/// (see [`strips`]), as its loop schedule decided them
-/// ([`kiln_kernel::loop_schedule::column_strips`]); `None` without strips.
+/// The strips' widths (wide, then the tail's) and the reductions of `k`'s bodies its loop over
+/// dimension `d` computes in strips (see [`strips`]), as its loop schedule decided them
+/// ([`kiln_kernel::loop_schedule::column_strips`]); `None` without strips along `d`.
 pub(super) fn column_reduces<'e>(
     em: &Emitter<'_>,
     k: &'e Kernel,
+    d: usize,
 ) -> Result<Option<(StripWidths, Vec<&'e Expr>)>> {
-    let Some(st) = &schedule_of(em)?.strips else {
+    let Some(st) = schedule_of(em)?.strips.as_ref().filter(|st| st.dim == d) else {
         return Ok(None);
     };
     let reduces: Vec<&Expr> = std::iter::once(&k.body)
