@@ -62,6 +62,18 @@ pub(super) fn inlinable(
     if size > MAX_NODES {
         return Err(format!("body of {size} nodes (limit {MAX_NODES})"));
     }
+    // Users in several kernels each recompute the body, reading every buffer it reads: past a
+    // few buffers the size of its result, storing it once costs less traffic. Without this
+    // limit, sums that grow one buffer at a time (a residual stream read by a layer norm's
+    // row sums and by the next step, and its gradient) are recomputed from their first term
+    // by every user down the chain. Users are counted by index space, as above.
+    let full = full_size_inputs(f, &fused.operands[i], numel);
+    if spaces.len() > 1 && full > MAX_SHARED_INPUTS {
+        return Err(format!(
+            "reads {full} buffers of its size and has users over {} index spaces, each of which would read them all (at most {MAX_SHARED_INPUTS} when shared)",
+            spaces.len()
+        ));
+    }
     let cost = cost(&k.body);
     let mut why = Vec::new();
     let mut seen = Vec::new();
@@ -158,6 +170,21 @@ pub(super) fn inlinable(
 /// Users (kernels, counted by index space) a reduction may be inlined into; each computes it
 /// once.
 const MAX_REDUCTION_USERS: usize = 3;
+
+/// Buffers at least the size of its result that a producer with users over several index spaces
+/// may read and still be recomputed by each. Stored, it costs one pass over those buffers, a
+/// write (about two reads' traffic) and a read per user; recomputed, each user reads all of
+/// them: with two users and three buffers, 6 reads against 3 + 2 + 2.
+const MAX_SHARED_INPUTS: usize = 2;
+
+/// How many of the buffers `inputs` hold at least `numel` elements (a bias or a row's
+/// statistic broadcast over the result is smaller and stays in cache).
+fn full_size_inputs(f: &Func, inputs: &[kiln_ir::ValueId], numel: usize) -> usize {
+    inputs
+        .iter()
+        .filter(|v| f.values[v.index()].numel() >= numel)
+        .count()
+}
 
 /// How many times a kernel over `outer` positions evaluates input `j` of `e` when a reduction
 /// inlined in its place is computed ahead of the loops it does not depend on (the CPU
