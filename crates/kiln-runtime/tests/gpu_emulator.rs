@@ -383,7 +383,7 @@ fn device_plans_keep_each_launchs_buffers_apart() {
         .map(|(name, f, _)| (name, f))
         .collect();
     for seed in 0..500u64 {
-        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());
         programs.push((format!("seed {seed}"), f));
     }
     // A chain of products: the first product is dead once the second is computed, so the third

@@ -52,6 +52,13 @@ pub(super) fn inlinable(
         // A byte copy (a bitcast between 16- or 8-bit types): its positions are bytes.
         return Err(format!("writes the bytes of a {}", f.values[v.index()]));
     }
+    if matches!(inst.op, kiln_ir::Op::BitcastConvert {}) && matches!(k.body, Expr::Gather { .. }) {
+        // A byte copy whose bytes are its elements (`u8` to `i8`): the GPU's device plan
+        // reads a byte copy's input as bytes, so inside a user the copy would read its
+        // input's elements with the user's element type (random seed 27544's `u8` read as
+        // `i8` zero-extended on the GPU emulator). It keeps its own kernel.
+        return Err("a byte copy".into());
+    }
     if f.outputs.contains(&v) {
         return Err("a function output (must be stored)".into());
     }
@@ -115,6 +122,14 @@ pub(super) fn inlinable(
         });
         if reinterprets {
             return Err(format!("user #{u} reads its bytes as another type"));
+        }
+        if matches!(f.insts[u].op, kiln_ir::Op::BitcastConvert {})
+            && matches!(uk.body, Expr::Gather { .. })
+        {
+            // A byte copy reads its input as bytes on the GPU (its device plan step says so):
+            // inside it, this value's own inputs would be read as bytes too (random seed
+            // 26934's `i8` convert of an `i64` sum, copied to `u8`, read the sum's bytes).
+            return Err(format!("user #{u} is a byte copy"));
         }
         if reduces {
             // Its reductions run ahead of the loops they do not depend on; read inside a
@@ -504,4 +519,47 @@ pub(super) fn var_extents(k: &Kernel) -> Vec<usize> {
         })
     });
     ext
+}
+
+#[cfg(test)]
+mod tests {
+    /// Which instructions of `text` are computed inside their users.
+    fn inlined(text: &str) -> Vec<bool> {
+        let f = kiln_ir::parse_func_text(text).unwrap();
+        super::super::fuse_unmerged(
+            &f,
+            crate::pipeline::kernels(&f),
+            true,
+            &crate::target::FusionLimits::default(),
+        )
+        .inlined
+    }
+
+    /// A byte copy whose bytes are its elements (`u8` to `i8`) keeps its own kernel, and
+    /// what a byte copy reads is stored (random seeds 27544 and 26934 on the GPU emulator),
+    /// while a 32-bit bitcast (an elementwise op) is still computed inside its user.
+    #[test]
+    fn byte_copies_and_their_inputs_are_stored() {
+        let copy_in_user = "func @main(%0: u8[3]) -> u16[3] {
+  %1 = bitcast_convert %0 : i8[3]
+  %2 = convert %1 : u16[3]
+  return %2
+}
+";
+        assert_eq!(inlined(copy_in_user), [false, false]);
+        let producer_in_copy = "func @main(%0: i64[2]) -> u8[2] {
+  %1 = convert %0 : i8[2]
+  %2 = bitcast_convert %1 : u8[2]
+  return %2
+}
+";
+        assert_eq!(inlined(producer_in_copy), [false, false]);
+        let words = "func @main(%0: f32[3]) -> f64[3] {
+  %1 = bitcast_convert %0 : i32[3]
+  %2 = convert %1 : f64[3]
+  return %2
+}
+";
+        assert_eq!(inlined(words), [true, false]);
+    }
 }
