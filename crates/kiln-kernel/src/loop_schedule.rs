@@ -147,6 +147,12 @@ pub fn kernel_schedule(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> Ker
         })
         .collect();
     let strips = column_strips(k, target);
+    let mut launch = crate::threads::launch(k, None, target);
+    // Strips along the rows the threads split: chunks no narrower than a strip.
+    if let Some(s) = strips.as_ref().filter(|s| s.dim == 0) {
+        launch.chunks_per_thread =
+            crate::threads::strip_chunks(launch.rows, s.width, target.threads);
+    }
     KernelSchedule {
         stream,
         tile,
@@ -155,7 +161,7 @@ pub fn kernel_schedule(k: &Kernel, target: &TargetInfo, cpu: &CpuOptions) -> Ker
         row_folds: row_folds(k, strips.as_ref(), target),
         strips,
         gemm: None,
-        launch: crate::threads::launch(k, None, target),
+        launch,
     }
 }
 
@@ -681,6 +687,47 @@ mod tests {
             [format!("strips of {wide}, then 16 (1 column sum)")]
         );
         assert_eq!(printed(&sum(8), &Options::default()), ["in order"]);
+    }
+
+    #[test]
+    fn a_split_column_sum_takes_chunks_no_narrower_than_its_strips() {
+        let t = TargetInfo::reference();
+        let wide = t.loops.strip_vectors * t.vector_bytes / 4;
+        let launch = |n: usize| {
+            let src = format!(
+                "func @c(%0: f32[2048,{n}]) -> f32[{n}] {{\n  %1 = constant {{value = 0.0}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [0], kind = add}} : f32[{n}]\n  return %2\n}}\n"
+            );
+            let f = kiln_ir::parse_func_text(&src).expect("valid IR");
+            let fused = crate::pipeline::fused_kernels(&f, &Options::default(), &t);
+            let k = fused.kernels.iter().flatten().next().expect("a kernel");
+            let s = kernel_schedule(k, &t, &CpuOptions::default());
+            assert!(s.strips.is_some() && s.launch.split, "{n} columns: {s}");
+            s.launch
+        };
+        // One wide strip a thread: one chunk each, not four chunks of a narrow strip.
+        let l = launch(wide * t.threads);
+        assert_eq!(l.chunks_per_thread, 1, "{l}");
+        let l = launch(3 * wide * t.threads);
+        assert_eq!(l.chunks_per_thread, 3, "{l}");
+        // Wide enough for the usual chunks.
+        let l = launch(64 * wide);
+        assert_eq!(
+            l.chunks_per_thread,
+            crate::threads::CHUNKS_PER_THREAD,
+            "{l}"
+        );
+        // Strips along an inner dimension leave the rows' chunks as they were.
+        let src = "func @c(%0: f32[64,2048,256]) -> f32[64,256] {\n  %1 = constant {value = 0.0} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = add} : f32[64,256]\n  return %2\n}\n";
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let fused = crate::pipeline::fused_kernels(&f, &Options::default(), &t);
+        let k = fused.kernels.iter().flatten().next().expect("a kernel");
+        let s = kernel_schedule(k, &t, &CpuOptions::default());
+        assert_eq!(s.strips.as_ref().map(|s| s.dim), Some(1), "{s}");
+        assert_eq!(
+            s.launch.chunks_per_thread,
+            crate::threads::CHUNKS_PER_THREAD,
+            "{s}"
+        );
     }
 
     /// An argmax pooling of `f32[shape]` over `window` (no padding, strides of 1, unless
