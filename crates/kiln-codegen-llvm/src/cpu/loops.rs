@@ -668,9 +668,11 @@ pub(super) fn strips<'c>(
             Vec<PointerValue<'c>>,
             BasicTypeEnum<'c>,
         )> = Vec::new();
+        // The folds' results, already in arrays of the positions (see `Emitter::fold_strip`).
+        let mut arrays = Vec::with_capacity(columns.len());
         for r in columns {
             if let Expr::Fold { .. } = r {
-                sums.extend(em.fold_strip(r, width as usize, (d, j0))?);
+                arrays.extend(em.fold_strip(r, width as usize, (d, j0))?);
                 continue;
             }
             let Expr::Reduce {
@@ -714,19 +716,18 @@ pub(super) fn strips<'c>(
         // Each reduction's sums into an array, then the positions' bodies as a loop over the
         // strip: one copy of the body however wide the strip (the sums stay in registers while
         // they accumulate).
-        let mut arrays = Vec::with_capacity(sums.len());
-        for (key, accs, ct) in &sums {
+        for (key, accs, ct) in sums {
             let arr =
-                em.entry_alloca(inkwell::types::BasicType::array_type(ct, width as u32).into())?;
+                em.entry_alloca(inkwell::types::BasicType::array_type(&ct, width as u32).into())?;
             for (w, acc) in accs.iter().enumerate() {
-                let v = em.b.build_load(*ct, *acc, "sum").map_err(llvm)?;
+                let v = em.b.build_load(ct, *acc, "sum").map_err(llvm)?;
                 let p = unsafe {
-                    em.b.build_in_bounds_gep(*ct, arr, &[em.i64c(w as i64)], "at")
+                    em.b.build_in_bounds_gep(ct, arr, &[em.i64c(w as i64)], "at")
                 }
                 .map_err(llvm)?;
                 em.b.build_store(p, v).map_err(llvm)?;
             }
-            arrays.push((key, arr, *ct));
+            arrays.push((key, arr, ct));
         }
         let s_w = em.entry_alloca(i64t.into())?;
         em.labeled_loop("strip", s_w, (em.i64c(0), em.i64c(width)), 1, &mut |em| {
