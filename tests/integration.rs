@@ -143,8 +143,8 @@ fn spec_examples_run_on_the_selected_backend() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Random programs (seeds from 100,000 on, apart from the GPU emulator's own suite) compiled
-/// on the selected backend and checked against the reference under
+/// Random programs (seeds from 100,000 on, apart from the GPU emulator's own suite, with the
+/// wide ops of `Config::with_wide`) compiled on the selected backend and checked against the reference under
 /// `kiln_reference::accuracy`: 300 on the GPU emulator, 40 on the CPU (whose own differential
 /// suite, `kiln-codegen-llvm/tests/differential.rs`, runs thousands); `KILN_SUITE_PROGRAMS=N`
 /// for another count. Instructions without a kernel may run on the reference interpreter; a
@@ -162,7 +162,7 @@ fn random_programs_agree_with_the_reference_on_the_selected_backend() {
     let t = std::time::Instant::now();
     let mut failures = Vec::new();
     for seed in 100_000..100_000 + n {
-        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());
         let mut rng = Rng::new(seed ^ 77);
         let args: Vec<Literal> = f
             .param_types()
@@ -289,7 +289,8 @@ fn random_programs() -> impl Iterator<Item = (u64, Func)> {
             ops: 1 + (seed as usize % 30),
             control: seed % 4 == 1,
             ..Config::default()
-        };
+        }
+        .with_wide();
         (seed, random_func(&mut Rng::new(seed), &cfg))
     })
 }

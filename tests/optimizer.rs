@@ -98,7 +98,8 @@ fn optimized_random_programs_are_bit_identical() {
             ops: 1 + (seed as usize % 30),
             control: seed % 5 == 2,
             ..Config::default()
-        };
+        }
+        .with_wide();
         let f = random_func(&mut Rng::new(seed), &cfg);
         let opts = kiln_opt::Options {
             machine: kiln_opt::cost::Machine::REFERENCE,
@@ -140,7 +141,8 @@ fn random_programs_optimized_in_regions_are_bit_identical() {
         let cfg = Config {
             ops: 10 + (seed as usize % 40),
             ..Config::default()
-        };
+        }
+        .with_wide();
         let f = random_func(&mut Rng::new(seed), &cfg);
         let opts = kiln_opt::Options {
             machine: kiln_opt::cost::Machine::REFERENCE,

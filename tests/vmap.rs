@@ -188,7 +188,7 @@ fn an_empty_batch_gives_empty_results() {
 fn random_programs_batch_like_a_loop() {
     let mut checked = 0;
     for seed in 0..300u64 {
-        let cfg = Config::profile(seed);
+        let cfg = Config::profile(seed).with_wide();
         if cfg.elements.is_some() {
             continue;
         }

@@ -122,7 +122,7 @@ fn programs(quick: bool) -> Vec<(String, String, Func, Vec<Literal>)> {
     let count = if quick { 4 } else { RANDOM_PROGRAMS };
     for seed in 0..count {
         // As `kiln-runtime/tests/gpu_emulator.rs` makes them.
-        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());
         let mut rng = Rng::new(seed ^ 77);
         let rate = if seed % 2 == 1 && Config::profile(seed).elements.is_none() {
             1.0 / 32.0

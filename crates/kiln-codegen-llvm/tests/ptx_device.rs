@@ -198,7 +198,7 @@ fn functions(n: u64) -> Vec<(String, Func)> {
         }
     }
     for seed in 0..n {
-        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());
         out.push((format!("seed {seed}"), f));
     }
     out

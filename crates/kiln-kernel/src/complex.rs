@@ -31,9 +31,11 @@
 //! result is joined back the same way. `while`, `case` and `sort` with complex carries,
 //! operands or results take and give the parts instead, their regions rewritten to match
 //! (`complex_regions.rs`); a `map` or a reduction's region of elementwise ops was expanded
-//! before the split. Those bitcasts, and every op without a rewrite here (`reduce_window` and
-//! `scatter` with `multiply`, a region that is not expanded, ...), keep their complex operands
-//! and results: the parts are joined before them and split after them, and lowering runs them
+//! before the split. Those bitcasts keep their complex operand or result, and compile to byte
+//! copies (`lower.rs`): a complex tensor in memory is its part type with a trailing dimension
+//! of 2, so nothing complex is computed. Every op without a rewrite here (`reduce_window` and
+//! `scatter` with `multiply`, a region that is not expanded, ...) keeps its complex operands
+//! and results too: the parts are joined before it and split after it, and lowering runs it
 //! on the reference interpreter. `triangular_solve` on complex operands
 //! also keeps them: it runs as the runtime's host step, which solves complex systems with the
 //! reference's substitution (there is no compiled complex solve).
@@ -55,9 +57,11 @@ pub(crate) enum V {
 }
 
 /// `f` with its complex values computed as pairs of real ones (see the module docs); `f` itself
-/// when it has no complex value.
+/// when it has no complex value and no `real`, `imag` or `complex` (which on real operands are
+/// rewritten too: `real` is its operand, `imag` zeros).
 pub fn split_complex(f: &Func) -> R<Func> {
-    if !f.values.iter().any(|t| t.dtype.is_complex()) {
+    let parts_op = |i: &Inst| matches!(i.op, Op::Real {} | Op::Imag {} | Op::Complex {});
+    if !f.values.iter().any(|t| t.dtype.is_complex()) && !f.insts.iter().any(parts_op) {
         return Ok(f.clone());
     }
     let mut b = Builder::new(&f.name);

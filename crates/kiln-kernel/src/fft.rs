@@ -13,8 +13,9 @@
 //! [`kiln_ir::fft::twiddle`] in f64 and are rounded once to the element type.
 //!
 //! Several transformed dimensions are transformed one after another. `RFFT` transforms its
-//! operand converted to complex and slices the first `n/2 + 1` elements of the last
-//! dimension; `IRFFT` completes the Hermitian spectrum of the last dimension (the conjugates
+//! real operand (its first direct products are real products with the matrix's real and
+//! imaginary parts, so no zero imaginary part is multiplied; a Bluestein length converts it to
+//! complex first) and slices the first `n/2 + 1` elements of the last dimension; `IRFFT` completes the Hermitian spectrum of the last dimension (the conjugates
 //! of the elements `1 .. n - n/2`, reversed, concatenated), transforms it and keeps the real
 //! part.
 
@@ -69,7 +70,9 @@ fn expand(b: &mut Builder, x: ValueId, t: FftType, lengths: &[i64], ty: &TensorT
             .complex_of()
             .expect("a real fft result is f32 or f64")
     };
-    let x = if ty_of(b, x).dtype.is_complex() {
+    // A real operand (`RFFT`) stays real into its first transform, whose direct products
+    // then run on it alone (no products of zero imaginary parts).
+    let x = if ty_of(b, x).dtype.is_complex() || t == FftType::Rfft {
         x
     } else {
         b.convert(x, cdt)?
@@ -170,7 +173,19 @@ fn along(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> 
     match n1 {
         _ if n <= DIRECT_MAX => direct(b, v, axis, inverse),
         Some(n1) => four_step(b, v, axis, n1, inverse),
-        None => bluestein(b, v, axis, inverse),
+        None => {
+            let v = to_complex(b, v)?;
+            bluestein(b, v, axis, inverse)
+        }
+    }
+}
+
+/// `v` as a complex value (imaginary parts 0) when it is real.
+fn to_complex(b: &mut Builder, v: ValueId) -> R<ValueId> {
+    let d = ty_of(b, v).dtype;
+    match d.complex_of() {
+        Some(c) if !d.is_complex() => b.convert(v, c),
+        _ => Ok(v),
     }
 }
 
@@ -268,16 +283,27 @@ fn direct(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId>
             m.push([c * scale, s * scale]);
         }
     }
+    let dot = Op::DotGeneral {
+        lhs_batching_dimensions: vec![],
+        rhs_batching_dimensions: vec![],
+        lhs_contracting_dimensions: vec![axis as i64],
+        rhs_contracting_dimensions: vec![0],
+    };
+    if !t.dtype.is_complex() {
+        // A real operand: one real product with each part of the matrix.
+        let mt = TensorType::new(t.dtype, [n, n]);
+        let part = |k: usize| {
+            let v: Vec<f64> = m.iter().map(|z| z[k]).collect();
+            Literal::from_f64s(mt.clone(), &v).expect("the constant's element count")
+        };
+        let wr = b.inst(Op::Constant { value: part(0) }, &[])?;
+        let wi = b.inst(Op::Constant { value: part(1) }, &[])?;
+        let re = b.inst(dot.clone(), &[v, wr])?;
+        let im = b.inst(dot, &[v, wi])?;
+        return b.binary(Op::Complex {}, re, im);
+    }
     let w = constant(b, TensorType::new(t.dtype, [n, n]), &m)?;
-    b.inst(
-        Op::DotGeneral {
-            lhs_batching_dimensions: vec![],
-            rhs_batching_dimensions: vec![],
-            lhs_contracting_dimensions: vec![axis as i64],
-            rhs_contracting_dimensions: vec![0],
-        },
-        &[v, w],
-    )
+    b.inst(dot, &[v, w])
 }
 
 /// The four-step transform along dimension `axis` of length `n = n1 n2`.
@@ -298,7 +324,8 @@ fn four_step(b: &mut Builder, v: ValueId, axis: usize, n1: usize, inverse: bool)
             tw.push([c, if inverse { s } else { -s }]);
         }
     }
-    let tw = constant(b, TensorType::new(t.dtype, [n2, n1]), &tw)?;
+    // (`y` is complex even where `v` was real.)
+    let tw = constant(b, TensorType::new(ty_of(b, y).dtype, [n2, n1]), &tw)?;
     let ys = ty_of(b, y).shape;
     let tw = b.broadcast(tw, &[axis as i64, r as i64], &ys)?;
     let y = b.binary(Op::Multiply {}, y, tw)?;

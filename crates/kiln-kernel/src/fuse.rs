@@ -15,6 +15,9 @@
 //!   own;
 //! - each user reads each of its elements about once, or the body is cheap enough to
 //!   recompute where a user reads it many times (a broadcast, a reduction over it);
+//! - its users run over one index space, or its body reads at most two buffers of its size
+//!   (each user would read them all: a residual stream is stored, not recomputed from its
+//!   first term by every layer's kernels);
 //! - the fused body stays small (compile time).
 //!
 //! Chains fuse transitively (producers are processed first), and a value used by several

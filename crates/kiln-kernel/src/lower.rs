@@ -81,7 +81,10 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             extra: Vec::new(),
         })
     };
-    if x.iter().chain([out]).any(|t| t.dtype.is_complex()) {
+    // A bitcast keeps its bytes (a complex number is its real part, then its imaginary part,
+    // in its part type): the byte copy below, which computes nothing on complex values.
+    let complex = x.iter().chain([out]).any(|t| t.dtype.is_complex());
+    if complex && !matches!(op, Op::BitcastConvert {}) {
         return Err(NoKernel(
             "complex numbers: the kernels compute on real numbers only, so an instruction with \
              a complex operand or result runs on the reference interpreter",
@@ -376,7 +379,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             )
         }
         Op::BitcastConvert {}
-            if x[0].shape == out.shape
+            if !complex
+                && x[0].shape == out.shape
                 && x[0].dtype.bits() == out.dtype.bits()
                 && (matches!(out.dtype.bits(), 32 | 64) || out.dtype.is_sub_byte()) =>
         {

@@ -302,3 +302,37 @@ fn random_complex_programs_keep_their_meaning() {
     );
     assert!(ran >= 500, "only {ran} programs with complex values");
 }
+
+/// `real` and `imag` of a real operand are rewritten like the others (the operand, and zeros):
+/// a program without complex values keeps none of them for the reference interpreter.
+#[test]
+fn real_and_imag_of_real_operands_are_rewritten() {
+    let src = "func @main(%0: f64[2]) -> (f64[2], f64[2]) {\n  %1 = real %0 : f64[2]\n  %2 = imag %0 : f64[2]\n  return %1, %2\n}\n";
+    let f = parse_func_text(src).unwrap();
+    let g = split_complex(&f).unwrap();
+    assert!(
+        !g.insts
+            .iter()
+            .any(|i| matches!(i.op, Op::Real {} | Op::Imag {} | Op::Complex {})),
+        "{g}"
+    );
+    check(
+        src,
+        &[parse_literal("[2.5, -1.0]", &TensorType::new(DType::F64, [2])).unwrap()],
+    );
+}
+
+/// The bitcasts between a complex tensor and its parts' interleaved layout (the part type with a
+/// trailing dimension of 2) are kernels: byte copies, which compute nothing complex.
+#[test]
+fn complex_bitcasts_are_byte_copies() {
+    let c = TensorType::new(DType::C64, [3]);
+    let p = TensorType::new(DType::F32, [3, 2]);
+    for (x, out) in [(&c, &p), (&p, &c)] {
+        let k = kiln_kernel::lower::lower(&Op::BitcastConvert {}, std::slice::from_ref(x), out)
+            .unwrap_or_else(|e| panic!("{x} -> {out}: {e}"));
+        assert_eq!(k.out, TensorType::new(DType::I8, [24]));
+    }
+    // Any other op on a complex operand still has no kernel of its own.
+    assert!(kiln_kernel::lower::lower(&Op::Negate {}, std::slice::from_ref(&c), &c).is_err());
+}

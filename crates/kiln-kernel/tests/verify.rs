@@ -595,7 +595,8 @@ fn random_program_kernels_verify() {
         let mut cfg = Config {
             ops: 1 + (seed as usize % 12),
             ..Config::default()
-        };
+        }
+        .with_wide();
         if seed % 10 == 5 {
             cfg.dims = vec![1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65];
             cfg.max_rank = 2;

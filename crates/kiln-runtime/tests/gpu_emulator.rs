@@ -277,6 +277,28 @@ fn random_complex_programs_agree_with_the_reference_on_the_emulator() {
     );
 }
 
+/// `fft` programs with complex parameters and results run in kernels alone on the GPU mapping:
+/// the transform as products (`kiln_kernel::fft`) on the parts, the interleaved parameters
+/// and results as byte copies; nothing is left to the reference interpreter.
+#[test]
+fn fft_programs_run_in_kernels_alone() {
+    for (x, t, n, r) in [
+        ("c64[3,12]", "FFT", "[12]", "c64[3,12]"),
+        ("c64[2,97]", "IFFT", "[97]", "c64[2,97]"),
+        ("f32[2,100]", "RFFT", "[100]", "c64[2,51]"),
+        ("c64[4,3]", "IRFFT", "[4, 5]", "f32[4,5]"),
+    ] {
+        let src = format!(
+            "func @main(%0: {x}) -> {r} {{\n  %1 = fft %0 {{fft_type = {t}, fft_length = {n}}} : {r}\n  return %1\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let rep = check_on(&f, &special_args(&f, 3), &TargetInfo::h200())
+            .unwrap_or_else(|e| panic!("{src}: {e}"));
+        assert_eq!(rep.interpreted, 0, "{src}");
+        assert!(rep.kernels > 0, "{src}");
+    }
+}
+
 /// A product inlined into a pad: the padding's guard keeps the positions past the product from
 /// reading its operands, so its reduction is not computed ahead of the guard (random seed 1603
 /// read past the end of `%1` on the cooperative target).
@@ -383,7 +405,7 @@ fn device_plans_keep_each_launchs_buffers_apart() {
         .map(|(name, f, _)| (name, f))
         .collect();
     for seed in 0..500u64 {
-        let f = random_func(&mut Rng::new(seed), &Config::profile(seed));
+        let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());
         programs.push((format!("seed {seed}"), f));
     }
     // A chain of products: the first product is dead once the second is computed, so the third

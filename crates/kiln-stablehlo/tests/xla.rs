@@ -1,5 +1,5 @@
 //! The XLA check: every spec example, the programs exported from JAX and 250 random
-//! programs, exported with
+//! programs (with `Config::with_wide`'s long folds, wide windows and scatters), exported with
 //! `kiln_stablehlo::to_text`, run through XLA (CPU, by JAX, in `tests/xla_run.py`) and
 //! compared with kiln's reference interpreter under the backends' accuracy bounds
 //! (`kiln_reference::accuracy::check_outputs`).
@@ -62,11 +62,33 @@ const KNOWN: &[(&str, &str)] = &[
 /// XLA's refusal of a live `rng_bit_generator` (a dead one it removes before it looks).
 const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
 
+/// Whether a function of `m` holds a `reduce_region` or `reduce_window_region` with an init
+/// value that is not a constant (the random programs' exclusive or and argmax from a random
+/// init), so not the body's identity.
+fn reduces_from_a_variable_init(m: &Module) -> bool {
+    m.funcs.iter().any(|f| {
+        let constant = |v: kiln_ir::ValueId| {
+            f.insts
+                .iter()
+                .any(|i| i.results.contains(&v) && matches!(i.op, kiln_ir::Op::Constant { .. }))
+        };
+        f.insts.iter().any(|i| {
+            matches!(
+                i.op,
+                kiln_ir::Op::ReduceRegion { .. } | kiln_ir::Op::ReduceWindowRegion { .. }
+            ) && i.operands[i.operands.len() / 2..]
+                .iter()
+                .any(|&v| !constant(v))
+        })
+    })
+}
+
 /// Why XLA refusing or disagreeing with this program is known: a listed program, XLA
-/// refusing kiln's `rng_bit_generator` state, a product of sub-byte integers or a bitcast
-/// between complex and real types, JAX refusing an argument of a 6- or 4-bit float, XLA
-/// aborting on a concatenate of sub-byte integers, `popcnt` of a signed sub-byte integer, or
-/// `reduce_window` of a rank-0 operand.
+/// refusing kiln's `rng_bit_generator` state, a product of sub-byte integers, a variadic
+/// reduce of a 2-bit integer or a bitcast between complex and real types, JAX refusing an
+/// argument of a 6- or 4-bit float, XLA aborting on a concatenate of sub-byte integers,
+/// `popcnt` of a signed sub-byte integer, `reduce_window` of a rank-0 operand, or a region
+/// reduction from an init value that is not its body's identity.
 fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if ["S2", "U2", "S4", "U4"]
         .iter()
@@ -107,6 +129,16 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if problem.starts_with("XLA disagrees") && scalar_window {
         return Some(
             "reduce_window of a rank-0 operand: XLA's CPU returns the operand and leaves the init value out (with a 1x1 window over a rank-2 operand it applies the body to both); StableHLO's spec and kiln apply the body to the init value and the element",
+        );
+    }
+    if problem.starts_with("XLA disagrees") && reduces_from_a_variable_init(m) {
+        return Some(
+            "a region reduction from an init value that is not its body's identity (an exclusive or from a random value, an argmax from a random best): StableHLO's spec lets an implementation use the init values any number of times, and XLA's CPU uses them once per part of a long row or window (an even number of times over 3,418 elements); kiln's spec uses them once, as the reference does",
+        );
+    }
+    if problem.contains("reduce_decomposer.cc") && problem.contains("layout()") {
+        return Some(
+            "XLA's CPU refuses a variadic reduce of a 2-bit integer input beside a wider one (a failed layout check in its reduce decomposer, at any length)",
         );
     }
     if problem.contains(RNG_REFUSAL) && problem.contains("u64") {

@@ -52,6 +52,13 @@ pub(super) fn inlinable(
         // A byte copy (a bitcast between 16- or 8-bit types): its positions are bytes.
         return Err(format!("writes the bytes of a {}", f.values[v.index()]));
     }
+    if matches!(inst.op, kiln_ir::Op::BitcastConvert {}) && matches!(k.body, Expr::Gather { .. }) {
+        // A byte copy whose bytes are its elements (`u8` to `i8`): the GPU's device plan
+        // reads a byte copy's input as bytes, so inside a user the copy would read its
+        // input's elements with the user's element type (random seed 27544's `u8` read as
+        // `i8` zero-extended on the GPU emulator). It keeps its own kernel.
+        return Err("a byte copy".into());
+    }
     if f.outputs.contains(&v) {
         return Err("a function output (must be stored)".into());
     }
@@ -61,6 +68,18 @@ pub(super) fn inlinable(
     let size = nodes(&k.body);
     if size > MAX_NODES {
         return Err(format!("body of {size} nodes (limit {MAX_NODES})"));
+    }
+    // Users in several kernels each recompute the body, reading every buffer it reads: past a
+    // few buffers the size of its result, storing it once costs less traffic. Without this
+    // limit, sums that grow one buffer at a time (a residual stream read by a layer norm's
+    // row sums and by the next step, and its gradient) are recomputed from their first term
+    // by every user down the chain. Users are counted by index space, as above.
+    let full = full_size_inputs(f, &fused.operands[i], numel);
+    if spaces.len() > 1 && full > MAX_SHARED_INPUTS {
+        return Err(format!(
+            "reads {full} buffers of its size and has users over {} index spaces, each of which would read them all (at most {MAX_SHARED_INPUTS} when shared)",
+            spaces.len()
+        ));
     }
     let cost = cost(&k.body);
     let mut why = Vec::new();
@@ -103,6 +122,14 @@ pub(super) fn inlinable(
         });
         if reinterprets {
             return Err(format!("user #{u} reads its bytes as another type"));
+        }
+        if matches!(f.insts[u].op, kiln_ir::Op::BitcastConvert {})
+            && matches!(uk.body, Expr::Gather { .. })
+        {
+            // A byte copy reads its input as bytes on the GPU (its device plan step says so):
+            // inside it, this value's own inputs would be read as bytes too (random seed
+            // 26934's `i8` convert of an `i64` sum, copied to `u8`, read the sum's bytes).
+            return Err(format!("user #{u} is a byte copy"));
         }
         if reduces {
             // Its reductions run ahead of the loops they do not depend on; read inside a
@@ -158,6 +185,21 @@ pub(super) fn inlinable(
 /// Users (kernels, counted by index space) a reduction may be inlined into; each computes it
 /// once.
 const MAX_REDUCTION_USERS: usize = 3;
+
+/// Buffers at least the size of its result that a producer with users over several index spaces
+/// may read and still be recomputed by each. Stored, it costs one pass over those buffers, a
+/// write (about two reads' traffic) and a read per user; recomputed, each user reads all of
+/// them: with two users and three buffers, 6 reads against 3 + 2 + 2.
+const MAX_SHARED_INPUTS: usize = 2;
+
+/// How many of the buffers `inputs` hold at least `numel` elements (a bias or a row's
+/// statistic broadcast over the result is smaller and stays in cache).
+fn full_size_inputs(f: &Func, inputs: &[kiln_ir::ValueId], numel: usize) -> usize {
+    inputs
+        .iter()
+        .filter(|v| f.values[v.index()].numel() >= numel)
+        .count()
+}
 
 /// How many times a kernel over `outer` positions evaluates input `j` of `e` when a reduction
 /// inlined in its place is computed ahead of the loops it does not depend on (the CPU
@@ -477,4 +519,47 @@ pub(super) fn var_extents(k: &Kernel) -> Vec<usize> {
         })
     });
     ext
+}
+
+#[cfg(test)]
+mod tests {
+    /// Which instructions of `text` are computed inside their users.
+    fn inlined(text: &str) -> Vec<bool> {
+        let f = kiln_ir::parse_func_text(text).unwrap();
+        super::super::fuse_unmerged(
+            &f,
+            crate::pipeline::kernels(&f),
+            true,
+            &crate::target::FusionLimits::default(),
+        )
+        .inlined
+    }
+
+    /// A byte copy whose bytes are its elements (`u8` to `i8`) keeps its own kernel, and
+    /// what a byte copy reads is stored (random seeds 27544 and 26934 on the GPU emulator),
+    /// while a 32-bit bitcast (an elementwise op) is still computed inside its user.
+    #[test]
+    fn byte_copies_and_their_inputs_are_stored() {
+        let copy_in_user = "func @main(%0: u8[3]) -> u16[3] {
+  %1 = bitcast_convert %0 : i8[3]
+  %2 = convert %1 : u16[3]
+  return %2
+}
+";
+        assert_eq!(inlined(copy_in_user), [false, false]);
+        let producer_in_copy = "func @main(%0: i64[2]) -> u8[2] {
+  %1 = convert %0 : i8[2]
+  %2 = bitcast_convert %1 : u8[2]
+  return %2
+}
+";
+        assert_eq!(inlined(producer_in_copy), [false, false]);
+        let words = "func @main(%0: f32[3]) -> f64[3] {
+  %1 = bitcast_convert %0 : i32[3]
+  %2 = convert %1 : f64[3]
+  return %2
+}
+";
+        assert_eq!(inlined(words), [true, false]);
+    }
 }

@@ -87,13 +87,14 @@ pub fn spec_examples() -> Vec<(String, Module, Vec<Literal>)> {
     out
 }
 
-/// `n` random programs (`Config::profile` of seeds `0..n`) with random arguments:
+/// `n` random programs (`Config::profile` of seeds `0..n`, with the wide scatters, folds and
+/// `select_and_scatter`s of `Config::with_wide`) with random arguments:
 /// (name, module, args, whether the profile asked for control flow), the unexportable ones
 /// left out.
 pub fn random_programs(n: u64) -> Vec<(String, Module, Vec<Literal>, bool)> {
     (0..n)
         .filter_map(|seed| {
-            let cfg = Config::profile(seed);
+            let cfg = Config::profile(seed).with_wide();
             let mut rng = Rng::new(seed);
             let f = random_func(&mut rng, &cfg);
             let args = f
