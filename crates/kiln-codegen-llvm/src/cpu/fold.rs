@@ -243,10 +243,11 @@ impl<'c> Emitter<'c> {
     /// The fold `e` at each of `width` positions of a column strip (innermost output variable
     /// `d` from `j0`), in order along its loops, with the accumulators of the positions side
     /// by side in arrays (each step a loop over the positions, which vectorizes): per result,
-    /// its key and its array, for the strip's loop over the positions to read in place.
+    /// its key and its array, for the strip's loop over the positions to read in place (a
+    /// gathered fold's, [`kiln_kernel::loop_schedule::Strips::gathered`]) or to copy out.
     ///
-    /// The arrays are only ever addressed by a loop's position, never one constant address
-    /// per position: LLVM's capture tracking gives up on an alloca of more than 100 uses (a
+    /// A gathered fold's arrays are only ever addressed by a loop's position, never one
+    /// constant address per position: LLVM's capture tracking gives up on an alloca of more than 100 uses (a
     /// strip of 64 positions read one by one has more), and an array it takes for captured
     /// may alias the operand the step gathers from, a check the vectorizer cannot form for a
     /// gather (`loop not vectorized: cannot identify array bounds`), so the step stayed
