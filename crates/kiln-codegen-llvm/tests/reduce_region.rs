@@ -380,11 +380,33 @@ fn windows_too_large_to_expand_are_one_kernel_in_order() {
 }
 
 /// Whether `text` compiles to a kernel whose loop runs in strips (see
-/// `kiln_kernel::loop_schedule::column_strips`).
-fn in_strips(text: &str) -> bool {
+/// `kiln_kernel::loop_schedule::column_strips`), and whether a fold there gathers its
+/// elements across the positions (`Strips::gathered`).
+fn strips_of(text: &str) -> (bool, bool) {
     let f = parse_func_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let exe = CpuExecutable::compile(&f).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    exe.kernel_paths().iter().any(|p| p.strips)
+    let paths = exe.kernel_paths();
+    (
+        paths.iter().any(|p| p.strips),
+        paths.iter().any(|p| p.strip_gathers),
+    )
+}
+
+/// Whether `text` compiles to a kernel whose loop runs in strips with a window's fold, its
+/// elements gathered across the positions.
+fn in_strips(text: &str) -> bool {
+    strips_of(text) == (true, true)
+}
+
+/// An argmax down the columns runs in strips, its elements read contiguously along the
+/// positions: not a gathered fold (its accumulators are copied out of the fold's arrays).
+#[test]
+fn column_argmax_strips_are_not_gathered() {
+    let bench = include_str!("../../../benches/kir/argmax_columns.kir");
+    let text = bench
+        .replace("4096,4096", "64,512")
+        .replace("[4096]", "[512]");
+    assert_eq!(strips_of(&text), (true, false), "{text}");
 }
 
 /// Windows too large to expand over many outputs run in strips across the outputs, each

@@ -69,6 +69,13 @@ pub struct Strips {
     /// [`value_key`] of each reduction computed per strip, in the order of the kernel's
     /// bodies.
     pub reduces: Vec<ValueKey>,
+    /// The folds among [`Self::reduces`] with an element read across the strip's positions
+    /// rather than contiguously along them (a window's, strided or guarded: a gather per
+    /// step). The loop over the positions reads their accumulators where the fold left them,
+    /// so that nothing but a loop position addresses them and the step vectorizes; a fold
+    /// read contiguously (a column's) vectorizes either way, and its accumulators are copied
+    /// out per position, which keeps its loop faster.
+    pub gathered: Vec<ValueKey>,
 }
 
 /// A fold ([`crate::fold`]) over one contiguous loop, run in lanes (see [`row_folds`]).
@@ -189,16 +196,18 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
     // unit dimensions' after it (always 0).
     let readable = |v: usize| v <= d || k.out.shape.get(v) == Some(&1);
     let mut reduces: Vec<ValueKey> = Vec::new();
+    let mut gathered: Vec<ValueKey> = Vec::new();
     // Accumulators per position.
     let mut accumulators = 0;
     let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
     for r in bodies.flat_map(hoistable_reduces) {
         let free = free_vars(r);
-        let (fits, key, n) = match r {
+        let (fits, key, n, gathers) = match r {
             Expr::Reduce { body, init, .. } => (
                 free_vars(init).is_empty() && crate::kernel::contiguous_along(body, d),
                 value_key(r),
                 1,
+                false,
             ),
             Expr::Fold { fold, .. } => {
                 // Each element read along the row, or the same along it (an index); in order,
@@ -212,12 +221,16 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
                         && fold.elems.iter().all(|e| along(e) || fixed(e) || across(e)),
                     crate::fold::fold_key(r),
                     fold.arity(),
+                    fold.elems.iter().any(|e| !along(e) && !fixed(e)),
                 )
             }
             _ => continue,
         };
         if fits && free.contains(&d) && free.iter().all(|&v| readable(v)) && !reduces.contains(&key)
         {
+            if gathers {
+                gathered.push(key.clone());
+            }
             reduces.push(key);
             accumulators += n;
         }
@@ -232,6 +245,7 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
         width,
         tail,
         reduces,
+        gathered,
     })
 }
 

@@ -8,8 +8,9 @@ use super::*;
 use crate::kernel::{Fold, ValueKey};
 use kiln_kernel::fold::fold_key;
 
-/// A fold's results in a strip: per result, its key and the accumulator of each position.
-pub(super) type StripFold<'c> = Vec<(ValueKey, Vec<PointerValue<'c>>, BasicTypeEnum<'c>)>;
+/// A fold's results in a strip: per result, its key, the array of the positions'
+/// accumulators, and their type.
+pub(super) type StripFold<'c> = Vec<(ValueKey, PointerValue<'c>, BasicTypeEnum<'c>)>;
 
 impl<'c> Emitter<'c> {
     /// Every result of the fold `e` (an [`Expr::Fold`]) at the current position.
@@ -242,7 +243,15 @@ impl<'c> Emitter<'c> {
     /// The fold `e` at each of `width` positions of a column strip (innermost output variable
     /// `d` from `j0`), in order along its loops, with the accumulators of the positions side
     /// by side in arrays (each step a loop over the positions, which vectorizes): per result,
-    /// its key and the accumulator of each position.
+    /// its key and its array, for the strip's loop over the positions to read in place (a
+    /// gathered fold's, [`kiln_kernel::loop_schedule::Strips::gathered`]) or to copy out.
+    ///
+    /// A gathered fold's arrays are only ever addressed by a loop's position, never one
+    /// constant address per position: LLVM's capture tracking gives up on an alloca of more than 100 uses (a
+    /// strip of 64 positions read one by one has more), and an array it takes for captured
+    /// may alias the operand the step gathers from, a check the vectorizer cannot form for a
+    /// gather (`loop not vectorized: cannot identify array bounds`), so the step stayed
+    /// scalar.
     pub(super) fn fold_strip(
         &self,
         e: &Expr,
@@ -270,17 +279,13 @@ impl<'c> Emitter<'c> {
         });
         self.hoisted.borrow_mut().truncate(mark);
         stepped?;
-        let sets = (0..width)
-            .map(|w| self.lane_set(&arrays, &inits, self.i64c(w as i64)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok((0..fold.arity())
-            .map(|j| {
+        Ok((arrays.iter().zip(&inits).enumerate())
+            .map(|(j, ((array, _), init))| {
                 let key = value_key(&Expr::Fold {
                     fold: fold.clone(),
                     result: j,
                 });
-                let slots = sets.iter().map(|s| s[j]).collect();
-                (key, slots, inits[j].get_type())
+                (key, *array, init.get_type())
             })
             .collect())
     }

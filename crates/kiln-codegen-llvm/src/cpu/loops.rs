@@ -601,6 +601,10 @@ pub(super) fn whole_tile<'c>(
 /// A strip's positions, and the narrower strips' past the last of them.
 type StripWidths = (i64, i64);
 
+/// A reduction a strip computes, and whether it is a fold the loop over the positions reads
+/// in place ([`kiln_kernel::loop_schedule::Strips::gathered`]).
+type Column<'e> = (&'e Expr, bool);
+
 /// The strips' widths (wide, then the tail's) and the reductions of `k`'s bodies its loop over
 /// dimension `d` computes in strips (see [`strips`]), as its loop schedule decided them
 /// ([`kiln_kernel::loop_schedule::column_strips`]); `None` without strips along `d`.
@@ -608,7 +612,7 @@ pub(super) fn column_reduces<'e>(
     em: &Emitter<'_>,
     k: &'e Kernel,
     d: usize,
-) -> Result<Option<(StripWidths, Vec<&'e Expr>)>> {
+) -> Result<Option<(StripWidths, Vec<Column<'e>>)>> {
     let Some(st) = schedule_of(em)?.strips.as_ref().filter(|st| st.dim == d) else {
         return Ok(None);
     };
@@ -624,6 +628,7 @@ pub(super) fn column_reduces<'e>(
                 .iter()
                 .copied()
                 .find(|r| kiln_kernel::fold::fold_key(r) == *key)
+                .map(|r| (r, st.gathered.contains(key)))
                 .ok_or_else(|| {
                     Error::Llvm("a column strip's reduction is not in the kernel".into())
                 })
@@ -643,7 +648,7 @@ pub(super) fn strips<'c>(
     d: usize,
     range: (IntValue<'c>, IntValue<'c>),
     (width, narrow): (i64, i64),
-    columns: &[&Expr],
+    columns: &[Column<'_>],
     store: &mut dyn FnMut(&Emitter<'c>) -> Result<()>,
 ) -> Result<()> {
     let i64t = em.ctx.i64_type();
@@ -668,9 +673,27 @@ pub(super) fn strips<'c>(
             Vec<PointerValue<'c>>,
             BasicTypeEnum<'c>,
         )> = Vec::new();
-        for r in columns {
+        // The gathered folds' results, read in the arrays of the positions they were computed
+        // in (see `Emitter::fold_strip`); the other folds' are copied out per position below,
+        // like the sums.
+        let mut arrays = Vec::with_capacity(columns.len());
+        for &(r, gathered) in columns {
             if let Expr::Fold { .. } = r {
-                sums.extend(em.fold_strip(r, width as usize, (d, j0))?);
+                let folded = em.fold_strip(r, width as usize, (d, j0))?;
+                if gathered {
+                    arrays.extend(folded);
+                    continue;
+                }
+                for (key, array, ct) in folded {
+                    let slots = (0..width)
+                        .map(|w| {
+                            // SAFETY (of the emitted code): `w` is below the array's length.
+                            unsafe { em.b.build_in_bounds_gep(ct, array, &[em.i64c(w)], "set") }
+                                .map_err(llvm)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    sums.push((key, slots, ct));
+                }
                 continue;
             }
             let Expr::Reduce {
@@ -714,19 +737,18 @@ pub(super) fn strips<'c>(
         // Each reduction's sums into an array, then the positions' bodies as a loop over the
         // strip: one copy of the body however wide the strip (the sums stay in registers while
         // they accumulate).
-        let mut arrays = Vec::with_capacity(sums.len());
-        for (key, accs, ct) in &sums {
+        for (key, accs, ct) in sums {
             let arr =
-                em.entry_alloca(inkwell::types::BasicType::array_type(ct, width as u32).into())?;
+                em.entry_alloca(inkwell::types::BasicType::array_type(&ct, width as u32).into())?;
             for (w, acc) in accs.iter().enumerate() {
-                let v = em.b.build_load(*ct, *acc, "sum").map_err(llvm)?;
+                let v = em.b.build_load(ct, *acc, "sum").map_err(llvm)?;
                 let p = unsafe {
-                    em.b.build_in_bounds_gep(*ct, arr, &[em.i64c(w as i64)], "at")
+                    em.b.build_in_bounds_gep(ct, arr, &[em.i64c(w as i64)], "at")
                 }
                 .map_err(llvm)?;
                 em.b.build_store(p, v).map_err(llvm)?;
             }
-            arrays.push((key, arr, *ct));
+            arrays.push((key, arr, ct));
         }
         let s_w = em.entry_alloca(i64t.into())?;
         em.labeled_loop("strip", s_w, (em.i64c(0), em.i64c(width)), 1, &mut |em| {

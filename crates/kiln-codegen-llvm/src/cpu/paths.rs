@@ -38,6 +38,9 @@ pub struct KernelPath {
     pub row_caches: usize,
     /// The innermost loop computes column sums in strips.
     pub strips: bool,
+    /// A fold in the strips reads its elements across the positions (a window's: gathers),
+    /// and the loop over the positions reads its accumulators in place.
+    pub strip_gathers: bool,
     /// The kernel's rows are split across threads.
     pub threads: bool,
     /// The kernel runs side by side with independent ones (a concurrent group).
@@ -70,6 +73,7 @@ impl std::fmt::Display for KernelPath {
             (self.guard_cuts, "guard cuts"),
             (self.row_caches > 0, "row caches"),
             (self.strips, "column strips"),
+            (self.strip_gathers, "gathered folds in strips"),
             (self.threads, "threads"),
             (self.concurrent, "concurrent"),
         ] {
@@ -115,6 +119,9 @@ pub(super) fn kernel_paths(
                 guard_cuts: s.is_some_and(|s| s.segments.iter().any(|d| d.len() > 1)),
                 row_caches: s.map_or(0, |s| s.row_caches.len()),
                 strips: s.is_some_and(|s| s.strips.is_some()),
+                strip_gathers: s
+                    .and_then(|s| s.strips.as_ref())
+                    .is_some_and(|st| !st.gathered.is_empty()),
                 threads: launch.split,
                 concurrent: concurrent.iter().any(|g| g.len() > 1 && g.contains(&i)),
             })
