@@ -9,7 +9,6 @@ use super::kernel::Emit;
 use crate::Result;
 use crate::common::llvm;
 use crate::common::scalar::Scalar;
-use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::BasicMetadataValueEnum;
 use kiln_ir::DType;
 use kiln_kernel::gpu::ir::{Buf, Sc};
@@ -35,27 +34,13 @@ impl<'c> Emit<'_, 'c> {
         };
         let i64t = self.ctx.i64_type();
         let address = self.b.build_ptr_to_int(at, i64t, "at").map_err(llvm)?;
-        let value_type: BasicMetadataTypeEnum = match v {
-            BasicMetadataValueEnum::FloatValue(x) => x.get_type().into(),
-            BasicMetadataValueEnum::IntValue(x) => x.get_type().into(),
-            _ => return self.err("an atomic addition of a value that is no number".into()),
-        };
-        let ty = self
-            .ctx
-            .void_type()
-            .fn_type(&[i64t.into(), value_type], false);
-        let callee = self.ctx.create_inline_asm(
-            ty,
-            asm.to_string(),
-            format!("{constraints},~{{memory}}"),
-            true,
-            false,
-            None,
-            false,
-        );
-        self.b
-            .build_indirect_call(ty, callee, &[address.into(), v], "red")
-            .map_err(llvm)?;
+        if !matches!(
+            v,
+            BasicMetadataValueEnum::FloatValue(_) | BasicMetadataValueEnum::IntValue(_)
+        ) {
+            return self.err("an atomic addition of a value that is no number".into());
+        }
+        self.ptx(asm, constraints, &[address.into(), v], false)?;
         Ok(())
     }
 }

@@ -61,7 +61,7 @@ impl<'c> Emit<'_, 'c> {
 
     /// Calls inline PTX `asm` (with side effects and a memory clobber) of the given operand
     /// constraints on `args`, returning an i32 when `returns` is set.
-    fn ptx(
+    pub(super) fn ptx(
         &self,
         asm: &str,
         constraints: &str,
@@ -72,6 +72,7 @@ impl<'c> Emit<'_, 'c> {
             .iter()
             .map(|a| match a {
                 BasicMetadataValueEnum::IntValue(i) => i.get_type().into(),
+                BasicMetadataValueEnum::FloatValue(x) => x.get_type().into(),
                 _ => self.ctx.i64_type().into(),
             })
             .collect();
