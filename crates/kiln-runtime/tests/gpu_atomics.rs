@@ -13,7 +13,10 @@ use kiln_kernel::gpu::ir::*;
 use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep, device_plan};
 use kiln_kernel::target::TargetInfo;
 use kiln_reference::accuracy::{magnitudes, unit_roundoff};
-use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_plan, run_program};
+use kiln_runtime::gpu_emu::{
+    Buffer, EmuDevice, EmuReport, V, compile_and_run, run_plan, run_program,
+};
+use kiln_runtime::plan_exec;
 use std::collections::BTreeMap;
 
 /// The options with float atomics allowed.
@@ -200,6 +203,43 @@ fn a_dropped_partial_or_a_missing_zeroing_is_caught() {
         k.program.zeroed.clear();
         let bad = run_plan(&plan, &refs).expect("runs");
         assert!(bad[0].to_f64s().iter().all(|x| x.is_nan()), "{src}");
+    }
+}
+
+/// The results the atomics add into are zeroed by a fill on the device: a call copies its
+/// parameters to the device and nothing else (before, each zeroing copied a buffer of
+/// negative zeros the size of the result from the host), one fill per zeroed buffer.
+#[test]
+fn zeroing_is_a_fill_on_the_device_not_a_copy_from_the_host() {
+    for src in [
+        sum("100003", "0", "", "0.0"),
+        sum("1000,300", "0", "300", "0.0"),
+    ] {
+        let (f, plan) = plan_of(&src, &atomics());
+        let zeroed: usize = plan.kernel_steps().map(|k| k.program.zeroed.len()).sum();
+        assert!(zeroed >= 1, "{src}");
+        let a = args(&f, 11, 1);
+        let refs: Vec<&Literal> = a.iter().collect();
+        let mut dev = EmuDevice::new(&plan);
+        plan_exec::load(&plan, &mut dev).expect("loads");
+        let loaded = dev.traffic();
+        plan_exec::write_params(&plan, &mut dev, &refs).expect("writes its parameters");
+        let written = dev.traffic();
+        assert_eq!(
+            written.to_device - loaded.to_device,
+            f.params.len(),
+            "{src}"
+        );
+        plan_exec::run_steps(&plan, &mut dev).expect("runs");
+        let ran = dev.traffic();
+        assert_eq!(
+            (ran.to_device, ran.to_device_bytes),
+            (written.to_device, written.to_device_bytes),
+            "{src}: the run copied from the host"
+        );
+        assert_eq!(ran.fills - written.fills, zeroed, "{src}");
+        let got = plan_exec::read_outputs(&plan, &mut dev).expect("reads its results");
+        assert_eq!(within(&f, &a, &got, |_, _| SUM_UNITS), None, "{src}");
     }
 }
 
