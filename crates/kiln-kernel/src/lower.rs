@@ -3,7 +3,7 @@
 
 use crate::ir::{Cond, ConvPatches, Ew, Expr, Idx, Kernel, Schedule};
 use crate::window::{WindowDim, window_terms};
-use kiln_ir::{Combiner, DType, Op, OpKind, TensorType, strides};
+use kiln_ir::{Combiner, DType, Func, Inst, Op, OpKind, TensorType, ValueId, strides};
 
 /// A load of `ty` where operand dimension `d` is indexed by `map[d]`: `Some((var, scale,
 /// offset))` for `offset + scale * var`, or `None` for index 0.
@@ -36,6 +36,45 @@ fn same(input: usize, ty: &TensorType, out: &TensorType, vars: usize) -> Expr {
         vars,
         &(0..ty.rank()).map(|d| Some((d, 1, 0))).collect::<Vec<_>>(),
     )
+}
+
+/// Whether `op` on operands of types `x` giving `out` is lowered to a byte copy: a bitcast
+/// that is not element for element (32- or 64-bit elements of one shape, or sub-byte
+/// integers, which hold their value sign- or zero-extended in a byte each and convert it):
+/// one between widths, of 8- or 16-bit types, or of complex numbers. Its kernel ([`lower`])
+/// writes the result's bytes (`i8[bytes]`, whatever the result's type) from its operand's,
+/// read as bytes (`i8`) at the same positions, whatever the operand's type; so its positions
+/// are bytes, even where the two types are of one width (`u8` to `i8`).
+///
+/// This is the one test of a byte copy: fusion neither merges one with siblings nor
+/// computes one inside its users or its operands inside it (`fuse::merge`,
+/// `fuse::inlinable`), and the device plan has the GPU read its input as bytes
+/// (`gpu::plan::KernelStep::bytes`).
+pub fn byte_copy(op: &Op, x: &[TensorType], out: &TensorType) -> bool {
+    matches!(op, Op::BitcastConvert {}) && x.first().is_some_and(|x| copies_bytes(x, out))
+}
+
+/// [`byte_copy`] for instruction `inst` of `f`.
+pub fn is_byte_copy(f: &Func, inst: &Inst) -> bool {
+    let ty = |v: Option<&ValueId>| v.map(|v| &f.values[v.index()]);
+    match (
+        &inst.op,
+        ty(inst.operands.first()),
+        ty(inst.results.first()),
+    ) {
+        (Op::BitcastConvert {}, Some(x), Some(out)) => copies_bytes(x, out),
+        _ => false,
+    }
+}
+
+/// Whether a bitcast of `x` to `out` copies bytes (see [`byte_copy`]).
+fn copies_bytes(x: &TensorType, out: &TensorType) -> bool {
+    let element_for_element = !x.dtype.is_complex()
+        && !out.dtype.is_complex()
+        && x.shape == out.shape
+        && x.dtype.bits() == out.dtype.bits()
+        && (matches!(out.dtype.bits(), 32 | 64) || out.dtype.is_sub_byte());
+    !element_for_element
 }
 
 /// Which elementwise ops the CPU kernels implement for operand dtype `d`.
@@ -378,24 +417,16 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
                 },
             )
         }
-        Op::BitcastConvert {}
-            if !complex
-                && x[0].shape == out.shape
-                && x[0].dtype.bits() == out.dtype.bits()
-                && (matches!(out.dtype.bits(), 32 | 64) || out.dtype.is_sub_byte()) =>
-        {
-            kernel(
-                r,
-                Expr::Op {
-                    op: Ew::Bitcast,
-                    dtype: out.dtype,
-                    args: vec![same(0, &x[0], out, r)],
-                },
-            )
-        }
-        // (`i4` and `u4`, `i2` and `u2` convert their value: each byte holds it sign- or
-        // zero-extended.) Any other bitcast (between widths, or of 8- and 16-bit types) keeps the buffer's
-        // little-endian bytes as they are: a byte copy.
+        Op::BitcastConvert {} if !byte_copy(op, x, out) => kernel(
+            r,
+            Expr::Op {
+                op: Ew::Bitcast,
+                dtype: out.dtype,
+                args: vec![same(0, &x[0], out, r)],
+            },
+        ),
+        // Any other bitcast keeps the buffer's little-endian bytes as they are: a byte copy
+        // (see [`byte_copy`]).
         Op::BitcastConvert {} => {
             let bytes = out.numel() * out.dtype.bytes();
             Ok(Kernel {
@@ -976,6 +1007,56 @@ fn batch_position(d: i64, ivd: usize) -> usize {
 mod tests {
     use super::*;
     use kiln_ir::{Arity, ComparisonDirection, Props, RngAlgorithm, attr::AttrCtx};
+
+    /// The one test of a byte copy, on the bitcasts whose kinds differ: 8-bit to 8-bit (its
+    /// kernel's type is its value's, yet it copies bytes), 32-bit words of one shape (an
+    /// elementwise op), a word split into bytes and bytes joined into a word, complex
+    /// numbers (of their parts' width, or of a real type of the same width), 16-bit types
+    /// and sub-byte integers; the kernel [`lower`] makes is the byte copy exactly when the
+    /// test says so, and the test of an instruction agrees.
+    #[test]
+    fn byte_copies_are_the_bitcasts_lowered_to_a_copy_of_bytes() {
+        let t = |d: DType, s: &[usize]| TensorType::new(d, s.to_vec());
+        let cases = [
+            (t(DType::U8, &[3]), t(DType::I8, &[3]), true),
+            (t(DType::F32, &[3]), t(DType::I32, &[3]), false),
+            (t(DType::F64, &[2]), t(DType::I64, &[2]), false),
+            (t(DType::F32, &[3]), t(DType::U8, &[3, 4]), true),
+            (t(DType::U8, &[3, 4]), t(DType::F32, &[3]), true),
+            (t(DType::C64, &[2]), t(DType::F32, &[2, 2]), true),
+            (t(DType::C64, &[2]), t(DType::I64, &[2]), true),
+            (t(DType::BF16, &[2]), t(DType::F16, &[2]), true),
+            (t(DType::I4, &[4]), t(DType::U4, &[4]), false),
+        ];
+        for (x, out, want) in cases {
+            let what = format!("{x} to {out}");
+            let op = Op::BitcastConvert {};
+            assert_eq!(
+                byte_copy(&op, std::slice::from_ref(&x), &out),
+                want,
+                "{what}"
+            );
+            let k = lower(&op, std::slice::from_ref(&x), &out).expect("a bitcast's kernel");
+            let copies = matches!(
+                k.body,
+                Expr::Gather {
+                    dtype: DType::I8,
+                    ..
+                }
+            ) && k.out
+                == TensorType::new(DType::I8, [out.numel() * out.dtype.bytes()]);
+            assert_eq!(copies, want, "{what}: {:?}", k.body);
+            let text = format!(
+                "func @main(%0: {x}) -> {out} {{\n  %1 = bitcast_convert %0 : {out}\n  return %1\n}}\n"
+            );
+            let f = kiln_ir::parse_func_text(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(is_byte_copy(&f, &f.insts[0]), want, "{what}");
+        }
+        // Only a bitcast copies bytes: a conversion of `u8` to `i8` converts values.
+        let (x, out) = (t(DType::U8, &[3]), t(DType::I8, &[3]));
+        let convert = Op::Convert {};
+        assert!(!byte_copy(&convert, std::slice::from_ref(&x), &out));
+    }
 
     /// Every elementwise op (by its properties) lowers to a loop nest applying it at the
     /// output's position.

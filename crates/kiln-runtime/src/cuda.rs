@@ -543,6 +543,59 @@ impl Gpu {
         .map_err(driver("copying on the device"))
     }
 
+    /// Sets the `bytes` bytes of `b` from byte `offset` on to `pattern` repeated: one
+    /// element's little-endian bytes, 1, 2 or 4 of them (the driver's 8-, 16- and 32-bit
+    /// memsets), `offset` and `bytes` whole elements. Queued on the stream; nothing crosses
+    /// from the host but the pattern.
+    pub fn fill(
+        &self,
+        b: &mut DeviceBuffer,
+        offset: usize,
+        bytes: usize,
+        pattern: &[u8],
+    ) -> Result<(), GpuError> {
+        let width = pattern.len().max(1);
+        if !offset.is_multiple_of(width) || !bytes.is_multiple_of(width) || offset + bytes > b.len()
+        {
+            return Err(GpuError::Run {
+                message: format!(
+                    "a fill of bytes {offset}..{} with an element of {width} bytes in a buffer \
+                     of {}: out of bounds or not whole elements",
+                    offset + bytes,
+                    b.len()
+                ),
+            });
+        }
+        if bytes == 0 && !pattern.is_empty() {
+            return Ok(());
+        }
+        use cudarc::driver::sys;
+        let (dst, n, stream) = (b.address(offset), bytes / width, self.stream.cu_stream());
+        // SAFETY: the `n` elements from `dst` lie inside `b` (checked above), at an address
+        // aligned to the element (the buffer's start is aligned by the driver, `offset` is a
+        // multiple of the width); the memset is queued on the stream every other use of `b`
+        // is, so it runs in order with them.
+        let r = unsafe {
+            match *pattern {
+                [x] => sys::cuMemsetD8Async(dst, x, n, stream),
+                [x, y] => sys::cuMemsetD16Async(dst, u16::from_le_bytes([x, y]), n, stream),
+                [x, y, z, w] => {
+                    sys::cuMemsetD32Async(dst, u32::from_le_bytes([x, y, z, w]), n, stream)
+                }
+                _ => {
+                    return Err(GpuError::Run {
+                        message: format!(
+                            "a fill with an element of {} bytes: the device sets elements of \
+                             1, 2 or 4 bytes",
+                            pattern.len()
+                        ),
+                    });
+                }
+            }
+        };
+        r.result().map_err(driver("filling device memory"))
+    }
+
     /// Copies `out.len()` bytes of `b` from byte `offset` on to the host, waiting for the
     /// stream's work before it.
     pub fn read(&self, b: &DeviceBuffer, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {

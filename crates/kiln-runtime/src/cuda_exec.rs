@@ -319,6 +319,18 @@ impl PlanDevice for OnGpu<'_> {
             .map_err(|e| e.to_string())
     }
 
+    /// A memset of the element's width on the stream; an element of another width (8 bytes,
+    /// which no memset of the driver sets) is written from the host.
+    fn fill(&mut self, at: Region, element: &[u8]) -> Result<(), String> {
+        let n = plan_exec::fill_count(at, element)?;
+        if !matches!(element.len(), 1 | 2 | 4) {
+            return self.write(at, &element.repeat(n));
+        }
+        self.gpu
+            .fill(self.arena, at.offset, at.bytes, element)
+            .map_err(|e| e.to_string())
+    }
+
     fn launch(&mut self, n: usize, step: &KernelStep, launch: usize) -> Result<(), String> {
         let (Some(k), Some(kernel)) = (
             step.program.launches.get(launch),

@@ -24,6 +24,23 @@ pub trait PlanDevice {
         let bytes = self.read(from)?;
         self.write(to, &bytes)
     }
+
+    /// Sets every element of the region `at` to `element`, one element's little-endian bytes
+    /// (the region a whole number of them), after the work before, on the device: nothing
+    /// the size of the region crosses from the host.
+    fn fill(&mut self, at: Region, element: &[u8]) -> Result<(), String>;
+}
+
+/// The elements `element` repeats in the region `at`, or why it does not fill it.
+pub fn fill_count(at: Region, element: &[u8]) -> Result<usize, String> {
+    if element.is_empty() || !at.bytes.is_multiple_of(element.len()) {
+        return Err(format!(
+            "a region of {} bytes filled with elements of {}",
+            at.bytes,
+            element.len()
+        ));
+    }
+    Ok(at.bytes / element.len())
 }
 
 /// The place of `v` in `plan`, or an error naming it.
@@ -214,7 +231,8 @@ fn steps_from<D: PlanDevice>(plan: &DevicePlan, dev: &mut D, first: usize) -> Re
 }
 
 /// Sets the buffers kernel step `k`'s program zeroes ([`GpuProgram::zeroed`], what its float
-/// atomics add into) to negative zero, the identity of a float sum, before its launches.
+/// atomics add into) to negative zero, the identity of a float sum, before its launches: a
+/// fill on the device ([`PlanDevice::fill`]) with one element's bytes.
 ///
 /// [`GpuProgram::zeroed`]: kiln_kernel::gpu::ir::GpuProgram::zeroed
 fn zero<D: PlanDevice>(dev: &mut D, k: &KernelStep) -> Result<(), String> {
@@ -222,8 +240,10 @@ fn zero<D: PlanDevice>(dev: &mut D, k: &KernelStep) -> Result<(), String> {
         let at = k
             .region(*b)
             .ok_or_else(|| format!("k{}: no region for {b}", k.inst))?;
-        let zeros = Literal::try_full(t.clone(), -0.0).map_err(|e| format!("k{}: {e}", k.inst))?;
-        dev.write(at, &zeros.to_le_bytes())?;
+        let zero = Literal::try_full(TensorType::new(t.dtype, []), -0.0)
+            .map_err(|e| format!("k{}: {e}", k.inst))?;
+        dev.fill(at, &zero.to_le_bytes())
+            .map_err(|e| format!("k{}: zeroing {b}: {e}", k.inst))?;
     }
     Ok(())
 }

@@ -6,15 +6,21 @@
 //! the emulator's atomic addition itself (per element, in its order of blocks and threads);
 //! the zeroed results never touching another value's memory, donated or not.
 
-use kiln_ir::random::{Rng, random_literal};
+use kiln_ir::random::Rng;
 use kiln_ir::{DType, Func, Literal, TensorType};
 use kiln_kernel::Options;
 use kiln_kernel::gpu::ir::*;
 use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep, device_plan};
 use kiln_kernel::target::TargetInfo;
 use kiln_reference::accuracy::{magnitudes, unit_roundoff};
-use kiln_runtime::gpu_emu::{Buffer, EmuReport, V, compile_and_run, run_plan, run_program};
+use kiln_runtime::gpu_emu::{
+    Buffer, EmuDevice, EmuReport, V, compile_and_run, run_plan, run_program,
+};
+use kiln_runtime::plan_exec;
 use std::collections::BTreeMap;
+
+mod planned;
+use planned::indexed_args;
 
 /// The options with float atomics allowed.
 fn atomics() -> Options {
@@ -32,24 +38,6 @@ fn plan_of(src: &str, opts: &Options) -> (Func, DevicePlan) {
         .unwrap_or_else(|e| panic!("{e}\n{src}"));
     let plan = device_plan(&l, &target).unwrap_or_else(|e| panic!("{e}\n{src}"));
     (f, plan)
-}
-
-/// Random arguments of `f`: floats from the generator, `i32` indices in `0..range` (so that
-/// they repeat), one of them out of bounds (that update is dropped).
-fn args(f: &Func, seed: u64, range: usize) -> Vec<Literal> {
-    let mut rng = Rng::new(seed);
-    f.param_types()
-        .iter()
-        .map(|t| {
-            if t.dtype == DType::I32 {
-                let mut v: Vec<i64> = (0..t.numel()).map(|_| rng.below(range) as i64).collect();
-                v[t.numel() / 2] = range as i64 + 3;
-                Literal::from_i64s(t.clone(), &v).unwrap()
-            } else {
-                random_literal(&mut rng, t)
-            }
-        })
-        .collect()
 }
 
 /// Whether each output of `got` lies within `units(output, element)` units of roundoff of
@@ -143,7 +131,7 @@ fn sums_take_one_launch_and_agree_with_the_reference() {
         if launches(&det) != det_want {
             failures.push(format!("case {i}: by default {:?}", launches(&det)));
         }
-        let a = args(&f, 40 + i as u64, 1);
+        let a = indexed_args(&f, 40 + i as u64, 1, true);
         let refs: Vec<&Literal> = a.iter().collect();
         match run_plan(&plan, &refs) {
             Ok(got) => {
@@ -203,6 +191,43 @@ fn a_dropped_partial_or_a_missing_zeroing_is_caught() {
     }
 }
 
+/// The results the atomics add into are zeroed by a fill on the device: a call copies its
+/// parameters to the device and nothing else (before, each zeroing copied a buffer of
+/// negative zeros the size of the result from the host), one fill per zeroed buffer.
+#[test]
+fn zeroing_is_a_fill_on_the_device_not_a_copy_from_the_host() {
+    for src in [
+        sum("100003", "0", "", "0.0"),
+        sum("1000,300", "0", "300", "0.0"),
+    ] {
+        let (f, plan) = plan_of(&src, &atomics());
+        let zeroed: usize = plan.kernel_steps().map(|k| k.program.zeroed.len()).sum();
+        assert!(zeroed >= 1, "{src}");
+        let a = indexed_args(&f, 11, 1, true);
+        let refs: Vec<&Literal> = a.iter().collect();
+        let mut dev = EmuDevice::new(&plan);
+        plan_exec::load(&plan, &mut dev).expect("loads");
+        let loaded = dev.traffic();
+        plan_exec::write_params(&plan, &mut dev, &refs).expect("writes its parameters");
+        let written = dev.traffic();
+        assert_eq!(
+            written.to_device - loaded.to_device,
+            f.params.len(),
+            "{src}"
+        );
+        plan_exec::run_steps(&plan, &mut dev).expect("runs");
+        let ran = dev.traffic();
+        assert_eq!(
+            (ran.to_device, ran.to_device_bytes),
+            (written.to_device, written.to_device_bytes),
+            "{src}: the run copied from the host"
+        );
+        assert_eq!(ran.fills - written.fills, zeroed, "{src}");
+        let got = plan_exec::read_outputs(&plan, &mut dev).expect("reads its results");
+        assert_eq!(within(&f, &a, &got, |_, _| SUM_UNITS), None, "{src}");
+    }
+}
+
 /// A scatter-add of `n` single elements of `dt` into `dt[len]`.
 fn scatter(dt: &str, len: usize, n: usize) -> String {
     format!(
@@ -235,7 +260,7 @@ fn scatter_adds_run_without_a_sort_and_agree_with_the_reference() {
                 launches(&det)
             ));
         }
-        let a = args(&f, 70 + i as u64, len);
+        let a = indexed_args(&f, 70 + i as u64, len, true);
         // Each element's updates, in bounds: its additions in some order, against the
         // reference's, each rounded to the dtype.
         let mut count = vec![0usize; len];
@@ -268,7 +293,7 @@ fn bf16_and_other_combiners_keep_the_deterministic_forms() {
         let l = launches(&plan);
         assert!(l.contains_key(&MapKind::Sort), "{l:?}");
         assert!(!l.contains_key(&MapKind::ScatterAtomic), "{l:?}");
-        let a = args(&f, 5, 300);
+        let a = indexed_args(&f, 5, 300, true);
         let refs: Vec<&Literal> = a.iter().collect();
         let got = run_plan(&plan, &refs).expect("runs");
         // Still the sequential result, bit for bit.
@@ -386,7 +411,7 @@ fn zeroed_results_never_overlap_live_values_donated_or_not() {
         }
     }
     assert!(zeroed >= 1, "{:?}", launches(&plan));
-    let a = args(&f, 9, 1);
+    let a = indexed_args(&f, 9, 1, true);
     for donated in [false, true] {
         let (got, rep) =
             compile_and_run(&f, &[donated], &atomics(), &TargetInfo::h200(), &a).expect("runs");

@@ -9,14 +9,14 @@
 //! operands, where the order of the combinations shows) equal to the reference's result bit
 //! for bit.
 
+use kiln_ir::Literal;
 use kiln_ir::random::{Rng, random_literal};
-use kiln_ir::{DType, Literal};
 use kiln_kernel::gpu::ir::{GpuKernel, MapKind, Stmt};
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::run_plan;
 
 mod planned;
-use planned::planned;
+use planned::{indexed_args, planned};
 
 /// `scatter` of `updates` (`[n, cols]`) into the rows `idx` (`[n, 1]`) of an operand
 /// `[rows, cols]`: an embedding's gradient.
@@ -80,26 +80,6 @@ fn window_text(dt: &str, rows: usize, cols: usize, n: usize) -> String {
 }}
 "
     )
-}
-
-/// Arguments of `f`: floats from the generator, indices in `0..range` (so that they repeat),
-/// one of them out of bounds when `stray` (that update is dropped).
-fn args(f: &kiln_ir::Func, seed: u64, range: usize, stray: bool) -> Vec<Literal> {
-    let mut rng = Rng::new(seed);
-    f.param_types()
-        .iter()
-        .map(|t| {
-            if t.dtype == DType::I32 {
-                let mut v: Vec<i64> = (0..t.numel()).map(|_| rng.below(range) as i64).collect();
-                if stray {
-                    v[t.numel() / 2] = range as i64 + 3;
-                }
-                Literal::from_i64s(t.clone(), &v).unwrap()
-            } else {
-                random_literal(&mut rng, t)
-            }
-        })
-        .collect()
 }
 
 #[test]
@@ -180,7 +160,7 @@ fn scatters_run_a_thread_per_own_position_or_element_in_order() {
             ));
         }
         for stray in [false, true] {
-            let a = args(&f, i as u64, *range, stray);
+            let a = indexed_args(&f, i as u64, *range, stray);
             let refs: Vec<&Literal> = a.iter().collect();
             let got = match run_plan(&plan, &refs) {
                 Ok(got) => got,
@@ -242,7 +222,7 @@ fn bit_for_bit_strays(
     [false, true]
         .into_iter()
         .filter_map(|stray| {
-            let a = args(f, seed, range, stray);
+            let a = indexed_args(f, seed, range, stray);
             bit_for_bit(&format!("{what} (stray {stray})"), f, plan, &a)
         })
         .collect()
@@ -418,7 +398,7 @@ fn a_scatter_without_a_sort_or_a_scan_runs_on_one_thread() {
     let launches = launches_of(&plan, MapKind::Scatter);
     assert_eq!(launches.len(), 1);
     assert!(one_thread(&launches[0]), "{:?}", launches[0].body.first());
-    let a = args(&f, 7, 4096, true);
+    let a = indexed_args(&f, 7, 4096, true);
     assert_eq!(bit_for_bit("serial", &f, &plan, &a), None);
     // Fewer updates: the scan pays again.
     let f = kiln_ir::parse_func_text(&vector_text("f32", 4096, 20)).unwrap();
@@ -426,7 +406,7 @@ fn a_scatter_without_a_sort_or_a_scan_runs_on_one_thread() {
     let launches = launches_of(&plan, MapKind::Scatter);
     assert_eq!(launches.len(), 1);
     assert!(!one_thread(&launches[0]));
-    let a = args(&f, 8, 4096, true);
+    let a = indexed_args(&f, 8, 4096, true);
     assert_eq!(bit_for_bit("scan", &f, &plan, &a), None);
 }
 

@@ -4,6 +4,7 @@
 use super::{CHEAP, Fused, MAX_NODES};
 use crate::access::free_vars;
 use crate::ir::{Cond, Expr, Idx, Kernel, Schedule, Visitor, visit};
+use crate::lower::is_byte_copy;
 use crate::pattern::hoistable_reduces;
 use kiln_ir::{Func, strides};
 
@@ -48,16 +49,15 @@ pub(super) fn inlinable(
     if numel == 0 {
         return Err("empty".into());
     }
-    if k.out != f.values[v.index()] {
-        // A byte copy (a bitcast between 16- or 8-bit types): its positions are bytes.
-        return Err(format!("writes the bytes of a {}", f.values[v.index()]));
-    }
-    if matches!(inst.op, kiln_ir::Op::BitcastConvert {}) && matches!(k.body, Expr::Gather { .. }) {
-        // A byte copy whose bytes are its elements (`u8` to `i8`): the GPU's device plan
-        // reads a byte copy's input as bytes, so inside a user the copy would read its
-        // input's elements with the user's element type (random seed 27544's `u8` read as
-        // `i8` zero-extended on the GPU emulator). It keeps its own kernel.
-        return Err("a byte copy".into());
+    if is_byte_copy(f, inst) {
+        // Its positions are bytes, and the GPU's device plan reads its input as bytes: inside
+        // a user it would read its input's elements with the user's element type, even where
+        // its bytes are its elements (random seed 27544's `u8` read as `i8` zero-extended on
+        // the GPU emulator). It keeps its own kernel.
+        return Err(format!(
+            "a byte copy (writes the bytes of a {})",
+            f.values[v.index()]
+        ));
     }
     if f.outputs.contains(&v) {
         return Err("a function output (must be stored)".into());
@@ -123,9 +123,7 @@ pub(super) fn inlinable(
         if reinterprets {
             return Err(format!("user #{u} reads its bytes as another type"));
         }
-        if matches!(f.insts[u].op, kiln_ir::Op::BitcastConvert {})
-            && matches!(uk.body, Expr::Gather { .. })
-        {
+        if is_byte_copy(f, &f.insts[u]) {
             // A byte copy reads its input as bytes on the GPU (its device plan step says so):
             // inside it, this value's own inputs would be read as bytes too (random seed
             // 26934's `i8` convert of an `i64` sum, copied to `u8`, read the sum's bytes).

@@ -3,22 +3,19 @@
 use super::inlinable::nodes;
 use super::{Fused, FusionDecision, MAX_MERGED_NODES, step_reads};
 use crate::ir::{Kernel, Schedule};
+use crate::lower::is_byte_copy;
 use crate::rewrite::map_inputs;
-use kiln_ir::{Func, Op, ValueId};
+use kiln_ir::{Func, ValueId};
 use std::collections::HashMap;
 
 /// Whether kernel `k` of instruction `i` may merge with siblings: a loop nest, and not a byte
-/// copy (a bitcast between widths, or of 8- or 16-bit types, whose kernel reads its input as
-/// bytes: the device plan marks such a step so, and a merged kernel's other reads, or the
-/// copy's read inside another kernel, would take the wrong element type; random seed 17423's
-/// `bf16[1]` to `f16[1]` read its input past its one element on the GPU emulator).
+/// copy ([`is_byte_copy`]: its kernel reads its input as bytes, as the device plan marks its
+/// step, so a merged kernel's other reads, or the copy's read inside another kernel, would
+/// take the wrong element type; random seed 17423's `bf16[1]` to `f16[1]` read its input past
+/// its one element on the GPU emulator, and a `u8` to `i8` copy's read of a `u8` would be
+/// taken as its elements, not its bytes).
 fn mergeable(f: &Func, i: usize, k: &Kernel) -> bool {
-    let byte_copy = matches!(f.insts[i].op, Op::BitcastConvert {})
-        && f.insts[i]
-            .results
-            .first()
-            .is_some_and(|r| f.values[r.index()] != k.out);
-    k.schedule == Schedule::Nest && !byte_copy
+    k.schedule == Schedule::Nest && !is_byte_copy(f, &f.insts[i])
 }
 
 /// Multi-output fusion: loop-nest kernels over the same index space (output shape) run as one
@@ -266,8 +263,9 @@ mod tests {
         }
     }
 
-    /// A byte copy (here `bf16[1]` to `f16[1]`, two bytes) keeps its own kernel beside a
-    /// sibling over as many elements, while a 32-bit bitcast (an elementwise op) merges.
+    /// A byte copy (here `bf16[1]` to `f16[1]`, two bytes, and `u8[2]` to `i8[2]`) keeps its
+    /// own kernel beside a sibling over as many elements, while a 32-bit bitcast (an
+    /// elementwise op) merges.
     #[test]
     fn byte_copies_keep_their_own_kernel() {
         let merges = |text: &str| {
@@ -288,6 +286,15 @@ mod tests {
 }
 ";
         assert_eq!(merges(bytes), 0);
+        // A byte copy whose bytes are its elements (`u8` to `i8`: its kernel's type is its
+        // value's) keeps its own kernel too.
+        let same_width = "func @main(%0: u8[2], %1: u8[2]) -> (i8[2], u8[2]) {
+  %2 = add %0, %0 : u8[2]
+  %3 = bitcast_convert %1 : i8[2]
+  return %3, %2
+}
+";
+        assert_eq!(merges(same_width), 0);
         let words = "func @main(%0: f32[2], %1: f32[2]) -> (i32[2], f32[2]) {
   %2 = exponential %0 : f32[2]
   %3 = bitcast_convert %1 : i32[2]

@@ -63,7 +63,7 @@ pub struct KernelStep {
     pub outputs: Vec<(ValueId, Region)>,
     /// The program's scratch buffers (`Buf::Scratch(s)`), in the scratch region.
     pub scratch: Vec<Region>,
-    /// The kernel copies bytes (a bitcast between widths): its input is read as bytes.
+    /// The kernel is a byte copy ([`crate::lower::byte_copy`]): its input is read as bytes.
     pub bytes: bool,
 }
 
@@ -338,7 +338,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                     .collect::<Result<Vec<_>, String>>()?;
                 let (scratch, at) = scratch_regions(&program);
                 scratch_bytes = scratch_bytes.max(at);
-                let bytes = matches!(inst.op, Op::BitcastConvert {}) && k.out != ty(results[0]);
+                let bytes = crate::lower::is_byte_copy(f, inst);
                 steps.push(DeviceStep::Kernel(KernelStep {
                     inst: i,
                     program,

@@ -16,6 +16,23 @@ pub struct EmuDevice {
     /// The shared memory per block a launch may declare statically and take dynamically
     /// ([`DevicePlan::shared_limits`]).
     shared_limits: (usize, usize),
+    traffic: Traffic,
+}
+
+/// What the executor asked of an emulated device's memory, as a GPU's driver would count it:
+/// copies between the host and the arena, and the work done on the arena alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Copies from the host into the arena.
+    pub to_device: usize,
+    /// The bytes they copied.
+    pub to_device_bytes: usize,
+    /// Copies from the arena to the host.
+    pub to_host: usize,
+    /// Copies from one region of the arena to another.
+    pub on_device: usize,
+    /// Regions set to one element repeated ([`PlanDevice::fill`]).
+    pub fills: usize,
 }
 
 impl EmuDevice {
@@ -24,7 +41,40 @@ impl EmuDevice {
         EmuDevice {
             arena: vec![0xff; plan.arena_bytes],
             shared_limits: plan.shared_limits,
+            traffic: Traffic::default(),
         }
+    }
+
+    /// What has been asked of its memory so far.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic
+    }
+
+    /// Stores `bytes` (as many as the region holds) into the arena at `at`: what a launch
+    /// writes, or a copy from the host.
+    fn store(&mut self, at: Region, bytes: &[u8]) -> Result<(), String> {
+        let dst = self.bytes_mut(at)?;
+        if bytes.len() != dst.len() {
+            return Err(format!(
+                "{} bytes written into a region of {}",
+                bytes.len(),
+                dst.len()
+            ));
+        }
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// The arena's bytes at `at`, to write.
+    fn bytes_mut(&mut self, at: Region) -> Result<&mut [u8], String> {
+        let len = self.arena.len();
+        self.arena.get_mut(at.offset..at.end()).ok_or_else(|| {
+            format!(
+                "bytes {}..{} lie outside the arena of {len}",
+                at.offset,
+                at.end()
+            )
+        })
     }
 
     /// Whether launch `k` fits the shared memory of a block, as the GPU's driver checks it:
@@ -91,27 +141,42 @@ impl EmuDevice {
 
 impl PlanDevice for EmuDevice {
     fn write(&mut self, at: Region, bytes: &[u8]) -> Result<(), String> {
-        let len = self.arena.len();
-        let dst = self.arena.get_mut(at.offset..at.end()).ok_or_else(|| {
-            format!(
-                "bytes {}..{} lie outside the arena of {len}",
-                at.offset,
-                at.end()
-            )
-        })?;
-        if bytes.len() != dst.len() {
-            return Err(format!(
-                "{} bytes written into a region of {}",
-                bytes.len(),
-                dst.len()
-            ));
-        }
-        dst.copy_from_slice(bytes);
+        self.store(at, bytes)?;
+        self.traffic.to_device += 1;
+        self.traffic.to_device_bytes += bytes.len();
         Ok(())
     }
 
     fn read(&mut self, at: Region) -> Result<Vec<u8>, String> {
-        self.bytes(at).map(<[u8]>::to_vec)
+        let out = self.bytes(at).map(<[u8]>::to_vec)?;
+        self.traffic.to_host += 1;
+        Ok(out)
+    }
+
+    fn copy(&mut self, from: Region, to: Region) -> Result<(), String> {
+        self.bytes(from)?;
+        self.bytes_mut(to)?;
+        if from.bytes != to.bytes || (from.offset < to.end() && to.offset < from.end()) {
+            return Err(format!(
+                "a copy of bytes {}..{} to {}..{}: of two sizes or overlapping",
+                from.offset,
+                from.end(),
+                to.offset,
+                to.end()
+            ));
+        }
+        self.arena.copy_within(from.offset..from.end(), to.offset);
+        self.traffic.on_device += 1;
+        Ok(())
+    }
+
+    fn fill(&mut self, at: Region, element: &[u8]) -> Result<(), String> {
+        crate::plan_exec::fill_count(at, element)?;
+        for e in self.bytes_mut(at)?.chunks_exact_mut(element.len()) {
+            e.copy_from_slice(element);
+        }
+        self.traffic.fills += 1;
+        Ok(())
     }
 
     fn launch(&mut self, _n: usize, step: &KernelStep, launch: usize) -> Result<(), String> {
@@ -138,7 +203,7 @@ impl PlanDevice for EmuDevice {
             let at = step
                 .region(*b)
                 .ok_or_else(|| format!("k{}: no region for {b}", step.inst))?;
-            self.write(at, &l.to_le_bytes())?;
+            self.store(at, &l.to_le_bytes())?;
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ mod device;
 mod lowered;
 pub mod value;
 
-pub use device::EmuDevice;
+pub use device::{EmuDevice, Traffic};
 pub use lowered::{EmuReport, compile_and_run, run_lowered, run_plan, run_plan_bytes};
 pub use value::V;
 

@@ -1,8 +1,8 @@
 //! A program's device plan and random arguments, shared by the GPU emulator's tests of plans
 //! (not every test that includes this module uses all of it).
 
-use kiln_ir::random::{Rng, random_literal_with_specials};
-use kiln_ir::{Func, Literal};
+use kiln_ir::random::{Rng, random_literal, random_literal_with_specials};
+use kiln_ir::{DType, Func, Literal};
 use kiln_kernel::gpu::plan::{DevicePlan, device_plan};
 use kiln_kernel::target::TargetInfo;
 
@@ -23,5 +23,27 @@ pub fn random_args(f: &Func, seed: u64) -> Vec<Literal> {
     f.param_types()
         .iter()
         .map(|t| random_literal_with_specials(&mut rng, t, 0.0))
+        .collect()
+}
+
+/// Arguments of `f` for gathers and scatters: floats from the generator, `i32` indices in
+/// `0..range` (so that they repeat), one of them out of bounds when `stray` (that update is
+/// dropped).
+#[allow(dead_code)]
+pub fn indexed_args(f: &Func, seed: u64, range: usize, stray: bool) -> Vec<Literal> {
+    let mut rng = Rng::new(seed);
+    f.param_types()
+        .iter()
+        .map(|t| {
+            if t.dtype == DType::I32 {
+                let mut v: Vec<i64> = (0..t.numel()).map(|_| rng.below(range) as i64).collect();
+                if stray {
+                    v[t.numel() / 2] = range as i64 + 3;
+                }
+                Literal::from_i64s(t.clone(), &v).unwrap()
+            } else {
+                random_literal(&mut rng, t)
+            }
+        })
         .collect()
 }

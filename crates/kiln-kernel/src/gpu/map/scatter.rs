@@ -31,6 +31,23 @@
 use super::scatter_sorted::Targets;
 use super::*;
 
+/// The operand's element at `index` copied into the result, through register `reg`: every
+/// scatter's result starts as its operand.
+pub(super) fn copy_element(reg: usize, index: Sc) -> Vec<Stmt> {
+    vec![
+        Stmt::Load {
+            reg,
+            buf: Buf::Input(0),
+            index: index.clone(),
+        },
+        Stmt::Store {
+            buf: Buf::Output(0),
+            index,
+            value: reg,
+        },
+    ]
+}
+
 /// A program of one launch.
 fn one(launch: GpuKernel) -> GpuProgram {
     GpuProgram {
@@ -88,18 +105,7 @@ impl Mapper<'_> {
             start: c(0),
             end: c(total),
             step: c(1),
-            body: vec![
-                Stmt::Load {
-                    reg: old,
-                    buf: Buf::Input(0),
-                    index: Sc::Reg(p),
-                },
-                Stmt::Store {
-                    buf: Buf::Output(0),
-                    index: Sc::Reg(p),
-                    value: old,
-                },
-            ],
+            body: copy_element(old, Sc::Reg(p)),
         };
         let u = r.next();
         let mut each = set_vars(&dims(updates, 0), Sc::Reg(u));
@@ -267,18 +273,7 @@ impl Mapper<'_> {
             start: c(0),
             end: c(copied),
             step: c(1),
-            body: vec![
-                Stmt::Load {
-                    reg: old,
-                    buf: Buf::Input(0),
-                    index: flat.clone(),
-                },
-                Stmt::Store {
-                    buf: Buf::Output(0),
-                    index: flat,
-                    value: old,
-                },
-            ],
+            body: copy_element(old, flat),
         });
         let mut step = set_vars(&rest, Sc::Reg(u));
         step.extend(each);

@@ -16,6 +16,7 @@
 //! whose `red.add.noftz.bf16` PTX offers on sm_90 only, while every kernel also assembles for
 //! sm_80.
 
+use super::scatter::copy_element;
 use super::scatter_sorted::Targets;
 use super::*;
 
@@ -48,22 +49,7 @@ impl Mapper<'_> {
             (&format!("{name}_copy"), MapKind::ScatterAtomic),
             (inputs.to_vec(), result.clone()),
             (cr.0, 0),
-            (
-                p,
-                total,
-                vec![
-                    Stmt::Load {
-                        reg: old,
-                        buf: Buf::Input(0),
-                        index: Sc::Reg(p),
-                    },
-                    Stmt::Store {
-                        buf: Buf::Output(0),
-                        index: Sc::Reg(p),
-                        value: old,
-                    },
-                ],
-            ),
+            (p, total, copy_element(old, Sc::Reg(p))),
         );
 
         // 2. Each update added into its target.
