@@ -1,7 +1,8 @@
 //! The kernels of `cholesky`, `triangular_solve` and `lu` (`MapKind::Linalg`) and of sorts by
-//! any comparator (the merge sort, a thread per slice), in every dtype they take and every
-//! form of a solve, rendered for sm_80 and sm_90 and assembled by ptxas (as `ptx.rs` does the
-//! kernels of the spec examples and the random programs).
+//! any comparator (the merge sort, a thread per slice), in every dtype they take (complex
+//! solves on their parts too) and every form of a solve, rendered for sm_80 and sm_90 and
+//! assembled by ptxas (as `ptx.rs` does the kernels of the spec examples and the random
+//! programs).
 
 use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_ir::parse_func_text;
@@ -62,6 +63,18 @@ fn programs() -> Vec<(String, MapKind)> {
                     "func @main(%0: {s}) -> {s} {{\n  %1 = sort %0 {{dimension = 1, is_stable = true, comparator = func @c(%0: {dt}[], %1: {dt}[]) -> pred[] {{\n{body}    }}}} : {s}\n  return %1\n}}\n"
                 ),
                 MapKind::Sort,
+            ));
+        }
+    }
+    // Complex solves, on the numbers' parts.
+    for dt in ["c64", "c128"] {
+        for (left, tr) in [(true, "ADJOINT"), (false, "NO_TRANSPOSE")] {
+            let b = if left { "[2,4,3]" } else { "[2,3,4]" };
+            out.push((
+                format!(
+                    "func @main(%0: {dt}[2,4,4], %1: {dt}{b}) -> {dt}{b} {{\n  %2 = triangular_solve %0, %1 {{left_side = {left}, lower = true, unit_diagonal = false, transpose_a = {tr}}} : {dt}{b}\n  return %2\n}}\n"
+                ),
+                MapKind::Linalg,
             ));
         }
     }

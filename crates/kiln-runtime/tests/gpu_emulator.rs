@@ -167,7 +167,7 @@ fn spec_examples_agree_with_the_reference_on_the_emulator() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // Every other step is a GPU kernel; these stay on the host by design (docs/gpu.md, "What
     // runs on the host"): the collectives and the grid position, which the runtime's host
-    // code exchanges with the other processes, and solves of complex systems.
+    // code exchanges with the other processes.
     let expected = [
         "all_gather.md:70 all_gather",
         "all_reduce.md:58 all_reduce",
@@ -178,8 +178,6 @@ fn spec_examples_agree_with_the_reference_on_the_emulator() {
         "partition_id.md:32 partition_id",
         "reduce_scatter.md:59 reduce_scatter",
         "replica_id.md:32 replica_id",
-        "triangular_solve.md:159 triangular_solve",
-        "triangular_solve.md:172 triangular_solve",
     ];
     assert_eq!(host, expected, "the spec examples' steps on the host");
 }

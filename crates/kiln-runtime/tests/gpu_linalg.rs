@@ -1,10 +1,10 @@
 //! `cholesky`, `triangular_solve` and `lu` (a thread per problem, `MapKind::Linalg`) and sorts
 //! by any comparator (the reference's merge sort, a thread per slice) on the GPU emulator,
-//! against the reference: every dtype the kernels take, batches, every form of a solve,
-//! matrices that are not positive definite, zero and NaN pivots, pivots of equal magnitude,
-//! comparators that are not one key's order (NaN left unordered among them), slices at and
-//! around the merge sort's insertion length, and a GPU of one small block, whose threads
-//! take several problems each. No step runs on the host.
+//! against the reference: every dtype the kernels take (complex solves too), batches, every
+//! form of a solve, matrices that are not positive definite, zero and NaN pivots, pivots of
+//! equal magnitude, comparators that are not one key's order (NaN left unordered among them),
+//! slices at and around the merge sort's insertion length, empty batches and slices, and a GPU
+//! of one small block, whose threads take several problems each. No step runs on the host.
 
 use kiln_ir::random::Rng;
 use kiln_ir::{DType, Func, Literal, TensorType};
@@ -116,6 +116,17 @@ fn triangular_solves_of_every_form_on_the_emulator() {
     }
     // Many right-hand sides: several per thread on the small GPU.
     cases.push((DType::F32, 2, 3, 50, true, false, false, "NO_TRANSPOSE"));
+    // Complex systems, solved on their parts: every side and triangle, the adjoint
+    // conjugating, a unit diagonal.
+    for dt in [DType::C64, DType::C128] {
+        for left in [true, false] {
+            for lower in [true, false] {
+                for tr in ["NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"] {
+                    cases.push((dt, 2, 3, 2, left, lower, tr == "TRANSPOSE", tr));
+                }
+            }
+        }
+    }
     for (dt, batch, n, m, left, lower, unit, tr) in cases {
         let a_shape = [batch, n, n];
         let b_shape = if left { [batch, n, m] } else { [batch, m, n] };
@@ -133,7 +144,32 @@ fn triangular_solves_of_every_form_on_the_emulator() {
             }
         }
         let b = uniform(&mut rng, batch * n * m);
-        let args = [literal(dt, &a_shape, &a), literal(dt, &b_shape, &b)];
+        let args = if dt.is_complex() {
+            // The imaginary parts: smaller than the real ones off the diagonal, and larger on
+            // some of it, so Smith's division takes both of its branches.
+            let complex = |re: &[f64], rng: &mut Rng, diagonal: bool| -> Vec<[f64; 2]> {
+                re.iter()
+                    .enumerate()
+                    .map(|(k, &x)| {
+                        let on = diagonal && (k % (n * n)) % (n + 1) == 0;
+                        let y = if on && k % 2 == 0 {
+                            3.0 * x + 1.0
+                        } else {
+                            rng.uniform(-0.5, 0.5)
+                        };
+                        [x, y]
+                    })
+                    .collect()
+            };
+            let ca = complex(&a, &mut rng, true);
+            let cb = complex(&b, &mut rng, false);
+            let lit = |s: &[usize], v: &[[f64; 2]]| {
+                Literal::from_complex_f64s(TensorType::new(dt, s.to_vec()), v).expect("consistent")
+            };
+            [lit(&a_shape, &ca), lit(&b_shape, &cb)]
+        } else {
+            [literal(dt, &a_shape, &a), literal(dt, &b_shape, &b)]
+        };
         if let Err(e) = check(&src, &args, MapKind::Linalg) {
             failures.push(e);
         }

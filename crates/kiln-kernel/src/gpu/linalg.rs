@@ -22,8 +22,16 @@
 //! right-hand side) work, which suits the small matrices of the tests and of batched
 //! factorizations, not one large matrix (a blocked form on tensor cores is not written).
 //!
-//! Left to the host (documented in `docs/gpu.md`): complex operands (`c64`, `c128`), which the
-//! GPU IR's value registers do not hold, and float dtypes other than f16, bf16, f32 and f64.
+//! A `triangular_solve` of complex operands (`c64`, `c128`) runs the same substitution on the
+//! numbers' parts ([`mod@complex`]): each complex buffer is bound as a buffer of its parts (f32
+//! or f64, the innermost dimension doubled: the same bytes), the products and Smith's division
+//! written out as the reference's `kiln_reference::complex` computes them, `ADJOINT`
+//! conjugating `a`'s elements.
+//!
+//! Left to the host (documented in `docs/gpu.md`): complex `cholesky` and `lu` (which the
+//! verifier does not take) and float dtypes other than f16, bf16, f32 and f64.
+
+mod complex;
 
 use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, Special, Stmt};
 use crate::ir::{Ew, Expr};
@@ -42,7 +50,9 @@ pub fn linalg_program(
     name: &str,
 ) -> Option<GpuProgram> {
     let a = ins.first()?;
-    if !matches!(a.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
+    let complex = matches!(a.dtype, DType::C64 | DType::C128);
+    let real = matches!(a.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64);
+    if !(real || complex && matches!(op, Op::TriangularSolve { .. })) {
         return None;
     }
     let r = a.rank();
@@ -51,7 +61,7 @@ pub fn linalg_program(
     }
     let n = a.shape[r - 1];
     let batch: usize = a.shape[..r - 2].iter().product();
-    let calc = if a.dtype == DType::F64 {
+    let calc = if matches!(a.dtype, DType::F64 | DType::C128) {
         DType::F64
     } else {
         DType::F32
@@ -60,7 +70,19 @@ pub fn linalg_program(
         regs: RAW + 1,
         inputs: ins.len(),
         calc,
-        operand: a.dtype,
+        // Complex elements are read as their parts, already of the arithmetic's dtype.
+        operand: if complex { calc } else { a.dtype },
+    };
+    // A complex buffer as its parts: the real type of its bytes, twice as many innermost.
+    let view = |t: &TensorType| -> TensorType {
+        if !t.dtype.is_complex() {
+            return t.clone();
+        }
+        let mut shape = t.shape.clone();
+        if let Some(last) = shape.last_mut() {
+            *last *= 2;
+        }
+        TensorType::new(calc, shape)
     };
     let (count, body, scratch) = match op {
         Op::Cholesky { lower } => {
@@ -86,8 +108,14 @@ pub fn linalg_program(
                 unit_diagonal: *unit_diagonal,
                 transposed: *transpose_a != TransposeA::NoTranspose,
             };
-            let work = TensorType::new(calc, [batch * n * m]);
-            (batch * m, b.solve(&solve), vec![work])
+            if complex {
+                let work = TensorType::new(calc, [batch * n * m * 2]);
+                let adjoint = *transpose_a == TransposeA::Adjoint;
+                (batch * m, b.complex_solve(&solve, adjoint), vec![work])
+            } else {
+                let work = TensorType::new(calc, [batch * n * m]);
+                (batch * m, b.solve(&solve), vec![work])
+            }
         }
         Op::Lu {} => {
             let work = TensorType::new(calc, [batch * n * n]);
@@ -125,7 +153,7 @@ pub fn linalg_program(
     let mut outputs: Vec<(Buf, TensorType)> = outs
         .iter()
         .enumerate()
-        .map(|(k, t)| (Buf::Output(k), t.clone()))
+        .map(|(k, t)| (Buf::Output(k), view(t)))
         .collect();
     outputs.extend(
         scratch
@@ -144,7 +172,7 @@ pub fn linalg_program(
             inputs: ins
                 .iter()
                 .enumerate()
-                .map(|(i, t)| (Buf::Input(i), t.clone()))
+                .map(|(i, t)| (Buf::Input(i), view(t)))
                 .collect(),
             outputs,
             shared: Vec::new(),

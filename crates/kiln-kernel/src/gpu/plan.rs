@@ -351,7 +351,7 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
             // A `while` or a `case` runs its regions' own plans on the device; a sort or a
             // linear algebra op runs its own launches (`super::own_program`). What is left runs
             // on the host by design (`docs/gpu.md`, "What runs on the host"): the collectives
-            // and the grid position, complex solves, and the sorts `super::sort` leaves.
+            // and the grid position, and the sorts `super::sort` leaves.
             (Step::Reference | Step::Control | Step::Host, _) | (Step::Constant, _) => {
                 for &r in &inst.results {
                     own(&mut places, r);
