@@ -23,7 +23,7 @@
 //! factorizations, not one large matrix (a blocked form on tensor cores is not written).
 //!
 //! A `triangular_solve` of complex operands (`c64`, `c128`) runs the same substitution on the
-//! numbers' parts ([`mod@complex`]): each complex buffer is bound as a buffer of its parts (f32
+//! numbers' parts (`linalg/complex.rs`): each complex buffer is bound as a buffer of its parts (f32
 //! or f64, the innermost dimension doubled: the same bytes), the products and Smith's division
 //! written out as the reference's `kiln_reference::complex` computes them, `ADJOINT`
 //! conjugating `a`'s elements.

@@ -32,7 +32,8 @@ pub use map::map;
 
 /// The launches of an instruction that has no fused kernel but runs on the GPU all the same
 /// (`op`, of operand types `ins` and result types `outs`, its launches named `name`): a sort
-/// by keys ([`sort::sort_program`]) or a linear algebra op ([`linalg::linalg_program`]).
+/// ([`sort::sort_program`]: by keys, or the merge sort by a comparator) or a linear algebra
+/// op ([`linalg::linalg_program`]).
 /// `None` where the host runs it (see those modules for which cases).
 pub fn own_program(
     op: &kiln_ir::Op,
