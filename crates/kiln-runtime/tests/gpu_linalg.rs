@@ -4,7 +4,8 @@
 //! form of a solve, matrices that are not positive definite, zero and NaN pivots, pivots of
 //! equal magnitude, comparators that are not one key's order (NaN left unordered among them),
 //! slices at and around the merge sort's insertion length, empty batches and slices, and a GPU
-//! of one small block, whose threads take several problems each. No step runs on the host.
+//! of one small block, whose threads take several problems each. No step runs on the host but a
+//! factorization of a matrix past `gpu::linalg::LARGEST`, which is meant to.
 
 use kiln_ir::random::Rng;
 use kiln_ir::{DType, Func, Literal, TensorType};
@@ -306,4 +307,25 @@ fn sorts_by_any_comparator_on_the_emulator() {
         failures.push(e);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Matrices larger than `gpu::linalg::LARGEST` stay with the host's blocked routines: a host
+/// step, not a fallback, and the results still within the bounds.
+#[test]
+fn large_matrices_stay_on_the_host() {
+    let n = kiln_kernel::gpu::linalg::LARGEST + 1;
+    let t = format!("f32[{n},{n}]");
+    let src = format!(
+        "func @main(%0: {t}) -> {t} {{\n  %1 = cholesky %0 {{lower = true}} : {t}\n  return %1\n}}\n"
+    );
+    let f = kiln_ir::parse_func_text(&src).unwrap();
+    let args = [literal(DType::F32, &[n, n], &spd(&mut Rng::new(3), 1, n))];
+    let opts = kiln_kernel::Options::default();
+    let (got, rep) = compile_and_run(&f, &[], &opts, &TargetInfo::h200(), &args).unwrap();
+    kiln_reference::accuracy::check_outputs(&f, &args, &got).unwrap();
+    assert_eq!(rep.interpreted_ops, ["cholesky"], "{rep:?}");
+    assert!(
+        rep.fallbacks.is_empty() && rep.launches.is_empty(),
+        "{rep:?}"
+    );
 }

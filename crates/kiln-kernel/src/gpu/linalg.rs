@@ -20,7 +20,11 @@
 //!
 //! These are latency-bound kernels: one thread does a whole problem's `O(n³)` (or `O(n²)` per
 //! right-hand side) work, which suits the small matrices of the tests and of batched
-//! factorizations, not one large matrix (a blocked form on tensor cores is not written).
+//! factorizations, not one large matrix (a blocked form on tensor cores is not written). So
+//! matrices larger than [`LARGEST`] stay with the host's blocked, multithreaded routines
+//! (`kiln_runtime::linalg`), an explicit choice the device plan shows as a host step: at
+//! `n = 128` a thread's Cholesky factorization is already about 0.7 million dependent
+//! operations on global memory (milliseconds on one GPU thread), and the work grows as `n³`.
 //!
 //! A `triangular_solve` of complex operands (`c64`, `c128`) runs the same substitution on the
 //! numbers' parts (`linalg/complex.rs`): each complex buffer is bound as a buffer of its parts (f32
@@ -60,6 +64,9 @@ pub fn linalg_program(
         return None;
     }
     let n = a.shape[r - 1];
+    if n > LARGEST {
+        return None;
+    }
     let batch: usize = a.shape[..r - 2].iter().product();
     let calc = if matches!(a.dtype, DType::F64 | DType::C128) {
         DType::F64
@@ -185,6 +192,10 @@ pub fn linalg_program(
         }],
     ))
 }
+
+/// The largest matrix (`n x n`) the kernels take; larger ones run on the host (see the
+/// module's documentation).
+pub const LARGEST: usize = 128;
 
 /// The register holding the thread's problem (its matrix, or its matrix and right-hand side).
 const PROBLEM: usize = 0;
