@@ -8,7 +8,8 @@
 //! TF32), attention in one launch (by register tiles, by a warp per row, and bf16 on the
 //! tensor cores), a transpose through shared tiles, scatter (by its own dimensions, and by its
 //! updates sorted by target), a select-and-scatter, a sort by keys, a long sort by keys in tiles
-//! and global passes, a radix sort), a tensor-core product in dynamic shared memory, and with
+//! and global passes, a radix sort, a sort by any comparator as the reference's merge sort), a
+//! Cholesky factorization (a thread per matrix), a tensor-core product in dynamic shared memory, and with
 //! float atomics allowed a sum in one launch and an f16 scatter-add by atomics, for sm_90; one warpgroup's `wgmma` tile, a product on warpgroups and one loaded by TMA in a
 //! warp-specialized ring for sm_90a.
 //! Rendering is deterministic: each is rendered twice and compared before the snapshot.
@@ -527,6 +528,34 @@ fn sort_by_keys_radix() {
             "func @main(%0: u8[600], %1: i32[600]) -> (u8[600], i32[600]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @cmp(%0: u8[], %1: u8[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      return %4\n    }} : u8[600], i32[600]\n  return %2, %3\n}\n",
             MapKind::Sort,
             &target
+        )
+    );
+}
+
+/// A Cholesky factorization, a thread per matrix of the batch: the factor built column by
+/// column in an f32 scratch matrix, then written with zeros above it (or NaN everywhere when
+/// a pivot is not positive).
+#[test]
+fn linalg_cholesky() {
+    insta::assert_snapshot!(
+        "linalg_cholesky",
+        ptx(
+            "func @main(%0: f32[2,3,3]) -> f32[2,3,3] {\n  %1 = cholesky %0 {lower = true} : f32[2,3,3]\n  return %1\n}\n",
+            MapKind::Linalg
+        )
+    );
+}
+
+/// A sort by absolute value (a comparator that is not one key's order), a thread per slice:
+/// the reference's merge sort over the slice's positions in scratch, segments of 12 split in
+/// two of 6 sorted by insertion, then merged.
+#[test]
+fn sort_by_comparator_merge() {
+    insta::assert_snapshot!(
+        "sort_by_comparator_merge",
+        ptx(
+            "func @main(%0: f32[2,12]) -> f32[2,12] {\n  %1 = sort %0 {dimension = 1, is_stable = true, comparator = func @c(%0: f32[], %1: f32[]) -> pred[] {\n      %2 = abs %0 : f32[]\n      %3 = abs %1 : f32[]\n      %4 = compare %2, %3 {comparison_direction = LT} : pred[]\n      return %4\n    }} : f32[2,12]\n  return %1\n}\n",
+            MapKind::Sort
         )
     );
 }

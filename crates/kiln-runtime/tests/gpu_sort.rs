@@ -3,7 +3,7 @@
 //! (tiles in shared memory, the cross-tile stage in global memory), and for longer slices the
 //! radix sort (a count, a scan and a scatter per digit), their results bit for bit the
 //! reference's (a stable sort: equal keys, zeros of both signs and NaNs keep their order), and
-//! the sorts the GPU does not take left to the host.
+//! sorts by other comparators as the reference's merge sort, a thread per slice.
 
 use kiln_ir::random::{Rng, random_literal_with_specials};
 use kiln_ir::{DType, Literal};
@@ -171,15 +171,15 @@ fn sorts_by_keys_run_on_the_gpu_and_match_the_reference_bit_for_bit() {
     }
 }
 
-/// A bare `LT` on float keys leaves a NaN unordered (the host's merge sort gives the order),
-/// and a comparator that is more than one key's order runs on the host. Their results still
-/// match.
+/// A bare `LT` on float keys leaves a NaN unordered (the reference's merge sort gives the
+/// order), and a comparator that is more than one key's order is no sort by keys: both run
+/// the reference's merge sort on the GPU (`gpu::sort::merge`, one launch), bit for bit.
 #[test]
-fn sorts_the_gpu_does_not_take_run_on_the_host() {
+fn sorts_by_other_comparators_run_the_merge_sort_on_the_gpu() {
     let bare = sort_text(&[DType::F32], &[20], 0, 0, false, true);
-    assert_eq!(run(&bare, 1, 0.25), 0);
+    assert_eq!(run(&bare, 1, 0.25), 1);
     let two_keys = "func @main(%0: f32[12], %1: i32[12]) -> (f32[12], i32[12]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[], %2: i32[], %3: i32[]) -> pred[] {\n      %4 = compare %2, %3 {comparison_direction = LT} : pred[]\n      %5 = compare %0, %1 {comparison_direction = LT} : pred[]\n      %6 = or %4, %5 : pred[]\n      return %6\n    }} : f32[12], i32[12]\n  return %2, %3\n}\n";
-    assert_eq!(run(two_keys, 2, 0.0), 0);
+    assert_eq!(run(two_keys, 2, 0.0), 1);
 }
 
 /// An H200 whose blocks declare `bytes` of shared memory: tiles of a long sort short enough

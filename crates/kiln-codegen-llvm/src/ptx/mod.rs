@@ -160,19 +160,23 @@ pub fn mapped_kernels(
 ) -> Result<Vec<MappedKernel>> {
     let l = kiln_kernel::pipeline::lower_program(f, &[], opts, gpu, None, &mut |_| {})?;
     let mut out = Vec::new();
-    let target_gpu = gpu.gpu.as_ref();
     for (i, inst) in l.func.insts.iter().enumerate() {
         if l.steps[i] != kiln_kernel::Step::Kernel {
-            // A sort by keys runs as a launch of its own (as the device plan runs it).
-            let ins: Vec<TensorType> = inst
-                .operands
-                .iter()
-                .map(|v| l.func.values[v.index()].clone())
-                .collect();
+            // A sort by keys and a linear algebra op run as launches of their own (as the
+            // device plan runs them).
+            let types = |vs: &[kiln_ir::ValueId]| -> Vec<TensorType> {
+                vs.iter()
+                    .map(|v| l.func.values[v.index()].clone())
+                    .collect()
+            };
             let name = format!("k{i}_{}", inst.op.mnemonic());
-            if let Some(p) = target_gpu.and_then(|g| {
-                kiln_kernel::gpu::sort::sort_program(&inst.op, &ins, g, gpu.sums, &name)
-            }) {
+            if let Some(p) = kiln_kernel::gpu::own_program(
+                &inst.op,
+                &types(&inst.operands),
+                &types(&inst.results),
+                gpu,
+                &name,
+            ) {
                 out.push((name, Ok(p)));
             }
             continue;

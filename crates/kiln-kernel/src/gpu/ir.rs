@@ -652,6 +652,9 @@ pub enum MapKind {
     /// (`sort/long.rs`); a longer slice, a radix sort on the keys' order-preserving bits, a
     /// count, a scan and a stable scatter per digit (`sort/radix.rs`).
     Sort,
+    /// `cholesky`, `triangular_solve` or `lu`: a thread per matrix (or per right-hand side of
+    /// a solve) running the reference's unblocked algorithm on scratch copies (`linalg.rs`).
+    Linalg,
 }
 
 impl MapKind {
@@ -676,6 +679,7 @@ impl MapKind {
             MapKind::ScatterAtomic => "scatter-atomic",
             MapKind::SelectScatter => "select-and-scatter",
             MapKind::Sort => "sort",
+            MapKind::Linalg => "linalg",
         }
     }
 }

@@ -348,9 +348,10 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                     bytes,
                 }));
             }
-            // Control flow runs on the host too: its regions on the reference interpreter
-            // (regions are not mapped to the GPU yet); so does a sort the GPU does not take
-            // (`super::sort`).
+            // A `while` or a `case` runs its regions' own plans on the device; a sort or a
+            // linear algebra op runs its own launches (`super::own_program`). What is left runs
+            // on the host by design (`docs/gpu.md`, "What runs on the host"): the collectives
+            // and the grid position, and the sorts `super::sort` leaves.
             (Step::Reference | Step::Control | Step::Host, _) | (Step::Constant, _) => {
                 for &r in &inst.results {
                     own(&mut places, r);
@@ -373,8 +374,9 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                     }
                     continue;
                 }
+                let out_types: Vec<TensorType> = inst.results.iter().map(|&r| ty(r)).collect();
                 if let Some(program) =
-                    super::sort::sort_program(&inst.op, &in_types, gpu, target.sums, &name)
+                    super::own_program(&inst.op, &in_types, &out_types, target, &name)
                 {
                     for launch in &program.launches {
                         verify(launch, gpu)?;
@@ -389,7 +391,8 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                             .map(|&v| Ok((v, place(v)?)))
                             .collect::<Result<Vec<_>, String>>()
                     };
-                    // A slice longer than a block sorts goes through scratch buffers.
+                    // A slice longer than a block sorts, and the linear algebra ops, go through
+                    // scratch buffers.
                     let (scratch, at) = scratch_regions(&program);
                     scratch_bytes = scratch_bytes.max(at);
                     steps.push(DeviceStep::Kernel(KernelStep {

@@ -35,13 +35,17 @@
 //! long slices fall back to the network over the whole slice. Every form is checked on the
 //! emulator and by ptxas; the radix sort is not measured on a real GPU yet.
 //!
-//! Left to the host: a comparator that is more than one key's order, float keys whose plan
-//! leaves NaN unordered (a NaN among them makes the comparator's merge sort depend on the
-//! algorithm), complex keys, and long slices of 8-bit and narrower float keys (the radix sort
-//! does not map them, and the network's scratch buffers would hold their bits, which do not
-//! order as the values).
+//! Any other sort (a comparator that is more than one key's order, float keys whose plan
+//! leaves NaN unordered, where a NaN among them makes the result depend on the algorithm, and
+//! long slices of 8-bit and narrower float keys, which the radix sort does not map and whose
+//! bits the network's scratch buffers would not order as the values) runs the reference's
+//! merge sort, a thread per slice, comparison for comparison ([`mod@merge`]), when its
+//! comparator is one kernel expression. Left to the host: comparators that are not (a region
+//! with an op that is not elementwise, or computing on small floats or complex numbers), and
+//! operands of complex or 8-bit and narrower float dtypes.
 
 pub mod long;
+pub mod merge;
 pub mod radix;
 
 use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
@@ -53,6 +57,29 @@ use kiln_ir::{ComparisonDirection, DType, Op, OpKind, TensorType};
 /// The program sorting `op` (a `sort` of operands of types `ins`) on `gpu`, its launch named
 /// `name`; `None` when the host runs it (see the module's documentation).
 pub fn sort_program(
+    op: &Op,
+    ins: &[TensorType],
+    gpu: &Gpu,
+    sums: SumTree,
+    name: &str,
+) -> Option<GpuProgram> {
+    keys_program(op, ins, gpu, sums, name).or_else(|| {
+        let Op::Sort {
+            dimension,
+            comparator,
+            ..
+        } = op
+        else {
+            return None;
+        };
+        let d = usize::try_from(*dimension).ok()?;
+        merge::program(comparator, ins, d, gpu, sums, name)
+    })
+}
+
+/// The program of a sort by keys (the network or the radix sort); `None` for any other sort,
+/// and for keys these forms do not order (see the module's documentation).
+pub fn keys_program(
     op: &Op,
     ins: &[TensorType],
     gpu: &Gpu,

@@ -25,6 +25,8 @@ pub struct EmuReport {
     pub fallbacks: Vec<String>,
     /// Steps without a kernel, run by the reference interpreter.
     pub interpreted: usize,
+    /// The ops of those steps (their mnemonics), in program order.
+    pub interpreted_ops: Vec<String>,
     /// Control steps (`while`, `case`) whose regions run on the device.
     pub controls: usize,
 }
@@ -37,6 +39,7 @@ impl std::ops::AddAssign for EmuReport {
         }
         self.fallbacks.extend(o.fallbacks);
         self.interpreted += o.interpreted;
+        self.interpreted_ops.extend(o.interpreted_ops);
         self.controls += o.controls;
     }
 }
@@ -57,7 +60,14 @@ impl EmuReport {
                 }
                 DeviceStep::Host(h) => match &h.refused {
                     Some(why) => rep.fallbacks.push(why.clone()),
-                    None => rep.interpreted += h.insts.len(),
+                    None => {
+                        rep.interpreted += h.insts.len();
+                        rep.interpreted_ops.extend(
+                            h.insts
+                                .iter()
+                                .map(|&i| plan.func.insts[i].op.mnemonic().to_string()),
+                        );
+                    }
                 },
                 DeviceStep::Control(c) => {
                     rep.controls += 1;

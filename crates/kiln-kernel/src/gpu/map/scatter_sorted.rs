@@ -19,7 +19,7 @@
 
 use super::select_scatter::narrowed;
 use super::*;
-use crate::gpu::sort::sort_program;
+use crate::gpu::sort::keys_program;
 use kiln_ir::{Builder, ComparisonDirection, Op};
 
 /// A scatter's updates and their targets, as the mappings of `scatter.rs` and
@@ -84,7 +84,7 @@ impl Mapper<'_> {
             DType::I64
         };
         let pairs = vec![TensorType::new(key, [n]), TensorType::new(key, [n])];
-        let sort = sort_program(
+        let sort = keys_program(
             &sort_op(key, 2)?,
             &pairs,
             self.gpu,
