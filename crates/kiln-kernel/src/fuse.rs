@@ -20,6 +20,10 @@
 //!   first term by every layer's kernels);
 //! - the fused body stays small (compile time).
 //!
+//! A transpose, reshape or slice that only lays out a matrix product's operand is read by the
+//! product in place, through strides, where the target's GEMM takes them (`fuse/views.rs`):
+//! it has no kernel, and its producer sees the product as its reader.
+//!
 //! Chains fuse transitively (producers are processed first), and a value used by several
 //! consumers is recomputed in each, trading arithmetic for memory traffic, which is what
 //! bounds these kernels. Inlining never creates cycles: a consumer only absorbs instructions
@@ -33,6 +37,7 @@ mod inlinable;
 mod inline;
 mod legality;
 mod merge;
+mod views;
 
 use crate::ir::{Expr, Extra, Kernel, Rewriter, Schedule};
 use crate::target::FusionLimits;
@@ -133,6 +138,25 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &Fusio
             users[o.index()].push(i);
         }
     }
+    // Operands the products read in place through layouts: fusion sees each such product
+    // reading the farther buffer, and a layout read only in place as having no readers.
+    let in_place = views::read_in_place(f, &ks, &producer, limits.strided_operands);
+    for (g, p) in in_place.products.iter().enumerate() {
+        let Some(p) = p else { continue };
+        for (&v, &o) in p.values.iter().zip(&f.insts[g].operands) {
+            if v != o {
+                users[o.index()].retain(|&u| u != g);
+                if !users[v.index()].contains(&g) {
+                    users[v.index()].push(g);
+                }
+            }
+        }
+    }
+    for (i, _) in in_place.layouts.iter().enumerate().filter(|(_, l)| **l) {
+        for o in &f.insts[i].operands {
+            users[o.index()].retain(|&u| u != i);
+        }
+    }
     let mut out = Fused {
         kernels: vec![None; n],
         operands: vec![Vec::new(); n],
@@ -150,9 +174,32 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &Fusio
             out.decisions[i] = FusionDecision::NoKernel;
             continue;
         };
-        if k.schedule != Schedule::Nest {
+        if in_place.layouts[i] {
             out.operands[i] = inst.operands.clone();
-            out.kernels[i] = Some(k.clone());
+            out.inlined[i] = true;
+            out.decisions[i] = FusionDecision::Inlined(
+                "a layout every reader reads in place (a product, through strides)".into(),
+            );
+            continue;
+        }
+        if k.schedule != Schedule::Nest {
+            let mut k = k.clone();
+            out.operands[i] = inst.operands.clone();
+            if let (
+                Some(p),
+                Schedule::Gemm {
+                    a_trans,
+                    b_trans,
+                    strides,
+                    ..
+                },
+            ) = (&in_place.products[i], &mut k.schedule)
+            {
+                out.operands[i] = p.values.to_vec();
+                *strides = p.strides.clone();
+                (*a_trans, *b_trans) = p.trans;
+            }
+            out.kernels[i] = Some(k);
             out.decisions[i] = FusionDecision::NotLoopNest;
             continue;
         }

@@ -256,7 +256,38 @@ pub enum Schedule {
         b_trans: bool,
         /// A second product that takes the epilogue's result as its A (see [`Chain`]).
         chain: Option<Box<Chain>>,
+        /// Where A's and B's matrices lie in the buffers they are read from, when not one
+        /// after another with their rows whole (see [`Strides`]): layouts of other shapes
+        /// that the product reads in place (attention's heads in `[batch, seq, heads *
+        /// width]`), instead of a kernel copying them out first.
+        strides: [Option<Strides>; 2],
     },
+}
+
+/// Where a GEMM operand's matrices lie in its buffer, read in place: the rows stored (A's
+/// `m` rows of `k` elements, its `k` rows of `m` with `a_trans`; B's `k` rows of `n`, its `n`
+/// rows of `k` with `b_trans`) each have their elements consecutive, and are `ld` elements
+/// apart; batch `(i0, i1, ...)` (its index split over `batch`'s extents, row-major) starts at
+/// `offset + i0 * s0 + i1 * s1 + ...`. Without it an operand's matrices follow one another,
+/// rows whole.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Strides {
+    /// The element where the first matrix starts.
+    pub offset: usize,
+    /// Per batch dimension, outermost first: its extent and the elements between its
+    /// consecutive indices (the extents multiply to the product's batch).
+    pub batch: Vec<(usize, usize)>,
+    /// Elements between consecutive stored rows.
+    pub ld: usize,
+}
+
+impl Strides {
+    /// The element after the last one read, for stored rows of `row_len` elements, `rows` of
+    /// them a matrix (the buffer must hold at least that many).
+    pub fn end(&self, rows: usize, row_len: usize) -> usize {
+        let last: usize = self.batch.iter().map(|&(e, s)| (e - 1) * s).sum();
+        self.offset + last + (rows - 1) * self.ld + row_len
+    }
 }
 
 /// A matrix product chained to a GEMM kernel with a row epilogue (attention's probabilities
@@ -273,6 +304,8 @@ pub struct Chain {
     pub b: usize,
     /// Its B is stored transposed.
     pub b_trans: bool,
+    /// Where its B's matrices lie when read in place through strides (see [`Strides`]).
+    pub b_strides: Option<Strides>,
     /// The kernel's result, the second product.
     pub out: TensorType,
     /// When the epilogue is a softmax along the row, `exp(h - max h) / Σ exp(h - max h)`, of

@@ -353,6 +353,7 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
             a_trans,
             b_trans,
             chain,
+            strides,
         } => {
             let mut flags = String::new();
             if *a_trans {
@@ -368,6 +369,11 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
             if let Some(p) = conv {
                 let _ = writeln!(out, "{pad}  A: {}", conv_text(p));
             }
+            for (s, what) in strides.iter().zip(["A", "B"]) {
+                if let Some(s) = s {
+                    let _ = writeln!(out, "{pad}  {what} read in place: {}", strides_text(s));
+                }
+            }
             if let Some(c) = chain {
                 let _ = writeln!(
                     out,
@@ -377,6 +383,9 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
                     if c.b_trans { ", transposed" } else { "" },
                     c.out
                 );
+                if let Some(s) = &c.b_strides {
+                    let _ = writeln!(out, "{pad}    its B read in place: {}", strides_text(s));
+                }
                 if let Some(h) = &c.online {
                     tree(h, inner, "online softmax of: ", out);
                 }
@@ -537,4 +546,19 @@ pub fn describe_kernels(f: &Func, opts: &crate::Options) -> crate::Result<String
     s.push_str(&fused_text_scheduled(&g, &fused, &schedules));
     let _ = writeln!(s, "// verified");
     Ok(s)
+}
+
+/// Where an operand read through strides lies, in words.
+fn strides_text(s: &crate::ir::Strides) -> String {
+    let batch: Vec<String> = s
+        .batch
+        .iter()
+        .map(|(e, st)| format!("{e} x {st}"))
+        .collect();
+    format!(
+        "from element {}, batches {}, rows {} apart",
+        s.offset,
+        batch.join(", "),
+        s.ld
+    )
 }

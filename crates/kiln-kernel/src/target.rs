@@ -68,6 +68,12 @@ pub struct FusionLimits {
     /// direct GEMM's 9 multiply-adds per output, input and output feature (see
     /// [`crate::canon::winograd_convs`]).
     pub winograd_min_features: usize,
+    /// Whether the target's GEMM reads operands in place through strides (see
+    /// [`crate::ir::Strides`]), so that transposes, reshapes and slices that only lay an
+    /// operand out take no kernel of their own: the CPU's packing and tiles read through
+    /// strides; a GPU's GEMM mappings read `[batch, m, k]` buffers, so there a kernel copies
+    /// the operand out first.
+    pub strided_operands: bool,
 }
 
 /// The sizes at which a loop nest changes its loop strategy (see
@@ -539,6 +545,7 @@ impl Default for FusionLimits {
             chain_k: 256,
             chain_row: 16384,
             winograd_min_features: 32,
+            strided_operands: true,
         }
     }
 }
@@ -604,6 +611,10 @@ impl TargetInfo {
             l2_bytes: 50 << 20,
             llc_bytes: 50 << 20,
             nontemporal_stores: false,
+            fusion: FusionLimits {
+                strided_operands: false,
+                ..FusionLimits::default()
+            },
             gpu: Some(Gpu::h200()),
             ..TargetInfo::reference()
         }

@@ -1066,7 +1066,9 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
             k: kk,
             conv,
             chain,
-            ..
+            a_trans,
+            b_trans,
+            strides,
         } => {
             let (batch, m, n, kk) = (*batch, *m, *n, *kk);
             let dtype = k.product_dtype();
@@ -1099,9 +1101,37 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                     ),
                 );
             }
+            // Operands read in place through strides: every element read lies in the buffer.
+            let rows = [
+                if *a_trans { (kk, m) } else { (m, kk) },
+                if *b_trans { (n, kk) } else { (kk, n) },
+            ];
+            for (j, what) in [(0, "A"), (1, "B")] {
+                let Some(s) = &strides[j] else { continue };
+                let (r, len) = rows[j];
+                let extents: usize = s.batch.iter().map(|b| b.0).product();
+                if conv.is_some() || extents != batch || batch * r * len == 0 || s.ld < 1 {
+                    return bad(
+                        &c,
+                        format!(
+                            "{what}'s strides {s:?} do not describe batch {batch} x {r} x {len}"
+                        ),
+                    );
+                }
+                if s.end(r, len) > inputs[j].numel() {
+                    return bad(
+                        &c,
+                        format!(
+                            "{what}'s strides {s:?} read past the end of in{j} ({})",
+                            inputs[j]
+                        ),
+                    );
+                }
+            }
             let b_elems = match conv {
+                None if strides[1].is_some() => inputs[1].numel(),
                 None => {
-                    if inputs[0].numel() != batch * m * kk {
+                    if strides[0].is_none() && inputs[0].numel() != batch * m * kk {
                         return bad(
                             &c,
                             format!(
@@ -1188,7 +1218,15 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                 } else {
                     (dtype, dtype)
                 };
-                if b.dtype != b_dtype || b.numel() != batch * n * ch.n {
+                let b_fits = match &ch.b_strides {
+                    Some(s) => {
+                        let (r, len) = if ch.b_trans { (ch.n, n) } else { (n, ch.n) };
+                        s.batch.iter().map(|e| e.0).product::<usize>() == batch
+                            && s.end(r, len) <= b.numel()
+                    }
+                    None => b.numel() == batch * n * ch.n,
+                };
+                if b.dtype != b_dtype || !b_fits {
                     return bad(
                         &c,
                         format!(

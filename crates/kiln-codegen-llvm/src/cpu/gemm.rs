@@ -21,7 +21,7 @@
 use super::{Emitter, Routines, Target, host_attributes, llvm};
 use crate::Result;
 use crate::common::scalar::Scalar;
-use crate::kernel::ConvPatches;
+use crate::kernel::{ConvPatches, Strides};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::context::Context;
 use inkwell::module::Module;
@@ -43,6 +43,7 @@ mod tile;
 
 pub(super) use chain::*;
 pub(super) use macro_kernel::*;
+use packing::batch_start;
 use registers::*;
 pub(super) use routines::*;
 use tile::*;
@@ -54,7 +55,7 @@ use tile::*;
 const UNROLL: i64 = 4;
 
 /// A product chained to a GEMM (see [`crate::kernel::Chain`]), as [`emit`] takes it.
-pub(super) struct Chain<'c> {
+pub(super) struct Chain<'a, 'c> {
     /// Its blocking.
     pub(super) bl: Blocking,
     /// Its columns.
@@ -63,6 +64,8 @@ pub(super) struct Chain<'c> {
     pub(super) b: i64,
     /// Its B is stored transposed.
     pub(super) b_trans: bool,
+    /// Where its B's matrices lie when read in place through strides.
+    pub(super) b_strides: Option<&'a Strides>,
     /// Its result, `[batch * m, n]`.
     pub(super) out: PointerValue<'c>,
     /// The first product's epilogue is a softmax computed online

@@ -109,6 +109,7 @@ pub(super) fn emit_kernel<'c>(
             b_trans,
             epilogue,
             ref chain,
+            ref strides,
         } => {
             let g = gemm_of(k, schedule, target).expect("a GEMM");
             let (bl, split_columns) = (g.blocking, g.split_columns);
@@ -145,6 +146,7 @@ pub(super) fn emit_kernel<'c>(
                 n: c.n as i64,
                 b: c.b as i64,
                 b_trans: c.b_trans,
+                b_strides: c.b_strides.as_ref(),
                 out,
                 online: c.online.is_some(),
                 // The row variable is the row within its batch when the rows per batch are the
@@ -160,6 +162,7 @@ pub(super) fn emit_kernel<'c>(
                 (rows as i64, n as i64, kk as i64),
                 shared_contraction.then(|| f.get_nth_param(5).expect("declared").into_int_value()),
                 (a_trans, b_trans),
+                strides,
                 conv.as_ref(),
                 out,
                 f.get_nth_param(4).expect("declared").into_pointer_value(),

@@ -550,7 +550,11 @@ pub(super) fn planned_routines(
                 (false, c.b_trans),
                 None,
                 None,
-                gemm::InChain::Second,
+                if c.b_strides.is_some() {
+                    gemm::InChain::SecondStrided
+                } else {
+                    gemm::InChain::Second
+                },
             ));
         }
         // As `emit_kernel` decides: in update mode when written in place.

@@ -48,6 +48,7 @@ pub(super) fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool, limits: 
         let Schedule::Gemm {
             n: n2,
             b_trans: b2_trans,
+            strides: [_, ref b2_strides],
             ..
         } = uk.schedule
         else {
@@ -58,6 +59,7 @@ pub(super) fn fuse_gemm_chains(f: &Func, out: &mut Fused, chains: bool, limits: 
             n: n2,
             b: 0,
             b_trans: b2_trans,
+            b_strides: b2_strides.clone(),
             out: uk.out.clone(),
             online: None,
             masked: None,
@@ -350,6 +352,7 @@ pub(super) fn chain_reader(
                 conv: None,
                 a_trans: false,
                 chain: None,
+                strides: [None, _],
                 ..
             } if b2 == batch && m2 == m && k2 == n
         )

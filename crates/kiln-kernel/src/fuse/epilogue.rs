@@ -153,6 +153,7 @@ pub(super) fn fuse_gemm_epilogues(
             conv,
             a_trans,
             b_trans,
+            strides,
             ..
         } = pk.schedule
         else {
@@ -169,6 +170,7 @@ pub(super) fn fuse_gemm_epilogues(
                 a_trans,
                 b_trans,
                 chain: None,
+                strides,
             },
             out: uk.out.clone(),
             vars: uk.vars,

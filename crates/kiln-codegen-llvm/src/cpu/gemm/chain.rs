@@ -7,7 +7,7 @@ use super::*;
 /// first product's epilogue result at `p` (`k` columns), its B packed at `b2` and its block of
 /// A packed at `a2` (see [`kiln_kernel::gemm_schedule::ChainScratch`]), and its B's kernel input at `b`.
 pub(super) struct Chained<'a, 'c> {
-    pub(super) ch: &'a Chain<'c>,
+    pub(super) ch: &'a Chain<'a, 'c>,
     pub(super) ft: FloatType<'c>,
     /// The contraction length: the first product's columns.
     pub(super) k: i64,
@@ -26,25 +26,33 @@ pub(super) struct Chained<'a, 'c> {
 
 impl<'c> Chained<'_, 'c> {
     /// Whether the tiles read the chained product's B where it is (see [`chain_b_in_place`]):
-    /// then nothing is packed.
+    /// then nothing is packed. A B read through strides is packed (the tiles read packed
+    /// panels `nr` apart).
     fn b_in_place(&self) -> bool {
-        chain_b_in_place(&self.ch.bl, self.ch.n, self.ch.b_trans)
+        self.ch.b_strides.is_none() && chain_b_in_place(&self.ch.bl, self.ch.n, self.ch.b_trans)
+    }
+
+    /// Where batch `bt` of the chained product's B starts, and the elements between its
+    /// stored rows: `[k, n]` matrices one after another, or where its strides say.
+    fn b_batch(&self, x: &Arith<'_, 'c>, bt: IntValue<'c>) -> Result<(IntValue<'c>, i64)> {
+        let (k, n) = (self.k, self.ch.n);
+        match self.ch.b_strides {
+            Some(s) => Ok((batch_start(x, s, bt)?, s.ld as i64)),
+            None => Ok((x.mulc(bt, k * n)?, if self.ch.b_trans { k } else { n })),
+        }
     }
 
     /// Where the tiles find contraction steps `kb..` of batch `bt` of the chained product's B
-    /// read in place: its rows from `kb` on, `n` (the tile's width) apart.
+    /// read in place, and the elements between its rows: its rows from `kb` on, `n` (the
+    /// tile's width) apart, or as its strides say.
     fn b_rows(
         &self,
         x: &Arith<'_, 'c>,
         bt: IntValue<'c>,
         kb: IntValue<'c>,
-    ) -> Result<PointerValue<'c>> {
-        let n = self.ch.n;
-        x.at(
-            self.ft,
-            self.b,
-            x.add(x.mulc(bt, self.k * n)?, x.mulc(kb, n)?)?,
-        )
+    ) -> Result<(PointerValue<'c>, i64)> {
+        let (start, ld) = self.b_batch(x, bt)?;
+        Ok((x.at(self.ft, self.b, x.add(start, x.mulc(kb, ld)?)?)?, ld))
     }
 
     /// Packs batch `bt` of the chained product's B (`[batch, k, n]`, `[batch, n, k]`
@@ -83,14 +91,14 @@ impl<'c> Chained<'_, 'c> {
         if self.b_in_place() {
             return Ok(());
         }
-        let (ch, ft, k) = (self.ch, self.ft, self.k);
+        let (ch, ft) = (self.ch, self.ft);
         let x = Arith { em };
-        let (bl, n) = (ch.bl, ch.n);
+        let bl = ch.bl;
+        let (base, ld) = self.b_batch(&x, bt)?;
         let source = BSource {
             b: self.b,
-            base: x.mulc(bt, k * n)?,
-            k: x.c(k),
-            n,
+            base,
+            ld: x.c(ld),
             trans: ch.b_trans,
         };
         self.panels(em, &|j, width| {
@@ -139,7 +147,7 @@ impl<'c> Chained<'_, 'c> {
             let panels = if self.b_in_place() {
                 self.b_rows(&x, bt, kb)?
             } else {
-                x.at(ft, self.b2, x.mulc(kb, self.cols2)?)?
+                (x.at(ft, self.b2, x.mulc(kb, self.cols2)?)?, bl.nr())
             };
             self.step(
                 em,
@@ -166,7 +174,7 @@ impl<'c> Chained<'_, 'c> {
         let panels = if self.b_in_place() {
             self.b_rows(&Arith { em }, bt, jc)?
         } else {
-            self.b2
+            (self.b2, self.ch.bl.nr())
         };
         self.step(em, rows, (self.p, self.online_ld), (kc, panels), first)
     }
@@ -181,7 +189,7 @@ impl<'c> Chained<'_, 'c> {
         em: &Emitter<'c>,
         (ic, ic_end): (IntValue<'c>, IntValue<'c>),
         (a_in, lda_in): (PointerValue<'c>, i64),
-        (kc, panels): (IntValue<'c>, PointerValue<'c>),
+        (kc, (panels, ldb)): (IntValue<'c>, (PointerValue<'c>, i64)),
         first: IntValue<'c>,
     ) -> Result<()> {
         let (ch, ft, a2) = (self.ch, self.ft, self.a2);
@@ -221,7 +229,7 @@ impl<'c> Chained<'_, 'c> {
                 lda.into(),
                 x.c(1).into(),
                 x.at(ft, panels, x.mulc(j, bl.kc)?)?.into(),
-                x.c(bl.nr()).into(),
+                x.c(ldb).into(),
                 kc.into(),
                 first.into(),
                 ft.const_zero().into(),

@@ -39,6 +39,7 @@ pub(crate) fn emit<'c>(
     (m, n, k): (i64, i64, i64),
     k_at_run: Option<IntValue<'c>>,
     (a_trans, b_trans): (bool, bool),
+    strides: &[Option<Strides>; 2],
     conv: Option<&ConvPatches>,
     out: PointerValue<'c>,
     scratch: PointerValue<'c>,
@@ -46,7 +47,7 @@ pub(crate) fn emit<'c>(
     split_columns: bool,
     epilogue: Option<Epilogue<'_, 'c>>,
     update: Option<(BasicValueEnum<'c>, bool)>,
-    chain: Option<Chain<'c>>,
+    chain: Option<Chain<'_, 'c>>,
 ) -> Result<()> {
     let mut epilogue = epilogue;
     let x = Arith { em };
@@ -111,6 +112,12 @@ pub(crate) fn emit<'c>(
         m,
         a_trans,
         k: k_at_run.unwrap_or(x.c(k)),
+        lda: match &strides[0] {
+            Some(s) => x.c(s.ld as i64),
+            None if a_trans => x.c(m),
+            None => k_at_run.unwrap_or(x.c(k)),
+        },
+        a_strides: strides[0].as_ref(),
         a: base(0)?,
         conv,
         b: base(1)?,
@@ -233,10 +240,16 @@ pub(crate) fn emit<'c>(
         let r_lo = x.max(lo, x.mulc(bt, m)?)?;
         let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
         // A convolution's kernel is the B of every batch.
-        let b_base = if g.conv.is_some() {
-            x.c(0)
-        } else {
-            x.mul(bt, x.mul(g.k, x.c(n))?)?
+        let b_base = match &strides[1] {
+            _ if g.conv.is_some() => x.c(0),
+            Some(s) => batch_start(&x, s, bt)?,
+            None => x.mul(bt, x.mul(g.k, x.c(n))?)?,
+        };
+        // Elements between B's stored rows.
+        let ldb_stored = match &strides[1] {
+            Some(s) => x.c(s.ld as i64),
+            None if b_trans => g.k,
+            None => x.c(n),
         };
         match &chained {
             Some(c) if !online => c.pack_b(em, bt)?,
@@ -265,17 +278,16 @@ pub(crate) fn emit<'c>(
                 let source = BSource {
                     b: g.b,
                     base: b_base,
-                    k: g.k,
-                    n,
+                    ld: ldb_stored,
                     trans: b_trans,
                 };
                 // The compact tile reads B where it is (see `b_in_place`): its panel is B's
                 // rows from `kb` on, `n` apart; other tiles read B's packed panels.
                 let in_place = b_in_place(&bl, b_trans, g.conv.is_some(), chain.is_some());
-                let ldb = x.c(if in_place { n } else { nr });
+                let ldb = if in_place { ldb_stored } else { x.c(nr) };
                 let panel_at = |j: IntValue<'c>| -> Result<PointerValue<'c>> {
                     if in_place {
-                        x.at(ft, g.b, x.add(x.add(b_base, x.mulc(kb, n)?)?, j)?)
+                        x.at(ft, g.b, x.add(x.add(b_base, x.mul(kb, ldb_stored)?)?, j)?)
                     } else {
                         panel_of(j)
                     }
@@ -339,7 +351,7 @@ pub(crate) fn emit<'c>(
                                     ft,
                                     (g.a, g.packed_a),
                                     (g.a_row(ic)?, kb),
-                                    (m, g.k, bl.kc),
+                                    (g.lda, bl.kc),
                                     g.a_trans,
                                 )?;
                                 let scale = update.map_or(ft.const_zero().into(), |u| u.0);
@@ -477,12 +489,11 @@ pub(super) fn all_masked<'c>(
 }
 
 /// A batch of a GEMM's B, as its panels are packed: `[k, n]` from element `base` of `b`
-/// (`[n, k]` with `trans`).
+/// (`[n, k]` with `trans`), its stored rows `ld` apart.
 pub(super) struct BSource<'c> {
     pub(super) b: PointerValue<'c>,
     pub(super) base: IntValue<'c>,
-    pub(super) k: IntValue<'c>,
-    pub(super) n: i64,
+    pub(super) ld: IntValue<'c>,
     pub(super) trans: bool,
 }
 
@@ -499,10 +510,11 @@ pub(super) fn pack_b_panel<'c>(
 ) -> Result<()> {
     let em = x.em;
     let f = Routine::pack_b(bl, width, src.trans).function(em.ctx, em.m, em.routines, em.target)?;
-    let (at, ld) = if src.trans {
-        (x.add(x.add(src.base, x.mul(j, src.k)?)?, kb)?, src.k)
+    let ld = src.ld;
+    let at = if src.trans {
+        x.add(x.add(src.base, x.mul(j, ld)?)?, kb)?
     } else {
-        (x.add(x.add(src.base, x.mulc(kb, src.n)?)?, j)?, x.c(src.n))
+        x.add(x.add(src.base, x.mul(kb, ld)?)?, j)?
     };
     let args = [
         x.at(ft, src.b, at)?.into(),

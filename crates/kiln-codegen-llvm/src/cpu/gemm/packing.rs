@@ -286,6 +286,15 @@ impl<'c> Gemm<'_, 'c> {
     pub(super) fn a_row(&self, row: IntValue<'c>) -> Result<IntValue<'c>> {
         let x = &self.x;
         let Some((p, _)) = self.conv else {
+            if let Some(s) = self.a_strides {
+                // Row i of batch bt: the batch's first row, then i rows (i elements when A
+                // is stored transposed) on.
+                let bt = x.sdiv(row, self.m)?;
+                let i = x.sub(row, x.mulc(bt, self.m)?)?;
+                let start = batch_start(x, s, bt)?;
+                let i = if self.a_trans { i } else { x.mul(i, self.lda)? };
+                return x.add(start, i);
+            }
             if self.a_trans {
                 // [batch, k, m]: row i of batch bt starts at bt * k * m + i.
                 let bt = x.sdiv(row, self.m)?;
@@ -309,7 +318,7 @@ impl<'c> Gemm<'_, 'c> {
     pub(super) fn a_at(&self, row_start: IntValue<'c>, kk: IntValue<'c>) -> Result<IntValue<'c>> {
         let x = &self.x;
         match self.conv {
-            None if self.a_trans => x.add(row_start, x.mulc(kk, self.m)?),
+            None if self.a_trans => x.add(row_start, x.mul(kk, self.lda)?),
             None => x.add(row_start, kk),
             Some((_, table)) => {
                 let i64t = x.em.ctx.i64_type();
@@ -344,11 +353,12 @@ impl<'c> Gemm<'_, 'c> {
                 em.routines,
                 em.target,
             )?;
-            let (at, ld) = if self.a_trans {
-                (x.add(self.a_row(ic)?, x.mulc(kb, self.m)?)?, x.c(self.m))
+            let at = if self.a_trans {
+                x.add(self.a_row(ic)?, x.mul(kb, self.lda)?)?
             } else {
-                (x.add(self.a_row(ic)?, kb)?, self.k)
+                x.add(self.a_row(ic)?, kb)?
             };
+            let ld = self.lda;
             let args = [
                 x.at(self.ft, self.a, at)?.into(),
                 ld.into(),
@@ -381,4 +391,27 @@ impl<'c> Gemm<'_, 'c> {
             })
         })
     }
+}
+
+/// Where batch `bt` of an operand read through strides `s` starts: its offset, plus each
+/// batch dimension's index (`bt` split over the extents, row-major) times its stride.
+pub(super) fn batch_start<'c>(
+    x: &Arith<'_, 'c>,
+    s: &Strides,
+    bt: IntValue<'c>,
+) -> Result<IntValue<'c>> {
+    let mut at = x.c(s.offset as i64);
+    let mut rest = bt;
+    for (d, &(extent, stride)) in s.batch.iter().enumerate().rev() {
+        let index = if d == 0 {
+            rest
+        } else {
+            let q = x.sdiv(rest, extent as i64)?;
+            let index = x.sub(rest, x.mulc(q, extent as i64)?)?;
+            rest = q;
+            index
+        };
+        at = x.add(at, x.mulc(index, stride as i64)?)?;
+    }
+    Ok(at)
 }

@@ -29,6 +29,11 @@ pub(super) struct Gemm<'a, 'c> {
     /// differ only in it).
     pub(super) k: IntValue<'c>,
     pub(super) a: PointerValue<'c>,
+    /// Elements between A's stored rows (`k`, `m` when `a_trans`, unless read through
+    /// strides).
+    pub(super) lda: IntValue<'c>,
+    /// Where A's matrices lie when read in place through strides ([`Strides`]).
+    pub(super) a_strides: Option<&'a Strides>,
     /// When A is a convolution's patch matrix: its shape and the table of column offsets.
     pub(super) conv: Option<(&'a ConvPatches, PointerValue<'c>)>,
     pub(super) b: PointerValue<'c>,

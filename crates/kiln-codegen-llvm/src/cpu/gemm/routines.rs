@@ -72,6 +72,9 @@ pub(crate) enum InChain {
     First,
     /// The second product (it packs its B itself).
     Second,
+    /// The second product with its B read through strides (see [`crate::kernel::Strides`]),
+    /// which it always packs.
+    SecondStrided,
 }
 
 /// Whether the GEMM kernel of blocking `bl` reads B in place rather than packing it: with the
@@ -123,7 +126,8 @@ impl ARead {
 
     /// The tile's `(a, lda, step)` arguments for rows from `row` (A's offset of its first
     /// element, [`Gemm::a_row`]) over the contraction block from step `kb`, with A `[m, k]`
-    /// (`[k, m]` when `a_trans`) at `a`, or packed at `packed` in slivers of `kc` steps.
+    /// (`[k, m]` when `a_trans`) at `a`, its stored rows `ld` apart, or packed at `packed` in
+    /// slivers of `kc` steps.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn args<'c>(
         self,
@@ -131,18 +135,18 @@ impl ARead {
         ft: FloatType<'c>,
         (a, packed): (PointerValue<'c>, PointerValue<'c>),
         (row, kb): (IntValue<'c>, IntValue<'c>),
-        (m, k, kc): (i64, IntValue<'c>, i64),
+        (ld, kc): (IntValue<'c>, i64),
         a_trans: bool,
     ) -> Result<(PointerValue<'c>, IntValue<'c>, IntValue<'c>)> {
         let one = x.c(1);
-        let by_cols = || -> Result<PointerValue<'c>> { x.at(ft, a, x.add(row, x.mulc(kb, m)?)?) };
+        let by_cols = || -> Result<PointerValue<'c>> { x.at(ft, a, x.add(row, x.mul(kb, ld)?)?) };
         let by_rows = || -> Result<PointerValue<'c>> { x.at(ft, a, x.add(row, kb)?) };
         Ok(match self {
             ARead::Packed => (packed, x.c(kc), one),
-            ARead::Rows => (by_rows()?, k, one),
-            ARead::Cols => (by_cols()?, x.c(m), one),
-            ARead::Strided if a_trans => (by_cols()?, one, x.c(m)),
-            ARead::Strided => (by_rows()?, k, one),
+            ARead::Rows => (by_rows()?, ld, one),
+            ARead::Cols => (by_cols()?, ld, one),
+            ARead::Strided if a_trans => (by_cols()?, one, ld),
+            ARead::Strided => (by_rows()?, ld, one),
         })
     }
 }

@@ -126,10 +126,19 @@ impl Mapper<'_> {
             a_trans,
             b_trans,
             chain,
+            strides,
         } = &k.schedule
         else {
             unreachable!("a GEMM kernel")
         };
+        // A GPU's target reads no operand through strides
+        // (`FusionLimits::strided_operands`): the kernel layer copies such layouts out.
+        if strides.iter().any(Option::is_some) {
+            return Err(format!(
+                "{name}: a matrix product reading an operand through strides (the GPU's \
+                 products read [batch, m, k] buffers)"
+            ));
+        }
         let (a, b) = match (ins.first(), ins.get(1)) {
             (Some(a), Some(b)) => (a.clone(), b.clone()),
             _ => return Err(format!("{name}: a matrix product needs two inputs")),
