@@ -320,13 +320,9 @@ fn shrink_and_save(seed: u64, error: &str) -> String {
 #[test]
 fn random_programs_agree_with_the_reference() {
     // Seeds 0 to 9,999; `KILN_PROGRAMS=A..B` runs seeds A to B - 1 instead.
-    let (first, end) = std::env::var("KILN_PROGRAMS")
-        .ok()
-        .and_then(|r| {
-            let (a, b) = r.split_once("..")?;
-            Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
-        })
-        .unwrap_or((0, 10_000));
+    let knob = std::env::var("KILN_PROGRAMS").ok();
+    let std::ops::Range { start: first, end } =
+        kiln_ir::random::seeds::seed_range("KILN_PROGRAMS", knob.as_deref(), 0..10_000).unwrap();
     let programs = end.saturating_sub(first);
     // `KILN_SEED=N` (or a list, `N,M,...`) runs those seeds alone.
     if let Ok(list) = std::env::var("KILN_SEED") {
