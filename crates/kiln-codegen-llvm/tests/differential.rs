@@ -680,6 +680,42 @@ fn same_width_bitcasts_compile_and_keep_every_bit() {
     assert_eq!(got[2].to_le_bytes(), b.to_le_bytes());
 }
 
+/// Every pattern of an 8-bit small float bitcast to another small float (and reversed, and
+/// read as bytes) comes back with its bits: held in f32 between kernels, a NaN of the IEEE
+/// formats keeps its payload (seed 55555: `f8e4m3fn`'s NaN `0x7f` read as `f8e5m2` came back
+/// as `0x7e`, which is 448 as `f8e4m3fn`).
+#[test]
+fn small_float_bitcasts_keep_every_pattern() {
+    let formats = ["f8e4m3fn", "f8e5m2", "f8e4m3", "f8e3m4"];
+    for (k, a) in formats.iter().enumerate() {
+        let b = formats[(k + 1) % formats.len()];
+        let src = format!(
+            "func @main(%0: {a}[256]) -> ({b}[256], {b}[256], u8[256]) {{\n  %1 = bitcast_convert %0 : {b}[256]\n  %2 = reverse %1 {{dimensions = [0]}} : {b}[256]\n  %3 = bitcast_convert %2 : u8[256]\n  return %1, %2, %3\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
+        assert!(!exe.plan().contains(&Step::Reference), "{:?}", exe.plan());
+        let DType::Mini(m) = f.param_types()[0].dtype else {
+            unreachable!("{a} is a small float")
+        };
+        let codes: Vec<u8> = (0..=255).collect();
+        let x = Literal::new(
+            TensorType::new(DType::Mini(m), [256]),
+            kiln_ir::literal::Data::Mini(m, codes.clone()),
+        )
+        .unwrap();
+        let got = exe.run(std::slice::from_ref(&x)).unwrap();
+        let reversed: Vec<u8> = codes.iter().rev().copied().collect();
+        assert_eq!(got[0].to_le_bytes(), codes, "{a} as {b}");
+        assert_eq!(got[1].to_le_bytes(), reversed, "{a} as {b}, reversed");
+        assert_eq!(
+            got[2].to_le_bytes(),
+            reversed,
+            "{a} as {b}, reversed, as bytes"
+        );
+    }
+}
+
 #[test]
 fn select_and_scatter_kernels_agree_with_the_reference() {
     // The gradient of 3x3/2 max pooling with padding, and a min-selecting variant with ties.
