@@ -283,8 +283,13 @@ fn ir_ssa_violations_are_caught() {
     assert_eq!(verify(&g).unwrap_err().diag.label, "ir_ssa");
 }
 
-fn random_programs() -> impl Iterator<Item = (u64, Func)> {
-    (0..600u64).map(|seed| {
+/// The text and reference tests' random programs: seeds `default`, or those
+/// `KILN_TEXT_PROGRAMS` names (a count `N` or a range `A..B` of fresh seeds).
+fn random_programs(default: std::ops::Range<u64>) -> impl Iterator<Item = (u64, Func)> {
+    let knob = std::env::var("KILN_TEXT_PROGRAMS").ok();
+    let seeds =
+        kiln_ir::random::seeds::seed_range("KILN_TEXT_PROGRAMS", knob.as_deref(), default).unwrap();
+    seeds.map(|seed| {
         let cfg = Config {
             ops: 1 + (seed as usize % 30),
             control: seed % 4 == 1,
@@ -298,7 +303,7 @@ fn random_programs() -> impl Iterator<Item = (u64, Func)> {
 #[test]
 fn random_programs_round_trip_through_text() {
     let mut n = 0;
-    for (seed, f) in random_programs() {
+    for (seed, f) in random_programs(0..600) {
         verify(&f)
             .unwrap_or_else(|e| panic!("seed {seed}: generated an ill-typed program: {e}\n{f}"));
         let text = print_func(&f);
@@ -321,7 +326,7 @@ fn random_programs_round_trip_through_text() {
 #[test]
 fn random_programs_run_on_the_reference_without_panicking() {
     let mut n = 0;
-    for (seed, f) in random_programs().take(300) {
+    for (seed, f) in random_programs(0..300) {
         let mut rng = Rng::new(seed ^ 0xABCD);
         let args: Vec<Literal> = f
             .param_types()

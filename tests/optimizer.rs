@@ -24,6 +24,13 @@ fn same_bits(a: &Literal, e: &Literal) -> Result<(), String> {
     Ok(())
 }
 
+/// The seeds of the random-program tests: `default`, or those `KILN_OPT_PROGRAMS` names (a
+/// count `N` or a range `A..B` of fresh seeds).
+fn seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    let knob = std::env::var("KILN_OPT_PROGRAMS").ok();
+    kiln_ir::random::seeds::seed_range("KILN_OPT_PROGRAMS", knob.as_deref(), default).unwrap()
+}
+
 fn random_args(f: &Func, rng: &mut Rng) -> Vec<Literal> {
     f.param_types()
         .iter()
@@ -87,13 +94,15 @@ fn every_rule_holds_on_random_inputs() {
     );
 }
 
-/// Exact optimization of random programs changes no bit of any result on the reference
-/// interpreter, never mis-types a rewrite, and prints the same program every time.
+/// Exact optimization of random programs (seeds 0 to 399, or `KILN_OPT_PROGRAMS`) changes no
+/// bit of any result on the reference interpreter, never mis-types a rewrite, and prints the
+/// same program every time.
 #[test]
 fn optimized_random_programs_are_bit_identical() {
     let mut changed = 0;
-    let n = 400u64;
-    for seed in 0..n {
+    let seeds = seeds(0..400);
+    let n = seeds.end - seeds.start;
+    for seed in seeds {
         let cfg = Config {
             ops: 1 + (seed as usize % 30),
             control: seed % 5 == 2,
@@ -130,14 +139,15 @@ fn optimized_random_programs_are_bit_identical() {
     println!("{n} random programs optimized, {changed} changed, all bit-identical");
 }
 
-/// Random programs optimized in regions of a few instructions (parameters passed between them,
-/// constants copied, the results stitched and deduplicated) still compute the same bits, verify
-/// and print the same every time.
+/// Random programs (seeds 0 to 199, or `KILN_OPT_PROGRAMS`) optimized in regions of a few
+/// instructions (parameters passed between them, constants copied, the results stitched and
+/// deduplicated) still compute the same bits, verify and print the same every time.
 #[test]
 fn random_programs_optimized_in_regions_are_bit_identical() {
-    let n = 200u64;
+    let seeds = seeds(0..200);
+    let n = seeds.end - seeds.start;
     let mut split = 0;
-    for seed in 0..n {
+    for seed in seeds {
         let cfg = Config {
             ops: 10 + (seed as usize % 40),
             ..Config::default()

@@ -184,10 +184,15 @@ fn an_empty_batch_gives_empty_results() {
     }
 }
 
+/// Random programs (seeds 0 to 299, or those `KILN_VMAP_PROGRAMS` names: a count `N` or a
+/// range `A..B` of fresh seeds) batched along some parameters agree with a loop over them.
 #[test]
 fn random_programs_batch_like_a_loop() {
+    let knob = std::env::var("KILN_VMAP_PROGRAMS").ok();
+    let seeds =
+        kiln_ir::random::seeds::seed_range("KILN_VMAP_PROGRAMS", knob.as_deref(), 0..300).unwrap();
     let mut checked = 0;
-    for seed in 0..300u64 {
+    for seed in seeds {
         let cfg = Config::profile(seed).with_wide();
         if cfg.elements.is_some() {
             continue;

@@ -66,13 +66,9 @@ fn random_complex_programs_compile_and_agree_with_the_reference() {
     let opts = common::env_options();
     let (mut ran, mut complex_out, mut failures) = (0, 0, Vec::new());
     let mut left = std::collections::BTreeMap::<&str, usize>::new();
-    let seeds = std::env::var("KILN_PROGRAMS")
-        .ok()
-        .and_then(|s| {
-            let (a, b) = s.split_once("..")?;
-            Some(a.parse().ok()?..b.parse().ok()?)
-        })
-        .unwrap_or(0..3000u64);
+    let knob = std::env::var("KILN_PROGRAMS").ok();
+    let seeds =
+        kiln_ir::random::seeds::seed_range("KILN_PROGRAMS", knob.as_deref(), 0..3000).unwrap();
     for seed in seeds {
         let f = random_func(&mut Rng::new(seed), &config(seed));
         if !f.values.iter().any(|t| t.dtype.is_complex()) {

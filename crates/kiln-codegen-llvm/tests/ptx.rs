@@ -287,12 +287,13 @@ fn spec_examples_and_target_filetests_assemble() {
 
 #[test]
 fn random_programs_assemble() {
-    let n: u64 = std::env::var("KILN_PTX_PROGRAMS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+    // Seeds 0 to 299, or those `KILN_PTX_PROGRAMS` names (a count `N` or a range `A..B`).
+    let knob = std::env::var("KILN_PTX_PROGRAMS").ok();
+    let seeds =
+        kiln_ir::random::seeds::seed_range("KILN_PTX_PROGRAMS", knob.as_deref(), 0..300).unwrap();
+    let n = seeds.end - seeds.start;
     let mut tally = Tally::default();
-    for seed in 0..n {
+    for seed in seeds {
         // With the wide ops (scatters of hundreds of updates, long folds), as the CPU
         // differential test and the emulator draw them.
         let f = random_func(&mut Rng::new(seed), &Config::profile(seed).with_wide());

@@ -9,11 +9,20 @@
 //!
 //! | family | formats | overflow | NaN | negative zero |
 //! |---|---|---|---|---|
-//! | IEEE | `f8e5m2`, `f8e4m3`, `f8e3m4` | infinity | a quiet NaN, with the sign | kept |
+//! | IEEE | `f8e5m2`, `f8e4m3`, `f8e3m4` | infinity | a NaN with the sign and payload (below) | kept |
 //! | FN | `f8e4m3fn` | NaN (`0x7f`, with the sign) | the same | kept |
 //! | FNUZ | `f8e4m3fnuz`, `f8e5m2fnuz`, `f8e4m3b11fnuz` | NaN (`0x80`) | `0x80` | becomes +0 |
 //! | FNU | `f8e8m0fnu` (powers of two only) | NaN (`0xff`) | `0xff` | zero and negatives are NaN |
 //! | MX | `f6e2m3fn`, `f6e3m2fn`, `f4e2m1fn` | the largest finite value | zero, with the sign | kept |
+//!
+//! A NaN of the IEEE family keeps its pattern through f32 and f64: its mantissa (the payload,
+//! never zero) is carried in the bits just below the wide NaN's quiet bit, which is set
+//! (`0x7fc00000 | q << (22 - m)` in f32 for a mantissa `q` of `m` bits), and a wide NaN rounds
+//! back to the sign, the exponent of all ones and those bits (the quiet NaN, top mantissa bit
+//! set, when they are zero, as for the canonical `0x7fc00000`). So a value held in f32 (as the
+//! compiled backends hold every small float between kernels) comes back with its bits, a NaN
+//! made by a `bitcast_convert` included, and quieting a wide NaN (which sets only the quiet
+//! bit) changes no pattern. The other families have one NaN of each sign.
 //!
 //! Infinities count as overflow. Arithmetic on these types computes in f32 or wider (the
 //! reference in f64) and rounds the result once to the type; for `+ - * /` and `sqrt` both give
@@ -206,6 +215,31 @@ impl MiniFloat {
         }
     }
 
+    /// The pattern of the IEEE-family NaN held in `bits`, a wide NaN with `frac` fraction bits
+    /// (23 for f32, 52 for f64): the sign, the exponent of all ones, and the mantissa from
+    /// the bits just below the quiet bit (the quiet NaN when they are zero). See the module
+    /// docs.
+    fn ieee_nan_code(self, bits: u64, frac: u32, negative: bool) -> u8 {
+        let (e, m, _) = self.layout();
+        let q = (bits >> (frac - 1 - m)) & ((1 << m) - 1);
+        let q = if q == 0 { 1 << (m - 1) } else { q };
+        let s = if negative { self.sign_mask() } else { 0 };
+        s | ((((1u64 << e) - 1) << m) | q) as u8
+    }
+
+    /// The wide NaN (`frac` fraction bits, `exp` exponent bits) holding the IEEE-family NaN
+    /// pattern `code` (see the module docs), as bits; `None` when `code` is not such a NaN.
+    fn ieee_nan_bits(self, code: u8, frac: u32, exp: u32) -> Option<u64> {
+        let (e, m, _) = self.layout();
+        let mag = code & !self.sign_mask();
+        let mant = (mag & ((1u8 << m) - 1)) as u64;
+        if self.family() != Family::Ieee || (mag >> m) as u64 != (1 << e) - 1 || mant == 0 {
+            return None;
+        }
+        let sign = u64::from(code & self.sign_mask() != 0) << (frac + exp);
+        Some(sign | ((1 << exp) - 1) << frac | 1 << (frac - 1) | mant << (frac - 1 - m))
+    }
+
     /// True when the format has a NaN.
     pub fn has_nan(self) -> bool {
         self.family() != Family::Mx
@@ -219,6 +253,9 @@ impl MiniFloat {
     /// The exact value of the bit pattern `code` (its low [`MiniFloat::bits`] bits).
     pub fn to_f64(self, code: u8) -> f64 {
         let code = code & ((1u32 << self.bits()) - 1) as u8;
+        if let Some(bits) = self.ieee_nan_bits(code, 52, 11) {
+            return f64::from_bits(bits);
+        }
         let (e, m, bias) = self.layout();
         if self.family() == Family::Fnu {
             return if code == 0xff {
@@ -258,14 +295,21 @@ impl MiniFloat {
 
     /// The exact value of `code` as f32 (every value of every format is one).
     pub fn to_f32(self, code: u8) -> f32 {
-        self.to_f64(code) as f32
+        let code = code & ((1u32 << self.bits()) - 1) as u8;
+        match self.ieee_nan_bits(code, 23, 8) {
+            Some(bits) => f32::from_bits(bits as u32),
+            None => self.to_f64(code) as f32,
+        }
     }
 
     /// `x` rounded to this format (see the module docs), as its bit pattern.
     pub fn from_f64(self, x: f64) -> u8 {
         let negative = x.is_sign_negative();
         if x.is_nan() {
-            return self.nan_code(negative);
+            return match self.family() {
+                Family::Ieee => self.ieee_nan_code(x.to_bits(), 52, negative),
+                _ => self.nan_code(negative),
+            };
         }
         let (_, m, bias) = self.layout();
         let a = x.abs();
@@ -326,6 +370,9 @@ impl MiniFloat {
     /// `x` rounded to this format, as its bit pattern. Rounding the f32 directly: no double
     /// rounding through f64, which holds every f32 exactly.
     pub fn from_f32(self, x: f32) -> u8 {
+        if x.is_nan() && self.family() == Family::Ieee {
+            return self.ieee_nan_code(x.to_bits() as u64, 23, x.is_sign_negative());
+        }
         self.from_f64(x as f64)
     }
 

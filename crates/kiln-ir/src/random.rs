@@ -9,6 +9,7 @@ use crate::{
 
 mod collective;
 mod fft;
+pub mod seeds;
 mod wide;
 
 /// A small, fast, seedable generator (SplitMix64).

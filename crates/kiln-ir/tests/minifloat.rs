@@ -35,12 +35,21 @@ fn largest_values_are_the_formats_own() {
 }
 
 #[test]
-fn every_value_round_trips_and_nans_stay_nans() {
+fn every_pattern_round_trips_nans_included() {
     for f in MiniFloat::ALL {
         for c in all_codes(f) {
             let v = f.to_f64(c);
             if v.is_nan() {
-                assert!(f.to_f64(f.from_f64(v)).is_nan(), "{f} {c:#x}");
+                // A NaN keeps its pattern through f64 and f32 (the IEEE formats' payloads
+                // below the wide NaN's quiet bit), also when the wide NaN is quieted again.
+                assert_eq!(f.from_f64(v), c, "{f} {c:#x}");
+                let w = f.to_f32(c);
+                assert!(w.is_nan(), "{f} {c:#x}");
+                assert_eq!(f.from_f32(w), c, "{f} {c:#x}");
+                assert_eq!(f.from_f64(w as f64), c, "{f} {c:#x}");
+                assert_eq!(f.from_f32(v as f32), c, "{f} {c:#x}");
+                let quiet = f32::from_bits(w.to_bits() | 0x0040_0000);
+                assert_eq!(f.from_f32(quiet), c, "{f} {c:#x}");
                 continue;
             }
             // FNUZ has one zero; every other pattern comes back as itself.
@@ -125,6 +134,13 @@ fn what_a_format_cannot_hold_follows_its_family() {
     assert_eq!(F8E4M3FN.from_f64(464.1), 0x7f);
     assert_eq!(F8E5M2.from_f64(1e9), 0x7c);
     assert_eq!(F8E5M2.from_f64(f64::NAN), 0x7e);
+    // An IEEE-family NaN's payload rides below the wide NaN's quiet bit.
+    assert_eq!(F8E5M2.to_f32(0x7d).to_bits(), 0x7fd0_0000);
+    assert_eq!(F8E5M2.to_f32(0xfe).to_bits(), 0xffe0_0000);
+    assert_eq!(F8E5M2.to_f64(0x7f).to_bits(), 0x7ffe_0000_0000_0000);
+    assert_eq!(F8E5M2.from_f32(f32::from_bits(0x7fd0_0000)), 0x7d);
+    assert_eq!(F8E5M2.from_f32(f32::from_bits(0xffc0_0001)), 0xfe);
+    assert_eq!(F8E3M4.from_f32(f32::from_bits(0x7ffc_0000)), 0x7f);
     assert_eq!(F8E4M3.from_f64(-1e9), 0xf8);
     assert_eq!(F8E4M3FNUZ.from_f64(-0.0), 0);
     assert_eq!(F8E4M3FNUZ.from_f64(-1e-30), 0);

@@ -16,7 +16,8 @@
 //!   integers of up to 32 bits through f64 (exact), from the 64-bit integers through f64 (which
 //!   rounds an integer past 2^53 first; only `f8e8m0fnu` reaches such magnitudes);
 //! - a `bitcast_convert` to or from a small float moves its bit pattern: the f32 is converted to
-//!   the type, and the bitcast's result back;
+//!   the type, and the bitcast's result back (a NaN of the IEEE formats keeps its pattern
+//!   through the f32: its payload rides below the f32's quiet bit, [`kiln_ir::minifloat`]);
 //! - constants become f32 constants; regions (loop bodies, comparators, reduction bodies) are
 //!   rewritten the same way, with their parameters and results held in f32.
 //!
@@ -332,9 +333,22 @@ pub fn decode(e: Expr, m: MiniFloat) -> Expr {
         let finite = select(cmp(Eq, ef.clone(), k(0)), sub, normal);
         let all_ones = (1i64 << e_bits) - 1;
         let value = match m.family() {
+            // A NaN keeps its payload below the quiet bit, so that encoding gives its pattern
+            // back ([`kiln_ir::minifloat`]).
             Family::Ieee => select(
                 cmp(Eq, ef, k(all_ones)),
-                select(cmp(Eq, mant, k(0)), k(0x7f80_0000), nan.clone()),
+                select(
+                    cmp(Eq, mant.clone(), k(0)),
+                    k(0x7f80_0000),
+                    op(
+                        OpKind::Or,
+                        i,
+                        vec![
+                            nan.clone(),
+                            op(OpKind::ShiftLeft, i, vec![mant, k(22 - m_bits as i64)]),
+                        ],
+                    ),
+                ),
                 finite,
             ),
             Family::Fn => select(cmp(Eq, mag, k(0x7f)), nan.clone(), finite),
@@ -460,9 +474,34 @@ pub fn encode(x: Expr, m: MiniFloat) -> Expr {
         ),
         _ => {
             let s = m.sign_mask();
+            let nan_code = if m.family() == Family::Ieee {
+                // The payload from the bits below the quiet bit, the quiet NaN when they are
+                // zero ([`kiln_ir::minifloat`]).
+                let q = op(
+                    OpKind::And,
+                    it,
+                    vec![
+                        op(
+                            OpKind::ShiftRightLogical,
+                            it,
+                            vec![mag.clone(), k(src_m - 1 - m_bits)],
+                        ),
+                        k((1 << m_bits) - 1),
+                    ],
+                );
+                let quiet = (m.nan_code(false) & !s) as i64;
+                let ones = quiet & !((1 << m_bits) - 1);
+                select(
+                    cmp(Eq, q.clone(), k(0)),
+                    k(quiet),
+                    op(OpKind::Or, it, vec![q, k(ones)]),
+                )
+            } else {
+                k((m.nan_code(false) & !s) as i64)
+            };
             let magnitude = select(
                 nan,
-                k((m.nan_code(false) & !s) as i64),
+                nan_code,
                 select(over, k((m.overflow_code(false) & !s) as i64), code),
             );
             op(OpKind::Or, it, vec![magnitude, sign])

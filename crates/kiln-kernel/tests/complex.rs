@@ -259,7 +259,12 @@ fn a_program_without_complex_values_is_left_alone() {
 fn random_complex_programs_keep_their_meaning() {
     use kiln_ir::random::{Config, Rng, random_func, random_literal};
     let (mut ran, mut failures) = (0, Vec::new());
-    for seed in 0..4000u64 {
+    // Seeds 0 to 3,999, or those `KILN_COMPLEX_PROGRAMS` names (a count `N` or a range `A..B`).
+    let knob = std::env::var("KILN_COMPLEX_PROGRAMS").ok();
+    let seeds =
+        kiln_ir::random::seeds::seed_range("KILN_COMPLEX_PROGRAMS", knob.as_deref(), 0..4000)
+            .unwrap();
+    for seed in seeds {
         let cfg = Config {
             ops: 1 + (seed as usize % 10),
             ..Config::default()

@@ -582,12 +582,18 @@ fn real_kernels_verify() {
 
 /// Every kernel of 2,000 random programs (the differential test's generator: 1 to 12 ops,
 /// every dtype; one in ten with dimensions around vector widths), lowered and fused as given
-/// and after the optimizer and canonicalization, verifies. `KILN_SEED=N` runs one seed.
+/// and after the optimizer and canonicalization, verifies. `KILN_SEED=N` runs one seed,
+/// `KILN_VERIFY_PROGRAMS` a count `N` or a range `A..B` of fresh seeds.
 #[test]
 fn random_program_kernels_verify() {
+    let knob = std::env::var("KILN_VERIFY_PROGRAMS").ok();
     let seeds: Vec<u64> = match std::env::var("KILN_SEED") {
         Ok(s) => vec![s.parse().expect("KILN_SEED is a number")],
-        Err(_) => (0..2000).collect(),
+        Err(_) => {
+            kiln_ir::random::seeds::seed_range("KILN_VERIFY_PROGRAMS", knob.as_deref(), 0..2000)
+                .unwrap()
+                .collect()
+        }
     };
     let opts = Options::default();
     let mut count = 0;

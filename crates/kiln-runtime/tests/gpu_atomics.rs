@@ -437,19 +437,19 @@ fn small_blocks() -> TargetInfo {
     t
 }
 
-/// Random programs of f32, f16 and i32 values (300, or `KILN_GPU_EMU_PROGRAMS`) with float
-/// atomics allowed, on an H200 with small blocks, against the reference within its accuracy
-/// bounds; some of their kernels run by atomics.
+/// Random programs of f32, f16 and i32 values (seeds 0 to 299, or those `KILN_GPU_EMU_PROGRAMS`
+/// names: a count `N` or a range `A..B` of fresh seeds) with float atomics allowed, on an H200
+/// with small blocks, against the reference within its accuracy bounds; some of their kernels
+/// run by atomics.
 #[test]
 fn random_programs_with_float_atomics_agree_with_the_reference() {
-    use kiln_ir::random::{Config, random_func, random_literal_with_specials};
-    let n: u64 = std::env::var("KILN_GPU_EMU_PROGRAMS")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(300);
+    use kiln_ir::random::{Config, random_func, random_literal_with_specials, seeds::seed_range};
+    let knob = std::env::var("KILN_GPU_EMU_PROGRAMS").ok();
+    let seeds = seed_range("KILN_GPU_EMU_PROGRAMS", knob.as_deref(), 0..300).unwrap();
+    let n = seeds.end - seeds.start;
     let mut atomic = BTreeMap::new();
     let mut failures = Vec::new();
-    for seed in 0..n {
+    for seed in seeds {
         // In f32 and f16 only (with i32 indices), so that sums and scatter-adds meet atomics.
         let cfg = Config {
             dtypes: vec![DType::F32, DType::F16, DType::I32],

@@ -363,13 +363,9 @@ fn random_programs_agree_with_the_reference_with_every_reduction_cooperative() {
 /// count `N` for `0..N`, or a range `A..B` for fresh seeds; `None` skips a seed) on the
 /// emulator for `target` against the reference.
 fn random_programs(what: &str, target: &TargetInfo, n: u64, program: &dyn Fn(u64) -> Option<Func>) {
-    let seeds = std::env::var("KILN_GPU_EMU_PROGRAMS")
-        .ok()
-        .and_then(|s| match s.split_once("..") {
-            Some((a, b)) => Some(a.trim().parse().ok()?..b.trim().parse().ok()?),
-            None => Some(0..s.trim().parse().ok()?),
-        })
-        .unwrap_or(0..n);
+    let knob = std::env::var("KILN_GPU_EMU_PROGRAMS").ok();
+    let seeds =
+        kiln_ir::random::seeds::seed_range("KILN_GPU_EMU_PROGRAMS", knob.as_deref(), 0..n).unwrap();
     let t = std::time::Instant::now();
     let mut rep = EmuReport::default();
     let (mut ran, mut failures) = (0, Vec::new());

@@ -116,3 +116,22 @@ fn profiled_programs_hold_wide_scatters_and_long_folds() {
         assert!(n >= 20, "{n} {what}");
     }
 }
+
+/// A seed knob names a count or a range; unset it gives the default, and anything else (a
+/// mistyped range, a backwards one) is an error naming the knob, never the default seeds.
+#[test]
+fn seed_knobs_name_a_count_or_a_range() {
+    use super::seeds::seed_range;
+    assert_eq!(seed_range("K", None, 0..400), Ok(0..400));
+    assert_eq!(seed_range("K", Some("25"), 0..400), Ok(0..25));
+    assert_eq!(seed_range("K", Some("4000..8000"), 0..400), Ok(4000..8000));
+    assert_eq!(
+        seed_range("K", Some("46_000..48_000"), 0..1),
+        Ok(46_000..48_000)
+    );
+    assert_eq!(seed_range("K", Some(" 7 .. 9 "), 0..1), Ok(7..9));
+    for bad in ["", "4000-8000", "..9", "9..", "x", "9..7"] {
+        let e = seed_range("KILN_X", Some(bad), 0..400).unwrap_err();
+        assert!(e.starts_with(&format!("KILN_X={bad}:")), "{e}");
+    }
+}

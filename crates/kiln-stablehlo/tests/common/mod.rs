@@ -87,12 +87,12 @@ pub fn spec_examples() -> Vec<(String, Module, Vec<Literal>)> {
     out
 }
 
-/// `n` random programs (`Config::profile` of seeds `0..n`, with the wide scatters, folds and
+/// The random programs of `seeds` (`Config::profile` of each, with the wide scatters, folds and
 /// `select_and_scatter`s of `Config::with_wide`) with random arguments:
 /// (name, module, args, whether the profile asked for control flow), the unexportable ones
 /// left out.
-pub fn random_programs(n: u64) -> Vec<(String, Module, Vec<Literal>, bool)> {
-    (0..n)
+pub fn random_programs(seeds: std::ops::Range<u64>) -> Vec<(String, Module, Vec<Literal>, bool)> {
+    seeds
         .filter_map(|seed| {
             let cfg = Config::profile(seed).with_wide();
             let mut rng = Rng::new(seed);
