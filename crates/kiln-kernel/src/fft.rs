@@ -12,12 +12,17 @@
 //! and a transpose to the output order `k = k1 + n1 k2`. Twiddles and matrices come from
 //! [`kiln_ir::fft::twiddle`] in f64 and are rounded once to the element type.
 //!
-//! Several transformed dimensions are transformed one after another. `RFFT` transforms its
-//! real operand (its first direct products are real products with the matrix's real and
-//! imaginary parts, so no zero imaginary part is multiplied; a Bluestein length converts it to
-//! complex first) and slices the first `n/2 + 1` elements of the last dimension; `IRFFT` completes the Hermitian spectrum of the last dimension (the conjugates
-//! of the elements `1 .. n - n/2`, reversed, concatenated), transforms it and keeps the real
-//! part.
+//! Several transformed dimensions are transformed one after another. A real transform of an
+//! even length `n = 2m` from [`HALF_LENGTH_MIN`] on along the last dimension is done at half length ([`rfft_half`],
+//! [`irfft_half`]): the `n` reals taken as `m` complex numbers, one complex transform of
+//! length `m` and an elementwise combination with the twiddles `w_n^k`; the other
+//! dimensions of a multi-dimensional real transform are complex transforms. Another `n`
+//! takes the full length: `RFFT` transforms its real operand (its first direct products are
+//! real products with the matrix's real and imaginary parts, so no zero imaginary part is
+//! multiplied; a Bluestein length converts it to complex first) and slices the first
+//! `n/2 + 1` elements of the last dimension; `IRFFT` completes the Hermitian spectrum of the
+//! last dimension (the conjugates of the elements `1 .. n - n/2`, reversed, concatenated),
+//! transforms it and keeps the real part.
 
 use crate::canon::rebuild;
 use kiln_ir::fft::twiddle;
@@ -28,8 +33,19 @@ type R<T> = Result<T, VerifyError>;
 /// The longest transform done as one product with its DFT matrix.
 pub const DIRECT_MAX: usize = 64;
 
+/// The shortest even length of a real transform done at half length. Measured on the CPU
+/// (docs/performance.md, "real transforms at half length"): at 4096 the half length is
+/// 24% (`RFFT`) and 40% (`IRFFT`) faster on 256 lines, at 2048 even, at 1000 (64 lines)
+/// 1.6-1.8 times slower (its extra elementwise and layout kernels outweigh the work saved).
+pub const HALF_LENGTH_MIN: usize = 2048;
+
 /// `f` with every `fft` rewritten into products, twiddle multiplies and layout ops.
 pub fn expand_ffts(f: &Func) -> R<Func> {
+    expand_ffts_with(f, HALF_LENGTH_MIN)
+}
+
+/// [`expand_ffts`], real transforms of even lengths from `half_min` on done at half length.
+fn expand_ffts_with(f: &Func, half_min: usize) -> R<Func> {
     if !f.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })) {
         return Ok(f.clone());
     }
@@ -42,7 +58,9 @@ pub fn expand_ffts(f: &Func) -> R<Func> {
             return Ok(None);
         };
         let ty = f.values[inst.results[0].index()].clone();
-        Ok(Some(vec![expand(b, ops[0], *fft_type, fft_length, &ty)?]))
+        Ok(Some(vec![expand(
+            b, ops[0], *fft_type, fft_length, &ty, half_min,
+        )?]))
     })
 }
 
@@ -56,7 +74,14 @@ fn constant(b: &mut Builder, ty: TensorType, values: &[[f64; 2]]) -> R<ValueId> 
 }
 
 /// One `fft` of `x` into `ty`.
-fn expand(b: &mut Builder, x: ValueId, t: FftType, lengths: &[i64], ty: &TensorType) -> R<ValueId> {
+fn expand(
+    b: &mut Builder,
+    x: ValueId,
+    t: FftType,
+    lengths: &[i64],
+    ty: &TensorType,
+    half_min: usize,
+) -> R<ValueId> {
     if ty.numel() == 0 || ty_of(b, x).numel() == 0 {
         let value = Literal::zeros(ty.clone());
         return b.inst(Op::Constant { value }, &[]);
@@ -77,6 +102,8 @@ fn expand(b: &mut Builder, x: ValueId, t: FftType, lengths: &[i64], ty: &TensorT
     } else {
         b.convert(x, cdt)?
     };
+    let n = lengths[l - 1] as usize;
+    let half = n.is_multiple_of(2) && n >= half_min.max(2);
     match t {
         FftType::Fft | FftType::Ifft => transform(
             b,
@@ -84,33 +111,26 @@ fn expand(b: &mut Builder, x: ValueId, t: FftType, lengths: &[i64], ty: &TensorT
             &(r - l..r).rev().collect::<Vec<_>>(),
             t == FftType::Ifft,
         ),
+        FftType::Rfft if half => {
+            let y = rfft_half(b, x)?;
+            transform(b, y, &(r - l..r - 1).rev().collect::<Vec<_>>(), false)
+        }
         FftType::Rfft => {
             let y = transform(b, x, &(r - l..r).rev().collect::<Vec<_>>(), false)?;
             slice_last(b, y, 0, ty.shape[r - 1])
         }
         FftType::Irfft => {
             let y = transform(b, x, &(r - l..r - 1).rev().collect::<Vec<_>>(), true)?;
-            let n = ty.shape[r - 1];
+            if half {
+                return irfft_half(b, y, n);
+            }
             let h = ty_of(b, y).shape[r - 1];
             let full = if n > h {
                 // Y[j] = conj(X[n - j]) for j in h..n: X[1 .. n - h + 1] reversed, conjugated.
                 let tail = slice_last(b, y, 1, n - h + 1)?;
-                let tail = b.inst(
-                    Op::Reverse {
-                        dimensions: vec![r as i64 - 1],
-                    },
-                    &[tail],
-                )?;
-                let re = b.unary(Op::Real {}, tail)?;
-                let im = b.unary(Op::Imag {}, tail)?;
-                let im = b.unary(Op::Negate {}, im)?;
-                let conj = b.binary(Op::Complex {}, re, im)?;
-                b.inst(
-                    Op::Concatenate {
-                        dimension: r as i64 - 1,
-                    },
-                    &[y, conj],
-                )?
+                let tail = reverse_last(b, tail)?;
+                let tail = conj(b, tail)?;
+                concat_last(b, &[y, tail])?
             } else {
                 slice_last(b, y, 0, n)?
             };
@@ -136,6 +156,164 @@ fn slice_last(b: &mut Builder, v: ValueId, lo: usize, hi: usize) -> R<ValueId> {
         },
         &[v],
     )
+}
+
+/// Every second element of the last dimension of `v`, from element `first`.
+fn every_second(b: &mut Builder, v: ValueId, first: usize) -> R<ValueId> {
+    let t = ty_of(b, v);
+    let r = t.rank();
+    let mut start = vec![0; r];
+    let mut strides = vec![1; r];
+    start[r - 1] = first as i64;
+    strides[r - 1] = 2;
+    b.inst(
+        Op::Slice {
+            start_indices: start,
+            limit_indices: t.shape.iter().map(|&d| d as i64).collect(),
+            strides,
+        },
+        &[v],
+    )
+}
+
+/// `v` reversed along its last dimension.
+fn reverse_last(b: &mut Builder, v: ValueId) -> R<ValueId> {
+    let r = ty_of(b, v).rank() as i64;
+    b.inst(
+        Op::Reverse {
+            dimensions: vec![r - 1],
+        },
+        &[v],
+    )
+}
+
+/// `vs` concatenated along their last dimension.
+fn concat_last(b: &mut Builder, vs: &[ValueId]) -> R<ValueId> {
+    let r = ty_of(b, vs[0]).rank() as i64;
+    b.inst(Op::Concatenate { dimension: r - 1 }, vs)
+}
+
+/// The complex conjugate of `v`.
+fn conj(b: &mut Builder, v: ValueId) -> R<ValueId> {
+    let re = b.unary(Op::Real {}, v)?;
+    let im = b.unary(Op::Imag {}, v)?;
+    let im = b.unary(Op::Negate {}, im)?;
+    b.binary(Op::Complex {}, re, im)
+}
+
+/// `p_k a_k + q_k c_k` along the last dimension of the complex `a` and `c` (of `p.len()`
+/// elements), the weights constants.
+fn weighted_sum(
+    b: &mut Builder,
+    a: ValueId,
+    p: &[[f64; 2]],
+    c: ValueId,
+    q: &[[f64; 2]],
+) -> R<ValueId> {
+    let t = ty_of(b, a);
+    let last = t.rank() as i64 - 1;
+    let spread = |b: &mut Builder, w: &[[f64; 2]]| -> R<ValueId> {
+        let w = constant(b, TensorType::new(t.dtype, [w.len()]), w)?;
+        b.broadcast(w, &[last], &t.shape)
+    };
+    let (p, q) = (spread(b, p)?, spread(b, q)?);
+    let a = b.binary(Op::Multiply {}, a, p)?;
+    let c = b.binary(Op::Multiply {}, c, q)?;
+    b.binary(Op::Add {}, a, c)
+}
+
+/// The weights of the half-length real transform of length `n = 2m`, for `k` in `0..=m`:
+/// `p_k = (1 - i w^k) / 2` and `q_k = (1 + i w^k) / 2` with `w = e^(-2πi/n)`. With
+/// `w^k = cos θ - i sin θ` (`θ = 2πk/n`), `i w^k = sin θ + i cos θ`.
+fn half_length_weights(n: usize) -> (Vec<[f64; 2]>, Vec<[f64; 2]>) {
+    (0..=n / 2)
+        .map(|k| {
+            let (c, s) = twiddle(k as u64, n as u64);
+            ([0.5 - 0.5 * s, -0.5 * c], [0.5 + 0.5 * s, 0.5 * c])
+        })
+        .unzip()
+}
+
+/// `RFFT` along the last dimension of the real `x`, of even length `n = 2m`, by one complex
+/// transform of length `m`.
+///
+/// With `z_j = x_(2j) + i x_(2j+1)` for `j` in `0..m`, `Z = E + i O`, where `E` and `O` are
+/// the length-`m` transforms of the even and the odd elements. Both are transforms of reals,
+/// so `E_(m-k) = conj(E_k)` and `O_(m-k) = conj(O_k)` (indices mod `m`), and
+/// `conj(Z_(m-k)) = E_k - i O_k`: `E_k = (Z_k + conj(Z_(m-k))) / 2` and
+/// `O_k = -i (Z_k - conj(Z_(m-k))) / 2`. Splitting the sum over `j` into even and odd `j`,
+/// `X_k = E_k + w^k O_k` (`w = e^(-2πi/n)`, `E` and `O` of period `m`), so for `k` in `0..=m`
+///
+/// `X_k = (Z_k + conj(Z_(m-k))) / 2 - (i/2) w^k (Z_k - conj(Z_(m-k)))
+///      = p_k Z_k + q_k conj(Z_(m-k))`, `p_k = (1 - i w^k) / 2`, `q_k = (1 + i w^k) / 2`,
+///
+/// with `Z_m = Z_0` (at `k = 0` and `k = m` both terms read `Z_0`: `X_0 = Re Z_0 + Im Z_0`,
+/// `X_m = Re Z_0 - Im Z_0`).
+fn rfft_half(b: &mut Builder, x: ValueId) -> R<ValueId> {
+    let t = ty_of(b, x);
+    let (r, n) = (t.rank(), t.shape[t.rank() - 1]);
+    let even = every_second(b, x, 0)?;
+    let odd = every_second(b, x, 1)?;
+    let z = b.binary(Op::Complex {}, even, odd)?;
+    let z = if n > 2 { along(b, z, r - 1, false)? } else { z };
+    // [Z_0 .. Z_(m-1), Z_0] and its reverse [Z_0, Z_(m-1) .. Z_0]: Z_k and Z_(m-k), k in 0..=m.
+    let z0 = slice_last(b, z, 0, 1)?;
+    let ahead = concat_last(b, &[z, z0])?;
+    let back = reverse_last(b, z)?;
+    let back = concat_last(b, &[z0, back])?;
+    let back = conj(b, back)?;
+    let (p, q) = half_length_weights(n);
+    weighted_sum(b, ahead, &p, back, &q)
+}
+
+/// `IRFFT` of the half spectrum `y` (`m + 1` elements along its last dimension) into `n = 2m`
+/// reals, by one inverse complex transform of length `m`.
+///
+/// `IRFFT` is the real part of the inverse transform of the Hermitian completion
+/// (`X_(n-k) = conj(X_k)` for `k` in `1..m`), which is the inverse transform of that
+/// completion with the imaginary parts of `X_0` and `X_m` dropped; they are dropped first.
+/// Then, as in [`rfft_half`] read backwards (`X_k = E_k + w^k O_k` and
+/// `X_(k+m) = conj(X_(m-k)) = E_k - w^k O_k`), for `k` in `0..m`
+///
+/// `Z_k = E_k + i O_k = (X_k + conj(X_(m-k))) / 2 + (i/2) w^(-k) (X_k - conj(X_(m-k)))
+///      = conj(p_k) X_k + conj(q_k) conj(X_(m-k))`,
+///
+/// and the inverse transform `z` of `Z` (divided by `m`) holds `x_(2j) = Re z_j` and
+/// `x_(2j+1) = Im z_j`.
+fn irfft_half(b: &mut Builder, y: ValueId, n: usize) -> R<ValueId> {
+    let t = ty_of(b, y);
+    let r = t.rank();
+    let m = n / 2;
+    let part = t.dtype.part();
+    let keep: Vec<f64> = (0..=m).map(|k| f64::from(k != 0 && k != m)).collect();
+    let keep = Literal::from_f64s(TensorType::new(part, [m + 1]), &keep)
+        .expect("the constant's element count");
+    let keep = b.inst(Op::Constant { value: keep }, &[])?;
+    let keep = b.broadcast(keep, &[r as i64 - 1], &t.shape)?;
+    let re = b.unary(Op::Real {}, y)?;
+    let im = b.unary(Op::Imag {}, y)?;
+    let im = b.binary(Op::Multiply {}, im, keep)?;
+    let y = b.binary(Op::Complex {}, re, im)?;
+    let ahead = slice_last(b, y, 0, m)?;
+    let back = slice_last(b, y, 1, m + 1)?;
+    let back = reverse_last(b, back)?;
+    let back = conj(b, back)?;
+    let (p, q) = half_length_weights(n);
+    let bar =
+        |w: Vec<[f64; 2]>| -> Vec<[f64; 2]> { w[..m].iter().map(|&[a, c]| [a, -c]).collect() };
+    let z = weighted_sum(b, ahead, &bar(p), back, &bar(q))?;
+    let z = if m > 1 { along(b, z, r - 1, true)? } else { z };
+    // Interleaved: [.., m, 2] from the parts, then [.., n].
+    let mut pairs = ty_of(b, z).shape;
+    pairs.push(1);
+    let re = b.unary(Op::Real {}, z)?;
+    let im = b.unary(Op::Imag {}, z)?;
+    let re = b.reshape(re, &pairs)?;
+    let im = b.reshape(im, &pairs)?;
+    let x = concat_last(b, &[re, im])?;
+    let mut out = t.shape.clone();
+    out[r - 1] = n;
+    b.reshape(x, &out)
 }
 
 /// `v` transformed along each of `axes` (dimensions of `v`, in the order given) and the
@@ -407,12 +585,96 @@ mod tests {
             ("c64[2]", "IRFFT", "[2]", "f32[2]"),
             ("c64[0,4]", "FFT", "[4]", "c64[0,4]"),
             ("f32[3,0]", "RFFT", "[0]", "c64[3,0]"),
+            ("f32[2,2048]", "RFFT", "[2048]", "c64[2,1025]"),
+            ("c64[2,1025]", "IRFFT", "[2048]", "f32[2,2048]"),
+            ("f64[3,2048]", "RFFT", "[3, 2048]", "c128[3,1025]"),
+            ("c128[3,1025]", "IRFFT", "[3, 2048]", "f64[3,2048]"),
         ];
         for (k, (x, t, n, r)) in cases.iter().enumerate() {
             let src = format!(
                 "func @main(%0: {x}) -> {r} {{\n  %1 = fft %0 {{fft_type = {t}, fft_length = {n}}} : {r}\n  return %1\n}}\n"
             );
             agrees(&src, k as u64);
+        }
+    }
+
+    /// Real transforms of even lengths (the half-length path) against DFTs summed in f64 from
+    /// their definitions, spectra drawn with nonzero imaginary parts at `k = 0` and `k = n/2`
+    /// (which `IRFFT` ignores): a wrong twiddle sign, a wrong `k = 0` or `k = n/2` term or a
+    /// wrong order of the interleaved parts is off by about the size of the values.
+    #[test]
+    fn half_length_real_transforms_agree_with_f64_dfts() {
+        let mut rng = Rng::new(7);
+        for n in [2usize, 4, 6, 8, 10, 130, 1000] {
+            let h = n / 2 + 1;
+            let run = |src: String, x: &Literal| {
+                let f = kiln_ir::parse_func_text(&src).expect("valid IR");
+                let g = expand_ffts_with(&f, 2).expect("expands");
+                kiln_reference::eval(&g, std::slice::from_ref(x)).expect("runs")[0].clone()
+            };
+            let w = |e: usize| twiddle((e % n) as u64, n as u64);
+            // RFFT: X_k = Σ_j x_j e^(-2πi jk/n).
+            let x = random_literal(&mut rng, &TensorType::new(kiln_ir::DType::F64, [2, n]));
+            let got = run(
+                format!(
+                    "func @main(%0: f64[2,{n}]) -> c128[2,{h}] {{\n  %1 = fft %0 {{fft_type = RFFT, fft_length = [{n}]}} : c128[2,{h}]\n  return %1\n}}\n"
+                ),
+                &x,
+            )
+            .to_complex_f64s();
+            let xs = x.to_f64s();
+            let scale: f64 = xs.iter().map(|v| v.abs()).sum();
+            for row in 0..2 {
+                for k in 0..h {
+                    let mut want = [0.0; 2];
+                    for j in 0..n {
+                        let (c, s) = w(j * k);
+                        want[0] += xs[row * n + j] * c;
+                        want[1] -= xs[row * n + j] * s;
+                    }
+                    let g = got[row * h + k];
+                    assert!(
+                        (g[0] - want[0]).abs().max((g[1] - want[1]).abs()) <= 1e-13 * scale,
+                        "RFFT n = {n}, row {row}, k = {k}: {g:?} against {want:?}"
+                    );
+                }
+            }
+            // IRFFT: x_j = Re Σ_k Y_k e^(2πi jk/n) / n, Y the Hermitian completion of X.
+            let ys: Vec<[f64; 2]> = (0..2 * h)
+                .map(|_| [rng.uniform(-4.0, 4.0), rng.uniform(-4.0, 4.0)])
+                .collect();
+            let y = Literal::from_complex_f64s(TensorType::new(kiln_ir::DType::C128, [2, h]), &ys)
+                .expect("the literal's element count");
+            let got = run(
+                format!(
+                    "func @main(%0: c128[2,{h}]) -> f64[2,{n}] {{\n  %1 = fft %0 {{fft_type = IRFFT, fft_length = [{n}]}} : f64[2,{n}]\n  return %1\n}}\n"
+                ),
+                &y,
+            )
+            .to_f64s();
+            let scale: f64 = ys.iter().map(|v| v[0].abs() + v[1].abs()).sum();
+            for row in 0..2 {
+                for j in 0..n {
+                    let mut want = 0.0;
+                    for k in 0..n {
+                        let [a, c] = if k < h {
+                            ys[row * h + k]
+                        } else {
+                            let [a, c] = ys[row * h + n - k];
+                            [a, -c]
+                        };
+                        let (cs, s) = w(j * k);
+                        // Re((a + ic)(cos + i sin)).
+                        want += a * cs - c * s;
+                    }
+                    want /= n as f64;
+                    let g = got[row * n + j];
+                    assert!(
+                        (g - want).abs() <= 1e-13 * scale,
+                        "IRFFT n = {n}, row {row}, j = {j}: {g} against {want}"
+                    );
+                }
+            }
         }
     }
 
