@@ -191,3 +191,57 @@ fn a_sum_of_negative_zeros_keeps_its_init() {
         );
     }
 }
+
+/// A column sum of 8 MiB, past a core's level 2 cache: summed in bands of rows, then the
+/// bands' partial sums (`kiln_kernel::band_sums`), within the bound for adversarial columns,
+/// and a column of negative zeros still keeps the sign of its init.
+#[test]
+fn column_sums_in_bands_of_rows_stay_within_the_bound() {
+    let (rows, cols) = (8192, 256);
+    let x = f32s(&[rows, cols], |i| {
+        let (r, c) = (i / cols, i % cols);
+        match c % 4 {
+            // Alternating magnitudes down the column.
+            0 => [1.0e8, 1.0, -1.0e8, 3.0][r % 4],
+            // A large constant with a ripple.
+            1 => 1.0e4 + (r % 7) as f64 * 1e-3,
+            // A ramp.
+            2 => r as f64,
+            // Pseudo-random signs and magnitudes.
+            _ => {
+                let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                (h as f64 / (1u64 << 24) as f64 - 0.5) * 2.0f64.powi((h % 20) as i32)
+            }
+        }
+    });
+    let xs = x.to_f64s();
+    let src = format!(
+        "func @f(%x: f32[{rows},{cols}]) -> f32[{cols}] {{
+  %z = constant {{value = 0.0}} : f32[]
+  %s = reduce %x, %z {{dimensions = [0], kind = add}} : f32[{cols}]
+  return %s
+}}"
+    );
+    let got = run(&src, std::slice::from_ref(&x));
+    for (c, g) in got.iter().enumerate() {
+        let exact: f64 = (0..rows).map(|r| xs[r * cols + c]).sum();
+        let abs: f64 = (0..rows).map(|r| xs[r * cols + c].abs()).sum();
+        check(&format!("column {c} of [{rows},{cols}]"), *g, exact, abs);
+    }
+    for (init, sign) in [("0.0", false), ("-0.0", true)] {
+        let src = format!(
+            "func @f(%x: f32[{rows},{cols}]) -> f32[{cols}] {{
+  %z = constant {{value = {init}}} : f32[]
+  %s = reduce %x, %z {{dimensions = [0], kind = add}} : f32[{cols}]
+  return %s
+}}"
+        );
+        let got = run(&src, &[f32s(&[rows, cols], |_| -0.0)]);
+        assert!(
+            got.iter()
+                .all(|&g| g == 0.0 && g.is_sign_negative() == sign),
+            "init {init}: {:?}",
+            &got[..4]
+        );
+    }
+}

@@ -30,6 +30,7 @@
 //!   and after fusion in tests and debug builds.
 
 pub mod access;
+pub mod band_sums;
 pub mod bits;
 pub mod canon;
 pub mod complex;

@@ -22,6 +22,9 @@ pub struct Options {
     pub winograd: bool,
     /// Chain matrix products through their row blocks (`KILN_CHAIN=0`: off).
     pub chain_products: bool,
+    /// Sum the columns of large float arrays in bands of rows, on the CPU
+    /// (`KILN_BAND_SUMS=0`: off; see [`crate::band_sums`]).
+    pub band_sums: bool,
     /// How f32 matrix products and convolutions may round their operands, as JAX's
     /// `jax_default_matmul_precision` and PyTorch's `torch.backends.cuda.matmul.allow_tf32`
     /// say it (`KILN_MATMUL_PRECISION=tf32`: on the GPU's tensor cores, operands rounded to
@@ -194,6 +197,7 @@ impl Default for Options {
             memory_schedule: true,
             winograd: true,
             chain_products: true,
+            band_sums: true,
             matmul_precision: MatmulPrecision::Highest,
             float_atomics: false,
             cpu: CpuOptions::default(),
@@ -221,6 +225,11 @@ pub const SWITCHES: &[(&str, &str, &str)] = &[
     ),
     ("KILN_WINOGRAD", "0", "no Winograd 3 x 3 convolutions"),
     ("KILN_CHAIN", "0", "no chained matrix products"),
+    (
+        "KILN_BAND_SUMS",
+        "0",
+        "large column sums down their whole columns (no bands of rows)",
+    ),
     (
         "KILN_MATMUL_PRECISION",
         "tf32",
@@ -299,6 +308,7 @@ impl Options {
             memory_schedule: !is("KILN_SCHEDULE", "0"),
             winograd: !is("KILN_WINOGRAD", "0"),
             chain_products: !is("KILN_CHAIN", "0"),
+            band_sums: !is("KILN_BAND_SUMS", "0"),
             matmul_precision: var("KILN_MATMUL_PRECISION")
                 .and_then(|v| MatmulPrecision::from_name(&v))
                 .unwrap_or_default(),
@@ -337,8 +347,8 @@ impl Options {
     }
 
     /// The switches that change what the pipeline decides, as text (part of cache keys; the
-    /// GPU mapping's float atomics named only when on, so the keys of deterministic compiles
-    /// stay as they were).
+    /// GPU mapping's float atomics named only when on and the column sums' bands only when
+    /// off, so the keys of the default compiles stay as they were).
     pub fn pipeline_key(&self) -> String {
         let mut key = format!(
             "opt={} fast-math={} fusion={} schedule={} winograd={} chain={} matmul={}",
@@ -352,6 +362,9 @@ impl Options {
         );
         if self.float_atomics {
             key += " float-atomics";
+        }
+        if !self.band_sums {
+            key += " no-band-sums";
         }
         key
     }

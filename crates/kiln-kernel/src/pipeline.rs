@@ -403,6 +403,14 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
     } else {
         f
     };
+    let banded;
+    let f = if opts.band_sums {
+        banded = crate::band_sums::band_column_sums(f, target)
+            .map_err(|e| Error::Lowering(format!("summing columns in bands of rows: {e}")))?;
+        &banded
+    } else {
+        f
+    };
     let convs = canon::gemm_convs(f)
         .map_err(|e| Error::Lowering(format!("rewriting convolutions: {e}")))?;
     canon::canonicalize_dots(&convs)

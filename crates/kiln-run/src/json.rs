@@ -359,6 +359,7 @@ pub fn options_to_json(o: &Options) -> Value {
         "memory_schedule": o.memory_schedule,
         "winograd": o.winograd,
         "chain_products": o.chain_products,
+        "band_sums": o.band_sums,
         "matmul_precision": o.matmul_precision.name(),
         "float_atomics": o.float_atomics,
         "cpu": {
@@ -382,6 +383,12 @@ pub fn options_from_json(v: &Value) -> Result<Options, String> {
         memory_schedule: o.bool("memory_schedule")?,
         winograd: o.bool("winograd")?,
         chain_products: o.bool("chain_products")?,
+        // On in a manifest written before the switch existed (its compiles had no bands, but
+        // a manifest's options only steer new compiles).
+        band_sums: match o.v.get("band_sums") {
+            Some(_) => o.bool("band_sums")?,
+            None => true,
+        },
         matmul_precision: {
             let name = o.get("matmul_precision")?;
             name.as_str()
