@@ -13,8 +13,8 @@
 //! [`kiln_ir::fft::twiddle`] in f64 and are rounded once to the element type.
 //!
 //! Several transformed dimensions are transformed one after another. A real transform of an
-//! even length `n = 2m` from [`HALF_LENGTH_MIN`] on along the last dimension is done at half length ([`rfft_half`],
-//! [`irfft_half`]): the `n` reals taken as `m` complex numbers, one complex transform of
+//! even length `n = 2m` from [`HALF_LENGTH_MIN`] on along the last dimension is done at
+//! half length (`rfft_half`, `irfft_half`): the `n` reals taken as `m` complex numbers, one complex transform of
 //! length `m` and an elementwise combination with the twiddles `w_n^k`; the other
 //! dimensions of a multi-dimensional real transform are complex transforms. Another `n`
 //! takes the full length: `RFFT` transforms its real operand (its first direct products are

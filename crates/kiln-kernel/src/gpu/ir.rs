@@ -83,6 +83,27 @@ impl Sc {
     pub fn and(a: Sc, b: Sc) -> Sc {
         Sc::And(Box::new(a), Box::new(b))
     }
+    /// `a - b`.
+    pub fn minus(a: Sc, b: Sc) -> Sc {
+        Sc::plus(a, Sc::times(b, Sc::Const(-1)))
+    }
+    /// `1` where `x` is 0, else `0`.
+    pub fn is_zero(x: Sc) -> Sc {
+        Sc::eq(x, Sc::Const(0))
+    }
+}
+
+impl Stmt {
+    /// `for (r = start; r < end; r++) body`.
+    pub fn count_up(r: usize, start: Sc, end: Sc, body: Vec<Stmt>) -> Stmt {
+        Stmt::For {
+            reg: r,
+            start,
+            end,
+            step: Sc::Const(1),
+            body,
+        }
+    }
 }
 
 /// A buffer a launch reads or writes. In a launch's [`GpuKernel::inputs`] and

@@ -212,25 +212,6 @@ fn reg(r: usize) -> Sc {
     Sc::Reg(r)
 }
 
-fn minus(a: Sc, b: Sc) -> Sc {
-    Sc::plus(a, Sc::times(b, Sc::Const(-1)))
-}
-
-fn not(x: Sc) -> Sc {
-    Sc::eq(x, Sc::Const(0))
-}
-
-/// `for (r = start; r < end; r++) body`.
-fn count_up(r: usize, start: Sc, end: Sc, body: Vec<Stmt>) -> Stmt {
-    Stmt::For {
-        reg: r,
-        start,
-        end,
-        step: Sc::Const(1),
-        body,
-    }
-}
-
 /// A triangular solve's shape and attributes.
 struct Solve {
     /// `a`'s matrix size, the right-hand sides, and `b`'s columns.
@@ -242,6 +223,143 @@ struct Solve {
     unit_diagonal: bool,
     /// `TRANSPOSE` or `ADJOINT` (the same on real numbers).
     transposed: bool,
+}
+
+/// What a thread's triangular solve shares between real and complex operands: the
+/// registers naming its matrix (`PROBLEM / m`) and right-hand side (`PROBLEM % m`), where
+/// its operands start, the row `i` it solves at step `step` with its element `at` of `c`,
+/// and the known rows `q` that row's terms run over; and how it addresses `t`, `c` and the
+/// solution so far `y`.
+struct SolveFrame {
+    matrix: usize,
+    rhs: usize,
+    a_base: usize,
+    b_base: usize,
+    y_base: usize,
+    step: usize,
+    i: usize,
+    q: usize,
+    at: usize,
+    n: usize,
+    m: usize,
+    cols: usize,
+    left_side: bool,
+    /// Whether `t` is `a` read transposed: in `t y = c`, t is op(a) on the left and op(a)ᵀ
+    /// on the right.
+    swapped: bool,
+    /// Whether `t` is lower triangular (every transposition swaps the triangle).
+    lower: bool,
+}
+
+impl SolveFrame {
+    fn new(b: &mut Builder, s: &Solve) -> SolveFrame {
+        let [matrix, rhs, a_base, b_base, y_base, step, i, q, at] =
+            std::array::from_fn(|_| b.reg());
+        let swapped = s.transposed ^ !s.left_side;
+        SolveFrame {
+            matrix,
+            rhs,
+            a_base,
+            b_base,
+            y_base,
+            step,
+            i,
+            q,
+            at,
+            n: s.n,
+            m: s.m,
+            cols: s.cols,
+            left_side: s.left_side,
+            swapped,
+            lower: s.lower ^ swapped,
+        }
+    }
+
+    /// Element (r, k) of t in a.
+    fn t_at(&self, r: Sc, k: Sc) -> Sc {
+        let (r, k) = if self.swapped { (k, r) } else { (r, k) };
+        Sc::plus(reg(self.a_base), Sc::plus(Sc::times(r, c(self.n)), k))
+    }
+
+    /// Element r of the thread's right-hand side in b (a column on the left, a row on the
+    /// right).
+    fn c_at(&self, r: Sc) -> Sc {
+        let (row, col) = if self.left_side {
+            (r, reg(self.rhs))
+        } else {
+            (reg(self.rhs), r)
+        };
+        Sc::plus(
+            reg(self.b_base),
+            Sc::plus(Sc::times(row, c(self.cols)), col),
+        )
+    }
+
+    /// Element r of the thread's solution so far.
+    fn y_at(&self, r: Sc) -> Sc {
+        Sc::plus(
+            reg(self.y_base),
+            Sc::plus(Sc::times(r, c(self.m)), reg(self.rhs)),
+        )
+    }
+
+    /// The rows already known when row `i` is solved: before it (lower), after it (upper).
+    fn known(&self) -> (Sc, Sc) {
+        if self.lower {
+            (c(0), reg(self.i))
+        } else {
+            (Sc::plus(reg(self.i), c(1)), c(self.n))
+        }
+    }
+
+    /// A step's first statements: its row `i` (from the top when lower, from the bottom
+    /// when upper) and that row's element `at` of `c`.
+    fn row_start(&self) -> Vec<Stmt> {
+        vec![
+            Stmt::Let {
+                reg: self.i,
+                value: if self.lower {
+                    reg(self.step)
+                } else {
+                    Sc::minus(c(self.n - 1), reg(self.step))
+                },
+            },
+            Stmt::Let {
+                reg: self.at,
+                value: self.c_at(reg(self.i)),
+            },
+        ]
+    }
+
+    /// The thread's solve: its matrix, right-hand side and bases, then `row` for each of
+    /// the n steps.
+    fn run(&self, row: Vec<Stmt>) -> Vec<Stmt> {
+        let (n, m, cols) = (self.n, self.m, self.cols);
+        let rows_b = if self.left_side { n } else { m };
+        vec![
+            Stmt::Let {
+                reg: self.matrix,
+                value: Sc::quot(reg(PROBLEM), c(m)),
+            },
+            Stmt::Let {
+                reg: self.rhs,
+                value: Sc::modulo(reg(PROBLEM), c(m)),
+            },
+            Stmt::Let {
+                reg: self.a_base,
+                value: Sc::times(reg(self.matrix), c(n * n)),
+            },
+            Stmt::Let {
+                reg: self.b_base,
+                value: Sc::times(reg(self.matrix), c(rows_b * cols)),
+            },
+            Stmt::Let {
+                reg: self.y_base,
+                value: Sc::times(reg(self.matrix), c(n * m)),
+            },
+            Stmt::count_up(self.step, c(0), c(n), row),
+        ]
+    }
 }
 
 /// Registers and value expressions of one launch.
@@ -389,7 +507,7 @@ impl Builder {
         };
         let l_at = |r: Sc, q: Sc| Sc::plus(reg(base), Sc::plus(Sc::times(r, c(n)), q));
         let mut diagonal = self.load(s, Buf::Input(0), at(reg(j), reg(j)), a_dtype);
-        diagonal.push(count_up(
+        diagonal.push(Stmt::count_up(
             k,
             c(0),
             reg(j),
@@ -418,7 +536,7 @@ impl Builder {
             ),
             Stmt::Let {
                 reg: bad,
-                value: Sc::lt(c(0), Sc::plus(reg(bad), not(reg(ok)))),
+                value: Sc::lt(c(0), Sc::plus(reg(bad), Sc::is_zero(reg(ok)))),
             },
             self.eval(
                 d,
@@ -433,7 +551,7 @@ impl Builder {
         ]);
         let mut below = self.load(s, Buf::Input(0), at(reg(i), reg(j)), a_dtype);
         below.extend([
-            count_up(
+            Stmt::count_up(
                 k,
                 c(0),
                 reg(j),
@@ -458,7 +576,7 @@ impl Builder {
                 value: s,
             },
         ]);
-        diagonal.push(count_up(i, Sc::plus(reg(j), c(1)), c(n), below));
+        diagonal.push(Stmt::count_up(i, Sc::plus(reg(j), c(1)), c(n), below));
         // The result: the factor's triangle (transposed for the upper one), zeros elsewhere,
         // or NaN everywhere.
         let (fr, fc) = if lower {
@@ -466,7 +584,7 @@ impl Builder {
         } else {
             (reg(col), reg(row))
         };
-        let in_triangle = Sc::lt(minus(fc.clone(), fr.clone()), c(1));
+        let in_triangle = Sc::lt(Sc::minus(fc.clone(), fr.clone()), c(1));
         let out_at = Sc::plus(reg(base), Sc::plus(Sc::times(reg(row), c(n)), reg(col)));
         let element = vec![
             Stmt::If {
@@ -478,7 +596,7 @@ impl Builder {
                 }],
             },
             Stmt::If {
-                cond: Sc::and(not(reg(bad)), in_triangle.clone()),
+                cond: Sc::and(Sc::is_zero(reg(bad)), in_triangle.clone()),
                 body: vec![
                     Stmt::Load {
                         reg: x,
@@ -493,7 +611,7 @@ impl Builder {
                 ],
             },
             Stmt::If {
-                cond: Sc::and(not(reg(bad)), not(in_triangle)),
+                cond: Sc::and(Sc::is_zero(reg(bad)), Sc::is_zero(in_triangle)),
                 body: vec![Stmt::Store {
                     buf: Buf::Output(0),
                     index: out_at,
@@ -512,87 +630,45 @@ impl Builder {
             },
             self.constant(zero, 0.0),
             self.constant(nan, f64::NAN),
-            count_up(j, c(0), c(n), diagonal),
-            count_up(row, c(0), c(n), vec![count_up(col, c(0), c(n), element)]),
+            Stmt::count_up(j, c(0), c(n), diagonal),
+            Stmt::count_up(
+                row,
+                c(0),
+                c(n),
+                vec![Stmt::count_up(col, c(0), c(n), element)],
+            ),
         ]
     }
 
     /// A thread's substitution for right-hand side `PROBLEM % m` of matrix `PROBLEM / m`
     /// (`a` input 0, `b` input 1) into output 0, the solution so far in scratch output 1.
     fn solve(&mut self, s: &Solve) -> Vec<Stmt> {
-        let (n, m, cols) = (s.n, s.m, s.cols);
         let dtype = self.operand;
-        let (matrix, rhs, a_base, b_base, y_base, step, i, q, acc, t, y, d, at) = (
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-            self.reg(),
-        );
+        let f = SolveFrame::new(self, s);
+        let [acc, t, y, d] = std::array::from_fn(|_| self.reg());
         let work = Buf::Output(1);
-        // `t y = c`: t is op(a) on the left and op(a)ᵀ on the right; every transposition
-        // swaps the triangle.
-        let swapped = s.transposed ^ !s.left_side;
-        let lower = s.lower ^ swapped;
-        // Element (r, k) of t in a, and element (r, j) of c in b.
-        let t_at = |r: Sc, k: Sc| -> Sc {
-            let (r, k) = if swapped { (k, r) } else { (r, k) };
-            Sc::plus(reg(a_base), Sc::plus(Sc::times(r, c(n)), k))
-        };
-        let c_at = |r: Sc| -> Sc {
-            let (row, col) = if s.left_side {
-                (r, reg(rhs))
-            } else {
-                (reg(rhs), r)
-            };
-            Sc::plus(reg(b_base), Sc::plus(Sc::times(row, c(cols)), col))
-        };
-        let y_at = |r: Sc| Sc::plus(reg(y_base), Sc::plus(Sc::times(r, c(m)), reg(rhs)));
-        // The rows already known: before row i (lower), after it (upper).
-        let (from, to) = if lower {
-            (c(0), reg(i))
-        } else {
-            (Sc::plus(reg(i), c(1)), c(n))
-        };
-        let mut row = vec![Stmt::Let {
-            reg: i,
-            value: if lower {
-                reg(step)
-            } else {
-                minus(c(n - 1), reg(step))
-            },
-        }];
-        row.push(Stmt::Let {
-            reg: at,
-            value: c_at(reg(i)),
-        });
+        let (i, q, at) = (f.i, f.q, f.at);
+        let mut row = f.row_start();
         row.extend(self.load(acc, Buf::Input(1), reg(at), dtype));
-        let mut term = self.load(t, Buf::Input(0), t_at(reg(i), reg(q)), dtype);
+        let mut term = self.load(t, Buf::Input(0), f.t_at(reg(i), reg(q)), dtype);
         term.extend([
             Stmt::Load {
                 reg: y,
                 buf: work,
-                index: y_at(reg(q)),
+                index: f.y_at(reg(q)),
             },
             self.sub_product(acc, t, y),
         ]);
-        row.push(count_up(q, from, to, term));
+        let (from, to) = f.known();
+        row.push(Stmt::count_up(q, from, to, term));
         if !s.unit_diagonal {
-            row.extend(self.load(d, Buf::Input(0), t_at(reg(i), reg(i)), dtype));
+            row.extend(self.load(d, Buf::Input(0), f.t_at(reg(i), reg(i)), dtype));
             row.push(self.quotient(acc, acc, d));
         }
         row.extend([
             Stmt::Store {
                 buf: work,
-                index: y_at(reg(i)),
+                index: f.y_at(reg(i)),
                 value: acc,
             },
             Stmt::Store {
@@ -601,30 +677,7 @@ impl Builder {
                 value: acc,
             },
         ]);
-        let rows_b = if s.left_side { n } else { m };
-        vec![
-            Stmt::Let {
-                reg: matrix,
-                value: Sc::quot(reg(PROBLEM), c(m)),
-            },
-            Stmt::Let {
-                reg: rhs,
-                value: Sc::modulo(reg(PROBLEM), c(m)),
-            },
-            Stmt::Let {
-                reg: a_base,
-                value: Sc::times(reg(matrix), c(n * n)),
-            },
-            Stmt::Let {
-                reg: b_base,
-                value: Sc::times(reg(matrix), c(rows_b * cols)),
-            },
-            Stmt::Let {
-                reg: y_base,
-                value: Sc::times(reg(matrix), c(n * m)),
-            },
-            count_up(step, c(0), c(n), row),
-        ]
+        f.run(row)
     }
 
     /// A thread's LU factorization of matrix `PROBLEM` (input 0) into outputs 0 (the packed
@@ -686,7 +739,7 @@ impl Builder {
                 },
             ],
         };
-        let search = count_up(
+        let search = Stmt::count_up(
             i,
             Sc::plus(reg(j), c(1)),
             c(n),
@@ -710,9 +763,9 @@ impl Builder {
             ],
         );
         let swap_rows = Stmt::If {
-            cond: not(Sc::eq(reg(best), reg(j))),
+            cond: Sc::is_zero(Sc::eq(reg(best), reg(j))),
             body: vec![
-                count_up(
+                Stmt::count_up(
                     col,
                     c(0),
                     c(n),
@@ -763,7 +816,7 @@ impl Builder {
         };
         // Row i below the pivot: its multiplier (divided unless the pivot is zero), then the
         // row's elements to the right less the multiple of the pivot's row.
-        let eliminate = count_up(
+        let eliminate = Stmt::count_up(
             i,
             Sc::plus(reg(j), c(1)),
             c(n),
@@ -784,7 +837,7 @@ impl Builder {
                         },
                     ],
                 },
-                count_up(
+                Stmt::count_up(
                     col,
                     Sc::plus(reg(j), c(1)),
                     c(n),
@@ -879,8 +932,8 @@ impl Builder {
                 reg: p_base,
                 value: Sc::times(reg(PROBLEM), c(n)),
             },
-            count_up(e, c(0), c(n * n), copy),
-            count_up(
+            Stmt::count_up(e, c(0), c(n * n), copy),
+            Stmt::count_up(
                 e,
                 c(0),
                 c(n),
@@ -896,9 +949,9 @@ impl Builder {
                     },
                 ],
             ),
-            count_up(j, c(0), c(n), column),
-            count_up(e, c(0), c(n * n), finish),
-            count_up(e, c(0), c(n), permutation),
+            Stmt::count_up(j, c(0), c(n), column),
+            Stmt::count_up(e, c(0), c(n * n), finish),
+            Stmt::count_up(e, c(0), c(n), permutation),
         ]
     }
 }

@@ -248,11 +248,6 @@ fn c(x: usize) -> Sc {
     Sc::Const(x as i64)
 }
 
-/// `1` where `x` is 0, else `0`.
-fn not(x: Sc) -> Sc {
-    Sc::eq(x, c(0))
-}
-
 /// `1` where either of two 0-or-1 values is 1.
 fn or(a: Sc, b: Sc) -> Sc {
     Sc::lt(c(0), Sc::plus(a, b))
@@ -403,7 +398,7 @@ impl Sorter {
                 body: element,
             },
             Stmt::If {
-                cond: not(Sc::lt(Sc::Reg(at), c(self.n))),
+                cond: Sc::is_zero(Sc::lt(Sc::Reg(at), c(self.n))),
                 body: padding,
             },
             Stmt::Let {
@@ -464,20 +459,23 @@ impl Sorter {
         // padding (positions from n on) after every element, in position order.
         let before = |x_is_lo: bool, x_pos: usize, y_pos: usize| -> Sc {
             let (xp, yp) = (Sc::Reg(x_pos), Sc::Reg(y_pos));
-            let x_pad = not(Sc::lt(xp.clone(), c(self.n)));
-            let y_pad = not(Sc::lt(yp.clone(), c(self.n)));
+            let x_pad = Sc::is_zero(Sc::lt(xp.clone(), c(self.n)));
+            let y_pad = Sc::is_zero(Sc::lt(yp.clone(), c(self.n)));
             let by_position = Sc::lt(xp, yp);
             let (kl, kg) = if x_is_lo {
                 (r.less[0], r.less[1])
             } else {
                 (r.less[1], r.less[0])
             };
-            let keys = or(Sc::Reg(kl), Sc::and(not(Sc::Reg(kg)), by_position.clone()));
+            let keys = or(
+                Sc::Reg(kl),
+                Sc::and(Sc::is_zero(Sc::Reg(kg)), by_position.clone()),
+            );
             or(
-                Sc::and(not(x_pad.clone()), y_pad.clone()),
+                Sc::and(Sc::is_zero(x_pad.clone()), y_pad.clone()),
                 or(
                     Sc::and(Sc::and(x_pad.clone(), y_pad.clone()), by_position),
-                    Sc::and(Sc::and(not(x_pad), not(y_pad)), keys),
+                    Sc::and(Sc::and(Sc::is_zero(x_pad), Sc::is_zero(y_pad)), keys),
                 ),
             )
         };
@@ -485,7 +483,7 @@ impl Sorter {
         // Ascending runs exchange when hi belongs before lo; descending ones, lo before hi.
         or(
             Sc::and(ascending.clone(), before(false, phi, plo)),
-            Sc::and(not(ascending), before(true, plo, phi)),
+            Sc::and(Sc::is_zero(ascending), before(true, plo, phi)),
         )
     }
 

@@ -6,7 +6,7 @@
 //! division (the larger part of the divisor first; by zero, each part divided by `|0|`).
 //! `ADJOINT` conjugates `a`'s elements, its diagonal included.
 
-use super::{Builder, Solve, c, count_up, minus, not, reg};
+use super::{Builder, Solve, SolveFrame, c, reg};
 use crate::gpu::ir::{Buf, Sc, Stmt};
 use crate::ir::Expr;
 use kiln_ir::{ComparisonDirection, OpKind};
@@ -165,11 +165,11 @@ impl Builder {
                 body: by_zero,
             },
             Stmt::If {
-                cond: Sc::and(not(reg(zero_divisor)), reg(big)),
+                cond: Sc::and(Sc::is_zero(reg(zero_divisor)), reg(big)),
                 body: c_larger,
             },
             Stmt::If {
-                cond: Sc::and(not(reg(zero_divisor)), not(reg(big))),
+                cond: Sc::and(Sc::is_zero(reg(zero_divisor)), Sc::is_zero(reg(big))),
                 body: d_larger,
             },
         ]
@@ -178,46 +178,15 @@ impl Builder {
     /// [`Builder::solve`] on complex operands bound as their parts (see the module's
     /// documentation), `adjoint` conjugating `a`'s elements.
     pub(super) fn complex_solve(&mut self, s: &Solve, adjoint: bool) -> Vec<Stmt> {
-        let (n, m, cols) = (s.n, s.m, s.cols);
-        let [
-            matrix,
-            rhs,
-            a_base,
-            b_base,
-            y_base,
-            step,
-            i,
-            q,
-            at,
-            flag,
-            big,
-        ] = std::array::from_fn(|_| self.reg());
+        let f = SolveFrame::new(self, s);
+        let [flag, big] = std::array::from_fn(|_| self.reg());
         let [ar, ai, tr, ti, yr, yi, pr, pi, dr, di, r, t, p0] =
             std::array::from_fn(|_| self.reg());
         let work = Buf::Output(1);
-        let swapped = s.transposed ^ !s.left_side;
-        let lower = s.lower ^ swapped;
-        let t_at = |r: Sc, k: Sc| -> Sc {
-            let (r, k) = if swapped { (k, r) } else { (r, k) };
-            Sc::plus(reg(a_base), Sc::plus(Sc::times(r, c(n)), k))
-        };
-        let c_at = |r: Sc| -> Sc {
-            let (row, col) = if s.left_side {
-                (r, reg(rhs))
-            } else {
-                (reg(rhs), r)
-            };
-            Sc::plus(reg(b_base), Sc::plus(Sc::times(row, c(cols)), col))
-        };
-        let y_at = |r: Sc| Sc::plus(reg(y_base), Sc::plus(Sc::times(r, c(m)), reg(rhs)));
-        let (from, to) = if lower {
-            (c(0), reg(i))
-        } else {
-            (Sc::plus(reg(i), c(1)), c(n))
-        };
+        let (i, q, at) = (f.i, f.q, f.at);
         use OpKind::{Add, Multiply, Subtract};
-        let mut term = self.load_complex((tr, ti), Buf::Input(0), t_at(reg(i), reg(q)), adjoint);
-        term.extend(self.load_complex((yr, yi), work, y_at(reg(q)), false));
+        let mut term = self.load_complex((tr, ti), Buf::Input(0), f.t_at(reg(i), reg(q)), adjoint);
+        term.extend(self.load_complex((yr, yi), work, f.y_at(reg(q)), false));
         term.extend([
             self.arith(pr, &[tr, yr, ti, yi], |x| {
                 self.bin(
@@ -240,30 +209,18 @@ impl Builder {
                 self.bin(Subtract, x[0].clone(), x[1].clone())
             }),
         ]);
-        let mut row = vec![
-            Stmt::Let {
-                reg: i,
-                value: if lower {
-                    reg(step)
-                } else {
-                    minus(c(n - 1), reg(step))
-                },
-            },
-            Stmt::Let {
-                reg: at,
-                value: c_at(reg(i)),
-            },
-        ];
+        let mut row = f.row_start();
         row.extend(self.load_complex((ar, ai), Buf::Input(1), reg(at), false));
-        row.push(count_up(q, from, to, term));
+        let (from, to) = f.known();
+        row.push(Stmt::count_up(q, from, to, term));
         if !s.unit_diagonal {
-            row.extend(self.load_complex((dr, di), Buf::Input(0), t_at(reg(i), reg(i)), adjoint));
+            row.extend(self.load_complex((dr, di), Buf::Input(0), f.t_at(reg(i), reg(i)), adjoint));
             row.extend(self.smith((ar, ai), (dr, di), [r, t, p0], [flag, big]));
         }
         for (part, v) in [(re as fn(Sc) -> Sc, ar), (im, ai)] {
             row.push(Stmt::Store {
                 buf: work,
-                index: part(y_at(reg(i))),
+                index: part(f.y_at(reg(i))),
                 value: v,
             });
             row.push(Stmt::Store {
@@ -272,29 +229,6 @@ impl Builder {
                 value: v,
             });
         }
-        let rows_b = if s.left_side { n } else { m };
-        vec![
-            Stmt::Let {
-                reg: matrix,
-                value: Sc::quot(reg(super::PROBLEM), c(m)),
-            },
-            Stmt::Let {
-                reg: rhs,
-                value: Sc::modulo(reg(super::PROBLEM), c(m)),
-            },
-            Stmt::Let {
-                reg: a_base,
-                value: Sc::times(reg(matrix), c(n * n)),
-            },
-            Stmt::Let {
-                reg: b_base,
-                value: Sc::times(reg(matrix), c(rows_b * cols)),
-            },
-            Stmt::Let {
-                reg: y_base,
-                value: Sc::times(reg(matrix), c(n * m)),
-            },
-            count_up(step, c(0), c(n), row),
-        ]
+        f.run(row)
     }
 }

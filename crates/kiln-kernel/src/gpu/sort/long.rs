@@ -32,7 +32,7 @@
 //! 0.84), which is why the radix sort takes those. The scratch buffers take
 //! `2 P (key bytes + 8)` bytes per slice.
 
-use super::{KEYS, POSITIONS, Regs, Sorter, c, not};
+use super::{KEYS, POSITIONS, Regs, Sorter, c};
 use crate::gpu::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
 use crate::target::{Gpu, SumTree};
 use kiln_ir::{DType, TensorType};
@@ -390,7 +390,7 @@ impl Long<'_> {
                 ],
             },
             Stmt::If {
-                cond: not(Sc::Reg(r.swap)),
+                cond: Sc::is_zero(Sc::Reg(r.swap)),
                 body: vec![
                     store(0, r.lo, klo),
                     store(1, r.lo, plo),

@@ -147,24 +147,6 @@ fn reg(r: usize) -> Sc {
     Sc::Reg(r)
 }
 
-fn minus(a: Sc, b: Sc) -> Sc {
-    Sc::plus(a, Sc::times(b, Sc::Const(-1)))
-}
-
-fn not(x: Sc) -> Sc {
-    Sc::eq(x, Sc::Const(0))
-}
-
-fn count_up(r: usize, start: Sc, end: Sc, body: Vec<Stmt>) -> Stmt {
-    Stmt::For {
-        reg: r,
-        start,
-        end,
-        step: Sc::Const(1),
-        body,
-    }
-}
-
 /// What the statements of one merge sort depend on.
 struct Merger {
     /// The slices' length and their stride apart in memory.
@@ -256,7 +238,7 @@ impl Merger {
         while n.div_ceil(1 << depth) > INSERTION {
             depth += 1;
         }
-        let mut body = vec![count_up(
+        let mut body = vec![Stmt::count_up(
             e,
             c(0),
             c(n),
@@ -283,7 +265,7 @@ impl Merger {
             Stmt::Load {
                 reg: pb,
                 buf: p_buf,
-                index: self.slot(minus(reg(j), c(1))),
+                index: self.slot(Sc::minus(reg(j), c(1))),
             },
         ]
         .into_iter()
@@ -299,17 +281,17 @@ impl Merger {
                     },
                     Stmt::Store {
                         buf: p_buf,
-                        index: self.slot(minus(reg(j), c(1))),
+                        index: self.slot(Sc::minus(reg(j), c(1))),
                         value: pa,
                     },
                     Stmt::Let {
                         reg: j,
-                        value: minus(reg(j), c(1)),
+                        value: Sc::minus(reg(j), c(1)),
                     },
                 ],
             },
             Stmt::If {
-                cond: not(reg(less)),
+                cond: Sc::is_zero(reg(less)),
                 body: vec![Stmt::Let {
                     reg: moving,
                     value: c(0),
@@ -317,7 +299,7 @@ impl Merger {
             },
         ])
         .collect();
-        let insertion = count_up(
+        let insertion = Stmt::count_up(
             i,
             Sc::plus(reg(start), c(1)),
             reg(end),
@@ -330,7 +312,7 @@ impl Merger {
                     reg: moving,
                     value: c(1),
                 },
-                count_up(
+                Stmt::count_up(
                     t,
                     reg(start),
                     reg(i),
@@ -379,7 +361,7 @@ impl Merger {
             ]
         };
         let merge = vec![
-            count_up(
+            Stmt::count_up(
                 e,
                 reg(start),
                 reg(end),
@@ -404,7 +386,7 @@ impl Merger {
                 reg: j,
                 value: reg(mid),
             },
-            count_up(
+            Stmt::count_up(
                 out,
                 reg(start),
                 reg(end),
@@ -434,7 +416,7 @@ impl Merger {
                         body: take_from(j, j),
                     },
                     Stmt::If {
-                        cond: not(reg(take)),
+                        cond: Sc::is_zero(reg(take)),
                         body: take_from(i, i),
                     },
                 ],
@@ -475,7 +457,7 @@ impl Merger {
                         reg: len,
                         value: Sc::plus(
                             half.clone(),
-                            Sc::times(bit, minus(reg(len), Sc::times(half, c(2)))),
+                            Sc::times(bit, Sc::minus(reg(len), Sc::times(half, c(2)))),
                         ),
                     },
                 ]);
@@ -496,15 +478,15 @@ impl Merger {
                     body: vec![insertion.clone()],
                 },
                 Stmt::If {
-                    cond: Sc::and(exists, not(leaf)),
+                    cond: Sc::and(exists, Sc::is_zero(leaf)),
                     body: merge.clone(),
                 },
             ]);
-            body.push(count_up(k, c(0), c(1 << level), segment));
+            body.push(Stmt::count_up(k, c(0), c(1 << level), segment));
         }
         // Each operand's slice in the sorted order.
         for o in 0..self.inputs {
-            body.push(count_up(
+            body.push(Stmt::count_up(
                 e,
                 c(0),
                 c(n),
