@@ -430,21 +430,8 @@ fn warpgroup_sweep_variants_compile_to_sm_90a_artifacts() {
             let dir = std::env::temp_dir().join(format!("kiln-wgmma-sweep-{}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
             for (i, m) in a.ptx.iter().enumerate() {
-                let src = dir.join(format!("{i}.ptx"));
-                std::fs::write(&src, m).unwrap();
-                let out = Command::new(&ptxas)
-                    .arg("-arch=sm_90a")
-                    .arg(&src)
-                    .arg("-o")
-                    .arg(dir.join(format!("{i}.cubin")))
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}: ptxas: {}",
-                    v.label,
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let (ok, msg) = ptxas::assemble(&ptxas, &dir, &i.to_string(), "sm_90a", &[], m);
+                assert!(ok, "{}: ptxas: {msg}", v.label);
             }
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -607,20 +594,9 @@ fn the_transformer_step_and_the_convolutions_run_on_the_gpu() {
             }
             if let Some(ptxas) = ptxas() {
                 for (i, text) in a.ptx.iter().enumerate() {
-                    let src = dir.join(format!("{name}-{size}-{i}.ptx"));
-                    std::fs::write(&src, text).unwrap();
-                    let o = Command::new(&ptxas)
-                        .arg("-arch=sm_90")
-                        .arg(&src)
-                        .arg("-o")
-                        .arg(src.with_extension("cubin"))
-                        .output()
-                        .unwrap();
-                    assert!(
-                        o.status.success(),
-                        "{name} {size}: ptxas: {}",
-                        String::from_utf8_lossy(&o.stderr)
-                    );
+                    let stem = format!("{name}-{size}-{i}");
+                    let (ok, msg) = ptxas::assemble(&ptxas, &dir, &stem, "sm_90", &[], text);
+                    assert!(ok, "{name} {size}: ptxas: {msg}");
                 }
             }
         }

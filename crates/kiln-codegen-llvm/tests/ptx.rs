@@ -40,23 +40,13 @@ fn assemble_all(ptxas: &Path, dir: &Path, jobs: &[(String, String, String)]) -> 
                     let Some((name, text, sm)) = jobs.get(i) else {
                         break;
                     };
-                    let src = dir.join(format!("{i}.ptx"));
-                    std::fs::write(&src, text).unwrap();
-                    let out = std::process::Command::new(ptxas)
-                        .arg(format!("-arch={sm}"))
-                        .arg(&src)
-                        .arg("-o")
-                        .arg(dir.join(format!("{i}.cubin")))
-                        .output()
-                        .unwrap();
-                    if !out.status.success() {
-                        failures.lock().unwrap().push(format!(
-                            "{name} ({sm}): ptxas rejected it: {}\n{text}",
-                            String::from_utf8_lossy(&out.stderr)
-                        ));
+                    let (ok, msg) = ptxas::assemble(ptxas, dir, &i.to_string(), sm, &[], text);
+                    if !ok {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{name} ({sm}): ptxas rejected it: {msg}\n{text}"));
                     }
-                    let _ = std::fs::remove_file(&src);
-                    let _ = std::fs::remove_file(dir.join(format!("{i}.cubin")));
                 }
             });
         }
@@ -1346,17 +1336,8 @@ fn row_caches_assemble() {
             // Nor does ptxas spill the slots, fitting registers to the launch's block.
             if let Some(ptxas) = ptxas() {
                 let dir = scratch("row-cache-spills");
-                let src = dir.join("k.ptx");
-                std::fs::write(&src, &ptx).unwrap();
-                let out = std::process::Command::new(ptxas)
-                    .args(["-arch=sm_90", "-v"])
-                    .arg(&src)
-                    .arg("-o")
-                    .arg(dir.join("k.cubin"))
-                    .output()
-                    .unwrap();
+                let (ok, info) = ptxas::assemble(&ptxas, &dir, "k", "sm_90", &["-v"], &ptx);
                 let _ = std::fs::remove_dir_all(&dir);
-                let info = String::from_utf8_lossy(&out.stderr).to_string();
                 println!(
                     "{what}: {}",
                     info.lines()
@@ -1365,8 +1346,7 @@ fn row_caches_assemble() {
                         .join("; ")
                 );
                 assert!(
-                    out.status.success()
-                        && info.contains("0 bytes spill stores")
+                    ok && info.contains("0 bytes spill stores")
                         && !info.lines().any(|l| l.contains("spill")
                             && !l.contains("0 bytes spill stores, 0 bytes spill loads")),
                     "{what}: ptxas spills:\n{info}"
@@ -1383,21 +1363,9 @@ fn row_caches_assemble() {
 fn ptxas_report(ptx: &str, sm: &str) -> Option<(bool, String)> {
     let ptxas = ptxas()?;
     let dir = scratch(&format!("report-{sm}"));
-    let src = dir.join("k.ptx");
-    std::fs::write(&src, ptx).unwrap();
-    let out = std::process::Command::new(ptxas)
-        .arg(format!("-arch={sm}"))
-        .arg("-v")
-        .arg(&src)
-        .arg("-o")
-        .arg(dir.join("k.cubin"))
-        .output()
-        .unwrap();
+    let report = ptxas::assemble(&ptxas, &dir, "k", sm, &["-v"], ptx);
     let _ = std::fs::remove_dir_all(&dir);
-    Some((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    ))
+    Some(report)
 }
 
 /// bf16 and f16 attention on the tensor cores (`cp.async` rings, `ldmatrix` and its `.trans`,

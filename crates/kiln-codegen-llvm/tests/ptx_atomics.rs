@@ -92,23 +92,13 @@ fn atomic_kernels_render_red_and_assemble_for_sm_80_and_sm_90() {
                 failures.push(format!("program {i} ({}): no {red}\n{text}", target.sm));
             }
             let Some(ptxas) = &ptxas else { continue };
-            let path = dir.join(format!("{i}-{}.ptx", target.sm));
-            std::fs::write(&path, &text).unwrap();
-            let out = std::process::Command::new(ptxas)
-                .arg(format!("-arch={}", target.sm))
-                .arg(&path)
-                .arg("-o")
-                .arg(dir.join(format!("{i}-{}.cubin", target.sm)))
-                .output()
-                .unwrap();
-            if out.status.success() {
-                assembled += 1;
-            } else {
-                failures.push(format!(
-                    "program {i} ({}): ptxas rejected it: {}\n{text}",
-                    target.sm,
-                    String::from_utf8_lossy(&out.stderr)
-                ));
+            let stem = format!("{i}-{}", target.sm);
+            match ptxas::assemble(ptxas, &dir, &stem, &target.sm, &[], &text) {
+                (true, _) => assembled += 1,
+                (false, msg) => failures.push(format!(
+                    "program {i} ({}): ptxas rejected it: {msg}\n{text}",
+                    target.sm
+                )),
             }
         }
         // Off by default: the deterministic forms, no atomic anywhere.

@@ -115,23 +115,13 @@ fn linalg_and_merge_sort_kernels_assemble_for_sm_80_and_sm_90() {
                 }
             };
             let Some(ptxas) = &ptxas else { continue };
-            let path = dir.join(format!("{i}-{}.ptx", target.sm));
-            std::fs::write(&path, &text).unwrap();
-            let out = std::process::Command::new(ptxas)
-                .arg(format!("-arch={}", target.sm))
-                .arg(&path)
-                .arg("-o")
-                .arg(dir.join(format!("{i}-{}.cubin", target.sm)))
-                .output()
-                .unwrap();
-            if out.status.success() {
-                assembled += 1;
-            } else {
-                failures.push(format!(
-                    "program {i} ({}): ptxas rejected it: {}\n{src}",
-                    target.sm,
-                    String::from_utf8_lossy(&out.stderr)
-                ));
+            let stem = format!("{i}-{}", target.sm);
+            match ptxas::assemble(ptxas, &dir, &stem, &target.sm, &[], &text) {
+                (true, _) => assembled += 1,
+                (false, msg) => failures.push(format!(
+                    "program {i} ({}): ptxas rejected it: {msg}\n{src}",
+                    target.sm
+                )),
             }
         }
     }

@@ -25,19 +25,9 @@ fn assemble(name: &str, text: &str) -> Option<Result<String, String>> {
     let ptxas = ptxas()?;
     // A directory per kernel: the tests run side by side.
     let dir = std::env::temp_dir().join(format!("kiln-ptx-tma-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join(format!("{name}.ptx"));
-    std::fs::write(&src, text).unwrap();
-    let out = std::process::Command::new(ptxas)
-        .args(["-arch=sm_90a", "-v"])
-        .arg(&src)
-        .arg("-o")
-        .arg(dir.join(format!("{name}.cubin")))
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (ok, report) = ptxas::assemble(&ptxas, &dir, name, "sm_90a", &["-v"], text);
     let _ = std::fs::remove_dir_all(&dir);
-    Some(if out.status.success() {
+    Some(if ok {
         Ok(report)
     } else {
         Err(format!("{name}: ptxas rejected it:\n{report}"))

@@ -18,3 +18,34 @@ pub fn ptxas() -> Option<PathBuf> {
     }
     found
 }
+
+/// Assembles `text` with `ptxas` for `sm` (`-arch=sm`, then `extra` arguments such as `-v`)
+/// as `dir/stem.ptx`, removing its files after: whether ptxas accepted it, and what it printed
+/// on its standard error (its messages, and with `-v` its report of registers and spills).
+pub fn assemble(
+    ptxas: &Path,
+    dir: &Path,
+    stem: &str,
+    sm: &str,
+    extra: &[&str],
+    text: &str,
+) -> (bool, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let src = dir.join(format!("{stem}.ptx"));
+    let cubin = dir.join(format!("{stem}.cubin"));
+    std::fs::write(&src, text).unwrap();
+    let out = std::process::Command::new(ptxas)
+        .arg(format!("-arch={sm}"))
+        .args(extra)
+        .arg(&src)
+        .arg("-o")
+        .arg(&cubin)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&cubin);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

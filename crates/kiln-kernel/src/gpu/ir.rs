@@ -94,6 +94,22 @@ impl Sc {
 }
 
 impl Stmt {
+    /// A grid-stride loop: thread `block · blockDim + thread` runs `body` with register `r`
+    /// at that position, then a grid's worth of threads further on, while below `end`.
+    pub fn grid_stride(r: usize, end: Sc, body: Vec<Stmt>) -> Stmt {
+        let sp = |s| Sc::Special(s);
+        Stmt::For {
+            reg: r,
+            start: Sc::plus(
+                Sc::times(sp(Special::Block), sp(Special::BlockDim)),
+                sp(Special::Thread),
+            ),
+            end,
+            step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
+            body,
+        }
+    }
+
     /// `for (r = start; r < end; r++) body`.
     pub fn count_up(r: usize, start: Sc, end: Sc, body: Vec<Stmt>) -> Stmt {
         Stmt::For {

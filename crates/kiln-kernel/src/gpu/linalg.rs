@@ -37,7 +37,7 @@
 
 mod complex;
 
-use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, Special, Stmt};
+use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, Stmt};
 use crate::ir::{Ew, Expr};
 use crate::target::{Gpu, SumTree};
 use kiln_ir::{ComparisonDirection, DType, Op, OpKind, TensorType, TransposeA};
@@ -144,19 +144,7 @@ pub fn linalg_program(
         .div_ceil(block)
         .min(gpu.sms * gpu.blocks_per_sm)
         .max(1);
-    let problem = Stmt::For {
-        reg: PROBLEM,
-        start: Sc::plus(
-            Sc::times(Sc::Special(Special::Block), Sc::Special(Special::BlockDim)),
-            Sc::Special(Special::Thread),
-        ),
-        end: c(count),
-        step: Sc::times(
-            Sc::Special(Special::GridDim),
-            Sc::Special(Special::BlockDim),
-        ),
-        body,
-    };
+    let problem = Stmt::grid_stride(PROBLEM, c(count), body);
     let mut outputs: Vec<(Buf, TensorType)> = outs
         .iter()
         .enumerate()

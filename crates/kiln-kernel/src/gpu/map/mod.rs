@@ -504,16 +504,7 @@ impl Mapper<'_> {
             regs,
             vars,
             sums: self.sums,
-            body: vec![Stmt::For {
-                reg: p,
-                start: Sc::plus(
-                    Sc::times(sp(Special::Block), sp(Special::BlockDim)),
-                    sp(Special::Thread),
-                ),
-                end: c(total),
-                step: Sc::times(sp(Special::BlockDim), sp(Special::GridDim)),
-                body,
-            }],
+            body: vec![Stmt::grid_stride(p, c(total), body)],
         }
     }
 

@@ -22,7 +22,7 @@
 //! slices, not one long one (a sort by keys takes the block-wide network or the radix sort).
 
 use super::c;
-use crate::gpu::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, Special, Stmt};
+use crate::gpu::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, Stmt};
 use crate::ir::Expr;
 use crate::target::{Gpu, SumTree};
 use kiln_ir::{DType, Func, TensorType};
@@ -104,19 +104,7 @@ pub(super) fn program(
             vars: 0,
             sums,
             tensor_maps: Vec::new(),
-            body: vec![Stmt::For {
-                reg: ROW,
-                start: Sc::plus(
-                    Sc::times(Sc::Special(Special::Block), Sc::Special(Special::BlockDim)),
-                    Sc::Special(Special::Thread),
-                ),
-                end: c(rows),
-                step: Sc::times(
-                    Sc::Special(Special::GridDim),
-                    Sc::Special(Special::BlockDim),
-                ),
-                body,
-            }],
+            body: vec![Stmt::grid_stride(ROW, c(rows), body)],
         }],
     ))
 }
