@@ -268,7 +268,12 @@ pub(super) fn read_in_place(
         };
         let (a, b) = (inst.operands[0], inst.operands[1]);
         let (ta, tb) = (&f.values[a.index()], &f.values[b.index()]);
+        // A product with an empty operand reads nothing: its operands stay as they are
+        // (strides describe the elements read, and there are none).
         if matmul_layout(lb, rb, lc, rc, ta, tb).is_none() || a == b {
+            continue;
+        }
+        if ta.numel() == 0 || tb.numel() == 0 {
             continue;
         }
         let nb = lb.len();
