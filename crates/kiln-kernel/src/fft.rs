@@ -13,7 +13,7 @@
 //! [`kiln_ir::fft::twiddle`] in f64 and are rounded once to the element type.
 //!
 //! Several transformed dimensions are transformed one after another. A real transform of an
-//! even length `n = 2m` from [`HALF_LENGTH_MIN`] on along the last dimension is done at
+//! even length `n = 2m` from the target's `fusion.fft_half_min` on along the last dimension is done at
 //! half length (`rfft_half`, `irfft_half`): the `n` reals taken as `m` complex numbers, one complex transform of
 //! length `m` and an elementwise combination with the twiddles `w_n^k`; the other
 //! dimensions of a multi-dimensional real transform are complex transforms. Another `n`
@@ -33,19 +33,13 @@ type R<T> = Result<T, VerifyError>;
 /// The longest transform done as one product with its DFT matrix.
 pub const DIRECT_MAX: usize = 64;
 
-/// The shortest even length of a real transform done at half length. Measured on the CPU
-/// (docs/performance.md, "real transforms at half length"): at 4096 the half length is
-/// 24% (`RFFT`) and 40% (`IRFFT`) faster on 256 lines, at 2048 even, at 1000 (64 lines)
-/// 1.6-1.8 times slower (its extra elementwise and layout kernels outweigh the work saved).
-pub const HALF_LENGTH_MIN: usize = 2048;
-
-/// `f` with every `fft` rewritten into products, twiddle multiplies and layout ops.
-pub fn expand_ffts(f: &Func) -> R<Func> {
-    expand_ffts_with(f, HALF_LENGTH_MIN)
-}
-
-/// [`expand_ffts`], real transforms of even lengths from `half_min` on done at half length.
-fn expand_ffts_with(f: &Func, half_min: usize) -> R<Func> {
+/// `f` with every `fft` rewritten into products, twiddle multiplies and layout ops; real
+/// transforms of even lengths from `half_min` on done at half length (the target's
+/// [`FusionLimits::fft_half_min`](crate::target::FusionLimits::fft_half_min): measured on
+/// the CPU, at 4096 the half length is 24% (`RFFT`) and 40% (`IRFFT`) faster on 256 lines,
+/// at 2048 even, at 1000 (64 lines) 1.6-1.8 times slower, its extra elementwise and layout
+/// kernels outweighing the work saved).
+pub fn expand_ffts(f: &Func, half_min: usize) -> R<Func> {
     if !f.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })) {
         return Ok(f.clone());
     }
@@ -528,7 +522,8 @@ mod tests {
     /// the element type, through every factorization stage).
     fn agrees(src: &str, seed: u64) {
         let f = kiln_ir::parse_func_text(src).expect("valid IR");
-        let g = expand_ffts(&f).expect("expands");
+        let g =
+            expand_ffts(&f, crate::target::FusionLimits::default().fft_half_min).expect("expands");
         assert!(
             !g.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })),
             "{g}"
@@ -609,7 +604,7 @@ mod tests {
             let h = n / 2 + 1;
             let run = |src: String, x: &Literal| {
                 let f = kiln_ir::parse_func_text(&src).expect("valid IR");
-                let g = expand_ffts_with(&f, 2).expect("expands");
+                let g = expand_ffts(&f, 2).expect("expands");
                 kiln_reference::eval(&g, std::slice::from_ref(x)).expect("runs")[0].clone()
             };
             let w = |e: usize| twiddle((e % n) as u64, n as u64);
@@ -684,7 +679,8 @@ mod tests {
         let f = kiln_ir::parse_func_text(src).expect("valid IR");
         // The largest constant (DFT matrix or twiddles) of `f` expanded.
         let biggest = |f: &Func| {
-            let g = expand_ffts(f).expect("expands");
+            let g = expand_ffts(f, crate::target::FusionLimits::default().fft_half_min)
+                .expect("expands");
             let most = g
                 .insts
                 .iter()

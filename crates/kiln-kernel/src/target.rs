@@ -74,6 +74,11 @@ pub struct FusionLimits {
     /// strides; a GPU's GEMM mappings read `[batch, m, k]` buffers, so there a kernel copies
     /// the operand out first.
     pub strided_operands: bool,
+    /// The shortest even length of a real transform (`RFFT`/`IRFFT`) done at half length
+    /// (see [`crate::fft`]): below it the half length's extra elementwise and layout kernels
+    /// cost more than the work it saves (measured on the CPU, docs/performance.md "Real
+    /// transforms at half length"; not measured on a GPU, which takes the CPU's value).
+    pub fft_half_min: usize,
 }
 
 /// The sizes at which a loop nest changes its loop strategy (see
@@ -546,6 +551,7 @@ impl Default for FusionLimits {
             chain_row: 16384,
             winograd_min_features: 32,
             strided_operands: true,
+            fft_half_min: 2048,
         }
     }
 }

@@ -75,6 +75,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "chain_k": t.fusion.chain_k,
             "chain_row": t.fusion.chain_row,
             "winograd_min_features": t.fusion.winograd_min_features,
+            "fft_half_min": t.fusion.fft_half_min,
             "strided_operands": t.fusion.strided_operands,
         },
         "loops": {
@@ -318,6 +319,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             chain_k: fusion.usize("chain_k")?,
             chain_row: fusion.usize("chain_row")?,
             winograd_min_features: fusion.usize("winograd_min_features")?,
+            fft_half_min: fusion.usize("fft_half_min")?,
             strided_operands: fusion.bool("strided_operands")?,
         },
         loops: LoopLimits {
