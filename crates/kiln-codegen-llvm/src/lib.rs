@@ -171,6 +171,13 @@ const EXPLICIT_PIPELINE: &str = "function(sroa,early-cse<memssa>,instcombine<no-
 /// runtime even in alternating calls (see docs/performance.md).
 const LIGHT_PIPELINE: &str = "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(loop-rotate,licm),loop-vectorize,slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)";
 
+/// [`LIGHT_PIPELINE`] with loops vectorized but not interleaved (one vector an iteration, not
+/// four): for the epilogues of small GEMM kernels, loops over a block of the product just
+/// computed, in the cache, whose vector stores bound them either way. The interleaved copies
+/// were a tenth of such a kernel's code generation (the MLP step's weight-gradient kernels:
+/// `llc` on ten copies of one, 105-112 -> 96-102 ms; see docs/performance.md).
+const LIGHT_EPILOGUE_PIPELINE: &str = "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(loop-rotate,licm),loop-vectorize<interleave-forced-only>,slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)";
+
 /// How a module is optimized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pipeline {
@@ -178,8 +185,8 @@ enum Pipeline {
     O2 { unroll: bool },
     /// [`EXPLICIT_PIPELINE`].
     Explicit,
-    /// [`LIGHT_PIPELINE`].
-    Light,
+    /// [`LIGHT_PIPELINE`], or without interleaving ([`LIGHT_EPILOGUE_PIPELINE`]).
+    Light { interleave: bool },
 }
 
 /// This machine's CPU name and features, as LLVM reports them (once per process): what the CPU
@@ -235,7 +242,8 @@ fn optimize_as(m: &Module, tm: &TargetMachine, pipeline: Pipeline) -> Result<()>
             PIPELINE
         }
         Pipeline::Explicit => EXPLICIT_PIPELINE,
-        Pipeline::Light => LIGHT_PIPELINE,
+        Pipeline::Light { interleave: true } => LIGHT_PIPELINE,
+        Pipeline::Light { interleave: false } => LIGHT_EPILOGUE_PIPELINE,
     };
     m.run_passes(passes, tm, options)
         .map_err(|e| Error::Llvm(e.to_string()))

@@ -452,10 +452,11 @@ pub(super) fn is_matrix_gemm(k: &Kernel) -> bool {
 ///   alternating calls, attention 13 of 25; the MLP step 14.6 against 14.7 ms over four
 ///   alternating processes: see docs/performance.md). One with an epilogue (fused elementwise
 ///   users, whose loops LLVM vectorizes) is optimized at O2, or with the light pipeline when
-///   its output has fewer than [`LIGHT_WORK`] elements; one without with the pipeline of
-///   explicit vector code (`EXPLICIT_PIPELINE`): its loops only walk the cache blocks and
-///   call the GEMM routines. Products that share a function (`contraction_groups`) share
-///   the module.
+///   its output has fewer than [`LIGHT_WORK`] elements (an elementwise epilogue's loops
+///   vectorized but not interleaved: `LIGHT_EPILOGUE_PIPELINE`); one without with the
+///   pipeline of explicit vector code (`EXPLICIT_PIPELINE`): its loops only walk the cache
+///   blocks and call the GEMM routines. Products that share a function
+///   (`contraction_groups`) share the module.
 ///
 /// The threads take the next module as they finish one, so a few large ones do not leave a
 /// core idle.
@@ -465,7 +466,7 @@ pub(super) fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias], target: Targ
     let mut jobs: Vec<Job> = Vec::new();
     for light in [false, true] {
         let pipeline = if light {
-            crate::Pipeline::Light
+            crate::Pipeline::Light { interleave: true }
         } else {
             crate::Pipeline::O2 { unroll: true }
         };
@@ -505,7 +506,18 @@ pub(super) fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias], target: Targ
         let pipeline = if plain && !target.cpu.gemm_unroll {
             crate::Pipeline::Explicit
         } else if k.out.numel() < LIGHT_WORK {
-            crate::Pipeline::Light
+            // An epilogue that reduces (a row's maximum and sum, a chained product's online
+            // softmax) keeps the interleaved loops, whose accumulators run side by side; an
+            // elementwise one's elements are independent.
+            let mut reduces = matches!(k.schedule, Schedule::Gemm { chain: Some(_), .. });
+            for body in std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body)) {
+                visit(body, &mut |x| {
+                    reduces |= matches!(x, Expr::Reduce { .. } | Expr::Fold { .. });
+                });
+            }
+            crate::Pipeline::Light {
+                interleave: reduces,
+            }
         } else {
             crate::Pipeline::O2 {
                 unroll: target.cpu.gemm_unroll,

@@ -362,8 +362,15 @@ impl Routine {
             .set_visibility(inkwell::GlobalVisibility::Hidden);
         let attr =
             |name: &str| ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0);
+        // No pointer is kept past the call (`captures(none)`: the attribute's value 0 is no
+        // capture). Without it LLVM must assume a routine stored the kernel's output pointer
+        // where the pointer table is, so an epilogue after the calls reads its inputs through
+        // pointers that might be the output: its vectorized loops then carry run-time overlap
+        // checks and a second scalar path (the MLP step's GEMM kernels: 2-3 ms of code
+        // generation each, see docs/performance.md).
         for (i, _) in sig.char_indices().filter(|&(_, c)| c == 'p') {
             f.add_attribute(AttributeLoc::Param(i as u32), attr("noalias"));
+            f.add_attribute(AttributeLoc::Param(i as u32), attr("captures"));
         }
         if routines == Routines::Apart {
             return Ok(f);
