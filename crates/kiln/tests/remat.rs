@@ -1,5 +1,6 @@
 //! `kiln::remat`: rematerialized functions differentiate exactly like the originals under
-//! every policy (eagerly traced and compiled, nested in a loop, twice; bit for bit), and save
+//! every policy (eagerly traced and compiled, nested in a loop, twice; bit for bit but for
+//! saving nothing in f32 attention blocks, a few ulps off), and save
 //! memory: the compiled gradient's planned peak falls when each layer is rematerialized, no
 //! policy peaks above the plain gradient, and a memory budget only moves the peak between
 //! saving nothing and the plain gradient, never down as it grows.
@@ -26,6 +27,16 @@ fn layer(h: &Tensor, w: &(Tensor, Tensor)) -> Tensor {
 fn gelu_layer(h: &Tensor, w: &(Tensor, Tensor)) -> Tensor {
     let z = tag(&h.matmul(&w.0), "hidden");
     h + &z.gelu(true).matmul(&w.1)
+}
+
+/// A single-head attention block with a residual: `h + softmax(h W1 (h W2)^T / 16) h`, the
+/// scores tagged.
+fn attention_layer(h: &Tensor, w: &(Tensor, Tensor)) -> Tensor {
+    let scores = tag(
+        &(&h.matmul(&w.0).matmul(&h.matmul(&w.1).t()) * (1.0 / 16.0)),
+        "hidden",
+    );
+    h + &scores.softmax(-1).matmul(h)
 }
 
 type Layer = fn(&Tensor, &(Tensor, Tensor)) -> Tensor;
@@ -70,7 +81,7 @@ fn policies() -> Vec<Remat> {
 fn every_policy_gives_the_original_gradients() {
     let ws = weights(3, 5, DType::F64);
     let x = normal(&key(5), &[4, 5], DType::F64);
-    for layer in [layer as Layer, gelu_layer] {
+    for layer in [layer as Layer, gelu_layer, attention_layer] {
         let want = grad(|ws: &Vec<(Tensor, Tensor)>| loss(ws, &x, layer, None))(&ws);
         let want_jit = jit(|ws: &Vec<(Tensor, Tensor)>| {
             grad(|ws: &Vec<(Tensor, Tensor)>| loss(ws, &x, layer, None))(ws)
@@ -106,8 +117,9 @@ fn every_policy_gives_the_original_gradients() {
 /// The planned peaks of the compiled gradient of six `layer`s on `[512, 256]` f32 (one
 /// activation: 512 KiB), without remat and under each policy, checked: saving nothing peaks
 /// below the plain gradient, no policy above it, and budgets move the peak between the two,
-/// never down as they grow. Gradients agree with the plain ones bit for bit.
-fn check_peaks(name: &str, layer: Layer) {
+/// never down as they grow. Gradients agree with the plain ones bit for bit where `bitwise`,
+/// else within 1e-5 of the largest gradient.
+fn check_peaks(name: &str, layer: Layer, bitwise: bool) {
     let ws = weights(6, 256, DType::F32);
     let x = normal(&key(7), &[512, 256], DType::F32);
     let compiled = |policy: Option<Remat>| {
@@ -120,9 +132,25 @@ fn check_peaks(name: &str, layer: Layer) {
     let peak = |policy: Option<Remat>| {
         let f = compiled(policy.clone());
         let g = f.call(&args).unwrap();
-        for (a, b) in g.iter().zip(&want) {
-            assert_eq!(f32s(&a.0), f32s(&b.0), "{name}: {policy:?}");
-            assert_eq!(f32s(&a.1), f32s(&b.1), "{name}: {policy:?}");
+        let pairs = g
+            .iter()
+            .zip(&want)
+            .flat_map(|(a, b)| [(&a.0, &b.0), (&a.1, &b.1)]);
+        for (a, b) in pairs {
+            let (a, b) = (f32s(a), f32s(b));
+            if bitwise {
+                assert_eq!(a, b, "{name}: {policy:?}");
+            }
+            let scale = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let worst = a
+                .iter()
+                .zip(&b)
+                .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            println!("{name}: {policy:?}: max |difference| {worst} of max |gradient| {scale}");
+            assert!(
+                worst <= 1e-5 * scale,
+                "{name}: {policy:?}: {worst} of {scale}"
+            );
         }
         f.peak_bytes(&args)
             .unwrap()
@@ -166,10 +194,15 @@ fn check_peaks(name: &str, layer: Layer) {
 
 #[test]
 fn rematerialized_layers_lower_the_planned_peak() {
-    check_peaks("tanh layers", layer);
+    check_peaks("tanh layers", layer, true);
 }
 
 #[test]
 fn rematerialized_gelu_blocks_lower_the_planned_peak() {
-    check_peaks("gelu blocks", gelu_layer);
+    check_peaks("gelu blocks", gelu_layer, true);
+}
+
+#[test]
+fn rematerialized_attention_blocks_lower_the_planned_peak() {
+    check_peaks("attention blocks", attention_layer, false);
 }
