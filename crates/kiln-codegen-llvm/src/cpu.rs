@@ -43,7 +43,9 @@ pub use aot::{AotProgram, aot_programs, cpu_target_info};
 use kernels::*;
 use loops::*;
 use module::*;
-pub use module::{describe_fusion, describe_memory, describe_memory_donating, function_llvm_ir};
+pub use module::{
+    describe_fusion, describe_memory, describe_memory_donating, function_llvm_ir, planned_peak,
+};
 pub use paths::{GemmBlocking, KernelPath};
 use row_cache::*;
 

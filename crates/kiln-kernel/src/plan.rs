@@ -11,6 +11,10 @@
 //! The exception is donation: a kernel compiled *in place* writes its result into the buffer
 //! of a parameter the caller gave up (its last reader, reading it only at the position it
 //! writes, through the output pointer). That result takes no new memory at all.
+//!
+//! A value passed on by a `Step::Forward` (an `optimization_barrier`) is the same buffer under
+//! another name: a kernel's result passed on stays in its arena slot, which lives until the last
+//! step that reads it under any of its names, and each name has that slot.
 
 use crate::Step;
 use kiln_ir::{Func, ValueId};
@@ -81,6 +85,20 @@ fn aligned(bytes: usize) -> usize {
     bytes.div_ceil(ALIGN) * ALIGN
 }
 
+/// Per value of `func` run by `steps`, the value whose buffer it is: itself, or for a result of
+/// a `Step::Forward` (which passes its operands on), that of the operand it passes on.
+pub fn buffer_roots(func: &Func, steps: &[Step]) -> Vec<ValueId> {
+    let mut root: Vec<ValueId> = (0..func.values.len() as u32).map(ValueId).collect();
+    for (i, inst) in func.insts.iter().enumerate() {
+        if steps[i] == Step::Forward {
+            for (r, o) in inst.results.iter().zip(&inst.operands) {
+                root[r.index()] = root[o.index()];
+            }
+        }
+    }
+    root
+}
+
 /// Plans the buffers of `func` run by `steps`, where a `Step::Kernel` instruction `i` reads
 /// `operands[i]`, uses `scratch[i]` bytes of per-thread scratch, and writes its result into the
 /// buffer of `operands[i][q]` for each `(q, k)` of `in_place[i]` (output `k`: 0 its result,
@@ -94,18 +112,41 @@ pub fn plan(
     extra: &[Vec<ValueId>],
 ) -> MemoryPlan {
     let nv = func.values.len();
-    // The last step reading each value, and whether every reader is a kernel.
-    let last = last_reads(func, steps, operands);
+    // Per buffer (the value a chain of `Step::Forward`s starts from): the last step reading it
+    // under any name, and whether every reader is a kernel (or passes it on).
+    let root = buffer_roots(func, steps);
+    let mut last = vec![None; nv];
+    for (v, l) in last_reads(func, steps, operands).into_iter().enumerate() {
+        let r = root[v].index();
+        last[r] = last[r].max(l);
+    }
     let mut kernel_only = vec![true; nv];
     for (i, inst) in func.insts.iter().enumerate() {
-        if !matches!(steps[i], Step::Fused | Step::Merged | Step::Kernel) {
+        if !matches!(
+            steps[i],
+            Step::Fused | Step::Merged | Step::Kernel | Step::Forward
+        ) {
             for v in &inst.operands {
-                kernel_only[v.index()] = false;
+                kernel_only[root[v.index()].index()] = false;
             }
         }
     }
     for o in &func.outputs {
-        kernel_only[o.index()] = false;
+        kernel_only[root[o.index()].index()] = false;
+    }
+    // The names each buffer has, in program order.
+    let mut names: Vec<Vec<ValueId>> = vec![Vec::new(); nv];
+    for (v, r) in root.iter().enumerate() {
+        if r.index() != v {
+            names[r.index()].push(ValueId(v as u32));
+        }
+    }
+    // Per step, the buffers whose last reader it is.
+    let mut dies: Vec<Vec<ValueId>> = vec![Vec::new(); func.insts.len()];
+    for (v, l) in last.iter().enumerate() {
+        if let Some(l) = *l {
+            dies[l].push(ValueId(v as u32));
+        }
     }
     let mut out = MemoryPlan {
         slots: vec![None; nv],
@@ -121,6 +162,7 @@ pub fn plan(
     let mut end = 0usize;
     for (i, inst) in func.insts.iter().enumerate() {
         if steps[i] != Step::Kernel {
+            release_dying(&mut free, &out.slots, &dies[i]);
             continue;
         }
         let results: Vec<ValueId> = std::iter::once(inst.results[0])
@@ -170,31 +212,38 @@ pub fn plan(
                     }
                 },
             };
-            out.slots[v.index()] = Some(Slot {
+            let slot = Slot {
                 offset,
                 bytes,
                 def: i,
                 last: last[v.index()].unwrap_or(i),
-            });
+            };
+            for &n in &names[v.index()] {
+                out.slots[n.index()] = Some(slot.clone());
+            }
+            out.slots[v.index()] = Some(slot);
         }
-        // Free the blocks of the values read for the last time here (and of a result nobody
-        // reads).
-        let mut dying: Vec<ValueId> = operands[i]
+        // Free the blocks of the buffers read for the last time here, and of a result nobody
+        // reads.
+        let unread: Vec<ValueId> = results
             .iter()
             .copied()
-            .chain(results.iter().copied())
-            .filter(|u| last[u.index()].unwrap_or(i) == i)
+            .filter(|u| last[u.index()].is_none())
             .collect();
-        dying.sort_unstable();
-        dying.dedup();
-        for u in dying {
-            if let Some(s) = &out.slots[u.index()] {
-                release(&mut free, s.offset, aligned(s.bytes));
-            }
-        }
+        release_dying(&mut free, &out.slots, &dies[i]);
+        release_dying(&mut free, &out.slots, &unread);
     }
     out.arena_bytes = end;
     out
+}
+
+/// Returns the blocks of the buffers `dying` (those with a slot) to the free list.
+fn release_dying(free: &mut Vec<(usize, usize)>, slots: &[Option<Slot>], dying: &[ValueId]) {
+    for u in dying {
+        if let Some(s) = &slots[u.index()] {
+            release(free, s.offset, aligned(s.bytes));
+        }
+    }
 }
 
 /// Returns block `(off, len)` to the sorted free list, merging neighbours.

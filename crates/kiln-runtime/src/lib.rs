@@ -461,20 +461,25 @@ impl Program {
             let start = times.as_ref().map(|_| std::time::Instant::now());
             let outs = match (&self.steps[i], &inst.op) {
                 (Step::Constant, Op::Constant { value }) => vec![Cow::Borrowed(value)],
-                // Moved when nothing reads the operand after this step (an operand given
-                // twice is copied for the earlier position).
-                (Step::Forward, _) => (0..inst.operands.len())
-                    .map(|k| {
-                        let o = inst.operands[k];
+                // An operand in the arena stays there: its results are its slot under other
+                // names (the plan gives them that slot). Any other is moved when nothing reads
+                // it after this step (an operand given twice is copied for the earlier
+                // position).
+                (Step::Forward, _) => {
+                    for (k, (&o, &r)) in inst.operands.iter().zip(&inst.results).enumerate() {
+                        if in_arena(o).is_some() {
+                            continue;
+                        }
                         let again = inst.operands[k + 1..].contains(&o);
-                        if self.last_read[o.index()] == i && !again {
+                        let v = if self.last_read[o.index()] == i && !again {
                             env[o.index()].take()
                         } else {
                             env[o.index()].clone()
-                        }
-                        .expect("verified SSA")
-                    })
-                    .collect(),
+                        };
+                        env[r.index()] = Some(v.expect("verified SSA"));
+                    }
+                    Vec::new()
+                }
                 (Step::Fused, _) => continue,
                 (Step::Merged, _) => continue,
                 (Step::Kernel, _) => {
@@ -966,6 +971,43 @@ mod tests {
         }
     }
 
+    /// A kernel's result passed on by an `optimization_barrier` stays in its arena slot under
+    /// the barrier's name, lives until its last reader under either name, and its block is
+    /// reused after that; results are right on every call.
+    #[test]
+    fn a_value_passed_on_keeps_its_arena_slot() {
+        let n = 1000;
+        let t = format!("f32[{n}]");
+        let p = doubling_chain(
+            n,
+            &format!(
+                "func @main(%0: {t}) -> {t} {{\n  %1 = add %0, %0 : {t}\n  %2 = optimization_barrier %1 : {t}\n  %3 = add %2, %2 : {t}\n  %4 = add %3, %3 : {t}\n  %5 = add %4, %4 : {t}\n  return %5\n}}\n"
+            ),
+        );
+        let m = p.memory_plan();
+        let block = (n * 4).div_ceil(plan::ALIGN) * plan::ALIGN;
+        assert_eq!(m.arena_bytes, 2 * block, "{m}");
+        assert_eq!(
+            m.other_bytes,
+            n * 4,
+            "only the output is outside the arena:\n{m}"
+        );
+        let (s1, s2) = (m.slots[1].as_ref().unwrap(), m.slots[2].as_ref().unwrap());
+        assert_eq!(s1, s2, "%2 is %1's slot:\n{m}");
+        assert_eq!(s1.last, 2, "read last as %2 by step 2:\n{m}");
+        assert_eq!(
+            m.slots[4].as_ref().unwrap().offset,
+            s1.offset,
+            "%4 reuses it:\n{m}"
+        );
+        let x = Literal::f32([n], (0..n).map(|i| i as f32).collect()).unwrap();
+        for _ in 0..3 {
+            let y = p.run(std::slice::from_ref(&x)).unwrap();
+            let want: Vec<f32> = (0..n).map(|i| 16.0 * i as f32).collect();
+            assert_eq!(y[0].as_f32s().unwrap(), &want[..]);
+        }
+    }
+
     /// Independent one-thread kernels run side by side, and right: two doublings of
     /// different arguments form a group; a kernel that reads another's result, or whose output
     /// takes the arena block of an input another reads, does not join it.
@@ -1017,6 +1059,19 @@ mod tests {
     /// `double` kernel.
     fn doubling_chain(n: usize, src: &str) -> Program {
         let f = kiln_ir::parse_func_text(src).unwrap();
+        // `optimization_barrier`s pass their operands on; the rest are doublings.
+        let steps: Vec<Step> = f
+            .insts
+            .iter()
+            .map(|i| match i.op {
+                Op::OptimizationBarrier {} => Step::Forward,
+                _ => Step::Kernel,
+            })
+            .collect();
+        let kernels = steps
+            .iter()
+            .map(|s| (*s == Step::Kernel).then_some(double as KernelFn))
+            .collect();
         let l = Launch::new(n, n, 4, 4, &kiln_kernel::TargetInfo::reference());
         let k = f.insts.len();
         let operands = f.insts.iter().map(|i| i.operands[..1].to_vec()).collect();
@@ -1024,8 +1079,8 @@ mod tests {
         unsafe {
             Program::new(
                 f,
-                vec![Step::Kernel; k],
-                vec![Some(double); k],
+                steps,
+                kernels,
                 vec![l; k],
                 operands,
                 vec![Vec::new(); k],

@@ -666,7 +666,8 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         if let Some(c) = cached {
             return Ok(c);
         }
-        let (traced, template) = trace_tree("jit", x, &self.f, loc, false)?;
+        let opts = self.options.clone().unwrap_or_else(options);
+        let (traced, template) = self.traced(x, &opts, loc)?;
         if !traced.captures.is_empty() {
             return Err(Error {
                 op: "jit".into(),
@@ -674,7 +675,6 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
                 loc: Some(self.loc),
             });
         }
-        let opts = self.options.clone().unwrap_or_else(options);
         let exe = if self.bypass {
             compile_uncached(&traced.func, donated, &opts)?
         } else {
@@ -779,7 +779,22 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
         {
             return Ok(c.func.clone());
         }
-        Ok(trace_tree("jit", x, &self.f, loc, false)?.0.func)
+        let opts = self.options.clone().unwrap_or_else(options);
+        Ok(self.traced(x, &opts, loc)?.0.func)
+    }
+
+    /// The function traced on `x`'s signature, its rematerialized functions with a memory
+    /// budget keeping what fits it on the program's memory plan under `opts`
+    /// ([`crate::Remat::Budget`]).
+    fn traced(&self, x: &I, opts: &Options, loc: Loc) -> Result<(kiln_trace::trace::Traced, O)> {
+        crate::remat::within_budget(
+            || trace_tree("jit", x, &self.f, loc, false),
+            |t| &t.0.func,
+            |f| {
+                kiln_codegen_llvm::cpu::planned_peak(f, opts)
+                    .map_err(|e| Error::internal("jit", e.to_string()))
+            },
+        )
     }
 }
 

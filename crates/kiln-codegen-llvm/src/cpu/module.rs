@@ -689,3 +689,21 @@ pub fn describe_memory_donating(f: &Func, donated: &[bool], opts: &Options) -> R
     );
     Ok(format!("{g}\n{note}\n{plan}"))
 }
+
+/// The peak bytes of `f`'s memory plan as [`CpuExecutable::compile_with_options`] lowers it
+/// for this machine under `opts` (optimized, fused, scheduled, no donation), without compiling
+/// its kernels: what [`kiln_runtime::plan::MemoryPlan::peak_bytes`] of the executable says.
+pub fn planned_peak(f: &Func, opts: &Options) -> Result<usize> {
+    let target = Target::host(opts).info();
+    let l = kiln_kernel::pipeline::lower_program(f, &[], opts, &target, None, &mut |_| {})?;
+    let scratch = vec![0; l.func.insts.len()];
+    let plan = kiln_kernel::plan::plan(
+        &l.func,
+        &l.steps,
+        &l.fused.operands,
+        &scratch,
+        &l.in_place,
+        &l.fused.extra,
+    );
+    Ok(plan.peak_bytes())
+}
