@@ -1,14 +1,17 @@
-//! Matrix products reading their operands in place through strides (`kiln_kernel::ir::Strides`):
-//! transposes, reshapes and slices that only lay an operand out take no kernel, and the
-//! products agree with the reference, through the kernel cache and the JIT alike.
+//! Matrix products reading their operands in place through strides (`kiln_kernel::ir::Strides`),
+//! and storing their results through strides (`kiln_kernel::ir::Store`): transposes, reshapes
+//! and slices that only lay an operand or a result out take no kernel, and the products agree
+//! with the reference, through the kernel cache and the JIT alike.
 
 mod common;
 
 use common::agrees_cached_and_jit;
 use kiln_ir::Op;
+use kiln_kernel::ir::Schedule;
 
 /// How many kernels the CPU gives `src`, and how many of them are layouts (transposes,
-/// reshapes, slices) of their own.
+/// reshapes, slices) of their own: loop nests (a layout's instruction may hold the GEMM that
+/// stores a product through strides into its buffer).
 fn kernels(src: &str) -> (usize, usize) {
     let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{src}: {e}"));
     let (g, fused) = kiln_kernel::pipeline::lowered_for_printing(&f, &common::env_options())
@@ -16,7 +19,11 @@ fn kernels(src: &str) -> (usize, usize) {
     let own = |i: &usize| fused.kernels[*i].is_some();
     let all = (0..g.insts.len()).filter(own).count();
     let layouts = (0..g.insts.len())
-        .filter(own)
+        .filter(|&i| {
+            fused.kernels[i]
+                .as_ref()
+                .is_some_and(|k| k.schedule == Schedule::Nest)
+        })
         .filter(|&i| {
             matches!(
                 g.insts[i].op,
@@ -116,6 +123,67 @@ fn slices(m: usize, k: usize, n: usize) -> String {
         n + 3,
         2 * k,
     )
+}
+
+/// Heads' outputs `[b, h, s, d]` (probabilities times values) merged back into `[b, s, h d]`
+/// and projected; with `layout` another layout of the product than the merge (returned as
+/// well), which no strides of its rows describe or which leaves the product a second reader.
+fn merged(b: usize, s: usize, h: usize, d: usize, layout: Option<&str>) -> String {
+    let w = h * d;
+    let (extra_ty, extra) = match layout {
+        None => (String::new(), String::new()),
+        Some(l) => (
+            format!(", {}", l.rsplit(": ").next().unwrap_or_default()),
+            format!("  {l}\n"),
+        ),
+    };
+    let ret = if layout.is_some() { "%6, %7" } else { "%6" };
+    format!(
+        "func @main(%0: f32[{b},{h},{s},{s}], %1: f32[{b},{h},{s},{d}], %2: f32[{w},{w}]) -> (f32[{b},{s},{w}]{extra_ty}) {{
+  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [2]}} : f32[{b},{h},{s},{d}]
+  %4 = transpose %3 {{permutation = [0, 2, 1, 3]}} : f32[{b},{s},{h},{d}]
+  %5 = reshape %4 : f32[{b},{s},{w}]
+  %6 = dot_general %5, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [0]}} : f32[{b},{s},{w}]
+{extra}  return {ret}
+}}
+"
+    )
+}
+
+#[test]
+fn merged_heads_are_stored_in_place() {
+    // Widths of a whole vector, of a compact tile and odd ones; one head and several; rows
+    // past a register tile; one batch.
+    for (b, s, h, d) in [(2, 8, 2, 8), (3, 5, 3, 7), (2, 40, 4, 16), (1, 33, 2, 3)] {
+        let src = merged(b, s, h, d, None);
+        agrees_cached_and_jit(&src, 4);
+        // The heads' product stores its result where the merge puts it: no layout kernel.
+        assert_eq!(kernels(&src), (2, 0), "{src}");
+    }
+}
+
+#[test]
+fn results_no_strides_describe_keep_their_layout() {
+    let (b, s, h, d) = (2, 9, 2, 5);
+    // The product also read by a second layout, its transpose within each head: the merge
+    // and the transpose keep their kernels.
+    let transposed =
+        format!("%7 = transpose %3 {{permutation = [0, 1, 3, 2]}} : f32[{b},{h},{d},{s}]");
+    let src = merged(b, s, h, d, Some(&transposed));
+    agrees_cached_and_jit(&src, 5);
+    assert_eq!(kernels(&src), (4, 2), "{src}");
+    // A transpose alone that puts each head's columns along the last dimension: they would
+    // not be consecutive in its buffer.
+    let src = format!(
+        "func @main(%0: f32[{b},{h},{s},{s}], %1: f32[{b},{h},{s},{d}]) -> f32[{b},{s},{d},{h}] {{
+  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [2]}} : f32[{b},{h},{s},{d}]
+  %3 = transpose %2 {{permutation = [0, 2, 3, 1]}} : f32[{b},{s},{d},{h}]
+  return %3
+}}
+"
+    );
+    agrees_cached_and_jit(&src, 6);
+    assert_eq!(kernels(&src), (2, 1), "{src}");
 }
 
 #[test]

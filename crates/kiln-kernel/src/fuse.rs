@@ -22,7 +22,9 @@
 //!
 //! A transpose, reshape or slice that only lays out a matrix product's operand is read by the
 //! product in place, through strides, where the target's GEMM takes them (`fuse/views.rs`):
-//! it has no kernel, and its producer sees the product as its reader.
+//! it has no kernel, and its producer sees the product as its reader. A plain product that
+//! only such layouts read stores its result through strides into the last one's buffer
+//! (`fuse/stores.rs`): the layouts take no kernel either.
 //!
 //! Chains fuse transitively (producers are processed first), and a value used by several
 //! consumers is recomputed in each, trading arithmetic for memory traffic, which is what
@@ -37,6 +39,7 @@ mod inlinable;
 mod inline;
 mod legality;
 mod merge;
+mod stores;
 mod views;
 
 use crate::ir::{Expr, Extra, Kernel, Rewriter, Schedule};
@@ -256,6 +259,7 @@ fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &Fusio
     }
     fuse_gemm_epilogues(f, &producer, &mut out, chains, limits);
     fuse_gemm_chains(f, &mut out, chains, limits);
+    stores::store_through_layouts(f, &mut out, limits.strided_operands);
     for i in 0..n {
         if out.inlined[i] {
             // Its users compute it; it has no kernel of its own.

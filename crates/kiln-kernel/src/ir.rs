@@ -261,7 +261,39 @@ pub enum Schedule {
         /// that the product reads in place (attention's heads in `[batch, seq, heads *
         /// width]`), instead of a kernel copying them out first.
         strides: [Option<Strides>; 2],
+        /// Where the product is stored, when not as the kernel's `out` by rows: in the buffer
+        /// of a layout of it, through strides (see [`Store`]).
+        store: Option<Box<Store>>,
     },
+}
+
+/// A GEMM's product stored in place in the buffer of a layout of it (attention's heads
+/// `[batch, heads, seq, width]` merged back into `[batch, seq, heads * width]`), instead of
+/// a kernel copying it there: the kernel computes `buffer`, whose every element is one element
+/// of the product, and its `out` stays the product's type. The product's `[batch, m, n]`
+/// matrices lie in the buffer as `strides` say, their rows of `n` consecutive elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Store {
+    /// The buffer written (the layout's type).
+    pub buffer: TensorType,
+    /// Where each matrix of the product lies in it.
+    pub strides: Strides,
+}
+
+impl Store {
+    /// Whether storing a product of `batch` matrices of `m` rows of `n` elements of `dtype`
+    /// writes each element of the buffer once: as many elements, all inside it, no two at one
+    /// position (see [`Strides::disjoint`]).
+    pub fn writes_each_once(&self, batch: usize, m: usize, n: usize, dtype: DType) -> bool {
+        let s = &self.strides;
+        let extents: usize = s.batch.iter().map(|b| b.0).product();
+        self.buffer.dtype == dtype
+            && batch * m * n > 0
+            && self.buffer.numel() == batch * m * n
+            && extents == batch
+            && s.end(m, n) <= self.buffer.numel()
+            && s.disjoint(m, n)
+    }
 }
 
 /// Where a GEMM operand's matrices lie in its buffer, read in place: the rows stored (A's
@@ -287,6 +319,24 @@ impl Strides {
     pub fn end(&self, rows: usize, row_len: usize) -> usize {
         let last: usize = self.batch.iter().map(|&(e, s)| (e - 1) * s).sum();
         self.offset + last + (rows - 1) * self.ld + row_len
+    }
+
+    /// Whether distinct elements of the matrices (`rows` rows of `row_len` elements each) lie
+    /// at distinct positions: ordered by stride, each dimension's stride passes the farthest
+    /// element the smaller ones reach. What a product stored through strides needs, so that
+    /// no element is written twice.
+    pub fn disjoint(&self, rows: usize, row_len: usize) -> bool {
+        let mut dims: Vec<(usize, usize)> = (self.batch.iter().copied())
+            .chain([(rows, self.ld), (row_len, 1)])
+            .filter(|&(e, _)| e > 1)
+            .collect();
+        dims.sort_by_key(|&(_, s)| s);
+        let mut reach = 0;
+        dims.iter().all(|&(e, s)| {
+            let ok = s > reach;
+            reach += (e - 1) * s;
+            ok
+        })
     }
 }
 

@@ -354,6 +354,7 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
             b_trans,
             chain,
             strides,
+            store,
         } => {
             let mut flags = String::new();
             if *a_trans {
@@ -373,6 +374,14 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
                 if let Some(s) = s {
                     let _ = writeln!(out, "{pad}  {what} read in place: {}", strides_text(s));
                 }
+            }
+            if let Some(st) = store {
+                let _ = writeln!(
+                    out,
+                    "{pad}  product stored in place into {}: {}",
+                    st.buffer,
+                    strides_text(&st.strides)
+                );
             }
             if let Some(c) = chain {
                 let _ = writeln!(

@@ -72,7 +72,9 @@ pub struct FusionLimits {
     /// [`crate::ir::Strides`]), so that transposes, reshapes and slices that only lay an
     /// operand out take no kernel of their own: the CPU's packing and tiles read through
     /// strides; a GPU's GEMM mappings read `[batch, m, k]` buffers, so there a kernel copies
-    /// the operand out first.
+    /// the operand out first. The same GEMMs store a plain product through strides into the
+    /// buffer of a transpose or reshape of it (see [`crate::ir::Store`]), where a GPU's
+    /// mappings write `[batch, m, n]` and keep the copy kernel.
     pub strided_operands: bool,
     /// The shortest even length of a real transform (`RFFT`/`IRFFT`) done at half length
     /// (see [`crate::fft`]): below it the half length's extra elementwise and layout kernels

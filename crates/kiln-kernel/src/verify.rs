@@ -1069,6 +1069,7 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
             a_trans,
             b_trans,
             strides,
+            store,
         } => {
             let (batch, m, n, kk) = (*batch, *m, *n, *kk);
             let dtype = k.product_dtype();
@@ -1126,6 +1127,18 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
                             inputs[j]
                         ),
                     );
+                }
+            }
+            // A product stored through strides: every element of the buffer written once.
+            if let Some(st) = store {
+                if epilogue.is_some() || chain.is_some() || conv.is_some() {
+                    let what = "a stored product with an epilogue, chain or convolution";
+                    return bad(&c, what.into());
+                }
+                if !st.writes_each_once(batch, m, n, k.out.dtype) {
+                    let s = &st.strides;
+                    let what = format!("the store {s:?} does not write each of {} once", st.buffer);
+                    return bad(&c, what);
                 }
             }
             let b_elems = match conv {
@@ -1319,6 +1332,9 @@ fn computes(k: &Kernel, ty: &TensorType) -> Result<(), String> {
         Schedule::Gemm {
             chain: Some(ch), ..
         } => &ch.out,
+        Schedule::Gemm {
+            store: Some(st), ..
+        } => &st.buffer,
         _ => &k.out,
     };
     if out == ty || (k.schedule == Schedule::Nest && bytes_of(out, ty)) {

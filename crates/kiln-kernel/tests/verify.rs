@@ -393,6 +393,55 @@ fn gemm_contraction_disagrees_with_a() {
     rejects(&k, &inputs, "A (in0, f32[2,3]) is not batch 1 x m 2 x k 4");
 }
 
+/// Two heads' product `[1, 2, 3, 2]` merged back into `[1, 3, 4]`: stored through strides.
+const HEADS_MERGED: &str = "func @main(%0: f32[1,2,3,3], %1: f32[1,2,3,2]) -> f32[1,3,4] {
+  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [2]} : f32[1,2,3,2]
+  %3 = transpose %2 {permutation = [0, 2, 1, 3]} : f32[1,3,2,2]
+  %4 = reshape %3 : f32[1,3,4]
+  return %4
+}
+";
+
+#[test]
+fn stored_products_write_each_element_once() {
+    let (f, fz) = fused(HEADS_MERGED);
+    let i = fz.kernels.iter().position(Option::is_some).unwrap();
+    let k = fz.kernels[i].clone().unwrap();
+    let inputs: Vec<TensorType> = (fz.operands[i].iter())
+        .map(|v| f.values[v.index()].clone())
+        .collect();
+    let Schedule::Gemm {
+        store: Some(st), ..
+    } = &k.schedule
+    else {
+        panic!("a product stored through strides: {:?}", k.schedule)
+    };
+    // Heads 2 apart, rows 4 apart.
+    assert_eq!((st.strides.batch.clone(), st.strides.ld), (vec![(2, 2)], 4));
+    // Heads 1 apart: a head's second column is the next head's first.
+    let mut overlapping = k.clone();
+    if let Schedule::Gemm {
+        store: Some(st), ..
+    } = &mut overlapping.schedule
+    {
+        st.strides.batch[0].1 = 1;
+    }
+    rejects(
+        &overlapping,
+        &inputs,
+        "does not write each of f32[1,3,4] once",
+    );
+    // Rows past the buffer's end.
+    let mut past = k.clone();
+    if let Schedule::Gemm {
+        store: Some(st), ..
+    } = &mut past.schedule
+    {
+        st.strides.ld = 5;
+    }
+    rejects(&past, &inputs, "does not write each of f32[1,3,4] once");
+}
+
 #[test]
 fn epilogue_reading_the_product_at_the_wrong_slot() {
     let (f, fz) = fused(MATMUL_BIAS);

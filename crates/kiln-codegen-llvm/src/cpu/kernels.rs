@@ -110,6 +110,7 @@ pub(super) fn emit_kernel<'c>(
             epilogue,
             ref chain,
             ref strides,
+            ref store,
         } => {
             let g = gemm_of(k, schedule, target).expect("a GEMM");
             let (bl, split_columns) = (g.blocking, g.split_columns);
@@ -163,6 +164,7 @@ pub(super) fn emit_kernel<'c>(
                 shared_contraction.then(|| f.get_nth_param(5).expect("declared").into_int_value()),
                 (a_trans, b_trans),
                 strides,
+                store.as_ref().map(|s| &s.strides),
                 conv.as_ref(),
                 out,
                 f.get_nth_param(4).expect("declared").into_pointer_value(),

@@ -27,6 +27,12 @@ pub enum FusionDecision {
     ChainedInto(usize),
     /// A product run on each block of rows of `first`'s GEMM and epilogue, in its kernel.
     Chained(usize),
+    /// A matrix product whose GEMM runs in `layout`'s kernel, storing the product through
+    /// strides into the buffer of `layout`, a transpose or reshape of it.
+    StoredBy(usize),
+    /// The GEMM of the product `product`, storing it through strides into this layout's
+    /// buffer (`fuse/stores.rs`).
+    Stores(usize),
     /// Written by `kernel`'s kernel (multi-output fusion) over the index space `shape`, the
     /// kernels sharing `shared` input buffers.
     Merged {
@@ -66,6 +72,16 @@ impl fmt::Display for FusionDecision {
                 f,
                 "own kernel: the GEMM of #{p}'s kernel and its epilogue, then this product on \
                  each block of rows while it is in cache"
+            ),
+            FusionDecision::StoredBy(l) => write!(
+                f,
+                "runs inside #{l}'s kernel, which is this GEMM storing the product through \
+                 strides where #{l} lays it out"
+            ),
+            FusionDecision::Stores(p) => write!(
+                f,
+                "own kernel: the GEMM of #{p}, storing its product through strides into this \
+                 layout's buffer"
             ),
             FusionDecision::Merged {
                 kernel,

@@ -154,6 +154,7 @@ pub(super) fn fuse_gemm_epilogues(
             a_trans,
             b_trans,
             strides,
+            store,
             ..
         } = pk.schedule
         else {
@@ -171,6 +172,7 @@ pub(super) fn fuse_gemm_epilogues(
                 b_trans,
                 chain: None,
                 strides,
+                store,
             },
             out: uk.out.clone(),
             vars: uk.vars,

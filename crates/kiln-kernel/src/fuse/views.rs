@@ -12,11 +12,11 @@ use kiln_ir::{Func, Op, ValueId};
 /// A value read in place from another's buffer: element `i` of the value (row-major over
 /// `shape`) lies at `offset + Σ i[d] * strides[d]` in `base`.
 #[derive(Clone, Debug, PartialEq)]
-struct View {
-    base: ValueId,
-    offset: usize,
-    shape: Vec<usize>,
-    strides: Vec<usize>,
+pub(super) struct View {
+    pub base: ValueId,
+    pub offset: usize,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
 }
 
 /// What [`read_in_place`] decided.
@@ -46,7 +46,7 @@ fn is_layout(op: &Op) -> bool {
 }
 
 /// `v` as stored: its own buffer, row-major.
-fn own(f: &Func, v: ValueId) -> View {
+pub(super) fn own(f: &Func, v: ValueId) -> View {
     let shape = f.values[v.index()].shape.clone();
     View {
         base: v,
@@ -58,7 +58,7 @@ fn own(f: &Func, v: ValueId) -> View {
 
 /// The strides of `shape` reshaped to `new`, its elements where they are, if each run of
 /// dimensions that `new` regroups is one stride apart throughout.
-fn reshaped(shape: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn reshaped(shape: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
     let old: Vec<(usize, usize)> = (shape.iter().copied().zip(strides.iter().copied()))
         .filter(|&(e, _)| e != 1)
         .collect();
@@ -172,7 +172,7 @@ fn merged(view: &View, dims: std::ops::Range<usize>) -> Option<(usize, usize)> {
 /// matrix as the product orders it, `[m, k]` for A and `[k, n]` for B, swapped when
 /// `swapped`, as the operand's dimensions are ordered). One run must have consecutive
 /// elements: its stored rows run along the other.
-fn operand_strides(
+pub(super) fn operand_strides(
     view: &View,
     nb: usize,
     runs: (std::ops::Range<usize>, std::ops::Range<usize>),

@@ -40,6 +40,7 @@ pub(crate) fn emit<'c>(
     k_at_run: Option<IntValue<'c>>,
     (a_trans, b_trans): (bool, bool),
     strides: &[Option<Strides>; 2],
+    store: Option<&Strides>,
     conv: Option<&ConvPatches>,
     out: PointerValue<'c>,
     scratch: PointerValue<'c>,
@@ -56,6 +57,13 @@ pub(crate) fn emit<'c>(
         return Err(crate::Error::Llvm(
             "a convolution's GEMM storing its output by planes takes no update or chained \
              product"
+                .into(),
+        ));
+    }
+    if store.is_some() && (planes || update.is_some() || chain.is_some() || epilogue.is_some()) {
+        return Err(crate::Error::Llvm(
+            "a GEMM storing its product through strides takes no epilogue, update, chained \
+             product or convolution"
                 .into(),
         ));
     }
@@ -126,9 +134,14 @@ pub(crate) fn emit<'c>(
     };
     let (s_r, s_j) = (x.slot()?, x.slot()?);
     // Where element (r, j) of C lies in `out`: by rows, or, stored by planes, column j of
-    // batch r / m's `[m, n]` product at `(r / m) * m * n + j * m + r % m`.
+    // batch r / m's `[m, n]` product at `(r / m) * m * n + j * m + r % m`, or, stored through
+    // strides, row r % m of batch r / m's matrix where the strides put it.
     let out_at = |r: IntValue<'c>, j: IntValue<'c>| -> Result<IntValue<'c>> {
-        if planes {
+        if let Some(s) = store {
+            let bt = x.sdiv(r, m)?;
+            let i = x.sub(r, x.mulc(bt, m)?)?;
+            x.add(x.add(batch_start(&x, s, bt)?, x.mulc(i, s.ld as i64)?)?, j)
+        } else if planes {
             let bt = x.sdiv(r, m)?;
             x.add(x.add(r, x.mulc(bt, m * (n - 1))?)?, x.mulc(j, m)?)
         } else {
@@ -136,7 +149,11 @@ pub(crate) fn emit<'c>(
         }
     };
     // The distance between C's rows (its columns, by planes) that tiles are given.
-    let ldc = x.c(if planes { m } else { n });
+    let ldc = x.c(match store {
+        Some(s) => s.ld as i64,
+        None if planes => m,
+        None => n,
+    });
     if k == 0 && planes {
         // An empty contraction: the product is zero, then the epilogue, an image at a time.
         let s_bt = x.slot()?;
@@ -158,6 +175,18 @@ pub(crate) fn emit<'c>(
                 Some(e) => e((r_lo, r_hi), (x.c(0), x.c(n)), out, x.c(0), None),
                 None => Ok(()),
             }
+        })?;
+        return Ok(());
+    }
+    if k == 0 && store.is_some() {
+        // An empty contraction stored through strides: zeros, a row at a time.
+        em.range_loop_ptr(s_r, lo, hi, 1, &mut |em| {
+            let r = x.get(s_r)?;
+            em.range_loop_ptr(s_j, col_lo, col_hi, 1, &mut |em| {
+                let p = x.at(ft, out, out_at(r, x.get(s_j)?)?)?;
+                em.b.build_store(p, ft.const_zero()).map_err(llvm)?;
+                Ok(())
+            })
         })?;
         return Ok(());
     }

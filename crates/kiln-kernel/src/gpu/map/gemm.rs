@@ -127,16 +127,17 @@ impl Mapper<'_> {
             b_trans,
             chain,
             strides,
+            store,
         } = &k.schedule
         else {
             unreachable!("a GEMM kernel")
         };
-        // A GPU's target reads no operand through strides
-        // (`FusionLimits::strided_operands`): the kernel layer copies such layouts out.
-        if strides.iter().any(Option::is_some) {
+        // A GPU's target reads no operand and stores no product through strides
+        // (`FusionLimits::strided_operands`): the kernel layer copies such layouts.
+        if strides.iter().any(Option::is_some) || store.is_some() {
             return Err(format!(
-                "{name}: a matrix product reading an operand through strides (the GPU's \
-                 products read [batch, m, k] buffers)"
+                "{name}: a matrix product reading an operand or storing its result through \
+                 strides (the GPU's products read [batch, m, k] and write [batch, m, n] buffers)"
             ));
         }
         let (a, b) = match (ins.first(), ins.get(1)) {
