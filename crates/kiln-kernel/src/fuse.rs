@@ -38,6 +38,7 @@ mod inline;
 mod legality;
 mod merge;
 mod views;
+mod zero_blocks;
 
 use crate::ir::{Expr, Extra, Kernel, Rewriter, Schedule};
 use crate::target::FusionLimits;
@@ -122,6 +123,7 @@ fn own_extras(f: &Func, ks: &[Option<Kernel>]) -> Vec<Vec<ValueId>> {
 pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimits) -> Fused {
     let mut out = fuse_unmerged(f, ks, chains, limits);
     merge::merge_siblings(f, &mut out);
+    zero_blocks::mark_zero_blocks(f, &mut out, limits.zero_steps);
     out
 }
 

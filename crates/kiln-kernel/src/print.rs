@@ -354,6 +354,7 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
             b_trans,
             chain,
             strides,
+            zero,
         } => {
             let mut flags = String::new();
             if *a_trans {
@@ -373,6 +374,20 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
                 if let Some(s) = s {
                     let _ = writeln!(out, "{pad}  {what} read in place: {}", strides_text(s));
                 }
+            }
+            if let Some(z) = zero {
+                let (what, x) = if z.operand == 0 {
+                    ("A", "row")
+                } else {
+                    ("B", "col")
+                };
+                let (a, b, c) = z.at;
+                let terms = [("step".to_string(), a), (x.to_string(), b)];
+                let _ = writeln!(
+                    out,
+                    "{pad}  {what} zero where {} > 0: those steps left out where checked at run time",
+                    sum(&terms, c)
+                );
             }
             if let Some(c) = chain {
                 let _ = writeln!(

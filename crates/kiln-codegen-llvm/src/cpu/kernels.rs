@@ -110,6 +110,7 @@ pub(super) fn emit_kernel<'c>(
             epilogue,
             ref chain,
             ref strides,
+            ref zero,
         } => {
             let g = gemm_of(k, schedule, target).expect("a GEMM");
             let (bl, split_columns) = (g.blocking, g.split_columns);
@@ -173,6 +174,7 @@ pub(super) fn emit_kernel<'c>(
                     .map(|_| &mut apply as gemm::Epilogue<'_, 'c>),
                 update,
                 chain,
+                zero.as_ref(),
             )?;
         }
         Schedule::Scatter {

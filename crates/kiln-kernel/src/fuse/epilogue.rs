@@ -171,6 +171,7 @@ pub(super) fn fuse_gemm_epilogues(
                 b_trans,
                 chain: None,
                 strides,
+                zero: None,
             },
             out: uk.out.clone(),
             vars: uk.vars,

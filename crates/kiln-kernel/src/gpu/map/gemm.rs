@@ -127,6 +127,9 @@ impl Mapper<'_> {
             b_trans,
             chain,
             strides,
+            // A hint only: the GPU's products compute every block
+            // (`FusionLimits::zero_steps`).
+            zero: _,
         } = &k.schedule
         else {
             unreachable!("a GEMM kernel")
