@@ -41,6 +41,7 @@ mod legality;
 mod merge;
 mod stores;
 mod views;
+mod zero_blocks;
 
 use crate::ir::{Expr, Extra, Kernel, Rewriter, Schedule};
 use crate::target::FusionLimits;
@@ -125,6 +126,7 @@ fn own_extras(f: &Func, ks: &[Option<Kernel>]) -> Vec<Vec<ValueId>> {
 pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimits) -> Fused {
     let mut out = fuse_unmerged(f, ks, chains, limits);
     merge::merge_siblings(f, &mut out);
+    zero_blocks::mark_zero_blocks(f, &mut out, limits.zero_steps);
     out
 }
 

@@ -264,6 +264,10 @@ pub enum Schedule {
         /// Where the product is stored, when not as the kernel's `out` by rows: in the buffer
         /// of a layout of it, through strides (see [`Store`]).
         store: Option<Box<Store>>,
+        /// Where one operand is expected to hold zeros (a causal mask's triangle): the tiles
+        /// may leave out those contraction steps, after checking at run time that they are
+        /// zeros and that the other operand's same steps are finite (see [`ZeroBlocks`]).
+        zero: Option<ZeroBlocks>,
     },
 }
 
@@ -294,6 +298,21 @@ impl Store {
             && s.end(m, n) <= self.buffer.numel()
             && s.disjoint(m, n)
     }
+}
+
+/// A GEMM operand expected to be zero where `step * a + x * b + c > 0` (`a` and `b` are 1
+/// or -1), `step` the contraction step and `x` the row within its batch (for A) or the column
+/// (for B): the causal mask's triangle of attention's probabilities and their gradient. It is
+/// only a hint: a tile leaves out the steps where the hint says one operand is zero after
+/// checking at run time that it is zero there and that the other operand is finite there
+/// (`0 * inf` and `0 * NaN` are NaN), so the result is what the full product computes, bit
+/// for bit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ZeroBlocks {
+    /// The operand: 0 for A, 1 for B.
+    pub operand: usize,
+    /// `(a, b, c)`: zero where `step * a + x * b + c > 0`.
+    pub at: (i64, i64, i64),
 }
 
 /// Where a GEMM operand's matrices lie in its buffer, read in place: the rows stored (A's

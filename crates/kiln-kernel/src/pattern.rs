@@ -15,56 +15,6 @@ pub fn masked_where(
     (col, row): (usize, usize),
     value: &dyn Fn(&Expr) -> Option<f64>,
 ) -> Option<(i64, i64, i64)> {
-    // An integer expression as `col * a + row * b + c`.
-    fn affine_int(
-        e: &Expr,
-        (col, row): (usize, usize),
-        value: &dyn Fn(&Expr) -> Option<f64>,
-    ) -> Option<(i64, i64, i64)> {
-        let of_idx = |i: &Idx| {
-            let (terms, c) = affine(i)?;
-            let mut f = (0, 0, c);
-            for (v, k) in terms {
-                match v {
-                    _ if v == col => f.0 += k,
-                    _ if v == row => f.1 += k,
-                    _ => return None,
-                }
-            }
-            Some(f)
-        };
-        match e {
-            Expr::Index { idx, .. } => of_idx(idx),
-            Expr::Iota { var, .. } => of_idx(&Idx::Var(*var)),
-            Expr::Const { .. } | Expr::Load { .. } | Expr::Gather { .. }
-                if matches!(e.dtype(), DType::I32 | DType::I64) =>
-            {
-                let v = value(e)?;
-                (v.fract() == 0.0 && v.abs() < (1u64 << 52) as f64).then_some((0, 0, v as i64))
-            }
-            // (Exact for the positions of `masked`'s caller, below 2^30.)
-            Expr::Op {
-                op: Ew::Convert,
-                dtype: DType::I32 | DType::I64,
-                args,
-            } if matches!(args[0].dtype(), DType::I32 | DType::I64) => {
-                affine_int(&args[0], (col, row), value)
-            }
-            Expr::Op {
-                op: Ew::Kind(k @ (OpKind::Add | OpKind::Subtract)),
-                dtype: DType::I32 | DType::I64,
-                args,
-            } => {
-                let (x, y) = (
-                    affine_int(&args[0], (col, row), value)?,
-                    affine_int(&args[1], (col, row), value)?,
-                );
-                let s = if *k == OpKind::Add { 1 } else { -1 };
-                Some((x.0 + s * y.0, x.1 + s * y.1, x.2 + s * y.2))
-            }
-            _ => None,
-        }
-    }
     let Expr::Op {
         op: Ew::Select,
         args,
@@ -76,11 +26,47 @@ pub fn masked_where(
     if value(&args[2]) != Some(f64::NEG_INFINITY) {
         return None;
     }
+    fails_where(&args[0], (col, row), value)
+}
+
+/// Where a select `h`, `select(a ⋚ b, x, y)` with `a` and `b` as [`masked_where`] takes
+/// them, takes an arm that does not depend on the position (`value` resolves it): `(a, b, c)`
+/// with that arm taken wherever `col * a + row * b + c > 0` (a causal mask's zeros, of
+/// attention's probabilities' gradient, or its -inf).
+pub fn constant_arm_where(
+    h: &Expr,
+    (col, row): (usize, usize),
+    value: &dyn Fn(&Expr) -> Option<f64>,
+) -> Option<(i64, i64, i64)> {
+    let Expr::Op {
+        op: Ew::Select,
+        args,
+        ..
+    } = h
+    else {
+        return None;
+    };
+    if value(&args[2]).is_some() {
+        return fails_where(&args[0], (col, row), value);
+    }
+    value(&args[1])?;
+    // Taken where the comparison holds: where `g > 0` fails, `-g + 1 > 0`.
+    let (a, b, c) = fails_where(&args[0], (col, row), value)?;
+    Some((-a, -b, 1 - c))
+}
+
+/// Where the comparison `cond` of integer affine expressions of `col` and `row` fails: `(a,
+/// b, c)` with `col * a + row * b + c > 0` exactly there.
+fn fails_where(
+    cond: &Expr,
+    (col, row): (usize, usize),
+    value: &dyn Fn(&Expr) -> Option<f64>,
+) -> Option<(i64, i64, i64)> {
     let Expr::Op {
         op: Ew::Cmp(dir),
         args: sides,
         ..
-    } = &args[0]
+    } = cond
     else {
         return None;
     };
@@ -98,6 +84,57 @@ pub fn masked_where(
         ComparisonDirection::Gt => {
             let g = neg(f);
             Some((g.0, g.1, g.2 + 1))
+        }
+        _ => None,
+    }
+}
+
+// An integer expression as `col * a + row * b + c`.
+fn affine_int(
+    e: &Expr,
+    (col, row): (usize, usize),
+    value: &dyn Fn(&Expr) -> Option<f64>,
+) -> Option<(i64, i64, i64)> {
+    let of_idx = |i: &Idx| {
+        let (terms, c) = affine(i)?;
+        let mut f = (0, 0, c);
+        for (v, k) in terms {
+            match v {
+                _ if v == col => f.0 += k,
+                _ if v == row => f.1 += k,
+                _ => return None,
+            }
+        }
+        Some(f)
+    };
+    match e {
+        Expr::Index { idx, .. } => of_idx(idx),
+        Expr::Iota { var, .. } => of_idx(&Idx::Var(*var)),
+        Expr::Const { .. } | Expr::Load { .. } | Expr::Gather { .. }
+            if matches!(e.dtype(), DType::I32 | DType::I64) =>
+        {
+            let v = value(e)?;
+            (v.fract() == 0.0 && v.abs() < (1u64 << 52) as f64).then_some((0, 0, v as i64))
+        }
+        // (Exact for the positions of `masked`'s caller, below 2^30.)
+        Expr::Op {
+            op: Ew::Convert,
+            dtype: DType::I32 | DType::I64,
+            args,
+        } if matches!(args[0].dtype(), DType::I32 | DType::I64) => {
+            affine_int(&args[0], (col, row), value)
+        }
+        Expr::Op {
+            op: Ew::Kind(k @ (OpKind::Add | OpKind::Subtract)),
+            dtype: DType::I32 | DType::I64,
+            args,
+        } => {
+            let (x, y) = (
+                affine_int(&args[0], (col, row), value)?,
+                affine_int(&args[1], (col, row), value)?,
+            );
+            let s = if *k == OpKind::Add { 1 } else { -1 };
+            Some((x.0 + s * y.0, x.1 + s * y.1, x.2 + s * y.2))
         }
         _ => None,
     }

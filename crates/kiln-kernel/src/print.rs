@@ -355,6 +355,9 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
             chain,
             strides,
             store,
+                );
+            }
+            zero,
         } => {
             let mut flags = String::new();
             if *a_trans {
@@ -381,6 +384,20 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
                     "{pad}  product stored in place into {}: {}",
                     st.buffer,
                     strides_text(&st.strides)
+                );
+            }
+            if let Some(z) = zero {
+                let (what, x) = if z.operand == 0 {
+                    ("A", "row")
+                } else {
+                    ("B", "col")
+                };
+                let (a, b, c) = z.at;
+                let terms = [("step".to_string(), a), (x.to_string(), b)];
+                let _ = writeln!(
+                    out,
+                    "{pad}  {what} zero where {} > 0: those steps left out where checked at run time",
+                    sum(&terms, c)
                 );
             }
             if let Some(c) = chain {

@@ -81,6 +81,11 @@ pub struct FusionLimits {
     /// cost more than the work it saves (measured on the CPU, docs/performance.md "Real
     /// transforms at half length"; not measured on a GPU, which takes the CPU's value).
     pub fft_half_min: usize,
+    /// Whether the target's GEMM tiles leave out contraction steps where one operand is
+    /// zero (a causal mask's triangle, checked at run time along with the other operand's
+    /// finiteness: see [`crate::ir::ZeroBlocks`]): the CPU's do; a GPU's mappings compute
+    /// every block.
+    pub zero_steps: bool,
 }
 
 /// The sizes at which a loop nest changes its loop strategy (see
@@ -554,6 +559,7 @@ impl Default for FusionLimits {
             winograd_min_features: 32,
             strided_operands: true,
             fft_half_min: 2048,
+            zero_steps: true,
         }
     }
 }
@@ -621,6 +627,7 @@ impl TargetInfo {
             nontemporal_stores: false,
             fusion: FusionLimits {
                 strided_operands: false,
+                zero_steps: false,
                 ..FusionLimits::default()
             },
             gpu: Some(Gpu::h200()),

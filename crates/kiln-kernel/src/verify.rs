@@ -1070,8 +1070,28 @@ fn check(k: &Kernel, inputs: &[TensorType], all_read: bool) -> Result<(), Kernel
             b_trans,
             strides,
             store,
+            zero,
         } => {
             let (batch, m, n, kk) = (*batch, *m, *n, *kk);
+            if let Some(z) = zero
+                && (z.operand > 1 || z.at.0.abs() != 1 || z.at.1.abs() != 1 || conv.is_some())
+            {
+                return bad(
+                    &c,
+                    format!(
+                        "a GEMM's zero steps name operand {} with coefficients {:?}{}: the \
+                         operand must be 0 or 1, the step's and the position's coefficients 1 \
+                         or -1, and the product no convolution's",
+                        z.operand,
+                        z.at,
+                        if conv.is_some() {
+                            " on a convolution"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
             let dtype = k.product_dtype();
             if !matches!(dtype, DType::F32 | DType::F64) {
                 return bad(&c, format!("a GEMM of {dtype} (f32 and f64 only)"));

@@ -77,6 +77,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "winograd_min_features": t.fusion.winograd_min_features,
             "fft_half_min": t.fusion.fft_half_min,
             "strided_operands": t.fusion.strided_operands,
+            "zero_steps": t.fusion.zero_steps,
         },
         "loops": {
             "stream_bytes": t.loops.stream_bytes,
@@ -321,6 +322,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             winograd_min_features: fusion.usize("winograd_min_features")?,
             fft_half_min: fusion.usize("fft_half_min")?,
             strided_operands: fusion.bool("strided_operands")?,
+            zero_steps: fusion.bool("zero_steps")?,
         },
         loops: LoopLimits {
             stream_bytes: loops.usize("stream_bytes")?,

@@ -21,7 +21,7 @@
 use super::{Emitter, Routines, Target, host_attributes, llvm};
 use crate::Result;
 use crate::common::scalar::Scalar;
-use crate::kernel::{ConvPatches, Strides};
+use crate::kernel::{ConvPatches, Strides, ZeroBlocks};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::context::Context;
 use inkwell::module::Module;
@@ -40,6 +40,7 @@ mod packing;
 mod registers;
 mod routines;
 mod tile;
+mod zero_steps;
 
 pub(super) use chain::*;
 pub(super) use macro_kernel::*;
@@ -47,6 +48,7 @@ use packing::batch_start;
 use registers::*;
 pub(super) use routines::*;
 use tile::*;
+use zero_steps::*;
 
 /// Contraction steps per iteration of a full-width tile's loop. Measured against 1 with
 /// alternating A/B calls: matmul_1024 won 44 of 55 pairs (10.1 -> 9.4 ms), the MLP step 61 of

@@ -111,6 +111,7 @@ pub(super) fn emit_kernel<'c>(
             ref chain,
             ref strides,
             ref store,
+            ref zero,
         } => {
             let g = gemm_of(k, schedule, target).expect("a GEMM");
             let (bl, split_columns) = (g.blocking, g.split_columns);
@@ -175,6 +176,7 @@ pub(super) fn emit_kernel<'c>(
                     .map(|_| &mut apply as gemm::Epilogue<'_, 'c>),
                 update,
                 chain,
+                zero.as_ref(),
             )?;
         }
         Schedule::Scatter {

@@ -173,6 +173,7 @@ pub(super) fn fuse_gemm_epilogues(
                 chain: None,
                 strides,
                 store,
+                zero: None,
             },
             out: uk.out.clone(),
             vars: uk.vars,

@@ -31,6 +31,10 @@ pub(crate) type Epilogue<'a, 'c> = &'a mut dyn FnMut(
 /// lives in the scratch memory instead of `out`: after the epilogue the chained product
 /// multiplies it by its B, packed once per batch, into the chain's `out` (see
 /// [`crate::kernel::Chain`]).
+///
+/// With `zero` (see [`crate::kernel::ZeroBlocks`]), tiles that read A packed leave out the
+/// contraction steps where the hint's operand is checked zero and the other finite
+/// (`zero_steps.rs`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn emit<'c>(
     em: &Emitter<'c>,
@@ -49,6 +53,7 @@ pub(crate) fn emit<'c>(
     epilogue: Option<Epilogue<'_, 'c>>,
     update: Option<(BasicValueEnum<'c>, bool)>,
     chain: Option<Chain<'_, 'c>>,
+    zero: Option<&ZeroBlocks>,
 ) -> Result<()> {
     let mut epilogue = epilogue;
     let x = Arith { em };
@@ -86,6 +91,17 @@ pub(crate) fn emit<'c>(
             .into_pointer_value())
     };
     let nc = bl.nc_for(n);
+    // Zero steps are left out of tiles reading packed slivers of A and packed panels of B.
+    let zero_steps = match zero {
+        Some(z) if chain.is_none() && conv.is_none() && update.is_none() && !bl.compact => {
+            let panels = (nc / bl.nr() + 1) as u32;
+            Some(ZeroSteps {
+                z: z.clone(),
+                flags: em.entry_alloca(em.ctx.i8_type().array_type(panels).into())?,
+            })
+        }
+        _ => None,
+    };
     // A convolution's column offsets, as a constant table in the module.
     let conv = match conv {
         None => None,
@@ -325,7 +341,13 @@ pub(crate) fn emit<'c>(
                     if in_place {
                         return Ok(());
                     }
-                    pack_b_panel(&x, ft, bl, &source, (j, width), (kb, kc), panel_of(j)?)
+                    pack_b_panel(&x, ft, bl, &source, (j, width), (kb, kc), panel_of(j)?)?;
+                    match &zero_steps {
+                        Some(zs) => {
+                            zs.check_panel(&x, ft, bl, (panel_of(j)?, jc), (j, width), (kb, kend))
+                        }
+                        None => Ok(()),
+                    }
                 };
                 // (Whole panels only when there are any: no dead code calling routines the
                 // kernel cache does not compile.)
@@ -359,6 +381,16 @@ pub(crate) fn emit<'c>(
                         if !direct {
                             g.pack_a(ic, ic_end, kb, kend)?;
                         }
+                        // Whether A's rows pass the zero steps' check, once for all panels.
+                        let a_ok = match &zero_steps {
+                            Some(zs) => Some(zs.a_block(
+                                &g,
+                                ft,
+                                (ic, ic_end, x.mulc(bt, m)?),
+                                (kb, kend),
+                            )?),
+                            None => None,
+                        };
                         let slivers = |j: IntValue<'c>, width: i64| -> Result<()> {
                             let panel = panel_at(j)?;
                             // The tile's code is a function shared by every GEMM with the same
@@ -374,6 +406,38 @@ pub(crate) fn emit<'c>(
                                     Some((t.function(em.ctx, em.m, em.routines, em.target)?, a))
                                 }
                             };
+                            if let (Some((f, a)), Some(zs), Some(a_ok)) =
+                                (shared, &zero_steps, a_ok)
+                            {
+                                // A's arguments for the sliver from row `r`, from step `kk`.
+                                let a_at = |r: IntValue<'c>, kk: IntValue<'c>| match a {
+                                    ARead::Packed => {
+                                        let at = x.add(
+                                            x.mulc(x.sub(r, ic)?, bl.kc)?,
+                                            x.mulc(x.sub(kk, kb)?, bl.mr)?,
+                                        )?;
+                                        Ok((x.at(ft, g.packed_a, at)?, x.c(bl.kc), x.c(1)))
+                                    }
+                                    _ => a.args(
+                                        &x,
+                                        ft,
+                                        (g.a, g.packed_a),
+                                        (g.a_row(r)?, kk),
+                                        (g.lda, bl.kc),
+                                        g.a_trans,
+                                    ),
+                                };
+                                return zs.slivers(
+                                    &x,
+                                    (f, ft, bl),
+                                    (ic, ic_end, x.mulc(bt, m)?, a_ok),
+                                    (j, width, jc),
+                                    (kb, kend),
+                                    (&a_at, panel),
+                                    (&|r| c_at(ic, jc, r, j), ldc),
+                                    (first, ft.const_zero().into()),
+                                );
+                            }
                             if let Some((f, a)) = shared {
                                 let (at, lda, step) = a.args(
                                     &x,

@@ -128,6 +128,9 @@ impl Mapper<'_> {
             chain,
             strides,
             store,
+            // A hint only: the GPU's products compute every block
+            // (`FusionLimits::zero_steps`).
+            zero: _,
         } = &k.schedule
         else {
             unreachable!("a GEMM kernel")
