@@ -3,7 +3,7 @@
 //! original's results within a few ulps of the part type (relative to each result's larger
 //! part), and leaves complex values only at the parameters, the results and the ops it keeps.
 
-use kiln_ir::{DType, Literal, Op, TensorType, parse_func_text, parse_literal};
+use kiln_ir::{DType, Func, Literal, Op, TensorType, parse_func_text, parse_literal};
 use kiln_kernel::complex::split_complex;
 use kiln_reference::compare::{Tolerance, check_close};
 
@@ -251,10 +251,23 @@ fn a_program_without_complex_values_is_left_alone() {
     assert_eq!(split_complex(&f).unwrap(), f);
 }
 
+/// Whether `got`, the split program's results on `args` (run on the reference), agree with
+/// `want`, the original's, under the bounds of `kiln_reference::accuracy`: per output, the
+/// ulps of the ops in its cone (for a complex op the bound of computing it on parts, as the
+/// split does, in f32 steps for a `c64` where the reference rounds once from f64) grown
+/// through the program by the magnitudes of what each result is computed from. The bits of a
+/// complex number only moved (bitcast to an integer) are compared as that number.
+fn split_agrees(
+    f: &Func,
+    args: &[Literal],
+    got: &[Literal],
+    want: &[Literal],
+) -> Result<(), String> {
+    kiln_reference::accuracy::check_outputs_against(f, args, got, want).map(|_| ())
+}
+
 /// Random programs with complex parameters (the generator's `with_complex`), split and run on
-/// the reference, agree with the original within 64 ulps of the part type, relative to each
-/// result's larger part (the split computes a `c64` in f32 steps where the reference rounds
-/// once from f64).
+/// the reference, agree with the original under the accuracy bounds ([`split_agrees`]).
 #[test]
 fn random_complex_programs_keep_their_meaning() {
     use kiln_ir::random::{Config, Rng, random_func, random_literal};
@@ -293,10 +306,8 @@ fn random_complex_programs_keep_their_meaning() {
         let want = kiln_reference::eval(&f, &args).unwrap();
         let got = kiln_reference::eval(&g, &args).unwrap();
         ran += 1;
-        for (w, o) in want.iter().zip(&got) {
-            if let Err(e) = check_close(o, w, Tolerance::ulps(w.dtype(), 64.0)) {
-                failures.push(format!("seed {seed}: {e}\n{f}"));
-            }
+        if let Err(e) = split_agrees(&f, &args, &got, &want) {
+            failures.push(format!("seed {seed}: {e}\n{f}"));
         }
     }
     assert!(
@@ -340,4 +351,47 @@ fn complex_bitcasts_are_byte_copies() {
     }
     // Any other op on a complex operand still has no kernel of its own.
     assert!(kiln_kernel::lower::lower(&Op::Negate {}, std::slice::from_ref(&c), &c).is_err());
+}
+
+/// The two random programs whose split the old comparison (64 ulps of the part type, integers
+/// exactly) refused agree under the accuracy bounds, and the comparison still refuses a wrong
+/// split: the same programs' split with its first `subtract` made an `add`. Seed 8345 bitcasts
+/// a `c64` product to `i64` (one ulp of the product is one in the integer); seed 9705 is
+/// `power(x, tanh x)` of a tiny number, whose rounding grows with the exponent's error, 68
+/// ulps where the old comparison allowed 64.
+#[test]
+fn seeds_8345_and_9705_agree_under_the_accuracy_bounds_and_a_wrong_split_does_not() {
+    let programs = [
+        (
+            8345,
+            "func @main(%0: c64[1,4]) -> i64[1,4] {\n  %1 = multiply %0, %0 : c64[1,4]\n  %2 = bitcast_convert %1 : i64[1,4]\n  %3 = reverse %2 {dimensions = [0]} : i64[1,4]\n  return %3\n}\n",
+        ),
+        (
+            9705,
+            "func @main(%0: c64[]) -> c64[] {\n  %1 = tanh %0 : c64[]\n  %2 = power %0, %1 : c64[]\n  return %2\n}\n",
+        ),
+    ];
+    for (seed, src) in programs {
+        let f = parse_func_text(src).unwrap();
+        // The random test's arguments of that seed (its only parameter is number 0).
+        let t = f.param_types()[0].clone();
+        let args = [values(t.dtype, t.numel(), seed * 31)
+            .reshaped(t.shape.clone())
+            .unwrap()];
+        let mut g = split_complex(&f).unwrap();
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        let got = kiln_reference::eval(&g, &args).unwrap();
+        split_agrees(&f, &args, &got, &want).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{g}"));
+        let sub = g
+            .insts
+            .iter()
+            .position(|i| matches!(i.op, Op::Subtract {}))
+            .unwrap_or_else(|| panic!("seed {seed}: no subtract in\n{g}"));
+        g.insts[sub].op = Op::Add {};
+        let wrong = kiln_reference::eval(&g, &args).unwrap();
+        assert!(
+            split_agrees(&f, &args, &wrong, &want).is_err(),
+            "seed {seed}: a wrong split passes\n{g}"
+        );
+    }
 }

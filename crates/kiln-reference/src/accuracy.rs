@@ -81,8 +81,9 @@
 //!
 //! A `select_and_scatter` over an inexact operand may select another element of a window
 //! than the reference (two within their error of each other), so its results are checked by
-//! class only. The bits of a float (`bitcast_convert` to an integer type, or to another float
-//! type of its width) that are only moved are compared as that float: under its bound when
+//! class only. The bits of a float or of a complex number (`bitcast_convert` to an integer
+//! type, or to another float type of its width: a `c64` to an `i64`) that are only moved are
+//! compared as that float or number: under its bound when
 //! inexact, bit for bit when exact except that a NaN matches any NaN (no op defines a NaN's
 //! sign or payload: the reference's are canonical, a backend may pass an operand's on).
 //! Bitcast to an integer type and straight back to the same float type (an identity that
@@ -1358,15 +1359,22 @@ fn check_outputs_with(
     Ok(s)
 }
 
-/// Float elements of `actual` and `expected` (one type) bit for bit, except that any NaN
-/// matches any NaN.
+/// Float (or complex) elements of `actual` and `expected` (one type) bit for bit, except that
+/// any NaN matches any NaN (a complex element is NaN when a part is).
 fn same_bits_or_nan(actual: &Literal, expected: &Literal) -> Result<Stats, String> {
     let width = expected.dtype().bytes();
     let (ab, eb) = (actual.to_le_bytes(), expected.to_le_bytes());
-    let (a, e) = (actual.to_f64s(), expected.to_f64s());
+    let nan = |l: &Literal| -> Vec<bool> {
+        let parts = l.to_complex_f64s();
+        parts
+            .iter()
+            .map(|z| z[0].is_nan() || z[1].is_nan())
+            .collect()
+    };
+    let (a, e) = (nan(actual), nan(expected));
     for i in 0..e.len() {
         let bits = |b: &[u8]| b[i * width..(i + 1) * width].to_vec();
-        if bits(&ab) != bits(&eb) && !(a[i].is_nan() && e[i].is_nan()) {
+        if bits(&ab) != bits(&eb) && !(a[i] && e[i]) {
             return Err(format!(
                 "element {i}: {} differs from the reference's {} (bits {:02x?} and {:02x?})",
                 actual.format_elem(i),
@@ -1384,8 +1392,8 @@ fn same_bits_or_nan(actual: &Literal, expected: &Literal) -> Result<Stats, Strin
     check(actual, expected, bound, None)
 }
 
-/// When output `i` is the bits of floats (a `bitcast_convert` of a float of the same shape and
-/// width to an integer type or another float type, then only moved: transposed, reshaped, reversed, sliced,
+/// When output `i` is the bits of floats (a `bitcast_convert` of a float or complex value of
+/// the same shape and width to an integer type or another float type, then only moved: transposed, reshaped, reversed, sliced,
 /// broadcast, gathered), `f` returning only output `i`, with those values kept as floats (the
 /// bitcast an identity reshape), and without the instructions outside its cone (which may use
 /// the bits as integers).
@@ -1415,7 +1423,9 @@ fn as_float_program(f: &Func, i: usize) -> Option<Func> {
         &f.values[cast.results[0].index()],
     );
     // To an integer type or to another float type (f16 to bf16): NaN bits land on a number.
-    if !from.dtype.is_float() || from.dtype == to.dtype || from.shape != to.shape {
+    // A complex number's bits (a `c64` as an `i64`) are its parts', compared as that number.
+    let float = from.dtype.is_float() || from.dtype.is_complex();
+    if !float || from.dtype == to.dtype || from.shape != to.shape {
         return None;
     }
     let mut h = f.clone();

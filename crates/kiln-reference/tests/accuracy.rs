@@ -196,6 +196,36 @@ fn bits_of_nans_match_any_nan() {
     assert!(check_outputs(&f, &x, &[with(2, bits[2] + 1)]).is_err());
 }
 
+/// The bits of an inexact complex number that are only moved (a `c64` product bitcast to
+/// `i64`, then reversed) are compared as the number, under the product's bound: its real part
+/// one ulp off (one apart in the integer) passes, a thousand ulps off does not, nor does the
+/// conjugate. Found by the complex split test (seed 8345, which compared the integers exactly).
+#[test]
+fn moved_bits_of_inexact_complex_numbers_are_compared_as_complex_numbers() {
+    let f = parse_func_text(
+        "func @main(%0: c64[1,4]) -> i64[1,4] {\n  %1 = multiply %0, %0 : c64[1,4]\n  %2 = bitcast_convert %1 : i64[1,4]\n  %3 = reverse %2 {dimensions = [1]} : i64[1,4]\n  return %3\n}\n",
+    )
+    .unwrap();
+    let z = [[1.5, -0.25], [0.1, 3.0], [-7.0, 0.3], [2.0, 2.0]];
+    let x = [Literal::from_complex_f64s(TensorType::new(DType::C64, [1, 4]), &z).unwrap()];
+    let want = kiln_reference::eval(&f, &x).unwrap().remove(0);
+    // An i64 element holds the real part's bits in its low word, the imaginary part's above.
+    let bits = want.to_i64s();
+    let with = |i: usize, b: i64| {
+        let mut v = bits.clone();
+        v[i] = b;
+        Literal::from_i64s(want.ty().clone(), &v).unwrap()
+    };
+    check_outputs(&f, &x, &[with(2, bits[2] + 1)]).unwrap();
+    let e = check_outputs(&f, &x, &[with(2, bits[2] + 1000)]).unwrap_err();
+    assert!(
+        e.starts_with("output 0 (the bits of a c64[1,4]): element 2"),
+        "{e}"
+    );
+    let conjugate = bits[1] ^ i64::MIN;
+    assert!(check_outputs(&f, &x, &[with(1, conjugate)]).is_err());
+}
+
 /// The same through a bitcast to another float type of the width: an f16 NaN's bits read as
 /// bf16 are a number (0xFE00 is -2^125), and its sign is still the NaN's own (seed 44202: a
 /// clamp passed a NaN operand's sign on, the reference's is canonical). Another number fails.

@@ -1,7 +1,7 @@
 //! The generator's own tests: every op appears, and the profiles' programs are what they say.
 
 use super::*;
-use crate::OpKind;
+use crate::{Combiner, ComparisonDirection, OpKind};
 
 /// Every op of `OpKind::ALL` appears in the random programs of a thousand seeds (control
 /// flow in the seeds that allow it, complex parameters in all).
