@@ -355,8 +355,6 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
             chain,
             strides,
             store,
-                );
-            }
             zero,
         } => {
             let mut flags = String::new();
