@@ -79,6 +79,12 @@ pub struct FusionLimits {
     /// cost more than the work it saves (measured on the CPU, docs/performance.md "Real
     /// transforms at half length"; not measured on a GPU, which takes the CPU's value).
     pub fft_half_min: usize,
+    /// The longest transform done as one product with its DFT matrix (see [`crate::fft`]):
+    /// a longer one is factored (four-step, into factors at most this long) or, with no such
+    /// factor, done by Bluestein's convolution. Longer direct products do more work per point
+    /// (`n` multiply-adds against the factors' sum) in fewer kernels (not measured on a GPU,
+    /// which takes the CPU's value).
+    pub fft_direct_max: usize,
 }
 
 /// The sizes at which a loop nest changes its loop strategy (see
@@ -552,6 +558,7 @@ impl Default for FusionLimits {
             winograd_min_features: 32,
             strided_operands: true,
             fft_half_min: 2048,
+            fft_direct_max: 64,
         }
     }
 }

@@ -76,6 +76,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "chain_row": t.fusion.chain_row,
             "winograd_min_features": t.fusion.winograd_min_features,
             "fft_half_min": t.fusion.fft_half_min,
+            "fft_direct_max": t.fusion.fft_direct_max,
             "strided_operands": t.fusion.strided_operands,
         },
         "loops": {
@@ -320,6 +321,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             chain_row: fusion.usize("chain_row")?,
             winograd_min_features: fusion.usize("winograd_min_features")?,
             fft_half_min: fusion.usize("fft_half_min")?,
+            fft_direct_max: fusion.usize("fft_direct_max")?,
             strided_operands: fusion.bool("strided_operands")?,
         },
         loops: LoopLimits {
