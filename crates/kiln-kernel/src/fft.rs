@@ -3,43 +3,50 @@
 //!
 //! A 1-D transform of length `n` along one dimension is a `dot_general` with the constant
 //! `n x n` DFT matrix `w^(jk)` (`w = e^(-2πi/n)`; its conjugate divided by `n` for an inverse)
-//! when `n <= DIRECT_MAX`; a longer `n` with no factor from 2 to `DIRECT_MAX` (a prime above
-//! it) is Bluestein's chirp-z transform, a convolution done by transforms of a power-of-two
-//! length at least `2n - 1`. A longer composite `n = n1 n2`, `n1` its largest
-//! factor at most `DIRECT_MAX`, is Cooley and Tukey's four-step factorization: the dimension
+//! when `n` is at most the target's `fusion.fft_direct_max`; a longer `n` with no factor from
+//! 2 to that limit (a prime above it) is Bluestein's chirp-z transform, a convolution done by
+//! transforms of a power-of-two length at least `2n - 1`. A longer composite `n = n1 n2`
+//! (`n1` and `n2` within the limit with the least sum where there are such, else `n1` the
+//! largest factor within it) is Cooley and Tukey's four-step factorization: the dimension
 //! reshaped to `[n1, n2]` (`j = n2 j1 + j2`), a direct transform of length `n1` over `j1`, a
 //! multiply by the twiddles `w_n^(j2 k1)`, a transform of length `n2` over `j2` (recursively)
 //! and a transpose to the output order `k = k1 + n1 k2`. Twiddles and matrices come from
 //! [`kiln_ir::fft::twiddle`] in f64 and are rounded once to the element type.
+//!
+//! Each direct transform is one real product, whatever its operand: the operand laid out
+//! once with the transformed dimension last (a complex one with its parts side by side),
+//! times a real matrix whose columns give the result's parts side by side (`direct`). So a
+//! complex stage is one GEMM and one layout kernel, not four products each with its own
+//! copy of the operand. Where the target's GEMM reads operands through strides
+//! (`fusion.strided_operands`), the last stage of a four-step transform along the last
+//! dimension multiplies from the left (`last_stage_left`): the DFT matrix broadcast over the
+//! lines, read in place, times the twiddled parts stacked, so that neither its operand nor
+//! its result is transposed and its result lies in the output order.
 //!
 //! Several transformed dimensions are transformed one after another. A real transform of an
 //! even length `n = 2m` from the target's `fusion.fft_half_min` on along the last dimension is done at
 //! half length (`rfft_half`, `irfft_half`): the `n` reals taken as `m` complex numbers, one complex transform of
 //! length `m` and an elementwise combination with the twiddles `w_n^k`; the other
 //! dimensions of a multi-dimensional real transform are complex transforms. Another `n`
-//! takes the full length: `RFFT` transforms its real operand (its first direct products are
-//! real products with the matrix's real and imaginary parts, so no zero imaginary part is
+//! takes the full length: `RFFT` transforms its real operand (its first direct product takes
+//! it with the matrix's real and imaginary parts side by side, so no zero imaginary part is
 //! multiplied; a Bluestein length converts it to complex first) and slices the first
 //! `n/2 + 1` elements of the last dimension; `IRFFT` completes the Hermitian spectrum of the
 //! last dimension (the conjugates of the elements `1 .. n - n/2`, reversed, concatenated),
 //! transforms it and keeps the real part.
 
 use crate::canon::rebuild;
+use crate::target::FusionLimits;
 use kiln_ir::fft::twiddle;
 use kiln_ir::{Builder, FftType, Func, Literal, Op, TensorType, ValueId, VerifyError};
 
 type R<T> = Result<T, VerifyError>;
 
-/// The longest transform done as one product with its DFT matrix.
-pub const DIRECT_MAX: usize = 64;
-
-/// `f` with every `fft` rewritten into products, twiddle multiplies and layout ops; real
-/// transforms of even lengths from `half_min` on done at half length (the target's
-/// [`FusionLimits::fft_half_min`](crate::target::FusionLimits::fft_half_min): measured on
-/// the CPU, at 4096 the half length is 24% (`RFFT`) and 40% (`IRFFT`) faster on 256 lines,
-/// at 2048 even, at 1000 (64 lines) 1.6-1.8 times slower, its extra elementwise and layout
-/// kernels outweighing the work saved).
-pub fn expand_ffts(f: &Func, half_min: usize) -> R<Func> {
+/// `f` with every `fft` rewritten into products, twiddle multiplies and layout ops, under the
+/// target's limits: transforms up to
+/// [`FusionLimits::fft_direct_max`] long are one product with their DFT matrix, real
+/// transforms of even lengths from [`FusionLimits::fft_half_min`] on are done at half length.
+pub fn expand_ffts(f: &Func, limits: &FusionLimits) -> R<Func> {
     if !f.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })) {
         return Ok(f.clone());
     }
@@ -53,7 +60,7 @@ pub fn expand_ffts(f: &Func, half_min: usize) -> R<Func> {
         };
         let ty = f.values[inst.results[0].index()].clone();
         Ok(Some(vec![expand(
-            b, ops[0], *fft_type, fft_length, &ty, half_min,
+            b, ops[0], *fft_type, fft_length, &ty, limits,
         )?]))
     })
 }
@@ -74,8 +81,12 @@ fn expand(
     t: FftType,
     lengths: &[i64],
     ty: &TensorType,
-    half_min: usize,
+    limits: &FusionLimits,
 ) -> R<ValueId> {
+    let st = Stages {
+        max: limits.fft_direct_max.max(2),
+        left: limits.strided_operands,
+    };
     if ty.numel() == 0 || ty_of(b, x).numel() == 0 {
         let value = Literal::zeros(ty.clone());
         return b.inst(Op::Constant { value }, &[]);
@@ -97,26 +108,27 @@ fn expand(
         b.convert(x, cdt)?
     };
     let n = lengths[l - 1] as usize;
-    let half = n.is_multiple_of(2) && n >= half_min.max(2);
+    let half = n.is_multiple_of(2) && n >= limits.fft_half_min.max(2);
     match t {
         FftType::Fft | FftType::Ifft => transform(
             b,
             x,
             &(r - l..r).rev().collect::<Vec<_>>(),
             t == FftType::Ifft,
+            st,
         ),
         FftType::Rfft if half => {
-            let y = rfft_half(b, x)?;
-            transform(b, y, &(r - l..r - 1).rev().collect::<Vec<_>>(), false)
+            let y = rfft_half(b, x, st)?;
+            transform(b, y, &(r - l..r - 1).rev().collect::<Vec<_>>(), false, st)
         }
         FftType::Rfft => {
-            let y = transform(b, x, &(r - l..r).rev().collect::<Vec<_>>(), false)?;
+            let y = transform(b, x, &(r - l..r).rev().collect::<Vec<_>>(), false, st)?;
             slice_last(b, y, 0, ty.shape[r - 1])
         }
         FftType::Irfft => {
-            let y = transform(b, x, &(r - l..r - 1).rev().collect::<Vec<_>>(), true)?;
+            let y = transform(b, x, &(r - l..r - 1).rev().collect::<Vec<_>>(), true, st)?;
             if half {
-                return irfft_half(b, y, n);
+                return irfft_half(b, y, n, st);
             }
             let h = ty_of(b, y).shape[r - 1];
             let full = if n > h {
@@ -128,7 +140,7 @@ fn expand(
             } else {
                 slice_last(b, y, 0, n)?
             };
-            let z = transform(b, full, &[r - 1], true)?;
+            let z = transform(b, full, &[r - 1], true, st)?;
             b.unary(Op::Real {}, z)
         }
     }
@@ -243,13 +255,17 @@ fn half_length_weights(n: usize) -> (Vec<[f64; 2]>, Vec<[f64; 2]>) {
 ///
 /// with `Z_m = Z_0` (at `k = 0` and `k = m` both terms read `Z_0`: `X_0 = Re Z_0 + Im Z_0`,
 /// `X_m = Re Z_0 - Im Z_0`).
-fn rfft_half(b: &mut Builder, x: ValueId) -> R<ValueId> {
+fn rfft_half(b: &mut Builder, x: ValueId, st: Stages) -> R<ValueId> {
     let t = ty_of(b, x);
     let (r, n) = (t.rank(), t.shape[t.rank() - 1]);
     let even = every_second(b, x, 0)?;
     let odd = every_second(b, x, 1)?;
     let z = b.binary(Op::Complex {}, even, odd)?;
-    let z = if n > 2 { along(b, z, r - 1, false)? } else { z };
+    let z = if n > 2 {
+        along(b, z, r - 1, false, st)?
+    } else {
+        z
+    };
     // [Z_0 .. Z_(m-1), Z_0] and its reverse [Z_0, Z_(m-1) .. Z_0]: Z_k and Z_(m-k), k in 0..=m.
     let z0 = slice_last(b, z, 0, 1)?;
     let ahead = concat_last(b, &[z, z0])?;
@@ -274,7 +290,7 @@ fn rfft_half(b: &mut Builder, x: ValueId) -> R<ValueId> {
 ///
 /// and the inverse transform `z` of `Z` (divided by `m`) holds `x_(2j) = Re z_j` and
 /// `x_(2j+1) = Im z_j`.
-fn irfft_half(b: &mut Builder, y: ValueId, n: usize) -> R<ValueId> {
+fn irfft_half(b: &mut Builder, y: ValueId, n: usize, st: Stages) -> R<ValueId> {
     let t = ty_of(b, y);
     let r = t.rank();
     let m = n / 2;
@@ -296,7 +312,11 @@ fn irfft_half(b: &mut Builder, y: ValueId, n: usize) -> R<ValueId> {
     let bar =
         |w: Vec<[f64; 2]>| -> Vec<[f64; 2]> { w[..m].iter().map(|&[a, c]| [a, -c]).collect() };
     let z = weighted_sum(b, ahead, &bar(p), back, &bar(q))?;
-    let z = if m > 1 { along(b, z, r - 1, true)? } else { z };
+    let z = if m > 1 {
+        along(b, z, r - 1, true, st)?
+    } else {
+        z
+    };
     // Interleaved: [.., m, 2] from the parts, then [.., n].
     let mut pairs = ty_of(b, z).shape;
     pairs.push(1);
@@ -311,8 +331,8 @@ fn irfft_half(b: &mut Builder, y: ValueId, n: usize) -> R<ValueId> {
 }
 
 /// `v` transformed along each of `axes` (dimensions of `v`, in the order given) and the
-/// dimensions put back in their order.
-fn transform(b: &mut Builder, v: ValueId, axes: &[usize], inverse: bool) -> R<ValueId> {
+/// dimensions put back in their order, split as `st` says.
+fn transform(b: &mut Builder, v: ValueId, axes: &[usize], inverse: bool, st: Stages) -> R<ValueId> {
     let r = ty_of(b, v).rank();
     // The original dimension at each position of the current value.
     let mut order: Vec<usize> = (0..r).collect();
@@ -322,7 +342,7 @@ fn transform(b: &mut Builder, v: ValueId, axes: &[usize], inverse: bool) -> R<Va
             .iter()
             .position(|&d| d == a)
             .expect("a dimension of v");
-        v = along(b, v, p, inverse)?;
+        v = along(b, v, p, inverse, st)?;
         order.remove(p);
         order.push(a);
     }
@@ -335,21 +355,40 @@ fn transform(b: &mut Builder, v: ValueId, axes: &[usize], inverse: bool) -> R<Va
     b.transpose(v, &perm)
 }
 
-/// The transform of `v` along dimension `axis`, the transformed dimension moved last.
-fn along(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> {
+/// The transform of `v` along dimension `axis`, the transformed dimension moved last, split
+/// as `st` says.
+fn along(b: &mut Builder, v: ValueId, axis: usize, inverse: bool, st: Stages) -> R<ValueId> {
     let t = ty_of(b, v);
     let n = t.shape[axis];
-    let n1 = (2..=DIRECT_MAX.min(n / 2))
-        .rev()
-        .find(|&d| n.is_multiple_of(d));
-    match n1 {
-        _ if n <= DIRECT_MAX => direct(b, v, axis, inverse),
-        Some(n1) => four_step(b, v, axis, n1, inverse),
+    match first_factor(n, st.max) {
+        _ if n <= st.max => direct(b, v, axis, inverse),
+        Some(n1) => four_step(b, v, axis, n1, inverse, st),
         None => {
             let v = to_complex(b, v)?;
-            bluestein(b, v, axis, inverse)
+            bluestein(b, v, axis, inverse, st)
         }
     }
+}
+
+/// How `along` splits a transform: direct products at most `max` long; a last stage along
+/// the last dimension done as a product from the left (`left`, see [`last_stage_left`]) where
+/// the target's GEMM reads a broadcast matrix in place (`FusionLimits::strided_operands`).
+#[derive(Clone, Copy, Debug)]
+struct Stages {
+    max: usize,
+    left: bool,
+}
+
+/// The first factor `n1` of a four-step transform of length `n`, a factor from 2 to `max`
+/// (`None`: `n` has none). A direct stage of length `d` costs `d` multiply-adds per point, so
+/// where `n = n1 n2` with both factors at most `max`, the pair with the least `n1 + n2`
+/// (the larger factor first on a tie: `1000 = 40 x 25`, `4096 = 64 x 64`); otherwise the
+/// largest factor, leaving the fewest stages for `n2`.
+fn first_factor(n: usize, max: usize) -> Option<usize> {
+    let factors = (2..=max.min(n / 2)).filter(|&d| n.is_multiple_of(d));
+    let both = factors.clone().filter(|&d| n / d <= max);
+    both.min_by_key(|&d| (d + n / d, usize::MAX - d))
+        .or_else(|| factors.max())
 }
 
 /// `v` as a complex value (imaginary parts 0) when it is real.
@@ -392,10 +431,10 @@ fn radix2(x: &[[f64; 2]]) -> Vec<[f64; 2]> {
 }
 
 /// Bluestein's chirp-z transform along dimension `axis` (a length with no factor up to
-/// [`DIRECT_MAX`]): with `jk = (j² + k² - (k - j)²) / 2`, `X_k = c_k Σ_j (x_j c_j)
+/// `max`, the longest direct product): with `jk = (j² + k² - (k - j)²) / 2`, `X_k = c_k Σ_j (x_j c_j)
 /// conj(c_(k-j))`, a circular convolution of a power-of-two length `M >= 2n - 1` done by
 /// transforms of length `M` (the chirp's own transform a constant computed in f64).
-fn bluestein(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> {
+fn bluestein(b: &mut Builder, v: ValueId, axis: usize, inverse: bool, st: Stages) -> R<ValueId> {
     let t = ty_of(b, v);
     let (n, r) = (t.shape[axis], t.rank());
     let m = (2 * n - 1).next_power_of_two();
@@ -422,7 +461,7 @@ fn bluestein(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<Value
         },
         &[a, zero],
     )?;
-    let fa = along(b, a, r - 1, false)?;
+    let fa = along(b, a, r - 1, false, st)?;
     // h[j] = conj(c_j) for |j| < n, placed circularly.
     let mut h = vec![[0.0; 2]; m];
     for (j, cj) in c.iter().enumerate() {
@@ -435,51 +474,77 @@ fn bluestein(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<Value
     padded[r - 1] = m;
     let hv = spread(b, &radix2(&h), &padded)?;
     let p = b.binary(Op::Multiply {}, fa, hv)?;
-    let conv = along(b, p, r - 1, true)?;
+    let conv = along(b, p, r - 1, true, st)?;
     let conv = slice_last(b, conv, 0, n)?;
     let scale = if inverse { 1.0 / n as f64 } else { 1.0 };
     let dv = spread(b, &chirp(n, inverse, scale), &shape)?;
     b.binary(Op::Multiply {}, conv, dv)
 }
 
-/// A product with the DFT matrix of the length of dimension `axis`.
+/// A product with the DFT matrix of the length `n` of dimension `axis`, the dimension moved
+/// last: one real product whatever the operand. The operand is laid out once with `axis` last
+/// (no layout when it is last already), a complex one with its parts side by side
+/// (`[.., re | im]`, `2n` elements), and multiplied by a real matrix whose `2n` columns are
+/// the result's parts side by side: `[Wr | Wi]` for a real operand and, for a complex one,
+/// `[[Wr, Wi], [-Wi, Wr]]` (`(a + ib)(Wr + i Wi) = (a Wr - b Wi) + i (a Wi + b Wr)`). The four
+/// real products of a complex product are then one GEMM reading one copy of the operand.
 fn direct(b: &mut Builder, v: ValueId, axis: usize, inverse: bool) -> R<ValueId> {
     let t = ty_of(b, v);
-    let n = t.shape[axis];
+    let (n, r) = (t.shape[axis], t.rank());
     let scale = if inverse { 1.0 / n as f64 } else { 1.0 };
-    let mut m = Vec::with_capacity(n * n);
+    let moved = if axis + 1 == r {
+        v
+    } else {
+        let mut perm: Vec<i64> = (0..r as i64).filter(|&d| d != axis as i64).collect();
+        perm.push(axis as i64);
+        b.transpose(v, &perm)?
+    };
+    let complex = t.dtype.is_complex();
+    let x = if complex {
+        let re = b.unary(Op::Real {}, moved)?;
+        let im = b.unary(Op::Imag {}, moved)?;
+        concat_last(b, &[re, im])?
+    } else {
+        moved
+    };
+    let rows = if complex { 2 * n } else { n };
+    let mut m = vec![0.0; rows * 2 * n];
     for j in 0..n {
         for k in 0..n {
             let (c, s) = twiddle((j * k % n) as u64, n as u64);
-            let s = if inverse { s } else { -s };
-            m.push([c * scale, s * scale]);
+            let (c, s) = (c * scale, if inverse { s } else { -s } * scale);
+            m[j * 2 * n + k] = c;
+            m[j * 2 * n + n + k] = s;
+            if complex {
+                m[(n + j) * 2 * n + k] = -s;
+                m[(n + j) * 2 * n + n + k] = c;
+            }
         }
     }
+    let w = Literal::from_f64s(TensorType::new(t.dtype.part(), [rows, 2 * n]), &m)
+        .expect("the constant's element count");
+    let w = b.inst(Op::Constant { value: w }, &[])?;
     let dot = Op::DotGeneral {
         lhs_batching_dimensions: vec![],
         rhs_batching_dimensions: vec![],
-        lhs_contracting_dimensions: vec![axis as i64],
+        lhs_contracting_dimensions: vec![r as i64 - 1],
         rhs_contracting_dimensions: vec![0],
     };
-    if !t.dtype.is_complex() {
-        // A real operand: one real product with each part of the matrix.
-        let mt = TensorType::new(t.dtype, [n, n]);
-        let part = |k: usize| {
-            let v: Vec<f64> = m.iter().map(|z| z[k]).collect();
-            Literal::from_f64s(mt.clone(), &v).expect("the constant's element count")
-        };
-        let wr = b.inst(Op::Constant { value: part(0) }, &[])?;
-        let wi = b.inst(Op::Constant { value: part(1) }, &[])?;
-        let re = b.inst(dot.clone(), &[v, wr])?;
-        let im = b.inst(dot, &[v, wi])?;
-        return b.binary(Op::Complex {}, re, im);
-    }
-    let w = constant(b, TensorType::new(t.dtype, [n, n]), &m)?;
-    b.inst(dot, &[v, w])
+    let y = b.inst(dot, &[x, w])?;
+    let re = slice_last(b, y, 0, n)?;
+    let im = slice_last(b, y, n, 2 * n)?;
+    b.binary(Op::Complex {}, re, im)
 }
 
 /// The four-step transform along dimension `axis` of length `n = n1 n2`.
-fn four_step(b: &mut Builder, v: ValueId, axis: usize, n1: usize, inverse: bool) -> R<ValueId> {
+fn four_step(
+    b: &mut Builder,
+    v: ValueId,
+    axis: usize,
+    n1: usize,
+    inverse: bool,
+    st: Stages,
+) -> R<ValueId> {
     let t = ty_of(b, v);
     let n = t.shape[axis];
     let n2 = n / n1;
@@ -501,8 +566,11 @@ fn four_step(b: &mut Builder, v: ValueId, axis: usize, n1: usize, inverse: bool)
     let ys = ty_of(b, y).shape;
     let tw = b.broadcast(tw, &[axis as i64, r as i64], &ys)?;
     let y = b.binary(Op::Multiply {}, y, tw)?;
+    if st.left && axis + 1 == r && n2 <= st.max {
+        return last_stage_left(b, y, inverse);
+    }
     // Over j2: [.., k1, k2].
-    let z = along(b, y, axis, inverse)?;
+    let z = along(b, y, axis, inverse, st)?;
     let mut perm: Vec<i64> = (0..r as i64 + 1).collect();
     perm.swap(r - 1, r);
     let z = b.transpose(z, &perm)?;
@@ -510,6 +578,67 @@ fn four_step(b: &mut Builder, v: ValueId, axis: usize, n1: usize, inverse: bool)
     out.truncate(r - 1);
     out.push(n);
     b.reshape(z, &out)
+}
+
+/// The last stage of a four-step transform along the last dimension, `y` `[.., n2, n1]`
+/// (over `j2`, then `k1`) to `[.., n]` in the output order `k = k1 + n1 k2`, as one product
+/// from the left: with the lines flattened to `p`, `Z[p] = M Y[p]` where `Y[p]` is
+/// `[2 n2, n1]` (`y`'s real parts over its imaginary parts) and `M` the real `[2 n2, 2 n2]`
+/// matrix `[[Wr, -Wi], [Wi, Wr]]` (the DFT matrix of length `n2`, `W` symmetric). `Z[p]`
+/// holds the result's real parts (rows `k2`, columns `k1`: the output order) over its
+/// imaginary parts, so the stage neither transposes `y` nor its result: its layout kernel
+/// only stacks the twiddled parts, and what reads the result reads it in order. The product
+/// reads `M` broadcast over `p` in place (a batch stride of 0, `fuse/views.rs`).
+fn last_stage_left(b: &mut Builder, y: ValueId, inverse: bool) -> R<ValueId> {
+    let t = ty_of(b, y);
+    let r = t.rank();
+    let (n2, n1) = (t.shape[r - 2], t.shape[r - 1]);
+    let p: usize = t.shape[..r - 2].iter().product();
+    let y = b.reshape(y, &[p, n2, n1])?;
+    let re = b.unary(Op::Real {}, y)?;
+    let im = b.unary(Op::Imag {}, y)?;
+    let x = b.inst(Op::Concatenate { dimension: 1 }, &[re, im])?;
+    let scale = if inverse { 1.0 / n2 as f64 } else { 1.0 };
+    let w = 2 * n2;
+    let mut m = vec![0.0; w * w];
+    for k in 0..n2 {
+        for j in 0..n2 {
+            let (c, s) = twiddle((j * k % n2) as u64, n2 as u64);
+            let (c, s) = (c * scale, if inverse { s } else { -s } * scale);
+            // Re Z_k = Σ_j c a_j - s b_j, Im Z_k = Σ_j s a_j + c b_j.
+            m[k * w + j] = c;
+            m[k * w + n2 + j] = -s;
+            m[(n2 + k) * w + j] = s;
+            m[(n2 + k) * w + n2 + j] = c;
+        }
+    }
+    let m = Literal::from_f64s(TensorType::new(t.dtype.part(), [w, w]), &m)
+        .expect("the constant's element count");
+    let m = b.inst(Op::Constant { value: m }, &[])?;
+    let m = b.broadcast(m, &[1, 2], &[p, w, w])?;
+    let dot = Op::DotGeneral {
+        lhs_batching_dimensions: vec![0],
+        rhs_batching_dimensions: vec![0],
+        lhs_contracting_dimensions: vec![2],
+        rhs_contracting_dimensions: vec![1],
+    };
+    let z = b.inst(dot, &[m, x])?;
+    let z = b.reshape(z, &[p, 2, n2 * n1])?;
+    let mut out = t.shape[..r - 2].to_vec();
+    out.push(n2 * n1);
+    let mut part = |q: i64| -> R<ValueId> {
+        let v = b.inst(
+            Op::Slice {
+                start_indices: vec![0, q, 0],
+                limit_indices: vec![p as i64, q + 1, (n2 * n1) as i64],
+                strides: vec![1; 3],
+            },
+            &[z],
+        )?;
+        b.reshape(v, &out)
+    };
+    let (zr, zi) = (part(0)?, part(1)?);
+    b.binary(Op::Complex {}, zr, zi)
 }
 
 #[cfg(test)]
@@ -522,8 +651,7 @@ mod tests {
     /// the element type, through every factorization stage).
     fn agrees(src: &str, seed: u64) {
         let f = kiln_ir::parse_func_text(src).expect("valid IR");
-        let g =
-            expand_ffts(&f, crate::target::FusionLimits::default().fft_half_min).expect("expands");
+        let g = expand_ffts(&f, &FusionLimits::default()).expect("expands");
         assert!(
             !g.insts.iter().any(|i| matches!(i.op, Op::Fft { .. })),
             "{g}"
@@ -596,15 +724,26 @@ mod tests {
     /// Real transforms of even lengths (the half-length path) against DFTs summed in f64 from
     /// their definitions, spectra drawn with nonzero imaginary parts at `k = 0` and `k = n/2`
     /// (which `IRFFT` ignores): a wrong twiddle sign, a wrong `k = 0` or `k = n/2` term or a
-    /// wrong order of the interleaved parts is off by about the size of the values.
+    /// wrong order of the interleaved parts is off by about the size of the values. Short
+    /// direct products (`max`) take the long lengths through several four-step stages
+    /// (`1000`: `500 = 5 x 5 x 5 x 4`) and Bluestein's convolution (`130`: `65 = 5 x 13`).
     #[test]
     fn half_length_real_transforms_agree_with_f64_dfts() {
         let mut rng = Rng::new(7);
-        for n in [2usize, 4, 6, 8, 10, 130, 1000] {
+        let cases = [2usize, 4, 6, 8, 10, 130, 1000]
+            .map(|n| (n, 64))
+            .into_iter()
+            .chain([(1000, 8), (130, 4)]);
+        for (n, max) in cases {
+            let limits = FusionLimits {
+                fft_half_min: 2,
+                fft_direct_max: max,
+                ..FusionLimits::default()
+            };
             let h = n / 2 + 1;
             let run = |src: String, x: &Literal| {
                 let f = kiln_ir::parse_func_text(&src).expect("valid IR");
-                let g = expand_ffts(&f, 2).expect("expands");
+                let g = expand_ffts(&f, &limits).expect("expands");
                 kiln_reference::eval(&g, std::slice::from_ref(x)).expect("runs")[0].clone()
             };
             let w = |e: usize| twiddle((e % n) as u64, n as u64);
@@ -676,28 +815,69 @@ mod tests {
     #[test]
     fn long_composite_transforms_are_factored() {
         let src = "func @main(%0: c64[4096]) -> c64[4096] {\n  %1 = fft %0 {fft_type = FFT, fft_length = [4096]} : c64[4096]\n  return %1\n}\n";
-        let f = kiln_ir::parse_func_text(src).expect("valid IR");
-        // The largest constant (DFT matrix or twiddles) of `f` expanded.
-        let biggest = |f: &Func| {
-            let g = expand_ffts(f, crate::target::FusionLimits::default().fft_half_min)
-                .expect("expands");
-            let most = g
-                .insts
-                .iter()
+        // The shapes of the real matrices `f` expanded multiplies by, sorted.
+        let matrices = |src: &str| {
+            let f = kiln_ir::parse_func_text(src).expect("valid IR");
+            let g = expand_ffts(&f, &FusionLimits::default()).expect("expands");
+            // (The twiddles are complex constants, the DFT matrices real ones.)
+            let mut shapes: Vec<Vec<usize>> = (g.insts.iter())
                 .filter_map(|i| match &i.op {
-                    Op::Constant { value } => Some(value.numel()),
+                    Op::Constant { value } if !value.dtype().is_complex() => {
+                        Some(value.ty().shape.clone())
+                    }
                     _ => None,
                 })
-                .max();
-            (most, g)
+                .collect();
+            shapes.sort();
+            (shapes, g)
         };
-        // 4096 = 64 x 64: two products with 64 x 64 matrices, no 4096 x 4096 one.
-        let (most, g) = biggest(&f);
-        assert_eq!(most, Some(64 * 64), "{g}");
-        // A prime above the direct limit is a convolution of 512 = 64 x 8 points (Bluestein).
-        let src = src.replace("4096", "139");
-        let (most, g) = biggest(&kiln_ir::parse_func_text(&src).expect("valid IR"));
-        assert_eq!(most, Some(64 * 64), "{g}");
+        // 4096 = 64 x 64: two complex products of length 64 (each one real product with a
+        // `[128, 128]` matrix), no 4096 x 4096 one.
+        let (shapes, g) = matrices(src);
+        assert_eq!(shapes, vec![vec![128, 128]; 2], "{g}");
+        // A prime above the direct limit is a convolution by transforms of 512 = 32 x 16
+        // points (Bluestein), the factors balanced.
+        let (shapes, g) = matrices(&src.replace("4096", "139"));
+        let want = [[32, 32], [32, 32], [64, 64], [64, 64]].map(|s| s.to_vec());
+        assert_eq!(shapes, want, "{g}");
+        // Factors: balanced where both are direct, else the largest; none for a prime.
+        assert_eq!(first_factor(1000, 64), Some(40));
+        assert_eq!(first_factor(500, 64), Some(25));
+        assert_eq!(first_factor(8192, 64), Some(64));
+        assert_eq!(first_factor(139, 64), None);
+    }
+
+    /// `RFFT f32[64, 1000]` (`benches/kir/rfft_64x1000.kir`) in kernels on the CPU, at full
+    /// and at half length: per stage one layout kernel (the operand with the transformed
+    /// dimension last, parts side by side) and one product, then one kernel for the result's
+    /// interleaved parts (the half length's combination) and its byte copy into the complex
+    /// result. Four real products per complex stage, each with its own copy of its operand,
+    /// took 13 kernels at full length and 18 at half length.
+    #[test]
+    fn the_small_real_transform_takes_six_kernels() {
+        let src = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../benches/kir/rfft_64x1000.kir"
+        ))
+        .expect("the benchmark's program");
+        let f = kiln_ir::parse_func_text(&src).expect("valid IR");
+        for half_min in [2, usize::MAX] {
+            let mut target = crate::target::TargetInfo::reference();
+            target.fusion.fft_half_min = half_min;
+            let lowered = crate::pipeline::lower_program(
+                &f,
+                &[false],
+                &crate::options::Options::default(),
+                &target,
+                None,
+                &mut |_| {},
+            )
+            .expect("lowers");
+            let kernels = (lowered.steps.iter())
+                .filter(|s| **s == crate::Step::Kernel)
+                .count();
+            assert_eq!(kernels, 6, "half length from {half_min}:\n{}", lowered.func);
+        }
     }
 
     /// A real program through a real transform and its inverse compiles to kernels alone:

@@ -378,7 +378,7 @@ pub fn prepare(f: &Func, opts: &Options, target: &TargetInfo) -> Result<Func> {
             .0;
         &optimized
     };
-    let f = &crate::fft::expand_ffts(f, target.fusion.fft_half_min)
+    let f = &crate::fft::expand_ffts(f, &target.fusion)
         .map_err(|e| Error::Lowering(format!("expanding fft into products: {e}")))?;
     // Regions expanded into elementwise ops before complex values are split, so that complex
     // ops in a `map` or a reduction's body are computed on parts like the others.

@@ -77,15 +77,22 @@ pub struct FusionLimits {
     /// mappings write `[batch, m, n]` and keep the copy kernel.
     pub strided_operands: bool,
     /// The shortest even length of a real transform (`RFFT`/`IRFFT`) done at half length
-    /// (see [`crate::fft`]): below it the half length's extra elementwise and layout kernels
-    /// cost more than the work it saves (measured on the CPU, docs/performance.md "Real
-    /// transforms at half length"; not measured on a GPU, which takes the CPU's value).
+    /// (see [`crate::fft`]): below it the half length's combination costs about what the
+    /// work it saves does (measured on the CPU, docs/performance.md "The small real
+    /// transform": on 64 lines 0.34 against 0.52 ms at 2048, 0.30 against 0.29 ms at 1000;
+    /// not measured on a GPU, which takes the CPU's value).
     pub fft_half_min: usize,
     /// Whether the target's GEMM tiles leave out contraction steps where one operand is
     /// zero (a causal mask's triangle, checked at run time along with the other operand's
     /// finiteness: see [`crate::ir::ZeroBlocks`]): the CPU's do; a GPU's mappings compute
     /// every block.
     pub zero_steps: bool,
+    /// The longest transform done as one product with its DFT matrix (see [`crate::fft`]):
+    /// a longer one is factored (four-step, into factors at most this long) or, with no such
+    /// factor, done by Bluestein's convolution. Longer direct products do more work per point
+    /// (`n` multiply-adds against the factors' sum) in fewer kernels (not measured on a GPU,
+    /// which takes the CPU's value).
+    pub fft_direct_max: usize,
 }
 
 /// The sizes at which a loop nest changes its loop strategy (see
@@ -560,6 +567,7 @@ impl Default for FusionLimits {
             strided_operands: true,
             fft_half_min: 2048,
             zero_steps: true,
+            fft_direct_max: 64,
         }
     }
 }

@@ -3,7 +3,9 @@
 //! buffer as the GEMM's strides can say ([`Strides`]: consecutive elements along the stored
 //! rows, rows a fixed distance apart, each batch dimension a stride of its own), the product
 //! reads that buffer in place and the layout takes no kernel: attention's heads split out of
-//! `[batch, seq, heads * width]`, keys transposed, read where the projection wrote them.
+//! `[batch, seq, heads * width]`, keys transposed, read where the projection wrote them. A
+//! broadcast that only adds batch dimensions is read in place too, each of them a stride of
+//! 0: one matrix multiplying every batch (`fft`'s DFT matrices applied from the left).
 
 use crate::ir::{Kernel, Schedule, Strides};
 use crate::lower::matmul_layout;
@@ -40,9 +42,13 @@ pub(super) struct Operands {
     pub trans: (bool, bool),
 }
 
-/// Whether `op` only lays its operand out again (each result element one operand element).
+/// Whether `op` only lays its operand out again (each result element one operand element,
+/// a broadcast's repeated).
 fn is_layout(op: &Op) -> bool {
-    matches!(op, Op::Transpose { .. } | Op::Reshape {} | Op::Slice { .. })
+    matches!(
+        op,
+        Op::Transpose { .. } | Op::Reshape {} | Op::Slice { .. } | Op::BroadcastInDim { .. }
+    )
 }
 
 /// `v` as stored: its own buffer, row-major.
@@ -117,6 +123,17 @@ fn through(inst: &kiln_ir::Inst, x: &View, out: &[usize]) -> Option<View> {
                 v.strides[d] = x.strides[d] * strides[d] as usize;
             }
         }
+        Op::BroadcastInDim {
+            broadcast_dimensions,
+        } => {
+            // A dimension the broadcast adds or widens from 1 repeats: a stride of 0.
+            v.strides = vec![0; out.len()];
+            for (i, &d) in broadcast_dimensions.iter().enumerate() {
+                if x.shape[i] == out[d as usize] {
+                    v.strides[d as usize] = x.strides[i];
+                }
+            }
+        }
         _ => return None,
     }
     Some(v)
@@ -179,6 +196,11 @@ pub(super) fn operand_strides(
     swapped: bool,
 ) -> Option<(Strides, bool)> {
     let (r0, r1) = (merged(view, runs.0)?, merged(view, runs.1)?);
+    // Rows or columns that repeat (a broadcast's stride 0) are not a matrix the GEMM reads;
+    // only batches may repeat.
+    if [r0, r1].iter().any(|&(e, s)| e > 1 && s == 0) {
+        return None;
+    }
     // (rows, columns) of the product's matrix.
     let (rows, cols) = if swapped { (r1, r0) } else { (r0, r1) };
     let (ld, trans) = if cols.1 == 1 || cols.0 == 1 {
@@ -426,5 +448,34 @@ mod tests {
             ..k
         };
         assert!(operand_strides(&bad, 2, (2..3, 3..4), false).is_none());
+    }
+
+    /// A matrix broadcast over a batch is read in place with a batch stride of 0; one whose
+    /// rows or columns repeat is not.
+    #[test]
+    fn a_broadcast_batch_repeats_one_matrix() {
+        let f = kiln_ir::parse_func_text(
+            "func @main(%0: f32[8,6]) -> f32[4,8,6] {\n  %1 = broadcast_in_dim %0 {broadcast_dimensions = [1, 2]} : f32[4,8,6]\n  return %1\n}\n",
+        )
+        .expect("valid IR");
+        let x = own(&f, ValueId(0));
+        let v = through(&f.insts[0], &x, &[4, 8, 6]).expect("a view");
+        assert_eq!(v.strides, vec![0, 6, 1]);
+        let (s, trans) = operand_strides(&v, 1, (1..2, 2..3), false).expect("strided");
+        assert!(!trans);
+        assert_eq!(
+            s,
+            Strides {
+                offset: 0,
+                batch: vec![(4, 0)],
+                ld: 6
+            }
+        );
+        // Rows repeated (a column broadcast along them): no matrix to read.
+        let rows = View {
+            strides: vec![0, 0, 1],
+            ..v
+        };
+        assert!(operand_strides(&rows, 1, (1..2, 2..3), false).is_none());
     }
 }
