@@ -150,6 +150,54 @@ fn masked_products_leave_zero_steps_out() {
     }
 }
 
+/// `P V` with its heads merged back into `[b, s, h * d]` (a transpose and a reshape): the
+/// product both stores through strides (`kiln_kernel::ir::Store`) and leaves zero steps out,
+/// and a NaN or an infinity where the mask hides it still comes out where the reference's does.
+#[test]
+fn merged_heads_store_through_strides_and_leave_zero_steps_out() {
+    for (b, h, s, d) in [(1, 2, 40, 64), (2, 2, 27, 16)] {
+        let p = probabilities(b, h, s, d);
+        let merged = format!("f32[{b},{s},{}]", h * d);
+        let p = p
+            .replacen(
+                &format!(") -> (f32[{b},{h},{s},{d}],"),
+                &format!(") -> ({merged},"),
+                1,
+            )
+            .replacen(
+                "  return %22, %23, %24\n",
+                &format!(
+                    "  %25 = transpose %22 {{permutation = [0, 2, 1, 3]}} : f32[{b},{s},{h},{d}]\n  %26 = reshape %25 : {merged}\n  return %26, %23, %24\n"
+                ),
+                1,
+            );
+        let f = kiln_ir::parse_func_text(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let (_, fused) = kiln_kernel::pipeline::lowered_for_printing(&f, &env_options())
+            .unwrap_or_else(|e| panic!("{p}: {e}"));
+        let both = fused.kernels.iter().flatten().any(|k| {
+            matches!(
+                &k.schedule,
+                Schedule::Gemm {
+                    store: Some(_),
+                    zero: Some(_),
+                    ..
+                }
+            )
+        });
+        assert!(
+            both,
+            "no product both stores through strides and leaves steps out\n{p}"
+        );
+        let args = random_args(&f, 5);
+        agrees_nan_for_nan(&p, &args, "merged heads");
+        let rc = |i: usize| ((i / d) % s, i % d);
+        for value in [f64::NAN, f64::INFINITY] {
+            let v = with(&args, 2, value, &|i| rc(i) == (s - 1, 3));
+            agrees_nan_for_nan(&p, &v, &format!("merged heads, {value} in V's last row"));
+        }
+    }
+}
+
 #[test]
 fn infinities_and_nans_where_the_mask_hides_them_stay_exact() {
     for (b, h, s, d) in [(1, 2, 40, 64), (1, 1, 27, 80)] {
