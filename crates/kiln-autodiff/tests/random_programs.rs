@@ -8,11 +8,13 @@
 //! has the derivative `g'(0) = <vjp(x, c), t> = <c, jvp(x, t)>`. A point where `g` is not
 //! smooth at the scale of the differences (a `floor` stepping, a `sort` swapping two keys, a
 //! `maximum` switching sides, the rounding noise of an ill-conditioned program) is skipped, and
-//! told apart by the differences themselves: at two step sizes the central differences of a
-//! smooth `g` agree, and its one-sided differences differ in proportion to the step; a kink
-//! inside the step breaks one or the other. A point where the program computes a non-finite
-//! value (a `log` of a negative number) is skipped too. Every other point must agree within
-//! 1e-6 relative: a wrong rule is off by far more.
+//! told apart by the differences themselves: at three step sizes (h, h/2, h/64) the central
+//! differences of a smooth `g` agree, and its one-sided differences differ in proportion to
+//! the step; a kink or a step within reach breaks one or the other. A point where the program
+//! computes a non-finite value (a `log` of a negative number) is skipped too, and so is one
+//! where a derivative is not finite because an op meets a singularity of its own at a
+//! structural zero (see [`Outcome::Singular`]). Every other point must agree within 1e-6
+//! relative (plus the differences' rounding noise): a wrong rule is off by far more.
 //!
 //! Seeds 0 to 999 by default, or those `KILN_GRAD_PROGRAMS` names (a count `N`, or a range
 //! `A..B` of fresh seeds). The programs checked must hold every control and region op and the
@@ -66,6 +68,19 @@ fn every_value(f: &Func) -> Func {
     g
 }
 
+/// An error unless the first outputs of `mode`'s function, `got`, equal `f`'s outputs `want`:
+/// the transforms compute the function itself as `f` does, on the same reference.
+fn same_outputs(mode: &str, want: &[Literal], got: &[Literal]) -> Result<(), String> {
+    match want.iter().zip(got).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(k) => Err(format!(
+            "{mode}: output {k} is {:?}, the function's is {:?}",
+            got[k].to_f64s(),
+            want[k].to_f64s()
+        )),
+    }
+}
+
 fn dot(a: &Literal, b: &Literal) -> f64 {
     a.to_f64s()
         .iter()
@@ -113,13 +128,23 @@ fn check_point(f: &Func, args: &[Literal], rng: &mut Rng) -> Outcome {
 
 fn try_check_point(f: &Func, args: &[Literal], rng: &mut Rng) -> Result<Outcome, String> {
     let wrt = float_params(f);
-    let all: Vec<f64> = eval(&every_value(f), args)?
+    let every = every_value(f);
+    let values = eval(&every, args)?;
+    if values
         .iter()
         .flat_map(Literal::to_f64s)
-        .collect();
-    if all.iter().any(|x| !x.is_finite()) {
+        .any(|x| !x.is_finite())
+    {
         return Ok(Outcome::NotFinite);
     }
+    // Whether an instruction computes an exact zero from the parameters (`x - x`, padding):
+    // with random arguments, only the program's structure gives one.
+    let computed = kiln_ir::random::computed_from_inputs(f);
+    let structural_zero = every
+        .outputs
+        .iter()
+        .zip(&values)
+        .any(|(v, l)| computed[v.index()] && l.to_f64s().contains(&0.0));
     let unit = |rng: &mut Rng, t: &kiln_ir::TensorType| {
         let v = (0..t.numel()).map(|_| rng.uniform(-1.0, 1.0)).collect();
         Literal::f64(t.shape.clone(), v).expect("sizes match")
@@ -154,6 +179,7 @@ fn try_check_point(f: &Func, args: &[Literal], rng: &mut Rng) -> Result<Outcome,
     let mut vargs = args.to_vec();
     vargs.extend(cts.iter().cloned());
     let vout = eval(&vjp, &vargs).map_err(|e| format!("vjp: {e}\n{vjp}"))?;
+    same_outputs("vjp", &outs, &vout)?;
     let grads = &vout[f.outputs.len()..];
     let reverse: f64 = grads.iter().zip(&tangents).map(|(g, t)| dot(g, t)).sum();
     // Forward mode: <c, jvp(x, t)> over the float outputs.
@@ -161,6 +187,7 @@ fn try_check_point(f: &Func, args: &[Literal], rng: &mut Rng) -> Result<Outcome,
     let mut jargs = args.to_vec();
     jargs.extend(tangents.iter().cloned());
     let jout = eval(&jvp, &jargs).map_err(|e| format!("jvp: {e}\n{jvp}"))?;
+    same_outputs("jvp", &outs, &jout)?;
     let float_cts = f
         .output_types
         .iter()
@@ -173,7 +200,7 @@ fn try_check_point(f: &Func, args: &[Literal], rng: &mut Rng) -> Result<Outcome,
         .map(|(d, c)| dot(d, c))
         .sum();
 
-    // g(s) = <c, f(x + s t)> at s = -h, -h/2, 0, h/2, h.
+    // g(s) = <c, f(x + s t)> at s = 0, ±h, ±h/2 and ±h/64.
     let g = |s: f64| -> Result<f64, String> {
         let mut a = args.to_vec();
         for (&p, t) in wrt.iter().zip(&tangents) {
@@ -191,18 +218,26 @@ fn try_check_point(f: &Func, args: &[Literal], rng: &mut Rng) -> Result<Outcome,
     let (gm, gm2, gp2, gp) = (g(-H)?, g(-H / 2.0)?, g(H / 2.0)?, g(H)?);
     let central = |plus: f64, minus: f64, h: f64| (plus - minus) / (2.0 * h);
     let (d1, d2) = (central(gp, gm, H), central(gp2, gm2, H / 2.0));
+    // A step 64 times smaller sees features the larger ones step over: the teeth of a
+    // `remainder` by a tiny divisor, sampled at h and h/2 in step with their period, give
+    // central differences that agree on the slope of the teeth's trend, not of a tooth.
+    let d3 = central(g(H / 64.0)?, g(-H / 64.0)?, H / 64.0);
     // One-sided differences' gap: h g'' for a smooth g, the jump of g' at a kink.
     let (a1, a2) = ((gp - 2.0 * g0 + gm) / H, (gp2 - 2.0 * g0 + gm2) / (H / 2.0));
     let estimate = (4.0 * d2 - d1) / 3.0;
     let tol = |d: f64| 1e-6 * (d.abs() + estimate.abs()) + 1e-10 * (1.0 + scale) / H;
+    // The smaller step's rounding noise is 64 times the others'.
+    let tol3 = 1e-6 * (d3.abs() + estimate.abs()) + 64e-10 * (1.0 + scale) / H;
     if !(d1 - d2).is_finite()
+        || !(d3 - estimate).is_finite()
+        || (d3 - estimate).abs() > tol3
         || (d1 - d2).abs() > tol(d2)
         || !(a1 - 2.0 * a2).is_finite()
         || (a1 - 2.0 * a2).abs() > tol(d2)
     {
         return Ok(Outcome::NotSmooth);
     }
-    if !(reverse.is_finite() && forward.is_finite()) && all.contains(&0.0) {
+    if !(reverse.is_finite() && forward.is_finite()) && structural_zero {
         return Ok(Outcome::Singular);
     }
     let mut wrong = Vec::new();
@@ -530,6 +565,27 @@ fn outcome(text: &str, x: &[f64]) -> Outcome {
     let f = kiln_ir::parse_func_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let arg = Literal::f64(f.param_types()[0].shape.clone(), x.to_vec()).expect("sizes match");
     check_point(&f, &[arg], &mut Rng::new(1))
+}
+
+/// Seeds 50904 and 67508: the teeth of a `remainder` by a divisor of 6e-4 are about 4e-6
+/// apart along the direction, and the steps h and h/2 sampled them in step with their period:
+/// their central differences agreed exactly on the slope of the teeth's trend (6.96), not on
+/// the derivative (-90). The step h/64 falls within a tooth and tells the two apart.
+#[test]
+fn teeth_finer_than_the_step_are_not_smooth() {
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f64[1,1,2], %1: f64[1,1,2]) -> f64[1,1,2] {
+  %2 = remainder %0, %1 : f64[1,1,2]
+  return %2
+}",
+    )
+    .unwrap();
+    let args = [
+        Literal::f64([1, 1, 2], vec![-0.33894508011949, -0.09002248429630999]).unwrap(),
+        Literal::f64([1, 1, 2], vec![-0.9784509907565835, 0.0006217057079300758]).unwrap(),
+    ];
+    let o = check_point(&f, &args, &mut Rng::new(1578025));
+    assert!(matches!(o, Outcome::NotSmooth), "{o:?}");
 }
 
 /// The skips are told apart by the differences: a kink at the point (`abs` at 0) and a step
