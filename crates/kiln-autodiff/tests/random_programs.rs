@@ -523,6 +523,32 @@ fn windows_of_maxima_with_no_window_have_derivatives() {
     );
 }
 
+/// Seed 14 (before the `select_and_scatter` fix): the forward mode, instruction by
+/// instruction for a program with a loop, also differentiated instructions nothing reads, so
+/// a rule failing on one (here a dilated window of maxima, which has no VJP) failed `jvp`
+/// where `vjp` worked.
+#[test]
+fn the_forward_mode_leaves_dead_instructions_alone() {
+    regression(
+        "func @main(%0: f64[4], %1: f64[]) -> f64[] {
+  %2 = reduce_window %0, %1 {window_dimensions = [2], window_strides = [1], base_dilations = [1], window_dilations = [2], padding = [[0, 0]], kind = max} : f64[2]
+  %3 = constant {value = 0} : i32[]
+  %4, %5 = while %3, %1 {cond = func @cond(%0: i32[], %1: f64[]) -> pred[] {
+      %2 = constant {value = 2} : i32[]
+      %3 = compare %0, %2 {comparison_direction = LT} : pred[]
+      return %3
+    }, body = func @body(%0: i32[], %1: f64[]) -> (i32[], f64[]) {
+      %2 = constant {value = 1} : i32[]
+      %3 = add %0, %2 : i32[]
+      %4 = multiply %1, %1 : f64[]
+      return %3, %4
+    }} : i32[], f64[]
+  return %5
+}",
+        &[&[0.5, 1.5, -0.3, 0.9], &[0.8]],
+    );
+}
+
 /// Seeds 329, 613 and 2265: `vjp` takes a cotangent for every output, and one for a `pred`
 /// output (a `pad` of `is_finite`) went into the `pad` rule, which subtracts.
 #[test]
