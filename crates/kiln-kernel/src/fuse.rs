@@ -40,6 +40,7 @@ mod inline;
 mod legality;
 mod merge;
 mod stores;
+mod unread_blocks;
 mod views;
 mod zero_blocks;
 
@@ -52,6 +53,7 @@ use epilogue::fuse_gemm_epilogues;
 use inlinable::{inlinable, var_extents};
 use inline::Inline;
 
+pub(crate) use chain::constant_of;
 pub use chain::online_softmax;
 pub use decision::FusionDecision;
 pub use donate::{can_update, gemm_update, in_place};
@@ -127,6 +129,7 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimi
     let mut out = fuse_unmerged(f, ks, chains, limits);
     merge::merge_siblings(f, &mut out);
     zero_blocks::mark_zero_blocks(f, &mut out, limits.zero_steps);
+    unread_blocks::mark_unread_blocks(f, &mut out, limits.unread_blocks);
     out
 }
 

@@ -268,6 +268,9 @@ pub enum Schedule {
         /// may leave out those contraction steps, after checking at run time that they are
         /// zeros and that the other operand's same steps are finite (see [`ZeroBlocks`]).
         zero: Option<ZeroBlocks>,
+        /// Where no reader ever uses the product (a causal mask's scores, which every reader
+        /// selects away): the tiles may leave those elements uncomputed (see [`Unread`]).
+        unread: Option<Box<Unread>>,
     },
 }
 
@@ -312,6 +315,21 @@ pub struct ZeroBlocks {
     /// The operand: 0 for A, 1 for B.
     pub operand: usize,
     /// `(a, b, c)`: zero where `step * a + x * b + c > 0`.
+    pub at: (i64, i64, i64),
+}
+
+/// The elements of a GEMM's product that nothing reads: those at row `row` and column `col`
+/// of their matrix (within the batch) where `col * a + row * b + c > 0` (`a` and `b` are 1 or
+/// -1). Each reader (a later kernel's body, or the product's own epilogue) reads the product
+/// there only inside the arm of a `select` that the comparison leaves unchosen (the causal
+/// mask's `select(col <= row, s, -inf)`), so its results do not depend on those elements and a
+/// tile wholly among them need not be computed: the CPU's tiles store zeros there instead
+/// (the buffer's elements stay defined), which is exact whatever the operands hold, infinities
+/// and NaN included. Fusion decides it from every reader of the product; the verifier checks
+/// it the same way ([`crate::unread`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Unread {
+    /// `(a, b, c)`: unread where `col * a + row * b + c > 0`.
     pub at: (i64, i64, i64),
 }
 

@@ -12,7 +12,8 @@
 //!   products, Winograd and GEMM convolutions, dot canonicalization).
 //! - [`fold`]: `reduce_region` with an elementwise body as one kernel of coupled
 //!   accumulators.
-//! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates).
+//! - [`fuse`]: fusion of kernels (inlining, siblings, epilogues, chains, in-place updates);
+//!   [`unread`]: the elements of a product that its readers never use.
 //! - [`schedule`]: the memory-aware order of steps; [`plan`]: the memory plan; [`sort`]: how a
 //!   `sort` runs (by keys or by its comparator).
 //! - [`loop_schedule`]: how each loop-nest kernel's loops run on a target (streaming stores,
@@ -61,6 +62,7 @@ pub mod schedule;
 pub mod sort;
 pub mod target;
 pub mod threads;
+pub mod unread;
 pub mod verify;
 pub mod window;
 

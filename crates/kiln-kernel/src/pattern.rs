@@ -55,6 +55,34 @@ pub fn constant_arm_where(
     Some((-a, -b, 1 - c))
 }
 
+/// Where a select `h`, `select(a ⋚ b, x, y)` with `a` and `b` as [`masked_where`] takes them,
+/// leaves its arm `arm` (1 for `x`, 2 for `y`) unchosen: `(a, b, c)` with that arm's value
+/// unused wherever `col * a + row * b + c > 0` (a causal mask's scores read inside `x`, unused
+/// above the diagonal).
+pub fn arm_unused_where(
+    h: &Expr,
+    arm: usize,
+    (col, row): (usize, usize),
+    value: &dyn Fn(&Expr) -> Option<f64>,
+) -> Option<(i64, i64, i64)> {
+    let Expr::Op {
+        op: Ew::Select,
+        args,
+        ..
+    } = h
+    else {
+        return None;
+    };
+    let (a, b, c) = fails_where(&args[0], (col, row), value)?;
+    match arm {
+        // `x` is unchosen where the comparison fails.
+        1 => Some((a, b, c)),
+        // `y` where it holds: where `g > 0` fails, `-g + 1 > 0`.
+        2 => Some((-a, -b, 1 - c)),
+        _ => None,
+    }
+}
+
 /// Where the comparison `cond` of integer affine expressions of `col` and `row` fails: `(a,
 /// b, c)` with `col * a + row * b + c > 0` exactly there.
 fn fails_where(

@@ -356,6 +356,7 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
             strides,
             store,
             zero,
+            unread,
         } => {
             let mut flags = String::new();
             if *a_trans {
@@ -395,6 +396,15 @@ pub fn kernel(k: &Kernel, indent: usize, out: &mut String) {
                 let _ = writeln!(
                     out,
                     "{pad}  {what} zero where {} > 0: those steps left out where checked at run time",
+                    sum(&terms, c)
+                );
+            }
+            if let Some(u) = unread {
+                let (a, b, c) = u.at;
+                let terms = [("col".to_string(), a), ("row".to_string(), b)];
+                let _ = writeln!(
+                    out,
+                    "{pad}  product unread where {} > 0: tiles wholly there left out",
                     sum(&terms, c)
                 );
             }

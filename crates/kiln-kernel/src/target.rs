@@ -87,6 +87,11 @@ pub struct FusionLimits {
     /// finiteness: see [`crate::ir::ZeroBlocks`]): the CPU's do; a GPU's mappings compute
     /// every block.
     pub zero_steps: bool,
+    /// Whether the target's GEMM tiles leave out the elements of a product that no reader
+    /// uses (a causal mask's scores above the diagonal, which every reader selects away: see
+    /// [`crate::ir::Unread`]), storing zeros there: the CPU's do; a GPU's mappings compute
+    /// every block.
+    pub unread_blocks: bool,
     /// The longest transform done as one product with its DFT matrix (see [`crate::fft`]):
     /// a longer one is factored (four-step, into factors at most this long) or, with no such
     /// factor, done by Bluestein's convolution. Longer direct products do more work per point
@@ -567,6 +572,7 @@ impl Default for FusionLimits {
             strided_operands: true,
             fft_half_min: 2048,
             zero_steps: true,
+            unread_blocks: true,
             fft_direct_max: 64,
         }
     }
@@ -636,6 +642,7 @@ impl TargetInfo {
             fusion: FusionLimits {
                 strided_operands: false,
                 zero_steps: false,
+                unread_blocks: false,
                 ..FusionLimits::default()
             },
             gpu: Some(Gpu::h200()),

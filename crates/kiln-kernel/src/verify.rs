@@ -28,6 +28,7 @@ use kiln_ir::{DType, Func, OpKind, Props, TensorType, strides};
 use std::fmt;
 
 mod gemm;
+mod unread;
 
 /// What is wrong with a kernel, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1205,8 +1206,9 @@ pub fn verify_lowered(f: &Func, ks: &[Option<Kernel>]) -> Result<(), KernelError
 }
 
 /// Checks the fused program `fused` of `f`: every kernel (reading the buffers of its operands,
-/// computing its instruction's result and the results merged into it), and that inlined and
-/// merged instructions have no kernel of their own.
+/// computing its instruction's result and the results merged into it, a GEMM's unread
+/// elements unused by every reader), and that inlined and merged instructions have no kernel
+/// of their own.
 pub fn verify_fused(f: &Func, fused: &Fused) -> Result<(), KernelError> {
     let n = f.insts.len();
     let lens = [
@@ -1255,6 +1257,7 @@ pub fn verify_fused(f: &Func, fused: &Fused) -> Result<(), KernelError> {
         }
         verify_kernel(k, &inputs).map_err(&name)?;
         computes(k, &f.values[f.insts[i].results[0].index()]).map_err(&whole)?;
+        unread::unused_by_readers(f, fused, i, k).map_err(&whole)?;
         if fused.extra[i].len() != k.extra.len() {
             return Err(whole(format!(
                 "{} extra outputs, but {} results merged into it",

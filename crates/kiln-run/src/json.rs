@@ -79,6 +79,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "fft_direct_max": t.fusion.fft_direct_max,
             "strided_operands": t.fusion.strided_operands,
             "zero_steps": t.fusion.zero_steps,
+            "unread_blocks": t.fusion.unread_blocks,
         },
         "loops": {
             "stream_bytes": t.loops.stream_bytes,
@@ -325,6 +326,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             fft_direct_max: fusion.usize("fft_direct_max")?,
             strided_operands: fusion.bool("strided_operands")?,
             zero_steps: fusion.bool("zero_steps")?,
+            unread_blocks: fusion.bool("unread_blocks")?,
         },
         loops: LoopLimits {
             stream_bytes: loops.usize("stream_bytes")?,

@@ -21,7 +21,7 @@
 use super::{Emitter, Routines, Target, host_attributes, llvm};
 use crate::Result;
 use crate::common::scalar::Scalar;
-use crate::kernel::{ConvPatches, Strides, ZeroBlocks};
+use crate::kernel::{ConvPatches, Strides, Unread, ZeroBlocks};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::context::Context;
 use inkwell::module::Module;
@@ -40,6 +40,7 @@ mod packing;
 mod registers;
 mod routines;
 mod tile;
+mod unread;
 mod zero_steps;
 
 pub(super) use chain::*;
@@ -48,6 +49,7 @@ use packing::batch_start;
 use registers::*;
 pub(super) use routines::*;
 use tile::*;
+use unread::*;
 use zero_steps::*;
 
 /// Contraction steps per iteration of a full-width tile's loop. Measured against 1 with

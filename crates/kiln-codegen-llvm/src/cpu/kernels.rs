@@ -112,6 +112,7 @@ pub(super) fn emit_kernel<'c>(
             ref strides,
             ref store,
             ref zero,
+            ref unread,
         } => {
             let g = gemm_of(k, schedule, target).expect("a GEMM");
             let (bl, split_columns) = (g.blocking, g.split_columns);
@@ -177,6 +178,7 @@ pub(super) fn emit_kernel<'c>(
                 update,
                 chain,
                 zero.as_ref(),
+                unread.as_deref(),
             )?;
         }
         Schedule::Scatter {

@@ -276,7 +276,7 @@ fn softmax_logits(
 
 /// The value of an expression of a kernel reading `operands` when it is a constant: a constant
 /// expression, or a read of a scalar constant (or a constant whose elements are all equal).
-pub(super) fn constant_of<'a>(
+pub(crate) fn constant_of<'a>(
     f: &'a Func,
     operands: &'a [ValueId],
 ) -> impl Fn(&Expr) -> Option<f64> + 'a {

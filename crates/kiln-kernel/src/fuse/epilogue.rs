@@ -174,6 +174,7 @@ pub(super) fn fuse_gemm_epilogues(
                 strides,
                 store,
                 zero: None,
+                unread: None,
             },
             out: uk.out.clone(),
             vars: uk.vars,

@@ -1,5 +1,5 @@
-//! The GEMM schedule's operands, strides, store, zero steps and chained product checked
-//! against the kernel's inputs (part of [`super::verify_kernel`]).
+//! The GEMM schedule's operands, strides, store, zero steps, unread elements and chained
+//! product checked against the kernel's inputs (part of [`super::verify_kernel`]).
 
 use crate::ir::{Kernel, Schedule};
 use crate::window::windows_fit;
@@ -22,6 +22,7 @@ pub(super) fn operands(k: &Kernel, inputs: &[TensorType]) -> Result<DType, Strin
         strides,
         store,
         zero,
+        unread,
     } = &k.schedule
     else {
         return Err("not a GEMM".into());
@@ -38,6 +39,25 @@ pub(super) fn operands(k: &Kernel, inputs: &[TensorType]) -> Result<DType, Strin
             z.at,
             if conv.is_some() {
                 " on a convolution"
+            } else {
+                ""
+            }
+        ));
+    }
+    if let Some(u) = unread
+        && (u.at.0.abs() != 1
+            || u.at.1.abs() != 1
+            || conv.is_some()
+            || chain.is_some()
+            || store.is_some())
+    {
+        return Err(format!(
+            "a GEMM's unread elements have coefficients {:?}{}: the column's and the row's \
+                 must be 1 or -1, and the product stored by rows, no convolution's nor \
+                 chained",
+            u.at,
+            if conv.is_some() || chain.is_some() || store.is_some() {
+                " on a convolution, chained or stored product"
             } else {
                 ""
             }

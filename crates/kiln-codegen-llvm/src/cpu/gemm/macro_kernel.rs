@@ -35,6 +35,11 @@ pub(crate) type Epilogue<'a, 'c> = &'a mut dyn FnMut(
 /// With `zero` (see [`crate::kernel::ZeroBlocks`]), tiles that read A packed leave out the
 /// contraction steps where the hint's operand is checked zero and the other finite
 /// (`zero_steps.rs`).
+///
+/// With `unread` (see [`crate::kernel::Unread`]), the tile routine runs over the rows of each
+/// block that each panel's columns need, and zeros are stored in the others (`unread.rs`);
+/// only for a product stored by rows with no chained product, update or convolution, and
+/// without zero steps (else every tile is computed).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn emit<'c>(
     em: &Emitter<'c>,
@@ -54,6 +59,7 @@ pub(crate) fn emit<'c>(
     update: Option<(BasicValueEnum<'c>, bool)>,
     chain: Option<Chain<'_, 'c>>,
     zero: Option<&ZeroBlocks>,
+    unread: Option<&Unread>,
 ) -> Result<()> {
     let mut epilogue = epilogue;
     let x = Arith { em };
@@ -99,6 +105,19 @@ pub(crate) fn emit<'c>(
                 z: z.clone(),
                 flags: em.entry_alloca(em.ctx.i8_type().array_type(panels).into())?,
             })
+        }
+        _ => None,
+    };
+    // Unread rows are left out of tiles called through the shared routines.
+    let unread = match unread {
+        Some(u)
+            if chain.is_none()
+                && conv.is_none()
+                && update.is_none()
+                && store.is_none()
+                && zero_steps.is_none() =>
+        {
+            Some(UnreadRows { at: u.at })
         }
         _ => None,
     };
@@ -436,6 +455,54 @@ pub(crate) fn emit<'c>(
                                     (&a_at, panel),
                                     (&|r| c_at(ic, jc, r, j), ldc),
                                     (first, ft.const_zero().into()),
+                                );
+                            }
+                            if let (Some((f, a)), Some(u)) = (shared, &unread) {
+                                // The tile over rows r0..r1 (r0 at a sliver's start).
+                                let tile = |r0: IntValue<'c>, r1: IntValue<'c>| -> Result<()> {
+                                    let (at, lda, step) = match a {
+                                        ARead::Packed => {
+                                            let at = x.mulc(x.sub(r0, ic)?, bl.kc)?;
+                                            (x.at(ft, g.packed_a, at)?, x.c(bl.kc), x.c(1))
+                                        }
+                                        _ => a.args(
+                                            &x,
+                                            ft,
+                                            (g.a, g.packed_a),
+                                            (g.a_row(r0)?, kb),
+                                            (g.lda, bl.kc),
+                                            g.a_trans,
+                                        )?,
+                                    };
+                                    em.b.build_call(
+                                        f,
+                                        &[
+                                            c_at(ic, jc, r0, j)?.into(),
+                                            ldc.into(),
+                                            x.sub(r1, r0)?.into(),
+                                            at.into(),
+                                            lda.into(),
+                                            step.into(),
+                                            panel.into(),
+                                            ldb.into(),
+                                            kc.into(),
+                                            first.into(),
+                                            ft.const_zero().into(),
+                                        ],
+                                        "",
+                                    )
+                                    .map_err(llvm)?;
+                                    Ok(())
+                                };
+                                let base = x.mulc(bt, m)?;
+                                return u.panel(
+                                    &x,
+                                    ft,
+                                    bl.mr,
+                                    (ic, ic_end, base),
+                                    (j, width),
+                                    &tile,
+                                    &|r| c_at(ic, jc, r, j),
                                 );
                             }
                             if let Some((f, a)) = shared {

@@ -131,6 +131,8 @@ impl Mapper<'_> {
             // A hint only: the GPU's products compute every block
             // (`FusionLimits::zero_steps`).
             zero: _,
+            // Likewise (`FusionLimits::unread_blocks`).
+            unread: _,
         } = &k.schedule
         else {
             unreachable!("a GEMM kernel")
