@@ -308,6 +308,9 @@ fn random_programs_round_trip_through_text() {
             .unwrap_or_else(|e| panic!("seed {seed}: generated an ill-typed program: {e}\n{f}"));
         let text = print_func(&f);
         let g = parse_func_text(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        verify(&g).unwrap_or_else(|e| {
+            panic!("seed {seed}: parsed back, it does not verify: {e}\n{text}")
+        });
         assert_eq!(
             print_func(&g),
             text,

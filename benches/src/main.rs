@@ -395,6 +395,88 @@ fn sort(n: usize) -> Result<Timing, String> {
     })
 }
 
+/// The stable descending order of each row of `v` ([rows, n] standard normal keys, no NaN),
+/// positions of equal keys in order.
+fn descending_rows(v: &[f32], n: usize) -> Vec<i32> {
+    v.chunks(n)
+        .flat_map(|row| {
+            let mut idx: Vec<usize> = (0..n).collect();
+            idx.sort_by(|&a, &b| {
+                row[b]
+                    .partial_cmp(&row[a])
+                    .expect("normal keys are numbers")
+            });
+            idx.into_iter().map(|i| i as i32)
+        })
+        .collect()
+}
+
+/// `top_k_64x50000_k5`: the 5 greatest of each row of `[64, n]` standard normal f32 keys and
+/// their positions (`Tensor::top_k`). Checked against Rust's own stable sort of each row (the
+/// reference interpreter calls the comparator region for every comparison), bit for bit.
+fn top_k(n: usize) -> Result<Timing, String> {
+    let k = 5;
+    let x = normal(&key(6), &[64, n], DType::F32);
+    let j = jit(move |x: &Tensor| x.top_k(k, 1));
+    let t = Instant::now();
+    let (vals, pos) = j.call(&x).map_err(|e| e.to_string())?;
+    let first = t.elapsed().as_secs_f64();
+    let timing = time(|| j.call(&x).map_err(|e| e.to_string()))?;
+    let t = Instant::now();
+    let v = x.to_vec::<f32>().map_err(|e| e.to_string())?;
+    let want: Vec<i32> = descending_rows(&v, n)
+        .chunks(n)
+        .flat_map(|c| c[..k].to_vec())
+        .collect();
+    let got = pos.to_vec::<i32>().map_err(|e| e.to_string())?;
+    let got_vals = vals.to_vec::<f32>().map_err(|e| e.to_string())?;
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let (r, wv) = (i / k, v[(i / k) * n + w as usize]);
+        if g != w || got_vals[i].to_bits() != wv.to_bits() {
+            return Err(format!(
+                "top_k: row {r} element {} is {} at {g} but a stable sort gives {wv} at {w}",
+                i % k,
+                got_vals[i]
+            ));
+        }
+    }
+    Ok(Timing {
+        first,
+        check_s: t.elapsed().as_secs_f64(),
+        ..timing
+    })
+}
+
+/// `argsort_64x50000`: the positions of each row of `[64, n]` standard normal f32 keys in
+/// descending order (`Tensor::argsort`), the whole sort `top_k_64x50000_k5` avoids. Checked
+/// against Rust's own stable sort, position for position.
+fn argsort_rows(n: usize) -> Result<Timing, String> {
+    let x = normal(&key(6), &[64, n], DType::F32);
+    let j = jit(|x: &Tensor| x.argsort(1, true));
+    let t = Instant::now();
+    let got = j.call(&x).map_err(|e| e.to_string())?;
+    let first = t.elapsed().as_secs_f64();
+    let timing = time(|| j.call(&x).map_err(|e| e.to_string()))?;
+    let t = Instant::now();
+    let v = x.to_vec::<f32>().map_err(|e| e.to_string())?;
+    let want = descending_rows(&v, n);
+    let got = got.to_vec::<i32>().map_err(|e| e.to_string())?;
+    if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+        return Err(format!(
+            "argsort: row {} element {} is {} but a stable sort gives {}",
+            i / n,
+            i % n,
+            got[i],
+            want[i]
+        ));
+    }
+    Ok(Timing {
+        first,
+        check_s: t.elapsed().as_secs_f64(),
+        ..timing
+    })
+}
+
 /// One step of the scan rows' recurrence: `h' = tanh(h W + x)`, for `h` and `x` of
 /// `[16, 64]` and `W` of `[64, 64]`.
 fn rnn_step(w: &Tensor, h: &Tensor, x: &Tensor) -> Tensor {
@@ -625,6 +707,16 @@ const WORKLOADS: &[Workload] = &[
         name: "sort_16M",
         size: 16 << 20,
         run: sort,
+    },
+    Workload {
+        name: "top_k_64x50000_k5",
+        size: 50000,
+        run: top_k,
+    },
+    Workload {
+        name: "argsort_64x50000",
+        size: 50000,
+        run: argsort_rows,
     },
     Workload {
         name: "scan_1000",

@@ -158,8 +158,14 @@ fn vjp_from_values(
         }
     }
     let mut adj: Vec<Option<ValueId>> = vec![None; f.values.len()];
+    // Integer and `pred` values carry no cotangent: one given for such an output (say, the
+    // zero `vjp` takes for every output) has nowhere to go, and the rules of the ops computing
+    // it are not defined for it. (A complex output's goes on, to the error of its path.)
     for (&o, ct) in f.outputs.iter().zip(cts) {
-        if let Some(ct) = ct {
+        let d = f.values[o.index()].dtype;
+        if let Some(ct) = ct
+            && (d.is_float() || d.is_complex())
+        {
             accumulate(b, &mut adj, o, *ct)?;
         }
     }

@@ -729,6 +729,11 @@ pub fn vjp_rule(
             scatter_indices_batching_dims: sibd,
         } => {
             let (xt, ut) = (ty(b, x[0]), ty(b, x[2]));
+            if ut.numel() == 0 {
+                // No update: the result is the operand. (The gathers below would need a slice
+                // of an empty batching dimension, which no gather has.)
+                return Ok(vec![Some(g), None, Some(zeros_like(b, x[2])?)]);
+            }
             let ivd = *index_vector_dim as usize;
             // Window size per operand dimension (1 for inserted and batching dimensions).
             let window_dims: Vec<usize> = (0..xt.rank())
@@ -914,6 +919,14 @@ pub fn vjp_rule(
             let grid: Vec<usize> = (0..n)
                 .map(|d| window_output_size(xt.shape[d], 1, padding[d], wd[d], 1, ws[d]))
                 .collect();
+            let all: Vec<i64> = (0..n as i64).collect();
+            let ginit = b.sum(g, &all)?;
+            let grid_ty = TensorType::new(xt.dtype, grid.clone());
+            if grid.contains(&0) {
+                // No window: no source element, and the window offsets may lie past the
+                // padded operand, so no slice of it is taken.
+                return Ok(vec![None, Some(b.full(&grid_ty, 0.0)?), Some(ginit)]);
+            }
             let lo: Vec<i64> = padding.iter().map(|p| p.0).collect();
             let hi: Vec<i64> = padding.iter().map(|p| p.1).collect();
             let zero = b.scalar(xt.dtype, 0.0)?;
@@ -933,7 +946,6 @@ pub fn vjp_rule(
             let f = b.scalar(DType::Pred, 0.0)?;
             let valid_src = b.broadcast(t, &[], &xt.shape)?;
             let pvalid = pad(b, valid_src, f)?;
-            let grid_ty = TensorType::new(xt.dtype, grid.clone());
             let mut best_x = b.full(&grid_ty, 0.0)?;
             let mut best_g = b.full(&grid_ty, 0.0)?;
             let mut have = b.full(&TensorType::new(DType::Pred, grid.clone()), 0.0)?;
@@ -948,13 +960,7 @@ pub fn vjp_rule(
                 }
                 let start: Vec<i64> = off.clone();
                 let limit: Vec<i64> = (0..n)
-                    .map(|d| {
-                        if grid[d] == 0 {
-                            off[d]
-                        } else {
-                            off[d] + (grid[d] as i64 - 1) * ws[d] + 1
-                        }
-                    })
+                    .map(|d| off[d] + (grid[d] as i64 - 1) * ws[d] + 1)
                     .collect();
                 let sl = |b: &mut Builder, v: ValueId| -> Result<ValueId> {
                     Ok(b.inst(
@@ -978,8 +984,6 @@ pub fn vjp_rule(
                 have = bin(b, Op::Or {}, have, cv)?;
             }
             let gsrc = mask(b, have, best_g)?;
-            let all: Vec<i64> = (0..n as i64).collect();
-            let ginit = b.sum(g, &all)?;
             Ok(vec![None, Some(gsrc), Some(ginit)])
         }
         Op::Real {} | Op::Imag {} | Op::Complex {} => {

@@ -281,6 +281,15 @@ impl AttrValue for Literal {
                 None => break,
             }
         }
+        // An empty list hides the sizes of the dimensions inside it (`[]` is `i32[0]` as much
+        // as `i32[0,3]`, `[[], []]` any `[2,0,...]`): the declared type's, where it fits.
+        if let Some(t) = ctx.result_types.first()
+            && shape.last() == Some(&0)
+            && t.shape.len() > shape.len()
+            && t.shape.starts_with(&shape)
+        {
+            shape = t.shape.clone();
+        }
         let mut elems = Vec::new();
         fn walk(
             a: &Attr,

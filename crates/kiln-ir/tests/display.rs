@@ -93,3 +93,35 @@ fn large_constants_round_trip_through_ir_text() {
         op => panic!("{op:?}"),
     }
 }
+
+/// An empty constant prints as nested empty lists, which hide the sizes inside the empty
+/// dimension; parsed back it takes them from its declared type (it was `i32[0]` for an
+/// `i32[0,3]`, and the program no longer verified).
+#[test]
+fn empty_constants_of_any_rank_round_trip_through_ir_text() {
+    for (dtype, shape) in [
+        (DType::I32, vec![0, 3]),
+        (DType::F64, vec![2, 0, 4]),
+        (DType::F32, vec![0]),
+    ] {
+        let value = Literal::zeros(TensorType::new(dtype, shape));
+        let mut b = kiln_ir::Builder::new("main");
+        let c = b
+            .push(
+                Op::Constant {
+                    value: value.clone(),
+                },
+                &[],
+            )
+            .unwrap()[0];
+        let f = b.finish(&[c]).unwrap();
+        let text = print_func(&f);
+        let g = parse_func_text(&text).unwrap();
+        kiln_ir::verify(&g).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(print_func(&g), text);
+        match &g.insts[0].op {
+            Op::Constant { value: v } => assert_eq!(v, &value),
+            op => panic!("{op:?}"),
+        }
+    }
+}

@@ -5,7 +5,9 @@
 //! `argsort` trace) orders the slices by that operand's keys alone: the runtime sorts them as
 //! integer keys (a radix sort, stable, so equal keys keep their order as the comparator's
 //! stable sort keeps them), and a comparator that is anything else runs as a compiled region
-//! inside a merge sort, the same merge the reference interpreter runs.
+//! inside a merge sort, the same merge the reference interpreter runs. A sort by keys whose
+//! users read only a short prefix of each slice (`Tensor::top_k`) runs as a top-k ([`top_k`]):
+//! one pass over each slice's keys, with only the first `k` ordered and written.
 
 use kiln_ir::{ComparisonDirection, Func, Op, ValueId};
 
@@ -166,9 +168,9 @@ pub fn sort_plan(comparator: &Func, operands: usize) -> SortPlan {
 /// How many leading elements of each slice along `dimension` the users of `f`'s sort
 /// instruction `i` read, when that is all they read: every use of every result is a `slice`
 /// that starts at 0 with stride 1 along `dimension` (`Tensor::topk`, a sort then its first
-/// `k`), and no result is returned. The runtime then orders only that prefix of each slice
-/// (a selection, then a sort of the prefix), leaving the rest in some order; `None` when a
-/// user reads more, or the prefix is the whole slice.
+/// `k`), and no result is returned. The rest of each slice is then never read, and a short
+/// enough prefix runs as a top-k ([`top_k`]); `None` when a user reads more, or the prefix is
+/// the whole slice.
 pub fn read_prefix(f: &Func, i: usize) -> Option<usize> {
     let inst = &f.insts[i];
     let Op::Sort { dimension, .. } = inst.op else {
@@ -198,6 +200,55 @@ pub fn read_prefix(f: &Func, i: usize) -> Option<usize> {
         prefix = prefix.max(usize::try_from(*limit_indices.get(d)?).ok()?);
     }
     (prefix < len).then_some(prefix)
+}
+
+/// The shortest slice a top-k runs on ([`top_k`]): shorter ones sort whole.
+pub const TOP_K_MIN_LEN: usize = 64;
+
+/// A prefix of at most this fraction of its slice runs as a top-k ([`top_k`]). Measured on
+/// `[64, 50000]` f32 (docs/performance.md, "topk without a full sort"): the top-k takes a
+/// tenth of the whole sort's time at k = 5, half at n / 16 and 0.7 at n / 8.
+pub const TOP_K_FRACTION: usize = 8;
+
+/// A `sort` by keys whose users read only the first `k` elements of each slice of `len`
+/// (`Tensor::top_k`): the runtime finds each slice's first `k` in one pass over its keys,
+/// keeping the candidates under the current `k`-th best key, orders only those and writes
+/// only them; the rest of each result slice is never read ([`read_prefix`]) and is left
+/// unwritten (zeros).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopK {
+    /// How many leading elements of each slice the users read.
+    pub k: usize,
+    /// The length of each slice.
+    pub len: usize,
+}
+
+impl std::fmt::Display for TopK {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "top-k: the first {} of each slice of {} in one pass over the keys (k * {} <= n), \
+             then only those ordered and written",
+            self.k, self.len, TOP_K_FRACTION
+        )
+    }
+}
+
+/// `f`'s instruction `i` as a top-k, when it is a `sort` by keys ([`SortPlan::Keys`]) whose
+/// users read only a prefix of each slice ([`read_prefix`]) of at most a
+/// [`TOP_K_FRACTION`]th of slices at least [`TOP_K_MIN_LEN`] long; `None` sorts every slice
+/// whole.
+pub fn top_k(f: &Func, i: usize) -> Option<TopK> {
+    let inst = f.insts.get(i)?;
+    key_sort(&inst.op, inst.operands.len())?;
+    let k = read_prefix(f, i)?;
+    let Op::Sort { dimension, .. } = inst.op else {
+        return None;
+    };
+    let len = *f.values[inst.results.first()?.index()]
+        .shape
+        .get(usize::try_from(dimension).ok()?)?;
+    (len >= TOP_K_MIN_LEN && k.saturating_mul(TOP_K_FRACTION) <= len).then_some(TopK { k, len })
 }
 
 #[cfg(test)]
@@ -248,6 +299,36 @@ mod tests {
             "3",
         );
         assert_eq!(read_prefix(&offset, 0), None);
+    }
+
+    #[test]
+    fn a_short_prefix_of_a_sort_by_keys_is_a_top_k() {
+        let f = |n: usize, k: usize, dir: &str| {
+            kiln_ir::parse_func_text(&format!(
+                "func @main(%0: f32[2,{n}]) -> f32[2,{k}] {{\n  %1 = sort %0 {{dimension = 1, is_stable = true, comparator = func @cmp(%0: f32[], %1: f32[]) -> pred[] {{\n      %2 = compare %0, %1 {{comparison_direction = {dir}}} : pred[]\n      return %2\n    }}}} : f32[2,{n}]\n  %2 = slice %1 {{start_indices = [0, 0], limit_indices = [2, {k}], strides = [1, 1]}} : f32[2,{k}]\n  return %2\n}}\n"
+            ))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert_eq!(
+            top_k(&f(800, 100, "GT"), 0),
+            Some(TopK { k: 100, len: 800 })
+        );
+        assert_eq!(top_k(&f(800, 1, "LT"), 0), Some(TopK { k: 1, len: 800 }));
+        let shown = top_k(&f(800, 5, "GT"), 0).map(|t| t.to_string());
+        assert!(
+            shown
+                .as_deref()
+                .is_some_and(|s| s.starts_with("top-k: the first 5 of each slice of 800")),
+            "{shown:?}"
+        );
+        // A prefix over an eighth of the slice, a slice too short, the whole slice, or a
+        // comparator the keys do not order by: every slice sorts whole.
+        assert_eq!(top_k(&f(800, 101, "GT"), 0), None);
+        assert_eq!(top_k(&f(63, 1, "GT"), 0), None);
+        assert_eq!(top_k(&f(800, 800, "GT"), 0), None);
+        assert_eq!(top_k(&f(800, 5, "LE"), 0), None);
+        // Not a sort.
+        assert_eq!(top_k(&f(800, 5, "GT"), 1), None);
     }
 
     #[test]

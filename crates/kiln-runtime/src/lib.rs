@@ -358,8 +358,8 @@ impl Program {
                     (_, kiln_kernel::sort::SortPlan::Keys { .. }) => None,
                     _ => return Err(missing()),
                 };
-                let prefix = kiln_kernel::sort::read_prefix(&self.func, i);
-                sort::sort(x, *dimension as usize, plan, cmp, prefix)
+                let top_k = kiln_kernel::sort::top_k(&self.func, i).map(|t| t.k);
+                sort::sort(x, *dimension as usize, plan, cmp, top_k)
             }
             Op::Map { .. } => {
                 let [computation] = &regions[..] else {

@@ -14,6 +14,9 @@
 //! radix sort as it is: its first read and pass make the keys, and its last pass writes the
 //! sorted elements into the fresh result.
 //!
+//! By keys, when the users read only a short prefix of each slice
+//! ([`kiln_kernel::sort::top_k`]): [`top_k`]'s one pass over each slice's keys.
+//!
 //! By comparator: the reference's merge sort, each comparison a call of the compiled region.
 
 use crate::{Error, Region};
@@ -24,10 +27,6 @@ use rayon::prelude::*;
 /// Slices shorter than this sort by comparisons (the radix passes' fixed costs outweigh
 /// them).
 const SHORT: usize = 64;
-
-/// A prefix of at most this fraction of a slice is selected, then sorted, rather than the
-/// whole slice sorted (see [`sort`]).
-const PREFIX_FRACTION: usize = 8;
 
 /// The elements of `l` as order-preserving unsigned keys (descending: reversed), with
 /// whether a key stands for several elements (a -0 or a NaN was met); at a NaN, `None`
@@ -252,12 +251,8 @@ fn radix_sort<K: ByteKey>(keys: &mut Vec<K>, mut idx: Option<&mut Vec<u32>>) {
     }
 }
 
-/// The order of one slice's keys, its first `prefix` positions only when given: positions
-/// within the slice, sorted stably.
-fn slice_order<K: ByteKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
-    if let Some(k) = prefix {
-        return prefix_order(&keys, k);
-    }
+/// The order of one slice's keys: positions within the slice, sorted stably.
+fn slice_order<K: ByteKey>(keys: Vec<K>) -> Vec<u32> {
     if keys.len() < SHORT {
         let mut pos: Vec<usize> = (0..keys.len()).collect();
         kiln_reference::merge_sort_by(&mut pos, &mut |a, b| keys[a] < keys[b]);
@@ -272,20 +267,6 @@ fn slice_order<K: ByteKey>(keys: Vec<K>, prefix: Option<usize>) -> Vec<u32> {
     let mut keys = keys;
     radix_sort(&mut keys, Some(&mut idx));
     idx
-}
-
-/// The positions of the `k` least keys, first, in the stable sort's order (by key, then
-/// position: a total order, so the first `k` are those a stable sort puts first), then the
-/// other positions in the order the selection leaves them.
-fn prefix_order<K: ByteKey>(keys: &[K], k: usize) -> Vec<u32> {
-    let mut pos: Vec<u32> = (0..keys.len() as u32).collect();
-    let rank = |p: &u32| (keys[*p as usize], *p);
-    if k < pos.len() {
-        pos.select_nth_unstable_by_key(k, rank);
-    }
-    let k = k.min(pos.len());
-    pos[..k].sort_unstable_by_key(rank);
-    pos
 }
 
 /// The slices of `shape` along `dimension`: their count, length and stride, and the first
@@ -315,15 +296,14 @@ impl Slices {
     }
 }
 
-/// The permutation (result position -> source position) sorting every slice by `keys` (its
-/// first `prefix` positions only, when given).
-fn keyed_permutation<K: ByteKey>(keys: &[K], sl: &Slices, prefix: Option<usize>) -> Vec<usize> {
+/// The permutation (result position -> source position) sorting every slice by `keys`.
+fn keyed_permutation<K: ByteKey>(keys: &[K], sl: &Slices) -> Vec<usize> {
     let n = keys.len();
     let orders: Vec<Vec<u32>> = (0..sl.count)
         .into_par_iter()
         .map(|s| {
             let slice = (0..sl.len).map(|i| keys[sl.position(s, i)]).collect();
-            slice_order(slice, prefix)
+            slice_order(slice)
         })
         .collect();
     let mut perm = vec![0usize; n];
@@ -337,15 +317,8 @@ fn keyed_permutation<K: ByteKey>(keys: &[K], sl: &Slices, prefix: Option<usize>)
 
 /// One f32 operand sorted by its own keys (no -0, no NaN: each key one element) along contiguous slices: each
 /// slice's keys sorted and turned back into elements, with no permutation to carry.
-fn sorted_f32_keys(
-    l: &Literal,
-    mut k: Vec<u32>,
-    descending: bool,
-    len: usize,
-    prefix: Option<usize>,
-) -> Literal {
-    k.par_chunks_mut(len.max(1))
-        .for_each(|c| sort_f32_slice(c, prefix));
+fn sorted_f32_keys(l: &Literal, mut k: Vec<u32>, descending: bool, len: usize) -> Literal {
+    k.par_chunks_mut(len.max(1)).for_each(sort_f32_slice);
     let back = |k: u32| {
         let k = if descending { !k } else { k };
         f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k })
@@ -357,50 +330,49 @@ fn sorted_f32_keys(
     .expect("the operand's own type")
 }
 
-/// One slice of [`sorted_f32_keys`]'s keys sorted (its first `prefix` only, when given).
-fn sort_f32_slice(c: &mut [u32], prefix: Option<usize>) {
-    {
-        if let Some(p) = prefix {
-            // Equal keys are equal elements here, so any order of them is the stable one.
-            let p = p.min(c.len());
-            if p < c.len() {
-                c.select_nth_unstable(p);
-            }
-            c[..p].sort_unstable();
-        } else if c.len() < SHORT {
-            c.sort_unstable();
-        } else if c.len() >= crate::radix::PARALLEL_MIN {
-            let (v, _) =
-                crate::radix::sort(&crate::radix::Plain::new(), c, false).expect("plain keys");
-            c.copy_from_slice(&v);
-        } else {
-            let mut v = c.to_vec();
-            radix_sort(&mut v, None);
-            c.copy_from_slice(&v);
-        }
+/// One slice of [`sorted_f32_keys`]'s keys sorted.
+fn sort_f32_slice(c: &mut [u32]) {
+    if c.len() < SHORT {
+        c.sort_unstable();
+    } else if c.len() >= crate::radix::PARALLEL_MIN {
+        let (v, _) = crate::radix::sort(&crate::radix::Plain::new(), c, false).expect("plain keys");
+        c.copy_from_slice(&v);
+    } else {
+        let mut v = c.to_vec();
+        radix_sort(&mut v, None);
+        c.copy_from_slice(&v);
     }
 }
 
 /// Runs a `sort` of the operands `x` along `dimension` as `plan` says; `comparator` is the
-/// comparator's compiled program (needed by [`SortPlan::Comparator`] only). With a `prefix`
-/// (`kiln_kernel::sort::read_prefix`: the users read only that many leading elements of each
-/// slice), a sort by keys orders only those, after selecting them, when the prefix is short
-/// enough to pay ([`PREFIX_FRACTION`]); the rest of each slice holds the other elements in
-/// some order.
+/// comparator's compiled program (needed by [`SortPlan::Comparator`] only). With `top_k`
+/// (`kiln_kernel::sort::top_k`: the users read only that many leading elements of each
+/// slice), a sort by keys runs as [`top_k::top_k`], which writes only those; the rest of each
+/// result slice is zeros.
 pub(crate) fn sort(
     x: &[&Literal],
     dimension: usize,
     plan: SortPlan,
     comparator: Option<&dyn Region>,
-    prefix: Option<usize>,
+    top_k: Option<usize>,
 ) -> Result<Vec<Literal>, Error> {
     let shape = x[0].shape().to_vec();
     let sl = Slices::new(&shape, dimension);
-    let prefix = prefix.filter(|&k| sl.len >= SHORT && k.saturating_mul(PREFIX_FRACTION) <= sl.len);
+    if let (
+        SortPlan::Keys {
+            operand,
+            descending,
+            nan_greatest,
+        },
+        Some(k),
+    ) = (plan, top_k)
+        && let Some(out) = top_k::top_k(x, &sl, k, operand, descending, nan_greatest)
+    {
+        return Ok(out);
+    }
     if let (SortPlan::Keys { descending, .. }, [l], Data::F32(v)) = (plan, x, x[0].data())
         && sl.count == 1
         && sl.len >= crate::radix::PARALLEL_MIN
-        && prefix.is_none()
         && let Some((sorted, _)) = crate::radix::sort(&F32Keys::new(descending), v, false)
     {
         // One long f32 slice sorted by itself, without a NaN or a -0 (each key one element):
@@ -419,11 +391,11 @@ pub(crate) fn sort(
                 Keys::U32(v) => {
                     let own = x.len() == 1 && !lossy && sl.stride == 1;
                     if own && matches!(x[0].data(), Data::F32(_)) {
-                        return Ok(vec![sorted_f32_keys(x[0], v, descending, sl.len, prefix)]);
+                        return Ok(vec![sorted_f32_keys(x[0], v, descending, sl.len)]);
                     }
-                    keyed_permutation(&v, &sl, prefix)
+                    keyed_permutation(&v, &sl)
                 }
-                Keys::U64(v) => keyed_permutation(&v, &sl, prefix),
+                Keys::U64(v) => keyed_permutation(&v, &sl),
             },
             None => {
                 // NaN keys: the comparison itself, as the reference's merge sort makes it.
@@ -471,6 +443,8 @@ pub(crate) fn sort(
         .map(|l| kiln_reference::take_positions(l, l.ty(), &perm))
         .collect())
 }
+
+mod top_k;
 
 #[cfg(test)]
 mod tests;

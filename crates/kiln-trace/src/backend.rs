@@ -107,6 +107,14 @@ pub trait Backend: Send + Sync {
         self.compile_donating(f, donated)
     }
 
+    /// The peak bytes of the memory plan this backend would make for `f` under `opts`, without
+    /// compiling its kernels (what a memory budget, [`Executable::peak_bytes`] of the compiled
+    /// function, is measured on); `None` for a backend that plans no memory, as by default.
+    fn planned_peak(&self, f: &Func, opts: &Options) -> Result<Option<usize>> {
+        let _ = (f, opts);
+        Ok(None)
+    }
+
     /// Copies `l` into new memory on `device` that this backend's executables read
     /// ([`Executable::run_device`]): what `Tensor::to(Device::Cuda(i))` does. By default (a
     /// backend without device memory: the CPU, the reference interpreter) an error that says

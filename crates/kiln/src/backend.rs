@@ -78,6 +78,11 @@ impl Backend for Cpu {
             .map_err(|e| Error::internal("compile", e.to_string()))?;
         Ok(Arc::new(CpuCompiled(exe)))
     }
+    fn planned_peak(&self, f: &Func, opts: &Options) -> Result<Option<usize>> {
+        kiln_codegen_llvm::cpu::planned_peak(f, opts)
+            .map(Some)
+            .map_err(|e| Error::internal("compile", e.to_string()))
+    }
 }
 
 /// The GPU mapping on the GPU emulator (`KILN_BACKEND=ptx-emulator`): each function is
@@ -107,6 +112,9 @@ struct Emulated {
 }
 
 impl Executable for Emulated {
+    fn peak_bytes(&self) -> Option<usize> {
+        Some(self.plan.arena_bytes)
+    }
     fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
         kiln_runtime::gpu_emu::run_plan(&self.plan, args)
             .map_err(|e| Error::internal("run", e.to_string()))
@@ -132,13 +140,15 @@ impl Backend for PtxEmulator {
         donated: &[bool],
         opts: &Options,
     ) -> Result<Arc<dyn Executable>> {
-        let target = kiln_kernel::TargetInfo::h200();
-        let lowered =
-            kiln_kernel::pipeline::lower_program(f, donated, opts, &target, None, &mut |_| {})
-                .map_err(|e| Error::internal("compile", e.to_string()))?;
-        let plan = kiln_kernel::gpu::plan::device_plan(&lowered, &target)
+        let plan = device_plan(f, donated, opts, &kiln_kernel::TargetInfo::h200())
             .map_err(|e| Error::internal("compile", e))?;
         Ok(Arc::new(Emulated { plan }))
+    }
+    /// The emulated H200's arena, as a real GPU's is planned ([`Backend::planned_peak`]).
+    fn planned_peak(&self, f: &Func, opts: &Options) -> Result<Option<usize>> {
+        let plan = device_plan(f, &[], opts, &kiln_kernel::TargetInfo::h200())
+            .map_err(|e| Error::internal("compile", e))?;
+        Ok(Some(plan.arena_bytes))
     }
     /// The emulated `cuda:0`'s memory is host memory (see [`crate::device`]).
     fn upload(&self, device: Device, l: &Literal) -> Result<Arc<dyn DeviceBuffer>> {
@@ -240,6 +250,9 @@ pub(crate) fn open_gpu(index: usize) -> std::result::Result<Arc<kiln_runtime::cu
 struct OnGpu(kiln_runtime::cuda_exec::CudaExecutable);
 
 impl Executable for OnGpu {
+    fn peak_bytes(&self) -> Option<usize> {
+        Some(self.0.plan().arena_bytes)
+    }
     fn run(&self, args: &[&Literal]) -> Result<Vec<Literal>> {
         self.0
             .run(args)
@@ -271,10 +284,7 @@ impl Backend for Cuda {
         let gpu = open_gpu(index).map_err(fail)?;
         let target = gpu.info().target_info();
         let sm = gpu.info().ptx_sm().map_err(|e| fail(e.to_string()))?;
-        let lowered =
-            kiln_kernel::pipeline::lower_program(f, donated, opts, &target, None, &mut |_| {})
-                .map_err(|e| fail(e.to_string()))?;
-        let plan = kiln_kernel::gpu::plan::device_plan(&lowered, &target).map_err(fail)?;
+        let plan = device_plan(f, donated, opts, &target).map_err(fail)?;
         let ptx_target = kiln_codegen_llvm::ptx::PtxTarget {
             sm: sm.to_string(),
             features: "+ptx80".into(),
@@ -288,11 +298,33 @@ impl Backend for Cuda {
             .map_err(|e| fail(e.to_string()))?;
         Ok(Arc::new(OnGpu(exe)))
     }
+    /// The device arena the executable would allocate on this backend's GPU (lowered for
+    /// the device's own target data); no driver or no such GPU is an error saying so.
+    fn planned_peak(&self, f: &Func, opts: &Options) -> Result<Option<usize>> {
+        let fail = |e: String| Error::internal("compile", e);
+        let index = self.device.clone().map_err(fail)?;
+        let gpu = open_gpu(index).map_err(fail)?;
+        let plan = device_plan(f, &[], opts, &gpu.info().target_info()).map_err(fail)?;
+        Ok(Some(plan.arena_bytes))
+    }
     /// A buffer on this backend's GPU, uploaded through pinned memory (see
     /// [`crate::device`]); another index, no driver or no such GPU is an error saying so.
     fn upload(&self, device: Device, l: &Literal) -> Result<Arc<dyn DeviceBuffer>> {
         crate::device::cuda_upload(self.device.clone(), device, l)
     }
+}
+
+/// `f` lowered for the GPU `target` describes and its device plan made (its launches, host
+/// steps and arena), as the emulator and a real GPU run it.
+fn device_plan(
+    f: &Func,
+    donated: &[bool],
+    opts: &Options,
+    target: &kiln_kernel::TargetInfo,
+) -> std::result::Result<kiln_kernel::gpu::plan::DevicePlan, String> {
+    let lowered = kiln_kernel::pipeline::lower_program(f, donated, opts, target, None, &mut |_| {})
+        .map_err(|e| e.to_string())?;
+    kiln_kernel::gpu::plan::device_plan(&lowered, target)
 }
 
 /// The backend `opts` choose: the reference interpreter under `KILN_BACKEND=reference`, the

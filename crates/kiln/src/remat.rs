@@ -48,8 +48,9 @@ pub enum Remat {
     /// The values tagged with one of these names by [`tag`] inside the function, each kept as
     /// [`Remat::SaveMatrixProducts`] keeps a product.
     SaveNamed(Vec<String>),
-    /// At most this many bytes at the peak of the compiled program's memory plan (the CPU
-    /// backend's planner), where the planner's numbers choose what such functions keep.
+    /// At most this many bytes at the peak of the compiled program's memory plan (the
+    /// installed backend's: the CPU's plan, a GPU's device arena; the CPU's for a backend
+    /// that plans no memory), where the planner's numbers choose what such functions keep.
     /// [`crate::jit`] first plans the plain gradient (nothing rematerialized, nothing
     /// recomputed) and compiles it if it fits; else it caps the bytes each such function
     /// keeps, of the values its backward pass reads taken in order of what recomputing them

@@ -791,8 +791,15 @@ impl<I: Tree, O: Tree + Clone, F: Fn(&I) -> O> Jit<I, O, F> {
             || trace_tree("jit", x, &self.f, loc, false),
             |t| &t.0.func,
             |f| {
-                kiln_codegen_llvm::cpu::planned_peak(f, opts)
-                    .map_err(|e| Error::internal("jit", e.to_string()))
+                // The installed backend's own plan (a GPU's arena is not the CPU's plan); a
+                // backend that plans no memory (the reference interpreter runs on the host)
+                // is measured on the CPU's.
+                let planned = crate::backend::backend()?.planned_peak(f, opts)?;
+                match planned {
+                    Some(p) => Ok(p),
+                    None => kiln_codegen_llvm::cpu::planned_peak(f, opts)
+                        .map_err(|e| Error::internal("jit", e.to_string())),
+                }
             },
         )
     }

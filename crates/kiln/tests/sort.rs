@@ -151,6 +151,115 @@ fn compiled_topk_selects_the_stable_sorts_first_k() {
     }
 }
 
+/// The stable order of each row of `v` ([rows, n]) as [`expected`] gives it, for keys read
+/// back as f64 (NaN greatest; -0 == +0).
+fn expected64(v: &[f64], n: usize, descending: bool) -> Vec<i32> {
+    let order = |a: f64, b: f64| match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ => a.partial_cmp(&b).unwrap(),
+    };
+    v.chunks(n)
+        .flat_map(|row| {
+            let mut idx: Vec<usize> = (0..n).collect();
+            if descending {
+                idx.sort_by(|&a, &b| order(row[b], row[a]));
+            } else {
+                idx.sort_by(|&a, &b| order(row[a], row[b]));
+            }
+            idx.into_iter().map(|i| i as i32)
+        })
+        .collect()
+}
+
+#[test]
+fn compiled_top_k_runs_as_one_pass_on_every_key_dtype() {
+    // The printed plan: a short prefix of each row (at most an eighth) runs as a top-k, the
+    // runtime's one pass over each row; a longer one, or the whole row, sorts whole.
+    let (rows, n) = (3, 1000);
+    let x = Tensor::from_vec(values(rows * n, 29), [rows, n]).unwrap();
+    let shown = |k: usize, x: &Tensor| {
+        let func = jit(move |x: &Tensor| x.top_k(k, 1)).lower(x).unwrap();
+        kiln_codegen_llvm::cpu::describe_fusion(&func, &Default::default()).unwrap()
+    };
+    let five = shown(5, &x);
+    assert!(
+        five.contains("top-k: the first 5 of each slice of 1000"),
+        "{five}"
+    );
+    for k in [126, n] {
+        let s = shown(k, &x);
+        assert!(!s.contains("top-k:"), "k = {k}: {s}");
+    }
+    // Exactly the whole stable sort's first k, ties, NaN, -0 and +0 included, for each key
+    // dtype (the keys read back as f64 to write the expected order).
+    for dtype in [DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32] {
+        let xd = x.cast(dtype);
+        let keys = xd.cast(DType::F64).to_vec::<f64>().unwrap();
+        let idx = expected64(&keys, n, true);
+        for k in [1usize, 5, 125, n] {
+            let (vals, pos) = jit(move |x: &Tensor| x.top_k(k, 1)).call(&xd).unwrap();
+            let want: Vec<i32> = idx.chunks(n).flat_map(|c| c[..k].to_vec()).collect();
+            assert_eq!(pos.to_vec::<i32>().unwrap(), want, "{dtype:?}, k = {k}");
+            let want_vals: Vec<u64> = want
+                .chunks(k)
+                .enumerate()
+                .flat_map(|(r, c)| c.iter().map(move |&i| (r, i)))
+                .map(|(r, i)| keys[r * n + i as usize].to_bits())
+                .collect();
+            let got: Vec<u64> = vals
+                .cast(DType::F64)
+                .to_vec::<f64>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(got, want_vals, "{dtype:?} values, k = {k}");
+        }
+    }
+    // More than the row holds is an error under jit too.
+    let e = jit(|x: &Tensor| x.top_k(1001, 1))
+        .call(&x)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("top_k") && e.contains("k = 1001"), "{e}");
+}
+
+#[test]
+fn jitted_gradients_through_top_k_and_argsort_move_back() {
+    // d/dx sum(top_k(x, 3) * w): w[j] lands where the j-th greatest of each row came from;
+    // the same through take_along_axis of argsort's first 3. Rows long enough for a top-k.
+    let (rows, n) = (2, 200);
+    let v: Vec<f64> = values(rows * n, 31)
+        .iter()
+        .map(|&x| if x.is_nan() { 0.25 } else { x as f64 })
+        .collect();
+    let x = Tensor::from_vec(v.clone(), [rows, n]).unwrap();
+    let w = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 10.0, 20.0, 30.0], [rows, 3]).unwrap();
+    let idx = expected64(&v, n, true);
+    let mut want = vec![0.0f64; rows * n];
+    for r in 0..rows {
+        for j in 0..3 {
+            want[r * n + idx[r * n + j] as usize] += [1.0, 2.0, 3.0, 10.0, 20.0, 30.0][r * 3 + j];
+        }
+    }
+    let wc = w.clone();
+    let top = jit(grad(move |x: &Tensor| x.top_k(3, 1).0.mul(&wc).sum_all()))
+        .call(&x)
+        .unwrap();
+    assert_eq!(top.to_vec::<f64>().unwrap(), want, "top_k");
+    let wc = w.clone();
+    let arg = jit(grad(move |x: &Tensor| {
+        let first = x.argsort(1, true).slice(1, 0, 3, 1);
+        x.take_along_axis(&first, 1).mul(&wc).sum_all()
+    }))
+    .call(&x)
+    .unwrap();
+    assert_eq!(arg.to_vec::<f64>().unwrap(), want, "argsort");
+}
+
 #[test]
 fn sorting_along_the_first_axis_sorts_each_column() {
     let v: Vec<i32> = vec![5, -1, 2, 8, 9, 0, 2, 8];

@@ -110,7 +110,8 @@ pub fn function_llvm_ir(f: &Func, optimized: bool, opts: &Options) -> Result<Str
 
 /// The fused kernels of `f` as the CPU backend builds them (after the optimizer and the
 /// canonicalizing rewrites), as text: each kernel with its member instructions and inputs, and
-/// for every instruction the reason it has a kernel of its own or runs inside its users.
+/// for every instruction the reason it has a kernel of its own or runs inside its users (and,
+/// for a sort whose users read only a prefix, that it runs as a top-k).
 pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
     use std::fmt::Write as _;
     let (g, fused) = lowered_for_printing(f, opts)?;
@@ -190,6 +191,10 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
             inst.op.mnemonic(),
             fused.decisions[i]
         );
+        // How a sort runs when its users read only a prefix (the runtime's top-k).
+        if let Some(t) = kiln_kernel::sort::top_k(&g, i) {
+            let _ = writeln!(s, "  {t}");
+        }
     }
     Ok(s)
 }

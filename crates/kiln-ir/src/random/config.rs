@@ -37,6 +37,12 @@ pub struct Config {
     /// `reduce_region` over rows of thousands of elements, a `reduce_window_region` of windows
     /// over 256 elements ([`Config::with_wide`]).
     pub wide: bool,
+    /// Whether programs stay within what has a derivative, for gradient checks: no bits
+    /// reinterpreted (`bitcast_convert`), no `reduce_precision` (its VJP is a straight-through
+    /// estimator, not its derivative), no `fft` (its values are complex), `reduce_window`'s
+    /// maxima without dilations, and linear algebra on the configuration's first float type
+    /// ([`Config::gradient_profile`]).
+    pub differentiable: bool,
 }
 
 impl Default for Config {
@@ -54,6 +60,7 @@ impl Default for Config {
             elements: None,
             control: false,
             wide: false,
+            differentiable: false,
         }
     }
 }
@@ -120,5 +127,19 @@ impl Config {
             cfg = cfg.with_small_floats();
         }
         cfg
+    }
+
+    /// The gradient checks' configuration for `seed`: 1 to 12 ops over `f64` values of rank
+    /// up to 3 and dimensions up to 3, with control flow, calls and region ops
+    /// ([`Config::control`]), and only what has a derivative ([`Config::differentiable`]).
+    pub fn gradient_profile(seed: u64) -> Config {
+        Config {
+            ops: 1 + (seed as usize % 12),
+            dtypes: vec![DType::F64],
+            max_dim: 3,
+            control: true,
+            differentiable: true,
+            ..Config::default()
+        }
     }
 }

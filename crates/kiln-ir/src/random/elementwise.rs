@@ -73,6 +73,11 @@ impl Gen<'_> {
                 Op::CountLeadingZeros {},
             ]
         };
+        // `reduce_precision`'s VJP is a straight-through estimator, not its derivative.
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .filter(|op| !(self.cfg.differentiable && matches!(op, Op::ReducePrecision { .. })))
+            .collect();
         let op = self.rng.pick(&ops).clone();
         self.b.inst(op, &[a]).ok()
     }
@@ -172,10 +177,11 @@ impl Gen<'_> {
     }
 
     /// A finiteness test of a float `a` half the time, else its bits reinterpreted as another
-    /// type of the same width.
+    /// type of the same width (never for [`super::Config::differentiable`] programs: bits have
+    /// no derivative, so only the finiteness test).
     pub(super) fn finite_or_bitcast(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
         let d = t.dtype;
-        if d.is_float() && self.rng.chance(0.5) {
+        if (d.is_float() && self.rng.chance(0.5)) || self.cfg.differentiable {
             self.b.inst(Op::IsFinite {}, &[a]).ok()
         } else {
             // Any other type of the same width (the same type when there is none).

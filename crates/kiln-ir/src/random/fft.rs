@@ -11,8 +11,9 @@ impl Gen<'_> {
     /// f32 or f64 value) an `RFFT` followed by the `IRFFT` back, so that the program's values
     /// stay real.
     pub(super) fn random_fft(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
-        // One time in three a collective instead (`random/collective.rs`).
-        if self.rng.chance(1.0 / 3.0) {
+        // One time in three a collective instead (`random/collective.rs`); always for
+        // differentiable programs, whose values stay real.
+        if self.rng.chance(1.0 / 3.0) || self.cfg.differentiable {
             return self.random_collective(a, t);
         }
         self.fft_or_collective(a, t)
@@ -25,7 +26,7 @@ impl Gen<'_> {
             if matches!(t.dtype, DType::F32 | DType::F64) {
                 (a, t.clone())
             } else {
-                let d = *self.rng.pick(&[DType::F32, DType::F64]);
+                let d = self.linalg_dtype();
                 let t = TensorType::new(d, [self.size(self.cfg.max_dim)]);
                 (self.value_of(&t), t)
             }

@@ -21,7 +21,7 @@ impl Gen<'_> {
         let (a, t) = if matches!(t.dtype, DType::F32 | DType::F64) && t.rank() >= 2 {
             (a, t.clone())
         } else {
-            let d = *self.rng.pick(&[DType::F32, DType::F64]);
+            let d = self.linalg_dtype();
             let n = self.size(self.cfg.max_dim);
             let k = self.size(self.cfg.max_dim);
             let t = TensorType::new(d, [n, k]);
@@ -87,7 +87,7 @@ impl Gen<'_> {
     /// pivot is the diagonal one with a wide margin and rounding never changes the
     /// permutation; one of its three results.
     pub(super) fn random_lu(&mut self) -> Option<ValueId> {
-        let d = *self.rng.pick(&[DType::F32, DType::F64]);
+        let d = self.linalg_dtype();
         let n = self.size(self.cfg.max_dim);
         let batch = self.rng.below(2);
         let mut shape = vec![2; batch];
@@ -114,5 +114,21 @@ impl Gen<'_> {
         let m = self.b.binary(Op::Add {}, bounded, eye).ok()?;
         let rs = self.b.push(Op::Lu {}, &[m]).ok()?;
         Some(*self.rng.pick(&rs))
+    }
+
+    /// `f32` or `f64` at random, for a new matrix; for [`super::Config::differentiable`]
+    /// programs the first of them among the configuration's types (if any), so that every
+    /// float is one the gradient checks differentiate.
+    pub(super) fn linalg_dtype(&mut self) -> DType {
+        let d = *self.rng.pick(&[DType::F32, DType::F64]);
+        if !self.cfg.differentiable {
+            return d;
+        }
+        self.cfg
+            .dtypes
+            .iter()
+            .copied()
+            .find(|t| matches!(t, DType::F32 | DType::F64))
+            .unwrap_or(d)
     }
 }

@@ -97,7 +97,8 @@ fn inner_control(
 
 impl Gen<'_> {
     /// With control flow, outside large programs, one step in eight also adds a data-dependent
-    /// `while` or control flow nested in a region, drawn from a stream of its own (as
+    /// `while` (not in [`super::Config::differentiable`] programs) or control flow nested in a
+    /// region, drawn from a stream of its own (as
     /// [`Gen::maybe_region_op`]'s), so a seed's program changes only where one is added.
     pub(super) fn maybe_nested_control(&mut self) {
         if !self.cfg.control || self.cfg.elements.is_some() || self.pool.is_empty() {
@@ -107,8 +108,10 @@ impl Gen<'_> {
             let a = *g.rng.pick(&g.pool);
             let t = g.ty(a);
             match g.rng.below(4) {
-                0 => g.data_dependent_loop(a, &t),
-                1 => g.loop_nesting(a, &t),
+                // Reverse mode refuses a data-dependent loop: a static one for differentiable
+                // programs.
+                0 if !g.cfg.differentiable => g.data_dependent_loop(a, &t),
+                0 | 1 => g.loop_nesting(a, &t),
                 2 => g.case_nesting(a, &t),
                 _ => g.call_nesting(a, &t),
             }

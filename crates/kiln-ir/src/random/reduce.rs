@@ -34,7 +34,8 @@ impl Gen<'_> {
             .ok()
     }
 
-    /// Windowed sums or maxima of `a` with strides, padding and dilations.
+    /// Windowed sums or maxima of `a` with strides, padding and dilations (for
+    /// [`super::Config::differentiable`] programs, maxima without dilations, which have no VJP).
     pub(super) fn reduce_window(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
         let (d, r) = (t.dtype, t.rank());
         let kind = if self.rng.chance(0.5) {
@@ -48,11 +49,18 @@ impl Gen<'_> {
                 .map(|_| (lo + g.rng.below(hi - lo + 1)) as i64)
                 .collect()
         };
+        let window_dimensions = pick(self, 1, 3);
+        let window_strides = pick(self, 1, 2);
+        let (mut base_dilations, mut window_dilations) = (pick(self, 1, 2), pick(self, 1, 2));
+        if self.cfg.differentiable && kind == Combiner::Max {
+            base_dilations = vec![1; r];
+            window_dilations = vec![1; r];
+        }
         let op = Op::ReduceWindow {
-            window_dimensions: pick(self, 1, 3),
-            window_strides: pick(self, 1, 2),
-            base_dilations: pick(self, 1, 2),
-            window_dilations: pick(self, 1, 2),
+            window_dimensions,
+            window_strides,
+            base_dilations,
+            window_dilations,
             padding: (0..r)
                 .map(|_| (self.rng.below(2) as i64, self.rng.below(2) as i64))
                 .collect(),

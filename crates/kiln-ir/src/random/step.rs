@@ -93,8 +93,9 @@ impl Gen<'_> {
             let a = *g.rng.pick(&g.pool);
             let t = g.ty(a);
             match g.rng.below(6) {
-                0..=3 => g.one_collective(a, &t),
-                4 => g.fft_or_collective(a, &t),
+                // No `fft` in differentiable programs, whose values stay real.
+                4 if !g.cfg.differentiable => g.fft_or_collective(a, &t),
+                0..=4 => g.one_collective(a, &t),
                 _ => g.random_lu(),
             }
         });

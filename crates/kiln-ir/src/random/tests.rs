@@ -258,3 +258,67 @@ fn profiled_programs_hold_typed_ops_and_nested_control() {
         assert!(got >= 20, "{got} {k} in 2,000 seeds: {n:?}");
     }
 }
+
+/// The gradient checks' profile keeps to what has a derivative: every float is `f64`, in the
+/// regions too, and no bits are reinterpreted, no `reduce_precision` or `fft` is made, and
+/// `reduce_window`'s maxima have no dilation; control flow, calls and region ops are there.
+#[test]
+fn gradient_profile_programs_are_differentiable() {
+    fn walk(f: &Func, seen: &mut std::collections::BTreeSet<OpKind>) -> Result<(), String> {
+        if let Some(t) = f
+            .values
+            .iter()
+            .find(|t| t.dtype.is_float() && t.dtype != DType::F64)
+        {
+            return Err(format!("a {t} value"));
+        }
+        for inst in &f.insts {
+            seen.insert(inst.op.kind());
+            match &inst.op {
+                Op::BitcastConvert {} | Op::ReducePrecision { .. } | Op::Fft { .. } => {
+                    return Err(format!("a {}", inst.op.mnemonic()));
+                }
+                Op::ReduceWindow {
+                    kind: Combiner::Max,
+                    base_dilations,
+                    window_dilations,
+                    ..
+                } if base_dilations
+                    .iter()
+                    .chain(window_dilations)
+                    .any(|&d| d != 1) =>
+                {
+                    return Err("a dilated reduce_window of maxima".into());
+                }
+                op => {
+                    for r in op.regions() {
+                        walk(r, seen)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..2000u64 {
+        let f = random_func(&mut Rng::new(seed), &Config::gradient_profile(seed));
+        crate::verify(&f).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+        walk(&f, &mut seen).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{f}"));
+    }
+    for k in [
+        OpKind::While,
+        OpKind::Case,
+        OpKind::Call,
+        OpKind::Sort,
+        OpKind::Map,
+        OpKind::ReduceRegion,
+        OpKind::ReduceWindowRegion,
+        OpKind::Cholesky,
+        OpKind::Lu,
+    ] {
+        assert!(
+            seen.contains(&k),
+            "no {k:?} in the gradient profile's programs"
+        );
+    }
+}

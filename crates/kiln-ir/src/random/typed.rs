@@ -11,7 +11,8 @@ use crate::{DType, Op, TensorType, ValueId};
 const MOST_BITS: usize = 4096;
 
 impl Gen<'_> {
-    /// Outside large programs, one step in twelve also adds one of this module's ops, drawn
+    /// Outside large programs, one step in twelve also adds one of this module's ops (no
+    /// bitcast for [`super::Config::differentiable`] programs), drawn
     /// from a stream of its own (as [`Gen::maybe_region_op`]'s), so a seed's program changes
     /// only where one is added.
     pub(super) fn maybe_typed_op(&mut self) {
@@ -22,8 +23,9 @@ impl Gen<'_> {
             let a = *g.rng.pick(&g.pool);
             let t = g.ty(a);
             match g.rng.below(5) {
-                0 | 1 => g.pred_bitcast(a, &t),
-                2 | 3 => g.widening_dot(a, &t),
+                // Bits have no derivative: a product for differentiable programs.
+                0 | 1 if !g.cfg.differentiable => g.pred_bitcast(a, &t),
+                0..=3 => g.widening_dot(a, &t),
                 _ => g.widening_convolution(t.dtype),
             }
         });
