@@ -13,6 +13,7 @@ mod fft;
 mod index;
 mod linalg;
 mod literal;
+mod nested;
 mod product;
 mod reduce;
 mod region;
@@ -21,6 +22,7 @@ pub mod seeds;
 mod shape;
 mod sources;
 mod step;
+mod typed;
 mod types;
 mod wide;
 

@@ -187,8 +187,9 @@ pub fn canonicalize_dots(f: &Func) -> Result<Func, VerifyError> {
             lhs_contracting_dimensions: range(lt.rank() as i64 - nc, lt.rank() as i64),
             rhs_contracting_dimensions: range(nb, nb + nc),
         };
-        // The free dimensions keep their order, so the result type is unchanged.
-        Ok(Some(vec![b.inst(canon, &[a, c])?]))
+        // The free dimensions keep their order, so the result type is unchanged (a wider
+        // element type than the operands' included: `f16 x f16 -> f32` on the GPU).
+        Ok(Some(vec![b.inst_typed(canon, &[a, c], out_ty.clone())?]))
     })
 }
 
@@ -797,8 +798,19 @@ pub fn fold_transposed_products(f: &Func) -> Result<Func, VerifyError> {
                     lhs_contracting_dimensions: rc.clone(),
                     rhs_contracting_dimensions: lc.clone(),
                 };
-                // Stands for the transpose's result; the transpose below passes it on.
-                Ok(Some(vec![b.inst(swapped, &[ops[1], ops[0]])?]))
+                // Stands for the transpose's result; the transpose below passes it on. Its
+                // dimensions are the batch, the right free, then the left free ones; its
+                // element type is the product's (which may be wider than the operands').
+                let out = &f.values[inst.results[0].index()];
+                let nb = lb.len();
+                let fl = f.values[inst.operands[0].index()].rank() - nb - lc.len();
+                let shape: Vec<usize> = (out.shape[..nb].iter())
+                    .chain(&out.shape[nb + fl..])
+                    .chain(&out.shape[nb..nb + fl])
+                    .copied()
+                    .collect();
+                let ty = TensorType::new(out.dtype, shape);
+                Ok(Some(vec![b.inst_typed(swapped, &[ops[1], ops[0]], ty)?]))
             }
             Op::Transpose { .. } if producer[inst.operands[0].index()].is_some_and(|p| swap[p]) => {
                 Ok(Some(vec![ops[0]]))
@@ -865,5 +877,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(fold_transposed_products(&stays).unwrap(), stays);
+    }
+
+    /// A product into a wider type than its operands' (`f16 x f16 -> f32`, which the GPU
+    /// keeps for tensor cores) keeps its result type when its operands are permuted into the
+    /// GEMM's layout or swapped to fold a transpose (random program 40981 of the emulator
+    /// tests returned f16).
+    #[test]
+    fn products_into_a_wider_type_keep_it() {
+        let permuted = kiln_ir::parse_func_text(
+            "func @main(%0: f16[4,3], %1: f16[4,3,2]) -> f32[4,2] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : f32[4,2]\n  return %2\n}\n",
+        )
+        .unwrap();
+        let g = canonicalize_dots(&permuted).unwrap();
+        kiln_ir::verify(&g).unwrap();
+        assert_eq!(g.output_types, permuted.output_types, "{g}");
+        let swapped = kiln_ir::parse_func_text(
+            "func @main(%0: f16[3,4,5,6], %1: f16[3,6,7]) -> f32[3,7,4,5] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [1]} : f32[3,4,5,7]\n  %3 = transpose %2 {permutation = [0, 3, 1, 2]} : f32[3,7,4,5]\n  return %3\n}\n",
+        )
+        .unwrap();
+        let g = fold_transposed_products(&swapped).unwrap();
+        kiln_ir::verify(&g).unwrap();
+        assert_eq!(count(&g, "transpose"), 0, "{g}");
+        assert_eq!(g.output_types, swapped.output_types, "{g}");
     }
 }

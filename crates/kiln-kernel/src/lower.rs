@@ -38,6 +38,16 @@ fn same(input: usize, ty: &TensorType, out: &TensorType, vars: usize) -> Expr {
     )
 }
 
+/// Whether a GEMM reads operands of types `a` and `b` for a result of `dtype`: of that dtype,
+/// or both bf16 or both f16 for an f32 result (a GPU's tensor cores, see
+/// `canon::widen_dots`). Other products into a wider type (`f32 x f32 -> f64`, which the
+/// pipeline converts first) take the elementwise kernel, which converts its operands.
+fn gemm_operands(a: &TensorType, b: &TensorType, dtype: DType) -> bool {
+    let half =
+        dtype == DType::F32 && a.dtype == b.dtype && matches!(a.dtype, DType::BF16 | DType::F16);
+    half || (a.dtype == dtype && b.dtype == dtype)
+}
+
 /// Whether `op` on operands of types `x` giving `out` is lowered to a byte copy: a bitcast
 /// that is not element for element (32- or 64-bit elements of one shape, or sub-byte
 /// integers, which hold their value sign- or zero-extended in a byte each and convert it):
@@ -325,7 +335,10 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             rhs_batching_dimensions: rb,
             lhs_contracting_dimensions: lc,
             rhs_contracting_dimensions: rc,
-        } if out.numel() > 0 && matches!(out.dtype, DType::F32 | DType::F64) => {
+        } if out.numel() > 0
+            && matches!(out.dtype, DType::F32 | DType::F64)
+            && gemm_operands(&x[0], &x[1], out.dtype) =>
+        {
             let layout = matmul_layout(lb, rb, lc, rc, &x[0], &x[1]).ok_or(NoKernel(
                 "a matrix product whose operands the GEMM cannot read in place",
             ))?;
@@ -421,6 +434,11 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
                 },
             )
         }
+        // Bits of a `pred` are no bytes to copy: `bits::expand_pred_bitcasts` computes these
+        // by shifts and masks before lowering.
+        Op::BitcastConvert {} if x[0].dtype.is_pred() != out.dtype.is_pred() => Err(NoKernel(
+            "a bitcast to or from pred (computed by shifts and masks before lowering)",
+        )),
         Op::BitcastConvert {} if !byte_copy(op, x, out) => kernel(
             r,
             Expr::Op {
@@ -682,7 +700,8 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
             ..
         } if is_gemm_conv(op)
             && out.numel() > 0
-            && matches!(out.dtype, DType::F32 | DType::F64) =>
+            && matches!(out.dtype, DType::F32 | DType::F64)
+            && x.iter().all(|t| t.dtype == out.dtype) =>
         {
             let (a, w) = (&x[0].shape, &x[1].shape);
             let planes = output_dims[..] == GEMM_CONV_PLANES;
@@ -795,11 +814,24 @@ pub fn lower(op: &Op, x: &[TensorType], out: &TensorType) -> Result<Kernel, NoKe
                 li[input_dims[2 + i] as usize] = dim.element(pos);
                 wi[kernel_dims[2 + i] as usize] = Idx::Var(kv(i));
             }
-            let weight = gather(1, w, wi);
+            // Operands of a narrower type (`i8 x i8 -> i32`; the pipeline converts them first,
+            // but a kernel lowered as given) are converted, exactly, to the result's.
+            let widened = |e: Expr, t: &TensorType| {
+                if t.dtype == out.dtype {
+                    e
+                } else {
+                    Expr::Op {
+                        op: Ew::Convert,
+                        dtype: out.dtype,
+                        args: vec![e],
+                    }
+                }
+            };
+            let weight = widened(gather(1, w, wi), w);
             let prod = Expr::Op {
                 op: Ew::Kind(OpKind::Multiply),
                 dtype: out.dtype,
-                args: vec![gather(0, a, li), weight.clone()],
+                args: vec![widened(gather(0, a, li), a), weight.clone()],
             };
             let zero = Expr::Const {
                 dtype: out.dtype,

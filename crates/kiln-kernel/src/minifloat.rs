@@ -12,6 +12,8 @@
 //!   products leave f32's, in f64) and rounds it once to the
 //!   type (a `convert` to the type and back), as [`kiln_ir::minifloat`] states; data movement,
 //!   `select`, `maximum`, `minimum`, `negate` and `abs` are exact and are not rounded;
+//! - a `dot_general` or `convolution` of small floats into a wider type computes in that type,
+//!   its operands converted to it (exactly);
 //! - a `convert` to a small float rounds once from the source: from f64 on f64's bits, from the
 //!   integers of up to 32 bits through f64 (exact), from the 64-bit integers through f64 (which
 //!   rounds an integer past 2^53 first; only `f8e8m0fnu` reaches such magnitudes);
@@ -213,6 +215,20 @@ fn instruction(b: &mut Builder, f: &Func, inst: &Inst, ops: &[ValueId]) -> R<Vec
             } else {
                 y
             }])
+        }
+        op @ (Op::DotGeneral { .. } | Op::Convolution { .. }) if tys[0].dtype.mini().is_none() => {
+            // A product of small floats into a wider type (`f8e4m3fn x f8e4m3fn -> f32`)
+            // computes in that type: its operands convert to it exactly, though `f8e8m0fnu`'s
+            // holder (f64) is wider than an f32 result.
+            let mut wide = Vec::with_capacity(ops.len());
+            for (&o, &v) in inst.operands.iter().zip(ops) {
+                let d = ty(o).dtype;
+                wide.push(match d.mini() {
+                    Some(m) if holder(m) != tys[0].dtype => b.convert(v, tys[0].dtype)?,
+                    _ => v,
+                });
+            }
+            b.push_at(op.clone(), &wide, Some(&tys), loc)
         }
         op => {
             let mut op = op.clone();

@@ -17,7 +17,14 @@ pub(crate) fn rule(bd: &mut Batcher, cx: &InstCtx) -> Result<Vec<BVal>> {
     };
     let x0 = cx.xs[0];
     match cx.op {
-        op if op.props().contains(Props::ELEMENTWISE) || matches!(op, Op::BitcastConvert {}) => {
+        // A bitcast between widths adds or removes a last dimension (`f64[]` to `pred[64]`):
+        // its operand is batched as it is, not broadcast to the result's shape as an
+        // elementwise op's scalar operand is.
+        Op::BitcastConvert {} => {
+            let x = bd.materialize(x0)?;
+            one(bd, Op::BitcastConvert {}, &[x])
+        }
+        op if op.props().contains(Props::ELEMENTWISE) => {
             let operands = elementwise_operands(bd, cx)?;
             one(bd, op.clone(), &operands)
         }

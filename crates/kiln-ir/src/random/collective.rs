@@ -1,7 +1,8 @@
 //! Random collectives, valid on the one process of a 1 x 1 grid (the grid a function runs on
 //! outside an SPMD runner): every group is `[0]` (or no groups: every index, which is `[0]`
 //! there), `all_to_all` splits in one part, `collective_permute` sends process 0 its own
-//! operand or nothing. Reductions sum. `random_fft` makes them one time in three.
+//! operand or nothing. Reductions sum. `random_fft` makes them one time in three, and
+//! [`Gen::maybe_rare_op`] one at a time.
 
 use super::Gen;
 use crate::{Builder, Func, Op, TensorType, ValueId};
@@ -17,6 +18,17 @@ fn sum(t: &TensorType) -> Option<Box<Func>> {
 }
 
 impl Gen<'_> {
+    /// One collective (or `replica_id`, `partition_id`) of a random kind on `a`, if it fits.
+    pub(super) fn one_collective(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
+        let kind = self.rng.below(9);
+        let op = self.collective_op(kind, t)?;
+        let operands: &[ValueId] = match op {
+            Op::ReplicaId {} | Op::PartitionId {} => &[],
+            _ => &[a],
+        };
+        self.b.inst(op, operands).ok()
+    }
+
     /// Every kind of collective (and `replica_id`, `partition_id`) on `a`, in a random order
     /// (the ops that pick a dimension only when `a` has one); one of their results.
     pub(super) fn random_collective(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {

@@ -28,8 +28,9 @@ pub struct Config {
     /// `dot_general`'s width keeps its multiply-adds under `16 * hi`, so the reference
     /// interpreter stays fast.
     pub elements: Option<(usize, usize)>,
-    /// Whether programs may hold control flow: `while` loops with a static trip count, `case`
-    /// and `sort` (with their regions).
+    /// Whether programs may hold control flow: `while` loops with a static or a data-dependent
+    /// (bounded) trip count, `case`, `call`, `sort` (with their regions), control flow nested
+    /// in regions, and collectives.
     pub control: bool,
     /// Whether programs (but large ones) may hold `random/wide.rs`'s ops, each an output: a
     /// scatter of hundreds of updates, a `select_and_scatter` of any order and combiner, a

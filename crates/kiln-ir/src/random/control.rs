@@ -1,7 +1,7 @@
 //! Random control flow and calls: `while` loops with a static trip count, `case`, `call`
 //! of new functions (nested, repeated) and optimization barriers, with the regions they hold.
 
-use super::Gen;
+use super::{Gen, Rng};
 use crate::{Builder, DType, Func, Op, TensorType, ValueId};
 
 impl Gen<'_> {
@@ -56,20 +56,7 @@ impl Gen<'_> {
 
     /// A random elementwise op combining two values of dtype `d`.
     pub(super) fn combine_op(&mut self, d: DType) -> Op {
-        let ops: Vec<Op> = if d.is_pred() {
-            vec![Op::Xor {}, Op::And {}, Op::Or {}]
-        } else if d.is_float() {
-            vec![
-                Op::Add {},
-                Op::Multiply {},
-                Op::Subtract {},
-                Op::Maximum {},
-                Op::Atan2 {},
-            ]
-        } else {
-            vec![Op::Add {}, Op::Xor {}, Op::Maximum {}, Op::Multiply {}]
-        };
-        self.rng.pick(&ops).clone()
+        combine_op(self.rng, d)
     }
 
     /// A region of parameters `params` returning `emit`'s values.
@@ -149,4 +136,22 @@ impl Gen<'_> {
             .ok()
             .map(|rs| rs[0])
     }
+}
+
+/// A random elementwise op combining two values of dtype `d` (atan2 among them for floats).
+pub(super) fn combine_op(rng: &mut Rng, d: DType) -> Op {
+    let ops: Vec<Op> = if d.is_pred() {
+        vec![Op::Xor {}, Op::And {}, Op::Or {}]
+    } else if d.is_float() {
+        vec![
+            Op::Add {},
+            Op::Multiply {},
+            Op::Subtract {},
+            Op::Maximum {},
+            Op::Atan2 {},
+        ]
+    } else {
+        vec![Op::Add {}, Op::Xor {}, Op::Maximum {}, Op::Multiply {}]
+    };
+    rng.pick(&ops).clone()
 }

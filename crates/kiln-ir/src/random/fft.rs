@@ -16,6 +16,12 @@ impl Gen<'_> {
         if self.rng.chance(1.0 / 3.0) || self.cfg.differentiable {
             return self.random_collective(a, t);
         }
+        self.fft_or_collective(a, t)
+    }
+
+    /// [`Gen::random_fft`] without its first draw: an `fft` on `a` (or on a new real value), or
+    /// for a scalar the collectives.
+    pub(super) fn fft_or_collective(&mut self, a: ValueId, t: &TensorType) -> Option<ValueId> {
         let (a, t) = if t.rank() >= 1 && !matches!(t.dtype, DType::C64 | DType::C128) {
             if matches!(t.dtype, DType::F32 | DType::F64) {
                 (a, t.clone())

@@ -1,7 +1,7 @@
 //! Random matrix products and convolutions.
 
 use super::Gen;
-use crate::{Op, TensorType, ValueId};
+use crate::{DType, Op, TensorType, ValueId};
 
 impl Gen<'_> {
     /// `a` times a matrix, contracting `a`'s last dimension (of [`Gen::dot_width`] columns).
@@ -25,7 +25,12 @@ impl Gen<'_> {
 
     /// A small NCHW convolution with strides, padding, dilation and feature or batch groups.
     pub(super) fn convolution(&mut self, _a: ValueId, t: &TensorType) -> Option<ValueId> {
-        let d = t.dtype;
+        let (op, x, k) = self.convolution_parts(t.dtype);
+        self.b.inst(op, &[x, k]).ok()
+    }
+
+    /// The op and the two operands of [`Gen::convolution`] for element type `d`.
+    pub(super) fn convolution_parts(&mut self, d: DType) -> (Op, ValueId, ValueId) {
         let groups = self.rng.below(2) + 1;
         let by_batch = groups > 1 && self.rng.chance(0.5);
         let (fg, bg) = if by_batch { (1, groups) } else { (groups, 1) };
@@ -56,6 +61,6 @@ impl Gen<'_> {
             output_dims: vec![0, 1, 2, 3],
             batch_group_count: bg as i64,
         };
-        self.b.inst(op, &[x, k]).ok()
+        (op, x, k)
     }
 }

@@ -1,5 +1,6 @@
 //! One step of the generator: an instruction of a random kind on a random value of the pool,
-//! then, from streams of their own, the occasional region op, call or wide op.
+//! then, from streams of their own, the occasional region op, call, wide op, op of a new
+//! element type, data-dependent or nested control flow, or collective.
 
 use super::{Gen, Rng};
 use crate::ValueId;
@@ -74,6 +75,33 @@ impl Gen<'_> {
         self.maybe_region_op();
         self.maybe_call();
         self.maybe_wide_op();
+        self.maybe_typed_op();
+        self.maybe_nested_control();
+        self.maybe_rare_op();
+    }
+
+    /// With control flow, outside large programs, one step in six also adds one collective
+    /// (two times in three), `fft` or `lu`, drawn from a stream of its own. In the main draw
+    /// these come only from [`Gen::random_linalg`], about once in 240 steps of control seeds
+    /// for each, so a run of 2,000 seeds could miss `fft`, or `all_gather`, `all_to_all` and
+    /// `reduce_scatter` (the collectives that need a dimension) altogether.
+    pub(super) fn maybe_rare_op(&mut self) {
+        if !self.cfg.control || self.cfg.elements.is_some() || self.pool.is_empty() {
+            return;
+        }
+        let v = self.on_side_stream(0x9B05_688C_2B3E_6C1F, 6, |g| {
+            let a = *g.rng.pick(&g.pool);
+            let t = g.ty(a);
+            match g.rng.below(6) {
+                // No `fft` in differentiable programs, whose values stay real.
+                4 if !g.cfg.differentiable => g.fft_or_collective(a, &t),
+                0..=4 => g.one_collective(a, &t),
+                _ => g.random_lu(),
+            }
+        });
+        if let Some(v) = v.flatten() {
+            self.pool.push(v);
+        }
     }
 
     /// One time in `one_in` (drawn from a stream of its own, seeded by the main stream's state

@@ -53,6 +53,10 @@ fn held_in_f32_the_programs_compute_what_the_reference_computes() {
             format!(
                 "func @main(%0: {t}[{n}], %1: {t}[{n}]) -> {t}[] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]}} : {t}[]\n  return %2\n}}"
             ),
+            // Into a wider type: computed in it (f32 though `f8e8m0fnu` is held in f64).
+            format!(
+                "func @main(%0: {t}[{n}], %1: {t}[{n}]) -> (f32[], f64[], f32[1,1,1]) {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]}} : f32[]\n  %3 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]}} : f64[]\n  %4 = reshape %0 : {t}[1,1,{n}]\n  %5 = reshape %1 : {t}[1,1,{n}]\n  %6 = convolution %4, %5 {{window_strides = [1], padding = [[0, 0]], lhs_dilation = [1], rhs_dilation = [1], feature_group_count = 1, input_dims = [0, 1, 2], kernel_dims = [0, 1, 2], output_dims = [0, 1, 2]}} : f32[1,1,1]\n  return %2, %3, %6\n}}"
+            ),
             format!(
                 "func @main(%0: {t}[{n}], %1: {t}[{n}]) -> ({t}[{n}], {t}[{n}]) {{\n  %2 = exponential %0 : {t}[{n}]\n  %3 = sqrt %1 : {t}[{n}]\n  return %2, %3\n}}"
             ),
