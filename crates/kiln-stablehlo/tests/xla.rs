@@ -106,6 +106,40 @@ fn sorts_2_bit_beside_wider(m: &Module) -> bool {
     m.funcs.iter().any(walk)
 }
 
+/// Whether an instruction of `m` (regions included) satisfies `pred`, given its function.
+fn any_inst(m: &Module, pred: &dyn Fn(&kiln_ir::Func, &kiln_ir::Inst) -> bool) -> bool {
+    fn walk(f: &kiln_ir::Func, pred: &dyn Fn(&kiln_ir::Func, &kiln_ir::Inst) -> bool) -> bool {
+        f.insts
+            .iter()
+            .any(|i| pred(f, i) || i.op.regions().into_iter().any(|r| walk(r, pred)))
+    }
+    m.funcs.iter().any(|f| walk(f, pred))
+}
+
+/// Whether `m` bitcasts to or from `pred` (one bit an element in StableHLO's spec, a byte on
+/// XLA's CPU).
+fn bitcasts_pred(m: &Module) -> bool {
+    any_inst(m, &|f, i| {
+        matches!(i.op, kiln_ir::Op::BitcastConvert { .. })
+            && i.operands
+                .iter()
+                .chain(&i.results)
+                .any(|v| f.values[v.index()].dtype == kiln_ir::DType::Pred)
+    })
+}
+
+/// Whether `m` has a matrix product or convolution of 2- or 4-bit integers into another type.
+fn widens_sub_byte_products(m: &Module) -> bool {
+    any_inst(m, &|f, i| {
+        let ty = |v: &kiln_ir::ValueId| f.values[v.index()].dtype;
+        matches!(
+            i.op,
+            kiln_ir::Op::DotGeneral { .. } | kiln_ir::Op::Convolution { .. }
+        ) && i.operands.iter().any(|v| ty(v).is_sub_byte())
+            && i.results.iter().any(|r| ty(r) != ty(&i.operands[0]))
+    })
+}
+
 /// Random programs XLA refused, shrunk (each a known difference, listed in `KNOWN`, so the
 /// check notices when XLA runs it), with their arguments.
 fn shrunk_programs() -> Vec<(String, Module, Vec<Literal>)> {
@@ -129,7 +163,8 @@ fn shrunk_programs() -> Vec<(String, Module, Vec<Literal>)> {
 }
 
 /// Why XLA refusing or disagreeing with this program is known: a listed program, XLA
-/// refusing kiln's `rng_bit_generator` state, a product of sub-byte integers, a variadic
+/// refusing kiln's `rng_bit_generator` state, a product of sub-byte integers (into their own
+/// type or a wider one), a bitcast to or from `pred`, a variadic
 /// reduce or a sort of a 2-bit integer beside a wider operand or a bitcast between complex and
 /// real types, JAX refusing an
 /// argument of a 6- or 4-bit float (or XLA any such value), XLA aborting on a concatenate of
@@ -141,6 +176,18 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
         .any(|t| problem.contains(&format!("unsupported operand type {t} in op dot")))
     {
         return Some("XLA's CPU has no matrix product of 2- or 4-bit integers");
+    }
+    if problem.contains("custom element sizes on non-sub-byte types") && widens_sub_byte_products(m)
+    {
+        return Some(
+            "XLA's CPU has no matrix product of 2- or 4-bit integers; into a wider type, its operand upcaster converts them keeping their element size, and its own verifier refuses the result (\"custom element sizes on non-sub-byte types\")",
+        );
+    }
+    if bitcasts_pred(m) {
+        return KNOWN
+            .iter()
+            .find(|(n, _)| *n == "bitcast_convert example 3")
+            .map(|(_, why)| *why);
     }
     if problem.contains("XLA aborted") && problem.contains("Check failed: bit_offset") {
         return Some(
