@@ -139,7 +139,7 @@ fn forward_into(
                 Op::ReduceRegion { body, .. } | Op::ReduceWindowRegion { body, .. } => {
                     reduce_jvp(b, &inst.op, body, &xs, &ts, loc)?
                 }
-                op => inst_jvp(b, op, &xs, &ts, &types, loc)?,
+                op => inst_jvp(b, op, &xs, &ts, &types, inst.loc)?,
             }
         };
         for ((r, v), d) in inst.results.iter().zip(rs).zip(rdots) {
@@ -339,15 +339,26 @@ fn inst_jvp(
     xs: &[ValueId],
     ts: &[Option<ValueId>],
     types: &[TensorType],
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<(Vec<ValueId>, Vec<Option<ValueId>>)> {
     let mut g = Builder::new(op.mnemonic());
     let ps: Vec<ValueId> = xs
         .iter()
         .map(|&x| g.param(b.ty(x).expect("operands are defined").clone()))
         .collect();
-    let rs = g.push_at(op.clone(), &ps, Some(types), loc)?;
-    let one = g.finish(&rs)?;
+    // The instruction keeps the user's location, or none: an error about it (an op without
+    // a derivative rule) names where the user wrote it, never a line of kiln or of Rust's
+    // library.
+    let rs = g.push_at(
+        op.clone(),
+        &ps,
+        Some(types),
+        loc.unwrap_or_else(Loc::caller),
+    )?;
+    let mut one = g.finish(&rs)?;
+    for i in &mut one.insts {
+        i.loc = loc;
+    }
     let with: Vec<usize> = (0..xs.len()).filter(|&k| ts[k].is_some()).collect();
     let want: Vec<usize> = (0..types.len())
         .filter(|&k| types[k].dtype.is_float())

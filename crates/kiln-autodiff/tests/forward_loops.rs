@@ -188,3 +188,32 @@ fn loops_in_branches_and_in_loops_differentiate_forward() {
     close(out[0], 9.0);
     close(out[1], 3.0);
 }
+
+/// An op without a forward rule in a program differentiated instruction by instruction (it
+/// has a loop): the error names the op, and, for a program read from text (no source
+/// locations), no location at all, never a line of kiln or of Rust's library.
+#[test]
+fn an_op_without_a_rule_is_named_without_a_borrowed_location() {
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: f64[4], %1: f64[]) -> (f64[2], f64[]) {
+  %2 = reduce_window %0, %1 {window_dimensions = [2], window_strides = [1], base_dilations = [1], window_dilations = [2], padding = [[0, 0]], kind = max} : f64[2]
+  %3 = constant {value = 0} : i32[]
+  %4, %5 = while %3, %1 {cond = func @cond(%0: i32[], %1: f64[]) -> pred[] {
+      %2 = constant {value = 2} : i32[]
+      %3 = compare %0, %2 {comparison_direction = LT} : pred[]
+      return %3
+    }, body = func @body(%0: i32[], %1: f64[]) -> (i32[], f64[]) {
+      %2 = constant {value = 1} : i32[]
+      %3 = add %0, %2 : i32[]
+      %4 = multiply %1, %1 : f64[]
+      return %3, %4
+    }} : i32[], f64[]
+  return %2, %5
+}",
+    )
+    .unwrap();
+    let e = kiln_autodiff::jvp(&f, &[0, 1]).unwrap_err().to_string();
+    println!("{e}");
+    assert!(e.contains("reduce_window"), "{e}");
+    assert!(!e.contains(".rs:"), "{e}");
+}
