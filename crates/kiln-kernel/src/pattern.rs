@@ -15,18 +15,11 @@ pub fn masked_where(
     (col, row): (usize, usize),
     value: &dyn Fn(&Expr) -> Option<f64>,
 ) -> Option<(i64, i64, i64)> {
-    let Expr::Op {
-        op: Ew::Select,
-        args,
-        ..
-    } = h
-    else {
-        return None;
-    };
+    let args = select_args(h)?;
     if value(&args[2]) != Some(f64::NEG_INFINITY) {
         return None;
     }
-    fails_where(&args[0], (col, row), value)
+    arm_unused_where(h, 1, (col, row), value)
 }
 
 /// Where a select `h`, `select(a ⋚ b, x, y)` with `a` and `b` as [`masked_where`] takes
@@ -38,21 +31,13 @@ pub fn constant_arm_where(
     (col, row): (usize, usize),
     value: &dyn Fn(&Expr) -> Option<f64>,
 ) -> Option<(i64, i64, i64)> {
-    let Expr::Op {
-        op: Ew::Select,
-        args,
-        ..
-    } = h
-    else {
-        return None;
-    };
+    let args = select_args(h)?;
+    // `y` is taken where `x` is unchosen, `x` where `y` is.
     if value(&args[2]).is_some() {
-        return fails_where(&args[0], (col, row), value);
+        return arm_unused_where(h, 1, (col, row), value);
     }
     value(&args[1])?;
-    // Taken where the comparison holds: where `g > 0` fails, `-g + 1 > 0`.
-    let (a, b, c) = fails_where(&args[0], (col, row), value)?;
-    Some((-a, -b, 1 - c))
+    arm_unused_where(h, 2, (col, row), value)
 }
 
 /// Where a select `h`, `select(a ⋚ b, x, y)` with `a` and `b` as [`masked_where`] takes them,
@@ -65,20 +50,25 @@ pub fn arm_unused_where(
     (col, row): (usize, usize),
     value: &dyn Fn(&Expr) -> Option<f64>,
 ) -> Option<(i64, i64, i64)> {
-    let Expr::Op {
-        op: Ew::Select,
-        args,
-        ..
-    } = h
-    else {
-        return None;
-    };
+    let args = select_args(h)?;
     let (a, b, c) = fails_where(&args[0], (col, row), value)?;
     match arm {
         // `x` is unchosen where the comparison fails.
         1 => Some((a, b, c)),
         // `y` where it holds: where `g > 0` fails, `-g + 1 > 0`.
         2 => Some((-a, -b, 1 - c)),
+        _ => None,
+    }
+}
+
+/// The condition and the two arms of `h` when it is a `select`.
+fn select_args(h: &Expr) -> Option<&[Expr]> {
+    match h {
+        Expr::Op {
+            op: Ew::Select,
+            args,
+            ..
+        } => Some(args),
         _ => None,
     }
 }
