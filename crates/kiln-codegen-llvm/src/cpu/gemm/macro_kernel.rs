@@ -425,6 +425,37 @@ pub(crate) fn emit<'c>(
                                     Some((t.function(em.ctx, em.m, em.routines, em.target)?, a))
                                 }
                             };
+                            // The shared tile routine `f` over rows r0..r1 of this panel, A
+                            // read at (at, lda, step), an update scaled by `scale`.
+                            let call_tile = |f: FunctionValue<'c>,
+                                             (r0, r1): (IntValue<'c>, IntValue<'c>),
+                                             (at, lda, step): (
+                                PointerValue<'c>,
+                                IntValue<'c>,
+                                IntValue<'c>,
+                            ),
+                                             scale: BasicValueEnum<'c>|
+                             -> Result<()> {
+                                em.b.build_call(
+                                    f,
+                                    &[
+                                        c_at(ic, jc, r0, j)?.into(),
+                                        ldc.into(),
+                                        x.sub(r1, r0)?.into(),
+                                        at.into(),
+                                        lda.into(),
+                                        step.into(),
+                                        panel.into(),
+                                        ldb.into(),
+                                        kc.into(),
+                                        first.into(),
+                                        scale.into(),
+                                    ],
+                                    "",
+                                )
+                                .map_err(llvm)?;
+                                Ok(())
+                            };
                             if let (Some((f, a)), Some(zs), Some(a_ok)) =
                                 (shared, &zero_steps, a_ok)
                             {
@@ -474,25 +505,7 @@ pub(crate) fn emit<'c>(
                                             g.a_trans,
                                         )?,
                                     };
-                                    em.b.build_call(
-                                        f,
-                                        &[
-                                            c_at(ic, jc, r0, j)?.into(),
-                                            ldc.into(),
-                                            x.sub(r1, r0)?.into(),
-                                            at.into(),
-                                            lda.into(),
-                                            step.into(),
-                                            panel.into(),
-                                            ldb.into(),
-                                            kc.into(),
-                                            first.into(),
-                                            ft.const_zero().into(),
-                                        ],
-                                        "",
-                                    )
-                                    .map_err(llvm)?;
-                                    Ok(())
+                                    call_tile(f, (r0, r1), (at, lda, step), ft.const_zero().into())
                                 };
                                 let base = x.mulc(bt, m)?;
                                 return u.panel(
@@ -515,25 +528,7 @@ pub(crate) fn emit<'c>(
                                     g.a_trans,
                                 )?;
                                 let scale = update.map_or(ft.const_zero().into(), |u| u.0);
-                                em.b.build_call(
-                                    f,
-                                    &[
-                                        c_at(ic, jc, ic, j)?.into(),
-                                        ldc.into(),
-                                        x.sub(ic_end, ic)?.into(),
-                                        at.into(),
-                                        lda.into(),
-                                        step.into(),
-                                        panel.into(),
-                                        ldb.into(),
-                                        kc.into(),
-                                        first.into(),
-                                        scale.into(),
-                                    ],
-                                    "",
-                                )
-                                .map_err(llvm)?;
-                                return Ok(());
+                                return call_tile(f, (ic, ic_end), (at, lda, step), scale);
                             }
                             x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
                                 let r = x.get(s_r)?;
