@@ -112,6 +112,11 @@ fn products_of_heads_agree_in_f32() {
         let src = heads(b, s, h, d, "f32", "f32", false);
         let f = kiln_ir::parse_func_text(&src).unwrap();
         assert_eq!(strided_gemms(&f, &h200), (2, 1), "{src}");
+        // V (the second product's B, by rows, two batch dimensions) is copied with
+        // `cp.async` through its gathered batch offset; the A tiles, stored by columns on the
+        // CUDA cores, go through registers.
+        let copies = (copies_input(&f, &h200, 0), copies_input(&f, &h200, 1));
+        assert_eq!(copies, (false, d % 4 == 0), "{src}");
         let kinds = agrees(&src, &h200, seed as u64).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(kinds, vec![MapKind::GemmTiled; 2], "{src}");
     }
@@ -140,6 +145,9 @@ fn products_of_heads_agree_on_the_tensor_cores() {
             let (reads, stores) = strided_gemms(&f, &target);
             assert!(reads >= 2 && stores == 1, "{reads} {stores}\n{src}");
             assert_eq!(on_warpgroups(&f, &target), warpgroups, "{src}");
+            // Q, K and V copied with `cp.async` through their gathered batch offsets.
+            let copies = (copies_input(&f, &target, 0), copies_input(&f, &target, 1));
+            assert_eq!(copies, (true, true), "{src}");
             let kinds = agrees(&src, &target, seed as u64).unwrap_or_else(|e| panic!("{e}"));
             assert!(kinds.contains(&MapKind::GemmMma), "{kinds:?}\n{src}");
         }
