@@ -100,8 +100,9 @@ fn the_heads_take_no_copies_on_the_gpu() {
     assert!(steps >= 6, "{steps} kernel steps without strides");
 }
 
-/// The heads' products in f32 (register tiles on the CUDA cores) agree with the reference
-/// through strides, with heads the width of a tile and narrower.
+/// The heads' products in f32 (register tiles on the CUDA cores, and a thread per element
+/// where the GPU has no tiles) agree with the reference through strides, with heads the width
+/// of a tile and narrower.
 #[test]
 fn products_of_heads_agree_in_f32() {
     let h200 = TargetInfo::h200();
@@ -119,6 +120,11 @@ fn products_of_heads_agree_in_f32() {
         assert_eq!(copies, (false, d % 4 == 0), "{src}");
         let kinds = agrees(&src, &h200, seed as u64).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(kinds, vec![MapKind::GemmTiled; 2], "{src}");
+        // A GPU without block tiles: a thread per element, reading and storing alike.
+        let mut untiled = h200.clone();
+        untiled.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
+        let kinds = agrees(&src, &untiled, seed as u64).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(kinds, vec![MapKind::Gemm; 2], "{src}");
     }
 }
 
