@@ -643,3 +643,43 @@ fn the_transformer_step_and_the_convolutions_run_on_the_gpu() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The transformer's step on the H200 reads its heads in place and stores products merged
+/// back through strides (`FusionLimits::strided_operands`): its device plan loses the layout
+/// copies it keeps without them, and still runs every step on the device.
+#[test]
+fn the_transformer_step_reads_its_heads_in_place_on_the_gpu() {
+    use kiln_kernel::gpu::plan::DeviceStep;
+    let (ws, _) = kiln_tests::pack::workloads::workloads();
+    let w = ws
+        .iter()
+        .find(|w| w.name == "transformer_train_step")
+        .unwrap();
+    let opts = kiln_kernel::Options::default();
+    // (kernel steps, launches, host steps) of the step's plan for `target`.
+    let plan = |on: bool| {
+        let mut target = kiln_kernel::target::TargetInfo::h200();
+        target.fusion.strided_operands = on;
+        let l =
+            kiln_kernel::pipeline::lower_program(&w.full, &[], &opts, &target, None, &mut |_| {})
+                .unwrap();
+        let plan = kiln_kernel::gpu::plan::device_plan(&l, &target).unwrap();
+        let kernels: Vec<usize> = plan
+            .kernel_steps()
+            .map(|k| k.program.launches.len())
+            .collect();
+        let host = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s, DeviceStep::Host(_)))
+            .count();
+        (kernels.len(), kernels.iter().sum::<usize>(), host)
+    };
+    let (before, after) = (plan(false), plan(true));
+    // 207 kernel steps (245 launches) -> 179 (217): the 24 heads' transposes (queries, keys
+    // and values split out, the backward's gradients transposed) and the 4 merges of the
+    // heads' output, as on the CPU (docs/performance.md).
+    assert_eq!(before.0 - after.0, 28, "{before:?} -> {after:?}");
+    assert_eq!(before.1 - after.1, 28, "{before:?} -> {after:?}");
+    assert_eq!((before.2, after.2), (0, 0), "host steps");
+}

@@ -71,10 +71,10 @@ pub struct FusionLimits {
     /// Whether the target's GEMM reads operands in place through strides (see
     /// [`crate::ir::Strides`]), so that transposes, reshapes and slices that only lay an
     /// operand out take no kernel of their own: the CPU's packing and tiles read through
-    /// strides; a GPU's GEMM mappings read `[batch, m, k]` buffers, so there a kernel copies
-    /// the operand out first. The same GEMMs store a plain product through strides into the
-    /// buffer of a transpose or reshape of it (see [`crate::ir::Store`]), where a GPU's
-    /// mappings write `[batch, m, n]` and keep the copy kernel.
+    /// strides, and so do a GPU's GEMM mappings (`gpu/map/strided.rs`: tiles copied with
+    /// `cp.async` where the strides keep the copies aligned, else through registers). The
+    /// same GEMMs store a plain product through strides into the buffer of a transpose or
+    /// reshape of it (see [`crate::ir::Store`]). Off, a kernel copies such layouts.
     pub strided_operands: bool,
     /// The shortest even length of a real transform (`RFFT`/`IRFFT`) done at half length
     /// (see [`crate::fft`]): below it the half length's combination costs about what the
@@ -640,7 +640,6 @@ impl TargetInfo {
             llc_bytes: 50 << 20,
             nontemporal_stores: false,
             fusion: FusionLimits {
-                strided_operands: false,
                 zero_steps: false,
                 unread_blocks: false,
                 ..FusionLimits::default()

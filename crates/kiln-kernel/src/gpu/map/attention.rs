@@ -242,16 +242,21 @@ impl Mapper<'_> {
         }
         let (q, key) = operand_exprs(d, None, (a_dtype, b_dtype), dtype);
         let (nn, n2i) = (d.n as i64, ch.n as i64);
+        // V `[batch, n, n2]` (`[batch, n2, n]` stored transposed), or through its strides:
+        // its row variable the output column (2), its contraction the key (3).
         let v = as_dtype(
-            Expr::Load {
-                input: ch.b,
-                dtype: v_in.1.dtype,
-                coef: if ch.b_trans {
-                    vec![n2i * nn, 0, nn, 1]
-                } else {
-                    vec![nn * n2i, 0, 1, n2i]
+            match &ch.b_strides {
+                Some(s) => super::strided::strided_operand(ch.b, v_in.1.dtype, s, 2, ch.b_trans),
+                None => Expr::Load {
+                    input: ch.b,
+                    dtype: v_in.1.dtype,
+                    coef: if ch.b_trans {
+                        vec![n2i * nn, 0, nn, 1]
+                    } else {
+                        vec![nn * n2i, 0, 1, n2i]
+                    },
+                    off: 0,
                 },
-                off: 0,
             },
             dtype,
         );

@@ -19,6 +19,7 @@
 use super::tiled::Operands;
 use super::*;
 use crate::access::reads_only_own_position;
+use crate::ir::Strides;
 
 /// An elementwise epilogue run in the product's launch (see the module documentation).
 pub(super) struct InLaunch {
@@ -137,14 +138,6 @@ impl Mapper<'_> {
         else {
             unreachable!("a GEMM kernel")
         };
-        // A GPU's target reads no operand and stores no product through strides
-        // (`FusionLimits::strided_operands`): the kernel layer copies such layouts.
-        if strides.iter().any(Option::is_some) || store.is_some() {
-            return Err(format!(
-                "{name}: a matrix product reading an operand or storing its result through \
-                 strides (the GPU's products read [batch, m, k] and write [batch, m, n] buffers)"
-            ));
-        }
         let (a, b) = match (ins.first(), ins.get(1)) {
             (Some(a), Some(b)) => (a.clone(), b.clone()),
             _ => return Err(format!("{name}: a matrix product needs two inputs")),
@@ -156,6 +149,8 @@ impl Mapper<'_> {
             k: *kk,
             a_trans: *a_trans,
             b_trans: *b_trans,
+            strides: strides.clone(),
+            store: store.as_ref().map(|st| st.strides.clone()),
         };
         // Attention (a softmax epilogue computed online, chained): one launch.
         let attention = match (epilogue, chain, conv) {
@@ -176,7 +171,11 @@ impl Mapper<'_> {
         // scratch buffer of the product's dtype, as for any epilogue of its own launch), the
         // softmax in its dtype, the chained product on the tensor cores, converted as stored.
         let half_chain = chain.is_some() && MmaOperand::of_half(k.out.dtype).is_some();
-        let product_to = if (epilogue.is_none() || in_launch.is_some()) && chain.is_none() {
+        let product_to = if let Some(st) = store {
+            // Stored through strides (a plain product: no epilogue nor chain): the layout's
+            // buffer, as many elements of the product's dtype.
+            (Buf::Output(0), st.buffer.clone())
+        } else if (epilogue.is_none() || in_launch.is_some()) && chain.is_none() {
             (Buf::Output(0), k.out.clone())
         } else {
             let product = TensorType {
@@ -238,6 +237,8 @@ impl Mapper<'_> {
                 k: *n,
                 a_trans: false,
                 b_trans: ch.b_trans,
+                strides: [None, ch.b_strides.clone()],
+                store: None,
             };
             let narrow =
                 (half_chain && b.1.dtype == ch.out.dtype).then(|| InLaunch::narrowing(&ch.out, 2));
@@ -318,8 +319,9 @@ impl Mapper<'_> {
         let p = r.next();
         let v = r.next();
         let tmp = (r.next(), r.next());
-        let index = match conv {
-            Some(c) if c.planes => Sc::plus(
+        let index = match (conv, &d.store) {
+            (_, Some(s)) => strided::stored_at(s, Sc::Var(0), Sc::Var(1), Sc::Var(2)),
+            (Some(c), _) if c.planes => Sc::plus(
                 Sc::times(
                     Sc::plus(Sc::times(Sc::Var(0), Sc::Const(d.n as i64)), Sc::Var(2)),
                     Sc::Const(d.m as i64),
@@ -392,7 +394,9 @@ impl Launch<'_, '_> {
         tmp: (usize, usize),
     ) -> Stmt {
         let reg = Sc::Reg;
-        let index = if planes {
+        let index = if let Some(s) = &d.store {
+            strided::stored_at(s, reg(batch), row.clone(), col.clone())
+        } else if planes {
             Sc::plus(
                 Sc::times(Sc::plus(Sc::times(reg(batch), c(d.n)), col.clone()), c(d.m)),
                 row.clone(),
@@ -475,11 +479,18 @@ pub(super) struct Product {
     pub k: usize,
     pub a_trans: bool,
     pub b_trans: bool,
+    /// Where A's and B's matrices lie in their inputs, when not one after another (see
+    /// [`crate::ir::Strides`]).
+    pub strides: [Option<Strides>; 2],
+    /// Where the product's matrices lie in the buffer it is stored into, when not one after
+    /// another by rows (the strides of [`crate::ir::Store`]).
+    pub store: Option<Strides>,
 }
 
 /// A's element at variables `(0: batch, 1: row, 3: contraction)` and B's at
 /// `(0: batch, 2: column, 3: contraction)` of the product `d` (A read through a convolution's
-/// patches with `conv`), inputs 0 and 1 of `dtypes`, converted to `dtype`.
+/// patches with `conv`; A and B through their strides where `d` has them, `strided.rs`),
+/// inputs 0 and 1 of `dtypes`, converted to `dtype`.
 pub(super) fn operand_exprs(
     d: &Product,
     conv: Option<&ConvPatches>,
@@ -487,8 +498,9 @@ pub(super) fn operand_exprs(
     dtype: DType,
 ) -> (Expr, Expr) {
     let (m, n, kk) = (d.m as i64, d.n as i64, d.k as i64);
-    let a_elem = match conv {
-        None => Expr::Load {
+    let a_elem = match (conv, &d.strides[0]) {
+        (None, Some(s)) => strided::strided_operand(0, a_dtype, s, 1, !d.a_trans),
+        (None, None) => Expr::Load {
             input: 0,
             dtype: a_dtype,
             coef: if d.a_trans {
@@ -498,7 +510,7 @@ pub(super) fn operand_exprs(
             },
             off: 0,
         },
-        Some(p) => Expr::Gather {
+        (Some(p), _) => Expr::Gather {
             input: 0,
             dtype: a_dtype,
             index: vec![patch_index(p, m)],
@@ -511,11 +523,14 @@ pub(super) fn operand_exprs(
         (false, false) => vec![kk * n, 0, 1, n],
         (false, true) => vec![n * kk, 0, kk, 1],
     };
-    let b_elem = Expr::Load {
-        input: 1,
-        dtype: b_dtype,
-        coef: b_coef,
-        off: 0,
+    let b_elem = match &d.strides[1] {
+        Some(s) if conv.is_none() => strided::strided_operand(1, b_dtype, s, 2, d.b_trans),
+        _ => Expr::Load {
+            input: 1,
+            dtype: b_dtype,
+            coef: b_coef,
+            off: 0,
+        },
     };
     (as_dtype(a_elem, dtype), as_dtype(b_elem, dtype))
 }

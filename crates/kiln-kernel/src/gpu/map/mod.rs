@@ -25,8 +25,10 @@
 //!   ([`MapKind::GemmTiled`], `tiled.rs`), or, on a target without tiles, one thread per
 //!   output element over the whole contraction ([`MapKind::Gemm`]). An elementwise epilogue
 //!   runs in the product's launch; a row-reducing one (and a chained second product) run as
-//!   further launches over a scratch buffer (`gemm.rs`). A product of bf16 or f16 operands
-//!   with an f32 result runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and
+//!   further launches over a scratch buffer (`gemm.rs`). Every product mapping reads its
+//!   operands, and stores a plain product, through strides where fusion gives it strides
+//!   (`strided.rs`: attention's heads read and merged back in place). A product of bf16 or
+//!   f16 operands with an f32 result runs on the tensor cores (`Gpu::mma_tiles`, `ldmatrix` and
 //!   `mma.m16n8k16` per warp, [`MapKind::GemmMma`], `tensor.rs`), and so does an f32 product
 //!   when the options allow TF32 ([`MatmulPrecision::Tf32`]) and the GPU has TF32 tensor cores
 //!   (`Gpu::tf32`; `mma.m16n8k8`, operands rounded to TF32 as they are loaded). On a GPU
@@ -108,6 +110,7 @@ mod scatter_sorted;
 mod select_scatter;
 mod split;
 mod staging;
+mod strided;
 mod tensor;
 mod tiled;
 mod transpose;

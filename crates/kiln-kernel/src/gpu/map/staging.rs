@@ -15,16 +15,18 @@
 //! stages this is double buffering: `cp.async.wait_group 0`, one step in flight.
 //!
 //! A tile is loaded with `cp.async` (16 bytes a copy, global straight into shared memory, no
-//! registers) when the operand is a plain load of the shared array's dtype whose contiguous
-//! dimension is the tile's contiguous dimension in shared memory, and every copy stays aligned
-//! and either wholly inside the operand or wholly past its edge ([`Staging::copies`]); the
-//! copies past the edge become zero stores. Otherwise (a convolution's patches, a conversion,
-//! a transposed layout) each thread loads elements through registers and stores them into the
+//! registers) when the operand is a plain load (or one through strides) of the shared array's
+//! dtype whose contiguous dimension is the tile's contiguous dimension in shared memory, and
+//! every copy stays aligned and either wholly inside the operand or wholly past its edge
+//! ([`Staging::copies`]); the copies past the edge become zero stores. Otherwise (a
+//! convolution's patches, a conversion, a transposed layout, strides that leave a copy
+//! unaligned) each thread loads elements through registers and stores them into the
 //! stage being filled, which still overlaps with the products of the current step. A
 //! thread that started copies waits for them before the barrier that makes them visible; the
 //! GPU emulator refuses any access to a shared element while a copy into it is in flight, so a
 //! missing wait, or one that leaves a group too many in flight, fails its tests.
 
+use super::strided::{Affine, affine};
 use super::*;
 
 /// One operand tile of a contraction step.
@@ -81,11 +83,9 @@ pub(super) struct Staging {
 
 /// A tile's `cp.async` copies (see [`Staging::copies`]).
 struct Copies {
-    /// The operand's input.
-    input: usize,
-    /// Its coefficients of (batch, row, column, contraction) and offset.
-    coef: Vec<i64>,
-    off: i64,
+    /// The operand's element (its input, its coefficients of (batch, row, column,
+    /// contraction), its batch's quotients and offset).
+    at: Affine,
     /// Elements per copy (16 bytes).
     elems: usize,
 }
@@ -109,30 +109,24 @@ impl Staging {
             .any(|t| self.copies(t, &arrays[t.array]).is_some())
     }
 
-    /// How `t` is copied with `cp.async`, if it can be: its element is a plain load (maybe
-    /// converted losslessly to the staged dtype) of the shared array's element type, 4 bytes
-    /// or more unless the array is packed; the load's coefficient of the tile's contiguous
-    /// variable is 1 and of the variable the tile does not set 0; 16-byte copies divide the
-    /// tile's contiguous extent and the operand's extent along it, and every other coefficient
-    /// and the offset, so each copy is aligned and either wholly inside the operand or wholly
-    /// past its edge.
+    /// How `t` is copied with `cp.async`, if it can be: its element is a plain load, or one
+    /// through strides (`strided.rs`), maybe converted losslessly to the staged dtype, of the
+    /// shared array's element type, 4 bytes or more unless the array is packed; the load's
+    /// coefficient of the tile's contiguous variable is 1 and of the variable the tile does
+    /// not set 0; 16-byte copies divide the tile's contiguous extent and the operand's extent
+    /// along it, and every other coefficient, the batch's terms and the offset, so each copy
+    /// is aligned and either wholly inside the operand or wholly past its edge. Strides that
+    /// leave copies unaligned (an odd row distance, an offset off 16 bytes) stage the tile
+    /// through registers instead.
     fn copies(&self, t: &Tile, array: &SharedArray) -> Option<Copies> {
         let load = plain_load(t.expr)?;
         if t.expr != load && !array.packed {
             return None;
         }
-        let Expr::Load {
-            input,
-            dtype,
-            coef,
-            off,
-        } = load
-        else {
-            return None;
-        };
-        let bytes = dtype.bits().div_ceil(8) as usize;
-        let same = *dtype == array.dtype && (array.packed || bytes >= 4);
-        if !same || coef.len() != 4 || 16 % bytes != 0 {
+        let at = affine(load)?;
+        let bytes = at.dtype.bits().div_ceil(8) as usize;
+        let same = at.dtype == array.dtype && (array.packed || bytes >= 4);
+        if !same || 16 % bytes != 0 {
             return None;
         }
         let elems = 16 / bytes;
@@ -142,21 +136,14 @@ impl Staging {
         } else {
             (t.row_var, t.extent, t.rows)
         };
-        let e = elems as i64;
         let panels = t.k_fastest || t.panel == 0 || t.panel.is_multiple_of(elems);
         let aligned = panels
-            && coef[fast] == 1
-            && coef[other] == 0
+            && at.coef[fast] == 1
+            && at.coef[other] == 0
             && fast_extent.is_multiple_of(elems)
             && fast_len.is_multiple_of(elems)
-            && (0..4).all(|v| v == fast || coef[v] % e == 0)
-            && off % e == 0;
-        aligned.then(|| Copies {
-            input: *input,
-            coef: coef.clone(),
-            off: *off,
-            elems,
-        })
+            && at.aligned(fast, elems as i64);
+        aligned.then_some(Copies { at, elems })
     }
 
     /// The shared element of tile element `(row, kc)` in the stage being filled.
@@ -201,14 +188,14 @@ impl Staging {
         let inside = self.inside(t, &row, &kc);
         let at = self.at(t, row.clone(), kc.clone());
         let src = [
-            (0, Sc::Reg(self.batch)),
             (t.row_var, Sc::plus(reg(t.base), row)),
             (3, Sc::plus(reg(self.k0), kc)),
         ]
         .into_iter()
-        .fold(Sc::Const(cp.off), |s, (v, x)| {
-            Sc::plus(s, Sc::times(x, Sc::Const(cp.coef[v])))
-        });
+        .fold(
+            Sc::plus(Sc::Const(cp.at.off), cp.at.batch_offset(reg(self.batch))),
+            |s, (v, x)| Sc::plus(s, Sc::times(x, Sc::Const(cp.at.coef[v]))),
+        );
         let mut zeros = vec![zero(self.staged, self.dtype)];
         for q in 0..cp.elems {
             zeros.push(Stmt::SharedStore {
@@ -228,7 +215,7 @@ impl Staging {
                     body: vec![Stmt::CopyAsync {
                         array: t.array,
                         index: at,
-                        buf: Buf::Input(cp.input),
+                        buf: Buf::Input(cp.at.input),
                         src,
                         elems: cp.elems,
                     }],
@@ -247,10 +234,9 @@ impl Staging {
     /// neighbouring elements, zero past the operand's edges, each stored into its stage.
     fn stage_through_registers(&self, t: &Tile) -> Stmt {
         let e = || Sc::Reg(self.e);
-        let along_k = match plain_load(t.expr) {
-            Some(Expr::Load { coef, .. }) => coef.get(3) == Some(&1),
-            _ => true,
-        };
+        let along_k = plain_load(t.expr)
+            .and_then(affine)
+            .is_none_or(|at| at.coef[3] == 1);
         let (row, kc) = if along_k {
             (Sc::quot(e(), c(t.depth)), Sc::modulo(e(), c(t.depth)))
         } else {
@@ -395,10 +381,11 @@ pub(super) fn pipelined(
     out
 }
 
-/// The load `expr` is, under conversions to a wider float type (exact ones).
+/// The load `expr` is (or gather, through strides: `strided.rs`), under conversions to a
+/// wider float type (exact ones).
 fn plain_load(expr: &Expr) -> Option<&Expr> {
     match expr {
-        Expr::Load { .. } => Some(expr),
+        Expr::Load { .. } | Expr::Gather { .. } => Some(expr),
         Expr::Op {
             op: Ew::Convert,
             dtype,

@@ -1,0 +1,73 @@
+//! PTX of the products that read their operands and store their results through strides
+//! (`kiln_kernel::gpu::map`'s `strided.rs`; the programs of the emulator's `gpu_strided.rs`):
+//! attention's heads split out of one projection and merged back, in f32 on the CUDA cores,
+//! with bf16 operands on `mma.sync` and on warpgroups, attention online, and slices whose
+//! strides keep or break 16-byte copies; rendered for sm_80 and sm_90 (sm_90a for
+//! warpgroups) and assembled by ptxas.
+
+use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
+use kiln_kernel::target::TargetInfo;
+
+mod ptxas;
+#[path = "../../kiln-runtime/tests/strided/mod.rs"]
+mod strided;
+#[path = "../../kiln-runtime/tests/products/wgmma_target.rs"]
+mod wgmma_target;
+
+use ptxas::ptxas;
+use strided::{heads, sliced};
+use wgmma_target::wgmma_target;
+
+#[test]
+fn strided_products_assemble() {
+    let h200 = TargetInfo::h200();
+    let wg = wgmma_target((64, 64), 3);
+    let programs = [
+        (heads(2, 64, 4, 64, "f32", "f32", false), &h200),
+        (heads(1, 40, 3, 24, "f32", "f32", false), &h200),
+        (heads(2, 40, 2, 32, "bf16", "f32", false), &h200),
+        (heads(1, 64, 2, 64, "bf16", "f32", false), &wg),
+        (heads(2, 48, 2, 32, "f32", "f32", true), &h200),
+        (heads(2, 48, 2, 32, "bf16", "bf16", true), &h200),
+        (sliced((40, 48, 72), (4, 8), (8, 8), ("f32", "f32")), &h200),
+        (sliced((40, 48, 72), (1, 1), (1, 1), ("f32", "f32")), &h200),
+        (sliced((40, 48, 72), (1, 3), (8, 8), ("bf16", "f32")), &h200),
+    ];
+    let opts = kiln_kernel::Options::default();
+    let mut jobs = Vec::new();
+    for (i, (src, target)) in programs.iter().enumerate() {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        for (name, p) in mapped_kernels(&f, &opts, target).unwrap() {
+            let p = p.unwrap_or_else(|e| panic!("program {i} {name}: not mapped: {e}"));
+            let sms = if p.launches.iter().any(|l| l.uses_wgmma()) {
+                vec![PtxTarget::sm90a()]
+            } else {
+                vec![PtxTarget::sm80(), PtxTarget::sm90()]
+            };
+            for sm in sms {
+                let text = program_ptx(&p, &sm)
+                    .unwrap_or_else(|e| panic!("program {i} {name} ({}): {e}", sm.sm));
+                jobs.push((format!("program {i} {name}"), text, sm.sm.clone()));
+            }
+        }
+    }
+    let Some(ptxas) = ptxas() else {
+        println!("ptxas not found (cargo xtask test installs it): PTX text only");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kiln-ptx-strided-{}", std::process::id()));
+    let mut rejected = Vec::new();
+    for (j, (name, text, sm)) in jobs.iter().enumerate() {
+        let (ok, msg) = ptxas::assemble(&ptxas, &dir, &j.to_string(), sm, &[], text);
+        if !ok {
+            rejected.push(format!("{name} ({sm}): ptxas rejected it: {msg}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "ptxas assembled {} of {}",
+        jobs.len() - rejected.len(),
+        jobs.len()
+    );
+    assert!(rejected.is_empty(), "{}", rejected.join("\n"));
+}
