@@ -415,13 +415,34 @@ fn descending_rows(v: &[f32], n: usize) -> Vec<i32> {
 /// their positions (`Tensor::top_k`). Checked against Rust's own stable sort of each row (the
 /// reference interpreter calls the comparator region for every comparison), bit for bit.
 fn top_k(n: usize) -> Result<Timing, String> {
+    top_k_rows(n, true)
+}
+
+/// `top_k_eager_64x50000_k5`: [`top_k`] without `jit`, as an eager program calls it.
+fn top_k_eager(n: usize) -> Result<Timing, String> {
+    top_k_rows(n, false)
+}
+
+/// [`top_k`], under `jit` (`compiled`) or eagerly.
+fn top_k_rows(n: usize, compiled: bool) -> Result<Timing, String> {
     let k = 5;
     let x = normal(&key(6), &[64, n], DType::F32);
     let j = jit(move |x: &Tensor| x.top_k(k, 1));
+    let call = || -> Result<(Tensor, Tensor), String> {
+        if compiled {
+            j.call(&x).map_err(|e| e.to_string())
+        } else {
+            let (v, p) = x.top_k(k, 1);
+            match v.error().or(p.error()) {
+                Some(e) => Err(e.to_string()),
+                None => Ok((v, p)),
+            }
+        }
+    };
     let t = Instant::now();
-    let (vals, pos) = j.call(&x).map_err(|e| e.to_string())?;
+    let (vals, pos) = call()?;
     let first = t.elapsed().as_secs_f64();
-    let timing = time(|| j.call(&x).map_err(|e| e.to_string()))?;
+    let timing = time(call)?;
     let t = Instant::now();
     let v = x.to_vec::<f32>().map_err(|e| e.to_string())?;
     let want: Vec<i32> = descending_rows(&v, n)
@@ -712,6 +733,11 @@ const WORKLOADS: &[Workload] = &[
         name: "top_k_64x50000_k5",
         size: 50000,
         run: top_k,
+    },
+    Workload {
+        name: "top_k_eager_64x50000_k5",
+        size: 50000,
+        run: top_k_eager,
     },
     Workload {
         name: "argsort_64x50000",

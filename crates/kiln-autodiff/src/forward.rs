@@ -349,16 +349,8 @@ fn inst_jvp(
     // The instruction keeps the user's location, or none: an error about it (an op without
     // a derivative rule) names where the user wrote it, never a line of kiln or of Rust's
     // library.
-    let rs = g.push_at(
-        op.clone(),
-        &ps,
-        Some(types),
-        loc.unwrap_or_else(Loc::caller),
-    )?;
-    let mut one = g.finish(&rs)?;
-    for i in &mut one.insts {
-        i.loc = loc;
-    }
+    let rs = g.push_at(op.clone(), &ps, Some(types), loc)?;
+    let one = g.finish(&rs)?;
     let with: Vec<usize> = (0..xs.len()).filter(|&k| ts[k].is_some()).collect();
     let want: Vec<usize> = (0..types.len())
         .filter(|&k| types[k].dtype.is_float())

@@ -50,17 +50,17 @@ impl Builder {
         &self.f
     }
 
-    fn error(&self, op: &Op, operands: &[ValueId], loc: Loc, diag: Diag) -> VerifyError {
+    fn error(&self, op: &Op, operands: &[ValueId], loc: Option<Loc>, diag: Diag) -> VerifyError {
         let inst = Inst {
             op: op.clone(),
             operands: operands.to_vec(),
             results: vec![],
-            loc: Some(loc),
+            loc,
         };
         VerifyError {
             func: self.f.name.clone(),
             inst: Some(inst_summary(&inst)),
-            loc: Some(loc),
+            loc,
             diag,
         }
     }
@@ -70,7 +70,7 @@ impl Builder {
         op: Op,
         operands: &[ValueId],
         declared: Option<&[TensorType]>,
-        loc: Loc,
+        loc: Option<Loc>,
     ) -> Result<Vec<ValueId>, VerifyError> {
         let mut tys = Vec::with_capacity(operands.len());
         for &o in operands {
@@ -98,27 +98,45 @@ impl Builder {
             op,
             operands: operands.to_vec(),
             results: results.clone(),
-            loc: Some(loc),
+            loc,
         });
         Ok(results)
     }
 
     /// Adds an instruction at a given source location, with result types inferred (`None`) or
-    /// declared.
+    /// declared. The location may be none (`Option<Loc>`): a rewrite of an instruction that
+    /// has none passes its `None` on, so an error about what it builds names the user's
+    /// operation without naming a line of the rewrite's own code.
     pub fn push_at(
         &mut self,
         op: Op,
         operands: &[ValueId],
         declared: Option<&[TensorType]>,
-        loc: Loc,
+        loc: impl Into<Option<Loc>>,
     ) -> Result<Vec<ValueId>, VerifyError> {
-        self.add(op, operands, declared, loc)
+        self.add(op, operands, declared, loc.into())
+    }
+
+    /// How many instructions the function has so far: where the next one goes (see
+    /// [`Builder::locate_from`]).
+    pub fn inst_count(&self) -> usize {
+        self.f.insts.len()
+    }
+
+    /// Gives every instruction from the `first`-th on the location `loc`, or none: the
+    /// instructions a rewrite expands one instruction into carry that instruction's location
+    /// (the user's line, or none), never the lines of the rewrite's code that the
+    /// `#[track_caller]` helpers ([`Builder::inst`], [`Builder::binary`], ...) record.
+    pub fn locate_from(&mut self, first: usize, loc: Option<Loc>) {
+        for inst in self.f.insts.iter_mut().skip(first) {
+            inst.loc = loc;
+        }
     }
 
     /// Adds an instruction whose result types are inferred.
     #[track_caller]
     pub fn push(&mut self, op: Op, operands: &[ValueId]) -> Result<Vec<ValueId>, VerifyError> {
-        self.add(op, operands, None, Loc::caller())
+        self.add(op, operands, None, Some(Loc::caller()))
     }
 
     /// Adds an instruction with declared result types (needed by reshape, convert, iota, ...).
@@ -129,13 +147,13 @@ impl Builder {
         operands: &[ValueId],
         types: &[TensorType],
     ) -> Result<Vec<ValueId>, VerifyError> {
-        self.add(op, operands, Some(types), Loc::caller())
+        self.add(op, operands, Some(types), Some(Loc::caller()))
     }
 
     /// Adds a single-result instruction whose result type is inferred.
     #[track_caller]
     pub fn inst(&mut self, op: Op, operands: &[ValueId]) -> Result<ValueId, VerifyError> {
-        Ok(self.add(op, operands, None, Loc::caller())?[0])
+        Ok(self.add(op, operands, None, Some(Loc::caller()))?[0])
     }
 
     /// Adds a single-result instruction with a declared result type.
@@ -146,7 +164,12 @@ impl Builder {
         operands: &[ValueId],
         ty: TensorType,
     ) -> Result<ValueId, VerifyError> {
-        Ok(self.add(op, operands, Some(std::slice::from_ref(&ty)), Loc::caller())?[0])
+        Ok(self.add(
+            op,
+            operands,
+            Some(std::slice::from_ref(&ty)),
+            Some(Loc::caller()),
+        )?[0])
     }
 
     /// Finishes the function, returning `outputs`.
@@ -336,7 +359,29 @@ impl Builder {
         args: &[ValueId],
         given: &[(ValueId, ValueId)],
     ) -> Result<Vec<ValueId>, VerifyError> {
-        let loc = Loc::caller();
+        self.inline_given_at(f, args, given, Some(Loc::caller()))
+    }
+
+    /// Like [`Builder::inline`], with `f`'s instructions that have no location given `loc`
+    /// instead of the caller's line; `None` leaves them without one (a rewrite inlining a
+    /// region the user wrote without locations adds none of its own code's).
+    pub fn inline_at(
+        &mut self,
+        f: &Func,
+        args: &[ValueId],
+        loc: Option<Loc>,
+    ) -> Result<Vec<ValueId>, VerifyError> {
+        let values = self.inline_given_at(f, args, &[], loc)?;
+        Ok(f.outputs.iter().map(|o| values[o.index()]).collect())
+    }
+
+    fn inline_given_at(
+        &mut self,
+        f: &Func,
+        args: &[ValueId],
+        given: &[(ValueId, ValueId)],
+        loc: Option<Loc>,
+    ) -> Result<Vec<ValueId>, VerifyError> {
         if args.len() != f.params.len() {
             let d = Diag {
                 label: "ir_operands".into(),
@@ -350,7 +395,7 @@ impl Builder {
             return Err(VerifyError {
                 func: self.f.name.clone(),
                 inst: None,
-                loc: Some(loc),
+                loc,
                 diag: d,
             });
         }
@@ -375,7 +420,7 @@ impl Builder {
                 .iter()
                 .map(|r| f.values[r.index()].clone())
                 .collect();
-            let rs = self.add(inst.op.clone(), &ops, Some(&tys), inst.loc.unwrap_or(loc))?;
+            let rs = self.add(inst.op.clone(), &ops, Some(&tys), inst.loc.or(loc))?;
             for (&r, v) in inst.results.iter().zip(rs) {
                 map[r.index()] = Some(v);
             }

@@ -53,13 +53,13 @@ pub type Combine<'c> =
 
 /// `reduce_window_region(inputs..., inits...)` (`args`) with result shape `out_shape`, as a
 /// fold: `combine(b, [acc..., x...])` returns the next accumulators for one window element's
-/// strided slices `x` (all of `out_shape`). Returns the results.
+/// strided slices `x` (all of `out_shape`). Returns the results; every instruction it adds is at `loc` (none for none).
 pub fn fold_window(
     b: &mut Builder,
     args: &[ValueId],
     w: &Window<'_>,
     out_shape: &[usize],
-    loc: Loc,
+    loc: Option<Loc>,
     combine: &mut Combine<'_>,
 ) -> Result<Vec<ValueId>, VerifyError> {
     let k = args.len() / 2;

@@ -18,7 +18,7 @@ use crate::lower::{
     matmul_layout,
 };
 use crate::target::TargetInfo;
-use kiln_ir::{Builder, DType, Func, Inst, Loc, Op, TensorType, ValueId, VerifyError};
+use kiln_ir::{Builder, DType, Func, Inst, Op, TensorType, ValueId, VerifyError};
 
 fn free_dims(rank: usize, a: &[i64], c: &[i64]) -> Vec<i64> {
     (0..rank as i64)
@@ -37,7 +37,9 @@ fn permute(b: &mut Builder, v: ValueId, perm: &[i64]) -> Result<ValueId, VerifyE
 
 /// `f` rebuilt instruction by instruction, values renumbered in definition order and source
 /// locations kept; `rewrite` may replace one (given the builder, the instruction and its
-/// operands' new values) by returning the values standing for its results.
+/// operands' new values) by returning the values standing for its results. Every instruction
+/// built for one of `f`'s has that one's location, or none when it has none (never a line of
+/// the rewrite's code).
 pub fn rebuild(
     f: &Func,
     mut rewrite: impl FnMut(
@@ -57,6 +59,7 @@ pub fn rebuild(
             .iter()
             .map(|o| map[o.index()].expect("verified SSA"))
             .collect();
+        let first = b.inst_count();
         let results = match rewrite(&mut b, inst, &ops)? {
             Some(r) => r,
             None => {
@@ -65,14 +68,10 @@ pub fn rebuild(
                     .iter()
                     .map(|r| f.values[r.index()].clone())
                     .collect();
-                b.push_at(
-                    inst.op.clone(),
-                    &ops,
-                    Some(&tys),
-                    inst.loc.unwrap_or_else(Loc::caller),
-                )?
+                b.push_at(inst.op.clone(), &ops, Some(&tys), inst.loc)?
             }
         };
+        b.locate_from(first, inst.loc);
         for (&r, v) in inst.results.iter().zip(results) {
             map[r.index()] = Some(v);
         }

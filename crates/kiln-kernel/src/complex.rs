@@ -76,7 +76,11 @@ pub fn split_complex(f: &Func) -> R<Func> {
             V::Real(v)
         });
     }
+    // What is built for one instruction has its location (or none); the parameters' split and
+    // the results' join belong to no instruction and have none.
+    b.locate_from(0, None);
     for inst in &f.insts {
+        let first = b.inst_count();
         let ops: Vec<V> = inst
             .operands
             .iter()
@@ -115,8 +119,7 @@ pub fn split_complex(f: &Func) -> R<Func> {
                 for (&v, o) in ops.iter().zip(&inst.operands) {
                     args.push(join(&mut b, &mut whole, v, &f.values[o.index()])?);
                 }
-                let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
-                let outs = b.push_at(inst.op.clone(), &args, Some(&tys), loc)?;
+                let outs = b.push_at(inst.op.clone(), &args, Some(&tys), inst.loc)?;
                 let mut vs = Vec::with_capacity(outs.len());
                 for (o, t) in outs.into_iter().zip(&tys) {
                     vs.push(if t.dtype.is_complex() {
@@ -131,12 +134,15 @@ pub fn split_complex(f: &Func) -> R<Func> {
         for (&r, v) in inst.results.iter().zip(results) {
             map[r.index()] = Some(v);
         }
+        b.locate_from(first, inst.loc);
     }
+    let first = b.inst_count();
     let mut outs = Vec::with_capacity(f.outputs.len());
     for &o in &f.outputs {
         let v = map[o.index()].expect("verified SSA");
         outs.push(join(&mut b, &mut whole, v, &f.values[o.index()])?);
     }
+    b.locate_from(first, None);
     // Parts split and never used (a parameter's imaginary part when only its real part is
     // read) go.
     Ok(kiln_ir::eliminate_dead_code(&b.finish(&outs)?))
@@ -243,9 +249,8 @@ fn rewrite(
                 .collect()
         };
         let tys = [part_ty.clone()];
-        let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
-        let re = b.push_at(inst.op.clone(), &pick(0), Some(&tys), loc)?[0];
-        let im = b.push_at(inst.op.clone(), &pick(1), Some(&tys), loc)?[0];
+        let re = b.push_at(inst.op.clone(), &pick(0), Some(&tys), inst.loc)?[0];
+        let im = b.push_at(inst.op.clone(), &pick(1), Some(&tys), inst.loc)?[0];
         Ok(Some(V::Pair(re, im)))
     };
     Ok(Some(match &inst.op {

@@ -90,7 +90,11 @@ fn split_region(g: &Func, layout: &[Param]) -> R<Func> {
             _ => a,
         });
     }
-    let outs = b.inline(g, &args)?;
+    // The joins and splits around the region's own instructions belong to none of them and
+    // have no location; the region's instructions keep theirs (or none).
+    b.locate_from(0, None);
+    let outs = b.inline_at(g, &args, None)?;
+    let first = b.inst_count();
     let mut flat = Vec::new();
     for (o, t) in outs.into_iter().zip(&g.output_types) {
         if t.dtype.is_complex() {
@@ -100,6 +104,7 @@ fn split_region(g: &Func, layout: &[Param]) -> R<Func> {
             flat.push(o);
         }
     }
+    b.locate_from(first, None);
     crate::complex::split_complex(&b.finish(&flat)?)
 }
 
@@ -135,8 +140,7 @@ pub(crate) fn rewrite_region_op(
         }
     }
     let flat: Vec<TensorType> = tys.iter().flat_map(flat_types).collect();
-    let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
-    let outs = b.push_at(op, &args, Some(&flat), loc)?;
+    let outs = b.push_at(op, &args, Some(&flat), inst.loc)?;
     let mut it = outs.into_iter();
     let mut results = Vec::with_capacity(tys.len());
     for t in tys {

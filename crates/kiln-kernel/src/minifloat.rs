@@ -85,17 +85,23 @@ fn rewrite(f: &Func, top: bool) -> R<Func> {
             b.param(held(ty))
         });
     }
+    // What is built for one instruction has its location (or none); the conversions of the
+    // parameters and results belong to no instruction and have none.
+    b.locate_from(0, None);
     for inst in &f.insts {
         let ops: Vec<ValueId> = inst
             .operands
             .iter()
             .map(|o| map[o.index()].expect("verified SSA"))
             .collect();
+        let first = b.inst_count();
         let results = instruction(&mut b, f, inst, &ops)?;
         for (&r, v) in inst.results.iter().zip(results) {
             map[r.index()] = Some(v);
         }
+        b.locate_from(first, inst.loc);
     }
+    let first = b.inst_count();
     let mut outs = Vec::new();
     for &o in &f.outputs {
         let v = map[o.index()].expect("verified SSA");
@@ -106,6 +112,7 @@ fn rewrite(f: &Func, top: bool) -> R<Func> {
             v
         });
     }
+    b.locate_from(first, None);
     b.finish(&outs)
 }
 
@@ -141,7 +148,7 @@ fn exact(op: &Op) -> bool {
 fn instruction(b: &mut Builder, f: &Func, inst: &Inst, ops: &[ValueId]) -> R<Vec<ValueId>> {
     let ty = |v: ValueId| &f.values[v.index()];
     let tys: Vec<TensorType> = inst.results.iter().map(|&r| ty(r).clone()).collect();
-    let loc = inst.loc.unwrap_or_else(kiln_ir::Loc::caller);
+    let loc = inst.loc;
     let touches = tys.iter().any(|t| t.dtype.mini().is_some())
         || inst.operands.iter().any(|&o| ty(o).dtype.mini().is_some())
         || inst.op.regions().into_iter().any(uses_mini);

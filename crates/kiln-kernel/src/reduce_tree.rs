@@ -67,7 +67,7 @@ pub fn expand_region_reduces(f: &Func, target: &TargetInfo) -> Result<Func, Veri
         if !expands(&inst.op, target) {
             return Ok(None);
         }
-        let loc = inst.loc.unwrap_or_else(Loc::caller);
+        let loc = inst.loc;
         match &inst.op {
             Op::ReduceRegion { dimensions, body } => {
                 reduce_tree(b, body, ops, dimensions, loc).map(Some)
@@ -93,7 +93,7 @@ pub fn apply_elementwise(
     body: &Func,
     args: &[ValueId],
     shape: &[usize],
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<Vec<ValueId>, VerifyError> {
     let mut vals: Vec<Option<ValueId>> = vec![None; body.values.len()];
     for (&p, &a) in body.params.iter().zip(args) {
@@ -137,7 +137,7 @@ fn last_slice(
     v: ValueId,
     from: usize,
     to: usize,
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<ValueId, VerifyError> {
     let t = b.ty(v).expect("defined").clone();
     let r = t.rank();
@@ -160,7 +160,7 @@ pub fn reduce_tree(
     body: &Func,
     args: &[ValueId],
     dims: &[i64],
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<Vec<ValueId>, VerifyError> {
     let k = args.len() / 2;
     let (inputs, inits) = args.split_at(k);
@@ -259,7 +259,7 @@ pub fn reduce_window_fold(
     args: &[ValueId],
     w: &Window<'_>,
     out_shape: &[usize],
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<Vec<ValueId>, VerifyError> {
     fold_window(b, args, w, out_shape, loc, &mut |b, args| {
         apply_elementwise(b, body, args, out_shape, loc)

@@ -41,6 +41,36 @@ fn comparator(dtypes: &[DType], key: usize, descending: bool) -> Result<Func, St
     c.finish(&[out]).map_err(e)
 }
 
+/// `x.top_k(k, d)` as a function of `x` (of type `ty`): the positions along `d`, the sort of
+/// the keys with them, greatest first, and the first `k` of each slice of both.
+fn top_k_func(ty: &TensorType, d: usize, k: usize) -> Result<Func, String> {
+    let e = |e: kiln_ir::VerifyError| e.to_string();
+    let mut b = Builder::new("top_k");
+    let x = b.param(ty.clone());
+    let iota = Op::Iota {
+        iota_dimension: d as i64,
+    };
+    let pos = b
+        .inst_typed(iota, &[], ty.with_dtype(DType::I32))
+        .map_err(e)?;
+    let sort = Op::Sort {
+        dimension: d as i64,
+        is_stable: true,
+        comparator: Box::new(comparator(&[ty.dtype, DType::I32], 0, true)?),
+    };
+    let sorted = b.push(sort, &[x, pos]).map_err(e)?;
+    let mut limit: Vec<i64> = ty.shape.iter().map(|&n| n as i64).collect();
+    limit[d] = k as i64;
+    let prefix = Op::Slice {
+        start_indices: vec![0; limit.len()],
+        limit_indices: limit.clone(),
+        strides: vec![1; limit.len()],
+    };
+    let vals = b.inst(prefix.clone(), &[sorted[0]]).map_err(e)?;
+    let idx = b.inst(prefix, &[sorted[1]]).map_err(e)?;
+    b.finish(&[vals, idx]).map_err(e)
+}
+
 impl Tensor {
     /// The elements sorted along `axis` (negative counts from the end), ascending or
     /// descending; NaN greatest. Differentiable: the gradient moves back to where each
@@ -164,12 +194,41 @@ impl Tensor {
                 );
                 return (t.clone(), t);
             }
+            if let Some(out) = self.eager_top_k(d, k, name, loc) {
+                return out;
+            }
             let pos = Tensor::iota(DType::I32, &self.shape(), d);
             let mut s = self.sorted(name, &[&pos], axis, true, loc);
             let idx = s.swap_remove(1).slice(d as isize, 0, k as isize, 1);
             let vals = s.swap_remove(0).slice(d as isize, 0, k as isize, 1);
             (vals, idx)
         })
+    }
+
+    /// An eager top-k (`self` a value in host memory) whose sort would be compiled anyway (as
+    /// large as [`crate::trace::EAGER_COMPILE_THRESHOLD`] says) and that the kernel layer runs
+    /// as a top-k (`kiln_kernel::sort::top_k`: a short prefix of long slices): the program of
+    /// the positions, the sort and its leading slices, compiled (once per signature) and run,
+    /// so the runtime reads each slice's keys once instead of sorting them whole. `None`
+    /// otherwise: the ops run one by one, as under `jit` they are traced.
+    fn eager_top_k(&self, d: usize, k: usize, name: &str, loc: Loc) -> Option<(Tensor, Tensor)> {
+        if self.is_traced() || self.device() != crate::Device::Cpu {
+            return None;
+        }
+        let ty = self.ty()?;
+        // The one-op sort's values: the keys, the positions and both results.
+        let sorted = 4 * ty.numel();
+        if sorted < crate::trace::EAGER_COMPILE_THRESHOLD {
+            return None;
+        }
+        let f = top_k_func(&ty, d, k).ok()?;
+        let sort = f
+            .insts
+            .iter()
+            .position(|i| matches!(i.op, Op::Sort { .. }))?;
+        kiln_kernel::sort::top_k(&f, sort)?;
+        let mut out = crate::trace::call(&f, &[self], name, loc).into_iter();
+        Some((out.next()?, out.next()?))
     }
 
     /// The `i32` position along `axis` of the greatest element (the first of equal ones; a NaN

@@ -104,6 +104,37 @@ fn batches_of_one_shape_compile_the_gradient_once() {
     }
 }
 
+/// A large eager `top_k` (a short prefix of long rows) runs as one compiled program whose sort
+/// the kernel layer makes a top-k (one pass over each row's keys), where it used to compile
+/// the sort alone and sort every row whole; a longer prefix still sorts whole. Its results
+/// against a stable sort: `tests/sort.rs`.
+#[test]
+fn large_eager_top_k_runs_as_a_top_k() {
+    let _serial = serial();
+    let rec = recording();
+    let x = normal(&key(3), &[8, 4096], DType::F32);
+    let is_top_k = |f: &Func| {
+        f.insts.iter().enumerate().any(|(i, inst)| {
+            matches!(inst.op, Op::Sort { .. }) && kiln_kernel::sort::top_k(f, i).is_some()
+        })
+    };
+    let compiled = |k: usize| {
+        let before = rec.0.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let (v, p) = x.top_k(k, 1);
+        assert_eq!(v.shape(), [8, k]);
+        assert_eq!(p.to_vec::<i32>().unwrap().len(), 8 * k);
+        rec.0.lock().unwrap_or_else(|e| e.into_inner())[before..].to_vec()
+    };
+    let five = compiled(5);
+    assert!(
+        five.iter().any(is_top_k),
+        "{:?}",
+        five.iter().map(|f| f.to_string()).collect::<Vec<_>>()
+    );
+    let whole = compiled(4096 / 8 + 1);
+    assert!(!whole.iter().any(is_top_k), "{whole:?}");
+}
+
 /// Large eager arithmetic (an optimizer's update) runs without compiling, and gives the
 /// reference interpreter's bits, special values included.
 #[test]

@@ -228,6 +228,47 @@ fn compiled_top_k_runs_as_one_pass_on_every_key_dtype() {
 }
 
 #[test]
+fn eager_top_k_of_long_rows_is_the_stable_sort_prefix_on_every_key_dtype() {
+    // Eager, rows long enough that the kernel layer runs a short prefix as a top-k (the
+    // runtime's one pass over each row): exactly the whole stable sort's first k, ties, NaN,
+    // -0 and +0 included; a longer prefix (the whole sort) too.
+    let (rows, n) = (4, 4096);
+    let x = Tensor::from_vec(values(rows * n, 31), [rows, n]).unwrap();
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::BF16,
+        DType::F16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+    ] {
+        let xd = x.cast(dtype);
+        let keys = xd.cast(DType::F64).to_vec::<f64>().unwrap();
+        let idx = expected64(&keys, n, true);
+        for k in [1usize, 7, 512, 513] {
+            let (vals, pos) = xd.top_k(k, 1);
+            let want: Vec<i32> = idx.chunks(n).flat_map(|c| c[..k].to_vec()).collect();
+            assert_eq!(pos.to_vec::<i32>().unwrap(), want, "{dtype:?}, k = {k}");
+            let want_vals: Vec<u64> = want
+                .chunks(k)
+                .enumerate()
+                .flat_map(|(r, c)| c.iter().map(move |&i| (r, i)))
+                .map(|(r, i)| keys[r * n + i as usize].to_bits())
+                .collect();
+            let got: Vec<u64> = vals
+                .cast(DType::F64)
+                .to_vec::<f64>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(got, want_vals, "{dtype:?} values, k = {k}");
+        }
+    }
+}
+
+#[test]
 fn jitted_gradients_through_top_k_and_argsort_move_back() {
     // d/dx sum(top_k(x, 3) * w): w[j] lands where the j-th greatest of each row came from;
     // the same through take_along_axis of argsort's first 3. Rows long enough for a top-k.

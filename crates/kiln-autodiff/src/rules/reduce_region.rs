@@ -175,7 +175,7 @@ pub(super) fn as_window_fold(
         &params,
         &window,
         out_shape,
-        Loc::caller(),
+        Some(Loc::caller()),
         &mut |b, operands| apply_as_maps(b, &projections, operands, out_shape.len()),
     )?;
     Ok(b.finish(&results)?)
