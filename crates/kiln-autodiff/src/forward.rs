@@ -117,7 +117,7 @@ fn forward_into(
             .iter()
             .map(|r| f.values[r.index()].clone())
             .collect();
-        let loc = inst.loc.unwrap_or_else(Loc::caller);
+        let loc = inst.loc;
         let carries_tangent = types.iter().any(|t| t.dtype.is_float());
         // Tangents are real: one reaching an op with a complex result (`complex`, a conversion
         // to a complex type, an `fft`) has nowhere to go, and dropping it would make the
@@ -193,7 +193,7 @@ fn while_jvp(
     body: &Func,
     xs: &[ValueId],
     ts: &[Option<ValueId>],
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<(Vec<ValueId>, Vec<Option<ValueId>>)> {
     let n = xs.len();
     // The carries a tangent reaches in some iteration: grow the set until the body adds none.
@@ -241,7 +241,7 @@ fn case_jvp(
     branches: &[Func],
     xs: &[ValueId],
     ts: &[Option<ValueId>],
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<(Vec<ValueId>, Vec<Option<ValueId>>)> {
     let args = &xs[1..];
     let with: Vec<bool> = ts[1..].iter().map(Option::is_some).collect();
@@ -281,7 +281,7 @@ fn reduce_jvp(
     body: &Func,
     xs: &[ValueId],
     ts: &[Option<ValueId>],
-    loc: Loc,
+    loc: Option<Loc>,
 ) -> Result<(Vec<ValueId>, Vec<Option<ValueId>>)> {
     let k = xs.len() / 2;
     // The positions a tangent reaches: through an input or an init, then through the body

@@ -217,3 +217,38 @@ fn an_op_without_a_rule_is_named_without_a_borrowed_location() {
     assert!(e.contains("reduce_window"), "{e}");
     assert!(!e.contains(".rs:"), "{e}");
 }
+
+/// A loop and a branch without source locations (read from text) keep none in their forward
+/// derivatives: the `while` and `case` built for them carry no line of kiln's code.
+#[test]
+fn loops_and_branches_without_locations_keep_none_forward() {
+    let f = f("func @main(%0: f64[], %1: i32[]) -> (f64[], f64[]) {
+  %2 = constant {value = 0} : i32[]
+  %3, %4 = while %2, %0 {cond = func @cond(%0: i32[], %1: f64[]) -> pred[] {
+      %2 = constant {value = 2} : i32[]
+      %3 = compare %0, %2 {comparison_direction = LT} : pred[]
+      return %3
+    }, body = func @body(%0: i32[], %1: f64[]) -> (i32[], f64[]) {
+      %2 = constant {value = 1} : i32[]
+      %3 = add %0, %2 : i32[]
+      %4 = multiply %1, %1 : f64[]
+      return %3, %4
+    }} : i32[], f64[]
+  %5 = case %1, %0 {branches = [func @b0(%0: f64[]) -> f64[] {
+      %1 = sine %0 : f64[]
+      return %1
+    }, func @b1(%0: f64[]) -> f64[] {
+      %1 = cosine %0 : f64[]
+      return %1
+    }]} : f64[]
+  return %4, %5
+}");
+    let j = jvp(&f, &[0]).unwrap();
+    let located: Vec<String> = j
+        .insts
+        .iter()
+        .enumerate()
+        .filter_map(|(k, inst)| inst.loc.map(|l| format!("instruction {k} at {l:?}")))
+        .collect();
+    assert!(located.is_empty(), "{located:?}");
+}
