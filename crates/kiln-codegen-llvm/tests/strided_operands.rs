@@ -219,3 +219,53 @@ fn strided_slices_are_read_in_place_where_strides_say() {
         assert_eq!(kernels(&src), (3, 1), "{src}");
     }
 }
+
+/// Two heads' scores `q kᵀ` of `s` positions (width 16), their queries and keys read in
+/// place from one projection `[1, s, 64]`, with no epilogue (which could make them a chain).
+fn scores(s: usize) -> String {
+    let head = |i: usize, v: usize, start: usize, perm: &str, shape: &str| {
+        format!(
+            "  %{i} = slice %0 {{start_indices = [0, 0, {start}], limit_indices = [1, {s}, {}], strides = [1, 1, 1]}} : f32[1,{s},32]\n  %{} = reshape %{i} : f32[1,{s},2,16]\n  %{v} = transpose %{} {{permutation = {perm}}} : f32[1,2,{shape}]\n",
+            start + 32,
+            i + 1,
+            i + 1
+        )
+    };
+    let mut t = format!("func @main(%0: f32[1,{s},64]) -> f32[1,2,{s},{s}] {{\n");
+    t += &head(1, 3, 0, "[0, 2, 1, 3]", &format!("{s},16"));
+    t += &head(4, 6, 32, "[0, 2, 3, 1]", &format!("16,{s}"));
+    t += &format!(
+        "  %7 = dot_general %3, %6 {{lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [2]}} : f32[1,2,{s},{s}]\n  return %7\n}}\n"
+    );
+    t
+}
+
+/// Products of two panels of columns read A where it is stored rather than packing it
+/// (`Blocking::a_in_place`): the heads' scores `q kᵀ` (queries by rows, through strides) and
+/// the backward's `dOᵀ P` (A by columns), their kernels calling no packing routine of A, and
+/// agreeing with the reference; three panels still pack A.
+#[test]
+fn products_of_two_panels_read_a_in_place() {
+    let host = kiln_codegen_llvm::cpu::host_target_info();
+    let nr = if host.vector_bytes >= 64 { 64 } else { 16 };
+    let panels = |n: usize| {
+        let bl = kiln_kernel::gemm_schedule::Blocking::new(kiln_ir::DType::F32, &host, n);
+        n.div_ceil(bl.nr() as usize)
+    };
+    for (s, packs) in [(2 * nr, false), (3 * nr, true)] {
+        assert_eq!(panels(s) > 2, packs, "{s} columns");
+        for src in [scores(s), backward(2, s, 2, 16)] {
+            let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+            // As the host compiles them (the unoptimized text is the portable target's).
+            let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, true, &common::env_options())
+                .unwrap_or_else(|e| panic!("{src}: {e}"));
+            assert!(ir.contains("@kiln_gemm_tile_"), "{src}");
+            assert_eq!(
+                ir.contains("@kiln_gemm_packa_"),
+                packs,
+                "{s} columns\n{src}"
+            );
+            agrees_cached_and_jit(&src, 4);
+        }
+    }
+}

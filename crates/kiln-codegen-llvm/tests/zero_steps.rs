@@ -127,9 +127,15 @@ fn with(args: &[Literal], p: usize, value: f64, at: &dyn Fn(usize) -> bool) -> V
 
 #[test]
 fn masked_products_leave_zero_steps_out() {
-    // One panel of columns (A read where it is stored) and several (A packed), rows past a
-    // register tile and a block of rows, two contraction blocks.
-    for (b, h, s, d) in [(1, 2, 40, 64), (2, 1, 21, 80), (1, 1, 300, 72)] {
+    // One panel of columns (A read where it is stored), two (on AVX-512 A read there too:
+    // `Blocking::a_in_place`) and more (A packed), rows past a register tile and a block of
+    // rows, two contraction blocks.
+    for (b, h, s, d) in [
+        (1, 2, 40, 64),
+        (2, 1, 21, 80),
+        (1, 1, 300, 72),
+        (1, 1, 40, 200),
+    ] {
         let p = probabilities(b, h, s, d);
         agrees_cached_and_jit(&p, 1);
         // P V: zeros in A where the step passes the row; Pᵀ dO: A is P transposed, zeros

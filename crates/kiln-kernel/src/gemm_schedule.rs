@@ -1,7 +1,8 @@
 //! A matrix product's blocking, decided for a target: the register tile (`mr` rows by `nv`
 //! vectors), the cache blocks (`kc` contraction steps, `mc` rows of A, `nc` columns of B),
 //! whether its blocks hold whole rows (a row epilogue), are cut for a chained product or an
-//! online softmax, whether its threads split columns, and the scratch memory it packs into.
+//! online softmax, whether its tiles read A in place, whether its threads split columns, and
+//! the scratch memory it packs into.
 //! The CPU emitter renders a [`GemmSchedule`] (`cpu/gemm.rs`: the BLIS layering); the sizes
 //! come from [`TargetInfo::vector_bytes`] and [`GemmLimits`](crate::target::GemmLimits).
 
@@ -28,7 +29,8 @@ pub struct GemmSchedule {
 /// The schedule of GEMM kernel `k` on `target` (`None` if `k` is not a GEMM): blocks of whole
 /// rows, split by rows, when its epilogue reduces over rows ([`crate::fuse::row_epilogue`]);
 /// a chained product's blocks cut for it ([`Blocking::chained`], [`Blocking::online`]);
-/// otherwise threads split the longer side ([`Blocking::split_columns`]).
+/// otherwise threads split the longer side ([`Blocking::split_columns`]). A product of a few
+/// panels of columns that is no convolution's reads A in place ([`Blocking::a_in_place`]).
 pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
     let Schedule::Gemm {
         batch,
@@ -36,20 +38,27 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         n,
         k: kk,
         ref chain,
+        ref conv,
         ..
     } = k.schedule
     else {
         return None;
     };
     let bl = Blocking::new(k.out.dtype, target, n);
+    let few_panels = |bl: Blocking| Blocking {
+        a_in_place: conv.is_none()
+            && n as i64 > bl.nr()
+            && n as i64 <= bl.nr() * target.gemm.a_in_place_panels,
+        ..bl
+    };
     let chain_bl = chain
         .as_ref()
         .map(|c| Blocking::new(k.out.dtype, target, c.n));
     let (blocking, split_columns) = match (chain, chain_bl) {
         (Some(c), Some(bl2)) if c.online.is_some() => (bl.online(kk, bl2), false),
         (Some(_), _) => (bl.whole_rows(n).chained(n, kk), false),
-        _ if crate::fuse::row_epilogue(k) => (bl.whole_rows(n), false),
-        _ => (bl, bl.split_columns(batch, m, n, kk)),
+        _ if crate::fuse::row_epilogue(k) => (few_panels(bl.whole_rows(n)), false),
+        _ => (few_panels(bl), bl.split_columns(batch, m, n, kk)),
     };
     let scratch = match (chain, chain_bl) {
         (Some(c), Some(bl2)) => {
@@ -73,8 +82,9 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
 }
 
 impl fmt::Display for GemmSchedule {
-    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, chain 6x16 kc 256` for a chained product
-    /// and `, split columns` where threads split them.
+    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, A in place` where its tiles read A where it
+    /// is stored across several panels, `, chain 6x16 kc 256` for a chained product and `,
+    /// split columns` where threads split them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.blocking;
         write!(
@@ -86,6 +96,9 @@ impl fmt::Display for GemmSchedule {
             b.mc,
             b.nc
         )?;
+        if b.a_in_place {
+            f.write_str(", A in place")?;
+        }
         if let Some(c) = &self.chain {
             write!(f, ", chain {}x{} kc {}", c.mr, c.nr(), c.kc)?;
         }
@@ -123,6 +136,16 @@ pub struct Blocking {
     /// 16-row tiles were the costliest routines to compile: 11-12 ms of code generation each
     /// for the MLP step's two (A by rows, A by columns), for well under 1% of its run time.
     pub compact: bool,
+    /// The tiles read A where it is stored (by rows or by columns, through its strides)
+    /// rather than from packed slivers, although the product has more than one panel of
+    /// columns: at most [`GemmLimits::a_in_place_panels`](crate::target::GemmLimits::a_in_place_panels),
+    /// and no convolution (whose tile with one panel reads its input through the column
+    /// offset table). A product of one panel reads A in place anyway; across two, each sliver
+    /// of A is read twice where it lies (from the cache the second time) instead of being
+    /// copied once and read twice from the copy. Attention's scores (`[128, 64] x [64, 128]`,
+    /// 64 heads on 2 threads, AVX-512) spent 16% of their CPU time packing A and took 17% less
+    /// reading it in place; `dOᵀ P` (`[64, 128] x [128, 128]`) 11% less (docs/performance.md).
+    pub a_in_place: bool,
 }
 
 impl Blocking {
@@ -184,6 +207,7 @@ impl Blocking {
             nc: (limits.b_block_bytes / (kc * bytes) / nr).max(1) * nr,
             chain_bytes: limits.chain_block_bytes,
             compact: n <= lanes as usize,
+            a_in_place: false,
         }
     }
 
@@ -472,6 +496,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Products of two panels of columns read A in place, and say so; one panel (in place
+    /// anyway), three panels and a convolution's product of two do not take the flag.
+    #[test]
+    fn products_of_two_panels_read_a_in_place() {
+        let product = |batch: usize, m: usize, k: usize, n: usize| {
+            format!(
+                "func @g(%0: f32[{batch},{m},{k}], %1: f32[{batch},{k},{n}]) -> f32[{batch},{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{batch},{m},{n}]\n  return %2\n}}\n"
+            )
+        };
+        let schedule = |src: &str, t: &TargetInfo| {
+            let f = kiln_ir::parse_func_text(src).expect("valid IR");
+            let opts = crate::Options::default();
+            // Canonicalized as the backend does (a convolution becomes a GEMM there).
+            let g = crate::pipeline::prepare(&f, &opts, t).expect("prepared");
+            let fused = crate::pipeline::fused_kernels(&g, &opts, t);
+            let k = fused
+                .kernels
+                .iter()
+                .flatten()
+                .find_map(|k| gemm_schedule(k, t));
+            k.expect("a GEMM")
+        };
+        // The heads' scores on AVX-512 (two panels of 64) and on AVX2 (two of 16).
+        for (bytes, n, in_place) in [
+            (64, 128, true),
+            (64, 64, false),
+            (64, 192, false),
+            (32, 32, true),
+            (32, 128, false),
+        ] {
+            let g = schedule(&product(64, 128, 64, n), &vectors(bytes));
+            assert_eq!(g.blocking.a_in_place, in_place, "{bytes}-byte vectors, {n}");
+            assert_eq!(g.to_string().contains(", A in place"), in_place, "{g}");
+        }
+        let conv = "func @c(%0: f32[1,8,10,10], %1: f32[128,8,3,3]) -> f32[1,128,8,8] {\n  %2 = convolution %0, %1 {window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]} : f32[1,128,8,8]\n  return %2\n}\n";
+        let g = schedule(conv, &vectors(64));
+        assert!(!g.blocking.a_in_place, "{g}");
     }
 
     /// The target's vector width decides the tile and the contraction block: 256-bit vectors

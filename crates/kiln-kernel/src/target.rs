@@ -160,6 +160,10 @@ pub struct GemmLimits {
     /// beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the panels of all three
     /// (matmul_1024/2048 on AVX-512, two threads).
     pub kc_512: i64,
+    /// Panels of columns up to which a product's tiles read A where it is stored instead of
+    /// packing it (see [`crate::gemm_schedule::Blocking::a_in_place`]): packing A pays for
+    /// itself across many panels, not across one or two (2).
+    pub a_in_place_panels: i64,
 }
 
 /// When a kernel runs on several threads (see [`crate::threads`]).
@@ -191,6 +195,7 @@ impl Default for GemmLimits {
             chain_block_bytes: 64 * 1024,
             kc_256: 256,
             kc_512: 512,
+            a_in_place_panels: 2,
         }
     }
 }

@@ -109,13 +109,14 @@ pub(crate) enum ARead {
 }
 
 impl ARead {
-    /// How the tile of a GEMM reads A: packed when the product has several panels of columns
-    /// (`one_panel` false); with one, in place: through strides for a `compact` tile
-    /// ([`Blocking::compact`], unless the product is the first of a chain), else by rows or by
-    /// columns (`a_trans`), or, for a convolution (`conv`), through its column offset table
-    /// inline (`None`: no routine).
-    pub(super) fn of(compact: bool, one_panel: bool, conv: bool, a_trans: bool) -> Option<ARead> {
-        match (one_panel, conv, a_trans) {
+    /// How the tile of a GEMM reads A: packed unless `in_place` (a product of one panel of
+    /// columns, the first of a chain, or one whose blocking says so: [`Blocking::a_in_place`]);
+    /// in place, through strides for a `compact` tile ([`Blocking::compact`], unless the
+    /// product is the first of a chain), else by rows or by columns (`a_trans`), or, for a
+    /// convolution (`conv`, one panel), through its column offset table inline (`None`: no
+    /// routine).
+    pub(super) fn of(compact: bool, in_place: bool, conv: bool, a_trans: bool) -> Option<ARead> {
+        match (in_place, conv, a_trans) {
             (false, _, _) => Some(ARead::Packed),
             (true, true, _) => None,
             _ if compact => Some(ARead::Strided),
@@ -193,8 +194,9 @@ impl Routine {
     /// The routines a GEMM of `n` columns calls: a pack of B for each panel width (whole
     /// panels and the tail's), and a tile for each, except for a convolution with a single
     /// panel of columns (its tile reads the input in place through the column offset table,
-    /// emitted inline); and with several panels, unless it is a convolution's or the first
-    /// product of a chain (`in_chain`, which reads A in place), the pack of A; none of B where
+    /// emitted inline); and with several panels, unless it is a convolution's, the first
+    /// product of a chain (`in_chain`) or one reading A in place ([`Blocking::a_in_place`]),
+    /// the pack of A; none of B where
     /// the kernel reads it in place ([`b_in_place`], [`chain_b_in_place`]). A convolution's
     /// output stored by planes has tiles that store C by columns.
     pub(crate) fn of_gemm(
@@ -220,11 +222,12 @@ impl Routine {
             .iter()
             .filter(|_| !in_place)
             .map(|&w| Routine::pack_b(bl, w, b_trans));
-        let a = ARead::of(bl.compact && !chained, n <= nr || chained, conv, a_trans);
+        let direct = n <= nr || chained || bl.a_in_place;
+        let a = ARead::of(bl.compact && !chained, direct, conv, a_trans);
         let tiles = widths
             .iter()
             .filter_map(|&w| Some(Routine::tile(bl, w, update, a?, planes)));
-        let pack_a = (n > nr && !conv && !chained).then(|| Routine::pack_a(bl, a_trans));
+        let pack_a = (!direct && !conv).then(|| Routine::pack_a(bl, a_trans));
         packs.chain(tiles).chain(pack_a).collect()
     }
 
@@ -309,6 +312,7 @@ impl Routine {
             mc: 0,
             nc: 0,
             chain_bytes: 0,
+            a_in_place: false,
             compact: matches!(
                 *self,
                 Routine::Tile {
