@@ -160,6 +160,12 @@ pub struct GemmLimits {
     /// beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the panels of all three
     /// (matmul_1024/2048 on AVX-512, two threads).
     pub kc_512: i64,
+    /// The most panels of columns a product may have whose tiles read A where it is stored
+    /// (by rows, one matrix) instead of packing it into slivers first (see
+    /// [`Blocking::a_in_place`](crate::gemm_schedule::Blocking::a_in_place)): the packing
+    /// costs about as much per element of A as a few panels' multiply-adds by it, and the
+    /// tiles read A's rows in place about as fast as packed slivers (4).
+    pub a_in_place_panels: i64,
 }
 
 /// When a kernel runs on several threads (see [`crate::threads`]).
@@ -191,6 +197,7 @@ impl Default for GemmLimits {
             chain_block_bytes: 64 * 1024,
             kc_256: 256,
             kc_512: 512,
+            a_in_place_panels: 4,
         }
     }
 }

@@ -98,6 +98,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "chain_block_bytes": t.gemm.chain_block_bytes,
             "kc_256": t.gemm.kc_256,
             "kc_512": t.gemm.kc_512,
+            "a_in_place_panels": t.gemm.a_in_place_panels,
         },
         "splits": {
             "parallel_work": t.splits.parallel_work,
@@ -348,6 +349,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             chain_block_bytes: gemm.i64("chain_block_bytes")?,
             kc_256: gemm.i64("kc_256")?,
             kc_512: gemm.i64("kc_512")?,
+            a_in_place_panels: gemm.i64("a_in_place_panels")?,
         },
         splits: SplitLimits {
             parallel_work: splits.usize("parallel_work")?,

@@ -193,8 +193,9 @@ impl Routine {
     /// The routines a GEMM of `n` columns calls: a pack of B for each panel width (whole
     /// panels and the tail's), and a tile for each, except for a convolution with a single
     /// panel of columns (its tile reads the input in place through the column offset table,
-    /// emitted inline); and with several panels, unless it is a convolution's or the first
-    /// product of a chain (`in_chain`, which reads A in place), the pack of A; none of B where
+    /// emitted inline); and with several panels, unless it is a convolution's, the first
+    /// product of a chain (`in_chain`, which reads A in place) or one whose blocking reads A
+    /// in place ([`Blocking::a_in_place`]), the pack of A; none of B where
     /// the kernel reads it in place ([`b_in_place`], [`chain_b_in_place`]). A convolution's
     /// output stored by planes has tiles that store C by columns.
     pub(crate) fn of_gemm(
@@ -220,11 +221,12 @@ impl Routine {
             .iter()
             .filter(|_| !in_place)
             .map(|&w| Routine::pack_b(bl, w, b_trans));
-        let a = ARead::of(bl.compact && !chained, n <= nr || chained, conv, a_trans);
+        let direct = n <= nr || chained || bl.a_in_place;
+        let a = ARead::of(bl.compact && !chained, direct, conv, a_trans);
         let tiles = widths
             .iter()
             .filter_map(|&w| Some(Routine::tile(bl, w, update, a?, planes)));
-        let pack_a = (n > nr && !conv && !chained).then(|| Routine::pack_a(bl, a_trans));
+        let pack_a = (!direct && !conv).then(|| Routine::pack_a(bl, a_trans));
         packs.chain(tiles).chain(pack_a).collect()
     }
 
@@ -309,6 +311,7 @@ impl Routine {
             mc: 0,
             nc: 0,
             chain_bytes: 0,
+            a_in_place: false,
             compact: matches!(
                 *self,
                 Routine::Tile {
