@@ -39,26 +39,26 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         k: kk,
         ref chain,
         ref conv,
+        a_trans,
         ..
     } = k.schedule
     else {
         return None;
     };
     let bl = Blocking::new(k.out.dtype, target, n);
-    let few_panels = |bl: Blocking| Blocking {
-        a_in_place: conv.is_none()
-            && n as i64 > bl.nr()
-            && n as i64 <= bl.nr() * target.gemm.a_in_place_panels,
-        ..bl
-    };
     let chain_bl = chain
         .as_ref()
         .map(|c| Blocking::new(k.out.dtype, target, c.n));
     let (blocking, split_columns) = match (chain, chain_bl) {
         (Some(c), Some(bl2)) if c.online.is_some() => (bl.online(kk, bl2), false),
         (Some(_), _) => (bl.whole_rows(n).chained(n, kk), false),
-        _ if crate::fuse::row_epilogue(k) => (few_panels(bl.whole_rows(n)), false),
-        _ => (few_panels(bl), bl.split_columns(batch, m, n, kk)),
+        _ if crate::fuse::row_epilogue(k) => (bl.whole_rows(n), false),
+        _ => (bl, bl.split_columns(batch, m, n, kk)),
+    };
+    // A chained product's first product reads A in place already.
+    let blocking = match chain {
+        Some(_) => blocking,
+        None => blocking.reading_a_in_place((batch, n), (a_trans, conv.is_some()), &target.gemm),
     };
     let scratch = match (chain, chain_bl) {
         (Some(c), Some(bl2)) => {
@@ -82,9 +82,9 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
 }
 
 impl fmt::Display for GemmSchedule {
-    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, A in place` where its tiles read A where it
-    /// is stored across several panels, `, chain 6x16 kc 256` for a chained product and `,
-    /// split columns` where threads split them.
+    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, A in place` where the tiles read A in place
+    /// across several panels, `, chain 6x16 kc 256` for a chained product and `, split
+    /// columns` where threads split them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.blocking;
         write!(
@@ -138,13 +138,8 @@ pub struct Blocking {
     pub compact: bool,
     /// The tiles read A where it is stored (by rows or by columns, through its strides)
     /// rather than from packed slivers, although the product has more than one panel of
-    /// columns: at most [`GemmLimits::a_in_place_panels`](crate::target::GemmLimits::a_in_place_panels),
-    /// and no convolution (whose tile with one panel reads its input through the column
-    /// offset table). A product of one panel reads A in place anyway; across two, each sliver
-    /// of A is read twice where it lies (from the cache the second time) instead of being
-    /// copied once and read twice from the copy. Attention's scores (`[128, 64] x [64, 128]`,
-    /// 64 heads on 2 threads, AVX-512) spent 16% of their CPU time packing A and took 17% less
-    /// reading it in place; `dOᵀ P` (`[64, 128] x [128, 128]`) 11% less (docs/performance.md).
+    /// columns (see [`Blocking::reading_a_in_place`]). Products of one panel always read A in
+    /// place.
     pub a_in_place: bool,
 }
 
@@ -208,6 +203,42 @@ impl Blocking {
             chain_bytes: limits.chain_block_bytes,
             compact: n <= lanes as usize,
             a_in_place: false,
+        }
+    }
+
+    /// This blocking for a product of `batch` matrices of `n` columns with A stored
+    /// transposed or not (`a_trans`), or a convolution's (`conv`), reading A in place
+    /// ([`Self::a_in_place`]) where its panels are more than one and, for no convolution, at
+    /// most [`GemmLimits::a_in_place_panels`], or at most
+    /// [`GemmLimits::a_in_place_panels_rows`] for one matrix stored by rows.
+    ///
+    /// Across two panels (attention's heads, batched, on 2 threads of an AVX-512 Xeon): the
+    /// scores `[128, 64] x [64, 128]` spent 16% of their CPU time packing A and took 17% less
+    /// reading it in place, `dOᵀ P` (`[64, 128] x [128, 128]`, A by columns) 11% less.
+    /// Packing a block of A by rows into slivers of 6 rows transposes it in registers: on the
+    /// same Xeon about 10% of the time of the transformer step's products of 256 columns (4
+    /// panels), which multiply each element of A by only 256 columns. Read in place, their
+    /// tiles took about what they took on packed slivers (on-CPU time per call in `perf
+    /// record`, both threads, tiles and packing of A: `[2048,1024] x [1024,256]` 10.0 -> 8.8
+    /// ms, `[2048,1024] x [256,1024]ᵀ` 9.5 -> 8.8, `[2048,256] x [256,256]` 2.38 -> 2.24);
+    /// with 16 panels the packing is 2-4% and the tiles read in place ran 0-9% slower
+    /// (`[2048,256] x [256,1024]` 10.0 -> 10.5 ms, `[1024,1024] x [1024,1024]` 19.6 -> 19.2).
+    /// Stored transposed, A's rows in place are a stored column each, one cache line per
+    /// step, so A by columns past two panels keeps packing.
+    ///
+    /// [`GemmLimits::a_in_place_panels`]: crate::target::GemmLimits::a_in_place_panels
+    /// [`GemmLimits::a_in_place_panels_rows`]: crate::target::GemmLimits::a_in_place_panels_rows
+    pub fn reading_a_in_place(
+        self,
+        (batch, n): (usize, usize),
+        (a_trans, conv): (bool, bool),
+        limits: &crate::target::GemmLimits,
+    ) -> Blocking {
+        let panels = (n as i64 + self.nr() - 1) / self.nr();
+        let rows = batch == 1 && !a_trans && panels <= limits.a_in_place_panels_rows;
+        Blocking {
+            a_in_place: !conv && panels > 1 && (panels <= limits.a_in_place_panels || rows),
+            ..self
         }
     }
 
@@ -412,6 +443,57 @@ mod tests {
                 "{d:?}, {n} columns, {bytes}-byte vectors"
             );
         }
+    }
+
+    /// Products of one matrix stored by rows with 2 to `a_in_place_panels` panels of columns
+    /// read A in place; one panel (always in place), more panels, A stored transposed,
+    /// batched products and a convolution's keep their own way.
+    #[test]
+    fn products_of_a_few_panels_read_a_in_place() {
+        let t = vectors(64);
+        assert_eq!(
+            (t.gemm.a_in_place_panels, t.gemm.a_in_place_panels_rows),
+            (2, 4)
+        );
+        for (batch, n, a_trans, conv, in_place) in [
+            (1, 256, false, false, true),
+            (1, 192, false, false, true),
+            (1, 128, false, false, true),
+            (1, 64, false, false, false),
+            (1, 257, false, false, false),
+            (1, 1024, false, false, false),
+            (1, 256, true, false, false),
+            (1, 192, true, false, false),
+            (1, 128, true, false, true),
+            (64, 128, false, false, true),
+            (64, 128, true, false, true),
+            (64, 192, false, false, false),
+            (1, 256, false, true, false),
+            (1, 128, false, true, false),
+        ] {
+            let bl = Blocking::new(DType::F32, &t, n).reading_a_in_place(
+                (batch, n),
+                (a_trans, conv),
+                &t.gemm,
+            );
+            assert_eq!(
+                bl.a_in_place, in_place,
+                "batch {batch}, {n} columns, a_trans {a_trans}, conv {conv}"
+            );
+        }
+        // The schedule of the transformer step's `[2048,1024] x [1024,256]` says so; 1024
+        // columns do not.
+        let schedule = |n: usize| {
+            let text = format!(
+                "func @g(%0: f32[2048,1024], %1: f32[1024,{n}]) -> f32[2048,{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]}} : f32[2048,{n}]\n  return %2\n}}\n"
+            );
+            let f = kiln_ir::parse_func_text(&text).expect("valid IR");
+            let fused = crate::pipeline::fused_kernels(&f, &crate::Options::default(), &t);
+            let k = fused.kernels.iter().flatten().next().expect("a kernel");
+            gemm_schedule(k, &t).expect("a GEMM").to_string()
+        };
+        assert_eq!(schedule(256), "gemm 6x64 kc 512 mc 96 nc 2048, A in place");
+        assert_eq!(schedule(1024), "gemm 6x64 kc 512 mc 96 nc 2048");
     }
 
     /// A chained product's buffers lie after the GEMM's own, in order, 64-byte aligned, each as

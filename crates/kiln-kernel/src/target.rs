@@ -160,10 +160,17 @@ pub struct GemmLimits {
     /// beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the panels of all three
     /// (matmul_1024/2048 on AVX-512, two threads).
     pub kc_512: i64,
-    /// Panels of columns up to which a product's tiles read A where it is stored instead of
-    /// packing it (see [`crate::gemm_schedule::Blocking::a_in_place`]): packing A pays for
-    /// itself across many panels, not across one or two (2).
+    /// Panels of columns up to which any product's tiles (not a convolution's) read A where it
+    /// is stored instead of packing it (see
+    /// [`Blocking::a_in_place`](crate::gemm_schedule::Blocking::a_in_place)): packing A pays
+    /// for itself across many panels, not across one or two (2; attention's heads, batched,
+    /// A by rows or by columns).
     pub a_in_place_panels: i64,
+    /// The most panels of columns a product of one matrix with A stored by rows may have whose
+    /// tiles read A in place: the packing costs about as much per element of A as a few
+    /// panels' multiply-adds by it, and the tiles read A's rows in place about as fast as
+    /// packed slivers (4; the transformer's products of 256 columns).
+    pub a_in_place_panels_rows: i64,
 }
 
 /// When a kernel runs on several threads (see [`crate::threads`]).
@@ -196,6 +203,7 @@ impl Default for GemmLimits {
             kc_256: 256,
             kc_512: 512,
             a_in_place_panels: 2,
+            a_in_place_panels_rows: 4,
         }
     }
 }

@@ -99,6 +99,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "kc_256": t.gemm.kc_256,
             "kc_512": t.gemm.kc_512,
             "a_in_place_panels": t.gemm.a_in_place_panels,
+            "a_in_place_panels_rows": t.gemm.a_in_place_panels_rows,
         },
         "splits": {
             "parallel_work": t.splits.parallel_work,
@@ -350,6 +351,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             kc_256: gemm.i64("kc_256")?,
             kc_512: gemm.i64("kc_512")?,
             a_in_place_panels: gemm.i64("a_in_place_panels")?,
+            a_in_place_panels_rows: gemm.i64("a_in_place_panels_rows")?,
         },
         splits: SplitLimits {
             parallel_work: splits.usize("parallel_work")?,

@@ -135,6 +135,11 @@ pub fn gemm_shapes() {
         // across two contraction blocks, and a tail narrower than a panel.
         (1, 40, 600, 1024),
         (1, 30, 70, 250),
+        // A few panels (256 columns of 6 x 4 tiles, 192 of 8 x 3): the tiles read A in place
+        // (AVX-512), past a block of rows and across contraction blocks, threads splitting
+        // the columns; then the rows, with a partial tile.
+        (1, 100, 530, 256),
+        (1, 300, 70, 192),
     ];
     for dtype in ["f32", "f64"] {
         for (bt, m, k, n) in shapes {
@@ -210,6 +215,17 @@ pub fn dimension_orders() {
             "[0]",
             "[0]",
             "f32[150,10]",
+        ),
+        // A stored transposed and packed in blocks of steps: a partial sliver after a whole
+        // block of rows, a contraction block of 18 steps after one of 512.
+        (
+            "f32[530,100]",
+            "f32[530,256]",
+            "[]",
+            "[]",
+            "[0]",
+            "[0]",
+            "f32[100,256]",
         ),
         // 64 columns: the 6 x 4 tile (no padding), with row tails and contraction blocks.
         (

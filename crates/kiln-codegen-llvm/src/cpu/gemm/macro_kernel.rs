@@ -396,8 +396,8 @@ pub(crate) fn emit<'c>(
                         // A chained product's first product (one short contraction block, attention's
                         // queries) reads A in place too: measured on attention_8x8x512x64 (one
                         // process, alternating calls), 17 of 20 pairs won, 23.40 -> 23.22 ms.
-                        // A product of a few panels whose blocking says so reads A in place
-                        // across them too (`Blocking::a_in_place`).
+                        // So does a product of a few panels whose schedule says so
+                        // ([`Blocking::a_in_place`]).
                         let direct = n <= nr || chain.is_some() || bl.a_in_place;
                         if !direct {
                             g.pack_a(ic, ic_end, kb, kend)?;

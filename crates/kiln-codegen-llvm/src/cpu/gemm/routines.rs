@@ -195,8 +195,8 @@ impl Routine {
     /// panels and the tail's), and a tile for each, except for a convolution with a single
     /// panel of columns (its tile reads the input in place through the column offset table,
     /// emitted inline); and with several panels, unless it is a convolution's, the first
-    /// product of a chain (`in_chain`) or one reading A in place ([`Blocking::a_in_place`]),
-    /// the pack of A; none of B where
+    /// product of a chain (`in_chain`, which reads A in place) or one whose blocking reads A
+    /// in place ([`Blocking::a_in_place`]), the pack of A; none of B where
     /// the kernel reads it in place ([`b_in_place`], [`chain_b_in_place`]). A convolution's
     /// output stored by planes has tiles that store C by columns.
     pub(crate) fn of_gemm(
