@@ -173,6 +173,34 @@ fn expected64(v: &[f64], n: usize, descending: bool) -> Vec<i32> {
         .collect()
 }
 
+/// `top_k`'s values and positions are exactly the first `k` of each row of `n` in the stable
+/// sort's order `idx` of `keys` (the keys read back as f64), compared bit for bit.
+fn assert_stable_prefix(
+    vals: &Tensor,
+    pos: &Tensor,
+    keys: &[f64],
+    idx: &[i32],
+    (n, k): (usize, usize),
+    dtype: DType,
+) {
+    let want: Vec<i32> = idx.chunks(n).flat_map(|c| c[..k].to_vec()).collect();
+    assert_eq!(pos.to_vec::<i32>().unwrap(), want, "{dtype:?}, k = {k}");
+    let want_vals: Vec<u64> = want
+        .chunks(k)
+        .enumerate()
+        .flat_map(|(r, c)| c.iter().map(move |&i| (r, i)))
+        .map(|(r, i)| keys[r * n + i as usize].to_bits())
+        .collect();
+    let got: Vec<u64> = vals
+        .cast(DType::F64)
+        .to_vec::<f64>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    assert_eq!(got, want_vals, "{dtype:?} values, k = {k}");
+}
+
 #[test]
 fn compiled_top_k_runs_as_one_pass_on_every_key_dtype() {
     // The printed plan: a short prefix of each row (at most an eighth) runs as a top-k, the
@@ -200,22 +228,7 @@ fn compiled_top_k_runs_as_one_pass_on_every_key_dtype() {
         let idx = expected64(&keys, n, true);
         for k in [1usize, 5, 125, n] {
             let (vals, pos) = jit(move |x: &Tensor| x.top_k(k, 1)).call(&xd).unwrap();
-            let want: Vec<i32> = idx.chunks(n).flat_map(|c| c[..k].to_vec()).collect();
-            assert_eq!(pos.to_vec::<i32>().unwrap(), want, "{dtype:?}, k = {k}");
-            let want_vals: Vec<u64> = want
-                .chunks(k)
-                .enumerate()
-                .flat_map(|(r, c)| c.iter().map(move |&i| (r, i)))
-                .map(|(r, i)| keys[r * n + i as usize].to_bits())
-                .collect();
-            let got: Vec<u64> = vals
-                .cast(DType::F64)
-                .to_vec::<f64>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect();
-            assert_eq!(got, want_vals, "{dtype:?} values, k = {k}");
+            assert_stable_prefix(&vals, &pos, &keys, &idx, (n, k), dtype);
         }
     }
     // More than the row holds is an error under jit too.
@@ -248,22 +261,7 @@ fn eager_top_k_of_long_rows_is_the_stable_sort_prefix_on_every_key_dtype() {
         let idx = expected64(&keys, n, true);
         for k in [1usize, 7, 512, 513] {
             let (vals, pos) = xd.top_k(k, 1);
-            let want: Vec<i32> = idx.chunks(n).flat_map(|c| c[..k].to_vec()).collect();
-            assert_eq!(pos.to_vec::<i32>().unwrap(), want, "{dtype:?}, k = {k}");
-            let want_vals: Vec<u64> = want
-                .chunks(k)
-                .enumerate()
-                .flat_map(|(r, c)| c.iter().map(move |&i| (r, i)))
-                .map(|(r, i)| keys[r * n + i as usize].to_bits())
-                .collect();
-            let got: Vec<u64> = vals
-                .cast(DType::F64)
-                .to_vec::<f64>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect();
-            assert_eq!(got, want_vals, "{dtype:?} values, k = {k}");
+            assert_stable_prefix(&vals, &pos, &keys, &idx, (n, k), dtype);
         }
     }
 }
