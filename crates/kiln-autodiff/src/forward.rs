@@ -24,6 +24,7 @@
 //! result is again a loop with a static trip count, so it can still be differentiated in
 //! reverse (a Hessian-vector product through `fori_loop` or `scan`).
 
+use crate::locations::UserLines;
 use crate::{Result, eliminate_dead_code, select_outputs};
 use kiln_ir::{Builder, Func, Loc, Op, TensorType, ValueId};
 
@@ -48,7 +49,7 @@ pub(crate) fn jvp(f: &Func, wrt: &[usize]) -> Result<Func> {
         .collect();
     let mut g = forward_func(f, wrt, &float_outs)?;
     g.name = format!("{}_jvp", f.name);
-    Ok(g)
+    Ok(UserLines::of(f).keep_only(g))
 }
 
 /// A function of `f`'s parameters followed by the tangents of the parameters `with` that
@@ -99,6 +100,7 @@ fn forward_into(
     args: &[ValueId],
     tangents: &[Option<ValueId>],
 ) -> Result<(Vec<ValueId>, Vec<Option<ValueId>>)> {
+    let user = UserLines::of(f);
     let mut val: Vec<Option<ValueId>> = vec![None; f.values.len()];
     let mut dot: Vec<Option<ValueId>> = vec![None; f.values.len()];
     for (k, &p) in f.params.iter().enumerate() {
@@ -118,6 +120,7 @@ fn forward_into(
             .map(|r| f.values[r.index()].clone())
             .collect();
         let loc = inst.loc;
+        let first = b.inst_count();
         let carries_tangent = types.iter().any(|t| t.dtype.is_float());
         // Tangents are real: one reaching an op with a complex result (`complex`, a conversion
         // to a complex type, an `fft`) has nowhere to go, and dropping it would make the
@@ -142,6 +145,8 @@ fn forward_into(
                 op => inst_jvp(b, op, &xs, &ts, &types, inst.loc)?,
             }
         };
+        // The instruction and its tangent are at the user's line.
+        user.locate_from(b, first, loc);
         for ((r, v), d) in inst.results.iter().zip(rs).zip(rdots) {
             val[r.index()] = Some(v);
             dot[r.index()] = d;

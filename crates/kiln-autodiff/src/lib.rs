@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod forward;
+mod locations;
 pub mod rules;
 pub mod vmap;
 
@@ -30,6 +31,7 @@ pub mod vmap;
 pub use kiln_ir::eliminate_dead_code;
 pub use vmap::vmap;
 
+use crate::locations::UserLines;
 use kiln_ir::{Builder, DType, Func, Op, ValueId, VerifyError};
 use std::fmt;
 
@@ -111,7 +113,7 @@ pub fn vjp_into_with_rules(
     wrt: &[usize],
     custom: &[(usize, Func)],
 ) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
-    let values = b.inline_values(f, args)?;
+    let values = b.inline_values_given_at(f, args, &[], None)?;
     vjp_from_values(b, f, &values, cts, wrt, custom)
 }
 
@@ -131,7 +133,7 @@ pub fn vjp_into_saving(
     saved: &[(ValueId, ValueId)],
     custom: &[(usize, Func)],
 ) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
-    let values = b.inline_values_given(f, args, saved)?;
+    let values = b.inline_values_given_at(f, args, saved, None)?;
     vjp_from_values(b, f, &values, cts, wrt, custom)
 }
 
@@ -145,6 +147,8 @@ fn vjp_from_values(
     custom: &[(usize, Func)],
 ) -> Result<(Vec<ValueId>, Vec<ValueId>)> {
     let val = |v: ValueId| values[v.index()];
+    let user = UserLines::of(f);
+    let start = b.inst_count();
     // The values that depend on a differentiated parameter.
     let mut depends = vec![false; f.values.len()];
     for &k in wrt {
@@ -193,6 +197,7 @@ fn vjp_from_values(
         }
         let xs: Vec<ValueId> = inst.operands.iter().map(|&o| val(o)).collect();
         let rs: Vec<ValueId> = inst.results.iter().map(|&r| val(r)).collect();
+        let first = b.inst_count();
         let cts = match custom.iter().find(|(i, _)| *i == index) {
             Some((_, bwd)) => custom_cotangents(b, bwd, &xs, &rs, &gs)?,
             None => {
@@ -212,6 +217,8 @@ fn vjp_from_values(
                 accumulate(b, &mut adj, o, ct)?;
             }
         }
+        // The derivative of the user's instruction is at the user's line.
+        user.locate_from(b, first, inst.loc);
     }
     let outs = f.outputs.iter().map(|&o| val(o)).collect();
     let mut grads = Vec::with_capacity(wrt.len());
@@ -222,6 +229,9 @@ fn vjp_from_values(
             None => b.full(&f.values[p.index()], 0.0)?,
         });
     }
+    // What belongs to no instruction (the outputs' cotangents summed, zero gradients) is at
+    // no line.
+    user.locate_from(b, start, None);
     Ok((outs, grads))
 }
 
@@ -281,7 +291,7 @@ pub fn vjp_with_rules(f: &Func, wrt: &[usize], rules: &[(usize, Func)]) -> Resul
         .collect();
     let (outs, grads) = vjp_into_with_rules(&mut b, f, &args, &cts, wrt, rules)?;
     let all: Vec<ValueId> = outs.into_iter().chain(grads).collect();
-    Ok(eliminate_dead_code(&b.finish(&all)?))
+    Ok(UserLines::of(f).keep_only(eliminate_dead_code(&b.finish(&all)?)))
 }
 
 fn scalar_output(f: &Func) -> Result<()> {
@@ -338,7 +348,7 @@ pub fn value_and_grad_with_rules(
     cts.extend(std::iter::repeat_n(None, f.outputs.len() - 1));
     let (outs, grads) = vjp_into_with_rules(&mut b, f, &args, &cts, wrt, rules)?;
     let all: Vec<ValueId> = outs.into_iter().chain(grads).collect();
-    Ok(eliminate_dead_code(&b.finish(&all)?))
+    Ok(UserLines::of(f).keep_only(eliminate_dead_code(&b.finish(&all)?)))
 }
 
 /// The forward mode of `f`: a function of `f`'s parameters followed by one tangent per entry
@@ -379,14 +389,14 @@ fn jvp_transposed(f: &Func, wrt: &[usize]) -> Result<Func> {
         .iter()
         .map(|&i| Some(b.param(f.values[f.params[i].index()].clone())))
         .collect();
-    let outs = b.inline(f, &args)?;
+    let outs = b.inline_at(f, &args, None)?;
     let mut v_args = args.clone();
     for &i in &float_outs {
         v_args.push(b.full(&f.output_types[i], 0.0)?);
     }
     let (_, dots) = vjp_into(&mut b, &v_grads, &v_args, &tangents, &u_params)?;
     let all: Vec<ValueId> = outs.into_iter().chain(dots).collect();
-    Ok(eliminate_dead_code(&b.finish(&all)?))
+    Ok(UserLines::of(f).keep_only(eliminate_dead_code(&b.finish(&all)?)))
 }
 
 /// The same function returning only the outputs at `indices`.

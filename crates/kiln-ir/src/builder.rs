@@ -133,6 +133,17 @@ impl Builder {
         }
     }
 
+    /// Gives the instructions from the `first`-th on, and those of their regions at any
+    /// depth, the location `loc` (or none), except where `keep` accepts the location they
+    /// have: a transform that builds an instruction's derivative with the `#[track_caller]`
+    /// helpers, and copies the user's own regions (located at the user's lines, which `keep`
+    /// accepts) into it, leaves only the user's lines.
+    pub fn relocate_from(&mut self, first: usize, loc: Option<Loc>, keep: &dyn Fn(&Loc) -> bool) {
+        for inst in self.f.insts.iter_mut().skip(first) {
+            relocate_inst(inst, loc, keep);
+        }
+    }
+
     /// Adds an instruction whose result types are inferred.
     #[track_caller]
     pub fn push(&mut self, op: Op, operands: &[ValueId]) -> Result<Vec<ValueId>, VerifyError> {
@@ -375,6 +386,19 @@ impl Builder {
         Ok(f.outputs.iter().map(|o| values[o.index()]).collect())
     }
 
+    /// [`Builder::inline_values_given`] with `f`'s instructions that have no location given
+    /// `loc` (none with `None`) instead of the caller's line: a transform copying a function
+    /// adds no line of its own code to it.
+    pub fn inline_values_given_at(
+        &mut self,
+        f: &Func,
+        args: &[ValueId],
+        given: &[(ValueId, ValueId)],
+        loc: Option<Loc>,
+    ) -> Result<Vec<ValueId>, VerifyError> {
+        self.inline_given_at(f, args, given, loc)
+    }
+
     fn inline_given_at(
         &mut self,
         f: &Func,
@@ -429,5 +453,18 @@ impl Builder {
             .into_iter()
             .map(|v| v.expect("the inlined function is verified"))
             .collect())
+    }
+}
+
+/// Gives `inst` and the instructions of its regions, at any depth, the location `loc` where
+/// `keep` does not accept the one they have (see [`Builder::relocate_from`]).
+pub fn relocate_inst(inst: &mut Inst, loc: Option<Loc>, keep: &dyn Fn(&Loc) -> bool) {
+    if !inst.loc.as_ref().is_some_and(keep) {
+        inst.loc = loc;
+    }
+    for region in inst.op.regions_mut() {
+        for i in &mut region.insts {
+            relocate_inst(i, loc, keep);
+        }
     }
 }

@@ -32,7 +32,7 @@ pub mod verify;
 pub mod window_fold;
 
 pub use attr::{Attr, Combiner, ComparisonDirection, FftType, RngAlgorithm, TransposeA};
-pub use builder::Builder;
+pub use builder::{Builder, relocate_inst};
 pub use call::Callee;
 pub use dead_code::eliminate_dead_code;
 pub use dtype::{DType, DTypeClass};

@@ -6,7 +6,7 @@
 //! from the root. Reductions with any other computation have no rule.
 
 use crate::{Error, Result};
-use kiln_ir::{Builder, Func, Loc, Op, TensorType, ValueId};
+use kiln_ir::{Builder, Func, Op, TensorType, ValueId};
 
 fn ty(b: &Builder, v: ValueId) -> TensorType {
     b.ty(v).expect("rules only see defined values").clone()
@@ -101,7 +101,7 @@ pub(crate) fn vjp(
                     computation: sum_of(t)?,
                 };
                 out.push(Some(
-                    b.push_at(rs, &[*gi], Some(std::slice::from_ref(t)), Loc::caller())?[0],
+                    b.push_at(rs, &[*gi], Some(std::slice::from_ref(t)), None)?[0],
                 ));
             }
             return Ok(out);
@@ -192,6 +192,6 @@ pub(crate) fn vjp(
             )));
         }
     };
-    let outs = b.push_at(back, &gs, Some(&xt), Loc::caller())?;
+    let outs = b.push_at(back, &gs, Some(&xt), None)?;
     Ok(outs.into_iter().map(Some).collect())
 }

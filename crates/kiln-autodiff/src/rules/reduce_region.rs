@@ -26,7 +26,7 @@
 
 use crate::Result;
 use kiln_ir::window_fold::{Window, fold_window};
-use kiln_ir::{Builder, Func, Loc, Op, TensorType, ValueId};
+use kiln_ir::{Builder, Func, Op, TensorType, ValueId};
 
 /// The reduction of `types`' inputs (the first half; the inits are the second) over
 /// `dimensions` with `body`, as a tree of `map`s: a function of the op's operands returning
@@ -175,7 +175,7 @@ pub(super) fn as_window_fold(
         &params,
         &window,
         out_shape,
-        Some(Loc::caller()),
+        None,
         &mut |b, operands| apply_as_maps(b, &projections, operands, out_shape.len()),
     )?;
     Ok(b.finish(&results)?)

@@ -31,6 +31,7 @@ mod index;
 mod rules;
 mod sequential;
 
+use crate::locations::UserLines;
 use crate::{Error, Result};
 use kiln_ir::{Builder, Func, Inst, Loc, Op, TensorType, ValueId};
 
@@ -67,10 +68,11 @@ pub fn vmap(f: &Func, batched: &[bool], size: usize) -> Result<Func> {
             let bt = bd.batched_ty(t);
             outs.push(bd.b.full(&bt, 0.0)?);
         }
-        return Ok(bd.b.finish(&outs)?);
+        return Ok(UserLines::of(f).keep_only(bd.b.finish(&outs)?));
     }
     let outs = vec![true; f.outputs.len()];
-    Ok(batch_func(f, batched, size, Some(&outs), &f.name)?.0)
+    let g = batch_func(f, batched, size, Some(&outs), &f.name)?.0;
+    Ok(UserLines::of(f).keep_only(g))
 }
 
 /// The batched function of `f` whose outputs are batched only where they depend on a batched
@@ -88,7 +90,8 @@ pub fn vmap_as_needed(f: &Func, batched: &[bool], size: usize) -> Result<(Func, 
     }
     kiln_ir::verify(f).map_err(Error::Verify)?;
     if size > 0 {
-        return batch_func(f, batched, size, None, &f.name);
+        let (g, flags) = batch_func(f, batched, size, None, &f.name)?;
+        return Ok((UserLines::of(f).keep_only(g), flags));
     }
     // No example: batch one placeholder example of zeros, which the outputs that do not
     // depend on the batch ignore, and give the others their empty batched types.
@@ -115,15 +118,16 @@ pub fn vmap_as_needed(f: &Func, batched: &[bool], size: usize) -> Result<(Func, 
             v
         });
     }
-    Ok((bd.b.finish(&outs)?, flags))
+    Ok((UserLines::of(f).keep_only(bd.b.finish(&outs)?), flags))
 }
 
 /// The batching context: the function being built and the batch size.
 pub(crate) struct Batcher {
     pub b: Builder,
     pub size: usize,
-    /// Where the instruction being batched came from, for the instructions built for it.
-    pub loc: Loc,
+    /// Where the instruction being batched came from (the user's line, or none), for the
+    /// instructions built for it.
+    pub loc: Option<Loc>,
 }
 
 impl Batcher {
@@ -131,7 +135,7 @@ impl Batcher {
         Batcher {
             b: Builder::new(name),
             size,
-            loc: Loc::caller(),
+            loc: None,
         }
     }
 
@@ -245,6 +249,7 @@ pub(crate) fn batch_func(
 
 /// Adds the batched computation of `f` on `args` to `bd`; returns its outputs.
 pub(crate) fn batch_inline(bd: &mut Batcher, f: &Func, args: &[BVal]) -> Result<Vec<BVal>> {
+    let user = UserLines::of(f);
     let mut map: Vec<Option<BVal>> = vec![None; f.values.len()];
     for (&p, &a) in f.params.iter().zip(args) {
         map[p.index()] = Some(a);
@@ -255,10 +260,10 @@ pub(crate) fn batch_inline(bd: &mut Batcher, f: &Func, args: &[BVal]) -> Result<
             .iter()
             .map(|o| map[o.index()].expect("the function is verified"))
             .collect();
-        if let Some(l) = inst.loc {
-            bd.loc = l;
-        }
+        bd.loc = inst.loc;
+        let first = bd.b.inst_count();
         let rs = batch_inst(bd, f, inst, &xs)?;
+        user.locate_from(&mut bd.b, first, inst.loc);
         for (&r, v) in inst.results.iter().zip(rs) {
             map[r.index()] = Some(v);
         }
