@@ -1114,7 +1114,8 @@ fn tf32_products_assemble() {
 /// and sm_90: float keys with NaN greatest, ascending and descending, integer keys, several
 /// operands of other dtypes, slices along an inner and an outer dimension, the longest slice
 /// that fits the shared memory a kernel declares, and longer ones (the network over two tiles
-/// in three launches; the radix sort's counts, scans and scatters over scratch buffers).
+/// in three launches; the radix sort's counts, scans and scatters over scratch buffers), and
+/// a long sort read only through its leading elements (the top-k's two launches).
 #[test]
 fn sorts_by_keys_assemble() {
     let nan_lt = |d: &str, co: &str| {
@@ -1146,6 +1147,12 @@ fn sorts_by_keys_assemble() {
         nan_lt("bf16", "i64").replace("3,37", "2,9000"),
         int_gt("u16").replace("300,4", "20000,1"),
         int_gt("i64").replace("300,4", "9000,1"),
+        // Only the first 5 of long slices read: the top-k's two launches (each tile's leading
+        // keys, then the candidates' network and the operands' leading elements).
+        nan_lt("f32", "i32").replace("3,37", "2,20000").replace(
+            "  return %2, %3\n",
+            "  %9 = slice %2 {start_indices = [0, 0], limit_indices = [2, 5], strides = [1, 1]} : f32[2,5]\n  %10 = slice %3 {start_indices = [0, 0], limit_indices = [2, 5], strides = [1, 1]} : i32[2,5]\n  return %9, %10\n",
+        ).replace("-> (f32[2,20000], i32[2,20000]) {", "-> (f32[2,5], i32[2,5]) {"),
     ];
     let mut tally = Tally::default();
     for (i, src) in programs.iter().enumerate() {
@@ -1157,6 +1164,22 @@ fn sorts_by_keys_assemble() {
         );
         tally.add(&format!("sort {i}"), &f, &TargetInfo::h200());
     }
+    let top_k = parse_func_text(programs.last().expect("programs")).unwrap();
+    let names: Vec<String> = mapped_kernels(
+        &top_k,
+        &kiln_kernel::Options::default(),
+        &TargetInfo::h200(),
+    )
+    .unwrap()
+    .into_iter()
+    .flat_map(|(_, p)| p.map(|p| p.launches).unwrap_or_default())
+    .map(|l| l.name)
+    .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("sort.tiles"))
+            && names.iter().any(|n| n.ends_with("sort.select")),
+        "{names:?}"
+    );
     tally.finish("sort");
 }
 

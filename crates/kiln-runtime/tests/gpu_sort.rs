@@ -351,3 +351,99 @@ fn a_radix_sort_ping_pongs_between_scratch_buffers() {
     }
     assert_eq!(steps[0].scratch.len(), 6);
 }
+
+/// `sort_text`'s sort with every result sliced to its first `k` along `dim` (what
+/// `Tensor::topk` traces): only those elements are read, so the sort runs as a top-k.
+fn top_k_text(
+    dtypes: &[DType],
+    shape: &[usize],
+    dim: usize,
+    key: usize,
+    descending: bool,
+    k: usize,
+) -> String {
+    let sort = sort_text(dtypes, shape, dim, key, descending, false);
+    let m = dtypes.len();
+    let mut head = shape.to_vec();
+    head[dim] = k;
+    let dims = |s: &[usize]| {
+        s.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let zeros = dims(&vec![0; shape.len()]);
+    let ones = dims(&vec![1; shape.len()]);
+    let slices: String = dtypes
+        .iter()
+        .enumerate()
+        .map(|(j, d)| {
+            format!(
+                "  %{} = slice %{} {{start_indices = [{zeros}], limit_indices = [{}], strides = [{ones}]}} : {d}[{}]\n",
+                1000 + j,
+                m + j,
+                dims(&head),
+                dims(&head).replace(' ', "")
+            )
+        })
+        .collect();
+    let types: Vec<String> = dtypes
+        .iter()
+        .map(|d| format!("{d}[{}]", dims(&head).replace(' ', "")))
+        .collect();
+    // Past the comparator's values (one numbering for the whole function).
+    let results: Vec<String> = (0..m).map(|j| format!("%{}", 1000 + j)).collect();
+    let (signature, rest) = sort.split_once(" -> (").expect("a signature");
+    let body = rest.split_once(") {\n").expect("a body").1;
+    let (sort_line, _) = body.rsplit_once("  return").expect("a return");
+    format!(
+        "{signature} -> ({}) {{\n{sort_line}{slices}  return {}\n}}\n",
+        types.join(", "),
+        results.join(", ")
+    )
+}
+
+/// A sort whose users read only the first `k` elements of each slice longer than a block
+/// sorts runs as a top-k on the GPU: two launches (each tile's leading `k`, then the
+/// candidates' network), nothing on the host, the `k` elements bit for bit the reference's
+/// stable sort's (equal keys, NaNs and zeros of both signs keep their order; payloads of other
+/// dtypes; slices along inner and outer dimensions; partial last tiles). Without it the slices
+/// sort whole (the long network or the radix sort: more launches).
+#[test]
+fn leading_elements_of_long_slices_run_as_a_top_k_on_the_gpu() {
+    let target = small_blocks(768);
+    // Dtypes, shape, dimension, key operand, descending, k; tiles of 64 f32 keys, 32 f64.
+    let cases: &[(Case, usize)] = &[
+        ((&[DType::F32], &[1000], 0, 0, false), 3),
+        ((&[DType::F32, DType::I32], &[3, 257], 1, 0, true), 12),
+        ((&[DType::I32, DType::F32], &[300, 2], 0, 1, false), 5),
+        ((&[DType::F64, DType::F16], &[2, 129, 3], 1, 0, false), 6),
+        ((&[DType::I64, DType::U8], &[2, 70], 1, 0, true), 1),
+        ((&[DType::BF16], &[2, 200], 1, 0, true), 16),
+    ];
+    for (c, &((dtypes, shape, dim, key, descending), k)) in cases.iter().enumerate() {
+        let src = top_k_text(dtypes, shape, dim, key, descending, k);
+        for seed in 0..3u64 {
+            let specials = if seed == 1 { 0.25 } else { 0.0 };
+            let rep = run_on(&src, 500 + 10 * c as u64 + seed, specials, &target);
+            assert_eq!(
+                rep.launches.get(&MapKind::Sort).copied(),
+                Some(2),
+                "{rep:?}\n{src}"
+            );
+            assert!(
+                rep.fallbacks.is_empty() && rep.interpreted == 0,
+                "the top-k left work to the host: {rep:?}\n{src}"
+            );
+        }
+    }
+    // On the H200 itself: tiles of 4,096 f32 keys.
+    let src = top_k_text(&[DType::F32, DType::I32], &[2, 9000], 1, 0, true, 5);
+    let rep = run_on(&src, 77, 0.05, &TargetInfo::h200());
+    assert_eq!(
+        rep.launches.get(&MapKind::Sort).copied(),
+        Some(2),
+        "{rep:?}"
+    );
+    assert!(rep.fallbacks.is_empty() && rep.interpreted == 0, "{rep:?}");
+}

@@ -176,6 +176,7 @@ pub fn mapped_kernels(
                 &types(&inst.results),
                 gpu,
                 &name,
+                kiln_kernel::sort::top_k(&l.func, i).map(|t| t.k),
             ) {
                 out.push((name, Ok(p)));
             }

@@ -34,15 +34,17 @@ pub use map::map;
 /// (`op`, of operand types `ins` and result types `outs`, its launches named `name`): a sort
 /// ([`sort::sort_program`]: by keys, or the merge sort by a comparator) or a linear algebra
 /// op ([`linalg::linalg_program`]).
-/// `None` where the host runs it (see those modules for which cases).
+/// `None` where the host runs it (see those modules for which cases). `top_k` is how many
+/// leading elements of each slice a sort's users read (`crate::sort::top_k`), if only those.
 pub fn own_program(
     op: &kiln_ir::Op,
     ins: &[kiln_ir::TensorType],
     outs: &[kiln_ir::TensorType],
     target: &crate::target::TargetInfo,
     name: &str,
+    top_k: Option<usize>,
 ) -> Option<GpuProgram> {
     let gpu = target.gpu.as_ref()?;
-    sort::sort_program(op, ins, gpu, target.sums, name)
+    sort::sort_program(op, ins, gpu, target.sums, name, top_k)
         .or_else(|| linalg::linalg_program(op, ins, outs, gpu, target.sums, name))
 }

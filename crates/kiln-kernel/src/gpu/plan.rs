@@ -375,8 +375,9 @@ pub fn device_plan(l: &Lowered, target: &TargetInfo) -> Result<DevicePlan, Strin
                     continue;
                 }
                 let out_types: Vec<TensorType> = inst.results.iter().map(|&r| ty(r)).collect();
+                let top_k = crate::sort::top_k(&l.func, i).map(|t| t.k);
                 if let Some(program) =
-                    super::own_program(&inst.op, &in_types, &out_types, target, &name)
+                    super::own_program(&inst.op, &in_types, &out_types, target, &name, top_k)
                 {
                     for launch in &program.launches {
                         verify(launch, gpu)?;

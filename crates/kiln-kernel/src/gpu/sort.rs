@@ -31,6 +31,10 @@
 //!   the square of the logarithm of the slice's tiles (91 launches for 16·2²⁰ f32 keys
 //!   against the radix sort's 18).
 //!
+//! - a long slice whose users read only its first `k` elements ([`crate::sort::top_k`])
+//!   finds those in two launches ([`mod@top_k`]: each tile's leading `k`, then the
+//!   candidates' network), where the candidates fit a block.
+//!
 //! Where the radix sort's counters do not fit a block (a GPU with almost no shared memory),
 //! long slices fall back to the network over the whole slice. Every form is checked on the
 //! emulator and by ptxas; the radix sort is not measured on a real GPU yet.
@@ -47,6 +51,7 @@
 pub mod long;
 pub mod merge;
 pub mod radix;
+pub mod top_k;
 
 use super::ir::{Buf, GpuKernel, GpuProgram, MapKind, Sc, SharedArray, Special, Stmt};
 use crate::ir::{Ew, Expr};
@@ -55,15 +60,18 @@ use crate::target::{Gpu, SumTree};
 use kiln_ir::{ComparisonDirection, DType, Op, OpKind, TensorType};
 
 /// The program sorting `op` (a `sort` of operands of types `ins`) on `gpu`, its launch named
-/// `name`; `None` when the host runs it (see the module's documentation).
+/// `name`; `None` when the host runs it (see the module's documentation). With `top_k`
+/// (`crate::sort::top_k`: its users read only that many leading elements of each slice), a
+/// sort by keys of long slices finds only those ([`mod@top_k`]).
 pub fn sort_program(
     op: &Op,
     ins: &[TensorType],
     gpu: &Gpu,
     sums: SumTree,
     name: &str,
+    top_k: Option<usize>,
 ) -> Option<GpuProgram> {
-    keys_program(op, ins, gpu, sums, name).or_else(|| {
+    keys_program(op, ins, gpu, sums, name, top_k).or_else(|| {
         let Op::Sort {
             dimension,
             comparator,
@@ -77,14 +85,16 @@ pub fn sort_program(
     })
 }
 
-/// The program of a sort by keys (the network or the radix sort); `None` for any other sort,
-/// and for keys these forms do not order (see the module's documentation).
+/// The program of a sort by keys (the network, the radix sort, or with `top_k` the leading
+/// elements of long slices); `None` for any other sort, and for keys these forms do not order
+/// (see the module's documentation).
 pub fn keys_program(
     op: &Op,
     ins: &[TensorType],
     gpu: &Gpu,
     sums: SumTree,
     name: &str,
+    top_k: Option<usize>,
 ) -> Option<GpuProgram> {
     let KeySort {
         dimension,
@@ -150,6 +160,12 @@ pub fn keys_program(
         base: None,
     };
     let (regs, r) = Regs::new(ins.len());
+    if let Some(k) = top_k
+        && key.mini().is_none()
+        && top_k::fits(n, k, tile)
+    {
+        return Some(top_k::program(&s, rows, k, (regs, r), ins, gpu, sums, name));
+    }
     if padded > 2 * tile
         && let Some(p) = radix::program(&s, rows, ins, gpu, sums, name)
     {

@@ -90,6 +90,7 @@ impl Mapper<'_> {
             self.gpu,
             self.sums,
             &format!("{name}_sort"),
+            None,
         )?;
         // Scratch: the targets and positions, then sorted, then the sort's own.
         let (keys, order, sorted_keys, sorted_order) = (0, 1, 2, 3);
