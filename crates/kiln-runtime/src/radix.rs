@@ -3,7 +3,10 @@
 //! writes a fresh result through it (the transform undone as the last pass writes), with an
 //! optional payload of positions moved alongside.
 //!
-//! Digits are 11 bits (2048 buckets), so 32-bit keys have 3 and 64-bit ones 6. One read of the
+//! Digits are 11 bits (2048 buckets), so 32-bit keys have 3 and 64-bit ones 6; the passes
+//! that sort a bucket of the top digit take 7-bit digits for 32-bit keys
+//! ([`RadixKey::LOW_BITS`]). Every scatter asks for each bucket's next line ahead of its
+//! writes ([`AHEAD_BYTES`]). One read of the
 //! elements counts every digit's values per chunk (one chunk per thread) and asks the codec
 //! whether it takes every element. Then, when no bucket of the top digit holds more than an
 //! eighth of the keys, the keys are scattered by the top digit (each chunk into its own range
@@ -35,23 +38,37 @@ const SPREAD: usize = 8;
 pub(crate) trait RadixKey: Copy + Default + Send + Sync {
     /// Bits in the key.
     const KEY_BITS: u32;
+    /// Bits per digit of the passes that sort a bucket of the top digit (see
+    /// [`Buffers::sort_bucket`]): narrower digits make more passes over a bucket, each
+    /// scattering to fewer places. The 21 bits below a 32-bit key's top digit sort in three
+    /// passes of 7 bits faster than in two of 11 (normal f32 keys, whose buckets reach 3.5 MiB:
+    /// 117 against 147 ms of CPU for 16·2²⁰ keys on an Intel Xeon, family 6 model 207); a 64-bit
+    /// key's 53 keep 11 (five passes, not eight).
+    const LOW_BITS: u32;
+    /// The `width` bits at `shift`.
+    fn bits(self, shift: u32, width: u32) -> usize;
     /// The digit at `shift`.
-    fn digit(self, shift: u32) -> usize;
+    #[inline(always)]
+    fn digit(self, shift: u32) -> usize {
+        self.bits(shift, BITS)
+    }
 }
 
 impl RadixKey for u32 {
     const KEY_BITS: u32 = 32;
+    const LOW_BITS: u32 = 7;
     #[inline(always)]
-    fn digit(self, shift: u32) -> usize {
-        (self >> shift) as usize & (BUCKETS - 1)
+    fn bits(self, shift: u32, width: u32) -> usize {
+        (self >> shift) as usize & ((1 << width) - 1)
     }
 }
 
 impl RadixKey for u64 {
     const KEY_BITS: u32 = 64;
+    const LOW_BITS: u32 = 11;
     #[inline(always)]
-    fn digit(self, shift: u32) -> usize {
-        (self >> shift) as usize & (BUCKETS - 1)
+    fn bits(self, shift: u32, width: u32) -> usize {
+        (self >> shift) as usize & ((1 << width) - 1)
     }
 }
 
@@ -249,14 +266,24 @@ pub(crate) fn sort<C: Codec>(codec: &C, x: &[C::In], positions: bool) -> Option<
             macro_rules! scatter_to {
                 ($src:expr, $key:expr, $pos:expr, $dst:expr, $put:expr) => {
                     if positions {
-                        scatter($src, $key, $pos, true, shift, begin, $dst, $put, pos_dst.0)
+                        scatter(
+                            $src,
+                            $key,
+                            $pos,
+                            true,
+                            (shift, BITS),
+                            begin,
+                            $dst,
+                            $put,
+                            pos_dst.0,
+                        )
                     } else {
                         scatter(
                             $src,
                             $key,
                             |_| 0,
                             false,
-                            shift,
+                            (shift, BITS),
                             begin,
                             $dst,
                             $put,
@@ -330,7 +357,7 @@ fn by_top_digit<C: Codec>(
                     ks,
                     ps,
                     true,
-                    top_shift,
+                    (top_shift, BITS),
                     begin,
                     keys.0,
                     |k| k,
@@ -342,7 +369,7 @@ fn by_top_digit<C: Codec>(
                     ks,
                     |_| 0,
                     false,
-                    top_shift,
+                    (top_shift, BITS),
                     begin,
                     keys.0,
                     |k| k,
@@ -390,8 +417,8 @@ struct Buffers<K, T> {
 }
 
 impl<K: RadixKey, T: Send> Buffers<K, T> {
-    /// Sorts positions `lo..hi` of the result by the digits below `top_shift`, leaving their
-    /// elements there.
+    /// Sorts positions `lo..hi` of the result by the digits (of [`RadixKey::LOW_BITS`]) below
+    /// `top_shift`, leaving their elements there.
     ///
     /// # Safety
     ///
@@ -424,14 +451,16 @@ impl<K: RadixKey, T: Send> Buffers<K, T> {
         };
         // The result's range as elements: the same memory as `keys`, derived from it.
         let out = keys.as_mut_ptr().cast::<T>();
-        let low_digits = top_shift.div_ceil(BITS) as usize;
-        let mut h = vec![0usize; BUCKETS * low_digits];
-        let mut h32 = vec![0u32; BUCKETS * low_digits];
+        let (width, buckets) = (K::LOW_BITS, 1usize << K::LOW_BITS);
+        debug_assert_eq!(top_shift, K::KEY_BITS - BITS);
+        let low_digits = (K::KEY_BITS - BITS).div_ceil(width) as usize;
+        let mut h = vec![0usize; buckets * low_digits];
+        let mut h32 = vec![0u32; buckets * low_digits];
         for block in keys.chunks(u32::MAX as usize) {
             for &k in block {
                 // A constant trip count (the digits below the top one): the loop unrolls.
-                for d in 0..K::KEY_BITS.div_ceil(BITS) - 1 {
-                    h32[d as usize * BUCKETS + k.digit(d * BITS)] += 1;
+                for d in 0..(K::KEY_BITS - BITS).div_ceil(K::LOW_BITS) {
+                    h32[d as usize * buckets + k.bits(d * width, width)] += 1;
                 }
             }
             for (a, b) in h.iter_mut().zip(&mut h32) {
@@ -439,19 +468,19 @@ impl<K: RadixKey, T: Send> Buffers<K, T> {
             }
         }
         let passes: Vec<usize> = (0..low_digits)
-            .filter(|&d| !h[d * BUCKETS..(d + 1) * BUCKETS].contains(&m))
+            .filter(|&d| !h[d * buckets..(d + 1) * buckets].contains(&m))
             .collect();
         // Ping-pong between the result's range and the scratch's: `in_keys` says where the
         // keys are.
         let mut in_keys = true;
         for (j, &d) in passes.iter().enumerate() {
-            let mut at = vec![0usize; BUCKETS];
+            let mut at = vec![0usize; buckets];
             let mut sum = 0;
-            for (a, &c) in at.iter_mut().zip(&h[d * BUCKETS..(d + 1) * BUCKETS]) {
+            for (a, &c) in at.iter_mut().zip(&h[d * buckets..(d + 1) * buckets]) {
                 *a = sum;
                 sum += c;
             }
-            let shift = d as u32 * BITS;
+            let shift = d as u32 * width;
             let last = j + 1 == passes.len();
             let carry = self.positions;
             // SAFETY (each call): `at` partitions `0..m`, the length of both ranges.
@@ -464,7 +493,7 @@ impl<K: RadixKey, T: Send> Buffers<K, T> {
                             |k| k,
                             |i| p[i],
                             carry,
-                            shift,
+                            (shift, width),
                             &at,
                             scratch.as_mut_ptr(),
                             |k| k,
@@ -478,7 +507,7 @@ impl<K: RadixKey, T: Send> Buffers<K, T> {
                             |k| k,
                             |i| p[i],
                             carry,
-                            shift,
+                            (shift, width),
                             &at,
                             keys.as_mut_ptr(),
                             |k| k,
@@ -493,7 +522,7 @@ impl<K: RadixKey, T: Send> Buffers<K, T> {
                             |k| k,
                             |i| p[i],
                             carry,
-                            shift,
+                            (shift, width),
                             &at,
                             out,
                             |k| codec.element(k),
@@ -540,8 +569,8 @@ fn starts(counts: &[usize], chunks: usize) -> Vec<usize> {
 }
 
 /// Scatters one chunk `x` (keys by `key`, positions by `pos` of the index within the chunk
-/// when `carry`) into `dst` (elements by `element`) and `pos_dst`, each bucket of the digit at
-/// `shift` from its position in `begin`.
+/// when `carry`) into `dst` (elements by `element`) and `pos_dst`, each bucket of the digit of
+/// `width` bits at `shift` from its position in `begin` (one a bucket).
 ///
 /// # Safety
 ///
@@ -555,26 +584,51 @@ unsafe fn scatter<I: Copy, K: RadixKey, T>(
     key: impl Fn(I) -> K,
     pos: impl Fn(usize) -> u32,
     carry: bool,
-    shift: u32,
+    (shift, width): (u32, u32),
     begin: &[usize],
     dst: *mut T,
     element: impl Fn(K) -> T,
     pos_dst: *mut u32,
 ) {
     let mut at = begin.to_vec();
+    let ahead = AHEAD_BYTES / std::mem::size_of::<T>().max(1);
     for (i, &e) in x.iter().enumerate() {
         let k = key(e);
-        let b = k.digit(shift);
-        // SAFETY: `b < BUCKETS`, the length of `at`.
+        let b = k.bits(shift, width);
+        // SAFETY: `b < 1 << width`, the length of `at`.
         let p = unsafe { at.get_unchecked_mut(b) };
         // SAFETY: `*p` is the next position of this chunk's range for bucket `b` (the caller's).
         unsafe { dst.add(*p).write(element(k)) };
+        // The bucket's line after this one, asked for ahead of its writes.
+        prefetch_write(dst.wrapping_add(*p + ahead));
         if carry {
             // SAFETY: as above.
             unsafe { pos_dst.add(*p).write(pos(i)) };
+            prefetch_write(pos_dst.wrapping_add(*p + AHEAD_BYTES / 4));
         }
         *p += 1;
     }
+}
+
+/// How far ahead of a bucket's next write a scatter asks for its destination's line (one
+/// line). Every write of a scatter to hundreds of buckets otherwise waits for its line to be
+/// read from memory (no hardware prefetcher follows that many streams): on an Intel Xeon
+/// (family 6 model 207) one pass of 16·2²⁰ u32 keys by an 8-bit digit took 105 ms of CPU
+/// without and 44 ms with (docs/performance.md, "The radix sort's writes asked for ahead").
+const AHEAD_BYTES: usize = 64;
+
+/// Asks for the cache line at `p` for writing, where the CPU offers that hint (a hint only:
+/// it never faults, whatever the address).
+#[inline(always)]
+fn prefetch_write<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads and writes nothing and never faults, at any address.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_ET0>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// Each chunk's count of the digit at `shift` (indexed `chunk * BUCKETS + bucket`).
@@ -668,6 +722,19 @@ mod tests {
             want_pos.sort_by_key(|&i| k64[i as usize]);
             let (_, pos64) = sort(&Plain::new(), &k64, true).expect("plain keys");
             assert_eq!(pos64, Some(want_pos), "u64 positions, n {n}");
+        }
+        // Keys spread over the top digit whose bucket passes are an odd and an even number
+        // (32-bit keys' three 7-bit digits below the top one, one of them constant, or two).
+        let raw = lcg(200_000, 3);
+        for mask in [u32::MAX, !0x7f, !0x3f80, !0x3fff] {
+            let k32: Vec<u32> = raw.iter().map(|&x| (x >> 32) as u32 & mask).collect();
+            let (keys, idx) = sort(&Plain::new(), &k32, true).expect("plain keys");
+            let mut want: Vec<u32> = (0..k32.len() as u32).collect();
+            want.sort_by_key(|&i| k32[i as usize]);
+            assert_eq!(idx, Some(want), "mask {mask:x}");
+            let mut sorted = k32.clone();
+            sorted.sort();
+            assert_eq!(keys, sorted, "mask {mask:x}");
         }
     }
 
