@@ -127,6 +127,29 @@ extern "C" fn summary_at_exit() {
 
 unsafe extern "C" {
     fn atexit(f: extern "C" fn()) -> i32;
+    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+}
+
+/// `struct timespec` of 64-bit Linux.
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+/// Linux's `CLOCK_THREAD_CPUTIME_ID`.
+const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+
+/// The CPU time the calling thread has used so far: the module lines of `KILN_COMPILE_TIMES`
+/// report it beside the wall time, which on a busy machine counts the time other processes
+/// ran on the core as well.
+pub(super) fn thread_cpu() -> Duration {
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: `ts` is a valid `struct timespec` for the call to fill.
+    if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.sec.max(0) as u64, ts.nsec.clamp(0, 999_999_999) as u32)
 }
 
 /// Tallies an eager compile of `op`, printing the summary when it is due.
@@ -259,5 +282,22 @@ mod tests {
     fn summaries_are_due_at_powers_of_ten() {
         let due_at: Vec<usize> = (0..=1000).filter(|&n| due(n)).collect();
         assert_eq!(due_at, [1, 10, 100, 1000]);
+    }
+
+    #[test]
+    fn the_thread_cpu_clock_counts_work_and_not_sleep() {
+        let t0 = thread_cpu();
+        std::thread::sleep(Duration::from_millis(60));
+        let slept = thread_cpu() - t0;
+        let t1 = thread_cpu();
+        let mut x = 1u64;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let worked = thread_cpu() - t1;
+        assert!(slept < Duration::from_millis(20), "asleep: {slept:?}");
+        assert!(worked > Duration::from_millis(5), "busy: {worked:?}");
+        assert!(worked > slept, "busy {worked:?}, asleep {slept:?}");
     }
 }

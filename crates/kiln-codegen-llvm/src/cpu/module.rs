@@ -267,6 +267,7 @@ pub(super) fn compile_cached(
     let t_begin = std::time::Instant::now();
     let compile = |job: &Job, tm: &inkwell::targets::TargetMachine| -> Result<Vec<u8>> {
         let start = std::time::Instant::now();
+        let cpu_start = compile_times::thread_cpu();
         let ctx = Context::create();
         let (m, what) = job.module(&ctx, f, schedules, aliases, target)?;
         // The routines the kernels declare must be among those compiled for the library.
@@ -293,12 +294,13 @@ pub(super) fn compile_cached(
         }
         if times {
             eprintln!(
-                "kiln compile @{}: module [{what}]: at {:.1} ms: build {:.1} ms, optimize {:.1} ms, code {:.1} ms",
+                "kiln compile @{}: module [{what}]: at {:.1} ms: build {:.1} ms, optimize {:.1} ms, code {:.1} ms, cpu {:.1} ms",
                 f.name,
                 (start - t_begin).as_secs_f64() * 1e3,
                 (built - start).as_secs_f64() * 1e3,
                 (optimized - built).as_secs_f64() * 1e3,
-                optimized.elapsed().as_secs_f64() * 1e3
+                optimized.elapsed().as_secs_f64() * 1e3,
+                (compile_times::thread_cpu().saturating_sub(cpu_start)).as_secs_f64() * 1e3
             );
         }
         Ok(object.as_slice().to_vec())
