@@ -1032,9 +1032,11 @@ fn multi_output_kernels_agree_and_merges_keep_program_order() {
 #[test]
 fn column_reductions_in_strips_agree() {
     // Sums, maxima and products down columns (the innermost output loop runs in wide strips,
-    // then strips of 16, with one accumulator per column: 530 columns are 4 strips of 128 for
-    // one f32 sum, one of 16 and 2 columns past it), with a remainder past the last strip, split across
-    // threads, in several dtypes, and a reduction over a middle dimension.
+    // then strips of 16, with one accumulator per column: over 600 rows, at least
+    // `LoopLimits::wide_strip_rows`, 530 columns are 4 strips of 128 for one f32 sum on
+    // AVX-512, one of 16 and 2 columns past it; over fewer rows, strips half as wide), with a
+    // remainder past the last strip, split across threads, in several dtypes, and a reduction
+    // over a middle dimension.
     for (ty, kind, init) in [
         ("f32", "add", "0.0"),
         ("f32", "max", "-inf"),
@@ -1044,7 +1046,7 @@ fn column_reductions_in_strips_agree() {
         ("i32", "min", "2147483647"),
         ("f32", "mul", "1.0"),
     ] {
-        for (rows, cols) in [(37, 50), (300, 530), (5, 16)] {
+        for (rows, cols) in [(37, 50), (300, 530), (600, 530), (5, 16)] {
             if kind == "mul" && rows > 40 {
                 // A product of hundreds of random values leaves f32's range partway (the
                 // reference rounds its exact product once).
@@ -1123,11 +1125,12 @@ fn reductions_inside_reductions_run_once_per_position() {
     );
 }
 
-/// Column sums run in wide strips (128 columns for one f32 sum on AVX-512), then strips of 16
-/// columns, then one column at a time past the last strip.
-/// Those last columns add down the column in the same order as the strips do (not
+/// Column sums run in wide strips (128 columns for one f32 sum on AVX-512 over 512 rows or
+/// more, 64 over fewer), then strips of 16 columns, then one column at a time past the last
+/// strip. Those last columns add down the column in the same order as the strips do (not
 /// reassociated and vectorized along the strided column), so equal columns give bit-equal
-/// sums wherever they fall; with 37 columns, 5 lie past the last strip; with 150, 128 + 16 + 6.
+/// sums wherever they fall; with 37 columns, 5 lie past the last strip; with 150 over 600
+/// rows, 128 + 16 + 6, over 300, 2 x 64 + 16 + 6.
 #[test]
 fn column_sums_past_the_last_strip_add_in_the_strips_order() {
     for (ty, rows, cols) in [
@@ -1135,6 +1138,7 @@ fn column_sums_past_the_last_strip_add_in_the_strips_order() {
         ("f64", 300, 37),
         ("f32", 1000, 21),
         ("f32", 300, 150),
+        ("f32", 600, 150),
         ("f64", 200, 150),
     ] {
         let src = format!(

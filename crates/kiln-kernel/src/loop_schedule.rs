@@ -197,17 +197,22 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
     let readable = |v: usize| v <= d || k.out.shape.get(v) == Some(&1);
     let mut reduces: Vec<ValueKey> = Vec::new();
     let mut gathered: Vec<ValueKey> = Vec::new();
-    // Accumulators per position.
+    // Accumulators per position, and the most rows a sum reduces.
     let mut accumulators = 0;
+    let mut rows = 0usize;
     let bodies = std::iter::once(&k.body).chain(k.extra.iter().map(|x| &x.body));
     for r in bodies.flat_map(hoistable_reduces) {
         let free = free_vars(r);
-        let (fits, key, n, gathers) = match r {
-            Expr::Reduce { body, init, .. } => (
+        let extent = |vars: &[(usize, usize)]| vars.iter().map(|&(_, n)| n).product::<usize>();
+        let (fits, key, n, gathers, reduced) = match r {
+            Expr::Reduce {
+                body, init, vars, ..
+            } => (
                 free_vars(init).is_empty() && crate::kernel::contiguous_along(body, d),
                 value_key(r),
                 1,
                 false,
+                extent(vars),
             ),
             Expr::Fold { fold, .. } => {
                 // Each element read along the row, or the same along it (an index); in order,
@@ -222,6 +227,7 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
                     crate::fold::fold_key(r),
                     fold.arity(),
                     fold.elems.iter().any(|e| !along(e) && !fixed(e)),
+                    extent(&fold.vars),
                 )
             }
             _ => continue,
@@ -233,10 +239,17 @@ pub fn column_strips(k: &Kernel, target: &TargetInfo) -> Option<Strips> {
             }
             reduces.push(key);
             accumulators += n;
+            rows = rows.max(reduced);
         }
     }
     let tail = target.loops.strip.max(1);
-    let budget = target.loops.strip_vectors * target.vector_bytes / 4;
+    // Sums over few rows take half the registers (see `LoopLimits::wide_strip_rows`).
+    let vectors = if rows < target.loops.wide_strip_rows {
+        (target.loops.strip_vectors / 2).max(1)
+    } else {
+        target.loops.strip_vectors
+    };
+    let budget = vectors * target.vector_bytes / 4;
     // No wider than the loop: a strip holds whole strips of the tail's width.
     let width = (budget / accumulators.max(1)).min(k.out.shape[d]);
     let width = (width / tail).max(1) * tail;
@@ -694,13 +707,42 @@ mod tests {
             printed(&sum(40), &Options::default()),
             ["strips of 32, then 16 (1 column sum)"]
         );
+        // Over 8 rows (fewer than `wide_strip_rows`), half the registers.
         let t = TargetInfo::reference();
         let wide = t.loops.strip_vectors * t.vector_bytes / 4;
         assert_eq!(
             printed(&sum(4096), &Options::default()),
-            [format!("strips of {wide}, then 16 (1 column sum)")]
+            [format!("strips of {}, then 16 (1 column sum)", wide / 2)]
         );
         assert_eq!(printed(&sum(8), &Options::default()), ["in order"]);
+    }
+
+    #[test]
+    fn column_sums_over_many_rows_take_wide_strips_and_over_few_narrow_ones() {
+        let t = TargetInfo::reference();
+        let wide = t.loops.strip_vectors * t.vector_bytes / 4;
+        let rows = t.loops.wide_strip_rows;
+        let sum = |m: usize| {
+            format!(
+                "func @c(%0: f32[{m},1024]) -> f32[1024] {{\n  %1 = constant {{value = 0.0}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [0], kind = add}} : f32[1024]\n  return %2\n}}\n"
+            )
+        };
+        // The transformer's sums over 2048 rows, and the first count that takes wide strips.
+        for m in [2048, rows] {
+            assert_eq!(
+                printed(&sum(m), &Options::default()),
+                [format!("strips of {wide}, then 16 (1 column sum)")],
+                "{m} rows"
+            );
+        }
+        // The MLP step's bias gradients over its batch of 256, and one row short.
+        for m in [256, rows - 1] {
+            assert_eq!(
+                printed(&sum(m), &Options::default()),
+                [format!("strips of {}, then 16 (1 column sum)", wide / 2)],
+                "{m} rows"
+            );
+        }
     }
 
     #[test]
@@ -789,10 +831,12 @@ mod tests {
     #[test]
     fn large_windows_fold_across_outputs_in_strips() {
         let t = TargetInfo::reference();
-        // Two accumulators a position (the values and their indices).
+        // Two accumulators a position (the values and their indices), over windows of 600
+        // rows (at least `wide_strip_rows`).
         let wide = t.loops.strip_vectors * t.vector_bytes / 4 / 2;
+        assert!(600 >= t.loops.wide_strip_rows);
         // Strided and padded along the rows.
-        let got = printed(&pool(&[3, 700], &[1, 300], 299), &Options::default());
+        let got = printed(&pool(&[3, 1400], &[1, 600], 599), &Options::default());
         assert!(
             got.contains(&format!("strips of {wide}, then 16 (1 column sum)")),
             "{got:?}"
@@ -810,8 +854,9 @@ mod tests {
 
     #[test]
     fn column_sums_share_the_strips_registers() {
-        // Two sums down the same columns (a layer norm's gradient): half as wide each.
-        let src = "func @c(%0: f32[8,4096], %1: f32[8,4096]) -> f32[4096] {\n  %2 = constant {value = 0.0} : f32[]\n  %3 = reduce %0, %2 {dimensions = [0], kind = add} : f32[4096]\n  %4 = multiply %0, %1 : f32[8,4096]\n  %5 = reduce %4, %2 {dimensions = [0], kind = add} : f32[4096]\n  %6 = add %3, %5 : f32[4096]\n  return %6\n}\n";
+        // Two sums down the same columns (a layer norm's gradient over many rows): half as
+        // wide each.
+        let src = "func @c(%0: f32[1024,4096], %1: f32[1024,4096]) -> f32[4096] {\n  %2 = constant {value = 0.0} : f32[]\n  %3 = reduce %0, %2 {dimensions = [0], kind = add} : f32[4096]\n  %4 = multiply %0, %1 : f32[1024,4096]\n  %5 = reduce %4, %2 {dimensions = [0], kind = add} : f32[4096]\n  %6 = add %3, %5 : f32[4096]\n  return %6\n}\n";
         let t = TargetInfo::reference();
         let wide = t.loops.strip_vectors * t.vector_bytes / 4;
         let got = printed(src, &Options::default());

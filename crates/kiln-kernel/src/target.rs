@@ -139,6 +139,15 @@ pub struct LoopLimits {
     /// then reads a longer contiguous run: a 1024-column sum over 2048 rows of two operands,
     /// 0.90 ms in strips of 16, 0.36 ms in strips of 128 on the Zen 4).
     pub strip_vectors: usize,
+    /// Rows a kernel's column sums must reduce for strips as wide as [`Self::strip_vectors`];
+    /// sums over fewer rows take strips half as wide. A wide strip pays over many rows (each
+    /// row read in longer runs), but over a few hundred it runs even with a half-width one
+    /// while its unrolled body costs twice the compile: the MLP step's bias gradients (256
+    /// rows of 1,024 columns) took 0.114-0.130 ms in strips of 64 against 0.100-0.111 ms in
+    /// strips of 32, and the strips of 32 took its non-product module's compile from 65-67 to
+    /// 52-55 ms of CPU (Intel Xeon, family 6 model 207; docs/performance.md, "The MLP step's
+    /// cold compile, accounted by CPU time"). 512.
+    pub wide_strip_rows: usize,
 }
 
 /// The cache blocks a matrix product's blocking is sized by (see
@@ -611,6 +620,7 @@ impl Default for LoopLimits {
             row_cache_bytes: 16 * 1024,
             strip: 16,
             strip_vectors: 8,
+            wide_strip_rows: 512,
         }
     }
 }

@@ -90,6 +90,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "row_cache_bytes": t.loops.row_cache_bytes,
             "strip": t.loops.strip,
             "strip_vectors": t.loops.strip_vectors,
+            "wide_strip_rows": t.loops.wide_strip_rows,
         },
         "sums": { "leaf": t.sums.leaf, "fanout": t.sums.fanout },
         "gemm": {
@@ -339,6 +340,7 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             row_cache_bytes: loops.usize("row_cache_bytes")?,
             strip: loops.usize("strip")?,
             strip_vectors: loops.usize("strip_vectors")?,
+            wide_strip_rows: loops.usize("wide_strip_rows")?,
         },
         sums: SumTree {
             leaf: sums.usize("leaf")?,
