@@ -20,7 +20,6 @@ use wgmma_target::wgmma_target;
 #[test]
 fn products_leaving_unread_tiles_out_assemble() {
     let h200 = TargetInfo::h200();
-    let wg = wgmma_target((64, 64), 3);
     let mut untiled = h200.clone();
     untiled.gpu.as_mut().expect("a GPU").gemm_tiles.clear();
     let wg = wgmma_target((64, 64), 2);

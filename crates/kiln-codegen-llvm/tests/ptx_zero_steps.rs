@@ -21,7 +21,6 @@ use wgmma_target::wgmma_target;
 #[test]
 fn products_leaving_zero_steps_out_assemble() {
     let h200 = TargetInfo::h200();
-    let wg = wgmma_target((64, 64), 3);
     let wg2 = wgmma_target((64, 64), 2);
     let wg3 = wgmma_target((64, 64), 3);
     let programs = [

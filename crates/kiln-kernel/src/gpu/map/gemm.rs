@@ -526,16 +526,14 @@ impl Product {
     /// a tile wholly unread, or a stage of steps zero for a whole tile (`t.k` indices a
     /// stage); `None` where the launch has neither hint.
     pub(super) fn leaves_out(&self) -> Option<impl Fn(&GemmTile) -> bool + '_> {
-        (self.unread.is_some() || self.zero.is_some()).then(|| {
-            move |t: &GemmTile| {
-                let unread = self
-                    .skip()
-                    .is_some_and(|s| s.tiles_unread((t.m, t.n)).0 > 0);
-                let zero = self.zero.as_ref().is_some_and(|z| {
-                    stages_left_out(z, (self.m, self.n, self.k), (t.m, t.n), t.k).0 > 0
-                });
-                unread || zero
-            }
+        (self.unread.is_some() || self.zero.is_some()).then_some(move |t: &GemmTile| {
+            let unread = self
+                .skip()
+                .is_some_and(|s| s.tiles_unread((t.m, t.n)).0 > 0);
+            let zero = self.zero.as_ref().is_some_and(|z| {
+                stages_left_out(z, (self.m, self.n, self.k), (t.m, t.n), t.k).0 > 0
+            });
+            unread || zero
         })
     }
 

@@ -42,9 +42,10 @@ pub(super) struct Operands<'e> {
 
 impl Mapper<'_> {
     /// The tile a product of `m x n` per batch runs with: the target's first (largest) that
-    /// fits the GPU and that the product fills at least half of in both directions (with an
-    /// unread region, see [`choose`]). A product thinner than that (a matrix times a vector,
-    /// a dot product) gets none: its blocks would idle, and it keeps one thread per element.
+    /// fits the GPU and that the product fills at least half of in both directions (or a
+    /// smaller one that leaves out work `leaves_out` says the first does not: see
+    /// [`choose`]). A product thinner than that (a matrix times a vector, a dot product) gets
+    /// none: its blocks would idle, and it keeps one thread per element.
     pub(super) fn gemm_tile(
         &self,
         (m, n): (usize, usize),
