@@ -84,13 +84,13 @@ pub struct FusionLimits {
     pub fft_half_min: usize,
     /// Whether the target's GEMM tiles leave out contraction steps where one operand is
     /// zero (a causal mask's triangle, checked at run time along with the other operand's
-    /// finiteness: see [`crate::ir::ZeroBlocks`]): the CPU's do; a GPU's mappings compute
-    /// every block.
+    /// finiteness: see [`crate::ir::ZeroBlocks`]): the CPU's do, and so do a GPU's block
+    /// tiles (`gpu/map/zero_steps.rs`; the TMA ring and a thread per element run every step).
     pub zero_steps: bool,
     /// Whether the target's GEMM tiles leave out the elements of a product that no reader
     /// uses (a causal mask's scores above the diagonal, which every reader selects away: see
-    /// [`crate::ir::Unread`]), storing zeros there: the CPU's do; a GPU's mappings compute
-    /// every block.
+    /// [`crate::ir::Unread`]), storing zeros there: the CPU's do, and so do a GPU's (a block
+    /// tile wholly unread skips its contraction, `gpu/map/skip.rs`).
     pub unread_blocks: bool,
     /// The longest transform done as one product with its DFT matrix (see [`crate::fft`]):
     /// a longer one is factored (four-step, into factors at most this long) or, with no such
@@ -662,11 +662,7 @@ impl TargetInfo {
             l2_bytes: 50 << 20,
             llc_bytes: 50 << 20,
             nontemporal_stores: false,
-            fusion: FusionLimits {
-                zero_steps: false,
-                unread_blocks: false,
-                ..FusionLimits::default()
-            },
+            fusion: FusionLimits::default(),
             gpu: Some(Gpu::h200()),
             ..TargetInfo::reference()
         }

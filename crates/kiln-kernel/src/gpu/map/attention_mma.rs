@@ -509,6 +509,7 @@ impl Mapper<'_> {
             step: keys,
             stages,
             lag: 0,
+            range: None,
         };
         body.extend(pipelined(
             &staging(kn, next, d.n),

@@ -16,10 +16,13 @@
 //! holds, so it runs as a second launch over a scratch product (mapped as a loop nest: a
 //! softmax gets warps), and so does the epilogue of a chained product.
 
+use super::skip::Skip;
 use super::tiled::Operands;
+use super::zero_steps::{ZeroSteps, stages_left_out};
 use super::*;
 use crate::access::reads_only_own_position;
-use crate::ir::Strides;
+use crate::ir::{Strides, Unread, ZeroBlocks};
+use crate::target::GemmTile;
 
 /// An elementwise epilogue run in the product's launch (see the module documentation).
 pub(super) struct InLaunch {
@@ -129,11 +132,8 @@ impl Mapper<'_> {
             chain,
             strides,
             store,
-            // A hint only: the GPU's products compute every block
-            // (`FusionLimits::zero_steps`).
-            zero: _,
-            // Likewise (`FusionLimits::unread_blocks`).
-            unread: _,
+            zero,
+            unread,
         } = &k.schedule
         else {
             unreachable!("a GEMM kernel")
@@ -151,6 +151,8 @@ impl Mapper<'_> {
             b_trans: *b_trans,
             strides: strides.clone(),
             store: store.as_ref().map(|st| st.strides.clone()),
+            unread: unread.as_deref().filter(|_| conv.is_none()).cloned(),
+            zero: zero.clone().filter(|_| conv.is_none()),
         };
         // Attention (a softmax epilogue computed online, chained): one launch.
         let attention = match (epilogue, chain, conv) {
@@ -239,6 +241,8 @@ impl Mapper<'_> {
                 b_trans: ch.b_trans,
                 strides: [None, ch.b_strides.clone()],
                 store: None,
+                unread: None,
+                zero: None,
             };
             let narrow =
                 (half_chain && b.1.dtype == ch.out.dtype).then(|| InLaunch::narrowing(&ch.out, 2));
@@ -286,18 +290,29 @@ impl Mapper<'_> {
             out,
             epilogue,
         };
-        if let Some(tile) = self.wgmma_tile((d.m, d.n), types).filter(|_| total > 0) {
+        let leaves_out = d.leaves_out();
+        let skip = leaves_out.as_ref().map(|f| f as &dyn Fn(&GemmTile) -> bool);
+        if let Some(tile) = self
+            .wgmma_tile((d.m, d.n), types, skip)
+            .filter(|_| total > 0)
+        {
             if let Some(ring) = self.tma_ring(d, &ops, tile) {
                 return self.wgmma_tma_product(launch, d, &ops, tile, ring);
             }
             return self.wgmma_product(launch, d, &ops, tile);
         }
-        if let Some(tile) = self.mma_tile((d.m, d.n), types).filter(|_| total > 0) {
+        if let Some(tile) = self.mma_tile((d.m, d.n), types, skip).filter(|_| total > 0) {
             return self.mma_product(launch, d, &ops, tile);
         }
-        if let Some(tile) = self.gemm_tile(d.m, d.n, dtype).filter(|_| total > 0) {
+        if let Some(tile) = self
+            .gemm_tile((d.m, d.n), dtype, skip)
+            .filter(|_| total > 0)
+        {
             return self.tiled_product(launch, d, &ops, tile);
         }
+        let note = d
+            .zero_steps(&ops)
+            .map(|z| z.every_step("a thread per element"));
         let Launch {
             inputs,
             out,
@@ -331,11 +346,16 @@ impl Mapper<'_> {
             _ => Sc::Reg(p),
         };
         let mut each = set_vars(&[(0, d.batch), (1, d.m), (2, d.n)], Sc::Reg(p));
-        each.push(Stmt::Eval {
+        let eval = Stmt::Eval {
             reg: v,
             expr: body,
             scalars: Vec::new(),
-        });
+        };
+        each.extend(note);
+        match d.skip() {
+            Some(s) => each.extend(s.around_element(v, dtype, eval)),
+            None => each.push(eval),
+        }
         each.extend(InLaunch::store(epilogue, index, v, tmp));
         self.grid_stride(
             (name, MapKind::Gemm),
@@ -485,6 +505,46 @@ pub(super) struct Product {
     /// Where the product's matrices lie in the buffer it is stored into, when not one after
     /// another by rows (the strides of [`crate::ir::Store`]).
     pub store: Option<Strides>,
+    /// Where no reader uses the product (see [`crate::ir::Unread`]): the block tiles wholly
+    /// there skip their contraction (`skip.rs`).
+    pub unread: Option<Unread>,
+    /// Where one operand is zero by a causal mask (see [`crate::ir::ZeroBlocks`]): the block
+    /// tiles leave those steps out where checked at run time (`zero_steps.rs`).
+    pub zero: Option<ZeroBlocks>,
+}
+
+impl Product {
+    /// What the launch may leave uncomputed (see `skip.rs`).
+    pub(super) fn skip(&self) -> Option<Skip<'_>> {
+        self.unread.as_ref().map(|unread| Skip {
+            unread,
+            mn: (self.m, self.n),
+        })
+    }
+
+    /// Whether blocks of `t` would leave some of the launch's work out (see `skip::choose`):
+    /// a tile wholly unread, or a stage of steps zero for a whole tile (`t.k` indices a
+    /// stage); `None` where the launch has neither hint.
+    pub(super) fn leaves_out(&self) -> Option<impl Fn(&GemmTile) -> bool + '_> {
+        (self.unread.is_some() || self.zero.is_some()).then_some(move |t: &GemmTile| {
+            let unread = self
+                .skip()
+                .is_some_and(|s| s.tiles_unread((t.m, t.n)).0 > 0);
+            let zero = self.zero.as_ref().is_some_and(|z| {
+                stages_left_out(z, (self.m, self.n, self.k), (t.m, t.n), t.k).0 > 0
+            });
+            unread || zero
+        })
+    }
+
+    /// The steps the launch may leave out, with its operands' elements (see `zero_steps.rs`).
+    pub(super) fn zero_steps<'e>(&'e self, ops: &'e Operands) -> Option<ZeroSteps<'e>> {
+        self.zero.as_ref().map(|zero| ZeroSteps {
+            zero,
+            mnk: (self.m, self.n, self.k),
+            ops: (ops.a, ops.b),
+        })
+    }
 }
 
 /// A's element at variables `(0: batch, 1: row, 3: contraction)` and B's at

@@ -108,6 +108,7 @@ mod scatter;
 mod scatter_atomic;
 mod scatter_sorted;
 mod select_scatter;
+mod skip;
 mod split;
 mod staging;
 mod strided;
@@ -116,6 +117,7 @@ mod tiled;
 mod transpose;
 mod warpgroup;
 mod warpgroup_tma;
+mod zero_steps;
 
 use row_cache::{RowCache, Rows};
 use select_scatter::SelectWindows;

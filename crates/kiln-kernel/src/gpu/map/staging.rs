@@ -296,6 +296,10 @@ pub(super) struct Stepping {
     /// reading them: `wgmma` groups left in flight), so that step `s` stages step `s +
     /// stages - 1 - lag` into the stage of step `s - 1 - lag`; at most `stages - 2`.
     pub lag: usize,
+    /// The registers holding the block's first contraction index (a multiple of `step`) and
+    /// its end, where the block runs only part of the contraction (the steps a causal mask
+    /// makes zero left out: `zero_steps.rs`); `None`: from 0 to the contraction's length.
+    pub range: Option<(usize, usize)>,
 }
 
 /// The pipelined loop over the contraction: `staging` fills a stage (its `k0` and `stage`
@@ -319,18 +323,26 @@ pub(super) fn pipelined(
     // Steps staged ahead of the one multiplied.
     let ahead = (stages - 1).saturating_sub(s.lag).max(1);
     let mut out = Vec::new();
+    let (start, end) = match s.range {
+        Some((kb, ke)) => (reg(kb), reg(ke)),
+        None => (c(0), c(staging.k)),
+    };
     for p in 0..ahead {
+        let k0 = match s.range {
+            Some(_) => Sc::plus(start.clone(), c(p * s.step)),
+            None => c(p * s.step),
+        };
         out.extend([
             Stmt::Let {
                 reg: staging.k0,
-                value: c(p * s.step),
+                value: k0.clone(),
             },
             Stmt::Let {
                 reg: staging.stage,
                 value: c(p),
             },
             Stmt::If {
-                cond: Sc::lt(c(p * s.step), c(staging.k)),
+                cond: Sc::lt(k0, end.clone()),
                 body: stage.clone(),
             },
         ]);
@@ -338,7 +350,11 @@ pub(super) fn pipelined(
             out.push(Stmt::CopyCommit);
         }
     }
-    let at = || Sc::quot(reg(s.k0), c(s.step));
+    // The step's place in the block's range, which the ring's stages count from.
+    let at = || match s.range {
+        Some((kb, _)) => Sc::quot(Sc::minus(reg(s.k0), reg(kb)), c(s.step)),
+        None => Sc::quot(reg(s.k0), c(s.step)),
+    };
     let mut body = vec![Stmt::Let {
         reg: s.cur,
         value: Sc::modulo(at(), c(stages)),
@@ -363,7 +379,7 @@ pub(super) fn pipelined(
             value: next,
         },
         Stmt::If {
-            cond: Sc::lt(reg(staging.k0), c(staging.k)),
+            cond: Sc::lt(reg(staging.k0), end.clone()),
             body: stage,
         },
     ]);
@@ -373,8 +389,8 @@ pub(super) fn pipelined(
     body.extend(multiply);
     out.push(Stmt::For {
         reg: s.k0,
-        start: c(0),
-        end: c(staging.k),
+        start,
+        end,
         step: c(s.step),
         body,
     });

@@ -71,8 +71,10 @@
 //! `|result - exact| ≤ (2⁻¹⁰ + 2⁻²² + K(n, r) · 2⁻²⁴ · (1 + 2⁻¹¹)²) · Σ|a·b|` plus an ulp.
 
 use super::gemm::{Launch, Product, tile_origin};
+use super::skip::{choose, maybe_around};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::tiled::{Operands, flushes, sum_levels};
+use super::zero_steps::{Block, checked_range, replayed};
 use super::*;
 use crate::target::GemmTile;
 
@@ -85,6 +87,7 @@ impl Mapper<'_> {
         &self,
         (m, n): (usize, usize),
         (a, b, out): (DType, DType, DType),
+        leaves_out: Option<&dyn Fn(&GemmTile) -> bool>,
     ) -> Option<(GemmTile, MmaOperand)> {
         if a != b || out != DType::F32 {
             return None;
@@ -115,13 +118,8 @@ impl Mapper<'_> {
                 && warps * 32 <= self.gpu.max_threads_per_block
                 && 2 * (t.m + t.n) * step * bytes <= self.gpu.tile_limit()
         };
-        self.gpu
-            .mma_tiles
-            .iter()
-            .copied()
-            .filter(fits)
-            .find(|t| 2 * m >= t.m && 2 * n >= t.n)
-            .map(|t| (t, operand))
+        let tiles = self.gpu.mma_tiles.iter().copied().filter(fits);
+        choose(tiles, (m, n), leaves_out).map(|t| (t, operand))
     }
 
     /// The stages and the contraction per stage of a product of contraction `k` by tiles of
@@ -299,6 +297,16 @@ impl Mapper<'_> {
         for a in &mut shared {
             a.len *= stages;
         }
+        // The steps a causal mask makes zero, left out where checked (`zero_steps.rs`).
+        let zero = d.zero_steps(ops);
+        let block = Block {
+            origin: (batch, m0, n0),
+            tile: (bm, bn),
+            step: kt,
+            threads,
+            warp: 32,
+        };
+        let (check, range) = checked_range(zero.as_ref(), &mut r, &block, 0);
         let at = Fragments {
             bm,
             bn,
@@ -343,9 +351,15 @@ impl Mapper<'_> {
             step: kt,
             stages,
             lag: 0,
+            range,
         };
         let stage = staging.stage(&tiles, &shared);
-        body.extend(pipelined(&staging, stage, &stepping, k_step, copies));
+        let mut steps = check;
+        steps.extend(pipelined(&staging, stage, &stepping, k_step, copies));
+        let tree = (self.sums, f32t);
+        steps.extend(replayed(zero.as_ref(), &flat, (range, kt), tree, &[]));
+        let origin = (reg(m0), reg(n0));
+        body.extend(maybe_around(d.skip().as_ref(), origin, (bm, bn), steps));
         for (x, top) in acc[levels].iter().enumerate() {
             for l in (0..levels).rev() {
                 for (q, &u) in top.iter().enumerate() {
@@ -605,7 +619,8 @@ mod tests {
                 precision,
                 float_atomics: false,
             };
-            m.mma_tile((256, 256), f32s).map(|(t, op)| (t.m, t.n, op))
+            m.mma_tile((256, 256), f32s, None)
+                .map(|(t, op)| (t.m, t.n, op))
         };
         assert_eq!(mapper(&gpu, MatmulPrecision::Highest), None);
         assert_eq!(
@@ -621,7 +636,7 @@ mod tests {
             precision: MatmulPrecision::Highest,
             float_atomics: false,
         };
-        let bf16 = m.mma_tile((256, 256), (DType::BF16, DType::BF16, DType::F32));
+        let bf16 = m.mma_tile((256, 256), (DType::BF16, DType::BF16, DType::F32), None);
         assert_eq!(bf16.map(|t| t.1), Some(MmaOperand::Bf16));
     }
 

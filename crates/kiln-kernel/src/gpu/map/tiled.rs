@@ -23,7 +23,9 @@
 //! GEMM does). Integers wrap, in any order.
 
 use super::gemm::{Launch, Product, tile_origin};
+use super::skip::{choose, maybe_around};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
+use super::zero_steps::{Block, checked_range, replayed};
 use super::*;
 use crate::target::GemmTile;
 
@@ -40,10 +42,16 @@ pub(super) struct Operands<'e> {
 
 impl Mapper<'_> {
     /// The tile a product of `m x n` per batch runs with: the target's first (largest) that
-    /// fits the GPU and that the product fills at least half of in both directions. A product
-    /// thinner than that (a matrix times a vector, a dot product) gets none: its blocks would
-    /// idle, and it keeps one thread per element.
-    pub(super) fn gemm_tile(&self, m: usize, n: usize, dtype: DType) -> Option<GemmTile> {
+    /// fits the GPU and that the product fills at least half of in both directions (or a
+    /// smaller one that leaves out work `leaves_out` says the first does not: see
+    /// [`choose`]). A product thinner than that (a matrix times a vector, a dot product) gets
+    /// none: its blocks would idle, and it keeps one thread per element.
+    pub(super) fn gemm_tile(
+        &self,
+        (m, n): (usize, usize),
+        dtype: DType,
+        leaves_out: Option<&dyn Fn(&GemmTile) -> bool>,
+    ) -> Option<GemmTile> {
         let bytes = dtype.bits().div_ceil(8).max(4) as usize;
         let fits = |t: &GemmTile| {
             let threads = t.threads();
@@ -58,12 +66,8 @@ impl Mapper<'_> {
                 && threads <= self.gpu.max_threads_per_block
                 && 2 * (t.m + t.n) * t.k * bytes <= self.gpu.shared_limit()
         };
-        self.gpu
-            .gemm_tiles
-            .iter()
-            .copied()
-            .filter(fits)
-            .find(|t| 2 * m >= t.m && 2 * n >= t.n)
+        let tiles = self.gpu.gemm_tiles.iter().copied().filter(fits);
+        choose(tiles, (m, n), leaves_out)
     }
 
     /// The stages of a product of contraction `k` by tiles of `t` in `dtype`:
@@ -182,6 +186,16 @@ impl Mapper<'_> {
         for a in &mut shared {
             a.len *= stages;
         }
+        // The steps a causal mask makes zero, left out where checked (`zero_steps.rs`).
+        let zero = d.zero_steps(ops);
+        let block = Block {
+            origin: (batch, m0, n0),
+            tile: (bm, bn),
+            step: bk,
+            threads,
+            warp: self.gpu.warp_size,
+        };
+        let (check, range) = checked_range(zero.as_ref(), &mut r, &block, 0);
         // The registers multiplied, read as extra inputs past the launch's.
         let scalar = |i: usize| Expr::Load {
             input: launch.inputs.len() + i,
@@ -258,9 +272,15 @@ impl Mapper<'_> {
             step: bk,
             stages,
             lag: 0,
+            range,
         };
         let stage = staging.stage(&tiles, &shared);
-        body.extend(pipelined(&staging, stage, &stepping, k_step, copies));
+        let mut steps = check;
+        steps.extend(pipelined(&staging, stage, &stepping, k_step, copies));
+        let tree = (self.sums, dtype);
+        steps.extend(replayed(zero.as_ref(), &acc, (range, bk), tree, &[]));
+        let origin = (reg(m0), reg(n0));
+        body.extend(maybe_around(d.skip().as_ref(), origin, (bm, bn), steps));
         body.extend(sum_down(&acc, dtype));
         for i in 0..tm {
             for j in 0..tn {

@@ -56,8 +56,10 @@
 //! step's barrier. The epilogue runs on the accumulator fragments, as in `tensor.rs`.
 
 use super::gemm::{Launch, Product, tile_origin};
+use super::skip::{choose, maybe_around};
 use super::staging::{Staging, Stepping, Tile, pipelined, zero};
 use super::tiled::{Operands, accumulators, flushes, sum_down, sum_levels};
+use super::zero_steps::{Block, checked_range, replayed};
 use super::*;
 use crate::gpu::desc::{TileLayout, WgSwizzle};
 use crate::gpu::wgmma::{WARPGROUP, acc_col, acc_row};
@@ -78,6 +80,7 @@ impl Mapper<'_> {
         &self,
         (m, n): (usize, usize),
         (a, b, out): (DType, DType, DType),
+        leaves_out: Option<&dyn Fn(&GemmTile) -> bool>,
     ) -> Option<(GemmTile, MmaOperand)> {
         if !self.gpu.wgmma || a != b || out != DType::F32 || !self.sums.leaf.is_multiple_of(KT) {
             return None;
@@ -95,13 +98,8 @@ impl Mapper<'_> {
                 && threads <= self.gpu.max_threads_per_block
                 && 2 * (t.m + t.n) * KT * operand.dtype().bytes() <= self.gpu.tile_limit()
         };
-        self.gpu
-            .wgmma_tiles
-            .iter()
-            .copied()
-            .filter(fits)
-            .find(|t| 2 * m >= t.m && 2 * n >= t.n)
-            .map(|t| (t, operand))
+        let tiles = self.gpu.wgmma_tiles.iter().copied().filter(fits);
+        choose(tiles, (m, n), leaves_out).map(|t| (t, operand))
     }
 
     /// The product of `d` on warpgroups by block tiles of `tile`, stored into `out`.
@@ -176,6 +174,16 @@ impl Mapper<'_> {
             })
             .collect();
         let copies = staging.any_async(&tiles, &shared);
+        // The steps a causal mask makes zero, left out where checked (`zero_steps.rs`).
+        let zero = d.zero_steps(ops);
+        let block = Block {
+            origin: (batch, m0, n0),
+            tile: (bm, bn),
+            step: KT,
+            threads,
+            warp: 32,
+        };
+        let (check, range) = checked_range(zero.as_ref(), &mut r, &block, 0);
         let (ta, tb) = (swizzled_tile(bm, a_mn), swizzled_tile(bn, b_mn));
         let warpgroup = Sc::quot(sp(Special::Thread), c(WARPGROUP));
         let mut multiply = vec![Stmt::WgmmaFence];
@@ -202,11 +210,20 @@ impl Mapper<'_> {
             step: KT,
             stages,
             lag,
+            range,
         };
         let stage = staging.stage(&tiles, &shared);
-        let mut ring = pipelined(&staging, stage, &stepping, multiply, copies);
+        let mut ring = check;
+        ring.extend(pipelined(&staging, stage, &stepping, multiply, copies));
         fence_before_barriers(&mut ring);
-        body.extend(ring);
+        if range.is_some() {
+            // The flushes the steps left out would have done, every group retired first.
+            ring.push(Stmt::WgmmaWait { pending: 0 });
+            let tree = (self.sums, f32t);
+            ring.extend(replayed(zero.as_ref(), &acc, (range, KT), tree, &retired));
+        }
+        let origin = (reg(m0), reg(n0));
+        body.extend(maybe_around(d.skip().as_ref(), origin, (bm, bn), ring));
         body.push(Stmt::WgmmaWait { pending: 0 });
         body.extend(sum_down(&acc, f32t));
         for (i, &v) in acc[levels].iter().enumerate() {

@@ -50,6 +50,7 @@
 //! rows 16-byte aligned; else the `cp.async` ring runs.
 
 use super::gemm::{Launch, Product, tile_origin};
+use super::skip::maybe_around;
 use super::staging::zero;
 use super::tiled::{Operands, accumulators, flushes, sum_down, sum_levels};
 use super::warpgroup::{KT, acc_at, stage_wgmmas, swizzled_tile};
@@ -325,6 +326,8 @@ impl Mapper<'_> {
         });
         let is_consumer = || Sc::lt(tid(), c(consumers));
         let mut steps: Vec<Stmt> = step_of(k0, stage, parity).to_vec();
+        // The ring's first fill and the loop: what a block whose tile no reader uses skips.
+        let mut contraction = Vec::new();
         if ring.warp {
             steps.push(Stmt::If {
                 cond: Sc::eq(tid(), c(producer)),
@@ -336,7 +339,7 @@ impl Mapper<'_> {
             let ahead = (stages - 1) * KT;
             let mut fill: Vec<Stmt> = step_of(pk0, pstage, pparity).to_vec();
             fill.extend(produce);
-            body.push(Stmt::For {
+            contraction.push(Stmt::For {
                 reg: pk0,
                 start: c(0),
                 end: c(ahead.min(d.k.next_multiple_of(KT))),
@@ -359,13 +362,23 @@ impl Mapper<'_> {
             cond: is_consumer(),
             body: consume,
         });
-        body.push(Stmt::For {
+        contraction.push(Stmt::For {
             reg: k0,
             start: c(0),
             end: c(d.k),
             step: c(KT),
             body: steps,
         });
+        if let Some(z) = d.zero_steps(ops) {
+            contraction.insert(0, z.every_step("the TMA ring"));
+        }
+        let origin = (reg(m0), reg(n0));
+        body.extend(maybe_around(
+            d.skip().as_ref(),
+            origin,
+            (bm, bn),
+            contraction,
+        ));
         let mut epilogue = sum_down(&acc, f32t);
         for (i, &v) in acc[levels].iter().enumerate() {
             let at = acc_at((reg(m0), reg(n0)), &warpgroup, i);
