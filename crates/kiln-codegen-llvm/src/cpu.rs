@@ -58,7 +58,7 @@ pub use kiln_kernel::pipeline::{fused_kernels, kernels};
 use kiln_kernel::gemm_schedule::{GemmSchedule, gemm_schedule};
 use kiln_kernel::loop_schedule::{KernelSchedule, Tile};
 use kiln_kernel::options::{CpuOptions, Options};
-use kiln_kernel::target::{HostCpu, SumTree, TargetInfo};
+use kiln_kernel::target::{CpuVendor, GemmLimits, HostCpu, SumTree, TargetInfo};
 pub use kiln_runtime::Step;
 use kiln_runtime::{KernelFn, Launch, Program};
 
@@ -194,7 +194,9 @@ impl Target {
         if self.host {
             let mut info = host_target_info();
             if let Some(m) = self.cpu.machine {
+                // Another CPU's blocks: the reference ones, as for a CPU of unknown make.
                 info.vector_bytes = m.vector_bytes();
+                info.gemm = GemmLimits::default();
             }
             if self.cpu.narrow_vectors {
                 info.vector_bytes = info.vector_bytes.min(32);
@@ -235,7 +237,32 @@ fn detect_host() -> TargetInfo {
         ..TargetInfo::cpu_host(HostCpu {
             vector_bytes,
             threads,
+            vendor: host_vendor(),
         })
+    }
+}
+
+/// The maker of this machine's CPU, from the vendor string of `cpuid` leaf 0.
+fn host_vendor() -> CpuVendor {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let r = std::arch::x86_64::__cpuid(0);
+        let mut id = [0u8; 12];
+        for (i, w) in [r.ebx, r.edx, r.ecx].into_iter().enumerate() {
+            id[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        vendor_of(&id)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    CpuVendor::Other
+}
+
+/// The maker a `cpuid` vendor string names.
+fn vendor_of(id: &[u8]) -> CpuVendor {
+    match id {
+        b"GenuineIntel" => CpuVendor::Intel,
+        b"AuthenticAMD" => CpuVendor::Amd,
+        _ => CpuVendor::Other,
     }
 }
 
@@ -333,6 +360,22 @@ mod tests {
         let host = Target::host(&Options::default());
         assert_eq!(host.vector_bytes, host_target_info().vector_bytes);
         assert_eq!(Target::any(&Options::default()).vector_bytes, 32);
+    }
+
+    /// `cpuid`'s vendor strings name the makers whose GEMM blocks differ; code for a named CPU
+    /// takes the reference blocks whatever the host's make.
+    #[test]
+    fn vendors_are_read_from_cpuid_strings() {
+        assert_eq!(vendor_of(b"GenuineIntel"), CpuVendor::Intel);
+        assert_eq!(vendor_of(b"AuthenticAMD"), CpuVendor::Amd);
+        assert_eq!(vendor_of(b"HygonGenuine"), CpuVendor::Other);
+        let mut opts = Options::default();
+        opts.cpu.machine = Some(kiln_kernel::options::CpuMachine::new(
+            "znver4",
+            "+avx512f,+avx2",
+        ));
+        let info = Target::host(&opts).info();
+        assert_eq!((info.vector_bytes, info.gemm), (64, GemmLimits::default()));
     }
 
     /// The exponentials of `src`'s kernels proven to take no positive argument, and all of

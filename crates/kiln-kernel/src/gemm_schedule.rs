@@ -190,6 +190,11 @@ impl Blocking {
                 .filter(|&(_, v)| v != 2 || wide_waste)
                 .min_by_key(|&(_, v)| waste(v))
                 .unwrap_or((mr, nv));
+            // A CPU with two 512-bit FMA ports takes a tall tile past a few panels: it loads
+            // half the vectors of B per multiply-add (see `TallTile`).
+            if let Some(t) = limits.tall_512.filter(|t| n > t.min_columns) {
+                (mr, nv) = (t.rows, 2);
+            }
         }
         let nr = lanes as i64 * nv;
         Blocking {
@@ -415,6 +420,32 @@ mod tests {
             assert_eq!(bl.nc % bl.nr(), 0);
         }
         let bl = Blocking::new(DType::F32, &vectors(32), 1000);
+        assert_eq!((bl.mr, bl.nv), (6, 2));
+    }
+
+    /// With two 512-bit FMA ports (an Intel Xeon), products of more than 256 columns take the
+    /// 14 x 2 tile, narrower ones the tile that pads least; 256-bit products keep 6 x 2.
+    #[test]
+    fn two_fma_ports_take_the_tall_tile_past_256_columns() {
+        let intel = |bytes: usize| TargetInfo {
+            gemm: crate::target::GemmLimits::two_fma512_ports(),
+            ..vectors(bytes)
+        };
+        for (d, n, tile) in [
+            (DType::F32, 2048, (14, 2)),
+            (DType::F32, 1024, (14, 2)),
+            (DType::F32, 1000, (14, 2)),
+            (DType::F32, 257, (14, 2)),
+            (DType::F32, 256, (6, 4)),
+            (DType::F32, 96, (8, 3)),
+            (DType::F32, 10, (8, 1)),
+            (DType::F64, 1024, (14, 2)),
+        ] {
+            let bl = Blocking::new(d, &intel(64), n);
+            assert_eq!((bl.mr, bl.nv), tile, "{d:?}, {n} columns");
+            assert_eq!(bl.mc % bl.mr, 0);
+        }
+        let bl = Blocking::new(DType::F32, &intel(32), 2048);
         assert_eq!((bl.mr, bl.nv), (6, 2));
     }
 

@@ -180,6 +180,29 @@ pub struct GemmLimits {
     /// panels' multiply-adds by it, and the tiles read A's rows in place about as fast as
     /// packed slivers (4; the transformer's products of 256 columns).
     pub a_in_place_panels_rows: i64,
+    /// The 512-bit register tile of products wider than [`TallTile::min_columns`], where the
+    /// target takes a tall one (see [`TallTile`]); `None`: every 512-bit product takes the
+    /// tile of 8 x 3, 6 x 4 or 12 x 2 vectors that pads its columns least (the Zen 4, whose
+    /// 512-bit multiply-adds are double-pumped: one a cycle).
+    pub tall_512: Option<TallTile>,
+}
+
+/// A register tile of `rows` x 2 vectors of 512 bits, for CPUs with two 512-bit FMA ports a core
+/// (Intel's AVX-512 Xeons): a contraction step loads 2 vectors of packed B and broadcasts
+/// `rows` elements of A for `2 rows` multiply-adds, where 6 x 4 loads 4 for 24. B's panels
+/// (`kc` x 32 elements, 64 KiB) do not stay in the 48 KiB level 1 cache across the slivers
+/// either way; each step's B comes from the level 2 cache, and at two 512-bit multiply-adds a
+/// cycle 6 x 4 asks it for 21 bytes a cycle, 14 x 2 for 9 (see docs/performance.md, "Tall
+/// tiles on Intel").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TallTile {
+    /// Rows of the tile: 2 rows accumulators, 2 B vectors and a broadcast within the 32
+    /// vector registers.
+    pub rows: i64,
+    /// The most columns a product may have and keep the tile that pads least: a product of a
+    /// few panels reads A in place ([`GemmLimits::a_in_place_panels_rows`]) and has too few
+    /// rows and steps for the tall tile to pay (`[256,256] x [256,256]` ran 4% slower with it).
+    pub min_columns: usize,
 }
 
 /// When a kernel runs on several threads (see [`crate::threads`]).
@@ -213,6 +236,23 @@ impl Default for GemmLimits {
             kc_512: 512,
             a_in_place_panels: 2,
             a_in_place_panels_rows: 4,
+            tall_512: None,
+        }
+    }
+}
+
+impl GemmLimits {
+    /// The blocks of a CPU with two 512-bit FMA ports a core (an Intel Xeon with AVX-512): the
+    /// defaults, with tiles of 14 x 2 vectors for products of more than 256 columns (measured
+    /// on a Xeon of family 6 model 207, one thread, on-CPU time per call: `[2048,2048]` 5.6%
+    /// and `[1024,1024]` 4.6% less than 6 x 4, 12 x 2 in between; docs/performance.md).
+    pub fn two_fma512_ports() -> GemmLimits {
+        GemmLimits {
+            tall_512: Some(TallTile {
+                rows: 14,
+                min_columns: 256,
+            }),
+            ..GemmLimits::default()
         }
     }
 }
@@ -582,6 +622,20 @@ pub struct HostCpu {
     pub vector_bytes: usize,
     /// Threads kernels run on.
     pub threads: usize,
+    /// Who made the CPU: the vector units behind the same instructions differ (see
+    /// [`GemmLimits::two_fma512_ports`]).
+    pub vendor: CpuVendor,
+}
+
+/// The maker of a CPU, as far as its kernels are decided differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuVendor {
+    /// Intel: with AVX-512, two 512-bit FMA ports a core (the Xeons kiln is measured on).
+    Intel,
+    /// AMD: the Zen 4 runs 512-bit multiply-adds as two 256-bit halves.
+    Amd,
+    /// Any other, or not known (code for a named CPU ahead of time).
+    Other,
 }
 
 impl Default for FusionLimits {
@@ -669,11 +723,18 @@ impl TargetInfo {
     }
 
     /// The CPU `host` describes: its vector width and threads, with the reference clock,
-    /// bandwidth, caches and capacities (see [`TargetInfo::reference`]).
+    /// bandwidth, caches and capacities (see [`TargetInfo::reference`]), and an Intel CPU's
+    /// GEMM blocks with AVX-512 ([`GemmLimits::two_fma512_ports`]).
     pub fn cpu_host(host: HostCpu) -> TargetInfo {
+        let gemm = if host.vendor == CpuVendor::Intel && host.vector_bytes >= 64 {
+            GemmLimits::two_fma512_ports()
+        } else {
+            GemmLimits::default()
+        };
         TargetInfo {
             vector_bytes: host.vector_bytes,
             threads: host.threads.max(1),
+            gemm,
             ..TargetInfo::reference()
         }
     }
@@ -723,12 +784,45 @@ mod tests {
         let t = TargetInfo::cpu_host(HostCpu {
             vector_bytes: 64,
             threads: 16,
+            vendor: CpuVendor::Amd,
         });
         assert_eq!(
             (t.cost_machine().lanes, t.cost_machine().threads),
             (16.0, 16.0)
         );
         assert_eq!(t.fusion, TargetInfo::reference().fusion);
+    }
+
+    /// Intel CPUs with AVX-512 take tall 512-bit tiles; the Zen 4, other CPUs and Intel CPUs
+    /// without AVX-512 keep the reference blocks.
+    #[test]
+    fn intel_avx512_hosts_take_tall_tiles() {
+        let host = |vendor, vector_bytes| {
+            TargetInfo::cpu_host(HostCpu {
+                vector_bytes,
+                threads: 2,
+                vendor,
+            })
+            .gemm
+        };
+        assert_eq!(
+            host(CpuVendor::Intel, 64).tall_512,
+            Some(TallTile {
+                rows: 14,
+                min_columns: 256
+            })
+        );
+        for (vendor, bytes) in [
+            (CpuVendor::Amd, 64),
+            (CpuVendor::Other, 64),
+            (CpuVendor::Intel, 32),
+        ] {
+            assert_eq!(
+                host(vendor, bytes),
+                GemmLimits::default(),
+                "{vendor:?}, {bytes}"
+            );
+        }
     }
 
     #[test]

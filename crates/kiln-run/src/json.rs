@@ -6,6 +6,7 @@
 use kiln_kernel::options::{CpuOptions, MatmulPrecision};
 use kiln_kernel::target::{
     AttentionTile, FusionLimits, GemmLimits, GemmTile, Gpu, LoopLimits, SplitLimits, SumTree,
+    TallTile,
 };
 use kiln_kernel::{Options, TargetInfo};
 use serde_json::{Value, json};
@@ -101,6 +102,10 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "kc_512": t.gemm.kc_512,
             "a_in_place_panels": t.gemm.a_in_place_panels,
             "a_in_place_panels_rows": t.gemm.a_in_place_panels_rows,
+            "tall_512": t.gemm.tall_512.map(|t| json!({
+                "rows": t.rows,
+                "min_columns": t.min_columns,
+            })),
         },
         "splits": {
             "parallel_work": t.splits.parallel_work,
@@ -354,6 +359,17 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             kc_512: gemm.i64("kc_512")?,
             a_in_place_panels: gemm.i64("a_in_place_panels")?,
             a_in_place_panels_rows: gemm.i64("a_in_place_panels_rows")?,
+            // Artifacts written before the field held the reference blocks: none.
+            tall_512: match gemm.v.get("tall_512") {
+                None | Some(Value::Null) => None,
+                Some(t) => {
+                    let t = Obj::new("target.info.gemm.tall_512", t)?;
+                    Some(TallTile {
+                        rows: t.i64("rows")?,
+                        min_columns: t.usize("min_columns")?,
+                    })
+                }
+            },
         },
         splits: SplitLimits {
             parallel_work: splits.usize("parallel_work")?,
@@ -440,6 +456,18 @@ mod tests {
         assert_eq!(target_from_json(&target_to_json(&t)).unwrap(), t);
         let r = TargetInfo::reference();
         assert_eq!(target_from_json(&target_to_json(&r)).unwrap(), r);
+        // An Intel host's tall 512-bit tiles.
+        let x = TargetInfo {
+            vector_bytes: 64,
+            gemm: GemmLimits::two_fma512_ports(),
+            ..TargetInfo::reference()
+        };
+        assert_eq!(target_to_json(&x)["gemm"]["tall_512"]["rows"], 14);
+        assert_eq!(target_from_json(&target_to_json(&x)).unwrap(), x);
+        // An artifact written before the field: the reference blocks.
+        let mut old = target_to_json(&r);
+        old["gemm"].as_object_mut().unwrap().remove("tall_512");
+        assert_eq!(target_from_json(&old).unwrap(), r);
         // An A100's opt-in limit, rings and tiles allowed dynamic shared memory.
         let g = t.gpu.as_mut().unwrap();
         (g.dynamic_shared_bytes, g.tile_dynamic_bytes) = (163 << 10, 160 << 10);

@@ -16,7 +16,9 @@
 //!   broadcasts of A and `mr * nv` fused multiply-adds.
 //!
 //! The packed B block stays in the L2/L3 cache across the row blocks, the packed A block in L2
-//! across the panels, and one panel in L1 across the slivers.
+//! across the panels, and one panel across the slivers: in L2 where it is larger than L1 (a
+//! panel of 512 steps is 64 KiB with 32 columns, 128 KiB with 64), which is why CPUs with two
+//! 512-bit FMA ports take tiles two vectors wide (`GemmLimits::tall_512`).
 
 use super::{Emitter, Routines, Target, host_attributes, llvm};
 use crate::Result;
@@ -197,7 +199,7 @@ mod tests {
     #[test]
     fn grouped_packing_stores_stay_inside_their_block() {
         for lanes in [4, 8, 16] {
-            for mr in [3, 5, 6, 10, 12, 24] {
+            for mr in [3, 5, 6, 10, 12, 14, 24] {
                 let len = (lanes * mr) as usize;
                 let mut block = vec![None; len + lanes as usize];
                 for u in 0..lanes {

@@ -140,6 +140,9 @@ pub fn gemm_shapes() {
         // the columns; then the rows, with a partial tile.
         (1, 100, 530, 256),
         (1, 300, 70, 192),
+        // Past 256 columns on an Intel CPU with AVX-512: 14 x 2 tiles, rows past a packed
+        // block of A (84 f32 rows), a partial tile, two contraction blocks, a column tail.
+        (1, 100, 530, 300),
     ];
     for dtype in ["f32", "f64"] {
         for (bt, m, k, n) in shapes {
