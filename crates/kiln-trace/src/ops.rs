@@ -1,11 +1,11 @@
 //! Tensor operations at the level users write them, lowered to IR ops with explicit
 //! broadcasting. Every entry point is `#[track_caller]`, so errors name the user's line.
 
-use crate::Error;
 use crate::composite::{composite, naming};
 use crate::promote::{inexact, promote_types, weak_float, weak_int};
 use crate::tensor::Tensor;
 use crate::trace::{apply, lift_all};
+use crate::{Device, Error};
 use kiln_ir::{Combiner, ComparisonDirection as Cmp, DType, Loc, Op, ShapeDisplay, TensorType};
 
 pub(crate) fn ty_str(t: &Tensor) -> String {
@@ -230,6 +230,43 @@ impl Tensor {
     pub fn sub(&self, o: &Tensor) -> Tensor {
         self.binary(o, Op::Subtract {}, "sub")
     }
+    /// `self - other * alpha`, with `alpha` a weakly typed Rust scalar (as in `&other *
+    /// alpha`): the same elements as those two ops. On eager tensors of one float dtype and
+    /// shape (an optimizer's step, `p - lr * g`) it is one pass over them, writing no product
+    /// to memory; in a trace the two ops are recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let p = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+    /// let g = Tensor::from_vec(vec![10.0f32, -20.0, 0.5], [3]).unwrap();
+    /// let step = p.sub_scaled(&g, 0.1);
+    /// assert_eq!(step.to_vec::<f32>().unwrap(), (&p - &(&g * 0.1)).to_vec::<f32>().unwrap());
+    /// ```
+    #[track_caller]
+    pub fn sub_scaled(&self, other: &Tensor, alpha: f64) -> Tensor {
+        let s = other.weak_float_scalar(alpha);
+        let d = other.dtype();
+        if !crate::trace::tracing()
+            && d.is_float()
+            && self.dtype() == d
+            && promote_types(d, s.dtype()) == d
+            && self.shape() == other.shape()
+            && [self, other]
+                .iter()
+                .all(|t| t.error().is_none() && !t.is_traced() && t.device() == Device::Cpu)
+            && let Some(out) = s
+                .cast(d)
+                .literal()
+                .and_then(|s| s.to_f64s().first().copied())
+                .and_then(|s| crate::eager::sub_scaled(self.literal()?, other.literal()?, s))
+        {
+            return Tensor::new(out);
+        }
+        self.sub(&other.mul(&s))
+    }
+
     /// Elementwise product with broadcasting.
     ///
     /// # Examples

@@ -403,6 +403,11 @@ pub fn apply(
     {
         return vec![v];
     }
+    // An elementwise op reads the operands that are one value broadcast (`x * 2.0`) as that
+    // value, never gathering them into buffers of the result's size.
+    if let Some(l) = crate::eager::with_single_values(&op, xs, &types) {
+        return vec![Tensor::new(l)];
+    }
     let lits: Vec<&kiln_ir::Literal> = xs
         .iter()
         .map(|t| t.literal().expect("eager and not failed"))

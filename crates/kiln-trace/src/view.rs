@@ -132,6 +132,19 @@ impl Tensor {
         matches!(self.repr(), Repr::View(v) if !v.gathered())
     }
 
+    /// The one value every element of this tensor reads, when it is an uncopied view of a
+    /// tensor of one element (a scalar broadcast, as `x * 2.0` makes of its 2.0); `None` for
+    /// any other tensor.
+    pub(crate) fn single_value(&self) -> Option<&Literal> {
+        match self.repr() {
+            Repr::View(v) if !v.gathered() => match v.base().repr() {
+                Repr::Eager(l) if l.numel() == 1 => Some(l),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// This tensor with storage of its own, in row-major order: a view's elements copied
     /// out; any other tensor itself.
     ///

@@ -176,7 +176,9 @@ impl Sgd {
                 };
                 (v, step)
             };
-            vec![p - &(&step * self.lr), v]
+            // `p - step * lr`: one pass over eager tensors (as PyTorch's `p.add_(g, alpha=-lr)`),
+            // the two ops in a trace.
+            vec![p.sub_scaled(&step, self.lr), v]
         })?;
         let v = out.pop().expect("two outputs");
         Ok((out.pop().expect("two outputs"), SgdState { velocity: v }))
@@ -350,7 +352,7 @@ impl Adam {
             if self.decoupled && self.weight_decay != 0.0 {
                 upd = &upd + &(p * self.weight_decay);
             }
-            vec![p - &(&upd * self.lr), m, v]
+            vec![p.sub_scaled(&upd, self.lr), m, v]
         })?;
         let v = out.pop().expect("three outputs");
         let m = out.pop().expect("three outputs");

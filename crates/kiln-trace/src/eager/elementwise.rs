@@ -20,7 +20,11 @@ const CHEAP: usize = 1;
 /// this module computes.
 pub(super) fn run(op: &Op, lits: &[&Literal], ty: &TensorType) -> Option<Data> {
     let n = ty.numel();
-    if lits.iter().any(|l| l.numel() != n && l.numel() != 1) {
+    // Operands of the result's length, or single values (at least one of the result's length
+    // when the result has more than one element).
+    if lits.iter().any(|l| l.numel() != n && l.numel() != 1)
+        || (n > 1 && !lits.is_empty() && lits.iter().all(|l| l.numel() != n))
+    {
         return None;
     }
     let d = lits.first().map(|l| l.dtype());
@@ -39,8 +43,36 @@ pub(super) fn run(op: &Op, lits: &[&Literal], ty: &TensorType) -> Option<Data> {
             with_elem!(a.dtype(), T => Some(Data::Pred(map1(T::slice(a.data())?, CHEAP, |x: T| x.f64().is_finite())?)))
         }
         (_, [a, b]) if a.numel() == n && b.numel() == n && Some(b.dtype()) == d => binary(op, a, b),
+        // One operand a single value for every element (`x * 2.0`, `x.gt(&zero)`): read as it
+        // is, never broadcast into a buffer of the result's size first.
+        (_, [a, b]) if Some(b.dtype()) == d && (a.numel() == 1 || b.numel() == 1) => {
+            binary(op, a, b)
+        }
         (_, [a]) if a.numel() == n => unary(op, a),
         _ => None,
+    }
+}
+
+/// `p - g * s` elementwise, `p` and `g` of one float dtype and length and `s` a value of
+/// that dtype, in one pass: each element the two ops' (the product rounded to the dtype, then
+/// the difference), so the same bits as `subtract(p, multiply(g, s))`.
+pub(super) fn sub_scaled(p: &Literal, g: &Literal, s: f64) -> Option<Data> {
+    if p.dtype() != g.dtype() || p.numel() != g.numel() {
+        return None;
+    }
+    // Two ops' work per element.
+    let c = 2 * CHEAP;
+    match (p.data(), g.data()) {
+        (Data::F32(x), Data::F32(y)) => {
+            let s = s as f32;
+            map2(x, y, c, |a: f32, b: f32| a - b * s).map(Data::F32)
+        }
+        (Data::F64(x), Data::F64(y)) => map2(x, y, c, |a: f64, b: f64| a - b * s).map(Data::F64),
+        _ => {
+            with_float!(p.dtype(), T => T::data(map2(T::slice(p.data())?, T::slice(g.data())?, c, |a: T, b: T| {
+            T::from_f64(a.f64() - T::from_f64(b.f64() * s).f64())
+        })?))
+        }
     }
 }
 
@@ -90,6 +122,40 @@ fn map_indexed<A: Elem, R: Elem>(
     })
 }
 
+/// An operand of a binary loop: the elements of a tensor of the result's length, or one value
+/// that every element of the result reads.
+#[derive(Clone, Copy)]
+enum Arg<'a, T> {
+    All(&'a [T]),
+    One(T),
+}
+
+impl<'a, T: Copy> Arg<'a, T> {
+    /// The operand's elements: one value, or all of them.
+    fn of(v: &'a [T]) -> Arg<'a, T> {
+        match v {
+            [x] => Arg::One(*x),
+            _ => Arg::All(v),
+        }
+    }
+}
+
+/// `f` on each pair of elements of `a` and `b` (of one length, or one value each side's
+/// elements are paired with). A result of one element is two single values.
+fn zip2<A: Elem, B: Elem, R: Elem>(
+    a: Arg<'_, A>,
+    b: Arg<'_, B>,
+    cost: usize,
+    f: impl Fn(A, B) -> R + Sync,
+) -> Option<Vec<R>> {
+    match (a, b) {
+        (Arg::All(x), Arg::All(y)) => map2(x, y, cost, f),
+        (Arg::All(x), Arg::One(y)) => map1(x, cost, |v| f(v, y)),
+        (Arg::One(x), Arg::All(y)) => map1(y, cost, |v| f(x, v)),
+        (Arg::One(x), Arg::One(y)) => Some(vec![f(x, y)]),
+    }
+}
+
 /// Element `i` of `v`, a scalar or a tensor of the result's shape.
 fn at<T: Copy>(v: &[T], i: usize) -> T {
     if v.len() == 1 { v[0] } else { v[i] }
@@ -104,11 +170,13 @@ fn cost(op: &Op) -> usize {
     }
 }
 
+/// `op` on `a` and `b` of one dtype: each of the result's length, or one of them a single
+/// value.
 fn binary(op: &Op, a: &Literal, b: &Literal) -> Option<Data> {
     let d = a.dtype();
     if let Some(data) = match (a.data(), b.data()) {
-        (Data::F32(x), Data::F32(y)) => binary_f32(op, x, y).map(Data::F32),
-        (Data::F64(x), Data::F64(y)) => binary_f64(op, x, y).map(Data::F64),
+        (Data::F32(x), Data::F32(y)) => binary_f32(op, Arg::of(x), Arg::of(y)).map(Data::F32),
+        (Data::F64(x), Data::F64(y)) => binary_f64(op, Arg::of(x), Arg::of(y)).map(Data::F64),
         _ => None,
     } {
         return Some(data);
@@ -116,13 +184,13 @@ fn binary(op: &Op, a: &Literal, b: &Literal) -> Option<Data> {
     if d.is_float() {
         let f = scalar::float_binary(op)?;
         let c = cost(op);
-        return with_float!(d, T => T::data(map2(T::slice(a.data())?, T::slice(b.data())?, c, |x: T, y: T| T::from_f64(f(x.f64(), y.f64())))?));
+        return with_float!(d, T => T::data(zip2(Arg::of(T::slice(a.data())?), Arg::of(T::slice(b.data())?), c, |x: T, y: T| T::from_f64(f(x.f64(), y.f64())))?));
     }
     if !scalar::is_int_binary(op) {
         return None;
     }
     Some(
-        with_elem!(d, T => T::data(map2(T::slice(a.data())?, T::slice(b.data())?, CHEAP, |x: T, y: T| T::from_i64(scalar::int_binary(op, d, x.i64(), y.i64())))?)),
+        with_elem!(d, T => T::data(zip2(Arg::of(T::slice(a.data())?), Arg::of(T::slice(b.data())?), CHEAP, |x: T, y: T| T::from_i64(scalar::int_binary(op, d, x.i64(), y.i64())))?)),
     )
 }
 
@@ -162,15 +230,17 @@ fn unary(op: &Op, a: &Literal) -> Option<Data> {
     )
 }
 
+/// `compare` of `a` and `b` of one dtype: each of the result's length, or one of them a
+/// single value.
 fn compare(dir: ComparisonDirection, a: &Literal, b: &Literal) -> Option<Data> {
-    if a.dtype() != b.dtype() || a.numel() != b.numel() {
+    if a.dtype() != b.dtype() || (a.numel() != b.numel() && a.numel() != 1 && b.numel() != 1) {
         return None;
     }
     let float = a.dtype().is_float();
     // A u64 travels as its bits in an i64: compared widened to i128 from its unsigned value.
     let u64 = a.dtype() == DType::U64;
     let out = with_elem!(a.dtype(), T => {
-        let (x, y) = (T::slice(a.data())?, T::slice(b.data())?);
+        let (x, y) = (Arg::of(T::slice(a.data())?), Arg::of(T::slice(b.data())?));
         if float {
             compare_as(dir, x, y, T::f64)?
         } else if u64 {
@@ -186,24 +256,25 @@ fn compare(dir: ComparisonDirection, a: &Literal, b: &Literal) -> Option<Data> {
 /// `scalar::compare_f` and `compare_i` compare f64 and i64), one loop per direction.
 fn compare_as<T: Elem, W: PartialOrd>(
     dir: ComparisonDirection,
-    x: &[T],
-    y: &[T],
+    x: Arg<'_, T>,
+    y: Arg<'_, T>,
     w: impl Fn(T) -> W + Sync,
 ) -> Option<Vec<bool>> {
     use ComparisonDirection::*;
     match dir {
-        Eq => map2(x, y, CHEAP, |p, q| w(p) == w(q)),
-        Ne => map2(x, y, CHEAP, |p, q| w(p) != w(q)),
-        Lt => map2(x, y, CHEAP, |p, q| w(p) < w(q)),
-        Le => map2(x, y, CHEAP, |p, q| w(p) <= w(q)),
-        Gt => map2(x, y, CHEAP, |p, q| w(p) > w(q)),
-        Ge => map2(x, y, CHEAP, |p, q| w(p) >= w(q)),
+        Eq => zip2(x, y, CHEAP, |p, q| w(p) == w(q)),
+        Ne => zip2(x, y, CHEAP, |p, q| w(p) != w(q)),
+        Lt => zip2(x, y, CHEAP, |p, q| w(p) < w(q)),
+        Le => zip2(x, y, CHEAP, |p, q| w(p) <= w(q)),
+        Gt => zip2(x, y, CHEAP, |p, q| w(p) > w(q)),
+        Ge => zip2(x, y, CHEAP, |p, q| w(p) >= w(q)),
     }
 }
 
 fn select(p: &Literal, a: &Literal, b: &Literal) -> Option<Data> {
     let Data::Pred(p) = p.data() else { return None };
-    if a.dtype() != b.dtype() || a.numel() != b.numel() {
+    // The values of the result's length (a single value of either is broadcast by the caller).
+    if a.dtype() != b.dtype() || a.numel() != b.numel() || (p.len() != 1 && p.len() != a.numel()) {
         return None;
     }
     if let [p] = p[..] {
@@ -217,7 +288,8 @@ fn select(p: &Literal, a: &Literal, b: &Literal) -> Option<Data> {
 
 fn clamp(lo: &Literal, x: &Literal, hi: &Literal) -> Option<Data> {
     let d = x.dtype();
-    if lo.dtype() != d || hi.dtype() != d {
+    // `x` of the result's length (the bounds may be single values).
+    if lo.dtype() != d || hi.dtype() != d || x.numel() < lo.numel().max(hi.numel()) {
         return None;
     }
     Some(with_elem!(d, T => {
@@ -275,14 +347,14 @@ fn iota(ty: &TensorType, dim: usize) -> Option<Data> {
 macro_rules! float_kernels {
     ($t:ty, $binary:ident, $unary:ident) => {
         /// The binary ops computed in the dtype itself; `None` for the others.
-        fn $binary(op: &Op, x: &[$t], y: &[$t]) -> Option<Vec<$t>> {
+        fn $binary(op: &Op, x: Arg<'_, $t>, y: Arg<'_, $t>) -> Option<Vec<$t>> {
             match op {
-                Op::Add {} => map2(x, y, CHEAP, |a: $t, b: $t| a + b),
-                Op::Subtract {} => map2(x, y, CHEAP, |a: $t, b: $t| a - b),
-                Op::Multiply {} => map2(x, y, CHEAP, |a: $t, b: $t| a * b),
-                Op::Divide {} => map2(x, y, CHEAP, |a: $t, b: $t| a / b),
+                Op::Add {} => zip2(x, y, CHEAP, |a: $t, b: $t| a + b),
+                Op::Subtract {} => zip2(x, y, CHEAP, |a: $t, b: $t| a - b),
+                Op::Multiply {} => zip2(x, y, CHEAP, |a: $t, b: $t| a * b),
+                Op::Divide {} => zip2(x, y, CHEAP, |a: $t, b: $t| a / b),
                 // StableHLO's maximum and minimum: NaN if either is, and +0 above -0.
-                Op::Maximum {} => map2(x, y, CHEAP, |a: $t, b: $t| {
+                Op::Maximum {} => zip2(x, y, CHEAP, |a: $t, b: $t| {
                     if a.is_nan() || b.is_nan() {
                         <$t>::NAN
                     } else if a == b {
@@ -293,7 +365,7 @@ macro_rules! float_kernels {
                         b
                     }
                 }),
-                Op::Minimum {} => map2(x, y, CHEAP, |a: $t, b: $t| {
+                Op::Minimum {} => zip2(x, y, CHEAP, |a: $t, b: $t| {
                     if a.is_nan() || b.is_nan() {
                         <$t>::NAN
                     } else if a == b {

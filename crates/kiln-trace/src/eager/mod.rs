@@ -27,6 +27,7 @@ pub(crate) use sort::sort;
 #[cfg(test)]
 mod tests;
 
+use crate::Tensor;
 use half::{bf16, f16};
 use kiln_ir::half_round::{bf16_from_f64, f16_from_f64};
 use kiln_ir::{DType, Data, Func, Literal, Op, TensorType};
@@ -76,15 +77,7 @@ pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<L
     if op.props().contains(kiln_ir::Props::CONTROL) {
         return None;
     }
-    // Results are dropped and allocated again op after op: keep the freed blocks for reuse,
-    // as compiled programs do. The allocator is set once per process, so the options are
-    // asked once, not on every op.
-    static KEEP_FREED: std::sync::Once = std::sync::Once::new();
-    KEEP_FREED.call_once(|| {
-        if crate::backend::options().keep_freed {
-            kiln_ir::literal::keep_freed_buffers();
-        }
-    });
+    keep_freed();
     let data = match op {
         Op::Reshape {} => return lits.first()?.reshaped(ty.shape.clone()).ok(),
         // To or from pred (one bit each): the reference's.
@@ -114,6 +107,49 @@ pub(crate) fn native(op: &Op, lits: &[&Literal], out: &[TensorType]) -> Option<L
         _ => elementwise::run(op, lits, ty)?,
     };
     Literal::new(ty.clone(), data).ok()
+}
+
+/// Elementwise `op` on eager tensors `xs` of which some are one value broadcast
+/// ([`Tensor::single_value`]: `x * 2.0`, `x.gt(&zero)`), computed natively with those values
+/// read as they are instead of broadcast into buffers of the result's size first (the elements
+/// are the same); `None` when no operand is one, or for the ops the caller runs otherwise (see
+/// [`native`]; those [`compiles_when_reused`]).
+pub(crate) fn with_single_values(op: &Op, xs: &[&Tensor], out: &[TensorType]) -> Option<Literal> {
+    if !op.props().contains(kiln_ir::Props::ELEMENTWISE) || compiles_when_reused(op) {
+        return None;
+    }
+    let single: Vec<Option<&Literal>> = xs.iter().map(|t| t.single_value()).collect();
+    if single.iter().all(Option::is_none) {
+        return None;
+    }
+    let lits: Vec<&Literal> = xs
+        .iter()
+        .zip(&single)
+        .map(|(t, s)| s.or_else(|| t.literal()))
+        .collect::<Option<_>>()?;
+    native(op, &lits, out)
+}
+
+/// Results are dropped and allocated again op after op: keeps the freed blocks for reuse, as
+/// compiled programs do. The allocator is set once per process, so the options are asked
+/// once, not on every op.
+fn keep_freed() {
+    static KEEP_FREED: std::sync::Once = std::sync::Once::new();
+    KEEP_FREED.call_once(|| {
+        if crate::backend::options().keep_freed {
+            kiln_ir::literal::keep_freed_buffers();
+        }
+    });
+}
+
+/// `p - g * s` on eager literals of one float dtype and shape (`s` a value of that dtype), in
+/// one pass with the bits of the two ops; `None` for other operands.
+pub(crate) fn sub_scaled(p: &Literal, g: &Literal, s: f64) -> Option<Literal> {
+    if p.ty() != g.ty() || !p.dtype().is_float() {
+        return None;
+    }
+    keep_freed();
+    Literal::new(p.ty().clone(), elementwise::sub_scaled(p, g, s)?).ok()
 }
 
 /// An element type of a literal, converted as the reference converts it.

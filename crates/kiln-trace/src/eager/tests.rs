@@ -209,6 +209,125 @@ fn float_arithmetic_is_the_references() {
     }
 }
 
+/// The native loop of binary `op` on `a` and a single value `s` (both ways round) against the
+/// reference's `op` on `a` and `s` broadcast to `a`'s shape: the same bits; false when the op
+/// does not type-check (nothing to compare).
+fn agrees_with_single_value(op: &Op, a: &Literal, s: &Literal) -> bool {
+    let full = Literal::from_f64s(
+        a.ty().with_dtype(s.dtype()),
+        &vec![s.to_f64s()[0]; a.numel()],
+    )
+    .or_else(|_| {
+        Literal::from_i64s(
+            a.ty().with_dtype(s.dtype()),
+            &vec![s.to_i64s()[0]; a.numel()],
+        )
+    })
+    .unwrap();
+    for (args, wide) in [([a, s], [a, &full]), ([s, a], [&full, a])] {
+        let tys: Vec<&TensorType> = wide.iter().map(|l| l.ty()).collect();
+        let Ok(types) = kiln_ir::type_rule(op, &tys, None) else {
+            return false;
+        };
+        let got = native(op, &args, &types).unwrap_or_else(|| panic!("no native loop: {op:?}"));
+        let want = kiln_reference::eval_op(op, &wide, &types).remove(0);
+        let (g, w) = (bits(&got), bits(&want));
+        assert_eq!(g.len(), w.len(), "{op:?} {}", a.dtype());
+        if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
+            panic!(
+                "{op:?} {}: element {i} is {} where the reference gives {}",
+                a.dtype(),
+                got.format_elem(i),
+                want.format_elem(i)
+            );
+        }
+    }
+    true
+}
+
+#[test]
+fn ops_with_a_single_value_are_the_references() {
+    use ComparisonDirection::*;
+    let arithmetic = [
+        Op::Add {},
+        Op::Subtract {},
+        Op::Multiply {},
+        Op::Divide {},
+        Op::Remainder {},
+        Op::Maximum {},
+        Op::Minimum {},
+    ];
+    let compares = [Eq, Ne, Lt, Le, Gt, Ge].map(|dir| Op::Compare {
+        comparison_direction: dir,
+    });
+    for (i, d) in FLOATS.into_iter().enumerate() {
+        let n = if d == DType::F32 { BIG } else { 5000 };
+        let a = lit(d, &[n], 100 + i as u64);
+        for s in specials(d) {
+            for op in arithmetic.iter().chain(&compares) {
+                assert!(
+                    agrees_with_single_value(op, &a, &scalar(d, s)),
+                    "{d} {op:?}"
+                );
+            }
+        }
+    }
+    for (i, d) in INTS.into_iter().enumerate() {
+        let a = lit(d, &[3000], 110 + i as u64);
+        let s = Literal::from_i64s(TensorType::new(d, []), &[3]).unwrap();
+        let checked = arithmetic
+            .iter()
+            .chain(&compares)
+            .filter(|op| agrees_with_single_value(op, &a, &s))
+            .count();
+        assert!(checked >= 6, "{d}: only {checked} ops type-check");
+    }
+    // Single values everywhere (no operand of the result's length), a single value where
+    // `select` and `clamp` need the result's length, and a unary op of a single value: no
+    // loop of the result's length (the caller broadcasts).
+    let s = scalar(DType::F32, 2.0);
+    let big = [TensorType::new(DType::F32, [4, 4])];
+    let pred = Literal::from_i64s(TensorType::new(DType::Pred, [4, 4]), &[1; 16]).unwrap();
+    let x = lit(DType::F32, &[4, 4], 1);
+    assert!(native(&Op::Add {}, &[&s, &s], &big).is_none());
+    assert!(native(&Op::Negate {}, &[&s], &big).is_none());
+    assert!(native(&Op::Select {}, &[&pred, &s, &s], &big).is_none());
+    assert!(native(&Op::Select {}, &[&pred, &x, &s], &big).is_none());
+    assert!(native(&Op::Clamp {}, &[&x, &s, &x], &big).is_none());
+}
+
+#[test]
+fn a_scaled_difference_is_the_two_ops() {
+    for (i, d) in FLOATS.into_iter().enumerate() {
+        let n = if d == DType::F32 { BIG } else { 5000 };
+        let (p, g) = (lit(d, &[n], 120 + i as u64), lit(d, &[n], 130 + i as u64));
+        for s in specials(d).into_iter().chain([0.01, -3.0e-3]) {
+            let s = scalar(d, s);
+            let sv = s.to_f64s()[0];
+            let got = super::sub_scaled(&p, &g, sv).unwrap();
+            let ty = [p.ty().clone()];
+            let s = Literal::from_f64s(p.ty().clone(), &vec![sv; n]).unwrap();
+            let product = kiln_reference::eval_op(&Op::Multiply {}, &[&g, &s], &ty).remove(0);
+            let want = kiln_reference::eval_op(&Op::Subtract {}, &[&p, &product], &ty).remove(0);
+            let (a, b) = (bits(&got), bits(&want));
+            if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
+                panic!(
+                    "{d} s = {sv}: element {i} is {} where the two ops give {}",
+                    got.format_elem(i),
+                    want.format_elem(i)
+                );
+            }
+        }
+    }
+    // Operands of another dtype or shape: not fused.
+    let p = lit(DType::F32, &[10], 1);
+    assert!(super::sub_scaled(&p, &lit(DType::F64, &[10], 2), 0.5).is_none());
+    assert!(super::sub_scaled(&p, &lit(DType::F32, &[2, 5], 2), 0.5).is_none());
+    assert!(
+        super::sub_scaled(&lit(DType::I32, &[10], 3), &lit(DType::I32, &[10], 4), 1.0).is_none()
+    );
+}
+
 #[test]
 fn integer_ops_are_the_references() {
     let unary = [Op::Negate {}, Op::Abs {}, Op::Sign {}, Op::Not {}];
