@@ -18,7 +18,7 @@
 //! order, the padding after every element), so the second network puts them first in the
 //! stable sort's order, bit for bit the reference's. Where the candidates would not fit a
 //! block (`t · k` padded to more than `T` keys), the slice sorts whole instead
-//! ([`fits`]). The scratch buffers take `t · k · (key bytes + 8)` bytes per slice, two reads
+//! (`fits`). The scratch buffers take `t · k · (key bytes + 8)` bytes per slice, two reads
 //! of each key against the radix sort's passes over every key, position and element.
 
 use super::{KEYS, POSITIONS, Regs, Sorter, c};
