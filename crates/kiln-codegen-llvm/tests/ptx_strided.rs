@@ -14,7 +14,6 @@ mod strided;
 #[path = "../../kiln-runtime/tests/products/wgmma_target.rs"]
 mod wgmma_target;
 
-use ptxas::ptxas;
 use strided::{heads, sliced};
 use wgmma_target::wgmma_target;
 
@@ -51,23 +50,5 @@ fn strided_products_assemble() {
             }
         }
     }
-    let Some(ptxas) = ptxas() else {
-        println!("ptxas not found (cargo xtask test installs it): PTX text only");
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("kiln-ptx-strided-{}", std::process::id()));
-    let mut rejected = Vec::new();
-    for (j, (name, text, sm)) in jobs.iter().enumerate() {
-        let (ok, msg) = ptxas::assemble(&ptxas, &dir, &j.to_string(), sm, &[], text);
-        if !ok {
-            rejected.push(format!("{name} ({sm}): ptxas rejected it: {msg}"));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "ptxas assembled {} of {}",
-        jobs.len() - rejected.len(),
-        jobs.len()
-    );
-    assert!(rejected.is_empty(), "{}", rejected.join("\n"));
+    ptxas::assemble_jobs("strided", &jobs);
 }

@@ -15,7 +15,6 @@ mod ptxas;
 mod wgmma_target;
 
 use causal::{probabilities, score_gradient};
-use ptxas::ptxas;
 use wgmma_target::wgmma_target;
 
 #[test]
@@ -57,23 +56,5 @@ fn products_leaving_zero_steps_out_assemble() {
         skipping >= programs.len(),
         "each program's products leave steps out"
     );
-    let Some(ptxas) = ptxas() else {
-        println!("ptxas not found (cargo xtask test installs it): PTX text only");
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("kiln-ptx-zero-steps-{}", std::process::id()));
-    let mut rejected = Vec::new();
-    for (j, (name, text, sm)) in jobs.iter().enumerate() {
-        let (ok, msg) = ptxas::assemble(&ptxas, &dir, &j.to_string(), sm, &[], text);
-        if !ok {
-            rejected.push(format!("{name} ({sm}): ptxas rejected it: {msg}"));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "ptxas assembled {} of {}",
-        jobs.len() - rejected.len(),
-        jobs.len()
-    );
-    assert!(rejected.is_empty(), "{}", rejected.join("\n"));
+    ptxas::assemble_jobs("zero-steps", &jobs);
 }

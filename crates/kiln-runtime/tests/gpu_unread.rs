@@ -8,8 +8,7 @@
 //! both where the mask hides the scores and where it shows them.
 
 use kiln_ir::{Func, Literal};
-use kiln_kernel::gpu::ir::{GpuProgram, MapKind, Stmt};
-use kiln_kernel::gpu::plan::DeviceStep;
+use kiln_kernel::gpu::ir::MapKind;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::compile_and_run;
 
@@ -17,40 +16,13 @@ mod planned;
 mod products;
 mod unread;
 
-use planned::{planned, random_args};
+use planned::{plan_notes, programs, random_args};
 use products::wgmma_target;
 use unread::two_readers;
 
-/// The kernel steps of `f`'s device plan for `target`.
-fn programs(f: &Func, target: &TargetInfo) -> Vec<GpuProgram> {
-    let plan = planned(f, target).expect("plans");
-    plan.steps
-        .into_iter()
-        .filter_map(|s| match s {
-            DeviceStep::Kernel(k) => Some(k.program),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The notes of `f`'s plan for `target` that say a product leaves its unread tiles out.
 fn skip_notes(f: &Func, target: &TargetInfo) -> Vec<String> {
-    fn walk(body: &[Stmt], notes: &mut Vec<String>) {
-        for s in body {
-            match s {
-                Stmt::Note(n) if n.starts_with("product unread where") => notes.push(n.clone()),
-                Stmt::For { body, .. } | Stmt::If { body, .. } => walk(body, notes),
-                _ => {}
-            }
-        }
-    }
-    let mut notes = Vec::new();
-    for p in programs(f, target) {
-        for l in &p.launches {
-            walk(&l.body, &mut notes);
-        }
-    }
-    notes
+    plan_notes(f, target, &|n| n.starts_with("product unread where"))
 }
 
 /// `f` on the emulator of `target` with `args`, against the reference interpreter: the

@@ -10,8 +10,6 @@
 //! contractions past the sum tree's first level (its flushes replayed).
 
 use kiln_ir::{Func, Literal};
-use kiln_kernel::gpu::ir::{GpuProgram, Stmt};
-use kiln_kernel::gpu::plan::DeviceStep;
 use kiln_kernel::target::TargetInfo;
 use kiln_runtime::gpu_emu::compile_and_run;
 
@@ -20,39 +18,12 @@ mod planned;
 mod products;
 
 use causal::{probabilities, score_gradient};
-use planned::{planned, random_args};
+use planned::{plan_notes, random_args};
 use products::wgmma_target;
-
-/// The kernel steps of `f`'s device plan for `target`.
-fn programs(f: &Func, target: &TargetInfo) -> Vec<GpuProgram> {
-    let plan = planned(f, target).expect("plans");
-    plan.steps
-        .into_iter()
-        .filter_map(|s| match s {
-            DeviceStep::Kernel(k) => Some(k.program),
-            _ => None,
-        })
-        .collect()
-}
 
 /// The notes of `f`'s plan for `target` about zero steps.
 fn zero_notes(f: &Func, target: &TargetInfo) -> Vec<String> {
-    fn walk(body: &[Stmt], notes: &mut Vec<String>) {
-        for s in body {
-            match s {
-                Stmt::Note(n) if n.contains(" zero where ") => notes.push(n.clone()),
-                Stmt::For { body, .. } | Stmt::If { body, .. } => walk(body, notes),
-                _ => {}
-            }
-        }
-    }
-    let mut notes = Vec::new();
-    for p in programs(f, target) {
-        for l in &p.launches {
-            walk(&l.body, &mut notes);
-        }
-    }
-    notes
+    plan_notes(f, target, &|n| n.contains(" zero where "))
 }
 
 /// `f` on the emulator of `target` with `args` against the reference interpreter: under the

@@ -1,5 +1,6 @@
-//! Where the tests find ptxas, shared by the PTX tests (`ptx.rs`, `ptx_tma.rs`) and the pack's
-//! GPU test (`tests/gpu_pack.rs`, by path).
+//! Where the tests find ptxas and how they assemble kernels with it, shared by the PTX tests
+//! (`ptx.rs`, `ptx_tma.rs`, `ptx_strided.rs`, ...) and the pack's GPU test
+//! (`tests/gpu_pack.rs`, by path).
 
 use std::path::{Path, PathBuf};
 
@@ -48,4 +49,30 @@ pub fn assemble(
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Assembles every job `(name, PTX text, sm)` with ptxas (in a scratch directory named after
+/// `label`), prints how many it took, and fails with each rejected kernel's name and ptxas's
+/// message; without ptxas (outside CI) only says so.
+#[allow(dead_code)]
+pub fn assemble_jobs(label: &str, jobs: &[(String, String, String)]) {
+    let Some(ptxas) = ptxas() else {
+        println!("ptxas not found (cargo xtask test installs it): PTX text only");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kiln-ptx-{label}-{}", std::process::id()));
+    let mut rejected = Vec::new();
+    for (j, (name, text, sm)) in jobs.iter().enumerate() {
+        let (ok, msg) = assemble(&ptxas, &dir, &j.to_string(), sm, &[], text);
+        if !ok {
+            rejected.push(format!("{name} ({sm}): ptxas rejected it: {msg}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "ptxas assembled {} of {}",
+        jobs.len() - rejected.len(),
+        jobs.len()
+    );
+    assert!(rejected.is_empty(), "{}", rejected.join("\n"));
 }

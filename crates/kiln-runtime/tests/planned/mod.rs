@@ -3,7 +3,8 @@
 
 use kiln_ir::random::{Rng, random_literal, random_literal_with_specials};
 use kiln_ir::{DType, Func, Literal};
-use kiln_kernel::gpu::plan::{DevicePlan, device_plan};
+use kiln_kernel::gpu::ir::{GpuProgram, Stmt};
+use kiln_kernel::gpu::plan::{DevicePlan, DeviceStep, device_plan};
 use kiln_kernel::target::TargetInfo;
 
 /// `f` lowered with the default options and planned for `target`: its device plan, or the
@@ -46,4 +47,39 @@ pub fn indexed_args(f: &Func, seed: u64, range: usize, stray: bool) -> Vec<Liter
             }
         })
         .collect()
+}
+
+/// The kernel steps' programs of `f`'s device plan for `target`.
+#[allow(dead_code)]
+pub fn programs(f: &Func, target: &TargetInfo) -> Vec<GpuProgram> {
+    let plan = planned(f, target).expect("plans");
+    plan.steps
+        .into_iter()
+        .filter_map(|s| match s {
+            DeviceStep::Kernel(k) => Some(k.program),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The notes of `f`'s plan for `target` (in its launches' bodies, at any depth) that `keep`
+/// accepts.
+#[allow(dead_code)]
+pub fn plan_notes(f: &Func, target: &TargetInfo, keep: &dyn Fn(&str) -> bool) -> Vec<String> {
+    fn walk(body: &[Stmt], keep: &dyn Fn(&str) -> bool, notes: &mut Vec<String>) {
+        for s in body {
+            match s {
+                Stmt::Note(n) if keep(n) => notes.push(n.clone()),
+                Stmt::For { body, .. } | Stmt::If { body, .. } => walk(body, keep, notes),
+                _ => {}
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    for p in programs(f, target) {
+        for l in &p.launches {
+            walk(&l.body, keep, &mut notes);
+        }
+    }
+    notes
 }
