@@ -339,6 +339,20 @@ pub(super) fn flushes(
     dtype: DType,
     before: &[Stmt],
 ) -> Vec<Stmt> {
+    flushes_where(acc, (sums, dtype), before, &|period| {
+        Sc::eq(Sc::modulo(done.clone(), c(period)), c(0))
+    })
+}
+
+/// Each level's flush of [`flushes`] (`before`, then each accumulator of level `l - 1` added
+/// into its own of level `l` and restarted at zero), lowest level first, under the condition
+/// `when` gives for the level's period (`leaf · fanout^(l-1)` terms).
+pub(super) fn flushes_where(
+    acc: &[Vec<usize>],
+    (sums, dtype): (SumTree, DType),
+    before: &[Stmt],
+    when: &dyn Fn(usize) -> Sc,
+) -> Vec<Stmt> {
     let mut out = Vec::new();
     let mut period = sums.leaf;
     for l in 1..acc.len() {
@@ -353,7 +367,7 @@ pub(super) fn flushes(
             flush.push(zero(below, dtype));
         }
         out.push(Stmt::If {
-            cond: Sc::eq(Sc::modulo(done.clone(), c(period)), c(0)),
+            cond: when(period),
             body: flush,
         });
         period *= sums.fanout.max(2);

@@ -323,27 +323,10 @@ impl ZeroSteps<'_> {
             Sc::quot(Sc::plus(Sc::Reg(ke), c(step - 1)), c(step)),
             c(step),
         );
-        let mut out = Vec::new();
-        let mut period = sums.leaf;
-        for l in 1..acc.len() {
-            let mut flush = before.to_vec();
-            for (&up, &below) in acc[l].iter().zip(&acc[l - 1]) {
-                flush.push(Stmt::Combine {
-                    acc: up,
-                    value: below,
-                    kind: Combiner::Add,
-                    dtype,
-                });
-                flush.push(super::staging::zero(below, dtype));
-            }
-            // A multiple of the period among the ends of the stages not run.
-            out.push(Stmt::If {
-                cond: Sc::lt(Sc::quot(ran.clone(), c(period)), c(end / period)),
-                body: flush,
-            });
-            period *= sums.fanout.max(2);
-        }
-        out
+        // A multiple of the period among the ends of the stages not run.
+        super::tiled::flushes_where(acc, (sums, dtype), before, &|period| {
+            Sc::lt(Sc::quot(ran.clone(), c(period)), c(end / period))
+        })
     }
 }
 
