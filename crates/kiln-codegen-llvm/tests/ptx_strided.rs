@@ -5,7 +5,6 @@
 //! strides keep or break 16-byte copies; rendered for sm_80 and sm_90 (sm_90a for
 //! warpgroups) and assembled by ptxas.
 
-use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_kernel::target::TargetInfo;
 
 mod ptxas;
@@ -32,23 +31,6 @@ fn strided_products_assemble() {
         (sliced((40, 48, 72), (1, 1), (1, 1), ("f32", "f32")), &h200),
         (sliced((40, 48, 72), (1, 3), (8, 8), ("bf16", "f32")), &h200),
     ];
-    let opts = kiln_kernel::Options::default();
-    let mut jobs = Vec::new();
-    for (i, (src, target)) in programs.iter().enumerate() {
-        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
-        for (name, p) in mapped_kernels(&f, &opts, target).unwrap() {
-            let p = p.unwrap_or_else(|e| panic!("program {i} {name}: not mapped: {e}"));
-            let sms = if p.launches.iter().any(|l| l.uses_wgmma()) {
-                vec![PtxTarget::sm90a()]
-            } else {
-                vec![PtxTarget::sm80(), PtxTarget::sm90()]
-            };
-            for sm in sms {
-                let text = program_ptx(&p, &sm)
-                    .unwrap_or_else(|e| panic!("program {i} {name} ({}): {e}", sm.sm));
-                jobs.push((format!("program {i} {name}"), text, sm.sm.clone()));
-            }
-        }
-    }
+    let (jobs, _) = ptxas::ptx_jobs(&programs, "");
     ptxas::assemble_jobs("strided", &jobs);
 }

@@ -4,7 +4,6 @@
 //! and through TMA; rendered for sm_80 and sm_90 (sm_90a for warpgroups) and assembled by
 //! ptxas.
 
-use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_kernel::target::TargetInfo;
 
 mod ptxas;
@@ -32,26 +31,7 @@ fn products_leaving_unread_tiles_out_assemble() {
         (two_readers(1, 2, 128, 64, "bf16"), &wg),
         (two_readers(1, 1, 256, 64, "bf16"), &tma),
     ];
-    let mut skipping = 0;
-    let opts = kiln_kernel::Options::default();
-    let mut jobs = Vec::new();
-    for (i, (src, target)) in programs.iter().enumerate() {
-        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
-        for (name, p) in mapped_kernels(&f, &opts, target).unwrap() {
-            let p = p.unwrap_or_else(|e| panic!("program {i} {name}: not mapped: {e}"));
-            skipping += usize::from(format!("{p:?}").contains("product unread where"));
-            let sms = if p.launches.iter().any(|l| l.uses_wgmma()) {
-                vec![PtxTarget::sm90a()]
-            } else {
-                vec![PtxTarget::sm80(), PtxTarget::sm90()]
-            };
-            for sm in sms {
-                let text = program_ptx(&p, &sm)
-                    .unwrap_or_else(|e| panic!("program {i} {name} ({}): {e}", sm.sm));
-                jobs.push((format!("program {i} {name}"), text, sm.sm.clone()));
-            }
-        }
-    }
+    let (jobs, skipping) = ptxas::ptx_jobs(&programs, "product unread where");
     assert_eq!(
         skipping,
         programs.len(),

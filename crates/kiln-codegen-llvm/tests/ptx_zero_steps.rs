@@ -5,7 +5,6 @@
 //! (rings of 2 and 3 stages); rendered for sm_80 and sm_90 (sm_90a for warpgroups) and
 //! assembled by ptxas.
 
-use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
 use kiln_kernel::target::TargetInfo;
 
 #[path = "../../kiln-runtime/tests/causal/mod.rs"]
@@ -31,27 +30,7 @@ fn products_leaving_zero_steps_out_assemble() {
         (score_gradient(1, 2, 128, 64, "bf16"), &wg2),
         (score_gradient(1, 1, 320, 64, "bf16"), &wg3),
     ];
-    let mut skipping = 0;
-    let opts = kiln_kernel::Options::default();
-    let mut jobs = Vec::new();
-    for (i, (src, target)) in programs.iter().enumerate() {
-        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
-        for (name, p) in mapped_kernels(&f, &opts, target).unwrap() {
-            let p = p.unwrap_or_else(|e| panic!("program {i} {name}: not mapped: {e}"));
-            skipping +=
-                usize::from(format!("{p:?}").contains("left out where checked at run time"));
-            let sms = if p.launches.iter().any(|l| l.uses_wgmma()) {
-                vec![PtxTarget::sm90a()]
-            } else {
-                vec![PtxTarget::sm80(), PtxTarget::sm90()]
-            };
-            for sm in sms {
-                let text = program_ptx(&p, &sm)
-                    .unwrap_or_else(|e| panic!("program {i} {name} ({}): {e}", sm.sm));
-                jobs.push((format!("program {i} {name}"), text, sm.sm.clone()));
-            }
-        }
-    }
+    let (jobs, skipping) = ptxas::ptx_jobs(&programs, "left out where checked at run time");
     assert!(
         skipping >= programs.len(),
         "each program's products leave steps out"

@@ -76,3 +76,34 @@ pub fn assemble_jobs(label: &str, jobs: &[(String, String, String)]) {
     );
     assert!(rejected.is_empty(), "{}", rejected.join("\n"));
 }
+
+/// The PTX of every kernel step of each `(program text, target)` (mapped with the default
+/// options; sm_90a for launches on warpgroups, else sm_80 and sm_90) as jobs for
+/// [`assemble_jobs`], and how many steps' programs mention `note`.
+#[allow(dead_code)]
+pub fn ptx_jobs(
+    programs: &[(String, &kiln_kernel::target::TargetInfo)],
+    note: &str,
+) -> (Vec<(String, String, String)>, usize) {
+    use kiln_codegen_llvm::ptx::{PtxTarget, mapped_kernels, program_ptx};
+    let opts = kiln_kernel::Options::default();
+    let (mut jobs, mut noted) = (Vec::new(), 0);
+    for (i, (src, target)) in programs.iter().enumerate() {
+        let f = kiln_ir::parse_func_text(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        for (name, p) in mapped_kernels(&f, &opts, target).unwrap() {
+            let p = p.unwrap_or_else(|e| panic!("program {i} {name}: not mapped: {e}"));
+            noted += usize::from(format!("{p:?}").contains(note));
+            let sms = if p.launches.iter().any(|l| l.uses_wgmma()) {
+                vec![PtxTarget::sm90a()]
+            } else {
+                vec![PtxTarget::sm80(), PtxTarget::sm90()]
+            };
+            for sm in sms {
+                let text = program_ptx(&p, &sm)
+                    .unwrap_or_else(|e| panic!("program {i} {name} ({}): {e}", sm.sm));
+                jobs.push((format!("program {i} {name}"), text, sm.sm.clone()));
+            }
+        }
+    }
+    (jobs, noted)
+}
