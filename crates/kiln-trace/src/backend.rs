@@ -338,9 +338,21 @@ pub fn compile_cached_with(
     donated: &[bool],
     opts: &Options,
 ) -> Result<Arc<dyn Executable>> {
+    compile_cached_text(f, &kiln_ir::print_func(f), donated, opts)
+}
+
+/// [`compile_cached_with`] for `f` whose text ([`kiln_ir::print_func`]) is `text`: a caller
+/// that runs one function many times keeps its text instead of printing it on every call
+/// (the eager transforms' derived functions, see `kiln`'s `transformed` module).
+pub fn compile_cached_text(
+    f: &Func,
+    text: &str,
+    donated: &[bool],
+    opts: &Options,
+) -> Result<Arc<dyn Executable>> {
     let b = backend()?;
     let mask: String = donated.iter().map(|&d| if d { 'd' } else { '-' }).collect();
-    let key = format!("{}\n{opts:?}\n{mask}\n{}", b.name(), kiln_ir::print_func(f));
+    let key = format!("{}\n{opts:?}\n{mask}\n{text}", b.name());
     // The first caller for a key inserts its slot and compiles; callers that come while it
     // compiles wait for its outcome, an error included. A failed compile leaves the cache, so
     // a later call tries again.

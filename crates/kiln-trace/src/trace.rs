@@ -529,6 +529,29 @@ pub fn custom_rule(xs: &[Tensor], ys: &[Tensor], bwd: Func, loc: Loc) -> Vec<Ten
 
 /// Applies a function to tensors: inlines it when tracing, compiles and runs it otherwise.
 pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> {
+    call_text(f, None, args, user_op, loc)
+}
+
+/// [`call`] for `f` whose text ([`kiln_ir::print_func`]) is `text`: run on values, it is
+/// compiled (or found compiled) under that text, not printed again (see
+/// [`crate::backend::compile_cached_text`]).
+pub fn call_printed(
+    f: &Func,
+    text: &str,
+    args: &[&Tensor],
+    user_op: &str,
+    loc: Loc,
+) -> Vec<Tensor> {
+    call_text(f, Some(text), args, user_op, loc)
+}
+
+fn call_text(
+    f: &Func,
+    text: Option<&str>,
+    args: &[&Tensor],
+    user_op: &str,
+    loc: Loc,
+) -> Vec<Tensor> {
     let n = f.outputs.len();
     if let Some(e) = args.iter().find_map(|t| t.error()) {
         return vec![Tensor::failed(e.clone()); n];
@@ -560,7 +583,11 @@ pub fn call(f: &Func, args: &[&Tensor], user_op: &str, loc: Loc) -> Vec<Tensor> 
         Ok(l) => l,
         Err(e) => return vec![Tensor::failed(e); n],
     };
-    let run = crate::backend::compile_cached(f).and_then(|exe| exe.run(&lits));
+    let exe = match text {
+        Some(t) => crate::backend::compile_cached_text(f, t, &[], &crate::backend::options()),
+        None => crate::backend::compile_cached(f),
+    };
+    let run = exe.and_then(|exe| exe.run(&lits));
     match run {
         Ok(outs) => outs.into_iter().map(Tensor::new).collect(),
         Err(e) => vec![

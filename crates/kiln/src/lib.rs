@@ -42,6 +42,7 @@ mod scan;
 pub mod spmd;
 pub mod testing;
 pub mod train;
+mod transformed;
 mod transforms;
 mod vmap;
 

@@ -6,6 +6,7 @@
 //! `jit(|p| grad(loss)(p))`).
 
 use crate::backend::{Executable, Options, compile_cached_with, compile_uncached, options};
+use crate::transformed::Derived;
 use crate::{Device, Error, Result, Tensor, Tree};
 use kiln_ir::{Func, Loc};
 use kiln_trace::DeviceArg;
@@ -67,15 +68,19 @@ fn ad_error(op: &str, e: kiln_autodiff::Error, loc: Loc) -> Error {
 }
 
 /// Applies a transformed function to `x`'s leaves and the captures.
+/// `g` is a derived function (run under its kept text) or the traced function itself.
 fn apply_transformed(
-    g: &Func,
+    g: Result<&Derived, &Func>,
     leaves: &[Tensor],
     captures: &[Tensor],
     op: &str,
     loc: Loc,
 ) -> Result<Vec<Tensor>> {
     let args: Vec<&Tensor> = leaves.iter().chain(captures).collect();
-    let outs = call(g, &args, op, loc);
+    let outs = match g {
+        Ok(d) => d.call(&args, op, loc),
+        Err(f) => call(f, &args, op, loc),
+    };
     if let Some(e) = outs.iter().find_map(|t| t.error()) {
         return Err(e.clone());
     }
@@ -122,9 +127,16 @@ fn value_and_grad_at<I: Tree, A: Tree>(
         true,
     )?;
     let wrt: Vec<usize> = (0..leaves.len()).collect();
-    let g = kiln_autodiff::value_and_grad_with_rules(&traced.func, &wrt, true, &traced.custom)
-        .map_err(|e| ad_error("grad", e, loc))?;
-    let outs = apply_transformed(&g, &leaves, &traced.captures, "grad", loc)?;
+    let key = crate::transformed::key(
+        &format!("value_and_grad of {wrt:?}"),
+        &traced.func,
+        &traced.custom,
+    );
+    let g = crate::transformed::derived(key, || {
+        kiln_autodiff::value_and_grad_with_rules(&traced.func, &wrt, true, &traced.custom)
+    })
+    .map_err(|e| ad_error("grad", e, loc))?;
+    let outs = apply_transformed(Ok(&g), &leaves, &traced.captures, "grad", loc)?;
     let n_aux = aux_t.leaf_vec().len();
     let value = outs[0].clone();
     let aux = aux_t.with_leaves(&outs[1..1 + n_aux]);
@@ -198,9 +210,12 @@ pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, Pullback<
     let leaves = leaves_of(x, "vjp", loc)?;
     let (traced, out_t) = trace_tree("f", x, f, loc, true)?;
     let wrt: Vec<usize> = (0..leaves.len()).collect();
-    let v = kiln_autodiff::vjp_with_rules(&traced.func, &wrt, &traced.custom)
-        .map_err(|e| ad_error("vjp", e, loc))?;
-    let outs = apply_transformed(&traced.func, &leaves, &traced.captures, "vjp", loc)?;
+    let key = crate::transformed::key(&format!("vjp of {wrt:?}"), &traced.func, &traced.custom);
+    let v = crate::transformed::derived(key, || {
+        kiln_autodiff::vjp_with_rules(&traced.func, &wrt, &traced.custom)
+    })
+    .map_err(|e| ad_error("vjp", e, loc))?;
+    let outs = apply_transformed(Err(&traced.func), &leaves, &traced.captures, "vjp", loc)?;
     let primal = out_t.with_leaves(&outs);
     let pullback = Pullback {
         func: v,
@@ -231,7 +246,7 @@ pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, Pullback<
 pub struct Pullback<I, O> {
     /// The VJP function: the traced function's parameters (leaves, captures), then one
     /// cotangent per output; its results: the outputs, then one cotangent per leaf.
-    func: kiln_ir::Func,
+    func: Arc<Derived>,
     leaves: Vec<Tensor>,
     captures: Vec<Tensor>,
     x: I,
@@ -281,7 +296,7 @@ impl<I: Tree, O: Tree> Pullback<I, O> {
         args.extend(self.captures.iter().cloned());
         args.extend(cts);
         let refs: Vec<&Tensor> = args.iter().collect();
-        let res = call(&self.func, &refs, "pullback", loc);
+        let res = self.func.call(&refs, "pullback", loc);
         if let Some(e) = res.iter().find_map(|t| t.error()) {
             return Err(e.clone());
         }
@@ -328,13 +343,15 @@ pub fn jvp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I, t: &I) -> Result<(O, O)
         });
     }
     let wrt: Vec<usize> = (0..leaves.len()).collect();
-    let j = kiln_autodiff::jvp(&traced.func, &wrt).map_err(|e| ad_error("jvp", e, loc))?;
+    let key = crate::transformed::key(&format!("jvp of {wrt:?}"), &traced.func, &traced.custom);
+    let j = crate::transformed::derived(key, || kiln_autodiff::jvp(&traced.func, &wrt))
+        .map_err(|e| ad_error("jvp", e, loc))?;
     // jvp's parameters: the traced function's (leaves, captures), then the tangents.
     let mut args: Vec<Tensor> = leaves;
     args.extend(traced.captures.iter().cloned());
     args.extend(tangents);
     let refs: Vec<&Tensor> = args.iter().collect();
-    let res = call(&j, &refs, "jvp", loc);
+    let res = j.call(&refs, "jvp", loc);
     if let Some(e) = res.iter().find_map(|t| t.error()) {
         return Err(e.clone());
     }
