@@ -240,10 +240,18 @@ fn mlp_train_step(batch: usize) -> Result<Timing, String> {
 
 /// Times `step` (an eager MLP step) from `args`, carrying the parameters, after checking its
 /// first result with `agree`.
-fn eager_mlp(name: &str, step: MlpStep, agree: MlpCheck, args: MlpArgs) -> Result<Timing, String> {
+/// An eager MLP step taking its arguments: it may step the parameters in place.
+type MlpStepOwned = fn(MlpArgs) -> (Mlp, Tensor);
+
+fn eager_mlp(
+    name: &str,
+    step: MlpStepOwned,
+    agree: MlpCheck,
+    args: MlpArgs,
+) -> Result<Timing, String> {
     // The first call (the gradient's compile) is timed here: it is the one checked.
     let t = Instant::now();
-    let got = step(&args);
+    let got = step(args.clone());
     got.1.item().map_err(|e| e.to_string())?;
     let first = t.elapsed().as_secs_f64();
     let checked = args.clone();
@@ -251,7 +259,7 @@ fn eager_mlp(name: &str, step: MlpStep, agree: MlpCheck, args: MlpArgs) -> Resul
     let mut state = Some(m);
     let t = time(|| {
         let m = state.take().expect("carried");
-        let (m, l) = step(&(m, s.clone(), x.clone(), y.clone()));
+        let (m, l) = step((m, s.clone(), x.clone(), y.clone()));
         let l = l.item().map_err(|e| e.to_string())?;
         state = Some(m);
         Ok(l)
@@ -266,9 +274,29 @@ fn eager_mlp(name: &str, step: MlpStep, agree: MlpCheck, args: MlpArgs) -> Resul
 
 /// `mlp_train_step` without `jit`, as a user's eager loop runs it: the gradient comes from
 /// `value_and_grad` (which compiles the gradient function once per signature) and the update
-/// runs op by op.
+/// runs op by op, into the parameters the optimizer is handed (`Sgd::step`, as PyTorch's
+/// `optimizer.step()` updates its parameters in place).
 fn mlp_train_step_eager(batch: usize) -> Result<Timing, String> {
-    eager_mlp("mlp_train_step_eager", mlp_step, agrees, mlp_args(batch)?)
+    eager_mlp(
+        "mlp_train_step_eager",
+        mlp_step_eager,
+        agrees,
+        mlp_args(batch)?,
+    )
+}
+
+/// [`mlp_step`] with the parameters handed to the optimizer, which writes the step into them
+/// where nothing else holds them.
+fn mlp_step_eager((m, s, x, y): MlpArgs) -> (Mlp, Tensor) {
+    let opt = Sgd::new(0.01);
+    let (l, g) = match value_and_grad(|m: &Mlp| cross_entropy(&m.forward(&x), &y), &m) {
+        Ok(r) => r,
+        Err(e) => return (m, Tensor::failed(e)),
+    };
+    match opt.step(m, &g, s) {
+        Ok((m, _)) => (m, l),
+        Err(e) => (g, Tensor::failed(e)),
+    }
 }
 
 /// The MLP step with the gradient written out by hand (as the NumPy peer writes it): the
@@ -314,7 +342,7 @@ fn mlp_step_by_hand((m, _, x, y): &MlpArgs) -> (Mlp, Tensor) {
 fn mlp_train_step_eager_ops(batch: usize) -> Result<Timing, String> {
     eager_mlp(
         "mlp_train_step_eager_ops",
-        mlp_step_by_hand,
+        |a| mlp_step_by_hand(&a),
         agrees_loosely,
         mlp_args(batch)?,
     )

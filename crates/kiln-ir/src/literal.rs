@@ -568,6 +568,22 @@ impl Literal {
         &self.data
     }
 
+    /// The elements of an `f32` literal, to change in place (their type and count stay).
+    pub fn f32s_mut(&mut self) -> Option<&mut [f32]> {
+        match &mut self.data {
+            Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The elements of an `f64` literal, to change in place (their type and count stay).
+    pub fn f64s_mut(&mut self) -> Option<&mut [f64]> {
+        match &mut self.data {
+            Data::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.data.len()

@@ -247,24 +247,60 @@ impl Tensor {
     #[track_caller]
     pub fn sub_scaled(&self, other: &Tensor, alpha: f64) -> Tensor {
         let s = other.weak_float_scalar(alpha);
+        if let Some(out) = self
+            .eager_scale(other, &s)
+            .and_then(|s| crate::eager::sub_scaled(self.literal()?, other.literal()?, s))
+        {
+            return Tensor::new(out);
+        }
+        self.sub(&other.mul(&s))
+    }
+
+    /// [`Tensor::sub_scaled`] written into this tensor's own storage where nothing else holds
+    /// it: an eager `f32` or `f64` tensor on the CPU with no clone or view of it alive (as
+    /// PyTorch's `p.add_(g, alpha=-lr)`), so that no buffer is taken for the result. Elsewhere
+    /// (shared, other dtypes, traced) it is `sub_scaled`; the elements are the same either way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_trace::Tensor;
+    /// let p = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+    /// let g = Tensor::from_vec(vec![10.0f32, -20.0, 0.5], [3]).unwrap();
+    /// let want = p.sub_scaled(&g, 0.1).to_vec::<f32>().unwrap();
+    /// assert_eq!(p.sub_scaled_owned(&g, 0.1).to_vec::<f32>().unwrap(), want);
+    /// ```
+    #[track_caller]
+    pub fn sub_scaled_owned(mut self, other: &Tensor, alpha: f64) -> Tensor {
+        let s = other.weak_float_scalar(alpha);
+        if let Some(v) = self.eager_scale(other, &s)
+            && let Some(g) = other.literal()
+            && let Some(p) = self.unshared_literal_mut()
+            && crate::eager::sub_scaled_in_place(p, g, v)
+        {
+            return self;
+        }
+        self.sub_scaled(other, alpha)
+    }
+
+    /// `s` (a weak scalar) in `other`'s dtype, where `self - other * s` runs as one eager pass:
+    /// both eager on the CPU, of one float dtype and shape, that `s` does not promote.
+    fn eager_scale(&self, other: &Tensor, s: &Tensor) -> Option<f64> {
         let d = other.dtype();
-        if !crate::trace::tracing()
+        let eager = !crate::trace::tracing()
             && d.is_float()
             && self.dtype() == d
             && promote_types(d, s.dtype()) == d
             && self.shape() == other.shape()
             && [self, other]
                 .iter()
-                .all(|t| t.error().is_none() && !t.is_traced() && t.device() == Device::Cpu)
-            && let Some(out) = s
-                .cast(d)
-                .literal()
-                .and_then(|s| s.to_f64s().first().copied())
-                .and_then(|s| crate::eager::sub_scaled(self.literal()?, other.literal()?, s))
-        {
-            return Tensor::new(out);
+                .all(|t| t.error().is_none() && !t.is_traced() && t.device() == Device::Cpu);
+        if !eager {
+            return None;
         }
-        self.sub(&other.mul(&s))
+        s.cast(d)
+            .literal()
+            .and_then(|s| s.to_f64s().first().copied())
     }
 
     /// Elementwise product with broadcasting.

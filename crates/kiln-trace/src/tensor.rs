@@ -411,6 +411,15 @@ impl Tensor {
         }
     }
 
+    /// The values of an eager tensor that nothing else holds (no clone, view or trace shares
+    /// it), to change in place.
+    pub(crate) fn unshared_literal_mut(&mut self) -> Option<&mut Literal> {
+        match Arc::get_mut(&mut self.0)? {
+            Repr::Eager(l) => Some(l),
+            _ => None,
+        }
+    }
+
     /// The value, or the error that made this tensor fail, or an error if it is symbolic.
     ///
     /// # Examples

@@ -158,30 +158,82 @@ impl Sgd {
     ) -> Result<(P, SgdState<P>)> {
         let mut out = zip_leaves(&[params, grads, &state.velocity], |x| {
             let (p, g, v) = (x[0], x[1], x[2]);
-            let g = if self.weight_decay != 0.0 {
-                g + &(p * self.weight_decay)
-            } else {
-                g.clone()
-            };
-            // Plain SGD (no momentum) has no velocity: the state passes through unchanged, so
-            // a compiled step does not have to write the gradients out.
-            let (v, step) = if self.momentum == 0.0 {
-                (v.clone(), g)
-            } else {
-                let v = &(v * self.momentum) + &g;
-                let step = if self.nesterov {
-                    &g + &(&v * self.momentum)
-                } else {
-                    v.clone()
-                };
-                (v, step)
-            };
+            let (step, v) = self.step_of(p, g, v);
             // `p - step * lr`: one pass over eager tensors (as PyTorch's `p.add_(g, alpha=-lr)`),
             // the two ops in a trace.
             vec![p.sub_scaled(&step, self.lr), v]
         })?;
         let v = out.pop().expect("two outputs");
         Ok((out.pop().expect("two outputs"), SgdState { velocity: v }))
+    }
+
+    /// [`Sgd::update`] taking the parameters by value, as PyTorch's in-place `optimizer.step()`
+    /// works: where a parameter is an eager `f32` or `f64` tensor that nothing else holds (no
+    /// clone or view of it alive), its step is written into its own storage, so that an eager
+    /// training loop keeps one copy of its parameters instead of two and takes no buffer for
+    /// the new ones. Elsewhere (shared, other dtypes, traced) the step is `update`'s; the
+    /// values are `update`'s either way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, optim::Sgd};
+    /// let opt = Sgd::new(0.5);
+    /// let p = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// let g = Tensor::from_vec(vec![1.0f32, -1.0], [2]).unwrap();
+    /// let s = opt.init(&p);
+    /// let (want, _) = opt.update(&p, &g, &s).unwrap();
+    /// let (p, s) = opt.step(p, &g, s).unwrap();
+    /// assert_eq!(p.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap()); // [0.5, 2.5]
+    /// ```
+    #[track_caller]
+    pub fn step<P: Tree>(
+        &self,
+        params: P,
+        grads: &P,
+        state: SgdState<P>,
+    ) -> Result<(P, SgdState<P>)> {
+        // Each parameter's step (`update`'s, but for the last subtraction) and new velocity.
+        let mut out = zip_leaves(&[&params, grads, &state.velocity], |x| {
+            let (p, g, v) = (x[0], x[1], x[2]);
+            let (step, v) = self.step_of(p, g, v);
+            vec![step, v]
+        })?;
+        let v = out.pop().expect("two outputs");
+        let steps = out.pop().expect("two outputs");
+        drop(state);
+        // The parameters' leaves taken out of the tree, so that each is held once.
+        let leaves: Vec<Tensor> = params.leaf_vec().into_iter().cloned().collect();
+        let shell = params.map_leaves(&mut |_| Tensor::scalar(0.0f32));
+        drop(params);
+        let new: Vec<Tensor> = leaves
+            .into_iter()
+            .zip(steps.leaf_vec())
+            .map(|(p, step)| p.sub_scaled_owned(step, self.lr))
+            .collect();
+        Ok((shell.with_leaves(&new), SgdState { velocity: v }))
+    }
+
+    /// The step a parameter `p` with gradient `g` and velocity `v` takes (to be multiplied by
+    /// the learning rate and subtracted), and its new velocity.
+    fn step_of(&self, p: &Tensor, g: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        let g = if self.weight_decay != 0.0 {
+            g + &(p * self.weight_decay)
+        } else {
+            g.clone()
+        };
+        // Plain SGD (no momentum) has no velocity: the state passes through unchanged, so
+        // a compiled step does not have to write the gradients out.
+        if self.momentum == 0.0 {
+            return (g, v.clone());
+        }
+        let v = &(v * self.momentum) + &g;
+        let step = if self.nesterov {
+            &g + &(&v * self.momentum)
+        } else {
+            v.clone()
+        };
+        (step, v)
     }
 }
 

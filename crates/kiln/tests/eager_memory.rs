@@ -9,7 +9,7 @@
 use kiln::nn::Mlp;
 use kiln::optim::Sgd;
 use kiln::random::{key, normal};
-use kiln::{DType, Tensor};
+use kiln::{DType, Tensor, Tree};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -120,4 +120,105 @@ fn an_eager_optimizer_step_is_one_pass() {
 
 fn numel(t: &Tensor) -> usize {
     t.shape().iter().product()
+}
+
+#[test]
+fn an_owned_optimizer_step_writes_into_its_parameters() {
+    let (p, g) = (x(6), x(7));
+    let want = p.sub_scaled(&g, 0.01).to_vec::<f32>().unwrap();
+    let at = p.to_literal().unwrap().as_ptr();
+    let (p, bytes) = allocated(|| p.sub_scaled_owned(&g, 0.01));
+    assert!(bytes < 4096, "{bytes} bytes for a step in place");
+    assert_eq!(p.to_literal().unwrap().as_ptr(), at, "the same storage");
+    assert_eq!(p.to_vec::<f32>().unwrap(), want);
+
+    // SGD's owned step on a model takes no buffer for the new parameters (with Nesterov
+    // momentum and weight decay, the six ops before the step take one each), and its values
+    // are `update`'s.
+    let m = Mlp::new(&key(8), &[512, 1024, 256], DType::F32);
+    let grads = Mlp::new(&key(9), &[512, 1024, 256], DType::F32);
+    let params: usize = m
+        .layers
+        .iter()
+        .map(|l| 4 * (numel(&l.weight) + l.bias.as_ref().map_or(0, numel)))
+        .sum();
+    for sgd in [
+        Sgd::new(0.01),
+        Sgd {
+            momentum: 0.9,
+            weight_decay: 0.1,
+            nesterov: true,
+            ..Sgd::new(0.01)
+        },
+    ] {
+        let s = sgd.init(&m);
+        let (want, want_s) = sgd.update(&m, &grads, &s).unwrap();
+        // A copy of the model's values (not of its tensors), so that `m` stays the only holder.
+        let own = m.map_leaves(&mut |t| Tensor::new(t.to_literal().unwrap()));
+        let ((got, got_s), bytes) = allocated(|| sgd.step(own, &grads, s).unwrap());
+        let extra = if sgd.momentum == 0.0 { 0 } else { 6 * params };
+        assert!(
+            bytes < extra + params / 2,
+            "sgd {sgd:?}: {bytes} bytes for parameters of {params}"
+        );
+        for (a, b) in got.leaf_vec().into_iter().zip(want.leaf_vec()) {
+            assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        }
+        for (a, b) in got_s
+            .velocity
+            .leaf_vec()
+            .into_iter()
+            .zip(want_s.velocity.leaf_vec())
+        {
+            assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        }
+    }
+}
+
+#[test]
+fn an_owned_step_leaves_what_shares_its_parameters_alone() {
+    // A clone or a view of a parameter alive: the step takes a new buffer, and what shares the
+    // old one keeps its values.
+    let (p, g) = (x(10), x(11));
+    let old = p.to_vec::<f32>().unwrap();
+    let want = p.sub_scaled(&g, 0.5).to_vec::<f32>().unwrap();
+    let clone = p.clone();
+    let view = p.reshape(&[1024, (N / 1024) as isize]).transpose(&[1, 0]);
+    let p = p.sub_scaled_owned(&g, 0.5);
+    assert_eq!(p.to_vec::<f32>().unwrap(), want);
+    assert_eq!(clone.to_vec::<f32>().unwrap(), old);
+    drop(clone);
+    let back = view
+        .transpose(&[1, 0])
+        .reshape(&[(N / 1024) as isize, 1024]);
+    assert_eq!(back.to_vec::<f32>().unwrap(), old);
+    // With only a view left, the step still leaves the view's storage alone.
+    let p2 = x(10);
+    let view2 = p2.transpose(&[1, 0]);
+    let p2 = p2.sub_scaled_owned(&g, 0.5);
+    assert_eq!(p2.to_vec::<f32>().unwrap(), want);
+    assert_eq!(view2.transpose(&[1, 0]).to_vec::<f32>().unwrap(), old);
+    let want_view = view.sub_scaled(&view, 0.5).to_vec::<f32>().unwrap();
+    let q = view.clone().sub_scaled_owned(&view, 0.5);
+    assert_eq!(q.to_vec::<f32>().unwrap(), want_view);
+    // A step of the gradient itself: both operands are one tensor.
+    let g2 = g.clone();
+    let twice = g.sub_scaled(&g2, 2.0).to_vec::<f32>().unwrap();
+    assert_eq!(g.sub_scaled_owned(&g2, 2.0).to_vec::<f32>().unwrap(), twice);
+    assert_eq!(g2.to_vec::<f32>().unwrap(), x(11).to_vec::<f32>().unwrap());
+    // Other float dtypes step by `sub_scaled`, with its values.
+    let b = x(12).cast(DType::BF16);
+    let gb = x(13).cast(DType::BF16);
+    let want = b
+        .sub_scaled(&gb, 0.25)
+        .cast(DType::F32)
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(
+        b.sub_scaled_owned(&gb, 0.25)
+            .cast(DType::F32)
+            .to_vec::<f32>()
+            .unwrap(),
+        want
+    );
 }

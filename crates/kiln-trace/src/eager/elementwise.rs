@@ -6,7 +6,7 @@
 //! dtype itself, which gives the same bits: rounding the exact result once (here) or the f64
 //! result again (the reference) agree for these operations, as 53 >= 2 * 24 + 2.
 
-use super::{Elem, par_collect, vectorized, with_elem, with_float};
+use super::{Elem, par_chunks, par_collect, vectorized, with_elem, with_float};
 use kiln_ir::literal::convert_f64;
 use kiln_ir::{ComparisonDirection, DType, Data, Literal, Op, TensorType};
 use kiln_reference::scalar;
@@ -74,6 +74,47 @@ pub(super) fn sub_scaled(p: &Literal, g: &Literal, s: f64) -> Option<Data> {
         })?))
         }
     }
+}
+
+/// [`sub_scaled`] written into `p` (`f32` and `f64` only): whether it was.
+pub(super) fn sub_scaled_in_place(p: &mut Literal, g: &Literal, s: f64) -> bool {
+    if p.dtype() != g.dtype() || p.numel() != g.numel() {
+        return false;
+    }
+    let c = 2 * CHEAP;
+    match (g.data(), p.dtype()) {
+        (Data::F32(y), DType::F32) => {
+            let s = s as f32;
+            p.f32s_mut()
+                .is_some_and(|x| update2(x, y, c, |a: f32, b: f32| a - b * s))
+        }
+        (Data::F64(y), DType::F64) => p
+            .f64s_mut()
+            .is_some_and(|x| update2(x, y, c, |a: f64, b: f64| a - b * s)),
+        _ => false,
+    }
+}
+
+/// Each element `x` of `a` replaced by `f(x, y)`, `y` the element of `b` at its index (of one
+/// length): whether they were.
+fn update2<A: Elem, B: Elem>(
+    a: &mut [A],
+    b: &[B],
+    cost: usize,
+    f: impl Fn(A, B) -> A + Sync,
+) -> bool {
+    if b.len() != a.len() {
+        return false;
+    }
+    let work = a.len() * cost;
+    par_chunks(a, 1, work, |s, chunk| {
+        vectorized(|| {
+            for (x, &y) in chunk.iter_mut().zip(&b[s..]) {
+                *x = f(*x, y);
+            }
+        })
+    });
+    true
 }
 
 /// `f` on each element of `a`.

@@ -152,6 +152,11 @@ pub(crate) fn sub_scaled(p: &Literal, g: &Literal, s: f64) -> Option<Literal> {
     Literal::new(p.ty().clone(), elementwise::sub_scaled(p, g, s)?).ok()
 }
 
+/// [`sub_scaled`] written into `p` (same elements), for `f32` and `f64`: whether it was.
+pub(crate) fn sub_scaled_in_place(p: &mut Literal, g: &Literal, s: f64) -> bool {
+    p.ty() == g.ty() && elementwise::sub_scaled_in_place(p, g, s)
+}
+
 /// An element type of a literal, converted as the reference converts it.
 pub(super) trait Elem: Copy + Default + Send + Sync + 'static {
     /// The dtype.
