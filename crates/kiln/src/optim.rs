@@ -202,16 +202,10 @@ impl Sgd {
         let v = out.pop().expect("two outputs");
         let steps = out.pop().expect("two outputs");
         drop(state);
-        // The parameters' leaves taken out of the tree, so that each is held once.
-        let leaves: Vec<Tensor> = params.leaf_vec().into_iter().cloned().collect();
-        let shell = params.map_leaves(&mut |_| Tensor::scalar(0.0f32));
-        drop(params);
-        let new: Vec<Tensor> = leaves
-            .into_iter()
-            .zip(steps.leaf_vec())
-            .map(|(p, step)| p.sub_scaled_owned(step, self.lr))
-            .collect();
-        Ok((shell.with_leaves(&new), SgdState { velocity: v }))
+        Ok((
+            step_owned(params, &steps, self.lr),
+            SgdState { velocity: v },
+        ))
     }
 
     /// The step a parameter `p` with gradient `g` and velocity `v` takes (to be multiplied by
@@ -387,29 +381,85 @@ impl Adam {
     ) -> Result<(P, AdamState<P>)> {
         let step = &state.step + 1.0;
         let mut out = zip_leaves(&[params, grads, &state.m, &state.v], |x| {
-            let (p, g, m, v) = (x[0], x[1], x[2], x[3]);
-            let g = if self.weight_decay != 0.0 && !self.decoupled {
-                g + &(p * self.weight_decay)
-            } else {
-                g.clone()
-            };
-            let m = &(m * self.beta1) + &(&g * (1.0 - self.beta1));
-            let v = &(v * self.beta2) + &(&(&g * &g) * (1.0 - self.beta2));
-            let t = step.cast(p.dtype());
-            let c1 = 1.0 - &Tensor::full(p.dtype(), [], self.beta1).pow(&t);
-            let c2 = 1.0 - &Tensor::full(p.dtype(), [], self.beta2).pow(&t);
-            let mhat = &m / &c1;
-            let vhat = &v / &c2;
-            let mut upd = &mhat / &(&vhat.sqrt() + self.eps);
-            if self.decoupled && self.weight_decay != 0.0 {
-                upd = &upd + &(p * self.weight_decay);
-            }
-            vec![p.sub_scaled(&upd, self.lr), m, v]
+            let (upd, m, v) = self.step_of(x, &step);
+            vec![x[0].sub_scaled(&upd, self.lr), m, v]
         })?;
         let v = out.pop().expect("three outputs");
         let m = out.pop().expect("three outputs");
         Ok((out.pop().expect("three outputs"), AdamState { m, v, step }))
     }
+
+    /// [`Adam::update`] taking the parameters by value: the step is written into each parameter
+    /// that nothing else holds (see [`Sgd::step`]); the values are `update`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln::{Tensor, optim::Adam};
+    /// let opt = Adam::new(0.1);
+    /// let p = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    /// let g = Tensor::from_vec(vec![0.5f32, -3.0], [2]).unwrap();
+    /// let s = opt.init(&p);
+    /// let (want, _) = opt.update(&p, &g, &s).unwrap();
+    /// let (p, s) = opt.step(p, &g, s).unwrap();
+    /// assert_eq!(p.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    /// ```
+    #[track_caller]
+    pub fn step<P: Tree>(
+        &self,
+        params: P,
+        grads: &P,
+        state: AdamState<P>,
+    ) -> Result<(P, AdamState<P>)> {
+        let step = &state.step + 1.0;
+        let mut out = zip_leaves(&[&params, grads, &state.m, &state.v], |x| {
+            let (upd, m, v) = self.step_of(x, &step);
+            vec![upd, m, v]
+        })?;
+        let v = out.pop().expect("three outputs");
+        let m = out.pop().expect("three outputs");
+        let upd = out.pop().expect("three outputs");
+        drop(state);
+        Ok((step_owned(params, &upd, self.lr), AdamState { m, v, step }))
+    }
+
+    /// The update of a parameter (to be scaled by the learning rate and subtracted) and its new
+    /// moments, from `x` = the parameter, its gradient and moments, at step `step`.
+    fn step_of(&self, x: &[&Tensor], step: &Tensor) -> (Tensor, Tensor, Tensor) {
+        let (p, g, m, v) = (x[0], x[1], x[2], x[3]);
+        let g = if self.weight_decay != 0.0 && !self.decoupled {
+            g + &(p * self.weight_decay)
+        } else {
+            g.clone()
+        };
+        let m = &(m * self.beta1) + &(&g * (1.0 - self.beta1));
+        let v = &(v * self.beta2) + &(&(&g * &g) * (1.0 - self.beta2));
+        let t = step.cast(p.dtype());
+        let c1 = 1.0 - &Tensor::full(p.dtype(), [], self.beta1).pow(&t);
+        let c2 = 1.0 - &Tensor::full(p.dtype(), [], self.beta2).pow(&t);
+        let mhat = &m / &c1;
+        let vhat = &v / &c2;
+        let mut upd = &mhat / &(&vhat.sqrt() + self.eps);
+        if self.decoupled && self.weight_decay != 0.0 {
+            upd = &upd + &(p * self.weight_decay);
+        }
+        (upd, m, v)
+    }
+}
+
+/// `params - steps * lr`, leaf by leaf, written into each parameter that nothing else holds
+/// ([`Tensor::sub_scaled_owned`]): the parameters' leaves are taken out of their tree (its
+/// other fields kept in a shell) so that the tree no longer holds them.
+fn step_owned<P: Tree>(params: P, steps: &P, lr: f64) -> P {
+    let leaves: Vec<Tensor> = params.leaf_vec().into_iter().cloned().collect();
+    let shell = params.map_leaves(&mut |_| Tensor::scalar(0.0f32));
+    drop(params);
+    let new: Vec<Tensor> = leaves
+        .into_iter()
+        .zip(steps.leaf_vec())
+        .map(|(p, step)| p.sub_scaled_owned(step, lr))
+        .collect();
+    shell.with_leaves(&new)
 }
 
 /// Checks that every leaf of a tree is a float tensor (what optimizers update).

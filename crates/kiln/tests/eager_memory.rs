@@ -7,7 +7,7 @@
 //! split across allocate nothing of its size: the caller allocates the result).
 
 use kiln::nn::Mlp;
-use kiln::optim::Sgd;
+use kiln::optim::{Adam, Sgd};
 use kiln::random::{key, normal};
 use kiln::{DType, Tensor, Tree};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -126,10 +126,10 @@ fn numel(t: &Tensor) -> usize {
 fn an_owned_optimizer_step_writes_into_its_parameters() {
     let (p, g) = (x(6), x(7));
     let want = p.sub_scaled(&g, 0.01).to_vec::<f32>().unwrap();
-    let at = p.to_literal().unwrap().as_ptr();
+    let at = p.literal().unwrap().as_ptr();
     let (p, bytes) = allocated(|| p.sub_scaled_owned(&g, 0.01));
     assert!(bytes < 4096, "{bytes} bytes for a step in place");
-    assert_eq!(p.to_literal().unwrap().as_ptr(), at, "the same storage");
+    assert_eq!(p.literal().unwrap().as_ptr(), at, "the same storage");
     assert_eq!(p.to_vec::<f32>().unwrap(), want);
 
     // SGD's owned step on a model takes no buffer for the new parameters (with Nesterov
@@ -221,4 +221,44 @@ fn an_owned_step_leaves_what_shares_its_parameters_alone() {
             .unwrap(),
         want
     );
+}
+
+#[test]
+fn adam_steps_its_parameters_in_place_with_updates_values() {
+    for opt in [
+        Adam::new(0.01),
+        Adam {
+            weight_decay: 0.1,
+            decoupled: true,
+            ..Adam::new(0.01)
+        },
+        Adam {
+            weight_decay: 0.1,
+            ..Adam::new(0.01)
+        },
+    ] {
+        let (mut p, g) = (x(14), x(15));
+        let mut s = opt.init(&p);
+        for _ in 0..3 {
+            let (want, want_s) = opt.update(&p, &g, &s).unwrap();
+            let at = p.literal().unwrap().as_ptr();
+            let (q, t) = opt.step(p, &g, s).unwrap();
+            assert_eq!(
+                q.literal().unwrap().as_ptr(),
+                at,
+                "{opt:?}: the same storage"
+            );
+            assert_eq!(q.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+            assert_eq!(
+                t.m.to_vec::<f32>().unwrap(),
+                want_s.m.to_vec::<f32>().unwrap()
+            );
+            assert_eq!(
+                t.v.to_vec::<f32>().unwrap(),
+                want_s.v.to_vec::<f32>().unwrap()
+            );
+            assert_eq!(t.step.item().unwrap(), want_s.step.item().unwrap());
+            (p, s) = (q, t);
+        }
+    }
 }
