@@ -1,7 +1,7 @@
 //! The functions the eager transforms (`value_and_grad`, `grad`, `vjp`, `jvp`) derived, kept by
 //! what they were derived from.
 //!
-//! An eager transform traces its function on every call: the closure may read anything, so
+//! An eager transform (`vmap` too) traces its function on every call: the closure may read anything, so
 //! only its trace says what it computes. Differentiating the trace is the costly part, and a
 //! training loop asks for the same derivative on every step: for a 3-layer MLP's loss the
 //! autodiff transform, its verification and dead-code pass took about half of an eager
@@ -24,6 +24,9 @@ pub(crate) struct Derived {
     pub(crate) func: Func,
     /// [`kiln_ir::print_func`] of it.
     pub(crate) text: String,
+    /// What the transform said of each output besides the function (`vmap`: whether the
+    /// output is batched); empty for the others.
+    pub(crate) outputs: Vec<bool>,
 }
 
 impl Derived {
@@ -76,15 +79,28 @@ pub(crate) fn derived<E>(
     key: String,
     derive: impl FnOnce() -> Result<Func, E>,
 ) -> Result<Arc<Derived>, E> {
+    derived_with(key, || derive().map(|f| (f, Vec::new())))
+}
+
+/// [`derived`] for a transform that says something of each output besides the function
+/// ([`Derived::outputs`]).
+pub(crate) fn derived_with<E>(
+    key: String,
+    derive: impl FnOnce() -> Result<(Func, Vec<bool>), E>,
+) -> Result<Arc<Derived>, E> {
     let lock = || DERIVED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(f) = lock().as_ref().and_then(|m| m.get(&key)) {
         return Ok(f.clone());
     }
     // Derived outside the lock: another thread may derive the same function meanwhile, and
     // both results are the same function.
-    let func = derive()?;
+    let (func, outputs) = derive()?;
     let text = kiln_ir::print_func(&func);
-    let f = Arc::new(Derived { func, text });
+    let f = Arc::new(Derived {
+        func,
+        text,
+        outputs,
+    });
     lock()
         .get_or_insert_with(HashMap::new)
         .entry(key)
@@ -174,5 +190,35 @@ mod tests {
         // Another function of the same shapes is its own derivative.
         let (_, g) = value_and_grad(|w: &Tensor| (w * w * w).sum_all(), &w).unwrap();
         assert_eq!(g.to_vec::<f32>().unwrap(), [0.75, 3.0, 12.0]);
+    }
+
+    #[test]
+    fn eager_vmaps_keep_their_batched_functions_apart_by_out_axes() {
+        // One function batched twice per step, all outputs batched and the second left
+        // unbatched: two kept functions, each with its own outputs' batching, over each step's
+        // data.
+        let w = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+        let f = |x: &Tensor| (x * &w, &w * 2.0);
+        for step in 0..3 {
+            let s = step as f32;
+            let xs = Tensor::from_vec(vec![s, 1.0, 2.0, 3.0], [2, 2]).unwrap();
+            let (a, b): (Tensor, Tensor) = crate::vmap(f).call(&xs).unwrap();
+            assert_eq!(
+                a.to_vec::<f32>().unwrap(),
+                [s, 2.0, 2.0, 6.0],
+                "step {step}"
+            );
+            assert_eq!(b.shape(), [2, 2]);
+            assert_eq!(b.to_vec::<f32>().unwrap(), [2.0, 4.0, 2.0, 4.0]);
+            let (a, b): (Tensor, Tensor) =
+                crate::vmap(f).out_axes(&[Some(0), None]).call(&xs).unwrap();
+            assert_eq!(
+                a.to_vec::<f32>().unwrap(),
+                [s, 2.0, 2.0, 6.0],
+                "step {step}"
+            );
+            assert_eq!(b.shape(), [2]);
+            assert_eq!(b.to_vec::<f32>().unwrap(), [2.0, 4.0]);
+        }
     }
 }

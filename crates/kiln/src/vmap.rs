@@ -7,9 +7,10 @@
 
 use crate::{Error, Result, Tensor, Tree};
 use kiln_ir::{Loc, TensorType};
-use kiln_trace::trace::{call, trace_hoisting};
+use kiln_trace::trace::trace_hoisting;
 
-/// A batched function: see [`vmap`]. It traces and batches the function on every call.
+/// A batched function: see [`vmap`]. It traces the function on every call; the batched
+/// function is derived once per traced function (kept by the `transformed` module).
 ///
 /// # Examples
 ///
@@ -233,14 +234,23 @@ impl<F> Vmap<F> {
         };
         // Every output batched (broadcast where it does not depend on the batch), unless
         // some are asked to stay unbatched: then batched only where they depend on it.
-        let (g, batched) = if out_axes.iter().all(Option::is_some) {
-            let g = kiln_autodiff::vmap(&traced.func, &flags, size);
-            g.map(|g| (g, vec![true; n_out]))
-        } else {
-            kiln_autodiff::vmap::vmap_as_needed(&traced.func, &flags, size)
-        }
+        let all = out_axes.iter().all(Option::is_some);
+        let key = crate::transformed::key(
+            &format!("vmap of {flags:?}, {size} examples, all batched: {all}"),
+            &traced.func,
+            &traced.custom,
+        );
+        let g = crate::transformed::derived_with(key, || {
+            if all {
+                let g = kiln_autodiff::vmap(&traced.func, &flags, size);
+                g.map(|g| (g, vec![true; n_out]))
+            } else {
+                kiln_autodiff::vmap::vmap_as_needed(&traced.func, &flags, size)
+            }
+        })
         .map_err(|e| err(e.to_string(), loc))?;
-        for (i, (axis, &b)) in out_axes.iter().zip(&batched).enumerate() {
+        let batched = &g.outputs;
+        for (i, (axis, &b)) in out_axes.iter().zip(batched).enumerate() {
             if axis.is_none() && b {
                 let t = &traced.func.output_types[i];
                 return Err(err(
@@ -254,12 +264,12 @@ impl<F> Vmap<F> {
             }
         }
         let args: Vec<&Tensor> = moved.iter().chain(&traced.captures).collect();
-        let outs = call(&g, &args, "vmap", loc);
+        let outs = g.call(&args, "vmap", loc);
         if let Some(e) = outs.iter().find_map(|t| t.error()) {
             return Err(e.clone());
         }
         let mut placed = Vec::with_capacity(outs.len());
-        for (i, ((o, axis), &b)) in outs.iter().zip(&out_axes).zip(&batched).enumerate() {
+        for (i, ((o, axis), &b)) in outs.iter().zip(&out_axes).zip(batched).enumerate() {
             let o = if axis.is_some() && !b {
                 // The same for every example: repeated along a new batch dimension.
                 let mut shape = vec![size];
