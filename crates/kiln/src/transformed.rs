@@ -48,28 +48,34 @@ static DERIVED: Mutex<Option<HashMap<String, Arc<Derived>>>> = Mutex::new(None);
 /// The key of `transform` (a name and its arguments) applied to `f` with the custom rules
 /// `custom` (an instruction's index and its backward function).
 pub(crate) fn key(transform: &str, f: &Func, custom: &[(usize, Func)]) -> String {
-    let mut k = format!("{transform}\n{}", kiln_ir::print_func(f));
-    locations(&mut k, f);
-    for g in kiln_ir::call::callees(f) {
-        locations(&mut k, &g);
-    }
+    let mut k = transform.to_string();
+    with_locations(&mut k, f);
     for (i, bwd) in custom {
-        let _ = write!(k, "\ncustom rule of {i}:\n{}", kiln_ir::print_func(bwd));
-        locations(&mut k, bwd);
+        let _ = write!(k, "\ncustom rule of {i}:");
+        with_locations(&mut k, bwd);
     }
     k
 }
 
-/// Appends each instruction's location (or `-`) to `k`.
-fn locations(k: &mut String, f: &Func) {
-    k.push_str("\nlocations:");
-    for inst in &f.insts {
-        match &inst.loc {
-            Some(l) => {
-                let _ = write!(k, " {}:{}:{}", l.file, l.line, l.column);
+/// Appends `f`'s text ([`kiln_ir::print_func`]: `f`, then each function it calls) to `k`, each
+/// function followed by its instructions' locations (`-` for none).
+fn with_locations(k: &mut String, f: &Func) {
+    let one = |k: &mut String, g: &Func| {
+        k.push('\n');
+        k.push_str(&kiln_ir::print::print_one(g));
+        k.push_str("\nlocations:");
+        for inst in &g.insts {
+            match &inst.loc {
+                Some(l) => {
+                    let _ = write!(k, " {}:{}:{}", l.file, l.line, l.column);
+                }
+                None => k.push_str(" -"),
             }
-            None => k.push_str(" -"),
         }
+    };
+    one(k, f);
+    for g in kiln_ir::call::callees(f) {
+        one(k, &g);
     }
 }
 

@@ -67,20 +67,15 @@ fn ad_error(op: &str, e: kiln_autodiff::Error, loc: Loc) -> Error {
     }
 }
 
-/// Applies a transformed function to `x`'s leaves and the captures.
-/// `g` is a derived function (run under its kept text) or the traced function itself.
+/// Applies a function (`run`: a derived one, or the traced one itself) to `x`'s leaves and
+/// the captures.
 fn apply_transformed(
-    g: Result<&Derived, &Func>,
+    run: impl FnOnce(&[&Tensor]) -> Vec<Tensor>,
     leaves: &[Tensor],
     captures: &[Tensor],
-    op: &str,
-    loc: Loc,
 ) -> Result<Vec<Tensor>> {
     let args: Vec<&Tensor> = leaves.iter().chain(captures).collect();
-    let outs = match g {
-        Ok(d) => d.call(&args, op, loc),
-        Err(f) => call(f, &args, op, loc),
-    };
+    let outs = run(&args);
     if let Some(e) = outs.iter().find_map(|t| t.error()) {
         return Err(e.clone());
     }
@@ -136,7 +131,7 @@ fn value_and_grad_at<I: Tree, A: Tree>(
         kiln_autodiff::value_and_grad_with_rules(&traced.func, &wrt, true, &traced.custom)
     })
     .map_err(|e| ad_error("grad", e, loc))?;
-    let outs = apply_transformed(Ok(&g), &leaves, &traced.captures, "grad", loc)?;
+    let outs = apply_transformed(|a| g.call(a, "grad", loc), &leaves, &traced.captures)?;
     let n_aux = aux_t.leaf_vec().len();
     let value = outs[0].clone();
     let aux = aux_t.with_leaves(&outs[1..1 + n_aux]);
@@ -215,7 +210,8 @@ pub fn vjp<I: Tree, O: Tree>(f: impl Fn(&I) -> O, x: &I) -> Result<(O, Pullback<
         kiln_autodiff::vjp_with_rules(&traced.func, &wrt, &traced.custom)
     })
     .map_err(|e| ad_error("vjp", e, loc))?;
-    let outs = apply_transformed(Err(&traced.func), &leaves, &traced.captures, "vjp", loc)?;
+    let run = |a: &[&Tensor]| call(&traced.func, a, "vjp", loc);
+    let outs = apply_transformed(run, &leaves, &traced.captures)?;
     let primal = out_t.with_leaves(&outs);
     let pullback = Pullback {
         func: v,
