@@ -95,7 +95,7 @@ pub fn function_llvm_ir(f: &Func, optimized: bool, opts: &Options) -> Result<Str
     let mut text = String::new();
     let mut jobs = kernel_jobs(&kernels, &[], Target::host(opts));
     jobs.extend(
-        planned_routines(&kernels, &[], Target::host(opts))
+        planned_routines(&kernels, Target::host(opts))
             .into_iter()
             .map(Job::Routine),
     );
@@ -245,7 +245,7 @@ pub(super) fn compile_cached(
     // The GEMM routines (register tiles, packing) the kernels call, each compiled once in a
     // module of its own, or loaded as an object from the cache: they depend on the tile and
     // the machine, not on the function, so every function with the same tiles shares them.
-    let planned = planned_routines(ks, aliases, target);
+    let planned = planned_routines(ks, target);
     let routine_key =
         |r: &gemm::Routine| crate::cache::key(&format!("routine {}", r.name()), &machine);
     let mut routine_objects = Vec::new();
@@ -537,16 +537,14 @@ pub(super) fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias], target: Targ
     jobs
 }
 
-/// The GEMM routines that the kernels `ks` call (see [`gemm::Routine`]), compiled with
-/// in-place outputs `aliases`.
+/// The GEMM routines that the kernels `ks` call (see [`gemm::Routine`]), whichever outputs are
+/// written in place (a tile's update mode is an argument of its routine).
 pub(super) fn planned_routines(
     ks: &[Option<Kernel>],
-    aliases: &[Alias],
     target: Target,
 ) -> std::collections::BTreeSet<gemm::Routine> {
     let mut routines = std::collections::BTreeSet::new();
-    for (i, k) in ks.iter().enumerate() {
-        let Some(k) = k else { continue };
+    for k in ks.iter().flatten() {
         let (
             Schedule::Gemm {
                 n,
@@ -568,7 +566,6 @@ pub(super) fn planned_routines(
                 c.n as i64,
                 (false, c.b_trans),
                 None,
-                None,
                 if c.b_strides.is_some() {
                     gemm::InChain::SecondStrided
                 } else {
@@ -576,18 +573,11 @@ pub(super) fn planned_routines(
                 },
             ));
         }
-        // As `emit_kernel` decides: in update mode when written in place.
-        let update = aliases
-            .get(i)
-            .and_then(|a| a.0.first())
-            .and_then(|&(q, _)| crate::fuse::gemm_update(k, q))
-            .map(|u| u.1);
         routines.extend(gemm::Routine::of_gemm(
             bl,
             *n as i64,
             (*a_trans, *b_trans),
             conv.as_ref(),
-            update,
             if chain.is_some() {
                 gemm::InChain::First
             } else {

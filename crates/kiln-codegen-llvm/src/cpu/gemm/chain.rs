@@ -215,7 +215,7 @@ impl<'c> Chained<'_, 'c> {
             (a2, x.c(bl.kc), ARead::Packed)
         };
         let tiles = |j: IntValue<'c>, width: i64| -> Result<()> {
-            let f = Routine::tile(bl, width, None, read, false).function(
+            let f = Routine::tile(bl, width, read, false).function(
                 em.ctx,
                 em.m,
                 em.routines,
@@ -233,6 +233,7 @@ impl<'c> Chained<'_, 'c> {
                 kc.into(),
                 first.into(),
                 ft.const_zero().into(),
+                em.ctx.bool_type().const_zero().into(),
             ];
             em.b.build_call(f, &args, "").map_err(llvm)?;
             Ok(())

@@ -148,7 +148,11 @@ pub(crate) fn emit<'c>(
             vt: ft.vec_type(bl.lanes),
             update: match update {
                 None => None,
-                Some((scale, subtract)) => Some((splat(em, ft, bl.lanes, scale)?.into(), subtract)),
+                Some((scale, subtract)) => Some(Update {
+                    scale: splat(em, ft, bl.lanes, scale)?.into(),
+                    subtract,
+                    when: None,
+                }),
             },
             planes,
         },
@@ -422,13 +426,14 @@ pub(crate) fn emit<'c>(
                             let shared = match read {
                                 None => None,
                                 Some(a) => {
-                                    let t =
-                                        Routine::tile(bl, width, update.map(|u| u.1), a, planes);
+                                    let t = Routine::tile(bl, width, a, planes);
                                     Some((t.function(em.ctx, em.m, em.routines, em.target)?, a))
                                 }
                             };
                             // The shared tile routine `f` over rows r0..r1 of this panel, A
-                            // read at (at, lda, step), an update scaled by `scale`.
+                            // read at (at, lda, step), in update mode if the kernel is, C + s P
+                            // (`s` negated for a subtraction).
+                            let (scale, updating) = routine_update(em, ft, update)?;
                             let call_tile = |f: FunctionValue<'c>,
                                              (r0, r1): (IntValue<'c>, IntValue<'c>),
                                              (at, lda, step): (
@@ -452,6 +457,7 @@ pub(crate) fn emit<'c>(
                                         kc.into(),
                                         first.into(),
                                         scale.into(),
+                                        updating.into(),
                                     ],
                                     "",
                                 )
@@ -529,7 +535,6 @@ pub(crate) fn emit<'c>(
                                     (g.lda, bl.kc),
                                     g.a_trans,
                                 )?;
-                                let scale = update.map_or(ft.const_zero().into(), |u| u.0);
                                 return call_tile(f, (ic, ic_end), (at, lda, step), scale);
                             }
                             x.em.range_loop_ptr(s_r, ic, ic_end, bl.mr, &mut |_| {
@@ -633,6 +638,27 @@ pub(crate) fn emit<'c>(
 /// Whether every position of a block of rows `rows` (within their batch) and columns `cols`
 /// (both half-open) is masked out by `(a, b, c)` (see [`crate::kernel::Chain::masked`]):
 /// whether `col * a + row * b + c`, least at one of the block's corners, is positive there.
+/// The scale and update flag a shared tile routine is called with (see [`Routine::Tile`]) for
+/// a kernel's update mode `update` (`(s, subtract)`): `C + s P` with `s` negated for `C - s P`
+/// (the same value, bit for bit: the product's sign flips exactly), or zero and no update.
+fn routine_update<'c>(
+    em: &Emitter<'c>,
+    ft: FloatType<'c>,
+    update: Option<(BasicValueEnum<'c>, bool)>,
+) -> Result<(BasicValueEnum<'c>, IntValue<'c>)> {
+    let flag = |on: bool| em.ctx.bool_type().const_int(on as u64, false);
+    Ok(match update {
+        None => (ft.const_zero().into(), flag(false)),
+        Some((s, false)) => (s, flag(true)),
+        Some((s, true)) => (
+            em.b.build_float_neg(s.into_float_value(), "ns")
+                .map_err(llvm)?
+                .into(),
+            flag(true),
+        ),
+    })
+}
+
 pub(super) fn all_masked<'c>(
     x: &Arith<'_, 'c>,
     (a, b, c): (i64, i64, i64),

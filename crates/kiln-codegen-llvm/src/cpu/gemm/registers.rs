@@ -3,6 +3,19 @@
 
 use super::*;
 
+/// How a register tile's product is folded into C in update mode.
+#[derive(Clone, Copy)]
+pub(super) struct Update<'c> {
+    /// `s`, splat across a vector.
+    pub(super) scale: BasicValueEnum<'c>,
+    /// `C - s P` rather than `C + s P`.
+    pub(super) subtract: bool,
+    /// Update mode only where this flag is true at run time, else the product is stored as
+    /// without update mode (a shared tile routine's argument: see [`Routine::Tile`]); `None`:
+    /// always.
+    pub(super) when: Option<IntValue<'c>>,
+}
+
 /// What a register tile's code works with: the element and vector types and, in update mode,
 /// the scale.
 pub(super) struct Regs<'a, 'c> {
@@ -11,8 +24,8 @@ pub(super) struct Regs<'a, 'c> {
     pub(super) ft: FloatType<'c>,
     pub(super) vt: VectorType<'c>,
     /// In update mode, C already holds X and each contraction block's product `P` is folded in
-    /// as `C - s P` (`true`) or `C + s P`: `s` splat across a vector.
-    pub(super) update: Option<(BasicValueEnum<'c>, bool)>,
+    /// as `C - s P` or `C + s P` (see [`Update`]).
+    pub(super) update: Option<Update<'c>>,
     /// C is stored by columns, `ldc` apart: element `(i, j)` of a tile at `c[j * ldc + i]` (a
     /// convolution's NCHW output, [`ConvPatches::planes`]).
     pub(super) planes: bool,

@@ -265,6 +265,8 @@ impl<'c> ZeroSteps<'c> {
                     x.sub(hi, lo)?.into(),
                     first.into(),
                     scale.into(),
+                    // No update mode: zero steps are left out of plain products only.
+                    em.ctx.bool_type().const_zero().into(),
                 ],
                 "",
             )
