@@ -1227,6 +1227,36 @@ fn products_differing_in_contraction_length_share_one_function() {
     }
 }
 
+/// The packings that transpose blocks in registers (A stored by rows into slivers, B stored
+/// transposed into panels), in f32 and f64, over whole panels, a tail panel, whole slivers and a
+/// last short one: against the reference, through the kernel cache and the JIT. With 512-bit
+/// vectors their transposes are two-source permutes (`vpermi2var`) whose indices no pass
+/// folds; elsewhere shuffles.
+#[test]
+fn packings_that_transpose_in_registers_agree_with_the_reference() {
+    let wide = kiln_codegen_llvm::cpu::host_target_info().vector_bytes >= 64;
+    for (m, k, n) in [(70, 300, 600), (33, 37, 1000), (16, 16, 288)] {
+        for dtype in ["f32", "f64"] {
+            let src = format!(
+                "func @main(%0: {dtype}[{m},{k}], %1: {dtype}[{n},{k}]) -> {dtype}[{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]}} : {dtype}[{m},{n}]\n  return %2\n}}\n"
+            );
+            let f = kiln_ir::parse_func_text(&src).unwrap();
+            let ir =
+                kiln_codegen_llvm::cpu::function_llvm_ir(&f, true, &common::env_options()).unwrap();
+            assert!(ir.contains("@kiln_gemm_packb_"), "{src}");
+            assert_eq!(ir.contains("vpermi2var"), wide, "{src}");
+            let args = common::random_args(&f, 5);
+            let dir = std::env::temp_dir().join("kiln-test-transposing-packs");
+            for cache in [Some(dir.as_path()), None] {
+                let e = CpuExecutable::compile_with_cache(&f, cache).unwrap();
+                let got = e.run(&args).unwrap();
+                common::check(&f, &args, &got)
+                    .unwrap_or_else(|e| panic!("{src}\ncache {cache:?}: {e}"));
+            }
+        }
+    }
+}
+
 /// The GEMM routines keep no pointer past a call (`captures(none)` on their pointer
 /// parameters), so a product's epilogue after the calls may read its other inputs knowing
 /// they are not its output: its vectorized loop has no run-time overlap checks (and no second,
