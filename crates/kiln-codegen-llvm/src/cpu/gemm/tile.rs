@@ -234,9 +234,9 @@ impl<'c> Regs<'_, 'c> {
         }
     }
 
-    /// Whether a tile's accumulators start from zero rather than from C: `None` always (update
-    /// mode decided when emitting), else a flag, `first` or, when the update mode is decided
-    /// at run time, `first` or that mode.
+    /// When a tile's accumulators start from zero rather than from C: `None` for always (update
+    /// mode decided when emitting), else the flag that says so: `first`, or, when the update
+    /// mode is decided at run time, `first` or that mode.
     fn starts_from_zero(&self, first: IntValue<'c>) -> Result<Option<IntValue<'c>>> {
         Ok(match self.update {
             None => Some(first),
