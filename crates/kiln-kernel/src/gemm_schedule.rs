@@ -83,7 +83,8 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
 
 impl fmt::Display for GemmSchedule {
     /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, A in place` where the tiles read A in place
-    /// across several panels, `, chain 6x16 kc 256` for a chained product and `, split
+    /// across several panels, `, prefetch B 8 A 16` where the tile's loop asks for them
+    /// that many steps ahead, `, chain 6x16 kc 256` for a chained product and `, split
     /// columns` where threads split them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.blocking;
@@ -98,6 +99,10 @@ impl fmt::Display for GemmSchedule {
         )?;
         if b.a_in_place {
             f.write_str(", A in place")?;
+        }
+        let p = b.prefetch;
+        if p != crate::target::TilePrefetch::default() {
+            write!(f, ", prefetch B {} A {}", p.b_steps, p.a_steps)?;
         }
         if let Some(c) = &self.chain {
             write!(f, ", chain {}x{} kc {}", c.mr, c.nr(), c.kc)?;
@@ -141,6 +146,9 @@ pub struct Blocking {
     /// columns (see [`Blocking::reading_a_in_place`]). Products of one panel always read A in
     /// place.
     pub a_in_place: bool,
+    /// The tile loop's software prefetches (the tall tile's,
+    /// [`TallTile::prefetch`](crate::target::TallTile::prefetch); none otherwise).
+    pub prefetch: crate::target::TilePrefetch,
 }
 
 impl Blocking {
@@ -162,6 +170,7 @@ impl Blocking {
         // Measured on AVX-512 (matmul_1024/2048, two threads): 8 x 3 vectors with 512-step
         // contraction blocks beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the
         // panels of all three.
+        let mut prefetch = crate::target::TilePrefetch::default();
         let (mut mr, mut nv, kc) = match (wide, n <= lanes as usize) {
             (true, false) => (8, 3, limits.kc_512),
             (true, true) => (8, 1, limits.kc_512),
@@ -194,6 +203,7 @@ impl Blocking {
             // half the vectors of B per multiply-add (see `TallTile`).
             if let Some(t) = limits.tall_512.filter(|t| n > t.min_columns) {
                 (mr, nv) = (t.rows, 2);
+                prefetch = t.prefetch;
             }
         }
         let nr = lanes as i64 * nv;
@@ -208,6 +218,7 @@ impl Blocking {
             chain_bytes: limits.chain_block_bytes,
             compact: n <= lanes as usize,
             a_in_place: false,
+            prefetch,
         }
     }
 
@@ -444,9 +455,15 @@ mod tests {
             let bl = Blocking::new(d, &intel(64), n);
             assert_eq!((bl.mr, bl.nv), tile, "{d:?}, {n} columns");
             assert_eq!(bl.mc % bl.mr, 0);
+            // The tall tile's loop prefetches B 8 steps and A 16 steps ahead; no other does.
+            let ahead = (bl.prefetch.b_steps, bl.prefetch.a_steps);
+            assert_eq!(ahead, if tile.0 == 14 { (8, 16) } else { (0, 0) });
         }
         let bl = Blocking::new(DType::F32, &intel(32), 2048);
         assert_eq!((bl.mr, bl.nv), (6, 2));
+        assert_eq!(bl.prefetch, crate::target::TilePrefetch::default());
+        let bl = Blocking::new(DType::F32, &vectors(64), 2048);
+        assert_eq!(bl.prefetch, crate::target::TilePrefetch::default());
     }
 
     /// Products at most one vector wide, and only those, take the compact tile: 10 and 16

@@ -6,7 +6,7 @@
 use kiln_kernel::options::{CpuOptions, MatmulPrecision};
 use kiln_kernel::target::{
     AttentionTile, FusionLimits, GemmLimits, GemmTile, Gpu, LoopLimits, SplitLimits, SumTree,
-    TallTile,
+    TallTile, TilePrefetch,
 };
 use kiln_kernel::{Options, TargetInfo};
 use serde_json::{Value, json};
@@ -105,6 +105,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "tall_512": t.gemm.tall_512.map(|t| json!({
                 "rows": t.rows,
                 "min_columns": t.min_columns,
+                "prefetch": { "b_steps": t.prefetch.b_steps, "a_steps": t.prefetch.a_steps },
             })),
         },
         "splits": {
@@ -367,6 +368,17 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     Some(TallTile {
                         rows: t.i64("rows")?,
                         min_columns: t.usize("min_columns")?,
+                        // Artifacts written before the field: no prefetches.
+                        prefetch: match t.v.get("prefetch") {
+                            None | Some(Value::Null) => TilePrefetch::default(),
+                            Some(p) => {
+                                let p = Obj::new("target.info.gemm.tall_512.prefetch", p)?;
+                                TilePrefetch {
+                                    b_steps: p.i64("b_steps")?,
+                                    a_steps: p.i64("a_steps")?,
+                                }
+                            }
+                        },
                     })
                 }
             },
@@ -464,6 +476,21 @@ mod tests {
         };
         assert_eq!(target_to_json(&x)["gemm"]["tall_512"]["rows"], 14);
         assert_eq!(target_from_json(&target_to_json(&x)).unwrap(), x);
+        assert_eq!(
+            target_to_json(&x)["gemm"]["tall_512"]["prefetch"]["b_steps"],
+            8
+        );
+        // An artifact written before the tall tile's prefetches: none.
+        let mut older = target_to_json(&x);
+        older["gemm"]["tall_512"]
+            .as_object_mut()
+            .unwrap()
+            .remove("prefetch");
+        let none = target_from_json(&older).unwrap();
+        assert_eq!(
+            none.gemm.tall_512.unwrap().prefetch,
+            TilePrefetch::default()
+        );
         // An artifact written before the field: the reference blocks.
         let mut old = target_to_json(&r);
         old["gemm"].as_object_mut().unwrap().remove("tall_512");

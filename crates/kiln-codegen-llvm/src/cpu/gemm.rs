@@ -194,6 +194,40 @@ fn align<'c, V: BasicValue<'c>>(v: V, a: u32) -> Result<V> {
 mod tests {
     use super::grouped_store_lanes;
 
+    /// The tall tile of a CPU with two 512-bit FMA ports asks for packed B 8 steps and A 16
+    /// steps ahead (`TallTile::prefetch`): its routine says so in its name and its loop
+    /// prefetches (in the unrolled loop and the last steps' loop); the same tile without them
+    /// has none.
+    #[test]
+    fn the_tall_tile_prefetches_ahead_and_names_it() {
+        use super::{ARead, Blocking, Routine};
+        use kiln_kernel::target::{GemmLimits, TilePrefetch};
+        let intel = kiln_kernel::TargetInfo {
+            vector_bytes: 64,
+            gemm: GemmLimits::two_fma512_ports(),
+            ..kiln_kernel::TargetInfo::reference()
+        };
+        let bl = Blocking::new(kiln_ir::DType::F32, &intel, 2048);
+        let plain = Blocking {
+            prefetch: TilePrefetch::default(),
+            ..bl
+        };
+        let target = super::super::Target::any(&kiln_kernel::Options::default());
+        for (bl, name, calls) in [
+            (bl, "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16", 3),
+            (plain, "kiln_gemm_tile_f32_16x14x2_w32_p", 0),
+        ] {
+            let r = Routine::tile(bl, bl.nr(), ARead::Packed, false);
+            assert_eq!(r.name(), name);
+            let ctx = inkwell::context::Context::create();
+            let m = super::super::module::routine_module(&ctx, &r, target).unwrap();
+            let ir = m.print_to_string().to_string();
+            // Two lines of B and one of A a step, in both loops.
+            let n = ir.matches("call void @llvm.prefetch.p0").count();
+            assert_eq!(n, calls * (super::UNROLL as usize + 1), "{name}");
+        }
+    }
+
     /// The grouped packing's stores, replayed in order on a block with room after it: every
     /// element ends up with its row and step, and nothing is written past the block.
     #[test]

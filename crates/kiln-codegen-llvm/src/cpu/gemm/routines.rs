@@ -40,6 +40,8 @@ pub(crate) enum Routine {
         /// C is stored by columns ([`Regs::planes`]): `ldc` is then the distance between
         /// columns, and the tiles' rows are consecutive elements.
         planes: bool,
+        /// The loop's software prefetches ([`Blocking::prefetch`]).
+        prefetch: kiln_kernel::target::TilePrefetch,
     },
     /// A block of A packed into slivers, `void (ptr src, i64 ld, i64 rows, i64 span, ptr dst,
     /// i64 stride)`, as [`Regs::pack_a`] describes.
@@ -165,6 +167,7 @@ impl Routine {
             width,
             a,
             planes,
+            prefetch: bl.prefetch,
         }
     }
 
@@ -237,7 +240,14 @@ impl Routine {
                 width,
                 a,
                 planes,
+                prefetch,
             } => {
+                // Prefetches, where the tile asks for them: `_pf8x16` (B 8 steps ahead, A 16).
+                let pf = if prefetch == kiln_kernel::target::TilePrefetch::default() {
+                    String::new()
+                } else {
+                    format!("_pf{}x{}", prefetch.b_steps, prefetch.a_steps)
+                };
                 let a = match a {
                     ARead::Packed => "p",
                     ARead::Rows => "r",
@@ -245,7 +255,7 @@ impl Routine {
                     ARead::Strided => "s",
                 };
                 format!(
-                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{a}{}",
+                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{a}{}{pf}",
                     bytes * 8,
                     if planes { "_planes" } else { "" }
                 )
@@ -277,20 +287,21 @@ impl Routine {
     /// The register tile and element type this routine works with (only those fields of the
     /// blocking are read).
     pub(super) fn regs_blocking(&self) -> Blocking {
-        let (bytes, lanes, mr, nv) = match *self {
+        let (bytes, lanes, mr, nv, prefetch) = match *self {
             Routine::Tile {
                 bytes,
                 lanes,
                 mr,
                 nv,
+                prefetch,
                 ..
-            } => (bytes, lanes, mr, nv),
+            } => (bytes, lanes, mr, nv, prefetch),
             Routine::PackA {
                 bytes, lanes, mr, ..
-            } => (bytes, lanes, mr, 0),
+            } => (bytes, lanes, mr, 0, Default::default()),
             Routine::PackB {
                 bytes, lanes, nv, ..
-            } => (bytes, lanes, 0, nv),
+            } => (bytes, lanes, 0, nv, Default::default()),
         };
         Blocking {
             bytes,
@@ -302,6 +313,7 @@ impl Routine {
             nc: 0,
             chain_bytes: 0,
             a_in_place: false,
+            prefetch,
             compact: matches!(
                 *self,
                 Routine::Tile {

@@ -126,6 +126,7 @@ impl<'c> Regs<'_, 'c> {
                     })
                     .collect::<Result<_>>()?
             };
+            self.prefetch(panel, a, kk)?;
             for i in 0..mr {
                 let at = a(i, kk)?;
                 let a = em.b.build_load(self.ft, at, "a").map_err(llvm)?;
@@ -415,4 +416,67 @@ pub(super) fn splat<'c>(
         "ss",
     )
     .map_err(llvm)
+}
+
+impl<'c> Regs<'_, 'c> {
+    /// The tile loop's software prefetches at step `kk` ([`Blocking::prefetch`]): packed B's
+    /// row (each of its cache lines) `b_steps` ahead in `panel`, and the element of A's first
+    /// row `a_steps` ahead (a packed sliver's column: 14 elements, one line). The addresses
+    /// may lie past the panel or the sliver near the end of the loop: a prefetch there reads
+    /// nothing and cannot fault, and they are computed without `inbounds`.
+    fn prefetch(
+        &self,
+        panel: PointerValue<'c>,
+        a: &dyn Fn(i64, IntValue<'c>) -> Result<PointerValue<'c>>,
+        kk: IntValue<'c>,
+    ) -> Result<()> {
+        let p = self.bl.prefetch;
+        if self.bl.compact || (p.b_steps <= 0 && p.a_steps <= 0) {
+            return Ok(());
+        }
+        let x = &self.x;
+        let em = x.em;
+        let ptr = em.ctx.ptr_type(AddressSpace::default());
+        let i32t = em.ctx.i32_type();
+        let decl = match em.m.get_function("llvm.prefetch.p0") {
+            Some(f) => f,
+            None => em.m.add_function(
+                "llvm.prefetch.p0",
+                em.ctx
+                    .void_type()
+                    .fn_type(&[ptr.into(), i32t.into(), i32t.into(), i32t.into()], false),
+                None,
+            ),
+        };
+        let byte = |base: PointerValue<'c>, off: IntValue<'c>| -> Result<PointerValue<'c>> {
+            // SAFETY (of the emitted code): the address is only prefetched, never accessed.
+            unsafe { em.b.build_gep(em.ctx.i8_type(), base, &[off], "pf") }.map_err(llvm)
+        };
+        let mut at = Vec::new();
+        if p.b_steps > 0 {
+            let row = x.mulc(x.addc(kk, p.b_steps)?, self.bl.nr() * self.bl.bytes)?;
+            let line = 64;
+            for l in 0..(self.bl.nr() * self.bl.bytes + line - 1) / line {
+                at.push(byte(panel, x.addc(row, l * line)?)?);
+            }
+        }
+        if p.a_steps > 0 {
+            // A's element `a_steps` ahead: the distance between two steps as the tile reads
+            // A (step `kk + 1` is at most one past the end), times `a_steps`.
+            let here = a(0, kk)?;
+            let next = a(0, x.addc(kk, 1)?)?;
+            let int = |q: PointerValue<'c>| em.b.build_ptr_to_int(q, em.ctx.i64_type(), "pi");
+            let step =
+                em.b.build_int_sub(int(next).map_err(llvm)?, int(here).map_err(llvm)?, "ps")
+                    .map_err(llvm)?;
+            at.push(byte(here, x.mulc(step, p.a_steps)?)?);
+        }
+        // Read (0), keep in all levels (locality 3), data (1).
+        let flag = |v: u64| i32t.const_int(v, false).into();
+        for address in at {
+            em.b.build_call(decl, &[address.into(), flag(0), flag(3), flag(1)], "")
+                .map_err(llvm)?;
+        }
+        Ok(())
+    }
 }
