@@ -101,7 +101,7 @@ impl fmt::Display for GemmSchedule {
             f.write_str(", A in place")?;
         }
         let p = b.prefetch;
-        if p != crate::target::TilePrefetch::default() {
+        if !p.is_none() {
             write!(f, ", prefetch B {} A {}", p.b_steps, p.a_steps)?;
         }
         if let Some(c) = &self.chain {

@@ -221,6 +221,13 @@ pub struct TilePrefetch {
     pub a_steps: i64,
 }
 
+impl TilePrefetch {
+    /// Whether the tile asks for nothing ahead.
+    pub fn is_none(&self) -> bool {
+        self.b_steps <= 0 && self.a_steps <= 0
+    }
+}
+
 /// When a kernel runs on several threads (see [`crate::threads`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SplitLimits {

@@ -380,14 +380,9 @@ fn permutes<'c>(
         ),
         _ => return Ok(None),
     };
-    let f = match em.m.get_function(name) {
-        Some(f) => f,
-        None => em.m.add_function(
-            name,
-            vt.fn_type(&[vt.into(), it.into(), vt.into()], false),
-            None,
-        ),
-    };
+    let f = inkwell::intrinsics::Intrinsic::find(name)
+        .and_then(|i| i.get_declaration(em.m, &[]))
+        .ok_or_else(|| crate::Error::Llvm(format!("cannot declare {name}")))?;
     Ok(Some((f, it)))
 }
 

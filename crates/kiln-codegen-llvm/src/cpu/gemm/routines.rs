@@ -243,7 +243,7 @@ impl Routine {
                 prefetch,
             } => {
                 // Prefetches, where the tile asks for them: `_pf8x16` (B 8 steps ahead, A 16).
-                let pf = if prefetch == kiln_kernel::target::TilePrefetch::default() {
+                let pf = if prefetch.is_none() {
                     String::new()
                 } else {
                     format!("_pf{}x{}", prefetch.b_steps, prefetch.a_steps)

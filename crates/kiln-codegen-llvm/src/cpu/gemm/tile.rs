@@ -431,23 +431,16 @@ impl<'c> Regs<'_, 'c> {
         kk: IntValue<'c>,
     ) -> Result<()> {
         let p = self.bl.prefetch;
-        if self.bl.compact || (p.b_steps <= 0 && p.a_steps <= 0) {
+        if self.bl.compact || p.is_none() {
             return Ok(());
         }
         let x = &self.x;
         let em = x.em;
-        let ptr = em.ctx.ptr_type(AddressSpace::default());
         let i32t = em.ctx.i32_type();
-        let decl = match em.m.get_function("llvm.prefetch.p0") {
-            Some(f) => f,
-            None => em.m.add_function(
-                "llvm.prefetch.p0",
-                em.ctx
-                    .void_type()
-                    .fn_type(&[ptr.into(), i32t.into(), i32t.into(), i32t.into()], false),
-                None,
-            ),
-        };
+        let ptr = em.ctx.ptr_type(AddressSpace::default());
+        let decl = inkwell::intrinsics::Intrinsic::find("llvm.prefetch")
+            .and_then(|i| i.get_declaration(em.m, &[ptr.into()]))
+            .ok_or_else(|| crate::Error::Llvm("cannot declare llvm.prefetch".into()))?;
         let byte = |base: PointerValue<'c>, off: IntValue<'c>| -> Result<PointerValue<'c>> {
             // SAFETY (of the emitted code): the address is only prefetched, never accessed.
             unsafe { em.b.build_gep(em.ctx.i8_type(), base, &[off], "pf") }.map_err(llvm)
