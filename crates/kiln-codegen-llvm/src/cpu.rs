@@ -128,6 +128,9 @@ struct Emitter<'c> {
     nonpositive: std::collections::HashSet<crate::kernel::ValueKey>,
     /// Set just before an exponential of `nonpositive` is emitted, taken by [`Self::op`].
     exp_nonpositive: std::cell::Cell<bool>,
+    /// Set with `exp_nonpositive` when the exponential's argument selects (a mask; see
+    /// [`emitter::maskable`]).
+    exp_masked: std::cell::Cell<bool>,
     /// An input whose buffer holds its elements from `offset` on (`(input, offset)`): a
     /// chained GEMM's block of rows, which its epilogue reads as the product.
     shifted: std::cell::Cell<Option<(usize, IntValue<'c>)>>,

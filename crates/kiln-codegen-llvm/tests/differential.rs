@@ -1381,3 +1381,108 @@ fn padded_taps_multiply_the_weight() {
         }
     }
 }
+
+/// A masked softmax's exponentials past the bottom of their range (masked logits, `-inf`)
+/// are 0 by a select rather than by scaling the polynomial down to an underflow, which costs
+/// a microcode assist on x86 cores: those lanes reduce 0 instead of the bottom, and the scaled
+/// result is selected against 0. Exactly 0 there, and the reference's values on both sides of
+/// the bottom (subnormal results included), in f32 and f64. A softmax that masks nothing keeps
+/// the plain exponential (no select: it cost unmasked softmaxes about 3%).
+#[test]
+fn masked_softmax_exponentials_past_the_bottom_are_selected_zeros() {
+    for (dt, bottom, xs) in [
+        (
+            "f32",
+            -103.98,
+            [
+                f64::NEG_INFINITY,
+                -1e30,
+                -1000.0,
+                -104.0,
+                -103.99,
+                -103.97,
+                -103.9,
+                -100.0,
+                -95.0,
+                -90.0,
+                -87.4,
+                -87.0,
+                -50.0,
+                -1.0,
+                -0.5,
+                0.0,
+            ],
+        ),
+        (
+            "f64",
+            -745.14,
+            [
+                f64::NEG_INFINITY,
+                -1e300,
+                -5000.0,
+                -746.0,
+                -745.15,
+                -745.13,
+                -745.0,
+                -740.0,
+                -720.0,
+                -708.5,
+                -708.0,
+                -300.0,
+                -1.0,
+                -0.5,
+                -0.25,
+                0.0,
+            ],
+        ),
+    ] {
+        let n = xs.len();
+        let ty = if dt == "f32" { "float" } else { "double" };
+        let selects = |src: &str| {
+            let f = kiln_ir::parse_func_text(src).unwrap();
+            let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, false, &common::env_options())
+                .unwrap();
+            ir.lines().any(|l| {
+                l.contains("= select i1 ") && l.contains(&format!(", {ty} 0.000000e+00, {ty} %y"))
+            })
+        };
+        let plain = common::softmax_text(dt, &[2, n]);
+        assert!(!selects(&plain), "{dt}: no select without a mask");
+        // The same softmax of its logits masked where the mask is false.
+        let s = format!("{dt}[2,{n}]");
+        let masked = plain
+            .replace(
+                &format!("func @main(%0: {s}) -> {s} {{\n"),
+                &format!(
+                    "func @main(%10: {s}, %11: pred[2,{n}]) -> {s} {{\n  %12 = constant {{value = -inf}} : {dt}[]\n  %13 = broadcast_in_dim %12 {{broadcast_dimensions = []}} : {s}\n  %0 = select %11, %10, %13 : {s}\n"
+                ),
+            );
+        assert!(
+            selects(&masked),
+            "{dt}: the scaled result selected against 0\n{masked}"
+        );
+        let f = kiln_ir::parse_func_text(&masked).unwrap();
+        // The second row is the first shifted by 3 (the same differences from its maximum),
+        // with its first and third logits masked out.
+        let rows: Vec<f64> = xs
+            .iter()
+            .chain(xs.iter())
+            .enumerate()
+            .map(|(i, &x)| if i < n { x } else { x + 3.0 })
+            .collect();
+        let keep: Vec<f64> = (0..2 * n)
+            .map(|i| if i == n || i == n + 2 { 0.0 } else { 1.0 })
+            .collect();
+        let x = Literal::from_f64s(f.values[f.params[0].index()].clone(), &rows).unwrap();
+        let m = Literal::from_f64s(f.values[f.params[1].index()].clone(), &keep).unwrap();
+        let args = [x, m];
+        common::agrees(&f, &args).unwrap_or_else(|e| panic!("{dt}: {e}"));
+        let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
+        let got = exe.run(&args).unwrap()[0].to_f64s();
+        for (i, y) in got.iter().enumerate() {
+            if xs[i % n] < bottom || keep[i] == 0.0 {
+                assert_eq!(y.to_bits(), 0, "{dt}: element {i} is +0, got {y}");
+            }
+        }
+    }
+}

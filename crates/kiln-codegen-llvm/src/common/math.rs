@@ -180,10 +180,33 @@ pub(crate) trait Math<'c>: Base<'c> {
     /// result once, as the two-step scaling does. Within 2 ulps.
     fn exp_nonpositive(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let f = self.format(d);
-        let c = |v: f64| f.ft.const_float(v);
         let (_, bottom) = f.exp_range();
-        let below = self.fcmp(FloatPredicate::OLT, x, c(bottom))?;
-        let xc = self.select_float(below, c(bottom), x)?;
+        let below = self.fcmp(FloatPredicate::OLT, x, f.ft.const_float(bottom))?;
+        let xc = self.select_float(below, f.ft.const_float(bottom), x)?;
+        self.exp_clamped(d, xc)
+    }
+
+    /// e^(x - max) of a softmax whose logits may be masked out (`-inf`, a causal mask's):
+    /// [`Self::exp_nonpositive`]'s value. Where an underflow costs an assist
+    /// ([`super::Base::underflow_assists`]: x86), arguments past the bottom (`-inf - max`)
+    /// scale `e^0` instead, and the result there is a selected 0, the value the scaling would
+    /// round to. Only where the kernel masks (the select costs unmasked softmaxes about 3%).
+    fn exp_masked(&self, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        if !self.underflow_assists() {
+            return self.exp_nonpositive(d, x);
+        }
+        let f = self.format(d);
+        let zero = f.ft.const_float(0.0);
+        let (_, bottom) = f.exp_range();
+        let below = self.fcmp(FloatPredicate::OLT, x, f.ft.const_float(bottom))?;
+        let xc = self.select_float(below, zero, x)?;
+        let y = self.exp_clamped(d, xc)?;
+        self.select_float(below, zero, y)
+    }
+
+    /// e^x for x in `[bottom, 0]` (or NaN): [`Self::exp_nonpositive`] past its clamp.
+    fn exp_clamped(&self, d: DType, xc: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        let f = self.format(d);
         if self.scalef() {
             let (n, p) = self.exp_reduced(&f, xc, 1.0)?;
             return self.scale(&f, p, n);

@@ -46,9 +46,21 @@ pub(crate) trait Base<'c> {
     fn scalef(&self) -> bool {
         false
     }
+    /// Whether a result that underflows (rounds into the subnormals or to 0) costs the target a
+    /// microcode assist, as on x86 cores (about a hundred cycles an instruction): a softmax's
+    /// exponentials then select 0 past the bottom of their range rather than scaling down to
+    /// it (see [`math::Math::exp_masked`]). GPUs round subnormal results at full speed.
+    fn underflow_assists(&self) -> bool {
+        false
+    }
     /// Whether the exponential about to be emitted is known to have a nonpositive argument
     /// (taken: the next call answers false).
     fn take_exp_nonpositive(&self) -> bool {
+        false
+    }
+    /// Whether that exponential's argument may be a masked logit (it selects: see
+    /// [`math::Math::exp_masked`]; taken: the next call answers false).
+    fn take_exp_masked(&self) -> bool {
         false
     }
     /// The C math function `name` (`name` + `f` for f32) of `x`.

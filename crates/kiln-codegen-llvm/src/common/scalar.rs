@@ -442,7 +442,11 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                 b.build_select(pos, one.into(), s, "r").map_err(llvm)?
             }
             OpKind::Exponential if self.take_exp_nonpositive() => {
-                self.exp_nonpositive(d, x)?.into()
+                if self.take_exp_masked() {
+                    self.exp_masked(d, x)?.into()
+                } else {
+                    self.exp_nonpositive(d, x)?.into()
+                }
             }
             OpKind::Exponential => self.exp_fast(d, x)?.into(),
             OpKind::Log => self.log_fast(d, x)?.into(),

@@ -32,6 +32,7 @@ impl<'c> Emitter<'c> {
             routines,
             nonpositive: Default::default(),
             exp_nonpositive: Default::default(),
+            exp_masked: Default::default(),
             shifted: Default::default(),
             schedule: None,
             args: Default::default(),
@@ -634,10 +635,12 @@ impl<'c> Emitter<'c> {
                     && self.nonpositive.contains(&value_key(e))
                 {
                     self.exp_nonpositive.set(true);
+                    self.exp_masked.set(maskable(&args[0]));
                 }
                 let r = self.op(op, in_dt, *dtype, &vals);
                 // Taken by the exponential itself; never left for another one.
                 self.exp_nonpositive.set(false);
+                self.exp_masked.set(false);
                 r
             }
             Expr::Reduce { .. } => {
@@ -743,6 +746,15 @@ impl<'c> Base<'c> for Emitter<'c> {
         self.exp_nonpositive.replace(false)
     }
 
+    fn take_exp_masked(&self) -> bool {
+        self.exp_masked.replace(false)
+    }
+
+    /// The CPU backend targets x86-64, whose cores take an assist for an underflowing result.
+    fn underflow_assists(&self) -> bool {
+        true
+    }
+
     /// A call to a C math function (`tanhf` for f32, `tanh` for f64).
     fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
         let ft = self.ftype(d);
@@ -766,5 +778,19 @@ impl<'c> Base<'c> for Emitter<'c> {
             .basic()
             .ok_or_else(|| Error::Llvm(format!("{sym} returned nothing")))?
             .into_float_value())
+    }
+}
+
+/// Whether `e` selects between values (a mask: `select(mask, x, -inf)`, as a causal
+/// attention's scores are; the `-inf` is an input of the kernel, as constants are): its
+/// exponential is then taken by [`crate::common::math::Math::exp_masked`].
+pub(super) fn maskable(e: &Expr) -> bool {
+    match e {
+        Expr::Op { op, args, .. } => matches!(op, Ew::Select) || args.iter().any(maskable),
+        Expr::Guard {
+            then, otherwise, ..
+        } => maskable(then) || maskable(otherwise),
+        Expr::Reduce { init, body, .. } => maskable(init) || maskable(body),
+        _ => false,
     }
 }
