@@ -4,9 +4,9 @@
 //! the runtime would run an instruction without one on the reference interpreter, and
 //! [`CpuExecutable::plan`] shows which way each instruction runs.
 
-use crate::common::Base;
 use crate::common::math::Math;
 use crate::common::scalar::Scalar;
+use crate::common::{Base, ExpArg};
 use crate::kernel::{
     Cond, Ew, Expr, Idx, Kernel, Schedule, free_vars, hoistable_reduces, speculatable, value_key,
     var_plus_const, visit,
@@ -126,11 +126,9 @@ struct Emitter<'c> {
     /// The keys ([`value_key`]) of the kernel's exponentials whose argument is never positive
     /// (see [`nonpositive_exps`]).
     nonpositive: std::collections::HashSet<crate::kernel::ValueKey>,
-    /// Set just before an exponential of `nonpositive` is emitted, taken by [`Self::op`].
-    exp_nonpositive: std::cell::Cell<bool>,
-    /// Set with `exp_nonpositive` when the exponential's argument selects (a mask; see
-    /// [`emitter::maskable`]).
-    exp_masked: std::cell::Cell<bool>,
+    /// Set just before an exponential of `nonpositive` is emitted (masked where its argument
+    /// selects: [`emitter::maskable`]), taken by [`Self::op`].
+    exp_arg: std::cell::Cell<ExpArg>,
     /// An input whose buffer holds its elements from `offset` on (`(input, offset)`): a
     /// chained GEMM's block of rows, which its epilogue reads as the product.
     shifted: std::cell::Cell<Option<(usize, IntValue<'c>)>>,

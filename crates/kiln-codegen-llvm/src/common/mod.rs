@@ -34,6 +34,18 @@ pub(crate) fn llvm<E: std::fmt::Display>(e: E) -> Error {
     Error::Llvm(e.to_string())
 }
 
+/// What is known of an exponential's argument ([`Base::take_exp_arg`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum ExpArg {
+    /// Nothing: [`math::Math::exp_fast`].
+    #[default]
+    Any,
+    /// Never positive (`x - max x`): [`math::Math::exp_nonpositive`].
+    Nonpositive,
+    /// Never positive, and it selects (a masked logit): [`math::Math::exp_masked`].
+    Masked,
+}
+
 /// What an emitter provides the shared element code.
 pub(crate) trait Base<'c> {
     /// The LLVM context.
@@ -53,15 +65,10 @@ pub(crate) trait Base<'c> {
     fn underflow_assists(&self) -> bool {
         false
     }
-    /// Whether the exponential about to be emitted is known to have a nonpositive argument
-    /// (taken: the next call answers false).
-    fn take_exp_nonpositive(&self) -> bool {
-        false
-    }
-    /// Whether that exponential's argument may be a masked logit (it selects: see
-    /// [`math::Math::exp_masked`]; taken: the next call answers false).
-    fn take_exp_masked(&self) -> bool {
-        false
+    /// What is known of the argument of the exponential about to be emitted (taken: the next
+    /// call answers [`ExpArg::Any`]).
+    fn take_exp_arg(&self) -> ExpArg {
+        ExpArg::Any
     }
     /// The C math function `name` (`name` + `f` for f32) of `x`.
     fn libm_call(&self, name: &str, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>>;

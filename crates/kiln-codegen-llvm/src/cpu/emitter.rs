@@ -31,8 +31,7 @@ impl<'c> Emitter<'c> {
             target,
             routines,
             nonpositive: Default::default(),
-            exp_nonpositive: Default::default(),
-            exp_masked: Default::default(),
+            exp_arg: Default::default(),
             shifted: Default::default(),
             schedule: None,
             args: Default::default(),
@@ -634,13 +633,15 @@ impl<'c> Emitter<'c> {
                     && !self.nonpositive.is_empty()
                     && self.nonpositive.contains(&value_key(e))
                 {
-                    self.exp_nonpositive.set(true);
-                    self.exp_masked.set(maskable(&args[0]));
+                    self.exp_arg.set(if maskable(&args[0]) {
+                        ExpArg::Masked
+                    } else {
+                        ExpArg::Nonpositive
+                    });
                 }
                 let r = self.op(op, in_dt, *dtype, &vals);
                 // Taken by the exponential itself; never left for another one.
-                self.exp_nonpositive.set(false);
-                self.exp_masked.set(false);
+                self.exp_arg.set(ExpArg::Any);
                 r
             }
             Expr::Reduce { .. } => {
@@ -742,12 +743,8 @@ impl<'c> Base<'c> for Emitter<'c> {
         self.scalef
     }
 
-    fn take_exp_nonpositive(&self) -> bool {
-        self.exp_nonpositive.replace(false)
-    }
-
-    fn take_exp_masked(&self) -> bool {
-        self.exp_masked.replace(false)
+    fn take_exp_arg(&self) -> ExpArg {
+        self.exp_arg.take()
     }
 
     /// The CPU backend targets x86-64, whose cores take an assist for an underflowing result.
