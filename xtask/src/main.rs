@@ -310,12 +310,14 @@ fn test() -> Result {
     // The suites that run programs once more, through the GPU mapping on the GPU emulator:
     // every spec example, 300 random programs and every target filetest's runs (the
     // differential filetests among them), as `KILN_BACKEND=ptx-emulator cargo test -p
-    // kiln-tests` runs them.
+    // kiln-tests` runs them. The test is picked out of the whole workspace (kiln-tests alone
+    // has it) so that features resolve as for the workspace's run above and its binary is
+    // reused: `-p kiln-tests` resolves them otherwise and rebuilds kiln and every crate
+    // under it (two minutes of CI).
     let mut e = cargo();
     e.args([
         "test",
-        "-p",
-        "kiln-tests",
+        "--workspace",
         "--test",
         "integration",
         "--",
