@@ -123,11 +123,10 @@ struct Emitter<'c> {
     target: Target,
     /// Where the GEMM routines are compiled.
     routines: Routines,
-    /// The keys ([`value_key`]) of the kernel's exponentials whose argument is never positive
-    /// (see [`nonpositive_exps`]).
-    nonpositive: std::collections::HashSet<crate::kernel::ValueKey>,
-    /// Set just before an exponential of `nonpositive` is emitted (masked where its argument
-    /// selects: [`emitter::maskable`]), taken by [`Self::op`].
+    /// What is known of the arguments of the kernel's exponentials whose argument is never
+    /// positive, by key ([`value_key`]; see [`nonpositive_exps`]).
+    nonpositive: std::collections::HashMap<crate::kernel::ValueKey, ExpArg>,
+    /// Set just before an exponential of `nonpositive` is emitted, taken by [`Self::op`].
     exp_arg: std::cell::Cell<ExpArg>,
     /// An input whose buffer holds its elements from `offset` on (`(input, offset)`): a
     /// chained GEMM's block of rows, which its epilogue reads as the product.
@@ -386,7 +385,7 @@ mod tests {
         let fused = fused_kernels(&f, &Options::default(), &TargetInfo::reference());
         let (mut proven, mut all) = (0, 0);
         for k in fused.kernels.iter().flatten() {
-            let mut keys = std::collections::HashSet::new();
+            let mut keys = std::collections::HashMap::new();
             let mut extents: Vec<Option<usize>> = k.out.shape.iter().map(|&e| Some(e)).collect();
             nonpositive_exps(&k.body, &mut extents, &mut keys);
             proven += keys.len();

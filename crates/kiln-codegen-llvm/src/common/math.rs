@@ -186,6 +186,15 @@ pub(crate) trait Math<'c>: Base<'c> {
         self.exp_clamped(d, xc)
     }
 
+    /// e^x by what is known of `x` ([`super::ExpArg`]).
+    fn exp_known(&self, arg: super::ExpArg, d: DType, x: FloatValue<'c>) -> Result<FloatValue<'c>> {
+        match arg {
+            super::ExpArg::Any => self.exp_fast(d, x),
+            super::ExpArg::Nonpositive => self.exp_nonpositive(d, x),
+            super::ExpArg::Masked => self.exp_masked(d, x),
+        }
+    }
+
     /// e^(x - max) of a softmax whose logits may be masked out (`-inf`, a causal mask's):
     /// [`Self::exp_nonpositive`]'s value. Where an underflow costs an assist
     /// ([`super::Base::underflow_assists`]: x86), arguments past the bottom (`-inf - max`)

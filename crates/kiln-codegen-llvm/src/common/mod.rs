@@ -46,6 +46,17 @@ pub(crate) enum ExpArg {
     Masked,
 }
 
+impl ExpArg {
+    /// A never-positive argument, masked where it selects.
+    pub(crate) fn nonpositive(masked: bool) -> ExpArg {
+        if masked {
+            ExpArg::Masked
+        } else {
+            ExpArg::Nonpositive
+        }
+    }
+}
+
 /// What an emitter provides the shared element code.
 pub(crate) trait Base<'c> {
     /// The LLVM context.

@@ -441,11 +441,7 @@ pub(crate) trait Scalar<'c>: Base<'c> {
                     .map_err(llvm)?;
                 b.build_select(pos, one.into(), s, "r").map_err(llvm)?
             }
-            OpKind::Exponential => match self.take_exp_arg() {
-                super::ExpArg::Any => self.exp_fast(d, x)?.into(),
-                super::ExpArg::Nonpositive => self.exp_nonpositive(d, x)?.into(),
-                super::ExpArg::Masked => self.exp_masked(d, x)?.into(),
-            },
+            OpKind::Exponential => self.exp_known(self.take_exp_arg(), d, x)?.into(),
             OpKind::Log => self.log_fast(d, x)?.into(),
             OpKind::LogPlusOne => self.libm_call("log1p", d, x)?.into(),
             OpKind::ExponentialMinusOne => self.libm_call("expm1", d, x)?.into(),

@@ -631,13 +631,9 @@ impl<'c> Emitter<'c> {
                 };
                 if matches!(op, Ew::Kind(OpKind::Exponential))
                     && !self.nonpositive.is_empty()
-                    && self.nonpositive.contains(&value_key(e))
+                    && let Some(&arg) = self.nonpositive.get(&value_key(e))
                 {
-                    self.exp_arg.set(if maskable(&args[0]) {
-                        ExpArg::Masked
-                    } else {
-                        ExpArg::Nonpositive
-                    });
+                    self.exp_arg.set(arg);
                 }
                 let r = self.op(op, in_dt, *dtype, &vals);
                 // Taken by the exponential itself; never left for another one.
@@ -775,19 +771,5 @@ impl<'c> Base<'c> for Emitter<'c> {
             .basic()
             .ok_or_else(|| Error::Llvm(format!("{sym} returned nothing")))?
             .into_float_value())
-    }
-}
-
-/// Whether `e` selects between values (a mask: `select(mask, x, -inf)`, as a causal
-/// attention's scores are; the `-inf` is an input of the kernel, as constants are): its
-/// exponential is then taken by [`crate::common::math::Math::exp_masked`].
-pub(super) fn maskable(e: &Expr) -> bool {
-    match e {
-        Expr::Op { op, args, .. } => matches!(op, Ew::Select) || args.iter().any(maskable),
-        Expr::Guard {
-            then, otherwise, ..
-        } => maskable(then) || maskable(otherwise),
-        Expr::Reduce { init, body, .. } => maskable(init) || maskable(body),
-        _ => false,
     }
 }

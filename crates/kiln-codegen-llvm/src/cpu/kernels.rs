@@ -444,7 +444,7 @@ pub(super) fn emit_online_softmax<'c>(
     )?;
     let blocked: Vec<usize> = blocked.iter().map(|&s| s as usize).collect();
     // Logits a mask may set to -inf take the exponential that selects 0 past the bottom.
-    let maskable = super::emitter::maskable(&h);
+    let exp_arg = ExpArg::nonpositive(super::loops::maskable(&h));
     let saved = em.swap_pointer_table(product + 1, &|i| (i == product).then_some(p))?;
     let b = &em.b;
     let shift = b
@@ -558,11 +558,7 @@ pub(super) fn emit_online_softmax<'c>(
             let at = here(em)?;
             let x = load_f(em, at)?;
             let x = em.b.build_float_sub(x, from, "hd").map_err(llvm)?;
-            let e = if maskable {
-                em.exp_masked(d, x)?
-            } else {
-                em.exp_nonpositive(d, x)?
-            };
+            let e = em.exp_known(exp_arg, d, x)?;
             em.b.build_store(at, e).map_err(llvm)?;
             let s = em.b.build_load(ft, acc_sum, "s").map_err(llvm)?;
             let s = em.combine_with(Combiner::Add, d, s, e.into(), true)?;

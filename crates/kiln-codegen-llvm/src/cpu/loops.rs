@@ -281,11 +281,12 @@ pub(super) fn emit_streaming<'c>(
 /// `a`'s variables, `w`, whose range (`extents[w]`, where known) lies inside `v`'s: `m` is then
 /// at least `a` (a softmax's `exp(x - max(x))`), so the argument is at most 0 or NaN, and
 /// [`Emitter::exp_nonpositive`] computes it with the same bits as [`Emitter::exp_fast`] in
-/// fewer operations. `extents` holds the enclosing loops' trip counts by variable.
+/// fewer operations; where `a` selects ([`maskable`]), [`Emitter::exp_masked`]. `extents`
+/// holds the enclosing loops' trip counts by variable.
 pub(super) fn nonpositive_exps(
     e: &Expr,
     extents: &mut Vec<Option<usize>>,
-    out: &mut std::collections::HashSet<crate::kernel::ValueKey>,
+    out: &mut std::collections::HashMap<crate::kernel::ValueKey, ExpArg>,
 ) {
     match e {
         Expr::Op {
@@ -293,7 +294,7 @@ pub(super) fn nonpositive_exps(
             args,
             ..
         } if max_difference(&args[0], extents) => {
-            out.insert(value_key(e));
+            out.insert(value_key(e), ExpArg::nonpositive(maskable(&args[0])));
             nonpositive_exps(&args[0], extents, out);
         }
         Expr::Op { args, .. } => args.iter().for_each(|a| nonpositive_exps(a, extents, out)),
@@ -318,6 +319,20 @@ pub(super) fn nonpositive_exps(
             nonpositive_exps(otherwise, extents, out);
         }
         _ => {}
+    }
+}
+
+/// Whether `e` selects between values (a mask: `select(mask, x, -inf)`, as a causal
+/// attention's scores are; the `-inf` is an input of the kernel, as constants are): its
+/// exponential is then taken by [`crate::common::math::Math::exp_masked`].
+pub(super) fn maskable(e: &Expr) -> bool {
+    match e {
+        Expr::Op { op, args, .. } => matches!(op, Ew::Select) || args.iter().any(maskable),
+        Expr::Guard {
+            then, otherwise, ..
+        } => maskable(then) || maskable(otherwise),
+        Expr::Reduce { init, body, .. } => maskable(init) || maskable(body),
+        _ => false,
     }
 }
 
