@@ -249,7 +249,7 @@ fn products_of_two_panels_read_a_in_place() {
     let host = kiln_codegen_llvm::cpu::host_target_info();
     let nr = if host.vector_bytes >= 64 { 64 } else { 16 };
     let panels = |n: usize| {
-        let bl = kiln_kernel::gemm_schedule::Blocking::new(kiln_ir::DType::F32, &host, n);
+        let bl = kiln_kernel::gemm_schedule::Blocking::new(kiln_ir::DType::F32, &host, n, 512);
         n.div_ceil(bl.nr() as usize)
     };
     for (s, packs) in [(2 * nr, false), (3 * nr, true)] {

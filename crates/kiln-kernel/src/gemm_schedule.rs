@@ -45,10 +45,11 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
     else {
         return None;
     };
-    let bl = Blocking::new(k.out.dtype, target, n);
+    // A chained product contracts over the first product's columns.
     let chain_bl = chain
         .as_ref()
-        .map(|c| Blocking::new(k.out.dtype, target, c.n));
+        .map(|c| Blocking::new(k.out.dtype, target, c.n, n));
+    let bl = Blocking::new(k.out.dtype, target, n, kk);
     let (blocking, split_columns) = match (chain, chain_bl) {
         (Some(c), Some(bl2)) if c.online.is_some() => (bl.online(kk, bl2), false),
         (Some(_), _) => (bl.whole_rows(n).chained(n, kk), false),
@@ -162,7 +163,10 @@ impl Blocking {
     /// mostly the zeros padding its panel. It is 8 rows tall with 512-bit vectors (8
     /// independent FMA chains, what two FMA ports of latency 4 need; 16 rows took half again
     /// as long to compile), 12 with narrower ones.
-    pub fn new(d: DType, target: &TargetInfo, n: usize) -> Blocking {
+    ///
+    /// `k` is the product's contraction length: a target's tall tile
+    /// ([`TallTile`](crate::target::TallTile)) is taken only from its `min_steps` on.
+    pub fn new(d: DType, target: &TargetInfo, n: usize, k: usize) -> Blocking {
         let wide = target.vector_bytes >= 64;
         let limits = &target.gemm;
         let bytes = d.bytes() as i64;
@@ -201,7 +205,10 @@ impl Blocking {
                 .unwrap_or((mr, nv));
             // A CPU with two 512-bit FMA ports takes a tall tile past a few panels: it loads
             // half the vectors of B per multiply-add (see `TallTile`).
-            if let Some(t) = limits.tall_512.filter(|t| n > t.min_columns) {
+            if let Some(t) = limits
+                .tall_512
+                .filter(|t| n > t.min_columns && k >= t.min_steps)
+            {
                 (mr, nv) = (t.rows, 2);
                 prefetch = t.prefetch;
             }
@@ -425,17 +432,18 @@ mod tests {
             (DType::F64, 1024, (6, 4)),
             (DType::F64, 600, (8, 3)),
         ] {
-            let bl = Blocking::new(d, &vectors(64), n);
+            let bl = Blocking::new(d, &vectors(64), n, 512);
             assert_eq!((bl.mr, bl.nv), tile, "{d:?}, {n} columns");
             assert_eq!(bl.mc % bl.mr, 0);
             assert_eq!(bl.nc % bl.nr(), 0);
         }
-        let bl = Blocking::new(DType::F32, &vectors(32), 1000);
+        let bl = Blocking::new(DType::F32, &vectors(32), 1000, 512);
         assert_eq!((bl.mr, bl.nv), (6, 2));
     }
 
-    /// With two 512-bit FMA ports (an Intel Xeon), products of more than 256 columns take the
-    /// 14 x 2 tile, narrower ones the tile that pads least; 256-bit products keep 6 x 2.
+    /// With two 512-bit FMA ports (an Intel Xeon), products of more than 256 columns and at
+    /// least 256 steps take the 14 x 2 tile, narrower or shorter ones the tile that pads least;
+    /// 256-bit products keep 6 x 2.
     #[test]
     fn two_fma_ports_take_the_tall_tile_past_256_columns() {
         let intel = |bytes: usize| TargetInfo {
@@ -452,17 +460,22 @@ mod tests {
             (DType::F32, 10, (8, 1)),
             (DType::F64, 1024, (14, 2)),
         ] {
-            let bl = Blocking::new(d, &intel(64), n);
+            let bl = Blocking::new(d, &intel(64), n, 512);
             assert_eq!((bl.mr, bl.nv), tile, "{d:?}, {n} columns");
             assert_eq!(bl.mc % bl.mr, 0);
             // The tall tile's loop prefetches B 8 steps and A 16 steps ahead; no other does.
             let ahead = (bl.prefetch.b_steps, bl.prefetch.a_steps);
             assert_eq!(ahead, if tile.0 == 14 { (8, 16) } else { (0, 0) });
         }
-        let bl = Blocking::new(DType::F32, &intel(32), 2048);
+        // Short contractions keep the tile that pads least (attention's 64-step scores).
+        for (k, tile) in [(64, (6, 4)), (255, (6, 4)), (256, (14, 2)), (2048, (14, 2))] {
+            let bl = Blocking::new(DType::F32, &intel(64), 2048, k);
+            assert_eq!((bl.mr, bl.nv), tile, "{k} steps");
+        }
+        let bl = Blocking::new(DType::F32, &intel(32), 2048, 512);
         assert_eq!((bl.mr, bl.nv), (6, 2));
         assert_eq!(bl.prefetch, crate::target::TilePrefetch::default());
-        let bl = Blocking::new(DType::F32, &vectors(64), 2048);
+        let bl = Blocking::new(DType::F32, &vectors(64), 2048, 512);
         assert_eq!(bl.prefetch, crate::target::TilePrefetch::default());
     }
 
@@ -480,7 +493,7 @@ mod tests {
             (32, DType::F32, 9, false),
             (64, DType::F32, 1024, false),
         ] {
-            let bl = Blocking::new(d, &vectors(bytes), n);
+            let bl = Blocking::new(d, &vectors(bytes), n, 512);
             assert_eq!(
                 bl.compact, compact,
                 "{d:?}, {n} columns, {bytes}-byte vectors"
@@ -519,7 +532,7 @@ mod tests {
             (1, 256, false, true, false),
             (1, 128, false, true, false),
         ] {
-            let bl = Blocking::new(DType::F32, &t, n).reading_a_in_place(
+            let bl = Blocking::new(DType::F32, &t, n, 512).reading_a_in_place(
                 (batch, n),
                 (a_trans, conv),
                 &t.gemm,
@@ -560,11 +573,16 @@ mod tests {
                     (2048, 200, 64),
                     (16384, 64, 128),
                 ] {
-                    let bl = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n as usize)
+                    let bl = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n as usize, k)
                         .whole_rows(n as usize)
                         .chained(n as usize, k);
                     assert!(bl.kc >= k as i64 && bl.kc % 16 == 0);
-                    let bl2 = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n2 as usize);
+                    let bl2 = Blocking::new(
+                        d,
+                        &vectors(if wide { 64 } else { 32 }),
+                        n2 as usize,
+                        n as usize,
+                    );
                     let at = bl.chain_scratch(n, bl2, n2, None);
                     let up = |x: i64, to: i64| (x + to - 1) / to * to;
                     let line = 64 / bl.bytes;
@@ -601,8 +619,13 @@ mod tests {
                     (512, 64, 64, 512),
                     (100000, 13, 256, 1000),
                 ] {
-                    let bl2 = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n2 as usize);
-                    let bl = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n as usize)
+                    let bl2 = Blocking::new(
+                        d,
+                        &vectors(if wide { 64 } else { 32 }),
+                        n2 as usize,
+                        n as usize,
+                    );
+                    let bl = Blocking::new(d, &vectors(if wide { 64 } else { 32 }), n as usize, k)
                         .online(k, bl2);
                     let what = format!("{d:?} wide {wide}, {n} then {n2} columns, {k} steps");
                     assert!(bl.nc % bl.nr() == 0 && bl.nc <= bl2.kc, "{what}");

@@ -203,6 +203,16 @@ pub struct TallTile {
     /// few panels reads A in place ([`GemmLimits::a_in_place_panels_rows`]) and has too few
     /// rows and steps for the tall tile to pay (`[256,256] x [256,256]` ran 4% slower with it).
     pub min_columns: usize,
+    /// The fewest contraction steps a product must have to take the tall tile. Over fewer,
+    /// the 6 x 4 tile's panel of B (steps x 64 elements: 32 KiB at 128 steps of f32) stays in
+    /// the level 1 cache from one sliver of A to the next, so halving B's loads buys nothing,
+    /// while the tall tile stores its 28 vectors of C every few steps and, reading A in place
+    /// (a chain's first product), reloads spilled row pointers every step. Measured on the
+    /// Xeon VM of family 6 model 167 (docs/performance.md, forty-fifth session): attention's
+    /// 64-step product of the scores faster with 6 x 4 in 8 of 8 alternating pairs (about
+    /// 7%), `[2048,64] x [64,1024]` and `[2048,128] x [128,1024]` 3-5%. From 256 steps the
+    /// tall tile stays, as measured when it was chosen.
+    pub min_steps: usize,
     /// What the tile's loop asks the caches for ahead of its use (see [`TilePrefetch`]).
     pub prefetch: TilePrefetch,
 }
@@ -274,6 +284,7 @@ impl GemmLimits {
             tall_512: Some(TallTile {
                 rows: 14,
                 min_columns: 256,
+                min_steps: 256,
                 prefetch: TilePrefetch {
                     b_steps: 8,
                     a_steps: 16,
@@ -837,6 +848,7 @@ mod tests {
             Some(TallTile {
                 rows: 14,
                 min_columns: 256,
+                min_steps: 256,
                 prefetch: TilePrefetch {
                     b_steps: 8,
                     a_steps: 16

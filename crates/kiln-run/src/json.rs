@@ -105,6 +105,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "tall_512": t.gemm.tall_512.map(|t| json!({
                 "rows": t.rows,
                 "min_columns": t.min_columns,
+                "min_steps": t.min_steps,
                 "prefetch": { "b_steps": t.prefetch.b_steps, "a_steps": t.prefetch.a_steps },
             })),
         },
@@ -368,6 +369,11 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     Some(TallTile {
                         rows: t.i64("rows")?,
                         min_columns: t.usize("min_columns")?,
+                        // Artifacts written before the field: the tall tile at any length.
+                        min_steps: match t.v.get("min_steps") {
+                            None | Some(Value::Null) => 0,
+                            Some(_) => t.usize("min_steps")?,
+                        },
                         // Artifacts written before the field: no prefetches.
                         prefetch: match t.v.get("prefetch") {
                             None | Some(Value::Null) => TilePrefetch::default(),
@@ -490,6 +496,22 @@ mod tests {
         assert_eq!(
             none.gemm.tall_512.unwrap().prefetch,
             TilePrefetch::default()
+        );
+        // An artifact written before the tall tile's shortest contraction: any length.
+        assert_eq!(target_to_json(&x)["gemm"]["tall_512"]["min_steps"], 256);
+        let mut older = target_to_json(&x);
+        older["gemm"]["tall_512"]
+            .as_object_mut()
+            .unwrap()
+            .remove("min_steps");
+        assert_eq!(
+            target_from_json(&older)
+                .unwrap()
+                .gemm
+                .tall_512
+                .unwrap()
+                .min_steps,
+            0
         );
         // An artifact written before the field: the reference blocks.
         let mut old = target_to_json(&r);

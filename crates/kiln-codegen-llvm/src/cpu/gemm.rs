@@ -207,7 +207,7 @@ mod tests {
             gemm: GemmLimits::two_fma512_ports(),
             ..kiln_kernel::TargetInfo::reference()
         };
-        let bl = Blocking::new(kiln_ir::DType::F32, &intel, 2048);
+        let bl = Blocking::new(kiln_ir::DType::F32, &intel, 2048, 2048);
         let plain = Blocking {
             prefetch: TilePrefetch::default(),
             ..bl

@@ -256,9 +256,17 @@ pub(super) fn emit_contraction_wrapper<'c>(
 /// first itself), when there is another such kernel: they share one function taking the
 /// length as a parameter (an MLP's layers of equal width: `[256, 784] x [784, 1024]` and
 /// `[256, 1024] x [1024, 1024]`, both with a bias and a ReLU), and each kernel is a call of
-/// it. Convolutions and empty contractions keep their own.
-pub(super) fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Vec<Option<usize>> {
-    let key = |k: &Kernel| -> Option<Kernel> {
+/// it. The function is emitted with the first kernel's GEMM schedule on `info`, so kernels
+/// share it only where the schedule is the same for both: a short contraction may take
+/// another tile ([`kiln_kernel::target::TallTile::min_steps`]; the MLP step's 10-step
+/// `dlogits · W3ᵀ` and 1024-step `dz2 · W2ᵀ`). Convolutions and empty contractions keep their
+/// own.
+pub(super) fn contraction_groups(
+    ks: &[Option<Kernel>],
+    aliases: &[Alias],
+    info: &TargetInfo,
+) -> Vec<Option<usize>> {
+    let key = |k: &Kernel| -> Option<(Kernel, Option<GemmSchedule>)> {
         match k.schedule {
             Schedule::Gemm {
                 conv: None,
@@ -270,12 +278,13 @@ pub(super) fn contraction_groups(ks: &[Option<Kernel>], aliases: &[Alias]) -> Ve
                 if let Schedule::Gemm { k: kk, .. } = &mut key.schedule {
                     *kk = 0;
                 }
-                Some(key)
+                Some((key, gemm_schedule(k, info)))
             }
             _ => None,
         }
     };
-    let keys: Vec<Option<Kernel>> = ks.iter().map(|k| k.as_ref().and_then(key)).collect();
+    let keys: Vec<Option<(Kernel, Option<GemmSchedule>)>> =
+        ks.iter().map(|k| k.as_ref().and_then(key)).collect();
     let first = first_equal(&keys, aliases);
     first
         .iter()
@@ -897,4 +906,74 @@ pub(super) fn emit_select_scatter<'c>(
         em.b.position_at_end(done);
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Products differing only in their contraction length share one function where the
+    /// target's GEMM schedule is the same for all of them: on the reference target 10, 300 and
+    /// 1024 steps do; on an Intel target with AVX-512, whose tall tile starts at 256 steps, the
+    /// 10-step product keeps a function of its own and the other two share one.
+    #[test]
+    fn products_share_a_function_only_where_their_schedules_agree() {
+        let steps = [10, 300, 1024];
+        let mut params = Vec::new();
+        let mut body = String::new();
+        for (i, k) in steps.iter().enumerate() {
+            let (a, b) = (2 * i, 2 * i + 1);
+            params.push(format!("%{a}: f32[64,{k}], %{b}: f32[{k},1024]"));
+            body += &format!(
+                "  %{} = dot_general %{a}, %{b} {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]}} : f32[64,1024]\n",
+                6 + i
+            );
+        }
+        let src = format!(
+            "func @main({}) -> (f32[64,1024], f32[64,1024], f32[64,1024]) {{\n{body}  return %6, %7, %8\n}}\n",
+            params.join(", ")
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let (_, fused) =
+            kiln_kernel::pipeline::lowered_for_printing(&f, &kiln_kernel::Options::default())
+                .unwrap();
+        let ks = &fused.kernels;
+        // The kernel of each product, by its contraction length.
+        let of = |k: usize| {
+            ks.iter()
+                .position(|x| {
+                    x.as_ref().is_some_and(
+                        |x| matches!(x.schedule, Schedule::Gemm { k: kk, .. } if kk == k),
+                    )
+                })
+                .unwrap_or_else(|| panic!("a product of {k} steps"))
+        };
+        let (short, mid, long) = (of(10), of(300), of(1024));
+        let reference = contraction_groups(ks, &[], &TargetInfo::reference());
+        let first = reference[short].expect("shared");
+        assert_eq!(
+            (reference[mid], reference[long]),
+            (Some(first), Some(first))
+        );
+        let intel = TargetInfo {
+            vector_bytes: 64,
+            gemm: kiln_kernel::target::GemmLimits::two_fma512_ports(),
+            ..TargetInfo::reference()
+        };
+        let groups = contraction_groups(ks, &[], &intel);
+        assert_eq!(groups[short], None);
+        let first = groups[mid].expect("shared");
+        assert_eq!(groups[long], Some(first));
+        // Their schedules: the 10-step product on the 6 x 4 tile, the others on the tall one.
+        let tile = |i: usize| {
+            let b = gemm_schedule(ks[i].as_ref().unwrap(), &intel)
+                .unwrap()
+                .blocking;
+            (b.mr, b.nv)
+        };
+        assert_eq!(
+            (tile(short), tile(mid), tile(long)),
+            ((6, 4), (14, 2), (14, 2))
+        );
+    }
 }

@@ -21,7 +21,7 @@ pub(super) fn build_module<'c>(
     let m = ctx.create_module(&f.name);
     // SAFETY: `m` outlives the emitters, which only borrow it for the calls below.
     let mref: &'c Module<'c> = unsafe { &*(&m as *const Module<'c>) };
-    let groups = contraction_groups(ks, aliases);
+    let groups = contraction_groups(ks, aliases, &target.info());
     let mut shared = std::collections::BTreeMap::new();
     for (i, k) in ks.iter().enumerate() {
         let Some(k) = k else { continue };
@@ -468,7 +468,7 @@ pub(super) fn is_matrix_gemm(k: &Kernel) -> bool {
 /// The threads take the next module as they finish one, so a few large ones do not leave a
 /// core idle.
 pub(super) fn kernel_jobs(ks: &[Option<Kernel>], aliases: &[Alias], target: Target) -> Vec<Job> {
-    let groups = contraction_groups(ks, aliases);
+    let groups = contraction_groups(ks, aliases, &target.info());
     let (gemms, others) = split_gemms(ks);
     let mut jobs: Vec<Job> = Vec::new();
     for light in [false, true] {
