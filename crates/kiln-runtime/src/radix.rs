@@ -6,13 +6,14 @@
 //! Digits are 11 bits (2048 buckets), so 32-bit keys have 3 and 64-bit ones 6; the passes
 //! that sort a bucket of the top digit take 7-bit digits for 32-bit keys
 //! ([`RadixKey::LOW_BITS`]). Every scatter asks for each bucket's next line ahead of its
-//! writes ([`AHEAD_BYTES`]). One read of the
-//! elements counts every digit's values per chunk (one chunk per thread) and asks the codec
-//! whether it takes every element. Then, when no bucket of the top digit holds more than an
-//! eighth of the keys, the keys are scattered by the top digit (each chunk into its own range
-//! of every bucket, chunks in order within a bucket, so the pass is stable), and the buckets,
-//! on every thread, are each sorted by the lower digits least significant first (those it
-//! does not share), in memory that a bucket's passes keep in the caches. Otherwise every digit is a pass over all the
+//! writes ([`AHEAD_BYTES`]). One read of the elements counts the top digit's values per chunk
+//! (one chunk per thread) and asks the codec whether it takes every element. Then, when no
+//! bucket of the top digit holds more than an eighth of the keys, the keys are scattered by
+//! the top digit (each chunk into its own range of every bucket, chunks in order within a
+//! bucket, so the pass is stable), and the buckets, on every thread, are each sorted by the
+//! lower digits least significant first (those it does not share, counted in a read of the
+//! bucket), in memory that a bucket's passes keep in the caches. Otherwise a second read
+//! counts every digit's values per chunk, and every digit is a pass over all the
 //! keys, least significant first, each split into one chunk per thread the same way; a digit
 //! all keys share is skipped, and each pass after the first counts its digit per chunk in a
 //! read of its own. Either way the passes alternate between the result and one scratch buffer
@@ -154,41 +155,17 @@ pub(crate) fn sort<C: Codec>(codec: &C, x: &[C::In], positions: bool) -> Option<
     let threads = rayon::current_num_threads().max(1);
     let chunk = n.div_ceil(threads).max(1);
     let chunks = n.div_ceil(chunk);
-    // Every chunk's count of every digit, and whether the codec admits the chunk.
+    // Every chunk's count of the top digit, if the codec admits the chunk: the one read before
+    // the top digit's scatter (each of its buckets counts its lower digits itself).
     let first: Vec<Option<Vec<usize>>> = x
         .par_chunks(chunk)
-        .map(|c| {
-            let mut h = vec![0usize; BUCKETS * digits];
-            // 32-bit counts (the tables stay in the first-level cache), in blocks they cannot
-            // overflow.
-            let mut h32 = vec![0u32; BUCKETS * digits];
-            let mut ok = true;
-            for block in c.chunks(u32::MAX as usize) {
-                for &e in block {
-                    ok &= codec.admits(e);
-                    let k = codec.key(e);
-                    // A constant trip count: the loop unrolls, each shift a constant.
-                    for d in 0..C::Key::KEY_BITS.div_ceil(BITS) {
-                        h32[d as usize * BUCKETS + k.digit(shift::<C::Key>(d))] += 1;
-                    }
-                }
-                for (a, b) in h.iter_mut().zip(&mut h32) {
-                    *a += std::mem::take(b) as usize;
-                }
-            }
-            ok.then_some(h)
-        })
+        .map(|c| top_counts_admitted(codec, c))
         .collect();
-    let first: Vec<Vec<usize>> = first.into_iter().collect::<Option<_>>()?;
-    let top = digits - 1;
+    let top_counts: Vec<usize> = first.into_iter().collect::<Option<Vec<_>>>()?.concat();
     let top_totals: Vec<usize> = (0..BUCKETS)
-        .map(|b| first.iter().map(|h| h[top * BUCKETS + b]).sum())
+        .map(|b| (0..chunks).map(|c| top_counts[c * BUCKETS + b]).sum())
         .collect();
     if top_totals.iter().all(|&t| t <= n / SPREAD) {
-        let top_counts: Vec<usize> = first
-            .iter()
-            .flat_map(|h| h[top * BUCKETS..].iter().copied())
-            .collect();
         return Some(by_top_digit(
             codec,
             x,
@@ -198,6 +175,11 @@ pub(crate) fn sort<C: Codec>(codec: &C, x: &[C::In], positions: bool) -> Option<
             chunk,
         ));
     }
+    // Every chunk's count of every digit, in a second read.
+    let first: Vec<Vec<usize>> = x
+        .par_chunks(chunk)
+        .map(|c| count_every_digit(c, |e| codec.key(e), digits))
+        .collect();
     // The digits where keys differ (at least one pass, which then only copies), each with its
     // count per (chunk, bucket) from the first read.
     let mut passes: Vec<(u32, Vec<usize>)> = Vec::new();
@@ -634,20 +616,77 @@ fn prefetch_write<T>(p: *const T) {
 /// Each chunk's count of the digit at `shift` (indexed `chunk * BUCKETS + bucket`).
 fn chunk_counts<K: RadixKey>(keys: &[K], chunk: usize, shift: u32) -> Vec<usize> {
     keys.par_chunks(chunk)
-        .flat_map_iter(|c| {
-            let mut h = vec![0usize; BUCKETS];
-            let mut h32 = vec![0u32; BUCKETS];
-            for block in c.chunks(u32::MAX as usize) {
-                for &k in block {
-                    h32[k.digit(shift)] += 1;
-                }
-                for (a, b) in h.iter_mut().zip(&mut h32) {
-                    *a += std::mem::take(b) as usize;
-                }
-            }
-            h
-        })
+        .flat_map_iter(|c| count_digits(c, |k| k, [shift]))
         .collect()
+}
+
+/// The count of each value of the top digit among the keys of the elements `x`, if the codec
+/// admits every one of them: the admission checked a block at a time (a loop the compiler
+/// vectorizes), then the block counted, its shift a constant. Checked in the counting loop,
+/// the admission cost about as much as the count, and checked through a closure's reference
+/// (stored and reloaded for every element) more: for 16·2²⁰ f32 keys on one core of an Intel
+/// Xeon, about 38 ms so and 31 in the loop, against 19.5 ms now.
+fn top_counts_admitted<C: Codec>(codec: &C, x: &[C::In]) -> Option<Vec<usize>> {
+    let shift = C::Key::KEY_BITS - BITS;
+    let mut h = vec![0usize; BUCKETS];
+    let mut h32 = vec![0u32; BUCKETS];
+    for block in x.chunks(u32::MAX as usize) {
+        for b in block.chunks(256) {
+            if !b.iter().fold(true, |ok, &e| ok & codec.admits(e)) {
+                return None;
+            }
+            for &e in b {
+                h32[codec.key(e).digit(shift)] += 1;
+            }
+        }
+        for (a, b) in h.iter_mut().zip(&mut h32) {
+            *a += std::mem::take(b) as usize;
+        }
+    }
+    Some(h)
+}
+
+/// The count of each value of the digit at each of `shifts` among the keys of `x` (by `key`),
+/// indexed `digit * BUCKETS + value`: 32-bit counts (the tables stay in the first-level
+/// cache), in blocks they cannot overflow. `D` digits, a constant (the loop over them
+/// unrolls).
+fn count_digits<I: Copy, K: RadixKey, const D: usize>(
+    x: &[I],
+    key: impl Fn(I) -> K,
+    shifts: [u32; D],
+) -> Vec<usize> {
+    let mut h = vec![0usize; BUCKETS * D];
+    let mut h32 = vec![0u32; BUCKETS * D];
+    for block in x.chunks(u32::MAX as usize) {
+        for &e in block {
+            let k = key(e);
+            for (d, &s) in shifts.iter().enumerate() {
+                h32[d * BUCKETS + k.digit(s)] += 1;
+            }
+        }
+        for (a, b) in h.iter_mut().zip(&mut h32) {
+            *a += std::mem::take(b) as usize;
+        }
+    }
+    h
+}
+
+/// Each digit's count (indexed `digit * BUCKETS + value`) among the keys of the elements `x`
+/// (by `key`), for keys of `digits` digits: 3 (32-bit keys) and 6 (64-bit) in loops of their
+/// own.
+fn count_every_digit<I: Copy, K: RadixKey>(
+    x: &[I],
+    key: impl Fn(I) -> K,
+    digits: usize,
+) -> Vec<usize> {
+    let s = shift::<K>;
+    match digits {
+        3 => count_digits(x, key, [s(0), s(1), s(2)]),
+        6 => count_digits(x, key, [s(0), s(1), s(2), s(3), s(4), s(5)]),
+        _ => (0..digits as u32)
+            .flat_map(|d| count_digits(x, &key, [s(d)]))
+            .collect(),
+    }
 }
 
 #[cfg(test)]
