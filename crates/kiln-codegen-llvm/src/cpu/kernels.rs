@@ -266,7 +266,7 @@ pub(super) fn contraction_groups(
     aliases: &[Alias],
     info: &TargetInfo,
 ) -> Vec<Option<usize>> {
-    let key = |k: &Kernel| -> Option<(Kernel, Option<GemmSchedule>)> {
+    let key = |k: &Kernel| -> Option<(Kernel, GemmSchedule)> {
         match k.schedule {
             Schedule::Gemm {
                 conv: None,
@@ -278,12 +278,12 @@ pub(super) fn contraction_groups(
                 if let Schedule::Gemm { k: kk, .. } = &mut key.schedule {
                     *kk = 0;
                 }
-                Some((key, gemm_schedule(k, info)))
+                Some((key, gemm_schedule(k, info)?))
             }
             _ => None,
         }
     };
-    let keys: Vec<Option<(Kernel, Option<GemmSchedule>)>> =
+    let keys: Vec<Option<(Kernel, GemmSchedule)>> =
         ks.iter().map(|k| k.as_ref().and_then(key)).collect();
     let first = first_equal(&keys, aliases);
     first
