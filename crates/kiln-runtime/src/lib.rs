@@ -763,6 +763,9 @@ struct Pending {
 // SAFETY: a pending launch's buffers are read (inputs) or written (outputs) by its kernel
 // alone while its group runs (`concurrent_groups`), and outlive the scope it runs in.
 unsafe impl Send for Pending {}
+// SAFETY: running a pending launch only reads its fields; the team runs each launch of a group
+// on one thread (`launch_all`), and the buffers are as above.
+unsafe impl Sync for Pending {}
 
 impl Pending {
     /// # Safety
@@ -786,6 +789,10 @@ unsafe fn launch_all(all: Vec<Pending>) {
             // SAFETY: the caller's contract.
             unsafe { p.run() };
         }
+        return;
+    }
+    // SAFETY: the caller's contract, for each launch run once.
+    if kiln_team::run(all.len(), &|i| unsafe { all[i].run() }) {
         return;
     }
     rayon::scope(|s| {
@@ -898,7 +905,7 @@ thread_local! {
 /// rows `lo..hi` of `out` when called on them and use at most `l.scratch` bytes of scratch.
 pub unsafe fn launch(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, l: Launch) {
     let bufs = Buffers(inputs.as_ptr(), out);
-    let threads = rayon::current_num_threads();
+    let threads = kiln_team::threads().unwrap_or_else(rayon::current_num_threads);
     let call = |lo: usize, hi: usize| {
         let b = bufs;
         SCRATCH.with(|s| {
@@ -917,6 +924,13 @@ pub unsafe fn launch(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, l: La
         return;
     }
     let chunks = l.rows.min(threads * l.chunks_per_thread.max(1));
+    let range = |c: usize| (l.rows * c / chunks, l.rows * (c + 1) / chunks);
+    if kiln_team::run(chunks, &|c| {
+        let (lo, hi) = range(c);
+        call(lo, hi)
+    }) {
+        return;
+    }
     rayon::scope(|s| {
         for c in 0..chunks {
             let (lo, hi) = (l.rows * c / chunks, l.rows * (c + 1) / chunks);
