@@ -242,9 +242,12 @@ impl TilePrefetch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SplitLimits {
     /// Work (multiply-adds or elements) below which a kernel runs on one thread (`1 << 16`).
+    /// Kept when launches moved to the runtime's thread team (`kiln-team`), which wakes no
+    /// thread between back-to-back launches: this limit and the next at `1 << 14` measured
+    /// slower on the transformer step (docs/performance.md, "Launches through a thread team").
     pub parallel_work: usize,
     /// Work from which a one-thread kernel runs beside its independent neighbours: waking the
-    /// pool's threads costs about 20 us, more than smaller kernels take. Measured with 8
+    /// pool's threads cost about 20 us, more than smaller kernels take. Measured with 8
     /// independent kernels of `tanh(x) * x` (one process, alternating calls, 30 pairs each,
     /// side by side against one after the other, both doing the same arithmetic): 40000
     /// elements each 0.150 -> 0.173 ms, 50000 0.185 -> 0.186, 56000 0.206 -> 0.218, 60000
