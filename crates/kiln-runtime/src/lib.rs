@@ -905,7 +905,12 @@ thread_local! {
 /// rows `lo..hi` of `out` when called on them and use at most `l.scratch` bytes of scratch.
 pub unsafe fn launch(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, l: Launch) {
     let bufs = Buffers(inputs.as_ptr(), out);
-    let threads = kiln_team::threads().unwrap_or_else(rayon::current_num_threads);
+    // Asked only of split kernels: a program that splits none starts no team.
+    let threads = if l.split {
+        kiln_team::threads().unwrap_or_else(rayon::current_num_threads)
+    } else {
+        1
+    };
     let call = |lo: usize, hi: usize| {
         let b = bufs;
         SCRATCH.with(|s| {
@@ -919,22 +924,18 @@ pub unsafe fn launch(kernel: KernelFn, inputs: &[*const u8], out: *mut u8, l: La
             unsafe { kernel(b.0, b.1, lo as i64, hi as i64, s.as_mut_ptr().cast()) };
         })
     };
-    if !l.split || threads < 2 {
+    if threads < 2 {
         call(0, l.rows);
         return;
     }
     let chunks = l.rows.min(threads * l.chunks_per_thread.max(1));
-    let range = |c: usize| (l.rows * c / chunks, l.rows * (c + 1) / chunks);
-    if kiln_team::run(chunks, &|c| {
-        let (lo, hi) = range(c);
-        call(lo, hi)
-    }) {
+    let chunk = |c: usize| call(l.rows * c / chunks, l.rows * (c + 1) / chunks);
+    if kiln_team::run(chunks, &chunk) {
         return;
     }
     rayon::scope(|s| {
         for c in 0..chunks {
-            let (lo, hi) = (l.rows * c / chunks, l.rows * (c + 1) / chunks);
-            s.spawn(move |_| call(lo, hi));
+            s.spawn(move |_| chunk(c));
         }
     });
 }

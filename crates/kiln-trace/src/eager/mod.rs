@@ -401,9 +401,9 @@ unsafe impl<T: Send> Sync for Elements<T> {}
 /// quarter of a millisecond. The calling thread and the thread team (`kiln-team`, already
 /// started, as compiled kernels use it) share the chunks, so a split costs at most waking the
 /// team's workers (microseconds), not starting threads; on a busy machine a split loop may
-/// still wait for a core. One core does not reach the memory's bandwidth on its own: on a 2-core Xeon VM,
-/// `p -= 0.01 * g` over 16 M f32 took 13.1 ms on one thread and 6.6 on two, and over an MLP's
-/// parameters (1.8 M f32, in cache) 0.71 and 0.35 ms.
+/// still wait for a core. One core does not reach the memory's bandwidth on its own: on a
+/// 2-core Xeon VM, `p -= 0.01 * g` over 16 M f32 took 13.1 ms on one thread and 6.6 on two,
+/// and over an MLP's parameters (1.8 M f32, in cache) 0.71 and 0.35 ms.
 #[cfg(not(test))]
 const WORK_PER_THREAD: usize = 1 << 18;
 /// Unit tests split far smaller loops, so that every loop's split is checked.
@@ -433,9 +433,9 @@ pub(super) fn par_chunks<T: Send>(
     let chunk = |c: usize| {
         let start = c * per;
         let at = &at;
-        // SAFETY: chunk `c` is elements `start..end` of `out`, which outlives this call and
-        // which nothing else touches during it; the team runs each chunk once, so the chunks
-        // handed out are disjoint.
+        // SAFETY: chunk `c` is `out`'s elements from `start`, at most `per` of them; `out`
+        // outlives this call and nothing else touches it during it; the team runs each chunk
+        // once, so the chunks handed out are disjoint.
         let part = unsafe { std::slice::from_raw_parts_mut(at.0.add(start), per.min(len - start)) };
         f(start, part)
     };
