@@ -152,6 +152,14 @@ fn matmul(n: usize) -> Result<Timing, String> {
     measure("matmul", f, &x)
 }
 
+/// `[rows, 4096] x [4096, 4096]`: a few tokens' activations times a weight matrix, as in
+/// inference (the product streams B rather than packing it).
+fn matmul_rows(rows: usize) -> Result<Timing, String> {
+    let f = |(a, b): &(Tensor, Tensor)| a.matmul(b);
+    let x = (rand(&[rows, 4096], 1), rand(&[4096, 4096], 2));
+    measure("matmul_rows", f, &x)
+}
+
 fn gelu_chain(n: usize) -> Result<Timing, String> {
     let f = |x: &Tensor| (&(x * 1.5) + 0.25).gelu(true);
     let x = rand(&[n], 3);
@@ -709,6 +717,16 @@ const WORKLOADS: &[Workload] = &[
         name: "matmul_2048",
         size: 2048,
         run: matmul,
+    },
+    Workload {
+        name: "matmul_1x4096x4096",
+        size: 1,
+        run: matmul_rows,
+    },
+    Workload {
+        name: "matmul_8x4096x4096",
+        size: 8,
+        run: matmul_rows,
     },
     Workload {
         name: "gelu_chain_16M",

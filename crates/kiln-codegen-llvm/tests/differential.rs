@@ -103,6 +103,7 @@ fn path_names(p: &kiln_codegen_llvm::cpu::KernelPath) -> Vec<&'static str> {
         v.push(match g {
             G::Plain => "gemm plain",
             G::SplitColumns => "gemm split columns",
+            G::Streamed => "gemm streaming B",
             G::WholeRows => "gemm whole rows",
             G::Chained => "gemm chained",
             G::Online => "gemm online",

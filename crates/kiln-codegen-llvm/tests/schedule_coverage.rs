@@ -65,6 +65,47 @@ fn gemm_split_columns() {
 }
 
 #[test]
+fn gemm_streaming_b() {
+    // A few rows per matrix: B read where it is stored, nothing packed. One row by many
+    // columns (threads split them; a column tail narrower than a vector), batched rows split
+    // mid-batch, A stored transposed, a bias and a ReLU in the epilogue, and a softmax over the
+    // rows (one block of whole rows); f32 and f64.
+    for (dt, shape) in [("f32", (1, 1, 700, 1003)), ("f64", (3, 5, 70, 250))] {
+        covers("GEMM, streaming B", &product(dt, shape), 6, |p| {
+            gemm(p, GemmBlocking::Streamed) && p.threads
+        });
+    }
+    let by_columns = "func @main(%0: f32[300,7], %1: f32[300,500], %2: f32[500]) -> f32[7,500] {
+  %3 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : f32[7,500]
+  %4 = broadcast_in_dim %2 {broadcast_dimensions = [1]} : f32[7,500]
+  %5 = add %3, %4 : f32[7,500]
+  %6 = constant {value = 0.0} : f32[]
+  %7 = broadcast_in_dim %6 {broadcast_dimensions = []} : f32[7,500]
+  %8 = maximum %5, %7 : f32[7,500]
+  return %8
+}
+";
+    let paths = covers(
+        "GEMM, streaming B (A by columns, epilogue)",
+        by_columns,
+        7,
+        |p| gemm(p, GemmBlocking::Streamed),
+    );
+    assert_eq!(paths.len(), 1, "one kernel: {paths:?}");
+    let src = softmax_of_product(2, 3, 40, 300, true);
+    covers("GEMM, streaming B (row epilogue)", &src, 8, |p| {
+        gemm(p, GemmBlocking::Streamed)
+    });
+    // Nine rows pack B.
+    covers(
+        "GEMM, nine rows pack",
+        &product("f32", (1, 9, 700, 1003)),
+        9,
+        |p| gemm(p, GemmBlocking::SplitColumns),
+    );
+}
+
+#[test]
 fn gemm_whole_rows_for_a_row_epilogue() {
     // A softmax over the product's rows, in the GEMM's epilogue: blocks of whole rows (with
     // the softmax's row cache).

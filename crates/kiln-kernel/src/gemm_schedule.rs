@@ -40,6 +40,7 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         ref chain,
         ref conv,
         a_trans,
+        b_trans,
         ..
     } = k.schedule
     else {
@@ -50,6 +51,10 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         .as_ref()
         .map(|c| Blocking::new(k.out.dtype, target, c.n, n));
     let bl = Blocking::new(k.out.dtype, target, n, kk);
+    let bl = match (chain, conv) {
+        (None, None) if !b_trans => bl.streaming(m, &target.gemm),
+        _ => bl,
+    };
     let (blocking, split_columns) = match (chain, chain_bl) {
         (Some(c), Some(bl2)) if c.online.is_some() => (bl.online(kk, bl2), false),
         (Some(_), _) => (bl.whole_rows(n).chained(n, kk), false),
@@ -59,6 +64,7 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
     // A chained product's first product reads A in place already.
     let blocking = match chain {
         Some(_) => blocking,
+        None if blocking.streamed => blocking,
         None => blocking.reading_a_in_place((batch, n), (a_trans, conv.is_some()), &target.gemm),
     };
     let scratch = match (chain, chain_bl) {
@@ -83,7 +89,8 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
 }
 
 impl fmt::Display for GemmSchedule {
-    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, A in place` where the tiles read A in place
+    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, B streamed` where the tiles read B in place
+    /// ([`Blocking::streamed`]), `, A in place` where the tiles read A in place
     /// across several panels, `, prefetch B 8 A 16` where the tile's loop asks for them
     /// that many steps ahead, `, chain 6x16 kc 256` for a chained product and `, split
     /// columns` where threads split them.
@@ -98,6 +105,9 @@ impl fmt::Display for GemmSchedule {
             b.mc,
             b.nc
         )?;
+        if b.streamed {
+            f.write_str(", B streamed")?;
+        }
         if b.a_in_place {
             f.write_str(", A in place")?;
         }
@@ -150,6 +160,11 @@ pub struct Blocking {
     /// The tile loop's software prefetches (the tall tile's,
     /// [`TallTile::prefetch`](crate::target::TallTile::prefetch); none otherwise).
     pub prefetch: crate::target::TilePrefetch,
+    /// The product streams B (see [`Blocking::streaming`]): its tiles read B's rows where they
+    /// are stored and nothing is packed. The tile is `mr` (the rows per matrix) by `nv`
+    /// vectors; `kc` is the contraction steps a pass over a block of `nc` columns takes, and
+    /// the block's product is accumulated across all steps in the scratch memory.
+    pub streamed: bool,
 }
 
 impl Blocking {
@@ -226,6 +241,7 @@ impl Blocking {
             compact: n <= lanes as usize,
             a_in_place: false,
             prefetch,
+            streamed: false,
         }
     }
 
@@ -261,6 +277,48 @@ impl Blocking {
         let rows = batch == 1 && !a_trans && panels <= limits.a_in_place_panels_rows;
         Blocking {
             a_in_place: !conv && panels > 1 && (panels <= limits.a_in_place_panels || rows),
+            ..self
+        }
+    }
+
+    /// This blocking for a product of `m` rows per matrix, streaming B where `m` is at most
+    /// [`GemmLimits::stream_rows`] and the product is wider than a vector (narrower ones take
+    /// the compact tile, which reads B in place already): a tile of all `m` rows by as many
+    /// vectors (up to 4) as leave registers for B's vectors and A's broadcasts (24
+    /// accumulators with 32 vector registers, 12 with 16), passes of
+    /// [`GemmLimits::stream_steps`] contraction steps, and blocks of columns whose product,
+    /// `m` rows of them, fills [`GemmLimits::stream_block_bytes`].
+    ///
+    /// Packing copies each element of B to be multiplied by `m` elements of A: for one row (a
+    /// token's activations times a weight matrix) the copy costs more than the product, and a
+    /// tall tile multiplies mostly padding. Streamed, each pass reads `stream_steps` rows of B
+    /// side by side, every one from start to end of the block, which the hardware prefetchers
+    /// follow.
+    ///
+    /// [`GemmLimits::stream_rows`]: crate::target::GemmLimits::stream_rows
+    /// [`GemmLimits::stream_steps`]: crate::target::GemmLimits::stream_steps
+    /// [`GemmLimits::stream_block_bytes`]: crate::target::GemmLimits::stream_block_bytes
+    pub fn streaming(self, m: usize, limits: &crate::target::GemmLimits) -> Blocking {
+        let m = m as i64;
+        if self.compact || m == 0 || m > limits.stream_rows || limits.stream_steps <= 0 {
+            return self;
+        }
+        let accumulators = if self.lanes as i64 * self.bytes >= 64 {
+            24
+        } else {
+            12
+        };
+        let nv = (accumulators / m).clamp(1, 4);
+        let nr = self.lanes as i64 * nv;
+        Blocking {
+            mr: m,
+            nv,
+            kc: limits.stream_steps,
+            mc: m,
+            nc: (limits.stream_block_bytes / (m * self.bytes) / nr).max(1) * nr,
+            a_in_place: false,
+            prefetch: Default::default(),
+            streamed: true,
             ..self
         }
     }
@@ -338,7 +396,11 @@ impl Blocking {
 
     /// Scratch bytes a kernel with `n` columns needs per call: one packed block of B and one of
     /// A, each a multiple of 64 bytes.
+    /// A streamed product ([`Self::streamed`]) needs its block of `mr` rows of the product.
     pub fn scratch_bytes(&self, n: i64) -> usize {
+        if self.streamed {
+            return (self.mr * self.nc_for(n) * self.bytes) as usize;
+        }
         ((self.kc * self.nc_for(n) + self.mc * self.kc) * self.bytes) as usize
     }
 
@@ -688,6 +750,87 @@ mod tests {
         let conv = "func @c(%0: f32[1,8,10,10], %1: f32[128,8,3,3]) -> f32[1,128,8,8] {\n  %2 = convolution %0, %1 {window_strides = [1, 1], padding = [[0, 0], [0, 0]], lhs_dilation = [1, 1], rhs_dilation = [1, 1], feature_group_count = 1, input_dims = [0, 1, 2, 3], kernel_dims = [0, 1, 2, 3], output_dims = [0, 1, 2, 3]} : f32[1,128,8,8]\n  return %2\n}\n";
         let g = schedule(conv, &vectors(64));
         assert!(!g.blocking.a_in_place, "{g}");
+    }
+
+    /// Products of at most `stream_rows` rows per matrix, wider than a vector, with B stored by
+    /// rows and no chained product, stream B: a tile of all their rows, as many vectors as
+    /// leave registers (24 accumulators with 512-bit vectors, 12 with 256-bit ones, at most 4
+    /// vectors), `stream_steps` steps a pass, and a block of the product of
+    /// `stream_block_bytes` in the scratch memory; more rows, B stored transposed, a product
+    /// at most a vector wide (the compact tile) or a target that never streams pack B.
+    #[test]
+    fn products_of_a_few_rows_stream_b() {
+        let product = |m: usize, n: usize, b_contract: usize| {
+            let b = if b_contract == 0 {
+                format!("f32[700,{n}]")
+            } else {
+                format!("f32[{n},700]")
+            };
+            format!(
+                "func @g(%0: f32[{m},700], %1: {b}) -> f32[{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [{b_contract}]}} : f32[{m},{n}]\n  return %2\n}}\n"
+            )
+        };
+        let schedule = |src: &str, t: &TargetInfo| {
+            let f = kiln_ir::parse_func_text(src).expect("valid IR");
+            let fused = crate::pipeline::fused_kernels(&f, &crate::Options::default(), t);
+            let k = fused
+                .kernels
+                .iter()
+                .flatten()
+                .find_map(|k| gemm_schedule(k, t));
+            k.expect("a GEMM")
+        };
+        for (bytes, m, n, nv) in [
+            (64, 1, 4096, 4),
+            (64, 6, 1000, 4),
+            (64, 7, 1000, 3),
+            (64, 8, 300, 3),
+            (32, 1, 4096, 4),
+            (32, 4, 1000, 3),
+            (32, 8, 100, 1),
+        ] {
+            let t = vectors(bytes);
+            let g = schedule(&product(m, n, 0), &t);
+            let b = g.blocking;
+            let what = format!("{bytes}-byte vectors, {m} x {n}: {g}");
+            assert!(
+                b.streamed && g.to_string().contains(", B streamed"),
+                "{what}"
+            );
+            assert_eq!(
+                (b.mr, b.nv, b.kc),
+                (m as i64, nv, t.gemm.stream_steps),
+                "{what}"
+            );
+            assert_eq!(b.nc % b.nr(), 0, "{what}");
+            assert!(
+                b.mr * b.nc * 4 <= t.gemm.stream_block_bytes || b.nc == b.nr(),
+                "{what}"
+            );
+            assert_eq!(g.scratch, b.scratch_bytes(n as i64), "{what}");
+            assert_eq!(
+                g.scratch as i64,
+                b.mr * b.nc.min((n as i64 + b.nr() - 1) / b.nr() * b.nr()) * 4,
+                "{what}"
+            );
+            assert!(!b.a_in_place, "{what}");
+        }
+        let t = vectors(64);
+        for (m, n, b_contract) in [(9, 1000, 0), (1, 1000, 1), (4, 16, 0)] {
+            let g = schedule(&product(m, n, b_contract), &t);
+            assert!(
+                !g.blocking.streamed,
+                "{m} x {n}, B contracted on {b_contract}: {g}"
+            );
+        }
+        let never = TargetInfo {
+            gemm: crate::target::GemmLimits {
+                stream_rows: 0,
+                ..Default::default()
+            },
+            ..vectors(64)
+        };
+        assert!(!schedule(&product(1, 4096, 0), &never).blocking.streamed);
     }
 
     /// The target's vector width decides the tile and the contraction block: 256-bit vectors

@@ -185,6 +185,22 @@ pub struct GemmLimits {
     /// tile of 8 x 3, 6 x 4 or 12 x 2 vectors that pads its columns least (the Zen 4, whose
     /// 512-bit multiply-adds are double-pumped: one a cycle).
     pub tall_512: Option<TallTile>,
+    /// The most rows per matrix of a product whose tiles stream B, reading its rows where
+    /// they are stored, instead of packing it (see
+    /// [`Blocking::streamed`](crate::gemm_schedule::Blocking::streamed)): packing copies every
+    /// element of B for `m` multiply-adds, which for a few rows (one token's activations
+    /// times a weight matrix) costs more than the product (8; 0: never).
+    pub stream_rows: i64,
+    /// Contraction steps a streaming product's tiles take per pass over their block of
+    /// columns: rows of B read side by side, each from start to end of the block (16).
+    /// Measured on `[m, 4096] x [4096, 4096]` (the Xeon VM of family 6 model 167, 2 threads;
+    /// docs/performance.md, "Products of a few rows stream B"): with 8 steps and blocks of 16
+    /// KiB, 8 rows took 2.7-3.1 ms, with 16 steps and 64 KiB 1.9-2.2; one row even.
+    pub stream_steps: i64,
+    /// Bytes of the block of the product a streaming GEMM accumulates across all its
+    /// contraction steps (64 KiB): the longer the block, the longer each pass's runs of B's
+    /// rows, which the prefetchers follow further (see [`Self::stream_steps`]).
+    pub stream_block_bytes: i64,
 }
 
 /// A register tile of `rows` x 2 vectors of 512 bits, for CPUs with two 512-bit FMA ports a core
@@ -273,6 +289,9 @@ impl Default for GemmLimits {
             a_in_place_panels: 2,
             a_in_place_panels_rows: 4,
             tall_512: None,
+            stream_rows: 8,
+            stream_steps: 16,
+            stream_block_bytes: 64 * 1024,
         }
     }
 }

@@ -108,6 +108,9 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
                 "min_steps": t.min_steps,
                 "prefetch": { "b_steps": t.prefetch.b_steps, "a_steps": t.prefetch.a_steps },
             })),
+            "stream_rows": t.gemm.stream_rows,
+            "stream_steps": t.gemm.stream_steps,
+            "stream_block_bytes": t.gemm.stream_block_bytes,
         },
         "splits": {
             "parallel_work": t.splits.parallel_work,
@@ -388,6 +391,19 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     })
                 }
             },
+            // Artifacts written before the fields: every product packs B.
+            stream_rows: match gemm.v.get("stream_rows") {
+                None | Some(Value::Null) => 0,
+                Some(_) => gemm.i64("stream_rows")?,
+            },
+            stream_steps: match gemm.v.get("stream_steps") {
+                None | Some(Value::Null) => 0,
+                Some(_) => gemm.i64("stream_steps")?,
+            },
+            stream_block_bytes: match gemm.v.get("stream_block_bytes") {
+                None | Some(Value::Null) => 0,
+                Some(_) => gemm.i64("stream_block_bytes")?,
+            },
         },
         splits: SplitLimits {
             parallel_work: splits.usize("parallel_work")?,
@@ -486,6 +502,13 @@ mod tests {
             target_to_json(&x)["gemm"]["tall_512"]["prefetch"]["b_steps"],
             8
         );
+        // An artifact written before products streamed B: none does.
+        let mut older = target_to_json(&r);
+        let gemm = older["gemm"].as_object_mut().unwrap();
+        for f in ["stream_rows", "stream_steps", "stream_block_bytes"] {
+            assert!(gemm.remove(f).is_some(), "{f}");
+        }
+        assert_eq!(target_from_json(&older).unwrap().gemm.stream_rows, 0);
         // An artifact written before the tall tile's prefetches: none.
         let mut older = target_to_json(&x);
         older["gemm"]["tall_512"]

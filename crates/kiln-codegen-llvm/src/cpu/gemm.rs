@@ -11,6 +11,8 @@
 //!   the end are zeros): by vectors, transposing `mr` x `mr` blocks in registers when A is stored
 //!   by rows. A product with a single panel of columns reads A unpacked.
 //! - A product at most one vector wide uses a tile one vector wide and twice as tall.
+//! - A product of a few rows per matrix packs nothing: it streams B, reading its rows where
+//!   they are stored (`streamed.rs`, [`Blocking::streamed`]).
 //! - The micro-kernel keeps an `mr` x `nr` tile of C in vector registers while one sliver of A
 //!   and one panel of B stream by: per contraction step, `nv` vector loads of B, `mr`
 //!   broadcasts of A and `mr * nv` fused multiply-adds.
@@ -41,6 +43,7 @@ mod macro_kernel;
 mod packing;
 mod registers;
 mod routines;
+mod streamed;
 mod tile;
 mod unread;
 mod zero_steps;

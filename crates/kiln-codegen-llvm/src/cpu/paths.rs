@@ -11,6 +11,9 @@ pub enum GemmBlocking {
     Plain,
     /// Threads split the columns in panels (a wide product with few rows).
     SplitColumns,
+    /// B is read where it is stored, nothing packed (a product of a few rows per matrix; see
+    /// `Blocking::streamed`).
+    Streamed,
     /// Packed blocks of B hold whole rows, for an epilogue that reduces over rows.
     WholeRows,
     /// A chained product multiplies each block of the epilogue's rows while it is in cache.
@@ -61,6 +64,7 @@ impl std::fmt::Display for KernelPath {
                 match g {
                     GemmBlocking::Plain => "gemm",
                     GemmBlocking::SplitColumns => "gemm split columns",
+                    GemmBlocking::Streamed => "gemm streaming B",
                     GemmBlocking::WholeRows => "gemm whole rows",
                     GemmBlocking::Chained => "gemm chained",
                     GemmBlocking::Online => "gemm online softmax chain",
@@ -105,6 +109,7 @@ pub(super) fn kernel_paths(
             let gemm = s.and_then(|s| s.gemm.as_ref()).map(|g| match &k.schedule {
                 Schedule::Gemm { chain: Some(c), .. } if c.online.is_some() => GemmBlocking::Online,
                 Schedule::Gemm { chain: Some(_), .. } => GemmBlocking::Chained,
+                _ if g.blocking.streamed => GemmBlocking::Streamed,
                 _ if crate::fuse::row_epilogue(k) => GemmBlocking::WholeRows,
                 _ if g.split_columns => GemmBlocking::SplitColumns,
                 _ => GemmBlocking::Plain,

@@ -259,6 +259,25 @@ pub(crate) fn emit<'c>(
         }
         return Ok(());
     }
+    if bl.streamed {
+        if chain.is_some() || g.conv.is_some() || b_trans {
+            return Err(crate::Error::Llvm(
+                "a GEMM streaming B reads it stored by rows, with no chained product or \
+                 convolution"
+                    .into(),
+            ));
+        }
+        return g.streamed(
+            n,
+            (lo, hi),
+            (col_lo, col_hi),
+            strides[1].as_ref(),
+            out,
+            &out_at,
+            scratch,
+            epilogue,
+        );
+    }
     // A chained product's buffers, and where the block of C starting at row `ic` lies.
     let chained = match &chain {
         None => None,

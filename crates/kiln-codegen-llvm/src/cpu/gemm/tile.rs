@@ -270,7 +270,7 @@ impl<'c> Regs<'_, 'c> {
     /// Stores accumulator `acc` as the first `width` columns at `c[at..]`: with `fold` (in
     /// update mode) folded into C there, `C - s P` (or `C + s P`): the product scaled, then
     /// folded in, as the epilogue computes it.
-    fn store_acc(
+    pub(super) fn store_acc(
         &self,
         c: PointerValue<'c>,
         at: IntValue<'c>,
