@@ -160,6 +160,14 @@ fn matmul_rows(rows: usize) -> Result<Timing, String> {
     measure("matmul_rows", f, &x)
 }
 
+/// `[1, 4096] x [4096, 4096]ᵀ`: a token's activations times a linear layer's weights stored by
+/// output (`[out, in]`), B transposed (the product streams it by dot products).
+fn matmul_rows_bt(rows: usize) -> Result<Timing, String> {
+    let f = |(a, b): &(Tensor, Tensor)| a.matmul(&b.t());
+    let x = (rand(&[rows, 4096], 1), rand(&[4096, 4096], 2));
+    measure("matmul_rows_bt", f, &x)
+}
+
 fn gelu_chain(n: usize) -> Result<Timing, String> {
     let f = |x: &Tensor| (&(x * 1.5) + 0.25).gelu(true);
     let x = rand(&[n], 3);
@@ -727,6 +735,11 @@ const WORKLOADS: &[Workload] = &[
         name: "matmul_8x4096x4096",
         size: 8,
         run: matmul_rows,
+    },
+    Workload {
+        name: "matmul_1x4096x4096_bt",
+        size: 1,
+        run: matmul_rows_bt,
     },
     Workload {
         name: "gelu_chain_16M",

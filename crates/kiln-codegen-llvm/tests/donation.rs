@@ -299,16 +299,27 @@ fn products_stored_and_folded_in_place_share_their_tile_routines() {
     }
 }
 
-/// An SGD step of a layer with a few inputs, `w - s xᵀ d` with `w` `[4, 300]`: the product
-/// streams B (four rows), accumulates its whole contraction and folds it into the donated `w`
-/// once, so in place it agrees with the reference and, bit for bit, with the program compiled
-/// without donation, over one pass of contraction steps or many.
+/// An SGD step of a layer with a few inputs, `w - s xᵀ d` with `w` `[4, 300]` (and `w - s x
+/// dᵀ`, B stored transposed): the product streams B (four rows), accumulates its whole
+/// contraction and folds it into the donated `w` once, so in place it agrees with the
+/// reference and, bit for bit, with the program compiled without donation, over one pass of
+/// contraction steps or many.
 #[test]
 fn a_streamed_product_folds_into_its_donated_parameter() {
-    for k in [5, 64, 700] {
+    // B by rows (A stored transposed), then B stored transposed (by dot products).
+    for (k, (x, d, ca, cb)) in [5, 64, 700].into_iter().flat_map(|k| {
+        [
+            (k, ("{k},4", "{k},300", 0, 0)),
+            (k, ("4,{k}", "300,{k}", 1, 1)),
+        ]
+    }) {
+        let (x, d) = (
+            x.replace("{k}", &k.to_string()),
+            d.replace("{k}", &k.to_string()),
+        );
         let src = format!(
-            "func @main(%0: f32[4,300], %1: f32[{k},4], %2: f32[{k},300]) -> f32[4,300] {{
-  %3 = dot_general %1, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]}} : f32[4,300]
+            "func @main(%0: f32[4,300], %1: f32[{x}], %2: f32[{d}]) -> f32[4,300] {{
+  %3 = dot_general %1, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [{ca}], rhs_contracting_dimensions = [{cb}]}} : f32[4,300]
   %4 = constant {{value = 0.01}} : f32[]
   %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : f32[4,300]
   %6 = multiply %3, %5 : f32[4,300]

@@ -103,6 +103,27 @@ fn gemm_streaming_b() {
         9,
         |p| gemm(p, GemmBlocking::SplitColumns),
     );
+    // B stored transposed (`x wᵀ`, a linear layer's weights by output): dot products, with
+    // contractions that leave steps past the last whole vector, and none that does.
+    for (dt, shape) in [
+        ("f32", (1, 1, 700, 1003)),
+        ("f64", (3, 5, 70, 250)),
+        ("f32", (2, 8, 64, 40)),
+    ] {
+        covers(
+            "GEMM, streaming B by dot products",
+            &product_bt(dt, shape),
+            10,
+            |p| gemm(p, GemmBlocking::Streamed),
+        );
+    }
+}
+
+/// `[b, m, k] x [b, n, k]ᵀ` in `dt`: B stored transposed.
+fn product_bt(dt: &str, (b, m, k, n): (usize, usize, usize, usize)) -> String {
+    format!(
+        "func @main(%0: {dt}[{b},{m},{k}], %1: {dt}[{b},{n},{k}]) -> {dt}[{b},{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]}} : {dt}[{b},{m},{n}]\n  return %2\n}}\n"
+    )
 }
 
 #[test]

@@ -53,6 +53,7 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
     let bl = Blocking::new(k.out.dtype, target, n, kk);
     let bl = match (chain, conv) {
         (None, None) if !b_trans => bl.streaming(m, &target.gemm),
+        (None, None) if !a_trans => bl.streaming_dots(m, &target.gemm),
         _ => bl,
     };
     let (blocking, split_columns) = match (chain, chain_bl) {
@@ -64,7 +65,7 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
     // A chained product's first product reads A in place already.
     let blocking = match chain {
         Some(_) => blocking,
-        None if blocking.streamed => blocking,
+        None if blocking.stream.is_some() => blocking,
         None => blocking.reading_a_in_place((batch, n), (a_trans, conv.is_some()), &target.gemm),
     };
     let scratch = match (chain, chain_bl) {
@@ -89,8 +90,8 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
 }
 
 impl fmt::Display for GemmSchedule {
-    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, B streamed` where the tiles read B in place
-    /// ([`Blocking::streamed`]), `, A in place` where the tiles read A in place
+    /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, B streamed` (`, B streamed by dot products`)
+    /// where the tiles read B in place ([`Blocking::stream`]), `, A in place` where the tiles read A in place
     /// across several panels, `, prefetch B 8 A 16` where the tile's loop asks for them
     /// that many steps ahead, `, chain 6x16 kc 256` for a chained product and `, split
     /// columns` where threads split them.
@@ -105,8 +106,10 @@ impl fmt::Display for GemmSchedule {
             b.mc,
             b.nc
         )?;
-        if b.streamed {
-            f.write_str(", B streamed")?;
+        match b.stream {
+            Some(Stream::Rows) => f.write_str(", B streamed")?,
+            Some(Stream::Dots) => f.write_str(", B streamed by dot products")?,
+            None => {}
         }
         if b.a_in_place {
             f.write_str(", A in place")?;
@@ -160,11 +163,24 @@ pub struct Blocking {
     /// The tile loop's software prefetches (the tall tile's,
     /// [`TallTile::prefetch`](crate::target::TallTile::prefetch); none otherwise).
     pub prefetch: crate::target::TilePrefetch,
-    /// The product streams B (see [`Blocking::streaming`]): its tiles read B's rows where they
-    /// are stored and nothing is packed. The tile is `mr` (the rows per matrix) by `nv`
-    /// vectors; `kc` is the contraction steps a pass over a block of `nc` columns takes, and
-    /// the block's product is accumulated across all steps in the scratch memory.
-    pub streamed: bool,
+    /// How the product streams B, if it does (see [`Blocking::streaming`]): its tiles read B
+    /// where it is stored and nothing is packed.
+    pub stream: Option<Stream>,
+}
+
+/// How a product of a few rows streams B (see [`Blocking::streaming`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stream {
+    /// B stored by rows (`[k, n]`): the tile is `mr` (the rows per matrix) by `nv` vectors of
+    /// columns; a pass over a block of `nc` columns takes `kc` contraction steps, reading
+    /// that many rows of B side by side, and the block's product is accumulated across all
+    /// steps in the scratch memory.
+    Rows,
+    /// B stored transposed (`[n, k]`, a linear layer's weights by output) and A by rows: each
+    /// element of C is the dot product of two contiguous rows. The tile is `mr` rows of A by
+    /// `nv` rows of B (columns of C), one vector of partial sums each, summed across lanes at
+    /// the end; no scratch memory.
+    Dots,
 }
 
 impl Blocking {
@@ -241,7 +257,7 @@ impl Blocking {
             compact: n <= lanes as usize,
             a_in_place: false,
             prefetch,
-            streamed: false,
+            stream: None,
         }
     }
 
@@ -318,7 +334,36 @@ impl Blocking {
             nc: (limits.stream_block_bytes / (m * self.bytes) / nr).max(1) * nr,
             a_in_place: false,
             prefetch: Default::default(),
-            streamed: true,
+            stream: Some(Stream::Rows),
+            ..self
+        }
+    }
+
+    /// This blocking for a product of `m` rows whose B is stored transposed and A by rows
+    /// (`a_trans` false), streaming B by dot products ([`Stream::Dots`]) where `m` is at most
+    /// [`GemmLimits::stream_rows`] and the product is wider than a vector: a tile of all `m`
+    /// rows by as many rows of B (up to 8, and no more than a vector's lanes) as leave
+    /// registers, as [`Self::streaming`] counts them. Packing B stored transposed transposes
+    /// it in registers, for `m` multiply-adds an element.
+    ///
+    /// [`GemmLimits::stream_rows`]: crate::target::GemmLimits::stream_rows
+    pub fn streaming_dots(self, m: usize, limits: &crate::target::GemmLimits) -> Blocking {
+        let m = m as i64;
+        if self.compact || m == 0 || m > limits.stream_rows {
+            return self;
+        }
+        let accumulators = if self.lanes as i64 * self.bytes >= 64 {
+            24
+        } else {
+            12
+        };
+        Blocking {
+            mr: m,
+            nv: (accumulators / m).clamp(1, (self.lanes as i64).min(8)),
+            mc: m,
+            a_in_place: false,
+            prefetch: Default::default(),
+            stream: Some(Stream::Dots),
             ..self
         }
     }
@@ -396,10 +441,13 @@ impl Blocking {
 
     /// Scratch bytes a kernel with `n` columns needs per call: one packed block of B and one of
     /// A, each a multiple of 64 bytes.
-    /// A streamed product ([`Self::streamed`]) needs its block of `mr` rows of the product.
+    /// A product streaming B ([`Self::stream`]) needs its block of `mr` rows of the product by
+    /// rows of B, nothing by dot products.
     pub fn scratch_bytes(&self, n: i64) -> usize {
-        if self.streamed {
-            return (self.mr * self.nc_for(n) * self.bytes) as usize;
+        match self.stream {
+            Some(Stream::Rows) => return (self.mr * self.nc_for(n) * self.bytes) as usize,
+            Some(Stream::Dots) => return 0,
+            None => {}
         }
         ((self.kc * self.nc_for(n) + self.mc * self.kc) * self.bytes) as usize
     }
@@ -756,8 +804,9 @@ mod tests {
     /// rows and no chained product, stream B: a tile of all their rows, as many vectors as
     /// leave registers (24 accumulators with 512-bit vectors, 12 with 256-bit ones, at most 4
     /// vectors), `stream_steps` steps a pass, and a block of the product of
-    /// `stream_block_bytes` in the scratch memory; more rows, B stored transposed, a product
-    /// at most a vector wide (the compact tile) or a target that never streams pack B.
+    /// `stream_block_bytes` in the scratch memory; with B stored transposed (and A by rows),
+    /// dot products; more rows, both stored transposed, a product at most a vector wide (the
+    /// compact tile) or a target that never streams pack B.
     #[test]
     fn products_of_a_few_rows_stream_b() {
         let product = |m: usize, n: usize, b_contract: usize| {
@@ -794,7 +843,7 @@ mod tests {
             let b = g.blocking;
             let what = format!("{bytes}-byte vectors, {m} x {n}: {g}");
             assert!(
-                b.streamed && g.to_string().contains(", B streamed"),
+                b.stream == Some(Stream::Rows) && g.to_string().contains(", B streamed"),
                 "{what}"
             );
             assert_eq!(
@@ -815,11 +864,32 @@ mod tests {
             );
             assert!(!b.a_in_place, "{what}");
         }
+        // B stored transposed: dot products, up to 8 rows of B a tile and no scratch memory.
+        for (bytes, m, n, nv) in [
+            (64, 1, 4096, 8),
+            (64, 4, 1000, 6),
+            (64, 8, 300, 3),
+            (32, 1, 4096, 8),
+            (32, 4, 1000, 3),
+        ] {
+            let g = schedule(&product(m, n, 1), &vectors(bytes));
+            let what = format!("{bytes}-byte vectors, {m} x {n}, B transposed: {g}");
+            assert_eq!(g.blocking.stream, Some(Stream::Dots), "{what}");
+            assert!(
+                g.to_string().contains(", B streamed by dot products"),
+                "{what}"
+            );
+            assert_eq!(
+                (g.blocking.mr, g.blocking.nv, g.scratch),
+                (m as i64, nv, 0),
+                "{what}"
+            );
+        }
         let t = vectors(64);
-        for (m, n, b_contract) in [(9, 1000, 0), (1, 1000, 1), (4, 16, 0)] {
+        for (m, n, b_contract) in [(9, 1000, 0), (9, 1000, 1), (4, 16, 0)] {
             let g = schedule(&product(m, n, b_contract), &t);
             assert!(
-                !g.blocking.streamed,
+                g.blocking.stream.is_none(),
                 "{m} x {n}, B contracted on {b_contract}: {g}"
             );
         }
@@ -830,7 +900,15 @@ mod tests {
             },
             ..vectors(64)
         };
-        assert!(!schedule(&product(1, 4096, 0), &never).blocking.streamed);
+        assert!(
+            schedule(&product(1, 4096, 0), &never)
+                .blocking
+                .stream
+                .is_none()
+        );
+        // A stored transposed and B transposed: packed.
+        let both = "func @g(%0: f32[700,2], %1: f32[1000,700]) -> f32[2,1000] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [1]} : f32[2,1000]\n  return %2\n}\n";
+        assert!(schedule(both, &t).blocking.stream.is_none());
     }
 
     /// The target's vector width decides the tile and the contraction block: 256-bit vectors

@@ -187,7 +187,7 @@ pub struct GemmLimits {
     pub tall_512: Option<TallTile>,
     /// The most rows per matrix of a product whose tiles stream B, reading its rows where
     /// they are stored, instead of packing it (see
-    /// [`Blocking::streamed`](crate::gemm_schedule::Blocking::streamed)): packing copies every
+    /// [`Blocking::stream`](crate::gemm_schedule::Blocking::stream)): packing copies every
     /// element of B for `m` multiply-adds, which for a few rows (one token's activations
     /// times a weight matrix) costs more than the product (8; 0: never).
     pub stream_rows: i64,

@@ -12,7 +12,8 @@
 //!   by rows. A product with a single panel of columns reads A unpacked.
 //! - A product at most one vector wide uses a tile one vector wide and twice as tall.
 //! - A product of a few rows per matrix packs nothing: it streams B, reading its rows where
-//!   they are stored (`streamed.rs`, [`Blocking::streamed`]).
+//!   they are stored (`streamed.rs`, [`Blocking::stream`]); with B stored transposed, by dot
+//!   products of A's and B's rows (`dots.rs`).
 //! - The micro-kernel keeps an `mr` x `nr` tile of C in vector registers while one sliver of A
 //!   and one panel of B stream by: per contraction step, `nv` vector loads of B, `mr`
 //!   broadcasts of A and `mr * nv` fused multiply-adds.
@@ -36,9 +37,10 @@ use inkwell::values::{
 };
 use inkwell::{AddressSpace, IntPredicate};
 use kiln_ir::DType;
-pub(super) use kiln_kernel::gemm_schedule::Blocking;
+pub(super) use kiln_kernel::gemm_schedule::{Blocking, Stream};
 
 mod chain;
+mod dots;
 mod macro_kernel;
 mod packing;
 mod registers;

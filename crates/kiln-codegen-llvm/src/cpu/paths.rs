@@ -12,7 +12,7 @@ pub enum GemmBlocking {
     /// Threads split the columns in panels (a wide product with few rows).
     SplitColumns,
     /// B is read where it is stored, nothing packed (a product of a few rows per matrix; see
-    /// `Blocking::streamed`).
+    /// `Blocking::stream`).
     Streamed,
     /// Packed blocks of B hold whole rows, for an epilogue that reduces over rows.
     WholeRows,
@@ -109,7 +109,7 @@ pub(super) fn kernel_paths(
             let gemm = s.and_then(|s| s.gemm.as_ref()).map(|g| match &k.schedule {
                 Schedule::Gemm { chain: Some(c), .. } if c.online.is_some() => GemmBlocking::Online,
                 Schedule::Gemm { chain: Some(_), .. } => GemmBlocking::Chained,
-                _ if g.blocking.streamed => GemmBlocking::Streamed,
+                _ if g.blocking.stream.is_some() => GemmBlocking::Streamed,
                 _ if crate::fuse::row_epilogue(k) => GemmBlocking::WholeRows,
                 _ if g.split_columns => GemmBlocking::SplitColumns,
                 _ => GemmBlocking::Plain,

@@ -259,24 +259,31 @@ pub(crate) fn emit<'c>(
         }
         return Ok(());
     }
-    if bl.streamed {
-        if chain.is_some() || g.conv.is_some() || b_trans {
+    if let Some(stream) = bl.stream {
+        let by_rows = stream == Stream::Rows;
+        if chain.is_some() || g.conv.is_some() || b_trans == by_rows || (!by_rows && a_trans) {
             return Err(crate::Error::Llvm(
-                "a GEMM streaming B reads it stored by rows, with no chained product or \
-                 convolution"
+                "a GEMM streaming B reads it by rows, or by dot products with A by rows and B \
+                 transposed, with no chained product or convolution"
                     .into(),
             ));
         }
-        return g.streamed(
-            n,
-            (lo, hi),
-            (col_lo, col_hi),
-            strides[1].as_ref(),
-            out,
-            &out_at,
-            scratch,
-            epilogue,
-        );
+        let rows = (lo, hi);
+        let cols = (col_lo, col_hi);
+        return if by_rows {
+            g.streamed(
+                n,
+                rows,
+                cols,
+                strides[1].as_ref(),
+                out,
+                &out_at,
+                scratch,
+                epilogue,
+            )
+        } else {
+            g.dots(n, rows, cols, strides[1].as_ref(), out, &out_at, epilogue)
+        };
     }
     // A chained product's buffers, and where the block of C starting at row `ic` lies.
     let chained = match &chain {

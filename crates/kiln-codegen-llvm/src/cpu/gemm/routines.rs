@@ -314,7 +314,7 @@ impl Routine {
             chain_bytes: 0,
             a_in_place: false,
             prefetch,
-            streamed: false,
+            stream: None,
             compact: matches!(
                 *self,
                 Routine::Tile {

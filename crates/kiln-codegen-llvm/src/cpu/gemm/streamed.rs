@@ -1,4 +1,4 @@
-//! A product of a few rows that streams B ([`Blocking::streamed`]): nothing is packed. For
+//! A product of a few rows that streams B stored by rows ([`Stream::Rows`]): nothing is packed. For
 //! each block of `nc` columns the block's product (all `mr` rows of a matrix) is accumulated in
 //! the scratch memory across the contraction, in passes of `kc` steps: a pass walks the block
 //! one panel of `nr` columns at a time, with the panel's rows of the product in registers,
