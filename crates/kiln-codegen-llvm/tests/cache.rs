@@ -115,13 +115,13 @@ fn cached_kernels_load_verify_and_agree() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A function that goes through the kernel cache (it has a GEMM), its arguments and the
-/// reference's results.
+/// A function that goes through the kernel cache (it has a GEMM, of rows enough to pack B
+/// through the shared routines), its arguments and the reference's results.
 fn cached_case() -> (kiln_ir::Func, Vec<kiln_ir::Literal>, Vec<kiln_ir::Literal>) {
     let f = kiln_ir::parse_func_text(
-        "func @main(%0: f32[24,16], %1: f32[16,20]) -> f32[24,20] {
-  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[24,20]
-  %3 = tanh %2 : f32[24,20]
+        "func @main(%0: f32[40,16], %1: f32[16,20]) -> f32[40,20] {
+  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[40,20]
+  %3 = tanh %2 : f32[40,20]
   return %3
 }
 ",
@@ -197,7 +197,7 @@ fn a_cache_directory_others_can_write_is_not_used() {
     let e = CpuExecutable::compile_with_cache(&f, Some(&dir)).unwrap();
     assert!(!e.loaded_from_cache() && !e.in_kernel_cache());
     close(&e.run(&args).unwrap()[0], &want[0]).unwrap();
-    let g = kiln_ir::parse_func_text(&f.to_string().replace("f32[24,", "f32[25,")).unwrap();
+    let g = kiln_ir::parse_func_text(&f.to_string().replace("f32[40,", "f32[41,")).unwrap();
     let e = CpuExecutable::compile_with_cache(&g, Some(&dir)).unwrap();
     assert!(!e.in_kernel_cache());
     assert_eq!(files(&dir, ""), before, "nothing is written into it");
@@ -252,7 +252,7 @@ fn a_cached_file_others_can_write_is_not_loaded() {
     for o in &routines {
         chmod(o, 0o646);
     }
-    let g = kiln_ir::parse_func_text(&f.to_string().replace("f32[24,", "f32[25,")).unwrap();
+    let g = kiln_ir::parse_func_text(&f.to_string().replace("f32[40,", "f32[41,")).unwrap();
     CpuExecutable::compile_with_cache(&g, Some(&dir)).unwrap();
     for o in &routines {
         assert_eq!(mode(o), 0o600, "{} is rebuilt", o.display());

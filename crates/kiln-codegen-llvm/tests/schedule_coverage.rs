@@ -57,7 +57,7 @@ fn gemm_plain_blocking() {
 #[test]
 fn gemm_split_columns() {
     // One batch, few rows, many columns: threads split the columns in panels.
-    for (dt, shape) in [("f32", (1, 40, 300, 1000)), ("f64", (1, 30, 70, 250))] {
+    for (dt, shape) in [("f32", (1, 40, 300, 1000)), ("f64", (1, 36, 70, 250))] {
         covers("GEMM, split columns", &product(dt, shape), 2, |p| {
             gemm(p, GemmBlocking::SplitColumns) && p.threads
         });
@@ -96,10 +96,23 @@ fn gemm_streaming_b() {
     covers("GEMM, streaming B (row epilogue)", &src, 8, |p| {
         gemm(p, GemmBlocking::Streamed)
     });
-    // Nine rows pack B.
+    // Rows in groups (two tiles of 6 rows, f32 on AVX-512, past the 8 of a tile), with a
+    // partial group where threads split the rows mid-batch; 33 rows pack B.
     covers(
-        "GEMM, nine rows pack",
-        &product("f32", (1, 9, 700, 1003)),
+        "GEMM, streaming B in groups",
+        &product("f32", (1, 12, 300, 700)),
+        9,
+        |p| gemm(p, GemmBlocking::Streamed),
+    );
+    covers(
+        "GEMM, streaming B in groups",
+        &product("f64", (5, 19, 40, 70)),
+        11,
+        |p| gemm(p, GemmBlocking::Streamed) && p.threads,
+    );
+    covers(
+        "GEMM, 33 rows pack",
+        &product("f32", (1, 33, 700, 1003)),
         9,
         |p| gemm(p, GemmBlocking::SplitColumns),
     );

@@ -242,8 +242,9 @@ fn scores(s: usize) -> String {
 
 /// Products of two panels of columns read A where it is stored rather than packing it
 /// (`Blocking::a_in_place`): the heads' scores `q kᵀ` (queries by rows, through strides) and
-/// the backward's `dOᵀ P` (A by columns), their kernels calling no packing routine of A, and
-/// agreeing with the reference; three panels still pack A.
+/// the backward's `dOᵀ P` (A by columns, 40 rows: fewer would stream B instead), their
+/// kernels calling no packing routine of A, and agreeing with the reference; three panels
+/// still pack A.
 #[test]
 fn products_of_two_panels_read_a_in_place() {
     let host = kiln_codegen_llvm::cpu::host_target_info();
@@ -254,7 +255,7 @@ fn products_of_two_panels_read_a_in_place() {
     };
     for (s, packs) in [(2 * nr, false), (3 * nr, true)] {
         assert_eq!(panels(s) > 2, packs, "{s} columns");
-        for src in [scores(s), backward(2, s, 2, 16)] {
+        for src in [scores(s), backward(2, s, 2, 40)] {
             let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
             // As the host compiles them (the unoptimized text is the portable target's).
             let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, true, &common::env_options())

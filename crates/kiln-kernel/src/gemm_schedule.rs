@@ -41,6 +41,8 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         ref conv,
         a_trans,
         b_trans,
+        ref zero,
+        ref unread,
         ..
     } = k.schedule
     else {
@@ -51,9 +53,10 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         .as_ref()
         .map(|c| Blocking::new(k.out.dtype, target, c.n, n));
     let bl = Blocking::new(k.out.dtype, target, n, kk);
-    let bl = match (chain, conv) {
-        (None, None) if !b_trans => bl.streaming(m, &target.gemm),
-        (None, None) if !a_trans => bl.streaming_dots(m, &target.gemm),
+    // Products that leave zero steps or unread tiles out keep the packed tiles that do so.
+    let bl = match (chain, conv, zero, unread) {
+        (None, None, None, None) if !b_trans => bl.streaming(m, &target.gemm),
+        (None, None, None, None) if !a_trans => bl.streaming_dots(m, &target.gemm),
         _ => bl,
     };
     let (blocking, split_columns) = match (chain, chain_bl) {
@@ -299,11 +302,14 @@ impl Blocking {
 
     /// This blocking for a product of `m` rows per matrix, streaming B where `m` is at most
     /// [`GemmLimits::stream_rows`] and the product is wider than a vector (narrower ones take
-    /// the compact tile, which reads B in place already): a tile of all `m` rows by as many
-    /// vectors (up to 4) as leave registers for B's vectors and A's broadcasts (24
-    /// accumulators with 32 vector registers, 12 with 16), passes of
-    /// [`GemmLimits::stream_steps`] contraction steps, and blocks of columns whose product,
-    /// `m` rows of them, fills [`GemmLimits::stream_block_bytes`].
+    /// the compact tile, which reads B in place already): the rows in the fewest groups of at
+    /// most [`GemmLimits::stream_tile_rows`], as even as they go (`mr` rows each, `mc` in all,
+    /// padded), a tile of a group's rows by as many vectors (up to 4) as leave registers for
+    /// B's vectors and A's broadcasts (24 accumulators with 32 vector registers, 12 with 16),
+    /// passes of [`GemmLimits::stream_steps`] contraction steps, and blocks of columns whose
+    /// product, `mc` rows of them, fills [`GemmLimits::stream_block_bytes`]. Each group's
+    /// tile takes the pass's rows of B in turn; the later groups find them in the level 1
+    /// cache.
     ///
     /// Packing copies each element of B to be multiplied by `m` elements of A: for one row (a
     /// token's activations times a weight matrix) the copy costs more than the product, and a
@@ -312,26 +318,35 @@ impl Blocking {
     /// follow.
     ///
     /// [`GemmLimits::stream_rows`]: crate::target::GemmLimits::stream_rows
+    /// [`GemmLimits::stream_tile_rows`]: crate::target::GemmLimits::stream_tile_rows
     /// [`GemmLimits::stream_steps`]: crate::target::GemmLimits::stream_steps
     /// [`GemmLimits::stream_block_bytes`]: crate::target::GemmLimits::stream_block_bytes
     pub fn streaming(self, m: usize, limits: &crate::target::GemmLimits) -> Blocking {
         let m = m as i64;
-        if self.compact || m == 0 || m > limits.stream_rows || limits.stream_steps <= 0 {
+        if self.compact
+            || m == 0
+            || m > limits.stream_rows
+            || limits.stream_steps <= 0
+            || limits.stream_tile_rows <= 0
+        {
             return self;
         }
+        let groups = (m + limits.stream_tile_rows - 1) / limits.stream_tile_rows;
+        let mr = (m + groups - 1) / groups;
         let accumulators = if self.lanes as i64 * self.bytes >= 64 {
             24
         } else {
             12
         };
-        let nv = (accumulators / m).clamp(1, 4);
+        let nv = (accumulators / mr).clamp(1, 4);
         let nr = self.lanes as i64 * nv;
+        let mc = mr * groups;
         Blocking {
-            mr: m,
+            mr,
             nv,
             kc: limits.stream_steps,
-            mc: m,
-            nc: (limits.stream_block_bytes / (m * self.bytes) / nr).max(1) * nr,
+            mc,
+            nc: (limits.stream_block_bytes / (mc * self.bytes) / nr).max(1) * nr,
             a_in_place: false,
             prefetch: Default::default(),
             stream: Some(Stream::Rows),
@@ -341,15 +356,17 @@ impl Blocking {
 
     /// This blocking for a product of `m` rows whose B is stored transposed and A by rows
     /// (`a_trans` false), streaming B by dot products ([`Stream::Dots`]) where `m` is at most
-    /// [`GemmLimits::stream_rows`] and the product is wider than a vector: a tile of all `m`
+    /// [`GemmLimits::stream_rows`] and [`GemmLimits::stream_tile_rows`] and the product is
+    /// wider than a vector: a tile of all `m`
     /// rows by as many rows of B (up to 8, and no more than a vector's lanes) as leave
     /// registers, as [`Self::streaming`] counts them. Packing B stored transposed transposes
     /// it in registers, for `m` multiply-adds an element.
     ///
     /// [`GemmLimits::stream_rows`]: crate::target::GemmLimits::stream_rows
+    /// [`GemmLimits::stream_tile_rows`]: crate::target::GemmLimits::stream_tile_rows
     pub fn streaming_dots(self, m: usize, limits: &crate::target::GemmLimits) -> Blocking {
         let m = m as i64;
-        if self.compact || m == 0 || m > limits.stream_rows {
+        if self.compact || m == 0 || m > limits.stream_rows.min(limits.stream_tile_rows) {
             return self;
         }
         let accumulators = if self.lanes as i64 * self.bytes >= 64 {
@@ -441,11 +458,11 @@ impl Blocking {
 
     /// Scratch bytes a kernel with `n` columns needs per call: one packed block of B and one of
     /// A, each a multiple of 64 bytes.
-    /// A product streaming B ([`Self::stream`]) needs its block of `mr` rows of the product by
+    /// A product streaming B ([`Self::stream`]) needs its block of `mc` rows of the product by
     /// rows of B, nothing by dot products.
     pub fn scratch_bytes(&self, n: i64) -> usize {
         match self.stream {
-            Some(Stream::Rows) => return (self.mr * self.nc_for(n) * self.bytes) as usize,
+            Some(Stream::Rows) => return (self.mc * self.nc_for(n) * self.bytes) as usize,
             Some(Stream::Dots) => return 0,
             None => {}
         }
@@ -801,10 +818,11 @@ mod tests {
     }
 
     /// Products of at most `stream_rows` rows per matrix, wider than a vector, with B stored by
-    /// rows and no chained product, stream B: a tile of all their rows, as many vectors as
-    /// leave registers (24 accumulators with 512-bit vectors, 12 with 256-bit ones, at most 4
-    /// vectors), `stream_steps` steps a pass, and a block of the product of
-    /// `stream_block_bytes` in the scratch memory; with B stored transposed (and A by rows),
+    /// rows and no chained product, stream B: their rows in the fewest even groups of at most
+    /// `stream_tile_rows`, a tile of a group's rows by as many vectors as leave registers (24
+    /// accumulators with 512-bit vectors, 12 with 256-bit ones, at most 4 vectors),
+    /// `stream_steps` steps a pass, and a block of the product of `stream_block_bytes` in the
+    /// scratch memory; with B stored transposed (and A by rows),
     /// dot products; more rows, both stored transposed, a product at most a vector wide (the
     /// compact tile) or a target that never streams pack B.
     #[test]
@@ -829,14 +847,19 @@ mod tests {
                 .find_map(|k| gemm_schedule(k, t));
             k.expect("a GEMM")
         };
-        for (bytes, m, n, nv) in [
-            (64, 1, 4096, 4),
-            (64, 6, 1000, 4),
-            (64, 7, 1000, 3),
-            (64, 8, 300, 3),
-            (32, 1, 4096, 4),
-            (32, 4, 1000, 3),
-            (32, 8, 100, 1),
+        // (vector bytes, rows, columns, the tile's rows and vectors, the block's rows).
+        for (bytes, m, n, mr, nv, mc) in [
+            (64, 1, 4096, 1, 4, 1),
+            (64, 6, 1000, 6, 4, 6),
+            (64, 7, 1000, 7, 3, 7),
+            (64, 8, 300, 8, 3, 8),
+            (64, 9, 1000, 5, 4, 10),
+            (64, 12, 1000, 6, 4, 12),
+            (64, 32, 1000, 8, 3, 32),
+            (32, 1, 4096, 1, 4, 1),
+            (32, 4, 1000, 4, 3, 4),
+            (32, 8, 100, 8, 1, 8),
+            (32, 20, 500, 7, 1, 21),
         ] {
             let t = vectors(bytes);
             let g = schedule(&product(m, n, 0), &t);
@@ -847,19 +870,19 @@ mod tests {
                 "{what}"
             );
             assert_eq!(
-                (b.mr, b.nv, b.kc),
-                (m as i64, nv, t.gemm.stream_steps),
+                (b.mr, b.nv, b.mc, b.kc),
+                (mr, nv, mc, t.gemm.stream_steps),
                 "{what}"
             );
             assert_eq!(b.nc % b.nr(), 0, "{what}");
             assert!(
-                b.mr * b.nc * 4 <= t.gemm.stream_block_bytes || b.nc == b.nr(),
+                b.mc * b.nc * 4 <= t.gemm.stream_block_bytes || b.nc == b.nr(),
                 "{what}"
             );
             assert_eq!(g.scratch, b.scratch_bytes(n as i64), "{what}");
             assert_eq!(
                 g.scratch as i64,
-                b.mr * b.nc.min((n as i64 + b.nr() - 1) / b.nr() * b.nr()) * 4,
+                b.mc * b.nc.min((n as i64 + b.nr() - 1) / b.nr() * b.nr()) * 4,
                 "{what}"
             );
             assert!(!b.a_in_place, "{what}");
@@ -886,7 +909,7 @@ mod tests {
             );
         }
         let t = vectors(64);
-        for (m, n, b_contract) in [(9, 1000, 0), (9, 1000, 1), (4, 16, 0)] {
+        for (m, n, b_contract) in [(33, 1000, 0), (9, 1000, 1), (4, 16, 0)] {
             let g = schedule(&product(m, n, b_contract), &t);
             assert!(
                 g.blocking.stream.is_none(),

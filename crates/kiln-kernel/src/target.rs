@@ -188,9 +188,16 @@ pub struct GemmLimits {
     /// The most rows per matrix of a product whose tiles stream B, reading its rows where
     /// they are stored, instead of packing it (see
     /// [`Blocking::stream`](crate::gemm_schedule::Blocking::stream)): packing copies every
-    /// element of B for `m` multiply-adds, which for a few rows (one token's activations
-    /// times a weight matrix) costs more than the product (8; 0: never).
+    /// element of B for `m` multiply-adds, which for a few rows (a few tokens' activations
+    /// times a weight matrix) costs more than the product (32; 0: never). Measured on `[m,
+    /// 4096] x [4096, 4096]` (the Xeon VM of family 6 model 167, 2 threads; docs/performance.md,
+    /// "Products of a few rows stream B"), packed against streamed: 8 rows 5.4 against 1.9 ms,
+    /// 16 rows 7.9 against 3.6, 32 rows 9.5 against 7.0, 48 rows 10.8 against 10.0, 64 rows
+    /// 12.4 against 13.4.
     pub stream_rows: i64,
+    /// The most rows of A a streaming product's register tile holds: more rows run in groups
+    /// of at most this many, each group's tile reading the pass's rows of B in turn (8).
+    pub stream_tile_rows: i64,
     /// Contraction steps a streaming product's tiles take per pass over their block of
     /// columns: rows of B read side by side, each from start to end of the block (16).
     /// Measured on `[m, 4096] x [4096, 4096]` (the Xeon VM of family 6 model 167, 2 threads;
@@ -289,7 +296,8 @@ impl Default for GemmLimits {
             a_in_place_panels: 2,
             a_in_place_panels_rows: 4,
             tall_512: None,
-            stream_rows: 8,
+            stream_rows: 32,
+            stream_tile_rows: 8,
             stream_steps: 16,
             stream_block_bytes: 64 * 1024,
         }

@@ -219,17 +219,17 @@ mod tests {
         assert!(!l.split && l.beside, "{l}");
     }
 
-    /// A wide product with few rows splits its columns; with a row epilogue (a softmax over
-    /// the row) it keeps whole rows and splits them.
+    /// A wide product with few rows (more than stream B) splits its columns; with a row
+    /// epilogue (a softmax over the row) it keeps whole rows and splits them.
     #[test]
     fn a_row_epilogue_gemm_splits_rows_not_columns() {
-        let plain = "func @g(%0: f32[32,512], %1: f32[512,1024]) -> f32[32,1024] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[32,1024]\n  return %2\n}\n";
+        let plain = "func @g(%0: f32[48,512], %1: f32[512,1024]) -> f32[48,1024] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[48,1024]\n  return %2\n}\n";
         let t = TargetInfo::reference();
         let l = first_launch(plain, &t);
-        // 1024 columns in 64 panels of 16 (6 x 2 tiles of 8 lanes), not 32 rows.
+        // 1024 columns in 64 panels of 16 (6 x 2 tiles of 8 lanes), not 48 rows.
         assert_eq!((l.rows, l.split, l.chunks_per_thread), (64, true, 1));
         assert!(l.scratch > 0);
-        let softmax = "func @s(%0: f32[32,512], %1: f32[512,1024]) -> f32[32,1024] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[32,1024]\n  %3 = constant {value = -inf} : f32[]\n  %4 = reduce %2, %3 {dimensions = [1], kind = max} : f32[32]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = [0]} : f32[32,1024]\n  %6 = subtract %2, %5 : f32[32,1024]\n  %7 = exponential %6 : f32[32,1024]\n  return %7\n}\n";
+        let softmax = "func @s(%0: f32[48,512], %1: f32[512,1024]) -> f32[48,1024] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[48,1024]\n  %3 = constant {value = -inf} : f32[]\n  %4 = reduce %2, %3 {dimensions = [1], kind = max} : f32[48]\n  %5 = broadcast_in_dim %4 {broadcast_dimensions = [0]} : f32[48,1024]\n  %6 = subtract %2, %5 : f32[48,1024]\n  %7 = exponential %6 : f32[48,1024]\n  return %7\n}\n";
         let f = kiln_ir::parse_func_text(softmax).expect("valid IR");
         let fused = crate::pipeline::fused_kernels(&f, &Options::default(), &t);
         let k = fused
@@ -246,6 +246,6 @@ mod tests {
         assert!(!g.split_columns);
         assert!(g.blocking.nc >= 1024, "blocks of whole rows");
         let l = launch(k, Some(&g), &t);
-        assert_eq!((l.rows, l.split), (32, true));
+        assert_eq!((l.rows, l.split), (48, true));
     }
 }

@@ -109,6 +109,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
                 "prefetch": { "b_steps": t.prefetch.b_steps, "a_steps": t.prefetch.a_steps },
             })),
             "stream_rows": t.gemm.stream_rows,
+            "stream_tile_rows": t.gemm.stream_tile_rows,
             "stream_steps": t.gemm.stream_steps,
             "stream_block_bytes": t.gemm.stream_block_bytes,
         },
@@ -396,6 +397,10 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 None | Some(Value::Null) => 0,
                 Some(_) => gemm.i64("stream_rows")?,
             },
+            stream_tile_rows: match gemm.v.get("stream_tile_rows") {
+                None | Some(Value::Null) => 0,
+                Some(_) => gemm.i64("stream_tile_rows")?,
+            },
             stream_steps: match gemm.v.get("stream_steps") {
                 None | Some(Value::Null) => 0,
                 Some(_) => gemm.i64("stream_steps")?,
@@ -505,7 +510,12 @@ mod tests {
         // An artifact written before products streamed B: none does.
         let mut older = target_to_json(&r);
         let gemm = older["gemm"].as_object_mut().unwrap();
-        for f in ["stream_rows", "stream_steps", "stream_block_bytes"] {
+        for f in [
+            "stream_rows",
+            "stream_tile_rows",
+            "stream_steps",
+            "stream_block_bytes",
+        ] {
             assert!(gemm.remove(f).is_some(), "{f}");
         }
         assert_eq!(target_from_json(&older).unwrap().gemm.stream_rows, 0);

@@ -28,9 +28,10 @@ impl<'c> Gemm<'_, 'c> {
         let em = x.em;
         let bl = self.bl;
         let (mr, nv, lanes, nr) = (bl.mr, bl.nv, bl.lanes as i64, bl.nr());
-        // The block of the product: `mr` rows, `ld` apart (one block when `n` is narrower
-        // than `nc`).
+        // The block of the product: `mc` rows (the matrix's, in groups of `mr`), `ld` apart
+        // (one block when `n` is narrower than `nc`).
         let ld = bl.nc_for(n);
+        let groups = bl.mc / mr;
         let n_full = n - n % nr;
         let n_vec = n - n % lanes;
         let m = self.m;
@@ -48,17 +49,22 @@ impl<'c> Gemm<'_, 'c> {
                 Some(s) => (batch_start(x, s, bt)?, x.c(s.ld as i64)),
                 None => (x.mul(bt, x.mulc(self.k, n)?)?, x.c(n)),
             };
-            // Where each of the tile's rows of A starts (rows past the batch's last read it;
-            // their products are not stored).
+            // Where each row of each group's tile of A starts (rows past the batch's last read
+            // it; their products are not stored).
             let last = x.sub(r_hi, x.c(1))?;
-            let starts: Vec<IntValue<'c>> = (0..mr)
-                .map(|i| self.a_row(x.min(x.addc(r_lo, i)?, last)?))
+            let rows = x.sub(r_hi, r_lo)?;
+            let starts: Vec<Vec<IntValue<'c>>> = (0..groups)
+                .map(|g| {
+                    (0..mr)
+                        .map(|i| self.a_row(x.min(x.addc(r_lo, g * mr + i)?, last)?))
+                        .collect::<Result<_>>()
+                })
                 .collect::<Result<_>>()?;
             em.range_loop_ptr(s_jc, col_lo, col_hi, ld, &mut |_| {
                 let jc = x.get(s_jc)?;
                 let jc_end = x.min(x.addc(jc, ld)?, col_hi)?;
                 let full_end = x.min(jc_end, x.c(n_full))?;
-                em.range_loop_ptr(s_j, x.c(0), x.c(mr * ld), lanes, &mut |_| {
+                em.range_loop_ptr(s_j, x.c(0), x.c(bl.mc * ld), lanes, &mut |_| {
                     let at = x.at(self.ft, scratch, x.get(s_j)?)?;
                     em.b.build_store(at, self.vt.const_zero()).map_err(llvm)?;
                     Ok(())
@@ -66,10 +72,13 @@ impl<'c> Gemm<'_, 'c> {
                 em.range_loop_ptr(s_kb, x.c(0), self.k, bl.kc, &mut |_| {
                     let kb = x.get(s_kb)?;
                     let kend = x.min(x.addc(kb, bl.kc)?, self.k)?;
-                    // Panel `j` (`width` columns) of the block over this pass's steps.
-                    let panel = |j: IntValue<'c>, width: i64| -> Result<()> {
+                    // Panel `j` (`width` columns) of the block over this pass's steps, for
+                    // the tile of rows `g * mr..` (the later groups find the pass's rows of B in
+                    // the level 1 cache).
+                    let tile = |j: IntValue<'c>, width: i64, g: i64| -> Result<()> {
+                        let starts = &starts[g as usize];
                         let p = |i: i64, v: i64| -> Result<IntValue<'c>> {
-                            x.addc(x.sub(j, jc)?, i * ld + v * lanes)
+                            x.addc(x.sub(j, jc)?, (g * mr + i) * ld + v * lanes)
                         };
                         for i in 0..mr {
                             for v in 0..nv {
@@ -124,6 +133,13 @@ impl<'c> Gemm<'_, 'c> {
                                         .map_err(llvm)?;
                                 self.store_cols(scratch, p(i, v)?, lanes, acc)?;
                             }
+                        }
+                        Ok(())
+                    };
+                    let panel = |j: IntValue<'c>, width: i64| -> Result<()> {
+                        for g in 0..groups {
+                            let live = x.cmp(IntPredicate::SLT, x.c(g * mr), rows)?;
+                            x.branch(live, &mut || tile(j, width, g), &mut || Ok(()))?;
                         }
                         Ok(())
                     };
