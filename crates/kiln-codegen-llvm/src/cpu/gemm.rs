@@ -163,6 +163,25 @@ impl<'c> Arith<'_, 'c> {
             .map_err(llvm)?
             .into_int_value())
     }
+    /// Emits `body(bt, r_lo, r_hi)` for each batch `bt` that rows `lo..hi` of a product of `m`
+    /// rows a batch touch, `r_lo..r_hi` being its rows among them (`slot` counts the batches).
+    fn batches(
+        &self,
+        slot: PointerValue<'c>,
+        (lo, hi): (IntValue<'c>, IntValue<'c>),
+        m: i64,
+        body: &mut dyn FnMut(IntValue<'c>, IntValue<'c>, IntValue<'c>) -> Result<()>,
+    ) -> Result<()> {
+        let b_lo = self.sdiv(lo, m)?;
+        let b_hi = self.addc(self.sdiv(self.sub(hi, self.c(1))?, m)?, 1)?;
+        self.em.range_loop_ptr(slot, b_lo, b_hi, 1, &mut |_| {
+            let bt = self.get(slot)?;
+            let r_lo = self.max(lo, self.mulc(bt, m)?)?;
+            let r_hi = self.min(hi, self.addc(self.mulc(bt, m)?, m)?)?;
+            body(bt, r_lo, r_hi)
+        })
+    }
+
     /// Emits `if cond { then } else { otherwise }`.
     fn branch(
         &self,

@@ -196,12 +196,7 @@ pub(crate) fn emit<'c>(
     if k == 0 && planes {
         // An empty contraction: the product is zero, then the epilogue, an image at a time.
         let s_bt = x.slot()?;
-        let b_lo = x.sdiv(lo, m)?;
-        let b_hi = x.addc(x.sdiv(x.sub(hi, x.c(1))?, m)?, 1)?;
-        em.range_loop_ptr(s_bt, b_lo, b_hi, 1, &mut |em| {
-            let bt = x.get(s_bt)?;
-            let r_lo = x.max(lo, x.mulc(bt, m)?)?;
-            let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
+        x.batches(s_bt, (lo, hi), m, &mut |_bt, r_lo, r_hi| {
             em.range_loop_ptr(s_r, r_lo, r_hi, 1, &mut |em| {
                 let r = x.get(s_r)?;
                 em.range_loop_ptr(s_j, x.c(0), x.c(n), 1, &mut |em| {
@@ -327,12 +322,7 @@ pub(crate) fn emit<'c>(
     let n_full = n - n % nr;
     let (s_bt, s_jc, s_kb, s_ic) = (x.slot()?, x.slot()?, x.slot()?, x.slot()?);
     // The batches that rows lo..hi touch.
-    let b_lo = x.sdiv(lo, m)?;
-    let b_hi = x.addc(x.sdiv(x.sub(hi, x.c(1))?, m)?, 1)?;
-    em.range_loop_ptr(s_bt, b_lo, b_hi, 1, &mut |_| {
-        let bt = x.get(s_bt)?;
-        let r_lo = x.max(lo, x.mulc(bt, m)?)?;
-        let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
+    x.batches(s_bt, (lo, hi), m, &mut |bt, r_lo, r_hi| {
         // A convolution's kernel is the B of every batch.
         let b_base = match &strides[1] {
             _ if g.conv.is_some() => x.c(0),

@@ -39,12 +39,7 @@ impl<'c> Gemm<'_, 'c> {
         let accs: Vec<PointerValue<'c>> = (0..mr * nv)
             .map(|_| em.entry_alloca(self.vt.into()))
             .collect::<Result<_>>()?;
-        let b_lo = x.sdiv(lo, m)?;
-        let b_hi = x.addc(x.sdiv(x.sub(hi, x.c(1))?, m)?, 1)?;
-        em.range_loop_ptr(s_bt, b_lo, b_hi, 1, &mut |_| {
-            let bt = x.get(s_bt)?;
-            let r_lo = x.max(lo, x.mulc(bt, m)?)?;
-            let r_hi = x.min(hi, x.addc(x.mulc(bt, m)?, m)?)?;
+        x.batches(s_bt, (lo, hi), m, &mut |bt, r_lo, r_hi| {
             let (b_base, ldb) = match b_strides {
                 Some(s) => (batch_start(x, s, bt)?, x.c(s.ld as i64)),
                 None => (x.mul(bt, x.mulc(self.k, n)?)?, x.c(n)),
