@@ -333,12 +333,7 @@ impl Blocking {
         }
         let groups = (m + limits.stream_tile_rows - 1) / limits.stream_tile_rows;
         let mr = (m + groups - 1) / groups;
-        let accumulators = if self.lanes as i64 * self.bytes >= 64 {
-            24
-        } else {
-            12
-        };
-        let nv = (accumulators / mr).clamp(1, 4);
+        let nv = (self.stream_accumulators() / mr).clamp(1, 4);
         let nr = self.lanes as i64 * nv;
         let mc = mr * groups;
         Blocking {
@@ -369,19 +364,25 @@ impl Blocking {
         if self.compact || m == 0 || m > limits.stream_rows.min(limits.stream_tile_rows) {
             return self;
         }
-        let accumulators = if self.lanes as i64 * self.bytes >= 64 {
-            24
-        } else {
-            12
-        };
         Blocking {
             mr: m,
-            nv: (accumulators / m).clamp(1, (self.lanes as i64).min(8)),
+            nv: (self.stream_accumulators() / m).clamp(1, (self.lanes as i64).min(8)),
             mc: m,
             a_in_place: false,
             prefetch: Default::default(),
             stream: Some(Stream::Dots),
             ..self
+        }
+    }
+
+    /// The accumulators a streaming tile may keep ([`Self::streaming`],
+    /// [`Self::streaming_dots`]): 24 with 512-bit vectors (32 registers), 12 with narrower
+    /// ones (16), leaving registers for B's vectors and A's.
+    fn stream_accumulators(&self) -> i64 {
+        if self.lanes as i64 * self.bytes >= 64 {
+            24
+        } else {
+            12
         }
     }
 
@@ -530,6 +531,21 @@ pub struct ChainScratch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schedule of the first GEMM of program `src` on `t`, canonicalized as the backend
+    /// does (a convolution becomes a GEMM there).
+    fn schedule(src: &str, t: &TargetInfo) -> GemmSchedule {
+        let f = kiln_ir::parse_func_text(src).expect("valid IR");
+        let opts = crate::Options::default();
+        let g = crate::pipeline::prepare(&f, &opts, t).expect("prepared");
+        let fused = crate::pipeline::fused_kernels(&g, &opts, t);
+        let k = fused
+            .kernels
+            .iter()
+            .flatten()
+            .find_map(|k| gemm_schedule(k, t));
+        k.expect("a GEMM")
+    }
 
     /// The reference target with vectors of `bytes` bytes.
     fn vectors(bytes: usize) -> TargetInfo {
@@ -787,19 +803,6 @@ mod tests {
                 "func @g(%0: f32[{batch},{m},{k}], %1: f32[{batch},{k},{n}]) -> f32[{batch},{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]}} : f32[{batch},{m},{n}]\n  return %2\n}}\n"
             )
         };
-        let schedule = |src: &str, t: &TargetInfo| {
-            let f = kiln_ir::parse_func_text(src).expect("valid IR");
-            let opts = crate::Options::default();
-            // Canonicalized as the backend does (a convolution becomes a GEMM there).
-            let g = crate::pipeline::prepare(&f, &opts, t).expect("prepared");
-            let fused = crate::pipeline::fused_kernels(&g, &opts, t);
-            let k = fused
-                .kernels
-                .iter()
-                .flatten()
-                .find_map(|k| gemm_schedule(k, t));
-            k.expect("a GEMM")
-        };
         // The heads' scores on AVX-512 (two panels of 64) and on AVX2 (two of 16).
         for (bytes, n, in_place) in [
             (64, 128, true),
@@ -836,16 +839,6 @@ mod tests {
             format!(
                 "func @g(%0: f32[{m},700], %1: {b}) -> f32[{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [{b_contract}]}} : f32[{m},{n}]\n  return %2\n}}\n"
             )
-        };
-        let schedule = |src: &str, t: &TargetInfo| {
-            let f = kiln_ir::parse_func_text(src).expect("valid IR");
-            let fused = crate::pipeline::fused_kernels(&f, &crate::Options::default(), t);
-            let k = fused
-                .kernels
-                .iter()
-                .flatten()
-                .find_map(|k| gemm_schedule(k, t));
-            k.expect("a GEMM")
         };
         // (vector bytes, rows, columns, the tile's rows and vectors, the block's rows).
         for (bytes, m, n, mr, nv, mc) in [

@@ -47,6 +47,13 @@ impl<'a> Obj<'a> {
             .as_i64()
             .ok_or_else(|| format!("`{}.{k}` is not an integer", self.path))
     }
+    /// Field `k` as an integer, or `missing` for an artifact written before the field.
+    fn i64_or(&self, k: &str, missing: i64) -> Result<i64, String> {
+        match self.v.get(k) {
+            None | Some(Value::Null) => Ok(missing),
+            Some(_) => self.i64(k),
+        }
+    }
     fn f64(&self, k: &str) -> Result<f64, String> {
         self.get(k)?
             .as_f64()
@@ -393,22 +400,10 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                 }
             },
             // Artifacts written before the fields: every product packs B.
-            stream_rows: match gemm.v.get("stream_rows") {
-                None | Some(Value::Null) => 0,
-                Some(_) => gemm.i64("stream_rows")?,
-            },
-            stream_tile_rows: match gemm.v.get("stream_tile_rows") {
-                None | Some(Value::Null) => 0,
-                Some(_) => gemm.i64("stream_tile_rows")?,
-            },
-            stream_steps: match gemm.v.get("stream_steps") {
-                None | Some(Value::Null) => 0,
-                Some(_) => gemm.i64("stream_steps")?,
-            },
-            stream_block_bytes: match gemm.v.get("stream_block_bytes") {
-                None | Some(Value::Null) => 0,
-                Some(_) => gemm.i64("stream_block_bytes")?,
-            },
+            stream_rows: gemm.i64_or("stream_rows", 0)?,
+            stream_tile_rows: gemm.i64_or("stream_tile_rows", 0)?,
+            stream_steps: gemm.i64_or("stream_steps", 0)?,
+            stream_block_bytes: gemm.i64_or("stream_block_bytes", 0)?,
         },
         splits: SplitLimits {
             parallel_work: splits.usize("parallel_work")?,

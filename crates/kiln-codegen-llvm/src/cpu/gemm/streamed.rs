@@ -96,14 +96,7 @@ impl<'c> Gemm<'_, 'c> {
                             for (i, &start) in starts.iter().enumerate() {
                                 let at = x.at(self.ft, self.a, self.a_at(start, kk)?)?;
                                 let a = em.b.build_load(self.ft, at, "a").map_err(llvm)?;
-                                let one =
-                                    em.b.build_insert_element(self.vt.get_undef(), a, x.c(0), "a1")
-                                        .map_err(llvm)?;
-                                let zeros = em.ctx.i32_type().vec_type(bl.lanes).const_zero();
-                                let splat = em
-                                    .b
-                                    .build_shuffle_vector(one, self.vt.get_undef(), zeros, "as")
-                                    .map_err(llvm)?;
+                                let splat = splat(em, self.ft, bl.lanes, a)?;
                                 for (v, bv) in bvs.iter().enumerate() {
                                     let slot = accs[i * nv as usize + v];
                                     let acc =
