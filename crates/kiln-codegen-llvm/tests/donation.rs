@@ -354,3 +354,53 @@ fn a_streamed_product_folds_into_its_donated_parameter() {
         );
     }
 }
+
+#[test]
+fn a_products_tail_tiles_fold_into_its_donated_parameter() {
+    // A weight update whose rows leave a block's last tile short (37 to 47 rows past whole
+    // tiles of 14, 8 or 6): the tail tiles fold their rows in place as the whole tiles do, bit
+    // for bit the epilogue's `W - 0.01 P` (one contraction block), A stored transposed (a
+    // weight gradient's `xᵀ d`) and by rows.
+    for (m, a_trans) in [(37, true), (41, true), (45, false), (47, false)] {
+        let (x, ca) = if a_trans {
+            (format!("260,{m}"), 0)
+        } else {
+            (format!("{m},260"), 1)
+        };
+        let src = format!(
+            "func @main(%0: f32[{m},300], %1: f32[{x}], %2: f32[260,300]) -> f32[{m},300] {{
+  %3 = dot_general %1, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [{ca}], rhs_contracting_dimensions = [0]}} : f32[{m},300]
+  %4 = constant {{value = 0.01}} : f32[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : f32[{m},300]
+  %6 = multiply %3, %5 : f32[{m},300]
+  %7 = subtract %0, %6 : f32[{m},300]
+  return %7
+}}
+"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let args = random_args(&f, m as u64);
+        let want = kiln_reference::eval(&f, &args).unwrap();
+        let plain = CpuExecutable::compile_with_cache(&f, None)
+            .unwrap()
+            .run(&args)
+            .unwrap();
+        let donated = [true, false, false];
+        let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
+        assert_eq!(e.memory_plan().in_place.len(), 1, "{m} rows");
+        assert!(
+            e.kernel_paths()
+                .iter()
+                .any(|p| p.gemm.is_some() && p.tail_tiles),
+            "{m} rows: {:?}",
+            e.kernel_paths()
+        );
+        let (got, same) = run_donating(&e, &args, &donated);
+        assert_eq!(same, [true], "{m} rows");
+        close(&got[0], &want[0]).unwrap_or_else(|e| panic!("{m} rows: {e}"));
+        assert_eq!(
+            got[0], plain[0],
+            "{m} rows: in place is the epilogue's arithmetic"
+        );
+    }
+}

@@ -65,6 +65,42 @@ fn gemm_split_columns() {
 }
 
 #[test]
+fn gemm_tail_tiles() {
+    // A block's last rows, fewer than a tile's, on the shorter tail tiles: one matrix of every
+    // row count from 33 to 47 (past the streaming products' 32, so that each count mod the
+    // 14-row, 8-row and 6-row tiles comes up), A by rows, by columns and in place (a few
+    // panels), batched rows split mid-batch, and f64.
+    let product_at = |m: usize, a_trans: bool, n: usize| {
+        let (a, contract) = if a_trans {
+            (format!("f32[260,{m}]"), 0)
+        } else {
+            (format!("f32[{m},260]"), 1)
+        };
+        format!(
+            "func @main(%0: {a}, %1: f32[260,{n}]) -> f32[{m},{n}] {{\n  %2 = dot_general %0, %1 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [{contract}], rhs_contracting_dimensions = [0]}} : f32[{m},{n}]\n  return %2\n}}\n"
+        )
+    };
+    for m in 33..48 {
+        covers("GEMM, tail tiles", &product_at(m, false, 300), 12, |p| {
+            p.gemm.is_some() && p.tail_tiles
+        });
+    }
+    for (m, n) in [(37, 300), (45, 100), (43, 1000)] {
+        covers(
+            "GEMM, tail tiles (A by columns)",
+            &product_at(m, true, n),
+            13,
+            |p| p.gemm.is_some() && p.tail_tiles,
+        );
+    }
+    for (dt, shape) in [("f32", (3, 37, 260, 300)), ("f64", (2, 41, 70, 90))] {
+        covers("GEMM, tail tiles (batched)", &product(dt, shape), 14, |p| {
+            gemm(p, GemmBlocking::Plain) && p.tail_tiles && p.threads
+        });
+    }
+}
+
+#[test]
 fn gemm_streaming_b() {
     // A few rows per matrix: B read where it is stored, nothing packed. One row by many
     // columns (threads split them; a column tail narrower than a vector), batched rows split

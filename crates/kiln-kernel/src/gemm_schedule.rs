@@ -96,7 +96,8 @@ impl fmt::Display for GemmSchedule {
     /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, B streamed` (`, B streamed by dot products`)
     /// where the tiles read B in place ([`Blocking::stream`]), `, A in place` where the tiles read A in place
     /// across several panels, `, prefetch B 8 A 16` where the tile's loop asks for them
-    /// that many steps ahead, `, chain 6x16 kc 256` for a chained product and `, split
+    /// that many steps ahead, `, tail tiles 4 8` for the shorter tiles a block's last rows
+    /// take ([`Blocking::tails`]), `, chain 6x16 kc 256` for a chained product and `, split
     /// columns` where threads split them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.blocking;
@@ -120,6 +121,13 @@ impl fmt::Display for GemmSchedule {
         let p = b.prefetch;
         if !p.is_none() {
             write!(f, ", prefetch B {} A {}", p.b_steps, p.a_steps)?;
+        }
+        let tails = b.tails.sizes(b.mr);
+        if !tails.is_empty() {
+            f.write_str(", tail tiles")?;
+            for t in tails {
+                write!(f, " {t}")?;
+            }
         }
         if let Some(c) = &self.chain {
             write!(f, ", chain {}x{} kc {}", c.mr, c.nr(), c.kc)?;
@@ -166,6 +174,11 @@ pub struct Blocking {
     /// The tile loop's software prefetches (the tall tile's,
     /// [`TallTile::prefetch`](crate::target::TallTile::prefetch); none otherwise).
     pub prefetch: crate::target::TilePrefetch,
+    /// The shorter tiles a block's last rows take when they are fewer than `mr`
+    /// ([`GemmLimits::tail_tiles`](crate::target::GemmLimits::tail_tiles)); none for the
+    /// compact tile, which loads and stores its rows in a loop, and for a streaming product,
+    /// whose tiles are its own.
+    pub tails: crate::target::TailTiles,
     /// How the product streams B, if it does (see [`Blocking::streaming`]): its tiles read B
     /// where it is stored and nothing is packed.
     pub stream: Option<Stream>,
@@ -260,6 +273,11 @@ impl Blocking {
             compact: n <= lanes as usize,
             a_in_place: false,
             prefetch,
+            tails: if n <= lanes as usize {
+                Default::default()
+            } else {
+                limits.tail_tiles.for_rows(mr)
+            },
             stream: None,
         }
     }
@@ -344,6 +362,7 @@ impl Blocking {
             nc: (limits.stream_block_bytes / (mc * self.bytes) / nr).max(1) * nr,
             a_in_place: false,
             prefetch: Default::default(),
+            tails: Default::default(),
             stream: Some(Stream::Rows),
             ..self
         }
@@ -370,6 +389,7 @@ impl Blocking {
             mc: m,
             a_in_place: false,
             prefetch: Default::default(),
+            tails: Default::default(),
             stream: Some(Stream::Dots),
             ..self
         }
@@ -622,6 +642,58 @@ mod tests {
         assert_eq!(bl.prefetch, crate::target::TilePrefetch::default());
     }
 
+    /// A block's last rows, fewer than a tile's, take the shortest tail tile that covers them:
+    /// 4 and 8 rows below the tall tile's 14, 4 below 8 x 3's, 6 x 4's and 256-bit 6 x 2's;
+    /// none for the compact tile, a streaming product or a target without them. The kernels
+    /// dump says which.
+    #[test]
+    fn a_blocks_last_rows_take_a_shorter_tile() {
+        let intel = TargetInfo {
+            gemm: crate::target::GemmLimits::two_fma512_ports(),
+            ..vectors(64)
+        };
+        for (target, n, k, mr, tails) in [
+            (&intel, 1024, 1024, 14, vec![4, 8]),
+            (&intel, 96, 512, 8, vec![4]),
+            (&intel, 256, 512, 6, vec![4]),
+            (&vectors(32), 1024, 512, 6, vec![4]),
+            (&intel, 10, 512, 8, vec![]),
+        ] {
+            let bl = Blocking::new(DType::F32, target, n, k);
+            assert_eq!(bl.mr, mr, "{n} columns");
+            assert_eq!(bl.tails.sizes(bl.mr), tails, "{n} columns");
+        }
+        let none = TargetInfo {
+            gemm: crate::target::GemmLimits {
+                tail_tiles: Default::default(),
+                ..crate::target::GemmLimits::two_fma512_ports()
+            },
+            ..vectors(64)
+        };
+        let bl = Blocking::new(DType::F32, &none, 1024, 1024);
+        assert_eq!((bl.mr, bl.tails), (14, Default::default()));
+        let bl = Blocking::new(DType::F32, &intel, 1024, 1024).streaming(5, &intel.gemm);
+        assert!(bl.stream.is_some() && bl.tails.sizes(bl.mr).is_empty());
+        // A variant leaves at least two rows of the tile out; at most `count` of them.
+        let t = crate::target::TailTiles { rows: 4, count: 3 };
+        assert_eq!(t.sizes(14), [4, 8, 12]);
+        assert_eq!(t.sizes(13), [4, 8]);
+        assert_eq!(t.sizes(5), Vec::<i64>::new());
+        assert_eq!(t.for_rows(5), Default::default());
+        let dump = |target: &TargetInfo| {
+            let bl = Blocking::new(DType::F32, target, 1024, 1024);
+            GemmSchedule {
+                blocking: bl,
+                chain: None,
+                split_columns: false,
+                scratch: 0,
+            }
+            .to_string()
+        };
+        assert!(dump(&intel).ends_with(", prefetch B 8 A 16, tail tiles 4 8"));
+        assert!(!dump(&none).contains("tail"));
+    }
+
     /// Products at most one vector wide, and only those, take the compact tile: 10 and 16
     /// columns of f32 with 512-bit vectors, 8 with 256-bit ones; not 17, nor 9 with 256-bit.
     #[test]
@@ -696,8 +768,14 @@ mod tests {
             let k = fused.kernels.iter().flatten().next().expect("a kernel");
             gemm_schedule(k, &t).expect("a GEMM").to_string()
         };
-        assert_eq!(schedule(256), "gemm 6x64 kc 512 mc 96 nc 2048, A in place");
-        assert_eq!(schedule(1024), "gemm 6x64 kc 512 mc 96 nc 2048");
+        assert_eq!(
+            schedule(256),
+            "gemm 6x64 kc 512 mc 96 nc 2048, A in place, tail tiles 4"
+        );
+        assert_eq!(
+            schedule(1024),
+            "gemm 6x64 kc 512 mc 96 nc 2048, tail tiles 4"
+        );
     }
 
     /// A chained product's buffers lie after the GEMM's own, in order, 64-byte aligned, each as
@@ -942,12 +1020,12 @@ mod tests {
         let narrow = schedule(&vectors(32));
         assert_eq!(
             narrow.to_string(),
-            "gemm 6x16 kc 256 mc 192 nc 4096, split columns"
+            "gemm 6x16 kc 256 mc 192 nc 4096, tail tiles 4, split columns"
         );
         let wide = schedule(&vectors(64));
         assert_eq!(
             wide.to_string(),
-            "gemm 6x64 kc 512 mc 96 nc 2048, split columns"
+            "gemm 6x64 kc 512 mc 96 nc 2048, tail tiles 4, split columns"
         );
         assert_ne!(narrow.blocking, wide.blocking);
         // Narrower targets than AVX2 keep the 256-bit blocking.

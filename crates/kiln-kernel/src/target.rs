@@ -208,6 +208,48 @@ pub struct GemmLimits {
     /// contraction steps (64 KiB): the longer the block, the longer each pass's runs of B's
     /// rows, which the prefetchers follow further (see [`Self::stream_steps`]).
     pub stream_block_bytes: i64,
+    /// The shorter register tiles a block's last rows take when they are fewer than the
+    /// tile's (see [`TailTiles`]).
+    pub tail_tiles: TailTiles,
+}
+
+/// Shorter variants of a register tile for the rows a block leaves past its last whole tile:
+/// tiles of `rows`, `2 rows`, ... (at most `count` of them) rows by the tile's vectors, each
+/// taken by the rows it covers and the tile's rows do not. The full tile multiplies every row
+/// it has, so without them 256 rows on the 14 x 2 tile cost as much as 266 (`[256,1024] x
+/// [1024,1024]`: 1.80 ms against 1.74 for 252 rows and 1.79 for 266, the Xeon VM of family 6
+/// model 167, 2 threads), and 64 rows as much as 70. A variant is kept where it leaves at
+/// least two rows of the tile out (`rows` 4, `count` 2: 4 and 8 rows below 14, 4 below 6 and
+/// 8). `count` 0: none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TailTiles {
+    /// Rows of the shortest variant, and the step between variants.
+    pub rows: i64,
+    /// The most variants.
+    pub count: i64,
+}
+
+impl TailTiles {
+    /// The variants' rows for a tile of `mr` rows, shortest first.
+    pub fn sizes(&self, mr: i64) -> Vec<i64> {
+        if self.rows <= 0 {
+            return Vec::new();
+        }
+        (1..=self.count.max(0))
+            .map(|j| j * self.rows)
+            .filter(|&s| s + 2 <= mr)
+            .collect()
+    }
+
+    /// These variants as a tile of `mr` rows takes them: none where it takes none, so that a
+    /// tile without variants compares and prints the same whatever the target's limits.
+    pub fn for_rows(self, mr: i64) -> TailTiles {
+        if self.sizes(mr).is_empty() {
+            TailTiles::default()
+        } else {
+            self
+        }
+    }
 }
 
 /// A register tile of `rows` x 2 vectors of 512 bits, for CPUs with two 512-bit FMA ports a core
@@ -300,6 +342,7 @@ impl Default for GemmLimits {
             stream_tile_rows: 8,
             stream_steps: 16,
             stream_block_bytes: 64 * 1024,
+            tail_tiles: TailTiles { rows: 4, count: 2 },
         }
     }
 }

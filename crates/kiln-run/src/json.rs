@@ -6,7 +6,7 @@
 use kiln_kernel::options::{CpuOptions, MatmulPrecision};
 use kiln_kernel::target::{
     AttentionTile, FusionLimits, GemmLimits, GemmTile, Gpu, LoopLimits, SplitLimits, SumTree,
-    TallTile, TilePrefetch,
+    TailTiles, TallTile, TilePrefetch,
 };
 use kiln_kernel::{Options, TargetInfo};
 use serde_json::{Value, json};
@@ -119,6 +119,10 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
             "stream_tile_rows": t.gemm.stream_tile_rows,
             "stream_steps": t.gemm.stream_steps,
             "stream_block_bytes": t.gemm.stream_block_bytes,
+            "tail_tiles": {
+                "rows": t.gemm.tail_tiles.rows,
+                "count": t.gemm.tail_tiles.count,
+            },
         },
         "splits": {
             "parallel_work": t.splits.parallel_work,
@@ -404,6 +408,17 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             stream_tile_rows: gemm.i64_or("stream_tile_rows", 0)?,
             stream_steps: gemm.i64_or("stream_steps", 0)?,
             stream_block_bytes: gemm.i64_or("stream_block_bytes", 0)?,
+            // Artifacts written before the field: every tile runs whole.
+            tail_tiles: match gemm.v.get("tail_tiles") {
+                None | Some(Value::Null) => TailTiles::default(),
+                Some(t) => {
+                    let t = Obj::new("target.info.gemm.tail_tiles", t)?;
+                    TailTiles {
+                        rows: t.i64("rows")?,
+                        count: t.i64("count")?,
+                    }
+                }
+            },
         },
         splits: SplitLimits {
             parallel_work: splits.usize("parallel_work")?,
@@ -514,6 +529,14 @@ mod tests {
             assert!(gemm.remove(f).is_some(), "{f}");
         }
         assert_eq!(target_from_json(&older).unwrap().gemm.stream_rows, 0);
+        // An artifact written before the tail tiles: none.
+        assert_eq!(target_to_json(&r)["gemm"]["tail_tiles"]["rows"], 4);
+        let mut older = target_to_json(&r);
+        older["gemm"].as_object_mut().unwrap().remove("tail_tiles");
+        assert_eq!(
+            target_from_json(&older).unwrap().gemm.tail_tiles,
+            TailTiles::default()
+        );
         // An artifact written before the tall tile's prefetches: none.
         let mut older = target_to_json(&x);
         older["gemm"]["tall_512"]

@@ -236,19 +236,25 @@ mod tests {
             prefetch: TilePrefetch::default(),
             ..bl
         };
+        let whole = Blocking {
+            tails: Default::default(),
+            ..bl
+        };
         let target = super::super::Target::any(&kiln_kernel::Options::default());
-        for (bl, name, calls) in [
-            (bl, "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16", 3),
-            (plain, "kiln_gemm_tile_f32_16x14x2_w32_p", 0),
+        for (bl, name, calls, tails) in [
+            (bl, "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16_t4_8", 3, 2),
+            (plain, "kiln_gemm_tile_f32_16x14x2_w32_p_t4_8", 0, 2),
+            (whole, "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16", 3, 0),
         ] {
             let r = Routine::tile(bl, bl.nr(), ARead::Packed, false);
             assert_eq!(r.name(), name);
             let ctx = inkwell::context::Context::create();
             let m = super::super::module::routine_module(&ctx, &r, target).unwrap();
             let ir = m.print_to_string().to_string();
-            // Two lines of B and one of A a step, in both loops.
+            // Two lines of B and one of A a step, in both loops of the whole tile and in the
+            // one loop (a step an iteration) of each tail tile.
             let n = ir.matches("call void @llvm.prefetch.p0").count();
-            assert_eq!(n, calls * (super::UNROLL as usize + 1), "{name}");
+            assert_eq!(n, calls * (super::UNROLL as usize + 1 + tails), "{name}");
         }
     }
 

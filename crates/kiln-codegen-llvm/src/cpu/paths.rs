@@ -31,6 +31,9 @@ pub struct KernelPath {
     pub op: String,
     /// A GEMM's blocking (`None` for a loop nest or a scatter).
     pub gemm: Option<GemmBlocking>,
+    /// A GEMM's register tile has shorter variants for a block's last rows (see
+    /// `Blocking::tails`; a convolution's tiles storing C by columns take none).
+    pub tail_tiles: bool,
     /// The output is written with streaming stores.
     pub stream: bool,
     /// The kernel runs in transposing tiles.
@@ -72,6 +75,7 @@ impl std::fmt::Display for KernelPath {
             )?;
         }
         for (on, s) in [
+            (self.tail_tiles, "tail tiles"),
             (self.stream, "streaming stores"),
             (self.tile, "transposing tiles"),
             (self.guard_cuts, "guard cuts"),
@@ -115,10 +119,14 @@ pub(super) fn kernel_paths(
                 _ => GemmBlocking::Plain,
             });
             let launch = launches.get(i).copied().unwrap_or_default();
+            let tail_tiles = s
+                .and_then(|s| s.gemm.as_ref())
+                .is_some_and(|g| !g.blocking.tails.sizes(g.blocking.mr).is_empty());
             Some(KernelPath {
                 inst: i,
                 op: f.insts[i].op.mnemonic().to_string(),
                 gemm,
+                tail_tiles,
                 stream: s.is_some_and(|s| s.stream),
                 tile: s.is_some_and(|s| s.tile.is_some()),
                 guard_cuts: s.is_some_and(|s| s.segments.iter().any(|d| d.len() > 1)),

@@ -155,6 +155,7 @@ pub(crate) fn emit<'c>(
                 }),
             },
             planes,
+            tail: false,
         },
         m,
         a_trans,

@@ -29,6 +29,9 @@ pub(super) struct Regs<'a, 'c> {
     /// C is stored by columns, `ldc` apart: element `(i, j)` of a tile at `c[j * ldc + i]` (a
     /// convolution's NCHW output, [`ConvPatches::planes`]).
     pub(super) planes: bool,
+    /// A tail tile (see [`Blocking::tails`]), which runs once per block of rows and panel:
+    /// its loop takes one contraction step an iteration, for compile time.
+    pub(super) tail: bool,
 }
 
 /// The loaded vector types and pointers of one emitted GEMM.

@@ -42,6 +42,9 @@ pub(crate) enum Routine {
         planes: bool,
         /// The loop's software prefetches ([`Blocking::prefetch`]).
         prefetch: kiln_kernel::target::TilePrefetch,
+        /// The shorter tiles the rows past the last whole tile take ([`Blocking::tails`]):
+        /// none for the compact tile and for tiles storing C by columns.
+        tails: kiln_kernel::target::TailTiles,
     },
     /// A block of A packed into slivers, `void (ptr src, i64 ld, i64 rows, i64 span, ptr dst,
     /// i64 stride)`, as [`Regs::pack_a`] describes.
@@ -168,6 +171,11 @@ impl Routine {
             a,
             planes,
             prefetch: bl.prefetch,
+            tails: if planes || a == ARead::Strided {
+                Default::default()
+            } else {
+                bl.tails.for_rows(bl.mr)
+            },
         }
     }
 
@@ -241,6 +249,7 @@ impl Routine {
                 a,
                 planes,
                 prefetch,
+                tails,
             } => {
                 // Prefetches, where the tile asks for them: `_pf8x16` (B 8 steps ahead, A 16).
                 let pf = if prefetch.is_none() {
@@ -248,6 +257,13 @@ impl Routine {
                 } else {
                     format!("_pf{}x{}", prefetch.b_steps, prefetch.a_steps)
                 };
+                // Tail tiles, where it has them: `_t4_8` (4 and 8 rows).
+                let tails: String = tails
+                    .sizes(mr)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| format!("{}{s}", if i == 0 { "_t" } else { "_" }))
+                    .collect();
                 let a = match a {
                     ARead::Packed => "p",
                     ARead::Rows => "r",
@@ -255,7 +271,7 @@ impl Routine {
                     ARead::Strided => "s",
                 };
                 format!(
-                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{a}{}{pf}",
+                    "{ROUTINE_PREFIX}tile_f{}_{lanes}x{mr}x{nv}_w{width}_{a}{}{pf}{tails}",
                     bytes * 8,
                     if planes { "_planes" } else { "" }
                 )
@@ -287,21 +303,22 @@ impl Routine {
     /// The register tile and element type this routine works with (only those fields of the
     /// blocking are read).
     pub(super) fn regs_blocking(&self) -> Blocking {
-        let (bytes, lanes, mr, nv, prefetch) = match *self {
+        let (bytes, lanes, mr, nv, prefetch, tails) = match *self {
             Routine::Tile {
                 bytes,
                 lanes,
                 mr,
                 nv,
                 prefetch,
+                tails,
                 ..
-            } => (bytes, lanes, mr, nv, prefetch),
+            } => (bytes, lanes, mr, nv, prefetch, tails),
             Routine::PackA {
                 bytes, lanes, mr, ..
-            } => (bytes, lanes, mr, 0, Default::default()),
+            } => (bytes, lanes, mr, 0, Default::default(), Default::default()),
             Routine::PackB {
                 bytes, lanes, nv, ..
-            } => (bytes, lanes, 0, nv, Default::default()),
+            } => (bytes, lanes, 0, nv, Default::default(), Default::default()),
         };
         Blocking {
             bytes,
@@ -314,6 +331,7 @@ impl Routine {
             chain_bytes: 0,
             a_in_place: false,
             prefetch,
+            tails,
             stream: None,
             compact: matches!(
                 *self,
@@ -407,6 +425,7 @@ impl Routine {
             vt: ft.vec_type(bl.lanes),
             update,
             planes: matches!(*self, Routine::Tile { planes: true, .. }),
+            tail: false,
         };
         match *self {
             Routine::Tile {
@@ -414,6 +433,7 @@ impl Routine {
                 width,
                 a,
                 planes,
+                tails,
                 ..
             } => {
                 let (base, lda) = (param(3).into_pointer_value(), param(4).into_int_value());
@@ -454,16 +474,39 @@ impl Routine {
                         };
                         x.at(ft, base, idx)
                     };
-                    regs.tile(
-                        x.at(ft, first, if planes { r } else { x.mul(r, ldc)? })?,
-                        ldc,
-                        left,
-                        width,
-                        &at,
-                        (param(6).into_pointer_value(), param(7).into_int_value()),
-                        param(8).into_int_value(),
-                        param(9).into_int_value(),
-                    )
+                    let c = x.at(ft, first, if planes { r } else { x.mul(r, ldc)? })?;
+                    let tile = |regs: &Regs<'_, 'c>| {
+                        regs.tile(
+                            c,
+                            ldc,
+                            left,
+                            width,
+                            &at,
+                            (param(6).into_pointer_value(), param(7).into_int_value()),
+                            param(8).into_int_value(),
+                            param(9).into_int_value(),
+                        )
+                    };
+                    // The rows past the last whole tile on the shortest tail tile that covers
+                    // them (`tails`, shortest first), reading A as the whole tile does.
+                    let sizes = tails.sizes(mr);
+                    let shorter = |s: i64| Regs {
+                        x: Arith { em: &te },
+                        bl: Blocking {
+                            mr: s,
+                            tails: Default::default(),
+                            ..regs.bl
+                        },
+                        ft: regs.ft,
+                        vt: regs.vt,
+                        update: regs.update,
+                        planes: regs.planes,
+                        tail: true,
+                    };
+                    tails_or_whole(x, left, &sizes, &|s| match s {
+                        None => tile(&regs),
+                        Some(s) => tile(&shorter(s)),
+                    })
                 })?;
             }
             Routine::PackA { trans, .. } => regs.pack_a(
@@ -487,4 +530,23 @@ impl Routine {
         te.b.build_return(None).map_err(llvm)?;
         Ok(f)
     }
+}
+
+/// `tile(Some(s))` for the shortest of the tail tiles' `sizes` (shortest first) that covers
+/// `left` rows, or `tile(None)`, the whole tile, where none does.
+fn tails_or_whole<'c>(
+    x: &Arith<'_, 'c>,
+    left: IntValue<'c>,
+    sizes: &[i64],
+    tile: &dyn Fn(Option<i64>) -> Result<()>,
+) -> Result<()> {
+    let Some((&longest, shorter)) = sizes.split_last() else {
+        return tile(None);
+    };
+    // The whole tile first: all of a block's tiles but its last take it.
+    x.branch(
+        x.cmp(IntPredicate::SGT, left, x.c(longest))?,
+        &mut || tile(None),
+        &mut || tails_or_whole(x, left, shorter, &|s| tile(Some(s.unwrap_or(longest)))),
+    )
 }

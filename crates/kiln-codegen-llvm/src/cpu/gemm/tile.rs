@@ -152,9 +152,13 @@ impl<'c> Regs<'_, 'c> {
             Ok(())
         };
         // Full-width tiles take UNROLL contraction steps per loop iteration (fewer loop and
-        // pointer instructions between the FMAs); column tails, which run once per row block,
-        // keep one, for compile time.
-        let unroll = if width == self.bl.nr() { UNROLL } else { 1 };
+        // pointer instructions between the FMAs); column tails and tail tiles, which run once
+        // per row block, keep one, for compile time.
+        let unroll = if width == self.bl.nr() && !self.tail {
+            UNROLL
+        } else {
+            1
+        };
         let main_end = if unroll > 1 {
             let rem =
                 em.b.build_int_signed_rem(kc, x.c(unroll), "kr")
