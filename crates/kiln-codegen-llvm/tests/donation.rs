@@ -299,6 +299,53 @@ fn products_stored_and_folded_in_place_share_their_tile_routines() {
     }
 }
 
+/// `w - 0.01 (x · d)` with `w` `[m, 300]`, `x` of shape `x` and `d` of shape `d` contracted
+/// along dimensions `ca` and `cb`, compiled with `w` donated: asserts that the update runs in
+/// place, that a kernel takes the path `took`, and that the result agrees with the reference
+/// and, bit for bit, with the program compiled without donation (the product folded into
+/// `w` once, as the epilogue computes it). `what` names the case in failures.
+fn folds_in_place(
+    what: &str,
+    m: usize,
+    (x, d, ca, cb): (&str, &str, usize, usize),
+    seed: u64,
+    took: impl Fn(&kiln_codegen_llvm::cpu::KernelPath) -> bool,
+) {
+    let src = format!(
+        "func @main(%0: f32[{m},300], %1: f32[{x}], %2: f32[{d}]) -> f32[{m},300] {{
+  %3 = dot_general %1, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [{ca}], rhs_contracting_dimensions = [{cb}]}} : f32[{m},300]
+  %4 = constant {{value = 0.01}} : f32[]
+  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : f32[{m},300]
+  %6 = multiply %3, %5 : f32[{m},300]
+  %7 = subtract %0, %6 : f32[{m},300]
+  return %7
+}}
+"
+    );
+    let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+    let args = random_args(&f, seed);
+    let want = kiln_reference::eval(&f, &args).unwrap();
+    let plain = CpuExecutable::compile_with_cache(&f, None)
+        .unwrap()
+        .run(&args)
+        .unwrap();
+    let donated = [true, false, false];
+    let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
+    assert_eq!(e.memory_plan().in_place.len(), 1, "{what}");
+    assert!(
+        e.kernel_paths().iter().any(took),
+        "{what}: {:?}",
+        e.kernel_paths()
+    );
+    let (got, same) = run_donating(&e, &args, &donated);
+    assert_eq!(same, [true], "{what}");
+    close(&got[0], &want[0]).unwrap_or_else(|m| panic!("{what}: {m}"));
+    assert_eq!(
+        got[0], plain[0],
+        "{what}: in place is the epilogue's arithmetic"
+    );
+}
+
 /// An SGD step of a layer with a few inputs, `w - s xᵀ d` with `w` `[4, 300]` (and `w - s x
 /// dᵀ`, B stored transposed): the product streams B (four rows), accumulates its whole
 /// contraction and folds it into the donated `w` once, so in place it agrees with the
@@ -307,51 +354,19 @@ fn products_stored_and_folded_in_place_share_their_tile_routines() {
 #[test]
 fn a_streamed_product_folds_into_its_donated_parameter() {
     // B by rows (A stored transposed), then B stored transposed (by dot products).
-    for (k, (x, d, ca, cb)) in [5, 64, 700].into_iter().flat_map(|k| {
-        [
-            (k, ("{k},4", "{k},300", 0, 0)),
-            (k, ("4,{k}", "300,{k}", 1, 1)),
-        ]
-    }) {
-        let (x, d) = (
-            x.replace("{k}", &k.to_string()),
-            d.replace("{k}", &k.to_string()),
-        );
-        let src = format!(
-            "func @main(%0: f32[4,300], %1: f32[{x}], %2: f32[{d}]) -> f32[4,300] {{
-  %3 = dot_general %1, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [{ca}], rhs_contracting_dimensions = [{cb}]}} : f32[4,300]
-  %4 = constant {{value = 0.01}} : f32[]
-  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : f32[4,300]
-  %6 = multiply %3, %5 : f32[4,300]
-  %7 = subtract %0, %6 : f32[4,300]
-  return %7
-}}
-"
-        );
-        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
-        let args = random_args(&f, k as u64 + 11);
-        let want = kiln_reference::eval(&f, &args).unwrap();
-        let plain = CpuExecutable::compile_with_cache(&f, None)
-            .unwrap()
-            .run(&args)
-            .unwrap();
-        let donated = [true, false, false];
-        let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
-        assert_eq!(e.memory_plan().in_place.len(), 1, "k = {k}");
-        assert!(
-            e.kernel_paths()
-                .iter()
-                .any(|p| p.gemm == Some(kiln_codegen_llvm::cpu::GemmBlocking::Streamed)),
-            "k = {k}: {:?}",
-            e.kernel_paths()
-        );
-        let (got, same) = run_donating(&e, &args, &donated);
-        assert_eq!(same, [true], "k = {k}");
-        close(&got[0], &want[0]).unwrap_or_else(|m| panic!("k = {k}: {m}"));
-        assert_eq!(
-            got[0], plain[0],
-            "k = {k}: in place is the epilogue's arithmetic"
-        );
+    for k in [5, 64, 700] {
+        for (x, d, ca, cb) in [
+            (format!("{k},4"), format!("{k},300"), 0, 0),
+            (format!("4,{k}"), format!("300,{k}"), 1, 1),
+        ] {
+            folds_in_place(
+                &format!("k = {k}, contracting {ca}"),
+                4,
+                (&x, &d, ca, cb),
+                k as u64 + 11,
+                |p| p.gemm == Some(kiln_codegen_llvm::cpu::GemmBlocking::Streamed),
+            );
+        }
     }
 }
 
@@ -367,40 +382,12 @@ fn a_products_tail_tiles_fold_into_its_donated_parameter() {
         } else {
             (format!("{m},260"), 1)
         };
-        let src = format!(
-            "func @main(%0: f32[{m},300], %1: f32[{x}], %2: f32[260,300]) -> f32[{m},300] {{
-  %3 = dot_general %1, %2 {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [{ca}], rhs_contracting_dimensions = [0]}} : f32[{m},300]
-  %4 = constant {{value = 0.01}} : f32[]
-  %5 = broadcast_in_dim %4 {{broadcast_dimensions = []}} : f32[{m},300]
-  %6 = multiply %3, %5 : f32[{m},300]
-  %7 = subtract %0, %6 : f32[{m},300]
-  return %7
-}}
-"
-        );
-        let f = kiln_ir::parse_func_text(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
-        let args = random_args(&f, m as u64);
-        let want = kiln_reference::eval(&f, &args).unwrap();
-        let plain = CpuExecutable::compile_with_cache(&f, None)
-            .unwrap()
-            .run(&args)
-            .unwrap();
-        let donated = [true, false, false];
-        let e = CpuExecutable::compile_donating(&f, &donated, None).unwrap();
-        assert_eq!(e.memory_plan().in_place.len(), 1, "{m} rows");
-        assert!(
-            e.kernel_paths()
-                .iter()
-                .any(|p| p.gemm.is_some() && p.tail_tiles),
-            "{m} rows: {:?}",
-            e.kernel_paths()
-        );
-        let (got, same) = run_donating(&e, &args, &donated);
-        assert_eq!(same, [true], "{m} rows");
-        close(&got[0], &want[0]).unwrap_or_else(|e| panic!("{m} rows: {e}"));
-        assert_eq!(
-            got[0], plain[0],
-            "{m} rows: in place is the epilogue's arithmetic"
+        folds_in_place(
+            &format!("{m} rows"),
+            m,
+            (&x, "260,300", ca, 0),
+            m as u64,
+            |p| p.gemm.is_some() && p.tail_tiles,
         );
     }
 }
