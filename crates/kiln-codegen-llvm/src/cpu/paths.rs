@@ -31,8 +31,9 @@ pub struct KernelPath {
     pub op: String,
     /// A GEMM's blocking (`None` for a loop nest or a scatter).
     pub gemm: Option<GemmBlocking>,
-    /// A GEMM's register tile has shorter variants for a block's last rows (see
-    /// `Blocking::tails`; a convolution's tiles storing C by columns take none).
+    /// A GEMM's register tiles have shorter variants for a block's last rows (see
+    /// `Blocking::tails`; a convolution's tiles storing C by columns or reading its input
+    /// inline take none).
     pub tail_tiles: bool,
     /// The output is written with streaming stores.
     pub stream: bool,
@@ -119,9 +120,17 @@ pub(super) fn kernel_paths(
                 _ => GemmBlocking::Plain,
             });
             let launch = launches.get(i).copied().unwrap_or_default();
-            let tail_tiles = s
-                .and_then(|s| s.gemm.as_ref())
-                .is_some_and(|g| !g.blocking.tails.sizes(g.blocking.mr).is_empty());
+            // A convolution's tiles storing by planes, or reading its input inline (one
+            // panel of columns), are not routines and take no tail tiles.
+            let tail_tiles = s.and_then(|s| s.gemm.as_ref()).is_some_and(|g| {
+                let inline = match &k.schedule {
+                    Schedule::Gemm {
+                        conv: Some(p), n, ..
+                    } => p.planes || *n as i64 <= g.blocking.nr(),
+                    _ => false,
+                };
+                !inline && !g.blocking.tails.sizes(g.blocking.mr).is_empty()
+            });
             Some(KernelPath {
                 inst: i,
                 op: f.insts[i].op.mnemonic().to_string(),
