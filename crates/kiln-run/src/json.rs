@@ -36,6 +36,14 @@ impl<'a> Obj<'a> {
     fn obj(&self, k: &str) -> Result<Obj<'a>, String> {
         Obj::new(&format!("{}.{k}", self.path), self.get(k)?)
     }
+    /// Field `k` as an object, or `None` where it is absent or null (an artifact written
+    /// before the field, or one that has none).
+    fn obj_or_none(&self, k: &str) -> Result<Option<Obj<'a>>, String> {
+        match self.v.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(_) => self.obj(k).map(Some),
+        }
+    }
     fn usize(&self, k: &str) -> Result<usize, String> {
         self.get(k)?
             .as_u64()
@@ -377,31 +385,25 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             a_in_place_panels: gemm.i64("a_in_place_panels")?,
             a_in_place_panels_rows: gemm.i64("a_in_place_panels_rows")?,
             // Artifacts written before the field held the reference blocks: none.
-            tall_512: match gemm.v.get("tall_512") {
-                None | Some(Value::Null) => None,
-                Some(t) => {
-                    let t = Obj::new("target.info.gemm.tall_512", t)?;
-                    Some(TallTile {
-                        rows: t.i64("rows")?,
-                        min_columns: t.usize("min_columns")?,
-                        // Artifacts written before the field: the tall tile at any length.
-                        min_steps: match t.v.get("min_steps") {
-                            None | Some(Value::Null) => 0,
-                            Some(_) => t.usize("min_steps")?,
+            tall_512: match gemm.obj_or_none("tall_512")? {
+                None => None,
+                Some(t) => Some(TallTile {
+                    rows: t.i64("rows")?,
+                    min_columns: t.usize("min_columns")?,
+                    // Artifacts written before the field: the tall tile at any length.
+                    min_steps: match t.v.get("min_steps") {
+                        None | Some(Value::Null) => 0,
+                        Some(_) => t.usize("min_steps")?,
+                    },
+                    // Artifacts written before the field: no prefetches.
+                    prefetch: match t.obj_or_none("prefetch")? {
+                        None => TilePrefetch::default(),
+                        Some(p) => TilePrefetch {
+                            b_steps: p.i64("b_steps")?,
+                            a_steps: p.i64("a_steps")?,
                         },
-                        // Artifacts written before the field: no prefetches.
-                        prefetch: match t.v.get("prefetch") {
-                            None | Some(Value::Null) => TilePrefetch::default(),
-                            Some(p) => {
-                                let p = Obj::new("target.info.gemm.tall_512.prefetch", p)?;
-                                TilePrefetch {
-                                    b_steps: p.i64("b_steps")?,
-                                    a_steps: p.i64("a_steps")?,
-                                }
-                            }
-                        },
-                    })
-                }
+                    },
+                }),
             },
             // Artifacts written before the fields: every product packs B.
             stream_rows: gemm.i64_or("stream_rows", 0)?,
@@ -409,15 +411,12 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
             stream_steps: gemm.i64_or("stream_steps", 0)?,
             stream_block_bytes: gemm.i64_or("stream_block_bytes", 0)?,
             // Artifacts written before the field: every tile runs whole.
-            tail_tiles: match gemm.v.get("tail_tiles") {
-                None | Some(Value::Null) => TailTiles::default(),
-                Some(t) => {
-                    let t = Obj::new("target.info.gemm.tail_tiles", t)?;
-                    TailTiles {
-                        rows: t.i64("rows")?,
-                        count: t.i64("count")?,
-                    }
-                }
+            tail_tiles: match gemm.obj_or_none("tail_tiles")? {
+                None => TailTiles::default(),
+                Some(t) => TailTiles {
+                    rows: t.i64("rows")?,
+                    count: t.i64("count")?,
+                },
             },
         },
         splits: SplitLimits {

@@ -543,48 +543,52 @@ pub(super) fn planned_routines(
     ks: &[Option<Kernel>],
     target: Target,
 ) -> std::collections::BTreeSet<gemm::Routine> {
-    let mut routines = std::collections::BTreeSet::new();
-    for k in ks.iter().flatten() {
-        let (
-            Schedule::Gemm {
-                n,
-                a_trans,
-                b_trans,
-                conv,
-                chain,
-                ..
-            },
-            Some(g),
-        ) = (&k.schedule, gemm_of(k, None, target))
-        else {
-            continue;
-        };
-        let bl = g.blocking;
-        if let Some(c) = chain {
-            routines.extend(gemm::Routine::of_gemm(
-                g.chain.expect("a chained product's blocking"),
-                c.n as i64,
-                (false, c.b_trans),
-                None,
-                if c.b_strides.is_some() {
-                    gemm::InChain::SecondStrided
-                } else {
-                    gemm::InChain::Second
-                },
-            ));
-        }
+    ks.iter()
+        .flatten()
+        .filter_map(|k| Some(kernel_routines(k, gemm_of(k, None, target)?)))
+        .flatten()
+        .collect()
+}
+
+/// The GEMM routines kernel `k` calls with its GEMM schedule `g`: its product's, and its
+/// chained product's (none for a kernel that is not a GEMM).
+pub(super) fn kernel_routines(k: &Kernel, g: GemmSchedule) -> Vec<gemm::Routine> {
+    let Schedule::Gemm {
+        n,
+        a_trans,
+        b_trans,
+        conv,
+        chain,
+        ..
+    } = &k.schedule
+    else {
+        return Vec::new();
+    };
+    let mut routines = Vec::new();
+    if let Some(c) = chain {
         routines.extend(gemm::Routine::of_gemm(
-            bl,
-            *n as i64,
-            (*a_trans, *b_trans),
-            conv.as_ref(),
-            if chain.is_some() {
-                gemm::InChain::First
+            g.chain.expect("a chained product's blocking"),
+            c.n as i64,
+            (false, c.b_trans),
+            None,
+            if c.b_strides.is_some() {
+                gemm::InChain::SecondStrided
             } else {
-                gemm::InChain::No
+                gemm::InChain::Second
             },
         ));
     }
+    routines.extend(gemm::Routine::of_gemm(
+        g.blocking,
+        *n as i64,
+        (*a_trans, *b_trans),
+        conv.as_ref(),
+        if chain.is_some() {
+            gemm::InChain::First
+        } else {
+            gemm::InChain::No
+        },
+    ));
     routines
 }
 

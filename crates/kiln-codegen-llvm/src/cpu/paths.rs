@@ -31,9 +31,9 @@ pub struct KernelPath {
     pub op: String,
     /// A GEMM's blocking (`None` for a loop nest or a scatter).
     pub gemm: Option<GemmBlocking>,
-    /// A GEMM's register tiles have shorter variants for a block's last rows (see
+    /// Some register tile of a GEMM has shorter variants for a block's last rows (see
     /// `Blocking::tails`; a convolution's tiles storing C by columns or reading its input
-    /// inline take none).
+    /// inline, which are not routines, take none).
     pub tail_tiles: bool,
     /// The output is written with streaming stores.
     pub stream: bool,
@@ -120,16 +120,11 @@ pub(super) fn kernel_paths(
                 _ => GemmBlocking::Plain,
             });
             let launch = launches.get(i).copied().unwrap_or_default();
-            // A convolution's tiles storing by planes, or reading its input inline (one
-            // panel of columns), are not routines and take no tail tiles.
-            let tail_tiles = s.and_then(|s| s.gemm.as_ref()).is_some_and(|g| {
-                let inline = match &k.schedule {
-                    Schedule::Gemm {
-                        conv: Some(p), n, ..
-                    } => p.planes || *n as i64 <= g.blocking.nr(),
-                    _ => false,
-                };
-                !inline && !g.blocking.tails.sizes(g.blocking.mr).is_empty()
+            // From the routines its tiles run, which decide where tail tiles apply.
+            let tail_tiles = s.and_then(|s| s.gemm).is_some_and(|g| {
+                super::module::kernel_routines(k, g)
+                    .iter()
+                    .any(gemm::Routine::has_tails)
             });
             Some(KernelPath {
                 inst: i,

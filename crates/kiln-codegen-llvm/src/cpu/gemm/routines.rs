@@ -174,9 +174,14 @@ impl Routine {
             tails: if planes || a == ARead::Strided {
                 Default::default()
             } else {
-                bl.tails.for_rows(bl.mr)
+                bl.tails
             },
         }
+    }
+
+    /// Whether this is a tile with tail tiles ([`Blocking::tails`]).
+    pub(crate) fn has_tails(&self) -> bool {
+        matches!(*self, Routine::Tile { mr, tails, .. } if !tails.sizes(mr).is_empty())
     }
 
     pub(super) fn pack_a(bl: Blocking, trans: bool) -> Routine {
