@@ -96,7 +96,8 @@ impl fmt::Display for GemmSchedule {
     /// `gemm 6x16 kc 256 mc 72 nc 4096`, then `, B streamed` (`, B streamed by dot products`)
     /// where the tiles read B in place ([`Blocking::stream`]), `, A in place` where the tiles read A in place
     /// across several panels, `, prefetch B 8 A 16` where the tile's loop asks for them
-    /// that many steps ahead, `, tail tiles 4 8` for the shorter tiles a block's last rows
+    /// that many steps ahead, `, C ahead` where it asks for the next tile's C
+    /// ([`Blocking::c_ahead`]), `, tail tiles 4 8` for the shorter tiles a block's last rows
     /// take ([`Blocking::tails`]), `, chain 6x16 kc 256` for a chained product and `, split
     /// columns` where threads split them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -121,6 +122,9 @@ impl fmt::Display for GemmSchedule {
         let p = b.prefetch;
         if !p.is_none() {
             write!(f, ", prefetch B {} A {}", p.b_steps, p.a_steps)?;
+        }
+        if b.c_ahead {
+            f.write_str(", C ahead")?;
         }
         let tails = b.tails.sizes(b.mr);
         if !tails.is_empty() {
@@ -182,6 +186,14 @@ pub struct Blocking {
     /// How the product streams B, if it does (see [`Blocking::streaming`]): its tiles read B
     /// where it is stored and nothing is packed.
     pub stream: Option<Stream>,
+    /// Each whole register tile asks, one line an iteration of its unrolled loop, for the
+    /// cache lines of C that the next tile of its panel reads or stores, for writing
+    /// ([`GemmLimits::c_ahead`](crate::target::GemmLimits::c_ahead)); not the compact tile,
+    /// a streaming product's tiles, tail tiles or tiles storing C by columns.
+    pub c_ahead: bool,
+    /// Bytes of a cache line ([`TargetInfo::cache_line`]): what each of the tile's software
+    /// prefetches asks for.
+    pub line: i64,
 }
 
 /// How a product of a few rows streams B (see [`Blocking::streaming`]).
@@ -279,6 +291,8 @@ impl Blocking {
                 limits.tail_tiles.for_rows(mr)
             },
             stream: None,
+            c_ahead: limits.c_ahead && n > lanes as usize,
+            line: target.cache_line as i64,
         }
     }
 
@@ -364,6 +378,7 @@ impl Blocking {
             prefetch: Default::default(),
             tails: Default::default(),
             stream: Some(Stream::Rows),
+            c_ahead: false,
             ..self
         }
     }
@@ -391,6 +406,7 @@ impl Blocking {
             prefetch: Default::default(),
             tails: Default::default(),
             stream: Some(Stream::Dots),
+            c_ahead: false,
             ..self
         }
     }
@@ -690,8 +706,52 @@ mod tests {
             }
             .to_string()
         };
-        assert!(dump(&intel).ends_with(", prefetch B 8 A 16, tail tiles 4 8"));
+        assert!(dump(&intel).ends_with(", prefetch B 8 A 16, C ahead, tail tiles 4 8"));
         assert!(!dump(&none).contains("tail"));
+    }
+
+    /// With two 512-bit FMA ports (an Intel Xeon), every whole tile asks for the next tile's
+    /// C ahead: the tall one, those that pad least, 256-bit ones on that CPU; not the compact
+    /// tile or a streaming product's, nor any tile of a target without it (the reference
+    /// target, the Zen 4's limits). The kernels dump says which.
+    #[test]
+    fn intel_tiles_ask_for_the_next_tiles_c_ahead() {
+        let intel = |bytes: usize| TargetInfo {
+            gemm: crate::target::GemmLimits::two_fma512_ports(),
+            ..vectors(bytes)
+        };
+        for (bytes, n, k, ahead) in [
+            (64, 2048, 2048, true),
+            (64, 256, 256, true),
+            (64, 96, 64, true),
+            (32, 1024, 512, true),
+            (64, 10, 512, false),
+            (32, 8, 512, false),
+        ] {
+            let bl = Blocking::new(DType::F32, &intel(bytes), n, k);
+            assert_eq!(bl.c_ahead, ahead, "{bytes} bytes, {n} columns, {k} steps");
+            assert!(!Blocking::new(DType::F32, &vectors(bytes), n, k).c_ahead);
+        }
+        let bl = Blocking::new(DType::F32, &intel(64), 1024, 1024);
+        assert!(!bl.streaming(5, &intel(64).gemm).c_ahead);
+        assert!(!bl.streaming_dots(5, &intel(64).gemm).c_ahead);
+        assert!(!Blocking::new(DType::F32, &TargetInfo::reference(), 1024, 1024).c_ahead);
+        let dump = |bl: Blocking| {
+            GemmSchedule {
+                blocking: bl,
+                chain: None,
+                split_columns: false,
+                scratch: 0,
+            }
+            .to_string()
+        };
+        let six = Blocking::new(DType::F32, &intel(64), 256, 256);
+        assert!(
+            dump(six).ends_with(", C ahead, tail tiles 4"),
+            "{}",
+            dump(six)
+        );
+        assert!(!dump(Blocking::new(DType::F32, &vectors(64), 256, 256)).contains("ahead"));
     }
 
     /// Products at most one vector wide, and only those, take the compact tile: 10 and 16

@@ -211,6 +211,19 @@ pub struct GemmLimits {
     /// The shorter register tiles a block's last rows take when they are fewer than the
     /// tile's (see [`TailTiles`]).
     pub tail_tiles: TailTiles,
+    /// Whether a register tile asks, while it multiplies, for the cache lines of C the next
+    /// tile of its panel (the next `mr` rows) will read or store: one line for writing per
+    /// iteration of its unrolled loop (see
+    /// [`Blocking::c_ahead`](crate::gemm_schedule::Blocking::c_ahead)). A product's C is
+    /// usually not in the cache when it is written (a training step's products write
+    /// megabytes that the kernels since have pushed out), and a tile's 28 or 24 lines of it
+    /// were each read for ownership when the tile stored them, one after another at the end
+    /// of its loop. Measured on the Xeon VM of family 6 model 167 (2 threads, alternating
+    /// pairs; docs/performance.md, fiftieth session): `[2048,256] x [256,1024]` after a
+    /// kernel that evicts the caches 3.49-3.66 -> 3.22-3.40 ms a call (4 of 4), with its C
+    /// in the cache even (2.87-3.12 against 2.85-3.22); the transformer step's kernels
+    /// (`KILN_PROFILE=1`) 178-182 -> 168-179 ms (4 of 4).
+    pub c_ahead: bool,
 }
 
 /// Shorter variants of a register tile for the rows a block leaves past its last whole tile:
@@ -343,6 +356,7 @@ impl Default for GemmLimits {
             stream_steps: 16,
             stream_block_bytes: 64 * 1024,
             tail_tiles: TailTiles { rows: 4, count: 2 },
+            c_ahead: false,
         }
     }
 }
@@ -351,7 +365,9 @@ impl GemmLimits {
     /// The blocks of a CPU with two 512-bit FMA ports a core (an Intel Xeon with AVX-512): the
     /// defaults, with tiles of 14 x 2 vectors for products of more than 256 columns (measured
     /// on a Xeon of family 6 model 207, one thread, on-CPU time per call: `[2048,2048]` 5.6%
-    /// and `[1024,1024]` 4.6% less than 6 x 4, 12 x 2 in between; docs/performance.md).
+    /// and `[1024,1024]` 4.6% less than 6 x 4, 12 x 2 in between; docs/performance.md), and
+    /// tiles that ask for the next tile's C ahead ([`GemmLimits::c_ahead`], measured there
+    /// only).
     pub fn two_fma512_ports() -> GemmLimits {
         GemmLimits {
             tall_512: Some(TallTile {
@@ -363,6 +379,7 @@ impl GemmLimits {
                     a_steps: 16,
                 },
             }),
+            c_ahead: true,
             ..GemmLimits::default()
         }
     }

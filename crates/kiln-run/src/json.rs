@@ -62,6 +62,12 @@ impl<'a> Obj<'a> {
             Some(_) => self.i64(k),
         }
     }
+    fn bool_or(&self, k: &str, missing: bool) -> Result<bool, String> {
+        match self.v.get(k) {
+            None | Some(Value::Null) => Ok(missing),
+            Some(_) => self.bool(k),
+        }
+    }
     fn f64(&self, k: &str) -> Result<f64, String> {
         self.get(k)?
             .as_f64()
@@ -131,6 +137,7 @@ pub fn target_to_json(t: &TargetInfo) -> Value {
                 "rows": t.gemm.tail_tiles.rows,
                 "count": t.gemm.tail_tiles.count,
             },
+            "c_ahead": t.gemm.c_ahead,
         },
         "splits": {
             "parallel_work": t.splits.parallel_work,
@@ -418,6 +425,8 @@ pub fn target_from_json(v: &Value) -> Result<TargetInfo, String> {
                     count: t.i64("count")?,
                 },
             },
+            // Artifacts written before the field: no tile asks for C ahead.
+            c_ahead: gemm.bool_or("c_ahead", false)?,
         },
         splits: SplitLimits {
             parallel_work: splits.usize("parallel_work")?,
@@ -463,10 +472,7 @@ pub fn options_from_json(v: &Value) -> Result<Options, String> {
         chain_products: o.bool("chain_products")?,
         // On in a manifest written before the switch existed (its compiles had no bands, but
         // a manifest's options only steer new compiles).
-        band_sums: match o.v.get("band_sums") {
-            Some(_) => o.bool("band_sums")?,
-            None => true,
-        },
+        band_sums: o.bool_or("band_sums", true)?,
         matmul_precision: {
             let name = o.get("matmul_precision")?;
             name.as_str()
@@ -476,10 +482,7 @@ pub fn options_from_json(v: &Value) -> Result<Options, String> {
                 })?
         },
         // Off in a manifest written before the switch existed.
-        float_atomics: match o.v.get("float_atomics") {
-            Some(_) => o.bool("float_atomics")?,
-            None => false,
-        },
+        float_atomics: o.bool_or("float_atomics", false)?,
         cpu: CpuOptions {
             streaming_stores: cpu.bool("streaming_stores")?,
             guard_splits: cpu.bool("guard_splits")?,
@@ -536,6 +539,11 @@ mod tests {
             target_from_json(&older).unwrap().gemm.tail_tiles,
             TailTiles::default()
         );
+        // An artifact written before the tiles asked for C ahead: none does.
+        assert_eq!(target_to_json(&x)["gemm"]["c_ahead"], true);
+        let mut older = target_to_json(&x);
+        older["gemm"].as_object_mut().unwrap().remove("c_ahead");
+        assert!(!target_from_json(&older).unwrap().gemm.c_ahead);
         // An artifact written before the tall tile's prefetches: none.
         let mut older = target_to_json(&x);
         older["gemm"]["tall_512"]

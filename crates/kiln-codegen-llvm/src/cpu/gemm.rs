@@ -240,22 +240,59 @@ mod tests {
             tails: Default::default(),
             ..bl
         };
+        let behind = Blocking {
+            c_ahead: false,
+            ..bl
+        };
+        // A target of 128-byte lines: one line of B's row of 32 elements a step.
+        let wide = Blocking { line: 128, ..bl };
         let target = super::super::Target::any(&kiln_kernel::Options::default());
-        for (bl, name, calls, tails) in [
-            (bl, "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16_t4_8", 3, 2),
-            (plain, "kiln_gemm_tile_f32_16x14x2_w32_p_t4_8", 0, 2),
-            (whole, "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16", 3, 0),
+        for (bl, name, calls, tails, c_ahead) in [
+            (
+                wide,
+                "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16_ca_l128_t4_8",
+                2,
+                2,
+                1,
+            ),
+            (
+                bl,
+                "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16_ca_t4_8",
+                3,
+                2,
+                1,
+            ),
+            (plain, "kiln_gemm_tile_f32_16x14x2_w32_p_ca_t4_8", 0, 2, 1),
+            (whole, "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16_ca", 3, 0, 1),
+            (
+                behind,
+                "kiln_gemm_tile_f32_16x14x2_w32_p_pf8x16_t4_8",
+                3,
+                2,
+                0,
+            ),
         ] {
             let r = Routine::tile(bl, bl.nr(), ARead::Packed, false);
             assert_eq!(r.name(), name);
             let ctx = inkwell::context::Context::create();
             let m = super::super::module::routine_module(&ctx, &r, target).unwrap();
             let ir = m.print_to_string().to_string();
-            // Two lines of B and one of A a step, in both loops of the whole tile and in the
-            // one loop (a step an iteration) of each tail tile.
-            let n = ir.matches("call void @llvm.prefetch.p0").count();
-            assert_eq!(n, calls * (super::UNROLL as usize + 1 + tails), "{name}");
+            // Two lines of B (one of 128 bytes) and one of A a step, in both loops of the whole tile and in the
+            // one loop (a step an iteration) of each tail tile, for reading; a line of the
+            // next tile's C an iteration of the whole tile's unrolled loop, for writing.
+            let read = ir.matches("i32 0, i32 3, i32 1)").count();
+            assert_eq!(read, calls * (super::UNROLL as usize + 1 + tails), "{name}");
+            let write = ir.matches("i32 1, i32 3, i32 1)").count();
+            assert_eq!(write, c_ahead, "{name}");
+            assert_eq!(
+                ir.matches("call void @llvm.prefetch.p0").count(),
+                read + write,
+                "{name}"
+            );
         }
+        // A tile storing C by columns (a convolution's, by planes) asks for none.
+        let r = Routine::tile(bl, bl.nr(), ARead::Packed, true);
+        assert!(!r.name().contains("_ca"), "{}", r.name());
     }
 
     /// The grouped packing's stores, replayed in order on a block with room after it: every

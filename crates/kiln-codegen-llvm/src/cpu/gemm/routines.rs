@@ -45,6 +45,12 @@ pub(crate) enum Routine {
         /// The shorter tiles the rows past the last whole tile take ([`Blocking::tails`]):
         /// none for the compact tile and for tiles storing C by columns.
         tails: kiln_kernel::target::TailTiles,
+        /// The whole tiles ask for the next tile's C ahead ([`Blocking::c_ahead`]): not tiles
+        /// storing C by columns.
+        c_ahead: bool,
+        /// Bytes of the cache line each prefetch asks for ([`Blocking::line`]); 0 for a tile
+        /// that asks for nothing ahead.
+        line: i64,
     },
     /// A block of A packed into slivers, `void (ptr src, i64 ld, i64 rows, i64 span, ptr dst,
     /// i64 stride)`, as [`Regs::pack_a`] describes.
@@ -162,6 +168,7 @@ impl ARead {
 
 impl Routine {
     pub(super) fn tile(bl: Blocking, width: i64, a: ARead, planes: bool) -> Routine {
+        let c_ahead = bl.c_ahead && !planes && a != ARead::Strided;
         Routine::Tile {
             bytes: bl.bytes,
             lanes: bl.lanes,
@@ -175,6 +182,12 @@ impl Routine {
                 Default::default()
             } else {
                 bl.tails
+            },
+            c_ahead,
+            line: if c_ahead || !bl.prefetch.is_none() {
+                bl.line
+            } else {
+                0
             },
         }
     }
@@ -255,13 +268,22 @@ impl Routine {
                 planes,
                 prefetch,
                 tails,
+                c_ahead,
+                line,
             } => {
-                // Prefetches, where the tile asks for them: `_pf8x16` (B 8 steps ahead, A 16).
-                let pf = if prefetch.is_none() {
+                // Prefetches, where the tile asks for them: `_pf8x16` (B 8 steps ahead, A 16),
+                // `_ca` (the next tile's C), and lines of other than 64 bytes (`_l128`).
+                let mut pf = if prefetch.is_none() {
                     String::new()
                 } else {
                     format!("_pf{}x{}", prefetch.b_steps, prefetch.a_steps)
                 };
+                if c_ahead {
+                    pf += "_ca";
+                }
+                if line != 0 && line != 64 {
+                    pf += &format!("_l{line}");
+                }
                 // Tail tiles, where it has them: `_t4_8` (4 and 8 rows).
                 let tails: String = tails
                     .sizes(mr)
@@ -308,22 +330,30 @@ impl Routine {
     /// The register tile and element type this routine works with (only those fields of the
     /// blocking are read).
     pub(super) fn regs_blocking(&self) -> Blocking {
-        let (bytes, lanes, mr, nv, prefetch, tails) = match *self {
+        let (bytes, lanes, mr, nv) = match *self {
             Routine::Tile {
                 bytes,
                 lanes,
                 mr,
                 nv,
-                prefetch,
-                tails,
                 ..
-            } => (bytes, lanes, mr, nv, prefetch, tails),
+            } => (bytes, lanes, mr, nv),
             Routine::PackA {
                 bytes, lanes, mr, ..
-            } => (bytes, lanes, mr, 0, Default::default(), Default::default()),
+            } => (bytes, lanes, mr, 0),
             Routine::PackB {
                 bytes, lanes, nv, ..
-            } => (bytes, lanes, 0, nv, Default::default(), Default::default()),
+            } => (bytes, lanes, 0, nv),
+        };
+        let (prefetch, tails, c_ahead, line) = match *self {
+            Routine::Tile {
+                prefetch,
+                tails,
+                c_ahead,
+                line,
+                ..
+            } => (prefetch, tails, c_ahead, line),
+            _ => (Default::default(), Default::default(), false, 0),
         };
         Blocking {
             bytes,
@@ -338,6 +368,8 @@ impl Routine {
             prefetch,
             tails,
             stream: None,
+            c_ahead,
+            line,
             compact: matches!(
                 *self,
                 Routine::Tile {

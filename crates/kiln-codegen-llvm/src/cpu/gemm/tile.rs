@@ -166,6 +166,7 @@ impl<'c> Regs<'_, 'c> {
             let end = x.sub(kc, rem)?;
             em.range_loop_ptr(s_kk, x.c(0), end, unroll, &mut |em: &Emitter<'c>| {
                 let kk = x.get(s_kk)?;
+                self.c_ahead(c, ldc, rows, width, x.sdiv(kk, unroll)?)?;
                 for u in 0..unroll {
                     step(em, x.addc(kk, u)?)?;
                 }
@@ -440,19 +441,11 @@ impl<'c> Regs<'_, 'c> {
         }
         let x = &self.x;
         let em = x.em;
-        let i32t = em.ctx.i32_type();
-        let ptr = em.ctx.ptr_type(AddressSpace::default());
-        let decl = inkwell::intrinsics::Intrinsic::find("llvm.prefetch")
-            .and_then(|i| i.get_declaration(em.m, &[ptr.into()]))
-            .ok_or_else(|| crate::Error::Llvm("cannot declare llvm.prefetch".into()))?;
-        let byte = |base: PointerValue<'c>, off: IntValue<'c>| -> Result<PointerValue<'c>> {
-            // SAFETY (of the emitted code): the address is only prefetched, never accessed.
-            unsafe { em.b.build_gep(em.ctx.i8_type(), base, &[off], "pf") }.map_err(llvm)
-        };
         let mut at = Vec::new();
+        let byte = |base, off| self.byte_address(base, off);
         if p.b_steps > 0 {
             let row = x.mulc(x.addc(kk, p.b_steps)?, self.bl.nr() * self.bl.bytes)?;
-            let line = 64;
+            let line = self.bl.line;
             for l in 0..(self.bl.nr() * self.bl.bytes + line - 1) / line {
                 at.push(byte(panel, x.addc(row, l * line)?)?);
             }
@@ -468,12 +461,75 @@ impl<'c> Regs<'_, 'c> {
                     .map_err(llvm)?;
             at.push(byte(here, x.mulc(step, p.a_steps)?)?);
         }
-        // Read (0), keep in all levels (locality 3), data (1).
-        let flag = |v: u64| i32t.const_int(v, false).into();
         for address in at {
-            em.b.build_call(decl, &[address.into(), flag(0), flag(3), flag(1)], "")
-                .map_err(llvm)?;
+            self.prefetch_line(address, false)?;
         }
+        Ok(())
+    }
+
+    /// The whole tile's request for the next tile's C ([`Blocking::c_ahead`]) in iteration
+    /// `it` of its unrolled loop: line `it` of the `mr` rows after the tile's (each row's
+    /// `width` columns as whole lines from its start), the last line again once they are all
+    /// asked for, for writing. The next tile of a panel is the next `mr` rows of C, where
+    /// the block of `rows` rows from this tile's first has them; the block's last tile asks
+    /// for its own lines instead, which it stores at its end: the rows past the block are
+    /// another block's, stored much later, or another thread's, which would lose them to
+    /// this one's request. The address is computed without `inbounds`.
+    fn c_ahead(
+        &self,
+        c: PointerValue<'c>,
+        ldc: IntValue<'c>,
+        rows: IntValue<'c>,
+        width: i64,
+        it: IntValue<'c>,
+    ) -> Result<()> {
+        if !self.bl.c_ahead || self.bl.compact || self.planes || self.tail {
+            return Ok(());
+        }
+        let x = &self.x;
+        let em = x.em;
+        let (bytes, mr, line_bytes) = (self.bl.bytes, self.bl.mr, self.bl.line);
+        let per_row = (width * bytes + line_bytes - 1) / line_bytes;
+        let line = x.min(it, x.c(mr * per_row - 1))?;
+        let row = x.sdiv(line, per_row)?;
+        let part = x.sub(line, x.mulc(row, per_row)?)?;
+        let more = x.cmp(IntPredicate::SGT, rows, x.c(mr))?;
+        let next =
+            em.b.build_select(more, x.c(mr), x.c(0), "next")
+                .map_err(llvm)?
+                .into_int_value();
+        let at = x.add(
+            x.mul(x.add(row, next)?, ldc)?,
+            x.mulc(part, line_bytes / bytes)?,
+        )?;
+        self.prefetch_line(self.byte_address(c, x.mulc(at, bytes)?)?, true)
+    }
+
+    /// `base` plus `off` bytes, for a prefetch: computed without `inbounds` (the address may
+    /// lie past the object; it is only prefetched, never accessed).
+    fn byte_address(&self, base: PointerValue<'c>, off: IntValue<'c>) -> Result<PointerValue<'c>> {
+        let em = self.x.em;
+        // SAFETY (of the emitted code): the address is only prefetched, never accessed.
+        unsafe { em.b.build_gep(em.ctx.i8_type(), base, &[off], "pf") }.map_err(llvm)
+    }
+
+    /// A software prefetch of the line at `address` into all cache levels: for reading, or
+    /// for writing (`write`: the line is asked for with ownership, so a store to it later
+    /// does not wait for it to be read).
+    fn prefetch_line(&self, address: PointerValue<'c>, write: bool) -> Result<()> {
+        let em = self.x.em;
+        let ptr = em.ctx.ptr_type(AddressSpace::default());
+        let decl = inkwell::intrinsics::Intrinsic::find("llvm.prefetch")
+            .and_then(|i| i.get_declaration(em.m, &[ptr.into()]))
+            .ok_or_else(|| crate::Error::Llvm("cannot declare llvm.prefetch".into()))?;
+        // Read (0) or write (1), keep in all levels (locality 3), data (1).
+        let flag = |v: u64| em.ctx.i32_type().const_int(v, false).into();
+        em.b.build_call(
+            decl,
+            &[address.into(), flag(write as u64), flag(3), flag(1)],
+            "",
+        )
+        .map_err(llvm)?;
         Ok(())
     }
 }
