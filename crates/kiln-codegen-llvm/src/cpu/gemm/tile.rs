@@ -166,7 +166,7 @@ impl<'c> Regs<'_, 'c> {
             let end = x.sub(kc, rem)?;
             em.range_loop_ptr(s_kk, x.c(0), end, unroll, &mut |em: &Emitter<'c>| {
                 let kk = x.get(s_kk)?;
-                self.c_ahead(c, ldc, rows, width, x.sdiv(kk, unroll)?)?;
+                self.c_ahead(c, ldc, rows, width, (kk, unroll))?;
                 for u in 0..unroll {
                     step(em, x.addc(kk, u)?)?;
                 }
@@ -467,8 +467,9 @@ impl<'c> Regs<'_, 'c> {
         Ok(())
     }
 
-    /// The whole tile's request for the next tile's C ([`Blocking::c_ahead`]) in iteration
-    /// `it` of its unrolled loop: line `it` of the `mr` rows after the tile's (each row's
+    /// The whole tile's request for the next tile's C ([`Blocking::c_ahead`]) in the
+    /// iteration of its unrolled loop (`unroll` steps an iteration) that starts at step `kk`,
+    /// iteration `it`: line `it` of the `mr` rows after the tile's (each row's
     /// `width` columns as whole lines from its start), the last line again once they are all
     /// asked for, for writing. The next tile of a panel is the next `mr` rows of C, where
     /// the block of `rows` rows from this tile's first has them; the block's last tile asks
@@ -481,13 +482,14 @@ impl<'c> Regs<'_, 'c> {
         ldc: IntValue<'c>,
         rows: IntValue<'c>,
         width: i64,
-        it: IntValue<'c>,
+        (kk, unroll): (IntValue<'c>, i64),
     ) -> Result<()> {
         if !self.bl.c_ahead || self.bl.compact || self.planes || self.tail {
             return Ok(());
         }
         let x = &self.x;
         let em = x.em;
+        let it = x.sdiv(kk, unroll)?;
         let (bytes, mr, line_bytes) = (self.bl.bytes, self.bl.mr, self.bl.line);
         let per_row = (width * bytes + line_bytes - 1) / line_bytes;
         let line = x.min(it, x.c(mr * per_row - 1))?;
