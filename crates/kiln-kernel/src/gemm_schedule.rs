@@ -696,16 +696,8 @@ mod tests {
         assert_eq!(t.sizes(13), [4, 8]);
         assert_eq!(t.sizes(5), Vec::<i64>::new());
         assert_eq!(t.for_rows(5), Default::default());
-        let dump = |target: &TargetInfo| {
-            let bl = Blocking::new(DType::F32, target, 1024, 1024);
-            GemmSchedule {
-                blocking: bl,
-                chain: None,
-                split_columns: false,
-                scratch: 0,
-            }
-            .to_string()
-        };
+        let dump =
+            |target: &TargetInfo| schedule_text(Blocking::new(DType::F32, target, 1024, 1024));
         assert!(dump(&intel).ends_with(", prefetch B 8 A 16, C ahead, tail tiles 4 8"));
         assert!(!dump(&none).contains("tail"));
     }
@@ -736,22 +728,21 @@ mod tests {
         assert!(!bl.streaming(5, &intel(64).gemm).c_ahead);
         assert!(!bl.streaming_dots(5, &intel(64).gemm).c_ahead);
         assert!(!Blocking::new(DType::F32, &TargetInfo::reference(), 1024, 1024).c_ahead);
-        let dump = |bl: Blocking| {
-            GemmSchedule {
-                blocking: bl,
-                chain: None,
-                split_columns: false,
-                scratch: 0,
-            }
-            .to_string()
-        };
-        let six = Blocking::new(DType::F32, &intel(64), 256, 256);
-        assert!(
-            dump(six).ends_with(", C ahead, tail tiles 4"),
-            "{}",
-            dump(six)
-        );
-        assert!(!dump(Blocking::new(DType::F32, &vectors(64), 256, 256)).contains("ahead"));
+        let six = schedule_text(Blocking::new(DType::F32, &intel(64), 256, 256));
+        assert!(six.ends_with(", C ahead, tail tiles 4"), "{six}");
+        let plain = schedule_text(Blocking::new(DType::F32, &vectors(64), 256, 256));
+        assert!(!plain.contains("ahead"), "{plain}");
+    }
+
+    /// The kernels dump's line for a product of one matrix with blocking `bl`.
+    fn schedule_text(bl: Blocking) -> String {
+        GemmSchedule {
+            blocking: bl,
+            chain: None,
+            split_columns: false,
+            scratch: 0,
+        }
+        .to_string()
     }
 
     /// Products at most one vector wide, and only those, take the compact tile: 10 and 16
