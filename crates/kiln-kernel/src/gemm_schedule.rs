@@ -234,7 +234,8 @@ impl Blocking {
         // contraction blocks beat 12 x 2, 6 x 4 and shorter blocks where the columns fill the
         // panels of all three.
         let mut prefetch = crate::target::TilePrefetch::default();
-        let (mut mr, mut nv, kc) = match (wide, n <= lanes as usize) {
+        let compact = n <= lanes as usize;
+        let (mut mr, mut nv, kc) = match (wide, compact) {
             (true, false) => (8, 3, limits.kc_512),
             (true, true) => (8, 1, limits.kc_512),
             (false, false) => (6, 2, limits.kc_256),
@@ -251,7 +252,7 @@ impl Blocking {
         // (82.0 -> 80.0 ms), 1024 x 1024 x 1024 8 and 13 of 30 (10.06 -> 10.12 and 10.17 ->
         // 10.21 ms), and the MLP step's cold compile takes fewer routines (its LLVM phase
         // 69-75 ms against 77-102).
-        if wide && n > lanes as usize {
+        if wide && !compact {
             let waste = |nv: i64| {
                 let nr = lanes as u64 * nv as u64;
                 (n as u64).div_ceil(nr) * nr - n as u64
@@ -282,16 +283,16 @@ impl Blocking {
             mc: (limits.a_block_bytes / (kc * bytes) / mr).max(1) * mr,
             nc: (limits.b_block_bytes / (kc * bytes) / nr).max(1) * nr,
             chain_bytes: limits.chain_block_bytes,
-            compact: n <= lanes as usize,
+            compact,
             a_in_place: false,
             prefetch,
-            tails: if n <= lanes as usize {
+            tails: if compact {
                 Default::default()
             } else {
                 limits.tail_tiles.for_rows(mr)
             },
             stream: None,
-            c_ahead: limits.c_ahead && n > lanes as usize,
+            c_ahead: limits.c_ahead && !compact,
             line: target.cache_line as i64,
         }
     }

@@ -277,9 +277,10 @@ mod tests {
             let ctx = inkwell::context::Context::create();
             let m = super::super::module::routine_module(&ctx, &r, target).unwrap();
             let ir = m.print_to_string().to_string();
-            // Two lines of B (one of 128 bytes) and one of A a step, in both loops of the whole tile and in the
-            // one loop (a step an iteration) of each tail tile, for reading; a line of the
-            // next tile's C an iteration of the whole tile's unrolled loop, for writing.
+            // Two lines of B (one of 128 bytes) and one of A a step, in both loops of the
+            // whole tile and in the one loop (a step an iteration) of each tail tile, for
+            // reading; a line of the next tile's C an iteration of the whole tile's unrolled
+            // loop, for writing.
             let read = ir.matches("i32 0, i32 3, i32 1)").count();
             assert_eq!(read, calls * (super::UNROLL as usize + 1 + tails), "{name}");
             let write = ir.matches("i32 1, i32 3, i32 1)").count();

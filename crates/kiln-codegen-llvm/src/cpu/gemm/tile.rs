@@ -461,10 +461,7 @@ impl<'c> Regs<'_, 'c> {
                     .map_err(llvm)?;
             at.push(byte(here, x.mulc(step, p.a_steps)?)?);
         }
-        for address in at {
-            self.prefetch_line(address, false)?;
-        }
-        Ok(())
+        self.prefetch_lines(&at, false)
     }
 
     /// The whole tile's request for the next tile's C ([`Blocking::c_ahead`]) in the
@@ -504,7 +501,7 @@ impl<'c> Regs<'_, 'c> {
             x.mul(x.add(row, next)?, ldc)?,
             x.mulc(part, line_bytes / bytes)?,
         )?;
-        self.prefetch_line(self.byte_address(c, x.mulc(at, bytes)?)?, true)
+        self.prefetch_lines(&[self.byte_address(c, x.mulc(at, bytes)?)?], true)
     }
 
     /// `base` plus `off` bytes, for a prefetch: computed without `inbounds` (the address may
@@ -515,10 +512,10 @@ impl<'c> Regs<'_, 'c> {
         unsafe { em.b.build_gep(em.ctx.i8_type(), base, &[off], "pf") }.map_err(llvm)
     }
 
-    /// A software prefetch of the line at `address` into all cache levels: for reading, or
-    /// for writing (`write`: the line is asked for with ownership, so a store to it later
+    /// Software prefetches of the lines at `addresses` into all cache levels: for reading,
+    /// or for writing (`write`: each line is asked for with ownership, so a store to it later
     /// does not wait for it to be read).
-    fn prefetch_line(&self, address: PointerValue<'c>, write: bool) -> Result<()> {
+    fn prefetch_lines(&self, addresses: &[PointerValue<'c>], write: bool) -> Result<()> {
         let em = self.x.em;
         let ptr = em.ctx.ptr_type(AddressSpace::default());
         let decl = inkwell::intrinsics::Intrinsic::find("llvm.prefetch")
@@ -526,12 +523,14 @@ impl<'c> Regs<'_, 'c> {
             .ok_or_else(|| crate::Error::Llvm("cannot declare llvm.prefetch".into()))?;
         // Read (0) or write (1), keep in all levels (locality 3), data (1).
         let flag = |v: u64| em.ctx.i32_type().const_int(v, false).into();
-        em.b.build_call(
-            decl,
-            &[address.into(), flag(write as u64), flag(3), flag(1)],
-            "",
-        )
-        .map_err(llvm)?;
+        for &address in addresses {
+            em.b.build_call(
+                decl,
+                &[address.into(), flag(write as u64), flag(3), flag(1)],
+                "",
+            )
+            .map_err(llvm)?;
+        }
         Ok(())
     }
 }
