@@ -194,9 +194,13 @@ impl Target {
         if self.host {
             let mut info = host_target_info();
             if let Some(m) = self.cpu.machine {
-                // Another CPU's blocks: the reference ones, as for a CPU of unknown make.
+                // Another CPU's blocks and cache: the reference ones, as for a CPU of unknown
+                // make.
+                let reference = TargetInfo::reference();
                 info.vector_bytes = m.vector_bytes();
                 info.gemm = GemmLimits::default();
+                info.llc_bytes = reference.llc_bytes;
+                info.loops = reference.loops;
             }
             if self.cpu.narrow_vectors {
                 info.vector_bytes = info.vector_bytes.min(32);
@@ -212,8 +216,8 @@ impl Target {
 }
 
 /// This machine, as the kernel layer's target: the widest vectors its CPU has (AVX-512, AVX2,
-/// else SSE's) and the threads it runs, with the reference CPU's other properties; streaming
-/// stores on x86-64 only. Detected once per process.
+/// else SSE's), the threads it runs and its last-level cache, with the reference CPU's other
+/// properties; streaming stores on x86-64 only. Detected once per process.
 pub fn host_target_info() -> TargetInfo {
     static HOST: std::sync::OnceLock<TargetInfo> = std::sync::OnceLock::new();
     HOST.get_or_init(detect_host).clone()
@@ -238,8 +242,46 @@ fn detect_host() -> TargetInfo {
             vector_bytes,
             threads,
             vendor: host_vendor(),
+            llc_bytes: host_llc_bytes(),
         })
     }
+}
+
+/// The largest cache this machine's CPU describes in `cpuid`'s cache leaves (leaf 4 on Intel,
+/// `0x8000001d` on AMD: the size of one instance, as a core sees it), or `None` where it
+/// describes none.
+fn host_llc_bytes() -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        let leaf = match host_vendor() {
+            CpuVendor::Intel if __cpuid(0).eax >= 4 => 4,
+            CpuVendor::Amd if __cpuid(0x8000_0000).eax >= 0x8000_001d => 0x8000_001d,
+            _ => return None,
+        };
+        let mut largest = None;
+        // A CPU lists a handful of caches; 16 bounds the walk whatever a hypervisor reports.
+        for sub in 0..16 {
+            let r = __cpuid_count(leaf, sub);
+            if r.eax & 0x1f == 0 {
+                break;
+            }
+            largest = largest.max(Some(cache_bytes(r.ebx, r.ecx)));
+        }
+        largest.filter(|&b| b > 0)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+/// Bytes of a cache a `cpuid` cache leaf describes (`ebx`: ways, partitions and line size,
+/// `ecx`: sets, each stored less one).
+fn cache_bytes(ebx: u32, ecx: u32) -> usize {
+    let ways = (ebx >> 22) as usize + 1;
+    let partitions = ((ebx >> 12) & 0x3ff) as usize + 1;
+    let line = (ebx & 0xfff) as usize + 1;
+    let sets = ecx as usize + 1;
+    ways * partitions * line * sets
 }
 
 /// The maker of this machine's CPU, from the vendor string of `cpuid` leaf 0.
@@ -376,6 +418,26 @@ mod tests {
         ));
         let info = Target::host(&opts).info();
         assert_eq!((info.vector_bytes, info.gemm), (64, GemmLimits::default()));
+        let reference = TargetInfo::reference();
+        assert_eq!(
+            (info.llc_bytes, info.loops),
+            (reference.llc_bytes, reference.loops)
+        );
+    }
+
+    /// A `cpuid` cache leaf's fields are each stored less one: 16 ways of one partition of
+    /// 64-byte lines in 2048 sets are 2 MiB, 16 ways of 491,520 sets 480 MiB; the host's
+    /// largest cache, where `cpuid` lists one, is at least its level 2 one.
+    #[test]
+    fn caches_are_sized_from_cpuid_leaves() {
+        let ebx = |ways: u32, line: u32| ((ways - 1) << 22) | (line - 1);
+        assert_eq!(cache_bytes(ebx(16, 64), 2047), 2 << 20);
+        assert_eq!(cache_bytes(ebx(16, 64), 491_519), 480 << 20);
+        assert_eq!(cache_bytes(ebx(12, 64) | (1 << 12), 31), 12 * 2 * 64 * 32);
+        if let Some(llc) = host_llc_bytes() {
+            assert!(llc >= 256 << 10, "{llc}");
+            assert_eq!(host_target_info().llc_bytes, llc);
+        }
     }
 
     /// The exponentials of `src`'s kernels proven to take no positive argument, and all of

@@ -239,12 +239,15 @@ fn winograd_convolution() {
 
 #[test]
 fn streaming_stores() {
-    // 32 MiB of output written once, rows not a multiple of a cache line: streaming stores,
-    // split across threads.
-    let src = "func @main(%0: f32[8388625]) -> f32[8388625] {\n  %1 = constant {value = 1.5} : f32[]\n  %2 = broadcast_in_dim %1 {broadcast_dimensions = []} : f32[8388625]\n  %3 = multiply %0, %2 : f32[8388625]\n  %4 = tanh %3 : f32[8388625]\n  return %4\n}\n";
-    covers("streaming stores", src, 7, |p| p.stream && p.threads);
+    // Past this host's streaming size (32 MiB of output or more) written once, rows not a
+    // multiple of a cache line: streaming stores, split across threads.
+    let n = common::past_streaming(4, 17);
+    let src = format!(
+        "func @main(%0: f32[{n}]) -> f32[{n}] {{\n  %1 = constant {{value = 1.5}} : f32[]\n  %2 = broadcast_in_dim %1 {{broadcast_dimensions = []}} : f32[{n}]\n  %3 = multiply %0, %2 : f32[{n}]\n  %4 = tanh %3 : f32[{n}]\n  return %4\n}}\n"
+    );
+    covers("streaming stores", &src, 7, |p| p.stream && p.threads);
     // Below the threshold: ordinary stores.
-    let small = src.replace("8388625", "1000003");
+    let small = src.replace(&n.to_string(), "1000003");
     let paths = covers("no streaming stores", &small, 7, |p| !p.stream);
     assert!(paths.iter().all(|p| !p.stream), "{paths:?}");
 }

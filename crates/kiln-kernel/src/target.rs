@@ -108,6 +108,7 @@ pub struct LoopLimits {
     /// not fit the last-level cache together with their inputs (48 MiB on the Zen 4 EPYC), so
     /// each line written would otherwise first be read from memory (write-allocate), a third
     /// more traffic for an elementwise kernel, and would evict the inputs still to be read.
+    /// A host's comes from its cache ([`LoopLimits::stream_bytes_for`]).
     pub stream_bytes: usize,
     /// The fewest cache lines an output row must span for streaming stores: shorter rows spend
     /// more on each row's unaligned head and tail, stored one by one, than the stores save (a
@@ -753,6 +754,10 @@ pub struct HostCpu {
     /// Who made the CPU: the vector units behind the same instructions differ (see
     /// [`GemmLimits::two_fma512_ports`]).
     pub vendor: CpuVendor,
+    /// Bytes of the last-level cache one core sees, as the CPU reports it (`None`: not known;
+    /// the reference's then). It decides when outputs stream (see
+    /// [`LoopLimits::stream_bytes_for`]).
+    pub llc_bytes: Option<usize>,
 }
 
 /// The maker of a CPU, as far as its kernels are decided differently.
@@ -788,6 +793,26 @@ impl Default for SumTree {
             leaf: 256,
             fanout: 16,
         }
+    }
+}
+
+impl LoopLimits {
+    /// The most of a host's last-level cache a kernel's output and inputs are counted to stay
+    /// in: a virtual machine's socket-wide cache is shared with the other guests. On a 2-core
+    /// guest whose CPU reports 480 MiB of L3 (docs/performance.md, "Streaming stores by the
+    /// host's cache"), an elementwise kernel's 64 MiB of input and output stayed in it between
+    /// calls (layernorm's 32 MiB output: 1.22-1.29 ms written through the cache, 1.44-1.49
+    /// streamed) and 128 MiB did not (gelu's and softmax's 64 MiB outputs: 5.2-5.9 and 4.8-5.4
+    /// ms streamed, 6.7-7.0 and 6.6-7.9 through the cache).
+    pub const LLC_COUNTED_MAX: usize = 128 << 20;
+
+    /// [`Self::stream_bytes`] for a host with `llc_bytes` of last-level cache: outputs that,
+    /// with an input of their size, fill the cache counted (half of it, at most
+    /// [`Self::LLC_COUNTED_MAX`]), and never smaller ones than the reference's 32 MiB, which
+    /// was measured on the Zen 4 EPYC (32 MiB of L3 a core complex: layernorm's 32 MiB output
+    /// 3.70 -> 3.13 ms streamed).
+    pub fn stream_bytes_for(llc_bytes: usize) -> usize {
+        (llc_bytes.min(Self::LLC_COUNTED_MAX) / 2).max(LoopLimits::default().stream_bytes)
     }
 }
 
@@ -850,20 +875,29 @@ impl TargetInfo {
         }
     }
 
-    /// The CPU `host` describes: its vector width and threads, with the reference clock,
-    /// bandwidth, caches and capacities (see [`TargetInfo::reference`]), and an Intel CPU's
-    /// GEMM blocks with AVX-512 ([`GemmLimits::two_fma512_ports`]).
+    /// The CPU `host` describes: its vector width, threads and last-level cache (and the
+    /// output size from which loop nests stream, [`LoopLimits::stream_bytes_for`]), with the
+    /// reference clock, bandwidth, level 1 and 2 caches and capacities (see
+    /// [`TargetInfo::reference`]), and an Intel CPU's GEMM blocks with AVX-512
+    /// ([`GemmLimits::two_fma512_ports`]).
     pub fn cpu_host(host: HostCpu) -> TargetInfo {
         let gemm = if host.vendor == CpuVendor::Intel && host.vector_bytes >= 64 {
             GemmLimits::two_fma512_ports()
         } else {
             GemmLimits::default()
         };
+        let reference = TargetInfo::reference();
+        let llc_bytes = host.llc_bytes.unwrap_or(reference.llc_bytes);
         TargetInfo {
             vector_bytes: host.vector_bytes,
             threads: host.threads.max(1),
+            llc_bytes,
+            loops: LoopLimits {
+                stream_bytes: LoopLimits::stream_bytes_for(llc_bytes),
+                ..reference.loops.clone()
+            },
             gemm,
-            ..TargetInfo::reference()
+            ..reference
         }
     }
 
@@ -913,12 +947,37 @@ mod tests {
             vector_bytes: 64,
             threads: 16,
             vendor: CpuVendor::Amd,
+            llc_bytes: None,
         });
         assert_eq!(
             (t.cost_machine().lanes, t.cost_machine().threads),
             (16.0, 16.0)
         );
         assert_eq!(t.fusion, TargetInfo::reference().fusion);
+    }
+
+    /// A host's outputs stream from half its last-level cache on, as counted (at most 128
+    /// MiB), and never below the reference's 32 MiB; a host whose cache is not known keeps
+    /// the reference's cache and threshold.
+    #[test]
+    fn a_hosts_outputs_stream_by_its_cache() {
+        let host = |llc_bytes| {
+            let t = TargetInfo::cpu_host(HostCpu {
+                vector_bytes: 64,
+                threads: 2,
+                vendor: CpuVendor::Intel,
+                llc_bytes,
+            });
+            (t.llc_bytes >> 20, t.loops.stream_bytes >> 20)
+        };
+        assert_eq!(host(Some(480 << 20)), (480, 64));
+        assert_eq!(host(Some(96 << 20)), (96, 48));
+        assert_eq!(host(Some(32 << 20)), (32, 32));
+        assert_eq!(host(None), (48, 32));
+        assert_eq!(
+            LoopLimits::stream_bytes_for(TargetInfo::reference().llc_bytes),
+            TargetInfo::reference().loops.stream_bytes
+        );
     }
 
     /// Intel CPUs with AVX-512 take tall 512-bit tiles; the Zen 4, other CPUs and Intel CPUs
@@ -930,6 +989,7 @@ mod tests {
                 vector_bytes,
                 threads: 2,
                 vendor,
+                llc_bytes: None,
             })
             .gemm
         };

@@ -885,18 +885,43 @@ pub fn tiled_transposes() {
     }
 }
 
-/// Kernels whose outputs are large enough for streaming stores (32 MiB or more): element counts
-/// and row lengths that are not multiples of a cache line, so every row starts at another
-/// offset from a line boundary (the scalar head and tail), with 8-, 4- and 2-byte elements,
-/// split between threads.
+/// Elements of `bytes` bytes in an output just past the size from which this host's kernels
+/// write with streaming stores (`LoopLimits::stream_bytes`: 32 MiB, more on a host with a
+/// larger last-level cache), `past` of them: not a multiple of a cache line.
+pub fn past_streaming(bytes: usize, past: usize) -> usize {
+    kiln_codegen_llvm::cpu::host_target_info()
+        .loops
+        .stream_bytes
+        / bytes
+        + past
+}
+
+/// Kernels whose outputs are large enough for streaming stores on this host
+/// ([`past_streaming`]): element counts and row lengths that are not multiples of a cache
+/// line, so every row starts at another offset from a line boundary (the scalar head and
+/// tail), with 8-, 4- and 2-byte elements, split between threads.
 pub fn streaming_stores() {
+    let (n32, n64, n16) = (
+        past_streaming(4, 17),
+        past_streaming(8, 7),
+        past_streaming(2, 43),
+    );
+    let rows = past_streaming(4 * 4103, 1);
     let cases = [
-        "func @main(%0: f32[8388625]) -> f32[8388625] {\n  %1 = constant {value = 1.5} : f32[]\n  %2 = broadcast_in_dim %1 {broadcast_dimensions = []} : f32[8388625]\n  %3 = multiply %0, %2 : f32[8388625]\n  %4 = tanh %3 : f32[8388625]\n  return %4\n}\n",
-        "func @main(%0: f32[2049,4103]) -> f32[2049,4103] {\n  %1 = constant {value = -inf} : f32[]\n  %2 = reduce %0, %1 {dimensions = [1], kind = max} : f32[2049]\n  %3 = broadcast_in_dim %2 {broadcast_dimensions = [0]} : f32[2049,4103]\n  %4 = subtract %0, %3 : f32[2049,4103]\n  %5 = exponential %4 : f32[2049,4103]\n  %6 = constant {value = 0.0} : f32[]\n  %7 = reduce %5, %6 {dimensions = [1], kind = add} : f32[2049]\n  %8 = broadcast_in_dim %7 {broadcast_dimensions = [0]} : f32[2049,4103]\n  %9 = divide %5, %8 : f32[2049,4103]\n  return %9\n}\n",
-        "func @main(%0: f64[4194311]) -> f64[4194311] {\n  %1 = exponential %0 : f64[4194311]\n  return %1\n}\n",
-        "func @main(%0: f16[16777259], %1: f16[16777259]) -> f16[16777259] {\n  %2 = add %0, %1 : f16[16777259]\n  return %2\n}\n",
+        format!(
+            "func @main(%0: f32[{n32}]) -> f32[{n32}] {{\n  %1 = constant {{value = 1.5}} : f32[]\n  %2 = broadcast_in_dim %1 {{broadcast_dimensions = []}} : f32[{n32}]\n  %3 = multiply %0, %2 : f32[{n32}]\n  %4 = tanh %3 : f32[{n32}]\n  return %4\n}}\n"
+        ),
+        format!(
+            "func @main(%0: f32[{rows},4103]) -> f32[{rows},4103] {{\n  %1 = constant {{value = -inf}} : f32[]\n  %2 = reduce %0, %1 {{dimensions = [1], kind = max}} : f32[{rows}]\n  %3 = broadcast_in_dim %2 {{broadcast_dimensions = [0]}} : f32[{rows},4103]\n  %4 = subtract %0, %3 : f32[{rows},4103]\n  %5 = exponential %4 : f32[{rows},4103]\n  %6 = constant {{value = 0.0}} : f32[]\n  %7 = reduce %5, %6 {{dimensions = [1], kind = add}} : f32[{rows}]\n  %8 = broadcast_in_dim %7 {{broadcast_dimensions = [0]}} : f32[{rows},4103]\n  %9 = divide %5, %8 : f32[{rows},4103]\n  return %9\n}}\n"
+        ),
+        format!(
+            "func @main(%0: f64[{n64}]) -> f64[{n64}] {{\n  %1 = exponential %0 : f64[{n64}]\n  return %1\n}}\n"
+        ),
+        format!(
+            "func @main(%0: f16[{n16}], %1: f16[{n16}]) -> f16[{n16}] {{\n  %2 = add %0, %1 : f16[{n16}]\n  return %2\n}}\n"
+        ),
     ];
-    for src in cases {
+    for src in &cases {
         let f = kiln_ir::parse_func_text(src).unwrap();
         let ir = kiln_codegen_llvm::cpu::function_llvm_ir(&f, true, &env_options()).unwrap();
         assert!(ir.contains("!nontemporal"), "{src}");
