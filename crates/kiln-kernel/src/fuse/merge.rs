@@ -19,12 +19,13 @@ fn mergeable(f: &Func, i: usize, k: &Kernel) -> bool {
 }
 
 /// Multi-output fusion: loop-nest kernels over the same index space (output shape) run as one
-/// loop nest writing several outputs. Kernel `i` merges into a later kernel `j` when nothing
-/// reads `i`'s result before `j` has run (so `j`'s place in the program is late enough for
-/// both): the siblings of one producer read their shared inputs in one pass, and reductions
-/// they both inline (a row's mean and variance) are computed once per row (the emitter's
-/// hoisting shares equal reductions). The merged kernel's extra outputs follow its inputs in
-/// the pointer table.
+/// loop nest writing several outputs. Kernel `i` merges into a later kernel `j` when they are
+/// related ([`related`]: they read an input in common, or one reads only what the other's
+/// producers or theirs wrote) and nothing reads `i`'s result before `j` has run (so `j`'s
+/// place in the program is late enough for both): the siblings of one producer read their
+/// shared inputs in one pass, and reductions they both inline (a row's mean and variance) are
+/// computed once per row (the emitter's hoisting shares equal reductions). The merged
+/// kernel's extra outputs follow its inputs in the pointer table.
 pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
     let n = f.insts.len();
     let size = |k: &Kernel| nodes(&k.body) + k.extra.iter().map(|e| nodes(&e.body)).sum::<usize>();
@@ -57,6 +58,7 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
     // keeps reading it, or merges into a later kernel, which then reads it, so no later kernel
     // could take it in either.
     let mut open: HashMap<Vec<usize>, Vec<usize>> = HashMap::new();
+    let def = definitions(f);
     // Per kernel: the instructions whose results it writes as extra outputs.
     let mut merged: Vec<Vec<usize>> = vec![Vec::new(); n];
     for j in 0..n {
@@ -77,6 +79,10 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
                 .chain(&out.extra[i])
                 .any(|&v| read_by(&readers, v, i, j))
             {
+                continue;
+            }
+            if !related(f, out, &def, i, j) {
+                left.push(i);
                 continue;
             }
             let moved: Vec<ValueId> = std::iter::once(result)
@@ -159,6 +165,60 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
     }
 }
 
+/// The instruction defining each value (`None` for the function's parameters).
+fn definitions(f: &Func) -> Vec<Option<usize>> {
+    let mut def = vec![None; f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        for r in &inst.results {
+            def[r.index()] = Some(i);
+        }
+    }
+    def
+}
+
+/// The steps writing what step `u` reads: a value's defining instruction, or the kernel it
+/// merged into (none for parameters).
+fn writers(f: &Func, out: &Fused, def: &[Option<usize>], u: usize) -> Vec<usize> {
+    let mut w: Vec<usize> = step_reads(f, out, u)
+        .iter()
+        .filter_map(|v| {
+            let mut s = def[v.index()]?;
+            while let Some(j) = out.merged_into[s] {
+                s = j;
+            }
+            Some(s)
+        })
+        .collect();
+    w.sort_unstable();
+    w.dedup();
+    w
+}
+
+/// Whether kernels `i` and `j` are related enough to run as one: they read an input in common
+/// that is not a scalar (what the merged kernel reads once for both), or the steps writing
+/// what one reads all wrote what the other reads or what its writers read (a layer norm's
+/// gradients: the beta gradient sums the incoming gradient, the gamma gradient its product
+/// with the normalized input, which the row kernel wrote from the same incoming gradient).
+/// Merged, each kernel waits for the other's inputs: unrelated kernels stay apart. An
+/// optimizer's update of one parameter (reading the moments its own kernel wrote) merged with
+/// the moments of the next (reading its gradient) made every parameter's update wait for the
+/// last gradient: the transformer step's updates of biases and norms all ran after the
+/// backward pass, their column sums reading gradients the caches no longer held.
+fn related(f: &Func, out: &Fused, def: &[Option<usize>], i: usize, j: usize) -> bool {
+    let shares_data = out.operands[i]
+        .iter()
+        .any(|v| f.values[v.index()].rank() > 0 && out.operands[j].contains(v));
+    if shares_data {
+        return true;
+    }
+    let (wi, wj) = (writers(f, out, def, i), writers(f, out, def, j));
+    let within = |a: &[usize], b: &[usize]| {
+        a.iter()
+            .all(|s| b.contains(s) || b.iter().any(|&t| writers(f, out, def, t).contains(s)))
+    };
+    within(&wi, &wj) || within(&wj, &wi)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +248,7 @@ mod tests {
                 if !mergeable(f, i, ki)
                     || ki.out.shape != kj.out.shape
                     || sizes[i] + sizes[j] > MAX_MERGED_NODES
+                    || !related(f, out, &definitions(f), i, j)
                 {
                     continue;
                 }
@@ -302,6 +363,63 @@ mod tests {
 }
 ";
         assert_eq!(merges(words), 1);
+    }
+
+    /// An optimizer's steps for two parameters whose gradients are column sums of products: the
+    /// first parameter's update (reading the moment its own kernel wrote) and the second's
+    /// moment (reading the second product) are siblings over one index space, but merged, the
+    /// second would wait for the first gradient, so they stay apart (trying every sibling,
+    /// the first update merged into the second moment's kernel).
+    #[test]
+    fn unrelated_updates_stay_apart() {
+        let product = |a: usize, b: usize| {
+            format!(
+                "dot_general %{a}, %{b} {{lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]}} : f32[16,8]"
+            )
+        };
+        let text = format!(
+            "func @main(%0: f32[16,4], %1: f32[4,8], %2: f32[16,4], %3: f32[4,8], %4: f32[8], %5: f32[8], %6: f32[8], %7: f32[8]) -> (f32[8], f32[8], f32[8], f32[8]) {{
+  %8 = constant {{value = 0.0}} : f32[]
+  %9 = constant {{value = 0.9}} : f32[]
+  %10 = broadcast_in_dim %9 {{broadcast_dimensions = []}} : f32[8]
+  %11 = {}
+  %12 = reduce %11, %8 {{dimensions = [0], kind = add}} : f32[8]
+  %13 = multiply %5, %10 : f32[8]
+  %14 = add %13, %12 : f32[8]
+  %15 = multiply %14, %10 : f32[8]
+  %16 = subtract %4, %15 : f32[8]
+  %17 = {}
+  %18 = reduce %17, %8 {{dimensions = [0], kind = add}} : f32[8]
+  %19 = multiply %7, %10 : f32[8]
+  %20 = add %19, %18 : f32[8]
+  %21 = multiply %20, %10 : f32[8]
+  %22 = subtract %6, %21 : f32[8]
+  return %16, %14, %22, %20
+}}
+",
+            product(0, 1),
+            product(2, 3)
+        );
+        let f = kiln_ir::parse_func_text(&text).unwrap();
+        let mut fused = super::super::fuse_unmerged(
+            &f,
+            crate::pipeline::kernels(&f),
+            true,
+            &crate::target::FusionLimits::default(),
+        );
+        merge_siblings(&f, &mut fused);
+        // Instructions 3 to 8 are the first parameter's, 9 to 14 the second's.
+        let param = |i: usize| usize::from(i >= 9);
+        let merges: Vec<(usize, usize)> = fused
+            .merged_into
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| Some((i, (*j)?)))
+            .collect();
+        assert!(
+            merges.iter().all(|&(i, j)| param(i) == param(j)),
+            "{merges:?}\n{f}"
+        );
     }
 
     /// The same multi-output kernels, decisions and all, as trying every pair, on random
