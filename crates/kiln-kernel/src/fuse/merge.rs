@@ -324,6 +324,18 @@ mod tests {
         }
     }
 
+    /// `f` fused with the reference limits, its siblings merged.
+    fn merged(f: &Func) -> Fused {
+        let mut fused = super::super::fuse_unmerged(
+            f,
+            crate::pipeline::kernels(f),
+            true,
+            &crate::target::FusionLimits::default(),
+        );
+        merge_siblings(f, &mut fused);
+        fused
+    }
+
     /// A byte copy (here `bf16[1]` to `f16[1]`, two bytes, and `u8[2]` to `i8[2]`) keeps its
     /// own kernel beside a sibling over as many elements, while a 32-bit bitcast (an
     /// elementwise op) merges.
@@ -331,14 +343,7 @@ mod tests {
     fn byte_copies_keep_their_own_kernel() {
         let merges = |text: &str| {
             let f = kiln_ir::parse_func_text(text).unwrap();
-            let mut fused = super::super::fuse_unmerged(
-                &f,
-                crate::pipeline::kernels(&f),
-                true,
-                &crate::target::FusionLimits::default(),
-            );
-            merge_siblings(&f, &mut fused);
-            fused.merged_into.iter().flatten().count()
+            merged(&f).merged_into.iter().flatten().count()
         };
         let bytes = "func @main(%0: bf16[2], %1: bf16[1]) -> (f16[1], bf16[2]) {
   %2 = exponential %0 : bf16[2]
@@ -401,13 +406,7 @@ mod tests {
             product(2, 3)
         );
         let f = kiln_ir::parse_func_text(&text).unwrap();
-        let mut fused = super::super::fuse_unmerged(
-            &f,
-            crate::pipeline::kernels(&f),
-            true,
-            &crate::target::FusionLimits::default(),
-        );
-        merge_siblings(&f, &mut fused);
+        let fused = merged(&f);
         // Instructions 3 to 8 are the first parameter's, 9 to 14 the second's.
         let param = |i: usize| usize::from(i >= 9);
         let merges: Vec<(usize, usize)> = fused
