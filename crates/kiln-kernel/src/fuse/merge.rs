@@ -177,12 +177,13 @@ fn definitions(f: &Func) -> Vec<Option<usize>> {
 }
 
 /// The steps writing what step `u` reads: a value's defining instruction, or the kernel it
-/// merged into (none for parameters).
+/// merged into (none for parameters, and none for values that read nothing, such as
+/// constants and iotas, which are there from the start).
 fn writers(f: &Func, out: &Fused, def: &[Option<usize>], u: usize) -> Vec<usize> {
     let mut w: Vec<usize> = step_reads(f, out, u)
         .iter()
         .filter_map(|v| {
-            let mut s = def[v.index()]?;
+            let mut s = def[v.index()].filter(|&s| !f.insts[s].operands.is_empty())?;
             while let Some(j) = out.merged_into[s] {
                 s = j;
             }
