@@ -685,7 +685,7 @@ fn the_transformer_step_reads_its_heads_in_place_on_the_gpu() {
         (kernels.len(), kernels.iter().sum::<usize>(), host)
     };
     let (before, after) = (plan(false), plan(true));
-    // 235 kernel steps (264 launches) -> 203 (232): the 28 transposes of the heads (queries,
+    // 232 kernel steps (261 launches) -> 200 (229): the 28 transposes of the heads (queries,
     // keys and values split out, the backward's gradients and the scores' gradient
     // transposed) and the 4 merges of the heads' output, as on the CPU (docs/performance.md).
     // Before multi-output fusion asked for related siblings (`fuse/merge.rs`), 4 of the
