@@ -236,25 +236,26 @@ fn detect_host() -> TargetInfo {
     #[cfg(not(target_arch = "x86_64"))]
     let vector_bytes = 16;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let vendor = host_vendor();
     TargetInfo {
         nontemporal_stores: cfg!(target_arch = "x86_64"),
         ..TargetInfo::cpu_host(HostCpu {
             vector_bytes,
             threads,
-            vendor: host_vendor(),
-            llc_bytes: host_llc_bytes(),
+            vendor,
+            llc_bytes: host_llc_bytes(vendor),
         })
     }
 }
 
-/// The largest cache this machine's CPU describes in `cpuid`'s cache leaves (leaf 4 on Intel,
-/// `0x8000001d` on AMD: the size of one instance, as a core sees it), or `None` where it
-/// describes none.
-fn host_llc_bytes() -> Option<usize> {
+/// The largest cache this machine's CPU (made by `vendor`) describes in `cpuid`'s cache leaves
+/// (leaf 4 on Intel, `0x8000001d` on AMD: the size of one instance, as a core sees it), or
+/// `None` where it describes none.
+fn host_llc_bytes(vendor: CpuVendor) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{__cpuid, __cpuid_count};
-        let leaf = match host_vendor() {
+        let leaf = match vendor {
             CpuVendor::Intel if __cpuid(0).eax >= 4 => 4,
             CpuVendor::Amd if __cpuid(0x8000_0000).eax >= 0x8000_001d => 0x8000_001d,
             _ => return None,
@@ -271,7 +272,10 @@ fn host_llc_bytes() -> Option<usize> {
         largest.filter(|&b| b > 0)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    None
+    {
+        let _ = vendor;
+        None
+    }
 }
 
 /// Bytes of a cache a `cpuid` cache leaf describes (`ebx`: ways, partitions and line size,
@@ -434,7 +438,7 @@ mod tests {
         assert_eq!(cache_bytes(ebx(16, 64), 2047), 2 << 20);
         assert_eq!(cache_bytes(ebx(16, 64), 491_519), 480 << 20);
         assert_eq!(cache_bytes(ebx(12, 64) | (1 << 12), 31), 12 * 2 * 64 * 32);
-        if let Some(llc) = host_llc_bytes() {
+        if let Some(llc) = host_llc_bytes(host_vendor()) {
             assert!(llc >= 256 << 10, "{llc}");
             assert_eq!(host_target_info().llc_bytes, llc);
         }

@@ -133,15 +133,23 @@ pub fn fuse(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimi
     out
 }
 
-/// [`fuse`] before multi-output fusion.
-fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimits) -> Fused {
-    let n = f.insts.len();
-    let mut producer: Vec<Option<usize>> = vec![None; f.values.len()];
-    let mut users: Vec<Vec<usize>> = vec![Vec::new(); f.values.len()];
+/// The instruction defining each value of `f` (`None` for its parameters).
+fn producers(f: &Func) -> Vec<Option<usize>> {
+    let mut producer = vec![None; f.values.len()];
     for (i, inst) in f.insts.iter().enumerate() {
         for r in &inst.results {
             producer[r.index()] = Some(i);
         }
+    }
+    producer
+}
+
+/// [`fuse`] before multi-output fusion.
+fn fuse_unmerged(f: &Func, ks: Vec<Option<Kernel>>, chains: bool, limits: &FusionLimits) -> Fused {
+    let n = f.insts.len();
+    let producer = producers(f);
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); f.values.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
         for o in &inst.operands {
             users[o.index()].push(i);
         }

@@ -1,7 +1,7 @@
 //! Multi-output fusion of sibling kernels (see [`merge_siblings`]).
 
 use super::inlinable::nodes;
-use super::{Fused, FusionDecision, MAX_MERGED_NODES, step_reads};
+use super::{Fused, FusionDecision, MAX_MERGED_NODES, producers, step_reads};
 use crate::ir::{Kernel, Schedule};
 use crate::lower::is_byte_copy;
 use crate::rewrite::map_inputs;
@@ -58,7 +58,7 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
     // keeps reading it, or merges into a later kernel, which then reads it, so no later kernel
     // could take it in either.
     let mut open: HashMap<Vec<usize>, Vec<usize>> = HashMap::new();
-    let def = definitions(f);
+    let def = producers(f);
     // Per kernel: the instructions whose results it writes as extra outputs.
     let mut merged: Vec<Vec<usize>> = vec![Vec::new(); n];
     for j in 0..n {
@@ -165,17 +165,6 @@ pub(super) fn merge_siblings(f: &Func, out: &mut Fused) {
     }
 }
 
-/// The instruction defining each value (`None` for the function's parameters).
-fn definitions(f: &Func) -> Vec<Option<usize>> {
-    let mut def = vec![None; f.values.len()];
-    for (i, inst) in f.insts.iter().enumerate() {
-        for r in &inst.results {
-            def[r.index()] = Some(i);
-        }
-    }
-    def
-}
-
 /// The steps writing what step `u` reads: a value's defining instruction, or the kernel it
 /// merged into (none for parameters, and none for values that read nothing, such as
 /// constants and iotas, which are there from the start).
@@ -212,12 +201,17 @@ fn related(f: &Func, out: &Fused, def: &[Option<usize>], i: usize, j: usize) -> 
     if shares_data {
         return true;
     }
-    let (wi, wj) = (writers(f, out, def, i), writers(f, out, def, j));
-    let within = |a: &[usize], b: &[usize]| {
-        a.iter()
-            .all(|s| b.contains(s) || b.iter().any(|&t| writers(f, out, def, t).contains(s)))
+    // The steps writing what `u` reads, and the steps writing what those read.
+    let reach = |u: usize| {
+        let direct = writers(f, out, def, u);
+        let mut all = direct.clone();
+        for &t in &direct {
+            all.extend(writers(f, out, def, t));
+        }
+        (direct, all)
     };
-    within(&wi, &wj) || within(&wj, &wi)
+    let ((wi, ri), (wj, rj)) = (reach(i), reach(j));
+    wi.iter().all(|s| rj.contains(s)) || wj.iter().all(|s| ri.contains(s))
 }
 
 #[cfg(test)]
@@ -238,6 +232,7 @@ mod tests {
             .iter()
             .map(|k| k.as_ref().map_or(0, size))
             .collect();
+        let def = producers(f);
         for j in 0..n {
             match &out.kernels[j] {
                 Some(k) if mergeable(f, j, k) => {}
@@ -249,7 +244,7 @@ mod tests {
                 if !mergeable(f, i, ki)
                     || ki.out.shape != kj.out.shape
                     || sizes[i] + sizes[j] > MAX_MERGED_NODES
-                    || !related(f, out, &definitions(f), i, j)
+                    || !related(f, out, &def, i, j)
                 {
                     continue;
                 }
