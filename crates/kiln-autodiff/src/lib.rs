@@ -25,6 +25,7 @@
 pub mod forward;
 mod locations;
 pub mod rules;
+mod softmax;
 pub mod vmap;
 
 /// Dead code elimination, kept under this path for the transforms' users.
@@ -162,6 +163,7 @@ fn vjp_from_values(
         }
     }
     let mut adj: Vec<Option<ValueId>> = vec![None; f.values.len()];
+    let softmaxes = softmax::find(f);
     // Integer and `pred` values carry no cotangent: one given for such an output (say, the
     // zero `vjp` takes for every output) has nowhere to go, and the rules of the ops computing
     // it are not defined for it. (A complex output's goes on, to the error of its path.)
@@ -198,6 +200,13 @@ fn vjp_from_values(
         let xs: Vec<ValueId> = inst.operands.iter().map(|&o| val(o)).collect();
         let rs: Vec<ValueId> = inst.results.iter().map(|&r| val(r)).collect();
         let first = b.inst_count();
+        if let (Some(sm), [Some(g)]) = (softmaxes.get(&index), &gs[..]) {
+            // The softmax's cotangent in terms of its result (see `softmax`).
+            let ct = softmax::vjp(b, rs[0], *g, &sm.dims)?;
+            accumulate(b, &mut adj, sm.input, ct)?;
+            user.locate_from(b, first, inst.loc);
+            continue;
+        }
         let cts = match custom.iter().find(|(i, _)| *i == index) {
             Some((_, bwd)) => custom_cotangents(b, bwd, &xs, &rs, &gs)?,
             None => {
