@@ -65,6 +65,26 @@ fn gemm_split_columns() {
 }
 
 #[test]
+fn gemm_split_columns_reading_a_in_place() {
+    // As many rows as columns, A read in place over a few panels and small enough to stay in
+    // the level 2 cache: the threads split the panels, so that each packs only its part of B
+    // (4 panels of 64 columns with 512-bit vectors; 4 of 16 with 256-bit ones).
+    let took: Vec<bool> = [(1, 256, 256, 256), (1, 64, 256, 64)]
+        .into_iter()
+        .map(|shape| {
+            let paths = covers("GEMM", &product("f32", shape), 3, |p| p.gemm.is_some());
+            paths
+                .iter()
+                .any(|p| gemm(p, GemmBlocking::SplitColumns) && p.threads)
+        })
+        .collect();
+    assert!(
+        took.contains(&true),
+        "no product split its columns: {took:?}"
+    );
+}
+
+#[test]
 fn gemm_tail_tiles() {
     // A block's last rows, fewer than a tile's, on the shorter tail tiles: one matrix of every
     // row count from 33 to 47 (past the streaming products' 32, so that each count mod the
