@@ -46,8 +46,9 @@ fn gemm(p: &KernelPath, g: GemmBlocking) -> bool {
 
 #[test]
 fn gemm_plain_blocking() {
-    // More rows than columns, batched: blocks of rows split across threads.
-    for (dt, shape) in [("f32", (2, 300, 200, 150)), ("f64", (1, 130, 70, 90))] {
+    // More rows than columns, batched or with more panels than a product reading A in place
+    // has: blocks of rows split across threads.
+    for (dt, shape) in [("f32", (2, 300, 200, 150)), ("f64", (1, 150, 70, 130))] {
         covers("GEMM, plain blocking", &product(dt, shape), 1, |p| {
             gemm(p, GemmBlocking::Plain) && p.threads
         });
