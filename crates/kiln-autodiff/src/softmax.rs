@@ -80,17 +80,17 @@ pub(crate) fn find(f: &Func) -> HashMap<usize, Softmax> {
             *bdims == kept
         } else {
             // `keepdims`: the reshape puts a 1 where each summed axis was.
-            let kt = &f.values[q1.index()];
-            *bdims == (0..et.rank() as i64).collect::<Vec<_>>()
-                && kt.rank() == et.rank()
-                && (0..et.rank()).all(|a| {
-                    kt.shape[a]
-                        == if dimensions.contains(&(a as i64)) {
-                            1
-                        } else {
-                            et.shape[a]
-                        }
+            let keepdims: Vec<usize> = (0..et.rank())
+                .map(|a| {
+                    if dimensions.contains(&(a as i64)) {
+                        1
+                    } else {
+                        et.shape[a]
+                    }
                 })
+                .collect();
+            *bdims == (0..et.rank() as i64).collect::<Vec<_>>()
+                && f.values[q1.index()].shape[..] == keepdims[..]
         };
         if fits {
             found.insert(

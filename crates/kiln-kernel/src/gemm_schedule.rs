@@ -59,11 +59,12 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         (None, None, None, None) if !a_trans => bl.streaming_dots(m, &target.gemm),
         _ => bl,
     };
-    let (blocking, split_columns) = match (chain, chain_bl) {
-        (Some(c), Some(bl2)) if c.online.is_some() => (bl.online(kk, bl2), false),
-        (Some(_), _) => (bl.whole_rows(n).chained(n, kk), false),
-        _ if crate::fuse::row_epilogue(k) => (bl.whole_rows(n), false),
-        _ => (bl, bl.split_columns(batch, m, n, kk)),
+    let row_epilogue = chain.is_none() && crate::fuse::row_epilogue(k);
+    let blocking = match (chain, chain_bl) {
+        (Some(c), Some(bl2)) if c.online.is_some() => bl.online(kk, bl2),
+        (Some(_), _) => bl.whole_rows(n).chained(n, kk),
+        _ if row_epilogue => bl.whole_rows(n),
+        _ => bl,
     };
     // A chained product's first product reads A in place already.
     let blocking = match chain {
@@ -71,10 +72,12 @@ pub fn gemm_schedule(k: &Kernel, target: &TargetInfo) -> Option<GemmSchedule> {
         None if blocking.stream.is_some() => blocking,
         None => blocking.reading_a_in_place((batch, n), (a_trans, conv.is_some()), &target.gemm),
     };
-    let split_columns = split_columns
-        || (chain.is_none()
-            && !crate::fuse::row_epilogue(k)
-            && blocking.splits_columns_in_place(batch, (m, kk, n), target));
+    // Threads split the panels of a plain product (not chained, no row epilogue, which need
+    // whole rows) that is wide or small and reads A in place.
+    let split_columns = chain.is_none()
+        && !row_epilogue
+        && (blocking.split_columns(batch, m, n, kk)
+            || blocking.splits_columns_in_place(batch, (m, kk, n), target));
     let scratch = match (chain, chain_bl) {
         (Some(c), Some(bl2)) => {
             blocking
