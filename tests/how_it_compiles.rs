@@ -174,7 +174,10 @@ it); the bias gradient is a column sum.
 For every instruction, why it was fused into its users or given a kernel of its own: kiln
 inlines a value into its users when they read each element at most once, or when recomputing
 it costs little (the rule and the numbers are printed), and keeps it when it is an output, a
-GEMM, or read by something that is not a loop nest.
+GEMM, or read by something that is not a loop nest. Under each kernel, its loops (a product's
+register tile and cache blocks, a loop nest's strategy) and how the threads share it, on the
+machine-independent reference CPU, so the text is the same everywhere; `KILN_EXPLAIN=1`
+prints the same for what a compile decided on the machine it runs on.
 
 ",
     );

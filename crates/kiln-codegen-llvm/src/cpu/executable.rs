@@ -36,17 +36,18 @@ impl CpuExecutable {
         donated: &[bool],
         opts: &Options,
     ) -> Result<CpuExecutable> {
-        // `f` is verified by the pipeline (`lower_program`), and by `describe_fusion` first.
+        // `f` is verified by the pipeline (`lower_program`).
         let cache = usable_cache(opts);
+        let mut clock = PhaseClock::new(&f.name, opts.compile_times);
+        let lowered = lowering::lowered(f, donated, cache, &mut clock, opts)?;
         if opts.explain {
+            // What this compile decided for this machine, not the dumps' reference lowering.
             eprintln!(
                 "// kiln: fused kernels of @{}\n{}",
                 f.name,
-                describe_fusion(f, opts)?
+                describe_lowered(&lowered, opts)
             );
         }
-        let mut clock = PhaseClock::new(&f.name, opts.compile_times);
-        let lowered = lowering::lowered(f, donated, cache, &mut clock, opts)?;
         Self::render_timed(lowered, opts, cache, clock)
     }
 

@@ -112,10 +112,42 @@ pub fn function_llvm_ir(f: &Func, optimized: bool, opts: &Options) -> Result<Str
 /// canonicalizing rewrites), as text: each kernel with its member instructions and inputs, and
 /// for every instruction the reason it has a kernel of its own or runs inside its users (and,
 /// for a sort whose users read only a prefix, that it runs as a top-k).
+///
+/// This is the machine-independent lowering (the reference CPU's fusion, blocks and schedules,
+/// so the text is the same everywhere, as the snapshots need); what a compile for this machine
+/// decided is [`describe_lowered`]'s (`KILN_EXPLAIN=1` prints that).
 pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
-    use std::fmt::Write as _;
     let (g, fused) = lowered_for_printing(f, opts)?;
-    let schedules = loop_schedules(&fused, opts, &Target::any(opts).info());
+    let target = Target::any(opts);
+    let schedules = loop_schedules(&fused, opts, &target.info());
+    Ok(describe_fused(&g, &fused, &schedules, target))
+}
+
+/// The fused kernels of a program lowered for this machine under `opts` (by
+/// [`kiln_kernel::pipeline::lower_program`] with [`host_target_info`], as
+/// [`CpuExecutable::compile_with_options`] lowers it), as [`describe_fusion`] prints them,
+/// with the fusion, blocks, loop schedules and thread splits decided for this machine's vectors,
+/// caches and threads: what that compile runs, headed by the target's properties.
+pub fn describe_lowered(l: &Lowered, opts: &Options) -> String {
+    let target = Target::host(opts);
+    let info = target.info();
+    format!(
+        "// for this machine: {}-bit vectors, {} threads, {} KiB last-level cache\n{}",
+        info.vector_bytes * 8,
+        info.threads,
+        info.llc_bytes / 1024,
+        describe_fused(&l.func, &l.fused, &l.schedules, target)
+    )
+}
+
+/// [`describe_fusion`]'s text for the fused program `g` with its loop `schedules` on `target`.
+fn describe_fused(
+    g: &Func,
+    fused: &kiln_kernel::fuse::Fused,
+    schedules: &[Option<KernelSchedule>],
+    target: Target,
+) -> String {
+    use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(s, "{g}");
     let count = fused.kernels.iter().filter(|k| k.is_some()).count();
@@ -123,9 +155,8 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
     for (i, inst) in g.insts.iter().enumerate() {
         let ty = &g.values[inst.results[0].index()];
         if let Some(k) = &fused.kernels[i] {
-            let (members, reads, also) =
-                kiln_kernel::print::kernel_members_and_reads(&g, &fused, i);
-            let launch = launch_of(k, schedules[i].as_ref(), Target::any(opts));
+            let (members, reads, also) = kiln_kernel::print::kernel_members_and_reads(g, fused, i);
+            let launch = launch_of(k, schedules[i].as_ref(), target);
             let _ = writeln!(
                 s,
                 "kernel k{i}: {} -> {ty}{also}; members [{members}]; reads [{reads}]; rows {}, work {}{}",
@@ -140,13 +171,22 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
                     None => String::new(),
                 },
             );
+            // The loops and blocks decided for the target, and how the threads share them.
+            match schedules[i].as_ref() {
+                Some(sched) => {
+                    let _ = writeln!(s, "  loops: {sched}");
+                }
+                None => {
+                    if let Some(g) = gemm_of(k, None, target) {
+                        let _ = writeln!(s, "  loops: {g}; threads: {launch}");
+                    }
+                }
+            }
             if let (
                 Schedule::Gemm { chain: Some(c), .. },
                 Some(GemmSchedule { blocking: bl, .. }),
-            ) = (
-                &k.schedule,
-                gemm_of(k, schedules[i].as_ref(), Target::any(opts)),
-            ) {
+            ) = (&k.schedule, gemm_of(k, schedules[i].as_ref(), target))
+            {
                 let _ = writeln!(
                     s,
                     "  chained: the epilogue's {} is never stored; each block of {} rows is \
@@ -192,11 +232,11 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
             fused.decisions[i]
         );
         // How a sort runs when its users read only a prefix (the runtime's top-k).
-        if let Some(t) = kiln_kernel::sort::top_k(&g, i) {
+        if let Some(t) = kiln_kernel::sort::top_k(g, i) {
             let _ = writeln!(s, "  {t}");
         }
     }
-    Ok(s)
+    s
 }
 
 /// The kernel cache's key of the library of `f`'s kernels `ks` with in-place outputs `aliases`
