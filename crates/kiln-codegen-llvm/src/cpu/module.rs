@@ -172,15 +172,8 @@ fn describe_fused(
                 },
             );
             // The loops and blocks decided for the target, and how the threads share them.
-            match schedules[i].as_ref() {
-                Some(sched) => {
-                    let _ = writeln!(s, "  loops: {sched}");
-                }
-                None => {
-                    if let Some(g) = gemm_of(k, None, target) {
-                        let _ = writeln!(s, "  loops: {g}; threads: {launch}");
-                    }
-                }
+            if let Some(sched) = schedules[i].as_ref() {
+                let _ = writeln!(s, "  loops: {sched}");
             }
             if let (
                 Schedule::Gemm { chain: Some(c), .. },
