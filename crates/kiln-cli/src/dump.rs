@@ -8,12 +8,31 @@ use std::path::Path;
 /// The stages `kiln dump` prints.
 pub const STAGES: &str = "opt|fused|dot|kernels|llvm|ptx";
 
-/// `kiln dump MODEL --stage STAGE [--sm SM]`.
-pub fn dump(model: &Path, stage: &str, sm: Option<&str>) -> Result<String, Error> {
+/// `kiln dump MODEL --stage STAGE [--sm SM] [--host]`: with `host`, the `kernels` and `fused`
+/// stages as a compile for this machine decides them (its vectors, caches and threads; what
+/// `KILN_EXPLAIN=1` prints), not for the machine-independent reference CPU.
+pub fn dump(model: &Path, stage: &str, sm: Option<&str>, host: bool) -> Result<String, Error> {
     let m = model::load(model)?;
     let f = model::entry(&m)?;
     let opts = kiln::options();
     let compile = |e: String| Error::Compile(format!("@{}: {e}", f.name));
+    if host {
+        let target = kiln_codegen_llvm::cpu::cpu_target_info(&opts);
+        return match stage {
+            "kernels" => kiln_kernel::print::describe_kernels_on(f, &opts, &target)
+                .map_err(|e| compile(e.to_string())),
+            "fused" => {
+                let l =
+                    kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
+                        .map_err(|e| compile(e.to_string()))?;
+                Ok(kiln_codegen_llvm::cpu::describe_lowered(&l, &opts))
+            }
+            other => Err(Error::Usage(format!(
+                "--host prints the `kernels` and `fused` stages as decided for this machine, \
+                 not `{other}`"
+            ))),
+        };
+    }
     match stage {
         "opt" => {
             let o = kiln_opt::Options {
@@ -58,7 +77,7 @@ pub fn dump(model: &Path, stage: &str, sm: Option<&str>) -> Result<String, Error
 pub fn render(model: &Path, out: &Path, program: &str) -> Result<String, Error> {
     // A bad picture name is a usage error, found before compiling anything.
     kiln_kernel::render::format_of(out).map_err(Error::Usage)?;
-    let dot = dump(model, "dot", None)?;
+    let dot = dump(model, "dot", None, false)?;
     let r = kiln_kernel::render::render_dot(&dot, out, program).map_err(Error::Output)?;
     Ok(format!(
         "wrote {} (Graphviz text: {})\n",

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   kiln run MODEL [--input NAME=FILE.npy]... [--output DIR]
-  kiln dump MODEL --stage opt|fused|dot|kernels|llvm|ptx [--sm sm_90]
+  kiln dump MODEL --stage opt|fused|dot|kernels|llvm|ptx [--sm sm_90] [--host]
   kiln dump MODEL --stage dot --render OUT.svg|OUT.png [--dot-program dot]
   kiln bench MODEL [--input NAME=FILE.npy]... [--runs N] [--seed S]
   kiln export MODEL [-o OUT.mlir]
@@ -24,7 +24,10 @@ An input NAME is a parameter's position (0, arg0 or %arg0); other names take the
 left in the order given. `run` prints the results, or writes DIR/out0.npy, ... with --output.
 `bench` prints the compile time and the median run time (inputs random from the seed when none
 are given). `--render` draws the fused kernels with Graphviz's `dot` (apt-get install graphviz,
-brew install graphviz) and keeps the graph's text as OUT.dot. `export` writes StableHLO text (to stdout without -o).
+brew install graphviz) and keeps the graph's text as OUT.dot. The dumps describe the
+machine-independent reference CPU (the same text everywhere); `--host` prints the `kernels` and
+`fused` stages as a compile for this machine decides them (as KILN_EXPLAIN=1 does).
+`export` writes StableHLO text (to stdout without -o).
 The backend is the CPU unless KILN_BACKEND selects another (see the kiln crate).
 Exit codes: 0 success, 2 usage, 3 bad model, 4 bad input, 5 compile or export failed,
 6 run failed, 7 output not written.";
@@ -42,6 +45,7 @@ struct Args {
     seed: Option<u64>,
     render: Option<PathBuf>,
     dot_program: Option<String>,
+    host: bool,
 }
 
 fn parse(argv: &[String]) -> Result<Args, Error> {
@@ -73,6 +77,7 @@ fn parse(argv: &[String]) -> Result<Args, Error> {
             "--sm" => a.sm = Some(value("--sm")?),
             "--render" => a.render = Some(PathBuf::from(value("--render")?)),
             "--dot-program" => a.dot_program = Some(value("--dot-program")?),
+            "--host" => a.host = true,
             "--runs" => {
                 let v = value("--runs")?;
                 a.runs = Some(
@@ -123,7 +128,7 @@ fn main_with(argv: &[String]) -> Result<(), Error> {
                         "--render draws the `dot` stage, not `{stage}`"
                     )));
                 }
-                None => print!("{}", dump::dump(model, stage, a.sm.as_deref())?),
+                None => print!("{}", dump::dump(model, stage, a.sm.as_deref(), a.host)?),
             }
             Ok(())
         }

@@ -123,6 +123,48 @@ fn dump_stages_and_bench() {
     );
 }
 
+/// `kiln dump --host`: the `kernels` and `fused` stages as decided for this machine, headed
+/// by its vector width; a product's blocking is the one `gemm_schedule` gives on this
+/// machine's `TargetInfo`. Without it, the reference CPU's (no header). Other stages refuse it.
+#[test]
+fn dump_host_prints_this_machines_decisions() {
+    let d = dir("dump-host");
+    let kir = d.join("mm.kir");
+    std::fs::write(&kir, "func @main(%0: f32[512,512], %1: f32[512,512]) -> f32[512,512] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[512,512]\n  return %2\n}\n").expect("write");
+    let kir = kir.to_string_lossy().into_owned();
+    let f = kiln_ir::parse_func_text(&std::fs::read_to_string(&kir).unwrap()).unwrap();
+    let opts = kiln_kernel::Options::default();
+    let blocking = |t: &kiln_kernel::TargetInfo| {
+        let l = kiln_kernel::pipeline::lower_program(&f, &[], &opts, t, None, &mut |_| {}).unwrap();
+        let k = l.fused.kernels.iter().flatten().next().expect("one kernel");
+        kiln_kernel::gemm_schedule::gemm_schedule(k, t)
+            .expect("a GEMM")
+            .to_string()
+    };
+    let host = kiln_codegen_llvm::cpu::cpu_target_info(&opts);
+    let ours = blocking(&host);
+    let theirs = blocking(&kiln_kernel::TargetInfo::reference());
+    let header = format!("// for this machine: {}-bit vectors", host.vector_bytes * 8);
+    for stage in ["kernels", "fused"] {
+        let o = kiln(&["dump", &kir, "--stage", stage, "--host"]);
+        assert!(o.status.success(), "{stage}: {}", stderr(&o));
+        let s = stdout(&o);
+        assert!(s.starts_with(&header), "{stage}:\n{s}");
+        assert!(s.contains(&ours), "{stage}: no `{ours}` in\n{s}");
+        let o = kiln(&["dump", &kir, "--stage", stage]);
+        let s = stdout(&o);
+        assert!(!s.starts_with("// for this machine"), "{stage}:\n{s}");
+        assert!(s.contains(&theirs), "{stage}: no `{theirs}` in\n{s}");
+    }
+    let o = kiln(&["dump", &kir, "--stage", "llvm", "--host"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--host prints the `kernels` and `fused` stages"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn bad_input_ends_with_its_exit_code() {
     let d = dir("errors");

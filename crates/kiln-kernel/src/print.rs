@@ -582,6 +582,28 @@ pub fn describe_kernels(f: &Func, opts: &crate::Options) -> crate::Result<String
     Ok(s)
 }
 
+/// [`describe_kernels`] for `f` lowered for `target` (a machine's own properties rather than the
+/// reference CPU's: fusion, blocks and schedules as a compile for it decides them), headed by
+/// the target's vector width and threads.
+pub fn describe_kernels_on(
+    f: &Func,
+    opts: &crate::Options,
+    target: &crate::TargetInfo,
+) -> crate::Result<String> {
+    let l = crate::pipeline::lower_program(f, &[], opts, target, None, &mut |_| {})?;
+    crate::verify::verify_fused(&l.func, &l.fused)
+        .map_err(|e| crate::Error::Lowering(format!("@{}: {e}", l.func.name)))?;
+    let mut s = format!(
+        "// for this machine: {}-bit vectors, {} threads\n{}\n",
+        target.vector_bytes * 8,
+        target.threads,
+        l.func
+    );
+    s.push_str(&fused_text_scheduled(&l.func, &l.fused, &l.schedules));
+    let _ = writeln!(s, "// verified");
+    Ok(s)
+}
+
 /// Where an operand read through strides lies, in words.
 fn strides_text(s: &crate::ir::Strides) -> String {
     let batch: Vec<String> = s
