@@ -9,29 +9,21 @@ use std::path::Path;
 pub const STAGES: &str = "opt|fused|dot|kernels|llvm|ptx";
 
 /// `kiln dump MODEL --stage STAGE [--sm SM] [--host]`: with `host`, the `kernels` and `fused`
-/// stages as a compile for this machine decides them (its vectors, caches and threads; what
-/// `KILN_EXPLAIN=1` prints), not for the machine-independent reference CPU.
+/// stages as a compile for this machine decides them (its vectors, caches and threads; the
+/// `fused` stage is then what `KILN_EXPLAIN=1` prints), not for the machine-independent
+/// reference CPU.
 pub fn dump(model: &Path, stage: &str, sm: Option<&str>, host: bool) -> Result<String, Error> {
     let m = model::load(model)?;
     let f = model::entry(&m)?;
     let opts = kiln::options();
     let compile = |e: String| Error::Compile(format!("@{}: {e}", f.name));
     if host {
-        let target = kiln_codegen_llvm::cpu::cpu_target_info(&opts);
         return match stage {
-            "kernels" => kiln_kernel::print::describe_kernels_on(f, &opts, &target)
-                .map_err(|e| compile(e.to_string())),
-            "fused" => {
-                let l =
-                    kiln_kernel::pipeline::lower_program(f, &[], &opts, &target, None, &mut |_| {})
-                        .map_err(|e| compile(e.to_string()))?;
-                Ok(kiln_codegen_llvm::cpu::describe_lowered(&l, &opts))
-            }
-            other => Err(Error::Usage(format!(
-                "--host prints the `kernels` and `fused` stages as decided for this machine, \
-                 not `{other}`"
-            ))),
-        };
+            "kernels" => kiln_codegen_llvm::cpu::describe_host_kernels(f, &opts),
+            "fused" => kiln_codegen_llvm::cpu::describe_host_fusion(f, &opts),
+            other => return Err(host_only_for(other)),
+        }
+        .map_err(|e| compile(e.to_string()));
     }
     match stage {
         "opt" => {
@@ -83,5 +75,13 @@ pub fn render(model: &Path, out: &Path, program: &str) -> Result<String, Error> 
         "wrote {} (Graphviz text: {})\n",
         r.picture.display(),
         r.dot.display()
+    ))
+}
+
+/// The usage error for `--host` with a stage it does not apply to.
+pub fn host_only_for(stage: &str) -> Error {
+    Error::Usage(format!(
+        "--host prints the `kernels` and `fused` stages as decided for this machine, not \
+         `{stage}`"
     ))
 }

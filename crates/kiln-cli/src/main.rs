@@ -26,7 +26,8 @@ left in the order given. `run` prints the results, or writes DIR/out0.npy, ... w
 are given). `--render` draws the fused kernels with Graphviz's `dot` (apt-get install graphviz,
 brew install graphviz) and keeps the graph's text as OUT.dot. The dumps describe the
 machine-independent reference CPU (the same text everywhere); `--host` prints the `kernels` and
-`fused` stages as a compile for this machine decides them (as KILN_EXPLAIN=1 does).
+`fused` stages as a compile for this machine decides them (the `fused` one is what
+KILN_EXPLAIN=1 prints when the model is compiled).
 `export` writes StableHLO text (to stdout without -o).
 The backend is the CPU unless KILN_BACKEND selects another (see the kiln crate).
 Exit codes: 0 success, 2 usage, 3 bad model, 4 bad input, 5 compile or export failed,
@@ -116,6 +117,7 @@ fn main_with(argv: &[String]) -> Result<(), Error> {
                 .as_deref()
                 .ok_or_else(|| usage(&format!("`kiln dump` needs --stage {}", dump::STAGES)))?;
             match &a.render {
+                Some(_) if a.host => return Err(dump::host_only_for(stage)),
                 Some(out) if stage == "dot" => {
                     let program = a
                         .dot_program

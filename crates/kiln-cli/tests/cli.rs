@@ -123,46 +123,108 @@ fn dump_stages_and_bench() {
     );
 }
 
-/// `kiln dump --host`: the `kernels` and `fused` stages as decided for this machine, headed
-/// by its vector width; a product's blocking is the one `gemm_schedule` gives on this
-/// machine's `TargetInfo`. Without it, the reference CPU's (no header). Other stages refuse it.
-#[test]
-fn dump_host_prints_this_machines_decisions() {
-    let d = dir("dump-host");
+/// A `[512,512] x [512,512]` product in kiln IR at `d/mm.kir`, and its blocking as a compile
+/// for `target` decides it, under the options the `kiln` binary reads from this environment.
+fn product_and_blocking(d: &Path) -> (String, impl Fn(&kiln_kernel::TargetInfo) -> String) {
     let kir = d.join("mm.kir");
-    std::fs::write(&kir, "func @main(%0: f32[512,512], %1: f32[512,512]) -> f32[512,512] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[512,512]\n  return %2\n}\n").expect("write");
-    let kir = kir.to_string_lossy().into_owned();
-    let f = kiln_ir::parse_func_text(&std::fs::read_to_string(&kir).unwrap()).unwrap();
-    let opts = kiln_kernel::Options::default();
-    let blocking = |t: &kiln_kernel::TargetInfo| {
+    let text = "func @main(%0: f32[512,512], %1: f32[512,512]) -> f32[512,512] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[512,512]\n  return %2\n}\n";
+    std::fs::write(&kir, text).expect("write");
+    let f = kiln_ir::parse_func_text(text).unwrap();
+    let blocking = move |t: &kiln_kernel::TargetInfo| {
+        let opts = env_options();
         let l = kiln_kernel::pipeline::lower_program(&f, &[], &opts, t, None, &mut |_| {}).unwrap();
         let k = l.fused.kernels.iter().flatten().next().expect("one kernel");
         kiln_kernel::gemm_schedule::gemm_schedule(k, t)
             .expect("a GEMM")
             .to_string()
     };
-    let host = kiln_codegen_llvm::cpu::cpu_target_info(&opts);
+    (kir.to_string_lossy().into_owned(), blocking)
+}
+
+/// The options the `kiln` binary compiles under here (it reads the environment once).
+fn env_options() -> kiln_kernel::Options {
+    kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok())
+}
+
+/// This machine's target as the binary's compiles see it, and the header describing it.
+fn host() -> (kiln_kernel::TargetInfo, String) {
+    let host = kiln_codegen_llvm::cpu::cpu_target_info(&env_options());
+    let header = kiln_kernel::print::target_header(&host, "this machine");
+    (host, header)
+}
+
+/// `kiln dump --host`: the `kernels` and `fused` stages as decided for this machine, headed
+/// by its vector width; a product's blocking is the one `gemm_schedule` gives on this
+/// machine's `TargetInfo` (and, where the reference CPU's differs, not that one). Without it,
+/// the reference CPU's, with no header. Other stages, and `--render`, refuse it.
+#[test]
+fn dump_host_prints_this_machines_decisions() {
+    let d = dir("dump-host");
+    let (kir, blocking) = product_and_blocking(&d);
+    let (host, header) = host();
     let ours = blocking(&host);
     let theirs = blocking(&kiln_kernel::TargetInfo::reference());
-    let header = format!("// for this machine: {}-bit vectors", host.vector_bytes * 8);
     for stage in ["kernels", "fused"] {
         let o = kiln(&["dump", &kir, "--stage", stage, "--host"]);
         assert!(o.status.success(), "{stage}: {}", stderr(&o));
         let s = stdout(&o);
         assert!(s.starts_with(&header), "{stage}:\n{s}");
         assert!(s.contains(&ours), "{stage}: no `{ours}` in\n{s}");
+        if ours != theirs {
+            assert!(
+                !s.contains(&theirs),
+                "{stage}: the reference's blocking in\n{s}"
+            );
+        }
         let o = kiln(&["dump", &kir, "--stage", stage]);
         let s = stdout(&o);
-        assert!(!s.starts_with("// for this machine"), "{stage}:\n{s}");
+        assert!(!s.starts_with("// for "), "{stage}:\n{s}");
         assert!(s.contains(&theirs), "{stage}: no `{theirs}` in\n{s}");
     }
-    let o = kiln(&["dump", &kir, "--stage", "llvm", "--host"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let svg = d.join("k.svg").to_string_lossy().into_owned();
+    for args in [
+        vec!["dump", &kir, "--stage", "llvm", "--host"],
+        vec!["dump", &kir, "--stage", "dot", "--render", &svg, "--host"],
+    ] {
+        let o = kiln(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--host prints the `kernels` and `fused` stages"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+/// `KILN_EXPLAIN=1` on a compile prints the fused kernels as this machine runs them: the
+/// header and the product's blocking on this machine's `TargetInfo`, as `dump --host` does
+/// (before, it printed the reference CPU's lowering).
+#[test]
+fn explain_prints_what_this_machine_runs() {
+    let d = dir("explain");
+    let (kir, blocking) = product_and_blocking(&d);
+    let (host, header) = host();
+    let ours = blocking(&host);
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", &kir, "--runs", "1"])
+        .env("KILN_EXPLAIN", "1")
+        .env("KILN_NO_CACHE", "1")
+        .output()
+        .expect("the kiln binary runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    let at = e
+        .find("// kiln: fused kernels of @main")
+        .expect("the explanation");
+    assert!(e[at..].contains(&header), "no `{header}` in\n{e}");
     assert!(
-        stderr(&o).contains("--host prints the `kernels` and `fused` stages"),
-        "{}",
-        stderr(&o)
+        e[at..].contains(&format!("  loops: {ours}")),
+        "no `{ours}` in\n{e}"
     );
+    let theirs = blocking(&kiln_kernel::TargetInfo::reference());
+    if ours != theirs {
+        assert!(!e.contains(&theirs), "the reference's blocking in\n{e}");
+    }
 }
 
 #[test]

@@ -44,8 +44,8 @@ use kernels::*;
 use loops::*;
 use module::*;
 pub use module::{
-    describe_fusion, describe_lowered, describe_memory, describe_memory_donating, function_llvm_ir,
-    planned_peak,
+    describe_fusion, describe_host_fusion, describe_host_kernels, describe_lowered,
+    describe_memory, describe_memory_donating, function_llvm_ir, planned_peak,
 };
 pub use paths::{GemmBlocking, KernelPath};
 use row_cache::*;

@@ -2,7 +2,7 @@
 //! splits decided for this machine (`describe_lowered`), not the dumps' machine-independent
 //! ones (`describe_fusion`, which the snapshots hold).
 
-use kiln_codegen_llvm::cpu::{describe_fusion, describe_lowered, host_target_info};
+use kiln_codegen_llvm::cpu::{cpu_target_info, describe_fusion, describe_lowered};
 use kiln_kernel::gemm_schedule::gemm_schedule;
 use kiln_kernel::{Options, TargetInfo};
 
@@ -23,22 +23,18 @@ fn blocking_on(f: &kiln_ir::Func, opts: &Options, target: &TargetInfo) -> String
 
 /// The host's lowering is described with the host's blocks: the tile, contraction and cache
 /// blocks `gemm_schedule` gives on this machine's `TargetInfo`, and its vector width in the
-/// header; the reference lowering (the dumps') with the reference CPU's. On an AVX-512 host
-/// the two differ (14 x 32 tiles with 512-step blocks against 6 x 16 with 256-step ones), which
-/// is what `KILN_EXPLAIN` used to get wrong: it described the reference lowering.
+/// header; the reference lowering (the dumps') with the reference CPU's. On an Intel host with
+/// AVX-512 the two differ (14 x 32 tiles with 512-step blocks against 6 x 16 with 256-step
+/// ones), which is what `KILN_EXPLAIN` used to get wrong: it described the reference lowering.
 #[test]
 fn explain_describes_what_this_machine_runs() {
     let f = product(512, 512, 512);
     let opts = Options::default();
-    let host = host_target_info();
+    let host = cpu_target_info(&opts);
     let l = kiln_kernel::pipeline::lower_program(&f, &[], &opts, &host, None, &mut |_| {}).unwrap();
     let text = describe_lowered(&l, &opts);
     let ours = blocking_on(&f, &opts, &host);
-    let header = format!(
-        "// for this machine: {}-bit vectors, {} threads",
-        host.vector_bytes * 8,
-        host.threads
-    );
+    let header = kiln_kernel::print::target_header(&host, "this machine");
     assert!(text.starts_with(&header), "{text}");
     assert!(
         text.contains(&format!("  loops: {ours}")),
@@ -65,8 +61,8 @@ fn explain_follows_the_vector_width_asked_for() {
     let f = product(256, 384, 640);
     let mut opts = Options::default();
     opts.cpu.narrow_vectors = true;
-    let mut narrow = host_target_info();
-    narrow.vector_bytes = narrow.vector_bytes.min(32);
+    let narrow = cpu_target_info(&opts);
+    assert!(narrow.vector_bytes <= 32, "{narrow:?}");
     let l =
         kiln_kernel::pipeline::lower_program(&f, &[], &opts, &narrow, None, &mut |_| {}).unwrap();
     let text = describe_lowered(&l, &opts);

@@ -573,35 +573,54 @@ pub fn fused_text_scheduled(
 /// each loop nest's schedule on the reference target ([`crate::TargetInfo::reference`]).
 pub fn describe_kernels(f: &Func, opts: &crate::Options) -> crate::Result<String> {
     let (g, fused) = crate::pipeline::lowered_for_printing(f, opts)?;
-    crate::verify::verify_fused(&g, &fused)
-        .map_err(|e| crate::Error::Lowering(format!("@{}: {e}", g.name)))?;
-    let mut s = format!("{g}\n");
+    verified(&g, &fused)?;
     let schedules = crate::pipeline::loop_schedules(&fused, opts, &crate::TargetInfo::reference());
-    s.push_str(&fused_text_scheduled(&g, &fused, &schedules));
-    let _ = writeln!(s, "// verified");
-    Ok(s)
+    Ok(kernels_text(&g, &fused, &schedules))
 }
 
-/// [`describe_kernels`] for `f` lowered for `target` (a machine's own properties rather than the
-/// reference CPU's: fusion, blocks and schedules as a compile for it decides them), headed by
-/// the target's vector width and threads.
+/// [`describe_kernels`] for `f` lowered for `target`, a machine's own properties rather than
+/// the reference CPU's (fusion, blocks and schedules as a compile for it decides them),
+/// headed by [`target_header`] naming it `machine`.
 pub fn describe_kernels_on(
     f: &Func,
     opts: &crate::Options,
     target: &crate::TargetInfo,
+    machine: &str,
 ) -> crate::Result<String> {
     let l = crate::pipeline::lower_program(f, &[], opts, target, None, &mut |_| {})?;
-    crate::verify::verify_fused(&l.func, &l.fused)
-        .map_err(|e| crate::Error::Lowering(format!("@{}: {e}", l.func.name)))?;
-    let mut s = format!(
-        "// for this machine: {}-bit vectors, {} threads\n{}\n",
+    verified(&l.func, &l.fused)?;
+    Ok(target_header(target, machine) + &kernels_text(&l.func, &l.fused, &l.schedules))
+}
+
+/// The line that heads a description of kernels decided for `target` (`machine`, in words:
+/// "this machine", "the CPU skylake-avx512"): the properties of it that were detected, its
+/// widest vectors and its threads.
+pub fn target_header(target: &crate::TargetInfo, machine: &str) -> String {
+    format!(
+        "// for {machine}: {}-bit vectors, {} thread{}\n",
         target.vector_bytes * 8,
         target.threads,
-        l.func
-    );
-    s.push_str(&fused_text_scheduled(&l.func, &l.fused, &l.schedules));
+        if target.threads == 1 { "" } else { "s" }
+    )
+}
+
+/// `g`'s kernels `fused` checked by [`crate::verify::verify_fused`].
+fn verified(g: &Func, fused: &Fused) -> crate::Result<()> {
+    crate::verify::verify_fused(g, fused)
+        .map_err(|e| crate::Error::Lowering(format!("@{}: {e}", g.name)))
+}
+
+/// The program `g`, then its kernels `fused` with their loop `schedules` ([`fused_text`]),
+/// which were verified.
+fn kernels_text(
+    g: &Func,
+    fused: &Fused,
+    schedules: &[Option<crate::loop_schedule::KernelSchedule>],
+) -> String {
+    let mut s = format!("{g}\n");
+    s.push_str(&fused_text_scheduled(g, fused, schedules));
     let _ = writeln!(s, "// verified");
-    Ok(s)
+    s
 }
 
 /// Where an operand read through strides lies, in words.

@@ -124,20 +124,47 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
 }
 
 /// The fused kernels of a program lowered for this machine under `opts` (by
-/// [`kiln_kernel::pipeline::lower_program`] with [`host_target_info`], as
-/// [`CpuExecutable::compile_with_options`] lowers it), as [`describe_fusion`] prints them,
-/// with the fusion, blocks, loop schedules and thread splits decided for this machine's vectors,
-/// caches and threads: what that compile runs, headed by the target's properties.
+/// [`kiln_kernel::pipeline::lower_program`] with [`cpu_target_info`]`(opts)`, as
+/// [`CpuExecutable::compile_with_options`] lowers it; `l` must be lowered so), as
+/// [`describe_fusion`] prints them, with the fusion, blocks, loop schedules and thread splits
+/// decided for this machine's vectors, caches and threads: what that compile runs, headed by
+/// [`kiln_kernel::print::target_header`] (naming the CPU of [`Options::cpu`]'s `machine` when
+/// the code is for another one).
 pub fn describe_lowered(l: &Lowered, opts: &Options) -> String {
     let target = Target::host(opts);
-    let info = target.info();
-    format!(
-        "// for this machine: {}-bit vectors, {} threads, {} KiB last-level cache\n{}",
-        info.vector_bytes * 8,
-        info.threads,
-        info.llc_bytes / 1024,
-        describe_fused(&l.func, &l.fused, &l.schedules, target)
-    )
+    target_header(&target.info(), opts) + &describe_fused(&l.func, &l.fused, &l.schedules, target)
+}
+
+/// `f`'s fused kernels as a compile for this machine under `opts` decides them
+/// ([`describe_lowered`] of `f` lowered for it): what `KILN_EXPLAIN=1` prints when `f` is
+/// compiled, without compiling it (`kiln dump --stage fused --host`).
+pub fn describe_host_fusion(f: &Func, opts: &Options) -> Result<String> {
+    let info = cpu_target_info(opts);
+    let l = kiln_kernel::pipeline::lower_program(f, &[], opts, &info, None, &mut |_| {})?;
+    Ok(describe_lowered(&l, opts))
+}
+
+/// `f`'s kernels ([`kiln_kernel::print::describe_kernels`]) as a compile for this machine under
+/// `opts` decides them (`kiln dump --stage kernels --host`).
+pub fn describe_host_kernels(f: &Func, opts: &Options) -> Result<String> {
+    let info = cpu_target_info(opts);
+    let machine = machine_words(opts);
+    Ok(kiln_kernel::print::describe_kernels_on(
+        f, opts, &info, &machine,
+    )?)
+}
+
+/// The header of a description of code for this machine under `opts`.
+fn target_header(info: &kiln_kernel::TargetInfo, opts: &Options) -> String {
+    kiln_kernel::print::target_header(info, &machine_words(opts))
+}
+
+/// "this machine", or the CPU `opts` compiles for ahead of time.
+fn machine_words(opts: &Options) -> String {
+    match opts.cpu.machine {
+        Some(m) => format!("the CPU {}", m.name),
+        None => "this machine".to_string(),
+    }
 }
 
 /// [`describe_fusion`]'s text for the fused program `g` with its loop `schedules` on `target`.
