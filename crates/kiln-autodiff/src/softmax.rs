@@ -47,13 +47,14 @@ pub(crate) fn find(f: &Func) -> HashMap<usize, Softmax> {
         let Some(exp) = op_of(*e).filter(|x| matches!(x.op, Op::Exponential {})) else {
             continue;
         };
-        let Some(Op::BroadcastInDim {
+        let Some(bq) = op_of(*q) else { continue };
+        let Op::BroadcastInDim {
             broadcast_dimensions: bdims,
-        }) = op_of(*q).map(|x| &x.op)
+        } = &bq.op
         else {
             continue;
         };
-        let q1 = op_of(*q).expect("matched").operands[0];
+        let q1 = bq.operands[0];
         // The sum, and the broadcast dimensions that put it back along its axes.
         let s = match op_of(q1) {
             Some(x) if matches!(x.op, Op::Reshape {}) => x.operands[0],

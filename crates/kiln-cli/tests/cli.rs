@@ -123,34 +123,39 @@ fn dump_stages_and_bench() {
     );
 }
 
-/// A `[512,512] x [512,512]` product in kiln IR at `d/mm.kir`, and its blocking as a compile
-/// for `target` decides it, under the options the `kiln` binary reads from this environment.
-fn product_and_blocking(d: &Path) -> (String, impl Fn(&kiln_kernel::TargetInfo) -> String) {
+/// A `[512,512] x [512,512]` product in kiln IR (at `kir`), with what its descriptions should
+/// say under the options the `kiln` binary reads from this environment: the header for this
+/// machine, and the product's blocking as a compile for this machine (`ours`) and for the
+/// reference CPU (`theirs`) decides it.
+struct Product {
+    kir: String,
+    header: String,
+    ours: String,
+    theirs: String,
+}
+
+/// [`Product`], written to `d/mm.kir`.
+fn product(d: &Path) -> Product {
     let kir = d.join("mm.kir");
     let text = "func @main(%0: f32[512,512], %1: f32[512,512]) -> f32[512,512] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[512,512]\n  return %2\n}\n";
     std::fs::write(&kir, text).expect("write");
     let f = kiln_ir::parse_func_text(text).unwrap();
-    let blocking = move |t: &kiln_kernel::TargetInfo| {
-        let opts = env_options();
+    // The binary reads the environment once; so do the expectations.
+    let opts = kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok());
+    let blocking = |t: &kiln_kernel::TargetInfo| {
         let l = kiln_kernel::pipeline::lower_program(&f, &[], &opts, t, None, &mut |_| {}).unwrap();
         let k = l.fused.kernels.iter().flatten().next().expect("one kernel");
         kiln_kernel::gemm_schedule::gemm_schedule(k, t)
             .expect("a GEMM")
             .to_string()
     };
-    (kir.to_string_lossy().into_owned(), blocking)
-}
-
-/// The options the `kiln` binary compiles under here (it reads the environment once).
-fn env_options() -> kiln_kernel::Options {
-    kiln_kernel::Options::from_vars(&|n| std::env::var(n).ok())
-}
-
-/// This machine's target as the binary's compiles see it, and the header describing it.
-fn host() -> (kiln_kernel::TargetInfo, String) {
-    let host = kiln_codegen_llvm::cpu::cpu_target_info(&env_options());
-    let header = kiln_kernel::print::target_header(&host, "this machine");
-    (host, header)
+    let host = kiln_codegen_llvm::cpu::cpu_target_info(&opts);
+    Product {
+        kir: kir.to_string_lossy().into_owned(),
+        header: kiln_kernel::print::target_header(&host, "this machine"),
+        ours: blocking(&host),
+        theirs: blocking(&kiln_kernel::TargetInfo::reference()),
+    }
 }
 
 /// `kiln dump --host`: the `kernels` and `fused` stages as decided for this machine, headed
@@ -160,10 +165,12 @@ fn host() -> (kiln_kernel::TargetInfo, String) {
 #[test]
 fn dump_host_prints_this_machines_decisions() {
     let d = dir("dump-host");
-    let (kir, blocking) = product_and_blocking(&d);
-    let (host, header) = host();
-    let ours = blocking(&host);
-    let theirs = blocking(&kiln_kernel::TargetInfo::reference());
+    let Product {
+        kir,
+        header,
+        ours,
+        theirs,
+    } = product(&d);
     for stage in ["kernels", "fused"] {
         let o = kiln(&["dump", &kir, "--stage", stage, "--host"]);
         assert!(o.status.success(), "{stage}: {}", stderr(&o));
@@ -202,9 +209,12 @@ fn dump_host_prints_this_machines_decisions() {
 #[test]
 fn explain_prints_what_this_machine_runs() {
     let d = dir("explain");
-    let (kir, blocking) = product_and_blocking(&d);
-    let (host, header) = host();
-    let ours = blocking(&host);
+    let Product {
+        kir,
+        header,
+        ours,
+        theirs,
+    } = product(&d);
     let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["bench", &kir, "--runs", "1"])
         .env("KILN_EXPLAIN", "1")
@@ -221,7 +231,6 @@ fn explain_prints_what_this_machine_runs() {
         e[at..].contains(&format!("  loops: {ours}")),
         "no `{ours}` in\n{e}"
     );
-    let theirs = blocking(&kiln_kernel::TargetInfo::reference());
     if ours != theirs {
         assert!(!e.contains(&theirs), "the reference's blocking in\n{e}");
     }

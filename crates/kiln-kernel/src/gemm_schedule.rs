@@ -332,7 +332,7 @@ impl Blocking {
         (a_trans, conv): (bool, bool),
         limits: &crate::target::GemmLimits,
     ) -> Blocking {
-        let panels = (n as i64 + self.nr() - 1) / self.nr();
+        let panels = self.panels(n);
         let rows = batch == 1 && !a_trans && panels <= limits.a_in_place_panels_rows;
         Blocking {
             a_in_place: !conv && panels > 1 && (panels <= limits.a_in_place_panels || rows),
@@ -445,6 +445,11 @@ impl Blocking {
         self.lanes as i64 * self.nv
     }
 
+    /// Panels of packed B that `n` columns take (the last one padded).
+    pub fn panels(&self, n: usize) -> i64 {
+        (n as i64 + self.nr() - 1) / self.nr()
+    }
+
     /// Whether a GEMM's threads split its columns (in panels) rather than its rows: each thread
     /// packs the operand whose block it splits, so split the longer side (a wide product with
     /// few rows, like a training step's, would otherwise pack all of B once per row chunk).
@@ -467,7 +472,7 @@ impl Blocking {
         (m, k, n): (usize, usize, usize),
         target: &TargetInfo,
     ) -> bool {
-        let panels = (n as i64 + self.nr() - 1) / self.nr();
+        let panels = self.panels(n);
         let threads = target.threads.max(1) as i64;
         let a_bytes = (m * k) as i64 * self.bytes;
         self.a_in_place

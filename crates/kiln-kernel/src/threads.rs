@@ -71,9 +71,8 @@ pub fn launch(k: &Kernel, gemm: Option<&GemmSchedule>, target: &TargetInfo) -> L
             Some(g),
         ) => {
             scratch = g.scratch;
-            let nr = g.blocking.nr();
             let rows = if g.split_columns {
-                (*n as i64 + nr - 1) as usize / nr as usize
+                g.blocking.panels(*n) as usize
             } else {
                 batch * m
             };

@@ -132,7 +132,8 @@ pub fn describe_fusion(f: &Func, opts: &Options) -> Result<String> {
 /// the code is for another one).
 pub fn describe_lowered(l: &Lowered, opts: &Options) -> String {
     let target = Target::host(opts);
-    target_header(&target.info(), opts) + &describe_fused(&l.func, &l.fused, &l.schedules, target)
+    kiln_kernel::print::target_header(&target.info(), &machine_words(opts))
+        + &describe_fused(&l.func, &l.fused, &l.schedules, target)
 }
 
 /// `f`'s fused kernels as a compile for this machine under `opts` decides them
@@ -152,11 +153,6 @@ pub fn describe_host_kernels(f: &Func, opts: &Options) -> Result<String> {
     Ok(kiln_kernel::print::describe_kernels_on(
         f, opts, &info, &machine,
     )?)
-}
-
-/// The header of a description of code for this machine under `opts`.
-fn target_header(info: &kiln_kernel::TargetInfo, opts: &Options) -> String {
-    kiln_kernel::print::target_header(info, &machine_words(opts))
 }
 
 /// "this machine", or the CPU `opts` compiles for ahead of time.
