@@ -145,7 +145,19 @@ pub fn ulp(d: DType, x: f64) -> f64 {
     };
     // log2 may round up just below a power of two; the spacing is then one binade too large,
     // which only matters by a factor of two, in the lenient direction, at that single point.
-    2f64.powi(e - (p - 1))
+    pow2(e - (p - 1))
+}
+
+/// 2^k for `k` in f64's range down to its smallest subnormal (-1074 to 1023), from its bits:
+/// `2f64.powi(k)` takes the reciprocal of 2^-k for a negative `k`, which overflows past 2^1023,
+/// so f64's spacing at and below 2^-971 came out 0 (every subnormal difference was then
+/// infinitely many ulps: random program 28307, `erf` of a subnormal within half an ulp).
+fn pow2(k: i32) -> f64 {
+    if k >= -1022 {
+        f64::from_bits(((k + 1023) as u64) << 52)
+    } else {
+        f64::from_bits(1u64 << (k + 1074))
+    }
 }
 
 /// The error bound in ulps of one application of `op` with a result of dtype `d` (float), when

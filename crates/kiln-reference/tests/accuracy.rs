@@ -101,6 +101,32 @@ fn transcendental_results_are_held_to_ulps() {
     assert!(old_close(&far, &want));
 }
 
+/// f64's spacing reaches its subnormals (it was 0 from 2^-971 down, so that a result one
+/// subnormal step from the reference's failed as infinitely many ulps off: random program
+/// 28307, `erf` of 4 x 2^-1074, whose libm value is 0.51 ulp off and kiln's 0.49), and an `erf`
+/// a step off there passes while one 100 steps off does not.
+#[test]
+fn f64_subnormal_results_are_held_to_ulps() {
+    use kiln_reference::accuracy::ulp;
+    let tiny = f64::from_bits(1);
+    for x in [0.0, tiny, 2e-323, f64::MIN_POSITIVE / 2.0] {
+        assert_eq!(ulp(DType::F64, x), tiny, "at {x:e}");
+    }
+    assert_eq!(ulp(DType::F64, f64::MIN_POSITIVE), tiny);
+    assert_eq!(ulp(DType::F64, 2f64.powi(-960)), 2f64.powi(-1012));
+    assert_eq!(ulp(DType::F64, 1.0), f64::EPSILON);
+    assert_eq!(ulp(DType::F32, 0.0), f32::from_bits(1) as f64);
+    let f = parse_func_text(
+        "func @main(%0: f64[1]) -> f64[1] {\n  %1 = erf %0 : f64[1]\n  return %1\n}\n",
+    )
+    .unwrap();
+    let x = [Literal::f64([1], vec![f64::from_bits(4)]).unwrap()];
+    let want = kiln_reference::eval(&f, &x).unwrap().remove(0).to_f64s()[0];
+    let step = |n: u64| Literal::f64([1], vec![f64::from_bits(want.to_bits() + n)]).unwrap();
+    check_outputs(&f, &x, &[step(1)]).unwrap();
+    assert!(check_outputs(&f, &x, &[step(100)]).is_err());
+}
+
 /// A sum is held to the summation bound relative to Σ|terms| (`ir-specs/ops/reduce.md`): a
 /// cancelling sum may be off by a few ulps of its terms, not of its tiny result.
 #[test]
