@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 
 mod mapped;
 mod ptxas;
+mod split_stores;
 
 use ptxas::ptxas;
+use split_stores::split_stores;
 
 /// A fresh directory for this test's files.
 fn scratch(what: &str) -> PathBuf {
@@ -348,33 +350,6 @@ fn a_64_bit_store_is_not_split() {
     );
     let text = program_ptx(&p, &PtxTarget::sm90()).unwrap();
     assert_eq!(split_stores(&text), Vec::<String>::new(), "{text}");
-}
-
-/// 64-bit registers stored as two 32-bit halves (`st.b32 [a], %rdN` and `st.b32 [a+4], %rdM`):
-/// a split 64-bit store. A single `st.b32` of a 64-bit register is an integer truncation.
-fn split_stores(ptx: &str) -> Vec<String> {
-    // (base register, byte offset) of each 32-bit store of a 64-bit register.
-    let halves: Vec<(&str, i64, &str)> = ptx
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("st.") && l.contains(".b32"))
-        .filter_map(|l| {
-            let (addr, value) = l.split_once('[')?.1.split_once(']')?;
-            if !value.trim_start_matches(',').trim().starts_with("%rd") {
-                return None;
-            }
-            let (base, off) = match addr.split_once('+') {
-                Some((b, o)) => (b, o.parse().ok()?),
-                None => (addr, 0),
-            };
-            Some((base, off, l))
-        })
-        .collect();
-    halves
-        .iter()
-        .filter(|(b, o, _)| halves.iter().any(|(b2, o2, _)| b2 == b && *o2 == o + 4))
-        .map(|(_, _, l)| l.to_string())
-        .collect()
 }
 
 /// The f64 functions the CPU takes from its C library render on the GPU as kiln's own code:
