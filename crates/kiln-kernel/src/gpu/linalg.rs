@@ -309,7 +309,8 @@ impl SolveFrame {
                 value: if self.lower {
                     reg(self.step)
                 } else {
-                    Sc::minus(c(self.n - 1), reg(self.step))
+                    // n - 1 - step, which a 0 x 0 matrix (no steps) must not compute here.
+                    Sc::minus(c(self.n), Sc::plus(reg(self.step), c(1)))
                 },
             },
             Stmt::Let {
