@@ -580,7 +580,9 @@ pub fn winograd_convs(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError
 /// Rewrites each `rng_bit_generator` (Threefry-2x32, 20 rounds) into integer arithmetic on
 /// vectors of counter blocks, so that its bits come from kernels: block `i` encrypts the
 /// 64-bit counter + i (its low word first) under the key, and its two words are words `2i`
-/// and `2i + 1` (a u64 output's element `i`, low word first); the next state advances the
+/// and `2i + 1` (a u64 output's element `i`, low word first), or, in a u32 output of rank 2 or
+/// more with an even leading dimension, an element of rows `2j` and `2j + 1` (as XLA places
+/// them: `kiln_reference::rng::placed`); the next state advances the
 /// counter by the number of blocks. A `u32[4]` state is `[key0, key1, counter_lo, counter_hi]`,
 /// a `u64[2]` state `[key, counter]` (the same bits).
 pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
@@ -689,6 +691,18 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
             let hi = b.binary(Op::ShiftLeft {}, hi, c)?;
             let both = b.binary(Op::Or {}, hi, lo)?;
             b.reshape(both, &out_ty.shape)?
+        } else if let [d0, rest @ ..] = &out_ty.shape[..]
+            && d0 % 2 == 0
+            && !rest.is_empty()
+        {
+            // An even leading dimension (see `kiln_reference::rng::placed`): the blocks fill a
+            // [d0 / 2, rest...] grid, each its low word in row 2i and its high word in row
+            // 2i + 1: [d0 / 2, 1, rest] twice, side by side on the middle dimension.
+            let r: usize = rest.iter().product();
+            let c0 = b.reshape(x0, &[d0 / 2, 1, r])?;
+            let c1 = b.reshape(x1, &[d0 / 2, 1, r])?;
+            let rows = b.inst(Op::Concatenate { dimension: 1 }, &[c0, c1])?;
+            b.reshape(rows, &out_ty.shape)?
         } else {
             // Interleave the words: [blocks, 2] -> 2 * blocks, then the first n.
             let c0 = b.reshape(x0, &[blocks, 1])?;

@@ -758,7 +758,7 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                         .collect(),
                 )
             } else {
-                Data::U32(bits)
+                Data::U32(crate::rng::placed(bits, &out.shape))
             };
             vec![
                 Literal::new(types[0].clone(), state).expect(VERIFIED),

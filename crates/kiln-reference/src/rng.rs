@@ -39,6 +39,30 @@ pub fn bits(state: [u32; 4], n: usize) -> (Vec<u32>, [u32; 4]) {
     (out, [state[0], state[1], next as u32, (next >> 32) as u32])
 }
 
+/// The words of a u32 output of shape `shape`, from `bits` in block order (block b's words at 2b
+/// and 2b + 1), placed as XLA's THREE_FRY places them: where the leading dimension is even,
+/// the blocks fill a `[d0 / 2, d1, ...]` grid in row-major order and each puts its low word in
+/// row 2i and its high word in row 2i + 1 of its column (a `u32[4,4]` has the low words of
+/// blocks 0 to 3 in its first row, their high words in its second); for an odd leading
+/// dimension, a vector or a scalar, in block order.
+pub fn placed(bits: Vec<u32>, shape: &[usize]) -> Vec<u32> {
+    match shape {
+        [d0, rest @ ..] if d0 % 2 == 0 && !rest.is_empty() => {
+            let rest: usize = rest.iter().product();
+            let mut out = vec![0; bits.len()];
+            for i in 0..d0 / 2 {
+                for r in 0..rest {
+                    for h in 0..2 {
+                        out[(2 * i + h) * rest + r] = bits[2 * (i * rest + r) + h];
+                    }
+                }
+            }
+            out
+        }
+        _ => bits,
+    }
+}
+
 /// A `u64[2]` state `[key, counter]` as the four words [`bits`] takes (little-endian halves).
 pub fn words_of(state: [u64; 2]) -> [u32; 4] {
     let [k, c] = state;
