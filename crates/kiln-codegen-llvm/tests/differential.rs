@@ -766,16 +766,31 @@ fn bit_exact_without_reference(src: &str, args: &[Literal]) {
 
 #[test]
 fn random_bit_generators_run_as_kernels_and_match_the_reference() {
-    // Odd and even sizes, empty, and one large enough to split across threads; leading
-    // dimensions even (whose blocks fill rows two at a time) and odd; counters that carry from
-    // the low word into the high one and wrap around 2^64.
+    // Odd and even sizes, empty, and ones large enough to split across threads; grids of blocks
+    // split on the first, a middle and the last dimension (its first of even size, else its
+    // first largest; `kiln_ir::rng_layout`); counters that carry from the low word into the
+    // high one and wrap around 2^64.
     let states: [[u32; 4]; 4] = [
         [0, 0, 0, 0],
         [0x1234_5678, 0x9abc_def0, 7, 0xffff_fffe],
         [1, 2, 0xffff_ffff, 0xffff_ffff],
         [42, 4242, 0, 1 << 31],
     ];
-    for shape in ["[5]", "[2,3]", "[3,2]", "[4,2,3]", "[0]", "[300,301]"] {
+    for shape in [
+        "[5]",
+        "[2,3]",
+        "[3,2]",
+        "[4,2,3]",
+        "[3,3]",
+        "[3,5]",
+        "[1,2,3]",
+        "[3,4,5]",
+        "[0]",
+        "[0,3]",
+        "[2,0]",
+        "[300,301]",
+        "[301,301]",
+    ] {
         for s in states {
             let src = format!(
                 "func @main(%0: u32[4]) -> (u32[4], u32{shape}) {{\n  %1, %2 = rng_bit_generator %0 {{algorithm = THREE_FRY}} : u32[4], u32{shape}\n  return %1, %2\n}}\n"

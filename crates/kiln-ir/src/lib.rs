@@ -26,6 +26,7 @@ mod op;
 pub mod parse;
 pub mod print;
 pub mod random;
+pub mod rng_layout;
 pub mod shrink;
 mod types;
 pub mod verify;

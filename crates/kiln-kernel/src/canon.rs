@@ -581,8 +581,8 @@ pub fn winograd_convs(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError
 /// vectors of counter blocks, so that its bits come from kernels: block `i` encrypts the
 /// 64-bit counter + i (its low word first) under the key, and its two words are words `2i`
 /// and `2i + 1` (a u64 output's element `i`, low word first), or, in a u32 output of rank 2 or
-/// more with an even leading dimension, an element of rows `2j` and `2j + 1` (as XLA places
-/// them: `kiln_reference::rng::placed`); the next state advances the
+/// more, the same element of rows `2j` and `2j + 1` of the dimension its grid of blocks splits
+/// (as XLA lays them out: `kiln_ir::rng_layout::block_grid`); the next state advances the
 /// counter by the number of blocks. A `u32[4]` state is `[key0, key1, counter_lo, counter_hi]`,
 /// a `u64[2]` state `[key, counter]` (the same bits).
 pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
@@ -601,7 +601,15 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
         let wide_out = out_ty.dtype == DType::U64;
         let wide_state = f.values[inst.operands[0].index()].dtype == DType::U64;
         let n = out_ty.numel();
-        let blocks = if wide_out { n } else { n.div_ceil(2) };
+        // A u32 output of rank 2 or more lays its blocks out on a grid (see
+        // `kiln_ir::rng_layout::block_grid`); a vector's are in order, two words each.
+        let grid = (!wide_out && out_ty.shape.len() >= 2)
+            .then(|| kiln_ir::rng_layout::block_grid(&out_ty.shape));
+        let blocks = match (&grid, wide_out) {
+            (Some((_, g)), _) => g.iter().product(),
+            (None, true) => n,
+            (None, false) => n.div_ceil(2),
+        };
         // The 64-bit counter lives in i64 (wrapping arithmetic, logical shifts: the same bits).
         let (u32t, u64t) = (DType::U32, DType::I64);
         // The four state words as u32 scalars.
@@ -691,18 +699,26 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
             let hi = b.binary(Op::ShiftLeft {}, hi, c)?;
             let both = b.binary(Op::Or {}, hi, lo)?;
             b.reshape(both, &out_ty.shape)?
-        } else if let [d0, rest @ ..] = &out_ty.shape[..]
-            && d0 % 2 == 0
-            && !rest.is_empty()
-        {
-            // An even leading dimension (see `kiln_reference::rng::placed`): the blocks fill a
-            // [d0 / 2, rest...] grid, each its low word in row 2i and its high word in row
-            // 2i + 1: [d0 / 2, 1, rest] twice, side by side on the middle dimension.
-            let r: usize = rest.iter().product();
-            let c0 = b.reshape(x0, &[d0 / 2, 1, r])?;
-            let c1 = b.reshape(x1, &[d0 / 2, 1, r])?;
-            let rows = b.inst(Op::Concatenate { dimension: 1 }, &[c0, c1])?;
-            b.reshape(rows, &out_ty.shape)?
+        } else if let Some((split, g)) = &grid {
+            // Each block's two words side by side after its index along the split dimension,
+            // [pre, half, 2, post], that dimension's rows 2j and 2j + 1, then its first `d`.
+            let shape = &out_ty.shape;
+            let pre: usize = shape[..*split].iter().product();
+            let post: usize = shape[split + 1..].iter().product();
+            let (d, half) = (shape[*split], g[*split]);
+            let c0 = b.reshape(x0, &[pre, half, 1, post])?;
+            let c1 = b.reshape(x1, &[pre, half, 1, post])?;
+            let pairs = b.inst(Op::Concatenate { dimension: 2 }, &[c0, c1])?;
+            let rows = b.reshape(pairs, &[pre, 2 * half, post])?;
+            let rows = b.inst(
+                Op::Slice {
+                    start_indices: vec![0, 0, 0],
+                    limit_indices: vec![pre as i64, d as i64, post as i64],
+                    strides: vec![1, 1, 1],
+                },
+                &[rows],
+            )?;
+            b.reshape(rows, shape)?
         } else {
             // Interleave the words: [blocks, 2] -> 2 * blocks, then the first n.
             let c0 = b.reshape(x0, &[blocks, 1])?;

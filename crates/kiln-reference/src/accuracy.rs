@@ -150,9 +150,10 @@ pub fn ulp(d: DType, x: f64) -> f64 {
 
 /// 2^k for `k` in f64's range down to its smallest subnormal (-1074 to 1023), from its bits:
 /// `2f64.powi(k)` takes the reciprocal of 2^-k for a negative `k`, which overflows past 2^1023,
-/// so f64's spacing at and below 2^-971 came out 0 (every subnormal difference was then
-/// infinitely many ulps: random program 28307, `erf` of a subnormal within half an ulp).
+/// so f64's spacing below 2^-971 came out 0 (every subnormal difference was then infinitely
+/// many ulps: random program 28307, `erf` of a subnormal within half an ulp).
 fn pow2(k: i32) -> f64 {
+    debug_assert!((-1074..=1023).contains(&k), "2^{k} is not an f64");
     if k >= -1022 {
         f64::from_bits(((k + 1023) as u64) << 52)
     } else {

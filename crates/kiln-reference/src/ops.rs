@@ -743,22 +743,21 @@ pub fn eval_op(op: &Op, x: &[&Literal], types: &[TensorType]) -> Vec<Literal> {
                 [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
             };
             let out = &types[1];
-            let wide = out.dtype == DType::U64;
-            let (bits, next) = crate::rng::bits(words, out.numel() * if wide { 2 } else { 1 });
+            // A u64 output takes one block each, its first word the low half; a u32 output
+            // lays its blocks out as XLA's THREE_FRY does.
+            let (data, next) = if out.dtype == DType::U64 {
+                let (bits, next) = crate::rng::bits(words, 2 * out.numel());
+                let wide = bits.chunks_exact(2);
+                let data = wide.map(|w| w[0] as u64 | (w[1] as u64) << 32).collect();
+                (Data::U64(data), next)
+            } else {
+                let (w, next) = crate::rng::u32_words(words, &out.shape);
+                (Data::U32(w), next)
+            };
             let state = if x[0].dtype() == DType::U64 {
                 Data::U64(crate::rng::state_of(next).to_vec())
             } else {
                 Data::U32(next.to_vec())
-            };
-            // A u64 output takes two words each, the first its low half.
-            let data = if wide {
-                Data::U64(
-                    bits.chunks_exact(2)
-                        .map(|w| w[0] as u64 | (w[1] as u64) << 32)
-                        .collect(),
-                )
-            } else {
-                Data::U32(crate::rng::placed(bits, &out.shape))
             };
             vec![
                 Literal::new(types[0].clone(), state).expect(VERIFIED),

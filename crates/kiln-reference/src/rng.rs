@@ -39,28 +39,31 @@ pub fn bits(state: [u32; 4], n: usize) -> (Vec<u32>, [u32; 4]) {
     (out, [state[0], state[1], next as u32, (next >> 32) as u32])
 }
 
-/// The words of a u32 output of shape `shape`, from `bits` in block order (block b's words at 2b
-/// and 2b + 1), placed as XLA's THREE_FRY places them: where the leading dimension is even,
-/// the blocks fill a `[d0 / 2, d1, ...]` grid in row-major order and each puts its low word in
-/// row 2i and its high word in row 2i + 1 of its column (a `u32[4,4]` has the low words of
-/// blocks 0 to 3 in its first row, their high words in its second); for an odd leading
-/// dimension, a vector or a scalar, in block order.
-pub fn placed(bits: Vec<u32>, shape: &[usize]) -> Vec<u32> {
-    match shape {
-        [d0, rest @ ..] if d0 % 2 == 0 && !rest.is_empty() => {
-            let rest: usize = rest.iter().product();
-            let mut out = vec![0; bits.len()];
-            for i in 0..d0 / 2 {
-                for r in 0..rest {
-                    for h in 0..2 {
-                        out[(2 * i + h) * rest + r] = bits[2 * (i * rest + r) + h];
-                    }
+/// The words of a u32 output of shape `shape` from `state`, and the next state, as XLA's
+/// THREE_FRY lays them out ([`kiln_ir::rng_layout::block_grid`]: for a vector, block `b`'s
+/// words at `2b` and `2b + 1`; a `u32[4,4]` has the first words of blocks 0 to 3 in its first
+/// row and their second words in its second). The counter advances by the grid's blocks.
+pub fn u32_words(state: [u32; 4], shape: &[usize]) -> (Vec<u32>, [u32; 4]) {
+    let (split, grid) = kiln_ir::rng_layout::block_grid(shape);
+    let blocks: usize = grid.iter().product();
+    let (bits, next) = bits(state, 2 * blocks);
+    if shape.is_empty() {
+        return (bits[..1].to_vec(), next);
+    }
+    let pre: usize = shape[..split].iter().product();
+    let post: usize = shape[split + 1..].iter().product();
+    let (d, half) = (shape[split], grid[split]);
+    let mut out = vec![0; pre * d * post];
+    for p in 0..pre {
+        for j in 0..half {
+            for h in (0..2).filter(|h| 2 * j + h < d) {
+                for q in 0..post {
+                    out[(p * d + 2 * j + h) * post + q] = bits[2 * ((p * half + j) * post + q) + h];
                 }
             }
-            out
         }
-        _ => bits,
     }
+    (out, next)
 }
 
 /// A `u64[2]` state `[key, counter]` as the four words [`bits`] takes (little-endian halves).

@@ -101,7 +101,7 @@ fn transcendental_results_are_held_to_ulps() {
     assert!(old_close(&far, &want));
 }
 
-/// f64's spacing reaches its subnormals (it was 0 from 2^-971 down, so that a result one
+/// f64's spacing reaches its subnormals (it was 0 below 2^-971, so that a result one
 /// subnormal step from the reference's failed as infinitely many ulps off: random program
 /// 28307, `erf` of 4 x 2^-1074, whose libm value is 0.51 ulp off and kiln's 0.49), and an `erf`
 /// a step off there passes while one 100 steps off does not.
