@@ -10,7 +10,19 @@
 /// from 64-bit scratch: random programs 402, 426 and 1232, which the first form of this check,
 /// any two such stores 4 bytes apart, took for split stores).
 pub fn split_stores(ptx: &str) -> Vec<String> {
-    let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+    // Each function by itself: LLVM numbers registers afresh in each.
+    let mut functions = vec![Vec::new()];
+    for l in ptx.lines().map(str::trim) {
+        if l.contains(".entry ") || l.contains(".func ") {
+            functions.push(Vec::new());
+        }
+        functions.last_mut().expect("one at least").push(l);
+    }
+    functions.iter().flat_map(|f| split_in(f)).collect()
+}
+
+/// [`split_stores`] in one function's lines.
+fn split_in(lines: &[&str]) -> Vec<String> {
     // `%rdM` -> `%rdN` for each `shr.{u,s,b}64 %rdM, %rdN, 32;`.
     let high_half: std::collections::HashMap<&str, &str> = lines
         .iter()
@@ -64,6 +76,13 @@ pub fn split_stores(ptx: &str) -> Vec<String> {
 fn split_store_check_tells_halves_from_elements() {
     let split = "add.s64 \t%rd3, %rd2, 7;\n\tst.global.b32 \t[%rd1], %rd3;\n\tshr.u64 \t%rd4, %rd3, 32;\n\tst.global.b32 \t[%rd1+4], %rd4;\n";
     assert_eq!(split_stores(split).len(), 2, "{split}");
+    // Registers are each function's own: a shift in one does not pair stores in another.
+    let two = format!(
+        ".visible .entry k0(\n{split}}}\n.visible .entry k1(\nshr.u64 \t%rd4, %rd9, 32;\n}}\n"
+    );
+    assert_eq!(split_stores(&two).len(), 2, "{two}");
+    let apart = ".visible .entry k0(\nst.global.b32 \t[%rd1], %rd3;\nshr.u64 \t%rd4, %rd3, 32;\n}\n.visible .entry k1(\nst.global.b32 \t[%rd1+4], %rd4;\n}\n";
+    assert_eq!(split_stores(apart), Vec::<String>::new(), "{apart}");
     let same = "st.global.b32 \t[%rd1+8], %rd3;\n\tst.global.b32 \t[%rd1+12], %rd3;\n";
     assert_eq!(split_stores(same).len(), 2, "{same}");
     let elements = "ld.global.b64 \t%rd51, [%rd9];\n\tst.global.b32 \t[%rd53], %rd51;\n\tld.global.b64 \t%rd54, [%rd9+8];\n\tst.global.b32 \t[%rd53+4], %rd54;\n\tshr.u64 \t%rd60, %rd51, 16;\n";
