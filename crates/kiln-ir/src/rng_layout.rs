@@ -23,6 +23,19 @@ pub fn block_grid(shape: &[usize]) -> (usize, Vec<usize>) {
     (split, grid)
 }
 
+/// A u32 result of shape `shape` (a scalar as `[1]`) around the dimension its blocks split,
+/// `[pre, half, d, post]`: the dimensions before it multiplied, the blocks along it, its size,
+/// and the dimensions after it multiplied. Block `(p, j, q)` (number `(p * half + j) * post + q`)
+/// puts its words at `(p, 2j, q)` and `(p, 2j + 1, q)` of the result as `[pre, d, post]`, where
+/// they fall inside `d`; there are `pre * half * post` blocks.
+pub fn grid_dims(shape: &[usize]) -> [usize; 4] {
+    let shape = if shape.is_empty() { &[1][..] } else { shape };
+    let (split, grid) = block_grid(shape);
+    let pre = shape[..split].iter().product();
+    let post = shape[split + 1..].iter().product();
+    [pre, grid[split], shape[split], post]
+}
+
 #[cfg(test)]
 mod tests {
     use super::block_grid;

@@ -580,9 +580,9 @@ pub fn winograd_convs(f: &Func, target: &TargetInfo) -> Result<Func, VerifyError
 /// Rewrites each `rng_bit_generator` (Threefry-2x32, 20 rounds) into integer arithmetic on
 /// vectors of counter blocks, so that its bits come from kernels: block `i` encrypts the
 /// 64-bit counter + i (its low word first) under the key, and its two words are words `2i`
-/// and `2i + 1` (a u64 output's element `i`, low word first), or, in a u32 output of rank 2 or
-/// more, the same element of rows `2j` and `2j + 1` of the dimension its grid of blocks splits
-/// (as XLA lays them out: `kiln_ir::rng_layout::block_grid`); the next state advances the
+/// and `2i + 1` (a u64 output's element `i`, low word first), or, in a u32 output, the same
+/// element of rows `2j` and `2j + 1` of the dimension its grid of blocks splits (as XLA lays
+/// them out: `kiln_ir::rng_layout::grid_dims`; a vector's in order); the next state advances the
 /// counter by the number of blocks. A `u32[4]` state is `[key0, key1, counter_lo, counter_hi]`,
 /// a `u64[2]` state `[key, counter]` (the same bits).
 pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
@@ -601,15 +601,9 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
         let wide_out = out_ty.dtype == DType::U64;
         let wide_state = f.values[inst.operands[0].index()].dtype == DType::U64;
         let n = out_ty.numel();
-        // A u32 output of rank 2 or more lays its blocks out on a grid (see
-        // `kiln_ir::rng_layout::block_grid`); a vector's are in order, two words each.
-        let grid = (!wide_out && out_ty.shape.len() >= 2)
-            .then(|| kiln_ir::rng_layout::block_grid(&out_ty.shape));
-        let blocks = match (&grid, wide_out) {
-            (Some((_, g)), _) => g.iter().product(),
-            (None, true) => n,
-            (None, false) => n.div_ceil(2),
-        };
+        // A u32 output lays its blocks out on a grid (`kiln_ir::rng_layout::grid_dims`).
+        let [pre, half, d, post] = kiln_ir::rng_layout::grid_dims(&out_ty.shape);
+        let blocks = if wide_out { n } else { pre * half * post };
         // The 64-bit counter lives in i64 (wrapping arithmetic, logical shifts: the same bits).
         let (u32t, u64t) = (DType::U32, DType::I64);
         // The four state words as u32 scalars.
@@ -699,13 +693,9 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
             let hi = b.binary(Op::ShiftLeft {}, hi, c)?;
             let both = b.binary(Op::Or {}, hi, lo)?;
             b.reshape(both, &out_ty.shape)?
-        } else if let Some((split, g)) = &grid {
+        } else {
             // Each block's two words side by side after its index along the split dimension,
             // [pre, half, 2, post], that dimension's rows 2j and 2j + 1, then its first `d`.
-            let shape = &out_ty.shape;
-            let pre: usize = shape[..*split].iter().product();
-            let post: usize = shape[split + 1..].iter().product();
-            let (d, half) = (shape[*split], g[*split]);
             let c0 = b.reshape(x0, &[pre, half, 1, post])?;
             let c1 = b.reshape(x1, &[pre, half, 1, post])?;
             let pairs = b.inst(Op::Concatenate { dimension: 2 }, &[c0, c1])?;
@@ -718,22 +708,7 @@ pub fn expand_rngs(f: &Func) -> Result<Func, VerifyError> {
                 },
                 &[rows],
             )?;
-            b.reshape(rows, shape)?
-        } else {
-            // Interleave the words: [blocks, 2] -> 2 * blocks, then the first n.
-            let c0 = b.reshape(x0, &[blocks, 1])?;
-            let c1 = b.reshape(x1, &[blocks, 1])?;
-            let pairs = b.inst(Op::Concatenate { dimension: 1 }, &[c0, c1])?;
-            let flat = b.reshape(pairs, &[2 * blocks])?;
-            let first = b.inst(
-                Op::Slice {
-                    start_indices: vec![0],
-                    limit_indices: vec![n as i64],
-                    strides: vec![1],
-                },
-                &[flat],
-            )?;
-            b.reshape(first, &out_ty.shape)?
+            b.reshape(rows, &out_ty.shape)?
         };
         // The next state.
         let used = b.scalar(u64t, blocks as f64)?;

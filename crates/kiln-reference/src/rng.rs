@@ -44,15 +44,8 @@ pub fn bits(state: [u32; 4], n: usize) -> (Vec<u32>, [u32; 4]) {
 /// words at `2b` and `2b + 1`; a `u32[4,4]` has the first words of blocks 0 to 3 in its first
 /// row and their second words in its second). The counter advances by the grid's blocks.
 pub fn u32_words(state: [u32; 4], shape: &[usize]) -> (Vec<u32>, [u32; 4]) {
-    let (split, grid) = kiln_ir::rng_layout::block_grid(shape);
-    let blocks: usize = grid.iter().product();
-    let (bits, next) = bits(state, 2 * blocks);
-    if shape.is_empty() {
-        return (bits[..1].to_vec(), next);
-    }
-    let pre: usize = shape[..split].iter().product();
-    let post: usize = shape[split + 1..].iter().product();
-    let (d, half) = (shape[split], grid[split]);
+    let [pre, half, d, post] = kiln_ir::rng_layout::grid_dims(shape);
+    let (bits, next) = bits(state, 2 * pre * half * post);
     let mut out = vec![0; pre * d * post];
     for p in 0..pre {
         for j in 0..half {
