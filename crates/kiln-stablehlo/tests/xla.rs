@@ -58,11 +58,15 @@ const KNOWN: &[(&str, &str)] = &[
         "random seed 717, shrunk",
         "a sort of a 2-bit integer operand beside an operand of another width: XLA's CPU refuses it (\"Inputs must have the same shape\", the sorted dimension longer than 1; 2-bit operands alone, or 4-bit ones beside wider ones, compile); StableHLO's spec sorts operands of any element types of one shape, as kiln does",
     ),
+    ("select_and_scatter tie, padded", SELECT_TIES),
     (
         "jax program threefry_bits",
         "`uniform` scales by `u * (max - min) + min`: XLA's CPU fuses the multiply and the add (one rounding), kiln rounds each (1 ulp)",
     ),
 ];
+
+/// Why XLA may pick another element of a padded `select_and_scatter` window.
+const SELECT_TIES: &str = "select_and_scatter with padding, in a window holding two elements its select does not order (equal values under GT): XLA's CPU expands the op into a reduce_window over (value, row, column) tuples and a scatter, and with padding that reduce_window visits a window's elements in another order than row-major (column-major where only the last dimension is padded), so it picks another of the tied elements; StableHLO's spec leaves the order to reduce_window's schedule, and kiln's spec scans each window row-major";
 
 /// XLA's refusal of a live `rng_bit_generator` (a dead one it removes before it looks).
 const RNG_REFUSAL: &str = "Binary op add with different element types: u32";
@@ -179,26 +183,40 @@ fn bitcasts_pred(m: &Module) -> bool {
     })
 }
 
-/// Whether `m` has a matrix product or convolution of 2- or 4-bit integers into another type.
+/// Whether `m` has a matrix product or convolution of values narrower than a byte (2- or
+/// 4-bit integers, 4- or 6-bit floats such as seed 3022's `f4e2m1fn`) into another type.
 fn widens_sub_byte_products(m: &Module) -> bool {
     any_inst(m, &|f, i| {
         let ty = |v: &kiln_ir::ValueId| f.values[v.index()].dtype;
         matches!(
             i.op,
             kiln_ir::Op::DotGeneral { .. } | kiln_ir::Op::Convolution { .. }
-        ) && i.operands.iter().any(|v| ty(v).is_sub_byte())
+        ) && i.operands.iter().any(|v| ty(v).bits() < 8)
             && i.results.iter().any(|r| ty(r) != ty(&i.operands[0]))
     })
 }
 
-/// Random programs XLA refused, shrunk (each a known difference, listed in `KNOWN`, so the
+/// A padded `select_and_scatter` whose first window holds a tie (see [`SELECT_TIES`]).
+const SELECT_TIE_PROGRAM: &str = "func @main(%0: f32[2,2], %1: f32[1,2], %2: f32[]) -> f32[2,2] {\n  %3 = select_and_scatter %0, %1, %2 {window_dimensions = [2, 2], window_strides = [1, 1], padding = [[0, 0], [0, 1]], select = GT, kind = add} : f32[2,2]\n  return %3\n}\n";
+
+/// Random programs XLA refused or disagreed with, shrunk (each a known difference, listed in `KNOWN`, so the
 /// check notices when XLA runs it), with their arguments.
 fn shrunk_programs() -> Vec<(String, Module, Vec<Literal>)> {
-    [(
-        "random seed 717, shrunk",
-        "func @main(%0: u2[4], %1: f16[4]) -> (u2[4], f16[4]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @comparator(%0: u2[], %1: u2[], %2: f16[], %3: f16[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      return %4\n    }} : u2[4], f16[4]\n  return %2, %3\n}\n",
-        ["[3, 0, 2, 0]", "[1.5, -2.0, 0.25, 4.0]"],
-    )]
+    [
+        (
+            "random seed 717, shrunk",
+            "func @main(%0: u2[4], %1: f16[4]) -> (u2[4], f16[4]) {\n  %2, %3 = sort %0, %1 {dimension = 0, is_stable = true, comparator = func @comparator(%0: u2[], %1: u2[], %2: f16[], %3: f16[]) -> pred[] {\n      %4 = compare %0, %1 {comparison_direction = LT} : pred[]\n      return %4\n    }} : u2[4], f16[4]\n  return %2, %3\n}\n",
+            &["[3, 0, 2, 0]", "[1.5, -2.0, 0.25, 4.0]"][..],
+        ),
+        // Random seed 1612's difference, shrunk: the first window holds both 1s; kiln picks
+        // the later in row-major order (GT keeps the current only while it is greater), XLA
+        // the earlier.
+        (
+            "select_and_scatter tie, padded",
+            SELECT_TIE_PROGRAM,
+            &["[[0.0, 1.0], [1.0, 0.0]]", "[[1.0, 2.0]]", "0.0"][..],
+        ),
+    ]
     .into_iter()
     .map(|(name, text, args)| {
         let m = kiln_ir::parse_module(text).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -220,8 +238,9 @@ fn shrunk_programs() -> Vec<(String, Module, Vec<Literal>)> {
 /// real types, JAX refusing an
 /// argument of a 6- or 4-bit float (or XLA any such value), XLA aborting on a concatenate of
 /// sub-byte integers, `popcnt` of a signed sub-byte integer, `reduce_window` of a rank-0
-/// operand, or a region reduction from an init value that is not its body's identity.
-fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
+/// operand, a region reduction from an init value that is not its body's identity, or a
+/// padded `select_and_scatter` window with a tie in it.
+fn known(name: &str, problem: &str, m: &Module, args: &[Literal]) -> Option<&'static str> {
     if ["S2", "U2", "S4", "U4"]
         .iter()
         .any(|t| problem.contains(&format!("unsupported operand type {t} in op dot")))
@@ -231,7 +250,7 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
     if problem.contains("custom element sizes on non-sub-byte types") && widens_sub_byte_products(m)
     {
         return Some(
-            "XLA's CPU has no matrix product of 2- or 4-bit integers; into a wider type, its operand upcaster converts them keeping their element size, and its own verifier refuses the result (\"custom element sizes on non-sub-byte types\")",
+            "XLA's CPU has no matrix product of values narrower than a byte (2- or 4-bit integers, 4- or 6-bit floats); into a wider type, its operand upcaster converts them keeping their element size, and its own verifier refuses the result (\"custom element sizes on non-sub-byte types\")",
         );
     }
     if bitcasts_pred(m) {
@@ -289,6 +308,9 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
             "a region reduction from an init value that is not its body's identity (an exclusive or from a random value, an argmax from a random best): StableHLO's spec lets an implementation use the init values any number of times, and XLA's CPU uses them once per part of a long row or window (an even number of times over 3,418 elements); kiln's spec uses them once, as the reference does",
         );
     }
+    if problem.starts_with("XLA disagrees") && padded_select_ties(m, args) {
+        return Some(SELECT_TIES);
+    }
     if problem.contains("reduce_decomposer.cc") && problem.contains("layout()") {
         return Some(
             "XLA's CPU refuses a variadic reduce of a 2-bit integer input beside a wider one (a failed layout check in its reduce decomposer, at any length)",
@@ -306,6 +328,126 @@ fn known(name: &str, problem: &str, m: &Module) -> Option<&'static str> {
         );
     }
     KNOWN.iter().find(|(n, _)| *n == name).map(|(_, why)| *why)
+}
+
+/// Whether a `select_and_scatter` of `m`'s entry function with padding, run on `args`, has a
+/// window holding two elements its select does not order: `select(x, y) == select(y, x)`
+/// (equal values under GT or GE, any two under EQ or NE), so that scanning the window in
+/// another order can pick another of them (see [`SELECT_TIES`]).
+fn padded_select_ties(m: &Module, args: &[Literal]) -> bool {
+    let Some(f) = m.entry() else { return false };
+    f.insts.iter().any(|i| {
+        let kiln_ir::Op::SelectAndScatter {
+            window_dimensions: wd,
+            window_strides: ws,
+            padding,
+            select,
+            ..
+        } = &i.op
+        else {
+            return false;
+        };
+        if padding.iter().all(|&p| p == (0, 0)) {
+            return false;
+        }
+        // The operand's value: the function up to here, returning it.
+        let mut g = f.clone();
+        g.outputs = vec![i.operands[0]];
+        g.output_types = vec![f.values[i.operands[0].index()].clone()];
+        let Ok(Some(a)) = kiln_reference::eval(&g, args).map(|r| r.into_iter().next()) else {
+            return false;
+        };
+        let shape = a.shape().to_vec();
+        let (fs, is) = (a.to_f64s(), a.to_i64s());
+        let sel = |x: usize, y: usize| {
+            if a.dtype().is_float() {
+                kiln_reference::scalar::compare_f(*select, fs[x], fs[y])
+            } else {
+                kiln_reference::scalar::compare_i(*select, a.dtype(), is[x], is[y])
+            }
+        };
+        let strides = a.ty().strides();
+        let grid: Vec<usize> = (0..shape.len())
+            .map(|d| kiln_ir::verify::window_output_size(shape[d], 1, padding[d], wd[d], 1, ws[d]))
+            .collect();
+        let mut window = Vec::new();
+        let mut tied = false;
+        for_each(&grid, &mut |o| {
+            window.clear();
+            let wshape: Vec<usize> = wd.iter().map(|&w| w as usize).collect();
+            for_each(&wshape, &mut |w| {
+                let mut pos = 0;
+                for d in 0..o.len() {
+                    let p = o[d] as i64 * ws[d] - padding[d].0 + w[d] as i64;
+                    if p < 0 || p >= shape[d] as i64 {
+                        return;
+                    }
+                    pos += p as usize * strides[d];
+                }
+                window.push(pos);
+            });
+            tied |= window
+                .iter()
+                .enumerate()
+                .any(|(k, &x)| window[k + 1..].iter().any(|&y| sel(x, y) == sel(y, x)));
+        });
+        tied
+    })
+}
+
+/// Calls `f` on every index of `shape`, in row-major order.
+fn for_each(shape: &[usize], f: &mut dyn FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0; shape.len()];
+    loop {
+        f(&idx);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+#[test]
+fn padded_select_ties_are_told() {
+    let padded = kiln_ir::parse_module(SELECT_TIE_PROGRAM).unwrap();
+    let args = |a: &str| {
+        let f32s = |s: &str, shape: Vec<usize>| {
+            kiln_ir::parse_literal(s, &kiln_ir::TensorType::new(kiln_ir::DType::F32, shape))
+                .unwrap()
+        };
+        vec![
+            f32s(a, vec![2, 2]),
+            f32s("[[1.0, 2.0]]", vec![1, 2]),
+            f32s("0.0", vec![]),
+        ]
+    };
+    let (tie, distinct) = ("[[0.0, 1.0], [1.0, 0.0]]", "[[0.0, 1.0], [2.0, 3.0]]");
+    assert!(padded_select_ties(&padded, &args(tie)));
+    // Distinct values: every window orders its elements.
+    assert!(!padded_select_ties(&padded, &args(distinct)));
+    // Unpadded, XLA scans row-major as kiln does.
+    let unpadded = SELECT_TIE_PROGRAM
+        .replace("[[0, 0], [0, 1]]", "[[0, 0], [0, 0]]")
+        .replace("f32[1,2]", "f32[1,1]");
+    let unpadded = kiln_ir::parse_module(&unpadded).unwrap();
+    let mut a = args(tie);
+    a[1] = kiln_ir::parse_literal(
+        "[[1.0]]",
+        &kiln_ir::TensorType::new(kiln_ir::DType::F32, vec![1, 1]),
+    )
+    .unwrap();
+    assert!(!padded_select_ties(&unpadded, &a));
 }
 
 /// XLA's outputs with each zero that stands for a subnormal value of the reference's (`want`)
@@ -527,7 +669,7 @@ fn xla_agrees_with_the_reference() {
         let listed = KNOWN.iter().find(|(n, _)| *n == w.name);
         let why = problem
             .as_deref()
-            .and_then(|p| known(&w.name, p, &w.module));
+            .and_then(|p| known(&w.name, p, &w.module, &w.args));
         match (problem, why) {
             (None, _) if listed.is_none() => agreed += 1,
             (None, _) => failures.push(format!(
