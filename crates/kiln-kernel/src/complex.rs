@@ -386,9 +386,13 @@ fn rewrite(
             }
         }
         Op::Log {} => {
-            let (a, c) = parts(b, ops[0])?;
-            let m = hypot(b, a, c, &part_ty)?;
-            V::Pair(b.unary(Op::Log {}, m)?, bin(b, Op::Atan2 {}, c, a)?)
+            let z = parts(b, ops[0])?;
+            let (re, im) = Math {
+                b,
+                ty: part_ty.clone(),
+            }
+            .log(z)?;
+            V::Pair(re, im)
         }
         Op::Compare {
             comparison_direction: dir,
@@ -521,12 +525,81 @@ pub(crate) fn mul(
     ))
 }
 
-/// Smith's division (p + iq) / (c + id), as the reference's `complex::div` computes it.
+/// The exponent `k` by which [`scale_tiny`] scales parts of type `ty`, and the bound below
+/// which it does, 2^(emin + p) (`p` the significand's bits): 48 and 2^-102 for f32 parts, 108
+/// and 2^-969 for f64 (`k` even and a multiple of 3, so a square or cube root scales back
+/// exactly).
+pub(crate) fn tiny_exponent(ty: &TensorType) -> (i32, f64) {
+    if ty.dtype == DType::F64 {
+        (108, 2f64.powi(-969))
+    } else {
+        (48, 2f64.powi(-102))
+    }
+}
+
+/// `(a, c)` scaled by 2^k (exactly, [`tiny_exponent`]) where both parts are below the bound:
+/// subnormal or near it, where halving, hypot's product or Smith's quotients would round in
+/// the subnormal range and lose the significand's bits (√ of 2^-149 + 0i came out NaN, its
+/// logarithm of 13 · 2^-149 off by 0.3). Returns where, the scaled parts and `k`.
+pub(crate) fn scale_tiny(
+    b: &mut Builder,
+    (a, c): (ValueId, ValueId),
+    ty: &TensorType,
+) -> R<(ValueId, (ValueId, ValueId), i32)> {
+    let (k, bound) = tiny_exponent(ty);
+    let x = b.unary(Op::Abs {}, a)?;
+    let y = b.unary(Op::Abs {}, c)?;
+    let m = b.binary(Op::Maximum {}, x, y)?;
+    let lim = b.full(ty, bound)?;
+    let tiny = b.compare(m, lim, ComparisonDirection::Lt)?;
+    let s = pow2_where(b, tiny, k, ty)?;
+    let a = b.binary(Op::Multiply {}, a, s)?;
+    let c = b.binary(Op::Multiply {}, c, s)?;
+    Ok((tiny, (a, c), k))
+}
+
+/// 2^e where `p`, else 1.
+pub(crate) fn pow2_where(b: &mut Builder, p: ValueId, e: i32, ty: &TensorType) -> R<ValueId> {
+    let s = b.full(ty, 2f64.powi(e))?;
+    let one = b.full(ty, 1.0)?;
+    b.select(p, s, one)
+}
+
+/// Smith's division (p + iq) / (c + id), as the reference's `complex::div` computes it: a
+/// numerator or divisor with both parts tiny ([`scale_tiny`]) scaled up first, and the
+/// quotient by the ratio of the scales.
 pub(crate) fn div(
+    b: &mut Builder,
+    num: (ValueId, ValueId),
+    den: (ValueId, ValueId),
+    ty: &TensorType,
+) -> R<(ValueId, ValueId)> {
+    let (num_tiny, (p, q), k) = scale_tiny(b, num, ty)?;
+    let (den_tiny, (c, d), _) = scale_tiny(b, den, ty)?;
+    let (re, im) = smith(b, (p, q), (c, d))?;
+    let up = pow2_where(b, den_tiny, k, ty)?;
+    let down = pow2_where(b, num_tiny, -k, ty)?;
+    let f = b.binary(Op::Multiply {}, up, down)?;
+    let re = b.binary(Op::Multiply {}, re, f)?;
+    let im = b.binary(Op::Multiply {}, im, f)?;
+    // A zero divisor: each part divided by |c| (+0).
+    let ((p, q), (c, d)) = (num, den);
+    let zero = b.full(ty, 0.0)?;
+    let c0 = b.compare(c, zero, ComparisonDirection::Eq)?;
+    let d0 = b.compare(d, zero, ComparisonDirection::Eq)?;
+    let by_zero = b.binary(Op::And {}, c0, d0)?;
+    let ac = b.unary(Op::Abs {}, c)?;
+    let pz = b.binary(Op::Divide {}, p, ac)?;
+    let qz = b.binary(Op::Divide {}, q, ac)?;
+    Ok((b.select(by_zero, pz, re)?, b.select(by_zero, qz, im)?))
+}
+
+/// Smith's quotient (p + iq) / (c + id) of a divisor not zero: the larger part of the
+/// divisor divides first.
+fn smith(
     b: &mut Builder,
     (p, q): (ValueId, ValueId),
     (c, d): (ValueId, ValueId),
-    ty: &TensorType,
 ) -> R<(ValueId, ValueId)> {
     let (mul_, add, sub, divide) = (
         |b: &mut Builder, x, y| b.binary(Op::Multiply {}, x, y),
@@ -557,16 +630,7 @@ pub(crate) fn div(
     let m2 = sub(b, qr2, p)?;
     let re2 = divide(b, n2, t2)?;
     let im2 = divide(b, m2, t2)?;
-    let re = b.select(c_first, re1, re2)?;
-    let im = b.select(c_first, im1, im2)?;
-    // A zero divisor: each part divided by |c| (+0).
-    let zero = b.full(ty, 0.0)?;
-    let c0 = b.compare(c, zero, ComparisonDirection::Eq)?;
-    let d0 = b.compare(d, zero, ComparisonDirection::Eq)?;
-    let by_zero = b.binary(Op::And {}, c0, d0)?;
-    let pz = divide(b, p, ac)?;
-    let qz = divide(b, q, ac)?;
-    Ok((b.select(by_zero, pz, re)?, b.select(by_zero, qz, im)?))
+    Ok((b.select(c_first, re1, re2)?, b.select(c_first, im1, im2)?))
 }
 
 /// |a + ib| without overflow: m sqrt(1 + (n / m)²), m and n the larger and smaller of |a|

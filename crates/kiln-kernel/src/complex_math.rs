@@ -8,7 +8,7 @@
 //! selects, the last select the reference's first case. The reference computes in f64 and
 //! rounds once; these compute in the part type, within the differential tests' bounds.
 
-use crate::complex::{cosh_sinh, div, hypot, mul};
+use crate::complex::{cosh_sinh, div, hypot, mul, pow2_where, scale_tiny};
 use kiln_ir::{Builder, ComparisonDirection, Op, TensorType, ValueId, VerifyError};
 
 type R<T> = Result<T, VerifyError>;
@@ -117,10 +117,28 @@ impl Math<'_> {
         self.sel2(real_axis, (e, c), (re, im))
     }
 
-    /// ln z = ln|z| + i atan2(b, a).
+    /// `z` scaled up where both parts are tiny ([`scale_tiny`]): where, the parts, and the
+    /// exponent.
+    fn scaled(&mut self, z: P) -> R<(ValueId, P, i32)> {
+        let ty = self.ty.clone();
+        scale_tiny(self.b, z, &ty)
+    }
+    /// Both parts of `z` times 2^e where `p`.
+    fn unscale(&mut self, p: ValueId, z: P, e: i32) -> R<P> {
+        let ty = self.ty.clone();
+        let s = pow2_where(self.b, p, e, &ty)?;
+        Ok((self.mul(z.0, s)?, self.mul(z.1, s)?))
+    }
+
+    /// ln z = ln|z| + i atan2(b, a); |z| of tiny parts scaled by 2^k, and k ln 2 taken off.
     pub fn log(&mut self, (a, c): P) -> R<P> {
-        let m = self.hypot(a, c)?;
-        Ok((self.un(Op::Log {}, m)?, self.bin(Op::Atan2 {}, c, a)?))
+        let (tiny, (sa, sc), k) = self.scaled((a, c))?;
+        let m = self.hypot(sa, sc)?;
+        let l = self.un(Op::Log {}, m)?;
+        let back = self.k(f64::from(k) * std::f64::consts::LN_2)?;
+        let zero = self.k(0.0)?;
+        let back = self.sel(tiny, back, zero)?;
+        Ok((self.sub(l, back)?, self.bin(Op::Atan2 {}, c, a)?))
     }
 
     /// e^z - 1: expm1(a) cos b - 2 sin²(b / 2) + i e^a sin b; expm1(a) (the zero kept) when b
@@ -177,20 +195,23 @@ impl Math<'_> {
         let zero = self.k(0.0)?;
         let inf = self.k(f64::INFINITY)?;
         let nan = self.k(f64::NAN)?;
-        let aa = self.un(Op::Abs {}, a)?;
-        let ah = self.mul(a, half)?;
-        let ch = self.mul(c, half)?;
+        // Tiny parts scaled by 2^k (whose halves would round), the root by 2^(-k/2) back.
+        let (tiny, (sa, sc), k) = self.scaled((a, c))?;
+        let aa = self.un(Op::Abs {}, sa)?;
+        let ah = self.mul(sa, half)?;
+        let ch = self.mul(sc, half)?;
         let m = self.hypot(ah, ch)?;
         let aah = self.mul(aa, half)?;
         let s = self.add(aah, m)?;
         let t = self.un(Op::Sqrt {}, s)?;
         let t2 = self.mul(two, t)?;
-        let pos_im = self.div(c, t2)?;
-        let ac = self.un(Op::Abs {}, c)?;
+        let pos_im = self.div(sc, t2)?;
+        let ac = self.un(Op::Abs {}, sc)?;
         let neg_re = self.div(ac, t2)?;
-        let neg_im = self.copysign(t, c)?;
+        let neg_im = self.copysign(t, sc)?;
         let a_pos = self.cmpk(a, 0.0, ComparisonDirection::Ge)?;
-        let mut z = self.sel2(a_pos, (t, pos_im), (neg_re, neg_im))?;
+        let z = self.sel2(a_pos, (t, pos_im), (neg_re, neg_im))?;
+        let mut z = self.unscale(tiny, z, -k / 2)?;
         // An infinite real part.
         let zs = self.copysign(zero, c)?;
         let is = self.copysign(inf, c)?;
@@ -220,7 +241,9 @@ impl Math<'_> {
     /// The principal cube root |z|^(1/3) (cos(θ / 3) + i sin(θ / 3)); the real cube root, the
     /// zero imaginary part kept, on the non-negative real axis.
     pub fn cbrt(&mut self, (a, c): P) -> R<P> {
-        let m = self.hypot(a, c)?;
+        // |z| of tiny parts scaled by 2^k, the root by 2^(-k/3) back.
+        let (tiny, (sa, sc), k) = self.scaled((a, c))?;
+        let m = self.hypot(sa, sc)?;
         let r = self.un(Op::Cbrt {}, m)?;
         let th = self.bin(Op::Atan2 {}, c, a)?;
         let third = self.k(1.0 / 3.0)?;
@@ -229,6 +252,7 @@ impl Math<'_> {
         let sin = self.un(Op::Sine {}, th)?;
         let re = self.mul(r, cos)?;
         let im = self.mul(r, sin)?;
+        let (re, im) = self.unscale(tiny, (re, im), -k / 3)?;
         let ra = self.un(Op::Cbrt {}, a)?;
         let c0 = self.cmpk(c, 0.0, ComparisonDirection::Eq)?;
         let a_pos = self.cmpk(a, 0.0, ComparisonDirection::Ge)?;
@@ -291,8 +315,10 @@ impl Math<'_> {
         };
         let ua = unit(self, a, ai)?;
         let uc = unit(self, c, ci)?;
-        let za = self.sel(any_inf, ua, a)?;
-        let zc = self.sel(any_inf, uc, c)?;
+        // Tiny parts scaled up: the quotient is the same, and |z| keeps its bits.
+        let (_, (sa, sc), _) = self.scaled((a, c))?;
+        let za = self.sel(any_inf, ua, sa)?;
+        let zc = self.sel(any_inf, uc, sc)?;
         let m = self.hypot(za, zc)?;
         let mut z = (self.div(za, m)?, self.div(zc, m)?);
         let a0 = self.cmpk(a, 0.0, ComparisonDirection::Eq)?;

@@ -196,9 +196,37 @@ pub fn mul(a: C, b: C) -> C {
     [a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]]
 }
 
+/// Parts below 2^-969 (2^(emin + p) of f64) lose bits where they are halved, or where hypot's
+/// result or Smith's quotients round in the subnormal range: a number whose parts both are
+/// scales by 2^108 (exactly; even and a multiple of 3, so that square and cube roots scale
+/// back exactly) before `sqrt`, `cbrt`, `log`, `sign` and `div` take it apart. (Only `c128`
+/// values get there: the parts of a `c64` are f32 values, 2^-149 and up.)
+///
+/// Whether both parts of `z` are below 2^-969 (NaN is not).
+fn tiny(z: C) -> bool {
+    let bound = 2f64.powi(-969);
+    z[0].abs() < bound && z[1].abs() < bound
+}
+
+/// `z` times 2^e.
+fn scale(z: C, e: i32) -> C {
+    let s = 2f64.powi(e);
+    [z[0] * s, z[1] * s]
+}
+
 /// `a / b` by Smith's scaled division: the larger part of `b` divides first, so no square
-/// of `b` overflows or underflows.
+/// of `b` overflows or underflows; a numerator or divisor of tiny parts scaled up first.
 pub fn div(a: C, b: C) -> C {
+    match (tiny(a), tiny(b) && b != [0.0, 0.0]) {
+        (true, false) => scale(smith(scale(a, 108), b), -108),
+        (false, true) => scale(smith(a, scale(b, 108)), 108),
+        (true, true) => smith(scale(a, 108), scale(b, 108)),
+        (false, false) => smith(a, b),
+    }
+}
+
+/// Smith's quotient `a / b`.
+fn smith(a: C, b: C) -> C {
     let ([p, q], [c, d]) = (a, b);
     if c.abs() >= d.abs() {
         if c == 0.0 && d == 0.0 {
@@ -236,6 +264,7 @@ pub fn sign(z: C) -> C {
     } else {
         z
     };
+    let z = if tiny(z) { scale(z, 108) } else { z };
     let m = z[0].hypot(z[1]);
     [z[0] / m, z[1] / m]
 }
@@ -263,7 +292,13 @@ pub fn expm1(z: C) -> C {
 
 /// The principal logarithm: ln|z| + i arg(z).
 pub fn log(z: C) -> C {
-    [z[0].hypot(z[1]).ln(), z[1].atan2(z[0])]
+    let re = if tiny(z) {
+        let [a, b] = scale(z, 108);
+        a.hypot(b).ln() - 108.0 * std::f64::consts::LN_2
+    } else {
+        z[0].hypot(z[1]).ln()
+    };
+    [re, z[1].atan2(z[0])]
 }
 
 /// `ln(1 + z)`, accurate near 0: ln|1 + z| = ln1p(2 re + re² + im²) / 2 when z is small.
@@ -295,6 +330,9 @@ pub fn sqrt(z: C) -> C {
         } else {
             [0.0, f64::INFINITY.copysign(b)]
         };
+    }
+    if tiny(z) {
+        return scale(sqrt(scale(z, 108)), -54);
     }
     // t = sqrt((|a| + |z|) / 2), with |a| and |z| halved first so their sum cannot overflow.
     let t = (a.abs() / 2.0 + (a / 2.0).hypot(b / 2.0)).sqrt();
@@ -346,6 +384,9 @@ pub fn cbrt(z: C) -> C {
     let [a, b] = z;
     if b == 0.0 && a >= 0.0 {
         return [a.cbrt(), b];
+    }
+    if tiny(z) {
+        return scale(cbrt(scale(z, 108)), -36);
     }
     let r = a.hypot(b).cbrt();
     let t = b.atan2(a) / 3.0;

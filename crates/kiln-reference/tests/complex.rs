@@ -2,7 +2,7 @@
 //! the verifier's refusal of ordering ops.
 
 use kiln_ir::{DType, Literal, TensorType, parse_func_text, parse_literal};
-use kiln_reference::complex::{atan2, cbrt, div, expm1, log1p, logistic, sign, sqrt, tan};
+use kiln_reference::complex::{atan2, cbrt, div, expm1, log, log1p, logistic, sign, sqrt, tan};
 
 fn close(a: [f64; 2], b: [f64; 2]) -> bool {
     let near = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs().max(1e-300);
@@ -48,6 +48,42 @@ fn scaled_division_neither_overflows_nor_underflows() {
     assert!(close(div([1e300, 1e300], [1e300, 1e300]), [1.0, 0.0]));
     assert!(close(div([1e-300, 1e-300], [0.0, 1e-300]), [1.0, -1.0]));
     assert!(close(div([5.0, 5.0], [3.0, -1.0]), [1.0, 2.0]));
+}
+
+/// `c128` numbers of subnormal parts keep their bits: scaled up before they are halved or
+/// divided (the square root of 2^-1074 was NaN, its logarithm at 2^-1074 (1 + i) off by 0.35).
+#[test]
+fn subnormal_parts_keep_their_bits() {
+    let u = f64::from_bits(1);
+    let (ln2, s3) = (std::f64::consts::LN_2, 3f64.sqrt());
+    assert_eq!(sqrt([u, 0.0]), [2f64.powi(-537), 0.0]);
+    assert_eq!(sqrt([4.0 * u, 0.0]), [2f64.powi(-536), 0.0]);
+    assert!(close(
+        sqrt([0.0, 2.0 * u]),
+        [2f64.powi(-537), 2f64.powi(-537)]
+    ));
+    assert!(close(sqrt([-9.0 * u, 0.0]), [0.0, 3.0 * 2f64.powi(-537)]));
+    let pi4 = std::f64::consts::FRAC_PI_4;
+    assert!(close(log([u, u]), [-1073.5 * ln2, pi4]));
+    assert!(close(
+        log([13.0 * u, 0.0]),
+        [13f64.ln() - 1074.0 * ln2, 0.0]
+    ));
+    assert!(close(sign([u, u]), [0.5f64.sqrt(), 0.5f64.sqrt()]));
+    assert!(close(sign([3.0 * u, -4.0 * u]), [0.6, -0.8]));
+    let c = 3.0 * 2f64.powi(-358);
+    assert!(close(cbrt([0.0, 27.0 * u]), [c * s3 / 2.0, c / 2.0]));
+    assert!(close(
+        cbrt([-8.0 * u, 0.0]),
+        [2f64.powi(-358), 2f64.powi(-358) * s3]
+    ));
+    assert!(close(div([u, u], [2.0 * u, u]), [0.6, 0.2]));
+    assert_eq!(div([3.0 * u, 0.0], [1.0, 0.0]), [3.0 * u, 0.0]);
+    assert_eq!(div([1.0, 0.0], [4.0 * u, 0.0]), [2f64.powi(1072), 0.0]);
+    assert!(close(
+        div([2.0 * u, 0.0], [2f64.powi(-1000), 2f64.powi(-1000)]),
+        [u * 2f64.powi(1000), -u * 2f64.powi(1000)]
+    ));
 }
 
 #[test]

@@ -296,6 +296,42 @@ fn random_complex_programs_agree_with_the_reference_on_the_emulator() {
     );
 }
 
+/// Complex numbers whose parts are subnormal (the bits of small `u64`s, random seed 48895):
+/// scaled up before they are halved, divided or measured, so the roots, logarithm, sign and
+/// quotients keep their bits (the square root of 2^-149 + 0i was NaN on both targets).
+#[test]
+fn complex_functions_of_subnormal_parts_agree_on_the_emulator() {
+    let f = kiln_ir::parse_func_text(
+        "func @main(%0: u64[8], %1: u64[8]) -> (c64[8], c64[8], c64[8], c64[8], c64[8], c64[8]) {\n  %2 = bitcast_convert %0 : c64[8]\n  %3 = bitcast_convert %1 : c64[8]\n  %4 = sqrt %2 : c64[8]\n  %5 = rsqrt %2 : c64[8]\n  %6 = log %2 : c64[8]\n  %7 = sign %2 : c64[8]\n  %8 = cbrt %2 : c64[8]\n  %9 = divide %2, %3 : c64[8]\n  return %4, %5, %6, %7, %8, %9\n}\n",
+    )
+    .unwrap();
+    let t = TensorType::new(DType::U64, [8]);
+    // Low word the real part's bits, high word the imaginary part's.
+    let words = |v: [u64; 8]| Literal::from_i64s(t.clone(), &v.map(|x| x as i64)).unwrap();
+    let hi = 1 << 32;
+    let x = words([
+        1,
+        13,
+        36,
+        7 * hi + 3,
+        2 * hi,
+        hi | 0x8000_0000,
+        0x0080_0000,
+        4,
+    ]);
+    let y = words([
+        3 * hi + 2,
+        1,
+        5 * hi,
+        9,
+        hi + 1,
+        0x0040_0000,
+        2,
+        0x3f80_0000,
+    ]);
+    check(&f, &[x, y]).unwrap();
+}
+
 /// `fft` programs with complex parameters and results run in kernels alone on the GPU mapping:
 /// the transform as products (`kiln_kernel::fft`) on the parts, the interleaved parameters
 /// and results as byte copies; nothing is left to the reference interpreter.
