@@ -32,7 +32,10 @@
 //! `reduce_window` and `scatter` of that kind) is one of its operands: it takes the largest of
 //! their magnitudes, where an operand at an infinity counts 0, since it is the result only
 //! where the result is that infinity (so a mask's `-inf` before a row's maximum, or a clamp's
-//! infinite bound, bounds nothing it does not select). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
+//! infinite bound, bounds nothing it does not select). An infinity carries no rounding: an
+//! argument's or constant's has magnitude 0, and an infinite result keeps what its rule gives
+//! (the finite terms of a sum; past the accumulator's range, a backend's partial sums may meet
+//! the other infinity there, and such an operand of a maximum keeps its magnitude). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
 //! inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
 //! cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
 //! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
@@ -95,7 +98,10 @@
 //! their result when it lies within its error of a step; such a flip fails the comparison and
 //! has to be looked at by hand.
 
+mod infinities;
 mod loops;
+
+use infinities::{at_finite, size, sizes};
 
 use crate::ops::eval_op;
 use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
@@ -534,24 +540,6 @@ fn zip(a: &Literal, b: &Literal, g: impl Fn(f64, f64) -> f64) -> Literal {
     Literal::from_f64s(f64_type(a.ty()), &v).expect("same size")
 }
 
-/// The magnitudes `m` of the elements of `x` as an operand of a maximum or minimum: 0 where the
-/// element is an infinity. Such an element is the result only where the result is that
-/// infinity (whose magnitude is infinite, `|out|`); elsewhere it is not selected, by the
-/// reference nor by a backend, whose value there is that infinity or past the dtype's range.
-/// So the `-inf` of a mask (`select` before a row's maximum) bounds nothing it does not select.
-fn at_finite(x: &Literal, m: &Literal) -> Literal {
-    if !x.dtype().is_float() {
-        return m.clone();
-    }
-    let v: Vec<f64> = m
-        .to_f64s()
-        .into_iter()
-        .zip(x.to_f64s())
-        .map(|(mg, v)| if v.is_infinite() { 0.0 } else { mg })
-        .collect();
-    Literal::from_f64s(m.ty().clone(), &v).expect("same size")
-}
-
 /// The magnitude of the result `out` of `op` on complex operands (`complex_in`) or with a complex
 /// result, where the real rules of [`magnitudes`] do not carry over (`None` elsewhere), from the
 /// operands' values `r` and magnitudes `m`. A complex magnitude bounds the modulus; a function
@@ -782,7 +770,7 @@ fn values_and_magnitudes_given(
         real[p.index()] = Some(a.clone());
         mag[p.index()] = Some(match arg_mags {
             Some(m) => m[k].clone(),
-            None if rounds(a.dtype()) => map(a, f64::abs),
+            None if rounds(a.dtype()) => sizes(a),
             None => a.clone(),
         });
     }
@@ -909,7 +897,7 @@ fn values_and_magnitudes_given(
         ) {
             vec![c]
         } else {
-            let abs_out = || map(&out[0], f64::abs);
+            let abs_out = || sizes(&out[0]);
             let one = match &inst.op {
                 Op::Subtract {} => Some(eval_op(&Op::Add {}, &m, &ftypes).remove(0)),
                 Op::Negate {} | Op::Abs {} => Some(m[0].clone()),
@@ -1114,10 +1102,12 @@ fn values_and_magnitudes_given(
         };
         for ((&v, o), mg) in inst.results.iter().zip(out).zip(mags) {
             let mg = if rounds(o.dtype()) {
-                // NaN magnitudes (inf - inf among them) bound nothing: infinite.
+                // NaN magnitudes (inf - inf among them) bound nothing: infinite. At least the
+                // result's size, but an infinite result keeps its rule's (`size`).
+                let real = !o.dtype().is_complex();
                 zip(&mg, &o, |x, y| {
                     let x = if x.is_nan() { f64::INFINITY } else { x.abs() };
-                    x.max(y.abs())
+                    x.max(if real { size(y) } else { y })
                 })
             } else {
                 mg

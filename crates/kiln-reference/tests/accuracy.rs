@@ -905,3 +905,31 @@ fn sorted_values_keep_their_magnitudes() {
     let e = check_outputs(&f, &args, &[f32s(&[6], &off)]).unwrap_err();
     assert!(e.contains("element 3"), "{e}");
 }
+
+/// An infinite element of a sum whose finite terms pass f32's range (seed 129799: a bf16
+/// convolution beside an input's `-inf`): a backend's partial sums may overflow to `+inf` and
+/// meet the `-inf` (NaN), which a maximum after it passes on, so that maximum is not compared.
+/// Where the finite terms are small, the infinity is every backend's, the maximum does not
+/// select it, and a NaN there is refused.
+#[test]
+fn a_maximum_after_a_sum_that_may_meet_both_infinities_is_not_compared() {
+    let f = parse_func_text(
+        "func @main(%0: f32[2,3], %1: f32[3]) -> f32[] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]} : f32[2]\n  %3 = constant {value = 0.0} : f32[]\n  %4 = reduce %2, %3 {dimensions = [0], kind = max} : f32[]\n  return %4\n}\n",
+    )
+    .unwrap();
+    let t = TensorType::new(DType::F32, [2, 3]);
+    let v = Literal::from_f64s(TensorType::new(DType::F32, [3]), &[2.0, 2.0, 1.0]).unwrap();
+    let nan = Literal::from_f64s(TensorType::new(DType::F32, []), &[f64::NAN]).unwrap();
+    let rows = |first: [f64; 3]| {
+        let a = Literal::from_f64s(t.clone(), &[first, [1.0, 2.0, 3.0]].concat()).unwrap();
+        [a, v.clone()]
+    };
+    // 3e38 · 2 overflows f32: the first row is -inf on the reference, NaN on such a backend.
+    let big = rows([3e38, 3e38, f64::NEG_INFINITY]);
+    assert_eq!(kiln_reference::eval(&f, &big).unwrap()[0].to_f64s(), [9.0]);
+    check_outputs(&f, &big, std::slice::from_ref(&nan)).unwrap();
+    let small = rows([1.0, 2.0, f64::NEG_INFINITY]);
+    assert!(check_outputs(&f, &small, std::slice::from_ref(&nan)).is_err());
+    let nine = Literal::from_f64s(TensorType::new(DType::F32, []), &[9.0]).unwrap();
+    check_outputs(&f, &small, &[nine]).unwrap();
+}
