@@ -134,6 +134,9 @@ fn triangular_solves_of_every_form_on_the_emulator() {
                 for tr in ["NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"] {
                     cases.push((dt, 2, 3, 2, left, lower, tr == "TRANSPOSE", tr));
                 }
+                // Empty complex systems, and none to solve.
+                cases.push((dt, 2, 0, 3, left, lower, false, "ADJOINT"));
+                cases.push((dt, 1, 3, 0, left, lower, false, "NO_TRANSPOSE"));
             }
         }
     }
