@@ -525,12 +525,12 @@ pub(crate) fn mul(
     ))
 }
 
-/// The exponent `k` by which [`scale_tiny`] scales parts of type `ty`, and the bound below
+/// The exponent `k` by which [`scale_tiny`] scales parts of dtype `d`, and the bound below
 /// which it does, 2^(emin + p) (`p` the significand's bits): 48 and 2^-102 for f32 parts, 108
 /// and 2^-969 for f64 (`k` even and a multiple of 3, so a square or cube root scales back
 /// exactly).
-pub(crate) fn tiny_exponent(ty: &TensorType) -> (i32, f64) {
-    if ty.dtype == DType::F64 {
+pub(crate) fn tiny_exponent(d: DType) -> (i32, f64) {
+    if d == DType::F64 {
         (108, 2f64.powi(-969))
     } else {
         (48, 2f64.powi(-102))
@@ -539,14 +539,14 @@ pub(crate) fn tiny_exponent(ty: &TensorType) -> (i32, f64) {
 
 /// `(a, c)` scaled by 2^k (exactly, [`tiny_exponent`]) where both parts are below the bound:
 /// subnormal or near it, where halving, hypot's product or Smith's quotients would round in
-/// the subnormal range and lose the significand's bits (√ of 2^-149 + 0i came out NaN, its
-/// logarithm of 13 · 2^-149 off by 0.3). Returns where, the scaled parts and `k`.
+/// the subnormal range and lose the significand's bits (√ of 2^-149 + 0i came out NaN, the
+/// logarithm at 2^-149 (1 + i) off by 0.35). Returns where, the scaled parts and `k`.
 pub(crate) fn scale_tiny(
     b: &mut Builder,
     (a, c): (ValueId, ValueId),
     ty: &TensorType,
 ) -> R<(ValueId, (ValueId, ValueId), i32)> {
-    let (k, bound) = tiny_exponent(ty);
+    let (k, bound) = tiny_exponent(ty.dtype);
     let x = b.unary(Op::Abs {}, a)?;
     let y = b.unary(Op::Abs {}, c)?;
     let m = b.binary(Op::Maximum {}, x, y)?;

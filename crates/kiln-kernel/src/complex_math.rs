@@ -123,6 +123,7 @@ impl Math<'_> {
         let ty = self.ty.clone();
         scale_tiny(self.b, z, &ty)
     }
+
     /// Both parts of `z` times 2^e where `p`.
     fn unscale(&mut self, p: ValueId, z: P, e: i32) -> R<P> {
         let ty = self.ty.clone();

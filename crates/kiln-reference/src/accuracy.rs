@@ -30,14 +30,15 @@
 //! [`magnitudes`]; at `-inf`, where the exponential and its derivative are 0, it carries
 //! nothing). A maximum or minimum (`maximum`, `minimum`, `clamp`, and `reduce`,
 //! `reduce_window` and `scatter` of that kind) is one of its operands: it takes the largest of
-//! their magnitudes, where an operand at an infinity counts 0, since it is the result only
-//! where the result is that infinity (so a mask's `-inf` before a row's maximum, or a clamp's
-//! infinite bound, bounds nothing it does not select). An infinity carries no rounding: an
-//! argument's or constant's has magnitude 0, and an infinite result keeps what its rule gives
-//! (the finite terms of a sum; past the accumulator's range, a backend's partial sums may meet
-//! the other infinity there, and such an operand of a maximum keeps its magnitude). So for a sum, `M` is exactly `Σ|terms|`, and a cancellation after
-//! inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
-//! cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
+//! their magnitudes, where an operand at an infinity every backend has counts 0, since it is
+//! the result only where the result is that infinity (so a mask's `-inf` before a row's
+//! maximum, or a clamp's infinite bound, bounds nothing it does not select). Such an infinity
+//! carries no rounding: an argument's, a constant's or an exact op's has magnitude 0, and an
+//! infinite result keeps its rule's (a sum's finite terms) while that stays below the dtype's
+//! largest finite value; past it a backend may round to a finite value or meet the other
+//! infinity (NaN), and the magnitude is infinite (`accuracy/infinities.rs`). So for a sum, `M`
+//! is exactly `Σ|terms|`, and a cancellation after inexact ops (`exp(x) - exp(y)` with nearly
+//! equal values) is measured against the size of what cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
 //! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
 //! the relative terms do not cover; it matters only for results near the subnormal range.
 //! A transcendental of exact operands has its result's size as magnitude: its own ulps
@@ -101,7 +102,7 @@
 mod infinities;
 mod loops;
 
-use infinities::{at_finite, size, sizes};
+use infinities::{at_finite, largest, of_result, sizes};
 
 use crate::ops::eval_op;
 use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
@@ -654,15 +655,21 @@ fn first_order_magnitude(
     let over = |num: f64, den: f64| if num == 0.0 { 0.0 } else { num / den };
     let v: Vec<f64> = (0..o.len())
         .map(|i| {
-            let a = o[i].abs();
+            // An infinite result of exact operands carries no rounding (`x / 0`, `ln 0`).
+            let exact = !inexact.contains(&true);
+            let a = if exact && o[i].is_infinite() {
+                0.0
+            } else {
+                o[i].abs()
+            };
+            if exact {
+                return a;
+            }
             if let Op::Divide {} = op {
                 let (b, mb) = (y[i].abs(), my[i]);
                 let da = if inexact[0] { mx[i] } else { x[i].abs() };
                 let db = if inexact[1] { a * mb } else { 0.0 };
                 return a.max(over(da + db, b));
-            }
-            if !inexact[0] {
-                return a;
             }
             let carried = match op {
                 // At -inf (a masked score minus its row's maximum) the exponential is 0 and
@@ -1103,11 +1110,11 @@ fn values_and_magnitudes_given(
         for ((&v, o), mg) in inst.results.iter().zip(out).zip(mags) {
             let mg = if rounds(o.dtype()) {
                 // NaN magnitudes (inf - inf among them) bound nothing: infinite. At least the
-                // result's size, but an infinite result keeps its rule's (`size`).
-                let real = !o.dtype().is_complex();
+                // result's size; an infinite result's see `of_result`.
+                let (real, top) = (!o.dtype().is_complex(), largest(o.dtype()));
                 zip(&mg, &o, |x, y| {
                     let x = if x.is_nan() { f64::INFINITY } else { x.abs() };
-                    x.max(if real { size(y) } else { y })
+                    if real { of_result(x, y, top) } else { x.max(y) }
                 })
             } else {
                 mg

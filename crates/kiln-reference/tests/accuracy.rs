@@ -933,3 +933,18 @@ fn a_maximum_after_a_sum_that_may_meet_both_infinities_is_not_compared() {
     let nine = Literal::from_f64s(TensorType::new(DType::F32, []), &[9.0]).unwrap();
     check_outputs(&f, &small, &[nine]).unwrap();
 }
+
+/// `ln 0` of an exact 0 is `-inf` in every backend: a maximum over it is checked as tightly as
+/// over finite values, and a wrong finite result is refused.
+#[test]
+fn a_maximum_over_an_exact_infinity_stays_bounded() {
+    let f = parse_func_text(
+        "func @main(%0: f32[3]) -> f32[] {\n  %1 = log %0 : f32[3]\n  %2 = constant {value = -inf} : f32[]\n  %3 = reduce %1, %2 {dimensions = [0], kind = max} : f32[]\n  return %3\n}\n",
+    )
+    .unwrap();
+    let x = Literal::from_f64s(TensorType::new(DType::F32, [3]), &[0.0, 1.0, 2.0]).unwrap();
+    let scalar = |v: f64| Literal::from_f64s(TensorType::new(DType::F32, []), &[v]).unwrap();
+    let args = [x];
+    check_outputs(&f, &args, &[scalar(2f64.ln())]).unwrap();
+    assert!(check_outputs(&f, &args, &[scalar(0.7)]).is_err());
+}
