@@ -220,3 +220,30 @@ fn complex_functions_of_subnormal_parts_agree_with_the_reference() {
         }
     }
 }
+
+/// A complex triangular solve whose parts are subnormal: its quotients by the diagonal scale
+/// a tiny numerator and divisor up first, as the reference's division does.
+#[test]
+fn complex_solves_of_subnormal_parts_agree_with_the_reference() {
+    for (ct, dt, s) in [
+        ("c64", kiln_ir::DType::C64, 2f64.powi(-140)),
+        ("c128", kiln_ir::DType::C128, 2f64.powi(-1060)),
+    ] {
+        let src = format!(
+            "func @main(%0: {ct}[2,2], %1: {ct}[2,2]) -> {ct}[2,2] {{\n  %2 = triangular_solve %0, %1 {{left_side = true, lower = true, unit_diagonal = false, transpose_a = ADJOINT}} : {ct}[2,2]\n  return %2\n}}\n"
+        );
+        let f = kiln_ir::parse_func_text(&src).unwrap();
+        let lit = |v: [[f64; 2]; 4]| {
+            let v = v.map(|[x, y]| [x * s, y * s]);
+            Literal::from_complex_f64s(kiln_ir::TensorType::new(dt, [2, 2]), &v).unwrap()
+        };
+        let args = [
+            lit([[3.0, 1.0], [0.0, 0.0], [1.0, -2.0], [2.0, 5.0]]),
+            lit([[1.0, 2.0], [-1.0, 0.5], [0.25, 1.0], [3.0, -1.0]]),
+        ];
+        let exe = CpuExecutable::compile_with_options(&f, &[], &common::env_options()).unwrap();
+        common::compiled_whole(&exe).unwrap();
+        let got = exe.run(&args).unwrap();
+        common::check(&f, &args, &got).unwrap_or_else(|e| panic!("{ct}: {e}"));
+    }
+}

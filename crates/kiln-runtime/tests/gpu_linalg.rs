@@ -190,6 +190,28 @@ fn triangular_solves_of_every_form_on_the_emulator() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Complex systems whose parts are subnormal (`c64` below 2^-126, `c128` below 2^-1022): the
+/// quotients by the diagonal scale a tiny numerator and divisor up first, as the reference's
+/// division does, so no bits go in the subnormal range.
+#[test]
+fn complex_solves_of_subnormal_parts_on_the_emulator() {
+    for (dt, s) in [
+        (DType::C64, 2f64.powi(-140)),
+        (DType::C128, 2f64.powi(-1060)),
+    ] {
+        let src = format!(
+            "func @main(%0: {dt}[1,2,2], %1: {dt}[1,2,2]) -> {dt}[1,2,2] {{\n  %2 = triangular_solve %0, %1 {{left_side = true, lower = true, unit_diagonal = false, transpose_a = NO_TRANSPOSE}} : {dt}[1,2,2]\n  return %2\n}}\n"
+        );
+        let lit = |v: [[f64; 2]; 4]| {
+            let v = v.map(|[x, y]| [x * s, y * s]);
+            Literal::from_complex_f64s(TensorType::new(dt, [1, 2, 2]), &v).unwrap()
+        };
+        let a = lit([[3.0, 1.0], [0.0, 0.0], [1.0, -2.0], [2.0, 5.0]]);
+        let b = lit([[1.0, 2.0], [-1.0, 0.5], [0.25, 1.0], [3.0, -1.0]]);
+        check(&src, &[a, b], MapKind::Linalg).unwrap();
+    }
+}
+
 #[test]
 fn lu_on_the_emulator() {
     let mut rng = Rng::new(13);

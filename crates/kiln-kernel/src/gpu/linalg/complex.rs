@@ -3,7 +3,8 @@
 //! (imaginary) of the buffer as the launch binds it; every operation is the reference's
 //! (`kiln_reference::complex`): `t · y` as `(tr yr - ti yi, tr yi + ti yr)`, each row's terms
 //! subtracted in order of their column, and the quotient by the diagonal by Smith's scaled
-//! division (the larger part of the divisor first; by zero, each part divided by `|0|`).
+//! division (the larger part of the divisor first; by zero, each part divided by `|0|`; a
+//! numerator or divisor of tiny parts scaled up first, `crate::complex::scale_tiny`).
 //! `ADJOINT` conjugates `a`'s elements, its diagonal included.
 
 use super::{Builder, Solve, SolveFrame, c, reg};
@@ -56,16 +57,46 @@ impl Builder {
         out
     }
 
-    /// `(p, q) = (p, q) / (dc, dd)` by Smith's division, with `tmp` three value registers and
-    /// `tests` two for its tests (a zero divisor, and `|dc| >= |dd|`).
+    /// `x = x · 2^k` for both registers of `x` where both parts are below the bound of
+    /// [`crate::complex::tiny_exponent`], with `s` set to the factor (2^k or 1).
+    fn scale_tiny(&self, (a, b): (usize, usize), s: usize) -> Vec<Stmt> {
+        let (k, bound) = crate::complex::tiny_exponent(self.calc);
+        let k_ = |value: f64| Expr::Const {
+            dtype: self.calc,
+            value,
+        };
+        let factor = self.arith(s, &[a, b], |x| {
+            let abs = |e: Expr| self.op(OpKind::Abs, vec![e], self.calc);
+            let m = self.bin(OpKind::Maximum, abs(x[0].clone()), abs(x[1].clone()));
+            Expr::Op {
+                op: crate::ir::Ew::Select,
+                dtype: self.calc,
+                args: vec![
+                    self.cmp(ComparisonDirection::Lt, m, k_(bound)),
+                    k_(2f64.powi(k)),
+                    k_(1.0),
+                ],
+            }
+        });
+        let times = |v: usize| {
+            self.arith(v, &[v, s], |x| {
+                self.bin(OpKind::Multiply, x[0].clone(), x[1].clone())
+            })
+        };
+        vec![factor, times(a), times(b)]
+    }
+
+    /// `(p, q) = (p, q) / (dc, dd)` by Smith's division, with `tmp` five value registers and
+    /// `tests` two for its tests (a zero divisor, and `|dc| >= |dd|`); a numerator or divisor
+    /// of tiny parts scaled up first, and the quotient by the ratio of the scales.
     fn smith(
         &self,
         (p, q): (usize, usize),
         (dc, dd): (usize, usize),
-        tmp: [usize; 3],
+        tmp: [usize; 5],
         tests: [usize; 2],
     ) -> Vec<Stmt> {
-        let [r, t, p0] = tmp;
+        let [r, t, p0, sn, sd] = tmp;
         let [zero_divisor, big] = tests;
         let abs = |e: Expr| self.op(OpKind::Abs, vec![e], self.calc);
         let zero = Expr::Const {
@@ -157,7 +188,9 @@ impl Builder {
                 self.bin(Divide, num, x[3].clone())
             }),
         ];
-        vec![
+        let mut out = self.scale_tiny((p, q), sn);
+        out.extend(self.scale_tiny((dc, dd), sd));
+        out.extend([
             both_zero,
             c_first,
             Stmt::If {
@@ -172,7 +205,17 @@ impl Builder {
                 cond: Sc::and(Sc::is_zero(reg(zero_divisor)), Sc::is_zero(reg(big))),
                 body: d_larger,
             },
-        ]
+            // The scales' ratio (exact: powers of two), then the quotient by it.
+            self.arith(sd, &[sd, sn], |x| {
+                self.bin(Divide, x[0].clone(), x[1].clone())
+            }),
+        ]);
+        for v in [p, q] {
+            out.push(self.arith(v, &[v, sd], |x| {
+                self.bin(Multiply, x[0].clone(), x[1].clone())
+            }));
+        }
+        out
     }
 
     /// [`Builder::solve`] on complex operands bound as their parts (see the module's
@@ -180,7 +223,7 @@ impl Builder {
     pub(super) fn complex_solve(&mut self, s: &Solve, adjoint: bool) -> Vec<Stmt> {
         let f = SolveFrame::new(self, s);
         let [flag, big] = std::array::from_fn(|_| self.reg());
-        let [ar, ai, tr, ti, yr, yi, pr, pi, dr, di, r, t, p0] =
+        let [ar, ai, tr, ti, yr, yi, pr, pi, dr, di, r, t, p0, sn, sd] =
             std::array::from_fn(|_| self.reg());
         let work = Buf::Output(1);
         let (i, q, at) = (f.i, f.q, f.at);
@@ -215,7 +258,7 @@ impl Builder {
         row.push(Stmt::count_up(q, from, to, term));
         if !s.unit_diagonal {
             row.extend(self.load_complex((dr, di), Buf::Input(0), f.t_at(reg(i), reg(i)), adjoint));
-            row.extend(self.smith((ar, ai), (dr, di), [r, t, p0], [flag, big]));
+            row.extend(self.smith((ar, ai), (dr, di), [r, t, p0, sn, sd], [flag, big]));
         }
         for (part, v) in [(re as fn(Sc) -> Sc, ar), (im, ai)] {
             row.push(Stmt::Store {
