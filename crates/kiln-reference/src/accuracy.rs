@@ -30,15 +30,12 @@
 //! [`magnitudes`]; at `-inf`, where the exponential and its derivative are 0, it carries
 //! nothing). A maximum or minimum (`maximum`, `minimum`, `clamp`, and `reduce`,
 //! `reduce_window` and `scatter` of that kind) is one of its operands: it takes the largest of
-//! their magnitudes, where an operand at an infinity every backend has counts 0, since it is
-//! the result only where the result is that infinity (so a mask's `-inf` before a row's
-//! maximum, or a clamp's infinite bound, bounds nothing it does not select). Such an infinity
-//! carries no rounding: an argument's, a constant's or an exact op's has magnitude 0, and an
-//! infinite result keeps its rule's (a sum's finite terms) while that stays below the dtype's
-//! largest finite value; past it a backend may round to a finite value or meet the other
-//! infinity (NaN), and the magnitude is infinite (`accuracy/infinities.rs`). So for a sum, `M`
-//! is exactly `Σ|terms|`, and a cancellation after inexact ops (`exp(x) - exp(y)` with nearly
-//! equal values) is measured against the size of what cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
+//! their magnitudes, where an operand at an infinity counts 0, since it is the result only
+//! where the result is that infinity (so a mask's `-inf` before a row's maximum, or a clamp's
+//! infinite bound, bounds nothing it does not select), unless it is a sum's whose finite terms
+//! pass the accumulator's range (a backend may hold NaN there; `accuracy/infinities.rs`). So
+//! for a sum, `M` is exactly `Σ|terms|`, and a cancellation after inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured against the size of what
+//! cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
 //! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
 //! the relative terms do not cover; it matters only for results near the subnormal range.
 //! A transcendental of exact operands has its result's size as magnitude: its own ulps
@@ -102,7 +99,7 @@
 mod infinities;
 mod loops;
 
-use infinities::{at_finite, largest, of_result, sizes};
+use infinities::{NAN_RISK, at_finite, is_sum, mark_nan_risk};
 
 use crate::ops::eval_op;
 use kiln_ir::{Combiner, DType, Func, Literal, Op, OpKind, TensorType};
@@ -655,27 +652,28 @@ fn first_order_magnitude(
     let over = |num: f64, den: f64| if num == 0.0 { 0.0 } else { num / den };
     let v: Vec<f64> = (0..o.len())
         .map(|i| {
-            // An infinite result of exact operands carries no rounding (`x / 0`, `ln 0`).
-            let exact = !inexact.contains(&true);
-            let a = if exact && o[i].is_infinite() {
-                0.0
-            } else {
-                o[i].abs()
-            };
-            if exact {
-                return a;
-            }
+            let a = o[i].abs();
             if let Op::Divide {} = op {
                 let (b, mb) = (y[i].abs(), my[i]);
                 let da = if inexact[0] { mx[i] } else { x[i].abs() };
                 let db = if inexact[1] { a * mb } else { 0.0 };
                 return a.max(over(da + db, b));
             }
+            if !inexact[0] {
+                return a;
+            }
             let carried = match op {
                 // At -inf (a masked score minus its row's maximum) the exponential is 0 and
                 // its derivative 0: a backend's value there is that -inf, or a finite value
                 // past the dtype's range, whose exponential is 0 as well.
-                Op::Exponential {} | Op::ExponentialMinusOne {} if x[i] == f64::NEG_INFINITY => 0.0,
+                // (Unless the -inf is a sum's that may be NaN in a backend.)
+                Op::Exponential {} | Op::ExponentialMinusOne {} if x[i] == f64::NEG_INFINITY => {
+                    if mx[i] == NAN_RISK {
+                        NAN_RISK
+                    } else {
+                        0.0
+                    }
+                }
                 Op::Exponential {} => a * mx[i],
                 Op::ExponentialMinusOne {} => (o[i] + 1.0).abs() * mx[i],
                 Op::Log {} => over(mx[i], x[i].abs()),
@@ -777,7 +775,7 @@ fn values_and_magnitudes_given(
         real[p.index()] = Some(a.clone());
         mag[p.index()] = Some(match arg_mags {
             Some(m) => m[k].clone(),
-            None if rounds(a.dtype()) => sizes(a),
+            None if rounds(a.dtype()) => map(a, f64::abs),
             None => a.clone(),
         });
     }
@@ -904,7 +902,7 @@ fn values_and_magnitudes_given(
         ) {
             vec![c]
         } else {
-            let abs_out = || sizes(&out[0]);
+            let abs_out = || map(&out[0], f64::abs);
             let one = match &inst.op {
                 Op::Subtract {} => Some(eval_op(&Op::Add {}, &m, &ftypes).remove(0)),
                 Op::Negate {} | Op::Abs {} => Some(m[0].clone()),
@@ -1104,17 +1102,20 @@ fn values_and_magnitudes_given(
                 Some(x) => vec![x],
                 // Everything else (sums, products, maxima, data movement, barriers) applies to
                 // magnitudes as it is.
+                None if is_sum(&inst.op) => {
+                    let mags = eval_op(&inst.op, &m, &ftypes).remove(0);
+                    vec![mark_nan_risk(&inst.op, (&r, &m), &out[0], &ftypes, mags)]
+                }
                 None => eval_op(&inst.op, &m, &ftypes),
             }
         };
         for ((&v, o), mg) in inst.results.iter().zip(out).zip(mags) {
             let mg = if rounds(o.dtype()) {
-                // NaN magnitudes (inf - inf among them) bound nothing: infinite. At least the
-                // result's size; an infinite result's see `of_result`.
-                let (real, top) = (!o.dtype().is_complex(), largest(o.dtype()));
+                // NaN magnitudes (inf - inf among them) bound nothing: infinite.
+                // A sum's infinity that may be NaN in a backend keeps its mark.
                 zip(&mg, &o, |x, y| {
                     let x = if x.is_nan() { f64::INFINITY } else { x.abs() };
-                    if real { of_result(x, y, top) } else { x.max(y) }
+                    if x == NAN_RISK { x } else { x.max(y.abs()) }
                 })
             } else {
                 mg
@@ -1256,7 +1257,9 @@ pub fn check(
         // Terms past the accumulator's range (f32 for f16, bf16 and f32; f64 for f64): a
         // backend's partial sums may overflow to ±inf (and meet the other infinity: NaN) where
         // the reference's f64 sum stays finite and rounds to an infinity only at the end.
-        let overflows = bound.sum > 0.0 && m.as_ref().is_some_and(|m| m[i] > accumulator_max(d));
+        let overflows = bound.sum > 0.0
+            && m.as_ref()
+                .is_some_and(|m| m[i] > accumulator_max(d) || m[i] == NAN_RISK);
         if overflows {
             // Counted once: an infinite bound (above) is past the range too.
             s.unbounded += usize::from(allowed.is_finite());

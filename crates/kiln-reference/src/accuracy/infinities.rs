@@ -1,70 +1,95 @@
-//! How infinities enter the magnitudes of [`crate::accuracy`]. An infinity that every backend
-//! has carries no rounding: an argument's or constant's has magnitude 0, and so has an
-//! infinite result of exact operands (`x / 0`, `ln 0`); an infinite result keeps its rule's
-//! magnitude (a sum's finite terms) while that stays below its dtype's largest finite value.
-//! Past it the infinity may be a backend's rounding (a finite value there) or its partial sums
-//! meeting the other infinity (NaN), and its magnitude is infinite.
+//! Infinities in the magnitudes of [`crate::accuracy`]. A maximum's or minimum's operand at an
+//! infinity counts 0 ([`at_finite`]): it is the result only where the result is that infinity.
+//! But an infinite element of a sum whose finite terms pass the accumulator's range may be NaN
+//! in a backend (its partial sums overflowing to the other infinity), which a maximum passes
+//! on; such an element's magnitude is [`NAN_RISK`], which [`at_finite`] keeps.
 
-use super::map;
-use kiln_ir::{DType, Literal};
+use super::accumulator_max;
+use crate::ops::eval_op;
+use kiln_ir::{Combiner, Literal, Op, TensorType};
 
-/// A real value's size as a magnitude: `|x|`, but 0 for an infinity, which carries no
-/// rounding. (A complex number's modulus stays: its other part may be finite and large.)
-pub(super) fn size(x: f64) -> f64 {
-    if x.is_infinite() { 0.0 } else { x.abs() }
-}
+/// The magnitude of an infinite element of a sum whose finite terms pass the accumulator's
+/// range: finite, so that [`at_finite`] tells it from an infinity's magnitude, and past every
+/// accumulator's range, so that the comparison leaves the element alone (as it does a finite
+/// sum past the range), and any result that takes it as its magnitude (a maximum's).
+pub(super) const NAN_RISK: f64 = f64::MAX;
 
-/// The sizes of `l`'s elements ([`size`]; moduli for complex numbers).
-pub(super) fn sizes(l: &Literal) -> Literal {
-    map(
-        l,
-        if l.dtype().is_complex() {
-            f64::abs
-        } else {
-            size
-        },
+/// Whether `op` sums terms in a backend's accumulator (where the reference sums in f64).
+pub(super) fn is_sum(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::DotGeneral { .. }
+            | Op::Convolution { .. }
+            | Op::Reduce {
+                kind: Combiner::Add,
+                ..
+            }
+            | Op::ReduceWindow {
+                kind: Combiner::Add,
+                ..
+            }
+            | Op::Scatter {
+                kind: Combiner::Add,
+                ..
+            }
     )
 }
 
-/// The largest finite value of float dtype `d` (of its parts for a complex one).
-pub(super) fn largest(d: DType) -> f64 {
-    match d.part() {
-        DType::F16 => 65504.0,
-        DType::BF16 => f64::from(f32::from_bits(0x7f7f_0000)),
-        DType::F32 => f64::from(f32::MAX),
-        DType::Mini(m) => m.max_value(),
-        _ => f64::MAX,
+/// The magnitudes `mags` of the sum `op`'s result `out` (operand values `r`, magnitudes `m`),
+/// with [`NAN_RISK`] where `out` is infinite and the magnitude of its finite terms (the sum of
+/// `m` with the infinite operand elements left out) passes the accumulator's range (seed
+/// 129799: a bf16 convolution beside an input's `-inf`, its products past f32's range).
+pub(super) fn mark_nan_risk(
+    op: &Op,
+    (r, m): (&[&Literal], &[&Literal]),
+    out: &Literal,
+    ftypes: &[TensorType],
+    mags: Literal,
+) -> Literal {
+    let o = out.to_f64s();
+    if !out.dtype().is_float() || !o.iter().any(|v| v.is_infinite()) {
+        return mags;
     }
-}
-
-/// The magnitude of a real result `y` whose rule gave `x` (not NaN): at least `|y|`; for an
-/// infinite `y`, `x` where it is below `top` (the dtype's largest finite value: the infinity is
-/// an operand's), else infinite.
-pub(super) fn of_result(x: f64, y: f64, top: f64) -> f64 {
-    match y.is_infinite() {
-        true if x < top => x,
-        true => f64::INFINITY,
-        false => x.max(y.abs()),
-    }
+    let finite: Vec<Literal> = r.iter().zip(m).map(|(x, mx)| at_finite(x, mx)).collect();
+    let refs: Vec<&Literal> = finite.iter().collect();
+    let terms = eval_op(op, &refs, ftypes).remove(0).to_f64s();
+    let top = accumulator_max(out.dtype());
+    let v: Vec<f64> = mags
+        .to_f64s()
+        .into_iter()
+        .zip(o.iter().zip(terms))
+        .map(|(mg, (y, t))| {
+            if y.is_infinite() && t > top {
+                NAN_RISK
+            } else {
+                mg
+            }
+        })
+        .collect();
+    Literal::from_f64s(mags.ty().clone(), &v).expect("same size")
 }
 
 /// The magnitudes `m` of the elements of `x` as an operand of a maximum or minimum: 0 where the
-/// element is an infinity every backend has (its magnitude below the dtype's largest finite
-/// value, [`of_result`]). Such an element is the result only where the result is that
-/// infinity; elsewhere it is not selected, by the reference nor by a backend. So the `-inf` of
-/// a mask (`select` before a row's maximum) bounds nothing it does not select, but a sum's
-/// infinity that a backend may have as NaN (seed 129799: a convolution's, its products past
-/// f32's range beside an input's `-inf`) keeps its magnitude, and so the maximum's.
+/// element is an infinity, but [`NAN_RISK`] kept. Such an element is the result only where the
+/// result is that infinity (whose magnitude is infinite, `|out|`); elsewhere it is not
+/// selected, by the reference nor by a backend, whose value there is that infinity or past the
+/// dtype's range, unless a sum's partials met both infinities there.
+/// So the `-inf` of a mask (`select` before a row's maximum) bounds nothing it does not select.
 pub(super) fn at_finite(x: &Literal, m: &Literal) -> Literal {
     if !x.dtype().is_float() {
         return m.clone();
     }
-    let top = largest(x.dtype());
     let v: Vec<f64> = m
         .to_f64s()
         .into_iter()
         .zip(x.to_f64s())
-        .map(|(mg, v)| if v.is_infinite() && mg < top { 0.0 } else { mg })
+        .map(|(mg, v)| {
+            if v.is_infinite() && mg != NAN_RISK {
+                0.0
+            } else {
+                mg
+            }
+        })
         .collect();
     Literal::from_f64s(m.ty().clone(), &v).expect("same size")
 }
