@@ -936,7 +936,8 @@ fn a_maximum_after_a_sum_that_may_meet_both_infinities_is_not_compared() {
 
 /// Infinities every backend has keep a maximum or minimum over them as tight as over finite
 /// values, and a wrong finite result is refused: `ln 0` of an exact 0, and an f16 sum past
-/// 65504 whose terms stay in f32's range (a backend's may round to 65504, never to NaN).
+/// 65504 whose terms stay in f32's range (a backend's may round to 65504, never to NaN). (A
+/// guard against loosening: two earlier versions of the NaN rule above let these through.)
 #[test]
 fn maxima_over_infinities_every_backend_has_stay_bounded() {
     let scalar = |d: DType, v: f64| Literal::from_f64s(TensorType::new(d, []), &[v]).unwrap();
@@ -957,4 +958,28 @@ fn maxima_over_infinities_every_backend_has_stay_bounded() {
     assert_eq!(kiln_reference::eval(&f, &args).unwrap()[0].to_f64s(), [1.0]);
     check_outputs(&f, &args, &[scalar(DType::F16, 1.0)]).unwrap();
     assert!(check_outputs(&f, &args, &[scalar(DType::F16, 5.0)]).is_err());
+}
+
+/// An exponential of a sum's `-inf` that may be NaN in a backend (its finite terms past f32's
+/// range) is not compared either; of a `-inf` every backend has, it is 0 and checked.
+#[test]
+fn an_exponential_of_a_sum_that_may_be_nan_is_not_compared() {
+    let f = parse_func_text(
+        "func @main(%0: f32[3], %1: f32[3]) -> f32[] {\n  %2 = dot_general %0, %1 {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]} : f32[]\n  %3 = exponential %2 : f32[]\n  return %3\n}\n",
+    )
+    .unwrap();
+    let t = TensorType::new(DType::F32, [3]);
+    let v = Literal::from_f64s(t.clone(), &[2.0, 2.0, 1.0]).unwrap();
+    let nan = Literal::from_f64s(TensorType::new(DType::F32, []), &[f64::NAN]).unwrap();
+    let big = [
+        Literal::from_f64s(t.clone(), &[3e38, 3e38, f64::NEG_INFINITY]).unwrap(),
+        v.clone(),
+    ];
+    assert_eq!(kiln_reference::eval(&f, &big).unwrap()[0].to_f64s(), [0.0]);
+    check_outputs(&f, &big, std::slice::from_ref(&nan)).unwrap();
+    let small = [
+        Literal::from_f64s(t, &[1.0, 2.0, f64::NEG_INFINITY]).unwrap(),
+        v,
+    ];
+    assert!(check_outputs(&f, &small, &[nan]).is_err());
 }

@@ -10,9 +10,12 @@ use kiln_ir::{Combiner, Literal, Op, TensorType};
 
 /// The magnitude of an infinite element of a sum whose finite terms pass the accumulator's
 /// range: finite, so that [`at_finite`] tells it from an infinity's magnitude, and past every
-/// accumulator's range, so that the comparison leaves the element alone (as it does a finite
-/// sum past the range), and any result that takes it as its magnitude (a maximum's).
-pub(super) const NAN_RISK: f64 = f64::MAX;
+/// range but f64's, so that the comparison leaves alone the element and any result that takes
+/// it as its magnitude (a maximum's), as it does a finite sum past the range. The float just
+/// below f64's largest: not a value an argument takes (the random programs' special values
+/// include f64's largest, whose conversion to f32 is an infinity every backend has), and
+/// adding any magnitude below 2^970 leaves it as it is.
+pub(super) const NAN_RISK: f64 = f64::from_bits(f64::MAX.to_bits() - 1);
 
 /// Whether `op` sums terms in a backend's accumulator (where the reference sums in f64).
 pub(super) fn is_sum(op: &Op) -> bool {
@@ -37,7 +40,8 @@ pub(super) fn is_sum(op: &Op) -> bool {
 
 /// The magnitudes `mags` of the sum `op`'s result `out` (operand values `r`, magnitudes `m`),
 /// with [`NAN_RISK`] where `out` is infinite and the magnitude of its finite terms (the sum of
-/// `m` with the infinite operand elements left out) passes the accumulator's range (seed
+/// `m` with the infinite operand elements left out, unless themselves [`NAN_RISK`]) passes
+/// the accumulator's range (seed
 /// 129799: a bf16 convolution beside an input's `-inf`, its products past f32's range).
 pub(super) fn mark_nan_risk(
     op: &Op,
