@@ -372,57 +372,38 @@ fn padded_select_ties(m: &Module, args: &[Literal]) -> bool {
         let grid: Vec<usize> = (0..shape.len())
             .map(|d| kiln_ir::verify::window_output_size(shape[d], 1, padding[d], wd[d], 1, ws[d]))
             .collect();
-        let mut window = Vec::new();
-        let mut tied = false;
         let wshape: Vec<usize> = wd.iter().map(|&w| w as usize).collect();
-        for_each(&grid, &mut |o| {
-            window.clear();
-            for_each(&wshape, &mut |w| {
-                let mut pos = 0;
-                for d in 0..o.len() {
-                    let p = o[d] as i64 * ws[d] - padding[d].0 + w[d] as i64;
-                    if p < 0 || p >= shape[d] as i64 {
-                        return;
-                    }
-                    pos += p as usize * strides[d];
-                }
-                window.push(pos);
-            });
-            let mut picked: Option<usize> = None;
-            for &y in &window {
-                picked = match picked {
-                    Some(s) if sel(s, y) => Some(s),
-                    _ => Some(y),
-                };
-            }
-            tied |=
-                picked.is_some_and(|s| window.iter().any(|&y| y != s && sel(s, y) == sel(y, s)));
-        });
-        tied
+        (0..grid.iter().product::<usize>()).any(|g| {
+            let o = unravel(g, &grid);
+            // The window's elements in row-major order, the padding left out.
+            let window: Vec<usize> = (0..wshape.iter().product::<usize>())
+                .filter_map(|k| {
+                    let w = unravel(k, &wshape);
+                    (0..o.len()).try_fold(0, |pos, d| {
+                        let p = o[d] as i64 * ws[d] - padding[d].0 + w[d] as i64;
+                        (0..shape[d] as i64)
+                            .contains(&p)
+                            .then(|| pos + p as usize * strides[d])
+                    })
+                })
+                .collect();
+            let picked = window
+                .iter()
+                .copied()
+                .reduce(|s, y| if sel(s, y) { s } else { y });
+            picked.is_some_and(|s| window.iter().any(|&y| y != s && sel(s, y) == sel(y, s)))
+        })
     })
 }
 
-/// Calls `f` on every index of `shape`, in row-major order.
-fn for_each(shape: &[usize], f: &mut dyn FnMut(&[usize])) {
-    if shape.contains(&0) {
-        return;
-    }
+/// The multi-index of row-major position `flat` in `shape`.
+fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
     let mut idx = vec![0; shape.len()];
-    loop {
-        f(&idx);
-        let mut d = shape.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
+    for d in (0..shape.len()).rev() {
+        idx[d] = flat % shape[d];
+        flat /= shape[d];
     }
+    idx
 }
 
 #[test]
