@@ -28,17 +28,19 @@
 //! quotients, exponentials, logarithms and roots carry an inexact operand's magnitude through
 //! their derivative, first order: `exp x` has `exp x · M_x`, `ln x` has `M_x / |x|`; see
 //! [`magnitudes`]; at `-inf`, where the exponential and its derivative are 0, it carries
-//! nothing, unless that `-inf` is a sum's that may be NaN in a backend, below). A maximum or minimum (`maximum`, `minimum`, `clamp`, and `reduce`,
-//! `reduce_window` and `scatter` of that kind) is one of its operands: it takes the largest of
+//! nothing, unless that `-inf` is a sum's that may be NaN in a backend, below). A maximum or
+//! minimum (`maximum`, `minimum`, `clamp`, and `reduce`, `reduce_window` and `scatter` of that
+//! kind) is one of its operands: it takes the largest of
 //! their magnitudes, where an operand at an infinity counts 0, since it is the result only
 //! where the result is that infinity (so a mask's `-inf` before a row's maximum, or a clamp's
 //! infinite bound, bounds nothing it does not select), unless it is a sum's whose finite terms
 //! pass the accumulator's range (a backend may hold NaN there: its magnitude is `NAN_RISK`,
 //! `accuracy/infinities.rs`). So for a sum, `M` is exactly `Σ|terms|` (but `NAN_RISK`), and a
 //! cancellation after inexact ops (`exp(x) - exp(y)` with nearly equal values) is measured
-//! against the size of what cancelled, not the tiny result. `η` is the smallest subnormal of the result's dtype: a rounding
-//! in the subnormal range errs by up to half of it whatever the value's size (underflow), which
-//! the relative terms do not cover; it matters only for results near the subnormal range.
+//! against the size of what cancelled, not the tiny result. `η` is the smallest subnormal of
+//! the result's dtype: a rounding in the subnormal range errs by up to half of it whatever the
+//! value's size (underflow), which the relative terms do not cover; it matters only for
+//! results near the subnormal range.
 //! A transcendental of exact operands has its result's size as magnitude: its own ulps
 //! bound it, whatever the argument's size. `tanh` and `logistic` of an inexact operand carry
 //! its magnitude through their derivative at the point (`1 - tanh²`, `σ (1 - σ)`), so that a

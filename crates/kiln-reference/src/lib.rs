@@ -31,7 +31,7 @@ use kiln_ir::{Func, Literal, Module, VerifyError};
 use std::fmt;
 
 pub use linalg::{Solve, better_pivot, cholesky, lu, triangular_solve};
-pub use ops::{case_branch, eval_op, take as take_positions};
+pub use ops::{case_branch, eval_op, for_each_index, take as take_positions};
 pub use rng::threefry2x32;
 pub use sort::{merge_sort_by, permutation as sort_permutation};
 

@@ -13,7 +13,7 @@ use kiln_ir::{Combiner, DType, Data, Literal, Op, TensorType};
 const VERIFIED: &str = "the verifier guarantees consistent types";
 
 /// Calls `f` with every multi-index of `shape`, row-major.
-pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+pub fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     if shape.contains(&0) {
         return;
     }

@@ -373,37 +373,28 @@ fn padded_select_ties(m: &Module, args: &[Literal]) -> bool {
             .map(|d| kiln_ir::verify::window_output_size(shape[d], 1, padding[d], wd[d], 1, ws[d]))
             .collect();
         let wshape: Vec<usize> = wd.iter().map(|&w| w as usize).collect();
-        (0..grid.iter().product::<usize>()).any(|g| {
-            let o = unravel(g, &grid);
+        let mut tied = false;
+        kiln_reference::for_each_index(&grid, |o| {
             // The window's elements in row-major order, the padding left out.
-            let window: Vec<usize> = (0..wshape.iter().product::<usize>())
-                .filter_map(|k| {
-                    let w = unravel(k, &wshape);
-                    (0..o.len()).try_fold(0, |pos, d| {
-                        let p = o[d] as i64 * ws[d] - padding[d].0 + w[d] as i64;
-                        (0..shape[d] as i64)
-                            .contains(&p)
-                            .then(|| pos + p as usize * strides[d])
-                    })
-                })
-                .collect();
+            let mut window = Vec::new();
+            kiln_reference::for_each_index(&wshape, |w| {
+                let pos = (0..o.len()).try_fold(0, |pos, d| {
+                    let p = o[d] as i64 * ws[d] - padding[d].0 + w[d] as i64;
+                    (0..shape[d] as i64)
+                        .contains(&p)
+                        .then(|| pos + p as usize * strides[d])
+                });
+                window.extend(pos);
+            });
             let picked = window
                 .iter()
                 .copied()
                 .reduce(|s, y| if sel(s, y) { s } else { y });
-            picked.is_some_and(|s| window.iter().any(|&y| y != s && sel(s, y) == sel(y, s)))
-        })
+            tied |=
+                picked.is_some_and(|s| window.iter().any(|&y| y != s && sel(s, y) == sel(y, s)));
+        });
+        tied
     })
-}
-
-/// The multi-index of row-major position `flat` in `shape`.
-fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        idx[d] = flat % shape[d];
-        flat /= shape[d];
-    }
-    idx
 }
 
 #[test]

@@ -41,8 +41,8 @@ pub(super) fn is_sum(op: &Op) -> bool {
 /// The magnitudes `mags` of the sum `op`'s result `out` (operand values `r`, magnitudes `m`),
 /// with [`NAN_RISK`] where `out` is infinite and the magnitude of its finite terms (the sum of
 /// `m` with the infinite operand elements left out, unless themselves [`NAN_RISK`]) passes
-/// the accumulator's range (seed
-/// 129799: a bf16 convolution beside an input's `-inf`, its products past f32's range).
+/// the accumulator's range (seed 129799: a bf16 convolution beside an input's `-inf`, its
+/// products past f32's range).
 pub(super) fn mark_nan_risk(
     op: &Op,
     (r, m): (&[&Literal], &[&Literal]),
